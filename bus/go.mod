@@ -1,0 +1,3 @@
+module github.com/podflow/podflow/bus
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/podflow/podflow/nodeagent
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/podflow/podflow/ops
+
+go 1.26

@@ -1,0 +1,44 @@
+package eventsv1
+
+// Stable reason codes. They follow Kubernetes' names where Kubernetes has
+// one, so its users recognise them in `podflow describe` and `podflow trace`.
+const (
+	// Rejections before persistence (PodRejected.status.reason).
+	ReasonUnauthorized    = "Unauthorized"
+	ReasonForbidden       = "Forbidden"
+	ReasonInvalid         = "Invalid"
+	ReasonPolicyViolation = "PolicyViolation"
+	ReasonAlreadyExists   = "AlreadyExists"
+	ReasonNotFound        = "NotFound"
+	ReasonConflict        = "Conflict"
+	ReasonTooManyRequests = "TooManyRequests"
+	ReasonInternalError   = "InternalError"
+	ReasonBadRequest      = "BadRequest"
+
+	// Scheduling.
+	ReasonScheduled        = "Scheduled"
+	ReasonUnschedulable    = "Unschedulable"
+	ReasonFailedScheduling = "FailedScheduling"
+
+	// Node side.
+	ReasonPulling                = "Pulling"
+	ReasonPulled                 = "Pulled"
+	ReasonErrImagePull           = "ErrImagePull"
+	ReasonImagePullBackOff       = "ImagePullBackOff"
+	ReasonErrImageNeverPull      = "ErrImageNeverPull"
+	ReasonFailedMount            = "FailedMount"
+	ReasonFailedCreatePodSandBox = "FailedCreatePodSandBox"
+	ReasonContainerCreating      = "ContainerCreating"
+	ReasonPodInitializing        = "PodInitializing"
+	ReasonCreated                = "Created"
+	ReasonStarted                = "Started"
+	ReasonKilling                = "Killing"
+	ReasonBackOff                = "BackOff"
+	ReasonCrashLoopBackOff       = "CrashLoopBackOff"
+	ReasonUnhealthy              = "Unhealthy"
+	ReasonOOMKilled              = "OOMKilled"
+	ReasonCompleted              = "Completed"
+	ReasonError                  = "Error"
+	ReasonContainersNotReady     = "ContainersNotReady"
+	ReasonNodeNotReady           = "NodeNotReady"
+)

@@ -1,0 +1,3 @@
+module github.com/podflow/podflow/raftstore
+
+go 1.26

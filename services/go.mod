@@ -1,0 +1,3 @@
+module github.com/podflow/podflow/services
+
+go 1.26
