@@ -1,0 +1,2 @@
+// Package bus is filled in by its own issue.
+package bus

@@ -1,0 +1,2 @@
+// Package nodeagent is filled in by its own issue.
+package nodeagent

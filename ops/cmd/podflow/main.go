@@ -1,0 +1,54 @@
+// Command podflow is every podflow process role and client in one binary:
+// store replicas, lifecycle stages, node agents, the registry, `up` (the
+// whole system as supervised child processes) and the client commands.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// commands are registered by the files of this package, one role or client
+// command per file, through register.
+var commands []func() *cobra.Command
+
+func register(f func() *cobra.Command) { commands = append(commands, f) }
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "podflow",
+		Short:         "The Kubernetes pod-creation lifecycle as a distributed actor system",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	for _, f := range commands {
+		root.AddCommand(f())
+	}
+	return root
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitCoder lets a command choose its exit status (kubectl exits 1 on any
+// error; podflow chaos exits 2 on an invariant violation, for instance).
+type exitCoder interface{ ExitCode() int }
+
+func exitCode(err error) int {
+	if ec, ok := err.(exitCoder); ok {
+		return ec.ExitCode()
+	}
+	return 1
+}

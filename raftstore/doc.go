@@ -1,0 +1,2 @@
+// Package raftstore is filled in by its own issue.
+package raftstore

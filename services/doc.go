@@ -1,0 +1,2 @@
+// Package services is filled in by its own issue.
+package services
