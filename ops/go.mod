@@ -1,10 +1,20 @@
 module github.com/podflow/podflow/ops
 
-go 1.26
+go 1.26.0
 
 require github.com/spf13/cobra v1.10.2
 
 require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
 )
+
+replace github.com/podflow/podflow/proto => ../proto
+
+replace github.com/podflow/podflow/bus => ../bus
+
+replace github.com/podflow/podflow/raftstore => ../raftstore
+
+replace github.com/podflow/podflow/services => ../services
+
+replace github.com/podflow/podflow/nodeagent => ../nodeagent

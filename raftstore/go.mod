@@ -1,3 +1,7 @@
 module github.com/podflow/podflow/raftstore
 
 go 1.26
+
+require github.com/podflow/podflow/proto v0.0.0
+
+replace github.com/podflow/podflow/proto => ../proto
