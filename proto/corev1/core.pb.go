@@ -6041,6 +6041,146 @@ func (x *UserInfo) GetGroups() []string {
 	return nil
 }
 
+// NodeAllocation is podflow's accounting of what the pods bound to a node
+// request. The scheduler updates it in the same store transaction that binds
+// a pod, comparing its revision, so that replicas never overcommit a node;
+// listing the pod uids makes a repeated bind or release idempotent.
+type NodeAllocation struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Metadata      *ObjectMeta              `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`                                                                   // name = node name
+	Pods          map[string]*AllocatedPod `protobuf:"bytes,2,rep,name=pods,proto3" json:"pods,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // pod uid -> what it requested
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeAllocation) Reset() {
+	*x = NodeAllocation{}
+	mi := &file_corev1_core_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeAllocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeAllocation) ProtoMessage() {}
+
+func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
+func (*NodeAllocation) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *NodeAllocation) GetMetadata() *ObjectMeta {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *NodeAllocation) GetPods() map[string]*AllocatedPod {
+	if x != nil {
+		return x.Pods
+	}
+	return nil
+}
+
+type AllocatedPod struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	Namespace             string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name                  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	MilliCpu              int64                  `protobuf:"varint,3,opt,name=milli_cpu,json=milliCpu,proto3" json:"milli_cpu,omitempty"`
+	MemoryBytes           int64                  `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	HostPorts             []*ContainerPort       `protobuf:"bytes,5,rep,name=host_ports,json=hostPorts,proto3" json:"host_ports,omitempty"`
+	EphemeralStorageBytes int64                  `protobuf:"varint,6,opt,name=ephemeral_storage_bytes,json=ephemeralStorageBytes,proto3" json:"ephemeral_storage_bytes,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *AllocatedPod) Reset() {
+	*x = AllocatedPod{}
+	mi := &file_corev1_core_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocatedPod) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocatedPod) ProtoMessage() {}
+
+func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
+func (*AllocatedPod) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *AllocatedPod) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AllocatedPod) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AllocatedPod) GetMilliCpu() int64 {
+	if x != nil {
+		return x.MilliCpu
+	}
+	return 0
+}
+
+func (x *AllocatedPod) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *AllocatedPod) GetHostPorts() []*ContainerPort {
+	if x != nil {
+		return x.HostPorts
+	}
+	return nil
+}
+
+func (x *AllocatedPod) GetEphemeralStorageBytes() int64 {
+	if x != nil {
+		return x.EphemeralStorageBytes
+	}
+	return 0
+}
+
 var File_corev1_core_proto protoreflect.FileDescriptor
 
 const file_corev1_core_proto_rawDesc = "" +
@@ -6647,7 +6787,21 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\bUserInfo\x12\x1a\n" +
 	"\busername\x18\x01 \x01(\tR\busername\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x16\n" +
-	"\x06groups\x18\x03 \x03(\tR\x06groupsB0Z.github.com/podflow/podflow/proto/corev1;corev1b\x06proto3"
+	"\x06groups\x18\x03 \x03(\tR\x06groups\"\xe0\x01\n" +
+	"\x0eNodeAllocation\x127\n" +
+	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x12=\n" +
+	"\x04pods\x18\x02 \x03(\v2).podflow.core.v1.NodeAllocation.PodsEntryR\x04pods\x1aV\n" +
+	"\tPodsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
+	"\x05value\x18\x02 \x01(\v2\x1d.podflow.core.v1.AllocatedPodR\x05value:\x028\x01\"\xf7\x01\n" +
+	"\fAllocatedPod\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\tmilli_cpu\x18\x03 \x01(\x03R\bmilliCpu\x12!\n" +
+	"\fmemory_bytes\x18\x04 \x01(\x03R\vmemoryBytes\x12=\n" +
+	"\n" +
+	"host_ports\x18\x05 \x03(\v2\x1e.podflow.core.v1.ContainerPortR\thostPorts\x126\n" +
+	"\x17ephemeral_storage_bytes\x18\x06 \x01(\x03R\x15ephemeralStorageBytesB0Z.github.com/podflow/podflow/proto/corev1;corev1b\x06proto3"
 
 var (
 	file_corev1_core_proto_rawDescOnce sync.Once
@@ -6661,7 +6815,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 105)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -6749,36 +6903,39 @@ var file_corev1_core_proto_goTypes = []any{
 	(*StatusCause)(nil),                       // 83: podflow.core.v1.StatusCause
 	(*Status)(nil),                            // 84: podflow.core.v1.Status
 	(*UserInfo)(nil),                          // 85: podflow.core.v1.UserInfo
-	nil,                                       // 86: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 87: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 88: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 89: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 90: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 91: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 92: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 93: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 94: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 95: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 96: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 97: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 98: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 99: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 100: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 101: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	(*timestamppb.Timestamp)(nil),             // 102: google.protobuf.Timestamp
+	(*NodeAllocation)(nil),                    // 86: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 87: podflow.core.v1.AllocatedPod
+	nil,                                       // 88: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 89: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 90: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 91: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 92: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 93: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 94: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 95: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 96: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 97: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 98: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 99: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 100: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 101: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 102: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 103: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 104: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 105: google.protobuf.Timestamp
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	86,  // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	87,  // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	102, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	102, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	88,  // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	89,  // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	105, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	105, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	3,   // 5: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	4,   // 6: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	4,   // 7: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
 	5,   // 8: podflow.core.v1.EnvVarSource.field_ref:type_name -> podflow.core.v1.ObjectFieldSelector
-	88,  // 9: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	89,  // 10: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	90,  // 9: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	91,  // 10: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	13,  // 11: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	10,  // 12: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	13,  // 13: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -6814,15 +6971,15 @@ var file_corev1_core_proto_depIdxs = []int32{
 	27,  // 43: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
 	20,  // 44: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
 	20,  // 45: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	90,  // 46: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	92,  // 46: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
 	18,  // 47: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
 	34,  // 48: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
 	28,  // 49: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
-	102, // 50: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	102, // 51: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	102, // 52: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	102, // 53: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	102, // 54: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	105, // 50: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	105, // 51: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	105, // 52: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	105, // 53: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	105, // 54: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	37,  // 55: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
 	38,  // 56: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
 	39,  // 57: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
@@ -6830,18 +6987,18 @@ var file_corev1_core_proto_depIdxs = []int32{
 	40,  // 59: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
 	36,  // 60: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
 	42,  // 61: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	102, // 62: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	105, // 62: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	41,  // 63: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	41,  // 64: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	1,   // 65: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
 	35,  // 66: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
 	43,  // 67: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	102, // 68: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	105, // 68: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
 	45,  // 69: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	102, // 70: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	102, // 71: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	91,  // 72: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	92,  // 73: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	105, // 70: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	105, // 71: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	93,  // 72: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	94,  // 73: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
 	47,  // 74: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
 	48,  // 75: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
 	50,  // 76: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
@@ -6851,7 +7008,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	51,  // 80: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
 	13,  // 81: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
 	53,  // 82: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	93,  // 83: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	95,  // 83: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
 	1,   // 84: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
 	54,  // 85: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
 	55,  // 86: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
@@ -6867,10 +7024,10 @@ var file_corev1_core_proto_depIdxs = []int32{
 	58,  // 96: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
 	65,  // 97: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
 	1,   // 98: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	94,  // 99: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	95,  // 100: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	96,  // 99: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	97,  // 100: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
 	1,   // 101: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	96,  // 102: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	98,  // 102: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
 	1,   // 103: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
 	69,  // 104: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
 	1,   // 105: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
@@ -6884,28 +7041,32 @@ var file_corev1_core_proto_depIdxs = []int32{
 	1,   // 113: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
 	58,  // 114: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
 	76,  // 115: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	102, // 116: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	102, // 117: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	102, // 118: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	97,  // 119: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	98,  // 120: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	99,  // 121: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	100, // 122: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	105, // 116: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	105, // 117: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	105, // 118: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	99,  // 119: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	100, // 120: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	101, // 121: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	102, // 122: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
 	78,  // 123: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
 	1,   // 124: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
 	79,  // 125: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	101, // 126: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	103, // 126: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
 	20,  // 127: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
 	20,  // 128: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
 	27,  // 129: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
 	1,   // 130: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
 	81,  // 131: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
 	83,  // 132: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	133, // [133:133] is the sub-list for method output_type
-	133, // [133:133] is the sub-list for method input_type
-	133, // [133:133] is the sub-list for extension type_name
-	133, // [133:133] is the sub-list for extension extendee
-	0,   // [0:133] is the sub-list for field type_name
+	1,   // 133: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	104, // 134: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	6,   // 135: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	87,  // 136: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	137, // [137:137] is the sub-list for method output_type
+	137, // [137:137] is the sub-list for method input_type
+	137, // [137:137] is the sub-list for extension type_name
+	137, // [137:137] is the sub-list for extension extendee
+	0,   // [0:137] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -6941,7 +7102,7 @@ func file_corev1_core_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   102,
+			NumMessages:   105,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
