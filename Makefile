@@ -53,7 +53,7 @@ bench:
 	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done
 
 fuzz:
-	cd proto && $(GO) test -run '^$$' -fuzz FuzzEnvelope -fuzztime 30s ./eventsv1/
+	cd proto && $(GO) test -run '^$$' -fuzz FuzzEnvelopeDecode -fuzztime 30s ./eventsv1/
 
 clean:
 	rm -rf $(BIN) $(TOOLS)
