@@ -1,0 +1,258 @@
+package auth
+
+import (
+	"crypto/sha256"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+// Well-known identities.
+const (
+	// GroupAuthenticated is added to every authenticated user.
+	GroupAuthenticated = "system:authenticated"
+	// GroupServiceAccounts is added to every ServiceAccount user;
+	// GroupServiceAccounts+":"+namespace as well.
+	GroupServiceAccounts = "system:serviceaccounts"
+	// GroupMasters is allowed every request by DefaultRBACConfig.
+	GroupMasters = "system:masters"
+	// ServiceAccountUsernamePrefix starts the username of a ServiceAccount:
+	// "system:serviceaccount:<namespace>:<name>".
+	ServiceAccountUsernamePrefix = "system:serviceaccount:"
+
+	// SecretTypeServiceAccountToken is the type of a Secret holding a
+	// ServiceAccount token.
+	SecretTypeServiceAccountToken = "kubernetes.io/service-account-token"
+	// AnnotationServiceAccountName names the ServiceAccount a token Secret
+	// belongs to.
+	AnnotationServiceAccountName = "kubernetes.io/service-account.name"
+	// AnnotationServiceAccountUID, when set, becomes the user's uid.
+	AnnotationServiceAccountUID = "kubernetes.io/service-account.uid"
+	// SecretTokenKey is the data key of the token in a token Secret.
+	SecretTokenKey = "token"
+)
+
+// ServiceAccountUsername returns "system:serviceaccount:<namespace>:<name>".
+func ServiceAccountUsername(namespace, name string) string {
+	return ServiceAccountUsernamePrefix + namespace + ":" + name
+}
+
+// AuthenticatorConfig configures a TokenAuthenticator.
+type AuthenticatorConfig struct {
+	// MaxTokenBytes bounds the length of a bearer token; longer tokens are
+	// rejected as malformed before they are hashed. Default 4096.
+	MaxTokenBytes int
+	// ServiceAccountTokens enables authentication with ServiceAccount token
+	// Secrets fed through UpsertSecret. Default true.
+	ServiceAccountTokens bool
+}
+
+// DefaultAuthenticatorConfig returns the defaults documented on
+// AuthenticatorConfig.
+func DefaultAuthenticatorConfig() AuthenticatorConfig {
+	return AuthenticatorConfig{MaxTokenBytes: 4096, ServiceAccountTokens: true}
+}
+
+// Validate reports a configuration that cannot work.
+func (c AuthenticatorConfig) Validate() error {
+	if c.MaxTokenBytes < 16 {
+		return fmt.Errorf("%w: MaxTokenBytes (%d) must be at least 16", ErrInvalidConfig, c.MaxTokenBytes)
+	}
+	return nil
+}
+
+// StaticToken is one record of a token file.
+type StaticToken struct {
+	Token string
+	User  *corev1.UserInfo
+}
+
+// ParseTokenFile reads kube-apiserver's --token-auth-file CSV format, one
+// record per line:
+//
+//	token,user,uid,"group1,group2"
+//
+// The groups column is optional. Empty or duplicate tokens and empty user
+// names are errors naming the line, wrapping ErrInvalidTokenFile.
+func ParseTokenFile(r io.Reader) ([]StaticToken, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
+	var out []StaticToken
+	seen := make(map[string]int)
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidTokenFile, err)
+		}
+		line, _ := cr.FieldPos(0)
+		switch {
+		case len(rec) < 3:
+			return nil, fmt.Errorf("%w: line %d: want at least 3 columns (token, user name, user uid), found %d",
+				ErrInvalidTokenFile, line, len(rec))
+		case rec[0] == "":
+			return nil, fmt.Errorf("%w: line %d: empty token", ErrInvalidTokenFile, line)
+		case rec[1] == "":
+			return nil, fmt.Errorf("%w: line %d: empty user name", ErrInvalidTokenFile, line)
+		}
+		if prev, ok := seen[rec[0]]; ok {
+			return nil, fmt.Errorf("%w: line %d: token already used on line %d", ErrInvalidTokenFile, line, prev)
+		}
+		seen[rec[0]] = line
+		u := &corev1.UserInfo{Username: rec[1], Uid: rec[2]}
+		if len(rec) >= 4 && rec[3] != "" {
+			for _, g := range strings.Split(rec[3], ",") {
+				if g = strings.TrimSpace(g); g != "" {
+					u.Groups = append(u.Groups, g)
+				}
+			}
+		}
+		out = append(out, StaticToken{Token: rec[0], User: u})
+	}
+}
+
+type tokenHash [sha256.Size]byte
+
+// TokenAuthenticator authenticates bearer tokens from a static token file
+// and from ServiceAccount token Secrets. Only SHA-256 digests of tokens are
+// kept. It is safe for concurrent use.
+type TokenAuthenticator struct {
+	cfg    AuthenticatorConfig
+	static map[tokenHash]*corev1.UserInfo
+
+	mu       sync.RWMutex
+	sa       map[tokenHash]*corev1.UserInfo
+	saSecret map[string]tokenHash // "namespace/name" of the Secret -> digest
+}
+
+// NewTokenAuthenticator returns an authenticator over the given static
+// tokens (typically from ParseTokenFile). Every user gets the group
+// system:authenticated.
+func NewTokenAuthenticator(cfg AuthenticatorConfig, static []StaticToken) (*TokenAuthenticator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &TokenAuthenticator{
+		cfg:      cfg,
+		static:   make(map[tokenHash]*corev1.UserInfo, len(static)),
+		sa:       make(map[tokenHash]*corev1.UserInfo),
+		saSecret: make(map[string]tokenHash),
+	}
+	for i, st := range static {
+		if st.Token == "" || st.User.GetUsername() == "" {
+			return nil, fmt.Errorf("%w: static token %d: empty token or user name", ErrInvalidTokenFile, i)
+		}
+		u := &corev1.UserInfo{Username: st.User.Username, Uid: st.User.Uid,
+			Groups: withGroup(st.User.Groups, GroupAuthenticated)}
+		a.static[sha256.Sum256([]byte(st.Token))] = u
+	}
+	return a, nil
+}
+
+// UpsertSecret records or replaces the token of a ServiceAccount token
+// Secret. Secrets of any other type, or without the ServiceAccount name
+// annotation or a token, are forgotten (an update may have changed them).
+func (a *TokenAuthenticator) UpsertSecret(s *corev1.Secret) {
+	ns, name := s.GetMetadata().GetNamespace(), s.GetMetadata().GetName()
+	key := ns + "/" + name
+	token := s.GetData()[SecretTokenKey]
+	sa := s.GetMetadata().GetAnnotations()[AnnotationServiceAccountName]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if old, ok := a.saSecret[key]; ok {
+		delete(a.sa, old)
+		delete(a.saSecret, key)
+	}
+	if s.GetType() != SecretTypeServiceAccountToken || sa == "" || ns == "" || len(token) == 0 {
+		return
+	}
+	h := sha256.Sum256(token)
+	a.sa[h] = &corev1.UserInfo{
+		Username: ServiceAccountUsername(ns, sa),
+		Uid:      s.GetMetadata().GetAnnotations()[AnnotationServiceAccountUID],
+		Groups:   []string{GroupServiceAccounts, GroupServiceAccounts + ":" + ns, GroupAuthenticated},
+	}
+	a.saSecret[key] = h
+}
+
+// DeleteSecret forgets the token of the named Secret, if any.
+func (a *TokenAuthenticator) DeleteSecret(namespace, name string) {
+	key := namespace + "/" + name
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if h, ok := a.saSecret[key]; ok {
+		delete(a.sa, h)
+		delete(a.saSecret, key)
+	}
+}
+
+// AuthenticateToken returns the user a bearer token belongs to, or the
+// Unauthorized Status when the token is missing, malformed or unknown. The
+// token is looked up by its SHA-256 digest, never compared as text: the
+// time a lookup takes depends only on digests, which a caller cannot steer
+// towards a stored token, so timing reveals nothing about stored tokens. The returned
+// UserInfo is a copy the caller may keep.
+func (a *TokenAuthenticator) AuthenticateToken(token string) (*corev1.UserInfo, *corev1.Status) {
+	if !wellFormed(token, a.cfg.MaxTokenBytes) {
+		return nil, Unauthorized()
+	}
+	h := sha256.Sum256([]byte(token))
+	if u, ok := a.static[h]; ok {
+		return cloneUser(u), nil
+	}
+	if a.cfg.ServiceAccountTokens {
+		a.mu.RLock()
+		u, ok := a.sa[h]
+		a.mu.RUnlock()
+		if ok {
+			return cloneUser(u), nil
+		}
+	}
+	return nil, Unauthorized()
+}
+
+// ParseBearer extracts the token from an HTTP Authorization header value
+// ("Bearer <token>", scheme case-insensitive). ok is false otherwise.
+func ParseBearer(header string) (token string, ok bool) {
+	scheme, rest, found := strings.Cut(strings.TrimSpace(header), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(rest)
+	return token, token != ""
+}
+
+// wellFormed accepts printable ASCII without spaces: what a bearer token can be.
+func wellFormed(token string, max int) bool {
+	if token == "" || len(token) > max {
+		return false
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; c <= ' ' || c > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func withGroup(groups []string, g string) []string {
+	out := append([]string(nil), groups...)
+	for _, have := range out {
+		if have == g {
+			return out
+		}
+	}
+	return append(out, g)
+}
+
+func cloneUser(u *corev1.UserInfo) *corev1.UserInfo {
+	return &corev1.UserInfo{Username: u.Username, Uid: u.Uid, Groups: append([]string(nil), u.Groups...)}
+}

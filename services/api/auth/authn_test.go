@@ -1,0 +1,190 @@
+package auth
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+)
+
+func TestParseTokenFile(t *testing.T) {
+	tests := []struct {
+		name    string
+		given   string
+		want    []StaticToken
+		wantErr string // substring of the error, which must wrap ErrInvalidTokenFile
+	}{
+		{
+			name:  "groups quoted",
+			given: "t1,alice,u1,\"dev,ops\"\nt2,bob,u2\n",
+			want: []StaticToken{
+				{Token: "t1", User: &corev1.UserInfo{Username: "alice", Uid: "u1", Groups: []string{"dev", "ops"}}},
+				{Token: "t2", User: &corev1.UserInfo{Username: "bob", Uid: "u2"}},
+			},
+		},
+		{name: "blank lines skipped", given: "\nt1,alice,u1,admins\n\n", want: []StaticToken{
+			{Token: "t1", User: &corev1.UserInfo{Username: "alice", Uid: "u1", Groups: []string{"admins"}}},
+		}},
+		{name: "empty file", given: ""},
+		{name: "too few columns", given: "t1,alice,u1\nt2,bob\n", wantErr: "line 2: want at least 3 columns"},
+		{name: "empty token", given: ",alice,u1\n", wantErr: "line 1: empty token"},
+		{name: "empty user", given: "t1,,u1\n", wantErr: "line 1: empty user name"},
+		{name: "duplicate token", given: "t1,alice,u1\nt1,bob,u2\n", wantErr: "line 2: token already used on line 1"},
+		{name: "bad quoting", given: "t1,alice,u1,\"dev\n", wantErr: "line 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseTokenFile(strings.NewReader(tc.given))
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrInvalidTokenFile) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want ErrInvalidTokenFile containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d tokens, want %d", len(got), len(tc.want))
+			}
+			for i := range got {
+				if got[i].Token != tc.want[i].Token || !sameUser(got[i].User, tc.want[i].User) {
+					t.Errorf("token %d = %v %v, want %v %v", i, got[i].Token, got[i].User, tc.want[i].Token, tc.want[i].User)
+				}
+			}
+		})
+	}
+}
+
+func saSecret(ns, name, sa, typ, token string) *corev1.Secret {
+	s := &corev1.Secret{
+		Metadata: &corev1.ObjectMeta{Namespace: ns, Name: name,
+			Annotations: map[string]string{AnnotationServiceAccountName: sa, AnnotationServiceAccountUID: "sa-uid"}},
+		Type: typ,
+		Data: map[string][]byte{SecretTokenKey: []byte(token)},
+	}
+	if sa == "" {
+		delete(s.Metadata.Annotations, AnnotationServiceAccountName)
+	}
+	return s
+}
+
+func TestAuthenticateToken(t *testing.T) {
+	static, err := ParseTokenFile(strings.NewReader("static-alice,alice,u1,\"dev,system:authenticated\"\nstatic-bob,bob,u2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewTokenAuthenticator(DefaultAuthenticatorConfig(), static)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.UpsertSecret(saSecret("team", "builder-token", "builder", SecretTypeServiceAccountToken, "sa-builder"))
+	a.UpsertSecret(saSecret("team", "opaque", "builder", "Opaque", "sa-opaque"))
+	a.UpsertSecret(saSecret("team", "no-annotation", "", SecretTypeServiceAccountToken, "sa-noann"))
+	a.UpsertSecret(saSecret("team", "rotated", "deployer", SecretTypeServiceAccountToken, "sa-old"))
+	a.UpsertSecret(saSecret("team", "rotated", "deployer", SecretTypeServiceAccountToken, "sa-new"))
+	a.UpsertSecret(saSecret("team", "deleted", "gone", SecretTypeServiceAccountToken, "sa-deleted"))
+	a.DeleteSecret("team", "deleted")
+	a.UpsertSecret(saSecret("team", "retyped", "x", SecretTypeServiceAccountToken, "sa-retyped"))
+	a.UpsertSecret(saSecret("team", "retyped", "x", "Opaque", "sa-retyped"))
+
+	saGroups := []string{GroupServiceAccounts, "system:serviceaccounts:team", GroupAuthenticated}
+	tests := []struct {
+		name  string
+		given string
+		want  *corev1.UserInfo // nil = 401
+	}{
+		{"static with groups", "static-alice", &corev1.UserInfo{Username: "alice", Uid: "u1", Groups: []string{"dev", GroupAuthenticated}}},
+		{"static without groups", "static-bob", &corev1.UserInfo{Username: "bob", Uid: "u2", Groups: []string{GroupAuthenticated}}},
+		{"service account", "sa-builder", &corev1.UserInfo{Username: "system:serviceaccount:team:builder", Uid: "sa-uid", Groups: saGroups}},
+		{"rotated token", "sa-new", &corev1.UserInfo{Username: "system:serviceaccount:team:deployer", Uid: "sa-uid", Groups: saGroups}},
+		{"replaced token", "sa-old", nil},
+		{"deleted secret", "sa-deleted", nil},
+		{"secret no longer a token", "sa-retyped", nil},
+		{"opaque secret", "sa-opaque", nil},
+		{"missing annotation", "sa-noann", nil},
+		{"unknown", "nope", nil},
+		{"empty", "", nil},
+		{"whitespace", "static alice", nil},
+		{"control char", "static-alice\n", nil},
+		{"too long", strings.Repeat("x", 4097), nil},
+		{"prefix of a token", "static-ali", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, st := a.AuthenticateToken(tc.given)
+			if tc.want == nil {
+				if got != nil || st == nil {
+					t.Fatalf("got user %v status %v, want 401", got, st)
+				}
+				if st.Code != 401 || st.Reason != eventsv1.ReasonUnauthorized || st.Message != "Unauthorized" {
+					t.Fatalf("status = %v, want 401 Unauthorized with a message that leaks nothing", st)
+				}
+				return
+			}
+			if st != nil {
+				t.Fatalf("status = %v, want user", st)
+			}
+			if !sameUser(got, tc.want) {
+				t.Fatalf("user = %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	t.Run("service accounts disabled", func(t *testing.T) {
+		cfg := DefaultAuthenticatorConfig()
+		cfg.ServiceAccountTokens = false
+		b, err := NewTokenAuthenticator(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.UpsertSecret(saSecret("team", "builder-token", "builder", SecretTypeServiceAccountToken, "sa-builder"))
+		if _, st := b.AuthenticateToken("sa-builder"); st == nil {
+			t.Fatal("service account token authenticated although disabled")
+		}
+	})
+	t.Run("returned user is a copy", func(t *testing.T) {
+		u, _ := a.AuthenticateToken("static-alice")
+		u.Groups[0] = "system:masters"
+		u2, _ := a.AuthenticateToken("static-alice")
+		if slices.Contains(u2.Groups, "system:masters") {
+			t.Fatal("caller's change leaked into the authenticator")
+		}
+	})
+}
+
+func TestAuthenticatorConfigValidate(t *testing.T) {
+	if err := DefaultAuthenticatorConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewTokenAuthenticator(AuthenticatorConfig{MaxTokenBytes: 1}, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestParseBearer(t *testing.T) {
+	tests := []struct {
+		given, want string
+		ok          bool
+	}{
+		{"Bearer abc", "abc", true},
+		{"bearer  abc ", "abc", true},
+		{"Basic abc", "", false},
+		{"Bearer", "", false},
+		{"Bearer ", "", false},
+		{"", "", false},
+	}
+	for _, tc := range tests {
+		got, ok := ParseBearer(tc.given)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("ParseBearer(%q) = %q, %v; want %q, %v", tc.given, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func sameUser(a, b *corev1.UserInfo) bool {
+	return a.GetUsername() == b.GetUsername() && a.GetUid() == b.GetUid() && slices.Equal(a.GetGroups(), b.GetGroups())
+}

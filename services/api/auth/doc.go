@@ -1,0 +1,38 @@
+// Package auth is the decision core of podflow's api stage: it turns a
+// bearer token into a user (authentication) and decides whether that user
+// may make a request (Kubernetes RBAC authorization). It does no I/O: the
+// stage feeds it the token file's contents and the Secrets and RBAC objects
+// it watches in the store, and publishes the Status values it returns.
+//
+// Callers' obligations:
+//
+//  1. Parse the token file with ParseTokenFile and build one
+//     TokenAuthenticator with NewTokenAuthenticator; rebuild it to reload
+//     the file.
+//  2. Feed every Secret the store watch reports to UpsertSecret (any type:
+//     non-token Secrets are ignored or forgotten) and every deletion to
+//     DeleteSecret.
+//  3. Feed Roles, ClusterRoles, RoleBindings and ClusterRoleBindings to
+//     RBAC.Upsert / RBAC.Delete. Seed the store with BootstrapPolicy at
+//     first start.
+//  4. Send the returned *corev1.Status (401 Unauthorized, 403 Forbidden) as
+//     the rejection; receivers match it by Reason, never by Message.
+//
+// Both TokenAuthenticator and RBAC are safe for concurrent use.
+//
+// Example:
+//
+//	tokens, err := auth.ParseTokenFile(f)
+//	if err != nil { return err }
+//	authn, err := auth.NewTokenAuthenticator(auth.DefaultAuthenticatorConfig(), tokens)
+//	if err != nil { return err }
+//	rbac, err := auth.NewRBAC(auth.DefaultRBACConfig())
+//	if err != nil { return err }
+//
+//	user, st := authn.AuthenticateToken(req.GetToken())
+//	if st != nil { return reject(st) }
+//	if st := rbac.Check(auth.Attributes{User: user, Verb: "create",
+//		Namespace: pod.GetMetadata().GetNamespace(), Resource: "pods"}); st != nil {
+//		return reject(st)
+//	}
+package auth

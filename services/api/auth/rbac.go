@@ -1,0 +1,399 @@
+package auth
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+// RBAC wildcards and subject kinds.
+const (
+	// All matches every verb, API group, resource or resource name.
+	All = "*"
+
+	SubjectUser           = "User"
+	SubjectGroup          = "Group"
+	SubjectServiceAccount = "ServiceAccount"
+
+	KindRole        = "Role"
+	KindClusterRole = "ClusterRole"
+)
+
+// Attributes describe one request to authorize, as Kubernetes'
+// authorizer.Attributes do for resource requests. Namespace is empty for a
+// cluster-scoped request; Name is empty for create, list and watch.
+type Attributes struct {
+	User        *corev1.UserInfo
+	Verb        string
+	Namespace   string
+	APIGroup    string
+	Resource    string
+	Subresource string
+	Name        string
+}
+
+// Decision is the outcome of Authorize. Reason says which binding allowed
+// the request ("RBAC: allowed by RoleBinding \"x/y\" of Role \"r\" to User
+// \"alice\"") and is empty on denial, as in Kubernetes: RBAC denies by
+// having no rule that allows.
+type Decision struct {
+	Allowed bool
+	Reason  string
+}
+
+// RBACConfig configures an RBAC authorizer.
+type RBACConfig struct {
+	// SuperuserGroups are allowed every request without consulting RBAC.
+	// Default ["system:masters"], as kube-apiserver hard-codes.
+	SuperuserGroups []string
+}
+
+// DefaultRBACConfig returns the defaults documented on RBACConfig.
+func DefaultRBACConfig() RBACConfig {
+	return RBACConfig{SuperuserGroups: []string{GroupMasters}}
+}
+
+// Validate reports a configuration that cannot work.
+func (c RBACConfig) Validate() error {
+	for i, g := range c.SuperuserGroups {
+		if g == "" {
+			return fmt.Errorf("%w: SuperuserGroups[%d] is empty", ErrInvalidConfig, i)
+		}
+	}
+	return nil
+}
+
+// subjectKey identifies who a binding applies to. A ServiceAccount subject
+// is keyed as the User it authenticates as, so one lookup finds both.
+type subjectKey struct{ kind, name string }
+
+// binding is the indexed form of a RoleBinding or ClusterRoleBinding.
+type binding struct {
+	kind      string // "RoleBinding" or "ClusterRoleBinding"
+	namespace string // "" for a ClusterRoleBinding
+	name      string
+	roleRef   *corev1.RoleRef
+	subjects  []subjectKey
+}
+
+type nsName struct{ namespace, name string }
+
+// RBAC is an in-memory cache of Roles, ClusterRoles, RoleBindings and
+// ClusterRoleBindings that authorizes requests the way Kubernetes' RBAC
+// authorizer does. Bindings are indexed by namespace and subject, so
+// Authorize looks only at bindings naming the user or one of its groups.
+// Objects are copied on Upsert. It is safe for concurrent use; Upsert and
+// Delete are meant to be fed by a store watch, in any order (a binding may
+// arrive before its role: it grants nothing until the role does).
+type RBAC struct {
+	superusers []string
+
+	mu           sync.RWMutex
+	roles        map[nsName][]*corev1.PolicyRule
+	clusterRoles map[string][]*corev1.PolicyRule
+	bindings     map[nsName]*binding                           // namespace "" = ClusterRoleBinding
+	bySubject    map[string]map[subjectKey]map[nsName]*binding // namespace -> subject -> bindings
+}
+
+// NewRBAC returns an empty authorizer: it allows only superusers until
+// policy is upserted (see BootstrapPolicy).
+func NewRBAC(cfg RBACConfig) (*RBAC, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &RBAC{
+		superusers:   slices.Clone(cfg.SuperuserGroups),
+		roles:        make(map[nsName][]*corev1.PolicyRule),
+		clusterRoles: make(map[string][]*corev1.PolicyRule),
+		bindings:     make(map[nsName]*binding),
+		bySubject:    make(map[string]map[subjectKey]map[nsName]*binding),
+	}, nil
+}
+
+// UpsertRole records or replaces a Role.
+func (r *RBAC) UpsertRole(role *corev1.Role) {
+	rules := cloneRules(role.GetRules())
+	r.mu.Lock()
+	r.roles[nsName{role.GetMetadata().GetNamespace(), role.GetMetadata().GetName()}] = rules
+	r.mu.Unlock()
+}
+
+// DeleteRole forgets a Role.
+func (r *RBAC) DeleteRole(namespace, name string) {
+	r.mu.Lock()
+	delete(r.roles, nsName{namespace, name})
+	r.mu.Unlock()
+}
+
+// UpsertClusterRole records or replaces a ClusterRole.
+func (r *RBAC) UpsertClusterRole(role *corev1.ClusterRole) {
+	rules := cloneRules(role.GetRules())
+	r.mu.Lock()
+	r.clusterRoles[role.GetMetadata().GetName()] = rules
+	r.mu.Unlock()
+}
+
+// DeleteClusterRole forgets a ClusterRole.
+func (r *RBAC) DeleteClusterRole(name string) {
+	r.mu.Lock()
+	delete(r.clusterRoles, name)
+	r.mu.Unlock()
+}
+
+// UpsertRoleBinding records or replaces a RoleBinding. ServiceAccount
+// subjects without a namespace default to the binding's namespace.
+func (r *RBAC) UpsertRoleBinding(rb *corev1.RoleBinding) {
+	ns := rb.GetMetadata().GetNamespace()
+	r.upsertBinding(newBinding("RoleBinding", ns, rb.GetMetadata().GetName(), rb.GetRoleRef(), rb.GetSubjects()))
+}
+
+// DeleteRoleBinding forgets a RoleBinding.
+func (r *RBAC) DeleteRoleBinding(namespace, name string) {
+	if namespace == "" {
+		return // would name a ClusterRoleBinding
+	}
+	r.deleteBinding(nsName{namespace, name})
+}
+
+// UpsertClusterRoleBinding records or replaces a ClusterRoleBinding.
+func (r *RBAC) UpsertClusterRoleBinding(crb *corev1.ClusterRoleBinding) {
+	r.upsertBinding(newBinding("ClusterRoleBinding", "", crb.GetMetadata().GetName(), crb.GetRoleRef(), crb.GetSubjects()))
+}
+
+// DeleteClusterRoleBinding forgets a ClusterRoleBinding.
+func (r *RBAC) DeleteClusterRoleBinding(name string) {
+	r.deleteBinding(nsName{"", name})
+}
+
+// Upsert dispatches on the object's type to the typed Upsert methods, for a
+// store watch that sees RBAC objects as proto messages.
+func (r *RBAC) Upsert(obj proto.Message) error {
+	switch o := obj.(type) {
+	case *corev1.Role:
+		r.UpsertRole(o)
+	case *corev1.ClusterRole:
+		r.UpsertClusterRole(o)
+	case *corev1.RoleBinding:
+		r.UpsertRoleBinding(o)
+	case *corev1.ClusterRoleBinding:
+		r.UpsertClusterRoleBinding(o)
+	default:
+		return fmt.Errorf("%w: %T", ErrUnsupportedObject, obj)
+	}
+	return nil
+}
+
+// Delete dispatches on the object's type to the typed Delete methods; only
+// the object's metadata is used.
+func (r *RBAC) Delete(obj proto.Message) error {
+	switch o := obj.(type) {
+	case *corev1.Role:
+		r.DeleteRole(o.GetMetadata().GetNamespace(), o.GetMetadata().GetName())
+	case *corev1.ClusterRole:
+		r.DeleteClusterRole(o.GetMetadata().GetName())
+	case *corev1.RoleBinding:
+		r.DeleteRoleBinding(o.GetMetadata().GetNamespace(), o.GetMetadata().GetName())
+	case *corev1.ClusterRoleBinding:
+		r.DeleteClusterRoleBinding(o.GetMetadata().GetName())
+	default:
+		return fmt.Errorf("%w: %T", ErrUnsupportedObject, obj)
+	}
+	return nil
+}
+
+func newBinding(kind, ns, name string, ref *corev1.RoleRef, subjects []*corev1.Subject) *binding {
+	b := &binding{kind: kind, namespace: ns, name: name, roleRef: proto.CloneOf(ref)}
+	for _, s := range subjects {
+		switch s.GetKind() {
+		case SubjectUser:
+			b.subjects = append(b.subjects, subjectKey{SubjectUser, s.GetName()})
+		case SubjectGroup:
+			b.subjects = append(b.subjects, subjectKey{SubjectGroup, s.GetName()})
+		case SubjectServiceAccount:
+			saNS := s.GetNamespace()
+			if saNS == "" {
+				saNS = ns
+			}
+			if saNS == "" || s.GetName() == "" {
+				continue // a ServiceAccount subject must be namespaced
+			}
+			b.subjects = append(b.subjects, subjectKey{SubjectUser, ServiceAccountUsername(saNS, s.GetName())})
+		}
+	}
+	return b
+}
+
+func (r *RBAC) upsertBinding(b *binding) {
+	key := nsName{b.namespace, b.name}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unindexLocked(key)
+	r.bindings[key] = b
+	bySub := r.bySubject[b.namespace]
+	if bySub == nil {
+		bySub = make(map[subjectKey]map[nsName]*binding)
+		r.bySubject[b.namespace] = bySub
+	}
+	for _, s := range b.subjects {
+		set := bySub[s]
+		if set == nil {
+			set = make(map[nsName]*binding)
+			bySub[s] = set
+		}
+		set[key] = b
+	}
+}
+
+func (r *RBAC) deleteBinding(key nsName) {
+	r.mu.Lock()
+	r.unindexLocked(key)
+	r.mu.Unlock()
+}
+
+func (r *RBAC) unindexLocked(key nsName) {
+	old, ok := r.bindings[key]
+	if !ok {
+		return
+	}
+	delete(r.bindings, key)
+	bySub := r.bySubject[key.namespace]
+	for _, s := range old.subjects {
+		delete(bySub[s], key)
+		if len(bySub[s]) == 0 {
+			delete(bySub, s)
+		}
+	}
+	if len(bySub) == 0 {
+		delete(r.bySubject, key.namespace)
+	}
+}
+
+// Authorize decides a request. Superuser groups are allowed everything;
+// otherwise the request is allowed when a rule of a role bound to the user,
+// one of its groups or (for a ServiceAccount user) its ServiceAccount
+// allows it: ClusterRoleBindings for any request, RoleBindings of the
+// request's namespace for namespaced requests.
+func (r *RBAC) Authorize(a Attributes) Decision {
+	if a.User == nil {
+		return Decision{}
+	}
+	for _, g := range a.User.GetGroups() {
+		if slices.Contains(r.superusers, g) {
+			return Decision{Allowed: true, Reason: fmt.Sprintf("superuser group %q", g)}
+		}
+	}
+	keys := make([]subjectKey, 0, 1+len(a.User.GetGroups()))
+	keys = append(keys, subjectKey{SubjectUser, a.User.GetUsername()})
+	for _, g := range a.User.GetGroups() {
+		keys = append(keys, subjectKey{SubjectGroup, g})
+	}
+
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	scopes := []string{""}
+	if a.Namespace != "" {
+		scopes = append(scopes, a.Namespace)
+	}
+	for _, ns := range scopes {
+		bySub := r.bySubject[ns]
+		if bySub == nil {
+			continue
+		}
+		for _, k := range keys {
+			for _, b := range bySub[k] {
+				if r.bindingAllows(b, a) {
+					return Decision{Allowed: true, Reason: allowReason(b, k)}
+				}
+			}
+		}
+	}
+	return Decision{}
+}
+
+// Check is Authorize as a Status: nil when allowed, Forbidden otherwise.
+func (r *RBAC) Check(a Attributes) *corev1.Status {
+	if r.Authorize(a).Allowed {
+		return nil
+	}
+	return Forbidden(a, "")
+}
+
+func (r *RBAC) bindingAllows(b *binding, a Attributes) bool {
+	var rules []*corev1.PolicyRule
+	switch ref := b.roleRef; {
+	case ref.GetKind() == KindClusterRole:
+		rules = r.clusterRoles[ref.GetName()]
+	case ref.GetKind() == KindRole && b.namespace != "":
+		rules = r.roles[nsName{b.namespace, ref.GetName()}]
+	}
+	for _, rule := range rules {
+		if RuleAllows(rule, a) {
+			return true
+		}
+	}
+	return false
+}
+
+func allowReason(b *binding, k subjectKey) string {
+	name := b.name
+	if b.namespace != "" {
+		name = b.namespace + "/" + b.name
+	}
+	return fmt.Sprintf("RBAC: allowed by %s %q of %s %q to %s %q",
+		b.kind, name, b.roleRef.GetKind(), b.roleRef.GetName(), k.kind, k.name)
+}
+
+// RuleAllows reports whether one policy rule allows a resource request,
+// with Kubernetes' matching: "*" matches any verb, group, resource or
+// subresource; "pods/log" names a subresource and "*/log" that subresource
+// of any resource; resourceNames, when set, must contain the request's name.
+func RuleAllows(rule *corev1.PolicyRule, a Attributes) bool {
+	return matches(rule.GetVerbs(), a.Verb) &&
+		matches(rule.GetApiGroups(), a.APIGroup) &&
+		resourceMatches(rule.GetResources(), a.Resource, a.Subresource) &&
+		resourceNameMatches(rule.GetResourceNames(), a.Name)
+}
+
+func matches(list []string, v string) bool {
+	for _, s := range list {
+		if s == All || s == v {
+			return true
+		}
+	}
+	return false
+}
+
+func resourceMatches(list []string, resource, sub string) bool {
+	combined := resource
+	if sub != "" {
+		combined += "/" + sub
+	}
+	for _, s := range list {
+		if s == All || s == combined {
+			return true
+		}
+		if sub != "" && s == "*/"+sub {
+			return true
+		}
+	}
+	return false
+}
+
+func resourceNameMatches(list []string, name string) bool {
+	if len(list) == 0 {
+		return true
+	}
+	return name != "" && slices.Contains(list, name)
+}
+
+func cloneRules(rules []*corev1.PolicyRule) []*corev1.PolicyRule {
+	out := make([]*corev1.PolicyRule, len(rules))
+	for i, r := range rules {
+		out[i] = proto.CloneOf(r)
+	}
+	return out
+}
