@@ -1,0 +1,184 @@
+package endpoints
+
+import (
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+// Labels Kubernetes puts on a Service's EndpointSlices.
+const (
+	LabelServiceName = "kubernetes.io/service-name"
+	LabelManagedBy   = "endpointslice.kubernetes.io/managed-by"
+	ManagedBy        = "endpointslice-controller.podflow.io"
+)
+
+// SliceName is the name of the one EndpointSlice podflow keeps per Service.
+func SliceName(svc string) string { return svc }
+
+// Selects reports whether svc's selector selects pod. A Service without a
+// selector selects nothing (its endpoints are managed by hand).
+func Selects(svc *corev1.Service, pod *corev1.Pod) bool {
+	sel := svc.GetSpec().GetSelector()
+	if len(sel) == 0 || pod.GetMetadata().GetNamespace() != svc.GetMetadata().GetNamespace() {
+		return false
+	}
+	labels := pod.GetMetadata().GetLabels()
+	for k, v := range sel {
+		if lv, ok := labels[k]; !ok || lv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Ready reports whether pod is Ready (condition Ready=True) and not
+// terminating.
+func Ready(pod *corev1.Pod) bool {
+	if pod.GetMetadata().GetDeletionTimestamp() != nil || pod.GetStatus().GetPodIp() == "" {
+		return false
+	}
+	for _, c := range pod.GetStatus().GetConditions() {
+		if c.GetType() == "Ready" {
+			return c.GetStatus() == "True"
+		}
+	}
+	return false
+}
+
+// Desired computes the EndpointSlice for svc from the pods of its
+// namespace: the IPs of the Ready pods its selector matches (and of the
+// not-ready ones too when the Service sets publishNotReadyAddresses), sorted
+// by address, with the Service's ports resolved against the pods' container
+// ports. A pod that does not expose a named targetPort is left out. The
+// result is a pure function of its inputs, so that every replica and every
+// retry computes the same slice.
+func Desired(svc *corev1.Service, pods []*corev1.Pod) *corev1.EndpointSlice {
+	ns, name := svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()
+	slice := &corev1.EndpointSlice{
+		Metadata: &corev1.ObjectMeta{
+			Name:      SliceName(name),
+			Namespace: ns,
+			Labels:    map[string]string{LabelServiceName: name, LabelManagedBy: ManagedBy},
+			OwnerReferences: []*corev1.OwnerReference{{
+				ApiVersion: "v1", Kind: "Service", Name: name, Uid: svc.GetMetadata().GetUid(),
+				Controller: true, BlockOwnerDeletion: true,
+			}},
+		},
+		AddressType: "IPv4",
+	}
+	var first *corev1.Pod
+	for _, pod := range pods {
+		if !Selects(svc, pod) {
+			continue
+		}
+		ready := Ready(pod)
+		if !ready && !(svc.GetSpec().GetPublishNotReadyAddresses() && pod.GetStatus().GetPodIp() != "") {
+			continue
+		}
+		if !exposesPorts(svc, pod) {
+			continue
+		}
+		if first == nil {
+			first = pod
+		}
+		terminating := pod.GetMetadata().GetDeletionTimestamp() != nil
+		ep := &corev1.Endpoint{
+			Addresses: []string{pod.GetStatus().GetPodIp()},
+			Conditions: &corev1.EndpointConditions{
+				Ready: proto.Bool(ready), Serving: proto.Bool(ready), Terminating: proto.Bool(terminating),
+			},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.GetMetadata().GetName(), Uid: pod.GetMetadata().GetUid()},
+		}
+		if n := pod.GetSpec().GetNodeName(); n != "" {
+			ep.NodeName = proto.String(n)
+		}
+		slice.Endpoints = append(slice.Endpoints, ep)
+	}
+	sort.Slice(slice.Endpoints, func(i, j int) bool {
+		return slice.Endpoints[i].Addresses[0] < slice.Endpoints[j].Addresses[0]
+	})
+	for _, sp := range svc.GetSpec().GetPorts() {
+		port := resolvePort(sp, first)
+		if port == 0 {
+			continue
+		}
+		ep := &corev1.EndpointPort{Port: proto.Int32(port), Protocol: proto.String(protocol(sp.GetProtocol()))}
+		if sp.GetName() != "" {
+			ep.Name = proto.String(sp.GetName())
+		}
+		slice.Ports = append(slice.Ports, ep)
+	}
+	return slice
+}
+
+// Equal reports whether two slices carry the same endpoints, ports and
+// labels: when they do, there is nothing to write.
+func Equal(a, b *corev1.EndpointSlice) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if len(a.Endpoints) != len(b.Endpoints) || len(a.Ports) != len(b.Ports) || a.AddressType != b.AddressType {
+		return false
+	}
+	for i := range a.Endpoints {
+		if !proto.Equal(a.Endpoints[i], b.Endpoints[i]) {
+			return false
+		}
+	}
+	for i := range a.Ports {
+		if !proto.Equal(a.Ports[i], b.Ports[i]) {
+			return false
+		}
+	}
+	la, lb := a.GetMetadata().GetLabels(), b.GetMetadata().GetLabels()
+	if len(la) != len(lb) {
+		return false
+	}
+	for k, v := range la {
+		if lb[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func protocol(p string) string {
+	if p == "" {
+		return "TCP"
+	}
+	return p
+}
+
+// exposesPorts reports whether every named targetPort of svc resolves on pod.
+func exposesPorts(svc *corev1.Service, pod *corev1.Pod) bool {
+	for _, sp := range svc.GetSpec().GetPorts() {
+		if sp.GetTargetPort().GetStrVal() != "" && resolvePort(sp, pod) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// resolvePort returns the pod port a Service port targets: a number as is
+// (the Service port itself when no targetPort is set), a name looked up in
+// pod's container ports.
+func resolvePort(sp *corev1.ServicePort, pod *corev1.Pod) int32 {
+	tp := sp.GetTargetPort()
+	if name := tp.GetStrVal(); name != "" {
+		for _, c := range pod.GetSpec().GetContainers() {
+			for _, p := range c.GetPorts() {
+				if p.GetName() == name && protocol(p.GetProtocol()) == protocol(sp.GetProtocol()) {
+					return p.GetContainerPort()
+				}
+			}
+		}
+		return 0
+	}
+	if n := tp.GetIntVal(); n != 0 {
+		return n
+	}
+	return sp.GetPort()
+}

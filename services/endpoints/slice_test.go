@@ -1,0 +1,109 @@
+package endpoints
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+func svc(sel map[string]string, ports ...*corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{
+		Metadata: &corev1.ObjectMeta{Name: "web", Namespace: "default", Uid: "svc-uid"},
+		Spec:     &corev1.ServiceSpec{Selector: sel, Ports: ports},
+	}
+}
+
+func pod(name, ip string, labels map[string]string, ready bool, port *corev1.ContainerPort) *corev1.Pod {
+	st := "False"
+	if ready {
+		st = "True"
+	}
+	p := &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Name: name, Namespace: "default", Uid: name + "-uid", Labels: labels},
+		Spec:     &corev1.PodSpec{NodeName: "n1", Containers: []*corev1.Container{{Name: "c"}}},
+		Status: &corev1.PodStatus{Phase: "Running", PodIp: ip, Conditions: []*corev1.PodCondition{
+			{Type: "Ready", Status: st},
+		}},
+	}
+	if port != nil {
+		p.Spec.Containers[0].Ports = []*corev1.ContainerPort{port}
+	}
+	return p
+}
+
+func addrs(s *corev1.EndpointSlice) []string {
+	var out []string
+	for _, e := range s.Endpoints {
+		out = append(out, e.Addresses...)
+	}
+	return out
+}
+
+func TestDesired(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	other := map[string]string{"app": "db"}
+	http := &corev1.ContainerPort{Name: "http", ContainerPort: 8080}
+	named := &corev1.ServicePort{Port: 80, TargetPort: &corev1.IntOrString{Value: &corev1.IntOrString_StrVal{StrVal: "http"}}}
+	numbered := &corev1.ServicePort{Port: 80, TargetPort: &corev1.IntOrString{Value: &corev1.IntOrString_IntVal{IntVal: 9090}}}
+	terminating := pod("t", "10.0.0.9", app, true, http)
+	terminating.Metadata.DeletionTimestamp = timestamppb.Now()
+
+	tests := []struct {
+		name      string
+		svc       *corev1.Service
+		pods      []*corev1.Pod
+		wantAddrs []string
+		wantPort  int32
+	}{
+		{"ready and matching pods, sorted", svc(app, named), []*corev1.Pod{
+			pod("b", "10.0.0.3", app, true, http), pod("a", "10.0.0.2", app, true, http),
+		}, []string{"10.0.0.2", "10.0.0.3"}, 8080},
+		{"running but not ready is absent", svc(app, named), []*corev1.Pod{
+			pod("a", "10.0.0.2", app, false, http), pod("b", "10.0.0.3", app, true, http),
+		}, []string{"10.0.0.3"}, 8080},
+		{"labels not matching are absent", svc(app, numbered), []*corev1.Pod{
+			pod("a", "10.0.0.2", other, true, nil), pod("b", "10.0.0.3", app, true, nil),
+		}, []string{"10.0.0.3"}, 9090},
+		{"named port not exposed", svc(app, named), []*corev1.Pod{pod("a", "10.0.0.2", app, true, nil)}, nil, 0},
+		{"terminating pod is absent", svc(app, named), []*corev1.Pod{terminating}, nil, 0},
+		{"no selector selects nothing", svc(nil, numbered), []*corev1.Pod{pod("a", "10.0.0.2", app, true, nil)}, nil, 9090},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Desired(tt.svc, tt.pods)
+			if a := addrs(got); len(a) != len(tt.wantAddrs) {
+				t.Fatalf("addresses %v, want %v", a, tt.wantAddrs)
+			} else {
+				for i := range a {
+					if a[i] != tt.wantAddrs[i] {
+						t.Fatalf("addresses %v, want %v", a, tt.wantAddrs)
+					}
+				}
+			}
+			var port int32
+			if len(got.Ports) > 0 {
+				port = got.Ports[0].GetPort()
+			}
+			if port != tt.wantPort {
+				t.Fatalf("port %d, want %d", port, tt.wantPort)
+			}
+			if got.Metadata.Labels[LabelServiceName] != "web" {
+				t.Fatalf("labels %v", got.Metadata.Labels)
+			}
+			if !Equal(got, Desired(tt.svc, tt.pods)) {
+				t.Fatal("Desired is not deterministic")
+			}
+		})
+	}
+}
+
+func TestPublishNotReadyAddresses(t *testing.T) {
+	s := svc(map[string]string{"app": "web"}, &corev1.ServicePort{Port: 80})
+	s.Spec.PublishNotReadyAddresses = true
+	got := Desired(s, []*corev1.Pod{pod("a", "10.0.0.2", map[string]string{"app": "web"}, false, nil)})
+	if len(got.Endpoints) != 1 || got.Endpoints[0].Conditions.GetReady() {
+		t.Fatalf("endpoints %v", got.Endpoints)
+	}
+}

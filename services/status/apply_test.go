@@ -1,0 +1,80 @@
+package status
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+)
+
+func boundPod() *corev1.Pod {
+	return &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Name: "p", Namespace: "default", Uid: "u"},
+		Spec:     &corev1.PodSpec{NodeName: "n1"},
+		Status: &corev1.PodStatus{Phase: "Pending", QosClass: "BestEffort", Conditions: []*corev1.PodCondition{
+			{Type: "PodScheduled", Status: "True"},
+		}},
+	}
+}
+
+func report(seq int64, phase string) *eventsv1.PodStatusReport {
+	return &eventsv1.PodStatusReport{Seq: seq, Status: &corev1.PodStatus{
+		Phase: phase, PodIp: "10.244.1.5",
+		Conditions: []*corev1.PodCondition{{Type: "Ready", Status: "True"}},
+	}}
+}
+
+func TestApplyReport(t *testing.T) {
+	p := boundPod()
+	if !ApplyReport(p, "n1", report(5, "Running")) {
+		t.Fatal("first report not applied")
+	}
+	if p.Status.Phase != "Running" || p.Status.PodIp != "10.244.1.5" || AppliedSeq(p) != 5 {
+		t.Fatalf("status %v seq %d", p.Status, AppliedSeq(p))
+	}
+	if Condition(p.Status, "PodScheduled") == nil {
+		t.Fatal("PodScheduled condition lost")
+	}
+	if p.Status.QosClass != "BestEffort" {
+		t.Fatalf("qosClass %q", p.Status.QosClass)
+	}
+	before := proto.Clone(p)
+	if ApplyReport(p, "n1", report(5, "Running")) {
+		t.Fatal("the same report applied twice")
+	}
+	if ApplyReport(p, "n1", report(3, "Pending")) {
+		t.Fatal("an older report applied")
+	}
+	if ApplyReport(p, "n2", report(9, "Failed")) {
+		t.Fatal("a report from another node applied")
+	}
+	if !proto.Equal(before, p) {
+		t.Fatal("ignored reports changed the pod")
+	}
+}
+
+func TestMarkCondition(t *testing.T) {
+	st := &corev1.PodStatus{}
+	t0, t1 := timestamppb.New(timestamppb.Now().AsTime().Add(-1e9)), timestamppb.Now()
+	if !MarkCondition(st, "PodScheduled", "False", "Unschedulable", "0/1 nodes are available", t0) {
+		t.Fatal("new condition not reported as a change")
+	}
+	if MarkCondition(st, "PodScheduled", "False", "Unschedulable", "0/1 nodes are available", t1) {
+		t.Fatal("identical condition reported as a change")
+	}
+	MarkCondition(st, "PodScheduled", "False", "Unschedulable", "0/2 nodes are available", t1)
+	if c := Condition(st, "PodScheduled"); c.LastTransitionTime.AsTime() != t0.AsTime() {
+		t.Fatal("lastTransitionTime moved without a status change")
+	}
+	MarkCondition(st, "PodScheduled", "True", "", "", t1)
+	if c := Condition(st, "PodScheduled"); c.LastTransitionTime.AsTime() != t1.AsTime() {
+		t.Fatal("lastTransitionTime did not move on a status change")
+	}
+	MarkCondition(st, "Ready", "True", "", "", t1)
+	if st.Conditions[0].Type != "Ready" {
+		t.Fatalf("condition order %v", st.Conditions)
+	}
+}
