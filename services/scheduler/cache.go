@@ -1,0 +1,361 @@
+package scheduler
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+// Cache is the scheduler's model of the cluster, fed by watch events: nodes,
+// the pods bound to them and the pods this scheduler has assumed onto them
+// ahead of the bind transaction. It keeps one NodeInfo per node and hands
+// out cheap Snapshots for scheduling cycles. A Cache is safe for concurrent
+// use.
+type Cache struct {
+	mu sync.Mutex
+	// nodes holds every node known by a node object or by a pod bound to
+	// it; an item without a node object (its pods arrived first, or the
+	// node was removed before its pods) is not scheduled onto.
+	nodes map[string]*nodeItem
+	// head is the most recently changed item: items are linked newest
+	// first, so a snapshot only visits what changed since it was taken.
+	head *nodeItem
+	// present lists the items with a node object, in snapshot order.
+	present []*nodeItem
+	pods    map[string]*podEntry
+	// generation numbers every change; listGeneration is the generation
+	// of the last change to the present set, imagesGeneration of the last
+	// change to the image counts.
+	generation       int64
+	listGeneration   int64
+	imagesGeneration int64
+	images           map[string]int // image name -> number of present nodes
+}
+
+type nodeItem struct {
+	info       NodeInfo
+	prev, next *nodeItem
+	index      int // in Cache.present; -1 when there is no node object
+}
+
+type podEntry struct {
+	key, namespace, name string
+	node                 string
+	req, nonZero         Resources
+	ports                []HostPort
+	assumed              bool
+}
+
+// NewCache returns an empty cache.
+func NewCache() *Cache {
+	return &Cache{
+		nodes:  make(map[string]*nodeItem),
+		pods:   make(map[string]*podEntry),
+		images: make(map[string]int),
+	}
+}
+
+// PodKey is the cache key of a pod: its uid, or "namespace/name" when it
+// has none.
+func PodKey(pod *corev1.Pod) string {
+	if uid := pod.GetMetadata().GetUid(); uid != "" {
+		return uid
+	}
+	return pod.GetMetadata().GetNamespace() + "/" + pod.GetMetadata().GetName()
+}
+
+func newPodEntry(pod *corev1.Pod, node string) (*podEntry, error) {
+	req, nonZero, err := PodRequests(pod)
+	if err != nil {
+		return nil, fmt.Errorf("pod %q: %w", podName(pod), err)
+	}
+	return &podEntry{
+		key:       PodKey(pod),
+		namespace: pod.GetMetadata().GetNamespace(),
+		name:      pod.GetMetadata().GetName(),
+		node:      node,
+		req:       req,
+		nonZero:   nonZero,
+		ports:     podHostPorts(pod),
+	}, nil
+}
+
+func podName(pod *corev1.Pod) string {
+	return pod.GetMetadata().GetNamespace() + "/" + pod.GetMetadata().GetName()
+}
+
+// touch gives the item a new generation and moves it to the head.
+func (c *Cache) touch(it *nodeItem) {
+	c.generation++
+	it.info.generation = c.generation
+	if c.head == it {
+		return
+	}
+	if it.prev != nil {
+		it.prev.next = it.next
+	}
+	if it.next != nil {
+		it.next.prev = it.prev
+	}
+	it.prev, it.next = nil, c.head
+	if c.head != nil {
+		c.head.prev = it
+	}
+	c.head = it
+}
+
+func (c *Cache) unlink(it *nodeItem) {
+	if it.prev != nil {
+		it.prev.next = it.next
+	} else if c.head == it {
+		c.head = it.next
+	}
+	if it.next != nil {
+		it.next.prev = it.prev
+	}
+	it.prev, it.next = nil, nil
+	delete(c.nodes, it.info.name)
+}
+
+func (c *Cache) item(name string) *nodeItem {
+	it := c.nodes[name]
+	if it == nil {
+		it = &nodeItem{index: -1}
+		it.info.name = name
+		c.nodes[name] = it
+	}
+	return it
+}
+
+func (c *Cache) countImages(images map[string]int64, delta int) {
+	for name := range images {
+		c.images[name] += delta
+		if c.images[name] <= 0 {
+			delete(c.images, name)
+		}
+	}
+}
+
+func sameImageNames(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name := range a {
+		if _, ok := b[name]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// AddNode adds or replaces a node. It is UpdateNode; both names exist to
+// match watch events.
+func (c *Cache) AddNode(node *corev1.Node) error { return c.UpdateNode(node) }
+
+// UpdateNode adds or replaces a node, keeping the accounting of its pods.
+func (c *Cache) UpdateNode(node *corev1.Node) error {
+	var fresh NodeInfo
+	if err := fresh.setNode(node); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	it := c.item(fresh.name)
+	oldImages := it.info.images
+	wasPresent := it.index >= 0
+	if err := it.info.setNode(node); err != nil {
+		return err // unreachable: fresh parsed the same node
+	}
+	if !wasPresent {
+		it.index = len(c.present)
+		c.present = append(c.present, it)
+	}
+	c.touch(it)
+	if !wasPresent {
+		c.listGeneration = c.generation
+	}
+	if !wasPresent || !sameImageNames(oldImages, it.info.images) {
+		if wasPresent {
+			c.countImages(oldImages, -1)
+		}
+		c.countImages(it.info.images, +1)
+		c.imagesGeneration = c.generation
+	}
+	return nil
+}
+
+// RemoveNode removes a node. Its pods stay accounted (they go when their
+// own delete events arrive) but it is no longer scheduled onto.
+func (c *Cache) RemoveNode(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	it := c.nodes[name]
+	if it == nil || it.index < 0 {
+		return fmt.Errorf("%w: %q", ErrNodeNotFound, name)
+	}
+	last := c.present[len(c.present)-1]
+	c.present[it.index], last.index = last, it.index
+	c.present = c.present[:len(c.present)-1]
+	it.index = -1
+	c.countImages(it.info.images, -1)
+	it.info = NodeInfo{name: name, requested: it.info.requested, nonZeroRequested: it.info.nonZeroRequested,
+		numPods: it.info.numPods, usedPorts: it.info.usedPorts}
+	c.touch(it)
+	c.listGeneration, c.imagesGeneration = c.generation, c.generation
+	if it.info.numPods == 0 {
+		c.unlink(it)
+	}
+	return nil
+}
+
+func (c *Cache) addEntry(p *podEntry) {
+	it := c.item(p.node)
+	it.info.addPod(p)
+	c.touch(it)
+	c.pods[p.key] = p
+}
+
+func (c *Cache) removeEntry(p *podEntry) {
+	delete(c.pods, p.key)
+	it := c.nodes[p.node]
+	if it == nil {
+		return
+	}
+	it.info.removePod(p)
+	c.touch(it)
+	if it.index < 0 && it.info.numPods == 0 {
+		c.unlink(it)
+	}
+}
+
+func terminal(pod *corev1.Pod) bool {
+	phase := pod.GetStatus().GetPhase()
+	return phase == "Succeeded" || phase == "Failed"
+}
+
+// AddPod accounts for a pod bound to spec.nodeName. A pod this scheduler
+// assumed is confirmed (and moved, should it have been bound elsewhere); a
+// pod already in the cache is updated; a pod that has terminated
+// (Succeeded or Failed) frees its node's resources and is removed.
+func (c *Cache) AddPod(pod *corev1.Pod) error {
+	node := pod.GetSpec().GetNodeName()
+	if node == "" {
+		return fmt.Errorf("%w: %q", ErrPodNotBound, podName(pod))
+	}
+	if terminal(pod) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if old := c.pods[PodKey(pod)]; old != nil {
+			c.removeEntry(old)
+		}
+		return nil
+	}
+	p, err := newPodEntry(pod, node)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.pods[p.key]; old != nil {
+		c.removeEntry(old)
+	}
+	c.addEntry(p)
+	return nil
+}
+
+// UpdatePod is AddPod: the cache keys pods by uid and replaces the entry.
+func (c *Cache) UpdatePod(pod *corev1.Pod) error { return c.AddPod(pod) }
+
+// RemovePod removes a bound or assumed pod.
+func (c *Cache) RemovePod(pod *corev1.Pod) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pods[PodKey(pod)]
+	if p == nil {
+		return fmt.Errorf("%w: %q", ErrPodNotFound, podName(pod))
+	}
+	c.removeEntry(p)
+	return nil
+}
+
+// AssumePod accounts for pod on node before the bind transaction commits,
+// so that the next cycles see the node's resources as taken. The bound-pod
+// event later confirms it (AddPod); if the bind fails, ForgetPod undoes it.
+func (c *Cache) AssumePod(pod *corev1.Pod, node string) error {
+	if node == "" {
+		return fmt.Errorf("%w: assume %q onto an empty node name", ErrInvalidObject, podName(pod))
+	}
+	p, err := newPodEntry(pod, node)
+	if err != nil {
+		return err
+	}
+	p.assumed = true
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pods[p.key] != nil {
+		return fmt.Errorf("%w: %q", ErrPodExists, podName(pod))
+	}
+	c.addEntry(p)
+	return nil
+}
+
+// ForgetPod removes an assumed pod whose bind did not happen.
+func (c *Cache) ForgetPod(pod *corev1.Pod) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pods[PodKey(pod)]
+	if p == nil {
+		return fmt.Errorf("%w: %q", ErrPodNotFound, podName(pod))
+	}
+	if !p.assumed {
+		return fmt.Errorf("%w: %q is bound to %q", ErrPodNotAssumed, podName(pod), p.node)
+	}
+	c.removeEntry(p)
+	return nil
+}
+
+// IsAssumed reports whether the pod is assumed and not yet confirmed.
+func (c *Cache) IsAssumed(pod *corev1.Pod) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pods[PodKey(pod)]
+	return p != nil && p.assumed
+}
+
+// PodNode returns the node a cached pod is bound or assumed to.
+func (c *Cache) PodNode(pod *corev1.Pod) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pods[PodKey(pod)]
+	if p == nil {
+		return "", false
+	}
+	return p.node, true
+}
+
+// NumNodes returns the number of nodes that can be scheduled onto.
+func (c *Cache) NumNodes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.present)
+}
+
+// NumPods returns the number of bound and assumed pods.
+func (c *Cache) NumPods() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pods)
+}
+
+// NodeInfo returns a copy of a node's current NodeInfo.
+func (c *Cache) NodeInfo(name string) (*NodeInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	it := c.nodes[name]
+	if it == nil || it.index < 0 {
+		return nil, false
+	}
+	info := it.info
+	return &info, true
+}

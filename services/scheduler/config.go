@@ -1,0 +1,81 @@
+package scheduler
+
+import "fmt"
+
+// Weights are the score plugins' weights: a node's total score is the sum of
+// each plugin's 0–100 score times its weight. Zero disables a plugin.
+type Weights struct {
+	// TaintToleration prefers nodes with fewer untolerated PreferNoSchedule
+	// taints (Kubernetes default 3).
+	TaintToleration int64
+	// NodeAffinity prefers nodes matching more preferred node-affinity weight
+	// (Kubernetes default 2).
+	NodeAffinity int64
+	// LeastAllocated is NodeResourcesFit's default strategy: prefer nodes
+	// with more free cpu and memory (Kubernetes default 1).
+	LeastAllocated int64
+	// BalancedAllocation prefers nodes whose cpu and memory use stay
+	// balanced (Kubernetes default 1).
+	BalancedAllocation int64
+	// ImageLocality prefers nodes that already have the pod's images
+	// (Kubernetes default 1).
+	ImageLocality int64
+}
+
+// Config configures a Scheduler.
+type Config struct {
+	// PercentageOfNodesToScore bounds how many feasible nodes a cycle looks
+	// for before it stops filtering and scores them, as a percentage of all
+	// nodes (clusters under 100 nodes are always searched in full, and at
+	// least 100 feasible nodes are looked for). 0 means adaptive, as
+	// kube-scheduler: 50 - nodes/125 percent, at least 5. Range 0–100.
+	PercentageOfNodesToScore int32
+	// Weights of the score plugins.
+	Weights Weights
+	// NumScoresToReport is how many of the best nodes' scores a Result
+	// carries for tracing (kube-scheduler reports 3). 0 reports none.
+	NumScoresToReport int
+	// Seed seeds the random tie-break between equally scored nodes, for
+	// reproducible tests. 0 seeds from the runtime's random source.
+	Seed uint64
+}
+
+// DefaultWeights returns kube-scheduler's default plugin weights.
+func DefaultWeights() Weights {
+	return Weights{TaintToleration: 3, NodeAffinity: 2, LeastAllocated: 1, BalancedAllocation: 1, ImageLocality: 1}
+}
+
+// DefaultConfig returns kube-scheduler's defaults: adaptive sampling,
+// default weights, 3 reported scores, random tie-break.
+func DefaultConfig() Config {
+	return Config{Weights: DefaultWeights(), NumScoresToReport: 3}
+}
+
+// maxWeight bounds a weight as kube-scheduler's configuration validation
+// does, which keeps total scores far from overflow.
+const maxWeight = 100
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if c.PercentageOfNodesToScore < 0 || c.PercentageOfNodesToScore > 100 {
+		return fmt.Errorf("scheduler: PercentageOfNodesToScore (%d) must be within 0–100", c.PercentageOfNodesToScore)
+	}
+	for _, w := range []struct {
+		name string
+		v    int64
+	}{
+		{"TaintToleration", c.Weights.TaintToleration},
+		{"NodeAffinity", c.Weights.NodeAffinity},
+		{"LeastAllocated", c.Weights.LeastAllocated},
+		{"BalancedAllocation", c.Weights.BalancedAllocation},
+		{"ImageLocality", c.Weights.ImageLocality},
+	} {
+		if w.v < 0 || w.v > maxWeight {
+			return fmt.Errorf("scheduler: Weights.%s (%d) must be within 0–%d", w.name, w.v, maxWeight)
+		}
+	}
+	if c.NumScoresToReport < 0 {
+		return fmt.Errorf("scheduler: NumScoresToReport (%d) cannot be negative", c.NumScoresToReport)
+	}
+	return nil
+}

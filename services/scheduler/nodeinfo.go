@@ -1,0 +1,227 @@
+package scheduler
+
+import (
+	"fmt"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+// Well-known taints (Kubernetes' node lifecycle taints).
+const (
+	TaintNodeNotReady      = "node.kubernetes.io/not-ready"
+	TaintNodeUnreachable   = "node.kubernetes.io/unreachable"
+	TaintNodeUnschedulable = "node.kubernetes.io/unschedulable"
+)
+
+// Taint effects and toleration operators.
+const (
+	EffectNoSchedule       = "NoSchedule"
+	EffectPreferNoSchedule = "PreferNoSchedule"
+	EffectNoExecute        = "NoExecute"
+	OpEqual                = "Equal"
+	OpExists               = "Exists"
+)
+
+// HostPort is a host port a pod's container binds, sanitised as
+// kube-scheduler does: an empty IP is "0.0.0.0", an empty protocol "TCP".
+type HostPort struct {
+	IP       string
+	Protocol string
+	Port     int32
+}
+
+const bindAllHostIP = "0.0.0.0"
+
+func newHostPort(p *corev1.ContainerPort) HostPort {
+	hp := HostPort{IP: p.GetHostIp(), Protocol: p.GetProtocol(), Port: p.GetHostPort()}
+	if hp.IP == "" {
+		hp.IP = bindAllHostIP
+	}
+	if hp.Protocol == "" {
+		hp.Protocol = "TCP"
+	}
+	return hp
+}
+
+// podHostPorts lists the host ports of a pod's containers (init containers
+// are not counted, as in kube-scheduler).
+func podHostPorts(pod *corev1.Pod) []HostPort {
+	var out []HostPort
+	for _, c := range pod.GetSpec().GetContainers() {
+		for _, p := range c.GetPorts() {
+			if p.GetHostPort() > 0 {
+				out = append(out, newHostPort(p))
+			}
+		}
+	}
+	return out
+}
+
+// conflicts reports whether want collides with a used port: same protocol
+// and port, and either side binds 0.0.0.0 or both bind the same IP.
+func (want HostPort) conflicts(used []HostPort) bool {
+	for _, u := range used {
+		if u.Port == want.Port && u.Protocol == want.Protocol &&
+			(want.IP == bindAllHostIP || u.IP == bindAllHostIP || u.IP == want.IP) {
+			return true
+		}
+	}
+	return false
+}
+
+// taint is a node taint with its filter reason formatted once.
+type taint struct {
+	key, value, effect string
+	reason             string // "node(s) had untolerated taint {key: value}"
+}
+
+func newTaint(key, value, effect string) taint {
+	return taint{key: key, value: value, effect: effect,
+		reason: fmt.Sprintf("node(s) had untolerated taint {%s: %s}", key, value)}
+}
+
+// NodeInfo is the scheduler's view of one node: what it offers and what the
+// pods bound or assumed on it request. A NodeInfo in a Snapshot is read-only.
+type NodeInfo struct {
+	node             *corev1.Node
+	name             string
+	allocatable      Resources
+	requested        Resources
+	nonZeroRequested Resources
+	numPods          int
+	usedPorts        []HostPort       // copy-on-write: never modified in place
+	images           map[string]int64 // image name -> size; immutable
+	taints           []taint          // spec taints plus readiness; immutable
+	preferTaints     int              // number of PreferNoSchedule taints
+	labels           map[string]string
+	ready            bool
+	unschedulable    bool
+	generation       int64
+}
+
+// setNode replaces the node-derived fields, keeping the pod accounting.
+func (n *NodeInfo) setNode(node *corev1.Node) error {
+	name := node.GetMetadata().GetName()
+	if name == "" {
+		return fmt.Errorf("%w: node without a name", ErrInvalidObject)
+	}
+	alloc, err := NodeAllocatable(node)
+	if err != nil {
+		return err
+	}
+	n.node, n.name, n.allocatable = node, name, alloc
+	n.labels = node.GetMetadata().GetLabels()
+	n.unschedulable = node.GetSpec().GetUnschedulable()
+
+	n.ready = false
+	readyStatus := ""
+	for _, c := range node.GetStatus().GetConditions() {
+		if c.GetType() == "Ready" {
+			readyStatus = c.GetStatus()
+		}
+	}
+	n.ready = readyStatus == "True"
+
+	n.taints, n.preferTaints = nil, 0
+	hasNotReady := false
+	for _, t := range node.GetSpec().GetTaints() {
+		n.taints = append(n.taints, newTaint(t.GetKey(), t.GetValue(), t.GetEffect()))
+		if t.GetEffect() == EffectPreferNoSchedule {
+			n.preferTaints++
+		}
+		if (t.GetKey() == TaintNodeNotReady || t.GetKey() == TaintNodeUnreachable) && t.GetEffect() == EffectNoSchedule {
+			hasNotReady = true
+		}
+	}
+	// Kubernetes' node lifecycle controller taints a node whose Ready
+	// condition is not True; do the same so that readiness is filtered, and
+	// tolerated, exactly like the taint.
+	if !n.ready && !hasNotReady {
+		key := TaintNodeNotReady
+		if readyStatus == "Unknown" {
+			key = TaintNodeUnreachable
+		}
+		n.taints = append(n.taints, newTaint(key, "", EffectNoSchedule))
+	}
+
+	n.images = nil
+	if imgs := node.GetStatus().GetImages(); len(imgs) > 0 {
+		n.images = make(map[string]int64, len(imgs))
+		for _, img := range imgs {
+			for _, name := range img.GetNames() {
+				n.images[name] = img.GetSizeBytes()
+			}
+		}
+	}
+	return nil
+}
+
+// Name returns the node's name.
+func (n *NodeInfo) Name() string { return n.name }
+
+// Node returns the node object; callers must not modify it.
+func (n *NodeInfo) Node() *corev1.Node { return n.node }
+
+// Allocatable returns what the node offers to pods.
+func (n *NodeInfo) Allocatable() Resources { return n.allocatable }
+
+// Requested returns the sum of the requests of the node's pods.
+func (n *NodeInfo) Requested() Resources { return n.requested }
+
+// NonZeroRequested returns Requested with the scoring defaults for
+// containers that request no cpu or memory.
+func (n *NodeInfo) NonZeroRequested() Resources { return n.nonZeroRequested }
+
+// NumPods returns the number of pods bound or assumed on the node.
+func (n *NodeInfo) NumPods() int { return n.numPods }
+
+// UsedPorts returns the host ports the node's pods bind; read-only.
+func (n *NodeInfo) UsedPorts() []HostPort { return n.usedPorts }
+
+// Ready reports whether the node's Ready condition is True.
+func (n *NodeInfo) Ready() bool { return n.ready }
+
+// Unschedulable reports the node's spec.unschedulable.
+func (n *NodeInfo) Unschedulable() bool { return n.unschedulable }
+
+// Generation increases whenever the node or its pods change.
+func (n *NodeInfo) Generation() int64 { return n.generation }
+
+// addPod accounts for a pod on the node.
+func (n *NodeInfo) addPod(p *podEntry) {
+	n.requested.add(p.req)
+	n.nonZeroRequested.add(p.nonZero)
+	n.numPods++
+	if len(p.ports) > 0 {
+		used := make([]HostPort, 0, len(n.usedPorts)+len(p.ports))
+		n.usedPorts = append(append(used, n.usedPorts...), p.ports...)
+	}
+}
+
+// removePod undoes addPod.
+func (n *NodeInfo) removePod(p *podEntry) {
+	n.requested.sub(p.req)
+	n.nonZeroRequested.sub(p.nonZero)
+	n.numPods--
+	if len(p.ports) > 0 {
+		used := make([]HostPort, 0, len(n.usedPorts))
+		remove := append([]HostPort(nil), p.ports...)
+		for _, u := range n.usedPorts {
+			if i := indexOf(remove, u); i >= 0 {
+				remove = append(remove[:i], remove[i+1:]...)
+				continue
+			}
+			used = append(used, u)
+		}
+		n.usedPorts = used
+	}
+}
+
+func indexOf(ports []HostPort, p HostPort) int {
+	for i, q := range ports {
+		if q == p {
+			return i
+		}
+	}
+	return -1
+}

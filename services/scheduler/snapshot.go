@@ -1,0 +1,90 @@
+package scheduler
+
+// Snapshot is a consistent view of the cache for scheduling cycles. A cycle
+// reads it without locks; Cache.UpdateSnapshot brings it up to date by
+// copying only the NodeInfos whose generation moved since the last update.
+//
+// Concurrency: any number of goroutines may read a Snapshot (Schedule,
+// Nodes, Get) at once, but UpdateSnapshot must not run while anyone reads
+// it. The usual owner is the one scheduling goroutine, which updates the
+// snapshot at the start of each cycle.
+type Snapshot struct {
+	nodes            []*NodeInfo
+	byName           map[string]*NodeInfo
+	images           map[string]int // image name -> number of nodes
+	generation       int64
+	listGeneration   int64
+	imagesGeneration int64
+}
+
+// NewSnapshot returns an empty snapshot for Cache.UpdateSnapshot to fill.
+func NewSnapshot() *Snapshot {
+	return &Snapshot{byName: make(map[string]*NodeInfo), images: map[string]int{}}
+}
+
+// NumNodes returns the number of nodes in the snapshot.
+func (s *Snapshot) NumNodes() int { return len(s.nodes) }
+
+// Nodes returns the snapshot's nodes in scheduling order; read-only.
+func (s *Snapshot) Nodes() []*NodeInfo { return s.nodes }
+
+// Get returns a node's NodeInfo.
+func (s *Snapshot) Get(name string) (*NodeInfo, bool) {
+	n, ok := s.byName[name]
+	return n, ok
+}
+
+// Generation returns the cache generation the snapshot reflects.
+func (s *Snapshot) Generation() int64 { return s.generation }
+
+// imageNodes returns how many nodes in the snapshot have an image.
+func (s *Snapshot) imageNodes(name string) int { return s.images[name] }
+
+// Snapshot returns a new, up-to-date snapshot.
+func (c *Cache) Snapshot() *Snapshot {
+	s := NewSnapshot()
+	c.UpdateSnapshot(s)
+	return s
+}
+
+// UpdateSnapshot brings s up to date with the cache. Its cost is the
+// number of nodes that changed since s was last updated, plus a rebuild of
+// the node list when nodes were added or removed. NodeInfos are updated in
+// place, so pointers taken from s stay valid and show the new state.
+func (c *Cache) UpdateSnapshot(s *Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for it := c.head; it != nil && it.info.generation > s.generation; it = it.next {
+		if it.index < 0 {
+			continue
+		}
+		n := s.byName[it.info.name]
+		if n == nil {
+			n = new(NodeInfo)
+			s.byName[it.info.name] = n
+		}
+		*n = it.info
+	}
+	if s.listGeneration != c.listGeneration {
+		s.nodes = s.nodes[:0]
+		for _, it := range c.present {
+			s.nodes = append(s.nodes, s.byName[it.info.name])
+		}
+		if len(s.byName) != len(c.present) {
+			for name := range s.byName {
+				if it := c.nodes[name]; it == nil || it.index < 0 {
+					delete(s.byName, name)
+				}
+			}
+		}
+		s.listGeneration = c.listGeneration
+	}
+	if s.imagesGeneration != c.imagesGeneration {
+		s.images = make(map[string]int, len(c.images))
+		for name, n := range c.images {
+			s.images[name] = n
+		}
+		s.imagesGeneration = c.imagesGeneration
+	}
+	s.generation = c.generation
+}
