@@ -1,0 +1,143 @@
+package manifest
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/runtime"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// Format is a manifest encoding.
+type Format int
+
+const (
+	// FormatYAML is YAML as kubectl prints it (-o yaml).
+	FormatYAML Format = iota
+	// FormatJSON is indented JSON as kubectl prints it (-o json).
+	FormatJSON
+)
+
+func (f Format) String() string {
+	switch f {
+	case FormatYAML:
+		return "yaml"
+	case FormatJSON:
+		return "json"
+	}
+	return fmt.Sprintf("Format(%d)", int(f))
+}
+
+// Encode writes m as a Kubernetes manifest with apiVersion and kind. For
+// Kubernetes kinds the output is exactly what Kubernetes writes for the
+// equivalent k8s.io/api object (it goes through ToKube).
+func Encode(m proto.Message, format Format) ([]byte, error) {
+	if format != FormatYAML && format != FormatJSON {
+		return nil, fmt.Errorf("%w: format %s", ErrMalformed, format)
+	}
+	k, err := kindOfMessage(m)
+	if err != nil {
+		return nil, err
+	}
+	var obj any
+	if k.newKube != nil {
+		if obj, err = toKubeObject(k, m); err != nil {
+			return nil, err
+		}
+	} else if obj, err = kubeJSON(k, m); err != nil {
+		return nil, err
+	}
+	j, err := json.MarshalIndent(obj, "", "    ")
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", k.kind, err)
+	}
+	if format == FormatJSON {
+		return append(j, '\n'), nil
+	}
+	return yaml.JSONToYAML(j)
+}
+
+// ToKube converts m to its k8s.io/api object (*corev1.Pod for a Pod, ...),
+// with TypeMeta set. SidecarPolicy has no Kubernetes type: ErrUnsupportedKind.
+func ToKube(m proto.Message) (runtime.Object, error) {
+	k, err := kindOfMessage(m)
+	if err != nil {
+		return nil, err
+	}
+	if k.newKube == nil {
+		return nil, fmt.Errorf("%w: %q has no Kubernetes type", ErrUnsupportedKind, k.apiVersion+"/"+k.kind)
+	}
+	return toKubeObject(k, m)
+}
+
+// FromKube converts a k8s.io/api object (a pointer, as client-go returns
+// them; TypeMeta may be empty) to its podflow proto. Fields podflow does not
+// keep are dropped silently; Decode reports them as warnings.
+func FromKube(o runtime.Object) (proto.Message, error) {
+	if o == nil || reflect.ValueOf(o).IsNil() {
+		return nil, fmt.Errorf("%w: nil object", ErrUnsupportedKind)
+	}
+	k := kindByKube[reflect.TypeOf(o)]
+	if k == nil {
+		return nil, fmt.Errorf("%w: Go type %T", ErrUnsupportedKind, o)
+	}
+	tree, err := kubeTree(o.DeepCopyObject())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
+	}
+	msg, _, err := fromTree(k, tree, "")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
+	}
+	return msg, nil
+}
+
+func kindOfMessage(m proto.Message) (*kind, error) {
+	if m == nil {
+		return nil, fmt.Errorf("%w: nil message", ErrUnsupportedKind)
+	}
+	name := m.ProtoReflect().Descriptor().FullName()
+	k := kindByProto[name]
+	if k == nil {
+		return nil, fmt.Errorf("%w: proto message %q", ErrUnsupportedKind, name)
+	}
+	return k, nil
+}
+
+// kubeJSON is m as a Kubernetes JSON tree with apiVersion and kind.
+func kubeJSON(k *kind, m proto.Message) (map[string]any, error) {
+	pj, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
+	}
+	tree, err := jsonTree(pj)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
+	}
+	out, _ := toKube(tree, m.ProtoReflect().Descriptor(), k.shape).(map[string]any)
+	if out == nil {
+		out = map[string]any{}
+	}
+	out["apiVersion"], out["kind"] = k.apiVersion, k.kind
+	return out, nil
+}
+
+func toKubeObject(k *kind, m proto.Message) (runtime.Object, error) {
+	tree, err := kubeJSON(k, m)
+	if err != nil {
+		return nil, err
+	}
+	j, err := json.Marshal(tree)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
+	}
+	obj := k.newKube()
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, obj); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
+	}
+	return obj, nil
+}
