@@ -1,0 +1,118 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+)
+
+// ErrInvalidConfig is wrapped by Config.Validate.
+var ErrInvalidConfig = errors.New("admission: invalid config")
+
+// Config holds the cluster-wide admission settings.
+type Config struct {
+	// DefaultLevel is the Pod Security Standards level enforced in a
+	// namespace without the pod-security.kubernetes.io/enforce label.
+	// Default LevelPrivileged, as Kubernetes. The zero value means the
+	// default.
+	DefaultLevel Level
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config { return Config{DefaultLevel: LevelPrivileged} }
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch c.DefaultLevel {
+	case "", LevelPrivileged, LevelBaseline, LevelRestricted:
+		return nil
+	}
+	return fmt.Errorf("%w: DefaultLevel %q is not one of privileged, baseline, restricted", ErrInvalidConfig, c.DefaultLevel)
+}
+
+// State is what admission needs to know about the cluster to admit a pod,
+// read by the caller from the store. Objects from other namespaces than
+// the pod's are ignored.
+type State struct {
+	// Namespace is the pod's namespace; its labels choose the Pod Security
+	// level. nil means no labels.
+	Namespace *corev1.Namespace
+	// LimitRanges of the pod's namespace, applied in name order.
+	LimitRanges []*corev1.LimitRange
+	// SidecarPolicies of the pod's namespace, applied in name order.
+	SidecarPolicies []*corev1.SidecarPolicy
+	// Config is the cluster-wide configuration; its zero value means
+	// DefaultConfig().
+	Config Config
+}
+
+// Result is the outcome of Admit.
+type Result struct {
+	// Pod is the mutated copy of the input pod. It is set even when the
+	// pod is rejected, so that a dry run can show what would have been
+	// stored.
+	Pod *corev1.Pod
+	// Mutations lists, in order, what mutating admission changed; empty
+	// when the input was already fully defaulted.
+	Mutations []string
+	// Status is nil when the pod is admitted; otherwise 422 Invalid (schema
+	// validation), 403 PolicyViolation (Pod Security Standards), 400
+	// BadRequest (no pod) or 500 InternalError (invalid Config).
+	Status *corev1.Status
+}
+
+// Allowed reports whether the pod was admitted.
+func (r Result) Allowed() bool { return r.Status == nil }
+
+// Admit runs mutating admission and then validation over a copy of pod;
+// pod itself is never modified. Admit is a pure function: the same pod and
+// State always give the same Result, and admitting an admitted pod changes
+// nothing (Admit(Admit(p).Pod) leaves the pod equal and lists no
+// mutations), so a handler may run twice.
+//
+// Mutation order: ServiceAccount defaulting, sidecar injection, requests
+// from limits, LimitRange defaults, field defaults, QoS class. Sidecars are
+// injected before resource defaults so that injected containers get the
+// namespace's defaults in the same pass (otherwise a second pass would).
+// Validation: the schema first (422 Invalid); Pod Security Standards only
+// for a pod that passed it (403 PolicyViolation).
+func Admit(pod *corev1.Pod, s State) Result {
+	if pod == nil {
+		return Result{Status: &corev1.Status{Status: "Failure", Code: 400, Reason: eventsv1.ReasonBadRequest,
+			Message: "admission: no pod in request", Kind: "Pod"}}
+	}
+	cfg := s.Config
+	if cfg.DefaultLevel == "" {
+		cfg.DefaultLevel = DefaultConfig().DefaultLevel
+	}
+	p := proto.CloneOf(pod)
+	if err := cfg.Validate(); err != nil {
+		return Result{Pod: p, Status: &corev1.Status{Status: "Failure", Code: 500, Reason: eventsv1.ReasonInternalError,
+			Message: err.Error(), Kind: "Pod", Name: p.GetMetadata().GetName()}}
+	}
+	ns := p.GetMetadata().GetNamespace()
+	m := &mutator{pod: p}
+	m.serviceAccount()
+	for _, sp := range sortedByName(s.SidecarPolicies, ns) {
+		m.injectSidecars(sp)
+	}
+	m.requestsFromLimits()
+	for _, lr := range sortedByName(s.LimitRanges, ns) {
+		m.limitRange(lr)
+	}
+	m.defaults()
+	m.qos()
+
+	res := Result{Pod: p, Mutations: m.applied}
+	if st := ValidatePod(p); st != nil {
+		res.Status = st
+		return res
+	}
+	level := LevelFor(s.Namespace, cfg)
+	res.Status = CheckPodSecurity(p, level)
+	return res
+}

@@ -1,0 +1,39 @@
+// Package admission is the decision core of podflow's admission stage:
+// mutating admission (ServiceAccount, sidecar injection, LimitRange
+// defaults, Kubernetes field defaults, QoS class) followed by validation
+// (the pod schema, then the Pod Security Standards of the pod's namespace).
+// It does no I/O: Admit is a pure function of the pod and a State the
+// stage reads from the store, and its rejections are *corev1.Status values
+// the stage publishes as they are.
+//
+// Callers' obligations:
+//
+//  1. Read the pod's Namespace, its LimitRanges and its SidecarPolicies
+//     into a State (objects of other namespaces are ignored); set
+//     State.Config to the cluster's Config, validated once at start-up with
+//     Config.Validate.
+//  2. Publish Result.Pod (a copy: the input pod is never modified) with
+//     Result.Mutations when Result.Allowed(); otherwise reject with
+//     Result.Status: 422 Invalid (schema), 403 PolicyViolation (Pod
+//     Security), 400 BadRequest (no pod), 500 InternalError (bad Config).
+//     Receivers match a Status by Reason, never by Message.
+//  3. Expect Admit to be idempotent: admitting an admitted pod with the same
+//     State returns an equal pod and no mutations, so a redelivered event
+//     may be handled again.
+//
+// QOSClass, PullPolicyFor, ValidatePod, CheckPodSecurity and LevelFor are
+// exported for other stages (the node agent uses QOSClass) and tools.
+//
+// Example:
+//
+//	res := admission.Admit(req.GetPod(), admission.State{
+//		Namespace:       ns,
+//		LimitRanges:     limitRanges,
+//		SidecarPolicies: sidecars,
+//		Config:          cfg,
+//	})
+//	if !res.Allowed() {
+//		return reject(res.Status)
+//	}
+//	return publish(&eventsv1.PodAdmitted{Pod: res.Pod, User: user, Mutations: res.Mutations})
+package admission

@@ -1,0 +1,292 @@
+package admission
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+// Defaults applied by mutating admission, as Kubernetes' API defaulting.
+const (
+	DefaultServiceAccount                = "default"
+	DefaultRestartPolicy                 = "Always"
+	DefaultTerminationGracePeriodSeconds = int64(30)
+	DefaultProtocol                      = "TCP"
+	DefaultProbeTimeoutSeconds           = int32(1)
+	DefaultProbePeriodSeconds            = int32(10)
+	DefaultProbeSuccessThreshold         = int32(1)
+	DefaultProbeFailureThreshold         = int32(3)
+)
+
+// mutator applies mutations to one pod copy and records them.
+type mutator struct {
+	pod     *corev1.Pod
+	applied []string
+}
+
+func (m *mutator) record(format string, args ...any) {
+	m.applied = append(m.applied, fmt.Sprintf(format, args...))
+}
+
+func (m *mutator) spec() *corev1.PodSpec {
+	if m.pod.Spec == nil {
+		m.pod.Spec = &corev1.PodSpec{}
+	}
+	return m.pod.Spec
+}
+
+// serviceAccount defaults spec.serviceAccountName, as Kubernetes'
+// ServiceAccount admission plugin does.
+func (m *mutator) serviceAccount() {
+	if spec := m.spec(); spec.ServiceAccountName == "" {
+		spec.ServiceAccountName = DefaultServiceAccount
+		m.record("serviceaccount: defaulted to %s", DefaultServiceAccount)
+	}
+}
+
+// injectSidecars adds the policy's containers, init containers and volumes
+// when its selector matches the pod's labels (an empty selector matches
+// every pod, as an empty LabelSelector does). Each is added only if the pod
+// has none of that name, so injection is idempotent, and a user's own
+// container of that name wins.
+func (m *mutator) injectSidecars(sp *corev1.SidecarPolicy) {
+	labels := m.pod.GetMetadata().GetLabels()
+	for k, v := range sp.GetSpec().GetSelector() {
+		if got, ok := labels[k]; !ok || got != v {
+			return
+		}
+	}
+	spec := m.spec()
+	who := "sidecar/" + sp.GetMetadata().GetName()
+	for _, c := range sp.GetSpec().GetInitContainers() {
+		if !hasContainer(spec.InitContainers, c.GetName()) && !hasContainer(spec.Containers, c.GetName()) {
+			spec.InitContainers = append(spec.InitContainers, proto.CloneOf(c))
+			m.record("%s: injected initContainer %s", who, c.GetName())
+		}
+	}
+	for _, c := range sp.GetSpec().GetContainers() {
+		if !hasContainer(spec.InitContainers, c.GetName()) && !hasContainer(spec.Containers, c.GetName()) {
+			spec.Containers = append(spec.Containers, proto.CloneOf(c))
+			m.record("%s: injected container %s", who, c.GetName())
+		}
+	}
+	for _, v := range sp.GetSpec().GetVolumes() {
+		if !slices.ContainsFunc(spec.Volumes, func(have *corev1.Volume) bool { return have.GetName() == v.GetName() }) {
+			spec.Volumes = append(spec.Volumes, proto.CloneOf(v))
+			m.record("%s: injected volume %s", who, v.GetName())
+		}
+	}
+}
+
+func hasContainer(cs []*corev1.Container, name string) bool {
+	return slices.ContainsFunc(cs, func(c *corev1.Container) bool { return c.GetName() == name })
+}
+
+// eachContainer visits init containers, then containers, with the word
+// mutation messages use for each ("initContainer", "container").
+func (m *mutator) eachContainer(f func(kind string, c *corev1.Container)) {
+	spec := m.spec()
+	for _, c := range spec.InitContainers {
+		f("initContainer", c)
+	}
+	for _, c := range spec.Containers {
+		f("container", c)
+	}
+}
+
+// requestsFromLimits sets a missing request to the container's limit for
+// the same resource, as Kubernetes' pod defaulting does.
+func (m *mutator) requestsFromLimits() {
+	m.eachContainer(func(kind string, c *corev1.Container) {
+		lim := c.GetResources().GetLimits()
+		for _, res := range slices.Sorted(maps.Keys(lim)) {
+			if _, ok := c.GetResources().GetRequests()[res]; ok {
+				continue
+			}
+			setResource(c, false, res, lim[res])
+			m.record("defaults: set requests.%s=%s from limits on %s %s", res, lim[res], kind, c.GetName())
+		}
+	})
+}
+
+// limitRange applies the Container items of a LimitRange: missing limits
+// from default, missing requests from defaultRequest. As Kubernetes'
+// LimitRange defaulting does for the object, default falls back to max and
+// defaultRequest to default, then to min.
+func (m *mutator) limitRange(lr *corev1.LimitRange) {
+	who := "limitrange/" + lr.GetMetadata().GetName()
+	for _, item := range lr.GetSpec().GetLimits() {
+		if item.GetType() != "Container" {
+			continue
+		}
+		limits := maps.Clone(item.GetDefault())
+		if limits == nil {
+			limits = map[string]string{}
+		}
+		for k, v := range item.GetMax() {
+			if _, ok := limits[k]; !ok {
+				limits[k] = v
+			}
+		}
+		requests := maps.Clone(item.GetDefaultRequest())
+		if requests == nil {
+			requests = map[string]string{}
+		}
+		for _, fallback := range []map[string]string{limits, item.GetMin()} {
+			for k, v := range fallback {
+				if _, ok := requests[k]; !ok {
+					requests[k] = v
+				}
+			}
+		}
+		m.eachContainer(func(kind string, c *corev1.Container) {
+			for _, res := range slices.Sorted(maps.Keys(limits)) {
+				if _, ok := c.GetResources().GetLimits()[res]; !ok {
+					setResource(c, true, res, limits[res])
+					m.record("%s: set limits.%s=%s on %s %s", who, res, limits[res], kind, c.GetName())
+				}
+			}
+			for _, res := range slices.Sorted(maps.Keys(requests)) {
+				if _, ok := c.GetResources().GetRequests()[res]; !ok {
+					setResource(c, false, res, requests[res])
+					m.record("%s: set requests.%s=%s on %s %s", who, res, requests[res], kind, c.GetName())
+				}
+			}
+		})
+	}
+}
+
+func setResource(c *corev1.Container, limit bool, res, qty string) {
+	if c.Resources == nil {
+		c.Resources = &corev1.ResourceRequirements{}
+	}
+	target := &c.Resources.Requests
+	if limit {
+		target = &c.Resources.Limits
+	}
+	if *target == nil {
+		*target = map[string]string{}
+	}
+	(*target)[res] = qty
+}
+
+// defaults applies Kubernetes' field defaults to the pod and each
+// container, recording one mutation for the pod and one per container.
+func (m *mutator) defaults() {
+	spec := m.spec()
+	var set []string
+	if spec.RestartPolicy == "" {
+		spec.RestartPolicy = DefaultRestartPolicy
+		set = append(set, "restartPolicy="+DefaultRestartPolicy)
+	}
+	if spec.TerminationGracePeriodSeconds == nil {
+		spec.TerminationGracePeriodSeconds = proto.Int64(DefaultTerminationGracePeriodSeconds)
+		set = append(set, fmt.Sprintf("terminationGracePeriodSeconds=%d", DefaultTerminationGracePeriodSeconds))
+	}
+	if len(set) > 0 {
+		m.record("defaults: set %s", strings.Join(set, ", "))
+	}
+	m.eachContainer(func(kind string, c *corev1.Container) {
+		var set []string
+		if c.ImagePullPolicy == "" && c.Image != "" {
+			c.ImagePullPolicy = PullPolicyFor(c.Image)
+			set = append(set, "imagePullPolicy="+c.ImagePullPolicy)
+		}
+		for i, p := range c.Ports {
+			if p.GetProtocol() == "" {
+				p.Protocol = DefaultProtocol
+				set = append(set, fmt.Sprintf("ports[%d].protocol=%s", i, DefaultProtocol))
+			}
+		}
+		set = append(set, defaultProbe("livenessProbe", c.LivenessProbe)...)
+		set = append(set, defaultProbe("readinessProbe", c.ReadinessProbe)...)
+		set = append(set, defaultProbe("startupProbe", c.StartupProbe)...)
+		if len(set) > 0 {
+			m.record("defaults: set %s on %s %s", strings.Join(set, ", "), kind, c.GetName())
+		}
+	})
+}
+
+func defaultProbe(name string, p *corev1.Probe) []string {
+	if p == nil {
+		return nil
+	}
+	var set []string
+	def := func(field string, v *int32, d int32) {
+		if *v == 0 {
+			*v = d
+			set = append(set, fmt.Sprintf("%s.%s=%d", name, field, d))
+		}
+	}
+	def("timeoutSeconds", &p.TimeoutSeconds, DefaultProbeTimeoutSeconds)
+	def("periodSeconds", &p.PeriodSeconds, DefaultProbePeriodSeconds)
+	def("successThreshold", &p.SuccessThreshold, DefaultProbeSuccessThreshold)
+	def("failureThreshold", &p.FailureThreshold, DefaultProbeFailureThreshold)
+	if h := p.HttpGet; h != nil {
+		if h.Path == "" {
+			h.Path = "/"
+			set = append(set, name+".httpGet.path=/")
+		}
+		if h.Scheme == "" {
+			h.Scheme = "HTTP"
+			set = append(set, name+".httpGet.scheme=HTTP")
+		}
+	}
+	return set
+}
+
+// PullPolicyFor returns Kubernetes' default imagePullPolicy for an image
+// reference: "Always" when the tag is "latest" or there is neither tag nor
+// digest, "IfNotPresent" otherwise.
+func PullPolicyFor(image string) string {
+	ref, _, hasDigest := strings.Cut(image, "@")
+	name := ref[strings.LastIndex(ref, "/")+1:]
+	_, tag, hasTag := strings.Cut(name, ":")
+	if tag == "latest" || (!hasTag && !hasDigest) {
+		return "Always"
+	}
+	return "IfNotPresent"
+}
+
+// qos records the pod's QoS class in status.qosClass.
+func (m *mutator) qos() {
+	class := QOSClass(m.pod)
+	if m.pod.Status == nil {
+		m.pod.Status = &corev1.PodStatus{}
+	}
+	if m.pod.Status.QosClass != class {
+		m.pod.Status.QosClass = class
+		m.record("qos: set status.qosClass=%s", class)
+	}
+}
+
+type namedObject interface {
+	comparable
+	GetMetadata() *corev1.ObjectMeta
+}
+
+// sortedByName returns the non-nil objects of namespace ns (or with no
+// namespace) sorted by name.
+func sortedByName[T namedObject](objs []T, ns string) []T {
+	var zero T
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		if o == zero {
+			continue
+		}
+		if n := o.GetMetadata().GetNamespace(); n != "" && n != ns {
+			continue
+		}
+		out = append(out, o)
+	}
+	slices.SortStableFunc(out, func(a, b T) int {
+		return cmp.Compare(a.GetMetadata().GetName(), b.GetMetadata().GetName())
+	})
+	return out
+}
