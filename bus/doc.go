@@ -1,2 +1,122 @@
-// Package bus is filled in by its own issue.
+// Package bus is podflow's messaging layer over NATS JetStream: an
+// embedded server, connections, the subject scheme, declarative stream
+// and consumer provisioning, deduplicated typed publishing and the stage
+// runner every service is built on.
+//
+// # Subjects
+//
+// Every event is an eventsv1.Envelope marshalled with protobuf. Its
+// subject is chosen by Subject(env) from its type:
+//
+//	podflow.pod.<Type>.<node>.<namespace>.<name>   pod lifecycle events    stream PODFLOW_EVENTS
+//	podflow.node.<node>.<Type>                     node-level (NodeHeartbeat) stream PODFLOW_NODES
+//	podflow.dlq.<stage>                            DeadLetter records      stream PODFLOW_DLQ
+//	podflow.api.>                                  reserved: api request-reply, never in a stream
+//	podflow.store.>                                reserved: store request-reply, never in a stream
+//
+// <node> is env.NodeName, the node the event is addressed to or comes
+// from (PodScheduled carries the chosen node; a node agent's reports its
+// own; PodDeleteRequested of a bound pod the pod's node), or "~" while
+// the pod has none. Every pod event has the same shape, so one wildcard
+// selects by type, by node or by pod:
+//
+//	TypeFilter("PodScheduled")              podflow.pod.PodScheduled.>
+//	NodeFilter("n1")                        podflow.pod.*.n1.>
+//	TypeNodeFilter("PodScheduled", "n1")    podflow.pod.PodScheduled.n1.>   (a node agent's consumer)
+//	PodFilter("default", "web")             podflow.pod.*.*.default.web
+//
+// Names become tokens with EncodeToken, deterministically and
+// reversibly: letters, digits and '-' are kept, '.' becomes '_' (which
+// Kubernetes names never contain), any other byte becomes "~XX" (hex),
+// and the empty string is "~". ParseSubject inverts Subject exactly.
+// Heartbeats live in their own stream so that PODFLOW_EVENTS is not
+// flooded: it keeps the last NodeHistory per node.
+//
+// # Publishing and deduplication
+//
+// Conn.Publish fills env.Id with EventID(env) — pod uid (or request id),
+// type, generation and attempt — and sends it as the Nats-Msg-Id, so a
+// retried publish within the stream's Duplicates window (2 minutes by
+// default) is stored once and its PubAck says Duplicate. The envelope's
+// traceparent travels in the "traceparent" header too. A publish that no
+// stream acknowledges fails with an error matching ErrStreamUnavailable;
+// retrying it is safe.
+//
+// # Stages
+//
+// A stage is a Handler run by a Runner over a durable pull consumer that
+// all its replicas share, so adding a replica splits the work. The
+// runner acks after the handler returns nil, naks with RunnerConfig's
+// Backoff after an error, and on a Permanent error, an undecodable
+// message, or a failure on the last of MaxDeliver deliveries, records a
+// DeadLetter envelope (with an error code: Permanent, Decode,
+// MaxDeliver) on podflow.dlq.<stage> and terminates the message. A
+// message whose handler never returned (the replica died or hung past
+// AckWait on the last delivery) is reported by the server's
+// max-deliveries advisory, which a live replica records the same way.
+//
+// Caller's obligations:
+//
+//  1. Provision the topology at start-up (Provision with DefaultStreams
+//     and each stage's RunnerConfig.ConsumerSpec()). Nothing else in
+//     this package creates streams or consumers, and a runner refuses a
+//     consumer whose MaxDeliver differs from its own.
+//  2. Make handlers idempotent and make their effects durable before
+//     returning nil: a message can be delivered again after a crash, a
+//     lost ack or a redelivery, and handling it twice must leave the
+//     same state.
+//  3. Publish follow-up events with d.Next(payload), so ids stay
+//     deterministic (a redelivered handler republishes the same ids,
+//     which JetStream drops as duplicates) and the timeline fields
+//     (stage, replica, caused_by, handled_start/end, redeliveries) are
+//     filled. Two distinct events of one type about one pod must differ
+//     in generation or attempt, or carry an explicit Id.
+//  4. Return Permanent(err) for errors that no retry can fix.
+//  5. Cancel Run's context to stop; Run drains before it returns. Close
+//     the Conn after every Runner using it has returned.
+//  6. Keep Observers non-blocking.
+//
+// # Durability
+//
+// A PubAck means the stream leader has written the message to its file
+// store. The embedded server keeps nats-server's default: writes reach
+// the OS page cache before the PubAck and files are fsynced every
+// SyncInterval (2 minutes). That survives the failure podflow is built
+// to tolerate — any process, including the server's, killed with
+// SIGKILL — but a power loss or kernel crash can lose the last
+// interval's acknowledged messages. EmbeddedConfig.SyncAlways fsyncs
+// before every PubAck instead; BenchmarkPublishSync measures what that
+// costs (see the figures in bench_test.go). In a cluster (Replicas 3)
+// a PubAck means a quorum has the message, which covers the loss of
+// one machine without paying for fsync on every write.
+//
+// # Example
+//
+//	srv, err := bus.StartEmbedded(ctx, bus.DefaultEmbeddedConfig(dataDir))
+//	if err != nil { ... }
+//	defer srv.Shutdown()
+//	conn, err := bus.Connect(ctx, srv.ClientConfig("scheduler-1"))
+//	if err != nil { ... }
+//	defer conn.Close()
+//
+//	rc := bus.DefaultRunnerConfig("scheduler")
+//	rc.FilterSubjects = []string{bus.TypeFilter("PodPersisted")}
+//	topo := bus.Topology{
+//		Streams:   bus.DefaultStreams(bus.DefaultStreamsConfig()),
+//		Consumers: []bus.ConsumerSpec{rc.ConsumerSpec()},
+//	}
+//	if err := bus.Provision(ctx, conn.JetStream(), topo); err != nil { ... }
+//
+//	r, err := bus.NewRunner(conn, rc, func(ctx context.Context, d *bus.Delivery) error {
+//		node, err := schedule(ctx, d.Envelope) // store transaction
+//		if err != nil {
+//			return err // retried with backoff, dead-lettered after MaxDeliver
+//		}
+//		next := d.Next(&eventsv1.PodScheduled{NodeName: node})
+//		next.NodeName = node
+//		_, err = conn.Publish(ctx, next)
+//		return err
+//	})
+//	if err != nil { ... }
+//	return r.Run(ctx) // until ctx is cancelled, then drains
 package bus

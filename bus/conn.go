@@ -1,0 +1,214 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config configures a client connection.
+type Config struct {
+	// URLs of the NATS servers (embedded or a cluster). Required.
+	URLs []string
+	// User and Password authenticate the client. Alternatively CredsFile
+	// names a credentials file (creds.json of an embedded server) and
+	// Role selects its user (default RoleAdmin).
+	User      string
+	Password  string
+	CredsFile string
+	Role      string
+	// Name is the client name shown by the server, e.g. "scheduler-1".
+	Name string
+	// ConnectTimeout bounds one dial attempt. Default 5s.
+	ConnectTimeout time.Duration
+	// ReconnectWait is the pause between connection attempts, initial
+	// and after a disconnect (nats.go adds jitter). Default 250ms.
+	ReconnectWait time.Duration
+	// MaxReconnects before the connection gives up; -1 (default) retries
+	// forever.
+	MaxReconnects int
+	// ReconnectBufSize buffers publishes while disconnected. Default 8MiB.
+	ReconnectBufSize int
+	// PublishTimeout bounds a Publish whose ctx has no deadline. Default 10s.
+	PublishTimeout time.Duration
+	// AsyncMaxPending bounds PublishAsync messages awaiting a PubAck.
+	// Default 4096.
+	AsyncMaxPending int
+	// DrainTimeout bounds Close's flush of pending messages. Default 10s.
+	DrainTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults; URLs and credentials are left empty.
+func DefaultConfig() Config {
+	return Config{
+		Role:             RoleAdmin,
+		ConnectTimeout:   5 * time.Second,
+		ReconnectWait:    250 * time.Millisecond,
+		MaxReconnects:    -1,
+		ReconnectBufSize: 8 << 20,
+		PublishTimeout:   10 * time.Second,
+		AsyncMaxPending:  4096,
+		DrainTimeout:     10 * time.Second,
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	switch {
+	case len(c.URLs) == 0:
+		return invalidf("config: URLs is empty")
+	case c.CredsFile != "" && (c.User != "" || c.Password != ""):
+		return invalidf("config: set either CredsFile or User/Password, not both")
+	case c.ConnectTimeout <= 0:
+		return invalidf("config: ConnectTimeout (%s) must be positive", c.ConnectTimeout)
+	case c.ReconnectWait <= 0:
+		return invalidf("config: ReconnectWait (%s) must be positive", c.ReconnectWait)
+	case c.MaxReconnects < -1:
+		return invalidf("config: MaxReconnects (%d) must be -1 or more", c.MaxReconnects)
+	case c.PublishTimeout <= 0:
+		return invalidf("config: PublishTimeout (%s) must be positive", c.PublishTimeout)
+	case c.AsyncMaxPending <= 0:
+		return invalidf("config: AsyncMaxPending (%d) must be positive", c.AsyncMaxPending)
+	case c.DrainTimeout <= 0:
+		return invalidf("config: DrainTimeout (%s) must be positive", c.DrainTimeout)
+	}
+	for _, u := range c.URLs {
+		if strings.TrimSpace(u) == "" {
+			return invalidf("config: empty URL")
+		}
+	}
+	return nil
+}
+
+// clientFile is the on-disk client configuration written by
+// (*Embedded).WriteClientConfig.
+type clientFile struct {
+	URLs     []string `json:"urls"`
+	User     string   `json:"user,omitempty"`
+	Password string   `json:"password,omitempty"`
+}
+
+// ReadClientConfig reads a file written by (*Embedded).WriteClientConfig
+// into DefaultConfig().
+func ReadClientConfig(path string) (Config, error) {
+	c := DefaultConfig()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("bus: read client config %q: %w", path, err)
+	}
+	var f clientFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return c, fmt.Errorf("bus: parse client config %q: %w", path, err)
+	}
+	c.URLs, c.User, c.Password = f.URLs, f.User, f.Password
+	return c, c.Validate()
+}
+
+// Conn is a NATS connection with its JetStream context. It is safe for
+// concurrent use.
+type Conn struct {
+	once sync.Once
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  Config
+	name string
+}
+
+// Connect dials the servers in cfg. It retries a failed first connection
+// every cfg.ReconnectWait until ctx is done; once connected, the client
+// reconnects on its own (forever by default). The caller must Close it.
+func Connect(ctx context.Context, cfg Config) (*Conn, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	user, pass := cfg.User, cfg.Password
+	if cfg.CredsFile != "" {
+		creds, err := LoadCredentials(cfg.CredsFile)
+		if err != nil {
+			return nil, err
+		}
+		role := cfg.Role
+		if role == "" {
+			role = RoleAdmin
+		}
+		u, ok := creds.User(role)
+		if !ok {
+			return nil, invalidf("config: credentials %q have no user of role %q", cfg.CredsFile, role)
+		}
+		user, pass = u.User, u.Password
+	}
+	opts := []nats.Option{
+		nats.Name(cfg.Name),
+		nats.Timeout(cfg.ConnectTimeout),
+		nats.ReconnectWait(cfg.ReconnectWait),
+		nats.MaxReconnects(cfg.MaxReconnects),
+		nats.ReconnectBufSize(cfg.ReconnectBufSize),
+		nats.DrainTimeout(cfg.DrainTimeout),
+		// Errors surface through the calls that hit them; keep nats.go
+		// from printing asynchronous ones to stderr.
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+	}
+	if user != "" {
+		opts = append(opts, nats.UserInfo(user, pass))
+	}
+	url := strings.Join(cfg.URLs, ",")
+	var (
+		nc  *nats.Conn
+		err error
+	)
+	for {
+		nc, err = nats.Connect(url, opts...)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bus: connect to %q: %w (last error: %v)", url, ctx.Err(), err)
+		case <-time.After(cfg.ReconnectWait):
+		}
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.AsyncMaxPending))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	return &Conn{nc: nc, js: js, cfg: cfg, name: cfg.Name}, nil
+}
+
+// NATS returns the underlying connection.
+func (c *Conn) NATS() *nats.Conn { return c.nc }
+
+// JetStream returns the JetStream context of the connection.
+func (c *Conn) JetStream() jetstream.JetStream { return c.js }
+
+// Name is the client name.
+func (c *Conn) Name() string { return c.name }
+
+// Close drains the connection — pending publishes and acks are flushed,
+// subscriptions finish their buffered messages — within cfg.DrainTimeout,
+// then closes it. It is idempotent.
+func (c *Conn) Close() { c.once.Do(c.close) }
+
+func (c *Conn) close() {
+	if c.nc.IsClosed() {
+		return
+	}
+	closed := make(chan struct{})
+	c.nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := c.nc.Drain(); err != nil {
+		c.nc.Close()
+		return
+	}
+	select {
+	case <-closed:
+	case <-time.After(c.cfg.DrainTimeout + time.Second):
+		c.nc.Close()
+	}
+}

@@ -1,0 +1,381 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// EmbeddedConfig configures an in-process nats-server with JetStream.
+type EmbeddedConfig struct {
+	// DataDir holds the JetStream store (DataDir/jetstream) and the
+	// credentials file (DataDir/creds.json). Required.
+	DataDir string
+	// Host to listen on. Default "127.0.0.1".
+	Host string
+	// Port to listen on; 0 or -1 picks a free port.
+	Port int
+	// ServerName names the server in JetStream metadata. Default "podflow".
+	ServerName string
+	// SyncAlways fsyncs every JetStream write before the PubAck. Default
+	// false: writes reach the OS page cache before the PubAck and are
+	// fsynced every SyncInterval (see doc.go, Durability).
+	SyncAlways bool
+	// SyncInterval between fsyncs of JetStream files when SyncAlways is
+	// false. Default 2 minutes (nats-server's default).
+	SyncInterval time.Duration
+	// MaxStore caps JetStream file storage in bytes; 0 = no limit beyond
+	// the disk.
+	MaxStore int64
+	// StartTimeout bounds how long StartEmbedded waits for the server to
+	// accept connections. Default 10s.
+	StartTimeout time.Duration
+	// Log sends the server's log to stderr. Default off.
+	Log bool
+}
+
+// DefaultEmbeddedConfig returns the defaults for an embedded server
+// storing its data under dataDir.
+func DefaultEmbeddedConfig(dataDir string) EmbeddedConfig {
+	return EmbeddedConfig{
+		DataDir:      dataDir,
+		Host:         "127.0.0.1",
+		ServerName:   "podflow",
+		SyncInterval: 2 * time.Minute,
+		StartTimeout: 10 * time.Second,
+	}
+}
+
+// Validate checks the configuration.
+func (c EmbeddedConfig) Validate() error {
+	switch {
+	case c.DataDir == "":
+		return invalidf("embedded: DataDir is required")
+	case c.Port < -1 || c.Port > 65535:
+		return invalidf("embedded: Port (%d) out of range", c.Port)
+	case c.SyncInterval < 0:
+		return invalidf("embedded: SyncInterval (%s) is negative", c.SyncInterval)
+	case c.StartTimeout < 0:
+		return invalidf("embedded: StartTimeout (%s) is negative", c.StartTimeout)
+	case c.MaxStore < 0:
+		return invalidf("embedded: MaxStore (%d) is negative", c.MaxStore)
+	}
+	if c.Host != "" && net.ParseIP(c.Host) == nil && c.Host != "localhost" {
+		return invalidf("embedded: Host %q is not an IP address", c.Host)
+	}
+	return nil
+}
+
+func (c EmbeddedConfig) withDefaults() EmbeddedConfig {
+	d := DefaultEmbeddedConfig(c.DataDir)
+	if c.Host == "" {
+		c.Host = d.Host
+	}
+	if c.ServerName == "" {
+		c.ServerName = d.ServerName
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = d.SyncInterval
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = d.StartTimeout
+	}
+	if c.Port == 0 {
+		c.Port = -1
+	}
+	return c
+}
+
+// Role names a class of client in the credentials file.
+const (
+	// RoleAdmin may publish and subscribe to everything.
+	RoleAdmin = "admin"
+)
+
+// Credentials is the content of DataDir/creds.json: one entry per NATS
+// user. Version 1 has an admin user; later versions add per-role users
+// whose Permissions restrict the subjects they may use (NATS
+// authorization users with publish/subscribe allow and deny lists).
+type Credentials struct {
+	Version int              `json:"version"`
+	Users   []UserCredential `json:"users"`
+}
+
+// UserCredential is one NATS user.
+type UserCredential struct {
+	Role     string `json:"role"`
+	User     string `json:"user"`
+	Password string `json:"password"`
+	// Permissions restrict the user; nil allows everything.
+	Permissions *Permissions `json:"permissions,omitempty"`
+}
+
+// Permissions are NATS subject permissions of a user.
+type Permissions struct {
+	Publish   *SubjectPermission `json:"publish,omitempty"`
+	Subscribe *SubjectPermission `json:"subscribe,omitempty"`
+	// AllowResponses lets the user reply to requests it received even
+	// when Publish would not allow the reply subject.
+	AllowResponses bool `json:"allow_responses,omitempty"`
+}
+
+// SubjectPermission lists allowed and denied subjects (wildcards ok).
+type SubjectPermission struct {
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// User returns the credential of the first user with role, if any.
+func (c Credentials) User(role string) (UserCredential, bool) {
+	for _, u := range c.Users {
+		if u.Role == role {
+			return u, true
+		}
+	}
+	return UserCredential{}, false
+}
+
+// Admin returns the admin credential.
+func (c Credentials) Admin() UserCredential {
+	u, _ := c.User(RoleAdmin)
+	return u
+}
+
+func (c Credentials) validate() error {
+	if _, ok := c.User(RoleAdmin); !ok {
+		return invalidf("credentials: no %q user", RoleAdmin)
+	}
+	seen := map[string]bool{}
+	for _, u := range c.Users {
+		if u.User == "" || u.Password == "" {
+			return invalidf("credentials: user of role %q has an empty name or password", u.Role)
+		}
+		if seen[u.User] {
+			return invalidf("credentials: duplicate user %q", u.User)
+		}
+		seen[u.User] = true
+	}
+	return nil
+}
+
+func (c Credentials) serverUsers() []*server.User {
+	out := make([]*server.User, 0, len(c.Users))
+	for _, u := range c.Users {
+		su := &server.User{Username: u.User, Password: u.Password}
+		if p := u.Permissions; p != nil {
+			sp := &server.Permissions{}
+			if p.Publish != nil {
+				sp.Publish = &server.SubjectPermission{Allow: p.Publish.Allow, Deny: p.Publish.Deny}
+			}
+			if p.Subscribe != nil {
+				sp.Subscribe = &server.SubjectPermission{Allow: p.Subscribe.Allow, Deny: p.Subscribe.Deny}
+			}
+			if p.AllowResponses {
+				sp.Response = &server.ResponsePermission{MaxMsgs: 1}
+			}
+			su.Permissions = sp
+		}
+		out = append(out, su)
+	}
+	return out
+}
+
+// CredsFileName is the credentials file's name inside DataDir.
+const CredsFileName = "creds.json"
+
+// LoadCredentials reads a credentials file.
+func LoadCredentials(path string) (Credentials, error) {
+	var c Credentials
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("bus: read credentials %q: %w", path, err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("bus: parse credentials %q: %w", path, err)
+	}
+	if err := c.validate(); err != nil {
+		return c, fmt.Errorf("bus: credentials %q: %w", path, err)
+	}
+	return c, nil
+}
+
+// loadOrCreateCredentials returns the credentials in path, generating
+// and writing (mode 0600) a fresh admin password on first use.
+func loadOrCreateCredentials(path string) (Credentials, error) {
+	c, err := LoadCredentials(path)
+	if err == nil {
+		return c, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return c, err
+	}
+	pw, err := randomSecret()
+	if err != nil {
+		return c, err
+	}
+	c = Credentials{Version: 1, Users: []UserCredential{{Role: RoleAdmin, User: "admin", Password: pw}}}
+	if err := writeJSON0600(path, c); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func randomSecret() (string, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("bus: generate secret: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// writeJSON0600 writes v atomically (temp file + rename) with mode 0600.
+func writeJSON0600(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("bus: write %q: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("bus: write %q: %w", path, err)
+	}
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return fmt.Errorf("bus: write %q: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("bus: write %q: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("bus: write %q: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("bus: write %q: %w", path, err)
+	}
+	return nil
+}
+
+// Embedded is a running in-process nats-server with JetStream.
+type Embedded struct {
+	srv   *server.Server
+	creds Credentials
+	cfg   EmbeddedConfig
+	once  sync.Once
+}
+
+// StartEmbedded starts a nats-server with JetStream in this process and
+// waits until it accepts connections (bounded by ctx and
+// cfg.StartTimeout). The caller must call Shutdown.
+func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("bus: data dir %q: %w", cfg.DataDir, err)
+	}
+	creds, err := loadOrCreateCredentials(filepath.Join(cfg.DataDir, CredsFileName))
+	if err != nil {
+		return nil, err
+	}
+	opts := &server.Options{
+		ServerName:         cfg.ServerName,
+		Host:               cfg.Host,
+		Port:               cfg.Port,
+		JetStream:          true,
+		StoreDir:           filepath.Join(cfg.DataDir, "jetstream"),
+		JetStreamMaxMemory: 256 << 20,
+		JetStreamMaxStore:  cfg.MaxStore,
+		SyncAlways:         cfg.SyncAlways,
+		SyncInterval:       cfg.SyncInterval,
+		Users:              creds.serverUsers(),
+		NoSigs:             true,
+		NoLog:              !cfg.Log,
+		MaxPayload:         8 << 20,
+	}
+	if opts.JetStreamMaxStore == 0 {
+		opts.JetStreamMaxStore = -1
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("bus: embedded server: %w", err)
+	}
+	if cfg.Log {
+		srv.ConfigureLogger()
+	}
+	srv.Start()
+	e := &Embedded{srv: srv, creds: creds, cfg: cfg}
+
+	deadline := time.Now().Add(cfg.StartTimeout)
+	for !srv.ReadyForConnections(100 * time.Millisecond) {
+		if err := ctx.Err(); err != nil {
+			e.Shutdown()
+			return nil, fmt.Errorf("bus: embedded server start: %w", err)
+		}
+		if time.Now().After(deadline) {
+			e.Shutdown()
+			return nil, fmt.Errorf("bus: embedded server not ready after %s", cfg.StartTimeout)
+		}
+	}
+	if !srv.JetStreamEnabled() {
+		e.Shutdown()
+		return nil, errors.New("bus: embedded server started without JetStream")
+	}
+	return e, nil
+}
+
+// ClientURL is the nats:// URL clients connect to.
+func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+
+// Creds returns the server's credentials.
+func (e *Embedded) Creds() Credentials { return e.creds }
+
+// CredsFile is the path of the credentials file.
+func (e *Embedded) CredsFile() string { return filepath.Join(e.cfg.DataDir, CredsFileName) }
+
+// Server exposes the underlying nats-server (for tests and monitoring).
+func (e *Embedded) Server() *server.Server { return e.srv }
+
+// ClientConfig returns a client Config that connects to this server as
+// the admin user, named name.
+func (e *Embedded) ClientConfig(name string) Config {
+	c := DefaultConfig()
+	c.URLs = []string{e.ClientURL()}
+	admin := e.creds.Admin()
+	c.User, c.Password = admin.User, admin.Password
+	c.Name = name
+	return c
+}
+
+// WriteClientConfig writes the URL and admin credentials of this server
+// to path (mode 0600) for other processes; read it with
+// ReadClientConfig.
+func (e *Embedded) WriteClientConfig(path string) error {
+	c := e.ClientConfig("")
+	return writeJSON0600(path, clientFile{URLs: c.URLs, User: c.User, Password: c.Password})
+}
+
+// Shutdown stops the server and waits until it has stopped. It is
+// idempotent and safe to call concurrently.
+func (e *Embedded) Shutdown() {
+	e.once.Do(func() {
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
+	})
+}

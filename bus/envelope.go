@@ -1,0 +1,121 @@
+package bus
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"strings"
+
+	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// EventID returns the deterministic id of env, used as its Nats-Msg-Id so
+// that publishing the same event twice within the stream's duplicate
+// window stores it once. It is built from the event's subject of record
+// (pod uid, else request id, else node name, else namespace/name), its
+// type, generation and attempt:
+//
+//	uid/<pod_uid>/<Type>/g<generation>/a<attempt>
+//
+// Two distinct events of one type about one pod must therefore differ
+// in generation or attempt (node agents use a node-local sequence as the
+// generation of their reports, as events.proto says), or carry an
+// explicit env.Id.
+func EventID(env *eventsv1.Envelope) string {
+	var key string
+	switch {
+	case env.GetPodUid() != "":
+		key = "uid/" + env.GetPodUid()
+	case env.GetRequestId() != "":
+		key = "req/" + env.GetRequestId()
+	case env.GetNodeName() != "" && env.GetNamespace() == "" && env.GetPodName() == "":
+		key = "node/" + env.GetNodeName()
+	default:
+		key = "obj/" + env.GetNamespace() + "/" + env.GetPodName()
+	}
+	var b strings.Builder
+	b.Grow(len(key) + 48)
+	b.WriteString(key)
+	b.WriteByte('/')
+	b.WriteString(string(env.Type()))
+	b.WriteString("/g")
+	b.WriteString(strconv.FormatInt(env.GetGeneration(), 10))
+	b.WriteString("/a")
+	b.WriteString(strconv.FormatInt(int64(env.GetAttempt()), 10))
+	return b.String()
+}
+
+// NewEnvelope returns an envelope carrying payload, which must be one of
+// the Envelope's payload messages (e.g. &eventsv1.PodScheduled{}).
+func NewEnvelope(payload proto.Message) (*eventsv1.Envelope, error) {
+	env := &eventsv1.Envelope{}
+	if err := SetPayload(env, payload); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// SetPayload stores payload in env's oneof, replacing any previous one.
+func SetPayload(env *eventsv1.Envelope, payload proto.Message) error {
+	if env == nil || payload == nil {
+		return invalidf("nil envelope or payload")
+	}
+	m := env.ProtoReflect()
+	pm := payload.ProtoReflect()
+	od := m.Descriptor().Oneofs().ByName("payload")
+	fields := od.Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		if fd.Message() != nil && fd.Message().FullName() == pm.Descriptor().FullName() {
+			m.Set(fd, protoreflect.ValueOfMessage(pm))
+			return nil
+		}
+	}
+	return invalidf("%s is not an Envelope payload", pm.Descriptor().FullName())
+}
+
+// NewTraceparent returns a W3C traceparent with random trace and span
+// ids, sampled: "00-<32 hex>-<16 hex>-01".
+func NewTraceparent() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
+}
+
+// ChildTraceparent returns a traceparent in the same trace as parent,
+// with a new span id. An invalid or empty parent starts a new trace.
+func ChildTraceparent(parent string) string {
+	if !ValidTraceparent(parent) {
+		return NewTraceparent()
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return parent[:36] + hex.EncodeToString(b[:]) + parent[52:]
+}
+
+// ValidTraceparent reports whether s is a version-00 W3C traceparent
+// with non-zero ids.
+func ValidTraceparent(s string) bool {
+	// 00-<32>-<16>-<2>
+	if len(s) != 55 || s[:3] != "00-" || s[35] != '-' || s[52] != '-' {
+		return false
+	}
+	for _, f := range []string{s[3:35], s[36:52], s[53:55]} {
+		if !lowerHex(f) {
+			return false
+		}
+	}
+	return strings.Trim(s[3:35], "0") != "" && strings.Trim(s[36:52], "0") != ""
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

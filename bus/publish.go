@@ -1,0 +1,185 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Headers set on every published event, besides Nats-Msg-Id.
+const (
+	// HeaderTraceparent carries env.Traceparent (W3C trace context).
+	HeaderTraceparent = "traceparent"
+	// HeaderType carries env.Type(), for tools that do not decode protobuf.
+	HeaderType = "Podflow-Type"
+)
+
+// PublishOption adjusts one publish.
+type PublishOption func(*publishOpts)
+
+type publishOpts struct {
+	subject string
+	stream  string
+}
+
+// WithSubject publishes on subject instead of Subject(env).
+func WithSubject(subject string) PublishOption {
+	return func(o *publishOpts) { o.subject = subject }
+}
+
+// WithExpectStream makes the publish fail unless stream stores it.
+func WithExpectStream(stream string) PublishOption {
+	return func(o *publishOpts) { o.stream = stream }
+}
+
+// prepare fills env's id and time, and builds the message.
+func prepare(env *eventsv1.Envelope, opts []PublishOption) (*nats.Msg, []jetstream.PublishOpt, error) {
+	if err := ValidateEnvelope(env); err != nil {
+		return nil, nil, err
+	}
+	var o publishOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if env.Id == "" {
+		env.Id = EventID(env)
+	}
+	if env.Time == nil {
+		env.Time = timestamppb.Now()
+	}
+	data, err := proto.Marshal(env)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bus: marshal %s %q: %w", env.Type(), env.Id, err)
+	}
+	subj := o.subject
+	if subj == "" {
+		subj = Subject(env)
+	}
+	m := nats.NewMsg(subj)
+	m.Data = data
+	m.Header.Set(HeaderType, string(env.Type()))
+	if env.Traceparent != "" {
+		m.Header.Set(HeaderTraceparent, env.Traceparent)
+	}
+	jsOpts := []jetstream.PublishOpt{jetstream.WithMsgID(env.Id)}
+	if o.stream != "" {
+		jsOpts = append(jsOpts, jetstream.WithExpectStream(o.stream))
+	}
+	return m, jsOpts, nil
+}
+
+// Publish stores env in its stream and waits for the PubAck. It fills
+// env.Id with EventID(env) when empty (so a retried publish of the same
+// event is deduplicated: the PubAck then says Duplicate) and env.Time
+// with the current time when unset; env is modified in place.
+//
+// A ctx without deadline is bounded by Config.PublishTimeout. Failures
+// to reach a stream match ErrStreamUnavailable; retrying them is safe.
+func (c *Conn) Publish(ctx context.Context, env *eventsv1.Envelope, opts ...PublishOption) (*jetstream.PubAck, error) {
+	m, jsOpts, err := prepare(env, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.PublishTimeout)
+		defer cancel()
+	}
+	ack, err := c.js.PublishMsg(ctx, m, jsOpts...)
+	if err != nil {
+		return nil, publishError(m.Subject, err)
+	}
+	return ack, nil
+}
+
+// publishError classifies a publish failure: "nobody stored it" becomes
+// ErrStreamUnavailable; anything else (a rejected expectation, a closed
+// connection) is wrapped as is.
+func publishError(subject string, err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, jetstream.ErrStreamNotFound):
+		return unavailable(subject, err)
+	case errors.As(err, &apiErr) && apiErr.Code == 503:
+		return unavailable(subject, err)
+	}
+	return fmt.Errorf("bus: publish to %q: %w", subject, err)
+}
+
+// PubFuture is the pending result of PublishAsync.
+type PubFuture struct {
+	subject string
+	f       jetstream.PubAckFuture
+}
+
+// Wait blocks until the PubAck arrives, the publish fails, or ctx is done.
+func (p *PubFuture) Wait(ctx context.Context) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-p.f.Ok():
+		return ack, nil
+	case err := <-p.f.Err():
+		return nil, publishError(p.subject, err)
+	case <-ctx.Done():
+		return nil, publishError(p.subject, ctx.Err())
+	}
+}
+
+// PublishAsync is Publish without waiting for the PubAck: it returns as
+// soon as the message is queued (blocking briefly when
+// Config.AsyncMaxPending PubAcks are outstanding). Call Wait on the
+// result, or PublishAsyncComplete, before relying on the event being
+// stored.
+func (c *Conn) PublishAsync(env *eventsv1.Envelope, opts ...PublishOption) (*PubFuture, error) {
+	m, jsOpts, err := prepare(env, opts)
+	if err != nil {
+		return nil, err
+	}
+	jsOpts = append(jsOpts, jetstream.WithStallWait(c.cfg.PublishTimeout))
+	f, err := c.js.PublishMsgAsync(m, jsOpts...)
+	if err != nil {
+		return nil, publishError(m.Subject, err)
+	}
+	return &PubFuture{subject: m.Subject, f: f}, nil
+}
+
+// PublishAsyncComplete waits until every PublishAsync of this connection
+// has its PubAck or error, or ctx is done.
+func (c *Conn) PublishAsyncComplete(ctx context.Context) error {
+	select {
+	case <-c.js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("bus: %d async publishes pending: %w", c.js.PublishAsyncPending(), ctx.Err())
+	}
+}
+
+// DecodeEnvelope unmarshals a message body. Errors match ErrDecode.
+func DecodeEnvelope(data []byte) (*eventsv1.Envelope, error) {
+	env := &eventsv1.Envelope{}
+	if err := proto.Unmarshal(data, env); err != nil {
+		return nil, &Error{Code: CodeDecode, Message: err.Error(), err: err}
+	}
+	if env.Type() == "" {
+		return nil, &Error{Code: CodeDecode, Message: "envelope has no payload"}
+	}
+	return env, nil
+}
+
+// timeOf converts a possibly-zero time to a timestamp (nil when zero).
+func timeOf(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
