@@ -88,13 +88,13 @@ func TestNumFeasibleNodesToFind(t *testing.T) {
 		want       int
 	}{
 		{0, 0, 0},
-		{0, 99, 99},     // small clusters are searched in full
-		{0, 100, 100},   // 49% of 100 is under the 100 minimum
-		{0, 150, 100},   // 49% = 73, raised to 100
-		{0, 1000, 420},  // 50 - 8 = 42%
-		{0, 5000, 500},  // 50 - 40 = 10%
-		{0, 5625, 281},  // 50 - 45 = 5%
-		{0, 6000, 300},  // 50 - 48 = 2%, floored at 5%
+		{0, 99, 99},    // small clusters are searched in full
+		{0, 100, 100},  // 49% of 100 is under the 100 minimum
+		{0, 150, 100},  // 49% = 73, raised to 100
+		{0, 1000, 420}, // 50 - 8 = 42%
+		{0, 5000, 500}, // 50 - 40 = 10%
+		{0, 5625, 281}, // 50 - 45 = 5%
+		{0, 6000, 300}, // 50 - 48 = 2%, floored at 5%
 		{0, 20000, 1000},
 		{30, 1000, 300}, // configured
 		{30, 200, 100},  // configured, but at least 100
