@@ -194,7 +194,7 @@ func (m *mutator) defaults() {
 	}
 	m.eachContainer(func(kind string, c *corev1.Container) {
 		var set []string
-		if c.ImagePullPolicy == "" && c.Image != "" {
+		if c.ImagePullPolicy == "" {
 			c.ImagePullPolicy = PullPolicyFor(c.Image)
 			set = append(set, "imagePullPolicy="+c.ImagePullPolicy)
 		}

@@ -22,8 +22,9 @@ const (
 //   - Burstable: anything else.
 //
 // Zero quantities count as unset; unparseable ones are ignored (validation
-// rejects them). It reads the pod as given: call it on an admitted pod to
-// see requests defaulted from limits.
+// rejects them). A missing request counts as equal to its limit, as pod
+// defaulting makes it, so the class of a pod is the same before and after
+// admission.
 func QOSClass(pod *corev1.Pod) string {
 	requests := map[string]resource.Quantity{}
 	limits := map[string]resource.Quantity{}
@@ -39,6 +40,9 @@ func QOSClass(pod *corev1.Pod) string {
 			if q, ok := positive(name, s); ok {
 				add(limits, name, q)
 				found++
+				if _, set := c.GetResources().GetRequests()[name]; !set {
+					add(requests, name, q) // as defaulting will
+				}
 			}
 		}
 		if found < 2 { // both cpu and memory limits are needed

@@ -1,0 +1,300 @@
+package admission
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+func TestMutations(t *testing.T) {
+	mesh := &corev1.SidecarPolicy{
+		Metadata: &corev1.ObjectMeta{Name: "mesh", Namespace: "default"},
+		Spec: &corev1.SidecarPolicySpec{
+			Selector:       map[string]string{"app": "web"},
+			InitContainers: []*corev1.Container{{Name: "proxy-init", Image: "mesh/init:1"}},
+			Containers:     []*corev1.Container{{Name: "proxy", Image: "mesh/proxy:1"}},
+			Volumes:        []*corev1.Volume{{Name: "mesh-certs", EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		},
+	}
+	lr := &corev1.LimitRange{
+		Metadata: &corev1.ObjectMeta{Name: "defaults", Namespace: "default"},
+		Spec: &corev1.LimitRangeSpec{Limits: []*corev1.LimitRangeItem{{
+			Type:           "Container",
+			Default:        map[string]string{"cpu": "500m", "memory": "256Mi"},
+			DefaultRequest: map[string]string{"cpu": "100m"},
+		}}},
+	}
+	tests := []struct {
+		name  string
+		given *corev1.Pod
+		state State
+		want  []string                 // mutations that must be listed
+		check func(*corev1.Pod) string // "" when the pod is as expected
+	}{
+		{
+			name:  "service account defaulted",
+			given: pod(),
+			want:  []string{"serviceaccount: defaulted to default"},
+			check: func(p *corev1.Pod) string { return expect(p.Spec.ServiceAccountName, "default") },
+		},
+		{
+			name:  "service account kept",
+			given: pod(func(p *corev1.Pod) { p.Spec.ServiceAccountName = "builder" }),
+			check: func(p *corev1.Pod) string { return expect(p.Spec.ServiceAccountName, "builder") },
+		},
+		{
+			name:  "limitrange defaults and defaultRequest",
+			given: pod(),
+			state: State{LimitRanges: []*corev1.LimitRange{lr}},
+			want: []string{
+				"limitrange/defaults: set limits.cpu=500m on container app",
+				"limitrange/defaults: set limits.memory=256Mi on container app",
+				"limitrange/defaults: set requests.cpu=100m on container app",
+				"limitrange/defaults: set requests.memory=256Mi on container app",
+			},
+			check: func(p *corev1.Pod) string {
+				r := app(p).Resources
+				return expect(r.Limits["cpu"]+" "+r.Limits["memory"]+" "+r.Requests["cpu"]+" "+r.Requests["memory"], "500m 256Mi 100m 256Mi")
+			},
+		},
+		{
+			name: "limit without request: request = limit, before LimitRange",
+			given: pod(func(p *corev1.Pod) {
+				app(p).Resources = &corev1.ResourceRequirements{Limits: map[string]string{"cpu": "2"}}
+			}),
+			state: State{LimitRanges: []*corev1.LimitRange{lr}},
+			want:  []string{"defaults: set requests.cpu=2 from limits on container app"},
+			check: func(p *corev1.Pod) string {
+				r := app(p).Resources
+				return expect(r.Limits["cpu"]+" "+r.Requests["cpu"], "2 2")
+			},
+		},
+		{
+			name: "limitrange keeps what the container sets",
+			given: pod(func(p *corev1.Pod) {
+				app(p).Resources = &corev1.ResourceRequirements{Requests: map[string]string{"cpu": "50m"}}
+			}),
+			state: State{LimitRanges: []*corev1.LimitRange{lr}},
+			check: func(p *corev1.Pod) string { return expect(app(p).Resources.Requests["cpu"], "50m") },
+		},
+		{
+			name:  "limitrange max and min as fallbacks",
+			given: pod(),
+			state: State{LimitRanges: []*corev1.LimitRange{{
+				Metadata: &corev1.ObjectMeta{Name: "bounds"},
+				Spec: &corev1.LimitRangeSpec{Limits: []*corev1.LimitRangeItem{
+					{Type: "Container", Max: map[string]string{"cpu": "1"}, Min: map[string]string{"memory": "64Mi"}},
+					{Type: "Pod", Default: map[string]string{"cpu": "9"}},
+				}},
+			}}},
+			want: []string{
+				"limitrange/bounds: set limits.cpu=1 on container app",
+				"limitrange/bounds: set requests.cpu=1 on container app",
+				"limitrange/bounds: set requests.memory=64Mi on container app",
+			},
+		},
+		{
+			name:  "limitrange of another namespace ignored",
+			given: pod(),
+			state: State{LimitRanges: []*corev1.LimitRange{{
+				Metadata: &corev1.ObjectMeta{Name: "other", Namespace: "kube-system"},
+				Spec:     lr.Spec,
+			}}},
+			check: func(p *corev1.Pod) string {
+				if app(p).Resources != nil {
+					return "resources set from another namespace's LimitRange"
+				}
+				return ""
+			},
+		},
+		{
+			name:  "sidecar injected, then defaulted by the LimitRange",
+			given: pod(),
+			state: State{SidecarPolicies: []*corev1.SidecarPolicy{mesh}, LimitRanges: []*corev1.LimitRange{lr}},
+			want: []string{
+				"sidecar/mesh: injected initContainer proxy-init",
+				"sidecar/mesh: injected container proxy",
+				"sidecar/mesh: injected volume mesh-certs",
+				"limitrange/defaults: set limits.cpu=500m on container proxy",
+			},
+			check: func(p *corev1.Pod) string {
+				return expect(names(p.Spec.InitContainers)+"|"+names(p.Spec.Containers)+"|"+p.Spec.Volumes[0].Name,
+					"proxy-init|app,proxy|mesh-certs")
+			},
+		},
+		{
+			name:  "sidecar not injected when the selector does not match",
+			given: pod(func(p *corev1.Pod) { p.Metadata.Labels = map[string]string{"app": "db"} }),
+			state: State{SidecarPolicies: []*corev1.SidecarPolicy{mesh}},
+			check: func(p *corev1.Pod) string { return expect(names(p.Spec.Containers), "app") },
+		},
+		{
+			name: "sidecar not injected over an existing container of that name",
+			given: pod(func(p *corev1.Pod) {
+				p.Spec.Containers = append(p.Spec.Containers, &corev1.Container{Name: "proxy", Image: "mine:2"})
+			}),
+			state: State{SidecarPolicies: []*corev1.SidecarPolicy{mesh}},
+			check: func(p *corev1.Pod) string { return expect(p.Spec.Containers[1].Image, "mine:2") },
+		},
+		{
+			name:  "field defaults",
+			given: pod(),
+			want: []string{
+				"defaults: set restartPolicy=Always, terminationGracePeriodSeconds=30",
+				"defaults: set imagePullPolicy=IfNotPresent on container app",
+			},
+			check: func(p *corev1.Pod) string {
+				return expect(p.Spec.RestartPolicy+" "+app(p).ImagePullPolicy, "Always IfNotPresent") +
+					expect(p.Spec.GetTerminationGracePeriodSeconds(), int64(30))
+			},
+		},
+		{
+			name: "explicit fields kept",
+			given: pod(func(p *corev1.Pod) {
+				p.Spec.RestartPolicy = "Never"
+				p.Spec.TerminationGracePeriodSeconds = proto.Int64(0)
+				app(p).ImagePullPolicy = "Never"
+			}),
+			check: func(p *corev1.Pod) string {
+				return expect(p.Spec.RestartPolicy+" "+app(p).ImagePullPolicy, "Never Never") +
+					expect(p.Spec.GetTerminationGracePeriodSeconds(), int64(0))
+			},
+		},
+		{
+			name: "port protocol and probe defaults",
+			given: pod(func(p *corev1.Pod) {
+				c := app(p)
+				c.Ports = []*corev1.ContainerPort{{ContainerPort: 8080}, {ContainerPort: 53, Protocol: "UDP"}}
+				c.LivenessProbe = &corev1.Probe{HttpGet: &corev1.HTTPGetAction{Port: &corev1.IntOrString{Value: &corev1.IntOrString_IntVal{IntVal: 8080}}}}
+				c.ReadinessProbe = &corev1.Probe{TcpSocket: &corev1.TCPSocketAction{Port: &corev1.IntOrString{Value: &corev1.IntOrString_IntVal{IntVal: 8080}}}, PeriodSeconds: 5}
+			}),
+			want: []string{"defaults: set imagePullPolicy=IfNotPresent, ports[0].protocol=TCP, " +
+				"livenessProbe.timeoutSeconds=1, livenessProbe.periodSeconds=10, livenessProbe.successThreshold=1, livenessProbe.failureThreshold=3, " +
+				"livenessProbe.httpGet.path=/, livenessProbe.httpGet.scheme=HTTP, " +
+				"readinessProbe.timeoutSeconds=1, readinessProbe.successThreshold=1, readinessProbe.failureThreshold=3 on container app"},
+			check: func(p *corev1.Pod) string {
+				c := app(p)
+				return expect(c.Ports[0].Protocol+c.Ports[1].Protocol, "TCPUDP") +
+					expect(c.ReadinessProbe.PeriodSeconds, int32(5)) + expect(c.LivenessProbe.PeriodSeconds, int32(10))
+			},
+		},
+		{
+			name:  "qos class recorded",
+			given: pod(),
+			want:  []string{"qos: set status.qosClass=BestEffort"},
+			check: func(p *corev1.Pod) string { return expect(p.Status.GetQosClass(), QOSBestEffort) },
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := proto.Clone(tc.given)
+			res := mustAdmit(t, tc.given, tc.state)
+			if !proto.Equal(before, tc.given) {
+				t.Fatal("Admit modified its input")
+			}
+			if !containsAll(res.Mutations, tc.want) {
+				t.Fatalf("mutations\n%s\nwant to include\n%s", strings.Join(res.Mutations, "\n"), strings.Join(tc.want, "\n"))
+			}
+			if tc.check != nil {
+				if msg := tc.check(res.Pod); msg != "" {
+					t.Fatal(msg)
+				}
+			}
+			// Idempotency: a second pass changes nothing and says so.
+			again := Admit(res.Pod, tc.state)
+			if !proto.Equal(again.Pod, res.Pod) {
+				t.Fatalf("second Admit changed the pod:\n%v\n%v", res.Pod, again.Pod)
+			}
+			if len(again.Mutations) != 0 {
+				t.Fatalf("second Admit listed mutations: %q", again.Mutations)
+			}
+		})
+	}
+}
+
+func TestAdmitDoesNotAliasPolicies(t *testing.T) {
+	sp := &corev1.SidecarPolicy{Metadata: &corev1.ObjectMeta{Name: "mesh"}, Spec: &corev1.SidecarPolicySpec{
+		Containers: []*corev1.Container{{Name: "proxy", Image: "mesh/proxy"}}}}
+	before := proto.Clone(sp)
+	res := mustAdmit(t, pod(), State{SidecarPolicies: []*corev1.SidecarPolicy{sp}})
+	if !proto.Equal(before, sp) {
+		t.Fatal("defaulting the injected container modified the SidecarPolicy")
+	}
+	if got := res.Pod.Spec.Containers[1].ImagePullPolicy; got != "Always" {
+		t.Fatalf("injected container imagePullPolicy = %q, want Always", got)
+	}
+}
+
+func TestMutationOrderIsDeterministic(t *testing.T) {
+	lrs := []*corev1.LimitRange{
+		{Metadata: &corev1.ObjectMeta{Name: "b"}, Spec: &corev1.LimitRangeSpec{Limits: []*corev1.LimitRangeItem{{Type: "Container", DefaultRequest: map[string]string{"cpu": "2"}}}}},
+		{Metadata: &corev1.ObjectMeta{Name: "a"}, Spec: &corev1.LimitRangeSpec{Limits: []*corev1.LimitRangeItem{{Type: "Container", DefaultRequest: map[string]string{"cpu": "1"}}}}},
+	}
+	res := mustAdmit(t, pod(), State{LimitRanges: lrs})
+	if got := app(res.Pod).Resources.Requests["cpu"]; got != "1" {
+		t.Fatalf("requests.cpu = %q, want 1 from LimitRange \"a\" (name order)", got)
+	}
+	want := []string{
+		"serviceaccount: defaulted to default",
+		"limitrange/a: set requests.cpu=1 on container app",
+		"defaults: set restartPolicy=Always, terminationGracePeriodSeconds=30",
+		"defaults: set imagePullPolicy=IfNotPresent on container app",
+		"qos: set status.qosClass=Burstable",
+	}
+	if !slices.Equal(res.Mutations, want) {
+		t.Fatalf("mutations\n%q\nwant\n%q", res.Mutations, want)
+	}
+}
+
+func TestPullPolicyFor(t *testing.T) {
+	tests := []struct{ given, want string }{
+		{"nginx", "Always"},
+		{"nginx:latest", "Always"},
+		{"nginx:1.27", "IfNotPresent"},
+		{"registry.local:5000/team/nginx", "Always"},
+		{"registry.local:5000/team/nginx:1.0", "IfNotPresent"},
+		{"registry.local:5000/team/nginx:latest", "Always"},
+		{"nginx@sha256:abcd", "IfNotPresent"},
+		{"nginx:latest@sha256:abcd", "Always"},
+	}
+	for _, tc := range tests {
+		if got := PullPolicyFor(tc.given); got != tc.want {
+			t.Errorf("PullPolicyFor(%q) = %q, want %q", tc.given, got, tc.want)
+		}
+	}
+}
+
+func TestAdmitNilPodAndBadConfig(t *testing.T) {
+	if res := Admit(nil, State{}); res.Allowed() || res.Status.Code != 400 {
+		t.Fatalf("Admit(nil) = %v, want 400", res.Status)
+	}
+	res := Admit(pod(), State{Config: Config{DefaultLevel: "strict"}})
+	if res.Allowed() || res.Status.Code != 500 {
+		t.Fatalf("Admit with bad config = %v, want 500", res.Status)
+	}
+	if err := (Config{DefaultLevel: "strict"}).Validate(); err == nil {
+		t.Fatal("Validate accepted an unknown level")
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func names(cs []*corev1.Container) string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return strings.Join(out, ",")
+}
+
+func expect[T comparable](got, want T) string {
+	if got != want {
+		return "got " + strings.TrimSpace(strings.ReplaceAll(fmtv(got), "\n", " ")) + ", want " + fmtv(want) + "; "
+	}
+	return ""
+}

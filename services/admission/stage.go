@@ -1,0 +1,128 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
+)
+
+// Stage is one replica of the admission stage: it reads the pod's
+// Namespace, LimitRanges and SidecarPolicies from informers over the
+// store, runs Admit, and publishes PodAdmitted or PodRejected (the seed's
+// failure 2). Handling is a pure function of the event and the store's
+// policy objects, so a redelivered event is admitted alike.
+type Stage struct {
+	env        stage.Env
+	cfg        Config
+	namespaces *informer.Informer[*corev1.Namespace]
+	limits     *informer.Informer[*corev1.LimitRange]
+	sidecars   *informer.Informer[*corev1.SidecarPolicy]
+}
+
+var _ stage.Starter = (*Stage)(nil)
+
+// NewStage returns an admission stage replica.
+func NewStage(env stage.Env, cfg Config) (*Stage, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Stage{env: env, cfg: cfg}
+	var err error
+	if s.namespaces, err = informer.New[*corev1.Namespace](env.Store, "", informer.Handlers[*corev1.Namespace]{}); err != nil {
+		return nil, err
+	}
+	if s.limits, err = informer.New[*corev1.LimitRange](env.Store, "", informer.Handlers[*corev1.LimitRange]{}); err != nil {
+		return nil, err
+	}
+	if s.sidecars, err = informer.New[*corev1.SidecarPolicy](env.Store, "", informer.Handlers[*corev1.SidecarPolicy]{}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Start runs the informers and waits for their first list.
+func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
+	g.Go(func() error { return canceledOK(s.namespaces.Run(ctx)) })
+	g.Go(func() error { return canceledOK(s.limits.Run(ctx)) })
+	g.Go(func() error { return canceledOK(s.sidecars.Run(ctx)) })
+	for _, w := range []func(context.Context) error{s.namespaces.WaitForSync, s.limits.WaitForSync, s.sidecars.WaitForSync} {
+		if err := w(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func canceledOK(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// Handle admits one PodAuthorized.
+func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
+	in := d.Envelope.GetPodAuthorized()
+	if in == nil {
+		return bus.Permanent(fmt.Errorf("admission: unexpected event %s", d.Envelope.Type()))
+	}
+	ns := in.GetPod().GetMetadata().GetNamespace()
+	nsObj, err := s.namespace(ctx, ns)
+	if err != nil {
+		return err
+	}
+	if nsObj == nil {
+		st := stage.Failure(404, eventsv1.ReasonNotFound, "namespaces", ns, "namespaces %q not found", ns)
+		return s.reject(ctx, d, st, in.GetReplyTo())
+	}
+	if nsObj.GetMetadata().GetDeletionTimestamp() != nil {
+		st := stage.Failure(403, eventsv1.ReasonForbidden, "pods", in.GetPod().GetMetadata().GetName(),
+			"pods %q is forbidden: unable to create new content in namespace %s because it is being terminated", in.GetPod().GetMetadata().GetName(), ns)
+		return s.reject(ctx, d, st, in.GetReplyTo())
+	}
+	res := Admit(in.GetPod(), State{
+		Namespace:       nsObj,
+		LimitRanges:     s.limits.List(ns),
+		SidecarPolicies: s.sidecars.List(ns),
+		Config:          s.cfg,
+	})
+	if !res.Allowed() {
+		return s.reject(ctx, d, res.Status, in.GetReplyTo())
+	}
+	if in.GetDryRun() {
+		return stage.Reply(s.env, in.GetReplyTo(), stage.Success(201, "pods", res.Pod.GetMetadata().GetName()), res.Pod)
+	}
+	next := d.Next(&eventsv1.PodAdmitted{Pod: res.Pod, User: in.GetUser(), ReplyTo: in.GetReplyTo(), Mutations: res.Mutations})
+	_, err = s.env.Bus.Publish(ctx, next)
+	return err
+}
+
+// namespace returns the pod's Namespace from the informer, or from a
+// linearizable read when the informer has not seen it yet (just created).
+func (s *Stage) namespace(ctx context.Context, name string) (*corev1.Namespace, error) {
+	if ns, ok := s.namespaces.Get("", name); ok {
+		return ns, nil
+	}
+	ns, err := objects.Get[*corev1.Namespace](ctx, s.env.Store, "", name)
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil, nil
+	}
+	return ns, err
+}
+
+func (s *Stage) reject(ctx context.Context, d *bus.Delivery, st *corev1.Status, replyTo string) error {
+	if _, err := s.env.Bus.Publish(ctx, d.Next(&eventsv1.PodRejected{Status: st, ReplyTo: replyTo})); err != nil {
+		return err
+	}
+	return stage.Reply(s.env, replyTo, st, nil)
+}
