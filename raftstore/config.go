@@ -1,0 +1,281 @@
+package raftstore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultSubject is the subject prefix the store serves under.
+const DefaultSubject = "podflow.store"
+
+// Peer is one replica of a bootstrap configuration.
+type Peer struct {
+	ID      string
+	Address string // raft TCP address, host:port
+}
+
+// ParsePeers parses "id1=addr1,id2=addr2".
+func ParsePeers(s string) ([]Peer, error) {
+	var out []Peer
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(part, "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("parse peer %q: want id=host:port", part)
+		}
+		out = append(out, Peer{ID: id, Address: addr})
+	}
+	return out, nil
+}
+
+// Config configures one replica (Node).
+type Config struct {
+	// ID is the replica's raft server ID, unique and stable across restarts.
+	ID string
+	// DataDir holds raft.db (log and stable store) and snapshots/.
+	DataDir string
+	// RaftAddr is the TCP address the raft transport binds, host:port; port
+	// 0 picks a free port (see Node.RaftAddr).
+	RaftAddr string
+	// AdvertiseAddr is the address peers dial; defaults to the bound address.
+	AdvertiseAddr string
+	// Bootstrap lists the initial voters (including this replica). It is used
+	// only when DataDir holds no raft state. Leave empty with Join set to
+	// start an empty replica that the cluster adds.
+	Bootstrap []Peer
+	// Join, when DataDir holds no raft state, asks the current leader over
+	// NATS to add this replica as a voter during Start.
+	Join bool
+
+	// Conn is the NATS connection the replica serves on. The caller owns it.
+	Conn *nats.Conn
+	// Subject is the subject prefix (default DefaultSubject).
+	Subject string
+
+	// HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout and CommitTimeout
+	// are raft's timing parameters; short values (200 ms) suit tests on
+	// loopback, the defaults (1 s / 1 s / 500 ms / 50 ms) suit hosts.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// MaxAppendEntries bounds the entries per AppendEntries RPC and the size
+	// of an FSM batch (raft's limit is 1024).
+	MaxAppendEntries int
+	// SnapshotInterval and SnapshotThreshold: raft checks every interval
+	// whether more than threshold entries were appended since the last
+	// snapshot. TrailingLogs entries are kept after a snapshot so slow
+	// followers catch up from the log. SnapshotRetain snapshots are kept on
+	// disk.
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	SnapshotRetain    int
+	// NoSync disables fsync of the log store: for throwaway test clusters
+	// only, never with data you want to keep.
+	NoSync bool
+
+	// HistoryRevisions is how many latest revisions of change history are
+	// kept for watches; a watch from an older revision fails with ErrGone.
+	HistoryRevisions int64
+	// DedupEntries is how many write results are remembered by idempotency
+	// key, so a retried write is applied at most once.
+	DedupEntries int
+	// ApplyTimeout bounds how long a write waits to be enqueued into raft.
+	ApplyTimeout time.Duration
+	// MaxInFlight bounds the requests served concurrently by this replica.
+	MaxInFlight int
+	// WatchHeartbeat is the interval of watch heartbeats; a watcher that
+	// misses WatchMissedHeartbeats in a row is dropped.
+	WatchHeartbeat        time.Duration
+	WatchMissedHeartbeats int
+	// WatchBatch is the maximum number of events per watch message.
+	WatchBatch int
+
+	// LogOutput receives raft's log (default os.Stderr; io.Discard to mute).
+	LogOutput io.Writer
+	// LogLevel is raft's hclog level name (default "warn").
+	LogLevel string
+}
+
+// DefaultConfig returns a Config with production defaults; callers set ID,
+// DataDir, RaftAddr, Conn and Bootstrap or Join.
+func DefaultConfig() Config {
+	return Config{
+		Subject:               DefaultSubject,
+		HeartbeatTimeout:      1000 * time.Millisecond,
+		ElectionTimeout:       1000 * time.Millisecond,
+		LeaderLeaseTimeout:    500 * time.Millisecond,
+		CommitTimeout:         50 * time.Millisecond,
+		MaxAppendEntries:      256,
+		SnapshotInterval:      30 * time.Second,
+		SnapshotThreshold:     16384,
+		TrailingLogs:          10240,
+		SnapshotRetain:        2,
+		HistoryRevisions:      100_000,
+		DedupEntries:          100_000,
+		ApplyTimeout:          5 * time.Second,
+		MaxInFlight:           1024,
+		WatchHeartbeat:        time.Second,
+		WatchMissedHeartbeats: 3,
+		WatchBatch:            256,
+		LogOutput:             os.Stderr,
+		LogLevel:              "warn",
+	}
+}
+
+// Validate checks the Config, all problems at once.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.ID == "" {
+		add("ID is required")
+	}
+	if c.DataDir == "" {
+		add("DataDir is required")
+	}
+	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+		add("RaftAddr %q: %w", c.RaftAddr, err)
+	}
+	if c.Conn == nil {
+		add("Conn is required")
+	}
+	if c.Subject == "" || strings.ContainsAny(c.Subject, " *>") {
+		add("Subject %q must be a literal subject prefix", c.Subject)
+	}
+	seen := map[string]bool{}
+	self := false
+	for _, p := range c.Bootstrap {
+		if p.ID == "" || p.Address == "" {
+			add("Bootstrap peer %q/%q needs an ID and an address", p.ID, p.Address)
+		}
+		if seen[p.ID] {
+			add("Bootstrap peer %q listed twice", p.ID)
+		}
+		seen[p.ID] = true
+		self = self || p.ID == c.ID
+	}
+	if len(c.Bootstrap) > 0 && !self {
+		add("Bootstrap does not include this replica %q", c.ID)
+	}
+	if len(c.Bootstrap) > 0 && c.Join {
+		add("Bootstrap and Join are exclusive")
+	}
+	if c.HistoryRevisions < 1 {
+		add("HistoryRevisions (%d) must be at least 1", c.HistoryRevisions)
+	}
+	if c.DedupEntries < 1 {
+		add("DedupEntries (%d) must be at least 1", c.DedupEntries)
+	}
+	if c.ApplyTimeout <= 0 {
+		add("ApplyTimeout (%s) must be positive", c.ApplyTimeout)
+	}
+	if c.MaxInFlight < 1 {
+		add("MaxInFlight (%d) must be at least 1", c.MaxInFlight)
+	}
+	if c.WatchHeartbeat <= 0 || c.WatchMissedHeartbeats < 1 || c.WatchBatch < 1 {
+		add("WatchHeartbeat (%s), WatchMissedHeartbeats (%d) and WatchBatch (%d) must be positive", c.WatchHeartbeat, c.WatchMissedHeartbeats, c.WatchBatch)
+	}
+	if c.SnapshotRetain < 1 {
+		add("SnapshotRetain (%d) must be at least 1", c.SnapshotRetain)
+	}
+	if len(errs) == 0 {
+		if err := raft.ValidateConfig(c.raftConfig()); err != nil {
+			add("raft: %w", err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) raftConfig() *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.ID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.MaxAppendEntries = c.MaxAppendEntries
+	rc.BatchApplyCh = true
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.TrailingLogs = c.TrailingLogs
+	return rc
+}
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// Subject is the store's subject prefix (default DefaultSubject).
+	Subject string
+	// Timeout bounds a call whose context has no deadline.
+	Timeout time.Duration
+	// AttemptTimeout bounds one request-reply attempt; a write attempt that
+	// times out is retried with the same idempotency key.
+	AttemptTimeout time.Duration
+	// RetryBackoffMin and RetryBackoffMax bound the exponential backoff
+	// between attempts (with jitter).
+	RetryBackoffMin time.Duration
+	RetryBackoffMax time.Duration
+	// WatchHeartbeatTimeout is how long a watch waits for any message
+	// (events or heartbeat) before it resumes on another replica.
+	WatchHeartbeatTimeout time.Duration
+	// WatchBuffer is the capacity of a watch's Events channel.
+	WatchBuffer int
+}
+
+// DefaultClientConfig returns the client defaults.
+func DefaultClientConfig() ClientConfig {
+	return ClientConfig{
+		Subject:               DefaultSubject,
+		Timeout:               10 * time.Second,
+		AttemptTimeout:        2 * time.Second,
+		RetryBackoffMin:       10 * time.Millisecond,
+		RetryBackoffMax:       500 * time.Millisecond,
+		WatchHeartbeatTimeout: 4 * time.Second,
+		WatchBuffer:           1024,
+	}
+}
+
+// Validate checks the ClientConfig.
+func (c ClientConfig) Validate() error {
+	var errs []error
+	if c.Subject == "" || strings.ContainsAny(c.Subject, " *>") {
+		errs = append(errs, fmt.Errorf("Subject %q must be a literal subject prefix", c.Subject))
+	}
+	if c.Timeout <= 0 || c.AttemptTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("Timeout (%s) and AttemptTimeout (%s) must be positive", c.Timeout, c.AttemptTimeout))
+	}
+	if c.RetryBackoffMin <= 0 || c.RetryBackoffMax < c.RetryBackoffMin {
+		errs = append(errs, fmt.Errorf("RetryBackoffMin (%s) must be positive and at most RetryBackoffMax (%s)", c.RetryBackoffMin, c.RetryBackoffMax))
+	}
+	if c.WatchHeartbeatTimeout <= 0 || c.WatchBuffer < 1 {
+		errs = append(errs, fmt.Errorf("WatchHeartbeatTimeout (%s) and WatchBuffer (%d) must be positive", c.WatchHeartbeatTimeout, c.WatchBuffer))
+	}
+	return errors.Join(errs...)
+}
+
+// subjects are the NATS subjects of one store.
+type subjects struct {
+	write, read, stale, watch, admin, status string
+}
+
+func subjectsFor(prefix string) subjects {
+	return subjects{
+		write:  prefix + ".write",  // leader only
+		read:   prefix + ".read",   // leader only: linearizable reads
+		stale:  prefix + ".stale",  // every replica, queue group
+		watch:  prefix + ".watch",  // every replica, queue group
+		admin:  prefix + ".admin",  // leader only: membership
+		status: prefix + ".status", // every replica, no queue: scatter-gather
+	}
+}

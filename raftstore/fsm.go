@@ -1,0 +1,383 @@
+package raftstore
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/podflow/podflow/proto/storev1"
+	"google.golang.org/protobuf/encoding/protodelim"
+	"google.golang.org/protobuf/proto"
+)
+
+// fsm is the replicated state machine: the key space, the global revision,
+// a bounded history of changes for watches, and a bounded window of write
+// results by idempotency key.
+//
+// Concurrency: raft calls ApplyBatch, Apply, Snapshot and Restore from one
+// goroutine; readers (reads, watches, status) take mu.RLock. Stored KeyValue
+// and Event messages are immutable once stored, so readers may keep pointers
+// to them after releasing the lock.
+type fsm struct {
+	historyRevisions int64 // keep the changes of this many latest revisions
+	dedupEntries     int   // remember this many write results
+
+	mu         sync.RWMutex
+	kvs        map[string]*storev1.KeyValue
+	keys       []string // sorted
+	rev        int64
+	compactRev int64            // history holds every event with revision > compactRev
+	history    []*storev1.Event // ascending revision
+	dedup      map[string]*storev1.WriteResult
+	dedupOrder []string // FIFO of dedup keys, oldest first
+	dedupHead  int      // index of the oldest live entry in dedupOrder
+	changed    chan struct{}
+}
+
+var _ raft.BatchingFSM = (*fsm)(nil)
+
+func newFSM(historyRevisions int64, dedupEntries int) *fsm {
+	f := &fsm{historyRevisions: historyRevisions, dedupEntries: dedupEntries}
+	f.reset()
+	return f
+}
+
+func (f *fsm) reset() {
+	f.kvs = make(map[string]*storev1.KeyValue)
+	f.keys = nil
+	f.rev, f.compactRev = 0, 0
+	f.history = nil
+	f.dedup = make(map[string]*storev1.WriteResult)
+	f.dedupOrder, f.dedupHead = nil, 0
+	if f.changed == nil {
+		f.changed = make(chan struct{})
+	}
+}
+
+// Apply implements raft.FSM.
+func (f *fsm) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch implements raft.BatchingFSM: one lock and one watcher wake-up per
+// batch. Each LogCommand yields a *storev1.WriteResult.
+func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	f.mu.Lock()
+	before := f.rev
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		var cmd storev1.Command
+		if err := proto.Unmarshal(l.Data, &cmd); err != nil {
+			out[i] = &storev1.WriteResult{Revision: f.rev, Error: toWire(newError(storev1.Code_CODE_INVALID, "", "undecodable command at index %d: %v", l.Index, err))}
+			continue
+		}
+		out[i] = f.applyCommand(&cmd)
+	}
+	if f.rev != before {
+		f.compact()
+		close(f.changed)
+		f.changed = make(chan struct{})
+	}
+	f.mu.Unlock()
+	return out
+}
+
+func (f *fsm) applyCommand(cmd *storev1.Command) *storev1.WriteResult {
+	if cmd.IdempotencyKey != "" {
+		if r, ok := f.dedup[cmd.IdempotencyKey]; ok {
+			return r
+		}
+	}
+	r := f.txn(cmd)
+	if cmd.IdempotencyKey != "" {
+		f.remember(cmd.IdempotencyKey, r)
+	}
+	return r
+}
+
+// txn applies cmd if every compare holds. A successful txn that changes
+// nothing (only deletes of missing keys) does not bump the revision.
+func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
+	for _, c := range cmd.Compares {
+		var have int64
+		if kv := f.kvs[c.Key]; kv != nil {
+			have = kv.ModRevision
+		}
+		ok := false
+		switch {
+		case c.ModRevision == 0:
+			ok = have == 0
+		case c.ModRevision == -1:
+			ok = have != 0
+		default:
+			ok = have == c.ModRevision
+		}
+		if !ok {
+			return &storev1.WriteResult{Revision: f.rev, Error: toWire(compareError(cmd.Kind, c.Key, c.ModRevision, have))}
+		}
+	}
+	rev := f.rev + 1
+	changed := false
+	for _, op := range cmd.Ops {
+		prev := f.kvs[op.Key]
+		switch op.Type {
+		case storev1.OpType_OP_TYPE_PUT:
+			kv := &storev1.KeyValue{Key: op.Key, Value: op.Value, CreateRevision: rev, ModRevision: rev}
+			if prev != nil {
+				kv.CreateRevision = prev.CreateRevision
+			} else {
+				f.insertKey(op.Key)
+			}
+			f.kvs[op.Key] = kv
+			f.history = append(f.history, &storev1.Event{Type: storev1.EventType_EVENT_TYPE_PUT, Kv: kv, Revision: rev})
+			changed = true
+		case storev1.OpType_OP_TYPE_DELETE:
+			if prev == nil {
+				continue
+			}
+			delete(f.kvs, op.Key)
+			f.removeKey(op.Key)
+			kv := &storev1.KeyValue{Key: op.Key, Value: prev.Value, CreateRevision: prev.CreateRevision, ModRevision: rev}
+			f.history = append(f.history, &storev1.Event{Type: storev1.EventType_EVENT_TYPE_DELETE, Kv: kv, Revision: rev})
+			changed = true
+		}
+	}
+	if changed {
+		f.rev = rev
+	}
+	return &storev1.WriteResult{Revision: f.rev}
+}
+
+// compareError names a failed compare the way the caller's operation expects.
+func compareError(kind storev1.WriteKind, key string, want, have int64) *Error {
+	switch {
+	case kind == storev1.WriteKind_WRITE_KIND_CREATE:
+		return newError(storev1.Code_CODE_ALREADY_EXISTS, key, "key already exists at revision %d", have)
+	case kind != storev1.WriteKind_WRITE_KIND_TXN && have == 0:
+		return newError(storev1.Code_CODE_NOT_FOUND, key, "key not found")
+	case want == 0:
+		return newError(storev1.Code_CODE_CONFLICT, key, "compare failed: key exists at revision %d, want absent", have)
+	case have == 0:
+		return newError(storev1.Code_CODE_CONFLICT, key, "compare failed: key absent, want revision %d", want)
+	default:
+		return newError(storev1.Code_CODE_CONFLICT, key, "compare failed: key at revision %d, want %d", have, want)
+	}
+}
+
+func (f *fsm) insertKey(k string) {
+	if n := len(f.keys); n == 0 || f.keys[n-1] < k {
+		f.keys = append(f.keys, k)
+		return
+	}
+	i := sort.SearchStrings(f.keys, k)
+	f.keys = slices.Insert(f.keys, i, k)
+}
+
+func (f *fsm) removeKey(k string) {
+	i := sort.SearchStrings(f.keys, k)
+	if i < len(f.keys) && f.keys[i] == k {
+		f.keys = slices.Delete(f.keys, i, i+1)
+	}
+}
+
+// compact drops history older than historyRevisions, in chunks of an eighth
+// of the window so that trimming is amortised.
+func (f *fsm) compact() {
+	if f.rev-f.compactRev <= f.historyRevisions+f.historyRevisions/8 {
+		return
+	}
+	f.compactRev = f.rev - f.historyRevisions
+	i := sort.Search(len(f.history), func(i int) bool { return f.history[i].Revision > f.compactRev })
+	f.history = slices.Clone(f.history[i:])
+}
+
+func (f *fsm) remember(key string, r *storev1.WriteResult) {
+	f.dedup[key] = r
+	f.dedupOrder = append(f.dedupOrder, key)
+	for len(f.dedupOrder)-f.dedupHead > f.dedupEntries {
+		delete(f.dedup, f.dedupOrder[f.dedupHead])
+		f.dedupOrder[f.dedupHead] = ""
+		f.dedupHead++
+	}
+	if f.dedupHead > 1024 && f.dedupHead > len(f.dedupOrder)/2 {
+		f.dedupOrder = slices.Clone(f.dedupOrder[f.dedupHead:])
+		f.dedupHead = 0
+	}
+}
+
+// get returns the key's current KeyValue (nil if missing) and the revision.
+func (f *fsm) get(key string) (*storev1.KeyValue, int64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.kvs[key], f.rev
+}
+
+// list returns up to limit (0: all) keys with prefix, sorted, starting after
+// the key after (if not empty), the revision, and whether more remain.
+func (f *fsm) list(prefix, after string, limit int) ([]*storev1.KeyValue, int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	start := prefix
+	if after != "" && after >= prefix {
+		start = after + "\x00"
+	}
+	var out []*storev1.KeyValue
+	for i := sort.SearchStrings(f.keys, start); i < len(f.keys) && strings.HasPrefix(f.keys[i], prefix); i++ {
+		if limit > 0 && len(out) == limit {
+			return out, f.rev, true
+		}
+		out = append(out, f.kvs[f.keys[i]])
+	}
+	return out, f.rev, false
+}
+
+// revisions returns the current and compacted revisions.
+func (f *fsm) revisions() (rev, compactRev int64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.rev, f.compactRev
+}
+
+// eventsAfter returns up to max events (and about maxBytes) with revision >
+// from whose key has prefix, the revision the scan covered, and a channel
+// closed at the next change. It fails with ErrGone when from is older than
+// the compacted revision. A batch never splits a revision's events.
+func (f *fsm) eventsAfter(prefix string, from int64, max, maxBytes int) ([]*storev1.Event, int64, <-chan struct{}, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if from < f.compactRev {
+		return nil, 0, nil, newError(storev1.Code_CODE_GONE, "", "revision %d is compacted (oldest watchable %d)", from, f.compactRev)
+	}
+	i := sort.Search(len(f.history), func(i int) bool { return f.history[i].Revision > from })
+	var out []*storev1.Event
+	covered, size := f.rev, 0
+	for ; i < len(f.history); i++ {
+		e := f.history[i]
+		if (len(out) >= max || size >= maxBytes) && e.Revision != out[len(out)-1].Revision {
+			covered = out[len(out)-1].Revision
+			break
+		}
+		if strings.HasPrefix(e.Kv.Key, prefix) {
+			out = append(out, e)
+			size += len(e.Kv.Key) + len(e.Kv.Value) + 32
+		}
+	}
+	return out, covered, f.changed, nil
+}
+
+// Snapshot implements raft.FSM. It captures pointers to the immutable
+// records; Persist encodes them while Apply carries on.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := &fsmSnapshot{
+		header: &storev1.SnapshotHeader{Revision: f.rev, CompactRevision: f.compactRev},
+		kvs:    make([]*storev1.KeyValue, len(f.keys)),
+		events: slices.Clone(f.history),
+	}
+	for i, k := range f.keys {
+		s.kvs[i] = f.kvs[k]
+	}
+	for _, k := range f.dedupOrder[f.dedupHead:] {
+		s.dedup = append(s.dedup, &storev1.SnapshotDedup{IdempotencyKey: k, Result: f.dedup[k]})
+	}
+	s.header.KeyCount = uint64(len(s.kvs))
+	s.header.HistoryCount = uint64(len(s.events))
+	s.header.DedupCount = uint64(len(s.dedup))
+	return s, nil
+}
+
+type fsmSnapshot struct {
+	header *storev1.SnapshotHeader
+	kvs    []*storev1.KeyValue
+	events []*storev1.Event
+	dedup  []*storev1.SnapshotDedup
+}
+
+// Persist implements raft.FSMSnapshot.
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.write(sink); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) write(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 256<<10)
+	put := func(m proto.Message) error { _, err := protodelim.MarshalTo(bw, m); return err }
+	if err := put(s.header); err != nil {
+		return err
+	}
+	for _, kv := range s.kvs {
+		if err := put(kv); err != nil {
+			return err
+		}
+	}
+	for _, e := range s.events {
+		if err := put(e); err != nil {
+			return err
+		}
+	}
+	for _, d := range s.dedup {
+		if err := put(d); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// Release implements raft.FSMSnapshot.
+func (s *fsmSnapshot) Release() {}
+
+// Restore implements raft.FSM: it replaces all state with the snapshot's.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	r := bufio.NewReaderSize(rc, 256<<10)
+	opts := protodelim.UnmarshalOptions{MaxSize: -1}
+	var h storev1.SnapshotHeader
+	if err := opts.UnmarshalFrom(r, &h); err != nil {
+		return fmt.Errorf("restore snapshot header: %w", err)
+	}
+	n := newFSM(f.historyRevisions, f.dedupEntries)
+	n.rev, n.compactRev = h.Revision, h.CompactRevision
+	n.keys = make([]string, 0, h.KeyCount)
+	for i := uint64(0); i < h.KeyCount; i++ {
+		kv := &storev1.KeyValue{}
+		if err := opts.UnmarshalFrom(r, kv); err != nil {
+			return fmt.Errorf("restore snapshot key %d: %w", i, err)
+		}
+		n.kvs[kv.Key] = kv
+		n.keys = append(n.keys, kv.Key)
+	}
+	n.history = make([]*storev1.Event, 0, h.HistoryCount)
+	for i := uint64(0); i < h.HistoryCount; i++ {
+		e := &storev1.Event{}
+		if err := opts.UnmarshalFrom(r, e); err != nil {
+			return fmt.Errorf("restore snapshot event %d: %w", i, err)
+		}
+		n.history = append(n.history, e)
+	}
+	for i := uint64(0); i < h.DedupCount; i++ {
+		d := &storev1.SnapshotDedup{}
+		if err := opts.UnmarshalFrom(r, d); err != nil {
+			return fmt.Errorf("restore snapshot dedup %d: %w", i, err)
+		}
+		n.remember(d.IdempotencyKey, d.Result)
+	}
+	n.compact()
+
+	f.mu.Lock()
+	f.kvs, f.keys, f.rev, f.compactRev, f.history = n.kvs, n.keys, n.rev, n.compactRev, n.history
+	f.dedup, f.dedupOrder, f.dedupHead = n.dedup, n.dedupOrder, n.dedupHead
+	close(f.changed)
+	f.changed = make(chan struct{})
+	f.mu.Unlock()
+	return nil
+}

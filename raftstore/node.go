@@ -1,0 +1,685 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/podflow/podflow/proto/storev1"
+	"google.golang.org/protobuf/proto"
+)
+
+// queueGroup is the NATS queue group of the subjects every replica serves.
+const queueGroup = "raftstore"
+
+// Node is one store replica: a raft server over a bolt log, serving the
+// store's NATS subjects. Create it with NewNode, run it with Start and stop
+// it with Shutdown.
+type Node struct {
+	cfg  Config
+	subj subjects
+	fsm  *fsm
+	log  hclog.Logger
+
+	store  *raftboltdb.BoltStore
+	trans  *raft.NetworkTransport
+	raft   *raft.Raft
+	ctx    context.Context // cancelled by Shutdown
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the node starts
+	sem    chan struct{}  // bounds in-flight requests
+	verify *verifier
+
+	mu         sync.Mutex
+	subs       []*nats.Subscription // served by every replica
+	leaderSubs []*nats.Subscription // served while leader
+	// servingTerm is the term in which this replica, as leader, completed a
+	// Barrier (so its state holds every earlier committed write); 0 when it
+	// is not serving leader subjects.
+	servingTerm atomic.Uint64
+
+	started  atomic.Bool
+	shutdown atomic.Bool
+}
+
+// NewNode validates cfg and returns an unstarted Node.
+func NewNode(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("raftstore: invalid config: %w", err)
+	}
+	out := cfg.LogOutput
+	if out == nil {
+		out = os.Stderr
+	}
+	level := cfg.LogLevel
+	if level == "" {
+		level = "warn"
+	}
+	return &Node{
+		cfg:  cfg,
+		subj: subjectsFor(cfg.Subject),
+		fsm:  newFSM(cfg.HistoryRevisions, cfg.DedupEntries),
+		log:  hclog.New(&hclog.LoggerOptions{Name: "raftstore/" + cfg.ID, Output: out, Level: hclog.LevelFromString(level)}),
+		sem:  make(chan struct{}, cfg.MaxInFlight),
+	}, nil
+}
+
+// Start opens the data directory, starts raft (bootstrapping a new cluster
+// from Config.Bootstrap when the directory is empty), serves the store's
+// subjects, and with Config.Join asks the cluster to add this replica. ctx
+// bounds the start-up only; the node runs until Shutdown.
+func (n *Node) Start(ctx context.Context) (err error) {
+	if !n.started.CompareAndSwap(false, true) {
+		return errors.New("raftstore: node already started")
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			_ = n.Shutdown()
+		}
+	}()
+	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("raftstore: create data dir %q: %w", n.cfg.DataDir, err)
+	}
+	n.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(n.cfg.DataDir, "raft.db"), NoSync: n.cfg.NoSync})
+	if err != nil {
+		return fmt.Errorf("raftstore: open log store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, n.cfg.SnapshotRetain, n.log.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("raftstore: open snapshot store: %w", err)
+	}
+	var advertise net.Addr
+	if n.cfg.AdvertiseAddr != "" {
+		if advertise, err = net.ResolveTCPAddr("tcp", n.cfg.AdvertiseAddr); err != nil {
+			return fmt.Errorf("raftstore: advertise address %q: %w", n.cfg.AdvertiseAddr, err)
+		}
+	}
+	n.trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, advertise, 4, 10*time.Second, n.log.Named("transport"))
+	if err != nil {
+		return fmt.Errorf("raftstore: raft transport on %q: %w", n.cfg.RaftAddr, err)
+	}
+	existing, err := raft.HasExistingState(n.store, n.store, snaps)
+	if err != nil {
+		return fmt.Errorf("raftstore: inspect raft state: %w", err)
+	}
+	rc := n.cfg.raftConfig()
+	rc.Logger = n.log.Named("raft")
+	if !existing && len(n.cfg.Bootstrap) > 0 {
+		var conf raft.Configuration
+		for _, p := range n.cfg.Bootstrap {
+			addr := p.Address
+			if p.ID == n.cfg.ID {
+				addr = string(n.trans.LocalAddr())
+			}
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(addr)})
+		}
+		if err := raft.BootstrapCluster(rc, n.store, n.store, snaps, n.trans, conf); err != nil {
+			return fmt.Errorf("raftstore: bootstrap: %w", err)
+		}
+	}
+	logs, err := raft.NewLogCache(4096, n.store)
+	if err != nil {
+		return fmt.Errorf("raftstore: log cache: %w", err)
+	}
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, n.trans)
+	if err != nil {
+		return fmt.Errorf("raftstore: start raft: %w", err)
+	}
+	n.verify = &verifier{r: n.raft, goFunc: n.goFunc}
+
+	for _, s := range []struct {
+		subject, queue string
+		h              func(*nats.Msg)
+	}{
+		{n.subj.stale, queueGroup, n.async(n.handleStaleRead)},
+		{n.subj.watch, queueGroup, n.async(n.handleWatch)},
+		{n.subj.status, "", n.handleStatus},
+	} {
+		sub, err := n.cfg.Conn.QueueSubscribe(s.subject, s.queue, s.h)
+		if err != nil {
+			return fmt.Errorf("raftstore: subscribe %q: %w", s.subject, err)
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		n.mu.Lock()
+		n.subs = append(n.subs, sub)
+		n.mu.Unlock()
+	}
+	n.goFunc(n.leadership)
+
+	if n.cfg.Join && !existing {
+		if err := n.join(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// join asks the leader to add this replica as a voter, retrying until it
+// succeeds or ctx ends.
+func (n *Node) join(ctx context.Context) error {
+	c, err := NewClient(n.cfg.Conn, ClientConfig{
+		Subject: n.cfg.Subject, Timeout: time.Minute, AttemptTimeout: 5 * time.Second,
+		RetryBackoffMin: 50 * time.Millisecond, RetryBackoffMax: time.Second,
+		WatchHeartbeatTimeout: time.Second, WatchBuffer: 1,
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.AddVoter(ctx, n.cfg.ID, string(n.trans.LocalAddr())); err != nil {
+		return fmt.Errorf("raftstore: join as %q: %w", n.cfg.ID, err)
+	}
+	return nil
+}
+
+// Shutdown stops serving, ends watches, and stops raft. It is idempotent.
+func (n *Node) Shutdown() error {
+	if !n.started.Load() || !n.shutdown.CompareAndSwap(false, true) {
+		return nil
+	}
+	n.cancel()
+	n.mu.Lock()
+	for _, s := range append(n.subs, n.leaderSubs...) {
+		_ = s.Unsubscribe()
+	}
+	n.subs, n.leaderSubs = nil, nil
+	n.mu.Unlock()
+	n.servingTerm.Store(0)
+	var errs []error
+	if n.raft != nil {
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+		}
+	}
+	n.wg.Wait()
+	if n.trans != nil {
+		if err := n.trans.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close transport: %w", err))
+		}
+	}
+	if n.store != nil {
+		if err := n.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close log store: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// goFunc runs f on a goroutine counted by the node's WaitGroup.
+func (n *Node) goFunc(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// async returns a message handler that serves each message on its own
+// goroutine, at most MaxInFlight at once; when the limit is reached it blocks
+// the subscription, so NATS buffers the excess.
+func (n *Node) async(h func(*nats.Msg)) func(*nats.Msg) {
+	return func(m *nats.Msg) {
+		select {
+		case n.sem <- struct{}{}:
+		case <-n.ctx.Done():
+			return
+		}
+		n.wg.Add(1)
+		go func() {
+			defer func() { <-n.sem; n.wg.Done() }()
+			h(m)
+		}()
+	}
+}
+
+// leadership subscribes to the leader-only subjects after winning an
+// election and completing a Barrier in the new term, and unsubscribes when
+// leadership is lost. It polls as well as listening to LeaderCh, which keeps
+// only the latest value.
+func (n *Node) leadership() {
+	tick := time.NewTicker(min(n.cfg.HeartbeatTimeout/2, 250*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.raft.LeaderCh():
+		case <-tick.C:
+		}
+		term := n.raft.CurrentTerm()
+		leader := n.raft.State() == raft.Leader
+		switch {
+		case leader && n.servingTerm.Load() != term:
+			if err := n.raft.Barrier(n.cfg.ElectionTimeout * 5).Error(); err != nil {
+				n.log.Warn("barrier after election failed", "term", term, "error", err)
+				continue
+			}
+			if n.raft.CurrentTerm() != term {
+				continue
+			}
+			n.servingTerm.Store(term)
+			if err := n.subscribeLeader(); err != nil {
+				n.log.Error("subscribe leader subjects", "error", err)
+				n.servingTerm.Store(0)
+			}
+		case !leader && n.servingTerm.Load() != 0:
+			n.servingTerm.Store(0)
+			n.unsubscribeLeader()
+		}
+	}
+}
+
+func (n *Node) subscribeLeader() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.leaderSubs) > 0 || n.shutdown.Load() {
+		return nil
+	}
+	for _, s := range []struct {
+		subject string
+		h       func(*nats.Msg)
+	}{
+		{n.subj.write, n.async(n.handleWrite)},
+		{n.subj.read, n.async(n.handleRead)},
+		{n.subj.admin, n.async(n.handleAdmin)},
+	} {
+		sub, err := n.cfg.Conn.QueueSubscribe(s.subject, queueGroup, s.h)
+		if err != nil {
+			return fmt.Errorf("subscribe %q: %w", s.subject, err)
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		n.leaderSubs = append(n.leaderSubs, sub)
+	}
+	// Make sure the server has the interest before clients are told (by a
+	// NotLeader from the old leader) to retry.
+	return n.cfg.Conn.Flush()
+}
+
+func (n *Node) unsubscribeLeader() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, s := range n.leaderSubs {
+		_ = s.Unsubscribe()
+	}
+	n.leaderSubs = nil
+}
+
+// linearize returns nil when a read served now from local state is
+// linearizable: this replica is the leader of a term in which it completed a
+// Barrier, confirmed by a (coalesced) VerifyLeader that started after the
+// read arrived.
+func (n *Node) linearize(ctx context.Context) error {
+	term := n.raft.CurrentTerm()
+	if n.servingTerm.Load() != term {
+		return ErrNotLeader
+	}
+	if err := n.verify.verify(ctx); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown) {
+			return ErrNotLeader
+		}
+		return newError(storev1.Code_CODE_UNAVAILABLE, "", "verify leader: %v", err)
+	}
+	if n.raft.CurrentTerm() != term {
+		return ErrNotLeader
+	}
+	return nil
+}
+
+// verifier coalesces concurrent VerifyLeader calls: callers that arrive
+// while a round is running join the next round, which starts after it.
+type verifier struct {
+	r      *raft.Raft
+	goFunc func(func())
+
+	mu      sync.Mutex
+	next    *verifyRound
+	running bool
+}
+
+type verifyRound struct {
+	done chan struct{}
+	err  error
+}
+
+func (v *verifier) verify(ctx context.Context) error {
+	v.mu.Lock()
+	if v.next == nil {
+		v.next = &verifyRound{done: make(chan struct{})}
+	}
+	round := v.next
+	if !v.running {
+		v.running = true
+		v.goFunc(v.loop)
+	}
+	v.mu.Unlock()
+	select {
+	case <-round.done:
+		return round.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (v *verifier) loop() {
+	for {
+		v.mu.Lock()
+		round := v.next
+		v.next = nil
+		if round == nil {
+			v.running = false
+			v.mu.Unlock()
+			return
+		}
+		v.mu.Unlock()
+		round.err = v.r.VerifyLeader().Error()
+		close(round.done)
+	}
+}
+
+// requestCtx is the context of one request: the node's lifetime bounded by
+// the apply timeout.
+func (n *Node) requestCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
+}
+
+func (n *Node) respond(m *nats.Msg, resp proto.Message) {
+	if m.Reply == "" {
+		return
+	}
+	data, err := proto.Marshal(resp)
+	if err != nil {
+		n.log.Error("marshal response", "error", err)
+		return
+	}
+	if err := m.Respond(data); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		n.log.Warn("respond", "subject", m.Subject, "error", err)
+	}
+}
+
+func (n *Node) handleWrite(m *nats.Msg) {
+	var cmd storev1.Command
+	if err := proto.Unmarshal(m.Data, &cmd); err != nil {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "decode command: %v", err))})
+		return
+	}
+	if err := validateCommand(&cmd); err != nil {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
+		return
+	}
+	f := n.raft.Apply(m.Data, n.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(applyError(err))})
+		return
+	}
+	res, ok := f.Response().(*storev1.WriteResult)
+	if !ok {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(newError(storev1.Code_CODE_INTERNAL, "", "unexpected apply response %T", f.Response()))})
+		return
+	}
+	n.respond(m, &storev1.WriteResponse{Revision: res.Revision, Error: res.Error})
+}
+
+// applyError classifies a raft.Apply error: NotLeader and an enqueue timeout
+// mean the entry never reached the log (safe to retry); anything else may
+// have been committed.
+func applyError(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
+		return ErrNotLeader
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return newError(storev1.Code_CODE_UNAVAILABLE, "", "apply: %v", err)
+	default:
+		return newError(storev1.Code_CODE_INDETERMINATE, "", "apply: %v", err)
+	}
+}
+
+// maxKeyLen bounds keys, like etcd's practical limits on object names.
+const maxKeyLen = 4096
+
+func validateKey(k string) error {
+	if k == "" {
+		return newError(storev1.Code_CODE_INVALID, "", "empty key")
+	}
+	if len(k) > maxKeyLen {
+		return newError(storev1.Code_CODE_INVALID, k[:64], "key longer than %d bytes", maxKeyLen)
+	}
+	return nil
+}
+
+func validateCommand(c *storev1.Command) error {
+	if c.IdempotencyKey == "" || len(c.IdempotencyKey) > 256 {
+		return newError(storev1.Code_CODE_INVALID, "", "idempotency key must be 1..256 bytes")
+	}
+	for _, cmp := range c.Compares {
+		if err := validateKey(cmp.Key); err != nil {
+			return err
+		}
+		if cmp.ModRevision < -1 {
+			return newError(storev1.Code_CODE_INVALID, cmp.Key, "compare revision %d (want -1, 0 or a revision)", cmp.ModRevision)
+		}
+	}
+	seen := make(map[string]bool, len(c.Ops))
+	for _, op := range c.Ops {
+		if err := validateKey(op.Key); err != nil {
+			return err
+		}
+		if op.Type != storev1.OpType_OP_TYPE_PUT && op.Type != storev1.OpType_OP_TYPE_DELETE {
+			return newError(storev1.Code_CODE_INVALID, op.Key, "op type %v", op.Type)
+		}
+		if seen[op.Key] {
+			return newError(storev1.Code_CODE_INVALID, op.Key, "key appears twice in one txn")
+		}
+		seen[op.Key] = true
+	}
+	return nil
+}
+
+func (n *Node) handleRead(m *nats.Msg)      { n.serveRead(m, true) }
+func (n *Node) handleStaleRead(m *nats.Msg) { n.serveRead(m, false) }
+
+func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
+	var req storev1.ReadRequest
+	if err := proto.Unmarshal(m.Data, &req); err != nil {
+		n.respond(m, &storev1.ReadResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "decode read: %v", err))})
+		return
+	}
+	if !req.Prefix {
+		if err := validateKey(req.Key); err != nil {
+			n.respond(m, &storev1.ReadResponse{Error: toWire(err)})
+			return
+		}
+	}
+	if linearizable {
+		ctx, cancel := n.requestCtx()
+		err := n.linearize(ctx)
+		cancel()
+		if err != nil {
+			n.respond(m, &storev1.ReadResponse{Error: toWire(err)})
+			return
+		}
+	}
+	if !req.Prefix {
+		kv, rev := n.fsm.get(req.Key)
+		if kv == nil {
+			n.respond(m, &storev1.ReadResponse{Revision: rev, Error: toWire(&Error{Code: storev1.Code_CODE_NOT_FOUND, Message: ErrNotFound.Message, Key: req.Key})})
+			return
+		}
+		n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: []*storev1.KeyValue{kv}})
+		return
+	}
+	kvs, rev, more := n.fsm.list(req.Key, req.ContinueAfter, int(req.Limit))
+	n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: kvs, More: more})
+}
+
+func (n *Node) handleAdmin(m *nats.Msg) {
+	var req storev1.AdminRequest
+	if err := proto.Unmarshal(m.Data, &req); err != nil {
+		n.respond(m, &storev1.AdminResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "decode admin: %v", err))})
+		return
+	}
+	timeout := 4 * n.cfg.ElectionTimeout
+	var f raft.IndexFuture
+	switch a := req.Action.(type) {
+	case *storev1.AdminRequest_AddVoter_:
+		if a.AddVoter.Id == "" || a.AddVoter.Address == "" {
+			n.respond(m, &storev1.AdminResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "add voter needs an id and an address"))})
+			return
+		}
+		f = n.raft.AddVoter(raft.ServerID(a.AddVoter.Id), raft.ServerAddress(a.AddVoter.Address), 0, timeout)
+	case *storev1.AdminRequest_RemoveServer_:
+		if a.RemoveServer.Id == "" {
+			n.respond(m, &storev1.AdminResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "remove server needs an id"))})
+			return
+		}
+		f = n.raft.RemoveServer(raft.ServerID(a.RemoveServer.Id), 0, timeout)
+	default:
+		n.respond(m, &storev1.AdminResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "unknown admin action"))})
+		return
+	}
+	if err := f.Error(); err != nil {
+		n.respond(m, &storev1.AdminResponse{Error: toWire(applyError(err))})
+		return
+	}
+	n.respond(m, &storev1.AdminResponse{Index: f.Index()})
+}
+
+func (n *Node) handleStatus(m *nats.Msg) {
+	s := n.Stats()
+	n.respond(m, statusToWire(&s))
+}
+
+// Status is one replica's view of the cluster.
+type Status struct {
+	ID                string
+	Address           string
+	State             string // Leader, Follower, Candidate, Shutdown
+	Term              uint64
+	CommitIndex       uint64
+	AppliedIndex      uint64
+	LastLogIndex      uint64
+	LastSnapshotIndex uint64
+	// LastContact is the time since this replica last heard from the leader
+	// (0 on the leader, -1 if never).
+	LastContact     time.Duration
+	LeaderID        string
+	Revision        int64
+	CompactRevision int64
+	Servers         []ServerInfo // the latest raft configuration
+}
+
+// ServerInfo is one member of the raft configuration.
+type ServerInfo struct {
+	ID       string
+	Address  string
+	Suffrage string // Voter, Nonvoter, Staging
+}
+
+// Stats returns this replica's status.
+func (n *Node) Stats() Status {
+	s := Status{ID: n.cfg.ID, State: raft.Shutdown.String(), LastContact: -1}
+	if n.trans != nil {
+		s.Address = string(n.trans.LocalAddr())
+	}
+	s.Revision, s.CompactRevision = n.fsm.revisions()
+	if n.raft == nil {
+		return s
+	}
+	st := n.raft.Stats()
+	u := func(k string) uint64 { v, _ := strconv.ParseUint(st[k], 10, 64); return v }
+	s.State = n.raft.State().String()
+	s.Term = n.raft.CurrentTerm()
+	s.CommitIndex = n.raft.CommitIndex()
+	s.AppliedIndex = n.raft.AppliedIndex()
+	s.LastLogIndex = n.raft.LastIndex()
+	s.LastSnapshotIndex = u("last_snapshot_index")
+	switch {
+	case n.raft.State() == raft.Leader:
+		s.LastContact = 0
+	case !n.raft.LastContact().IsZero():
+		s.LastContact = time.Since(n.raft.LastContact())
+	}
+	_, id := n.raft.LeaderWithID()
+	s.LeaderID = string(id)
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			s.Servers = append(s.Servers, ServerInfo{ID: string(srv.ID), Address: string(srv.Address), Suffrage: srv.Suffrage.String()})
+		}
+	}
+	return s
+}
+
+func statusToWire(s *Status) *storev1.ReplicaStatus {
+	w := &storev1.ReplicaStatus{
+		Id: s.ID, Address: s.Address, State: s.State, Term: s.Term, CommitIndex: s.CommitIndex,
+		AppliedIndex: s.AppliedIndex, LastLogIndex: s.LastLogIndex, LastSnapshotIndex: s.LastSnapshotIndex,
+		LastContactMs: s.LastContact.Milliseconds(), LeaderId: s.LeaderID, Revision: s.Revision, CompactRevision: s.CompactRevision,
+	}
+	if s.LastContact < 0 {
+		w.LastContactMs = -1
+	}
+	for _, srv := range s.Servers {
+		w.Servers = append(w.Servers, &storev1.Server{Id: srv.ID, Address: srv.Address, Suffrage: srv.Suffrage})
+	}
+	return w
+}
+
+func statusFromWire(w *storev1.ReplicaStatus) *Status {
+	s := &Status{
+		ID: w.Id, Address: w.Address, State: w.State, Term: w.Term, CommitIndex: w.CommitIndex,
+		AppliedIndex: w.AppliedIndex, LastLogIndex: w.LastLogIndex, LastSnapshotIndex: w.LastSnapshotIndex,
+		LastContact: time.Duration(w.LastContactMs) * time.Millisecond, LeaderID: w.LeaderId, Revision: w.Revision, CompactRevision: w.CompactRevision,
+	}
+	if w.LastContactMs < 0 {
+		s.LastContact = -1
+	}
+	for _, srv := range w.Servers {
+		s.Servers = append(s.Servers, ServerInfo{ID: srv.Id, Address: srv.Address, Suffrage: srv.Suffrage})
+	}
+	return s
+}
+
+// ID returns the replica's server ID.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// RaftAddr returns the raft transport's address (valid after Start).
+func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
+
+// IsLeader reports whether this replica is the leader serving the
+// leader-only subjects.
+func (n *Node) IsLeader() bool { return n.servingTerm.Load() != 0 && n.raft.State() == raft.Leader }
+
+// LocalGet reads key from this replica's local state (no leader check), for
+// tests and tools. It returns nil when the key is missing, and the revision.
+func (n *Node) LocalGet(key string) (*KV, int64) {
+	kv, rev := n.fsm.get(key)
+	return kvFromWire(kv), rev
+}
+
+// LocalList lists prefix from this replica's local state (no leader check).
+func (n *Node) LocalList(prefix string) ([]*KV, int64) {
+	kvs, rev, _ := n.fsm.list(prefix, "", 0)
+	out := make([]*KV, len(kvs))
+	for i, kv := range kvs {
+		out[i] = kvFromWire(kv)
+	}
+	return out, rev
+}
+
+// Snapshot forces a raft snapshot now.
+func (n *Node) Snapshot() error {
+	if err := n.raft.Snapshot().Error(); err != nil {
+		return fmt.Errorf("raftstore: snapshot: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+package raftstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
+)
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestCRUD(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 3)
+	cl := c.Client(t)
+	ctx := testCtx(t)
+
+	const key = "/registry/pods/default/web"
+	if _, err := cl.Get(ctx, key); !errors.Is(err, raftstore.ErrNotFound) {
+		t.Fatalf("Get missing: got %v, want ErrNotFound", err)
+	}
+	r1, err := cl.Create(ctx, key, []byte("v1"))
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if _, err := cl.Create(ctx, key, []byte("again")); !errors.Is(err, raftstore.ErrAlreadyExists) {
+		t.Fatalf("Create existing: got %v, want ErrAlreadyExists", err)
+	}
+	kv, err := cl.Get(ctx, key)
+	if err != nil || string(kv.Value) != "v1" || kv.CreateRevision != r1 || kv.ModRevision != r1 {
+		t.Fatalf("Get = %+v, %v; want v1 at %d", kv, err, r1)
+	}
+	r2, err := cl.Update(ctx, key, []byte("v2"), r1)
+	if err != nil || r2 <= r1 {
+		t.Fatalf("Update = %d, %v; want a revision > %d", r2, err, r1)
+	}
+	_, err = cl.Update(ctx, key, []byte("stale"), r1)
+	var se *raftstore.Error
+	if !errors.Is(err, raftstore.ErrConflict) || !errors.As(err, &se) || se.Key != key {
+		t.Fatalf("stale Update: got %v, want ErrConflict naming %q", err, key)
+	}
+	if _, err := cl.Update(ctx, "/registry/pods/default/none", []byte("x"), 1); !errors.Is(err, raftstore.ErrNotFound) {
+		t.Fatalf("Update missing: got %v, want ErrNotFound", err)
+	}
+	kv, err = cl.Get(ctx, key, raftstore.Stale())
+	if err != nil || kv.CreateRevision != r1 || kv.ModRevision < r1 {
+		t.Fatalf("stale Get = %+v, %v", kv, err)
+	}
+	if _, err := cl.Delete(ctx, key, r1); !errors.Is(err, raftstore.ErrConflict) {
+		t.Fatalf("Delete stale: got %v, want ErrConflict", err)
+	}
+	r3, err := cl.Delete(ctx, key, r2)
+	if err != nil || r3 <= r2 {
+		t.Fatalf("Delete = %d, %v", r3, err)
+	}
+	if _, err := cl.Delete(ctx, key, 0); !errors.Is(err, raftstore.ErrNotFound) {
+		t.Fatalf("Delete missing: got %v, want ErrNotFound", err)
+	}
+	if _, err := cl.Create(ctx, "", nil); !errors.Is(err, raftstore.ErrInvalid) {
+		t.Fatalf("Create empty key: got %v, want ErrInvalid", err)
+	}
+	r4, err := cl.Create(ctx, key, []byte("v3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv, _ := cl.Get(ctx, key); kv.CreateRevision != r4 {
+		t.Fatalf("re-created key has CreateRevision %d, want %d", kv.CreateRevision, r4)
+	}
+}
+
+func TestListAndPagination(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 3)
+	cl := c.Client(t)
+	ctx := testCtx(t)
+	for i := range 25 {
+		if _, err := cl.Create(ctx, fmt.Sprintf("/registry/pods/ns1/p%02d", i), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := cl.Create(ctx, "/registry/pods/ns2/other", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs, rev, err := cl.List(ctx, "/registry/pods/ns1/")
+	if err != nil || len(kvs) != 25 || rev != last {
+		t.Fatalf("List = %d keys at %d, %v; want 25 at %d", len(kvs), rev, err, last)
+	}
+	for i, kv := range kvs {
+		if want := fmt.Sprintf("/registry/pods/ns1/p%02d", i); kv.Key != want {
+			t.Fatalf("key %d = %q, want %q", i, kv.Key, want)
+		}
+	}
+	var paged []string
+	after := ""
+	for {
+		page, _, err := cl.List(ctx, "/registry/pods/ns1/", raftstore.WithLimit(10), raftstore.WithContinue(after), raftstore.Stale())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 10 {
+			t.Fatalf("page of %d keys with limit 10", len(page))
+		}
+		for _, kv := range page {
+			paged = append(paged, kv.Key)
+		}
+		if len(page) < 10 {
+			break
+		}
+		after = page[len(page)-1].Key
+	}
+	if len(paged) != 25 || paged[24] != "/registry/pods/ns1/p24" {
+		t.Fatalf("paged list = %v", paged)
+	}
+}
+
+func TestTxn(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 3)
+	cl := c.Client(t)
+	ctx := testCtx(t)
+	pod, node := "/registry/pods/default/p", "/registry/allocations/n1"
+	rp, _ := cl.Create(ctx, pod, []byte("unbound"))
+	rn, _ := cl.Create(ctx, node, []byte("cpu=0"))
+
+	rev, err := cl.Txn(ctx, raftstore.Txn{
+		Compares: []raftstore.Compare{{Key: pod, ModRevision: rp}, {Key: node, ModRevision: rn}, {Key: "/absent", ModRevision: 0}},
+		Ops:      []raftstore.Op{{Type: raftstore.OpPut, Key: pod, Value: []byte("bound")}, {Type: raftstore.OpPut, Key: node, Value: []byte("cpu=1")}, {Type: raftstore.OpDelete, Key: "/absent"}},
+	})
+	if err != nil {
+		t.Fatalf("Txn: %v", err)
+	}
+	for _, k := range []string{pod, node} {
+		if kv, err := cl.Get(ctx, k); err != nil || kv.ModRevision != rev {
+			t.Fatalf("%s = %+v, %v; want ModRevision %d (one revision for the txn)", k, kv, err, rev)
+		}
+	}
+	// A failing compare applies nothing and names the key.
+	_, err = cl.Txn(ctx, raftstore.Txn{
+		Compares: []raftstore.Compare{{Key: pod, ModRevision: -1}, {Key: node, ModRevision: rn}},
+		Ops:      []raftstore.Op{{Type: raftstore.OpDelete, Key: pod}},
+	})
+	var se *raftstore.Error
+	if !errors.Is(err, raftstore.ErrConflict) || !errors.As(err, &se) || se.Key != node {
+		t.Fatalf("Txn with a stale compare: got %v, want ErrConflict naming %q", err, node)
+	}
+	if _, err := cl.Get(ctx, pod); err != nil {
+		t.Fatalf("pod deleted by a failed txn: %v", err)
+	}
+	// Only no-op deletes: succeeds without a new revision.
+	r2, err := cl.Txn(ctx, raftstore.Txn{Ops: []raftstore.Op{{Type: raftstore.OpDelete, Key: "/nothing"}}})
+	if err != nil || r2 != rev {
+		t.Fatalf("no-op txn = %d, %v; want %d", r2, err, rev)
+	}
+	if _, err := cl.Txn(ctx, raftstore.Txn{Ops: []raftstore.Op{{Type: raftstore.OpPut, Key: pod}, {Type: raftstore.OpDelete, Key: pod}}}); !errors.Is(err, raftstore.ErrInvalid) {
+		t.Fatalf("txn touching a key twice: got %v, want ErrInvalid", err)
+	}
+}

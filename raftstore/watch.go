@@ -1,0 +1,189 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/podflow/podflow/proto/storev1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Watch is a stream of the changes under a prefix. It resumes by itself on
+// another replica when its replica dies or a message is lost, from the last
+// revision it delivered, so Events carries every change in revision order
+// with no gaps and no duplicates until it is closed.
+type Watch struct {
+	c      *Client
+	prefix string
+	events chan WatchEvent
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // set before events is closed
+
+	last int64 // revision of the last delivered event (or the start)
+}
+
+// Watch starts a watch of every change under prefix with revision >
+// fromRev. It fails with ErrGone when fromRev is older than the compacted
+// history: relist and watch from the list's revision. The watch ends when
+// ctx ends, Stop is called, or the history it needs is compacted (ErrGone).
+func (c *Client) Watch(ctx context.Context, prefix string, fromRev int64) (*Watch, error) {
+	if fromRev < 0 {
+		return nil, newError(storev1.Code_CODE_INVALID, prefix, "watch from revision %d", fromRev)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	w := &Watch{c: c, prefix: prefix, events: make(chan WatchEvent, c.cfg.WatchBuffer), ctx: wctx, cancel: cancel, done: make(chan struct{}), last: fromRev}
+	sess, err := w.open()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go w.run(sess)
+	return w, nil
+}
+
+// Events returns the channel of changes. It is closed when the watch ends;
+// then Err says why.
+func (w *Watch) Events() <-chan WatchEvent { return w.events }
+
+// Err returns why the watch ended (context.Canceled after Stop, the ctx's
+// error, ErrGone, ...); nil while it runs.
+func (w *Watch) Err() error {
+	select {
+	case <-w.done:
+		return w.err
+	default:
+		return nil
+	}
+}
+
+// Stop ends the watch and waits for its goroutine to exit. Idempotent.
+func (w *Watch) Stop() {
+	w.cancel()
+	<-w.done
+}
+
+// session is one stream from one replica.
+type session struct {
+	sub  *nats.Subscription
+	msgs chan *nats.Msg
+	lost chan struct{} // closed when a message could not be buffered
+	once sync.Once
+}
+
+func (s *session) close() { _ = s.sub.Unsubscribe() }
+
+// open subscribes a fresh inbox and asks a replica to stream to it from
+// w.last. Heartbeats are answered from the subscription callback, so a slow
+// reader of Events does not look dead; a full buffer marks the session lost.
+func (w *Watch) open() (*session, error) {
+	s := &session{msgs: make(chan *nats.Msg, w.c.cfg.WatchBuffer), lost: make(chan struct{})}
+	inbox := w.c.nc.NewInbox()
+	sub, err := w.c.nc.Subscribe(inbox, func(m *nats.Msg) {
+		if m.Reply != "" {
+			_ = m.Respond(nil)
+		}
+		select {
+		case s.msgs <- m:
+		default:
+			s.once.Do(func() { close(s.lost) })
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: watch subscribe: %w", ErrUnavailable, err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	s.sub = sub
+	data, _ := proto.Marshal(&storev1.WatchRequest{Prefix: w.prefix, FromRevision: w.last, Inbox: inbox})
+	var resp storev1.WatchResponse
+	if err := w.c.do(w.ctx, w.c.subj.watch, data, &resp, false, func() *storev1.Error { return resp.Error }); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (w *Watch) run(s *session) {
+	defer close(w.done)
+	defer close(w.events)
+	for {
+		err := w.stream(s)
+		s.close()
+		if w.ctx.Err() != nil {
+			w.err = w.ctx.Err()
+			return
+		}
+		if err != nil {
+			w.err = err
+			return
+		}
+		// Resume from the last delivered revision on whichever replica answers.
+		for {
+			s, err = w.open()
+			if err == nil {
+				break
+			}
+			if w.ctx.Err() != nil {
+				w.err = w.ctx.Err()
+				return
+			}
+			if errors.Is(err, ErrGone) || errors.Is(err, ErrInvalid) {
+				w.err = err
+				return
+			}
+		}
+	}
+}
+
+// stream delivers one session's events. It returns nil when the session
+// should be resumed elsewhere, or the error that ends the watch.
+func (w *Watch) stream(s *session) error {
+	var seq uint64
+	idle := time.NewTimer(w.c.cfg.WatchHeartbeatTimeout)
+	defer idle.Stop()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return nil
+		case <-s.lost:
+			return nil
+		case <-idle.C:
+			return nil
+		case m := <-s.msgs:
+			idle.Reset(w.c.cfg.WatchHeartbeatTimeout)
+			var msg storev1.WatchMessage
+			if proto.Unmarshal(m.Data, &msg) != nil || msg.Seq != seq+1 {
+				return nil // lost or garbled: resume
+			}
+			seq = msg.Seq
+			if err := fromWire(msg.Error); err != nil {
+				if errors.Is(err, ErrGone) {
+					return err
+				}
+				return nil // Unavailable (replica shutting down) and others: resume
+			}
+			last := w.last
+			for _, e := range msg.Events {
+				if e.Revision <= w.last {
+					continue // already delivered before a resume
+				}
+				ev := WatchEvent{Type: EventPut, KV: kvFromWire(e.Kv), Revision: e.Revision}
+				if e.Type == storev1.EventType_EVENT_TYPE_DELETE {
+					ev.Type = EventDelete
+				}
+				select {
+				case w.events <- ev:
+				case <-w.ctx.Done():
+					return nil
+				}
+				last = max(last, e.Revision)
+			}
+			w.last = last
+		}
+	}
+}
