@@ -109,6 +109,12 @@ func (d *decoder) jsonStream(data []byte) error {
 }
 
 func (d *decoder) yamlStream(data []byte) error {
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		// apimachinery's YAMLReader silently drops a final unterminated line
+		// whose length is a multiple of its 4096-byte buffer (the bug helm
+		// fixed in helm/helm#32525); a trailing newline avoids it.
+		data = append(data[:len(data):len(data)], '\n')
+	}
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for {
 		chunk, err := r.Read()
