@@ -1,0 +1,209 @@
+package endpoints
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/status"
+)
+
+// ErrStoreBehind is returned (and the event retried) when an event reports
+// a pod fact the store does not reflect yet.
+var ErrStoreBehind = errors.New("endpoints: store does not reflect the event yet")
+
+// Stage is one replica of the endpoints stage: it keeps one EndpointSlice
+// per Service listing the Ready pods its selector matches (the seed's
+// failure 5 is a pod missing from it). Every sync computes the slice from
+// a linearizable read of the namespace's pods and writes it with
+// compare-and-swap, so replicas and retries never overwrite a fresher
+// slice with a staler one.
+type Stage struct {
+	env      stage.Env
+	services *informer.Informer[*corev1.Service]
+	locks    sync.Map // service key -> *sync.Mutex: one sync per service at a time in this replica
+}
+
+var (
+	_ stage.Starter    = (*Stage)(nil)
+	_ stage.Reconciler = (*Stage)(nil)
+)
+
+// NewStage returns an endpoints stage replica.
+func NewStage(env stage.Env) (*Stage, error) {
+	s := &Stage{env: env}
+	var err error
+	s.services, err = informer.New[*corev1.Service](env.Store, "", informer.Handlers[*corev1.Service]{})
+	return s, err
+}
+
+// Start runs the Service informer.
+func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
+	g.Go(func() error {
+		if err := s.services.Run(ctx); !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	})
+	return s.services.WaitForSync(ctx)
+}
+
+// Handle reacts to a pod becoming Ready, NotReady, or deleted.
+func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
+	env := d.Envelope
+	ns := env.GetNamespace()
+	svcs := s.services.List(ns)
+	if len(svcs) == 0 {
+		return nil
+	}
+	pod, err := objects.Get[*corev1.Pod](ctx, s.env.Store, ns, env.GetPodName())
+	switch {
+	case errors.Is(err, raftstore.ErrNotFound):
+		pod = nil
+	case err != nil:
+		return err
+	}
+	if pod != nil && pod.GetMetadata().GetUid() != env.GetPodUid() {
+		pod = nil // another incarnation; the event is about a pod already gone
+	}
+	switch env.Type() {
+	case "PodDeleted":
+		if pod != nil {
+			return fmt.Errorf("%w: pod %s/%s still stored", ErrStoreBehind, ns, env.GetPodName())
+		}
+	case "PodReady", "PodNotReady":
+		if pod == nil {
+			return nil
+		}
+		if status.AppliedSeq(pod) < env.GetGeneration() {
+			return fmt.Errorf("%w: pod %s/%s at status seq %d, event at %d", ErrStoreBehind, ns, env.GetPodName(), status.AppliedSeq(pod), env.GetGeneration())
+		}
+	}
+	var errs []error
+	for _, svc := range svcs {
+		if pod == nil || Selects(svc, pod) {
+			if err := s.sync(ctx, d, svc); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Reconcile syncs every Service and removes slices of deleted Services.
+func (s *Stage) Reconcile(ctx context.Context) error {
+	var errs []error
+	for _, svc := range s.services.List("") {
+		if err := s.sync(ctx, nil, svc); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	slices, _, err := objects.List[*corev1.EndpointSlice](ctx, s.env.Store, "")
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, sl := range slices {
+		md := sl.GetMetadata()
+		if md.GetLabels()[LabelManagedBy] != ManagedBy {
+			continue
+		}
+		if _, ok := s.services.Get(md.GetNamespace(), md.GetLabels()[LabelServiceName]); ok {
+			continue
+		}
+		if _, err := objects.Get[*corev1.Service](ctx, s.env.Store, md.GetNamespace(), md.GetLabels()[LabelServiceName]); errors.Is(err, raftstore.ErrNotFound) {
+			_, err := s.env.Store.Delete(ctx, objects.EndpointSlices, md.GetNamespace(), md.GetName(), objects.Revision(sl))
+			if err != nil && !errors.Is(err, raftstore.ErrNotFound) && !errors.Is(err, raftstore.ErrConflict) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sync brings svc's slice to its desired state; d is the event that caused
+// the sync (nil from Reconcile).
+func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) error {
+	ns, name := svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()
+	mu, _ := s.locks.LoadOrStore(ns+"/"+name, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	for {
+		// Read the slice first, then the pods: a pod change after the
+		// list triggers another sync, and a concurrent writer's change of
+		// the slice makes our compare-and-swap fail.
+		cur, err := objects.Get[*corev1.EndpointSlice](ctx, s.env.Store, ns, SliceName(name))
+		if errors.Is(err, raftstore.ErrNotFound) {
+			cur = nil
+		} else if err != nil {
+			return err
+		}
+		pods, _, err := objects.List[*corev1.Pod](ctx, s.env.Store, ns)
+		if err != nil {
+			return err
+		}
+		want := Desired(svc, pods)
+		if Equal(cur, want) {
+			return nil
+		}
+		if cur == nil {
+			_, err = s.env.Store.Create(ctx, want)
+		} else {
+			want.Metadata.Uid = cur.GetMetadata().GetUid()
+			want.Metadata.CreationTimestamp = cur.GetMetadata().GetCreationTimestamp()
+			want.Metadata.Generation = cur.GetMetadata().GetGeneration() + 1
+			objects.SetRevision(want, objects.Revision(cur))
+			_, err = s.env.Store.Update(ctx, want)
+		}
+		if errors.Is(err, raftstore.ErrConflict) || errors.Is(err, raftstore.ErrAlreadyExists) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return s.announce(ctx, d, svc, cur, want)
+	}
+}
+
+// announce publishes EndpointsUpdated for the pod whose event caused the
+// change, so the pod's trace shows it joining or leaving the Service.
+func (s *Stage) announce(ctx context.Context, d *bus.Delivery, svc *corev1.Service, before, after *corev1.EndpointSlice) error {
+	if d == nil {
+		return nil
+	}
+	uid := d.Envelope.GetPodUid()
+	in := func(sl *corev1.EndpointSlice) bool {
+		for _, e := range sl.GetEndpoints() {
+			if e.GetTargetRef().GetUid() == uid {
+				return true
+			}
+		}
+		return false
+	}
+	was, is := in(before), in(after)
+	if was == is {
+		return nil
+	}
+	ready := 0
+	for _, e := range after.GetEndpoints() {
+		if e.GetConditions().GetReady() {
+			ready++
+		}
+	}
+	next := d.Next(&eventsv1.EndpointsUpdated{
+		Service: svc.GetMetadata().GetName(), Slice: after.GetMetadata().GetName(), ReadyEndpoints: int32(ready), Added: is,
+	})
+	next.Generation = after.GetMetadata().GetGeneration()
+	_, err := s.env.Bus.Publish(ctx, next)
+	return err
+}
+

@@ -1,0 +1,121 @@
+// Package events records Kubernetes-style Events (core/v1 Event) in the
+// store, the way Kubernetes' event recorder does: one Event object per
+// (involved object, type, reason, message, source), whose count and
+// lastTimestamp grow when the same thing happens again.
+//
+// Recording is idempotent per cause: the id of the lifecycle event that
+// caused a record is kept on the Event, so a redelivered cause does not
+// count twice.
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+)
+
+// AnnotationLastCause holds the id of the last lifecycle event counted.
+const AnnotationLastCause = "podflow.io/last-cause"
+
+// Event types.
+const (
+	Normal  = "Normal"
+	Warning = "Warning"
+)
+
+// Recorder writes Events for one reporting component.
+type Recorder struct {
+	Store     *objects.Store
+	Component string // reportingComponent, e.g. "default-scheduler", "kubelet"
+	Instance  string // reportingInstance, e.g. the replica or node name
+	Now       func() time.Time
+}
+
+// Record records that reason happened to the involved object, caused by the
+// lifecycle event causeID ("" when there is none).
+func (r *Recorder) Record(ctx context.Context, involved *corev1.ObjectReference, typ, reason, message, causeID string) error {
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	ts := timestamppb.New(now())
+	ns := involved.GetNamespace()
+	if ns == "" {
+		ns = "default"
+	}
+	name := Name(involved, typ, reason, message, r.Component)
+	for {
+		ev, err := objects.Mutate(ctx, r.Store, ns, name, func(ev *corev1.Event) error {
+			if causeID != "" && ev.GetMetadata().GetAnnotations()[AnnotationLastCause] == causeID {
+				return objects.ErrNoChange
+			}
+			ev.Count++
+			ev.LastTimestamp = ts
+			setCause(ev, causeID)
+			return nil
+		})
+		if err == nil {
+			_ = ev
+			return nil
+		}
+		if !errors.Is(err, raftstore.ErrNotFound) {
+			return fmt.Errorf("record event %s for %s %q: %w", reason, involved.GetKind(), involved.GetName(), err)
+		}
+		ev = &corev1.Event{
+			Metadata:           &corev1.ObjectMeta{Name: name, Namespace: ns, CreationTimestamp: ts},
+			InvolvedObject:     involved,
+			Reason:             reason,
+			Message:            message,
+			Type:               typ,
+			Source:             &corev1.EventSource{Component: r.Component, Host: r.Instance},
+			FirstTimestamp:     ts,
+			LastTimestamp:      ts,
+			Count:              1,
+			ReportingComponent: r.Component,
+			ReportingInstance:  r.Instance,
+		}
+		setCause(ev, causeID)
+		if _, err := r.Store.Create(ctx, ev); err == nil {
+			return nil
+		} else if !errors.Is(err, raftstore.ErrAlreadyExists) {
+			return fmt.Errorf("record event %s for %s %q: %w", reason, involved.GetKind(), involved.GetName(), err)
+		}
+		// Created concurrently by another replica: count on top of it.
+	}
+}
+
+func setCause(ev *corev1.Event, causeID string) {
+	if causeID == "" {
+		return
+	}
+	if ev.Metadata.Annotations == nil {
+		ev.Metadata.Annotations = map[string]string{}
+	}
+	ev.Metadata.Annotations[AnnotationLastCause] = causeID
+}
+
+// Name is the deterministic name of the Event aggregating one kind of
+// occurrence: the involved object's name and a hash of what happened, as
+// Kubernetes names events "<object>.<suffix>".
+func Name(involved *corev1.ObjectReference, typ, reason, message, component string) string {
+	h := fnv.New64a()
+	for _, s := range []string{involved.GetUid(), involved.GetKind(), typ, reason, message, component} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("%s.%016x", involved.GetName(), h.Sum64())
+}
+
+// PodRef returns the ObjectReference of pod for its Events.
+func PodRef(pod *corev1.Pod) *corev1.ObjectReference {
+	md := pod.GetMetadata()
+	return &corev1.ObjectReference{Kind: "Pod", ApiVersion: "v1", Namespace: md.GetNamespace(), Name: md.GetName(), Uid: md.GetUid()}
+}

@@ -1,0 +1,222 @@
+// Package informer keeps an in-memory copy of one kind of object from the
+// store, fed by a list and then an ordered watch from the list's revision —
+// Kubernetes' informer pattern over raftstore. When the watch falls behind
+// compaction (raftstore.ErrGone) it relists and replays the difference, so
+// the cache never misses a change and never travels back in time.
+//
+// The caller:
+//  1. creates an Informer with New, optionally with handlers,
+//  2. runs Run in a goroutine it owns (Run returns when ctx is done),
+//  3. waits for WaitForSync before trusting Get and List,
+//  4. treats returned objects as read-only (they are shared).
+//
+// Handlers are called from Run's goroutine, in revision order; a slow
+// handler delays the cache, so hand heavy work to a queue.
+package informer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+)
+
+// Handlers receive changes. Any may be nil. For a delete, obj is the last
+// known state.
+type Handlers[T objects.Object] struct {
+	OnAdd    func(obj T)
+	OnUpdate func(old, obj T)
+	OnDelete func(obj T)
+}
+
+// Informer caches every object of kind T (optionally of one namespace).
+type Informer[T objects.Object] struct {
+	store     *objects.Store
+	kind      objects.Kind
+	namespace string
+	h         Handlers[T]
+
+	mu     sync.RWMutex
+	items  map[string]T // store key -> object
+	rev    int64        // revision the cache reflects
+	synced chan struct{}
+	once   sync.Once
+}
+
+// New returns an Informer for kind T in namespace ns ("" for all).
+func New[T objects.Object](s *objects.Store, ns string, h Handlers[T]) (*Informer[T], error) {
+	var zero T
+	k, err := objects.KindOf(zero.ProtoReflect().New().Interface())
+	if err != nil {
+		return nil, err
+	}
+	return &Informer[T]{store: s, kind: k, namespace: ns, h: h, items: map[string]T{}, synced: make(chan struct{})}, nil
+}
+
+// Run lists and watches until ctx is done. Errors other than ctx's are
+// retried with backoff; Run returns ctx.Err().
+func (inf *Informer[T]) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := inf.listAndWatch(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !errors.Is(err, raftstore.ErrGone) {
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
+}
+
+func (inf *Informer[T]) listAndWatch(ctx context.Context) error {
+	prefix := inf.kind.Prefix(inf.namespace)
+	kvs, rev, err := inf.store.Client().List(ctx, prefix)
+	if err != nil {
+		return fmt.Errorf("informer %s: list: %w", inf.kind.Resource, err)
+	}
+	inf.replace(kvs, rev)
+	inf.once.Do(func() { close(inf.synced) })
+
+	w, err := inf.store.Client().Watch(ctx, prefix, rev)
+	if err != nil {
+		return fmt.Errorf("informer %s: watch: %w", inf.kind.Resource, err)
+	}
+	defer w.Stop()
+	for ev := range w.Events() {
+		inf.apply(ev)
+	}
+	return w.Err()
+}
+
+func (inf *Informer[T]) decode(kv *raftstore.KV) (T, bool) {
+	var zero T
+	obj := zero.ProtoReflect().New().Interface().(T)
+	if err := objects.Decode(kv, obj); err != nil {
+		return zero, false
+	}
+	return obj, true
+}
+
+// replace installs a fresh list, calling handlers for what changed since
+// the previous one (after a relist).
+func (inf *Informer[T]) replace(kvs []*raftstore.KV, rev int64) {
+	fresh := make(map[string]T, len(kvs))
+	for _, kv := range kvs {
+		if obj, ok := inf.decode(kv); ok {
+			fresh[kv.Key] = obj
+		}
+	}
+	inf.mu.Lock()
+	old := inf.items
+	inf.items, inf.rev = fresh, rev
+	inf.mu.Unlock()
+	for _, k := range sortedKeys(fresh) {
+		obj := fresh[k]
+		if prev, ok := old[k]; !ok {
+			call1(inf.h.OnAdd, obj)
+		} else if objects.Revision(prev) != objects.Revision(obj) && inf.h.OnUpdate != nil {
+			inf.h.OnUpdate(prev, obj)
+		}
+	}
+	for _, k := range sortedKeys(old) {
+		if _, ok := fresh[k]; !ok {
+			call1(inf.h.OnDelete, old[k])
+		}
+	}
+}
+
+func (inf *Informer[T]) apply(ev raftstore.WatchEvent) {
+	key := ev.KV.Key
+	switch ev.Type {
+	case raftstore.EventPut:
+		obj, ok := inf.decode(ev.KV)
+		if !ok {
+			return
+		}
+		inf.mu.Lock()
+		prev, existed := inf.items[key]
+		inf.items[key], inf.rev = obj, ev.Revision
+		inf.mu.Unlock()
+		if existed {
+			if inf.h.OnUpdate != nil {
+				inf.h.OnUpdate(prev, obj)
+			}
+		} else {
+			call1(inf.h.OnAdd, obj)
+		}
+	case raftstore.EventDelete:
+		inf.mu.Lock()
+		prev, existed := inf.items[key]
+		delete(inf.items, key)
+		inf.rev = ev.Revision
+		inf.mu.Unlock()
+		if existed {
+			call1(inf.h.OnDelete, prev)
+		}
+	}
+}
+
+// WaitForSync blocks until the first list is in the cache or ctx is done.
+func (inf *Informer[T]) WaitForSync(ctx context.Context) error {
+	select {
+	case <-inf.synced:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Get returns the cached ns/name.
+func (inf *Informer[T]) Get(ns, name string) (T, bool) {
+	inf.mu.RLock()
+	defer inf.mu.RUnlock()
+	obj, ok := inf.items[inf.kind.Key(ns, name)]
+	return obj, ok
+}
+
+// List returns the cached objects (of namespace ns, or all for ""),
+// sorted by key.
+func (inf *Informer[T]) List(ns string) []T {
+	prefix := inf.kind.Prefix(ns)
+	inf.mu.RLock()
+	defer inf.mu.RUnlock()
+	out := make([]T, 0, len(inf.items))
+	for _, k := range sortedKeys(inf.items) {
+		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
+			out = append(out, inf.items[k])
+		}
+	}
+	return out
+}
+
+// Revision returns the store revision the cache reflects.
+func (inf *Informer[T]) Revision() int64 {
+	inf.mu.RLock()
+	defer inf.mu.RUnlock()
+	return inf.rev
+}
+
+func call1[T any](f func(T), v T) {
+	if f != nil {
+		f(v)
+	}
+}
+
+func sortedKeys[T any](m map[string]T) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,127 @@
+// Package pipeline is the map of podflow's lifecycle: the stages, the
+// events each consumes, and the streams and durable consumers that carry
+// them. Provisioning reads it; every stage replica's runner is configured
+// from it, so a stage's inputs are declared once.
+//
+//	client ─PodRequested→ api ─PodAuthorized→ admission ─PodAdmitted→ persistence ─PodPersisted→ scheduler
+//	scheduler ─PodScheduled(node)→ nodeagent ─PodStatusReport→ status (writes the store)
+//	nodeagent ─PodReady, PodNotReady→ endpoints (waits until the store reflects them)
+//	nodeagent ─PodDeleted→ status (removes the pod), endpoints, scheduler
+//
+// A stage that reacts to a node's report of a fact the status stage
+// records (Ready, deleted) waits until the store reflects it — it retries
+// the event until then — so every decision is taken on stored state.
+package pipeline
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/eventsv1"
+)
+
+// Stage names; each is also its durable consumer's name.
+const (
+	API         = "api"
+	Admission   = "admission"
+	Persistence = "persistence"
+	Scheduler   = "scheduler"
+	Status      = "status"
+	Endpoints   = "endpoints"
+)
+
+// Stages lists every stage in lifecycle order.
+var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints}
+
+// Inputs are the event types each stage consumes.
+var Inputs = map[string][]eventsv1.Type{
+	API:         {"PodRequested"},
+	Admission:   {"PodAuthorized"},
+	Persistence: {"PodAdmitted"},
+	Scheduler:   {"PodPersisted", "PodDeleted"},
+	Status:      {"PodStatusReport", "PodDeleted"},
+	Endpoints:   {"PodReady", "PodNotReady", "PodDeleted"},
+}
+
+// NodeAgentInputs are the event types a node agent consumes, addressed to
+// its node.
+var NodeAgentInputs = []eventsv1.Type{"PodScheduled", "PodDeleteRequested"}
+
+// Subjects of the request-reply front door (never captured by a stream).
+const (
+	// CreatePodSubject takes a PodRequested (request-reply); the reply is
+	// an apiv1.Response.
+	CreatePodSubject = bus.APIPrefix + ".pods.create"
+	// ObjectSubject takes an apiv1.ObjectRequest (apply, delete of any
+	// kind, pod deletion included).
+	ObjectSubject = bus.APIPrefix + ".objects"
+)
+
+// Known reports whether name is a stage.
+func Known(name string) bool {
+	_, ok := Inputs[name]
+	return ok
+}
+
+// RunnerConfig returns the runner configuration of one replica of stage.
+func RunnerConfig(stage, replica string) (bus.RunnerConfig, error) {
+	in, ok := Inputs[stage]
+	if !ok {
+		return bus.RunnerConfig{}, fmt.Errorf("pipeline: unknown stage %q", stage)
+	}
+	cfg := bus.DefaultRunnerConfig(stage)
+	if replica != "" {
+		cfg.Replica = replica
+	}
+	for _, t := range in {
+		cfg.FilterSubjects = append(cfg.FilterSubjects, bus.TypeFilter(t))
+	}
+	cfg.Concurrency = 64
+	cfg.MaxAckPending = 4096
+	cfg.MaxDeliver = 10
+	cfg.Backoff = []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second}
+	return cfg, nil
+}
+
+// NodeAgentRunnerConfig returns the runner configuration of the node agent
+// of node (durable consumer "nodeagent-<node>").
+func NodeAgentRunnerConfig(node string) bus.RunnerConfig {
+	cfg := bus.DefaultRunnerConfig("nodeagent")
+	cfg.Consumer = "nodeagent-" + bus.EncodeToken(node)
+	cfg.Replica = node
+	for _, t := range NodeAgentInputs {
+		cfg.FilterSubjects = append(cfg.FilterSubjects, bus.TypeNodeFilter(t, node))
+	}
+	cfg.MaxDeliver = 10
+	return cfg
+}
+
+// SimNodesRunnerConfig returns the runner configuration of a simulated
+// cluster: one consumer for the inputs of every node, dispatched in
+// process, so that thousands of simulated nodes need no consumer each.
+func SimNodesRunnerConfig(name string) bus.RunnerConfig {
+	cfg := bus.DefaultRunnerConfig("nodeagent")
+	cfg.Consumer = "nodeagent-sim-" + bus.EncodeToken(name)
+	cfg.Replica = name
+	for _, t := range NodeAgentInputs {
+		cfg.FilterSubjects = append(cfg.FilterSubjects, bus.TypeFilter(t))
+	}
+	cfg.Concurrency = 256
+	cfg.MaxAckPending = 8192
+	cfg.MaxDeliver = 10
+	return cfg
+}
+
+// Topology returns the streams and every stage's consumer.
+func Topology(streams bus.StreamsConfig) (bus.Topology, error) {
+	t := bus.Topology{Streams: bus.DefaultStreams(streams)}
+	for _, s := range Stages {
+		cfg, err := RunnerConfig(s, "")
+		if err != nil {
+			return t, err
+		}
+		t.Consumers = append(t.Consumers, cfg.ConsumerSpec())
+	}
+	return t, t.Validate()
+}

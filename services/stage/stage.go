@@ -1,0 +1,154 @@
+// Package stage runs one replica of a podflow lifecycle stage: a Handler
+// over the stage's durable consumer (bus.Runner), plus the level-triggered
+// half — a Reconcile at start and every ResyncPeriod — and whatever
+// background work the stage starts (informers). A stage never calls
+// another stage: it reads the store, writes the store, and publishes the
+// next event.
+//
+// A stage implementation:
+//  1. implements Handle; it must be idempotent (any event handled twice
+//     leaves the same state) and return only once its side effects are
+//     durable (store write acknowledged, next event PubAcked) — the runner
+//     acks after it returns nil;
+//  2. returns bus.Permanent(err) for an event that can never succeed (it
+//     is dead-lettered), any other error to retry with backoff;
+//  3. optionally implements Starter (background goroutines, run under the
+//     errgroup it is given, stopped by ctx) and Reconciler.
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/apiv1"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+)
+
+// Env is what every stage replica is given.
+type Env struct {
+	Bus     *bus.Conn
+	Store   *objects.Store
+	Stage   string
+	Replica string
+	Log     *slog.Logger
+}
+
+// Handler handles one delivery of the stage's input events.
+type Handler interface {
+	Handle(ctx context.Context, d *bus.Delivery) error
+}
+
+// Starter is implemented by stages with background work (informers,
+// request-reply subscriptions). Start launches it on g and returns once
+// the stage is ready to handle events (caches synced).
+type Starter interface {
+	Start(ctx context.Context, g *errgroup.Group) error
+}
+
+// Reconciler is implemented by stages that heal from the store: Reconcile
+// is called once the stage started and then every ResyncPeriod, so that a
+// lost event is healed.
+type Reconciler interface {
+	Reconcile(ctx context.Context) error
+}
+
+// Config configures a stage replica.
+type Config struct {
+	Runner       bus.RunnerConfig
+	ResyncPeriod time.Duration // 0 disables periodic reconciliation
+}
+
+// Validate checks the Config.
+func (c Config) Validate() error {
+	if c.ResyncPeriod < 0 {
+		return fmt.Errorf("stage: ResyncPeriod (%s) is negative", c.ResyncPeriod)
+	}
+	return c.Runner.Validate()
+}
+
+// Run runs the stage replica until ctx is done or a part of it fails; it
+// drains the runner before returning.
+func Run(ctx context.Context, env Env, h Handler, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := env.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	if s, ok := h.(Starter); ok {
+		if err := s.Start(gctx, g); err != nil {
+			return errors.Join(fmt.Errorf("stage %s: start: %w", env.Stage, err), g.Wait())
+		}
+	}
+	runner, err := bus.NewRunner(env.Bus, cfg.Runner, h.Handle)
+	if err != nil {
+		return err
+	}
+	g.Go(func() error { return runner.Run(gctx) })
+	if r, ok := h.(Reconciler); ok {
+		g.Go(func() error { return reconcileLoop(gctx, r, cfg.ResyncPeriod, log.With("stage", env.Stage)) })
+	}
+	err = g.Wait()
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		return nil
+	}
+	return err
+}
+
+func reconcileLoop(ctx context.Context, r Reconciler, period time.Duration, log *slog.Logger) error {
+	for {
+		if err := r.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("reconcile failed", "err", err)
+		}
+		if period <= 0 {
+			<-ctx.Done()
+			return nil
+		}
+		select {
+		case <-time.After(period):
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// Reply sends the outcome of a request to its reply subject (no-op when
+// there is none). Replying twice is harmless: the requester takes the
+// first answer.
+func Reply(env Env, replyTo string, st *corev1.Status, obj proto.Message) error {
+	if replyTo == "" {
+		return nil
+	}
+	resp := &apiv1.Response{Status: st}
+	if obj != nil {
+		b, err := proto.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		resp.Kind = string(obj.ProtoReflect().Descriptor().Name())
+		resp.Object = b
+	}
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		return err
+	}
+	return env.Bus.NATS().Publish(replyTo, b)
+}
+
+// Transient reports whether a store error is worth retrying (the store is
+// between leaders, or the outcome of a write is unknown).
+func Transient(err error) bool {
+	return errors.Is(err, raftstore.ErrUnavailable) || errors.Is(err, raftstore.ErrNotLeader) ||
+		errors.Is(err, raftstore.ErrIndeterminate) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,209 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/events"
+	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
+)
+
+// Config configures the status stage.
+type Config struct {
+	// NodeMonitorGracePeriod: a Ready node whose lastHeartbeatTime is older
+	// than this is marked NotReady (Ready=Unknown, NodeStatusUnknown), as
+	// Kubernetes' node lifecycle controller does. Default 40s.
+	NodeMonitorGracePeriod time.Duration
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config { return Config{NodeMonitorGracePeriod: 40 * time.Second} }
+
+// Validate checks the Config.
+func (c Config) Validate() error {
+	if c.NodeMonitorGracePeriod <= 0 {
+		return fmt.Errorf("status: NodeMonitorGracePeriod (%s) must be positive", c.NodeMonitorGracePeriod)
+	}
+	return nil
+}
+
+// Stage is one replica of the status stage: it applies node agents'
+// status reports to the stored pods with compare-and-swap, records their
+// Kubernetes Events, removes pods their node finished deleting (releasing
+// the node's accounted resources in the same transaction), and marks nodes
+// whose heartbeats stopped NotReady.
+type Stage struct {
+	env   stage.Env
+	cfg   Config
+	rec   *events.Recorder
+	nodes *informer.Informer[*corev1.Node]
+	now   func() time.Time
+}
+
+var (
+	_ stage.Starter    = (*Stage)(nil)
+	_ stage.Reconciler = (*Stage)(nil)
+)
+
+// NewStage returns a status stage replica.
+func NewStage(env stage.Env, cfg Config) (*Stage, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	nodes, err := informer.New[*corev1.Node](env.Store, "", informer.Handlers[*corev1.Node]{})
+	if err != nil {
+		return nil, err
+	}
+	return &Stage{
+		env: env, cfg: cfg, nodes: nodes, now: time.Now,
+		rec: &events.Recorder{Store: env.Store, Component: "kubelet", Instance: env.Replica},
+	}, nil
+}
+
+// Start runs the node informer.
+func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
+	g.Go(func() error {
+		if err := s.nodes.Run(ctx); !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	})
+	return s.nodes.WaitForSync(ctx)
+}
+
+// Handle applies one node report.
+func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
+	env := d.Envelope
+	switch {
+	case env.GetPodStatusReport() != nil:
+		return s.report(ctx, d)
+	case env.GetPodDeleted() != nil:
+		if env.GetNodeName() == "" {
+			return nil // an unbound pod, removed by the api stage already
+		}
+		return s.finalizeDeletion(ctx, env.GetNamespace(), env.GetPodName(), env.GetPodUid())
+	}
+	return bus.Permanent(fmt.Errorf("status: unexpected event %s", env.Type()))
+}
+
+func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
+	env := d.Envelope
+	rep := env.GetPodStatusReport()
+	pod, err := objects.Mutate(ctx, s.env.Store, env.GetNamespace(), env.GetPodName(), func(p *corev1.Pod) error {
+		if p.GetMetadata().GetUid() != env.GetPodUid() || !ApplyReport(p, env.GetNodeName(), rep) {
+			return objects.ErrNoChange
+		}
+		return nil
+	})
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil // the pod is gone; nothing to report on
+	}
+	if err != nil {
+		return err
+	}
+	if pod.GetMetadata().GetUid() != env.GetPodUid() {
+		return nil
+	}
+	ref := events.PodRef(pod)
+	rec := *s.rec
+	rec.Instance = env.GetNodeName()
+	for i, er := range rep.GetEvents() {
+		cause := env.GetId() + "/" + strconv.Itoa(i)
+		if err := rec.Record(ctx, ref, er.GetType(), er.GetReason(), er.GetMessage(), cause); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finalizeDeletion removes a pod its node has finished with, and releases
+// what the pod held in its node's allocation, in one transaction.
+func (s *Stage) finalizeDeletion(ctx context.Context, ns, name, uid string) error {
+	for {
+		pod, err := objects.Get[*corev1.Pod](ctx, s.env.Store, ns, name)
+		if errors.Is(err, raftstore.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if pod.GetMetadata().GetUid() != uid {
+			return nil // a new pod of the same name
+		}
+		txn := raftstore.Txn{
+			Compares: []raftstore.Compare{{Key: objects.Pods.Key(ns, name), ModRevision: objects.Revision(pod)}},
+			Ops:      []raftstore.Op{{Type: raftstore.OpDelete, Key: objects.Pods.Key(ns, name)}},
+		}
+		if node := pod.GetSpec().GetNodeName(); node != "" {
+			alloc, err := objects.Get[*corev1.NodeAllocation](ctx, s.env.Store, "", node)
+			switch {
+			case err == nil:
+				if _, held := alloc.GetPods()[uid]; held {
+					delete(alloc.Pods, uid)
+					b, err := objects.Encode(alloc)
+					if err != nil {
+						return err
+					}
+					key := objects.NodeAllocations.Key("", node)
+					txn.Compares = append(txn.Compares, raftstore.Compare{Key: key, ModRevision: objects.Revision(alloc)})
+					txn.Ops = append(txn.Ops, raftstore.Op{Type: raftstore.OpPut, Key: key, Value: b})
+				}
+			case !errors.Is(err, raftstore.ErrNotFound):
+				return err
+			}
+		}
+		_, err = s.env.Store.Client().Txn(ctx, txn)
+		if errors.Is(err, raftstore.ErrConflict) {
+			continue
+		}
+		return err
+	}
+}
+
+// Reconcile marks nodes whose heartbeats stopped NotReady.
+func (s *Stage) Reconcile(ctx context.Context) error {
+	now := s.now()
+	var errs []error
+	for _, n := range s.nodes.List("") {
+		ready := nodeCondition(n, "Ready")
+		if ready == nil || ready.GetStatus() != "True" || ready.GetLastHeartbeatTime() == nil {
+			continue
+		}
+		if now.Sub(ready.GetLastHeartbeatTime().AsTime()) <= s.cfg.NodeMonitorGracePeriod {
+			continue
+		}
+		_, err := objects.Mutate(ctx, s.env.Store, "", n.GetMetadata().GetName(), func(n *corev1.Node) error {
+			c := nodeCondition(n, "Ready")
+			if c == nil || c.GetStatus() != "True" || now.Sub(c.GetLastHeartbeatTime().AsTime()) <= s.cfg.NodeMonitorGracePeriod {
+				return objects.ErrNoChange
+			}
+			c.Status, c.Reason, c.Message = "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."
+			c.LastTransitionTime = timestamppb.New(now)
+			return nil
+		})
+		if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func nodeCondition(n *corev1.Node, t string) *corev1.NodeCondition {
+	for _, c := range n.GetStatus().GetConditions() {
+		if c.GetType() == t {
+			return c
+		}
+	}
+	return nil
+}
