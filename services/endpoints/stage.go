@@ -206,4 +206,3 @@ func (s *Stage) announce(ctx context.Context, d *bus.Delivery, svc *corev1.Servi
 	_, err := s.env.Bus.Publish(ctx, next)
 	return err
 }
-
