@@ -50,7 +50,6 @@ func TestDecodeTokenRejectsNonCanonical(t *testing.T) {
 	}
 }
 
-
 func TestSubject(t *testing.T) {
 	tests := []struct {
 		name string
@@ -106,7 +105,7 @@ func TestSubject(t *testing.T) {
 func TestParseSubjectRejects(t *testing.T) {
 	for _, s := range []string{
 		"", "podflow", "podflow.pod", "nats.pod.A.~.a.b",
-		"podflow.pod.PodRequested.~.default",          // too short
+		"podflow.pod.PodRequested.~.default",           // too short
 		"podflow.pod.PodRequested.~.default.web.extra", // too long
 		"podflow.pod.podRequested.~.default.web",       // type must be capitalised
 		"podflow.pod.Pod-Requested.~.default.web",

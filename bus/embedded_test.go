@@ -1,0 +1,127 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/bus/bustest"
+)
+
+func TestEmbeddedRestartKeepsStreamAndCredentials(t *testing.T) {
+	dir := t.TempDir()
+	cfg := bus.DefaultEmbeddedConfig(dir)
+	srv := bustest.ServerAt(t, cfg)
+	creds := srv.Creds()
+	admin := creds.Admin()
+	if admin.User == "" || len(admin.Password) < 20 {
+		t.Fatalf("weak or missing admin credential: %+v", admin)
+	}
+	fi, err := os.Stat(filepath.Join(dir, bus.CredsFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("creds file mode %v, want 0600", fi.Mode().Perm())
+	}
+
+	conn := bustest.Connect(t, srv, "restart-test")
+	bustest.Provision(t, conn)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	ack, err := conn.Publish(ctx, podEvent("u1", "web", 1))
+	if err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	conn.Close()
+	srv.Shutdown()
+	srv.Shutdown() // idempotent
+
+	srv2 := bustest.ServerAt(t, cfg)
+	if srv2.Creds().Admin() != admin {
+		t.Fatalf("credentials changed across restart: %+v vs %+v", srv2.Creds().Admin(), admin)
+	}
+	conn2 := bustest.Connect(t, srv2, "restart-test-2")
+	st, err := conn2.JetStream().Stream(ctx, bus.EventsStream)
+	if err != nil {
+		t.Fatalf("stream lost across restart: %v", err)
+	}
+	raw, err := st.GetMsg(ctx, ack.Sequence)
+	if err != nil {
+		t.Fatalf("message %d lost across restart: %v", ack.Sequence, err)
+	}
+	env, err := bus.DecodeEnvelope(raw.Data)
+	if err != nil || env.PodUid != "u1" {
+		t.Fatalf("stored message decodes to %v, %v", env, err)
+	}
+	// The dedup window survives too: the same event is a duplicate.
+	again, err := conn2.Publish(ctx, podEvent("u1", "web", 1))
+	if err != nil || !again.Duplicate {
+		t.Fatalf("republish after restart: ack %+v, err %v; want duplicate", again, err)
+	}
+}
+
+func TestEmbeddedRequiresCredentials(t *testing.T) {
+	srv := bustest.Server(t)
+	for _, opts := range [][]nats.Option{
+		nil,
+		{nats.UserInfo("admin", "wrong")},
+	} {
+		nc, err := nats.Connect(srv.ClientURL(), append(opts, nats.MaxReconnects(0))...)
+		if err == nil {
+			nc.Close()
+			t.Fatalf("connected with options %v, want authorization error", opts)
+		}
+		if !errors.Is(err, nats.ErrAuthorization) {
+			t.Fatalf("connect error %v, want ErrAuthorization", err)
+		}
+	}
+}
+
+func TestClientConfigFile(t *testing.T) {
+	srv := bustest.Server(t)
+	path := filepath.Join(t.TempDir(), "client.json")
+	if err := srv.WriteClientConfig(path); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := bus.ReadClientConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name = "from-file"
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	conn, err := bus.Connect(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect with written config: %v", err)
+	}
+	defer conn.Close()
+
+	// The credentials file works as well.
+	cfg2 := bus.DefaultConfig()
+	cfg2.URLs, cfg2.CredsFile = []string{srv.ClientURL()}, srv.CredsFile()
+	conn2, err := bus.Connect(ctx, cfg2)
+	if err != nil {
+		t.Fatalf("connect with creds file: %v", err)
+	}
+	conn2.Close()
+	conn2.Close() // idempotent
+}
+
+func TestConnectHonoursContext(t *testing.T) {
+	// Nothing listens on this address: Connect retries until ctx ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	cfg := bus.DefaultConfig()
+	cfg.URLs = []string{"nats://127.0.0.1:1"}
+	cfg.ReconnectWait = 50 * time.Millisecond
+	_, err := bus.Connect(ctx, cfg)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Connect error %v, want deadline exceeded", err)
+	}
+}
