@@ -1,2 +1,89 @@
-// Package raftstore is filled in by its own issue.
+// Package raftstore is podflow's state of record, its etcd: a replicated,
+// versioned key-value store built on hashicorp/raft and served over NATS
+// request-reply with protobuf messages (proto/storev1). Values are opaque
+// bytes (serialized podflow objects) under keys laid out like Kubernetes'
+// etcd registry, /registry/pods/<namespace>/<name>.
+//
+// # Data model
+//
+// One global revision is bumped by every write that changes something; a
+// key's ModRevision is the revision of its last write (the object's
+// resourceVersion) and CreateRevision that of the write that created it.
+// Writes are Create, Update and Delete with an expected revision, and Txn:
+// compares on keys' revisions and then puts and deletes applied atomically at
+// one revision. Watch streams every change under a prefix after a revision,
+// in order, without gaps or duplicates. The change history is kept for the
+// last Config.HistoryRevisions revisions; a watch from before that fails
+// with ErrGone, and the caller relists.
+//
+// # Serving
+//
+// Every replica subscribes, in one queue group, to <prefix>.stale (stale
+// reads) and <prefix>.watch (watch starts), and without a queue to
+// <prefix>.status (scatter-gather status). Only the leader subscribes to
+// <prefix>.write, <prefix>.read (linearizable reads) and <prefix>.admin
+// (membership), and only after a Barrier in its term, so its state holds
+// every write committed before it won; it unsubscribes when it loses
+// leadership. Followers therefore never see writes and forward nothing: a
+// client finds the leader through NATS, and during an election gets "no
+// responders" or NotLeader and retries with backoff.
+//
+// Reads are linearizable by default: the leader confirms it still leads
+// with VerifyLeader after the read arrived (concurrent reads share one
+// VerifyLeader round, started after they joined it) and serves the read
+// from its applied state, checking that its term did not change. Stale()
+// reads are served by any replica from its local state, which may be behind
+// but never ahead of the committed log.
+//
+// Writes are raft log entries (storev1.Command). Each carries a
+// client-generated idempotency key, reused on every retry of that write; the
+// state machine remembers the results of the last Config.DedupEntries keys,
+// so a retried write is applied at most once and the retry gets the original
+// result. A write whose outcome is unknown (leadership lost after the entry
+// was appended, or the deadline passed after the request was sent) is
+// retried until the caller's deadline and then reported as ErrIndeterminate.
+//
+// # Durability
+//
+// The raft log and stable store are raft-boltdb/v2 (bbolt, fsync per append
+// batch unless Config.NoSync): it is the store the brief pins, mature, and
+// hashicorp/raft's batching (BatchApplyCh, MaxAppendEntries) amortises its
+// fsync over many writes; raft-wal would append faster but is not among
+// podflow's pinned dependencies. Snapshots go to a FileSnapshotStore in the
+// data directory and hold the key space, the watch history and the
+// idempotency window, so a restored replica answers watches and retries like
+// the others. raft-boltdb/v2 v2.3.1 imports go-metrics/compat, which
+// go-metrics v0.7.0 (required by raft v1.8.0) removed; go.mod therefore
+// replaces go-metrics with v0.6.1, which has both.
+//
+// # Caller obligations
+//
+//  1. Run an odd number of replicas (3 by default), each with a stable ID and
+//     its own DataDir; bootstrap the first members with the same
+//     Config.Bootstrap list, add later ones with Config.Join (or
+//     Client.AddVoter) and remove them with Client.RemoveServer.
+//  2. Own the NATS connection given in Config.Conn and NewClient; close it
+//     after Node.Shutdown and after stopping every Watch.
+//  3. Pass a context to every client call; without a deadline the client
+//     applies ClientConfig.Timeout.
+//  4. Treat ErrIndeterminate as "may have happened": re-read before acting.
+//  5. On ErrGone from a watch, relist and watch from the list's revision.
+//  6. Stop every Watch (or cancel its context).
+//
+// # Example
+//
+//	node, err := raftstore.NewNode(cfg) // cfg from raftstore.DefaultConfig()
+//	if err != nil { ... }
+//	if err := node.Start(ctx); err != nil { ... }
+//	defer node.Shutdown()
+//
+//	c, err := raftstore.NewClient(nc, raftstore.DefaultClientConfig())
+//	rev, err := c.Create(ctx, "/registry/pods/default/web", podBytes)
+//	kv, err := c.Get(ctx, "/registry/pods/default/web")
+//	_, err = c.Update(ctx, kv.Key, newBytes, kv.ModRevision)
+//	if errors.Is(err, raftstore.ErrConflict) { /* re-read and retry */ }
+//	kvs, listRev, err := c.List(ctx, "/registry/pods/", raftstore.Stale())
+//	w, err := c.Watch(ctx, "/registry/pods/", listRev)
+//	for ev := range w.Events() { ... }
+//	if errors.Is(w.Err(), raftstore.ErrGone) { /* relist */ }
 package raftstore

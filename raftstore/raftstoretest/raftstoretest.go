@@ -4,16 +4,19 @@
 // replica can be killed and restarted on its disk.
 //
 // Callers:
+//
 //  1. create a cluster with MakeCluster (it is shut down by t.Cleanup);
+//
 //  2. talk to it through Client, as any podflow service would;
+//
 //  3. use Leader, Kill, Restart, Wipe, Add and WaitForReplication to drive
 //     failures and check their outcome on every replica.
 //
-//	c := raftstoretest.MakeCluster(t, 3)
-//	cl := c.Client(t)
-//	rev, err := cl.Create(ctx, "/registry/pods/default/web", data)
-//	c.Kill(c.Leader(t))
-//	c.WaitForReplication(t)
+//     c := raftstoretest.MakeCluster(t, 3)
+//     cl := c.Client(t)
+//     rev, err := cl.Create(ctx, "/registry/pods/default/web", data)
+//     c.Kill(c.Leader(t))
+//     c.WaitForReplication(t)
 package raftstoretest
 
 import (

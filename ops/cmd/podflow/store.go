@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/spf13/cobra"
+)
+
+// podflow store: run a raftstore replica and administer the cluster.
+func init() {
+	register(func() *cobra.Command {
+		var conn storeConnFlags
+		cmd := &cobra.Command{
+			Use:   "store",
+			Short: "Run and administer raftstore, podflow's replicated state store",
+		}
+		conn.add(cmd)
+		cmd.AddCommand(storeRunCmd(&conn), storeStatusCmd(&conn), storeAddVoterCmd(&conn), storeRemoveCmd(&conn))
+		return cmd
+	})
+}
+
+type storeConnFlags struct {
+	url, user, password, subject string
+}
+
+func (f *storeConnFlags) add(cmd *cobra.Command) {
+	url := os.Getenv("PODFLOW_NATS_URL")
+	if url == "" {
+		url = nats.DefaultURL
+	}
+	cmd.PersistentFlags().StringVar(&f.url, "nats-url", url, "NATS server URL (env PODFLOW_NATS_URL)")
+	cmd.PersistentFlags().StringVar(&f.user, "nats-user", os.Getenv("PODFLOW_NATS_USER"), "NATS user (env PODFLOW_NATS_USER)")
+	cmd.PersistentFlags().StringVar(&f.password, "nats-password", os.Getenv("PODFLOW_NATS_PASSWORD"), "NATS password (env PODFLOW_NATS_PASSWORD)")
+	cmd.PersistentFlags().StringVar(&f.subject, "subject", raftstore.DefaultSubject, "store subject prefix")
+}
+
+func (f *storeConnFlags) connect(name string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if f.user != "" {
+		opts = append(opts, nats.UserInfo(f.user, f.password))
+	}
+	nc, err := nats.Connect(f.url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %q: %w", f.url, err)
+	}
+	return nc, nil
+}
+
+func (f *storeConnFlags) client() (*raftstore.Client, *nats.Conn, error) {
+	nc, err := f.connect("podflow store client")
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := raftstore.NewClient(nc, raftstore.ClientConfig{Subject: f.subject})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return c, nc, nil
+}
+
+func storeRunCmd(conn *storeConnFlags) *cobra.Command {
+	cfg := raftstore.DefaultConfig()
+	var bootstrap, logLevel string
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run one store replica until interrupted",
+		Example: `  podflow store run --id s1 --data-dir /var/lib/podflow/s1 --raft-addr 127.0.0.1:7001 \
+    --bootstrap s1=127.0.0.1:7001,s2=127.0.0.1:7002,s3=127.0.0.1:7003 --nats-url nats://127.0.0.1:4222
+  podflow store run --id s4 --data-dir /var/lib/podflow/s4 --raft-addr 127.0.0.1:7004 --join`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			peers, err := raftstore.ParsePeers(bootstrap)
+			if err != nil {
+				return err
+			}
+			cfg.Bootstrap = peers
+			cfg.Subject = conn.subject
+			cfg.LogLevel = logLevel
+			nc, err := conn.connect("podflow store " + cfg.ID)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			cfg.Conn = nc
+			node, err := raftstore.NewNode(cfg)
+			if err != nil {
+				return err
+			}
+			if err := node.Start(cmd.Context()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "store replica %s serving %s.* (raft %s, data %s)\n", cfg.ID, cfg.Subject, node.RaftAddr(), cfg.DataDir)
+			<-cmd.Context().Done()
+			return node.Shutdown()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.ID, "id", "", "replica ID, stable across restarts (required)")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory of the raft log, stable store and snapshots (required)")
+	f.StringVar(&cfg.RaftAddr, "raft-addr", "127.0.0.1:7001", "raft TCP bind address")
+	f.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "raft address peers dial (default: the bind address)")
+	f.StringVar(&bootstrap, "bootstrap", "", "initial voters id1=addr1,id2=addr2,... (used only on an empty data dir)")
+	f.BoolVar(&cfg.Join, "join", false, "on an empty data dir, ask the running cluster to add this replica")
+	f.Int64Var(&cfg.HistoryRevisions, "history-revisions", cfg.HistoryRevisions, "revisions of change history kept for watches")
+	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "raft heartbeat timeout")
+	f.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "raft election timeout")
+	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between snapshots")
+	f.StringVar(&logLevel, "log-level", "warn", "raft log level (trace, debug, info, warn, error)")
+	_ = cmd.MarkFlagRequired("id")
+	_ = cmd.MarkFlagRequired("data-dir")
+	return cmd
+}
+
+func storeStatusCmd(conn *storeConnFlags) *cobra.Command {
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the leader, term, commit and applied indexes and every replica's state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, nc, err := conn.client()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+			defer cancel()
+			sts, err := c.Status(ctx, wait)
+			if err != nil {
+				return err
+			}
+			var leader *raftstore.Status
+			for _, s := range sts {
+				if s.State == "Leader" {
+					leader = s
+				}
+			}
+			out := cmd.OutOrStdout()
+			if leader != nil {
+				fmt.Fprintf(out, "leader %s  term %d  commit index %d  applied index %d  revision %d  compacted %d\n\n",
+					leader.ID, leader.Term, leader.CommitIndex, leader.AppliedIndex, leader.Revision, leader.CompactRevision)
+			} else {
+				fmt.Fprintln(out, "no leader among the replicas that answered")
+			}
+			seen := map[string]*raftstore.Status{}
+			for _, s := range sts {
+				seen[s.ID] = s
+			}
+			members := sts[0].Servers
+			if leader != nil {
+				members = leader.Servers
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tADDRESS\tSUFFRAGE\tSTATE\tTERM\tLAST LOG\tCOMMIT\tAPPLIED\tBEHIND LEADER\tLAST CONTACT")
+			for _, m := range members {
+				s, ok := seen[m.ID]
+				if !ok {
+					fmt.Fprintf(tw, "%s\t%s\t%s\tunreachable\t\t\t\t\t\t\n", m.ID, m.Address, m.Suffrage)
+					continue
+				}
+				delete(seen, m.ID)
+				behind := "-"
+				if leader != nil && leader.LastLogIndex >= s.LastLogIndex {
+					behind = fmt.Sprint(leader.LastLogIndex - s.LastLogIndex)
+				}
+				contact := "never"
+				if s.LastContact >= 0 {
+					contact = s.LastContact.Round(time.Millisecond).String()
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", s.ID, s.Address, m.Suffrage, s.State, s.Term, s.LastLogIndex, s.CommitIndex, s.AppliedIndex, behind, contact)
+			}
+			for _, s := range seen {
+				fmt.Fprintf(tw, "%s\t%s\tnot a member\t%s\t%d\t%d\t%d\t%d\t-\t-\n", s.ID, s.Address, s.State, s.Term, s.LastLogIndex, s.CommitIndex, s.AppliedIndex)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().DurationVar(&wait, "wait", 500*time.Millisecond, "how long to wait for every replica to answer")
+	return cmd
+}
+
+func storeAddVoterCmd(conn *storeConnFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "add-voter ID ADDR",
+		Short: "Add a voting replica (its raft address host:port) to the cluster",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, nc, err := conn.client()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if err := c.AddVoter(cmd.Context(), args[0], args[1]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added voter %s at %s\n", args[0], args[1])
+			return nil
+		},
+	}
+}
+
+func storeRemoveCmd(conn *storeConnFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove a replica from the cluster",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, nc, err := conn.client()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if err := c.RemoveServer(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
+			return nil
+		},
+	}
+}
