@@ -1,2 +1,50 @@
-// Package nodeagent is filled in by its own issue.
+// Package nodeagent is podflow's kubelet: the runtime-independent core of the
+// node agent. One Agent runs per node. It registers the node's Node object,
+// heartbeats it, and runs one worker goroutine per pod bound to the node.
+// A worker drives its pod as the kubelet does — sandbox, volumes, image pulls
+// (by imagePullPolicy), init containers in order, app containers, startup,
+// liveness and readiness probes, restarts by restartPolicy with
+// CrashLoopBackOff, ImagePullBackOff, retried FailedMount and
+// FailedCreatePodSandBox, graceful termination — through a Runtime: the
+// simulated one in package sim, or a Linux runtime.
+//
+// After every change a worker publishes a PodStatusReport carrying the
+// pod's whole status and the Kubernetes Events (Pulling, Pulled, Created,
+// Started, Killing, BackOff, Unhealthy, FailedMount, ...), followed by the
+// specific lifecycle events (PodSandboxReady, ImagePulled, ContainerStarted,
+// ContainerExited, PodRunning, PodReady, PodNotReady, PodFailed, PodKilled,
+// PodDeleted). Envelopes carry stage "nodeagent", replica and node_name = the
+// node, generation = a per-pod sequence number that only grows, also across
+// agent restarts (it is at least the wall clock in nanoseconds), and the
+// deterministic id "<pod uid>/<type>/<seq>" ("<pod uid>/PodDeleted" for the
+// last one), so a retried publish is deduplicated by JetStream.
+//
+// Callers must:
+//
+//  1. Build the agent with New(cfg, runtime, store, publisher), cfg from
+//     DefaultConfig and adjusted; the Publisher and NodeStore are small
+//     interfaces the caller adapts to the bus and the store.
+//  2. Either call Run(ctx), which registers the node and then heartbeats and
+//     reconciles until ctx ends, or call Start once and drive Heartbeat and
+//     Reconcile themselves (sim.Cluster does, for thousands of nodes).
+//  3. Call HandlePodBound for every PodScheduled to this node and
+//     HandlePodDelete for every deletion. Both are idempotent; a lost event
+//     is healed by Reconcile, which compares the workers with the pods the
+//     store binds to the node.
+//  4. Call Stop when done. Stop leaves the pods running in the runtime; the
+//     next agent on the node adopts them at Start.
+//
+// Example:
+//
+//	rt, _ := sim.New(sim.DefaultConfig("10.244.1.0/24"))
+//	a, err := nodeagent.New(nodeagent.DefaultConfig("node-1", "10.244.1.0/24"), rt, store, pub)
+//	if err != nil {
+//		return err
+//	}
+//	go a.Run(ctx) // heartbeats, resyncs; Stop on ctx.Done
+//	err = a.HandlePodBound(ctx, pod) // from the PodScheduled consumer
+//
+// Concurrency: every exported method of Agent is safe for concurrent use.
+// A pod's Runtime calls are made from its worker only, so a Runtime needs to
+// be safe across pods, not within one.
 package nodeagent

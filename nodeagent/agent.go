@@ -1,0 +1,442 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "github.com/podflow/podflow/proto/corev1"
+	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Stage is the Envelope.stage of everything the agent publishes.
+const Stage = "nodeagent"
+
+// Publisher publishes one lifecycle event and returns once it is durable
+// (a JetStream PubAck). Envelope ids are deterministic, so a retried publish
+// is deduplicated. It must be safe for concurrent use.
+type Publisher interface {
+	Publish(ctx context.Context, env *eventsv1.Envelope) error
+}
+
+// NodeStore is what the agent needs of the store. It must be safe for
+// concurrent use. Missing objects are reported with an error matching
+// ErrNotFound.
+type NodeStore interface {
+	// RegisterNode creates node, or replaces the labels, spec and status of
+	// an existing node of that name (a restarted agent registers again).
+	RegisterNode(ctx context.Context, node *corev1.Node) error
+	// UpdateNodeStatus replaces the status of the named node.
+	UpdateNodeStatus(ctx context.Context, name string, status *corev1.NodeStatus) error
+	// ListNodePods lists the pods whose spec.nodeName is node.
+	ListNodePods(ctx context.Context, node string) ([]*corev1.Pod, error)
+	GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+	GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+}
+
+// Agent is one node's kubelet: it registers and heartbeats its Node and runs
+// one worker goroutine per pod bound to the node.
+type Agent struct {
+	cfg   Config
+	rt    Runtime
+	store NodeStore
+	pub   Publisher
+	clock Clock
+	log   *slog.Logger
+
+	ctx    context.Context // cancelled by Stop; parent of every worker
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // workers and Run's loops
+	closed atomic.Bool
+
+	mu        sync.Mutex
+	workers   map[string]*worker   // by pod uid
+	deleted   map[string]time.Time // tombstones: uid -> when its worker finished
+	recovered map[string]*recovered
+	hbSeq     int64
+}
+
+type recovered struct {
+	sandbox    SandboxInfo
+	containers []ContainerInfo
+}
+
+// New returns an agent; it does nothing until Start or Run.
+func New(cfg Config, rt Runtime, store NodeStore, pub Publisher) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if rt == nil || store == nil || pub == nil {
+		return nil, fmt.Errorf("%w: runtime, store and publisher are required", ErrInvalidConfig)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Agent{
+		cfg: cfg, rt: rt, store: store, pub: pub, clock: cfg.Clock,
+		log:     cfg.Logger.With("node", cfg.NodeName),
+		ctx:     ctx,
+		cancel:  cancel,
+		workers: map[string]*worker{}, deleted: map[string]time.Time{},
+		recovered: map[string]*recovered{},
+	}, nil
+}
+
+// NodeName returns the agent's node name.
+func (a *Agent) NodeName() string { return a.cfg.NodeName }
+
+// Start registers the node, learns what the runtime already runs (after an
+// agent restart) and reconciles once. It starts no loop: Run does, or the
+// caller drives Heartbeat and Reconcile itself (as sim.Cluster does for
+// thousands of nodes).
+func (a *Agent) Start(ctx context.Context) error {
+	if a.closed.Load() {
+		return ErrStopped
+	}
+	if err := a.store.RegisterNode(ctx, a.node()); err != nil {
+		return fmt.Errorf("register node %q: %w", a.cfg.NodeName, err)
+	}
+	sbs, err := a.rt.ListSandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	for _, sb := range sbs {
+		cs, err := a.rt.ListContainers(ctx, sb.PodUID)
+		if err != nil {
+			return fmt.Errorf("list containers of pod %q: %w", sb.PodUID, err)
+		}
+		a.mu.Lock()
+		a.recovered[sb.PodUID] = &recovered{sandbox: sb, containers: cs}
+		a.mu.Unlock()
+	}
+	return a.Reconcile(ctx)
+}
+
+// Run starts the agent and heartbeats and reconciles until ctx is done; it
+// then stops the agent and returns ctx's error.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	defer a.Stop()
+	hb := time.NewTicker(a.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	rs := time.NewTicker(a.cfg.ResyncPeriod)
+	defer rs.Stop()
+	_ = a.Heartbeat(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.ctx.Done():
+			return ErrStopped
+		case <-hb.C:
+			if err := a.Heartbeat(ctx); err != nil {
+				a.log.Warn("heartbeat", "err", err)
+			}
+		case <-rs.C:
+			if err := a.Reconcile(ctx); err != nil {
+				a.log.Warn("reconcile", "err", err)
+			}
+		}
+	}
+}
+
+// Stop stops every pod worker and waits for them. Pods keep running in the
+// runtime, as containers outlive a kubelet restart; a new agent adopts them.
+// Stop is idempotent.
+func (a *Agent) Stop() {
+	a.mu.Lock() // orders Stop after any startWorkerLocked's wg.Add
+	a.closed.Store(true)
+	a.mu.Unlock()
+	a.cancel()
+	a.wg.Wait()
+}
+
+// HandlePodBound starts the pod's worker. It is idempotent: when the pod has
+// a worker, or was deleted recently, it does nothing. A pod being deleted
+// (deletionTimestamp set) is handed to HandlePodDelete.
+func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
+	if pod.GetSpec().GetNodeName() != a.cfg.NodeName {
+		return fmt.Errorf("pod %q on node %q: %w", podKey(pod), pod.GetSpec().GetNodeName(), ErrWrongNode)
+	}
+	if pod.GetMetadata().GetDeletionTimestamp() != nil {
+		return a.HandlePodDelete(ctx, pod, -1)
+	}
+	uid := pod.GetMetadata().GetUid()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed.Load() {
+		return ErrStopped
+	}
+	if _, ok := a.workers[uid]; ok {
+		return nil
+	}
+	if _, ok := a.deleted[uid]; ok {
+		return nil
+	}
+	a.startWorkerLocked(pod)
+	return nil
+}
+
+// HandlePodDelete terminates the pod gracefully: SIGTERM to its containers,
+// a kill after grace, sandbox teardown, then PodDeleted. A negative grace
+// uses the pod's deletionGracePeriodSeconds, else its
+// terminationGracePeriodSeconds, else Config.DefaultGracePeriod. It returns
+// once termination has begun; it is idempotent.
+func (a *Agent) HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
+	if grace < 0 {
+		grace = a.gracePeriod(pod)
+	}
+	uid := pod.GetMetadata().GetUid()
+	a.mu.Lock()
+	if a.closed.Load() {
+		a.mu.Unlock()
+		return ErrStopped
+	}
+	w, ok := a.workers[uid]
+	if !ok {
+		if _, gone := a.deleted[uid]; gone {
+			a.mu.Unlock()
+			return nil
+		}
+		// No worker (never bound here, or adopted after a restart): a
+		// worker still owns the teardown so the outcome is reported.
+		w = a.startWorkerLocked(pod)
+	}
+	a.mu.Unlock()
+	select {
+	case w.deleteCh <- grace:
+	default:
+		// A delete is already queued; a shorter grace than the queued one
+		// is not honoured (Kubernetes only ever shortens it).
+	}
+	return nil
+}
+
+// PodStatus returns the last status the agent reported for the pod.
+func (a *Agent) PodStatus(uid string) (*corev1.PodStatus, bool) {
+	a.mu.Lock()
+	w, ok := a.workers[uid]
+	a.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	s := w.reported.Load()
+	return s, s != nil
+}
+
+// RunningPods counts the pods that have a worker.
+func (a *Agent) RunningPods() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.workers)
+}
+
+// Reconcile makes the workers match the pods the store binds to this node:
+// it starts missing workers, terminates pods that are being deleted or are
+// gone from the store, and removes sandboxes no pod owns.
+func (a *Agent) Reconcile(ctx context.Context) error {
+	pods, err := a.store.ListNodePods(ctx, a.cfg.NodeName)
+	if err != nil {
+		return fmt.Errorf("list pods of node %q: %w", a.cfg.NodeName, err)
+	}
+	want := make(map[string]bool, len(pods))
+	var errs []error
+	for _, pod := range pods {
+		uid := pod.GetMetadata().GetUid()
+		want[uid] = true
+		switch {
+		case pod.GetMetadata().GetDeletionTimestamp() != nil:
+			errs = append(errs, a.HandlePodDelete(ctx, pod, -1))
+		case isTerminalPhase(pod.GetStatus().GetPhase()) && !a.hasWorker(uid):
+			// A finished pod is not started again after an agent restart.
+		default:
+			errs = append(errs, a.HandlePodBound(ctx, pod))
+		}
+	}
+	a.mu.Lock()
+	var gone []*worker
+	for uid, w := range a.workers {
+		if !want[uid] {
+			gone = append(gone, w)
+		}
+	}
+	now := a.clock.Now()
+	for uid, at := range a.deleted { // tombstones outlive redeliveries
+		if now.Sub(at) > 2*a.cfg.ResyncPeriod {
+			delete(a.deleted, uid)
+		}
+	}
+	orphans := a.recovered
+	a.recovered = map[string]*recovered{}
+	for uid, r := range orphans {
+		if want[uid] {
+			a.recovered[uid] = r // not yet claimed by a worker
+			delete(orphans, uid)
+		}
+	}
+	a.mu.Unlock()
+	for _, w := range gone {
+		errs = append(errs, a.HandlePodDelete(ctx, w.pod, -1))
+	}
+	for uid := range orphans {
+		if err := a.rt.StopPodSandbox(ctx, uid); err != nil {
+			errs = append(errs, err)
+		}
+		if err := a.rt.RemovePodSandbox(ctx, uid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Agent) hasWorker(uid string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.workers[uid]
+	return ok
+}
+
+// Heartbeat publishes a NodeHeartbeat and updates the node's status.
+func (a *Agent) Heartbeat(ctx context.Context) error {
+	now := a.clock.Now()
+	st := a.nodeStatus(now)
+	running := a.RunningPods()
+	a.mu.Lock()
+	a.hbSeq = max(a.hbSeq+1, now.UnixNano())
+	seq := a.hbSeq
+	a.mu.Unlock()
+	env := &eventsv1.Envelope{
+		Id:         fmt.Sprintf("%s/NodeHeartbeat/%d", a.cfg.NodeName, seq),
+		NodeName:   a.cfg.NodeName,
+		Time:       timestamppb.New(now),
+		Stage:      Stage,
+		Replica:    a.cfg.NodeName,
+		Attempt:    1,
+		Generation: seq,
+		Payload: &eventsv1.Envelope_NodeHeartbeat{NodeHeartbeat: &eventsv1.NodeHeartbeat{
+			Conditions: st.Conditions, RunningPods: int32(running),
+		}},
+	}
+	pctx, cancel := a.publishContext(ctx)
+	defer cancel()
+	return errors.Join(
+		a.pub.Publish(pctx, env),
+		a.store.UpdateNodeStatus(ctx, a.cfg.NodeName, st),
+	)
+}
+
+func (a *Agent) publishContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, a.cfg.PublishTimeout)
+}
+
+func (a *Agent) startWorkerLocked(pod *corev1.Pod) *worker {
+	uid := pod.GetMetadata().GetUid()
+	w := newWorker(a, proto.Clone(pod).(*corev1.Pod), a.recovered[uid])
+	delete(a.recovered, uid)
+	a.workers[uid] = w
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		w.run(a.ctx)
+		a.retire(w, false)
+	}()
+	return w
+}
+
+// retire removes w from the workers; deleted leaves a tombstone so that a
+// redelivered bind or delete of the pod is a no-op.
+func (a *Agent) retire(w *worker, deleted bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.workers[w.uid] == w {
+		delete(a.workers, w.uid)
+	}
+	if deleted {
+		a.deleted[w.uid] = a.clock.Now()
+	}
+}
+
+func (a *Agent) gracePeriod(pod *corev1.Pod) time.Duration {
+	if s := pod.GetMetadata().DeletionGracePeriodSeconds; s != nil {
+		return time.Duration(*s) * a.cfg.SpecSecond
+	}
+	if s := pod.GetSpec().TerminationGracePeriodSeconds; s != nil {
+		return time.Duration(*s) * a.cfg.SpecSecond
+	}
+	return a.cfg.DefaultGracePeriod
+}
+
+func (a *Agent) capacity() map[string]string {
+	if a.cfg.Capacity != nil {
+		return maps.Clone(a.cfg.Capacity)
+	}
+	return maps.Clone(a.rt.Capacity())
+}
+
+func (a *Agent) node() *corev1.Node {
+	labels := map[string]string{
+		"kubernetes.io/hostname": a.cfg.NodeName,
+		"kubernetes.io/os":       runtime.GOOS,
+		"kubernetes.io/arch":     runtime.GOARCH,
+	}
+	maps.Copy(labels, a.cfg.Labels)
+	return &corev1.Node{
+		Metadata: &corev1.ObjectMeta{Name: a.cfg.NodeName, Labels: labels},
+		Spec: &corev1.NodeSpec{
+			PodCidr:  a.cfg.PodCIDR,
+			PodCidrs: []string{a.cfg.PodCIDR},
+			Taints:   a.cfg.Taints,
+		},
+		Status: a.nodeStatus(a.clock.Now()),
+	}
+}
+
+func (a *Agent) nodeStatus(now time.Time) *corev1.NodeStatus {
+	ts := timestamppb.New(now)
+	cond := func(typ, status, reason, msg string) *corev1.NodeCondition {
+		return &corev1.NodeCondition{Type: typ, Status: status, Reason: reason, Message: msg,
+			LastHeartbeatTime: ts, LastTransitionTime: ts}
+	}
+	return &corev1.NodeStatus{
+		Capacity:    a.capacity(),
+		Allocatable: a.capacity(),
+		Conditions: []*corev1.NodeCondition{
+			cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+			cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+			cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+			cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+		},
+		Addresses: []*corev1.NodeAddress{
+			{Type: "InternalIP", Address: a.cfg.HostIP},
+			{Type: "Hostname", Address: a.cfg.NodeName},
+		},
+		NodeInfo: &corev1.NodeSystemInfo{
+			OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH,
+			KubeletVersion: "podflow", ContainerRuntimeVersion: fmt.Sprintf("%T", a.rt),
+		},
+	}
+}
+
+func podKey(pod *corev1.Pod) string {
+	return pod.GetMetadata().GetNamespace() + "/" + pod.GetMetadata().GetName()
+}
+
+func isTerminalPhase(p string) bool { return p == "Succeeded" || p == "Failed" }

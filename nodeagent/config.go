@@ -1,0 +1,150 @@
+package nodeagent
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	corev1 "github.com/podflow/podflow/proto/corev1"
+)
+
+// Backoff is an exponential backoff: Initial, doubling up to Max. When
+// ResetAfter is non-zero, a container that ran at least that long before
+// failing starts again from Initial.
+type Backoff struct {
+	Initial    time.Duration
+	Max        time.Duration
+	ResetAfter time.Duration
+}
+
+// Next returns the delay following prev (0 = first failure).
+func (b Backoff) Next(prev time.Duration) time.Duration {
+	if prev <= 0 {
+		return b.Initial
+	}
+	if prev >= b.Max/2 {
+		return b.Max
+	}
+	return prev * 2
+}
+
+func (b Backoff) validate(name string) error {
+	if b.Initial <= 0 || b.Max < b.Initial {
+		return fmt.Errorf("%w: %s: need 0 < Initial (%s) <= Max (%s)", ErrInvalidConfig, name, b.Initial, b.Max)
+	}
+	if b.ResetAfter < 0 {
+		return fmt.Errorf("%w: %s: ResetAfter (%s) is negative", ErrInvalidConfig, name, b.ResetAfter)
+	}
+	return nil
+}
+
+// Config configures an Agent.
+type Config struct {
+	// NodeName is the Node's name and the agent's replica name. Required.
+	NodeName string
+	// PodCIDR is the node's pod CIDR (spec.podCIDR), e.g. "10.244.1.0/24".
+	// Required.
+	PodCIDR string
+	// HostIP is the node's InternalIP, reported as status.hostIP of its pods.
+	HostIP string
+	// Capacity overrides the runtime's Capacity() when non-nil (quantity
+	// strings). Allocatable equals capacity.
+	Capacity map[string]string
+	// Labels are added to the well-known node labels
+	// (kubernetes.io/hostname, kubernetes.io/os, kubernetes.io/arch).
+	Labels map[string]string
+	// Taints are the node's spec.taints.
+	Taints []*corev1.Taint
+
+	// HeartbeatInterval is how often Run publishes a NodeHeartbeat and
+	// updates the node's status.
+	HeartbeatInterval time.Duration
+	// ResyncPeriod is how often Run reconciles workers against the pods the
+	// store binds to this node.
+	ResyncPeriod time.Duration
+	// PublishTimeout bounds one Publish when the caller's context has no
+	// deadline; PublishRetry is the delay before a failed report is retried.
+	PublishTimeout time.Duration
+	PublishRetry   time.Duration
+
+	// CrashLoopBackOff delays restarts of failed containers (Kubernetes:
+	// 10s doubling to 5m, reset after 10m of running).
+	CrashLoopBackOff Backoff
+	// ImagePullBackOff delays image pull retries (Kubernetes: 10s to 5m).
+	ImagePullBackOff Backoff
+	// SetupBackOff delays retries of sandbox creation and volume mounts.
+	SetupBackOff Backoff
+	// DefaultGracePeriod applies when a pod sets no
+	// terminationGracePeriodSeconds.
+	DefaultGracePeriod time.Duration
+	// SpecSecond is the real duration of one second written in a pod spec
+	// (probe delays, periods, timeouts, grace periods). It is time.Second;
+	// tests and simulations may shrink it to run faster.
+	SpecSecond time.Duration
+
+	// Clock is the time source; nil means the wall clock.
+	Clock Clock
+	// Logger receives the agent's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the Kubernetes kubelet's timings for node.
+func DefaultConfig(node, podCIDR string) Config {
+	return Config{
+		NodeName:           node,
+		PodCIDR:            podCIDR,
+		HostIP:             "127.0.0.1",
+		HeartbeatInterval:  10 * time.Second,
+		ResyncPeriod:       time.Minute,
+		PublishTimeout:     10 * time.Second,
+		PublishRetry:       time.Second,
+		CrashLoopBackOff:   Backoff{Initial: 10 * time.Second, Max: 5 * time.Minute, ResetAfter: 10 * time.Minute},
+		ImagePullBackOff:   Backoff{Initial: 10 * time.Second, Max: 5 * time.Minute},
+		SetupBackOff:       Backoff{Initial: 500 * time.Millisecond, Max: 2 * time.Minute},
+		DefaultGracePeriod: 30 * time.Second,
+		SpecSecond:         time.Second,
+	}
+}
+
+// Validate checks every field and the rules between them.
+func (c Config) Validate() error {
+	if c.NodeName == "" {
+		return fmt.Errorf("%w: NodeName is empty", ErrInvalidConfig)
+	}
+	p, err := netip.ParsePrefix(c.PodCIDR)
+	if err != nil {
+		return fmt.Errorf("%w: PodCIDR %q: %v", ErrInvalidConfig, c.PodCIDR, err)
+	}
+	if p.Masked() != p {
+		return fmt.Errorf("%w: PodCIDR %q has host bits set", ErrInvalidConfig, c.PodCIDR)
+	}
+	if c.HostIP != "" {
+		if _, err := netip.ParseAddr(c.HostIP); err != nil {
+			return fmt.Errorf("%w: HostIP %q: %v", ErrInvalidConfig, c.HostIP, err)
+		}
+	}
+	for name, d := range map[string]time.Duration{
+		"HeartbeatInterval": c.HeartbeatInterval, "ResyncPeriod": c.ResyncPeriod,
+		"PublishTimeout": c.PublishTimeout, "PublishRetry": c.PublishRetry,
+		"SpecSecond": c.SpecSecond,
+	} {
+		if d <= 0 {
+			return fmt.Errorf("%w: %s (%s) must be positive", ErrInvalidConfig, name, d)
+		}
+	}
+	if c.DefaultGracePeriod < 0 {
+		return fmt.Errorf("%w: DefaultGracePeriod (%s) is negative", ErrInvalidConfig, c.DefaultGracePeriod)
+	}
+	if c.ResyncPeriod < c.HeartbeatInterval {
+		return fmt.Errorf("%w: ResyncPeriod (%s) is shorter than HeartbeatInterval (%s)", ErrInvalidConfig, c.ResyncPeriod, c.HeartbeatInterval)
+	}
+	for name, b := range map[string]Backoff{
+		"CrashLoopBackOff": c.CrashLoopBackOff, "ImagePullBackOff": c.ImagePullBackOff, "SetupBackOff": c.SetupBackOff,
+	} {
+		if err := b.validate(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}

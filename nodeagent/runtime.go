@@ -1,0 +1,132 @@
+package nodeagent
+
+import (
+	"context"
+	"time"
+
+	corev1 "github.com/podflow/podflow/proto/corev1"
+)
+
+// Runtime is the seam between the agent core (the "kubelet") and what runs
+// pods: the simulated runtime in package sim, or a Linux runtime that
+// programs cgroups, network namespaces and processes.
+//
+// Concurrency: methods may be called concurrently for different pods; the
+// agent calls the methods of one pod from that pod's worker goroutine only
+// (except ListSandboxes and ListContainers, called at start and on resync).
+// Every blocking method honours ctx. Failures are *Error values whose Code
+// says what went wrong (CodeImagePull, CodeSandbox, CodeMount, ...); the
+// agent turns codes into Kubernetes reasons.
+type Runtime interface {
+	// RunPodSandbox creates the pod's sandbox (network namespace, pod IP from
+	// the node's pod CIDR). It is idempotent: a second call for a pod whose
+	// sandbox exists returns that sandbox.
+	RunPodSandbox(ctx context.Context, pod *corev1.Pod) (Sandbox, error)
+	// StopPodSandbox stops whatever still runs in the pod's sandbox. It is
+	// idempotent and succeeds when there is no sandbox.
+	StopPodSandbox(ctx context.Context, podUID string) error
+	// RemovePodSandbox removes the sandbox and everything of the pod
+	// (containers, volumes) and releases its IP. Idempotent.
+	RemovePodSandbox(ctx context.Context, podUID string) error
+	// MountVolumes makes the pod's volumes available to its containers;
+	// vols carries the resolved content of configMap and secret volumes.
+	MountVolumes(ctx context.Context, pod *corev1.Pod, vols []VolumeData) error
+	// PullImage makes image present according to policy (Always,
+	// IfNotPresent, Never).
+	PullImage(ctx context.Context, pod *corev1.Pod, image string, policy string) (ImageRef, error)
+	// StartContainer creates and starts container c of pod in sb.
+	StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sb Sandbox) (ContainerID, error)
+	// StopContainer sends SIGTERM, waits up to grace, then kills. It returns
+	// once the container has stopped, with its exit; that exit is not also
+	// delivered on ContainerExits.
+	StopContainer(ctx context.Context, id ContainerID, grace time.Duration) (ContainerExit, error)
+	// ContainerExits returns the channel on which exits of the pod's
+	// containers that the agent did not ask for (crashes, completions) are
+	// delivered, each exactly once. It is nil when the pod has no sandbox.
+	// The runtime never closes it; the agent must keep receiving while the
+	// sandbox exists.
+	ContainerExits(podUID string) <-chan ContainerExit
+	// Probe runs one probe of container c. A probe that ran and failed is
+	// (ProbeResult{OK: false, ...}, nil); an error means it could not run.
+	Probe(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id ContainerID, kind ProbeKind, p *corev1.Probe) (ProbeResult, error)
+	// ListSandboxes and ListContainers report what exists, for recovery after
+	// an agent restart.
+	ListSandboxes(ctx context.Context) ([]SandboxInfo, error)
+	ListContainers(ctx context.Context, podUID string) ([]ContainerInfo, error)
+	// Capacity is the node's capacity as Kubernetes quantity strings
+	// ("cpu": "8", "memory": "32Gi", "pods": "110").
+	Capacity() map[string]string
+}
+
+// Sandbox is a pod's sandbox.
+type Sandbox struct {
+	ID string
+	IP string
+}
+
+// ContainerID names one container instance (a restart is a new instance).
+type ContainerID string
+
+// ImageRef is a pulled image.
+type ImageRef struct {
+	ID             string // image digest, reported as containerStatus.imageID
+	SizeBytes      int64
+	AlreadyPresent bool
+}
+
+// VolumeData is one of the pod's volumes with what the store holds for it.
+// Files maps a path inside the volume to its content (configMap, secret).
+type VolumeData struct {
+	Volume *corev1.Volume
+	Files  map[string][]byte
+}
+
+// ContainerExit says how a container ended.
+type ContainerExit struct {
+	ID         ContainerID
+	ExitCode   int32
+	Signal     int32
+	Reason     string // "" (derived from the exit code) or OOMKilled
+	Message    string
+	FinishedAt time.Time
+}
+
+// ProbeKind names the probe being run.
+type ProbeKind string
+
+// Probe kinds.
+const (
+	ProbeStartup   ProbeKind = "Startup"
+	ProbeLiveness  ProbeKind = "Liveness"
+	ProbeReadiness ProbeKind = "Readiness"
+)
+
+// ProbeResult is the outcome of one probe run.
+type ProbeResult struct {
+	OK      bool
+	Message string
+}
+
+// SandboxInfo describes an existing sandbox.
+type SandboxInfo struct {
+	PodUID       string
+	Namespace    string
+	Name         string
+	Sandbox      Sandbox
+	VolumesReady bool
+	CreatedAt    time.Time
+}
+
+// ContainerInfo describes an existing container instance.
+type ContainerInfo struct {
+	ID           ContainerID
+	PodUID       string
+	Name         string
+	Image        string
+	ImageID      string
+	Init         bool
+	RestartCount int32
+	Running      bool
+	StartedAt    time.Time
+	Exit         *ContainerExit // set when not running
+}

@@ -1,0 +1,260 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/podflow/podflow/nodeagent"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+)
+
+// ClusterConfig configures a Cluster of simulated nodes.
+type ClusterConfig struct {
+	// Nodes is how many nodes to simulate.
+	Nodes int
+	// NamePrefix names node i (from 1) NamePrefix + "%04d": sim-node-0001.
+	NamePrefix string
+	// PodCIDRBase is the /24 that node i's pod CIDR is counted from: node i
+	// gets the i-th /24 after it (10.244.0.0/24 -> 10.244.1.0/24, ...,
+	// 10.245.0.0/24 for node 256). Every CIDR must stay inside the base's /8.
+	PodCIDRBase string
+	// HostIPBase is counted from the same way, one address per node.
+	HostIPBase string
+	// Labels and Taints are applied to every node; Runtime and Agent are
+	// templates (PodCIDR, NodeName, HostIP and Clock are set per node).
+	Labels  map[string]string
+	Taints  []*corev1.Taint
+	Runtime Config
+	Agent   nodeagent.Config
+	// Parallelism bounds how many nodes register, heartbeat or reconcile at
+	// once.
+	Parallelism int
+}
+
+// DefaultClusterConfig returns n instant nodes of 8 cpu, 32Gi and 110 pods
+// with the kubelet's timings.
+func DefaultClusterConfig(n int) ClusterConfig {
+	return ClusterConfig{
+		Nodes:       n,
+		NamePrefix:  "sim-node-",
+		PodCIDRBase: "10.244.0.0/24",
+		HostIPBase:  "172.16.0.0",
+		Labels:      map[string]string{"type": "sim"},
+		Runtime:     DefaultConfig(""),
+		Agent:       nodeagent.DefaultConfig("", ""),
+		Parallelism: 16,
+	}
+}
+
+// Validate checks the configuration, including that every node's CIDR and
+// host IP exist.
+func (c ClusterConfig) Validate() error {
+	if c.Nodes < 1 || c.Parallelism < 1 || c.NamePrefix == "" {
+		return fmt.Errorf("sim: cluster: need Nodes (%d) >= 1, Parallelism (%d) >= 1 and a NamePrefix", c.Nodes, c.Parallelism)
+	}
+	if _, err := c.podCIDR(c.Nodes); err != nil {
+		return err
+	}
+	if _, err := c.hostIP(c.Nodes); err != nil {
+		return err
+	}
+	return c.node(1).agent.Validate()
+}
+
+func (c ClusterConfig) podCIDR(i int) (netip.Prefix, error) {
+	base, err := netip.ParsePrefix(c.PodCIDRBase)
+	if err != nil || base.Bits() != 24 || !base.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("sim: cluster: PodCIDRBase %q is not an IPv4 /24", c.PodCIDRBase)
+	}
+	a, err := offset(base.Addr(), uint32(i)<<8)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("sim: cluster: pod CIDR of node %d: %w", i, err)
+	}
+	return netip.PrefixFrom(a, 24), nil
+}
+
+func (c ClusterConfig) hostIP(i int) (netip.Addr, error) {
+	base, err := netip.ParseAddr(c.HostIPBase)
+	if err != nil || !base.Is4() {
+		return netip.Addr{}, fmt.Errorf("sim: cluster: HostIPBase %q is not an IPv4 address", c.HostIPBase)
+	}
+	a, err := offset(base, uint32(i))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("sim: cluster: host IP of node %d: %w", i, err)
+	}
+	return a, nil
+}
+
+// offset adds n to a, refusing to leave a's /8.
+func offset(a netip.Addr, n uint32) (netip.Addr, error) {
+	b := a.As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	w := v + n
+	if w < v || w>>24 != v>>24 {
+		return netip.Addr{}, fmt.Errorf("%s + %d leaves %d.0.0.0/8", a, n, b[0])
+	}
+	return netip.AddrFrom4([4]byte{byte(w >> 24), byte(w >> 16), byte(w >> 8), byte(w)}), nil
+}
+
+type nodeSpec struct {
+	agent   nodeagent.Config
+	runtime Config
+}
+
+func (c ClusterConfig) node(i int) nodeSpec {
+	cidr, _ := c.podCIDR(i)
+	ip, _ := c.hostIP(i)
+	a := c.Agent
+	a.NodeName = fmt.Sprintf("%s%04d", c.NamePrefix, i)
+	a.PodCIDR, a.HostIP = cidr.String(), ip.String()
+	a.Labels = maps.Clone(c.Labels)
+	a.Taints = c.Taints
+	r := c.Runtime
+	r.PodCIDR, r.Clock = cidr.String(), a.Clock
+	return nodeSpec{agent: a, runtime: r}
+}
+
+// Cluster runs many simulated nodes in one process, each an Agent over its
+// own Runtime. Idle nodes cost no goroutine: one loop heartbeats and
+// reconciles them all, with at most Parallelism in flight.
+type Cluster struct {
+	cfg    ClusterConfig
+	names  []string
+	agents map[string]*nodeagent.Agent
+	rts    map[string]*Runtime
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// NewCluster builds the nodes; nothing runs until Start.
+func NewCluster(cfg ClusterConfig, store nodeagent.NodeStore, pub nodeagent.Publisher) (*Cluster, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, agents: map[string]*nodeagent.Agent{}, rts: map[string]*Runtime{}}
+	for i := 1; i <= cfg.Nodes; i++ {
+		spec := cfg.node(i)
+		rt, err := New(spec.runtime)
+		if err != nil {
+			return nil, err
+		}
+		a, err := nodeagent.New(spec.agent, rt, store, pub)
+		if err != nil {
+			return nil, err
+		}
+		c.names = append(c.names, spec.agent.NodeName)
+		c.agents[spec.agent.NodeName], c.rts[spec.agent.NodeName] = a, rt
+	}
+	return c, nil
+}
+
+// Start registers every node (failing if any registration fails) and starts
+// the loop that heartbeats every Agent.HeartbeatInterval and reconciles every
+// Agent.ResyncPeriod. Stop ends it.
+func (c *Cluster) Start(ctx context.Context) error {
+	if err := c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error { return a.Start(ctx) }); err != nil {
+		return err
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.loop(lctx)
+	}()
+	return nil
+}
+
+func (c *Cluster) loop(ctx context.Context) {
+	hb := time.NewTicker(c.cfg.Agent.HeartbeatInterval)
+	defer hb.Stop()
+	rs := time.NewTicker(c.cfg.Agent.ResyncPeriod)
+	defer rs.Stop()
+	heartbeat := func(ctx context.Context, a *nodeagent.Agent) error { return a.Heartbeat(ctx) }
+	reconcile := func(ctx context.Context, a *nodeagent.Agent) error { return a.Reconcile(ctx) }
+	_ = c.each(ctx, heartbeat)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hb.C:
+			_ = c.each(ctx, heartbeat)
+		case <-rs.C:
+			_ = c.each(ctx, reconcile)
+		}
+	}
+}
+
+// each runs fn over every node, Parallelism at a time, and joins the errors.
+func (c *Cluster) each(ctx context.Context, fn func(context.Context, *nodeagent.Agent) error) error {
+	var next atomic.Int64
+	errs := make([]error, len(c.names))
+	var wg sync.WaitGroup
+	for range min(c.cfg.Parallelism, len(c.names)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(c.names) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				if err := fn(ctx, c.agents[c.names[i]]); err != nil {
+					errs[i] = fmt.Errorf("node %q: %w", c.names[i], err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(append(errs, ctx.Err())...)
+}
+
+// Stop stops the loop, every agent and every runtime. Idempotent.
+func (c *Cluster) Stop() {
+	c.once.Do(func() {
+		if c.cancel != nil {
+			c.cancel()
+		}
+		c.wg.Wait()
+		for _, n := range c.names {
+			c.agents[n].Stop()
+			c.rts[n].Close()
+		}
+	})
+}
+
+// NodeNames lists the nodes in order.
+func (c *Cluster) NodeNames() []string { return slices.Clone(c.names) }
+
+// Agent returns the named node's agent.
+func (c *Cluster) Agent(node string) (*nodeagent.Agent, bool) {
+	a, ok := c.agents[node]
+	return a, ok
+}
+
+// Runtime returns the named node's runtime.
+func (c *Cluster) Runtime(node string) (*Runtime, bool) {
+	r, ok := c.rts[node]
+	return r, ok
+}
+
+// HandlePodBound hands pod to the agent of its spec.nodeName.
+func (c *Cluster) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
+	a, ok := c.agents[pod.GetSpec().GetNodeName()]
+	if !ok {
+		return fmt.Errorf("sim: pod %q: %w", pod.GetMetadata().GetName(), nodeagent.ErrWrongNode)
+	}
+	return a.HandlePodBound(ctx, pod)
+}
+
+// HandlePodDelete hands a deletion to the agent of the pod's node.
+func (c *Cluster) HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
+	a, ok := c.agents[pod.GetSpec().GetNodeName()]
+	if !ok {
+		return fmt.Errorf("sim: pod %q: %w", pod.GetMetadata().GetName(), nodeagent.ErrWrongNode)
+	}
+	return a.HandlePodDelete(ctx, pod, grace)
+}

@@ -1,0 +1,484 @@
+package sim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/podflow/podflow/nodeagent"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+)
+
+// Failure-injection annotations, read from the pod's metadata. See the
+// package documentation for their effect.
+const (
+	AnnotationImagePull     = "sim.podflow.io/image-pull"
+	AnnotationSandbox       = "sim.podflow.io/sandbox"
+	AnnotationMount         = "sim.podflow.io/mount"
+	AnnotationReadiness     = "sim.podflow.io/readiness"
+	AnnotationLiveness      = "sim.podflow.io/liveness"
+	AnnotationStartup       = "sim.podflow.io/startup"
+	AnnotationExitAfter     = "sim.podflow.io/exit-after"
+	AnnotationExitCode      = "sim.podflow.io/exit-code"
+	AnnotationIgnoreSIGTERM = "sim.podflow.io/ignore-sigterm"
+
+	// Fail is the annotation value that injects a failure.
+	Fail = "fail"
+)
+
+// Exit codes of stopped simulated containers: 128 + the signal.
+const (
+	ExitCodeSIGTERM = 143
+	ExitCodeSIGKILL = 137
+)
+
+// Config configures a simulated runtime.
+type Config struct {
+	// PodCIDR is where pod IPs come from. Required.
+	PodCIDR string
+	// Capacity is what Capacity reports (quantity strings).
+	Capacity map[string]string
+	// Delays of each operation; zero is allowed (and fastest).
+	SandboxDelay, MountDelay, PullDelay, StartDelay, StopDelay time.Duration
+	// InitRunTime is how long an init container runs before exiting 0.
+	InitRunTime time.Duration
+	// Clock is the time source; nil means the wall clock.
+	Clock nodeagent.Clock
+}
+
+// DefaultConfig returns an instant runtime with 8 cpu, 32Gi and 110 pods.
+func DefaultConfig(podCIDR string) Config {
+	return Config{
+		PodCIDR: podCIDR,
+		Capacity: map[string]string{
+			"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi",
+		},
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if _, err := NewIPAM(c.PodCIDR); err != nil {
+		return err
+	}
+	for _, d := range []time.Duration{c.SandboxDelay, c.MountDelay, c.PullDelay, c.StartDelay, c.StopDelay, c.InitRunTime} {
+		if d < 0 {
+			return fmt.Errorf("sim: negative delay %s", d)
+		}
+	}
+	return nil
+}
+
+// Runtime is a simulated container runtime: sandboxes, images and
+// containers exist only in memory, and containers run no process. It is safe
+// for concurrent use.
+type Runtime struct {
+	cfg   Config
+	clock nodeagent.Clock
+	ipam  *IPAM
+	ids   atomic.Uint64
+	done  chan struct{} // closed by Close
+
+	mu     sync.Mutex
+	closed bool
+	images map[string]string // image -> digest
+	pods   map[string]*simPod
+}
+
+var _ nodeagent.Runtime = (*Runtime)(nil)
+
+type simPod struct {
+	pod        *corev1.Pod
+	sb         nodeagent.Sandbox
+	ip         netip.Addr
+	created    time.Time
+	mounted    bool
+	exits      chan nodeagent.ContainerExit
+	removed    chan struct{}
+	containers map[nodeagent.ContainerID]*simCtr
+	starts     map[string]int32 // container name -> instances started
+}
+
+type simCtr struct {
+	info  nodeagent.ContainerInfo
+	timer nodeagent.Timer // natural exit, nil if none
+}
+
+// New returns a simulated runtime.
+func New(cfg Config) (*Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ipam, _ := NewIPAM(cfg.PodCIDR)
+	if cfg.Clock == nil {
+		cfg.Clock = nodeagent.RealClock{}
+	}
+	return &Runtime{cfg: cfg, clock: cfg.Clock, ipam: ipam, done: make(chan struct{}),
+		images: map[string]string{}, pods: map[string]*simPod{}}, nil
+}
+
+// Close stops every pending simulated exit. The runtime must not be used
+// afterwards. Idempotent.
+func (r *Runtime) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.closed = true
+	close(r.done)
+	for _, p := range r.pods {
+		for _, c := range p.containers {
+			if c.timer != nil {
+				c.timer.Stop()
+			}
+		}
+	}
+}
+
+// IPAM exposes the runtime's address allocator (for inspection).
+func (r *Runtime) IPAM() *IPAM { return r.ipam }
+
+func (r *Runtime) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := r.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
+func injected(pod *corev1.Pod, ann string) bool {
+	return pod.GetMetadata().GetAnnotations()[ann] == Fail
+}
+
+// RunPodSandbox implements nodeagent.Runtime.
+func (r *Runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent.Sandbox, error) {
+	uid := pod.GetMetadata().GetUid()
+	r.mu.Lock()
+	if p, ok := r.pods[uid]; ok {
+		r.mu.Unlock()
+		return p.sb, nil
+	}
+	r.mu.Unlock()
+	if err := r.sleep(ctx, r.cfg.SandboxDelay); err != nil {
+		return nodeagent.Sandbox{}, err
+	}
+	if injected(pod, AnnotationSandbox) {
+		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox,
+			"rpc error: code = Unknown desc = failed to setup network for sandbox: sim: failure injected by %s", AnnotationSandbox)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.pods[uid]; ok {
+		return p.sb, nil
+	}
+	ip, err := r.ipam.Allocate(uid)
+	if err != nil {
+		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox,
+			"failed to setup network for sandbox: allocate IP: %w", err)
+	}
+	p := &simPod{
+		pod: pod, ip: ip, created: r.clock.Now(),
+		sb:         nodeagent.Sandbox{ID: r.newID("sandbox"), IP: ip.String()},
+		exits:      make(chan nodeagent.ContainerExit, 16),
+		removed:    make(chan struct{}),
+		containers: map[nodeagent.ContainerID]*simCtr{},
+		starts:     map[string]int32{},
+	}
+	r.pods[uid] = p
+	return p.sb, nil
+}
+
+func (r *Runtime) newID(kind string) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%p/%s/%d", r, kind, r.ids.Add(1))))
+	return hex.EncodeToString(sum[:16])
+}
+
+// StopPodSandbox implements nodeagent.Runtime: every container still
+// running is killed.
+func (r *Runtime) StopPodSandbox(ctx context.Context, podUID string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.pods[podUID]; ok {
+		now := r.clock.Now()
+		for _, c := range p.containers {
+			if c.info.Running {
+				r.exitLocked(c, nodeagent.ContainerExit{ID: c.info.ID, ExitCode: ExitCodeSIGKILL, Signal: 9, FinishedAt: now})
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// RemovePodSandbox implements nodeagent.Runtime and releases the pod's IP.
+func (r *Runtime) RemovePodSandbox(ctx context.Context, podUID string) error {
+	if err := r.StopPodSandbox(ctx, podUID); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.pods[podUID]; ok {
+		close(p.removed)
+		r.ipam.Release(p.ip)
+		delete(r.pods, podUID)
+	}
+	return nil
+}
+
+// MountVolumes implements nodeagent.Runtime.
+func (r *Runtime) MountVolumes(ctx context.Context, pod *corev1.Pod, vols []nodeagent.VolumeData) error {
+	if err := r.sleep(ctx, r.cfg.MountDelay); err != nil {
+		return err
+	}
+	if injected(pod, AnnotationMount) {
+		name := "volume"
+		if len(vols) > 0 {
+			name = vols[0].Volume.GetName()
+		}
+		return nodeagent.Errorf(nodeagent.CodeMount,
+			"MountVolume.SetUp failed for volume %q : sim: failure injected by %s", name, AnnotationMount)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.pods[pod.GetMetadata().GetUid()]
+	if !ok {
+		return nodeagent.Errorf(nodeagent.CodeMount, "pod %q has no sandbox", pod.GetMetadata().GetUid())
+	}
+	p.mounted = true
+	return nil
+}
+
+// PullImage implements nodeagent.Runtime.
+func (r *Runtime) PullImage(ctx context.Context, pod *corev1.Pod, image, policy string) (nodeagent.ImageRef, error) {
+	r.mu.Lock()
+	digest, present := r.images[image]
+	r.mu.Unlock()
+	if injected(pod, AnnotationImagePull) {
+		return nodeagent.ImageRef{}, nodeagent.Errorf(nodeagent.CodeImagePull,
+			"rpc error: code = NotFound desc = failed to pull and unpack image %q: sim: failure injected by %s", image, AnnotationImagePull)
+	}
+	switch {
+	case present && policy != "Always":
+		return nodeagent.ImageRef{ID: digest, SizeBytes: 10 << 20, AlreadyPresent: true}, nil
+	case !present && policy == "Never":
+		return nodeagent.ImageRef{}, nodeagent.Errorf(nodeagent.CodeImageNeverPull,
+			"Container image %q is not present with pull policy of Never", image)
+	}
+	if err := r.sleep(ctx, r.cfg.PullDelay); err != nil {
+		return nodeagent.ImageRef{}, err
+	}
+	sum := sha256.Sum256([]byte(image))
+	digest = image + "@sha256:" + hex.EncodeToString(sum[:])
+	r.mu.Lock()
+	r.images[image] = digest
+	r.mu.Unlock()
+	return nodeagent.ImageRef{ID: digest, SizeBytes: 10 << 20}, nil
+}
+
+// StartContainer implements nodeagent.Runtime. Init containers exit 0 after
+// Config.InitRunTime; app containers run until stopped, or exit as the
+// exit-after and exit-code annotations say.
+func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sb nodeagent.Sandbox) (nodeagent.ContainerID, error) {
+	if err := r.sleep(ctx, r.cfg.StartDelay); err != nil {
+		return "", err
+	}
+	init := false
+	for _, ic := range pod.GetSpec().GetInitContainers() {
+		if ic.GetName() == c.GetName() {
+			init = true
+		}
+	}
+	ann := pod.GetMetadata().GetAnnotations()
+	var exitAfter time.Duration
+	var exitCode int64
+	exits := init
+	if init {
+		exitAfter = r.cfg.InitRunTime
+	} else if s, ok := ann[AnnotationExitAfter]; ok {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: annotation %s=%q is not a duration", AnnotationExitAfter, s)
+		}
+		code, err := strconv.ParseInt(ann[AnnotationExitCode], 10, 32)
+		if err != nil && ann[AnnotationExitCode] != "" {
+			return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: annotation %s=%q is not an integer", AnnotationExitCode, ann[AnnotationExitCode])
+		}
+		exits, exitAfter, exitCode = true, d, code
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return "", nodeagent.Errorf(nodeagent.CodeRunContainer, "sim: runtime closed")
+	}
+	p, ok := r.pods[pod.GetMetadata().GetUid()]
+	if !ok || p.sb.ID != sb.ID {
+		return "", nodeagent.Errorf(nodeagent.CodeRunContainer, "sim: pod %q has no sandbox %q", pod.GetMetadata().GetUid(), sb.ID)
+	}
+	id := nodeagent.ContainerID("sim://" + r.newID("container"))
+	sc := &simCtr{info: nodeagent.ContainerInfo{
+		ID: id, PodUID: pod.GetMetadata().GetUid(), Name: c.GetName(), Image: c.GetImage(),
+		ImageID: r.images[c.GetImage()], Init: init, RestartCount: p.starts[c.GetName()],
+		Running: true, StartedAt: r.clock.Now(),
+	}}
+	for old, oc := range p.containers { // keep one dead instance per name, as kubelet does
+		if oc.info.Name == c.GetName() && !oc.info.Running {
+			delete(p.containers, old)
+		}
+	}
+	p.starts[c.GetName()]++
+	p.containers[id] = sc
+	if exits {
+		sc.timer = r.clock.AfterFunc(exitAfter, func() { r.naturalExit(p, sc, int32(exitCode)) })
+	}
+	return id, nil
+}
+
+// naturalExit ends a container on its own and reports it on the pod's exit
+// channel, unless the agent stopped it first or the sandbox is gone.
+func (r *Runtime) naturalExit(p *simPod, c *simCtr, code int32) {
+	r.mu.Lock()
+	if !c.info.Running || r.closed {
+		r.mu.Unlock()
+		return
+	}
+	ex := nodeagent.ContainerExit{ID: c.info.ID, ExitCode: code, FinishedAt: r.clock.Now()}
+	r.exitLocked(c, ex)
+	r.mu.Unlock()
+	select {
+	case p.exits <- ex:
+	case <-p.removed:
+	case <-r.done:
+	}
+}
+
+func (r *Runtime) exitLocked(c *simCtr, ex nodeagent.ContainerExit) {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.info.Running = false
+	c.info.Exit = &ex
+}
+
+// StopContainer implements nodeagent.Runtime: the container exits with 143
+// after Config.StopDelay, or, when the pod has the ignore-sigterm
+// annotation, with 137 once grace has passed.
+func (r *Runtime) StopContainer(ctx context.Context, id nodeagent.ContainerID, grace time.Duration) (nodeagent.ContainerExit, error) {
+	r.mu.Lock()
+	c, p := r.findLocked(id)
+	if c == nil {
+		r.mu.Unlock()
+		return nodeagent.ContainerExit{}, nodeagent.Errorf(nodeagent.CodeNotFound, "sim: no container %q", id)
+	}
+	if !c.info.Running {
+		ex := *c.info.Exit
+		r.mu.Unlock()
+		return ex, nil
+	}
+	if c.timer != nil {
+		c.timer.Stop() // it dies of the signal, not on its own
+	}
+	ignore := p.pod.GetMetadata().GetAnnotations()[AnnotationIgnoreSIGTERM] == "true"
+	r.mu.Unlock()
+	ex := nodeagent.ContainerExit{ID: id, ExitCode: ExitCodeSIGTERM, Signal: 15}
+	wait := r.cfg.StopDelay
+	if ignore || wait > grace {
+		ex.ExitCode, ex.Signal, wait = ExitCodeSIGKILL, 9, grace
+	}
+	if err := r.sleep(ctx, wait); err != nil {
+		return nodeagent.ContainerExit{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !c.info.Running { // it exited (or the sandbox stopped) meanwhile
+		return *c.info.Exit, nil
+	}
+	ex.FinishedAt = r.clock.Now()
+	r.exitLocked(c, ex)
+	return ex, nil
+}
+
+func (r *Runtime) findLocked(id nodeagent.ContainerID) (*simCtr, *simPod) {
+	for _, p := range r.pods {
+		if c, ok := p.containers[id]; ok {
+			return c, p
+		}
+	}
+	return nil, nil
+}
+
+// ContainerExits implements nodeagent.Runtime.
+func (r *Runtime) ContainerExits(podUID string) <-chan nodeagent.ContainerExit {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.pods[podUID]; ok {
+		return p.exits
+	}
+	return nil
+}
+
+// Probe implements nodeagent.Runtime: a probe fails when the pod's
+// annotation for its kind is "fail", and succeeds otherwise.
+func (r *Runtime) Probe(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id nodeagent.ContainerID, kind nodeagent.ProbeKind, p *corev1.Probe) (nodeagent.ProbeResult, error) {
+	ann := map[nodeagent.ProbeKind]string{
+		nodeagent.ProbeStartup: AnnotationStartup, nodeagent.ProbeLiveness: AnnotationLiveness, nodeagent.ProbeReadiness: AnnotationReadiness,
+	}[kind]
+	if injected(pod, ann) {
+		return nodeagent.ProbeResult{Message: "sim: failure injected by " + ann}, nil
+	}
+	return nodeagent.ProbeResult{OK: true}, ctx.Err()
+}
+
+// ListSandboxes implements nodeagent.Runtime.
+func (r *Runtime) ListSandboxes(ctx context.Context) ([]nodeagent.SandboxInfo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]nodeagent.SandboxInfo, 0, len(r.pods))
+	for uid, p := range r.pods {
+		out = append(out, nodeagent.SandboxInfo{PodUID: uid, Namespace: p.pod.GetMetadata().GetNamespace(),
+			Name: p.pod.GetMetadata().GetName(), Sandbox: p.sb, VolumesReady: p.mounted, CreatedAt: p.created})
+	}
+	return out, ctx.Err()
+}
+
+// ListContainers implements nodeagent.Runtime.
+func (r *Runtime) ListContainers(ctx context.Context, podUID string) ([]nodeagent.ContainerInfo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.pods[podUID]
+	if !ok {
+		return nil, ctx.Err()
+	}
+	out := make([]nodeagent.ContainerInfo, 0, len(p.containers))
+	for _, c := range p.containers {
+		info := c.info
+		if info.Exit != nil {
+			ex := *info.Exit
+			info.Exit = &ex
+		}
+		out = append(out, info)
+	}
+	return out, ctx.Err()
+}
+
+// Capacity implements nodeagent.Runtime.
+func (r *Runtime) Capacity() map[string]string { return maps.Clone(r.cfg.Capacity) }
+
+// Pods counts the sandboxes that exist.
+func (r *Runtime) Pods() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.pods)
+}

@@ -1,0 +1,246 @@
+package nodeagent
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "github.com/podflow/podflow/proto/corev1"
+	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// phase computes the pod phase as the kubelet's getPhase does.
+func (w *worker) phase() string {
+	if w.failed != nil {
+		return "Failed"
+	}
+	if !w.deleting {
+		for _, c := range w.inits {
+			if !c.done {
+				return "Pending"
+			}
+		}
+	}
+	var running, waiting, stopped, succeeded int
+	for _, c := range w.apps {
+		switch {
+		case c.running():
+			running++
+		case c.state.GetTerminated() != nil:
+			stopped++
+			if c.state.GetTerminated().GetExitCode() == 0 {
+				succeeded++
+			}
+		case c.lastTerm != nil:
+			stopped++
+		default:
+			waiting++
+		}
+	}
+	switch {
+	case w.deleting && running == 0:
+		if stopped == succeeded && waiting == 0 {
+			return "Succeeded"
+		}
+		return "Failed"
+	case waiting > 0:
+		return "Pending"
+	case running > 0:
+		return "Running"
+	case stopped > 0:
+		switch {
+		case !w.allDone() || w.policy == "Always":
+			return "Running"
+		case stopped == succeeded:
+			return "Succeeded"
+		case w.policy == "Never":
+			return "Failed"
+		}
+		return "Running"
+	}
+	return "Pending"
+}
+
+func (w *worker) allDone() bool {
+	for _, c := range w.apps {
+		if !c.done {
+			return false
+		}
+	}
+	return true
+}
+
+// terminal reports whether the pod has finished for good (Succeeded or
+// Failed, nothing left to restart).
+func (w *worker) terminal() bool {
+	if w.failed != nil {
+		return true
+	}
+	p := w.phase()
+	return isTerminalPhase(p) && w.allDone()
+}
+
+func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
+	phase := w.phase()
+	st := &corev1.PodStatus{
+		Phase:     phase,
+		HostIp:    w.a.cfg.HostIP,
+		StartTime: timestamppb.New(w.startTime),
+		QosClass:  w.qos,
+	}
+	if w.lastStatus != nil && w.sandbox == nil { // keep the IP after teardown, as Kubernetes does
+		st.PodIp, st.PodIps = w.lastStatus.GetPodIp(), w.lastStatus.GetPodIps()
+	}
+	if w.sandbox != nil {
+		st.PodIp = w.sandbox.IP
+		st.PodIps = []*corev1.PodIP{{Ip: w.sandbox.IP}}
+	}
+	initsDone := true
+	var incomplete, unready []string
+	for _, c := range w.inits {
+		st.InitContainerStatuses = append(st.InitContainerStatuses, w.containerStatus(c, eventsv1.ReasonPodInitializing))
+		if !c.done || c.state.GetTerminated().GetExitCode() != 0 {
+			initsDone = false
+			incomplete = append(incomplete, c.spec.GetName())
+		}
+	}
+	defWaiting := eventsv1.ReasonContainerCreating
+	if !initsDone {
+		defWaiting = eventsv1.ReasonPodInitializing
+	}
+	for _, c := range w.apps {
+		st.ContainerStatuses = append(st.ContainerStatuses, w.containerStatus(c, defWaiting))
+		if !c.ready {
+			unready = append(unready, c.spec.GetName())
+		}
+	}
+	w.setCond(now, "PodScheduled", true, "", "")
+	w.setCond(now, "PodReadyToStartContainers", w.sandbox != nil, "", "")
+	if initsDone {
+		w.setCond(now, "Initialized", true, "", "")
+	} else {
+		w.setCond(now, "Initialized", false, "ContainersNotInitialized", containersMsg("incomplete", incomplete))
+	}
+	switch {
+	case len(unready) == 0:
+		w.setCond(now, "ContainersReady", true, "", "")
+		w.setCond(now, "Ready", true, "", "")
+	case isTerminalPhase(phase):
+		w.setCond(now, "ContainersReady", false, "PodCompleted", "")
+		w.setCond(now, "Ready", false, "PodCompleted", "")
+	default:
+		msg := containersMsg("unready", unready)
+		w.setCond(now, "ContainersReady", false, eventsv1.ReasonContainersNotReady, msg)
+		w.setCond(now, "Ready", false, eventsv1.ReasonContainersNotReady, msg)
+	}
+	for _, t := range []string{"PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"} {
+		st.Conditions = append(st.Conditions, proto.Clone(w.conds[t]).(*corev1.PodCondition))
+	}
+	return st
+}
+
+func containersMsg(what string, names []string) string {
+	return fmt.Sprintf("containers with %s status: [%s]", what, strings.Join(names, " "))
+}
+
+func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string) {
+	status := "False"
+	if ok {
+		status = "True"
+	}
+	c := w.conds[typ]
+	if c == nil {
+		c = &corev1.PodCondition{Type: typ}
+		if old := findCond(w.pod.GetStatus(), typ); old.GetStatus() == status {
+			c.Status, c.LastTransitionTime = status, old.GetLastTransitionTime()
+		}
+		w.conds[typ] = c
+	}
+	if c.Status != status || c.LastTransitionTime == nil {
+		c.Status, c.LastTransitionTime = status, timestamppb.New(now)
+	}
+	c.Reason, c.Message = reason, msg
+}
+
+func findCond(st *corev1.PodStatus, typ string) *corev1.PodCondition {
+	for _, c := range st.GetConditions() {
+		if c.GetType() == typ {
+			return c
+		}
+	}
+	return nil
+}
+
+func condStatus(st *corev1.PodStatus, typ string) string { return findCond(st, typ).GetStatus() }
+
+func condMessage(st *corev1.PodStatus, typ string) string { return findCond(st, typ).GetMessage() }
+
+func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerStatus {
+	state := c.state
+	if state == nil {
+		state = &corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: defWaiting}}
+	}
+	cs := &corev1.ContainerStatus{
+		Name:                 c.spec.GetName(),
+		State:                proto.Clone(state).(*corev1.ContainerState),
+		LastTerminationState: &corev1.ContainerState{},
+		Ready:                c.ready,
+		RestartCount:         c.restarts,
+		Image:                c.spec.GetImage(),
+		ImageId:              c.imageID,
+		ContainerId:          string(c.id),
+	}
+	if c.lastTerm != nil {
+		cs.LastTerminationState.Terminated = proto.Clone(c.lastTerm).(*corev1.ContainerStateTerminated)
+	}
+	if !c.init {
+		started := c.started
+		cs.Started = &started
+	}
+	return cs
+}
+
+// qosClass classifies the pod as Kubernetes does: BestEffort without any
+// cpu/memory request or limit, Guaranteed when every container limits both
+// and requests equal limits, Burstable otherwise.
+func qosClass(pod *corev1.Pod) string {
+	all := slices.Concat(pod.GetSpec().GetInitContainers(), pod.GetSpec().GetContainers())
+	any, guaranteed := false, true
+	for _, c := range all {
+		req, lim := c.GetResources().GetRequests(), c.GetResources().GetLimits()
+		for _, r := range []string{"cpu", "memory"} {
+			l, hasL := lim[r]
+			q, hasQ := req[r]
+			if hasL || hasQ {
+				any = true
+			}
+			if !hasL {
+				guaranteed = false
+				continue
+			}
+			if hasQ && !sameQuantity(q, l) {
+				guaranteed = false
+			}
+		}
+	}
+	switch {
+	case !any:
+		return "BestEffort"
+	case guaranteed:
+		return "Guaranteed"
+	}
+	return "Burstable"
+}
+
+func sameQuantity(a, b string) bool {
+	qa, err1 := resource.ParseQuantity(a)
+	qb, err2 := resource.ParseQuantity(b)
+	if err1 != nil || err2 != nil {
+		return a == b
+	}
+	return qa.Cmp(qb) == 0
+}
