@@ -1,7 +1,9 @@
 package scheduler
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -30,7 +32,14 @@ type Cache struct {
 	generation       int64
 	listGeneration   int64
 	imagesGeneration int64
-	images           map[string]int // image name -> number of present nodes
+	images           map[string]imageCount
+	imageIDs         map[string]int32 // never shrinks: ids stay stable
+}
+
+// imageCount is an image's id and the number of present nodes that have it.
+type imageCount struct {
+	id    int32
+	nodes int
 }
 
 type nodeItem struct {
@@ -50,9 +59,10 @@ type podEntry struct {
 // NewCache returns an empty cache.
 func NewCache() *Cache {
 	return &Cache{
-		nodes:  make(map[string]*nodeItem),
-		pods:   make(map[string]*podEntry),
-		images: make(map[string]int),
+		nodes:    make(map[string]*nodeItem),
+		pods:     make(map[string]*podEntry),
+		images:   make(map[string]imageCount),
+		imageIDs: make(map[string]int32),
 	}
 }
 
@@ -128,25 +138,33 @@ func (c *Cache) item(name string) *nodeItem {
 	return it
 }
 
-func (c *Cache) countImages(images map[string]int64, delta int) {
-	for name := range images {
-		c.images[name] += delta
-		if c.images[name] <= 0 {
-			delete(c.images, name)
+func (c *Cache) countImages(images []nodeImage, delta int) {
+	for _, img := range images {
+		ic := c.images[img.name]
+		ic.id, ic.nodes = img.id, ic.nodes+delta
+		if ic.nodes <= 0 {
+			delete(c.images, img.name)
+		} else {
+			c.images[img.name] = ic
 		}
 	}
 }
 
-func sameImageNames(a, b map[string]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for name := range a {
-		if _, ok := b[name]; !ok {
-			return false
+// internImages numbers a node's images and sorts them by number.
+func (c *Cache) internImages(images []nodeImage) {
+	for i := range images {
+		id, ok := c.imageIDs[images[i].name]
+		if !ok {
+			id = int32(len(c.imageIDs))
+			c.imageIDs[images[i].name] = id
 		}
+		images[i].id = id
 	}
-	return true
+	slices.SortFunc(images, func(a, b nodeImage) int { return cmp.Compare(a.id, b.id) })
+}
+
+func sameImages(a, b []nodeImage) bool {
+	return slices.EqualFunc(a, b, func(x, y nodeImage) bool { return x.id == y.id })
 }
 
 // AddNode adds or replaces a node. It is UpdateNode; both names exist to
@@ -167,6 +185,7 @@ func (c *Cache) UpdateNode(node *corev1.Node) error {
 	if err := it.info.setNode(node); err != nil {
 		return err // unreachable: fresh parsed the same node
 	}
+	c.internImages(it.info.images)
 	if !wasPresent {
 		it.index = len(c.present)
 		c.present = append(c.present, it)
@@ -175,7 +194,7 @@ func (c *Cache) UpdateNode(node *corev1.Node) error {
 	if !wasPresent {
 		c.listGeneration = c.generation
 	}
-	if !wasPresent || !sameImageNames(oldImages, it.info.images) {
+	if !wasPresent || !sameImages(oldImages, it.info.images) {
 		if wasPresent {
 			c.countImages(oldImages, -1)
 		}

@@ -83,7 +83,7 @@ type podState struct {
 type labelPair struct{ key, value string }
 
 type podImage struct {
-	name   string
+	id     int32
 	spread float64 // fraction of the snapshot's nodes that have the image
 }
 
@@ -130,8 +130,8 @@ func newPodState(pod *corev1.Pod, snap *Snapshot) (*podState, error) {
 			for _, c := range cs {
 				p.numContainers++
 				name := normalizedImageName(c.GetImage())
-				if n := snap.imageNodes(name); n > 0 {
-					p.images = append(p.images, podImage{name: name, spread: float64(n) / total})
+				if ic := snap.image(name); ic.nodes > 0 {
+					p.images = append(p.images, podImage{id: ic.id, spread: float64(ic.nodes) / total})
 				}
 			}
 		}

@@ -114,16 +114,19 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	// nodes are found.
 	want := numFeasibleNodesToFind(s.cfg.PercentageOfNodesToScore, len(all))
 	feasible, failed := s.feasible[:0], s.failed[:0]
-	i := 0
+	i, j := 0, s.next%len(all)
 	for ; i < len(all) && len(feasible) < want; i++ {
-		n := all[(s.next+i)%len(all)]
+		n := all[j]
+		if j++; j == len(all) {
+			j = 0
+		}
 		if v, t := p.filter(n); v == 0 {
 			feasible = append(feasible, n)
 		} else {
 			failed = append(failed, failure{n, v, t})
 		}
 	}
-	s.next = (s.next + i) % len(all)
+	s.next = j
 	s.feasible, s.failed = feasible, failed
 	filtered := time.Now()
 
@@ -172,7 +175,7 @@ func (s *Scheduler) score(p *podState, feasible []*NodeInfo) int {
 			a = p.nodeAffinity(n)
 			maxNA = max(maxNA, a)
 		}
-		if w.TaintToleration != 0 {
+		if w.TaintToleration != 0 && n.preferTaints != 0 {
 			t = p.intolerablePreferNoSchedule(n)
 			maxTT = max(maxTT, t)
 		}

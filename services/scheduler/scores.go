@@ -73,7 +73,7 @@ func (p *podState) bestEffort() bool { return p.req.MilliCPU == 0 && p.req.Memor
 func (p *podState) imageLocality(n *NodeInfo) int64 {
 	var sum int64
 	for i := range p.images {
-		if size, ok := n.images[p.images[i].name]; ok {
+		if size, ok := n.imageSize(p.images[i].id); ok {
 			sum += int64(float64(size) * p.images[i].spread)
 		}
 	}

@@ -11,7 +11,7 @@ package scheduler
 type Snapshot struct {
 	nodes            []*NodeInfo
 	byName           map[string]*NodeInfo
-	images           map[string]int // image name -> number of nodes
+	images           map[string]imageCount
 	generation       int64
 	listGeneration   int64
 	imagesGeneration int64
@@ -19,7 +19,7 @@ type Snapshot struct {
 
 // NewSnapshot returns an empty snapshot for Cache.UpdateSnapshot to fill.
 func NewSnapshot() *Snapshot {
-	return &Snapshot{byName: make(map[string]*NodeInfo), images: map[string]int{}}
+	return &Snapshot{byName: make(map[string]*NodeInfo), images: map[string]imageCount{}}
 }
 
 // NumNodes returns the number of nodes in the snapshot.
@@ -37,8 +37,8 @@ func (s *Snapshot) Get(name string) (*NodeInfo, bool) {
 // Generation returns the cache generation the snapshot reflects.
 func (s *Snapshot) Generation() int64 { return s.generation }
 
-// imageNodes returns how many nodes in the snapshot have an image.
-func (s *Snapshot) imageNodes(name string) int { return s.images[name] }
+// image returns an image's id and how many nodes in the snapshot have it.
+func (s *Snapshot) image(name string) imageCount { return s.images[name] }
 
 // Snapshot returns a new, up-to-date snapshot.
 func (c *Cache) Snapshot() *Snapshot {
@@ -54,13 +54,23 @@ func (c *Cache) Snapshot() *Snapshot {
 func (c *Cache) UpdateSnapshot(s *Snapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// New nodes get their NodeInfos from one block, laid out in list
+	// order, so that a cycle walks memory sequentially.
+	var block []NodeInfo
+	if missing := len(c.present) - len(s.byName); missing > 8 {
+		block = make([]NodeInfo, missing)
+	}
 	for it := c.head; it != nil && it.info.generation > s.generation; it = it.next {
 		if it.index < 0 {
 			continue
 		}
 		n := s.byName[it.info.name]
 		if n == nil {
-			n = new(NodeInfo)
+			if len(block) > 0 {
+				n, block = &block[len(block)-1], block[:len(block)-1]
+			} else {
+				n = new(NodeInfo)
+			}
 			s.byName[it.info.name] = n
 		}
 		*n = it.info
@@ -80,7 +90,7 @@ func (c *Cache) UpdateSnapshot(s *Snapshot) {
 		s.listGeneration = c.listGeneration
 	}
 	if s.imagesGeneration != c.imagesGeneration {
-		s.images = make(map[string]int, len(c.images))
+		s.images = make(map[string]imageCount, len(c.images))
 		for name, n := range c.images {
 			s.images[name] = n
 		}

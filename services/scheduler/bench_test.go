@@ -1,0 +1,119 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+// typicalPod is a web-ish pod: one container, 250m and 256Mi, a common
+// image, no constraints.
+func typicalPod(i int) *corev1.Pod {
+	return mkPod(fmt.Sprintf("web-%05d", i), "250m", "256Mi", image(fmt.Sprintf("app-%d", i%20)))
+}
+
+func benchCluster(b *testing.B, n int) *Cache {
+	b.Helper()
+	return cacheWith(b, variedCluster(rand.New(rand.NewPCG(5, 6)), n))
+}
+
+// BenchmarkSchedule5000Nodes is one scheduling cycle for a typical pod on a
+// 5,000-node cluster of varied sizes, taints and labels (the adaptive
+// sample is 500 feasible nodes).
+func BenchmarkSchedule5000Nodes(b *testing.B) {
+	snap := benchCluster(b, 5000).Snapshot()
+	s := newTestScheduler(b)
+	pod := typicalPod(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Schedule(pod, snap); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkScheduleConstrained5000Nodes is a cycle for a pod with a node
+// selector, a toleration, a host port and preferred affinity.
+func BenchmarkScheduleConstrained5000Nodes(b *testing.B) {
+	snap := benchCluster(b, 5000).Snapshot()
+	s := newTestScheduler(b)
+	pod := mkPod("p", "500m", "1Gi", nodeSelector("topology.kubernetes.io/zone", "zone-1"),
+		tolerate("dedicated", "Equal", "gpu", "NoSchedule"), hostPort(9100, "TCP", ""),
+		preferred(10, term(expr("cores", "Gt", "4"))))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Schedule(pod, snap); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkUnschedulable5000Nodes is a cycle that finds no node: every
+// node is filtered and a FitError built.
+func BenchmarkUnschedulable5000Nodes(b *testing.B) {
+	snap := benchCluster(b, 5000).Snapshot()
+	s := newTestScheduler(b)
+	pod := mkPod("huge", "64", "1Gi")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Schedule(pod, snap); !errors.Is(err, ErrUnschedulable) {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkScheduleAndAssume10000Pods is the scheduler loop without I/O:
+// for each of 10,000 pods, update the snapshot, schedule and assume, on a
+// 5,000-node cluster. It reports pods/s.
+func BenchmarkScheduleAndAssume10000Pods(b *testing.B) {
+	const numPods = 10000
+	pods := make([]*corev1.Pod, numPods)
+	for i := range pods {
+		pods[i] = typicalPod(i)
+	}
+	b.ReportAllocs()
+	var elapsed time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		c := benchCluster(b, 5000)
+		s := newTestScheduler(b)
+		snap := NewSnapshot()
+		c.UpdateSnapshot(snap)
+		b.StartTimer()
+		start := time.Now()
+		for _, pod := range pods {
+			c.UpdateSnapshot(snap)
+			res, err := s.Schedule(pod, snap)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := c.AssumePod(pod, res.Node); err != nil {
+				b.Fatal(err)
+			}
+		}
+		elapsed += time.Since(start)
+	}
+	b.ReportMetric(float64(numPods*b.N)/elapsed.Seconds(), "pods/s")
+}
+
+// BenchmarkUpdateSnapshotOneChange is the per-cycle snapshot cost after one
+// assume on a 5,000-node cluster.
+func BenchmarkUpdateSnapshotOneChange(b *testing.B) {
+	c := benchCluster(b, 5000)
+	snap := c.Snapshot()
+	pod := typicalPod(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.AssumePod(pod, "node-0042"); err != nil {
+			b.Fatal(err)
+		}
+		c.UpdateSnapshot(snap)
+		if err := c.ForgetPod(pod); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
