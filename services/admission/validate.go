@@ -30,6 +30,9 @@ var (
 	emptyDirMedia       = []string{"", "Memory"}
 )
 
+// standardResources skip the qualified-name check (a regexp) on the hot path.
+var standardResources = map[string]bool{"cpu": true, "memory": true, "ephemeral-storage": true}
+
 // ValidatePod checks the pod against the schema: names, required fields,
 // quantities, ports, probes, volumes and enumerations, as Kubernetes' pod
 // validation does for the fields podflow models. It expects a defaulted pod
@@ -300,8 +303,10 @@ func validateResources(p *field.Path, r *corev1.ResourceRequirements) field.Erro
 		out := map[string]resource.Quantity{}
 		for _, name := range slices.Sorted(maps.Keys(m)) {
 			kp := p.Child(kind).Key(name)
-			for _, msg := range content.IsLabelKey(name) {
-				errs = append(errs, field.Invalid(kp, name, msg))
+			if !standardResources[name] {
+				for _, msg := range content.IsLabelKey(name) {
+					errs = append(errs, field.Invalid(kp, name, msg))
+				}
 			}
 			q, err := resource.ParseQuantity(m[name])
 			switch {
