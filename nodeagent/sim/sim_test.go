@@ -1,0 +1,227 @@
+package sim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/nodeagent"
+	"github.com/podflow/podflow/nodeagent/nodeagenttest"
+	"github.com/podflow/podflow/nodeagent/sim"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestIPAM(t *testing.T) {
+	p, err := sim.NewIPAM("10.244.7.0/29") // .2 - .6: network, gateway, broadcast excluded
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Size() != 5 {
+		t.Fatalf("size = %d, want 5", p.Size())
+	}
+	seen := map[netip.Addr]bool{}
+	var all []netip.Addr
+	for i := range 5 {
+		a, err := p.Allocate(fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[a] || !netip.MustParsePrefix("10.244.7.0/29").Contains(a) || a.As4()[3] < 2 || a.As4()[3] > 6 {
+			t.Fatalf("allocated %s twice or outside the range", a)
+		}
+		seen[a] = true
+		all = append(all, a)
+	}
+	if _, err := p.Allocate("x"); !errors.Is(err, sim.ErrRangeFull) {
+		t.Fatalf("allocate from a full range: %v", err)
+	}
+	p.Release(all[2])
+	a, err := p.Allocate("y")
+	if err != nil || a != all[2] {
+		t.Fatalf("after release got %s, %v; want %s", a, err, all[2])
+	}
+	p.Release(all[0])
+	p.Release(all[1])
+	// Next-fit: the address after the last one given out comes first.
+	if a, _ := p.Allocate("z"); a != all[0] || p.InUse() != 4 {
+		t.Fatalf("got %s with %d in use", a, p.InUse())
+	}
+	for _, bad := range []string{"10.244.7.0/31", "fd00::/64", "10.244.7.1/24", "nope"} {
+		if _, err := sim.NewIPAM(bad); err == nil {
+			t.Errorf("NewIPAM(%q) accepted", bad)
+		}
+	}
+}
+
+func TestRuntimeInjectionAndExits(t *testing.T) {
+	rt, err := sim.New(sim.DefaultConfig("10.244.1.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pod := func(ann ...string) *corev1.Pod {
+		p := &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", Namespace: "default", Uid: fmt.Sprint(ann), Annotations: map[string]string{}},
+			Spec: &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "nginx:1.27"}}}}
+		for i := 0; i+1 < len(ann); i += 2 {
+			p.Metadata.Annotations[ann[i]] = ann[i+1]
+		}
+		return p
+	}
+	if _, err := rt.RunPodSandbox(ctx, pod(sim.AnnotationSandbox, sim.Fail)); !errors.Is(err, nodeagent.ErrSandbox) {
+		t.Errorf("sandbox: %v", err)
+	}
+	if err := rt.MountVolumes(ctx, pod(sim.AnnotationMount, sim.Fail), nil); !errors.Is(err, nodeagent.ErrMount) {
+		t.Errorf("mount: %v", err)
+	}
+	if _, err := rt.PullImage(ctx, pod(sim.AnnotationImagePull, sim.Fail), "nginx:1.27", "IfNotPresent"); !errors.Is(err, nodeagent.ErrImagePull) {
+		t.Errorf("pull: %v", err)
+	}
+	if _, err := rt.PullImage(ctx, pod(), "absent:1", "Never"); !errors.Is(err, nodeagent.ErrImageNeverPull) {
+		t.Errorf("pull Never: %v", err)
+	}
+	if r, _ := rt.Probe(ctx, pod(sim.AnnotationReadiness, sim.Fail), nil, "", nodeagent.ProbeReadiness, nil); r.OK {
+		t.Error("readiness probe passed despite the annotation")
+	}
+	if r, _ := rt.Probe(ctx, pod(sim.AnnotationReadiness, sim.Fail), nil, "", nodeagent.ProbeLiveness, nil); !r.OK {
+		t.Error("liveness probe failed with only readiness injected")
+	}
+
+	p := pod(sim.AnnotationExitAfter, "1ms", sim.AnnotationExitCode, "3")
+	sb, err := rt.RunPodSandbox(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := rt.RunPodSandbox(ctx, p); again != sb {
+		t.Errorf("RunPodSandbox is not idempotent: %v then %v", sb, again)
+	}
+	id, err := rt.StartContainer(ctx, p, p.Spec.Containers[0], sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ex := <-rt.ContainerExits(p.Metadata.Uid):
+		if ex.ID != id || ex.ExitCode != 3 {
+			t.Errorf("exit = %+v", ex)
+		}
+	case <-ctx.Done():
+		t.Fatal("no exit")
+	}
+	if ex, err := rt.StopContainer(ctx, id, time.Second); err != nil || ex.ExitCode != 3 {
+		t.Errorf("stopping an exited container: %+v, %v", ex, err)
+	}
+	if err := rt.RemovePodSandbox(ctx, p.Metadata.Uid); err != nil || rt.IPAM().InUse() != 0 || rt.Pods() != 0 {
+		t.Errorf("remove: %v, %d IPs in use", err, rt.IPAM().InUse())
+	}
+}
+
+func TestClusterConfig(t *testing.T) {
+	cfg := sim.DefaultClusterConfig(2000)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Nodes = 4000 // 10.244 + 4000/256 leaves 10.0.0.0/8
+	if err := cfg.Validate(); err == nil {
+		t.Error("4000 nodes from 10.244.0.0/24 accepted")
+	}
+	cfg = sim.DefaultClusterConfig(0)
+	if err := cfg.Validate(); err == nil {
+		t.Error("0 nodes accepted")
+	}
+}
+
+func TestClusterThousandNodes(t *testing.T) {
+	const n = 1000
+	store, pub := nodeagenttest.NewStore(), nodeagenttest.NewPublisher()
+	cfg := sim.DefaultClusterConfig(n)
+	cfg.Agent.HeartbeatInterval = 100 * time.Millisecond
+	cfg.Agent.ResyncPeriod = 200 * time.Millisecond
+	base := runtime.NumGoroutine()
+	c, err := sim.NewCluster(cfg, store, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if store.Nodes() != n {
+		t.Fatalf("%d nodes registered, want %d", store.Nodes(), n)
+	}
+	// Idle nodes cost no goroutines: one loop (plus its pool while a tick runs).
+	if g := runtime.NumGoroutine() - base; g > cfg.Parallelism+5 {
+		t.Errorf("%d goroutines for %d idle nodes", g, n)
+	}
+	err = pub.Wait(ctx, func(envs []*eventsv1.Envelope) bool {
+		beats := map[string]int{}
+		for _, e := range envs {
+			if e.Type() == "NodeHeartbeat" {
+				beats[e.GetNodeName()]++
+			}
+		}
+		if len(beats) < n {
+			return false
+		}
+		for _, b := range beats {
+			if b < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{1, 256, 1000} {
+		name := fmt.Sprintf("sim-node-%04d", i)
+		node, ok := store.Node(name)
+		if !ok {
+			t.Fatalf("%s not registered", name)
+		}
+		want := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(244 + i/256), byte(i % 256), 0}), 24).String()
+		if node.GetSpec().GetPodCidr() != want || node.GetStatus().GetCapacity()["pods"] != "110" || store.StatusUpdates(name) < 2 {
+			t.Errorf("%s: podCIDR %s (want %s), capacity %v, %d status updates", name, node.GetSpec().GetPodCidr(), want,
+				node.GetStatus().GetCapacity(), store.StatusUpdates(name))
+		}
+	}
+
+	// A pod bound to one of them runs there, with an IP from its CIDR.
+	pod := &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Name: "web", Namespace: "default", Uid: "uid-web"},
+		Spec:     &corev1.PodSpec{NodeName: "sim-node-0513", Containers: []*corev1.Container{{Name: "app", Image: "nginx:1.27"}}},
+	}
+	store.PutPod(pod)
+	if err := c.HandlePodBound(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	err = pub.Wait(ctx, func(envs []*eventsv1.Envelope) bool {
+		for _, e := range envs {
+			if e.Type() == "PodReady" && e.GetNodeName() == "sim-node-0513" {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := c.Agent("sim-node-0513")
+	st, _ := a.PodStatus("uid-web")
+	if ip := netip.MustParseAddr(st.GetPodIp()); !netip.MustParsePrefix("10.246.1.0/24").Contains(ip) {
+		t.Errorf("pod IP %s outside sim-node-0513's CIDR 10.246.1.0/24", ip)
+	}
+	if err := c.HandlePodBound(ctx, &corev1.Pod{Metadata: &corev1.ObjectMeta{Uid: "x"}, Spec: &corev1.PodSpec{NodeName: "nope"}}); !errors.Is(err, nodeagent.ErrWrongNode) {
+		t.Errorf("bind to an unknown node: %v", err)
+	}
+}
