@@ -41,7 +41,8 @@ type FitError struct {
 	Pod string
 	// NumAllNodes is the number of nodes in the snapshot.
 	NumAllNodes int
-	// NodeReasons maps each rejected node to its reasons.
+	// NodeReasons maps each rejected node to its reasons. Nodes rejected
+	// for the same reasons share a slice: treat them as read-only.
 	NodeReasons map[string][]string
 }
 

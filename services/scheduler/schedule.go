@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -134,8 +135,23 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	switch len(feasible) {
 	case 0:
 		fe := &FitError{Pod: p.name, NumAllNodes: len(all), NodeReasons: make(map[string][]string, len(failed))}
+		// Nodes rejected for the same reasons share one slice.
+		type key struct {
+			v     verdict
+			taint string
+		}
+		memo := map[key][]string{}
 		for _, f := range failed {
-			fe.NodeReasons[f.node.name] = f.v.reasons(f.t)
+			k := key{v: f.v}
+			if f.t != nil {
+				k.taint = f.t.reason
+			}
+			r, ok := memo[k]
+			if !ok {
+				r = f.v.reasons(f.t)
+				memo[k] = r
+			}
+			fe.NodeReasons[f.node.name] = r
 		}
 		return Result{}, fe
 	case 1:
@@ -154,13 +170,15 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 // reservoir sampling.
 func (s *Scheduler) score(p *podState, feasible []*NodeInfo) int {
 	w := s.cfg.Weights
-	scores := s.scores[:0]
-	na, tt := s.na[:0], s.tt[:0]
+	scores := slices.Grow(s.scores[:0], len(feasible))[:len(feasible)]
+	na := slices.Grow(s.na[:0], len(feasible))[:len(feasible)]
+	tt := slices.Grow(s.tt[:0], len(feasible))[:len(feasible)]
 	var maxNA, maxTT int64
 	balanced := w.BalancedAllocation != 0 && !p.bestEffort()
 	affinity := w.NodeAffinity != 0 && len(p.preferred) > 0
-	for _, n := range feasible {
-		ns := NodeScore{Node: n.name}
+	for i, n := range feasible {
+		ns := &scores[i]
+		*ns = NodeScore{Node: n.name}
 		if w.LeastAllocated != 0 {
 			ns.LeastAllocated = p.leastAllocated(n)
 		}
@@ -179,8 +197,7 @@ func (s *Scheduler) score(p *podState, feasible []*NodeInfo) int {
 			t = p.intolerablePreferNoSchedule(n)
 			maxTT = max(maxTT, t)
 		}
-		na, tt = append(na, a), append(tt, t)
-		scores = append(scores, ns)
+		na[i], tt[i] = a, t
 	}
 	normalize(na, maxNA, false)
 	if w.TaintToleration != 0 {
@@ -216,6 +233,9 @@ func (s *Scheduler) report(best int) []NodeScore {
 	}
 	out := make([]NodeScore, 1, k)
 	out[0] = s.scores[best]
+	if k == 1 {
+		return out
+	}
 	for i := range s.scores {
 		if i == best {
 			continue
