@@ -37,7 +37,9 @@ func main() {
 	err := newRoot().ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
+		if s, ok := err.(interface{ Silent() bool }); !ok || !s.Silent() {
+			fmt.Fprintln(os.Stderr, "error:", err)
+		}
 		os.Exit(exitCode(err))
 	}
 }

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/podflow/podflow/bus"
+)
+
+func init() { register(newNATSCmd) }
+
+// newNATSCmd runs the embedded NATS JetStream server as its own process, so
+// that `podflow up` can supervise it and chaos can kill it like any role.
+func newNATSCmd() *cobra.Command {
+	cfg := bus.DefaultEmbeddedConfig("")
+	var clientConfig string
+	cmd := &cobra.Command{
+		Use:   "nats",
+		Short: "Run the embedded NATS JetStream server",
+		Long: `Run podflow's embedded NATS server with JetStream (file storage under
+--data-dir). Clients authenticate with credentials generated at first start
+and kept in DATA-DIR/creds.json; --client-config writes the URL and admin
+credentials for other podflow processes.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.DataDir == "" {
+				return fmt.Errorf("--data-dir is required")
+			}
+			srv, err := bus.StartEmbedded(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer srv.Shutdown()
+			if clientConfig != "" {
+				if err := os.MkdirAll(filepath.Dir(clientConfig), 0o755); err != nil {
+					return err
+				}
+				if err := srv.WriteClientConfig(clientConfig); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(os.Stderr, "nats: listening on %s (data %s)\n", srv.ClientURL(), cfg.DataDir)
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for JetStream data and credentials")
+	f.StringVar(&cfg.Host, "host", cfg.Host, "address to listen on")
+	f.IntVar(&cfg.Port, "port", 4222, "client port (0 picks a free one)")
+	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "fsync every JetStream write before acknowledging it")
+	f.StringVar(&clientConfig, "client-config", "", "write the client configuration (URL, admin credentials) to this file")
+	return cmd
+}

@@ -1,0 +1,18 @@
+package main
+
+import (
+	"context"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/services/pipeline"
+)
+
+// provision declares podflow's streams and stage consumers; it is
+// idempotent, so every process that needs them calls it at start-up.
+func provision(ctx context.Context, conn *bus.Conn, streams bus.StreamsConfig) error {
+	t, err := pipeline.Topology(streams)
+	if err != nil {
+		return err
+	}
+	return bus.Provision(ctx, conn.JetStream(), t)
+}
