@@ -60,8 +60,9 @@ type Result struct {
 	// when the input was already fully defaulted.
 	Mutations []string
 	// Status is nil when the pod is admitted; otherwise 422 Invalid (schema
-	// validation), 403 PolicyViolation (Pod Security Standards), 400
-	// BadRequest (no pod) or 500 InternalError (invalid Config).
+	// validation), 403 Forbidden (a LimitRange's min or max), 403
+	// PolicyViolation (Pod Security Standards), 400 BadRequest (no pod) or
+	// 500 InternalError (invalid Config).
 	Status *corev1.Status
 }
 
@@ -78,8 +79,9 @@ func (r Result) Allowed() bool { return r.Status == nil }
 // from limits, LimitRange defaults, field defaults, QoS class. Sidecars are
 // injected before resource defaults so that injected containers get the
 // namespace's defaults in the same pass (otherwise a second pass would).
-// Validation: the schema first (422 Invalid); Pod Security Standards only
-// for a pod that passed it (403 PolicyViolation).
+// Validation, each step only for a pod that passed the previous one: the
+// schema (422 Invalid), LimitRange min and max per container (403
+// Forbidden), Pod Security Standards (403 PolicyViolation).
 func Admit(pod *corev1.Pod, s State) Result {
 	if pod == nil {
 		return Result{Status: &corev1.Status{Status: "Failure", Code: 400, Reason: eventsv1.ReasonBadRequest,
@@ -109,6 +111,10 @@ func Admit(pod *corev1.Pod, s State) Result {
 
 	res := Result{Pod: p, Mutations: m.applied}
 	if st := ValidatePod(p); st != nil {
+		res.Status = st
+		return res
+	}
+	if st := checkLimitRanges(p, sortedByName(s.LimitRanges, ns)); st != nil {
 		res.Status = st
 		return res
 	}

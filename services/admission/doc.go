@@ -1,7 +1,8 @@
 // Package admission is the decision core of podflow's admission stage:
 // mutating admission (ServiceAccount, sidecar injection, LimitRange
 // defaults, Kubernetes field defaults, QoS class) followed by validation
-// (the pod schema, then the Pod Security Standards of the pod's namespace).
+// (the pod schema, LimitRange min/max, then the Pod Security Standards of
+// the pod's namespace).
 // It does no I/O: Admit is a pure function of the pod and a State the
 // stage reads from the store, and its rejections are *corev1.Status values
 // the stage publishes as they are.
@@ -14,8 +15,9 @@
 //     Config.Validate.
 //  2. Publish Result.Pod (a copy: the input pod is never modified) with
 //     Result.Mutations when Result.Allowed(); otherwise reject with
-//     Result.Status: 422 Invalid (schema), 403 PolicyViolation (Pod
-//     Security), 400 BadRequest (no pod), 500 InternalError (bad Config).
+//     Result.Status: 422 Invalid (schema), 403 Forbidden (LimitRange min or
+//     max), 403 PolicyViolation (Pod Security), 400 BadRequest (no pod),
+//     500 InternalError (bad Config).
 //     Receivers match a Status by Reason, never by Message.
 //  3. Expect Admit to be idempotent: admitting an admitted pod with the same
 //     State returns an equal pod and no mutations, so a redelivered event
