@@ -53,6 +53,8 @@ type Agent struct {
 	clock Clock
 	log   *slog.Logger
 
+	created time.Time // when the node's conditions last changed
+
 	ctx    context.Context // cancelled by Stop; parent of every worker
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // workers and Run's loops
@@ -86,7 +88,7 @@ func New(cfg Config, rt Runtime, store NodeStore, pub Publisher) (*Agent, error)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Agent{
-		cfg: cfg, rt: rt, store: store, pub: pub, clock: cfg.Clock,
+		cfg: cfg, rt: rt, store: store, pub: pub, clock: cfg.Clock, created: cfg.Clock.Now(),
 		log:     cfg.Logger.With("node", cfg.NodeName),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -188,7 +190,7 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 	if _, ok := a.deleted[uid]; ok {
 		return nil
 	}
-	a.startWorkerLocked(pod)
+	a.startWorkerLocked(pod, nil)
 	return nil
 }
 
@@ -213,9 +215,12 @@ func (a *Agent) HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace time
 			a.mu.Unlock()
 			return nil
 		}
-		// No worker (never bound here, or adopted after a restart): a
-		// worker still owns the teardown so the outcome is reported.
-		w = a.startWorkerLocked(pod)
+		// No worker (never bound here, or left by an earlier agent): a
+		// worker still owns the teardown so that the outcome is reported.
+		// It starts with the delete queued, so it creates nothing first.
+		a.startWorkerLocked(pod, &grace)
+		a.mu.Unlock()
+		return nil
 	}
 	a.mu.Unlock()
 	select {
@@ -321,7 +326,7 @@ func (a *Agent) Heartbeat(ctx context.Context) error {
 	seq := a.hbSeq
 	a.mu.Unlock()
 	env := &eventsv1.Envelope{
-		Id:         fmt.Sprintf("%s/NodeHeartbeat/%d", a.cfg.NodeName, seq),
+		Id:         fmt.Sprintf("node/%s/NodeHeartbeat/g%d/a1", a.cfg.NodeName, seq),
 		NodeName:   a.cfg.NodeName,
 		Time:       timestamppb.New(now),
 		Stage:      Stage,
@@ -347,9 +352,14 @@ func (a *Agent) publishContext(ctx context.Context) (context.Context, context.Ca
 	return context.WithTimeout(ctx, a.cfg.PublishTimeout)
 }
 
-func (a *Agent) startWorkerLocked(pod *corev1.Pod) *worker {
+// startWorkerLocked starts the pod's worker, with a delete queued when grace
+// is not nil.
+func (a *Agent) startWorkerLocked(pod *corev1.Pod, grace *time.Duration) {
 	uid := pod.GetMetadata().GetUid()
 	w := newWorker(a, proto.Clone(pod).(*corev1.Pod), a.recovered[uid])
+	if grace != nil {
+		w.deleteCh <- *grace
+	}
 	delete(a.recovered, uid)
 	a.workers[uid] = w
 	a.wg.Add(1)
@@ -358,7 +368,6 @@ func (a *Agent) startWorkerLocked(pod *corev1.Pod) *worker {
 		w.run(a.ctx)
 		a.retire(w, false)
 	}()
-	return w
 }
 
 // retire removes w from the workers; deleted leaves a tombstone so that a
@@ -410,10 +419,10 @@ func (a *Agent) node() *corev1.Node {
 }
 
 func (a *Agent) nodeStatus(now time.Time) *corev1.NodeStatus {
-	ts := timestamppb.New(now)
+	ts, since := timestamppb.New(now), timestamppb.New(a.created)
 	cond := func(typ, status, reason, msg string) *corev1.NodeCondition {
 		return &corev1.NodeCondition{Type: typ, Status: status, Reason: reason, Message: msg,
-			LastHeartbeatTime: ts, LastTransitionTime: ts}
+			LastHeartbeatTime: ts, LastTransitionTime: since}
 	}
 	return &corev1.NodeStatus{
 		Capacity:    a.capacity(),

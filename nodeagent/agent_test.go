@@ -386,7 +386,7 @@ func TestDeleteGraceful(t *testing.T) {
 			}
 			envs := e.waitEnvs(p.Metadata.Uid, "PodDeleted", func(envs []*eventsv1.Envelope) bool { return len(ofType(envs, "PodDeleted")) > 0 })
 			checkSeq(t, envs)
-			if envs[len(envs)-1].Type() != "PodDeleted" || envs[len(envs)-1].GetId() != p.Metadata.Uid+"/PodDeleted" {
+			if envs[len(envs)-1].Type() != "PodDeleted" || envs[len(envs)-1].GetId() != "uid/"+p.Metadata.Uid+"/PodDeleted" {
 				t.Errorf("last envelope = %v", envs[len(envs)-1])
 			}
 			if k := ofType(envs, "PodKilled"); len(k) != 1 || !slices.Equal(k[0].GetPodKilled().GetContainers(), []string{"app"}) {

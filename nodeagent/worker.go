@@ -113,21 +113,21 @@ func newWorker(a *Agent, pod *corev1.Pod, rec *recovered) *worker {
 	return w
 }
 
-// run drives the pod until the agent stops (false) or the pod is deleted
-// (true).
-func (w *worker) run(ctx context.Context) (deleted bool) {
+// run drives the pod until the agent stops or the pod is deleted.
+func (w *worker) run(ctx context.Context) {
 	defer close(w.done)
 	w.startTime = w.now()
 	if st := w.pod.GetStatus().GetStartTime(); st != nil {
 		w.startTime = st.AsTime()
 	}
-	w.adopt(ctx)
+	w.adopt()
 	timer := w.a.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		select { // a pending delete wins over further progress
 		case grace := <-w.deleteCh:
-			return w.terminate(ctx, grace)
+			w.terminate(ctx, grace)
+			return
 		default:
 		}
 		wake := w.sync(ctx)
@@ -138,9 +138,10 @@ func (w *worker) run(ctx context.Context) (deleted bool) {
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return
 		case grace := <-w.deleteCh:
-			return w.terminate(ctx, grace)
+			w.terminate(ctx, grace)
+			return
 		case ex := <-w.exits:
 			w.onExit(ex)
 		case <-timer.C():
@@ -151,7 +152,7 @@ func (w *worker) run(ctx context.Context) (deleted bool) {
 func (w *worker) now() time.Time { return w.a.clock.Now() }
 
 // adopt takes over the sandbox and containers an earlier agent left.
-func (w *worker) adopt(ctx context.Context) {
+func (w *worker) adopt() {
 	if w.rec == nil {
 		return
 	}
@@ -176,7 +177,6 @@ func (w *worker) adopt(ctx context.Context) {
 		}
 	}
 	w.rec = nil
-	_ = ctx
 }
 
 func (w *worker) byName(name string, init bool) *ctr {
@@ -539,8 +539,9 @@ func (w *worker) probeFailed(ctx context.Context, c *ctr, p *probeState, msg str
 }
 
 // terminate stops the pod: SIGTERM to every running container in parallel,
-// kill after grace, sandbox teardown, a last status report, PodDeleted.
-func (w *worker) terminate(ctx context.Context, grace time.Duration) bool {
+// kill after grace, sandbox teardown, a last status report, PodDeleted. It
+// gives up only when ctx ends (the agent stops); the next agent finishes.
+func (w *worker) terminate(ctx context.Context, grace time.Duration) {
 	w.deleting = true
 	var running []*ctr
 	for _, c := range append(w.inits[:len(w.inits):len(w.inits)], w.apps...) {
@@ -558,7 +559,7 @@ func (w *worker) terminate(ctx context.Context, grace time.Duration) bool {
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		return false
+		return
 	}
 	var names []string
 	for i, c := range running {
@@ -579,21 +580,21 @@ func (w *worker) terminate(ctx context.Context, grace time.Duration) bool {
 			break
 		}
 		if !w.sleep(ctx, w.a.cfg.PublishRetry) {
-			return false
+			return
 		}
 	}
 	w.flush(ctx)
 	w.a.retire(w, true) // from here on the pod is gone for the agent
 	seq := w.nextSeq()
 	del := w.envelope(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodDeleted{PodDeleted: &eventsv1.PodDeleted{}}}, seq)
-	del.Id = fmt.Sprintf("%s/PodDeleted", w.uid) // one per pod, however often asked
+	del.Id = fmt.Sprintf("uid/%s/PodDeleted", w.uid) // one per pod, however often asked
 	w.outbox = append(w.outbox, del)
 	for {
 		if wake := w.flush(ctx); wake.IsZero() {
-			return ctx.Err() == nil
+			return
 		}
 		if !w.sleep(ctx, w.a.cfg.PublishRetry) {
-			return false
+			return
 		}
 	}
 }
@@ -701,7 +702,7 @@ func (w *worker) nextSeq() int64 {
 
 func (w *worker) envelope(env *eventsv1.Envelope, seq int64) *eventsv1.Envelope {
 	md := w.pod.GetMetadata()
-	env.Id = fmt.Sprintf("%s/%s/%d", w.uid, env.Type(), seq)
+	env.Id = fmt.Sprintf("uid/%s/%s/g%d/a1", w.uid, env.Type(), seq) // as bus.EventID would make it
 	env.PodUid, env.Namespace, env.PodName = w.uid, md.GetNamespace(), md.GetName()
 	env.NodeName, env.Stage, env.Replica = w.a.cfg.NodeName, Stage, w.a.cfg.NodeName
 	env.Time, env.Attempt, env.Generation = timestamppb.New(w.now()), 1, seq
