@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+)
+
+func nowTS() *timestamppb.Timestamp { return timestamppb.Now() }
+
+func newUID() string { return uuid.NewString() }
+
+// runExample applies the seed's pod and Service and prints the pod's way
+// through the stages until it is Ready and in its Service's endpoints.
+func runExample(ctx context.Context, sess *session, dir string, out io.Writer) error {
+	files := []string{filepath.Join(dir, "nginx-service.yaml"), filepath.Join(dir, "nginx-pod.yaml")}
+	objs, err := readManifest(files[1])
+	if err != nil {
+		return err
+	}
+	pod, ok := objs[0].Message.(*corev1.Pod)
+	if !ok {
+		return fmt.Errorf("%s: want a Pod, found a %s", files[1], objs[0].Kind)
+	}
+	name := pod.GetMetadata().GetName()
+	fmt.Fprintf(out, "\nexample: podflow apply -f %s -f %s\n", files[0], files[1])
+	follow, err := followPod(ctx, sess, "default", name, out)
+	if err != nil {
+		return err
+	}
+	if err := applyFiles(ctx, sess, files, sess.cfg.Token, "", out, out); err != nil {
+		follow.stop()
+		return err
+	}
+	return follow.wait(ctx, 60*time.Second)
+}
+
+type follower struct {
+	done chan struct{}
+	cc   jetstream.ConsumeContext
+}
+
+func (f *follower) stop() { f.cc.Stop() }
+
+func (f *follower) wait(ctx context.Context, timeout time.Duration) error {
+	defer f.stop()
+	select {
+	case <-f.done:
+		return nil
+	case <-ctx.Done():
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("the pod did not become Ready within %s: see `podflow describe pod`", timeout)
+	}
+}
+
+// followPod prints every event of the pod from the stream as it arrives,
+// and reports done once the pod joined its Service's endpoints (or was
+// rejected).
+func followPod(ctx context.Context, sess *session, ns, name string, out io.Writer) (*follower, error) {
+	cons, err := sess.bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.PodFilter(ns, name)},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	f := &follower{done: make(chan struct{})}
+	start := time.Now()
+	closed := false
+	f.cc, err = cons.Consume(func(m jetstream.Msg) {
+		env, err := bus.DecodeEnvelope(m.Data())
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(out, "  %6s  %-12s %-22s %s\n", time.Since(start).Round(time.Millisecond), env.GetStage(), env.Type(), eventDetail(env))
+		if closed {
+			return
+		}
+		if u := env.GetEndpointsUpdated(); (u != nil && u.GetAdded()) || env.GetPodRejected() != nil {
+			closed = true
+			close(f.done)
+		}
+	})
+	return f, err
+}
+
+// eventDetail is a one-line summary of an event for people.
+func eventDetail(env *eventsv1.Envelope) string {
+	switch p := env.PayloadMessage().(type) {
+	case *eventsv1.PodScheduled:
+		return "node=" + p.GetNodeName()
+	case *eventsv1.PodUnschedulable:
+		return p.GetMessage()
+	case *eventsv1.PodRejected:
+		return fmt.Sprintf("%d %s: %s", p.GetStatus().GetCode(), p.GetStatus().GetReason(), p.GetStatus().GetMessage())
+	case *eventsv1.PodAdmitted:
+		return strings.Join(p.GetMutations(), "; ")
+	case *eventsv1.PodSandboxReady:
+		return "ip=" + p.GetPodIp()
+	case *eventsv1.ImagePulled:
+		return p.GetImage()
+	case *eventsv1.ContainerStarted:
+		return p.GetContainer()
+	case *eventsv1.ContainerExited:
+		return fmt.Sprintf("%s exit=%d %s", p.GetContainer(), p.GetExitCode(), p.GetReason())
+	case *eventsv1.PodRunning:
+		return "ip=" + p.GetPodIp()
+	case *eventsv1.PodFailed:
+		return p.GetReason() + ": " + p.GetMessage()
+	case *eventsv1.PodNotReady:
+		return p.GetReason() + ": " + p.GetMessage()
+	case *eventsv1.EndpointsUpdated:
+		verb := "left"
+		if p.GetAdded() {
+			verb = "joined"
+		}
+		return fmt.Sprintf("%s service/%s (%d ready)", verb, p.GetService(), p.GetReadyEndpoints())
+	case *eventsv1.PodStatusReport:
+		return "phase=" + p.GetStatus().GetPhase()
+	}
+	return ""
+}

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/supervisor"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/api/auth"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
+)
+
+func init() { register(newUpCmd) }
+
+type upOptions struct {
+	dataDir       string
+	natsPort      int
+	storeReplicas int
+	replicas      string
+	runtime       string
+	nodes         int
+	example       bool
+	exampleDir    string
+	quiet         bool
+	nodeGrace     time.Duration
+}
+
+func newUpCmd() *cobra.Command {
+	o := &upOptions{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run the whole system on this machine as supervised processes",
+		Long: `Start embedded NATS JetStream, the replicated store, every lifecycle stage and
+the node agents, each as its own child process, and supervise them: a child
+that dies is restarted with backoff; Ctrl-C or SIGTERM stops them all
+cleanly. The client configuration (bus credentials, admin token) is written to
+DATA-DIR/config.json, where every other podflow command finds it.`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), o, cmd.OutOrStdout()) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dataDir, "data-dir", ".podflow", "data directory (bus, store, logs, client configuration)")
+	f.IntVar(&o.natsPort, "nats-port", 4222, "NATS client port (0 picks a free one)")
+	f.IntVar(&o.storeReplicas, "store-replicas", 3, "store replicas (an odd number)")
+	f.StringVar(&o.replicas, "replicas", "", "replicas per stage, e.g. admission=2,scheduler=2 (default 1 each)")
+	f.StringVar(&o.runtime, "runtime", "sim", "node runtime: sim or linux")
+	f.IntVar(&o.nodes, "nodes", 3, "simulated nodes (with --runtime sim)")
+	f.BoolVar(&o.example, "example", false, "apply the seed's example pod and Service and follow the pod to Ready")
+	f.StringVar(&o.exampleDir, "example-dir", "examples", "directory of the example manifests")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the essentials")
+	f.DurationVar(&o.nodeGrace, "node-monitor-grace-period", 40*time.Second, "mark a node NotReady after this long without heartbeats")
+	return cmd
+}
+
+// clusterFile remembers the addresses chosen at first start, so that the
+// store replicas find each other again after a restart.
+type clusterFile struct {
+	StoreAddrs []string `json:"storeAddrs"`
+}
+
+func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
+	if o.storeReplicas < 1 || o.storeReplicas%2 == 0 {
+		return fmt.Errorf("--store-replicas must be an odd number, got %d", o.storeReplicas)
+	}
+	if o.runtime != "sim" {
+		return fmt.Errorf("--runtime %q is not available yet: use --runtime sim", o.runtime)
+	}
+	replicas, err := parseReplicas(o.replicas)
+	if err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(o.dataDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logf := func(format string, args ...any) {
+		if !o.quiet {
+			fmt.Fprintf(out, format+"\n", args...)
+		}
+	}
+
+	supCtx, stopSup := context.WithCancel(context.Background())
+	cfg := supervisor.DefaultConfig()
+	cfg.LogDir = filepath.Join(dir, "logs")
+	cfg.OnEvent = func(e supervisor.Event) {
+		switch e.Kind {
+		case supervisor.EventExited:
+			fmt.Fprintf(out, "up: %s (pid %d) exited with code %d; restarting (log: %s)\n", e.Name, e.PID, e.ExitCode, filepath.Join(cfg.LogDir, e.Name+".log"))
+		case supervisor.EventStarted:
+			if e.Restarts > 0 {
+				fmt.Fprintf(out, "up: %s restarted (pid %d, restart %d)\n", e.Name, e.PID, e.Restarts)
+			}
+		}
+	}
+	sup, err := supervisor.New(cfg)
+	if err != nil {
+		stopSup()
+		return err
+	}
+	supDone := make(chan struct{})
+	go func() { defer close(supDone); _ = sup.Run(supCtx) }()
+	shutdown := func() {
+		// Stop in reverse dependency order so stages drain while the bus
+		// and the store are still there.
+		order := []string{"nodeagent", "stage", "store", "nats"}
+		for _, role := range order {
+			for _, c := range sup.List() {
+				if strings.HasPrefix(c.Spec.Role, role) {
+					_ = sup.Stop(c.Spec.Name)
+				}
+			}
+		}
+		stopSup()
+		<-supDone
+	}
+	defer shutdown()
+
+	// 1. The bus.
+	natsCfg := filepath.Join(dir, "nats", "client.json")
+	_ = os.Remove(natsCfg)
+	if err := sup.Start(supervisor.Spec{Name: "nats", Role: "nats", Path: exe, Args: []string{
+		"nats", "--data-dir", filepath.Join(dir, "nats"), "--port", strconv.Itoa(o.natsPort), "--client-config", natsCfg,
+	}}); err != nil {
+		return err
+	}
+	if err := waitFile(ctx, natsCfg, 20*time.Second); err != nil {
+		return fmt.Errorf("the NATS server did not start (see %s): %w", filepath.Join(cfg.LogDir, "nats.log"), err)
+	}
+	bc, err := bus.ReadClientConfig(natsCfg)
+	if err != nil {
+		return err
+	}
+	bc.Name = "podflow-up"
+	conn, err := bus.Connect(ctx, bc)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := provision(ctx, conn, bus.DefaultStreamsConfig()); err != nil {
+		return fmt.Errorf("provision streams: %w", err)
+	}
+	logf("up: NATS JetStream at %s", bc.URLs[0])
+
+	// 2. The store.
+	cl, err := loadOrPickCluster(filepath.Join(dir, "cluster.json"), o.storeReplicas)
+	if err != nil {
+		return err
+	}
+	var boot []string
+	for i, a := range cl.StoreAddrs {
+		boot = append(boot, fmt.Sprintf("store-%d=%s", i+1, a))
+	}
+	storeEnv := []string{"PODFLOW_NATS_URL=" + strings.Join(bc.URLs, ","), "PODFLOW_NATS_USER=" + bc.User, "PODFLOW_NATS_PASSWORD=" + bc.Password}
+	for i, a := range cl.StoreAddrs {
+		name := fmt.Sprintf("store-%d", i+1)
+		if err := sup.Start(supervisor.Spec{Name: name, Role: "store", Path: exe, Env: storeEnv, Args: []string{
+			"store", "run", "--id", name, "--data-dir", filepath.Join(dir, name), "--raft-addr", a, "--bootstrap", strings.Join(boot, ","),
+		}}); err != nil {
+			return err
+		}
+	}
+	kv, err := raftstore.NewClient(conn.NATS(), raftstore.DefaultClientConfig())
+	if err != nil {
+		return err
+	}
+	st := objects.New(kv)
+	if err := waitStore(ctx, kv, 60*time.Second); err != nil {
+		return fmt.Errorf("the store did not elect a leader (see %s/store-*.log): %w", cfg.LogDir, err)
+	}
+	logf("up: store ready (%d replicas)", o.storeReplicas)
+
+	// 3. Identity and bootstrap objects.
+	token, err := adminToken(filepath.Join(dir, "tokens.csv"))
+	if err != nil {
+		return err
+	}
+	if err := seed(ctx, st); err != nil {
+		return fmt.Errorf("seed the store: %w", err)
+	}
+	cc := clientConfig{NATS: natsCfg, Token: token, DataDir: dir}
+	cfgPath := filepath.Join(dir, "config.json")
+	if err := writeConfig(cfgPath, cc); err != nil {
+		return err
+	}
+
+	// 4. The stages and the nodes.
+	for _, name := range pipeline.Stages {
+		for i := 1; i <= replicas[name]; i++ {
+			if err := startStage(sup, exe, cfgPath, dir, name, i, o); err != nil {
+				return err
+			}
+		}
+	}
+	if err := sup.Start(supervisor.Spec{Name: "nodeagent-sim", Role: "nodeagent", Path: exe, Args: []string{
+		"nodeagent", "--runtime", "sim", "--nodes", strconv.Itoa(o.nodes), "--config", cfgPath,
+	}}); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "up: podflow is running: %d stages, %d store replicas, %d simulated nodes\n", len(pipeline.Stages), o.storeReplicas, o.nodes)
+	fmt.Fprintf(out, "up: export PODFLOW_CONFIG=%s\n", cfgPath)
+	fmt.Fprintf(out, "up: logs in %s; Ctrl-C stops everything\n", cfg.LogDir)
+
+	if o.example {
+		sess := &session{cfg: cc, bus: conn, store: st}
+		if err := runExample(ctx, sess, o.exampleDir, out); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(out, "up: example: %v\n", err)
+		}
+	}
+	<-ctx.Done()
+	fmt.Fprintln(out, "up: stopping")
+	return nil
+}
+
+func startStage(sup *supervisor.Supervisor, exe, cfgPath, dir, name string, i int, o *upOptions) error {
+	replica := fmt.Sprintf("%s-%d", name, i)
+	args := []string{"stage", name, "--replica", replica, "--config", cfgPath}
+	switch name {
+	case pipeline.API:
+		args = append(args, "--token-file", filepath.Join(dir, "tokens.csv"))
+	case pipeline.Status:
+		args = append(args, "--node-monitor-grace-period", o.nodeGrace.String())
+	}
+	return sup.Start(supervisor.Spec{Name: replica, Role: "stage/" + name, Path: exe, Args: args})
+}
+
+// parseReplicas reads "admission=2,scheduler=2"; every stage defaults to 1.
+func parseReplicas(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, st := range pipeline.Stages {
+		out[st] = 1
+	}
+	if s == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		name, n, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || !pipeline.Known(name) {
+			return nil, fmt.Errorf("--replicas: %q is not STAGE=N with a stage among %s", kv, strings.Join(pipeline.Stages, ", "))
+		}
+		v, err := strconv.Atoi(n)
+		if err != nil || v < 0 || v > 64 {
+			return nil, fmt.Errorf("--replicas: %q: N must be 0..64", kv)
+		}
+		out[name] = v
+	}
+	return out, nil
+}
+
+// lockDir takes an exclusive lock on dir, so that two `podflow up` never
+// share a data directory.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "up.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another `podflow up` is running on %s", dir)
+	}
+	return func() { f.Close() }, nil
+}
+
+func waitFile(ctx context.Context, path string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s did not appear within %s", path, timeout)
+}
+
+// waitStore waits until the store answers a linearizable read.
+func waitStore(ctx context.Context, kv *raftstore.Client, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		_, err := kv.Get(ctx, "/registry/namespaces/default")
+		if err == nil || errors.Is(err, raftstore.ErrNotFound) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func loadOrPickCluster(path string, n int) (clusterFile, error) {
+	var c clusterFile
+	if b, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(b, &c); err != nil {
+			return c, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(c.StoreAddrs) != n {
+			return c, fmt.Errorf("%s has %d store replicas, --store-replicas says %d: use another --data-dir", path, len(c.StoreAddrs), n)
+		}
+		return c, nil
+	}
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return c, err
+		}
+		c.StoreAddrs = append(c.StoreAddrs, l.Addr().String())
+		defer l.Close()
+	}
+	b, _ := json.MarshalIndent(c, "", "  ")
+	return c, os.WriteFile(path, b, 0o644)
+}
+
+// adminToken returns the admin's token from the token file, creating the
+// file with a random token at first start.
+func adminToken(path string) (string, error) {
+	if f, err := os.Open(path); err == nil {
+		defer f.Close()
+		toks, err := auth.ParseTokenFile(f)
+		if err != nil {
+			return "", err
+		}
+		for _, t := range toks {
+			if t.User.GetUsername() == "admin" {
+				return t.Token, nil
+			}
+		}
+		return "", fmt.Errorf("%s has no admin user", path)
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(b)
+	line := fmt.Sprintf("%s,admin,admin,\"%s\"\n", tok, auth.GroupMasters)
+	return tok, os.WriteFile(path, []byte(line), 0o600)
+}
+
+// seed creates what a fresh cluster has: the default namespaces with their
+// default ServiceAccount, and the bootstrap RBAC policy. Existing objects
+// are left alone.
+func seed(ctx context.Context, st *objects.Store) error {
+	var objs []objects.Object
+	now := nowTS()
+	for _, ns := range []string{"default", "kube-system", "kube-public"} {
+		objs = append(objs,
+			&corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: ns, Uid: newUID(), CreationTimestamp: now,
+				Labels: map[string]string{"kubernetes.io/metadata.name": ns}}, Status: &corev1.NamespaceStatus{Phase: "Active"}},
+			&corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Name: "default", Namespace: ns, Uid: newUID(), CreationTimestamp: now}})
+	}
+	roles, bindings := auth.BootstrapPolicy()
+	for _, r := range roles {
+		objs = append(objs, r)
+	}
+	for _, b := range bindings {
+		objs = append(objs, b)
+	}
+	for _, o := range objs {
+		md := objects.Meta(o)
+		if md.Uid == "" {
+			md.Uid, md.CreationTimestamp = newUID(), now
+		}
+		if _, err := st.Create(ctx, o); err != nil && !errors.Is(err, raftstore.ErrAlreadyExists) {
+			return err
+		}
+	}
+	return nil
+}
