@@ -379,4 +379,3 @@ func sortEvents(evs []*corev1.Event) {
 		return evs[i].GetLastTimestamp().AsTime().Before(evs[j].GetLastTimestamp().AsTime())
 	})
 }
-
