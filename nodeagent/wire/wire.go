@@ -1,0 +1,184 @@
+// Package wire connects a node agent to the rest of podflow: a Publisher
+// over the bus, a NodeStore over the replicated store, and the bus handler
+// that turns PodScheduled and PodDeleteRequested into HandlePodBound and
+// HandlePodDelete.
+//
+// Callers must:
+//
+//  1. Provision the agent's consumer (pipeline.NodeAgentRunnerConfig(node),
+//     or pipeline.SimNodesRunnerConfig for a sim.Cluster) before running it.
+//  2. Run a bus.Runner with Handler(store, agent, time.Second) and cancel it
+//     before stopping the agent.
+//
+// Example:
+//
+//	st := objects.New(storeClient)
+//	a, _ := nodeagent.New(cfg, rt, wire.NewStore(st), wire.NewPublisher(conn))
+//	go a.Run(ctx)
+//	r, _ := bus.NewRunner(conn, pipeline.NodeAgentRunnerConfig(cfg.NodeName), wire.Handler(st, a, time.Second))
+//	err := r.Run(ctx)
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/nodeagent"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+	"google.golang.org/protobuf/proto"
+)
+
+// Publisher publishes through a bus connection, waiting for the PubAck.
+type Publisher struct{ conn *bus.Conn }
+
+var _ nodeagent.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher over conn.
+func NewPublisher(conn *bus.Conn) *Publisher { return &Publisher{conn: conn} }
+
+// Publish implements nodeagent.Publisher. A duplicate (same id within the
+// stream's window) is acknowledged and is not an error.
+func (p *Publisher) Publish(ctx context.Context, env *eventsv1.Envelope) error {
+	_, err := p.conn.Publish(ctx, env)
+	return err
+}
+
+// Store is the agent's view of the replicated store.
+type Store struct{ s *objects.Store }
+
+var _ nodeagent.NodeStore = (*Store)(nil)
+
+// NewStore returns a Store over s.
+func NewStore(s *objects.Store) *Store { return &Store{s: s} }
+
+// notFound maps the store's code to the agent's.
+func notFound(err error) error {
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return fmt.Errorf("%w: %w", nodeagent.ErrNotFound, err)
+	}
+	return err
+}
+
+// RegisterNode implements nodeagent.NodeStore. An existing node keeps what
+// others set (spec.unschedulable, labels the agent does not own); the
+// agent's labels, pod CIDR, taints and status replace the stored ones.
+func (s *Store) RegisterNode(ctx context.Context, node *corev1.Node) error {
+	for {
+		_, err := s.s.Create(ctx, proto.Clone(node).(*corev1.Node))
+		if !errors.Is(err, raftstore.ErrAlreadyExists) {
+			return err
+		}
+		_, err = objects.Mutate(ctx, s.s, "", node.GetMetadata().GetName(), func(n *corev1.Node) error {
+			md := objects.Meta(n)
+			if md.Labels == nil {
+				md.Labels = map[string]string{}
+			}
+			maps.Copy(md.Labels, node.GetMetadata().GetLabels())
+			if n.Spec == nil {
+				n.Spec = &corev1.NodeSpec{}
+			}
+			n.Spec.PodCidr, n.Spec.PodCidrs, n.Spec.Taints = node.GetSpec().GetPodCidr(), node.GetSpec().GetPodCidrs(), node.GetSpec().GetTaints()
+			n.Status = node.GetStatus()
+			return nil
+		})
+		if !errors.Is(err, raftstore.ErrNotFound) { // deleted meanwhile: create again
+			return err
+		}
+	}
+}
+
+// UpdateNodeStatus implements nodeagent.NodeStore.
+func (s *Store) UpdateNodeStatus(ctx context.Context, name string, st *corev1.NodeStatus) error {
+	_, err := objects.Mutate(ctx, s.s, "", name, func(n *corev1.Node) error {
+		n.Status = st
+		return nil
+	})
+	return notFound(err)
+}
+
+// ListNodePods implements nodeagent.NodeStore. It lists every pod and keeps
+// the node's: the store has no index by node yet.
+func (s *Store) ListNodePods(ctx context.Context, node string) ([]*corev1.Pod, error) {
+	pods, _, err := objects.List[*corev1.Pod](ctx, s.s, "")
+	if err != nil {
+		return nil, err
+	}
+	out := pods[:0]
+	for _, p := range pods {
+		if p.GetSpec().GetNodeName() == node {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// GetConfigMap implements nodeagent.NodeStore.
+func (s *Store) GetConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	cm, err := objects.Get[*corev1.ConfigMap](ctx, s.s, ns, name)
+	return cm, notFound(err)
+}
+
+// GetSecret implements nodeagent.NodeStore.
+func (s *Store) GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	sec, err := objects.Get[*corev1.Secret](ctx, s.s, ns, name)
+	return sec, notFound(err)
+}
+
+// Agent is what Handler drives: a *nodeagent.Agent, or a *sim.Cluster that
+// routes by node.
+type Agent interface {
+	HandlePodBound(ctx context.Context, pod *corev1.Pod) error
+	HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace time.Duration) error
+}
+
+// Handler returns the bus handler of the node agent's inputs. PodScheduled
+// reads the pod from the store and hands it to HandlePodBound (a pod gone
+// or rebound meanwhile is ignored); PodDeleteRequested hands the pod to
+// HandlePodDelete with its grace period, one spec second being specSecond.
+// Both are idempotent, so a redelivery is harmless.
+func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
+	return func(ctx context.Context, d *bus.Delivery) error {
+		env := d.Envelope
+		pod, err := objects.Get[*corev1.Pod](ctx, s, env.GetNamespace(), env.GetPodName())
+		switch {
+		case errors.Is(err, raftstore.ErrNotFound):
+			pod = nil
+		case err != nil:
+			return err
+		case pod.GetMetadata().GetUid() != env.GetPodUid():
+			pod = nil // a namesake: the pod of the event is gone
+		}
+		switch {
+		case env.GetPodScheduled() != nil:
+			if pod == nil || pod.GetSpec().GetNodeName() != env.GetNodeName() {
+				return nil
+			}
+			err = a.HandlePodBound(ctx, pod)
+		case env.GetPodDeleteRequested() != nil:
+			if pod == nil { // the store forgot it: tear down what the node may hold
+				pod = &corev1.Pod{
+					Metadata: &corev1.ObjectMeta{Uid: env.GetPodUid(), Namespace: env.GetNamespace(), Name: env.GetPodName()},
+					Spec:     &corev1.PodSpec{NodeName: env.GetNodeName()},
+				}
+			}
+			grace := time.Duration(-1)
+			if g := env.GetPodDeleteRequested().GracePeriodSeconds; g != nil {
+				grace = time.Duration(*g) * specSecond
+			}
+			err = a.HandlePodDelete(ctx, pod, grace)
+		default:
+			return bus.Permanent(fmt.Errorf("nodeagent: unexpected event %s", env.Type()))
+		}
+		if errors.Is(err, nodeagent.ErrWrongNode) {
+			return nil // another agent's pod (a shared consumer)
+		}
+		return err
+	}
+}
