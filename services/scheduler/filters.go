@@ -36,30 +36,32 @@ const (
 	vEphemeralStorage
 )
 
-// reasons spells a verdict out; t is the untolerated taint of vTaint.
+// reasons spells a verdict out, in filter order; t is the untolerated
+// taint of vTaint.
 func (v verdict) reasons(t *taint) []string {
 	var out []string
-	for _, r := range []struct {
-		bit    verdict
-		reason string
-	}{
-		{vUnschedulable, ReasonUnschedulable},
-		{vNodeName, ReasonNodeName},
-		{vNodeAffinity, ReasonNodeAffinity},
-		{vNodePorts, ReasonNodePorts},
-		{vTooManyPods, ReasonTooManyPods},
-		{vCPU, ReasonInsufficientCPU},
-		{vMemory, ReasonInsufficientMemory},
-		{vEphemeralStorage, ReasonInsufficientEphemeralStorage},
-	} {
-		if v&r.bit != 0 {
-			out = append(out, r.reason)
+	for bit := vUnschedulable; bit <= vEphemeralStorage; bit <<= 1 {
+		if v&bit == 0 {
+			continue
 		}
-		if r.bit == vNodeName && v&vTaint != 0 && t != nil {
+		if bit == vTaint {
 			out = append(out, t.reason)
+		} else {
+			out = append(out, verdictReasons[bit])
 		}
 	}
 	return out
+}
+
+var verdictReasons = map[verdict]string{
+	vUnschedulable:    ReasonUnschedulable,
+	vNodeName:         ReasonNodeName,
+	vNodeAffinity:     ReasonNodeAffinity,
+	vNodePorts:        ReasonNodePorts,
+	vTooManyPods:      ReasonTooManyPods,
+	vCPU:              ReasonInsufficientCPU,
+	vMemory:           ReasonInsufficientMemory,
+	vEphemeralStorage: ReasonInsufficientEphemeralStorage,
 }
 
 // podState is what a cycle needs to know about the pod, computed once per
