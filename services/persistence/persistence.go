@@ -51,6 +51,13 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	md.Generation = 1
 	md.ResourceVersion = ""
 	md.CreationTimestamp = d.Envelope.GetTime()
+	if md.Annotations == nil {
+		md.Annotations = map[string]string{}
+	}
+	md.Annotations[stage.AnnotationRequestID] = d.Envelope.GetRequestId()
+	if tp := d.Envelope.GetTraceparent(); tp != "" {
+		md.Annotations[stage.AnnotationTraceparent] = tp
+	}
 	if pod.Status == nil {
 		pod.Status = &corev1.PodStatus{}
 	}

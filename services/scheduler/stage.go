@@ -419,6 +419,7 @@ func (s *Stage) forget(uid string) {
 	s.qmu.Lock()
 	delete(s.waiting, uid)
 	s.qmu.Unlock()
+	s.tried.Delete(uid)
 }
 
 func (s *Stage) noteConflict(uid string) {

@@ -14,6 +14,7 @@ import (
 	"github.com/podflow/podflow/services/api"
 	"github.com/podflow/podflow/services/endpoints"
 	"github.com/podflow/podflow/services/persistence"
+	"github.com/podflow/podflow/services/scheduler"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/status"
@@ -121,4 +122,10 @@ is redelivered to the others.`,
 	f.BoolVar(&o.provision, "provision", false, "declare the single-server streams and consumers before starting (`podflow up` does it for its stages)")
 	f.DurationVar(&o.resync, "resync", 10*time.Second, "period of reconciliation from the store")
 	return cmd
+}
+
+func init() {
+	stageBuilders[pipeline.Scheduler] = func(env stage.Env, o *stageOptions) (stage.Handler, error) {
+		return scheduler.NewStage(env, scheduler.DefaultStageConfig())
+	}
 }
