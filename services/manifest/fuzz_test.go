@@ -14,6 +14,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add([]byte(richPod))
 	f.Add(billionLaughs())
+	f.Add(wideBomb())
 	for _, s := range []string{
 		"",
 		"---\n---\n",

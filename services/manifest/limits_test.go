@@ -31,6 +31,19 @@ func billionLaughs() []byte {
 	return []byte(b.String())
 }
 
+// wideBomb has few aliases per expanded node: three levels of 1000-wide
+// lists, 10^9 nodes from 12 KiB.
+func wideBomb() []byte {
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: c\n    args: &l1 [")
+	b.WriteString(strings.Repeat("x,", 999) + "x]\n")
+	for i, name := range []string{"l2", "l3"} {
+		fmt.Fprintf(&b, "  - name: c%d\n    args: &%s [", i, name)
+		b.WriteString(strings.Repeat(fmt.Sprintf("*l%d,", i+1), 999) + fmt.Sprintf("*l%d]\n", i+1))
+	}
+	return []byte(b.String())
+}
+
 // allocated runs f and returns the bytes it allocated.
 func allocated(f func()) uint64 {
 	var before, after runtime.MemStats
@@ -42,7 +55,12 @@ func allocated(f func()) uint64 {
 }
 
 func TestAliasBombRefusedBeforeExpansion(t *testing.T) {
-	bomb := billionLaughs()
+	for name, bomb := range map[string][]byte{"billion laughs": billionLaughs(), "wide": wideBomb()} {
+		t.Run(name, func(t *testing.T) { refusesBomb(t, bomb) })
+	}
+}
+
+func refusesBomb(t *testing.T, bomb []byte) {
 	var err error
 	// Expanding even a millionth of the bomb would allocate far more.
 	if n := allocated(func() { _, err = Decode(bomb) }); n > 8<<20 {
@@ -115,7 +133,7 @@ func TestTooLargeRefusedBeforeParsing(t *testing.T) {
 }
 
 func BenchmarkDecodeAliasBomb(b *testing.B) {
-	bomb := billionLaughs()
+	bomb := wideBomb()
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Decode(bomb); !errors.Is(err, ErrTooLarge) {
