@@ -333,6 +333,35 @@ func (r *Runner) Run(ctx context.Context) error {
 		return fmt.Errorf("bus: runner %q: pull: %w", r.cfg.Stage, err)
 	}
 
+	// Pulling stops when ctx is done or the connection is closed for
+	// good (reconnects gave up, or Close was called under us).
+	pullCtx, stopPull := context.WithCancel(ctx)
+	defer stopPull()
+	nc := r.conn.NATS()
+	closedCh := nc.StatusChanged(nats.CLOSED)
+	var connClosed atomic.Bool
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case _, ok := <-closedCh:
+			if ok {
+				connClosed.Store(true)
+				stopPull()
+			}
+		case <-pullCtx.Done():
+		}
+	}()
+	defer func() {
+		stopPull()
+		<-watched
+		nc.RemoveStatusListener(closedCh)
+	}()
+	if nc.IsClosed() {
+		connClosed.Store(true)
+		stopPull()
+	}
+
 	var (
 		wg     sync.WaitGroup
 		sem    = make(chan struct{}, r.cfg.Concurrency)
@@ -344,14 +373,14 @@ loop:
 		// all handlers are busy.
 		select {
 		case sem <- struct{}{}:
-		case <-ctx.Done():
+		case <-pullCtx.Done():
 			break loop
 		}
-		msg, err := iter.Next(jetstream.NextContext(ctx))
+		msg, err := iter.Next(jetstream.NextContext(pullCtx))
 		if err != nil {
 			<-sem
 			switch {
-			case ctx.Err() != nil:
+			case pullCtx.Err() != nil:
 				break loop
 			case errors.Is(err, jetstream.ErrMsgIteratorClosed), errors.Is(err, jetstream.ErrConsumerDeleted),
 				errors.Is(err, jetstream.ErrConsumerNotFound):
@@ -361,7 +390,7 @@ loop:
 			// Anything else (a missed heartbeat, a reconnect) is
 			// recovered by the iterator; pause briefly not to spin.
 			select {
-			case <-ctx.Done():
+			case <-pullCtx.Done():
 				break loop
 			case <-time.After(100 * time.Millisecond):
 			}
@@ -373,6 +402,10 @@ loop:
 			defer func() { <-sem }()
 			r.handle(hctx, msg)
 		}()
+	}
+
+	if connClosed.Load() && runErr == nil {
+		runErr = fmt.Errorf("bus: runner %q: %w", r.cfg.Stage, nats.ErrConnectionClosed)
 	}
 
 	// Drain: stop pulling; what the iterator already buffered is
