@@ -169,7 +169,8 @@ func (a *Agent) Stop() {
 }
 
 // HandlePodBound starts the pod's worker. It is idempotent: when the pod has
-// a worker, or was deleted recently, it does nothing. A pod being deleted
+// a worker, was deleted recently, or has finished (phase Succeeded or
+// Failed) it does nothing. A pod being deleted
 // (deletionTimestamp set) is handed to HandlePodDelete.
 func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 	if pod.GetSpec().GetNodeName() != a.cfg.NodeName {
@@ -189,6 +190,9 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 	}
 	if _, ok := a.deleted[uid]; ok {
 		return nil
+	}
+	if isTerminalPhase(pod.GetStatus().GetPhase()) {
+		return nil // finished before an agent restart: not run again
 	}
 	a.startWorkerLocked(pod, nil)
 	return nil
@@ -267,9 +271,8 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 		switch {
 		case pod.GetMetadata().GetDeletionTimestamp() != nil:
 			errs = append(errs, a.HandlePodDelete(ctx, pod, -1))
-		case isTerminalPhase(pod.GetStatus().GetPhase()) && !a.hasWorker(uid):
-			// A finished pod is not started again after an agent restart.
-		default:
+		default: // a finished pod without a worker is not started again
+
 			errs = append(errs, a.HandlePodBound(ctx, pod))
 		}
 	}
@@ -307,13 +310,6 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func (a *Agent) hasWorker(uid string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.workers[uid]
-	return ok
 }
 
 // Heartbeat publishes a NodeHeartbeat and updates the node's status.

@@ -578,3 +578,50 @@ func TestErrorCodes(t *testing.T) {
 		t.Error("CodeOf")
 	}
 }
+
+func TestInitContainerFailure(t *testing.T) {
+	withInit := func(p *corev1.Pod) {
+		p.Spec.InitContainers = []*corev1.Container{{Name: "setup", Image: "busybox:1.36"}}
+	}
+	t.Run("Never fails the pod", func(t *testing.T) {
+		e := newEnv(t)
+		p := newPod("init-never", withInit, restartPolicy("Never"), annotate(sim.AnnotationInitExitCode, "2"))
+		e.bind(p)
+		envs := e.waitEnvs(p.Metadata.Uid, "final PodFailed", func(envs []*eventsv1.Envelope) bool {
+			for _, x := range ofType(envs, "PodFailed") {
+				if x.GetPodFailed().GetFinal() {
+					return true
+				}
+			}
+			return false
+		})
+		checkSeq(t, envs)
+		st := lastStatus(envs)
+		ic := st.GetInitContainerStatuses()[0]
+		if st.GetPhase() != "Failed" || ic.GetState().GetTerminated().GetExitCode() != 2 || waiting(st) != "PodInitializing" {
+			t.Errorf("status = %v", st)
+		}
+		if f := ofType(envs, "PodFailed")[0].GetPodFailed(); f.GetReason() != "Error" || f.GetContainer() != "setup" {
+			t.Errorf("PodFailed = %v", f)
+		}
+		if c := cond(st, "Initialized"); c.GetStatus() != "False" || c.GetReason() != "ContainersNotInitialized" {
+			t.Errorf("Initialized = %v", c)
+		}
+		if len(ofType(envs, "ContainerStarted")) != 1 {
+			t.Error("an app container started after a failed init container")
+		}
+		e.waitEnvs(p.Metadata.Uid, "IP released", func([]*eventsv1.Envelope) bool { return e.rt.IPAM().InUse() == 0 })
+	})
+	t.Run("Always loops", func(t *testing.T) {
+		e := newEnv(t)
+		p := newPod("init-always", withInit, annotate(sim.AnnotationInitExitCode, "1"))
+		e.bind(p)
+		st := e.waitStatus(p.Metadata.Uid, "init container restarted twice", func(st *corev1.PodStatus) bool {
+			ic := st.GetInitContainerStatuses()[0]
+			return ic.GetRestartCount() >= 2 && ic.GetState().GetWaiting().GetReason() == "CrashLoopBackOff"
+		})
+		if st.GetPhase() != "Pending" || waiting(st) != "PodInitializing" || cond(st, "Initialized").GetStatus() != "False" {
+			t.Errorf("status = %v", st)
+		}
+	})
+}

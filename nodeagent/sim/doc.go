@@ -17,6 +17,7 @@
 //	sim.podflow.io/exit-after: 2s       app containers exit on their own after 2s ...
 //	sim.podflow.io/exit-code: 1         ... with this code (default 0): CrashLoopBackOff, Completed, Failed by restartPolicy
 //	sim.podflow.io/ignore-sigterm: true containers ignore SIGTERM and are killed (137) when the grace period ends
+//	sim.podflow.io/init-exit-code: 1    init containers exit with this code: Init:CrashLoopBackOff, or Failed under Never
 //
 // Probe annotations take effect on containers that declare that probe; the
 // kubelet core only runs probes a container declares. Without an annotation

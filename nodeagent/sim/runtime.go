@@ -28,6 +28,7 @@ const (
 	AnnotationExitAfter     = "sim.podflow.io/exit-after"
 	AnnotationExitCode      = "sim.podflow.io/exit-code"
 	AnnotationIgnoreSIGTERM = "sim.podflow.io/ignore-sigterm"
+	AnnotationInitExitCode  = "sim.podflow.io/init-exit-code"
 
 	// Fail is the annotation value that injects a failure.
 	Fail = "fail"
@@ -307,6 +308,13 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 	exits := init
 	if init {
 		exitAfter = r.cfg.InitRunTime
+		if s, ok := ann[AnnotationInitExitCode]; ok {
+			code, err := strconv.ParseInt(s, 10, 32)
+			if err != nil {
+				return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: annotation %s=%q is not an integer", AnnotationInitExitCode, s)
+			}
+			exitCode = code
+		}
 	} else if s, ok := ann[AnnotationExitAfter]; ok {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
