@@ -145,9 +145,14 @@ func (r *RBAC) DeleteClusterRole(name string) {
 }
 
 // UpsertRoleBinding records or replaces a RoleBinding. ServiceAccount
-// subjects without a namespace default to the binding's namespace.
+// subjects without a namespace default to the binding's namespace. A
+// RoleBinding without a namespace is invalid and ignored (it must not act
+// as a ClusterRoleBinding).
 func (r *RBAC) UpsertRoleBinding(rb *corev1.RoleBinding) {
 	ns := rb.GetMetadata().GetNamespace()
+	if ns == "" {
+		return
+	}
 	r.upsertBinding(newBinding("RoleBinding", ns, rb.GetMetadata().GetName(), rb.GetRoleRef(), rb.GetSubjects()))
 }
 

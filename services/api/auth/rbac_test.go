@@ -188,6 +188,11 @@ func TestUpsertDeleteReindex(t *testing.T) {
 				Rules: []*corev1.PolicyRule{rule(s("*"), s("*"), s("*"), nil)}})
 			r.DeleteClusterRoleBinding("alice-admin")
 		}, false},
+		{"RoleBinding without a namespace is ignored", func() {
+			r.UpsertRoleBinding(&corev1.RoleBinding{Metadata: meta("", "no-namespace"),
+				Subjects: []*corev1.Subject{{Kind: SubjectUser, Name: "alice"}},
+				RoleRef:  &corev1.RoleRef{Kind: KindClusterRole, Name: ClusterRoleClusterAdmin}})
+		}, false},
 		{"Role kind in a ClusterRoleBinding grants nothing", func() {
 			r.UpsertRole(&corev1.Role{Metadata: meta("", "pod-editor"), Rules: []*corev1.PolicyRule{rule(s("*"), s("*"), s("*"), nil)}})
 			r.UpsertClusterRoleBinding(&corev1.ClusterRoleBinding{Metadata: meta("", "bogus"),
