@@ -207,20 +207,25 @@ func newPod(name string, opts ...podOpt) *corev1.Pod {
 	return p
 }
 
-// checkSeq asserts what every envelope about a pod must satisfy: strictly
-// increasing seq (= generation), matching report seq, deterministic unique
-// ids, and the agent's identity.
+// checkSeq asserts what every envelope about a pod must satisfy: reports
+// with strictly increasing seq (= generation), every other event carrying
+// the seq of the report before it (the store reflects the event once that
+// report is applied), deterministic unique ids, and the agent's identity.
 func checkSeq(t *testing.T, envs []*eventsv1.Envelope) {
 	t.Helper()
 	ids := map[string]bool{}
 	var prev int64
 	for _, x := range envs {
-		if x.GetGeneration() <= prev {
-			t.Fatalf("seq not increasing: %d after %d (%s)", x.GetGeneration(), prev, x.GetId())
-		}
-		prev = x.GetGeneration()
-		if r := x.GetPodStatusReport(); r != nil && r.GetSeq() != x.GetGeneration() {
-			t.Fatalf("report seq %d != generation %d", r.GetSeq(), x.GetGeneration())
+		if r := x.GetPodStatusReport(); r != nil {
+			if x.GetGeneration() <= prev {
+				t.Fatalf("report seq not increasing: %d after %d (%s)", x.GetGeneration(), prev, x.GetId())
+			}
+			prev = x.GetGeneration()
+			if r.GetSeq() != x.GetGeneration() {
+				t.Fatalf("report seq %d != generation %d", r.GetSeq(), x.GetGeneration())
+			}
+		} else if x.Type() != "PodDeleted" && x.GetGeneration() != prev {
+			t.Fatalf("%s carries seq %d, the report before it %d (%s)", x.Type(), x.GetGeneration(), prev, x.GetId())
 		}
 		if ids[x.GetId()] {
 			t.Fatalf("duplicate id %q", x.GetId())

@@ -719,8 +719,10 @@ func (w *worker) flush(ctx context.Context) time.Time {
 		seq := w.nextSeq()
 		w.outbox = append(w.outbox, w.envelope(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodStatusReport{
 			PodStatusReport: &eventsv1.PodStatusReport{Status: st, Seq: seq, Events: w.records}}}, seq))
+		// The events that follow carry the report's seq: a consumer that
+		// acts on them waits until the store reflects that report.
 		for _, e := range w.events {
-			w.outbox = append(w.outbox, w.envelope(e, w.nextSeq()))
+			w.outbox = append(w.outbox, w.envelope(e, seq))
 		}
 		w.lastStatus, w.records, w.events, w.notReady = st, nil, nil, false
 		w.reported.Store(st)

@@ -152,12 +152,16 @@ func TestAgentOverRealBusAndStore(t *testing.T) {
 		if e.GetStage() != nodeagent.Stage {
 			continue
 		}
-		if e.GetGeneration() <= prev {
-			t.Errorf("seq %d after %d", e.GetGeneration(), prev)
-		}
-		prev = e.GetGeneration()
+		// Reports carry increasing seqs; the events after a report carry
+		// that report's seq.
 		if r := e.GetPodStatusReport(); r != nil {
+			if e.GetGeneration() <= prev {
+				t.Errorf("report seq %d after %d", e.GetGeneration(), prev)
+			}
+			prev = e.GetGeneration()
 			last = r
+		} else if e.GetGeneration() != prev {
+			t.Errorf("%s carries seq %d, its report %d", e.Type(), e.GetGeneration(), prev)
 		}
 	}
 	if last.GetStatus().GetPhase() != "Running" || last.GetStatus().GetPodIp() == "" {

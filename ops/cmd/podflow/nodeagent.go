@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/nodeagent/sim"
+	"github.com/podflow/podflow/nodeagent/wire"
+	"github.com/podflow/podflow/services/pipeline"
+)
+
+func init() { register(newNodeAgentCmd) }
+
+type nodeAgentOptions struct {
+	config  string
+	runtime string
+	nodes   int
+	name    string
+}
+
+func newNodeAgentCmd() *cobra.Command {
+	o := &nodeAgentOptions{}
+	cmd := &cobra.Command{
+		Use:   "nodeagent",
+		Short: "Run node agents: the kubelet, container runtime and CNI of podflow",
+		Long: `Run node agents. With --runtime sim, one process simulates --nodes nodes (like
+KWOK): each registers its Node, heartbeats, and drives the pods bound to it
+through sandbox, image pull, container start, Running and Ready, with pod IPs
+from its pod CIDR and failures injected by annotation (see the nodeagent/sim
+package documentation). The simulated nodes share one durable consumer.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.runtime != "sim" {
+				return fmt.Errorf("--runtime %q is not available yet: use --runtime sim", o.runtime)
+			}
+			cfg, err := loadConfig(o.config)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			sess, err := connect(ctx, cfg, "nodeagent-"+o.name)
+			if err != nil {
+				return err
+			}
+			defer sess.Close()
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("nodeagent", o.name)
+
+			rc := pipeline.SimNodesRunnerConfig(o.name)
+			if err := bus.Provision(ctx, sess.bus.JetStream(), bus.Topology{Consumers: []bus.ConsumerSpec{rc.ConsumerSpec()}}); err != nil {
+				return fmt.Errorf("provision the node agents' consumer: %w", err)
+			}
+			cl, err := sim.NewCluster(sim.DefaultClusterConfig(o.nodes), wire.NewStore(sess.store), wire.NewPublisher(sess.bus))
+			if err != nil {
+				return err
+			}
+			if err := cl.Start(ctx); err != nil {
+				cl.Stop()
+				return err
+			}
+			defer cl.Stop()
+			log.Info("simulated nodes registered", "nodes", o.nodes)
+			runner, err := bus.NewRunner(sess.bus, rc, wire.Handler(sess.store, cl, time.Second))
+			if err != nil {
+				return err
+			}
+			return runner.Run(ctx)
+		},
+	}
+	configFlag(cmd, &o.config)
+	f := cmd.Flags()
+	f.StringVar(&o.runtime, "runtime", "sim", "runtime: sim (simulated nodes)")
+	f.IntVar(&o.nodes, "nodes", 3, "number of simulated nodes")
+	f.StringVar(&o.name, "name", "sim", "name of this simulated cluster (its durable consumer)")
+	return cmd
+}
