@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -110,7 +111,13 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	supCtx, stopSup := context.WithCancel(context.Background())
 	cfg := supervisor.DefaultConfig()
 	cfg.LogDir = filepath.Join(dir, "logs")
+	var sup *supervisor.Supervisor
+	var pidsMu sync.Mutex
+	pidsFile := filepath.Join(dir, "children.json")
 	cfg.OnEvent = func(e supervisor.Event) {
+		pidsMu.Lock()
+		writeChildren(pidsFile, sup.List())
+		pidsMu.Unlock()
 		switch e.Kind {
 		case supervisor.EventExited:
 			fmt.Fprintf(out, "up: %s (pid %d) exited with code %d; restarting (log: %s)\n", e.Name, e.PID, e.ExitCode, filepath.Join(cfg.LogDir, e.Name+".log"))
@@ -120,7 +127,7 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 			}
 		}
 	}
-	sup, err := supervisor.New(cfg)
+	sup, err = supervisor.New(cfg)
 	if err != nil {
 		stopSup()
 		return err
@@ -224,6 +231,15 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	}}); err != nil {
 		return err
 	}
+	consumers := []string{pipeline.SimNodesRunnerConfig("sim").Consumer}
+	for _, name := range pipeline.Stages {
+		if replicas[name] > 0 {
+			consumers = append(consumers, name)
+		}
+	}
+	if err := waitConsumers(ctx, conn, consumers, 60*time.Second); err != nil {
+		return err
+	}
 	fmt.Fprintf(out, "up: podflow is running: %d stages, %d store replicas, %d simulated nodes\n", len(pipeline.Stages), o.storeReplicas, o.nodes)
 	fmt.Fprintf(out, "up: export PODFLOW_CONFIG=%s\n", cfgPath)
 	fmt.Fprintf(out, "up: logs in %s; Ctrl-C stops everything\n", cfg.LogDir)
@@ -249,6 +265,51 @@ func startStage(sup *supervisor.Supervisor, exe, cfgPath, dir, name string, i in
 		args = append(args, "--node-monitor-grace-period", o.nodeGrace.String())
 	}
 	return sup.Start(supervisor.Spec{Name: replica, Role: "stage/" + name, Path: exe, Args: args})
+}
+
+// waitConsumers waits until every named consumer of the events stream has
+// a replica pulling from it: then the stage is ready to work.
+func waitConsumers(ctx context.Context, conn *bus.Conn, names []string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for _, name := range names {
+		for {
+			c, err := conn.JetStream().Consumer(ctx, bus.EventsStream, name)
+			if err == nil {
+				if info, err := c.Info(ctx); err == nil && info.NumWaiting > 0 {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("stage consumer %q has no replica pulling after %s: see the logs", name, timeout)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// childRecord is one line of DATA-DIR/children.json: what `podflow up`
+// runs now, so that tests and chaos signal exactly the processes podflow
+// started, by PID.
+type childRecord struct {
+	Name     string `json:"name"`
+	Role     string `json:"role"`
+	PID      int    `json:"pid"`
+	Restarts int    `json:"restarts"`
+}
+
+func writeChildren(path string, kids []supervisor.Child) {
+	recs := make([]childRecord, 0, len(kids))
+	for _, k := range kids {
+		recs = append(recs, childRecord{Name: k.Spec.Name, Role: k.Spec.Role, PID: k.PID, Restarts: k.Restarts})
+	}
+	b, _ := json.MarshalIndent(recs, "", "  ")
+	tmp := path + ".tmp"
+	if os.WriteFile(tmp, b, 0o644) == nil {
+		_ = os.Rename(tmp, path)
+	}
 }
 
 // parseReplicas reads "admission=2,scheduler=2"; every stage defaults to 1.

@@ -1,0 +1,27 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"sync"
+)
+
+var bufMu sync.Mutex
+
+// lockedWriter serialises writes into a shared buffer so tests can read it
+// while the process writes.
+type lockedWriter struct{ b *bytes.Buffer }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	bufMu.Lock()
+	defer bufMu.Unlock()
+	return w.b.Write(p)
+}
+
+func syncBufString(b *bytes.Buffer) string {
+	bufMu.Lock()
+	defer bufMu.Unlock()
+	return b.String()
+}
+
+func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
