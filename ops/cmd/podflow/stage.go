@@ -14,8 +14,8 @@ import (
 	"github.com/podflow/podflow/services/api"
 	"github.com/podflow/podflow/services/endpoints"
 	"github.com/podflow/podflow/services/persistence"
-	"github.com/podflow/podflow/services/scheduler"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/scheduler"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/status"
 )
