@@ -54,6 +54,8 @@ bench:
 
 fuzz:
 	cd proto && $(GO) test -run '^$$' -fuzz FuzzEnvelopeDecode -fuzztime 30s ./eventsv1/
+	cd bus && $(GO) test -run '^$$' -fuzz FuzzEnvelopeDecode -fuzztime 30s .
+	cd bus && $(GO) test -run '^$$' -fuzz FuzzParseSubject -fuzztime 30s .
 
 clean:
 	rm -rf $(BIN) $(TOOLS)
