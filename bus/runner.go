@@ -409,13 +409,23 @@ loop:
 	}
 
 	// Drain: stop pulling; what the iterator already buffered is
-	// released for immediate redelivery.
+	// released for immediate redelivery — except a message on its last
+	// delivery, which a nak would exhaust unhandled: that one is handled
+	// here like an in-flight message.
 	iter.Drain()
 	released := time.Now().Add(r.cfg.DrainTimeout)
 	for time.Now().Before(released) {
 		msg, err := iter.Next(jetstream.NextMaxWait(time.Until(released)))
 		if err != nil {
 			break
+		}
+		if meta, err := msg.Metadata(); err == nil && meta.NumDelivered >= uint64(r.cfg.MaxDeliver) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.handle(hctx, msg)
+			}()
+			continue
 		}
 		_ = msg.Nak()
 		r.observe(Observation{Outcome: OutcomeReleased, Subject: msg.Subject()}, msg)
@@ -452,7 +462,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	env, err := DecodeEnvelope(msg.Data())
 	if err != nil {
-		r.deadLetter(ctx, msg, d, nil, err, &ob)
+		r.deadLetter(ctx, msg, d, nil, CodeDecode, err, &ob)
 		return
 	}
 	d.Envelope = env
@@ -467,8 +477,10 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 			ob.Outcome, ob.Err = OutcomeAckFailed, aerr
 		}
 		r.observe(ob, msg)
-	case IsPermanent(err) || d.NumDelivered >= uint64(r.cfg.MaxDeliver):
-		r.deadLetter(ctx, msg, d, env, err, &ob)
+	case IsPermanent(err):
+		r.deadLetter(ctx, msg, d, env, CodePermanent, err, &ob)
+	case d.NumDelivered >= uint64(r.cfg.MaxDeliver):
+		r.deadLetter(ctx, msg, d, env, CodeMaxDeliver, err, &ob)
 	default:
 		_ = msg.NakWithDelay(r.cfg.backoff(d.NumDelivered))
 		ob.Outcome, ob.Code, ob.Err = OutcomeNaked, CodeOf(err), err
@@ -498,11 +510,7 @@ func (r *Runner) ack(ctx context.Context, msg jetstream.Msg) error {
 // deadLetter records msg on the dead-letter stream, then terminates it.
 // If the record cannot be stored the message is naked instead, so it is
 // never dropped silently.
-func (r *Runner) deadLetter(ctx context.Context, msg jetstream.Msg, d *Delivery, env *eventsv1.Envelope, cause error, ob *Observation) {
-	code := CodeOf(cause)
-	if code == CodeTransient || code == CodePanic {
-		code = CodeMaxDeliver
-	}
+func (r *Runner) deadLetter(ctx context.Context, msg jetstream.Msg, d *Delivery, env *eventsv1.Envelope, code string, cause error, ob *Observation) {
 	stream := r.cfg.Stream
 	if meta, err := msg.Metadata(); err == nil {
 		stream = meta.Stream

@@ -396,9 +396,8 @@ func TestRunnerRecordsMessagesWhoseHandlerNeverReturned(t *testing.T) {
 	case <-time.After(bustest.Timeout):
 		t.Fatal("replica a never received the message")
 	}
-	connA.NATS().Close() // a dies on the message's only delivery
-	_ = ra.stop(t)
-
+	// b is up, listening for advisories, before a dies on the message's
+	// only delivery.
 	obs := &recorder{}
 	b := rc
 	b.Replica = "hung-b"
@@ -407,6 +406,11 @@ func TestRunnerRecordsMessagesWhoseHandlerNeverReturned(t *testing.T) {
 		t.Errorf("message redelivered past MaxDeliver: %v", d.Envelope)
 		return nil
 	})
+	bustest.Eventually(t, "replica b to pull", func() bool {
+		return consumerInfo(t, pub, bus.EventsStream, "hung").NumWaiting >= 2
+	})
+	connA.NATS().Close()
+	_ = ra.stop(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
@@ -529,5 +533,34 @@ func TestRunnerRefusesMismatchedConsumer(t *testing.T) {
 	}
 	if err := r.Run(ctx); !errors.Is(err, bus.ErrClosed) {
 		t.Fatalf("second Run: %v, want ErrClosed", err)
+	}
+}
+
+func TestRunnerInProgressKeepsLongHandlers(t *testing.T) {
+	srv := bustest.Server(t)
+	conn := bustest.Connect(t, srv, "long")
+	rc := testRunnerConfig("long")
+	rc.AckWait = 500 * time.Millisecond
+	bustest.Provision(t, conn, rc.ConsumerSpec())
+
+	var calls atomic.Int32
+	startRunner(t, conn, rc, func(ctx context.Context, d *bus.Delivery) error {
+		calls.Add(1)
+		// Four AckWaits of work, reporting progress.
+		for i := 0; i < 10; i++ {
+			time.Sleep(200 * time.Millisecond)
+			if err := d.InProgress(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	publishAll(t, conn, []*eventsv1.Envelope{podEvent("slow", "slow", 1)})
+	settled(t, conn, "long")
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("long handler called %d times, want 1", n)
+	}
+	if info := consumerInfo(t, conn, bus.EventsStream, "long"); info.AckFloor.Stream != 1 {
+		t.Fatalf("ack floor %d, want 1", info.AckFloor.Stream)
 	}
 }
