@@ -40,13 +40,13 @@ func checkLimitRanges(pod *corev1.Pod, lrs []*corev1.LimitRange) *corev1.Status 
 					lim, hasLim := lims[res]
 					switch {
 					case !hasReq:
-						breach(ca.path+".resources.requests["+res+"]",
+						breach(ca.path()+".resources.requests["+res+"]",
 							fmt.Sprintf("minimum %s usage per Container is %s.  No request is specified", res, minQ.String()))
 					case cmpQty(req, minQ) < 0:
-						breach(ca.path+".resources.requests["+res+"]",
+						breach(ca.path()+".resources.requests["+res+"]",
 							fmt.Sprintf("minimum %s usage per Container is %s, but request is %s", res, minQ.String(), req))
 					case hasLim && cmpQty(lim, minQ) < 0:
-						breach(ca.path+".resources.limits["+res+"]",
+						breach(ca.path()+".resources.limits["+res+"]",
 							fmt.Sprintf("minimum %s usage per Container is %s, but limit is %s", res, minQ.String(), lim))
 					}
 				}
@@ -59,13 +59,13 @@ func checkLimitRanges(pod *corev1.Pod, lrs []*corev1.LimitRange) *corev1.Status 
 					lim, hasLim := lims[res]
 					switch {
 					case !hasLim:
-						breach(ca.path+".resources.limits["+res+"]",
+						breach(ca.path()+".resources.limits["+res+"]",
 							fmt.Sprintf("maximum %s usage per Container is %s.  No limit is specified", res, maxQ.String()))
 					case cmpQty(lim, maxQ) > 0:
-						breach(ca.path+".resources.limits["+res+"]",
+						breach(ca.path()+".resources.limits["+res+"]",
 							fmt.Sprintf("maximum %s usage per Container is %s, but limit is %s", res, maxQ.String(), lim))
 					case hasReq && cmpQty(req, maxQ) > 0:
-						breach(ca.path+".resources.requests["+res+"]",
+						breach(ca.path()+".resources.requests["+res+"]",
 							fmt.Sprintf("maximum %s usage per Container is %s, but request is %s", res, maxQ.String(), req))
 					}
 				}

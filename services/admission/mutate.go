@@ -145,14 +145,15 @@ func (m *mutator) limitRange(lr *corev1.LimitRange) {
 				}
 			}
 		}
+		limitNames, requestNames := slices.Sorted(maps.Keys(limits)), slices.Sorted(maps.Keys(requests))
 		m.eachContainer(func(kind string, c *corev1.Container) {
-			for _, res := range slices.Sorted(maps.Keys(limits)) {
+			for _, res := range limitNames {
 				if _, ok := c.GetResources().GetLimits()[res]; !ok {
 					setResource(c, true, res, limits[res])
 					m.record("%s: set limits.%s=%s on %s %s", who, res, limits[res], kind, c.GetName())
 				}
 			}
-			for _, res := range slices.Sorted(maps.Keys(requests)) {
+			for _, res := range requestNames {
 				if _, ok := c.GetResources().GetRequests()[res]; !ok {
 					setResource(c, false, res, requests[res])
 					m.record("%s: set requests.%s=%s on %s %s", who, res, requests[res], kind, c.GetName())

@@ -141,18 +141,29 @@ func CheckPodSecurity(pod *corev1.Pod, level Level) *corev1.Status {
 
 // ---------------------------------------------------------------- checks
 
+// containerAt is a container with its place in the pod spec.
 type containerAt struct {
 	c    *corev1.Container
-	path string // "spec.containers[0]"
+	init bool
+	i    int
+}
+
+// path returns the container's field path, e.g. "spec.containers[0]".
+func (ca containerAt) path() string {
+	if ca.init {
+		return "spec.initContainers[" + strconv.Itoa(ca.i) + "]"
+	}
+	return "spec.containers[" + strconv.Itoa(ca.i) + "]"
 }
 
 func containers(p *corev1.Pod) []containerAt {
-	var out []containerAt
-	for i, c := range p.GetSpec().GetInitContainers() {
-		out = append(out, containerAt{c, fmt.Sprintf("spec.initContainers[%d]", i)})
+	spec := p.GetSpec()
+	out := make([]containerAt, 0, len(spec.GetInitContainers())+len(spec.GetContainers()))
+	for i, c := range spec.GetInitContainers() {
+		out = append(out, containerAt{c, true, i})
 	}
-	for i, c := range p.GetSpec().GetContainers() {
-		out = append(out, containerAt{c, fmt.Sprintf("spec.containers[%d]", i)})
+	for i, c := range spec.GetContainers() {
+		out = append(out, containerAt{c, false, i})
 	}
 	return out
 }
@@ -167,7 +178,7 @@ func (c *collector) add(ca containerAt, field string) {
 	if !slices.Contains(c.names, ca.c.GetName()) {
 		c.names = append(c.names, ca.c.GetName())
 	}
-	c.fields = append(c.fields, ca.path+"."+field)
+	c.fields = append(c.fields, ca.path()+"."+field)
 }
 
 // who renders `container "a"` or `containers "a", "b"`.

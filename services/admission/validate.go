@@ -108,7 +108,7 @@ func validateSpec(p *field.Path, spec *corev1.PodSpec) field.ErrorList {
 		errs = append(errs, validateContainer(p.Child("containers").Index(i), c, volumes, names, spec.GetHostNetwork(), false)...)
 	}
 
-	errs = append(errs, oneOf(p.Child("restartPolicy"), spec.GetRestartPolicy(), restartPolicies)...)
+	errs = append(errs, oneOf(p, spec.GetRestartPolicy(), restartPolicies, "restartPolicy")...)
 	if g := spec.TerminationGracePeriodSeconds; g != nil && *g < 0 {
 		errs = append(errs, field.Invalid(p.Child("terminationGracePeriodSeconds"), *g, "must be greater than or equal to 0"))
 	}
@@ -148,7 +148,7 @@ func validateVolumes(p *field.Path, vols []*corev1.Volume) (map[string]bool, fie
 		var sources []string
 		if s := v.GetEmptyDir(); s != nil {
 			sources = append(sources, "emptyDir")
-			errs = append(errs, oneOf(vp.Child("emptyDir", "medium"), s.GetMedium(), emptyDirMedia)...)
+			errs = append(errs, oneOf(vp, s.GetMedium(), emptyDirMedia, "emptyDir", "medium")...)
 			if s.GetSizeLimit() != "" {
 				errs = append(errs, quantity(vp.Child("emptyDir", "sizeLimit"), s.GetSizeLimit())...)
 			}
@@ -195,10 +195,10 @@ func validateContainer(p *field.Path, c *corev1.Container, volumes, names map[st
 	if strings.TrimSpace(c.GetImage()) == "" {
 		errs = append(errs, field.Required(p.Child("image"), ""))
 	}
-	errs = append(errs, oneOf(p.Child("imagePullPolicy"), c.GetImagePullPolicy(), pullPolicies)...)
+	errs = append(errs, oneOf(p, c.GetImagePullPolicy(), pullPolicies, "imagePullPolicy")...)
 	if init {
 		if rp := c.GetRestartPolicy(); rp != "" {
-			errs = append(errs, oneOf(p.Child("restartPolicy"), rp, []string{"Always"})...)
+			errs = append(errs, oneOf(p, rp, []string{"Always"}, "restartPolicy")...)
 		}
 	} else if c.GetRestartPolicy() != "" {
 		errs = append(errs, field.Forbidden(p.Child("restartPolicy"), "may not be set for non-init containers"))
@@ -227,7 +227,7 @@ func validateContainer(p *field.Path, c *corev1.Container, volumes, names map[st
 				errs = append(errs, field.Invalid(pp.Child("hostPort"), hp, "must match `containerPort` when `hostNetwork` is true"))
 			}
 		}
-		errs = append(errs, oneOf(pp.Child("protocol"), port.GetProtocol(), protocols)...)
+		errs = append(errs, oneOf(pp, port.GetProtocol(), protocols, "protocol")...)
 	}
 
 	for i, e := range c.GetEnv() {
@@ -278,9 +278,15 @@ func validateContainer(p *field.Path, c *corev1.Container, volumes, names map[st
 		}
 	}
 
-	errs = append(errs, validateProbe(p.Child("livenessProbe"), c.GetLivenessProbe(), true)...)
-	errs = append(errs, validateProbe(p.Child("readinessProbe"), c.GetReadinessProbe(), false)...)
-	errs = append(errs, validateProbe(p.Child("startupProbe"), c.GetStartupProbe(), true)...)
+	if c.LivenessProbe != nil {
+		errs = append(errs, validateProbe(p.Child("livenessProbe"), c.LivenessProbe, true)...)
+	}
+	if c.ReadinessProbe != nil {
+		errs = append(errs, validateProbe(p.Child("readinessProbe"), c.ReadinessProbe, false)...)
+	}
+	if c.StartupProbe != nil {
+		errs = append(errs, validateProbe(p.Child("startupProbe"), c.StartupProbe, true)...)
+	}
 	if init && c.GetRestartPolicy() != "Always" {
 		for _, probe := range []struct {
 			name string
@@ -291,7 +297,9 @@ func validateContainer(p *field.Path, c *corev1.Container, volumes, names map[st
 			}
 		}
 	}
-	errs = append(errs, validateSecurityContext(p.Child("securityContext"), c.GetSecurityContext())...)
+	if c.SecurityContext != nil {
+		errs = append(errs, validateSecurityContext(p.Child("securityContext"), c.SecurityContext)...)
+	}
 	return errs
 }
 
@@ -302,18 +310,18 @@ func validateResources(p *field.Path, r *corev1.ResourceRequirements) field.Erro
 	parsed := func(kind string, m map[string]string) map[string]resource.Quantity {
 		out := map[string]resource.Quantity{}
 		for _, name := range slices.Sorted(maps.Keys(m)) {
-			kp := p.Child(kind).Key(name)
+			kp := func() *field.Path { return p.Child(kind).Key(name) }
 			if !standardResources[name] {
 				for _, msg := range content.IsLabelKey(name) {
-					errs = append(errs, field.Invalid(kp, name, msg))
+					errs = append(errs, field.Invalid(kp(), name, msg))
 				}
 			}
 			q, err := resource.ParseQuantity(m[name])
 			switch {
 			case err != nil:
-				errs = append(errs, field.Invalid(kp, m[name], "must be a valid quantity, e.g. 100m or 128Mi"))
+				errs = append(errs, field.Invalid(kp(), m[name], "must be a valid quantity, e.g. 100m or 128Mi"))
 			case q.Sign() < 0:
-				errs = append(errs, field.Invalid(kp, m[name], "must be greater than or equal to 0"))
+				errs = append(errs, field.Invalid(kp(), m[name], "must be greater than or equal to 0"))
 			default:
 				out[name] = q
 			}
@@ -347,7 +355,7 @@ func validateProbe(p *field.Path, probe *corev1.Probe, successMustBeOne bool) fi
 	if h := probe.GetHttpGet(); h != nil {
 		handlers = append(handlers, "httpGet")
 		errs = append(errs, portNumOrName(p.Child("httpGet", "port"), h.GetPort())...)
-		errs = append(errs, oneOf(p.Child("httpGet", "scheme"), h.GetScheme(), schemes)...)
+		errs = append(errs, oneOf(p, h.GetScheme(), schemes, "httpGet", "scheme")...)
 		for i, hdr := range h.GetHttpHeaders() {
 			for _, msg := range validation.IsHTTPHeaderName(hdr.GetName()) {
 				errs = append(errs, field.Invalid(p.Child("httpGet", "httpHeaders").Index(i).Child("name"), hdr.GetName(), msg))
@@ -394,7 +402,7 @@ func validateSecurityContext(p *field.Path, sc *corev1.SecurityContext) field.Er
 	}
 	var errs field.ErrorList
 	if pm := sc.GetProcMount(); pm != "" {
-		errs = append(errs, oneOf(p.Child("procMount"), pm, procMounts)...)
+		errs = append(errs, oneOf(p, pm, procMounts, "procMount")...)
 	}
 	errs = append(errs, validateSeccomp(p.Child("seccompProfile"), sc.GetSeccompProfile())...)
 	errs = append(errs, ids(p, sc.RunAsUser, sc.RunAsGroup)...)
@@ -441,7 +449,7 @@ func validateSeccomp(p *field.Path, sp *corev1.SeccompProfile) field.ErrorList {
 	if sp == nil {
 		return nil
 	}
-	errs := oneOf(p.Child("type"), sp.GetType(), seccompTypes)
+	errs := oneOf(p, sp.GetType(), seccompTypes, "type")
 	switch {
 	case sp.GetType() == "Localhost" && sp.GetLocalhostProfile() == "":
 		errs = append(errs, field.Required(p.Child("localhostProfile"), "must be set when seccomp type is Localhost"))
@@ -489,7 +497,7 @@ func validateToleration(p *field.Path, t *corev1.Toleration) field.ErrorList {
 		errs = append(errs, field.NotSupported(p.Child("operator"), op, tolerationOperators))
 	}
 	if e := t.GetEffect(); e != "" {
-		errs = append(errs, oneOf(p.Child("effect"), e, taintEffects)...)
+		errs = append(errs, oneOf(p, e, taintEffects, "effect")...)
 	}
 	if t.TolerationSeconds != nil && t.GetEffect() != "NoExecute" {
 		errs = append(errs, field.Invalid(p.Child("effect"), t.GetEffect(), "effect must be 'NoExecute' when `tolerationSeconds` is set"))
@@ -608,10 +616,13 @@ func labels(p *field.Path, m map[string]string) field.ErrorList {
 	return errs
 }
 
-func oneOf(p *field.Path, v string, allowed []string) field.ErrorList {
+// oneOf checks an enumeration; the field path (parent plus names) is
+// built only on error, as validation runs on every admitted pod.
+func oneOf(parent *field.Path, v string, allowed []string, names ...string) field.ErrorList {
 	if slices.Contains(allowed, v) {
 		return nil
 	}
+	p := parent.Child(names[0], names[1:]...)
 	if v == "" {
 		return field.ErrorList{field.Required(p, "")}
 	}
