@@ -2,6 +2,7 @@ package auth
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -187,4 +188,22 @@ func TestParseBearer(t *testing.T) {
 
 func sameUser(a, b *corev1.UserInfo) bool {
 	return a.GetUsername() == b.GetUsername() && a.GetUid() == b.GetUid() && slices.Equal(a.GetGroups(), b.GetGroups())
+}
+
+func BenchmarkAuthenticateToken(b *testing.B) {
+	var static []StaticToken
+	for i := 0; i < 1000; i++ {
+		static = append(static, StaticToken{Token: fmt.Sprintf("token-%04d-0123456789abcdef", i),
+			User: &corev1.UserInfo{Username: fmt.Sprintf("user-%d", i), Groups: []string{"dev"}}})
+	}
+	a, err := NewTokenAuthenticator(DefaultAuthenticatorConfig(), static)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, st := a.AuthenticateToken("token-0500-0123456789abcdef"); st != nil {
+			b.Fatal(st)
+		}
+	}
 }
