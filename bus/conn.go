@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -28,9 +29,12 @@ type Config struct {
 	Name string
 	// ConnectTimeout bounds one dial attempt. Default 5s.
 	ConnectTimeout time.Duration
-	// ReconnectWait is the pause between connection attempts, initial
-	// and after a disconnect (nats.go adds jitter). Default 250ms.
+	// ReconnectWait is the first pause between connection attempts,
+	// initial and after a disconnect; it doubles on every failed attempt
+	// up to MaxReconnectWait, with up to 20% jitter. Default 250ms.
 	ReconnectWait time.Duration
+	// MaxReconnectWait caps the pause. Default 5s.
+	MaxReconnectWait time.Duration
 	// MaxReconnects before the connection gives up; -1 (default) retries
 	// forever.
 	MaxReconnects int
@@ -51,6 +55,7 @@ func DefaultConfig() Config {
 		Role:             RoleAdmin,
 		ConnectTimeout:   5 * time.Second,
 		ReconnectWait:    250 * time.Millisecond,
+		MaxReconnectWait: 5 * time.Second,
 		MaxReconnects:    -1,
 		ReconnectBufSize: 8 << 20,
 		PublishTimeout:   10 * time.Second,
@@ -70,6 +75,8 @@ func (c Config) Validate() error {
 		return invalidf("config: ConnectTimeout (%s) must be positive", c.ConnectTimeout)
 	case c.ReconnectWait <= 0:
 		return invalidf("config: ReconnectWait (%s) must be positive", c.ReconnectWait)
+	case c.MaxReconnectWait < c.ReconnectWait:
+		return invalidf("config: MaxReconnectWait (%s) cannot be less than ReconnectWait (%s)", c.MaxReconnectWait, c.ReconnectWait)
 	case c.MaxReconnects < -1:
 		return invalidf("config: MaxReconnects (%d) must be -1 or more", c.MaxReconnects)
 	case c.PublishTimeout <= 0:
@@ -85,6 +92,18 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// backoff is the pause before reconnection attempt n (1-based):
+// ReconnectWait doubled n-1 times, capped at MaxReconnectWait, minus up
+// to 20% jitter so that clients restarted together spread out.
+func (c Config) backoff(n int) time.Duration {
+	d := c.ReconnectWait
+	for i := 1; i < n && d < c.MaxReconnectWait; i++ {
+		d *= 2
+	}
+	d = min(d, c.MaxReconnectWait)
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
 }
 
 // clientFile is the on-disk client configuration written by
@@ -147,7 +166,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	opts := []nats.Option{
 		nats.Name(cfg.Name),
 		nats.Timeout(cfg.ConnectTimeout),
-		nats.ReconnectWait(cfg.ReconnectWait),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration { return cfg.backoff(attempts) }),
 		nats.MaxReconnects(cfg.MaxReconnects),
 		nats.ReconnectBufSize(cfg.ReconnectBufSize),
 		nats.DrainTimeout(cfg.DrainTimeout),
@@ -163,15 +182,17 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		nc  *nats.Conn
 		err error
 	)
-	for {
+	for attempt := 1; ; attempt++ {
 		nc, err = nats.Connect(url, opts...)
 		if err == nil {
 			break
 		}
+		t := time.NewTimer(cfg.backoff(attempt))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil, fmt.Errorf("bus: connect to %q: %w (last error: %v)", url, ctx.Err(), err)
-		case <-time.After(cfg.ReconnectWait):
+		case <-t.C:
 		}
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.AsyncMaxPending))

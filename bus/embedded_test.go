@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -123,5 +124,32 @@ func TestConnectHonoursContext(t *testing.T) {
 	_, err := bus.Connect(ctx, cfg)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Connect error %v, want deadline exceeded", err)
+	}
+}
+
+func TestConnReconnectsAcrossServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv := bustest.ServerAt(t, bus.DefaultEmbeddedConfig(dir))
+	conn := bustest.Connect(t, srv, "reconnect")
+	bustest.Provision(t, conn)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	if _, err := conn.Publish(ctx, podEvent("u1", "web", 1)); err != nil {
+		t.Fatal(err)
+	}
+	port := srv.Server().Addr().(*net.TCPAddr).Port
+	srv.Shutdown()
+	bustest.Eventually(t, "the client to notice", func() bool { return !conn.NATS().IsConnected() })
+
+	cfg := bus.DefaultEmbeddedConfig(dir)
+	cfg.Port = port
+	bustest.ServerAt(t, cfg)
+	// The same Conn reconnects on its own and publishes again.
+	ack, err := conn.Publish(ctx, podEvent("u2", "web", 1))
+	if err != nil {
+		t.Fatalf("publish after restart: %v", err)
+	}
+	if ack.Sequence != 2 || ack.Duplicate {
+		t.Fatalf("ack after restart %+v, want sequence 2", ack)
 	}
 }
