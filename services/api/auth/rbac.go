@@ -291,32 +291,36 @@ func (r *RBAC) Authorize(a Attributes) Decision {
 			return Decision{Allowed: true, Reason: fmt.Sprintf("superuser group %q", g)}
 		}
 	}
-	keys := make([]subjectKey, 0, 1+len(a.User.GetGroups()))
-	keys = append(keys, subjectKey{SubjectUser, a.User.GetUsername()})
-	for _, g := range a.User.GetGroups() {
-		keys = append(keys, subjectKey{SubjectGroup, g})
-	}
-
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	scopes := []string{""}
-	if a.Namespace != "" {
-		scopes = append(scopes, a.Namespace)
-	}
-	for _, ns := range scopes {
+	scopes := [2]string{"", a.Namespace}
+	for i, ns := range scopes {
+		if i == 1 && ns == "" {
+			break // a cluster-scoped request: RoleBindings do not apply
+		}
 		bySub := r.bySubject[ns]
 		if bySub == nil {
 			continue
 		}
-		for _, k := range keys {
-			for _, b := range bySub[k] {
-				if r.bindingAllows(b, a) {
-					return Decision{Allowed: true, Reason: allowReason(b, k)}
-				}
+		if d, ok := r.authorizeSubject(bySub, subjectKey{SubjectUser, a.User.GetUsername()}, a); ok {
+			return d
+		}
+		for _, g := range a.User.GetGroups() {
+			if d, ok := r.authorizeSubject(bySub, subjectKey{SubjectGroup, g}, a); ok {
+				return d
 			}
 		}
 	}
 	return Decision{}
+}
+
+func (r *RBAC) authorizeSubject(bySub map[subjectKey]map[nsName]*binding, k subjectKey, a Attributes) (Decision, bool) {
+	for _, b := range bySub[k] {
+		if r.bindingAllows(b, a) {
+			return Decision{Allowed: true, Reason: allowReason(b, k)}, true
+		}
+	}
+	return Decision{}, false
 }
 
 // Check is Authorize as a Status: nil when allowed, Forbidden otherwise.
