@@ -213,6 +213,9 @@ func (r *RBAC) Delete(obj proto.Message) error {
 func newBinding(kind, ns, name string, ref *corev1.RoleRef, subjects []*corev1.Subject) *binding {
 	b := &binding{kind: kind, namespace: ns, name: name, roleRef: proto.CloneOf(ref)}
 	for _, s := range subjects {
+		if s.GetName() == "" {
+			continue // names no one; must not match an empty username
+		}
 		switch s.GetKind() {
 		case SubjectUser:
 			b.subjects = append(b.subjects, subjectKey{SubjectUser, s.GetName()})
@@ -223,7 +226,7 @@ func newBinding(kind, ns, name string, ref *corev1.RoleRef, subjects []*corev1.S
 			if saNS == "" {
 				saNS = ns
 			}
-			if saNS == "" || s.GetName() == "" {
+			if saNS == "" {
 				continue // a ServiceAccount subject must be namespaced
 			}
 			b.subjects = append(b.subjects, subjectKey{SubjectUser, ServiceAccountUsername(saNS, s.GetName())})

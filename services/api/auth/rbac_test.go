@@ -193,6 +193,14 @@ func TestUpsertDeleteReindex(t *testing.T) {
 				Subjects: []*corev1.Subject{{Kind: SubjectUser, Name: "alice"}},
 				RoleRef:  &corev1.RoleRef{Kind: KindClusterRole, Name: ClusterRoleClusterAdmin}})
 		}, false},
+		{"subject without a name matches no one", func() {
+			r.UpsertClusterRoleBinding(&corev1.ClusterRoleBinding{Metadata: meta("", "nameless"),
+				Subjects: []*corev1.Subject{{Kind: SubjectUser, Name: ""}},
+				RoleRef:  &corev1.RoleRef{Kind: KindClusterRole, Name: ClusterRoleClusterAdmin}})
+			if r.Authorize(Attributes{User: &corev1.UserInfo{}, Verb: "get", Namespace: "default", Resource: "pods", Name: "p"}).Allowed {
+				t.Fatal("empty username allowed by a nameless subject")
+			}
+		}, false},
 		{"Role kind in a ClusterRoleBinding grants nothing", func() {
 			r.UpsertRole(&corev1.Role{Metadata: meta("", "pod-editor"), Rules: []*corev1.PolicyRule{rule(s("*"), s("*"), s("*"), nil)}})
 			r.UpsertClusterRoleBinding(&corev1.ClusterRoleBinding{Metadata: meta("", "bogus"),
