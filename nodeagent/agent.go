@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,13 @@ type NodeStore interface {
 	ListNodePods(ctx context.Context, node string) ([]*corev1.Pod, error)
 	GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
 	GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+}
+
+// PodLister is an optional NodeStore capability: listing the pods of every
+// node at once. sim.Cluster uses it, when its store has it, to reconcile all
+// its nodes with one list instead of one per node.
+type PodLister interface {
+	ListPods(ctx context.Context) ([]*corev1.Pod, error)
 }
 
 // Agent is one node's kubelet: it registers and heartbeats its Node and runs
@@ -263,6 +271,14 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list pods of node %q: %w", a.cfg.NodeName, err)
 	}
+	return a.ReconcilePods(ctx, pods)
+}
+
+// ReconcilePods is Reconcile with the pods already listed: pods must be
+// every pod the store binds to this node (others are ignored). It lets a
+// caller running many agents list the store once for all of them.
+func (a *Agent) ReconcilePods(ctx context.Context, pods []*corev1.Pod) error {
+	pods = slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return p.GetSpec().GetNodeName() != a.cfg.NodeName })
 	want := make(map[string]bool, len(pods))
 	var errs []error
 	for _, pod := range pods {

@@ -365,6 +365,32 @@ func TestCrashLoop(t *testing.T) {
 	}
 }
 
+func TestCrashLoopBackOffResetsAfterLongRun(t *testing.T) {
+	rt, err := sim.New(sim.DefaultConfig(podCIDR))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	e := &env{t: t, rt: rt, store: nodeagenttest.NewStore(), pub: nodeagenttest.NewPublisher()}
+	cfg := fastConfig()
+	cfg.CrashLoopBackOff.ResetAfter = 30 * time.Millisecond // every run below lasts longer
+	a, err := nodeagent.New(cfg, rt, e.store, e.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	if err := a.Start(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	e.agent = a
+	p := newPod("long-runs", annotate(sim.AnnotationExitAfter, "40ms", sim.AnnotationExitCode, "1"))
+	e.bind(p)
+	envs := e.waitEnvs(p.Metadata.Uid, "three back-offs", func(envs []*eventsv1.Envelope) bool { return len(backoffs(envs)) >= 3 })
+	if got := backoffs(envs)[:3]; !slices.Equal(got, []string{"20ms", "20ms", "20ms"}) {
+		t.Errorf("back-offs = %v, want the initial one each time", got)
+	}
+}
+
 func TestDeleteGraceful(t *testing.T) {
 	tests := []struct {
 		name     string

@@ -115,6 +115,7 @@ type Store struct {
 	pods       map[string]*corev1.Pod // by uid
 	configMaps map[string]*corev1.ConfigMap
 	secrets    map[string]*corev1.Secret
+	lists      int
 }
 
 var _ nodeagent.NodeStore = (*Store)(nil)
@@ -157,6 +158,27 @@ func (s *Store) ListNodePods(ctx context.Context, node string) ([]*corev1.Pod, e
 		}
 	}
 	return out, ctx.Err()
+}
+
+var _ nodeagent.PodLister = (*Store)(nil)
+
+// ListPods implements nodeagent.PodLister and counts its calls.
+func (s *Store) ListPods(ctx context.Context) ([]*corev1.Pod, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lists++
+	out := make([]*corev1.Pod, 0, len(s.pods))
+	for _, p := range s.pods {
+		out = append(out, proto.Clone(p).(*corev1.Pod))
+	}
+	return out, ctx.Err()
+}
+
+// PodLists counts ListPods calls.
+func (s *Store) PodLists() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lists
 }
 
 // GetConfigMap implements nodeagent.NodeStore.

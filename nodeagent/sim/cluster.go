@@ -126,6 +126,7 @@ func (c ClusterConfig) node(i int) nodeSpec {
 // reconciles them all, with at most Parallelism in flight.
 type Cluster struct {
 	cfg    ClusterConfig
+	store  nodeagent.NodeStore
 	names  []string
 	agents map[string]*nodeagent.Agent
 	rts    map[string]*Runtime
@@ -140,7 +141,7 @@ func NewCluster(cfg ClusterConfig, store nodeagent.NodeStore, pub nodeagent.Publ
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, agents: map[string]*nodeagent.Agent{}, rts: map[string]*Runtime{}}
+	c := &Cluster{cfg: cfg, store: store, agents: map[string]*nodeagent.Agent{}, rts: map[string]*Runtime{}}
 	for i := 1; i <= cfg.Nodes; i++ {
 		spec := cfg.node(i)
 		rt, err := New(spec.runtime)
@@ -179,19 +180,42 @@ func (c *Cluster) loop(ctx context.Context) {
 	defer hb.Stop()
 	rs := time.NewTicker(c.cfg.Agent.ResyncPeriod)
 	defer rs.Stop()
-	heartbeat := func(ctx context.Context, a *nodeagent.Agent) error { return a.Heartbeat(ctx) }
-	reconcile := func(ctx context.Context, a *nodeagent.Agent) error { return a.Reconcile(ctx) }
-	_ = c.each(ctx, heartbeat)
+	_ = c.Heartbeat(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hb.C:
-			_ = c.each(ctx, heartbeat)
+			_ = c.Heartbeat(ctx)
 		case <-rs.C:
-			_ = c.each(ctx, reconcile)
+			_ = c.Reconcile(ctx)
 		}
 	}
+}
+
+// Heartbeat heartbeats every node, Parallelism at a time.
+func (c *Cluster) Heartbeat(ctx context.Context) error {
+	return c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error { return a.Heartbeat(ctx) })
+}
+
+// Reconcile reconciles every node. When the store is a nodeagent.PodLister
+// it lists the pods once for all nodes.
+func (c *Cluster) Reconcile(ctx context.Context) error {
+	l, ok := c.store.(nodeagent.PodLister)
+	if !ok {
+		return c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error { return a.Reconcile(ctx) })
+	}
+	pods, err := l.ListPods(ctx)
+	if err != nil {
+		return fmt.Errorf("sim: list pods: %w", err)
+	}
+	byNode := map[string][]*corev1.Pod{}
+	for _, p := range pods {
+		byNode[p.GetSpec().GetNodeName()] = append(byNode[p.GetSpec().GetNodeName()], p)
+	}
+	return c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error {
+		return a.ReconcilePods(ctx, byNode[a.NodeName()])
+	})
 }
 
 // each runs fn over every node, Parallelism at a time, and joins the errors.

@@ -221,6 +221,26 @@ func TestClusterThousandNodes(t *testing.T) {
 	if ip := netip.MustParseAddr(st.GetPodIp()); !netip.MustParsePrefix("10.246.1.0/24").Contains(ip) {
 		t.Errorf("pod IP %s outside sim-node-0513's CIDR 10.246.1.0/24", ip)
 	}
+	// Removed from the store, the pod is torn down by the periodic
+	// reconcile, which lists the store once for every node.
+	store.DeletePod("uid-web")
+	err = pub.Wait(ctx, func(envs []*eventsv1.Envelope) bool {
+		for _, e := range envs {
+			if e.Type() == "PodDeleted" && e.GetPodUid() == "uid-web" {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store.PodLists() == 0 {
+		t.Error("the cluster reconciled without listing pods once for all nodes")
+	}
+	if r, _ := c.Runtime("sim-node-0513"); r.IPAM().InUse() != 0 {
+		t.Error("IP not released")
+	}
 	if err := c.HandlePodBound(ctx, &corev1.Pod{Metadata: &corev1.ObjectMeta{Uid: "x"}, Spec: &corev1.PodSpec{NodeName: "nope"}}); !errors.Is(err, nodeagent.ErrWrongNode) {
 		t.Errorf("bind to an unknown node: %v", err)
 	}

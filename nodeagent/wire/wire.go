@@ -103,10 +103,18 @@ func (s *Store) UpdateNodeStatus(ctx context.Context, name string, st *corev1.No
 	return notFound(err)
 }
 
+var _ nodeagent.PodLister = (*Store)(nil)
+
+// ListPods implements nodeagent.PodLister.
+func (s *Store) ListPods(ctx context.Context) ([]*corev1.Pod, error) {
+	pods, _, err := objects.List[*corev1.Pod](ctx, s.s, "")
+	return pods, err
+}
+
 // ListNodePods implements nodeagent.NodeStore. It lists every pod and keeps
 // the node's: the store has no index by node yet.
 func (s *Store) ListNodePods(ctx context.Context, node string) ([]*corev1.Pod, error) {
-	pods, _, err := objects.List[*corev1.Pod](ctx, s.s, "")
+	pods, err := s.ListPods(ctx)
 	if err != nil {
 		return nil, err
 	}
