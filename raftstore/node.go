@@ -37,8 +37,14 @@ type Node struct {
 	raft   *raft.Raft
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine the node starts
+	wg     sync.WaitGroup // every goroutine the node starts but request handlers
 	sem    chan struct{}  // bounds in-flight requests
+	// reqs counts request handlers; Shutdown waits for them while raft still
+	// runs, because raft leaves futures buffered in its apply channel
+	// (BatchApplyCh) unanswered forever once it is shut down.
+	reqs      sync.WaitGroup
+	reqMu     sync.RWMutex
+	reqClosed bool
 	verify *verifier
 
 	mu         sync.Mutex
@@ -196,6 +202,12 @@ func (n *Node) Shutdown() error {
 	n.subs, n.leaderSubs = nil, nil
 	n.mu.Unlock()
 	n.servingTerm.Store(0)
+	// Let in-flight requests finish while raft runs: raft answers every
+	// enqueued write (committed, or NotLeader after stepping down).
+	n.reqMu.Lock()
+	n.reqClosed = true
+	n.reqMu.Unlock()
+	n.reqs.Wait()
 	var errs []error
 	if n.raft != nil {
 		if err := n.raft.Shutdown().Error(); err != nil {
@@ -204,6 +216,9 @@ func (n *Node) Shutdown() error {
 	}
 	n.wg.Wait()
 	if n.trans != nil {
+		// Close pooled outbound connections too, so that peers' connection
+		// handlers see EOF instead of waiting for the next RPC.
+		n.trans.CloseStreams()
 		if err := n.trans.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close transport: %w", err))
 		}
@@ -235,9 +250,15 @@ func (n *Node) async(h func(*nats.Msg)) func(*nats.Msg) {
 		case <-n.ctx.Done():
 			return
 		}
-		n.wg.Add(1)
+		n.reqMu.RLock()
+		defer n.reqMu.RUnlock()
+		if n.reqClosed {
+			<-n.sem
+			return
+		}
+		n.reqs.Add(1)
 		go func() {
-			defer func() { <-n.sem; n.wg.Done() }()
+			defer func() { <-n.sem; n.reqs.Done() }()
 			h(m)
 		}()
 	}

@@ -1,0 +1,232 @@
+package raftstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
+)
+
+// collect reads n events from w, failing after 20 s.
+func collect(t *testing.T, w *raftstore.Watch, n int) []raftstore.WatchEvent {
+	t.Helper()
+	var out []raftstore.WatchEvent
+	timeout := time.After(20 * time.Second)
+	for len(out) < n {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				t.Fatalf("watch ended after %d of %d events: %v", len(out), n, w.Err())
+			}
+			out = append(out, ev)
+		case <-timeout:
+			t.Fatalf("got %d of %d events in 20 s", len(out), n)
+		}
+	}
+	return out
+}
+
+func eventString(e raftstore.WatchEvent) string {
+	return fmt.Sprintf("%s %s=%q c=%d m=%d @%d", e.Type, e.KV.Key, e.KV.Value, e.KV.CreateRevision, e.KV.ModRevision, e.Revision)
+}
+
+func TestWatchBasics(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 3)
+	cl := c.Client(t)
+	ctx := testCtx(t)
+	r0, _ := cl.Create(ctx, "/registry/pods/a/x", []byte("before"))
+
+	w, err := cl.Watch(ctx, "/registry/pods/a/", r0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	r1, _ := cl.Update(ctx, "/registry/pods/a/x", []byte("v1"), r0)
+	if _, err := cl.Create(ctx, "/registry/pods/b/other", nil); err != nil { // other prefix: not seen
+		t.Fatal(err)
+	}
+	r2, _ := cl.Txn(ctx, raftstore.Txn{Ops: []raftstore.Op{
+		{Type: raftstore.OpPut, Key: "/registry/pods/a/y", Value: []byte("y")},
+		{Type: raftstore.OpDelete, Key: "/registry/pods/a/x"},
+	}})
+	got := collect(t, w, 3)
+	want := []string{
+		fmt.Sprintf("PUT /registry/pods/a/x=\"v1\" c=%d m=%d @%d", r0, r1, r1),
+		fmt.Sprintf("PUT /registry/pods/a/y=\"y\" c=%d m=%d @%d", r2, r2, r2),
+		fmt.Sprintf("DELETE /registry/pods/a/x=\"v1\" c=%d m=%d @%d", r0, r2, r2),
+	}
+	for i := range want {
+		if s := eventString(got[i]); s != want[i] {
+			t.Errorf("event %d = %s, want %s", i, s, want[i])
+		}
+	}
+	w.Stop()
+	if _, ok := <-w.Events(); ok {
+		t.Fatal("events not closed after Stop")
+	}
+	if !errors.Is(w.Err(), context.Canceled) {
+		t.Fatalf("Err after Stop = %v, want context.Canceled", w.Err())
+	}
+}
+
+// TestWatchAcrossReplicaFailures kills every replica in turn (the one
+// serving the watch among them) during a stream of writes: the watch must
+// deliver exactly the sequence a fresh watch from 0 sees afterwards, in
+// order, with no gaps and no duplicates, including every acknowledged write.
+func TestWatchAcrossReplicaFailures(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 3)
+	cl := c.Client(t)
+	ctx := testCtx(t)
+	w, err := cl.Watch(ctx, "/w/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	var (
+		mu       sync.Mutex
+		acked    = map[int64]bool{}
+		ackCount atomic.Int64
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wc := c.Client(t)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rev, err := wc.Create(ctx, fmt.Sprintf("/w/%05d", i), []byte(fmt.Sprint(i)))
+			if err == nil {
+				mu.Lock()
+				acked[rev] = true
+				mu.Unlock()
+				ackCount.Add(1)
+			}
+		}
+	}()
+	// Kill each replica in turn, with writes before, during and after.
+	for i := range c.Len() {
+		waitAcks(t, &ackCount, ackCount.Load()+20)
+		c.Kill(t, i)
+		waitAcks(t, &ackCount, ackCount.Load()+20)
+		c.Restart(t, i)
+	}
+	waitAcks(t, &ackCount, ackCount.Load()+20)
+	close(stop)
+	wg.Wait()
+	c.WaitForReplication(t)
+
+	_, rev, err := cl.List(ctx, "/w/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := c.Client(t).Watch(ctx, "/w/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Stop()
+	n := 0
+	for _, i := range c.Live() {
+		kvs, _ := c.Node(i).LocalList("/w/")
+		n = len(kvs)
+	}
+	want := collect(t, ref, n)
+	got := collect(t, w, n)
+	if len(acked) == 0 || want[len(want)-1].Revision != rev {
+		t.Fatalf("%d acked writes, reference watch ends at %d, list at %d", len(acked), want[len(want)-1].Revision, rev)
+	}
+	seen := map[int64]bool{}
+	for i := range want {
+		if eventString(got[i]) != eventString(want[i]) {
+			t.Fatalf("event %d = %s, want %s", i, eventString(got[i]), eventString(want[i]))
+		}
+		if i > 0 && got[i].Revision <= got[i-1].Revision {
+			t.Fatalf("event %d at revision %d after %d: out of order or duplicated", i, got[i].Revision, got[i-1].Revision)
+		}
+		seen[got[i].Revision] = true
+	}
+	for r := range acked {
+		if !seen[r] {
+			t.Fatalf("acknowledged write at revision %d missing from the watch", r)
+		}
+	}
+	select {
+	case ev := <-w.Events():
+		t.Fatalf("extra event after the last write: %s", eventString(ev))
+	case <-time.After(200 * time.Millisecond):
+	}
+	t.Logf("%d events, %d acknowledged writes, final revision %d", n, len(acked), rev)
+}
+
+func TestWatchResumeFromRevision(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 3)
+	cl := c.Client(t)
+	ctx := testCtx(t)
+	var revs []int64
+	for i := range 10 {
+		r, err := cl.Create(ctx, fmt.Sprintf("/r/%d", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, r)
+	}
+	w, err := cl.Watch(ctx, "/r/", revs[4])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	got := collect(t, w, 5)
+	for i, ev := range got {
+		if ev.Revision != revs[5+i] {
+			t.Fatalf("resumed event %d at revision %d, want %d", i, ev.Revision, revs[5+i])
+		}
+	}
+}
+
+func TestWatchGoneAfterCompaction(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 3, func(cfg *raftstore.Config) { cfg.HistoryRevisions = 16 })
+	cl := c.Client(t)
+	ctx := testCtx(t)
+	first, _ := cl.Create(ctx, "/g/first", nil)
+	w, err := cl.Watch(ctx, "/g/", first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var last int64
+	for i := range 60 {
+		r, err := cl.Create(ctx, fmt.Sprintf("/g/%d", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r
+	}
+	c.WaitForReplication(t)
+	if _, err := cl.Watch(ctx, "/g/", first); !errors.Is(err, raftstore.ErrGone) {
+		t.Fatalf("watch from compacted revision %d: got %v, want ErrGone", first, err)
+	}
+	// A watch from within the window works.
+	w2, err := cl.Watch(ctx, "/g/", last-10)
+	if err != nil {
+		t.Fatalf("watch within the history window: %v", err)
+	}
+	defer w2.Stop()
+	if got := collect(t, w2, 10); got[9].Revision != last {
+		t.Fatalf("last event at %d, want %d", got[9].Revision, last)
+	}
+	// The live watch kept up (it is not behind the window), so it saw all.
+	if got := collect(t, w, 60); got[59].Revision != last {
+		t.Fatalf("live watch ended at %d, want %d", got[59].Revision, last)
+	}
+}
