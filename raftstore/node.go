@@ -45,7 +45,7 @@ type Node struct {
 	reqs      sync.WaitGroup
 	reqMu     sync.RWMutex
 	reqClosed bool
-	verify *verifier
+	verify    *verifier
 
 	mu         sync.Mutex
 	subs       []*nats.Subscription // served by every replica
