@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+)
+
+type benchPipelineOptions struct {
+	config   string
+	pods     int
+	rate     int
+	nodes    int
+	replicas string
+	keep     bool
+}
+
+// newBenchPipelineCmd is `podflow bench pipeline`.
+func newBenchPipelineCmd() *cobra.Command {
+	o := &benchPipelineOptions{}
+	cmd := &cobra.Command{
+		Use:   "pipeline",
+		Short: "End-to-end pods/s and PodRequested→Running latency, with the time spent per stage",
+		Long: `Offer a steady load of PodRequested events (--rate per second, --pods in all)
+to a podflow system with simulated nodes and report the throughput, the
+PodRequested→Running latency (p50, p99) and, per stage, the time events
+waited in the stream and the time the stage spent handling them — all
+rebuilt from the JetStream stream alone. Without --config it starts its own
+` + "`podflow up`" + ` in a temporary directory (3 store replicas, --nodes simulated nodes)
+and stops it afterwards.`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchPipeline(cmd.Context(), o, cmd.OutOrStdout()) },
+	}
+	configFlag(cmd, &o.config)
+	f := cmd.Flags()
+	f.IntVar(&o.pods, "pods", 2000, "pods to request in all")
+	f.IntVar(&o.rate, "rate", 1000, "offered load, PodRequested events per second")
+	f.IntVar(&o.nodes, "nodes", 50, "simulated nodes (when starting its own system)")
+	f.StringVar(&o.replicas, "replicas", "", "stage replicas (when starting its own system), e.g. admission=2")
+	f.BoolVar(&o.keep, "keep", false, "keep the temporary system's data directory")
+	return cmd
+}
+
+func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Writer) error {
+	if o.pods < 1 || o.rate < 1 {
+		return fmt.Errorf("--pods and --rate must be positive")
+	}
+	cfgPath := o.config
+	if cfgPath == "" {
+		dir, err := os.MkdirTemp("", "podflow-bench-")
+		if err != nil {
+			return err
+		}
+		if !o.keep {
+			defer os.RemoveAll(dir)
+		}
+		stop, err := startUp(ctx, dir, o.nodes, o.replicas)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		cfgPath = filepath.Join(dir, "config.json")
+	}
+	cfg, err := loadConfig(cfgPath)
+	if err != nil {
+		return err
+	}
+	sess, err := connect(ctx, cfg, "podflow-bench")
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+
+	prefix := fmt.Sprintf("bench-%d-", time.Now().UnixNano()%1_000_000)
+	template := &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Namespace: "default", Labels: map[string]string{"app": "bench"}},
+		Spec:     &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "podflow/http:1"}}},
+	}
+	fmt.Fprintf(out, "bench pipeline: %d pods at %d/s offered\n", o.pods, o.rate)
+	start := time.Now()
+	interval := time.Second / time.Duration(o.rate)
+	var futures []*bus.PubFuture
+	for i := range o.pods {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		p := clonePod(template)
+		p.Metadata.Name = fmt.Sprintf("%s%d", prefix, i)
+		f, err := sess.bus.PublishAsync(podRequested(p, cfg.Token))
+		if err != nil {
+			return err
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		if _, err := f.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	offered := time.Since(start)
+
+	// Wait until every pod ran, from the stream.
+	runs := map[string]*podTimeline{}
+	deadline := time.Now().Add(time.Duration(o.pods/10+60) * time.Second)
+	cons, err := sess.bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.PodPrefix + ".>"},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &start,
+	})
+	if err != nil {
+		return err
+	}
+	running := 0
+	for running < o.pods && time.Now().Before(deadline) {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return err
+		}
+		for m := range batch.Messages() {
+			env, err := bus.DecodeEnvelope(m.Data())
+			if err != nil || !strings.HasPrefix(env.GetPodName(), prefix) {
+				continue
+			}
+			meta, _ := m.Metadata()
+			tl := runs[env.GetPodName()]
+			if tl == nil {
+				tl = &podTimeline{}
+				runs[env.GetPodName()] = tl
+			}
+			if tl.add(env, meta.Timestamp) {
+				running++
+			}
+		}
+	}
+	if running < o.pods {
+		return fmt.Errorf("only %d of %d pods reached Running before the deadline", running, o.pods)
+	}
+	report(out, runs, start, offered)
+	return nil
+}
+
+// podTimeline is one pod's events, by type, with stream timestamps.
+type podTimeline struct {
+	events  map[string]*eventsv1.Envelope
+	stored  map[string]time.Time // event id -> time the stream stored it
+	running time.Time
+}
+
+// add records env; it reports true when the pod just reached Running.
+func (tl *podTimeline) add(env *eventsv1.Envelope, stored time.Time) bool {
+	if tl.events == nil {
+		tl.events, tl.stored = map[string]*eventsv1.Envelope{}, map[string]time.Time{}
+	}
+	t := string(env.Type())
+	if _, dup := tl.events[t]; !dup {
+		tl.events[t] = env
+	}
+	tl.stored[env.GetId()] = stored
+	if t == "PodRunning" && tl.running.IsZero() {
+		tl.running = env.GetTime().AsTime()
+		return true
+	}
+	return false
+}
+
+// stageSample is what one stage spent on one pod: the wait of its input in
+// the stream and its handling time.
+func (tl *podTimeline) stageSample(outType string) (wait, handle time.Duration, ok bool) {
+	e := tl.events[outType]
+	if e == nil || e.GetHandledStart() == nil || e.GetHandledEnd() == nil {
+		return 0, 0, false
+	}
+	in, ok := tl.stored[e.GetCausedBy()]
+	if !ok {
+		return 0, 0, false
+	}
+	return e.GetHandledStart().AsTime().Sub(in), e.GetHandledEnd().AsTime().Sub(e.GetHandledStart().AsTime()), true
+}
+
+func report(out io.Writer, runs map[string]*podTimeline, start time.Time, offered time.Duration) {
+	var lat []time.Duration
+	var last time.Time
+	for _, tl := range runs {
+		req := tl.events["PodRequested"]
+		if req == nil || tl.running.IsZero() {
+			continue
+		}
+		lat = append(lat, tl.running.Sub(req.GetTime().AsTime()))
+		if tl.running.After(last) {
+			last = tl.running
+		}
+	}
+	elapsed := last.Sub(start)
+	fmt.Fprintf(out, "offered for %s; the last pod was Running %s after the first request\n", offered.Round(time.Millisecond), elapsed.Round(time.Millisecond))
+	fmt.Fprintf(out, "%.0f pods/s\n", float64(len(lat))/elapsed.Seconds())
+	fmt.Fprintf(out, "PodRequested→Running: p50 %s  p99 %s  max %s  (n=%d)\n", pct(lat, 50), pct(lat, 99), pct(lat, 100), len(lat))
+	fmt.Fprintf(out, "%-12s %-16s %12s %12s %12s %12s\n", "stage", "output", "wait p50", "wait p99", "handle p50", "handle p99")
+	for _, s := range []struct{ stage, out string }{
+		{"api", "PodAuthorized"}, {"admission", "PodAdmitted"}, {"persistence", "PodPersisted"}, {"scheduler", "PodScheduled"},
+	} {
+		var waits, handles []time.Duration
+		for _, tl := range runs {
+			if w, h, ok := tl.stageSample(s.out); ok {
+				waits, handles = append(waits, w), append(handles, h)
+			}
+		}
+		fmt.Fprintf(out, "%-12s %-16s %12s %12s %12s %12s\n", s.stage, s.out, pct(waits, 50), pct(waits, 99), pct(handles, 50), pct(handles, 99))
+	}
+	var node []time.Duration
+	for _, tl := range runs {
+		if sch := tl.events["PodScheduled"]; sch != nil && !tl.running.IsZero() {
+			node = append(node, tl.running.Sub(sch.GetTime().AsTime()))
+		}
+	}
+	fmt.Fprintf(out, "%-12s %-16s %12s %12s   (PodScheduled→PodRunning)\n", "nodeagent", "PodRunning", pct(node, 50), pct(node, 99))
+}
+
+func pct(ds []time.Duration, p int) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	i := (len(ds)*p + 99) / 100
+	i = min(max(i-1, 0), len(ds)-1)
+	return ds[i].Round(10 * time.Microsecond).String()
+}
+
+// startUp runs `podflow up` in dir as a child and waits until it is ready;
+// stop ends it.
+func startUp(ctx context.Context, dir string, nodes int, replicas string) (stop func(), err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"up", "--data-dir", dir, "--nats-port", "0", "-q", "--nodes", fmt.Sprint(nodes)}
+	if replicas != "" {
+		args = append(args, "--replicas", replicas)
+	}
+	cmd := exec.Command(exe, args...)
+	logf, err := os.Create(filepath.Join(dir, "up.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		logf.Close()
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(filepath.Join(dir, "up.log"))
+		if strings.Contains(string(b), "podflow is running") {
+			return stop, nil
+		}
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("podflow up exited:\n%s", b)
+		case <-ctx.Done():
+			stop()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	stop()
+	return nil, fmt.Errorf("podflow up did not become ready in %s", dir)
+}
+
