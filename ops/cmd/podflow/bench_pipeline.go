@@ -42,7 +42,9 @@ waited in the stream and the time the stage spent handling them — all
 rebuilt from the JetStream stream alone. Without --config it starts its own
 ` + "`podflow up`" + ` in a temporary directory (3 store replicas, --nodes simulated nodes)
 and stops it afterwards.`,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchPipeline(cmd.Context(), o, cmd.OutOrStdout()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBenchPipeline(cmd.Context(), o, cmd.OutOrStdout())
+		},
 	}
 	configFlag(cmd, &o.config)
 	f := cmd.Flags()
@@ -294,4 +296,3 @@ func startUp(ctx context.Context, dir string, nodes int, replicas string) (stop 
 	stop()
 	return nil, fmt.Errorf("podflow up did not become ready in %s", dir)
 }
-
