@@ -11,6 +11,7 @@
 //	podflow.pod.<Type>.<node>.<namespace>.<name>   pod lifecycle events    stream PODFLOW_EVENTS
 //	podflow.node.<node>.<Type>                     node-level (NodeHeartbeat) stream PODFLOW_NODES
 //	podflow.dlq.<stage>                            DeadLetter records      stream PODFLOW_DLQ
+//	$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>   server advisories       stream PODFLOW_ADVISORIES
 //	podflow.api.>                                  reserved: api request-reply, never in a stream
 //	podflow.store.>                                reserved: store request-reply, never in a stream
 //
@@ -53,14 +54,20 @@
 // MaxDeliver) on podflow.dlq.<stage> and terminates the message. A
 // message whose handler never returned (the replica died or hung past
 // AckWait on the last delivery) is reported by the server's
-// max-deliveries advisory, which a live replica records the same way.
+// max-deliveries advisory; PODFLOW_ADVISORIES keeps it until a replica
+// of the stage, through its durable "<consumer>-maxdeliver" consumer,
+// records it the same way (code MaxDeliver) — even if no replica was
+// alive when it was published. Dead letters have deterministic ids
+// (dlq/<stream>/<consumer>/<seq>), so both paths record a message once.
 //
 // Caller's obligations:
 //
 //  1. Provision the topology at start-up (Provision with DefaultStreams
-//     and each stage's RunnerConfig.ConsumerSpec()). Nothing else in
+//     and each stage's RunnerConfig.ConsumerSpecs()). Nothing else in
 //     this package creates streams or consumers, and a runner refuses a
-//     consumer whose MaxDeliver differs from its own.
+//     consumer whose MaxDeliver differs from its own. (Without the
+//     advisory consumer a runner falls back to a core subscription, and
+//     advisories published while no replica is up are lost.)
 //  2. Make handlers idempotent and make their effects durable before
 //     returning nil: a message can be delivered again after a crash, a
 //     lost ack or a redelivery, and handling it twice must leave the
@@ -109,7 +116,7 @@
 //	rc.FilterSubjects = []string{bus.TypeFilter("PodPersisted")}
 //	topo := bus.Topology{
 //		Streams:   bus.DefaultStreams(bus.DefaultStreamsConfig()),
-//		Consumers: []bus.ConsumerSpec{rc.ConsumerSpec()},
+//		Consumers: rc.ConsumerSpecs(),
 //	}
 //	if err := bus.Provision(ctx, conn.JetStream(), topo); err != nil { ... }
 //

@@ -243,7 +243,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	for n := range js.StreamNames(ctx).Name() {
 		names[n] = true
 	}
-	if len(names) != 3 || !names[bus.EventsStream] || !names[bus.NodesStream] || !names[bus.DLQStream] {
+	if len(names) != 4 || !names[bus.EventsStream] || !names[bus.NodesStream] || !names[bus.DLQStream] || !names[bus.AdvisoriesStream] {
 		t.Fatalf("streams %v", names)
 	}
 	// Subscribing never creates anything: a runner over a missing

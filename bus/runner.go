@@ -243,6 +243,29 @@ func (c RunnerConfig) Validate() error {
 	return nil
 }
 
+// ConsumerSpecs returns ConsumerSpec and AdvisoryConsumerSpec: what to
+// provision for this stage.
+func (c RunnerConfig) ConsumerSpecs() []ConsumerSpec {
+	return []ConsumerSpec{c.ConsumerSpec(), c.AdvisoryConsumerSpec()}
+}
+
+// AdvisoryConsumerSpec is the stage's durable consumer of its
+// max-deliveries advisories on AdvisoriesStream. When it exists, the
+// runner records messages whose handler never returned even if every
+// replica was down when their last delivery expired; without it the
+// runner falls back to a core NATS subscription.
+func (c RunnerConfig) AdvisoryConsumerSpec() ConsumerSpec {
+	return ConsumerSpec{
+		Stream:         AdvisoriesStream,
+		Durable:        c.Consumer + "-maxdeliver",
+		Description:    "podflow stage " + c.Stage + ": max-deliveries advisories",
+		FilterSubjects: []string{MaxDeliveriesSubject(c.Stream, c.Consumer)},
+		AckWait:        c.AckWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  64,
+	}
+}
+
 // ConsumerSpec returns the consumer this runner expects, for Provision.
 func (c RunnerConfig) ConsumerSpec() ConsumerSpec {
 	return ConsumerSpec{
@@ -317,16 +340,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer cancelHandlers()
 
 	// Messages whose last delivery was never acked (the replica died)
-	// are reported by the server as an advisory; one replica of the
-	// stage records each in the dead-letter stream.
-	advSubj := fmt.Sprintf("%s.%s.%s", jsAdvisoryMaxDeliveries, r.cfg.Stream, r.cfg.Consumer)
-	adv, err := r.conn.NATS().QueueSubscribe(advSubj, "podflow-dlq-"+r.cfg.Consumer, func(m *nats.Msg) {
-		r.onMaxDeliveries(hctx, m)
-	})
+	// are reported by the server's max-deliveries advisory; one replica
+	// of the stage records each in the dead-letter stream.
+	stopAdvisories, err := r.watchMaxDeliveries(ctx, hctx)
 	if err != nil {
-		return fmt.Errorf("bus: runner %q: subscribe %q: %w", r.cfg.Stage, advSubj, err)
+		return err
 	}
-	defer adv.Unsubscribe()
+	defer stopAdvisories()
 
 	iter, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Concurrency))
 	if err != nil {
@@ -448,8 +468,6 @@ loop:
 	return runErr
 }
 
-const jsAdvisoryMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
-
 // handle runs the handler on one message and settles it.
 func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	d := &Delivery{Subject: msg.Subject(), Received: time.Now(), Stage: r.cfg.Stage, Replica: r.cfg.Replica, msg: msg}
@@ -562,37 +580,87 @@ type maxDeliveriesAdvisory struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
+// watchMaxDeliveries starts handling max-deliveries advisories: from
+// the stage's durable consumer on AdvisoriesStream when it is
+// provisioned (advisories wait there while no replica is alive), else
+// from a core NATS queue subscription (advisories published while no
+// replica listens are lost). It returns the function that stops it.
+func (r *Runner) watchMaxDeliveries(ctx, hctx context.Context) (func(), error) {
+	spec := r.cfg.AdvisoryConsumerSpec()
+	cons, err := r.conn.JetStream().Consumer(ctx, spec.Stream, spec.Durable)
+	switch {
+	case err == nil:
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			if err := r.onMaxDeliveries(hctx, m.Data()); err != nil {
+				_ = m.NakWithDelay(r.cfg.backoff(uint64(len(r.cfg.Backoff))))
+				return
+			}
+			_ = m.Ack()
+		}, jetstream.PullMaxMessages(16))
+		if err != nil {
+			return nil, fmt.Errorf("bus: runner %q: consume %q: %w", r.cfg.Stage, spec.Durable, err)
+		}
+		return func() {
+			cc.Stop()
+			<-cc.Closed()
+		}, nil
+	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+		subj := MaxDeliveriesSubject(r.cfg.Stream, r.cfg.Consumer)
+		sub, err := r.conn.NATS().QueueSubscribe(subj, "podflow-dlq-"+r.cfg.Consumer, func(m *nats.Msg) {
+			_ = r.onMaxDeliveries(hctx, m.Data)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bus: runner %q: subscribe %q: %w", r.cfg.Stage, subj, err)
+		}
+		return func() { _ = sub.Unsubscribe() }, nil
+	default:
+		return nil, fmt.Errorf("bus: runner %q: advisory consumer %q: %w", r.cfg.Stage, spec.Durable, err)
+	}
+}
+
 // onMaxDeliveries records a message whose deliveries ran out without
 // the runner settling it (its handler never returned: the replica died
-// or hung past AckWait).
-func (r *Runner) onMaxDeliveries(ctx context.Context, m *nats.Msg) {
+// or hung past AckWait). It returns an error when the record could not
+// be stored (a malformed advisory is dropped: nil).
+func (r *Runner) onMaxDeliveries(ctx context.Context, data []byte) error {
 	var a maxDeliveriesAdvisory
-	if err := json.Unmarshal(m.Data, &a); err != nil || a.StreamSeq == 0 {
-		return
+	if err := json.Unmarshal(data, &a); err != nil || a.StreamSeq == 0 {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.conn.cfg.PublishTimeout)
 	defer cancel()
-	stream, err := r.stream(ctx, a.Stream)
-	if err != nil {
-		return
-	}
 	ob := Observation{Outcome: OutcomeDeadLettered, Code: CodeMaxDeliver, StreamSeq: a.StreamSeq, NumDelivered: a.Deliveries}
 	dl := &eventsv1.DeadLetter{
 		Stream: a.Stream, Consumer: a.Consumer, StreamSeq: a.StreamSeq, Deliveries: a.Deliveries, Code: CodeMaxDeliver,
 		Error: fmt.Sprintf("no ack after %d deliveries (handler never returned)", a.Deliveries),
 	}
 	var orig *eventsv1.Envelope
-	if raw, err := stream.GetMsg(ctx, a.StreamSeq); err == nil {
-		dl.Subject, dl.Data, ob.Subject = raw.Subject, raw.Data, raw.Subject
-		if env, err := DecodeEnvelope(raw.Data); err == nil {
-			orig, ob.Type = env, env.Type()
+	stream, err := r.stream(ctx, a.Stream)
+	if err == nil {
+		var raw *jetstream.RawStreamMsg
+		raw, err = stream.GetMsg(ctx, a.StreamSeq)
+		if err == nil {
+			dl.Subject, dl.Data, ob.Subject = raw.Subject, raw.Data, raw.Subject
+			if env, err := DecodeEnvelope(raw.Data); err == nil {
+				orig, ob.Type = env, env.Type()
+			}
 		}
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		// The message may still exist: try again later rather than
+		// record it without its data.
+		ob.Outcome, ob.Err = OutcomeDeadLetterFailed, err
+		r.observe(ob, nil)
+		return err
 	}
 	ob.Err = &Error{Code: CodeMaxDeliver, Message: dl.Error}
 	if err := r.publishDeadLetter(ctx, dl, orig); err != nil {
 		ob.Outcome, ob.Err = OutcomeDeadLetterFailed, err
+		r.observe(ob, nil)
+		return err
 	}
 	r.observe(ob, nil)
+	return nil
 }
 
 func (r *Runner) stream(ctx context.Context, name string) (jetstream.Stream, error) {

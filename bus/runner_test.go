@@ -373,13 +373,27 @@ func TestRunnerDeadLetters(t *testing.T) {
 }
 
 func TestRunnerRecordsMessagesWhoseHandlerNeverReturned(t *testing.T) {
+	t.Run("core advisory, a replica alive", func(t *testing.T) { testHandlerNeverReturned(t, false) })
+	t.Run("durable advisory, no replica alive", func(t *testing.T) { testHandlerNeverReturned(t, true) })
+}
+
+// testHandlerNeverReturned: replica a dies on a message's only delivery.
+// Without the advisory consumer, replica b must already be listening;
+// with it, b starts only after the advisory was published.
+func testHandlerNeverReturned(t *testing.T, durable bool) {
 	srv := bustest.Server(t)
 	pub := bustest.Connect(t, srv, "publisher")
 	rc := testRunnerConfig("hung")
 	rc.MaxDeliver = 1
 	rc.AckWait = time.Second
 	rc.DrainTimeout = 500 * time.Millisecond
-	bustest.Provision(t, pub, rc.ConsumerSpec())
+	if durable {
+		bustest.Provision(t, pub, rc.ConsumerSpecs()...)
+	} else {
+		bustest.Provision(t, pub, rc.ConsumerSpec())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
 
 	connA := bustest.Connect(t, srv, "hung-a")
 	got := make(chan struct{}, 1)
@@ -396,24 +410,40 @@ func TestRunnerRecordsMessagesWhoseHandlerNeverReturned(t *testing.T) {
 	case <-time.After(bustest.Timeout):
 		t.Fatal("replica a never received the message")
 	}
-	// b is up, listening for advisories, before a dies on the message's
-	// only delivery.
+
 	obs := &recorder{}
 	b := rc
 	b.Replica = "hung-b"
 	b.Observer = obs
-	startRunner(t, bustest.Connect(t, srv, "hung-b"), b, func(ctx context.Context, d *bus.Delivery) error {
-		t.Errorf("message redelivered past MaxDeliver: %v", d.Envelope)
-		return nil
-	})
-	bustest.Eventually(t, "replica b to pull", func() bool {
-		return consumerInfo(t, pub, bus.EventsStream, "hung").NumWaiting >= 2
-	})
+	startB := func() {
+		startRunner(t, bustest.Connect(t, srv, "hung-b"), b, func(ctx context.Context, d *bus.Delivery) error {
+			t.Errorf("message redelivered past MaxDeliver: %v", d.Envelope)
+			return nil
+		})
+	}
+	if !durable {
+		// b listens for advisories before a dies.
+		startB()
+		bustest.Eventually(t, "replica b to pull", func() bool {
+			return consumerInfo(t, pub, bus.EventsStream, "hung").NumWaiting >= 2
+		})
+	}
 	connA.NATS().Close()
 	_ = ra.stop(t)
+	if durable {
+		// Nobody is alive when the advisory is published; it waits in
+		// its stream.
+		adv, err := pub.JetStream().Stream(ctx, bus.AdvisoriesStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bustest.Eventually(t, "the advisory to be stored", func() bool {
+			info, err := adv.Info(ctx)
+			return err == nil && info.State.Msgs == 1
+		})
+		startB()
+	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
-	defer cancel()
 	dlq, err := pub.JetStream().Stream(ctx, bus.DLQStream)
 	if err != nil {
 		t.Fatal(err)
@@ -432,6 +462,12 @@ func TestRunnerRecordsMessagesWhoseHandlerNeverReturned(t *testing.T) {
 		t.Fatalf("dead letter %v / %v", env, dl)
 	}
 	bustest.Eventually(t, "the observer", func() bool { return obs.count(bus.OutcomeDeadLettered) == 1 })
+	if durable {
+		bustest.Eventually(t, "the advisory to be acked", func() bool {
+			i := consumerInfo(t, pub, bus.AdvisoriesStream, "hung-maxdeliver")
+			return i.NumPending == 0 && i.NumAckPending == 0
+		})
+	}
 }
 
 func TestRunnerDrainLosesNothing(t *testing.T) {

@@ -34,7 +34,20 @@ const (
 	NodesStream = "PODFLOW_NODES"
 	// DLQStream holds dead-letter records (podflow.dlq.>).
 	DLQStream = "PODFLOW_DLQ"
+	// AdvisoriesStream keeps the server's max-deliveries advisories
+	// ($JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>) until a stage
+	// replica records them as dead letters.
+	AdvisoriesStream = "PODFLOW_ADVISORIES"
 )
+
+// MaxDeliveriesAdvisoryPrefix is the subject prefix of the server's
+// advisories for messages that exhausted a consumer's MaxDeliver.
+const MaxDeliveriesAdvisoryPrefix = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
+
+// MaxDeliveriesSubject is the advisory subject of one consumer.
+func MaxDeliveriesSubject(stream, consumer string) string {
+	return MaxDeliveriesAdvisoryPrefix + "." + stream + "." + consumer
+}
 
 // SubjectKind tells which family a subject belongs to.
 type SubjectKind int

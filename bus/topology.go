@@ -104,8 +104,9 @@ func (c StreamsConfig) Validate() error {
 }
 
 // DefaultStreams returns podflow's streams: PODFLOW_EVENTS (podflow.pod.>),
-// PODFLOW_NODES (podflow.node.>, last NodeHistory messages per subject)
-// and PODFLOW_DLQ (podflow.dlq.>).
+// PODFLOW_NODES (podflow.node.>, last NodeHistory messages per subject),
+// PODFLOW_ADVISORIES (max-deliveries advisories) and PODFLOW_DLQ
+// (podflow.dlq.>).
 func DefaultStreams(cfg StreamsConfig) []StreamSpec {
 	return []StreamSpec{
 		{
@@ -127,6 +128,14 @@ func DefaultStreams(cfg StreamsConfig) []StreamSpec {
 			MaxAge:            cfg.EventsMaxAge,
 			MaxMsgsPerSubject: cfg.NodeHistory,
 			Duplicates:        cfg.Duplicates,
+		},
+		{
+			Name:        AdvisoriesStream,
+			Description: "JetStream max-deliveries advisories, until recorded as dead letters",
+			Subjects:    []string{MaxDeliveriesAdvisoryPrefix + ".>"},
+			Storage:     cfg.Storage,
+			Replicas:    cfg.Replicas,
+			MaxAge:      cfg.DLQMaxAge,
 		},
 		{
 			Name:        DLQStream,
