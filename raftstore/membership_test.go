@@ -37,7 +37,7 @@ func sameState(t *testing.T, c *raftstoretest.Cluster, prefix string, want int) 
 			t.Fatalf("replica %s: %d keys at revision %d, leader %d at %d", c.Node(i).ID(), len(got), rev, len(ref), refRev)
 		}
 		for j := range got {
-			if (got[j].Key != ref[j].Key || got[j].ModRevision != ref[j].ModRevision || got[j].CreateRevision != ref[j].CreateRevision || string(got[j].Value) != string(ref[j].Value)) {
+			if got[j].Key != ref[j].Key || got[j].ModRevision != ref[j].ModRevision || got[j].CreateRevision != ref[j].CreateRevision || string(got[j].Value) != string(ref[j].Value) {
 				t.Fatalf("replica %s: key %d = %+v, leader %+v", c.Node(i).ID(), j, got[j], ref[j])
 			}
 		}
