@@ -520,7 +520,9 @@ func (r *Runner) ack(ctx context.Context, msg jetstream.Msg) error {
 	if r.cfg.AsyncAck {
 		return msg.Ack()
 	}
-	actx, cancel := context.WithTimeout(ctx, r.cfg.AckWait)
+	// The ack goes out even when the handlers' context was cancelled at
+	// the end of a drain: the handler's work is done.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckWait)
 	defer cancel()
 	return msg.DoubleAck(actx)
 }
@@ -565,7 +567,7 @@ func (r *Runner) publishDeadLetter(ctx context.Context, dl *eventsv1.DeadLetter,
 		env.Traceparent = ChildTraceparent(orig.GetTraceparent())
 	}
 	env.Payload = &eventsv1.Envelope_DeadLetter{DeadLetter: dl}
-	pctx, cancel := context.WithTimeout(ctx, r.conn.cfg.PublishTimeout)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.conn.cfg.PublishTimeout)
 	defer cancel()
 	_, err := r.conn.Publish(pctx, env, WithSubject(r.dlqSubj))
 	return err

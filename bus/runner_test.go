@@ -600,3 +600,36 @@ func TestRunnerInProgressKeepsLongHandlers(t *testing.T) {
 		t.Fatalf("ack floor %d, want 1", info.AckFloor.Stream)
 	}
 }
+
+func TestRunnerAcksHandlersFinishingAfterDrainTimeout(t *testing.T) {
+	srv := bustest.Server(t)
+	conn := bustest.Connect(t, srv, "late")
+	rc := testRunnerConfig("late")
+	rc.DrainTimeout = 200 * time.Millisecond
+	obs := &recorder{}
+	rc.Observer = obs
+	bustest.Provision(t, conn, rc.ConsumerSpec())
+
+	started := make(chan struct{})
+	var ctxCancelled atomic.Bool
+	r := startRunner(t, conn, rc, func(ctx context.Context, d *bus.Delivery) error {
+		close(started)
+		time.Sleep(time.Second) // ignores ctx: a slow store write
+		ctxCancelled.Store(ctx.Err() != nil)
+		return nil
+	})
+	publishAll(t, conn, []*eventsv1.Envelope{podEvent("late", "late", 1)})
+	<-started
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !ctxCancelled.Load() {
+		t.Fatal("handler context was not cancelled after DrainTimeout")
+	}
+	if got := obs.outcomes(); len(got) != 1 || got[0] != bus.OutcomeAcked {
+		t.Fatalf("outcomes %v, want one ack", got)
+	}
+	if info := consumerInfo(t, conn, bus.EventsStream, "late"); info.AckFloor.Stream != 1 || info.NumAckPending != 0 {
+		t.Fatalf("ack floor %d, ack pending %d", info.AckFloor.Stream, info.NumAckPending)
+	}
+}
