@@ -94,9 +94,10 @@
 // interval's acknowledged messages. EmbeddedConfig.SyncAlways fsyncs
 // before every PubAck instead. BenchmarkPublish and
 // BenchmarkStageLatency measure the cost; on the 2-core development VM
-// (shared, loaded) a synchronous publish took 150µs by default and
-// 1.3ms with SyncAlways (6,700 vs 760 events/s), and the publish →
-// handle → confirmed-ack trip 0.31ms vs 1.0ms at p50. A tenfold cost on
+// (shared, load average 6–10) a synchronous publish took 150–250µs by
+// default and 1.3ms with SyncAlways (4,000–6,700 vs 750 events/s), and
+// the publish → handle → confirmed-ack trip 0.31–0.34ms vs 0.95–1.0ms
+// at p50. A five- to tenfold cost on
 // every event buys protection only against machine failure, which a
 // single embedded server cannot survive anyway (the server itself is
 // on that machine), so the default stays. In a cluster (Replicas 3) a
