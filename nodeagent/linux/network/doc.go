@@ -1,0 +1,50 @@
+// Package network is podflow's CNI: the node agent's pod network, programmed
+// with netlink (vishvananda/netlink), without CNI binaries.
+//
+// Per node: a bridge (default "pf" + hash of the node name) holding the
+// gateway, the first address of the node's pod CIDR. Per pod: a network
+// namespace "podflow-<bridge>-<uid>" bind-mounted under /run/netns, a veth
+// pair created with its pod end directly in that namespace and named eth0
+// and its host end (14 bytes, "pf" + hash) a port of the bridge, an address
+// from the pod CIDR, a default route via the gateway, and lo up. Addresses
+// are persisted under DataDir as CNI host-local does (one file per address,
+// created atomically), so they survive agent restarts and are never handed
+// out twice.
+//
+// Pod-to-pod traffic between two node agents on one machine goes through the
+// host: each bridge has IPv4 forwarding enabled on that interface only
+// (net.ipv4.conf.<bridge>.forwarding=1; global sysctls are untouched), and a
+// policy rule sends what arrives on the bridge to the bridge's own routing
+// table, which holds routes to peer podflow bridges (AddPeerRoute) and an
+// unreachable default. Nothing a pod sends can be forwarded off the
+// machine; there is no masquerading, and bridges only ever get veth ports.
+//
+// Caller's obligations:
+//
+//  1. Run as root in the host network namespace.
+//  2. EnsureBridge once at start (and after anything removed the bridge),
+//     before Setup. Call AddPeerRoute for every other node agent's CIDR on
+//     the machine, on both sides.
+//  3. Drive one pod from one goroutine at a time; different pods may be set
+//     up concurrently.
+//  4. At start, List and Teardown what the store no longer knows: the
+//     kernel and the disk outlive the agent.
+//  5. Close the Manager; RemoveBridge only when the node goes away.
+//
+// Example:
+//
+//	m, err := network.New(network.DefaultConfig("node-1", "10.244.1.0/24", "/var/lib/podflow/node-1"))
+//	if err != nil {
+//		return err
+//	}
+//	defer m.Close()
+//	if err := m.EnsureBridge(ctx); err != nil {
+//		return err
+//	}
+//	att, err := m.Setup(ctx, string(pod.GetMetadata().GetUid()))
+//	if err != nil {
+//		return err // *nodeagent.Error with CodeSandbox
+//	}
+//	// start the pod's processes in att.NetnsPath; the pod answers on att.IP
+//	_ = m.Teardown(ctx, att.PodUID)
+package network

@@ -1,0 +1,603 @@
+package network
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/podflow/podflow/nodeagent"
+)
+
+// PodInterface is the name of the pod end of the veth pair.
+const PodInterface = "eth0"
+
+// aliasPrefix marks podflow's links (IFLA_IFALIAS), so a restarted agent
+// finds them: "podflow:<node>" on a bridge, "podflow:<uid>" on a host veth.
+const aliasPrefix = "podflow:"
+
+// Attachment is a pod's network: its namespace, the host end of its veth
+// pair and its address.
+type Attachment struct {
+	PodUID    string
+	NetnsPath string // /run/netns/<NetnsName>
+	NetnsName string // "podflow-<bridge>-<uid>"
+	HostVeth  string // host end, a port of the bridge
+	IP        string // pod address, e.g. "10.244.3.2"
+	Gateway   string // bridge address, e.g. "10.244.3.1"
+}
+
+// Manager is the node's pod network: one bridge holding the gateway address
+// of the pod CIDR, a network namespace and a veth pair per pod, addresses
+// from a persisted IPAM, and routes to other podflow nodes' CIDRs on the
+// same machine.
+//
+// What it changes in the host network namespace, all removed by
+// RemoveBridge or Teardown: the bridge; net.ipv4.conf.<bridge>.forwarding=1
+// (a per-interface setting that dies with the bridge; no global sysctl is
+// touched); a policy rule "iif <bridge> lookup <RouteTable>" whose table
+// holds only routes to peer podflow bridges and an "unreachable default",
+// so a packet from a pod can be forwarded to another podflow bridge and
+// nowhere else; per pod a host veth.
+//
+// Concurrency: safe for concurrent use; calls for the same pod must not run
+// concurrently (the agent drives a pod from one worker).
+type Manager struct {
+	cfg     Config
+	subnet  netip.Prefix
+	gateway netip.Addr
+	ipam    *ipam
+	hostNS  netns.NsHandle
+	host    *netlink.Handle
+	closed  atomic.Bool
+	mu      sync.Mutex // serialises EnsureBridge, AddPeerRoute, RemoveBridge
+}
+
+// New returns a Manager for cfg. It opens a netlink handle on the process's
+// network namespace and the IPAM directory; it changes nothing in the kernel.
+func New(cfg Config) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	subnet := netip.MustParsePrefix(cfg.PodCIDR)
+	a, err := newIPAM(cfg.DataDir, subnet)
+	if err != nil {
+		return nil, err
+	}
+	hostNS, err := netns.GetFromPath("/proc/self/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("network: open host netns: %w", err)
+	}
+	host, err := netlink.NewHandleAt(hostNS)
+	if err != nil {
+		hostNS.Close()
+		return nil, fmt.Errorf("network: netlink handle: %w", err)
+	}
+	return &Manager{cfg: cfg, subnet: subnet, gateway: subnet.Addr().Next(), ipam: a, hostNS: hostNS, host: host}, nil
+}
+
+// Close releases the Manager's handles. It changes nothing in the kernel:
+// pods keep their network across an agent restart. Idempotent.
+func (m *Manager) Close() error {
+	if !m.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	m.host.Close()
+	return m.hostNS.Close()
+}
+
+// Config returns the Manager's configuration.
+func (m *Manager) Config() Config { return m.cfg }
+
+// NetnsName returns the name of podUID's network namespace.
+func (m *Manager) NetnsName(podUID string) string {
+	return "podflow-" + m.cfg.BridgeName + "-" + podUID
+}
+
+// HostVethName returns the name of the host end of podUID's veth pair:
+// "pf" + 12 hex digits of a hash of bridge and UID (14 bytes).
+func (m *Manager) HostVethName(podUID string) string {
+	sum := sha256.Sum256([]byte(m.cfg.BridgeName + "/" + podUID))
+	return "pf" + hex.EncodeToString(sum[:6])
+}
+
+func validUID(uid string) error {
+	if uid == "" || len(uid) > 128 {
+		return fmt.Errorf("%w: pod UID %q", ErrInvalidArgument, uid)
+	}
+	for _, r := range uid {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("%w: pod UID %q", ErrInvalidArgument, uid)
+		}
+	}
+	return nil
+}
+
+// sandboxErr classifies err for the agent.
+func sandboxErr(err error, format string, args ...any) error {
+	return nodeagent.Errorf(nodeagent.CodeSandbox, format+": %w", append(args, err)...)
+}
+
+// EnsureBridge makes the node's bridge exist, carry the gateway address and
+// be up, with forwarding enabled on it and the policy rule and table that
+// confine forwarding to podflow bridges. Idempotent.
+func (m *Manager) EnsureBridge(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	br, err := m.ensureBridgeLink()
+	if err != nil {
+		return sandboxErr(err, "bridge %q", m.cfg.BridgeName)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: m.gateway.AsSlice(), Mask: net.CIDRMask(m.subnet.Bits(), 32)}}
+	if err := m.host.AddrReplace(br, addr); err != nil {
+		return sandboxErr(err, "address %s on bridge %q", addr.IPNet, m.cfg.BridgeName)
+	}
+	if err := m.host.LinkSetUp(br); err != nil {
+		return sandboxErr(err, "set bridge %q up", m.cfg.BridgeName)
+	}
+	if err := m.ensureConfinement(br); err != nil {
+		return sandboxErr(err, "routing of bridge %q", m.cfg.BridgeName)
+	}
+	return nil
+}
+
+// ensureBridgeLink returns the bridge, creating it when missing.
+func (m *Manager) ensureBridgeLink() (netlink.Link, error) {
+	name := m.cfg.BridgeName
+	link, err := m.host.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if !errors.As(err, &nf) {
+			return nil, err
+		}
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: m.cfg.MTU, Alias: aliasPrefix + m.cfg.NodeName}}
+		if err := m.host.LinkAdd(br); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("create bridge: %w", err)
+		}
+		if link, err = m.host.LinkByName(name); err != nil {
+			return nil, err
+		}
+	}
+	if _, ok := link.(*netlink.Bridge); !ok {
+		return nil, fmt.Errorf("%w: %q is a %s", ErrLinkConflict, name, link.Type())
+	}
+	if link.Attrs().MTU != m.cfg.MTU {
+		if err := m.host.LinkSetMTU(link, m.cfg.MTU); err != nil {
+			return nil, fmt.Errorf("set MTU: %w", err)
+		}
+	}
+	return link, nil
+}
+
+// ensureConfinement enables forwarding on the bridge only and makes
+// everything arriving on it that is not for this host look up the bridge's
+// own table, which routes to peer podflow bridges and is unreachable
+// otherwise: pod traffic never leaves the machine.
+func (m *Manager) ensureConfinement(br netlink.Link) error {
+	rule := m.rule()
+	rules, err := listRetry(func() ([]netlink.Rule, error) { return m.host.RuleList(netlink.FAMILY_V4) })
+	if err != nil {
+		return fmt.Errorf("list rules: %w", err)
+	}
+	if !slices.ContainsFunc(rules, func(r netlink.Rule) bool {
+		return r.IifName == rule.IifName && r.Table == rule.Table && r.Priority == rule.Priority
+	}) {
+		if err := m.host.RuleAdd(rule); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("add rule iif %s lookup %d: %w", rule.IifName, rule.Table, err)
+		}
+	}
+	unreachable := &netlink.Route{
+		Dst:   &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+		Type:  unix.RTN_UNREACHABLE,
+		Table: m.cfg.RouteTable,
+	}
+	if err := m.host.RouteReplace(unreachable); err != nil {
+		return fmt.Errorf("add unreachable default in table %d: %w", m.cfg.RouteTable, err)
+	}
+	return writeSysctl(forwardingKey(m.cfg.BridgeName), "1")
+}
+
+func (m *Manager) rule() *netlink.Rule {
+	r := netlink.NewRule()
+	r.Family = netlink.FAMILY_V4
+	r.IifName = m.cfg.BridgeName
+	r.Table = m.cfg.RouteTable
+	r.Priority = m.cfg.RulePriority
+	return r
+}
+
+func forwardingKey(link string) string {
+	return filepath.Join("/proc/sys/net/ipv4/conf", link, "forwarding")
+}
+
+func writeSysctl(path, value string) error {
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == value {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
+		return fmt.Errorf("sysctl %s=%s: %w", path, value, err)
+	}
+	return nil
+}
+
+// RemoveBridge removes the bridge, its policy rule and its table. Pods
+// should be torn down first (their veths are left as they are). Idempotent.
+func (m *Manager) RemoveBridge(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	for {
+		if err := m.host.RuleDel(m.rule()); err != nil {
+			if !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("delete rule: %w", err))
+			}
+			break
+		}
+	}
+	routes, err := listRetry(func() ([]netlink.Route, error) {
+		return m.host.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: m.cfg.RouteTable}, netlink.RT_FILTER_TABLE)
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list table %d: %w", m.cfg.RouteTable, err))
+	}
+	for _, r := range routes {
+		if err := m.host.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("delete route %s: %w", r, err))
+		}
+	}
+	if link, err := m.host.LinkByName(m.cfg.BridgeName); err == nil {
+		if _, ok := link.(*netlink.Bridge); !ok {
+			errs = append(errs, fmt.Errorf("%w: %q is a %s", ErrLinkConflict, m.cfg.BridgeName, link.Type()))
+		} else if err := m.host.LinkDel(link); err != nil {
+			errs = append(errs, fmt.Errorf("delete bridge: %w", err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("network: remove bridge %q: %w", m.cfg.BridgeName, err)
+	}
+	return nil
+}
+
+// AddPeerRoute routes peerCIDR, another podflow node's pod CIDR on this
+// machine, for traffic arriving from this node's pods: the route goes in
+// this bridge's table, to the local podflow bridge that holds via (the
+// peer's gateway) or, when via is "", whose subnet contains peerCIDR. Both
+// agents add a route to the other for traffic to flow both ways. A peer
+// that is not a local podflow bridge is refused with ErrPeerNotLocal:
+// podflow never forwards pod traffic off the machine. The route disappears
+// with the peer's bridge; call again when the peer comes back. Idempotent.
+func (m *Manager) AddPeerRoute(ctx context.Context, peerCIDR, via string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	peer, err := netip.ParsePrefix(peerCIDR)
+	if err != nil || !peer.Addr().Is4() || peer.Masked() != peer {
+		return fmt.Errorf("%w: peer CIDR %q", ErrInvalidArgument, peerCIDR)
+	}
+	if peer.Overlaps(m.subnet) {
+		return fmt.Errorf("%w: peer CIDR %s overlaps this node's %s", ErrInvalidArgument, peer, m.subnet)
+	}
+	var viaAddr netip.Addr
+	if via != "" {
+		if viaAddr, err = netip.ParseAddr(via); err != nil {
+			return fmt.Errorf("%w: via %q", ErrInvalidArgument, via)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	link, err := m.peerBridge(peer, viaAddr)
+	if err != nil {
+		return err
+	}
+	route := &netlink.Route{
+		LinkIndex: link.Attrs().Index,
+		Dst:       &net.IPNet{IP: peer.Addr().AsSlice(), Mask: net.CIDRMask(peer.Bits(), 32)},
+		Scope:     netlink.SCOPE_LINK,
+		Table:     m.cfg.RouteTable,
+	}
+	if err := m.host.RouteReplace(route); err != nil {
+		return fmt.Errorf("network: route %s dev %s table %d: %w", peer, link.Attrs().Name, m.cfg.RouteTable, err)
+	}
+	return nil
+}
+
+// peerBridge finds the local podflow bridge (alias "podflow:...") other
+// than ours that carries via, or whose subnet contains peer, and checks
+// that peer lies in that subnet.
+func (m *Manager) peerBridge(peer netip.Prefix, via netip.Addr) (netlink.Link, error) {
+	links, err := listRetry(m.host.LinkList)
+	if err != nil {
+		return nil, fmt.Errorf("network: list links: %w", err)
+	}
+	for _, l := range links {
+		if _, ok := l.(*netlink.Bridge); !ok || l.Attrs().Name == m.cfg.BridgeName || !strings.HasPrefix(l.Attrs().Alias, aliasPrefix) {
+			continue
+		}
+		addrs, err := listRetry(func() ([]netlink.Addr, error) { return m.host.AddrList(l, netlink.FAMILY_V4) })
+		if err != nil {
+			return nil, fmt.Errorf("network: addresses of %q: %w", l.Attrs().Name, err)
+		}
+		for _, a := range addrs {
+			ip, ok := netip.AddrFromSlice(a.IP.To4())
+			if !ok {
+				continue
+			}
+			ones, _ := a.Mask.Size()
+			subnet := netip.PrefixFrom(ip, ones).Masked()
+			if (!via.IsValid() || via == ip) && subnet.Contains(peer.Addr()) && peer.Bits() >= subnet.Bits() {
+				return l, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("%w: %s via %q", ErrPeerNotLocal, peer, via)
+}
+
+// listRetry retries a netlink dump the kernel interrupted.
+func listRetry[T any](list func() ([]T, error)) ([]T, error) {
+	var err error
+	for range 5 {
+		var out []T
+		if out, err = list(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return out, err
+		}
+	}
+	return nil, err
+}
+
+// Setup gives pod podUID its network: a namespace "podflow-<bridge>-<uid>",
+// a veth pair whose pod end is created directly in it as eth0 and whose
+// host end joins the bridge, an address from the pod CIDR (persisted,
+// never handed out twice), a default route via the gateway, and lo up.
+// Idempotent: the same UID gets the same attachment. On failure, what this
+// call created is removed again. Failures are *nodeagent.Error with
+// CodeSandbox. EnsureBridge must have succeeded first.
+func (m *Manager) Setup(ctx context.Context, podUID string) (att Attachment, err error) {
+	if err := validUID(podUID); err != nil {
+		return Attachment{}, sandboxErr(err, "pod %q", podUID)
+	}
+	if err := ctx.Err(); err != nil {
+		return Attachment{}, err
+	}
+	att = m.attachment(podUID, netip.Addr{})
+	br, err := m.host.LinkByName(m.cfg.BridgeName)
+	if err != nil {
+		return Attachment{}, sandboxErr(err, "bridge %q (EnsureBridge first)", m.cfg.BridgeName)
+	}
+
+	ip, fresh, err := m.ipam.allocate(podUID)
+	if err != nil {
+		return Attachment{}, sandboxErr(err, "allocate address for pod %q", podUID)
+	}
+	att.IP = ip.String()
+	ok := false
+	defer func() {
+		if !ok && fresh {
+			_ = m.ipam.release(podUID)
+		}
+	}()
+
+	ns, nsCreated, err := ensureNetns(att.NetnsName)
+	if err != nil {
+		return Attachment{}, sandboxErr(err, "netns %q", att.NetnsName)
+	}
+	defer ns.Close()
+	defer func() {
+		if !ok && nsCreated {
+			_ = deleteNetns(att.NetnsName)
+		}
+	}()
+	pod, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return Attachment{}, sandboxErr(err, "netlink in netns %q", att.NetnsName)
+	}
+	defer pod.Close()
+
+	veth, vethCreated, err := m.ensureVeth(pod, ns, podUID, att.HostVeth, br.Attrs().Index)
+	if err != nil {
+		return Attachment{}, sandboxErr(err, "veth %q", att.HostVeth)
+	}
+	defer func() {
+		if !ok && vethCreated {
+			_ = m.host.LinkDel(veth)
+		}
+	}()
+	if err := m.configurePod(pod, ip); err != nil {
+		return Attachment{}, sandboxErr(err, "configure netns %q", att.NetnsName)
+	}
+	if err := m.host.LinkSetUp(veth); err != nil {
+		return Attachment{}, sandboxErr(err, "set %q up", att.HostVeth)
+	}
+	ok = true
+	return att, nil
+}
+
+func (m *Manager) attachment(podUID string, ip netip.Addr) Attachment {
+	a := Attachment{
+		PodUID:    podUID,
+		NetnsName: m.NetnsName(podUID),
+		HostVeth:  m.HostVethName(podUID),
+		Gateway:   m.gateway.String(),
+	}
+	a.NetnsPath = filepath.Join(NetnsDir, a.NetnsName)
+	if ip.IsValid() {
+		a.IP = ip.String()
+	}
+	return a
+}
+
+// ensureVeth returns the host end of the pod's veth pair, creating the pair
+// with its pod end directly in ns when it is missing or half there.
+func (m *Manager) ensureVeth(pod *netlink.Handle, ns netns.NsHandle, podUID, name string, bridgeIndex int) (link netlink.Link, created bool, err error) {
+	if link, err := m.host.LinkByName(name); err == nil {
+		peer, perr := pod.LinkByName(PodInterface)
+		_, isVeth := link.(*netlink.Veth)
+		if isVeth && perr == nil && peer.Attrs().ParentIndex == link.Attrs().Index {
+			if link.Attrs().MasterIndex != bridgeIndex {
+				if err := m.host.LinkSetMasterByIndex(link, bridgeIndex); err != nil {
+					return nil, false, fmt.Errorf("attach to bridge: %w", err)
+				}
+			}
+			return link, false, nil
+		}
+		if !isVeth {
+			return nil, false, fmt.Errorf("%w: %q is a %s", ErrLinkConflict, name, link.Type())
+		}
+		// Half a pair (or a pair into another namespace): start again.
+		if err := m.host.LinkDel(link); err != nil {
+			return nil, false, fmt.Errorf("delete stale veth: %w", err)
+		}
+	}
+	if peer, err := pod.LinkByName(PodInterface); err == nil {
+		if err := pod.LinkDel(peer); err != nil {
+			return nil, false, fmt.Errorf("delete stale %s: %w", PodInterface, err)
+		}
+	}
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: name, MTU: m.cfg.MTU, Alias: aliasPrefix + podUID},
+		PeerName:      PodInterface,
+		PeerMTU:       uint32(m.cfg.MTU),
+		PeerNamespace: netlink.NsFd(int(ns)),
+	}
+	if err := m.host.LinkAdd(veth); err != nil {
+		return nil, false, fmt.Errorf("create veth pair: %w", err)
+	}
+	link, err = m.host.LinkByName(name)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := m.host.LinkSetMasterByIndex(link, bridgeIndex); err != nil {
+		_ = m.host.LinkDel(link)
+		return nil, false, fmt.Errorf("attach to bridge: %w", err)
+	}
+	return link, true, nil
+}
+
+// configurePod sets lo and eth0 up, eth0's address and the default route.
+func (m *Manager) configurePod(pod *netlink.Handle, ip netip.Addr) error {
+	lo, err := pod.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := pod.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("lo up: %w", err)
+	}
+	eth, err := pod.LinkByName(PodInterface)
+	if err != nil {
+		return err
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(m.subnet.Bits(), 32)}}
+	if err := pod.AddrReplace(eth, addr); err != nil {
+		return fmt.Errorf("address %s: %w", addr.IPNet, err)
+	}
+	if err := pod.LinkSetUp(eth); err != nil {
+		return fmt.Errorf("%s up: %w", PodInterface, err)
+	}
+	def := &netlink.Route{
+		LinkIndex: eth.Attrs().Index,
+		Dst:       &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+		Gw:        m.gateway.AsSlice(),
+	}
+	if err := pod.RouteReplace(def); err != nil {
+		return fmt.Errorf("default route via %s: %w", m.gateway, err)
+	}
+	return nil
+}
+
+// Teardown removes the pod's veth pair and network namespace and releases
+// its address. Processes still in the namespace keep it alive but
+// unreachable. Idempotent.
+func (m *Manager) Teardown(ctx context.Context, podUID string) error {
+	if err := validUID(podUID); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	att := m.attachment(podUID, netip.Addr{})
+	if link, err := m.host.LinkByName(att.HostVeth); err == nil {
+		if err := m.host.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+			return fmt.Errorf("network: delete veth %q: %w", att.HostVeth, err)
+		}
+	}
+	if err := deleteNetns(att.NetnsName); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	if err := m.ipam.release(podUID); err != nil {
+		return err
+	}
+	return nil
+}
+
+// List returns the attachments of this node's pods, for recovery after an
+// agent restart: every pod that has a namespace, a host veth or an address,
+// sorted by UID. A pod with only some of them has the others "" and is
+// healed by Setup or removed by Teardown.
+func (m *Manager) List(ctx context.Context) ([]Attachment, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	held, err := m.ipam.list()
+	if err != nil {
+		return nil, err
+	}
+	found := map[string]*Attachment{}
+	get := func(uid string) *Attachment {
+		if a, ok := found[uid]; ok {
+			return a
+		}
+		a := &Attachment{PodUID: uid, Gateway: m.gateway.String()}
+		found[uid] = a
+		return a
+	}
+	for uid, ip := range held {
+		get(uid).IP = ip.String()
+	}
+	prefix := "podflow-" + m.cfg.BridgeName + "-"
+	entries, err := os.ReadDir(NetnsDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("network: list %s: %w", NetnsDir, err)
+	}
+	for _, e := range entries {
+		if uid, ok := strings.CutPrefix(e.Name(), prefix); ok && validUID(uid) == nil {
+			a := get(uid)
+			a.NetnsName = e.Name()
+			a.NetnsPath = filepath.Join(NetnsDir, e.Name())
+		}
+	}
+	links, err := listRetry(m.host.LinkList)
+	if err != nil {
+		return nil, fmt.Errorf("network: list links: %w", err)
+	}
+	for _, l := range links {
+		uid, ok := strings.CutPrefix(l.Attrs().Alias, aliasPrefix)
+		if _, veth := l.(*netlink.Veth); ok && veth && l.Attrs().Name == m.HostVethName(uid) {
+			get(uid).HostVeth = l.Attrs().Name
+		}
+	}
+	out := make([]Attachment, 0, len(found))
+	for _, a := range found {
+		out = append(out, *a)
+	}
+	slices.SortFunc(out, func(a, b Attachment) int { return strings.Compare(a.PodUID, b.PodUID) })
+	return out, nil
+}
