@@ -1,0 +1,298 @@
+package container
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Container is a handle on one container's shim. Its methods are safe for
+// concurrent use. A handle owns one goroutine that waits for the shim's
+// exit; Close stops it (the container keeps running).
+type Container struct {
+	ID  string
+	Dir string
+
+	proc *os.Process // the shim, when this process started it (reaped on exit)
+	shim *os.File    // pidfd of the shim
+
+	done   chan struct{} // closed when the shim has exited (final state read)
+	closed chan struct{} // closed by Close
+	once   sync.Once
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	state State
+	final bool
+}
+
+// Start writes spec to spec.Dir, starts its shim and returns once the
+// command has been exec'd. A command that could not be exec'd (missing
+// binary, bad mount, ...) is an error matching ErrExec; the container then
+// has exited and its state says why.
+func Start(ctx context.Context, cfg Config, spec Spec) (*Container, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.StartTimeout)
+		defer cancel()
+	}
+	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("container %q: %w", spec.ID, err)
+	}
+	if err := writeJSON(filepath.Join(spec.Dir, specFile), spec); err != nil {
+		return nil, fmt.Errorf("container %q: write spec: %w", spec.ID, err)
+	}
+	_ = os.Remove(filepath.Join(spec.Dir, stateFile))
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer readyR.Close()
+	logf, err := os.OpenFile(filepath.Join(spec.Dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		readyW.Close()
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path:       cfg.Binary,
+		Args:       []string{"podflow-shim", spec.ID},
+		Env:        []string{envRole + "=" + roleShim, envDir + "=" + spec.Dir},
+		Stdout:     logf,
+		Stderr:     logf,
+		ExtraFiles: []*os.File{readyW},
+		// Its own session: not in the agent's process group, so neither a
+		// terminal's signals nor the agent's death reach it.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		Dir:         "/",
+	}
+	err = cmd.Start()
+	readyW.Close()
+	logf.Close()
+	if err != nil {
+		return nil, fmt.Errorf("container %q: start shim: %w", spec.ID, err)
+	}
+	pidfd, err := openProcess(cmd.Process.Pid, 0) // our unreaped child: the pid cannot be reused
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+		return nil, fmt.Errorf("container %q: %w", spec.ID, err)
+	}
+	c := newContainer(spec.ID, spec.Dir, cmd.Process, pidfd)
+	line, err := readLine(ctx, readyR)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		c.Close()
+		return nil, fmt.Errorf("container %q: waiting for the shim: %w", spec.ID, err)
+	}
+	if msg, ok := strings.CutPrefix(line, "error "); ok || !strings.HasPrefix(line, "ok ") {
+		if !ok {
+			msg = "shim exited without reporting: " + shimTail(spec.Dir)
+		}
+		_, _ = c.Wait(ctx)
+		c.Close()
+		return nil, fmt.Errorf("container %q: %w: %s", spec.ID, ErrExec, strings.TrimPrefix(msg, ErrExec.Error()+": "))
+	}
+	st, err := ReadState(spec.Dir)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.setState(st)
+	return c, nil
+}
+
+func shimTail(dir string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, shimLog))
+	if len(b) > 512 {
+		b = b[len(b)-512:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// readLine reads one line from the pipe r, bounded by ctx.
+func readLine(ctx context.Context, r *os.File) (string, error) {
+	if d, ok := ctx.Deadline(); ok {
+		_ = r.SetReadDeadline(d)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = r.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil && line == "" {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return "", nil // EOF: the shim died before reporting
+	}
+	return strings.TrimSpace(line), nil
+}
+
+// Open returns a handle on the container in dir, started earlier (possibly
+// by another process). A container whose shim is gone is returned with its
+// last recorded state; one whose shim died without recording an exit is
+// reported exited with code 137 and an Error saying so.
+func Open(dir string) (*Container, error) {
+	st, err := ReadState(dir)
+	if err != nil {
+		return nil, err
+	}
+	var shim *os.File
+	if st.Status != StatusExited {
+		if f, err := openProcess(st.ShimPID, st.ShimStart); err == nil {
+			shim = f
+		}
+	}
+	c := newContainer(st.ID, dir, nil, shim)
+	c.setState(st)
+	if shim == nil {
+		c.finish()
+	}
+	return c, nil
+}
+
+func newContainer(id, dir string, proc *os.Process, shim *os.File) *Container {
+	c := &Container{ID: id, Dir: dir, proc: proc, shim: shim, done: make(chan struct{}), closed: make(chan struct{})}
+	if shim != nil {
+		c.wg.Add(1)
+		go c.watch()
+	}
+	return c
+}
+
+// watch waits for the shim to exit, then reads the final state.
+func (c *Container) watch() {
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // ends with watch at the latest
+		select {
+		case <-c.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := waitExit(ctx, c.shim); err != nil {
+		return // closed
+	}
+	if c.proc != nil {
+		_, _ = c.proc.Wait() // reap our child
+	}
+	c.finish()
+}
+
+// finish records the final state and marks the container done.
+func (c *Container) finish() {
+	st, err := ReadState(c.Dir)
+	if err != nil || st.Status != StatusExited {
+		st.Status, st.ExitCode, st.Signal = StatusExited, 137, 9
+		st.Error = "the shim died without recording the exit"
+		if st.FinishedAt.IsZero() {
+			st.FinishedAt = time.Now()
+		}
+		_ = writeJSON(filepath.Join(c.Dir, stateFile), st)
+	}
+	c.mu.Lock()
+	c.state, c.final = st, true
+	c.mu.Unlock()
+	close(c.done)
+}
+
+// setState records a non-final state unless the final one is known.
+func (c *Container) setState(st State) {
+	c.mu.Lock()
+	if !c.final {
+		c.state = st
+	}
+	c.mu.Unlock()
+}
+
+// State returns the last known state.
+func (c *Container) State() State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+// Done is closed when the container has exited and State is final.
+func (c *Container) Done() <-chan struct{} { return c.done }
+
+// Wait blocks until the container has exited and returns its final state.
+func (c *Container) Wait(ctx context.Context) (State, error) {
+	select {
+	case <-c.done:
+		return c.State(), nil
+	case <-c.closed:
+		return State{}, ErrClosed
+	case <-ctx.Done():
+		return State{}, ctx.Err()
+	}
+}
+
+// Signal sends sig to the container's init (PID 1 of its namespace: only
+// signals it handles are delivered, except SIGKILL). It returns
+// ErrNotRunning when the container has exited.
+func (c *Container) Signal(sig unix.Signal) error {
+	st := c.State()
+	select {
+	case <-c.done:
+		return ErrNotRunning
+	default:
+	}
+	f, err := openProcess(st.PID, st.PIDStart)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return sendSignal(f, sig)
+}
+
+// Stop sends SIGTERM, then SIGKILL once grace has passed, and returns the
+// final state when the shim has recorded the exit.
+func (c *Container) Stop(ctx context.Context, grace time.Duration) (State, error) {
+	if err := c.Signal(unix.SIGTERM); err != nil && !errors.Is(err, ErrNotRunning) {
+		return State{}, err
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return c.State(), nil
+	case <-c.closed:
+		return State{}, ErrClosed
+	case <-ctx.Done():
+		return State{}, ctx.Err()
+	case <-t.C:
+	}
+	if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, ErrNotRunning) {
+		return State{}, err
+	}
+	return c.Wait(ctx)
+}
+
+// Close stops the handle's watcher and releases the pidfd; the container
+// keeps running. Idempotent.
+func (c *Container) Close() {
+	c.once.Do(func() { close(c.closed) })
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.shim != nil {
+		c.shim.Close()
+		c.shim = nil
+	}
+}

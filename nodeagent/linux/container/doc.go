@@ -1,0 +1,46 @@
+// Package container runs one container process the way a CRI runtime does,
+// without runc: a per-container shim (a re-exec of the calling binary in a
+// helper mode, like conmon or containerd-shim) starts the container's init in
+// new mount, PID, UTS and IPC namespaces, inside the pod's network namespace
+// and cgroup, pivot_roots into the rootfs, mounts /proc, a minimal /dev and
+// the volumes, and execs the command. The shim lives in its own session, so
+// it and the container survive the death of the agent that started them; it
+// captures stdout and stderr into a log file in the Kubernetes CRI format
+// ("<RFC3339Nano> stdout F <line>"), and records the exit (code, signal,
+// OOM kill) in a state file. A restarted agent finds the container again
+// with Open and learns of its exit through a pidfd of the shim, without
+// being its parent.
+//
+// Cgroup placement: when Spec.Cgroups holds a cgroup v2 directory (key ""),
+// the init is cloned straight into it (clone3 CLONE_INTO_CGROUP); with cgroup
+// v1 directories the init blocks on a pipe until the shim has written its
+// pid into every hierarchy, then proceeds. Either way no instruction of the
+// container's program runs outside its cgroup.
+//
+// Callers must:
+//
+//  1. Call RunHelper first thing in main (and in TestMain of tests that
+//     start containers): in a re-exec'd shim or init it runs that role and
+//     exits; otherwise it returns false at once.
+//  2. Prepare the rootfs and the volume sources, then Start a Spec. Start
+//     returns once the command has been exec'd (or failed to be).
+//  3. Wait for the exit (Wait), or Stop the container; Close every
+//     *Container (it stops its pidfd watcher; the process keeps running).
+//  4. After an agent restart, Open the container directory again.
+//
+// Example:
+//
+//	func main() {
+//		if container.RunHelper() {
+//			return // never reached: the helper exits
+//		}
+//		c, err := container.Start(ctx, container.DefaultConfig(), container.Spec{
+//			ID: "abc", Dir: dir, Rootfs: rootfs, LogPath: dir + "/0.log",
+//			Args: []string{"sleep", "3600"}, Hostname: "web-0",
+//			NetnsPath: "/run/netns/podflow-1234", Cgroups: map[string]string{"": cg},
+//		})
+//		...
+//		st, err := c.Stop(ctx, 30*time.Second) // SIGTERM, SIGKILL after grace
+//		c.Close()
+//	}
+package container

@@ -1,0 +1,43 @@
+package container
+
+import (
+	"fmt"
+	"os"
+)
+
+// The helper protocol between Start, the shim and the init. The role and
+// the container directory travel in the environment (the init builds the
+// command's environment from the spec, so they never reach the container).
+const (
+	envRole = "_PODFLOW_CONTAINER_ROLE"
+	envDir  = "_PODFLOW_CONTAINER_DIR"
+
+	roleShim = "shim"
+	roleInit = "init"
+)
+
+// RunHelper runs the shim or init role when this process was re-exec'd as
+// one, and then exits the process; otherwise it returns false at once. Call
+// it first thing in main (and TestMain), before any goroutine is started.
+func RunHelper() bool {
+	role := os.Getenv(envRole)
+	if role == "" {
+		return false
+	}
+	dir := os.Getenv(envDir)
+	var err error
+	switch role {
+	case roleShim:
+		err = runShim(dir)
+	case roleInit:
+		runInit(dir) // exits or execs
+	default:
+		err = fmt.Errorf("unknown helper role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "podflow container %s: %v\n", role, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+	return true
+}

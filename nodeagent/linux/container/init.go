@@ -1,0 +1,271 @@
+package container
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// runInit is the container's init, PID 1 of the new PID namespace, already
+// in the new mount, UTS and IPC namespaces, the pod's network namespace and
+// (v2) its cgroup. It sets up the root filesystem and execs the command;
+// any failure is written to the exec pipe and the init exits 127.
+func runInit(dir string) {
+	execPipe := os.NewFile(initExecFD, "exec")
+	if err := initContainer(dir); err != nil {
+		fmt.Fprintf(execPipe, "%v", err)
+		os.Exit(127)
+	}
+}
+
+func initContainer(dir string) error {
+	if _, err := unix.FcntlInt(initGoFD, unix.F_GETFD, 0); err == nil {
+		// cgroup v1: wait until the shim has placed us (it then closes).
+		goPipe := os.NewFile(initGoFD, "go")
+		_, _ = io.Copy(io.Discard, goPipe)
+		goPipe.Close()
+	}
+	spec, err := ReadSpec(dir)
+	if err != nil {
+		return fmt.Errorf("read spec: %w", err)
+	}
+	if err := setupRootfs(spec); err != nil {
+		return err
+	}
+	if spec.Hostname != "" {
+		if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
+			return fmt.Errorf("sethostname: %w", err)
+		}
+	}
+	wd := spec.WorkingDir
+	if wd == "" {
+		wd = "/"
+	}
+	if err := os.MkdirAll(wd, 0o755); err != nil {
+		return fmt.Errorf("working dir %q: %w", wd, err)
+	}
+	if err := unix.Chdir(wd); err != nil {
+		return fmt.Errorf("chdir %q: %w", wd, err)
+	}
+	argv0, err := lookPath(spec.Args[0], spec.Env)
+	if err != nil {
+		return err
+	}
+	unix.CloseOnExec(initExecFD)
+	err = unix.Exec(argv0, spec.Args, spec.Env)
+	return fmt.Errorf("exec %q: %w", spec.Args[0], err)
+}
+
+// lookPath finds file in the container's PATH (after pivot_root).
+func lookPath(file string, env []string) (string, error) {
+	check := func(p string) error {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("%q: permission denied", p)
+		}
+		return nil
+	}
+	if strings.Contains(file, "/") {
+		if err := check(file); err != nil {
+			return "", fmt.Errorf("exec: %w", err)
+		}
+		return file, nil
+	}
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		if p := filepath.Join(d, file); check(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", file)
+}
+
+// devices are bind-mounted from the host into the container's /dev.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// setupRootfs builds the container's mount tree and pivot_roots into it.
+func setupRootfs(spec Spec) error {
+	root := spec.Rootfs
+	mount := func(src, dst, fstype string, flags uintptr, data string) error {
+		if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
+			return fmt.Errorf("mount %s on %q: %w", fstypeOr(fstype, src), dst, err)
+		}
+		return nil
+	}
+	// Nothing we mount propagates back to the host.
+	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return err
+	}
+	if err := mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	in := func(p string) (string, error) { return resolveIn(root, p) }
+	proc, err := in("/proc")
+	if err != nil {
+		return err
+	}
+	if err := mkdirMount(proc, true); err != nil {
+		return err
+	}
+	if err := mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	sys, err := in("/sys")
+	if err != nil {
+		return err
+	}
+	if err := mkdirMount(sys, true); err != nil {
+		return err
+	}
+	if err := mount("sysfs", sys, "sysfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, ""); err != nil {
+		return err
+	}
+	dev, err := in("/dev")
+	if err != nil {
+		return err
+	}
+	if err := mkdirMount(dev, true); err != nil {
+		return err
+	}
+	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_STRICTATIME, "mode=755,size=65536k"); err != nil {
+		return err
+	}
+	for _, d := range devices {
+		p := filepath.Join(dev, d)
+		if err := mkdirMount(p, false); err != nil {
+			return err
+		}
+		if err := mount("/dev/"+d, p, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return fmt.Errorf("symlink /dev/%s: %w", name, err)
+		}
+	}
+	shm := filepath.Join(dev, "shm")
+	if err := mkdirMount(shm, true); err != nil {
+		return err
+	}
+	if err := mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=65536k"); err != nil {
+		return err
+	}
+	for _, m := range spec.Mounts {
+		fi, err := os.Stat(m.Source)
+		if err != nil {
+			return fmt.Errorf("mount source %q: %w", m.Source, err)
+		}
+		dst, err := in(m.Destination)
+		if err != nil {
+			return err
+		}
+		if err := mkdirMount(dst, fi.IsDir()); err != nil {
+			return err
+		}
+		if err := mount(m.Source, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return err
+		}
+		if m.ReadOnly {
+			if err := mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_REC, ""); err != nil {
+				return err
+			}
+		}
+	}
+	// pivot_root(".", "."): the old root is stacked on top of the new one
+	// and detached at once (as runc does), with no directory left behind.
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("chdir %q: %w", root, err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root %q: %w", root, err)
+	}
+	if err := mount("", ".", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+func fstypeOr(fstype, src string) string {
+	if fstype != "" {
+		return fstype
+	}
+	return src
+}
+
+// mkdirMount makes a mount point: a directory, or an empty file.
+func mkdirMount(p string, dir bool) error {
+	if dir {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return fmt.Errorf("mount point %q: %w", p, err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("mount point %q: %w", p, err)
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("mount point %q: %w", p, err)
+	}
+	return f.Close()
+}
+
+// errTooManyLinks is returned by resolveIn for symlink loops.
+var errTooManyLinks = errors.New("too many levels of symbolic links")
+
+// resolveIn resolves path as if root were "/": symlinks in the rootfs
+// (absolute or relative) never lead outside root. Missing components are
+// kept as named, so the result can be created.
+func resolveIn(root, path string) (string, error) {
+	var done string // resolved part, relative to root, "/"-rooted
+	rest := strings.Split(filepath.Clean("/"+path), "/")
+	for links := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			done = filepath.Dir("/" + done)
+			continue
+		}
+		next := filepath.Join(done, c)
+		fi, err := os.Lstat(filepath.Join(root, next))
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			done = next
+			continue
+		}
+		if links++; links > 255 {
+			return "", fmt.Errorf("resolve %q in %q: %w", path, root, errTooManyLinks)
+		}
+		target, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			done = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return filepath.Join(root, done), nil
+}

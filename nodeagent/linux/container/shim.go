@@ -1,0 +1,263 @@
+package container
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The shim's file descriptors, as passed by Start: fd 3 is the ready pipe on
+// which the shim writes one line, "ok <pid>" or "error <message>", then
+// closes it.
+const shimReadyFD = 3
+
+// The init's file descriptors: fd 3 is the exec pipe (close-on-exec in the
+// init, so EOF without data means the command was exec'd; data is the
+// error), fd 4 (cgroup v1 only) the go pipe the init waits on until the shim
+// has placed it in its cgroups.
+const (
+	initExecFD = 3
+	initGoFD   = 4
+)
+
+// runShim is the shim's main: start the init, report, copy its output to
+// the log, wait for it and record the exit.
+func runShim(dir string) error {
+	// The shim outlives the agent and terminal: only SIGKILL ends it.
+	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
+	ready := os.NewFile(shimReadyFD, "ready")
+	spec, err := ReadSpec(dir)
+	if err != nil {
+		fmt.Fprintf(ready, "error read spec: %v\n", err)
+		return err
+	}
+	self, err := startTime(os.Getpid())
+	if err != nil {
+		fmt.Fprintf(ready, "error %v\n", err)
+		return err
+	}
+	st := State{ID: spec.ID, Status: StatusCreated, ShimPID: os.Getpid(), ShimStart: self}
+	if err := writeJSON(filepath.Join(dir, stateFile), st); err != nil {
+		fmt.Fprintf(ready, "error write state: %v\n", err)
+		return err
+	}
+	fail := func(err error) error {
+		st.Status, st.ExitCode, st.Error, st.FinishedAt = StatusExited, 128, err.Error(), time.Now()
+		if werr := writeJSON(filepath.Join(dir, stateFile), st); werr != nil {
+			err = errors.Join(err, werr)
+		}
+		fmt.Fprintf(ready, "error %s\n", bytes.ReplaceAll([]byte(err.Error()), []byte("\n"), []byte(" ")))
+		ready.Close()
+		return err
+	}
+
+	logf, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return fail(fmt.Errorf("open log: %w", err))
+	}
+	defer logf.Close()
+	cmd, pipes, err := startInit(spec)
+	if err != nil {
+		return fail(err)
+	}
+	// The init is cloned (v2: into its cgroup). On v1 place it now, then let
+	// it go on.
+	if pipes.goW != nil {
+		for sub, cg := range spec.Cgroups {
+			if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				return fail(fmt.Errorf("join %s cgroup %q: %w", sub, cg, err))
+			}
+		}
+		_ = pipes.goW.Close()
+	}
+	// EOF on the exec pipe: exec'd (the pipe was close-on-exec); data: the
+	// init's error.
+	msg, _ := io.ReadAll(pipes.execR)
+	pipes.execR.Close()
+	logs := &logWriter{f: logf}
+	copied := make(chan struct{}, 2)
+	go func() { logs.copy("stdout", pipes.stdout); copied <- struct{}{} }()
+	go func() { logs.copy("stderr", pipes.stderr); copied <- struct{}{} }()
+	if len(msg) > 0 {
+		_ = cmd.Wait()
+		return fail(fmt.Errorf("%w: %s", ErrExec, bytes.TrimSpace(msg)))
+	}
+	st.PID = cmd.Process.Pid
+	st.PIDStart, _ = startTime(st.PID)
+	st.Status, st.StartedAt = StatusRunning, time.Now()
+	if err := writeJSON(filepath.Join(dir, stateFile), st); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fail(err)
+	}
+	fmt.Fprintf(ready, "ok %d\n", st.PID)
+	ready.Close()
+
+	werr := cmd.Wait()
+	st.FinishedAt = time.Now()
+	// The init was PID 1 of its namespace: everything in it is gone, so the
+	// pipes reach EOF; a process that escaped would hold them, hence the cap.
+	for range 2 {
+		select {
+		case <-copied:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled():
+		st.Signal, st.ExitCode = int(ws.Signal()), 128+int(ws.Signal())
+	case cmd.ProcessState != nil:
+		st.ExitCode = ws.ExitStatus()
+	default:
+		st.ExitCode, st.Error = 128, fmt.Sprintf("wait: %v", werr)
+	}
+	st.OOMKilled = st.Signal == int(unix.SIGKILL) && oomKills(spec.Cgroups) > 0
+	st.Status = StatusExited
+	return writeJSON(filepath.Join(dir, stateFile), st)
+}
+
+type initPipes struct {
+	execR, goW     *os.File
+	stdout, stderr *os.File
+}
+
+// startInit clones the init in its namespaces (and on cgroup v2 into its
+// cgroup) from a thread that joined the pod's network namespace; the
+// thread is discarded afterwards.
+func startInit(spec Spec) (*exec.Cmd, initPipes, error) {
+	var p initPipes
+	var closeAfter []*os.File
+	defer func() {
+		for _, f := range closeAfter {
+			f.Close()
+		}
+	}()
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			closeAfter = append(closeAfter, w, r)
+		}
+		return r, w, err
+	}
+	execR, execW, err := pipe()
+	if err != nil {
+		return nil, p, err
+	}
+	outR, outW, err := pipe()
+	if err != nil {
+		return nil, p, err
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		return nil, p, err
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, p, err
+	}
+	closeAfter = append(closeAfter, devnull)
+	self, err := os.Executable()
+	if err != nil {
+		return nil, p, err
+	}
+	cmd := &exec.Cmd{
+		Path:       self,
+		Args:       []string{"podflow-init", spec.ID},
+		Env:        []string{envRole + "=" + roleInit, envDir + "=" + spec.Dir},
+		Stdin:      devnull,
+		Stdout:     outW,
+		Stderr:     errW,
+		ExtraFiles: []*os.File{execW},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC,
+			Pdeathsig:  0,
+		},
+	}
+	if v2, ok := spec.Cgroups[""]; ok {
+		cg, err := os.Open(v2)
+		if err != nil {
+			return nil, p, fmt.Errorf("open cgroup %q: %w", v2, err)
+		}
+		closeAfter = append(closeAfter, cg)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	} else if len(spec.Cgroups) > 0 {
+		goR, goW, err := pipe()
+		if err != nil {
+			return nil, p, err
+		}
+		cmd.ExtraFiles = append(cmd.ExtraFiles, goR)
+		p.goW = goW
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// Deliberately no UnlockOSThread: a thread whose namespace changed
+		// exits with this goroutine instead of returning to the pool.
+		runtime.LockOSThread()
+		if spec.NetnsPath != "" {
+			ns, err := os.Open(spec.NetnsPath)
+			if err != nil {
+				errc <- fmt.Errorf("open netns %q: %w", spec.NetnsPath, err)
+				return
+			}
+			defer ns.Close()
+			if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+				errc <- fmt.Errorf("join netns %q: %w", spec.NetnsPath, err)
+				return
+			}
+		}
+		errc <- cmd.Start()
+	}()
+	if err := <-errc; err != nil {
+		return nil, p, fmt.Errorf("start init: %w", err)
+	}
+	// Keep the parent's ends; the deferred close drops the child's.
+	keep := map[*os.File]bool{execR: true, outR: true, errR: true, p.goW: true}
+	rest := closeAfter[:0]
+	for _, f := range closeAfter {
+		if !keep[f] {
+			rest = append(rest, f)
+		}
+	}
+	closeAfter = rest
+	p.execR, p.stdout, p.stderr = execR, outR, errR
+	return cmd, p, nil
+}
+
+// oomKills reads the OOM kill counter of the container's memory cgroup.
+func oomKills(cgroups map[string]string) int {
+	file, key := "", "oom_kill"
+	if dir, ok := cgroups[""]; ok {
+		file = filepath.Join(dir, "memory.events")
+	} else if dir, ok := cgroups["memory"]; ok {
+		file = filepath.Join(dir, "memory.oom_control")
+	}
+	if file == "" {
+		return 0
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
+		f := bytes.Fields(line)
+		if len(f) == 2 && string(f[0]) == key {
+			n, _ := strconv.Atoi(string(f[1]))
+			return n
+		}
+	}
+	return 0
+}
