@@ -1,0 +1,191 @@
+// Package trace rebuilds a pod's lifecycle from the events of the JetStream
+// stream alone: which stage handled each step, on which replica, when, how
+// long the event waited in the stream and how long the stage took,
+// redeliveries and scheduler conflicts, and where the pod is now and why.
+// It is pure: the caller reads the stream and hands the events in.
+package trace
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/podflow/podflow/proto/eventsv1"
+)
+
+// Record is one event read from the stream.
+type Record struct {
+	Env    *eventsv1.Envelope
+	Stored time.Time // when the stream stored it
+	Seq    uint64    // stream sequence
+}
+
+// Entry is one line of a timeline.
+type Entry struct {
+	Time         time.Time     `json:"time"`
+	Elapsed      time.Duration `json:"elapsed"`
+	Stage        string        `json:"stage"`
+	Replica      string        `json:"replica"`
+	Event        string        `json:"event"`
+	Waited       time.Duration `json:"waited,omitempty"` // input event stored → handling started
+	Took         time.Duration `json:"took,omitempty"`   // handling started → ended
+	Redeliveries int32         `json:"redeliveries,omitempty"`
+	Detail       string        `json:"detail,omitempty"`
+	Seq          uint64        `json:"seq"`
+}
+
+// Timeline is a pod's trace.
+type Timeline struct {
+	Namespace   string  `json:"namespace"`
+	Name        string  `json:"name"`
+	UID         string  `json:"uid,omitempty"`
+	RequestID   string  `json:"requestId,omitempty"`
+	Traceparent string  `json:"traceparent,omitempty"`
+	Entries     []Entry `json:"entries"`
+	// Where is the stage the pod is at (or stopped in), Verdict what that
+	// means, in Kubernetes' words.
+	Where   string `json:"where"`
+	Verdict string `json:"verdict"`
+}
+
+// Build returns the timeline of the latest incarnation of the pod among
+// recs (in stream order): the one of the last PodRequested, or, without
+// one, of the last pod uid seen.
+func Build(ns, name string, recs []Record, uidOf func(requestID string) string) *Timeline {
+	tl := &Timeline{Namespace: ns, Name: name}
+	for _, r := range recs {
+		if r.Env.GetPodRequested() != nil {
+			tl.RequestID, tl.UID = r.Env.GetRequestId(), ""
+		}
+		if u := r.Env.GetPodUid(); u != "" && (tl.RequestID == "" || r.Env.GetRequestId() == tl.RequestID) {
+			tl.UID = u
+		}
+	}
+	if tl.UID == "" && tl.RequestID != "" && uidOf != nil {
+		tl.UID = uidOf(tl.RequestID)
+	}
+	stored := map[string]time.Time{}
+	var first time.Time
+	for _, r := range recs {
+		e := r.Env
+		mine := (tl.RequestID != "" && e.GetRequestId() == tl.RequestID) || (tl.UID != "" && e.GetPodUid() == tl.UID)
+		if !mine {
+			continue
+		}
+		stored[e.GetId()] = r.Stored
+		t := e.GetTime().AsTime()
+		if first.IsZero() {
+			first = t
+			tl.Traceparent = e.GetTraceparent()
+		}
+		en := Entry{
+			Time: t, Elapsed: t.Sub(first), Stage: e.GetStage(), Replica: e.GetReplica(), Event: string(e.Type()),
+			Redeliveries: e.GetRedeliveries(), Detail: Detail(e), Seq: r.Seq,
+		}
+		if hs, he := e.GetHandledStart(), e.GetHandledEnd(); hs != nil && he != nil {
+			en.Took = he.AsTime().Sub(hs.AsTime())
+			if in, ok := stored[e.GetCausedBy()]; ok {
+				en.Waited = hs.AsTime().Sub(in)
+			}
+		}
+		tl.Entries = append(tl.Entries, en)
+		tl.Where, tl.Verdict = verdict(e, tl.Where, tl.Verdict)
+	}
+	return tl
+}
+
+// verdict updates where the pod is after event e.
+func verdict(e *eventsv1.Envelope, where, v string) (string, string) {
+	switch p := e.PayloadMessage().(type) {
+	case *eventsv1.PodRequested:
+		return "api", "requested"
+	case *eventsv1.PodAuthorized:
+		return "admission", "authorized; waiting for admission"
+	case *eventsv1.PodAdmitted:
+		return "persistence", "admitted; waiting to be stored"
+	case *eventsv1.PodPersisted:
+		return "scheduler", "stored (Pending); waiting for a node"
+	case *eventsv1.PodUnschedulable:
+		return "scheduler", "Pending: FailedScheduling: " + p.GetMessage()
+	case *eventsv1.PodScheduled:
+		return "nodeagent", "scheduled to " + p.GetNodeName() + "; ContainerCreating"
+	case *eventsv1.PodRejected:
+		return e.GetStage(), fmt.Sprintf("rejected by %s: %d %s: %s", e.GetStage(), p.GetStatus().GetCode(), p.GetStatus().GetReason(), p.GetStatus().GetMessage())
+	case *eventsv1.PodFailed:
+		return "nodeagent", p.GetReason() + ": " + p.GetMessage()
+	case *eventsv1.PodRunning:
+		return "nodeagent", "Running; waiting for readiness"
+	case *eventsv1.PodReady:
+		return "endpoints", "Running and Ready"
+	case *eventsv1.PodNotReady:
+		return "nodeagent", "Running, not Ready: " + p.GetReason()
+	case *eventsv1.EndpointsUpdated:
+		if p.GetAdded() {
+			return "endpoints", "Running and Ready; in service/" + p.GetService()
+		}
+		return "endpoints", v + "; left service/" + p.GetService()
+	case *eventsv1.PodDeleteRequested:
+		return "nodeagent", "Terminating"
+	case *eventsv1.PodDeleted:
+		return "status", "deleted"
+	case *eventsv1.ContainerExited:
+		if p.GetExitCode() != 0 {
+			return "nodeagent", fmt.Sprintf("container %s exited %d (%s)", p.GetContainer(), p.GetExitCode(), p.GetReason())
+		}
+	}
+	return where, v
+}
+
+// Detail is a one-line summary of an event for people.
+func Detail(e *eventsv1.Envelope) string {
+	switch p := e.PayloadMessage().(type) {
+	case *eventsv1.PodScheduled:
+		s := "node=" + p.GetNodeName()
+		if p.GetConflicts() > 0 {
+			s += fmt.Sprintf(" conflicts=%d", p.GetConflicts())
+		}
+		if p.GetFilterNanos()+p.GetScoreNanos()+p.GetBindNanos() > 0 {
+			s += fmt.Sprintf(" filter=%s score=%s bind=%s", time.Duration(p.GetFilterNanos()), time.Duration(p.GetScoreNanos()), time.Duration(p.GetBindNanos()))
+		}
+		return s
+	case *eventsv1.PodUnschedulable:
+		return p.GetMessage()
+	case *eventsv1.PodRejected:
+		return fmt.Sprintf("%d %s: %s", p.GetStatus().GetCode(), p.GetStatus().GetReason(), p.GetStatus().GetMessage())
+	case *eventsv1.PodAdmitted:
+		return strings.Join(p.GetMutations(), "; ")
+	case *eventsv1.PodSandboxReady:
+		return "ip=" + p.GetPodIp()
+	case *eventsv1.ImagePulling:
+		return p.GetImage()
+	case *eventsv1.ImagePulled:
+		if p.GetAlreadyPresent() {
+			return p.GetImage() + " (present)"
+		}
+		return p.GetImage()
+	case *eventsv1.ContainerStarted:
+		if p.GetRestartCount() > 0 {
+			return fmt.Sprintf("%s restart=%d", p.GetContainer(), p.GetRestartCount())
+		}
+		return p.GetContainer()
+	case *eventsv1.ContainerExited:
+		return fmt.Sprintf("%s exit=%d %s", p.GetContainer(), p.GetExitCode(), p.GetReason())
+	case *eventsv1.PodRunning:
+		return "ip=" + p.GetPodIp()
+	case *eventsv1.PodFailed:
+		return p.GetReason() + ": " + p.GetMessage()
+	case *eventsv1.PodNotReady:
+		return p.GetReason() + ": " + p.GetMessage()
+	case *eventsv1.EndpointsUpdated:
+		verb := "left"
+		if p.GetAdded() {
+			verb = "joined"
+		}
+		return fmt.Sprintf("%s service/%s (%d ready)", verb, p.GetService(), p.GetReadyEndpoints())
+	case *eventsv1.PodStatusReport:
+		return "phase=" + p.GetStatus().GetPhase()
+	case *eventsv1.DeadLetter:
+		return fmt.Sprintf("%s after %d deliveries: %s", p.GetCode(), p.GetDeliveries(), p.GetError())
+	}
+	return ""
+}

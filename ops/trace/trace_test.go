@@ -1,0 +1,70 @@
+package trace
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/bus"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+)
+
+func env(id, causedBy, stage, req, uid string, at time.Time, start, end time.Duration, payload proto.Message) Record {
+	e := &eventsv1.Envelope{Id: id, CausedBy: causedBy, Stage: stage, Replica: stage + "-1", RequestId: req, PodUid: uid, Time: timestamppb.New(at)}
+	if err := bus.SetPayload(e, payload); err != nil {
+		panic(err)
+	}
+	if end > 0 {
+		e.HandledStart, e.HandledEnd = timestamppb.New(at.Add(-end+start)), timestamppb.New(at)
+	}
+	return Record{Env: e, Stored: at}
+}
+
+func TestBuild(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	recs := []Record{
+		// An older incarnation of the same name: ignored.
+		env("old", "", "client", "r0", "", t0.Add(-time.Hour), 0, 0, &eventsv1.PodRequested{}),
+		env("a", "", "client", "r1", "", t0, 0, 0, &eventsv1.PodRequested{}),
+		env("b", "a", "api", "r1", "", t0.Add(3*ms), 0, 1*ms, &eventsv1.PodAuthorized{}),
+		env("c", "b", "admission", "r1", "", t0.Add(5*ms), 0, 1*ms, &eventsv1.PodAdmitted{}),
+		env("d", "c", "persistence", "r1", "u1", t0.Add(10*ms), 0, 2*ms, &eventsv1.PodPersisted{}),
+		env("e", "d", "scheduler", "r1", "u1", t0.Add(20*ms), 0, 5*ms, &eventsv1.PodUnschedulable{
+			Message: "0/3 nodes are available: 3 Insufficient cpu."}),
+	}
+	recs[5].Env.Redeliveries = 2
+	tl := Build("default", "web", recs, nil)
+	if tl.UID != "u1" || tl.RequestID != "r1" || len(tl.Entries) != 5 {
+		t.Fatalf("uid %q request %q entries %d", tl.UID, tl.RequestID, len(tl.Entries))
+	}
+	api := tl.Entries[1]
+	if api.Stage != "api" || api.Took != ms || api.Waited != 2*ms || api.Elapsed != 3*ms {
+		t.Fatalf("api entry %+v", api)
+	}
+	sched := tl.Entries[4]
+	if sched.Redeliveries != 2 || sched.Waited != 5*ms {
+		t.Fatalf("scheduler entry %+v", sched)
+	}
+	if tl.Where != "scheduler" || !strings.Contains(tl.Verdict, "FailedScheduling: 0/3 nodes are available: 3 Insufficient cpu.") {
+		t.Fatalf("where %q verdict %q", tl.Where, tl.Verdict)
+	}
+}
+
+func TestVerdictRejected(t *testing.T) {
+	t0 := time.Now()
+	recs := []Record{
+		env("a", "", "client", "r1", "", t0, 0, 0, &eventsv1.PodRequested{}),
+		env("b", "a", "api", "r1", "", t0, 0, 1, &eventsv1.PodRejected{
+			Status: &corev1.Status{Code: 403, Reason: "Forbidden", Message: "pods is forbidden"}}),
+	}
+	tl := Build("default", "x", recs, nil)
+	if tl.Where != "api" || tl.Verdict != "rejected by api: 403 Forbidden: pods is forbidden" {
+		t.Fatalf("%q %q", tl.Where, tl.Verdict)
+	}
+}
