@@ -74,6 +74,23 @@ func TestHappyPath(t *testing.T) {
 	}
 }
 
+func TestEventsOfOneTypeInOneStepAreDistinct(t *testing.T) {
+	e := newEnv(t)
+	p := newPod("pair", func(p *corev1.Pod) {
+		p.Spec.Containers = append(p.Spec.Containers, &corev1.Container{Name: "sidecar", Image: "envoy:1.30"})
+	})
+	e.bind(p)
+	envs := e.waitReady(p.Metadata.Uid)
+	checkSeq(t, envs)
+	var started []string
+	for _, x := range ofType(envs, "ContainerStarted") {
+		started = append(started, x.GetContainerStarted().GetContainer())
+	}
+	if !slices.Equal(started, []string{"app", "sidecar"}) || len(ofType(envs, "ImagePulled")) != 2 {
+		t.Errorf("ContainerStarted for %v, %d ImagePulled: an event was deduplicated away", started, len(ofType(envs, "ImagePulled")))
+	}
+}
+
 func TestInitContainersAndProbes(t *testing.T) {
 	e := newEnv(t)
 	probe := &corev1.Probe{PeriodSeconds: 1, SuccessThreshold: 2}

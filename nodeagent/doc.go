@@ -14,10 +14,14 @@
 // specific lifecycle events (PodSandboxReady, ImagePulled, ContainerStarted,
 // ContainerExited, PodRunning, PodReady, PodNotReady, PodFailed, PodKilled,
 // PodDeleted). Envelopes carry stage "nodeagent", replica and node_name = the
-// node, generation = a per-pod sequence number that only grows, also across
-// agent restarts (it is at least the wall clock in nanoseconds), and the
-// deterministic id "<pod uid>/<type>/<seq>" ("<pod uid>/PodDeleted" for the
-// last one), so a retried publish is deduplicated by JetStream.
+// node, and generation = the report's seq: a per-pod number that only grows,
+// also across agent restarts (it is at least the wall clock in nanoseconds).
+// The events after a report carry that report's seq, so a consumer acting on
+// one can wait until the store reflects the report. Ids are deterministic —
+// "uid/<pod uid>/<type>/g<seq>/a1" as bus.EventID makes them, "/<n>" appended
+// to the n-th further event of one type after one report, and
+// "uid/<pod uid>/PodDeleted" for the last one — so a retried publish is
+// deduplicated by JetStream.
 //
 // Callers must:
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -586,7 +587,7 @@ func (w *worker) terminate(ctx context.Context, grace time.Duration) {
 	w.flush(ctx)
 	w.a.retire(w, true) // from here on the pod is gone for the agent
 	seq := w.nextSeq()
-	del := w.envelope(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodDeleted{PodDeleted: &eventsv1.PodDeleted{}}}, seq)
+	del := w.envelope(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodDeleted{PodDeleted: &eventsv1.PodDeleted{}}}, seq, 0)
 	del.Id = fmt.Sprintf("uid/%s/PodDeleted", w.uid) // one per pod, however often asked
 	w.outbox = append(w.outbox, del)
 	for {
@@ -700,9 +701,16 @@ func (w *worker) nextSeq() int64 {
 	return w.seq
 }
 
-func (w *worker) envelope(env *eventsv1.Envelope, seq int64) *eventsv1.Envelope {
+// envelope fills env's routing fields. Its id is what bus.EventID would
+// make ("uid/<uid>/<type>/g<seq>/a1"); the n-th (n > 0) event of one type
+// after one report gets "/<n>" appended, so that it is not deduplicated
+// away (two containers starting in one step, for instance).
+func (w *worker) envelope(env *eventsv1.Envelope, seq int64, n int) *eventsv1.Envelope {
 	md := w.pod.GetMetadata()
-	env.Id = fmt.Sprintf("uid/%s/%s/g%d/a1", w.uid, env.Type(), seq) // as bus.EventID would make it
+	env.Id = fmt.Sprintf("uid/%s/%s/g%d/a1", w.uid, env.Type(), seq)
+	if n > 0 {
+		env.Id += "/" + strconv.Itoa(n)
+	}
 	env.PodUid, env.Namespace, env.PodName = w.uid, md.GetNamespace(), md.GetName()
 	env.NodeName, env.Stage, env.Replica = w.a.cfg.NodeName, Stage, w.a.cfg.NodeName
 	env.Time, env.Attempt, env.Generation = timestamppb.New(w.now()), 1, seq
@@ -718,11 +726,13 @@ func (w *worker) flush(ctx context.Context) time.Time {
 	if len(w.records) > 0 || len(w.events) > 0 || !proto.Equal(st, w.lastStatus) {
 		seq := w.nextSeq()
 		w.outbox = append(w.outbox, w.envelope(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodStatusReport{
-			PodStatusReport: &eventsv1.PodStatusReport{Status: st, Seq: seq, Events: w.records}}}, seq))
+			PodStatusReport: &eventsv1.PodStatusReport{Status: st, Seq: seq, Events: w.records}}}, seq, 0))
 		// The events that follow carry the report's seq: a consumer that
 		// acts on them waits until the store reflects that report.
+		seen := map[eventsv1.Type]int{}
 		for _, e := range w.events {
-			w.outbox = append(w.outbox, w.envelope(e, seq))
+			w.outbox = append(w.outbox, w.envelope(e, seq, seen[e.Type()]))
+			seen[e.Type()]++
 		}
 		w.lastStatus, w.records, w.events, w.notReady = st, nil, nil, false
 		w.reported.Store(st)
