@@ -1,6 +1,7 @@
 package image
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -81,7 +83,8 @@ type Store struct {
 	ctx    context.Context // cancelled by Close; downloads run under it
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	sem    chan struct{} // layer download slots
+	sem    chan struct{}   // layer download slots
+	tr     *http.Transport // owned: idle connections closed by Close
 
 	images *flightGroup[*record]
 	layers *flightGroup[struct{}]
@@ -110,6 +113,7 @@ func NewStore(cfg Config) (*Store, error) {
 		cfg:      cfg,
 		platform: v1.Platform{OS: "linux", Architecture: runtime.GOARCH},
 		sem:      make(chan struct{}, cfg.Parallelism),
+		tr:       remote.DefaultTransport.(*http.Transport).Clone(),
 		index:    map[string]*record{},
 	}
 	if err := s.loadIndex(); err != nil {
@@ -126,6 +130,7 @@ func NewStore(cfg Config) (*Store, error) {
 func (s *Store) Close() error {
 	s.cancel()
 	s.wg.Wait()
+	s.tr.CloseIdleConnections()
 	return nil
 }
 
@@ -245,7 +250,7 @@ func (s *Store) find(ref string) (*record, error) {
 // fetch downloads r's manifest, config and missing layers and records the
 // image in the index.
 func (s *Store) fetch(ctx context.Context, r reference) (*record, error) {
-	desc, err := remote.Get(r.remote, remote.WithContext(ctx), remote.WithPlatform(s.platform))
+	desc, err := remote.Get(r.remote, remote.WithContext(ctx), remote.WithPlatform(s.platform), remote.WithTransport(s.tr))
 	if err != nil {
 		return nil, fmt.Errorf("get %q: %w", r.remote.String(), err)
 	}
@@ -501,6 +506,8 @@ func (s *Store) loadIndex() error {
 	}
 	return nil
 }
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 // ctxReader makes a long copy stop when ctx ends.
 type ctxReader struct {
