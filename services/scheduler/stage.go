@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"maps"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -37,6 +39,14 @@ type StageConfig struct {
 	// OrphanAge: Reconcile schedules an unbound pod nobody has tried for
 	// this long (its event was lost, or its replica died).
 	OrphanAge time.Duration
+	// CacheSyncTimeout bounds how long a lost bind race waits for this
+	// replica's pod informer to catch up with the allocation that beat it
+	// before deciding again. Default 2s.
+	CacheSyncTimeout time.Duration
+	// MaxAttempts bounds the decide-and-bind attempts of one handling of a
+	// pod (each lost race is one); past it the event is retried later
+	// with the runner's backoff. Default 16.
+	MaxAttempts int
 }
 
 // DefaultStageConfig returns kube-scheduler's backoffs (1s to 10s).
@@ -44,6 +54,7 @@ func DefaultStageConfig() StageConfig {
 	return StageConfig{
 		Scheduler: DefaultConfig(), SchedulerName: "default-scheduler",
 		InitialBackoff: time.Second, MaxBackoff: 10 * time.Second, OrphanAge: 5 * time.Second,
+		CacheSyncTimeout: 2 * time.Second, MaxAttempts: 16,
 	}
 }
 
@@ -52,11 +63,21 @@ func (c StageConfig) Validate() error {
 	if c.InitialBackoff <= 0 || c.MaxBackoff < c.InitialBackoff || c.OrphanAge <= 0 {
 		return fmt.Errorf("scheduler: stage config: backoff [%s, %s] and orphan age %s must be positive and ordered", c.InitialBackoff, c.MaxBackoff, c.OrphanAge)
 	}
+	if c.CacheSyncTimeout <= 0 || c.MaxAttempts < 1 {
+		return fmt.Errorf("scheduler: stage config: CacheSyncTimeout (%s) must be positive and MaxAttempts (%d) at least 1", c.CacheSyncTimeout, c.MaxAttempts)
+	}
+	if c.SchedulerName == "" {
+		return errors.New("scheduler: stage config: SchedulerName is required")
+	}
 	return c.Scheduler.Validate()
 }
 
 // Counters are the stage's running totals, for metrics and tests.
 type Counters struct {
+	// Scheduled counts binds this replica committed; Unschedulable the
+	// attempts that found no node; Conflicts the bind races it lost (a
+	// pod or a node allocation changed under it); Errors the attempts
+	// that failed otherwise.
 	Scheduled, Unschedulable, Conflicts, Errors atomic.Int64
 }
 
@@ -66,7 +87,8 @@ type Counters struct {
 // (assuming the pod onto its node), and binds with a store transaction
 // that compares the pod (still unbound) and the node's NodeAllocation
 // (still what the decision saw), so that replicas never bind a pod twice or
-// overcommit a node. A lost race re-queues the pod at once.
+// overcommit a node. A lost race re-queues the pod at once against the
+// state that won.
 type Stage struct {
 	env   stage.Env
 	cfg   StageConfig
@@ -81,11 +103,16 @@ type Stage struct {
 	pods   *informer.Informer[*corev1.Pod]
 	allocs *informer.Informer[*corev1.NodeAllocation]
 
-	qmu       sync.Mutex
-	waiting   map[string]*waitingPod // unschedulable pods by uid
-	kick      chan struct{}          // a node or capacity appeared
-	tried     sync.Map               // uid -> time of the last attempt by this replica
-	conflicts sync.Map               // uid -> *atomic.Int32: lost bind races, for the PodScheduled event
+	podRev    revWaiter   // revision the pod informer (so the cache) reached
+	known     allocations // allocations newer than the informer's
+	bindLocks bindLocks
+	inflight  sync.Map // uid -> struct{}: an attempt of this replica is running
+
+	qmu     sync.Mutex
+	waiting map[string]*waitingPod // unschedulable pods by uid
+	kick    chan struct{}          // a node or capacity appeared
+	tried   sync.Map               // uid -> time of the last attempt by this replica
+	started chan struct{}          // closed when Start has synced the caches
 
 	Counters Counters
 }
@@ -101,6 +128,13 @@ var (
 	_ stage.Reconciler = (*Stage)(nil)
 )
 
+// errInFlight: the pod is being scheduled by another attempt of this
+// replica (a redelivery overtook the first delivery); retried later.
+var errInFlight = errors.New("scheduler: pod is already being scheduled by this replica")
+
+// errTooManyAttempts: every attempt of one handling lost a race.
+var errTooManyAttempts = errors.New("scheduler: too many lost bind races")
+
 // NewStage returns a scheduler stage replica.
 func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 	if err := cfg.Validate(); err != nil {
@@ -113,16 +147,23 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 	s := &Stage{
 		env: env, cfg: cfg, cache: NewCache(), sched: sched, snap: NewSnapshot(),
 		rec:     &events.Recorder{Store: env.Store, Component: cfg.SchedulerName, Instance: env.Replica},
-		waiting: map[string]*waitingPod{}, kick: make(chan struct{}, 1),
+		known:   allocations{overlay: map[string]*corev1.NodeAllocation{}},
+		waiting: map[string]*waitingPod{}, kick: make(chan struct{}, 1), started: make(chan struct{}),
 	}
+	s.bindLocks.seed = maphash.MakeSeed()
 	logErr := func(what string, err error) {
 		if err != nil && env.Log != nil {
 			env.Log.Warn("scheduler cache", "op", what, "err", err)
 		}
 	}
 	s.nodes, err = informer.New[*corev1.Node](env.Store, "", informer.Handlers[*corev1.Node]{
-		OnAdd:    func(n *corev1.Node) { logErr("add node", s.cache.AddNode(n)); s.wake() },
-		OnUpdate: func(_, n *corev1.Node) { logErr("update node", s.cache.UpdateNode(n)); s.wake() },
+		OnAdd: func(n *corev1.Node) { logErr("add node", s.cache.AddNode(n)); s.wake() },
+		OnUpdate: func(old, n *corev1.Node) {
+			logErr("update node", s.cache.UpdateNode(n))
+			if nodeMayFitMore(old, n) {
+				s.wake()
+			}
+		},
 		OnDelete: func(n *corev1.Node) { logErr("remove node", s.cache.RemoveNode(n.GetMetadata().GetName())) },
 	})
 	if err != nil {
@@ -134,25 +175,55 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 			if bound(p) {
 				logErr("add pod", s.cache.AddPod(p))
 			}
+			s.podRev.advance(s.pods.Revision())
 		},
-		OnUpdate: func(_, p *corev1.Pod) {
+		OnUpdate: func(old, p *corev1.Pod) {
 			if bound(p) {
 				logErr("update pod", s.cache.UpdatePod(p))
+				if terminal(p) && !terminal(old) {
+					s.wake() // its resources are free
+				}
 			}
+			s.podRev.advance(s.pods.Revision())
 		},
 		OnDelete: func(p *corev1.Pod) {
 			if bound(p) {
-				logErr("remove pod", s.cache.RemovePod(p))
+				if err := s.cache.RemovePod(p); !errors.Is(err, ErrPodNotFound) {
+					logErr("remove pod", err)
+				}
 				s.wake()
 			}
 			s.forget(p.GetMetadata().GetUid())
+			s.podRev.advance(s.pods.Revision())
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.allocs, err = informer.New[*corev1.NodeAllocation](env.Store, "", informer.Handlers[*corev1.NodeAllocation]{})
+	s.allocs, err = informer.New[*corev1.NodeAllocation](env.Store, "", informer.Handlers[*corev1.NodeAllocation]{
+		OnAdd:    s.known.informed,
+		OnUpdate: func(_, a *corev1.NodeAllocation) { s.known.informed(a) },
+	})
 	return s, err
+}
+
+// nodeMayFitMore reports whether a node update may let a waiting pod in:
+// its spec (unschedulable, taints), labels, allocatable or readiness
+// changed. A heartbeat alone does not.
+func nodeMayFitMore(old, n *corev1.Node) bool {
+	return !proto.Equal(old.GetSpec(), n.GetSpec()) ||
+		!maps.Equal(old.GetMetadata().GetLabels(), n.GetMetadata().GetLabels()) ||
+		!maps.Equal(old.GetStatus().GetAllocatable(), n.GetStatus().GetAllocatable()) ||
+		readyStatus(old) != readyStatus(n)
+}
+
+func readyStatus(n *corev1.Node) string {
+	for _, c := range n.GetStatus().GetConditions() {
+		if c.GetType() == "Ready" {
+			return c.GetStatus()
+		}
+	}
+	return ""
 }
 
 // Start runs the informers, waits for their first lists, and starts the
@@ -171,9 +242,15 @@ func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 			return err
 		}
 	}
+	s.podRev.advance(s.pods.Revision())
 	g.Go(func() error { s.retryLoop(ctx); return nil })
+	close(s.started)
 	return nil
 }
+
+// Started is closed once Start has synced the replica's caches: from
+// then on it handles events.
+func (s *Stage) Started() <-chan struct{} { return s.started }
 
 // Handle schedules the pod of a PodPersisted (PodDeleted only frees room:
 // the informer already noticed, and unschedulable pods are retried).
@@ -187,15 +264,47 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	default:
 		return bus.Permanent(fmt.Errorf("scheduler: unexpected event %s", env.Type()))
 	}
-	return s.schedulePod(ctx, env.GetNamespace(), env.GetPodName(), env.GetPodUid(), d)
+	var hint *corev1.Pod
+	if in := env.GetPodPersisted(); in.GetPod().GetMetadata() != nil {
+		hint = in.GetPod()
+		if objects.Revision(hint) == 0 && in.GetRevision() > 0 {
+			hint = proto.CloneOf(hint)
+			objects.SetRevision(hint, in.GetRevision())
+		}
+	}
+	return s.schedulePod(ctx, env.GetNamespace(), env.GetPodName(), env.GetPodUid(), hint, d)
 }
 
-// schedulePod runs one scheduling attempt for ns/name; d is the delivery
-// that caused it (nil for retries and reconciliation).
-func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, d *bus.Delivery) error {
-	s.tried.Store(uid, time.Now())
-	for {
-		pod, err := objects.Get[*corev1.Pod](ctx, s.env.Store, ns, name)
+// schedulePod runs scheduling attempts for ns/name (of uid, when set)
+// until the pod is bound, found unschedulable, gone, or an error ends
+// them. hint is a copy of the pod the caller has (the event's), possibly
+// stale; d is the delivery that caused the attempt (nil for retries and
+// reconciliation).
+//
+// The first attempt works from the freshest copy at hand — the event's or
+// the informer's — without reading the store: the bind transaction's
+// compare catches a stale copy. A lost race refreshes exactly what it lost
+// on: the pod (a linearizable read), or the node's allocation (a read,
+// then waiting for the cache to hold the pods it accounts for).
+func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *corev1.Pod, d *bus.Delivery) error {
+	if uid != "" {
+		if _, busy := s.inflight.LoadOrStore(uid, struct{}{}); busy {
+			if d != nil {
+				return fmt.Errorf("%w: %q", errInFlight, ns+"/"+name)
+			}
+			return nil
+		}
+		defer s.inflight.Delete(uid)
+		s.tried.Store(uid, time.Now())
+	}
+	var conflicts int32
+	fresh := false // read the pod from the store, not from a copy
+	for attempt := 0; ; attempt++ {
+		if attempt == s.cfg.MaxAttempts {
+			s.Counters.Errors.Add(1)
+			return fmt.Errorf("%w: pod %q, %d attempts", errTooManyAttempts, ns+"/"+name, attempt)
+		}
+		pod, err := s.readPod(ctx, ns, name, uid, hint, fresh)
 		if errors.Is(err, raftstore.ErrNotFound) {
 			s.forget(uid)
 			return nil
@@ -213,25 +322,27 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, d *bus.De
 		if node := pod.GetSpec().GetNodeName(); node != "" {
 			// Bound already (by us before a crash, or another replica):
 			// make sure the node heard of it. Same event id: deduplicated.
+			// The Scheduled Event was written with the bind.
 			s.forget(uid)
-			return s.publishScheduled(ctx, d, pod, node, 0, Result{})
+			_, err := s.env.Bus.Publish(ctx, s.scheduledEnvelope(d, pod, node, &eventsv1.PodScheduled{NodeName: node}))
+			return err
 		}
 
-		s.mu.Lock()
-		s.cache.UpdateSnapshot(s.snap)
-		res, err := s.sched.Schedule(pod, s.snap)
-		if err == nil {
-			err = s.cache.AssumePod(pod, res.Node)
-			if errors.Is(err, ErrPodExists) && s.cache.IsAssumed(pod) {
-				// Assumed by an attempt of ours that did not finish.
-				_ = s.cache.ForgetPod(pod)
-				err = s.cache.AssumePod(pod, res.Node)
-			}
-		}
-		s.mu.Unlock()
-
+		res, err := s.decide(pod)
 		var fit *FitError
 		switch {
+		case errors.Is(err, ErrPodExists):
+			// The cache has the pod bound (or assumed by a bind of ours
+			// that committed): our copy is stale.
+			if fresh && s.cache.IsAssumed(pod) {
+				_ = s.cache.ForgetPod(pod)
+			}
+			fresh = true
+			continue
+		case (errors.As(err, &fit) || errors.Is(err, ErrNoNodesAvailable)) && !fresh:
+			// Never report a pod unschedulable from a stale copy.
+			fresh = true
+			continue
 		case errors.As(err, &fit):
 			return s.unschedulable(ctx, d, pod, fit.Error(), fit)
 		case errors.Is(err, ErrNoNodesAvailable):
@@ -241,122 +352,93 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, d *bus.De
 			return bus.Permanent(err)
 		}
 
+		payload := &eventsv1.PodScheduled{NodeName: res.Node, FilterNanos: res.FilterDuration.Nanoseconds(), ScoreNanos: res.ScoreDuration.Nanoseconds()}
+		next := s.scheduledEnvelope(d, pod, res.Node, payload)
 		start := time.Now()
-		bindErr := s.bind(ctx, pod, res.Node)
-		bindNanos := time.Since(start)
-		switch {
-		case bindErr == nil:
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, causeID: bus.EventID(next)})
+		took := time.Since(start)
+		if err != nil || outcome != bound {
+			// Every path but a commit forgets the assumption. After an
+			// indeterminate commit the pod informer brings the pod back.
+			_ = s.cache.ForgetPod(pod)
+		}
+		if err != nil {
+			s.Counters.Errors.Add(1)
+			return err
+		}
+		switch outcome {
+		case bound:
 			s.forget(uid)
 			s.Counters.Scheduled.Add(1)
-			return s.publishScheduled(ctx, d, pod, res.Node, int32(s.conflictsOf(uid)), res, bindNanos)
-		case errors.Is(bindErr, raftstore.ErrConflict), errors.Is(bindErr, errNoLongerFits):
-			// Lost a race: the pod or the node changed. Re-queue against
-			// fresh state at once.
-			_ = s.cache.ForgetPod(pod)
+			payload.Revision, payload.Conflicts, payload.BindNanos = rev, conflicts, took.Nanoseconds()
+			_, err := s.env.Bus.Publish(ctx, next)
+			return err
+		case podStale:
+			conflicts++
 			s.Counters.Conflicts.Add(1)
-			s.noteConflict(uid)
-			if err := s.waitForCache(ctx); err != nil {
+			fresh = true
+		case nodeStale:
+			conflicts++
+			s.Counters.Conflicts.Add(1)
+			if err := s.refreshNode(ctx, res.Node); err != nil {
 				return err
 			}
-			continue
-		default:
-			_ = s.cache.ForgetPod(pod)
-			return bindErr
+		case nodeNotFound:
+			// Removed since the decision; the cache follows at once.
 		}
 	}
 }
 
-var errNoLongerFits = errors.New("scheduler: the node's allocation no longer fits the pod")
-
-// bind sets spec.nodeName and accounts the pod on its node in one
-// transaction: the pod must still be the unbound revision we read, the
-// node's NodeAllocation the revision we checked.
-func (s *Stage) bind(ctx context.Context, pod *corev1.Pod, nodeName string) error {
-	node, ok := s.nodes.Get("", nodeName)
-	if !ok {
-		return errNoLongerFits
+// readPod returns the pod ns/name: from the store when fresh is set or no
+// copy of the right uid is at hand, else the newer of hint and the
+// informer's copy.
+func (s *Stage) readPod(ctx context.Context, ns, name, uid string, hint *corev1.Pod, fresh bool) (*corev1.Pod, error) {
+	if !fresh {
+		var best *corev1.Pod
+		for _, p := range []*corev1.Pod{hint, s.informed(ns, name)} {
+			if p == nil || (uid != "" && p.GetMetadata().GetUid() != uid) {
+				continue
+			}
+			if best == nil || objects.Revision(p) > objects.Revision(best) {
+				best = p
+			}
+		}
+		if best != nil && objects.Revision(best) > 0 {
+			return best, nil
+		}
 	}
-	alloc, err := objects.Get[*corev1.NodeAllocation](ctx, s.env.Store, "", nodeName)
-	allocRev := int64(0)
-	switch {
-	case errors.Is(err, raftstore.ErrNotFound):
-		alloc = nil
-	case err != nil:
-		return err
-	default:
-		allocRev = objects.Revision(alloc)
-	}
-	reasons, err := CheckAllocationFit(node, alloc, pod)
-	if err != nil {
-		return err
-	}
-	if len(reasons) > 0 {
-		return fmt.Errorf("%w: %v", errNoLongerFits, reasons)
-	}
-	next, _, err := MergeAllocation(alloc, nodeName, pod)
-	if err != nil {
-		return err
-	}
-	bound := proto.CloneOf(pod)
-	bound.Spec.NodeName = nodeName
-	if bound.Status == nil {
-		bound.Status = &corev1.PodStatus{}
-	}
-	status.MarkCondition(bound.Status, "PodScheduled", "True", "", "", timestamppb.Now())
-	podBytes, err := objects.Encode(bound)
-	if err != nil {
-		return err
-	}
-	allocBytes, err := objects.Encode(next)
-	if err != nil {
-		return err
-	}
-	podKey, allocKey := objects.Pods.Key(pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetName()), objects.NodeAllocations.Key("", nodeName)
-	_, err = s.env.Store.Client().Txn(ctx, raftstore.Txn{
-		Compares: []raftstore.Compare{{Key: podKey, ModRevision: objects.Revision(pod)}, {Key: allocKey, ModRevision: allocRev}},
-		Ops: []raftstore.Op{
-			{Type: raftstore.OpPut, Key: podKey, Value: podBytes},
-			{Type: raftstore.OpPut, Key: allocKey, Value: allocBytes},
-		},
-	})
-	return err
+	return objects.Get[*corev1.Pod](ctx, s.env.Store, ns, name)
 }
 
-// waitForCache lets the informers catch up after a lost race, so the next
-// cycle sees the state that beat us.
-func (s *Stage) waitForCache(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(5 * time.Millisecond):
-		return nil
-	}
+func (s *Stage) informed(ns, name string) *corev1.Pod {
+	p, _ := s.pods.Get(ns, name)
+	return p
 }
 
-func (s *Stage) publishScheduled(ctx context.Context, d *bus.Delivery, pod *corev1.Pod, node string, conflicts int32, res Result, bind ...time.Duration) error {
-	payload := &eventsv1.PodScheduled{
-		NodeName: node, Conflicts: conflicts,
-		FilterNanos: res.FilterDuration.Nanoseconds(), ScoreNanos: res.ScoreDuration.Nanoseconds(),
+// decide runs one scheduling cycle and assumes the pod onto the chosen
+// node, under the cycle lock.
+func (s *Stage) decide(pod *corev1.Pod) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cache.UpdateSnapshot(s.snap)
+	res, err := s.sched.Schedule(pod, s.snap)
+	if err != nil {
+		return res, err
 	}
-	if len(bind) > 0 {
-		payload.BindNanos = bind[0].Nanoseconds()
-	}
+	return res, s.cache.AssumePod(pod, res.Node)
+}
+
+// scheduledEnvelope is the PodScheduled event of pod's binding to node. Its
+// id is the same for every attempt, so that JetStream stores it once.
+func (s *Stage) scheduledEnvelope(d *bus.Delivery, pod *corev1.Pod, node string, payload *eventsv1.PodScheduled) *eventsv1.Envelope {
 	var next *eventsv1.Envelope
 	if d != nil {
 		next = d.Next(payload)
 	} else {
-		var err error
-		if next, err = stage.PodEvent(s.env, pod, 1, payload); err != nil {
-			return err
-		}
+		next, _ = stage.PodEvent(s.env, pod, 1, payload) // payload is a valid payload type
 	}
 	next.NodeName, next.PodUid, next.Generation = node, pod.GetMetadata().GetUid(), 1
-	if _, err := s.env.Bus.Publish(ctx, next); err != nil {
-		return err
-	}
-	md := pod.GetMetadata()
-	return s.rec.Record(ctx, events.PodRef(pod), events.Normal, eventsv1.ReasonScheduled,
-		fmt.Sprintf("Successfully assigned %s/%s to %s", md.GetNamespace(), md.GetName(), node), next.GetId())
+	return next
 }
 
 // unschedulable records why the pod cannot be placed — PodScheduled=False
@@ -422,19 +504,6 @@ func (s *Stage) forget(uid string) {
 	s.tried.Delete(uid)
 }
 
-func (s *Stage) noteConflict(uid string) {
-	v, _ := s.conflicts.LoadOrStore(uid, new(atomic.Int32))
-	v.(*atomic.Int32).Add(1)
-}
-
-func (s *Stage) conflictsOf(uid string) int {
-	v, ok := s.conflicts.LoadAndDelete(uid)
-	if !ok {
-		return 0
-	}
-	return int(v.(*atomic.Int32).Load())
-}
-
 // wake retries unschedulable pods at once (a node appeared or changed, a
 // bound pod went away).
 func (s *Stage) wake() {
@@ -469,7 +538,7 @@ func (s *Stage) retryLoop(ctx context.Context) {
 		}
 		s.qmu.Unlock()
 		for _, it := range due {
-			if err := s.schedulePod(ctx, it.ns, it.name, it.uid, nil); err != nil && ctx.Err() == nil && s.env.Log != nil {
+			if err := s.schedulePod(ctx, it.ns, it.name, it.uid, nil, nil); err != nil && ctx.Err() == nil && s.env.Log != nil {
 				s.env.Log.Warn("retry scheduling", "pod", it.ns+"/"+it.name, "err", err)
 			}
 		}
@@ -492,7 +561,7 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 		if now.Sub(lastAttempt(p)) < s.cfg.OrphanAge {
 			continue
 		}
-		if err := s.schedulePod(ctx, p.GetMetadata().GetNamespace(), p.GetMetadata().GetName(), uid, nil); err != nil {
+		if err := s.schedulePod(ctx, p.GetMetadata().GetNamespace(), p.GetMetadata().GetName(), uid, p, nil); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -1,0 +1,289 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/events"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/status"
+)
+
+// errNoLongerFits: the node's stored allocation leaves no room for the pod
+// although this replica's cache thought it did (the cache is behind).
+var errNoLongerFits = errors.New("scheduler: the node's allocation no longer fits the pod")
+
+// bindOutcome is what a bind attempt learned.
+type bindOutcome int
+
+const (
+	bound        bindOutcome = iota // committed
+	podStale                        // the pod changed: re-read it
+	nodeStale                       // the node's allocation changed: refresh it
+	nodeNotFound                    // the node object is gone from the informer
+)
+
+// bindLocks serialize this replica's binds to one node (striped by node
+// name): two of our own binds to a node would otherwise race for its
+// NodeAllocation revision and one would always lose. Binds to different
+// nodes (of different stripes) run in parallel.
+type bindLocks struct {
+	seed    maphash.Seed
+	stripes [256]sync.Mutex
+}
+
+func (l *bindLocks) lock(node string) func() {
+	m := &l.stripes[maphash.String(l.seed, node)%uint64(len(l.stripes))]
+	m.Lock()
+	return m.Unlock
+}
+
+// allocations is this replica's freshest knowledge of NodeAllocations:
+// the informer's copy, overlaid with what this replica wrote or read
+// since (the informer catches up a little later). An overlay entry is
+// dropped once the informer has reached its revision.
+type allocations struct {
+	mu      sync.Mutex
+	overlay map[string]*corev1.NodeAllocation // node -> allocation newer than the informer's
+}
+
+// get returns the freshest known allocation of node and its revision (nil
+// and 0 when it has none: the compare then requires the key not to exist).
+func (a *allocations) get(informed *corev1.NodeAllocation, node string) (*corev1.NodeAllocation, int64) {
+	a.mu.Lock()
+	o := a.overlay[node]
+	a.mu.Unlock()
+	switch {
+	case o != nil && (informed == nil || objects.Revision(o) > objects.Revision(informed)):
+		return o, objects.Revision(o)
+	case informed != nil:
+		return informed, objects.Revision(informed)
+	}
+	return nil, 0
+}
+
+// learn records an allocation read or written at its revision, if it is
+// newer than what the overlay has.
+func (a *allocations) learn(alloc *corev1.NodeAllocation) {
+	node := alloc.GetMetadata().GetName()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if o := a.overlay[node]; o == nil || objects.Revision(o) < objects.Revision(alloc) {
+		a.overlay[node] = alloc
+	}
+}
+
+// forgetDeleted records that node's allocation does not exist (as of a
+// fresh read), so the next bind compares for its absence.
+func (a *allocations) forgetDeleted(node string) {
+	a.mu.Lock()
+	delete(a.overlay, node)
+	a.mu.Unlock()
+}
+
+// informed drops the overlay entry the informer has caught up with.
+func (a *allocations) informed(alloc *corev1.NodeAllocation) {
+	node := alloc.GetMetadata().GetName()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if o := a.overlay[node]; o != nil && objects.Revision(o) <= objects.Revision(alloc) {
+		delete(a.overlay, node)
+	}
+}
+
+// revWaiter lets a goroutine wait until an informer has reached a store
+// revision. advance is called from the informer's handlers.
+type revWaiter struct {
+	mu  sync.Mutex
+	rev int64
+	ch  chan struct{} // closed at the next advance; nil while nobody waits
+}
+
+func (w *revWaiter) advance(rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rev <= w.rev {
+		return
+	}
+	w.rev = rev
+	if w.ch != nil {
+		close(w.ch)
+		w.ch = nil
+	}
+}
+
+// wait returns true once the informer reached rev, false after timeout;
+// ctx's error when it is done first.
+func (w *revWaiter) wait(ctx context.Context, rev int64, timeout time.Duration) (bool, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		if w.rev >= rev {
+			w.mu.Unlock()
+			return true, nil
+		}
+		if w.ch == nil {
+			w.ch = make(chan struct{})
+		}
+		ch := w.ch
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-t.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
+// bindRequest is one bind transaction's input.
+type bindRequest struct {
+	pod     *corev1.Pod // the unbound revision the decision was made on
+	node    string
+	causeID string // id of the PodScheduled event, kept on the Scheduled Event
+}
+
+// bind sets the pod's spec.nodeName and PodScheduled=True, accounts the
+// pod in the node's NodeAllocation, and records the Scheduled Event, in
+// one store transaction that holds only if the pod is still the unbound
+// revision the decision saw and the allocation is still the revision the
+// fit was checked against. It returns the revision of the commit, or the
+// outcome that says which state to refresh: a lost race is not an error.
+func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, error) {
+	node, ok := s.nodes.Get("", req.node)
+	if !ok {
+		return 0, nodeNotFound, nil
+	}
+	unlock := s.bindLocks.lock(req.node)
+	defer unlock()
+	informed, _ := s.allocs.Get("", req.node)
+	alloc, allocRev := s.known.get(informed, req.node)
+
+	reasons, err := CheckAllocationFit(node, alloc, req.pod)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(reasons) > 0 {
+		// Our cache let the pod in, the allocation does not: someone
+		// bound pods our cache has not seen yet.
+		return 0, nodeStale, nil
+	}
+	next, changed, err := MergeAllocation(alloc, req.node, req.pod)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !changed {
+		next = proto.CloneOf(next) // shared with the informer; its revision is set below
+	}
+	podBytes, err := objects.Encode(boundPod(req.pod, req.node))
+	if err != nil {
+		return 0, 0, err
+	}
+	allocBytes, err := objects.Encode(next)
+	if err != nil {
+		return 0, 0, err
+	}
+	ev := s.scheduledEvent(req.pod, req.node, req.causeID)
+	evBytes, err := objects.Encode(ev)
+	if err != nil {
+		return 0, 0, err
+	}
+	md := req.pod.GetMetadata()
+	podKey := objects.Pods.Key(md.GetNamespace(), md.GetName())
+	allocKey := objects.NodeAllocations.Key("", req.node)
+	rev, err := s.env.Store.Client().Txn(ctx, raftstore.Txn{
+		Compares: []raftstore.Compare{
+			{Key: podKey, ModRevision: objects.Revision(req.pod)},
+			{Key: allocKey, ModRevision: allocRev},
+		},
+		Ops: []raftstore.Op{
+			{Type: raftstore.OpPut, Key: podKey, Value: podBytes},
+			{Type: raftstore.OpPut, Key: allocKey, Value: allocBytes},
+			// The Scheduled Event is named after the pod's uid and node,
+			// so it is written once per pod: a put needs no read.
+			{Type: raftstore.OpPut, Key: objects.Events.Key(ev.GetMetadata().GetNamespace(), ev.GetMetadata().GetName()), Value: evBytes},
+		},
+	})
+	var rerr *raftstore.Error
+	switch {
+	case err == nil:
+		objects.SetRevision(next, rev)
+		s.known.learn(next)
+		return rev, bound, nil
+	case errors.As(err, &rerr) && errors.Is(err, raftstore.ErrConflict) && rerr.Key == allocKey:
+		return 0, nodeStale, nil
+	case errors.Is(err, raftstore.ErrConflict):
+		return 0, podStale, nil
+	}
+	return 0, 0, fmt.Errorf("bind pod %q to node %q: %w", podName(req.pod), req.node, err)
+}
+
+// refreshNode reads node's allocation (linearizably) after a lost race and
+// waits, up to CacheSyncTimeout, until the pod informer has seen every pod
+// that allocation accounts for, so that the next decision is taken on the
+// state that beat us.
+func (s *Stage) refreshNode(ctx context.Context, node string) error {
+	alloc, err := objects.Get[*corev1.NodeAllocation](ctx, s.env.Store, "", node)
+	switch {
+	case errors.Is(err, raftstore.ErrNotFound):
+		s.known.forgetDeleted(node)
+		return nil
+	case err != nil:
+		return err
+	}
+	s.known.learn(alloc)
+	// The transaction that wrote the allocation wrote a pod at the same
+	// revision: once the pod informer is there, the cache has that pod.
+	_, err = s.podRev.wait(ctx, objects.Revision(alloc), s.cfg.CacheSyncTimeout)
+	return err
+}
+
+// boundPod returns a copy of pod bound to node, PodScheduled=True.
+func boundPod(pod *corev1.Pod, node string) *corev1.Pod {
+	b := proto.CloneOf(pod)
+	b.Spec.NodeName = node
+	if b.Status == nil {
+		b.Status = &corev1.PodStatus{}
+	}
+	status.MarkCondition(b.Status, "PodScheduled", "True", "", "", timestamppb.Now())
+	return b
+}
+
+// scheduledEvent is the Scheduled Event of a bind, as events.Recorder
+// would create it on its first occurrence.
+func (s *Stage) scheduledEvent(pod *corev1.Pod, node, causeID string) *corev1.Event {
+	md := pod.GetMetadata()
+	ref := events.PodRef(pod)
+	msg := fmt.Sprintf("Successfully assigned %s/%s to %s", md.GetNamespace(), md.GetName(), node)
+	ns := md.GetNamespace()
+	if ns == "" {
+		ns = "default"
+	}
+	ts := timestamppb.Now()
+	ev := &corev1.Event{
+		Metadata: &corev1.ObjectMeta{
+			Name: events.Name(ref, events.Normal, eventsv1.ReasonScheduled, msg, s.cfg.SchedulerName), Namespace: ns,
+			CreationTimestamp: ts,
+		},
+		InvolvedObject: ref, Reason: eventsv1.ReasonScheduled, Message: msg, Type: events.Normal,
+		Source:         &corev1.EventSource{Component: s.cfg.SchedulerName, Host: s.env.Replica},
+		FirstTimestamp: ts, LastTimestamp: ts, Count: 1,
+		ReportingComponent: s.cfg.SchedulerName, ReportingInstance: s.env.Replica,
+	}
+	if causeID != "" {
+		ev.Metadata.Annotations = map[string]string{events.AnnotationLastCause: causeID}
+	}
+	return ev
+}

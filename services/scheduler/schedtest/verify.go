@@ -1,0 +1,235 @@
+package schedtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/scheduler"
+)
+
+// Report is what Verify found.
+type Report struct {
+	// Pods in the store, Bound to a node, Unbound.
+	Pods, Bound, Unbound int
+	// Binds counts the writes in the store's history that set a pod's
+	// spec.nodeName (each pod at most once when all is well).
+	Binds int
+	// AllocationWrites counts NodeAllocation writes checked in the history.
+	AllocationWrites int
+	// Violations lists every broken invariant (at most maxViolations).
+	Violations []string
+}
+
+const maxViolations = 20
+
+func (r *Report) violate(format string, args ...any) {
+	if len(r.Violations) < maxViolations {
+		r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// Err returns ErrInvariant with the violations, or nil.
+func (r *Report) Err() error {
+	if len(r.Violations) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w:\n  %s", ErrInvariant, strings.Join(r.Violations, "\n  "))
+}
+
+// markerKey is written by Verify to know where the history it reads ends.
+const markerKey = "/registry/schedtest/marker"
+
+// Verify checks the scheduler's invariants on the store's whole history
+// since Start and on its final state, and against the event stream:
+//
+//   - a pod's spec.nodeName is set once and never changes (no double
+//     binding), in every revision of the history;
+//   - every NodeAllocation ever written fits its node's allocatable (cpu,
+//     memory, pod count) — no overcommit at any revision;
+//   - finally, the pods bound to each node fit it, each node's
+//     NodeAllocation accounts for exactly the pods bound to it, with their
+//     requests, and no pod is accounted on two nodes;
+//   - every bound pod has exactly one Scheduled Event, and the
+//     PodScheduled events in the stream name the node it is bound to.
+//
+// Violations are in the Report; the error is for failures to read.
+func (e *Env) Verify(ctx context.Context) (*Report, error) {
+	rep := &Report{}
+	nodes, _, err := objects.List[*corev1.Node](ctx, e.Store, "")
+	if err != nil {
+		return nil, err
+	}
+	alloc := map[string]scheduler.Resources{}
+	for _, n := range nodes {
+		a, err := scheduler.NodeAllocatable(n)
+		if err != nil {
+			return nil, err
+		}
+		alloc[n.GetMetadata().GetName()] = a
+	}
+	if err := e.verifyHistory(ctx, rep, alloc); err != nil {
+		return nil, err
+	}
+
+	pods, _, err := objects.List[*corev1.Pod](ctx, e.Store, "")
+	if err != nil {
+		return nil, err
+	}
+	allocs, _, err := objects.List[*corev1.NodeAllocation](ctx, e.Store, "")
+	if err != nil {
+		return nil, err
+	}
+	evs, _, err := objects.List[*corev1.Event](ctx, e.Store, "")
+	if err != nil {
+		return nil, err
+	}
+	scheduledEvents := map[string]int{}
+	for _, ev := range evs {
+		if ev.GetReason() == eventsv1.ReasonScheduled {
+			scheduledEvents[ev.GetInvolvedObject().GetUid()]++
+		}
+	}
+	used := map[string]scheduler.Resources{}
+	onNode := map[string]map[string]scheduler.Resources{} // node -> uid -> requests
+	for _, p := range pods {
+		rep.Pods++
+		node := p.GetSpec().GetNodeName()
+		uid := p.GetMetadata().GetUid()
+		if node == "" {
+			rep.Unbound++
+			continue
+		}
+		rep.Bound++
+		req, _, err := scheduler.PodRequests(p)
+		if err != nil {
+			return nil, err
+		}
+		u := used[node]
+		u.MilliCPU, u.Memory, u.Pods = u.MilliCPU+req.MilliCPU, u.Memory+req.Memory, u.Pods+1
+		used[node] = u
+		if onNode[node] == nil {
+			onNode[node] = map[string]scheduler.Resources{}
+		}
+		onNode[node][uid] = req
+		if n := scheduledEvents[uid]; n != 1 {
+			rep.violate("pod %s (uid %s) bound to %s has %d Scheduled Events", podKey(p), uid, node, n)
+		}
+		if e.Scheduled != nil {
+			for _, env := range e.Scheduled.Events(uid) {
+				if got := env.GetPodScheduled().GetNodeName(); got != node {
+					rep.violate("pod %s bound to %s in the store, PodScheduled says %s", podKey(p), node, got)
+				}
+			}
+		}
+	}
+	for node, u := range used {
+		if a, ok := alloc[node]; ok && !fits(u, a) {
+			rep.violate("node %s overcommitted: pods request %+v of allocatable %+v", node, u, a)
+		}
+	}
+	accounted := map[string]string{} // uid -> node
+	for _, a := range allocs {
+		node := a.GetMetadata().GetName()
+		for uid, ap := range a.GetPods() {
+			if other, ok := accounted[uid]; ok {
+				rep.violate("pod uid %s accounted on %s and %s", uid, other, node)
+			}
+			accounted[uid] = node
+			req, ok := onNode[node][uid]
+			if !ok {
+				rep.violate("NodeAllocation %s accounts pod %s/%s (uid %s) that is not bound to it", node, ap.GetNamespace(), ap.GetName(), uid)
+				continue
+			}
+			if req.MilliCPU != ap.GetMilliCpu() || req.Memory != ap.GetMemoryBytes() {
+				rep.violate("NodeAllocation %s accounts pod uid %s as %dm/%d, it requests %dm/%d", node, uid, ap.GetMilliCpu(), ap.GetMemoryBytes(), req.MilliCPU, req.Memory)
+			}
+		}
+	}
+	for node, uids := range onNode {
+		for uid := range uids {
+			if accounted[uid] != node {
+				rep.violate("pod uid %s bound to %s is not in its NodeAllocation", uid, node)
+			}
+		}
+	}
+	return rep, nil
+}
+
+func fits(used, allocatable scheduler.Resources) bool {
+	return used.MilliCPU <= allocatable.MilliCPU && used.Memory <= allocatable.Memory && used.Pods <= allocatable.Pods
+}
+
+func podKey(p *corev1.Pod) string {
+	return p.GetMetadata().GetNamespace() + "/" + p.GetMetadata().GetName()
+}
+
+// verifyHistory replays every write since Start.
+func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[string]scheduler.Resources) error {
+	kv := e.Store.Client()
+	marker, err := kv.Txn(ctx, raftstore.Txn{Ops: []raftstore.Op{{Type: raftstore.OpPut, Key: markerKey, Value: []byte("x")}}})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := kv.Watch(ctx, "/registry/", e.startRev)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	type podState struct{ uid, node string }
+	pods := map[string]podState{} // key -> last state
+	podPrefix, allocPrefix := objects.Pods.Prefix(""), objects.NodeAllocations.Prefix("")
+	for ev := range w.Events() {
+		if ev.Revision >= marker {
+			return nil
+		}
+		key := ev.KV.Key
+		switch {
+		case ev.Type == raftstore.EventDelete && strings.HasPrefix(key, podPrefix):
+			delete(pods, key)
+		case ev.Type != raftstore.EventPut:
+		case strings.HasPrefix(key, podPrefix):
+			p := &corev1.Pod{}
+			if err := objects.Decode(ev.KV, p); err != nil {
+				return err
+			}
+			now := podState{p.GetMetadata().GetUid(), p.GetSpec().GetNodeName()}
+			was, ok := pods[key]
+			switch {
+			case !ok || was.uid != now.uid:
+				if now.node != "" {
+					rep.Binds++ // created bound
+				}
+			case was.node == "" && now.node != "":
+				rep.Binds++
+			case was.node != now.node:
+				rep.violate("pod %s (uid %s) moved from node %s to %q at revision %d", key, now.uid, was.node, now.node, ev.Revision)
+			}
+			pods[key] = now
+		case strings.HasPrefix(key, allocPrefix):
+			a := &corev1.NodeAllocation{}
+			if err := objects.Decode(ev.KV, a); err != nil {
+				return err
+			}
+			rep.AllocationWrites++
+			var u scheduler.Resources
+			for _, ap := range a.GetPods() {
+				u.MilliCPU, u.Memory, u.Pods = u.MilliCPU+ap.GetMilliCpu(), u.Memory+ap.GetMemoryBytes(), u.Pods+1
+			}
+			if al, ok := allocatable[a.GetMetadata().GetName()]; ok && !fits(u, al) {
+				rep.violate("NodeAllocation %s at revision %d overcommits: %+v of %+v", a.GetMetadata().GetName(), ev.Revision, u, al)
+			}
+		}
+	}
+	if err := w.Err(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("schedtest: history: %w", err)
+	}
+	return fmt.Errorf("schedtest: history ended before revision %d", marker)
+}
