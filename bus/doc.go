@@ -8,10 +8,10 @@
 // Every event is an eventsv1.Envelope marshalled with protobuf. Its
 // subject is chosen by Subject(env) from its type:
 //
-//	podflow.pod.<Type>.<node>.<namespace>.<name>   pod lifecycle events    stream PODFLOW_EVENTS
-//	podflow.node.<node>.<Type>                     node-level (NodeHeartbeat) stream PODFLOW_NODES
-//	podflow.dlq.<stage>                            DeadLetter records      stream PODFLOW_DLQ
-//	$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>   server advisories       stream PODFLOW_ADVISORIES
+//	podflow.pod.<Type>.<node>.<namespace>.<name>   pod lifecycle events         PODFLOW_EVENTS
+//	podflow.node.<node>.<Type>                     node-level (NodeHeartbeat)   PODFLOW_NODES
+//	podflow.dlq.<stage>                            DeadLetter records           PODFLOW_DLQ
+//	$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>   server advisories            PODFLOW_ADVISORIES
 //	podflow.api.>                                  reserved: api request-reply, never in a stream
 //	podflow.store.>                                reserved: store request-reply, never in a stream
 //
@@ -31,7 +31,7 @@
 // Kubernetes names never contain), any other byte becomes "~XX" (hex),
 // and the empty string is "~". ParseSubject inverts Subject exactly.
 // Heartbeats live in their own stream so that PODFLOW_EVENTS is not
-// flooded: it keeps the last NodeHistory per node.
+// flooded: it keeps the last NodeHistory messages per node and type.
 //
 // # Publishing and deduplication
 //
