@@ -18,7 +18,7 @@ import (
 func init() { registerBench(newBenchSchedulerCmd) }
 
 type benchSchedulerOptions struct {
-	nodes, pods, replicas, storeReplicas int
+	nodes, pods, replicas, storeReplicas   int
 	nodeCPU, nodeMemory, podCPU, podMemory string
 	nodePods                               int
 	noSync                                 bool
