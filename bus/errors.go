@@ -67,8 +67,8 @@ var (
 	// ErrInvalid: an argument or configuration is malformed.
 	ErrInvalid = &Error{Code: CodeInvalid}
 
-	// ErrClosed is returned when a Runner is started twice.
-	ErrClosed = errors.New("bus: runner already started")
+	// ErrRunnerStarted: Run was called on a Runner that already ran.
+	ErrRunnerStarted = errors.New("bus: runner already started")
 )
 
 // Permanent wraps err so that the stage runner terminates the message

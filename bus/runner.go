@@ -322,7 +322,7 @@ func NewRunner(conn *Conn, cfg RunnerConfig, h Handler) (*Runner, error) {
 // called once.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
-		return ErrClosed
+		return ErrRunnerStarted
 	}
 	js := r.conn.JetStream()
 	cons, err := js.Consumer(ctx, r.cfg.Stream, r.cfg.Consumer)

@@ -567,8 +567,8 @@ func TestRunnerRefusesMismatchedConsumer(t *testing.T) {
 	if err := r.Run(ctx); !errors.Is(err, bus.ErrInvalid) {
 		t.Fatalf("Run over a consumer with another MaxDeliver: %v, want ErrInvalid", err)
 	}
-	if err := r.Run(ctx); !errors.Is(err, bus.ErrClosed) {
-		t.Fatalf("second Run: %v, want ErrClosed", err)
+	if err := r.Run(ctx); !errors.Is(err, bus.ErrRunnerStarted) {
+		t.Fatalf("second Run: %v, want ErrRunnerStarted", err)
 	}
 }
 
