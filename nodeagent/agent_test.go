@@ -668,3 +668,40 @@ func TestInitContainerFailure(t *testing.T) {
 		}
 	})
 }
+
+// TestCrashLoopKubernetesTimings runs the kubelet's own back-off timings
+// (10s doubling to 5m) on a fake clock.
+func TestCrashLoopKubernetesTimings(t *testing.T) {
+	clock := nodeagenttest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	rcfg := sim.DefaultConfig(podCIDR)
+	rcfg.Clock = clock
+	rt, err := sim.New(rcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	cfg := nodeagent.DefaultConfig(node, podCIDR)
+	cfg.Clock = clock
+	e := &env{t: t, rt: rt, store: nodeagenttest.NewStore(), pub: nodeagenttest.NewPublisher()}
+	if e.agent, err = nodeagent.New(cfg, rt, e.store, e.pub); err != nil {
+		t.Fatal(err)
+	}
+	defer e.agent.Stop()
+	if err := e.agent.Start(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	p := newPod("k8s-timings", annotate(sim.AnnotationExitAfter, "1s", sim.AnnotationExitCode, "1"))
+	e.bind(p)
+	want := []string{"10s", "20s", "40s", "1m20s", "2m40s", "5m0s", "5m0s"}
+	deadline := time.Now().Add(waitFor)
+	for len(backoffs(e.pub.Pod(p.Metadata.Uid))) < len(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("back-offs after %s of fake time: %v", clock.Now().Sub(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), backoffs(e.pub.Pod(p.Metadata.Uid)))
+		}
+		clock.Advance(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	if got := backoffs(e.pub.Pod(p.Metadata.Uid))[:len(want)]; !slices.Equal(got, want) {
+		t.Errorf("back-offs = %v, want %v", got, want)
+	}
+}
