@@ -282,6 +282,9 @@ type etcdTarget struct {
 func (e *etcdTarget) name() string { return "etcd" }
 
 func startEtcd(dir string) (*etcdTarget, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	type urls struct{ peer, client url.URL }
 	var us []urls
 	var initial []string
