@@ -129,7 +129,9 @@ func (a *Agent) Start(ctx context.Context) error {
 			return fmt.Errorf("list containers of pod %q: %w", sb.PodUID, err)
 		}
 		a.mu.Lock()
-		a.recovered[sb.PodUID] = &recovered{sandbox: sb, containers: cs}
+		if _, owned := a.workers[sb.PodUID]; !owned { // Start called again
+			a.recovered[sb.PodUID] = &recovered{sandbox: sb, containers: cs}
+		}
 		a.mu.Unlock()
 	}
 	return a.Reconcile(ctx)
