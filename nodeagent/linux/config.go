@@ -1,0 +1,106 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/podflow/podflow/nodeagent/linux/cgroups"
+	"github.com/podflow/podflow/nodeagent/linux/container"
+	"github.com/podflow/podflow/nodeagent/linux/image"
+	"github.com/podflow/podflow/nodeagent/linux/network"
+)
+
+// Package sentinels. Match them with errors.Is.
+var (
+	// ErrInvalidConfig wraps every Config.Validate failure.
+	ErrInvalidConfig = errors.New("linux: invalid config")
+	// ErrUnavailable is returned by New when the machine cannot run pods
+	// (no root, no cgroups, no network namespaces); its message points at
+	// the simulated runtime.
+	ErrUnavailable = errors.New("linux: runtime unavailable")
+	// ErrHostPathNotAllowed is wrapped by MountVolumes for a hostPath
+	// volume outside Config.HostPathPrefixes.
+	ErrHostPathNotAllowed = errors.New("linux: hostPath not allowed")
+)
+
+// Config configures a Runtime (one per node agent).
+type Config struct {
+	// NodeName is the node's name. Required.
+	NodeName string
+	// DataDir is the node's directory: pods/ (sandboxes, volumes,
+	// containers, logs), images/ (the image store), network/ (IPAM). It
+	// must survive agent restarts. Required, absolute.
+	DataDir string
+	// Network configures the pod network (bridge, pod CIDR, IPAM under
+	// DataDir/network).
+	Network network.Config
+	// Cgroups configures the QoS cgroup hierarchy.
+	Cgroups cgroups.Config
+	// Image configures the image store (Dir under DataDir/images).
+	Image image.Config
+	// Container says how container shims are started (the binary re-exec'd
+	// as shim and init calls container.RunHelper first thing).
+	Container container.Config
+	// HostPathPrefixes are the only host directories hostPath volumes may
+	// name (or lie below). Empty: hostPath volumes are refused.
+	HostPathPrefixes []string
+	// Capacity overrides what Capacity measures (quantity strings).
+	Capacity map[string]string
+	// MaxPods is the "pods" capacity (Kubernetes default 110).
+	MaxPods int
+	// StopTimeout bounds StopPodSandbox's wait for killed containers.
+	StopTimeout time.Duration
+	// Trace, when set, receives the duration of each step of pod start:
+	// "cgroup", "network", "rootfs", "cgroup-container", "start".
+	Trace func(podUID, step string, d time.Duration)
+	// Logger receives the runtime's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the configuration of node with podCIDR, keeping
+// everything under dataDir; images come from mirror ("" = docker.io).
+func DefaultConfig(node, podCIDR, dataDir, mirror string) Config {
+	ic := image.DefaultConfig(filepath.Join(dataDir, "images"))
+	ic.Mirror = mirror
+	return Config{
+		NodeName:    node,
+		DataDir:     dataDir,
+		Network:     network.DefaultConfig(node, podCIDR, filepath.Join(dataDir, "network")),
+		Cgroups:     cgroups.DefaultConfig(),
+		Image:       ic,
+		Container:   container.DefaultConfig(),
+		MaxPods:     110,
+		StopTimeout: 10 * time.Second,
+	}
+}
+
+// Validate checks c and its parts.
+func (c Config) Validate() error {
+	switch {
+	case c.NodeName == "":
+		return fmt.Errorf("%w: NodeName is empty", ErrInvalidConfig)
+	case !filepath.IsAbs(c.DataDir):
+		return fmt.Errorf("%w: DataDir %q is not absolute", ErrInvalidConfig, c.DataDir)
+	case c.MaxPods <= 0:
+		return fmt.Errorf("%w: MaxPods (%d) must be positive", ErrInvalidConfig, c.MaxPods)
+	case c.StopTimeout <= 0:
+		return fmt.Errorf("%w: StopTimeout (%s) must be positive", ErrInvalidConfig, c.StopTimeout)
+	}
+	for _, p := range c.HostPathPrefixes {
+		if !filepath.IsAbs(p) || filepath.Clean(p) == "/" {
+			return fmt.Errorf("%w: HostPathPrefixes: %q must be an absolute path other than /", ErrInvalidConfig, p)
+		}
+	}
+	for name, err := range map[string]error{
+		"Network": c.Network.Validate(), "Cgroups": c.Cgroups.Validate(),
+		"Image": c.Image.Validate(), "Container": c.Container.Validate(),
+	} {
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,307 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/podflow/podflow/nodeagent"
+	"github.com/podflow/podflow/nodeagent/linux/cgroups"
+	"github.com/podflow/podflow/nodeagent/linux/container"
+	"github.com/podflow/podflow/nodeagent/linux/image"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+)
+
+// PullImage implements nodeagent.Runtime with the node's image store.
+func (r *Runtime) PullImage(ctx context.Context, _ *corev1.Pod, ref, policy string) (nodeagent.ImageRef, error) {
+	p, err := r.images.Pull(ctx, ref, policy)
+	if err != nil {
+		return nodeagent.ImageRef{}, err // already ErrImagePull / ErrImageNeverPull
+	}
+	return nodeagent.ImageRef{ID: p.ID, SizeBytes: p.SizeBytes, AlreadyPresent: p.AlreadyPresent}, nil
+}
+
+func isInit(pd *corev1.Pod, name string) bool {
+	for _, ic := range pd.GetSpec().GetInitContainers() {
+		if ic.GetName() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// StartContainer implements nodeagent.Runtime: a fresh rootfs from the
+// image, a fresh cgroup for the container, and its process started by a
+// shim in the pod's network namespace.
+func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.Container, sb nodeagent.Sandbox) (nodeagent.ContainerID, error) {
+	uid := pd.GetMetadata().GetUid()
+	p := r.pod(uid)
+	if p == nil || p.rec.SandboxID != sb.ID {
+		return "", nodeagent.Errorf(nodeagent.CodeRunContainer, "pod %q has no sandbox %q", uid, sb.ID)
+	}
+	img, err := r.images.Image(c.GetImage())
+	if err != nil {
+		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "image %q: %w", c.GetImage(), err)
+	}
+	id := newID()
+	dir := ctrDir(p, id)
+	rootfs := filepath.Join(dir, "rootfs")
+	t := time.Now()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "container directory: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if err := r.images.Rootfs(ctx, c.GetImage(), rootfs); err != nil {
+		return "", err // CodeCreateContainer
+	}
+	r.trace(uid, "rootfs", t)
+
+	t = time.Now()
+	plan, _ := cgroups.PlanPod(pd).Container(c.GetName())
+	if old, err := r.cg.LoadContainer(uid, p.rec.QOS, c.GetName()); err == nil {
+		// A fresh cgroup per instance: OOM counters start from zero.
+		if err := deleteCgroup(ctx, old); err != nil {
+			return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "remove the cgroup of the previous instance: %w", err)
+		}
+	}
+	cg, err := r.cg.EnsureContainer(ctx, uid, p.rec.QOS, c.GetName(), plan)
+	if err != nil {
+		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "container cgroup: %w", err)
+	}
+	r.trace(uid, "cgroup-container", t)
+
+	env := containerEnv(pd, c, img.Config)
+	args := containerArgs(c, img.Config, env)
+	if len(args) == 0 {
+		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "no command specified for container %q", c.GetName())
+	}
+	wd := c.GetWorkingDir()
+	if wd == "" {
+		wd = img.Config.WorkingDir
+	}
+	mounts, err := r.containerMounts(pd, c, p)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	restarts := p.rec.Starts[c.GetName()]
+	r.mu.Unlock()
+	lp := logPath(p, c.GetName(), restarts)
+	if err := os.MkdirAll(filepath.Dir(lp), 0o700); err != nil {
+		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "log directory: %w", err)
+	}
+	meta := ctrMeta{ID: id, Name: c.GetName(), Image: c.GetImage(), ImageID: img.ID, Init: isInit(pd, c.GetName()),
+		RestartCount: restarts, CreatedAt: time.Now(), Env: env, WorkingDir: wd}
+	if err := writeJSON(filepath.Join(dir, "meta.json"), meta); err != nil {
+		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "record container: %w", err)
+	}
+	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, LogPath: lp, Hostname: pd.GetMetadata().GetName(),
+		Args: args, Env: env, WorkingDir: wd, Mounts: mounts, NetnsPath: p.rec.Net.NetnsPath, Cgroups: cg.Paths()}
+	t = time.Now()
+	h, err := container.Start(ctx, r.cfg.Container, spec)
+	if err != nil {
+		code := nodeagent.CodeCreateContainer
+		if errors.Is(err, container.ErrExec) {
+			code = nodeagent.CodeRunContainer
+		}
+		return "", nodeagent.Errorf(code, "start container %q: %w", c.GetName(), err)
+	}
+	r.trace(uid, "start", t)
+	ok = true
+	r.mu.Lock()
+	p.rec.Starts[c.GetName()] = restarts + 1
+	stale := r.staleLocked(p, c.GetName())
+	r.addCtr(p, &ctr{meta: meta, c: h})
+	err = r.savePod(p)
+	r.mu.Unlock()
+	if err != nil {
+		r.log.Warn("record container start", "pod", uid, "err", err)
+	}
+	for _, s := range stale {
+		s.c.Close()
+		_ = os.RemoveAll(ctrDir(p, s.meta.ID))
+	}
+	return nodeagent.ContainerID(id), nil
+}
+
+// staleLocked unregisters the exited instances of name older than the most
+// recent one (kept, as kubelet does, for its logs and exit) and returns
+// them for removal.
+func (r *Runtime) staleLocked(p *pod, name string) []*ctr {
+	var dead []*ctr
+	for _, c := range p.ctrs {
+		if c.meta.Name != name {
+			continue
+		}
+		select {
+		case <-c.c.Done():
+			dead = append(dead, c)
+		default:
+		}
+	}
+	sort.Slice(dead, func(i, j int) bool { return dead[i].meta.CreatedAt.After(dead[j].meta.CreatedAt) })
+	if len(dead) <= 1 {
+		return nil
+	}
+	for _, c := range dead[1:] {
+		delete(p.ctrs, nodeagent.ContainerID(c.meta.ID))
+	}
+	return dead[1:]
+}
+
+// deleteCgroup removes an exited container's cgroup, waiting briefly for
+// the kernel to finish reaping its processes.
+func deleteCgroup(ctx context.Context, cg cgroups.Container) error {
+	for {
+		err := cg.Delete()
+		if !errors.Is(err, cgroups.ErrBusy) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// containerEnv is the image's environment overridden by the container's
+// (values with $(VAR) references expanded, as Kubernetes does), plus
+// HOSTNAME.
+func containerEnv(pd *corev1.Pod, c *corev1.Container, ic image.ImageConfig) []string {
+	var order []string
+	vals := map[string]string{}
+	set := func(k, v string) {
+		if _, ok := vals[k]; !ok {
+			order = append(order, k)
+		}
+		vals[k] = v
+	}
+	for _, kv := range ic.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		set(k, v)
+	}
+	if _, ok := vals["PATH"]; !ok {
+		set("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	set("HOSTNAME", pd.GetMetadata().GetName())
+	for _, e := range c.GetEnv() {
+		v := e.GetValue()
+		if fr := e.GetValueFrom().GetFieldRef(); fr != nil {
+			v = fieldRef(pd, fr.GetFieldPath())
+		}
+		set(e.GetName(), expand(v, vals))
+	}
+	out := make([]string, 0, len(order))
+	for _, k := range order {
+		out = append(out, k+"="+vals[k])
+	}
+	return out
+}
+
+func fieldRef(pd *corev1.Pod, path string) string {
+	switch path {
+	case "metadata.name":
+		return pd.GetMetadata().GetName()
+	case "metadata.namespace":
+		return pd.GetMetadata().GetNamespace()
+	case "metadata.uid":
+		return pd.GetMetadata().GetUid()
+	case "spec.nodeName":
+		return pd.GetSpec().GetNodeName()
+	case "status.podIP":
+		return pd.GetStatus().GetPodIp()
+	}
+	return ""
+}
+
+// containerArgs merges the container's command and args with the image's
+// Entrypoint and Cmd by Kubernetes' rules: command replaces Entrypoint (and
+// drops Cmd), args replace Cmd. $(VAR) references are expanded from env.
+func containerArgs(c *corev1.Container, ic image.ImageConfig, env []string) []string {
+	vals := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vals[k] = v
+	}
+	var argv []string
+	switch {
+	case len(c.GetCommand()) > 0:
+		argv = append(append(argv, c.GetCommand()...), c.GetArgs()...)
+	case len(c.GetArgs()) > 0:
+		argv = append(append(argv, ic.Entrypoint...), c.GetArgs()...)
+	default:
+		argv = append(append(argv, ic.Entrypoint...), ic.Cmd...)
+	}
+	for i, a := range argv {
+		argv[i] = expand(a, vals)
+	}
+	return argv
+}
+
+// expand replaces $(VAR) with its value when VAR is defined and $$(VAR)
+// with the literal $(VAR), as Kubernetes expands command, args and env.
+func expand(s string, vals map[string]string) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			name := s[i+2 : i+2+end]
+			if v, ok := vals[name]; ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(s[i : i+3+end])
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// StopContainer implements nodeagent.Runtime.
+func (r *Runtime) StopContainer(ctx context.Context, id nodeagent.ContainerID, grace time.Duration) (nodeagent.ContainerExit, error) {
+	r.mu.Lock()
+	var c *ctr
+	for _, p := range r.pods {
+		if c = p.ctrs[id]; c != nil {
+			break
+		}
+	}
+	if c == nil {
+		r.mu.Unlock()
+		return nodeagent.ContainerExit{}, nodeagent.Errorf(nodeagent.CodeNotFound, "no container %q", id)
+	}
+	c.claimed = true
+	r.mu.Unlock()
+	if _, err := c.c.Stop(ctx, grace); err != nil {
+		return nodeagent.ContainerExit{}, fmt.Errorf("stop container %q: %w", id, err)
+	}
+	return r.exitOf(c), nil
+}

@@ -1,0 +1,52 @@
+// Package linux is podflow's Linux node runtime: it implements
+// nodeagent.Runtime with real kernel parts, as the kubelet's container
+// runtime and CNI plugins do, but in-process and without runc or CNI
+// binaries:
+//
+//   - RunPodSandbox: the pod's cgroup by QoS class (package cgroups), then a
+//     network namespace with a veth pair and an IP from the node's pod CIDR
+//     (package network).
+//   - MountVolumes: emptyDir directories (tmpfs for medium Memory),
+//     configMap and secret files (secrets on a tmpfs, never on disk; modes
+//     from items, defaultMode, or 0644 and 0400), hostPath volumes only
+//     under Config.HostPathPrefixes.
+//   - PullImage and a fresh rootfs per container instance (package image).
+//   - StartContainer: a fresh cgroup per instance and a process started by
+//     a per-container shim in new mount, PID, UTS and IPC namespaces inside
+//     the pod's network namespace (package container); stdout and stderr in
+//     pods/<uid>/logs/<container>/<restart>.log (CRI format).
+//   - Probe: exec in the container's namespaces; httpGet and tcpSocket from
+//     the node to the pod IP.
+//   - StopPodSandbox and RemovePodSandbox: kill, then remove mounts,
+//     cgroups, the network namespace, the veth and the IP, and the pod's
+//     directory.
+//
+// Everything is recorded under Config.DataDir: a new Runtime on the same
+// directory (an agent restarted after SIGKILL) adopts the pods, whose
+// containers kept running under their shims, with the same restart counts.
+//
+// Callers must:
+//
+//  1. Call container.RunHelper first thing in main: the binary is re-exec'd
+//     as each container's shim and init.
+//  2. Build the Runtime with New(DefaultConfig(...)) as root; New refuses,
+//     with ErrUnavailable, on a machine without root, cgroups or network
+//     namespaces (use the simulated runtime, package sim, there).
+//  3. Hand it to nodeagent.New; call Close when the agent stops (pods keep
+//     running).
+//
+// Example:
+//
+//	func main() {
+//		if container.RunHelper() {
+//			return
+//		}
+//		rt, err := linux.New(linux.DefaultConfig("node-1", "10.244.1.0/24", "/var/lib/podflow/node-1", "127.0.0.1:5000"))
+//		if err != nil {
+//			log.Fatal(err) // "linux: runtime unavailable: needs root ... (use --runtime sim ...)"
+//		}
+//		defer rt.Close()
+//		agent, err := nodeagent.New(nodeagent.DefaultConfig("node-1", "10.244.1.0/24"), rt, store, publisher)
+//		...
+//	}
+package linux

@@ -1,0 +1,232 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/podflow/podflow/nodeagent"
+	"github.com/podflow/podflow/nodeagent/linux/container"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+)
+
+// Default file modes of projected volumes.
+const (
+	configMapMode = 0o644
+	secretMode    = 0o400
+)
+
+func (r *Runtime) volumeDir(p *pod, name string) string { return filepath.Join(p.dir, "volumes", name) }
+
+// MountVolumes implements nodeagent.Runtime: emptyDir volumes are
+// directories under the pod's directory (a tmpfs for medium Memory);
+// configMap and secret volumes are materialised as files (secrets on a
+// tmpfs, never on disk) with their items' mode, the volume's defaultMode,
+// or 0644 and 0400; hostPath volumes must lie under
+// Config.HostPathPrefixes. It may be called again to refresh the files.
+func (r *Runtime) MountVolumes(ctx context.Context, pd *corev1.Pod, vols []nodeagent.VolumeData) error {
+	p := r.pod(pd.GetMetadata().GetUid())
+	if p == nil {
+		return nodeagent.Errorf(nodeagent.CodeMount, "pod %q has no sandbox", pd.GetMetadata().GetUid())
+	}
+	for _, vd := range vols {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		v := vd.Volume
+		if err := r.mountVolume(p, v, vd.Files); err != nil {
+			return nodeagent.Errorf(nodeagent.CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
+		}
+	}
+	r.mu.Lock()
+	p.rec.VolumesReady = true
+	err := r.savePod(p)
+	r.mu.Unlock()
+	if err != nil {
+		return nodeagent.Errorf(nodeagent.CodeMount, "record volumes: %w", err)
+	}
+	return nil
+}
+
+func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte) error {
+	if !validName(v.GetName()) {
+		return fmt.Errorf("bad volume name %q", v.GetName())
+	}
+	dir := r.volumeDir(p, v.GetName())
+	switch {
+	case v.GetEmptyDir() != nil:
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return err
+		}
+		if v.GetEmptyDir().GetMedium() == "Memory" {
+			return r.ensureTmpfs(p, dir, "podflow-emptydir")
+		}
+		return nil
+	case v.GetConfigMap() != nil:
+		src := v.GetConfigMap()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		return writeFiles(dir, files, itemModes(src.GetItems(), src.DefaultMode, configMapMode))
+	case v.GetSecret() != nil:
+		src := v.GetSecret()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := r.ensureTmpfs(p, dir, "podflow-secret"); err != nil {
+			return err
+		}
+		return writeFiles(dir, files, itemModes(src.GetItems(), src.DefaultMode, secretMode))
+	case v.GetHostPath() != nil:
+		_, err := r.hostPath(v.GetHostPath())
+		return err
+	default:
+		return errors.New("unsupported volume type (podflow supports emptyDir, configMap, secret, hostPath)")
+	}
+}
+
+// hostPath checks a hostPath volume against the allowed prefixes (after
+// resolving symlinks) and creates it for type DirectoryOrCreate.
+func (r *Runtime) hostPath(src *corev1.HostPathVolumeSource) (string, error) {
+	path := filepath.Clean(src.GetPath())
+	if !filepath.IsAbs(path) {
+		return "", fmt.Errorf("hostPath %q is not absolute", src.GetPath())
+	}
+	if src.GetType() == "DirectoryOrCreate" && r.allowed(path) {
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return "", err
+		}
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", fmt.Errorf("hostPath %q: %w", path, err)
+	}
+	if !r.allowed(real) {
+		return "", fmt.Errorf("hostPath %q: %w (allowed: %v)", path, ErrHostPathNotAllowed, r.cfg.HostPathPrefixes)
+	}
+	return real, nil
+}
+
+func (r *Runtime) allowed(path string) bool {
+	return slices.ContainsFunc(r.cfg.HostPathPrefixes, func(pre string) bool {
+		pre = filepath.Clean(pre)
+		return path == pre || strings.HasPrefix(path, pre+"/")
+	})
+}
+
+// ensureTmpfs mounts a tmpfs at dir unless one is there, and records it for
+// removal with the pod.
+func (r *Runtime) ensureTmpfs(p *pod, dir, source string) error {
+	r.mu.Lock()
+	mounted := slices.Contains(p.rec.Mounts, dir)
+	r.mu.Unlock()
+	if mounted {
+		return nil
+	}
+	if err := unix.Mount(source, dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=65536k"); err != nil {
+		return fmt.Errorf("mount tmpfs on %q: %w", dir, err)
+	}
+	r.mu.Lock()
+	p.rec.Mounts = append(p.rec.Mounts, dir)
+	err := r.savePod(p)
+	r.mu.Unlock()
+	return err
+}
+
+func itemModes(items []*corev1.KeyToPath, def *int32, fallback os.FileMode) func(string) os.FileMode {
+	return func(path string) os.FileMode {
+		for _, it := range items {
+			if it.GetPath() == path && it.Mode != nil {
+				return os.FileMode(*it.Mode) & 0o777
+			}
+		}
+		if def != nil {
+			return os.FileMode(*def) & 0o777
+		}
+		return fallback
+	}
+}
+
+// writeFiles writes files (relative paths, no "..") into dir atomically
+// per file.
+func writeFiles(dir string, files map[string][]byte, mode func(string) os.FileMode) error {
+	for name, data := range files {
+		clean := filepath.Clean(name)
+		if filepath.IsAbs(clean) || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
+			return fmt.Errorf("file %q escapes the volume", name)
+		}
+		path := filepath.Join(dir, clean)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		tmp := path + ".podflow-tmp"
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			return err
+		}
+		if err := os.Chmod(tmp, mode(name)); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
+}
+
+// containerMounts returns the bind mounts of c: its volumeMounts (with
+// subPath) and the pod's /etc/hosts.
+func (r *Runtime) containerMounts(pd *corev1.Pod, c *corev1.Container, p *pod) ([]container.Mount, error) {
+	vols := map[string]*corev1.Volume{}
+	for _, v := range pd.GetSpec().GetVolumes() {
+		vols[v.GetName()] = v
+	}
+	var out []container.Mount
+	hosts := true
+	for _, vm := range c.GetVolumeMounts() {
+		v := vols[vm.GetName()]
+		if v == nil {
+			return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "volumeMount %q: no such volume", vm.GetName())
+		}
+		src := r.volumeDir(p, v.GetName())
+		if hp := v.GetHostPath(); hp != nil {
+			real, err := r.hostPath(hp)
+			if err != nil {
+				return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "volumeMount %q: %w", vm.GetName(), err)
+			}
+			src = real
+		}
+		if sp := vm.GetSubPath(); sp != "" {
+			clean := filepath.Clean(sp)
+			if filepath.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, "../") {
+				return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "volumeMount %q: subPath %q escapes the volume", vm.GetName(), sp)
+			}
+			src = filepath.Join(src, clean)
+			if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
+				if err := os.MkdirAll(src, 0o755); err != nil {
+					return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "subPath: %w", err)
+				}
+			}
+			if real, err := filepath.EvalSymlinks(src); err != nil || !strings.HasPrefix(real, r.volumeDir(p, v.GetName())) && v.GetHostPath() == nil {
+				return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "volumeMount %q: subPath %q escapes the volume", vm.GetName(), sp)
+			}
+		}
+		if filepath.Clean(vm.GetMountPath()) == "/etc/hosts" {
+			hosts = false
+		}
+		out = append(out, container.Mount{Source: src, Destination: vm.GetMountPath(), ReadOnly: vm.GetReadOnly()})
+	}
+	if hosts {
+		out = append(out, container.Mount{Source: filepath.Join(p.dir, "hosts"), Destination: "/etc/hosts"})
+	}
+	return out, nil
+}
