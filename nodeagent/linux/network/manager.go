@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -67,8 +68,9 @@ type Manager struct {
 	mu      sync.Mutex // serialises EnsureBridge, AddPeerRoute, RemoveBridge
 }
 
-// New returns a Manager for cfg. It opens a netlink handle on the process's
-// network namespace and the IPAM directory; it changes nothing in the kernel.
+// New returns a Manager for cfg. It opens a netlink handle on the network
+// namespace of the calling thread (the host's: call New from there) and the
+// IPAM directory; it changes nothing in the kernel.
 func New(cfg Config) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -78,7 +80,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	hostNS, err := netns.GetFromPath("/proc/self/ns/net")
+	hostNS, err := callerNetns()
 	if err != nil {
 		return nil, fmt.Errorf("network: open host netns: %w", err)
 	}
@@ -88,6 +90,15 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("network: netlink handle: %w", err)
 	}
 	return &Manager{cfg: cfg, subnet: subnet, gateway: subnet.Addr().Next(), ipam: a, hostNS: hostNS, host: host}, nil
+}
+
+// callerNetns returns the network namespace of the calling goroutine's
+// thread. (Not /proc/self/ns/net: that follows the main thread, which a
+// careless LockOSThread elsewhere may have left in another namespace.)
+func callerNetns() (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return netns.Get()
 }
 
 // Close releases the Manager's handles. It changes nothing in the kernel:
@@ -167,7 +178,7 @@ func (m *Manager) ensureBridgeLink() (netlink.Link, error) {
 		if !errors.As(err, &nf) {
 			return nil, err
 		}
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: m.cfg.MTU, Alias: aliasPrefix + m.cfg.NodeName}}
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: m.cfg.MTU}}
 		if err := m.host.LinkAdd(br); err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, fmt.Errorf("create bridge: %w", err)
 		}
@@ -181,6 +192,12 @@ func (m *Manager) ensureBridgeLink() (netlink.Link, error) {
 	if link.Attrs().MTU != m.cfg.MTU {
 		if err := m.host.LinkSetMTU(link, m.cfg.MTU); err != nil {
 			return nil, fmt.Errorf("set MTU: %w", err)
+		}
+	}
+	// The kernel ignores an alias given at creation: set it on its own.
+	if alias := aliasPrefix + m.cfg.NodeName; link.Attrs().Alias != alias {
+		if err := m.host.LinkSetAlias(link, alias); err != nil {
+			return nil, fmt.Errorf("set alias: %w", err)
 		}
 	}
 	return link, nil
@@ -371,14 +388,14 @@ func listRetry[T any](list func() ([]T, error)) ([]T, error) {
 // Idempotent: the same UID gets the same attachment. On failure, what this
 // call created is removed again. Failures are *nodeagent.Error with
 // CodeSandbox. EnsureBridge must have succeeded first.
-func (m *Manager) Setup(ctx context.Context, podUID string) (att Attachment, err error) {
+func (m *Manager) Setup(ctx context.Context, podUID string) (Attachment, error) {
 	if err := validUID(podUID); err != nil {
 		return Attachment{}, sandboxErr(err, "pod %q", podUID)
 	}
 	if err := ctx.Err(); err != nil {
 		return Attachment{}, err
 	}
-	att = m.attachment(podUID, netip.Addr{})
+	att := m.attachment(podUID, netip.Addr{})
 	br, err := m.host.LinkByName(m.cfg.BridgeName)
 	if err != nil {
 		return Attachment{}, sandboxErr(err, "bridge %q (EnsureBridge first)", m.cfg.BridgeName)
@@ -473,7 +490,7 @@ func (m *Manager) ensureVeth(pod *netlink.Handle, ns netns.NsHandle, podUID, nam
 		}
 	}
 	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: name, MTU: m.cfg.MTU, Alias: aliasPrefix + podUID},
+		LinkAttrs:     netlink.LinkAttrs{Name: name, MTU: m.cfg.MTU},
 		PeerName:      PodInterface,
 		PeerMTU:       uint32(m.cfg.MTU),
 		PeerNamespace: netlink.NsFd(int(ns)),
@@ -484,6 +501,10 @@ func (m *Manager) ensureVeth(pod *netlink.Handle, ns netns.NsHandle, podUID, nam
 	link, err = m.host.LinkByName(name)
 	if err != nil {
 		return nil, false, err
+	}
+	if err := m.host.LinkSetAlias(link, aliasPrefix+podUID); err != nil {
+		_ = m.host.LinkDel(link)
+		return nil, false, fmt.Errorf("set alias: %w", err)
 	}
 	if err := m.host.LinkSetMasterByIndex(link, bridgeIndex); err != nil {
 		_ = m.host.LinkDel(link)

@@ -27,6 +27,9 @@ func isNetnsMount(path string) bool {
 // file that is not a mounted namespace (a crash between create and mount)
 // is replaced.
 func ensureNetns(name string) (h netns.NsHandle, created bool, err error) {
+	if name == "" || name != filepath.Base(name) || name == "." || name == ".." {
+		return netns.None(), false, fmt.Errorf("%w: netns name %q", ErrInvalidArgument, name)
+	}
 	path := filepath.Join(NetnsDir, name)
 	if isNetnsMount(path) {
 		h, err := netns.GetFromPath(path)
@@ -50,29 +53,45 @@ func ensureNetns(name string) (h netns.NsHandle, created bool, err error) {
 	return h, true, nil
 }
 
-// newNamedNetns creates a named network namespace on a fresh OS thread that
-// is thrown away afterwards (the goroutine exits with the thread locked), so
-// no thread of the process is ever left in the new namespace.
+// newNamedNetns creates a named network namespace from a goroutine locked
+// to its thread, and moves the thread back to the namespace it came from.
+// Should moving back fail, the goroutine exits still locked and the runtime
+// throws the thread away, so no thread of the process is ever left in the
+// new namespace. (A thread is never simply left to die in it: the main
+// thread is not terminated but wedged, and /proc/self follows it.)
 func newNamedNetns(name string) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// No UnlockOSThread: the thread moved to the new namespace and dies
-		// with this goroutine.
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("current netns: %w", err)
+			return
+		}
+		defer orig.Close()
 		ns, err := netns.NewNamed(name)
 		if err == nil {
 			ns.Close()
 		}
+		if serr := netns.Set(orig); serr != nil {
+			errc <- errors.Join(err, fmt.Errorf("return to the original netns: %w", serr))
+			return // still locked: the thread is discarded
+		}
+		runtime.UnlockOSThread()
+		if err != nil {
+			err = fmt.Errorf("create netns %q: %w", name, err)
+		}
 		errc <- err
 	}()
-	if err := <-errc; err != nil {
-		return fmt.Errorf("create netns %q: %w", name, err)
-	}
-	return nil
+	return <-errc
 }
 
 // deleteNetns unmounts and removes a named namespace; absent is fine.
 func deleteNetns(name string) error {
+	if name == "" || name != filepath.Base(name) || name == "." || name == ".." {
+		return fmt.Errorf("%w: netns name %q", ErrInvalidArgument, name)
+	}
 	path := filepath.Join(NetnsDir, name)
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount netns %q: %w", path, err)
