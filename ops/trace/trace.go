@@ -189,3 +189,13 @@ func Detail(e *eventsv1.Envelope) string {
 	}
 	return ""
 }
+
+// Verdict says where a pod is after event e alone, and what that means;
+// where is "" for events that do not move a pod (status reports, pulls).
+func Verdict(e *eventsv1.Envelope) (where, what string) { return verdict(e, "", "") }
+
+// Settled reports whether a verdict ends the pod's journey: Running and
+// Ready, rejected, or deleted. A pod not settled is waiting somewhere.
+func Settled(verdict string) bool {
+	return strings.HasPrefix(verdict, "Running and Ready") || strings.HasPrefix(verdict, "rejected") || verdict == "deleted"
+}

@@ -121,7 +121,7 @@ func Topology(streams bus.StreamsConfig) (bus.Topology, error) {
 		if err != nil {
 			return t, err
 		}
-		t.Consumers = append(t.Consumers, cfg.ConsumerSpec())
+		t.Consumers = append(t.Consumers, cfg.ConsumerSpecs()...)
 	}
 	return t, t.Validate()
 }

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -65,6 +66,13 @@ type Reconciler interface {
 type Config struct {
 	Runner       bus.RunnerConfig
 	ResyncPeriod time.Duration // 0 disables periodic reconciliation
+	// MetricsAddr serves Prometheus /metrics when set ("127.0.0.1:0"
+	// picks a port; OnMetrics learns which).
+	MetricsAddr string
+	OnMetrics   func(addr string)
+	// Metrics, when set, is used instead of fresh metrics (a stage adds
+	// its own collectors to its Registry).
+	Metrics *Metrics
 }
 
 // Validate checks the Config.
@@ -85,15 +93,41 @@ func Run(ctx context.Context, env Env, h Handler, cfg Config) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
+	fail := func(err error) error {
+		cancel()
+		return errors.Join(err, g.Wait())
+	}
+	m := cfg.Metrics
+	if m == nil {
+		m = NewMetrics(env.Stage)
+	}
+	if cfg.Runner.Observer == nil {
+		cfg.Runner.Observer = m
+	}
+	if cfg.MetricsAddr != "" {
+		l, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("stage %s: metrics: %w", env.Stage, err)
+		}
+		serveMetrics(gctx, g, l, m.Registry)
+		if cfg.OnMetrics != nil {
+			cfg.OnMetrics(l.Addr().String())
+		}
+	}
+	if err := answerPings(gctx, g, env, m, time.Now()); err != nil {
+		return fail(err)
+	}
 	if s, ok := h.(Starter); ok {
 		if err := s.Start(gctx, g); err != nil {
-			return errors.Join(fmt.Errorf("stage %s: start: %w", env.Stage, err), g.Wait())
+			return fail(fmt.Errorf("stage %s: start: %w", env.Stage, err))
 		}
 	}
 	runner, err := bus.NewRunner(env.Bus, cfg.Runner, h.Handle)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	g.Go(func() error { return runner.Run(gctx) })
 	if r, ok := h.(Reconciler); ok {

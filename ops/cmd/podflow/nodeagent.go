@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,11 +13,13 @@ import (
 	"github.com/podflow/podflow/nodeagent/sim"
 	"github.com/podflow/podflow/nodeagent/wire"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/stage"
 )
 
 func init() { register(newNodeAgentCmd) }
 
 type nodeAgentOptions struct {
+	metrics string
 	config  string
 	runtime string
 	nodes   int
@@ -50,7 +53,7 @@ package documentation). The simulated nodes share one durable consumer.`,
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("nodeagent", o.name)
 
 			rc := pipeline.SimNodesRunnerConfig(o.name)
-			if err := bus.Provision(ctx, sess.bus.JetStream(), bus.Topology{Consumers: []bus.ConsumerSpec{rc.ConsumerSpec()}}); err != nil {
+			if err := bus.Provision(ctx, sess.bus.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
 				return fmt.Errorf("provision the node agents' consumer: %w", err)
 			}
 			cl, err := sim.NewCluster(sim.DefaultClusterConfig(o.nodes), wire.NewStore(sess.store), wire.NewPublisher(sess.bus))
@@ -63,6 +66,15 @@ package documentation). The simulated nodes share one durable consumer.`,
 			}
 			defer cl.Stop()
 			log.Info("simulated nodes registered", "nodes", o.nodes)
+			m := stage.NewMetrics("nodeagent")
+			rc.Observer = m
+			if o.metrics != "" {
+				addr, err := serveMetricsAddr(ctx, o.metrics, m)
+				if err != nil {
+					return err
+				}
+				log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
+			}
 			runner, err := bus.NewRunner(sess.bus, rc, wire.Handler(sess.store, cl, time.Second))
 			if err != nil {
 				return err
@@ -72,8 +84,13 @@ package documentation). The simulated nodes share one durable consumer.`,
 	}
 	configFlag(cmd, &o.config)
 	f := cmd.Flags()
+	f.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus /metrics on this address")
 	f.StringVar(&o.runtime, "runtime", "sim", "runtime: sim (simulated nodes)")
 	f.IntVar(&o.nodes, "nodes", 3, "number of simulated nodes")
 	f.StringVar(&o.name, "name", "sim", "name of this simulated cluster (its durable consumer)")
 	return cmd
+}
+
+func serveMetricsAddr(ctx context.Context, addr string, m *stage.Metrics) (string, error) {
+	return stage.ServeMetrics(ctx, addr, m)
 }

@@ -59,6 +59,7 @@ type stageOptions struct {
 	nodeGrace  time.Duration
 	resync     time.Duration
 	provision  bool
+	metrics    string
 }
 
 func newStageCmd() *cobra.Command {
@@ -108,7 +109,8 @@ is redelivered to the others.`,
 				}
 			}
 			log.Info("stage started")
-			err = stage.Run(ctx, env, h, stage.Config{Runner: rc, ResyncPeriod: o.resync})
+			err = stage.Run(ctx, env, h, stage.Config{Runner: rc, ResyncPeriod: o.resync, MetricsAddr: o.metrics,
+				OnMetrics: func(addr string) { log.Info("serving metrics", "addr", "http://"+addr+"/metrics") }})
 			log.Info("stage stopped", "err", err)
 			return err
 		},
@@ -120,6 +122,7 @@ is redelivered to the others.`,
 	f.StringVar(&o.pssDefault, "pod-security-default", "", "admission: Pod Security level of namespaces without the enforce label (privileged, baseline, restricted)")
 	f.DurationVar(&o.nodeGrace, "node-monitor-grace-period", 0, "status: mark a node NotReady after this long without heartbeats (default 40s)")
 	f.BoolVar(&o.provision, "provision", false, "declare the single-server streams and consumers before starting (`podflow up` does it for its stages)")
+	f.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9100)")
 	f.DurationVar(&o.resync, "resync", 10*time.Second, "period of reconciliation from the store")
 	return cmd
 }

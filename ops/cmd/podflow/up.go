@@ -218,17 +218,28 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 		return err
 	}
 
-	// 4. The stages and the nodes.
+	// 4. The stages and the nodes, each serving /metrics.
+	metrics := map[string]string{}
 	for _, name := range pipeline.Stages {
 		for i := 1; i <= replicas[name]; i++ {
-			if err := startStage(sup, exe, cfgPath, dir, name, i, o); err != nil {
+			addr, err := startStage(sup, exe, cfgPath, dir, name, i, o)
+			if err != nil {
 				return err
 			}
+			metrics[fmt.Sprintf("%s-%d", name, i)] = addr
 		}
 	}
+	naAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
 	if err := sup.Start(supervisor.Spec{Name: "nodeagent-sim", Role: "nodeagent", Path: exe, Args: []string{
-		"nodeagent", "--runtime", "sim", "--nodes", strconv.Itoa(o.nodes), "--config", cfgPath,
+		"nodeagent", "--runtime", "sim", "--nodes", strconv.Itoa(o.nodes), "--config", cfgPath, "--metrics-addr", naAddr,
 	}}); err != nil {
+		return err
+	}
+	metrics["nodeagent-sim"] = naAddr
+	if err := writeMetricsFile(filepath.Join(dir, "metrics.json"), metrics); err != nil {
 		return err
 	}
 	consumers := []string{pipeline.SimNodesRunnerConfig("sim").Consumer}
@@ -242,6 +253,7 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "up: podflow is running: %d stages, %d store replicas, %d simulated nodes\n", len(pipeline.Stages), o.storeReplicas, o.nodes)
 	fmt.Fprintf(out, "up: export PODFLOW_CONFIG=%s\n", cfgPath)
+	fmt.Fprintf(out, "up: metrics: http://%s/metrics (scheduler), every process's in %s\n", metrics["scheduler-1"], filepath.Join(dir, "metrics.json"))
 	fmt.Fprintf(out, "up: logs in %s; Ctrl-C stops everything\n", cfg.LogDir)
 
 	if o.example {
@@ -255,16 +267,37 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	return nil
 }
 
-func startStage(sup *supervisor.Supervisor, exe, cfgPath, dir, name string, i int, o *upOptions) error {
+func startStage(sup *supervisor.Supervisor, exe, cfgPath, dir, name string, i int, o *upOptions) (metricsAddr string, err error) {
 	replica := fmt.Sprintf("%s-%d", name, i)
-	args := []string{"stage", name, "--replica", replica, "--config", cfgPath}
+	if metricsAddr, err = freeAddr(); err != nil {
+		return "", err
+	}
+	args := []string{"stage", name, "--replica", replica, "--config", cfgPath, "--metrics-addr", metricsAddr}
 	switch name {
 	case pipeline.API:
 		args = append(args, "--token-file", filepath.Join(dir, "tokens.csv"))
 	case pipeline.Status:
 		args = append(args, "--node-monitor-grace-period", o.nodeGrace.String())
 	}
-	return sup.Start(supervisor.Spec{Name: replica, Role: "stage/" + name, Path: exe, Args: args})
+	return metricsAddr, sup.Start(supervisor.Spec{Name: replica, Role: "stage/" + name, Path: exe, Args: args})
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func writeMetricsFile(path string, m map[string]string) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 // waitConsumers waits until every named consumer of the events stream has
