@@ -160,3 +160,32 @@ func TestStageKilledMidBurst(t *testing.T) {
 		t.Errorf("%d children were restarted, want at least 3", restarted)
 	}
 }
+
+// TestScaleLive scales a stage up and down under a running system between
+// bursts: the new replicas take work from the shared consumer, removed ones
+// drain, and every pod is admitted exactly once.
+func TestScaleLive(t *testing.T) {
+	c := startCluster(t, "--nodes", "10")
+	out := c.mustPodflow("scale", "admission=3")
+	if !strings.Contains(out, "stage/admission scaled to 3 (admission-1, admission-2, admission-3)") {
+		t.Fatalf("scale: %s", out)
+	}
+	eventually(t, 30*time.Second, "3 admission replicas pulling", func() (bool, string) {
+		s := c.mustPodflow("streams")
+		return strings.Contains(s, "3 (admission-1: "), s
+	})
+	const n = 300
+	c.mustPodflow("publish", "-f", writeTemp(t, pod("scaled", "default", "scaled", "", "")), "--count", fmt.Sprint(n))
+	out = c.mustPodflow("scale", "admission=1")
+	if !strings.Contains(out, "stage/admission scaled to 1 (admission-1)") {
+		t.Fatalf("scale down: %s", out)
+	}
+	c.mustPodflow("publish", "-f", writeTemp(t, pod("after", "default", "after", "", "")), "--count", "50")
+	eventually(t, 2*time.Minute, "every pod Running", func() (bool, string) {
+		a, _ := c.runningPods("scaled-")
+		b, _ := c.runningPods("after-")
+		return a == n && b == 50, fmt.Sprintf("%d/%d and %d/50", a, n, b)
+	})
+	c.assertEachOnce("scaled-", n, "PodAdmitted")
+	c.assertEachOnce("after-", 50, "PodAdmitted")
+}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
@@ -262,9 +263,92 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 			fmt.Fprintf(out, "up: example: %v\n", err)
 		}
 	}
-	<-ctx.Done()
-	fmt.Fprintln(out, "up: stopping")
-	return nil
+	// Serve `podflow scale` until stopped.
+	scaleCh := make(chan *nats.Msg, 8)
+	sub, err := conn.NATS().ChanSubscribe(ScaleSubject, scaleCh)
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(out, "up: stopping")
+			return nil
+		case m := <-scaleCh:
+			resp := scale(sup, exe, cfgPath, dir, o, m.Data, metrics)
+			_ = writeMetricsFile(filepath.Join(dir, "metrics.json"), metrics)
+			fmt.Fprintf(out, "up: scale: %s\n", resp.Message)
+			b, _ := json.Marshal(resp)
+			_ = m.Respond(b)
+		}
+	}
+}
+
+// ScaleSubject is where `podflow up` takes `podflow scale` requests.
+const ScaleSubject = "podflow.ops.up.scale"
+
+type scaleRequest struct {
+	Stage    string `json:"stage"`
+	Replicas int    `json:"replicas"`
+}
+
+type scaleResponse struct {
+	OK       bool     `json:"ok"`
+	Message  string   `json:"message"`
+	Replicas []string `json:"replicas"`
+}
+
+// scale starts or stops replicas of a stage so that it has the asked
+// number: new replicas join the stage's consumer and share its work;
+// removed ones drain first (SIGTERM), so nothing in flight is lost.
+func scale(sup *supervisor.Supervisor, exe, cfgPath, dir string, o *upOptions, data []byte, metrics map[string]string) scaleResponse {
+	var req scaleRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return scaleResponse{Message: "bad request: " + err.Error()}
+	}
+	if !pipeline.Known(req.Stage) || req.Replicas < 0 || req.Replicas > 64 {
+		return scaleResponse{Message: fmt.Sprintf("cannot scale %q to %d: stages are %s, replicas 0..64", req.Stage, req.Replicas, strings.Join(pipeline.Stages, ", "))}
+	}
+	have := map[int]bool{}
+	maxIdx := 0
+	for _, c := range sup.List() {
+		if c.Spec.Role == "stage/"+req.Stage {
+			var i int
+			fmt.Sscanf(strings.TrimPrefix(c.Spec.Name, req.Stage+"-"), "%d", &i)
+			have[i] = true
+			maxIdx = max(maxIdx, i)
+		}
+	}
+	for i := 1; len(have) < req.Replicas; i++ {
+		if have[i] {
+			continue
+		}
+		addr, err := startStage(sup, exe, cfgPath, dir, req.Stage, i, o)
+		if err != nil {
+			return scaleResponse{Message: err.Error()}
+		}
+		metrics[fmt.Sprintf("%s-%d", req.Stage, i)] = addr
+		have[i] = true
+	}
+	for i := maxIdx; len(have) > req.Replicas && i > 0; i-- {
+		if !have[i] {
+			continue
+		}
+		name := fmt.Sprintf("%s-%d", req.Stage, i)
+		if err := sup.Stop(name); err != nil {
+			return scaleResponse{Message: err.Error()}
+		}
+		delete(metrics, name)
+		delete(have, i)
+	}
+	var names []string
+	for _, c := range sup.List() {
+		if c.Spec.Role == "stage/"+req.Stage {
+			names = append(names, c.Spec.Name)
+		}
+	}
+	return scaleResponse{OK: true, Message: fmt.Sprintf("%s scaled to %d: %s", req.Stage, len(names), strings.Join(names, ", ")), Replicas: names}
 }
 
 func startStage(sup *supervisor.Supervisor, exe, cfgPath, dir, name string, i int, o *upOptions) (metricsAddr string, err error) {
