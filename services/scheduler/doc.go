@@ -18,7 +18,68 @@
 // kube-scheduler's ("0/5 nodes are available: 3 Insufficient cpu, 2
 // node(s) had untolerated taint {dedicated: gpu}.").
 //
-// Callers' obligations:
+// # The stage
+//
+// Stage wraps the core as the pipeline's scheduler stage (run it with
+// stage.Run). Its parts:
+//
+// Sharing work. Every replica reads the one durable "scheduler" consumer
+// (PodPersisted, PodDeleted), so JetStream hands each event to one replica;
+// each replica keeps its own Cache, fed by store watches (nodes, pods,
+// NodeAllocations) through informers, and decides under its own lock, one
+// pod at a time, assuming the pod onto the chosen node before the next
+// decision. Replicas do not talk to each other: the store arbitrates.
+//
+// The bind transaction. Binding is one raftstore transaction that
+//
+//   - compares the pod's revision (still the unbound pod the decision saw)
+//     and the node's NodeAllocation revision (still the record the fit was
+//     re-checked against with CheckAllocationFit; revision 0: no record
+//     yet), and
+//   - puts the pod with spec.nodeName and PodScheduled=True, the
+//     NodeAllocation with the pod accounted under its uid, and the pod's
+//     Scheduled Event (named after the pod's uid and node, so it needs no
+//     read).
+//
+// So a pod is bound at most once (a second bind's pod compare fails) and a
+// node is never overcommitted (every bind to it compares the record it
+// checked). The first attempt reads nothing: the pod comes from the event
+// or the pod informer (the newer), the allocation from the informer or
+// what this replica last wrote or read (the newer); the compares catch a
+// stale copy. This replica's binds to one node are serialized (striped
+// locks), so they do not race each other for the node's record.
+//
+// Conflicts. A lost race — a failed compare, or an allocation that no
+// longer fits — is counted (Counters.Conflicts, and PodScheduled.conflicts
+// in the pod's trace) and retried at once against fresh state: after a pod
+// compare the pod is read from the store; after an allocation compare the
+// record is read and the replica waits (up to CacheSyncTimeout) until its
+// pod informer has reached that record's revision, at which point its
+// cache holds every pod the record accounts for (the transaction that
+// wrote the record wrote the pod at the same revision). A handling gives up
+// after MaxAttempts lost races and the event is retried with the runner's
+// backoff. Every failed attempt forgets the assumed pod. PodScheduled's id
+// is the same for every attempt and replica, so a redelivered event of a
+// pod already bound re-publishes it harmlessly (JetStream deduplicates).
+//
+// Unschedulable pods. A pod no node fits (checked again from a fresh read
+// before it is reported) gets PodScheduled=False with reason
+// Unschedulable and kube-scheduler's message, a FailedScheduling Event in
+// the same words, and a PodUnschedulable event carrying up to 100 nodes'
+// verdicts for describe and trace. The replica then retries it with
+// backoff (InitialBackoff doubling to MaxBackoff), and at once when a node
+// is added, a node's spec, labels, allocatable or readiness change (not a
+// mere heartbeat), a bound pod is deleted or terminates, or a PodDeleted
+// arrives. Reconcile (at start and every resync) schedules unbound pods
+// nobody has tried for OrphanAge: lost events, pods queued on a replica
+// that died. Running a replica:
+//
+//	st, err := scheduler.NewStage(env, scheduler.DefaultStageConfig())
+//	if err != nil { ... }
+//	rc, _ := pipeline.RunnerConfig(pipeline.Scheduler, env.Replica)
+//	err = stage.Run(ctx, env, st, stage.Config{Runner: rc, ResyncPeriod: 10 * time.Second})
+//
+// Callers' obligations (the core):
 //
 //  1. Feed the Cache every node and bound-pod event (AddNode, UpdateNode,
 //     RemoveNode; AddPod, UpdatePod, RemovePod). Objects passed in are
