@@ -42,6 +42,7 @@ type Manager struct {
 	v1Roots map[string]string // subsystem → its mount directory
 	// v2
 	v2Mount string
+	v2swap  bool // memory.swap.max exists (swap accounting compiled in)
 }
 
 // New detects the hierarchy cfg asks for and ensures podflow's root and its
@@ -112,6 +113,10 @@ func New(cfg Config) (*Manager, error) {
 		if err := m.ensure(m.qosPath(qos), r); err != nil {
 			return nil, fmt.Errorf("%w: create %q: %w", ErrUnavailable, m.qosPath(qos), err)
 		}
+	}
+	if m.mode == ModeV2 {
+		_, err := os.Stat(filepath.Join(m.dirs(m.qosPath(admission.QOSGuaranteed))[0], "memory.swap.max"))
+		m.v2swap = err == nil
 	}
 	return m, nil
 }
@@ -282,8 +287,12 @@ func (m *Manager) v2Resources(r Resources) *cgroup2.Resources {
 		out.CPU.Max = cgroup2.NewCPUMax(&quota, &period)
 	}
 	if r.MemoryLimit > 0 {
-		limit, swap := r.MemoryLimit, int64(0)
-		out.Memory.Max, out.Memory.Swap = &limit, &swap
+		limit := r.MemoryLimit
+		out.Memory.Max = &limit
+		if m.v2swap {
+			swap := int64(0) // no swap beyond the limit, as v1's memsw = limit
+			out.Memory.Swap = &swap
+		}
 	}
 	return out
 }

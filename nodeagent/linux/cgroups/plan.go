@@ -159,13 +159,18 @@ func resourcesFor(reqCPU, limCPU, limMem int64, qos string) Resources {
 	if qos == admission.QOSBestEffort {
 		r.CPUShares = MinShares
 	}
-	r.CPUWeight = cgroup2.ConvertCPUSharesToCgroupV2Value(r.CPUShares)
+	r.CPUWeight = convertShares(r.CPUShares)
 	if limCPU > 0 {
 		r.CPUQuota = MilliCPUToQuota(limCPU, QuotaPeriod)
 		r.CPUPeriod = QuotaPeriod
 	}
 	return r
 }
+
+// convertShares converts v1 cpu.shares to a v2 cpu.weight as runc and
+// containerd do (a quadratic in log2(shares) through 2→1, 1024→100 and
+// 262144→10000).
+func convertShares(shares uint64) uint64 { return cgroup2.ConvertCPUSharesToCgroupV2Value(shares) }
 
 // MilliCPUToShares converts a cpu request in millicores to cpu.shares.
 func MilliCPUToShares(milliCPU int64) uint64 {
