@@ -24,6 +24,17 @@ build:
 run: build
 	$(BIN)/podflow up --data-dir $(DATA) --example
 
+## images: podflow's test images from images/ (no Docker). The HTTP server is
+## built static beside bin/podflow; `podflow images push` packages it and
+## Debian's busybox-static as OCI images and pushes them: to REGISTRY
+## (host:port) when set, else into the registry data directory
+## $(DATA)/registry, served in-process while pushing (`podflow up` serves it).
+.PHONY: images
+images: build deps-os
+	cd images && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/httpserver ./httpserver
+	$(BIN)/podflow images push --httpserver $(BIN)/httpserver --busybox /bin/busybox \
+		$(if $(REGISTRY),--registry $(REGISTRY),--registry-dir $(DATA)/registry)
+
 ## tools: pinned generators. protoc comes from Debian (protobuf-compiler).
 tools: $(PROTOC_GEN_GO)
 $(PROTOC_GEN_GO):
@@ -32,6 +43,7 @@ $(PROTOC_GEN_GO):
 deps-os:
 	@command -v protoc >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler; }
 	@command -v ip >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2; }
+	@dpkg -s busybox-static >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static; }
 
 PROTO_FILES := $(shell cd proto && ls */*.proto)
 proto: tools deps-os

@@ -3,6 +3,7 @@ module github.com/podflow/podflow/ops
 go 1.26.0
 
 require (
+	github.com/google/go-containerregistry v0.22.1
 	github.com/spf13/cobra v1.10.2
 	go.uber.org/goleak v1.3.0
 )

@@ -14,17 +14,19 @@
 //
 // Caller's obligations:
 //
-//  1. One Server per data directory.
+//  1. One Server per data directory (New takes a lock on it; Close releases
+//     it).
 //  2. Addr must be a loopback address: podflow's registry never listens
 //     elsewhere.
 //  3. Cancel the context given to Serve to stop it; Serve returns after the
-//     listener is closed and requests in flight have finished.
+//     listener is closed and requests in flight have finished. Then Close.
 //
 // Example:
 //
 //	srv, err := registry.New(registry.Config{Dir: dir, Addr: "127.0.0.1:5000"})
 //	if err != nil { ... }
 //	fmt.Println("listening on", srv.Addr())
+//	defer srv.Close()
 //	err = srv.Serve(ctx) // until ctx ends
 package registry
 
@@ -45,6 +47,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	ggcr "github.com/google/go-containerregistry/pkg/registry"
@@ -54,6 +57,9 @@ import (
 var (
 	// ErrInvalidConfig wraps every Config.Validate failure.
 	ErrInvalidConfig = errors.New("registry: invalid config")
+	// ErrLocked is returned by New when another Server has the data
+	// directory.
+	ErrLocked = errors.New("registry: data directory in use by another registry")
 	// ErrCorrupt is returned by New when the persisted manifests do not
 	// match their digests or cannot be replayed.
 	ErrCorrupt = errors.New("registry: corrupt data directory")
@@ -101,6 +107,8 @@ type Server struct {
 	cfg   Config
 	inner http.Handler
 	ln    net.Listener
+	lock  *os.File // flock held on Dir/.lock until Close
+	once  sync.Once
 
 	mu   sync.Mutex // serialises manifest writes and their journal
 	tags []entry    // push order: replay order
@@ -131,11 +139,25 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("registry: %w", err)
 		}
 	}
+	lock, err := os.OpenFile(filepath.Join(cfg.Dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("%w: %q: %v", ErrLocked, cfg.Dir, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			lock.Close()
+		}
+	}()
 	logger := cfg.Log
 	if logger == nil {
 		logger = log.New(io.Discard, "", 0)
 	}
-	s := &Server{cfg: cfg, inner: ggcr.New(ggcr.Logger(logger), ggcr.WithBlobHandler(ggcr.NewDiskBlobHandler(filepath.Join(cfg.Dir, "blobs"))))}
+	s := &Server{cfg: cfg, lock: lock, inner: ggcr.New(ggcr.Logger(logger), ggcr.WithBlobHandler(ggcr.NewDiskBlobHandler(filepath.Join(cfg.Dir, "blobs"))))}
 	if err := s.replay(); err != nil {
 		return nil, err
 	}
@@ -144,7 +166,18 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("registry: listen on %q: %w", cfg.Addr, err)
 	}
 	s.ln = ln
+	ok = true
 	return s, nil
+}
+
+// Close closes the listener (if Serve did not) and releases the data
+// directory. Idempotent.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		s.ln.Close()
+		s.lock.Close()
+	})
+	return nil
 }
 
 // Addr is the address the server listens on ("127.0.0.1:PORT").

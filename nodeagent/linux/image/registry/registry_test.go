@@ -30,7 +30,7 @@ func start(t *testing.T, dir string) (addr string, stop func()) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
+	go func() { done <- srv.Serve(ctx); srv.Close() }()
 	stopped := false
 	stop = func() {
 		if stopped {
@@ -133,6 +133,10 @@ func TestCorruptManifestRefused(t *testing.T) {
 	img, _ := imagebuild.Image(v1.Config{}, l)
 	if err := imagebuild.Push(context.Background(), addr, map[string]v1.Image{"x/y:1": img}); err != nil {
 		t.Fatal(err)
+	}
+	// A second server on the same directory is refused while one runs.
+	if _, err := registry.New(registry.DefaultConfig(dir)); !errors.Is(err, registry.ErrLocked) {
+		t.Fatalf("second New on a served dir = %v, want ErrLocked", err)
 	}
 	stop()
 	d, _ := img.Digest()

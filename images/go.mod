@@ -1,0 +1,3 @@
+module github.com/podflow/podflow/images
+
+go 1.26.0
