@@ -30,6 +30,7 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/api/auth"
+	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
@@ -45,6 +46,9 @@ type Config struct {
 	RBAC      auth.RBACConfig
 	// Workers serve the request-reply subjects.
 	Workers int
+	// HTTPS, when set, runs the Kubernetes REST front door (see https.go
+	// and services/apiserver) in this replica.
+	HTTPS *apiserver.Config
 }
 
 // DefaultConfig returns the defaults.
@@ -60,6 +64,11 @@ func (c Config) Validate() error {
 	if err := c.Authn.Validate(); err != nil {
 		return err
 	}
+	if c.HTTPS != nil {
+		if err := c.HTTPS.Validate(); err != nil {
+			return err
+		}
+	}
 	return c.RBAC.Validate()
 }
 
@@ -69,6 +78,8 @@ type Stage struct {
 	cfg   Config
 	authn *auth.TokenAuthenticator
 	rbac  *auth.RBAC
+
+	replies *replyMux // HTTPS pod creations wait on it
 }
 
 var _ stage.Handler = (*Stage)(nil)
@@ -138,7 +149,13 @@ func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	if err := s.serve(ctx, g, pipeline.CreatePodSubject, s.onCreatePod); err != nil {
 		return err
 	}
-	return s.serve(ctx, g, pipeline.ObjectSubject, s.onObject)
+	if err := s.serve(ctx, g, pipeline.ObjectSubject, s.onObject); err != nil {
+		return err
+	}
+	if s.cfg.HTTPS != nil {
+		return s.startHTTPS(ctx, g)
+	}
+	return nil
 }
 
 // watch runs an informer for T feeding up/del, owned by g.
@@ -297,6 +314,13 @@ func (s *Stage) object(ctx context.Context, req *apiv1.ObjectRequest) (*corev1.S
 	if st != nil {
 		return st, nil
 	}
+	return s.objectAs(ctx, user, req)
+}
+
+// objectAs serves req for an authenticated user (req.User is ignored: the
+// bus path authenticates the token; the HTTPS path passes its user in
+// process).
+func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.ObjectRequest) (*corev1.Status, proto.Message) {
 	kind, err := objects.KindForResource(req.GetKind())
 	if err != nil {
 		return stage.Failure(404, eventsv1.ReasonNotFound, req.GetKind(), req.GetName(), "the server doesn't have a resource type %q", req.GetKind()), nil

@@ -12,6 +12,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/services/admission"
 	"github.com/podflow/podflow/services/api"
+	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/endpoints"
 	"github.com/podflow/podflow/services/persistence"
 	"github.com/podflow/podflow/services/pipeline"
@@ -27,6 +28,7 @@ var stageBuilders = map[string]func(env stage.Env, o *stageOptions) (stage.Handl
 	pipeline.API: func(env stage.Env, o *stageOptions) (stage.Handler, error) {
 		cfg := api.DefaultConfig()
 		cfg.TokenFile = o.tokenFile
+		cfg.HTTPS = o.https.config()
 		return api.New(env, cfg)
 	},
 	pipeline.Admission: func(env stage.Env, o *stageOptions) (stage.Handler, error) {
@@ -60,6 +62,7 @@ type stageOptions struct {
 	resync     time.Duration
 	provision  bool
 	metrics    string
+	https      httpsOptions
 }
 
 func newStageCmd() *cobra.Command {
@@ -124,6 +127,20 @@ is redelivered to the others.`,
 	f.BoolVar(&o.provision, "provision", false, "declare the single-server streams and consumers before starting (`podflow up` does it for its stages)")
 	f.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9100)")
 	f.DurationVar(&o.resync, "resync", 10*time.Second, "period of reconciliation from the store")
+	h := &o.https
+	f.StringVar(&h.addr, "https-addr", "", "api: serve the Kubernetes API over HTTPS on this address (SO_REUSEPORT: every api replica may bind the same one)")
+	f.StringVar(&h.certFile, "tls-cert-file", "", "api: HTTPS serving certificate (PEM)")
+	f.StringVar(&h.keyFile, "tls-private-key-file", "", "api: HTTPS serving key (PEM)")
+	f.StringVar(&h.clientCA, "client-ca-file", "", "api: accept client certificates signed by these CAs (CN = user, O = groups)")
+	f.StringVar(&h.oidc.IssuerURL, "oidc-issuer-url", "", "api: accept OIDC ID tokens from this issuer")
+	f.StringVar(&h.oidc.ClientID, "oidc-client-id", "", "api: the audience OIDC ID tokens must carry")
+	f.StringVar(&h.oidc.KeysFile, "oidc-keys-file", "", "api: the OIDC issuer's signing keys (JWKS JSON or PEM public keys)")
+	f.StringVar(&h.oidc.UsernameClaim, "oidc-username-claim", "sub", "api: the ID token claim holding the user name")
+	f.StringVar(&h.oidc.UsernamePrefix, "oidc-username-prefix", "", "api: prefix of OIDC user names (default ISSUER#, \"-\" for none)")
+	f.StringVar(&h.oidc.GroupsClaim, "oidc-groups-claim", "", "api: the ID token claim holding the groups")
+	f.StringVar(&h.oidc.GroupsPrefix, "oidc-groups-prefix", "", "api: prefix of OIDC groups")
+	f.BoolVar(&h.anonymous, "anonymous-auth", false, "api: let requests without credentials through as system:anonymous")
+	f.Int64Var(&h.maxBodyBytes, "max-request-body-bytes", 0, "api: largest HTTPS request body (default 3 MiB)")
 	return cmd
 }
 
@@ -131,4 +148,27 @@ func init() {
 	stageBuilders[pipeline.Scheduler] = func(env stage.Env, o *stageOptions) (stage.Handler, error) {
 		return scheduler.NewStage(env, scheduler.DefaultStageConfig())
 	}
+}
+
+// httpsOptions are the api stage's HTTPS front door flags, named as
+// kube-apiserver names them.
+type httpsOptions struct {
+	addr, certFile, keyFile, clientCA string
+	oidc                              apiserver.OIDCConfig
+	anonymous                         bool
+	maxBodyBytes                      int64
+}
+
+// config returns the HTTPS configuration, or nil without --https-addr.
+func (h *httpsOptions) config() *apiserver.Config {
+	if h.addr == "" {
+		return nil
+	}
+	c := apiserver.DefaultConfig()
+	c.Addr, c.CertFile, c.KeyFile, c.ClientCAFile, c.Anonymous = h.addr, h.certFile, h.keyFile, h.clientCA, h.anonymous
+	c.OIDC = h.oidc
+	if h.maxBodyBytes > 0 {
+		c.MaxBodyBytes = h.maxBodyBytes
+	}
+	return &c
 }

@@ -42,6 +42,8 @@ type upOptions struct {
 	exampleDir    string
 	quiet         bool
 	nodeGrace     time.Duration
+	httpsPort     int        // Kubernetes API port (0: picked at first start)
+	kube          *kubeFiles // set by runUp (up_kube.go)
 }
 
 func newUpCmd() *cobra.Command {
@@ -67,6 +69,7 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	f.StringVar(&o.exampleDir, "example-dir", "examples", "directory of the example manifests")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the essentials")
 	f.DurationVar(&o.nodeGrace, "node-monitor-grace-period", 40*time.Second, "mark a node NotReady after this long without heartbeats")
+	f.IntVar(&o.httpsPort, "https-port", 0, "Kubernetes API (HTTPS) port on 127.0.0.1 (default: a free port picked at first start, then kept)")
 	return cmd
 }
 
@@ -213,6 +216,9 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	if err := seed(ctx, st); err != nil {
 		return fmt.Errorf("seed the store: %w", err)
 	}
+	if o.kube, err = ensureKube(dir, o.httpsPort); err != nil {
+		return fmt.Errorf("kubernetes API certificates: %w", err)
+	}
 	cc := clientConfig{NATS: natsCfg, Token: token, DataDir: dir}
 	cfgPath := filepath.Join(dir, "config.json")
 	if err := writeConfig(cfgPath, cc); err != nil {
@@ -254,6 +260,7 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "up: podflow is running: %d stages, %d store replicas, %d simulated nodes\n", len(pipeline.Stages), o.storeReplicas, o.nodes)
 	fmt.Fprintf(out, "up: export PODFLOW_CONFIG=%s\n", cfgPath)
+	fmt.Fprintf(out, "up: export KUBECONFIG=%s   # kubectl, https://%s\n", o.kube.Kubeconfig, o.kube.Addr)
 	fmt.Fprintf(out, "up: metrics: http://%s/metrics (scheduler), every process's in %s\n", metrics["scheduler-1"], filepath.Join(dir, "metrics.json"))
 	fmt.Fprintf(out, "up: logs in %s; Ctrl-C stops everything\n", cfg.LogDir)
 
@@ -360,6 +367,9 @@ func startStage(sup *supervisor.Supervisor, exe, cfgPath, dir, name string, i in
 	switch name {
 	case pipeline.API:
 		args = append(args, "--token-file", filepath.Join(dir, "tokens.csv"))
+		if o.kube != nil {
+			args = append(args, o.kube.stageArgs()...)
+		}
 	case pipeline.Status:
 		args = append(args, "--node-monitor-grace-period", o.nodeGrace.String())
 	}

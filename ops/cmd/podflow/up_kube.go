@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/podflow/podflow/services/apiserver/pki"
+)
+
+// kubeFiles are the Kubernetes API front door's files in the data dir:
+// the cluster CA, the API server's serving certificate, the admin's
+// client certificate and a kubeconfig using it.
+type kubeFiles struct {
+	Addr                    string // 127.0.0.1:PORT, chosen at first start
+	CACert, CAKey           string
+	ServingCert, ServingKey string
+	AdminCert, AdminKey     string
+	Kubeconfig              string
+}
+
+// stageArgs are the api stage's HTTPS flags. Every api replica binds the
+// same address (SO_REUSEPORT): one kubeconfig server for all of them.
+func (k *kubeFiles) stageArgs() []string {
+	return []string{"--https-addr", k.Addr, "--tls-cert-file", k.ServingCert, "--tls-private-key-file", k.ServingKey,
+		"--client-ca-file", k.CACert}
+}
+
+// ensureKube creates, at first start, the cluster CA (DATA/pki/ca.crt,
+// ca.key), the serving certificate for 127.0.0.1/localhost, the admin
+// client certificate (CN=admin, O=system:masters) and DATA/kubeconfig;
+// later starts reuse them. port 0 picks a free port once and remembers it.
+func ensureKube(dir string, port int) (*kubeFiles, error) {
+	pdir := filepath.Join(dir, "pki")
+	if err := os.MkdirAll(pdir, 0o700); err != nil {
+		return nil, err
+	}
+	k := &kubeFiles{
+		CACert: filepath.Join(pdir, "ca.crt"), CAKey: filepath.Join(pdir, "ca.key"),
+		ServingCert: filepath.Join(pdir, "apiserver.crt"), ServingKey: filepath.Join(pdir, "apiserver.key"),
+		AdminCert: filepath.Join(pdir, "admin.crt"), AdminKey: filepath.Join(pdir, "admin.key"),
+		Kubeconfig: filepath.Join(dir, "kubeconfig"),
+	}
+	addrFile := filepath.Join(pdir, "apiserver.json")
+	var saved struct {
+		Addr string `json:"addr"`
+	}
+	if b, err := os.ReadFile(addrFile); err == nil {
+		if err := json.Unmarshal(b, &saved); err != nil {
+			return nil, fmt.Errorf("%s: %w", addrFile, err)
+		}
+	}
+	switch {
+	case port > 0:
+		k.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	case saved.Addr != "":
+		k.Addr = saved.Addr
+	default:
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		k.Addr = l.Addr().String()
+		l.Close()
+	}
+	if k.Addr != saved.Addr {
+		b, _ := json.Marshal(map[string]string{"addr": k.Addr})
+		if err := os.WriteFile(addrFile, b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+
+	ca, err := pki.LoadCA(k.CACert, k.CAKey)
+	if errors.Is(err, os.ErrNotExist) {
+		if ca, err = pki.NewCA("podflow-ca"); err == nil {
+			err = ca.WriteFiles(k.CACert, k.CAKey)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster CA: %w", err)
+	}
+	if err := issueOnce(ca, k.ServingCert, k.ServingKey, pki.Request{CommonName: "podflow-apiserver",
+		Hosts: []string{"127.0.0.1", "localhost", "::1"}, Server: true}); err != nil {
+		return nil, err
+	}
+	if err := issueOnce(ca, k.AdminCert, k.AdminKey, pki.Request{CommonName: "admin", Groups: []string{"system:masters"}}); err != nil {
+		return nil, err
+	}
+	cert, err := os.ReadFile(k.AdminCert)
+	if err != nil {
+		return nil, err
+	}
+	key, err := os.ReadFile(k.AdminKey)
+	if err != nil {
+		return nil, err
+	}
+	kc := pki.Kubeconfig("https://"+k.Addr, ca.CertPEM, cert, key, "admin")
+	if err := os.WriteFile(k.Kubeconfig, kc, 0o600); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func issueOnce(ca *pki.CA, certFile, keyFile string, r pki.Request) error {
+	if _, err := os.Stat(certFile); err == nil {
+		return nil
+	}
+	cert, key, err := ca.Issue(r)
+	if err != nil {
+		return fmt.Errorf("issue %q: %w", r.CommonName, err)
+	}
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(certFile, cert, 0o644)
+}

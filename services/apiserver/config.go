@@ -1,0 +1,106 @@
+package apiserver
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config configures the HTTPS server.
+type Config struct {
+	// Addr is the TCP address to listen on ("127.0.0.1:6443"). The socket
+	// is opened with SO_REUSEPORT, so every api stage replica of one
+	// machine binds the same address and the kernel spreads connections
+	// over them: one kubeconfig server for all replicas, and a replica that
+	// dies only takes its own connections with it.
+	Addr string
+	// CertFile and KeyFile are the PEM serving certificate and key.
+	CertFile, KeyFile string
+	// ClientCAFile is the PEM bundle of CAs whose client certificates are
+	// accepted (CN = user name, O = groups). Empty disables X.509 client
+	// authentication.
+	ClientCAFile string
+	// OIDC enables OpenID Connect ID token authentication when IssuerURL
+	// is set.
+	OIDC OIDCConfig
+	// Anonymous lets requests without credentials through as
+	// system:anonymous (group system:unauthenticated), to be authorized by
+	// RBAC like any user. Default false: they get 401.
+	Anonymous bool
+	// MaxBodyBytes bounds a request body; larger bodies get 413 before they
+	// are parsed. Default 3 MiB, kube-apiserver's limit.
+	MaxBodyBytes int64
+	// RequestTimeout bounds every non-watch request. Default 60s.
+	RequestTimeout time.Duration
+	// BookmarkInterval is how often a watch that asked for bookmarks
+	// (allowWatchBookmarks=true) gets a BOOKMARK event. Default 10s.
+	BookmarkInterval time.Duration
+	// MaxWatchTimeout caps a watch's timeoutSeconds; watches without one
+	// end after a random time in [MaxWatchTimeout/2, MaxWatchTimeout),
+	// so that clients reconnect spread over time. Default 30m.
+	MaxWatchTimeout time.Duration
+}
+
+// OIDCConfig configures OpenID Connect ID token verification, as
+// kube-apiserver's --oidc-* flags do. Keys are given locally (no discovery
+// over the network): a JWKS document or PEM public keys.
+type OIDCConfig struct {
+	// IssuerURL must equal the token's "iss" claim.
+	IssuerURL string
+	// ClientID must be among the token's "aud" claim.
+	ClientID string
+	// KeysFile holds the issuer's signing keys: a JWKS JSON document
+	// ({"keys": [...]}) or one or more PEM public keys (RSA or ECDSA).
+	KeysFile string
+	// UsernameClaim names the claim holding the user name. Default "sub".
+	UsernameClaim string
+	// UsernamePrefix is prepended to the user name. Default: the issuer
+	// URL and "#" when UsernameClaim is not "email" (as Kubernetes does);
+	// "-" means no prefix.
+	UsernamePrefix string
+	// GroupsClaim names the claim holding the groups (a string or a list of
+	// strings). Empty: no groups from the token.
+	GroupsClaim string
+	// GroupsPrefix is prepended to every group.
+	GroupsPrefix string
+}
+
+// DefaultConfig returns the defaults documented on Config; Addr, the
+// certificate files and the CA must still be set.
+func DefaultConfig() Config {
+	return Config{
+		MaxBodyBytes:     3 << 20,
+		RequestTimeout:   60 * time.Second,
+		BookmarkInterval: 10 * time.Second,
+		MaxWatchTimeout:  30 * time.Minute,
+		OIDC:             OIDCConfig{UsernameClaim: "sub"},
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Addr == "":
+		return fmt.Errorf("%w: Addr is empty", ErrInvalidConfig)
+	case c.CertFile == "" || c.KeyFile == "":
+		return fmt.Errorf("%w: CertFile and KeyFile are required", ErrInvalidConfig)
+	case c.MaxBodyBytes < 1024:
+		return fmt.Errorf("%w: MaxBodyBytes (%d) must be at least 1024", ErrInvalidConfig, c.MaxBodyBytes)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("%w: RequestTimeout (%s) must be positive", ErrInvalidConfig, c.RequestTimeout)
+	case c.BookmarkInterval <= 0:
+		return fmt.Errorf("%w: BookmarkInterval (%s) must be positive", ErrInvalidConfig, c.BookmarkInterval)
+	case c.MaxWatchTimeout < 2*time.Second:
+		return fmt.Errorf("%w: MaxWatchTimeout (%s) must be at least 2s", ErrInvalidConfig, c.MaxWatchTimeout)
+	}
+	if c.OIDC.IssuerURL != "" {
+		switch {
+		case c.OIDC.ClientID == "":
+			return fmt.Errorf("%w: OIDC.ClientID is required with OIDC.IssuerURL", ErrInvalidConfig)
+		case c.OIDC.KeysFile == "":
+			return fmt.Errorf("%w: OIDC.KeysFile is required with OIDC.IssuerURL", ErrInvalidConfig)
+		case c.OIDC.UsernameClaim == "":
+			return fmt.Errorf("%w: OIDC.UsernameClaim is empty", ErrInvalidConfig)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	k8scorev1 "k8s.io/api/core/v1"
+	k8sdiscoveryv1 "k8s.io/api/discovery/v1"
+	k8srbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"sigs.k8s.io/yaml"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/manifest"
+	"github.com/podflow/podflow/services/objects"
+)
+
+// kubeTypes are the Go types of the Kubernetes kinds podflow stores, for
+// non-strict decoding and strategic merge patches.
+var kubeTypes = map[string]func() runtime.Object{
+	"Pod":                func() runtime.Object { return &k8scorev1.Pod{} },
+	"Node":               func() runtime.Object { return &k8scorev1.Node{} },
+	"Service":            func() runtime.Object { return &k8scorev1.Service{} },
+	"Namespace":          func() runtime.Object { return &k8scorev1.Namespace{} },
+	"ServiceAccount":     func() runtime.Object { return &k8scorev1.ServiceAccount{} },
+	"ConfigMap":          func() runtime.Object { return &k8scorev1.ConfigMap{} },
+	"Secret":             func() runtime.Object { return &k8scorev1.Secret{} },
+	"Event":              func() runtime.Object { return &k8scorev1.Event{} },
+	"LimitRange":         func() runtime.Object { return &k8scorev1.LimitRange{} },
+	"EndpointSlice":      func() runtime.Object { return &k8sdiscoveryv1.EndpointSlice{} },
+	"Role":               func() runtime.Object { return &k8srbacv1.Role{} },
+	"ClusterRole":        func() runtime.Object { return &k8srbacv1.ClusterRole{} },
+	"RoleBinding":        func() runtime.Object { return &k8srbacv1.RoleBinding{} },
+	"ClusterRoleBinding": func() runtime.Object { return &k8srbacv1.ClusterRoleBinding{} },
+}
+
+// Field validation directives (the fieldValidation query parameter).
+const (
+	validationStrict = "Strict"
+	validationWarn   = "Warn"
+	validationIgnore = "Ignore"
+)
+
+func fieldValidation(r *http.Request) (string, *corev1.Status) {
+	switch v := r.URL.Query().Get("fieldValidation"); v {
+	case "", validationWarn:
+		return validationWarn, nil
+	case validationStrict, validationIgnore:
+		return v, nil
+	default:
+		return "", badRequest("fieldValidation %q is not supported: use Strict, Warn or Ignore", v)
+	}
+}
+
+// readBody reads a request body of at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *corev1.Status) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, tooLarge(limit)
+	}
+	if err != nil {
+		return nil, badRequest("read the request body: %v", err)
+	}
+	return b, nil
+}
+
+// decodeObject decodes a request body (JSON or YAML) holding one object of
+// res's kind. Unknown and duplicate fields fail the request under Strict
+// validation (400, naming the field path); otherwise they are dropped and
+// reported as warnings (Warn) or silently (Ignore). The body size was
+// bounded by readBody; manifest's limits refuse YAML alias bombs before
+// they expand.
+func decodeObject(body []byte, res *resource, validation string, maxBytes int) (objects.Object, []string, *corev1.Status) {
+	objs, err := manifest.Decode(body, manifest.WithMaxBytes(maxBytes))
+	var warnings []string
+	if err != nil && validation != validationStrict && kubeTypes[res.kind] != nil &&
+		(errors.Is(err, manifest.ErrUnknownField) || errors.Is(err, manifest.ErrDuplicateField)) &&
+		!errors.Is(err, manifest.ErrTooLarge) {
+		if validation == validationWarn {
+			warnings = fieldWarnings(err)
+		}
+		obj := kubeTypes[res.kind]()
+		if uerr := yaml.Unmarshal(body, obj); uerr != nil {
+			return nil, nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, uerr)
+		}
+		m, ferr := manifest.FromKube(obj)
+		if ferr != nil {
+			return nil, nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, ferr)
+		}
+		objs, err = []manifest.Object{{APIVersion: res.groupVersion(), Kind: res.kind, Message: m}}, nil
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, manifest.ErrTooLarge):
+			return nil, nil, tooLarge(int64(maxBytes))
+		case errors.Is(err, manifest.ErrUnknownField) || errors.Is(err, manifest.ErrDuplicateField):
+			return nil, nil, badRequest("%s in version %q cannot be handled as a %s: strict decoding error: %s",
+				res.kind, res.version, res.kind, strings.Join(fieldWarnings(err), ", "))
+		}
+		return nil, nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, err)
+	}
+	if len(objs) != 1 {
+		return nil, nil, badRequest("the request body must hold exactly one %s, found %d objects", res.kind, len(objs))
+	}
+	o := objs[0]
+	if o.APIVersion != res.groupVersion() || o.Kind != res.kind {
+		return nil, nil, badRequest("the object in the request body is %s %s; %s %s expected", o.APIVersion, o.Kind, res.groupVersion(), res.kind)
+	}
+	obj, ok := o.Message.(objects.Object)
+	if !ok {
+		return nil, nil, badRequest("%s is not a stored kind", res.kind)
+	}
+	return obj, warnings, nil
+}
+
+// fieldWarnings words manifest field errors as kube-apiserver does:
+// `unknown field "spec.foo"`, `duplicate field "metadata.name"`.
+func fieldWarnings(err error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(err error) {
+		var me *manifest.Error
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		if errors.As(err, &me) && me.Field != "" {
+			what := "unknown field"
+			if errors.Is(me.Err, manifest.ErrDuplicateField) {
+				what = "duplicate field"
+			}
+			out = append(out, fmt.Sprintf("%s %q", what, me.Field))
+			return
+		}
+		out = append(out, err.Error())
+	}
+	walk(err)
+	return out
+}
+
+// Patch content types kubectl sends.
+const (
+	patchStrategic = "application/strategic-merge-patch+json"
+	patchMerge     = "application/merge-patch+json"
+	patchApply     = "application/apply-patch+yaml"
+	patchJSON      = "application/json-patch+json"
+)
+
+// applyPatch applies a patch to an object's Kubernetes JSON.
+func applyPatch(original, patch []byte, contentType string, res *resource) ([]byte, *corev1.Status) {
+	ct, _, _ := strings.Cut(contentType, ";")
+	switch strings.TrimSpace(ct) {
+	case patchStrategic:
+		newT := kubeTypes[res.kind]
+		if newT == nil {
+			return nil, stage415(ct, res)
+		}
+		out, err := strategicpatch.StrategicMergePatch(original, patch, newT())
+		if err != nil {
+			return nil, badRequest("apply the strategic merge patch: %v", err)
+		}
+		return out, nil
+	case patchMerge, patchApply:
+		if ct == patchApply {
+			j, err := yaml.YAMLToJSON(patch)
+			if err != nil {
+				return nil, badRequest("decode the apply patch: %v", err)
+			}
+			patch = j
+		}
+		var o, p any
+		if err := json.Unmarshal(original, &o); err != nil {
+			return nil, badRequest("decode the object: %v", err)
+		}
+		if err := json.Unmarshal(patch, &p); err != nil {
+			return nil, badRequest("decode the merge patch: %v", err)
+		}
+		out, err := json.Marshal(mergePatch(o, p))
+		if err != nil {
+			return nil, badRequest("apply the merge patch: %v", err)
+		}
+		return out, nil
+	case patchJSON:
+		out, err := jsonPatch(original, patch)
+		if err != nil {
+			return nil, invalidPatch(err)
+		}
+		return out, nil
+	}
+	return nil, stage415(ct, res)
+}
+
+func stage415(ct string, res *resource) *corev1.Status {
+	return &corev1.Status{Status: "Failure", Code: 415, Reason: "UnsupportedMediaType",
+		Message: fmt.Sprintf("the body of the request was in an unknown format (%q) for %s", ct, res.name)}
+}
+
+func invalidPatch(err error) *corev1.Status {
+	return &corev1.Status{Status: "Failure", Code: 422, Reason: "Invalid", Message: fmt.Sprintf("the patch cannot be applied: %v", err)}
+}
+
+// mergePatch is RFC 7386 JSON merge patch.
+func mergePatch(target, patch any) any {
+	p, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	t, ok := target.(map[string]any)
+	if !ok {
+		t = map[string]any{}
+	}
+	for k, v := range p {
+		if v == nil {
+			delete(t, k)
+			continue
+		}
+		t[k] = mergePatch(t[k], v)
+	}
+	return t
+}

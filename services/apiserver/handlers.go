@@ -1,0 +1,638 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/podflow/podflow/proto/apiv1"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/api/auth"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
+)
+
+func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *request) {
+	q := r.URL.Query()
+	switch r.Method {
+	case http.MethodGet:
+		switch {
+		case req.name == "" && (q.Get("watch") == "true" || q.Get("watch") == "1"):
+			req.verb = "watch"
+		case req.name == "":
+			req.verb = "list"
+		default:
+			req.verb = "get"
+		}
+	case http.MethodPost:
+		req.verb = "create"
+	case http.MethodPut:
+		req.verb = "update"
+	case http.MethodPatch:
+		req.verb = "patch"
+	case http.MethodDelete:
+		req.verb = "delete"
+	default:
+		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
+		return
+	}
+	switch {
+	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"):
+	default:
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	needsName := req.verb != "create" && req.verb != "list" && req.verb != "watch"
+	if needsName != (req.name != "") || (req.res.readOnly && req.verb != "get" && req.verb != "list" && req.verb != "watch") ||
+		(req.res.store.Name == "" && req.verb != "create") {
+		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
+		return
+	}
+	if req.res.kind == "SelfSubjectAccessReview" {
+		s.selfSubjectAccessReview(w, r, req)
+		return
+	}
+	if req.res.namespaced && req.namespace == "" && req.verb == "create" {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	attrs := auth.Attributes{User: req.user, Verb: req.verb, Namespace: req.namespace, APIGroup: req.res.group,
+		Resource: req.res.name, Subresource: req.sub, Name: req.name}
+	if d := s.backend.Authorize(attrs); !d.Allowed {
+		writeStatus(w, auth.Forbidden(attrs, ""))
+		return
+	}
+	if req.verb == "watch" {
+		s.watch(w, r, req)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	switch req.verb {
+	case "get":
+		s.get(ctx, w, r, req)
+	case "list":
+		s.list(ctx, w, r, req)
+	case "create":
+		s.create(ctx, w, r, req)
+	case "update", "patch":
+		s.update(ctx, w, r, req)
+	case "delete":
+		s.delete(ctx, w, r, req)
+	}
+}
+
+// storeStatus maps a store error to a Status.
+func storeStatus(err error, res *resource, name string) *corev1.Status {
+	switch {
+	case errors.Is(err, raftstore.ErrNotFound):
+		return stage.NotFound(res.name, name)
+	case errors.Is(err, raftstore.ErrAlreadyExists):
+		return stage.AlreadyExists(res.name, name)
+	case errors.Is(err, raftstore.ErrConflict):
+		return conflict(res.name, name)
+	case errors.Is(err, context.DeadlineExceeded):
+		return stage.Failure(504, "Timeout", res.name, name, "the server was unable to return a response in the time allotted")
+	case stage.Transient(err):
+		return stage.Failure(503, "ServiceUnavailable", res.name, name, "the store is unavailable: %v", err)
+	}
+	return stage.Internal(err)
+}
+
+func (s *Server) read(ctx context.Context, res *resource, ns, name string) (objects.Object, *corev1.Status) {
+	kv, err := s.store.Client().Get(ctx, res.store.Key(ns, name))
+	if err != nil {
+		return nil, storeStatus(err, res, name)
+	}
+	obj := res.store.New()
+	if err := objects.Decode(kv, obj); err != nil {
+		return nil, stage.Internal(err)
+	}
+	return obj, nil
+}
+
+func (s *Server) get(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
+	obj, st := s.read(ctx, req.res, req.namespace, req.name)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	if req.sub == "log" {
+		writeStatus(w, stage.Failure(404, eventsv1.ReasonNotFound, "pods", req.name,
+			"logs of pod %q are not available: podflow's node runtime does not keep container logs yet", req.name))
+		return
+	}
+	s.writeObject(w, r, http.StatusOK, req.res, obj)
+}
+
+// writeObject writes one object as JSON, or as a one-row Table when the
+// client asked for one.
+func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, code int, res *resource, obj proto.Message) {
+	k, err := res.toKube(obj)
+	if err != nil {
+		writeStatus(w, stage.Internal(err))
+		return
+	}
+	if wantsTable(r) {
+		t := newTable(res, true)
+		t.addRow(res, k)
+		t.ResourceVersion = metaOf(k).GetResourceVersion()
+		writeJSON(w, code, t.Table)
+		return
+	}
+	writeJSON(w, code, k)
+}
+
+// selector is a request's label and field selectors.
+type selector struct {
+	labels labels.Selector
+	fields fields.Selector
+}
+
+func parseSelector(r *http.Request) (*selector, *corev1.Status) {
+	q := r.URL.Query()
+	sel := &selector{labels: labels.Everything(), fields: fields.Everything()}
+	var err error
+	if v := q.Get("labelSelector"); v != "" {
+		if sel.labels, err = labels.Parse(v); err != nil {
+			return nil, badRequest("unable to parse requirement: %v", err)
+		}
+	}
+	if v := q.Get("fieldSelector"); v != "" {
+		if sel.fields, err = fields.ParseSelector(v); err != nil {
+			return nil, badRequest("invalid field selector: %v", err)
+		}
+	}
+	return sel, nil
+}
+
+// matches evaluates the selectors on an object's Kubernetes form; field
+// selectors may name any field path ("spec.nodeName", "involvedObject.uid").
+func (sel *selector) matches(k runtime.Object) bool {
+	md := metaOf(k)
+	if !sel.labels.Empty() && !sel.labels.Matches(labels.Set(md.GetLabels())) {
+		return false
+	}
+	if sel.fields.Empty() {
+		return true
+	}
+	set := fields.Set{}
+	var tree map[string]any
+	for _, req := range sel.fields.Requirements() {
+		switch req.Field {
+		case "metadata.name":
+			set[req.Field] = md.GetName()
+		case "metadata.namespace":
+			set[req.Field] = md.GetNamespace()
+		default:
+			if tree == nil {
+				b, _ := json.Marshal(k)
+				_ = json.Unmarshal(b, &tree)
+			}
+			set[req.Field] = fieldValue(tree, req.Field)
+		}
+	}
+	return sel.fields.Matches(set)
+}
+
+func fieldValue(tree map[string]any, path string) string {
+	var cur any = tree
+	for _, p := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return ""
+		}
+		cur = m[p]
+	}
+	switch v := cur.(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	default:
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+}
+
+func metaOf(k runtime.Object) metav1.Object {
+	if a, ok := k.(metav1.ObjectMetaAccessor); ok {
+		return a.GetObjectMeta()
+	}
+	if a, ok := k.(metav1.Object); ok {
+		return a
+	}
+	return &metav1.ObjectMeta{}
+}
+
+// list answers a list from a linearizable read of the store; limit and
+// continue are accepted and the whole list is returned in one page.
+func (s *Server) list(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
+	sel, st := parseSelector(r)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	items, rev, st := s.listKube(ctx, req, sel)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	rv := strconv.FormatInt(rev, 10)
+	if wantsTable(r) {
+		t := newTable(req.res, true)
+		for _, k := range items {
+			t.addRow(req.res, k)
+		}
+		t.ResourceVersion = rv
+		writeJSON(w, http.StatusOK, t.Table)
+		return
+	}
+	writeJSON(w, http.StatusOK, &kubeList{APIVersion: req.res.groupVersion(), Kind: req.res.kind + "List",
+		Metadata: metav1.ListMeta{ResourceVersion: rv}, Items: items})
+}
+
+type kubeList struct {
+	APIVersion string           `json:"apiVersion"`
+	Kind       string           `json:"kind"`
+	Metadata   metav1.ListMeta  `json:"metadata"`
+	Items      []runtime.Object `json:"items"`
+}
+
+func (s *Server) listKube(ctx context.Context, req *request, sel *selector) ([]runtime.Object, int64, *corev1.Status) {
+	kvs, rev, err := s.store.Client().List(ctx, req.res.store.Prefix(req.namespace))
+	if err != nil {
+		return nil, 0, storeStatus(err, req.res, "")
+	}
+	items := make([]runtime.Object, 0, len(kvs))
+	for _, kv := range kvs {
+		obj := req.res.store.New()
+		if err := objects.Decode(kv, obj); err != nil {
+			return nil, 0, stage.Internal(err)
+		}
+		k, err := req.res.toKube(obj)
+		if err != nil {
+			return nil, 0, stage.Internal(err)
+		}
+		if sel.matches(k) {
+			items = append(items, k)
+		}
+	}
+	return items, rev, nil
+}
+
+func dryRun(r *http.Request) (bool, *corev1.Status) {
+	switch v := r.URL.Query()["dryRun"]; {
+	case len(v) == 0:
+		return false, nil
+	case len(v) == 1 && v[0] == "All":
+		return true, nil
+	default:
+		return false, badRequest("dryRun %q is not supported: use All", v)
+	}
+}
+
+func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
+	dry, st := dryRun(r)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	validation, st := fieldValidation(r)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	obj, warnings, st := decodeObject(body, req.res, validation, int(s.cfg.MaxBodyBytes))
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	writeWarnings(w, warnings)
+	md := objects.Meta(obj)
+	if st := checkNamespace(md, req); st != nil {
+		writeStatus(w, st)
+		return
+	}
+	md.ResourceVersion = ""
+	if pod, ok := obj.(*corev1.Pod); ok {
+		st, created := s.backend.CreatePod(ctx, req.user, pod, dry)
+		s.respond(w, r, req.res, st, created)
+		return
+	}
+	if md.GetName() == "" && md.GetGenerateName() != "" {
+		md.Name = md.GetGenerateName() + randomSuffix()
+	}
+	if dry {
+		s.writeObject(w, r, http.StatusCreated, req.res, obj)
+		return
+	}
+	st, out := s.object(ctx, req, "create", obj, nil)
+	s.respond(w, r, req.res, st, out)
+}
+
+// checkNamespace defaults the object's namespace to the request's and
+// refuses a mismatch, as kube-apiserver does.
+func checkNamespace(md *corev1.ObjectMeta, req *request) *corev1.Status {
+	if !req.res.namespaced {
+		md.Namespace = ""
+		return nil
+	}
+	if md.GetNamespace() != "" && md.GetNamespace() != req.namespace {
+		return badRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	md.Namespace = req.namespace
+	return nil
+}
+
+func (s *Server) object(ctx context.Context, req *request, verb string, obj objects.Object, grace *int64) (*corev1.Status, proto.Message) {
+	or := &apiv1.ObjectRequest{Verb: verb, Kind: req.res.store.Name, Namespace: req.namespace, Name: req.name, GracePeriodSeconds: grace}
+	if obj != nil {
+		b, err := proto.Marshal(obj)
+		if err != nil {
+			return stage.Internal(err), nil
+		}
+		or.Object, or.Name = b, obj.GetMetadata().GetName()
+	}
+	return s.backend.Object(ctx, req.user, or)
+}
+
+// respond writes a backend outcome: the object on success, else the Status.
+func (s *Server) respond(w http.ResponseWriter, r *http.Request, res *resource, st *corev1.Status, obj proto.Message) {
+	if st.GetStatus() == "Failure" || st.GetCode() >= 300 {
+		writeStatus(w, st)
+		return
+	}
+	code := int(st.GetCode())
+	if code == 0 {
+		code = http.StatusOK
+	}
+	if obj == nil {
+		writeJSON(w, code, kubeStatus(st))
+		return
+	}
+	s.writeObject(w, r, code, res, obj)
+}
+
+func writeWarnings(w http.ResponseWriter, warnings []string) {
+	for _, m := range warnings {
+		w.Header().Add("Warning", "299 - "+strconv.Quote(m))
+	}
+}
+
+// update serves PUT and PATCH: the new object is decoded (from the body,
+// or by patching the stored object's Kubernetes form), then replaces the
+// stored one through the api stage (pods: only the fields Kubernetes lets a
+// pod update change).
+func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
+	dry, st := dryRun(r)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	validation, st := fieldValidation(r)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	current, st := s.read(ctx, req.res, req.namespace, req.name)
+	ssa := strings.HasPrefix(r.Header.Get("Content-Type"), patchApply)
+	if st != nil && !(ssa && st.GetCode() == 404) {
+		writeStatus(w, st)
+		return
+	}
+	if req.verb == "patch" {
+		if current == nil { // server-side apply of a new object: a create
+			if d := s.backend.Authorize(auth.Attributes{User: req.user, Verb: "create", Namespace: req.namespace,
+				APIGroup: req.res.group, Resource: req.res.name, Name: req.name}); !d.Allowed {
+				writeStatus(w, auth.Forbidden(auth.Attributes{User: req.user, Verb: "create", Namespace: req.namespace,
+					APIGroup: req.res.group, Resource: req.res.name, Name: req.name}, ""))
+				return
+			}
+			if body, st = applyPatch([]byte("{}"), body, r.Header.Get("Content-Type"), req.res); st != nil {
+				writeStatus(w, st)
+				return
+			}
+		} else {
+			k, err := req.res.toKube(current)
+			if err != nil {
+				writeStatus(w, stage.Internal(err))
+				return
+			}
+			orig, err := json.Marshal(k)
+			if err != nil {
+				writeStatus(w, stage.Internal(err))
+				return
+			}
+			if body, st = applyPatch(orig, body, r.Header.Get("Content-Type"), req.res); st != nil {
+				writeStatus(w, st)
+				return
+			}
+		}
+	}
+	obj, warnings, st := decodeObject(body, req.res, validation, int(s.cfg.MaxBodyBytes))
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	writeWarnings(w, warnings)
+	md := objects.Meta(obj)
+	if st := checkNamespace(md, req); st != nil {
+		writeStatus(w, st)
+		return
+	}
+	if md.GetName() != req.name {
+		writeStatus(w, badRequest("the name of the object (%s) does not match the name on the URL (%s)", md.GetName(), req.name))
+		return
+	}
+	if current == nil {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			st, created := s.backend.CreatePod(ctx, req.user, pod, dry)
+			s.respond(w, r, req.res, st, created)
+			return
+		}
+		if dry {
+			s.writeObject(w, r, http.StatusCreated, req.res, obj)
+			return
+		}
+		st, out := s.object(ctx, req, "create", obj, nil)
+		s.respond(w, r, req.res, st, out)
+		return
+	}
+	if rv := md.GetResourceVersion(); rv != "" && rv != current.GetMetadata().GetResourceVersion() {
+		writeStatus(w, conflict(req.res.name, req.name))
+		return
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		st, out := s.updatePod(ctx, current.(*corev1.Pod), pod, dry)
+		s.respond(w, r, req.res, st, out)
+		return
+	}
+	if dry {
+		s.writeObject(w, r, http.StatusOK, req.res, obj)
+		return
+	}
+	st, out := s.object(ctx, req, "apply", obj, nil)
+	s.respond(w, r, req.res, st, out)
+}
+
+// updatePod applies the changes Kubernetes allows on a pod: labels,
+// annotations, container images and added
+// tolerations. Anything else in spec is refused with 422, as
+// kube-apiserver's validation refuses it; status is left alone.
+func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bool) (*corev1.Status, proto.Message) {
+	name := current.GetMetadata().GetName()
+	allowed := proto.CloneOf(current.GetSpec())
+	for i, c := range pod.GetSpec().GetContainers() {
+		if i < len(allowed.GetContainers()) {
+			allowed.Containers[i].Image = c.GetImage()
+		}
+	}
+	for i, c := range pod.GetSpec().GetInitContainers() {
+		if i < len(allowed.GetInitContainers()) {
+			allowed.InitContainers[i].Image = c.GetImage()
+		}
+	}
+	if len(pod.GetSpec().GetTolerations()) >= len(allowed.GetTolerations()) {
+		allowed.Tolerations = pod.GetSpec().GetTolerations()
+	}
+	if !proto.Equal(allowed, pod.GetSpec()) {
+		return invalid("Pod", name, []*corev1.StatusCause{{Type: "FieldValueForbidden", Field: "spec",
+			Message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image` or `spec.tolerations` (only additions to existing tolerations)"}},
+			"Pod %q is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image` or `spec.tolerations` (only additions to existing tolerations)", name), nil
+	}
+	apply := func(p *corev1.Pod) {
+		p.Metadata.Labels = pod.GetMetadata().GetLabels()
+		p.Metadata.Annotations = pod.GetMetadata().GetAnnotations()
+		p.Spec = proto.CloneOf(allowed)
+	}
+	if dry {
+		out := proto.CloneOf(current)
+		apply(out)
+		return stage.Success(200, "pods", name), out
+	}
+	out, err := objects.Mutate(ctx, s.store, current.GetMetadata().GetNamespace(), name, func(p *corev1.Pod) error {
+		before := proto.CloneOf(p)
+		apply(p)
+		if proto.Equal(before, p) {
+			return objects.ErrNoChange
+		}
+		return nil
+	})
+	if err != nil {
+		return storeStatus(err, lookupResource("v1", "pods"), name), nil
+	}
+	return stage.Success(200, "pods", name), out
+}
+
+func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
+	var grace *int64
+	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		var opts metav1.DeleteOptions
+		if err := json.Unmarshal(body, &opts); err != nil {
+			writeStatus(w, badRequest("decode DeleteOptions: %v", err))
+			return
+		}
+		grace = opts.GracePeriodSeconds
+		if p := opts.Preconditions; p != nil && (p.UID != nil || p.ResourceVersion != nil) {
+			cur, st := s.read(ctx, req.res, req.namespace, req.name)
+			if st != nil {
+				writeStatus(w, st)
+				return
+			}
+			if (p.UID != nil && string(*p.UID) != cur.GetMetadata().GetUid()) ||
+				(p.ResourceVersion != nil && *p.ResourceVersion != cur.GetMetadata().GetResourceVersion()) {
+				writeStatus(w, conflict(req.res.name, req.name))
+				return
+			}
+		}
+	}
+	if v := r.URL.Query().Get("gracePeriodSeconds"); v != "" {
+		g, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || g < 0 {
+			writeStatus(w, badRequest("gracePeriodSeconds %q is not a non-negative integer", v))
+			return
+		}
+		grace = &g
+	}
+	st, out := s.object(ctx, req, "delete", nil, grace)
+	if st.GetCode() < 300 && out == nil {
+		k := kubeStatus(st)
+		k.Status = metav1.StatusSuccess
+		k.Details = &metav1.StatusDetails{Name: req.name, Kind: req.res.name}
+		writeJSON(w, http.StatusOK, k)
+		return
+	}
+	s.respond(w, r, req.res, st, out)
+}
+
+// selfSubjectAccessReview answers `kubectl auth can-i`: any authenticated
+// user may ask what it may do.
+func (s *Server) selfSubjectAccessReview(w http.ResponseWriter, r *http.Request, req *request) {
+	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	var review authorizationv1.SelfSubjectAccessReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		writeStatus(w, badRequest("decode SelfSubjectAccessReview: %v", err))
+		return
+	}
+	review.APIVersion, review.Kind = "authorization.k8s.io/v1", "SelfSubjectAccessReview"
+	switch ra, nra := review.Spec.ResourceAttributes, review.Spec.NonResourceAttributes; {
+	case ra != nil:
+		d := s.backend.Authorize(auth.Attributes{User: req.user, Verb: ra.Verb, Namespace: ra.Namespace, APIGroup: ra.Group,
+			Resource: ra.Resource, Subresource: ra.Subresource, Name: ra.Name})
+		review.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: d.Allowed, Reason: d.Reason}
+	case nra != nil:
+		// Non-resource URLs (/healthz, /version, ...) are open to every
+		// authenticated user here; RBAC's nonResourceURLs are not modelled.
+		review.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: nra.Verb == "get",
+			Reason: "podflow allows GET of non-resource URLs to every authenticated user"}
+	default:
+		writeStatus(w, invalid("SelfSubjectAccessReview", "", []*corev1.StatusCause{{Type: "FieldValueRequired", Field: "spec.resourceAttributes",
+			Message: "Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified"}},
+			"SelfSubjectAccessReview.authorization.k8s.io %q is invalid: spec.resourceAttributes: Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified", ""))
+		return
+	}
+	writeJSON(w, http.StatusCreated, &review)
+}
+
+// randomSuffix is a generateName suffix in Kubernetes' alphabet.
+func randomSuffix() string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	b := make([]byte, 5)
+	for i := range b {
+		b[i] = alphabet[rand.IntN(len(alphabet))]
+	}
+	return string(b)
+}

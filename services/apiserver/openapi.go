@@ -1,0 +1,94 @@
+package apiserver
+
+import (
+	"net/http"
+	"strings"
+)
+
+// openAPIHash versions the OpenAPI documents (clients cache by it); bump it
+// when the served resources change.
+const openAPIHash = "podflow-1"
+
+// openAPIRoot is /openapi/v3: one document per group version.
+func openAPIRoot() map[string]any {
+	paths := map[string]any{}
+	for gv := range resources {
+		p := gvPath(gv)
+		paths[p] = map[string]string{"serverRelativeURL": "/openapi/v3/" + p + "?hash=" + openAPIHash}
+	}
+	return map[string]any{"paths": paths}
+}
+
+func gvPath(gv string) string {
+	if gv == "v1" {
+		return "api/v1"
+	}
+	return "apis/" + gv
+}
+
+// openAPIDoc is the OpenAPI v3 document of one group version. It is not a
+// schema of the objects: it declares the operations, their
+// x-kubernetes-group-version-kind and the fieldValidation parameter, which
+// is what kubectl reads to choose server-side field validation (the server
+// then rejects unknown fields itself, naming their path).
+func openAPIDoc(gv string) map[string]any {
+	paths := map[string]any{}
+	fv := map[string]any{"name": "fieldValidation", "in": "query", "schema": map[string]any{"type": "string", "uniqueItems": true},
+		"description": "Strict, Warn or Ignore: how to treat unknown and duplicate fields."}
+	dry := map[string]any{"name": "dryRun", "in": "query", "schema": map[string]any{"type": "string", "uniqueItems": true}}
+	resp := map[string]any{"200": map[string]any{"description": "OK"}}
+	for _, r := range resources[gv] {
+		group, version, _ := strings.Cut(gv, "/")
+		if version == "" {
+			group, version = "", gv
+		}
+		gvk := map[string]string{"group": group, "version": version, "kind": r.kind}
+		op := func(id string, params ...any) map[string]any {
+			return map[string]any{"operationId": id + r.kind, "x-kubernetes-group-version-kind": gvk, "parameters": params, "responses": resp}
+		}
+		base := "/" + gvPath(gv) + "/"
+		if r.namespaced {
+			base += "namespaces/{namespace}/"
+		}
+		coll, item := base+r.name, base+r.name+"/{name}"
+		if r.store.Name == "" || r.readOnly {
+			if r.store.Name == "" {
+				paths[coll] = map[string]any{"post": op("create", fv, dry)}
+			} else {
+				paths[coll] = map[string]any{"get": op("list")}
+				paths[item] = map[string]any{"get": op("read")}
+			}
+			continue
+		}
+		paths[coll] = map[string]any{"get": op("list"), "post": op("create", fv, dry)}
+		paths[item] = map[string]any{"get": op("read"), "put": op("replace", fv, dry), "patch": op("patch", fv, dry), "delete": op("delete", dry)}
+	}
+	return map[string]any{"openapi": "3.0.0", "info": map[string]any{"title": "Kubernetes", "version": versionInfo.GitVersion}, "paths": paths}
+}
+
+// serveOpenAPI answers /openapi/v3 and /openapi/v3/<gv path>.
+func serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) bool {
+	rest, ok := strings.CutPrefix(path, "/openapi/v3")
+	if !ok {
+		return false
+	}
+	if rest == "" {
+		writeJSON(w, http.StatusOK, openAPIRoot())
+		return true
+	}
+	rest = strings.TrimPrefix(rest, "/")
+	var gv string
+	switch {
+	case rest == "api/v1":
+		gv = "v1"
+	case strings.HasPrefix(rest, "apis/"):
+		gv = strings.TrimPrefix(rest, "apis/")
+	}
+	if _, ok := resources[gv]; !ok {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return true
+	}
+	w.Header().Set("Cache-Control", "public, immutable")
+	writeJSON(w, http.StatusOK, openAPIDoc(gv))
+	return true
+}

@@ -1,0 +1,186 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	k8scorev1 "k8s.io/api/core/v1"
+	k8seventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/podflow/podflow/services/manifest"
+	"github.com/podflow/podflow/services/objects"
+)
+
+// resource is one REST resource the server serves.
+type resource struct {
+	group, version string
+	name           string // "pods"
+	kind           string // "Pod"
+	namespaced     bool
+	shortNames     []string
+	verbs          []string
+	store          objects.Kind // where it lives; zero for virtual resources
+	readOnly       bool         // a view of another resource (events.k8s.io)
+	// view converts the stored object's Kubernetes form for this
+	// resource's group version (events.k8s.io/v1 from core/v1 Events).
+	view func(runtime.Object) (runtime.Object, error)
+}
+
+func (r *resource) groupVersion() string {
+	if r.group == "" {
+		return r.version
+	}
+	return r.group + "/" + r.version
+}
+
+var (
+	crudVerbs = []string{"create", "delete", "get", "list", "patch", "update", "watch"}
+	readVerbs = []string{"get", "list", "watch"}
+)
+
+// The served resources, by group version then resource name.
+var resources = map[string]map[string]*resource{}
+
+// groupOrder is the order of /apis (core first in /api).
+var groupOrder = []string{"discovery.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "authorization.k8s.io", "podflow.io"}
+
+func addResource(r *resource) {
+	gv := r.groupVersion()
+	if resources[gv] == nil {
+		resources[gv] = map[string]*resource{}
+	}
+	resources[gv][r.name] = r
+}
+
+func init() {
+	short := map[string][]string{
+		"pods": {"po"}, "nodes": {"no"}, "services": {"svc"}, "namespaces": {"ns"}, "serviceaccounts": {"sa"},
+		"configmaps": {"cm"}, "events": {"ev"}, "limitranges": {"limits"},
+	}
+	for _, k := range objects.Kinds() {
+		if k.Name == objects.NodeAllocations.Name {
+			continue // internal accounting, not an API
+		}
+		version := "v1"
+		if k.APIGroup == "podflow.io" {
+			version = "v1alpha1"
+		}
+		addResource(&resource{group: k.APIGroup, version: version, name: k.Resource, kind: k.Name,
+			namespaced: k.Namespaced, shortNames: short[k.Resource], verbs: crudVerbs, store: k})
+	}
+	addResource(&resource{group: "events.k8s.io", version: "v1", name: "events", kind: "Event", namespaced: true,
+		shortNames: []string{"ev"}, verbs: readVerbs, store: objects.Events, readOnly: true, view: eventsV1})
+	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectaccessreviews",
+		kind: "SelfSubjectAccessReview", verbs: []string{"create"}})
+}
+
+// lookupResource finds a resource by group version and name.
+func lookupResource(gv, name string) *resource {
+	return resources[gv][name]
+}
+
+// apiResourceList is the discovery document of one group version.
+func apiResourceList(gv string) *metav1.APIResourceList {
+	l := &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv}
+	names := make([]string, 0, len(resources[gv]))
+	for n := range resources[gv] {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		r := resources[gv][n]
+		l.APIResources = append(l.APIResources, metav1.APIResource{
+			Name: r.name, SingularName: strings.ToLower(r.kind), Namespaced: r.namespaced, Kind: r.kind,
+			Verbs: r.verbs, ShortNames: r.shortNames,
+		})
+		if r.name == "pods" && r.group == "" {
+			l.APIResources = append(l.APIResources,
+				metav1.APIResource{Name: "pods/status", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}},
+				metav1.APIResource{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}})
+		}
+	}
+	return l
+}
+
+func apiGroup(group string) metav1.APIGroup {
+	version := "v1"
+	if group == "podflow.io" {
+		version = "v1alpha1"
+	}
+	gvd := metav1.GroupVersionForDiscovery{GroupVersion: group + "/" + version, Version: version}
+	return metav1.APIGroup{TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}, Name: group,
+		Versions: []metav1.GroupVersionForDiscovery{gvd}, PreferredVersion: gvd}
+}
+
+func apiGroupList() *metav1.APIGroupList {
+	l := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
+	for _, g := range groupOrder {
+		l.Groups = append(l.Groups, apiGroup(g))
+	}
+	return l
+}
+
+// toKube converts a stored object to its Kubernetes form for r.
+func (r *resource) toKube(m proto.Message) (runtime.Object, error) {
+	var obj runtime.Object
+	var err error
+	if obj, err = manifest.ToKube(m); err != nil {
+		// podflow's own kinds (SidecarPolicy) have no Go type: go through
+		// their manifest JSON.
+		b, err2 := manifest.Encode(m, manifest.FormatJSON)
+		if err2 != nil {
+			return nil, err
+		}
+		u := &unstructured.Unstructured{}
+		if err := json.Unmarshal(b, &u.Object); err != nil {
+			return nil, err
+		}
+		return u, nil
+	}
+	if r.view != nil {
+		return r.view(obj)
+	}
+	return obj, nil
+}
+
+// eventsV1 converts a core/v1 Event to events.k8s.io/v1, as the API
+// server's conversion does.
+func eventsV1(o runtime.Object) (runtime.Object, error) {
+	e, ok := o.(*k8scorev1.Event)
+	if !ok {
+		return nil, fmt.Errorf("eventsV1: %T is not an Event", o)
+	}
+	out := &k8seventsv1.Event{
+		TypeMeta:                 metav1.TypeMeta{Kind: "Event", APIVersion: "events.k8s.io/v1"},
+		ObjectMeta:               e.ObjectMeta,
+		EventTime:                e.EventTime,
+		ReportingController:      e.ReportingController,
+		ReportingInstance:        e.ReportingInstance,
+		Action:                   e.Action,
+		Reason:                   e.Reason,
+		Regarding:                e.InvolvedObject,
+		Related:                  e.Related,
+		Note:                     e.Message,
+		Type:                     e.Type,
+		DeprecatedSource:         e.Source,
+		DeprecatedFirstTimestamp: e.FirstTimestamp,
+		DeprecatedLastTimestamp:  e.LastTimestamp,
+		DeprecatedCount:          e.Count,
+	}
+	if out.ReportingController == "" {
+		out.ReportingController = e.Source.Component
+	}
+	if out.ReportingInstance == "" {
+		out.ReportingInstance = e.Source.Host
+	}
+	if e.Series != nil {
+		out.Series = &k8seventsv1.EventSeries{Count: e.Series.Count, LastObservedTime: e.Series.LastObservedTime}
+	}
+	return out, nil
+}

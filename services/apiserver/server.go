@@ -1,0 +1,269 @@
+package apiserver
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podflow/podflow/proto/apiv1"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/api/auth"
+	"github.com/podflow/podflow/services/objects"
+)
+
+// Backend is what the server needs from the api stage it runs in. The
+// server calls it in process, so the user it authenticated is trusted
+// without crossing the bus. Implementations are safe for concurrent use.
+type Backend interface {
+	// AuthenticateToken maps a bearer token (static token file,
+	// ServiceAccount token) to a user, or returns the 401 Status.
+	AuthenticateToken(token string) (*corev1.UserInfo, *corev1.Status)
+	// Authorize decides a request with RBAC.
+	Authorize(a auth.Attributes) auth.Decision
+	// CreatePod runs a pod creation through the pipeline on behalf of an
+	// authenticated user and waits for its outcome: 201 and the stored pod
+	// (or the dry-run result), or the failure Status of whichever stage
+	// ended it.
+	CreatePod(ctx context.Context, user *corev1.UserInfo, pod *corev1.Pod, dryRun bool) (*corev1.Status, *corev1.Pod)
+	// Object serves an apiv1.ObjectRequest (create, apply, delete) on
+	// behalf of an authenticated user; req.Token and req.User are ignored.
+	Object(ctx context.Context, user *corev1.UserInfo, req *apiv1.ObjectRequest) (*corev1.Status, proto.Message)
+}
+
+// Server is the Kubernetes REST front door over HTTPS.
+type Server struct {
+	cfg     Config
+	backend Backend
+	store   *objects.Store
+	log     *slog.Logger
+	tls     *tls.Config
+	oidc    *oidcVerifier
+	handler http.Handler
+
+	mu     sync.Mutex
+	srv    *http.Server
+	addr   net.Addr
+	closed bool
+}
+
+// New returns a server; it reads the certificates and keys now, so that a
+// bad file fails the start of the stage rather than the first request.
+func New(cfg Config, backend Backend, store *objects.Store, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver: serving certificate: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	if cfg.ClientCAFile != "" {
+		b, err := os.ReadFile(cfg.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("apiserver: client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("%w: %q holds no PEM certificate", ErrInvalidConfig, cfg.ClientCAFile)
+		}
+		tc.ClientCAs = pool
+		// A certificate is optional (tokens work too), but one that is
+		// given must verify: the handshake fails otherwise.
+		tc.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	s := &Server{cfg: cfg, backend: backend, store: store, log: log, tls: tc}
+	if cfg.OIDC.IssuerURL != "" {
+		if s.oidc, err = newOIDCVerifier(cfg.OIDC); err != nil {
+			return nil, err
+		}
+	}
+	s.handler = http.HandlerFunc(s.serveHTTP)
+	return s, nil
+}
+
+// Handler returns the server's HTTP handler (authentication included; the
+// TLS connection state must come from a listener using TLSConfig).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// TLSConfig returns the server's TLS configuration.
+func (s *Server) TLSConfig() *tls.Config { return s.tls.Clone() }
+
+// Listen opens the configured address with SO_REUSEPORT.
+func Listen(ctx context.Context, addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	return lc.Listen(ctx, "tcp", addr)
+}
+
+// Run listens on Config.Addr and serves until ctx ends, then shuts down:
+// it stops accepting, ends open watches and waits up to 5s for requests in
+// flight.
+func (s *Server) Run(ctx context.Context) error {
+	l, err := Listen(ctx, s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("apiserver: listen %q: %w", s.cfg.Addr, err)
+	}
+	return s.Serve(ctx, l)
+}
+
+// Serve serves on l (a plain TCP listener: Serve adds TLS) until ctx
+// ends.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		TLSConfig:         s.tls,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return nil
+	}
+	s.srv, s.addr = srv, l.Addr()
+	s.mu.Unlock()
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	err := srv.ServeTLS(l, "", "")
+	close(done)
+	<-stopped
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Addr returns the address being served, once Serve runs (nil before).
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// request is one parsed API request.
+type request struct {
+	user      *corev1.UserInfo
+	res       *resource
+	gv        string
+	namespace string
+	name      string
+	sub       string
+	verb      string
+}
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	user, why := s.authenticate(r)
+	if user == nil {
+		s.log.Info("authentication failed", "remote", r.RemoteAddr, "path", r.URL.Path, "reason", why)
+		writeStatus(w, auth.Unauthorized())
+		return
+	}
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	switch {
+	case path == "/version":
+		writeJSON(w, http.StatusOK, versionInfo)
+		return
+	case path == "/healthz" || path == "/livez" || path == "/readyz":
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok"))
+		return
+	case path == "/api":
+		writeJSON(w, http.StatusOK, apiVersions(r))
+		return
+	case path == "/apis":
+		writeJSON(w, http.StatusOK, apiGroupList())
+		return
+	}
+	if serveOpenAPI(w, r, path) {
+		return
+	}
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	var gv string
+	var rest []string
+	switch {
+	case len(parts) >= 2 && parts[0] == "api" && parts[1] == "v1":
+		gv, rest = "v1", parts[2:]
+	case len(parts) == 2 && parts[0] == "apis":
+		if _, ok := resources[apiGroup(parts[1]).PreferredVersion.GroupVersion]; ok {
+			g := apiGroup(parts[1])
+			writeJSON(w, http.StatusOK, &g)
+			return
+		}
+	case len(parts) >= 3 && parts[0] == "apis":
+		gv, rest = parts[1]+"/"+parts[2], parts[3:]
+	}
+	if _, ok := resources[gv]; !ok {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	if len(rest) == 0 {
+		if r.Method != http.MethodGet {
+			writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
+			return
+		}
+		writeJSON(w, http.StatusOK, apiResourceList(gv))
+		return
+	}
+	req := &request{user: user, gv: gv}
+	if rest[0] == "namespaces" && len(rest) >= 3 {
+		req.namespace, rest = rest[1], rest[2:]
+	}
+	req.res = lookupResource(gv, rest[0])
+	if req.res == nil || len(rest) > 3 {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	if len(rest) >= 2 {
+		req.name = rest[1]
+	}
+	if len(rest) == 3 {
+		req.sub = rest[2]
+	}
+	if req.res.namespaced && req.namespace == "" && req.name != "" {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	if !req.res.namespaced && req.namespace != "" {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	s.serveResource(w, r, req)
+}

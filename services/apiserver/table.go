@@ -1,0 +1,249 @@
+package apiserver
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	k8scorev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
+)
+
+// wantsTable reports whether the client asked for meta.k8s.io Table, as
+// kubectl get does (Accept: application/json;as=Table;v=v1;g=meta.k8s.io).
+func wantsTable(r *http.Request) bool {
+	for _, a := range strings.Split(r.Header.Get("Accept"), ",") {
+		params := strings.Split(a, ";")
+		var as, g, v string
+		for _, p := range params[1:] {
+			k, val, _ := strings.Cut(strings.TrimSpace(p), "=")
+			switch k {
+			case "as":
+				as = val
+			case "g":
+				g = val
+			case "v":
+				v = val
+			}
+		}
+		if as == "Table" && g == "meta.k8s.io" && (v == "v1" || v == "v1beta1") {
+			return true
+		}
+		if strings.TrimSpace(params[0]) == "application/json" && as == "" {
+			return false // plain JSON preferred over a later Table
+		}
+	}
+	return false
+}
+
+type table struct {
+	metav1.Table
+	now time.Time
+}
+
+func col(name, format, desc string, priority int32) metav1.TableColumnDefinition {
+	return metav1.TableColumnDefinition{Name: name, Type: "string", Format: format, Description: desc, Priority: priority}
+}
+
+var (
+	nameCol = col("Name", "name", "Name must be unique within a namespace.", 0)
+	ageCol  = col("Age", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0)
+)
+
+// columns are the server-side printing columns, as kube-apiserver's
+// printers define them for the kinds kubectl users look at most.
+var columns = map[string][]metav1.TableColumnDefinition{
+	"Pod": {nameCol, col("Ready", "", "The aggregate readiness state of this pod for accepting traffic.", 0),
+		col("Status", "", "The aggregate status of the containers in this pod.", 0),
+		col("Restarts", "", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.", 0),
+		ageCol, col("IP", "", "IP address allocated to the pod.", 1), col("Node", "", "Name of the node the pod is assigned to.", 1),
+		col("Nominated Node", "", "Nominated node name of the pod.", 1), col("Readiness Gates", "", "Readiness gates of the pod.", 1)},
+	"Node": {nameCol, col("Status", "", "The status of the node", 0), col("Roles", "", "The roles of the node", 0), ageCol,
+		col("Version", "", "Kubelet Version reported by the node.", 0), col("Internal-IP", "", "The internal IP of the node", 1),
+		col("External-IP", "", "The external IP of the node", 1), col("OS-Image", "", "OS image reported by the node.", 1),
+		col("Kernel-Version", "", "Kernel version reported by the node.", 1), col("Container-Runtime", "", "Container runtime version reported by the node.", 1)},
+	"Namespace": {nameCol, col("Status", "", "The status of the namespace", 0), ageCol},
+	"Service": {nameCol, col("Type", "", "The type of the service", 0), col("Cluster-IP", "", "The cluster IP of the service", 0),
+		col("External-IP", "", "The external IP of the service", 0), col("Port(s)", "", "The ports of the service", 0), ageCol,
+		col("Selector", "", "The selector of the service", 1)},
+	"Event": {col("Last Seen", "", "Time when this event was last seen.", 0), col("Type", "", "Type of this event.", 0),
+		col("Reason", "", "Reason why this event was generated.", 0), col("Object", "", "The object this event is about.", 0),
+		col("Message", "", "A human-readable description of the status of this event.", 0)},
+}
+
+func newTable(res *resource, withColumns bool) *table {
+	t := &table{now: time.Now()}
+	t.Kind, t.APIVersion = "Table", "meta.k8s.io/v1"
+	t.Rows = []metav1.TableRow{}
+	if withColumns {
+		cols, ok := columns[res.kind]
+		if !ok || res.group == "events.k8s.io" {
+			cols = []metav1.TableColumnDefinition{nameCol, ageCol}
+		}
+		t.ColumnDefinitions = cols
+	}
+	return t
+}
+
+func (t *table) age(ts metav1.Time) string {
+	if ts.IsZero() {
+		return "<unknown>"
+	}
+	return duration.HumanDuration(t.now.Sub(ts.Time))
+}
+
+func (t *table) addRow(res *resource, k runtime.Object) {
+	md := metaOf(k)
+	var cells []any
+	switch o := k.(type) {
+	case *k8scorev1.Pod:
+		cells = t.podCells(o)
+	case *k8scorev1.Node:
+		cells = t.nodeCells(o)
+	case *k8scorev1.Namespace:
+		cells = []any{o.Name, string(o.Status.Phase), t.age(o.CreationTimestamp)}
+	case *k8scorev1.Service:
+		cells = t.serviceCells(o)
+	case *k8scorev1.Event:
+		last := o.LastTimestamp
+		if last.IsZero() {
+			last = metav1.Time{Time: o.EventTime.Time}
+		}
+		obj := strings.ToLower(o.InvolvedObject.Kind) + "/" + o.InvolvedObject.Name
+		cells = []any{t.age(last), o.Type, o.Reason, obj, strings.TrimSpace(o.Message)}
+	default:
+		cells = []any{md.GetName(), t.age(md.GetCreationTimestamp())}
+	}
+	pom := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}}
+	if m, ok := md.(*metav1.ObjectMeta); ok {
+		pom.ObjectMeta = *m
+	} else {
+		pom.Name, pom.Namespace, pom.UID, pom.ResourceVersion = md.GetName(), md.GetNamespace(), md.GetUID(), md.GetResourceVersion()
+		pom.Labels, pom.Annotations, pom.CreationTimestamp = md.GetLabels(), md.GetAnnotations(), md.GetCreationTimestamp()
+	}
+	t.Rows = append(t.Rows, metav1.TableRow{Cells: cells, Object: runtime.RawExtension{Object: pom}})
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+// podCells follows kubectl's pod printer: the STATUS column is the most
+// telling reason (a waiting or terminated container's, Terminating while
+// being deleted), not only the phase.
+func (t *table) podCells(p *k8scorev1.Pod) []any {
+	restarts, ready := 0, 0
+	var lastRestart time.Time
+	reason := string(p.Status.Phase)
+	if p.Status.Reason != "" {
+		reason = p.Status.Reason
+	}
+	hasRunning := false
+	for i := len(p.Status.ContainerStatuses) - 1; i >= 0; i-- {
+		c := p.Status.ContainerStatuses[i]
+		restarts += int(c.RestartCount)
+		if lt := c.LastTerminationState.Terminated; lt != nil && lt.FinishedAt.After(lastRestart) {
+			lastRestart = lt.FinishedAt.Time
+		}
+		switch {
+		case c.State.Waiting != nil && c.State.Waiting.Reason != "":
+			reason = c.State.Waiting.Reason
+		case c.State.Terminated != nil && c.State.Terminated.Reason != "":
+			reason = c.State.Terminated.Reason
+		case c.State.Terminated != nil && c.State.Terminated.Signal != 0:
+			reason = fmt.Sprintf("Signal:%d", c.State.Terminated.Signal)
+		case c.State.Terminated != nil:
+			reason = fmt.Sprintf("ExitCode:%d", c.State.Terminated.ExitCode)
+		case c.Ready && c.State.Running != nil:
+			hasRunning = true
+			ready++
+		}
+	}
+	if reason == "Completed" && hasRunning {
+		reason = "Running"
+	}
+	if p.DeletionTimestamp != nil {
+		reason = "Terminating"
+		if p.Status.Reason == "NodeLost" {
+			reason = "Unknown"
+		}
+	}
+	var restartCell any = int64(restarts)
+	if restarts > 0 && !lastRestart.IsZero() {
+		restartCell = fmt.Sprintf("%d (%s ago)", restarts, duration.HumanDuration(t.now.Sub(lastRestart)))
+	}
+	ip := p.Status.PodIP
+	if ip == "" {
+		ip = "<none>"
+	}
+	gates := "<none>"
+	if n := len(p.Spec.ReadinessGates); n > 0 {
+		gates = fmt.Sprintf("0/%d", n)
+	}
+	return []any{p.Name, fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)), reason, restartCell, t.age(p.CreationTimestamp),
+		ip, orNone(p.Spec.NodeName), orNone(p.Status.NominatedNodeName), gates}
+}
+
+func (t *table) nodeCells(n *k8scorev1.Node) []any {
+	status := "Unknown"
+	for _, c := range n.Status.Conditions {
+		if c.Type == k8scorev1.NodeReady {
+			status = "NotReady"
+			if c.Status == k8scorev1.ConditionTrue {
+				status = "Ready"
+			}
+		}
+	}
+	if n.Spec.Unschedulable {
+		status += ",SchedulingDisabled"
+	}
+	var roles []string
+	for l := range n.Labels {
+		if r, ok := strings.CutPrefix(l, "node-role.kubernetes.io/"); ok && r != "" {
+			roles = append(roles, r)
+		}
+	}
+	sort.Strings(roles)
+	var internal, external string
+	for _, a := range n.Status.Addresses {
+		switch a.Type {
+		case k8scorev1.NodeInternalIP:
+			internal = a.Address
+		case k8scorev1.NodeExternalIP:
+			external = a.Address
+		}
+	}
+	ni := n.Status.NodeInfo
+	return []any{n.Name, status, orNone(strings.Join(roles, ",")), t.age(n.CreationTimestamp), ni.KubeletVersion,
+		orNone(internal), orNone(external), orNone(ni.OSImage), orNone(ni.KernelVersion), orNone(ni.ContainerRuntimeVersion)}
+}
+
+func (t *table) serviceCells(s *k8scorev1.Service) []any {
+	var ports []string
+	for _, p := range s.Spec.Ports {
+		pt := fmt.Sprintf("%d/%s", p.Port, p.Protocol)
+		if p.NodePort != 0 {
+			pt = fmt.Sprintf("%d:%d/%s", p.Port, p.NodePort, p.Protocol)
+		}
+		ports = append(ports, pt)
+	}
+	var sel []string
+	for k, v := range s.Spec.Selector {
+		sel = append(sel, k+"="+v)
+	}
+	sort.Strings(sel)
+	ext := strings.Join(s.Spec.ExternalIPs, ",")
+	typ := string(s.Spec.Type)
+	if typ == "" {
+		typ = "ClusterIP"
+	}
+	return []any{s.Name, typ, orNone(s.Spec.ClusterIP), orNone(ext), orNone(strings.Join(ports, ",")), t.age(s.CreationTimestamp),
+		orNone(strings.Join(sel, ","))}
+}
