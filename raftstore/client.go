@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -225,16 +227,8 @@ func (c *Client) Status(ctx context.Context, wait time.Duration) ([]*Status, err
 	for _, s := range byID {
 		out = append(out, s)
 	}
-	sortStatus(out)
+	slices.SortFunc(out, func(a, b *Status) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
-}
-
-func sortStatus(s []*Status) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j].ID < s[j-1].ID; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 func readOpts(opts []ReadOption) readOptions {

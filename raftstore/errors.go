@@ -75,9 +75,12 @@ func toWire(err error) *storev1.Error {
 	if err == nil {
 		return nil
 	}
+	if e, ok := err.(*Error); ok {
+		return &storev1.Error{Code: e.Code, Message: e.Message, Key: e.Key}
+	}
 	var e *Error
 	if errors.As(err, &e) {
-		return &storev1.Error{Code: e.Code, Message: err.Error(), Key: e.Key}
+		return &storev1.Error{Code: e.Code, Message: err.Error()}
 	}
 	return &storev1.Error{Code: storev1.Code_CODE_INTERNAL, Message: err.Error()}
 }

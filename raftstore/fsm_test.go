@@ -2,8 +2,10 @@ package raftstore
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -153,5 +155,37 @@ func TestCompactionBoundsHistory(t *testing.T) {
 	events, covered, _, err := f.eventsAfter("", f.compactRev, 100, 1<<20)
 	if err != nil || covered != 200 || events[len(events)-1].Revision != 200 || events[0].Revision != f.compactRev+1 {
 		t.Fatalf("events after compact = %d events, covered %d, %v", len(events), covered, err)
+	}
+}
+
+func TestErrorWireRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		is   error
+		key  string
+	}{
+		{"sentinel", ErrNotFound, ErrNotFound, ""},
+		{"keyed", compareError(storev1.WriteKind_WRITE_KIND_TXN, "/k", 3, 4), ErrConflict, "/k"},
+		{"create", compareError(storev1.WriteKind_WRITE_KIND_CREATE, "/k", 0, 4), ErrAlreadyExists, "/k"},
+		{"update missing", compareError(storev1.WriteKind_WRITE_KIND_UPDATE, "/k", 3, 0), ErrNotFound, "/k"},
+		{"wrapped", fmt.Errorf("apply: %w", ErrIndeterminate), ErrIndeterminate, ""},
+		{"uncoded", io.ErrUnexpectedEOF, ErrInternal, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := fromWire(toWire(tc.err))
+			var e *Error
+			if !errors.Is(got, tc.is) || !errors.As(got, &e) || e.Key != tc.key {
+				t.Fatalf("round trip of %v = %v, want code of %v and key %q", tc.err, got, tc.is, tc.key)
+			}
+			for _, other := range []error{ErrNotFound, ErrAlreadyExists, ErrConflict, ErrUnavailable, ErrNotLeader, ErrGone, ErrIndeterminate, ErrInvalid, ErrInternal} {
+				if other != tc.is && errors.Is(got, other) {
+					t.Fatalf("%v also matches %v", got, other)
+				}
+			}
+			if strings.Count(got.Error(), "(key") > 1 {
+				t.Fatalf("key repeated in %q", got.Error())
+			}
+		})
 	}
 }

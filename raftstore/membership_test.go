@@ -151,6 +151,9 @@ func TestLargeSnapshot(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// Every live replica has applied every write before it snapshots, so a
+	// restart restores all keys from its snapshot alone.
+	c.WaitForReplication(t)
 	for _, i := range c.Live() {
 		if err := c.Node(i).Snapshot(); err != nil {
 			t.Fatal(err)

@@ -153,6 +153,10 @@ func (w *Watch) stream(s *session) error {
 		case <-s.lost:
 			return nil
 		case <-idle.C:
+			if len(s.msgs) > 0 {
+				idle.Reset(w.c.cfg.WatchHeartbeatTimeout) // we were slow, not the replica
+				continue
+			}
 			return nil
 		case m := <-s.msgs:
 			idle.Reset(w.c.cfg.WatchHeartbeatTimeout)
