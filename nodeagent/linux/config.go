@@ -55,9 +55,9 @@ type Config struct {
 	StopTimeout time.Duration
 	// Trace, when set, receives the duration of each step of pod start:
 	// "cgroup", "network", "rootfs", "cgroup-container", "start".
-	Trace func(podUID, step string, d time.Duration)
+	Trace func(podUID, step string, d time.Duration) `json:"-"`
 	// Logger receives the runtime's logs; nil discards them.
-	Logger *slog.Logger
+	Logger *slog.Logger `json:"-"`
 }
 
 // DefaultConfig returns the configuration of node with podCIDR, keeping

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/podflow/podflow/nodeagent/linux"
 	"github.com/podflow/podflow/nodeagent/linux/cgroups"
 	"github.com/podflow/podflow/nodeagent/linux/container"
@@ -31,7 +33,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envAgentChild) != "" {
 		os.Exit(agentChild())
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func randHex(n int) string {

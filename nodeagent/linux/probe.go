@@ -80,7 +80,7 @@ func (r *Runtime) Probe(ctx context.Context, pd *corev1.Pod, c *corev1.Container
 		}
 		resp, err := (&http.Client{Transport: probeTransport, Timeout: timeout}).Do(req)
 		if err != nil {
-			return nodeagent.ProbeResult{Message: fmt.Sprintf("Get %q: %v", url, err)}, nil
+			return nodeagent.ProbeResult{Message: err.Error()}, nil
 		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 10<<10))
 		resp.Body.Close()

@@ -101,7 +101,7 @@ func TestPodOnTheKernel(t *testing.T) {
 	t.Run("HTTP GET from the host reaches the container", func(t *testing.T) {
 		var body string
 		eventually(t, "GET http://"+sb.IP+":8080/index.html", func() (bool, string) {
-			resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + sb.IP + ":8080/index.html")
+			resp, err := (&http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + sb.IP + ":8080/index.html")
 			if err != nil {
 				return false, err.Error()
 			}
