@@ -28,7 +28,7 @@ import (
 // removes them in t.Cleanup even when it fails. Traffic stays between the
 // host and namespaces the test created.
 
-func testContext(t *testing.T) context.Context {
+func testContext(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -36,7 +36,7 @@ func testContext(t *testing.T) context.Context {
 
 // newNode starts a Manager for a fresh node with its bridge up; cleanup
 // tears down its pods, removes the bridge and checks the kernel is clean.
-func newNode(t *testing.T, dataDir string) *Manager {
+func newNode(t testing.TB, dataDir string) *Manager {
 	t.Helper()
 	networktest.RequireRoot(t)
 	cidr, err := networktest.FreePodCIDR()
@@ -58,7 +58,7 @@ func newNode(t *testing.T, dataDir string) *Manager {
 	return m
 }
 
-func cleanupNode(t *testing.T, m *Manager) {
+func cleanupNode(t testing.TB, m *Manager) {
 	ctx := context.Background()
 	atts, err := m.List(ctx)
 	if err != nil {
@@ -78,7 +78,7 @@ func cleanupNode(t *testing.T, m *Manager) {
 }
 
 // requireGone asks the kernel and the disk that nothing of the pod remains.
-func requireGone(t *testing.T, m *Manager, uid string) {
+func requireGone(t testing.TB, m *Manager, uid string) {
 	t.Helper()
 	if _, err := netlink.LinkByName(m.HostVethName(uid)); err == nil {
 		t.Errorf("host veth %q of %s still exists", m.HostVethName(uid), uid)
@@ -98,7 +98,7 @@ func requireGone(t *testing.T, m *Manager, uid string) {
 	}
 }
 
-func requireBridgeGone(t *testing.T, m *Manager) {
+func requireBridgeGone(t testing.TB, m *Manager) {
 	t.Helper()
 	if _, err := netlink.LinkByName(m.cfg.BridgeName); err == nil {
 		t.Errorf("bridge %q still exists", m.cfg.BridgeName)
@@ -121,7 +121,7 @@ func requireBridgeGone(t *testing.T, m *Manager) {
 	}
 }
 
-func mountedAt(t *testing.T, path string) bool {
+func mountedAt(t testing.TB, path string) bool {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func mountedAt(t *testing.T, path string) bool {
 	return false
 }
 
-func readSysctl(t *testing.T, key string) string {
+func readSysctl(t testing.TB, key string) string {
 	b, err := os.ReadFile(filepath.Join("/proc/sys/net/ipv4/conf", key, "forwarding"))
 	if err != nil {
 		t.Fatal(err)
@@ -184,9 +184,16 @@ func TestSetupTeardown(t *testing.T) {
 	if len(att.HostVeth) > 15 || !strings.HasPrefix(att.HostVeth, "pf") || !strings.HasPrefix(att.NetnsName, "podflow-") {
 		t.Fatalf("names %q, %q", att.HostVeth, att.NetnsName)
 	}
+	before, err := netlink.LinkByName(att.HostVeth)
+	if err != nil {
+		t.Fatal(err)
+	}
 	again, err := m.Setup(ctx, uid)
 	if err != nil || again != att {
 		t.Fatalf("second Setup = %+v, %v; want %+v", again, err, att)
+	}
+	if after, err := netlink.LinkByName(att.HostVeth); err != nil || after.Attrs().Index != before.Attrs().Index {
+		t.Fatalf("second Setup replaced the veth pair (index %d → %v, %v)", before.Attrs().Index, after, err)
 	}
 
 	// The kernel's view: the host end is a port of the bridge and up; in

@@ -27,8 +27,8 @@ import (
 // PodInterface is the name of the pod end of the veth pair.
 const PodInterface = "eth0"
 
-// aliasPrefix marks podflow's links (IFLA_IFALIAS), so a restarted agent
-// finds them: "podflow:<node>" on a bridge, "podflow:<uid>" on a host veth.
+// aliasPrefix marks podflow's bridges (IFLA_IFALIAS "podflow:<node>"), so
+// AddPeerRoute can tell them from other bridges.
 const aliasPrefix = "podflow:"
 
 // Attachment is a pod's network: its namespace, the host end of its veth
@@ -159,6 +159,18 @@ func (m *Manager) EnsureBridge(ctx context.Context) error {
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: m.gateway.AsSlice(), Mask: net.CIDRMask(m.subnet.Bits(), 32)}}
 	if err := m.host.AddrReplace(br, addr); err != nil {
 		return sandboxErr(err, "address %s on bridge %q", addr.IPNet, m.cfg.BridgeName)
+	}
+	// Drop addresses of an earlier pod CIDR: the bridge serves one.
+	addrs, err := listRetry(func() ([]netlink.Addr, error) { return m.host.AddrList(br, netlink.FAMILY_V4) })
+	if err != nil {
+		return sandboxErr(err, "addresses of bridge %q", m.cfg.BridgeName)
+	}
+	for _, a := range addrs {
+		if a.IPNet.String() != addr.IPNet.String() {
+			if err := m.host.AddrDel(br, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+				return sandboxErr(err, "remove stale address %s from bridge %q", a.IPNet, m.cfg.BridgeName)
+			}
+		}
 	}
 	if err := m.host.LinkSetUp(br); err != nil {
 		return sandboxErr(err, "set bridge %q up", m.cfg.BridgeName)
@@ -395,6 +407,7 @@ func (m *Manager) Setup(ctx context.Context, podUID string) (Attachment, error) 
 	if err := ctx.Err(); err != nil {
 		return Attachment{}, err
 	}
+	clock := newPhaseClock(ctx)
 	att := m.attachment(podUID, netip.Addr{})
 	br, err := m.host.LinkByName(m.cfg.BridgeName)
 	if err != nil {
@@ -406,6 +419,7 @@ func (m *Manager) Setup(ctx context.Context, podUID string) (Attachment, error) 
 		return Attachment{}, sandboxErr(err, "allocate address for pod %q", podUID)
 	}
 	att.IP = ip.String()
+	clock.done(PhaseIP)
 	ok := false
 	defer func() {
 		if !ok && fresh {
@@ -418,6 +432,7 @@ func (m *Manager) Setup(ctx context.Context, podUID string) (Attachment, error) 
 		return Attachment{}, sandboxErr(err, "netns %q", att.NetnsName)
 	}
 	defer ns.Close()
+	clock.done(PhaseNetns)
 	defer func() {
 		if !ok && nsCreated {
 			_ = deleteNetns(att.NetnsName)
@@ -429,7 +444,7 @@ func (m *Manager) Setup(ctx context.Context, podUID string) (Attachment, error) 
 	}
 	defer pod.Close()
 
-	veth, vethCreated, err := m.ensureVeth(pod, ns, podUID, att.HostVeth, br.Attrs().Index)
+	veth, vethCreated, err := m.ensureVeth(pod, ns, att.HostVeth, br.Attrs().Index)
 	if err != nil {
 		return Attachment{}, sandboxErr(err, "veth %q", att.HostVeth)
 	}
@@ -438,12 +453,16 @@ func (m *Manager) Setup(ctx context.Context, podUID string) (Attachment, error) 
 			_ = m.host.LinkDel(veth)
 		}
 	}()
+	clock.done(PhaseVeth)
 	if err := m.configurePod(pod, ip); err != nil {
 		return Attachment{}, sandboxErr(err, "configure netns %q", att.NetnsName)
 	}
-	if err := m.host.LinkSetUp(veth); err != nil {
-		return Attachment{}, sandboxErr(err, "set %q up", att.HostVeth)
+	if veth.Attrs().Flags&net.FlagUp == 0 { // a reused pair
+		if err := m.host.LinkSetUp(veth); err != nil {
+			return Attachment{}, sandboxErr(err, "set %q up", att.HostVeth)
+		}
 	}
+	clock.done(PhaseConfigure)
 	ok = true
 	return att, nil
 }
@@ -464,7 +483,7 @@ func (m *Manager) attachment(podUID string, ip netip.Addr) Attachment {
 
 // ensureVeth returns the host end of the pod's veth pair, creating the pair
 // with its pod end directly in ns when it is missing or half there.
-func (m *Manager) ensureVeth(pod *netlink.Handle, ns netns.NsHandle, podUID, name string, bridgeIndex int) (link netlink.Link, created bool, err error) {
+func (m *Manager) ensureVeth(pod *netlink.Handle, ns netns.NsHandle, name string, bridgeIndex int) (link netlink.Link, created bool, err error) {
 	if link, err := m.host.LinkByName(name); err == nil {
 		peer, perr := pod.LinkByName(PodInterface)
 		_, isVeth := link.(*netlink.Veth)
@@ -490,26 +509,19 @@ func (m *Manager) ensureVeth(pod *netlink.Handle, ns netns.NsHandle, podUID, nam
 		}
 	}
 	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: name, MTU: m.cfg.MTU},
+		LinkAttrs:     netlink.LinkAttrs{Name: name, MTU: m.cfg.MTU, Flags: net.FlagUp},
 		PeerName:      PodInterface,
 		PeerMTU:       uint32(m.cfg.MTU),
 		PeerNamespace: netlink.NsFd(int(ns)),
 	}
-	if err := m.host.LinkAdd(veth); err != nil {
+	if err := m.host.LinkAdd(veth); err != nil { // fills veth.Index
 		return nil, false, fmt.Errorf("create veth pair: %w", err)
 	}
-	link, err = m.host.LinkByName(name)
-	if err != nil {
-		return nil, false, err
-	}
-	if err := m.host.LinkSetAlias(link, aliasPrefix+podUID); err != nil {
-		_ = m.host.LinkDel(link)
-		return nil, false, fmt.Errorf("set alias: %w", err)
-	}
-	if err := m.host.LinkSetMasterByIndex(link, bridgeIndex); err != nil {
-		_ = m.host.LinkDel(link)
+	if err := m.host.LinkSetMasterByIndex(veth, bridgeIndex); err != nil {
+		_ = m.host.LinkDel(veth)
 		return nil, false, fmt.Errorf("attach to bridge: %w", err)
 	}
+	link = veth
 	return link, true, nil
 }
 
@@ -605,14 +617,13 @@ func (m *Manager) List(ctx context.Context) ([]Attachment, error) {
 			a.NetnsPath = filepath.Join(NetnsDir, e.Name())
 		}
 	}
-	links, err := listRetry(m.host.LinkList)
-	if err != nil {
-		return nil, fmt.Errorf("network: list links: %w", err)
-	}
-	for _, l := range links {
-		uid, ok := strings.CutPrefix(l.Attrs().Alias, aliasPrefix)
-		if _, veth := l.(*netlink.Veth); ok && veth && l.Attrs().Name == m.HostVethName(uid) {
-			get(uid).HostVeth = l.Attrs().Name
+	// A host veth never outlives its pod's address (Setup allocates first,
+	// Teardown releases last), so the pods found so far name every veth.
+	for uid, a := range found {
+		if l, err := m.host.LinkByName(m.HostVethName(uid)); err == nil {
+			if _, ok := l.(*netlink.Veth); ok {
+				a.HostVeth = l.Attrs().Name
+			}
 		}
 	}
 	out := make([]Attachment, 0, len(found))
