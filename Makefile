@@ -13,7 +13,7 @@ DATA ?= $(CURDIR)/.podflow
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run test test-unit proto proto-check lint tools deps-os bench chaos fuzz clean
+.PHONY: all build run test proto proto-check lint tools deps-os bench bench-pipeline chaos fuzz clean
 
 all: build
 
@@ -63,6 +63,15 @@ test: proto-check lint
 
 bench:
 	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done
+
+## bench-pipeline: end-to-end pods/s and PodRequested→Running latency.
+bench-pipeline: build
+	$(BIN)/podflow bench pipeline --pods 5000 --rate 1000 --nodes 100
+
+## chaos: a longer soak than the bounded run in make test (bounded in pods
+## and time; stops by itself).
+chaos: build
+	$(BIN)/podflow chaos --pods 3000 --duration 5m --kill-interval 4s --targets stages,store,nodeagent,nats --pause --nodes 50
 
 fuzz:
 	cd proto && $(GO) test -run '^$$' -fuzz FuzzEnvelopeDecode -fuzztime 30s ./eventsv1/
