@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/podflow/podflow/nodeagent/linux/container"
 )
 
 // commands are registered by the files of this package, one role or client
@@ -33,6 +35,11 @@ func newRoot() *cobra.Command {
 }
 
 func main() {
+	// A re-exec'd container shim or init runs its role and exits here,
+	// before any command or goroutine starts.
+	if container.RunHelper() {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()

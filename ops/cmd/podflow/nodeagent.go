@@ -28,6 +28,7 @@ type nodeAgentOptions struct {
 
 func newNodeAgentCmd() *cobra.Command {
 	o := &nodeAgentOptions{}
+	var lo *linuxOptions // --runtime linux flags, in nodeagent_linux.go
 	cmd := &cobra.Command{
 		Use:   "nodeagent",
 		Short: "Run node agents: the kubelet, container runtime and CNI of podflow",
@@ -37,8 +38,11 @@ through sandbox, image pull, container start, Running and Ready, with pod IPs
 from its pod CIDR and failures injected by annotation (see the nodeagent/sim
 package documentation). The simulated nodes share one durable consumer.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.runtime == "linux" {
+				return runLinuxNodeAgent(cmd, o, lo)
+			}
 			if o.runtime != "sim" {
-				return fmt.Errorf("--runtime %q is not available yet: use --runtime sim", o.runtime)
+				return fmt.Errorf("--runtime %q is unknown: use sim or linux", o.runtime)
 			}
 			cfg, err := loadConfig(o.config)
 			if err != nil {
@@ -83,9 +87,10 @@ package documentation). The simulated nodes share one durable consumer.`,
 		},
 	}
 	configFlag(cmd, &o.config)
+	lo = linuxFlags(cmd)
 	f := cmd.Flags()
 	f.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus /metrics on this address")
-	f.StringVar(&o.runtime, "runtime", "sim", "runtime: sim (simulated nodes)")
+	f.StringVar(&o.runtime, "runtime", "sim", "runtime: sim (simulated nodes) or linux (one real node: needs root, cgroups and network namespaces)")
 	f.IntVar(&o.nodes, "nodes", 3, "number of simulated nodes")
 	f.StringVar(&o.name, "name", "sim", "name of this simulated cluster (its durable consumer)")
 	return cmd

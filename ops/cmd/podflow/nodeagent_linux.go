@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/nodeagent"
+	"github.com/podflow/podflow/nodeagent/linux"
+	"github.com/podflow/podflow/nodeagent/wire"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/stage"
+)
+
+// linuxOptions are the flags of `podflow nodeagent --runtime linux`.
+type linuxOptions struct {
+	node        string
+	dataDir     string
+	podCIDR     string
+	clusterCIDR string
+	registry    string
+	hostIP      string
+	hostPaths   []string
+}
+
+func linuxFlags(cmd *cobra.Command) *linuxOptions {
+	o := &linuxOptions{}
+	f := cmd.Flags()
+	f.StringVar(&o.node, "node", "", "--runtime linux: this node's name (default: the host name)")
+	f.StringVar(&o.dataDir, "data-dir", "", "--runtime linux: the node's directory: pods, images, IPAM (default .podflow/nodes/NODE)")
+	f.StringVar(&o.podCIDR, "pod-cidr", "", "--runtime linux: this node's pod CIDR (default: the next free /24 of --cluster-cidr, recorded in the store)")
+	f.StringVar(&o.clusterCIDR, "cluster-cidr", "10.244.0.0/16", "--runtime linux: where pod CIDRs are allocated from")
+	f.StringVar(&o.registry, "registry", "", "--runtime linux: registry standing in for docker.io, e.g. 127.0.0.1:5000 (empty: docker.io)")
+	f.StringVar(&o.hostIP, "host-ip", "127.0.0.1", "--runtime linux: the node's InternalIP")
+	f.StringSliceVar(&o.hostPaths, "allow-host-path", nil, "--runtime linux: host directories hostPath volumes may use")
+	return o
+}
+
+// podCIDRPrefix holds one key per allocated pod CIDR; its value is the
+// node's name. Create makes an allocation exclusive: two agents never get
+// the same CIDR.
+const podCIDRPrefix = "/registry/podflow/podcidrs/"
+
+func podCIDRKey(p netip.Prefix) string {
+	return podCIDRPrefix + strings.ReplaceAll(p.String(), "/", "-")
+}
+
+// allocatePodCIDR returns node's pod CIDR: the one it holds already, the
+// one asked for (if free or its own), or the first free /24 of cluster.
+func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, cluster string) (string, error) {
+	claim := func(p netip.Prefix) (bool, error) {
+		_, err := kv.Create(ctx, podCIDRKey(p), []byte(node))
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, raftstore.ErrAlreadyExists) {
+			return false, err
+		}
+		cur, err := kv.Get(ctx, podCIDRKey(p))
+		if err != nil {
+			return false, err
+		}
+		return string(cur.Value) == node, nil
+	}
+	if want != "" {
+		p, err := netip.ParsePrefix(want)
+		if err != nil || p.Masked() != p {
+			return "", fmt.Errorf("--pod-cidr %q is not a network prefix", want)
+		}
+		ok, err := claim(p)
+		if err != nil {
+			return "", fmt.Errorf("claim pod CIDR %s: %w", p, err)
+		}
+		if !ok {
+			return "", fmt.Errorf("pod CIDR %s belongs to another node", p)
+		}
+		return p.String(), nil
+	}
+	kvs, _, err := kv.List(ctx, podCIDRPrefix)
+	if err != nil {
+		return "", fmt.Errorf("list pod CIDRs: %w", err)
+	}
+	for _, e := range kvs {
+		if string(e.Value) == node {
+			return strings.ReplaceAll(strings.TrimPrefix(e.Key, podCIDRPrefix), "-", "/"), nil
+		}
+	}
+	cl, err := netip.ParsePrefix(cluster)
+	if err != nil || cl.Bits() > 24 || !cl.Addr().Is4() {
+		return "", fmt.Errorf("--cluster-cidr %q must be an IPv4 prefix of /24 or wider", cluster)
+	}
+	// Node i gets the i-th /24; the first is left out (as kube-controller
+	// manager's allocator starts after the network address).
+	base := cl.Masked().Addr().As4()
+	for i := 1; i < 1<<(24-cl.Bits()); i++ {
+		n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 + uint32(i)<<8
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), 0}), 24)
+		ok, err := claim(p)
+		if err != nil {
+			return "", fmt.Errorf("claim pod CIDR %s: %w", p, err)
+		}
+		if ok {
+			return p.String(), nil
+		}
+	}
+	return "", fmt.Errorf("no free /24 left in %s", cl)
+}
+
+// logsSubject is where a Linux node agent answers log requests.
+func logsSubject(node string) string { return "podflow.node." + bus.EncodeToken(node) + ".logs" }
+
+// logReply is the wire form of a log request's answer.
+type logReply struct {
+	linux.LogChunk
+	Error string `json:"error,omitempty"`
+}
+
+// runLinuxNodeAgent runs one real node: the Linux runtime, the agent core,
+// its consumer, and the logs responder.
+func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions) error {
+	if err := linux.Check(); err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	node := lo.node
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--node: %w", err)
+		}
+		node = h
+	}
+	dataDir := lo.dataDir
+	if dataDir == "" {
+		dataDir = filepath.Join(".podflow", "nodes", node)
+	}
+	dataDir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(o.config)
+	if err != nil {
+		return err
+	}
+	sess, err := connect(ctx, cfg, "nodeagent-"+node)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("nodeagent", node)
+
+	podCIDR, err := allocatePodCIDR(ctx, sess.store.Client(), node, lo.podCIDR, lo.clusterCIDR)
+	if err != nil {
+		return err
+	}
+	rcfg := linux.DefaultConfig(node, podCIDR, dataDir, lo.registry)
+	rcfg.Network.ClusterCIDR = lo.clusterCIDR
+	rcfg.HostPathPrefixes = lo.hostPaths
+	rcfg.Logger = log
+	rt, err := linux.New(rcfg)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	log.Info("linux runtime ready", "podCIDR", podCIDR, "dataDir", dataDir, "bridge", rcfg.Network.BridgeName)
+
+	acfg := nodeagent.DefaultConfig(node, podCIDR)
+	acfg.HostIP = lo.hostIP
+	acfg.Logger = log
+	acfg.Labels = map[string]string{"node.podflow.io/runtime": "linux"}
+	agent, err := nodeagent.New(acfg, rt, wire.NewStore(sess.store), wire.NewPublisher(sess.bus))
+	if err != nil {
+		return err
+	}
+	rc := pipeline.NodeAgentRunnerConfig(node)
+	if err := bus.Provision(ctx, sess.bus.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
+		return fmt.Errorf("provision the node agent's consumer: %w", err)
+	}
+	m := stage.NewMetrics("nodeagent")
+	rc.Observer = m
+	if o.metrics != "" {
+		addr, err := serveMetricsAddr(ctx, o.metrics, m)
+		if err != nil {
+			return err
+		}
+		log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
+	}
+	sub, err := sess.bus.NATS().Subscribe(logsSubject(node), func(msg *nats.Msg) {
+		var req linux.LogRequest
+		var rep logReply
+		if err := json.Unmarshal(msg.Data, &req); err != nil {
+			rep.Error = err.Error()
+		} else if rep.LogChunk, err = rt.ReadLog(req, 512<<10); err != nil {
+			rep.Error = err.Error()
+		}
+		b, _ := json.Marshal(rep)
+		_ = msg.Respond(b)
+	})
+	if err != nil {
+		return fmt.Errorf("serve logs: %w", err)
+	}
+	defer sub.Unsubscribe()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := agent.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			runErr = err
+			cancel()
+		}
+	}()
+	runner, err := bus.NewRunner(sess.bus, rc, wire.Handler(sess.store, agent, acfg.SpecSecond))
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	}
+	err = runner.Run(ctx)
+	cancel()
+	wg.Wait()
+	if runErr != nil {
+		return runErr
+	}
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
