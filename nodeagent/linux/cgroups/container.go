@@ -38,6 +38,9 @@ type Container interface {
 	// MemoryLimit returns the memory limit the kernel holds, in bytes, or
 	// -1 when unlimited.
 	MemoryLimit() (int64, error)
+	// Pids returns the processes in the cgroup (v1: its memory hierarchy),
+	// e.g. to find a container's processes again after an agent restart.
+	Pids() ([]int, error)
 }
 
 type container struct {
@@ -119,4 +122,24 @@ func (c *container) Delete() error {
 		return nil
 	}
 	return err
+}
+
+func (c *container) Pids() ([]int, error) {
+	dir := c.paths[""]
+	if c.m.mode == ModeV1 {
+		dir = c.paths["memory"]
+	}
+	fields, err := readFields(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: processes of %q: %w", c.path, err)
+	}
+	pids := make([]int, 0, len(fields))
+	for _, f := range fields {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("cgroups: processes of %q: %w", c.path, err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
 }

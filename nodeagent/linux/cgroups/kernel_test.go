@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -246,6 +245,16 @@ func TestRemovePodRefusesWhileProcessesRemain(t *testing.T) {
 		if err := c.Add(h.pid()); err != nil {
 			t.Fatal(err)
 		}
+		if pids, err := c.Pids(); err != nil || len(pids) != 1 || pids[0] != h.pid() {
+			t.Fatalf("Pids = %v, %v; want [%d]", pids, err, h.pid())
+		}
+		loaded, err := m.LoadContainer(uid, plan.QOSClass, "app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pids, err := loaded.Pids(); err != nil || len(pids) != 1 || pids[0] != h.pid() {
+			t.Fatalf("loaded Pids = %v, %v; want [%d]", pids, err, h.pid())
+		}
 		procCgroup := readFile(t, fmt.Sprintf("/proc/%d/cgroup", h.pid()))
 		podPath, _ := m.PodPath(uid, plan.QOSClass)
 		if !strings.Contains(procCgroup, podPath+"/app") {
@@ -360,6 +369,5 @@ func TestInvalidNames(t *testing.T) {
 		if _, err := m.LoadContainer("ok", "Guaranteed", "app"); err == nil {
 			t.Error("LoadContainer of a container never made succeeded")
 		}
-		_ = filepath.Join
 	})
 }

@@ -110,7 +110,7 @@ func New(cfg Config) (*Manager, error) {
 		if qos == admission.QOSBestEffort {
 			r.CPUShares, r.CPUWeight = MinShares, 1 // as the kubelet's besteffort cgroup
 		}
-		if err := m.ensure(m.qosPath(qos), r); err != nil {
+		if err := m.ensure(m.qosPath(qos), r, false); err != nil {
 			return nil, fmt.Errorf("%w: create %q: %w", ErrUnavailable, m.qosPath(qos), err)
 		}
 	}
@@ -193,7 +193,7 @@ func (m *Manager) EnsurePod(ctx context.Context, podUID, qos string, plan PodPla
 	if err != nil {
 		return err
 	}
-	if err := m.ensure(p, plan.Resources); err != nil {
+	if err := m.ensure(p, plan.Resources, false); err != nil {
 		return fmt.Errorf("cgroups: ensure pod cgroup %q: %w", p, err)
 	}
 	return nil
@@ -216,7 +216,7 @@ func (m *Manager) EnsureContainer(ctx context.Context, podUID, qos, name string,
 		return nil, fmt.Errorf("cgroups: pod cgroup %q: %w", pp, err)
 	}
 	p := pp + "/" + name
-	if err := m.ensure(p, plan.Resources); err != nil {
+	if err := m.ensure(p, plan.Resources, true); err != nil {
 		return nil, fmt.Errorf("cgroups: ensure container cgroup %q: %w", p, err)
 	}
 	return m.handle(p), nil
@@ -240,10 +240,17 @@ func (m *Manager) LoadContainer(podUID, qos, name string) (Container, error) {
 	return m.handle(p), nil
 }
 
-// ensure creates cgroup p in every hierarchy (parents included) and writes r.
-func (m *Manager) ensure(p string, r Resources) error {
+// ensure creates cgroup p in every hierarchy (parents included) and writes
+// r. On v2 a container's cgroup is an OOM group (memory.oom.group=1, as the
+// kubelet sets it): an OOM kill takes the whole container, not one process.
+func (m *Manager) ensure(p string, r Resources, container bool) error {
 	if m.mode == ModeV2 {
-		_, err := cgroup2.NewManager(m.v2Mount, p, m.v2Resources(r))
+		res := m.v2Resources(r)
+		if container {
+			group := true
+			res.Memory.OOMGroup = &group
+		}
+		_, err := cgroup2.NewManager(m.v2Mount, p, res)
 		return err
 	}
 	_, err := cgroup1.New(cgroup1.StaticPath(p), m.v1Resources(r), cgroup1.WithHierarchy(m.hier))
