@@ -289,7 +289,7 @@ func (c *Client) do(ctx context.Context, subject string, req []byte, resp proto.
 	backoff := c.cfg.RetryBackoffMin
 	maybeApplied := false
 	var last error
-	for {
+	for ctx.Err() == nil {
 		actx, acancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 		msg, err := c.nc.RequestWithContext(actx, subject, req)
 		acancel()
@@ -331,9 +331,6 @@ func (c *Client) do(ctx context.Context, subject string, req []byte, resp proto.
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-		}
-		if ctx.Err() != nil {
-			break
 		}
 		backoff = min(2*backoff, c.cfg.RetryBackoffMax)
 	}

@@ -43,10 +43,19 @@
 // was appended, or the deadline passed after the request was sent) is
 // retried until the caller's deadline and then reported as ErrIndeterminate.
 //
+// Watches: a watch start goes to any replica (queue group), which streams
+// numbered messages to the client's inbox and sends a heartbeat request when
+// idle; the client answers heartbeats, and the replica drops a watch whose
+// client stops answering. The client resumes on another replica from the last
+// revision it delivered when a message is missing, the replica says it is
+// shutting down, or nothing arrived for ClientConfig.WatchHeartbeatTimeout.
+// A replica that is alive but cut off from the raft cluster keeps a watch
+// alive without new events until it rejoins; watches never go back in time.
+//
 // # Durability
 //
 // The raft log and stable store are raft-boltdb/v2 (bbolt, fsync per append
-// batch unless Config.NoSync): it is the store the brief pins, mature, and
+// batch unless Config.NoSync): it is the store podflow pins, mature, and
 // hashicorp/raft's batching (BatchApplyCh, MaxAppendEntries) amortises its
 // fsync over many writes; raft-wal would append faster but is not among
 // podflow's pinned dependencies. Snapshots go to a FileSnapshotStore in the

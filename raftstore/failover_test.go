@@ -55,10 +55,10 @@ func TestKillLeaderDuringWrites(t *testing.T) {
 		ambiguous atomic.Int64
 	)
 	for w := range 4 {
+		cl := c.Client(t)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl := c.Client(t)
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -264,10 +264,10 @@ func TestLinearizable(t *testing.T) {
 		done.Add(1)
 	}
 	for client := range 6 {
+		cl := c.Client(t)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl := c.Client(t)
 			rng := rand.New(rand.NewPCG(uint64(client), 7))
 			for seq := 0; ; seq++ {
 				select {

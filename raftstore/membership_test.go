@@ -134,10 +134,10 @@ func TestLargeSnapshot(t *testing.T) {
 	const keys, perTxn, writers = 50_000, 250, 4
 	var wg sync.WaitGroup
 	for w := range writers {
+		cl := c.Client(t)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl := c.Client(t)
 			for b := w; b < keys/perTxn; b += writers {
 				var txn raftstore.Txn
 				for k := b * perTxn; k < (b+1)*perTxn; k++ {

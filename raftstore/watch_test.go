@@ -96,10 +96,10 @@ func TestWatchAcrossReplicaFailures(t *testing.T) {
 	)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	wc := c.Client(t) // clients are made on the test goroutine: they may t.Fatal
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		wc := c.Client(t)
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
