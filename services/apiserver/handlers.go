@@ -321,6 +321,10 @@ func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		writeStatus(w, st)
 		return
 	}
+	if body, st = bodyJSON(r, body, kubeTypes[req.res.kind]); st != nil {
+		writeStatus(w, st)
+		return
+	}
 	obj, warnings, st := decodeObject(body, req.res, validation, int(s.cfg.MaxBodyBytes))
 	if st != nil {
 		writeStatus(w, st)
@@ -423,6 +427,12 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	if st != nil && !(ssa && st.GetCode() == 404) {
 		writeStatus(w, st)
 		return
+	}
+	if req.verb == "update" {
+		if body, st = bodyJSON(r, body, kubeTypes[req.res.kind]); st != nil {
+			writeStatus(w, st)
+			return
+		}
 	}
 	if req.verb == "patch" {
 		if current == nil { // server-side apply of a new object: a create
@@ -599,6 +609,10 @@ func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 func (s *Server) selfSubjectAccessReview(w http.ResponseWriter, r *http.Request, req *request) {
 	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
 	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	if body, st = bodyJSON(r, body, func() runtime.Object { return &authorizationv1.SelfSubjectAccessReview{} }); st != nil {
 		writeStatus(w, st)
 		return
 	}

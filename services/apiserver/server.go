@@ -196,6 +196,53 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, auth.Unauthorized())
 		return
 	}
+	user, st := s.impersonate(r, user)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	s.route(w, r, user)
+}
+
+// impersonate honours Impersonate-User and Impersonate-Group (kubectl
+// --as, --as-group) when RBAC allows the caller to impersonate them.
+func (s *Server) impersonate(r *http.Request, user *corev1.UserInfo) (*corev1.UserInfo, *corev1.Status) {
+	as := r.Header.Get("Impersonate-User")
+	groups := r.Header.Values("Impersonate-Group")
+	if as == "" {
+		if len(groups) > 0 {
+			return nil, badRequest("requested Impersonate-Group without Impersonate-User")
+		}
+		return user, nil
+	}
+	check := func(resource, name string) *corev1.Status {
+		a := auth.Attributes{User: user, Verb: "impersonate", Resource: resource, Name: name}
+		if !s.backend.Authorize(a).Allowed {
+			return auth.Forbidden(a, "")
+		}
+		return nil
+	}
+	resource := "users"
+	if strings.HasPrefix(as, auth.ServiceAccountUsernamePrefix) {
+		resource = "serviceaccounts"
+	}
+	if st := check(resource, as); st != nil {
+		return nil, st
+	}
+	out := &corev1.UserInfo{Username: as}
+	for _, g := range groups {
+		if st := check("groups", g); st != nil {
+			return nil, st
+		}
+		out.Groups = append(out.Groups, g)
+	}
+	if as != UserAnonymous {
+		out.Groups = append(out.Groups, auth.GroupAuthenticated)
+	}
+	return out, nil
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.UserInfo) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	switch {
 	case path == "/version":

@@ -1,0 +1,323 @@
+package apiserver_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/bus/bustest"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
+	"github.com/podflow/podflow/services/admission"
+	"github.com/podflow/podflow/services/api"
+	"github.com/podflow/podflow/services/api/auth"
+	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/apiserver/pki"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/persistence"
+	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/stage"
+)
+
+// Tokens of the static token file every test system has.
+const (
+	adminToken = "admin-token-0123456789"
+	aliceToken = "alice-token-0123456789"
+)
+
+// system is a real slice of podflow in the test process: an embedded
+// JetStream server, one raft store replica on loopback, and the api (with
+// its HTTPS front door), admission and persistence stages. A pod POSTed
+// over HTTPS goes through the same pipeline as in production up to its
+// 201 (no scheduler or node: pods stay Pending).
+type system struct {
+	url   string
+	dir   string
+	ca    *pki.CA
+	store *objects.Store
+	conn  *bus.Conn
+}
+
+type options struct {
+	https   func(*apiserver.Config)
+	history int64
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func startSystem(t testing.TB, o options) *system {
+	t.Helper()
+	dir := t.TempDir()
+	srv := bustest.Server(t)
+	conn := bustest.Connect(t, srv, "test")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// The store: one replica.
+	scfg := raftstore.DefaultConfig()
+	raftstoretest.FastConfig(&scfg)
+	scfg.ID, scfg.RaftAddr, scfg.DataDir = "r0", freeAddr(t), filepath.Join(dir, "r0")
+	scfg.Bootstrap = []raftstore.Peer{{ID: "r0", Address: scfg.RaftAddr}}
+	if o.history > 0 {
+		scfg.HistoryRevisions = o.history
+	}
+	scfg.Conn = bustest.Connect(t, srv, "store").NATS()
+	node, err := raftstore.NewNode(scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Shutdown() })
+	kv, err := raftstore.NewClient(conn.NATS(), raftstore.DefaultClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := objects.New(kv)
+	for {
+		if _, err := kv.Get(ctx, "/registry/namespaces/default"); err == nil || errors.Is(err, raftstore.ErrNotFound) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("store not ready: %v", ctx.Err())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := st.Create(ctx, &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: "default", Uid: "ns-default"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The bus topology.
+	topo, err := pipeline.Topology(bus.DefaultStreamsConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Provision(ctx, conn.JetStream(), topo); err != nil {
+		t.Fatal(err)
+	}
+
+	// Certificates and the token file.
+	ca, err := pki.NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, caKey := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	if err := ca.WriteFiles(caCert, caKey); err != nil {
+		t.Fatal(err)
+	}
+	sc, sk, err := ca.Issue(pki.Request{CommonName: "apiserver", Hosts: []string{"127.0.0.1", "localhost"}, Server: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "srv.crt"), sc)
+	writeFile(t, filepath.Join(dir, "srv.key"), sk)
+	tokens := fmt.Sprintf("%s,admin,admin,%q\n%s,alice,alice,\"devs\"\n", adminToken, auth.GroupMasters, aliceToken)
+	writeFile(t, filepath.Join(dir, "tokens.csv"), []byte(tokens))
+
+	hc := apiserver.DefaultConfig()
+	hc.Addr, hc.CertFile, hc.KeyFile, hc.ClientCAFile = freeAddr(t), filepath.Join(dir, "srv.crt"), filepath.Join(dir, "srv.key"), caCert
+	if o.https != nil {
+		o.https(&hc)
+	}
+
+	// The stages.
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runCtx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	run := func(name string, build func(env stage.Env) (stage.Handler, error)) {
+		c := bustest.Connect(t, srv, name)
+		env := stage.Env{Bus: c, Store: objects.New(mustClient(t, c)), Stage: name, Replica: name + "-1", Log: log}
+		h, err := build(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := pipeline.RunnerConfig(name, env.Replica)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := stage.Run(runCtx, env, h, stage.Config{Runner: rc}); err != nil && runCtx.Err() == nil {
+				t.Errorf("stage %s: %v", name, err)
+			}
+		}()
+	}
+	run(pipeline.API, func(env stage.Env) (stage.Handler, error) {
+		cfg := api.DefaultConfig()
+		cfg.TokenFile = filepath.Join(dir, "tokens.csv")
+		cfg.HTTPS = &hc
+		return api.New(env, cfg)
+	})
+	run(pipeline.Admission, func(env stage.Env) (stage.Handler, error) {
+		return admission.NewStage(env, admission.DefaultConfig())
+	})
+	run(pipeline.Persistence, func(env stage.Env) (stage.Handler, error) { return persistence.New(env), nil })
+	t.Cleanup(func() { stop(); wg.Wait() }) // before the connections close (cleanups run last-in first-out)
+
+	s := &system{url: "https://" + hc.Addr, dir: dir, ca: ca, store: st, conn: conn}
+	c := s.client(t, adminToken)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := c.Get(s.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the HTTPS server did not answer: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The stages' consumers must be pulling before the first request.
+	for _, name := range []string{pipeline.Admission, pipeline.Persistence} {
+		for {
+			cons, err := conn.JetStream().Consumer(ctx, bus.EventsStream, name)
+			if err == nil {
+				if info, err := cons.Info(ctx); err == nil && info.NumWaiting > 0 {
+					break
+				}
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("consumer %s not pulling", name)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return s
+}
+
+func mustClient(t testing.TB, c *bus.Conn) *raftstore.Client {
+	kv, err := raftstore.NewClient(c.NATS(), raftstore.DefaultClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+func writeFile(t testing.TB, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// transport trusts the system's CA and presents cert, if any.
+func (s *system) transport(cert *tls.Certificate) *http.Transport {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.ca.CertPEM)
+	tc := &tls.Config{RootCAs: pool}
+	if cert != nil {
+		// Present the certificate whatever CAs the server names, so that
+		// a foreign one reaches the server's verification.
+		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+	}
+	return &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64}
+}
+
+// client sends token as a bearer token (none when empty).
+func (s *system) client(t testing.TB, token string) *http.Client {
+	tr := s.transport(nil)
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: bearer{token: token, next: tr}, Timeout: 30 * time.Second}
+}
+
+// certClient presents a client certificate issued by ca for user/groups.
+func (s *system) certClient(t testing.TB, ca *pki.CA, user string, groups ...string) *http.Client {
+	c, k, err := ca.Issue(pki.Request{CommonName: user, Groups: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := s.transport(&pair)
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.token != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	return b.next.RoundTrip(r)
+}
+
+// do sends a request and returns the status code and decoded JSON body.
+func do(t testing.TB, c *http.Client, method, url, contentType, body string, hdr ...string) (int, map[string]any, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if len(bytes.TrimSpace(b)) > 0 {
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatalf("%s %s: %d: not JSON: %q", method, url, resp.StatusCode, b)
+		}
+	}
+	return resp.StatusCode, out, resp.Header
+}
+
+// path returns the value at a dotted path of a JSON tree.
+func path(tree map[string]any, p string) any {
+	var cur any = tree
+	for _, k := range strings.Split(p, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[k]
+	}
+	return cur
+}
+
+func podJSON(name string, extra string) string {
+	return fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"labels":{"app":"web"}},
+"spec":{"containers":[{"name":"c","image":"nginx"%s}]}}`, name, extra)
+}
