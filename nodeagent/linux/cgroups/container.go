@@ -69,7 +69,7 @@ func (c *container) CgroupFD() (int, error) {
 	if c.m.mode != ModeV2 {
 		return -1, fmt.Errorf("%w: CLONE_INTO_CGROUP needs cgroup v2 (mode %s)", ErrNotSupported, c.m.mode)
 	}
-	fd, err := unix.Open(c.paths[""], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(c.paths[""], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("cgroups: open %q: %w", c.paths[""], err)
 	}

@@ -30,6 +30,13 @@
 //  4. At start, List and Teardown what the store no longer knows: the
 //     kernel and the disk outlive the agent.
 //  5. Close the Manager; RemoveBridge only when the node goes away.
+//  6. Call New from the host network namespace; never leave a thread of
+//     the process in a pod's namespace (run code there with
+//     networktest.Do's pattern: lock, enter, leave, unlock; a thread that
+//     cannot leave must stay locked so that the runtime discards it).
+//
+// WithPhases reports how long each phase of a Setup took (ip, netns, veth,
+// configure), for pod start latency breakdowns.
 //
 // Example:
 //

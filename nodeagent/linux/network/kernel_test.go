@@ -286,6 +286,31 @@ func TestSetupRollsBack(t *testing.T) {
 	}
 }
 
+// TestEnsureBridgeRefusesForeignPorts: a non-veth port on the bridge (here
+// an ifb device; a real interface would be the danger) is refused.
+func TestEnsureBridgeRefusesForeignPorts(t *testing.T) {
+	m := newNode(t, "")
+	br, err := netlink.LinkByName(m.cfg.BridgeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("pfport%d", rand.IntN(1e6))
+	t.Cleanup(func() {
+		l, err := netlink.LinkByName(name)
+		if err == nil {
+			err = netlink.LinkDel(l)
+		}
+		t.Logf("cleanup %s: %v", name, err)
+	})
+	port := &netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, MasterIndex: br.Attrs().Index}}
+	if err := netlink.LinkAdd(port); err != nil {
+		t.Skipf("cannot make a non-veth bridge port here: %v", err)
+	}
+	if err := m.EnsureBridge(testContext(t)); !errors.Is(err, ErrLinkConflict) {
+		t.Fatalf("EnsureBridge with a bridge port = %v, want ErrLinkConflict", err)
+	}
+}
+
 // TestRecoveryAfterRestart: a new Manager over the same data dir (a
 // restarted agent) lists the pod from the kernel and disk and Setup gives
 // it the same address; a pod whose namespace vanished is healed.

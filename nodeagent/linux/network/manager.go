@@ -178,6 +178,24 @@ func (m *Manager) EnsureBridge(ctx context.Context) error {
 	if err := m.ensureConfinement(br); err != nil {
 		return sandboxErr(err, "routing of bridge %q", m.cfg.BridgeName)
 	}
+	return m.checkPorts(br)
+}
+
+// checkPorts refuses a bridge that has anything but veths as ports: a real
+// interface on a podflow bridge would put pod traffic on the wire.
+func (m *Manager) checkPorts(br netlink.Link) error {
+	links, err := listRetry(m.host.LinkList)
+	if err != nil {
+		return sandboxErr(err, "list links")
+	}
+	for _, l := range links {
+		if l.Attrs().MasterIndex != br.Attrs().Index {
+			continue
+		}
+		if _, ok := l.(*netlink.Veth); !ok {
+			return sandboxErr(ErrLinkConflict, "bridge %q has a %s port %q; podflow bridges only hold pod veths", m.cfg.BridgeName, l.Type(), l.Attrs().Name)
+		}
+	}
 	return nil
 }
 
