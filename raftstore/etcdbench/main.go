@@ -53,6 +53,7 @@ func main() {
 	runs := flag.Int("runs", 3, "runs per point; medians are reported")
 	conc := flag.String("clients", "1,16,64", "concurrent clients per point")
 	dir := flag.String("dir", "", "data directory (default: a temporary directory on the working directory's disk)")
+	noSync := flag.Bool("unsafe-no-fsync", false, "disable fsync on both stores (to see what fsync costs; never for the reported figures)")
 	flag.Parse()
 	var clients []int
 	for _, s := range strings.Split(*conc, ",") {
@@ -71,12 +72,12 @@ func main() {
 		defer os.RemoveAll(base)
 	}
 	ctx := context.Background()
-	rs, err := startRaftstore(ctx, filepath.Join(base, "raftstore"))
+	rs, err := startRaftstore(ctx, filepath.Join(base, "raftstore"), *noSync)
 	if err != nil {
 		log.Fatalf("raftstore: %v", err)
 	}
 	defer rs.close()
-	et, err := startEtcd(filepath.Join(base, "etcd"))
+	et, err := startEtcd(filepath.Join(base, "etcd"), *noSync)
 	if err != nil {
 		log.Fatalf("etcd: %v", err)
 	}
@@ -96,7 +97,11 @@ func main() {
 			}
 		}
 	}
-	fmt.Printf("\n3 replicas each, fsync on, loopback; medians of %d runs of %s (after %s warm-up)\n", *runs, *dur, *warm)
+	sync := "fsync on"
+	if *noSync {
+		sync = "FSYNC OFF"
+	}
+	fmt.Printf("\n3 replicas each, %s, loopback; medians of %d runs of %s (after %s warm-up)\n", sync, *runs, *dur, *warm)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "clients\traftstore w/s\tp50\tp99\tetcd w/s\tp50\tp99\tthroughput ratio\tp50 ratio\t")
 	for _, n := range clients {
@@ -203,7 +208,7 @@ type raftstoreTarget struct {
 
 func (r *raftstoreTarget) name() string { return "raftstore" }
 
-func startRaftstore(ctx context.Context, dir string) (*raftstoreTarget, error) {
+func startRaftstore(ctx context.Context, dir string, noSync bool) (*raftstoreTarget, error) {
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: filepath.Join(dir, "nats")})
 	if err != nil {
 		return nil, err
@@ -227,6 +232,7 @@ func startRaftstore(ctx context.Context, dir string) (*raftstoreTarget, error) {
 		cfg.ID, cfg.RaftAddr, cfg.Bootstrap, cfg.Conn = peers[i].ID, peers[i].Address, peers, nc
 		cfg.DataDir = filepath.Join(dir, peers[i].ID)
 		cfg.LogOutput = io.Discard
+		cfg.NoSync = noSync
 		n, err := raftstore.NewNode(cfg)
 		if err != nil {
 			return nil, err
@@ -281,7 +287,7 @@ type etcdTarget struct {
 
 func (e *etcdTarget) name() string { return "etcd" }
 
-func startEtcd(dir string) (*etcdTarget, error) {
+func startEtcd(dir string, noSync bool) (*etcdTarget, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -306,6 +312,7 @@ func startEtcd(dir string) (*etcdTarget, error) {
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{us[i].client}, []url.URL{us[i].client}
 		cfg.InitialCluster = strings.Join(initial, ",")
 		cfg.InitialClusterToken = "etcdbench"
+		cfg.UnsafeNoFsync = noSync
 		cfg.ClusterState = embed.ClusterStateFlagNew
 		cfg.LogLevel = "error"
 		cfg.LogOutputs = []string{filepath.Join(dir, cfg.Name+".log")}
