@@ -3,6 +3,7 @@ package network
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -40,4 +41,45 @@ func BenchmarkSetup(b *testing.B) {
 	for phase, d := range phases {
 		b.ReportMetric(float64(d.Microseconds())/float64(i), phase+"-µs/op")
 	}
+}
+
+// BenchmarkSetup20 sets up 20 pods at once (as 20 pods starting together)
+// and reports the wall time of the batch and the slowest pod.
+func BenchmarkSetup20(b *testing.B) {
+	m := newNode(b, "")
+	ctx := context.Background()
+	const n = 20
+	var slowest, batch time.Duration
+	round := 0
+	for b.Loop() {
+		var wg sync.WaitGroup
+		took := make([]time.Duration, n)
+		errs := make([]error, n)
+		start := time.Now()
+		for i := range n {
+			wg.Go(func() {
+				s := time.Now()
+				_, errs[i] = m.Setup(ctx, fmt.Sprintf("b%d-%d", round, i))
+				took[i] = time.Since(s)
+			})
+		}
+		wg.Wait()
+		batch += time.Since(start)
+		for i := range n {
+			if errs[i] != nil {
+				b.Fatal(errs[i])
+			}
+			slowest = max(slowest, took[i])
+		}
+		b.StopTimer()
+		for i := range n {
+			if err := m.Teardown(ctx, fmt.Sprintf("b%d-%d", round, i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		round++
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(batch.Microseconds())/float64(round)/n, "µs/pod")
+	b.ReportMetric(float64(slowest.Microseconds()), "slowest-µs")
 }

@@ -350,6 +350,38 @@ func TestRecoveryAfterRestart(t *testing.T) {
 	if err != nil || healed != broken {
 		t.Fatalf("healing Setup = %+v, %v; want %+v", healed, err, broken)
 	}
+
+	// The address record of "survivor" is lost (a wiped data dir): Setup
+	// allocates again, and eth0 is left with the new address only.
+	if err := m2.ipam.release("survivor"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m2.ipam.allocate("placeholder"); err != nil { // take survivor's old address
+		t.Fatal(err)
+	}
+	moved, err := m2.Setup(ctx, "survivor")
+	if err != nil || moved.IP == att.IP {
+		t.Fatalf("Setup after losing the record = %+v, %v", moved, err)
+	}
+	if err := networktest.Do(moved.NetnsPath, func() error {
+		eth, err := netlink.LinkByName(PodInterface)
+		if err != nil {
+			return err
+		}
+		addrs, err := netlink.AddrList(eth, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		if len(addrs) != 1 || addrs[0].IP.String() != moved.IP {
+			return fmt.Errorf("eth0 has %v, want only %s", addrs, moved.IP)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.ipam.release("placeholder"); err != nil {
+		t.Fatal(err)
+	}
 	if err := networktest.Do(healed.NetnsPath, func() error {
 		_, err := netlink.LinkByName(PodInterface)
 		return err

@@ -157,10 +157,8 @@ func (m *Manager) EnsureBridge(ctx context.Context) error {
 		return sandboxErr(err, "bridge %q", m.cfg.BridgeName)
 	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: m.gateway.AsSlice(), Mask: net.CIDRMask(m.subnet.Bits(), 32)}}
-	if err := m.host.AddrReplace(br, addr); err != nil {
-		return sandboxErr(err, "address %s on bridge %q", addr.IPNet, m.cfg.BridgeName)
-	}
-	// Drop addresses of an earlier pod CIDR: the bridge serves one.
+	// Drop addresses of an earlier pod CIDR first (the bridge serves one;
+	// deleting a primary address takes its subnet's secondaries with it).
 	addrs, err := listRetry(func() ([]netlink.Addr, error) { return m.host.AddrList(br, netlink.FAMILY_V4) })
 	if err != nil {
 		return sandboxErr(err, "addresses of bridge %q", m.cfg.BridgeName)
@@ -171,6 +169,9 @@ func (m *Manager) EnsureBridge(ctx context.Context) error {
 				return sandboxErr(err, "remove stale address %s from bridge %q", a.IPNet, m.cfg.BridgeName)
 			}
 		}
+	}
+	if err := m.host.AddrReplace(br, addr); err != nil {
+		return sandboxErr(err, "address %s on bridge %q", addr.IPNet, m.cfg.BridgeName)
 	}
 	if err := m.host.LinkSetUp(br); err != nil {
 		return sandboxErr(err, "set bridge %q up", m.cfg.BridgeName)
@@ -472,7 +473,7 @@ func (m *Manager) Setup(ctx context.Context, podUID string) (Attachment, error) 
 		}
 	}()
 	clock.done(PhaseVeth)
-	if err := m.configurePod(pod, ip); err != nil {
+	if err := m.configurePod(pod, ip, !vethCreated); err != nil {
 		return Attachment{}, sandboxErr(err, "configure netns %q", att.NetnsName)
 	}
 	if veth.Attrs().Flags&net.FlagUp == 0 { // a reused pair
@@ -544,7 +545,9 @@ func (m *Manager) ensureVeth(pod *netlink.Handle, ns netns.NsHandle, name string
 }
 
 // configurePod sets lo and eth0 up, eth0's address and the default route.
-func (m *Manager) configurePod(pod *netlink.Handle, ip netip.Addr) error {
+// On a reused eth0 it also removes addresses other than ip (left by an
+// earlier allocation whose record was lost).
+func (m *Manager) configurePod(pod *netlink.Handle, ip netip.Addr, reused bool) error {
 	lo, err := pod.LinkByName("lo")
 	if err != nil {
 		return err
@@ -557,6 +560,21 @@ func (m *Manager) configurePod(pod *netlink.Handle, ip netip.Addr) error {
 		return err
 	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(m.subnet.Bits(), 32)}}
+	// Stale addresses go first: deleting a primary address takes the
+	// secondaries of its subnet with it.
+	if reused {
+		addrs, err := listRetry(func() ([]netlink.Addr, error) { return pod.AddrList(eth, netlink.FAMILY_V4) })
+		if err != nil {
+			return fmt.Errorf("addresses of %s: %w", PodInterface, err)
+		}
+		for _, a := range addrs {
+			if a.IPNet.String() != addr.IPNet.String() {
+				if err := pod.AddrDel(eth, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+					return fmt.Errorf("remove stale address %s: %w", a.IPNet, err)
+				}
+			}
+		}
+	}
 	if err := pod.AddrReplace(eth, addr); err != nil {
 		return fmt.Errorf("address %s: %w", addr.IPNet, err)
 	}
