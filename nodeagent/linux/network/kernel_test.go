@@ -596,3 +596,34 @@ func TestNoThreadLeftInPodNetns(t *testing.T) {
 		}
 	}
 }
+
+// TestEnsureBridgeNewCIDR: a node that comes back with another pod CIDR
+// gets a bridge holding only the new gateway.
+func TestEnsureBridgeNewCIDR(t *testing.T) {
+	m := newNode(t, "")
+	cidr, err := networktest.FreePodCIDR()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := m.cfg
+	cfg.PodCIDR = cidr
+	m2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	if err := m2.EnsureBridge(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	br, err := netlink.LinkByName(cfg.BridgeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := netlink.AddrList(br, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(addrs) != 1 || addrs[0].IP.String() != m2.gateway.String() {
+		t.Fatalf("bridge addresses %v, want only %s", addrs, m2.gateway)
+	}
+}
