@@ -76,10 +76,16 @@ func TestWatchBasics(t *testing.T) {
 }
 
 // TestWatchAcrossReplicaFailures kills every replica in turn (the one
-// serving the watch among them) during a stream of writes: the watch must
+// serving the watch among them), by shutdown and by crash, during a stream
+// of writes: the watch must
 // deliver exactly the sequence a fresh watch from 0 sees afterwards, in
 // order, with no gaps and no duplicates, including every acknowledged write.
 func TestWatchAcrossReplicaFailures(t *testing.T) {
+	t.Run("shutdown", func(t *testing.T) { testWatchAcrossFailures(t, (*raftstoretest.Cluster).Kill) })
+	t.Run("crash", func(t *testing.T) { testWatchAcrossFailures(t, (*raftstoretest.Cluster).Crash) })
+}
+
+func testWatchAcrossFailures(t *testing.T, kill func(*raftstoretest.Cluster, testing.TB, int)) {
 	c := raftstoretest.MakeCluster(t, 3)
 	cl := c.Client(t)
 	ctx := testCtx(t)
@@ -118,7 +124,7 @@ func TestWatchAcrossReplicaFailures(t *testing.T) {
 	// Kill each replica in turn, with writes before, during and after.
 	for i := range c.Len() {
 		waitAcks(t, &ackCount, ackCount.Load()+20)
-		c.Kill(t, i)
+		kill(c, t, i)
 		waitAcks(t, &ackCount, ackCount.Load()+20)
 		c.Restart(t, i)
 	}

@@ -9,7 +9,7 @@
 //
 //  2. talk to it through Client, as any podflow service would;
 //
-//  3. use Leader, Kill, Restart, Wipe, Add and WaitForReplication to drive
+//  3. use Leader, Kill, Crash, Restart, Wipe, Add and WaitForReplication to drive
 //     failures and check their outcome on every replica.
 //
 //     c := raftstoretest.MakeCluster(t, 3)
@@ -216,6 +216,24 @@ func (c *Cluster) Kill(t testing.TB, i int) {
 		t.Errorf("shutdown replica %d: %v", i, err)
 	}
 	nc.Close()
+}
+
+// Crash stops replica i like a SIGKILL looks from outside: its NATS
+// connection drops first, so it can say goodbye to no one (watches of it
+// must notice by heartbeat), then raft stops. Its data directory stays.
+func (c *Cluster) Crash(t testing.TB, i int) {
+	t.Helper()
+	c.mu.Lock()
+	n, nc := c.nodes[i], c.conns[i]
+	c.nodes[i], c.conns[i] = nil, nil
+	c.mu.Unlock()
+	if n == nil {
+		t.Fatalf("crash replica %d: not running", i)
+	}
+	nc.Close()
+	if err := n.Shutdown(); err != nil {
+		t.Errorf("shutdown replica %d: %v", i, err)
+	}
 }
 
 // Restart starts killed replica i again on its data directory.
