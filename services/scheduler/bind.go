@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"sync"
 	"time"
 
@@ -33,19 +32,42 @@ const (
 	nodeNotFound                    // the node object is gone from the informer
 )
 
-// bindLocks serialize this replica's binds to one node (striped by node
-// name): two of our own binds to a node would otherwise race for its
-// NodeAllocation revision and one would always lose. Binds to different
-// nodes (of different stripes) run in parallel.
+// bindLocks serialize this replica's binds to one node: two of our own
+// binds to a node would otherwise race for its NodeAllocation revision and
+// one would always lose. Binds to different nodes run in parallel. A
+// node's lock lives while someone holds or waits for it.
 type bindLocks struct {
-	seed    maphash.Seed
-	stripes [256]sync.Mutex
+	mu    sync.Mutex
+	nodes map[string]*nodeLock
 }
 
+type nodeLock struct {
+	sync.Mutex
+	refs int // holders and waiters, under bindLocks.mu
+}
+
+// lock locks node's bind lock and returns its unlock.
 func (l *bindLocks) lock(node string) func() {
-	m := &l.stripes[maphash.String(l.seed, node)%uint64(len(l.stripes))]
-	m.Lock()
-	return m.Unlock
+	l.mu.Lock()
+	if l.nodes == nil {
+		l.nodes = map[string]*nodeLock{}
+	}
+	nl := l.nodes[node]
+	if nl == nil {
+		nl = &nodeLock{}
+		l.nodes[node] = nl
+	}
+	nl.refs++
+	l.mu.Unlock()
+	nl.Lock()
+	return func() {
+		nl.Unlock()
+		l.mu.Lock()
+		if nl.refs--; nl.refs == 0 {
+			delete(l.nodes, node)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // allocations is this replica's freshest knowledge of NodeAllocations:

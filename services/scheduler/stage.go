@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"maps"
 	"sort"
 	"sync"
@@ -37,7 +36,11 @@ type StageConfig struct {
 	// retries at once.
 	InitialBackoff, MaxBackoff time.Duration
 	// OrphanAge: Reconcile schedules an unbound pod nobody has tried for
-	// this long (its event was lost, or its replica died).
+	// this long (its event was lost). Keep it well above the consumer's
+	// AckWait (30s; the events a dead replica held come back after it)
+	// and the time a backlog takes to drain, or replicas will reconcile
+	// pods whose events are merely queued, duplicating work (safely: the
+	// bind transaction arbitrates). Default 1m.
 	OrphanAge time.Duration
 	// CacheSyncTimeout bounds how long a lost bind race waits for this
 	// replica's pod informer to catch up with the allocation that beat it
@@ -53,7 +56,7 @@ type StageConfig struct {
 func DefaultStageConfig() StageConfig {
 	return StageConfig{
 		Scheduler: DefaultConfig(), SchedulerName: "default-scheduler",
-		InitialBackoff: time.Second, MaxBackoff: 10 * time.Second, OrphanAge: 5 * time.Second,
+		InitialBackoff: time.Second, MaxBackoff: 10 * time.Second, OrphanAge: time.Minute,
 		CacheSyncTimeout: 2 * time.Second, MaxAttempts: 16,
 	}
 }
@@ -111,6 +114,7 @@ type Stage struct {
 	qmu     sync.Mutex
 	waiting map[string]*waitingPod // unschedulable pods by uid
 	kick    chan struct{}          // a node or capacity appeared
+	wakes   atomic.Int64           // counts wake calls
 	tried   sync.Map               // uid -> time of the last attempt by this replica
 	started chan struct{}          // closed when Start has synced the caches
 
@@ -150,7 +154,6 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 		known:   allocations{overlay: map[string]*corev1.NodeAllocation{}},
 		waiting: map[string]*waitingPod{}, kick: make(chan struct{}, 1), started: make(chan struct{}),
 	}
-	s.bindLocks.seed = maphash.MakeSeed()
 	logErr := func(what string, err error) {
 		if err != nil && env.Log != nil {
 			env.Log.Warn("scheduler cache", "op", what, "err", err)
@@ -292,6 +295,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			if d != nil {
 				return fmt.Errorf("%w: %q", errInFlight, ns+"/"+name)
 			}
+			s.retrySoon(uid)
 			return nil
 		}
 		defer s.inflight.Delete(uid)
@@ -328,6 +332,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			return err
 		}
 
+		wakes := s.wakes.Load() // before the decision's snapshot
 		res, err := s.decide(pod)
 		var fit *FitError
 		switch {
@@ -344,9 +349,9 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			fresh = true
 			continue
 		case errors.As(err, &fit):
-			return s.unschedulable(ctx, d, pod, fit.Error(), fit)
+			return s.unschedulable(ctx, d, pod, fit.Error(), fit, wakes)
 		case errors.Is(err, ErrNoNodesAvailable):
-			return s.unschedulable(ctx, d, pod, "0/0 nodes are available.", nil)
+			return s.unschedulable(ctx, d, pod, "0/0 nodes are available.", nil, wakes)
 		case err != nil:
 			s.Counters.Errors.Add(1)
 			return bus.Permanent(err)
@@ -371,6 +376,9 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			s.forget(uid)
 			s.Counters.Scheduled.Add(1)
 			payload.Revision, payload.Conflicts, payload.BindNanos = rev, conflicts, took.Nanoseconds()
+			if d != nil {
+				next.HandledEnd = timestamppb.Now()
+			}
 			_, err := s.env.Bus.Publish(ctx, next)
 			return err
 		case podStale:
@@ -444,10 +452,10 @@ func (s *Stage) scheduledEnvelope(d *bus.Delivery, pod *corev1.Pod, node string,
 // unschedulable records why the pod cannot be placed — PodScheduled=False
 // with reason Unschedulable, a FailedScheduling event, a PodUnschedulable
 // event with every node's verdict — and queues it for a retry.
-func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.Pod, msg string, fit *FitError) error {
+func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.Pod, msg string, fit *FitError, wakes int64) error {
 	s.Counters.Unschedulable.Add(1)
 	uid := pod.GetMetadata().GetUid()
-	attempts := s.queue(pod)
+	attempts := s.queue(pod, wakes)
 	now := timestamppb.Now()
 	_, err := objects.Mutate(ctx, s.env.Store, pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetName(), func(p *corev1.Pod) error {
 		if p.GetMetadata().GetUid() != uid || p.GetSpec().GetNodeName() != "" {
@@ -482,7 +490,10 @@ func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.
 }
 
 // queue adds pod to the unschedulable set and returns its attempt count.
-func (s *Stage) queue(pod *corev1.Pod) int32 {
+// wakes is the wake count read before the decision: if the cluster changed
+// since (a wake came during the cycle, which the decision may not have
+// seen), the pod is due at once rather than after its backoff.
+func (s *Stage) queue(pod *corev1.Pod, wakes int64) int32 {
 	uid := pod.GetMetadata().GetUid()
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
@@ -494,7 +505,20 @@ func (s *Stage) queue(pod *corev1.Pod) int32 {
 	w.attempts++
 	backoff := s.cfg.InitialBackoff << min(w.attempts-1, 16)
 	w.next = time.Now().Add(min(backoff, s.cfg.MaxBackoff))
+	if s.wakes.Load() != wakes {
+		w.next = time.Now()
+	}
 	return w.attempts
+}
+
+// retrySoon makes a waiting pod due at once (a wake found it busy in an
+// attempt of this replica, which may have decided before the change).
+func (s *Stage) retrySoon(uid string) {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if w := s.waiting[uid]; w != nil {
+		w.next = time.Now()
+	}
 }
 
 func (s *Stage) forget(uid string) {
@@ -507,6 +531,7 @@ func (s *Stage) forget(uid string) {
 // wake retries unschedulable pods at once (a node appeared or changed, a
 // bound pod went away).
 func (s *Stage) wake() {
+	s.wakes.Add(1)
 	select {
 	case s.kick <- struct{}{}:
 	default:

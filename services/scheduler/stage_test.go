@@ -334,3 +334,33 @@ func streamEvents(ctx context.Context, t *testing.T, env *schedtest.Env, uid str
 	}
 	return envs
 }
+
+// TestReconcileSchedulesLostPods: a pod whose PodPersisted never arrived
+// is scheduled by reconciliation once it is OrphanAge old, and its
+// PodScheduled is published.
+func TestReconcileSchedulesLostPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg.StoreNoSync = true
+	cfg.ResyncPeriod, cfg.Stage.OrphanAge = 200*time.Millisecond, 500*time.Millisecond
+	env, err := schedtest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	if err := env.CreateNodes(ctx, schedtest.Nodes(3, "4", "16Gi", 110)); err != nil {
+		t.Fatal(err)
+	}
+	replicas := startReplicas(t, env, 2)
+	pods := schedtest.Pods(5, "100m", "100Mi")
+	if err := env.CreatePods(ctx, pods); err != nil { // no PodPersisted
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, deadline)
+	defer wcancel()
+	if err := env.Scheduled.Wait(wctx, len(pods)); err != nil {
+		t.Fatal(err)
+	}
+	verify(t, env, len(pods), replicas)
+}

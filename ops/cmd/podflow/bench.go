@@ -20,7 +20,7 @@ func init() { registerBench(newBenchSchedulerCmd) }
 type benchSchedulerOptions struct {
 	nodes, pods, replicas, storeReplicas   int
 	nodeCPU, nodeMemory, podCPU, podMemory string
-	nodePods                               int
+	nodePods, concurrency                  int
 	noSync                                 bool
 	cpuProfile                             string
 	timeout                                time.Duration
@@ -56,6 +56,7 @@ overcommitted, from the store's history.`,
 	f.IntVar(&o.nodePods, "node-pods", 110, "allocatable pod count of each node")
 	f.StringVar(&o.podCPU, "pod-cpu", "100m", "cpu request of each pod")
 	f.StringVar(&o.podMemory, "pod-memory", "500Mi", "memory request of each pod")
+	f.IntVar(&o.concurrency, "concurrency", 0, "handlers in flight per replica (default: the stage's, 64)")
 	f.BoolVar(&o.noSync, "store-nosync", false, "do not fsync the raft log (a throwaway store)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
@@ -74,7 +75,7 @@ func runBenchScheduler(ctx context.Context, o *benchSchedulerOptions, out io.Wri
 	}
 	defer os.RemoveAll(dir)
 	cfg := schedtest.DefaultConfig(dir)
-	cfg.StoreReplicas, cfg.StoreNoSync = o.storeReplicas, o.noSync
+	cfg.StoreReplicas, cfg.StoreNoSync, cfg.Concurrency = o.storeReplicas, o.noSync, o.concurrency
 	sync := "fsync"
 	if o.noSync {
 		sync = "no fsync"

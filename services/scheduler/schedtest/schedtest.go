@@ -70,6 +70,9 @@ type Config struct {
 	// ResyncPeriod of every replica's reconciliation; 0 reconciles only
 	// at start.
 	ResyncPeriod time.Duration
+	// Concurrency overrides the runner's handlers in flight per replica
+	// (0 keeps pipeline.RunnerConfig's).
+	Concurrency int
 	// Log receives the replicas' logs; nil discards them.
 	Log *slog.Logger
 }
@@ -81,8 +84,8 @@ func DefaultConfig(dir string) Config {
 
 // Validate checks the Config.
 func (c Config) Validate() error {
-	if c.Dir == "" || c.StoreReplicas < 1 || c.AckWait <= 0 || c.ResyncPeriod < 0 {
-		return fmt.Errorf("schedtest: config: Dir %q, StoreReplicas %d, AckWait %s and ResyncPeriod %s", c.Dir, c.StoreReplicas, c.AckWait, c.ResyncPeriod)
+	if c.Dir == "" || c.StoreReplicas < 1 || c.AckWait <= 0 || c.ResyncPeriod < 0 || c.Concurrency < 0 {
+		return fmt.Errorf("schedtest: config: Dir %q, StoreReplicas %d, AckWait %s, ResyncPeriod %s and Concurrency %d", c.Dir, c.StoreReplicas, c.AckWait, c.ResyncPeriod, c.Concurrency)
 	}
 	return c.Stage.Validate()
 }
@@ -284,6 +287,9 @@ func (e *Env) StartReplica(ctx context.Context, name string) (*Replica, error) {
 		return nil, err
 	}
 	rc.AckWait, rc.DrainTimeout = e.cfg.AckWait, 2*time.Second
+	if e.cfg.Concurrency > 0 {
+		rc.Concurrency = e.cfg.Concurrency
+	}
 	rctx, cancel := context.WithCancel(context.Background())
 	r := &Replica{Name: name, Stage: st, conn: conn, cancel: cancel, done: make(chan struct{})}
 	go func() {
