@@ -209,6 +209,9 @@ func TestConcurrentPullsDownloadOnce(t *testing.T) {
 	s := newStore(t, t.TempDir(), reg.Addr)
 
 	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // a failing test must not leave handlers blocked
 	var arrived sync.WaitGroup
 	arrived.Add(1)
 	var once sync.Once
@@ -227,7 +230,7 @@ func TestConcurrentPullsDownloadOnce(t *testing.T) {
 	}
 	arrived.Wait() // one download is in flight and held
 	waitFor(t, func() bool { return s.Waiters("docker.io/library/big:1") == n })
-	close(release)
+	unblock()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -263,6 +266,9 @@ func TestPullCallerGivingUpDoesNotFailOthers(t *testing.T) {
 	reg.Push(t, "library/slow:1", smallImage(t, "slow"))
 	s := newStore(t, t.TempDir(), reg.Addr)
 	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
 	reg.OnRequest(func(*http.Request) { <-release })
 
 	patient := make(chan error, 1)
@@ -276,7 +282,7 @@ func TestPullCallerGivingUpDoesNotFailOthers(t *testing.T) {
 	if _, err := s.Pull(ctx, "slow:1", ""); !errors.Is(err, nodeagent.ErrImagePull) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("impatient pull: %v, want ErrImagePull wrapping DeadlineExceeded", err)
 	}
-	close(release)
+	unblock()
 	select {
 	case err := <-patient:
 		if err != nil {
@@ -304,6 +310,7 @@ func TestRootfsLayersAndWhiteouts(t *testing.T) {
 			imagebuild.File("gonedir/f", 0o644, nil),
 			imagebuild.Symlink("etc/link", "keep"),
 			imagebuild.Symlink("abs", "/etc/keep"),
+			imagebuild.Symlink("etcabs", "/etc"),
 			imagebuild.Hardlink("etc/hard", "etc/keep"),
 			imagebuild.File("implied/parent/file", 0o4755, []byte("suid")),
 		},
@@ -314,8 +321,8 @@ func TestRootfsLayersAndWhiteouts(t *testing.T) {
 			imagebuild.File("opq/new-before", 0o644, []byte("n")), // same layer, before the marker: kept
 			imagebuild.Opaque("opq"),
 			imagebuild.File("opq/new", 0o644, []byte("n")),
-			// Through an absolute symlink, resolved inside the root.
-			imagebuild.File("abs2/x", 0o644, nil),
+			// Through an absolute symlink of layer 1: resolved inside the root.
+			imagebuild.File("etcabs/through", 0o644, []byte("inside")),
 		})
 	reg.Push(t, "library/layers:1", img)
 	s := newStore(t, t.TempDir(), reg.Addr)
@@ -337,6 +344,7 @@ func TestRootfsLayersAndWhiteouts(t *testing.T) {
 	for _, c := range []struct{ path, want string }{
 		{"etc/keep", "keep"}, {"etc/replaced", "new"}, {"opq/new", "n"}, {"opq/new-before", "n"},
 		{"etc/link", "keep"}, {"etc/hard", "keep"}, {"implied/parent/file", "suid"},
+		{"etc/through", "inside"},
 	} {
 		if got := read(c.path); got != c.want {
 			t.Errorf("%s = %q, want %q", c.path, got, c.want)
@@ -466,6 +474,13 @@ func TestApplyLayerConfined(t *testing.T) {
 			if _, err := os.Lstat(filepath.Join(parent, "pwned")); err == nil {
 				t.Fatal("pwned written beside the root")
 			}
+			victim, _ := os.Stat(filepath.Join(outside, "victim"))
+			filepath.WalkDir(dest, func(p string, d os.DirEntry, err error) error {
+				if fi, err := os.Lstat(p); err == nil && os.SameFile(fi, victim) {
+					t.Errorf("%s is a hard link to a file outside the root", p)
+				}
+				return nil
+			})
 		})
 	}
 }
