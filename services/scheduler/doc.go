@@ -70,7 +70,9 @@
 // backoff (InitialBackoff doubling to MaxBackoff), and at once when a node
 // is added, a node's spec, labels, allocatable or readiness change (not a
 // mere heartbeat), a bound pod is deleted or terminates, or a PodDeleted
-// arrives. Reconcile (at start and every resync) schedules unbound pods
+// arrives. A change that comes while the pod's own attempt is running is
+// not lost: the attempt compares the wake count it read before deciding,
+// and a pod found busy is made due. Reconcile (at start and every resync) schedules unbound pods
 // nobody has tried for OrphanAge: lost events, pods queued on a replica
 // that died. Running a replica:
 //
