@@ -86,8 +86,9 @@ type Store struct {
 	sem    chan struct{}   // layer download slots
 	tr     *http.Transport // owned: idle connections closed by Close
 
-	images *flightGroup[*record]
-	layers *flightGroup[struct{}]
+	images    *flightGroup[*record]
+	layers    *flightGroup[struct{}]
+	snapshots *flightGroup[struct{}]
 
 	mu    sync.Mutex
 	index map[string]*record // by Ref
@@ -98,7 +99,7 @@ func NewStore(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{"blobs/sha256", "layers/sha256", "tmp"} {
+	for _, d := range []string{"blobs/sha256", "layers/sha256", "snapshots", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("image: create store dir: %w", err)
 		}
@@ -122,6 +123,7 @@ func NewStore(cfg Config) (*Store, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.images = newFlightGroup[*record](s.ctx, &s.wg)
 	s.layers = newFlightGroup[struct{}](s.ctx, &s.wg)
+	s.snapshots = newFlightGroup[struct{}](s.ctx, &s.wg)
 	return s, nil
 }
 

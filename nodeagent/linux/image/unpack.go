@@ -65,6 +65,18 @@ func (s *Store) rootfs(ctx context.Context, ref, dest string) error {
 	if err := os.RemoveAll(dest); err != nil {
 		return err
 	}
+	if err := s.unpack(ctx, rec, dest); err != nil {
+		return err
+	}
+	tmp := marker + ".tmp"
+	if err := os.WriteFile(tmp, []byte(rec.Manifest+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, marker)
+}
+
+// unpack creates dest and applies rec's layers to it in order.
+func (s *Store) unpack(ctx context.Context, rec *record, dest string) error {
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return err
 	}
@@ -89,11 +101,7 @@ func (s *Store) rootfs(ctx context.Context, ref, dest string) error {
 			return fmt.Errorf("layer %d (%s): %w", i, l.DiffID, err)
 		}
 	}
-	tmp := marker + ".tmp"
-	if err := os.WriteFile(tmp, []byte(rec.Manifest+"\n"), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, marker)
+	return nil
 }
 
 // ApplyLayer unpacks one uncompressed layer tarball onto the root
