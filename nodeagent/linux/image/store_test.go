@@ -172,6 +172,9 @@ func TestStoreReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
+	if _, err := s.Pull(ctx, "podflow/http:1", image.PullAlways); !errors.Is(err, image.ErrClosed) {
+		t.Fatalf("Pull after Close: %v, want ErrClosed", err)
+	}
 	reg.Stop()
 
 	s2 := newStore(t, dir, reg.Addr)
