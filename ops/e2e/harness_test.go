@@ -169,7 +169,13 @@ func (c *cluster) dumpLogs() {
 // combined output and exit code.
 func (c *cluster) podflow(args ...string) (string, int) {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return c.podflowTimeout(60*time.Second, args...)
+}
+
+// podflowTimeout is podflow with a time limit of its own.
+func (c *cluster) podflowTimeout(limit time.Duration, args ...string) (string, int) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Dir = repoRoot

@@ -189,3 +189,30 @@ func TestScaleLive(t *testing.T) {
 	c.assertEachOnce("scaled-", n, "PodAdmitted")
 	c.assertEachOnce("after-", 50, "PodAdmitted")
 }
+
+// TestChaos is the bounded chaos run of `make test`: a few hundred pods
+// while every kind of process is SIGKILLed (stage replicas, the store,
+// the node agent, NATS) and some are paused; podflow chaos checks the
+// invariants and exits non-zero on any violation. `make chaos` soaks longer.
+func TestChaos(t *testing.T) {
+	c := startCluster(t, "--nodes", "20", "--replicas", "admission=2,persistence=2,scheduler=2")
+	out, code := c.podflowTimeout(6*time.Minute, "chaos", "--config", c.config, "--pods", "300", "--duration", "45s",
+		"--kill-interval", "3s", "--targets", "stages,store,nodeagent,nats", "--pause", "--seed", "42")
+	t.Log(out)
+	if code != 0 || !strings.Contains(out, "0 violations") {
+		t.Fatalf("chaos exit %d", code)
+	}
+	for _, kind := range []string{"SIGKILL stage", "SIGKILL store-", "SIGKILL nodeagent", "SIGKILL nats"} {
+		name := strings.TrimPrefix(kind, "SIGKILL ")
+		if name == "stage" {
+			if !strings.Contains(out, "SIGKILL admission") && !strings.Contains(out, "SIGKILL persistence") && !strings.Contains(out, "SIGKILL scheduler") &&
+				!strings.Contains(out, "SIGKILL api") && !strings.Contains(out, "SIGKILL status") && !strings.Contains(out, "SIGKILL endpoints") {
+				t.Errorf("no stage replica was killed")
+			}
+			continue
+		}
+		if !strings.Contains(out, kind) {
+			t.Errorf("no %q in the chaos run", kind)
+		}
+	}
+}

@@ -77,6 +77,9 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 // store replicas find each other again after a restart.
 type clusterFile struct {
 	StoreAddrs []string `json:"storeAddrs"`
+	// NATSPort is the client port, fixed at first start so that a NATS
+	// server restarted by the supervisor comes back where its clients look.
+	NATSPort int `json:"natsPort"`
 }
 
 func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
@@ -154,11 +157,16 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	}
 	defer shutdown()
 
+	cl, err := loadOrPickCluster(filepath.Join(dir, "cluster.json"), o.storeReplicas, o.natsPort)
+	if err != nil {
+		return err
+	}
+
 	// 1. The bus.
 	natsCfg := filepath.Join(dir, "nats", "client.json")
 	_ = os.Remove(natsCfg)
 	if err := sup.Start(supervisor.Spec{Name: "nats", Role: "nats", Path: exe, Args: []string{
-		"nats", "--data-dir", filepath.Join(dir, "nats"), "--port", strconv.Itoa(o.natsPort), "--client-config", natsCfg,
+		"nats", "--data-dir", filepath.Join(dir, "nats"), "--port", strconv.Itoa(cl.NATSPort), "--client-config", natsCfg,
 	}}); err != nil {
 		return err
 	}
@@ -181,10 +189,6 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	logf("up: NATS JetStream at %s", bc.URLs[0])
 
 	// 2. The store.
-	cl, err := loadOrPickCluster(filepath.Join(dir, "cluster.json"), o.storeReplicas)
-	if err != nil {
-		return err
-	}
 	var boot []string
 	for i, a := range cl.StoreAddrs {
 		boot = append(boot, fmt.Sprintf("store-%d=%s", i+1, a))
@@ -508,7 +512,7 @@ func waitStore(ctx context.Context, kv *raftstore.Client, timeout time.Duration)
 	}
 }
 
-func loadOrPickCluster(path string, n int) (clusterFile, error) {
+func loadOrPickCluster(path string, n, natsPort int) (clusterFile, error) {
 	var c clusterFile
 	if b, err := os.ReadFile(path); err == nil {
 		if err := json.Unmarshal(b, &c); err != nil {
@@ -517,7 +521,24 @@ func loadOrPickCluster(path string, n int) (clusterFile, error) {
 		if len(c.StoreAddrs) != n {
 			return c, fmt.Errorf("%s has %d store replicas, --store-replicas says %d: use another --data-dir", path, len(c.StoreAddrs), n)
 		}
-		return c, nil
+		if natsPort != 0 && c.NATSPort != natsPort {
+			c.NATSPort = natsPort
+		}
+		if c.NATSPort != 0 {
+			return c, writeJSONFile(path, c)
+		}
+	}
+	c.NATSPort = natsPort
+	if c.NATSPort == 0 {
+		a, err := freeAddr()
+		if err != nil {
+			return c, err
+		}
+		_, p, _ := net.SplitHostPort(a)
+		c.NATSPort, _ = strconv.Atoi(p)
+	}
+	if len(c.StoreAddrs) == n {
+		return c, writeJSONFile(path, c)
 	}
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -527,8 +548,15 @@ func loadOrPickCluster(path string, n int) (clusterFile, error) {
 		c.StoreAddrs = append(c.StoreAddrs, l.Addr().String())
 		defer l.Close()
 	}
-	b, _ := json.MarshalIndent(c, "", "  ")
-	return c, os.WriteFile(path, b, 0o644)
+	return c, writeJSONFile(path, c)
+}
+
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 // adminToken returns the admin's token from the token file, creating the

@@ -1,0 +1,476 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/services/objects"
+)
+
+func init() { register(newChaosCmd) }
+
+type chaosOptions struct {
+	config       string
+	pods         int
+	duration     time.Duration
+	killInterval time.Duration
+	targets      string
+	pause        bool
+	pauseFor     time.Duration
+	seed         uint64
+	nodes        int
+	settle       time.Duration
+}
+
+// violationsError makes chaos exit 2 when an invariant broke.
+type violationsError struct{ n int }
+
+func (e violationsError) Error() string { return fmt.Sprintf("%d invariant violation(s)", e.n) }
+func (violationsError) ExitCode() int   { return 2 }
+
+func newChaosCmd() *cobra.Command {
+	o := &chaosOptions{}
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Run a pod workload while killing podflow's processes, then check that nothing was lost",
+		Long: `Publish --pods pods over --duration while SIGKILLing a random process every
+--kill-interval — stage replicas, store replicas (the leader among them),
+node agents, and NATS when named in --targets — and, with --pause, SIGSTOP
+one for --pause-for (longer than the raft election timeout) before SIGCONT.
+Only processes of the ` + "`podflow up`" + ` under test are signalled, by PID. Then it
+waits for the system to settle and checks, from the store and the streams:
+every pod Running and Ready; no pod bound twice; no node overcommitted; no
+pod IP given twice; every node's accounting matching its pods; the store
+replicas agreeing. It prints a report and exits 2 on any violation. Runs are
+seeded (--seed) so that a failing one replays. Without --config it starts
+its own ` + "`podflow up`" + ` in a temporary directory.`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runChaos(cmd.Context(), o, cmd.OutOrStdout()) },
+	}
+	configFlag(cmd, &o.config)
+	f := cmd.Flags()
+	f.IntVar(&o.pods, "pods", 300, "pods to request")
+	f.DurationVar(&o.duration, "duration", time.Minute, "how long the workload and the kills last")
+	f.DurationVar(&o.killInterval, "kill-interval", 5*time.Second, "time between two kills")
+	f.StringVar(&o.targets, "targets", "stages,store,nodeagent", "what may be killed: stages, store, nats, nodeagent")
+	f.BoolVar(&o.pause, "pause", false, "also SIGSTOP/SIGCONT processes")
+	f.DurationVar(&o.pauseFor, "pause-for", 3*time.Second, "how long a paused process stays stopped")
+	f.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock; printed)")
+	f.IntVar(&o.nodes, "nodes", 20, "simulated nodes (when starting its own system)")
+	f.DurationVar(&o.settle, "settle", 2*time.Minute, "how long to wait for every pod to settle after the chaos")
+	return cmd
+}
+
+func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
+	if o.seed == 0 {
+		o.seed = uint64(time.Now().UnixNano())
+	}
+	rng := rand.New(rand.NewPCG(o.seed, o.seed>>1|1))
+	targets := map[string]bool{}
+	for _, t := range strings.Split(o.targets, ",") {
+		switch t = strings.TrimSpace(t); t {
+		case "stages", "store", "nats", "nodeagent":
+			targets[t] = true
+		case "":
+		default:
+			return fmt.Errorf("--targets: unknown target %q (stages, store, nats, nodeagent)", t)
+		}
+	}
+	cfgPath := o.config
+	if cfgPath == "" {
+		dir, err := os.MkdirTemp("", "podflow-chaos-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		stop, err := startUp(ctx, dir, o.nodes, "admission=2,persistence=2,scheduler=2")
+		if err != nil {
+			return err
+		}
+		defer stop()
+		cfgPath = filepath.Join(dir, "config.json")
+	}
+	cfg, err := loadConfig(cfgPath)
+	if err != nil {
+		return err
+	}
+	sess, err := connect(ctx, cfg, "podflow-chaos")
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	fmt.Fprintf(out, "chaos: seed %d, %d pods over %s, a kill every %s among %s (pause: %t)\n", o.seed, o.pods, o.duration, o.killInterval, o.targets, o.pause)
+
+	prefix := fmt.Sprintf("chaos-%d-", o.seed%100000)
+	start := time.Now()
+	workDone := make(chan error, 1)
+	go func() { workDone <- chaosWorkload(ctx, sess, cfg.Token, prefix, o.pods, o.duration) }()
+
+	kills, pauses := 0, 0
+	var order []string
+	for _, k := range []string{"stages", "store", "nodeagent", "nats"} {
+		if targets[k] {
+			order = append(order, k)
+		}
+	}
+	tick := time.NewTicker(o.killInterval)
+	defer tick.Stop()
+	for time.Since(start) < o.duration {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		// The first kills visit every target kind once, so that even a
+		// short run kills one of each; then the choice is random.
+		want := targets
+		if kills+pauses < len(order) {
+			want = map[string]bool{order[kills+pauses]: true}
+		}
+		victim, err := pickVictim(ctx, sess, cfg.DataDir, want, rng)
+		if err != nil {
+			fmt.Fprintf(out, "  %6s  no victim: %v\n", time.Since(start).Round(time.Second), err)
+			continue
+		}
+		if o.pause && kills+pauses >= len(order) && rng.IntN(3) == 0 {
+			if err := syscall.Kill(victim.PID, syscall.SIGSTOP); err == nil {
+				pauses++
+				fmt.Fprintf(out, "  %6s  SIGSTOP %s (pid %d) for %s\n", time.Since(start).Round(time.Second), victim.Name, victim.PID, o.pauseFor)
+				time.Sleep(o.pauseFor)
+				_ = syscall.Kill(victim.PID, syscall.SIGCONT)
+			}
+			continue
+		}
+		if err := syscall.Kill(victim.PID, syscall.SIGKILL); err == nil {
+			kills++
+			fmt.Fprintf(out, "  %6s  SIGKILL %s (pid %d)\n", time.Since(start).Round(time.Second), victim.Name, victim.PID)
+		}
+	}
+	if err := <-workDone; err != nil {
+		return fmt.Errorf("workload: %w", err)
+	}
+	fmt.Fprintf(out, "chaos: %d kills, %d pauses; waiting up to %s for the pods to settle\n", kills, pauses, o.settle)
+	violations := checkInvariants(ctx, sess, prefix, o.pods, o.settle, out)
+	if violations > 0 {
+		fmt.Fprintf(out, "chaos: FAILED with %d violation(s); replay with --seed %d\n", violations, o.seed)
+		return violationsError{violations}
+	}
+	fmt.Fprintln(out, "chaos: every invariant holds (0 violations)")
+	return nil
+}
+
+// chaosWorkload publishes pods evenly over d, retrying publishes that fail
+// while NATS or the stream is down.
+func chaosWorkload(ctx context.Context, sess *session, token, prefix string, n int, d time.Duration) error {
+	template := &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Namespace: "default", Labels: map[string]string{"app": "chaos"}},
+		Spec: &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "podflow/http:1",
+			Resources: &corev1.ResourceRequirements{Requests: map[string]string{"cpu": "100m", "memory": "64Mi"}}}}},
+	}
+	start := time.Now()
+	for i := range n {
+		if wait := time.Until(start.Add(time.Duration(i) * d / time.Duration(n))); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		p := clonePod(template)
+		p.Metadata.Name = fmt.Sprintf("%s%d", prefix, i)
+		env := podRequested(p, token)
+		for attempt := 0; ; attempt++ {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := sess.bus.Publish(pctx, env)
+			cancel()
+			if err == nil {
+				break
+			}
+			if attempt == 60 || ctx.Err() != nil {
+				return fmt.Errorf("publish %s: %w", p.Metadata.Name, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// pickVictim chooses a running process of the system under test.
+func pickVictim(ctx context.Context, sess *session, dataDir string, targets map[string]bool, rng *rand.Rand) (childRecord, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "children.json"))
+	if err != nil {
+		return childRecord{}, err
+	}
+	var kids []childRecord
+	if err := json.Unmarshal(b, &kids); err != nil {
+		return childRecord{}, err
+	}
+	var pool []childRecord
+	for _, k := range kids {
+		role := strings.SplitN(k.Role, "/", 2)[0]
+		ok := (role == "stage" && targets["stages"]) || (role == "store" && targets["store"]) ||
+			(role == "nats" && targets["nats"]) || (role == "nodeagent" && targets["nodeagent"])
+		if ok && k.PID > 0 {
+			pool = append(pool, k)
+		}
+	}
+	if len(pool) == 0 {
+		return childRecord{}, errors.New("no running process among the targets")
+	}
+	// Half the store kills go to the leader: that is the interesting one.
+	if targets["store"] && rng.IntN(4) == 0 {
+		if st, err := sess.store.Client().Status(ctx, 300*time.Millisecond); err == nil {
+			for _, s := range st {
+				if s.State == "Leader" {
+					for _, k := range pool {
+						if k.Name == s.ID {
+							return k, nil
+						}
+					}
+				}
+			}
+		}
+	}
+	return pool[rng.IntN(len(pool))], nil
+}
+
+// checkInvariants waits for the pods to settle, then checks what must
+// hold after any amount of chaos. It prints each check and returns the
+// number of violations.
+func checkInvariants(ctx context.Context, sess *session, prefix string, n int, settle time.Duration, out io.Writer) int {
+	violations := 0
+	fail := func(format string, args ...any) {
+		violations++
+		fmt.Fprintf(out, "  VIOLATION: "+format+"\n", args...)
+	}
+	var pods []*corev1.Pod
+	deadline := time.Now().Add(settle)
+	for {
+		all, _, err := objects.List[*corev1.Pod](ctx, sess.store, "default")
+		if err == nil {
+			pods = pods[:0]
+			ready := 0
+			for _, p := range all {
+				if strings.HasPrefix(p.GetMetadata().GetName(), prefix) {
+					pods = append(pods, p)
+					if p.GetStatus().GetPhase() == "Running" && endpointsReady(p) {
+						ready++
+					}
+				}
+			}
+			if ready == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				fail("%d of %d pods are Running and Ready after %s (%d stored)", ready, n, settle, len(pods))
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return violations + 1
+		case <-time.After(time.Second):
+		}
+	}
+	fmt.Fprintf(out, "  check: %d/%d pods stored\n", len(pods), n)
+
+	// No pod bound twice: one node per pod uid in the stream, and it is
+	// the stored one.
+	bound := map[string]map[string]bool{}
+	scheduled, err := streamEvents(ctx, sess.bus.JetStream(), "PodScheduled")
+	if err != nil {
+		fail("read PodScheduled events: %v", err)
+	}
+	for _, e := range scheduled {
+		if strings.HasPrefix(e.GetPodName(), prefix) {
+			if bound[e.GetPodUid()] == nil {
+				bound[e.GetPodUid()] = map[string]bool{}
+			}
+			bound[e.GetPodUid()][e.GetNodeName()] = true
+		}
+	}
+	for _, p := range pods {
+		nodes := bound[p.GetMetadata().GetUid()]
+		if len(nodes) > 1 {
+			fail("pod %s was bound to %d nodes: %v", p.GetMetadata().GetName(), len(nodes), nodes)
+		} else if len(nodes) == 1 && !nodes[p.GetSpec().GetNodeName()] {
+			fail("pod %s is stored on %q but was scheduled to %v", p.GetMetadata().GetName(), p.GetSpec().GetNodeName(), nodes)
+		}
+	}
+	fmt.Fprintf(out, "  check: no pod bound twice (%d PodScheduled events)\n", len(scheduled))
+
+	// No IP twice.
+	ips := map[string]string{}
+	for _, p := range pods {
+		ip := p.GetStatus().GetPodIp()
+		if ip == "" {
+			continue
+		}
+		if other, dup := ips[ip]; dup {
+			fail("pod IP %s given to %s and %s", ip, other, p.GetMetadata().GetName())
+		}
+		ips[ip] = p.GetMetadata().GetName()
+	}
+	fmt.Fprintf(out, "  check: no pod IP given twice (%d IPs)\n", len(ips))
+
+	// No node overcommitted, and every node's accounting matches its pods.
+	all, _, _ := objects.List[*corev1.Pod](ctx, sess.store, "")
+	nodes, _, err := objects.List[*corev1.Node](ctx, sess.store, "")
+	if err != nil {
+		fail("list nodes: %v", err)
+	}
+	allocs, _, _ := objects.List[*corev1.NodeAllocation](ctx, sess.store, "")
+	allocBy := map[string]*corev1.NodeAllocation{}
+	for _, a := range allocs {
+		allocBy[a.GetMetadata().GetName()] = a
+	}
+	for _, node := range nodes {
+		name := node.GetMetadata().GetName()
+		var cpu, mem resource.Quantity
+		count := 0
+		uids := map[string]bool{}
+		for _, p := range all {
+			if p.GetSpec().GetNodeName() != name {
+				continue
+			}
+			count++
+			uids[p.GetMetadata().GetUid()] = true
+			for _, c := range p.GetSpec().GetContainers() {
+				if q, err := resource.ParseQuantity(c.GetResources().GetRequests()["cpu"]); err == nil {
+					cpu.Add(q)
+				}
+				if q, err := resource.ParseQuantity(c.GetResources().GetRequests()["memory"]); err == nil {
+					mem.Add(q)
+				}
+			}
+		}
+		alloc := node.GetStatus().GetAllocatable()
+		if q, err := resource.ParseQuantity(alloc["cpu"]); err == nil && cpu.Cmp(q) > 0 {
+			fail("node %s overcommitted: cpu %s > %s", name, cpu.String(), q.String())
+		}
+		if q, err := resource.ParseQuantity(alloc["memory"]); err == nil && mem.Cmp(q) > 0 {
+			fail("node %s overcommitted: memory %s > %s", name, mem.String(), q.String())
+		}
+		if q, err := resource.ParseQuantity(alloc["pods"]); err == nil && int64(count) > q.Value() {
+			fail("node %s overcommitted: %d pods > %d", name, count, q.Value())
+		}
+		acc := allocBy[name].GetPods()
+		for uid := range uids {
+			if _, ok := acc[uid]; !ok {
+				fail("node %s runs pod %s that its NodeAllocation does not account for", name, uid)
+			}
+		}
+		for uid := range acc {
+			if !uids[uid] {
+				fail("node %s accounts for pod %s that is not bound to it", name, uid)
+			}
+		}
+	}
+	fmt.Fprintf(out, "  check: no node overcommitted; accounting matches the pods (%d nodes)\n", len(nodes))
+
+	// The store replicas agree once quiet.
+	agree := false
+	var last string
+	for i := 0; i < 20 && !agree; i++ {
+		st, err := sess.store.Client().Status(ctx, time.Second)
+		if err == nil && len(st) > 0 {
+			agree = true
+			var parts []string
+			for _, s := range st {
+				parts = append(parts, fmt.Sprintf("%s rev %d applied %d", s.ID, s.Revision, s.AppliedIndex))
+				if s.Revision != st[0].Revision || s.AppliedIndex != st[0].AppliedIndex {
+					agree = false
+				}
+			}
+			sort.Strings(parts)
+			last = strings.Join(parts, ", ")
+			if len(st) < 3 {
+				agree = false
+			}
+		}
+		if !agree {
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	if !agree {
+		fail("the store replicas disagree: %s", last)
+	}
+	fmt.Fprintf(out, "  check: store replicas agree (%s)\n", last)
+
+	// Counts.
+	if s, err := sess.bus.JetStream().Stream(ctx, bus.EventsStream); err == nil {
+		if info, err := s.Info(ctx); err == nil {
+			fmt.Fprintf(out, "  events published: %d\n", info.State.Msgs)
+		}
+		var deliveries uint64
+		for ci := range s.ListConsumers(ctx).Info() {
+			deliveries += ci.Delivered.Consumer
+		}
+		fmt.Fprintf(out, "  deliveries to stages (redeliveries included): %d\n", deliveries)
+	}
+	if s, err := sess.bus.JetStream().Stream(ctx, bus.DLQStream); err == nil {
+		if info, err := s.Info(ctx); err == nil {
+			fmt.Fprintf(out, "  dead-lettered: %d\n", info.State.Msgs)
+		}
+	}
+	return violations
+}
+
+func endpointsReady(p *corev1.Pod) bool {
+	for _, c := range p.GetStatus().GetConditions() {
+		if c.GetType() == "Ready" {
+			return c.GetStatus() == "True"
+		}
+	}
+	return false
+}
+
+// streamEvents reads every event of type t from the events stream.
+func streamEvents(ctx context.Context, js jetstream.JetStream, t string) ([]*eventsv1.Envelope, error) {
+	cons, err := js.OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.PodPrefix + "." + t + ".>"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*eventsv1.Envelope
+	for pending := int(info.NumPending); pending > 0; {
+		batch, err := cons.Fetch(min(pending, 1000), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return out, err
+		}
+		k := 0
+		for m := range batch.Messages() {
+			k++
+			if env, err := bus.DecodeEnvelope(m.Data()); err == nil {
+				out = append(out, env)
+			}
+		}
+		if k == 0 {
+			break
+		}
+		pending -= k
+	}
+	return out, nil
+}
+

@@ -1,0 +1,261 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/services/apiserver/pki"
+)
+
+// kubectl is the stock kubectl (1.32) driven against `podflow up`'s
+// HTTPS front door with the kubeconfig it writes.
+type kubectl struct {
+	t          *testing.T
+	path       string
+	kubeconfig string
+	cacheDir   string
+}
+
+func newKubectl(t *testing.T, kubeconfig string) *kubectl {
+	t.Helper()
+	p, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal("kubectl is not on the PATH: the Kubernetes API e2e tests drive the stock kubectl (v1.32) against podflow; install kubectl and run again")
+	}
+	return &kubectl{t: t, path: p, kubeconfig: kubeconfig, cacheDir: t.TempDir()}
+}
+
+func (k *kubectl) cmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, k.path, append([]string{"--kubeconfig", k.kubeconfig, "--cache-dir", k.cacheDir, "--request-timeout", "30s"}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+k.cacheDir, "KUBECONFIG="+k.kubeconfig)
+	cmd.Dir = repoRoot
+	return cmd
+}
+
+// run returns kubectl's stdout, stderr and exit code.
+func (k *kubectl) run(args ...string) (string, string, int) {
+	k.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	cmd := k.cmd(ctx, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		k.t.Fatalf("kubectl %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func (k *kubectl) must(args ...string) string {
+	k.t.Helper()
+	out, errs, code := k.run(args...)
+	if code != 0 {
+		k.t.Fatalf("kubectl %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+// TestKubectl drives podflow with the real kubectl: create, watch,
+// describe, apply, delete, RBAC and auth can-i. (client-go is exercised
+// in services/apiserver, against the real api stage.)
+func TestKubectl(t *testing.T) {
+	c := startCluster(t)
+	kubeconfig := filepath.Join(c.dir, "kubeconfig")
+	if _, err := os.Stat(kubeconfig); err != nil {
+		t.Fatalf("podflow up wrote no kubeconfig: %v", err)
+	}
+	k := newKubectl(t, kubeconfig)
+
+	// kubectl get pods -w streams the pod from Pending to Running.
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	var wout syncBuffer
+	w := k.cmd(watchCtx, "get", "pods", "-w")
+	w.Stdout, w.Stderr = &wout, &wout
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	watchDone := make(chan struct{})
+	go func() { _ = w.Wait(); close(watchDone) }()
+	defer func() { stopWatch(); <-watchDone }()
+	eventually(t, 20*time.Second, "kubectl get pods -w to start", func() (bool, string) {
+		return strings.Contains(wout.String(), "No resources found"), wout.String()
+	})
+
+	if out := k.must("create", "-f", "examples/nginx-pod.yaml"); !strings.Contains(out, "pod/my-nginx-pod created") {
+		t.Fatalf("create: %q", out)
+	}
+	eventually(t, 30*time.Second, "the watch to show my-nginx-pod Pending then Running", func() (bool, string) {
+		s := wout.String()
+		p, r := -1, -1
+		for i, l := range strings.Split(s, "\n") {
+			f := strings.Fields(l)
+			if len(f) >= 3 && f[0] == "my-nginx-pod" {
+				if f[2] == "Pending" && p < 0 {
+					p = i
+				}
+				if f[2] == "Running" && r < 0 {
+					r = i
+				}
+			}
+		}
+		return p >= 0 && r > p, s
+	})
+
+	t.Run("get and describe", func(t *testing.T) {
+		out := k.must("get", "pods")
+		if !strings.Contains(out, "NAME") || !strings.Contains(out, "READY") || !regexpLine(out, "my-nginx-pod", "1/1", "Running") {
+			t.Fatalf("get pods:\n%s", out)
+		}
+		out = k.must("get", "pods", "-o", "wide")
+		if !strings.Contains(out, "NODE") || !strings.Contains(out, "sim-node-") {
+			t.Fatalf("get pods -o wide:\n%s", out)
+		}
+		eventually(t, 20*time.Second, "describe to show conditions and events", func() (bool, string) {
+			out, _, _ := k.run("describe", "pod", "my-nginx-pod")
+			ok := strings.Contains(out, "Conditions:") && regexpLine(out, "Ready", "True") && regexpLine(out, "PodScheduled", "True") &&
+				strings.Contains(out, "Events:") && regexpLine(out, "Normal", "Scheduled") && strings.Contains(out, "Started")
+			return ok, out
+		})
+		out = k.must("events")
+		if !strings.Contains(out, "Scheduled") {
+			t.Fatalf("kubectl events:\n%s", out)
+		}
+		out = k.must("get", "nodes")
+		if !regexpLine(out, "sim-node-0001", "Ready") {
+			t.Fatalf("get nodes:\n%s", out)
+		}
+	})
+
+	t.Run("auth", func(t *testing.T) {
+		if out := k.must("auth", "can-i", "create", "pods"); strings.TrimSpace(out) != "yes" {
+			t.Fatalf("admin can-i: %q", out)
+		}
+		ca, err := pki.LoadCA(filepath.Join(c.dir, "pki", "ca.crt"), filepath.Join(c.dir, "pki", "ca.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, key, err := ca.Issue(pki.Request{CommonName: "bob", Groups: []string{"devs"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr, err := os.ReadFile(filepath.Join(c.dir, "pki", "apiserver.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		server := "https://" + strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(string(addr)), `{"addr":"`), `"}`)
+		bobConfig := filepath.Join(t.TempDir(), "bob.kubeconfig")
+		if err := os.WriteFile(bobConfig, pki.Kubeconfig(server, ca.CertPEM, cert, key, "bob"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		bob := newKubectl(t, bobConfig)
+		out, errs, code := bob.run("get", "pods")
+		if code == 0 || !strings.Contains(errs, "Forbidden") || !strings.Contains(errs, `User "bob" cannot list resource "pods"`) {
+			t.Fatalf("bob get pods: exit %d\n%s%s", code, out, errs)
+		}
+		out, errs, code = bob.run("create", "-f", "examples/nginx-pod.yaml")
+		if code == 0 || !strings.Contains(errs, "Forbidden") {
+			t.Fatalf("bob create: exit %d\n%s%s", code, out, errs)
+		}
+		out, _, code = bob.run("auth", "can-i", "create", "pods")
+		if code == 0 || strings.TrimSpace(out) != "no" {
+			t.Fatalf("bob can-i: exit %d %q", code, out)
+		}
+	})
+
+	t.Run("apply", func(t *testing.T) {
+		f := filepath.Join(t.TempDir(), "cm.yaml")
+		write := func(v string) {
+			if err := os.WriteFile(f, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  level: "+v+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write("one")
+		if out := k.must("apply", "-f", f); !strings.Contains(out, "configmap/settings created") {
+			t.Fatalf("apply: %q", out)
+		}
+		write("two")
+		if out := k.must("apply", "-f", f); !strings.Contains(out, "configmap/settings configured") {
+			t.Fatalf("apply again: %q", out)
+		}
+		if out := k.must("get", "configmap", "settings", "-o", "jsonpath={.data.level}"); out != "two" {
+			t.Fatalf("applied value: %q", out)
+		}
+		if out := k.must("apply", "-f", "examples/nginx-service.yaml"); !strings.Contains(out, "created") {
+			t.Fatalf("apply service: %q", out)
+		}
+		bad := filepath.Join(t.TempDir(), "bad.yaml")
+		_ = os.WriteFile(bad, []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\nspec:\n  containers:\n  - name: c\n    image: nginx\n    imagePullPolcy: Always\n"), 0o644)
+		_, errs, code := k.run("create", "-f", bad)
+		if code == 0 || !strings.Contains(errs, `unknown field "spec.containers[0].imagePullPolcy"`) {
+			t.Fatalf("strict validation: exit %d %s", code, errs)
+		}
+	})
+
+	t.Run("logs", func(t *testing.T) {
+		// The simulated runtime keeps no logs: kubectl shows the server's
+		// Status (the Linux runtime will serve them).
+		_, errs, code := k.run("logs", "my-nginx-pod")
+		if code == 0 || !strings.Contains(errs, "not available") {
+			t.Fatalf("logs: exit %d %s", code, errs)
+		}
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		if out := k.must("delete", "pod", "my-nginx-pod"); !strings.Contains(out, `pod "my-nginx-pod" deleted`) {
+			t.Fatalf("delete: %q", out)
+		}
+		_, errs, code := k.run("get", "pod", "my-nginx-pod")
+		if code == 0 || !strings.Contains(errs, "NotFound") {
+			t.Fatalf("get after delete: exit %d %s", code, errs)
+		}
+	})
+}
+
+// regexpLine reports whether some line holds every field, in order.
+func regexpLine(out string, fields ...string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		i := 0
+		for _, w := range f {
+			if i < len(fields) && w == fields[i] {
+				i++
+			}
+		}
+		if i == len(fields) {
+			return true
+		}
+	}
+	return false
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
