@@ -473,4 +473,3 @@ func streamEvents(ctx context.Context, js jetstream.JetStream, t string) ([]*eve
 	}
 	return out, nil
 }
-
