@@ -1,6 +1,8 @@
 package raftstore
 
 import (
+	"github.com/google/btree"
+
 	"bufio"
 	"fmt"
 	"io"
@@ -29,7 +31,7 @@ type fsm struct {
 
 	mu         sync.RWMutex
 	kvs        map[string]*storev1.KeyValue
-	keys       []string // sorted
+	keys       *btree.BTreeG[string] // every key, ordered: O(log n) insert and delete, ordered range scans
 	rev        int64
 	compactRev int64            // history holds every event with revision > compactRev
 	history    []*storev1.Event // ascending revision
@@ -49,7 +51,7 @@ func newFSM(historyRevisions int64, dedupEntries int) *fsm {
 
 func (f *fsm) reset() {
 	f.kvs = make(map[string]*storev1.KeyValue)
-	f.keys = nil
+	f.keys = btree.NewOrderedG[string](32)
 	f.rev, f.compactRev = 0, 0
 	f.history = nil
 	f.dedup = make(map[string]*storev1.WriteResult)
@@ -170,21 +172,9 @@ func compareError(kind storev1.WriteKind, key string, want, have int64) *Error {
 	}
 }
 
-func (f *fsm) insertKey(k string) {
-	if n := len(f.keys); n == 0 || f.keys[n-1] < k {
-		f.keys = append(f.keys, k)
-		return
-	}
-	i := sort.SearchStrings(f.keys, k)
-	f.keys = slices.Insert(f.keys, i, k)
-}
+func (f *fsm) insertKey(k string) { f.keys.ReplaceOrInsert(k) }
 
-func (f *fsm) removeKey(k string) {
-	i := sort.SearchStrings(f.keys, k)
-	if i < len(f.keys) && f.keys[i] == k {
-		f.keys = slices.Delete(f.keys, i, i+1)
-	}
-}
+func (f *fsm) removeKey(k string) { f.keys.Delete(k) }
 
 // compact drops history older than historyRevisions, in chunks of an eighth
 // of the window so that trimming is amortised.
@@ -228,13 +218,19 @@ func (f *fsm) list(prefix, after string, limit int) ([]*storev1.KeyValue, int64,
 		start = after + "\x00"
 	}
 	var out []*storev1.KeyValue
-	for i := sort.SearchStrings(f.keys, start); i < len(f.keys) && strings.HasPrefix(f.keys[i], prefix); i++ {
-		if limit > 0 && len(out) == limit {
-			return out, f.rev, true
+	more := false
+	f.keys.AscendGreaterOrEqual(start, func(k string) bool {
+		if !strings.HasPrefix(k, prefix) {
+			return false
 		}
-		out = append(out, f.kvs[f.keys[i]])
-	}
-	return out, f.rev, false
+		if limit > 0 && len(out) == limit {
+			more = true
+			return false
+		}
+		out = append(out, f.kvs[k])
+		return true
+	})
+	return out, f.rev, more
 }
 
 // revisions returns the current and compacted revisions.
@@ -278,12 +274,13 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	defer f.mu.RUnlock()
 	s := &fsmSnapshot{
 		header: &storev1.SnapshotHeader{Revision: f.rev, CompactRevision: f.compactRev},
-		kvs:    make([]*storev1.KeyValue, len(f.keys)),
+		kvs:    make([]*storev1.KeyValue, 0, f.keys.Len()),
 		events: slices.Clone(f.history),
 	}
-	for i, k := range f.keys {
-		s.kvs[i] = f.kvs[k]
-	}
+	f.keys.Ascend(func(k string) bool {
+		s.kvs = append(s.kvs, f.kvs[k])
+		return true
+	})
 	for _, k := range f.dedupOrder[f.dedupHead:] {
 		s.dedup = append(s.dedup, &storev1.SnapshotDedup{IdempotencyKey: k, Result: f.dedup[k]})
 	}
@@ -347,14 +344,13 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	n := newFSM(f.historyRevisions, f.dedupEntries)
 	n.rev, n.compactRev = h.Revision, h.CompactRevision
-	n.keys = make([]string, 0, h.KeyCount)
 	for i := uint64(0); i < h.KeyCount; i++ {
 		kv := &storev1.KeyValue{}
 		if err := opts.UnmarshalFrom(r, kv); err != nil {
 			return fmt.Errorf("restore snapshot key %d: %w", i, err)
 		}
 		n.kvs[kv.Key] = kv
-		n.keys = append(n.keys, kv.Key)
+		n.keys.ReplaceOrInsert(kv.Key)
 	}
 	n.history = make([]*storev1.Event, 0, h.HistoryCount)
 	for i := uint64(0); i < h.HistoryCount; i++ {

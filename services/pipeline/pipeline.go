@@ -79,6 +79,12 @@ func RunnerConfig(stage, replica string) (bus.RunnerConfig, error) {
 	}
 	cfg.Concurrency = 64
 	cfg.MaxAckPending = 4096
+	if stage == Scheduler || stage == Persistence || stage == Status {
+		// Store-bound: throughput is in-flight handlers divided by the
+		// store round trip, so keep more in flight.
+		cfg.Concurrency = 256
+		cfg.MaxAckPending = 8192
+	}
 	cfg.MaxDeliver = 10
 	cfg.Backoff = []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second}
 	return cfg, nil
