@@ -42,6 +42,34 @@ type Recorder struct {
 // Record records that reason happened to the involved object, caused by the
 // lifecycle event causeID ("" when there is none).
 func (r *Recorder) Record(ctx context.Context, involved *corev1.ObjectReference, typ, reason, message, causeID string) error {
+	for {
+		w, ok, err := r.Prepare(ctx, involved, typ, reason, message, causeID)
+		if err != nil || !ok {
+			return err
+		}
+		_, err = r.Store.Client().Txn(ctx, raftstore.Txn{Compares: []raftstore.Compare{w.Compare}, Ops: []raftstore.Op{w.Op}})
+		if errors.Is(err, raftstore.ErrConflict) {
+			continue // created or counted concurrently: count on top of it
+		}
+		if err != nil {
+			return fmt.Errorf("record event %s for %s %q: %w", reason, involved.GetKind(), involved.GetName(), err)
+		}
+		return nil
+	}
+}
+
+// Write is one Event write, to put in a store transaction: the compare
+// guards against a concurrent writer (retry the transaction on conflict).
+type Write struct {
+	Compare raftstore.Compare
+	Op      raftstore.Op
+}
+
+// Prepare reads the Event aggregating this occurrence and returns the
+// write that records it: a new Event, or the existing one counted once
+// more. ok is false when causeID was already counted (nothing to write).
+// Callers batch several writes with their own in one transaction.
+func (r *Recorder) Prepare(ctx context.Context, involved *corev1.ObjectReference, typ, reason, message, causeID string) (w Write, ok bool, err error) {
 	now := time.Now
 	if r.Now != nil {
 		now = r.Now
@@ -52,23 +80,10 @@ func (r *Recorder) Record(ctx context.Context, involved *corev1.ObjectReference,
 		ns = "default"
 	}
 	name := Name(involved, typ, reason, message, r.Component)
-	for {
-		ev, err := objects.Mutate(ctx, r.Store, ns, name, func(ev *corev1.Event) error {
-			if causeID != "" && ev.GetMetadata().GetAnnotations()[AnnotationLastCause] == causeID {
-				return objects.ErrNoChange
-			}
-			ev.Count++
-			ev.LastTimestamp = ts
-			setCause(ev, causeID)
-			return nil
-		})
-		if err == nil {
-			_ = ev
-			return nil
-		}
-		if !errors.Is(err, raftstore.ErrNotFound) {
-			return fmt.Errorf("record event %s for %s %q: %w", reason, involved.GetKind(), involved.GetName(), err)
-		}
+	key := objects.Events.Key(ns, name)
+	ev, err := objects.Get[*corev1.Event](ctx, r.Store, ns, name)
+	switch {
+	case errors.Is(err, raftstore.ErrNotFound):
 		ev = &corev1.Event{
 			Metadata:           &corev1.ObjectMeta{Name: name, Namespace: ns, CreationTimestamp: ts},
 			InvolvedObject:     involved,
@@ -82,14 +97,24 @@ func (r *Recorder) Record(ctx context.Context, involved *corev1.ObjectReference,
 			ReportingComponent: r.Component,
 			ReportingInstance:  r.Instance,
 		}
-		setCause(ev, causeID)
-		if _, err := r.Store.Create(ctx, ev); err == nil {
-			return nil
-		} else if !errors.Is(err, raftstore.ErrAlreadyExists) {
-			return fmt.Errorf("record event %s for %s %q: %w", reason, involved.GetKind(), involved.GetName(), err)
+		w.Compare = raftstore.Compare{Key: key, ModRevision: 0}
+	case err != nil:
+		return w, false, fmt.Errorf("record event %s for %s %q: %w", reason, involved.GetKind(), involved.GetName(), err)
+	default:
+		if causeID != "" && ev.GetMetadata().GetAnnotations()[AnnotationLastCause] == causeID {
+			return w, false, nil
 		}
-		// Created concurrently by another replica: count on top of it.
+		ev.Count++
+		ev.LastTimestamp = ts
+		w.Compare = raftstore.Compare{Key: key, ModRevision: objects.Revision(ev)}
 	}
+	setCause(ev, causeID)
+	b, err := objects.Encode(ev)
+	if err != nil {
+		return w, false, err
+	}
+	w.Op = raftstore.Op{Type: raftstore.OpPut, Key: key, Value: b}
+	return w, true, nil
 }
 
 func setCause(ev *corev1.Event, causeID string) {

@@ -100,31 +100,55 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
 	env := d.Envelope
 	rep := env.GetPodStatusReport()
-	pod, err := objects.Mutate(ctx, s.env.Store, env.GetNamespace(), env.GetPodName(), func(p *corev1.Pod) error {
-		if p.GetMetadata().GetUid() != env.GetPodUid() || !ApplyReport(p, env.GetNodeName(), rep) {
-			return objects.ErrNoChange
-		}
-		return nil
-	})
-	if errors.Is(err, raftstore.ErrNotFound) {
-		return nil // the pod is gone; nothing to report on
-	}
-	if err != nil {
-		return err
-	}
-	if pod.GetMetadata().GetUid() != env.GetPodUid() {
-		return nil
-	}
-	ref := events.PodRef(pod)
+	ns, name := env.GetNamespace(), env.GetPodName()
 	rec := *s.rec
 	rec.Instance = env.GetNodeName()
-	for i, er := range rep.GetEvents() {
-		cause := env.GetId() + "/" + strconv.Itoa(i)
-		if err := rec.Record(ctx, ref, er.GetType(), er.GetReason(), er.GetMessage(), cause); err != nil {
+	for {
+		pod, err := objects.Get[*corev1.Pod](ctx, s.env.Store, ns, name)
+		if errors.Is(err, raftstore.ErrNotFound) {
+			return nil // the pod is gone; nothing to report on
+		}
+		if err != nil {
 			return err
 		}
+		if pod.GetMetadata().GetUid() != env.GetPodUid() {
+			return nil
+		}
+		// The status and the report's Events go in one transaction: one
+		// raft write per report, and never the one without the other.
+		var txn raftstore.Txn
+		key := objects.Pods.Key(ns, name)
+		if ApplyReport(pod, env.GetNodeName(), rep) {
+			b, err := objects.Encode(pod)
+			if err != nil {
+				return err
+			}
+			txn.Compares = append(txn.Compares, raftstore.Compare{Key: key, ModRevision: objects.Revision(pod)})
+			txn.Ops = append(txn.Ops, raftstore.Op{Type: raftstore.OpPut, Key: key, Value: b})
+		}
+		ref := events.PodRef(pod)
+		seen := map[string]bool{}
+		for i, er := range rep.GetEvents() {
+			w, ok, err := rec.Prepare(ctx, ref, er.GetType(), er.GetReason(), er.GetMessage(), env.GetId()+"/"+strconv.Itoa(i))
+			if err != nil {
+				return err
+			}
+			if !ok || seen[w.Op.Key] {
+				continue // counted already, or the same occurrence twice in one report
+			}
+			seen[w.Op.Key] = true
+			txn.Compares = append(txn.Compares, w.Compare)
+			txn.Ops = append(txn.Ops, w.Op)
+		}
+		if len(txn.Ops) == 0 {
+			return nil
+		}
+		_, err = s.env.Store.Client().Txn(ctx, txn)
+		if errors.Is(err, raftstore.ErrConflict) {
+			continue
+		}
+		return err
 	}
-	return nil
 }
 
 // finalizeDeletion removes a pod its node has finished with, and releases
