@@ -54,7 +54,9 @@ type Config struct {
 	// StopTimeout bounds StopPodSandbox's wait for killed containers.
 	StopTimeout time.Duration
 	// Trace, when set, receives the duration of each step of pod start:
-	// "cgroup", "network", "rootfs", "cgroup-container", "start".
+	// "cgroup", "network" (and its phases "network-ip", "network-netns",
+	// "network-veth", "network-configure"), "rootfs", "cgroup-container",
+	// "start".
 	Trace func(podUID, step string, d time.Duration) `json:"-"`
 	// Logger receives the runtime's logs; nil discards them.
 	Logger *slog.Logger `json:"-"`

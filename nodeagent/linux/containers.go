@@ -2,12 +2,15 @@ package linux
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/podflow/podflow/nodeagent"
@@ -24,6 +27,30 @@ func (r *Runtime) PullImage(ctx context.Context, _ *corev1.Pod, ref, policy stri
 		return nodeagent.ImageRef{}, err // already ErrImagePull / ErrImageNeverPull
 	}
 	return nodeagent.ImageRef{ID: p.ID, SizeBytes: p.SizeBytes, AlreadyPresent: p.AlreadyPresent}, nil
+}
+
+// imageRootfs returns the image's unpacked root filesystem, shared
+// read-only by its containers (each gets an overlay with its own writable
+// layer), unpacking it on first use.
+func (r *Runtime) imageRootfs(ctx context.Context, ref, imageID string) (string, error) {
+	sum := sha256.Sum256([]byte(imageID))
+	dest := filepath.Join(r.cfg.DataDir, "rootfs", hex.EncodeToString(sum[:12]))
+	r.mu.Lock()
+	l, ok := r.unpacking[dest]
+	if !ok {
+		l = &sync.Mutex{}
+		r.unpacking[dest] = l
+	}
+	r.mu.Unlock()
+	l.Lock()
+	defer l.Unlock()
+	if err := os.MkdirAll(filepath.Dir(dest), 0o700); err != nil {
+		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "rootfs directory: %w", err)
+	}
+	if err := r.images.Rootfs(ctx, ref, dest); err != nil {
+		return "", err
+	}
+	return dest, nil
 }
 
 func isInit(pd *corev1.Pod, name string) bool {
@@ -61,7 +88,8 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	if err := r.images.Rootfs(ctx, c.GetImage(), rootfs); err != nil {
+	lower, err := r.imageRootfs(ctx, c.GetImage(), img.ID)
+	if err != nil {
 		return "", err // CodeCreateContainer
 	}
 	r.trace(uid, "rootfs", t)
@@ -105,7 +133,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	if err := writeJSON(filepath.Join(dir, "meta.json"), meta); err != nil {
 		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "record container: %w", err)
 	}
-	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, LogPath: lp, Hostname: pd.GetMetadata().GetName(),
+	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, Image: lower, LogPath: lp, Hostname: pd.GetMetadata().GetName(),
 		Args: args, Env: env, WorkingDir: wd, Mounts: mounts, NetnsPath: p.rec.Net.NetnsPath, Cgroups: cg.Paths()}
 	t = time.Now()
 	h, err := container.Start(ctx, r.cfg.Container, spec)

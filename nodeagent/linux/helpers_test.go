@@ -61,7 +61,12 @@ func newConfig(t testing.TB, reg *imagetest.Registry) linux.Config {
 	return cfg
 }
 
-func newEnv(t testing.TB) *env {
+type configT = linux.Config
+
+func newEnv(t testing.TB) *env { return newEnvWith(t, nil) }
+
+// newEnvWith is newEnv with the configuration adjusted by adjust.
+func newEnvWith(t testing.TB, adjust func(*linux.Config)) *env {
 	t.Helper()
 	containertest.RequireRoot(t)
 	reg := imagetest.NewRegistry(t)
@@ -71,6 +76,9 @@ func newEnv(t testing.TB) *env {
 	}
 	reg.Push(t, busyboxImage, img)
 	cfg := newConfig(t, reg)
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	e := &env{t: t, cfg: cfg, reg: reg, cgroups: cfg.Cgroups.Root}
 	e.rt = e.open()
 	t.Cleanup(e.cleanup)

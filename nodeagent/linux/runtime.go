@@ -49,8 +49,9 @@ type Runtime struct {
 	wg   sync.WaitGroup
 	once sync.Once
 
-	mu   sync.Mutex
-	pods map[string]*pod
+	mu        sync.Mutex
+	pods      map[string]*pod
+	unpacking map[string]*sync.Mutex // image rootfs dir → its unpack lock
 }
 
 var _ nodeagent.Runtime = (*Runtime)(nil)
@@ -114,7 +115,8 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), pods: map[string]*pod{}}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), pods: map[string]*pod{},
+		unpacking: map[string]*sync.Mutex{}}
 	var err error
 	ok := false
 	defer func() {
@@ -385,7 +387,11 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 		}
 	}()
 	t = time.Now()
-	att, err := r.net.Setup(ctx, uid)
+	nctx := ctx
+	if r.cfg.Trace != nil {
+		nctx = network.WithPhases(ctx, func(phase string, d time.Duration) { r.cfg.Trace(uid, "network-"+phase, d) })
+	}
+	att, err := r.net.Setup(nctx, uid)
 	if err != nil {
 		return nodeagent.Sandbox{}, err // already CodeSandbox
 	}

@@ -325,3 +325,24 @@ func BenchmarkStart(b *testing.B) {
 		})
 	}
 }
+
+// With Image, the rootfs is an overlay: the container writes to its own
+// layer and the shared image stays untouched.
+func TestOverlayKeepsImageReadOnly(t *testing.T) {
+	spec := newSpec(t, "sh", "-c", `echo changed > /bin/new && rm /bin/cat && ls /bin/new`)
+	spec.Image, spec.Rootfs = spec.Rootfs, filepath.Join(filepath.Dir(spec.Rootfs), "mnt")
+	c := start(t, spec)
+	st, err := c.Wait(ctx20(t))
+	if err != nil || st.ExitCode != 0 {
+		t.Fatalf("wait: %+v %v\n%s", st, err, logText(t, spec.LogPath))
+	}
+	if _, err := os.Stat(filepath.Join(spec.Image, "bin", "cat")); err != nil {
+		t.Errorf("the image lost /bin/cat: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(spec.Image, "bin", "new")); err == nil {
+		t.Error("the image gained /bin/new")
+	}
+	if b, _ := os.ReadFile(filepath.Join(spec.Dir, "upper", "bin", "new")); string(b) != "changed\n" {
+		t.Errorf("upper layer: %q", b)
+	}
+}

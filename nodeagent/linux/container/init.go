@@ -112,7 +112,18 @@ func setupRootfs(spec Spec) error {
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
 	}
-	if err := mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	if spec.Image != "" {
+		upper, work := filepath.Join(spec.Dir, "upper"), filepath.Join(spec.Dir, "work")
+		for _, d := range []string{upper, work, root} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("overlay directory: %w", err)
+			}
+		}
+		opts := "lowerdir=" + spec.Image + ",upperdir=" + upper + ",workdir=" + work
+		if err := mount("podflow-overlay", root, "overlay", 0, opts); err != nil {
+			return err
+		}
+	} else if err := mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return err
 	}
 	in := func(p string) (string, error) { return resolveIn(root, p) }

@@ -61,9 +61,14 @@ type Mount struct {
 // Spec is what to run. It is written to <Dir>/spec.json and read by the
 // shim and the init.
 type Spec struct {
-	ID         string   `json:"id"`
-	Dir        string   `json:"dir"`     // state directory (spec, state, shim log); must exist or be creatable
-	Rootfs     string   `json:"rootfs"`  // unpacked root filesystem, pivot_root'ed into
+	ID     string `json:"id"`
+	Dir    string `json:"dir"`    // state directory (spec, state, shim log); must exist or be creatable
+	Rootfs string `json:"rootfs"` // root filesystem (or, with Image, its mount point), pivot_root'ed into
+	// Image, when set, is a read-only unpacked image shared by containers:
+	// the init mounts an overlay of it at Rootfs (in the container's own
+	// mount namespace, so the mount vanishes with the container), with the
+	// writable layer in Dir/upper.
+	Image      string   `json:"image,omitempty"`
 	LogPath    string   `json:"logPath"` // CRI-format log of stdout and stderr (appended)
 	Hostname   string   `json:"hostname,omitempty"`
 	Args       []string `json:"args"` // argv; Args[0] is looked up in the container's PATH unless it has a slash
@@ -86,6 +91,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("%w: Dir %q is not absolute", ErrInvalidSpec, s.Dir)
 	case !filepath.IsAbs(s.Rootfs):
 		return fmt.Errorf("%w: Rootfs %q is not absolute", ErrInvalidSpec, s.Rootfs)
+	case s.Image != "" && !filepath.IsAbs(s.Image):
+		return fmt.Errorf("%w: Image %q is not absolute", ErrInvalidSpec, s.Image)
 	case !filepath.IsAbs(s.LogPath):
 		return fmt.Errorf("%w: LogPath %q is not absolute", ErrInvalidSpec, s.LogPath)
 	case len(s.Args) == 0 || s.Args[0] == "":
