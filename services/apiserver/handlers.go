@@ -565,6 +565,10 @@ func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		writeStatus(w, st)
 		return
 	}
+	if body, st = bodyJSON(r, body, func() runtime.Object { return &metav1.DeleteOptions{} }); st != nil {
+		writeStatus(w, st)
+		return
+	}
 	if len(strings.TrimSpace(string(body))) > 0 {
 		var opts metav1.DeleteOptions
 		if err := json.Unmarshal(body, &opts); err != nil {

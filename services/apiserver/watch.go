@@ -69,8 +69,13 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 	defer cancel()
 	var from int64
 	var initial []runtime.Object
-	switch rv := q.Get("resourceVersion"); rv {
-	case "", "0":
+	// sendInitialEvents (client-go's streaming list, "WatchList") asks for
+	// the current state as ADDED events whatever the resourceVersion (a
+	// linearizable read is never older than it), closed by a BOOKMARK
+	// annotated k8s.io/initial-events-end.
+	initialEvents := q.Get("sendInitialEvents") == "true"
+	switch rv := q.Get("resourceVersion"); {
+	case rv == "" || rv == "0" || initialEvents:
 		items, rev, st := s.listKube(ctx, req, sel)
 		if st != nil {
 			writeStatus(w, st)
@@ -116,6 +121,13 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 		md := metaOf(k)
 		visible[md.GetNamespace()+"/"+md.GetName()] = true
 		if !send(eventAdded, k) {
+			return
+		}
+	}
+	if initialEvents {
+		if !send(eventBookmark, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: req.res.kind, APIVersion: req.res.groupVersion()},
+			ObjectMeta: metav1.ObjectMeta{ResourceVersion: strconv.FormatInt(from, 10),
+				Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}) {
 			return
 		}
 	}
