@@ -44,6 +44,9 @@ type Config struct {
 	// Container says how container shims are started (the binary re-exec'd
 	// as shim and init calls container.RunHelper first thing).
 	Container container.Config
+	// SpareShims is how many container shims are kept started ahead of
+	// need (0: each container start starts its shim).
+	SpareShims int
 	// HostPathPrefixes are the only host directories hostPath volumes may
 	// name (or lie below). Empty: hostPath volumes are refused.
 	HostPathPrefixes []string
@@ -75,6 +78,7 @@ func DefaultConfig(node, podCIDR, dataDir, mirror string) Config {
 		Image:       ic,
 		Container:   container.DefaultConfig(),
 		MaxPods:     110,
+		SpareShims:  2,
 		StopTimeout: 10 * time.Second,
 	}
 }
@@ -88,6 +92,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: DataDir %q is not absolute", ErrInvalidConfig, c.DataDir)
 	case c.MaxPods <= 0:
 		return fmt.Errorf("%w: MaxPods (%d) must be positive", ErrInvalidConfig, c.MaxPods)
+	case c.SpareShims < 0:
+		return fmt.Errorf("%w: SpareShims (%d) is negative", ErrInvalidConfig, c.SpareShims)
 	case c.StopTimeout <= 0:
 		return fmt.Errorf("%w: StopTimeout (%s) must be positive", ErrInvalidConfig, c.StopTimeout)
 	}

@@ -136,7 +136,12 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, Image: lower, LogPath: lp, Hostname: pd.GetMetadata().GetName(),
 		Args: args, Env: env, WorkingDir: wd, Mounts: mounts, NetnsPath: p.rec.Net.NetnsPath, Cgroups: cg.Paths()}
 	t = time.Now()
-	h, err := container.Start(ctx, r.cfg.Container, spec)
+	var h *container.Container
+	if r.spares != nil {
+		h, err = r.spares.Start(ctx, spec)
+	} else {
+		h, err = container.Start(ctx, r.cfg.Container, spec)
+	}
 	if err != nil {
 		code := nodeagent.CodeCreateContainer
 		if errors.Is(err, container.ErrExec) {

@@ -44,6 +44,7 @@ type Runtime struct {
 	net    *network.Manager
 	cg     *cgroups.Manager
 	images *image.Store
+	spares *container.Spares // nil: no spare shims
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
@@ -144,6 +145,11 @@ func New(cfg Config) (*Runtime, error) {
 	if err := r.recover(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.SpareShims > 0 {
+		if r.spares, err = container.NewSpares(cfg.Container, cfg.SpareShims); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return r, nil
 }
@@ -185,6 +191,9 @@ func (r *Runtime) Close() error {
 }
 
 func (r *Runtime) closeParts() error {
+	if r.spares != nil {
+		r.spares.Close()
+	}
 	var errs []error
 	if r.images != nil {
 		errs = append(errs, r.images.Close())

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,74 @@ type Container struct {
 // binary, bad mount, ...) is an error matching ErrExec; the container then
 // has exited and its state says why.
 func Start(ctx context.Context, cfg Config, spec Spec) (*Container, error) {
+	return start(ctx, cfg, spec, nil)
+}
+
+// shimProc is a started shim and the pipes to it.
+type shimProc struct {
+	cmd   *exec.Cmd
+	ready *os.File // the shim's report: "ok <pid>" or "error <msg>"
+	specW *os.File // spare shims only: the container directory is written here
+}
+
+// spawnShim starts a shim in its own session. With dir == "" it is a spare:
+// it waits for a container directory on its spec pipe (and exits at EOF).
+func spawnShim(cfg Config, id, dir string) (*shimProc, error) {
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer readyW.Close()
+	files := []*os.File{readyW}
+	var specR, specW *os.File
+	out := io.Writer(nil) // /dev/null until a spare knows its directory
+	if dir == "" {
+		if specR, specW, err = os.Pipe(); err != nil {
+			readyR.Close()
+			return nil, err
+		}
+		defer specR.Close()
+		files = append(files, specR)
+	} else {
+		logf, err := os.OpenFile(filepath.Join(dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			readyR.Close()
+			return nil, err
+		}
+		defer logf.Close()
+		out = logf
+	}
+	cmd := &exec.Cmd{
+		Path:       cfg.Binary,
+		Args:       []string{"podflow-shim", id},
+		Env:        []string{envRole + "=" + roleShim, envDir + "=" + dir},
+		Stdout:     out,
+		Stderr:     out,
+		ExtraFiles: files,
+		// Its own session: not in the agent's process group, so neither a
+		// terminal's signals nor the agent's death reach it.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		Dir:         "/",
+	}
+	if err := cmd.Start(); err != nil {
+		readyR.Close()
+		if specW != nil {
+			specW.Close()
+		}
+		return nil, fmt.Errorf("start shim: %w", err)
+	}
+	return &shimProc{cmd: cmd, ready: readyR, specW: specW}, nil
+}
+
+// discard ends an unused spare shim: EOF on its spec pipe makes it exit.
+func (p *shimProc) discard() {
+	p.specW.Close()
+	p.ready.Close()
+	_ = p.cmd.Wait()
+}
+
+// start runs spec with the spare shim sp, or a new shim when sp is nil.
+func start(ctx context.Context, cfg Config, spec Spec, sp *shimProc) (*Container, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -59,44 +128,31 @@ func Start(ctx context.Context, cfg Config, spec Spec) (*Container, error) {
 		return nil, fmt.Errorf("container %q: write spec: %w", spec.ID, err)
 	}
 	_ = os.Remove(filepath.Join(spec.Dir, stateFile))
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		return nil, err
+	if sp == nil {
+		var err error
+		if sp, err = spawnShim(cfg, spec.ID, spec.Dir); err != nil {
+			return nil, fmt.Errorf("container %q: %w", spec.ID, err)
+		}
+	} else {
+		_, err := fmt.Fprintf(sp.specW, "%s\n", spec.Dir)
+		sp.specW.Close()
+		if err != nil {
+			sp.ready.Close()
+			_ = sp.cmd.Wait()
+			return nil, fmt.Errorf("container %q: hand over to a spare shim: %w", spec.ID, err)
+		}
 	}
-	defer readyR.Close()
-	logf, err := os.OpenFile(filepath.Join(spec.Dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	defer sp.ready.Close()
+	pidfd, err := openProcess(sp.cmd.Process.Pid, 0) // our unreaped child: the pid cannot be reused
 	if err != nil {
-		readyW.Close()
-		return nil, err
-	}
-	cmd := &exec.Cmd{
-		Path:       cfg.Binary,
-		Args:       []string{"podflow-shim", spec.ID},
-		Env:        []string{envRole + "=" + roleShim, envDir + "=" + spec.Dir},
-		Stdout:     logf,
-		Stderr:     logf,
-		ExtraFiles: []*os.File{readyW},
-		// Its own session: not in the agent's process group, so neither a
-		// terminal's signals nor the agent's death reach it.
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-		Dir:         "/",
-	}
-	err = cmd.Start()
-	readyW.Close()
-	logf.Close()
-	if err != nil {
-		return nil, fmt.Errorf("container %q: start shim: %w", spec.ID, err)
-	}
-	pidfd, err := openProcess(cmd.Process.Pid, 0) // our unreaped child: the pid cannot be reused
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_, _ = cmd.Process.Wait()
+		_ = sp.cmd.Process.Kill()
+		_, _ = sp.cmd.Process.Wait()
 		return nil, fmt.Errorf("container %q: %w", spec.ID, err)
 	}
-	c := newContainer(spec.ID, spec.Dir, cmd.Process, pidfd)
-	line, err := readLine(ctx, readyR)
+	c := newContainer(spec.ID, spec.Dir, sp.cmd.Process, pidfd)
+	line, err := readLine(ctx, sp.ready)
 	if err != nil {
-		_ = cmd.Process.Kill()
+		_ = sp.cmd.Process.Kill()
 		c.Close()
 		return nil, fmt.Errorf("container %q: waiting for the shim: %w", spec.ID, err)
 	}

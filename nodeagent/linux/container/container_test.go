@@ -346,3 +346,28 @@ func TestOverlayKeepsImageReadOnly(t *testing.T) {
 		t.Errorf("upper layer: %q", b)
 	}
 }
+
+func TestSpares(t *testing.T) {
+	containertest.RequireRoot(t)
+	sp, err := container.NewSpares(container.DefaultConfig(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		spec := newSpec(t, "sh", "-c", "echo run "+strconv.Itoa(i))
+		c, err := sp.Start(ctx20(t), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.Wait(ctx20(t))
+		c.Close()
+		if err != nil || st.ExitCode != 0 {
+			t.Fatalf("wait: %+v %v", st, err)
+		}
+		if out := logText(t, spec.LogPath); out != "run "+strconv.Itoa(i)+"\n" {
+			t.Fatalf("log = %q", out)
+		}
+	}
+	sp.Close()
+	sp.Close()
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,6 +22,10 @@ import (
 // which the shim writes one line, "ok <pid>" or "error <message>", then
 // closes it.
 const shimReadyFD = 3
+
+// A spare shim (started before its container is known) reads the
+// container directory from fd 4, a line, and exits at EOF.
+const shimSpecFD = 4
 
 // The init's file descriptors: fd 3 is the exec pipe (close-on-exec in the
 // init, so EOF without data means the command was exec'd; data is the
@@ -37,6 +42,12 @@ func runShim(dir string) error {
 	// The shim outlives the agent and terminal: only SIGKILL ends it.
 	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
 	ready := os.NewFile(shimReadyFD, "ready")
+	if dir == "" { // a spare: wait for the container
+		var err error
+		if dir, err = awaitContainer(); err != nil || dir == "" {
+			return err
+		}
+	}
 	spec, err := ReadSpec(dir)
 	if err != nil {
 		fmt.Fprintf(ready, "error read spec: %v\n", err)
@@ -128,6 +139,27 @@ func runShim(dir string) error {
 	st.OOMKilled = st.Signal == int(unix.SIGKILL) && oomKills(spec.Cgroups) > 0
 	st.Status = StatusExited
 	return writeJSON(filepath.Join(dir, stateFile), st)
+}
+
+// awaitContainer reads the container directory a spare shim is given, and
+// points its stdout and stderr at that container's shim log. "" (EOF): the
+// spare is not needed.
+func awaitContainer() (string, error) {
+	specR := os.NewFile(shimSpecFD, "spec")
+	b, err := io.ReadAll(specR)
+	specR.Close()
+	dir := strings.TrimSpace(string(b))
+	if err != nil || dir == "" {
+		return "", err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return dir, nil // keep /dev/null
+	}
+	_ = unix.Dup3(int(logf.Fd()), 1, 0)
+	_ = unix.Dup3(int(logf.Fd()), 2, 0)
+	logf.Close()
+	return dir, nil
 }
 
 type initPipes struct {
