@@ -82,17 +82,19 @@ func TestKubectl(t *testing.T) {
 	// kubectl get pods -w streams the pod from Pending to Running.
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
-	var wout syncBuffer
-	w := k.cmd(watchCtx, "get", "pods", "-w")
-	w.Stdout, w.Stderr = &wout, &wout
+	var wout, werr syncBuffer
+	// -v=6 logs each request once its response started: the watch is
+	// established when its GET ...watch=true line appears.
+	w := k.cmd(watchCtx, "get", "pods", "-w", "-v=6")
+	w.Stdout, w.Stderr = &wout, &werr
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	watchDone := make(chan struct{})
 	go func() { _ = w.Wait(); close(watchDone) }()
 	defer func() { stopWatch(); <-watchDone }()
-	eventually(t, 20*time.Second, "kubectl get pods -w to start", func() (bool, string) {
-		return strings.Contains(wout.String(), "No resources found"), wout.String()
+	eventually(t, 20*time.Second, "kubectl get pods -w to start watching", func() (bool, string) {
+		return strings.Contains(werr.String(), "watch=true"), werr.String()
 	})
 
 	if out := k.must("create", "-f", "examples/nginx-pod.yaml"); !strings.Contains(out, "pod/my-nginx-pod created") {
