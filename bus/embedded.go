@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,18 @@ type EmbeddedConfig struct {
 	StartTimeout time.Duration
 	// Log sends the server's log to stderr. Default off.
 	Log bool
+	// CredsPath overrides where the credentials are kept (default
+	// DataDir/creds.json). The servers of a cluster share one file, so
+	// that every server knows every user.
+	CredsPath string
+	// Cluster joins the server to a NATS cluster over routes (JetStream
+	// clustering: streams with Replicas 3 survive the loss of a server).
+	// Empty ClusterName: a single server.
+	ClusterName string
+	// ClusterPort is the port the server takes routes on (loopback).
+	ClusterPort int
+	// Routes are the other servers' route URLs, e.g. "nats-route://127.0.0.1:6223".
+	Routes []string
 }
 
 // DefaultEmbeddedConfig returns the defaults for an embedded server
@@ -70,6 +83,10 @@ func (c EmbeddedConfig) Validate() error {
 		return invalidf("embedded: StartTimeout (%s) is negative", c.StartTimeout)
 	case c.MaxStore < 0:
 		return invalidf("embedded: MaxStore (%d) is negative", c.MaxStore)
+	case c.ClusterName != "" && (c.ClusterPort <= 0 || c.ClusterPort > 65535):
+		return invalidf("embedded: ClusterPort (%d) must be a port when ClusterName (%q) is set", c.ClusterPort, c.ClusterName)
+	case c.ClusterName != "" && (c.ServerName == "" || c.ServerName == "podflow"):
+		return invalidf("embedded: a clustered server needs its own ServerName")
 	}
 	if c.Host != "" && net.ParseIP(c.Host) == nil && c.Host != "localhost" {
 		return invalidf("embedded: Host %q is not an IP address", c.Host)
@@ -290,7 +307,11 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("bus: data dir %q: %w", cfg.DataDir, err)
 	}
-	creds, err := loadOrCreateCredentials(filepath.Join(cfg.DataDir, CredsFileName))
+	credsPath := cfg.CredsPath
+	if credsPath == "" {
+		credsPath = filepath.Join(cfg.DataDir, CredsFileName)
+	}
+	creds, err := loadOrCreateCredentials(credsPath)
 	if err != nil {
 		return nil, err
 	}
@@ -311,6 +332,10 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	if opts.JetStreamMaxStore == 0 {
 		opts.JetStreamMaxStore = -1
+	}
+	if cfg.ClusterName != "" {
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: cfg.Host, Port: cfg.ClusterPort}
+		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -347,7 +372,12 @@ func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
 func (e *Embedded) Creds() Credentials { return e.creds }
 
 // CredsFile is the path of the credentials file.
-func (e *Embedded) CredsFile() string { return filepath.Join(e.cfg.DataDir, CredsFileName) }
+func (e *Embedded) CredsFile() string {
+	if e.cfg.CredsPath != "" {
+		return e.cfg.CredsPath
+	}
+	return filepath.Join(e.cfg.DataDir, CredsFileName)
+}
 
 // Server exposes the underlying nats-server (for tests and monitoring).
 func (e *Embedded) Server() *server.Server { return e.srv }
