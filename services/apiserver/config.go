@@ -34,6 +34,9 @@ type Config struct {
 	// BookmarkInterval is how often a watch that asked for bookmarks
 	// (allowWatchBookmarks=true) gets a BOOKMARK event. Default 10s.
 	BookmarkInterval time.Duration
+	// CacheObjects bounds the cache of objects' Kubernetes forms (by key
+	// and revision) that makes repeated lists cheap. Default 100000.
+	CacheObjects int
 	// MaxWatchTimeout caps a watch's timeoutSeconds; watches without one
 	// end after a random time in [MaxWatchTimeout/2, MaxWatchTimeout),
 	// so that clients reconnect spread over time. Default 30m.
@@ -72,6 +75,7 @@ func DefaultConfig() Config {
 		RequestTimeout:   60 * time.Second,
 		BookmarkInterval: 10 * time.Second,
 		MaxWatchTimeout:  30 * time.Minute,
+		CacheObjects:     100_000,
 		OIDC:             OIDCConfig{UsernameClaim: "sub"},
 	}
 }
@@ -89,6 +93,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: RequestTimeout (%s) must be positive", ErrInvalidConfig, c.RequestTimeout)
 	case c.BookmarkInterval <= 0:
 		return fmt.Errorf("%w: BookmarkInterval (%s) must be positive", ErrInvalidConfig, c.BookmarkInterval)
+	case c.CacheObjects < 1:
+		return fmt.Errorf("%w: CacheObjects (%d) must be at least 1", ErrInvalidConfig, c.CacheObjects)
 	case c.MaxWatchTimeout < 2*time.Second:
 		return fmt.Errorf("%w: MaxWatchTimeout (%s) must be at least 2s", ErrInvalidConfig, c.MaxWatchTimeout)
 	}

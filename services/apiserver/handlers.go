@@ -181,7 +181,7 @@ func parseSelector(r *http.Request) (*selector, *corev1.Status) {
 
 // matches evaluates the selectors on an object's Kubernetes form; field
 // selectors may name any field path ("spec.nodeName", "involvedObject.uid").
-func (sel *selector) matches(k runtime.Object) bool {
+func (sel *selector) matches(k runtime.Object, raw []byte) bool {
 	md := metaOf(k)
 	if !sel.labels.Empty() && !sel.labels.Matches(labels.Set(md.GetLabels())) {
 		return false
@@ -199,8 +199,10 @@ func (sel *selector) matches(k runtime.Object) bool {
 			set[req.Field] = md.GetNamespace()
 		default:
 			if tree == nil {
-				b, _ := json.Marshal(k)
-				_ = json.Unmarshal(b, &tree)
+				if raw == nil {
+					raw, _ = json.Marshal(k)
+				}
+				_ = json.Unmarshal(raw, &tree)
 			}
 			set[req.Field] = fieldValue(tree, req.Field)
 		}
@@ -251,44 +253,33 @@ func (s *Server) list(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		writeStatus(w, st)
 		return
 	}
-	rv := strconv.FormatInt(rev, 10)
 	if wantsTable(r) {
 		t := newTable(req.res, true)
-		for _, k := range items {
-			t.addRow(req.res, k)
+		for _, it := range items {
+			t.addRow(req.res, it.obj)
 		}
-		t.ResourceVersion = rv
+		t.ResourceVersion = strconv.FormatInt(rev, 10)
 		writeJSON(w, http.StatusOK, t.Table)
 		return
 	}
-	writeJSON(w, http.StatusOK, &kubeList{APIVersion: req.res.groupVersion(), Kind: req.res.kind + "List",
-		Metadata: metav1.ListMeta{ResourceVersion: rv}, Items: items})
+	writeJSON(w, http.StatusOK, newRawList(req.res, rev, items))
 }
 
-type kubeList struct {
-	APIVersion string           `json:"apiVersion"`
-	Kind       string           `json:"kind"`
-	Metadata   metav1.ListMeta  `json:"metadata"`
-	Items      []runtime.Object `json:"items"`
-}
-
-func (s *Server) listKube(ctx context.Context, req *request, sel *selector) ([]runtime.Object, int64, *corev1.Status) {
+// listKube reads the objects of a list (a linearizable read: never older
+// than any write acknowledged before it) and their Kubernetes forms.
+func (s *Server) listKube(ctx context.Context, req *request, sel *selector) ([]kubeItem, int64, *corev1.Status) {
 	kvs, rev, err := s.store.Client().List(ctx, req.res.store.Prefix(req.namespace))
 	if err != nil {
 		return nil, 0, storeStatus(err, req.res, "")
 	}
-	items := make([]runtime.Object, 0, len(kvs))
+	items := make([]kubeItem, 0, len(kvs))
 	for _, kv := range kvs {
-		obj := req.res.store.New()
-		if err := objects.Decode(kv, obj); err != nil {
-			return nil, 0, stage.Internal(err)
-		}
-		k, err := req.res.toKube(obj)
+		k, raw, err := s.cache.convert(req.res, kv)
 		if err != nil {
 			return nil, 0, stage.Internal(err)
 		}
-		if sel.matches(k) {
-			items = append(items, k)
+		if sel.matches(k, raw) {
+			items = append(items, kubeItem{obj: k, raw: raw})
 		}
 	}
 	return items, rev, nil

@@ -51,6 +51,7 @@ type Server struct {
 	log     *slog.Logger
 	tls     *tls.Config
 	oidc    *oidcVerifier
+	cache   *kubeCache
 	handler http.Handler
 
 	mu     sync.Mutex
@@ -87,7 +88,7 @@ func New(cfg Config, backend Backend, store *objects.Store, log *slog.Logger) (*
 		// given must verify: the handshake fails otherwise.
 		tc.ClientAuth = tls.VerifyClientCertIfGiven
 	}
-	s := &Server{cfg: cfg, backend: backend, store: store, log: log, tls: tc}
+	s := &Server{cfg: cfg, backend: backend, store: store, log: log, tls: tc, cache: newKubeCache(cfg.CacheObjects)}
 	if cfg.OIDC.IssuerURL != "" {
 		if s.oidc, err = newOIDCVerifier(cfg.OIDC); err != nil {
 			return nil, err

@@ -14,7 +14,6 @@ import (
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
 )
 
@@ -68,7 +67,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	var from int64
-	var initial []runtime.Object
+	var initial []kubeItem
 	// sendInitialEvents (client-go's streaming list, "WatchList") asks for
 	// the current state as ADDED events whatever the resourceVersion (a
 	// linearizable read is never older than it), closed by a BOOKMARK
@@ -117,10 +116,10 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 	sendStatus := func(st *corev1.Status) { _ = enc.Encode(watchEvent{Type: eventError, Object: kubeStatus(st)}) }
 
 	visible := map[string]bool{} // keys of objects the client holds (selector watches)
-	for _, k := range initial {
-		md := metaOf(k)
+	for _, it := range initial {
+		md := metaOf(it.obj)
 		visible[md.GetNamespace()+"/"+md.GetName()] = true
-		if !send(eventAdded, k) {
+		if !send(eventAdded, it.obj) {
 			return
 		}
 	}
@@ -171,15 +170,13 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 				return
 			}
 			last = ev.Revision
-			obj := req.res.store.New()
-			if err := objects.Decode(ev.KV, obj); err != nil {
-				sendStatus(stage.Internal(err))
-				return
-			}
-			k, err := req.res.toKube(obj)
+			k, raw, err := s.cache.convert(req.res, ev.KV)
 			if err != nil {
 				sendStatus(stage.Internal(err))
 				return
+			}
+			if ev.Type == raftstore.EventDelete {
+				s.cache.forget(req.res, ev.KV.Key)
 			}
 			md := metaOf(k)
 			key := md.GetNamespace() + "/" + md.GetName()
@@ -187,11 +184,11 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 			switch {
 			case ev.Type == raftstore.EventDelete:
 				typ = eventDeleted
-				if !sel.matches(k) && !visible[key] {
+				if !sel.matches(k, raw) && !visible[key] {
 					continue
 				}
 				delete(visible, key)
-			case sel.matches(k):
+			case sel.matches(k, raw):
 				if ev.KV.CreateRevision == ev.KV.ModRevision {
 					typ = eventAdded
 				}
