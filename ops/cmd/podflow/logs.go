@@ -30,7 +30,7 @@ func newLogsCmd() *cobra.Command {
 		Short: "Print the logs of a container of a pod, like kubectl logs",
 		Long: `Print a container's stdout and stderr. The pod's Linux node agent serves its
 log files (CRI format, under its data directory) over NATS request-reply on
-podflow.node.<node>.logs, so this works from anywhere on the bus. With -f
+podflow.ops.logs.<node>, so this works from anywhere on the bus. With -f
 the output follows until the container exits or the command is interrupted.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -118,8 +118,10 @@ func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, clus
 	return "", fmt.Errorf("no free /24 left in %s", cl)
 }
 
-// logsSubject is where a Linux node agent answers log requests.
-func logsSubject(node string) string { return "podflow.node." + bus.EncodeToken(node) + ".logs" }
+// logsSubject is where a Linux node agent answers log requests: core NATS
+// request-reply under podflow.ops (like the ping responders), outside every
+// JetStream stream's subjects.
+func logsSubject(node string) string { return "podflow.ops.logs." + bus.EncodeToken(node) }
 
 // logReply is the wire form of a log request's answer.
 type logReply struct {
