@@ -29,8 +29,23 @@ const (
 // On failure the reason is returned for the server log only: the client
 // gets a bare 401.
 func (s *Server) authenticate(r *http.Request) (*corev1.UserInfo, string) {
-	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-		return userFromCert(r.TLS.VerifiedChains[0][0]), ""
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		if s.clientCAs == nil {
+			return nil, "client certificate given but no client CA is configured"
+		}
+		leaf := r.TLS.PeerCertificates[0]
+		inter := x509.NewCertPool()
+		for _, c := range r.TLS.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: s.clientCAs, Intermediates: inter,
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			return nil, fmt.Sprintf("client certificate %q: %v", leaf.Subject.CommonName, err)
+		}
+		if leaf.Subject.CommonName == "" {
+			return nil, "client certificate without a common name"
+		}
+		return userFromCert(leaf), ""
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		token, ok := auth.ParseBearer(h)

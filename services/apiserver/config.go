@@ -34,6 +34,10 @@ type Config struct {
 	// BookmarkInterval is how often a watch that asked for bookmarks
 	// (allowWatchBookmarks=true) gets a BOOKMARK event. Default 10s.
 	BookmarkInterval time.Duration
+	// MaxInFlight bounds the non-watch requests served at once; more get
+	// 429 Too Many Requests with Retry-After, as kube-apiserver's
+	// --max-requests-inflight. Default 400.
+	MaxInFlight int
 	// CacheObjects bounds the cache of objects' Kubernetes forms (by key
 	// and revision) that makes repeated lists cheap. Default 100000.
 	CacheObjects int
@@ -76,6 +80,7 @@ func DefaultConfig() Config {
 		BookmarkInterval: 10 * time.Second,
 		MaxWatchTimeout:  30 * time.Minute,
 		CacheObjects:     100_000,
+		MaxInFlight:      400,
 		OIDC:             OIDCConfig{UsernameClaim: "sub"},
 	}
 }
@@ -93,6 +98,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: RequestTimeout (%s) must be positive", ErrInvalidConfig, c.RequestTimeout)
 	case c.BookmarkInterval <= 0:
 		return fmt.Errorf("%w: BookmarkInterval (%s) must be positive", ErrInvalidConfig, c.BookmarkInterval)
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("%w: MaxInFlight (%d) must be at least 1", ErrInvalidConfig, c.MaxInFlight)
 	case c.CacheObjects < 1:
 		return fmt.Errorf("%w: CacheObjects (%d) must be at least 1", ErrInvalidConfig, c.CacheObjects)
 	case c.MaxWatchTimeout < 2*time.Second:

@@ -254,6 +254,11 @@ func (s *system) certClient(t testing.TB, ca *pki.CA, user string, groups ...str
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s.pairClient(t, c, k)
+}
+
+// pairClient presents the PEM certificate and key.
+func (s *system) pairClient(t testing.TB, c, k []byte) *http.Client {
 	pair, err := tls.X509KeyPair(c, k)
 	if err != nil {
 		t.Fatal(err)

@@ -53,6 +53,10 @@ type Server struct {
 	oidc    *oidcVerifier
 	cache   *kubeCache
 	handler http.Handler
+	// clientCAs verify client certificates (nil: none accepted).
+	clientCAs *x509.CertPool
+	// inflight bounds the non-watch requests being served (429 beyond).
+	inflight chan struct{}
 
 	mu     sync.Mutex
 	srv    *http.Server
@@ -83,12 +87,14 @@ func New(cfg Config, backend Backend, store *objects.Store, log *slog.Logger) (*
 		if !pool.AppendCertsFromPEM(b) {
 			return nil, fmt.Errorf("%w: %q holds no PEM certificate", ErrInvalidConfig, cfg.ClientCAFile)
 		}
-		tc.ClientCAs = pool
-		// A certificate is optional (tokens work too), but one that is
-		// given must verify: the handshake fails otherwise.
-		tc.ClientAuth = tls.VerifyClientCertIfGiven
+		tc.ClientCAs = pool // named to clients as the acceptable issuers
+		// A certificate is optional (tokens work too) and is verified by
+		// authenticate, not by the handshake: a bad one gets a 401 whose
+		// reason is logged, as kube-apiserver does.
+		tc.ClientAuth = tls.RequestClientCert
 	}
-	s := &Server{cfg: cfg, backend: backend, store: store, log: log, tls: tc, cache: newKubeCache(cfg.CacheObjects)}
+	s := &Server{cfg: cfg, backend: backend, store: store, log: log, tls: tc, cache: newKubeCache(cfg.CacheObjects),
+		clientCAs: tc.ClientCAs, inflight: make(chan struct{}, cfg.MaxInFlight)}
 	if cfg.OIDC.IssuerURL != "" {
 		if s.oidc, err = newOIDCVerifier(cfg.OIDC); err != nil {
 			return nil, err
@@ -191,6 +197,17 @@ type request struct {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if q := r.URL.Query(); q.Get("watch") != "true" && q.Get("watch") != "1" {
+		select {
+		case s.inflight <- struct{}{}:
+			defer func() { <-s.inflight }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			writeStatus(w, &corev1.Status{Status: "Failure", Code: 429, Reason: "TooManyRequests",
+				Message: "Too many requests, please try again later."})
+			return
+		}
+	}
 	user, why := s.authenticate(r)
 	if user == nil {
 		s.log.Info("authentication failed", "remote", r.RemoteAddr, "path", r.URL.Path, "reason", why)

@@ -409,10 +409,23 @@ func TestAuthentication(t *testing.T) {
 		})
 	}
 
-	t.Run("foreign client certificate", func(t *testing.T) {
-		_, err := s.certClient(t, foreignCA, "root", "system:masters").Get(pods)
-		if err == nil {
-			t.Fatal("a certificate from another CA was accepted")
+	t.Run("bad client certificates", func(t *testing.T) {
+		expired := func() *http.Client {
+			c, k, err := s.ca.Issue(pki.Request{CommonName: "root", Groups: []string{"system:masters"},
+				NotBefore: time.Now().Add(-48 * time.Hour), Validity: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s.pairClient(t, c, k)
+		}()
+		for name, c := range map[string]*http.Client{
+			"foreign CA": s.certClient(t, foreignCA, "root", "system:masters"),
+			"expired":    expired,
+		} {
+			code, out, _ := do(t, c, "GET", pods, "", "")
+			if code != 401 || path(out, "message") != "Unauthorized" {
+				t.Errorf("%s: %d %v", name, code, out)
+			}
 		}
 	})
 

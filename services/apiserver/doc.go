@@ -1,0 +1,63 @@
+// Package apiserver is podflow's Kubernetes REST front door: an HTTPS
+// server, run inside each api stage replica, that speaks enough of the
+// Kubernetes API for the stock kubectl (1.32) and client-go to work
+// unchanged.
+//
+// What it serves:
+//
+//   - Discovery (/api, /api/v1, /apis, /apis/<group>[/<version>]; the
+//     legacy documents — kubectl falls back to them from aggregated
+//     discovery), /version, /healthz, and an OpenAPI v3 document per group
+//     version that declares the operations and their fieldValidation
+//     parameter, so kubectl validates server-side (fieldValidation=Strict:
+//     unknown fields are refused with their path) instead of downloading
+//     schemas.
+//   - Resources: pods (create, get, list, watch, update, patch, delete,
+//     status; log answers 404 until the node runtime keeps logs), nodes,
+//     namespaces, services, endpointslices (discovery.k8s.io/v1), events
+//     (core/v1, and events.k8s.io/v1 as a read-only view), configmaps,
+//     secrets, serviceaccounts, limitranges, the RBAC kinds,
+//     sidecarpolicies (podflow.io/v1alpha1), and
+//     selfsubjectaccessreviews (kubectl auth can-i).
+//   - Lists with label and field selectors (any field path); server-side
+//     Tables (kubectl get) with kubectl's columns for pods, nodes,
+//     namespaces, services and events; watches with resourceVersion,
+//     bookmarks, client-go's streaming lists (sendInitialEvents) and 410
+//     Expired once the store compacted the history asked for; strategic
+//     merge, JSON merge, JSON and apply patches.
+//   - Authentication: X.509 client certificates of the cluster CA (CN =
+//     user, O = groups), bearer tokens (static token file and
+//     ServiceAccount tokens, through the api stage), OIDC ID tokens
+//     verified against locally configured issuer keys; anonymous only when
+//     enabled; impersonation when RBAC allows it. A failure is a bare 401
+//     for the client and a logged reason for the operator.
+//   - Errors as meta/v1 Status (401, 403, 404, 409, 413, 415, 422 with
+//     causes, 429 past MaxInFlight, 500, 503).
+//
+// Pod creations become the pipeline's flow: the Backend (the api stage)
+// authorizes them and publishes PodAuthorized; the response waits for the
+// persistence stage's 201 with the stored pod. Other writes go through the
+// Backend's object requests; reads and watches come from the store
+// (linearizable reads) through a cache of converted objects keyed by
+// revision.
+//
+// Callers must:
+//
+//  1. Give a Backend that authenticates tokens and authorizes with the
+//     same RBAC as the bus front door: the server trusts the users it
+//     passes to it, so it must run in the same process as the Backend.
+//  2. Give every replica of one machine the same Config.Addr when they
+//     should share a port (the listener uses SO_REUSEPORT).
+//  3. Stop the server by cancelling the context given to Run or Serve; it
+//     ends watches and waits up to 5s for requests in flight.
+//
+// Example (what the api stage does):
+//
+//	cfg := apiserver.DefaultConfig()
+//	cfg.Addr, cfg.CertFile, cfg.KeyFile, cfg.ClientCAFile = "127.0.0.1:6443", "apiserver.crt", "apiserver.key", "ca.crt"
+//	srv, err := apiserver.New(cfg, stage, store, log)
+//	if err != nil {
+//		return err
+//	}
+//	g.Go(func() error { return srv.Run(ctx) })
+package apiserver
