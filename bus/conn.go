@@ -233,3 +233,10 @@ func (c *Conn) close() {
 		c.nc.Close()
 	}
 }
+
+// WriteClientConfig writes a client configuration file (read it with
+// ReadClientConfig) for the servers at urls and the user u, mode 0600.
+// `podflow up --cluster` writes one listing every server of the cluster.
+func WriteClientConfig(path string, urls []string, u UserCredential) error {
+	return writeJSON0600(path, clientFile{URLs: urls, User: u.User, Password: u.Password})
+}

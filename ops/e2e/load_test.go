@@ -192,10 +192,11 @@ func TestScaleLive(t *testing.T) {
 
 // TestChaos is the bounded chaos run of `make test`: a few hundred pods
 // while every kind of process is SIGKILLed (stage replicas, the store,
-// the node agent, NATS) and some are paused; podflow chaos checks the
-// invariants and exits non-zero on any violation. `make chaos` soaks longer.
+// the node agent, a NATS server of the 3-server cluster) and some are
+// paused; podflow chaos checks the invariants and exits non-zero on any
+// violation. `make chaos` soaks longer.
 func TestChaos(t *testing.T) {
-	c := startCluster(t, "--nodes", "20", "--replicas", "admission=2,persistence=2,scheduler=2")
+	c := startCluster(t, "--cluster", "--nodes", "20", "--replicas", "admission=2,persistence=2,scheduler=2")
 	out, code := c.podflowTimeout(6*time.Minute, "chaos", "--config", c.config, "--pods", "300", "--duration", "45s",
 		"--kill-interval", "3s", "--targets", "stages,store,nodeagent,nats", "--pause", "--seed", "42")
 	t.Log(out)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -16,7 +17,7 @@ func init() { register(newNATSCmd) }
 // that `podflow up` can supervise it and chaos can kill it like any role.
 func newNATSCmd() *cobra.Command {
 	cfg := bus.DefaultEmbeddedConfig("")
-	var clientConfig string
+	var clientConfig, routes string
 	cmd := &cobra.Command{
 		Use:   "nats",
 		Short: "Run the embedded NATS JetStream server",
@@ -27,6 +28,9 @@ credentials for other podflow processes.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.DataDir == "" {
 				return fmt.Errorf("--data-dir is required")
+			}
+			if routes != "" {
+				cfg.Routes = strings.Split(routes, ",")
 			}
 			srv, err := bus.StartEmbedded(cmd.Context(), cfg)
 			if err != nil {
@@ -51,6 +55,11 @@ credentials for other podflow processes.`,
 	f.StringVar(&cfg.Host, "host", cfg.Host, "address to listen on")
 	f.IntVar(&cfg.Port, "port", 4222, "client port (0 picks a free one)")
 	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "fsync every JetStream write before acknowledging it")
+	f.StringVar(&cfg.ServerName, "server-name", "podflow", "server name (unique within a cluster)")
+	f.StringVar(&cfg.ClusterName, "cluster-name", "", "join a NATS cluster of this name (JetStream clustering)")
+	f.IntVar(&cfg.ClusterPort, "cluster-port", 0, "port for route connections from the other servers")
+	f.StringVar(&routes, "routes", "", "the other servers' routes, e.g. nats-route://127.0.0.1:6223,nats-route://127.0.0.1:6224")
+	f.StringVar(&cfg.CredsPath, "creds", "", "credentials file shared by the servers of a cluster (default DATA-DIR/creds.json)")
 	f.StringVar(&clientConfig, "client-config", "", "write the client configuration (URL, admin credentials) to this file")
 	return cmd
 }

@@ -42,6 +42,7 @@ type upOptions struct {
 	exampleDir    string
 	quiet         bool
 	nodeGrace     time.Duration
+	cluster       bool
 	httpsPort     int        // Kubernetes API port (0: picked at first start)
 	kube          *kubeFiles // set by runUp (up_kube.go)
 }
@@ -68,6 +69,7 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	f.BoolVar(&o.example, "example", false, "apply the seed's example pod and Service and follow the pod to Ready")
 	f.StringVar(&o.exampleDir, "example-dir", "examples", "directory of the example manifests")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the essentials")
+	f.BoolVar(&o.cluster, "cluster", false, "run 3 NATS servers clustered over routes on loopback, with R3 streams")
 	f.DurationVar(&o.nodeGrace, "node-monitor-grace-period", 40*time.Second, "mark a node NotReady after this long without heartbeats")
 	f.IntVar(&o.httpsPort, "https-port", 0, "Kubernetes API (HTTPS) port on 127.0.0.1 (default: a free port picked at first start, then kept)")
 	return cmd
@@ -80,6 +82,9 @@ type clusterFile struct {
 	// NATSPort is the client port, fixed at first start so that a NATS
 	// server restarted by the supervisor comes back where its clients look.
 	NATSPort int `json:"natsPort"`
+	// With --cluster: the client and route ports of the 3 NATS servers.
+	ClusterClientPorts []int `json:"clusterClientPorts,omitempty"`
+	ClusterRoutePorts  []int `json:"clusterRoutePorts,omitempty"`
 }
 
 func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
@@ -164,14 +169,25 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 
 	// 1. The bus.
 	natsCfg := filepath.Join(dir, "nats", "client.json")
-	_ = os.Remove(natsCfg)
-	if err := sup.Start(supervisor.Spec{Name: "nats", Role: "nats", Path: exe, Args: []string{
-		"nats", "--data-dir", filepath.Join(dir, "nats"), "--port", strconv.Itoa(cl.NATSPort), "--client-config", natsCfg,
-	}}); err != nil {
-		return err
-	}
-	if err := waitFile(ctx, natsCfg, 20*time.Second); err != nil {
-		return fmt.Errorf("the NATS server did not start (see %s): %w", filepath.Join(cfg.LogDir, "nats.log"), err)
+	streams := bus.DefaultStreamsConfig()
+	if o.cluster {
+		streams.Replicas = 3
+		if err := startNATSCluster(ctx, sup, exe, dir, &cl, natsCfg); err != nil {
+			return err
+		}
+		if err := writeJSONFile(filepath.Join(dir, "cluster.json"), cl); err != nil {
+			return err
+		}
+	} else {
+		_ = os.Remove(natsCfg)
+		if err := sup.Start(supervisor.Spec{Name: "nats", Role: "nats", Path: exe, Args: []string{
+			"nats", "--data-dir", filepath.Join(dir, "nats"), "--port", strconv.Itoa(cl.NATSPort), "--client-config", natsCfg,
+		}}); err != nil {
+			return err
+		}
+		if err := waitFile(ctx, natsCfg, 20*time.Second); err != nil {
+			return fmt.Errorf("the NATS server did not start (see %s): %w", filepath.Join(cfg.LogDir, "nats.log"), err)
+		}
 	}
 	bc, err := bus.ReadClientConfig(natsCfg)
 	if err != nil {
@@ -183,10 +199,10 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	if err := provision(ctx, conn, bus.DefaultStreamsConfig()); err != nil {
+	if err := provisionRetry(ctx, conn, streams, 60*time.Second); err != nil {
 		return fmt.Errorf("provision streams: %w", err)
 	}
-	logf("up: NATS JetStream at %s", bc.URLs[0])
+	logf("up: NATS JetStream at %s", strings.Join(bc.URLs, ","))
 
 	// 2. The store.
 	var boot []string
@@ -396,6 +412,76 @@ func writeMetricsFile(path string, m map[string]string) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)
+}
+
+// startNATSCluster starts 3 NATS servers clustered over routes on loopback,
+// sharing one credentials file, and writes a client configuration listing
+// all three.
+func startNATSCluster(ctx context.Context, sup *supervisor.Supervisor, exe, dir string, cl *clusterFile, natsCfg string) error {
+	if len(cl.ClusterClientPorts) != 3 {
+		cl.ClusterClientPorts, cl.ClusterRoutePorts = nil, nil
+		for range 6 {
+			a, err := freeAddr()
+			if err != nil {
+				return err
+			}
+			_, p, _ := net.SplitHostPort(a)
+			n, _ := strconv.Atoi(p)
+			if len(cl.ClusterClientPorts) < 3 {
+				cl.ClusterClientPorts = append(cl.ClusterClientPorts, n)
+			} else {
+				cl.ClusterRoutePorts = append(cl.ClusterRoutePorts, n)
+			}
+		}
+	}
+	creds := filepath.Join(dir, "nats", "creds.json")
+	if err := os.MkdirAll(filepath.Dir(creds), 0o700); err != nil {
+		return err
+	}
+	var urls []string
+	for i := range 3 {
+		var routes []string
+		for j, p := range cl.ClusterRoutePorts {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+			}
+		}
+		name := fmt.Sprintf("nats-%d", i+1)
+		if err := sup.Start(supervisor.Spec{Name: name, Role: "nats", Path: exe, Args: []string{
+			"nats", "--data-dir", filepath.Join(dir, name), "--port", strconv.Itoa(cl.ClusterClientPorts[i]),
+			"--server-name", name, "--cluster-name", "podflow", "--cluster-port", strconv.Itoa(cl.ClusterRoutePorts[i]),
+			"--routes", strings.Join(routes, ","), "--creds", creds,
+		}}); err != nil {
+			return err
+		}
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", cl.ClusterClientPorts[i]))
+		if i == 0 {
+			// The first server writes the shared credentials.
+			if err := waitFile(ctx, creds, 20*time.Second); err != nil {
+				return fmt.Errorf("the first NATS server did not start: %w", err)
+			}
+		}
+	}
+	c, err := bus.LoadCredentials(creds)
+	if err != nil {
+		return err
+	}
+	return bus.WriteClientConfig(natsCfg, urls, c.Admin())
+}
+
+// provisionRetry provisions until JetStream answers: a cluster accepts
+// streams only once it has elected a meta leader.
+func provisionRetry(ctx context.Context, conn *bus.Conn, streams bus.StreamsConfig, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := provision(pctx, conn, streams)
+		cancel()
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // waitConsumers waits until every named consumer of the events stream has
