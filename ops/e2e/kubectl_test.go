@@ -72,7 +72,8 @@ func (k *kubectl) must(args ...string) string {
 // describe, apply, delete, RBAC and auth can-i. (client-go is exercised
 // in services/apiserver, against the real api stage.)
 func TestKubectl(t *testing.T) {
-	c := startCluster(t)
+	// Two api replicas share the HTTPS port (SO_REUSEPORT).
+	c := startCluster(t, "--replicas", "api=2")
 	kubeconfig := filepath.Join(c.dir, "kubeconfig")
 	if _, err := os.Stat(kubeconfig); err != nil {
 		t.Fatalf("podflow up wrote no kubeconfig: %v", err)
@@ -195,6 +196,14 @@ func TestKubectl(t *testing.T) {
 		}
 		if out := k.must("get", "configmap", "settings", "-o", "jsonpath={.data.level}"); out != "two" {
 			t.Fatalf("applied value: %q", out)
+		}
+		ssa := filepath.Join(t.TempDir(), "ssa.yaml")
+		_ = os.WriteFile(ssa, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  k: v\n"), 0o644)
+		if out := k.must("apply", "--server-side", "-f", ssa); !strings.Contains(out, "configmap/ssa serverside-applied") {
+			t.Fatalf("server-side apply: %q", out)
+		}
+		if out := k.must("get", "configmap", "ssa", "-o", "jsonpath={.data.k}"); out != "v" {
+			t.Fatalf("server-side applied value: %q", out)
 		}
 		if out := k.must("apply", "-f", "examples/nginx-service.yaml"); !strings.Contains(out, "created") {
 			t.Fatalf("apply service: %q", out)
