@@ -60,31 +60,12 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 	if o.pods < 1 || o.rate < 1 {
 		return fmt.Errorf("--pods and --rate must be positive")
 	}
-	cfgPath := o.config
-	if cfgPath == "" {
-		dir, err := os.MkdirTemp("", "podflow-bench-")
-		if err != nil {
-			return err
-		}
-		if !o.keep {
-			defer os.RemoveAll(dir)
-		}
-		stop, err := startUp(ctx, dir, o.nodes, o.replicas)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		cfgPath = filepath.Join(dir, "config.json")
-	}
-	cfg, err := loadConfig(cfgPath)
+	sess, cleanup, err := systemUnderTest(ctx, o.config, o.nodes, o.replicas, !o.keep, "podflow-bench")
 	if err != nil {
 		return err
 	}
-	sess, err := connect(ctx, cfg, "podflow-bench")
-	if err != nil {
-		return err
-	}
-	defer sess.Close()
+	defer cleanup()
+	cfg := sess.cfg
 
 	prefix := fmt.Sprintf("bench-%d-", time.Now().UnixNano()%1_000_000)
 	template := &corev1.Pod{
@@ -242,6 +223,46 @@ func pct(ds []time.Duration, p int) string {
 	i := (len(ds)*p + 99) / 100
 	i = min(max(i-1, 0), len(ds)-1)
 	return ds[i].Round(10 * time.Microsecond).String()
+}
+
+// systemUnderTest connects to the system of configPath, or, when it is
+// empty, starts its own `podflow up` in a temporary directory (removed on
+// cleanup when remove is set) and connects to that.
+func systemUnderTest(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string) (*session, func(), error) {
+	var undo []func()
+	cleanup := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	if configPath == "" {
+		dir, err := os.MkdirTemp("", name+"-")
+		if err != nil {
+			return nil, nil, err
+		}
+		if remove {
+			undo = append(undo, func() { os.RemoveAll(dir) })
+		}
+		stop, err := startUp(ctx, dir, nodes, replicas)
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		undo = append(undo, stop)
+		configPath = filepath.Join(dir, "config.json")
+	}
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	sess, err := connect(ctx, cfg, name)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	undo = append(undo, sess.Close)
+	return sess, cleanup, nil
 }
 
 // startUp runs `podflow up` in dir as a child and waits until it is ready;

@@ -92,29 +92,12 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 			return fmt.Errorf("--targets: unknown target %q (stages, store, nats, nodeagent)", t)
 		}
 	}
-	cfgPath := o.config
-	if cfgPath == "" {
-		dir, err := os.MkdirTemp("", "podflow-chaos-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		stop, err := startUp(ctx, dir, o.nodes, "admission=2,persistence=2,scheduler=2")
-		if err != nil {
-			return err
-		}
-		defer stop()
-		cfgPath = filepath.Join(dir, "config.json")
-	}
-	cfg, err := loadConfig(cfgPath)
+	sess, cleanup, err := systemUnderTest(ctx, o.config, o.nodes, "admission=2,persistence=2,scheduler=2", true, "podflow-chaos")
 	if err != nil {
 		return err
 	}
-	sess, err := connect(ctx, cfg, "podflow-chaos")
-	if err != nil {
-		return err
-	}
-	defer sess.Close()
+	defer cleanup()
+	cfg := sess.cfg
 	fmt.Fprintf(out, "chaos: seed %d, %d pods over %s, a kill every %s among %s (pause: %t)\n", o.seed, o.pods, o.duration, o.killInterval, o.targets, o.pause)
 
 	prefix := fmt.Sprintf("chaos-%d-", o.seed%100000)

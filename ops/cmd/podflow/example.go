@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/trace"
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/proto/eventsv1"
 )
 
 func nowTS() *timestamppb.Timestamp { return timestamppb.Now() }
@@ -84,7 +83,7 @@ func followPod(ctx context.Context, sess *session, ns, name string, out io.Write
 		if err != nil {
 			return
 		}
-		fmt.Fprintf(out, "  %6s  %-12s %-22s %s\n", time.Since(start).Round(time.Millisecond), env.GetStage(), env.Type(), eventDetail(env))
+		fmt.Fprintf(out, "  %6s  %-12s %-22s %s\n", time.Since(start).Round(time.Millisecond), env.GetStage(), env.Type(), trace.Detail(env))
 		if closed {
 			return
 		}
@@ -94,41 +93,4 @@ func followPod(ctx context.Context, sess *session, ns, name string, out io.Write
 		}
 	})
 	return f, err
-}
-
-// eventDetail is a one-line summary of an event for people.
-func eventDetail(env *eventsv1.Envelope) string {
-	switch p := env.PayloadMessage().(type) {
-	case *eventsv1.PodScheduled:
-		return "node=" + p.GetNodeName()
-	case *eventsv1.PodUnschedulable:
-		return p.GetMessage()
-	case *eventsv1.PodRejected:
-		return fmt.Sprintf("%d %s: %s", p.GetStatus().GetCode(), p.GetStatus().GetReason(), p.GetStatus().GetMessage())
-	case *eventsv1.PodAdmitted:
-		return strings.Join(p.GetMutations(), "; ")
-	case *eventsv1.PodSandboxReady:
-		return "ip=" + p.GetPodIp()
-	case *eventsv1.ImagePulled:
-		return p.GetImage()
-	case *eventsv1.ContainerStarted:
-		return p.GetContainer()
-	case *eventsv1.ContainerExited:
-		return fmt.Sprintf("%s exit=%d %s", p.GetContainer(), p.GetExitCode(), p.GetReason())
-	case *eventsv1.PodRunning:
-		return "ip=" + p.GetPodIp()
-	case *eventsv1.PodFailed:
-		return p.GetReason() + ": " + p.GetMessage()
-	case *eventsv1.PodNotReady:
-		return p.GetReason() + ": " + p.GetMessage()
-	case *eventsv1.EndpointsUpdated:
-		verb := "left"
-		if p.GetAdded() {
-			verb = "joined"
-		}
-		return fmt.Sprintf("%s service/%s (%d ready)", verb, p.GetService(), p.GetReadyEndpoints())
-	case *eventsv1.PodStatusReport:
-		return "phase=" + p.GetStatus().GetPhase()
-	}
-	return ""
 }
