@@ -12,6 +12,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -246,4 +248,27 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
+}
+
+// scrape returns the /metrics text of one of up's children.
+func (c *cluster) scrape(child string) string {
+	c.t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, "metrics.json"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var addrs map[string]string
+	if err := json.Unmarshal(b, &addrs); err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + addrs[child] + "/metrics")
+	if err != nil {
+		c.t.Fatalf("scrape %s: %v", child, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return string(body)
 }

@@ -144,6 +144,14 @@ func TestLifecycle(t *testing.T) {
 		if !strings.Contains(get, "my-nginx-pod") || !strings.Contains(get, "1/1") || !strings.Contains(get, ip) {
 			t.Errorf("get pods -o wide:\n%s", get)
 		}
+		// The scheduler's metrics, under kube-scheduler's names, saw it.
+		metrics := c.scrape("scheduler-1")
+		for _, want := range []string{`scheduler_schedule_attempts_total{result="scheduled"} `, `scheduler_pending_pods{queue="unschedulable"} `,
+			`podflow_stage_events_total{event="PodPersisted",outcome="Acked",stage="scheduler"} `} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("scheduler metrics lack %q", want)
+			}
+		}
 		// Applying the same pod again changes nothing.
 		out = c.mustPodflow("apply", "-f", filepath.Join("examples", "nginx-pod.yaml"))
 		if !strings.Contains(out, "pod/my-nginx-pod unchanged") {

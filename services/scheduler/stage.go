@@ -119,6 +119,7 @@ type Stage struct {
 	started chan struct{}          // closed when Start has synced the caches
 
 	Counters Counters
+	metrics  *Metrics
 }
 
 type waitingPod struct {
@@ -302,6 +303,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		s.tried.Store(uid, time.Now())
 	}
 	var conflicts int32
+	attemptStart := time.Now()
 	fresh := false // read the pod from the store, not from a copy
 	for attempt := 0; ; attempt++ {
 		if attempt == s.cfg.MaxAttempts {
@@ -349,8 +351,10 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			fresh = true
 			continue
 		case errors.As(err, &fit):
+			s.observeAttempt("unschedulable", attemptStart)
 			return s.unschedulable(ctx, d, pod, fit.Error(), fit, wakes)
 		case errors.Is(err, ErrNoNodesAvailable):
+			s.observeAttempt("unschedulable", attemptStart)
 			return s.unschedulable(ctx, d, pod, "0/0 nodes are available.", nil, wakes)
 		case err != nil:
 			s.Counters.Errors.Add(1)
@@ -375,6 +379,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		case bound:
 			s.forget(uid)
 			s.Counters.Scheduled.Add(1)
+			s.observeAttempt("scheduled", attemptStart)
 			payload.Revision, payload.Conflicts, payload.BindNanos = rev, conflicts, took.Nanoseconds()
 			if d != nil {
 				next.HandledEnd = timestamppb.Now()

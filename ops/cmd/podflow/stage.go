@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
@@ -112,7 +113,15 @@ is redelivered to the others.`,
 				}
 			}
 			log.Info("stage started")
-			err = stage.Run(ctx, env, h, stage.Config{Runner: rc, ResyncPeriod: o.resync, MetricsAddr: o.metrics,
+			metrics := stage.NewMetrics(name)
+			if r, ok := h.(interface {
+				RegisterMetrics(prometheus.Registerer) error
+			}); ok {
+				if err := r.RegisterMetrics(metrics.Registry); err != nil {
+					return err
+				}
+			}
+			err = stage.Run(ctx, env, h, stage.Config{Runner: rc, ResyncPeriod: o.resync, MetricsAddr: o.metrics, Metrics: metrics,
 				OnMetrics: func(addr string) { log.Info("serving metrics", "addr", "http://"+addr+"/metrics") }})
 			log.Info("stage stopped", "err", err)
 			return err
