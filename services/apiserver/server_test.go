@@ -424,6 +424,28 @@ func TestAuthentication(t *testing.T) {
 		}
 	})
 
+	t.Run("service account token", func(t *testing.T) {
+		sec := &corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "robot-token", Namespace: "default",
+			Annotations: map[string]string{"kubernetes.io/service-account.name": "robot"}},
+			Type: "kubernetes.io/service-account-token", Data: map[string][]byte{"token": []byte("robot-secret-token-0123456789")}}
+		if _, err := s.store.Create(ctx, sec); err != nil {
+			t.Fatal(err)
+		}
+		c := tok("robot-secret-token-0123456789")
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			// The api stage learns the token from its Secret informer.
+			code, out, _ := do(t, c, "GET", pods, "", "")
+			if code == 403 && strings.Contains(fmt.Sprint(out["message"]), `User "system:serviceaccount:default:robot"`) {
+				break
+			}
+			if code != 401 || time.Now().After(deadline) {
+				t.Fatalf("service account token: %d %v", code, out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+
 	t.Run("self subject access review", func(t *testing.T) {
 		review := func(c *http.Client, verb string) any {
 			code, out, _ := do(t, c, "POST", s.url+"/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "application/json",
