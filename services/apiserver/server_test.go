@@ -264,6 +264,8 @@ func TestWatch(t *testing.T) {
 	defer closeFrom()
 	sel, closeSel := open("resourceVersion=" + rv + "&labelSelector=tier%3Dfront")
 	defer closeSel()
+	listedSel, closeListedSel := open("labelSelector=tier%3Dfront")
+	defer closeListedSel()
 
 	if code, body, _ := do(t, admin, "POST", pods, "application/json", podJSON("b", "")); code != 201 {
 		t.Fatalf("create b: %d %v", code, body)
@@ -282,6 +284,13 @@ func TestWatch(t *testing.T) {
 	}
 	if typ, obj := next(sel); typ != "DELETED" || path(obj, "metadata.name") != "b" {
 		t.Fatalf("selector leave: %s %v", typ, obj)
+	}
+	// A watch that listed first knows b entered its view: ADDED.
+	if typ, obj := next(listedSel); typ != "ADDED" || path(obj, "metadata.labels.tier") != "front" {
+		t.Fatalf("listed selector enter: %s %v", typ, obj)
+	}
+	if typ, obj := next(listedSel); typ != "DELETED" || path(obj, "metadata.name") != "b" {
+		t.Fatalf("listed selector leave: %s %v", typ, obj)
 	}
 	do(t, admin, "DELETE", pods+"/b", "", "")
 	var sawBookmark, sawDelete bool

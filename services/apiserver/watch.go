@@ -116,6 +116,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 	sendStatus := func(st *corev1.Status) { _ = enc.Encode(watchEvent{Type: eventError, Object: kubeStatus(st)}) }
 
 	visible := map[string]bool{} // keys of objects the client holds (selector watches)
+	listed := initial != nil
 	for _, it := range initial {
 		md := metaOf(it.obj)
 		visible[md.GetNamespace()+"/"+md.GetName()] = true
@@ -189,7 +190,9 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 				}
 				delete(visible, key)
 			case sel.matches(k, raw):
-				if ev.KV.CreateRevision == ev.KV.ModRevision {
+				// New, or entering the view of a watch that listed what it
+				// showed (a watch from a resourceVersion cannot tell).
+				if ev.KV.CreateRevision == ev.KV.ModRevision || (listed && !visible[key]) {
 					typ = eventAdded
 				}
 				visible[key] = true
