@@ -13,7 +13,7 @@ DATA ?= $(CURDIR)/.podflow
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run test proto proto-check lint tools deps-os bench bench-pipeline chaos fuzz clean
+.PHONY: all build run httpserver test proto proto-check lint tools deps-os bench bench-pipeline chaos fuzz clean
 
 all: build
 
@@ -21,8 +21,13 @@ build:
 	@mkdir -p $(BIN)
 	cd ops && $(GO) build -o $(BIN)/podflow ./cmd/podflow
 
-run: build
-	$(BIN)/podflow up --data-dir $(DATA) --example
+## run: the whole system with the example pod; real Linux pods when this
+## machine allows (root, cgroups, network namespaces), else simulated nodes.
+run: build httpserver
+	$(BIN)/podflow up --data-dir $(DATA) --example --runtime auto
+
+httpserver:
+	cd images && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/httpserver ./httpserver
 
 ## images: podflow's test images from images/ (no Docker). The HTTP server is
 ## built static beside bin/podflow; `podflow images push` packages it and
@@ -30,8 +35,7 @@ run: build
 ## (host:port) when set, else into the registry data directory
 ## $(DATA)/registry, served in-process while pushing (`podflow up` serves it).
 .PHONY: images
-images: build deps-os
-	cd images && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/httpserver ./httpserver
+images: build deps-os httpserver
 	$(BIN)/podflow images push --httpserver $(BIN)/httpserver --busybox /bin/busybox \
 		$(if $(REGISTRY),--registry $(REGISTRY),--registry-dir $(DATA)/registry)
 

@@ -26,13 +26,14 @@ import (
 
 // linuxOptions are the flags of `podflow nodeagent --runtime linux`.
 type linuxOptions struct {
-	node        string
-	dataDir     string
-	podCIDR     string
-	clusterCIDR string
-	registry    string
-	hostIP      string
-	hostPaths   []string
+	node         string
+	dataDir      string
+	podCIDR      string
+	clusterCIDR  string
+	registry     string
+	hostIP       string
+	hostPaths    []string
+	decommission bool
 }
 
 func linuxFlags(cmd *cobra.Command) *linuxOptions {
@@ -45,6 +46,7 @@ func linuxFlags(cmd *cobra.Command) *linuxOptions {
 	f.StringVar(&o.registry, "registry", "", "--runtime linux: registry standing in for docker.io, e.g. 127.0.0.1:5000 (empty: docker.io)")
 	f.StringVar(&o.hostIP, "host-ip", "127.0.0.1", "--runtime linux: the node's InternalIP")
 	f.StringSliceVar(&o.hostPaths, "allow-host-path", nil, "--runtime linux: host directories hostPath volumes may use")
+	f.BoolVar(&o.decommission, "decommission", false, "--runtime linux: remove every pod, the bridge and the cgroups of this node, then exit")
 	return o
 }
 
@@ -176,6 +178,13 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 		return err
 	}
 	defer rt.Close()
+	if lo.decommission {
+		if err := rt.Decommission(ctx); err != nil {
+			return err
+		}
+		log.Info("node decommissioned: no pod, bridge or cgroup of it is left")
+		return nil
+	}
 	log.Info("linux runtime ready", "podCIDR", podCIDR, "dataDir", dataDir, "bridge", rcfg.Network.BridgeName)
 
 	acfg := nodeagent.DefaultConfig(node, podCIDR)

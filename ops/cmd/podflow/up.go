@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/nodeagent/linux"
 	"github.com/podflow/podflow/ops/supervisor"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
@@ -64,7 +66,7 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	f.IntVar(&o.natsPort, "nats-port", 4222, "NATS client port (0 picks a free one)")
 	f.IntVar(&o.storeReplicas, "store-replicas", 3, "store replicas (an odd number)")
 	f.StringVar(&o.replicas, "replicas", "", "replicas per stage, e.g. admission=2,scheduler=2 (default 1 each)")
-	f.StringVar(&o.runtime, "runtime", "sim", "node runtime: sim or linux")
+	f.StringVar(&o.runtime, "runtime", "sim", "node runtime: sim (simulated nodes), linux (one real node on this machine: root, cgroups, netns), or auto (linux when possible, else sim)")
 	f.IntVar(&o.nodes, "nodes", 3, "simulated nodes (with --runtime sim)")
 	f.BoolVar(&o.example, "example", false, "apply the seed's example pod and Service and follow the pod to Ready")
 	f.StringVar(&o.exampleDir, "example-dir", "examples", "directory of the example manifests")
@@ -91,8 +93,21 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	if o.storeReplicas < 1 || o.storeReplicas%2 == 0 {
 		return fmt.Errorf("--store-replicas must be an odd number, got %d", o.storeReplicas)
 	}
-	if o.runtime != "sim" {
-		return fmt.Errorf("--runtime %q is not available yet: use --runtime sim", o.runtime)
+	switch o.runtime {
+	case "sim", "linux":
+	case "auto":
+		o.runtime = "linux"
+		if err := linux.Check(); err != nil {
+			fmt.Fprintf(out, "up: the Linux runtime is not available here (%v): falling back to %d simulated nodes\n", err, o.nodes)
+			o.runtime = "sim"
+		}
+	default:
+		return fmt.Errorf("--runtime %q: want sim, linux or auto", o.runtime)
+	}
+	if o.runtime == "linux" {
+		if err := linux.Check(); err != nil {
+			return err
+		}
 	}
 	replicas, err := parseReplicas(o.replicas)
 	if err != nil {
@@ -146,15 +161,19 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	}
 	supDone := make(chan struct{})
 	go func() { defer close(supDone); _ = sup.Run(supCtx) }()
+	var decommission func() // set when a real node must leave no trace
 	shutdown := func() {
 		// Stop in reverse dependency order so stages drain while the bus
 		// and the store are still there.
-		order := []string{"nodeagent", "stage", "store", "nats"}
+		order := []string{"nodeagent", "stage", "store", "registry", "nats"}
 		for _, role := range order {
 			for _, c := range sup.List() {
 				if strings.HasPrefix(c.Spec.Role, role) {
 					_ = sup.Stop(c.Spec.Name)
 				}
+			}
+			if role == "nodeagent" && decommission != nil {
+				decommission()
 			}
 		}
 		stopSup()
@@ -260,16 +279,43 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := sup.Start(supervisor.Spec{Name: "nodeagent-sim", Role: "nodeagent", Path: exe, Args: []string{
-		"nodeagent", "--runtime", "sim", "--nodes", strconv.Itoa(o.nodes), "--config", cfgPath, "--metrics-addr", naAddr,
-	}}); err != nil {
-		return err
+	consumers := []string{pipeline.SimNodesRunnerConfig("sim").Consumer}
+	nodesDesc := fmt.Sprintf("%d simulated nodes", o.nodes)
+	if o.runtime == "linux" {
+		node := "linux-node-1"
+		registry, err := startRegistry(ctx, sup, exe, dir)
+		if err != nil {
+			return err
+		}
+		logf("up: OCI registry at %s with podflow's images", registry)
+		args := []string{"nodeagent", "--runtime", "linux", "--node", node, "--config", cfgPath,
+			"--data-dir", filepath.Join(dir, "nodes", node), "--registry", registry}
+		if err := sup.Start(supervisor.Spec{Name: "nodeagent-" + node, Role: "nodeagent", Path: exe,
+			Args: append(args, "--metrics-addr", naAddr)}); err != nil {
+			return err
+		}
+		decommission = func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(dctx, exe, append(args, "--decommission")...)
+			if b, err := cmd.CombinedOutput(); err != nil {
+				fmt.Fprintf(out, "up: decommission %s: %v\n%s", node, err, b)
+			}
+		}
+		metrics["nodeagent-"+node] = naAddr
+		consumers = []string{pipeline.NodeAgentRunnerConfig(node).Consumer}
+		nodesDesc = "1 Linux node (" + node + ")"
+	} else {
+		if err := sup.Start(supervisor.Spec{Name: "nodeagent-sim", Role: "nodeagent", Path: exe, Args: []string{
+			"nodeagent", "--runtime", "sim", "--nodes", strconv.Itoa(o.nodes), "--config", cfgPath, "--metrics-addr", naAddr,
+		}}); err != nil {
+			return err
+		}
+		metrics["nodeagent-sim"] = naAddr
 	}
-	metrics["nodeagent-sim"] = naAddr
 	if err := writeMetricsFile(filepath.Join(dir, "metrics.json"), metrics); err != nil {
 		return err
 	}
-	consumers := []string{pipeline.SimNodesRunnerConfig("sim").Consumer}
 	for _, name := range pipeline.Stages {
 		if replicas[name] > 0 {
 			consumers = append(consumers, name)
@@ -278,7 +324,7 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	if err := waitConsumers(ctx, conn, consumers, 60*time.Second); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "up: podflow is running: %d stages, %d store replicas, %d simulated nodes\n", len(pipeline.Stages), o.storeReplicas, o.nodes)
+	fmt.Fprintf(out, "up: podflow is running: %d stages, %d store replicas, %s\n", len(pipeline.Stages), o.storeReplicas, nodesDesc)
 	fmt.Fprintf(out, "up: export PODFLOW_CONFIG=%s\n", cfgPath)
 	fmt.Fprintf(out, "up: export KUBECONFIG=%s   # kubectl, https://%s\n", o.kube.Kubeconfig, o.kube.Addr)
 	fmt.Fprintf(out, "up: metrics: http://%s/metrics (scheduler), every process's in %s\n", metrics["scheduler-1"], filepath.Join(dir, "metrics.json"))
@@ -412,6 +458,40 @@ func writeMetricsFile(path string, m map[string]string) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)
+}
+
+// startRegistry runs `podflow registry` on loopback and pushes podflow's
+// images into it (the seed's nginx is the HTTP server image), so that real
+// pods run offline. It returns the registry's address.
+func startRegistry(ctx context.Context, sup *supervisor.Supervisor, exe, dir string) (string, error) {
+	addrFile := filepath.Join(dir, "registry.addr")
+	_ = os.Remove(addrFile)
+	if err := sup.Start(supervisor.Spec{Name: "registry", Role: "registry", Path: exe, Args: []string{
+		"registry", "--data-dir", filepath.Join(dir, "registry"), "--addr", "127.0.0.1:0", "--addr-file", addrFile,
+	}}); err != nil {
+		return "", err
+	}
+	if err := waitFile(ctx, addrFile, 20*time.Second); err != nil {
+		return "", fmt.Errorf("the registry did not start: %w", err)
+	}
+	b, err := os.ReadFile(addrFile)
+	if err != nil {
+		return "", err
+	}
+	addr := strings.TrimSpace(string(b))
+	busybox := "/bin/busybox"
+	if _, err := os.Stat(busybox); err != nil {
+		busybox = "-"
+	}
+	httpserver := filepath.Join(filepath.Dir(exe), "httpserver")
+	if _, err := os.Stat(httpserver); err != nil {
+		return "", fmt.Errorf("no %s to build the HTTP server image from: run `make httpserver` (make run does)", httpserver)
+	}
+	push := exec.CommandContext(ctx, exe, "images", "push", "--registry", addr, "--httpserver", httpserver, "--busybox", busybox)
+	if b, err := push.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("push podflow's images: %v\n%s", err, b)
+	}
+	return addr, nil
 }
 
 // startNATSCluster starts 3 NATS servers clustered over routes on loopback,
