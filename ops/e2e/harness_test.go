@@ -52,6 +52,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: build podflow:", err)
 		os.Exit(1)
 	}
+	// The HTTP server image's binary, beside podflow, for --runtime linux.
+	hs := exec.Command("go", "build", "-o", filepath.Join(dir, "httpserver"), "./httpserver")
+	hs.Dir = filepath.Join(repoRoot, "images")
+	hs.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
+	hs.Stdout, hs.Stderr = os.Stdout, os.Stderr
+	if err := hs.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: build httpserver:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
