@@ -208,6 +208,13 @@ func TestKubectl(t *testing.T) {
 		if out := k.must("apply", "-f", "examples/nginx-service.yaml"); !strings.Contains(out, "created") {
 			t.Fatalf("apply service: %q", out)
 		}
+		eventually(t, 30*time.Second, "describe service to show the pod's endpoint", func() (bool, string) {
+			out, errs, _ := k.run("describe", "service", "my-nginx")
+			return regexpLine(out, "Endpoints:") && strings.Contains(out, ":80") && !strings.Contains(out, "<none>:80"), out + errs
+		})
+		if out := k.must("get", "endpointslices"); !regexpLine(out, "my-nginx", "IPv4", "80") {
+			t.Fatalf("get endpointslices:\n%s", out)
+		}
 		bad := filepath.Join(t.TempDir(), "bad.yaml")
 		_ = os.WriteFile(bad, []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\nspec:\n  containers:\n  - name: c\n    image: nginx\n    imagePullPolcy: Always\n"), 0o644)
 		_, errs, code := k.run("create", "-f", bad)

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	k8scorev1 "k8s.io/api/core/v1"
+	k8sdiscoveryv1 "k8s.io/api/discovery/v1"
 	k8seventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -76,6 +77,8 @@ func init() {
 	}
 	addResource(&resource{group: "events.k8s.io", version: "v1", name: "events", kind: "Event", namespaced: true,
 		shortNames: []string{"ev"}, verbs: readVerbs, store: objects.Events, readOnly: true, view: eventsV1})
+	addResource(&resource{group: "", version: "v1", name: "endpoints", kind: "Endpoints", namespaced: true,
+		shortNames: []string{"ep"}, verbs: readVerbs, store: objects.EndpointSlices, readOnly: true, view: endpointsV1})
 	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectaccessreviews",
 		kind: "SelfSubjectAccessReview", verbs: []string{"create"}})
 }
@@ -95,9 +98,13 @@ func apiResourceList(gv string) *metav1.APIResourceList {
 	sort.Strings(names)
 	for _, n := range names {
 		r := resources[gv][n]
+		var categories []string
+		if r.group == "" && (r.name == "pods" || r.name == "services") {
+			categories = []string{"all"} // kubectl get all
+		}
 		l.APIResources = append(l.APIResources, metav1.APIResource{
 			Name: r.name, SingularName: strings.ToLower(r.kind), Namespaced: r.namespaced, Kind: r.kind,
-			Verbs: r.verbs, ShortNames: r.shortNames,
+			Verbs: r.verbs, ShortNames: r.shortNames, Categories: categories,
 		})
 		if r.name == "pods" && r.group == "" {
 			l.APIResources = append(l.APIResources,
@@ -143,10 +150,28 @@ func (r *resource) toKube(m proto.Message) (runtime.Object, error) {
 		}
 		return u, nil
 	}
+	defaults(obj)
 	if r.view != nil {
 		return r.view(obj)
 	}
 	return obj, nil
+}
+
+// defaults applies the API server's defaulting that clients rely on and
+// podflow's stored objects may lack (kubectl describe service dereferences
+// every EndpointSlice port's name).
+func defaults(o runtime.Object) {
+	if sl, ok := o.(*k8sdiscoveryv1.EndpointSlice); ok {
+		for i := range sl.Ports {
+			if sl.Ports[i].Name == nil {
+				sl.Ports[i].Name = new(string)
+			}
+			if sl.Ports[i].Protocol == nil {
+				tcp := k8scorev1.ProtocolTCP
+				sl.Ports[i].Protocol = &tcp
+			}
+		}
+	}
 }
 
 // eventsV1 converts a core/v1 Event to events.k8s.io/v1, as the API
@@ -181,6 +206,49 @@ func eventsV1(o runtime.Object) (runtime.Object, error) {
 	}
 	if e.Series != nil {
 		out.Series = &k8seventsv1.EventSeries{Count: e.Series.Count, LastObservedTime: e.Series.LastObservedTime}
+	}
+	return out, nil
+}
+
+// endpointsV1 presents an EndpointSlice (podflow keeps one per Service,
+// named after it) as the Service's core/v1 Endpoints, which kubectl
+// describe service reads.
+func endpointsV1(o runtime.Object) (runtime.Object, error) {
+	sl, ok := o.(*k8sdiscoveryv1.EndpointSlice)
+	if !ok {
+		return nil, fmt.Errorf("endpointsV1: %T is not an EndpointSlice", o)
+	}
+	out := &k8scorev1.Endpoints{TypeMeta: metav1.TypeMeta{Kind: "Endpoints", APIVersion: "v1"}, ObjectMeta: sl.ObjectMeta}
+	out.OwnerReferences = nil
+	if svc := sl.Labels[k8sdiscoveryv1.LabelServiceName]; svc != "" {
+		out.Name = svc
+	}
+	var sub k8scorev1.EndpointSubset
+	for _, e := range sl.Endpoints {
+		for _, a := range e.Addresses {
+			addr := k8scorev1.EndpointAddress{IP: a, NodeName: e.NodeName, TargetRef: e.TargetRef}
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				sub.Addresses = append(sub.Addresses, addr)
+			} else {
+				sub.NotReadyAddresses = append(sub.NotReadyAddresses, addr)
+			}
+		}
+	}
+	for _, p := range sl.Ports {
+		ep := k8scorev1.EndpointPort{AppProtocol: p.AppProtocol}
+		if p.Name != nil {
+			ep.Name = *p.Name
+		}
+		if p.Port != nil {
+			ep.Port = *p.Port
+		}
+		if p.Protocol != nil {
+			ep.Protocol = *p.Protocol
+		}
+		sub.Ports = append(sub.Ports, ep)
+	}
+	if len(sub.Addresses)+len(sub.NotReadyAddresses) > 0 {
+		out.Subsets = []k8scorev1.EndpointSubset{sub}
 	}
 	return out, nil
 }

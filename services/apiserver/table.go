@@ -8,6 +8,7 @@ import (
 	"time"
 
 	k8scorev1 "k8s.io/api/core/v1"
+	k8sdiscoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -70,6 +71,8 @@ var columns = map[string][]metav1.TableColumnDefinition{
 	"Service": {nameCol, col("Type", "", "The type of the service", 0), col("Cluster-IP", "", "The cluster IP of the service", 0),
 		col("External-IP", "", "The external IP of the service", 0), col("Port(s)", "", "The ports of the service", 0), ageCol,
 		col("Selector", "", "The selector of the service", 1)},
+	"EndpointSlice": {nameCol, col("AddressType", "", "Type of address carried by this EndpointSlice", 0),
+		col("Ports", "", "Ports served by this EndpointSlice", 0), col("Endpoints", "", "Endpoints in this EndpointSlice", 0), ageCol},
 	"Event": {col("Last Seen", "", "Time when this event was last seen.", 0), col("Type", "", "Type of this event.", 0),
 		col("Reason", "", "Reason why this event was generated.", 0), col("Object", "", "The object this event is about.", 0),
 		col("Message", "", "A human-readable description of the status of this event.", 0)},
@@ -108,6 +111,21 @@ func (t *table) addRow(res *resource, k runtime.Object) {
 		cells = []any{o.Name, string(o.Status.Phase), t.age(o.CreationTimestamp)}
 	case *k8scorev1.Service:
 		cells = t.serviceCells(o)
+	case *k8sdiscoveryv1.EndpointSlice:
+		var ports, addrs []string
+		for _, p := range o.Ports {
+			if p.Port != nil {
+				ports = append(ports, fmt.Sprint(*p.Port))
+			}
+		}
+		for _, e := range o.Endpoints {
+			addrs = append(addrs, e.Addresses...)
+		}
+		eps := strings.Join(addrs, ",")
+		if len(addrs) > 3 {
+			eps = strings.Join(addrs[:3], ",") + fmt.Sprintf(" + %d more...", len(addrs)-3)
+		}
+		cells = []any{o.Name, string(o.AddressType), orNone(strings.Join(ports, ",")), orNone(eps), t.age(o.CreationTimestamp)}
 	case *k8scorev1.Event:
 		last := o.LastTimestamp
 		if last.IsZero() {
