@@ -438,7 +438,7 @@ func (a *Agent) nodeStatus(now time.Time) *corev1.NodeStatus {
 		return &corev1.NodeCondition{Type: typ, Status: status, Reason: reason, Message: msg,
 			LastHeartbeatTime: ts, LastTransitionTime: since}
 	}
-	return &corev1.NodeStatus{
+	st := &corev1.NodeStatus{
 		Capacity:    a.capacity(),
 		Allocatable: a.capacity(),
 		Conditions: []*corev1.NodeCondition{
@@ -456,6 +456,10 @@ func (a *Agent) nodeStatus(now time.Time) *corev1.NodeStatus {
 			KubeletVersion: "podflow", ContainerRuntimeVersion: fmt.Sprintf("%T", a.rt),
 		},
 	}
+	if il, ok := a.rt.(ImageLister); ok {
+		st.Images = il.NodeImages()
+	}
+	return st
 }
 
 func podKey(pod *corev1.Pod) string {

@@ -130,3 +130,10 @@ type ContainerInfo struct {
 	StartedAt    time.Time
 	Exit         *ContainerExit // set when not running
 }
+
+// ImageLister is implemented by runtimes that keep images: the agent
+// reports them in Node.status.images, which the scheduler's ImageLocality
+// score uses.
+type ImageLister interface {
+	NodeImages() []*corev1.ContainerImage
+}

@@ -584,3 +584,8 @@ func memTotalKiB() int64 {
 	}
 	return 0
 }
+
+var _ nodeagent.ImageLister = (*Runtime)(nil)
+
+// NodeImages lists the images present on the node, for Node.status.images.
+func (r *Runtime) NodeImages() []*corev1.ContainerImage { return r.images.Images() }

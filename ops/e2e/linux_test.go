@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/objects"
 )
 
 // TestLinuxRuntime runs the seed's pod as a real container through the
@@ -47,6 +49,21 @@ func TestLinuxRuntime(t *testing.T) {
 	eventually(t, 10*time.Second, "the request in the container's log", func() (bool, string) {
 		out, _ := c.podflow("logs", "my-nginx-pod")
 		return strings.Contains(out, "GET /healthz 200"), out
+	})
+	// The node reports the pulled image (ImageLocality scores with it).
+	eventually(t, 30*time.Second, "the image in Node.status.images", func() (bool, string) {
+		n, err := objects.Get[*corev1.Node](context.Background(), c.store, "", "linux-node-1")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, im := range n.GetStatus().GetImages() {
+			for _, name := range im.GetNames() {
+				if strings.Contains(name, "nginx") && im.GetSizeBytes() > 0 {
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprint(n.GetStatus().GetImages())
 	})
 	c.mustPodflow("delete", "pod", "my-nginx-pod", "--grace-period", "2")
 	c.stop()
