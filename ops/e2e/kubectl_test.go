@@ -173,6 +173,9 @@ func TestKubectl(t *testing.T) {
 		if code == 0 || !strings.Contains(errs, "Forbidden") {
 			t.Fatalf("bob create: exit %d\n%s%s", code, out, errs)
 		}
+		if out := bob.must("auth", "whoami"); !regexpLine(out, "Username", "bob") || !strings.Contains(out, "devs") {
+			t.Fatalf("bob whoami:\n%s", out)
+		}
 		out, _, code = bob.run("auth", "can-i", "create", "pods")
 		if code == 0 || strings.TrimSpace(out) != "no" {
 			t.Fatalf("bob can-i: exit %d %q", code, out)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/proto"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -61,8 +62,16 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
 		return
 	}
-	if req.res.kind == "SelfSubjectAccessReview" {
+	switch req.res.kind {
+	case "SelfSubjectAccessReview":
 		s.selfSubjectAccessReview(w, r, req)
+		return
+	case "SelfSubjectReview": // kubectl auth whoami
+		writeJSON(w, http.StatusCreated, &authenticationv1.SelfSubjectReview{
+			TypeMeta: metav1.TypeMeta{Kind: "SelfSubjectReview", APIVersion: "authentication.k8s.io/v1"},
+			Status: authenticationv1.SelfSubjectReviewStatus{UserInfo: authenticationv1.UserInfo{
+				Username: req.user.GetUsername(), UID: req.user.GetUid(), Groups: req.user.GetGroups()}},
+		})
 		return
 	}
 	if req.res.namespaced && req.namespace == "" && req.verb == "create" {
@@ -335,6 +344,9 @@ func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	if md.GetName() == "" && md.GetGenerateName() != "" {
 		md.Name = md.GetGenerateName() + randomSuffix()
+	}
+	if ns, ok := obj.(*corev1.Namespace); ok && ns.GetStatus().GetPhase() == "" {
+		ns.Status = &corev1.NamespaceStatus{Phase: "Active"} // as kube-apiserver defaults it
 	}
 	if dry {
 		s.writeObject(w, r, http.StatusCreated, req.res, obj)

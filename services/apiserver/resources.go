@@ -49,7 +49,7 @@ var (
 var resources = map[string]map[string]*resource{}
 
 // groupOrder is the order of /apis (core first in /api).
-var groupOrder = []string{"discovery.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "authorization.k8s.io", "podflow.io"}
+var groupOrder = []string{"discovery.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "podflow.io"}
 
 func addResource(r *resource) {
 	gv := r.groupVersion()
@@ -79,6 +79,8 @@ func init() {
 		shortNames: []string{"ev"}, verbs: readVerbs, store: objects.Events, readOnly: true, view: eventsV1})
 	addResource(&resource{group: "", version: "v1", name: "endpoints", kind: "Endpoints", namespaced: true,
 		shortNames: []string{"ep"}, verbs: readVerbs, store: objects.EndpointSlices, readOnly: true, view: endpointsV1})
+	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "selfsubjectreviews",
+		kind: "SelfSubjectReview", verbs: []string{"create"}})
 	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectaccessreviews",
 		kind: "SelfSubjectAccessReview", verbs: []string{"create"}})
 }
