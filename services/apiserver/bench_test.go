@@ -30,9 +30,16 @@ func reportLatency(b *testing.B, lat []time.Duration) {
 
 // BenchmarkCreatePod is the mutating API call latency: an HTTPS POST of
 // a pod until its 201, through the real api, admission and persistence
-// stages and a raft store (one replica, fsync'ed), one request at a time.
+// stages and a raft store (one and three replicas on loopback, fsync'ed),
+// one request at a time.
 func BenchmarkCreatePod(b *testing.B) {
-	s := startSystem(b, options{})
+	for _, n := range []int{1, 3} {
+		b.Run(fmt.Sprintf("store-replicas=%d", n), func(b *testing.B) { benchCreatePod(b, n) })
+	}
+}
+
+func benchCreatePod(b *testing.B, replicas int) {
+	s := startSystem(b, options{replicas: replicas, fsync: true})
 	c := s.client(b, adminToken)
 	url := s.url + "/api/v1/namespaces/default/pods"
 	// Warm up connections and caches.

@@ -55,8 +55,10 @@ type system struct {
 }
 
 type options struct {
-	https   func(*apiserver.Config)
-	history int64
+	https    func(*apiserver.Config)
+	history  int64 // store history kept, in revisions (0: default)
+	replicas int   // store replicas (0: 1)
+	fsync    bool  // fsync the raft log, as in production (tests skip it)
 }
 
 func freeAddr(t testing.TB) string {
@@ -76,23 +78,30 @@ func startSystem(t testing.TB, o options) *system {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	// The store: one replica.
-	scfg := raftstore.DefaultConfig()
-	raftstoretest.FastConfig(&scfg)
-	scfg.ID, scfg.RaftAddr, scfg.DataDir = "r0", freeAddr(t), filepath.Join(dir, "r0")
-	scfg.Bootstrap = []raftstore.Peer{{ID: "r0", Address: scfg.RaftAddr}}
-	if o.history > 0 {
-		scfg.HistoryRevisions = o.history
+	// The store: o.replicas raft replicas (default 1) on loopback.
+	n := max(o.replicas, 1)
+	var peers []raftstore.Peer
+	for i := range n {
+		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("r%d", i), Address: freeAddr(t)})
 	}
-	scfg.Conn = bustest.Connect(t, srv, "store").NATS()
-	node, err := raftstore.NewNode(scfg)
-	if err != nil {
-		t.Fatal(err)
+	for i, p := range peers {
+		scfg := raftstore.DefaultConfig()
+		raftstoretest.FastConfig(&scfg)
+		scfg.NoSync = !o.fsync
+		scfg.ID, scfg.RaftAddr, scfg.DataDir, scfg.Bootstrap = p.ID, p.Address, filepath.Join(dir, p.ID), peers
+		if o.history > 0 {
+			scfg.HistoryRevisions = o.history
+		}
+		scfg.Conn = bustest.Connect(t, srv, fmt.Sprintf("store-%d", i)).NATS()
+		node, err := raftstore.NewNode(scfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = node.Shutdown() })
 	}
-	if err := node.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = node.Shutdown() })
 	kv, err := raftstore.NewClient(conn.NATS(), raftstore.DefaultClientConfig())
 	if err != nil {
 		t.Fatal(err)
