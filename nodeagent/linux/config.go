@@ -70,11 +70,15 @@ type Config struct {
 func DefaultConfig(node, podCIDR, dataDir, mirror string) Config {
 	ic := image.DefaultConfig(filepath.Join(dataDir, "images"))
 	ic.Mirror = mirror
+	// Each node has its own cgroup root, so that several node agents on one
+	// machine never take each other's pods for orphans.
+	cg := cgroups.DefaultConfig()
+	cg.Root = "podflow-" + node
 	return Config{
 		NodeName:    node,
 		DataDir:     dataDir,
 		Network:     network.DefaultConfig(node, podCIDR, filepath.Join(dataDir, "network")),
-		Cgroups:     cgroups.DefaultConfig(),
+		Cgroups:     cg,
 		Image:       ic,
 		Container:   container.DefaultConfig(),
 		MaxPods:     110,

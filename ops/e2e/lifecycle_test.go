@@ -34,8 +34,13 @@ func ready(p *corev1.Pod) bool { return condition(p, "Ready").GetStatus() == "Tr
 // waitPod waits until the stored pod satisfies cond.
 func (c *cluster) waitPod(ns, name, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	c.t.Helper()
+	return c.waitPodFor(30*time.Second, ns, name, what, cond)
+}
+
+func (c *cluster) waitPodFor(limit time.Duration, ns, name, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	c.t.Helper()
 	var got *corev1.Pod
-	eventually(c.t, 30*time.Second, fmt.Sprintf("pod %s/%s %s", ns, name, what), func() (bool, string) {
+	eventually(c.t, limit, fmt.Sprintf("pod %s/%s %s", ns, name, what), func() (bool, string) {
 		p, err := c.pod(ns, name)
 		if err != nil {
 			return false, err.Error()

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/objects"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -190,7 +193,7 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 	acfg := nodeagent.DefaultConfig(node, podCIDR)
 	acfg.HostIP = lo.hostIP
 	acfg.Logger = log
-	acfg.Labels = map[string]string{"node.podflow.io/runtime": "linux"}
+	acfg.Labels = map[string]string{"node.podflow.io/runtime": "linux", "kubernetes.io/hostname": node}
 	agent, err := nodeagent.New(acfg, rt, wire.NewStore(sess.store), wire.NewPublisher(sess.bus))
 	if err != nil {
 		return err
@@ -236,6 +239,11 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 			cancel()
 		}
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		peerRoutes(ctx, sess, rt, node, log)
+	}()
 	runner, err := bus.NewRunner(sess.bus, rc, wire.Handler(sess.store, agent, acfg.SpecSecond))
 	if err != nil {
 		cancel()
@@ -252,4 +260,41 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 		return nil
 	}
 	return err
+}
+
+// peerRoutes keeps a route to the pod CIDR of every other Linux node agent
+// on this machine, so that pods reach each other across nodes (through the
+// host, never off the machine). It re-checks every few seconds, so a node
+// that starts later, or whose bridge was recreated, is routed to.
+func peerRoutes(ctx context.Context, sess *session, rt *linux.Runtime, self string, log *slog.Logger) {
+	routed := map[string]bool{}
+	t := time.NewTicker(3 * time.Second)
+	defer t.Stop()
+	for {
+		nodes, _, err := objects.List[*corev1.Node](ctx, sess.store, "", raftstore.Stale())
+		if err == nil {
+			for _, n := range nodes {
+				cidr := n.GetSpec().GetPodCidr()
+				if n.GetMetadata().GetName() == self || cidr == "" || n.GetMetadata().GetLabels()["node.podflow.io/runtime"] != "linux" {
+					continue
+				}
+				if err := rt.Network().AddPeerRoute(ctx, cidr, ""); err != nil {
+					if routed[cidr] || ctx.Err() != nil {
+						continue
+					}
+					log.Debug("peer route", "node", n.GetMetadata().GetName(), "cidr", cidr, "err", err)
+					continue
+				}
+				if !routed[cidr] {
+					log.Info("routing to a peer node's pods", "node", n.GetMetadata().GetName(), "cidr", cidr)
+					routed[cidr] = true
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
