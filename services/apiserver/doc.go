@@ -5,9 +5,9 @@
 //
 // What it serves:
 //
-//   - Discovery (/api, /api/v1, /apis, /apis/<group>[/<version>]; the
-//     legacy documents — kubectl falls back to them from aggregated
-//     discovery), /version, /healthz, and an OpenAPI v3 document per group
+//   - Discovery: aggregated (apidiscovery.k8s.io/v2 on /api and /apis,
+//     what kubectl asks for first) and the legacy documents (/api/v1,
+//     /apis/<group>[/<version>]), /version, /healthz, and an OpenAPI v3 document per group
 //     version that declares the operations and their fieldValidation
 //     parameter, so kubectl validates server-side (fieldValidation=Strict:
 //     unknown fields are refused with their path) instead of downloading
@@ -17,8 +17,9 @@
 //     namespaces, services, endpointslices (discovery.k8s.io/v1), events
 //     (core/v1, and events.k8s.io/v1 as a read-only view), configmaps,
 //     secrets, serviceaccounts, limitranges, the RBAC kinds,
-//     sidecarpolicies (podflow.io/v1alpha1), and
-//     selfsubjectaccessreviews (kubectl auth can-i).
+//     sidecarpolicies (podflow.io/v1alpha1), core/v1 endpoints (a
+//     read-only view of the EndpointSlices), selfsubjectaccessreviews
+//     (kubectl auth can-i) and selfsubjectreviews (kubectl auth whoami).
 //   - Lists with label and field selectors (any field path); server-side
 //     Tables (kubectl get) with kubectl's columns for pods, nodes,
 //     namespaces, services and events; watches with resourceVersion,

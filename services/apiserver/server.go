@@ -270,6 +270,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.User
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok"))
 		return
+	case (path == "/api" || path == "/apis") && wantsAggregated(r):
+		writeAggregated(w, path == "/api")
+		return
 	case path == "/api":
 		writeJSON(w, http.StatusOK, apiVersions(r))
 		return

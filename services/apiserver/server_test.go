@@ -55,6 +55,34 @@ func TestPods(t *testing.T) {
 		t.Fatalf("get missing: %d %v", code, body)
 	}
 
+	t.Run("discovery", func(t *testing.T) {
+		code, body, hdr := do(t, admin, "GET", s.url+"/api", "", "", "Accept",
+			"application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json")
+		if code != 200 || !strings.Contains(hdr.Get("Content-Type"), "as=APIGroupDiscoveryList") || body["kind"] != "APIGroupDiscoveryList" {
+			t.Fatalf("aggregated /api: %d %v %v", code, hdr, body)
+		}
+		found := false
+		for _, r := range path(body["items"].([]any)[0].(map[string]any), "versions").([]any)[0].(map[string]any)["resources"].([]any) {
+			rm := r.(map[string]any)
+			found = found || (rm["resource"] == "pods" && rm["scope"] == "Namespaced" && path(rm, "responseKind.kind") == "Pod")
+		}
+		if !found {
+			t.Errorf("aggregated /api lacks pods: %v", body)
+		}
+		code, body, _ = do(t, admin, "GET", s.url+"/apis", "", "", "Accept", "application/json")
+		if code != 200 || body["kind"] != "APIGroupList" {
+			t.Fatalf("legacy /apis: %d %v", code, body)
+		}
+		code, body, _ = do(t, admin, "GET", s.url+"/apis/rbac.authorization.k8s.io/v1", "", "")
+		if code != 200 || body["kind"] != "APIResourceList" || !strings.Contains(fmt.Sprint(body["resources"]), "clusterroles") {
+			t.Fatalf("legacy group version: %d %v", code, body)
+		}
+		code, body, _ = do(t, admin, "GET", s.url+"/openapi/v3/api/v1", "", "")
+		if code != 200 || !strings.Contains(fmt.Sprint(body["paths"]), "fieldValidation") {
+			t.Fatalf("openapi: %d %v", code, body)
+		}
+	})
+
 	t.Run("list with selectors", func(t *testing.T) {
 		code, body, _ := do(t, admin, "POST", pods, "application/json",
 			`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"db","labels":{"app":"db"}},"spec":{"containers":[{"name":"c","image":"postgres"}]}}`)

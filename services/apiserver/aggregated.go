@@ -1,0 +1,83 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// aggregatedContentType is the media type of aggregated discovery
+// (apidiscovery.k8s.io/v2), which kubectl asks for first: the whole API in
+// two requests (/api and /apis) instead of one per group version.
+const aggregatedContentType = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+func wantsAggregated(r *http.Request) bool {
+	for _, a := range strings.Split(r.Header.Get("Accept"), ",") {
+		a = strings.ReplaceAll(a, " ", "")
+		if strings.Contains(a, "as=APIGroupDiscoveryList") && strings.Contains(a, "g=apidiscovery.k8s.io") && strings.Contains(a, "v=v2") {
+			return true
+		}
+		if strings.HasPrefix(a, "application/json") && !strings.Contains(a, "as=") {
+			return false // plain JSON preferred
+		}
+	}
+	return false
+}
+
+// aggregatedDiscovery is the APIGroupDiscoveryList of the core group
+// (core true, for /api) or of every named group (for /apis).
+func aggregatedDiscovery(core bool) *apidiscoveryv2.APIGroupDiscoveryList {
+	l := &apidiscoveryv2.APIGroupDiscoveryList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupDiscoveryList", APIVersion: "apidiscovery.k8s.io/v2"}}
+	groups := groupOrder
+	if core {
+		groups = []string{""}
+	}
+	for _, g := range groups {
+		gv := "v1"
+		if g != "" {
+			gv = apiGroup(g).PreferredVersion.GroupVersion
+		}
+		_, version, _ := strings.Cut(gv, "/")
+		if g == "" {
+			version = "v1"
+		}
+		vd := apidiscoveryv2.APIVersionDiscovery{Version: version, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent}
+		for _, ar := range apiResourceList(gv).APIResources {
+			if strings.Contains(ar.Name, "/") {
+				continue // subresources are listed under their resource
+			}
+			scope := apidiscoveryv2.ScopeCluster
+			if ar.Namespaced {
+				scope = apidiscoveryv2.ScopeNamespace
+			}
+			rd := apidiscoveryv2.APIResourceDiscovery{
+				Resource: ar.Name, ResponseKind: &metav1.GroupVersionKind{Group: g, Version: version, Kind: ar.Kind},
+				Scope: scope, SingularResource: ar.SingularName, Verbs: ar.Verbs, ShortNames: ar.ShortNames, Categories: ar.Categories,
+			}
+			if g == "" && ar.Name == "pods" {
+				for _, sub := range []string{"status", "log"} {
+					rd.Subresources = append(rd.Subresources, apidiscoveryv2.APISubresourceDiscovery{Subresource: sub,
+						ResponseKind: &metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Verbs: []string{"get"}})
+				}
+			}
+			vd.Resources = append(vd.Resources, rd)
+		}
+		l.Items = append(l.Items, apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: g},
+			Versions: []apidiscoveryv2.APIVersionDiscovery{vd}})
+	}
+	return l
+}
+
+func writeAggregated(w http.ResponseWriter, core bool) {
+	b, err := json.Marshal(aggregatedDiscovery(core))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", aggregatedContentType)
+	w.Header().Set("Vary", "Accept")
+	_, _ = w.Write(b)
+}
