@@ -2,8 +2,6 @@ package apiserver
 
 import (
 	"encoding/json"
-	"fmt"
-	"net"
 	"net/http"
 	"runtime"
 
@@ -23,15 +21,11 @@ var versionInfo = &version.Info{
 }
 
 func apiVersions(r *http.Request) *metav1.APIVersions {
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil && h != "" {
-		_ = h
-	}
 	return &metav1.APIVersions{
 		TypeMeta: metav1.TypeMeta{Kind: "APIVersions"},
 		Versions: []string{"v1"},
 		ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{
-			{ClientCIDR: "0.0.0.0/0", ServerAddress: host},
+			{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host},
 		},
 	}
 }
@@ -105,8 +99,4 @@ func conflict(resource, name string) *corev1.Status {
 
 func tooLarge(limit int64) *corev1.Status {
 	return stage.Failure(413, "RequestEntityTooLarge", "", "", "the request body is too large (limit %d bytes)", limit)
-}
-
-func notSupported(format string, args ...any) *corev1.Status {
-	return stage.Failure(405, "MethodNotAllowed", "", "", "%s", fmt.Sprintf(format, args...))
 }
