@@ -83,6 +83,9 @@ fuzz:
 	cd proto && $(GO) test -run '^$$' -fuzz FuzzEnvelopeDecode -fuzztime 30s ./eventsv1/
 	cd bus && $(GO) test -run '^$$' -fuzz FuzzEnvelopeDecode -fuzztime 30s .
 	cd bus && $(GO) test -run '^$$' -fuzz FuzzParseSubject -fuzztime 30s .
+	cd services && $(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./manifest/
+	cd services && $(GO) test -run '^$$' -fuzz FuzzDecodeObject -fuzztime 30s ./apiserver/
+	cd services && $(GO) test -run '^$$' -fuzz FuzzPatch -fuzztime 30s ./apiserver/
 
 clean:
 	rm -rf $(BIN) $(TOOLS)

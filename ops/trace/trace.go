@@ -54,7 +54,10 @@ type Timeline struct {
 func Build(ns, name string, recs []Record, uidOf func(requestID string) string) *Timeline {
 	tl := &Timeline{Namespace: ns, Name: name}
 	for _, r := range recs {
-		if r.Env.GetPodRequested() != nil {
+		// An incarnation starts with its request: PodRequested on the bus
+		// front door, PodAuthorized from the HTTPS one (which authorizes in
+		// process and publishes no PodRequested).
+		if starts := r.Env.GetPodRequested() != nil || (r.Env.GetPodAuthorized() != nil && r.Env.GetRequestId() != tl.RequestID); starts {
 			tl.RequestID, tl.UID = r.Env.GetRequestId(), ""
 		}
 		if u := r.Env.GetPodUid(); u != "" && (tl.RequestID == "" || r.Env.GetRequestId() == tl.RequestID) {

@@ -68,3 +68,18 @@ func TestVerdictRejected(t *testing.T) {
 		t.Fatalf("%q %q", tl.Where, tl.Verdict)
 	}
 }
+
+// A pod created over HTTPS has no PodRequested: its trace starts at
+// PodAuthorized.
+func TestBuildFromHTTPS(t *testing.T) {
+	t0 := time.Now()
+	recs := []Record{
+		env("b", "", "api", "r9", "", t0, 0, 0, &eventsv1.PodAuthorized{}),
+		env("c", "b", "admission", "r9", "", t0.Add(time.Millisecond), 0, 1, &eventsv1.PodAdmitted{}),
+		env("d", "c", "persistence", "r9", "u9", t0.Add(2*time.Millisecond), 0, 1, &eventsv1.PodPersisted{}),
+	}
+	tl := Build("default", "web", recs, nil)
+	if len(tl.Entries) != 3 || tl.RequestID != "r9" || tl.UID != "u9" || tl.Where != "scheduler" {
+		t.Fatalf("entries %d request %q uid %q where %q", len(tl.Entries), tl.RequestID, tl.UID, tl.Where)
+	}
+}
