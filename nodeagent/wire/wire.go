@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/google/uuid"
 	"maps"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Publisher publishes through a bus connection, waiting for the PubAck.
@@ -71,7 +73,14 @@ func notFound(err error) error {
 // agent's labels, pod CIDR, taints and status replace the stored ones.
 func (s *Store) RegisterNode(ctx context.Context, node *corev1.Node) error {
 	for {
-		_, err := s.s.Create(ctx, proto.Clone(node).(*corev1.Node))
+		fresh := proto.Clone(node).(*corev1.Node)
+		if md := objects.Meta(fresh); md.CreationTimestamp == nil {
+			md.CreationTimestamp = timestamppb.Now()
+			if md.Uid == "" {
+				md.Uid = uuid.NewString()
+			}
+		}
+		_, err := s.s.Create(ctx, fresh)
 		if !errors.Is(err, raftstore.ErrAlreadyExists) {
 			return err
 		}
