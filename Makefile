@@ -65,7 +65,7 @@ lint:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 test: proto-check lint
-	@for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...) || exit 1; done
+	@for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...) || exit 1; done
 
 bench:
 	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done
