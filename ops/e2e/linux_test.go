@@ -50,6 +50,49 @@ func TestLinuxRuntime(t *testing.T) {
 		out, _ := c.podflow("logs", "my-nginx-pod")
 		return strings.Contains(out, "GET /healthz 200"), out
 	})
+	// Readiness follows the container's health, and the EndpointSlice
+	// follows readiness: the seed pod leaves its Service when /readyz fails
+	// and joins again when it recovers.
+	c.mustPodflow("apply", "-f", writeTemp(t, `apiVersion: v1
+kind: Pod
+metadata: {name: web-real, labels: {app: web-real}}
+spec:
+  containers:
+  - name: http
+    image: podflow/http:1
+    readinessProbe: {httpGet: {path: /readyz, port: 8080}, periodSeconds: 1, failureThreshold: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web-real}
+spec:
+  selector: {app: web-real}
+  ports: [{port: 80, targetPort: 8080}]
+`))
+	web := c.waitPod("default", "web-real", "Running and Ready", func(p *corev1.Pod) bool {
+		return p.GetStatus().GetPhase() == "Running" && ready(p)
+	})
+	webIP := web.GetStatus().GetPodIp()
+	inSlice := func() bool { return contains(c.sliceAddrs("default", "web-real"), webIP) }
+	eventually(t, 20*time.Second, "web-real in its EndpointSlice", func() (bool, string) { return inSlice(), "" })
+	flip := func(path string) {
+		resp, err := client.Get(fmt.Sprintf("http://%s:8080%s", webIP, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	flip("/fail-readiness")
+	eventually(t, 20*time.Second, "web-real NotReady and out of its EndpointSlice", func() (bool, string) {
+		p, err := c.pod("default", "web-real")
+		return err == nil && !ready(p) && !inSlice(), fmt.Sprint(c.sliceAddrs("default", "web-real"))
+	})
+	flip("/recover-readiness")
+	eventually(t, 20*time.Second, "web-real Ready and back in its EndpointSlice", func() (bool, string) {
+		p, err := c.pod("default", "web-real")
+		return err == nil && ready(p) && inSlice(), fmt.Sprint(c.sliceAddrs("default", "web-real"))
+	})
+
 	// The node reports the pulled image (ImageLocality scores with it).
 	eventually(t, 30*time.Second, "the image in Node.status.images", func() (bool, string) {
 		n, err := objects.Get[*corev1.Node](context.Background(), c.store, "", "linux-node-1")
