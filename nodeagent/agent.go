@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"log/slog"
 	"maps"
 	"runtime"
@@ -414,6 +415,24 @@ func (a *Agent) capacity() map[string]string {
 	return maps.Clone(a.rt.Capacity())
 }
 
+// allocatable is capacity minus reserved, per resource, floored at zero.
+func allocatable(capacity, reserved map[string]string) map[string]string {
+	out := maps.Clone(capacity)
+	for name, r := range reserved {
+		c, err1 := resource.ParseQuantity(capacity[name])
+		q, err2 := resource.ParseQuantity(r)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		c.Sub(q)
+		if c.Sign() < 0 {
+			c = resource.MustParse("0")
+		}
+		out[name] = c.String()
+	}
+	return out
+}
+
 func (a *Agent) node() *corev1.Node {
 	labels := map[string]string{
 		"kubernetes.io/hostname": a.cfg.NodeName,
@@ -440,7 +459,7 @@ func (a *Agent) nodeStatus(now time.Time) *corev1.NodeStatus {
 	}
 	st := &corev1.NodeStatus{
 		Capacity:    a.capacity(),
-		Allocatable: a.capacity(),
+		Allocatable: allocatable(a.capacity(), a.cfg.Reserved),
 		Conditions: []*corev1.NodeCondition{
 			cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
 			cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),

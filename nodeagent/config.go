@@ -49,8 +49,12 @@ type Config struct {
 	// HostIP is the node's InternalIP, reported as status.hostIP of its pods.
 	HostIP string
 	// Capacity overrides the runtime's Capacity() when non-nil (quantity
-	// strings). Allocatable equals capacity.
+	// strings).
 	Capacity map[string]string
+	// Reserved is kept back from capacity for the system and the agent
+	// itself (kubelet's --system-reserved + --kube-reserved): allocatable is
+	// capacity minus Reserved, never below zero.
+	Reserved map[string]string
 	// Labels are added to the well-known node labels
 	// (kubernetes.io/hostname, kubernetes.io/os, kubernetes.io/arch).
 	Labels map[string]string

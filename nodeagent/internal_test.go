@@ -67,3 +67,20 @@ func TestPullPolicy(t *testing.T) {
 		}
 	}
 }
+
+func TestAllocatableAfterReserves(t *testing.T) {
+	got := allocatable(map[string]string{"cpu": "2", "memory": "8Gi", "pods": "110"},
+		map[string]string{"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "1Gi"})
+	want := map[string]string{"cpu": "1900m", "memory": "7680Mi", "pods": "110"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("allocatable %s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+	if _, ok := got["ephemeral-storage"]; ok {
+		t.Errorf("reserved a resource the node does not have: %v", got)
+	}
+	if small := allocatable(map[string]string{"cpu": "100m"}, map[string]string{"cpu": "1"}); small["cpu"] != "0" {
+		t.Errorf("allocatable below zero: %v", small)
+	}
+}

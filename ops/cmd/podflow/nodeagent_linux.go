@@ -192,6 +192,8 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 
 	acfg := nodeagent.DefaultConfig(node, podCIDR)
 	acfg.HostIP = lo.hostIP
+	// Kept back for the system and the agent, like kubelet's --system-reserved.
+	acfg.Reserved = map[string]string{"cpu": "100m", "memory": "256Mi", "pods": "0"}
 	acfg.Logger = log
 	acfg.Labels = map[string]string{"node.podflow.io/runtime": "linux", "kubernetes.io/hostname": node}
 	agent, err := nodeagent.New(acfg, rt, wire.NewStore(sess.store), wire.NewPublisher(sess.bus))
