@@ -73,6 +73,8 @@ type Config struct {
 	// Metrics, when set, is used instead of fresh metrics (a stage adds
 	// its own collectors to its Registry).
 	Metrics *Metrics
+	// Tracing, when set, puts an OpenTelemetry span around each handling.
+	Tracing *Tracing
 }
 
 // Validate checks the Config.
@@ -125,7 +127,11 @@ func Run(ctx context.Context, env Env, h Handler, cfg Config) error {
 			return fail(fmt.Errorf("stage %s: start: %w", env.Stage, err))
 		}
 	}
-	runner, err := bus.NewRunner(env.Bus, cfg.Runner, h.Handle)
+	handle := bus.Handler(h.Handle)
+	if cfg.Tracing != nil {
+		handle = cfg.Tracing.wrap(env.Stage, handle)
+	}
+	runner, err := bus.NewRunner(env.Bus, cfg.Runner, handle)
 	if err != nil {
 		return fail(err)
 	}

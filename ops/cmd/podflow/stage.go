@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -121,7 +122,15 @@ is redelivered to the others.`,
 					return err
 				}
 			}
-			err = stage.Run(ctx, env, h, stage.Config{Runner: rc, ResyncPeriod: o.resync, MetricsAddr: o.metrics, Metrics: metrics,
+			tracing, err := stage.TracingFromEnv(ctx, name, replica)
+			if err != nil {
+				return err
+			}
+			if tracing != nil {
+				defer tracing.Shutdown(context.WithoutCancel(ctx))
+				log.Info("exporting OpenTelemetry spans over OTLP")
+			}
+			err = stage.Run(ctx, env, h, stage.Config{Runner: rc, ResyncPeriod: o.resync, MetricsAddr: o.metrics, Metrics: metrics, Tracing: tracing,
 				OnMetrics: func(addr string) { log.Info("serving metrics", "addr", "http://"+addr+"/metrics") }})
 			log.Info("stage stopped", "err", err)
 			return err
