@@ -281,3 +281,13 @@ func (c *cluster) scrape(child string) string {
 	}
 	return string(body)
 }
+
+func grepLines(text, substr string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

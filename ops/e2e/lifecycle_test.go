@@ -157,6 +157,10 @@ func TestLifecycle(t *testing.T) {
 				t.Errorf("scheduler metrics lack %q", want)
 			}
 		}
+		if na := c.scrape("nodeagent-sim"); !strings.Contains(na, "kubelet_pod_start_sli_duration_seconds_count 1") &&
+			!strings.Contains(na, "kubelet_pod_start_sli_duration_seconds_count 2") {
+			t.Errorf("node agent metrics lack the pod start:\n%s", grepLines(na, "kubelet_"))
+		}
 		// Applying the same pod again changes nothing.
 		out = c.mustPodflow("apply", "-f", filepath.Join("examples", "nginx-pod.yaml"))
 		if !strings.Contains(out, "pod/my-nginx-pod unchanged") {

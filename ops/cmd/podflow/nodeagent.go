@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/nodeagent/nodemetrics"
 	"github.com/podflow/podflow/nodeagent/sim"
 	"github.com/podflow/podflow/nodeagent/wire"
 	"github.com/podflow/podflow/services/pipeline"
@@ -60,7 +61,12 @@ package documentation). The simulated nodes share one durable consumer.`,
 			if err := bus.Provision(ctx, sess.bus.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
 				return fmt.Errorf("provision the node agents' consumer: %w", err)
 			}
-			cl, err := sim.NewCluster(sim.DefaultClusterConfig(o.nodes), wire.NewStore(sess.store), wire.NewPublisher(sess.bus))
+			m := stage.NewMetrics("nodeagent")
+			nm, err := nodemetrics.New(m.Registry)
+			if err != nil {
+				return err
+			}
+			cl, err := sim.NewCluster(sim.DefaultClusterConfig(o.nodes), wire.NewStore(sess.store), nm.Publisher(wire.NewPublisher(sess.bus)))
 			if err != nil {
 				return err
 			}
@@ -70,7 +76,6 @@ package documentation). The simulated nodes share one durable consumer.`,
 			}
 			defer cl.Stop()
 			log.Info("simulated nodes registered", "nodes", o.nodes)
-			m := stage.NewMetrics("nodeagent")
 			rc.Observer = m
 			if o.metrics != "" {
 				addr, err := serveMetricsAddr(ctx, o.metrics, m)
@@ -79,7 +84,7 @@ package documentation). The simulated nodes share one durable consumer.`,
 				}
 				log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
 			}
-			runner, err := bus.NewRunner(sess.bus, rc, wire.Handler(sess.store, cl, time.Second))
+			runner, err := bus.NewRunner(sess.bus, rc, nm.Handler(wire.Handler(sess.store, cl, time.Second)))
 			if err != nil {
 				return err
 			}

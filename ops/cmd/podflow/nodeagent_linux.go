@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/podflow/podflow/nodeagent/nodemetrics"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
 	"log/slog"
@@ -196,7 +197,12 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 	acfg.Reserved = map[string]string{"cpu": "100m", "memory": "256Mi", "pods": "0"}
 	acfg.Logger = log
 	acfg.Labels = map[string]string{"node.podflow.io/runtime": "linux", "kubernetes.io/hostname": node}
-	agent, err := nodeagent.New(acfg, rt, wire.NewStore(sess.store), wire.NewPublisher(sess.bus))
+	m := stage.NewMetrics("nodeagent")
+	nm, err := nodemetrics.New(m.Registry)
+	if err != nil {
+		return err
+	}
+	agent, err := nodeagent.New(acfg, nm.Runtime(rt), wire.NewStore(sess.store), nm.Publisher(wire.NewPublisher(sess.bus)))
 	if err != nil {
 		return err
 	}
@@ -204,7 +210,6 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 	if err := bus.Provision(ctx, sess.bus.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
 		return fmt.Errorf("provision the node agent's consumer: %w", err)
 	}
-	m := stage.NewMetrics("nodeagent")
 	rc.Observer = m
 	if o.metrics != "" {
 		addr, err := serveMetricsAddr(ctx, o.metrics, m)
@@ -246,7 +251,7 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 		defer wg.Done()
 		peerRoutes(ctx, sess, rt, node, log)
 	}()
-	runner, err := bus.NewRunner(sess.bus, rc, wire.Handler(sess.store, agent, acfg.SpecSecond))
+	runner, err := bus.NewRunner(sess.bus, rc, nm.Handler(wire.Handler(sess.store, agent, acfg.SpecSecond)))
 	if err != nil {
 		cancel()
 		wg.Wait()
