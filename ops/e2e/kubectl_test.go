@@ -228,9 +228,9 @@ func TestKubectl(t *testing.T) {
 
 	t.Run("logs", func(t *testing.T) {
 		// The simulated runtime keeps no logs: kubectl shows the server's
-		// Status (the Linux runtime will serve them).
+		// Status (TestLinuxRuntime reads real logs with kubectl).
 		_, errs, code := k.run("logs", "my-nginx-pod")
-		if code == 0 || !strings.Contains(errs, "not available") {
+		if code == 0 || !strings.Contains(errs, "does not serve logs") {
 			t.Fatalf("logs: exit %d %s", code, errs)
 		}
 	})

@@ -50,6 +50,13 @@ func TestLinuxRuntime(t *testing.T) {
 		out, _ := c.podflow("logs", "my-nginx-pod")
 		return strings.Contains(out, "GET /healthz 200"), out
 	})
+	// And through the Kubernetes API: stock kubectl logs.
+	if kubectl, err := exec.LookPath("kubectl"); err == nil {
+		out, err := exec.Command(kubectl, "--kubeconfig", filepath.Join(c.dir, "kubeconfig"), "logs", "my-nginx-pod").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "GET /healthz 200") {
+			t.Errorf("kubectl logs: %v\n%s", err, out)
+		}
+	}
 	// Readiness follows the container's health, and the EndpointSlice
 	// follows readiness: the seed pod leaves its Service when /readyz fails
 	// and joins again when it recovers.

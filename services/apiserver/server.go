@@ -27,6 +27,12 @@ import (
 // Backend is what the server needs from the api stage it runs in. The
 // server calls it in process, so the user it authenticated is trusted
 // without crossing the bus. Implementations are safe for concurrent use.
+// LogBackend is implemented by backends that can read container logs
+// from the nodes (pods/log, `kubectl logs`).
+type LogBackend interface {
+	PodLogs(ctx context.Context, pod *corev1.Pod, container string, previous bool) ([]byte, *corev1.Status)
+}
+
 type Backend interface {
 	// AuthenticateToken maps a bearer token (static token file,
 	// ServiceAccount token) to a user, or returns the 401 Status.
