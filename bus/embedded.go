@@ -118,6 +118,9 @@ func (c EmbeddedConfig) withDefaults() EmbeddedConfig {
 const (
 	// RoleAdmin may publish and subscribe to everything.
 	RoleAdmin = "admin"
+	// RoleClient is for users of podflow: it may only ask the api front
+	// door and publish PodRequested (see rolePermissions).
+	RoleClient = "client"
 )
 
 // Credentials is the content of DataDir/creds.json: one entry per NATS
@@ -231,21 +234,48 @@ func LoadCredentials(path string) (Credentials, error) {
 // and writing (mode 0600) a fresh admin password on first use.
 func loadOrCreateCredentials(path string) (Credentials, error) {
 	c, err := LoadCredentials(path)
-	if err == nil {
-		return c, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return c, err
 	}
-	pw, err := randomSecret()
-	if err != nil {
-		return c, err
+	changed := false
+	for _, role := range []string{RoleAdmin, RoleClient} {
+		if _, ok := c.User(role); ok {
+			continue
+		}
+		pw, err := randomSecret()
+		if err != nil {
+			return c, err
+		}
+		c.Users = append(c.Users, UserCredential{Role: role, User: role, Password: pw, Permissions: rolePermissions(role)})
+		changed = true
 	}
-	c = Credentials{Version: 1, Users: []UserCredential{{Role: RoleAdmin, User: "admin", Password: pw}}}
-	if err := writeJSON0600(path, c); err != nil {
-		return c, err
+	if c.Version < 2 {
+		c.Version, changed = 2, true
+	}
+	if changed {
+		if err := writeJSON0600(path, c); err != nil {
+			return c, err
+		}
 	}
 	return c, nil
+}
+
+// rolePermissions are the subject permissions of a role's user (nil: all).
+func rolePermissions(role string) *Permissions {
+	switch role {
+	case RoleClient:
+		// What a user of podflow may do on the bus: ask the api front door
+		// (request-reply) and publish PodRequested onto the stream, reading
+		// only its own replies. It cannot publish any other lifecycle event
+		// (a forged PodAdmitted or PodScheduled is refused by the server),
+		// cannot reach the store (podflow.store.>, Secrets included) and
+		// cannot manage streams or consumers.
+		return &Permissions{
+			Publish:   &SubjectPermission{Allow: []string{APIPrefix + ".>", PodPrefix + ".PodRequested.>"}},
+			Subscribe: &SubjectPermission{Allow: []string{"_INBOX.>"}},
+		}
+	}
+	return nil
 }
 
 func randomSecret() (string, error) {

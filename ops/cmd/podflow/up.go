@@ -212,6 +212,15 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Users of the bus get the locked-down client identity: they may ask
+	// the api front door and publish PodRequested, nothing else.
+	if creds, err := bus.LoadCredentials(filepath.Join(dir, "nats", bus.CredsFileName)); err == nil {
+		if u, ok := creds.User(bus.RoleClient); ok {
+			if err := bus.WriteClientConfig(filepath.Join(dir, "nats", "user.json"), bc.URLs, u); err != nil {
+				return err
+			}
+		}
+	}
 	bc.Name = "podflow-up"
 	conn, err := bus.Connect(ctx, bc)
 	if err != nil {
