@@ -149,6 +149,11 @@ func (c *cluster) stop() {
 	}
 	select {
 	case <-c.stopped:
+		// up exited on its own (a failed start): still show why.
+		if c.root.Failed() {
+			c.root.Logf("podflow up output:\n%s", c.output())
+			c.dumpLogs()
+		}
 		return
 	default:
 	}

@@ -158,3 +158,14 @@ func ServeMetrics(ctx context.Context, addr string, m *Metrics) (string, error) 
 	go func() { _ = g.Wait() }() // ends with ctx
 	return l.Addr().String(), nil
 }
+
+// AnswerPings answers PingSubject for a process that is not a stage (a
+// node agent) until ctx is done.
+func AnswerPings(ctx context.Context, env Env, m *Metrics) error {
+	g, gctx := errgroup.WithContext(ctx)
+	if err := answerPings(gctx, g, env, m, time.Now()); err != nil {
+		return err
+	}
+	go func() { _ = g.Wait() }() // ends with ctx
+	return nil
+}

@@ -84,6 +84,9 @@ package documentation). The simulated nodes share one durable consumer.`,
 				}
 				log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
 			}
+			if err := stage.AnswerPings(ctx, stage.Env{Bus: sess.bus, Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
+				return err
+			}
 			runner, err := bus.NewRunner(sess.bus, rc, nm.Handler(wire.Handler(sess.store, cl, time.Second)))
 			if err != nil {
 				return err

@@ -251,6 +251,11 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 		defer wg.Done()
 		peerRoutes(ctx, sess, rt, node, log)
 	}()
+	if err := stage.AnswerPings(ctx, stage.Env{Bus: sess.bus, Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	}
 	runner, err := bus.NewRunner(sess.bus, rc, nm.Handler(wire.Handler(sess.store, agent, acfg.SpecSecond)))
 	if err != nil {
 		cancel()

@@ -573,6 +573,17 @@ func provisionRetry(ctx context.Context, conn *bus.Conn, streams bus.StreamsConf
 	}
 }
 
+// answered reports whether a process of consumer's stage (or node agent)
+// answers the ping.
+func answered(ctx context.Context, conn *bus.Conn, consumer string) bool {
+	for _, p := range ping(ctx, conn.NATS(), 200*time.Millisecond) {
+		if p.Stage == consumer || (p.Stage == "nodeagent" && p.Replica == consumer) {
+			return true
+		}
+	}
+	return false
+}
+
 // waitConsumers waits until every named consumer of the events stream has
 // a replica pulling from it: then the stage is ready to work.
 func waitConsumers(ctx context.Context, conn *bus.Conn, names []string, timeout time.Duration) error {
@@ -583,6 +594,12 @@ func waitConsumers(ctx context.Context, conn *bus.Conn, names []string, timeout 
 			c, err := conn.JetStream().Consumer(ctx, bus.EventsStream, name)
 			if err == nil {
 				if info, err := c.Info(ctx); err == nil && info.NumWaiting > 0 {
+					break
+				}
+				// A replica answering the ping is running its runner: with
+				// replicated consumers a pending pull can be dropped by a
+				// consumer leader change until the client pulls again.
+				if answered(ctx, conn, name) {
 					break
 				}
 			}
