@@ -130,7 +130,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	}
 	meta := ctrMeta{ID: id, Name: c.GetName(), Image: c.GetImage(), ImageID: img.ID, Init: isInit(pd, c.GetName()),
 		RestartCount: restarts, CreatedAt: time.Now(), Env: env, WorkingDir: wd}
-	if err := writeJSON(filepath.Join(dir, "meta.json"), meta); err != nil {
+	if err := container.WriteJSON(filepath.Join(dir, "meta.json"), meta); err != nil {
 		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "record container: %w", err)
 	}
 	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, Image: lower, LogPath: lp, Hostname: pd.GetMetadata().GetName(),

@@ -229,18 +229,6 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
-func writeJSON(path string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 func readJSON(path string, v any) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -250,7 +238,7 @@ func readJSON(path string, v any) error {
 }
 
 func (r *Runtime) savePod(p *pod) error {
-	return writeJSON(filepath.Join(p.dir, "pod.json"), p.rec)
+	return container.WriteJSON(filepath.Join(p.dir, "pod.json"), p.rec)
 }
 
 // recover adopts the pods recorded on disk and removes what the kernel

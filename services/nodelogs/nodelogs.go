@@ -40,24 +40,33 @@ type Reply struct {
 // ErrNode is returned when the node answered with an error.
 var ErrNode = errors.New("nodelogs: the node could not serve the log")
 
+// Ask makes one log request to node's agent.
+func Ask(ctx context.Context, nc *nats.Conn, node string, req Request) (Reply, error) {
+	var rep Reply
+	b, err := json.Marshal(req)
+	if err != nil {
+		return rep, err
+	}
+	msg, err := nc.RequestWithContext(ctx, Subject(node), b)
+	if err != nil {
+		return rep, fmt.Errorf("nodelogs: ask node %q: %w", node, err)
+	}
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return rep, fmt.Errorf("nodelogs: decode: %w", err)
+	}
+	if rep.Error != "" {
+		return rep, fmt.Errorf("%w: %s", ErrNode, rep.Error)
+	}
+	return rep, nil
+}
+
 // Fetch reads the whole current log of a container from its node.
 func Fetch(ctx context.Context, nc *nats.Conn, node string, req Request) ([]byte, error) {
 	var out []byte
 	for range 1024 { // bounded: 1024 chunks of up to 512 KiB
-		b, err := json.Marshal(req)
+		rep, err := Ask(ctx, nc, node, req)
 		if err != nil {
 			return nil, err
-		}
-		msg, err := nc.RequestWithContext(ctx, Subject(node), b)
-		if err != nil {
-			return nil, fmt.Errorf("nodelogs: ask node %q: %w", node, err)
-		}
-		var rep Reply
-		if err := json.Unmarshal(msg.Data, &rep); err != nil {
-			return nil, fmt.Errorf("nodelogs: decode: %w", err)
-		}
-		if rep.Error != "" {
-			return nil, fmt.Errorf("%w: %s", ErrNode, rep.Error)
 		}
 		out = append(out, rep.Data...)
 		if len(rep.Data) == 0 || rep.Offset == req.Offset {

@@ -124,7 +124,7 @@ func start(ctx context.Context, cfg Config, spec Spec, sp *shimProc) (*Container
 	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("container %q: %w", spec.ID, err)
 	}
-	if err := writeJSON(filepath.Join(spec.Dir, specFile), spec); err != nil {
+	if err := WriteJSON(filepath.Join(spec.Dir, specFile), spec); err != nil {
 		return nil, fmt.Errorf("container %q: write spec: %w", spec.ID, err)
 	}
 	_ = os.Remove(filepath.Join(spec.Dir, stateFile))
@@ -260,7 +260,7 @@ func (c *Container) finish() {
 		if st.FinishedAt.IsZero() {
 			st.FinishedAt = time.Now()
 		}
-		_ = writeJSON(filepath.Join(c.Dir, stateFile), st)
+		_ = WriteJSON(filepath.Join(c.Dir, stateFile), st)
 	}
 	c.mu.Lock()
 	c.state, c.final = st, true

@@ -59,13 +59,13 @@ func runShim(dir string) error {
 		return err
 	}
 	st := State{ID: spec.ID, Status: StatusCreated, ShimPID: os.Getpid(), ShimStart: self}
-	if err := writeJSON(filepath.Join(dir, stateFile), st); err != nil {
+	if err := WriteJSON(filepath.Join(dir, stateFile), st); err != nil {
 		fmt.Fprintf(ready, "error write state: %v\n", err)
 		return err
 	}
 	fail := func(err error) error {
 		st.Status, st.ExitCode, st.Error, st.FinishedAt = StatusExited, 128, err.Error(), time.Now()
-		if werr := writeJSON(filepath.Join(dir, stateFile), st); werr != nil {
+		if werr := WriteJSON(filepath.Join(dir, stateFile), st); werr != nil {
 			err = errors.Join(err, werr)
 		}
 		fmt.Fprintf(ready, "error %s\n", bytes.ReplaceAll([]byte(err.Error()), []byte("\n"), []byte(" ")))
@@ -109,7 +109,7 @@ func runShim(dir string) error {
 	st.PID = cmd.Process.Pid
 	st.PIDStart, _ = startTime(st.PID)
 	st.Status, st.StartedAt = StatusRunning, time.Now()
-	if err := writeJSON(filepath.Join(dir, stateFile), st); err != nil {
+	if err := WriteJSON(filepath.Join(dir, stateFile), st); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return fail(err)
@@ -138,7 +138,7 @@ func runShim(dir string) error {
 	}
 	st.OOMKilled = st.Signal == int(unix.SIGKILL) && oomKills(spec.Cgroups) > 0
 	st.Status = StatusExited
-	return writeJSON(filepath.Join(dir, stateFile), st)
+	return WriteJSON(filepath.Join(dir, stateFile), st)
 }
 
 // awaitContainer reads the container directory a spare shim is given, and

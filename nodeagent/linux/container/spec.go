@@ -175,8 +175,9 @@ func ReadState(dir string) (State, error) {
 	return st, nil
 }
 
-// writeJSON replaces path atomically.
-func writeJSON(path string, v any) error {
+// WriteJSON writes v as JSON to path atomically (a temporary file renamed
+// into place), mode 0600: the state files a restarted agent reads back.
+func WriteJSON(path string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err

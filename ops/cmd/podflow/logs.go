@@ -4,8 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/podflow/podflow/services/nodelogs"
 	"io"
 	"time"
 
@@ -52,29 +53,23 @@ the output follows until the container exits or the command is interrupted.`,
 			if node == "" {
 				return fmt.Errorf("pod %s/%s is not scheduled yet", ns, args[0])
 			}
-			req := map[string]any{"namespace": ns, "pod": args[0], "container": ctrName, "previous": prev}
+			req := nodelogs.Request{Namespace: ns, Pod: args[0], Container: ctrName, Previous: prev}
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
-			for offset := int64(0); ; {
-				req["offset"] = offset
-				b, _ := json.Marshal(req)
+			for {
 				rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-				msg, err := sess.bus.NATS().RequestWithContext(rctx, logsSubject(node), b)
+				rep, err := nodelogs.Ask(rctx, sess.bus.NATS(), node, req)
 				cancel()
+				if errors.Is(err, nodelogs.ErrNode) {
+					return err
+				}
 				if err != nil {
-					return fmt.Errorf("ask node %q for the logs (is it a --runtime linux node agent?): %w", node, err)
-				}
-				var rep logReply
-				if err := json.Unmarshal(msg.Data, &rep); err != nil {
-					return fmt.Errorf("node %q: %w", node, err)
-				}
-				if rep.Error != "" {
-					return fmt.Errorf("node %q: %s", node, rep.Error)
+					return fmt.Errorf("%w (is it a --runtime linux node agent?)", err)
 				}
 				if err := writeRecords(w, rep.Data); err != nil {
 					return err
 				}
-				offset = rep.Offset
+				req.Offset = rep.Offset
 				if len(rep.Data) > 0 {
 					continue // more may be there already
 				}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/podflow/podflow/nodeagent/nodemetrics"
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/nodelogs"
 	"github.com/podflow/podflow/services/objects"
 	"log/slog"
 	"net/netip"
@@ -124,17 +125,6 @@ func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, clus
 	return "", fmt.Errorf("no free /24 left in %s", cl)
 }
 
-// logsSubject is where a Linux node agent answers log requests: core NATS
-// request-reply under podflow.ops (like the ping responders), outside every
-// JetStream stream's subjects.
-func logsSubject(node string) string { return "podflow.ops.logs." + bus.EncodeToken(node) }
-
-// logReply is the wire form of a log request's answer.
-type logReply struct {
-	linux.LogChunk
-	Error string `json:"error,omitempty"`
-}
-
 // runLinuxNodeAgent runs one real node: the Linux runtime, the agent core,
 // its consumer, and the logs responder.
 func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions) error {
@@ -218,13 +208,15 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 		}
 		log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
 	}
-	sub, err := sess.bus.NATS().Subscribe(logsSubject(node), func(msg *nats.Msg) {
-		var req linux.LogRequest
-		var rep logReply
+	sub, err := sess.bus.NATS().Subscribe(nodelogs.Subject(node), func(msg *nats.Msg) {
+		var req nodelogs.Request
+		var rep nodelogs.Reply
 		if err := json.Unmarshal(msg.Data, &req); err != nil {
 			rep.Error = err.Error()
-		} else if rep.LogChunk, err = rt.ReadLog(req, 512<<10); err != nil {
+		} else if c, err := rt.ReadLog(linux.LogRequest(req), 512<<10); err != nil {
 			rep.Error = err.Error()
+		} else {
+			rep = nodelogs.Reply{Container: c.Container, Data: c.Data, Offset: c.Offset, Running: c.Running}
 		}
 		b, _ := json.Marshal(rep)
 		_ = msg.Respond(b)
