@@ -175,7 +175,8 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
 	}
 	if user != "" {
-		opts = append(opts, nats.UserInfo(user, pass))
+		// Replies come to this user's own inboxes (see InboxPrefix).
+		opts = append(opts, nats.UserInfo(user, pass), nats.CustomInboxPrefix(InboxPrefix(user)))
 	}
 	url := strings.Join(cfg.URLs, ",")
 	var (

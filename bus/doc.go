@@ -104,6 +104,19 @@
 // PubAck means a quorum has the message, which covers the loss of one
 // machine without an fsync on every write.
 //
+// # Identities
+//
+// The embedded server authenticates every client. Its credentials file
+// holds the admin user (everything: the only identity that manages
+// streams and consumers), the client user (ask the api front door and
+// publish PodRequested) and the users of EmbeddedConfig.Roles, each
+// restricted by NATS subject permissions. The package knows how NATS and
+// JetStream name things (ConsumeSubjects, ReadStreamSubjects,
+// RunnerConfig.PublishSubjects); the policy — which role may do what — is
+// services/pipeline's. A connection that authenticates as a user gets the
+// inbox prefix InboxPrefix(user), so that a user may be allowed to read
+// its own replies and no one else's.
+//
 // # Example
 //
 //	srv, err := bus.StartEmbedded(ctx, bus.DefaultEmbeddedConfig(dataDir))

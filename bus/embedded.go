@@ -11,6 +11,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -56,6 +58,9 @@ type EmbeddedConfig struct {
 	ClusterPort int
 	// Routes are the other servers' route URLs, e.g. "nats-route://127.0.0.1:6223".
 	Routes []string
+	// Roles are NATS users to provision besides the built-in admin and
+	// client, each restricted by its permissions (see RoleSpec).
+	Roles []RoleSpec
 }
 
 // DefaultEmbeddedConfig returns the defaults for an embedded server
@@ -90,6 +95,16 @@ func (c EmbeddedConfig) Validate() error {
 	}
 	if c.Host != "" && net.ParseIP(c.Host) == nil && c.Host != "localhost" {
 		return invalidf("embedded: Host %q is not an IP address", c.Host)
+	}
+	seen := map[string]bool{}
+	for _, r := range c.Roles {
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("embedded: %w", err)
+		}
+		if seen[r.Role] {
+			return invalidf("embedded: role %q declared twice", r.Role)
+		}
+		seen[r.Role] = true
 	}
 	return nil
 }
@@ -231,26 +246,39 @@ func LoadCredentials(path string) (Credentials, error) {
 }
 
 // loadOrCreateCredentials returns the credentials in path, generating
-// and writing (mode 0600) a fresh admin password on first use.
-func loadOrCreateCredentials(path string) (Credentials, error) {
+// and writing (mode 0600) a password for every role that has none: admin,
+// client and roles. The permissions of the built-in roles and of roles
+// are set from the code on every call, so a newer policy applies to users
+// created by an older one; users of undeclared roles are kept as they are.
+func loadOrCreateCredentials(path string, roles []RoleSpec) (Credentials, error) {
+	for _, r := range roles {
+		if err := r.validate(); err != nil {
+			return Credentials{}, fmt.Errorf("bus: credentials %q: %w", path, err)
+		}
+	}
 	c, err := LoadCredentials(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return c, err
 	}
+	want := []RoleSpec{{Role: RoleAdmin}, {Role: RoleClient, Permissions: rolePermissions(RoleClient)}}
+	want = append(want, roles...)
 	changed := false
-	for _, role := range []string{RoleAdmin, RoleClient} {
-		if _, ok := c.User(role); ok {
-			continue
+	for _, r := range want {
+		i := slices.IndexFunc(c.Users, func(u UserCredential) bool { return u.Role == r.Role })
+		if i < 0 {
+			pw, err := randomSecret()
+			if err != nil {
+				return c, err
+			}
+			c.Users = append(c.Users, UserCredential{Role: r.Role, User: r.Role, Password: pw})
+			i, changed = len(c.Users)-1, true
 		}
-		pw, err := randomSecret()
-		if err != nil {
-			return c, err
+		if !reflect.DeepEqual(c.Users[i].Permissions, r.Permissions) {
+			c.Users[i].Permissions, changed = r.Permissions, true
 		}
-		c.Users = append(c.Users, UserCredential{Role: role, User: role, Password: pw, Permissions: rolePermissions(role)})
-		changed = true
 	}
-	if c.Version < 2 {
-		c.Version, changed = 2, true
+	if c.Version < 3 {
+		c.Version, changed = 3, true
 	}
 	if changed {
 		if err := writeJSON0600(path, c); err != nil {
@@ -272,7 +300,7 @@ func rolePermissions(role string) *Permissions {
 		// cannot manage streams or consumers.
 		return &Permissions{
 			Publish:   &SubjectPermission{Allow: []string{APIPrefix + ".>", PodPrefix + ".PodRequested.>"}},
-			Subscribe: &SubjectPermission{Allow: []string{"_INBOX.>"}},
+			Subscribe: &SubjectPermission{Allow: []string{InboxPrefix(RoleClient) + ".>"}},
 		}
 	}
 	return nil
@@ -341,7 +369,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	if credsPath == "" {
 		credsPath = filepath.Join(cfg.DataDir, CredsFileName)
 	}
-	creds, err := loadOrCreateCredentials(credsPath)
+	creds, err := loadOrCreateCredentials(credsPath, cfg.Roles)
 	if err != nil {
 		return nil, err
 	}
@@ -415,12 +443,33 @@ func (e *Embedded) Server() *server.Server { return e.srv }
 // ClientConfig returns a client Config that connects to this server as
 // the admin user, named name.
 func (e *Embedded) ClientConfig(name string) Config {
+	c, _ := e.ClientConfigAs(RoleAdmin, name)
+	return c
+}
+
+// ClientConfigAs returns a client Config that connects to this server as
+// the user of role, named name.
+func (e *Embedded) ClientConfigAs(role, name string) (Config, error) {
 	c := DefaultConfig()
 	c.URLs = []string{e.ClientURL()}
-	admin := e.creds.Admin()
-	c.User, c.Password = admin.User, admin.Password
+	u, ok := e.creds.User(role)
+	if !ok {
+		return c, invalidf("embedded: no user of role %q", role)
+	}
+	c.User, c.Password, c.Role = u.User, u.Password, role
 	c.Name = name
-	return c
+	return c, nil
+}
+
+// EnsureCredentials creates or completes the credentials file at path for
+// the built-in roles and roles, as a server started with them would (see
+// EmbeddedConfig.Roles). The servers of a cluster share one file: create
+// it before starting them, so that they agree on every password.
+func EnsureCredentials(path string, roles []RoleSpec) (Credentials, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return Credentials{}, fmt.Errorf("bus: credentials dir: %w", err)
+	}
+	return loadOrCreateCredentials(path, roles)
 }
 
 // WriteClientConfig writes the URL and admin credentials of this server

@@ -153,3 +153,64 @@ func TestConnReconnectsAcrossServerRestart(t *testing.T) {
 		t.Fatalf("ack after restart %+v, want sequence 2", ack)
 	}
 }
+
+// TestRoleCredentials: declared roles get a user each, whose password
+// survives restarts while its permissions follow the current declaration;
+// a role user may only do what its permissions say.
+func TestRoleCredentials(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "creds.json")
+	v1 := []bus.RoleSpec{{Role: "reader", Permissions: &bus.Permissions{
+		Publish: &bus.SubjectPermission{Allow: []string{"a.>"}},
+	}}}
+	c1, err := bus.EnsureCredentials(path, v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u1, ok := c1.User("reader")
+	if !ok || len(u1.Password) < 20 || u1.Permissions.Publish.Allow[0] != "a.>" {
+		t.Fatalf("reader user: %+v", u1)
+	}
+	v2 := []bus.RoleSpec{{Role: "reader", Permissions: &bus.Permissions{
+		Publish: &bus.SubjectPermission{Allow: []string{"b.>"}},
+	}}}
+	cfg := bus.DefaultEmbeddedConfig(t.TempDir())
+	cfg.CredsPath, cfg.Roles = path, v2
+	srv := bustest.ServerAt(t, cfg)
+	u2, _ := srv.Creds().User("reader")
+	if u2.Password != u1.Password {
+		t.Error("the reader's password changed across restarts")
+	}
+	if got := u2.Permissions.Publish.Allow; len(got) != 1 || got[0] != "b.>" {
+		t.Errorf("the reader's permissions are %v, want the current declaration [b.>]", got)
+	}
+	if c, _ := srv.Creds().User(bus.RoleAdmin); c.Password != c1.Admin().Password {
+		t.Error("the admin's password changed")
+	}
+	conn := bustest.ConnectAs(t, srv, "reader", "reader")
+	nc := conn.NATS()
+	if err := nc.Publish("b.x", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish("a.x", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, "the server to refuse a.x", func() bool {
+		return errors.Is(nc.LastError(), nats.ErrPermissionViolation)
+	})
+
+	for _, bad := range [][]bus.RoleSpec{
+		{{Role: "admin", Permissions: &bus.Permissions{}}},
+		{{Role: "a.b", Permissions: &bus.Permissions{}}},
+		{{Role: "open"}},
+		{{Role: "x", Permissions: &bus.Permissions{}}, {Role: "x", Permissions: &bus.Permissions{}}},
+	} {
+		cfg := bus.DefaultEmbeddedConfig(t.TempDir())
+		cfg.Roles = bad
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("roles %+v accepted", bad)
+		}
+	}
+}

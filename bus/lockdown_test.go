@@ -2,9 +2,12 @@ package bus_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -76,6 +79,20 @@ func TestClientRoleIsLockedDown(t *testing.T) {
 	defer rcancel()
 	if _, err := conn.NATS().RequestWithContext(rctx, "podflow.store.read", []byte("x")); err == nil {
 		t.Error("the client reached the store's subjects")
+	}
+	// Its own replies only: not the store's answers to the stages.
+	if _, err := conn.NATS().SubscribeSync("_INBOX.>"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.NATS().FlushTimeout(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, "the server to refuse a subscription to every inbox", func() bool {
+		err := conn.NATS().LastError()
+		return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"_INBOX.>"`)
+	})
+	if !strings.HasPrefix(conn.NATS().NewInbox(), bus.InboxPrefix(bus.RoleClient)+".") {
+		t.Errorf("the client's inboxes are %q, want under %q", conn.NATS().NewInbox(), bus.InboxPrefix(bus.RoleClient))
 	}
 	// No stream management.
 	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)

@@ -45,13 +45,23 @@ func ServerAt(t testing.TB, cfg bus.EmbeddedConfig) *bus.Embedded {
 // when the test ends.
 func Connect(t testing.TB, srv *bus.Embedded, name string) *bus.Conn {
 	t.Helper()
+	return ConnectAs(t, srv, bus.RoleAdmin, name)
+}
+
+// ConnectAs connects to srv as the user of role (see
+// bus.EmbeddedConfig.Roles) and closes the connection when the test ends.
+func ConnectAs(t testing.TB, srv *bus.Embedded, role, name string) *bus.Conn {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	cfg := srv.ClientConfig(name)
+	cfg, err := srv.ClientConfigAs(role, name)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg.DrainTimeout = 2 * time.Second
 	conn, err := bus.Connect(ctx, cfg)
 	if err != nil {
-		t.Fatalf("connect %q: %v", name, err)
+		t.Fatalf("connect %q as %q: %v", name, role, err)
 	}
 	t.Cleanup(conn.Close)
 	return conn
