@@ -165,8 +165,24 @@ func (c *cluster) stop() {
 		<-c.stopped
 		c.root.Errorf("podflow up did not stop within 60s:\n%s", c.output())
 	}
+	c.checkPermissions()
 	if c.root.Failed() {
 		c.dumpLogs()
+	}
+}
+
+// checkPermissions fails the test if the NATS server refused any of
+// podflow's own processes something: every process runs with its role's
+// restricted user (services/pipeline.Roles), which must allow all it does.
+func (c *cluster) checkPermissions() {
+	logs, _ := filepath.Glob(filepath.Join(c.dir, "logs", "nats*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "Violation") {
+				c.root.Errorf("the NATS server refused a podflow process (%s): %s", filepath.Base(l), line)
+			}
+		}
 	}
 }
 

@@ -13,10 +13,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/services/pipeline"
 )
 
 // Subject is where node's agent answers log requests.
-func Subject(node string) string { return "podflow.ops.logs." + bus.EncodeToken(node) }
+func Subject(node string) string { return pipeline.LogsPrefix + "." + bus.EncodeToken(node) }
 
 // Request asks for a container's log from Offset on.
 type Request struct {

@@ -19,12 +19,13 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/services/pipeline"
 )
 
 // PingSubject is where every stage replica answers who it is and what it
 // has done (scatter-gather: each replica replies). `podflow streams` uses
 // it to show the replicas working on each stage.
-const PingSubject = "podflow.ops.ping"
+const PingSubject = pipeline.PingSubject
 
 // Pong is a replica's answer on PingSubject.
 type Pong struct {

@@ -28,6 +28,10 @@ type clientConfig struct {
 
 const configEnv = "PODFLOW_CONFIG"
 
+// natsConfigEnv overrides the config's bus client file: `podflow up` runs
+// each process with the file of its role's restricted NATS user.
+const natsConfigEnv = "PODFLOW_NATS_CONFIG"
+
 // configFlag adds --config to cmd.
 func configFlag(cmd *cobra.Command, path *string) {
 	cmd.Flags().StringVar(path, "config", "", "client configuration written by `podflow up` (default $PODFLOW_CONFIG, ./.podflow/config.json, ~/.podflow/config.json)")
@@ -61,6 +65,9 @@ func loadConfig(path string) (clientConfig, error) {
 		}
 		if c.NATS != "" && !filepath.IsAbs(c.NATS) {
 			c.NATS = filepath.Join(filepath.Dir(p), c.NATS)
+		}
+		if n := os.Getenv(natsConfigEnv); n != "" {
+			c.NATS = n
 		}
 		return c, nil
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/services/pipeline"
 )
 
 func init() { register(newNATSCmd) }
@@ -29,6 +30,8 @@ credentials for other podflow processes.`,
 			if cfg.DataDir == "" {
 				return fmt.Errorf("--data-dir is required")
 			}
+			// One restricted user per process role (services/pipeline).
+			cfg.Roles = pipeline.Roles()
 			if routes != "" {
 				cfg.Routes = strings.Split(routes, ",")
 			}
@@ -60,6 +63,7 @@ credentials for other podflow processes.`,
 	f.IntVar(&cfg.ClusterPort, "cluster-port", 0, "port for route connections from the other servers")
 	f.StringVar(&routes, "routes", "", "the other servers' routes, e.g. nats-route://127.0.0.1:6223,nats-route://127.0.0.1:6224")
 	f.StringVar(&cfg.CredsPath, "creds", "", "credentials file shared by the servers of a cluster (default DATA-DIR/creds.json)")
+	f.BoolVar(&cfg.Log, "log", true, "log to stderr (start-up, and every publish or subscription a user's permissions refuse)")
 	f.StringVar(&clientConfig, "client-config", "", "write the client configuration (URL, admin credentials) to this file")
 	return cmd
 }

@@ -25,6 +25,9 @@ type nodeAgentOptions struct {
 	runtime string
 	nodes   int
 	name    string
+	// provision declares the agent's consumer at start; `podflow up`
+	// provisions it as admin and runs the agent with the node role.
+	provision bool
 }
 
 func newNodeAgentCmd() *cobra.Command {
@@ -58,8 +61,8 @@ package documentation). The simulated nodes share one durable consumer.`,
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("nodeagent", o.name)
 
 			rc := pipeline.SimNodesRunnerConfig(o.name)
-			if err := bus.Provision(ctx, sess.bus.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
-				return fmt.Errorf("provision the node agents' consumer: %w", err)
+			if err := provisionAgent(ctx, sess, rc, o.provision); err != nil {
+				return err
 			}
 			m := stage.NewMetrics("nodeagent")
 			nm, err := nodemetrics.New(m.Registry)
@@ -101,7 +104,24 @@ package documentation). The simulated nodes share one durable consumer.`,
 	f.StringVar(&o.runtime, "runtime", "sim", "runtime: sim (simulated nodes) or linux (one real node: needs root, cgroups and network namespaces)")
 	f.IntVar(&o.nodes, "nodes", 3, "number of simulated nodes")
 	f.StringVar(&o.name, "name", "sim", "name of this simulated cluster (its durable consumer)")
+	f.BoolVar(&o.provision, "provision", true, "declare the agent's durable consumer before starting (needs the admin identity; `podflow up` does it and runs agents with the node identity)")
 	return cmd
+}
+
+// provisionAgent declares a node agent's consumers, or with provision
+// false only checks that they exist (the node identity may not manage
+// consumers).
+func provisionAgent(ctx context.Context, sess *session, rc bus.RunnerConfig, provision bool) error {
+	if !provision {
+		if _, err := sess.bus.JetStream().Consumer(ctx, rc.Stream, rc.Consumer); err != nil {
+			return fmt.Errorf("the node agent's consumer %q (provisioned by `podflow up`, or run with --provision as admin): %w", rc.Consumer, err)
+		}
+		return nil
+	}
+	if err := bus.Provision(ctx, sess.bus.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
+		return fmt.Errorf("provision the node agent's consumer: %w", err)
+	}
+	return nil
 }
 
 func serveMetricsAddr(ctx context.Context, addr string, m *stage.Metrics) (string, error) {

@@ -197,8 +197,8 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 		return err
 	}
 	rc := pipeline.NodeAgentRunnerConfig(node)
-	if err := bus.Provision(ctx, sess.bus.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
-		return fmt.Errorf("provision the node agent's consumer: %w", err)
+	if err := provisionAgent(ctx, sess, rc, o.provision); err != nil {
+		return err
 	}
 	rc.Observer = m
 	if o.metrics != "" {

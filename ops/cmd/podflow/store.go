@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/spf13/cobra"
 )
@@ -44,7 +45,7 @@ func (f *storeConnFlags) add(cmd *cobra.Command) {
 func (f *storeConnFlags) connect(name string) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
 	if f.user != "" {
-		opts = append(opts, nats.UserInfo(f.user, f.password))
+		opts = append(opts, nats.UserInfo(f.user, f.password), nats.CustomInboxPrefix(bus.InboxPrefix(f.user)))
 	}
 	nc, err := nats.Connect(f.url, opts...)
 	if err != nil {

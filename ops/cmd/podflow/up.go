@@ -186,7 +186,13 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 		return err
 	}
 
-	// 1. The bus.
+	// 1. The bus. Every process gets its role's restricted NATS user
+	// (services/pipeline.Roles); the credentials are created here, before
+	// any server starts, so that the servers of a cluster share them.
+	creds, err := bus.EnsureCredentials(filepath.Join(dir, "nats", bus.CredsFileName), pipeline.Roles())
+	if err != nil {
+		return err
+	}
 	natsCfg := filepath.Join(dir, "nats", "client.json")
 	streams := bus.DefaultStreamsConfig()
 	if o.cluster {
@@ -212,13 +218,18 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// Users of the bus get the locked-down client identity: they may ask
-	// the api front door and publish PodRequested, nothing else.
-	if creds, err := bus.LoadCredentials(filepath.Join(dir, "nats", bus.CredsFileName)); err == nil {
-		if u, ok := creds.User(bus.RoleClient); ok {
-			if err := bus.WriteClientConfig(filepath.Join(dir, "nats", "user.json"), bc.URLs, u); err != nil {
-				return err
-			}
+	// Users of the bus get the locked-down client identity (user.json):
+	// they may ask the api front door and publish PodRequested, nothing
+	// else. podflow's own processes get their role's file.
+	if err := os.MkdirAll(filepath.Dir(roleConfig(dir, pipeline.RoleNode)), 0o700); err != nil {
+		return err
+	}
+	for _, u := range creds.Users {
+		if u.Role == bus.RoleAdmin {
+			continue
+		}
+		if err := bus.WriteClientConfig(roleConfig(dir, u.Role), bc.URLs, u); err != nil {
+			return err
 		}
 	}
 	bc.Name = "podflow-up"
@@ -237,7 +248,8 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	for i, a := range cl.StoreAddrs {
 		boot = append(boot, fmt.Sprintf("store-%d=%s", i+1, a))
 	}
-	storeEnv := []string{"PODFLOW_NATS_URL=" + strings.Join(bc.URLs, ","), "PODFLOW_NATS_USER=" + bc.User, "PODFLOW_NATS_PASSWORD=" + bc.Password}
+	storeUser, _ := creds.User(pipeline.RoleStore)
+	storeEnv := []string{"PODFLOW_NATS_URL=" + strings.Join(bc.URLs, ","), "PODFLOW_NATS_USER=" + storeUser.User, "PODFLOW_NATS_PASSWORD=" + storeUser.Password}
 	for i, a := range cl.StoreAddrs {
 		name := fmt.Sprintf("store-%d", i+1)
 		if err := sup.Start(supervisor.Spec{Name: name, Role: "store", Path: exe, Env: storeEnv, Args: []string{
@@ -289,6 +301,7 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 		return err
 	}
 	consumers := []string{pipeline.SimNodesRunnerConfig("sim").Consumer}
+	nodeEnv := []string{natsConfigEnv + "=" + roleConfig(dir, pipeline.RoleNode)}
 	nodesDesc := fmt.Sprintf("%d simulated nodes", o.nodes)
 	if o.runtime == "linux" {
 		node := "linux-node-1"
@@ -299,8 +312,11 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 		logf("up: OCI registry at %s with podflow's images", registry)
 		args := []string{"nodeagent", "--runtime", "linux", "--node", node, "--config", cfgPath,
 			"--data-dir", filepath.Join(dir, "nodes", node), "--registry", registry}
-		if err := sup.Start(supervisor.Spec{Name: "nodeagent-" + node, Role: "nodeagent", Path: exe,
-			Args: append(args, "--metrics-addr", naAddr)}); err != nil {
+		if err := provisionConsumers(ctx, conn, pipeline.NodeAgentRunnerConfig(node)); err != nil {
+			return err
+		}
+		if err := sup.Start(supervisor.Spec{Name: "nodeagent-" + node, Role: "nodeagent", Path: exe, Env: nodeEnv,
+			Args: append(args, "--metrics-addr", naAddr, "--provision=false")}); err != nil {
 			return err
 		}
 		decommission = func() {
@@ -315,8 +331,12 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 		consumers = []string{pipeline.NodeAgentRunnerConfig(node).Consumer}
 		nodesDesc = "1 Linux node (" + node + ")"
 	} else {
-		if err := sup.Start(supervisor.Spec{Name: "nodeagent-sim", Role: "nodeagent", Path: exe, Args: []string{
-			"nodeagent", "--runtime", "sim", "--nodes", strconv.Itoa(o.nodes), "--config", cfgPath, "--metrics-addr", naAddr,
+		if err := provisionConsumers(ctx, conn, pipeline.SimNodesRunnerConfig("sim")); err != nil {
+			return err
+		}
+		if err := sup.Start(supervisor.Spec{Name: "nodeagent-sim", Role: "nodeagent", Path: exe, Env: nodeEnv, Args: []string{
+			"nodeagent", "--runtime", "sim", "--name", "sim", "--nodes", strconv.Itoa(o.nodes), "--config", cfgPath, "--metrics-addr", naAddr,
+			"--provision=false",
 		}}); err != nil {
 			return err
 		}
@@ -448,7 +468,18 @@ func startStage(sup *supervisor.Supervisor, exe, cfgPath, dir, name string, i in
 	case pipeline.Status:
 		args = append(args, "--node-monitor-grace-period", o.nodeGrace.String())
 	}
-	return metricsAddr, sup.Start(supervisor.Spec{Name: replica, Role: "stage/" + name, Path: exe, Args: args})
+	env := []string{natsConfigEnv + "=" + roleConfig(dir, pipeline.StageRole(name))}
+	return metricsAddr, sup.Start(supervisor.Spec{Name: replica, Role: "stage/" + name, Path: exe, Env: env, Args: args})
+}
+
+// roleConfig is the bus client file of role's NATS user: user.json for
+// the client identity users get, DATA/nats/roles/<role>.json for the
+// processes `up` runs.
+func roleConfig(dir, role string) string {
+	if role == bus.RoleClient {
+		return filepath.Join(dir, "nats", "user.json")
+	}
+	return filepath.Join(dir, "nats", "roles", role+".json")
 }
 
 // freeAddr returns a loopback address with a port free right now.
@@ -544,18 +575,23 @@ func startNATSCluster(ctx context.Context, sup *supervisor.Supervisor, exe, dir 
 			return err
 		}
 		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", cl.ClusterClientPorts[i]))
-		if i == 0 {
-			// The first server writes the shared credentials.
-			if err := waitFile(ctx, creds, 20*time.Second); err != nil {
-				return fmt.Errorf("the first NATS server did not start: %w", err)
-			}
-		}
 	}
 	c, err := bus.LoadCredentials(creds)
 	if err != nil {
 		return err
 	}
 	return bus.WriteClientConfig(natsCfg, urls, c.Admin())
+}
+
+// provisionConsumers declares a node agent's consumers as admin: the node
+// identity the agent runs with may not.
+func provisionConsumers(ctx context.Context, conn *bus.Conn, rc bus.RunnerConfig) error {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := bus.Provision(pctx, conn.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
+		return fmt.Errorf("provision the node agent's consumer: %w", err)
+	}
+	return nil
 }
 
 // provisionRetry provisions until JetStream answers: a cluster accepts

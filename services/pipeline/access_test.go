@@ -1,0 +1,372 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/bus/bustest"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/services/pipeline"
+)
+
+// event returns an envelope of type t addressed to node n1, for pod
+// default/web.
+func event(t *testing.T, typ eventsv1.Type, id string) *eventsv1.Envelope {
+	t.Helper()
+	env := &eventsv1.Envelope{RequestId: id, PodUid: "uid-" + id, Namespace: "default", PodName: "web", NodeName: "n1"}
+	m := env.ProtoReflect()
+	fields := m.Descriptor().Oneofs().ByName("payload").Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		if string(fd.Message().Name()) == string(typ) {
+			m.Set(fd, protoreflect.ValueOfMessage(m.NewField(fd).Message()))
+			return env
+		}
+	}
+	t.Fatalf("no event type %q", typ)
+	return nil
+}
+
+// lockedDown is a server with podflow's roles, its streams and every
+// stage's consumers, plus the node agent consumer of node n1.
+func lockedDown(t *testing.T) (*bus.Embedded, *bus.Conn) {
+	t.Helper()
+	cfg := bus.DefaultEmbeddedConfig(t.TempDir())
+	cfg.Roles = pipeline.Roles()
+	srv := bustest.ServerAt(t, cfg)
+	admin := bustest.Connect(t, srv, "admin")
+	topo, err := pipeline.Topology(bus.DefaultStreamsConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo.Consumers = append(topo.Consumers, pipeline.NodeAgentRunnerConfig("n1").ConsumerSpecs()...)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	if err := bus.Provision(ctx, admin.JetStream(), topo); err != nil {
+		t.Fatal(err)
+	}
+	return srv, admin
+}
+
+// refused reports whether the server refuses a publish by conn.
+func refused(t *testing.T, conn *bus.Conn, env *eventsv1.Envelope) bool {
+	t.Helper()
+	return len(accepted(conn, env)) == 0
+}
+
+// accepted publishes envs concurrently and returns the types the server
+// acknowledged. A refused publish gets no PubAck (the server answers the
+// connection with a permissions violation), so it times out; what matters
+// is that it never reaches the stream, which the callers check too.
+func accepted(conn *bus.Conn, envs ...*eventsv1.Envelope) []eventsv1.Type {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var (
+		mu  sync.Mutex
+		out []eventsv1.Type
+		wg  sync.WaitGroup
+	)
+	for _, env := range envs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := conn.Publish(ctx, env); err == nil {
+				mu.Lock()
+				out = append(out, env.Type())
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// allowedCalls runs calls concurrently, each bounded by a short timeout,
+// and returns the names of those that succeeded. A JetStream API request
+// the server refuses is never answered, so a refused call times out; an
+// allowed one answers within milliseconds.
+func allowedCalls(calls map[string]func(ctx context.Context) error) []string {
+	var (
+		mu  sync.Mutex
+		out []string
+		wg  sync.WaitGroup
+	)
+	for name, call := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if call(ctx) == nil {
+				mu.Lock()
+				out = append(out, name)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(out)
+	return out
+}
+
+// management are the calls only the admin may make: create a stream,
+// create a consumer, delete consumer (all through js).
+func management(js jetstream.JetStream, consumer string) map[string]func(ctx context.Context) error {
+	return map[string]func(ctx context.Context) error{
+		"create a stream": func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})
+			return err
+		},
+		"create a consumer": func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateConsumer(ctx, bus.EventsStream, jetstream.ConsumerConfig{Durable: "evil"})
+			return err
+		},
+		"delete its own consumer": func(ctx context.Context) error { return js.DeleteConsumer(ctx, bus.EventsStream, consumer) },
+		"purge the events stream": func(ctx context.Context) error {
+			s, err := js.Stream(ctx, bus.EventsStream)
+			if err != nil {
+				return err
+			}
+			return s.Purge(ctx)
+		},
+	}
+}
+
+// consumerInfo is a call looking consumer up on the events stream.
+func consumerInfo(js jetstream.JetStream, consumer string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := js.Consumer(ctx, bus.EventsStream, consumer)
+		return err
+	}
+}
+
+// subscribeRefused reports whether the server refuses conn a subscription
+// to subject (the refusal arrives asynchronously, as the connection's
+// last error).
+func subscribeRefused(t *testing.T, conn *bus.Conn, subject string) bool {
+	t.Helper()
+	nc := conn.NATS()
+	sub, err := nc.SubscribeSync(subject)
+	if err != nil {
+		return true
+	}
+	defer sub.Unsubscribe()
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := nc.LastError(); err != nil && errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// runOnce runs conn's runner of cfg until it has handled an input of type
+// in (published by the admin), each delivery publishing out (when set).
+func runOnce(t *testing.T, admin, conn *bus.Conn, cfg bus.RunnerConfig, in eventsv1.Type, out eventsv1.Type) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	var handled, published atomic.Int32
+	r, err := bus.NewRunner(conn, cfg, func(ctx context.Context, d *bus.Delivery) error {
+		handled.Add(1)
+		if out != "" {
+			next := event(t, out, "out")
+			next.RequestId = d.Envelope.GetRequestId()
+			if _, err := conn.Publish(ctx, next); err != nil {
+				return err
+			}
+			published.Add(1)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("runner %s: %v", cfg.Consumer, err)
+		}
+	}()
+	if _, err := admin.Publish(ctx, event(t, in, "in-"+cfg.Consumer)); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := admin.JetStream().Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Earlier subtests' outputs may be this consumer's inputs too: every
+	// delivery is handled once, acknowledged, and nothing is left.
+	bustest.Eventually(t, cfg.Consumer+" handles and acknowledges its inputs", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0 && ci.NumRedelivered == 0 &&
+			ci.AckFloor.Consumer == ci.Delivered.Consumer && int64(ci.Delivered.Consumer) == int64(handled.Load())
+	})
+	if out != "" && published.Load() != handled.Load() {
+		t.Errorf("%s published %s %d times for %d deliveries", cfg.Consumer, out, published.Load(), handled.Load())
+	}
+}
+
+// TestStageRoles: every stage's NATS user may consume its own inputs and
+// publish its own outputs, and the server refuses it everything else that
+// matters: another stage's events, another stage's consumer, managing
+// streams and consumers, and reading other identities' replies.
+func TestStageRoles(t *testing.T) {
+	srv, admin := lockedDown(t)
+	for _, stage := range pipeline.Stages {
+		t.Run(stage, func(t *testing.T) {
+			t.Parallel()
+			conn := bustest.ConnectAs(t, srv, pipeline.StageRole(stage), stage+"-1")
+			cfg, err := pipeline.RunnerConfig(stage, "1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out eventsv1.Type
+			if o := pipeline.Outputs[stage]; len(o) > 0 {
+				out = o[0]
+			}
+			runOnce(t, admin, conn, cfg, pipeline.Inputs[stage][0], out)
+
+			// Every event type outside its outputs is refused.
+			var forged []*eventsv1.Envelope
+			for _, typ := range eventsv1.Types() {
+				if bus.NodeLevel(typ) || typ == "DeadLetter" || slices.Contains(pipeline.Outputs[stage], typ) {
+					continue
+				}
+				forged = append(forged, event(t, typ, "forged"))
+			}
+			if got := accepted(conn, forged...); len(got) > 0 {
+				t.Errorf("stage %s may publish %v", stage, got)
+			}
+			// Not another stage's dead letters, nor a node's heartbeat.
+			if _, err := conn.NATS().Request(bus.DLQSubject("other"), nil, time.Second); err == nil {
+				t.Errorf("stage %s may write another stage's dead letters", stage)
+			}
+			hb, _ := bus.NewEnvelope(&eventsv1.NodeHeartbeat{})
+			hb.NodeName = "n1"
+			if !refused(t, conn, hb) {
+				t.Errorf("stage %s may publish a node's heartbeat", stage)
+			}
+			// Another stage's consumer (not even its info), a node's, and
+			// managing streams and consumers are refused.
+			calls := management(conn.JetStream(), stage)
+			for _, other := range pipeline.Stages {
+				if other != stage {
+					calls["look up the consumer of "+other] = consumerInfo(conn.JetStream(), other)
+				}
+			}
+			calls["look up node n1's consumer"] = consumerInfo(conn.JetStream(), pipeline.NodeAgentRunnerConfig("n1").Consumer)
+			if got := allowedCalls(calls); len(got) > 0 {
+				t.Errorf("stage %s may %q", stage, got)
+			}
+			// Its own replies only.
+			if !subscribeRefused(t, conn, "_INBOX.>") {
+				t.Errorf("stage %s may read every identity's replies", stage)
+			}
+		})
+	}
+	t.Cleanup(func() { checkStream(t, admin) })
+}
+
+// checkStream: the admin's view once every stage's subtest is done.
+func checkStream(t *testing.T, admin *bus.Conn) {
+	// The admin's view: nothing forged reached the stream. Inputs (one per
+	// stage) and one output per stage that has outputs.
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	info, err := admin.JetStream().Stream(ctx, bus.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(0)
+	for _, s := range pipeline.Stages {
+		want++
+		if len(pipeline.Outputs[s]) > 0 {
+			want++
+		}
+	}
+	if got := info.CachedInfo().State.Msgs; got != want {
+		t.Errorf("the events stream holds %d messages, want %d (inputs and outputs only)", got, want)
+	}
+}
+
+// TestNodeRole: a node agent pulls its node's consumer and publishes what
+// happens on its node, but may not schedule pods (PodScheduled), admit
+// them, pull a stage's consumer or create its own consumer.
+func TestNodeRole(t *testing.T) {
+	srv, admin := lockedDown(t)
+	conn := bustest.ConnectAs(t, srv, pipeline.RoleNode, "n1")
+	runOnce(t, admin, conn, pipeline.NodeAgentRunnerConfig("n1"), "PodScheduled", "PodRunning")
+	var forged []*eventsv1.Envelope
+	for _, typ := range []eventsv1.Type{"PodScheduled", "PodAdmitted", "PodAuthorized", "PodPersisted", "PodRequested", "PodDeleteRequested"} {
+		forged = append(forged, event(t, typ, "forged"))
+	}
+	if got := accepted(conn, forged...); len(got) > 0 {
+		t.Errorf("a node may publish %v", got)
+	}
+	hb, err := bus.NewEnvelope(&eventsv1.NodeHeartbeat{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb.NodeName = "n1"
+	if refused(t, conn, hb) {
+		t.Error("a node may not publish its heartbeat")
+	}
+	calls := management(conn.JetStream(), pipeline.NodeAgentRunnerConfig("n1").Consumer)
+	for _, s := range pipeline.Stages {
+		calls["look up the consumer of stage "+s] = consumerInfo(conn.JetStream(), s)
+	}
+	if got := allowedCalls(calls); len(got) > 0 {
+		t.Errorf("a node may %q", got)
+	}
+}
+
+// TestStoreRole: the store serves podflow.store.> and answers to anybody's
+// inbox, but publishes no lifecycle event and reads no stream.
+func TestStoreRole(t *testing.T) {
+	srv, admin := lockedDown(t)
+	conn := bustest.ConnectAs(t, srv, pipeline.RoleStore, "store-1")
+	sub, err := conn.NATS().Subscribe(bus.StorePrefix+".get", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := conn.NATS().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	msg, err := admin.NATS().RequestWithContext(ctx, bus.StorePrefix+".get", nil)
+	if err != nil || string(msg.Data) != "ok" {
+		t.Fatalf("the store does not answer: %v", err)
+	}
+	if !refused(t, conn, event(t, "PodScheduled", "forged")) {
+		t.Error("the store may publish PodScheduled")
+	}
+	calls := management(conn.JetStream(), "scheduler")
+	calls["look up the events stream"] = func(ctx context.Context) error {
+		_, err := conn.JetStream().Stream(ctx, bus.EventsStream)
+		return err
+	}
+	if got := allowedCalls(calls); len(got) > 0 {
+		t.Errorf("the store may %q", got)
+	}
+}
