@@ -180,6 +180,43 @@ func TestKubectl(t *testing.T) {
 		if code == 0 || strings.TrimSpace(out) != "no" {
 			t.Fatalf("bob can-i: exit %d %q", code, out)
 		}
+
+		// kubectl auth can-i --list (SelfSubjectRulesReview): everything
+		// for the admin; for bob, the rules bound to his group once a
+		// Role grants them.
+		if out := k.must("auth", "can-i", "--list"); !regexpLine(out, "*.*", "[]", "[]", "[*]") {
+			t.Fatalf("admin can-i --list:\n%s", out)
+		}
+		if out := bob.must("auth", "can-i", "--list"); strings.Contains(out, "pods") {
+			t.Fatalf("bob can-i --list before any binding:\n%s", out)
+		}
+		rbacFile := filepath.Join(t.TempDir(), "rbac.yaml")
+		if err := os.WriteFile(rbacFile, []byte(`apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: pod-reader, namespace: default}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [get, list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: devs-read-pods, namespace: default}
+subjects:
+- {kind: Group, name: devs, apiGroup: rbac.authorization.k8s.io}
+roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
+`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		k.must("apply", "-f", rbacFile)
+		eventually(t, 30*time.Second, "bob's rules to list pods", func() (bool, string) {
+			out, _, _ := bob.run("auth", "can-i", "--list")
+			return regexpLine(out, "pods", "[]", "[]", "[get", "list", "watch]"), out
+		})
+		if out := bob.must("auth", "can-i", "list", "pods"); strings.TrimSpace(out) != "yes" {
+			t.Fatalf("bob can-i list pods after the binding: %q", out)
+		}
+		if out := bob.must("auth", "can-i", "--list", "-n", "kube-system"); strings.Contains(out, "pods") {
+			t.Fatalf("bob's rules in kube-system include default's:\n%s", out)
+		}
 	})
 
 	t.Run("apply", func(t *testing.T) {

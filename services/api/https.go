@@ -66,6 +66,11 @@ func (s *Stage) AuthenticateToken(token string) (*corev1.UserInfo, *corev1.Statu
 // Authorize implements apiserver.Backend.
 func (s *Stage) Authorize(a auth.Attributes) auth.Decision { return s.rbac.Authorize(a) }
 
+// RulesFor implements apiserver.Backend.
+func (s *Stage) RulesFor(user *corev1.UserInfo, namespace string) []*corev1.PolicyRule {
+	return s.rbac.RulesFor(user, namespace)
+}
+
 // Object implements apiserver.Backend.
 func (s *Stage) Object(ctx context.Context, user *corev1.UserInfo, req *apiv1.ObjectRequest) (*corev1.Status, proto.Message) {
 	return s.objectAs(ctx, user, req)

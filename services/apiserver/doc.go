@@ -13,13 +13,14 @@
 //     unknown fields are refused with their path) instead of downloading
 //     schemas.
 //   - Resources: pods (create, get, list, watch, update, patch, delete,
-//     status; log answers 404 until the node runtime keeps logs), nodes,
+//     status, log), nodes,
 //     namespaces, services, endpointslices (discovery.k8s.io/v1), events
 //     (core/v1, and events.k8s.io/v1 as a read-only view), configmaps,
 //     secrets, serviceaccounts, limitranges, the RBAC kinds,
 //     sidecarpolicies (podflow.io/v1alpha1), core/v1 endpoints (a
 //     read-only view of the EndpointSlices), selfsubjectaccessreviews
-//     (kubectl auth can-i) and selfsubjectreviews (kubectl auth whoami).
+//     (kubectl auth can-i), selfsubjectrulesreviews (kubectl auth can-i
+//     --list) and selfsubjectreviews (kubectl auth whoami).
 //   - Lists with label and field selectors (any field path); server-side
 //     Tables (kubectl get) with kubectl's columns for pods, nodes,
 //     namespaces, services and events; watches with resourceVersion,

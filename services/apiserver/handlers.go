@@ -66,6 +66,9 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	case "SelfSubjectAccessReview":
 		s.selfSubjectAccessReview(w, r, req)
 		return
+	case "SelfSubjectRulesReview":
+		s.selfSubjectRulesReview(w, r, req)
+		return
 	case "SelfSubjectReview": // kubectl auth whoami
 		writeJSON(w, http.StatusCreated, &authenticationv1.SelfSubjectReview{
 			TypeMeta: metav1.TypeMeta{Kind: "SelfSubjectReview", APIVersion: "authentication.k8s.io/v1"},
@@ -658,6 +661,40 @@ func (s *Server) selfSubjectAccessReview(w http.ResponseWriter, r *http.Request,
 			"SelfSubjectAccessReview.authorization.k8s.io %q is invalid: spec.resourceAttributes: Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified", ""))
 		return
 	}
+	writeJSON(w, http.StatusCreated, &review)
+}
+
+// selfSubjectRulesReview answers `kubectl auth can-i --list`: the rules of
+// the roles bound to the user in spec.namespace (and cluster-wide).
+func (s *Server) selfSubjectRulesReview(w http.ResponseWriter, r *http.Request, req *request) {
+	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	if body, st = bodyJSON(r, body, func() runtime.Object { return &authorizationv1.SelfSubjectRulesReview{} }); st != nil {
+		writeStatus(w, st)
+		return
+	}
+	var review authorizationv1.SelfSubjectRulesReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		writeStatus(w, badRequest("decode SelfSubjectRulesReview: %v", err))
+		return
+	}
+	review.APIVersion, review.Kind = "authorization.k8s.io/v1", "SelfSubjectRulesReview"
+	status := authorizationv1.SubjectRulesReviewStatus{
+		ResourceRules: []authorizationv1.ResourceRule{},
+		// As for SelfSubjectAccessReview: GET of non-resource URLs is open
+		// to every authenticated user; RBAC's nonResourceURLs are not
+		// modelled.
+		NonResourceRules: []authorizationv1.NonResourceRule{{Verbs: []string{"get"}, NonResourceURLs: []string{"*"}}},
+	}
+	for _, rule := range s.backend.RulesFor(req.user, review.Spec.Namespace) {
+		status.ResourceRules = append(status.ResourceRules, authorizationv1.ResourceRule{
+			Verbs: rule.GetVerbs(), APIGroups: rule.GetApiGroups(), Resources: rule.GetResources(), ResourceNames: rule.GetResourceNames(),
+		})
+	}
+	review.Status = status
 	writeJSON(w, http.StatusCreated, &review)
 }
 

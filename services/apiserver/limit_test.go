@@ -22,6 +22,9 @@ func (allowAll) AuthenticateToken(string) (*corev1.UserInfo, *corev1.Status) {
 	return &corev1.UserInfo{Username: "u"}, nil
 }
 func (allowAll) Authorize(auth.Attributes) auth.Decision { return auth.Decision{Allowed: true} }
+func (allowAll) RulesFor(*corev1.UserInfo, string) []*corev1.PolicyRule {
+	return []*corev1.PolicyRule{{Verbs: []string{"*"}, ApiGroups: []string{"*"}, Resources: []string{"*"}}}
+}
 func (allowAll) CreatePod(context.Context, *corev1.UserInfo, *corev1.Pod, bool) (*corev1.Status, *corev1.Pod) {
 	return nil, nil
 }

@@ -83,6 +83,8 @@ func init() {
 		kind: "SelfSubjectReview", verbs: []string{"create"}})
 	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectaccessreviews",
 		kind: "SelfSubjectAccessReview", verbs: []string{"create"}})
+	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectrulesreviews",
+		kind: "SelfSubjectRulesReview", verbs: []string{"create"}})
 }
 
 // lookupResource finds a resource by group version and name.

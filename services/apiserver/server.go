@@ -39,6 +39,9 @@ type Backend interface {
 	AuthenticateToken(token string) (*corev1.UserInfo, *corev1.Status)
 	// Authorize decides a request with RBAC.
 	Authorize(a auth.Attributes) auth.Decision
+	// RulesFor lists the RBAC rules that apply to user in namespace
+	// (SelfSubjectRulesReview, `kubectl auth can-i --list`).
+	RulesFor(user *corev1.UserInfo, namespace string) []*corev1.PolicyRule
 	// CreatePod runs a pod creation through the pipeline on behalf of an
 	// authenticated user and waits for its outcome: 201 and the stored pod
 	// (or the dry-run result), or the failure Status of whichever stage

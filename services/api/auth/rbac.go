@@ -3,6 +3,7 @@ package auth
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -326,6 +327,58 @@ func (r *RBAC) authorizeSubject(bySub map[subjectKey]map[nsName]*binding, k subj
 	return Decision{}, false
 }
 
+// RulesFor lists the rules that apply to user in namespace, as
+// Kubernetes' RBAC RulesFor does for a SelfSubjectRulesReview (`kubectl
+// auth can-i --list`): the rules of every role bound to the user, one of
+// its groups or its ServiceAccount by a ClusterRoleBinding, or by a
+// RoleBinding of namespace. Superusers get one rule allowing everything.
+// The rules are copies, ordered by binding so the answer is stable.
+func (r *RBAC) RulesFor(user *corev1.UserInfo, namespace string) []*corev1.PolicyRule {
+	if user == nil {
+		return nil
+	}
+	for _, g := range user.GetGroups() {
+		if slices.Contains(r.superusers, g) {
+			return []*corev1.PolicyRule{{Verbs: []string{All}, ApiGroups: []string{All}, Resources: []string{All}}}
+		}
+	}
+	keys := []subjectKey{{SubjectUser, user.GetUsername()}}
+	for _, g := range user.GetGroups() {
+		keys = append(keys, subjectKey{SubjectGroup, g})
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var bs []*binding
+	seen := map[*binding]bool{}
+	scopes := []string{""} // ClusterRoleBindings apply everywhere
+	if namespace != "" {
+		scopes = append(scopes, namespace)
+	}
+	for _, ns := range scopes {
+		for _, k := range keys {
+			for _, b := range r.bySubject[ns][k] {
+				if !seen[b] {
+					seen[b] = true
+					bs = append(bs, b)
+				}
+			}
+		}
+	}
+	slices.SortFunc(bs, func(a, b *binding) int {
+		if a.namespace != b.namespace {
+			return strings.Compare(a.namespace, b.namespace)
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	var out []*corev1.PolicyRule
+	for _, b := range bs {
+		for _, rule := range r.rulesOf(b) {
+			out = append(out, proto.CloneOf(rule))
+		}
+	}
+	return out
+}
+
 // Check is Authorize as a Status: nil when allowed, Forbidden otherwise.
 func (r *RBAC) Check(a Attributes) *corev1.Status {
 	if r.Authorize(a).Allowed {
@@ -334,15 +387,19 @@ func (r *RBAC) Check(a Attributes) *corev1.Status {
 	return Forbidden(a, "")
 }
 
-func (r *RBAC) bindingAllows(b *binding, a Attributes) bool {
-	var rules []*corev1.PolicyRule
+// rulesOf returns the rules of b's role (nil until the role exists).
+func (r *RBAC) rulesOf(b *binding) []*corev1.PolicyRule {
 	switch ref := b.roleRef; {
 	case ref.GetKind() == KindClusterRole:
-		rules = r.clusterRoles[ref.GetName()]
+		return r.clusterRoles[ref.GetName()]
 	case ref.GetKind() == KindRole && b.namespace != "":
-		rules = r.roles[nsName{b.namespace, ref.GetName()}]
+		return r.roles[nsName{b.namespace, ref.GetName()}]
 	}
-	for _, rule := range rules {
+	return nil
+}
+
+func (r *RBAC) bindingAllows(b *binding, a Attributes) bool {
+	for _, rule := range r.rulesOf(b) {
 		if RuleAllows(rule, a) {
 			return true
 		}

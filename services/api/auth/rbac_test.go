@@ -3,6 +3,7 @@ package auth
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -365,5 +366,48 @@ func BenchmarkAuthorize(b *testing.B) {
 		if !r.Authorize(a).Allowed {
 			b.Fatal("denied")
 		}
+	}
+}
+
+// TestRulesFor: the rules listed for a user in a namespace (kubectl auth
+// can-i --list) allow exactly what Authorize allows there.
+func TestRulesFor(t *testing.T) {
+	r := policy(t)
+	users := []*corev1.UserInfo{
+		user("alice"), user("bob", "ops"), user(ServiceAccountUsername("ci", "builder"), "system:serviceaccounts"),
+		user("carol"), user("dave"), user("root", GroupMasters), user("nobody"),
+	}
+	for _, u := range users {
+		for _, ns := range []string{"default", "ci", ""} {
+			rules := r.RulesFor(u, ns)
+			for _, verb := range s("get", "list", "create", "delete", "watch") {
+				for _, res := range [][2]string{{"pods", ""}, {"pods", "log"}, {"secrets", ""}, {"selfsubjectaccessreviews", ""}} {
+					for _, name := range s("", "web", "db") {
+						group := ""
+						if res[0] == "selfsubjectaccessreviews" {
+							group = "authorization.k8s.io"
+						}
+						a := Attributes{User: u, Verb: verb, Namespace: ns, APIGroup: group, Resource: res[0], Subresource: res[1], Name: name}
+						listed := false
+						for _, rule := range rules {
+							listed = listed || RuleAllows(rule, a)
+						}
+						if want := r.Authorize(a).Allowed; listed != want {
+							t.Errorf("%s in %q: %s %s/%s %q: the listed rules allow it: %v, Authorize: %v",
+								u.GetUsername(), ns, verb, res[0], res[1], name, listed, want)
+						}
+					}
+				}
+			}
+		}
+	}
+	if got := r.RulesFor(user("alice"), "default"); len(got) != 1 || !slices.Equal(got[0].GetVerbs(), s("create", "get", "list", "delete")) {
+		t.Errorf("alice's rules in default: %v, want pod-editor's", got)
+	}
+	if got := r.RulesFor(user("alice"), "ci"); len(got) != 0 {
+		t.Errorf("alice's rules in ci: %v, want none", got)
+	}
+	if got := r.RulesFor(nil, "default"); got != nil {
+		t.Errorf("rules of no user: %v", got)
 	}
 }
