@@ -627,21 +627,30 @@ func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	s.respond(w, r, req.res, st, out)
 }
 
-// selfSubjectAccessReview answers `kubectl auth can-i`: any authenticated
-// user may ask what it may do.
-func (s *Server) selfSubjectAccessReview(w http.ResponseWriter, r *http.Request, req *request) {
+// decodeReview reads an authorization review of kind into review (JSON or
+// protobuf bodies, size-limited), or writes the error and returns false.
+func (s *Server) decodeReview(w http.ResponseWriter, r *http.Request, review runtime.Object, kind string) bool {
 	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
 	if st != nil {
 		writeStatus(w, st)
-		return
+		return false
 	}
-	if body, st = bodyJSON(r, body, func() runtime.Object { return &authorizationv1.SelfSubjectAccessReview{} }); st != nil {
+	if body, st = bodyJSON(r, body, func() runtime.Object { return review.DeepCopyObject() }); st != nil {
 		writeStatus(w, st)
-		return
+		return false
 	}
+	if err := json.Unmarshal(body, review); err != nil {
+		writeStatus(w, badRequest("decode %s: %v", kind, err))
+		return false
+	}
+	return true
+}
+
+// selfSubjectAccessReview answers `kubectl auth can-i`: any authenticated
+// user may ask what it may do.
+func (s *Server) selfSubjectAccessReview(w http.ResponseWriter, r *http.Request, req *request) {
 	var review authorizationv1.SelfSubjectAccessReview
-	if err := json.Unmarshal(body, &review); err != nil {
-		writeStatus(w, badRequest("decode SelfSubjectAccessReview: %v", err))
+	if !s.decodeReview(w, r, &review, "SelfSubjectAccessReview") {
 		return
 	}
 	review.APIVersion, review.Kind = "authorization.k8s.io/v1", "SelfSubjectAccessReview"
@@ -667,18 +676,8 @@ func (s *Server) selfSubjectAccessReview(w http.ResponseWriter, r *http.Request,
 // selfSubjectRulesReview answers `kubectl auth can-i --list`: the rules of
 // the roles bound to the user in spec.namespace (and cluster-wide).
 func (s *Server) selfSubjectRulesReview(w http.ResponseWriter, r *http.Request, req *request) {
-	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
-	if st != nil {
-		writeStatus(w, st)
-		return
-	}
-	if body, st = bodyJSON(r, body, func() runtime.Object { return &authorizationv1.SelfSubjectRulesReview{} }); st != nil {
-		writeStatus(w, st)
-		return
-	}
 	var review authorizationv1.SelfSubjectRulesReview
-	if err := json.Unmarshal(body, &review); err != nil {
-		writeStatus(w, badRequest("decode SelfSubjectRulesReview: %v", err))
+	if !s.decodeReview(w, r, &review, "SelfSubjectRulesReview") {
 		return
 	}
 	review.APIVersion, review.Kind = "authorization.k8s.io/v1", "SelfSubjectRulesReview"
