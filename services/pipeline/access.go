@@ -14,8 +14,9 @@ import (
 //	client            ask the api front door, publish PodRequested (bus.RoleClient)
 //	stage-<stage>     pull its own consumer, publish its Outputs, use the store
 //	store             serve podflow.store.> and push watches
-//	node              pull node agents' consumers, publish NodeAgentOutputs and
-//	                  heartbeats, answer log requests, use the store
+//	nodeagent-<node>  pull its own consumer, publish NodeAgentOutputs and
+//	                  heartbeats for its node only, answer its node's log
+//	                  requests, use the store (NodeAgentRole)
 //
 // Every role but client also answers pings, reads its own inbox only
 // (bus.InboxPrefix) and may reply to requests it receives.
@@ -48,17 +49,15 @@ const (
 	LogsPrefix = "podflow.ops.logs"
 )
 
-// Bus roles besides bus.RoleAdmin and bus.RoleClient.
-const (
-	RoleStore = "store"
-	RoleNode  = "node"
-)
+// RoleStore is the bus role of the store replicas.
+const RoleStore = "store"
 
 // StageRole is the bus role (and NATS user) of stage's replicas.
 func StageRole(stage string) string { return "stage-" + stage }
 
-// Roles are the restricted NATS users of podflow's processes, for the
-// embedded server (bus.EmbeddedConfig.Roles).
+// Roles are the restricted NATS users of podflow's stages and store, for
+// the embedded server (bus.EmbeddedConfig.Roles). Node agents' roles
+// depend on the nodes: see NodeAgentRole.
 func Roles() []bus.RoleSpec {
 	out := make([]bus.RoleSpec, 0, len(Stages)+2)
 	for _, s := range Stages {
@@ -71,7 +70,6 @@ func Roles() []bus.RoleSpec {
 			Publish:   &bus.SubjectPermission{Allow: []string{bus.AllInboxes}},
 			Subscribe: &bus.SubjectPermission{Allow: []string{bus.StorePrefix + ".>"}},
 		})},
-		bus.RoleSpec{Role: RoleNode, Permissions: nodePermissions()},
 	)
 	return out
 }
@@ -113,30 +111,31 @@ func stagePermissions(stage string) *bus.Permissions {
 	})
 }
 
-// nodePermissions: node agents share one identity, as kubelets share the
-// system:nodes group. Their consumers are named per node, and NATS
-// permissions match whole tokens only, so the role may use any consumer of
-// the events stream except the stages'.
-func nodePermissions() *bus.Permissions {
-	pub := bus.ConsumeSubjects(bus.EventsStream, "*")
-	pub = append(pub, bus.ReadStreamSubjects(bus.EventsStream)...)
-	pub = append(pub, bus.DLQSubject(NodeAgentRunnerConfig("").Stage))
-	var deny []string
-	for _, s := range Stages {
-		cfg, _ := RunnerConfig(s, "")
-		deny = append(deny, bus.ConsumeSubjects(cfg.Stream, cfg.Consumer)...)
-		adv := cfg.AdvisoryConsumerSpec()
-		deny = append(deny, bus.ConsumeSubjects(adv.Stream, adv.Durable)...)
+// NodeAgentRole is the bus role of one node agent process, whose runner is
+// rc, acting for nodes: named after its consumer, it may pull only that
+// consumer, publish events and heartbeats only about its own nodes, and
+// answer log requests only for them — the NodeRestriction of the bus: a
+// node cannot take another node's pods or report for it. nil nodes means
+// any node (the simulated cluster, one process standing in for many).
+func NodeAgentRole(rc bus.RunnerConfig, nodes []string) bus.RoleSpec {
+	tokens := []string{"*"}
+	if nodes != nil {
+		tokens = tokens[:0]
+		for _, n := range nodes {
+			tokens = append(tokens, bus.EncodeToken(n))
+		}
 	}
-	// The advisory consumer of node "x" is "nodeagent-x-maxdeliver": one
-	// token, matched by the wildcard above only as "*".
-	pub = append(pub, bus.ConsumeSubjects(bus.AdvisoriesStream, "*")...)
-	for _, t := range NodeAgentOutputs {
-		pub = append(pub, bus.TypeFilter(t))
+	pub := rc.PublishSubjects()
+	var sub []string
+	for _, n := range tokens {
+		for _, t := range NodeAgentOutputs {
+			pub = append(pub, bus.PodPrefix+"."+string(t)+"."+n+".>")
+		}
+		pub = append(pub, bus.NodePrefix+"."+n+".>")
+		sub = append(sub, LogsPrefix+"."+n)
 	}
-	pub = append(pub, bus.NodePrefix+".>")
-	return service(RoleNode).Merge(&bus.Permissions{
-		Publish:   &bus.SubjectPermission{Allow: pub, Deny: deny},
-		Subscribe: &bus.SubjectPermission{Allow: []string{LogsPrefix + ".*"}},
-	})
+	return bus.RoleSpec{Role: rc.Consumer, Permissions: service(rc.Consumer).Merge(&bus.Permissions{
+		Publish:   &bus.SubjectPermission{Allow: pub},
+		Subscribe: &bus.SubjectPermission{Allow: sub},
+	})}
 }

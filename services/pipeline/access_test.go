@@ -39,18 +39,23 @@ func event(t *testing.T, typ eventsv1.Type, id string) *eventsv1.Envelope {
 }
 
 // lockedDown is a server with podflow's roles, its streams and every
-// stage's consumers, plus the node agent consumer of node n1.
+// stage's consumers, plus the node agents of nodes n1 and n2.
 func lockedDown(t *testing.T) (*bus.Embedded, *bus.Conn) {
 	t.Helper()
 	cfg := bus.DefaultEmbeddedConfig(t.TempDir())
 	cfg.Roles = pipeline.Roles()
+	for _, n := range []string{"n1", "n2"} {
+		cfg.Roles = append(cfg.Roles, pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(n), []string{n}))
+	}
 	srv := bustest.ServerAt(t, cfg)
 	admin := bustest.Connect(t, srv, "admin")
 	topo, err := pipeline.Topology(bus.DefaultStreamsConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo.Consumers = append(topo.Consumers, pipeline.NodeAgentRunnerConfig("n1").ConsumerSpecs()...)
+	for _, n := range []string{"n1", "n2"} {
+		topo.Consumers = append(topo.Consumers, pipeline.NodeAgentRunnerConfig(n).ConsumerSpecs()...)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
 	if err := bus.Provision(ctx, admin.JetStream(), topo); err != nil {
@@ -309,33 +314,64 @@ func checkStream(t *testing.T, admin *bus.Conn) {
 }
 
 // TestNodeRole: a node agent pulls its node's consumer and publishes what
-// happens on its node, but may not schedule pods (PodScheduled), admit
-// them, pull a stage's consumer or create its own consumer.
+// happens on its node; it may not schedule pods (PodScheduled), admit
+// them, pull a stage's or another node's consumer, report for another node
+// (its pods' events, its heartbeat, its logs) or create a consumer.
 func TestNodeRole(t *testing.T) {
 	srv, admin := lockedDown(t)
-	conn := bustest.ConnectAs(t, srv, pipeline.RoleNode, "n1")
-	runOnce(t, admin, conn, pipeline.NodeAgentRunnerConfig("n1"), "PodScheduled", "PodRunning")
+	n1 := pipeline.NodeAgentRunnerConfig("n1")
+	conn := bustest.ConnectAs(t, srv, n1.Consumer, "n1")
+	runOnce(t, admin, conn, n1, "PodScheduled", "PodRunning")
 	var forged []*eventsv1.Envelope
 	for _, typ := range []eventsv1.Type{"PodScheduled", "PodAdmitted", "PodAuthorized", "PodPersisted", "PodRequested", "PodDeleteRequested"} {
 		forged = append(forged, event(t, typ, "forged"))
 	}
+	for _, typ := range pipeline.NodeAgentOutputs {
+		env := event(t, typ, "other-node")
+		env.NodeName = "n2"
+		forged = append(forged, env)
+	}
 	if got := accepted(conn, forged...); len(got) > 0 {
-		t.Errorf("a node may publish %v", got)
+		t.Errorf("node n1 may publish %v (on n2's subjects for the node events)", got)
 	}
-	hb, err := bus.NewEnvelope(&eventsv1.NodeHeartbeat{})
-	if err != nil {
-		t.Fatal(err)
+	heartbeat := func(node string) *eventsv1.Envelope {
+		hb, err := bus.NewEnvelope(&eventsv1.NodeHeartbeat{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb.NodeName = node
+		return hb
 	}
-	hb.NodeName = "n1"
-	if refused(t, conn, hb) {
-		t.Error("a node may not publish its heartbeat")
+	if refused(t, conn, heartbeat("n1")) {
+		t.Error("node n1 may not publish its heartbeat")
 	}
-	calls := management(conn.JetStream(), pipeline.NodeAgentRunnerConfig("n1").Consumer)
+	if !refused(t, conn, heartbeat("n2")) {
+		t.Error("node n1 may publish n2's heartbeat")
+	}
+	calls := management(conn.JetStream(), n1.Consumer)
 	for _, s := range pipeline.Stages {
 		calls["look up the consumer of stage "+s] = consumerInfo(conn.JetStream(), s)
 	}
+	calls["look up node n2's consumer"] = consumerInfo(conn.JetStream(), pipeline.NodeAgentRunnerConfig("n2").Consumer)
 	if got := allowedCalls(calls); len(got) > 0 {
-		t.Errorf("a node may %q", got)
+		t.Errorf("node n1 may %q", got)
+	}
+	// It answers its own node's log requests, not another node's.
+	sub, err := conn.NATS().Subscribe(pipeline.LogsPrefix+".n1", func(m *nats.Msg) { _ = m.Respond([]byte("logs")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := conn.NATS().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	if msg, err := admin.NATS().RequestWithContext(ctx, pipeline.LogsPrefix+".n1", nil); err != nil || string(msg.Data) != "logs" {
+		t.Errorf("node n1 does not answer its log requests: %v", err)
+	}
+	if !subscribeRefused(t, conn, pipeline.LogsPrefix+".n2") {
+		t.Error("node n1 may answer n2's log requests")
 	}
 }
 

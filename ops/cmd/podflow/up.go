@@ -189,7 +189,14 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	// 1. The bus. Every process gets its role's restricted NATS user
 	// (services/pipeline.Roles); the credentials are created here, before
 	// any server starts, so that the servers of a cluster share them.
-	creds, err := bus.EnsureCredentials(filepath.Join(dir, "nats", bus.CredsFileName), pipeline.Roles())
+	// The node agent's identity may act for its own nodes only.
+	const linuxNode = "linux-node-1"
+	nodeRC, nodeNames := pipeline.SimNodesRunnerConfig("sim"), []string(nil)
+	if o.runtime == "linux" {
+		nodeRC, nodeNames = pipeline.NodeAgentRunnerConfig(linuxNode), []string{linuxNode}
+	}
+	nodeRole := pipeline.NodeAgentRole(nodeRC, nodeNames)
+	creds, err := bus.EnsureCredentials(filepath.Join(dir, "nats", bus.CredsFileName), append(pipeline.Roles(), nodeRole))
 	if err != nil {
 		return err
 	}
@@ -221,7 +228,7 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	// Users of the bus get the locked-down client identity (user.json):
 	// they may ask the api front door and publish PodRequested, nothing
 	// else. podflow's own processes get their role's file.
-	if err := os.MkdirAll(filepath.Dir(roleConfig(dir, pipeline.RoleNode)), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(roleConfig(dir, nodeRole.Role)), 0o700); err != nil {
 		return err
 	}
 	for _, u := range creds.Users {
@@ -300,11 +307,14 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	consumers := []string{pipeline.SimNodesRunnerConfig("sim").Consumer}
-	nodeEnv := []string{natsConfigEnv + "=" + roleConfig(dir, pipeline.RoleNode)}
+	consumers := []string{nodeRC.Consumer}
+	nodeEnv := []string{natsConfigEnv + "=" + roleConfig(dir, nodeRole.Role)}
+	if err := provisionConsumers(ctx, conn, nodeRC); err != nil {
+		return err
+	}
 	nodesDesc := fmt.Sprintf("%d simulated nodes", o.nodes)
 	if o.runtime == "linux" {
-		node := "linux-node-1"
+		node := linuxNode
 		registry, err := startRegistry(ctx, sup, exe, dir)
 		if err != nil {
 			return err
@@ -312,9 +322,6 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 		logf("up: OCI registry at %s with podflow's images", registry)
 		args := []string{"nodeagent", "--runtime", "linux", "--node", node, "--config", cfgPath,
 			"--data-dir", filepath.Join(dir, "nodes", node), "--registry", registry}
-		if err := provisionConsumers(ctx, conn, pipeline.NodeAgentRunnerConfig(node)); err != nil {
-			return err
-		}
 		if err := sup.Start(supervisor.Spec{Name: "nodeagent-" + node, Role: "nodeagent", Path: exe, Env: nodeEnv,
 			Args: append(args, "--metrics-addr", naAddr, "--provision=false")}); err != nil {
 			return err
@@ -328,12 +335,8 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 			}
 		}
 		metrics["nodeagent-"+node] = naAddr
-		consumers = []string{pipeline.NodeAgentRunnerConfig(node).Consumer}
 		nodesDesc = "1 Linux node (" + node + ")"
 	} else {
-		if err := provisionConsumers(ctx, conn, pipeline.SimNodesRunnerConfig("sim")); err != nil {
-			return err
-		}
 		if err := sup.Start(supervisor.Spec{Name: "nodeagent-sim", Role: "nodeagent", Path: exe, Env: nodeEnv, Args: []string{
 			"nodeagent", "--runtime", "sim", "--name", "sim", "--nodes", strconv.Itoa(o.nodes), "--config", cfgPath, "--metrics-addr", naAddr,
 			"--provision=false",
