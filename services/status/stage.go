@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -25,15 +26,28 @@ type Config struct {
 	// than this is marked NotReady (Ready=Unknown, NodeStatusUnknown), as
 	// Kubernetes' node lifecycle controller does. Default 40s.
 	NodeMonitorGracePeriod time.Duration
+	// EventTTL: Events last seen longer ago than this are deleted, as
+	// kube-apiserver's --event-ttl. Default 1h.
+	EventTTL time.Duration
+	// EventCollectInterval: how often a replica looks for expired Events
+	// (during its reconciliation). Default 1 minute.
+	EventCollectInterval time.Duration
 }
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{NodeMonitorGracePeriod: 40 * time.Second} }
+func DefaultConfig() Config {
+	return Config{NodeMonitorGracePeriod: 40 * time.Second, EventTTL: events.DefaultTTL, EventCollectInterval: time.Minute}
+}
 
 // Validate checks the Config.
 func (c Config) Validate() error {
-	if c.NodeMonitorGracePeriod <= 0 {
+	switch {
+	case c.NodeMonitorGracePeriod <= 0:
 		return fmt.Errorf("status: NodeMonitorGracePeriod (%s) must be positive", c.NodeMonitorGracePeriod)
+	case c.EventTTL <= 0:
+		return fmt.Errorf("status: EventTTL (%s) must be positive", c.EventTTL)
+	case c.EventCollectInterval <= 0:
+		return fmt.Errorf("status: EventCollectInterval (%s) must be positive", c.EventCollectInterval)
 	}
 	return nil
 }
@@ -49,6 +63,9 @@ type Stage struct {
 	rec   *events.Recorder
 	nodes *informer.Informer[*corev1.Node]
 	now   func() time.Time
+
+	mu          sync.Mutex
+	lastCollect time.Time // of expired Events
 }
 
 var (
@@ -195,10 +212,14 @@ func (s *Stage) finalizeDeletion(ctx context.Context, ns, name, uid string) erro
 	}
 }
 
-// Reconcile marks nodes whose heartbeats stopped NotReady.
+// Reconcile marks nodes whose heartbeats stopped NotReady and, every
+// EventCollectInterval, deletes the Events older than EventTTL.
 func (s *Stage) Reconcile(ctx context.Context) error {
 	now := s.now()
 	var errs []error
+	if err := s.collectEvents(ctx, now); err != nil {
+		errs = append(errs, err)
+	}
 	for _, n := range s.nodes.List("") {
 		ready := nodeCondition(n, "Ready")
 		if ready == nil || ready.GetStatus() != "True" || ready.GetLastHeartbeatTime() == nil {
@@ -221,6 +242,22 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (s *Stage) collectEvents(ctx context.Context, now time.Time) error {
+	s.mu.Lock()
+	due := now.Sub(s.lastCollect) >= s.cfg.EventCollectInterval
+	if due {
+		s.lastCollect = now
+	}
+	s.mu.Unlock()
+	if !due {
+		return nil
+	}
+	if _, err := events.Collect(ctx, s.env.Store, s.cfg.EventTTL, now); err != nil {
+		return fmt.Errorf("status: collect expired events: %w", err)
+	}
+	return nil
 }
 
 func nodeCondition(n *corev1.Node, t string) *corev1.NodeCondition {

@@ -48,6 +48,9 @@ var stageBuilders = map[string]func(env stage.Env, o *stageOptions) (stage.Handl
 		if o.nodeGrace > 0 {
 			cfg.NodeMonitorGracePeriod = o.nodeGrace
 		}
+		if o.eventTTL > 0 {
+			cfg.EventTTL = o.eventTTL
+		}
 		return status.NewStage(env, cfg)
 	},
 	pipeline.Endpoints: func(env stage.Env, _ *stageOptions) (stage.Handler, error) {
@@ -61,6 +64,7 @@ type stageOptions struct {
 	tokenFile  string
 	pssDefault string
 	nodeGrace  time.Duration
+	eventTTL   time.Duration
 	resync     time.Duration
 	provision  bool
 	metrics    string
@@ -142,6 +146,7 @@ is redelivered to the others.`,
 	f.StringVar(&o.tokenFile, "token-file", "", "api: static token file (kube-apiserver --token-auth-file format)")
 	f.StringVar(&o.pssDefault, "pod-security-default", "", "admission: Pod Security level of namespaces without the enforce label (privileged, baseline, restricted)")
 	f.DurationVar(&o.nodeGrace, "node-monitor-grace-period", 0, "status: mark a node NotReady after this long without heartbeats (default 40s)")
+	f.DurationVar(&o.eventTTL, "event-ttl", 0, "status: delete Events last seen longer ago than this (default 1h, as kube-apiserver's --event-ttl)")
 	f.BoolVar(&o.provision, "provision", false, "declare the single-server streams and consumers before starting (`podflow up` does it for its stages)")
 	f.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9100)")
 	f.DurationVar(&o.resync, "resync", 10*time.Second, "period of reconciliation from the store")
