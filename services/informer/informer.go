@@ -18,7 +18,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -190,11 +192,16 @@ func (inf *Informer[T]) List(ns string) []T {
 	prefix := inf.kind.Prefix(ns)
 	inf.mu.RLock()
 	defer inf.mu.RUnlock()
-	out := make([]T, 0, len(inf.items))
-	for _, k := range sortedKeys(inf.items) {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
-			out = append(out, inf.items[k])
+	keys := make([]string, 0, len(inf.items))
+	for k := range inf.items {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
 		}
+	}
+	slices.Sort(keys) // only the namespace's keys
+	out := make([]T, len(keys))
+	for i, k := range keys {
+		out[i] = inf.items[k]
 	}
 	return out
 }

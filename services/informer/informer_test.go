@@ -1,0 +1,84 @@
+package informer_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
+	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/objects"
+)
+
+func names(pods []*corev1.Pod) []string {
+	out := make([]string, len(pods))
+	for i, p := range pods {
+		out[i] = p.GetMetadata().GetNamespace() + "/" + p.GetMetadata().GetName()
+	}
+	return out
+}
+
+// TestListAndWatch: against a real store, the cache lists what was there
+// at start, follows creates and deletes through the watch, and List gives
+// one namespace's objects or all of them, sorted by key.
+func TestListAndWatch(t *testing.T) {
+	cl := raftstoretest.MakeCluster(t, 1)
+	st := objects.New(cl.Client(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pod := func(ns, name string) *corev1.Pod {
+		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: ns, Name: name}}
+	}
+	for _, p := range []*corev1.Pod{pod("b", "y"), pod("a", "z"), pod("ab", "x")} {
+		if _, err := st.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted := make(chan string, 8)
+	inf, err := informer.New[*corev1.Pod](st, "", informer.Handlers[*corev1.Pod]{
+		OnDelete: func(p *corev1.Pod) { deleted <- p.GetMetadata().GetName() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Error(err)
+		}
+	}()
+	if err := inf.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(inf.List("")); !slices.Equal(got, []string{"a/z", "ab/x", "b/y"}) {
+		t.Errorf("List(\"\") = %v", got)
+	}
+	// "a" is a prefix of "ab" as a string, not as a namespace.
+	if got := names(inf.List("a")); !slices.Equal(got, []string{"a/z"}) {
+		t.Errorf("List(\"a\") = %v, want only namespace a", got)
+	}
+	if _, err := st.Create(ctx, pod("a", "w")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Delete(ctx, objects.Pods, "b", "y", 0); err != nil {
+		t.Fatal(err)
+	}
+	raftstoretest.WaitFor(t, 10*time.Second, "the watch to bring the changes", func() bool {
+		return slices.Equal(names(inf.List("")), []string{"a/w", "a/z", "ab/x"})
+	})
+	if got := <-deleted; got != "y" {
+		t.Errorf("OnDelete got %q, want the deleted pod y", got)
+	}
+	if got := names(inf.List("b")); len(got) != 0 {
+		t.Errorf("List(\"b\") after the delete = %v", got)
+	}
+	if _, ok := inf.Get("a", "w"); !ok {
+		t.Error("Get a/w: not cached")
+	}
+}
