@@ -276,7 +276,7 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 	// No pod bound twice: one node per pod uid in the stream, and it is
 	// the stored one.
 	bound := map[string]map[string]bool{}
-	scheduled, err := streamEvents(ctx, sess.bus.JetStream(), "PodScheduled")
+	scheduled, err := readEvents(ctx, sess.bus.JetStream(), "PodScheduled", time.Minute)
 	if err != nil {
 		fail("read PodScheduled events: %v", err)
 	}
@@ -425,6 +425,27 @@ func endpointsReady(p *corev1.Pod) bool {
 }
 
 // streamEvents reads every event of type t from the events stream.
+// readEvents is streamEvents retried for up to limit: right after chaos
+// the cluster may still be electing the stream's or the meta leader, and
+// JetStream requests then time out. Only the read is retried; what it
+// returns is checked once.
+func readEvents(ctx context.Context, js jetstream.JetStream, t string, limit time.Duration) ([]*eventsv1.Envelope, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		evs, err := streamEvents(rctx, js, t)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return evs, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 func streamEvents(ctx context.Context, js jetstream.JetStream, t string) ([]*eventsv1.Envelope, error) {
 	cons, err := js.OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.PodPrefix + "." + t + ".>"},
