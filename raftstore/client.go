@@ -265,7 +265,11 @@ func (c *Client) write(ctx context.Context, cmd *storev1.Command) (int64, error)
 		return 0, err
 	}
 	var resp storev1.WriteResponse
-	if err := c.do(ctx, c.subj.write, data, &resp, true, func() *storev1.Error { return resp.Error }); err != nil {
+	subject := c.subj.write
+	if c.cfg.Writer != "" {
+		subject += "." + c.cfg.Writer
+	}
+	if err := c.do(ctx, subject, data, &resp, true, func() *storev1.Error { return resp.Error }); err != nil {
 		return 0, err
 	}
 	return resp.Revision, nil

@@ -103,6 +103,14 @@ type Config struct {
 	// WatchBatch is the maximum number of events per watch message.
 	WatchBatch int
 
+	// WriteACL, when set, decides which keys a named writer may write:
+	// clients that set ClientConfig.Writer send their writes to
+	// <Subject>.write.<writer>, and the leader refuses (CODE_FORBIDDEN) a
+	// write with an op on a key ACL(writer, key) does not allow. Writes on
+	// <Subject>.write itself are not checked: the bus lets only the admin
+	// identity publish there. Nil: every write is allowed.
+	WriteACL func(writer, key string) bool
+
 	// LogOutput receives raft's log (default os.Stderr; io.Discard to mute).
 	LogOutput io.Writer
 	// LogLevel is raft's hclog level name (default "warn").
@@ -217,6 +225,10 @@ func (c Config) raftConfig() *raft.Config {
 type ClientConfig struct {
 	// Subject is the store's subject prefix (default DefaultSubject).
 	Subject string
+	// Writer names this client's writes (a NATS subject token): they go to
+	// <Subject>.write.<Writer>, where the store's WriteACL and the bus's
+	// permissions both apply. Empty: <Subject>.write (the admin's).
+	Writer string
 	// Timeout bounds a call whose context has no deadline.
 	Timeout time.Duration
 	// AttemptTimeout bounds one request-reply attempt; a write attempt that

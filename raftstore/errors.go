@@ -38,6 +38,9 @@ var (
 	ErrInvalid = &Error{Code: storev1.Code_CODE_INVALID, Message: "raftstore: invalid request"}
 	// ErrInternal: a bug or a corrupt message; not retried.
 	ErrInternal = &Error{Code: storev1.Code_CODE_INTERNAL, Message: "raftstore: internal error"}
+	// ErrForbidden: the client's writer may not write the key (see
+	// Config.WriteACL). Error.Key names the key; not retried.
+	ErrForbidden = &Error{Code: storev1.Code_CODE_FORBIDDEN, Message: "raftstore: write forbidden"}
 )
 
 // Error is a coded raftstore error. Key names the key the error is about, if

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -324,6 +325,7 @@ func (n *Node) subscribeLeader() error {
 		h       func(*nats.Msg)
 	}{
 		{n.subj.write, n.async(n.handleWrite)},
+		{n.subj.write + ".*", n.async(n.handleWrite)}, // named writers
 		{n.subj.read, n.async(n.handleRead)},
 		{n.subj.admin, n.async(n.handleAdmin)},
 	} {
@@ -449,6 +451,16 @@ func (n *Node) handleWrite(m *nats.Msg) {
 	if err := validateCommand(&cmd); err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
+	}
+	if writer, named := strings.CutPrefix(m.Subject, n.subj.write+"."); named && n.cfg.WriteACL != nil {
+		for _, op := range cmd.GetOps() {
+			if !n.cfg.WriteACL(writer, op.GetKey()) {
+				n.log.Warn("write refused", "writer", writer, "key", op.GetKey())
+				n.respond(m, &storev1.WriteResponse{Error: toWire(newError(storev1.Code_CODE_FORBIDDEN, op.GetKey(),
+					"writer %q may not write %q", writer, op.GetKey()))})
+				return
+			}
+		}
 	}
 	f := n.raft.Apply(m.Data, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {

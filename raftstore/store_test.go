@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,5 +160,56 @@ func TestTxn(t *testing.T) {
 	}
 	if _, err := cl.Txn(ctx, raftstore.Txn{Ops: []raftstore.Op{{Type: raftstore.OpPut, Key: pod}, {Type: raftstore.OpDelete, Key: pod}}}); !errors.Is(err, raftstore.ErrInvalid) {
 		t.Fatalf("txn touching a key twice: got %v, want ErrInvalid", err)
+	}
+}
+
+// TestWriteACL: a named writer writes only the keys the store's WriteACL
+// allows it: a write or transaction touching any other key is refused
+// whole with CODE_FORBIDDEN naming the key, and nothing of it is applied;
+// an unnamed (admin) writer is not checked.
+func TestWriteACL(t *testing.T) {
+	acl := func(writer, key string) bool {
+		return writer == "pods" && strings.HasPrefix(key, "/pods/")
+	}
+	c := raftstoretest.MakeCluster(t, 3, func(cfg *raftstore.Config) { cfg.WriteACL = acl })
+	ctx := testCtx(t)
+	pods, err := raftstore.NewClient(c.Conn(t), raftstore.ClientConfig{Writer: "pods"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := c.Client(t)
+	if _, err := pods.Create(ctx, "/pods/a", []byte("a")); err != nil {
+		t.Fatalf("an allowed write: %v", err)
+	}
+	_, err = pods.Create(ctx, "/secrets/s", []byte("s"))
+	var se *raftstore.Error
+	if !errors.Is(err, raftstore.ErrForbidden) || !errors.As(err, &se) || se.Key != "/secrets/s" {
+		t.Fatalf("a write outside the ACL: %v, want ErrForbidden naming /secrets/s", err)
+	}
+	_, err = pods.Txn(ctx, raftstore.Txn{Ops: []raftstore.Op{
+		{Type: raftstore.OpPut, Key: "/pods/b", Value: []byte("b")},
+		{Type: raftstore.OpPut, Key: "/rbac/admin", Value: []byte("me")},
+	}})
+	if !errors.Is(err, raftstore.ErrForbidden) {
+		t.Fatalf("a transaction with one key outside the ACL: %v, want ErrForbidden", err)
+	}
+	for _, k := range []string{"/pods/b", "/rbac/admin", "/secrets/s"} {
+		if _, err := admin.Get(ctx, k); !errors.Is(err, raftstore.ErrNotFound) {
+			t.Errorf("%s after the refused writes: %v, want not found", k, err)
+		}
+	}
+	other, err := raftstore.NewClient(c.Conn(t), raftstore.ClientConfig{Writer: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Create(ctx, "/pods/c", []byte("c")); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("another writer on /pods/: %v, want ErrForbidden", err)
+	}
+	if _, err := admin.Create(ctx, "/secrets/s", []byte("s")); err != nil {
+		t.Errorf("the unnamed writer: %v", err)
+	}
+	// Reads are not the ACL's business.
+	if kv, err := pods.Get(ctx, "/secrets/s"); err != nil || string(kv.Value) != "s" {
+		t.Errorf("read by a named writer: %v", err)
 	}
 }

@@ -171,16 +171,18 @@ func (c *cluster) stop() {
 	}
 }
 
-// checkPermissions fails the test if the NATS server refused any of
-// podflow's own processes something: every process runs with its role's
-// restricted user (services/pipeline.Roles), which must allow all it does.
+// checkPermissions fails the test if the NATS server or the store refused
+// any of podflow's own processes something: every process runs with its
+// role's restricted user (services/pipeline), which must allow all it does.
 func (c *cluster) checkPermissions() {
-	logs, _ := filepath.Glob(filepath.Join(c.dir, "logs", "nats*.log"))
-	for _, l := range logs {
-		b, _ := os.ReadFile(l)
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line, "Violation") {
-				c.root.Errorf("the NATS server refused a podflow process (%s): %s", filepath.Base(l), line)
+	for pattern, refusal := range map[string]string{"nats*.log": "Violation", "store-*.log": "write refused"} {
+		logs, _ := filepath.Glob(filepath.Join(c.dir, "logs", pattern))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, refusal) {
+					c.root.Errorf("a podflow process was refused (%s): %s", filepath.Base(l), line)
+				}
 			}
 		}
 	}

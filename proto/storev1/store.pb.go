@@ -40,21 +40,24 @@ const (
 	Code_CODE_INDETERMINATE  Code = 7
 	Code_CODE_INVALID        Code = 8
 	Code_CODE_INTERNAL       Code = 9
+	// CODE_FORBIDDEN: the writer may not write the key (Config.WriteACL).
+	Code_CODE_FORBIDDEN Code = 10
 )
 
 // Enum value maps for Code.
 var (
 	Code_name = map[int32]string{
-		0: "CODE_OK",
-		1: "CODE_NOT_FOUND",
-		2: "CODE_ALREADY_EXISTS",
-		3: "CODE_CONFLICT",
-		4: "CODE_UNAVAILABLE",
-		5: "CODE_NOT_LEADER",
-		6: "CODE_GONE",
-		7: "CODE_INDETERMINATE",
-		8: "CODE_INVALID",
-		9: "CODE_INTERNAL",
+		0:  "CODE_OK",
+		1:  "CODE_NOT_FOUND",
+		2:  "CODE_ALREADY_EXISTS",
+		3:  "CODE_CONFLICT",
+		4:  "CODE_UNAVAILABLE",
+		5:  "CODE_NOT_LEADER",
+		6:  "CODE_GONE",
+		7:  "CODE_INDETERMINATE",
+		8:  "CODE_INVALID",
+		9:  "CODE_INTERNAL",
+		10: "CODE_FORBIDDEN",
 	}
 	Code_value = map[string]int32{
 		"CODE_OK":             0,
@@ -67,6 +70,7 @@ var (
 		"CODE_INDETERMINATE":  7,
 		"CODE_INVALID":        8,
 		"CODE_INTERNAL":       9,
+		"CODE_FORBIDDEN":      10,
 	}
 )
 
@@ -1747,7 +1751,7 @@ const file_storev1_store_proto_rawDesc = "" +
 	"dedupCount\"o\n" +
 	"\rSnapshotDedup\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x125\n" +
-	"\x06result\x18\x02 \x01(\v2\x1d.podflow.store.v1.WriteResultR\x06result*\xca\x01\n" +
+	"\x06result\x18\x02 \x01(\v2\x1d.podflow.store.v1.WriteResultR\x06result*\xde\x01\n" +
 	"\x04Code\x12\v\n" +
 	"\aCODE_OK\x10\x00\x12\x12\n" +
 	"\x0eCODE_NOT_FOUND\x10\x01\x12\x17\n" +
@@ -1758,7 +1762,9 @@ const file_storev1_store_proto_rawDesc = "" +
 	"\tCODE_GONE\x10\x06\x12\x16\n" +
 	"\x12CODE_INDETERMINATE\x10\a\x12\x10\n" +
 	"\fCODE_INVALID\x10\b\x12\x11\n" +
-	"\rCODE_INTERNAL\x10\t*F\n" +
+	"\rCODE_INTERNAL\x10\t\x12\x12\n" +
+	"\x0eCODE_FORBIDDEN\x10\n" +
+	"*F\n" +
 	"\x06OpType\x12\x17\n" +
 	"\x13OP_TYPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vOP_TYPE_PUT\x10\x01\x12\x12\n" +

@@ -1,8 +1,11 @@
 package pipeline
 
 import (
+	"strings"
+
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/services/objects"
 )
 
 // Who may do what on the bus. The embedded NATS server provisions one user
@@ -75,10 +78,14 @@ func Roles() []bus.RoleSpec {
 }
 
 // service is what every podflow process needs: its own inbox, the store
-// as a client, pings, and replies to requests it receives.
+// as a client (reads and watches, writes named after itself: see
+// StoreWriteACL), pings, and replies to requests it receives.
 func service(user string) *bus.Permissions {
+	store := bus.StorePrefix + "."
 	return &bus.Permissions{
-		Publish:        &bus.SubjectPermission{Allow: []string{bus.StorePrefix + ".>"}},
+		Publish: &bus.SubjectPermission{Allow: []string{
+			store + "read", store + "stale", store + "watch", store + "status", store + "write." + user,
+		}},
 		Subscribe:      &bus.SubjectPermission{Allow: []string{bus.InboxPrefix(user) + ".>", PingSubject}},
 		AllowResponses: true,
 	}
@@ -138,4 +145,51 @@ func NodeAgentRole(rc bus.RunnerConfig, nodes []string) bus.RoleSpec {
 		Publish:   &bus.SubjectPermission{Allow: pub},
 		Subscribe: &bus.SubjectPermission{Allow: sub},
 	})}
+}
+
+// PodCIDRPrefix holds one store key per allocated pod CIDR; its value is
+// the node that has it (written by Linux node agents).
+const PodCIDRPrefix = "/registry/podflow/podcidrs/"
+
+// storeWrites are the kinds each stage writes to the store. The api stage
+// writes every kind (it applies users' objects); the others only what
+// their step of the lifecycle records.
+var storeWrites = map[string][]objects.Kind{
+	API:         objects.Kinds(),
+	Admission:   nil,
+	Persistence: {objects.Pods, objects.Events},
+	Scheduler:   {objects.Pods, objects.NodeAllocations, objects.Events},
+	Status:      {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
+	Endpoints:   {objects.EndpointSlices, objects.Events},
+}
+
+// nodeWrites: a node agent registers and updates its Node and allocates
+// its pod CIDR.
+var nodeWrites = []string{objects.Nodes.Prefix(""), objects.Events.Prefix(""), PodCIDRPrefix}
+
+// StoreWriteACL is the store's write policy (raftstore.Config.WriteACL):
+// writer is the NATS user the write came from (the bus lets each user
+// name only itself), key a key it writes. Stages write the kinds their
+// step records, node agents their Nodes and pod CIDRs, the store and
+// unknown writers nothing. The admin writes unnamed and is not checked.
+func StoreWriteACL(writer, key string) bool {
+	var prefixes []string
+	switch {
+	case strings.HasPrefix(writer, "stage-"):
+		kinds, ok := storeWrites[strings.TrimPrefix(writer, "stage-")]
+		if !ok {
+			return false
+		}
+		for _, k := range kinds {
+			prefixes = append(prefixes, k.Prefix(""))
+		}
+	case strings.HasPrefix(writer, "nodeagent-"):
+		prefixes = nodeWrites
+	}
+	for _, p := range prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
 }

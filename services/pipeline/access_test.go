@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,9 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/bus/bustest"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
+	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 )
 
@@ -408,5 +412,108 @@ func TestStoreRole(t *testing.T) {
 	}
 	if got := allowedCalls(calls); len(got) > 0 {
 		t.Errorf("the store may %q", got)
+	}
+}
+
+// TestStoreWritesByRole: with the real store serving as the store role
+// and its WriteACL set to podflow's policy, a stage writes only the kinds
+// its step records — the endpoints stage an EndpointSlice but not a
+// ClusterRoleBinding that would make it an admin — and cannot pass itself
+// off as another writer: the bus refuses its publish on another's write
+// subject. The admin's writes are not checked.
+func TestStoreWritesByRole(t *testing.T) {
+	srv, _ := lockedDown(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cfg := raftstore.DefaultConfig()
+	raftstoretest.FastConfig(&cfg)
+	cfg.ID, cfg.RaftAddr, cfg.DataDir = "store-1", addr, t.TempDir()
+	cfg.Bootstrap = []raftstore.Peer{{ID: "store-1", Address: addr}}
+	cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, "store-1").NATS()
+	cfg.WriteACL = pipeline.StoreWriteACL
+	node, err := raftstore.NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	if err := node.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Shutdown() })
+
+	client := func(role, writer string) *raftstore.Client {
+		t.Helper()
+		conn := bustest.ConnectAs(t, srv, role, role)
+		if role == bus.RoleAdmin {
+			conn = bustest.Connect(t, srv, "admin-store")
+		}
+		c, err := raftstore.NewClient(conn.NATS(), raftstore.ClientConfig{Writer: writer, Timeout: 3 * time.Second, AttemptTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	admin := client(bus.RoleAdmin, "")
+	raftstoretest.WaitFor(t, bustest.Timeout, "the store to elect itself", func() bool {
+		_, err := admin.Create(ctx, "/registry/namespaces/default", []byte("ns"))
+		return err == nil || errors.Is(err, raftstore.ErrAlreadyExists)
+	})
+	slice := objects.EndpointSlices.Key("default", "web")
+	binding := objects.ClusterRoleBindings.Key("", "endpoints-is-admin")
+	endpoints := client(pipeline.StageRole(pipeline.Endpoints), pipeline.StageRole(pipeline.Endpoints))
+	if _, err := endpoints.Create(ctx, slice, []byte("slice")); err != nil {
+		t.Errorf("the endpoints stage writes an EndpointSlice: %v", err)
+	}
+	if _, err := endpoints.Create(ctx, binding, []byte("binding")); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("the endpoints stage writes a ClusterRoleBinding: %v, want ErrForbidden", err)
+	}
+	posing := client(pipeline.StageRole(pipeline.Endpoints), pipeline.StageRole(pipeline.API))
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second) // the bus drops it: no answer comes
+	defer pcancel()
+	if _, err := posing.Create(pctx, binding, []byte("binding")); err == nil {
+		t.Error("the endpoints stage wrote as the api stage")
+	}
+	admission := client(pipeline.StageRole(pipeline.Admission), pipeline.StageRole(pipeline.Admission))
+	if _, err := admission.Create(ctx, objects.Pods.Key("default", "p"), []byte("pod")); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("the admission stage writes a pod: %v, want ErrForbidden (it writes nothing)", err)
+	}
+	if _, err := admin.Get(ctx, binding); !errors.Is(err, raftstore.ErrNotFound) {
+		t.Errorf("the ClusterRoleBinding after the refused writes: %v, want not found", err)
+	}
+	if _, err := admin.Create(ctx, binding, []byte("binding")); err != nil {
+		t.Errorf("the admin writes a ClusterRoleBinding: %v", err)
+	}
+}
+
+// TestStoreWriteACL: the policy itself, kind by kind.
+func TestStoreWriteACL(t *testing.T) {
+	pod, node, crb := objects.Pods.Key("default", "p"), objects.Nodes.Key("", "n1"), objects.ClusterRoleBindings.Key("", "x")
+	for _, c := range []struct {
+		writer, key string
+		want        bool
+	}{
+		{pipeline.StageRole(pipeline.API), crb, true},
+		{pipeline.StageRole(pipeline.Persistence), pod, true},
+		{pipeline.StageRole(pipeline.Persistence), crb, false},
+		{pipeline.StageRole(pipeline.Scheduler), objects.NodeAllocations.Key("", "n1"), true},
+		{pipeline.StageRole(pipeline.Scheduler), node, false},
+		{pipeline.StageRole(pipeline.Status), node, true},
+		{pipeline.StageRole(pipeline.Admission), pod, false},
+		{pipeline.StageRole(pipeline.Endpoints), pod, false},
+		{"stage-unknown", pod, false},
+		{"nodeagent-n1", node, true},
+		{"nodeagent-n1", pipeline.PodCIDRPrefix + "10.244.1.0-24", true},
+		{"nodeagent-n1", pod, false},
+		{pipeline.RoleStore, pod, false},
+		{bus.RoleClient, pod, false},
+	} {
+		if got := pipeline.StoreWriteACL(c.writer, c.key); got != c.want {
+			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", c.writer, c.key, got, c.want)
+		}
 	}
 }

@@ -106,7 +106,12 @@ func connect(ctx context.Context, cfg clientConfig, name string) (*session, erro
 	if err != nil {
 		return nil, fmt.Errorf("connect to the bus: %w", err)
 	}
-	kv, err := raftstore.NewClient(conn.NATS(), raftstore.DefaultClientConfig())
+	sc := raftstore.DefaultClientConfig()
+	if bc.User != bus.RoleAdmin {
+		// A process of a role writes as itself (pipeline.StoreWriteACL).
+		sc.Writer = bc.User
+	}
+	kv, err := raftstore.NewClient(conn.NATS(), sc)
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -58,7 +58,7 @@ func linuxFlags(cmd *cobra.Command) *linuxOptions {
 // podCIDRPrefix holds one key per allocated pod CIDR; its value is the
 // node's name. Create makes an allocation exclusive: two agents never get
 // the same CIDR.
-const podCIDRPrefix = "/registry/podflow/podcidrs/"
+const podCIDRPrefix = pipeline.PodCIDRPrefix
 
 func podCIDRKey(p netip.Prefix) string {
 	return podCIDRPrefix + strings.ReplaceAll(p.String(), "/", "-")

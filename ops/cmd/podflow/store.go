@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/pipeline"
 	"github.com/spf13/cobra"
 )
 
@@ -91,6 +92,9 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 			}
 			defer nc.Close()
 			cfg.Conn = nc
+			// Named writers (podflow's processes) write what their role
+			// may (services/pipeline); the admin's writes are unnamed.
+			cfg.WriteACL = pipeline.StoreWriteACL
 			node, err := raftstore.NewNode(cfg)
 			if err != nil {
 				return err
