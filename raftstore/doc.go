@@ -43,6 +43,13 @@
 // was appended, or the deadline passed after the request was sent) is
 // retried until the caller's deadline and then reported as ErrIndeterminate.
 //
+// Named writers: a client with ClientConfig.Writer sends its writes to
+// <prefix>.write.<writer> (the leader subscribes to <prefix>.write.* too),
+// and when Config.WriteACL is set the leader refuses, with CODE_FORBIDDEN
+// and nothing applied, a write with any op on a key the writer may not
+// write. The bus's subject permissions are what make the name
+// trustworthy: each user may publish to its own write subject only.
+//
 // Watches: a watch start goes to any replica (queue group), which streams
 // numbered messages to the client's inbox and sends a heartbeat request when
 // idle; the client answers heartbeats, and the replica drops a watch whose
