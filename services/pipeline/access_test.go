@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -186,6 +187,30 @@ func subscribeRefused(t *testing.T, conn *bus.Conn, subject string) bool {
 	return false
 }
 
+// serves reports whether server, subscribed to subject, answers a request
+// asker sends there.
+func serves(t *testing.T, server, asker *bus.Conn, subject string) error {
+	t.Helper()
+	sub, err := server.NATS().Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	if err := server.NATS().Flush(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	msg, err := asker.NATS().RequestWithContext(ctx, subject, nil)
+	if err != nil {
+		return err
+	}
+	if string(msg.Data) != "ok" {
+		return fmt.Errorf("answer %q", msg.Data)
+	}
+	return nil
+}
+
 // runOnce runs conn's runner of cfg until it has handled an input of type
 // in (published by the admin), each delivery publishing out (when set).
 func runOnce(t *testing.T, admin, conn *bus.Conn, cfg bus.RunnerConfig, in eventsv1.Type, out eventsv1.Type) {
@@ -365,17 +390,7 @@ func TestNodeRole(t *testing.T) {
 		t.Errorf("node n1 may %q", got)
 	}
 	// It answers its own node's log requests, not another node's.
-	sub, err := conn.NATS().Subscribe(pipeline.LogsPrefix+".n1", func(m *nats.Msg) { _ = m.Respond([]byte("logs")) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := conn.NATS().Flush(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
-	defer cancel()
-	if msg, err := admin.NATS().RequestWithContext(ctx, pipeline.LogsPrefix+".n1", nil); err != nil || string(msg.Data) != "logs" {
+	if err := serves(t, conn, admin, pipeline.LogsPrefix+".n1"); err != nil {
 		t.Errorf("node n1 does not answer its log requests: %v", err)
 	}
 	if !subscribeRefused(t, conn, pipeline.LogsPrefix+".n2") {
@@ -388,18 +403,7 @@ func TestNodeRole(t *testing.T) {
 func TestStoreRole(t *testing.T) {
 	srv, admin := lockedDown(t)
 	conn := bustest.ConnectAs(t, srv, pipeline.RoleStore, "store-1")
-	sub, err := conn.NATS().Subscribe(bus.StorePrefix+".get", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := conn.NATS().Flush(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
-	defer cancel()
-	msg, err := admin.NATS().RequestWithContext(ctx, bus.StorePrefix+".get", nil)
-	if err != nil || string(msg.Data) != "ok" {
+	if err := serves(t, conn, admin, bus.StorePrefix+".get"); err != nil {
 		t.Fatalf("the store does not answer: %v", err)
 	}
 	if !refused(t, conn, event(t, "PodScheduled", "forged")) {
