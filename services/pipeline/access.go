@@ -17,9 +17,10 @@ import (
 //	client            ask the api front door, publish PodRequested (bus.RoleClient)
 //	stage-<stage>     pull its own consumer, publish its Outputs, use the store
 //	store             serve podflow.store.> and push watches
-//	nodeagent-<node>  pull its own consumer, publish NodeAgentOutputs and
+//	node-<node>       pull its own consumer, publish NodeAgentOutputs and
 //	                  heartbeats for its node only, answer its node's log
-//	                  requests, use the store (NodeAgentRole)
+//	                  requests, use the store (NodeAgentRole); a simulated
+//	                  cluster's agent (nodes-<name>) acts for any node
 //
 // Every role but client also answers pings, reads its own inbox only
 // (bus.InboxPrefix) and may reply to requests it receives.
@@ -118,30 +119,36 @@ func stagePermissions(stage string) *bus.Permissions {
 	})
 }
 
+// Node agent roles: NodeRole(node) for the agent of one node,
+// SimNodesRole(name) for a simulated cluster (one process standing in for
+// many nodes).
+func NodeRole(node string) string     { return nodeRolePrefix + bus.EncodeToken(node) }
+func SimNodesRole(name string) string { return simNodesRolePrefix + bus.EncodeToken(name) }
+
+const (
+	nodeRolePrefix     = "node-"
+	simNodesRolePrefix = "nodes-"
+)
+
 // NodeAgentRole is the bus role of one node agent process, whose runner is
-// rc, acting for nodes: named after its consumer, it may pull only that
-// consumer, publish events and heartbeats only about its own nodes, and
-// answer log requests only for them — the NodeRestriction of the bus: a
-// node cannot take another node's pods or report for it. nil nodes means
-// any node (the simulated cluster, one process standing in for many).
-func NodeAgentRole(rc bus.RunnerConfig, nodes []string) bus.RoleSpec {
-	tokens := []string{"*"}
-	if nodes != nil {
-		tokens = tokens[:0]
-		for _, n := range nodes {
-			tokens = append(tokens, bus.EncodeToken(n))
-		}
+// rc, acting for node: it may pull only that consumer, publish events and
+// heartbeats only about its own node, answer log requests only for it and
+// write only its own Node (StoreWriteACL) — the NodeRestriction of the bus
+// and the store: a node cannot take another node's pods, report for it or
+// rewrite it. An empty node is a simulated cluster (SimNodesRole of
+// rc.Replica), which acts for any node.
+func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
+	role, token := SimNodesRole(rc.Replica), "*"
+	if node != "" {
+		role, token = NodeRole(node), bus.EncodeToken(node)
 	}
 	pub := rc.PublishSubjects()
-	var sub []string
-	for _, n := range tokens {
-		for _, t := range NodeAgentOutputs {
-			pub = append(pub, bus.PodPrefix+"."+string(t)+"."+n+".>")
-		}
-		pub = append(pub, bus.NodePrefix+"."+n+".>")
-		sub = append(sub, LogsPrefix+"."+n)
+	for _, t := range NodeAgentOutputs {
+		pub = append(pub, bus.PodPrefix+"."+string(t)+"."+token+".>")
 	}
-	return bus.RoleSpec{Role: rc.Consumer, Permissions: service(rc.Consumer).Merge(&bus.Permissions{
+	pub = append(pub, bus.NodePrefix+"."+token+".>")
+	sub := []string{LogsPrefix + "." + token}
+	return bus.RoleSpec{Role: role, Permissions: service(role).Merge(&bus.Permissions{
 		Publish:   &bus.SubjectPermission{Allow: pub},
 		Subscribe: &bus.SubjectPermission{Allow: sub},
 	})}
@@ -163,15 +170,16 @@ var storeWrites = map[string][]objects.Kind{
 	Endpoints:   {objects.EndpointSlices, objects.Events},
 }
 
-// nodeWrites: a node agent registers and updates its Node and allocates
-// its pod CIDR.
-var nodeWrites = []string{objects.Nodes.Prefix(""), objects.Events.Prefix(""), PodCIDRPrefix}
+// nodeWrites: a node agent records Events and allocates its pod CIDR (the
+// key is the CIDR; the value names the node); its Node it writes alone.
+var nodeWrites = []string{objects.Events.Prefix(""), PodCIDRPrefix}
 
 // StoreWriteACL is the store's write policy (raftstore.Config.WriteACL):
 // writer is the NATS user the write came from (the bus lets each user
 // name only itself), key a key it writes. Stages write the kinds their
-// step records, node agents their Nodes and pod CIDRs, the store and
-// unknown writers nothing. The admin writes unnamed and is not checked.
+// step records, a node agent its own Node (a simulated cluster any Node)
+// and pod CIDRs, the store and unknown writers nothing. The admin writes
+// unnamed and is not checked.
 func StoreWriteACL(writer, key string) bool {
 	var prefixes []string
 	switch {
@@ -183,8 +191,13 @@ func StoreWriteACL(writer, key string) bool {
 		for _, k := range kinds {
 			prefixes = append(prefixes, k.Prefix(""))
 		}
-	case strings.HasPrefix(writer, "nodeagent-"):
+	case strings.HasPrefix(writer, nodeRolePrefix):
+		if name, ok := strings.CutPrefix(key, objects.Nodes.Prefix("")); ok {
+			return NodeRole(name) == writer
+		}
 		prefixes = nodeWrites
+	case strings.HasPrefix(writer, simNodesRolePrefix):
+		prefixes = append([]string{objects.Nodes.Prefix("")}, nodeWrites...)
 	}
 	for _, p := range prefixes {
 		if strings.HasPrefix(key, p) {

@@ -50,7 +50,7 @@ func lockedDown(t *testing.T) (*bus.Embedded, *bus.Conn) {
 	cfg := bus.DefaultEmbeddedConfig(t.TempDir())
 	cfg.Roles = pipeline.Roles()
 	for _, n := range []string{"n1", "n2"} {
-		cfg.Roles = append(cfg.Roles, pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(n), []string{n}))
+		cfg.Roles = append(cfg.Roles, pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(n), n))
 	}
 	srv := bustest.ServerAt(t, cfg)
 	admin := bustest.Connect(t, srv, "admin")
@@ -351,7 +351,7 @@ func checkStream(t *testing.T, admin *bus.Conn) {
 func TestNodeRole(t *testing.T) {
 	srv, admin := lockedDown(t)
 	n1 := pipeline.NodeAgentRunnerConfig("n1")
-	conn := bustest.ConnectAs(t, srv, n1.Consumer, "n1")
+	conn := bustest.ConnectAs(t, srv, pipeline.NodeRole("n1"), "n1")
 	runOnce(t, admin, conn, n1, "PodScheduled", "PodRunning")
 	var forged []*eventsv1.Envelope
 	for _, typ := range []eventsv1.Type{"PodScheduled", "PodAdmitted", "PodAuthorized", "PodPersisted", "PodRequested", "PodDeleteRequested"} {
@@ -510,9 +510,14 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.StageRole(pipeline.Admission), pod, false},
 		{pipeline.StageRole(pipeline.Endpoints), pod, false},
 		{"stage-unknown", pod, false},
-		{"nodeagent-n1", node, true},
-		{"nodeagent-n1", pipeline.PodCIDRPrefix + "10.244.1.0-24", true},
-		{"nodeagent-n1", pod, false},
+		{pipeline.NodeRole("n1"), node, true},
+		{pipeline.NodeRole("n1"), objects.Nodes.Key("", "n2"), false},
+		{pipeline.NodeRole("n1"), objects.Nodes.Key("", "n1-other"), false},
+		{pipeline.NodeRole("n1"), pipeline.PodCIDRPrefix + "10.244.1.0-24", true},
+		{pipeline.NodeRole("n1"), pod, false},
+		{pipeline.NodeRole("n.1"), objects.Nodes.Key("", "n.1"), true},
+		{pipeline.SimNodesRole("sim"), objects.Nodes.Key("", "sim-node-0007"), true},
+		{pipeline.SimNodesRole("sim"), pod, false},
 		{pipeline.RoleStore, pod, false},
 		{bus.RoleClient, pod, false},
 	} {

@@ -191,11 +191,11 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	// any server starts, so that the servers of a cluster share them.
 	// The node agent's identity may act for its own nodes only.
 	const linuxNode = "linux-node-1"
-	nodeRC, nodeNames := pipeline.SimNodesRunnerConfig("sim"), []string(nil)
+	nodeRC, nodeName := pipeline.SimNodesRunnerConfig("sim"), ""
 	if o.runtime == "linux" {
-		nodeRC, nodeNames = pipeline.NodeAgentRunnerConfig(linuxNode), []string{linuxNode}
+		nodeRC, nodeName = pipeline.NodeAgentRunnerConfig(linuxNode), linuxNode
 	}
-	nodeRole := pipeline.NodeAgentRole(nodeRC, nodeNames)
+	nodeRole := pipeline.NodeAgentRole(nodeRC, nodeName)
 	creds, err := bus.EnsureCredentials(filepath.Join(dir, "nats", bus.CredsFileName), append(pipeline.Roles(), nodeRole))
 	if err != nil {
 		return err
