@@ -239,14 +239,23 @@ func readOpts(opts []ReadOption) readOptions {
 	return o
 }
 
+// named is subject followed by the client's User, if any (see
+// ClientConfig.User).
+func (c *Client) named(subject string) string {
+	if c.cfg.User == "" {
+		return subject
+	}
+	return subject + "." + c.cfg.User
+}
+
 func (c *Client) read(ctx context.Context, req *storev1.ReadRequest, stale bool) (*storev1.ReadResponse, error) {
 	data, err := proto.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	subject := c.subj.read
+	subject := c.named(c.subj.read)
 	if stale {
-		subject = c.subj.stale
+		subject = c.named(c.subj.stale)
 	}
 	var resp storev1.ReadResponse
 	if err := c.do(ctx, subject, data, &resp, false, func() *storev1.Error { return resp.Error }); err != nil {
@@ -265,11 +274,7 @@ func (c *Client) write(ctx context.Context, cmd *storev1.Command) (int64, error)
 		return 0, err
 	}
 	var resp storev1.WriteResponse
-	subject := c.subj.write
-	if c.cfg.Writer != "" {
-		subject += "." + c.cfg.Writer
-	}
-	if err := c.do(ctx, subject, data, &resp, true, func() *storev1.Error { return resp.Error }); err != nil {
+	if err := c.do(ctx, c.named(c.subj.write), data, &resp, true, func() *storev1.Error { return resp.Error }); err != nil {
 		return 0, err
 	}
 	return resp.Revision, nil

@@ -104,12 +104,17 @@ type Config struct {
 	WatchBatch int
 
 	// WriteACL, when set, decides which keys a named writer may write:
-	// clients that set ClientConfig.Writer send their writes to
-	// <Subject>.write.<writer>, and the leader refuses (CODE_FORBIDDEN) a
-	// write with an op on a key ACL(writer, key) does not allow. Writes on
+	// clients that set ClientConfig.User send their writes to
+	// <Subject>.write.<user>, and the leader refuses (CODE_FORBIDDEN) a
+	// write with an op on a key ACL(user, key) does not allow. Writes on
 	// <Subject>.write itself are not checked: the bus lets only the admin
 	// identity publish there. Nil: every write is allowed.
-	WriteACL func(writer, key string) bool
+	WriteACL func(user, key string) bool
+	// ReadACL, when set, decides what a named reader may read: a get of
+	// key (prefix false) or a list or watch of every key starting with key
+	// (prefix true). A refused read or watch gets CODE_FORBIDDEN. Unnamed
+	// reads are not checked. Nil: every read is allowed.
+	ReadACL func(user, key string, prefix bool) bool
 
 	// LogOutput receives raft's log (default os.Stderr; io.Discard to mute).
 	LogOutput io.Writer
@@ -225,10 +230,12 @@ func (c Config) raftConfig() *raft.Config {
 type ClientConfig struct {
 	// Subject is the store's subject prefix (default DefaultSubject).
 	Subject string
-	// Writer names this client's writes (a NATS subject token): they go to
-	// <Subject>.write.<Writer>, where the store's WriteACL and the bus's
-	// permissions both apply. Empty: <Subject>.write (the admin's).
-	Writer string
+	// User names this client's requests (a NATS subject token, the bus
+	// user it connects as): reads, watches and writes go to
+	// <Subject>.<read|stale|watch|write>.<User>, where the store's ReadACL
+	// and WriteACL and the bus's permissions apply. Empty: the unnamed
+	// subjects (the admin's).
+	User string
 	// Timeout bounds a call whose context has no deadline.
 	Timeout time.Duration
 	// AttemptTimeout bounds one request-reply attempt; a write attempt that

@@ -43,12 +43,13 @@
 // was appended, or the deadline passed after the request was sent) is
 // retried until the caller's deadline and then reported as ErrIndeterminate.
 //
-// Named writers: a client with ClientConfig.Writer sends its writes to
-// <prefix>.write.<writer> (the leader subscribes to <prefix>.write.* too),
-// and when Config.WriteACL is set the leader refuses, with CODE_FORBIDDEN
-// and nothing applied, a write with any op on a key the writer may not
-// write. The bus's subject permissions are what make the name
-// trustworthy: each user may publish to its own write subject only.
+// Named requesters: a client with ClientConfig.User sends its reads,
+// watches and writes to <prefix>.<op>.<user> (the replicas subscribe to
+// <prefix>.<op>.* too). When Config.ReadACL or Config.WriteACL is set, a
+// read, list or watch the user may not make, or a write with any op on a
+// key the user may not write, is refused with CODE_FORBIDDEN (nothing
+// applied). The bus's subject permissions are what make the name
+// trustworthy: each user may publish to its own subjects only.
 //
 // Watches: a watch start goes to any replica (queue group), which streams
 // numbered messages to the client's inbox and sends a heartbeat request when

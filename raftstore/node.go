@@ -163,7 +163,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		h              func(*nats.Msg)
 	}{
 		{n.subj.stale, queueGroup, n.async(n.handleStaleRead)},
+		{n.subj.stale + ".*", queueGroup, n.async(n.handleStaleRead)}, // named readers
 		{n.subj.watch, queueGroup, n.async(n.handleWatch)},
+		{n.subj.watch + ".*", queueGroup, n.async(n.handleWatch)},
 		{n.subj.status, "", n.handleStatus},
 	} {
 		sub, err := n.cfg.Conn.QueueSubscribe(s.subject, s.queue, s.h)
@@ -327,6 +329,7 @@ func (n *Node) subscribeLeader() error {
 		{n.subj.write, n.async(n.handleWrite)},
 		{n.subj.write + ".*", n.async(n.handleWrite)}, // named writers
 		{n.subj.read, n.async(n.handleRead)},
+		{n.subj.read + ".*", n.async(n.handleRead)},
 		{n.subj.admin, n.async(n.handleAdmin)},
 	} {
 		sub, err := n.cfg.Conn.QueueSubscribe(s.subject, queueGroup, s.h)
@@ -452,7 +455,7 @@ func (n *Node) handleWrite(m *nats.Msg) {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
 	}
-	if writer, named := strings.CutPrefix(m.Subject, n.subj.write+"."); named && n.cfg.WriteACL != nil {
+	if writer, named := n.requester(m.Subject); named && n.cfg.WriteACL != nil {
 		for _, op := range cmd.GetOps() {
 			if !n.cfg.WriteACL(writer, op.GetKey()) {
 				n.log.Warn("write refused", "writer", writer, "key", op.GetKey())
@@ -473,6 +476,34 @@ func (n *Node) handleWrite(m *nats.Msg) {
 		return
 	}
 	n.respond(m, &storev1.WriteResponse{Revision: res.Revision, Error: res.Error})
+}
+
+// requester is the user a named request's subject ends with
+// (<base>.<user>, base one of the store's request subjects), if any.
+func (n *Node) requester(subject string) (string, bool) {
+	for _, base := range []string{n.subj.write, n.subj.read, n.subj.stale, n.subj.watch} {
+		if user, ok := strings.CutPrefix(subject, base+"."); ok {
+			return user, true
+		}
+	}
+	return "", false
+}
+
+// checkRead applies Config.ReadACL to a named read or watch.
+func (n *Node) checkRead(subject, key string, prefix bool) error {
+	if n.cfg.ReadACL == nil {
+		return nil
+	}
+	user, named := n.requester(subject)
+	if !named || n.cfg.ReadACL(user, key, prefix) {
+		return nil
+	}
+	n.log.Warn("read refused", "reader", user, "key", key, "prefix", prefix)
+	what := "read"
+	if prefix {
+		what = "list or watch keys starting with"
+	}
+	return newError(storev1.Code_CODE_FORBIDDEN, key, "reader %q may not %s %q", user, what, key)
 }
 
 // applyError classifies a raft.Apply error: NotLeader and an enqueue timeout
@@ -544,6 +575,10 @@ func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
 			n.respond(m, &storev1.ReadResponse{Error: toWire(err)})
 			return
 		}
+	}
+	if err := n.checkRead(m.Subject, req.Key, req.Prefix); err != nil {
+		n.respond(m, &storev1.ReadResponse{Error: toWire(err)})
+		return
 	}
 	if linearizable {
 		ctx, cancel := n.requestCtx()

@@ -173,7 +173,7 @@ func TestWriteACL(t *testing.T) {
 	}
 	c := raftstoretest.MakeCluster(t, 3, func(cfg *raftstore.Config) { cfg.WriteACL = acl })
 	ctx := testCtx(t)
-	pods, err := raftstore.NewClient(c.Conn(t), raftstore.ClientConfig{Writer: "pods"})
+	pods, err := raftstore.NewClient(c.Conn(t), raftstore.ClientConfig{User: "pods"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestWriteACL(t *testing.T) {
 			t.Errorf("%s after the refused writes: %v, want not found", k, err)
 		}
 	}
-	other, err := raftstore.NewClient(c.Conn(t), raftstore.ClientConfig{Writer: "other"})
+	other, err := raftstore.NewClient(c.Conn(t), raftstore.ClientConfig{User: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,5 +211,66 @@ func TestWriteACL(t *testing.T) {
 	// Reads are not the ACL's business.
 	if kv, err := pods.Get(ctx, "/secrets/s"); err != nil || string(kv.Value) != "s" {
 		t.Errorf("read by a named writer: %v", err)
+	}
+}
+
+// TestReadACL: a named reader reads, lists and watches only what the
+// store's ReadACL allows — on the leader and on every replica — and a
+// list or watch of a prefix that would include a forbidden key is refused
+// whole; an unnamed (admin) reader is not checked.
+func TestReadACL(t *testing.T) {
+	const secrets = "/secrets/"
+	acl := func(user, key string, prefix bool) bool {
+		if user != "restricted" {
+			return true
+		}
+		return !strings.HasPrefix(key, secrets) && !(prefix && strings.HasPrefix(secrets, key))
+	}
+	c := raftstoretest.MakeCluster(t, 3, func(cfg *raftstore.Config) { cfg.ReadACL = acl })
+	ctx := testCtx(t)
+	admin := c.Client(t)
+	for _, k := range []string{"/pods/a", "/secrets/s"} {
+		if _, err := admin.Create(ctx, k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := raftstore.NewClient(c.Conn(t), raftstore.ClientConfig{User: "restricted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv, err := r.Get(ctx, "/pods/a"); err != nil || string(kv.Value) != "/pods/a" {
+		t.Errorf("an allowed read: %v", err)
+	}
+	for name, read := range map[string]func() error{
+		"get a secret":        func() error { _, err := r.Get(ctx, "/secrets/s"); return err },
+		"stale get a secret":  func() error { _, err := r.Get(ctx, "/secrets/s", raftstore.Stale()); return err },
+		"list the secrets":    func() error { _, _, err := r.List(ctx, secrets); return err },
+		"list everything":     func() error { _, _, err := r.List(ctx, "/"); return err },
+		"watch the secrets":   func() error { _, err := r.Watch(ctx, secrets, 0); return err },
+		"watch everything":    func() error { _, err := r.Watch(ctx, "/", 0); return err },
+		"stale list a secret": func() error { _, _, err := r.List(ctx, "/secrets/s", raftstore.Stale()); return err },
+	} {
+		if err := read(); !errors.Is(err, raftstore.ErrForbidden) {
+			t.Errorf("%s: %v, want ErrForbidden", name, err)
+		}
+	}
+	if kvs, _, err := r.List(ctx, "/pods/", raftstore.Stale()); err != nil || len(kvs) != 1 {
+		t.Errorf("an allowed stale list: %d keys, %v", len(kvs), err)
+	}
+	w, err := r.Watch(ctx, "/pods/", 0)
+	if err != nil {
+		t.Fatalf("an allowed watch: %v", err)
+	}
+	defer w.Stop()
+	select {
+	case ev := <-w.Events():
+		if ev.KV.Key != "/pods/a" {
+			t.Errorf("the allowed watch saw %q", ev.KV.Key)
+		}
+	case <-ctx.Done():
+		t.Fatal("the allowed watch saw nothing")
+	}
+	if kvs, _, err := admin.List(ctx, "/"); err != nil || len(kvs) != 2 {
+		t.Errorf("the unnamed reader lists %d keys (%v), want 2", len(kvs), err)
 	}
 }

@@ -101,7 +101,7 @@ func (w *Watch) open() (*session, error) {
 	s.sub = sub
 	data, _ := proto.Marshal(&storev1.WatchRequest{Prefix: w.prefix, FromRevision: w.last, Inbox: inbox})
 	var resp storev1.WatchResponse
-	if err := w.c.do(w.ctx, w.c.subj.watch, data, &resp, false, func() *storev1.Error { return resp.Error }); err != nil {
+	if err := w.c.do(w.ctx, w.c.named(w.c.subj.watch), data, &resp, false, func() *storev1.Error { return resp.Error }); err != nil {
 		s.close()
 		return nil, err
 	}

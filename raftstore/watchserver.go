@@ -22,6 +22,10 @@ func (n *Node) handleWatch(m *nats.Msg) {
 		n.respond(m, &storev1.WatchResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "bad watch request"))})
 		return
 	}
+	if err := n.checkRead(m.Subject, req.Prefix, true); err != nil {
+		n.respond(m, &storev1.WatchResponse{Replica: n.cfg.ID, Error: toWire(err)})
+		return
+	}
 	_, compact := n.fsm.revisions()
 	if req.FromRevision < compact {
 		n.respond(m, &storev1.WatchResponse{Replica: n.cfg.ID, CompactRevision: compact, Error: toWire(newError(storev1.Code_CODE_GONE, "", "revision %d is compacted (oldest watchable %d)", req.FromRevision, compact))})

@@ -175,13 +175,15 @@ func (c *cluster) stop() {
 // any of podflow's own processes something: every process runs with its
 // role's restricted user (services/pipeline), which must allow all it does.
 func (c *cluster) checkPermissions() {
-	for pattern, refusal := range map[string]string{"nats*.log": "Violation", "store-*.log": "write refused"} {
+	for pattern, refusals := range map[string][]string{"nats*.log": {"Violation"}, "store-*.log": {"write refused", "read refused"}} {
 		logs, _ := filepath.Glob(filepath.Join(c.dir, "logs", pattern))
 		for _, l := range logs {
 			b, _ := os.ReadFile(l)
 			for _, line := range strings.Split(string(b), "\n") {
-				if strings.Contains(line, refusal) {
-					c.root.Errorf("a podflow process was refused (%s): %s", filepath.Base(l), line)
+				for _, r := range refusals {
+					if strings.Contains(line, r) {
+						c.root.Errorf("a podflow process was refused (%s): %s", filepath.Base(l), line)
+					}
 				}
 			}
 		}

@@ -79,13 +79,14 @@ func Roles() []bus.RoleSpec {
 }
 
 // service is what every podflow process needs: its own inbox, the store
-// as a client (reads and watches, writes named after itself: see
-// StoreWriteACL), pings, and replies to requests it receives.
+// as a client (reads, watches and writes named after itself: see
+// StoreReadACL and StoreWriteACL), pings, and replies to requests it
+// receives.
 func service(user string) *bus.Permissions {
 	store := bus.StorePrefix + "."
 	return &bus.Permissions{
 		Publish: &bus.SubjectPermission{Allow: []string{
-			store + "read", store + "stale", store + "watch", store + "status", store + "write." + user,
+			store + "read." + user, store + "stale." + user, store + "watch." + user, store + "write." + user, store + "status",
 		}},
 		Subscribe:      &bus.SubjectPermission{Allow: []string{bus.InboxPrefix(user) + ".>", PingSubject}},
 		AllowResponses: true,
@@ -152,6 +153,18 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 		Publish:   &bus.SubjectPermission{Allow: pub},
 		Subscribe: &bus.SubjectPermission{Allow: sub},
 	})}
+}
+
+// StoreReadACL is the store's read policy (raftstore.Config.ReadACL): the
+// api stage (tokens, the Kubernetes API) and node agents (secret volumes)
+// read everything; every other reader everything but Secrets — neither a
+// Secret, nor a list or watch of a prefix that would include them.
+func StoreReadACL(user, key string, prefix bool) bool {
+	if user == StageRole(API) || strings.HasPrefix(user, nodeRolePrefix) || strings.HasPrefix(user, simNodesRolePrefix) {
+		return true
+	}
+	secrets := objects.Secrets.Prefix("")
+	return !strings.HasPrefix(key, secrets) && !(prefix && strings.HasPrefix(secrets, key))
 }
 
 // PodCIDRPrefix holds one store key per allocated pod CIDR; its value is

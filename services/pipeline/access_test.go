@@ -420,7 +420,8 @@ func TestStoreRole(t *testing.T) {
 }
 
 // TestStoreWritesByRole: with the real store serving as the store role
-// and its WriteACL set to podflow's policy, a stage writes only the kinds
+// and its ACLs set to podflow's policy, a stage reads no Secret unless it
+// is the api stage, and writes only the kinds
 // its step records — the endpoints stage an EndpointSlice but not a
 // ClusterRoleBinding that would make it an admin — and cannot pass itself
 // off as another writer: the bus refuses its publish on another's write
@@ -438,7 +439,7 @@ func TestStoreWritesByRole(t *testing.T) {
 	cfg.ID, cfg.RaftAddr, cfg.DataDir = "store-1", addr, t.TempDir()
 	cfg.Bootstrap = []raftstore.Peer{{ID: "store-1", Address: addr}}
 	cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, "store-1").NATS()
-	cfg.WriteACL = pipeline.StoreWriteACL
+	cfg.WriteACL, cfg.ReadACL = pipeline.StoreWriteACL, pipeline.StoreReadACL
 	node, err := raftstore.NewNode(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -456,7 +457,7 @@ func TestStoreWritesByRole(t *testing.T) {
 		if role == bus.RoleAdmin {
 			conn = bustest.Connect(t, srv, "admin-store")
 		}
-		c, err := raftstore.NewClient(conn.NATS(), raftstore.ClientConfig{Writer: writer, Timeout: 3 * time.Second, AttemptTimeout: time.Second})
+		c, err := raftstore.NewClient(conn.NATS(), raftstore.ClientConfig{User: writer, Timeout: 3 * time.Second, AttemptTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -485,6 +486,28 @@ func TestStoreWritesByRole(t *testing.T) {
 	admission := client(pipeline.StageRole(pipeline.Admission), pipeline.StageRole(pipeline.Admission))
 	if _, err := admission.Create(ctx, objects.Pods.Key("default", "p"), []byte("pod")); !errors.Is(err, raftstore.ErrForbidden) {
 		t.Errorf("the admission stage writes a pod: %v, want ErrForbidden (it writes nothing)", err)
+	}
+	// Reads: the scheduler reads pods but not Secrets; the api stage both.
+	secret := objects.Secrets.Key("default", "token")
+	if _, err := admin.Create(ctx, secret, []byte("s3cr3t")); err != nil {
+		t.Fatal(err)
+	}
+	scheduler := client(pipeline.StageRole(pipeline.Scheduler), pipeline.StageRole(pipeline.Scheduler))
+	if _, err := scheduler.Get(ctx, secret); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("the scheduler reads a Secret: %v, want ErrForbidden", err)
+	}
+	if _, _, err := scheduler.List(ctx, objects.Secrets.Prefix("")); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("the scheduler lists Secrets: %v, want ErrForbidden", err)
+	}
+	if _, err := scheduler.Watch(ctx, "/registry/", 0); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("the scheduler watches everything: %v, want ErrForbidden", err)
+	}
+	if _, _, err := scheduler.List(ctx, objects.EndpointSlices.Prefix("")); err != nil {
+		t.Errorf("the scheduler lists EndpointSlices: %v", err)
+	}
+	api := client(pipeline.StageRole(pipeline.API), pipeline.StageRole(pipeline.API))
+	if kv, err := api.Get(ctx, secret); err != nil || string(kv.Value) != "s3cr3t" {
+		t.Errorf("the api stage reads a Secret: %v", err)
 	}
 	if _, err := admin.Get(ctx, binding); !errors.Is(err, raftstore.ErrNotFound) {
 		t.Errorf("the ClusterRoleBinding after the refused writes: %v, want not found", err)
@@ -523,6 +546,32 @@ func TestStoreWriteACL(t *testing.T) {
 	} {
 		if got := pipeline.StoreWriteACL(c.writer, c.key); got != c.want {
 			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", c.writer, c.key, got, c.want)
+		}
+	}
+}
+
+// TestStoreReadACL: only the api stage and node agents read Secrets.
+func TestStoreReadACL(t *testing.T) {
+	secret, pod := objects.Secrets.Key("default", "token"), objects.Pods.Key("default", "p")
+	for _, c := range []struct {
+		user, key string
+		prefix    bool
+		want      bool
+	}{
+		{pipeline.StageRole(pipeline.API), secret, false, true},
+		{pipeline.StageRole(pipeline.API), "/registry/", true, true},
+		{pipeline.NodeRole("n1"), secret, false, true},
+		{pipeline.SimNodesRole("sim"), objects.Secrets.Prefix("default"), true, true},
+		{pipeline.StageRole(pipeline.Scheduler), pod, false, true},
+		{pipeline.StageRole(pipeline.Scheduler), objects.Pods.Prefix(""), true, true},
+		{pipeline.StageRole(pipeline.Scheduler), secret, false, false},
+		{pipeline.StageRole(pipeline.Admission), objects.Secrets.Prefix("default"), true, false},
+		{pipeline.StageRole(pipeline.Endpoints), "/registry/", true, false},
+		{pipeline.StageRole(pipeline.Status), "/", true, false},
+		{pipeline.RoleStore, secret, false, false},
+	} {
+		if got := pipeline.StoreReadACL(c.user, c.key, c.prefix); got != c.want {
+			t.Errorf("StoreReadACL(%q, %q, prefix=%v) = %v, want %v", c.user, c.key, c.prefix, got, c.want)
 		}
 	}
 }

@@ -108,8 +108,9 @@ func connect(ctx context.Context, cfg clientConfig, name string) (*session, erro
 	}
 	sc := raftstore.DefaultClientConfig()
 	if bc.User != bus.RoleAdmin {
-		// A process of a role writes as itself (pipeline.StoreWriteACL).
-		sc.Writer = bc.User
+		// A process of a role reads and writes as itself
+		// (pipeline.StoreReadACL, StoreWriteACL).
+		sc.User = bc.User
 	}
 	kv, err := raftstore.NewClient(conn.NATS(), sc)
 	if err != nil {

@@ -94,7 +94,7 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 			cfg.Conn = nc
 			// Named writers (podflow's processes) write what their role
 			// may (services/pipeline); the admin's writes are unnamed.
-			cfg.WriteACL = pipeline.StoreWriteACL
+			cfg.WriteACL, cfg.ReadACL = pipeline.StoreWriteACL, pipeline.StoreReadACL
 			node, err := raftstore.NewNode(cfg)
 			if err != nil {
 				return err
