@@ -47,9 +47,7 @@ func ConsumeSubjects(stream, durable string) []string {
 func ReadStreamSubjects(stream string) []string {
 	return []string{
 		"$JS.API.STREAM.INFO." + stream,
-		"$JS.API.STREAM.MSG.GET." + stream,
-		"$JS.API.DIRECT.GET." + stream + ".>",
-		"$JS.API.DIRECT.GET." + stream,
+		"$JS.API.STREAM.MSG.GET." + stream, // podflow's streams do not allow direct gets
 	}
 }
 

@@ -321,23 +321,31 @@ func dryRun(r *http.Request) (bool, *corev1.Status) {
 	}
 }
 
-func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
+// mutation reads what every write request carries: dryRun,
+// fieldValidation and the (size-limited) body. It writes the error and
+// returns ok false when one is wrong.
+func (s *Server) mutation(w http.ResponseWriter, r *http.Request) (dry bool, validation string, body []byte, ok bool) {
 	dry, st := dryRun(r)
+	if st == nil {
+		validation, st = fieldValidation(r)
+	}
+	if st == nil {
+		body, st = readBody(w, r, s.cfg.MaxBodyBytes)
+	}
 	if st != nil {
 		writeStatus(w, st)
+		return false, "", nil, false
+	}
+	return dry, validation, body, true
+}
+
+func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
+	dry, validation, body, ok := s.mutation(w, r)
+	if !ok {
 		return
 	}
-	validation, st := fieldValidation(r)
+	body, st := bodyJSON(r, body, kubeTypes[req.res.kind])
 	if st != nil {
-		writeStatus(w, st)
-		return
-	}
-	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
-	if st != nil {
-		writeStatus(w, st)
-		return
-	}
-	if body, st = bodyJSON(r, body, kubeTypes[req.res.kind]); st != nil {
 		writeStatus(w, st)
 		return
 	}
@@ -353,11 +361,19 @@ func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	md.ResourceVersion = ""
+	s.createObject(ctx, w, r, req, obj, dry)
+}
+
+// createObject creates a decoded object (POST, or server-side apply of one
+// that does not exist yet): a pod through the pipeline, anything else
+// through the api stage, with kube-apiserver's create-time defaults.
+func (s *Server) createObject(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request, obj objects.Object, dry bool) {
 	if pod, ok := obj.(*corev1.Pod); ok {
 		st, created := s.backend.CreatePod(ctx, req.user, pod, dry)
 		s.respond(w, r, req.res, st, created)
 		return
 	}
+	md := objects.Meta(obj)
 	if md.GetName() == "" && md.GetGenerateName() != "" {
 		md.Name = md.GetGenerateName() + randomSuffix()
 	}
@@ -426,19 +442,8 @@ func writeWarnings(w http.ResponseWriter, warnings []string) {
 // stored one through the api stage (pods: only the fields Kubernetes lets a
 // pod update change).
 func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
-	dry, st := dryRun(r)
-	if st != nil {
-		writeStatus(w, st)
-		return
-	}
-	validation, st := fieldValidation(r)
-	if st != nil {
-		writeStatus(w, st)
-		return
-	}
-	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
-	if st != nil {
-		writeStatus(w, st)
+	dry, validation, body, ok := s.mutation(w, r)
+	if !ok {
 		return
 	}
 	current, st := s.read(ctx, req.res, req.namespace, req.name)
@@ -455,10 +460,10 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	if req.verb == "patch" {
 		if current == nil { // server-side apply of a new object: a create
-			if d := s.backend.Authorize(auth.Attributes{User: req.user, Verb: "create", Namespace: req.namespace,
-				APIGroup: req.res.group, Resource: req.res.name, Name: req.name}); !d.Allowed {
-				writeStatus(w, auth.Forbidden(auth.Attributes{User: req.user, Verb: "create", Namespace: req.namespace,
-					APIGroup: req.res.group, Resource: req.res.name, Name: req.name}, ""))
+			attrs := auth.Attributes{User: req.user, Verb: "create", Namespace: req.namespace,
+				APIGroup: req.res.group, Resource: req.res.name, Name: req.name}
+			if !s.backend.Authorize(attrs).Allowed {
+				writeStatus(w, auth.Forbidden(attrs, ""))
 				return
 			}
 			if body, st = applyPatch([]byte("{}"), body, r.Header.Get("Content-Type"), req.res); st != nil {
@@ -498,17 +503,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	if current == nil {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			st, created := s.backend.CreatePod(ctx, req.user, pod, dry)
-			s.respond(w, r, req.res, st, created)
-			return
-		}
-		if dry {
-			s.writeObject(w, r, http.StatusCreated, req.res, obj)
-			return
-		}
-		st, out := s.object(ctx, req, "create", obj, nil)
-		s.respond(w, r, req.res, st, out)
+		s.createObject(ctx, w, r, req, obj, dry)
 		return
 	}
 	if rv := md.GetResourceVersion(); rv != "" && rv != current.GetMetadata().GetResourceVersion() {

@@ -28,6 +28,9 @@ func (o *clientOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "", "namespace (default: the manifest's, else default)")
 }
 
+// ns is the namespace a command acts in: -n, else default.
+func (o *clientOptions) ns() string { return orDefault(o.namespace, "default") }
+
 func (o *clientOptions) session(ctx context.Context) (*session, string, error) {
 	cfg, err := loadConfig(o.config)
 	if err != nil {

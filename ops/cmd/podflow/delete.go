@@ -35,10 +35,7 @@ func newDeleteCmd() *cobra.Command {
 				return err
 			}
 			defer sess.Close()
-			ns := o.namespace
-			if ns == "" {
-				ns = "default"
-			}
+			ns := o.ns()
 			failed := 0
 			for _, name := range args[1:] {
 				req := &apiv1.ObjectRequest{Token: token, Verb: "delete", Kind: kind.Resource, Namespace: ns, Name: name}

@@ -33,7 +33,7 @@ func newDescribeCmd() *cobra.Command {
 				return err
 			}
 			defer sess.Close()
-			ns := orDefault(o.namespace, "default")
+			ns := o.ns()
 			pod, err := objects.Get[*corev1.Pod](ctx, sess.store, ns, args[1])
 			if errors.Is(err, raftstore.ErrNotFound) {
 				return fmt.Errorf("Error from server (NotFound): pods %q not found", args[1])

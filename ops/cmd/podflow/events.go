@@ -28,7 +28,7 @@ func newEventsCmd() *cobra.Command {
 				return err
 			}
 			defer sess.Close()
-			ns := orDefault(o.namespace, "default")
+			ns := o.ns()
 			if all {
 				ns = ""
 			}

@@ -45,10 +45,7 @@ func newGetCmd() *cobra.Command {
 				return err
 			}
 			defer sess.Close()
-			ns := o.namespace
-			if ns == "" {
-				ns = "default"
-			}
+			ns := o.ns()
 			if all || !kind.Namespaced {
 				ns = ""
 			}

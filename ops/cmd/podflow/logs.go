@@ -41,10 +41,7 @@ the output follows until the container exits or the command is interrupted.`,
 				return err
 			}
 			defer sess.Close()
-			ns := o.namespace
-			if ns == "" {
-				ns = "default"
-			}
+			ns := o.ns()
 			pod, err := objects.Get[*corev1.Pod](ctx, sess.store, ns, args[0])
 			if err != nil {
 				return fmt.Errorf("pods %q: %w", args[0], err)

@@ -81,7 +81,7 @@ package documentation). The simulated nodes share one durable consumer.`,
 			log.Info("simulated nodes registered", "nodes", o.nodes)
 			rc.Observer = m
 			if o.metrics != "" {
-				addr, err := serveMetricsAddr(ctx, o.metrics, m)
+				addr, err := stage.ServeMetrics(ctx, o.metrics, m)
 				if err != nil {
 					return err
 				}
@@ -118,12 +118,16 @@ func provisionAgent(ctx context.Context, sess *session, rc bus.RunnerConfig, pro
 		}
 		return nil
 	}
-	if err := bus.Provision(ctx, sess.bus.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
-		return fmt.Errorf("provision the node agent's consumer: %w", err)
-	}
-	return nil
+	return provisionNodeAgent(ctx, sess.bus, rc)
 }
 
-func serveMetricsAddr(ctx context.Context, addr string, m *stage.Metrics) (string, error) {
-	return stage.ServeMetrics(ctx, addr, m)
+// provisionNodeAgent declares a node agent's consumers (as admin: `podflow
+// up` for the agents it runs, or an agent run with --provision).
+func provisionNodeAgent(ctx context.Context, conn *bus.Conn, rc bus.RunnerConfig) error {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := bus.Provision(pctx, conn.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
+		return fmt.Errorf("provision the node agent's consumer %q: %w", rc.Consumer, err)
+	}
+	return nil
 }

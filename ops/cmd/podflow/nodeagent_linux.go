@@ -202,7 +202,7 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 	}
 	rc.Observer = m
 	if o.metrics != "" {
-		addr, err := serveMetricsAddr(ctx, o.metrics, m)
+		addr, err := stage.ServeMetrics(ctx, o.metrics, m)
 		if err != nil {
 			return err
 		}

@@ -41,7 +41,7 @@ is now and why. With --follow, keep printing as events arrive.`,
 				return err
 			}
 			defer sess.Close()
-			ns := orDefault(o.namespace, "default")
+			ns := o.ns()
 			return runTrace(ctx, sess, ns, args[1], follow, output, cmd.OutOrStdout())
 		},
 	}

@@ -309,7 +309,7 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	}
 	consumers := []string{nodeRC.Consumer}
 	nodeEnv := []string{natsConfigEnv + "=" + roleConfig(dir, nodeRole.Role)}
-	if err := provisionConsumers(ctx, conn, nodeRC); err != nil {
+	if err := provisionNodeAgent(ctx, conn, nodeRC); err != nil {
 		return err
 	}
 	nodesDesc := fmt.Sprintf("%d simulated nodes", o.nodes)
@@ -584,17 +584,6 @@ func startNATSCluster(ctx context.Context, sup *supervisor.Supervisor, exe, dir 
 		return err
 	}
 	return bus.WriteClientConfig(natsCfg, urls, c.Admin())
-}
-
-// provisionConsumers declares a node agent's consumers as admin: the node
-// identity the agent runs with may not.
-func provisionConsumers(ctx context.Context, conn *bus.Conn, rc bus.RunnerConfig) error {
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := bus.Provision(pctx, conn.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
-		return fmt.Errorf("provision the node agent's consumer: %w", err)
-	}
-	return nil
 }
 
 // provisionRetry provisions until JetStream answers: a cluster accepts
