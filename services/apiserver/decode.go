@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	k8scorev1 "k8s.io/api/core/v1"
 	k8sdiscoveryv1 "k8s.io/api/discovery/v1"
 	k8srbacv1 "k8s.io/api/rbac/v1"
@@ -178,20 +179,17 @@ func applyPatch(original, patch []byte, contentType string, res *resource) ([]by
 			}
 			patch = j
 		}
-		var o, p any
-		if err := json.Unmarshal(original, &o); err != nil {
-			return nil, badRequest("decode the object: %v", err)
-		}
-		if err := json.Unmarshal(patch, &p); err != nil {
-			return nil, badRequest("decode the merge patch: %v", err)
-		}
-		out, err := json.Marshal(mergePatch(o, p))
+		out, err := jsonpatch.MergePatch(original, patch)
 		if err != nil {
 			return nil, badRequest("apply the merge patch: %v", err)
 		}
 		return out, nil
 	case patchJSON:
-		out, err := jsonPatch(original, patch)
+		ops, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			return nil, invalidPatch(err)
+		}
+		out, err := ops.Apply(original)
 		if err != nil {
 			return nil, invalidPatch(err)
 		}
@@ -207,26 +205,6 @@ func stage415(ct string, res *resource) *corev1.Status {
 
 func invalidPatch(err error) *corev1.Status {
 	return &corev1.Status{Status: "Failure", Code: 422, Reason: "Invalid", Message: fmt.Sprintf("the patch cannot be applied: %v", err)}
-}
-
-// mergePatch is RFC 7386 JSON merge patch.
-func mergePatch(target, patch any) any {
-	p, ok := patch.(map[string]any)
-	if !ok {
-		return patch
-	}
-	t, ok := target.(map[string]any)
-	if !ok {
-		t = map[string]any{}
-	}
-	for k, v := range p {
-		if v == nil {
-			delete(t, k)
-			continue
-		}
-		t[k] = mergePatch(t[k], v)
-	}
-	return t
 }
 
 // protobufMagic starts every Kubernetes protobuf body (a runtime.Unknown
