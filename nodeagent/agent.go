@@ -61,6 +61,7 @@ type Agent struct {
 	pub   Publisher
 	clock Clock
 	log   *slog.Logger
+	deps  *workerDeps // what every worker gets; workers never see the Agent
 
 	created time.Time // when the node's conditions last changed
 
@@ -96,14 +97,17 @@ func New(cfg Config, rt Runtime, store NodeStore, pub Publisher) (*Agent, error)
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Agent{
+	a := &Agent{
 		cfg: cfg, rt: rt, store: store, pub: pub, clock: cfg.Clock, created: cfg.Clock.Now(),
 		log:     cfg.Logger.With("node", cfg.NodeName),
 		ctx:     ctx,
 		cancel:  cancel,
 		workers: map[string]*worker{}, deleted: map[string]time.Time{},
 		recovered: map[string]*recovered{},
-	}, nil
+	}
+	a.deps = &workerDeps{cfg: cfg, rt: rt, volumes: store, pub: pub, clock: a.clock, log: a.log,
+		retire: func(w *worker) { a.retire(w, true) }}
+	return a, nil
 }
 
 // NodeName returns the agent's node name.
@@ -216,7 +220,7 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 // once termination has begun; it is idempotent.
 func (a *Agent) HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
 	if grace < 0 {
-		grace = a.gracePeriod(pod)
+		grace = gracePeriod(pod, &a.cfg)
 	}
 	uid := pod.GetMetadata().GetUid()
 	a.mu.Lock()
@@ -255,7 +259,7 @@ func (a *Agent) PodStatus(uid string) (*corev1.PodStatus, bool) {
 	if !ok {
 		return nil, false
 	}
-	s := w.reported.Load()
+	s := w.rep.Reported()
 	return s, s != nil
 }
 
@@ -352,7 +356,7 @@ func (a *Agent) Heartbeat(ctx context.Context) error {
 			Conditions: st.Conditions, RunningPods: int32(running),
 		}},
 	}
-	pctx, cancel := a.publishContext(ctx)
+	pctx, cancel := publishContext(ctx, a.cfg.PublishTimeout)
 	defer cancel()
 	return errors.Join(
 		a.pub.Publish(pctx, env),
@@ -360,18 +364,11 @@ func (a *Agent) Heartbeat(ctx context.Context) error {
 	)
 }
 
-func (a *Agent) publishContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, a.cfg.PublishTimeout)
-}
-
 // startWorkerLocked starts the pod's worker, with a delete queued when grace
 // is not nil.
 func (a *Agent) startWorkerLocked(pod *corev1.Pod, grace *time.Duration) {
 	uid := pod.GetMetadata().GetUid()
-	w := newWorker(a, proto.Clone(pod).(*corev1.Pod), a.recovered[uid])
+	w := newWorker(a.deps, proto.Clone(pod).(*corev1.Pod), a.recovered[uid])
 	if grace != nil {
 		w.deleteCh <- *grace
 	}
@@ -398,14 +395,17 @@ func (a *Agent) retire(w *worker, deleted bool) {
 	}
 }
 
-func (a *Agent) gracePeriod(pod *corev1.Pod) time.Duration {
+// gracePeriod is the pod's termination grace: its
+// deletionGracePeriodSeconds, else its terminationGracePeriodSeconds, else
+// cfg.DefaultGracePeriod.
+func gracePeriod(pod *corev1.Pod, cfg *Config) time.Duration {
 	if s := pod.GetMetadata().DeletionGracePeriodSeconds; s != nil {
-		return time.Duration(*s) * a.cfg.SpecSecond
+		return time.Duration(*s) * cfg.SpecSecond
 	}
 	if s := pod.GetSpec().TerminationGracePeriodSeconds; s != nil {
-		return time.Duration(*s) * a.cfg.SpecSecond
+		return time.Duration(*s) * cfg.SpecSecond
 	}
-	return a.cfg.DefaultGracePeriod
+	return cfg.DefaultGracePeriod
 }
 
 func (a *Agent) capacity() map[string]string {

@@ -18,7 +18,7 @@ func (w *worker) phase() string {
 	if w.failed != nil {
 		return "Failed"
 	}
-	if !w.deleting {
+	if !w.deleting() {
 		for _, c := range w.inits {
 			if !c.done {
 				return "Pending"
@@ -42,7 +42,7 @@ func (w *worker) phase() string {
 		}
 	}
 	switch {
-	case w.deleting && running == 0:
+	case w.deleting() && running == 0:
 		if stopped == succeeded && waiting == 0 {
 			return "Succeeded"
 		}
@@ -88,12 +88,12 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 	phase := w.phase()
 	st := &corev1.PodStatus{
 		Phase:     phase,
-		HostIp:    w.a.cfg.HostIP,
+		HostIp:    w.d.cfg.HostIP,
 		StartTime: timestamppb.New(w.startTime),
 		QosClass:  w.qos,
 	}
-	if w.lastStatus != nil && w.sandbox == nil { // keep the IP after teardown, as Kubernetes does
-		st.PodIp, st.PodIps = w.lastStatus.GetPodIp(), w.lastStatus.GetPodIps()
+	if last := w.rep.last; last != nil && w.sandbox == nil { // keep the IP after teardown, as Kubernetes does
+		st.PodIp, st.PodIps = last.GetPodIp(), last.GetPodIps()
 	}
 	if w.sandbox != nil {
 		st.PodIp = w.sandbox.IP
