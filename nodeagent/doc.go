@@ -8,26 +8,58 @@
 // FailedCreatePodSandBox, graceful termination — through a Runtime: the
 // simulated one in package sim, or a Linux runtime.
 //
-// After every change a worker publishes a PodStatusReport carrying the
-// pod's whole status and the Kubernetes Events (Pulling, Pulled, Created,
-// Started, Killing, BackOff, Unhealthy, FailedMount, ...), followed by the
-// specific lifecycle events (PodSandboxReady, ImagePulled, ContainerStarted,
-// ContainerExited, PodRunning, PodReady, PodNotReady, PodFailed, PodKilled,
-// PodDeleted). Envelopes carry stage "nodeagent", replica and node_name = the
-// node, and generation = the report's seq: a per-pod number that only grows,
-// also across agent restarts (it is at least the wall clock in nanoseconds).
-// The events after a report carry that report's seq, so a consumer acting on
-// one can wait until the store reflects the report. Ids are deterministic —
-// "uid/<pod uid>/<type>/g<seq>/a1" as bus.EventID makes them, "/<n>" appended
-// to the n-th further event of one type after one report, and
+// # The pod worker
+//
+// A worker is shaped like kubelet's pod workers (pkg/kubelet/pod_workers.go)
+// and moves its pod through three states, one step each (worker.go draws
+// the state machine):
+//
+//   - syncing (syncPod): bring the pod to its spec, step by step, again on
+//     every container exit and timer. A finished pod (Succeeded or Failed,
+//     nothing to restart) stays here with its sandbox released.
+//   - terminating (syncTerminatingPod): once deleted, SIGTERM to every
+//     running container in parallel, kill after grace, PodKilled.
+//   - terminated (syncTerminatedPod): stop and remove the sandbox (IP,
+//     volumes, cgroups), the last status report, a tombstone in the agent,
+//     PodDeleted. Then the worker is gone.
+//
+// A pending delete wins over further syncing. Every retried operation (the
+// sandbox, the volumes, each container's restarts and image pulls) keeps
+// one retry schedule under its Config Backoff. A worker gets what it needs
+// of its node in a workerDeps (config, runtime, the store's ConfigMaps and
+// Secrets, publisher, clock, logger), never the Agent itself.
+//
+// # The status reporter
+//
+// Each worker has a reporter, its outbox (reporter.go): the worker records
+// Kubernetes Events and queues lifecycle events as things happen; after
+// every step the reporter numbers them and publishes them in order, keeping
+// what failed for the next try, same envelopes, same ids. When anything
+// changed it publishes a PodStatusReport carrying the pod's whole status and
+// the Kubernetes Events (Pulling, Pulled, Created, Started, Killing,
+// BackOff, Unhealthy, FailedMount, ...), followed by the specific lifecycle
+// events (PodSandboxReady, ImagePulled, ContainerStarted, ContainerExited,
+// PodRunning, PodReady, PodNotReady, PodFailed, PodKilled, PodDeleted).
+// Envelopes carry stage "nodeagent", replica and node_name = the node, and
+// generation = the report's seq: a per-pod number that only grows, also
+// across agent restarts (it is at least the wall clock in nanoseconds). The
+// events after a report carry that report's seq, so a consumer acting on one
+// can wait until the store reflects the report. Ids are deterministic —
+// "uid/<pod uid>/<type>/g<seq>/a1" as bus.EventID makes them, "/<n>"
+// appended to the n-th further event of one type after one report, and
 // "uid/<pod uid>/PodDeleted" for the last one — so a retried publish is
 // deduplicated by JetStream.
+//
+// # Callers
 //
 // Callers must:
 //
 //  1. Build the agent with New(cfg, runtime, store, publisher), cfg from
 //     DefaultConfig and adjusted; the Publisher and NodeStore are small
-//     interfaces the caller adapts to the bus and the store.
+//     interfaces the caller adapts to the bus and the store. Both are used
+//     by every pod's worker at once, so both must be safe for concurrent
+//     use. Publish returns only once the envelope is durable; a failed one
+//     is retried, with the same id, every Config.PublishRetry.
 //  2. Either call Run(ctx), which registers the node and then heartbeats and
 //     reconciles until ctx ends, or call Start once and drive Heartbeat and
 //     Reconcile themselves (sim.Cluster does, for thousands of nodes).
