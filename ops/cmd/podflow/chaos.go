@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/services/objects"
@@ -97,7 +98,7 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 		return err
 	}
 	defer cleanup()
-	cfg := sess.cfg
+	cfg := sess.Config
 	fmt.Fprintf(out, "chaos: seed %d, %d pods over %s, a kill every %s among %s (pause: %t)\n", o.seed, o.pods, o.duration, o.killInterval, o.targets, o.pause)
 
 	prefix := fmt.Sprintf("chaos-%d-", o.seed%100000)
@@ -160,7 +161,7 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 
 // chaosWorkload publishes pods evenly over d, retrying publishes that fail
 // while NATS or the stream is down.
-func chaosWorkload(ctx context.Context, sess *session, token, prefix string, n int, d time.Duration) error {
+func chaosWorkload(ctx context.Context, sess *client.Session, token, prefix string, n int, d time.Duration) error {
 	template := &corev1.Pod{
 		Metadata: &corev1.ObjectMeta{Namespace: "default", Labels: map[string]string{"app": "chaos"}},
 		Spec: &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "podflow/http:1",
@@ -180,7 +181,7 @@ func chaosWorkload(ctx context.Context, sess *session, token, prefix string, n i
 		env := podRequested(p, token)
 		for attempt := 0; ; attempt++ {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := sess.bus.Publish(pctx, env)
+			_, err := sess.Bus.Publish(pctx, env)
 			cancel()
 			if err == nil {
 				break
@@ -195,7 +196,7 @@ func chaosWorkload(ctx context.Context, sess *session, token, prefix string, n i
 }
 
 // pickVictim chooses a running process of the system under test.
-func pickVictim(ctx context.Context, sess *session, dataDir string, targets map[string]bool, rng *rand.Rand) (childRecord, error) {
+func pickVictim(ctx context.Context, sess *client.Session, dataDir string, targets map[string]bool, rng *rand.Rand) (childRecord, error) {
 	b, err := os.ReadFile(filepath.Join(dataDir, "children.json"))
 	if err != nil {
 		return childRecord{}, err
@@ -218,7 +219,7 @@ func pickVictim(ctx context.Context, sess *session, dataDir string, targets map[
 	}
 	// Half the store kills go to the leader: that is the interesting one.
 	if targets["store"] && rng.IntN(4) == 0 {
-		if st, err := sess.store.Client().Status(ctx, 300*time.Millisecond); err == nil {
+		if st, err := sess.Store.Client().Status(ctx, 300*time.Millisecond); err == nil {
 			for _, s := range st {
 				if s.State == "Leader" {
 					for _, k := range pool {
@@ -236,7 +237,7 @@ func pickVictim(ctx context.Context, sess *session, dataDir string, targets map[
 // checkInvariants waits for the pods to settle, then checks what must
 // hold after any amount of chaos. It prints each check and returns the
 // number of violations.
-func checkInvariants(ctx context.Context, sess *session, prefix string, n int, settle time.Duration, out io.Writer) int {
+func checkInvariants(ctx context.Context, sess *client.Session, prefix string, n int, settle time.Duration, out io.Writer) int {
 	violations := 0
 	fail := func(format string, args ...any) {
 		violations++
@@ -245,7 +246,7 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 	var pods []*corev1.Pod
 	deadline := time.Now().Add(settle)
 	for {
-		all, _, err := objects.List[*corev1.Pod](ctx, sess.store, "default")
+		all, _, err := objects.List[*corev1.Pod](ctx, sess.Store, "default")
 		if err == nil {
 			pods = pods[:0]
 			ready := 0
@@ -276,7 +277,7 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 	// No pod bound twice: one node per pod uid in the stream, and it is
 	// the stored one.
 	bound := map[string]map[string]bool{}
-	scheduled, err := readEvents(ctx, sess.bus.JetStream(), "PodScheduled", time.Minute)
+	scheduled, err := readEvents(ctx, sess.Bus.JetStream(), "PodScheduled", time.Minute)
 	if err != nil {
 		fail("read PodScheduled events: %v", err)
 	}
@@ -313,12 +314,12 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 	fmt.Fprintf(out, "  check: no pod IP given twice (%d IPs)\n", len(ips))
 
 	// No node overcommitted, and every node's accounting matches its pods.
-	all, _, _ := objects.List[*corev1.Pod](ctx, sess.store, "")
-	nodes, _, err := objects.List[*corev1.Node](ctx, sess.store, "")
+	all, _, _ := objects.List[*corev1.Pod](ctx, sess.Store, "")
+	nodes, _, err := objects.List[*corev1.Node](ctx, sess.Store, "")
 	if err != nil {
 		fail("list nodes: %v", err)
 	}
-	allocs, _, _ := objects.List[*corev1.NodeAllocation](ctx, sess.store, "")
+	allocs, _, _ := objects.List[*corev1.NodeAllocation](ctx, sess.Store, "")
 	allocBy := map[string]*corev1.NodeAllocation{}
 	for _, a := range allocs {
 		allocBy[a.GetMetadata().GetName()] = a
@@ -371,7 +372,7 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 	agree := false
 	var last string
 	for i := 0; i < 20 && !agree; i++ {
-		st, err := sess.store.Client().Status(ctx, time.Second)
+		st, err := sess.Store.Client().Status(ctx, time.Second)
 		if err == nil && len(st) > 0 {
 			agree = true
 			var parts []string
@@ -397,7 +398,7 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 	fmt.Fprintf(out, "  check: store replicas agree (%s)\n", last)
 
 	// Counts.
-	if s, err := sess.bus.JetStream().Stream(ctx, bus.EventsStream); err == nil {
+	if s, err := sess.Bus.JetStream().Stream(ctx, bus.EventsStream); err == nil {
 		if info, err := s.Info(ctx); err == nil {
 			fmt.Fprintf(out, "  events published: %d\n", info.State.Msgs)
 		}
@@ -407,7 +408,7 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 		}
 		fmt.Fprintf(out, "  deliveries to stages (redeliveries included): %d\n", deliveries)
 	}
-	if s, err := sess.bus.JetStream().Stream(ctx, bus.DLQStream); err == nil {
+	if s, err := sess.Bus.JetStream().Stream(ctx, bus.DLQStream); err == nil {
 		if info, err := s.Info(ctx); err == nil {
 			fmt.Fprintf(out, "  dead-lettered: %d\n", info.State.Msgs)
 		}

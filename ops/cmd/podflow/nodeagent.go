@@ -13,6 +13,7 @@ import (
 	"github.com/podflow/podflow/nodeagent/nodemetrics"
 	"github.com/podflow/podflow/nodeagent/sim"
 	"github.com/podflow/podflow/nodeagent/wire"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
 )
@@ -48,12 +49,8 @@ package documentation). The simulated nodes share one durable consumer.`,
 			if o.runtime != "sim" {
 				return fmt.Errorf("--runtime %q is unknown: use sim or linux", o.runtime)
 			}
-			cfg, err := loadConfig(o.config)
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			sess, err := connect(ctx, cfg, "nodeagent-"+o.name)
+			sess, err := client.Open(ctx, o.config, "nodeagent-"+o.name)
 			if err != nil {
 				return err
 			}
@@ -69,7 +66,7 @@ package documentation). The simulated nodes share one durable consumer.`,
 			if err != nil {
 				return err
 			}
-			cl, err := sim.NewCluster(sim.DefaultClusterConfig(o.nodes), wire.NewStore(sess.store), nm.Publisher(wire.NewPublisher(sess.bus)))
+			cl, err := sim.NewCluster(sim.DefaultClusterConfig(o.nodes), wire.NewStore(sess.Store), nm.Publisher(wire.NewPublisher(sess.Bus)))
 			if err != nil {
 				return err
 			}
@@ -87,10 +84,10 @@ package documentation). The simulated nodes share one durable consumer.`,
 				}
 				log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
 			}
-			if err := stage.AnswerPings(ctx, stage.Env{Bus: sess.bus, Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
+			if err := stage.AnswerPings(ctx, stage.Env{Bus: sess.Bus, Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
 				return err
 			}
-			runner, err := bus.NewRunner(sess.bus, rc, nm.Handler(wire.Handler(sess.store, cl, time.Second)))
+			runner, err := bus.NewRunner(sess.Bus, rc, nm.Handler(wire.Handler(sess.Store, cl, time.Second)))
 			if err != nil {
 				return err
 			}
@@ -111,14 +108,14 @@ package documentation). The simulated nodes share one durable consumer.`,
 // provisionAgent declares a node agent's consumers, or with provision
 // false only checks that they exist (the node identity may not manage
 // consumers).
-func provisionAgent(ctx context.Context, sess *session, rc bus.RunnerConfig, provision bool) error {
+func provisionAgent(ctx context.Context, sess *client.Session, rc bus.RunnerConfig, provision bool) error {
 	if !provision {
-		if _, err := sess.bus.JetStream().Consumer(ctx, rc.Stream, rc.Consumer); err != nil {
+		if _, err := sess.Bus.JetStream().Consumer(ctx, rc.Stream, rc.Consumer); err != nil {
 			return fmt.Errorf("the node agent's consumer %q (provisioned by `podflow up`, or run with --provision as admin): %w", rc.Consumer, err)
 		}
 		return nil
 	}
-	return provisionNodeAgent(ctx, sess.bus, rc)
+	return provisionNodeAgent(ctx, sess.Bus, rc)
 }
 
 // provisionNodeAgent declares a node agent's consumers (as admin: `podflow

@@ -24,6 +24,7 @@ import (
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux"
 	"github.com/podflow/podflow/nodeagent/wire"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
@@ -148,18 +149,14 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig(o.config)
-	if err != nil {
-		return err
-	}
-	sess, err := connect(ctx, cfg, "nodeagent-"+node)
+	sess, err := client.Open(ctx, o.config, "nodeagent-"+node)
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("nodeagent", node)
 
-	podCIDR, err := allocatePodCIDR(ctx, sess.store.Client(), node, lo.podCIDR, lo.clusterCIDR)
+	podCIDR, err := allocatePodCIDR(ctx, sess.Store.Client(), node, lo.podCIDR, lo.clusterCIDR)
 	if err != nil {
 		return err
 	}
@@ -192,7 +189,7 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 	if err != nil {
 		return err
 	}
-	agent, err := nodeagent.New(acfg, nm.Runtime(rt), wire.NewStore(sess.store), nm.Publisher(wire.NewPublisher(sess.bus)))
+	agent, err := nodeagent.New(acfg, nm.Runtime(rt), wire.NewStore(sess.Store), nm.Publisher(wire.NewPublisher(sess.Bus)))
 	if err != nil {
 		return err
 	}
@@ -208,7 +205,7 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 		}
 		log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
 	}
-	sub, err := sess.bus.NATS().Subscribe(nodelogs.Subject(node), func(msg *nats.Msg) {
+	sub, err := sess.Bus.NATS().Subscribe(nodelogs.Subject(node), func(msg *nats.Msg) {
 		var req nodelogs.Request
 		var rep nodelogs.Reply
 		if err := json.Unmarshal(msg.Data, &req); err != nil {
@@ -243,12 +240,12 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 		defer wg.Done()
 		peerRoutes(ctx, sess, rt, node, log)
 	}()
-	if err := stage.AnswerPings(ctx, stage.Env{Bus: sess.bus, Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
+	if err := stage.AnswerPings(ctx, stage.Env{Bus: sess.Bus, Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
 		cancel()
 		wg.Wait()
 		return err
 	}
-	runner, err := bus.NewRunner(sess.bus, rc, nm.Handler(wire.Handler(sess.store, agent, acfg.SpecSecond)))
+	runner, err := bus.NewRunner(sess.Bus, rc, nm.Handler(wire.Handler(sess.Store, agent, acfg.SpecSecond)))
 	if err != nil {
 		cancel()
 		wg.Wait()
@@ -270,12 +267,12 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 // on this machine, so that pods reach each other across nodes (through the
 // host, never off the machine). It re-checks every few seconds, so a node
 // that starts later, or whose bridge was recreated, is routed to.
-func peerRoutes(ctx context.Context, sess *session, rt *linux.Runtime, self string, log *slog.Logger) {
+func peerRoutes(ctx context.Context, sess *client.Session, rt *linux.Runtime, self string, log *slog.Logger) {
 	routed := map[string]bool{}
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
 	for {
-		nodes, _, err := objects.List[*corev1.Node](ctx, sess.store, "", raftstore.Stale())
+		nodes, _, err := objects.List[*corev1.Node](ctx, sess.Store, "", raftstore.Stale())
 		if err == nil {
 			for _, n := range nodes {
 				cidr := n.GetSpec().GetPodCidr()

@@ -36,7 +36,7 @@ removed replicas drain first, so no event is lost or handled twice.
 					return fmt.Errorf("%q is not STAGE=N", a)
 				}
 				b, _ := json.Marshal(scaleRequest{Stage: stage, Replicas: v})
-				msg, err := sess.bus.NATS().Request(ScaleSubject, b, 60*time.Second)
+				msg, err := sess.Bus.NATS().Request(ScaleSubject, b, 60*time.Second)
 				if err != nil {
 					return fmt.Errorf("scale %s: is `podflow up` running? %w", stage, err)
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/services/admission"
 	"github.com/podflow/podflow/services/api"
 	"github.com/podflow/podflow/services/apiserver"
@@ -87,7 +88,7 @@ is redelivered to the others.`,
 			if !ok {
 				return fmt.Errorf("unknown stage %q (stages: %s)", name, strings.Join(pipeline.Stages, ", "))
 			}
-			cfg, err := loadConfig(o.config)
+			cfg, err := client.LoadConfig(o.config)
 			if err != nil {
 				return err
 			}
@@ -97,13 +98,13 @@ is redelivered to the others.`,
 				replica = fmt.Sprintf("%s-%s-%d", name, host, os.Getpid())
 			}
 			ctx := cmd.Context()
-			sess, err := connect(ctx, cfg, replica)
+			sess, err := client.Connect(ctx, cfg, replica)
 			if err != nil {
 				return err
 			}
 			defer sess.Close()
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("stage", name, "replica", replica)
-			env := stage.Env{Bus: sess.bus, Store: sess.store, Stage: name, Replica: replica, Log: log}
+			env := stage.Env{Bus: sess.Bus, Store: sess.Store, Stage: name, Replica: replica, Log: log}
 			h, err := build(env, o)
 			if err != nil {
 				return err
@@ -113,7 +114,7 @@ is redelivered to the others.`,
 				return err
 			}
 			if o.provision {
-				if err := provision(ctx, sess.bus, bus.DefaultStreamsConfig()); err != nil {
+				if err := provision(ctx, sess.Bus, bus.DefaultStreamsConfig()); err != nil {
 					return err
 				}
 			}

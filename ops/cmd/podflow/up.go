@@ -23,6 +23,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/nodeagent/linux"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/supervisor"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
@@ -286,9 +287,9 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	if o.kube, err = ensureKube(dir, o.httpsPort); err != nil {
 		return fmt.Errorf("kubernetes API certificates: %w", err)
 	}
-	cc := clientConfig{NATS: natsCfg, Token: token, DataDir: dir}
+	cc := client.Config{NATS: natsCfg, Token: token, DataDir: dir}
 	cfgPath := filepath.Join(dir, "config.json")
-	if err := writeConfig(cfgPath, cc); err != nil {
+	if err := client.WriteConfig(cfgPath, cc); err != nil {
 		return err
 	}
 
@@ -308,7 +309,7 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 		return err
 	}
 	consumers := []string{nodeRC.Consumer}
-	nodeEnv := []string{natsConfigEnv + "=" + roleConfig(dir, nodeRole.Role)}
+	nodeEnv := []string{client.NATSConfigEnv + "=" + roleConfig(dir, nodeRole.Role)}
 	if err := provisionNodeAgent(ctx, conn, nodeRC); err != nil {
 		return err
 	}
@@ -363,7 +364,7 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	fmt.Fprintf(out, "up: logs in %s; Ctrl-C stops everything\n", cfg.LogDir)
 
 	if o.example {
-		sess := &session{cfg: cc, bus: conn, store: st}
+		sess := client.New(cc, conn, st)
 		if err := runExample(ctx, sess, o.exampleDir, out); err != nil && ctx.Err() == nil {
 			fmt.Fprintf(out, "up: example: %v\n", err)
 		}
@@ -471,7 +472,7 @@ func startStage(sup *supervisor.Supervisor, exe, cfgPath, dir, name string, i in
 	case pipeline.Status:
 		args = append(args, "--node-monitor-grace-period", o.nodeGrace.String())
 	}
-	env := []string{natsConfigEnv + "=" + roleConfig(dir, pipeline.StageRole(name))}
+	env := []string{client.NATSConfigEnv + "=" + roleConfig(dir, pipeline.StageRole(name))}
 	return metricsAddr, sup.Start(supervisor.Spec{Name: replica, Role: "stage/" + name, Path: exe, Env: env, Args: args})
 }
 
