@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -20,6 +16,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/services/objects"
@@ -83,15 +80,16 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 		o.seed = uint64(time.Now().UnixNano())
 	}
 	rng := rand.New(rand.NewPCG(o.seed, o.seed>>1|1))
-	targets := map[string]bool{}
+	targets := map[plan.Kind]bool{}
 	for _, t := range strings.Split(o.targets, ",") {
-		switch t = strings.TrimSpace(t); t {
-		case "stages", "store", "nats", "nodeagent":
-			targets[t] = true
-		case "":
-		default:
+		if t = strings.TrimSpace(t); t == "" {
+			continue
+		}
+		kind, ok := plan.TargetKind(t)
+		if !ok {
 			return fmt.Errorf("--targets: unknown target %q (stages, store, nats, nodeagent)", t)
 		}
+		targets[kind] = true
 	}
 	sess, cleanup, err := systemUnderTest(ctx, o.config, o.nodes, "admission=2,persistence=2,scheduler=2", true, "podflow-chaos")
 	if err != nil {
@@ -107,10 +105,10 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	go func() { workDone <- chaosWorkload(ctx, sess, cfg.Token, prefix, o.pods, o.duration) }()
 
 	kills, pauses := 0, 0
-	var order []string
-	for _, k := range []string{"stages", "store", "nodeagent", "nats"} {
-		if targets[k] {
-			order = append(order, k)
+	var order []plan.Kind
+	for _, t := range plan.Targets {
+		if targets[t.Kind] {
+			order = append(order, t.Kind)
 		}
 	}
 	tick := time.NewTicker(o.killInterval)
@@ -125,9 +123,9 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 		// short run kills one of each; then the choice is random.
 		want := targets
 		if kills+pauses < len(order) {
-			want = map[string]bool{order[kills+pauses]: true}
+			want = map[plan.Kind]bool{order[kills+pauses]: true}
 		}
-		victim, err := pickVictim(ctx, sess, cfg.DataDir, want, rng)
+		victim, err := pickVictim(ctx, sess, plan.Layout{Dir: cfg.DataDir}.Children(), want, rng)
 		if err != nil {
 			fmt.Fprintf(out, "  %6s  no victim: %v\n", time.Since(start).Round(time.Second), err)
 			continue
@@ -195,30 +193,19 @@ func chaosWorkload(ctx context.Context, sess *client.Session, token, prefix stri
 	return nil
 }
 
-// pickVictim chooses a running process of the system under test.
-func pickVictim(ctx context.Context, sess *client.Session, dataDir string, targets map[string]bool, rng *rand.Rand) (childRecord, error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, "children.json"))
+// pickVictim chooses a running process of the system under test among
+// the records at children (what its `podflow up` runs now).
+func pickVictim(ctx context.Context, sess *client.Session, children string, targets map[plan.Kind]bool, rng *rand.Rand) (plan.Record, error) {
+	recs, err := plan.ReadRecords(children)
 	if err != nil {
-		return childRecord{}, err
+		return plan.Record{}, err
 	}
-	var kids []childRecord
-	if err := json.Unmarshal(b, &kids); err != nil {
-		return childRecord{}, err
-	}
-	var pool []childRecord
-	for _, k := range kids {
-		role := strings.SplitN(k.Role, "/", 2)[0]
-		ok := (role == "stage" && targets["stages"]) || (role == "store" && targets["store"]) ||
-			(role == "nats" && targets["nats"]) || (role == "nodeagent" && targets["nodeagent"])
-		if ok && k.PID > 0 {
-			pool = append(pool, k)
-		}
-	}
-	if len(pool) == 0 {
-		return childRecord{}, errors.New("no running process among the targets")
+	pool, err := plan.Victims(recs, targets)
+	if err != nil {
+		return plan.Record{}, err
 	}
 	// Half the store kills go to the leader: that is the interesting one.
-	if targets["store"] && rng.IntN(4) == 0 {
+	if targets[plan.Store] && rng.IntN(4) == 0 {
 		if st, err := sess.Store.Client().Status(ctx, 300*time.Millisecond); err == nil {
 			for _, s := range st {
 				if s.State == "Leader" {
