@@ -23,6 +23,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/roles"
 	"github.com/podflow/podflow/ops/supervisor"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
@@ -263,7 +264,7 @@ func (u *up) bootstrap(ctx context.Context) error {
 // on the Linux runtime, then the node agent, and records every process's
 // metrics address.
 func (u *up) startNodes(ctx context.Context) error {
-	if err := provisionNodeAgent(ctx, u.conn, u.plan.NodeRunner); err != nil {
+	if err := roles.ProvisionNodeAgent(ctx, u.conn, u.plan.NodeRunner); err != nil {
 		return err
 	}
 	if u.plan.Options.Runtime == plan.RuntimeLinux {
@@ -427,7 +428,7 @@ func provisionRetry(ctx context.Context, conn *bus.Conn, streams bus.StreamsConf
 	deadline := time.Now().Add(timeout)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := provision(pctx, conn, streams)
+		err := roles.Provision(pctx, conn, streams)
 		cancel()
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			return err
