@@ -1,3 +1,8 @@
-// Package ops holds the podflow command (cmd/podflow): `up`, the process
-// roles, the client commands, observation, scale, chaos and bench.
+// Package ops holds the podflow command (cmd/podflow) and the libraries it
+// is a thin layer over: plan (the processes of a system as data: roles,
+// start order, arguments, readiness, restart policy), supervisor (runs
+// them as child processes), roles (each process role's entry function),
+// client (the one client-session setup of every command), trace, and the
+// end-to-end tests (e2e). cmd/podflow has `up`, the process roles, the
+// client commands, observation, scale, chaos and bench.
 package ops

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -31,20 +32,14 @@ func (o *clientOptions) flags(cmd *cobra.Command) {
 // ns is the namespace a command acts in: -n, else default.
 func (o *clientOptions) ns() string { return orDefault(o.namespace, "default") }
 
-func (o *clientOptions) session(ctx context.Context) (*session, string, error) {
-	cfg, err := loadConfig(o.config)
+// session connects as the CLI and returns the token to act with: --token,
+// else the configuration's admin token.
+func (o *clientOptions) session(ctx context.Context) (*client.Session, string, error) {
+	sess, err := client.Open(ctx, o.config, "podflow-cli")
 	if err != nil {
 		return nil, "", err
 	}
-	sess, err := connect(ctx, cfg, "podflow-cli")
-	if err != nil {
-		return nil, "", err
-	}
-	token := o.token
-	if token == "" {
-		token = cfg.Token
-	}
-	return sess, token, nil
+	return sess, sess.Token(o.token), nil
 }
 
 func readManifest(path string) ([]manifest.Object, error) {
@@ -95,7 +90,7 @@ authentication and RBAC. Multi-document YAML and "-" for stdin work.`,
 
 // applyFiles applies every object of every file, going on after a failed
 // object as kubectl does, and fails at the end if any did.
-func applyFiles(ctx context.Context, sess *session, files []string, token, namespace string, out, errOut io.Writer) error {
+func applyFiles(ctx context.Context, sess *client.Session, files []string, token, namespace string, out, errOut io.Writer) error {
 	failed := 0
 	for _, f := range files {
 		objs, err := readManifest(f)

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 )
@@ -65,7 +66,7 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 		return err
 	}
 	defer cleanup()
-	cfg := sess.cfg
+	cfg := sess.Config
 
 	prefix := fmt.Sprintf("bench-%d-", time.Now().UnixNano()%1_000_000)
 	template := &corev1.Pod{
@@ -86,7 +87,7 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 		}
 		p := clonePod(template)
 		p.Metadata.Name = fmt.Sprintf("%s%d", prefix, i)
-		f, err := sess.bus.PublishAsync(podRequested(p, cfg.Token))
+		f, err := sess.Bus.PublishAsync(podRequested(p, cfg.Token))
 		if err != nil {
 			return err
 		}
@@ -102,7 +103,7 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 	// Wait until every pod ran, from the stream.
 	runs := map[string]*podTimeline{}
 	deadline := time.Now().Add(time.Duration(o.pods/10+60) * time.Second)
-	cons, err := sess.bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
+	cons, err := sess.Bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.PodPrefix + ".>"},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &start,
@@ -228,7 +229,7 @@ func pct(ds []time.Duration, p int) string {
 // systemUnderTest connects to the system of configPath, or, when it is
 // empty, starts its own `podflow up` in a temporary directory (removed on
 // cleanup when remove is set) and connects to that.
-func systemUnderTest(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string) (*session, func(), error) {
+func systemUnderTest(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string) (*client.Session, func(), error) {
 	var undo []func()
 	cleanup := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -251,12 +252,7 @@ func systemUnderTest(ctx context.Context, configPath string, nodes int, replicas
 		undo = append(undo, stop)
 		configPath = filepath.Join(dir, "config.json")
 	}
-	cfg, err := loadConfig(configPath)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	sess, err := connect(ctx, cfg, name)
+	sess, err := client.Open(ctx, configPath, name)
 	if err != nil {
 		cleanup()
 		return nil, nil, err

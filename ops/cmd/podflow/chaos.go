@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -19,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/services/objects"
@@ -82,22 +80,23 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 		o.seed = uint64(time.Now().UnixNano())
 	}
 	rng := rand.New(rand.NewPCG(o.seed, o.seed>>1|1))
-	targets := map[string]bool{}
+	targets := map[plan.Kind]bool{}
 	for _, t := range strings.Split(o.targets, ",") {
-		switch t = strings.TrimSpace(t); t {
-		case "stages", "store", "nats", "nodeagent":
-			targets[t] = true
-		case "":
-		default:
+		if t = strings.TrimSpace(t); t == "" {
+			continue
+		}
+		kind, ok := plan.TargetKind(t)
+		if !ok {
 			return fmt.Errorf("--targets: unknown target %q (stages, store, nats, nodeagent)", t)
 		}
+		targets[kind] = true
 	}
 	sess, cleanup, err := systemUnderTest(ctx, o.config, o.nodes, "admission=2,persistence=2,scheduler=2", true, "podflow-chaos")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	cfg := sess.cfg
+	cfg := sess.Config
 	fmt.Fprintf(out, "chaos: seed %d, %d pods over %s, a kill every %s among %s (pause: %t)\n", o.seed, o.pods, o.duration, o.killInterval, o.targets, o.pause)
 
 	prefix := fmt.Sprintf("chaos-%d-", o.seed%100000)
@@ -106,10 +105,10 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	go func() { workDone <- chaosWorkload(ctx, sess, cfg.Token, prefix, o.pods, o.duration) }()
 
 	kills, pauses := 0, 0
-	var order []string
-	for _, k := range []string{"stages", "store", "nodeagent", "nats"} {
-		if targets[k] {
-			order = append(order, k)
+	var order []plan.Kind
+	for _, t := range plan.Targets {
+		if targets[t.Kind] {
+			order = append(order, t.Kind)
 		}
 	}
 	tick := time.NewTicker(o.killInterval)
@@ -124,9 +123,9 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 		// short run kills one of each; then the choice is random.
 		want := targets
 		if kills+pauses < len(order) {
-			want = map[string]bool{order[kills+pauses]: true}
+			want = map[plan.Kind]bool{order[kills+pauses]: true}
 		}
-		victim, err := pickVictim(ctx, sess, cfg.DataDir, want, rng)
+		victim, err := pickVictim(ctx, sess, plan.Layout{Dir: cfg.DataDir}.Children(), want, rng)
 		if err != nil {
 			fmt.Fprintf(out, "  %6s  no victim: %v\n", time.Since(start).Round(time.Second), err)
 			continue
@@ -160,7 +159,7 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 
 // chaosWorkload publishes pods evenly over d, retrying publishes that fail
 // while NATS or the stream is down.
-func chaosWorkload(ctx context.Context, sess *session, token, prefix string, n int, d time.Duration) error {
+func chaosWorkload(ctx context.Context, sess *client.Session, token, prefix string, n int, d time.Duration) error {
 	template := &corev1.Pod{
 		Metadata: &corev1.ObjectMeta{Namespace: "default", Labels: map[string]string{"app": "chaos"}},
 		Spec: &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "podflow/http:1",
@@ -180,7 +179,7 @@ func chaosWorkload(ctx context.Context, sess *session, token, prefix string, n i
 		env := podRequested(p, token)
 		for attempt := 0; ; attempt++ {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := sess.bus.Publish(pctx, env)
+			_, err := sess.Bus.Publish(pctx, env)
 			cancel()
 			if err == nil {
 				break
@@ -194,31 +193,20 @@ func chaosWorkload(ctx context.Context, sess *session, token, prefix string, n i
 	return nil
 }
 
-// pickVictim chooses a running process of the system under test.
-func pickVictim(ctx context.Context, sess *session, dataDir string, targets map[string]bool, rng *rand.Rand) (childRecord, error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, "children.json"))
+// pickVictim chooses a running process of the system under test among
+// the records at children (what its `podflow up` runs now).
+func pickVictim(ctx context.Context, sess *client.Session, children string, targets map[plan.Kind]bool, rng *rand.Rand) (plan.Record, error) {
+	recs, err := plan.ReadRecords(children)
 	if err != nil {
-		return childRecord{}, err
+		return plan.Record{}, err
 	}
-	var kids []childRecord
-	if err := json.Unmarshal(b, &kids); err != nil {
-		return childRecord{}, err
-	}
-	var pool []childRecord
-	for _, k := range kids {
-		role := strings.SplitN(k.Role, "/", 2)[0]
-		ok := (role == "stage" && targets["stages"]) || (role == "store" && targets["store"]) ||
-			(role == "nats" && targets["nats"]) || (role == "nodeagent" && targets["nodeagent"])
-		if ok && k.PID > 0 {
-			pool = append(pool, k)
-		}
-	}
-	if len(pool) == 0 {
-		return childRecord{}, errors.New("no running process among the targets")
+	pool, err := plan.Victims(recs, targets)
+	if err != nil {
+		return plan.Record{}, err
 	}
 	// Half the store kills go to the leader: that is the interesting one.
-	if targets["store"] && rng.IntN(4) == 0 {
-		if st, err := sess.store.Client().Status(ctx, 300*time.Millisecond); err == nil {
+	if targets[plan.Store] && rng.IntN(4) == 0 {
+		if st, err := sess.Store.Client().Status(ctx, 300*time.Millisecond); err == nil {
 			for _, s := range st {
 				if s.State == "Leader" {
 					for _, k := range pool {
@@ -236,7 +224,7 @@ func pickVictim(ctx context.Context, sess *session, dataDir string, targets map[
 // checkInvariants waits for the pods to settle, then checks what must
 // hold after any amount of chaos. It prints each check and returns the
 // number of violations.
-func checkInvariants(ctx context.Context, sess *session, prefix string, n int, settle time.Duration, out io.Writer) int {
+func checkInvariants(ctx context.Context, sess *client.Session, prefix string, n int, settle time.Duration, out io.Writer) int {
 	violations := 0
 	fail := func(format string, args ...any) {
 		violations++
@@ -245,7 +233,7 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 	var pods []*corev1.Pod
 	deadline := time.Now().Add(settle)
 	for {
-		all, _, err := objects.List[*corev1.Pod](ctx, sess.store, "default")
+		all, _, err := objects.List[*corev1.Pod](ctx, sess.Store, "default")
 		if err == nil {
 			pods = pods[:0]
 			ready := 0
@@ -276,7 +264,7 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 	// No pod bound twice: one node per pod uid in the stream, and it is
 	// the stored one.
 	bound := map[string]map[string]bool{}
-	scheduled, err := readEvents(ctx, sess.bus.JetStream(), "PodScheduled", time.Minute)
+	scheduled, err := readEvents(ctx, sess.Bus.JetStream(), "PodScheduled", time.Minute)
 	if err != nil {
 		fail("read PodScheduled events: %v", err)
 	}
@@ -313,12 +301,12 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 	fmt.Fprintf(out, "  check: no pod IP given twice (%d IPs)\n", len(ips))
 
 	// No node overcommitted, and every node's accounting matches its pods.
-	all, _, _ := objects.List[*corev1.Pod](ctx, sess.store, "")
-	nodes, _, err := objects.List[*corev1.Node](ctx, sess.store, "")
+	all, _, _ := objects.List[*corev1.Pod](ctx, sess.Store, "")
+	nodes, _, err := objects.List[*corev1.Node](ctx, sess.Store, "")
 	if err != nil {
 		fail("list nodes: %v", err)
 	}
-	allocs, _, _ := objects.List[*corev1.NodeAllocation](ctx, sess.store, "")
+	allocs, _, _ := objects.List[*corev1.NodeAllocation](ctx, sess.Store, "")
 	allocBy := map[string]*corev1.NodeAllocation{}
 	for _, a := range allocs {
 		allocBy[a.GetMetadata().GetName()] = a
@@ -371,7 +359,7 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 	agree := false
 	var last string
 	for i := 0; i < 20 && !agree; i++ {
-		st, err := sess.store.Client().Status(ctx, time.Second)
+		st, err := sess.Store.Client().Status(ctx, time.Second)
 		if err == nil && len(st) > 0 {
 			agree = true
 			var parts []string
@@ -397,7 +385,7 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 	fmt.Fprintf(out, "  check: store replicas agree (%s)\n", last)
 
 	// Counts.
-	if s, err := sess.bus.JetStream().Stream(ctx, bus.EventsStream); err == nil {
+	if s, err := sess.Bus.JetStream().Stream(ctx, bus.EventsStream); err == nil {
 		if info, err := s.Info(ctx); err == nil {
 			fmt.Fprintf(out, "  events published: %d\n", info.State.Msgs)
 		}
@@ -407,7 +395,7 @@ func checkInvariants(ctx context.Context, sess *session, prefix string, n int, s
 		}
 		fmt.Fprintf(out, "  deliveries to stages (redeliveries included): %d\n", deliveries)
 	}
-	if s, err := sess.bus.JetStream().Stream(ctx, bus.DLQStream); err == nil {
+	if s, err := sess.Bus.JetStream().Stream(ctx, bus.DLQStream); err == nil {
 		if info, err := s.Info(ctx); err == nil {
 			fmt.Fprintf(out, "  dead-lettered: %d\n", info.State.Msgs)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
@@ -23,7 +24,7 @@ func (e *statusError) Error() string {
 }
 
 // request sends a request-reply to the api front door.
-func request(ctx context.Context, sess *session, subject string, req proto.Message) (*apiv1.Response, error) {
+func request(ctx context.Context, sess *client.Session, subject string, req proto.Message) (*apiv1.Response, error) {
 	b, err := proto.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -33,7 +34,7 @@ func request(ctx context.Context, sess *session, subject string, req proto.Messa
 		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 	}
-	msg, err := sess.bus.NATS().RequestWithContext(ctx, subject, b)
+	msg, err := sess.Bus.NATS().RequestWithContext(ctx, subject, b)
 	if err != nil {
 		return nil, fmt.Errorf("request to %s: %w", subject, err)
 	}
@@ -46,7 +47,7 @@ func request(ctx context.Context, sess *session, subject string, req proto.Messa
 
 // createPod sends a pod through the lifecycle and waits for persistence
 // (201) or the stage that refused it.
-func createPod(ctx context.Context, sess *session, pod *corev1.Pod, token string, dryRun bool) (*corev1.Pod, error) {
+func createPod(ctx context.Context, sess *client.Session, pod *corev1.Pod, token string, dryRun bool) (*corev1.Pod, error) {
 	resp, err := request(ctx, sess, pipeline.CreatePodSubject, &eventsv1.PodRequested{Pod: pod, Token: token, DryRun: dryRun})
 	if err != nil {
 		return nil, err
@@ -62,7 +63,7 @@ func createPod(ctx context.Context, sess *session, pod *corev1.Pod, token string
 }
 
 // objectRequest applies, creates or deletes one object.
-func objectRequest(ctx context.Context, sess *session, req *apiv1.ObjectRequest) (*apiv1.Response, error) {
+func objectRequest(ctx context.Context, sess *client.Session, req *apiv1.ObjectRequest) (*apiv1.Response, error) {
 	resp, err := request(ctx, sess, pipeline.ObjectSubject, req)
 	if err != nil {
 		return nil, err
@@ -75,7 +76,7 @@ func objectRequest(ctx context.Context, sess *session, req *apiv1.ObjectRequest)
 
 // applyObject applies one decoded object and returns kubectl's verb for
 // what happened: created, configured or unchanged.
-func applyObject(ctx context.Context, sess *session, obj objects.Object, token string) (string, error) {
+func applyObject(ctx context.Context, sess *client.Session, obj objects.Object, token string) (string, error) {
 	if pod, ok := obj.(*corev1.Pod); ok {
 		_, err := createPod(ctx, sess, pod, token, false)
 		if se, ok := err.(*statusError); ok && se.st.GetReason() == eventsv1.ReasonAlreadyExists {

@@ -34,14 +34,14 @@ func newDescribeCmd() *cobra.Command {
 			}
 			defer sess.Close()
 			ns := o.ns()
-			pod, err := objects.Get[*corev1.Pod](ctx, sess.store, ns, args[1])
+			pod, err := objects.Get[*corev1.Pod](ctx, sess.Store, ns, args[1])
 			if errors.Is(err, raftstore.ErrNotFound) {
 				return fmt.Errorf("Error from server (NotFound): pods %q not found", args[1])
 			}
 			if err != nil {
 				return err
 			}
-			all, _, err := objects.List[*corev1.Event](ctx, sess.store, ns)
+			all, _, err := objects.List[*corev1.Event](ctx, sess.Store, ns)
 			if err != nil {
 				return err
 			}

@@ -47,7 +47,7 @@ func newEventsCmd() *cobra.Command {
 			match := func(e *corev1.Event) bool {
 				return (kind == "" || e.GetInvolvedObject().GetKind() == kind) && (name == "" || e.GetInvolvedObject().GetName() == name)
 			}
-			evs, rev, err := objects.List[*corev1.Event](ctx, sess.store, ns)
+			evs, rev, err := objects.List[*corev1.Event](ctx, sess.Store, ns)
 			if err != nil {
 				return err
 			}
@@ -73,7 +73,7 @@ func newEventsCmd() *cobra.Command {
 			if !follow {
 				return nil
 			}
-			w, err := sess.store.Client().Watch(ctx, objects.Events.Prefix(ns), rev)
+			w, err := sess.Store.Client().Watch(ctx, objects.Events.Prefix(ns), rev)
 			if err != nil {
 				return err
 			}

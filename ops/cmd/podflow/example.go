@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/trace"
 	"github.com/podflow/podflow/proto/corev1"
 )
@@ -22,7 +23,7 @@ func newUID() string { return uuid.NewString() }
 
 // runExample applies the seed's pod and Service and prints the pod's way
 // through the stages until it is Ready and in its Service's endpoints.
-func runExample(ctx context.Context, sess *session, dir string, out io.Writer) error {
+func runExample(ctx context.Context, sess *client.Session, dir string, out io.Writer) error {
 	files := []string{filepath.Join(dir, "nginx-service.yaml"), filepath.Join(dir, "nginx-pod.yaml")}
 	objs, err := readManifest(files[1])
 	if err != nil {
@@ -38,7 +39,7 @@ func runExample(ctx context.Context, sess *session, dir string, out io.Writer) e
 	if err != nil {
 		return err
 	}
-	if err := applyFiles(ctx, sess, files, sess.cfg.Token, "", out, out); err != nil {
+	if err := applyFiles(ctx, sess, files, sess.Config.Token, "", out, out); err != nil {
 		follow.stop()
 		return err
 	}
@@ -67,8 +68,8 @@ func (f *follower) wait(ctx context.Context, timeout time.Duration) error {
 // followPod prints every event of the pod from the stream as it arrives,
 // and reports done once the pod joined its Service's endpoints (or was
 // rejected).
-func followPod(ctx context.Context, sess *session, ns, name string, out io.Writer) (*follower, error) {
-	cons, err := sess.bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
+func followPod(ctx context.Context, sess *client.Session, ns, name string, out io.Writer) (*follower, error) {
+	cons, err := sess.Bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.PodFilter(ns, name)},
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/manifest"
@@ -52,7 +53,7 @@ func newGetCmd() *cobra.Command {
 			var objs []objects.Object
 			var rev int64
 			if len(args) == 2 {
-				kv, err := sess.store.Client().Get(ctx, kind.Key(ns, args[1]))
+				kv, err := sess.Store.Client().Get(ctx, kind.Key(ns, args[1]))
 				if errors.Is(err, raftstore.ErrNotFound) {
 					return fmt.Errorf("Error from server (NotFound): %s %q not found", kind.Resource, args[1])
 				}
@@ -65,7 +66,7 @@ func newGetCmd() *cobra.Command {
 				}
 				objs, rev = []objects.Object{obj}, kv.ModRevision
 			} else {
-				kvs, r, err := sess.store.Client().List(ctx, kind.Prefix(ns))
+				kvs, r, err := sess.Store.Client().List(ctx, kind.Prefix(ns))
 				if err != nil {
 					return err
 				}
@@ -98,7 +99,7 @@ func newGetCmd() *cobra.Command {
 			if len(args) == 2 {
 				prefix = kind.Key(ns, args[1])
 			}
-			w, err := sess.store.Client().Watch(ctx, prefix, rev)
+			w, err := sess.Store.Client().Watch(ctx, prefix, rev)
 			if err != nil {
 				return err
 			}
@@ -348,16 +349,16 @@ func PodStatusString(pod *corev1.Pod) string {
 }
 
 // waitGone waits until ns/name of kind is no longer stored.
-func waitGone(ctx context.Context, sess *session, kind objects.Kind, ns, name string) error {
+func waitGone(ctx context.Context, sess *client.Session, kind objects.Kind, ns, name string) error {
 	key := kind.Key(ns, name)
-	kv, err := sess.store.Client().Get(ctx, key)
+	kv, err := sess.Store.Client().Get(ctx, key)
 	if errors.Is(err, raftstore.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	w, err := sess.store.Client().Watch(ctx, key, kv.ModRevision)
+	w, err := sess.Store.Client().Watch(ctx, key, kv.ModRevision)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ the output follows until the container exits or the command is interrupted.`,
 			}
 			defer sess.Close()
 			ns := o.ns()
-			pod, err := objects.Get[*corev1.Pod](ctx, sess.store, ns, args[0])
+			pod, err := objects.Get[*corev1.Pod](ctx, sess.Store, ns, args[0])
 			if err != nil {
 				return fmt.Errorf("pods %q: %w", args[0], err)
 			}
@@ -55,7 +55,7 @@ the output follows until the container exits or the command is interrupted.`,
 			defer w.Flush()
 			for {
 				rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-				rep, err := nodelogs.Ask(rctx, sess.bus.NATS(), node, req)
+				rep, err := nodelogs.Ask(rctx, sess.Bus.NATS(), node, req)
 				cancel()
 				if errors.Is(err, nodelogs.ErrNode) {
 					return err

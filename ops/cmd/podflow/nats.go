@@ -1,15 +1,12 @@
 package main
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
-	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/ops/roles"
 )
 
 func init() { register(newNATSCmd) }
@@ -27,30 +24,10 @@ func newNATSCmd() *cobra.Command {
 and kept in DATA-DIR/creds.json; --client-config writes the URL and admin
 credentials for other podflow processes.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.DataDir == "" {
-				return fmt.Errorf("--data-dir is required")
-			}
-			// One restricted user per process role (services/pipeline).
-			cfg.Roles = pipeline.Roles()
 			if routes != "" {
 				cfg.Routes = strings.Split(routes, ",")
 			}
-			srv, err := bus.StartEmbedded(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer srv.Shutdown()
-			if clientConfig != "" {
-				if err := os.MkdirAll(filepath.Dir(clientConfig), 0o755); err != nil {
-					return err
-				}
-				if err := srv.WriteClientConfig(clientConfig); err != nil {
-					return err
-				}
-			}
-			fmt.Fprintf(os.Stderr, "nats: listening on %s (data %s)\n", srv.ClientURL(), cfg.DataDir)
-			<-cmd.Context().Done()
-			return nil
+			return roles.NATS(cmd.Context(), cfg, clientConfig)
 		},
 	}
 	f := cmd.Flags()

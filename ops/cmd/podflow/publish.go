@@ -52,7 +52,7 @@ or the stream itself. With --count N, publishes N copies named NAME-0..N-1.`,
 						p.Metadata.Namespace = o.namespace
 					}
 					env := podRequested(p, token)
-					f, err := sess.bus.PublishAsync(env)
+					f, err := sess.Bus.PublishAsync(env)
 					if err != nil {
 						return err
 					}

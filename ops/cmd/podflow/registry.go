@@ -1,14 +1,13 @@
 package main
 
 import (
-	"fmt"
 	"log"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/nodeagent/linux/image/registry"
+	"github.com/podflow/podflow/ops/roles"
 )
 
 func init() { register(newRegistryCmd) }
@@ -27,23 +26,10 @@ docker.io; ` + "`podflow images push`" + ` loads podflow's test images into it.`
 		Example: `  podflow registry --data-dir .podflow/registry --addr 127.0.0.1:5000 --addr-file .podflow/registry.addr
   podflow images push --registry-file .podflow/registry.addr --httpserver bin/httpserver --busybox /bin/busybox`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Dir == "" {
-				return fmt.Errorf("--data-dir is required")
-			}
 			if verbose {
 				cfg.Log = log.New(os.Stderr, "registry: ", log.LstdFlags)
 			}
-			srv, err := registry.New(cfg)
-			if err != nil {
-				return err
-			}
-			if addrFile != "" {
-				if err := writeAddrFile(addrFile, srv.Addr()); err != nil {
-					return err
-				}
-			}
-			fmt.Fprintf(os.Stderr, "registry: listening on %s (data %s)\n", srv.Addr(), cfg.Dir)
-			return srv.Serve(cmd.Context())
+			return roles.Registry(cmd.Context(), cfg, addrFile)
 		},
 	}
 	f := cmd.Flags()
@@ -52,17 +38,4 @@ docker.io; ` + "`podflow images push`" + ` loads podflow's test images into it.`
 	f.StringVar(&addrFile, "addr-file", "", "write the address listened on to this file once listening")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log every request to stderr")
 	return cmd
-}
-
-// writeAddrFile writes addr to path atomically, so a reader never sees a
-// partial address.
-func writeAddrFile(path, addr string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(addr+"\n"), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

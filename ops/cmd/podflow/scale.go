@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/podflow/podflow/ops/plan"
 )
 
 func init() { register(newScaleCmd) }
@@ -35,12 +37,12 @@ removed replicas drain first, so no event is lost or handled twice.
 				if !ok || err != nil {
 					return fmt.Errorf("%q is not STAGE=N", a)
 				}
-				b, _ := json.Marshal(scaleRequest{Stage: stage, Replicas: v})
-				msg, err := sess.bus.NATS().Request(ScaleSubject, b, 60*time.Second)
+				b, _ := json.Marshal(plan.ScaleRequest{Stage: stage, Replicas: v})
+				msg, err := sess.Bus.NATS().Request(plan.ScaleSubject, b, 60*time.Second)
 				if err != nil {
 					return fmt.Errorf("scale %s: is `podflow up` running? %w", stage, err)
 				}
-				var resp scaleResponse
+				var resp plan.ScaleResponse
 				if err := json.Unmarshal(msg.Data, &resp); err != nil {
 					return err
 				}

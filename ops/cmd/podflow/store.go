@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/roles"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/pipeline"
 	"github.com/spf13/cobra"
 )
 
@@ -91,20 +91,7 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			cfg.Conn = nc
-			// Named writers (podflow's processes) write what their role
-			// may (services/pipeline); the admin's writes are unnamed.
-			cfg.WriteACL, cfg.ReadACL = pipeline.StoreWriteACL, pipeline.StoreReadACL
-			node, err := raftstore.NewNode(cfg)
-			if err != nil {
-				return err
-			}
-			if err := node.Start(cmd.Context()); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "store replica %s serving %s.* (raft %s, data %s)\n", cfg.ID, cfg.Subject, node.RaftAddr(), cfg.DataDir)
-			<-cmd.Context().Done()
-			return node.Shutdown()
+			return roles.StoreReplica(cmd.Context(), cfg, nc, cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/trace"
 	"github.com/podflow/podflow/services/stage"
 )
@@ -48,8 +49,8 @@ than --budget, named with the stage they wait in, and why.`,
 	return cmd
 }
 
-func runStreams(ctx context.Context, sess *session, since, budget time.Duration, out io.Writer) error {
-	js := sess.bus.JetStream()
+func runStreams(ctx context.Context, sess *client.Session, since, budget time.Duration, out io.Writer) error {
+	js := sess.Bus.JetStream()
 	tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STREAM\tSUBJECTS\tMESSAGES\tBYTES\tFIRST\tLAST\tCONSUMERS")
 	names := js.StreamNames(ctx)
@@ -72,7 +73,7 @@ func runStreams(ctx context.Context, sess *session, since, budget time.Duration,
 	}
 	tw.Flush()
 
-	pongs := ping(ctx, sess.bus.NATS(), 500*time.Millisecond)
+	pongs := ping(ctx, sess.Bus.NATS(), 500*time.Millisecond)
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONSUMER\tSTREAM\tPENDING\tACK PENDING\tREDELIVERED\tACK FLOOR\tWAITING\tREPLICAS")

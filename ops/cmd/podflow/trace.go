@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/trace"
 	"github.com/podflow/podflow/services/persistence"
 )
@@ -51,8 +52,8 @@ is now and why. With --follow, keep printing as events arrive.`,
 	return cmd
 }
 
-func runTrace(ctx context.Context, sess *session, ns, name string, follow bool, output string, out io.Writer) error {
-	cons, err := sess.bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
+func runTrace(ctx context.Context, sess *client.Session, ns, name string, follow bool, output string, out io.Writer) error {
+	cons, err := sess.Bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.PodFilter(ns, name)},
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package roles
 
 import (
 	"context"
@@ -18,41 +18,29 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux"
 	"github.com/podflow/podflow/nodeagent/wire"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
 )
 
-// linuxOptions are the flags of `podflow nodeagent --runtime linux`.
-type linuxOptions struct {
-	node         string
-	dataDir      string
-	podCIDR      string
-	clusterCIDR  string
-	registry     string
-	hostIP       string
-	hostPaths    []string
-	decommission bool
-}
-
-func linuxFlags(cmd *cobra.Command) *linuxOptions {
-	o := &linuxOptions{}
-	f := cmd.Flags()
-	f.StringVar(&o.node, "node", "", "--runtime linux: this node's name (default: the host name)")
-	f.StringVar(&o.dataDir, "data-dir", "", "--runtime linux: the node's directory: pods, images, IPAM (default .podflow/nodes/NODE)")
-	f.StringVar(&o.podCIDR, "pod-cidr", "", "--runtime linux: this node's pod CIDR (default: the next free /24 of --cluster-cidr, recorded in the store)")
-	f.StringVar(&o.clusterCIDR, "cluster-cidr", "10.244.0.0/16", "--runtime linux: where pod CIDRs are allocated from")
-	f.StringVar(&o.registry, "registry", "", "--runtime linux: registry standing in for docker.io, e.g. 127.0.0.1:5000 (empty: docker.io)")
-	f.StringVar(&o.hostIP, "host-ip", "127.0.0.1", "--runtime linux: the node's InternalIP")
-	f.StringSliceVar(&o.hostPaths, "allow-host-path", nil, "--runtime linux: host directories hostPath volumes may use")
-	f.BoolVar(&o.decommission, "decommission", false, "--runtime linux: remove every pod, the bridge and the cgroups of this node, then exit")
-	return o
+// LinuxNodeOptions configure one real node (`podflow nodeagent --runtime
+// linux`).
+type LinuxNodeOptions struct {
+	NodeAgentOptions
+	Node         string   // the node's name (default: the host name)
+	DataDir      string   // pods, images, IPAM (default .podflow/nodes/NODE)
+	PodCIDR      string   // default: the next free /24 of ClusterCIDR, recorded in the store
+	ClusterCIDR  string   // where pod CIDRs are allocated from
+	Registry     string   // registry standing in for docker.io (empty: docker.io)
+	HostIP       string   // the node's InternalIP
+	HostPaths    []string // host directories hostPath volumes may use
+	Decommission bool     // remove every pod, the bridge and the cgroups, then return
 }
 
 // podCIDRPrefix holds one key per allocated pod CIDR; its value is the
@@ -125,14 +113,13 @@ func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, clus
 	return "", fmt.Errorf("no free /24 left in %s", cl)
 }
 
-// runLinuxNodeAgent runs one real node: the Linux runtime, the agent core,
-// its consumer, and the logs responder.
-func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions) error {
+// LinuxNode runs one real node until ctx is done: the Linux runtime, the
+// agent core, its consumer, and the logs responder.
+func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	if err := linux.Check(); err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	node := lo.node
+	node := lo.Node
 	if node == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -140,7 +127,7 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 		}
 		node = h
 	}
-	dataDir := lo.dataDir
+	dataDir := lo.DataDir
 	if dataDir == "" {
 		dataDir = filepath.Join(".podflow", "nodes", node)
 	}
@@ -148,31 +135,27 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig(o.config)
-	if err != nil {
-		return err
-	}
-	sess, err := connect(ctx, cfg, "nodeagent-"+node)
+	sess, err := client.Open(ctx, lo.Config, "nodeagent-"+node)
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("nodeagent", node)
 
-	podCIDR, err := allocatePodCIDR(ctx, sess.store.Client(), node, lo.podCIDR, lo.clusterCIDR)
+	podCIDR, err := allocatePodCIDR(ctx, sess.Store.Client(), node, lo.PodCIDR, lo.ClusterCIDR)
 	if err != nil {
 		return err
 	}
-	rcfg := linux.DefaultConfig(node, podCIDR, dataDir, lo.registry)
-	rcfg.Network.ClusterCIDR = lo.clusterCIDR
-	rcfg.HostPathPrefixes = lo.hostPaths
+	rcfg := linux.DefaultConfig(node, podCIDR, dataDir, lo.Registry)
+	rcfg.Network.ClusterCIDR = lo.ClusterCIDR
+	rcfg.HostPathPrefixes = lo.HostPaths
 	rcfg.Logger = log
 	rt, err := linux.New(rcfg)
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	if lo.decommission {
+	if lo.Decommission {
 		if err := rt.Decommission(ctx); err != nil {
 			return err
 		}
@@ -182,7 +165,7 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 	log.Info("linux runtime ready", "podCIDR", podCIDR, "dataDir", dataDir, "bridge", rcfg.Network.BridgeName)
 
 	acfg := nodeagent.DefaultConfig(node, podCIDR)
-	acfg.HostIP = lo.hostIP
+	acfg.HostIP = lo.HostIP
 	// Kept back for the system and the agent, like kubelet's --system-reserved.
 	acfg.Reserved = map[string]string{"cpu": "100m", "memory": "256Mi", "pods": "0"}
 	acfg.Logger = log
@@ -192,23 +175,23 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 	if err != nil {
 		return err
 	}
-	agent, err := nodeagent.New(acfg, nm.Runtime(rt), wire.NewStore(sess.store), nm.Publisher(wire.NewPublisher(sess.bus)))
+	agent, err := nodeagent.New(acfg, nm.Runtime(rt), wire.NewStore(sess.Store), nm.Publisher(wire.NewPublisher(sess.Bus)))
 	if err != nil {
 		return err
 	}
 	rc := pipeline.NodeAgentRunnerConfig(node)
-	if err := provisionAgent(ctx, sess, rc, o.provision); err != nil {
+	if err := provisionAgent(ctx, sess, rc, lo.Provision); err != nil {
 		return err
 	}
 	rc.Observer = m
-	if o.metrics != "" {
-		addr, err := stage.ServeMetrics(ctx, o.metrics, m)
+	if lo.Metrics != "" {
+		addr, err := stage.ServeMetrics(ctx, lo.Metrics, m)
 		if err != nil {
 			return err
 		}
 		log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
 	}
-	sub, err := sess.bus.NATS().Subscribe(nodelogs.Subject(node), func(msg *nats.Msg) {
+	sub, err := sess.Bus.NATS().Subscribe(nodelogs.Subject(node), func(msg *nats.Msg) {
 		var req nodelogs.Request
 		var rep nodelogs.Reply
 		if err := json.Unmarshal(msg.Data, &req); err != nil {
@@ -243,12 +226,12 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 		defer wg.Done()
 		peerRoutes(ctx, sess, rt, node, log)
 	}()
-	if err := stage.AnswerPings(ctx, stage.Env{Bus: sess.bus, Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
+	if err := stage.AnswerPings(ctx, stage.Env{Bus: sess.Bus, Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
 		cancel()
 		wg.Wait()
 		return err
 	}
-	runner, err := bus.NewRunner(sess.bus, rc, nm.Handler(wire.Handler(sess.store, agent, acfg.SpecSecond)))
+	runner, err := bus.NewRunner(sess.Bus, rc, nm.Handler(wire.Handler(sess.Store, agent, acfg.SpecSecond)))
 	if err != nil {
 		cancel()
 		wg.Wait()
@@ -270,12 +253,12 @@ func runLinuxNodeAgent(cmd *cobra.Command, o *nodeAgentOptions, lo *linuxOptions
 // on this machine, so that pods reach each other across nodes (through the
 // host, never off the machine). It re-checks every few seconds, so a node
 // that starts later, or whose bridge was recreated, is routed to.
-func peerRoutes(ctx context.Context, sess *session, rt *linux.Runtime, self string, log *slog.Logger) {
+func peerRoutes(ctx context.Context, sess *client.Session, rt *linux.Runtime, self string, log *slog.Logger) {
 	routed := map[string]bool{}
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
 	for {
-		nodes, _, err := objects.List[*corev1.Node](ctx, sess.store, "", raftstore.Stale())
+		nodes, _, err := objects.List[*corev1.Node](ctx, sess.Store, "", raftstore.Stale())
 		if err == nil {
 			for _, n := range nodes {
 				cidr := n.GetSpec().GetPodCidr()

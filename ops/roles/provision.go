@@ -1,4 +1,4 @@
-package main
+package roles
 
 import (
 	"context"
@@ -7,9 +7,9 @@ import (
 	"github.com/podflow/podflow/services/pipeline"
 )
 
-// provision declares podflow's streams and stage consumers; it is
+// Provision declares podflow's streams and stage consumers; it is
 // idempotent, so every process that needs them calls it at start-up.
-func provision(ctx context.Context, conn *bus.Conn, streams bus.StreamsConfig) error {
+func Provision(ctx context.Context, conn *bus.Conn, streams bus.StreamsConfig) error {
 	t, err := pipeline.Topology(streams)
 	if err != nil {
 		return err

@@ -1,0 +1,29 @@
+// Package client is the one client-session setup of every podflow command
+// that talks to a running system (get, describe, apply, delete, logs,
+// events, trace, streams, publish, scale, chaos, bench), and of the
+// process roles that `podflow up` runs (stages, node agents).
+//
+// A Config is what `podflow up` writes to DATA-DIR/config.json: where the
+// bus client file is and the admin's token. A Session is a connected
+// client: the bus and a store client over it.
+//
+// The caller:
+//  1. finds and reads the configuration with LoadConfig (an explicit
+//     path, else $PODFLOW_CONFIG, ./.podflow/config.json,
+//     ~/.podflow/config.json; $PODFLOW_NATS_CONFIG overrides the bus file),
+//  2. connects with Connect (or both at once with Open), naming the
+//     connection after the process,
+//  3. closes the Session when done.
+//
+// A Session whose bus user is a role (not the admin) reads and writes the
+// store as that role (services/pipeline.StoreReadACL, StoreWriteACL).
+//
+// Example:
+//
+//	sess, err := client.Open(ctx, "", "podflow-cli")
+//	if err != nil {
+//		return err
+//	}
+//	defer sess.Close()
+//	pods, _, err := objects.List[*corev1.Pod](ctx, sess.Store, "default")
+package client

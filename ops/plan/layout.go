@@ -1,0 +1,56 @@
+package plan
+
+import (
+	"path/filepath"
+
+	"github.com/podflow/podflow/bus"
+)
+
+// Layout is where a `podflow up` keeps its files under its data
+// directory. Every path is absolute when Dir is.
+type Layout struct{ Dir string }
+
+// ClientConfig is the client configuration every command reads.
+func (l Layout) ClientConfig() string { return filepath.Join(l.Dir, "config.json") }
+
+// NATSClientConfig is the bus client file of the admin (URLs and
+// credentials), written by `podflow nats` or, for a cluster, by up.
+func (l Layout) NATSClientConfig() string { return filepath.Join(l.Dir, "nats", "client.json") }
+
+// Credentials is the NATS credentials file every server shares.
+func (l Layout) Credentials() string { return filepath.Join(l.Dir, "nats", "creds.json") }
+
+// RoleConfig is the bus client file of role's NATS user: user.json for
+// the client identity users get, nats/roles/<role>.json for the processes
+// up runs.
+func (l Layout) RoleConfig(role string) string {
+	if role == bus.RoleClient {
+		return filepath.Join(l.Dir, "nats", "user.json")
+	}
+	return filepath.Join(l.Dir, "nats", "roles", role+".json")
+}
+
+// Tokens is the api stage's static token file (the admin's token).
+func (l Layout) Tokens() string { return filepath.Join(l.Dir, "tokens.csv") }
+
+// Logs is the supervisor's log directory: one <name>.log per process.
+func (l Layout) Logs() string { return filepath.Join(l.Dir, "logs") }
+
+// Log is the log file of the process named name.
+func (l Layout) Log(name string) string { return filepath.Join(l.Logs(), name+".log") }
+
+// Children is children.json, the processes running now (see Record).
+func (l Layout) Children() string { return filepath.Join(l.Dir, "children.json") }
+
+// Metrics is metrics.json: process name → /metrics address.
+func (l Layout) Metrics() string { return filepath.Join(l.Dir, "metrics.json") }
+
+// Cluster is cluster.json, the addresses chosen at first start.
+func (l Layout) Cluster() string { return filepath.Join(l.Dir, "cluster.json") }
+
+// RegistryAddr is the file the registry writes its address to.
+func (l Layout) RegistryAddr() string { return filepath.Join(l.Dir, "registry.addr") }
+
+// Sub is a directory of the data directory (a store replica's, a NATS
+// server's, the registry's).
+func (l Layout) Sub(name ...string) string { return filepath.Join(append([]string{l.Dir}, name...)...) }

@@ -1,0 +1,38 @@
+package roles
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/services/pipeline"
+)
+
+// NATS runs the embedded NATS JetStream server of cfg until ctx is done,
+// with one restricted user per process role (services/pipeline). With
+// clientConfig set it writes the URL and admin credentials there once
+// listening (`podflow up` waits for that file).
+func NATS(ctx context.Context, cfg bus.EmbeddedConfig, clientConfig string) error {
+	if cfg.DataDir == "" {
+		return fmt.Errorf("--data-dir is required")
+	}
+	cfg.Roles = pipeline.Roles()
+	srv, err := bus.StartEmbedded(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	if clientConfig != "" {
+		if err := os.MkdirAll(filepath.Dir(clientConfig), 0o755); err != nil {
+			return err
+		}
+		if err := srv.WriteClientConfig(clientConfig); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "nats: listening on %s (data %s)\n", srv.ClientURL(), cfg.DataDir)
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,133 @@
+package roles
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/services/admission"
+	"github.com/podflow/podflow/services/api"
+	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/endpoints"
+	"github.com/podflow/podflow/services/persistence"
+	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/scheduler"
+	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/status"
+)
+
+// stageBuilders build a stage's handler.
+var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handler, error){
+	pipeline.API: func(env stage.Env, o StageOptions) (stage.Handler, error) {
+		cfg := api.DefaultConfig()
+		cfg.TokenFile = o.TokenFile
+		cfg.HTTPS = o.HTTPS
+		return api.New(env, cfg)
+	},
+	pipeline.Admission: func(env stage.Env, o StageOptions) (stage.Handler, error) {
+		cfg := admission.DefaultConfig()
+		if o.PodSecurityDefault != "" {
+			cfg.DefaultLevel = admission.Level(o.PodSecurityDefault)
+		}
+		return admission.NewStage(env, cfg)
+	},
+	pipeline.Persistence: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return persistence.New(env), nil
+	},
+	pipeline.Scheduler: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return scheduler.NewStage(env, scheduler.DefaultStageConfig())
+	},
+	pipeline.Status: func(env stage.Env, o StageOptions) (stage.Handler, error) {
+		cfg := status.DefaultConfig()
+		if o.NodeGrace > 0 {
+			cfg.NodeMonitorGracePeriod = o.NodeGrace
+		}
+		if o.EventTTL > 0 {
+			cfg.EventTTL = o.EventTTL
+		}
+		return status.NewStage(env, cfg)
+	},
+	pipeline.Endpoints: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return endpoints.NewStage(env)
+	},
+}
+
+// StageOptions configure one stage replica (`podflow stage NAME`).
+type StageOptions struct {
+	Config  string // client configuration (see client.LoadConfig)
+	Replica string // replica name (default NAME-HOST-PID)
+	// TokenFile (api) is the static token file, kube-apiserver's
+	// --token-auth-file format.
+	TokenFile string
+	// HTTPS (api), if set, serves the Kubernetes API over HTTPS.
+	HTTPS *apiserver.Config
+	// PodSecurityDefault (admission) is the Pod Security level of
+	// namespaces without the enforce label.
+	PodSecurityDefault string
+	NodeGrace          time.Duration // status: NotReady after this long without heartbeats (0: default)
+	EventTTL           time.Duration // status: Events older than this are deleted (0: default)
+	Resync             time.Duration // period of reconciliation from the store
+	Provision          bool          // declare the streams and consumers before starting
+	Metrics            string        // serve Prometheus /metrics on this address ("" for none)
+}
+
+// Stage runs one replica of the stage name until ctx is done.
+func Stage(ctx context.Context, name string, o StageOptions) error {
+	build, ok := stageBuilders[name]
+	if !ok {
+		return fmt.Errorf("unknown stage %q (stages: %s)", name, strings.Join(pipeline.Stages, ", "))
+	}
+	replica := o.Replica
+	if replica == "" {
+		host, _ := os.Hostname()
+		replica = fmt.Sprintf("%s-%s-%d", name, host, os.Getpid())
+	}
+	sess, err := client.Open(ctx, o.Config, replica)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("stage", name, "replica", replica)
+	env := stage.Env{Bus: sess.Bus, Store: sess.Store, Stage: name, Replica: replica, Log: log}
+	h, err := build(env, o)
+	if err != nil {
+		return err
+	}
+	rc, err := pipeline.RunnerConfig(name, replica)
+	if err != nil {
+		return err
+	}
+	if o.Provision {
+		if err := Provision(ctx, sess.Bus, bus.DefaultStreamsConfig()); err != nil {
+			return err
+		}
+	}
+	log.Info("stage started")
+	metrics := stage.NewMetrics(name)
+	if r, ok := h.(interface {
+		RegisterMetrics(prometheus.Registerer) error
+	}); ok {
+		if err := r.RegisterMetrics(metrics.Registry); err != nil {
+			return err
+		}
+	}
+	tracing, err := stage.TracingFromEnv(ctx, name, replica)
+	if err != nil {
+		return err
+	}
+	if tracing != nil {
+		defer tracing.Shutdown(context.WithoutCancel(ctx))
+		log.Info("exporting OpenTelemetry spans over OTLP")
+	}
+	err = stage.Run(ctx, env, h, stage.Config{Runner: rc, ResyncPeriod: o.Resync, MetricsAddr: o.Metrics, Metrics: metrics, Tracing: tracing,
+		OnMetrics: func(addr string) { log.Info("serving metrics", "addr", "http://"+addr+"/metrics") }})
+	log.Info("stage stopped", "err", err)
+	return err
+}
