@@ -20,6 +20,7 @@ type balancedAllocation struct{}
 var (
 	_ PreScorePlugin = balancedAllocation{}
 	_ ScorePlugin    = balancedAllocation{}
+	_ BatchScorer    = balancedAllocation{}
 )
 
 func (balancedAllocation) Name() string { return BalancedAllocationName }
@@ -37,6 +38,17 @@ func (balancedAllocation) PreScore(state *CycleState, pod *corev1.Pod, _ []*Node
 
 func (balancedAllocation) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int64 {
 	p, _ := state.Read(podResourcesKey).(*podResources)
+	return p.balancedAllocation(n)
+}
+
+func (balancedAllocation) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
+	p, _ := state.Read(podResourcesKey).(*podResources)
+	for i, n := range nodes {
+		scores[i] = p.balancedAllocation(n)
+	}
+}
+
+func (p *podResources) balancedAllocation(n *NodeInfo) int64 {
 	if p == nil {
 		return 0
 	}

@@ -66,6 +66,15 @@ type ScorePlugin interface {
 	ScoreExtensions() ScoreExtensions
 }
 
+// BatchScorer is an optional extension of a ScorePlugin: it scores every
+// feasible node in one call, reading its CycleState once instead of once
+// per node (a cycle scores hundreds of nodes, and a call per node and
+// plugin is most of the cost of a cheap score). The framework prefers it to
+// Score; scores[i] must be what Score gives nodes[i].
+type BatchScorer interface {
+	ScoreNodes(state *CycleState, pod *corev1.Pod, nodes []*NodeInfo, scores []int64)
+}
+
 // ScoreExtensions normalizes a score plugin's raw scores, one per feasible
 // node in the order Score saw them, in place to 0–MaxNodeScore.
 type ScoreExtensions interface {

@@ -28,6 +28,7 @@ type imageLocality struct{}
 var (
 	_ PreScorePlugin = imageLocality{}
 	_ ScorePlugin    = imageLocality{}
+	_ BatchScorer    = imageLocality{}
 )
 
 var imageLocalityKey = NewStateKey("PreScore" + ImageLocalityName)
@@ -72,6 +73,17 @@ func (imageLocality) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInfo)
 
 func (imageLocality) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int64 {
 	s, _ := state.Read(imageLocalityKey).(*imageLocalityState)
+	return s.score(n)
+}
+
+func (imageLocality) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
+	s, _ := state.Read(imageLocalityKey).(*imageLocalityState)
+	for i, n := range nodes {
+		scores[i] = s.score(n)
+	}
+}
+
+func (s *imageLocalityState) score(n *NodeInfo) int64 {
 	if s == nil {
 		return 0
 	}

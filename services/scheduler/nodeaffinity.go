@@ -24,6 +24,7 @@ var (
 	_ FilterPlugin    = nodeAffinity{}
 	_ PreScorePlugin  = nodeAffinity{}
 	_ ScorePlugin     = nodeAffinity{}
+	_ BatchScorer     = nodeAffinity{}
 )
 
 var (
@@ -116,6 +117,17 @@ func (nodeAffinity) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInfo) 
 // Score is the summed weight of the preferred terms the node matches.
 func (nodeAffinity) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int64 {
 	s, _ := state.Read(nodeAffinityScoreKey).(*nodeAffinityScoreState)
+	return s.score(n)
+}
+
+func (nodeAffinity) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
+	s, _ := state.Read(nodeAffinityScoreKey).(*nodeAffinityScoreState)
+	for i, n := range nodes {
+		scores[i] = s.score(n)
+	}
+}
+
+func (s *nodeAffinityScoreState) score(n *NodeInfo) int64 {
 	if s == nil {
 		return 0
 	}

@@ -30,6 +30,7 @@ var (
 	_ FilterPlugin    = nodeResourcesFit{}
 	_ PreScorePlugin  = nodeResourcesFit{}
 	_ ScorePlugin     = nodeResourcesFit{}
+	_ BatchScorer     = nodeResourcesFit{}
 )
 
 // podResources is the pod's requests, and its requests with the scoring
@@ -119,6 +120,17 @@ func (nodeResourcesFit) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeIn
 // does not offer is left out of the average.
 func (nodeResourcesFit) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int64 {
 	p, _ := state.Read(podResourcesKey).(*podResources)
+	return p.leastAllocated(n)
+}
+
+func (nodeResourcesFit) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
+	p, _ := state.Read(podResourcesKey).(*podResources)
+	for i, n := range nodes {
+		scores[i] = p.leastAllocated(n)
+	}
+}
+
+func (p *podResources) leastAllocated(n *NodeInfo) int64 {
 	if p == nil {
 		return 0
 	}

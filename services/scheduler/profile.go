@@ -103,6 +103,7 @@ type scoreEntry struct {
 	name     string
 	pl       ScorePlugin
 	preScore PreScorePlugin  // or nil
+	batch    BatchScorer     // or nil
 	ext      ScoreExtensions // or nil
 	weight   int64
 }
@@ -129,6 +130,7 @@ func newFramework(c Config) (*framework, error) {
 		if sc, ok := pl.(ScorePlugin); ok && spec.Weight != 0 {
 			e := scoreEntry{name: spec.Name, pl: sc, ext: sc.ScoreExtensions(), weight: spec.Weight}
 			e.preScore, _ = pl.(PreScorePlugin)
+			e.batch, _ = pl.(BatchScorer)
 			fw.score = append(fw.score, e)
 		}
 	}

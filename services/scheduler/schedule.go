@@ -190,8 +190,12 @@ func (s *Scheduler) score(pod *corev1.Pod, feasible []*NodeInfo) (int, error) {
 	for k, e := range scorers {
 		col := slices.Grow(s.columns[k][:0], len(feasible))[:len(feasible)]
 		s.columns[k] = col
-		for i, n := range feasible {
-			col[i] = e.pl.Score(&s.state, pod, n)
+		if e.batch != nil {
+			e.batch.ScoreNodes(&s.state, pod, feasible, col)
+		} else {
+			for i, n := range feasible {
+				col[i] = e.pl.Score(&s.state, pod, n)
+			}
 		}
 		if e.ext != nil {
 			if st := e.ext.NormalizeScore(&s.state, pod, col); !st.IsSuccess() {

@@ -17,6 +17,7 @@ var (
 	_ FilterPlugin   = taintToleration{}
 	_ PreScorePlugin = taintToleration{}
 	_ ScorePlugin    = taintToleration{}
+	_ BatchScorer    = taintToleration{}
 )
 
 var taintTolerationKey = NewStateKey("PreScore" + TaintTolerationName)
@@ -52,10 +53,21 @@ func (taintToleration) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInf
 // Score is the number of the node's PreferNoSchedule taints the pod does
 // not tolerate.
 func (taintToleration) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int64 {
+	s, _ := state.Read(taintTolerationKey).(*taintScoreState)
+	return s.score(n)
+}
+
+func (taintToleration) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
+	s, _ := state.Read(taintTolerationKey).(*taintScoreState)
+	for i, n := range nodes {
+		scores[i] = s.score(n)
+	}
+}
+
+func (s *taintScoreState) score(n *NodeInfo) int64 {
 	if n.preferTaints == 0 {
 		return 0
 	}
-	s, _ := state.Read(taintTolerationKey).(*taintScoreState)
 	var tols []*corev1.Toleration
 	if s != nil {
 		tols = s.tolerations
