@@ -96,15 +96,12 @@ func CheckAllocationFit(node *corev1.Node, alloc *corev1.NodeAllocation, pod *co
 		}
 		n.addPod(e)
 	}
-	req, nonZero, err := PodRequests(pod)
+	req, _, err := PodRequests(pod)
 	if err != nil {
 		return nil, fmt.Errorf("pod %q: %w", podName(pod), err)
 	}
-	p := &podState{req: req, nonZero: nonZero, ports: podHostPorts(pod)}
-	for _, hp := range p.ports {
-		if hp.conflicts(n.usedPorts) {
-			return vNodePorts.reasons(nil), nil
-		}
+	if st := portsFit(podHostPorts(pod), n.usedPorts); st != nil {
+		return st.Reasons(), nil
 	}
-	return p.fitsResources(&n).reasons(nil), nil
+	return fits(&req, &n).Reasons(), nil
 }

@@ -2,8 +2,9 @@ package scheduler
 
 import "fmt"
 
-// Weights are the score plugins' weights: a node's total score is the sum of
-// each plugin's 0–100 score times its weight. Zero disables a plugin.
+// Weights are the in-tree score plugins' weights in the default profile
+// (DefaultPlugins): a node's total score is the sum of each plugin's 0–100
+// score times its weight. Zero leaves a plugin out of scoring.
 type Weights struct {
 	// TaintToleration prefers nodes with fewer untolerated PreferNoSchedule
 	// taints (Kubernetes default 3).
@@ -30,8 +31,16 @@ type Config struct {
 	// least 100 feasible nodes are looked for). 0 means adaptive, as
 	// kube-scheduler: 50 - nodes/125 percent, at least 5. Range 0–100.
 	PercentageOfNodesToScore int32
-	// Weights of the score plugins.
+	// Weights of the score plugins of the default profile; ignored when
+	// Plugins is set.
 	Weights Weights
+	// Plugins is the profile: the plugins enabled, in order, each at every
+	// extension point it implements, with its score weight. Nil selects
+	// DefaultPlugins(Weights).
+	Plugins []PluginSpec
+	// Registry builds the plugins the profile names. Nil selects
+	// InTreeRegistry(); a test or an out-of-tree plugin extends a copy.
+	Registry Registry
 	// NumScoresToReport is how many of the best nodes' scores a Result
 	// carries for tracing (kube-scheduler reports 3). 0 reports none.
 	NumScoresToReport int
@@ -77,5 +86,5 @@ func (c Config) Validate() error {
 	if c.NumScoresToReport < 0 {
 		return fmt.Errorf("scheduler: NumScoresToReport (%d) cannot be negative", c.NumScoresToReport)
 	}
-	return nil
+	return c.validatePlugins()
 }

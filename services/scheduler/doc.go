@@ -1,22 +1,59 @@
 // Package scheduler is the decision core of podflow's scheduler stage: a
 // cache of nodes and the pods on them, cheap per-cycle snapshots, and a
-// Scheduler that filters, scores and picks a node for a pod the way
-// kube-scheduler's default profile does. It does no I/O; the stage around
+// Scheduler that filters, scores and picks a node for a pod with
+// kube-scheduler's default profile, its filters and scores written as
+// framework plugins. It does no I/O; the stage around
 // it feeds the cache from store watches and binds with a store transaction.
 //
-// Filters (in kube-scheduler's order, the first failure decides a node's
-// reasons): NodeUnschedulable, NodeName, TaintToleration (NoSchedule and
-// NoExecute, with a node whose Ready condition is not True treated as
-// tainted node.kubernetes.io/not-ready:NoSchedule, or unreachable when it is
-// Unknown), NodeAffinity (spec.nodeSelector and required node affinity),
-// NodePorts and NodeResourcesFit. Scores, each 0–100 and weighted by
-// Config.Weights: TaintToleration (PreferNoSchedule), NodeAffinity
-// (preferred), LeastAllocated, BalancedAllocation and ImageLocality. On
-// large clusters a cycle filters only until it has found
-// numFeasibleNodesToFind feasible nodes, starting where the previous cycle
-// stopped. A pod no node can run gets a *FitError whose message is
-// kube-scheduler's ("0/5 nodes are available: 3 Insufficient cpu, 2
-// node(s) had untolerated taint {dedicated: gpu}.").
+// # The framework
+//
+// Scheduling is kube-scheduler's framework (framework.go, after
+// pkg/scheduler/framework/interface.go). A plugin implements only the
+// extension points it needs; a cycle runs them in this order:
+//
+//  1. PreFilter, once: the plugin computes its view of the pod — its
+//     requests, its host ports, its node selector and required affinity
+//     parsed once — into the CycleState, or returns Skip (nothing to
+//     check: its Filter is not called this cycle), a rejection (every
+//     node fails, with kube-scheduler's "0/N nodes are available: <msg>.")
+//     or an error (the cycle fails).
+//  2. Filter, per node, from where the previous cycle stopped, until
+//     numFeasibleNodesToFind feasible nodes are found; the first filter
+//     that rejects a node decides its reasons, and the reasons are
+//     counted into the *FitError's message, kube-scheduler's word for
+//     word ("0/5 nodes are available: 3 Insufficient cpu, 2 node(s) had
+//     untolerated taint {dedicated: gpu}.").
+//  3. PreScore, once, with the feasible nodes (Skip: the plugin scores 0).
+//  4. Score, per feasible node (or ScoreNodes, once for all of them, for a
+//     plugin that also implements BatchScorer), then NormalizeScore for a
+//     plugin with ScoreExtensions; the weighted sum picks the node, ties
+//     broken at random.
+//
+// The in-tree plugins, one file each, in the default profile's order
+// (DefaultPlugins): NodeUnschedulable, NodeName, TaintToleration (filter:
+// NoSchedule and NoExecute, with a node whose Ready condition is not True
+// treated as tainted node.kubernetes.io/not-ready:NoSchedule, or
+// unreachable when it is Unknown; score: PreferNoSchedule, weight 3),
+// NodeAffinity (filter: spec.nodeSelector and required affinity; score:
+// preferred, weight 2), NodePorts, NodeResourcesFit (filter, and the
+// LeastAllocated score, weight 1), NodeResourcesBalancedAllocation (weight
+// 1) and ImageLocality (weight 1). Config.Weights sets the default
+// profile's weights; Config.Plugins and Config.Registry replace the
+// profile.
+//
+// Adding a plugin (PodTopologySpread, InterPodAffinity next) is one file:
+// a type with Name and the extension points it needs, its per-cycle data
+// under a NewStateKey key written by its PreFilter or PreScore, its
+// rejections as Statuses built once (a filter that allocates per node
+// slows every cycle), a line in InTreeRegistry and, if it is on by
+// default, in DefaultPlugins with its weight; its score shows in
+// NodeScore.Plugins. Data several plugins need (the pod's requests:
+// readPodResources) is computed once per cycle through readState.
+//
+// Concurrency contract: a Scheduler, its plugin instances and its
+// CycleState belong to one goroutine and run one cycle at a time. Plugins
+// keep nothing between cycles (a cycle's data lives in its CycleState) and
+// only read the pod, the NodeInfos and the Snapshot.
 //
 // # The stage
 //

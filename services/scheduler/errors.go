@@ -44,15 +44,22 @@ type FitError struct {
 	// NodeReasons maps each rejected node to its reasons. Nodes rejected
 	// for the same reasons share a slice: treat them as read-only.
 	NodeReasons map[string][]string
+	// PreFilterMsg is the message of a PreFilter plugin that rejected the
+	// pod before any node was filtered (every node then has its reasons);
+	// empty when the filters ran.
+	PreFilterMsg string
 }
 
 // Error formats the reason histogram exactly as kube-scheduler's
 // FitError.Error: "<count> <reason>" entries sorted as strings, joined
-// by ", ", between "0/N nodes are available: " and ".".
+// by ", ", between "0/N nodes are available: " and "."; after a PreFilter
+// rejection, that plugin's message instead.
 func (e *FitError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "0/%v nodes are available:", e.NumAllNodes)
-	if hist := e.Histogram(); len(hist) > 0 {
+	if e.PreFilterMsg != "" {
+		fmt.Fprintf(&b, " %v.", e.PreFilterMsg)
+	} else if hist := e.Histogram(); len(hist) > 0 {
 		entries := make([]string, 0, len(hist))
 		for reason, n := range hist {
 			entries = append(entries, fmt.Sprintf("%v %v", n, reason))

@@ -69,15 +69,16 @@ func (want HostPort) conflicts(used []HostPort) bool {
 	return false
 }
 
-// taint is a node taint with its filter reason formatted once.
+// taint is a node taint with TaintToleration's rejection of it built
+// once, so that filtering allocates nothing.
 type taint struct {
 	key, value, effect string
-	reason             string // "node(s) had untolerated taint {key: value}"
+	status             *Status // "node(s) had untolerated taint {key: value}"
 }
 
 func newTaint(key, value, effect string) taint {
 	return taint{key: key, value: value, effect: effect,
-		reason: fmt.Sprintf("node(s) had untolerated taint {%s: %s}", key, value)}
+		status: NewStatus(UnschedulableAndUnresolvable, fmt.Sprintf("node(s) had untolerated taint {%s: %s}", key, value))}
 }
 
 // NodeInfo is the scheduler's view of one node: what it offers and what the

@@ -83,14 +83,16 @@ func TestScheduleNeverOvercommits(t *testing.T) {
 			unschedulable++
 			// Nothing was sampled away: every node was filtered and
 			// rejected, for the reasons the filters give.
-			p := stateOf(t, pod, nil)
 			if len(fe.NodeReasons) != snap.NumNodes() {
 				t.Fatalf("pod %d: FitError covers %d of %d nodes", i, len(fe.NodeReasons), snap.NumNodes())
 			}
 			for _, n := range snap.Nodes() {
-				v, tn := p.filter(n)
-				if v == 0 || !reflect.DeepEqual(fe.NodeReasons[n.Name()], v.reasons(tn)) {
-					t.Fatalf("pod %d: node %s verdict %q, FitError says %q", i, n.Name(), v.reasons(tn), fe.NodeReasons[n.Name()])
+				reasons, err := Filter(pod, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if reasons == nil || !reflect.DeepEqual(fe.NodeReasons[n.Name()], reasons) {
+					t.Fatalf("pod %d: node %s verdict %q, FitError says %q", i, n.Name(), reasons, fe.NodeReasons[n.Name()])
 				}
 			}
 			continue

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -31,37 +30,35 @@ type Result struct {
 	Scores []NodeScore
 }
 
-// NodeScore is a node's score: each plugin's 0–100 score and the weighted
-// total.
-type NodeScore struct {
-	Node                                                                             string
-	Total                                                                            int64
-	TaintToleration, NodeAffinity, LeastAllocated, BalancedAllocation, ImageLocality int64
-}
-
-// Scheduler picks nodes for pods from a Snapshot: it filters out the nodes
-// that cannot run the pod, scores a sample of the rest and picks the best,
-// breaking ties at random. It does no I/O.
+// Scheduler picks nodes for pods from a Snapshot by running its profile's
+// plugins (see framework.go): PreFilter, then Filter on the nodes until
+// enough feasible ones are found, then PreScore, Score and NormalizeScore
+// on those; it picks the best weighted total, breaking ties at random. It
+// does no I/O.
 //
 // A Scheduler is not safe for concurrent use: it carries the rotating start
-// index between cycles, the tie-break random source and scratch buffers.
-// Run it from one goroutine (one per replica or profile).
+// index between cycles, the tie-break random source, its plugins, the
+// CycleState and scratch buffers. Run it from one goroutine (one per
+// replica or profile).
 type Scheduler struct {
 	cfg  Config
+	fw   *framework
 	rng  *rand.Rand
 	next int // nextStartNodeIndex
 
 	// scratch, reused across cycles
+	state    CycleState
+	filters  []FilterPlugin // this cycle's (PreFilter did not skip)
+	scorers  []scoreEntry   // this cycle's (PreScore did not skip)
+	columns  [][]int64      // scores by scorer, then feasible node
 	feasible []*NodeInfo
 	failed   []failure
 	scores   []NodeScore
-	na, tt   []int64
 }
 
 type failure struct {
-	node *NodeInfo
-	v    verdict
-	t    *taint
+	node   *NodeInfo
+	status *Status
 }
 
 // New returns a Scheduler; cfg must be valid.
@@ -69,11 +66,15 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	fw, err := newFramework(cfg)
+	if err != nil {
+		return nil, err
+	}
 	seed := cfg.Seed
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	return &Scheduler{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}, nil
+	return &Scheduler{cfg: cfg, fw: fw, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}, nil
 }
 
 // numFeasibleNodesToFind is kube-scheduler's: every node in clusters under
@@ -99,16 +100,27 @@ func numFeasibleNodesToFind(percentage int32, numAllNodes int) int {
 // Schedule picks a node for pod. It returns a *FitError (matching
 // ErrUnschedulable) when no node passes the filters, ErrNoNodesAvailable
 // when the snapshot is empty and ErrInvalidObject when the pod cannot be
-// interpreted. The snapshot is only read.
+// interpreted (or another plugin's error). The snapshot is only read.
 func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	start := time.Now()
 	all := snap.nodes
 	if len(all) == 0 {
 		return Result{}, ErrNoNodesAvailable
 	}
-	p, err := newPodState(pod, snap)
-	if err != nil {
-		return Result{}, err
+	s.state.reset(snap)
+	s.scorers = s.scorers[:0]
+	filters, st := s.fw.runPreFilter(&s.state, pod, s.filters)
+	s.filters = filters
+	if st != nil {
+		if !st.IsRejected() {
+			return Result{}, st.AsError()
+		}
+		// A PreFilter rejection rejects every node, as kube-scheduler's.
+		fe := &FitError{Pod: podName(pod), NumAllNodes: len(all), PreFilterMsg: st.Message(), NodeReasons: make(map[string][]string, len(all))}
+		for _, n := range all {
+			fe.NodeReasons[n.name] = st.Reasons()
+		}
+		return Result{}, fe
 	}
 
 	// Filter, from where the last cycle stopped, until enough feasible
@@ -116,16 +128,23 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	want := numFeasibleNodesToFind(s.cfg.PercentageOfNodesToScore, len(all))
 	feasible, failed := s.feasible[:0], s.failed[:0]
 	i, j := 0, s.next%len(all)
+nodes:
 	for ; i < len(all) && len(feasible) < want; i++ {
 		n := all[j]
 		if j++; j == len(all) {
 			j = 0
 		}
-		if v, t := p.filter(n); v == 0 {
-			feasible = append(feasible, n)
-		} else {
-			failed = append(failed, failure{n, v, t})
+		for _, f := range filters {
+			if st := f.Filter(&s.state, pod, n); st != nil {
+				if st.Code() == Error {
+					s.next = j
+					return Result{}, st.AsError()
+				}
+				failed = append(failed, failure{n, st})
+				continue nodes
+			}
 		}
+		feasible = append(feasible, n)
 	}
 	s.next = j
 	s.feasible, s.failed = feasible, failed
@@ -134,129 +153,118 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	res := Result{FeasibleNodes: len(feasible), EvaluatedNodes: i, FilterDuration: filtered.Sub(start)}
 	switch len(feasible) {
 	case 0:
-		fe := &FitError{Pod: p.name, NumAllNodes: len(all), NodeReasons: make(map[string][]string, len(failed))}
-		// Nodes rejected for the same reasons share one slice.
-		type key struct {
-			v     verdict
-			taint string
-		}
-		memo := map[key][]string{}
+		fe := &FitError{Pod: podName(pod), NumAllNodes: len(all), NodeReasons: make(map[string][]string, len(failed))}
 		for _, f := range failed {
-			k := key{v: f.v}
-			if f.t != nil {
-				k.taint = f.t.reason
-			}
-			r, ok := memo[k]
-			if !ok {
-				r = f.v.reasons(f.t)
-				memo[k] = r
-			}
-			fe.NodeReasons[f.node.name] = r
+			fe.NodeReasons[f.node.name] = f.status.Reasons()
 		}
 		return Result{}, fe
 	case 1:
 		res.Node = feasible[0].name
 		return res, nil
 	}
-	best := s.score(p, feasible)
+	best, err := s.score(pod, feasible)
+	if err != nil {
+		return Result{}, err
+	}
 	res.Node = s.scores[best].Node
 	res.Scores = s.report(best)
 	res.ScoreDuration = time.Since(filtered)
 	return res, nil
 }
 
-// score fills s.scores for the feasible nodes and returns the index of the
-// chosen one: the highest total, ties broken uniformly at random by
-// reservoir sampling.
-func (s *Scheduler) score(p *podState, feasible []*NodeInfo) int {
-	w := s.cfg.Weights
+// score runs the score plugins over the feasible nodes, fills s.scores
+// and returns the index of the chosen one: the highest weighted total,
+// ties broken uniformly at random by reservoir sampling.
+func (s *Scheduler) score(pod *corev1.Pod, feasible []*NodeInfo) (int, error) {
+	scorers, err := s.fw.runPreScore(&s.state, pod, feasible, s.scorers)
+	s.scorers = scorers
+	if err != nil {
+		return 0, err
+	}
+	for len(s.columns) < len(scorers)+1 {
+		s.columns = append(s.columns, nil)
+	}
+	totals := slices.Grow(s.columns[len(scorers)][:0], len(feasible))[:len(feasible)]
+	clear(totals)
+	s.columns[len(scorers)] = totals
+	for k, e := range scorers {
+		col := slices.Grow(s.columns[k][:0], len(feasible))[:len(feasible)]
+		s.columns[k] = col
+		if e.batch != nil {
+			e.batch.ScoreNodes(&s.state, pod, feasible, col)
+		} else {
+			for i, n := range feasible {
+				col[i] = e.pl.Score(&s.state, pod, n)
+			}
+		}
+		if e.ext != nil {
+			if st := e.ext.NormalizeScore(&s.state, pod, col); !st.IsSuccess() {
+				return 0, st.AsError()
+			}
+		}
+		for i, v := range col {
+			totals[i] += v * e.weight
+		}
+	}
 	scores := slices.Grow(s.scores[:0], len(feasible))[:len(feasible)]
-	na := slices.Grow(s.na[:0], len(feasible))[:len(feasible)]
-	tt := slices.Grow(s.tt[:0], len(feasible))[:len(feasible)]
-	var maxNA, maxTT int64
-	balanced := w.BalancedAllocation != 0 && !p.bestEffort()
-	affinity := w.NodeAffinity != 0 && len(p.preferred) > 0
-	for i, n := range feasible {
-		ns := &scores[i]
-		*ns = NodeScore{Node: n.name}
-		if w.LeastAllocated != 0 {
-			ns.LeastAllocated = p.leastAllocated(n)
-		}
-		if balanced {
-			ns.BalancedAllocation = p.balancedAllocation(n)
-		}
-		if w.ImageLocality != 0 && len(p.images) > 0 {
-			ns.ImageLocality = p.imageLocality(n)
-		}
-		var a, t int64
-		if affinity {
-			a = p.nodeAffinity(n)
-			maxNA = max(maxNA, a)
-		}
-		if w.TaintToleration != 0 && n.preferTaints != 0 {
-			t = p.intolerablePreferNoSchedule(n)
-			maxTT = max(maxTT, t)
-		}
-		na[i], tt[i] = a, t
-	}
-	normalize(na, maxNA, false)
-	if w.TaintToleration != 0 {
-		normalize(tt, maxTT, true)
-	}
 	best, ties := 0, 0
-	for i := range scores {
-		ns := &scores[i]
-		ns.NodeAffinity, ns.TaintToleration = na[i], tt[i]
-		ns.Total = ns.TaintToleration*w.TaintToleration + ns.NodeAffinity*w.NodeAffinity +
-			ns.LeastAllocated*w.LeastAllocated + ns.BalancedAllocation*w.BalancedAllocation +
-			ns.ImageLocality*w.ImageLocality
+	for i, n := range feasible {
+		scores[i] = NodeScore{Node: n.name, Total: totals[i]}
 		switch {
-		case i == 0 || ns.Total > scores[best].Total:
+		case i == 0 || totals[i] > totals[best]:
 			best, ties = i, 1
-		case ns.Total == scores[best].Total:
+		case totals[i] == totals[best]:
 			ties++
 			if s.rng.IntN(ties) == 0 {
 				best = i
 			}
 		}
 	}
-	s.scores, s.na, s.tt = scores, na, tt
-	return best
+	s.scores = scores
+	return best, nil
 }
 
 // report returns the chosen node's score and the next best, up to
-// NumScoresToReport.
+// NumScoresToReport, with each plugin's score.
 func (s *Scheduler) report(best int) []NodeScore {
 	k := min(s.cfg.NumScoresToReport, len(s.scores))
 	if k == 0 {
 		return nil
 	}
-	out := make([]NodeScore, 1, k)
-	out[0] = s.scores[best]
-	if k == 1 {
-		return out
-	}
+	idx := make([]int, 1, k)
+	idx[0] = best
+	total := func(j int) int64 { return s.scores[idx[j]].Total }
 	for i := range s.scores {
 		if i == best {
 			continue
 		}
-		ns := s.scores[i]
-		if len(out) < k {
-			out = append(out, ns)
-		} else if ns.Total > out[k-1].Total {
-			out[k-1] = ns
+		if len(idx) < k {
+			idx = append(idx, i)
+		} else if s.scores[i].Total > total(k-1) {
+			idx[k-1] = i
 		} else {
 			continue
 		}
-		for j := len(out) - 1; j > 1 && out[j].Total > out[j-1].Total; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
+		for j := len(idx) - 1; j > 1 && total(j) > total(j-1); j-- {
+			idx[j], idx[j-1] = idx[j-1], idx[j]
+		}
+	}
+	out := make([]NodeScore, len(idx))
+	plugins := make([]PluginScore, len(idx)*len(s.scorers))
+	for j, i := range idx {
+		ns := &out[j]
+		*ns = s.scores[i]
+		if len(s.scorers) == 0 || i >= len(s.columns[0]) {
+			continue
+		}
+		ns.Plugins = plugins[j*len(s.scorers) : (j+1)*len(s.scorers) : (j+1)*len(s.scorers)]
+		for k, e := range s.scorers {
+			v := s.columns[k][i]
+			ns.Plugins[k] = PluginScore{Name: e.name, Score: v}
+			if f := ns.field(e.name); f != nil {
+				*f = v
+			}
 		}
 	}
 	return out
-}
-
-// String renders a score for traces.
-func (ns NodeScore) String() string {
-	return fmt.Sprintf("%s=%d (TaintToleration %d, NodeAffinity %d, LeastAllocated %d, BalancedAllocation %d, ImageLocality %d)",
-		ns.Node, ns.Total, ns.TaintToleration, ns.NodeAffinity, ns.LeastAllocated, ns.BalancedAllocation, ns.ImageLocality)
 }

@@ -6,13 +6,33 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 )
 
-func stateOf(t *testing.T, pod *corev1.Pod, snap *Snapshot) *podState {
+// scoreOf runs one score plugin's PreScore and Score for pod on n, in a
+// cycle over snap (nil: none); 0 when PreScore skips.
+func scoreOf(t *testing.T, pl ScorePlugin, pod *corev1.Pod, snap *Snapshot, n *NodeInfo) int64 {
 	t.Helper()
-	p, err := newPodState(pod, snap)
-	if err != nil {
-		t.Fatal(err)
+	var state CycleState
+	state.reset(snap)
+	if ps, ok := pl.(PreScorePlugin); ok {
+		switch st := ps.PreScore(&state, pod, []*NodeInfo{n}); {
+		case st.IsSkip():
+			return 0
+		case !st.IsSuccess():
+			t.Fatal(st.AsError())
+		}
 	}
-	return p
+	return pl.Score(&state, pod, n)
+}
+
+// skipsBalancedAllocation reports whether BalancedAllocation's PreScore
+// skips the pod.
+func skipsBalancedAllocation(t *testing.T, pod *corev1.Pod) bool {
+	t.Helper()
+	var state CycleState
+	st := balancedAllocation{}.PreScore(&state, pod, nil)
+	if !st.IsSuccess() && !st.IsSkip() {
+		t.Fatal(st.AsError())
+	}
+	return st.IsSkip()
 }
 
 func TestLeastAllocatedScore(t *testing.T) {
@@ -30,7 +50,7 @@ func TestLeastAllocatedScore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := stateOf(t, tt.pod, nil).leastAllocated(infoOf(t, tt.node, tt.on...)); got != tt.want {
+			if got := scoreOf(t, nodeResourcesFit{}, tt.pod, nil, infoOf(t, tt.node, tt.on...)); got != tt.want {
 				t.Errorf("leastAllocated = %d, want %d", got, tt.want)
 			}
 		})
@@ -53,12 +73,12 @@ func TestBalancedAllocationScore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := stateOf(t, tt.pod, nil).balancedAllocation(infoOf(t, tt.node, tt.on...)); got != tt.want {
+			if got := scoreOf(t, balancedAllocation{}, tt.pod, nil, infoOf(t, tt.node, tt.on...)); got != tt.want {
 				t.Errorf("balancedAllocation = %d, want %d", got, tt.want)
 			}
 		})
 	}
-	if !stateOf(t, mkPod("p", "", ""), nil).bestEffort() || stateOf(t, mkPod("p", "1m", ""), nil).bestEffort() {
+	if !skipsBalancedAllocation(t, mkPod("p", "", "")) || skipsBalancedAllocation(t, mkPod("p", "1m", "")) {
 		t.Error("bestEffort: want true only for a pod without cpu and memory requests")
 	}
 }
@@ -99,7 +119,7 @@ func TestImageLocalityScore(t *testing.T) {
 			c := cacheWith(t, tt.nodes)
 			snap := c.Snapshot()
 			n, _ := snap.Get(tt.nodes[0].Metadata.Name)
-			if got := stateOf(t, tt.pod, snap).imageLocality(n); got != tt.want {
+			if got := scoreOf(t, imageLocality{}, tt.pod, snap, n); got != tt.want {
 				t.Errorf("imageLocality = %d, want %d", got, tt.want)
 			}
 		})
@@ -123,8 +143,7 @@ func TestNodeAffinityAndTaintRawScores(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := stateOf(t, tt.pod, nil)
-			if a, i := p.nodeAffinity(n), p.intolerablePreferNoSchedule(n); a != tt.affinity || i != tt.intolera {
+			if a, i := scoreOf(t, nodeAffinity{}, tt.pod, nil, n), scoreOf(t, taintToleration{}, tt.pod, nil, n); a != tt.affinity || i != tt.intolera {
 				t.Errorf("nodeAffinity, intolerable = %d, %d; want %d, %d", a, i, tt.affinity, tt.intolera)
 			}
 		})

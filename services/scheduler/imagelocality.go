@@ -1,0 +1,114 @@
+package scheduler
+
+import (
+	"strings"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+// ImageLocalityName is the ImageLocality plugin's name.
+const ImageLocalityName = "ImageLocality"
+
+// ImageLocality thresholds (kube-scheduler's): below 23 MiB of images
+// present scores 0, 1000 MiB per container scores 100.
+const (
+	mb                    int64 = 1024 * 1024
+	minImageThreshold     int64 = 23 * mb
+	maxContainerThreshold int64 = 1000 * mb
+)
+
+// imageLocality is kube-scheduler's ImageLocality: the sizes of the pod's
+// images present on the node, each scaled by the fraction of nodes that
+// have it (so that a ubiquitous image does not pull every pod onto one
+// node), mapped onto 0–100 between 23 MiB and 1000 MiB per container.
+// PreScore looks the pod's images up in the snapshot once (kube-scheduler
+// does it per node) and skips a pod whose images no node has.
+type imageLocality struct{}
+
+var (
+	_ PreScorePlugin = imageLocality{}
+	_ ScorePlugin    = imageLocality{}
+	_ BatchScorer    = imageLocality{}
+)
+
+var imageLocalityKey = NewStateKey("PreScore" + ImageLocalityName)
+
+// imageLocalityState is the pod's images present on some node, and its
+// container count.
+type imageLocalityState struct {
+	images        []podImage
+	numContainers int
+}
+
+type podImage struct {
+	id     int32
+	spread float64 // fraction of the snapshot's nodes that have the image
+}
+
+func (imageLocality) Name() string { return ImageLocalityName }
+
+func (imageLocality) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInfo) *Status {
+	snap := state.Snapshot()
+	if snap == nil || len(snap.nodes) == 0 {
+		return skipStatus
+	}
+	s := &imageLocalityState{}
+	total := float64(len(snap.nodes))
+	add := func(cs []*corev1.Container) {
+		for _, c := range cs {
+			s.numContainers++
+			if ic := snap.image(normalizedImageName(c.GetImage())); ic.nodes > 0 {
+				s.images = append(s.images, podImage{id: ic.id, spread: float64(ic.nodes) / total})
+			}
+		}
+	}
+	add(pod.GetSpec().GetInitContainers())
+	add(pod.GetSpec().GetContainers())
+	if len(s.images) == 0 {
+		return skipStatus
+	}
+	state.Write(imageLocalityKey, s)
+	return nil
+}
+
+func (imageLocality) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int64 {
+	s, _ := state.Read(imageLocalityKey).(*imageLocalityState)
+	return s.score(n)
+}
+
+func (imageLocality) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
+	s, _ := state.Read(imageLocalityKey).(*imageLocalityState)
+	for i, n := range nodes {
+		scores[i] = s.score(n)
+	}
+}
+
+func (s *imageLocalityState) score(n *NodeInfo) int64 {
+	if s == nil {
+		return 0
+	}
+	var sum int64
+	for i := range s.images {
+		if size, ok := n.imageSize(s.images[i].id); ok {
+			sum += int64(float64(size) * s.images[i].spread)
+		}
+	}
+	maxThreshold := maxContainerThreshold * int64(s.numContainers)
+	if sum < minImageThreshold {
+		sum = minImageThreshold
+	} else if sum > maxThreshold {
+		sum = maxThreshold
+	}
+	return MaxNodeScore * (sum - minImageThreshold) / (maxThreshold - minImageThreshold)
+}
+
+func (imageLocality) ScoreExtensions() ScoreExtensions { return nil }
+
+// normalizedImageName appends ":latest" to an image without a tag, as
+// kube-scheduler's ImageLocality does.
+func normalizedImageName(name string) string {
+	if strings.LastIndex(name, ":") <= strings.LastIndex(name, "/") {
+		name += ":latest"
+	}
+	return name
+}

@@ -1,0 +1,180 @@
+package scheduler
+
+import (
+	"fmt"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+// PluginFactory builds a plugin for one Scheduler.
+type PluginFactory func() (Plugin, error)
+
+// Registry maps plugin names to their factories (kube-scheduler's
+// runtime.Registry). A profile names plugins; the registry builds them.
+type Registry map[string]PluginFactory
+
+// InTreeRegistry returns the plugins podflow ships. Adding a plugin is a
+// file with the plugin and a line here (and in DefaultPlugins, if it is
+// on by default).
+func InTreeRegistry() Registry {
+	return Registry{
+		NodeUnschedulableName:  func() (Plugin, error) { return nodeUnschedulable{}, nil },
+		NodeNameName:           func() (Plugin, error) { return nodeName{}, nil },
+		TaintTolerationName:    func() (Plugin, error) { return taintToleration{}, nil },
+		NodeAffinityName:       func() (Plugin, error) { return nodeAffinity{}, nil },
+		NodePortsName:          func() (Plugin, error) { return nodePorts{}, nil },
+		NodeResourcesFitName:   func() (Plugin, error) { return nodeResourcesFit{}, nil },
+		BalancedAllocationName: func() (Plugin, error) { return balancedAllocation{}, nil },
+		ImageLocalityName:      func() (Plugin, error) { return imageLocality{}, nil },
+	}
+}
+
+// PluginSpec enables a plugin in a profile: at every extension point it
+// implements, in the profile's order (kube-scheduler's multiPoint). Weight
+// multiplies its score (0–100); 0 leaves a score plugin out of scoring
+// (its other extension points still run).
+type PluginSpec struct {
+	Name   string
+	Weight int64
+}
+
+// DefaultPlugins is kube-scheduler's default profile, as far as podflow
+// has its plugins, in its order (filters: NodeUnschedulable, NodeName,
+// TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit), with the
+// score weights w.
+func DefaultPlugins(w Weights) []PluginSpec {
+	return []PluginSpec{
+		{Name: NodeUnschedulableName},
+		{Name: NodeNameName},
+		{Name: TaintTolerationName, Weight: w.TaintToleration},
+		{Name: NodeAffinityName, Weight: w.NodeAffinity},
+		{Name: NodePortsName},
+		{Name: NodeResourcesFitName, Weight: w.LeastAllocated},
+		{Name: BalancedAllocationName, Weight: w.BalancedAllocation},
+		{Name: ImageLocalityName, Weight: w.ImageLocality},
+	}
+}
+
+// plugins returns the profile and registry the config selects.
+func (c Config) plugins() ([]PluginSpec, Registry) {
+	specs, reg := c.Plugins, c.Registry
+	if specs == nil {
+		specs = DefaultPlugins(c.Weights)
+	}
+	if reg == nil {
+		reg = InTreeRegistry()
+	}
+	return specs, reg
+}
+
+// validatePlugins checks the profile against the registry.
+func (c Config) validatePlugins() error {
+	specs, reg := c.plugins()
+	seen := map[string]bool{}
+	for _, p := range specs {
+		if reg[p.Name] == nil {
+			return fmt.Errorf("scheduler: plugin %q is not registered", p.Name)
+		}
+		if seen[p.Name] {
+			return fmt.Errorf("scheduler: plugin %q is enabled twice", p.Name)
+		}
+		seen[p.Name] = true
+		if p.Weight < 0 || p.Weight > maxWeight {
+			return fmt.Errorf("scheduler: plugin %q weight (%d) must be within 0–%d", p.Name, p.Weight, maxWeight)
+		}
+	}
+	return nil
+}
+
+// framework is a built profile: the plugins at each extension point, in
+// profile order.
+type framework struct {
+	preFilter []preFilterEntry
+	filter    []FilterPlugin
+	score     []scoreEntry
+}
+
+type preFilterEntry struct {
+	pl     PreFilterPlugin
+	filter int // index in framework.filter of the same plugin, or -1
+}
+
+type scoreEntry struct {
+	name     string
+	pl       ScorePlugin
+	preScore PreScorePlugin  // or nil
+	batch    BatchScorer     // or nil
+	ext      ScoreExtensions // or nil
+	weight   int64
+}
+
+func newFramework(c Config) (*framework, error) {
+	if err := c.validatePlugins(); err != nil {
+		return nil, err
+	}
+	specs, reg := c.plugins()
+	fw := &framework{}
+	for _, spec := range specs {
+		pl, err := reg[spec.Name]()
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: plugin %q: %w", spec.Name, err)
+		}
+		filter := -1
+		if f, ok := pl.(FilterPlugin); ok {
+			filter = len(fw.filter)
+			fw.filter = append(fw.filter, f)
+		}
+		if p, ok := pl.(PreFilterPlugin); ok {
+			fw.preFilter = append(fw.preFilter, preFilterEntry{pl: p, filter: filter})
+		}
+		if sc, ok := pl.(ScorePlugin); ok && spec.Weight != 0 {
+			e := scoreEntry{name: spec.Name, pl: sc, ext: sc.ScoreExtensions(), weight: spec.Weight}
+			e.preScore, _ = pl.(PreScorePlugin)
+			e.batch, _ = pl.(BatchScorer)
+			fw.score = append(fw.score, e)
+		}
+	}
+	return fw, nil
+}
+
+// runPreFilter runs the PreFilter plugins and returns, appended to
+// filters[:0], the filters to run this cycle (those whose PreFilter did
+// not skip). A non-nil status is an error or a rejection of every node.
+func (fw *framework) runPreFilter(state *CycleState, pod *corev1.Pod, filters []FilterPlugin) ([]FilterPlugin, *Status) {
+	var skip uint64 // bit i: skip fw.filter[i]
+	for _, e := range fw.preFilter {
+		switch st := e.pl.PreFilter(state, pod); {
+		case st.IsSkip():
+			if e.filter >= 0 && e.filter < 64 {
+				skip |= 1 << e.filter
+			}
+		case !st.IsSuccess():
+			return filters[:0], st
+		}
+	}
+	filters = filters[:0]
+	for i, f := range fw.filter {
+		if i >= 64 || skip&(1<<i) == 0 {
+			filters = append(filters, f)
+		}
+	}
+	return filters, nil
+}
+
+// runPreScore runs the PreScore plugins and returns, appended to
+// scorers[:0], the score plugins to run this cycle.
+func (fw *framework) runPreScore(state *CycleState, pod *corev1.Pod, feasible []*NodeInfo, scorers []scoreEntry) ([]scoreEntry, error) {
+	scorers = scorers[:0]
+	for _, e := range fw.score {
+		if e.preScore != nil {
+			switch st := e.preScore.PreScore(state, pod, feasible); {
+			case st.IsSkip():
+				continue
+			case !st.IsSuccess():
+				return scorers, st.AsError()
+			}
+		}
+		scorers = append(scorers, e)
+	}
+	return scorers, nil
+}
