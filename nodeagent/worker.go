@@ -12,6 +12,7 @@ import (
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -98,7 +99,7 @@ func newWorker(a *Agent, pod *corev1.Pod, rec *recovered) *worker {
 		deleteCh: make(chan time.Duration, 1),
 		done:     make(chan struct{}),
 		rec:      rec,
-		qos:      qosClass(pod),
+		qos:      podrules.QOSClass(pod),
 		policy:   pod.GetSpec().GetRestartPolicy(),
 		conds:    map[string]*corev1.PodCondition{},
 	}
@@ -292,7 +293,7 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 		}
 		return c.pullRetryAt
 	}
-	policy := pullPolicy(c.spec)
+	policy := podrules.PullPolicy(c.spec)
 	began := w.now()
 	ref, err := w.a.rt.PullImage(ctx, w.pod, image, policy)
 	if err != nil {
@@ -701,19 +702,19 @@ func (w *worker) nextSeq() int64 {
 	return w.seq
 }
 
-// envelope fills env's routing fields. Its id is what bus.EventID would
-// make ("uid/<uid>/<type>/g<seq>/a1"); the n-th (n > 0) event of one type
-// after one report gets "/<n>" appended, so that it is not deduplicated
-// away (two containers starting in one step, for instance).
+// envelope fills env's routing fields. Its id is eventsv1.EventID's
+// ("uid/<uid>/<type>/g<seq>/a1"); the n-th (n > 0) event of one type after
+// one report gets "/<n>" appended, so that it is not deduplicated away (two
+// containers starting in one step, for instance).
 func (w *worker) envelope(env *eventsv1.Envelope, seq int64, n int) *eventsv1.Envelope {
 	md := w.pod.GetMetadata()
-	env.Id = fmt.Sprintf("uid/%s/%s/g%d/a1", w.uid, env.Type(), seq)
-	if n > 0 {
-		env.Id += "/" + strconv.Itoa(n)
-	}
 	env.PodUid, env.Namespace, env.PodName = w.uid, md.GetNamespace(), md.GetName()
 	env.NodeName, env.Stage, env.Replica = w.a.cfg.NodeName, Stage, w.a.cfg.NodeName
 	env.Time, env.Attempt, env.Generation = timestamppb.New(w.now()), 1, seq
+	env.Id = eventsv1.EventID(env)
+	if n > 0 {
+		env.Id += "/" + strconv.Itoa(n)
+	}
 	return env
 }
 
@@ -761,13 +762,13 @@ func (w *worker) deriveEvents(st *corev1.PodStatus) {
 		w.emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodRunning{PodRunning: &eventsv1.PodRunning{
 			PodIp: st.GetPodIp(), HostIp: st.GetHostIp()}}})
 	}
-	ready := condStatus(st, "Ready") == "True"
+	ready := podrules.PodCondition(st, podrules.PodReady).GetStatus() == podrules.ConditionTrue
 	switch {
 	case ready && !w.wasReady:
 		w.emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodReady{PodReady: &eventsv1.PodReady{}}})
 	case !ready && w.wasReady && !w.notReady:
 		w.emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodNotReady{PodNotReady: &eventsv1.PodNotReady{
-			Reason: eventsv1.ReasonContainersNotReady, Message: condMessage(st, "Ready")}}})
+			Reason: eventsv1.ReasonContainersNotReady, Message: podrules.PodCondition(st, podrules.PodReady).GetMessage()}}})
 	}
 	w.wasReady = ready
 	if st.GetPhase() == "Failed" && !w.finalSent && !w.deleting {
@@ -802,26 +803,4 @@ func orDefault(v, def int32) int32 {
 		return def
 	}
 	return v
-}
-
-func pullPolicy(c *corev1.Container) string {
-	if p := c.GetImagePullPolicy(); p != "" {
-		return p
-	}
-	img := c.GetImage()
-	if i := lastIndexAny(img, "/@:"); i < 0 || img[i] == '/' || img[i+1:] == "latest" {
-		return "Always" // Kubernetes' default for untagged and :latest images
-	}
-	return "IfNotPresent"
-}
-
-func lastIndexAny(s, chars string) int {
-	for i := len(s) - 1; i >= 0; i-- {
-		for j := 0; j < len(chars); j++ {
-			if s[i] == chars[j] {
-				return i
-			}
-		}
-	}
-	return -1
 }

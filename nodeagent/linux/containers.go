@@ -95,7 +95,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	r.trace(uid, "rootfs", t)
 
 	t = time.Now()
-	plan, _ := cgroups.PlanPod(pd).Container(c.GetName())
+	plan, _ := PlanPod(pd).Container(c.GetName())
 	if old, err := r.cg.LoadContainer(uid, p.rec.QOS, c.GetName()); err == nil {
 		// A fresh cgroup per instance: OOM counters start from zero.
 		if err := deleteCgroup(ctx, old); err != nil {

@@ -371,7 +371,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 		return nodeagent.Sandbox{ID: p.rec.SandboxID, IP: p.rec.Net.IP}, nil
 	}
 	r.mu.Unlock()
-	plan := cgroups.PlanPod(pd)
+	plan := PlanPod(pd)
 	t := time.Now()
 	if err := r.cg.EnsurePod(ctx, uid, plan.QOSClass, plan); err != nil {
 		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "create pod cgroup: %w", err)

@@ -37,6 +37,14 @@ func (r *Resources) Add(o Resources) {
 	r.Pods += o.Pods
 }
 
+// Sub subtracts o from r.
+func (r *Resources) Sub(o Resources) {
+	r.MilliCPU -= o.MilliCPU
+	r.Memory -= o.Memory
+	r.EphemeralStorage -= o.EphemeralStorage
+	r.Pods -= o.Pods
+}
+
 // Max raises each of r's resources to o's where o's is larger.
 func (r *Resources) Max(o Resources) {
 	r.MilliCPU = max(r.MilliCPU, o.MilliCPU)
