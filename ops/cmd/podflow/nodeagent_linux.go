@@ -23,7 +23,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux"
-	"github.com/podflow/podflow/nodeagent/wire"
+	wire "github.com/podflow/podflow/ops/nodewire"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
