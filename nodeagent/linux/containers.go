@@ -24,7 +24,7 @@ import (
 func (r *Runtime) PullImage(ctx context.Context, _ *corev1.Pod, ref, policy string) (nodeagent.ImageRef, error) {
 	p, err := r.images.Pull(ctx, ref, policy)
 	if err != nil {
-		return nodeagent.ImageRef{}, err // already ErrImagePull / ErrImageNeverPull
+		return nodeagent.ImageRef{}, agentError(err) // ErrImagePull or ErrImageNeverPull
 	}
 	return nodeagent.ImageRef{ID: p.ID, SizeBytes: p.SizeBytes, AlreadyPresent: p.AlreadyPresent}, nil
 }
@@ -48,7 +48,7 @@ func (r *Runtime) imageRootfs(ctx context.Context, ref, imageID string) (string,
 		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "rootfs directory: %w", err)
 	}
 	if err := r.images.Rootfs(ctx, ref, dest); err != nil {
-		return "", err
+		return "", agentError(err) // CreateContainerError
 	}
 	return dest, nil
 }
