@@ -147,3 +147,19 @@ func TestParseResourceList(t *testing.T) {
 		t.Errorf("bad limit: %v, want ErrInvalidQuantity", err)
 	}
 }
+
+func TestResourcesArithmetic(t *testing.T) {
+	r := Resources{MilliCPU: 500, Memory: 1 << 20, EphemeralStorage: 10, Pods: 1}
+	r.Add(Resources{MilliCPU: 250, Memory: 1 << 20, Pods: 1})
+	if want := (Resources{MilliCPU: 750, Memory: 2 << 20, EphemeralStorage: 10, Pods: 2}); r != want {
+		t.Fatalf("Add = %+v, want %+v", r, want)
+	}
+	r.Sub(Resources{MilliCPU: 750, Memory: 1 << 20, EphemeralStorage: 10, Pods: 1})
+	if want := (Resources{Memory: 1 << 20, Pods: 1}); r != want {
+		t.Fatalf("Sub = %+v, want %+v", r, want)
+	}
+	r.Max(Resources{MilliCPU: 100, Memory: 1, EphemeralStorage: 5})
+	if want := (Resources{MilliCPU: 100, Memory: 1 << 20, EphemeralStorage: 5, Pods: 1}); r != want {
+		t.Fatalf("Max = %+v, want %+v", r, want)
+	}
+}
