@@ -35,10 +35,10 @@
 //
 // # Publishing and deduplication
 //
-// Conn.Publish fills env.Id with EventID(env) — pod uid (or request id),
-// type, generation and attempt — and sends it as the Nats-Msg-Id, so a
-// retried publish within the stream's Duplicates window (2 minutes by
-// default) is stored once and its PubAck says Duplicate. The envelope's
+// Conn.Publish fills env.Id with eventsv1.EventID(env) — pod uid (or
+// request id), type, generation and attempt — and sends it as the
+// Nats-Msg-Id, so a retried publish within the stream's Duplicates window
+// (2 minutes by default) is stored once and its PubAck says Duplicate. The envelope's
 // traceparent travels in the "traceparent" header too. A publish that no
 // stream acknowledges fails with an error matching ErrStreamUnavailable;
 // retrying it is safe.

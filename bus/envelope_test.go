@@ -16,14 +16,14 @@ func TestEventID(t *testing.T) {
 		return &eventsv1.Envelope{PodUid: "u1", RequestId: "r1", Generation: 2, Attempt: 1, Traceparent: NewTraceparent(),
 			Payload: &eventsv1.Envelope_PodScheduled{PodScheduled: &eventsv1.PodScheduled{NodeName: "n1"}}}
 	}
-	if got, want := EventID(base()), "uid/u1/PodScheduled/g2/a1"; got != want {
+	if got, want := eventsv1.EventID(base()), "uid/u1/PodScheduled/g2/a1"; got != want {
 		t.Fatalf("EventID = %q, want %q", got, want)
 	}
 	// Deterministic: trace, time, stage and replica do not matter.
 	a, b := base(), base()
 	b.Replica, b.Stage, b.Redeliveries = "other", "other", 3
-	if EventID(a) != EventID(b) {
-		t.Fatalf("EventID differs for a retried event: %q vs %q", EventID(a), EventID(b))
+	if eventsv1.EventID(a) != eventsv1.EventID(b) {
+		t.Fatalf("EventID differs for a retried event: %q vs %q", eventsv1.EventID(a), eventsv1.EventID(b))
 	}
 	tests := []struct {
 		name   string
@@ -43,7 +43,7 @@ func TestEventID(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := base()
 			tt.mutate(e)
-			if got := EventID(e); got != tt.want {
+			if got := eventsv1.EventID(e); got != tt.want {
 				t.Fatalf("EventID = %q, want %q", got, tt.want)
 			}
 		})

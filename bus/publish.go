@@ -49,7 +49,7 @@ func prepare(env *eventsv1.Envelope, opts []PublishOption) (*nats.Msg, []jetstre
 		opt(&o)
 	}
 	if env.Id == "" {
-		env.Id = EventID(env)
+		env.Id = eventsv1.EventID(env)
 	}
 	if env.Time == nil {
 		env.Time = timestamppb.Now()
@@ -76,7 +76,7 @@ func prepare(env *eventsv1.Envelope, opts []PublishOption) (*nats.Msg, []jetstre
 }
 
 // Publish stores env in its stream and waits for the PubAck. It fills
-// env.Id with EventID(env) when empty (so a retried publish of the same
+// env.Id with eventsv1.EventID(env) when empty (so a retried publish of the same
 // event is deduplicated: the PubAck then says Duplicate) and env.Time
 // with the current time when unset; env is modified in place.
 //

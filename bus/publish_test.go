@@ -27,7 +27,7 @@ func TestPublishDeduplicates(t *testing.T) {
 	if first.Duplicate || first.Stream != bus.EventsStream {
 		t.Fatalf("first publish ack %+v", first)
 	}
-	if env.Id != bus.EventID(env) || env.Time == nil {
+	if env.Id != eventsv1.EventID(env) || env.Time == nil {
 		t.Fatalf("publish did not fill id/time: id %q time %v", env.Id, env.Time)
 	}
 	// A retry of the same event — a fresh envelope from a redelivered

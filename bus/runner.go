@@ -68,7 +68,7 @@ func (d *Delivery) InProgress() error {
 // handling (stage, replica, caused_by, handled_start/end, redeliveries)
 // so the pod's timeline can be rebuilt from the stream alone. Attempt is
 // 1; a stage that retries a step with a new outcome (e.g. a scheduling
-// attempt after a conflict) raises it, which changes the EventID.
+// attempt after a conflict) raises it, which changes the eventsv1.EventID.
 //
 // payload must be one of the Envelope's payload messages; anything else
 // is a programming error and panics (use SetPayload to check).

@@ -45,7 +45,7 @@
 // across agent restarts (it is at least the wall clock in nanoseconds). The
 // events after a report carry that report's seq, so a consumer acting on one
 // can wait until the store reflects the report. Ids are deterministic —
-// "uid/<pod uid>/<type>/g<seq>/a1" as bus.EventID makes them, "/<n>"
+// "uid/<pod uid>/<type>/g<seq>/a1" as eventsv1.EventID makes them, "/<n>"
 // appended to the n-th further event of one type after one report, and
 // "uid/<pod uid>/PodDeleted" for the last one — so a retried publish is
 // deduplicated by JetStream.

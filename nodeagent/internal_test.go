@@ -3,8 +3,6 @@ package nodeagent
 import (
 	"testing"
 	"time"
-
-	corev1 "github.com/podflow/podflow/proto/corev1"
 )
 
 func TestBackoffNext(t *testing.T) {
@@ -20,50 +18,6 @@ func TestBackoffNext(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("backoff sequence = %v, want %v", got, want)
-		}
-	}
-}
-
-func TestQOSClass(t *testing.T) {
-	res := func(req, lim map[string]string) *corev1.Container {
-		return &corev1.Container{Name: "c", Resources: &corev1.ResourceRequirements{Requests: req, Limits: lim}}
-	}
-	both := map[string]string{"cpu": "1", "memory": "1Gi"}
-	tests := []struct {
-		name string
-		cs   []*corev1.Container
-		want string
-	}{
-		{"no resources", []*corev1.Container{{Name: "c"}}, "BestEffort"},
-		{"limits only", []*corev1.Container{res(nil, both)}, "Guaranteed"},
-		{"equal in other units", []*corev1.Container{res(map[string]string{"cpu": "1000m", "memory": "1024Mi"}, both)}, "Guaranteed"},
-		{"requests below limits", []*corev1.Container{res(map[string]string{"cpu": "500m"}, both)}, "Burstable"},
-		{"requests only", []*corev1.Container{res(both, nil)}, "Burstable"},
-		{"one container without", []*corev1.Container{res(nil, both), {Name: "d"}}, "Burstable"},
-		{"cpu limit only", []*corev1.Container{res(nil, map[string]string{"cpu": "1"})}, "Burstable"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := qosClass(&corev1.Pod{Spec: &corev1.PodSpec{Containers: tc.cs}}); got != tc.want {
-				t.Errorf("qosClass = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestPullPolicy(t *testing.T) {
-	tests := []struct{ image, policy, want string }{
-		{"nginx", "", "Always"},
-		{"nginx:latest", "", "Always"},
-		{"nginx:1.27", "", "IfNotPresent"},
-		{"registry:5000/nginx", "", "Always"},
-		{"registry:5000/nginx:1.27", "", "IfNotPresent"},
-		{"nginx@sha256:abcd", "", "IfNotPresent"},
-		{"nginx:latest", "Never", "Never"},
-	}
-	for _, tc := range tests {
-		if got := pullPolicy(&corev1.Container{Image: tc.image, ImagePullPolicy: tc.policy}); got != tc.want {
-			t.Errorf("pullPolicy(%q, %q) = %q, want %q", tc.image, tc.policy, got, tc.want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -106,19 +107,19 @@ func (r *reporter) nextSeq() int64 {
 	return r.seq
 }
 
-// envelope fills env's routing fields. Its id is what bus.EventID would
-// make ("uid/<uid>/<type>/g<seq>/a1"); the n-th (n > 0) event of one type
-// after one report gets "/<n>" appended, so that it is not deduplicated
-// away (two containers starting in one step, for instance).
+// envelope fills env's routing fields. Its id is eventsv1.EventID's
+// ("uid/<uid>/<type>/g<seq>/a1"); the n-th (n > 0) event of one type after
+// one report gets "/<n>" appended, so that it is not deduplicated away (two
+// containers starting in one step, for instance).
 func (r *reporter) envelope(env *eventsv1.Envelope, seq int64, n int) *eventsv1.Envelope {
 	md := r.pod.GetMetadata()
-	env.Id = fmt.Sprintf("uid/%s/%s/g%d/a1", r.uid, env.Type(), seq)
-	if n > 0 {
-		env.Id += "/" + strconv.Itoa(n)
-	}
 	env.PodUid, env.Namespace, env.PodName = r.uid, md.GetNamespace(), md.GetName()
 	env.NodeName, env.Stage, env.Replica = r.d.cfg.NodeName, Stage, r.d.cfg.NodeName
 	env.Time, env.Attempt, env.Generation = timestamppb.New(r.now()), 1, seq
+	env.Id = eventsv1.EventID(env)
+	if n > 0 {
+		env.Id += "/" + strconv.Itoa(n)
+	}
 	return env
 }
 
@@ -167,13 +168,13 @@ func (r *reporter) deriveEvents(st *corev1.PodStatus, final *podFailure) {
 		r.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodRunning{PodRunning: &eventsv1.PodRunning{
 			PodIp: st.GetPodIp(), HostIp: st.GetHostIp()}}})
 	}
-	ready := condStatus(st, "Ready") == "True"
+	ready := podrules.PodCondition(st, podrules.PodReady).GetStatus() == podrules.ConditionTrue
 	switch {
 	case ready && !r.wasReady:
 		r.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodReady{PodReady: &eventsv1.PodReady{}}})
 	case !ready && r.wasReady && !r.notReady:
 		r.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodNotReady{PodNotReady: &eventsv1.PodNotReady{
-			Reason: eventsv1.ReasonContainersNotReady, Message: condMessage(st, "Ready")}}})
+			Reason: eventsv1.ReasonContainersNotReady, Message: podrules.PodCondition(st, podrules.PodReady).GetMessage()}}})
 	}
 	r.wasReady = ready
 	if st.GetPhase() == "Failed" && !r.finalSent && final != nil {

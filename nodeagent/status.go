@@ -2,15 +2,14 @@ package nodeagent
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // phase computes the pod phase as the kubelet's getPhase does.
@@ -155,7 +154,7 @@ func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string)
 	c := w.conds[typ]
 	if c == nil {
 		c = &corev1.PodCondition{Type: typ}
-		if old := findCond(w.pod.GetStatus(), typ); old.GetStatus() == status {
+		if old := podrules.PodCondition(w.pod.GetStatus(), typ); old.GetStatus() == status {
 			c.Status, c.LastTransitionTime = status, old.GetLastTransitionTime()
 		}
 		w.conds[typ] = c
@@ -165,19 +164,6 @@ func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string)
 	}
 	c.Reason, c.Message = reason, msg
 }
-
-func findCond(st *corev1.PodStatus, typ string) *corev1.PodCondition {
-	for _, c := range st.GetConditions() {
-		if c.GetType() == typ {
-			return c
-		}
-	}
-	return nil
-}
-
-func condStatus(st *corev1.PodStatus, typ string) string { return findCond(st, typ).GetStatus() }
-
-func condMessage(st *corev1.PodStatus, typ string) string { return findCond(st, typ).GetMessage() }
 
 func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerStatus {
 	state := c.state
@@ -202,45 +188,4 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 		cs.Started = &started
 	}
 	return cs
-}
-
-// qosClass classifies the pod as Kubernetes does: BestEffort without any
-// cpu/memory request or limit, Guaranteed when every container limits both
-// and requests equal limits, Burstable otherwise.
-func qosClass(pod *corev1.Pod) string {
-	all := slices.Concat(pod.GetSpec().GetInitContainers(), pod.GetSpec().GetContainers())
-	any, guaranteed := false, true
-	for _, c := range all {
-		req, lim := c.GetResources().GetRequests(), c.GetResources().GetLimits()
-		for _, r := range []string{"cpu", "memory"} {
-			l, hasL := lim[r]
-			q, hasQ := req[r]
-			if hasL || hasQ {
-				any = true
-			}
-			if !hasL {
-				guaranteed = false
-				continue
-			}
-			if hasQ && !sameQuantity(q, l) {
-				guaranteed = false
-			}
-		}
-	}
-	switch {
-	case !any:
-		return "BestEffort"
-	case guaranteed:
-		return "Guaranteed"
-	}
-	return "Burstable"
-}
-
-func sameQuantity(a, b string) bool {
-	qa, err1 := resource.ParseQuantity(a)
-	qb, err2 := resource.ParseQuantity(b)
-	if err1 != nil || err2 != nil {
-		return a == b
-	}
-	return qa.Cmp(qb) == 0
 }

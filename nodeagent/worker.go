@@ -9,6 +9,7 @@ import (
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -127,7 +128,7 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 		done:         make(chan struct{}),
 		rep:          newReporter(d, pod),
 		rec:          rec,
-		qos:          qosClass(pod),
+		qos:          podrules.QOSClass(pod),
 		policy:       pod.GetSpec().GetRestartPolicy(),
 		conds:        map[string]*corev1.PodCondition{},
 		sandboxRetry: newRetry(d.cfg.SetupBackOff),
@@ -392,7 +393,7 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 		}
 		return c.pull.At()
 	}
-	policy := pullPolicy(c.spec)
+	policy := podrules.PullPolicy(c.spec)
 	began := w.now()
 	ref, err := w.d.rt.PullImage(ctx, w.pod, image, policy)
 	if err != nil {
@@ -627,26 +628,4 @@ func orDefault(v, def int32) int32 {
 		return def
 	}
 	return v
-}
-
-func pullPolicy(c *corev1.Container) string {
-	if p := c.GetImagePullPolicy(); p != "" {
-		return p
-	}
-	img := c.GetImage()
-	if i := lastIndexAny(img, "/@:"); i < 0 || img[i] == '/' || img[i+1:] == "latest" {
-		return "Always" // Kubernetes' default for untagged and :latest images
-	}
-	return "IfNotPresent"
-}
-
-func lastIndexAny(s, chars string) int {
-	for i := len(s) - 1; i >= 0; i-- {
-		for j := 0; j < len(chars); j++ {
-			if s[i] == chars[j] {
-				return i
-			}
-		}
-	}
-	return -1
 }

@@ -24,7 +24,7 @@ import (
 func (r *Runtime) PullImage(ctx context.Context, _ *corev1.Pod, ref, policy string) (nodeagent.ImageRef, error) {
 	p, err := r.images.Pull(ctx, ref, policy)
 	if err != nil {
-		return nodeagent.ImageRef{}, err // already ErrImagePull / ErrImageNeverPull
+		return nodeagent.ImageRef{}, agentError(err) // ErrImagePull or ErrImageNeverPull
 	}
 	return nodeagent.ImageRef{ID: p.ID, SizeBytes: p.SizeBytes, AlreadyPresent: p.AlreadyPresent}, nil
 }
@@ -48,7 +48,7 @@ func (r *Runtime) imageRootfs(ctx context.Context, ref, imageID string) (string,
 		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "rootfs directory: %w", err)
 	}
 	if err := r.images.Rootfs(ctx, ref, dest); err != nil {
-		return "", err
+		return "", agentError(err) // CreateContainerError
 	}
 	return dest, nil
 }
@@ -95,7 +95,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	r.trace(uid, "rootfs", t)
 
 	t = time.Now()
-	plan, _ := cgroups.PlanPod(pd).Container(c.GetName())
+	plan, _ := PlanPod(pd).Container(c.GetName())
 	if old, err := r.cg.LoadContainer(uid, p.rec.QOS, c.GetName()); err == nil {
 		// A fresh cgroup per instance: OOM counters start from zero.
 		if err := deleteCgroup(ctx, old); err != nil {

@@ -21,6 +21,14 @@
 //     cgroups, the network namespace, the veth and the IP, and the pod's
 //     directory.
 //
+// The runtime is where pods meet the kernel libraries, which take plain
+// data and return their own sentinel errors: PlanPod turns a pod spec into
+// the cgroups.PodPlan the cgroup manager applies (QoS class from
+// proto/podrules), and agentError maps image.ErrPull, image.ErrNeverPull,
+// image.ErrRootfs and network.ErrSandbox to the agent's codes
+// (ErrImagePull, ErrImageNeverPull, CreateContainerError,
+// FailedCreatePodSandBox).
+//
 // Everything is recorded under Config.DataDir: a new Runtime on the same
 // directory (an agent restarted after SIGKILL) adopts the pods, whose
 // containers kept running under their shims, with the same restart counts.

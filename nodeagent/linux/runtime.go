@@ -281,13 +281,13 @@ func (r *Runtime) recover(ctx context.Context) error {
 	// Kernel state without a pod record.
 	atts, err := r.net.List(ctx)
 	if err != nil {
-		return err
+		return agentError(err)
 	}
 	for _, a := range atts {
 		if _, ok := r.pods[a.PodUID]; !ok {
 			r.log.Warn("tear down orphaned pod network", "pod", a.PodUID)
 			if err := r.net.Teardown(ctx, a.PodUID); err != nil {
-				return err
+				return agentError(err)
 			}
 		}
 	}
@@ -371,7 +371,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 		return nodeagent.Sandbox{ID: p.rec.SandboxID, IP: p.rec.Net.IP}, nil
 	}
 	r.mu.Unlock()
-	plan := cgroups.PlanPod(pd)
+	plan := PlanPod(pd)
 	t := time.Now()
 	if err := r.cg.EnsurePod(ctx, uid, plan.QOSClass, plan); err != nil {
 		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "create pod cgroup: %w", err)
@@ -390,7 +390,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 	}
 	att, err := r.net.Setup(nctx, uid)
 	if err != nil {
-		return nodeagent.Sandbox{}, err // already CodeSandbox
+		return nodeagent.Sandbox{}, agentError(err) // FailedCreatePodSandBox
 	}
 	r.trace(uid, "network", t)
 	dir := r.podDir(uid)
@@ -490,7 +490,7 @@ func (r *Runtime) removePodParts(ctx context.Context, uid, qos string, mounts []
 		errs = append(errs, err)
 	}
 	if err := r.net.Teardown(ctx, uid); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, agentError(err))
 	}
 	return errors.Join(errs...)
 }

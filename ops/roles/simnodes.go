@@ -10,8 +10,8 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/nodeagent/nodemetrics"
 	"github.com/podflow/podflow/nodeagent/sim"
-	"github.com/podflow/podflow/nodeagent/wire"
 	"github.com/podflow/podflow/ops/client"
+	wire "github.com/podflow/podflow/ops/nodewire"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
 )

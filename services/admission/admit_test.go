@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // typical is a realistic pod and namespace state: two containers with
@@ -73,7 +74,7 @@ func TestAdmitTypicalIsIdempotent(t *testing.T) {
 	if len(second.Mutations) != 0 {
 		t.Fatalf("second pass mutated: %q", second.Mutations)
 	}
-	if got := first.Pod.Status.QosClass; got != QOSBurstable {
+	if got := first.Pod.Status.QosClass; got != podrules.QOSBurstable {
 		t.Fatalf("qosClass = %s, want Burstable", got)
 	}
 	// Deterministic: the same input gives the same result.

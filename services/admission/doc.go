@@ -23,8 +23,9 @@
 //     State returns an equal pod and no mutations, so a redelivered event
 //     may be handled again.
 //
-// QOSClass, PullPolicyFor, ValidatePod, CheckPodSecurity and LevelFor are
-// exported for other stages (the node agent uses QOSClass) and tools.
+// ValidatePod, CheckPodSecurity and LevelFor are exported for tools. The
+// pod rules admission shares with the node agent and the other stages (QoS
+// class, default pull policy) live in proto/podrules.
 //
 // Example:
 //

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // Defaults applied by mutating admission, as Kubernetes' API defaulting.
@@ -196,7 +197,7 @@ func (m *mutator) defaults() {
 	m.eachContainer(func(kind string, c *corev1.Container) {
 		var set []string
 		if c.ImagePullPolicy == "" {
-			c.ImagePullPolicy = PullPolicyFor(c.Image)
+			c.ImagePullPolicy = podrules.DefaultPullPolicy(c.Image)
 			set = append(set, "imagePullPolicy="+c.ImagePullPolicy)
 		}
 		for i, p := range c.Ports {
@@ -242,22 +243,9 @@ func defaultProbe(name string, p *corev1.Probe) []string {
 	return set
 }
 
-// PullPolicyFor returns Kubernetes' default imagePullPolicy for an image
-// reference: "Always" when the tag is "latest" or there is neither tag nor
-// digest, "IfNotPresent" otherwise.
-func PullPolicyFor(image string) string {
-	ref, _, hasDigest := strings.Cut(image, "@")
-	name := ref[strings.LastIndex(ref, "/")+1:]
-	_, tag, hasTag := strings.Cut(name, ":")
-	if tag == "latest" || (!hasTag && !hasDigest) {
-		return "Always"
-	}
-	return "IfNotPresent"
-}
-
 // qos records the pod's QoS class in status.qosClass.
 func (m *mutator) qos() {
-	class := QOSClass(m.pod)
+	class := podrules.QOSClass(m.pod)
 	if m.pod.Status == nil {
 		m.pod.Status = &corev1.PodStatus{}
 	}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 func TestMutations(t *testing.T) {
@@ -186,7 +187,7 @@ func TestMutations(t *testing.T) {
 			name:  "qos class recorded",
 			given: pod(),
 			want:  []string{"qos: set status.qosClass=BestEffort"},
-			check: func(p *corev1.Pod) string { return expect(p.Status.GetQosClass(), QOSBestEffort) },
+			check: func(p *corev1.Pod) string { return expect(p.Status.GetQosClass(), podrules.QOSBestEffort) },
 		},
 	}
 	for _, tc := range tests {
@@ -247,24 +248,6 @@ func TestMutationOrderIsDeterministic(t *testing.T) {
 	}
 	if !slices.Equal(res.Mutations, want) {
 		t.Fatalf("mutations\n%q\nwant\n%q", res.Mutations, want)
-	}
-}
-
-func TestPullPolicyFor(t *testing.T) {
-	tests := []struct{ given, want string }{
-		{"nginx", "Always"},
-		{"nginx:latest", "Always"},
-		{"nginx:1.27", "IfNotPresent"},
-		{"registry.local:5000/team/nginx", "Always"},
-		{"registry.local:5000/team/nginx:1.0", "IfNotPresent"},
-		{"registry.local:5000/team/nginx:latest", "Always"},
-		{"nginx@sha256:abcd", "IfNotPresent"},
-		{"nginx:latest@sha256:abcd", "Always"},
-	}
-	for _, tc := range tests {
-		if got := PullPolicyFor(tc.given); got != tc.want {
-			t.Errorf("PullPolicyFor(%q) = %q, want %q", tc.given, got, tc.want)
-		}
 	}
 }
 

@@ -83,12 +83,12 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	if nsObj == nil {
 		st := stage.Failure(404, eventsv1.ReasonNotFound, "namespaces", ns, "namespaces %q not found", ns)
-		return s.reject(ctx, d, st, in.GetReplyTo())
+		return stage.Reject(ctx, s.env, d, st, in.GetReplyTo())
 	}
 	if nsObj.GetMetadata().GetDeletionTimestamp() != nil {
 		st := stage.Failure(403, eventsv1.ReasonForbidden, "pods", in.GetPod().GetMetadata().GetName(),
 			"pods %q is forbidden: unable to create new content in namespace %s because it is being terminated", in.GetPod().GetMetadata().GetName(), ns)
-		return s.reject(ctx, d, st, in.GetReplyTo())
+		return stage.Reject(ctx, s.env, d, st, in.GetReplyTo())
 	}
 	res := Admit(in.GetPod(), State{
 		Namespace:       nsObj,
@@ -97,7 +97,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		Config:          s.cfg,
 	})
 	if !res.Allowed() {
-		return s.reject(ctx, d, res.Status, in.GetReplyTo())
+		return stage.Reject(ctx, s.env, d, res.Status, in.GetReplyTo())
 	}
 	if in.GetDryRun() {
 		return stage.Reply(s.env, in.GetReplyTo(), stage.Success(201, "pods", res.Pod.GetMetadata().GetName()), res.Pod)
@@ -118,11 +118,4 @@ func (s *Stage) namespace(ctx context.Context, name string) (*corev1.Namespace, 
 		return nil, nil
 	}
 	return ns, err
-}
-
-func (s *Stage) reject(ctx context.Context, d *bus.Delivery, st *corev1.Status, replyTo string) error {
-	if _, err := s.env.Bus.Publish(ctx, d.Next(&eventsv1.PodRejected{Status: st, ReplyTo: replyTo})); err != nil {
-		return err
-	}
-	return stage.Reply(s.env, replyTo, st, nil)
 }

@@ -28,9 +28,10 @@ import (
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/api/auth"
 	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
@@ -232,9 +233,7 @@ func (s *Stage) onCreatePod(ctx context.Context, m *nats.Msg) {
 		Traceparent: bus.NewTraceparent(),
 		Payload:     &eventsv1.Envelope_PodRequested{PodRequested: req},
 	}
-	if env.Namespace == "" {
-		env.Namespace = "default"
-	}
+	env.Namespace = podrules.NamespaceOrDefault(env.Namespace)
 	if _, err := s.env.Bus.Publish(ctx, env); err != nil {
 		s.reply(m, stage.Failure(503, "ServiceUnavailable", "pods", env.PodName, "publish PodRequested: %v", err), nil)
 	}
@@ -254,9 +253,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		pod = &corev1.Pod{}
 	}
 	md := objects.Meta(pod)
-	if md.Namespace == "" {
-		md.Namespace = "default"
-	}
+	md.Namespace = podrules.NamespaceOrDefault(md.Namespace)
 	if md.Name == "" && md.GenerateName != "" {
 		md.Name = md.GenerateName + suffix(d.Envelope.RequestId)
 	}
@@ -268,20 +265,11 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	if st != nil {
 		st.Kind, st.Name = "pods", md.Name
-		return Reject(ctx, s.env, d, st, req.GetReplyTo())
+		return stage.Reject(ctx, s.env, d, st, req.GetReplyTo())
 	}
 	next := d.Next(&eventsv1.PodAuthorized{Pod: pod, User: user, ReplyTo: req.GetReplyTo(), DryRun: req.GetDryRun()})
 	_, err := s.env.Bus.Publish(ctx, next)
 	return err
-}
-
-// Reject ends a request: PodRejected on the stream (the flight recorder),
-// then the answer to the requester.
-func Reject(ctx context.Context, env stage.Env, d *bus.Delivery, st *corev1.Status, replyTo string) error {
-	if _, err := env.Bus.Publish(ctx, d.Next(&eventsv1.PodRejected{Status: st, ReplyTo: replyTo})); err != nil {
-		return err
-	}
-	return stage.Reply(env, replyTo, st, nil)
 }
 
 // suffix is Kubernetes' generateName suffix, derived from the request so
@@ -326,8 +314,8 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 		return stage.Failure(404, eventsv1.ReasonNotFound, req.GetKind(), req.GetName(), "the server doesn't have a resource type %q", req.GetKind()), nil
 	}
 	ns := req.GetNamespace()
-	if kind.Namespaced && ns == "" {
-		ns = "default"
+	if kind.Namespaced {
+		ns = podrules.NamespaceOrDefault(ns)
 	}
 	if !kind.Namespaced {
 		ns = ""

@@ -25,8 +25,9 @@ import (
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
-	"github.com/podflow/podflow/services/api/auth"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
 )
@@ -80,9 +81,7 @@ func (s *Stage) Object(ctx context.Context, user *corev1.UserInfo, req *apiv1.Ob
 func (s *Stage) CreatePod(ctx context.Context, user *corev1.UserInfo, pod *corev1.Pod, dryRun bool) (*corev1.Status, *corev1.Pod) {
 	pod = proto.CloneOf(pod)
 	md := objects.Meta(pod)
-	if md.Namespace == "" {
-		md.Namespace = "default"
-	}
+	md.Namespace = podrules.NamespaceOrDefault(md.Namespace)
 	requestID := uuid.NewString()
 	if md.Name == "" && md.GenerateName != "" {
 		md.Name = md.GenerateName + suffix(requestID)

@@ -14,7 +14,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/api/auth"
+	"github.com/podflow/podflow/services/auth"
 )
 
 // Well-known identities of unauthenticated requests.

@@ -21,7 +21,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/api/auth"
+	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
 )

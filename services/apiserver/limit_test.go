@@ -11,8 +11,8 @@ import (
 
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/api/auth"
 	"github.com/podflow/podflow/services/apiserver/pki"
+	"github.com/podflow/podflow/services/auth"
 )
 
 // allowAll is a fake Backend for pure unit tests of the HTTP layer.

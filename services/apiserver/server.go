@@ -20,7 +20,7 @@ import (
 
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/api/auth"
+	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
 )
 

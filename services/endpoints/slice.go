@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // Labels Kubernetes puts on a Service's EndpointSlices.
@@ -40,12 +41,7 @@ func Ready(pod *corev1.Pod) bool {
 	if pod.GetMetadata().GetDeletionTimestamp() != nil || pod.GetStatus().GetPodIp() == "" {
 		return false
 	}
-	for _, c := range pod.GetStatus().GetConditions() {
-		if c.GetType() == "Ready" {
-			return c.GetStatus() == "True"
-		}
-	}
-	return false
+	return podrules.IsPodReady(pod)
 }
 
 // Desired computes the EndpointSlice for svc from the pods of its
@@ -90,7 +86,7 @@ func Desired(svc *corev1.Service, pods []*corev1.Pod) *corev1.EndpointSlice {
 			Conditions: &corev1.EndpointConditions{
 				Ready: proto.Bool(ready), Serving: proto.Bool(ready), Terminating: proto.Bool(terminating),
 			},
-			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.GetMetadata().GetName(), Uid: pod.GetMetadata().GetUid()},
+			TargetRef: podrules.EndpointRef(pod, ns),
 		}
 		if n := pod.GetSpec().GetNodeName(); n != "" {
 			ep.NodeName = proto.String(n)

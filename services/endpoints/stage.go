@@ -11,11 +11,11 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
-	"github.com/podflow/podflow/services/status"
 )
 
 // ErrStoreBehind is returned (and the event retried) when an event reports
@@ -85,8 +85,8 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		if pod == nil {
 			return nil
 		}
-		if status.AppliedSeq(pod) < env.GetGeneration() {
-			return fmt.Errorf("%w: pod %s/%s at status seq %d, event at %d", ErrStoreBehind, ns, env.GetPodName(), status.AppliedSeq(pod), env.GetGeneration())
+		if podrules.AppliedSeq(pod) < env.GetGeneration() {
+			return fmt.Errorf("%w: pod %s/%s at status seq %d, event at %d", ErrStoreBehind, ns, env.GetPodName(), podrules.AppliedSeq(pod), env.GetGeneration())
 		}
 	}
 	var errs []error

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -34,21 +35,21 @@ func TestCollect(t *testing.T) {
 	const expired = 20
 	for i := range expired {
 		ns := []string{"default", "kube-system", "team-a"}[i%3]
-		if err := oldRec.Record(ctx, pod(ns, fmt.Sprintf("old-%02d", i)), Normal, "Pulled", "pulled", ""); err != nil {
+		if err := oldRec.Record(ctx, pod(ns, fmt.Sprintf("old-%02d", i)), podrules.EventNormal, "Pulled", "pulled", ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 5 {
-		if err := freshRec.Record(ctx, pod("default", fmt.Sprintf("fresh-%d", i)), Normal, "Started", "started", ""); err != nil {
+		if err := freshRec.Record(ctx, pod("default", fmt.Sprintf("fresh-%d", i)), podrules.EventNormal, "Started", "started", ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// First seen two hours ago, seen again ten minutes ago: it stays.
 	again := pod("default", "again")
-	if err := oldRec.Record(ctx, again, Warning, "BackOff", "back-off", "c1"); err != nil {
+	if err := oldRec.Record(ctx, again, podrules.EventWarning, "BackOff", "back-off", "c1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := freshRec.Record(ctx, again, Warning, "BackOff", "back-off", "c2"); err != nil {
+	if err := freshRec.Record(ctx, again, podrules.EventWarning, "BackOff", "back-off", "c2"); err != nil {
 		t.Fatal(err)
 	}
 

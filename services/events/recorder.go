@@ -12,23 +12,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
-)
-
-// AnnotationLastCause holds the id of the last lifecycle event counted.
-const AnnotationLastCause = "podflow.io/last-cause"
-
-// Event types.
-const (
-	Normal  = "Normal"
-	Warning = "Warning"
 )
 
 // Recorder writes Events for one reporting component.
@@ -75,72 +66,29 @@ func (r *Recorder) Prepare(ctx context.Context, involved *corev1.ObjectReference
 		now = r.Now
 	}
 	ts := timestamppb.New(now())
-	ns := involved.GetNamespace()
-	if ns == "" {
-		ns = "default"
-	}
-	name := Name(involved, typ, reason, message, r.Component)
+	fresh := podrules.NewEvent(involved, typ, reason, message, r.Component, r.Instance, ts)
+	ns, name := fresh.GetMetadata().GetNamespace(), fresh.GetMetadata().GetName()
 	key := objects.Events.Key(ns, name)
 	ev, err := objects.Get[*corev1.Event](ctx, r.Store, ns, name)
 	switch {
 	case errors.Is(err, raftstore.ErrNotFound):
-		ev = &corev1.Event{
-			Metadata:           &corev1.ObjectMeta{Name: name, Namespace: ns, CreationTimestamp: ts},
-			InvolvedObject:     involved,
-			Reason:             reason,
-			Message:            message,
-			Type:               typ,
-			Source:             &corev1.EventSource{Component: r.Component, Host: r.Instance},
-			FirstTimestamp:     ts,
-			LastTimestamp:      ts,
-			Count:              1,
-			ReportingComponent: r.Component,
-			ReportingInstance:  r.Instance,
-		}
+		ev = fresh
 		w.Compare = raftstore.Compare{Key: key, ModRevision: 0}
 	case err != nil:
 		return w, false, fmt.Errorf("record event %s for %s %q: %w", reason, involved.GetKind(), involved.GetName(), err)
 	default:
-		if causeID != "" && ev.GetMetadata().GetAnnotations()[AnnotationLastCause] == causeID {
+		if causeID != "" && podrules.EventCause(ev) == causeID {
 			return w, false, nil
 		}
 		ev.Count++
 		ev.LastTimestamp = ts
 		w.Compare = raftstore.Compare{Key: key, ModRevision: objects.Revision(ev)}
 	}
-	setCause(ev, causeID)
+	podrules.SetEventCause(ev, causeID)
 	b, err := objects.Encode(ev)
 	if err != nil {
 		return w, false, err
 	}
 	w.Op = raftstore.Op{Type: raftstore.OpPut, Key: key, Value: b}
 	return w, true, nil
-}
-
-func setCause(ev *corev1.Event, causeID string) {
-	if causeID == "" {
-		return
-	}
-	if ev.Metadata.Annotations == nil {
-		ev.Metadata.Annotations = map[string]string{}
-	}
-	ev.Metadata.Annotations[AnnotationLastCause] = causeID
-}
-
-// Name is the deterministic name of the Event aggregating one kind of
-// occurrence: the involved object's name and a hash of what happened, as
-// Kubernetes names events "<object>.<suffix>".
-func Name(involved *corev1.ObjectReference, typ, reason, message, component string) string {
-	h := fnv.New64a()
-	for _, s := range []string{involved.GetUid(), involved.GetKind(), typ, reason, message, component} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	return fmt.Sprintf("%s.%016x", involved.GetName(), h.Sum64())
-}
-
-// PodRef returns the ObjectReference of pod for its Events.
-func PodRef(pod *corev1.Pod) *corev1.ObjectReference {
-	md := pod.GetMetadata()
-	return &corev1.ObjectReference{Kind: "Pod", ApiVersion: "v1", Namespace: md.GetNamespace(), Name: md.GetName(), Uid: md.GetUid()}
 }

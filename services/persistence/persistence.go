@@ -71,10 +71,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 			pod, err = stored, nil // a redelivery: our pod is already stored
 		case gerr == nil || errors.Is(gerr, raftstore.ErrNotFound):
 			st := stage.AlreadyExists("pods", md.GetName())
-			if _, perr := s.env.Bus.Publish(ctx, d.Next(&eventsv1.PodRejected{Status: st, ReplyTo: in.GetReplyTo()})); perr != nil {
-				return perr
-			}
-			return stage.Reply(s.env, in.GetReplyTo(), st, nil)
+			return stage.Reject(ctx, s.env, d, st, in.GetReplyTo())
 		default:
 			return gerr
 		}

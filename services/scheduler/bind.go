@@ -12,10 +12,9 @@ import (
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/events"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/status"
 )
 
 // errNoLongerFits: the node's stored allocation leaves no room for the pod
@@ -279,7 +278,7 @@ func boundPod(pod *corev1.Pod, node string) *corev1.Pod {
 	if b.Status == nil {
 		b.Status = &corev1.PodStatus{}
 	}
-	status.MarkCondition(b.Status, "PodScheduled", "True", "", "", timestamppb.Now())
+	podrules.MarkPodCondition(b.Status, podrules.PodScheduled, podrules.ConditionTrue, "", "", timestamppb.Now())
 	return b
 }
 
@@ -287,25 +286,9 @@ func boundPod(pod *corev1.Pod, node string) *corev1.Pod {
 // would create it on its first occurrence.
 func (s *Stage) scheduledEvent(pod *corev1.Pod, node, causeID string) *corev1.Event {
 	md := pod.GetMetadata()
-	ref := events.PodRef(pod)
 	msg := fmt.Sprintf("Successfully assigned %s/%s to %s", md.GetNamespace(), md.GetName(), node)
-	ns := md.GetNamespace()
-	if ns == "" {
-		ns = "default"
-	}
-	ts := timestamppb.Now()
-	ev := &corev1.Event{
-		Metadata: &corev1.ObjectMeta{
-			Name: events.Name(ref, events.Normal, eventsv1.ReasonScheduled, msg, s.cfg.SchedulerName), Namespace: ns,
-			CreationTimestamp: ts,
-		},
-		InvolvedObject: ref, Reason: eventsv1.ReasonScheduled, Message: msg, Type: events.Normal,
-		Source:         &corev1.EventSource{Component: s.cfg.SchedulerName, Host: s.env.Replica},
-		FirstTimestamp: ts, LastTimestamp: ts, Count: 1,
-		ReportingComponent: s.cfg.SchedulerName, ReportingInstance: s.env.Replica,
-	}
-	if causeID != "" {
-		ev.Metadata.Annotations = map[string]string{events.AnnotationLastCause: causeID}
-	}
+	ev := podrules.NewEvent(podrules.PodRef(pod), podrules.EventNormal, eventsv1.ReasonScheduled, msg,
+		s.cfg.SchedulerName, s.env.Replica, timestamppb.Now())
+	podrules.SetEventCause(ev, causeID)
 	return ev
 }

@@ -308,7 +308,7 @@ func TestCacheMatchesModel(t *testing.T) {
 			ports[mp.node] += len(podHostPorts(mp.pod))
 			r, _, _ := PodRequests(mp.pod)
 			w := want[mp.node]
-			w.add(r)
+			w.Add(r)
 			want[mp.node] = w
 			count[mp.node]++
 		}

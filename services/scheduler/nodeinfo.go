@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // Well-known taints (Kubernetes' node lifecycle taints).
@@ -125,12 +126,7 @@ func (n *NodeInfo) setNode(node *corev1.Node) error {
 	n.unschedulable = node.GetSpec().GetUnschedulable()
 
 	n.ready = false
-	readyStatus := ""
-	for _, c := range node.GetStatus().GetConditions() {
-		if c.GetType() == "Ready" {
-			readyStatus = c.GetStatus()
-		}
-	}
+	readyStatus := podrules.NodeCondition(node, podrules.NodeReady).GetStatus()
 	n.ready = readyStatus == "True"
 
 	n.taints, n.preferTaints = nil, 0
@@ -215,8 +211,8 @@ func (n *NodeInfo) Generation() int64 { return n.generation }
 
 // addPod accounts for a pod on the node.
 func (n *NodeInfo) addPod(p *podEntry) {
-	n.requested.add(p.req)
-	n.nonZeroRequested.add(p.nonZero)
+	n.requested.Add(p.req)
+	n.nonZeroRequested.Add(p.nonZero)
 	n.numPods++
 	if len(p.ports) > 0 {
 		used := make([]HostPort, 0, len(n.usedPorts)+len(p.ports))
@@ -226,8 +222,8 @@ func (n *NodeInfo) addPod(p *podEntry) {
 
 // removePod undoes addPod.
 func (n *NodeInfo) removePod(p *podEntry) {
-	n.requested.sub(p.req)
-	n.nonZeroRequested.sub(p.nonZero)
+	n.requested.Sub(p.req)
+	n.nonZeroRequested.Sub(p.nonZero)
 	n.numPods--
 	if len(p.ports) > 0 {
 		used := make([]HostPort, 0, len(n.usedPorts))

@@ -126,7 +126,7 @@ func TestScheduleNeverOvercommits(t *testing.T) {
 		ports := map[HostPort]bool{}
 		for _, pod := range placed[name] {
 			r, _, _ := PodRequests(pod)
-			sum.add(r)
+			sum.Add(r)
 			for _, hp := range podHostPorts(pod) {
 				if ports[hp] {
 					t.Errorf("%s: host port %v bound twice", name, hp)

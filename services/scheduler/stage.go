@@ -17,12 +17,12 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/events"
 	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
-	"github.com/podflow/podflow/services/status"
 )
 
 // StageConfig configures the scheduler stage.
@@ -222,12 +222,7 @@ func nodeMayFitMore(old, n *corev1.Node) bool {
 }
 
 func readyStatus(n *corev1.Node) string {
-	for _, c := range n.GetStatus().GetConditions() {
-		if c.GetType() == "Ready" {
-			return c.GetStatus()
-		}
-	}
-	return ""
+	return podrules.NodeCondition(n, podrules.NodeReady).GetStatus()
 }
 
 // Start runs the informers, waits for their first lists, and starts the
@@ -364,7 +359,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		payload := &eventsv1.PodScheduled{NodeName: res.Node, FilterNanos: res.FilterDuration.Nanoseconds(), ScoreNanos: res.ScoreDuration.Nanoseconds()}
 		next := s.scheduledEnvelope(d, pod, res.Node, payload)
 		start := time.Now()
-		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, causeID: bus.EventID(next)})
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, causeID: eventsv1.EventID(next)})
 		took := time.Since(start)
 		if err != nil || outcome != bound {
 			// Every path but a commit forgets the assumption. After an
@@ -469,7 +464,7 @@ func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.
 		if p.Status == nil {
 			p.Status = &corev1.PodStatus{}
 		}
-		if !status.MarkCondition(p.Status, "PodScheduled", "False", eventsv1.ReasonUnschedulable, msg, now) {
+		if !podrules.MarkPodCondition(p.Status, podrules.PodScheduled, podrules.ConditionFalse, eventsv1.ReasonUnschedulable, msg, now) {
 			return objects.ErrNoChange
 		}
 		return nil
@@ -491,7 +486,7 @@ func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.
 	if _, err := s.env.Bus.Publish(ctx, next); err != nil {
 		return err
 	}
-	return s.rec.Record(ctx, events.PodRef(pod), events.Warning, eventsv1.ReasonFailedScheduling, msg, next.GetId())
+	return s.rec.Record(ctx, podrules.PodRef(pod), podrules.EventWarning, eventsv1.ReasonFailedScheduling, msg, next.GetId())
 }
 
 // queue adds pod to the unschedulable set and returns its attempt count.
@@ -602,10 +597,8 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 // condition, or its creation.
 func lastAttempt(p *corev1.Pod) time.Time {
 	t := p.GetMetadata().GetCreationTimestamp().AsTime()
-	for _, c := range p.GetStatus().GetConditions() {
-		if c.GetType() == "PodScheduled" && c.GetLastTransitionTime() != nil && c.GetLastTransitionTime().AsTime().After(t) {
-			t = c.GetLastTransitionTime().AsTime()
-		}
+	if c := podrules.PodCondition(p.GetStatus(), podrules.PodScheduled); c.GetLastTransitionTime() != nil && c.GetLastTransitionTime().AsTime().After(t) {
+		t = c.GetLastTransitionTime().AsTime()
 	}
 	return t
 }

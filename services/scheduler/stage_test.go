@@ -10,12 +10,11 @@ import (
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/events"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/scheduler"
 	"github.com/podflow/podflow/services/scheduler/schedtest"
-	"github.com/podflow/podflow/services/status"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -221,13 +220,13 @@ func TestUnschedulable(t *testing.T) {
 	const want = "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }."
 	var cond *corev1.PodCondition
 	waitFor("PodScheduled=False", func() bool {
-		cond = status.Condition(get("big").GetStatus(), "PodScheduled")
+		cond = podrules.PodCondition(get("big").GetStatus(), "PodScheduled")
 		return cond != nil
 	})
 	if cond.GetStatus() != "False" || cond.GetReason() != "Unschedulable" || cond.GetMessage() != want {
 		t.Errorf("PodScheduled = %s/%s %q, want False/Unschedulable %q", cond.GetStatus(), cond.GetReason(), cond.GetMessage(), want)
 	}
-	name := events.Name(events.PodRef(big), events.Warning, eventsv1.ReasonFailedScheduling, want, "default-scheduler")
+	name := podrules.EventName(podrules.PodRef(big), podrules.EventWarning, eventsv1.ReasonFailedScheduling, want, "default-scheduler")
 	var ev *corev1.Event
 	waitFor("the FailedScheduling Event", func() bool {
 		ev, err = objects.Get[*corev1.Event](ctx, env.Store, "bench", name)
@@ -259,7 +258,7 @@ func TestUnschedulable(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("big bound to late", func() bool { return get("big").GetSpec().GetNodeName() == "late" })
-	if c := status.Condition(get("big").GetStatus(), "PodScheduled"); c.GetStatus() != "True" {
+	if c := podrules.PodCondition(get("big").GetStatus(), "PodScheduled"); c.GetStatus() != "True" {
 		t.Errorf("PodScheduled after the bind = %v", c)
 	}
 
@@ -269,7 +268,7 @@ func TestUnschedulable(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("big2 unschedulable", func() bool {
-		return status.Condition(get("big2").GetStatus(), "PodScheduled").GetReason() == "Unschedulable"
+		return podrules.PodCondition(get("big2").GetStatus(), "PodScheduled").GetReason() == "Unschedulable"
 	})
 	if err := env.CreateNodes(ctx, []*corev1.Node{schedtest.Node("new", "4", "16Gi", 110)}); err != nil {
 		t.Fatal(err)
@@ -283,7 +282,7 @@ func TestUnschedulable(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("big3 unschedulable", func() bool {
-		return status.Condition(get("big3").GetStatus(), "PodScheduled").GetReason() == "Unschedulable"
+		return podrules.PodCondition(get("big3").GetStatus(), "PodScheduled").GetReason() == "Unschedulable"
 	})
 	deleteBound(ctx, t, env, get("big2"))
 	waitFor("big3 bound to new", func() bool { return get("big3").GetSpec().GetNodeName() == "new" })

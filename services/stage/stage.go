@@ -30,6 +30,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -161,6 +162,16 @@ func reconcileLoop(ctx context.Context, r Reconciler, period time.Duration, log 
 			return nil
 		}
 	}
+}
+
+// Reject ends a pod request that a stage refuses: PodRejected with st on
+// the stream (the flight recorder), then st as the answer to replyTo. The
+// api, admission and persistence stages all end a request this way.
+func Reject(ctx context.Context, env Env, d *bus.Delivery, st *corev1.Status, replyTo string) error {
+	if _, err := env.Bus.Publish(ctx, d.Next(&eventsv1.PodRejected{Status: st, ReplyTo: replyTo})); err != nil {
+		return err
+	}
+	return Reply(env, replyTo, st, nil)
 }
 
 // Reply sends the outcome of a request to its reply subject (no-op when

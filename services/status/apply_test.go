@@ -4,10 +4,10 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 func boundPod() *corev1.Pod {
@@ -32,10 +32,10 @@ func TestApplyReport(t *testing.T) {
 	if !ApplyReport(p, "n1", report(5, "Running")) {
 		t.Fatal("first report not applied")
 	}
-	if p.Status.Phase != "Running" || p.Status.PodIp != "10.244.1.5" || AppliedSeq(p) != 5 {
-		t.Fatalf("status %v seq %d", p.Status, AppliedSeq(p))
+	if p.Status.Phase != "Running" || p.Status.PodIp != "10.244.1.5" || podrules.AppliedSeq(p) != 5 {
+		t.Fatalf("status %v seq %d", p.Status, podrules.AppliedSeq(p))
 	}
-	if Condition(p.Status, "PodScheduled") == nil {
+	if podrules.PodCondition(p.Status, "PodScheduled") == nil {
 		t.Fatal("PodScheduled condition lost")
 	}
 	if p.Status.QosClass != "BestEffort" {
@@ -53,28 +53,5 @@ func TestApplyReport(t *testing.T) {
 	}
 	if !proto.Equal(before, p) {
 		t.Fatal("ignored reports changed the pod")
-	}
-}
-
-func TestMarkCondition(t *testing.T) {
-	st := &corev1.PodStatus{}
-	t0, t1 := timestamppb.New(timestamppb.Now().AsTime().Add(-1e9)), timestamppb.Now()
-	if !MarkCondition(st, "PodScheduled", "False", "Unschedulable", "0/1 nodes are available", t0) {
-		t.Fatal("new condition not reported as a change")
-	}
-	if MarkCondition(st, "PodScheduled", "False", "Unschedulable", "0/1 nodes are available", t1) {
-		t.Fatal("identical condition reported as a change")
-	}
-	MarkCondition(st, "PodScheduled", "False", "Unschedulable", "0/2 nodes are available", t1)
-	if c := Condition(st, "PodScheduled"); c.LastTransitionTime.AsTime() != t0.AsTime() {
-		t.Fatal("lastTransitionTime moved without a status change")
-	}
-	MarkCondition(st, "PodScheduled", "True", "", "", t1)
-	if c := Condition(st, "PodScheduled"); c.LastTransitionTime.AsTime() != t1.AsTime() {
-		t.Fatal("lastTransitionTime did not move on a status change")
-	}
-	MarkCondition(st, "Ready", "True", "", "", t1)
-	if st.Conditions[0].Type != "Ready" {
-		t.Fatalf("condition order %v", st.Conditions)
 	}
 }

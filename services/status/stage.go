@@ -13,6 +13,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/events"
 	"github.com/podflow/podflow/services/informer"
@@ -143,7 +144,7 @@ func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
 			txn.Compares = append(txn.Compares, raftstore.Compare{Key: key, ModRevision: objects.Revision(pod)})
 			txn.Ops = append(txn.Ops, raftstore.Op{Type: raftstore.OpPut, Key: key, Value: b})
 		}
-		ref := events.PodRef(pod)
+		ref := podrules.PodRef(pod)
 		seen := map[string]bool{}
 		for i, er := range rep.GetEvents() {
 			w, ok, err := rec.Prepare(ctx, ref, er.GetType(), er.GetReason(), er.GetMessage(), env.GetId()+"/"+strconv.Itoa(i))
@@ -221,7 +222,7 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	for _, n := range s.nodes.List("") {
-		ready := nodeCondition(n, "Ready")
+		ready := podrules.NodeCondition(n, podrules.NodeReady)
 		if ready == nil || ready.GetStatus() != "True" || ready.GetLastHeartbeatTime() == nil {
 			continue
 		}
@@ -229,7 +230,7 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 			continue
 		}
 		_, err := objects.Mutate(ctx, s.env.Store, "", n.GetMetadata().GetName(), func(n *corev1.Node) error {
-			c := nodeCondition(n, "Ready")
+			c := podrules.NodeCondition(n, podrules.NodeReady)
 			if c == nil || c.GetStatus() != "True" || now.Sub(c.GetLastHeartbeatTime().AsTime()) <= s.cfg.NodeMonitorGracePeriod {
 				return objects.ErrNoChange
 			}
@@ -256,15 +257,6 @@ func (s *Stage) collectEvents(ctx context.Context, now time.Time) error {
 	}
 	if _, err := events.Collect(ctx, s.env.Store, s.cfg.EventTTL, now); err != nil {
 		return fmt.Errorf("status: collect expired events: %w", err)
-	}
-	return nil
-}
-
-func nodeCondition(n *corev1.Node, t string) *corev1.NodeCondition {
-	for _, c := range n.GetStatus().GetConditions() {
-		if c.GetType() == t {
-			return c
-		}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/events"
 	"github.com/podflow/podflow/services/objects"
@@ -69,7 +70,7 @@ func TestSilentNodeMarkedNotReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := nodeCondition(silent, "Ready")
+	c := podrules.NodeCondition(silent, "Ready")
 	if c.GetStatus() != "Unknown" || c.GetReason() != "NodeStatusUnknown" || c.GetMessage() != "Kubelet stopped posting node status." {
 		t.Fatalf("silent node Ready condition %v", c)
 	}
@@ -77,8 +78,8 @@ func TestSilentNodeMarkedNotReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nodeCondition(alive, "Ready").GetStatus() != "True" {
-		t.Fatalf("a heartbeating node was marked %v", nodeCondition(alive, "Ready"))
+	if podrules.NodeCondition(alive, "Ready").GetStatus() != "True" {
+		t.Fatalf("a heartbeating node was marked %v", podrules.NodeCondition(alive, "Ready"))
 	}
 }
 
@@ -94,7 +95,7 @@ func TestReconcileCollectsEvents(t *testing.T) {
 	record := func(name string) {
 		t.Helper()
 		ref := &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: name, Uid: "uid-" + name}
-		if err := old.Record(ctx, ref, events.Normal, "Pulled", "pulled", ""); err != nil {
+		if err := old.Record(ctx, ref, podrules.EventNormal, "Pulled", "pulled", ""); err != nil {
 			t.Fatal(err)
 		}
 	}

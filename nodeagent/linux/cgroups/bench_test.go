@@ -30,7 +30,7 @@ func BenchmarkEnsurePod(b *testing.B) {
 			b.Error(err)
 		}
 	})
-	plan := PlanPod(testPod("bench"))
+	plan := testPlan()
 	cp, _ := plan.Container("app")
 	var remove time.Duration
 	i := 0

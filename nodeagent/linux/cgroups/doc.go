@@ -3,10 +3,11 @@
 //
 //	/<Root>/<qos>/pod<uid>/<container>     qos: guaranteed, burstable, besteffort
 //
-// Desired state is data: PlanPod turns a pod spec into a PodPlan (QoS class,
-// cpu shares and v2 weight from requests, CFS quota from limits, memory and
-// pids limits) without touching the kernel, and the Manager applies a plan's
-// Resources in one place. On v1 podflow uses the cpu, cpuacct, memory and
+// Desired state is data: a PodPlan (QoS class, cpu shares and v2 weight from
+// requests, CFS quota from limits, memory and pids limits; ResourcesFor
+// converts requests and limits to those units) is plain data the node agent
+// derives from a pod spec (nodeagent/linux PlanPod) — this package never
+// sees a Pod — and the Manager applies a plan's Resources in one place. On v1 podflow uses the cpu, cpuacct, memory and
 // pids hierarchies; on v2 the unified hierarchy with the cpu, memory and
 // pids controllers. ModeAuto picks v2 on a pure v2 host and v1 on a legacy
 // or hybrid one (a hybrid host binds the controllers to v1).
@@ -28,7 +29,7 @@
 //	if err != nil {
 //		return err // e.g. not root: use the simulated runtime
 //	}
-//	plan := cgroups.PlanPod(pod)
+//	plan := linux.PlanPod(pod) // or a cgroups.PodPlan built by hand
 //	uid := pod.GetMetadata().GetUid()
 //	if err := m.EnsurePod(ctx, uid, plan.QOSClass, plan); err != nil {
 //		return err

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // These tests need root. Each uses its own hierarchy root
@@ -135,14 +135,24 @@ func readFile(t *testing.T, path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-func testPod(uid string) *corev1.Pod {
-	return &corev1.Pod{
-		Metadata: &corev1.ObjectMeta{Uid: uid},
-		Spec: &corev1.PodSpec{Containers: []*corev1.Container{
-			ctr("app", nil, rl("500m", "96Mi")),
-			ctr("side", nil, rl("250m", "32Mi")),
-		}},
+// testPlan is the plan of a Guaranteed pod with containers "app" (500m,
+// 96Mi) and "side" (250m, 32Mi), as the node agent's PlanPod makes it.
+func testPlan() PodPlan {
+	return guaranteedPlan(map[string][2]int64{"app": {500, 96 * mi}, "side": {250, 32 * mi}}, "app", "side")
+}
+
+// guaranteedPlan is the plan of a Guaranteed pod whose containers, in order
+// names, request and are limited to limits[name] (millicores, bytes).
+func guaranteedPlan(limits map[string][2]int64, names ...string) PodPlan {
+	plan := PodPlan{QOSClass: podrules.QOSGuaranteed}
+	var cpu, mem int64
+	for _, name := range names {
+		l := limits[name]
+		cpu, mem = cpu+l[0], mem+l[1]
+		plan.Containers = append(plan.Containers, ContainerPlan{Name: name, Resources: ResourcesFor(l[0], l[0], l[1], false)})
 	}
+	plan.Resources = ResourcesFor(cpu, cpu, mem, false)
+	return plan
 }
 
 // TestLimitsInKernel: the pod's and its containers' limits are exactly what
@@ -151,7 +161,7 @@ func TestLimitsInKernel(t *testing.T) {
 	modes(t, func(t *testing.T, m *Manager) {
 		ctx := context.Background()
 		uid := "7d1c0e52-aaaa-4bbb-8ccc-000000000001"
-		plan := PlanPod(testPod(uid))
+		plan := testPlan()
 		if err := m.EnsurePod(ctx, uid, plan.QOSClass, plan); err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +242,7 @@ func TestRemovePodRefusesWhileProcessesRemain(t *testing.T) {
 	modes(t, func(t *testing.T, m *Manager) {
 		ctx := context.Background()
 		uid := "busy-pod"
-		plan := PlanPod(testPod(uid))
+		plan := testPlan()
 		if err := m.EnsurePod(ctx, uid, "", plan); err != nil {
 			t.Fatal(err)
 		}
@@ -294,11 +304,7 @@ func TestOOMKilled(t *testing.T) {
 	modes(t, func(t *testing.T, m *Manager) {
 		ctx := context.Background()
 		uid := "oom-pod"
-		pod := &corev1.Pod{Spec: &corev1.PodSpec{Containers: []*corev1.Container{
-			ctr("hog", nil, rl("1", "48Mi")),
-			ctr("calm", nil, rl("1", "48Mi")),
-		}}}
-		plan := PlanPod(pod)
+		plan := guaranteedPlan(map[string][2]int64{"hog": {1000, 48 * mi}, "calm": {1000, 48 * mi}}, "hog", "calm")
 		if err := m.EnsurePod(ctx, uid, "", plan); err != nil {
 			t.Fatal(err)
 		}
@@ -348,7 +354,7 @@ func TestOOMKilled(t *testing.T) {
 func TestInvalidNames(t *testing.T) {
 	modes(t, func(t *testing.T, m *Manager) {
 		ctx := context.Background()
-		plan := PlanPod(testPod("x"))
+		plan := testPlan()
 		for _, uid := range []string{"", "..", "a/b", "pod uid"} {
 			if err := m.EnsurePod(ctx, uid, "", plan); !errors.Is(err, ErrInvalidArgument) {
 				t.Errorf("EnsurePod(%q) = %v, want ErrInvalidArgument", uid, err)

@@ -18,7 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/podflow/podflow/services/admission"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // v1Subsystems are the v1 controllers podflow uses, each its own hierarchy
@@ -105,9 +105,9 @@ func New(cfg Config) (*Manager, error) {
 		m.memsw = err == nil
 		m.hier = func() ([]cgroup1.Subsystem, error) { return subs, nil }
 	}
-	for _, qos := range []string{admission.QOSGuaranteed, admission.QOSBurstable, admission.QOSBestEffort} {
+	for _, qos := range []string{podrules.QOSGuaranteed, podrules.QOSBurstable, podrules.QOSBestEffort} {
 		r := Resources{}
-		if qos == admission.QOSBestEffort {
+		if qos == podrules.QOSBestEffort {
 			r.CPUShares, r.CPUWeight = MinShares, 1 // as the kubelet's besteffort cgroup
 		}
 		if err := m.ensure(m.qosPath(qos), r, false); err != nil {
@@ -115,7 +115,7 @@ func New(cfg Config) (*Manager, error) {
 		}
 	}
 	if m.mode == ModeV2 {
-		_, err := os.Stat(filepath.Join(m.dirs(m.qosPath(admission.QOSGuaranteed))[0], "memory.swap.max"))
+		_, err := os.Stat(filepath.Join(m.dirs(m.qosPath(podrules.QOSGuaranteed))[0], "memory.swap.max"))
 		m.v2swap = err == nil
 	}
 	return m, nil
@@ -337,7 +337,7 @@ func (m *Manager) handle(p string) *container {
 func (m *Manager) RemovePod(ctx context.Context, podUID, qos string) error {
 	classes := []string{qos}
 	if qos == "" {
-		classes = []string{admission.QOSGuaranteed, admission.QOSBurstable, admission.QOSBestEffort}
+		classes = []string{podrules.QOSGuaranteed, podrules.QOSBurstable, podrules.QOSBestEffort}
 	}
 	var dirs []string
 	for _, q := range classes {
@@ -356,7 +356,7 @@ func (m *Manager) ListPods(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var uids []string
-	for _, qos := range []string{admission.QOSGuaranteed, admission.QOSBurstable, admission.QOSBestEffort} {
+	for _, qos := range []string{podrules.QOSGuaranteed, podrules.QOSBurstable, podrules.QOSBestEffort} {
 		entries, err := os.ReadDir(m.dirs(m.qosPath(qos))[0])
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("cgroups: list pods: %w", err)

@@ -2,10 +2,6 @@ package cgroups
 
 import (
 	"github.com/containerd/cgroups/v3/cgroup2"
-	"k8s.io/apimachinery/pkg/api/resource"
-
-	corev1 "github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/admission"
 )
 
 // Kubernetes' constants for cpu shares and CFS quota (pkg/kubelet/cm).
@@ -50,7 +46,9 @@ type ContainerPlan struct {
 }
 
 // PodPlan is the cgroup layout of one pod: its QoS class, the pod-level
-// cgroup and one cgroup per container and init container.
+// cgroup and one cgroup per container and init container. The node agent
+// derives it from the pod spec (nodeagent/linux PlanPod); the manager only
+// applies it.
 type PodPlan struct {
 	// QOSClass is "Guaranteed", "Burstable" or "BestEffort".
 	QOSClass       string
@@ -71,106 +69,38 @@ func (p PodPlan) Container(name string) (ContainerPlan, bool) {
 	return ContainerPlan{}, false
 }
 
-// PlanPod derives the cgroup plan of pod from its spec, as the kubelet does
-// (pkg/kubelet/cm ResourceConfigForPod and the container manager):
+// ResourcesFor is the cgroup of a pod or container that requests
+// reqMilliCPU of cpu and is limited to limMilliCPU and limMemory bytes (0:
+// no limit), as the kubelet computes it (pkg/kubelet/cm
+// ResourceConfigForPod):
 //
-//   - the QoS class is admission.QOSClass;
-//   - cpu shares = milliCPU*1024/1000 of the request (a missing request
-//     defaults to the limit), at least 2; BestEffort gets 2; the v2 weight
-//     is converted from the shares;
+//   - cpu shares = milliCPU*1024/1000 of the request, at least 2; 2 for a
+//     BestEffort pod; the v2 weight is converted from the shares;
 //   - CFS quota = milliCPU*100000/1000 µs per 100 ms of the limit, at least
 //     1 ms; none without a limit;
 //   - memory limit = the memory limit;
-//   - the pod-level cgroup gets the larger of the sum of the app containers
-//     and the largest init container (init containers run one at a time
-//     before the app containers), and a cpu or memory limit only when every
-//     container has one;
-//   - every pod and container gets DefaultPodPidsLimit.
-//
-// PlanPod is pure: it reads only pod and never fails; quantities that do not
-// parse count as unset (admission rejects them before a pod gets here).
-func PlanPod(pod *corev1.Pod) PodPlan {
-	plan := PodPlan{QOSClass: admission.QOSClass(pod)}
-	type sums struct {
-		reqCPU, limCPU, limMem int64
-		allCPU, allMem         bool
-	}
-	app := sums{allCPU: true, allMem: true}
-	var initMax sums
-	initMax.allCPU, initMax.allMem = true, true
-	visit := func(c *corev1.Container, init bool) ContainerPlan {
-		reqCPU, limCPU, limMem := containerQuantities(c)
-		cp := ContainerPlan{Name: c.GetName(), Init: init}
-		cp.Resources = resourcesFor(reqCPU, limCPU, limMem, plan.QOSClass)
-		if init {
-			initMax.reqCPU = max(initMax.reqCPU, reqCPU)
-			initMax.limCPU = max(initMax.limCPU, limCPU)
-			initMax.limMem = max(initMax.limMem, limMem)
-			initMax.allCPU = initMax.allCPU && limCPU > 0
-			initMax.allMem = initMax.allMem && limMem > 0
-		} else {
-			app.reqCPU += reqCPU
-			app.limCPU += limCPU
-			app.limMem += limMem
-			app.allCPU = app.allCPU && limCPU > 0
-			app.allMem = app.allMem && limMem > 0
-		}
-		return cp
-	}
-	for _, c := range pod.GetSpec().GetInitContainers() {
-		plan.InitContainers = append(plan.InitContainers, visit(c, true))
-	}
-	for _, c := range pod.GetSpec().GetContainers() {
-		plan.Containers = append(plan.Containers, visit(c, false))
-	}
-	reqCPU := max(app.reqCPU, initMax.reqCPU)
-	var limCPU, limMem int64
-	if app.allCPU && initMax.allCPU && len(plan.Containers) > 0 {
-		limCPU = max(app.limCPU, initMax.limCPU)
-	}
-	if app.allMem && initMax.allMem && len(plan.Containers) > 0 {
-		limMem = max(app.limMem, initMax.limMem)
-	}
-	plan.Resources = resourcesFor(reqCPU, limCPU, limMem, plan.QOSClass)
-	return plan
-}
-
-// containerQuantities returns c's cpu request and limit in millicores and
-// its memory limit in bytes (0 when unset); a missing cpu request defaults
-// to the cpu limit, as API defaulting makes it.
-func containerQuantities(c *corev1.Container) (reqCPU, limCPU, limMem int64) {
-	r := c.GetResources()
-	limCPU = milli(r.GetLimits()["cpu"])
-	limMem = bytes(r.GetLimits()["memory"])
-	if s, ok := r.GetRequests()["cpu"]; ok {
-		reqCPU = milli(s)
-	} else {
-		reqCPU = limCPU
-	}
-	return reqCPU, limCPU, limMem
-}
-
-func resourcesFor(reqCPU, limCPU, limMem int64, qos string) Resources {
+//   - DefaultPodPidsLimit tasks.
+func ResourcesFor(reqMilliCPU, limMilliCPU, limMemory int64, bestEffort bool) Resources {
 	r := Resources{
-		CPUShares:   MilliCPUToShares(reqCPU),
-		MemoryLimit: limMem,
+		CPUShares:   MilliCPUToShares(reqMilliCPU),
+		MemoryLimit: limMemory,
 		PidsLimit:   DefaultPodPidsLimit,
 	}
-	if qos == admission.QOSBestEffort {
+	if bestEffort {
 		r.CPUShares = MinShares
 	}
-	r.CPUWeight = convertShares(r.CPUShares)
-	if limCPU > 0 {
-		r.CPUQuota = MilliCPUToQuota(limCPU, QuotaPeriod)
+	r.CPUWeight = SharesToWeight(r.CPUShares)
+	if limMilliCPU > 0 {
+		r.CPUQuota = MilliCPUToQuota(limMilliCPU, QuotaPeriod)
 		r.CPUPeriod = QuotaPeriod
 	}
 	return r
 }
 
-// convertShares converts v1 cpu.shares to a v2 cpu.weight as runc and
+// SharesToWeight converts v1 cpu.shares to a v2 cpu.weight as runc and
 // containerd do (a quadratic in log2(shares) through 2→1, 1024→100 and
 // 262144→10000).
-func convertShares(shares uint64) uint64 { return cgroup2.ConvertCPUSharesToCgroupV2Value(shares) }
+func SharesToWeight(shares uint64) uint64 { return cgroup2.ConvertCPUSharesToCgroupV2Value(shares) }
 
 // MilliCPUToShares converts a cpu request in millicores to cpu.shares.
 func MilliCPUToShares(milliCPU int64) uint64 {
@@ -188,20 +118,4 @@ func MilliCPUToQuota(milliCPU int64, period int64) int64 {
 		return 0
 	}
 	return max(milliCPU*period/MilliCPUToCPU, MinQuota)
-}
-
-func milli(s string) int64 {
-	q, err := resource.ParseQuantity(s)
-	if err != nil || q.Sign() <= 0 {
-		return 0
-	}
-	return q.MilliValue()
-}
-
-func bytes(s string) int64 {
-	q, err := resource.ParseQuantity(s)
-	if err != nil || q.Sign() <= 0 {
-		return 0
-	}
-	return q.Value()
 }

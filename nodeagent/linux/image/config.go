@@ -5,13 +5,15 @@ import (
 	"path/filepath"
 
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // Pull policies, as in a Kubernetes container's imagePullPolicy.
 const (
-	PullAlways       = "Always"
-	PullIfNotPresent = "IfNotPresent"
-	PullNever        = "Never"
+	PullAlways       = podrules.PullAlways
+	PullIfNotPresent = podrules.PullIfNotPresent
+	PullNever        = podrules.PullNever
 )
 
 // Config configures a Store.

@@ -40,10 +40,10 @@
 //     UnmountRootfs when the container is removed (also after a failure);
 //     it survives a restart of the agent, and MountRootfs on the same dest
 //     finds it again.
-//  5. Match failures by code: Pull fails with nodeagent.ErrImagePull or
-//     nodeagent.ErrImageNeverPull, Rootfs with nodeagent.ErrCreateContainer;
-//     the package sentinels (ErrNotPresent, ErrUnsafePath, ...) are wrapped
-//     inside.
+//  5. Match failures by class with errors.Is: Pull fails with ErrPull or
+//     ErrNeverPull, Rootfs, Snapshot and MountRootfs with ErrRootfs; the
+//     cause (ErrNotPresent, ErrUnsafePath, ...) is wrapped too. The node
+//     agent maps the classes to its codes (nodeagent/linux).
 //
 // Concurrency: every method is safe for concurrent use. Concurrent pulls of
 // one reference share one download; pulls of different references run in
@@ -56,7 +56,7 @@
 //	if err != nil { ... }
 //	defer s.Close()
 //	p, err := s.Pull(ctx, "nginx", "") // "" = Kubernetes' default policy
-//	if err != nil { ... }              // errors.Is(err, nodeagent.ErrImagePull)
+//	if err != nil { ... }              // errors.Is(err, image.ErrPull)
 //	rootfs := "/var/lib/podflow/node-1/pods/<uid>/c/rootfs"
 //	err = s.MountRootfs(ctx, "nginx", rootfs) // or s.Rootfs without privilege
 //	...

@@ -10,8 +10,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
-
-	"github.com/podflow/podflow/nodeagent"
 )
 
 // overlaySource is the source of every overlay mount MountRootfs makes, so
@@ -23,11 +21,11 @@ const overlaySource = "podflow-rootfs"
 // use into Dir/snapshots/<manifest hex>. The directory is shared by every
 // container of the image and must not be written to: MountRootfs uses it as
 // an overlay's read-only lower layer. Concurrent calls for one image unpack
-// once. Failures are nodeagent.ErrCreateContainer.
+// once. Failures are ErrRootfs.
 func (s *Store) Snapshot(ctx context.Context, ref string) (string, error) {
 	dir, err := s.snapshot(ctx, ref)
 	if err != nil {
-		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "snapshot of %q: %w", ref, err)
+		return "", classify(ErrRootfs, "snapshot of %q: %w", ref, err)
 	}
 	return dir, nil
 }
@@ -77,10 +75,10 @@ func (s *Store) snapshot(ctx context.Context, ref string) (string, error) {
 // returns nil, so an agent that restarts finds its containers' root
 // filesystems as they were. The caller owns the mount and removes it with
 // UnmountRootfs. Needs CAP_SYS_ADMIN. Failures are
-// nodeagent.ErrCreateContainer.
+// ErrRootfs.
 func (s *Store) MountRootfs(ctx context.Context, ref, dest string) error {
 	if err := s.mountRootfs(ctx, ref, dest); err != nil {
-		return nodeagent.Errorf(nodeagent.CodeCreateContainer, "mount rootfs of %q at %q: %w", ref, dest, err)
+		return classify(ErrRootfs, "mount rootfs of %q at %q: %w", ref, dest, err)
 	}
 	return nil
 }

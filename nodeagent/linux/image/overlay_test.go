@@ -11,7 +11,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux/image"
 	"github.com/podflow/podflow/nodeagent/linux/image/imagebuild"
 	"github.com/podflow/podflow/nodeagent/linux/image/imagetest"
@@ -118,7 +117,7 @@ func TestMountRootfs(t *testing.T) {
 			}
 		}
 	}
-	if err := s.MountRootfs(ctx, "absent:1", filepath.Join(parent, "c3", "rootfs")); !errors.Is(err, nodeagent.ErrCreateContainer) || !errors.Is(err, image.ErrNotPresent) {
+	if err := s.MountRootfs(ctx, "absent:1", filepath.Join(parent, "c3", "rootfs")); !errors.Is(err, image.ErrRootfs) || !errors.Is(err, image.ErrNotPresent) {
 		t.Fatalf("MountRootfs of an absent image: %v", err)
 	}
 }

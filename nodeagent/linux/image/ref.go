@@ -59,12 +59,3 @@ func parseReference(ref, mirror string, insecure bool) (reference, error) {
 	}
 	return out, nil
 }
-
-// defaultPolicy is Kubernetes' default imagePullPolicy: Always for a
-// reference without a tag or with :latest, IfNotPresent otherwise.
-func defaultPolicy(r reference) string {
-	if r.tag == "latest" {
-		return PullAlways
-	}
-	return PullIfNotPresent
-}

@@ -21,8 +21,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/podflow/podflow/nodeagent"
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // Pulled describes an image in the store.
@@ -138,23 +138,23 @@ func (s *Store) Close() error {
 
 // Pull makes ref present according to policy: Always (ask the registry; the
 // layers already stored are not downloaded again), IfNotPresent (ask only
-// when the store lacks ref), Never (fail with nodeagent.ErrImageNeverPull,
+// when the store lacks ref), Never (fail with ErrNeverPull,
 // wrapping ErrNotPresent, when it lacks ref), or "" for Kubernetes' default
 // (Always for :latest or no tag, IfNotPresent otherwise). Every other
-// failure is a nodeagent.ErrImagePull.
+// failure is ErrPull.
 func (s *Store) Pull(ctx context.Context, ref, policy string) (Pulled, error) {
 	r, err := parseReference(ref, s.cfg.Mirror, s.cfg.Insecure)
 	if err != nil {
-		return Pulled{}, nodeagent.Errorf(nodeagent.CodeImagePull, "%w", err)
+		return Pulled{}, classify(ErrPull, "%w", err)
 	}
 	if policy == "" {
-		policy = defaultPolicy(r)
+		policy = podrules.DefaultPullPolicy(ref)
 	}
 	rec := s.lookup(r.canonical)
 	switch policy {
 	case PullNever:
 		if rec == nil {
-			return Pulled{}, nodeagent.Errorf(nodeagent.CodeImageNeverPull,
+			return Pulled{}, classify(ErrNeverPull,
 				"image %q is not present with pull policy of Never: %w", ref, ErrNotPresent)
 		}
 		return rec.pulled(true), nil
@@ -164,16 +164,16 @@ func (s *Store) Pull(ctx context.Context, ref, policy string) (Pulled, error) {
 		}
 	case PullAlways:
 	default:
-		return Pulled{}, nodeagent.Errorf(nodeagent.CodeImagePull, "%w %q", ErrInvalidPolicy, policy)
+		return Pulled{}, classify(ErrPull, "%w %q", ErrInvalidPolicy, policy)
 	}
 	if s.ctx.Err() != nil {
-		return Pulled{}, nodeagent.Errorf(nodeagent.CodeImagePull, "pull %q: %w", ref, ErrClosed)
+		return Pulled{}, classify(ErrPull, "pull %q: %w", ref, ErrClosed)
 	}
 	rec, _, err = s.images.do(ctx, r.canonical, func(ctx context.Context) (*record, error) {
 		return s.fetch(ctx, r)
 	})
 	if err != nil {
-		return Pulled{}, nodeagent.Errorf(nodeagent.CodeImagePull, "pull %q: %w", ref, err)
+		return Pulled{}, classify(ErrPull, "pull %q: %w", ref, err)
 	}
 	return rec.pulled(false), nil
 }

@@ -15,7 +15,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"go.uber.org/goleak"
 
-	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux/image"
 	"github.com/podflow/podflow/nodeagent/linux/image/imagebuild"
 	"github.com/podflow/podflow/nodeagent/linux/image/imagetest"
@@ -96,11 +95,11 @@ func TestPullPolicies(t *testing.T) {
 
 	// Never, absent.
 	_, err := s.Pull(ctx, "app:1", image.PullNever)
-	if !errors.Is(err, nodeagent.ErrImageNeverPull) || !errors.Is(err, image.ErrNotPresent) {
+	if !errors.Is(err, image.ErrNeverPull) || !errors.Is(err, image.ErrNotPresent) {
 		t.Fatalf("Never on an absent image: %v, want ErrImageNeverPull wrapping ErrNotPresent", err)
 	}
 	// Absent from the registry.
-	if _, err := s.Pull(ctx, "app:404", image.PullIfNotPresent); !errors.Is(err, nodeagent.ErrImagePull) {
+	if _, err := s.Pull(ctx, "app:404", image.PullIfNotPresent); !errors.Is(err, image.ErrPull) {
 		t.Fatalf("missing image: %v, want ErrImagePull", err)
 	}
 	if _, err := s.Pull(ctx, "app:1", "Sometimes"); !errors.Is(err, image.ErrInvalidPolicy) {
@@ -147,7 +146,7 @@ func TestPullPolicies(t *testing.T) {
 	if reg.Requests() != requests {
 		t.Fatal("a pull of a present image contacted the registry")
 	}
-	if _, err := s.Pull(ctx, "app:latest", image.PullAlways); !errors.Is(err, nodeagent.ErrImagePull) {
+	if _, err := s.Pull(ctx, "app:latest", image.PullAlways); !errors.Is(err, image.ErrPull) {
 		t.Fatalf("Always with the registry stopped: %v, want ErrImagePull", err)
 	}
 
@@ -195,7 +194,7 @@ func TestStoreReopen(t *testing.T) {
 		os.Remove(filepath.Join(dir, "layers", "sha256", e.Name()))
 	}
 	s3 := newStore(t, dir, reg.Addr)
-	if _, err := s3.Pull(ctx, "podflow/http:1", image.PullNever); !errors.Is(err, nodeagent.ErrImageNeverPull) {
+	if _, err := s3.Pull(ctx, "podflow/http:1", image.PullNever); !errors.Is(err, image.ErrNeverPull) {
 		t.Fatalf("after losing layers: %v, want ErrImageNeverPull", err)
 	}
 }
@@ -282,7 +281,7 @@ func TestPullCallerGivingUpDoesNotFailOthers(t *testing.T) {
 	waitFor(t, func() bool { return s.Waiters("docker.io/library/slow:1") == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if _, err := s.Pull(ctx, "slow:1", ""); !errors.Is(err, nodeagent.ErrImagePull) || !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := s.Pull(ctx, "slow:1", ""); !errors.Is(err, image.ErrPull) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("impatient pull: %v, want ErrImagePull wrapping DeadlineExceeded", err)
 	}
 	unblock()
@@ -383,7 +382,7 @@ func TestRootfsLayersAndWhiteouts(t *testing.T) {
 	if err := s.Rootfs(ctx, "layers:1", dest); err != nil || read("etc/keep") != "keep" {
 		t.Fatalf("Rootfs without marker: %v, etc/keep = %q", err, read("etc/keep"))
 	}
-	if err := s.Rootfs(ctx, "notpulled:1", filepath.Join(t.TempDir(), "r")); !errors.Is(err, nodeagent.ErrCreateContainer) || !errors.Is(err, image.ErrNotPresent) {
+	if err := s.Rootfs(ctx, "notpulled:1", filepath.Join(t.TempDir(), "r")); !errors.Is(err, image.ErrRootfs) || !errors.Is(err, image.ErrNotPresent) {
 		t.Fatalf("Rootfs of an image not pulled: %v", err)
 	}
 }
@@ -507,7 +506,7 @@ func TestRootfsRefusesHostileImage(t *testing.T) {
 	}
 	parent := t.TempDir()
 	err = s.Rootfs(ctx, "evil:1", filepath.Join(parent, "a", "rootfs"))
-	if !errors.Is(err, nodeagent.ErrCreateContainer) || !errors.Is(err, image.ErrUnsafePath) {
+	if !errors.Is(err, image.ErrRootfs) || !errors.Is(err, image.ErrUnsafePath) {
 		t.Fatalf("Rootfs = %v, want ErrCreateContainer wrapping ErrUnsafePath", err)
 	}
 	if _, err := os.Stat(filepath.Join(parent, "pwned")); err == nil {

@@ -14,8 +14,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
-
-	"github.com/podflow/podflow/nodeagent"
 )
 
 // Whiteout names of the OCI image layer specification.
@@ -36,10 +34,10 @@ const (
 // Rootfs is idempotent: on success it writes a marker beside dest
 // ("<parent>/.<base>.image") holding the image's manifest digest, and a
 // later call for the same image returns at once; otherwise dest is removed
-// and unpacked afresh. Failures are nodeagent.ErrCreateContainer.
+// and unpacked afresh. Failures are ErrRootfs.
 func (s *Store) Rootfs(ctx context.Context, ref, dest string) error {
 	if err := s.rootfs(ctx, ref, dest); err != nil {
-		return nodeagent.Errorf(nodeagent.CodeCreateContainer, "rootfs of %q in %q: %w", ref, dest, err)
+		return classify(ErrRootfs, "rootfs of %q in %q: %w", ref, dest, err)
 	}
 	return nil
 }

@@ -11,9 +11,13 @@ import (
 	"strings"
 )
 
-// Package sentinels. Match them with errors.Is. Setup failures reach the
-// agent as *nodeagent.Error with nodeagent.CodeSandbox wrapping these.
+// Package sentinels. Match them with errors.Is. Every failure of the
+// kernel work (EnsureBridge, Setup, Teardown, List, RemoveBridge …) is
+// ErrSandbox besides its cause (one of the others, a netlink errno …); the
+// node agent maps ErrSandbox to its FailedCreatePodSandBox code.
 var (
+	// ErrSandbox classifies every failure to program the pod network.
+	ErrSandbox = errors.New("network: pod network")
 	// ErrInvalidConfig wraps every Config.Validate failure.
 	ErrInvalidConfig = errors.New("network: invalid config")
 	// ErrInvalidArgument is returned for a pod UID or CIDR that cannot be used.

@@ -50,7 +50,7 @@
 //	}
 //	att, err := m.Setup(ctx, string(pod.GetMetadata().GetUid()))
 //	if err != nil {
-//		return err // *nodeagent.Error with CodeSandbox
+//		return err // errors.Is(err, network.ErrSandbox)
 //	}
 //	// start the pod's processes in att.NetnsPath; the pod answers on att.IP
 //	_ = m.Teardown(ctx, att.PodUID)

@@ -19,7 +19,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux/network/networktest"
 )
 
@@ -269,7 +268,7 @@ func TestSetupRollsBack(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = netlink.LinkDel(dummy) })
 	_, err := m.Setup(ctx, uid)
-	if !errors.Is(err, ErrLinkConflict) || !errors.Is(err, nodeagent.ErrSandbox) {
+	if !errors.Is(err, ErrLinkConflict) || !errors.Is(err, ErrSandbox) {
 		t.Fatalf("Setup = %v, want ErrLinkConflict with CodeSandbox", err)
 	}
 	if _, err := os.Lstat(filepath.Join(NetnsDir, m.NetnsName(uid))); err == nil {

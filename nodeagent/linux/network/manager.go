@@ -20,8 +20,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-
-	"github.com/podflow/podflow/nodeagent"
 )
 
 // PodInterface is the name of the pod end of the veth pair.
@@ -138,10 +136,18 @@ func validUID(uid string) error {
 	return nil
 }
 
-// sandboxErr classifies err for the agent.
+// sandboxErr puts err, described by format and args, in ErrSandbox without
+// changing its text.
 func sandboxErr(err error, format string, args ...any) error {
-	return nodeagent.Errorf(nodeagent.CodeSandbox, format+": %w", append(args, err)...)
+	return &sandboxError{err: fmt.Errorf(format+": %w", append(args, err)...)}
 }
+
+// sandboxError is an error in ErrSandbox: errors.Is matches both ErrSandbox
+// and the error's own chain.
+type sandboxError struct{ err error }
+
+func (e *sandboxError) Error() string   { return e.err.Error() }
+func (e *sandboxError) Unwrap() []error { return []error{ErrSandbox, e.err} }
 
 // EnsureBridge makes the node's bridge exist, carry the gateway address and
 // be up, with forwarding enabled on it and the policy rule and table that
@@ -417,8 +423,8 @@ func listRetry[T any](list func() ([]T, error)) ([]T, error) {
 // host end joins the bridge, an address from the pod CIDR (persisted,
 // never handed out twice), a default route via the gateway, and lo up.
 // Idempotent: the same UID gets the same attachment. On failure, what this
-// call created is removed again. Failures are *nodeagent.Error with
-// CodeSandbox. EnsureBridge must have succeeded first.
+// call created is removed again. Failures are ErrSandbox. EnsureBridge
+// must have succeeded first.
 func (m *Manager) Setup(ctx context.Context, podUID string) (Attachment, error) {
 	if err := validUID(podUID); err != nil {
 		return Attachment{}, sandboxErr(err, "pod %q", podUID)

@@ -27,7 +27,7 @@ import (
 	"github.com/podflow/podflow/ops/supervisor"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/api/auth"
+	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 )

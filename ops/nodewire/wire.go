@@ -1,4 +1,4 @@
-// Package wire connects a node agent to the rest of podflow: a Publisher
+// Package nodewire connects a node agent to the rest of podflow: a Publisher
 // over the bus, a NodeStore over the replicated store, and the bus handler
 // that turns PodScheduled and PodDeleteRequested into HandlePodBound and
 // HandlePodDelete.
@@ -13,11 +13,11 @@
 // Example:
 //
 //	st := objects.New(storeClient)
-//	a, _ := nodeagent.New(cfg, rt, wire.NewStore(st), wire.NewPublisher(conn))
+//	a, _ := nodeagent.New(cfg, rt, nodewire.NewStore(st), nodewire.NewPublisher(conn))
 //	go a.Run(ctx)
-//	r, _ := bus.NewRunner(conn, pipeline.NodeAgentRunnerConfig(cfg.NodeName), wire.Handler(st, a, time.Second))
+//	r, _ := bus.NewRunner(conn, pipeline.NodeAgentRunnerConfig(cfg.NodeName), nodewire.Handler(st, a, time.Second))
 //	err := r.Run(ctx)
-package wire
+package nodewire
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package wire_test
+package nodewire_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/podflow/podflow/bus/bustest"
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/sim"
-	"github.com/podflow/podflow/nodeagent/wire"
+	"github.com/podflow/podflow/ops/nodewire"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
@@ -88,7 +88,7 @@ func TestAgentOverRealBusAndStore(t *testing.T) {
 	defer rt.Close()
 	cfg := nodeagent.DefaultConfig(node, "10.244.1.0/24")
 	cfg.SpecSecond = 10 * time.Millisecond
-	agent, err := nodeagent.New(cfg, rt, wire.NewStore(store), wire.NewPublisher(conn))
+	agent, err := nodeagent.New(cfg, rt, nodewire.NewStore(store), nodewire.NewPublisher(conn))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestAgentOverRealBusAndStore(t *testing.T) {
 		t.Fatalf("node in store = %v, %v", n, err)
 	}
 
-	runner, err := bus.NewRunner(conn, rc, wire.Handler(store, agent, cfg.SpecSecond))
+	runner, err := bus.NewRunner(conn, rc, nodewire.Handler(store, agent, cfg.SpecSecond))
 	if err != nil {
 		t.Fatal(err)
 	}

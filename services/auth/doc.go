@@ -1,7 +1,9 @@
-// Package auth is the decision core of podflow's api stage: it turns a
-// bearer token into a user (authentication) and decides whether that user
-// may make a request (Kubernetes RBAC authorization). It does no I/O: the
-// stage feeds it the token file's contents and the Secrets and RBAC objects
+// Package auth is the decision core of podflow's api stage and of its HTTPS
+// server (services/apiserver): it turns a bearer token into a user
+// (authentication) and decides whether that user may make a request
+// (Kubernetes RBAC authorization). It lives beside both, not inside the api
+// stage's folder, so that api → apiserver → auth has no loop. It does no
+// I/O: the stage feeds it the token file's contents and the Secrets and RBAC objects
 // it watches in the store, and publishes the Status values it returns.
 //
 // Callers' obligations:

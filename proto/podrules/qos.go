@@ -1,4 +1,4 @@
-package admission
+package podrules
 
 import (
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -13,35 +13,36 @@ const (
 	QOSBestEffort = "BestEffort"
 )
 
-// QOSClass returns the pod's QoS class as Kubernetes defines it, over cpu
-// and memory of its containers and init containers:
+// QOSClass returns the pod's QoS class as Kubernetes computes it
+// (pkg/apis/core/v1/helper/qos ComputePodQOS), over cpu and memory of its
+// containers and init containers:
 //
 //   - BestEffort: no container requests or limits any cpu or memory;
 //   - Guaranteed: every container has cpu and memory limits, and every
-//     request equals its limit (requests default to limits);
+//     request equals its limit;
 //   - Burstable: anything else.
 //
-// Zero quantities count as unset; unparseable ones are ignored (validation
-// rejects them). A missing request counts as equal to its limit, as pod
-// defaulting makes it, so the class of a pod is the same before and after
-// admission.
+// Zero quantities count as unset, as in Kubernetes; unparseable ones are
+// ignored (validation rejects them). A missing request counts as equal to
+// its limit, as pod defaulting makes it, so the class of a pod is the same
+// before and after admission.
 func QOSClass(pod *corev1.Pod) string {
 	requests := map[string]resource.Quantity{}
 	limits := map[string]resource.Quantity{}
 	guaranteed := true
 	visit := func(c *corev1.Container) {
 		for name, s := range c.GetResources().GetRequests() {
-			if q, ok := positive(name, s); ok {
-				add(requests, name, q)
+			if q, ok := positiveQoSQuantity(name, s); ok {
+				addQuantity(requests, name, q)
 			}
 		}
 		found := 0
 		for name, s := range c.GetResources().GetLimits() {
-			if q, ok := positive(name, s); ok {
-				add(limits, name, q)
+			if q, ok := positiveQoSQuantity(name, s); ok {
+				addQuantity(limits, name, q)
 				found++
 				if _, set := c.GetResources().GetRequests()[name]; !set {
-					add(requests, name, q) // as defaulting will
+					addQuantity(requests, name, q) // as defaulting will
 				}
 			}
 		}
@@ -72,10 +73,10 @@ func QOSClass(pod *corev1.Pod) string {
 	return QOSBurstable
 }
 
-// positive parses a cpu or memory quantity, reporting false for any other
-// resource, a bad quantity or one that is not above zero.
-func positive(name, s string) (resource.Quantity, bool) {
-	if name != "cpu" && name != "memory" {
+// positiveQoSQuantity parses a cpu or memory quantity, reporting false for
+// any other resource, a bad quantity or one that is not above zero.
+func positiveQoSQuantity(name, s string) (resource.Quantity, bool) {
+	if name != ResourceCPU && name != ResourceMemory {
 		return resource.Quantity{}, false
 	}
 	q, err := resource.ParseQuantity(s)
@@ -85,7 +86,7 @@ func positive(name, s string) (resource.Quantity, bool) {
 	return q, true
 }
 
-func add(m map[string]resource.Quantity, name string, q resource.Quantity) {
+func addQuantity(m map[string]resource.Quantity, name string, q resource.Quantity) {
 	sum := m[name]
 	sum.Add(q)
 	m[name] = sum
