@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -30,7 +31,7 @@ func (o *clientOptions) flags(cmd *cobra.Command) {
 }
 
 // ns is the namespace a command acts in: -n, else default.
-func (o *clientOptions) ns() string { return orDefault(o.namespace, "default") }
+func (o *clientOptions) ns() string { return podrules.NamespaceOrDefault(o.namespace) }
 
 // session connects as the CLI and returns the token to act with: --token,
 // else the configuration's admin token.

@@ -12,13 +12,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -313,33 +313,29 @@ func checkInvariants(ctx context.Context, sess *client.Session, prefix string, n
 	}
 	for _, node := range nodes {
 		name := node.GetMetadata().GetName()
-		var cpu, mem resource.Quantity
-		count := 0
+		var used podrules.Resources
 		uids := map[string]bool{}
 		for _, p := range all {
 			if p.GetSpec().GetNodeName() != name {
 				continue
 			}
-			count++
+			used.Pods++
 			uids[p.GetMetadata().GetUid()] = true
-			for _, c := range p.GetSpec().GetContainers() {
-				if q, err := resource.ParseQuantity(c.GetResources().GetRequests()["cpu"]); err == nil {
-					cpu.Add(q)
-				}
-				if q, err := resource.ParseQuantity(c.GetResources().GetRequests()["memory"]); err == nil {
-					mem.Add(q)
-				}
+			if req, err := podrules.PodRequests(p, podrules.PodResourcesOptions{}); err == nil {
+				used.Add(req)
 			}
 		}
-		alloc := node.GetStatus().GetAllocatable()
-		if q, err := resource.ParseQuantity(alloc["cpu"]); err == nil && cpu.Cmp(q) > 0 {
-			fail("node %s overcommitted: cpu %s > %s", name, cpu.String(), q.String())
-		}
-		if q, err := resource.ParseQuantity(alloc["memory"]); err == nil && mem.Cmp(q) > 0 {
-			fail("node %s overcommitted: memory %s > %s", name, mem.String(), q.String())
-		}
-		if q, err := resource.ParseQuantity(alloc["pods"]); err == nil && int64(count) > q.Value() {
-			fail("node %s overcommitted: %d pods > %d", name, count, q.Value())
+		allocatable := node.GetStatus().GetAllocatable()
+		if alloc, err := podrules.ParseResourceList(allocatable); err == nil {
+			if _, ok := allocatable[podrules.ResourceCPU]; ok && used.MilliCPU > alloc.MilliCPU {
+				fail("node %s overcommitted: cpu %dm > %dm", name, used.MilliCPU, alloc.MilliCPU)
+			}
+			if _, ok := allocatable[podrules.ResourceMemory]; ok && used.Memory > alloc.Memory {
+				fail("node %s overcommitted: memory %d > %d", name, used.Memory, alloc.Memory)
+			}
+			if _, ok := allocatable[podrules.ResourcePods]; ok && used.Pods > alloc.Pods {
+				fail("node %s overcommitted: %d pods > %d", name, used.Pods, alloc.Pods)
+			}
 		}
 		acc := allocBy[name].GetPods()
 		for uid := range uids {
@@ -403,14 +399,7 @@ func checkInvariants(ctx context.Context, sess *client.Session, prefix string, n
 	return violations
 }
 
-func endpointsReady(p *corev1.Pod) bool {
-	for _, c := range p.GetStatus().GetConditions() {
-		if c.GetType() == "Ready" {
-			return c.GetStatus() == "True"
-		}
-	}
-	return false
-}
+func endpointsReady(p *corev1.Pod) bool { return podrules.IsPodReady(p) }
 
 // streamEvents reads every event of type t from the events stream.
 // readEvents is streamEvents retried for up to limit: right after chaos

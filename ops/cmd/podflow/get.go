@@ -15,6 +15,7 @@ import (
 
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
@@ -217,10 +218,8 @@ func (p *printer) table(kind objects.Kind) ([]string, func(objects.Object) []str
 		return cols, func(o objects.Object) []string {
 			n := o.(*corev1.Node)
 			st := "Unknown"
-			for _, c := range n.GetStatus().GetConditions() {
-				if c.GetType() == "Ready" {
-					st = map[string]string{"True": "Ready", "False": "NotReady", "Unknown": "NotReady"}[c.GetStatus()]
-				}
+			if c := podrules.NodeCondition(n, podrules.NodeReady); c != nil {
+				st = map[string]string{"True": "Ready", "False": "NotReady", "Unknown": "NotReady"}[c.GetStatus()]
 			}
 			if n.GetSpec().GetUnschedulable() {
 				st += ",SchedulingDisabled"

@@ -10,6 +10,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 func newPublishCmd() *cobra.Command {
@@ -81,10 +82,7 @@ or the stream itself. With --count N, publishes N copies named NAME-0..N-1.`,
 
 // podRequested builds the fire-and-forget PodRequested envelope of a pod.
 func podRequested(p *corev1.Pod, token string) *eventsv1.Envelope {
-	ns := p.GetMetadata().GetNamespace()
-	if ns == "" {
-		ns = "default"
-	}
+	ns := podrules.NamespaceOrDefault(p.GetMetadata().GetNamespace())
 	return &eventsv1.Envelope{
 		RequestId:   uuid.NewString(),
 		Namespace:   ns,
