@@ -153,11 +153,19 @@ var capByName = func() map[string]capability.Cap {
 	return m
 }()
 
-// AllCapabilities returns every capability the library knows, by name
-// (what a privileged container gets).
+// AllCapabilities returns, by name, every capability this kernel supports
+// and this process's bounding set holds (what a privileged container gets:
+// a process cannot grant more than it holds).
 func AllCapabilities() []string {
+	caps, err := capability.ListSupported()
+	if err != nil {
+		caps = capability.ListKnown()
+	}
 	var out []string
-	for _, c := range capability.ListKnown() {
+	for _, c := range caps {
+		if ok, err := capability.GetBound(c); err == nil && !ok {
+			continue
+		}
 		out = append(out, "CAP_"+strings.ToUpper(c.String()))
 	}
 	return out
