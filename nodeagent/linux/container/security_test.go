@@ -134,10 +134,12 @@ func TestSecurityAttacks(t *testing.T) {
 			off:     func(*testing.T) *container.Security { return secWith(privileged) },
 		},
 		{
-			name:    "write the read-only root",
-			attack:  "touch /pfwritten",
-			guarded: func(*testing.T) *container.Security { return secWith(func(s *container.Security) { s.ReadonlyRootfs = true }) },
-			off:     func(*testing.T) *container.Security { return nil },
+			name:   "write the read-only root",
+			attack: "touch /pfwritten",
+			guarded: func(*testing.T) *container.Security {
+				return secWith(func(s *container.Security) { s.ReadonlyRootfs = true })
+			},
+			off: func(*testing.T) *container.Security { return nil },
 		},
 		{
 			name:    "unshare a user namespace (RuntimeDefault seccomp)",
