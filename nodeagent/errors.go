@@ -31,8 +31,11 @@ const (
 	CodeSandbox         Code = "FailedCreatePodSandBox"
 	CodeMount           Code = "FailedMount"
 	CodeCreateContainer Code = "CreateContainerError"
-	CodeRunContainer    Code = "RunContainerError"
-	CodeNotFound        Code = "NotFound"
+	// CodeCreateContainerConfig: the container's configuration cannot be
+	// honoured (runAsNonRoot with a root image), kubelet's reason.
+	CodeCreateContainerConfig Code = "CreateContainerConfigError"
+	CodeRunContainer          Code = "RunContainerError"
+	CodeNotFound              Code = "NotFound"
 )
 
 // Error is a classified runtime error. Two Errors match under errors.Is when
@@ -52,8 +55,10 @@ var (
 	ErrSandbox         = &Error{Code: CodeSandbox}
 	ErrMount           = &Error{Code: CodeMount}
 	ErrCreateContainer = &Error{Code: CodeCreateContainer}
-	ErrRunContainer    = &Error{Code: CodeRunContainer}
-	ErrNoSuchObject    = &Error{Code: CodeNotFound}
+	// ErrCreateContainerConfig matches CodeCreateContainerConfig.
+	ErrCreateContainerConfig = &Error{Code: CodeCreateContainerConfig}
+	ErrRunContainer          = &Error{Code: CodeRunContainer}
+	ErrNoSuchObject          = &Error{Code: CodeNotFound}
 )
 
 // Errorf returns an *Error with code and a formatted message; a %w verb in

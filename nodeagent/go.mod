@@ -8,13 +8,18 @@ replace github.com/podflow/podflow/bus => ../bus
 
 require (
 	github.com/containerd/cgroups/v3 v3.1.3
+	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/google/go-containerregistry v0.22.1
+	github.com/moby/profiles/seccomp v0.3.0
+	github.com/moby/sys/capability v0.5.0
+	github.com/moby/sys/user v0.5.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/podflow/podflow/proto v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
 	go.uber.org/goleak v1.3.0
+	golang.org/x/net v0.60.0
 	golang.org/x/sys v0.50.0
 	google.golang.org/protobuf v1.36.12
 	k8s.io/apimachinery v0.37.2

@@ -50,6 +50,13 @@ type Config struct {
 	// HostPathPrefixes are the only host directories hostPath volumes may
 	// name (or lie below). Empty: hostPath volumes are refused.
 	HostPathPrefixes []string
+	// SeccompDefault makes RuntimeDefault the seccomp profile of
+	// containers that name none, as kubelet's --seccomp-default (false,
+	// kubelet's default: Unconfined).
+	SeccompDefault bool
+	// SeccompProfileRoot is where Localhost seccomp profiles are looked up
+	// (kubelet's --seccomp-profile-root). Default DataDir/seccomp.
+	SeccompProfileRoot string
 	// Capacity overrides what Capacity measures (quantity strings).
 	Capacity map[string]string
 	// MaxPods is the "pods" capacity (Kubernetes default 110).
@@ -75,15 +82,16 @@ func DefaultConfig(node, podCIDR, dataDir, mirror string) Config {
 	cg := cgroups.DefaultConfig()
 	cg.Root = "podflow-" + node
 	return Config{
-		NodeName:    node,
-		DataDir:     dataDir,
-		Network:     network.DefaultConfig(node, podCIDR, filepath.Join(dataDir, "network")),
-		Cgroups:     cg,
-		Image:       ic,
-		Container:   container.DefaultConfig(),
-		MaxPods:     110,
-		SpareShims:  2,
-		StopTimeout: 10 * time.Second,
+		NodeName:           node,
+		DataDir:            dataDir,
+		Network:            network.DefaultConfig(node, podCIDR, filepath.Join(dataDir, "network")),
+		Cgroups:            cg,
+		Image:              ic,
+		Container:          container.DefaultConfig(),
+		SeccompProfileRoot: filepath.Join(dataDir, "seccomp"),
+		MaxPods:            110,
+		SpareShims:         2,
+		StopTimeout:        10 * time.Second,
 	}
 }
 
@@ -98,6 +106,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxPods (%d) must be positive", ErrInvalidConfig, c.MaxPods)
 	case c.SpareShims < 0:
 		return fmt.Errorf("%w: SpareShims (%d) is negative", ErrInvalidConfig, c.SpareShims)
+	case !filepath.IsAbs(c.SeccompProfileRoot):
+		return fmt.Errorf("%w: SeccompProfileRoot %q is not absolute", ErrInvalidConfig, c.SeccompProfileRoot)
 	case c.StopTimeout <= 0:
 		return fmt.Errorf("%w: StopTimeout (%s) must be positive", ErrInvalidConfig, c.StopTimeout)
 	}

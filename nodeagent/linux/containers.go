@@ -121,6 +121,10 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	if err != nil {
 		return "", err
 	}
+	sec, err := containerSecurity(pd, c, img.Config.User, seccompOptions{defaultRuntime: r.cfg.SeccompDefault, root: r.cfg.SeccompProfileRoot})
+	if err != nil {
+		return "", err
+	}
 	r.mu.Lock()
 	restarts := p.rec.Starts[c.GetName()]
 	r.mu.Unlock()
@@ -134,7 +138,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "record container: %w", err)
 	}
 	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, Image: lower, LogPath: lp, Hostname: pd.GetMetadata().GetName(),
-		Args: args, Env: env, WorkingDir: wd, Mounts: mounts, NetnsPath: p.rec.Net.NetnsPath, Cgroups: cg.Paths()}
+		Args: args, Env: env, WorkingDir: wd, Mounts: mounts, NetnsPath: p.rec.Net.NetnsPath, Cgroups: cg.Paths(), Security: sec}
 	t = time.Now()
 	var h *container.Container
 	if r.spares != nil {

@@ -40,7 +40,7 @@ func (r *Runtime) MountVolumes(ctx context.Context, pd *corev1.Pod, vols []nodea
 			return err
 		}
 		v := vd.Volume
-		if err := r.mountVolume(p, v, vd.Files); err != nil {
+		if err := r.mountVolume(p, v, vd.Files, fsGroupOf(pd.GetSpec().GetSecurityContext())); err != nil {
 			return nodeagent.Errorf(nodeagent.CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
 		}
 	}
@@ -54,7 +54,7 @@ func (r *Runtime) MountVolumes(ctx context.Context, pd *corev1.Pod, vols []nodea
 	return nil
 }
 
-func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte) error {
+func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte, fsGroup *int64) error {
 	if !validName(v.GetName()) {
 		return fmt.Errorf("bad volume name %q", v.GetName())
 	}
@@ -65,15 +65,20 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte)
 			return err
 		}
 		if v.GetEmptyDir().GetMedium() == "Memory" {
-			return r.ensureTmpfs(p, dir, "podflow-emptydir")
+			if err := r.ensureTmpfs(p, dir, "podflow-emptydir"); err != nil {
+				return err
+			}
 		}
-		return nil
+		return applyFSGroup(dir, fsGroup, false)
 	case v.GetConfigMap() != nil:
 		src := v.GetConfigMap()
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		return writeFiles(dir, files, itemModes(src.GetItems(), src.DefaultMode, configMapMode))
+		if err := writeFiles(dir, files, itemModes(src.GetItems(), src.DefaultMode, configMapMode)); err != nil {
+			return err
+		}
+		return applyFSGroup(dir, fsGroup, true)
 	case v.GetSecret() != nil:
 		src := v.GetSecret()
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -82,7 +87,10 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte)
 		if err := r.ensureTmpfs(p, dir, "podflow-secret"); err != nil {
 			return err
 		}
-		return writeFiles(dir, files, itemModes(src.GetItems(), src.DefaultMode, secretMode))
+		if err := writeFiles(dir, files, itemModes(src.GetItems(), src.DefaultMode, secretMode)); err != nil {
+			return err
+		}
+		return applyFSGroup(dir, fsGroup, true)
 	case v.GetHostPath() != nil:
 		_, err := r.hostPath(v.GetHostPath())
 		return err

@@ -3,7 +3,8 @@
 // helper mode, like conmon or containerd-shim) starts the container's init in
 // new mount, PID, UTS and IPC namespaces, inside the pod's network namespace
 // and cgroup, pivot_roots into the rootfs, mounts /proc, a minimal /dev and
-// the volumes, and execs the command. The shim lives in its own session, so
+// the volumes, drops to the privileges of Spec.Security and execs the
+// command. The shim lives in its own session, so
 // it and the container survive the death of the agent that started them; it
 // captures stdout and stderr into a log file in the Kubernetes CRI format
 // ("<RFC3339Nano> stdout F <line>"), and records the exit (code, signal,
@@ -16,6 +17,22 @@
 // the init inside the container's mount namespace (nothing to unmount on
 // the host). Spares keeps shims started ahead of need, so a start waits
 // only for the init. Exec runs a command in a running container (probes).
+//
+// Privileges: Spec.Security (nil: DefaultSecurity, containerd's and
+// runc's defaults) says what the process may do. The init applies it in
+// one place, on the one thread that execs: masked and read-only /proc and
+// /sys paths, a fresh /dev with only Security.Devices, the root remounted
+// read-only if asked; then the user resolved in the container's
+// /etc/passwd, every fd above 2 close-on-exec, rlimits, the bounding set
+// dropped, setgroups/setresgid/setresuid with the permitted set kept
+// across (PR_SET_KEEPCAPS), the permitted and effective sets (inheritable
+// and ambient empty), no_new_privs, and the seccomp filter (compiled by
+// CompileSeccomp) last — or, without no_new_privs, first, since loading it
+// then needs CAP_SYS_ADMIN. On a cgroup v1 host the shim also places the
+// init in a device cgroup of its own ("podflow-dev-<id>", removed when the
+// container exits) that denies every device but those; a container placed
+// in a cgroup v2 directory relies on its nodev mounts instead (no eBPF
+// device program yet).
 //
 // Cgroup placement: when Spec.Cgroups holds a cgroup v2 directory (key ""),
 // the init is cloned straight into it (clone3 CLONE_INTO_CGROUP); with cgroup

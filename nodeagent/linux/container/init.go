@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -16,6 +17,9 @@ import (
 // (v2) its cgroup. It sets up the root filesystem and execs the command;
 // any failure is written to the exec pipe and the init exits 127.
 func runInit(dir string) {
+	// Credentials, capabilities, no_new_privs and seccomp are per thread:
+	// all of them are set on this one, which execs.
+	runtime.LockOSThread()
 	execPipe := os.NewFile(initExecFD, "exec")
 	if err := initContainer(dir); err != nil {
 		fmt.Fprintf(execPipe, "%v", err)
@@ -42,6 +46,7 @@ func initContainer(dir string) error {
 			return fmt.Errorf("sethostname: %w", err)
 		}
 	}
+	sec := spec.security()
 	wd := spec.WorkingDir
 	if wd == "" {
 		wd = "/"
@@ -49,15 +54,28 @@ func initContainer(dir string) error {
 	if err := os.MkdirAll(wd, 0o755); err != nil {
 		return fmt.Errorf("working dir %q: %w", wd, err)
 	}
+	if sec.ReadonlyRootfs {
+		if err := unix.Mount("", "/", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("remount / read-only: %w", err)
+		}
+	}
 	if err := unix.Chdir(wd); err != nil {
 		return fmt.Errorf("chdir %q: %w", wd, err)
 	}
-	argv0, err := lookPath(spec.Args[0], spec.Env)
+	id, err := resolveUser(sec)
+	if err != nil {
+		return err
+	}
+	env := withHome(spec.Env, id.home)
+	argv0, err := lookPath(spec.Args[0], env)
 	if err != nil {
 		return err
 	}
 	unix.CloseOnExec(initExecFD)
-	err = unix.Exec(argv0, spec.Args, spec.Env)
+	if err := applySecurity(sec, id); err != nil {
+		return err
+	}
+	err = unix.Exec(argv0, spec.Args, env)
 	return fmt.Errorf("exec %q: %w", spec.Args[0], err)
 }
 
@@ -96,17 +114,16 @@ func lookPath(file string, env []string) (string, error) {
 	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", file)
 }
 
-// devices are bind-mounted from the host into the container's /dev.
-var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
-
 // setupRootfs builds the container's mount tree and pivot_roots into it.
 func setupRootfs(spec Spec) error {
 	root := spec.Rootfs
-	mount := func(src, dst, fstype string, flags uintptr, data string) error {
-		if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
-			return fmt.Errorf("mount %s on %q: %w", fstypeOr(fstype, src), dst, err)
-		}
-		return nil
+	sec := spec.security()
+	// nodev on the root and the volumes of an unprivileged container: a
+	// device node made there cannot be opened even where no device cgroup
+	// guards (cgroup v2 without a device program).
+	var nodev uintptr
+	if !sec.Privileged {
+		nodev = unix.MS_NODEV
 	}
 	// Nothing we mount propagates back to the host.
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -120,11 +137,18 @@ func setupRootfs(spec Spec) error {
 			}
 		}
 		opts := "lowerdir=" + spec.Image + ",upperdir=" + upper + ",workdir=" + work
-		if err := mount("podflow-overlay", root, "overlay", 0, opts); err != nil {
+		if err := mount("podflow-overlay", root, "overlay", nodev, opts); err != nil {
 			return err
 		}
-	} else if err := mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return err
+	} else {
+		if err := mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return err
+		}
+		if nodev != 0 {
+			if err := mount("", root, "", unix.MS_BIND|unix.MS_REMOUNT|nodev, ""); err != nil {
+				return err
+			}
+		}
 	}
 	in := func(p string) (string, error) { return resolveIn(root, p) }
 	proc, err := in("/proc")
@@ -144,38 +168,17 @@ func setupRootfs(spec Spec) error {
 	if err := mkdirMount(sys, true); err != nil {
 		return err
 	}
-	if err := mount("sysfs", sys, "sysfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, ""); err != nil {
+	sysFlags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_RDONLY)
+	if sec.Privileged {
+		sysFlags &^= unix.MS_RDONLY
+	}
+	if err := mount("sysfs", sys, "sysfs", sysFlags, ""); err != nil {
 		return err
 	}
-	dev, err := in("/dev")
-	if err != nil {
+	if err := setupDev(root, sec); err != nil {
 		return err
 	}
-	if err := mkdirMount(dev, true); err != nil {
-		return err
-	}
-	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_STRICTATIME, "mode=755,size=65536k"); err != nil {
-		return err
-	}
-	for _, d := range devices {
-		p := filepath.Join(dev, d)
-		if err := mkdirMount(p, false); err != nil {
-			return err
-		}
-		if err := mount("/dev/"+d, p, "", unix.MS_BIND, ""); err != nil {
-			return err
-		}
-	}
-	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
-		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
-			return fmt.Errorf("symlink /dev/%s: %w", name, err)
-		}
-	}
-	shm := filepath.Join(dev, "shm")
-	if err := mkdirMount(shm, true); err != nil {
-		return err
-	}
-	if err := mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=65536k"); err != nil {
+	if err := maskPaths(root, sec); err != nil {
 		return err
 	}
 	for _, m := range spec.Mounts {
@@ -193,8 +196,12 @@ func setupRootfs(spec Spec) error {
 		if err := mount(m.Source, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return err
 		}
-		if m.ReadOnly {
-			if err := mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_REC, ""); err != nil {
+		if m.ReadOnly || nodev != 0 {
+			flags := unix.MS_BIND | unix.MS_REMOUNT | unix.MS_REC | nodev
+			if m.ReadOnly {
+				flags |= unix.MS_RDONLY
+			}
+			if err := mount("", dst, "", flags, ""); err != nil {
 				return err
 			}
 		}
@@ -214,6 +221,14 @@ func setupRootfs(spec Spec) error {
 		return fmt.Errorf("detach old root: %w", err)
 	}
 	return unix.Chdir("/")
+}
+
+// mount is mount(2) with an error that names the mount.
+func mount(src, dst, fstype string, flags uintptr, data string) error {
+	if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
+		return fmt.Errorf("mount %s on %q: %w", fstypeOr(fstype, src), dst, err)
+	}
+	return nil
 }
 
 func fstypeOr(fstype, src string) string {

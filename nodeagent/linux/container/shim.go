@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -78,14 +79,29 @@ func runShim(dir string) error {
 		return fail(fmt.Errorf("open log: %w", err))
 	}
 	defer logf.Close()
-	cmd, pipes, err := startInit(spec)
+	devCg, err := deviceCgroupV1(spec)
+	if err != nil {
+		return fail(err)
+	}
+	if devCg != "" {
+		defer removeCgroupDir(devCg)
+	}
+	cmd, pipes, err := startInit(spec, devCg != "")
 	if err != nil {
 		return fail(err)
 	}
 	// The init is cloned (v2: into its cgroup). On v1 place it now, then let
 	// it go on.
 	if pipes.goW != nil {
-		for sub, cg := range spec.Cgroups {
+		join := spec.Cgroups
+		if devCg != "" {
+			join = maps.Clone(join)
+			if join == nil {
+				join = map[string]string{}
+			}
+			join["devices"] = devCg
+		}
+		for sub, cg := range join {
 			if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
 				_ = cmd.Process.Kill()
 				_ = cmd.Wait()
@@ -170,7 +186,7 @@ type initPipes struct {
 // startInit clones the init in its namespaces (and on cgroup v2 into its
 // cgroup) from a thread that joined the pod's network namespace; the
 // thread is discarded afterwards.
-func startInit(spec Spec) (*exec.Cmd, initPipes, error) {
+func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 	var p initPipes
 	var closeAfter []*os.File
 	defer func() {
@@ -226,7 +242,8 @@ func startInit(spec Spec) (*exec.Cmd, initPipes, error) {
 		}
 		closeAfter = append(closeAfter, cg)
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
-	} else if len(spec.Cgroups) > 0 {
+	}
+	if _, v2 := spec.Cgroups[""]; !v2 && (len(spec.Cgroups) > 0 || waitForCgroups) {
 		goR, goW, err := pipe()
 		if err != nil {
 			return nil, p, err

@@ -80,6 +80,17 @@ type Spec struct {
 	// Cgroups places the container: "" → a cgroup v2 directory, or cgroup
 	// v1 subsystem → directory. Empty: the shim's cgroup.
 	Cgroups map[string]string `json:"cgroups,omitempty"`
+	// Security is what the process may do; nil: DefaultSecurity (never
+	// more than containerd's defaults by accident).
+	Security *Security `json:"security,omitempty"`
+}
+
+// security returns the spec's Security or the default.
+func (s Spec) security() Security {
+	if s.Security == nil {
+		return DefaultSecurity()
+	}
+	return *s.Security
 }
 
 // Validate checks the spec.
@@ -104,6 +115,9 @@ func (s Spec) Validate() error {
 		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Destination) {
 			return fmt.Errorf("%w: mount %q -> %q: paths must be absolute", ErrInvalidSpec, m.Source, m.Destination)
 		}
+	}
+	if err := s.security().validate(); err != nil {
+		return err
 	}
 	if _, ok := s.Cgroups[""]; ok && len(s.Cgroups) > 1 {
 		return fmt.Errorf("%w: cgroups mix v2 and v1 paths", ErrInvalidSpec)

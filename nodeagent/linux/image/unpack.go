@@ -394,8 +394,13 @@ func (u *unpacker) entry(pfd int, base string, hdr *tar.Header, tr io.Reader) er
 		case tar.TypeBlock:
 			kind = unix.S_IFBLK
 		}
-		if kind != unix.S_IFIFO && !u.privileged {
-			return nil // device nodes need CAP_MKNOD: skipped
+		if kind != unix.S_IFIFO {
+			// Device nodes in a layer are never created, privileged or
+			// not: an image must not carry the host's disk into a
+			// container. A container's devices come from its runtime
+			// (container.Security.Devices), as with containerd's
+			// rootless unpack, which skips them too.
+			return nil
 		}
 		if err := removeAt(pfd, base); err != nil {
 			return err
