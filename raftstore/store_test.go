@@ -98,6 +98,9 @@ func TestListAndPagination(t *testing.T) {
 			t.Fatalf("key %d = %q, want %q", i, kv.Key, want)
 		}
 	}
+	// Stale pages are served by any replica: wait until every replica has
+	// applied the writes, or a lagging follower serves a short last page.
+	c.WaitForReplication(t)
 	var paged []string
 	after := ""
 	for {
