@@ -64,8 +64,18 @@ lint:
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
+## test: every module's tests, even after one fails; the modules that
+## failed are listed at the end and make exits non-zero.
 test: proto-check lint
-	@for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...) || exit 1; done
+	@failed=(); \
+	for m in $(MODULES); do \
+		echo "== $$m"; \
+		(cd $$m && $(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...) || failed+=("$$m"); \
+	done; \
+	if (( $${#failed[@]} )); then \
+		echo "== make test: $${#failed[@]} of $(words $(MODULES)) modules failed: $${failed[*]}"; exit 1; \
+	fi; \
+	echo "== make test: all $(words $(MODULES)) modules passed"
 
 bench:
 	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done

@@ -13,11 +13,15 @@
 //
 // Pod-to-pod traffic between two node agents on one machine goes through the
 // host: each bridge has IPv4 forwarding enabled on that interface only
-// (net.ipv4.conf.<bridge>.forwarding=1; global sysctls are untouched), and a
-// policy rule sends what arrives on the bridge to the bridge's own routing
-// table, which holds routes to peer podflow bridges (AddPeerRoute) and an
-// unreachable default. Nothing a pod sends can be forwarded off the
-// machine; there is no masquerading, and bridges only ever get veth ports.
+// (net.ipv4.conf.<bridge>.forwarding=1; global sysctls are untouched). Any
+// change of the global net.ipv4.ip_forward overwrites that value on every
+// interface, so the Manager watches the kernel's forwarding announcements
+// (RTNLGRP_IPV4_NETCONF) and sets its bridge's value back to 1, from
+// EnsureBridge until RemoveBridge or Close. A policy rule sends what
+// arrives on the bridge to the bridge's own routing table, which holds
+// routes to peer podflow bridges (AddPeerRoute) and an unreachable
+// default. Nothing a pod sends can be forwarded off the machine; there is
+// no masquerading, and bridges only ever get veth ports.
 //
 // Caller's obligations:
 //

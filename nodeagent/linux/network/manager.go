@@ -48,7 +48,9 @@ type Attachment struct {
 // What it changes in the host network namespace, all removed by
 // RemoveBridge or Teardown: the bridge; net.ipv4.conf.<bridge>.forwarding=1
 // (a per-interface setting that dies with the bridge; no global sysctl is
-// touched); a policy rule "iif <bridge> lookup <RouteTable>" whose table
+// touched), kept at 1 from EnsureBridge until RemoveBridge or Close even
+// when a change of the global net.ipv4.ip_forward overwrites it (see
+// forwarding.go); a policy rule "iif <bridge> lookup <RouteTable>" whose table
 // holds only routes to peer podflow bridges and an "unreachable default",
 // so a packet from a pod can be forwarded to another podflow bridge and
 // nowhere else; per pod a host veth.
@@ -63,7 +65,8 @@ type Manager struct {
 	hostNS  netns.NsHandle
 	host    *netlink.Handle
 	closed  atomic.Bool
-	mu      sync.Mutex // serialises EnsureBridge, AddPeerRoute, RemoveBridge
+	mu      sync.Mutex     // serialises EnsureBridge, AddPeerRoute, RemoveBridge
+	keeper  *forwardKeeper // under mu; runs from EnsureBridge to RemoveBridge or Close
 }
 
 // New returns a Manager for cfg. It opens a netlink handle on the network
@@ -105,6 +108,9 @@ func (m *Manager) Close() error {
 	if !m.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	m.mu.Lock()
+	m.stopForwardKeeper()
+	m.mu.Unlock()
 	m.host.Close()
 	return m.hostNS.Close()
 }
@@ -265,7 +271,7 @@ func (m *Manager) ensureConfinement(br netlink.Link) error {
 	if err := m.host.RouteReplace(unreachable); err != nil {
 		return fmt.Errorf("add unreachable default in table %d: %w", m.cfg.RouteTable, err)
 	}
-	return writeSysctl(forwardingKey(m.cfg.BridgeName), "1")
+	return m.startForwardKeeper()
 }
 
 func (m *Manager) rule() *netlink.Rule {
@@ -277,20 +283,6 @@ func (m *Manager) rule() *netlink.Rule {
 	return r
 }
 
-func forwardingKey(link string) string {
-	return filepath.Join("/proc/sys/net/ipv4/conf", link, "forwarding")
-}
-
-func writeSysctl(path, value string) error {
-	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == value {
-		return nil
-	}
-	if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
-		return fmt.Errorf("sysctl %s=%s: %w", path, value, err)
-	}
-	return nil
-}
-
 // RemoveBridge removes the bridge, its policy rule and its table. Pods
 // should be torn down first (their veths are left as they are). Idempotent.
 func (m *Manager) RemoveBridge(ctx context.Context) error {
@@ -299,6 +291,7 @@ func (m *Manager) RemoveBridge(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.stopForwardKeeper()
 	var errs []error
 	for {
 		if err := m.host.RuleDel(m.rule()); err != nil {

@@ -53,13 +53,38 @@ func ensureNetns(name string) (h netns.NsHandle, created bool, err error) {
 	return h, true, nil
 }
 
-// newNamedNetns creates a named network namespace from a goroutine locked
-// to its thread, and moves the thread back to the namespace it came from.
-// Should moving back fail, the goroutine exits still locked and the runtime
-// throws the thread away, so no thread of the process is ever left in the
-// new namespace. (A thread is never simply left to die in it: the main
-// thread is not terminated but wedged, and /proc/self follows it.)
+// newNamedNetns creates a named network namespace from a thread that
+// returns to its own namespace afterwards (onLockedThread).
 func newNamedNetns(name string) error {
+	return onLockedThread(func() error {
+		ns, err := netns.NewNamed(name)
+		if err != nil {
+			return fmt.Errorf("create netns %q: %w", name, err)
+		}
+		ns.Close()
+		return nil
+	})
+}
+
+// inNetns runs fn on a thread in ns (onLockedThread): /proc/sys/net shows
+// the namespace of the thread that opens it.
+func inNetns(ns netns.NsHandle, fn func() error) error {
+	return onLockedThread(func() error {
+		if err := netns.Set(ns); err != nil {
+			return fmt.Errorf("enter netns: %w", err)
+		}
+		return fn()
+	})
+}
+
+// onLockedThread runs fn, which may move its thread to another network
+// namespace, on a goroutine locked to its thread, and moves the thread
+// back to the namespace it came from. Should moving back fail, the
+// goroutine exits still locked and the runtime throws the thread away, so
+// no thread of the process is ever left in another namespace. (A thread is
+// never simply left to die in it: the main thread is not terminated but
+// wedged, and /proc/self follows it.)
+func onLockedThread(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -70,19 +95,13 @@ func newNamedNetns(name string) error {
 			return
 		}
 		defer orig.Close()
-		ns, err := netns.NewNamed(name)
-		if err == nil {
-			ns.Close()
-		}
-		if serr := netns.Set(orig); serr != nil {
-			errc <- errors.Join(err, fmt.Errorf("return to the original netns: %w", serr))
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("return to the original netns: %w", err))
 			return // still locked: the thread is discarded
 		}
 		runtime.UnlockOSThread()
-		if err != nil {
-			err = fmt.Errorf("create netns %q: %w", name, err)
-		}
-		errc <- err
+		errc <- ferr
 	}()
 	return <-errc
 }
