@@ -10,6 +10,16 @@
 //  3. waits for WaitForSync before trusting Get and List,
 //  4. treats returned objects as read-only (they are shared).
 //
+// A stage with several informers adds them to one Group and starts them
+// with one call, which returns once every cache is synced:
+//
+//	var infs informer.Group
+//	nodes, err := informer.New[*corev1.Node](env.Store, "", informer.Handlers[*corev1.Node]{})
+//	...
+//	infs.Add(nodes, pods)
+//	// in Start(ctx, g):
+//	if err := infs.Start(ctx, g); err != nil { ... }
+//
 // Handlers are called from Run's goroutine, in revision order; a slow
 // handler delays the cache, so hand heavy work to a queue.
 package informer
@@ -82,14 +92,14 @@ func (inf *Informer[T]) Run(ctx context.Context) error {
 
 func (inf *Informer[T]) listAndWatch(ctx context.Context) error {
 	prefix := inf.kind.Prefix(inf.namespace)
-	kvs, rev, err := inf.store.Client().List(ctx, prefix)
+	kvs, rev, err := inf.store.KV().List(ctx, prefix)
 	if err != nil {
 		return fmt.Errorf("informer %s: list: %w", inf.kind.Resource, err)
 	}
 	inf.replace(kvs, rev)
 	inf.once.Do(func() { close(inf.synced) })
 
-	w, err := inf.store.Client().Watch(ctx, prefix, rev)
+	w, err := inf.store.KV().Watch(ctx, prefix, rev)
 	if err != nil {
 		return fmt.Errorf("informer %s: watch: %w", inf.kind.Resource, err)
 	}

@@ -24,14 +24,24 @@ var (
 // Store reads and writes podflow objects in the replicated store. It is
 // safe for concurrent use.
 type Store struct {
-	kv *raftstore.Client
+	kv     KV
+	client *raftstore.Client // nil over another KV
 }
 
 // New returns a Store over a store client.
-func New(kv *raftstore.Client) *Store { return &Store{kv: kv} }
+func New(c *raftstore.Client) *Store { return &Store{kv: RaftKV(c), client: c} }
 
-// Client returns the underlying store client, for transactions and watches.
-func (s *Store) Client() *raftstore.Client { return s.kv }
+// FromKV returns a Store over kv (objectstest.KV in unit tests).
+func FromKV(kv KV) *Store { return &Store{kv: kv} }
+
+// KV returns the key-value store under s, for raw reads and watches
+// (informers, the HTTPS front door's byte-level reads).
+func (s *Store) KV() KV { return s.kv }
+
+// Client returns the store client a Store made by New is over, for what
+// KV does not cover (replica status, membership); nil for a Store over
+// another KV. Stages use the Store's methods, Commit and KV instead.
+func (s *Store) Client() *raftstore.Client { return s.client }
 
 var marshal = proto.MarshalOptions{Deterministic: true}
 
@@ -175,15 +185,10 @@ func (s *Store) Apply(ctx context.Context, obj Object) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	b, err := Encode(obj)
-	if err != nil {
-		return 0, err
-	}
-	rev, err := s.kv.Txn(ctx, raftstore.Txn{Ops: []raftstore.Op{{Type: raftstore.OpPut, Key: key, Value: b}}})
+	rev, err := s.commit(ctx, Txn{}.Put(obj))
 	if err != nil {
 		return 0, fmt.Errorf("apply %q: %w", key, err)
 	}
-	SetRevision(obj, rev)
 	return rev, nil
 }
 
