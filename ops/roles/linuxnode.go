@@ -226,7 +226,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		defer wg.Done()
 		peerRoutes(ctx, sess, rt, node, log)
 	}()
-	if err := stage.AnswerPings(ctx, stage.Env{Bus: sess.Bus, Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
+	if err := stage.AnswerPings(ctx, sess.Bus, stage.Env{Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
 		cancel()
 		wg.Wait()
 		return err

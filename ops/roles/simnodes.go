@@ -70,7 +70,7 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 		}
 		log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
 	}
-	if err := stage.AnswerPings(ctx, stage.Env{Bus: sess.Bus, Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
+	if err := stage.AnswerPings(ctx, sess.Bus, stage.Env{Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
 		return err
 	}
 	runner, err := bus.NewRunner(sess.Bus, rc, nm.Handler(wire.Handler(sess.Store, cl, time.Second)))

@@ -95,7 +95,7 @@ func Stage(ctx context.Context, name string, o StageOptions) error {
 	}
 	defer sess.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("stage", name, "replica", replica)
-	env := stage.Env{Bus: sess.Bus, Store: sess.Store, Stage: name, Replica: replica, Log: log}
+	env := stage.NewEnv(sess.Bus, sess.Store, name, replica, log)
 	h, err := build(env, o)
 	if err != nil {
 		return err
@@ -126,7 +126,7 @@ func Stage(ctx context.Context, name string, o StageOptions) error {
 		defer tracing.Shutdown(context.WithoutCancel(ctx))
 		log.Info("exporting OpenTelemetry spans over OTLP")
 	}
-	err = stage.Run(ctx, env, h, stage.Config{Runner: rc, ResyncPeriod: o.Resync, MetricsAddr: o.Metrics, Metrics: metrics, Tracing: tracing,
+	err = stage.Run(ctx, sess.Bus, env, h, stage.Config{Runner: rc, ResyncPeriod: o.Resync, MetricsAddr: o.Metrics, Metrics: metrics, Tracing: tracing,
 		OnMetrics: func(addr string) { log.Info("serving metrics", "addr", "http://"+addr+"/metrics") }})
 	log.Info("stage stopped", "err", err)
 	return err

@@ -159,7 +159,7 @@ func startSystem(t testing.TB, o options) *system {
 	var wg sync.WaitGroup
 	run := func(name string, build func(env stage.Env) (stage.Handler, error)) {
 		c := bustest.Connect(t, srv, name)
-		env := stage.Env{Bus: c, Store: objects.New(mustClient(t, c)), Stage: name, Replica: name + "-1", Log: log}
+		env := stage.NewEnv(c, objects.New(mustClient(t, c)), name, name+"-1", log)
 		h, err := build(env)
 		if err != nil {
 			t.Fatal(err)
@@ -171,7 +171,7 @@ func startSystem(t testing.TB, o options) *system {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := stage.Run(runCtx, env, h, stage.Config{Runner: rc}); err != nil && runCtx.Err() == nil {
+			if err := stage.Run(runCtx, c, env, h, stage.Config{Runner: rc}); err != nil && runCtx.Err() == nil {
 				t.Errorf("stage %s: %v", name, err)
 			}
 		}()

@@ -116,7 +116,7 @@
 //	st, err := scheduler.NewStage(env, scheduler.DefaultStageConfig())
 //	if err != nil { ... }
 //	rc, _ := pipeline.RunnerConfig(pipeline.Scheduler, env.Replica)
-//	err = stage.Run(ctx, env, st, stage.Config{Runner: rc, ResyncPeriod: 10 * time.Second})
+//	err = stage.Run(ctx, conn, env, st, stage.Config{Runner: rc, ResyncPeriod: 10 * time.Second})
 //
 // Callers' obligations (the core):
 //

@@ -129,8 +129,8 @@ func serveMetrics(ctx context.Context, g *errgroup.Group, l net.Listener, reg *p
 }
 
 // answerPings replies to PingSubject until ctx is done; g owns it.
-func answerPings(ctx context.Context, g *errgroup.Group, env Env, m *Metrics, started time.Time) error {
-	sub, err := env.Bus.NATS().Subscribe(PingSubject, func(msg *nats.Msg) {
+func answerPings(ctx context.Context, g *errgroup.Group, nc *nats.Conn, env Env, m *Metrics, started time.Time) error {
+	sub, err := nc.Subscribe(PingSubject, func(msg *nats.Msg) {
 		b, _ := json.Marshal(Pong{
 			Stage: env.Stage, Replica: env.Replica, PID: os.Getpid(), Started: started,
 			Handled: m.handled.Load(), Redelivered: m.redelivered.Load(), DeadLettered: m.deadLettered.Load(), Failed: m.failed.Load(),
@@ -160,11 +160,11 @@ func ServeMetrics(ctx context.Context, addr string, m *Metrics) (string, error) 
 	return l.Addr().String(), nil
 }
 
-// AnswerPings answers PingSubject for a process that is not a stage (a
-// node agent) until ctx is done.
-func AnswerPings(ctx context.Context, env Env, m *Metrics) error {
+// AnswerPings answers PingSubject on conn for a process that is not a
+// stage (a node agent; env names it) until ctx is done.
+func AnswerPings(ctx context.Context, conn *bus.Conn, env Env, m *Metrics) error {
 	g, gctx := errgroup.WithContext(ctx)
-	if err := answerPings(gctx, g, env, m, time.Now()); err != nil {
+	if err := answerPings(gctx, g, conn.NATS(), env, m, time.Now()); err != nil {
 		return err
 	}
 	go func() { _ = g.Wait() }() // ends with ctx

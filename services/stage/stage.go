@@ -24,6 +24,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
@@ -35,13 +36,30 @@ import (
 	"github.com/podflow/podflow/services/objects"
 )
 
-// Env is what every stage replica is given.
+// Env is what every stage replica is given: the roles it plays on the bus
+// and the store, and its name.
 type Env struct {
+	// Pub publishes the stage's events and replies (NewPublisher over the
+	// bus; stagetest.Publisher in unit tests).
+	Pub Publisher
+	// Store is the object store (objects.New over raftstore;
+	// objects.FromKV(objectstest.New()) in unit tests).
+	Store *objects.Store
+	// NATS is core NATS, for a stage that serves request-reply subjects or
+	// asks nodes (api); only its Start uses it, and it is nil in unit tests.
+	NATS *nats.Conn
+	// Bus is the concrete connection. Deprecated: transitional, stages move
+	// to Pub.
 	Bus     *bus.Conn
-	Store   *objects.Store
 	Stage   string
 	Replica string
 	Log     *slog.Logger
+}
+
+// NewEnv returns the Env of a stage replica on a bus connection and a
+// store.
+func NewEnv(c *bus.Conn, st *objects.Store, stage, replica string, log *slog.Logger) Env {
+	return Env{Pub: NewPublisher(c), NATS: c.NATS(), Bus: c, Store: st, Stage: stage, Replica: replica, Log: log}
 }
 
 // Handler handles one delivery of the stage's input events.
@@ -86,9 +104,10 @@ func (c Config) Validate() error {
 	return c.Runner.Validate()
 }
 
-// Run runs the stage replica until ctx is done or a part of it fails; it
+// Run runs the stage replica on conn (its durable consumer, and the
+// answers to PingSubject) until ctx is done or a part of it fails; it
 // drains the runner before returning.
-func Run(ctx context.Context, env Env, h Handler, cfg Config) error {
+func Run(ctx context.Context, conn *bus.Conn, env Env, h Handler, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -120,7 +139,7 @@ func Run(ctx context.Context, env Env, h Handler, cfg Config) error {
 			cfg.OnMetrics(l.Addr().String())
 		}
 	}
-	if err := answerPings(gctx, g, env, m, time.Now()); err != nil {
+	if err := answerPings(gctx, g, conn.NATS(), env, m, time.Now()); err != nil {
 		return fail(err)
 	}
 	if s, ok := h.(Starter); ok {
@@ -132,7 +151,7 @@ func Run(ctx context.Context, env Env, h Handler, cfg Config) error {
 	if cfg.Tracing != nil {
 		handle = cfg.Tracing.wrap(env.Stage, handle)
 	}
-	runner, err := bus.NewRunner(env.Bus, cfg.Runner, handle)
+	runner, err := bus.NewRunner(conn, cfg.Runner, handle)
 	if err != nil {
 		return fail(err)
 	}
@@ -194,7 +213,7 @@ func Reply(env Env, replyTo string, st *corev1.Status, obj proto.Message) error 
 	if err != nil {
 		return err
 	}
-	return env.Bus.NATS().Publish(replyTo, b)
+	return env.Pub.Reply(replyTo, b)
 }
 
 // Transient reports whether a store error is worth retrying (the store is

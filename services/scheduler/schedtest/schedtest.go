@@ -275,7 +275,7 @@ func (e *Env) StartReplica(ctx context.Context, name string) (*Replica, error) {
 		conn.Close()
 		return nil, err
 	}
-	env := stage.Env{Bus: conn, Store: objects.New(kv), Stage: pipeline.Scheduler, Replica: name, Log: e.cfg.Log.With("replica", name)}
+	env := stage.NewEnv(conn, objects.New(kv), pipeline.Scheduler, name, e.cfg.Log.With("replica", name))
 	st, err := scheduler.NewStage(env, e.cfg.Stage)
 	if err != nil {
 		conn.Close()
@@ -294,7 +294,7 @@ func (e *Env) StartReplica(ctx context.Context, name string) (*Replica, error) {
 	r := &Replica{Name: name, Stage: st, conn: conn, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		r.err = stage.Run(rctx, env, st, stage.Config{Runner: rc, ResyncPeriod: e.cfg.ResyncPeriod})
+		r.err = stage.Run(rctx, conn, env, st, stage.Config{Runner: rc, ResyncPeriod: e.cfg.ResyncPeriod})
 	}()
 	e.mu.Lock()
 	e.replicas = append(e.replicas, r)
