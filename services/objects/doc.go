@@ -17,11 +17,13 @@
 //  2. writes an object it read with the resourceVersion it read it at
 //     (Update, Txn.Unchanged), and retries a conflict from a fresh read
 //     (Mutate does both);
-//  3. states a transaction in objects, never in keys and bytes:
+//  3. states a transaction in objects, never in keys and bytes (Txn).
+//
+// A bind, for example:
 //
 //	txn := objects.Txn{}.
-//		Unchanged(pod).                          // the pod we decided on
-//		Compare(alloc, allocRev).                // the allocation we fitted against
+//		Unchanged(pod).           // the pod we decided on
+//		Compare(alloc, allocRev). // the allocation we fitted against
 //		Put(boundPod).Put(alloc).Put(event)
 //	rev, err := st.Commit(ctx, txn)
 //	switch {

@@ -50,7 +50,10 @@ func New() *KV { return &KV{kvs: map[string]*raftstore.KV{}, changed: make(chan 
 // Hook makes every later call run f first (method is "Get", "List",
 // "Create", "Update", "Delete", "Txn" or "Watch"; key is the key or
 // prefix, the first op's key for a Txn); a non-nil error is returned
-// instead of doing the call. nil removes the hook.
+// instead of doing the call. f runs before the call takes the store's
+// lock, so it may use the store itself — to race the call it precedes
+// with a concurrent writer (its own calls run the hook too). nil removes
+// the hook.
 func (k *KV) Hook(f func(method, key string) error) {
 	k.mu.Lock()
 	k.hook = f
@@ -84,12 +87,17 @@ func (k *KV) notify() {
 	k.changed = make(chan struct{})
 }
 
+// call runs the hook (without holding the store's lock, so the hook may
+// itself use the store) and reports ctx's error.
 func (k *KV) call(ctx context.Context, method, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if k.hook != nil {
-		return k.hook(method, key)
+	k.mu.Lock()
+	hook := k.hook
+	k.mu.Unlock()
+	if hook != nil {
+		return hook(method, key)
 	}
 	return nil
 }
@@ -106,11 +114,11 @@ func clone(kv *raftstore.KV) *raftstore.KV {
 
 // Get returns the key's current value; raftstore.ErrNotFound if missing.
 func (k *KV) Get(ctx context.Context, key string, _ ...raftstore.ReadOption) (*raftstore.KV, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	if err := k.call(ctx, "Get", key); err != nil {
 		return nil, err
 	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if key == "" {
 		return nil, errorf(storev1.Code_CODE_INVALID, key, "empty key")
 	}
@@ -123,11 +131,11 @@ func (k *KV) Get(ctx context.Context, key string, _ ...raftstore.ReadOption) (*r
 
 // List returns the keys with prefix, sorted, and the current revision.
 func (k *KV) List(ctx context.Context, prefix string, _ ...raftstore.ReadOption) ([]*raftstore.KV, int64, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	if err := k.call(ctx, "List", prefix); err != nil {
 		return nil, 0, err
 	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	var out []*raftstore.KV
 	for key, kv := range k.kvs {
 		if strings.HasPrefix(key, prefix) {
@@ -196,8 +204,6 @@ func (k *KV) Txn(ctx context.Context, t raftstore.Txn) (int64, error) {
 }
 
 func (k *KV) write(ctx context.Context, method string, kind int, t raftstore.Txn) (int64, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	var key string
 	if len(t.Ops) > 0 {
 		key = t.Ops[0].Key
@@ -205,6 +211,8 @@ func (k *KV) write(ctx context.Context, method string, kind int, t raftstore.Txn
 	if err := k.call(ctx, method, key); err != nil {
 		return 0, err
 	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	for _, op := range t.Ops {
 		if op.Key == "" {
 			return 0, errorf(storev1.Code_CODE_INVALID, op.Key, "empty key")

@@ -191,4 +191,21 @@ func TestHook(t *testing.T) {
 	if _, err := kv.Create(ctx, "/up", nil); err != nil {
 		t.Errorf("unhooked Create: %v", err)
 	}
+
+	// A hook may race the call it precedes with a concurrent writer.
+	raced := false
+	kv.Hook(func(method, key string) error {
+		if method == "Update" && !raced {
+			raced = true
+			_, err := kv.Update(ctx, key, []byte("theirs"), 1)
+			return err
+		}
+		return nil
+	})
+	if _, err := kv.Update(ctx, "/up", []byte("mine"), 1); !errors.Is(err, raftstore.ErrConflict) {
+		t.Errorf("Update raced by the hook's writer: %v, want ErrConflict", err)
+	}
+	if got, _ := kv.Get(ctx, "/up"); string(got.Value) != "theirs" {
+		t.Errorf("/up = %q, want the racing writer's", got.Value)
+	}
 }

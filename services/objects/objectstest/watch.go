@@ -15,11 +15,11 @@ import (
 // error, context.Canceled after Stop), or the history it needs is
 // compacted (raftstore.ErrGone).
 func (k *KV) Watch(ctx context.Context, prefix string, fromRev int64) (objects.Watch, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	if err := k.call(ctx, "Watch", prefix); err != nil {
 		return nil, err
 	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if fromRev < 0 {
 		return nil, errorf(storev1.Code_CODE_INVALID, prefix, "watch from revision %d", fromRev)
 	}
