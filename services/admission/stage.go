@@ -52,22 +52,9 @@ func NewStage(env stage.Env, cfg Config) (*Stage, error) {
 
 // Start runs the informers and waits for their first list.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
-	g.Go(func() error { return canceledOK(s.namespaces.Run(ctx)) })
-	g.Go(func() error { return canceledOK(s.limits.Run(ctx)) })
-	g.Go(func() error { return canceledOK(s.sidecars.Run(ctx)) })
-	for _, w := range []func(context.Context) error{s.namespaces.WaitForSync, s.limits.WaitForSync, s.sidecars.WaitForSync} {
-		if err := w(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func canceledOK(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+	var infs informer.Group
+	infs.Add(s.namespaces, s.limits, s.sidecars)
+	return infs.Start(ctx, g)
 }
 
 // Handle admits one PodAuthorized.
@@ -103,7 +90,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		return stage.Reply(s.env, in.GetReplyTo(), stage.Success(201, "pods", res.Pod.GetMetadata().GetName()), res.Pod)
 	}
 	next := d.Next(&eventsv1.PodAdmitted{Pod: res.Pod, User: in.GetUser(), ReplyTo: in.GetReplyTo(), Mutations: res.Mutations})
-	_, err = s.env.Bus.Publish(ctx, next)
+	err = s.env.Pub.Publish(ctx, next)
 	return err
 }
 

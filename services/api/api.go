@@ -117,35 +117,8 @@ func New(env stage.Env, cfg Config) (*Stage, error) {
 // Start feeds the RBAC and token caches from the store and serves the
 // request-reply subjects; it returns once the caches are synced.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
-	var syncs []func(context.Context) error
-	rbacHandlers := func() (func(proto.Message), func(proto.Message)) {
-		return func(o proto.Message) { _ = s.rbac.Upsert(o) }, func(o proto.Message) { _ = s.rbac.Delete(o) }
-	}
-	up, del := rbacHandlers()
-	if err := watch[*corev1.Role](ctx, g, s.env.Store, up, del, &syncs); err != nil {
+	if err := s.startCaches(ctx, g); err != nil {
 		return err
-	}
-	if err := watch[*corev1.ClusterRole](ctx, g, s.env.Store, up, del, &syncs); err != nil {
-		return err
-	}
-	if err := watch[*corev1.RoleBinding](ctx, g, s.env.Store, up, del, &syncs); err != nil {
-		return err
-	}
-	if err := watch[*corev1.ClusterRoleBinding](ctx, g, s.env.Store, up, del, &syncs); err != nil {
-		return err
-	}
-	if err := watch[*corev1.Secret](ctx, g, s.env.Store,
-		func(o proto.Message) { s.authn.UpsertSecret(o.(*corev1.Secret)) },
-		func(o proto.Message) {
-			sec := o.(*corev1.Secret)
-			s.authn.DeleteSecret(sec.GetMetadata().GetNamespace(), sec.GetMetadata().GetName())
-		}, &syncs); err != nil {
-		return err
-	}
-	for _, sync := range syncs {
-		if err := sync(ctx); err != nil {
-			return err
-		}
 	}
 	if err := s.serve(ctx, g, pipeline.CreatePodSubject, s.onCreatePod); err != nil {
 		return err
@@ -159,8 +132,31 @@ func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	return nil
 }
 
-// watch runs an informer for T feeding up/del, owned by g.
-func watch[T objects.Object](ctx context.Context, g *errgroup.Group, st *objects.Store, up, del func(proto.Message), syncs *[]func(context.Context) error) error {
+// startCaches runs the informers feeding the RBAC and token caches and
+// returns once they are synced.
+func (s *Stage) startCaches(ctx context.Context, g *errgroup.Group) error {
+	var infs informer.Group
+	up := func(o proto.Message) { _ = s.rbac.Upsert(o) }
+	del := func(o proto.Message) { _ = s.rbac.Delete(o) }
+	secretUp := func(o proto.Message) { s.authn.UpsertSecret(o.(*corev1.Secret)) }
+	secretDel := func(o proto.Message) {
+		md := o.(*corev1.Secret).GetMetadata()
+		s.authn.DeleteSecret(md.GetNamespace(), md.GetName())
+	}
+	if err := errors.Join(
+		feed[*corev1.Role](&infs, s.env.Store, up, del),
+		feed[*corev1.ClusterRole](&infs, s.env.Store, up, del),
+		feed[*corev1.RoleBinding](&infs, s.env.Store, up, del),
+		feed[*corev1.ClusterRoleBinding](&infs, s.env.Store, up, del),
+		feed[*corev1.Secret](&infs, s.env.Store, secretUp, secretDel),
+	); err != nil {
+		return err
+	}
+	return infs.Start(ctx, g)
+}
+
+// feed adds to infs an informer for T feeding up/del.
+func feed[T objects.Object](infs *informer.Group, st *objects.Store, up, del func(proto.Message)) error {
 	inf, err := informer.New[T](st, "", informer.Handlers[T]{
 		OnAdd:    func(o T) { up(o) },
 		OnUpdate: func(_, o T) { up(o) },
@@ -169,23 +165,15 @@ func watch[T objects.Object](ctx context.Context, g *errgroup.Group, st *objects
 	if err != nil {
 		return err
 	}
-	g.Go(func() error { return ignoreCanceled(inf.Run(ctx)) })
-	*syncs = append(*syncs, inf.WaitForSync)
+	infs.Add(inf)
 	return nil
-}
-
-func ignoreCanceled(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
 }
 
 // serve answers requests on subject with cfg.Workers goroutines of a queue
 // group shared by every api replica.
 func (s *Stage) serve(ctx context.Context, g *errgroup.Group, subject string, h func(context.Context, *nats.Msg)) error {
 	ch := make(chan *nats.Msg, 4*s.cfg.Workers)
-	sub, err := s.env.Bus.NATS().ChanQueueSubscribe(subject, pipeline.API, ch)
+	sub, err := s.env.NATS.ChanQueueSubscribe(subject, pipeline.API, ch)
 	if err != nil {
 		return fmt.Errorf("api: subscribe %q: %w", subject, err)
 	}
@@ -234,7 +222,7 @@ func (s *Stage) onCreatePod(ctx context.Context, m *nats.Msg) {
 		Payload:     &eventsv1.Envelope_PodRequested{PodRequested: req},
 	}
 	env.Namespace = podrules.NamespaceOrDefault(env.Namespace)
-	if _, err := s.env.Bus.Publish(ctx, env); err != nil {
+	if err := s.env.Pub.Publish(ctx, env); err != nil {
 		s.reply(m, stage.Failure(503, "ServiceUnavailable", "pods", env.PodName, "publish PodRequested: %v", err), nil)
 	}
 }
@@ -268,7 +256,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		return stage.Reject(ctx, s.env, d, st, req.GetReplyTo())
 	}
 	next := d.Next(&eventsv1.PodAuthorized{Pod: pod, User: user, ReplyTo: req.GetReplyTo(), DryRun: req.GetDryRun()})
-	_, err := s.env.Bus.Publish(ctx, next)
+	err := s.env.Pub.Publish(ctx, next)
 	return err
 }
 
@@ -358,7 +346,7 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 // apply creates obj, or replaces it when it exists and createOnly is false.
 func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object, attrs auth.Attributes, createOnly bool) (*corev1.Status, proto.Message) {
 	md := obj.GetMetadata()
-	existing, err := s.env.Store.Client().Get(ctx, kind.Key(md.GetNamespace(), md.GetName()))
+	existing, err := s.env.Store.GetKind(ctx, kind, md.GetNamespace(), md.GetName())
 	exists := err == nil
 	if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
 		return stage.Internal(err), nil
@@ -375,11 +363,9 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	}
 	now := timestamppb.Now()
 	if exists {
-		prev := kind.New()
-		if err := objects.Decode(existing, prev); err == nil {
-			md.Uid, md.CreationTimestamp = prev.GetMetadata().GetUid(), prev.GetMetadata().GetCreationTimestamp()
-			md.Generation = prev.GetMetadata().GetGeneration() + 1
-		}
+		prev := existing.GetMetadata()
+		md.Uid, md.CreationTimestamp = prev.GetUid(), prev.GetCreationTimestamp()
+		md.Generation = prev.GetGeneration() + 1
 	} else {
 		md.Uid, md.CreationTimestamp, md.Generation = uuid.NewString(), now, 1
 	}
@@ -387,7 +373,7 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		fillServiceAccountToken(sec)
 	}
 	if exists {
-		objects.SetRevision(obj, existing.ModRevision)
+		objects.SetRevision(obj, objects.Revision(existing))
 		_, err = s.env.Store.Update(ctx, obj)
 	} else {
 		_, err = s.env.Store.Create(ctx, obj)
@@ -474,6 +460,6 @@ func RequestDeletion(ctx context.Context, env stage.Env, pod *corev1.Pod) error 
 			GracePeriodSeconds: md.DeletionGracePeriodSeconds,
 		}}
 	}
-	_, err := env.Bus.Publish(ctx, base)
+	err := env.Pub.Publish(ctx, base)
 	return err
 }

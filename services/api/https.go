@@ -37,7 +37,7 @@ var _ apiserver.Backend = (*Stage)(nil)
 // startHTTPS runs the HTTPS server and the reply mux its pod creations
 // wait on, both owned by g and stopped by ctx.
 func (s *Stage) startHTTPS(ctx context.Context, g *errgroup.Group) error {
-	mux, err := newReplyMux(s.env.Bus.NATS())
+	mux, err := newReplyMux(s.env.NATS)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func (s *Stage) CreatePod(ctx context.Context, user *corev1.UserInfo, pod *corev
 		Traceparent: bus.NewTraceparent(),
 		Payload:     &eventsv1.Envelope_PodAuthorized{PodAuthorized: &eventsv1.PodAuthorized{Pod: pod, User: user, ReplyTo: inbox, DryRun: dryRun}},
 	}
-	if _, err := s.env.Bus.Publish(ctx, env); err != nil {
+	if err := s.env.Pub.Publish(ctx, env); err != nil {
 		return stage.Failure(503, "ServiceUnavailable", "pods", md.Name, "publish PodAuthorized: %v", err), nil
 	}
 	select {

@@ -20,7 +20,7 @@ func (s *Stage) PodLogs(ctx context.Context, pod *corev1.Pod, container string, 
 	if node == "" {
 		return nil, stage.Failure(400, eventsv1.ReasonBadRequest, "pods", name, "pod %q has no node yet: no logs", name)
 	}
-	cri, err := nodelogs.Fetch(ctx, s.env.Bus.NATS(), node, nodelogs.Request{
+	cri, err := nodelogs.Fetch(ctx, s.env.NATS, node, nodelogs.Request{
 		Namespace: pod.GetMetadata().GetNamespace(), Pod: name, Container: container, Previous: previous,
 	})
 	switch {

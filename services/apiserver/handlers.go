@@ -125,7 +125,7 @@ func storeStatus(err error, res *resource, name string) *corev1.Status {
 }
 
 func (s *Server) read(ctx context.Context, res *resource, ns, name string) (objects.Object, *corev1.Status) {
-	kv, err := s.store.Client().Get(ctx, res.store.Key(ns, name))
+	kv, err := s.store.KV().Get(ctx, res.store.Key(ns, name))
 	if err != nil {
 		return nil, storeStatus(err, res, name)
 	}
@@ -293,7 +293,7 @@ func (s *Server) list(ctx context.Context, w http.ResponseWriter, r *http.Reques
 // listKube reads the objects of a list (a linearizable read: never older
 // than any write acknowledged before it) and their Kubernetes forms.
 func (s *Server) listKube(ctx context.Context, req *request, sel *selector) ([]kubeItem, int64, *corev1.Status) {
-	kvs, rev, err := s.store.Client().List(ctx, req.res.store.Prefix(req.namespace))
+	kvs, rev, err := s.store.KV().List(ctx, req.res.store.Prefix(req.namespace))
 	if err != nil {
 		return nil, 0, storeStatus(err, req.res, "")
 	}

@@ -134,7 +134,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 	if flusher != nil {
 		flusher.Flush()
 	}
-	wt, err := s.store.Client().Watch(ctx, req.res.store.Prefix(req.namespace), from)
+	wt, err := s.store.KV().Watch(ctx, req.res.store.Prefix(req.namespace), from)
 	if err != nil {
 		if errors.Is(err, raftstore.ErrGone) {
 			sendStatus(gone(from, err))

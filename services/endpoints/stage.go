@@ -49,13 +49,9 @@ func NewStage(env stage.Env) (*Stage, error) {
 
 // Start runs the Service informer.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
-	g.Go(func() error {
-		if err := s.services.Run(ctx); !errors.Is(err, context.Canceled) {
-			return err
-		}
-		return nil
-	})
-	return s.services.WaitForSync(ctx)
+	var infs informer.Group
+	infs.Add(s.services)
+	return infs.Start(ctx, g)
 }
 
 // Handle reacts to a pod becoming Ready, NotReady, or deleted.
@@ -203,6 +199,6 @@ func (s *Stage) announce(ctx context.Context, d *bus.Delivery, svc *corev1.Servi
 		Service: svc.GetMetadata().GetName(), Slice: after.GetMetadata().GetName(), ReadyEndpoints: int32(ready), Added: is,
 	})
 	next.Generation = after.GetMetadata().GetGeneration()
-	_, err := s.env.Bus.Publish(ctx, next)
+	err := s.env.Pub.Publish(ctx, next)
 	return err
 }

@@ -38,7 +38,7 @@ func (r *Recorder) Record(ctx context.Context, involved *corev1.ObjectReference,
 		if err != nil || !ok {
 			return err
 		}
-		_, err = r.Store.Client().Txn(ctx, raftstore.Txn{Compares: []raftstore.Compare{w.Compare}, Ops: []raftstore.Op{w.Op}})
+		_, err = r.Store.Commit(ctx, w.Add(objects.Txn{}))
 		if errors.Is(err, raftstore.ErrConflict) {
 			continue // created or counted concurrently: count on top of it
 		}
@@ -49,12 +49,17 @@ func (r *Recorder) Record(ctx context.Context, involved *corev1.ObjectReference,
 	}
 }
 
-// Write is one Event write, to put in a store transaction: the compare
-// guards against a concurrent writer (retry the transaction on conflict).
+// Write is one Event write, to put in a store transaction: the Event and
+// the revision it must still be stored at (objects.Absent for a new one),
+// which guards against a concurrent writer (retry the transaction on
+// conflict).
 type Write struct {
-	Compare raftstore.Compare
-	Op      raftstore.Op
+	Event    *corev1.Event
+	Revision int64
 }
+
+// Add adds the write to t: the compare and the put.
+func (w Write) Add(t objects.Txn) objects.Txn { return t.Compare(w.Event, w.Revision).Put(w.Event) }
 
 // Prepare reads the Event aggregating this occurrence and returns the
 // write that records it: a new Event, or the existing one counted once
@@ -68,12 +73,11 @@ func (r *Recorder) Prepare(ctx context.Context, involved *corev1.ObjectReference
 	ts := timestamppb.New(now())
 	fresh := podrules.NewEvent(involved, typ, reason, message, r.Component, r.Instance, ts)
 	ns, name := fresh.GetMetadata().GetNamespace(), fresh.GetMetadata().GetName()
-	key := objects.Events.Key(ns, name)
 	ev, err := objects.Get[*corev1.Event](ctx, r.Store, ns, name)
 	switch {
 	case errors.Is(err, raftstore.ErrNotFound):
 		ev = fresh
-		w.Compare = raftstore.Compare{Key: key, ModRevision: 0}
+		w.Revision = objects.Absent
 	case err != nil:
 		return w, false, fmt.Errorf("record event %s for %s %q: %w", reason, involved.GetKind(), involved.GetName(), err)
 	default:
@@ -82,13 +86,9 @@ func (r *Recorder) Prepare(ctx context.Context, involved *corev1.ObjectReference
 		}
 		ev.Count++
 		ev.LastTimestamp = ts
-		w.Compare = raftstore.Compare{Key: key, ModRevision: objects.Revision(ev)}
+		w.Revision = objects.Revision(ev)
 	}
 	podrules.SetEventCause(ev, causeID)
-	b, err := objects.Encode(ev)
-	if err != nil {
-		return w, false, err
-	}
-	w.Op = raftstore.Op{Type: raftstore.OpPut, Key: key, Value: b}
+	w.Event = ev
 	return w, true, nil
 }

@@ -1,27 +1,3 @@
-// Package informer keeps an in-memory copy of one kind of object from the
-// store, fed by a list and then an ordered watch from the list's revision —
-// Kubernetes' informer pattern over raftstore. When the watch falls behind
-// compaction (raftstore.ErrGone) it relists and replays the difference, so
-// the cache never misses a change and never travels back in time.
-//
-// The caller:
-//  1. creates an Informer with New, optionally with handlers,
-//  2. runs Run in a goroutine it owns (Run returns when ctx is done),
-//  3. waits for WaitForSync before trusting Get and List,
-//  4. treats returned objects as read-only (they are shared).
-//
-// A stage with several informers adds them to one Group and starts them
-// with one call, which returns once every cache is synced:
-//
-//	var infs informer.Group
-//	nodes, err := informer.New[*corev1.Node](env.Store, "", informer.Handlers[*corev1.Node]{})
-//	...
-//	infs.Add(nodes, pods)
-//	// in Start(ctx, g):
-//	if err := infs.Start(ctx, g); err != nil { ... }
-//
-// Handlers are called from Run's goroutine, in revision order; a slow
-// handler delays the cache, so hand heavy work to a queue.
 package informer
 
 import (

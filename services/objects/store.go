@@ -88,17 +88,27 @@ func SetRevision(obj Object, rev int64) {
 // Get reads ns/name of kind into a new object.
 func Get[T Object](ctx context.Context, s *Store, ns, name string, opts ...raftstore.ReadOption) (T, error) {
 	var zero T
-	obj := zero.ProtoReflect().New().Interface().(T)
-	k, err := KindOf(obj)
+	k, err := KindOf(zero.ProtoReflect().New().Interface())
 	if err != nil {
 		return zero, err
 	}
+	obj, err := s.GetKind(ctx, k, ns, name, opts...)
+	if err != nil {
+		return zero, err
+	}
+	return obj.(T), nil
+}
+
+// GetKind reads ns/name of kind k, for callers that know the kind only at
+// run time (the api stage's object requests).
+func (s *Store) GetKind(ctx context.Context, k Kind, ns, name string, opts ...raftstore.ReadOption) (Object, error) {
 	kv, err := s.kv.Get(ctx, k.Key(ns, name), opts...)
 	if err != nil {
-		return zero, fmt.Errorf("get %s %q: %w", k.Resource, nsName(ns, name), err)
+		return nil, fmt.Errorf("get %s %q: %w", k.Resource, nsName(ns, name), err)
 	}
+	obj := k.New()
 	if err := Decode(kv, obj); err != nil {
-		return zero, err
+		return nil, err
 	}
 	return obj, nil
 }

@@ -81,7 +81,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	next := d.Next(&eventsv1.PodPersisted{Pod: pod, Revision: objects.Revision(pod)})
 	next.PodUid, next.Generation = md.Uid, 1
-	if _, err := s.env.Bus.Publish(ctx, next); err != nil {
+	if err := s.env.Pub.Publish(ctx, next); err != nil {
 		return err
 	}
 	return stage.Reply(s.env, in.GetReplyTo(), stage.Success(201, "pods", md.GetName()), pod)

@@ -208,42 +208,20 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	if !changed {
 		next = proto.CloneOf(next) // shared with the informer; its revision is set below
 	}
-	podBytes, err := objects.Encode(boundPod(req.pod, req.node))
-	if err != nil {
-		return 0, 0, err
-	}
-	allocBytes, err := objects.Encode(next)
-	if err != nil {
-		return 0, 0, err
-	}
-	ev := s.scheduledEvent(req.pod, req.node, req.causeID)
-	evBytes, err := objects.Encode(ev)
-	if err != nil {
-		return 0, 0, err
-	}
-	md := req.pod.GetMetadata()
-	podKey := objects.Pods.Key(md.GetNamespace(), md.GetName())
-	allocKey := objects.NodeAllocations.Key("", req.node)
-	rev, err := s.env.Store.Client().Txn(ctx, raftstore.Txn{
-		Compares: []raftstore.Compare{
-			{Key: podKey, ModRevision: objects.Revision(req.pod)},
-			{Key: allocKey, ModRevision: allocRev},
-		},
-		Ops: []raftstore.Op{
-			{Type: raftstore.OpPut, Key: podKey, Value: podBytes},
-			{Type: raftstore.OpPut, Key: allocKey, Value: allocBytes},
-			// The Scheduled Event is named after the pod's uid and node,
-			// so it is written once per pod: a put needs no read.
-			{Type: raftstore.OpPut, Key: objects.Events.Key(ev.GetMetadata().GetNamespace(), ev.GetMetadata().GetName()), Value: evBytes},
-		},
-	})
-	var rerr *raftstore.Error
+	txn := objects.Txn{}.
+		Unchanged(req.pod).      // still the unbound revision the decision saw
+		Compare(next, allocRev). // still the allocation the fit was checked against
+		Put(boundPod(req.pod, req.node)).
+		Put(next).
+		// The Scheduled Event is named after the pod's uid and node,
+		// so it is written once per pod: a put needs no read.
+		Put(s.scheduledEvent(req.pod, req.node, req.causeID))
+	rev, err := s.env.Store.Commit(ctx, txn)
 	switch {
 	case err == nil:
-		objects.SetRevision(next, rev)
-		s.known.learn(next)
+		s.known.learn(next) // Commit set its revision
 		return rev, bound, nil
-	case errors.As(err, &rerr) && errors.Is(err, raftstore.ErrConflict) && rerr.Key == allocKey:
+	case objects.ConflictOn(err, next):
 		return 0, nodeStale, nil
 	case errors.Is(err, raftstore.ErrConflict):
 		return 0, podStale, nil

@@ -228,18 +228,10 @@ func readyStatus(n *corev1.Node) string {
 // Start runs the informers, waits for their first lists, and starts the
 // retry loop of unschedulable pods.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
-	for _, run := range []func(context.Context) error{s.nodes.Run, s.pods.Run, s.allocs.Run} {
-		g.Go(func() error {
-			if err := run(ctx); !errors.Is(err, context.Canceled) {
-				return err
-			}
-			return nil
-		})
-	}
-	for _, w := range []func(context.Context) error{s.nodes.WaitForSync, s.pods.WaitForSync, s.allocs.WaitForSync} {
-		if err := w(ctx); err != nil {
-			return err
-		}
+	var infs informer.Group
+	infs.Add(s.nodes, s.pods, s.allocs)
+	if err := infs.Start(ctx, g); err != nil {
+		return err
 	}
 	s.podRev.advance(s.pods.Revision())
 	g.Go(func() error { s.retryLoop(ctx); return nil })
@@ -325,7 +317,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			// make sure the node heard of it. Same event id: deduplicated.
 			// The Scheduled Event was written with the bind.
 			s.forget(uid)
-			_, err := s.env.Bus.Publish(ctx, s.scheduledEnvelope(d, pod, node, &eventsv1.PodScheduled{NodeName: node}))
+			err := s.env.Pub.Publish(ctx, s.scheduledEnvelope(d, pod, node, &eventsv1.PodScheduled{NodeName: node}))
 			return err
 		}
 
@@ -379,7 +371,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			if d != nil {
 				next.HandledEnd = timestamppb.Now()
 			}
-			_, err := s.env.Bus.Publish(ctx, next)
+			err := s.env.Pub.Publish(ctx, next)
 			return err
 		case podStale:
 			conflicts++
@@ -483,7 +475,7 @@ func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.
 	} else if next, err = stage.PodEvent(s.env, pod, attempts, payload); err != nil {
 		return err
 	}
-	if _, err := s.env.Bus.Publish(ctx, next); err != nil {
+	if err := s.env.Pub.Publish(ctx, next); err != nil {
 		return err
 	}
 	return s.rec.Record(ctx, podrules.PodRef(pod), podrules.EventWarning, eventsv1.ReasonFailedScheduling, msg, next.GetId())

@@ -1,19 +1,3 @@
-// Package stage runs one replica of a podflow lifecycle stage: a Handler
-// over the stage's durable consumer (bus.Runner), plus the level-triggered
-// half — a Reconcile at start and every ResyncPeriod — and whatever
-// background work the stage starts (informers). A stage never calls
-// another stage: it reads the store, writes the store, and publishes the
-// next event.
-//
-// A stage implementation:
-//  1. implements Handle; it must be idempotent (any event handled twice
-//     leaves the same state) and return only once its side effects are
-//     durable (store write acknowledged, next event PubAcked) — the runner
-//     acks after it returns nil;
-//  2. returns bus.Permanent(err) for an event that can never succeed (it
-//     is dead-lettered), any other error to retry with backoff;
-//  3. optionally implements Starter (background goroutines, run under the
-//     errgroup it is given, stopped by ctx) and Reconciler.
 package stage
 
 import (
@@ -47,10 +31,7 @@ type Env struct {
 	Store *objects.Store
 	// NATS is core NATS, for a stage that serves request-reply subjects or
 	// asks nodes (api); only its Start uses it, and it is nil in unit tests.
-	NATS *nats.Conn
-	// Bus is the concrete connection. Deprecated: transitional, stages move
-	// to Pub.
-	Bus     *bus.Conn
+	NATS    *nats.Conn
 	Stage   string
 	Replica string
 	Log     *slog.Logger
@@ -59,7 +40,7 @@ type Env struct {
 // NewEnv returns the Env of a stage replica on a bus connection and a
 // store.
 func NewEnv(c *bus.Conn, st *objects.Store, stage, replica string, log *slog.Logger) Env {
-	return Env{Pub: NewPublisher(c), NATS: c.NATS(), Bus: c, Store: st, Stage: stage, Replica: replica, Log: log}
+	return Env{Pub: NewPublisher(c), NATS: c.NATS(), Store: st, Stage: stage, Replica: replica, Log: log}
 }
 
 // Handler handles one delivery of the stage's input events.
@@ -187,7 +168,7 @@ func reconcileLoop(ctx context.Context, r Reconciler, period time.Duration, log 
 // the stream (the flight recorder), then st as the answer to replyTo. The
 // api, admission and persistence stages all end a request this way.
 func Reject(ctx context.Context, env Env, d *bus.Delivery, st *corev1.Status, replyTo string) error {
-	if _, err := env.Bus.Publish(ctx, d.Next(&eventsv1.PodRejected{Status: st, ReplyTo: replyTo})); err != nil {
+	if err := env.Pub.Publish(ctx, d.Next(&eventsv1.PodRejected{Status: st, ReplyTo: replyTo})); err != nil {
 		return err
 	}
 	return Reply(env, replyTo, st, nil)

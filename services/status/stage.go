@@ -91,13 +91,9 @@ func NewStage(env stage.Env, cfg Config) (*Stage, error) {
 
 // Start runs the node informer.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
-	g.Go(func() error {
-		if err := s.nodes.Run(ctx); !errors.Is(err, context.Canceled) {
-			return err
-		}
-		return nil
-	})
-	return s.nodes.WaitForSync(ctx)
+	var infs informer.Group
+	infs.Add(s.nodes)
+	return infs.Start(ctx, g)
 }
 
 // Handle applies one node report.
@@ -134,15 +130,9 @@ func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
 		}
 		// The status and the report's Events go in one transaction: one
 		// raft write per report, and never the one without the other.
-		var txn raftstore.Txn
-		key := objects.Pods.Key(ns, name)
+		var txn objects.Txn
 		if ApplyReport(pod, env.GetNodeName(), rep) {
-			b, err := objects.Encode(pod)
-			if err != nil {
-				return err
-			}
-			txn.Compares = append(txn.Compares, raftstore.Compare{Key: key, ModRevision: objects.Revision(pod)})
-			txn.Ops = append(txn.Ops, raftstore.Op{Type: raftstore.OpPut, Key: key, Value: b})
+			txn = txn.Unchanged(pod).Put(pod)
 		}
 		ref := podrules.PodRef(pod)
 		seen := map[string]bool{}
@@ -151,17 +141,16 @@ func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
 			if err != nil {
 				return err
 			}
-			if !ok || seen[w.Op.Key] {
+			if !ok || seen[w.Event.GetMetadata().GetName()] {
 				continue // counted already, or the same occurrence twice in one report
 			}
-			seen[w.Op.Key] = true
-			txn.Compares = append(txn.Compares, w.Compare)
-			txn.Ops = append(txn.Ops, w.Op)
+			seen[w.Event.GetMetadata().GetName()] = true
+			txn = w.Add(txn)
 		}
-		if len(txn.Ops) == 0 {
+		if txn.Empty() {
 			return nil
 		}
-		_, err = s.env.Store.Client().Txn(ctx, txn)
+		_, err = s.env.Store.Commit(ctx, txn)
 		if errors.Is(err, raftstore.ErrConflict) {
 			continue
 		}
@@ -183,29 +172,20 @@ func (s *Stage) finalizeDeletion(ctx context.Context, ns, name, uid string) erro
 		if pod.GetMetadata().GetUid() != uid {
 			return nil // a new pod of the same name
 		}
-		txn := raftstore.Txn{
-			Compares: []raftstore.Compare{{Key: objects.Pods.Key(ns, name), ModRevision: objects.Revision(pod)}},
-			Ops:      []raftstore.Op{{Type: raftstore.OpDelete, Key: objects.Pods.Key(ns, name)}},
-		}
+		txn := objects.Txn{}.Unchanged(pod).Delete(pod)
 		if node := pod.GetSpec().GetNodeName(); node != "" {
 			alloc, err := objects.Get[*corev1.NodeAllocation](ctx, s.env.Store, "", node)
 			switch {
 			case err == nil:
 				if _, held := alloc.GetPods()[uid]; held {
 					delete(alloc.Pods, uid)
-					b, err := objects.Encode(alloc)
-					if err != nil {
-						return err
-					}
-					key := objects.NodeAllocations.Key("", node)
-					txn.Compares = append(txn.Compares, raftstore.Compare{Key: key, ModRevision: objects.Revision(alloc)})
-					txn.Ops = append(txn.Ops, raftstore.Op{Type: raftstore.OpPut, Key: key, Value: b})
+					txn = txn.Unchanged(alloc).Put(alloc)
 				}
 			case !errors.Is(err, raftstore.ErrNotFound):
 				return err
 			}
 		}
-		_, err = s.env.Store.Client().Txn(ctx, txn)
+		_, err = s.env.Store.Commit(ctx, txn)
 		if errors.Is(err, raftstore.ErrConflict) {
 			continue
 		}
