@@ -5,6 +5,7 @@
 //
 //	env, pub, kv := stagetest.NewEnv("persistence")
 //	s := persistence.New(env)
+//	stagetest.Start(t, s.Start) // for a stage with informers
 //	err := s.Handle(ctx, stagetest.Deliver(env, &eventsv1.Envelope{...}))
 //	// pub.Events(), pub.Replies(), objects.Get(ctx, env.Store, ...)
 package stagetest
@@ -14,7 +15,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -129,6 +133,24 @@ func NewEnv(name string) (stage.Env, *Publisher, *objectstest.KV) {
 		Log: slog.New(slog.DiscardHandler),
 	}
 	return env, pub, kv
+}
+
+// Start runs start (a stage's Start, or part of it) under an errgroup
+// that the end of the test cancels and waits for, failing the test if
+// start fails or the group ends with an error.
+func Start(t testing.TB, start func(ctx context.Context, g *errgroup.Group) error) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	g, gctx := errgroup.WithContext(ctx)
+	t.Cleanup(func() {
+		stop()
+		if err := g.Wait(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := start(gctx, g); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Deliver returns e as the runner hands it to env's stage: first

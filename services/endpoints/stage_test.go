@@ -1,0 +1,218 @@
+package endpoints
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/objects/objectstest"
+	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stage/stagetest"
+)
+
+type fixture struct {
+	s   *Stage
+	env stage.Env
+	pub *stagetest.Publisher
+	kv  *objectstest.KV
+}
+
+// newFixture stores objs and starts an endpoints stage over the fakes.
+func newFixture(t *testing.T, objs ...objects.Object) *fixture {
+	t.Helper()
+	env, pub, kv := stagetest.NewEnv("endpoints")
+	ctx := context.Background()
+	for _, o := range objs {
+		if _, err := env.Store.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := NewStage(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stagetest.Start(t, s.Start)
+	return &fixture{s: s, env: env, pub: pub, kv: kv}
+}
+
+// reported marks pod's status as applied up to seq, as the status stage
+// does when it writes a node's report.
+func reported(p *corev1.Pod, seq int64) *corev1.Pod {
+	podrules.SetAppliedSeq(p, seq)
+	return p
+}
+
+func podEvent(env stage.Env, typ eventsv1.Type, p *corev1.Pod, gen int64) *eventsv1.Envelope {
+	e := &eventsv1.Envelope{
+		PodUid: p.GetMetadata().GetUid(), Namespace: p.GetMetadata().GetNamespace(), PodName: p.GetMetadata().GetName(),
+		NodeName: p.GetSpec().GetNodeName(), Generation: gen,
+	}
+	switch typ {
+	case "PodReady":
+		e.Payload = &eventsv1.Envelope_PodReady{PodReady: &eventsv1.PodReady{}}
+	case "PodNotReady":
+		e.Payload = &eventsv1.Envelope_PodNotReady{PodNotReady: &eventsv1.PodNotReady{}}
+	case "PodDeleted":
+		e.Payload = &eventsv1.Envelope_PodDeleted{PodDeleted: &eventsv1.PodDeleted{}}
+	}
+	return e
+}
+
+func slice(t *testing.T, f *fixture) *corev1.EndpointSlice {
+	t.Helper()
+	sl, err := objects.Get[*corev1.EndpointSlice](context.Background(), f.env.Store, "default", SliceName("web"))
+	if err != nil {
+		t.Fatalf("slice: %v", err)
+	}
+	return sl
+}
+
+// TestHandleReadyPods: a PodReady puts the Service's slice in the store
+// with the Ready pods its selector matches, and announces the pod joining
+// it; a PodNotReady takes it out again; a redelivery changes nothing.
+func TestHandleReadyPods(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	http := &corev1.ContainerPort{Name: "http", ContainerPort: 8080}
+	port := &corev1.ServicePort{Port: 80, TargetPort: &corev1.IntOrString{Value: &corev1.IntOrString_StrVal{StrVal: "http"}}}
+	a := reported(pod("a", "10.0.0.1", app, true, http), 3)
+	b := reported(pod("b", "10.0.0.2", app, false, http), 1)
+	c := reported(pod("c", "10.0.0.3", map[string]string{"app": "db"}, true, http), 1)
+	f := newFixture(t, svc(app, port), a, b, c)
+	ctx := context.Background()
+
+	ready := stagetest.Deliver(f.env, podEvent(f.env, "PodReady", a, 3))
+	if err := f.s.Handle(ctx, ready); err != nil {
+		t.Fatal(err)
+	}
+	sl := slice(t, f)
+	if got := addrs(sl); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Errorf("slice addresses %v, want only the Ready, selected pod a", got)
+	}
+	if len(sl.GetPorts()) != 1 || sl.GetPorts()[0].GetPort() != 8080 {
+		t.Errorf("slice ports %v, want the named targetPort resolved to 8080", sl.GetPorts())
+	}
+	if sl.GetMetadata().GetLabels()[LabelServiceName] != "web" || sl.GetMetadata().GetLabels()[LabelManagedBy] != ManagedBy {
+		t.Errorf("slice labels %v", sl.GetMetadata().GetLabels())
+	}
+	evs := f.pub.Events()
+	if len(evs) != 1 || !evs[0].GetEndpointsUpdated().GetAdded() || evs[0].GetEndpointsUpdated().GetReadyEndpoints() != 1 || evs[0].GetPodUid() != "a-uid" {
+		t.Fatalf("published %v, want EndpointsUpdated: a added, 1 ready", evs)
+	}
+	if evs[0].GetGeneration() != sl.GetMetadata().GetGeneration() {
+		t.Errorf("EndpointsUpdated generation %d, want the slice's %d", evs[0].GetGeneration(), sl.GetMetadata().GetGeneration())
+	}
+
+	rev := f.kv.Revision()
+	if err := f.s.Handle(ctx, ready); err != nil {
+		t.Fatal(err)
+	}
+	if f.kv.Revision() != rev || len(f.pub.Events()) != 1 {
+		t.Error("a redelivered PodReady wrote or announced again")
+	}
+
+	// a turns NotReady.
+	stored, _ := objects.Get[*corev1.Pod](ctx, f.env.Store, "default", "a")
+	stored.Status.Conditions[0].Status = "False"
+	reported(stored, 4)
+	if _, err := f.env.Store.Update(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.Handle(ctx, stagetest.Deliver(f.env, podEvent(f.env, "PodNotReady", a, 4))); err != nil {
+		t.Fatal(err)
+	}
+	after := slice(t, f)
+	if got := addrs(after); len(got) != 0 {
+		t.Errorf("slice addresses %v after a is NotReady, want none", got)
+	}
+	if after.GetMetadata().GetGeneration() != sl.GetMetadata().GetGeneration()+1 || after.GetMetadata().GetUid() != sl.GetMetadata().GetUid() {
+		t.Errorf("updated slice generation %d uid %q, want %d and the same uid", after.GetMetadata().GetGeneration(), after.GetMetadata().GetUid(), sl.GetMetadata().GetGeneration()+1)
+	}
+	if evs := f.pub.Events(); len(evs) != 2 || evs[1].GetEndpointsUpdated().GetAdded() {
+		t.Errorf("published %v, want a second EndpointsUpdated removing a", f.pub.Types())
+	}
+}
+
+// TestHandleStoreBehind: an event about a state the store does not show
+// yet is retried (ErrStoreBehind), leaving the slice alone.
+func TestHandleStoreBehind(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	a := reported(pod("a", "10.0.0.1", app, true, nil), 2)
+	f := newFixture(t, svc(app, &corev1.ServicePort{Port: 80}), a)
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		ev   *eventsv1.Envelope
+	}{
+		{"PodReady newer than the applied status", podEvent(f.env, "PodReady", a, 3)},
+		{"PodDeleted of a pod still stored", podEvent(f.env, "PodDeleted", a, 3)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := f.s.Handle(ctx, stagetest.Deliver(f.env, tt.ev)); !errors.Is(err, ErrStoreBehind) {
+				t.Errorf("Handle = %v, want ErrStoreBehind", err)
+			}
+			if _, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", "web"); !errors.Is(err, raftstore.ErrNotFound) {
+				t.Errorf("a slice was written: %v", err)
+			}
+		})
+	}
+}
+
+// TestSyncRetriesConflicts: a concurrent writer of the slice between the
+// read and the write makes the sync reread and write on top of it.
+func TestSyncRetriesConflicts(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	a := reported(pod("a", "10.0.0.1", app, true, nil), 1)
+	f := newFixture(t, svc(app, &corev1.ServicePort{Port: 80}), a)
+	ctx := context.Background()
+	raced := 0
+	f.kv.Hook(func(method, key string) error {
+		if method == "Create" && key == objects.EndpointSlices.Key("default", "web") && raced == 0 {
+			raced++
+			_, err := f.env.Store.Create(ctx, &corev1.EndpointSlice{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web", Uid: "racer"}})
+			return err
+		}
+		return nil
+	})
+	if err := f.s.Handle(ctx, stagetest.Deliver(f.env, podEvent(f.env, "PodReady", a, 1))); err != nil {
+		t.Fatal(err)
+	}
+	sl := slice(t, f)
+	if got := addrs(sl); !slices.Equal(got, []string{"10.0.0.1"}) || sl.GetMetadata().GetUid() != "racer" {
+		t.Errorf("slice %v uid %q, want a's address written over the racer's slice", got, sl.GetMetadata().GetUid())
+	}
+}
+
+// TestReconcileRemovesOrphans: Reconcile writes every Service's slice and
+// deletes the managed slices of Services that are gone, leaving
+// hand-made slices alone.
+func TestReconcileRemovesOrphans(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	managed := map[string]string{LabelManagedBy: ManagedBy, LabelServiceName: "gone"}
+	f := newFixture(t, svc(app, &corev1.ServicePort{Port: 80}), reported(pod("a", "10.0.0.1", app, true, nil), 1),
+		&corev1.EndpointSlice{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "gone", Labels: managed}},
+		&corev1.EndpointSlice{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "by-hand", Labels: map[string]string{LabelServiceName: "gone"}}},
+	)
+	ctx := context.Background()
+	if err := f.s.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := addrs(slice(t, f)); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Errorf("web's slice %v, want a", got)
+	}
+	if _, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", "gone"); !errors.Is(err, raftstore.ErrNotFound) {
+		t.Errorf("orphaned managed slice: %v, want it deleted", err)
+	}
+	if _, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", "by-hand"); err != nil {
+		t.Errorf("hand-made slice: %v, want it kept", err)
+	}
+	if len(f.pub.Events()) != 0 {
+		t.Errorf("Reconcile announced %v; only events announce", f.pub.Types())
+	}
+}

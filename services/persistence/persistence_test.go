@@ -1,0 +1,184 @@
+package persistence_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/objects/objectstest"
+	"github.com/podflow/podflow/services/persistence"
+	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stage/stagetest"
+)
+
+const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// admitted is the PodAdmitted of request reqID for ns/name.
+func admitted(env stage.Env, reqID, ns, name string) *bus.Delivery {
+	return stagetest.Deliver(env, &eventsv1.Envelope{
+		RequestId: reqID, Namespace: ns, PodName: name, Traceparent: traceparent,
+		Payload: &eventsv1.Envelope_PodAdmitted{PodAdmitted: &eventsv1.PodAdmitted{
+			Pod:     &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: "77"}, Spec: &corev1.PodSpec{}},
+			ReplyTo: "_INBOX." + reqID,
+		}},
+	})
+}
+
+// TestCreate: an admitted pod is stored as Kubernetes would create it
+// (uid from the request, generation 1, Pending, the request's trace on
+// it), PodPersisted carries the stored revision, and the requester gets
+// 201 with the pod.
+func TestCreate(t *testing.T) {
+	env, pub, _ := stagetest.NewEnv("persistence")
+	s := persistence.New(env)
+	ctx := context.Background()
+	d := admitted(env, "r1", "ns", "web")
+	if err := s.Handle(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := objects.Get[*corev1.Pod](ctx, env.Store, "ns", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := pod.GetMetadata()
+	if md.GetUid() != persistence.UID("r1") || md.GetGeneration() != 1 || pod.GetStatus().GetPhase() != "Pending" {
+		t.Errorf("stored uid %q generation %d phase %q, want %q, 1, Pending", md.GetUid(), md.GetGeneration(), pod.GetStatus().GetPhase(), persistence.UID("r1"))
+	}
+	if !proto.Equal(md.GetCreationTimestamp(), d.Envelope.GetTime()) {
+		t.Errorf("creationTimestamp %v, want the request's time %v", md.GetCreationTimestamp(), d.Envelope.GetTime())
+	}
+	if a := md.GetAnnotations(); a[stage.AnnotationRequestID] != "r1" || a[stage.AnnotationTraceparent] != traceparent {
+		t.Errorf("annotations %v, want the request id and traceparent", a)
+	}
+	evs := pub.Events()
+	if len(evs) != 1 || evs[0].GetPodPersisted() == nil {
+		t.Fatalf("published %v, want one PodPersisted", pub.Types())
+	}
+	pp := evs[0]
+	if pp.GetPodPersisted().GetRevision() != objects.Revision(pod) || pp.GetPodUid() != md.GetUid() || pp.GetGeneration() != 1 || pp.GetCausedBy() != d.Envelope.GetId() {
+		t.Errorf("PodPersisted revision %d uid %q generation %d causedBy %q; want %d, %q, 1, %q",
+			pp.GetPodPersisted().GetRevision(), pp.GetPodUid(), pp.GetGeneration(), pp.GetCausedBy(), objects.Revision(pod), md.GetUid(), d.Envelope.GetId())
+	}
+	r := pub.Replies()
+	if len(r) != 1 || r[0].Subject != "_INBOX.r1" || r[0].Response.GetStatus().GetCode() != 201 || r[0].Response.GetKind() != "Pod" {
+		t.Fatalf("replies %v, want one 201 with the Pod to _INBOX.r1", r)
+	}
+	replied := &corev1.Pod{}
+	if err := proto.Unmarshal(r[0].Response.GetObject(), replied); err != nil || replied.GetMetadata().GetResourceVersion() != md.GetResourceVersion() {
+		t.Errorf("replied pod at resourceVersion %q (%v), want the stored %q", replied.GetMetadata().GetResourceVersion(), err, md.GetResourceVersion())
+	}
+}
+
+// TestRedeliveryCompletesTheSameWay: a PodAdmitted handled again (the
+// runner redelivers when the ack was lost) finds its own pod, writes
+// nothing, and publishes and replies exactly as the first time.
+func TestRedeliveryCompletesTheSameWay(t *testing.T) {
+	env, pub, kv := stagetest.NewEnv("persistence")
+	s := persistence.New(env)
+	ctx := context.Background()
+	d := admitted(env, "r1", "ns", "web")
+	if err := s.Handle(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	rev := kv.Revision()
+	d.NumDelivered = 2
+	if err := s.Handle(ctx, d); err != nil {
+		t.Fatalf("redelivery: %v", err)
+	}
+	if kv.Revision() != rev {
+		t.Errorf("the redelivery wrote (revision %d, was %d)", kv.Revision(), rev)
+	}
+	evs := pub.Events()
+	if len(evs) != 2 || evs[0].GetId() != evs[1].GetId() || evs[1].GetPodPersisted().GetRevision() != rev {
+		t.Errorf("published %v; want PodPersisted twice with one id (deduplicated by the stream) at revision %d", evs, rev)
+	}
+	if r := pub.Replies(); len(r) != 2 || r[1].Response.GetStatus().GetCode() != 201 {
+		t.Errorf("replies %v, want 201 both times", r)
+	}
+}
+
+// TestAlreadyExists: another request for a stored name ends as
+// PodRejected with Kubernetes' 409 AlreadyExists, and the stored pod is
+// left alone.
+func TestAlreadyExists(t *testing.T) {
+	env, pub, kv := stagetest.NewEnv("persistence")
+	s := persistence.New(env)
+	ctx := context.Background()
+	if err := s.Handle(ctx, admitted(env, "r1", "ns", "web")); err != nil {
+		t.Fatal(err)
+	}
+	rev := kv.Revision()
+	pub.Reset()
+	if err := s.Handle(ctx, admitted(env, "r2", "ns", "web")); err != nil {
+		t.Fatal(err)
+	}
+	if kv.Revision() != rev {
+		t.Error("the second request wrote")
+	}
+	if got := pub.Types(); !slices.Equal(got, []eventsv1.Type{"PodRejected"}) {
+		t.Fatalf("published %v, want PodRejected", got)
+	}
+	st := pub.Events()[0].GetPodRejected().GetStatus()
+	if st.GetCode() != 409 || st.GetReason() != eventsv1.ReasonAlreadyExists || st.GetName() != "web" {
+		t.Errorf("rejection %v, want 409 AlreadyExists for web", st)
+	}
+	if r := pub.Replies(); len(r) != 1 || r[0].Subject != "_INBOX.r2" || !proto.Equal(r[0].Response.GetStatus(), st) {
+		t.Errorf("replies %v, want the rejection to _INBOX.r2", r)
+	}
+	pod, _ := objects.Get[*corev1.Pod](ctx, env.Store, "ns", "web")
+	if pod.GetMetadata().GetUid() != persistence.UID("r1") {
+		t.Error("the stored pod is not the first request's")
+	}
+}
+
+// TestFailures: what cannot succeed is permanent; a store or bus outage
+// is retried (an error, not permanent) and nothing is answered before the
+// event is out.
+func TestFailures(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name      string
+		setup     func(*stagetest.Publisher, *objectstest.KV)
+		delivery  func(stage.Env) *bus.Delivery
+		permanent bool
+	}{
+		{"not a PodAdmitted", nil, func(env stage.Env) *bus.Delivery {
+			return stagetest.Deliver(env, &eventsv1.Envelope{RequestId: "r", Payload: &eventsv1.Envelope_PodPersisted{PodPersisted: &eventsv1.PodPersisted{}}})
+		}, true},
+		{"no request id", nil, func(env stage.Env) *bus.Delivery {
+			d := admitted(env, "r", "ns", "web")
+			d.Envelope.RequestId = ""
+			return d
+		}, true},
+		{"store unavailable", func(_ *stagetest.Publisher, kv *objectstest.KV) {
+			kv.Hook(func(string, string) error { return raftstore.ErrUnavailable })
+		}, func(env stage.Env) *bus.Delivery { return admitted(env, "r", "ns", "web") }, false},
+		{"stream unavailable", func(pub *stagetest.Publisher, _ *objectstest.KV) { pub.Fail(bus.ErrStreamUnavailable) }, func(env stage.Env) *bus.Delivery { return admitted(env, "r", "ns", "web") }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, pub, kv := stagetest.NewEnv("persistence")
+			if tt.setup != nil {
+				tt.setup(pub, kv)
+			}
+			err := persistence.New(env).Handle(ctx, tt.delivery(env))
+			if err == nil || bus.IsPermanent(err) != tt.permanent {
+				t.Errorf("Handle = %v, want an error, permanent %v", err, tt.permanent)
+			}
+			if !tt.permanent && errors.Is(err, bus.ErrPermanent) {
+				t.Error("a transient failure was made permanent")
+			}
+			if len(pub.Replies()) != 0 {
+				t.Errorf("replied %v before the outcome was recorded", pub.Replies())
+			}
+		})
+	}
+}
