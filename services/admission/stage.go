@@ -90,8 +90,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		return stage.Reply(s.env, in.GetReplyTo(), stage.Success(201, "pods", res.Pod.GetMetadata().GetName()), res.Pod)
 	}
 	next := d.Next(&eventsv1.PodAdmitted{Pod: res.Pod, User: in.GetUser(), ReplyTo: in.GetReplyTo(), Mutations: res.Mutations})
-	err = s.env.Pub.Publish(ctx, next)
-	return err
+	return s.env.Pub.Publish(ctx, next)
 }
 
 // namespace returns the pod's Namespace from the informer, or from a

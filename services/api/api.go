@@ -256,8 +256,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		return stage.Reject(ctx, s.env, d, st, req.GetReplyTo())
 	}
 	next := d.Next(&eventsv1.PodAuthorized{Pod: pod, User: user, ReplyTo: req.GetReplyTo(), DryRun: req.GetDryRun()})
-	err := s.env.Pub.Publish(ctx, next)
-	return err
+	return s.env.Pub.Publish(ctx, next)
 }
 
 // suffix is Kubernetes' generateName suffix, derived from the request so
@@ -460,6 +459,5 @@ func RequestDeletion(ctx context.Context, env stage.Env, pod *corev1.Pod) error 
 			GracePeriodSeconds: md.DeletionGracePeriodSeconds,
 		}}
 	}
-	err := env.Pub.Publish(ctx, base)
-	return err
+	return env.Pub.Publish(ctx, base)
 }

@@ -199,6 +199,5 @@ func (s *Stage) announce(ctx context.Context, d *bus.Delivery, svc *corev1.Servi
 		Service: svc.GetMetadata().GetName(), Slice: after.GetMetadata().GetName(), ReadyEndpoints: int32(ready), Added: is,
 	})
 	next.Generation = after.GetMetadata().GetGeneration()
-	err := s.env.Pub.Publish(ctx, next)
-	return err
+	return s.env.Pub.Publish(ctx, next)
 }

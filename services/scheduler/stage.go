@@ -317,8 +317,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			// make sure the node heard of it. Same event id: deduplicated.
 			// The Scheduled Event was written with the bind.
 			s.forget(uid)
-			err := s.env.Pub.Publish(ctx, s.scheduledEnvelope(d, pod, node, &eventsv1.PodScheduled{NodeName: node}))
-			return err
+			return s.env.Pub.Publish(ctx, s.scheduledEnvelope(d, pod, node, &eventsv1.PodScheduled{NodeName: node}))
 		}
 
 		wakes := s.wakes.Load() // before the decision's snapshot
@@ -371,8 +370,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			if d != nil {
 				next.HandledEnd = timestamppb.Now()
 			}
-			err := s.env.Pub.Publish(ctx, next)
-			return err
+			return s.env.Pub.Publish(ctx, next)
 		case podStale:
 			conflicts++
 			s.Counters.Conflicts.Add(1)
