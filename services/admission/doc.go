@@ -26,6 +26,13 @@
 // QOSClass, PullPolicyFor, ValidatePod, CheckPodSecurity and LevelFor are
 // exported for other stages (the node agent uses QOSClass) and tools.
 //
+// ValidateObject is the validation of every other kind, called by the api
+// stage on each create and apply (REST and bus): names by the kind's
+// Kubernetes rule (DNS-1123 subdomain; labels for Namespaces, DNS-1035
+// labels for Services, path segment names for RBAC kinds), the namespace,
+// and ConfigMap and Secret data keys and size (at most MaxDataBytes, 1 MiB,
+// as Kubernetes). A refusal is 422 Invalid naming the field and the rule.
+//
 // Example:
 //
 //	res := admission.Admit(req.GetPod(), admission.State{

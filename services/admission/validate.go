@@ -47,14 +47,18 @@ func ValidatePod(pod *corev1.Pod) *corev1.Status {
 	if len(errs) == 0 {
 		return nil
 	}
-	name := pod.GetMetadata().GetName()
+	return invalidStatus("Pod", pod.GetMetadata().GetName(), errs)
+}
+
+// invalidStatus is the 422 Invalid Status of errs, worded as Kubernetes'.
+func invalidStatus(kind, name string, errs field.ErrorList) *corev1.Status {
 	st := &corev1.Status{
 		Status:  "Failure",
 		Code:    422,
 		Reason:  eventsv1.ReasonInvalid,
-		Kind:    "Pod",
+		Kind:    kind,
 		Name:    name,
-		Message: fmt.Sprintf("Pod %q is invalid: %v", name, errs.ToAggregate()),
+		Message: fmt.Sprintf("%s %q is invalid: %v", kind, name, errs.ToAggregate()),
 	}
 	for _, e := range errs {
 		st.Causes = append(st.Causes, &corev1.StatusCause{Type: string(e.Type), Message: e.ErrorBody(), Field: e.Field})
@@ -580,20 +584,21 @@ func validateRequirement(p *field.Path, r *corev1.NodeSelectorRequirement) field
 
 // ---------------------------------------------------------------- helpers
 
-func dns1123Label(p *field.Path, v string) field.ErrorList {
+// invalidBy reports each of rule's complaints about v as Invalid at p.
+func invalidBy(p *field.Path, v string, rule func(string) []string) field.ErrorList {
 	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Label(v) {
+	for _, msg := range rule(v) {
 		errs = append(errs, field.Invalid(p, v, msg))
 	}
 	return errs
 }
 
+func dns1123Label(p *field.Path, v string) field.ErrorList {
+	return invalidBy(p, v, validation.IsDNS1123Label)
+}
+
 func dns1123Subdomain(p *field.Path, v string) field.ErrorList {
-	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Subdomain(v) {
-		errs = append(errs, field.Invalid(p, v, msg))
-	}
-	return errs
+	return invalidBy(p, v, validation.IsDNS1123Subdomain)
 }
 
 func requiredName(p *field.Path, v string) field.ErrorList {

@@ -29,6 +29,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/admission"
 	"github.com/podflow/podflow/services/api/auth"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/informer"
@@ -383,6 +384,9 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		attrs.Verb = "update"
 	}
 	if st := s.rbac.Check(attrs); st != nil {
+		return st, nil
+	}
+	if st := admission.ValidateObject(obj); st != nil { // names, ConfigMap and Secret sizes
 		return st, nil
 	}
 	now := timestamppb.Now()

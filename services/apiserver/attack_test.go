@@ -12,7 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podflow/podflow/proto/apiv1"
+	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/pipeline"
 )
 
 // The tests below send hostile requests to the real HTTPS server (the api
@@ -185,4 +190,55 @@ func TestAttackWatches(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestAttackObjects: names that Kubernetes refuses ("/" in a name) and
+// ConfigMaps or Secrets past 1 MiB of data get 422 naming the rule, over
+// REST and over the bus's object path; nothing is stored.
+func TestAttackObjects(t *testing.T) {
+	s := startSystem(t, options{})
+	admin := s.client(t, adminToken)
+	cm := configMap(t, s, admin)
+	cms := s.url + "/api/v1/namespaces/default/configmaps"
+	big := strings.Repeat("x", 1<<20)
+	for _, c := range []struct {
+		name, url, body, want string
+	}{
+		{"slash in a configmap name", cms, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a/b"}}`, "RFC 1123 subdomain"},
+		{"slash in a role name", s.url + "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles",
+			`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"a/b"}}`, "may not contain '/'"},
+		{"configmap past 1 MiB", cms, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"big"},"data":{"a":"` + big + `","b":"y"}}`,
+			"may not be more than 1048576 bytes"},
+		{"secret past 1 MiB", s.url + "/api/v1/namespaces/default/secrets",
+			`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"big"},"stringData":{"a":"` + big + `"},"data":{"b":"eXk="}}`,
+			"may not be more than 1048576 bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, body, _ := do(t, admin, "POST", c.url, "application/json", c.body)
+			if code != 422 || path(body, "reason") != "Invalid" || !strings.Contains(fmt.Sprint(path(body, "message")), c.want) {
+				t.Fatalf("got %d %v, want 422 %q", code, body, c.want)
+			}
+			intact(t, admin, cm)
+		})
+	}
+	if code, _, _ := do(t, admin, "GET", cms+"/big", "", ""); code != 404 {
+		t.Fatalf("a refused configmap was stored: %d", code)
+	}
+
+	t.Run("bus object path", func(t *testing.T) {
+		obj, _ := proto.Marshal(&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Name: "x/y"}})
+		req, _ := proto.Marshal(&apiv1.ObjectRequest{Token: adminToken, Verb: "create", Kind: "configmaps", Namespace: "default", Object: obj})
+		m, err := s.conn.NATS().Request(pipeline.ObjectSubject, req, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp apiv1.Response
+		if err := proto.Unmarshal(m.Data, &resp); err != nil {
+			t.Fatal(err)
+		}
+		if st := resp.GetStatus(); st.GetCode() != 422 || !strings.Contains(st.GetMessage(), "RFC 1123 subdomain") {
+			t.Fatalf("bus create of %q: %v", "x/y", st)
+		}
+		intact(t, admin, cm)
+	})
 }
