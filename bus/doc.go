@@ -83,6 +83,19 @@
 //     the Conn after every Runner using it has returned.
 //  6. Keep Observers non-blocking.
 //
+// # Limits
+//
+// PODFLOW_EVENTS refuses new messages when it reaches EventsMaxBytes
+// (DiscardNew): Publish returns ErrStreamFull and StreamFullRefusals
+// counts it, so events no consumer processed are never evicted to make
+// room; messages older than EventsMaxAge are still removed. Messages on
+// PODFLOW_EVENTS and PODFLOW_NODES are at most EventsMaxMsgSize, whoever
+// publishes them (the client role included): ErrMessageTooLarge.
+// PODFLOW_DLQ and PODFLOW_ADVISORIES keep at most DLQMaxBytes for
+// DLQMaxAge, evicting the oldest. (nats-server has per-user payload
+// limits only for JWT users, not for the password users of the embedded
+// configuration, so the size bound is the streams'.)
+//
 // # Durability
 //
 // A PubAck means the stream leader has written the message to its file

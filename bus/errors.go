@@ -24,6 +24,12 @@ const (
 	CodeStreamUnavailable = "StreamUnavailable"
 	// CodeInvalid: the caller passed something malformed.
 	CodeInvalid = "Invalid"
+	// CodeStreamFull: the stream is at its MaxBytes and refuses new
+	// messages (DiscardNew) rather than evict unprocessed ones.
+	CodeStreamFull = "StreamFull"
+	// CodeMessageTooLarge: the message is larger than the stream's
+	// MaxMsgSize or the server's max payload.
+	CodeMessageTooLarge = "MessageTooLarge"
 )
 
 // Error is a bus error with a stable code. Two Errors match under
@@ -66,6 +72,13 @@ var (
 	ErrDecode = &Error{Code: CodeDecode}
 	// ErrInvalid: an argument or configuration is malformed.
 	ErrInvalid = &Error{Code: CodeInvalid}
+	// ErrStreamFull: the stream is full (StreamSpec.Discard DiscardNew);
+	// nothing was stored. Retrying helps only once consumers catch up and
+	// old messages age out: callers answer 429/503 with the reason.
+	ErrStreamFull = &Error{Code: CodeStreamFull}
+	// ErrMessageTooLarge: the message exceeds the stream's MaxMsgSize or the
+	// server's max payload; nothing was stored, not worth retrying.
+	ErrMessageTooLarge = &Error{Code: CodeMessageTooLarge}
 
 	// ErrRunnerStarted: Run was called on a Runner that already ran.
 	ErrRunnerStarted = errors.New("bus: runner already started")

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
@@ -105,6 +107,12 @@ func (c *Conn) Publish(ctx context.Context, env *eventsv1.Envelope, opts ...Publ
 func publishError(subject string, err error) error {
 	var apiErr *jetstream.APIError
 	switch {
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum,
+		errors.Is(err, nats.ErrMaxPayload):
+		return &Error{Code: CodeMessageTooLarge, Message: fmt.Sprintf("publish to %q: %v", subject, err), err: err}
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStoreFailed && streamFull(apiErr.Description):
+		streamFullRefusals.Add(1)
+		return &Error{Code: CodeStreamFull, Message: fmt.Sprintf("publish to %q: the stream is full (%s) and refuses new messages rather than evict unprocessed ones", subject, apiErr.Description), err: err}
 	case errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, nats.ErrTimeout),
@@ -116,6 +124,25 @@ func publishError(subject string, err error) error {
 	}
 	return fmt.Errorf("bus: publish to %q: %w", subject, err)
 }
+
+// jsErrStoreFailed is JetStream's "storing a message failed" error code
+// (JSStreamStoreFailedF); its description is the store's error.
+const jsErrStoreFailed jetstream.ErrorCode = 10077
+
+// streamFull reports whether a store failure is a DiscardNew stream at its
+// limits: the description is one of nats-server's own limit errors.
+func streamFull(desc string) bool {
+	return desc == server.ErrMaxBytes.Error() || desc == server.ErrMaxMsgs.Error() || desc == server.ErrMaxMsgsPerSubject.Error()
+}
+
+// streamFullRefusals counts publishes refused by a full stream, in this
+// process: the alarm (see StreamFullRefusals).
+var streamFullRefusals atomic.Int64
+
+// StreamFullRefusals returns how many publishes of this process a full
+// stream refused (ErrStreamFull): an alarm for metrics; any increase
+// means the pipeline is refusing work.
+func StreamFullRefusals() int64 { return streamFullRefusals.Load() }
 
 // PubFuture is the pending result of PublishAsync.
 type PubFuture struct {

@@ -23,6 +23,13 @@ type StreamSpec struct {
 	MaxAge            time.Duration
 	MaxBytes          int64
 	MaxMsgsPerSubject int64
+	// Discard: what happens at MaxBytes. jetstream.DiscardOld (default)
+	// evicts the oldest messages; jetstream.DiscardNew refuses new ones
+	// (ErrStreamFull to the publisher), so nothing is evicted unseen.
+	Discard jetstream.DiscardPolicy
+	// MaxMsgSize bounds one message (ErrMessageTooLarge to the
+	// publisher); 0 = the server's max payload.
+	MaxMsgSize int32
 	// Duplicates is the Nats-Msg-Id deduplication window.
 	Duplicates time.Duration
 }
@@ -60,29 +67,42 @@ type StreamsConfig struct {
 	Replicas int
 	// Storage of every stream. Default file.
 	Storage jetstream.StorageType
-	// EventsMaxAge and EventsMaxBytes bound PODFLOW_EVENTS.
+	// EventsMaxAge and EventsMaxBytes bound PODFLOW_EVENTS. At
+	// EventsMaxBytes new messages are refused (DiscardNew: ErrStreamFull),
+	// never the oldest evicted before their consumers saw them; messages
+	// older than EventsMaxAge are removed.
 	EventsMaxAge   time.Duration
 	EventsMaxBytes int64
+	// EventsMaxMsgSize bounds one message of PODFLOW_EVENTS and
+	// PODFLOW_NODES (ErrMessageTooLarge): whatever a client may publish,
+	// the streams store no more. Dead letters may be twice as large (they
+	// carry the original message). Default 2 MiB.
+	EventsMaxMsgSize int32
 	// Duplicates window of PODFLOW_EVENTS and PODFLOW_NODES.
 	Duplicates time.Duration
 	// NodeHistory: node-level events kept per node and type.
 	NodeHistory int64
-	// DLQMaxAge bounds PODFLOW_DLQ.
-	DLQMaxAge time.Duration
+	// DLQMaxAge and DLQMaxBytes bound PODFLOW_DLQ and
+	// PODFLOW_ADVISORIES (oldest dead letters evicted first).
+	DLQMaxAge   time.Duration
+	DLQMaxBytes int64
 }
 
 // DefaultStreamsConfig: single replica, file storage, events kept 24h
-// and at most 1GiB, a 2-minute dedup window, 8 heartbeats per node, dead
-// letters kept a week.
+// and at most 1GiB (then refused), messages at most 2 MiB, a 2-minute
+// dedup window, 8 heartbeats per node, dead letters kept a week and at
+// most 256 MiB.
 func DefaultStreamsConfig() StreamsConfig {
 	return StreamsConfig{
-		Replicas:       1,
-		Storage:        jetstream.FileStorage,
-		EventsMaxAge:   24 * time.Hour,
-		EventsMaxBytes: 1 << 30,
-		Duplicates:     2 * time.Minute,
-		NodeHistory:    8,
-		DLQMaxAge:      7 * 24 * time.Hour,
+		Replicas:         1,
+		Storage:          jetstream.FileStorage,
+		EventsMaxAge:     24 * time.Hour,
+		EventsMaxBytes:   1 << 30,
+		EventsMaxMsgSize: 2 << 20,
+		Duplicates:       2 * time.Minute,
+		NodeHistory:      8,
+		DLQMaxAge:        7 * 24 * time.Hour,
+		DLQMaxBytes:      256 << 20,
 	}
 }
 
@@ -93,6 +113,10 @@ func (c StreamsConfig) Validate() error {
 		return invalidf("streams: Replicas (%d) must be 1 or 3", c.Replicas)
 	case c.EventsMaxAge < 0 || c.DLQMaxAge < 0:
 		return invalidf("streams: negative MaxAge")
+	case c.EventsMaxBytes < 0 || c.DLQMaxBytes < 0:
+		return invalidf("streams: negative MaxBytes")
+	case c.EventsMaxMsgSize < 0 || c.EventsMaxMsgSize > 1<<29:
+		return invalidf("streams: EventsMaxMsgSize (%d) must be 0..512MiB", c.EventsMaxMsgSize)
 	case c.Duplicates <= 0:
 		return invalidf("streams: Duplicates (%s) must be positive", c.Duplicates)
 	case c.EventsMaxAge > 0 && c.Duplicates > c.EventsMaxAge:
@@ -117,6 +141,8 @@ func DefaultStreams(cfg StreamsConfig) []StreamSpec {
 			Replicas:    cfg.Replicas,
 			MaxAge:      cfg.EventsMaxAge,
 			MaxBytes:    cfg.EventsMaxBytes,
+			Discard:     jetstream.DiscardNew,
+			MaxMsgSize:  cfg.EventsMaxMsgSize,
 			Duplicates:  cfg.Duplicates,
 		},
 		{
@@ -127,6 +153,7 @@ func DefaultStreams(cfg StreamsConfig) []StreamSpec {
 			Replicas:          cfg.Replicas,
 			MaxAge:            cfg.EventsMaxAge,
 			MaxMsgsPerSubject: cfg.NodeHistory,
+			MaxMsgSize:        cfg.EventsMaxMsgSize,
 			Duplicates:        cfg.Duplicates,
 		},
 		{
@@ -136,6 +163,7 @@ func DefaultStreams(cfg StreamsConfig) []StreamSpec {
 			Storage:     cfg.Storage,
 			Replicas:    cfg.Replicas,
 			MaxAge:      cfg.DLQMaxAge,
+			MaxBytes:    cfg.DLQMaxBytes,
 		},
 		{
 			Name:        DLQStream,
@@ -144,6 +172,8 @@ func DefaultStreams(cfg StreamsConfig) []StreamSpec {
 			Storage:     cfg.Storage,
 			Replicas:    cfg.Replicas,
 			MaxAge:      cfg.DLQMaxAge,
+			MaxBytes:    cfg.DLQMaxBytes,
+			MaxMsgSize:  2 * cfg.EventsMaxMsgSize,
 			Duplicates:  cfg.Duplicates,
 		},
 	}
@@ -179,12 +209,16 @@ func (s StreamSpec) config() jetstream.StreamConfig {
 	if perSubject == 0 {
 		perSubject = -1
 	}
+	msgSize := s.MaxMsgSize
+	if msgSize == 0 {
+		msgSize = -1
+	}
 	return jetstream.StreamConfig{
 		Name:              s.Name,
 		Description:       s.Description,
 		Subjects:          s.Subjects,
 		Retention:         jetstream.LimitsPolicy,
-		Discard:           jetstream.DiscardOld,
+		Discard:           s.Discard,
 		Storage:           s.Storage,
 		Replicas:          replicas,
 		MaxAge:            s.MaxAge,
@@ -192,7 +226,7 @@ func (s StreamSpec) config() jetstream.StreamConfig {
 		MaxMsgs:           -1,
 		MaxMsgsPerSubject: perSubject,
 		MaxConsumers:      -1,
-		MaxMsgSize:        -1,
+		MaxMsgSize:        msgSize,
 		Duplicates:        s.Duplicates,
 	}
 }

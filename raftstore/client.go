@@ -319,6 +319,8 @@ func (c *Client) do(ctx context.Context, subject string, req []byte, resp proto.
 			default:
 				return werr
 			}
+		case errors.Is(err, nats.ErrMaxPayload):
+			return newError(storev1.Code_CODE_TOO_LARGE, "", "request is too large: %d bytes, more than the bus carries (%d)", len(req), c.nc.MaxPayload())
 		case errors.Is(err, nats.ErrNoResponders):
 			last = newError(storev1.Code_CODE_UNAVAILABLE, "", "no replica serves %q", subject)
 		case ctx.Err() != nil:

@@ -89,6 +89,24 @@ type Config struct {
 	// HistoryRevisions is how many latest revisions of change history are
 	// kept for watches; a watch from an older revision fails with ErrGone.
 	HistoryRevisions int64
+	// HistoryBytes bounds the watch history by size as well (keys and
+	// values of its events): the oldest revisions are dropped while it
+	// holds more, so large values cannot grow it without bound. 0: no
+	// bound. Default 128 MiB.
+	HistoryBytes int64
+	// MaxRequestBytes bounds a write request (its encoded command: keys and
+	// values), as etcd's --max-request-bytes: larger ones are refused with
+	// ErrTooLarge (CODE_TOO_LARGE) before they reach the log. Default
+	// 1.5 MiB, etcd's default.
+	MaxRequestBytes int
+	// QuotaBackendBytes is the store's space quota, as etcd's
+	// --quota-backend-bytes: the bytes of every key and value plus the
+	// watch history. A write that adds data past it is refused with
+	// ErrNoSpace (CODE_NO_SPACE) and raises the NOSPACE alarm (Status.Alarms
+	// and the raftstore.alarm.nospace gauge); reads and deletes still work,
+	// and the alarm clears once deletes (or history compaction) free the
+	// space. Default 2 GiB, etcd's default.
+	QuotaBackendBytes int64
 	// DedupEntries is how many write results are remembered by idempotency
 	// key, so a retried write is applied at most once.
 	DedupEntries int
@@ -137,6 +155,9 @@ func DefaultConfig() Config {
 		TrailingLogs:          10240,
 		SnapshotRetain:        2,
 		HistoryRevisions:      100_000,
+		HistoryBytes:          128 << 20,
+		MaxRequestBytes:       1536 << 10,
+		QuotaBackendBytes:     2 << 30,
 		DedupEntries:          100_000,
 		ApplyTimeout:          5 * time.Second,
 		MaxInFlight:           1024,
@@ -187,6 +208,15 @@ func (c Config) Validate() error {
 	}
 	if c.HistoryRevisions < 1 {
 		add("HistoryRevisions (%d) must be at least 1", c.HistoryRevisions)
+	}
+	if c.HistoryBytes < 0 {
+		add("HistoryBytes (%d) must not be negative", c.HistoryBytes)
+	}
+	if c.MaxRequestBytes < 1024 {
+		add("MaxRequestBytes (%d) must be at least 1024", c.MaxRequestBytes)
+	}
+	if c.QuotaBackendBytes < int64(c.MaxRequestBytes) {
+		add("QuotaBackendBytes (%d) must be at least MaxRequestBytes (%d)", c.QuotaBackendBytes, c.MaxRequestBytes)
 	}
 	if c.DedupEntries < 1 {
 		add("DedupEntries (%d) must be at least 1", c.DedupEntries)

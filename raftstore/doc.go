@@ -60,6 +60,27 @@
 // A replica that is alive but cut off from the raft cluster keeps a watch
 // alive without new events until it rejoins; watches never go back in time.
 //
+// # Limits
+//
+// As etcd's, each refusal coded and naming its limit, nothing applied:
+//
+//   - A write request (its encoded command) is at most
+//     Config.MaxRequestBytes, 1.5 MiB (etcd's --max-request-bytes):
+//     ErrTooLarge (CODE_TOO_LARGE). A request larger than the bus's max
+//     payload fails at the client with ErrTooLarge at once, not retried.
+//   - The keys, values and watch history together are at most
+//     Config.QuotaBackendBytes, 2 GiB (etcd's --quota-backend-bytes): the
+//     leader refuses a write that puts anything past it with ErrNoSpace
+//     (CODE_NO_SPACE, "database space exceeded") and raises the NOSPACE
+//     alarm (Status.Alarms, the raftstore.alarm.nospace go-metrics gauge,
+//     an error log). Reads and writes made only of deletes still work; the
+//     alarm clears at the first write that fits again. The check is the
+//     leader's, before proposing, so concurrent writes may pass it together.
+//   - The watch history keeps Config.HistoryRevisions revisions and at
+//     most about Config.HistoryBytes (128 MiB) of keys and values; a watch
+//     from a dropped revision gets ErrGone.
+//   - Keys are at most 4096 bytes (ErrInvalid).
+//
 // # Durability
 //
 // The raft log and stable store are raft-boltdb/v2 (bbolt, fsync per append

@@ -41,6 +41,14 @@ var (
 	// ErrForbidden: the client's writer may not write the key (see
 	// Config.WriteACL). Error.Key names the key; not retried.
 	ErrForbidden = &Error{Code: storev1.Code_CODE_FORBIDDEN, Message: "raftstore: write forbidden"}
+	// ErrTooLarge: the request is larger than Config.MaxRequestBytes
+	// (etcd's "request is too large") or than the bus carries; nothing
+	// applied, not retried.
+	ErrTooLarge = &Error{Code: storev1.Code_CODE_TOO_LARGE, Message: "raftstore: request is too large"}
+	// ErrNoSpace: the store is at Config.QuotaBackendBytes (etcd's "mvcc:
+	// database space exceeded"); a write that adds data is refused until
+	// deletes free space. Reads and deletes work. Not retried.
+	ErrNoSpace = &Error{Code: storev1.Code_CODE_NO_SPACE, Message: "raftstore: database space exceeded"}
 )
 
 // Error is a coded raftstore error. Key names the key the error is about, if

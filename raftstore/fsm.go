@@ -27,6 +27,7 @@ import (
 // to them after releasing the lock.
 type fsm struct {
 	historyRevisions int64 // keep the changes of this many latest revisions
+	historyBytes     int64 // and at most about this many bytes of them (0: no bound)
 	dedupEntries     int   // remember this many write results
 
 	mu         sync.RWMutex
@@ -39,12 +40,26 @@ type fsm struct {
 	dedupOrder []string // FIFO of dedup keys, oldest first
 	dedupHead  int      // index of the oldest live entry in dedupOrder
 	changed    chan struct{}
+	// liveSize and historySize are the bytes (keys and values) of the key
+	// space and of the history: what the quota is checked against.
+	liveSize, historySize int64
+}
+
+// kvSize is what a key and its value count against the quota.
+func kvSize(kv *storev1.KeyValue) int64 { return int64(len(kv.Key) + len(kv.Value)) }
+
+// size returns the bytes held against the quota: the key space and the
+// watch history.
+func (f *fsm) size() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.liveSize + f.historySize
 }
 
 var _ raft.BatchingFSM = (*fsm)(nil)
 
-func newFSM(historyRevisions int64, dedupEntries int) *fsm {
-	f := &fsm{historyRevisions: historyRevisions, dedupEntries: dedupEntries}
+func newFSM(historyRevisions, historyBytes int64, dedupEntries int) *fsm {
+	f := &fsm{historyRevisions: historyRevisions, historyBytes: historyBytes, dedupEntries: dedupEntries}
 	f.reset()
 	return f
 }
@@ -54,6 +69,7 @@ func (f *fsm) reset() {
 	f.keys = btree.NewOrderedG[string](32)
 	f.rev, f.compactRev = 0, 0
 	f.history = nil
+	f.liveSize, f.historySize = 0, 0
 	f.dedup = make(map[string]*storev1.WriteResult)
 	f.dedupOrder, f.dedupHead = nil, 0
 	if f.changed == nil {
@@ -133,11 +149,13 @@ func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
 			kv := &storev1.KeyValue{Key: op.Key, Value: op.Value, CreateRevision: rev, ModRevision: rev}
 			if prev != nil {
 				kv.CreateRevision = prev.CreateRevision
+				f.liveSize -= kvSize(prev)
 			} else {
 				f.insertKey(op.Key)
 			}
 			f.kvs[op.Key] = kv
-			f.history = append(f.history, &storev1.Event{Type: storev1.EventType_EVENT_TYPE_PUT, Kv: kv, Revision: rev})
+			f.liveSize += kvSize(kv)
+			f.appendEvent(&storev1.Event{Type: storev1.EventType_EVENT_TYPE_PUT, Kv: kv, Revision: rev})
 			changed = true
 		case storev1.OpType_OP_TYPE_DELETE:
 			if prev == nil {
@@ -145,8 +163,9 @@ func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
 			}
 			delete(f.kvs, op.Key)
 			f.removeKey(op.Key)
+			f.liveSize -= kvSize(prev)
 			kv := &storev1.KeyValue{Key: op.Key, Value: prev.Value, CreateRevision: prev.CreateRevision, ModRevision: rev}
-			f.history = append(f.history, &storev1.Event{Type: storev1.EventType_EVENT_TYPE_DELETE, Kv: kv, Revision: rev})
+			f.appendEvent(&storev1.Event{Type: storev1.EventType_EVENT_TYPE_DELETE, Kv: kv, Revision: rev})
 			changed = true
 		}
 	}
@@ -176,15 +195,42 @@ func (f *fsm) insertKey(k string) { f.keys.ReplaceOrInsert(k) }
 
 func (f *fsm) removeKey(k string) { f.keys.Delete(k) }
 
-// compact drops history older than historyRevisions, in chunks of an eighth
-// of the window so that trimming is amortised.
+func (f *fsm) appendEvent(e *storev1.Event) {
+	f.history = append(f.history, e)
+	f.historySize += kvSize(e.Kv)
+}
+
+// compact drops history older than historyRevisions, and the oldest
+// revisions while it holds more than historyBytes, in chunks of an eighth
+// of the window so that trimming is amortised. It never splits a
+// revision's events.
 func (f *fsm) compact() {
-	if f.rev-f.compactRev <= f.historyRevisions+f.historyRevisions/8 {
+	overRevs := f.rev-f.compactRev > f.historyRevisions+f.historyRevisions/8
+	overBytes := f.historyBytes > 0 && f.historySize > f.historyBytes+f.historyBytes/8
+	if !overRevs && !overBytes {
 		return
 	}
-	f.compactRev = f.rev - f.historyRevisions
-	i := sort.Search(len(f.history), func(i int) bool { return f.history[i].Revision > f.compactRev })
+	to := f.compactRev
+	if overRevs {
+		to = f.rev - f.historyRevisions
+	}
+	i := sort.Search(len(f.history), func(i int) bool { return f.history[i].Revision > to })
+	var dropped int64
+	for _, e := range f.history[:i] {
+		dropped += kvSize(e.Kv)
+	}
+	for f.historyBytes > 0 && i < len(f.history) && f.historySize-dropped > f.historyBytes {
+		dropped += kvSize(f.history[i].Kv)
+		to = f.history[i].Revision
+		i++
+		for i < len(f.history) && f.history[i].Revision == to {
+			dropped += kvSize(f.history[i].Kv)
+			i++
+		}
+	}
+	f.compactRev = max(f.compactRev, to)
 	f.history = slices.Clone(f.history[i:])
+	f.historySize -= dropped
 }
 
 func (f *fsm) remember(key string, r *storev1.WriteResult) {
@@ -342,7 +388,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err := opts.UnmarshalFrom(r, &h); err != nil {
 		return fmt.Errorf("restore snapshot header: %w", err)
 	}
-	n := newFSM(f.historyRevisions, f.dedupEntries)
+	n := newFSM(f.historyRevisions, f.historyBytes, f.dedupEntries)
 	n.rev, n.compactRev = h.Revision, h.CompactRevision
 	for i := uint64(0); i < h.KeyCount; i++ {
 		kv := &storev1.KeyValue{}
@@ -351,6 +397,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		}
 		n.kvs[kv.Key] = kv
 		n.keys.ReplaceOrInsert(kv.Key)
+		n.liveSize += kvSize(kv)
 	}
 	n.history = make([]*storev1.Event, 0, h.HistoryCount)
 	for i := uint64(0); i < h.HistoryCount; i++ {
@@ -358,7 +405,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		if err := opts.UnmarshalFrom(r, e); err != nil {
 			return fmt.Errorf("restore snapshot event %d: %w", i, err)
 		}
-		n.history = append(n.history, e)
+		n.appendEvent(e)
 	}
 	for i := uint64(0); i < h.DedupCount; i++ {
 		d := &storev1.SnapshotDedup{}
@@ -372,6 +419,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.kvs, f.keys, f.rev, f.compactRev, f.history = n.kvs, n.keys, n.rev, n.compactRev, n.history
 	f.dedup, f.dedupOrder, f.dedupHead = n.dedup, n.dedupOrder, n.dedupHead
+	f.liveSize, f.historySize = n.liveSize, n.historySize
 	close(f.changed)
 	f.changed = make(chan struct{})
 	f.mu.Unlock()

@@ -72,7 +72,7 @@ func dump(f *fsm) string {
 }
 
 func TestSnapshotRestoreIdentical(t *testing.T) {
-	f := newFSM(50, 20)
+	f := newFSM(50, 0, 20)
 	for i := range 100 {
 		apply(t, f, put(fmt.Sprintf("/k/%03d", i%40), fmt.Sprint(i), fmt.Sprintf("w%d", i)))
 		if i%7 == 0 {
@@ -86,7 +86,7 @@ func TestSnapshotRestoreIdentical(t *testing.T) {
 	snap := snapshotBytes(t, f)
 
 	// A fresh replica restores to an identical state.
-	g := newFSM(50, 20)
+	g := newFSM(50, 0, 20)
 	if err := g.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestSnapshotRestoreIdentical(t *testing.T) {
 	}
 
 	// Restore discards all previous state.
-	h := newFSM(50, 20)
+	h := newFSM(50, 0, 20)
 	apply(t, h, put("/other", "x", "other-write"))
 	apply(t, h, put("/k/000", "overwritten", "w-stale"))
 	if err := h.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
@@ -116,7 +116,7 @@ func TestSnapshotRestoreIdentical(t *testing.T) {
 }
 
 func TestDedupReturnsOriginalResult(t *testing.T) {
-	f := newFSM(100, 3)
+	f := newFSM(100, 0, 3)
 	create := &storev1.Command{IdempotencyKey: "c1", Kind: storev1.WriteKind_WRITE_KIND_CREATE,
 		Compares: []*storev1.Compare{{Key: "/a", ModRevision: 0}},
 		Ops:      []*storev1.Op{{Type: storev1.OpType_OP_TYPE_PUT, Key: "/a", Value: []byte("1")}}}
@@ -142,7 +142,7 @@ func TestDedupReturnsOriginalResult(t *testing.T) {
 }
 
 func TestCompactionBoundsHistory(t *testing.T) {
-	f := newFSM(10, 10)
+	f := newFSM(10, 0, 10)
 	for i := range 200 {
 		apply(t, f, put("/k", fmt.Sprint(i), fmt.Sprint(i)))
 	}
@@ -187,5 +187,42 @@ func TestErrorWireRoundTrip(t *testing.T) {
 				t.Fatalf("key repeated in %q", got.Error())
 			}
 		})
+	}
+}
+
+// TestHistoryBytes: the history is bounded by bytes as well as revisions,
+// whole revisions at a time; sizes survive a snapshot.
+func TestHistoryBytes(t *testing.T) {
+	f := newFSM(1000, 4096, 10)
+	val := strings.Repeat("v", 1000)
+	for i := range 50 {
+		apply(t, f, put(fmt.Sprintf("/k%d", i%5), val, fmt.Sprintf("i%d", i)))
+	}
+	if f.historySize > 4096+4096/8 || f.historySize == 0 {
+		t.Fatalf("history holds %d bytes, bound 4096", f.historySize)
+	}
+	var sum int64
+	for _, e := range f.history {
+		sum += kvSize(e.Kv)
+	}
+	if sum != f.historySize || f.history[0].Revision != f.compactRev+1 {
+		t.Fatalf("accounting: sum %d, counted %d; first event %d, compacted %d", sum, f.historySize, f.history[0].Revision, f.compactRev)
+	}
+	if _, _, _, err := f.eventsAfter("", 1, 10, 1<<20); !errors.Is(err, ErrGone) {
+		t.Fatalf("watch from a revision dropped for size: %v", err)
+	}
+	if want := int64(5 * (3 + 1000)); f.liveSize != want {
+		t.Fatalf("live size %d, want %d", f.liveSize, want)
+	}
+	g := newFSM(1000, 4096, 10)
+	if err := g.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+	if g.size() != f.size() {
+		t.Fatalf("restored size %d, want %d", g.size(), f.size())
+	}
+	apply(t, f, &storev1.Command{IdempotencyKey: "del", Ops: []*storev1.Op{{Type: storev1.OpType_OP_TYPE_DELETE, Key: "/k0"}}})
+	if want := int64(4 * (3 + 1000)); f.liveSize != want {
+		t.Fatalf("live size after a delete %d, want %d", f.liveSize, want)
 	}
 }

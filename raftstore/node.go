@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/nats-io/nats.go"
@@ -59,6 +60,9 @@ type Node struct {
 
 	started  atomic.Bool
 	shutdown atomic.Bool
+	// noSpace is the NOSPACE alarm: raised when this replica, as leader,
+	// refused a write for the quota; lowered when a write fits again.
+	noSpace atomic.Bool
 }
 
 // NewNode validates cfg and returns an unstarted Node.
@@ -77,7 +81,7 @@ func NewNode(cfg Config) (*Node, error) {
 	return &Node{
 		cfg:  cfg,
 		subj: subjectsFor(cfg.Subject),
-		fsm:  newFSM(cfg.HistoryRevisions, cfg.DedupEntries),
+		fsm:  newFSM(cfg.HistoryRevisions, cfg.HistoryBytes, cfg.DedupEntries),
 		log:  hclog.New(&hclog.LoggerOptions{Name: "raftstore/" + cfg.ID, Output: out, Level: hclog.LevelFromString(level)}),
 		sem:  make(chan struct{}, cfg.MaxInFlight),
 	}, nil
@@ -446,6 +450,11 @@ func (n *Node) respond(m *nats.Msg, resp proto.Message) {
 }
 
 func (n *Node) handleWrite(m *nats.Msg) {
+	if len(m.Data) > n.cfg.MaxRequestBytes {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(newError(storev1.Code_CODE_TOO_LARGE, "",
+			"request is too large: %d bytes (MaxRequestBytes %d)", len(m.Data), n.cfg.MaxRequestBytes))})
+		return
+	}
 	var cmd storev1.Command
 	if err := proto.Unmarshal(m.Data, &cmd); err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "decode command: %v", err))})
@@ -465,6 +474,10 @@ func (n *Node) handleWrite(m *nats.Msg) {
 			}
 		}
 	}
+	if err := n.checkQuota(&cmd, len(m.Data)); err != nil {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
+		return
+	}
 	f := n.raft.Apply(m.Data, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(applyError(err))})
@@ -476,6 +489,37 @@ func (n *Node) handleWrite(m *nats.Msg) {
 		return
 	}
 	n.respond(m, &storev1.WriteResponse{Revision: res.Revision, Error: res.Error})
+}
+
+// checkQuota refuses a write that puts anything while the store would hold
+// more than Config.QuotaBackendBytes with it, as etcd's backend quota:
+// writes made only of deletes always pass, so space can be freed. It is
+// checked by the leader before the entry is proposed (concurrent writes can
+// pass it together: the quota is soft by at most their size), never in the
+// state machine, so replicas with different quotas cannot diverge.
+func (n *Node) checkQuota(cmd *storev1.Command, size int) error {
+	puts := false
+	for _, op := range cmd.GetOps() {
+		puts = puts || op.GetType() == storev1.OpType_OP_TYPE_PUT
+	}
+	if !puts {
+		return nil
+	}
+	used := n.fsm.size()
+	if used+int64(size) <= n.cfg.QuotaBackendBytes {
+		if n.noSpace.CompareAndSwap(true, false) {
+			n.log.Info("NOSPACE alarm cleared", "used_bytes", used, "quota_bytes", n.cfg.QuotaBackendBytes)
+			metrics.SetGauge([]string{"raftstore", "alarm", "nospace"}, 0)
+		}
+		return nil
+	}
+	if n.noSpace.CompareAndSwap(false, true) {
+		n.log.Error("NOSPACE alarm raised: the store is at its quota; writes that add data are refused until deletes free space",
+			"used_bytes", used, "quota_bytes", n.cfg.QuotaBackendBytes)
+		metrics.SetGauge([]string{"raftstore", "alarm", "nospace"}, 1)
+	}
+	return newError(storev1.Code_CODE_NO_SPACE, "", "database space exceeded: %d bytes used, this write adds up to %d, quota %d (QuotaBackendBytes)",
+		used, size, n.cfg.QuotaBackendBytes)
 }
 
 // requester is the user a named request's subject ends with
@@ -656,7 +700,15 @@ type Status struct {
 	Revision        int64
 	CompactRevision int64
 	Servers         []ServerInfo // the latest raft configuration
+	// SizeBytes is what the replica holds against its quota (keys, values
+	// and watch history); QuotaBytes is Config.QuotaBackendBytes.
+	SizeBytes, QuotaBytes int64
+	// Alarms are the raised alarms: AlarmNoSpace.
+	Alarms []string
 }
+
+// AlarmNoSpace is the alarm of a store at its quota, named as etcd's.
+const AlarmNoSpace = "NOSPACE"
 
 // ServerInfo is one member of the raft configuration.
 type ServerInfo struct {
@@ -672,6 +724,11 @@ func (n *Node) Stats() Status {
 		s.Address = string(n.trans.LocalAddr())
 	}
 	s.Revision, s.CompactRevision = n.fsm.revisions()
+	s.SizeBytes, s.QuotaBytes = n.fsm.size(), n.cfg.QuotaBackendBytes
+	metrics.SetGauge([]string{"raftstore", "size_bytes"}, float32(s.SizeBytes))
+	if n.noSpace.Load() || s.SizeBytes >= s.QuotaBytes {
+		s.Alarms = append(s.Alarms, AlarmNoSpace)
+	}
 	if n.raft == nil {
 		return s
 	}
@@ -704,6 +761,7 @@ func statusToWire(s *Status) *storev1.ReplicaStatus {
 		Id: s.ID, Address: s.Address, State: s.State, Term: s.Term, CommitIndex: s.CommitIndex,
 		AppliedIndex: s.AppliedIndex, LastLogIndex: s.LastLogIndex, LastSnapshotIndex: s.LastSnapshotIndex,
 		LastContactMs: s.LastContact.Milliseconds(), LeaderId: s.LeaderID, Revision: s.Revision, CompactRevision: s.CompactRevision,
+		SizeBytes: s.SizeBytes, QuotaBytes: s.QuotaBytes, Alarms: s.Alarms,
 	}
 	if s.LastContact < 0 {
 		w.LastContactMs = -1
@@ -719,6 +777,7 @@ func statusFromWire(w *storev1.ReplicaStatus) *Status {
 		ID: w.Id, Address: w.Address, State: w.State, Term: w.Term, CommitIndex: w.CommitIndex,
 		AppliedIndex: w.AppliedIndex, LastLogIndex: w.LastLogIndex, LastSnapshotIndex: w.LastSnapshotIndex,
 		LastContact: time.Duration(w.LastContactMs) * time.Millisecond, LeaderID: w.LeaderId, Revision: w.Revision, CompactRevision: w.CompactRevision,
+		SizeBytes: w.SizeBytes, QuotaBytes: w.QuotaBytes, Alarms: w.Alarms,
 	}
 	if w.LastContactMs < 0 {
 		s.LastContact = -1

@@ -42,6 +42,13 @@ const (
 	Code_CODE_INTERNAL       Code = 9
 	// CODE_FORBIDDEN: the writer may not write the key (Config.WriteACL).
 	Code_CODE_FORBIDDEN Code = 10
+	// CODE_TOO_LARGE: the request is larger than the store accepts
+	// (Config.MaxRequestBytes, etcd's --max-request-bytes).
+	Code_CODE_TOO_LARGE Code = 11
+	// CODE_NO_SPACE: the store is at its quota (Config.QuotaBackendBytes,
+	// etcd's --quota-backend-bytes); writes that add data are refused, reads
+	// and deletes still work.
+	Code_CODE_NO_SPACE Code = 12
 )
 
 // Enum value maps for Code.
@@ -58,6 +65,8 @@ var (
 		8:  "CODE_INVALID",
 		9:  "CODE_INTERNAL",
 		10: "CODE_FORBIDDEN",
+		11: "CODE_TOO_LARGE",
+		12: "CODE_NO_SPACE",
 	}
 	Code_value = map[string]int32{
 		"CODE_OK":             0,
@@ -71,6 +80,8 @@ var (
 		"CODE_INVALID":        8,
 		"CODE_INTERNAL":       9,
 		"CODE_FORBIDDEN":      10,
+		"CODE_TOO_LARGE":      11,
+		"CODE_NO_SPACE":       12,
 	}
 )
 
@@ -1299,8 +1310,14 @@ type ReplicaStatus struct {
 	CompactRevision   int64     `protobuf:"varint,11,opt,name=compact_revision,json=compactRevision,proto3" json:"compact_revision,omitempty"`
 	Servers           []*Server `protobuf:"bytes,12,rep,name=servers,proto3" json:"servers,omitempty"`
 	LastSnapshotIndex uint64    `protobuf:"varint,13,opt,name=last_snapshot_index,json=lastSnapshotIndex,proto3" json:"last_snapshot_index,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// size_bytes is what the store holds against its quota: every key and
+	// value, and the watch history. quota_bytes is the quota.
+	SizeBytes  int64 `protobuf:"varint,14,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	QuotaBytes int64 `protobuf:"varint,15,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
+	// alarms are the raised alarms ("NOSPACE"), as etcd's.
+	Alarms        []string `protobuf:"bytes,16,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaStatus) Reset() {
@@ -1422,6 +1439,27 @@ func (x *ReplicaStatus) GetLastSnapshotIndex() uint64 {
 		return x.LastSnapshotIndex
 	}
 	return 0
+}
+
+func (x *ReplicaStatus) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetQuotaBytes() int64 {
+	if x != nil {
+		return x.QuotaBytes
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetAlarms() []string {
+	if x != nil {
+		return x.Alarms
+	}
+	return nil
 }
 
 // SnapshotHeader is the first record of a snapshot; it is followed by
@@ -1726,7 +1764,7 @@ const file_storev1_store_proto_rawDesc = "" +
 	"\x06action\"T\n" +
 	"\rAdminResponse\x12-\n" +
 	"\x05error\x18\x01 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\xc1\x03\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\x99\x04\n" +
 	"\rReplicaStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -1741,7 +1779,12 @@ const file_storev1_store_proto_rawDesc = "" +
 	" \x01(\x03R\brevision\x12)\n" +
 	"\x10compact_revision\x18\v \x01(\x03R\x0fcompactRevision\x122\n" +
 	"\aservers\x18\f \x03(\v2\x18.podflow.store.v1.ServerR\aservers\x12.\n" +
-	"\x13last_snapshot_index\x18\r \x01(\x04R\x11lastSnapshotIndex\"\xba\x01\n" +
+	"\x13last_snapshot_index\x18\r \x01(\x04R\x11lastSnapshotIndex\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x0e \x01(\x03R\tsizeBytes\x12\x1f\n" +
+	"\vquota_bytes\x18\x0f \x01(\x03R\n" +
+	"quotaBytes\x12\x16\n" +
+	"\x06alarms\x18\x10 \x03(\tR\x06alarms\"\xba\x01\n" +
 	"\x0eSnapshotHeader\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12)\n" +
 	"\x10compact_revision\x18\x02 \x01(\x03R\x0fcompactRevision\x12\x1b\n" +
@@ -1751,7 +1794,7 @@ const file_storev1_store_proto_rawDesc = "" +
 	"dedupCount\"o\n" +
 	"\rSnapshotDedup\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x125\n" +
-	"\x06result\x18\x02 \x01(\v2\x1d.podflow.store.v1.WriteResultR\x06result*\xde\x01\n" +
+	"\x06result\x18\x02 \x01(\v2\x1d.podflow.store.v1.WriteResultR\x06result*\x85\x02\n" +
 	"\x04Code\x12\v\n" +
 	"\aCODE_OK\x10\x00\x12\x12\n" +
 	"\x0eCODE_NOT_FOUND\x10\x01\x12\x17\n" +
@@ -1764,7 +1807,9 @@ const file_storev1_store_proto_rawDesc = "" +
 	"\fCODE_INVALID\x10\b\x12\x11\n" +
 	"\rCODE_INTERNAL\x10\t\x12\x12\n" +
 	"\x0eCODE_FORBIDDEN\x10\n" +
-	"*F\n" +
+	"\x12\x12\n" +
+	"\x0eCODE_TOO_LARGE\x10\v\x12\x11\n" +
+	"\rCODE_NO_SPACE\x10\f*F\n" +
 	"\x06OpType\x12\x17\n" +
 	"\x13OP_TYPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vOP_TYPE_PUT\x10\x01\x12\x12\n" +

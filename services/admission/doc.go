@@ -27,6 +27,10 @@
 // pod rules admission shares with the node agent and the other stages (QoS
 // class, default pull policy) live in proto/podrules.
 //
+// The validation of every other kind (names, namespaces, ConfigMap and
+// Secret sizes) is package validate's Object, which the api stage calls;
+// ValidatePod builds on the same helpers.
+//
 // Example:
 //
 //	res := admission.Admit(req.GetPod(), admission.State{

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/services/validate"
 )
 
 // Enumerations validated by ValidatePod.
@@ -47,19 +47,7 @@ func ValidatePod(pod *corev1.Pod) *corev1.Status {
 	if len(errs) == 0 {
 		return nil
 	}
-	name := pod.GetMetadata().GetName()
-	st := &corev1.Status{
-		Status:  "Failure",
-		Code:    422,
-		Reason:  eventsv1.ReasonInvalid,
-		Kind:    "Pod",
-		Name:    name,
-		Message: fmt.Sprintf("Pod %q is invalid: %v", name, errs.ToAggregate()),
-	}
-	for _, e := range errs {
-		st.Causes = append(st.Causes, &corev1.StatusCause{Type: string(e.Type), Message: e.ErrorBody(), Field: e.Field})
-	}
-	return st
+	return validate.InvalidStatus("Pod", pod.GetMetadata().GetName(), errs)
 }
 
 func validatePod(pod *corev1.Pod) field.ErrorList {
@@ -68,17 +56,17 @@ func validatePod(pod *corev1.Pod) field.ErrorList {
 	meta := pod.GetMetadata()
 	switch {
 	case meta.GetName() != "":
-		errs = append(errs, dns1123Subdomain(md.Child("name"), meta.GetName())...)
+		errs = append(errs, validate.DNS1123Subdomain(md.Child("name"), meta.GetName())...)
 	case meta.GetGenerateName() != "":
 		// A generateName prefix may end in "-": the suffix follows it.
-		errs = append(errs, dns1123Subdomain(md.Child("generateName"), strings.TrimSuffix(meta.GetGenerateName(), "-")+"a")...)
+		errs = append(errs, validate.DNS1123Subdomain(md.Child("generateName"), strings.TrimSuffix(meta.GetGenerateName(), "-")+"a")...)
 	default:
 		errs = append(errs, field.Required(md.Child("name"), "name or generateName is required"))
 	}
 	if meta.GetNamespace() == "" {
 		errs = append(errs, field.Required(md.Child("namespace"), ""))
 	} else {
-		errs = append(errs, dns1123Label(md.Child("namespace"), meta.GetNamespace())...)
+		errs = append(errs, validate.DNS1123Label(md.Child("namespace"), meta.GetNamespace())...)
 	}
 	errs = append(errs, labels(md.Child("labels"), meta.GetLabels())...)
 	for _, k := range slices.Sorted(maps.Keys(meta.GetAnnotations())) {
@@ -113,13 +101,13 @@ func validateSpec(p *field.Path, spec *corev1.PodSpec) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("terminationGracePeriodSeconds"), *g, "must be greater than or equal to 0"))
 	}
 	if sa := spec.GetServiceAccountName(); sa != "" {
-		errs = append(errs, dns1123Subdomain(p.Child("serviceAccountName"), sa)...)
+		errs = append(errs, validate.DNS1123Subdomain(p.Child("serviceAccountName"), sa)...)
 	}
 	if n := spec.GetNodeName(); n != "" {
-		errs = append(errs, dns1123Subdomain(p.Child("nodeName"), n)...)
+		errs = append(errs, validate.DNS1123Subdomain(p.Child("nodeName"), n)...)
 	}
 	if h := spec.GetHostname(); h != "" {
-		errs = append(errs, dns1123Label(p.Child("hostname"), h)...)
+		errs = append(errs, validate.DNS1123Label(p.Child("hostname"), h)...)
 	}
 	errs = append(errs, labels(p.Child("nodeSelector"), spec.GetNodeSelector())...)
 	errs = append(errs, validatePodSecurityContext(p.Child("securityContext"), spec.GetSecurityContext())...)
@@ -141,7 +129,7 @@ func validateVolumes(p *field.Path, vols []*corev1.Volume) (map[string]bool, fie
 		case names[v.GetName()]:
 			errs = append(errs, field.Duplicate(vp.Child("name"), v.GetName()))
 		default:
-			errs = append(errs, dns1123Label(vp.Child("name"), v.GetName())...)
+			errs = append(errs, validate.DNS1123Label(vp.Child("name"), v.GetName())...)
 		}
 		names[v.GetName()] = true
 
@@ -189,7 +177,7 @@ func validateContainer(p *field.Path, c *corev1.Container, volumes, names map[st
 	case names[name]:
 		errs = append(errs, field.Duplicate(p.Child("name"), name))
 	default:
-		errs = append(errs, dns1123Label(p.Child("name"), name)...)
+		errs = append(errs, validate.DNS1123Label(p.Child("name"), name)...)
 	}
 	names[c.GetName()] = true
 	if strings.TrimSpace(c.GetImage()) == "" {
@@ -580,27 +568,11 @@ func validateRequirement(p *field.Path, r *corev1.NodeSelectorRequirement) field
 
 // ---------------------------------------------------------------- helpers
 
-func dns1123Label(p *field.Path, v string) field.ErrorList {
-	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Label(v) {
-		errs = append(errs, field.Invalid(p, v, msg))
-	}
-	return errs
-}
-
-func dns1123Subdomain(p *field.Path, v string) field.ErrorList {
-	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Subdomain(v) {
-		errs = append(errs, field.Invalid(p, v, msg))
-	}
-	return errs
-}
-
 func requiredName(p *field.Path, v string) field.ErrorList {
 	if v == "" {
 		return field.ErrorList{field.Required(p, "")}
 	}
-	return dns1123Subdomain(p, v)
+	return validate.DNS1123Subdomain(p, v)
 }
 
 func labels(p *field.Path, m map[string]string) field.ErrorList {

@@ -36,6 +36,7 @@ import (
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/validate"
 )
 
 // Config configures the api stage.
@@ -358,6 +359,9 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		attrs.Verb = "update"
 	}
 	if st := s.rbac.Check(attrs); st != nil {
+		return st, nil
+	}
+	if st := validate.Object(obj); st != nil { // names, ConfigMap and Secret sizes
 		return st, nil
 	}
 	now := timestamppb.Now()

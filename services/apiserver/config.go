@@ -27,17 +27,41 @@ type Config struct {
 	// RBAC like any user. Default false: they get 401.
 	Anonymous bool
 	// MaxBodyBytes bounds a request body; larger bodies get 413 before they
-	// are parsed. Default 3 MiB, kube-apiserver's limit.
+	// are parsed. It bounds a patched object too (413 before it is
+	// decoded). Default 3 MiB, kube-apiserver's limit.
 	MaxBodyBytes int64
+	// JSONPatchMaxCopyBytes bounds the bytes the copy operations of one
+	// JSON patch add in total; a patch past it gets 422 naming the limit.
+	// Default 3 MiB, kube-apiserver's JSONPatchMaxCopyBytes. (A JSON patch
+	// also has at most MaxJSONPatchOperations operations: 413.)
+	JSONPatchMaxCopyBytes int64
+	// BodyReadTimeout bounds the reading of a request body, from the end
+	// of its headers: a body sent slower gets 408 and the connection is
+	// closed, so a slow client cannot hold an in-flight slot. Headers have
+	// 10s (http.Server ReadHeaderTimeout). Default 30s.
+	BodyReadTimeout time.Duration
 	// RequestTimeout bounds every non-watch request. Default 60s.
 	RequestTimeout time.Duration
 	// BookmarkInterval is how often a watch that asked for bookmarks
 	// (allowWatchBookmarks=true) gets a BOOKMARK event. Default 10s.
 	BookmarkInterval time.Duration
-	// MaxInFlight bounds the non-watch requests served at once; more get
-	// 429 Too Many Requests with Retry-After, as kube-apiserver's
-	// --max-requests-inflight. Default 400.
+	// MaxInFlight bounds the read-only requests (GET and HEAD that are not
+	// watches) served at once; more get 429 Too Many Requests with
+	// Retry-After, as kube-apiserver's --max-requests-inflight. Default 400.
 	MaxInFlight int
+	// MaxMutatingInFlight bounds the mutating requests (POST, PUT, PATCH,
+	// DELETE) served at once: 429 beyond, as kube-apiserver's
+	// --max-mutating-requests-inflight. Default 200.
+	MaxMutatingInFlight int
+	// MaxWatches bounds the watches open at once (GET with watch=true or
+	// watch=1): long-running requests are exempt from MaxInFlight, as in
+	// kube-apiserver, but counted here: 429 beyond. Default 2000.
+	MaxWatches int
+	// TooLargeResourceVersionWait is how long a watch from a revision the
+	// store has not reached yet waits for it before it is answered 504
+	// "Too large resource version" (kube-apiserver's watch cache waits 3s).
+	// Default 3s.
+	TooLargeResourceVersionWait time.Duration
 	// CacheObjects bounds the cache of objects' Kubernetes forms (by key
 	// and revision) that makes repeated lists cheap. Default 100000.
 	CacheObjects int
@@ -75,13 +99,18 @@ type OIDCConfig struct {
 // certificate files and the CA must still be set.
 func DefaultConfig() Config {
 	return Config{
-		MaxBodyBytes:     3 << 20,
-		RequestTimeout:   60 * time.Second,
-		BookmarkInterval: 10 * time.Second,
-		MaxWatchTimeout:  30 * time.Minute,
-		CacheObjects:     100_000,
-		MaxInFlight:      400,
-		OIDC:             OIDCConfig{UsernameClaim: "sub"},
+		MaxBodyBytes:                3 << 20,
+		JSONPatchMaxCopyBytes:       3 << 20,
+		BodyReadTimeout:             30 * time.Second,
+		RequestTimeout:              60 * time.Second,
+		BookmarkInterval:            10 * time.Second,
+		MaxWatchTimeout:             30 * time.Minute,
+		CacheObjects:                100_000,
+		MaxInFlight:                 400,
+		MaxMutatingInFlight:         200,
+		MaxWatches:                  2000,
+		TooLargeResourceVersionWait: 3 * time.Second,
+		OIDC:                        OIDCConfig{UsernameClaim: "sub"},
 	}
 }
 
@@ -94,12 +123,19 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: CertFile and KeyFile are required", ErrInvalidConfig)
 	case c.MaxBodyBytes < 1024:
 		return fmt.Errorf("%w: MaxBodyBytes (%d) must be at least 1024", ErrInvalidConfig, c.MaxBodyBytes)
+	case c.JSONPatchMaxCopyBytes < 1:
+		return fmt.Errorf("%w: JSONPatchMaxCopyBytes (%d) must be positive", ErrInvalidConfig, c.JSONPatchMaxCopyBytes)
+	case c.BodyReadTimeout <= 0:
+		return fmt.Errorf("%w: BodyReadTimeout (%s) must be positive", ErrInvalidConfig, c.BodyReadTimeout)
+	case c.TooLargeResourceVersionWait <= 0:
+		return fmt.Errorf("%w: TooLargeResourceVersionWait (%s) must be positive", ErrInvalidConfig, c.TooLargeResourceVersionWait)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("%w: RequestTimeout (%s) must be positive", ErrInvalidConfig, c.RequestTimeout)
 	case c.BookmarkInterval <= 0:
 		return fmt.Errorf("%w: BookmarkInterval (%s) must be positive", ErrInvalidConfig, c.BookmarkInterval)
-	case c.MaxInFlight < 1:
-		return fmt.Errorf("%w: MaxInFlight (%d) must be at least 1", ErrInvalidConfig, c.MaxInFlight)
+	case c.MaxInFlight < 1 || c.MaxMutatingInFlight < 1 || c.MaxWatches < 1:
+		return fmt.Errorf("%w: MaxInFlight (%d), MaxMutatingInFlight (%d) and MaxWatches (%d) must be at least 1",
+			ErrInvalidConfig, c.MaxInFlight, c.MaxMutatingInFlight, c.MaxWatches)
 	case c.CacheObjects < 1:
 		return fmt.Errorf("%w: CacheObjects (%d) must be at least 1", ErrInvalidConfig, c.CacheObjects)
 	case c.MaxWatchTimeout < 2*time.Second:

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	k8scorev1 "k8s.io/api/core/v1"
@@ -21,6 +23,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
 )
 
 // kubeTypes are the Go types of the Kubernetes kinds podflow stores, for
@@ -60,14 +63,29 @@ func fieldValidation(r *http.Request) (string, *corev1.Status) {
 	}
 }
 
-// readBody reads a request body of at most limit bytes.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *corev1.Status) {
+// readBody reads a request body of at most limit bytes within timeout: a
+// client that sends its body slower than that (a slow-loris holding an
+// in-flight slot) gets 408 and the connection is closed. The deadline is
+// the connection's (HTTP/1.1) or the stream's (HTTP/2) read deadline, set
+// for the body only, so it never cuts a watch.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.Duration) ([]byte, *corev1.Status) {
+	rc := http.NewResponseController(w)
+	deadlineSet := rc.SetReadDeadline(time.Now().Add(timeout)) == nil
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return nil, tooLarge(limit)
+	if deadlineSet && err == nil {
+		// Cleared only after a whole body: after a timeout, the expired
+		// deadline makes net/http's discarding of the rest fail at once.
+		_ = rc.SetReadDeadline(time.Time{})
 	}
-	if err != nil {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, tooLarge(limit)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		return nil, stage.Failure(http.StatusRequestTimeout, "Timeout", "", "",
+			"the request body was not received within %s (BodyReadTimeout)", timeout)
+	case err != nil:
 		return nil, badRequest("read the request body: %v", err)
 	}
 	return b, nil
@@ -157,8 +175,36 @@ const (
 	patchJSON      = "application/json-patch+json"
 )
 
-// applyPatch applies a patch to an object's Kubernetes JSON.
-func applyPatch(original, patch []byte, contentType string, res *resource) ([]byte, *corev1.Status) {
+// MaxJSONPatchOperations bounds the operations of one JSON patch, as
+// kube-apiserver's maxJSONPatchOperations: more get 413.
+const MaxJSONPatchOperations = 10_000
+
+// patchLimits bound what applying a patch may build.
+type patchLimits struct {
+	// maxCopyBytes bounds the bytes JSON patch copy operations add, in
+	// total (json-patch's AccumulatedCopySizeLimit, kube-apiserver's
+	// JSONPatchMaxCopyBytes): a copy bomb doubles the object with each
+	// operation, so a few dozen would exhaust the process.
+	maxCopyBytes int64
+	// maxBytes bounds the patched object, checked before it is decoded.
+	maxBytes int64
+}
+
+// applyPatch applies a patch to an object's Kubernetes JSON within lim.
+// Merge and strategic merge patches cannot build more than the original
+// and the patch hold; a JSON patch's copies are bounded by
+// lim.maxCopyBytes while it is applied, its operations by
+// MaxJSONPatchOperations before.
+func applyPatch(original, patch []byte, contentType string, res *resource, lim patchLimits) ([]byte, *corev1.Status) {
+	out, st := applyPatchType(original, patch, contentType, res, lim)
+	if st == nil && int64(len(out)) > lim.maxBytes {
+		return nil, stage.Failure(http.StatusRequestEntityTooLarge, "RequestEntityTooLarge", "", "",
+			"the patched object is too large: %d bytes (limit %d bytes)", len(out), lim.maxBytes)
+	}
+	return out, st
+}
+
+func applyPatchType(original, patch []byte, contentType string, res *resource, lim patchLimits) ([]byte, *corev1.Status) {
 	ct, _, _ := strings.Cut(contentType, ";")
 	switch strings.TrimSpace(ct) {
 	case patchStrategic:
@@ -189,7 +235,13 @@ func applyPatch(original, patch []byte, contentType string, res *resource) ([]by
 		if err != nil {
 			return nil, invalidPatch(err)
 		}
-		out, err := ops.Apply(original)
+		if len(ops) > MaxJSONPatchOperations {
+			return nil, stage.Failure(http.StatusRequestEntityTooLarge, "RequestEntityTooLarge", "", "",
+				"The allowed maximum operations in a JSON patch is %d, got %d", MaxJSONPatchOperations, len(ops))
+		}
+		opts := jsonpatch.NewApplyOptions()
+		opts.AccumulatedCopySizeLimit = lim.maxCopyBytes
+		out, err := ops.ApplyWithOptions(original, opts)
 		if err != nil {
 			return nil, invalidPatch(err)
 		}

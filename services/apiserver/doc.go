@@ -33,8 +33,27 @@
 //     verified against locally configured issuer keys; anonymous only when
 //     enabled; impersonation when RBAC allows it. A failure is a bare 401
 //     for the client and a logged reason for the operator.
-//   - Errors as meta/v1 Status (401, 403, 404, 409, 413, 415, 422 with
-//     causes, 429 past MaxInFlight, 500, 503).
+//   - Errors as meta/v1 Status (401, 403, 404, 408, 409, 413, 415, 422
+//     with causes, 429 past an in-flight limit, 500, 503, 504).
+//
+// Limits, as kube-apiserver's (each refusal names its limit; Config
+// documents the defaults):
+//
+//   - A request body is at most MaxBodyBytes (413) and must arrive within
+//     BodyReadTimeout of its headers (408, connection closed); headers
+//     within 10s.
+//   - A JSON patch has at most MaxJSONPatchOperations operations (413);
+//     its copy operations add at most JSONPatchMaxCopyBytes in total (422,
+//     checked while it is applied, so a copy bomb stops at the limit); a
+//     patched object larger than MaxBodyBytes is refused (413) before it
+//     is decoded.
+//   - Requests in flight: MaxInFlight read-only, MaxMutatingInFlight
+//     mutating, MaxWatches watches (429 with Retry-After past each). A
+//     watch is a GET with watch=true or watch=1; the parameter on any
+//     other method does not move a request out of its class.
+//   - A watch from a resourceVersion the store has not reached waits
+//     TooLargeResourceVersionWait, then gets 504 Timeout "Too large
+//     resource version: X, current: Y" with retryAfterSeconds 1.
 //
 // Pod creations become the pipeline's flow: the Backend (the api stage)
 // authorizes them and publishes PodAuthorized; the response waits for the

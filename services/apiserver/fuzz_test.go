@@ -71,16 +71,21 @@ func FuzzDecodeObject(f *testing.F) {
 
 // FuzzPatch applies arbitrary patches of every type to a pod: no panic,
 // and a result is always JSON or a 4xx Status.
+//
+// Its corpus holds the hostile patches: a copy bomb (each copy doubles the
+// object) and one operation past MaxJSONPatchOperations.
 func FuzzPatch(f *testing.F) {
 	for _, s := range []string{`{"metadata":{"labels":{"a":"b"}}}`, `[{"op":"add","path":"/metadata/labels/x","value":"y"}]`,
-		`[{"op":"remove","path":"/spec/containers/0"}]`, `[{"op":"move","from":"/spec","path":"/spec/x"}]`, `{"spec":null}`, `null`, `[`} {
+		`[{"op":"remove","path":"/spec/containers/0"}]`, `[{"op":"move","from":"/spec","path":"/spec/x"}]`, `{"spec":null}`, `null`, `[`,
+		copyBomb(40), tooManyOps(MaxJSONPatchOperations + 1)} {
 		f.Add([]byte(s), uint8(0))
+		f.Add([]byte(s), uint8(2)) // as a JSON patch
 	}
 	orig := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","labels":{"x":"y"}},"spec":{"containers":[{"name":"c","image":"i"}]}}`)
 	types := []string{patchStrategic, patchMerge, patchJSON, patchApply}
 	res := lookupResource("v1", "pods")
 	f.Fuzz(func(t *testing.T, patch []byte, which uint8) {
-		out, st := applyPatch(orig, patch, types[int(which)%len(types)], res)
+		out, st := applyPatch(orig, patch, types[int(which)%len(types)], res, testPatchLimits)
 		if st != nil {
 			if st.GetCode() < 400 || st.GetCode() >= 500 {
 				t.Fatalf("status %v", st)
@@ -129,15 +134,15 @@ func TestWantsTable(t *testing.T) {
 }
 
 func TestMergePatch(t *testing.T) {
-	out, st := applyPatch([]byte(`{"a":{"b":1,"c":2},"d":[1]}`), []byte(`{"a":{"b":null,"e":3},"d":[2]}`), patchMerge, lookupResource("v1", "configmaps"))
+	out, st := applyPatch([]byte(`{"a":{"b":1,"c":2},"d":[1]}`), []byte(`{"a":{"b":null,"e":3},"d":[2]}`), patchMerge, lookupResource("v1", "configmaps"), testPatchLimits)
 	if st != nil || string(out) != `{"a":{"c":2,"e":3},"d":[2]}` {
 		t.Fatalf("merge patch: %s %v", out, st)
 	}
-	out, st = applyPatch([]byte(`{"a":[1,2,3]}`), []byte(`[{"op":"add","path":"/a/1","value":9},{"op":"remove","path":"/a/0"},{"op":"test","path":"/a/0","value":9}]`), patchJSON, lookupResource("v1", "configmaps"))
+	out, st = applyPatch([]byte(`{"a":[1,2,3]}`), []byte(`[{"op":"add","path":"/a/1","value":9},{"op":"remove","path":"/a/0"},{"op":"test","path":"/a/0","value":9}]`), patchJSON, lookupResource("v1", "configmaps"), testPatchLimits)
 	if st != nil || string(out) != `{"a":[9,2,3]}` {
 		t.Fatalf("json patch: %s %v", out, st)
 	}
-	if _, st = applyPatch([]byte(`{"a":1}`), []byte(`[{"op":"test","path":"/a","value":2}]`), patchJSON, lookupResource("v1", "configmaps")); st == nil || st.GetCode() != 422 {
+	if _, st = applyPatch([]byte(`{"a":1}`), []byte(`[{"op":"test","path":"/a","value":2}]`), patchJSON, lookupResource("v1", "configmaps"), testPatchLimits); st == nil || st.GetCode() != 422 {
 		t.Fatalf("failed test op: %v", st)
 	}
 }

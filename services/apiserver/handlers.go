@@ -330,7 +330,7 @@ func (s *Server) mutation(w http.ResponseWriter, r *http.Request) (dry bool, val
 		validation, st = fieldValidation(r)
 	}
 	if st == nil {
-		body, st = readBody(w, r, s.cfg.MaxBodyBytes)
+		body, st = readBody(w, r, s.cfg.MaxBodyBytes, s.cfg.BodyReadTimeout)
 	}
 	if st != nil {
 		writeStatus(w, st)
@@ -466,7 +466,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 				writeStatus(w, auth.Forbidden(attrs, ""))
 				return
 			}
-			if body, st = applyPatch([]byte("{}"), body, r.Header.Get("Content-Type"), req.res); st != nil {
+			if body, st = applyPatch([]byte("{}"), body, r.Header.Get("Content-Type"), req.res, s.patchLimits()); st != nil {
 				writeStatus(w, st)
 				return
 			}
@@ -481,7 +481,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 				writeStatus(w, stage.Internal(err))
 				return
 			}
-			if body, st = applyPatch(orig, body, r.Header.Get("Content-Type"), req.res); st != nil {
+			if body, st = applyPatch(orig, body, r.Header.Get("Content-Type"), req.res, s.patchLimits()); st != nil {
 				writeStatus(w, st)
 				return
 			}
@@ -574,7 +574,7 @@ func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bo
 
 func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
 	var grace *int64
-	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
+	body, st := readBody(w, r, s.cfg.MaxBodyBytes, s.cfg.BodyReadTimeout)
 	if st != nil {
 		writeStatus(w, st)
 		return
@@ -625,7 +625,7 @@ func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // decodeReview reads an authorization review of kind into review (JSON or
 // protobuf bodies, size-limited), or writes the error and returns false.
 func (s *Server) decodeReview(w http.ResponseWriter, r *http.Request, review runtime.Object, kind string) bool {
-	body, st := readBody(w, r, s.cfg.MaxBodyBytes)
+	body, st := readBody(w, r, s.cfg.MaxBodyBytes, s.cfg.BodyReadTimeout)
 	if st != nil {
 		writeStatus(w, st)
 		return false

@@ -86,6 +86,11 @@ func TestConfigValidate(t *testing.T) {
 		"oidc no aud":   func(c *Config) { c.OIDC.IssuerURL, c.OIDC.KeysFile = "https://i", "f" },
 		"no inflight":   func(c *Config) { c.MaxInFlight = 0 },
 		"short watches": func(c *Config) { c.MaxWatchTimeout = 0 },
+		"no mutating":   func(c *Config) { c.MaxMutatingInFlight = 0 },
+		"no watches":    func(c *Config) { c.MaxWatches = 0 },
+		"no copy bytes": func(c *Config) { c.JSONPatchMaxCopyBytes = 0 },
+		"no body read":  func(c *Config) { c.BodyReadTimeout = 0 },
+		"no rv wait":    func(c *Config) { c.TooLargeResourceVersionWait = 0 },
 	} {
 		c := DefaultConfig()
 		c.Addr, c.CertFile, c.KeyFile = "a", "c", "k"

@@ -64,13 +64,19 @@ type Server struct {
 	handler http.Handler
 	// clientCAs verify client certificates (nil: none accepted).
 	clientCAs *x509.CertPool
-	// inflight bounds the non-watch requests being served (429 beyond).
-	inflight chan struct{}
+	// inflight, mutating and watches bound the read-only requests, the
+	// mutating requests and the watches being served (429 beyond).
+	inflight, mutating, watches chan struct{}
 
 	mu     sync.Mutex
 	srv    *http.Server
 	addr   net.Addr
 	closed bool
+}
+
+// patchLimits are the bounds of applying one patch.
+func (s *Server) patchLimits() patchLimits {
+	return patchLimits{maxCopyBytes: s.cfg.JSONPatchMaxCopyBytes, maxBytes: s.cfg.MaxBodyBytes}
 }
 
 // New returns a server; it reads the certificates and keys now, so that a
@@ -103,7 +109,8 @@ func New(cfg Config, backend Backend, store *objects.Store, log *slog.Logger) (*
 		tc.ClientAuth = tls.RequestClientCert
 	}
 	s := &Server{cfg: cfg, backend: backend, store: store, log: log, tls: tc, cache: newKubeCache(cfg.CacheObjects),
-		clientCAs: tc.ClientCAs, inflight: make(chan struct{}, cfg.MaxInFlight)}
+		clientCAs: tc.ClientCAs, inflight: make(chan struct{}, cfg.MaxInFlight),
+		mutating: make(chan struct{}, cfg.MaxMutatingInFlight), watches: make(chan struct{}, cfg.MaxWatches)}
 	if cfg.OIDC.IssuerURL != "" {
 		if s.oidc, err = newOIDCVerifier(cfg.OIDC); err != nil {
 			return nil, err
@@ -205,17 +212,34 @@ type request struct {
 	verb      string
 }
 
-func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	if q := r.URL.Query(); q.Get("watch") != "true" && q.Get("watch") != "1" {
-		select {
-		case s.inflight <- struct{}{}:
-			defer func() { <-s.inflight }()
-		default:
-			w.Header().Set("Retry-After", "1")
-			writeStatus(w, &corev1.Status{Status: "Failure", Code: 429, Reason: "TooManyRequests",
-				Message: "Too many requests, please try again later."})
-			return
+// limiter is the in-flight limit a request counts under, as
+// kube-apiserver's max-in-flight filter classifies them: watches
+// (long-running: a GET with watch=true or watch=1, whatever else it asks)
+// have their own limit, mutating requests theirs, the rest MaxInFlight. A
+// watch parameter on any other method changes nothing.
+func (s *Server) limiter(r *http.Request) chan struct{} {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		if w := r.URL.Query().Get("watch"); w == "true" || w == "1" {
+			return s.watches
 		}
+		return s.inflight
+	case http.MethodOptions:
+		return s.inflight
+	}
+	return s.mutating
+}
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	slots := s.limiter(r)
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeStatus(w, &corev1.Status{Status: "Failure", Code: 429, Reason: "TooManyRequests",
+			Message: "Too many requests, please try again later."})
+		return
 	}
 	user, why := s.authenticate(r)
 	if user == nil {

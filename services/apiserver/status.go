@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"runtime"
 
@@ -99,4 +100,21 @@ func conflict(resource, name string) *corev1.Status {
 
 func tooLarge(limit int64) *corev1.Status {
 	return stage.Failure(413, "RequestEntityTooLarge", "", "", "the request body is too large (limit %d bytes)", limit)
+}
+
+// tooLargeResourceVersion is kube-apiserver's answer to a request for a
+// revision the store has not reached (storage.NewTooLargeResourceVersionError):
+// 504 Timeout, retry after a second.
+func tooLargeResourceVersion(rev, current int64) *metav1.Status {
+	return &metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure,
+		Message:  fmt.Sprintf("Too large resource version: %d, current: %d", rev, current),
+		Reason:   metav1.StatusReasonTimeout,
+		Code:     http.StatusGatewayTimeout,
+		Details: &metav1.StatusDetails{
+			Causes:            []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}},
+			RetryAfterSeconds: 1,
+		},
+	}
 }

@@ -38,6 +38,32 @@ func gone(rev int64, err error) *corev1.Status {
 		Message: "too old resource version: " + strconv.FormatInt(rev, 10) + " (" + err.Error() + ")"}
 }
 
+// waitForRevision waits up to Config.TooLargeResourceVersionWait for the
+// store to reach rev, as kube-apiserver's watch cache waits for a
+// resourceVersion it has not seen; past that the watch is answered 504
+// "Too large resource version" (clients retry or relist) rather than left
+// hanging.
+func (s *Server) waitForRevision(ctx context.Context, req *request, rev int64) *metav1.Status {
+	deadline := time.Now().Add(s.cfg.TooLargeResourceVersionWait)
+	for {
+		_, current, err := s.store.Client().List(ctx, req.res.store.Prefix(req.namespace), raftstore.WithLimit(1))
+		if err != nil {
+			return kubeStatus(storeStatus(err, req.res, ""))
+		}
+		if current >= rev {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return tooLargeResourceVersion(rev, current)
+		}
+		select {
+		case <-ctx.Done():
+			return tooLargeResourceVersion(rev, current)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // watch streams changes as newline-delimited JSON watch events, as
 // kube-apiserver does over HTTP/1.1 chunks or HTTP/2 frames. Without a
 // resourceVersion (or "0") it starts with an ADDED event per existing
@@ -85,6 +111,10 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 		n, err := strconv.ParseInt(rv, 10, 64)
 		if err != nil || n < 0 {
 			writeStatus(w, badRequest("resourceVersion %q is not a valid revision", rv))
+			return
+		}
+		if st := s.waitForRevision(ctx, req, n); st != nil {
+			writeJSON(w, int(st.Code), st)
 			return
 		}
 		from = n
