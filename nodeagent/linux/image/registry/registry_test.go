@@ -30,7 +30,7 @@ func start(t *testing.T, dir string) (addr string, stop func()) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx); srv.Close() }()
+	go func() { err := srv.Serve(ctx); srv.Close(); done <- err }() // the lock is free once stop returns
 	stopped := false
 	stop = func() {
 		if stopped {
