@@ -42,6 +42,17 @@ func TestSecurityContextOnTheKernel(t *testing.T) {
 			t.Errorf("container status lacks %q:\n%s", want, res.Message)
 		}
 	}
+	// The probe itself runs as the container does (runc exec), not as the agent.
+	res, err = e.rt.Probe(ctx, pd, c, id, nodeagent.ProbeLiveness, &corev1.Probe{
+		Exec: &corev1.ExecAction{Command: []string{"grep", "-E", "^(Uid|CapEff|NoNewPrivs|Seccomp):", "/proc/self/status"}}})
+	if err != nil || !res.OK {
+		t.Fatalf("probe: %+v %v", res, err)
+	}
+	for _, want := range []string{"Uid:\t1000\t1000", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(res.Message, want) {
+			t.Errorf("exec probe status lacks %q:\n%s", want, res.Message)
+		}
+	}
 
 	root := newPod(e.cfg.NodeName, "rootimage", "true")
 	root.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: new(true)}

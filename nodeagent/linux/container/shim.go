@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -95,11 +94,7 @@ func runShim(dir string) error {
 	if pipes.goW != nil {
 		join := spec.Cgroups
 		if devCg != "" {
-			join = maps.Clone(join)
-			if join == nil {
-				join = map[string]string{}
-			}
-			join["devices"] = devCg
+			join = joinCgroup(join, "devices", devCg)
 		}
 		for sub, cg := range join {
 			if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
