@@ -57,6 +57,12 @@ type Config struct {
 	// SeccompProfileRoot is where Localhost seccomp profiles are looked up
 	// (kubelet's --seccomp-profile-root). Default DataDir/seccomp.
 	SeccompProfileRoot string
+	// AllowedUnsafeSysctls are the sysctls, beyond Kubernetes' safe set,
+	// that pods may set: names or glob patterns ending in "*"
+	// ("net.core.*"), as kubelet's --allowed-unsafe-sysctls. Only
+	// namespaced sysctls can be allowed (kernel.shm*, kernel.msg*,
+	// kernel.sem, fs.mqueue.*, net.*).
+	AllowedUnsafeSysctls []string
 	// Capacity overrides what Capacity measures (quantity strings).
 	Capacity map[string]string
 	// MaxPods is the "pods" capacity (Kubernetes default 110).
