@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"time"
 
@@ -47,6 +48,9 @@ type Config struct {
 	// SpareShims is how many container shims are kept started ahead of
 	// need (0: each container start starts its shim).
 	SpareShims int
+	// NodeIP is the node's address, the pod IP of hostNetwork pods
+	// (kubelet's status.hostIP). Default 127.0.0.1.
+	NodeIP string
 	// HostPathPrefixes are the only host directories hostPath volumes may
 	// name (or lie below). Empty: hostPath volumes are refused.
 	HostPathPrefixes []string
@@ -95,6 +99,7 @@ func DefaultConfig(node, podCIDR, dataDir, mirror string) Config {
 		Image:              ic,
 		Container:          container.DefaultConfig(),
 		SeccompProfileRoot: filepath.Join(dataDir, "seccomp"),
+		NodeIP:             "127.0.0.1",
 		MaxPods:            110,
 		SpareShims:         2,
 		StopTimeout:        10 * time.Second,
@@ -114,6 +119,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: SpareShims (%d) is negative", ErrInvalidConfig, c.SpareShims)
 	case !filepath.IsAbs(c.SeccompProfileRoot):
 		return fmt.Errorf("%w: SeccompProfileRoot %q is not absolute", ErrInvalidConfig, c.SeccompProfileRoot)
+	case net.ParseIP(c.NodeIP) == nil:
+		return fmt.Errorf("%w: NodeIP %q is not an IP address", ErrInvalidConfig, c.NodeIP)
 	case c.StopTimeout <= 0:
 		return fmt.Errorf("%w: StopTimeout (%s) must be positive", ErrInvalidConfig, c.StopTimeout)
 	}

@@ -158,6 +158,9 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	rcfg := linux.DefaultConfig(node, podCIDR, dataDir, lo.Registry)
 	rcfg.Network.ClusterCIDR = lo.ClusterCIDR
 	rcfg.HostPathPrefixes = lo.HostPaths
+	if lo.HostIP != "" {
+		rcfg.NodeIP = lo.HostIP
+	}
 	rcfg.SeccompDefault = lo.SeccompDefault
 	if lo.SeccompProfileRoot != "" {
 		rcfg.SeccompProfileRoot = lo.SeccompProfileRoot

@@ -41,7 +41,7 @@ func initContainer(dir string) error {
 	if err := setupRootfs(spec); err != nil {
 		return err
 	}
-	if spec.Hostname != "" {
+	if spec.Hostname != "" && !spec.HostUTS {
 		if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
 			return fmt.Errorf("sethostname: %w", err)
 		}

@@ -226,7 +226,7 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 		Stderr:     errW,
 		ExtraFiles: []*os.File{execW},
 		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC,
+			Cloneflags: spec.cloneFlags(),
 			Pdeathsig:  0,
 		},
 	}
@@ -279,6 +279,21 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 	closeAfter = rest
 	p.execR, p.stdout, p.stderr = execR, outR, errR
 	return cmd, p, nil
+}
+
+// cloneFlags are the namespaces the init gets: always a mount namespace,
+// and new PID, UTS and IPC namespaces unless the host's are kept.
+func (s Spec) cloneFlags() uintptr {
+	flags := uintptr(unix.CLONE_NEWNS)
+	for _, ns := range []struct {
+		host bool
+		flag uintptr
+	}{{s.HostPID, unix.CLONE_NEWPID}, {s.HostUTS, unix.CLONE_NEWUTS}, {s.HostIPC, unix.CLONE_NEWIPC}} {
+		if !ns.host {
+			flags |= ns.flag
+		}
+	}
+	return flags
 }
 
 // oomKills reads the OOM kill counter of the container's memory cgroup.

@@ -75,8 +75,16 @@ type Spec struct {
 	Env        []string `json:"env,omitempty"`
 	WorkingDir string   `json:"workingDir,omitempty"` // default "/"
 	Mounts     []Mount  `json:"mounts,omitempty"`
-	// NetnsPath is the network namespace to join ("" = the shim's).
+	// NetnsPath is the network namespace to join ("" = the shim's: the
+	// host's, hostNetwork).
 	NetnsPath string `json:"netnsPath,omitempty"`
+	// HostPID, HostIPC and HostUTS keep the host's PID, IPC and UTS
+	// namespaces (hostPID, hostIPC; hostNetwork pods keep the host's UTS
+	// namespace as containerd does) instead of new ones. With HostUTS the
+	// hostname is not set.
+	HostPID bool `json:"hostPID,omitempty"`
+	HostIPC bool `json:"hostIPC,omitempty"`
+	HostUTS bool `json:"hostUTS,omitempty"`
 	// Cgroups places the container: "" → a cgroup v2 directory, or cgroup
 	// v1 subsystem → directory. Empty: the shim's cgroup.
 	Cgroups map[string]string `json:"cgroups,omitempty"`
