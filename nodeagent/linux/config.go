@@ -129,6 +129,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: HostPathPrefixes: %q must be an absolute path other than /", ErrInvalidConfig, p)
 		}
 	}
+	if err := validateSysctlPatterns(c.AllowedUnsafeSysctls); err != nil {
+		return fmt.Errorf("%w: AllowedUnsafeSysctls: %w", ErrInvalidConfig, err)
+	}
 	for name, err := range map[string]error{
 		"Network": c.Network.Validate(), "Cgroups": c.Cgroups.Validate(),
 		"Image": c.Image.Validate(), "Container": c.Container.Validate(),

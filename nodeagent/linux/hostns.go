@@ -32,10 +32,13 @@ func hostsFile(pd *corev1.Pod, att network.Attachment) []byte {
 	return []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + att.IP + "\t" + pd.GetMetadata().GetName() + "\n")
 }
 
-// withHostNamespaces keeps the host's namespaces the pod asks for, as
+// withPodNamespaces keeps the host's namespaces the pod asks for, as
 // containerd's CRI does: hostPID the PID namespace, hostIPC the IPC
-// namespace, hostNetwork the network (NetnsPath "") and UTS namespaces.
-func withHostNamespaces(spec *container.Spec, pd *corev1.Pod) {
+// namespace, hostNetwork the network (NetnsPath "") and UTS namespaces;
+// and gives the container the pod's sysctls (already admitted by
+// RunPodSandbox), which its init writes in its own namespaces.
+func withPodNamespaces(spec *container.Spec, pd *corev1.Pod, sysctls map[string]string) {
+	spec.Sysctls = sysctls
 	ps := pd.GetSpec()
 	spec.HostPID, spec.HostIPC, spec.HostUTS = ps.GetHostPid(), ps.GetHostIpc(), ps.GetHostNetwork()
 	if ps.GetHostNetwork() {

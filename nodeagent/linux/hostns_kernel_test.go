@@ -5,9 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/podflow/podflow/nodeagent"
-	corev1 "github.com/podflow/podflow/proto/corev1"
 )
 
 // hostNetwork, hostPID and hostIPC put the container in the host's
@@ -26,14 +23,7 @@ func TestHostNamespaces(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pd := newPod(e.cfg.NodeName, "hostns", "sleep", "3600")
 			pd.Spec.HostNetwork, pd.Spec.HostPid, pd.Spec.HostIpc = tc.host, tc.host, tc.host
-			c := pd.Spec.Containers[0]
-			if _, err := e.rt.PullImage(ctx, pd, busyboxImage, "IfNotPresent"); err != nil {
-				t.Fatal(err)
-			}
-			sb, err := e.rt.RunPodSandbox(ctx, pd)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sb, id := e.startPod(t, ctx, pd)
 			defer func() {
 				if err := e.rt.RemovePodSandbox(ctx, pd.Metadata.Uid); err != nil {
 					t.Error(err)
@@ -42,19 +32,11 @@ func TestHostNamespaces(t *testing.T) {
 			if got := sb.IP == e.cfg.NodeIP; got != tc.host {
 				t.Errorf("pod IP %s, node IP %s", sb.IP, e.cfg.NodeIP)
 			}
-			id, err := e.rt.StartContainer(ctx, pd, c, sb)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := e.rt.Probe(ctx, pd, c, id, nodeagent.ProbeLiveness, &corev1.Probe{
-				Exec: &corev1.ExecAction{Command: []string{"sh", "-c", script}}})
-			if err != nil || !res.OK {
-				t.Fatalf("probe: %+v %v", res, err)
-			}
+			out := e.execProbe(t, ctx, pd, id, "sh", "-c", script)
 			for what, want := range map[string]string{"host PID 1's cmdline": hostInit, "the bridge": e.cfg.Network.BridgeName + ":",
 				"the host's IPC namespace": hostIPC, "the host's UTS namespace": hostUTS} {
-				if got := strings.Contains(res.Message, want); got != tc.host {
-					t.Errorf("sees %s (%q) = %v, want %v:\n%s", what, want, got, tc.host, res.Message)
+				if got := strings.Contains(out, want); got != tc.host {
+					t.Errorf("sees %s (%q) = %v, want %v:\n%s", what, want, got, tc.host, out)
 				}
 			}
 		})

@@ -371,6 +371,9 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 		return nodeagent.Sandbox{ID: p.rec.SandboxID, IP: p.rec.Net.IP}, nil
 	}
 	r.mu.Unlock()
+	if _, err := podSysctls(pd, r.cfg.AllowedUnsafeSysctls); err != nil {
+		return nodeagent.Sandbox{}, err // SysctlForbidden, as kubelet's admission
+	}
 	plan := PlanPod(pd)
 	t := time.Now()
 	if err := r.cg.EnsurePod(ctx, uid, plan.QOSClass, plan); err != nil {

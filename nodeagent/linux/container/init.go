@@ -161,6 +161,9 @@ func setupRootfs(spec Spec) error {
 	if err := mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
+	if err := writeSysctls(proc, spec.Sysctls); err != nil {
+		return err
+	}
 	sys, err := in("/sys")
 	if err != nil {
 		return err

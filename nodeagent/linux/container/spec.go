@@ -85,6 +85,10 @@ type Spec struct {
 	HostPID bool `json:"hostPID,omitempty"`
 	HostIPC bool `json:"hostIPC,omitempty"`
 	HostUTS bool `json:"hostUTS,omitempty"`
+	// Sysctls (dotted names) are set in the container's namespaces before
+	// its command runs; only namespaced ones, and never in a namespace of
+	// the host's (Validate refuses them).
+	Sysctls map[string]string `json:"sysctls,omitempty"`
 	// Cgroups places the container: "" → a cgroup v2 directory, or cgroup
 	// v1 subsystem → directory. Empty: the shim's cgroup.
 	Cgroups map[string]string `json:"cgroups,omitempty"`
@@ -123,6 +127,9 @@ func (s Spec) Validate() error {
 		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Destination) {
 			return fmt.Errorf("%w: mount %q -> %q: paths must be absolute", ErrInvalidSpec, m.Source, m.Destination)
 		}
+	}
+	if err := s.validateSysctls(); err != nil {
+		return err
 	}
 	if err := s.security().validate(); err != nil {
 		return err
