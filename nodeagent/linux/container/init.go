@@ -185,19 +185,26 @@ func setupRootfs(spec Spec) error {
 		return err
 	}
 	for _, m := range spec.Mounts {
-		fi, err := os.Stat(m.Source)
+		// The source (and subPath in it) is resolved once, into a
+		// descriptor, and that very file is mounted.
+		src, err := openMountSource(m)
 		if err != nil {
+			return fmt.Errorf("mount source %q (subPath %q): %w", m.Source, m.SubPath, err)
+		}
+		defer src.Close()
+		var st unix.Stat_t
+		if err := unix.Fstat(int(src.Fd()), &st); err != nil {
 			return fmt.Errorf("mount source %q: %w", m.Source, err)
 		}
 		dst, err := in(m.Destination)
 		if err != nil {
 			return err
 		}
-		if err := mkdirMount(dst, fi.IsDir()); err != nil {
+		if err := mkdirMount(dst, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
 			return err
 		}
-		if err := mount(m.Source, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return err
+		if err := unix.Mount(fdPath(src), dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("mount %s on %q: %w", src.Name(), dst, err)
 		}
 		if m.ReadOnly || nodev != 0 {
 			flags := unix.MS_BIND | unix.MS_REMOUNT | unix.MS_REC | nodev

@@ -56,6 +56,11 @@ type Mount struct {
 	Source      string `json:"source"`      // host path (file or directory)
 	Destination string `json:"destination"` // absolute path in the container
 	ReadOnly    bool   `json:"readOnly,omitempty"`
+	// SubPath, when set, is mounted instead of Source: a relative path
+	// resolved under Source as if Source were "/" (a symlink in the
+	// volume never leads out of it), by the init in one openat2 call, and
+	// mounted through the resulting descriptor (no check-then-use race).
+	SubPath string `json:"subPath,omitempty"`
 }
 
 // Spec is what to run. It is written to <Dir>/spec.json and read by the
@@ -126,6 +131,9 @@ func (s Spec) Validate() error {
 	for _, m := range s.Mounts {
 		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Destination) {
 			return fmt.Errorf("%w: mount %q -> %q: paths must be absolute", ErrInvalidSpec, m.Source, m.Destination)
+		}
+		if filepath.IsAbs(m.SubPath) {
+			return fmt.Errorf("%w: mount %q: subPath %q must be relative", ErrInvalidSpec, m.Source, m.SubPath)
 		}
 	}
 	if err := s.validateSysctls(); err != nil {
