@@ -194,7 +194,7 @@ func deviceCgroupV1(spec Spec) (string, error) {
 		return "", err
 	}
 	for _, r := range sec.deviceRules() {
-		if err := write("devices.allow", r); err != nil {
+		if err := write("devices.allow", v1DeviceRule(r)); err != nil {
 			return "", err
 		}
 	}

@@ -85,6 +85,11 @@ func runShim(dir string) error {
 	if devCg != "" {
 		defer removeCgroupDir(devCg)
 	}
+	if v2, ok := spec.Cgroups[""]; ok {
+		if err := attachDeviceProgramV2(v2, spec.security()); err != nil {
+			return fail(err)
+		}
+	}
 	cmd, pipes, err := startInit(spec, devCg != "")
 	if err != nil {
 		return fail(err)
