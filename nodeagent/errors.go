@@ -35,7 +35,10 @@ const (
 	// honoured (runAsNonRoot with a root image), kubelet's reason.
 	CodeCreateContainerConfig Code = "CreateContainerConfigError"
 	CodeRunContainer          Code = "RunContainerError"
-	CodeNotFound              Code = "NotFound"
+	// CodeSysctlForbidden: the pod sets a sysctl the node does not allow,
+	// kubelet's admission reason.
+	CodeSysctlForbidden Code = "SysctlForbidden"
+	CodeNotFound        Code = "NotFound"
 )
 
 // Error is a classified runtime error. Two Errors match under errors.Is when
@@ -59,6 +62,8 @@ var (
 	ErrCreateContainerConfig = &Error{Code: CodeCreateContainerConfig}
 	ErrRunContainer          = &Error{Code: CodeRunContainer}
 	ErrNoSuchObject          = &Error{Code: CodeNotFound}
+	// ErrSysctlForbidden matches CodeSysctlForbidden.
+	ErrSysctlForbidden = &Error{Code: CodeSysctlForbidden}
 )
 
 // Errorf returns an *Error with code and a formatted message; a %w verb in

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"time"
 
@@ -47,6 +48,9 @@ type Config struct {
 	// SpareShims is how many container shims are kept started ahead of
 	// need (0: each container start starts its shim).
 	SpareShims int
+	// NodeIP is the node's address, the pod IP of hostNetwork pods
+	// (kubelet's status.hostIP). Default 127.0.0.1.
+	NodeIP string
 	// HostPathPrefixes are the only host directories hostPath volumes may
 	// name (or lie below). Empty: hostPath volumes are refused.
 	HostPathPrefixes []string
@@ -57,6 +61,12 @@ type Config struct {
 	// SeccompProfileRoot is where Localhost seccomp profiles are looked up
 	// (kubelet's --seccomp-profile-root). Default DataDir/seccomp.
 	SeccompProfileRoot string
+	// AllowedUnsafeSysctls are the sysctls, beyond Kubernetes' safe set,
+	// that pods may set: names or glob patterns ending in "*"
+	// ("net.core.*"), as kubelet's --allowed-unsafe-sysctls. Only
+	// namespaced sysctls can be allowed (kernel.shm*, kernel.msg*,
+	// kernel.sem, fs.mqueue.*, net.*).
+	AllowedUnsafeSysctls []string
 	// Capacity overrides what Capacity measures (quantity strings).
 	Capacity map[string]string
 	// MaxPods is the "pods" capacity (Kubernetes default 110).
@@ -89,6 +99,7 @@ func DefaultConfig(node, podCIDR, dataDir, mirror string) Config {
 		Image:              ic,
 		Container:          container.DefaultConfig(),
 		SeccompProfileRoot: filepath.Join(dataDir, "seccomp"),
+		NodeIP:             "127.0.0.1",
 		MaxPods:            110,
 		SpareShims:         2,
 		StopTimeout:        10 * time.Second,
@@ -108,6 +119,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: SpareShims (%d) is negative", ErrInvalidConfig, c.SpareShims)
 	case !filepath.IsAbs(c.SeccompProfileRoot):
 		return fmt.Errorf("%w: SeccompProfileRoot %q is not absolute", ErrInvalidConfig, c.SeccompProfileRoot)
+	case net.ParseIP(c.NodeIP) == nil:
+		return fmt.Errorf("%w: NodeIP %q is not an IP address", ErrInvalidConfig, c.NodeIP)
 	case c.StopTimeout <= 0:
 		return fmt.Errorf("%w: StopTimeout (%s) must be positive", ErrInvalidConfig, c.StopTimeout)
 	}
@@ -115,6 +128,9 @@ func (c Config) Validate() error {
 		if !filepath.IsAbs(p) || filepath.Clean(p) == "/" {
 			return fmt.Errorf("%w: HostPathPrefixes: %q must be an absolute path other than /", ErrInvalidConfig, p)
 		}
+	}
+	if err := validateSysctlPatterns(c.AllowedUnsafeSysctls); err != nil {
+		return fmt.Errorf("%w: AllowedUnsafeSysctls: %w", ErrInvalidConfig, err)
 	}
 	for name, err := range map[string]error{
 		"Network": c.Network.Validate(), "Cgroups": c.Cgroups.Validate(),

@@ -125,6 +125,10 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	if err != nil {
 		return "", err
 	}
+	sysctls, err := podSysctls(pd, r.cfg.AllowedUnsafeSysctls)
+	if err != nil {
+		return "", err
+	}
 	r.mu.Lock()
 	restarts := p.rec.Starts[c.GetName()]
 	r.mu.Unlock()
@@ -139,6 +143,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	}
 	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, Image: lower, LogPath: lp, Hostname: pd.GetMetadata().GetName(),
 		Args: args, Env: env, WorkingDir: wd, Mounts: mounts, NetnsPath: p.rec.Net.NetnsPath, Cgroups: cg.Paths(), Security: sec}
+	withPodNamespaces(&spec, pd, sysctls)
 	t = time.Now()
 	var h *container.Container
 	if r.spares != nil {

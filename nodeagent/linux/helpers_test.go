@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux"
 	"github.com/podflow/podflow/nodeagent/linux/cgroups"
 	"github.com/podflow/podflow/nodeagent/linux/container"
@@ -147,6 +148,36 @@ func (e *env) assertNoLeaks(uid string) {
 	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), e.cfg.DataDir) {
 		t.Errorf("mounts under %s remain", e.cfg.DataDir)
 	}
+}
+
+// startPod pulls the busybox image, runs pd's sandbox and starts its first
+// container.
+func (e *env) startPod(t testing.TB, ctx context.Context, pd *corev1.Pod) (nodeagent.Sandbox, nodeagent.ContainerID) {
+	t.Helper()
+	if _, err := e.rt.PullImage(ctx, pd, busyboxImage, "IfNotPresent"); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := e.rt.RunPodSandbox(ctx, pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.rt.StartContainer(ctx, pd, pd.Spec.Containers[0], sb)
+	if err != nil {
+		t.Fatalf("StartContainer: %v", err)
+	}
+	return sb, id
+}
+
+// execProbe runs cmd as an exec probe of pd's first container and returns
+// its output; the probe must succeed.
+func (e *env) execProbe(t testing.TB, ctx context.Context, pd *corev1.Pod, id nodeagent.ContainerID, cmd ...string) string {
+	t.Helper()
+	res, err := e.rt.Probe(ctx, pd, pd.Spec.Containers[0], id, nodeagent.ProbeLiveness, &corev1.Probe{
+		Exec: &corev1.ExecAction{Command: cmd}})
+	if err != nil || !res.OK {
+		t.Fatalf("probe %q: %+v %v", cmd, res, err)
+	}
+	return res.Message
 }
 
 // newPod returns a busybox pod with one container running args.

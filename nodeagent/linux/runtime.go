@@ -371,6 +371,9 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 		return nodeagent.Sandbox{ID: p.rec.SandboxID, IP: p.rec.Net.IP}, nil
 	}
 	r.mu.Unlock()
+	if _, err := podSysctls(pd, r.cfg.AllowedUnsafeSysctls); err != nil {
+		return nodeagent.Sandbox{}, err // SysctlForbidden, as kubelet's admission
+	}
 	plan := PlanPod(pd)
 	t := time.Now()
 	if err := r.cg.EnsurePod(ctx, uid, plan.QOSClass, plan); err != nil {
@@ -388,7 +391,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 	if r.cfg.Trace != nil {
 		nctx = network.WithPhases(ctx, func(phase string, d time.Duration) { r.cfg.Trace(uid, "network-"+phase, d) })
 	}
-	att, err := r.net.Setup(nctx, uid)
+	att, err := r.podNetwork(nctx, pd)
 	if err != nil {
 		return nodeagent.Sandbox{}, agentError(err) // FailedCreatePodSandBox
 	}
@@ -399,8 +402,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 			return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "pod directory: %w", err)
 		}
 	}
-	hosts := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", att.IP, md.GetName())
-	if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte(hosts), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "hosts"), hostsFile(pd, att), 0o644); err != nil {
 		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "hosts file: %w", err)
 	}
 	p := r.newPod(dir, podRecord{UID: uid, Namespace: md.GetNamespace(), Name: md.GetName(), QOS: plan.QOSClass,

@@ -21,25 +21,18 @@ func TestSecurityContextOnTheKernel(t *testing.T) {
 		SeccompProfile: &corev1.SeccompProfile{Type: "RuntimeDefault"}}
 	c := pd.Spec.Containers[0]
 	c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: new(false), Capabilities: &corev1.Capabilities{Drop: []string{"ALL"}}}
-	if _, err := e.rt.PullImage(ctx, pd, busyboxImage, "IfNotPresent"); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := e.rt.RunPodSandbox(ctx, pd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := e.rt.StartContainer(ctx, pd, c, sb)
-	if err != nil {
-		t.Fatalf("StartContainer: %v", err)
-	}
-	res, err := e.rt.Probe(ctx, pd, c, id, nodeagent.ProbeLiveness, &corev1.Probe{
-		Exec: &corev1.ExecAction{Command: []string{"grep", "-E", "^(Uid|Gid|CapBnd|NoNewPrivs|Seccomp):", "/proc/1/status"}}})
-	if err != nil || !res.OK {
-		t.Fatalf("probe: %+v %v", res, err)
-	}
+	_, id := e.startPod(t, ctx, pd)
+	res := nodeagent.ProbeResult{Message: e.execProbe(t, ctx, pd, id, "grep", "-E", "^(Uid|Gid|CapBnd|NoNewPrivs|Seccomp):", "/proc/1/status")}
 	for _, want := range []string{"Uid:\t1000\t1000", "Gid:\t2000\t2000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
 		if !strings.Contains(res.Message, want) {
 			t.Errorf("container status lacks %q:\n%s", want, res.Message)
+		}
+	}
+	// The probe itself runs as the container does (runc exec), not as the agent.
+	res.Message = e.execProbe(t, ctx, pd, id, "grep", "-E", "^(Uid|CapEff|NoNewPrivs|Seccomp):", "/proc/self/status")
+	for _, want := range []string{"Uid:\t1000\t1000", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(res.Message, want) {
+			t.Errorf("exec probe status lacks %q:\n%s", want, res.Message)
 		}
 	}
 

@@ -213,25 +213,25 @@ func (r *Runtime) containerMounts(pd *corev1.Pod, c *corev1.Container, p *pod) (
 			}
 			src = real
 		}
+		var sub string
 		if sp := vm.GetSubPath(); sp != "" {
-			clean := filepath.Clean(sp)
-			if filepath.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, "../") {
+			// kubelet's validation; the resolution itself is the init's
+			// (container.Mount.SubPath: openat2 RESOLVE_IN_ROOT under the
+			// volume, mounted through the descriptor).
+			sub = filepath.Clean(sp)
+			if filepath.IsAbs(sub) || sub == ".." || strings.HasPrefix(sub, "../") {
 				return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "volumeMount %q: subPath %q escapes the volume", vm.GetName(), sp)
 			}
-			src = filepath.Join(src, clean)
-			if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
-				if err := os.MkdirAll(src, 0o755); err != nil {
-					return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "subPath: %w", err)
-				}
-			}
-			if real, err := filepath.EvalSymlinks(src); err != nil || !strings.HasPrefix(real, r.volumeDir(p, v.GetName())) && v.GetHostPath() == nil {
-				return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "volumeMount %q: subPath %q escapes the volume", vm.GetName(), sp)
+			// A missing subPath is made a directory, as kubelet does,
+			// resolved in the volume the same way.
+			if err := container.MkdirInRoot(src, sub); err != nil {
+				return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "volumeMount %q: subPath %q: %w", vm.GetName(), sp, err)
 			}
 		}
 		if filepath.Clean(vm.GetMountPath()) == "/etc/hosts" {
 			hosts = false
 		}
-		out = append(out, container.Mount{Source: src, Destination: vm.GetMountPath(), ReadOnly: vm.GetReadOnly()})
+		out = append(out, container.Mount{Source: src, SubPath: sub, Destination: vm.GetMountPath(), ReadOnly: vm.GetReadOnly()})
 	}
 	if hosts {
 		out = append(out, container.Mount{Source: filepath.Join(p.dir, "hosts"), Destination: "/etc/hosts"})

@@ -41,6 +41,15 @@ type LinuxNodeOptions struct {
 	HostIP       string   // the node's InternalIP
 	HostPaths    []string // host directories hostPath volumes may use
 	Decommission bool     // remove every pod, the bridge and the cgroups, then return
+	// SeccompDefault makes RuntimeDefault the profile of containers that
+	// name none (kubelet --seccomp-default).
+	SeccompDefault bool
+	// SeccompProfileRoot is where Localhost profiles are (kubelet
+	// --seccomp-profile-root; default DATA_DIR/seccomp).
+	SeccompProfileRoot string
+	// AllowedUnsafeSysctls are sysctl patterns ("net.core.*") pods may set
+	// beyond the safe set (kubelet --allowed-unsafe-sysctls).
+	AllowedUnsafeSysctls []string
 }
 
 // podCIDRPrefix holds one key per allocated pod CIDR; its value is the
@@ -149,6 +158,14 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	rcfg := linux.DefaultConfig(node, podCIDR, dataDir, lo.Registry)
 	rcfg.Network.ClusterCIDR = lo.ClusterCIDR
 	rcfg.HostPathPrefixes = lo.HostPaths
+	if lo.HostIP != "" {
+		rcfg.NodeIP = lo.HostIP
+	}
+	rcfg.SeccompDefault = lo.SeccompDefault
+	if lo.SeccompProfileRoot != "" {
+		rcfg.SeccompProfileRoot = lo.SeccompProfileRoot
+	}
+	rcfg.AllowedUnsafeSysctls = lo.AllowedUnsafeSysctls
 	rcfg.Logger = log
 	rt, err := linux.New(rcfg)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -178,7 +179,7 @@ func deviceCgroupV1(spec Spec) (string, error) {
 	if _, err := os.Stat(filepath.Join(devicesRootV1, "devices.allow")); err != nil {
 		return "", nil
 	}
-	dir := filepath.Join(devicesRootV1, "podflow-dev-"+spec.ID)
+	dir := deviceCgroupDirV1(spec)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("device cgroup: %w", err)
 	}
@@ -193,11 +194,27 @@ func deviceCgroupV1(spec Spec) (string, error) {
 		return "", err
 	}
 	for _, r := range sec.deviceRules() {
-		if err := write("devices.allow", r); err != nil {
+		if err := write("devices.allow", v1DeviceRule(r)); err != nil {
 			return "", err
 		}
 	}
 	return dir, nil
+}
+
+// deviceCgroupDirV1 is where deviceCgroupV1 puts the container's device
+// cgroup.
+func deviceCgroupDirV1(spec Spec) string {
+	return filepath.Join(devicesRootV1, "podflow-dev-"+spec.ID)
+}
+
+// joinCgroup returns cgroups with sub → dir added (a copy).
+func joinCgroup(cgroups map[string]string, sub, dir string) map[string]string {
+	out := maps.Clone(cgroups)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[sub] = dir
+	return out
 }
 
 // removeCgroupDir removes an emptied cgroup, waiting briefly for the

@@ -1,10 +1,14 @@
 // Package container runs one container process the way a CRI runtime does,
 // without runc: a per-container shim (a re-exec of the calling binary in a
 // helper mode, like conmon or containerd-shim) starts the container's init in
-// new mount, PID, UTS and IPC namespaces, inside the pod's network namespace
-// and cgroup, pivot_roots into the rootfs, mounts /proc, a minimal /dev and
-// the volumes, drops to the privileges of Spec.Security and execs the
-// command. The shim lives in its own session, so
+// a new mount namespace and new PID, UTS and IPC namespaces (or the host's:
+// Spec.HostPID, HostUTS, HostIPC), inside the pod's network namespace
+// (Spec.NetnsPath; "" the host's) and cgroup, pivot_roots into the rootfs,
+// mounts /proc, a minimal /dev and the volumes (a Mount.SubPath resolved
+// under its source with openat2 RESOLVE_IN_ROOT and mounted through the
+// resulting descriptor), writes Spec.Sysctls (namespaced ones only, never
+// in a namespace of the host's), drops to the privileges of Spec.Security
+// and execs the command. The shim lives in its own session, so
 // it and the container survive the death of the agent that started them; it
 // captures stdout and stderr into a log file in the Kubernetes CRI format
 // ("<RFC3339Nano> stdout F <line>"), and records the exit (code, signal,
@@ -16,7 +20,11 @@
 // Spec.Image, an overlay of a shared read-only image directory mounted by
 // the init inside the container's mount namespace (nothing to unmount on
 // the host). Spares keeps shims started ahead of need, so a start waits
-// only for the init. Exec runs a command in a running container (probes).
+// only for the init. Exec runs a command in a running container (probes)
+// as runc exec does: a helper started in the init's PID, IPC, UTS and
+// network namespaces and cgroups joins its mount namespace on a thread
+// with its own filesystem attributes (unshare CLONE_FS, then setns), and
+// drops to the container's Security exactly as the init did.
 //
 // Privileges: Spec.Security (nil: DefaultSecurity, containerd's and
 // runc's defaults) says what the process may do. The init applies it in
@@ -28,11 +36,12 @@
 // across (PR_SET_KEEPCAPS), the permitted and effective sets (inheritable
 // and ambient empty), no_new_privs, and the seccomp filter (compiled by
 // CompileSeccomp) last — or, without no_new_privs, first, since loading it
-// then needs CAP_SYS_ADMIN. On a cgroup v1 host the shim also places the
-// init in a device cgroup of its own ("podflow-dev-<id>", removed when the
-// container exits) that denies every device but those; a container placed
-// in a cgroup v2 directory relies on its nodev mounts instead (no eBPF
-// device program yet).
+// then needs CAP_SYS_ADMIN. The device cgroup denies every device but
+// those: on cgroup v1 the shim places the init in a device cgroup of its
+// own ("podflow-dev-<id>", removed when the container exits); for a
+// container placed in a cgroup v2 directory it attaches the same rules as
+// an eBPF device program (containerd's cgroup2.DeviceFilter) to that
+// directory before the init is cloned into it.
 //
 // Cgroup placement: when Spec.Cgroups holds a cgroup v2 directory (key ""),
 // the init is cloned straight into it (clone3 CLONE_INTO_CGROUP); with cgroup

@@ -3,8 +3,10 @@ package container
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,16 +27,49 @@ type ExecResult struct {
 
 const maxExecOutput = 10 << 10
 
-// Exec runs args in the running container: in its IPC, UTS, network and PID
-// namespaces, chrooted to its root (/proc/<pid>/root, which shows the
-// container's mount tree), in its cgroup, with env and the working dir
-// (default "/"). ctx bounds the whole run: when it ends the command is
-// killed and ctx's error returned. A command that ran and exited non-zero
-// is a result, not an error.
+// The exec helper's file descriptors: fd 3 is its exec pipe (as the
+// init's), fd 4 the container's mount namespace, fd 5 (cgroup v1 only) the
+// go pipe it waits on until it has been placed in the container's cgroups.
+const (
+	execPipeFD = 3
+	execMntFD  = 4
+	execGoFD   = 5
+)
+
+// envExec carries the exec request (execRequest as JSON) to the helper;
+// the helper builds the command's environment from it, so it never reaches
+// the command.
+const envExec = "_PODFLOW_CONTAINER_EXEC"
+
+// execRequest is what the exec helper runs.
+type execRequest struct {
+	Args []string `json:"args"`
+	Env  []string `json:"env,omitempty"`
+	Dir  string   `json:"dir"`
+}
+
+// execNotFound prefixes the helper's report of a command that is not
+// there (exit code 127, a result rather than an error).
+const execNotFound = "notfound "
+
+// Exec runs args in the running container as runc exec does: in all of
+// its init's namespaces (mount, PID, IPC, UTS, network), in its cgroups
+// (and, on cgroup v1, its device cgroup), with env and the working dir
+// (default "/"), and with exactly the privileges of the container's
+// Security: its user and groups, capabilities, no_new_privs and seccomp
+// filter. A helper (a re-exec of this binary) is started in the PID, IPC,
+// UTS and network namespaces, joins the mount namespace on a thread of its
+// own, drops its privileges as the init does and execs the command. ctx
+// bounds the whole run: when it ends the command is killed and ctx's error
+// returned. A command that ran and exited non-zero (or was not found:
+// 127) is a result, not an error.
 func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (ExecResult, error) {
 	st := c.State()
 	if st.Status != StatusRunning {
 		return ExecResult{}, ErrNotRunning
+	}
+	if len(args) == 0 {
+		return ExecResult{}, fmt.Errorf("%w: no command", ErrInvalidSpec)
 	}
 	spec, err := ReadSpec(c.Dir)
 	if err != nil {
@@ -45,23 +80,39 @@ func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (E
 		return ExecResult{}, err
 	}
 	defer pidfd.Close()
-	root := "/proc/" + strconv.Itoa(st.PID) + "/root"
-	if len(args) == 0 {
-		return ExecResult{}, fmt.Errorf("%w: no command", ErrInvalidSpec)
-	}
-	path, err := lookPathIn(root, args[0], env)
-	if err != nil {
-		return ExecResult{ExitCode: 127, Output: []byte(err.Error())}, nil
-	}
 	if dir == "" {
 		dir = "/"
 	}
+	req, err := json.Marshal(execRequest{Args: args, Env: env, Dir: dir})
+	if err != nil {
+		return ExecResult{}, err
+	}
+	nsDir := "/proc/" + strconv.Itoa(st.PID) + "/ns/"
+	mnt, err := os.Open(nsDir + "mnt")
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("exec in container %q: %w", c.ID, err)
+	}
+	defer mnt.Close()
+	execR, execW, err := os.Pipe()
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer execR.Close()
+	defer execW.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return ExecResult{}, err
+	}
 	var out limitedBuffer
-	cmd := exec.CommandContext(ctx, path)
-	cmd.Args, cmd.Env, cmd.Dir = args, env, dir
+	cmd := exec.CommandContext(ctx, self)
+	cmd.Args = []string{"podflow-exec", spec.ID}
+	cmd.Env = []string{envRole + "=" + roleExec, envDir + "=" + c.Dir, envExec + "=" + string(req)}
+	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.ExtraFiles = []*os.File{execW, mnt}
 	cmd.WaitDelay = time.Second
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	cgroups := spec.Cgroups
 	if v2, ok := spec.Cgroups[""]; ok {
 		cg, err := os.Open(v2)
 		if err != nil {
@@ -69,6 +120,21 @@ func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (E
 		}
 		defer cg.Close()
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	} else if devCg := deviceCgroupDirV1(spec); devCg != "" {
+		if _, err := os.Stat(devCg); err == nil {
+			cgroups = joinCgroup(cgroups, "devices", devCg)
+		}
+	}
+	var goW *os.File
+	if _, v2 := cgroups[""]; !v2 && len(cgroups) > 0 {
+		goR, w, err := os.Pipe()
+		if err != nil {
+			return ExecResult{}, err
+		}
+		defer goR.Close()
+		defer w.Close()
+		goW = w
+		cmd.ExtraFiles = append(cmd.ExtraFiles, goR)
 	}
 	errc := make(chan error, 1)
 	go func() {
@@ -79,7 +145,7 @@ func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (E
 			name string
 			flag int
 		}{{"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}, {"net", unix.CLONE_NEWNET}, {"pid", unix.CLONE_NEWPID}} {
-			f, err := os.Open("/proc/" + strconv.Itoa(st.PID) + "/ns/" + ns.name)
+			f, err := os.Open(nsDir + ns.name)
 			if err != nil {
 				errc <- err
 				return
@@ -96,14 +162,28 @@ func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (E
 	if err := <-errc; err != nil {
 		return ExecResult{}, fmt.Errorf("exec in container %q: %w", c.ID, err)
 	}
-	if _, ok := spec.Cgroups[""]; !ok {
-		for _, cg := range spec.Cgroups { // v1: join after the fact
-			_ = os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0)
+	execW.Close()
+	if goW != nil { // v1: place the helper, then let it go on
+		for sub, cg := range cgroups {
+			if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				return ExecResult{}, fmt.Errorf("exec in container %q: join %s cgroup %q: %w", c.ID, sub, cg, err)
+			}
 		}
+		goW.Close()
 	}
+	// EOF without data: the command was exec'd; data: why not.
+	msg, _ := io.ReadAll(execR)
 	werr := cmd.Wait()
 	if ctx.Err() != nil {
 		return ExecResult{Output: out.Bytes()}, ctx.Err()
+	}
+	if len(msg) > 0 {
+		if m, ok := strings.CutPrefix(string(msg), execNotFound); ok {
+			return ExecResult{ExitCode: 127, Output: []byte(m)}, nil
+		}
+		return ExecResult{}, fmt.Errorf("exec in container %q: %w: %s", c.ID, ErrExec, msg)
 	}
 	var ee *exec.ExitError
 	switch {
@@ -116,27 +196,71 @@ func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (E
 	}
 }
 
-// lookPathIn finds file in PATH (from env) under root, and returns the path
-// as seen inside root.
-func lookPathIn(root, file string, env []string) (string, error) {
-	if strings.Contains(file, "/") {
-		return file, nil
+// runExec is the exec helper's main: already in the container's PID, IPC,
+// UTS and network namespaces and (v2) its cgroup, it joins the mount
+// namespace on this thread, which then drops to the container's
+// privileges and execs the command. Failures go to the exec pipe and the
+// helper exits 127.
+func runExec(dir string) {
+	runtime.LockOSThread()
+	execPipe := os.NewFile(execPipeFD, "exec")
+	err := execInContainer(dir)
+	var nf errNotFound
+	if errors.As(err, &nf) {
+		fmt.Fprintf(execPipe, "%s%v", execNotFound, err)
+	} else {
+		fmt.Fprintf(execPipe, "%v", err)
 	}
-	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
+	os.Exit(127)
+}
+
+// errNotFound is a command that is not in the container.
+type errNotFound struct{ error }
+
+func execInContainer(dir string) error {
+	if _, err := unix.FcntlInt(execGoFD, unix.F_GETFD, 0); err == nil {
+		goPipe := os.NewFile(execGoFD, "go")
+		_, _ = io.Copy(io.Discard, goPipe)
+		goPipe.Close()
 	}
-	for _, d := range filepath.SplitList(path) {
-		p := filepath.Join("/", d, file)
-		if r, err := resolveIn(root, p); err == nil {
-			if fi, err := os.Stat(r); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-				return p, nil
-			}
-		}
+	spec, err := ReadSpec(dir) // on the host, before joining the mount namespace
+	if err != nil {
+		return fmt.Errorf("read spec: %w", err)
 	}
-	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", file)
+	var req execRequest
+	if err := json.Unmarshal([]byte(os.Getenv(envExec)), &req); err != nil || len(req.Args) == 0 {
+		return fmt.Errorf("bad exec request: %v", err)
+	}
+	// setns(CLONE_NEWNS) needs a thread that shares its filesystem
+	// attributes (root, cwd) with no other: this thread gets its own copy
+	// first. The thread is locked and execs, so the rest of the runtime
+	// never sees the container's root.
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare fs: %w", err)
+	}
+	if err := unix.Setns(execMntFD, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("join mount namespace: %w", err)
+	}
+	_ = unix.Close(execMntFD)
+	if err := unix.Chdir(req.Dir); err != nil {
+		return fmt.Errorf("chdir %q: %w", req.Dir, err)
+	}
+	sec := spec.security()
+	id, err := resolveUser(sec)
+	if err != nil {
+		return err
+	}
+	env := withHome(req.Env, id.home)
+	argv0, err := lookPath(req.Args[0], env)
+	if err != nil {
+		return errNotFound{err}
+	}
+	unix.CloseOnExec(execPipeFD)
+	if err := applySecurity(sec, id); err != nil {
+		return err
+	}
+	err = unix.Exec(argv0, req.Args, env)
+	return fmt.Errorf("exec %q: %w", req.Args[0], err)
 }
 
 // limitedBuffer keeps the first maxExecOutput bytes written.

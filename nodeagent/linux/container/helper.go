@@ -14,9 +14,10 @@ const (
 
 	roleShim = "shim"
 	roleInit = "init"
+	roleExec = "exec"
 )
 
-// RunHelper runs the shim or init role when this process was re-exec'd as
+// RunHelper runs the shim, init or exec role when this process was re-exec'd as
 // one, and then exits the process; otherwise it returns false at once. Call
 // it first thing in main (and TestMain), before any goroutine is started.
 func RunHelper() bool {
@@ -31,6 +32,8 @@ func RunHelper() bool {
 		err = runShim(dir)
 	case roleInit:
 		runInit(dir) // exits or execs
+	case roleExec:
+		runExec(dir) // exits or execs
 	default:
 		err = fmt.Errorf("unknown helper role %q", role)
 	}

@@ -41,7 +41,7 @@ func initContainer(dir string) error {
 	if err := setupRootfs(spec); err != nil {
 		return err
 	}
-	if spec.Hostname != "" {
+	if spec.Hostname != "" && !spec.HostUTS {
 		if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
 			return fmt.Errorf("sethostname: %w", err)
 		}
@@ -161,6 +161,9 @@ func setupRootfs(spec Spec) error {
 	if err := mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
+	if err := writeSysctls(proc, spec.Sysctls); err != nil {
+		return err
+	}
 	sys, err := in("/sys")
 	if err != nil {
 		return err
@@ -182,19 +185,26 @@ func setupRootfs(spec Spec) error {
 		return err
 	}
 	for _, m := range spec.Mounts {
-		fi, err := os.Stat(m.Source)
+		// The source (and subPath in it) is resolved once, into a
+		// descriptor, and that very file is mounted.
+		src, err := openMountSource(m)
 		if err != nil {
+			return fmt.Errorf("mount source %q (subPath %q): %w", m.Source, m.SubPath, err)
+		}
+		defer src.Close()
+		var st unix.Stat_t
+		if err := unix.Fstat(int(src.Fd()), &st); err != nil {
 			return fmt.Errorf("mount source %q: %w", m.Source, err)
 		}
 		dst, err := in(m.Destination)
 		if err != nil {
 			return err
 		}
-		if err := mkdirMount(dst, fi.IsDir()); err != nil {
+		if err := mkdirMount(dst, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
 			return err
 		}
-		if err := mount(m.Source, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return err
+		if err := unix.Mount(fdPath(src), dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("mount %s on %q: %w", src.Name(), dst, err)
 		}
 		if m.ReadOnly || nodev != 0 {
 			flags := unix.MS_BIND | unix.MS_REMOUNT | unix.MS_REC | nodev

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/moby/sys/capability"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -123,25 +124,42 @@ func DefaultSecurity() Security {
 
 // allowedDevices are the device cgroup's rules besides Security.Devices,
 // as runc's specconv.AllowedDevices: mknod of anything (opening is what is
-// refused), the console, /dev/ptmx and the devpts terminals.
-var allowedDevices = []string{
-	"c *:* m", "b *:* m",
-	"c 5:1 rwm",   // /dev/console
-	"c 5:2 rwm",   // /dev/ptmx
-	"c 136:* rwm", // /dev/pts/*
+// refused), the console, /dev/ptmx and the devpts terminals. A nil major
+// or minor is "*".
+var allowedDevices = []specs.LinuxDeviceCgroup{
+	{Allow: true, Type: "c", Access: "m"},
+	{Allow: true, Type: "b", Access: "m"},
+	{Allow: true, Type: "c", Major: devNum(5), Minor: devNum(1), Access: "rwm"}, // /dev/console
+	{Allow: true, Type: "c", Major: devNum(5), Minor: devNum(2), Access: "rwm"}, // /dev/ptmx
+	{Allow: true, Type: "c", Major: devNum(136), Minor: nil, Access: "rwm"},     // /dev/pts/*
 }
 
-// deviceRules is the v1 devices.allow list of s after "a" is denied; nil
-// for a privileged container (no rule: every device).
-func (s Security) deviceRules() []string {
+func devNum(n int64) *int64 { return &n }
+
+// deviceRules is what the device cgroup allows after every device is
+// denied: allowedDevices and s.Devices; nil for a privileged container
+// (no rule: every device).
+func (s Security) deviceRules() []specs.LinuxDeviceCgroup {
 	if s.Privileged {
 		return nil
 	}
 	rules := slices.Clone(allowedDevices)
 	for _, d := range s.Devices {
-		rules = append(rules, fmt.Sprintf("%c %d:%d rwm", d.Type, d.Major, d.Minor))
+		rules = append(rules, specs.LinuxDeviceCgroup{Allow: true, Type: string(d.Type),
+			Major: devNum(int64(d.Major)), Minor: devNum(int64(d.Minor)), Access: "rwm"})
 	}
 	return rules
+}
+
+// v1DeviceRule is r as a cgroup v1 devices.allow line ("c 5:1 rwm").
+func v1DeviceRule(r specs.LinuxDeviceCgroup) string {
+	num := func(n *int64) string {
+		if n == nil {
+			return "*"
+		}
+		return fmt.Sprint(*n)
+	}
+	return fmt.Sprintf("%s %s:%s %s", r.Type, num(r.Major), num(r.Minor), r.Access)
 }
 
 // capByName maps "CAP_CHOWN" to its capability.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -245,5 +246,55 @@ func TestSecurityNoLeaks(t *testing.T) {
 	}
 	if lines[3] != "core fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero " {
 		t.Errorf("/dev = %q", lines[3])
+	}
+}
+
+// Exec runs with the container's privileges and in all its namespaces, as
+// runc exec: the exec'd shell is who the container is, sees the
+// container's root, and is not the agent.
+func TestExecWithContainerSecurity(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sec  *container.Security
+		want map[string]string
+	}{
+		{"runAsUser 1000, drop ALL, no_new_privs, seccomp", secWith(func(s *container.Security) {
+			prof, err := container.RuntimeDefaultSeccomp(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Seccomp, err = container.CompileSeccomp(prof); err != nil {
+				t.Fatal(err)
+			}
+			gid := uint32(2000)
+			s.User, s.GID, s.AdditionalGids, s.Capabilities, s.NoNewPrivileges = "1000", &gid, []uint32{3000}, nil, true
+		}), map[string]string{"Uid": "1000 1000 1000 1000", "Gid": "2000 2000 2000 2000", "Groups": "2000 3000",
+			"CapEff": "0000000000000000", "CapBnd": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"}},
+		{"default", nil, map[string]string{"Uid": "0 0 0 0", "CapEff": defaultCaps, "CapBnd": defaultCaps, "NoNewPrivs": "0", "Seccomp": "0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := newSpec(t, "sleep", "1000")
+			spec.Security = tc.sec
+			if err := os.WriteFile(filepath.Join(spec.Rootfs, "marker"), []byte("in the container\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c := start(t, spec)
+			res, err := c.Exec(ctx20(t), []string{"sh", "-c", status + "cat /marker; cat /proc/1/cmdline; echo; readlink /proc/self/ns/mnt"}, []string{"PATH=/bin"}, "")
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("exec: %+v %v", res, err)
+			}
+			out := string(res.Output)
+			for k, v := range tc.want {
+				if got := field(out, k); got != v {
+					t.Errorf("%s = %q, want %q\n%s", k, got, v, out)
+				}
+			}
+			initMnt, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", c.State().PID))
+			for _, want := range []string{"in the container", "sleep\x001000", initMnt} {
+				if !strings.Contains(out, want) {
+					t.Errorf("exec output lacks %q:\n%q", want, out)
+				}
+			}
+		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -86,6 +85,11 @@ func runShim(dir string) error {
 	if devCg != "" {
 		defer removeCgroupDir(devCg)
 	}
+	if v2, ok := spec.Cgroups[""]; ok {
+		if err := attachDeviceProgramV2(v2, spec.security()); err != nil {
+			return fail(err)
+		}
+	}
 	cmd, pipes, err := startInit(spec, devCg != "")
 	if err != nil {
 		return fail(err)
@@ -95,11 +99,7 @@ func runShim(dir string) error {
 	if pipes.goW != nil {
 		join := spec.Cgroups
 		if devCg != "" {
-			join = maps.Clone(join)
-			if join == nil {
-				join = map[string]string{}
-			}
-			join["devices"] = devCg
+			join = joinCgroup(join, "devices", devCg)
 		}
 		for sub, cg := range join {
 			if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
@@ -231,7 +231,7 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 		Stderr:     errW,
 		ExtraFiles: []*os.File{execW},
 		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC,
+			Cloneflags: spec.cloneFlags(),
 			Pdeathsig:  0,
 		},
 	}
@@ -284,6 +284,21 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 	closeAfter = rest
 	p.execR, p.stdout, p.stderr = execR, outR, errR
 	return cmd, p, nil
+}
+
+// cloneFlags are the namespaces the init gets: always a mount namespace,
+// and new PID, UTS and IPC namespaces unless the host's are kept.
+func (s Spec) cloneFlags() uintptr {
+	flags := uintptr(unix.CLONE_NEWNS)
+	for _, ns := range []struct {
+		host bool
+		flag uintptr
+	}{{s.HostPID, unix.CLONE_NEWPID}, {s.HostUTS, unix.CLONE_NEWUTS}, {s.HostIPC, unix.CLONE_NEWIPC}} {
+		if !ns.host {
+			flags |= ns.flag
+		}
+	}
+	return flags
 }
 
 // oomKills reads the OOM kill counter of the container's memory cgroup.

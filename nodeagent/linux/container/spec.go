@@ -56,6 +56,11 @@ type Mount struct {
 	Source      string `json:"source"`      // host path (file or directory)
 	Destination string `json:"destination"` // absolute path in the container
 	ReadOnly    bool   `json:"readOnly,omitempty"`
+	// SubPath, when set, is mounted instead of Source: a relative path
+	// resolved under Source as if Source were "/" (a symlink in the
+	// volume never leads out of it), by the init in one openat2 call, and
+	// mounted through the resulting descriptor (no check-then-use race).
+	SubPath string `json:"subPath,omitempty"`
 }
 
 // Spec is what to run. It is written to <Dir>/spec.json and read by the
@@ -75,8 +80,20 @@ type Spec struct {
 	Env        []string `json:"env,omitempty"`
 	WorkingDir string   `json:"workingDir,omitempty"` // default "/"
 	Mounts     []Mount  `json:"mounts,omitempty"`
-	// NetnsPath is the network namespace to join ("" = the shim's).
+	// NetnsPath is the network namespace to join ("" = the shim's: the
+	// host's, hostNetwork).
 	NetnsPath string `json:"netnsPath,omitempty"`
+	// HostPID, HostIPC and HostUTS keep the host's PID, IPC and UTS
+	// namespaces (hostPID, hostIPC; hostNetwork pods keep the host's UTS
+	// namespace as containerd does) instead of new ones. With HostUTS the
+	// hostname is not set.
+	HostPID bool `json:"hostPID,omitempty"`
+	HostIPC bool `json:"hostIPC,omitempty"`
+	HostUTS bool `json:"hostUTS,omitempty"`
+	// Sysctls (dotted names) are set in the container's namespaces before
+	// its command runs; only namespaced ones, and never in a namespace of
+	// the host's (Validate refuses them).
+	Sysctls map[string]string `json:"sysctls,omitempty"`
 	// Cgroups places the container: "" → a cgroup v2 directory, or cgroup
 	// v1 subsystem → directory. Empty: the shim's cgroup.
 	Cgroups map[string]string `json:"cgroups,omitempty"`
@@ -115,6 +132,12 @@ func (s Spec) Validate() error {
 		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Destination) {
 			return fmt.Errorf("%w: mount %q -> %q: paths must be absolute", ErrInvalidSpec, m.Source, m.Destination)
 		}
+		if filepath.IsAbs(m.SubPath) {
+			return fmt.Errorf("%w: mount %q: subPath %q must be relative", ErrInvalidSpec, m.Source, m.SubPath)
+		}
+	}
+	if err := s.validateSysctls(); err != nil {
+		return err
 	}
 	if err := s.security().validate(); err != nil {
 		return err

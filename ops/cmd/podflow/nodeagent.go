@@ -55,6 +55,9 @@ func linuxFlags(cmd *cobra.Command) *roles.LinuxNodeOptions {
 	f.StringVar(&o.Registry, "registry", "", "--runtime linux: registry standing in for docker.io, e.g. 127.0.0.1:5000 (empty: docker.io)")
 	f.StringVar(&o.HostIP, "host-ip", "127.0.0.1", "--runtime linux: the node's InternalIP")
 	f.StringSliceVar(&o.HostPaths, "allow-host-path", nil, "--runtime linux: host directories hostPath volumes may use")
+	f.BoolVar(&o.SeccompDefault, "seccomp-default", false, "--runtime linux: RuntimeDefault is the seccomp profile of containers that name none (as kubelet's)")
+	f.StringVar(&o.SeccompProfileRoot, "seccomp-profile-root", "", "--runtime linux: directory of Localhost seccomp profiles (default DATA_DIR/seccomp)")
+	f.StringSliceVar(&o.AllowedUnsafeSysctls, "allowed-unsafe-sysctls", nil, "--runtime linux: sysctl patterns (e.g. 'net.core.*') pods may set beyond the safe set (as kubelet's)")
 	f.BoolVar(&o.Decommission, "decommission", false, "--runtime linux: remove every pod, the bridge and the cgroups of this node, then exit")
 	return o
 }

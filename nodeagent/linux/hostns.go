@@ -1,0 +1,47 @@
+package linux
+
+import (
+	"context"
+	"os"
+
+	"github.com/podflow/podflow/nodeagent/linux/container"
+	"github.com/podflow/podflow/nodeagent/linux/network"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+)
+
+// podNetwork is the pod's network: for hostNetwork the host's (no
+// namespace, veth or address of its own; the pod IP is Config.NodeIP, as
+// kubelet reports status.hostIP), otherwise a namespace, veth and IP of
+// its own.
+func (r *Runtime) podNetwork(ctx context.Context, pd *corev1.Pod) (network.Attachment, error) {
+	uid := pd.GetMetadata().GetUid()
+	if pd.GetSpec().GetHostNetwork() {
+		return network.Attachment{PodUID: uid, IP: r.cfg.NodeIP}, nil
+	}
+	return r.net.Setup(ctx, uid)
+}
+
+// hostsFile is the pod's /etc/hosts: kubelet's managed file, or for a
+// hostNetwork pod the node's own /etc/hosts.
+func hostsFile(pd *corev1.Pod, att network.Attachment) []byte {
+	if pd.GetSpec().GetHostNetwork() {
+		if b, err := os.ReadFile("/etc/hosts"); err == nil {
+			return b
+		}
+	}
+	return []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + att.IP + "\t" + pd.GetMetadata().GetName() + "\n")
+}
+
+// withPodNamespaces keeps the host's namespaces the pod asks for, as
+// containerd's CRI does: hostPID the PID namespace, hostIPC the IPC
+// namespace, hostNetwork the network (NetnsPath "") and UTS namespaces;
+// and gives the container the pod's sysctls (already admitted by
+// RunPodSandbox), which its init writes in its own namespaces.
+func withPodNamespaces(spec *container.Spec, pd *corev1.Pod, sysctls map[string]string) {
+	spec.Sysctls = sysctls
+	ps := pd.GetSpec()
+	spec.HostPID, spec.HostIPC, spec.HostUTS = ps.GetHostPid(), ps.GetHostIpc(), ps.GetHostNetwork()
+	if ps.GetHostNetwork() {
+		spec.NetnsPath = ""
+	}
+}

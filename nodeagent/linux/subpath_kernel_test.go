@@ -1,0 +1,73 @@
+package linux_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/nodeagent"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+)
+
+// A subPath that is a symlink out of its volume (to /etc, or up with
+// ../..) resolves inside the volume, for emptyDir and hostPath alike: the
+// container sees the volume's etc, never the host's.
+func TestSubPathSymlinkStaysInTheVolume(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 60*time.Second)
+	hostDir, err := os.MkdirTemp("", "pf-subpath-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostDir) })
+	for _, vol := range []*corev1.Volume{
+		{Name: "scratch", EmptyDir: &corev1.EmptyDirVolumeSource{}},
+		{Name: "host", HostPath: &corev1.HostPathVolumeSource{Path: hostDir}},
+	} {
+		for link, target := range map[string]string{"abs": "/etc", "up": "../../../../../../../../etc"} {
+			t.Run(vol.Name+"/"+link, func(t *testing.T) {
+				pd := newPod(e.cfg.NodeName, "subpath", "sleep", "3600")
+				pd.Spec.Volumes = []*corev1.Volume{vol}
+				pd.Spec.Containers[0].VolumeMounts = []*corev1.VolumeMount{{Name: vol.Name, MountPath: "/mnt", SubPath: link}}
+				sb, err := e.rt.RunPodSandbox(ctx, pd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if err := e.rt.RemovePodSandbox(ctx, pd.Metadata.Uid); err != nil {
+						t.Error(err)
+					}
+				}()
+				if err := e.rt.MountVolumes(ctx, pd, []nodeagent.VolumeData{{Volume: vol}}); err != nil {
+					t.Fatal(err)
+				}
+				root := hostDir
+				if vol.HostPath == nil {
+					root = filepath.Join(e.cfg.DataDir, "pods", pd.Metadata.Uid, "volumes", vol.Name)
+				}
+				// The attacker's volume: a symlink out, and an etc of its own.
+				_ = os.Remove(filepath.Join(root, link))
+				if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, "etc", "volume-marker"), []byte("in the volume\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.rt.PullImage(ctx, pd, busyboxImage, "IfNotPresent"); err != nil {
+					t.Fatal(err)
+				}
+				id, err := e.rt.StartContainer(ctx, pd, pd.Spec.Containers[0], sb)
+				if err != nil {
+					t.Fatalf("StartContainer: %v", err)
+				}
+				if out := e.execProbe(t, ctx, pd, id, "ls", "/mnt"); out != "volume-marker" {
+					t.Fatalf("/mnt holds %q, want only the volume's etc (volume-marker)", out)
+				}
+			})
+		}
+	}
+}
