@@ -87,9 +87,12 @@ type workerDeps struct {
 	cfg     Config
 	rt      Runtime
 	volumes volumeSource
-	pub     Publisher
-	clock   Clock
-	log     *slog.Logger
+	// allocatable is the node's allocatable resources, the limits the
+	// downward API reports for a container that sets none.
+	allocatable func() map[string]string
+	pub         Publisher
+	clock       Clock
+	log         *slog.Logger
 	// retire makes the agent forget w and keep a tombstone of its pod, so
 	// that a redelivered bind or delete is a no-op. It is called once the
 	// pod is torn down, before its PodDeleted is published.
@@ -426,7 +429,13 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 		Container: name, Image: image, ImageId: ref.ID, SizeBytes: ref.SizeBytes,
 		DurationNanos: int64(w.now().Sub(began)), AlreadyPresent: ref.AlreadyPresent}}})
 
-	id, err := w.d.rt.StartContainer(ctx, w.pod, c.spec, *w.sandbox)
+	// As kubelet, the environment is made once the image is there; a
+	// source it cannot read is a CreateContainerConfigError.
+	cfg, err := w.containerConfig(ctx, c.spec)
+	var id ContainerID
+	if err == nil {
+		id, err = w.d.rt.StartContainer(ctx, w.pod, cfg, *w.sandbox)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return time.Time{}
