@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/sim"
@@ -13,11 +14,31 @@ import (
 )
 
 // recordingRuntime is the simulated runtime that keeps the container
-// config of every StartContainer, as the runtime received it.
+// config of every StartContainer, as the runtime received it, and when each
+// StopContainer began and returned.
 type recordingRuntime struct {
 	*sim.Runtime
 	mu      sync.Mutex
 	started map[string][]*corev1.Container // by pod uid, in start order
+	stops   map[nodeagent.ContainerID]stopCall
+}
+
+type stopCall struct{ began, returned time.Time }
+
+func (r *recordingRuntime) StopContainer(ctx context.Context, id nodeagent.ContainerID, grace time.Duration) (nodeagent.ContainerExit, error) {
+	began := time.Now()
+	ex, err := r.Runtime.StopContainer(ctx, id, grace)
+	r.mu.Lock()
+	r.stops[id] = stopCall{began, time.Now()}
+	r.mu.Unlock()
+	return ex, err
+}
+
+func (r *recordingRuntime) stopped(id string) (stopCall, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.stops[nodeagent.ContainerID(id)]
+	return c, ok
 }
 
 func (r *recordingRuntime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sb nodeagent.Sandbox) (nodeagent.ContainerID, error) {
@@ -37,11 +58,23 @@ func (r *recordingRuntime) starts(uid string) []*corev1.Container {
 }
 
 // newRecordingEnv is newEnv with the agent over a recordingRuntime.
-func newRecordingEnv(t *testing.T) (*env, *recordingRuntime) {
+func newRecordingEnv(t *testing.T, simCfg ...func(*sim.Config)) (*env, *recordingRuntime) {
 	t.Helper()
 	e := newEnv(t)
+	if len(simCfg) > 0 {
+		cfg := sim.DefaultConfig(podCIDR)
+		for _, f := range simCfg {
+			f(&cfg)
+		}
+		rt, err := sim.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rt.Close)
+		e.rt = rt
+	}
 	e.agent.Stop()
-	rec := &recordingRuntime{Runtime: e.rt, started: map[string][]*corev1.Container{}}
+	rec := &recordingRuntime{Runtime: e.rt, started: map[string][]*corev1.Container{}, stops: map[nodeagent.ContainerID]stopCall{}}
 	a, err := nodeagent.New(fastConfig(), rec, e.store, e.pub)
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func (c *ctr) resetProbes(now time.Time, second time.Duration) {
 func (w *worker) runProbes(ctx context.Context, now time.Time) time.Time {
 	var wake time.Time
 	sec := w.d.cfg.SpecSecond
-	for _, c := range w.apps {
+	for _, c := range w.all() { // app containers and sidecars have probes
 		for _, p := range c.probes {
 			if !c.running() || (p.kind == ProbeStartup) == c.started {
 				continue

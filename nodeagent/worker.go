@@ -70,6 +70,9 @@ type worker struct {
 	mountRetry   retry
 	inits, apps  []*ctr
 	failed       *ctr // the container whose exit made the pod Failed
+	// initialized: every init container has completed (a sidecar: has
+	// started) once; from then on a restarting sidecar holds nothing up.
+	initialized bool
 }
 
 // workState is where a worker's pod is in its life; see worker.
@@ -103,6 +106,7 @@ type workerDeps struct {
 type ctr struct {
 	spec        *corev1.Container
 	init        bool
+	sidecar     bool // an init container with restartPolicy Always (KEP-753)
 	id          ContainerID
 	imageID     string
 	state       *corev1.ContainerState
@@ -150,7 +154,7 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 }
 
 func (w *worker) newCtr(spec *corev1.Container, init bool) *ctr {
-	return &ctr{spec: spec, init: init,
+	return &ctr{spec: spec, init: init, sidecar: init && spec.GetRestartPolicy() == "Always",
 		crash: newRetry(w.d.cfg.CrashLoopBackOff), pull: newRetry(w.d.cfg.ImagePullBackOff)}
 }
 
@@ -278,6 +282,9 @@ func (w *worker) all() []*ctr {
 // only on an event). A finished pod only has its sandbox released.
 func (w *worker) syncPod(ctx context.Context) time.Time {
 	now := w.now()
+	if w.failed != nil || w.allDone() {
+		w.stopSidecars(ctx) // sidecars do not keep a finished pod running
+	}
 	if w.terminal() {
 		if w.sandbox != nil { // like kubelet, free the IP of a finished pod
 			if err := w.teardown(ctx); err != nil {
@@ -292,22 +299,59 @@ func (w *worker) syncPod(ctx context.Context) time.Time {
 	if wake, ok := w.ensureVolumes(ctx, now); !ok {
 		return wake
 	}
-	for _, c := range w.inits {
-		if c.done {
-			continue
-		}
-		if c.running() {
-			return time.Time{}
-		}
-		return w.startContainer(ctx, c, now)
-	}
-	var wake time.Time
-	for _, c := range w.apps {
-		if !c.running() && !c.done {
-			wake = earliest(wake, w.startContainer(ctx, c, now))
+	wake, ok := w.syncInits(ctx, now)
+	if ok {
+		for _, c := range w.apps {
+			if !c.running() && !c.done {
+				wake = earliest(wake, w.startContainer(ctx, c, now))
+			}
 		}
 	}
 	return earliest(wake, w.runProbes(ctx, now))
+}
+
+// syncInits runs the init containers in order, as kubelet's
+// computeInitContainerActions: the next starts once a regular one has
+// succeeded or a sidecar has started (its startup probe passed). A sidecar
+// that is not running is started again, also after initialization. ok
+// means the pod is initialized and its app containers may run.
+func (w *worker) syncInits(ctx context.Context, now time.Time) (wake time.Time, ok bool) {
+	for _, c := range w.inits {
+		switch {
+		case c.sidecar:
+			if !c.running() && !c.done {
+				wake = earliest(wake, w.startContainer(ctx, c, now))
+			}
+			if !w.initialized && !c.started {
+				return wake, false
+			}
+		case c.done || w.initialized:
+		case c.running():
+			return wake, false
+		default:
+			return earliest(wake, w.startContainer(ctx, c, now)), false
+		}
+	}
+	w.initialized = true
+	return wake, true
+}
+
+// stopSidecars stops the sidecars of a pod whose app containers have
+// finished for good (or whose initialization failed), last one first, as
+// kubelet does; they are not restarted.
+func (w *worker) stopSidecars(ctx context.Context) {
+	for i := len(w.inits) - 1; i >= 0; i-- {
+		c := w.inits[i]
+		if !c.sidecar || c.done {
+			continue
+		}
+		c.done = true
+		if !c.running() {
+			continue
+		}
+		w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
+		w.stopAll(ctx, []*ctr{c}, gracePeriod(w.pod, &w.d.cfg))
+	}
 }
 
 // ensureSandbox creates the pod's sandbox unless it has one; !ok means it
@@ -484,6 +528,8 @@ func (w *worker) onExit(ex ContainerExit) {
 	failed := ex.ExitCode != 0 || c.killed
 	restart := false
 	switch {
+	case c.sidecar: // restarted whatever the pod's restartPolicy
+		restart = !c.done
 	case c.init:
 		restart = failed && w.policy != "Never"
 		if !restart && failed {
@@ -532,42 +578,65 @@ func (c *ctr) setWaiting(reason, msg string) {
 // -------------------------------------------------------------- terminating
 
 // syncTerminatingPod is kubelet's SyncTerminatingPod: SIGTERM to every
-// running container in parallel, a kill after grace, every container done,
-// PodKilled. It reports false when ctx ended first.
+// running container but the sidecars in parallel, a kill after grace; then
+// the sidecars, last one first, each within what is left of the grace (at
+// least kubelet's minimum of 2 seconds); every container done, PodKilled.
+// It reports false when ctx ended first.
 func (w *worker) syncTerminatingPod(ctx context.Context, grace time.Duration) bool {
 	w.state = terminating
-	var running []*ctr
+	var apps, sidecars []*ctr
+	var names []string
 	for _, c := range w.all() {
-		if c.running() {
-			running = append(running, c)
-			w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
+		if !c.running() {
+			continue
 		}
+		if c.sidecar {
+			sidecars = append(sidecars, c)
+		} else {
+			apps = append(apps, c)
+		}
+		names = append(names, c.spec.GetName())
+		w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
 	}
 	w.flush(ctx)
-	exits := make([]ContainerExit, len(running))
-	errs := make([]error, len(running))
+	deadline := w.now().Add(grace)
+	if !w.stopAll(ctx, apps, grace) {
+		return false
+	}
+	for i := len(sidecars) - 1; i >= 0; i-- {
+		left := max(deadline.Sub(w.now()), 2*w.d.cfg.SpecSecond)
+		if !w.stopAll(ctx, sidecars[i:i+1], left) {
+			return false
+		}
+	}
+	for _, c := range w.all() {
+		c.done = true
+	}
+	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodKilled{PodKilled: &eventsv1.PodKilled{Containers: names}}})
+	return true
+}
+
+// stopAll stops cs in parallel, each within grace, and records their
+// exits; it reports false when ctx ended first.
+func (w *worker) stopAll(ctx context.Context, cs []*ctr, grace time.Duration) bool {
+	exits := make([]ContainerExit, len(cs))
+	errs := make([]error, len(cs))
 	var wg sync.WaitGroup
-	for i, c := range running {
+	for i, c := range cs {
 		wg.Go(func() { exits[i], errs[i] = w.d.rt.StopContainer(ctx, c.id, grace) })
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
 		return false
 	}
-	var names []string
-	for i, c := range running {
+	for i, c := range cs {
 		if errs[i] != nil {
 			w.d.log.Warn("stop container", "pod", podRef(w.pod), "container", c.spec.GetName(), "err", errs[i])
 			exits[i] = ContainerExit{ExitCode: 137, FinishedAt: w.now()}
 		}
 		exits[i].ID = c.id
 		w.recordExit(c, exits[i])
-		names = append(names, c.spec.GetName())
 	}
-	for _, c := range w.all() {
-		c.done = true
-	}
-	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodKilled{PodKilled: &eventsv1.PodKilled{Containers: names}}})
 	return true
 }
 
