@@ -21,6 +21,29 @@ type recordingRuntime struct {
 	mu      sync.Mutex
 	started map[string][]*corev1.Container // by pod uid, in start order
 	stops   map[nodeagent.ContainerID]stopCall
+	hooks   []hookCall
+	startAt map[string]time.Time // by "uid/container": the last start
+}
+
+type hookCall struct {
+	kind nodeagent.ProbeKind
+	id   nodeagent.ContainerID
+	at   time.Time
+}
+
+func (r *recordingRuntime) Probe(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id nodeagent.ContainerID, kind nodeagent.ProbeKind, p *corev1.Probe) (nodeagent.ProbeResult, error) {
+	if kind == nodeagent.HookPostStart || kind == nodeagent.HookPreStop {
+		r.mu.Lock()
+		r.hooks = append(r.hooks, hookCall{kind, id, time.Now()})
+		r.mu.Unlock()
+	}
+	return r.Runtime.Probe(ctx, pod, c, id, kind, p)
+}
+
+func (r *recordingRuntime) hookCalls() []hookCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.hooks)
 }
 
 type stopCall struct{ began, returned time.Time }
@@ -46,9 +69,16 @@ func (r *recordingRuntime) StartContainer(ctx context.Context, pod *corev1.Pod, 
 	if err == nil {
 		r.mu.Lock()
 		r.started[pod.GetMetadata().GetUid()] = append(r.started[pod.GetMetadata().GetUid()], c)
+		r.startAt[pod.GetMetadata().GetUid()+"/"+c.GetName()] = time.Now()
 		r.mu.Unlock()
 	}
 	return id, err
+}
+
+func (r *recordingRuntime) startTime(uid, name string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.startAt[uid+"/"+name]
 }
 
 func (r *recordingRuntime) starts(uid string) []*corev1.Container {
@@ -74,7 +104,8 @@ func newRecordingEnv(t *testing.T, simCfg ...func(*sim.Config)) (*env, *recordin
 		e.rt = rt
 	}
 	e.agent.Stop()
-	rec := &recordingRuntime{Runtime: e.rt, started: map[string][]*corev1.Container{}, stops: map[nodeagent.ContainerID]stopCall{}}
+	rec := &recordingRuntime{Runtime: e.rt, started: map[string][]*corev1.Container{}, stops: map[nodeagent.ContainerID]stopCall{},
+		startAt: map[string]time.Time{}}
 	a, err := nodeagent.New(fastConfig(), rec, e.store, e.pub)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -350,7 +349,7 @@ func (w *worker) stopSidecars(ctx context.Context) {
 			continue
 		}
 		w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
-		w.stopAll(ctx, []*ctr{c}, gracePeriod(w.pod, &w.d.cfg))
+		w.kill(ctx, []*ctr{c}, gracePeriod(w.pod, &w.d.cfg), w.recordExit)
 	}
 }
 
@@ -509,7 +508,8 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 	w.rep.Normal(eventsv1.ReasonStarted, "Started container "+name)
 	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_ContainerStarted{ContainerStarted: &eventsv1.ContainerStarted{
 		Container: name, ContainerId: string(id), RestartCount: c.restarts, Init: c.init}}})
-	return started // probes and the next container: sync again at once
+	w.postStart(ctx, c)
+	return w.now() // probes and the next container: sync again at once
 }
 
 // onExit records a container's exit and decides, by restart policy, whether
@@ -577,11 +577,12 @@ func (c *ctr) setWaiting(reason, msg string) {
 
 // -------------------------------------------------------------- terminating
 
-// syncTerminatingPod is kubelet's SyncTerminatingPod: SIGTERM to every
-// running container but the sidecars in parallel, a kill after grace; then
-// the sidecars, last one first, each within what is left of the grace (at
-// least kubelet's minimum of 2 seconds); every container done, PodKilled.
-// It reports false when ctx ended first.
+// syncTerminatingPod is kubelet's SyncTerminatingPod: every running
+// container's preStop hook at once; SIGTERM to every container but the
+// sidecars as soon as its hook returned, a kill after grace; then the
+// sidecars, last one first, each once the ones after it have stopped,
+// within what is left of the grace (see hooks.go); every container done,
+// PodKilled. It reports false when ctx ended first.
 func (w *worker) syncTerminatingPod(ctx context.Context, grace time.Duration) bool {
 	w.state = terminating
 	var apps, sidecars []*ctr
@@ -600,12 +601,15 @@ func (w *worker) syncTerminatingPod(ctx context.Context, grace time.Duration) bo
 	}
 	w.flush(ctx)
 	deadline := w.now().Add(grace)
-	if !w.stopAll(ctx, apps, grace) {
+	sides := make([]*stopping, len(sidecars))
+	for i, c := range sidecars { // their preStop hooks run from the start
+		sides[i] = w.startPreStop(ctx, c, grace)
+	}
+	if !w.kill(ctx, apps, grace, w.recordExit) {
 		return false
 	}
-	for i := len(sidecars) - 1; i >= 0; i-- {
-		left := max(deadline.Sub(w.now()), 2*w.d.cfg.SpecSecond)
-		if !w.stopAll(ctx, sidecars[i:i+1], left) {
+	for i := len(sides) - 1; i >= 0; i-- {
+		if !w.finishAll(ctx, sides[i:i+1], deadline, w.recordExit) {
 			return false
 		}
 	}
@@ -613,30 +617,6 @@ func (w *worker) syncTerminatingPod(ctx context.Context, grace time.Duration) bo
 		c.done = true
 	}
 	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodKilled{PodKilled: &eventsv1.PodKilled{Containers: names}}})
-	return true
-}
-
-// stopAll stops cs in parallel, each within grace, and records their
-// exits; it reports false when ctx ended first.
-func (w *worker) stopAll(ctx context.Context, cs []*ctr, grace time.Duration) bool {
-	exits := make([]ContainerExit, len(cs))
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Go(func() { exits[i], errs[i] = w.d.rt.StopContainer(ctx, c.id, grace) })
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return false
-	}
-	for i, c := range cs {
-		if errs[i] != nil {
-			w.d.log.Warn("stop container", "pod", podRef(w.pod), "container", c.spec.GetName(), "err", errs[i])
-			exits[i] = ContainerExit{ExitCode: 137, FinishedAt: w.now()}
-		}
-		exits[i].ID = c.id
-		w.recordExit(c, exits[i])
-	}
 	return true
 }
 

@@ -18,6 +18,8 @@
 //	sim.podflow.io/exit-code: 1         ... with this code (default 0): CrashLoopBackOff, Completed, Failed by restartPolicy
 //	sim.podflow.io/ignore-sigterm: true containers ignore SIGTERM and are killed (137) when the grace period ends
 //	sim.podflow.io/init-exit-code: 1    init containers exit with this code: Init:CrashLoopBackOff, or Failed under Never
+//	sim.podflow.io/post-start: fail     postStart hooks (exec, httpGet) fail: FailedPostStartHook, the container killed
+//	sim.podflow.io/pre-stop: fail       preStop hooks (exec, httpGet) fail: FailedPreStopHook, the stop goes on
 //	sim.podflow.io/sidecar-exit-after: 1s  sidecars (init containers with restartPolicy Always) exit 1 after 1s: restarted
 //
 // Probe annotations take effect on containers that declare that probe; the

@@ -29,6 +29,10 @@ const (
 	AnnotationExitCode      = "sim.podflow.io/exit-code"
 	AnnotationIgnoreSIGTERM = "sim.podflow.io/ignore-sigterm"
 	AnnotationInitExitCode  = "sim.podflow.io/init-exit-code"
+	// AnnotationPostStart and AnnotationPreStop "fail" make the lifecycle
+	// hooks' exec and httpGet handlers fail.
+	AnnotationPostStart = "sim.podflow.io/post-start"
+	AnnotationPreStop   = "sim.podflow.io/pre-stop"
 	// AnnotationSidecarExitAfter makes sidecars exit 1 after a duration.
 	AnnotationSidecarExitAfter = "sim.podflow.io/sidecar-exit-after"
 
@@ -453,11 +457,13 @@ func (r *Runtime) ContainerExits(podUID string) <-chan nodeagent.ContainerExit {
 	return nil
 }
 
-// Probe implements nodeagent.Runtime: a probe fails when the pod's
-// annotation for its kind is "fail", and succeeds otherwise.
+// Probe implements nodeagent.Runtime: a probe (or a lifecycle hook's exec
+// or httpGet) fails when the pod's annotation for its kind is "fail", and
+// succeeds otherwise.
 func (r *Runtime) Probe(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id nodeagent.ContainerID, kind nodeagent.ProbeKind, p *corev1.Probe) (nodeagent.ProbeResult, error) {
 	ann := map[nodeagent.ProbeKind]string{
 		nodeagent.ProbeStartup: AnnotationStartup, nodeagent.ProbeLiveness: AnnotationLiveness, nodeagent.ProbeReadiness: AnnotationReadiness,
+		nodeagent.HookPostStart: AnnotationPostStart, nodeagent.HookPreStop: AnnotationPreStop,
 	}[kind]
 	if injected(pod, ann) {
 		return nodeagent.ProbeResult{Message: "sim: failure injected by " + ann}, nil
