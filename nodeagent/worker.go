@@ -20,7 +20,8 @@ import (
 //	               │
 //	               ▼
 //	 ┌──────▶  syncing  ─── syncPod: sandbox, volumes, image pulls, init
-//	 │            │         containers in order, app containers, probes,
+//	 │            │         containers and sidecars in order, app
+//	 │            │         containers, postStart hooks, probes,
 //	 └────────────┤         restarts by restartPolicy (CrashLoopBackOff,
 //	a container   │         ImagePullBackOff, retried FailedMount and
 //	exit, a timer │         FailedCreatePodSandBox). A pod that finished
@@ -29,9 +30,10 @@ import (
 //	              │
 //	              │ a delete (deleteCh, with its grace)
 //	              ▼
-//	         terminating ── syncTerminatingPod: Killing, SIGTERM to every
-//	              │         running container in parallel, kill after
-//	              │         grace, PodKilled. Nothing starts again.
+//	         terminating ── syncTerminatingPod: Killing, preStop hooks,
+//	              │         SIGTERM to the running app containers in
+//	              │         parallel, then the sidecars last first, kill
+//	              │         after grace, PodKilled. Nothing starts again.
 //	              ▼
 //	         terminated ─── syncTerminatedPod: stop and remove the sandbox
 //	              │         (IP, volumes, cgroups), the last status report,
