@@ -106,7 +106,8 @@ func New(cfg Config, rt Runtime, store NodeStore, pub Publisher) (*Agent, error)
 		recovered: map[string]*recovered{},
 	}
 	a.deps = &workerDeps{cfg: cfg, rt: rt, volumes: store, pub: pub, clock: a.clock, log: a.log,
-		retire: func(w *worker) { a.retire(w, true) }}
+		allocatable: func() map[string]string { return allocatable(a.capacity(), a.cfg.Reserved) },
+		retire:      func(w *worker) { a.retire(w, true) }}
 	return a, nil
 }
 

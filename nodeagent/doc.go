@@ -2,11 +2,19 @@
 // node agent. One Agent runs per node. It registers the node's Node object,
 // heartbeats it, and runs one worker goroutine per pod bound to the node.
 // A worker drives its pod as the kubelet does — sandbox, volumes, image pulls
-// (by imagePullPolicy), init containers in order, app containers, startup,
-// liveness and readiness probes, restarts by restartPolicy with
-// CrashLoopBackOff, ImagePullBackOff, retried FailedMount and
-// FailedCreatePodSandBox, graceful termination — through a Runtime: the
-// simulated one in package sim, or a Linux runtime.
+// (by imagePullPolicy), init containers in order, sidecars (init
+// containers with restartPolicy Always), app containers, startup, liveness
+// and readiness probes, postStart and preStop hooks, restarts by
+// restartPolicy with CrashLoopBackOff, ImagePullBackOff, retried
+// FailedMount and FailedCreatePodSandBox, graceful termination — through a
+// Runtime: the simulated one in package sim, or a Linux runtime.
+//
+// The core also makes each container's configuration as kubelet does
+// (env.go): envFrom and env with valueFrom (ConfigMaps and Secrets read
+// from the store, the downward API's fieldRef and resourceFieldRef) and
+// $(VAR) expansion of env, command and args; the Runtime receives the
+// final values and expands nothing. A source it cannot read is a
+// CreateContainerConfigError with kubelet's message.
 //
 // # The pod worker
 //
@@ -15,10 +23,15 @@
 // the state machine):
 //
 //   - syncing (syncPod): bring the pod to its spec, step by step, again on
-//     every container exit and timer. A finished pod (Succeeded or Failed,
-//     nothing to restart) stays here with its sandbox released.
-//   - terminating (syncTerminatingPod): once deleted, SIGTERM to every
-//     running container in parallel, kill after grace, PodKilled.
+//     every container exit and timer. Init containers run in order; a
+//     sidecar lets the next start once it has started (startup probe
+//     passed, postStart returned) and is restarted whenever it exits. A
+//     finished pod (Succeeded or Failed, nothing to restart) has its
+//     sidecars stopped and stays here with its sandbox released.
+//   - terminating (syncTerminatingPod): once deleted, every preStop hook,
+//     then SIGTERM to every running container but the sidecars in
+//     parallel, kill after grace; then the sidecars, last first, within
+//     what is left of the grace (hooks.go); PodKilled.
 //   - terminated (syncTerminatedPod): stop and remove the sandbox (IP,
 //     volumes, cgroups), the last status report, a tombstone in the agent,
 //     PodDeleted. Then the worker is gone.

@@ -43,7 +43,7 @@ func (c *ctr) resetProbes(now time.Time, second time.Duration) {
 func (w *worker) runProbes(ctx context.Context, now time.Time) time.Time {
 	var wake time.Time
 	sec := w.d.cfg.SpecSecond
-	for _, c := range w.apps {
+	for _, c := range w.all() { // app containers and sidecars have probes
 		for _, p := range c.probes {
 			if !c.running() || (p.kind == ProbeStartup) == c.started {
 				continue
@@ -123,12 +123,6 @@ func (w *worker) probeFailed(ctx context.Context, c *ctr, p *probeState, msg str
 		grace = time.Duration(*s) * w.d.cfg.SpecSecond
 	}
 	c.killed = true
-	ex, err := w.d.rt.StopContainer(ctx, c.id, grace)
-	if err != nil {
-		w.d.log.Warn("stop container", "pod", podRef(w.pod), "container", name, "err", err)
-		ex = ContainerExit{ID: c.id, ExitCode: 137, Reason: eventsv1.ReasonError, FinishedAt: w.now()}
-	}
-	ex.ID = c.id
-	w.onExit(ex)
+	w.kill(ctx, []*ctr{c}, grace, func(_ *ctr, ex ContainerExit) { w.onExit(ex) })
 	return true
 }

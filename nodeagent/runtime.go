@@ -34,7 +34,12 @@ type Runtime interface {
 	// PullImage makes image present according to policy (Always,
 	// IfNotPresent, Never).
 	PullImage(ctx context.Context, pod *corev1.Pod, image string, policy string) (ImageRef, error)
-	// StartContainer creates and starts container c of pod in sb.
+	// StartContainer creates and starts container c of pod in sb. c is the
+	// container as the agent resolved it (kubelet's container config): Env
+	// holds every variable with its final value (valueFrom and envFrom
+	// resolved, $(VAR) expanded), Command and Args are expanded. The
+	// runtime merges Env over the image's environment and must not expand
+	// anything again.
 	StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sb Sandbox) (ContainerID, error)
 	// StopContainer sends SIGTERM, waits up to grace, then kills. It returns
 	// once the container has stopped, with its exit; that exit is not also

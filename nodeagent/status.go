@@ -12,19 +12,29 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// phase computes the pod phase as the kubelet's getPhase does.
+// phase computes the pod phase as the kubelet's getPhase does. A sidecar
+// holds the pod Pending until it has started, the first time; after that
+// a running sidecar counts as running and an exited one not at all.
 func (w *worker) phase() string {
 	if w.failed != nil {
 		return "Failed"
 	}
 	if !w.deleting() {
 		for _, c := range w.inits {
+			if c.sidecar && (w.initialized || c.started) {
+				continue
+			}
 			if !c.done {
 				return "Pending"
 			}
 		}
 	}
 	var running, waiting, stopped, succeeded int
+	for _, c := range w.inits {
+		if c.sidecar && c.running() {
+			running++
+		}
+	}
 	for _, c := range w.apps {
 		switch {
 		case c.running():
@@ -102,7 +112,16 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 	var incomplete, unready []string
 	for _, c := range w.inits {
 		st.InitContainerStatuses = append(st.InitContainerStatuses, w.containerStatus(c, eventsv1.ReasonPodInitializing))
-		if !c.done || c.state.GetTerminated().GetExitCode() != 0 {
+		switch {
+		case c.sidecar:
+			if !w.initialized && !c.started {
+				initsDone = false
+				incomplete = append(incomplete, c.spec.GetName())
+			}
+			if !c.ready { // sidecars count for readiness, as app containers
+				unready = append(unready, c.spec.GetName())
+			}
+		case !c.done || c.state.GetTerminated().GetExitCode() != 0:
 			initsDone = false
 			incomplete = append(incomplete, c.spec.GetName())
 		}
@@ -183,7 +202,7 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 	if c.lastTerm != nil {
 		cs.LastTerminationState.Terminated = proto.Clone(c.lastTerm).(*corev1.ContainerStateTerminated)
 	}
-	if !c.init {
+	if !c.init || c.sidecar {
 		started := c.started
 		cs.Started = &started
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // volumeSource is what a worker reads of the store: the ConfigMaps and
-// Secrets its pod's volumes name. NodeStore is one. Missing objects are
+// Secrets its pod's volumes and its containers' environment name. NodeStore is one. Missing objects are
 // errors matching ErrNotFound.
 type volumeSource interface {
 	GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -21,7 +20,8 @@ import (
 //	               │
 //	               ▼
 //	 ┌──────▶  syncing  ─── syncPod: sandbox, volumes, image pulls, init
-//	 │            │         containers in order, app containers, probes,
+//	 │            │         containers and sidecars in order, app
+//	 │            │         containers, postStart hooks, probes,
 //	 └────────────┤         restarts by restartPolicy (CrashLoopBackOff,
 //	a container   │         ImagePullBackOff, retried FailedMount and
 //	exit, a timer │         FailedCreatePodSandBox). A pod that finished
@@ -30,9 +30,10 @@ import (
 //	              │
 //	              │ a delete (deleteCh, with its grace)
 //	              ▼
-//	         terminating ── syncTerminatingPod: Killing, SIGTERM to every
-//	              │         running container in parallel, kill after
-//	              │         grace, PodKilled. Nothing starts again.
+//	         terminating ── syncTerminatingPod: Killing, preStop hooks,
+//	              │         SIGTERM to the running app containers in
+//	              │         parallel, then the sidecars last first, kill
+//	              │         after grace, PodKilled. Nothing starts again.
 //	              ▼
 //	         terminated ─── syncTerminatedPod: stop and remove the sandbox
 //	              │         (IP, volumes, cgroups), the last status report,
@@ -70,6 +71,9 @@ type worker struct {
 	mountRetry   retry
 	inits, apps  []*ctr
 	failed       *ctr // the container whose exit made the pod Failed
+	// initialized: every init container has completed (a sidecar: has
+	// started) once; from then on a restarting sidecar holds nothing up.
+	initialized bool
 }
 
 // workState is where a worker's pod is in its life; see worker.
@@ -87,9 +91,12 @@ type workerDeps struct {
 	cfg     Config
 	rt      Runtime
 	volumes volumeSource
-	pub     Publisher
-	clock   Clock
-	log     *slog.Logger
+	// allocatable is the node's allocatable resources, the limits the
+	// downward API reports for a container that sets none.
+	allocatable func() map[string]string
+	pub         Publisher
+	clock       Clock
+	log         *slog.Logger
 	// retire makes the agent forget w and keep a tombstone of its pod, so
 	// that a redelivered bind or delete is a no-op. It is called once the
 	// pod is torn down, before its PodDeleted is published.
@@ -100,6 +107,7 @@ type workerDeps struct {
 type ctr struct {
 	spec        *corev1.Container
 	init        bool
+	sidecar     bool // an init container with restartPolicy Always (KEP-753)
 	id          ContainerID
 	imageID     string
 	state       *corev1.ContainerState
@@ -147,7 +155,7 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 }
 
 func (w *worker) newCtr(spec *corev1.Container, init bool) *ctr {
-	return &ctr{spec: spec, init: init,
+	return &ctr{spec: spec, init: init, sidecar: init && spec.GetRestartPolicy() == "Always",
 		crash: newRetry(w.d.cfg.CrashLoopBackOff), pull: newRetry(w.d.cfg.ImagePullBackOff)}
 }
 
@@ -275,6 +283,9 @@ func (w *worker) all() []*ctr {
 // only on an event). A finished pod only has its sandbox released.
 func (w *worker) syncPod(ctx context.Context) time.Time {
 	now := w.now()
+	if w.failed != nil || w.allDone() {
+		w.stopSidecars(ctx) // sidecars do not keep a finished pod running
+	}
 	if w.terminal() {
 		if w.sandbox != nil { // like kubelet, free the IP of a finished pod
 			if err := w.teardown(ctx); err != nil {
@@ -289,22 +300,59 @@ func (w *worker) syncPod(ctx context.Context) time.Time {
 	if wake, ok := w.ensureVolumes(ctx, now); !ok {
 		return wake
 	}
-	for _, c := range w.inits {
-		if c.done {
-			continue
-		}
-		if c.running() {
-			return time.Time{}
-		}
-		return w.startContainer(ctx, c, now)
-	}
-	var wake time.Time
-	for _, c := range w.apps {
-		if !c.running() && !c.done {
-			wake = earliest(wake, w.startContainer(ctx, c, now))
+	wake, ok := w.syncInits(ctx, now)
+	if ok {
+		for _, c := range w.apps {
+			if !c.running() && !c.done {
+				wake = earliest(wake, w.startContainer(ctx, c, now))
+			}
 		}
 	}
 	return earliest(wake, w.runProbes(ctx, now))
+}
+
+// syncInits runs the init containers in order, as kubelet's
+// computeInitContainerActions: the next starts once a regular one has
+// succeeded or a sidecar has started (its startup probe passed). A sidecar
+// that is not running is started again, also after initialization. ok
+// means the pod is initialized and its app containers may run.
+func (w *worker) syncInits(ctx context.Context, now time.Time) (wake time.Time, ok bool) {
+	for _, c := range w.inits {
+		switch {
+		case c.sidecar:
+			if !c.running() && !c.done {
+				wake = earliest(wake, w.startContainer(ctx, c, now))
+			}
+			if !w.initialized && !c.started {
+				return wake, false
+			}
+		case c.done || w.initialized:
+		case c.running():
+			return wake, false
+		default:
+			return earliest(wake, w.startContainer(ctx, c, now)), false
+		}
+	}
+	w.initialized = true
+	return wake, true
+}
+
+// stopSidecars stops the sidecars of a pod whose app containers have
+// finished for good (or whose initialization failed), last one first, as
+// kubelet does; they are not restarted.
+func (w *worker) stopSidecars(ctx context.Context) {
+	for i := len(w.inits) - 1; i >= 0; i-- {
+		c := w.inits[i]
+		if !c.sidecar || c.done {
+			continue
+		}
+		c.done = true
+		if !c.running() {
+			continue
+		}
+		w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
+		w.kill(ctx, []*ctr{c}, gracePeriod(w.pod, &w.d.cfg), w.recordExit)
+	}
 }
 
 // ensureSandbox creates the pod's sandbox unless it has one; !ok means it
@@ -426,7 +474,13 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 		Container: name, Image: image, ImageId: ref.ID, SizeBytes: ref.SizeBytes,
 		DurationNanos: int64(w.now().Sub(began)), AlreadyPresent: ref.AlreadyPresent}}})
 
-	id, err := w.d.rt.StartContainer(ctx, w.pod, c.spec, *w.sandbox)
+	// As kubelet, the environment is made once the image is there; a
+	// source it cannot read is a CreateContainerConfigError.
+	cfg, err := w.containerConfig(ctx, c.spec)
+	var id ContainerID
+	if err == nil {
+		id, err = w.d.rt.StartContainer(ctx, w.pod, cfg, *w.sandbox)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return time.Time{}
@@ -456,7 +510,8 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 	w.rep.Normal(eventsv1.ReasonStarted, "Started container "+name)
 	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_ContainerStarted{ContainerStarted: &eventsv1.ContainerStarted{
 		Container: name, ContainerId: string(id), RestartCount: c.restarts, Init: c.init}}})
-	return started // probes and the next container: sync again at once
+	w.postStart(ctx, c)
+	return w.now() // probes and the next container: sync again at once
 }
 
 // onExit records a container's exit and decides, by restart policy, whether
@@ -475,6 +530,8 @@ func (w *worker) onExit(ex ContainerExit) {
 	failed := ex.ExitCode != 0 || c.killed
 	restart := false
 	switch {
+	case c.sidecar: // restarted whatever the pod's restartPolicy
+		restart = !c.done
 	case c.init:
 		restart = failed && w.policy != "Never"
 		if !restart && failed {
@@ -522,38 +579,41 @@ func (c *ctr) setWaiting(reason, msg string) {
 
 // -------------------------------------------------------------- terminating
 
-// syncTerminatingPod is kubelet's SyncTerminatingPod: SIGTERM to every
-// running container in parallel, a kill after grace, every container done,
+// syncTerminatingPod is kubelet's SyncTerminatingPod: every running
+// container's preStop hook at once; SIGTERM to every container but the
+// sidecars as soon as its hook returned, a kill after grace; then the
+// sidecars, last one first, each once the ones after it have stopped,
+// within what is left of the grace (see hooks.go); every container done,
 // PodKilled. It reports false when ctx ended first.
 func (w *worker) syncTerminatingPod(ctx context.Context, grace time.Duration) bool {
 	w.state = terminating
-	var running []*ctr
+	var apps, sidecars []*ctr
+	var names []string
 	for _, c := range w.all() {
-		if c.running() {
-			running = append(running, c)
-			w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
+		if !c.running() {
+			continue
 		}
+		if c.sidecar {
+			sidecars = append(sidecars, c)
+		} else {
+			apps = append(apps, c)
+		}
+		names = append(names, c.spec.GetName())
+		w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
 	}
 	w.flush(ctx)
-	exits := make([]ContainerExit, len(running))
-	errs := make([]error, len(running))
-	var wg sync.WaitGroup
-	for i, c := range running {
-		wg.Go(func() { exits[i], errs[i] = w.d.rt.StopContainer(ctx, c.id, grace) })
+	deadline := w.now().Add(grace)
+	sides := make([]*stopping, len(sidecars))
+	for i, c := range sidecars { // their preStop hooks run from the start
+		sides[i] = w.startPreStop(ctx, c, grace)
 	}
-	wg.Wait()
-	if ctx.Err() != nil {
+	if !w.kill(ctx, apps, grace, w.recordExit) {
 		return false
 	}
-	var names []string
-	for i, c := range running {
-		if errs[i] != nil {
-			w.d.log.Warn("stop container", "pod", podRef(w.pod), "container", c.spec.GetName(), "err", errs[i])
-			exits[i] = ContainerExit{ExitCode: 137, FinishedAt: w.now()}
+	for i := len(sides) - 1; i >= 0; i-- {
+		if !w.finishAll(ctx, sides[i:i+1], deadline, w.recordExit) {
+			return false
 		}
-		exits[i].ID = c.id
-		w.recordExit(c, exits[i])
-		names = append(names, c.spec.GetName())
 	}
 	for _, c := range w.all() {
 		c.done = true

@@ -109,7 +109,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	r.trace(uid, "cgroup-container", t)
 
 	env := containerEnv(pd, c, img.Config)
-	args := containerArgs(c, img.Config, env)
+	args := containerArgs(c, img.Config)
 	if len(args) == 0 {
 		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "no command specified for container %q", c.GetName())
 	}
@@ -217,9 +217,10 @@ func deleteCgroup(ctx context.Context, cg cgroups.Container) error {
 	}
 }
 
-// containerEnv is the image's environment overridden by the container's
-// (values with $(VAR) references expanded, as Kubernetes does), plus
-// HOSTNAME.
+// containerEnv is the image's environment, PATH when the image sets none,
+// HOSTNAME (as containerd's CRI sets it), then the container's variables
+// over them. The agent resolved and expanded those (see
+// nodeagent.Runtime.StartContainer); nothing is expanded here.
 func containerEnv(pd *corev1.Pod, c *corev1.Container, ic image.ImageConfig) []string {
 	var order []string
 	vals := map[string]string{}
@@ -238,11 +239,7 @@ func containerEnv(pd *corev1.Pod, c *corev1.Container, ic image.ImageConfig) []s
 	}
 	set("HOSTNAME", pd.GetMetadata().GetName())
 	for _, e := range c.GetEnv() {
-		v := e.GetValue()
-		if fr := e.GetValueFrom().GetFieldRef(); fr != nil {
-			v = fieldRef(pd, fr.GetFieldPath())
-		}
-		set(e.GetName(), expand(v, vals))
+		set(e.GetName(), e.GetValue())
 	}
 	out := make([]string, 0, len(order))
 	for _, k := range order {
@@ -251,31 +248,10 @@ func containerEnv(pd *corev1.Pod, c *corev1.Container, ic image.ImageConfig) []s
 	return out
 }
 
-func fieldRef(pd *corev1.Pod, path string) string {
-	switch path {
-	case "metadata.name":
-		return pd.GetMetadata().GetName()
-	case "metadata.namespace":
-		return pd.GetMetadata().GetNamespace()
-	case "metadata.uid":
-		return pd.GetMetadata().GetUid()
-	case "spec.nodeName":
-		return pd.GetSpec().GetNodeName()
-	case "status.podIP":
-		return pd.GetStatus().GetPodIp()
-	}
-	return ""
-}
-
 // containerArgs merges the container's command and args with the image's
 // Entrypoint and Cmd by Kubernetes' rules: command replaces Entrypoint (and
-// drops Cmd), args replace Cmd. $(VAR) references are expanded from env.
-func containerArgs(c *corev1.Container, ic image.ImageConfig, env []string) []string {
-	vals := map[string]string{}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		vals[k] = v
-	}
+// drops Cmd), args replace Cmd. The agent expanded command and args.
+func containerArgs(c *corev1.Container, ic image.ImageConfig) []string {
 	var argv []string
 	switch {
 	case len(c.GetCommand()) > 0:
@@ -285,46 +261,7 @@ func containerArgs(c *corev1.Container, ic image.ImageConfig, env []string) []st
 	default:
 		argv = append(append(argv, ic.Entrypoint...), ic.Cmd...)
 	}
-	for i, a := range argv {
-		argv[i] = expand(a, vals)
-	}
 	return argv
-}
-
-// expand replaces $(VAR) with its value when VAR is defined and $$(VAR)
-// with the literal $(VAR), as Kubernetes expands command, args and env.
-func expand(s string, vals map[string]string) string {
-	if !strings.Contains(s, "$") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 >= len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch s[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				b.WriteString(s[i:])
-				return b.String()
-			}
-			name := s[i+2 : i+2+end]
-			if v, ok := vals[name]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString(s[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }
 
 // StopContainer implements nodeagent.Runtime.

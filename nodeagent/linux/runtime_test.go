@@ -46,6 +46,9 @@ func TestPodOnTheKernel(t *testing.T) {
 		`mkdir -p /www && cp /cfg/index.html /www/ && echo "$GREETING" && exec httpd -f -p 8080 -h /www`)
 	c := pd.Spec.Containers[0]
 	c.Resources = &corev1.ResourceRequirements{Limits: map[string]string{"memory": "64Mi", "cpu": "500m"}}
+	// The runtime gets the environment as the agent resolved it and
+	// expands nothing again (in Kubernetes HOSTNAME is the runtime's, not
+	// a variable $(HOSTNAME) can refer to).
 	c.Env = []*corev1.EnvVar{{Name: "GREETING", Value: "hello from $(HOSTNAME)"}}
 	c.VolumeMounts = []*corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg", ReadOnly: true}, {Name: "tok", MountPath: "/var/run/tok"}}
 	pd.Spec.Volumes = []*corev1.Volume{
@@ -148,7 +151,7 @@ func TestPodOnTheKernel(t *testing.T) {
 	})
 	t.Run("logs", func(t *testing.T) {
 		matches, _ := filepath.Glob(filepath.Join(e.cfg.DataDir, "pods", uid, "logs", "main", "0.log"))
-		if len(matches) != 1 || !strings.Contains(readFile(matches[0]), "stdout F hello from web") {
+		if len(matches) != 1 || !strings.Contains(readFile(matches[0]), "stdout F hello from $(HOSTNAME)") {
 			t.Fatalf("log: %v %q", matches, readFile(filepath.Join(e.cfg.DataDir, "pods", uid, "logs", "main", "0.log")))
 		}
 	})

@@ -18,13 +18,16 @@
 //	sim.podflow.io/exit-code: 1         ... with this code (default 0): CrashLoopBackOff, Completed, Failed by restartPolicy
 //	sim.podflow.io/ignore-sigterm: true containers ignore SIGTERM and are killed (137) when the grace period ends
 //	sim.podflow.io/init-exit-code: 1    init containers exit with this code: Init:CrashLoopBackOff, or Failed under Never
+//	sim.podflow.io/post-start: fail     postStart hooks (exec, httpGet) fail: FailedPostStartHook, the container killed
+//	sim.podflow.io/pre-stop: fail       preStop hooks (exec, httpGet) fail: FailedPreStopHook, the stop goes on
+//	sim.podflow.io/sidecar-exit-after: 1s  sidecars (init containers with restartPolicy Always) exit 1 after 1s: restarted
 //
 // Probe annotations take effect on containers that declare that probe; the
 // kubelet core only runs probes a container declares. Without an annotation
 // every probe succeeds. A mount also fails, without any annotation, when a
 // configMap or secret volume refers to an object missing from the store (the
 // agent core resolves them). Init containers exit 0 after
-// Config.InitRunTime. A container stopped by the agent exits 143 (SIGTERM)
+// Config.InitRunTime; sidecars run like app containers. A container stopped by the agent exits 143 (SIGTERM)
 // after Config.StopDelay, or 137 (SIGKILL) when the grace period is shorter
 // or the pod ignores SIGTERM.
 //

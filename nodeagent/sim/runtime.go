@@ -29,6 +29,12 @@ const (
 	AnnotationExitCode      = "sim.podflow.io/exit-code"
 	AnnotationIgnoreSIGTERM = "sim.podflow.io/ignore-sigterm"
 	AnnotationInitExitCode  = "sim.podflow.io/init-exit-code"
+	// AnnotationPostStart and AnnotationPreStop "fail" make the lifecycle
+	// hooks' exec and httpGet handlers fail.
+	AnnotationPostStart = "sim.podflow.io/post-start"
+	AnnotationPreStop   = "sim.podflow.io/pre-stop"
+	// AnnotationSidecarExitAfter makes sidecars exit 1 after a duration.
+	AnnotationSidecarExitAfter = "sim.podflow.io/sidecar-exit-after"
 
 	// Fail is the annotation value that injects a failure.
 	Fail = "fail"
@@ -290,23 +296,33 @@ func (r *Runtime) PullImage(ctx context.Context, pod *corev1.Pod, image, policy 
 }
 
 // StartContainer implements nodeagent.Runtime. Init containers exit 0 after
-// Config.InitRunTime; app containers run until stopped, or exit as the
-// exit-after and exit-code annotations say.
+// Config.InitRunTime; sidecars (restartPolicy Always) run until stopped or
+// as sidecar-exit-after says; app containers run until stopped, or exit as
+// the exit-after and exit-code annotations say.
 func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sb nodeagent.Sandbox) (nodeagent.ContainerID, error) {
 	if err := r.sleep(ctx, r.cfg.StartDelay); err != nil {
 		return "", err
 	}
-	init := false
+	init, sidecar := false, false
 	for _, ic := range pod.GetSpec().GetInitContainers() {
 		if ic.GetName() == c.GetName() {
-			init = true
+			init, sidecar = true, ic.GetRestartPolicy() == "Always"
 		}
 	}
 	ann := pod.GetMetadata().GetAnnotations()
 	var exitAfter time.Duration
 	var exitCode int64
-	exits := init
-	if init {
+	exits := init && !sidecar
+	switch {
+	case sidecar: // runs until stopped, or exits 1 as the annotation says
+		if s, ok := ann[AnnotationSidecarExitAfter]; ok {
+			d, err := time.ParseDuration(s)
+			if err != nil || d < 0 {
+				return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: annotation %s=%q is not a duration", AnnotationSidecarExitAfter, s)
+			}
+			exits, exitAfter, exitCode = true, d, 1
+		}
+	case init:
 		exitAfter = r.cfg.InitRunTime
 		if s, ok := ann[AnnotationInitExitCode]; ok {
 			code, err := strconv.ParseInt(s, 10, 32)
@@ -315,7 +331,11 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 			}
 			exitCode = code
 		}
-	} else if s, ok := ann[AnnotationExitAfter]; ok {
+	default:
+		s, ok := ann[AnnotationExitAfter]
+		if !ok {
+			break
+		}
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
 			return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: annotation %s=%q is not a duration", AnnotationExitAfter, s)
@@ -437,11 +457,13 @@ func (r *Runtime) ContainerExits(podUID string) <-chan nodeagent.ContainerExit {
 	return nil
 }
 
-// Probe implements nodeagent.Runtime: a probe fails when the pod's
-// annotation for its kind is "fail", and succeeds otherwise.
+// Probe implements nodeagent.Runtime: a probe (or a lifecycle hook's exec
+// or httpGet) fails when the pod's annotation for its kind is "fail", and
+// succeeds otherwise.
 func (r *Runtime) Probe(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id nodeagent.ContainerID, kind nodeagent.ProbeKind, p *corev1.Probe) (nodeagent.ProbeResult, error) {
 	ann := map[nodeagent.ProbeKind]string{
 		nodeagent.ProbeStartup: AnnotationStartup, nodeagent.ProbeLiveness: AnnotationLiveness, nodeagent.ProbeReadiness: AnnotationReadiness,
+		nodeagent.HookPostStart: AnnotationPostStart, nodeagent.HookPreStop: AnnotationPreStop,
 	}[kind]
 	if injected(pod, ann) {
 		return nodeagent.ProbeResult{Message: "sim: failure injected by " + ann}, nil

@@ -33,6 +33,8 @@ const (
 	ReasonCreated                = "Created"
 	ReasonStarted                = "Started"
 	ReasonKilling                = "Killing"
+	ReasonFailedPostStartHook    = "FailedPostStartHook"
+	ReasonFailedPreStopHook      = "FailedPreStopHook"
 	ReasonBackOff                = "BackOff"
 	ReasonCrashLoopBackOff       = "CrashLoopBackOff"
 	ReasonUnhealthy              = "Unhealthy"

@@ -1,0 +1,98 @@
+package manifest
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	pf "github.com/podflow/podflow/proto/corev1"
+)
+
+// envAndHooksPod uses the container fields the node agent honours beyond
+// plain env: valueFrom.resourceFieldRef, envFrom and lifecycle hooks.
+const envAndHooksPod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: hooks, namespace: prod}
+spec:
+  containers:
+  - name: web
+    image: web:1
+    env:
+    - name: MEM
+      valueFrom: {resourceFieldRef: {containerName: web, resource: limits.memory, divisor: 1Mi}}
+    envFrom:
+    - prefix: CFG_
+      configMapRef: {name: web-config, optional: true}
+    - secretRef: {name: web-creds}
+    lifecycle:
+      postStart:
+        exec: {command: [sh, -c, "echo started > /tmp/marker"]}
+      preStop:
+        sleep: {seconds: 5}
+  - name: side
+    image: web:1
+    lifecycle:
+      postStart:
+        httpGet: {path: /warm, port: 8080, scheme: HTTP}
+      preStop:
+        tcpSocket: {port: 8080}
+`
+
+func TestEnvFromAndLifecycleFields(t *testing.T) {
+	obj := decodeOne(t, []byte(envAndHooksPod))
+	if len(obj.Warnings) != 0 {
+		t.Errorf("warnings %q, want none", obj.Warnings)
+	}
+	pod := obj.Message.(*pf.Pod)
+	web, side := pod.GetSpec().GetContainers()[0], pod.GetSpec().GetContainers()[1]
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"resourceFieldRef resource", web.GetEnv()[0].GetValueFrom().GetResourceFieldRef().GetResource(), "limits.memory"},
+		{"resourceFieldRef divisor", web.GetEnv()[0].GetValueFrom().GetResourceFieldRef().GetDivisor(), "1Mi"},
+		{"resourceFieldRef containerName", web.GetEnv()[0].GetValueFrom().GetResourceFieldRef().GetContainerName(), "web"},
+		{"envFrom prefix", web.GetEnvFrom()[0].GetPrefix(), "CFG_"},
+		{"envFrom configMapRef", web.GetEnvFrom()[0].GetConfigMapRef().GetName(), "web-config"},
+		{"envFrom optional", web.GetEnvFrom()[0].GetConfigMapRef().GetOptional(), true},
+		{"envFrom secretRef", web.GetEnvFrom()[1].GetSecretRef().GetName(), "web-creds"},
+		{"postStart exec", web.GetLifecycle().GetPostStart().GetExec().GetCommand()[0], "sh"},
+		{"preStop sleep", web.GetLifecycle().GetPreStop().GetSleep().GetSeconds(), int64(5)},
+		{"postStart httpGet", side.GetLifecycle().GetPostStart().GetHttpGet().GetPort().GetIntVal(), int32(8080)},
+		{"preStop tcpSocket", side.GetLifecycle().GetPreStop().GetTcpSocket().GetPort().GetIntVal(), int32(8080)},
+	}
+	for _, tc := range checks {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmpDiff(tc.want, tc.got); diff != "" {
+				t.Errorf("%s", diff)
+			}
+		})
+	}
+	for _, f := range []Format{FormatYAML, FormatJSON} {
+		t.Run("round trip "+f.String(), func(t *testing.T) { roundTrip(t, pod, f) })
+	}
+	t.Run("k8s.io/api both ways", func(t *testing.T) {
+		ko, err := ToKube(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc := ko.(*corev1.Pod).Spec.Containers[0]
+		if got := kc.Lifecycle.PreStop.Sleep.Seconds; got != 5 {
+			t.Errorf("preStop sleep = %d, want 5", got)
+		}
+		if got := kc.Env[0].ValueFrom.ResourceFieldRef.Divisor.String(); got != "1Mi" {
+			t.Errorf("divisor = %q, want 1Mi", got)
+		}
+		if got := kc.EnvFrom[0].ConfigMapRef; got.Name != "web-config" || got.Optional == nil || !*got.Optional {
+			t.Errorf("envFrom configMapRef = %+v", got)
+		}
+		back, err := FromKube(ko)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmpDiff(pod, back); diff != "" {
+			t.Errorf("FromKube(ToKube(m)) != m:\n%s", diff)
+		}
+	})
+}
