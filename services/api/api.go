@@ -368,6 +368,13 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	} else {
 		md.Uid, md.CreationTimestamp, md.Generation = uuid.NewString(), now, 1
 	}
+	var old proto.Message
+	if exists {
+		old = existing
+	}
+	if st := s.rbac.CheckRBACWrite(attrs.User, obj, old, s.roleGetter(ctx)); st != nil {
+		return st, nil // a role or binding granting more than its writer holds
+	}
 	if sec, ok := obj.(*corev1.Secret); ok {
 		fillServiceAccountToken(sec)
 	}
@@ -389,6 +396,36 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		code = 200
 	}
 	return stage.Success(code, kind.Resource, md.GetName()), obj
+}
+
+// roleGetter resolves a binding's roleRef from the store (not the cache,
+// which may not have seen a role written just before its binding).
+func (s *Stage) roleGetter(ctx context.Context) auth.RoleGetter {
+	return func(ref *corev1.RoleRef, ns string) ([]*corev1.PolicyRule, error) {
+		var kind objects.Kind
+		switch ref.GetKind() {
+		case auth.KindClusterRole:
+			kind, ns = objects.ClusterRoles, ""
+		case auth.KindRole:
+			if ns == "" {
+				return nil, fmt.Errorf("roles.%s %q not found", auth.RBACGroup, ref.GetName())
+			}
+			kind = objects.Roles
+		default:
+			return nil, fmt.Errorf("unsupported role reference kind: %q", ref.GetKind())
+		}
+		obj, err := s.env.Store.GetKind(ctx, kind, ns, ref.GetName())
+		if errors.Is(err, raftstore.ErrNotFound) {
+			return nil, fmt.Errorf("%s.%s %q not found", kind.Resource, auth.RBACGroup, ref.GetName())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get %s %q: %w", kind.Resource, ref.GetName(), err)
+		}
+		if cr, ok := obj.(*corev1.ClusterRole); ok {
+			return cr.GetRules(), nil
+		}
+		return obj.(*corev1.Role).GetRules(), nil
+	}
 }
 
 // fillServiceAccountToken issues a token for a ServiceAccount token Secret

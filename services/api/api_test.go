@@ -26,6 +26,9 @@ const (
 	aliceToken = "alice-token-0123456789"
 	bobToken   = "bob-token-0123456789"
 	saToken    = "builder-token-0123456789"
+	// mallory and erin appear in TestEscalation only.
+	malloryToken = "mallory-token-0123456789"
+	erinToken    = "erin-token-0123456789"
 )
 
 // fixture is an api stage over the fakes: alice may create and delete pods
@@ -40,7 +43,7 @@ type fixture struct {
 	kv  *objectstest.KV
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, extra ...objects.Object) *fixture {
 	t.Helper()
 	env, pub, kv := stagetest.NewEnv("api")
 	ctx := context.Background()
@@ -62,13 +65,14 @@ func newFixture(t *testing.T) *fixture {
 			auth.AnnotationServiceAccountName: "builder", auth.AnnotationServiceAccountUID: "sa-uid",
 		}}, Type: auth.SecretTypeServiceAccountToken, Data: map[string][]byte{auth.SecretTokenKey: []byte(saToken)}},
 	}
-	for _, o := range seed {
+	for _, o := range append(seed, extra...) {
 		if _, err := env.Store.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tokens := filepath.Join(t.TempDir(), "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(aliceToken+",alice,uid-alice\n"+bobToken+",bob,uid-bob\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(aliceToken+",alice,uid-alice\n"+bobToken+",bob,uid-bob\n"+
+		malloryToken+",mallory,uid-mallory\n"+erinToken+",erin,uid-erin\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
