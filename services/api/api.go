@@ -255,8 +255,20 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		st.Kind, st.Name = "pods", md.Name
 		return stage.Reject(ctx, s.env, d, st, req.GetReplyTo())
 	}
+	md.Uid = PodUID(d)
 	next := d.Next(&eventsv1.PodAuthorized{Pod: pod, User: user, ReplyTo: req.GetReplyTo(), DryRun: req.GetDryRun()})
+	next.PodUid = md.Uid
 	return s.env.Pub.Publish(ctx, next)
+}
+
+// PodUID is the uid of the pod a PodRequested delivery creates. The
+// client chooses the request id, so the uid also depends on what only the
+// stream chooses — the message's sequence and the time it was stored —
+// and two requests never share a uid, even with one request id, while a
+// redelivery of the same message gets the same uid (and finds its pod).
+func PodUID(d *bus.Delivery) string {
+	key := fmt.Sprintf("podflow:pod:%s:%d:%d", d.Envelope.GetRequestId(), d.StreamSeq, d.Stored.UnixNano())
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte(key)).String()
 }
 
 // suffix is Kubernetes' generateName suffix, derived from the request so

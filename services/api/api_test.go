@@ -370,3 +370,30 @@ func TestDeletePod(t *testing.T) {
 }
 
 func errorsIsNotFound(err error) bool { return errors.Is(err, raftstore.ErrNotFound) }
+
+// TestPodUID: the api stage gives the pod a uid of the server's — the
+// client's metadata.uid is dropped — carried on the envelope from
+// PodAuthorized on. Two messages with one request id (another stream
+// sequence) get different uids; a redelivery of one message the same.
+func TestPodUID(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	uid := func(seq uint64) string {
+		pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "web", Uid: "victim-uid"}, Spec: &corev1.PodSpec{}}
+		d := stagetest.Deliver(f.env, requested(f, aliceToken, pod))
+		d.StreamSeq = seq
+		if err := f.s.Handle(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		evs := f.pub.Events()
+		e := evs[len(evs)-1]
+		if got := e.GetPodAuthorized().GetPod().GetMetadata().GetUid(); got != e.GetPodUid() || got == "" {
+			t.Fatalf("PodAuthorized pod uid %q, envelope %q; want one server uid", got, e.GetPodUid())
+		}
+		return e.GetPodUid()
+	}
+	a, again, b := uid(7), uid(7), uid(8)
+	if a == "victim-uid" || a != again || a == b {
+		t.Errorf("uids %q, %q (redelivery), %q (same request id, another message): want the server's, alike for the redelivery only", a, again, b)
+	}
+}
