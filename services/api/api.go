@@ -200,9 +200,48 @@ func (s *Stage) reply(m *nats.Msg, st *corev1.Status, obj proto.Message) {
 	_ = stage.Reply(s.env, m.Reply, st, obj)
 }
 
+// serviceInboxes start the inboxes of podflow's own identities (bus
+// InboxPrefix of pipeline's stage, store and node roles): a client's reply
+// subject must not point into them, or a stage would answer into another
+// service's pending requests.
+var serviceInboxes = []string{
+	bus.InboxPrefix(pipeline.StageRole("")), // _INBOX.stage-
+	bus.InboxPrefix(pipeline.RoleStore) + ".",
+	bus.InboxPrefix("node-"),  // pipeline.NodeRole
+	bus.InboxPrefix("nodes-"), // a simulated cluster's node agent
+}
+
+// checkClientReply returns nil when a reply subject a client chose may be
+// answered: an inbox (stage.CheckReplySubject), and not a podflow
+// identity's. The api stage cannot know the requester's NATS user (core
+// NATS does not tell a subscriber who published), so it cannot check the
+// inbox is the requester's own; the bus lets each user subscribe only to
+// its own inbox, so an answer elsewhere reaches nobody the requester is.
+func checkClientReply(subject string) error {
+	if err := stage.CheckReplySubject(subject); err != nil {
+		return err
+	}
+	for _, p := range serviceInboxes {
+		if strings.HasPrefix(subject, p) {
+			return fmt.Errorf("%w: %q is a podflow service's inbox", stage.ErrReplySubject, subject)
+		}
+	}
+	return nil
+}
+
+// refuseReply logs a request whose reply subject is refused; the request
+// is dropped unanswered.
+func (s *Stage) refuseReply(subject string, m *nats.Msg, err error) {
+	s.env.Log.Warn("request dropped: bad reply subject", "subject", subject, "reply", m.Reply, "err", err)
+}
+
 // onCreatePod turns a request-reply pod creation into a PodRequested event
 // on the stream; whichever stage ends the request answers the requester.
 func (s *Stage) onCreatePod(ctx context.Context, m *nats.Msg) {
+	if err := checkClientReply(m.Reply); err != nil && m.Reply != "" {
+		s.refuseReply(pipeline.CreatePodSubject, m, err)
+		return
+	}
 	req := &eventsv1.PodRequested{}
 	if err := proto.Unmarshal(m.Data, req); err != nil {
 		s.reply(m, stage.Failure(400, eventsv1.ReasonBadRequest, "pods", "", "decode PodRequested: %v", err), nil)
@@ -246,6 +285,14 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		md.Name = md.GenerateName + suffix(d.Envelope.RequestId)
 	}
 	d.Envelope.Namespace, d.Envelope.PodName = md.Namespace, md.Name
+	if reply := req.GetReplyTo(); reply != "" {
+		if err := checkClientReply(reply); err != nil {
+			// Refused, and not answered: the reply subject is the attack.
+			s.env.Log.Warn("PodRequested refused: bad reply subject", "namespace", md.Namespace, "pod", md.Name, "err", err)
+			st := stage.Failure(400, eventsv1.ReasonBadRequest, "pods", md.Name, "replyTo %q is not an inbox of the requester", reply)
+			return stage.Reject(ctx, s.env, d, st, "")
+		}
+	}
 
 	user, st := s.authn.AuthenticateToken(req.GetToken())
 	if st == nil {
@@ -285,6 +332,10 @@ func suffix(requestID string) string {
 
 // onObject serves apply and delete of objects.
 func (s *Stage) onObject(ctx context.Context, m *nats.Msg) {
+	if err := checkClientReply(m.Reply); err != nil && m.Reply != "" {
+		s.refuseReply(pipeline.ObjectSubject, m, err)
+		return
+	}
 	req := &apiv1.ObjectRequest{}
 	if err := proto.Unmarshal(m.Data, req); err != nil {
 		s.reply(m, stage.Failure(400, eventsv1.ReasonBadRequest, "", "", "decode ObjectRequest: %v", err), nil)
