@@ -143,12 +143,18 @@ func (s *Stage) startCaches(ctx context.Context, g *errgroup.Group) error {
 		md := o.(*corev1.Secret).GetMetadata()
 		s.authn.DeleteSecret(md.GetNamespace(), md.GetName())
 	}
+	saUp := func(o proto.Message) { s.authn.UpsertServiceAccount(o.(*corev1.ServiceAccount)) }
+	saDel := func(o proto.Message) {
+		md := o.(*corev1.ServiceAccount).GetMetadata()
+		s.authn.DeleteServiceAccount(md.GetNamespace(), md.GetName())
+	}
 	if err := errors.Join(
 		feed[*corev1.Role](&infs, s.env.Store, up, del),
 		feed[*corev1.ClusterRole](&infs, s.env.Store, up, del),
 		feed[*corev1.RoleBinding](&infs, s.env.Store, up, del),
 		feed[*corev1.ClusterRoleBinding](&infs, s.env.Store, up, del),
 		feed[*corev1.Secret](&infs, s.env.Store, secretUp, secretDel),
+		feed[*corev1.ServiceAccount](&infs, s.env.Store, saUp, saDel),
 	); err != nil {
 		return err
 	}
@@ -439,7 +445,10 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		return st, nil // a role or binding granting more than its writer holds
 	}
 	if sec, ok := obj.(*corev1.Secret); ok {
-		fillServiceAccountToken(sec)
+		prev, _ := existing.(*corev1.Secret)
+		if st := s.issueServiceAccountToken(ctx, sec, prev); st != nil {
+			return st, nil
+		}
 	}
 	if exists {
 		objects.SetRevision(obj, objects.Revision(existing))
@@ -491,18 +500,49 @@ func (s *Stage) roleGetter(ctx context.Context) auth.RoleGetter {
 	}
 }
 
-// fillServiceAccountToken issues a token for a ServiceAccount token Secret
-// that has none, as Kubernetes' token controller does.
-func fillServiceAccountToken(sec *corev1.Secret) {
-	if sec.GetType() != "kubernetes.io/service-account-token" || len(sec.GetData()["token"]) > 0 {
-		return
+// issueServiceAccountToken makes a ServiceAccount token Secret the
+// server's, as Kubernetes' token controller does: the ServiceAccount it
+// names must exist (else 422), the Secret is bound to that account's uid
+// (kubernetes.io/service-account.uid), and its token is issued here — a
+// token the writer put in data.token is ignored; an update of a Secret
+// already bound to the same account keeps the token issued before.
+func (s *Stage) issueServiceAccountToken(ctx context.Context, sec, prev *corev1.Secret) *corev1.Status {
+	if sec.GetType() != auth.SecretTypeServiceAccountToken {
+		return nil
 	}
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
+	md := sec.GetMetadata()
+	saName := md.GetAnnotations()[auth.AnnotationServiceAccountName]
+	invalid := func(format string, args ...any) *corev1.Status {
+		return stage.Failure(422, eventsv1.ReasonInvalid, "secrets", md.GetName(), "Secret %q is invalid: "+format, append([]any{md.GetName()}, args...)...)
+	}
+	if saName == "" {
+		return invalid("metadata.annotations[%s]: Required value", auth.AnnotationServiceAccountName)
+	}
+	sa, err := objects.Get[*corev1.ServiceAccount](ctx, s.env.Store, md.GetNamespace(), saName)
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return invalid("metadata.annotations[%s]: Not found: serviceaccounts %q", auth.AnnotationServiceAccountName, saName)
+	}
+	if err != nil {
+		return stage.Internal(err)
+	}
+	uid := sa.GetMetadata().GetUid()
+	if md.Annotations == nil {
+		md.Annotations = map[string]string{}
+	}
+	md.Annotations[auth.AnnotationServiceAccountUID] = uid
 	if sec.Data == nil {
 		sec.Data = map[string][]byte{}
 	}
-	sec.Data["token"] = []byte(hex.EncodeToString(b))
+	pa := prev.GetMetadata().GetAnnotations()
+	if old := prev.GetData()[auth.SecretTokenKey]; prev.GetType() == auth.SecretTypeServiceAccountToken && len(old) > 0 &&
+		pa[auth.AnnotationServiceAccountName] == saName && pa[auth.AnnotationServiceAccountUID] == uid {
+		sec.Data[auth.SecretTokenKey] = old
+		return nil
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	sec.Data[auth.SecretTokenKey] = []byte(hex.EncodeToString(b))
+	return nil
 }
 
 // deletePod starts a pod's graceful deletion: it marks the pod terminating

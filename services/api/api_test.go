@@ -61,6 +61,7 @@ func newFixture(t *testing.T, extra ...objects.Object) *fixture {
 		&corev1.RoleBinding{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "builder"},
 			Subjects: []*corev1.Subject{{Kind: "ServiceAccount", Name: "builder", Namespace: "team"}},
 			RoleRef:  &corev1.RoleRef{ApiGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "builder"}},
+		&corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "builder", Uid: "sa-uid"}},
 		&corev1.Secret{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "builder-token", Annotations: map[string]string{
 			auth.AnnotationServiceAccountName: "builder", auth.AnnotationServiceAccountUID: "sa-uid",
 		}}, Type: auth.SecretTypeServiceAccountToken, Data: map[string][]byte{auth.SecretTokenKey: []byte(saToken)}},
