@@ -144,12 +144,18 @@ func (s *Stage) startCaches(ctx context.Context, g *errgroup.Group) error {
 		md := o.(*corev1.Secret).GetMetadata()
 		s.authn.DeleteSecret(md.GetNamespace(), md.GetName())
 	}
+	saUp := func(o proto.Message) { s.authn.UpsertServiceAccount(o.(*corev1.ServiceAccount)) }
+	saDel := func(o proto.Message) {
+		md := o.(*corev1.ServiceAccount).GetMetadata()
+		s.authn.DeleteServiceAccount(md.GetNamespace(), md.GetName())
+	}
 	if err := errors.Join(
 		feed[*corev1.Role](&infs, s.env.Store, up, del),
 		feed[*corev1.ClusterRole](&infs, s.env.Store, up, del),
 		feed[*corev1.RoleBinding](&infs, s.env.Store, up, del),
 		feed[*corev1.ClusterRoleBinding](&infs, s.env.Store, up, del),
 		feed[*corev1.Secret](&infs, s.env.Store, secretUp, secretDel),
+		feed[*corev1.ServiceAccount](&infs, s.env.Store, saUp, saDel),
 	); err != nil {
 		return err
 	}
@@ -201,9 +207,48 @@ func (s *Stage) reply(m *nats.Msg, st *corev1.Status, obj proto.Message) {
 	_ = stage.Reply(s.env, m.Reply, st, obj)
 }
 
+// serviceInboxes start the inboxes of podflow's own identities (bus
+// InboxPrefix of pipeline's stage, store and node roles): a client's reply
+// subject must not point into them, or a stage would answer into another
+// service's pending requests.
+var serviceInboxes = []string{
+	bus.InboxPrefix(pipeline.StageRole("")), // _INBOX.stage-
+	bus.InboxPrefix(pipeline.RoleStore) + ".",
+	bus.InboxPrefix("node-"),  // pipeline.NodeRole
+	bus.InboxPrefix("nodes-"), // a simulated cluster's node agent
+}
+
+// checkClientReply returns nil when a reply subject a client chose may be
+// answered: an inbox (stage.CheckReplySubject), and not a podflow
+// identity's. The api stage cannot know the requester's NATS user (core
+// NATS does not tell a subscriber who published), so it cannot check the
+// inbox is the requester's own; the bus lets each user subscribe only to
+// its own inbox, so an answer elsewhere reaches nobody the requester is.
+func checkClientReply(subject string) error {
+	if err := stage.CheckReplySubject(subject); err != nil {
+		return err
+	}
+	for _, p := range serviceInboxes {
+		if strings.HasPrefix(subject, p) {
+			return fmt.Errorf("%w: %q is a podflow service's inbox", stage.ErrReplySubject, subject)
+		}
+	}
+	return nil
+}
+
+// refuseReply logs a request whose reply subject is refused; the request
+// is dropped unanswered.
+func (s *Stage) refuseReply(subject string, m *nats.Msg, err error) {
+	s.env.Log.Warn("request dropped: bad reply subject", "subject", subject, "reply", m.Reply, "err", err)
+}
+
 // onCreatePod turns a request-reply pod creation into a PodRequested event
 // on the stream; whichever stage ends the request answers the requester.
 func (s *Stage) onCreatePod(ctx context.Context, m *nats.Msg) {
+	if err := checkClientReply(m.Reply); err != nil && m.Reply != "" {
+		s.refuseReply(pipeline.CreatePodSubject, m, err)
+		return
+	}
 	req := &eventsv1.PodRequested{}
 	if err := proto.Unmarshal(m.Data, req); err != nil {
 		s.reply(m, stage.Failure(400, eventsv1.ReasonBadRequest, "pods", "", "decode PodRequested: %v", err), nil)
@@ -247,6 +292,14 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		md.Name = md.GenerateName + suffix(d.Envelope.RequestId)
 	}
 	d.Envelope.Namespace, d.Envelope.PodName = md.Namespace, md.Name
+	if reply := req.GetReplyTo(); reply != "" {
+		if err := checkClientReply(reply); err != nil {
+			// Refused, and not answered: the reply subject is the attack.
+			s.env.Log.Warn("PodRequested refused: bad reply subject", "namespace", md.Namespace, "pod", md.Name, "err", err)
+			st := stage.Failure(400, eventsv1.ReasonBadRequest, "pods", md.Name, "replyTo %q is not an inbox of the requester", reply)
+			return stage.Reject(ctx, s.env, d, st, "")
+		}
+	}
 
 	user, st := s.authn.AuthenticateToken(req.GetToken())
 	if st == nil {
@@ -256,8 +309,20 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		st.Kind, st.Name = "pods", md.Name
 		return stage.Reject(ctx, s.env, d, st, req.GetReplyTo())
 	}
+	md.Uid = PodUID(d)
 	next := d.Next(&eventsv1.PodAuthorized{Pod: pod, User: user, ReplyTo: req.GetReplyTo(), DryRun: req.GetDryRun()})
+	next.PodUid = md.Uid
 	return s.env.Pub.Publish(ctx, next)
+}
+
+// PodUID is the uid of the pod a PodRequested delivery creates. The
+// client chooses the request id, so the uid also depends on what only the
+// stream chooses — the message's sequence and the time it was stored —
+// and two requests never share a uid, even with one request id, while a
+// redelivery of the same message gets the same uid (and finds its pod).
+func PodUID(d *bus.Delivery) string {
+	key := fmt.Sprintf("podflow:pod:%s:%d:%d", d.Envelope.GetRequestId(), d.StreamSeq, d.Stored.UnixNano())
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte(key)).String()
 }
 
 // suffix is Kubernetes' generateName suffix, derived from the request so
@@ -274,6 +339,10 @@ func suffix(requestID string) string {
 
 // onObject serves apply and delete of objects.
 func (s *Stage) onObject(ctx context.Context, m *nats.Msg) {
+	if err := checkClientReply(m.Reply); err != nil && m.Reply != "" {
+		s.refuseReply(pipeline.ObjectSubject, m, err)
+		return
+	}
 	req := &apiv1.ObjectRequest{}
 	if err := proto.Unmarshal(m.Data, req); err != nil {
 		s.reply(m, stage.Failure(400, eventsv1.ReasonBadRequest, "", "", "decode ObjectRequest: %v", err), nil)
@@ -372,8 +441,18 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	} else {
 		md.Uid, md.CreationTimestamp, md.Generation = uuid.NewString(), now, 1
 	}
+	var old proto.Message
+	if exists {
+		old = existing
+	}
+	if st := s.rbac.CheckRBACWrite(attrs.User, obj, old, s.roleGetter(ctx)); st != nil {
+		return st, nil // a role or binding granting more than its writer holds
+	}
 	if sec, ok := obj.(*corev1.Secret); ok {
-		fillServiceAccountToken(sec)
+		prev, _ := existing.(*corev1.Secret)
+		if st := s.issueServiceAccountToken(ctx, sec, prev); st != nil {
+			return st, nil
+		}
 	}
 	if exists {
 		objects.SetRevision(obj, objects.Revision(existing))
@@ -395,18 +474,79 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	return stage.Success(code, kind.Resource, md.GetName()), obj
 }
 
-// fillServiceAccountToken issues a token for a ServiceAccount token Secret
-// that has none, as Kubernetes' token controller does.
-func fillServiceAccountToken(sec *corev1.Secret) {
-	if sec.GetType() != "kubernetes.io/service-account-token" || len(sec.GetData()["token"]) > 0 {
-		return
+// roleGetter resolves a binding's roleRef from the store (not the cache,
+// which may not have seen a role written just before its binding).
+func (s *Stage) roleGetter(ctx context.Context) auth.RoleGetter {
+	return func(ref *corev1.RoleRef, ns string) ([]*corev1.PolicyRule, error) {
+		var kind objects.Kind
+		switch ref.GetKind() {
+		case auth.KindClusterRole:
+			kind, ns = objects.ClusterRoles, ""
+		case auth.KindRole:
+			if ns == "" {
+				return nil, fmt.Errorf("roles.%s %q not found", auth.RBACGroup, ref.GetName())
+			}
+			kind = objects.Roles
+		default:
+			return nil, fmt.Errorf("unsupported role reference kind: %q", ref.GetKind())
+		}
+		obj, err := s.env.Store.GetKind(ctx, kind, ns, ref.GetName())
+		if errors.Is(err, raftstore.ErrNotFound) {
+			return nil, fmt.Errorf("%s.%s %q not found", kind.Resource, auth.RBACGroup, ref.GetName())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get %s %q: %w", kind.Resource, ref.GetName(), err)
+		}
+		if cr, ok := obj.(*corev1.ClusterRole); ok {
+			return cr.GetRules(), nil
+		}
+		return obj.(*corev1.Role).GetRules(), nil
 	}
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
+}
+
+// issueServiceAccountToken makes a ServiceAccount token Secret the
+// server's, as Kubernetes' token controller does: the ServiceAccount it
+// names must exist (else 422), the Secret is bound to that account's uid
+// (kubernetes.io/service-account.uid), and its token is issued here — a
+// token the writer put in data.token is ignored; an update of a Secret
+// already bound to the same account keeps the token issued before.
+func (s *Stage) issueServiceAccountToken(ctx context.Context, sec, prev *corev1.Secret) *corev1.Status {
+	if sec.GetType() != auth.SecretTypeServiceAccountToken {
+		return nil
+	}
+	md := sec.GetMetadata()
+	saName := md.GetAnnotations()[auth.AnnotationServiceAccountName]
+	invalid := func(format string, args ...any) *corev1.Status {
+		return stage.Failure(422, eventsv1.ReasonInvalid, "secrets", md.GetName(), "Secret %q is invalid: "+format, append([]any{md.GetName()}, args...)...)
+	}
+	if saName == "" {
+		return invalid("metadata.annotations[%s]: Required value", auth.AnnotationServiceAccountName)
+	}
+	sa, err := objects.Get[*corev1.ServiceAccount](ctx, s.env.Store, md.GetNamespace(), saName)
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return invalid("metadata.annotations[%s]: Not found: serviceaccounts %q", auth.AnnotationServiceAccountName, saName)
+	}
+	if err != nil {
+		return stage.Internal(err)
+	}
+	uid := sa.GetMetadata().GetUid()
+	if md.Annotations == nil {
+		md.Annotations = map[string]string{}
+	}
+	md.Annotations[auth.AnnotationServiceAccountUID] = uid
 	if sec.Data == nil {
 		sec.Data = map[string][]byte{}
 	}
-	sec.Data["token"] = []byte(hex.EncodeToString(b))
+	pa := prev.GetMetadata().GetAnnotations()
+	if old := prev.GetData()[auth.SecretTokenKey]; prev.GetType() == auth.SecretTypeServiceAccountToken && len(old) > 0 &&
+		pa[auth.AnnotationServiceAccountName] == saName && pa[auth.AnnotationServiceAccountUID] == uid {
+		sec.Data[auth.SecretTokenKey] = old
+		return nil
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	sec.Data[auth.SecretTokenKey] = []byte(hex.EncodeToString(b))
+	return nil
 }
 
 // deletePod starts a pod's graceful deletion: it marks the pod terminating

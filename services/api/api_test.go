@@ -26,6 +26,9 @@ const (
 	aliceToken = "alice-token-0123456789"
 	bobToken   = "bob-token-0123456789"
 	saToken    = "builder-token-0123456789"
+	// mallory and erin appear in TestEscalation only.
+	malloryToken = "mallory-token-0123456789"
+	erinToken    = "erin-token-0123456789"
 )
 
 // fixture is an api stage over the fakes: alice may create and delete pods
@@ -40,7 +43,7 @@ type fixture struct {
 	kv  *objectstest.KV
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, extra ...objects.Object) *fixture {
 	t.Helper()
 	env, pub, kv := stagetest.NewEnv("api")
 	ctx := context.Background()
@@ -58,17 +61,19 @@ func newFixture(t *testing.T) *fixture {
 		&corev1.RoleBinding{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "builder"},
 			Subjects: []*corev1.Subject{{Kind: "ServiceAccount", Name: "builder", Namespace: "team"}},
 			RoleRef:  &corev1.RoleRef{ApiGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "builder"}},
+		&corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "builder", Uid: "sa-uid"}},
 		&corev1.Secret{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "builder-token", Annotations: map[string]string{
 			auth.AnnotationServiceAccountName: "builder", auth.AnnotationServiceAccountUID: "sa-uid",
 		}}, Type: auth.SecretTypeServiceAccountToken, Data: map[string][]byte{auth.SecretTokenKey: []byte(saToken)}},
 	}
-	for _, o := range seed {
+	for _, o := range append(seed, extra...) {
 		if _, err := env.Store.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tokens := filepath.Join(t.TempDir(), "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(aliceToken+",alice,uid-alice\n"+bobToken+",bob,uid-bob\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(aliceToken+",alice,uid-alice\n"+bobToken+",bob,uid-bob\n"+
+		malloryToken+",mallory,uid-mallory\n"+erinToken+",erin,uid-erin\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
@@ -366,3 +371,30 @@ func TestDeletePod(t *testing.T) {
 }
 
 func errorsIsNotFound(err error) bool { return errors.Is(err, raftstore.ErrNotFound) }
+
+// TestPodUID: the api stage gives the pod a uid of the server's — the
+// client's metadata.uid is dropped — carried on the envelope from
+// PodAuthorized on. Two messages with one request id (another stream
+// sequence) get different uids; a redelivery of one message the same.
+func TestPodUID(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	uid := func(seq uint64) string {
+		pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "web", Uid: "victim-uid"}, Spec: &corev1.PodSpec{}}
+		d := stagetest.Deliver(f.env, requested(f, aliceToken, pod))
+		d.StreamSeq = seq
+		if err := f.s.Handle(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		evs := f.pub.Events()
+		e := evs[len(evs)-1]
+		if got := e.GetPodAuthorized().GetPod().GetMetadata().GetUid(); got != e.GetPodUid() || got == "" {
+			t.Fatalf("PodAuthorized pod uid %q, envelope %q; want one server uid", got, e.GetPodUid())
+		}
+		return e.GetPodUid()
+	}
+	a, again, b := uid(7), uid(7), uid(8)
+	if a == "victim-uid" || a != again || a == b {
+		t.Errorf("uids %q, %q (redelivery), %q (same request id, another message): want the server's, alike for the redelivery only", a, again, b)
+	}
+}

@@ -90,9 +90,11 @@ func (s *Stage) CreatePod(ctx context.Context, user *corev1.UserInfo, pod *corev
 		st.Kind, st.Name = "pods", md.Name
 		return st, nil
 	}
+	md.Uid = uuid.NewString() // the server's uid: nothing of the request's
 	inbox, ch, release := s.replies.wait()
 	defer release()
 	env := &eventsv1.Envelope{
+		PodUid:      md.Uid,
 		RequestId:   requestID,
 		Namespace:   md.Namespace,
 		PodName:     md.Name,

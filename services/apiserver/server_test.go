@@ -464,11 +464,16 @@ func TestAuthentication(t *testing.T) {
 	})
 
 	t.Run("service account token", func(t *testing.T) {
+		// A token bound to its ServiceAccount's uid (the api stage binds
+		// the Secrets it writes; this one goes to the store directly).
+		robot := &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Name: "robot", Namespace: "default", Uid: "robot-uid"}}
 		sec := &corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "robot-token", Namespace: "default",
-			Annotations: map[string]string{"kubernetes.io/service-account.name": "robot"}},
+			Annotations: map[string]string{"kubernetes.io/service-account.name": "robot", "kubernetes.io/service-account.uid": "robot-uid"}},
 			Type: "kubernetes.io/service-account-token", Data: map[string][]byte{"token": []byte("robot-secret-token-0123456789")}}
-		if _, err := s.store.Create(ctx, sec); err != nil {
-			t.Fatal(err)
+		for _, o := range []objects.Object{robot, sec} {
+			if _, err := s.store.Create(ctx, o); err != nil {
+				t.Fatal(err)
+			}
 		}
 		c := tok("robot-secret-token-0123456789")
 		deadline := time.Now().Add(20 * time.Second)

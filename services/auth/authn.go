@@ -129,8 +129,17 @@ type TokenAuthenticator struct {
 	static map[tokenHash]*corev1.UserInfo
 
 	mu       sync.RWMutex
-	sa       map[tokenHash]*corev1.UserInfo
+	sa       map[tokenHash]saToken
 	saSecret map[string]tokenHash // "namespace/name" of the Secret -> digest
+	accounts map[string]string    // "namespace/name" of a ServiceAccount -> its uid
+}
+
+// saToken is a ServiceAccount token Secret's user and the account (key
+// and uid) it is bound to.
+type saToken struct {
+	user       *corev1.UserInfo
+	account    string // "namespace/name"
+	accountUID string
 }
 
 // NewTokenAuthenticator returns an authenticator over the given static
@@ -143,8 +152,9 @@ func NewTokenAuthenticator(cfg AuthenticatorConfig, static []StaticToken) (*Toke
 	a := &TokenAuthenticator{
 		cfg:      cfg,
 		static:   make(map[tokenHash]*corev1.UserInfo, len(static)),
-		sa:       make(map[tokenHash]*corev1.UserInfo),
+		sa:       make(map[tokenHash]saToken),
 		saSecret: make(map[string]tokenHash),
+		accounts: make(map[string]string),
 	}
 	for i, st := range static {
 		if st.Token == "" || st.User.GetUsername() == "" {
@@ -160,6 +170,9 @@ func NewTokenAuthenticator(cfg AuthenticatorConfig, static []StaticToken) (*Toke
 // UpsertSecret records or replaces the token of a ServiceAccount token
 // Secret. Secrets of any other type, or without the ServiceAccount name
 // annotation or a token, are forgotten (an update may have changed them).
+// The token authenticates only while its ServiceAccount exists with the
+// uid of the Secret's kubernetes.io/service-account.uid annotation (see
+// UpsertServiceAccount), as Kubernetes' legacy token validation checks.
 func (a *TokenAuthenticator) UpsertSecret(s *corev1.Secret) {
 	ns, name := s.GetMetadata().GetNamespace(), s.GetMetadata().GetName()
 	key := ns + "/" + name
@@ -175,12 +188,34 @@ func (a *TokenAuthenticator) UpsertSecret(s *corev1.Secret) {
 		return
 	}
 	h := sha256.Sum256(token)
-	a.sa[h] = &corev1.UserInfo{
-		Username: ServiceAccountUsername(ns, sa),
-		Uid:      s.GetMetadata().GetAnnotations()[AnnotationServiceAccountUID],
-		Groups:   []string{GroupServiceAccounts, GroupServiceAccounts + ":" + ns, GroupAuthenticated},
+	uid := s.GetMetadata().GetAnnotations()[AnnotationServiceAccountUID]
+	a.sa[h] = saToken{
+		user: &corev1.UserInfo{
+			Username: ServiceAccountUsername(ns, sa),
+			Uid:      uid,
+			Groups:   []string{GroupServiceAccounts, GroupServiceAccounts + ":" + ns, GroupAuthenticated},
+		},
+		account: ns + "/" + sa, accountUID: uid,
 	}
 	a.saSecret[key] = h
+}
+
+// UpsertServiceAccount records a ServiceAccount and its uid: its tokens
+// authenticate from now on, those bound to an earlier uid (a deleted and
+// recreated account) do not.
+func (a *TokenAuthenticator) UpsertServiceAccount(sa *corev1.ServiceAccount) {
+	md := sa.GetMetadata()
+	a.mu.Lock()
+	a.accounts[md.GetNamespace()+"/"+md.GetName()] = md.GetUid()
+	a.mu.Unlock()
+}
+
+// DeleteServiceAccount forgets a ServiceAccount: its tokens stop
+// authenticating at once.
+func (a *TokenAuthenticator) DeleteServiceAccount(namespace, name string) {
+	a.mu.Lock()
+	delete(a.accounts, namespace+"/"+name)
+	a.mu.Unlock()
 }
 
 // DeleteSecret forgets the token of the named Secret, if any.
@@ -210,10 +245,11 @@ func (a *TokenAuthenticator) AuthenticateToken(token string) (*corev1.UserInfo, 
 	}
 	if a.cfg.ServiceAccountTokens {
 		a.mu.RLock()
-		u, ok := a.sa[h]
+		t, ok := a.sa[h]
+		uid, exists := a.accounts[t.account]
 		a.mu.RUnlock()
-		if ok {
-			return cloneUser(u), nil
+		if ok && exists && t.accountUID != "" && uid == t.accountUID {
+			return cloneUser(t.user), nil
 		}
 	}
 	return nil, Unauthorized()

@@ -82,6 +82,9 @@ func TestAuthenticateToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, sa := range []string{"builder", "deployer", "gone", "x"} {
+		a.UpsertServiceAccount(&corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: sa, Uid: "sa-uid"}})
+	}
 	a.UpsertSecret(saSecret("team", "builder-token", "builder", SecretTypeServiceAccountToken, "sa-builder"))
 	a.UpsertSecret(saSecret("team", "opaque", "builder", "Opaque", "sa-opaque"))
 	a.UpsertSecret(saSecret("team", "no-annotation", "", SecretTypeServiceAccountToken, "sa-noann"))
@@ -205,5 +208,47 @@ func BenchmarkAuthenticateToken(b *testing.B) {
 		if _, st := a.AuthenticateToken("token-0500-0123456789abcdef"); st != nil {
 			b.Fatal(st)
 		}
+	}
+}
+
+// TestServiceAccountTokenBinding: a ServiceAccount token authenticates
+// only while its account exists with the uid the Secret is bound to: not
+// before the account exists, not after it is deleted, not once it is
+// recreated (another uid), and never without a bound uid.
+func TestServiceAccountTokenBinding(t *testing.T) {
+	a, err := NewTokenAuthenticator(DefaultAuthenticatorConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := func(uid string) *corev1.ServiceAccount {
+		return &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "robot", Uid: uid}}
+	}
+	a.UpsertSecret(saSecret("team", "robot-token", "robot", SecretTypeServiceAccountToken, "robot-token-0123456789"))
+	unbound := saSecret("team", "unbound", "robot", SecretTypeServiceAccountToken, "unbound-token-0123456789")
+	delete(unbound.Metadata.Annotations, AnnotationServiceAccountUID)
+	a.UpsertSecret(unbound)
+	steps := []struct {
+		name  string
+		do    func()
+		token string
+		ok    bool
+	}{
+		{"no such account", func() {}, "robot-token-0123456789", false},
+		{"account with the bound uid", func() { a.UpsertServiceAccount(sa("sa-uid")) }, "robot-token-0123456789", true},
+		{"a token bound to no uid", func() {}, "unbound-token-0123456789", false},
+		{"account deleted", func() { a.DeleteServiceAccount("team", "robot") }, "robot-token-0123456789", false},
+		{"account recreated with another uid", func() { a.UpsertServiceAccount(sa("sa-uid-2")) }, "robot-token-0123456789", false},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			st.do()
+			u, status := a.AuthenticateToken(st.token)
+			if (status == nil) != st.ok {
+				t.Fatalf("AuthenticateToken = %v, %v; want ok %v", u, status, st.ok)
+			}
+			if !st.ok && status.GetCode() != 401 {
+				t.Errorf("status %v, want 401", status)
+			}
+		})
 	}
 }

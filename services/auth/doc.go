@@ -14,9 +14,14 @@
 //  2. Feed every Secret the store watch reports to UpsertSecret (any type:
 //     non-token Secrets are ignored or forgotten) and every deletion to
 //     DeleteSecret.
+//     Feed every ServiceAccount to UpsertServiceAccount and every deletion
+//     to DeleteServiceAccount: a token authenticates only while its
+//     account exists with the uid its Secret is bound to.
 //  3. Feed Roles, ClusterRoles, RoleBindings and ClusterRoleBindings to
 //     RBAC.Upsert / RBAC.Delete. Seed the store with BootstrapPolicy at
-//     first start.
+//     first start. After RBAC allows a write of one of them, call
+//     RBAC.CheckRBACWrite: it refuses a role or binding granting more than
+//     the writer holds (Kubernetes' escalation check).
 //  4. Send the returned *corev1.Status (401 Unauthorized, 403 Forbidden) as
 //     the rejection; receivers match it by Reason, never by Message.
 //

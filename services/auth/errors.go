@@ -44,22 +44,28 @@ func Forbidden(a Attributes, reason string) *corev1.Status {
 	if reason != "" {
 		msg += ": " + reason
 	}
-	gr := a.Resource
-	if a.APIGroup != "" {
-		gr += "." + a.APIGroup
+	return forbiddenStatus(a.Resource, a.APIGroup, a.Name, msg)
+}
+
+// forbiddenStatus is kube-apiserver's NewForbidden: "<resource>.<group>
+// <name> is forbidden: <msg>", 403 with reason Forbidden.
+func forbiddenStatus(resource, group, name, msg string) *corev1.Status {
+	gr := resource
+	if group != "" {
+		gr += "." + group
 	}
-	if a.Name == "" {
+	if name == "" {
 		msg = fmt.Sprintf("%s is forbidden: %s", gr, msg)
 	} else {
-		msg = fmt.Sprintf("%s %q is forbidden: %s", gr, a.Name, msg)
+		msg = fmt.Sprintf("%s %q is forbidden: %s", gr, name, msg)
 	}
 	return &corev1.Status{
 		Status:  "Failure",
 		Message: msg,
 		Reason:  eventsv1.ReasonForbidden,
 		Code:    403,
-		Kind:    a.Resource,
-		Name:    a.Name,
+		Kind:    resource,
+		Name:    name,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -21,9 +22,15 @@ import (
 
 const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
-// admitted is the PodAdmitted of request reqID for ns/name.
+// uidOf is the uid the api stage would have assigned to request reqID's
+// pod (any server-chosen value will do).
+func uidOf(reqID string) string { return "uid-of-" + reqID }
+
+// admitted is the PodAdmitted of request reqID for ns/name, with the uid
+// the api stage assigned.
 func admitted(env stage.Env, reqID, ns, name string) *bus.Delivery {
 	return stagetest.Deliver(env, &eventsv1.Envelope{
+		PodUid:    uidOf(reqID),
 		RequestId: reqID, Namespace: ns, PodName: name, Traceparent: traceparent,
 		Payload: &eventsv1.Envelope_PodAdmitted{PodAdmitted: &eventsv1.PodAdmitted{
 			Pod:     &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: "77"}, Spec: &corev1.PodSpec{}},
@@ -49,8 +56,8 @@ func TestCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := pod.GetMetadata()
-	if md.GetUid() != persistence.UID("r1") || md.GetGeneration() != 1 || pod.GetStatus().GetPhase() != "Pending" {
-		t.Errorf("stored uid %q generation %d phase %q, want %q, 1, Pending", md.GetUid(), md.GetGeneration(), pod.GetStatus().GetPhase(), persistence.UID("r1"))
+	if md.GetUid() != uidOf("r1") || md.GetGeneration() != 1 || pod.GetStatus().GetPhase() != "Pending" {
+		t.Errorf("stored uid %q generation %d phase %q, want %q, 1, Pending", md.GetUid(), md.GetGeneration(), pod.GetStatus().GetPhase(), uidOf("r1"))
 	}
 	if !proto.Equal(md.GetCreationTimestamp(), d.Envelope.GetTime()) {
 		t.Errorf("creationTimestamp %v, want the request's time %v", md.GetCreationTimestamp(), d.Envelope.GetTime())
@@ -134,8 +141,84 @@ func TestAlreadyExists(t *testing.T) {
 		t.Errorf("replies %v, want the rejection to _INBOX.r2", r)
 	}
 	pod, _ := objects.Get[*corev1.Pod](ctx, env.Store, "ns", "web")
-	if pod.GetMetadata().GetUid() != persistence.UID("r1") {
+	if pod.GetMetadata().GetUid() != uidOf("r1") {
 		t.Error("the stored pod is not the first request's")
+	}
+}
+
+// TestUIDIsTheServers: the stored uid is the envelope's (the api stage's),
+// never one the client wrote into the pod.
+func TestUIDIsTheServers(t *testing.T) {
+	env, _, _ := stagetest.NewEnv("persistence")
+	ctx := context.Background()
+	d := admitted(env, "r1", "ns", "web")
+	d.Envelope.GetPodAdmitted().GetPod().GetMetadata().Uid = "victim-uid"
+	if err := persistence.New(env).Handle(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := objects.Get[*corev1.Pod](ctx, env.Store, "ns", "web")
+	if pod.GetMetadata().GetUid() != uidOf("r1") {
+		t.Errorf("stored uid %q, want the server's %q", pod.GetMetadata().GetUid(), uidOf("r1"))
+	}
+}
+
+// TestReusedRequestID: a request id another pod holds is refused with 409
+// Conflict naming that pod — for another name (seen by the started
+// stage's index) and for the same name with another uid (a replay after
+// the stream's duplicate window) — while a redelivery of the first
+// request still completes.
+func TestReusedRequestID(t *testing.T) {
+	env, pub, kv := stagetest.NewEnv("persistence")
+	ctx := context.Background()
+	first := admitted(env, "r1", "ns", "web")
+	if err := persistence.New(env).Handle(ctx, first); err != nil { // before this replica started
+		t.Fatal(err)
+	}
+	s := persistence.New(env)
+	stagetest.Start(t, s.Start)
+	other := func(ns, name string) *bus.Delivery {
+		d := admitted(env, "r1", ns, name)
+		d.Envelope.PodUid = "another-uid"
+		return d
+	}
+	tests := []struct {
+		name string
+		d    *bus.Delivery
+	}{
+		{"another name", other("ns", "copy")},
+		{"another namespace", other("prod", "web")},
+		{"the same name, another uid", other("ns", "web")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rev := kv.Revision()
+			pub.Reset()
+			if err := s.Handle(ctx, tt.d); err != nil {
+				t.Fatal(err)
+			}
+			if kv.Revision() != rev {
+				t.Error("the reused request wrote")
+			}
+			evs := pub.Events()
+			if len(evs) != 1 || evs[0].GetPodRejected() == nil {
+				t.Fatalf("published %v, want PodRejected", pub.Types())
+			}
+			st := evs[0].GetPodRejected().GetStatus()
+			if st.GetCode() != 409 || st.GetReason() != eventsv1.ReasonConflict || !strings.Contains(st.GetMessage(), `request id "r1" is already used by pod ns/web`) {
+				t.Errorf("rejection %v, want 409 Conflict naming ns/web", st)
+			}
+			if r := pub.Replies(); len(r) != 1 || r[0].Response.GetStatus().GetCode() != 409 {
+				t.Errorf("replies %v, want the 409", r)
+			}
+		})
+	}
+	pub.Reset()
+	first.NumDelivered = 2
+	if err := s.Handle(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if got := pub.Types(); !slices.Equal(got, []eventsv1.Type{"PodPersisted"}) {
+		t.Errorf("redelivery of the first request published %v, want PodPersisted", got)
 	}
 }
 
@@ -156,6 +239,11 @@ func TestFailures(t *testing.T) {
 		{"no request id", nil, func(env stage.Env) *bus.Delivery {
 			d := admitted(env, "r", "ns", "web")
 			d.Envelope.RequestId = ""
+			return d
+		}, true},
+		{"no pod uid", nil, func(env stage.Env) *bus.Delivery {
+			d := admitted(env, "r", "ns", "web")
+			d.Envelope.PodUid = ""
 			return d
 		}, true},
 		{"store unavailable", func(_ *stagetest.Publisher, kv *objectstest.KV) {

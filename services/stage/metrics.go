@@ -131,6 +131,9 @@ func serveMetrics(ctx context.Context, g *errgroup.Group, l net.Listener, reg *p
 // answerPings replies to PingSubject until ctx is done; g owns it.
 func answerPings(ctx context.Context, g *errgroup.Group, nc *nats.Conn, env Env, m *Metrics, started time.Time) error {
 	sub, err := nc.Subscribe(PingSubject, func(msg *nats.Msg) {
+		if CheckReplySubject(msg.Reply) != nil {
+			return // answer only an inbox, never an event subject
+		}
 		b, _ := json.Marshal(Pong{
 			Stage: env.Stage, Replica: env.Replica, PID: os.Getpid(), Started: started,
 			Handled: m.handled.Load(), Redelivered: m.redelivered.Load(), DeadLettered: m.deadLettered.Load(), Failed: m.failed.Load(),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -177,8 +178,19 @@ func Reject(ctx context.Context, env Env, d *bus.Delivery, st *corev1.Status, re
 // Reply sends the outcome of a request to its reply subject (no-op when
 // there is none). Replying twice is harmless: the requester takes the
 // first answer.
+//
+// replyTo must be an inbox (CheckReplySubject): a stage answers with its
+// own bus permissions, so a reply subject the requester chose must never
+// make it publish on an event subject. Any other subject is dropped and
+// logged, not an error (the outcome is recorded; there is nobody to tell).
 func Reply(env Env, replyTo string, st *corev1.Status, obj proto.Message) error {
 	if replyTo == "" {
+		return nil
+	}
+	if err := CheckReplySubject(replyTo); err != nil {
+		if env.Log != nil {
+			env.Log.Warn("reply dropped", "err", err, "status", st.GetCode())
+		}
 		return nil
 	}
 	resp := &apiv1.Response{Status: st}
@@ -195,6 +207,28 @@ func Reply(env Env, replyTo string, st *corev1.Status, obj proto.Message) error 
 		return err
 	}
 	return env.Pub.Reply(replyTo, b)
+}
+
+// ErrReplySubject is wrapped by CheckReplySubject.
+var ErrReplySubject = errors.New("stage: reply subject is not an inbox")
+
+// InboxPrefix starts every reply subject a stage answers on (bus gives
+// each user's connections _INBOX.<user>.; a plain connection _INBOX.).
+const InboxPrefix = "_INBOX."
+
+// CheckReplySubject returns nil for an inbox subject: "_INBOX." and one or
+// more non-empty tokens, none a wildcard or holding white space.
+func CheckReplySubject(subject string) error {
+	rest, ok := strings.CutPrefix(subject, InboxPrefix)
+	if !ok || rest == "" {
+		return fmt.Errorf("%w: %q", ErrReplySubject, subject)
+	}
+	for _, tok := range strings.Split(rest, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
+			return fmt.Errorf("%w: %q", ErrReplySubject, subject)
+		}
+	}
+	return nil
 }
 
 // Transient reports whether a store error is worth retrying (the store is

@@ -15,7 +15,6 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/trace"
-	"github.com/podflow/podflow/services/persistence"
 )
 
 func init() { register(newTraceCmd) }
@@ -88,7 +87,7 @@ func runTrace(ctx context.Context, sess *client.Session, ns, name string, follow
 		}
 		pending -= n
 	}
-	tl := trace.Build(ns, name, recs, persistence.UID)
+	tl := trace.Build(ns, name, recs, nil)
 	if output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -106,7 +105,7 @@ func runTrace(ctx context.Context, sess *client.Session, ns, name string, follow
 		if n, _ := read(time.Second); n == 0 {
 			continue
 		}
-		tl = trace.Build(ns, name, recs, persistence.UID)
+		tl = trace.Build(ns, name, recs, nil)
 		if len(tl.Entries) < shown { // a new incarnation: start over
 			shown = 0
 		}
