@@ -22,6 +22,7 @@ type nodeAffinity struct{}
 var (
 	_ PreFilterPlugin = nodeAffinity{}
 	_ FilterPlugin    = nodeAffinity{}
+	_ BatchFilter     = nodeAffinity{}
 	_ PreScorePlugin  = nodeAffinity{}
 	_ ScorePlugin     = nodeAffinity{}
 	_ BatchScorer     = nodeAffinity{}
@@ -74,6 +75,20 @@ func (nodeAffinity) PreFilter(state *CycleState, pod *corev1.Pod) *Status {
 
 func (nodeAffinity) Filter(state *CycleState, _ *corev1.Pod, n *NodeInfo) *Status {
 	s, _ := state.Read(nodeAffinityFilterKey).(*nodeAffinityFilterState)
+	return s.filter(n)
+}
+
+func (nodeAffinity) FilterNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, statuses []*Status) {
+	s, _ := state.Read(nodeAffinityFilterKey).(*nodeAffinityFilterState)
+	for i, n := range nodes {
+		if statuses[i] == nil {
+			statuses[i] = s.filter(n)
+		}
+	}
+}
+
+// filter is NodeAffinity's verdict on n; nil state passes every node.
+func (s *nodeAffinityFilterState) filter(n *NodeInfo) *Status {
 	if s != nil && !s.matches(n) {
 		return statusNodeAffinity
 	}

@@ -28,6 +28,7 @@ type nodeResourcesFit struct{}
 var (
 	_ PreFilterPlugin = nodeResourcesFit{}
 	_ FilterPlugin    = nodeResourcesFit{}
+	_ BatchFilter     = nodeResourcesFit{}
 	_ PreScorePlugin  = nodeResourcesFit{}
 	_ ScorePlugin     = nodeResourcesFit{}
 	_ BatchScorer     = nodeResourcesFit{}
@@ -87,6 +88,25 @@ func (nodeResourcesFit) Filter(state *CycleState, _ *corev1.Pod, n *NodeInfo) *S
 		return AsStatus(fmt.Errorf("scheduler: %s Filter without PreFilter", NodeResourcesFitName))
 	}
 	return fits(&p.req, n)
+}
+
+func (nodeResourcesFit) FilterNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, statuses []*Status) {
+	p, _ := state.Read(podResourcesKey).(*podResources)
+	if p == nil {
+		st := AsStatus(fmt.Errorf("scheduler: %s Filter without PreFilter", NodeResourcesFitName))
+		for i := range nodes {
+			if statuses[i] == nil {
+				statuses[i] = st
+			}
+		}
+		return
+	}
+	r := p.req // a copy the loop keeps in registers
+	for i, n := range nodes {
+		if statuses[i] == nil {
+			statuses[i] = fits(&r, n)
+		}
+	}
 }
 
 // fits is NodeResourcesFit's verdict for requests r on n.

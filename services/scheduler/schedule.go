@@ -48,9 +48,10 @@ type Scheduler struct {
 
 	// scratch, reused across cycles
 	state    CycleState
-	filters  []FilterPlugin // this cycle's (PreFilter did not skip)
-	scorers  []scoreEntry   // this cycle's (PreScore did not skip)
-	columns  [][]int64      // scores by scorer, then feasible node
+	filters  []filterEntry // this cycle's (PreFilter did not skip)
+	verdicts []*Status     // by node of a filter chunk: nil, or its rejection
+	scorers  []scoreEntry  // this cycle's (PreScore did not skip)
+	columns  [][]int64     // scores by scorer, then feasible node
 	feasible []*NodeInfo
 	failed   []failure
 	scores   []NodeScore
@@ -74,7 +75,10 @@ func New(cfg Config) (*Scheduler, error) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	return &Scheduler{cfg: cfg, fw: fw, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}, nil
+	return &Scheduler{
+		cfg: cfg, fw: fw, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		verdicts: make([]*Status, filterChunk),
+	}, nil
 }
 
 // numFeasibleNodesToFind is kube-scheduler's: every node in clusters under
@@ -126,28 +130,11 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	// Filter, from where the last cycle stopped, until enough feasible
 	// nodes are found.
 	want := numFeasibleNodesToFind(s.cfg.PercentageOfNodesToScore, len(all))
-	feasible, failed := s.feasible[:0], s.failed[:0]
-	i, j := 0, s.next%len(all)
-nodes:
-	for ; i < len(all) && len(feasible) < want; i++ {
-		n := all[j]
-		if j++; j == len(all) {
-			j = 0
-		}
-		for _, f := range filters {
-			if st := f.Filter(&s.state, pod, n); st != nil {
-				if st.Code() == Error {
-					s.next = j
-					return Result{}, st.AsError()
-				}
-				failed = append(failed, failure{n, st})
-				continue nodes
-			}
-		}
-		feasible = append(feasible, n)
+	i, err := s.filter(pod, all, want)
+	if err != nil {
+		return Result{}, err
 	}
-	s.next = j
-	s.feasible, s.failed = feasible, failed
+	feasible, failed := s.feasible, s.failed
 	filtered := time.Now()
 
 	res := Result{FeasibleNodes: len(feasible), EvaluatedNodes: i, FilterDuration: filtered.Sub(start)}
@@ -170,6 +157,49 @@ nodes:
 	res.Scores = s.report(best)
 	res.ScoreDuration = time.Since(filtered)
 	return res, nil
+}
+
+// filterChunk is how many nodes a cycle hands each filter plugin at once.
+const filterChunk = 64
+
+// filter runs the cycle's filters over all from s.next, until want
+// feasible nodes are found or every node has been evaluated, into
+// s.feasible and s.failed in node order; it returns how many nodes it
+// evaluated and moves s.next past them. The nodes go to the filters in
+// chunks, each filter checking the nodes the filters before it passed; a
+// chunk is never larger than the number of feasible nodes still wanted,
+// so a cycle evaluates exactly the nodes it would one by one.
+func (s *Scheduler) filter(pod *corev1.Pod, all []*NodeInfo, want int) (int, error) {
+	feasible, failed := s.feasible[:0], s.failed[:0]
+	verdicts := s.verdicts[:filterChunk]
+	i, j := 0, s.next%len(all)
+	for i < len(all) && len(feasible) < want {
+		// A contiguous run of nodes, wrapping at the end of all.
+		chunk := all[j : j+min(filterChunk, want-len(feasible), len(all)-i, len(all)-j)]
+		v := verdicts[:len(chunk)]
+		clear(v)
+		for _, f := range s.filters {
+			f.batch.FilterNodes(&s.state, pod, chunk, v)
+		}
+		for k, n := range chunk {
+			i++
+			if j++; j == len(all) {
+				j = 0
+			}
+			st := v[k]
+			switch {
+			case st == nil:
+				feasible = append(feasible, n)
+			case st.Code() == Error:
+				s.next, s.feasible, s.failed = j, feasible, failed
+				return i, st.AsError()
+			default:
+				failed = append(failed, failure{n, st})
+			}
+		}
+	}
+	s.next, s.feasible, s.failed = j, feasible, failed
+	return i, nil
 }
 
 // score runs the score plugins over the feasible nodes, fills s.scores

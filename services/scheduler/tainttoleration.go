@@ -15,6 +15,7 @@ type taintToleration struct{}
 
 var (
 	_ FilterPlugin   = taintToleration{}
+	_ BatchFilter    = taintToleration{}
 	_ PreScorePlugin = taintToleration{}
 	_ ScorePlugin    = taintToleration{}
 	_ BatchScorer    = taintToleration{}
@@ -29,7 +30,21 @@ type taintScoreState struct{ tolerations []*corev1.Toleration }
 func (taintToleration) Name() string { return TaintTolerationName }
 
 func (taintToleration) Filter(_ *CycleState, pod *corev1.Pod, n *NodeInfo) *Status {
+	return taintsTolerated(pod.GetSpec().GetTolerations(), n)
+}
+
+func (taintToleration) FilterNodes(_ *CycleState, pod *corev1.Pod, nodes []*NodeInfo, statuses []*Status) {
 	tols := pod.GetSpec().GetTolerations()
+	for i, n := range nodes {
+		if statuses[i] == nil && len(n.taints) != 0 {
+			statuses[i] = taintsTolerated(tols, n)
+		}
+	}
+}
+
+// taintsTolerated is TaintToleration's verdict on n: the status of the
+// node's first NoSchedule or NoExecute taint tols do not tolerate, or nil.
+func taintsTolerated(tols []*corev1.Toleration, n *NodeInfo) *Status {
 	for i := range n.taints {
 		t := &n.taints[i]
 		if (t.effect == EffectNoSchedule || t.effect == EffectNoExecute) && !tolerates(tols, t) {
