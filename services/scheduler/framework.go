@@ -49,7 +49,8 @@ type FilterPlugin interface {
 }
 
 // BatchFilter is an optional extension of a FilterPlugin: it filters a
-// chunk of nodes (up to 64) in one call, reading its CycleState and the
+// chunk of nodes (up to 64) in one call, every filter on a chunk before
+// the next chunk, reading its CycleState and the
 // pod once instead of once per node (a cycle filters hundreds of nodes,
 // and a call and a state lookup per node and plugin cost as much as a
 // cheap filter's check). The framework prefers it to Filter.
@@ -84,11 +85,14 @@ type ScorePlugin interface {
 	ScoreExtensions() ScoreExtensions
 }
 
-// BatchScorer is an optional extension of a ScorePlugin: it scores every
-// feasible node in one call, reading its CycleState once instead of once
-// per node (a cycle scores hundreds of nodes, and a call per node and
-// plugin is most of the cost of a cheap score). The framework prefers it to
-// Score; scores[i] must be what Score gives nodes[i].
+// BatchScorer is an optional extension of a ScorePlugin: it scores a
+// chunk of the feasible nodes (up to 64) in one call, reading its
+// CycleState once instead of once per node (a cycle scores hundreds of
+// nodes, and a call per node and plugin is most of the cost of a cheap
+// score). The framework prefers it to Score; scores[i] must be what Score
+// gives nodes[i]. A cycle calls it once per chunk, the chunks in order,
+// every score plugin on a chunk before the next chunk (so that the chunk's
+// nodes are still in the CPU cache), then NormalizeScore on all of them.
 type BatchScorer interface {
 	ScoreNodes(state *CycleState, pod *corev1.Pod, nodes []*NodeInfo, scores []int64)
 }

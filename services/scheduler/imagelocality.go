@@ -38,6 +38,7 @@ var imageLocalityKey = NewStateKey("PreScore" + ImageLocalityName)
 type imageLocalityState struct {
 	images        []podImage
 	numContainers int
+	buf           [2]podImage // images' first backing array: one allocation for most pods
 }
 
 type podImage struct {
@@ -53,6 +54,7 @@ func (imageLocality) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInfo)
 		return skipStatus
 	}
 	s := &imageLocalityState{}
+	s.images = s.buf[:0]
 	total := float64(len(snap.nodes))
 	add := func(cs []*corev1.Container) {
 		for _, c := range cs {
@@ -93,11 +95,13 @@ func (s *imageLocalityState) score(n *NodeInfo) int64 {
 			sum += int64(float64(size) * s.images[i].spread)
 		}
 	}
+	// Clamped to the thresholds: 0 and 100 without a division (most
+	// nodes have too little of the pod's images).
 	maxThreshold := maxContainerThreshold * int64(s.numContainers)
-	if sum < minImageThreshold {
-		sum = minImageThreshold
-	} else if sum > maxThreshold {
-		sum = maxThreshold
+	if sum <= minImageThreshold {
+		return 0
+	} else if sum >= maxThreshold {
+		return MaxNodeScore
 	}
 	return MaxNodeScore * (sum - minImageThreshold) / (maxThreshold - minImageThreshold)
 }

@@ -115,17 +115,17 @@ func (s *nodeAffinityFilterState) matches(n *NodeInfo) bool {
 }
 
 func (nodeAffinity) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInfo) *Status {
-	s := &nodeAffinityScoreState{}
+	var preferred []preferredTerm
 	for _, t := range pod.GetSpec().GetAffinity().GetNodeAffinity().GetPreferredDuringSchedulingIgnoredDuringExecution() {
 		if t.GetWeight() == 0 {
 			continue
 		}
-		s.preferred = append(s.preferred, preferredTerm{weight: int64(t.GetWeight()), term: newSelectorTerm(t.GetPreference())})
+		preferred = append(preferred, preferredTerm{weight: int64(t.GetWeight()), term: newSelectorTerm(t.GetPreference())})
 	}
-	if len(s.preferred) == 0 {
-		return skipStatus
+	if len(preferred) == 0 {
+		return skipStatus // before allocating the state: most pods prefer nothing
 	}
-	state.Write(nodeAffinityScoreKey, s)
+	state.Write(nodeAffinityScoreKey, &nodeAffinityScoreState{preferred: preferred})
 	return nil
 }
 

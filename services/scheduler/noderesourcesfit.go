@@ -154,19 +154,18 @@ func (p *podResources) leastAllocated(n *NodeInfo) int64 {
 	if p == nil {
 		return 0
 	}
-	var sum, count int64
-	if c := n.allocatable.MilliCPU; c != 0 {
-		sum += leastRequestedScore(n.nonZeroRequested.MilliCPU+p.nonZero.MilliCPU, c)
-		count++
+	cpu, mem := n.allocatable.MilliCPU, n.allocatable.Memory
+	switch {
+	case cpu != 0 && mem != 0:
+		// A constant divisor: a shift, not a division instruction per node.
+		return (leastRequestedScore(n.nonZeroRequested.MilliCPU+p.nonZero.MilliCPU, cpu) +
+			leastRequestedScore(n.nonZeroRequested.Memory+p.nonZero.Memory, mem)) / 2
+	case cpu != 0:
+		return leastRequestedScore(n.nonZeroRequested.MilliCPU+p.nonZero.MilliCPU, cpu)
+	case mem != 0:
+		return leastRequestedScore(n.nonZeroRequested.Memory+p.nonZero.Memory, mem)
 	}
-	if c := n.allocatable.Memory; c != 0 {
-		sum += leastRequestedScore(n.nonZeroRequested.Memory+p.nonZero.Memory, c)
-		count++
-	}
-	if count == 0 {
-		return 0
-	}
-	return sum / count
+	return 0
 }
 
 func (nodeResourcesFit) ScoreExtensions() ScoreExtensions { return nil }

@@ -54,14 +54,19 @@ func taintsTolerated(tols []*corev1.Toleration, n *NodeInfo) *Status {
 	return nil
 }
 
+// PreScore keeps the tolerations that can tolerate a PreferNoSchedule
+// taint; with none (most pods) it writes no state, which Score reads as
+// no tolerations.
 func (taintToleration) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInfo) *Status {
-	s := &taintScoreState{}
+	var tols []*corev1.Toleration
 	for _, t := range pod.GetSpec().GetTolerations() {
 		if e := t.GetEffect(); e == "" || e == EffectPreferNoSchedule {
-			s.tolerations = append(s.tolerations, t)
+			tols = append(tols, t)
 		}
 	}
-	state.Write(taintTolerationKey, s)
+	if len(tols) != 0 {
+		state.Write(taintTolerationKey, &taintScoreState{tolerations: tols})
+	}
 	return nil
 }
 
@@ -75,6 +80,10 @@ func (taintToleration) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int6
 func (taintToleration) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
 	s, _ := state.Read(taintTolerationKey).(*taintScoreState)
 	for i, n := range nodes {
+		if n.preferTaints == 0 { // most nodes: no call
+			scores[i] = 0
+			continue
+		}
 		scores[i] = s.score(n)
 	}
 }
