@@ -49,11 +49,12 @@ type FilterPlugin interface {
 }
 
 // BatchFilter is an optional extension of a FilterPlugin: it filters a
-// chunk of nodes (up to 64) in one call, every filter on a chunk before
-// the next chunk, reading its CycleState and the
-// pod once instead of once per node (a cycle filters hundreds of nodes,
-// and a call and a state lookup per node and plugin cost as much as a
-// cheap filter's check). The framework prefers it to Filter.
+// chunk of nodes (up to 512; every filter runs on a chunk before the next
+// chunk) in one call, reading its CycleState and the pod once instead of
+// once per node (a cycle filters hundreds of nodes, and a call and a state
+// lookup per node and plugin cost as much as a cheap filter's check; keep
+// the common case in the loop, without a call per node). The framework
+// prefers it to Filter.
 //
 // statuses[i] is nodes[i]'s verdict so far: nil while every filter before
 // this one passed it, else the earlier filter's rejection. FilterNodes

@@ -295,8 +295,8 @@ func TestBatchFiltersMatchFilter(t *testing.T) {
 					want[j] = e.pl.Filter(&state, pod, n)
 				}
 			}
-			for lo := 0; lo < len(nodes); lo += nodeChunk {
-				hi := min(lo+nodeChunk, len(nodes))
+			for lo := 0; lo < len(nodes); lo += filterChunk {
+				hi := min(lo+filterChunk, len(nodes))
 				e.batch.FilterNodes(&state, pod, nodes[lo:hi], statuses[lo:hi])
 			}
 			for j, n := range nodes {

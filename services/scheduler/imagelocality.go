@@ -73,37 +73,40 @@ func (imageLocality) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInfo)
 	return nil
 }
 
-func (imageLocality) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int64 {
-	s, _ := state.Read(imageLocalityKey).(*imageLocalityState)
-	return s.score(n)
+func (pl imageLocality) Score(state *CycleState, pod *corev1.Pod, n *NodeInfo) int64 {
+	var score [1]int64
+	nodes := [1]*NodeInfo{n}
+	pl.ScoreNodes(state, pod, nodes[:], score[:])
+	return score[0]
 }
 
+// ScoreNodes holds the score's one copy, in the loop: a call per node
+// costs as much as the score.
 func (imageLocality) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
 	s, _ := state.Read(imageLocalityKey).(*imageLocalityState)
-	for i, n := range nodes {
-		scores[i] = s.score(n)
-	}
-}
-
-func (s *imageLocalityState) score(n *NodeInfo) int64 {
 	if s == nil {
-		return 0
+		clear(scores)
+		return
 	}
-	var sum int64
-	for i := range s.images {
-		if size, ok := n.imageSize(s.images[i].id); ok {
-			sum += int64(float64(size) * s.images[i].spread)
+	maxThreshold := maxContainerThreshold * int64(s.numContainers)
+	for i, n := range nodes {
+		var sum int64
+		for k := range s.images {
+			if size, ok := n.imageSize(s.images[k].id); ok {
+				sum += int64(float64(size) * s.images[k].spread)
+			}
+		}
+		// Clamped to the thresholds: 0 and 100 without a division (most
+		// nodes have too little of the pod's images).
+		switch {
+		case sum <= minImageThreshold:
+			scores[i] = 0
+		case sum >= maxThreshold:
+			scores[i] = MaxNodeScore
+		default:
+			scores[i] = MaxNodeScore * (sum - minImageThreshold) / (maxThreshold - minImageThreshold)
 		}
 	}
-	// Clamped to the thresholds: 0 and 100 without a division (most
-	// nodes have too little of the pod's images).
-	maxThreshold := maxContainerThreshold * int64(s.numContainers)
-	if sum <= minImageThreshold {
-		return 0
-	} else if sum >= maxThreshold {
-		return MaxNodeScore
-	}
-	return MaxNodeScore * (sum - minImageThreshold) / (maxThreshold - minImageThreshold)
 }
 
 func (imageLocality) ScoreExtensions() ScoreExtensions { return nil }

@@ -77,7 +77,7 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	return &Scheduler{
 		cfg: cfg, fw: fw, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		verdicts: make([]*Status, nodeChunk),
+		verdicts: make([]*Status, filterChunk),
 	}, nil
 }
 
@@ -159,10 +159,16 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	return res, nil
 }
 
-// nodeChunk is how many nodes a cycle hands each filter or score plugin
-// at once: few enough that the chunk's NodeInfos stay in the cache from
-// one plugin to the next.
-const nodeChunk = 64
+// filterChunk and scoreChunk are how many nodes a cycle hands each filter
+// or score plugin at once, as measured on the 5,000-node benchmarks: a
+// filter chunk as large as the feasible nodes a cycle wants (the first
+// filter then has every node's cache misses in flight at once), score
+// chunks small enough that their NodeInfos stay in the cache from one
+// score plugin to the next.
+const (
+	filterChunk = 512
+	scoreChunk  = 64
+)
 
 // filter runs the cycle's filters over all from s.next, until want
 // feasible nodes are found or every node has been evaluated, into
@@ -173,31 +179,31 @@ const nodeChunk = 64
 // so a cycle evaluates exactly the nodes it would one by one.
 func (s *Scheduler) filter(pod *corev1.Pod, all []*NodeInfo, want int) (int, error) {
 	feasible, failed := s.feasible[:0], s.failed[:0]
-	verdicts := s.verdicts[:nodeChunk]
+	verdicts := s.verdicts[:filterChunk]
 	i, j := 0, s.next%len(all)
 	for i < len(all) && len(feasible) < want {
 		// A contiguous run of nodes, wrapping at the end of all.
-		chunk := all[j : j+min(nodeChunk, want-len(feasible), len(all)-i, len(all)-j)]
+		chunk := all[j : j+min(filterChunk, want-len(feasible), len(all)-i, len(all)-j)]
 		v := verdicts[:len(chunk)]
 		clear(v)
 		for _, f := range s.filters {
 			f.batch.FilterNodes(&s.state, pod, chunk, v)
 		}
-		for k, n := range chunk {
-			i++
-			if j++; j == len(all) {
-				j = 0
-			}
-			st := v[k]
+		for k, st := range v {
 			switch {
 			case st == nil:
-				feasible = append(feasible, n)
-			case st.Code() == Error:
+				feasible = append(feasible, chunk[k])
+			case st.code == Error:
+				i, j = i+k+1, (j+k+1)%len(all)
 				s.next, s.feasible, s.failed = j, feasible, failed
 				return i, st.AsError()
 			default:
-				failed = append(failed, failure{n, st})
+				failed = append(failed, failure{chunk[k], st})
 			}
+		}
+		i, j = i+len(chunk), j+len(chunk)
+		if j == len(all) {
+			j = 0
 		}
 	}
 	s.next, s.feasible, s.failed = j, feasible, failed
@@ -225,8 +231,8 @@ func (s *Scheduler) score(pod *corev1.Pod, feasible []*NodeInfo) (int, error) {
 	}
 	// Chunk by chunk, every scorer, so that a chunk's nodes are still in
 	// the cache for the next scorer.
-	for lo := 0; lo < len(feasible); lo += nodeChunk {
-		hi := min(lo+nodeChunk, len(feasible))
+	for lo := 0; lo < len(feasible); lo += scoreChunk {
+		hi := min(lo+scoreChunk, len(feasible))
 		chunk := feasible[lo:hi]
 		for k, e := range scorers {
 			col := s.columns[k][lo:hi]
