@@ -36,37 +36,33 @@ func (balancedAllocation) PreScore(state *CycleState, pod *corev1.Pod, _ []*Node
 	return nil
 }
 
-func (balancedAllocation) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int64 {
-	p, _ := state.Read(podResourcesKey).(*podResources)
-	return p.balancedAllocation(n)
+func (pl balancedAllocation) Score(state *CycleState, pod *corev1.Pod, n *NodeInfo) int64 {
+	var score [1]int64
+	nodes := [1]*NodeInfo{n}
+	pl.ScoreNodes(state, pod, nodes[:], score[:])
+	return score[0]
 }
 
+// ScoreNodes holds the score's one copy, in the loop: a call per node
+// costs as much as the score.
 func (balancedAllocation) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
 	p, _ := state.Read(podResourcesKey).(*podResources)
-	for i, n := range nodes {
-		scores[i] = p.balancedAllocation(n)
-	}
-}
-
-func (p *podResources) balancedAllocation(n *NodeInfo) int64 {
 	if p == nil {
-		return 0
+		clear(scores)
+		return
 	}
-	var fractions [2]float64
-	k := 0
-	if c := n.allocatable.MilliCPU; c != 0 {
-		fractions[k] = min(float64(n.requested.MilliCPU+p.req.MilliCPU)/float64(c), 1)
-		k++
+	podCPU, podMem := p.req.MilliCPU, p.req.Memory
+	for i, n := range nodes {
+		// With one of cpu and memory offered the deviation is 0.
+		cpu, mem := n.allocatable.MilliCPU, n.allocatable.Memory
+		std := 0.0
+		if cpu != 0 && mem != 0 {
+			fc := min(float64(n.requested.MilliCPU+podCPU)/float64(cpu), 1)
+			fm := min(float64(n.requested.Memory+podMem)/float64(mem), 1)
+			std = math.Abs((fc - fm) / 2)
+		}
+		scores[i] = int64((1 - std) * float64(MaxNodeScore))
 	}
-	if c := n.allocatable.Memory; c != 0 {
-		fractions[k] = min(float64(n.requested.Memory+p.req.Memory)/float64(c), 1)
-		k++
-	}
-	std := 0.0
-	if k == 2 {
-		std = math.Abs((fractions[0] - fractions[1]) / 2)
-	}
-	return int64((1 - std) * float64(MaxNodeScore))
 }
 
 func (balancedAllocation) ScoreExtensions() ScoreExtensions { return nil }

@@ -20,7 +20,7 @@ func Filter(pod *corev1.Pod, n *NodeInfo) ([]string, error) {
 		return st.Reasons(), nil
 	}
 	for _, f := range filters {
-		if st := f.Filter(&state, pod, n); st != nil {
+		if st := f.pl.Filter(&state, pod, n); st != nil {
 			return st.Reasons(), nil
 		}
 	}

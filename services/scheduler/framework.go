@@ -48,6 +48,26 @@ type FilterPlugin interface {
 	Filter(state *CycleState, pod *corev1.Pod, node *NodeInfo) *Status
 }
 
+// BatchFilter is an optional extension of a FilterPlugin: it filters a
+// chunk of nodes (up to 512; every filter runs on a chunk before the next
+// chunk) in one call, reading its CycleState and the pod once instead of
+// once per node (a cycle filters hundreds of nodes, and a call and a state
+// lookup per node and plugin cost as much as a cheap filter's check; keep
+// the common case in the loop, without a call per node). The framework
+// prefers it to Filter.
+//
+// statuses[i] is nodes[i]'s verdict so far: nil while every filter before
+// this one passed it, else the earlier filter's rejection. FilterNodes
+// checks only the nodes whose status is nil and sets each one's status to
+// what Filter gives it (leaving nil for a node that passes); it leaves the
+// other statuses alone. Chunks are cut so that a cycle evaluates exactly
+// the nodes it would calling Filter node by node, so EvaluatedNodes and
+// the FailedScheduling reasons do not depend on whether a plugin batches.
+// nodes is read-only.
+type BatchFilter interface {
+	FilterNodes(state *CycleState, pod *corev1.Pod, nodes []*NodeInfo, statuses []*Status)
+}
+
 // PreScorePlugin runs once per cycle before Score, with the feasible
 // nodes. A Skip status skips the plugin's Score (and NormalizeScore) for
 // this cycle: every node scores 0 for it.
@@ -66,11 +86,14 @@ type ScorePlugin interface {
 	ScoreExtensions() ScoreExtensions
 }
 
-// BatchScorer is an optional extension of a ScorePlugin: it scores every
-// feasible node in one call, reading its CycleState once instead of once
-// per node (a cycle scores hundreds of nodes, and a call per node and
-// plugin is most of the cost of a cheap score). The framework prefers it to
-// Score; scores[i] must be what Score gives nodes[i].
+// BatchScorer is an optional extension of a ScorePlugin: it scores a
+// chunk of the feasible nodes (up to 64) in one call, reading its
+// CycleState once instead of once per node (a cycle scores hundreds of
+// nodes, and a call per node and plugin is most of the cost of a cheap
+// score). The framework prefers it to Score; scores[i] must be what Score
+// gives nodes[i]. A cycle calls it once per chunk, the chunks in order,
+// every score plugin on a chunk before the next chunk (so that the chunk's
+// nodes are still in the CPU cache), then NormalizeScore on all of them.
 type BatchScorer interface {
 	ScoreNodes(state *CycleState, pod *corev1.Pod, nodes []*NodeInfo, scores []int64)
 }

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -224,15 +225,23 @@ func TestConfigValidatePlugins(t *testing.T) {
 	}
 }
 
-// TestBatchScorersMatchScore: every in-tree BatchScorer gives what its
-// Score gives, node by node.
-func TestBatchScorersMatchScore(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 8))
+// batchTestSetup returns a random source seeded with seed, a 200-node
+// varied cluster from it and the default profile.
+func batchTestSetup(t *testing.T, seed uint64) (*rand.Rand, *Snapshot, *framework) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed+1))
 	snap := cacheWith(t, variedCluster(rng, 200)).Snapshot()
 	fw, err := newFramework(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rng, snap, fw
+}
+
+// TestBatchScorersMatchScore: every in-tree BatchScorer gives what its
+// Score gives, node by node.
+func TestBatchScorersMatchScore(t *testing.T) {
+	rng, snap, fw := batchTestSetup(t, 7)
 	for i := range 50 {
 		pod := variedPod(rng, i)
 		pod.Spec.Tolerations = append(pod.Spec.Tolerations, &corev1.Toleration{Key: "spot", Operator: "Exists"})
@@ -253,5 +262,186 @@ func TestBatchScorersMatchScore(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestBatchFiltersMatchFilter: every in-tree BatchFilter gives what its
+// Filter gives, node by node, and leaves the nodes an earlier filter
+// rejected alone.
+func TestBatchFiltersMatchFilter(t *testing.T) {
+	rng, snap, fw := batchTestSetup(t, 9)
+	earlier := NewStatus(Unschedulable, "rejected by an earlier filter")
+	for i := range 50 {
+		pod := variedPod(rng, i)
+		for _, e := range fw.filter {
+			if _, ok := e.batch.(perNodeFilter); ok {
+				t.Fatalf("in-tree filter %s has no BatchFilter", e.pl.Name())
+			}
+			var state CycleState
+			state.reset(snap)
+			if pf, ok := e.pl.(PreFilterPlugin); ok && !pf.PreFilter(&state, pod).IsSuccess() {
+				continue
+			}
+			nodes := snap.Nodes()
+			statuses := make([]*Status, len(nodes))
+			for j := range statuses {
+				if rng.IntN(4) == 0 {
+					statuses[j] = earlier
+				}
+			}
+			want := slices.Clone(statuses)
+			for j, n := range nodes {
+				if want[j] == nil {
+					want[j] = e.pl.Filter(&state, pod, n)
+				}
+			}
+			for lo := 0; lo < len(nodes); lo += filterChunk {
+				hi := min(lo+filterChunk, len(nodes))
+				e.batch.FilterNodes(&state, pod, nodes[lo:hi], statuses[lo:hi])
+			}
+			for j, n := range nodes {
+				if statuses[j] != want[j] {
+					t.Fatalf("pod %d, %s on %s: Filter (or the earlier rejection) %v, FilterNodes %v", i, e.pl.Name(), n.Name(), want[j].Reasons(), statuses[j].Reasons())
+				}
+			}
+		}
+	}
+}
+
+// filterOneByOne is the filter phase as a plain loop, node after node,
+// each through every filter's Filter until one rejects it: the reference
+// the chunked, batched phase must match. It returns how many nodes it
+// evaluated, the feasible ones and the rejected ones' reasons.
+func filterOneByOne(s *Scheduler, pod *corev1.Pod, snap *Snapshot) (int, []string, map[string][]string) {
+	s.state.reset(snap)
+	filters, st := s.fw.runPreFilter(&s.state, pod, nil)
+	if st != nil {
+		return 0, nil, nil
+	}
+	all := snap.nodes
+	want := numFeasibleNodesToFind(s.cfg.PercentageOfNodesToScore, len(all))
+	var feasible []string
+	failed := map[string][]string{}
+	i, j := 0, s.next%len(all)
+nodes:
+	for ; i < len(all) && len(feasible) < want; i++ {
+		n := all[j]
+		j = (j + 1) % len(all)
+		for _, f := range filters {
+			if st := f.pl.Filter(&s.state, pod, n); st != nil {
+				failed[n.name] = st.Reasons()
+				continue nodes
+			}
+		}
+		feasible = append(feasible, n.name)
+	}
+	s.next = j
+	return i, feasible, failed
+}
+
+// TestBatchFilteringMatchesPerNode: a cycle that filters in chunks, with
+// the plugins' BatchFilters or with Filter node by node, evaluates the
+// same nodes, finds the same feasible ones (so picks the same node),
+// starts the next cycle at the same node and fails with the same message
+// as the plain loop, on clusters where few nodes fit (small chunks) and
+// where most do.
+func TestBatchFilteringMatchesPerNode(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		nodes int
+		cpu   string
+	}{
+		{"most nodes fit", 1000, ""},
+		{"few nodes fit", 1000, "9"},
+		{"a small cluster", 60, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(11, 12))
+			nodes := variedCluster(rng, tt.nodes)
+			batched, perNode, ref := newTestScheduler(t), newTestScheduler(t), newTestScheduler(t)
+			for i := range perNode.fw.filter {
+				perNode.fw.filter[i].batch = perNodeFilter{perNode.fw.filter[i].pl}
+			}
+			c, snap := cacheWith(t, nodes), NewSnapshot()
+			var failures int
+			for i := range 300 {
+				pod := variedPod(rng, i)
+				if tt.cpu != "" && i%2 == 0 {
+					pod = mkPod(fmt.Sprintf("big-%d", i), tt.cpu, "1Gi")
+				}
+				c.UpdateSnapshot(snap)
+				evaluated, feasible, failed := filterOneByOne(ref, pod, snap)
+				failures += len(failed)
+				for _, s := range []*Scheduler{batched, perNode} {
+					res, err := s.Schedule(pod, snap)
+					var fe *FitError
+					switch {
+					case errors.As(err, &fe):
+						if len(feasible) != 0 || !reflect.DeepEqual(fe.NodeReasons, failed) {
+							t.Fatalf("pod %d: FitError %v, one by one %d feasible, %v", i, fe.NodeReasons, len(feasible), failed)
+						}
+					case err != nil:
+						t.Fatal(err)
+					case res.FeasibleNodes != len(feasible) || res.EvaluatedNodes != evaluated || !slices.Contains(feasible, res.Node):
+						t.Fatalf("pod %d: %s (%d feasible of %d), one by one %d feasible of %d", i, res.Node, res.FeasibleNodes, res.EvaluatedNodes, len(feasible), evaluated)
+					case !slices.Equal(names(s.feasible), feasible):
+						t.Fatalf("pod %d: feasible %v, one by one %v", i, names(s.feasible), feasible)
+					}
+					if s.next != ref.next {
+						t.Fatalf("pod %d: next cycle starts at %d, one by one at %d", i, s.next, ref.next)
+					}
+				}
+				if len(feasible) > 0 {
+					if err := c.AssumePod(pod, feasible[0]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if failures == 0 {
+				t.Fatal("no node was rejected: the test checks nothing")
+			}
+		})
+	}
+}
+
+// errorFilter fails on one node.
+type errorFilter struct{ node string }
+
+func (errorFilter) Name() string { return "ErrorFilter" }
+
+func (f errorFilter) Filter(_ *CycleState, _ *corev1.Pod, n *NodeInfo) *Status {
+	if n.Name() == f.node {
+		return AsStatus(errors.New("boom on " + f.node))
+	}
+	return nil
+}
+
+// TestFilterErrorFailsTheCycle: a filter's Error fails the cycle when the
+// cycle reaches its node, and not when it has found its feasible nodes
+// before it.
+func TestFilterErrorFailsTheCycle(t *testing.T) {
+	tests := []struct {
+		name    string
+		nodes   int
+		wantErr bool
+	}{
+		{"reached", 3, true},
+		{"not reached", 200, false}, // 100 feasible nodes found from node 0; the error is on the last node
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			names := nodeNames("n", tt.nodes)
+			reg := InTreeRegistry()
+			reg["ErrorFilter"] = func() (Plugin, error) { return errorFilter{node: names[len(names)-1]}, nil }
+			specs := append(DefaultPlugins(DefaultWeights()), PluginSpec{Name: "ErrorFilter"})
+			s := newTestScheduler(t, func(c *Config) { c.Plugins, c.Registry = specs, reg })
+			_, err := s.Schedule(mkPod("p", "100m", "100Mi"), uniformCluster(t, names).Snapshot())
+			if got := err != nil; got != tt.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
+			}
+			if tt.wantErr && !strings.Contains(err.Error(), "boom on "+names[len(names)-1]) {
+				t.Errorf("err = %v", err)
+			}
+		})
 	}
 }

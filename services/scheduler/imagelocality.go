@@ -38,6 +38,7 @@ var imageLocalityKey = NewStateKey("PreScore" + ImageLocalityName)
 type imageLocalityState struct {
 	images        []podImage
 	numContainers int
+	buf           [2]podImage // images' first backing array: one allocation for most pods
 }
 
 type podImage struct {
@@ -53,6 +54,7 @@ func (imageLocality) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInfo)
 		return skipStatus
 	}
 	s := &imageLocalityState{}
+	s.images = s.buf[:0]
 	total := float64(len(snap.nodes))
 	add := func(cs []*corev1.Container) {
 		for _, c := range cs {
@@ -71,35 +73,40 @@ func (imageLocality) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInfo)
 	return nil
 }
 
-func (imageLocality) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int64 {
-	s, _ := state.Read(imageLocalityKey).(*imageLocalityState)
-	return s.score(n)
+func (pl imageLocality) Score(state *CycleState, pod *corev1.Pod, n *NodeInfo) int64 {
+	var score [1]int64
+	nodes := [1]*NodeInfo{n}
+	pl.ScoreNodes(state, pod, nodes[:], score[:])
+	return score[0]
 }
 
+// ScoreNodes holds the score's one copy, in the loop: a call per node
+// costs as much as the score.
 func (imageLocality) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
 	s, _ := state.Read(imageLocalityKey).(*imageLocalityState)
-	for i, n := range nodes {
-		scores[i] = s.score(n)
-	}
-}
-
-func (s *imageLocalityState) score(n *NodeInfo) int64 {
 	if s == nil {
-		return 0
-	}
-	var sum int64
-	for i := range s.images {
-		if size, ok := n.imageSize(s.images[i].id); ok {
-			sum += int64(float64(size) * s.images[i].spread)
-		}
+		clear(scores)
+		return
 	}
 	maxThreshold := maxContainerThreshold * int64(s.numContainers)
-	if sum < minImageThreshold {
-		sum = minImageThreshold
-	} else if sum > maxThreshold {
-		sum = maxThreshold
+	for i, n := range nodes {
+		var sum int64
+		for k := range s.images {
+			if size, ok := n.imageSize(s.images[k].id); ok {
+				sum += int64(float64(size) * s.images[k].spread)
+			}
+		}
+		// Clamped to the thresholds: 0 and 100 without a division (most
+		// nodes have too little of the pod's images).
+		switch {
+		case sum <= minImageThreshold:
+			scores[i] = 0
+		case sum >= maxThreshold:
+			scores[i] = MaxNodeScore
+		default:
+			scores[i] = MaxNodeScore * (sum - minImageThreshold) / (maxThreshold - minImageThreshold)
+		}
 	}
-	return MaxNodeScore * (sum - minImageThreshold) / (maxThreshold - minImageThreshold)
 }
 
 func (imageLocality) ScoreExtensions() ScoreExtensions { return nil }

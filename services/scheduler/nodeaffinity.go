@@ -22,6 +22,7 @@ type nodeAffinity struct{}
 var (
 	_ PreFilterPlugin = nodeAffinity{}
 	_ FilterPlugin    = nodeAffinity{}
+	_ BatchFilter     = nodeAffinity{}
 	_ PreScorePlugin  = nodeAffinity{}
 	_ ScorePlugin     = nodeAffinity{}
 	_ BatchScorer     = nodeAffinity{}
@@ -74,6 +75,20 @@ func (nodeAffinity) PreFilter(state *CycleState, pod *corev1.Pod) *Status {
 
 func (nodeAffinity) Filter(state *CycleState, _ *corev1.Pod, n *NodeInfo) *Status {
 	s, _ := state.Read(nodeAffinityFilterKey).(*nodeAffinityFilterState)
+	return s.filter(n)
+}
+
+func (nodeAffinity) FilterNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, statuses []*Status) {
+	s, _ := state.Read(nodeAffinityFilterKey).(*nodeAffinityFilterState)
+	for i, n := range nodes {
+		if statuses[i] == nil {
+			statuses[i] = s.filter(n)
+		}
+	}
+}
+
+// filter is NodeAffinity's verdict on n; nil state passes every node.
+func (s *nodeAffinityFilterState) filter(n *NodeInfo) *Status {
 	if s != nil && !s.matches(n) {
 		return statusNodeAffinity
 	}
@@ -100,17 +115,17 @@ func (s *nodeAffinityFilterState) matches(n *NodeInfo) bool {
 }
 
 func (nodeAffinity) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInfo) *Status {
-	s := &nodeAffinityScoreState{}
+	var preferred []preferredTerm
 	for _, t := range pod.GetSpec().GetAffinity().GetNodeAffinity().GetPreferredDuringSchedulingIgnoredDuringExecution() {
 		if t.GetWeight() == 0 {
 			continue
 		}
-		s.preferred = append(s.preferred, preferredTerm{weight: int64(t.GetWeight()), term: newSelectorTerm(t.GetPreference())})
+		preferred = append(preferred, preferredTerm{weight: int64(t.GetWeight()), term: newSelectorTerm(t.GetPreference())})
 	}
-	if len(s.preferred) == 0 {
-		return skipStatus
+	if len(preferred) == 0 {
+		return skipStatus // before allocating the state: most pods prefer nothing
 	}
-	state.Write(nodeAffinityScoreKey, s)
+	state.Write(nodeAffinityScoreKey, &nodeAffinityScoreState{preferred: preferred})
 	return nil
 }
 

@@ -16,6 +16,7 @@ type nodeName struct{}
 var (
 	_ PreFilterPlugin = nodeName{}
 	_ FilterPlugin    = nodeName{}
+	_ BatchFilter     = nodeName{}
 )
 
 var statusNodeName = NewStatus(UnschedulableAndUnresolvable, ReasonNodeName)
@@ -30,7 +31,21 @@ func (nodeName) PreFilter(_ *CycleState, pod *corev1.Pod) *Status {
 }
 
 func (nodeName) Filter(_ *CycleState, pod *corev1.Pod, n *NodeInfo) *Status {
-	if name := pod.GetSpec().GetNodeName(); name != "" && name != n.name {
+	return nodeNameFits(pod.GetSpec().GetNodeName(), n)
+}
+
+func (nodeName) FilterNodes(_ *CycleState, pod *corev1.Pod, nodes []*NodeInfo, statuses []*Status) {
+	name := pod.GetSpec().GetNodeName()
+	for i, n := range nodes {
+		if statuses[i] == nil {
+			statuses[i] = nodeNameFits(name, n)
+		}
+	}
+}
+
+// nodeNameFits is NodeName's verdict on n for the pod's spec.nodeName.
+func nodeNameFits(name string, n *NodeInfo) *Status {
+	if name != "" && name != n.name {
 		return statusNodeName
 	}
 	return nil

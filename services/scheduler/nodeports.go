@@ -16,6 +16,7 @@ type nodePorts struct{}
 var (
 	_ PreFilterPlugin = nodePorts{}
 	_ FilterPlugin    = nodePorts{}
+	_ BatchFilter     = nodePorts{}
 )
 
 var (
@@ -40,6 +41,15 @@ func (nodePorts) PreFilter(state *CycleState, pod *corev1.Pod) *Status {
 func (nodePorts) Filter(state *CycleState, _ *corev1.Pod, n *NodeInfo) *Status {
 	ports, _ := state.Read(nodePortsKey).(nodePortsState)
 	return portsFit(ports, n.usedPorts)
+}
+
+func (nodePorts) FilterNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, statuses []*Status) {
+	ports, _ := state.Read(nodePortsKey).(nodePortsState)
+	for i, n := range nodes {
+		if statuses[i] == nil && len(n.usedPorts) != 0 {
+			statuses[i] = portsFit(ports, n.usedPorts)
+		}
+	}
 }
 
 // portsFit is NodePorts' verdict for ports against the used ones.

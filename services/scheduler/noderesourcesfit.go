@@ -28,6 +28,7 @@ type nodeResourcesFit struct{}
 var (
 	_ PreFilterPlugin = nodeResourcesFit{}
 	_ FilterPlugin    = nodeResourcesFit{}
+	_ BatchFilter     = nodeResourcesFit{}
 	_ PreScorePlugin  = nodeResourcesFit{}
 	_ ScorePlugin     = nodeResourcesFit{}
 	_ BatchScorer     = nodeResourcesFit{}
@@ -89,6 +90,33 @@ func (nodeResourcesFit) Filter(state *CycleState, _ *corev1.Pod, n *NodeInfo) *S
 	return fits(&p.req, n)
 }
 
+func (nodeResourcesFit) FilterNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, statuses []*Status) {
+	p, _ := state.Read(podResourcesKey).(*podResources)
+	if p == nil {
+		st := AsStatus(fmt.Errorf("scheduler: %s Filter without PreFilter", NodeResourcesFitName))
+		for i := range nodes {
+			if statuses[i] == nil {
+				statuses[i] = st
+			}
+		}
+		return
+	}
+	r := p.req // a copy the loop keeps in registers
+	for i, n := range nodes {
+		if statuses[i] != nil {
+			continue
+		}
+		// Most nodes fit: say so without a call; fits spells out why not.
+		if int64(n.numPods)+1 <= n.allocatable.Pods &&
+			(r.MilliCPU <= 0 || r.MilliCPU <= n.allocatable.MilliCPU-n.requested.MilliCPU) &&
+			(r.Memory <= 0 || r.Memory <= n.allocatable.Memory-n.requested.Memory) &&
+			(r.EphemeralStorage <= 0 || r.EphemeralStorage <= n.allocatable.EphemeralStorage-n.requested.EphemeralStorage) {
+			continue
+		}
+		statuses[i] = fits(&r, n)
+	}
+}
+
 // fits is NodeResourcesFit's verdict for requests r on n.
 func fits(r *Resources, n *NodeInfo) *Status {
 	var bits int
@@ -118,35 +146,37 @@ func (nodeResourcesFit) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeIn
 // Score is LeastAllocated over cpu and memory, weight 1 each, with the
 // non-zero requests of the node's pods and the pod. A resource the node
 // does not offer is left out of the average.
-func (nodeResourcesFit) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int64 {
-	p, _ := state.Read(podResourcesKey).(*podResources)
-	return p.leastAllocated(n)
+func (pl nodeResourcesFit) Score(state *CycleState, pod *corev1.Pod, n *NodeInfo) int64 {
+	var score [1]int64
+	nodes := [1]*NodeInfo{n}
+	pl.ScoreNodes(state, pod, nodes[:], score[:])
+	return score[0]
 }
 
+// ScoreNodes holds the score's one copy, in the loop: a call per node
+// costs as much as the score.
 func (nodeResourcesFit) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
 	p, _ := state.Read(podResourcesKey).(*podResources)
-	for i, n := range nodes {
-		scores[i] = p.leastAllocated(n)
-	}
-}
-
-func (p *podResources) leastAllocated(n *NodeInfo) int64 {
 	if p == nil {
-		return 0
+		clear(scores)
+		return
 	}
-	var sum, count int64
-	if c := n.allocatable.MilliCPU; c != 0 {
-		sum += leastRequestedScore(n.nonZeroRequested.MilliCPU+p.nonZero.MilliCPU, c)
-		count++
+	podCPU, podMem := p.nonZero.MilliCPU, p.nonZero.Memory
+	for i, n := range nodes {
+		cpu, mem := n.allocatable.MilliCPU, n.allocatable.Memory
+		var s int64
+		switch {
+		case cpu != 0 && mem != 0:
+			// A constant divisor: a shift, not a division instruction.
+			s = (leastRequestedScore(n.nonZeroRequested.MilliCPU+podCPU, cpu) +
+				leastRequestedScore(n.nonZeroRequested.Memory+podMem, mem)) / 2
+		case cpu != 0:
+			s = leastRequestedScore(n.nonZeroRequested.MilliCPU+podCPU, cpu)
+		case mem != 0:
+			s = leastRequestedScore(n.nonZeroRequested.Memory+podMem, mem)
+		}
+		scores[i] = s
 	}
-	if c := n.allocatable.Memory; c != 0 {
-		sum += leastRequestedScore(n.nonZeroRequested.Memory+p.nonZero.Memory, c)
-		count++
-	}
-	if count == 0 {
-		return 0
-	}
-	return sum / count
 }
 
 func (nodeResourcesFit) ScoreExtensions() ScoreExtensions { return nil }

@@ -13,7 +13,10 @@ const ReasonUnschedulable = "node(s) were unschedulable"
 // node.kubernetes.io/unschedulable:NoSchedule taint.
 type nodeUnschedulable struct{}
 
-var _ FilterPlugin = nodeUnschedulable{}
+var (
+	_ FilterPlugin = nodeUnschedulable{}
+	_ BatchFilter  = nodeUnschedulable{}
+)
 
 var (
 	unschedulableTaint  = newTaint(TaintNodeUnschedulable, "", EffectNoSchedule)
@@ -27,4 +30,21 @@ func (nodeUnschedulable) Filter(_ *CycleState, pod *corev1.Pod, n *NodeInfo) *St
 		return nil
 	}
 	return statusUnschedulable
+}
+
+// FilterNodes checks the pod's tolerations once, at the first cordoned
+// node.
+func (nodeUnschedulable) FilterNodes(_ *CycleState, pod *corev1.Pod, nodes []*NodeInfo, statuses []*Status) {
+	checked, tolerated := false, false
+	for i, n := range nodes {
+		if statuses[i] != nil || !n.unschedulable {
+			continue
+		}
+		if !checked {
+			checked, tolerated = true, tolerates(pod.GetSpec().GetTolerations(), &unschedulableTaint)
+		}
+		if !tolerated {
+			statuses[i] = statusUnschedulable
+		}
+	}
 }

@@ -90,8 +90,26 @@ func (c Config) validatePlugins() error {
 // profile order.
 type framework struct {
 	preFilter []preFilterEntry
-	filter    []FilterPlugin
+	filter    []filterEntry
 	score     []scoreEntry
+}
+
+// filterEntry is a filter plugin and its BatchFilter: its own, or one
+// that calls Filter node by node.
+type filterEntry struct {
+	pl    FilterPlugin
+	batch BatchFilter
+}
+
+// perNodeFilter is the BatchFilter of a plugin without one.
+type perNodeFilter struct{ pl FilterPlugin }
+
+func (f perNodeFilter) FilterNodes(state *CycleState, pod *corev1.Pod, nodes []*NodeInfo, statuses []*Status) {
+	for i, n := range nodes {
+		if statuses[i] == nil {
+			statuses[i] = f.pl.Filter(state, pod, n)
+		}
+	}
 }
 
 type preFilterEntry struct {
@@ -122,7 +140,11 @@ func newFramework(c Config) (*framework, error) {
 		filter := -1
 		if f, ok := pl.(FilterPlugin); ok {
 			filter = len(fw.filter)
-			fw.filter = append(fw.filter, f)
+			b, ok := pl.(BatchFilter)
+			if !ok {
+				b = perNodeFilter{f}
+			}
+			fw.filter = append(fw.filter, filterEntry{pl: f, batch: b})
 		}
 		if p, ok := pl.(PreFilterPlugin); ok {
 			fw.preFilter = append(fw.preFilter, preFilterEntry{pl: p, filter: filter})
@@ -140,7 +162,7 @@ func newFramework(c Config) (*framework, error) {
 // runPreFilter runs the PreFilter plugins and returns, appended to
 // filters[:0], the filters to run this cycle (those whose PreFilter did
 // not skip). A non-nil status is an error or a rejection of every node.
-func (fw *framework) runPreFilter(state *CycleState, pod *corev1.Pod, filters []FilterPlugin) ([]FilterPlugin, *Status) {
+func (fw *framework) runPreFilter(state *CycleState, pod *corev1.Pod, filters []filterEntry) ([]filterEntry, *Status) {
 	var skip uint64 // bit i: skip fw.filter[i]
 	for _, e := range fw.preFilter {
 		switch st := e.pl.PreFilter(state, pod); {

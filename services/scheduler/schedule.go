@@ -48,12 +48,13 @@ type Scheduler struct {
 
 	// scratch, reused across cycles
 	state    CycleState
-	filters  []FilterPlugin // this cycle's (PreFilter did not skip)
-	scorers  []scoreEntry   // this cycle's (PreScore did not skip)
-	columns  [][]int64      // scores by scorer, then feasible node
+	filters  []filterEntry // this cycle's (PreFilter did not skip)
+	verdicts []*Status     // by node of a filter chunk: nil, or its rejection
+	scorers  []scoreEntry  // this cycle's (PreScore did not skip)
+	columns  [][]int64     // scores by scorer, then feasible node
 	feasible []*NodeInfo
 	failed   []failure
-	scores   []NodeScore
+	reported []int // indexes in feasible of the scores to report
 }
 
 type failure struct {
@@ -74,7 +75,10 @@ func New(cfg Config) (*Scheduler, error) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	return &Scheduler{cfg: cfg, fw: fw, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}, nil
+	return &Scheduler{
+		cfg: cfg, fw: fw, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		verdicts: make([]*Status, filterChunk),
+	}, nil
 }
 
 // numFeasibleNodesToFind is kube-scheduler's: every node in clusters under
@@ -126,28 +130,11 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	// Filter, from where the last cycle stopped, until enough feasible
 	// nodes are found.
 	want := numFeasibleNodesToFind(s.cfg.PercentageOfNodesToScore, len(all))
-	feasible, failed := s.feasible[:0], s.failed[:0]
-	i, j := 0, s.next%len(all)
-nodes:
-	for ; i < len(all) && len(feasible) < want; i++ {
-		n := all[j]
-		if j++; j == len(all) {
-			j = 0
-		}
-		for _, f := range filters {
-			if st := f.Filter(&s.state, pod, n); st != nil {
-				if st.Code() == Error {
-					s.next = j
-					return Result{}, st.AsError()
-				}
-				failed = append(failed, failure{n, st})
-				continue nodes
-			}
-		}
-		feasible = append(feasible, n)
+	i, err := s.filter(pod, all, want)
+	if err != nil {
+		return Result{}, err
 	}
-	s.next = j
-	s.feasible, s.failed = feasible, failed
+	feasible, failed := s.feasible, s.failed
 	filtered := time.Now()
 
 	res := Result{FeasibleNodes: len(feasible), EvaluatedNodes: i, FilterDuration: filtered.Sub(start)}
@@ -166,15 +153,67 @@ nodes:
 	if err != nil {
 		return Result{}, err
 	}
-	res.Node = s.scores[best].Node
+	res.Node = feasible[best].name
 	res.Scores = s.report(best)
 	res.ScoreDuration = time.Since(filtered)
 	return res, nil
 }
 
-// score runs the score plugins over the feasible nodes, fills s.scores
-// and returns the index of the chosen one: the highest weighted total,
-// ties broken uniformly at random by reservoir sampling.
+// filterChunk and scoreChunk are how many nodes a cycle hands each filter
+// or score plugin at once, as measured on the 5,000-node benchmarks: a
+// filter chunk as large as the feasible nodes a cycle wants (the first
+// filter then has every node's cache misses in flight at once), score
+// chunks small enough that their NodeInfos stay in the cache from one
+// score plugin to the next.
+const (
+	filterChunk = 512
+	scoreChunk  = 64
+)
+
+// filter runs the cycle's filters over all from s.next, until want
+// feasible nodes are found or every node has been evaluated, into
+// s.feasible and s.failed in node order; it returns how many nodes it
+// evaluated and moves s.next past them. The nodes go to the filters in
+// chunks, each filter checking the nodes the filters before it passed; a
+// chunk is never larger than the number of feasible nodes still wanted,
+// so a cycle evaluates exactly the nodes it would one by one.
+func (s *Scheduler) filter(pod *corev1.Pod, all []*NodeInfo, want int) (int, error) {
+	feasible, failed := s.feasible[:0], s.failed[:0]
+	verdicts := s.verdicts[:filterChunk]
+	i, j := 0, s.next%len(all)
+	for i < len(all) && len(feasible) < want {
+		// A contiguous run of nodes, wrapping at the end of all.
+		chunk := all[j : j+min(filterChunk, want-len(feasible), len(all)-i, len(all)-j)]
+		v := verdicts[:len(chunk)]
+		clear(v)
+		for _, f := range s.filters {
+			f.batch.FilterNodes(&s.state, pod, chunk, v)
+		}
+		for k, st := range v {
+			switch {
+			case st == nil:
+				feasible = append(feasible, chunk[k])
+			case st.code == Error:
+				i, j = i+k+1, (j+k+1)%len(all)
+				s.next, s.feasible, s.failed = j, feasible, failed
+				return i, st.AsError()
+			default:
+				failed = append(failed, failure{chunk[k], st})
+			}
+		}
+		i, j = i+len(chunk), j+len(chunk)
+		if j == len(all) {
+			j = 0
+		}
+	}
+	s.next, s.feasible, s.failed = j, feasible, failed
+	return i, nil
+}
+
+// score runs the score plugins over the feasible nodes, fills s.columns
+// (each scorer's scores, then the weighted totals) and returns the index
+// of the chosen node: the highest total, ties broken uniformly at random
+// by reservoir sampling.
 func (s *Scheduler) score(pod *corev1.Pod, feasible []*NodeInfo) (int, error) {
 	scorers, err := s.fw.runPreScore(&s.state, pod, feasible, s.scorers)
 	s.scorers = scorers
@@ -187,60 +226,69 @@ func (s *Scheduler) score(pod *corev1.Pod, feasible []*NodeInfo) (int, error) {
 	totals := slices.Grow(s.columns[len(scorers)][:0], len(feasible))[:len(feasible)]
 	clear(totals)
 	s.columns[len(scorers)] = totals
-	for k, e := range scorers {
-		col := slices.Grow(s.columns[k][:0], len(feasible))[:len(feasible)]
-		s.columns[k] = col
-		if e.batch != nil {
-			e.batch.ScoreNodes(&s.state, pod, feasible, col)
-		} else {
-			for i, n := range feasible {
+	for k := range scorers {
+		s.columns[k] = slices.Grow(s.columns[k][:0], len(feasible))[:len(feasible)]
+	}
+	// Chunk by chunk, every scorer, so that a chunk's nodes are still in
+	// the cache for the next scorer.
+	for lo := 0; lo < len(feasible); lo += scoreChunk {
+		hi := min(lo+scoreChunk, len(feasible))
+		chunk := feasible[lo:hi]
+		for k, e := range scorers {
+			col := s.columns[k][lo:hi]
+			if e.batch != nil {
+				e.batch.ScoreNodes(&s.state, pod, chunk, col)
+				continue
+			}
+			for i, n := range chunk {
 				col[i] = e.pl.Score(&s.state, pod, n)
 			}
 		}
+	}
+	for k, e := range scorers {
+		col := s.columns[k]
 		if e.ext != nil {
 			if st := e.ext.NormalizeScore(&s.state, pod, col); !st.IsSuccess() {
 				return 0, st.AsError()
 			}
 		}
+		w := e.weight
 		for i, v := range col {
-			totals[i] += v * e.weight
+			totals[i] += v * w
 		}
 	}
-	scores := slices.Grow(s.scores[:0], len(feasible))[:len(feasible)]
 	best, ties := 0, 0
-	for i, n := range feasible {
-		scores[i] = NodeScore{Node: n.name, Total: totals[i]}
+	for i, t := range totals {
 		switch {
-		case i == 0 || totals[i] > totals[best]:
+		case i == 0 || t > totals[best]:
 			best, ties = i, 1
-		case totals[i] == totals[best]:
+		case t == totals[best]:
 			ties++
 			if s.rng.IntN(ties) == 0 {
 				best = i
 			}
 		}
 	}
-	s.scores = scores
 	return best, nil
 }
 
 // report returns the chosen node's score and the next best, up to
 // NumScoresToReport, with each plugin's score.
 func (s *Scheduler) report(best int) []NodeScore {
-	k := min(s.cfg.NumScoresToReport, len(s.scores))
+	feasible, totals := s.feasible, s.columns[len(s.scorers)]
+	k := min(s.cfg.NumScoresToReport, len(feasible))
 	if k == 0 {
 		return nil
 	}
-	idx := make([]int, 1, k)
-	idx[0] = best
-	total := func(j int) int64 { return s.scores[idx[j]].Total }
-	for i := range s.scores {
+	idx := append(s.reported[:0], best)
+	total := func(j int) int64 { return totals[idx[j]] }
+	for i, t := range totals {
 		if i == best {
 			continue
 		}
 		if len(idx) < k {
 			idx = append(idx, i)
-		} else if s.scores[i].Total > total(k-1) {
+		} else if t > total(k-1) {
 			idx[k-1] = i
 		} else {
 			continue
@@ -249,12 +297,13 @@ func (s *Scheduler) report(best int) []NodeScore {
 			idx[j], idx[j-1] = idx[j-1], idx[j]
 		}
 	}
+	s.reported = idx
 	out := make([]NodeScore, len(idx))
 	plugins := make([]PluginScore, len(idx)*len(s.scorers))
 	for j, i := range idx {
 		ns := &out[j]
-		*ns = s.scores[i]
-		if len(s.scorers) == 0 || i >= len(s.columns[0]) {
+		*ns = NodeScore{Node: feasible[i].name, Total: totals[i]}
+		if len(s.scorers) == 0 {
 			continue
 		}
 		ns.Plugins = plugins[j*len(s.scorers) : (j+1)*len(s.scorers) : (j+1)*len(s.scorers)]

@@ -132,8 +132,8 @@ func TestScheduleSamplesAndRotates(t *testing.T) {
 		if s.next != wantNext {
 			t.Errorf("cycle %d: next start index %d, want %d", cycle, s.next, wantNext)
 		}
-		for _, ns := range s.scores {
-			seen[ns.Node] = true
+		for _, n := range s.feasible { // the nodes the cycle scored
+			seen[n.name] = true
 		}
 	}
 	if len(seen) != 1000 {
@@ -279,9 +279,13 @@ func TestConfigValidate(t *testing.T) {
 
 func TestReportKeepsTheBest(t *testing.T) {
 	s := newTestScheduler(t)
-	for i, total := range []int64{5, 90, 7, 90, 80, 1, 85} {
-		s.scores = append(s.scores, NodeScore{Node: string(rune('a' + i)), Total: total})
+	// The feasible nodes a–g with these totals (no score plugins: the
+	// totals are the only column).
+	totals := []int64{5, 90, 7, 90, 80, 1, 85}
+	for i := range totals {
+		s.feasible = append(s.feasible, &NodeInfo{name: string(rune('a' + i))})
 	}
+	s.columns = [][]int64{totals}
 	got := s.report(3) // the tie-break chose d over b
 	var names []string
 	for _, ns := range got {

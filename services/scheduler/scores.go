@@ -35,7 +35,9 @@ func normalizeTo(scores []int64, maxScore, maxPriority int64, reverse bool) {
 		return
 	}
 	for i, s := range scores {
-		s = maxPriority * s / maxScore
+		if s != 0 { // most raw scores are 0: no division for them
+			s = maxPriority * s / maxScore
+		}
 		if reverse {
 			s = maxPriority - s
 		}

@@ -15,6 +15,7 @@ type taintToleration struct{}
 
 var (
 	_ FilterPlugin   = taintToleration{}
+	_ BatchFilter    = taintToleration{}
 	_ PreScorePlugin = taintToleration{}
 	_ ScorePlugin    = taintToleration{}
 	_ BatchScorer    = taintToleration{}
@@ -29,7 +30,21 @@ type taintScoreState struct{ tolerations []*corev1.Toleration }
 func (taintToleration) Name() string { return TaintTolerationName }
 
 func (taintToleration) Filter(_ *CycleState, pod *corev1.Pod, n *NodeInfo) *Status {
+	return taintsTolerated(pod.GetSpec().GetTolerations(), n)
+}
+
+func (taintToleration) FilterNodes(_ *CycleState, pod *corev1.Pod, nodes []*NodeInfo, statuses []*Status) {
 	tols := pod.GetSpec().GetTolerations()
+	for i, n := range nodes {
+		if statuses[i] == nil && len(n.taints) != 0 {
+			statuses[i] = taintsTolerated(tols, n)
+		}
+	}
+}
+
+// taintsTolerated is TaintToleration's verdict on n: the status of the
+// node's first NoSchedule or NoExecute taint tols do not tolerate, or nil.
+func taintsTolerated(tols []*corev1.Toleration, n *NodeInfo) *Status {
 	for i := range n.taints {
 		t := &n.taints[i]
 		if (t.effect == EffectNoSchedule || t.effect == EffectNoExecute) && !tolerates(tols, t) {
@@ -39,14 +54,19 @@ func (taintToleration) Filter(_ *CycleState, pod *corev1.Pod, n *NodeInfo) *Stat
 	return nil
 }
 
+// PreScore keeps the tolerations that can tolerate a PreferNoSchedule
+// taint; with none (most pods) it writes no state, which Score reads as
+// no tolerations.
 func (taintToleration) PreScore(state *CycleState, pod *corev1.Pod, _ []*NodeInfo) *Status {
-	s := &taintScoreState{}
+	var tols []*corev1.Toleration
 	for _, t := range pod.GetSpec().GetTolerations() {
 		if e := t.GetEffect(); e == "" || e == EffectPreferNoSchedule {
-			s.tolerations = append(s.tolerations, t)
+			tols = append(tols, t)
 		}
 	}
-	state.Write(taintTolerationKey, s)
+	if len(tols) != 0 {
+		state.Write(taintTolerationKey, &taintScoreState{tolerations: tols})
+	}
 	return nil
 }
 
@@ -60,6 +80,10 @@ func (taintToleration) Score(state *CycleState, _ *corev1.Pod, n *NodeInfo) int6
 func (taintToleration) ScoreNodes(state *CycleState, _ *corev1.Pod, nodes []*NodeInfo, scores []int64) {
 	s, _ := state.Read(taintTolerationKey).(*taintScoreState)
 	for i, n := range nodes {
+		if n.preferTaints == 0 { // most nodes: no call
+			scores[i] = 0
+			continue
+		}
 		scores[i] = s.score(n)
 	}
 }
