@@ -2,6 +2,7 @@ package network
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/podflow/podflow/nodeagent/linux/network/networktest"
@@ -152,5 +154,26 @@ func eachMount(t testing.TB, fn func(fields []string)) {
 		if fields := strings.Fields(s.Text()); len(fields) > 6 {
 			fn(fields)
 		}
+	}
+}
+
+// TestEnsureBridgeRefusesACIDRInUse: a second node (another podflow
+// system's, say) with a pod CIDR another podflow bridge serves is refused
+// before it creates anything.
+func TestEnsureBridgeRefusesACIDRInUse(t *testing.T) {
+	m := newNode(t, "")
+	cfg := DefaultConfig(fmt.Sprintf("podflow-test-twin-%d", rand.Int64()), m.cfg.PodCIDR, t.TempDir())
+	twin, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer twin.Close()
+	err = twin.EnsureBridge(testContext(t))
+	if !errors.Is(err, ErrCIDRInUse) || !errors.Is(err, ErrSandbox) || !strings.Contains(err.Error(), m.cfg.BridgeName) {
+		t.Fatalf("EnsureBridge of a twin CIDR = %v, want ErrCIDRInUse naming %s", err, m.cfg.BridgeName)
+	}
+	if _, err := netlink.LinkByName(cfg.BridgeName); err == nil {
+		t.Errorf("the refused node's bridge %q exists", cfg.BridgeName)
+		_ = twin.RemoveBridge(testContext(t))
 	}
 }
