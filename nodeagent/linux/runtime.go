@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,10 +46,14 @@ type Runtime struct {
 	cg     *cgroups.Manager
 	images *image.Store
 	spares *container.Spares // nil: no spare shims
+	// nodeLock and dataLock are held from New to Close (nodelock.go).
+	nodeLock, dataLock *nodeLock
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
 	once sync.Once
+	// lockOnce releases the locks once.
+	lockOnce sync.Once
 
 	mu        sync.Mutex
 	pods      map[string]*pod
@@ -103,9 +108,12 @@ type ctr struct {
 	claimed bool
 }
 
-// New checks the machine, prepares the node's bridge and cgroup hierarchy
-// and adopts the pods recorded under cfg.DataDir. It refuses to run
-// without root, cgroups or network namespaces.
+// New checks the machine, takes the node's lock, prepares the node's
+// bridge and cgroup hierarchy and adopts the pods recorded under
+// cfg.DataDir. It refuses to run without root, cgroups or network
+// namespaces, next to a live agent of the same node name or DataDir
+// (ErrNodeInUse), and over the pods of a stopped agent of the same node
+// name with another DataDir (ErrForeignLeftovers).
 func New(cfg Config) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -125,6 +133,13 @@ func New(cfg Config) (*Runtime, error) {
 			r.closeParts()
 		}
 	}()
+	var prev lockRecord
+	if r.nodeLock, r.dataLock, prev, err = lockNode(cfg); err != nil {
+		return nil, err
+	}
+	if prev.DataDir != "" && prev.DataDir != cfg.DataDir {
+		r.log.Warn("removing the leftovers of a stopped agent of this node", "dataDir", prev.DataDir, "pid", prev.PID)
+	}
 	if r.cg, err = cgroups.New(cfg.Cgroups); err != nil {
 		return nil, fmt.Errorf("%w: %w (use --runtime sim on this machine)", ErrUnavailable, err)
 	}
@@ -201,6 +216,7 @@ func (r *Runtime) closeParts() error {
 	if r.net != nil {
 		errs = append(errs, r.net.Close())
 	}
+	r.lockOnce.Do(func() { errs = append(errs, r.nodeLock.Close(), r.dataLock.Close()) })
 	return errors.Join(errs...)
 }
 
@@ -278,7 +294,10 @@ func (r *Runtime) recover(ctx context.Context) error {
 		}
 		r.pods[rec.UID] = p
 	}
-	// Kernel state without a pod record.
+	// Kernel state without a pod record: an agent of this node died
+	// half-way (its lock is free, see nodelock.go). An orphan that cannot
+	// be removed is reported and keeps its address; it never stops the
+	// agent from starting.
 	atts, err := r.net.List(ctx)
 	if err != nil {
 		return agentError(err)
@@ -287,9 +306,16 @@ func (r *Runtime) recover(ctx context.Context) error {
 		if _, ok := r.pods[a.PodUID]; !ok {
 			r.log.Warn("tear down orphaned pod network", "pod", a.PodUID)
 			if err := r.net.Teardown(ctx, a.PodUID); err != nil {
-				return agentError(err)
+				r.log.Error("orphaned pod network left in place", "pod", a.PodUID, "err", err)
 			}
 		}
+	}
+	stray, err := r.net.RemoveStrayPorts(ctx, slices.Collect(maps.Keys(r.pods)))
+	if len(stray) > 0 {
+		r.log.Warn("removed stray bridge ports", "links", stray)
+	}
+	if err != nil {
+		r.log.Error("stray bridge ports left in place", "err", err)
 	}
 	uids, err := r.cg.ListPods(ctx)
 	if err != nil {
@@ -298,7 +324,9 @@ func (r *Runtime) recover(ctx context.Context) error {
 	for _, uid := range uids {
 		if _, ok := r.pods[uid]; !ok {
 			r.log.Warn("remove orphaned pod cgroup", "pod", uid)
-			_ = r.cg.RemovePod(ctx, uid, "")
+			if err := r.cg.RemovePod(ctx, uid, ""); err != nil {
+				r.log.Error("orphaned pod cgroup left in place", "pod", uid, "err", err)
+			}
 		}
 	}
 	return nil
