@@ -18,6 +18,7 @@
 //	sim.podflow.io/exit-code: 1         ... with this code (default 0): CrashLoopBackOff, Completed, Failed by restartPolicy
 //	sim.podflow.io/ignore-sigterm: true containers ignore SIGTERM and are killed (137) when the grace period ends
 //	sim.podflow.io/init-exit-code: 1    init containers exit with this code: Init:CrashLoopBackOff, or Failed under Never
+//	sim.podflow.io/teardown: 3          the first 3 sandbox removals fail ("fail": all of them): FailedKillPod, retried
 //
 // Probe annotations take effect on containers that declare that probe; the
 // kubelet core only runs probes a container declares. Without an annotation

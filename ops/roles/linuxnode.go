@@ -162,7 +162,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		log.Info("node decommissioned: no pod, bridge or cgroup of it is left")
 		return nil
 	}
-	log.Info("linux runtime ready", "podCIDR", podCIDR, "dataDir", dataDir, "bridge", rcfg.Network.BridgeName)
+	log.Info("linux runtime ready", "podCIDR", podCIDR, "dataDir", dataDir, "instance", linux.InstanceOf(dataDir), "bridge", rcfg.Network.BridgeName)
 
 	acfg := nodeagent.DefaultConfig(node, podCIDR)
 	acfg.HostIP = lo.HostIP
