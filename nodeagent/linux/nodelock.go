@@ -90,8 +90,7 @@ func lockNode(cfg Config) (_, _ *nodeLock, prev lockRecord, _ error) {
 		return nil, nil, prev, err
 	}
 	if node == nil {
-		return nil, nil, prev, fmt.Errorf("%w: node %q is run by a live agent on this machine (pid %d, data directory %s, since %s); "+
-			"stop it, or give this agent another node name", ErrNodeInUse, cfg.NodeName, prev.PID, prev.DataDir, prev.Started.Format(time.RFC3339))
+		return nil, nil, prev, nodeInUse(cfg.NodeName, prev)
 	}
 	defer func() {
 		if !ok {
@@ -185,4 +184,31 @@ func (l *nodeLock) Close() error {
 		return nil
 	}
 	return l.f.Close()
+}
+
+// NodeInUse returns an ErrNodeInUse error naming the live agent that holds
+// node's lock in lockDir, and nil when none does: for a launcher (`podflow
+// up`) to refuse at once rather than start an agent that will. It holds a
+// shared lock for the moment of the check.
+func NodeInUse(lockDir, node string) error {
+	path := filepath.Join(lockDir, node+".lock")
+	f, err := os.Open(path)
+	if err != nil {
+		return nil // no lock file: no agent
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
+		return nil // closing f releases it
+	}
+	var rec lockRecord
+	if b, err := os.ReadFile(path); err == nil {
+		_ = json.Unmarshal(b, &rec)
+	}
+	return nodeInUse(node, rec)
+}
+
+// nodeInUse is the ErrNodeInUse error for node held by holder.
+func nodeInUse(node string, holder lockRecord) error {
+	return fmt.Errorf("%w: node %q is run by a live agent on this machine (pid %d, data directory %s, since %s); "+
+		"stop it, or give this agent another node name", ErrNodeInUse, node, holder.PID, holder.DataDir, holder.Started.Format(time.RFC3339))
 }

@@ -82,6 +82,32 @@ func TestLockNode(t *testing.T) {
 			}
 		})
 	}
+	t.Run("NodeInUse names the live holder only", func(t *testing.T) {
+		release()
+		if err := NodeInUse(locks, "node-1"); err != nil {
+			t.Fatalf("NodeInUse with no live holder = %v", err)
+		}
+		if err := NodeInUse(locks, "never-ran"); err != nil {
+			t.Fatalf("NodeInUse without a lock file = %v", err)
+		}
+		node, data, _, err := lockNode(cfgOf("node-1", dirA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, node, data)
+		if err := NodeInUse(locks, "node-1"); !errors.Is(err, ErrNodeInUse) || !strings.Contains(err.Error(), dirA) {
+			t.Fatalf("NodeInUse with a live holder = %v", err)
+		}
+		release()
+		if err := NodeInUse(locks, "node-1"); err != nil {
+			t.Fatalf("NodeInUse after the holder stopped = %v", err)
+		}
+		node, data, _, err = lockNode(cfgOf("node-1", dirA)) // NodeInUse kept no lock
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, node, data)
+	})
 	t.Run("remove leaves no file and a new agent starts clean", func(t *testing.T) {
 		release()
 		node, data, _, err := lockNode(cfgOf("node-3", dirA))
