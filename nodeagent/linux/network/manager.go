@@ -213,19 +213,24 @@ func (m *Manager) checkCIDRFree() error {
 // errFound stops eachPeerAddr early without an error.
 var errFound = errors.New("found")
 
-// eachPeerAddr calls fn with each IPv4 address (and its subnet) of every
-// local podflow bridge (alias "podflow:...") other than ours, until fn
-// returns an error, which it returns (errFound as nil).
+// eachPeerAddr calls eachBridgeAddr for the bridges other than ours.
 func (m *Manager) eachPeerAddr(fn func(l netlink.Link, ip netip.Addr, subnet netip.Prefix) error) error {
-	links, err := listRetry(m.host.LinkList)
+	return eachBridgeAddr(m.host, m.cfg.BridgeName, fn)
+}
+
+// eachBridgeAddr calls fn with each IPv4 address (and its subnet) of every
+// podflow bridge (alias "podflow:...") that h sees, except the one named
+// except, until fn returns an error, which it returns (errFound as nil).
+func eachBridgeAddr(h *netlink.Handle, except string, fn func(l netlink.Link, ip netip.Addr, subnet netip.Prefix) error) error {
+	links, err := listRetry(h.LinkList)
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
 	}
 	for _, l := range links {
-		if _, ok := l.(*netlink.Bridge); !ok || l.Attrs().Name == m.cfg.BridgeName || !strings.HasPrefix(l.Attrs().Alias, aliasPrefix) {
+		if _, ok := l.(*netlink.Bridge); !ok || l.Attrs().Name == except || !strings.HasPrefix(l.Attrs().Alias, aliasPrefix) {
 			continue
 		}
-		addrs, err := listRetry(func() ([]netlink.Addr, error) { return m.host.AddrList(l, netlink.FAMILY_V4) })
+		addrs, err := listRetry(func() ([]netlink.Addr, error) { return h.AddrList(l, netlink.FAMILY_V4) })
 		if err != nil {
 			return fmt.Errorf("addresses of %q: %w", l.Attrs().Name, err)
 		}
@@ -244,6 +249,28 @@ func (m *Manager) eachPeerAddr(fn func(l netlink.Link, ip netip.Addr, subnet net
 		}
 	}
 	return nil
+}
+
+// LocalPodCIDRs returns the subnets that the podflow bridges of the
+// calling thread's network namespace (the host's) serve, except node's
+// own bridge (BridgeNameFor(node)): the pod CIDRs other node agents on
+// this machine use, whichever podflow system they belong to. A pod CIDR
+// allocator skips them, as EnsureBridge would refuse them (ErrCIDRInUse).
+func LocalPodCIDRs(node string) ([]netip.Prefix, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("network: netlink handle: %w", err)
+	}
+	defer h.Close()
+	var out []netip.Prefix
+	err = eachBridgeAddr(h, BridgeNameFor(node), func(_ netlink.Link, _ netip.Addr, subnet netip.Prefix) error {
+		out = append(out, subnet)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	return out, nil
 }
 
 // checkPorts refuses a bridge that has anything but veths as ports: a real

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -175,5 +176,23 @@ func TestEnsureBridgeRefusesACIDRInUse(t *testing.T) {
 	if _, err := netlink.LinkByName(cfg.BridgeName); err == nil {
 		t.Errorf("the refused node's bridge %q exists", cfg.BridgeName)
 		_ = twin.RemoveBridge(testContext(t))
+	}
+}
+
+// TestLocalPodCIDRs: another node sees this node's pod CIDR as taken on the
+// machine; the node itself does not.
+func TestLocalPodCIDRs(t *testing.T) {
+	m := newNode(t, "")
+	for _, tc := range []struct {
+		node string
+		want bool
+	}{{"podflow-test-another-node", true}, {m.cfg.NodeName, false}} {
+		got, err := LocalPodCIDRs(tc.node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(got, m.subnet) != tc.want {
+			t.Errorf("LocalPodCIDRs(%q) = %v, want %s in it: %v", tc.node, got, m.subnet, tc.want)
+		}
 	}
 }
