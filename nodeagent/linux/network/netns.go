@@ -83,10 +83,11 @@ func newNamedNetns(name string) error {
 // unmount then removes only the copy and the file can never be unlinked
 // (EBUSY). Namespaces already mounted in a plain directory are moved into
 // the new mount point (migrateNetnsMounts). Cheap when the layout is
-// there already (one mount call); safe to call concurrently.
+// there already (one mount call on NetnsDir's own mount; namespaces
+// mounted below a shared mount are shared too); safe to call concurrently.
 func ensureNetnsDir() error {
 	netnsDirMu.RLock()
-	err := unix.Mount("", NetnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	err := unix.Mount("", NetnsDir, "none", unix.MS_SHARED, "") // the mount itself: O(1)
 	netnsDirMu.RUnlock()
 	if err == nil {
 		return nil
