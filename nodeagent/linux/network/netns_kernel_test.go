@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -49,6 +50,19 @@ func TestNetnsCoexistsWithIPNetns(t *testing.T) {
 		if _, err := exec.LookPath("unshare"); err != nil {
 			t.Skip("needs util-linux's unshare")
 		}
+		// The child's mounts die with its mount namespace; the files it
+		// made stay in the directory underneath: a failed child leaves them.
+		t.Cleanup(func() {
+			for _, pat := range []string{"podflow-pf*-coexist-*", "podflow-pf*-legacy-*"} {
+				left, _ := filepath.Glob(filepath.Join(NetnsDir, pat))
+				for _, f := range left {
+					if !isNetnsMount(f) {
+						t.Errorf("the child left %s", f)
+						_ = os.Remove(f)
+					}
+				}
+			}
+		})
 		cmd := exec.Command("unshare", "--mount", "--propagation", "private", os.Args[0],
 			"-test.run", "^TestNetnsCoexistsWithIPNetns$", "-test.count", "1", "-test.v")
 		cmd.Env = append(os.Environ(), freshNetnsDirEnv+"=1")
