@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,5 +84,49 @@ func TestAgentsShareAHost(t *testing.T) {
 	}
 	if out, err := exec.Command("ip", "netns", "delete", other).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns delete: %v\n%s", err, out)
+	}
+}
+
+// TestOrphanedPodIsReapedCompletely: a running pod whose record is gone
+// (its agent died and its data directory went away) can be adopted by no
+// agent, so the next agent of the node kills its processes and removes
+// its cgroups, namespace, veth and address.
+func TestOrphanedPodIsReapedCompletely(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 60*time.Second)
+	pd := newPod(e.cfg.NodeName, "orphan", "sleep", "3600")
+	sb, err := e.rt.RunPodSandbox(ctx, pd)
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v", err)
+	}
+	if _, err := e.rt.PullImage(ctx, pd, busyboxImage, "IfNotPresent"); err != nil {
+		t.Fatalf("PullImage: %v", err)
+	}
+	if _, err := e.rt.StartContainer(ctx, pd, pd.Spec.Containers[0], sb); err != nil {
+		t.Fatalf("StartContainer: %v", err)
+	}
+	if err := e.rt.Close(); err != nil { // the agent stops; the pod runs on
+		t.Fatal(err)
+	}
+	e.rt = nil
+	// Its record goes away (moved aside, removed at the end).
+	aside := filepath.Join(t.TempDir(), "pod")
+	if err := os.Rename(filepath.Join(e.cfg.DataDir, "pods", pd.Metadata.Uid), aside); err != nil {
+		t.Fatal(err)
+	}
+	procs, _ := filepath.Glob("/sys/fs/cgroup/*/" + e.cgroups + "/*/pod" + pd.Metadata.Uid + "/*/cgroup.procs")
+	if len(procs) == 0 || readFile(procs[0]) == "" {
+		t.Fatalf("no process in the pod's cgroup before the restart: %v", procs)
+	}
+	e.rt = e.open()
+	if sbs, _ := e.rt.ListSandboxes(ctx); len(sbs) != 0 {
+		t.Errorf("sandboxes after the restart: %+v", sbs)
+	}
+	e.assertNoLeaks(pd.Metadata.Uid)
+	if _, err := os.Stat(filepath.Join(network.NetnsDir, e.rt.Network().NetnsName(pd.Metadata.Uid))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the orphan's netns: %v", err)
+	}
+	if _, err := net.InterfaceByName(e.rt.Network().HostVethName(pd.Metadata.Uid)); err == nil {
+		t.Errorf("the orphan's veth %s remains", e.rt.Network().HostVethName(pd.Metadata.Uid))
 	}
 }

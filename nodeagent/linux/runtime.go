@@ -294,19 +294,32 @@ func (r *Runtime) recover(ctx context.Context) error {
 		}
 		r.pods[rec.UID] = p
 	}
-	// Kernel state without a pod record: an agent of this node died
-	// half-way (its lock is free, see nodelock.go). An orphan that cannot
-	// be removed is reported and keeps its address; it never stops the
-	// agent from starting.
+	// Kernel state without a pod record: left by an agent of this node
+	// that died half-way, or whose data directory is gone (its lock is
+	// free, see nodelock.go). No agent can adopt such a pod, so its
+	// processes are killed and everything of it removed. One that cannot be
+	// removed is logged and keeps its address; it never stops the agent
+	// from starting.
 	atts, err := r.net.List(ctx)
 	if err != nil {
 		return agentError(err)
 	}
+	cgs, err := r.cg.ListPods(ctx)
+	if err != nil {
+		return err
+	}
+	orphans := map[string]bool{}
 	for _, a := range atts {
-		if _, ok := r.pods[a.PodUID]; !ok {
-			r.log.Warn("tear down orphaned pod network", "pod", a.PodUID)
-			if err := r.net.Teardown(ctx, a.PodUID); err != nil {
-				r.log.Error("orphaned pod network left in place", "pod", a.PodUID, "err", err)
+		orphans[a.PodUID] = true
+	}
+	for _, uid := range cgs {
+		orphans[uid] = true
+	}
+	for _, uid := range slices.Sorted(maps.Keys(orphans)) {
+		if _, ok := r.pods[uid]; !ok {
+			r.log.Warn("remove an orphaned pod", "pod", uid)
+			if err := r.reapOrphan(ctx, uid); err != nil {
+				r.log.Error("orphaned pod left in place", "pod", uid, "err", err)
 			}
 		}
 	}
@@ -317,19 +330,25 @@ func (r *Runtime) recover(ctx context.Context) error {
 	if err != nil {
 		r.log.Error("stray bridge ports left in place", "err", err)
 	}
-	uids, err := r.cg.ListPods(ctx)
-	if err != nil {
-		return err
-	}
-	for _, uid := range uids {
-		if _, ok := r.pods[uid]; !ok {
-			r.log.Warn("remove orphaned pod cgroup", "pod", uid)
-			if err := r.cg.RemovePod(ctx, uid, ""); err != nil {
-				r.log.Error("orphaned pod cgroup left in place", "pod", uid, "err", err)
-			}
-		}
-	}
 	return nil
+}
+
+// reapOrphan kills the processes of a pod no agent records (waiting up to
+// StopTimeout) and removes its cgroups and network.
+func (r *Runtime) reapOrphan(ctx context.Context, uid string) error {
+	kctx, cancel := context.WithTimeout(ctx, r.cfg.StopTimeout)
+	defer cancel()
+	var errs []error
+	if err := r.cg.KillPod(kctx, uid, ""); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.cg.RemovePod(ctx, uid, ""); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.net.Teardown(ctx, uid); err != nil {
+		errs = append(errs, agentError(err))
+	}
+	return errors.Join(errs...)
 }
 
 func (r *Runtime) newPod(dir string, rec podRecord) *pod {
