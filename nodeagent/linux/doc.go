@@ -40,7 +40,8 @@
 // with ErrNodeInUse and touches nothing; over the pods of a stopped agent
 // with another DataDir that still records them, with ErrForeignLeftovers.
 // Otherwise recovery removes every kernel object of the node that DataDir
-// does not record (a failure is logged, never fatal), and Decommission
+// does not record, killing the processes of such a pod first (none can
+// adopt it; a failure is logged, never fatal), and Decommission
 // removes the rest, checks with the kernel that nothing is left, and
 // removes the lock file (nodelock.go).
 //
