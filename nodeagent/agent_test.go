@@ -463,6 +463,42 @@ func TestDeleteGraceful(t *testing.T) {
 	}
 }
 
+// TestTeardownFailureIsReportedAndRetried: a sandbox that cannot be
+// removed keeps the pod Terminating with a Warning FailedKillPod per
+// attempt, retried under SetupBackOff, until removal succeeds and the pod
+// is deleted.
+func TestTeardownFailureIsReportedAndRetried(t *testing.T) {
+	e := newEnv(t)
+	p := newPod("stuck", annotate(sim.AnnotationTeardown, "3"))
+	e.bind(p)
+	e.waitStatus(p.Metadata.Uid, "Running and Ready", runningReady)
+	if err := e.agent.HandlePodDelete(e.ctx(), p, 0); err != nil {
+		t.Fatal(err)
+	}
+	envs := e.waitEnvs(p.Metadata.Uid, "PodDeleted", func(envs []*eventsv1.Envelope) bool { return len(ofType(envs, "PodDeleted")) > 0 })
+	checkSeq(t, envs)
+	var msgs []string
+	for _, r := range records(envs) {
+		if r.GetReason() == eventsv1.ReasonFailedKillPod {
+			if r.GetType() != "Warning" || !strings.Contains(r.GetMessage(), "device or resource busy") {
+				t.Errorf("record %v", r)
+			}
+			msgs = append(msgs, r.GetMessage())
+		}
+	}
+	if len(msgs) != 3 {
+		t.Fatalf("FailedKillPod records = %q, want 3", msgs)
+	}
+	for i, want := range []string{"retrying in 10ms", "retrying in 20ms", "retrying in 40ms"} {
+		if !strings.HasSuffix(msgs[i], want+")") {
+			t.Errorf("record %d = %q, want %q", i, msgs[i], want)
+		}
+	}
+	if e.rt.IPAM().InUse() != 0 || e.rt.Pods() != 0 {
+		t.Errorf("after delete: %d IPs, %d sandboxes", e.rt.IPAM().InUse(), e.rt.Pods())
+	}
+}
+
 func TestReconcile(t *testing.T) {
 	e := newEnv(t)
 	keep, gone, deleting := newPod("keep"), newPod("gone"), newPod("deleting")

@@ -626,15 +626,26 @@ func (w *worker) syncTerminatingPod(ctx context.Context, grace time.Duration) bo
 
 // syncTerminatedPod is kubelet's SyncTerminatedPod: it tears down the
 // sandbox (IP, volumes, cgroups), publishes the last status report, has the
-// agent forget the pod, and publishes PodDeleted. It retries every
-// PublishRetry until it succeeds or ctx ends.
+// agent forget the pod, and publishes PodDeleted. A teardown that fails
+// (a network namespace that cannot be removed …) is reported as a Warning
+// Event FailedKillPod, as kubelet's, and retried under SetupBackOff until
+// it succeeds or ctx ends: the pod stays Terminating, never silently.
+// Publishing retries every PublishRetry.
 func (w *worker) syncTerminatedPod(ctx context.Context) {
 	w.state = terminated
+	backoff := newRetry(w.d.cfg.SetupBackOff)
 	for {
-		if err := w.teardown(ctx); err == nil {
+		err := w.teardown(ctx)
+		if err == nil {
 			break
 		}
-		if !w.sleep(ctx, w.d.cfg.PublishRetry) {
+		if ctx.Err() != nil {
+			return
+		}
+		at := backoff.Next(w.now())
+		w.rep.Warn(eventsv1.ReasonFailedKillPod, fmt.Sprintf("error killing pod: %s (retrying in %s)", message(err), backoff.Delay()))
+		w.flush(ctx)
+		if !w.sleep(ctx, at.Sub(w.now())) {
 			return
 		}
 	}

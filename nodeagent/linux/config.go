@@ -25,6 +25,14 @@ var (
 	// ErrHostPathNotAllowed is wrapped by MountVolumes for a hostPath
 	// volume outside Config.HostPathPrefixes.
 	ErrHostPathNotAllowed = errors.New("linux: hostPath not allowed")
+	// ErrNodeInUse is returned by New when a live agent on this machine
+	// runs the same node name (or uses the same DataDir): its pods, bridge
+	// and cgroups are left alone.
+	ErrNodeInUse = errors.New("linux: node in use by a live agent")
+	// ErrForeignLeftovers is returned by New when the node's kernel objects
+	// belong to a stopped agent with another DataDir that still records
+	// pods: that agent adopts them when it starts again.
+	ErrForeignLeftovers = errors.New("linux: node has another agent's pods")
 )
 
 // Config configures a Runtime (one per node agent).
@@ -35,6 +43,11 @@ type Config struct {
 	// containers, logs), images/ (the image store), network/ (IPAM). It
 	// must survive agent restarts. Required, absolute.
 	DataDir string
+	// LockDir holds one lock file per node name on the machine,
+	// <node>.lock, held by the live agent of that node and recording its
+	// identity (see nodelock.go). Default /run/podflow: like the kernel
+	// objects it guards, it does not outlive a reboot. Absolute.
+	LockDir string
 	// Network configures the pod network (bridge, pod CIDR, IPAM under
 	// DataDir/network).
 	Network network.Config
@@ -82,6 +95,9 @@ type Config struct {
 	Logger *slog.Logger `json:"-"`
 }
 
+// DefaultLockDir is Config.LockDir's default.
+const DefaultLockDir = "/run/podflow"
+
 // DefaultConfig returns the configuration of node with podCIDR, keeping
 // everything under dataDir; images come from mirror ("" = docker.io).
 func DefaultConfig(node, podCIDR, dataDir, mirror string) Config {
@@ -94,6 +110,7 @@ func DefaultConfig(node, podCIDR, dataDir, mirror string) Config {
 	return Config{
 		NodeName:           node,
 		DataDir:            dataDir,
+		LockDir:            DefaultLockDir,
 		Network:            network.DefaultConfig(node, podCIDR, filepath.Join(dataDir, "network")),
 		Cgroups:            cg,
 		Image:              ic,
@@ -113,6 +130,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: NodeName is empty", ErrInvalidConfig)
 	case !filepath.IsAbs(c.DataDir):
 		return fmt.Errorf("%w: DataDir %q is not absolute", ErrInvalidConfig, c.DataDir)
+	case !filepath.IsAbs(c.LockDir):
+		return fmt.Errorf("%w: LockDir %q is not absolute", ErrInvalidConfig, c.LockDir)
 	case c.MaxPods <= 0:
 		return fmt.Errorf("%w: MaxPods (%d) must be positive", ErrInvalidConfig, c.MaxPods)
 	case c.SpareShims < 0:

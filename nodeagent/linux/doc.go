@@ -33,6 +33,18 @@
 // directory (an agent restarted after SIGKILL) adopts the pods, whose
 // containers kept running under their shims, with the same restart counts.
 //
+// One live Runtime per node name and per DataDir on a machine: New takes
+// an flock on Config.LockDir/<node>.lock (default /run/podflow) and on
+// DataDir/agent.lock, whose content records the holder's identity
+// (InstanceOf(DataDir), DataDir, PID). Next to a live agent it refuses
+// with ErrNodeInUse and touches nothing; over the pods of a stopped agent
+// with another DataDir that still records them, with ErrForeignLeftovers.
+// Otherwise recovery removes every kernel object of the node that DataDir
+// does not record, killing the processes of such a pod first (none can
+// adopt it; a failure is logged, never fatal), and Decommission
+// removes the rest, checks with the kernel that nothing is left, and
+// removes the lock file (nodelock.go).
+//
 // Callers must:
 //
 //  1. Call container.RunHelper first thing in main: the binary is re-exec'd
@@ -41,7 +53,8 @@
 //     with ErrUnavailable, on a machine without root, cgroups or network
 //     namespaces (use the simulated runtime, package sim, there).
 //  3. Hand it to nodeagent.New; call Close when the agent stops (pods keep
-//     running).
+//     running; the locks are released). Give two agents on one machine
+//     different node names.
 //
 // Example:
 //

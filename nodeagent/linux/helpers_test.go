@@ -58,6 +58,7 @@ func newConfig(t testing.TB, reg *imagetest.Registry) linux.Config {
 	cidr := fmt.Sprintf("10.244.%d.0/24", 200+mrand.IntN(50))
 	cfg := linux.DefaultConfig(node, cidr, t.TempDir(), reg.Addr)
 	cfg.Cgroups.Root = "podflow-test-" + randHex(4)
+	cfg.LockDir = t.TempDir()
 	cfg.HostPathPrefixes = []string{os.TempDir()}
 	return cfg
 }

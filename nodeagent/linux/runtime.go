@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,10 +46,14 @@ type Runtime struct {
 	cg     *cgroups.Manager
 	images *image.Store
 	spares *container.Spares // nil: no spare shims
+	// nodeLock and dataLock are held from New to Close (nodelock.go).
+	nodeLock, dataLock *nodeLock
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
 	once sync.Once
+	// lockOnce releases the locks once.
+	lockOnce sync.Once
 
 	mu        sync.Mutex
 	pods      map[string]*pod
@@ -103,9 +108,12 @@ type ctr struct {
 	claimed bool
 }
 
-// New checks the machine, prepares the node's bridge and cgroup hierarchy
-// and adopts the pods recorded under cfg.DataDir. It refuses to run
-// without root, cgroups or network namespaces.
+// New checks the machine, takes the node's lock, prepares the node's
+// bridge and cgroup hierarchy and adopts the pods recorded under
+// cfg.DataDir. It refuses to run without root, cgroups or network
+// namespaces, next to a live agent of the same node name or DataDir
+// (ErrNodeInUse), and over the pods of a stopped agent of the same node
+// name with another DataDir (ErrForeignLeftovers).
 func New(cfg Config) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -125,6 +133,13 @@ func New(cfg Config) (*Runtime, error) {
 			r.closeParts()
 		}
 	}()
+	var prev lockRecord
+	if r.nodeLock, r.dataLock, prev, err = lockNode(cfg); err != nil {
+		return nil, err
+	}
+	if prev.DataDir != "" && prev.DataDir != cfg.DataDir {
+		r.log.Warn("removing the leftovers of a stopped agent of this node", "dataDir", prev.DataDir, "pid", prev.PID)
+	}
 	if r.cg, err = cgroups.New(cfg.Cgroups); err != nil {
 		return nil, fmt.Errorf("%w: %w (use --runtime sim on this machine)", ErrUnavailable, err)
 	}
@@ -201,6 +216,7 @@ func (r *Runtime) closeParts() error {
 	if r.net != nil {
 		errs = append(errs, r.net.Close())
 	}
+	r.lockOnce.Do(func() { errs = append(errs, r.nodeLock.Close(), r.dataLock.Close()) })
 	return errors.Join(errs...)
 }
 
@@ -278,30 +294,61 @@ func (r *Runtime) recover(ctx context.Context) error {
 		}
 		r.pods[rec.UID] = p
 	}
-	// Kernel state without a pod record.
+	// Kernel state without a pod record: left by an agent of this node
+	// that died half-way, or whose data directory is gone (its lock is
+	// free, see nodelock.go). No agent can adopt such a pod, so its
+	// processes are killed and everything of it removed. One that cannot be
+	// removed is logged and keeps its address; it never stops the agent
+	// from starting.
 	atts, err := r.net.List(ctx)
 	if err != nil {
 		return agentError(err)
 	}
-	for _, a := range atts {
-		if _, ok := r.pods[a.PodUID]; !ok {
-			r.log.Warn("tear down orphaned pod network", "pod", a.PodUID)
-			if err := r.net.Teardown(ctx, a.PodUID); err != nil {
-				return agentError(err)
-			}
-		}
-	}
-	uids, err := r.cg.ListPods(ctx)
+	cgs, err := r.cg.ListPods(ctx)
 	if err != nil {
 		return err
 	}
-	for _, uid := range uids {
+	orphans := map[string]bool{}
+	for _, a := range atts {
+		orphans[a.PodUID] = true
+	}
+	for _, uid := range cgs {
+		orphans[uid] = true
+	}
+	for _, uid := range slices.Sorted(maps.Keys(orphans)) {
 		if _, ok := r.pods[uid]; !ok {
-			r.log.Warn("remove orphaned pod cgroup", "pod", uid)
-			_ = r.cg.RemovePod(ctx, uid, "")
+			r.log.Warn("remove an orphaned pod", "pod", uid)
+			if err := r.reapOrphan(ctx, uid); err != nil {
+				r.log.Error("orphaned pod left in place", "pod", uid, "err", err)
+			}
 		}
 	}
+	stray, err := r.net.RemoveStrayPorts(ctx, slices.Collect(maps.Keys(r.pods)))
+	if len(stray) > 0 {
+		r.log.Warn("removed stray bridge ports", "links", stray)
+	}
+	if err != nil {
+		r.log.Error("stray bridge ports left in place", "err", err)
+	}
 	return nil
+}
+
+// reapOrphan kills the processes of a pod no agent records (waiting up to
+// StopTimeout) and removes its cgroups and network.
+func (r *Runtime) reapOrphan(ctx context.Context, uid string) error {
+	kctx, cancel := context.WithTimeout(ctx, r.cfg.StopTimeout)
+	defer cancel()
+	var errs []error
+	if err := r.cg.KillPod(kctx, uid, ""); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.cg.RemovePod(ctx, uid, ""); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.net.Teardown(ctx, uid); err != nil {
+		errs = append(errs, agentError(err))
+	}
+	return errors.Join(errs...)
 }
 
 func (r *Runtime) newPod(dir string, rec podRecord) *pod {

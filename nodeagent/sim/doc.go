@@ -21,6 +21,7 @@
 //	sim.podflow.io/post-start: fail     postStart hooks (exec, httpGet) fail: FailedPostStartHook, the container killed
 //	sim.podflow.io/pre-stop: fail       preStop hooks (exec, httpGet) fail: FailedPreStopHook, the stop goes on
 //	sim.podflow.io/sidecar-exit-after: 1s  sidecars (init containers with restartPolicy Always) exit 1 after 1s: restarted
+//	sim.podflow.io/teardown: 3          the first 3 sandbox removals fail ("fail": all of them): FailedKillPod, retried
 //
 // Probe annotations take effect on containers that declare that probe; the
 // kubelet core only runs probes a container declares. Without an annotation

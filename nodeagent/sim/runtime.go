@@ -35,6 +35,10 @@ const (
 	AnnotationPreStop   = "sim.podflow.io/pre-stop"
 	// AnnotationSidecarExitAfter makes sidecars exit 1 after a duration.
 	AnnotationSidecarExitAfter = "sim.podflow.io/sidecar-exit-after"
+	// AnnotationTeardown "N" makes the pod's first N RemovePodSandbox
+	// calls fail (a network namespace that cannot be removed); "fail"
+	// makes every one fail.
+	AnnotationTeardown = "sim.podflow.io/teardown"
 
 	// Fail is the annotation value that injects a failure.
 	Fail = "fail"
@@ -97,6 +101,9 @@ type Runtime struct {
 	closed bool
 	images map[string]string // image -> digest
 	pods   map[string]*simPod
+	// teardowns counts the failed RemovePodSandbox calls per pod UID
+	// (AnnotationTeardown).
+	teardowns map[string]int
 }
 
 var _ nodeagent.Runtime = (*Runtime)(nil)
@@ -238,6 +245,17 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, podUID string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if p, ok := r.pods[podUID]; ok {
+		if v := p.pod.GetMetadata().GetAnnotations()[AnnotationTeardown]; v != "" {
+			n, err := strconv.Atoi(v)
+			if v == Fail || err == nil && r.teardowns[podUID] < n {
+				if r.teardowns == nil {
+					r.teardowns = map[string]int{}
+				}
+				r.teardowns[podUID]++
+				return fmt.Errorf("remove netns %q: device or resource busy: sim: failure injected by %s", "podflow-sim-"+podUID, AnnotationTeardown)
+			}
+			delete(r.teardowns, podUID)
+		}
 		close(p.removed)
 		r.ipam.Release(p.ip)
 		delete(r.pods, podUID)

@@ -19,7 +19,8 @@ import (
 // TestLinuxRuntime runs the seed's pod as a real container through the
 // whole system (`podflow up --runtime linux`): it runs, answers HTTP from
 // the host on its pod IP, its logs are readable, and once podflow stops no
-// network namespace, podflow link, cgroup or mount is left.
+// network namespace, podflow link, cgroup or mount is left — with another
+// tool's `ip netns add` run meanwhile, and a second `podflow up` refused.
 func TestLinuxRuntime(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces and mounts (CI runs as root)")
@@ -31,6 +32,29 @@ func TestLinuxRuntime(t *testing.T) {
 		return p.GetStatus().GetPhase() == "Running" && ready(p)
 	})
 	ip := p.GetStatus().GetPodIp()
+	// Someone else's `ip netns add` while podflow's pods run must not pin
+	// their namespaces (iproute2 covers a plain /run/netns with a mount).
+	other := fmt.Sprintf("pftest-e2e-%d", time.Now().UnixNano())
+	if out, err := exec.Command("ip", "netns", "add", other).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	deleted := false
+	deleteOther := func() {
+		if deleted {
+			return
+		}
+		deleted = true
+		if out, err := exec.Command("ip", "netns", "delete", other).CombinedOutput(); err != nil {
+			t.Errorf("ip netns delete %s: %v\n%s", other, err, out)
+		}
+	}
+	t.Cleanup(deleteOther)
+	// A second podflow on this machine refuses its Linux node at once and
+	// leaves this one's alone.
+	if out, err := exec.Command(binary, "up", "--data-dir", t.TempDir(), "--nats-port", "0", "-q", "--runtime", "linux").CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), `node "linux-node-1" is run by a live agent on this machine`) {
+		t.Errorf("a second podflow up --runtime linux: %v\n%s", err, out)
+	}
 	client := &http.Client{Timeout: 3 * time.Second}
 	var body string
 	eventually(t, 20*time.Second, "an HTTP answer from the pod", func() (bool, string) {
@@ -117,6 +141,7 @@ spec:
 	})
 	c.mustPodflow("delete", "pod", "my-nginx-pod", "--grace-period", "2")
 	c.stop()
+	deleteOther()
 	if after := kernelObjects(t); after != before {
 		t.Fatalf("kernel objects left behind:\nbefore: %s\nafter:  %s", before, after)
 	}

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux"
+	"github.com/podflow/podflow/nodeagent/linux/network"
 	"github.com/podflow/podflow/ops/client"
 	wire "github.com/podflow/podflow/ops/nodewire"
 	"github.com/podflow/podflow/raftstore"
@@ -62,8 +64,10 @@ func podCIDRKey(p netip.Prefix) string {
 }
 
 // allocatePodCIDR returns node's pod CIDR: the one it holds already, the
-// one asked for (if free or its own), or the first free /24 of cluster.
-func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, cluster string) (string, error) {
+// one asked for (if free or its own), or the first free /24 of cluster
+// that overlaps none of local (the pod CIDRs other node agents on this
+// machine serve, perhaps another podflow system's).
+func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, cluster string, local []netip.Prefix) (string, error) {
 	claim := func(p netip.Prefix) (bool, error) {
 		_, err := kv.Create(ctx, podCIDRKey(p), []byte(node))
 		if err == nil {
@@ -111,6 +115,9 @@ func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, clus
 	for i := 1; i < 1<<(24-cl.Bits()); i++ {
 		n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 + uint32(i)<<8
 		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), 0}), 24)
+		if slices.ContainsFunc(local, p.Overlaps) {
+			continue
+		}
 		ok, err := claim(p)
 		if err != nil {
 			return "", fmt.Errorf("claim pod CIDR %s: %w", p, err)
@@ -151,7 +158,11 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	defer sess.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("nodeagent", node)
 
-	podCIDR, err := allocatePodCIDR(ctx, sess.Store.Client(), node, lo.PodCIDR, lo.ClusterCIDR)
+	local, err := network.LocalPodCIDRs(node)
+	if err != nil {
+		return err
+	}
+	podCIDR, err := allocatePodCIDR(ctx, sess.Store.Client(), node, lo.PodCIDR, lo.ClusterCIDR, local)
 	if err != nil {
 		return err
 	}
@@ -179,7 +190,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		log.Info("node decommissioned: no pod, bridge or cgroup of it is left")
 		return nil
 	}
-	log.Info("linux runtime ready", "podCIDR", podCIDR, "dataDir", dataDir, "bridge", rcfg.Network.BridgeName)
+	log.Info("linux runtime ready", "podCIDR", podCIDR, "dataDir", dataDir, "instance", linux.InstanceOf(dataDir), "bridge", rcfg.Network.BridgeName)
 
 	acfg := nodeagent.DefaultConfig(node, podCIDR)
 	acfg.HostIP = lo.HostIP

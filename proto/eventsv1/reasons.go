@@ -28,6 +28,7 @@ const (
 	ReasonErrImageNeverPull      = "ErrImageNeverPull"
 	ReasonFailedMount            = "FailedMount"
 	ReasonFailedCreatePodSandBox = "FailedCreatePodSandBox"
+	ReasonFailedKillPod          = "FailedKillPod" // the sandbox could not be torn down; retried
 	ReasonContainerCreating      = "ContainerCreating"
 	ReasonPodInitializing        = "PodInitializing"
 	ReasonCreated                = "Created"

@@ -20,6 +20,7 @@
 //     Container.CgroupFD on v2, or Container.Add from a shim that waits).
 //  3. Kill a pod's processes before RemovePod and a container's before
 //     Container.Delete: both fail with ErrBusy while a process remains.
+//     KillPod does it for a pod no runtime can stop (an orphan).
 //  4. Give a restarted container a fresh cgroup (Delete, EnsureContainer),
 //     so OOMKilled speaks of the current instance.
 //

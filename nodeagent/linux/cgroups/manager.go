@@ -335,6 +335,16 @@ func (m *Manager) handle(p string) *container {
 // It kills nothing: it fails with ErrBusy when a process remains (the
 // runtime kills first). qos "" looks in every QoS class. Idempotent.
 func (m *Manager) RemovePod(ctx context.Context, podUID, qos string) error {
+	dirs, err := m.podDirs(podUID, qos)
+	if err != nil {
+		return err
+	}
+	return removeTrees(ctx, dirs)
+}
+
+// podDirs returns the pod's cgroup directory in every hierarchy (in every
+// QoS class for qos "").
+func (m *Manager) podDirs(podUID, qos string) ([]string, error) {
 	classes := []string{qos}
 	if qos == "" {
 		classes = []string{podrules.QOSGuaranteed, podrules.QOSBurstable, podrules.QOSBestEffort}
@@ -343,11 +353,49 @@ func (m *Manager) RemovePod(ctx context.Context, podUID, qos string) error {
 	for _, q := range classes {
 		p, err := m.PodPath(podUID, q)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		dirs = append(dirs, m.dirs(p)...)
 	}
-	return removeTrees(ctx, dirs)
+	return dirs, nil
+}
+
+// KillPod sends SIGKILL to every process in the pod's cgroups and their
+// children (every QoS class for qos "") and waits until none is left or
+// ctx ends: for an orphaned pod, one that no agent records and so none
+// can adopt. Idempotent; a pod without cgroups has nothing to kill.
+func (m *Manager) KillPod(ctx context.Context, podUID, qos string) error {
+	roots, err := m.podDirs(podUID, qos)
+	if err != nil {
+		return err
+	}
+	for {
+		alive := 0
+		for _, root := range roots {
+			_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+				if err != nil || !d.IsDir() {
+					return nil
+				}
+				procs, _ := readFields(filepath.Join(p, "cgroup.procs"))
+				for _, f := range procs {
+					if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+						if unix.Kill(pid, unix.SIGKILL) == nil {
+							alive++
+						}
+					}
+				}
+				return nil
+			})
+		}
+		if alive == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cgroups: kill the processes of pod %q: %w", podUID, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // ListPods returns the UIDs of the pods that have a cgroup, sorted.

@@ -31,6 +31,13 @@ var (
 	// not served by another podflow bridge on this machine: podflow never
 	// routes pod traffic off the machine.
 	ErrPeerNotLocal = errors.New("network: peer CIDR is not on a local podflow bridge")
+	// ErrCIDRInUse is returned by EnsureBridge for a pod CIDR that
+	// overlaps the subnet of another podflow bridge on the machine.
+	ErrCIDRInUse = errors.New("network: pod CIDR in use on this machine")
+	// ErrNetnsBusy is returned by Teardown for a namespace file that stays
+	// mounted underneath a mount covering NetnsDir (one made before podflow
+	// gave NetnsDir its shared layout): it cannot be unmounted by path.
+	ErrNetnsBusy = errors.New("network: netns file is pinned by a covering mount")
 )
 
 // Config configures a Manager (one per node agent).

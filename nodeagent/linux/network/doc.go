@@ -11,6 +11,16 @@
 // created atomically), so they survive agent restarts and are never handed
 // out twice.
 //
+// Namespaces under /run/netns get the layout `ip netns add` and CNI make:
+// before creating one, the Manager makes /run/netns a shared mount point
+// of its own (bind-mounting it onto itself when it is a plain directory,
+// and moving the namespaces already mounted there into the new mount), so
+// that an `ip netns add` by anyone never covers podflow's namespaces.
+// Teardown detaches every mount stacked on a namespace file (MNT_DETACH)
+// before removing it; a file pinned underneath a covering mount made
+// before that layout is ErrNetnsBusy. EnsureBridge refuses a pod CIDR that
+// another podflow bridge on the machine serves (ErrCIDRInUse).
+//
 // Pod-to-pod traffic between two node agents on one machine goes through the
 // host: each bridge has IPv4 forwarding enabled on that interface only
 // (net.ipv4.conf.<bridge>.forwarding=1; global sysctls are untouched). Any
@@ -32,8 +42,11 @@
 //  3. Drive one pod from one goroutine at a time; different pods may be set
 //     up concurrently.
 //  4. At start, List and Teardown what the store no longer knows: the
-//     kernel and the disk outlive the agent.
-//  5. Close the Manager; RemoveBridge only when the node goes away.
+//     kernel and the disk outlive the agent. Run one Manager per node name
+//     on the machine (the node agent holds a lock for it): names derive
+//     from the node, and List finds every pod of the node's bridge.
+//  5. Close the Manager; when the node goes away, Teardown every pod,
+//     RemoveStrayPorts, then RemoveBridge (a bridge's ports outlive it).
 //  6. Call New from the host network namespace; never leave a thread of
 //     the process in a pod's namespace (run code there with
 //     networktest.Do's pattern: lock, enter, leave, unlock; a thread that

@@ -120,20 +120,7 @@ func requireBridgeGone(t testing.TB, m *Manager) {
 	}
 }
 
-func mountedAt(t testing.TB, path string) bool {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if fields := strings.Fields(s.Text()); len(fields) > 4 && fields[4] == path {
-			return true
-		}
-	}
-	return false
-}
+func mountedAt(t testing.TB, path string) bool { return countMounts(t, path) > 0 }
 
 func readSysctl(t testing.TB, key string) string {
 	b, err := os.ReadFile(filepath.Join("/proc/sys/net/ipv4/conf", key, "forwarding"))

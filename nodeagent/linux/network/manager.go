@@ -164,6 +164,9 @@ func (m *Manager) EnsureBridge(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.checkCIDRFree(); err != nil {
+		return sandboxErr(err, "bridge %q", m.cfg.BridgeName)
+	}
 	br, err := m.ensureBridgeLink()
 	if err != nil {
 		return sandboxErr(err, "bridge %q", m.cfg.BridgeName)
@@ -192,6 +195,82 @@ func (m *Manager) EnsureBridge(ctx context.Context) error {
 		return sandboxErr(err, "routing of bridge %q", m.cfg.BridgeName)
 	}
 	return m.checkPorts(br)
+}
+
+// checkCIDRFree refuses a pod CIDR that overlaps one another podflow
+// bridge on this machine serves (another node agent, perhaps of another
+// podflow system): two bridges routing one subnet break both.
+func (m *Manager) checkCIDRFree() error {
+	return m.eachPeerAddr(func(l netlink.Link, _ netip.Addr, subnet netip.Prefix) error {
+		if subnet.Overlaps(m.subnet) {
+			return fmt.Errorf("%w: pod CIDR %s overlaps %s of bridge %q (node %q) on this machine",
+				ErrCIDRInUse, m.subnet, subnet, l.Attrs().Name, strings.TrimPrefix(l.Attrs().Alias, aliasPrefix))
+		}
+		return nil
+	})
+}
+
+// errFound stops eachPeerAddr early without an error.
+var errFound = errors.New("found")
+
+// eachPeerAddr calls eachBridgeAddr for the bridges other than ours.
+func (m *Manager) eachPeerAddr(fn func(l netlink.Link, ip netip.Addr, subnet netip.Prefix) error) error {
+	return eachBridgeAddr(m.host, m.cfg.BridgeName, fn)
+}
+
+// eachBridgeAddr calls fn with each IPv4 address (and its subnet) of every
+// podflow bridge (alias "podflow:...") that h sees, except the one named
+// except, until fn returns an error, which it returns (errFound as nil).
+func eachBridgeAddr(h *netlink.Handle, except string, fn func(l netlink.Link, ip netip.Addr, subnet netip.Prefix) error) error {
+	links, err := listRetry(h.LinkList)
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	for _, l := range links {
+		if _, ok := l.(*netlink.Bridge); !ok || l.Attrs().Name == except || !strings.HasPrefix(l.Attrs().Alias, aliasPrefix) {
+			continue
+		}
+		addrs, err := listRetry(func() ([]netlink.Addr, error) { return h.AddrList(l, netlink.FAMILY_V4) })
+		if err != nil {
+			return fmt.Errorf("addresses of %q: %w", l.Attrs().Name, err)
+		}
+		for _, a := range addrs {
+			ip, ok := netip.AddrFromSlice(a.IP.To4())
+			if !ok {
+				continue
+			}
+			ones, _ := a.Mask.Size()
+			if err := fn(l, ip, netip.PrefixFrom(ip, ones).Masked()); err != nil {
+				if errors.Is(err, errFound) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// LocalPodCIDRs returns the subnets that the podflow bridges of the
+// calling thread's network namespace (the host's) serve, except node's
+// own bridge (BridgeNameFor(node)): the pod CIDRs other node agents on
+// this machine use, whichever podflow system they belong to. A pod CIDR
+// allocator skips them, as EnsureBridge would refuse them (ErrCIDRInUse).
+func LocalPodCIDRs(node string) ([]netip.Prefix, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("network: netlink handle: %w", err)
+	}
+	defer h.Close()
+	var out []netip.Prefix
+	err = eachBridgeAddr(h, BridgeNameFor(node), func(_ netlink.Link, _ netip.Addr, subnet netip.Prefix) error {
+		out = append(out, subnet)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	return out, nil
 }
 
 // checkPorts refuses a bridge that has anything but veths as ports: a real
@@ -372,31 +451,21 @@ func (m *Manager) AddPeerRoute(ctx context.Context, peerCIDR, via string) error 
 // than ours that carries via, or whose subnet contains peer, and checks
 // that peer lies in that subnet.
 func (m *Manager) peerBridge(peer netip.Prefix, via netip.Addr) (netlink.Link, error) {
-	links, err := listRetry(m.host.LinkList)
+	var found netlink.Link
+	err := m.eachPeerAddr(func(l netlink.Link, ip netip.Addr, subnet netip.Prefix) error {
+		if (!via.IsValid() || via == ip) && subnet.Contains(peer.Addr()) && peer.Bits() >= subnet.Bits() {
+			found = l
+			return errFound
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("network: list links: %w", err)
+		return nil, fmt.Errorf("network: %w", err)
 	}
-	for _, l := range links {
-		if _, ok := l.(*netlink.Bridge); !ok || l.Attrs().Name == m.cfg.BridgeName || !strings.HasPrefix(l.Attrs().Alias, aliasPrefix) {
-			continue
-		}
-		addrs, err := listRetry(func() ([]netlink.Addr, error) { return m.host.AddrList(l, netlink.FAMILY_V4) })
-		if err != nil {
-			return nil, fmt.Errorf("network: addresses of %q: %w", l.Attrs().Name, err)
-		}
-		for _, a := range addrs {
-			ip, ok := netip.AddrFromSlice(a.IP.To4())
-			if !ok {
-				continue
-			}
-			ones, _ := a.Mask.Size()
-			subnet := netip.PrefixFrom(ip, ones).Masked()
-			if (!via.IsValid() || via == ip) && subnet.Contains(peer.Addr()) && peer.Bits() >= subnet.Bits() {
-				return l, nil
-			}
-		}
+	if found == nil {
+		return nil, fmt.Errorf("%w: %s via %q", ErrPeerNotLocal, peer, via)
 	}
-	return nil, fmt.Errorf("%w: %s via %q", ErrPeerNotLocal, peer, via)
+	return found, nil
 }
 
 // listRetry retries a netlink dump the kernel interrupted.
@@ -614,6 +683,42 @@ func (m *Manager) Teardown(ctx context.Context, podUID string) error {
 		return err
 	}
 	return nil
+}
+
+// RemoveStrayPorts deletes every veth port of the bridge that is the host
+// end of none of keep's pods (left by a pod whose namespace is gone from
+// NetnsDir but still held by a process), and returns their names. A
+// bridge's ports survive its deletion, so Decommission calls it with no
+// pod before RemoveBridge. Absent bridge: nothing to do.
+func (m *Manager) RemoveStrayPorts(ctx context.Context, keep []string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	br, err := m.host.LinkByName(m.cfg.BridgeName)
+	if err != nil {
+		return nil, nil
+	}
+	known := map[string]bool{}
+	for _, uid := range keep {
+		known[m.HostVethName(uid)] = true
+	}
+	links, err := listRetry(m.host.LinkList)
+	if err != nil {
+		return nil, fmt.Errorf("network: list links: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, l := range links {
+		if _, ok := l.(*netlink.Veth); !ok || l.Attrs().MasterIndex != br.Attrs().Index || known[l.Attrs().Name] {
+			continue
+		}
+		if err := m.host.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+			errs = append(errs, fmt.Errorf("network: delete stray port %q: %w", l.Attrs().Name, err))
+			continue
+		}
+		removed = append(removed, l.Attrs().Name)
+	}
+	return removed, errors.Join(errs...)
 }
 
 // List returns the attachments of this node's pods, for recovery after an

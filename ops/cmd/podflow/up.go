@@ -119,7 +119,12 @@ func (o *upOptions) resolveRuntime(out io.Writer) error {
 		return fmt.Errorf("--runtime %q: want sim, linux or auto", o.runtime)
 	}
 	if o.runtime == plan.RuntimeLinux {
-		return linux.Check()
+		if err := linux.Check(); err != nil {
+			return err
+		}
+		// Another podflow system's node (make run, a second clone) is
+		// never torn down by this one: refuse before starting anything.
+		return linux.NodeInUse(linux.DefaultLockDir, plan.LinuxNode)
 	}
 	return nil
 }

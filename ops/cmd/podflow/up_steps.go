@@ -274,19 +274,37 @@ func (u *up) startNodes(ctx context.Context) error {
 		}
 		u.logf("up: OCI registry at %s with podflow's images", registry)
 		args := append(u.plan.NodeAgentArgs(registry), "--decommission")
-		u.decommission = func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if b, err := exec.CommandContext(dctx, u.plan.Options.Exe, args...).CombinedOutput(); err != nil {
-				fmt.Fprintf(u.out, "up: decommission %s: %v\n%s", plan.LinuxNode, err, b)
-			}
-		}
+		u.decommission = func() { u.decommissionNode(args) }
 	}
 	if err := u.startStep(ctx, plan.NodeAgent, ""); err != nil {
 		return err
 	}
 	u.metrics = u.plan.Metrics()
 	return writeMetricsFile(u.layout.Metrics(), u.metrics)
+}
+
+// decommissionNode runs the Linux node's decommissioning (args) once its
+// agent has exited, until it succeeds or two minutes pass: it succeeds
+// only once the kernel holds nothing of the node (no pod namespace, veth,
+// cgroup, bridge), so `up` never returns from a stop with those left.
+func (u *up) decommissionNode(args []string) {
+	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for try, wait := 1, 500*time.Millisecond; ; try, wait = try+1, min(2*wait, 10*time.Second) {
+		b, err := exec.CommandContext(dctx, u.plan.Options.Exe, args...).CombinedOutput()
+		if err == nil {
+			return
+		}
+		if try == 1 {
+			fmt.Fprintf(u.out, "up: decommission %s failed, retrying for up to 2m: %v\n%s", plan.LinuxNode, err, b)
+		}
+		select {
+		case <-dctx.Done():
+			fmt.Fprintf(u.out, "up: decommission %s: %v\n%s", plan.LinuxNode, err, b)
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // startRegistry runs `podflow registry` on loopback and pushes podflow's
