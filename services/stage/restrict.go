@@ -27,7 +27,8 @@ const (
 )
 
 // Refusal is a stage's refusal of an event it will never apply. Refuse
-// wraps it in bus.Permanent, so the runner dead-letters the event.
+// wraps it in bus.Forbidden, so the runner dead-letters the event with
+// bus.CodeForbidden.
 type Refusal struct {
 	Reason  string // one of the Refused* codes
 	Message string
@@ -46,7 +47,7 @@ func RefusalReason(err error) string {
 }
 
 // Refuse logs a refusal of d's event on log (nil: slog.Default) and
-// returns it as a permanent error.
+// returns it as a bus.Forbidden (permanent) error.
 func Refuse(log *slog.Logger, d *bus.Delivery, reason, format string, args ...any) error {
 	r := &Refusal{Reason: reason, Message: fmt.Sprintf(format, args...)}
 	if log == nil {
@@ -55,7 +56,7 @@ func Refuse(log *slog.Logger, d *bus.Delivery, reason, format string, args ...an
 	env := d.Envelope
 	log.Warn("refused event", "reason", reason, "type", env.Type(), "id", env.GetId(),
 		"subject", d.Subject, "node", env.GetNodeName(), "pod", env.GetNamespace()+"/"+env.GetPodName(), "msg", r.Message)
-	return bus.Permanent(r)
+	return bus.Forbidden(r)
 }
 
 // CheckSubject refuses (RefusedSubjectMismatch) an event whose envelope
