@@ -465,6 +465,10 @@ func (n *Node) handleWrite(m *nats.Msg) {
 			}
 		}
 	}
+	if err := n.checkCompares(m.Subject, &cmd); err != nil {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
+		return
+	}
 	f := n.raft.Apply(m.Data, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(applyError(err))})
@@ -589,8 +593,13 @@ func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
 			return
 		}
 	}
+	keep := n.keeper(m.Subject)
 	if !req.Prefix {
-		kv, rev := n.fsm.get(req.Key)
+		kv, rev, ok := n.fsm.getKept(req.Key, keep)
+		if !ok {
+			n.respond(m, &storev1.ReadResponse{Error: toWire(n.refuseRead(m.Subject, req.Key))})
+			return
+		}
 		if kv == nil {
 			n.respond(m, &storev1.ReadResponse{Revision: rev, Error: toWire(&Error{Code: storev1.Code_CODE_NOT_FOUND, Message: ErrNotFound.Message, Key: req.Key})})
 			return
@@ -598,7 +607,7 @@ func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
 		n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: []*storev1.KeyValue{kv}})
 		return
 	}
-	kvs, rev, more := n.fsm.list(req.Key, req.ContinueAfter, int(req.Limit))
+	kvs, rev, more := n.fsm.listKept(req.Key, req.ContinueAfter, int(req.Limit), keep)
 	n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: kvs, More: more})
 }
 
