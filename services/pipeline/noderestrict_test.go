@@ -21,6 +21,32 @@ import (
 	"github.com/podflow/podflow/services/status"
 )
 
+// stageEnv connects as name with name's stage role and returns the Env of
+// a replica of it over an in-memory store.
+func stageEnv(t *testing.T, srv *bus.Embedded, name, replica string) (*bus.Conn, stage.Env) {
+	t.Helper()
+	conn := bustest.ConnectAs(t, srv, pipeline.StageRole(name), replica)
+	return conn, stage.NewEnv(conn, objects.FromKV(objectstest.New()), name, replica, slog.New(slog.DiscardHandler))
+}
+
+// runStage runs h as env's stage replica on conn until the test ends.
+func runStage(t *testing.T, conn *bus.Conn, env stage.Env, h stage.Handler) {
+	t.Helper()
+	rc, err := pipeline.RunnerConfig(env.Stage, env.Replica)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- stage.Run(ctx, conn, env, h, stage.Config{Runner: rc}) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("stage %s: %v", env.Stage, err)
+		}
+	})
+}
+
 // TestNodeRestrictionOnTheBus: node n1, connected with its own identity
 // and publishing only on subjects the bus allows it, tries to change n2's
 // pod (a status report moving its IP), delete it, delete its own pod that
@@ -32,8 +58,7 @@ func TestNodeRestrictionOnTheBus(t *testing.T) {
 	srv, admin := lockedDown(t)
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
-	conn := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.Status), "status-1")
-	env := stage.NewEnv(conn, objects.FromKV(objectstest.New()), pipeline.Status, "status-1", slog.New(slog.DiscardHandler))
+	conn, env := stageEnv(t, srv, pipeline.Status, "status-1")
 	for _, p := range []struct{ name, node string }{{"mine", "n1"}, {"theirs", "n2"}} {
 		pod := &corev1.Pod{
 			Metadata: &corev1.ObjectMeta{Name: p.name, Namespace: "default", Uid: "uid-" + p.name},
@@ -48,19 +73,7 @@ func TestNodeRestrictionOnTheBus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := pipeline.RunnerConfig(pipeline.Status, "status-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- stage.Run(rctx, conn, env, st, stage.Config{Runner: rc}) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("status stage: %v", err)
-		}
-	}()
+	runStage(t, conn, env, st)
 
 	n1 := bustest.ConnectAs(t, srv, pipeline.NodeRole("n1"), "n1")
 	ev := func(pod string, deleted bool, seq int64) *eventsv1.Envelope {

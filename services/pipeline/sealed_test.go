@@ -3,7 +3,6 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,11 +15,8 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/services/api"
-	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/objects/objectstest"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/sealed"
-	"github.com/podflow/podflow/services/stage"
 )
 
 // TestNoTokenInTheStream: a client creates a pod through the api front
@@ -43,27 +39,14 @@ func TestNoTokenInTheStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.API), "api-1")
-	env := stage.NewEnv(conn, objects.FromKV(objectstest.New()), pipeline.API, "api-1", slog.New(slog.DiscardHandler))
+	conn, env := stageEnv(t, srv, pipeline.API, "api-1")
 	cfg := api.DefaultConfig()
 	cfg.TokenFile, cfg.SealKey = tokens, key
 	st, err := api.New(env, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := pipeline.RunnerConfig(pipeline.API, "api-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- stage.Run(rctx, conn, env, st, stage.Config{Runner: rc}) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("api stage: %v", err)
-		}
-	}()
+	runStage(t, conn, env, st)
 
 	admin := bustest.Connect(t, srv, "admin-reader")
 	cons, err := admin.JetStream().Consumer(ctx, bus.EventsStream, pipeline.API)
