@@ -125,6 +125,11 @@ func TestErrorCodes(t *testing.T) {
 	if IsPermanent(cause) || Permanent(nil) != nil {
 		t.Fatal("plain error is permanent or Permanent(nil) is not nil")
 	}
+	// A refusal is permanent too, with its own code.
+	f := Forbidden(cause)
+	if !IsPermanent(f) || !errors.Is(f, ErrForbidden) || errors.Is(f, ErrPermanent) || !errors.Is(f, cause) || Forbidden(nil) != nil {
+		t.Fatalf("Forbidden error %v not recognised", f)
+	}
 	// Codes decoded from the wire match the sentinels.
 	wire := &Error{Code: CodeMaxDeliver, Message: "anything"}
 	if !errors.Is(wire, ErrMaxDeliver) || errors.Is(wire, ErrDecode) {
@@ -133,7 +138,7 @@ func TestErrorCodes(t *testing.T) {
 	for _, tt := range []struct {
 		err  error
 		want string
-	}{{nil, ""}, {cause, CodeTransient}, {p, CodePermanent}, {fmt.Errorf("x: %w", ErrStreamUnavailable), CodeStreamUnavailable}} {
+	}{{nil, ""}, {cause, CodeTransient}, {p, CodePermanent}, {fmt.Errorf("x: %w", ErrStreamUnavailable), CodeStreamUnavailable}, {Forbidden(cause), CodeForbidden}} {
 		if got := CodeOf(tt.err); got != tt.want {
 			t.Errorf("CodeOf(%v) = %q, want %q", tt.err, got, tt.want)
 		}

@@ -30,6 +30,9 @@ const (
 	// CodeMessageTooLarge: the message is larger than the stream's
 	// MaxMsgSize or the server's max payload.
 	CodeMessageTooLarge = "MessageTooLarge"
+	// CodeForbidden: the handler refused the event: its publisher may not
+	// say what it says (see Forbidden). Never retried.
+	CodeForbidden = "Forbidden"
 )
 
 // Error is a bus error with a stable code. Two Errors match under
@@ -79,6 +82,8 @@ var (
 	// ErrMessageTooLarge: the message exceeds the stream's MaxMsgSize or the
 	// server's max payload; nothing was stored, not worth retrying.
 	ErrMessageTooLarge = &Error{Code: CodeMessageTooLarge}
+	// ErrForbidden: a handler refused an event (see Forbidden).
+	ErrForbidden = &Error{Code: CodeForbidden}
 
 	// ErrRunnerStarted: Run was called on a Runner that already ran.
 	ErrRunnerStarted = errors.New("bus: runner already started")
@@ -94,9 +99,20 @@ func Permanent(err error) error {
 	return &Error{Code: CodePermanent, Message: err.Error(), err: err}
 }
 
+// Forbidden wraps err, a handler's refusal of an event its publisher had
+// no authority to send (a node speaking for another node's pod), so that
+// the runner dead-letters it with CodeForbidden instead of retrying it.
+// Forbidden(nil) is nil.
+func Forbidden(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Code: CodeForbidden, Message: err.Error(), err: err}
+}
+
 // IsPermanent reports whether err (or anything it wraps) was marked
-// with Permanent.
-func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
+// with Permanent or Forbidden.
+func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) || errors.Is(err, ErrForbidden) }
 
 // CodeOf returns the code of the first *Error in err's chain, or
 // CodeTransient for any other non-nil error, or "" for nil.

@@ -496,7 +496,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 		r.observe(ob, msg)
 	case IsPermanent(err):
-		r.deadLetter(ctx, msg, d, env, CodePermanent, err, &ob)
+		r.deadLetter(ctx, msg, d, env, CodeOf(err), err, &ob) // Permanent or Forbidden
 	case d.NumDelivered >= uint64(r.cfg.MaxDeliver):
 		r.deadLetter(ctx, msg, d, env, CodeMaxDeliver, err, &ob)
 	default:

@@ -133,6 +133,14 @@ type Config struct {
 	// (prefix true). A refused read or watch gets CODE_FORBIDDEN. Unnamed
 	// reads are not checked. Nil: every read is allowed.
 	ReadACL func(user, key string, prefix bool) bool
+	// ReadFilter, when set, decides each key a named reader would be shown
+	// once ReadACL allowed the request, with its value (nil: not stored)
+	// and the replica's State at the read: a get or a transaction compare
+	// of a key it refuses gets CODE_FORBIDDEN; lists and watches leave the
+	// key out (a limited list fills its page with keys it allows). It runs
+	// under the replica's read lock: it must be quick and must not call the
+	// store. Nil: ReadACL alone decides.
+	ReadFilter func(user, key string, value []byte, st State) bool
 
 	// LogOutput receives raft's log (default os.Stderr; io.Discard to mute).
 	LogOutput io.Writer

@@ -257,6 +257,11 @@ func (f *fsm) get(key string) (*storev1.KeyValue, int64) {
 // list returns up to limit (0: all) keys with prefix, sorted, starting after
 // the key after (if not empty), the revision, and whether more remain.
 func (f *fsm) list(prefix, after string, limit int) ([]*storev1.KeyValue, int64, bool) {
+	return f.listKept(prefix, after, limit, nil)
+}
+
+// listKept is list of the keys keep (nil: all) allows.
+func (f *fsm) listKept(prefix, after string, limit int, keep keepFunc) ([]*storev1.KeyValue, int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	start := prefix
@@ -269,11 +274,15 @@ func (f *fsm) list(prefix, after string, limit int) ([]*storev1.KeyValue, int64,
 		if !strings.HasPrefix(k, prefix) {
 			return false
 		}
+		kv := f.kvs[k]
+		if keep != nil && !keep(k, kv.Value, view{f}) {
+			return true
+		}
 		if limit > 0 && len(out) == limit {
 			more = true
 			return false
 		}
-		out = append(out, f.kvs[k])
+		out = append(out, kv)
 		return true
 	})
 	return out, f.rev, more
@@ -291,6 +300,11 @@ func (f *fsm) revisions() (rev, compactRev int64) {
 // closed at the next change. It fails with ErrGone when from is older than
 // the compacted revision. A batch never splits a revision's events.
 func (f *fsm) eventsAfter(prefix string, from int64, max, maxBytes int) ([]*storev1.Event, int64, <-chan struct{}, error) {
+	return f.eventsAfterKept(prefix, from, max, maxBytes, nil)
+}
+
+// eventsAfterKept is eventsAfter of the keys keep (nil: all) allows.
+func (f *fsm) eventsAfterKept(prefix string, from int64, max, maxBytes int, keep keepFunc) ([]*storev1.Event, int64, <-chan struct{}, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if from < f.compactRev {
@@ -305,7 +319,7 @@ func (f *fsm) eventsAfter(prefix string, from int64, max, maxBytes int) ([]*stor
 			covered = out[len(out)-1].Revision
 			break
 		}
-		if strings.HasPrefix(e.Kv.Key, prefix) {
+		if strings.HasPrefix(e.Kv.Key, prefix) && (keep == nil || keep(e.Kv.Key, e.Kv.Value, view{f})) {
 			out = append(out, e)
 			size += len(e.Kv.Key) + len(e.Kv.Value) + 32
 		}

@@ -474,6 +474,10 @@ func (n *Node) handleWrite(m *nats.Msg) {
 			}
 		}
 	}
+	if err := n.checkCompares(m.Subject, &cmd); err != nil {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
+		return
+	}
 	if err := n.checkQuota(&cmd, len(m.Data)); err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
@@ -633,8 +637,13 @@ func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
 			return
 		}
 	}
+	keep := n.keeper(m.Subject)
 	if !req.Prefix {
-		kv, rev := n.fsm.get(req.Key)
+		kv, rev, ok := n.fsm.getKept(req.Key, keep)
+		if !ok {
+			n.respond(m, &storev1.ReadResponse{Error: toWire(n.refuseRead(m.Subject, req.Key))})
+			return
+		}
 		if kv == nil {
 			n.respond(m, &storev1.ReadResponse{Revision: rev, Error: toWire(&Error{Code: storev1.Code_CODE_NOT_FOUND, Message: ErrNotFound.Message, Key: req.Key})})
 			return
@@ -642,7 +651,7 @@ func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
 		n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: []*storev1.KeyValue{kv}})
 		return
 	}
-	kvs, rev, more := n.fsm.list(req.Key, req.ContinueAfter, int(req.Limit))
+	kvs, rev, more := n.fsm.listKept(req.Key, req.ContinueAfter, int(req.Limit), keep)
 	n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: kvs, More: more})
 }
 

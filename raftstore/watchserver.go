@@ -32,7 +32,7 @@ func (n *Node) handleWatch(m *nats.Msg) {
 		return
 	}
 	n.respond(m, &storev1.WatchResponse{Replica: n.cfg.ID, CompactRevision: compact})
-	n.goFunc(func() { n.streamWatch(&req) })
+	n.goFunc(func() { n.streamWatch(m.Subject, &req) })
 }
 
 // streamWatch publishes every change under req.Prefix after
@@ -40,7 +40,7 @@ func (n *Node) handleWatch(m *nats.Msg) {
 // from 1. Idle streams get heartbeats as requests; the stream ends when the
 // client stops answering them, on an error (sent as the last message) or on
 // shutdown (sent as Unavailable so the client resumes elsewhere at once).
-func (n *Node) streamWatch(req *storev1.WatchRequest) {
+func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 	nc := n.cfg.Conn
 	var seq uint64
 	send := func(msg *storev1.WatchMessage) bool {
@@ -55,11 +55,12 @@ func (n *Node) streamWatch(req *storev1.WatchRequest) {
 	hb := time.NewTicker(n.cfg.WatchHeartbeat)
 	defer hb.Stop()
 	cursor, missed := req.FromRevision, 0
+	keep := n.keeper(subject)
 	for {
 		if n.ctx.Err() != nil {
 			return
 		}
-		events, covered, changed, err := n.fsm.eventsAfter(req.Prefix, cursor, n.cfg.WatchBatch, maxWatchBytes)
+		events, covered, changed, err := n.fsm.eventsAfterKept(req.Prefix, cursor, n.cfg.WatchBatch, maxWatchBytes, keep)
 		if err != nil {
 			send(&storev1.WatchMessage{Error: toWire(err)})
 			return

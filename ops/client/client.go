@@ -10,6 +10,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/sealed"
 )
 
 // ConfigEnv names the client configuration when no path is given.
@@ -29,6 +30,10 @@ type Config struct {
 	Token string `json:"token"`
 	// DataDir is the data directory of the `podflow up` that wrote it.
 	DataDir string `json:"dataDir"`
+	// SealKey is the api stage's public key (hex, services/sealed): a
+	// bearer token published on the bus is sealed to it (BusToken), so
+	// the event stream never holds one in clear.
+	SealKey string `json:"sealKey,omitempty"`
 }
 
 // Candidates are the files LoadConfig tries, in order, for path.
@@ -105,6 +110,24 @@ func (s *Session) Token(override string) string {
 		return override
 	}
 	return s.Config.Token
+}
+
+// BusToken returns token sealed to the configuration's SealKey, for a
+// PodRequested published on the bus; token itself without a SealKey.
+func (s *Session) BusToken(token string) (string, error) {
+	return s.Config.BusToken(token)
+}
+
+// BusToken is Session.BusToken.
+func (c Config) BusToken(token string) (string, error) {
+	if c.SealKey == "" {
+		return token, nil
+	}
+	pub, err := sealed.ParsePublicKey(c.SealKey)
+	if err != nil {
+		return "", err
+	}
+	return sealed.Seal(pub, token)
 }
 
 // Open loads the configuration at path (see LoadConfig) and connects.

@@ -30,6 +30,16 @@ func (l Layout) RoleConfig(role string) string {
 	return filepath.Join(l.Dir, "nats", "roles", role+".json")
 }
 
+// SealKey is the api stage's key pair for sealed bearer tokens (its
+// public half is in every client configuration).
+func (l Layout) SealKey() string { return filepath.Join(l.Dir, "api-seal.key") }
+
+// ProcessConfig is the client configuration of a process up runs as
+// role: its own bus credentials, no bearer token.
+func (l Layout) ProcessConfig(role string) string {
+	return filepath.Join(l.Dir, "config", role+".json")
+}
+
 // Tokens is the api stage's static token file (the admin's token).
 func (l Layout) Tokens() string { return filepath.Join(l.Dir, "tokens.csv") }
 

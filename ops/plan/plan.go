@@ -294,10 +294,10 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 		return Process{}, err
 	}
 	name := fmt.Sprintf("%s-%d", stage, i)
-	args := []string{"stage", stage, "--replica", name, "--config", p.Layout.ClientConfig(), "--metrics-addr", addr}
+	args := []string{"stage", stage, "--replica", name, "--config", p.Layout.ProcessConfig(pipeline.StageRole(stage)), "--metrics-addr", addr}
 	switch stage {
 	case pipeline.API:
-		args = append(args, "--token-file", p.Layout.Tokens())
+		args = append(args, "--token-file", p.Layout.Tokens(), "--seal-key", p.Layout.SealKey())
 		args = append(args, p.Options.APIArgs...)
 	case pipeline.Status:
 		args = append(args, "--node-monitor-grace-period", p.Options.NodeGrace.String())
@@ -311,10 +311,10 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 // address: the Linux node's are also those of its decommissioning.
 func (p *Plan) NodeAgentArgs(registry string) []string {
 	if p.Options.Runtime == RuntimeLinux {
-		return []string{"nodeagent", "--runtime", "linux", "--node", LinuxNode, "--config", p.Layout.ClientConfig(),
+		return []string{"nodeagent", "--runtime", "linux", "--node", LinuxNode, "--config", p.Layout.ProcessConfig(p.NodeRole.Role),
 			"--data-dir", p.Layout.Sub("nodes", LinuxNode), "--registry", registry}
 	}
-	return []string{"nodeagent", "--runtime", "sim", "--name", "sim", "--nodes", strconv.Itoa(p.Options.Nodes), "--config", p.Layout.ClientConfig()}
+	return []string{"nodeagent", "--runtime", "sim", "--name", "sim", "--nodes", strconv.Itoa(p.Options.Nodes), "--config", p.Layout.ProcessConfig(p.NodeRole.Role)}
 }
 
 func (p *Plan) nodeAgent(registry string) (Process, error) {

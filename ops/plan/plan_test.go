@@ -123,16 +123,16 @@ func TestProcessArgs(t *testing.T) {
 		{"store-2", "store", "store run --id store-2 --data-dir /d/store-2 --raft-addr 127.0.0.1:7002 --bootstrap store-1=127.0.0.1:7001,store-2=127.0.0.1:7002,store-3=127.0.0.1:7003",
 			[]string{"PODFLOW_NATS_URL=nats://127.0.0.1:4222", "PODFLOW_NATS_USER=store", "PODFLOW_NATS_PASSWORD=pw"},
 			plan.Check{Kind: plan.CheckStore, Timeout: 60 * time.Second}},
-		{"api-1", "stage/api", "stage api --replica api-1 --config /d/config.json --metrics-addr 127.0.0.1:9001 --token-file /d/tokens.csv --https-addr 127.0.0.1:6443",
+		{"api-1", "stage/api", "stage api --replica api-1 --config /d/config/stage-api.json --metrics-addr 127.0.0.1:9001 --token-file /d/tokens.csv --seal-key /d/api-seal.key --https-addr 127.0.0.1:6443",
 			[]string{"PODFLOW_NATS_CONFIG=/d/nats/roles/stage-api.json"},
 			plan.Check{Kind: plan.CheckConsumer, Consumer: "api", Timeout: 60 * time.Second}},
-		{"admission-2", "stage/admission", "stage admission --replica admission-2 --config /d/config.json --metrics-addr 127.0.0.1:9003",
+		{"admission-2", "stage/admission", "stage admission --replica admission-2 --config /d/config/stage-admission.json --metrics-addr 127.0.0.1:9003",
 			[]string{"PODFLOW_NATS_CONFIG=/d/nats/roles/stage-admission.json"},
 			plan.Check{Kind: plan.CheckConsumer, Consumer: "admission", Timeout: 60 * time.Second}},
-		{"status-1", "stage/status", "stage status --replica status-1 --config /d/config.json --metrics-addr 127.0.0.1:9006 --node-monitor-grace-period 40s",
+		{"status-1", "stage/status", "stage status --replica status-1 --config /d/config/stage-status.json --metrics-addr 127.0.0.1:9006 --node-monitor-grace-period 40s",
 			[]string{"PODFLOW_NATS_CONFIG=/d/nats/roles/stage-status.json"},
 			plan.Check{Kind: plan.CheckConsumer, Consumer: "status", Timeout: 60 * time.Second}},
-		{"nodeagent-sim", "nodeagent", "nodeagent --runtime sim --name sim --nodes 3 --config /d/config.json --metrics-addr 127.0.0.1:9007 --provision=false",
+		{"nodeagent-sim", "nodeagent", "nodeagent --runtime sim --name sim --nodes 3 --config /d/config/" + p.NodeRole.Role + ".json --metrics-addr 127.0.0.1:9007 --provision=false",
 			[]string{"PODFLOW_NATS_CONFIG=/d/nats/roles/" + p.NodeRole.Role + ".json"},
 			plan.Check{Kind: plan.CheckConsumer, Consumer: p.NodeRunner.Consumer, Timeout: 60 * time.Second}},
 	} {
@@ -193,7 +193,7 @@ func TestClusterAndLinuxArgs(t *testing.T) {
 		t.Errorf("registry args\n got %s\nwant %s", got, want)
 	}
 	na := p.Step(plan.NodeAgent).Processes[0]
-	if got, want := strings.Join(na.Args, " "), "nodeagent --runtime linux --node linux-node-1 --config /d/config.json --data-dir /d/nodes/linux-node-1 --registry 127.0.0.1:9007 --metrics-addr 127.0.0.1:9008 --provision=false"; got != want {
+	if got, want := strings.Join(na.Args, " "), "nodeagent --runtime linux --node linux-node-1 --config /d/config/node-linux-node-1.json --data-dir /d/nodes/linux-node-1 --registry 127.0.0.1:9007 --metrics-addr 127.0.0.1:9008 --provision=false"; got != want {
 		t.Errorf("node agent args\n got %s\nwant %s", got, want)
 	}
 	if p.NodeRunner.Consumer != pipeline.NodeAgentRunnerConfig(plan.LinuxNode).Consumer || p.NodeRole.Role != pipeline.NodeRole(plan.LinuxNode) {
@@ -258,7 +258,7 @@ func TestPlanScale(t *testing.T) {
 	if got := names(start); !slices.Equal(got, []string{"scheduler-2", "scheduler-3"}) || stop != nil {
 		t.Fatalf("scale up: start %v stop %v", got, stop)
 	}
-	if got := strings.Join(start[0].Args, " "); got != "stage scheduler --replica scheduler-2 --config /d/config.json --metrics-addr 127.0.0.1:9008" {
+	if got := strings.Join(start[0].Args, " "); got != "stage scheduler --replica scheduler-2 --config /d/config/stage-scheduler.json --metrics-addr 127.0.0.1:9008" {
 		t.Errorf("new replica args %s", got)
 	}
 	start, stop, err = p.Scale(plan.ScaleRequest{Stage: pipeline.Admission, Replicas: 0}, []int{1, 2})

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/podflow/podflow/nodeagent/nodemetrics"
-	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/nodelogs"
-	"github.com/podflow/podflow/services/objects"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -280,28 +278,31 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 // peerRoutes keeps a route to the pod CIDR of every other Linux node agent
 // on this machine, so that pods reach each other across nodes (through the
 // host, never off the machine). It re-checks every few seconds, so a node
-// that starts later, or whose bridge was recreated, is routed to.
+// that starts later, or whose bridge was recreated, is routed to. It reads
+// the pod CIDR allocations (only Linux node agents make them), not the
+// Nodes: a node's identity reads only its own Node (pipeline.StoreReadFilter).
 func peerRoutes(ctx context.Context, sess *client.Session, rt *linux.Runtime, self string, log *slog.Logger) {
 	routed := map[string]bool{}
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
 	for {
-		nodes, _, err := objects.List[*corev1.Node](ctx, sess.Store, "", raftstore.Stale())
+		allocs, _, err := sess.Store.Client().List(ctx, podCIDRPrefix, raftstore.Stale())
 		if err == nil {
-			for _, n := range nodes {
-				cidr := n.GetSpec().GetPodCidr()
-				if n.GetMetadata().GetName() == self || cidr == "" || n.GetMetadata().GetLabels()["node.podflow.io/runtime"] != "linux" {
+			for _, kv := range allocs {
+				node := string(kv.Value)
+				cidr := strings.ReplaceAll(strings.TrimPrefix(kv.Key, podCIDRPrefix), "-", "/")
+				if node == self {
 					continue
 				}
 				if err := rt.Network().AddPeerRoute(ctx, cidr, ""); err != nil {
 					if routed[cidr] || ctx.Err() != nil {
 						continue
 					}
-					log.Debug("peer route", "node", n.GetMetadata().GetName(), "cidr", cidr, "err", err)
+					log.Debug("peer route", "node", node, "cidr", cidr, "err", err)
 					continue
 				}
 				if !routed[cidr] {
-					log.Info("routing to a peer node's pods", "node", n.GetMetadata().GetName(), "cidr", cidr)
+					log.Info("routing to a peer node's pods", "node", node, "cidr", cidr)
 					routed[cidr] = true
 				}
 			}

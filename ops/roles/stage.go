@@ -19,6 +19,7 @@ import (
 	"github.com/podflow/podflow/services/persistence"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/scheduler"
+	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/status"
 )
@@ -29,6 +30,13 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		cfg := api.DefaultConfig()
 		cfg.TokenFile = o.TokenFile
 		cfg.HTTPS = o.HTTPS
+		if o.SealKeyFile != "" {
+			key, err := sealed.LoadOrCreate(o.SealKeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("api: seal key: %w", err)
+			}
+			cfg.SealKey = key
+		}
 		return api.New(env, cfg)
 	},
 	pipeline.Admission: func(env stage.Env, o StageOptions) (stage.Handler, error) {
@@ -66,6 +74,9 @@ type StageOptions struct {
 	// TokenFile (api) is the static token file, kube-apiserver's
 	// --token-auth-file format.
 	TokenFile string
+	// SealKeyFile (api) is the key pair bearer tokens on the bus are
+	// sealed to (services/sealed; created if missing).
+	SealKeyFile string
 	// HTTPS (api), if set, serves the Kubernetes API over HTTPS.
 	HTTPS *apiserver.Config
 	// PodSecurityDefault (admission) is the Pod Security level of

@@ -16,7 +16,7 @@ import (
 // their role may (services/pipeline); the admin's requests are unnamed.
 func StoreReplica(ctx context.Context, cfg raftstore.Config, nc *nats.Conn, stderr io.Writer) error {
 	cfg.Conn = nc
-	cfg.WriteACL, cfg.ReadACL = pipeline.StoreWriteACL, pipeline.StoreReadACL
+	cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
 	node, err := raftstore.NewNode(cfg)
 	if err != nil {
 		return err

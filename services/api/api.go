@@ -35,6 +35,7 @@ import (
 	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/validate"
 )
@@ -51,6 +52,11 @@ type Config struct {
 	// HTTPS, when set, runs the Kubernetes REST front door (see https.go
 	// and services/apiserver) in this replica.
 	HTTPS *apiserver.Config
+	// SealKey, when set, is the key bearer tokens on the bus are sealed
+	// to (see sealing.go): the stream then never holds one in clear, and
+	// a PodRequested with a token in clear is refused. Nil: tokens travel
+	// in clear (unit tests).
+	SealKey *sealed.Key
 }
 
 // DefaultConfig returns the defaults.
@@ -250,12 +256,17 @@ func (s *Stage) onCreatePod(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	req := &eventsv1.PodRequested{}
-	if err := proto.Unmarshal(m.Data, req); err != nil {
+	var err error
+	if err = proto.Unmarshal(m.Data, req); err != nil {
 		s.reply(m, stage.Failure(400, eventsv1.ReasonBadRequest, "pods", "", "decode PodRequested: %v", err), nil)
 		return
 	}
 	req.ReplyTo = m.Reply
 	req.User = nil // only trusted front doors may assert a user
+	if req.Token, err = s.sealForStream(req.GetToken()); err != nil {
+		s.reply(m, stage.Internal(err), nil)
+		return
+	}
 	env := &eventsv1.Envelope{
 		RequestId:   uuid.NewString(),
 		Namespace:   req.GetPod().GetMetadata().GetNamespace(),
@@ -301,7 +312,11 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		}
 	}
 
-	user, st := s.authn.AuthenticateToken(req.GetToken())
+	token, st := s.openFromStream(req.GetToken())
+	var user *corev1.UserInfo
+	if st == nil {
+		user, st = s.authn.AuthenticateToken(token)
+	}
 	if st == nil {
 		st = s.rbac.Check(auth.Attributes{User: user, Verb: "create", Namespace: md.Namespace, Resource: "pods"})
 	}

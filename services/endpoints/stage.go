@@ -54,9 +54,15 @@ func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	return infs.Start(ctx, g)
 }
 
-// Handle reacts to a pod becoming Ready, NotReady, or deleted.
+// Handle reacts to a pod becoming Ready, NotReady, or deleted. It acts
+// only on events whose envelope agrees with their subject and, for a
+// stored pod, come from the node it is bound to (a deletion: once it is
+// being deleted); others are refused (stage.CheckSubject, stage.CheckPodEvent).
 func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	env := d.Envelope
+	if err := stage.CheckSubject(s.env.Log, d); err != nil {
+		return err
+	}
 	ns := env.GetNamespace()
 	svcs := s.services.List(ns)
 	if len(svcs) == 0 {
@@ -71,6 +77,9 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	if pod != nil && pod.GetMetadata().GetUid() != env.GetPodUid() {
 		pod = nil // another incarnation; the event is about a pod already gone
+	}
+	if err := stage.CheckPodEvent(s.env.Log, d, pod); err != nil {
+		return err
 	}
 	switch env.Type() {
 	case "PodDeleted":

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
@@ -139,10 +142,13 @@ func TestHandleReadyPods(t *testing.T) {
 }
 
 // TestHandleStoreBehind: an event about a state the store does not show
-// yet is retried (ErrStoreBehind), leaving the slice alone.
+// yet is retried (ErrStoreBehind), leaving the slice alone. (The pod is
+// being deleted: a PodDeleted for a pod nobody deleted is refused, see
+// TestNodeRestriction.)
 func TestHandleStoreBehind(t *testing.T) {
 	app := map[string]string{"app": "web"}
 	a := reported(pod("a", "10.0.0.1", app, true, nil), 2)
+	a.Metadata.DeletionTimestamp = timestamppb.Now()
 	f := newFixture(t, svc(app, &corev1.ServicePort{Port: 80}), a)
 	ctx := context.Background()
 	tests := []struct {
@@ -214,5 +220,60 @@ func TestReconcileRemovesOrphans(t *testing.T) {
 	}
 	if len(f.pub.Events()) != 0 {
 		t.Errorf("Reconcile announced %v; only events announce", f.pub.Types())
+	}
+}
+
+// TestNodeRestriction: the endpoints stage refuses, permanently and with
+// a reason, a pod event from another node than the pod's, a deletion of a
+// pod nobody deleted, and an envelope that disagrees with its subject;
+// the slice is left alone.
+func TestNodeRestriction(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	a := reported(pod("a", "10.0.0.1", app, true, nil), 2) // bound to n1
+	f := newFixture(t, svc(app, &corev1.ServicePort{Port: 80}), a)
+	ctx := context.Background()
+	fromN2 := func(typ eventsv1.Type) *eventsv1.Envelope {
+		e := podEvent(f.env, typ, a, 3)
+		e.NodeName = "n2"
+		return e
+	}
+	tests := []struct {
+		name   string
+		d      func() *bus.Delivery
+		reason string
+	}{
+		{"PodReady from another node", func() *bus.Delivery { return stagetest.Deliver(f.env, fromN2("PodReady")) }, stage.RefusedNotBoundToNode},
+		{"PodDeleted from another node", func() *bus.Delivery { return stagetest.Deliver(f.env, fromN2("PodDeleted")) }, stage.RefusedNotBoundToNode},
+		{"PodDeleted of a pod not being deleted", func() *bus.Delivery {
+			return stagetest.Deliver(f.env, podEvent(f.env, "PodDeleted", a, 3))
+		}, stage.RefusedNotTerminating},
+		{"envelope names n1, published on n2's subject", func() *bus.Delivery {
+			e := podEvent(f.env, "PodReady", a, 2)
+			return stagetest.DeliverOn(f.env, e, bus.Subject(fromN2("PodReady")))
+		}, stage.RefusedSubjectMismatch},
+		{"envelope names another pod than its subject", func() *bus.Delivery {
+			e := podEvent(f.env, "PodReady", a, 2)
+			other := podEvent(f.env, "PodReady", a, 2)
+			other.PodName = "b"
+			return stagetest.DeliverOn(f.env, e, bus.Subject(other))
+		}, stage.RefusedSubjectMismatch},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := f.s.Handle(ctx, tt.d())
+			if !bus.IsPermanent(err) || stage.RefusalReason(err) != tt.reason {
+				t.Errorf("Handle = %v, want a permanent refusal %s", err, tt.reason)
+			}
+			if _, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", SliceName("web")); !errors.Is(err, raftstore.ErrNotFound) {
+				t.Errorf("a slice was written: %v", err)
+			}
+		})
+	}
+	// The pod's own node is heard.
+	if err := f.s.Handle(ctx, stagetest.Deliver(f.env, podEvent(f.env, "PodReady", a, 2))); err != nil {
+		t.Fatalf("PodReady from n1: %v", err)
+	}
+	if got := addrs(slice(t, f)); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Errorf("slice %v, want a's address", got)
 	}
 }

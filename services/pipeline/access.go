@@ -157,8 +157,10 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 
 // StoreReadACL is the store's read policy (raftstore.Config.ReadACL): the
 // api stage (tokens, the Kubernetes API) and node agents (secret volumes)
-// read everything; every other reader everything but Secrets — neither a
-// Secret, nor a list or watch of a prefix that would include them.
+// may ask for everything — a node agent is then shown only its part of
+// it, by StoreReadFilter; every other reader everything but Secrets —
+// neither a Secret, nor a list or watch of a prefix that would include
+// them, nor a transaction comparing one.
 func StoreReadACL(user, key string, prefix bool) bool {
 	if user == StageRole(API) || strings.HasPrefix(user, nodeRolePrefix) || strings.HasPrefix(user, simNodesRolePrefix) {
 		return true

@@ -419,15 +419,12 @@ func TestStoreRole(t *testing.T) {
 	}
 }
 
-// TestStoreWritesByRole: with the real store serving as the store role
-// and its ACLs set to podflow's policy, a stage reads no Secret unless it
-// is the api stage, and writes only the kinds
-// its step records — the endpoints stage an EndpointSlice but not a
-// ClusterRoleBinding that would make it an admin — and cannot pass itself
-// off as another writer: the bus refuses its publish on another's write
-// subject. The admin's writes are not checked.
-func TestStoreWritesByRole(t *testing.T) {
-	srv, _ := lockedDown(t)
+// storeWithPolicy starts a one-replica store on srv, serving as the store
+// role with podflow's read and write policies, and returns a function that
+// connects a client as role, reading and writing as writer (the admin:
+// unnamed). It returns once the store has elected itself.
+func storeWithPolicy(t *testing.T, srv *bus.Embedded) func(role, writer string) *raftstore.Client {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -439,7 +436,7 @@ func TestStoreWritesByRole(t *testing.T) {
 	cfg.ID, cfg.RaftAddr, cfg.DataDir = "store-1", addr, t.TempDir()
 	cfg.Bootstrap = []raftstore.Peer{{ID: "store-1", Address: addr}}
 	cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, "store-1").NATS()
-	cfg.WriteACL, cfg.ReadACL = pipeline.StoreWriteACL, pipeline.StoreReadACL
+	cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
 	node, err := raftstore.NewNode(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -450,12 +447,13 @@ func TestStoreWritesByRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = node.Shutdown() })
-
 	client := func(role, writer string) *raftstore.Client {
 		t.Helper()
-		conn := bustest.ConnectAs(t, srv, role, role)
+		var conn *bus.Conn
 		if role == bus.RoleAdmin {
 			conn = bustest.Connect(t, srv, "admin-store")
+		} else {
+			conn = bustest.ConnectAs(t, srv, role, role)
 		}
 		c, err := raftstore.NewClient(conn.NATS(), raftstore.ClientConfig{User: writer, Timeout: 3 * time.Second, AttemptTimeout: time.Second})
 		if err != nil {
@@ -468,6 +466,22 @@ func TestStoreWritesByRole(t *testing.T) {
 		_, err := admin.Create(ctx, "/registry/namespaces/default", []byte("ns"))
 		return err == nil || errors.Is(err, raftstore.ErrAlreadyExists)
 	})
+	return client
+}
+
+// TestStoreWritesByRole: with the real store serving as the store role
+// and its ACLs set to podflow's policy, a stage reads no Secret unless it
+// is the api stage, and writes only the kinds
+// its step records — the endpoints stage an EndpointSlice but not a
+// ClusterRoleBinding that would make it an admin — and cannot pass itself
+// off as another writer: the bus refuses its publish on another's write
+// subject. The admin's writes are not checked.
+func TestStoreWritesByRole(t *testing.T) {
+	srv, _ := lockedDown(t)
+	client := storeWithPolicy(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	admin := client(bus.RoleAdmin, "")
 	slice := objects.EndpointSlices.Key("default", "web")
 	binding := objects.ClusterRoleBindings.Key("", "endpoints-is-admin")
 	endpoints := client(pipeline.StageRole(pipeline.Endpoints), pipeline.StageRole(pipeline.Endpoints))

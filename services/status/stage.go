@@ -96,17 +96,27 @@ func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	return infs.Start(ctx, g)
 }
 
-// Handle applies one node report.
+// Handle applies one node report. NodeRestriction: an event is applied
+// only when its envelope agrees with the subject it arrived on (the bus
+// lets a node publish only on its own subjects), only to a pod bound to
+// that node, and a deletion only to a pod being deleted; anything else is
+// refused (stage.Refusal, dead-lettered).
 func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	env := d.Envelope
 	switch {
 	case env.GetPodStatusReport() != nil:
+		if err := stage.CheckSubject(s.env.Log, d); err != nil {
+			return err
+		}
 		return s.report(ctx, d)
 	case env.GetPodDeleted() != nil:
+		if err := stage.CheckSubject(s.env.Log, d); err != nil {
+			return err
+		}
 		if env.GetNodeName() == "" {
 			return nil // an unbound pod, removed by the api stage already
 		}
-		return s.finalizeDeletion(ctx, env.GetNamespace(), env.GetPodName(), env.GetPodUid())
+		return s.finalizeDeletion(ctx, d)
 	}
 	return bus.Permanent(fmt.Errorf("status: unexpected event %s", env.Type()))
 }
@@ -127,6 +137,9 @@ func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
 		}
 		if pod.GetMetadata().GetUid() != env.GetPodUid() {
 			return nil
+		}
+		if err := stage.CheckBound(s.env.Log, d, pod); err != nil {
+			return err // neither its status nor its Events
 		}
 		// The status and the report's Events go in one transaction: one
 		// raft write per report, and never the one without the other.
@@ -159,8 +172,10 @@ func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
 }
 
 // finalizeDeletion removes a pod its node has finished with, and releases
-// what the pod held in its node's allocation, in one transaction.
-func (s *Stage) finalizeDeletion(ctx context.Context, ns, name, uid string) error {
+// what the pod held in its node's allocation, in one transaction: only a
+// pod bound to the node that reports it, and only once it is being deleted.
+func (s *Stage) finalizeDeletion(ctx context.Context, d *bus.Delivery) error {
+	ns, name, uid := d.Envelope.GetNamespace(), d.Envelope.GetPodName(), d.Envelope.GetPodUid()
 	for {
 		pod, err := objects.Get[*corev1.Pod](ctx, s.env.Store, ns, name)
 		if errors.Is(err, raftstore.ErrNotFound) {
@@ -171,6 +186,12 @@ func (s *Stage) finalizeDeletion(ctx context.Context, ns, name, uid string) erro
 		}
 		if pod.GetMetadata().GetUid() != uid {
 			return nil // a new pod of the same name
+		}
+		if err := stage.CheckBound(s.env.Log, d, pod); err != nil {
+			return err
+		}
+		if err := stage.CheckTerminating(s.env.Log, d, pod); err != nil {
+			return err
 		}
 		txn := objects.Txn{}.Unchanged(pod).Delete(pod)
 		if node := pod.GetSpec().GetNodeName(); node != "" {

@@ -77,6 +77,10 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 	start := time.Now()
 	interval := time.Second / time.Duration(o.rate)
 	var futures []*bus.PubFuture
+	token, err := cfg.BusToken(cfg.Token) // never in clear on the stream
+	if err != nil {
+		return err
+	}
 	for i := range o.pods {
 		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
 			select {
@@ -87,7 +91,7 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 		}
 		p := clonePod(template)
 		p.Metadata.Name = fmt.Sprintf("%s%d", prefix, i)
-		f, err := sess.Bus.PublishAsync(podRequested(p, cfg.Token))
+		f, err := sess.Bus.PublishAsync(podRequested(p, token))
 		if err != nil {
 			return err
 		}

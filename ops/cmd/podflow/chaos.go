@@ -102,7 +102,11 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	prefix := fmt.Sprintf("chaos-%d-", o.seed%100000)
 	start := time.Now()
 	workDone := make(chan error, 1)
-	go func() { workDone <- chaosWorkload(ctx, sess, cfg.Token, prefix, o.pods, o.duration) }()
+	token, err := cfg.BusToken(cfg.Token) // never in clear on the stream
+	if err != nil {
+		return err
+	}
+	go func() { workDone <- chaosWorkload(ctx, sess, token, prefix, o.pods, o.duration) }()
 
 	kills, pauses := 0, 0
 	var order []plan.Kind

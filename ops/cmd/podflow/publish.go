@@ -37,6 +37,10 @@ or the stream itself. With --count N, publishes N copies named NAME-0..N-1.`,
 				return err
 			}
 			defer sess.Close()
+			sealedToken, err := sess.BusToken(token) // never in clear on the stream
+			if err != nil {
+				return err
+			}
 			var futures []*bus.PubFuture
 			for _, mo := range objs {
 				pod, ok := mo.Message.(*corev1.Pod)
@@ -52,7 +56,7 @@ or the stream itself. With --count N, publishes N copies named NAME-0..N-1.`,
 					if o.namespace != "" {
 						p.Metadata.Namespace = o.namespace
 					}
-					env := podRequested(p, token)
+					env := podRequested(p, sealedToken)
 					f, err := sess.Bus.PublishAsync(env)
 					if err != nil {
 						return err

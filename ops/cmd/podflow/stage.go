@@ -33,6 +33,7 @@ is redelivered to the others.`,
 	f := cmd.Flags()
 	f.StringVar(&o.Replica, "replica", "", "replica name (default NAME-HOST-PID)")
 	f.StringVar(&o.TokenFile, "token-file", "", "api: static token file (kube-apiserver --token-auth-file format)")
+	f.StringVar(&o.SealKeyFile, "seal-key", "", "api: key pair bearer tokens on the bus are sealed to (created if missing)")
 	f.StringVar(&o.PodSecurityDefault, "pod-security-default", "", "admission: Pod Security level of namespaces without the enforce label (privileged, baseline, restricted)")
 	f.DurationVar(&o.NodeGrace, "node-monitor-grace-period", 0, "status: mark a node NotReady after this long without heartbeats (default 40s)")
 	f.DurationVar(&o.EventTTL, "event-ttl", 0, "status: delete Events last seen longer ago than this (default 1h, as kube-apiserver's --event-ttl)")

@@ -30,6 +30,7 @@ import (
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/sealed"
 )
 
 // up is one run of `podflow up`: its plan and what its steps share.
@@ -255,8 +256,36 @@ func (u *up) bootstrap(ctx context.Context) error {
 	if err := seed(ctx, u.store); err != nil {
 		return fmt.Errorf("seed the store: %w", err)
 	}
-	u.cc = client.Config{NATS: u.layout.NATSClientConfig(), Token: token, DataDir: u.layout.Dir}
-	return client.WriteConfig(u.layout.ClientConfig(), u.cc)
+	key, err := sealed.LoadOrCreate(u.layout.SealKey())
+	if err != nil {
+		return fmt.Errorf("the api stage's seal key: %w", err)
+	}
+	u.cc = client.Config{NATS: u.layout.NATSClientConfig(), Token: token, DataDir: u.layout.Dir, SealKey: key.Public.String()}
+	if err := client.WriteConfig(u.layout.ClientConfig(), u.cc); err != nil {
+		return err
+	}
+	return writeProcessConfigs(u.layout, u.plan, u.cc.SealKey)
+}
+
+// writeProcessConfigs writes the client configuration of every process
+// up runs as a role (plan.Layout.ProcessConfig): its own bus credentials
+// and the api stage's public key, never the admin's token or bus
+// credentials — those stay in the user's configuration.
+func writeProcessConfigs(l plan.Layout, p *plan.Plan, sealKey string) error {
+	roles := []string{p.NodeRole.Role}
+	for _, s := range pipeline.Stages {
+		roles = append(roles, pipeline.StageRole(s))
+	}
+	for _, role := range roles {
+		path := l.ProcessConfig(role)
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return err
+		}
+		if err := client.WriteConfig(path, client.Config{NATS: l.RoleConfig(role), DataDir: l.Dir, SealKey: sealKey}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startNodes provisions the node agent's consumer as admin (the agent's

@@ -154,13 +154,20 @@ func Start(t testing.TB, start func(ctx context.Context, g *errgroup.Group) erro
 }
 
 // Deliver returns e as the runner hands it to env's stage: first
-// delivery, received now. e gets an id when it has none.
+// delivery, received now, on the subject Publish would put it on. e gets
+// an id when it has none. DeliverOn delivers on another subject.
 func Deliver(env stage.Env, e *eventsv1.Envelope) *bus.Delivery {
+	return DeliverOn(env, e, bus.Subject(e))
+}
+
+// DeliverOn is Deliver on subject: an event whose envelope disagrees with
+// the subject it was published on.
+func DeliverOn(env stage.Env, e *eventsv1.Envelope, subject string) *bus.Delivery {
 	if e.Id == "" {
 		e.Id = fmt.Sprintf("test-%d", time.Now().UnixNano())
 	}
 	if e.Time == nil {
 		e.Time = timestamppb.Now()
 	}
-	return &bus.Delivery{Envelope: e, NumDelivered: 1, Received: time.Now(), Stage: env.Stage, Replica: env.Replica}
+	return &bus.Delivery{Envelope: e, Subject: subject, NumDelivered: 1, Received: time.Now(), Stage: env.Stage, Replica: env.Replica}
 }

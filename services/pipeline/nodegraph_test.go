@@ -1,0 +1,123 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/podflow/podflow/bus/bustest"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
+)
+
+// graphPod is a pod bound to node that mounts Secret secret and takes an
+// env var from ConfigMap cm.
+func graphPod(name, node, secret, cm string) *corev1.Pod {
+	return &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Name: name, Namespace: "default", Uid: "uid-" + name},
+		Spec: &corev1.PodSpec{
+			NodeName: node,
+			Volumes:  []*corev1.Volume{{Name: "s", Secret: &corev1.SecretVolumeSource{SecretName: secret}}},
+			Containers: []*corev1.Container{{Name: "c", Env: []*corev1.EnvVar{
+				{Name: "X", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.KeySelector{Name: cm, Key: "x"}}},
+			}}},
+		},
+	}
+}
+
+// TestNodeAuthorizerGraph: against the real store with podflow's policies,
+// node n1's identity reads its own Node, the pods bound to it and the
+// Secrets and ConfigMaps they reference — and is refused (CODE_FORBIDDEN)
+// n2's Node, n2's pod, the Secret and ConfigMap only n2's pod references
+// and a Secret no pod references, even through a transaction's compare;
+// its list of every pod (the agent's reconcile) and of every Secret
+// returns its own only. The api stage still reads everything.
+func TestNodeAuthorizerGraph(t *testing.T) {
+	srv, _ := lockedDown(t)
+	client := storeWithPolicy(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	admin := objects.New(client("admin", ""))
+	for _, o := range []objects.Object{
+		&corev1.Node{Metadata: &corev1.ObjectMeta{Name: "n1"}},
+		&corev1.Node{Metadata: &corev1.ObjectMeta{Name: "n2"}},
+		graphPod("p1", "n1", "s1", "c1"),
+		graphPod("p2", "n2", "s2", "c2"),
+		&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "s1", Namespace: "default"}, Data: map[string][]byte{"k": []byte("one")}},
+		&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "s2", Namespace: "default"}, Data: map[string][]byte{"k": []byte("two")}},
+		&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "nobody", Namespace: "default"}},
+		&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Name: "c1", Namespace: "default"}},
+		&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Name: "c2", Namespace: "default"}},
+	} {
+		if _, err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1raw := client(pipeline.NodeRole("n1"), pipeline.NodeRole("n1"))
+	n1 := objects.New(n1raw)
+	get := func(k objects.Kind, ns, name string) error {
+		_, err := n1.GetKind(ctx, k, ns, name)
+		return err
+	}
+	for _, c := range []struct {
+		kind      objects.Kind
+		ns, name  string
+		forbidden bool
+	}{
+		{objects.Nodes, "", "n1", false},
+		{objects.Nodes, "", "n2", true},
+		{objects.Pods, "default", "p1", false},
+		{objects.Pods, "default", "p2", true},
+		{objects.Secrets, "default", "s1", false},
+		{objects.Secrets, "default", "s2", true},
+		{objects.Secrets, "default", "nobody", true},
+		{objects.Secrets, "other", "s1", true}, // another namespace's Secret of that name
+		{objects.ConfigMaps, "default", "c1", false},
+		{objects.ConfigMaps, "default", "c2", true},
+	} {
+		err := get(c.kind, c.ns, c.name)
+		if c.forbidden && !errors.Is(err, raftstore.ErrForbidden) {
+			t.Errorf("node n1 reads %s %s/%s: %v, want ErrForbidden", c.kind.Name, c.ns, c.name, err)
+		}
+		if !c.forbidden && err != nil {
+			t.Errorf("node n1 cannot read %s %s/%s: %v", c.kind.Name, c.ns, c.name, err)
+		}
+	}
+	if err := get(objects.Pods, "default", "gone"); !errors.Is(err, raftstore.ErrNotFound) {
+		t.Errorf("node n1 gets a pod that is not stored: %v, want not found", err)
+	}
+	pods, _, err := objects.List[*corev1.Pod](ctx, n1, "")
+	if err != nil || len(pods) != 1 || pods[0].GetMetadata().GetName() != "p1" {
+		t.Errorf("node n1 lists pods %v (%v), want its own p1 only", pods, err)
+	}
+	secrets, _, err := objects.List[*corev1.Secret](ctx, n1, "")
+	var names []string
+	for _, s := range secrets {
+		names = append(names, s.GetMetadata().GetName())
+	}
+	if err != nil || !slices.Equal(names, []string{"s1"}) {
+		t.Errorf("node n1 lists Secrets %v (%v), want s1 only", names, err)
+	}
+	_, err = n1raw.Txn(ctx, raftstore.Txn{
+		Compares: []raftstore.Compare{{Key: objects.Secrets.Key("default", "s2"), ModRevision: -1}},
+		Ops:      []raftstore.Op{{Type: raftstore.OpPut, Key: objects.Events.Key("default", "probe"), Value: []byte("x")}},
+	})
+	if !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("node n1 compares n2's Secret: %v, want ErrForbidden", err)
+	}
+	scheduler := client(pipeline.StageRole(pipeline.Scheduler), pipeline.StageRole(pipeline.Scheduler))
+	_, err = scheduler.Txn(ctx, raftstore.Txn{
+		Compares: []raftstore.Compare{{Key: objects.Secrets.Key("default", "s1"), ModRevision: -1}},
+		Ops:      []raftstore.Op{{Type: raftstore.OpPut, Key: objects.Events.Key("default", "probe"), Value: []byte("x")}},
+	})
+	if !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("the scheduler compares a Secret: %v, want ErrForbidden", err)
+	}
+	api := objects.New(client(pipeline.StageRole(pipeline.API), pipeline.StageRole(pipeline.API)))
+	if _, err := api.GetKind(ctx, objects.Secrets, "default", "s2"); err != nil {
+		t.Errorf("the api stage reads n2's Secret: %v", err)
+	}
+}
