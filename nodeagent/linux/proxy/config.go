@@ -30,6 +30,12 @@ type Config struct {
 	// ServiceCIDR holds every ClusterIP (default 10.96.0.0/16); it gets an
 	// unreachable route in the main table before any rule exists.
 	ServiceCIDR string
+	// PodCIDR and RouteTable, when RouteTable is not 0, add a route to the
+	// node's own pod CIDR via the bridge in the bridge's policy routing
+	// table (network.Config.RouteTable), so a packet DNATed to a pod on
+	// the bridge it came from is routed back onto it.
+	PodCIDR    string
+	RouteTable int
 	// NetNS, when set, is the path of the network namespace to program
 	// (tests); "" is the caller's.
 	NetNS string
@@ -61,6 +67,11 @@ func (c Config) Validate() error {
 	p, err := netip.ParsePrefix(c.ServiceCIDR)
 	if err != nil || !p.Addr().Is4() || p.Masked() != p || p.Bits() < 8 {
 		return fmt.Errorf("%w: ServiceCIDR %q must be an IPv4 CIDR of /8 or longer", ErrConfig, c.ServiceCIDR)
+	}
+	if c.RouteTable != 0 {
+		if p, err := netip.ParsePrefix(c.PodCIDR); err != nil || !p.Addr().Is4() || p.Masked() != p {
+			return fmt.Errorf("%w: PodCIDR %q must be an IPv4 CIDR when RouteTable is set", ErrConfig, c.PodCIDR)
+		}
 	}
 	return nil
 }

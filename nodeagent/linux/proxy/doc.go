@@ -32,13 +32,16 @@
 // node's bridge, never on a host interface.
 //
 // The caller:
+//
 //  1. calls New (root, in the namespace the node's bridge lives in, or
 //     with Config.NetNS);
+//
 //  2. calls Sync with every Service and EndpointSlice it knows, from one
 //     goroutine at a time, whenever one changes;
+//
 //  3. calls Close on shutdown: it removes the table, then the route.
 //
-//	p, err := proxy.New(ctx, proxy.DefaultConfig("node-1", "pf1234abcd", "10.244.1.1"))
-//	defer p.Close()
-//	err = p.Sync(ctx, services, slices)
+//     p, err := proxy.New(ctx, proxy.DefaultConfig("node-1", "pf1234abcd", "10.244.1.1"))
+//     defer p.Close()
+//     err = p.Sync(ctx, services, slices)
 package proxy

@@ -57,6 +57,10 @@ func newNode(t *testing.T, podIPs ...string) *node {
 	if out, err := exec.Command("ip", "netns", "exec", n.ns, "sysctl", "-qw", "net.ipv4.conf."+n.bridge+".forwarding=1").CombinedOutput(); err != nil {
 		t.Fatalf("forwarding: %v: %s", err, out)
 	}
+	// As network.Manager confines a bridge: what arrives on it looks up a
+	// table of its own, unreachable but for what the proxy adds.
+	ipcmd(t, "-n", n.ns, "rule", "add", "iif", n.bridge, "lookup", "7777", "pref", "32000")
+	ipcmd(t, "-n", n.ns, "route", "add", "unreachable", "default", "table", "7777")
 	for i, ip := range podIPs {
 		ns := fmt.Sprintf("pfpx-p%d-%s", i, id)
 		host := fmt.Sprintf("pfpxv%d%s", i, id)
@@ -150,6 +154,7 @@ func TestKernelClusterIP(t *testing.T) {
 
 	cfg := DefaultConfig("test-"+n.ns, n.bridge, n.gateway)
 	cfg.NetNS = "/run/netns/" + n.ns
+	cfg.PodCIDR, cfg.RouteTable = "10.250.0.0/24", 7777
 	p, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

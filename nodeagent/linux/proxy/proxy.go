@@ -36,12 +36,55 @@ func New(ctx context.Context, cfg Config) (_ *Proxy, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, ns: netns.None()}
+	p, err := open(cfg)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			p.release()
 		}
 	}()
+	if err := p.link.RouteReplace(p.unreachable()); err != nil {
+		return nil, fmt.Errorf("%w: unreachable route %s: %w", ErrKernel, cfg.ServiceCIDR, err)
+	}
+	if r := p.localRoute(); r != nil {
+		if err := p.link.RouteReplace(r); err != nil {
+			return nil, fmt.Errorf("%w: route %s dev %s table %d: %w", ErrKernel, cfg.PodCIDR, cfg.Bridge, cfg.RouteTable, err)
+		}
+	}
+	if err := p.apply(Plan{}); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// localRoute is the bridge table's route to the node's own pods (nil when
+// not configured).
+func (p *Proxy) localRoute() *netlink.Route {
+	if p.cfg.RouteTable == 0 {
+		return nil
+	}
+	br, err := p.link.LinkByName(p.cfg.Bridge)
+	if err != nil {
+		return nil
+	}
+	cidr := netip.MustParsePrefix(p.cfg.PodCIDR)
+	return &netlink.Route{
+		LinkIndex: br.Attrs().Index,
+		Dst:       &net.IPNet{IP: cidr.Addr().AsSlice(), Mask: net.CIDRMask(cidr.Bits(), 32)},
+		Scope:     netlink.SCOPE_LINK,
+		Table:     p.cfg.RouteTable,
+	}
+}
+
+// open checks cfg and opens the handles of a Proxy.
+func open(cfg Config) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Proxy{cfg: cfg, ns: netns.None()}
+	var err error
 	if cfg.NetNS != "" {
 		if p.ns, err = netns.GetFromPath(cfg.NetNS); err != nil {
 			return nil, fmt.Errorf("%w: open netns %q: %w", ErrKernel, cfg.NetNS, err)
@@ -51,13 +94,8 @@ func New(ctx context.Context, cfg Config) (_ *Proxy, err error) {
 		p.link, err = netlink.NewHandle()
 	}
 	if err != nil {
+		p.release()
 		return nil, fmt.Errorf("%w: netlink handle: %w", ErrKernel, err)
-	}
-	if err := p.link.RouteReplace(p.unreachable()); err != nil {
-		return nil, fmt.Errorf("%w: unreachable route %s: %w", ErrKernel, cfg.ServiceCIDR, err)
-	}
-	if err := p.apply(Plan{}); err != nil {
-		return nil, err
 	}
 	return p, nil
 }
@@ -161,13 +199,35 @@ func (p *Proxy) Close() error {
 	} else if err := removeTable(c, p.cfg.Table); err != nil {
 		errs = append(errs, err)
 	}
-	if len(errs) == 0 { // keep the route while rules may remain
-		if err := p.link.RouteDel(p.unreachable()); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, fmt.Errorf("%w: delete unreachable route: %w", ErrKernel, err))
-		}
+	if len(errs) == 0 { // keep the routes while rules may remain
+		errs = append(errs, p.removeRoutes())
 	}
 	p.release()
 	return errors.Join(errs...)
+}
+
+func (p *Proxy) removeRoutes() error {
+	var errs []error
+	if r := p.localRoute(); r != nil {
+		if err := p.link.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("%w: delete route %s table %d: %w", ErrKernel, p.cfg.PodCIDR, p.cfg.RouteTable, err))
+		}
+	}
+	if err := p.link.RouteDel(p.unreachable()); err != nil && !errors.Is(err, unix.ESRCH) {
+		errs = append(errs, fmt.Errorf("%w: delete unreachable route: %w", ErrKernel, err))
+	}
+	return errors.Join(errs...)
+}
+
+// Remove deletes what a proxy with cfg leaves in the kernel (its table,
+// then its routes), for a node agent that did not Close (decommission).
+// Idempotent.
+func Remove(cfg Config) error {
+	p, err := open(cfg)
+	if err != nil {
+		return err
+	}
+	return p.Close()
 }
 
 func (p *Proxy) release() {
