@@ -22,6 +22,7 @@ import (
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux"
 	"github.com/podflow/podflow/nodeagent/linux/network"
+	"github.com/podflow/podflow/nodeagent/linux/proxy"
 	"github.com/podflow/podflow/ops/client"
 	wire "github.com/podflow/podflow/ops/nodewire"
 	"github.com/podflow/podflow/raftstore"
@@ -181,8 +182,9 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		return err
 	}
 	defer rt.Close()
+	pcfg := proxyConfig(node, podCIDR, rcfg)
 	if lo.Decommission {
-		if err := rt.Decommission(ctx); err != nil {
+		if err := errors.Join(rt.Decommission(ctx), proxy.Remove(pcfg)); err != nil {
 			return err
 		}
 		log.Info("node decommissioned: no pod, bridge or cgroup of it is left")
@@ -252,6 +254,22 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		defer wg.Done()
 		peerRoutes(ctx, sess, rt, node, log)
 	}()
+	// The service proxy (the service CIDR's unreachable route first). Pods
+	// run without it when the kernel lacks nftables: ClusterIPs then stay
+	// unreachable, nothing else changes.
+	if px, err := proxy.New(ctx, pcfg); err != nil {
+		log.Warn("no service proxy: ClusterIPs are unreachable on this node", "err", err)
+	} else {
+		defer px.Close()
+		log.Info("service proxy ready", "table", pcfg.Table, "serviceCIDR", pcfg.ServiceCIDR)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := wire.WatchServices(ctx, sess.Store, px, wire.ServiceWatchConfig{Logger: log}); err != nil {
+				log.Warn("service proxy stopped", "err", err)
+			}
+		}()
+	}
 	if err := stage.AnswerPings(ctx, sess.Bus, stage.Env{Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
 		cancel()
 		wg.Wait()
@@ -273,6 +291,15 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		return nil
 	}
 	return err
+}
+
+// proxyConfig is the node proxy's: the node's bridge, its gateway (the pod
+// CIDR's first address) and its policy routing table.
+func proxyConfig(node, podCIDR string, rcfg linux.Config) proxy.Config {
+	gw := netip.MustParsePrefix(podCIDR).Addr().Next()
+	cfg := proxy.DefaultConfig(node, rcfg.Network.BridgeName, gw.String())
+	cfg.PodCIDR, cfg.RouteTable = podCIDR, rcfg.Network.RouteTable
+	return cfg
 }
 
 // peerRoutes keeps a route to the pod CIDR of every other Linux node agent

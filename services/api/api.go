@@ -33,6 +33,7 @@ import (
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/sealed"
@@ -57,11 +58,13 @@ type Config struct {
 	// a PodRequested with a token in clear is refused. Nil: tokens travel
 	// in clear (unit tests).
 	SealKey *sealed.Key
+	// Services allocates Services' ClusterIPs (the service CIDR).
+	Services ipalloc.Config
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Authn: auth.DefaultAuthenticatorConfig(), RBAC: auth.DefaultRBACConfig(), Workers: 16}
+	return Config{Authn: auth.DefaultAuthenticatorConfig(), RBAC: auth.DefaultRBACConfig(), Workers: 16, Services: ipalloc.DefaultConfig()}
 }
 
 // Validate checks the Config.
@@ -70,6 +73,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("api: Workers (%d) must be at least 1", c.Workers)
 	}
 	if err := c.Authn.Validate(); err != nil {
+		return err
+	}
+	if err := c.Services.Validate(); err != nil {
 		return err
 	}
 	if c.HTTPS != nil {
@@ -86,6 +92,7 @@ type Stage struct {
 	cfg   Config
 	authn *auth.TokenAuthenticator
 	rbac  *auth.RBAC
+	alloc *ipalloc.Allocator // Services' ClusterIPs
 
 	replies *replyMux // HTTPS pod creations wait on it
 }
@@ -118,7 +125,11 @@ func New(env stage.Env, cfg Config) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stage{env: env, cfg: cfg, authn: authn, rbac: rbac}, nil
+	alloc, err := ipalloc.New(cfg.Services)
+	if err != nil {
+		return nil, err
+	}
+	return &Stage{env: env, cfg: cfg, authn: authn, rbac: rbac, alloc: alloc}, nil
 }
 
 // Start feeds the RBAC and token caches from the store and serves the
@@ -402,6 +413,9 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 		if kind.Name == objects.Pods.Name {
 			return s.deletePod(ctx, ns, req.GetName(), req.GracePeriodSeconds)
 		}
+		if kind.Name == objects.Services.Name {
+			return s.deleteService(ctx, ns, req.GetName())
+		}
 		if _, err := s.env.Store.Delete(ctx, kind, ns, req.GetName(), 0); errors.Is(err, raftstore.ErrNotFound) {
 			return stage.NotFound(kind.Resource, req.GetName()), nil
 		} else if err != nil {
@@ -469,11 +483,20 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 			return st, nil
 		}
 	}
-	if exists {
+	svc, isService := obj.(*corev1.Service)
+	switch {
+	case isService && exists:
+		_, err = s.alloc.Update(ctx, s.env.Store, existing.(*corev1.Service), svc)
+	case isService:
+		_, err = s.alloc.Create(ctx, s.env.Store, svc)
+	case exists:
 		objects.SetRevision(obj, objects.Revision(existing))
 		_, err = s.env.Store.Update(ctx, obj)
-	} else {
+	default:
 		_, err = s.env.Store.Create(ctx, obj)
+	}
+	if st := allocStatus(err, md.GetName()); st != nil {
+		return st, nil
 	}
 	if errors.Is(err, raftstore.ErrConflict) || errors.Is(err, raftstore.ErrAlreadyExists) {
 		return stage.Failure(409, eventsv1.ReasonConflict, kind.Resource, md.GetName(),
@@ -516,6 +539,41 @@ func (s *Stage) roleGetter(ctx context.Context) auth.RoleGetter {
 			return cr.GetRules(), nil
 		}
 		return obj.(*corev1.Role).GetRules(), nil
+	}
+}
+
+// allocStatus is the Status of a refused ClusterIP (nil for any other
+// outcome): 422 Invalid as kube-apiserver words it, or 500 for a full range.
+func allocStatus(err error, name string) *corev1.Status {
+	var e *ipalloc.Error
+	switch {
+	case errors.As(err, &e):
+		return stage.Failure(422, eventsv1.ReasonInvalid, "services", name, "Service %q is invalid: %v", name, e)
+	case errors.Is(err, ipalloc.ErrFull):
+		return stage.Failure(500, "InternalError", "services", name, "Internal error occurred: %v", err)
+	}
+	return nil
+}
+
+// deleteService deletes a Service and releases its ClusterIP in one store
+// transaction, retrying from a fresh read when the Service moved on.
+func (s *Stage) deleteService(ctx context.Context, ns, name string) (*corev1.Status, proto.Message) {
+	for {
+		svc, err := objects.Get[*corev1.Service](ctx, s.env.Store, ns, name)
+		if errors.Is(err, raftstore.ErrNotFound) {
+			return stage.NotFound("services", name), nil
+		}
+		if err != nil {
+			return stage.Internal(err), nil
+		}
+		_, err = s.alloc.Delete(ctx, s.env.Store, svc)
+		if errors.Is(err, raftstore.ErrConflict) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return stage.Internal(err), nil
+		}
+		return stage.Success(200, "services", name), nil
 	}
 }
 

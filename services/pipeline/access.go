@@ -5,6 +5,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -202,6 +203,9 @@ func StoreWriteACL(writer, key string) bool {
 		kinds, ok := storeWrites[strings.TrimPrefix(writer, "stage-")]
 		if !ok {
 			return false
+		}
+		if writer == StageRole(API) {
+			prefixes = append(prefixes, ipalloc.Prefix) // Services' ClusterIPs
 		}
 		for _, k := range kinds {
 			prefixes = append(prefixes, k.Prefix(""))

@@ -1,0 +1,117 @@
+package dns
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/miekg/dns"
+	"google.golang.org/protobuf/proto"
+
+	corev1 "github.com/podflow/podflow/proto/corev1"
+)
+
+func start(t *testing.T) *Server {
+	t.Helper()
+	s, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := int32(8080)
+	name := "http"
+	svcs := []*corev1.Service{
+		{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web"}, Spec: &corev1.ServiceSpec{ClusterIp: "10.96.0.10",
+			Ports: []*corev1.ServicePort{{Name: "http", Protocol: "TCP", Port: 80}}}},
+		{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "peers"}, Spec: &corev1.ServiceSpec{ClusterIp: "None",
+			Ports: []*corev1.ServicePort{{Name: "http", Protocol: "TCP", Port: 80}}}},
+	}
+	sls := []*corev1.EndpointSlice{{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "peers-1", Labels: map[string]string{LabelServiceName: "peers"}},
+		Ports: []*corev1.EndpointPort{{Name: &name, Port: &port}},
+		Endpoints: []*corev1.Endpoint{
+			{Addresses: []string{"10.244.1.12"}, Conditions: &corev1.EndpointConditions{Ready: proto.Bool(true)}},
+			{Addresses: []string{"10.244.1.11"}, Conditions: &corev1.EndpointConditions{Ready: proto.Bool(true)}},
+			{Addresses: []string{"10.244.1.13"}, Conditions: &corev1.EndpointConditions{Ready: proto.Bool(false)}},
+		}}}
+	if _, err := s.Sync(context.Background(), svcs, sls); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+func TestQueries(t *testing.T) {
+	s := start(t)
+	for _, tc := range []struct {
+		name      string
+		qname     string
+		qtype     uint16
+		net       string
+		wantRcode int
+		want      []string // answers' data, sorted
+	}{
+		{"service A", "web.default.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeSuccess, []string{"10.96.0.10"}},
+		{"service A over TCP", "web.default.svc.cluster.local.", dns.TypeA, "tcp", dns.RcodeSuccess, []string{"10.96.0.10"}},
+		{"case-insensitive", "WEB.Default.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeSuccess, []string{"10.96.0.10"}},
+		{"headless: every Ready pod", "peers.team.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeSuccess, []string{"10.244.1.11", "10.244.1.12"}},
+		{"SRV of a named port", "_http._tcp.web.default.svc.cluster.local.", dns.TypeSRV, "udp", dns.RcodeSuccess,
+			[]string{"0 100 80 web.default.svc.cluster.local."}},
+		{"headless SRV: the endpoints' port", "_http._tcp.peers.team.svc.cluster.local.", dns.TypeSRV, "udp", dns.RcodeSuccess,
+			[]string{"0 100 8080 peers.team.svc.cluster.local."}},
+		{"pod A", "10-244-1-7.team.pod.cluster.local.", dns.TypeA, "udp", dns.RcodeSuccess, []string{"10.244.1.7"}},
+		{"AAAA of a service: no data", "web.default.svc.cluster.local.", dns.TypeAAAA, "udp", dns.RcodeSuccess, nil},
+		{"unknown service", "nope.default.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeNameError, nil},
+		{"wrong namespace", "web.team.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeNameError, nil},
+		{"outside the cluster domain: refused, never forwarded", "example.com.", dns.TypeA, "udp", dns.RcodeRefused, nil},
+		{"a suffix lookalike", "cluster.local.example.com.", dns.TypeA, "udp", dns.RcodeRefused, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := new(dns.Msg)
+			m.SetQuestion(tc.qname, tc.qtype)
+			c := &dns.Client{Net: tc.net}
+			r, _, err := c.Exchange(m, s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Rcode != tc.wantRcode {
+				t.Fatalf("rcode %s, want %s", dns.RcodeToString[r.Rcode], dns.RcodeToString[tc.wantRcode])
+			}
+			var got []string
+			for _, rr := range r.Answer {
+				switch rr := rr.(type) {
+				case *dns.A:
+					got = append(got, rr.A.String())
+				case *dns.SRV:
+					got = append(got, rr.String()[len(rr.Hdr.String()):])
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("answers %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSyncReplaces: a Service gone from the state is NXDOMAIN at once.
+func TestSyncReplaces(t *testing.T) {
+	s := start(t)
+	if _, err := s.Sync(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("web.default.svc.cluster.local.", dns.TypeA)
+	r, _, err := new(dns.Client).Exchange(m, s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Rcode != dns.RcodeNameError {
+		t.Fatalf("rcode %s after the Service went, want NXDOMAIN", dns.RcodeToString[r.Rcode])
+	}
+}

@@ -1,0 +1,27 @@
+// Package dns is podflow's cluster DNS, a small authoritative server over
+// github.com/miekg/dns answering from Services and EndpointSlices:
+//
+//   - <svc>.<ns>.svc.<domain> A: the ClusterIP, or for a headless Service
+//     the IP of every Ready endpoint;
+//   - _<port>._<proto>.<svc>.<ns>.svc.<domain> SRV for each named port,
+//     targeting the Service's name (the service port, or for a headless
+//     Service the endpoints' port);
+//   - <a-b-c-d>.<ns>.pod.<domain> A: a.b.c.d (CoreDNS's "pods insecure").
+//
+// A name under the cluster domain that names nothing is NXDOMAIN; a name
+// outside it is REFUSED. The server never forwards a query anywhere: it
+// has no upstream, so no DNS packet leaves the machine because of it.
+//
+// The caller:
+//
+//  1. calls Update with every Service and EndpointSlice it knows, whenever
+//     one changes (safe from any goroutine; queries see the old or the new
+//     records, never a mix);
+//
+//  2. calls Start, and Close on shutdown (it closes the listeners).
+//
+//     s, _ := dns.New(dns.DefaultConfig())
+//     _, _ = s.Sync(ctx, services, slices)
+//     if err := s.Start(); err != nil { ... } // s.Addr() is where it listens
+//     defer s.Close()
+package dns

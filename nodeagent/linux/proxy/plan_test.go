@@ -1,0 +1,149 @@
+package proxy
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	corev1 "github.com/podflow/podflow/proto/corev1"
+)
+
+func service(name, ip string, ports ...*corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: &corev1.ServiceSpec{ClusterIp: ip, Ports: ports}}
+}
+
+func port(name, proto string, p int32) *corev1.ServicePort {
+	return &corev1.ServicePort{Name: name, Protocol: proto, Port: p}
+}
+
+type ep struct {
+	ip                        string
+	ready, serving, terminate bool
+}
+
+func slice(svc string, ports []*corev1.EndpointPort, eps ...ep) *corev1.EndpointSlice {
+	s := &corev1.EndpointSlice{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: svc + "-abc",
+		Labels: map[string]string{LabelServiceName: svc}}, AddressType: "IPv4", Ports: ports}
+	for _, e := range eps {
+		s.Endpoints = append(s.Endpoints, &corev1.Endpoint{Addresses: []string{e.ip}, Conditions: &corev1.EndpointConditions{
+			Ready: proto.Bool(e.ready), Serving: proto.Bool(e.serving), Terminating: proto.Bool(e.terminate)}})
+	}
+	return s
+}
+
+func sport(name, proto string, p int32) *corev1.EndpointPort {
+	return &corev1.EndpointPort{Name: proto3(name), Protocol: proto3(proto), Port: &p}
+}
+
+func proto3(s string) *string { return &s }
+
+func addrs(ss ...string) []netip.AddrPort {
+	out := make([]netip.AddrPort, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParseAddrPort(s)
+	}
+	return out
+}
+
+func TestBuild(t *testing.T) {
+	web := []*corev1.EndpointPort{sport("", "TCP", 8080)}
+	for _, tc := range []struct {
+		name     string
+		services []*corev1.Service
+		slices   []*corev1.EndpointSlice
+		want     []ServicePort
+	}{
+		{name: "ready endpoints only",
+			services: []*corev1.Service{service("web", "10.96.0.10", port("", "TCP", 80))},
+			slices: []*corev1.EndpointSlice{slice("web", web,
+				ep{"10.244.1.12", true, true, false}, ep{"10.244.1.11", true, true, false}, ep{"10.244.1.13", false, false, false})},
+			want: []ServicePort{{Service: "default/web", IP: netip.MustParseAddr("10.96.0.10"), Protocol: "TCP", Port: 80,
+				Endpoints: addrs("10.244.1.11:8080", "10.244.1.12:8080")}}},
+		{name: "terminating drained while a ready one exists",
+			services: []*corev1.Service{service("web", "10.96.0.10", port("", "TCP", 80))},
+			slices:   []*corev1.EndpointSlice{slice("web", web, ep{"10.244.1.11", true, true, false}, ep{"10.244.1.12", false, true, true})},
+			want: []ServicePort{{Service: "default/web", IP: netip.MustParseAddr("10.96.0.10"), Protocol: "TCP", Port: 80,
+				Endpoints: addrs("10.244.1.11:8080")}}},
+		{name: "serving terminating ones when no ready one is left",
+			services: []*corev1.Service{service("web", "10.96.0.10", port("", "TCP", 80))},
+			slices:   []*corev1.EndpointSlice{slice("web", web, ep{"10.244.1.12", false, true, true}, ep{"10.244.1.13", false, false, true})},
+			want: []ServicePort{{Service: "default/web", IP: netip.MustParseAddr("10.96.0.10"), Protocol: "TCP", Port: 80,
+				Endpoints: addrs("10.244.1.12:8080")}}},
+		{name: "no endpoints, no rule",
+			services: []*corev1.Service{service("web", "10.96.0.10", port("", "TCP", 80))},
+			slices:   []*corev1.EndpointSlice{slice("web", web, ep{"10.244.1.13", false, false, false})}},
+		{name: "headless and ExternalName get none",
+			services: []*corev1.Service{service("peers", "None", port("", "TCP", 80)),
+				{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "ext"}, Spec: &corev1.ServiceSpec{Type: "ExternalName"}}},
+			slices: []*corev1.EndpointSlice{slice("peers", web, ep{"10.244.1.11", true, true, false})}},
+		{name: "named ports resolve per slice port, sorted by ip proto port",
+			services: []*corev1.Service{service("dns", "10.96.0.53", port("dns", "UDP", 53), port("dns-tcp", "TCP", 53), port("sctp", "SCTP", 9))},
+			slices: []*corev1.EndpointSlice{slice("dns", []*corev1.EndpointPort{sport("dns", "UDP", 1053), sport("dns-tcp", "TCP", 1054)},
+				ep{"10.244.1.20", true, true, false})},
+			want: []ServicePort{
+				{Service: "default/dns", Name: "dns-tcp", IP: netip.MustParseAddr("10.96.0.53"), Protocol: "TCP", Port: 53, Endpoints: addrs("10.244.1.20:1054")},
+				{Service: "default/dns", Name: "dns", IP: netip.MustParseAddr("10.96.0.53"), Protocol: "UDP", Port: 53, Endpoints: addrs("10.244.1.20:1053")},
+			}},
+		{name: "slices of another namespace are not the service's",
+			services: []*corev1.Service{service("web", "10.96.0.10", port("", "TCP", 80))},
+			slices: []*corev1.EndpointSlice{func() *corev1.EndpointSlice {
+				s := slice("web", web, ep{"10.244.1.11", true, true, false})
+				s.Metadata.Namespace = "other"
+				return s
+			}()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Build(tc.services, tc.slices)
+			if !got.Equal(Plan{Ports: tc.want}) {
+				t.Fatalf("Build =\n%+v\nwant\n%+v", got.Ports, tc.want)
+			}
+		})
+	}
+}
+
+func TestRules(t *testing.T) {
+	cfg := DefaultConfig("node-1", "pf0", "10.244.1.1")
+	plan := Build([]*corev1.Service{service("web", "10.96.0.10", port("", "TCP", 80))},
+		[]*corev1.EndpointSlice{slice("web", []*corev1.EndpointPort{sport("", "TCP", 8080)},
+			ep{"10.244.1.11", true, true, false}, ep{"10.244.1.12", true, true, false})})
+	got := plan.Rules(cfg)
+	for _, want := range []string{
+		"table ip " + TableFor("node-1") + " {",
+		`iifname "pf0" ip daddr 10.96.0.10 meta l4proto tcp th dport 80 goto "svc-`,
+		"numgen random mod 2 vmap { 0 : goto \"ep-",
+		"dnat ip to 10.244.1.11:8080",
+		"dnat ip to 10.244.1.12:8080",
+		`iifname "pf0" oifname "pf0" ct status dnat snat ip to 10.244.1.1`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rules lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "masquerade") {
+		t.Errorf("rules masquerade:\n%s", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := DefaultConfig("node-1", "pf0", "10.244.1.1")
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*Config){
+		"table without podflow": func(c *Config) { c.Table = "kube-proxy" },
+		"no bridge":             func(c *Config) { c.Bridge = "" },
+		"bad gateway":           func(c *Config) { c.Gateway = "x" },
+		"bad cidr":              func(c *Config) { c.ServiceCIDR = "10.96.0.1/16" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := good
+			mut(&c)
+			if c.Validate() == nil {
+				t.Fatal("Validate accepted it")
+			}
+		})
+	}
+}

@@ -1,0 +1,402 @@
+package ipalloc
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+)
+
+// Prefix holds one store key per allocated ClusterIP (Prefix + the IP);
+// its value is the IPAddress spec naming the Service that holds it, as
+// networking.k8s.io/v1 IPAddress objects are stored.
+const Prefix = "/registry/ipaddresses/"
+
+// None is spec.clusterIP of a headless Service.
+const None = "None"
+
+// Sentinel errors; an *Error wraps the first four.
+var (
+	// ErrAllocated: a requested IP is held by another Service.
+	ErrAllocated = errors.New("provided IP is already allocated")
+	// ErrNotInRange: a requested IP is outside the service CIDR.
+	ErrNotInRange = errors.New("provided IP is not in the valid range")
+	// ErrImmutable: an update changes an allocated ClusterIP.
+	ErrImmutable = errors.New("may not change once set")
+	// ErrInvalid: spec.clusterIP(s) is not an IPv4 address, or the two
+	// disagree, or asks for more than one family.
+	ErrInvalid = errors.New("invalid cluster IP")
+	// ErrFull: no free IP is left in the service CIDR.
+	ErrFull = errors.New("ipalloc: range is full")
+)
+
+// Error is a refused spec.clusterIP(s), worded as kube-apiserver words it.
+type Error struct {
+	Field string   // "spec.clusterIPs"
+	Value []string // the requested IPs
+	Err   error    // ErrAllocated, ErrNotInRange, ErrImmutable or ErrInvalid
+	CIDR  netip.Prefix
+}
+
+func (e *Error) Error() string {
+	v := fmt.Sprintf("%#v", e.Value)
+	switch e.Err {
+	case ErrAllocated:
+		return fmt.Sprintf("%s: Invalid value: %s: failed to allocate IP %s: %v", e.Field, v, e.Value[0], e.Err)
+	case ErrNotInRange:
+		return fmt.Sprintf("%s: Invalid value: %s: failed to allocate IP %s: the provided IP (%s) is not in the valid range. The range of valid IPs is %s",
+			e.Field, v, e.Value[0], e.Value[0], e.CIDR)
+	}
+	return fmt.Sprintf("%s: Invalid value: %s: %v", e.Field, v, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Config configures an Allocator.
+type Config struct {
+	// CIDR is the service CIDR ClusterIPs come from (IPv4, /8 to /28), as
+	// kube-apiserver's --service-cluster-ip-range.
+	CIDR string
+}
+
+// DefaultConfig returns Kubernetes' default service CIDR, 10.96.0.0/16.
+func DefaultConfig() Config { return Config{CIDR: "10.96.0.0/16"} }
+
+// Validate checks the Config.
+func (c Config) Validate() error {
+	p, err := netip.ParsePrefix(c.CIDR)
+	if err != nil {
+		return fmt.Errorf("ipalloc: CIDR %q: %w", c.CIDR, err)
+	}
+	if !p.Addr().Is4() {
+		return fmt.Errorf("ipalloc: CIDR %q: only IPv4 service CIDRs are supported", c.CIDR)
+	}
+	if p.Bits() < 8 || p.Bits() > 28 {
+		return fmt.Errorf("ipalloc: CIDR %q: prefix length %d must be between 8 and 28", c.CIDR, p.Bits())
+	}
+	if p.Masked() != p {
+		return fmt.Errorf("ipalloc: CIDR %q has host bits set (want %s)", c.CIDR, p.Masked())
+	}
+	return nil
+}
+
+// Allocator hands out ClusterIPs. It holds no state of its own (the store
+// does) and is safe for concurrent use.
+type Allocator struct {
+	cidr   netip.Prefix
+	base   uint32 // the network address
+	size   uint32 // addresses in the CIDR
+	static uint32 // offsets 1..static are the band for requested IPs
+}
+
+// New returns an Allocator for cfg.
+func New(cfg Config) (*Allocator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := netip.MustParsePrefix(cfg.CIDR)
+	a := &Allocator{cidr: p, base: u32(p.Addr()), size: 1 << (32 - p.Bits())}
+	a.static = min(max(a.size/16, 16), 256)
+	return a, nil
+}
+
+// CIDR returns the service CIDR.
+func (a *Allocator) CIDR() netip.Prefix { return a.cidr }
+
+// Key returns the store key of ip's reservation.
+func Key(ip string) string { return Prefix + ip }
+
+func u32(a netip.Addr) uint32 { b := a.As4(); return binary.BigEndian.Uint32(b[:]) }
+
+func (a *Allocator) addr(off uint32) netip.Addr {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], a.base+off)
+	return netip.AddrFrom4(b)
+}
+
+// inRange: in the CIDR and neither its network nor its broadcast address.
+func (a *Allocator) inRange(ip netip.Addr) bool {
+	if !a.cidr.Contains(ip) {
+		return false
+	}
+	off := u32(ip) - a.base
+	return off != 0 && off != a.size-1
+}
+
+// request is what a Service asks for: no IP (headless, ExternalName), a
+// given IP, or any.
+type request struct {
+	none bool
+	ip   string // "" = allocate
+}
+
+func (a *Allocator) request(svc *corev1.Service) (request, error) {
+	spec := svc.GetSpec()
+	ip, ips := spec.GetClusterIp(), spec.GetClusterIps()
+	if spec.GetType() == "ExternalName" {
+		return request{none: true}, nil
+	}
+	fail := func(err error) (request, error) {
+		v := ips
+		if len(v) == 0 {
+			v = []string{ip}
+		}
+		return request{}, &Error{Field: "spec.clusterIPs", Value: v, Err: err, CIDR: a.cidr}
+	}
+	if len(ips) > 1 {
+		return fail(fmt.Errorf("%w: only one IP family (IPv4) is supported", ErrInvalid))
+	}
+	if len(ips) == 1 {
+		if ip != "" && ip != ips[0] {
+			return fail(fmt.Errorf("%w: must match spec.clusterIP %q", ErrInvalid, ip))
+		}
+		ip = ips[0]
+	}
+	switch ip {
+	case "":
+		return request{}, nil
+	case None:
+		return request{none: true}, nil
+	}
+	addr, err := netip.ParseAddr(ip)
+	if err != nil || !addr.Is4() {
+		return fail(fmt.Errorf("%w: must be a valid IPv4 address or %q", ErrInvalid, None))
+	}
+	if !a.inRange(addr) {
+		return fail(ErrNotInRange)
+	}
+	return request{ip: addr.String()}, nil
+}
+
+// set writes the Service's allocated IP (or None) into its spec.
+func set(svc *corev1.Service, ip string) {
+	if svc.Spec == nil {
+		svc.Spec = &corev1.ServiceSpec{}
+	}
+	switch {
+	case svc.Spec.GetType() == "ExternalName":
+		svc.Spec.ClusterIp, svc.Spec.ClusterIps = "", nil
+	case ip == "":
+		svc.Spec.ClusterIp, svc.Spec.ClusterIps = None, []string{None}
+	default:
+		svc.Spec.ClusterIp, svc.Spec.ClusterIps = ip, []string{ip}
+	}
+}
+
+// held returns the IP a stored Service holds ("" for none).
+func held(svc *corev1.Service) string {
+	ip := svc.GetSpec().GetClusterIp()
+	if ip == None || svc.GetSpec().GetType() == "ExternalName" {
+		return ""
+	}
+	return ip
+}
+
+type parentRef struct {
+	Group     string `json:"group"`
+	Resource  string `json:"resource"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+func reservation(svc *corev1.Service) []byte {
+	b, _ := json.Marshal(struct {
+		ParentRef parentRef `json:"parentRef"`
+	}{parentRef{Resource: "services", Namespace: svc.GetMetadata().GetNamespace(), Name: svc.GetMetadata().GetName()}})
+	return b
+}
+
+// Create stores svc, a new Service, with its ClusterIP reserved in the same
+// transaction, and sets spec.clusterIP(s) and its resourceVersion. A
+// Service already stored is raftstore.ErrConflict on its key.
+func (a *Allocator) Create(ctx context.Context, st *objects.Store, svc *corev1.Service) (int64, error) {
+	req, err := a.request(svc)
+	if err != nil {
+		return 0, err
+	}
+	return a.commit(ctx, st, svc, objects.Absent, req, "")
+}
+
+// Update replaces old (as read from the store) with svc at old's revision.
+// An empty spec.clusterIP(s) keeps old's (as kube-apiserver carries
+// allocated values forward); a different one is ErrImmutable. A Service
+// that held no IP (stored before allocation, or turning from ExternalName)
+// gets one; one turning into ExternalName releases its IP.
+func (a *Allocator) Update(ctx context.Context, st *objects.Store, old, svc *corev1.Service) (int64, error) {
+	prev := held(old)
+	if svc.GetSpec().GetType() != "ExternalName" && svc.GetSpec().GetClusterIp() == "" && len(svc.GetSpec().GetClusterIps()) == 0 {
+		if svc.Spec == nil {
+			svc.Spec = &corev1.ServiceSpec{}
+		}
+		svc.Spec.ClusterIp, svc.Spec.ClusterIps = old.GetSpec().GetClusterIp(), old.GetSpec().GetClusterIps()
+	}
+	req, err := a.request(svc)
+	if err != nil {
+		// An IP kept from before the service CIDR changed stays valid.
+		if !errors.Is(err, ErrNotInRange) || prev == "" || svc.GetSpec().GetClusterIp() != prev {
+			return 0, err
+		}
+		req = request{ip: prev}
+	}
+	if oldIP := old.GetSpec().GetClusterIp(); oldIP != "" && old.GetSpec().GetType() != "ExternalName" && svc.GetSpec().GetType() != "ExternalName" {
+		newIP := req.ip
+		if req.none {
+			newIP = None
+		}
+		if newIP != oldIP {
+			return 0, &Error{Field: "spec.clusterIPs", Value: []string{newIP}, Err: ErrImmutable, CIDR: a.cidr}
+		}
+	}
+	return a.commit(ctx, st, svc, objects.Revision(old), req, prev)
+}
+
+// Delete deletes svc (as read from the store) at its revision, releasing
+// its ClusterIP in the same transaction.
+func (a *Allocator) Delete(ctx context.Context, st *objects.Store, svc *corev1.Service) (int64, error) {
+	key, err := objects.KeyOf(svc)
+	if err != nil {
+		return 0, err
+	}
+	t := raftstore.Txn{
+		Compares: []raftstore.Compare{{Key: key, ModRevision: objects.Revision(svc)}},
+		Ops:      []raftstore.Op{{Type: raftstore.OpDelete, Key: key}},
+	}
+	if ip := held(svc); ip != "" {
+		t.Ops = append(t.Ops, raftstore.Op{Type: raftstore.OpDelete, Key: Key(ip)})
+	}
+	return st.KV().Txn(ctx, t)
+}
+
+// maxProbes is how many random free-looking IPs commit tries before it
+// lists the reservations to find a free one.
+const maxProbes = 8
+
+// commit writes svc at revision rev (objects.Absent: a create) with req's
+// IP reserved and prev (an IP svc held, "" for none) released when it is
+// not kept. An allocation that loses a race for an IP tries another.
+func (a *Allocator) commit(ctx context.Context, st *objects.Store, svc *corev1.Service, rev int64, req request, prev string) (int64, error) {
+	key, err := objects.KeyOf(svc)
+	if err != nil {
+		return 0, err
+	}
+	var taken map[uint32]bool // the reservations, once listed
+	for probe := 0; ; probe++ {
+		ip := req.ip
+		if !req.none && ip == "" {
+			if probe >= maxProbes && taken == nil {
+				if taken, err = a.list(ctx, st); err != nil {
+					return 0, err
+				}
+			}
+			off, ok := a.pick(taken)
+			if !ok {
+				return 0, fmt.Errorf("%w: failed to allocate a serviceIP in %s", ErrFull, a.cidr)
+			}
+			if taken != nil {
+				taken[off] = true
+			}
+			ip = a.addr(off).String()
+		}
+		set(svc, ip)
+		b, err := objects.Encode(svc)
+		if err != nil {
+			return 0, err
+		}
+		t := raftstore.Txn{
+			Compares: []raftstore.Compare{{Key: key, ModRevision: rev}},
+			Ops:      []raftstore.Op{{Type: raftstore.OpPut, Key: key, Value: b}},
+		}
+		if ip != "" && ip != prev {
+			t.Compares = append(t.Compares, raftstore.Compare{Key: Key(ip), ModRevision: objects.Absent})
+			t.Ops = append(t.Ops, raftstore.Op{Type: raftstore.OpPut, Key: Key(ip), Value: reservation(svc)})
+		}
+		if prev != "" && ip != prev {
+			t.Ops = append(t.Ops, raftstore.Op{Type: raftstore.OpDelete, Key: Key(prev)})
+		}
+		newRev, err := st.KV().Txn(ctx, t)
+		var se *raftstore.Error
+		if errors.As(err, &se) && errors.Is(err, raftstore.ErrConflict) && se.Key == Key(ip) {
+			if req.ip != "" {
+				return 0, &Error{Field: "spec.clusterIPs", Value: []string{ip}, Err: ErrAllocated, CIDR: a.cidr}
+			}
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			continue // lost a race (or probed a held IP): try another
+		}
+		if err != nil {
+			return 0, fmt.Errorf("commit service %q: %w", key, err)
+		}
+		objects.SetRevision(svc, newRev)
+		return newRev, nil
+	}
+}
+
+// pick returns a free-looking offset: a random one from the dynamic band
+// (above the static band), then the static band; with taken (the listed
+// reservations) the first free one from a random start.
+func (a *Allocator) pick(taken map[uint32]bool) (uint32, bool) {
+	lo, hi := a.static+1, a.size-2 // the dynamic band, inclusive
+	if lo > hi {
+		lo = 1
+	}
+	if taken == nil {
+		return lo + rand.Uint32N(hi-lo+1), true
+	}
+	for _, band := range [][2]uint32{{lo, hi}, {1, lo - 1}} {
+		if band[1] < band[0] {
+			continue
+		}
+		n := band[1] - band[0] + 1
+		start := rand.Uint32N(n)
+		for i := range n {
+			off := band[0] + (start+i)%n
+			if !taken[off] {
+				return off, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// list reads the reservations in the CIDR, as offsets.
+func (a *Allocator) list(ctx context.Context, st *objects.Store) (map[uint32]bool, error) {
+	kvs, _, err := st.KV().List(ctx, Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list ClusterIP reservations: %w", err)
+	}
+	taken := make(map[uint32]bool, len(kvs))
+	for _, kv := range kvs {
+		ip, err := netip.ParseAddr(strings.TrimPrefix(kv.Key, Prefix))
+		if err == nil && a.cidr.Contains(ip) {
+			taken[u32(ip)-a.base] = true
+		}
+	}
+	return taken, nil
+}
+
+// Allocated returns the reserved IPs in the store (any range), each with
+// the Service ("ns/name") it names.
+func Allocated(ctx context.Context, st *objects.Store) (map[string]string, error) {
+	kvs, _, err := st.KV().List(ctx, Prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		var v struct {
+			ParentRef parentRef `json:"parentRef"`
+		}
+		_ = json.Unmarshal(kv.Value, &v)
+		out[strings.TrimPrefix(kv.Key, Prefix)] = v.ParentRef.Namespace + "/" + v.ParentRef.Name
+	}
+	return out, nil
+}
