@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
@@ -437,90 +438,141 @@ func writeWarnings(w http.ResponseWriter, warnings []string) {
 	}
 }
 
+// maxPatchRetries bounds how often a patch without a resourceVersion
+// precondition is re-applied to a newer stored object after a conflict.
+const maxPatchRetries = 16
+
 // update serves PUT and PATCH: the new object is decoded (from the body,
 // or by patching the stored object's Kubernetes form), then replaces the
-// stored one through the api stage (pods: only the fields Kubernetes lets a
-// pod update change).
+// stored revision it was built from through the api stage (pods: only the
+// fields Kubernetes lets a pod update change). A patch without a
+// resourceVersion precondition is re-applied to the newer object when
+// another write came first, as kube-apiserver's GuaranteedUpdate does, so
+// it never fails with 409 (kubectl cordon, label, annotate).
 func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
 	dry, validation, body, ok := s.mutation(w, r)
 	if !ok {
 		return
 	}
-	current, st := s.read(ctx, req.res, req.namespace, req.name)
-	ssa := strings.HasPrefix(r.Header.Get("Content-Type"), patchApply)
-	if st != nil && !(ssa && st.GetCode() == 404) {
-		writeStatus(w, st)
-		return
-	}
+	ct := r.Header.Get("Content-Type")
+	ssa := strings.HasPrefix(ct, patchApply)
+	var st *corev1.Status
 	if req.verb == "update" {
 		if body, st = bodyJSON(r, body, kubeTypes[req.res.kind]); st != nil {
 			writeStatus(w, st)
 			return
 		}
 	}
+	retry := req.verb == "patch" && !patchHasPrecondition(body, ct)
+	for attempt := 0; ; attempt++ {
+		current, st := s.read(ctx, req.res, req.namespace, req.name)
+		if st != nil && !(ssa && st.GetCode() == 404) {
+			writeStatus(w, st)
+			return
+		}
+		obj, warnings, st := s.updated(req, current, body, ct, validation)
+		if st != nil {
+			writeStatus(w, st)
+			return
+		}
+		if current == nil {
+			writeWarnings(w, warnings)
+			s.createObject(ctx, w, r, req, obj, dry)
+			return
+		}
+		if rv := obj.GetMetadata().GetResourceVersion(); rv != "" && rv != current.GetMetadata().GetResourceVersion() {
+			writeStatus(w, conflict(req.res.name, req.name))
+			return
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			writeWarnings(w, warnings)
+			st, out := s.updatePod(ctx, current.(*corev1.Pod), pod, dry)
+			s.respond(w, r, req.res, st, out)
+			return
+		}
+		if dry {
+			writeWarnings(w, warnings)
+			s.writeObject(w, r, http.StatusOK, req.res, obj)
+			return
+		}
+		st, out := s.object(ctx, req, "update", obj, nil)
+		if retry && st.GetCode() == http.StatusConflict && st.GetReason() == eventsv1.ReasonConflict && attempt < maxPatchRetries && ctx.Err() == nil {
+			continue
+		}
+		writeWarnings(w, warnings)
+		s.respond(w, r, req.res, st, out)
+		return
+	}
+}
+
+// updated builds the object an update or patch asks for from the stored
+// one (nil: a server-side apply of a new object) and checks its name and
+// namespace.
+func (s *Server) updated(req *request, current objects.Object, body []byte, ct, validation string) (objects.Object, []string, *corev1.Status) {
+	var st *corev1.Status
 	if req.verb == "patch" {
+		orig := []byte("{}")
 		if current == nil { // server-side apply of a new object: a create
 			attrs := auth.Attributes{User: req.user, Verb: "create", Namespace: req.namespace,
 				APIGroup: req.res.group, Resource: req.res.name, Name: req.name}
 			if !s.backend.Authorize(attrs).Allowed {
-				writeStatus(w, auth.Forbidden(attrs, ""))
-				return
-			}
-			if body, st = applyPatch([]byte("{}"), body, r.Header.Get("Content-Type"), req.res, s.patchLimits()); st != nil {
-				writeStatus(w, st)
-				return
+				return nil, nil, auth.Forbidden(attrs, "")
 			}
 		} else {
 			k, err := req.res.toKube(current)
 			if err != nil {
-				writeStatus(w, stage.Internal(err))
-				return
+				return nil, nil, stage.Internal(err)
 			}
-			orig, err := json.Marshal(k)
-			if err != nil {
-				writeStatus(w, stage.Internal(err))
-				return
+			if orig, err = json.Marshal(k); err != nil {
+				return nil, nil, stage.Internal(err)
 			}
-			if body, st = applyPatch(orig, body, r.Header.Get("Content-Type"), req.res, s.patchLimits()); st != nil {
-				writeStatus(w, st)
-				return
-			}
+		}
+		if body, st = applyPatch(orig, body, ct, req.res, s.patchLimits()); st != nil {
+			return nil, nil, st
 		}
 	}
 	obj, warnings, st := decodeObject(body, req.res, validation, int(s.cfg.MaxBodyBytes))
 	if st != nil {
-		writeStatus(w, st)
-		return
+		return nil, nil, st
 	}
-	writeWarnings(w, warnings)
 	md := objects.Meta(obj)
 	if st := checkNamespace(md, req); st != nil {
-		writeStatus(w, st)
-		return
+		return nil, nil, st
 	}
 	if md.GetName() != req.name {
-		writeStatus(w, badRequest("the name of the object (%s) does not match the name on the URL (%s)", md.GetName(), req.name))
-		return
+		return nil, nil, badRequest("the name of the object (%s) does not match the name on the URL (%s)", md.GetName(), req.name)
 	}
-	if current == nil {
-		s.createObject(ctx, w, r, req, obj, dry)
-		return
+	return obj, warnings, nil
+}
+
+// patchHasPrecondition reports whether a patch sets metadata.resourceVersion
+// (a precondition: a conflict is the client's to resolve).
+func patchHasPrecondition(patch []byte, contentType string) bool {
+	ct, _, _ := strings.Cut(contentType, ";")
+	switch strings.TrimSpace(ct) {
+	case patchJSON:
+		var ops []struct {
+			Path string `json:"path"`
+		}
+		_ = json.Unmarshal(patch, &ops)
+		for _, op := range ops {
+			if op.Path == "/metadata/resourceVersion" {
+				return true
+			}
+		}
+		return false
+	case patchApply:
+		if j, err := yaml.YAMLToJSON(patch); err == nil {
+			patch = j
+		}
 	}
-	if rv := md.GetResourceVersion(); rv != "" && rv != current.GetMetadata().GetResourceVersion() {
-		writeStatus(w, conflict(req.res.name, req.name))
-		return
+	var p struct {
+		Metadata struct {
+			ResourceVersion *json.RawMessage `json:"resourceVersion"`
+		} `json:"metadata"`
 	}
-	if pod, ok := obj.(*corev1.Pod); ok {
-		st, out := s.updatePod(ctx, current.(*corev1.Pod), pod, dry)
-		s.respond(w, r, req.res, st, out)
-		return
-	}
-	if dry {
-		s.writeObject(w, r, http.StatusOK, req.res, obj)
-		return
-	}
-	st, out := s.object(ctx, req, "apply", obj, nil)
-	s.respond(w, r, req.res, st, out)
+	_ = json.Unmarshal(patch, &p)
+	return p.Metadata.ResourceVersion != nil && string(*p.Metadata.ResourceVersion) != "null"
 }
 
 // updatePod applies the changes Kubernetes allows on a pod: labels,
