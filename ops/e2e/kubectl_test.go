@@ -297,6 +297,16 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 		})
 	})
 
+	t.Run("explain", func(t *testing.T) {
+		out := k.must("explain", "pod.spec.containers")
+		if !strings.Contains(out, "KIND:") || !strings.Contains(out, "Container") || !regexpLine(out, "image", "<string>") || !strings.Contains(out, "FIELDS:") {
+			t.Fatalf("explain pod.spec.containers:\n%s", out)
+		}
+		if out := k.must("explain", "role.rules"); !regexpLine(out, "verbs", "<[]string>") {
+			t.Fatalf("explain role.rules:\n%s", out)
+		}
+	})
+
 	t.Run("cordon", func(t *testing.T) {
 		// Nodes report status all the time: a cordon's patch must retry
 		// its conflicts on the server, never show them.
