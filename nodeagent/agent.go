@@ -473,8 +473,11 @@ func (a *Agent) nodeStatus(now time.Time) *corev1.NodeStatus {
 		},
 		NodeInfo: &corev1.NodeSystemInfo{
 			OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH,
-			KubeletVersion: "podflow", ContainerRuntimeVersion: fmt.Sprintf("%T", a.rt),
+			KubeletVersion: "podflow", ContainerRuntimeVersion: "podflow://" + Version(),
 		},
+	}
+	if rv, ok := a.rt.(RuntimeVersioner); ok {
+		st.NodeInfo.ContainerRuntimeVersion = rv.RuntimeVersion()
 	}
 	if il, ok := a.rt.(ImageLister); ok {
 		st.Images = il.NodeImages()

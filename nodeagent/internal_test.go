@@ -38,3 +38,28 @@ func TestAllocatableAfterReserves(t *testing.T) {
 		t.Errorf("allocatable below zero: %v", small)
 	}
 }
+
+type versionedRuntime struct {
+	Runtime
+	version string
+}
+
+func (r versionedRuntime) RuntimeVersion() string { return r.version }
+
+func TestNodeInfoContainerRuntimeVersion(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rt   Runtime
+		want string
+	}{
+		{"a runtime that names itself", versionedRuntime{version: "podflow-sim://v1"}, "podflow-sim://v1"},
+		{"one that does not", struct{ Runtime }{}, "podflow://" + Version()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := &Agent{cfg: Config{NodeName: "n1", Capacity: map[string]string{"cpu": "1"}}, rt: c.rt}
+			if got := a.nodeStatus(time.Now()).GetNodeInfo().GetContainerRuntimeVersion(); got != c.want {
+				t.Errorf("containerRuntimeVersion = %q, want %q", got, c.want)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"runtime/debug"
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -134,6 +135,23 @@ type ContainerInfo struct {
 	Running      bool
 	StartedAt    time.Time
 	Exit         *ContainerExit // set when not running
+}
+
+// RuntimeVersioner is implemented by runtimes that name themselves in
+// Node.status.nodeInfo.containerRuntimeVersion, as "<runtime>://<version>"
+// (containerd's "containerd://1.7.2"): the CONTAINER-RUNTIME of kubectl get
+// nodes -o wide. Runtimes without it are reported as "podflow://<version>".
+type RuntimeVersioner interface {
+	RuntimeVersion() string
+}
+
+// Version is podflow's version as the running binary was built: its main
+// module's version, or v0.0.0-dev for a development build.
+func Version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "v0.0.0-dev"
 }
 
 // ImageLister is implemented by runtimes that keep images: the agent

@@ -626,3 +626,8 @@ var _ nodeagent.ImageLister = (*Runtime)(nil)
 
 // NodeImages lists the images present on the node, for Node.status.images.
 func (r *Runtime) NodeImages() []*corev1.ContainerImage { return r.images.Images() }
+
+var _ nodeagent.RuntimeVersioner = (*Runtime)(nil)
+
+// RuntimeVersion names the runtime in Node.status.nodeInfo.
+func (r *Runtime) RuntimeVersion() string { return "podflow://" + nodeagent.Version() }

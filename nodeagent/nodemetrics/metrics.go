@@ -163,3 +163,11 @@ func (r runtime) NodeImages() []*corev1.ContainerImage {
 	}
 	return nil
 }
+
+// RuntimeVersion passes the optional runtime version through.
+func (r runtime) RuntimeVersion() string {
+	if rv, ok := r.Runtime.(nodeagent.RuntimeVersioner); ok {
+		return rv.RuntimeVersion()
+	}
+	return "podflow://" + nodeagent.Version()
+}

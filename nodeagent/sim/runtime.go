@@ -160,6 +160,11 @@ func (r *Runtime) Close() {
 // IPAM exposes the runtime's address allocator (for inspection).
 func (r *Runtime) IPAM() *IPAM { return r.ipam }
 
+var _ nodeagent.RuntimeVersioner = (*Runtime)(nil)
+
+// RuntimeVersion names the simulated runtime in Node.status.nodeInfo.
+func (r *Runtime) RuntimeVersion() string { return "podflow-sim://" + nodeagent.Version() }
+
 func (r *Runtime) sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()

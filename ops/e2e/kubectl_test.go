@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -269,6 +270,57 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 		_, errs, code := k.run("logs", "my-nginx-pod")
 		if code == 0 || !strings.Contains(errs, "does not serve logs") {
 			t.Fatalf("logs: exit %d %s", code, errs)
+		}
+	})
+
+	t.Run("paging and deletecollection", func(t *testing.T) {
+		for i := range 5 {
+			k.must("run", fmt.Sprintf("pg-%d", i), "--image=nginx", "--labels=app=pg")
+		}
+		// -v=6 logs each request: the list must take several pages.
+		out, errs, code := k.run("get", "pods", "-l", "app=pg", "--chunk-size=2", "-v=6")
+		if code != 0 || strings.Count(errs, "continue=") < 2 {
+			t.Fatalf("get --chunk-size=2: exit %d, want more than one continue page:\n%s", code, errs)
+		}
+		for i := range 5 {
+			if !regexpLine(out, fmt.Sprintf("pg-%d", i)) {
+				t.Fatalf("get --chunk-size=2 lacks pg-%d:\n%s", i, out)
+			}
+		}
+		out = k.must("delete", "pods", "-l", "app=pg", "--wait=false")
+		if strings.Count(out, "deleted") != 5 {
+			t.Fatalf("delete -l: %q", out)
+		}
+		eventually(t, 30*time.Second, "the selected pods to be gone", func() (bool, string) {
+			out, errs, _ := k.run("get", "pods", "-l", "app=pg")
+			return !strings.Contains(out, "pg-"), out + errs
+		})
+	})
+
+	t.Run("explain", func(t *testing.T) {
+		out := k.must("explain", "pod.spec.containers")
+		if !strings.Contains(out, "KIND:") || !strings.Contains(out, "Container") || !regexpLine(out, "image", "<string>") || !strings.Contains(out, "FIELDS:") {
+			t.Fatalf("explain pod.spec.containers:\n%s", out)
+		}
+		if out := k.must("explain", "role.rules"); !regexpLine(out, "verbs", "<[]string>") {
+			t.Fatalf("explain role.rules:\n%s", out)
+		}
+	})
+
+	t.Run("cordon", func(t *testing.T) {
+		// Nodes report status all the time: a cordon's patch must retry
+		// its conflicts on the server, never show them.
+		node := strings.TrimSpace(strings.Split(k.must("get", "nodes", "-o", "name"), "\n")[0])
+		if out := k.must("get", "nodes", "-o", "wide"); !strings.Contains(out, "CONTAINER-RUNTIME") || !strings.Contains(out, "podflow-sim://") {
+			t.Fatalf("get nodes -o wide shows no container runtime:\n%s", out)
+		}
+		for range 3 {
+			if out := k.must("cordon", node); !strings.Contains(out, "cordoned") {
+				t.Fatalf("cordon: %q", out)
+			}
+			if out := k.must("uncordon", node); !strings.Contains(out, "uncordoned") {
+				t.Fatalf("uncordon: %q", out)
+			}
 		}
 	})
 

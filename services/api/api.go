@@ -422,7 +422,7 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 			return stage.Internal(err), nil
 		}
 		return stage.Success(200, kind.Resource, req.GetName()), nil
-	case "create", "apply":
+	case "create", "apply", "update":
 		obj := kind.New()
 		if err := proto.Unmarshal(req.GetObject(), obj); err != nil {
 			return stage.Failure(400, eventsv1.ReasonBadRequest, kind.Resource, "", "decode %s: %v", kind.Name, err), nil
@@ -436,13 +436,17 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 		if kind.Name == objects.Pods.Name {
 			return stage.Failure(400, eventsv1.ReasonBadRequest, "pods", md.GetName(), "pods are created through %s", pipeline.CreatePodSubject), nil
 		}
-		return s.apply(ctx, kind, obj, attrs, req.GetVerb() == "create")
+		return s.apply(ctx, kind, obj, attrs, req.GetVerb())
 	}
 	return stage.Failure(405, "MethodNotAllowed", kind.Resource, req.GetName(), "verb %q is not supported", req.GetVerb()), nil
 }
 
-// apply creates obj, or replaces it when it exists and createOnly is false.
-func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object, attrs auth.Attributes, createOnly bool) (*corev1.Status, proto.Message) {
+// apply creates obj (verb create), or replaces it when it exists (apply,
+// update). An update whose object carries a resourceVersion replaces only
+// that revision (409 Conflict otherwise), as a Kubernetes update does; an
+// apply replaces whatever is stored.
+func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object, attrs auth.Attributes, verb string) (*corev1.Status, proto.Message) {
+	createOnly := verb == "create"
 	md := obj.GetMetadata()
 	existing, err := s.env.Store.GetKind(ctx, kind, md.GetNamespace(), md.GetName())
 	exists := err == nil
@@ -473,6 +477,9 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	var old proto.Message
 	if exists {
 		old = existing
+		if verb == "update" && md.GetResourceVersion() != "" && md.GetResourceVersion() != existing.GetMetadata().GetResourceVersion() {
+			return conflict(kind.Resource, md.GetName()), nil // a precondition that no longer holds
+		}
 	}
 	if st := s.rbac.CheckRBACWrite(attrs.User, obj, old, s.roleGetter(ctx)); st != nil {
 		return st, nil // a role or binding granting more than its writer holds
@@ -499,8 +506,7 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		return st, nil
 	}
 	if errors.Is(err, raftstore.ErrConflict) || errors.Is(err, raftstore.ErrAlreadyExists) {
-		return stage.Failure(409, eventsv1.ReasonConflict, kind.Resource, md.GetName(),
-			"Operation cannot be fulfilled on %s %q: the object has been modified; please apply your changes to the latest version and try again", kind.Resource, md.GetName()), nil
+		return conflict(kind.Resource, md.GetName()), nil
 	}
 	if err != nil {
 		return stage.Internal(err), nil
@@ -540,6 +546,13 @@ func (s *Stage) roleGetter(ctx context.Context) auth.RoleGetter {
 		}
 		return obj.(*corev1.Role).GetRules(), nil
 	}
+}
+
+// conflict is Kubernetes' 409 for an update of a revision that is no
+// longer the stored one.
+func conflict(resource, name string) *corev1.Status {
+	return stage.Failure(409, eventsv1.ReasonConflict, resource, name,
+		"Operation cannot be fulfilled on %s %q: the object has been modified; please apply your changes to the latest version and try again", resource, name)
 }
 
 // allocStatus is the Status of a refused ClusterIP (nil for any other

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/podflow/podflow/raftstore"
@@ -80,13 +81,13 @@ func (c *kubeCache) forget(res *resource, key string) {
 type rawList struct {
 	APIVersion string            `json:"apiVersion"`
 	Kind       string            `json:"kind"`
-	Metadata   map[string]string `json:"metadata"`
+	Metadata   metav1.ListMeta   `json:"metadata"`
 	Items      []json.RawMessage `json:"items"`
 }
 
 func newRawList(res *resource, rev int64, items []kubeItem) *rawList {
 	l := &rawList{APIVersion: res.groupVersion(), Kind: res.kind + "List",
-		Metadata: map[string]string{"resourceVersion": strconv.FormatInt(rev, 10)}, Items: make([]json.RawMessage, len(items))}
+		Metadata: metav1.ListMeta{ResourceVersion: strconv.FormatInt(rev, 10)}, Items: make([]json.RawMessage, len(items))}
 	for i, it := range items {
 		l.Items[i] = it.raw
 	}
@@ -95,6 +96,7 @@ func newRawList(res *resource, rev int64, items []kubeItem) *rawList {
 
 // kubeItem is one listed object in its Kubernetes form.
 type kubeItem struct {
+	key string // the store key
 	obj runtime.Object
 	raw []byte
 }

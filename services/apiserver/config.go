@@ -62,6 +62,14 @@ type Config struct {
 	// "Too large resource version" (kube-apiserver's watch cache waits 3s).
 	// Default 3s.
 	TooLargeResourceVersionWait time.Duration
+	// ListSnapshotTTL is how long the snapshot behind a paged list (limit
+	// and continue) is kept: a continue token older than that gets 410
+	// Expired, as one older than etcd's compaction (every 5 minutes in
+	// kube-apiserver) does. Default 5m.
+	ListSnapshotTTL time.Duration
+	// MaxListSnapshots bounds the paged lists whose snapshots are kept at
+	// once (the oldest is dropped first). Default 64.
+	MaxListSnapshots int
 	// CacheObjects bounds the cache of objects' Kubernetes forms (by key
 	// and revision) that makes repeated lists cheap. Default 100000.
 	CacheObjects int
@@ -106,6 +114,8 @@ func DefaultConfig() Config {
 		BookmarkInterval:            10 * time.Second,
 		MaxWatchTimeout:             30 * time.Minute,
 		CacheObjects:                100_000,
+		ListSnapshotTTL:             5 * time.Minute,
+		MaxListSnapshots:            64,
 		MaxInFlight:                 400,
 		MaxMutatingInFlight:         200,
 		MaxWatches:                  2000,
@@ -138,6 +148,8 @@ func (c Config) Validate() error {
 			ErrInvalidConfig, c.MaxInFlight, c.MaxMutatingInFlight, c.MaxWatches)
 	case c.CacheObjects < 1:
 		return fmt.Errorf("%w: CacheObjects (%d) must be at least 1", ErrInvalidConfig, c.CacheObjects)
+	case c.ListSnapshotTTL <= 0 || c.MaxListSnapshots < 1:
+		return fmt.Errorf("%w: ListSnapshotTTL (%s) must be positive and MaxListSnapshots (%d) at least 1", ErrInvalidConfig, c.ListSnapshotTTL, c.MaxListSnapshots)
 	case c.MaxWatchTimeout < 2*time.Second:
 		return fmt.Errorf("%w: MaxWatchTimeout (%s) must be at least 2s", ErrInvalidConfig, c.MaxWatchTimeout)
 	}

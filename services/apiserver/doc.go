@@ -7,11 +7,13 @@
 //
 //   - Discovery: aggregated (apidiscovery.k8s.io/v2 on /api and /apis,
 //     what kubectl asks for first) and the legacy documents (/api/v1,
-//     /apis/<group>[/<version>]), /version, /healthz, and an OpenAPI v3 document per group
-//     version that declares the operations and their fieldValidation
-//     parameter, so kubectl validates server-side (fieldValidation=Strict:
-//     unknown fields are refused with their path) instead of downloading
-//     schemas.
+//     /apis/<group>[/<version>]), /version, /healthz, and an OpenAPI v3
+//     document per group version with the schema of every kind served
+//     (Kubernetes' own documents for core/v1 and discovery.k8s.io/v1,
+//     schemas generated from the k8s.io/api Go types for the rest) and
+//     the operations' fieldValidation parameter, so kubectl explain works
+//     and kubectl validates server-side (fieldValidation=Strict: unknown
+//     fields are refused with their path).
 //   - Resources: pods (create, get, list, watch, update, patch, delete,
 //     status, log), nodes,
 //     namespaces, services, endpointslices (discovery.k8s.io/v1), events
@@ -21,12 +23,17 @@
 //     read-only view of the EndpointSlices), selfsubjectaccessreviews
 //     (kubectl auth can-i), selfsubjectrulesreviews (kubectl auth can-i
 //     --list) and selfsubjectreviews (kubectl auth whoami).
-//   - Lists with label and field selectors (any field path); server-side
+//   - Lists with label and field selectors (any field path), paged with
+//     limit and continue over the first page's snapshot (kept
+//     ListSnapshotTTL, then 410 Expired with a token to continue at the
+//     latest revision), resourceVersion and resourceVersionMatch (Exact,
+//     NotOlderThan) on lists and gets, deletecollection; server-side
 //     Tables (kubectl get) with kubectl's columns for pods, nodes,
 //     namespaces, services and events; watches with resourceVersion,
 //     bookmarks, client-go's streaming lists (sendInitialEvents) and 410
 //     Expired once the store compacted the history asked for; strategic
-//     merge, JSON merge, JSON and apply patches.
+//     merge, JSON merge, JSON and apply patches, a patch without a
+//     resourceVersion precondition re-applied on a conflict.
 //   - Authentication: X.509 client certificates of the cluster CA (CN =
 //     user, O = groups), bearer tokens (static token file and
 //     ServiceAccount tokens, through the api stage), OIDC ID tokens

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
@@ -46,6 +47,9 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		req.verb = "patch"
 	case http.MethodDelete:
 		req.verb = "delete"
+		if req.name == "" {
+			req.verb = "deletecollection"
+		}
 	default:
 		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
 		return
@@ -56,7 +60,7 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		writeStatus(w, notFoundPath(r.URL.Path))
 		return
 	}
-	needsName := req.verb != "create" && req.verb != "list" && req.verb != "watch"
+	needsName := req.verb != "create" && req.verb != "list" && req.verb != "watch" && req.verb != "deletecollection"
 	if needsName != (req.name != "") || (req.res.readOnly && req.verb != "get" && req.verb != "list" && req.verb != "watch") ||
 		(req.res.store.Name == "" && req.verb != "create") {
 		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
@@ -104,6 +108,8 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		s.update(ctx, w, r, req)
 	case "delete":
 		s.delete(ctx, w, r, req)
+	case "deletecollection":
+		s.deleteCollection(ctx, w, r, req)
 	}
 }
 
@@ -124,8 +130,8 @@ func storeStatus(err error, res *resource, name string) *corev1.Status {
 	return stage.Internal(err)
 }
 
-func (s *Server) read(ctx context.Context, res *resource, ns, name string) (objects.Object, *corev1.Status) {
-	kv, err := s.store.KV().Get(ctx, res.store.Key(ns, name))
+func (s *Server) read(ctx context.Context, res *resource, ns, name string, opts ...raftstore.ReadOption) (objects.Object, *corev1.Status) {
+	kv, err := s.store.KV().Get(ctx, res.store.Key(ns, name), opts...)
 	if err != nil {
 		return nil, storeStatus(err, res, name)
 	}
@@ -136,8 +142,38 @@ func (s *Server) read(ctx context.Context, res *resource, ns, name string) (obje
 	return obj, nil
 }
 
+// get reads one object: the latest without a resourceVersion, any with
+// "0" (a replica's local state), one not older than a given revision
+// otherwise (waiting for the store to reach it, as a watch does).
 func (s *Server) get(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
-	obj, st := s.read(ctx, req.res, req.namespace, req.name)
+	var opts []raftstore.ReadOption
+	var atLeast int64
+	switch rv := r.URL.Query().Get("resourceVersion"); rv {
+	case "":
+	case "0":
+		opts = append(opts, raftstore.Stale())
+	default:
+		n, err := strconv.ParseInt(rv, 10, 64)
+		if err != nil || n < 0 {
+			writeStatus(w, badRequest("resourceVersion %q is not a valid revision", rv))
+			return
+		}
+		atLeast = n
+	}
+	obj, st := s.read(ctx, req.res, req.namespace, req.name, opts...)
+	var rev int64
+	if st == nil {
+		rev = objects.Revision(obj)
+	}
+	if (st == nil || st.GetCode() == http.StatusNotFound) && atLeast > rev {
+		// The object's revision is older than asked for: the store as a
+		// whole may still be newer.
+		if mst := s.waitForRevision(ctx, req, atLeast); mst != nil {
+			writeJSON(w, int(mst.Code), mst)
+			return
+		}
+		obj, st = s.read(ctx, req.res, req.namespace, req.name)
+	}
 	if st != nil {
 		writeStatus(w, st)
 		return
@@ -265,49 +301,21 @@ func metaOf(k runtime.Object) metav1.Object {
 	return &metav1.ObjectMeta{}
 }
 
-// list answers a list from a linearizable read of the store; limit and
-// continue are accepted and the whole list is returned in one page.
-func (s *Server) list(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
-	sel, st := parseSelector(r)
-	if st != nil {
-		writeStatus(w, st)
-		return
-	}
-	items, rev, st := s.listKube(ctx, req, sel)
-	if st != nil {
-		writeStatus(w, st)
-		return
-	}
-	if wantsTable(r) {
-		t := newTable(req.res, true)
-		for _, it := range items {
-			t.addRow(req.res, it.obj)
-		}
-		t.ResourceVersion = strconv.FormatInt(rev, 10)
-		writeJSON(w, http.StatusOK, t.Table)
-		return
-	}
-	writeJSON(w, http.StatusOK, newRawList(req.res, rev, items))
-}
-
-// listKube reads the objects of a list (a linearizable read: never older
-// than any write acknowledged before it) and their Kubernetes forms.
+// listKube reads the objects of a list that match sel (a linearizable
+// read: never older than any write acknowledged before it) and their
+// Kubernetes forms.
 func (s *Server) listKube(ctx context.Context, req *request, sel *selector) ([]kubeItem, int64, *corev1.Status) {
-	kvs, rev, err := s.store.KV().List(ctx, req.res.store.Prefix(req.namespace))
-	if err != nil {
-		return nil, 0, storeStatus(err, req.res, "")
+	snap, st := s.readSnapshot(ctx, req)
+	if st != nil {
+		return nil, 0, st
 	}
-	items := make([]kubeItem, 0, len(kvs))
-	for _, kv := range kvs {
-		k, raw, err := s.cache.convert(req.res, kv)
-		if err != nil {
-			return nil, 0, stage.Internal(err)
-		}
-		if sel.matches(k, raw) {
-			items = append(items, kubeItem{obj: k, raw: raw})
+	items := make([]kubeItem, 0, len(snap.items))
+	for _, it := range snap.items {
+		if sel.matches(it.obj, it.raw) {
+			items = append(items, it)
 		}
 	}
-	return items, rev, nil
+	return items, snap.rev, nil
 }
 
 func dryRun(r *http.Request) (bool, *corev1.Status) {
@@ -437,90 +445,141 @@ func writeWarnings(w http.ResponseWriter, warnings []string) {
 	}
 }
 
+// maxPatchRetries bounds how often a patch without a resourceVersion
+// precondition is re-applied to a newer stored object after a conflict.
+const maxPatchRetries = 16
+
 // update serves PUT and PATCH: the new object is decoded (from the body,
 // or by patching the stored object's Kubernetes form), then replaces the
-// stored one through the api stage (pods: only the fields Kubernetes lets a
-// pod update change).
+// stored revision it was built from through the api stage (pods: only the
+// fields Kubernetes lets a pod update change). A patch without a
+// resourceVersion precondition is re-applied to the newer object when
+// another write came first, as kube-apiserver's GuaranteedUpdate does, so
+// it never fails with 409 (kubectl cordon, label, annotate).
 func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
 	dry, validation, body, ok := s.mutation(w, r)
 	if !ok {
 		return
 	}
-	current, st := s.read(ctx, req.res, req.namespace, req.name)
-	ssa := strings.HasPrefix(r.Header.Get("Content-Type"), patchApply)
-	if st != nil && !(ssa && st.GetCode() == 404) {
-		writeStatus(w, st)
-		return
-	}
+	ct := r.Header.Get("Content-Type")
+	ssa := strings.HasPrefix(ct, patchApply)
+	var st *corev1.Status
 	if req.verb == "update" {
 		if body, st = bodyJSON(r, body, kubeTypes[req.res.kind]); st != nil {
 			writeStatus(w, st)
 			return
 		}
 	}
+	retry := req.verb == "patch" && !patchHasPrecondition(body, ct)
+	for attempt := 0; ; attempt++ {
+		current, st := s.read(ctx, req.res, req.namespace, req.name)
+		if st != nil && !(ssa && st.GetCode() == 404) {
+			writeStatus(w, st)
+			return
+		}
+		obj, warnings, st := s.updated(req, current, body, ct, validation)
+		if st != nil {
+			writeStatus(w, st)
+			return
+		}
+		if current == nil {
+			writeWarnings(w, warnings)
+			s.createObject(ctx, w, r, req, obj, dry)
+			return
+		}
+		if rv := obj.GetMetadata().GetResourceVersion(); rv != "" && rv != current.GetMetadata().GetResourceVersion() {
+			writeStatus(w, conflict(req.res.name, req.name))
+			return
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			writeWarnings(w, warnings)
+			st, out := s.updatePod(ctx, current.(*corev1.Pod), pod, dry)
+			s.respond(w, r, req.res, st, out)
+			return
+		}
+		if dry {
+			writeWarnings(w, warnings)
+			s.writeObject(w, r, http.StatusOK, req.res, obj)
+			return
+		}
+		st, out := s.object(ctx, req, "update", obj, nil)
+		if retry && st.GetCode() == http.StatusConflict && st.GetReason() == eventsv1.ReasonConflict && attempt < maxPatchRetries && ctx.Err() == nil {
+			continue
+		}
+		writeWarnings(w, warnings)
+		s.respond(w, r, req.res, st, out)
+		return
+	}
+}
+
+// updated builds the object an update or patch asks for from the stored
+// one (nil: a server-side apply of a new object) and checks its name and
+// namespace.
+func (s *Server) updated(req *request, current objects.Object, body []byte, ct, validation string) (objects.Object, []string, *corev1.Status) {
+	var st *corev1.Status
 	if req.verb == "patch" {
+		orig := []byte("{}")
 		if current == nil { // server-side apply of a new object: a create
 			attrs := auth.Attributes{User: req.user, Verb: "create", Namespace: req.namespace,
 				APIGroup: req.res.group, Resource: req.res.name, Name: req.name}
 			if !s.backend.Authorize(attrs).Allowed {
-				writeStatus(w, auth.Forbidden(attrs, ""))
-				return
-			}
-			if body, st = applyPatch([]byte("{}"), body, r.Header.Get("Content-Type"), req.res, s.patchLimits()); st != nil {
-				writeStatus(w, st)
-				return
+				return nil, nil, auth.Forbidden(attrs, "")
 			}
 		} else {
 			k, err := req.res.toKube(current)
 			if err != nil {
-				writeStatus(w, stage.Internal(err))
-				return
+				return nil, nil, stage.Internal(err)
 			}
-			orig, err := json.Marshal(k)
-			if err != nil {
-				writeStatus(w, stage.Internal(err))
-				return
+			if orig, err = json.Marshal(k); err != nil {
+				return nil, nil, stage.Internal(err)
 			}
-			if body, st = applyPatch(orig, body, r.Header.Get("Content-Type"), req.res, s.patchLimits()); st != nil {
-				writeStatus(w, st)
-				return
-			}
+		}
+		if body, st = applyPatch(orig, body, ct, req.res, s.patchLimits()); st != nil {
+			return nil, nil, st
 		}
 	}
 	obj, warnings, st := decodeObject(body, req.res, validation, int(s.cfg.MaxBodyBytes))
 	if st != nil {
-		writeStatus(w, st)
-		return
+		return nil, nil, st
 	}
-	writeWarnings(w, warnings)
 	md := objects.Meta(obj)
 	if st := checkNamespace(md, req); st != nil {
-		writeStatus(w, st)
-		return
+		return nil, nil, st
 	}
 	if md.GetName() != req.name {
-		writeStatus(w, badRequest("the name of the object (%s) does not match the name on the URL (%s)", md.GetName(), req.name))
-		return
+		return nil, nil, badRequest("the name of the object (%s) does not match the name on the URL (%s)", md.GetName(), req.name)
 	}
-	if current == nil {
-		s.createObject(ctx, w, r, req, obj, dry)
-		return
+	return obj, warnings, nil
+}
+
+// patchHasPrecondition reports whether a patch sets metadata.resourceVersion
+// (a precondition: a conflict is the client's to resolve).
+func patchHasPrecondition(patch []byte, contentType string) bool {
+	ct, _, _ := strings.Cut(contentType, ";")
+	switch strings.TrimSpace(ct) {
+	case patchJSON:
+		var ops []struct {
+			Path string `json:"path"`
+		}
+		_ = json.Unmarshal(patch, &ops)
+		for _, op := range ops {
+			if op.Path == "/metadata/resourceVersion" {
+				return true
+			}
+		}
+		return false
+	case patchApply:
+		if j, err := yaml.YAMLToJSON(patch); err == nil {
+			patch = j
+		}
 	}
-	if rv := md.GetResourceVersion(); rv != "" && rv != current.GetMetadata().GetResourceVersion() {
-		writeStatus(w, conflict(req.res.name, req.name))
-		return
+	var p struct {
+		Metadata struct {
+			ResourceVersion *json.RawMessage `json:"resourceVersion"`
+		} `json:"metadata"`
 	}
-	if pod, ok := obj.(*corev1.Pod); ok {
-		st, out := s.updatePod(ctx, current.(*corev1.Pod), pod, dry)
-		s.respond(w, r, req.res, st, out)
-		return
-	}
-	if dry {
-		s.writeObject(w, r, http.StatusOK, req.res, obj)
-		return
-	}
-	st, out := s.object(ctx, req, "apply", obj, nil)
-	s.respond(w, r, req.res, st, out)
+	_ = json.Unmarshal(patch, &p)
+	return p.Metadata.ResourceVersion != nil && string(*p.Metadata.ResourceVersion) != "null"
 }
 
 // updatePod applies the changes Kubernetes allows on a pod: labels,
@@ -572,46 +631,51 @@ func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bo
 	return stage.Success(200, "pods", name), out
 }
 
-func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
-	var grace *int64
+// deleteOptions reads a delete's DeleteOptions (body) and
+// gracePeriodSeconds (query, which wins), or writes the error.
+func (s *Server) deleteOptions(w http.ResponseWriter, r *http.Request) (*metav1.DeleteOptions, bool) {
+	var opts metav1.DeleteOptions
 	body, st := readBody(w, r, s.cfg.MaxBodyBytes, s.cfg.BodyReadTimeout)
-	if st != nil {
-		writeStatus(w, st)
-		return
+	if st == nil {
+		body, st = bodyJSON(r, body, func() runtime.Object { return &metav1.DeleteOptions{} })
 	}
-	if body, st = bodyJSON(r, body, func() runtime.Object { return &metav1.DeleteOptions{} }); st != nil {
-		writeStatus(w, st)
-		return
-	}
-	if len(strings.TrimSpace(string(body))) > 0 {
-		var opts metav1.DeleteOptions
+	if st == nil && len(strings.TrimSpace(string(body))) > 0 {
 		if err := json.Unmarshal(body, &opts); err != nil {
-			writeStatus(w, badRequest("decode DeleteOptions: %v", err))
-			return
-		}
-		grace = opts.GracePeriodSeconds
-		if p := opts.Preconditions; p != nil && (p.UID != nil || p.ResourceVersion != nil) {
-			cur, st := s.read(ctx, req.res, req.namespace, req.name)
-			if st != nil {
-				writeStatus(w, st)
-				return
-			}
-			if (p.UID != nil && string(*p.UID) != cur.GetMetadata().GetUid()) ||
-				(p.ResourceVersion != nil && *p.ResourceVersion != cur.GetMetadata().GetResourceVersion()) {
-				writeStatus(w, conflict(req.res.name, req.name))
-				return
-			}
+			st = badRequest("decode DeleteOptions: %v", err)
 		}
 	}
-	if v := r.URL.Query().Get("gracePeriodSeconds"); v != "" {
+	if v := r.URL.Query().Get("gracePeriodSeconds"); st == nil && v != "" {
 		g, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || g < 0 {
-			writeStatus(w, badRequest("gracePeriodSeconds %q is not a non-negative integer", v))
+			st = badRequest("gracePeriodSeconds %q is not a non-negative integer", v)
+		}
+		opts.GracePeriodSeconds = &g
+	}
+	if st != nil {
+		writeStatus(w, st)
+		return nil, false
+	}
+	return &opts, true
+}
+
+func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
+	opts, ok := s.deleteOptions(w, r)
+	if !ok {
+		return
+	}
+	if p := opts.Preconditions; p != nil && (p.UID != nil || p.ResourceVersion != nil) {
+		cur, st := s.read(ctx, req.res, req.namespace, req.name)
+		if st != nil {
+			writeStatus(w, st)
 			return
 		}
-		grace = &g
+		if (p.UID != nil && string(*p.UID) != cur.GetMetadata().GetUid()) ||
+			(p.ResourceVersion != nil && *p.ResourceVersion != cur.GetMetadata().GetResourceVersion()) {
+			writeStatus(w, conflict(req.res.name, req.name))
+			return
+		}
 	}
-	st, out := s.object(ctx, req, "delete", nil, grace)
+	st, out := s.object(ctx, req, "delete", nil, opts.GracePeriodSeconds)
 	if st.GetCode() < 300 && out == nil {
 		k := kubeStatus(st)
 		k.Status = metav1.StatusSuccess
@@ -620,6 +684,66 @@ func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	s.respond(w, r, req.res, st, out)
+}
+
+// deleteCollection serves DELETE on a collection (deletecollection): every
+// object matching the label and field selectors is deleted through the api
+// stage, as one DELETE each (a pod gracefully), and the response is the
+// list of them as the deletes left them, as kube-apiserver answers.
+// Objects deleted meanwhile by someone else are skipped; the first other
+// failure ends it.
+func (s *Server) deleteCollection(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
+	sel, st := parseSelector(r)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	opts, ok := s.deleteOptions(w, r)
+	if !ok {
+		return
+	}
+	if dry, st := dryRun(r); st != nil || dry {
+		if st == nil {
+			st = badRequest("dryRun is not supported for deletecollection")
+		}
+		writeStatus(w, st)
+		return
+	}
+	items, rev, st := s.listKube(ctx, req, sel)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	deleted := make([]kubeItem, 0, len(items))
+	for _, it := range items {
+		one := *req
+		one.name, one.verb = metaOf(it.obj).GetName(), "delete"
+		if req.namespace == "" {
+			one.namespace = metaOf(it.obj).GetNamespace()
+		}
+		st, out := s.object(ctx, &one, "delete", nil, opts.GracePeriodSeconds)
+		switch {
+		case st.GetCode() == http.StatusNotFound:
+			continue
+		case st.GetStatus() == "Failure" || st.GetCode() >= 300:
+			writeStatus(w, st)
+			return
+		case out != nil:
+			k, err := req.res.toKube(out)
+			if err != nil {
+				writeStatus(w, stage.Internal(err))
+				return
+			}
+			raw, err := json.Marshal(k)
+			if err != nil {
+				writeStatus(w, stage.Internal(err))
+				return
+			}
+			it = kubeItem{key: it.key, obj: k, raw: raw}
+		}
+		deleted = append(deleted, it)
+	}
+	writeJSON(w, http.StatusOK, newRawList(req.res, rev, deleted))
 }
 
 // decodeReview reads an authorization review of kind into review (JSON or

@@ -3,11 +3,18 @@ package apiserver
 import (
 	"net/http"
 	"strings"
+	"sync"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	k8scorev1 "k8s.io/api/core/v1"
+	k8seventsv1 "k8s.io/api/events/v1"
+	"k8s.io/client-go/openapi/openapitest"
 )
 
 // openAPIHash versions the OpenAPI documents (clients cache by it); bump it
 // when the served resources change.
-const openAPIHash = "podflow-1"
+const openAPIHash = "podflow-2"
 
 // openAPIRoot is /openapi/v3: one document per group version.
 func openAPIRoot() map[string]any {
@@ -63,8 +70,70 @@ func openAPIDoc(gv string) map[string]any {
 		paths[coll] = map[string]any{"get": op("list"), "post": op("create", fv, dry)}
 		paths[item] = map[string]any{"get": op("read"), "put": op("replace", fv, dry), "patch": op("patch", fv, dry), "delete": op("delete", dry)}
 	}
-	return map[string]any{"openapi": "3.0.0", "info": map[string]any{"title": "Kubernetes", "version": versionInfo.GitVersion}, "paths": paths}
+	return map[string]any{"openapi": "3.0.0", "info": map[string]any{"title": "Kubernetes", "version": versionInfo.GitVersion}, "paths": paths,
+		"components": map[string]any{"schemas": generatedSchemas(gv)}}
 }
+
+// generatedSchemas are the component schemas of a group version's kinds,
+// generated from their Go types (openapi_schema.go).
+func generatedSchemas(gv string) map[string]map[string]any {
+	g := &schemaGen{schemas: map[string]map[string]any{}}
+	group, version, _ := strings.Cut(gv, "/")
+	if version == "" {
+		group, version = "", gv
+	}
+	for _, r := range resources[gv] {
+		if obj := goType(r); obj != nil {
+			g.kind(obj, group, version, r.kind)
+			continue
+		}
+		// podflow's own kinds have no Go type: any object of its kind.
+		g.schemas[group+"."+version+"."+r.kind] = map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+			"x-kubernetes-group-version-kind": []any{map[string]any{"group": group, "version": version, "kind": r.kind}}}
+	}
+	return g.schemas
+}
+
+// goType is a new value of the Go type of r's Kubernetes form; nil for
+// podflow's own kinds.
+func goType(r *resource) any {
+	switch r.groupVersion() + "/" + r.kind {
+	case "events.k8s.io/v1/Event":
+		return &k8seventsv1.Event{}
+	case "authorization.k8s.io/v1/SelfSubjectAccessReview":
+		return &authorizationv1.SelfSubjectAccessReview{}
+	case "authorization.k8s.io/v1/SelfSubjectRulesReview":
+		return &authorizationv1.SelfSubjectRulesReview{}
+	case "authentication.k8s.io/v1/SelfSubjectReview":
+		return &authenticationv1.SelfSubjectReview{}
+	case "v1/Endpoints":
+		return &k8scorev1.Endpoints{}
+	}
+	if f := kubeTypes[r.kind]; f != nil {
+		return f()
+	}
+	return nil
+}
+
+// openAPIUpstream holds Kubernetes' own OpenAPI v3 documents of the group
+// versions a Go module ships them for (client-go's openapitest: core/v1
+// and discovery.k8s.io/v1, with every field's description), served as
+// they are: kubectl explain shows their documentation.
+var openAPIUpstream = sync.OnceValue(func() map[string][]byte {
+	out := map[string][]byte{}
+	paths, err := openapitest.NewEmbeddedFileClient().Paths()
+	if err != nil {
+		return out
+	}
+	for _, p := range []string{"api/v1", "apis/discovery.k8s.io/v1"} {
+		if gv, ok := paths[p]; ok {
+			if b, err := gv.Schema("application/json"); err == nil {
+				out[p] = b
+			}
+		}
+	}
+	return out
+})
 
 // serveOpenAPI answers /openapi/v3 and /openapi/v3/<gv path>.
 func serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) bool {
@@ -89,6 +158,12 @@ func serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) bool {
 		return true
 	}
 	w.Header().Set("Cache-Control", "public, immutable")
+	if b, ok := openAPIUpstream()[rest]; ok {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
+		return true
+	}
 	writeJSON(w, http.StatusOK, openAPIDoc(gv))
 	return true
 }

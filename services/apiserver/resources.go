@@ -41,7 +41,7 @@ func (r *resource) groupVersion() string {
 }
 
 var (
-	crudVerbs = []string{"create", "delete", "get", "list", "patch", "update", "watch"}
+	crudVerbs = []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 	readVerbs = []string{"get", "list", "watch"}
 )
 

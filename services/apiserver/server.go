@@ -61,7 +61,9 @@ type Server struct {
 	tls     *tls.Config
 	oidc    *oidcVerifier
 	cache   *kubeCache
-	handler http.Handler
+	// snapshots keep paged lists' snapshots for their continue pages.
+	snapshots *snapshots
+	handler   http.Handler
 	// clientCAs verify client certificates (nil: none accepted).
 	clientCAs *x509.CertPool
 	// inflight, mutating and watches bound the read-only requests, the
@@ -109,6 +111,7 @@ func New(cfg Config, backend Backend, store *objects.Store, log *slog.Logger) (*
 		tc.ClientAuth = tls.RequestClientCert
 	}
 	s := &Server{cfg: cfg, backend: backend, store: store, log: log, tls: tc, cache: newKubeCache(cfg.CacheObjects),
+		snapshots: newSnapshots(cfg.MaxListSnapshots, cfg.ListSnapshotTTL),
 		clientCAs: tc.ClientCAs, inflight: make(chan struct{}, cfg.MaxInFlight),
 		mutating: make(chan struct{}, cfg.MaxMutatingInFlight), watches: make(chan struct{}, cfg.MaxWatches)}
 	if cfg.OIDC.IssuerURL != "" {
