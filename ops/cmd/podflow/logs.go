@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"github.com/podflow/podflow/services/nodelogs"
@@ -22,9 +21,8 @@ func init() { register(newLogsCmd) }
 func newLogsCmd() *cobra.Command {
 	o := &clientOptions{}
 	var (
-		ctrName        string
-		follow, prev   bool
-		requestTimeout time.Duration
+		ctrName      string
+		follow, prev bool
 	)
 	cmd := &cobra.Command{
 		Use:   "logs POD",
@@ -54,7 +52,7 @@ the output follows until the container exits or the command is interrupted.`,
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
 			for {
-				rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+				rctx, cancel := sess.RequestContext(ctx, 5*time.Second)
 				rep, err := nodelogs.Ask(rctx, sess.Bus.NATS(), node, req)
 				cancel()
 				if errors.Is(err, nodelogs.ErrNode) {
@@ -87,7 +85,6 @@ the output follows until the container exits or the command is interrupted.`,
 	f.StringVarP(&ctrName, "container", "c", "", "container name (default: the pod's first app container)")
 	f.BoolVarP(&follow, "follow", "f", false, "follow the log until the container exits")
 	f.BoolVarP(&prev, "previous", "p", false, "print the logs of the previous instance of the container")
-	f.DurationVar(&requestTimeout, "request-timeout", 5*time.Second, "timeout of each request to the node agent")
 	return cmd
 }
 
