@@ -90,6 +90,9 @@ func (s *Stage) CreatePod(ctx context.Context, user *corev1.UserInfo, pod *corev
 		st.Kind, st.Name = "pods", md.Name
 		return st, nil
 	}
+	if st := s.admitPod(ctx, user, md.Name); st != nil {
+		return st, nil
+	}
 	inbox, ch, release := s.replies.wait()
 	defer release()
 	env := &eventsv1.Envelope{
