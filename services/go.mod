@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/podflow/podflow/raftstore v0.0.0-00010101000000-000000000000
 	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/time v0.16.0
 	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

@@ -80,6 +80,12 @@ type Config struct {
 	// namespaced sysctls can be allowed (kernel.shm*, kernel.msg*,
 	// kernel.sem, fs.mqueue.*, net.*).
 	AllowedUnsafeSysctls []string
+	// ContainerLogMaxSize and ContainerLogMaxFiles rotate each container's
+	// log (kubelet's containerLogMaxSize and containerLogMaxFiles): before a
+	// file passes MaxSize bytes it is renamed aside, keeping MaxFiles files
+	// in all. Defaults 10 MiB and 5; MaxSize 0 never rotates.
+	ContainerLogMaxSize  int64
+	ContainerLogMaxFiles int
 	// Capacity overrides what Capacity measures (quantity strings).
 	Capacity map[string]string
 	// MaxPods is the "pods" capacity (Kubernetes default 110).
@@ -120,6 +126,9 @@ func DefaultConfig(node, podCIDR, dataDir, mirror string) Config {
 		MaxPods:            110,
 		SpareShims:         2,
 		StopTimeout:        10 * time.Second,
+
+		ContainerLogMaxSize:  container.DefaultLogMaxSize,
+		ContainerLogMaxFiles: container.DefaultLogMaxFiles,
 	}
 }
 
@@ -134,6 +143,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: LockDir %q is not absolute", ErrInvalidConfig, c.LockDir)
 	case c.MaxPods <= 0:
 		return fmt.Errorf("%w: MaxPods (%d) must be positive", ErrInvalidConfig, c.MaxPods)
+	case c.ContainerLogMaxSize != 0 && c.ContainerLogMaxSize < container.MinLogMaxSize:
+		return fmt.Errorf("%w: ContainerLogMaxSize (%d) must be 0 or at least %d", ErrInvalidConfig, c.ContainerLogMaxSize, container.MinLogMaxSize)
+	case c.ContainerLogMaxSize != 0 && c.ContainerLogMaxFiles < 2:
+		return fmt.Errorf("%w: ContainerLogMaxFiles (%d) must be at least 2", ErrInvalidConfig, c.ContainerLogMaxFiles)
 	case c.SpareShims < 0:
 		return fmt.Errorf("%w: SpareShims (%d) is negative", ErrInvalidConfig, c.SpareShims)
 	case !filepath.IsAbs(c.SeccompProfileRoot):

@@ -142,7 +142,8 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "record container: %w", err)
 	}
 	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, Image: lower, LogPath: lp, Hostname: pd.GetMetadata().GetName(),
-		Args: args, Env: env, WorkingDir: wd, Mounts: mounts, NetnsPath: p.rec.Net.NetnsPath, Cgroups: cg.Paths(), Security: sec}
+		Args: args, Env: env, WorkingDir: wd, Mounts: mounts, NetnsPath: p.rec.Net.NetnsPath, Cgroups: cg.Paths(), Security: sec,
+		LogMaxSize: r.cfg.ContainerLogMaxSize, LogMaxFiles: r.cfg.ContainerLogMaxFiles}
 	withPodNamespaces(&spec, pd, sysctls)
 	t = time.Now()
 	var h *container.Container

@@ -6,6 +6,11 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/podflow/podflow/nodeagent/linux/container"
 )
 
 // ErrNoLogs is returned by ReadLog when the pod or container is unknown
@@ -19,6 +24,14 @@ type LogRequest struct {
 	Container string `json:"container,omitempty"` // "" = the pod's only (or first) container
 	Previous  bool   `json:"previous,omitempty"`  // the instance before the current one
 	Offset    int64  `json:"offset,omitempty"`    // byte offset in the CRI log file
+	// File identifies the file Offset is in (LogChunk.File of the last
+	// read); "" on the first read, which starts at the last TailLines
+	// lines (nil: all) written at or after SinceTime (Unix ns; 0: any).
+	// When the log was rotated since, reading goes on at the start of the
+	// current file, as kubelet's follow does.
+	File      string `json:"file,omitempty"`
+	TailLines *int64 `json:"tailLines,omitempty"`
+	SinceTime int64  `json:"sinceTime,omitempty"`
 }
 
 // LogChunk is a piece of a CRI-format log (whole lines only) and where the
@@ -28,6 +41,7 @@ type LogChunk struct {
 	Container string `json:"container"`
 	Data      []byte `json:"data"`
 	Offset    int64  `json:"offset"`
+	File      string `json:"file,omitempty"`
 	Running   bool   `json:"running"`
 }
 
@@ -85,8 +99,17 @@ func (r *Runtime) ReadLog(req LogRequest, max int) (LogChunk, error) {
 		return out, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return out, err
+	}
+	out.File = fileID(fi)
+	off, err := startOffset(f, fi, req, out.File)
+	if err != nil {
+		return out, err
+	}
 	buf := make([]byte, max)
-	n, err := f.ReadAt(buf, req.Offset)
+	n, err := f.ReadAt(buf, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return out, err
 	}
@@ -96,8 +119,38 @@ func (r *Runtime) ReadLog(req LogRequest, max int) (LogChunk, error) {
 	} else {
 		buf = buf[:0]
 	}
-	out.Data, out.Offset = buf, req.Offset+int64(len(buf))
+	out.Data, out.Offset = buf, off+int64(len(buf))
 	return out, nil
+}
+
+// startOffset is where a read of the log file f (identified by id) starts.
+func startOffset(f *os.File, fi os.FileInfo, req LogRequest, id string) (int64, error) {
+	switch {
+	case req.File != "" && req.File != id:
+		return 0, nil // rotated: the new file from its start
+	case req.File != "" || (req.TailLines == nil && req.SinceTime == 0):
+		return req.Offset, nil
+	}
+	tail, since := int64(-1), time.Time{}
+	if req.TailLines != nil {
+		tail = *req.TailLines
+	}
+	if req.SinceTime != 0 {
+		since = time.Unix(0, req.SinceTime)
+	}
+	off, err := container.LogStart(io.NewSectionReader(f, 0, fi.Size()), tail, since)
+	if off < 0 {
+		off = fi.Size() // nothing yet: what comes next
+	}
+	return off, err
+}
+
+// fileID tells a log file from the one that replaces it at rotation.
+func fileID(fi os.FileInfo) string {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return strconv.FormatUint(st.Dev, 10) + ":" + strconv.FormatUint(st.Ino, 10)
+	}
+	return fi.ModTime().String()
 }
 
 func filter(cs []*ctr, name string) []*ctr {

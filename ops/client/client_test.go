@@ -2,9 +2,12 @@ package client_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
@@ -127,5 +130,116 @@ func TestOpen(t *testing.T) {
 	}
 	if !sess.Bus.NATS().IsConnected() {
 		t.Fatal("not connected")
+	}
+}
+
+// closedPortConfig writes a client configuration whose bus is a loopback
+// port nothing listens on.
+func closedPortConfig(t *testing.T) (path, url string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url = "nats://" + l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+	if err := bus.WriteClientConfig(filepath.Join(dir, "client.json"), []string{url}, bus.UserCredential{User: "admin", Password: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(dir, "config.json")
+	if err := client.WriteConfig(path, client.Config{NATS: "client.json", Token: "tok"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(client.NATSConfigEnv, "")
+	return path, url
+}
+
+// TestOpenCLIUnreachable: with nothing listening a command's session gives
+// up within its connect timeout, saying where it looked and what to check.
+func TestOpenCLIUnreachable(t *testing.T) {
+	path, url := closedPortConfig(t)
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+	}{
+		{"default", 0},
+		{"one second", time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := client.DefaultCLI()
+			if tc.timeout > 0 {
+				o.ConnectTimeout = tc.timeout
+			}
+			start := time.Now()
+			sess, err := client.OpenCLI(context.Background(), path, "cli-test", o)
+			took := time.Since(start)
+			if err == nil {
+				sess.Close()
+				t.Fatal("OpenCLI connected to a closed port")
+			}
+			want := "cannot reach podflow at " + url + ": is `podflow up` running?"
+			if err.Error() != want || !errors.Is(err, client.ErrUnreachable) {
+				t.Fatalf("error %q, want %q (ErrUnreachable)", err, want)
+			}
+			if took > o.ConnectTimeout+time.Second {
+				t.Fatalf("gave up after %s, want within %s", took, o.ConnectTimeout)
+			}
+		})
+	}
+}
+
+func TestOpenCLICancelled(t *testing.T) {
+	path, _ := closedPortConfig(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := client.OpenCLI(ctx, path, "cli-test", client.DefaultCLI())
+	if err == nil || errors.Is(err, client.ErrUnreachable) {
+		t.Fatalf("cancelled OpenCLI: %v, want the cancellation, not unreachable", err)
+	}
+}
+
+func TestParseRequestTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    time.Duration
+		wantErr bool
+	}{
+		{in: "0", want: 0},
+		{in: "5", want: 5 * time.Second},
+		{in: "1500ms", want: 1500 * time.Millisecond},
+		{in: "2m", want: 2 * time.Minute},
+		{in: "-1", wantErr: true},
+		{in: "-1s", wantErr: true},
+		{in: "soon", wantErr: true},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := client.ParseRequestTimeout(tc.in)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Fatalf("ParseRequestTimeout(%q) = %s, %v; want %s, error %v", tc.in, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestRequestContext(t *testing.T) {
+	s := client.New(client.Config{}, nil, nil)
+	ctx, cancel := s.RequestContext(context.Background(), time.Hour)
+	defer cancel()
+	if d, _ := ctx.Deadline(); time.Until(d) < 59*time.Minute {
+		t.Fatalf("default deadline in %s, want the default 1h", time.Until(d))
+	}
+	s.RequestTimeout = time.Second
+	ctx2, cancel2 := s.RequestContext(context.Background(), time.Hour)
+	defer cancel2()
+	if d, _ := ctx2.Deadline(); time.Until(d) > time.Second {
+		t.Fatalf("deadline in %s, want RequestTimeout 1s", time.Until(d))
+	}
+	parent, cancel3 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel3()
+	ctx3, cancel4 := s.RequestContext(parent, time.Hour)
+	defer cancel4()
+	if ctx3 != parent {
+		t.Fatal("a caller's deadline was replaced")
 	}
 }

@@ -15,12 +15,20 @@
 //     connection after the process,
 //  3. closes the Session when done.
 //
+// A command connects with OpenCLI instead: it gives up within
+// CLI.ConnectTimeout (3s) with "cannot reach podflow at URL: is `podflow
+// up` running?" (an *UnreachableError, ErrUnreachable), reconnects at
+// most CLI.MaxReconnects times after a lost connection, and bounds every
+// request without a deadline by CLI.RequestTimeout (the global
+// --request-timeout, kubectl's flag). Process roles keep Open and Connect,
+// which wait for the bus and reconnect forever.
+//
 // A Session whose bus user is a role (not the admin) reads and writes the
 // store as that role (services/pipeline.StoreReadACL, StoreWriteACL).
 //
 // Example:
 //
-//	sess, err := client.Open(ctx, "", "podflow-cli")
+//	sess, err := client.OpenCLI(ctx, "", "podflow-cli", client.DefaultCLI())
 //	if err != nil {
 //		return err
 //	}

@@ -2,7 +2,6 @@ package roles
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/podflow/podflow/nodeagent/nodemetrics"
@@ -15,8 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/nodeagent"
@@ -51,6 +48,10 @@ type LinuxNodeOptions struct {
 	// AllowedUnsafeSysctls are sysctl patterns ("net.core.*") pods may set
 	// beyond the safe set (kubelet --allowed-unsafe-sysctls).
 	AllowedUnsafeSysctls []string
+	// ContainerLogMaxSize and ContainerLogMaxFiles rotate container logs
+	// (kubelet's); 0 keeps the defaults, 10 MiB and 5.
+	ContainerLogMaxSize  int64
+	ContainerLogMaxFiles int
 }
 
 // podCIDRPrefix holds one key per allocated pod CIDR; its value is the
@@ -176,6 +177,12 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		rcfg.SeccompProfileRoot = lo.SeccompProfileRoot
 	}
 	rcfg.AllowedUnsafeSysctls = lo.AllowedUnsafeSysctls
+	if lo.ContainerLogMaxSize > 0 {
+		rcfg.ContainerLogMaxSize = lo.ContainerLogMaxSize
+	}
+	if lo.ContainerLogMaxFiles > 0 {
+		rcfg.ContainerLogMaxFiles = lo.ContainerLogMaxFiles
+	}
 	rcfg.Logger = log
 	rt, err := linux.New(rcfg)
 	if err != nil {
@@ -219,18 +226,9 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		}
 		log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
 	}
-	sub, err := sess.Bus.NATS().Subscribe(nodelogs.Subject(node), func(msg *nats.Msg) {
-		var req nodelogs.Request
-		var rep nodelogs.Reply
-		if err := json.Unmarshal(msg.Data, &req); err != nil {
-			rep.Error = err.Error()
-		} else if c, err := rt.ReadLog(linux.LogRequest(req), 512<<10); err != nil {
-			rep.Error = err.Error()
-		} else {
-			rep = nodelogs.Reply{Container: c.Container, Data: c.Data, Offset: c.Offset, Running: c.Running}
-		}
-		b, _ := json.Marshal(rep)
-		_ = msg.Respond(b)
+	sub, err := nodelogs.Serve(sess.Bus.NATS(), node, func(req nodelogs.Request, max int) (nodelogs.Reply, error) {
+		c, err := rt.ReadLog(linux.LogRequest(req), max)
+		return nodelogs.Reply{Container: c.Container, Data: c.Data, Offset: c.Offset, File: c.File, Running: c.Running}, err
 	})
 	if err != nil {
 		return fmt.Errorf("serve logs: %w", err)

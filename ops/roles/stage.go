@@ -37,6 +37,18 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 			}
 			cfg.SealKey = key
 		}
+		if o.EventsHighWater > 0 {
+			cfg.EventsHighWater = o.EventsHighWater
+		}
+		switch {
+		case o.UserPodQPS > 0:
+			cfg.UserPodQPS = o.UserPodQPS
+		case o.UserPodQPS < 0:
+			cfg.UserPodQPS = 0 // no limit
+		}
+		if o.UserPodBurst > 0 {
+			cfg.UserPodBurst = o.UserPodBurst
+		}
 		return api.New(env, cfg)
 	},
 	pipeline.Admission: func(env stage.Env, o StageOptions) (stage.Handler, error) {
@@ -79,6 +91,13 @@ type StageOptions struct {
 	SealKeyFile string
 	// HTTPS (api), if set, serves the Kubernetes API over HTTPS.
 	HTTPS *apiserver.Config
+	// EventsHighWater (api, 0: default 0.9) is the fraction of
+	// PODFLOW_EVENTS' MaxBytes past which new pods are refused;
+	// UserPodQPS (0: default 100; negative: no limit) and UserPodBurst
+	// (0: default 200) each user's pod creation rate.
+	EventsHighWater float64
+	UserPodQPS      float64
+	UserPodBurst    int
 	// PodSecurityDefault (admission) is the Pod Security level of
 	// namespaces without the enforce label.
 	PodSecurityDefault string

@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -60,11 +61,29 @@ type Config struct {
 	SealKey *sealed.Key
 	// Services allocates Services' ClusterIPs (the service CIDR).
 	Services ipalloc.Config
+	// EventsHighWater is the fraction of PODFLOW_EVENTS' MaxBytes past
+	// which new pods are refused (429 TooManyRequests), keeping the rest
+	// for the events of pods already accepted (pressure.go). Default 0.9;
+	// 1 refuses only at a full stream.
+	EventsHighWater float64
+	// EventsInfoInterval is how long one read of the stream's size is
+	// used. Default 1s.
+	EventsInfoInterval time.Duration
+	// UserPodQPS and UserPodBurst are each user's token bucket of pod
+	// creations (429 TooManyRequests past it; system:masters exempt).
+	// Default 100 per second, burst 200; UserPodQPS 0 disables it.
+	UserPodQPS   float64
+	UserPodBurst int
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Authn: auth.DefaultAuthenticatorConfig(), RBAC: auth.DefaultRBACConfig(), Workers: 16, Services: ipalloc.DefaultConfig()}
+	return Config{
+		Authn: auth.DefaultAuthenticatorConfig(), RBAC: auth.DefaultRBACConfig(), Workers: 16,
+		Services:        ipalloc.DefaultConfig(),
+		EventsHighWater: DefaultEventsHighWater, EventsInfoInterval: DefaultEventsInfoInterval,
+		UserPodQPS: DefaultUserPodQPS, UserPodBurst: DefaultUserPodBurst,
+	}
 }
 
 // Validate checks the Config.
@@ -76,6 +95,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Services.Validate(); err != nil {
+		return err
+	}
+	if err := c.validateBackpressure(); err != nil {
 		return err
 	}
 	if c.HTTPS != nil {
@@ -95,6 +117,9 @@ type Stage struct {
 	alloc *ipalloc.Allocator // Services' ClusterIPs
 
 	replies *replyMux // HTTPS pod creations wait on it
+
+	events  *eventsGauge // PODFLOW_EVENTS' fill, read by Start's connection
+	limiter *userLimiter // pod creations per user
 }
 
 var _ stage.Handler = (*Stage)(nil)
@@ -129,12 +154,23 @@ func New(env stage.Env, cfg Config) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stage{env: env, cfg: cfg, authn: authn, rbac: rbac, alloc: alloc}, nil
+	return &Stage{
+		env: env, cfg: cfg, authn: authn, rbac: rbac, alloc: alloc,
+		events:  &eventsGauge{interval: cfg.EventsInfoInterval, highWater: cfg.EventsHighWater},
+		limiter: newUserLimiter(cfg.UserPodQPS, cfg.UserPodBurst),
+	}, nil
 }
 
 // Start feeds the RBAC and token caches from the store and serves the
 // request-reply subjects; it returns once the caches are synced.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
+	if s.env.NATS != nil && s.events.read == nil {
+		js, err := jetstream.New(s.env.NATS)
+		if err != nil {
+			return fmt.Errorf("api: jetstream: %w", err)
+		}
+		s.events.read = jetStreamUsage(js)
+	}
 	if err := s.startCaches(ctx, g); err != nil {
 		return err
 	}
@@ -290,6 +326,10 @@ func (s *Stage) onCreatePod(ctx context.Context, m *nats.Msg) {
 		Payload:     &eventsv1.Envelope_PodRequested{PodRequested: req},
 	}
 	env.Namespace = podrules.NamespaceOrDefault(env.Namespace)
+	if st := s.events.check(ctx, env.PodName); st != nil { // before it takes room in the stream
+		s.reply(m, st, nil)
+		return
+	}
 	if err := s.env.Pub.Publish(ctx, env); err != nil {
 		s.reply(m, stage.Failure(503, "ServiceUnavailable", "pods", env.PodName, "publish PodRequested: %v", err), nil)
 	}
@@ -330,6 +370,9 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	if st == nil {
 		st = s.rbac.Check(auth.Attributes{User: user, Verb: "create", Namespace: md.Namespace, Resource: "pods"})
+	}
+	if st == nil {
+		st = s.admitPod(ctx, user, md.Name)
 	}
 	if st != nil {
 		st.Kind, st.Name = "pods", md.Name

@@ -91,6 +91,9 @@ func (s *Stage) CreatePod(ctx context.Context, user *corev1.UserInfo, pod *corev
 		return st, nil
 	}
 	md.Uid = uuid.NewString() // the server's uid: nothing of the request's
+	if st := s.admitPod(ctx, user, md.Name); st != nil {
+		return st, nil
+	}
 	inbox, ch, release := s.replies.wait()
 	defer release()
 	env := &eventsv1.Envelope{

@@ -13,15 +13,24 @@ import (
 
 var _ apiserver.LogBackend = (*Stage)(nil)
 
-// PodLogs reads a container's log from the pod's node (pods/log).
-func (s *Stage) PodLogs(ctx context.Context, pod *corev1.Pod, container string, previous bool) ([]byte, *corev1.Status) {
+// PodLogs opens a container's log on the pod's node (pods/log): it is read
+// from there a chunk (nodelogs.ChunkBytes) at a time as the HTTPS handler
+// writes it, so the api stage never holds more than one chunk of it.
+func (s *Stage) PodLogs(ctx context.Context, pod *corev1.Pod, opts apiserver.LogOptions) (apiserver.LogStream, *corev1.Status) {
 	name := pod.GetMetadata().GetName()
 	node := pod.GetSpec().GetNodeName()
 	if node == "" {
 		return nil, stage.Failure(400, eventsv1.ReasonBadRequest, "pods", name, "pod %q has no node yet: no logs", name)
 	}
-	cri, err := nodelogs.Fetch(ctx, s.env.NATS, node, nodelogs.Request{
-		Namespace: pod.GetMetadata().GetNamespace(), Pod: name, Container: container, Previous: previous,
+	req := nodelogs.Request{
+		Namespace: pod.GetMetadata().GetNamespace(), Pod: name, Container: opts.Container, Previous: opts.Previous,
+		TailLines: opts.TailLines,
+	}
+	if !opts.Since.IsZero() {
+		req.SinceTime = opts.Since.UnixNano()
+	}
+	stream, err := nodelogs.Open(ctx, s.env.NATS, node, req, nodelogs.Options{
+		Follow: opts.Follow, Timestamps: opts.Timestamps, LimitBytes: opts.LimitBytes,
 	})
 	switch {
 	case errors.Is(err, nodelogs.ErrNode):
@@ -30,5 +39,5 @@ func (s *Stage) PodLogs(ctx context.Context, pod *corev1.Pod, container string, 
 		return nil, stage.Failure(503, "ServiceUnavailable", "pods", name,
 			"the node %q does not serve logs (simulated nodes keep none): %v", node, err)
 	}
-	return nodelogs.Messages(cri), nil
+	return stream, nil
 }

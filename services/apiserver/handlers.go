@@ -179,21 +179,7 @@ func (s *Server) get(ctx context.Context, w http.ResponseWriter, r *http.Request
 		return
 	}
 	if req.sub == "log" {
-		lb, ok := s.backend.(LogBackend)
-		pod, isPod := obj.(*corev1.Pod)
-		if !ok || !isPod {
-			writeStatus(w, stage.Failure(404, eventsv1.ReasonNotFound, "pods", req.name, "logs of pod %q are not available", req.name))
-			return
-		}
-		q := r.URL.Query()
-		text, st := lb.PodLogs(ctx, pod, q.Get("container"), q.Get("previous") == "true")
-		if st != nil {
-			writeStatus(w, st)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(text)
+		s.podLog(ctx, w, r, req, obj)
 		return
 	}
 	s.writeObject(w, r, http.StatusOK, req.res, obj)

@@ -28,9 +28,28 @@ import (
 // server calls it in process, so the user it authenticated is trusted
 // without crossing the bus. Implementations are safe for concurrent use.
 // LogBackend is implemented by backends that can read container logs
-// from the nodes (pods/log, `kubectl logs`).
+// from the nodes (pods/log, `kubectl logs`). PodLogs opens the log (a
+// Status if it cannot: nothing is written yet); the handler writes each
+// piece Next returns as it comes, so a log is never held whole.
 type LogBackend interface {
-	PodLogs(ctx context.Context, pod *corev1.Pod, container string, previous bool) ([]byte, *corev1.Status)
+	PodLogs(ctx context.Context, pod *corev1.Pod, opts LogOptions) (LogStream, *corev1.Status)
+}
+
+// LogOptions are pods/log's parameters (Kubernetes' PodLogOptions).
+type LogOptions struct {
+	Container  string
+	Previous   bool
+	Follow     bool
+	Timestamps bool
+	TailLines  *int64    // the last lines only; nil: all
+	Since      time.Time // sinceSeconds or sinceTime; zero: any
+	LimitBytes int64     // 0: no limit
+}
+
+// LogStream is a log being read: Next returns the next piece of text, and
+// io.EOF at the end.
+type LogStream interface {
+	Next(ctx context.Context) ([]byte, error)
 }
 
 type Backend interface {
@@ -218,13 +237,16 @@ type request struct {
 // limiter is the in-flight limit a request counts under, as
 // kube-apiserver's max-in-flight filter classifies them: watches
 // (long-running: a GET with watch=true or watch=1, whatever else it asks)
-// have their own limit, mutating requests theirs, the rest MaxInFlight. A
+// and followed logs have their own limit, mutating requests theirs, the rest MaxInFlight. A
 // watch parameter on any other method changes nothing.
 func (s *Server) limiter(r *http.Request) chan struct{} {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		if w := r.URL.Query().Get("watch"); w == "true" || w == "1" {
 			return s.watches
+		}
+		if strings.HasSuffix(r.URL.Path, "/log") && r.URL.Query().Get("follow") == "true" {
+			return s.watches // a followed log is long-running too
 		}
 		return s.inflight
 	case http.MethodOptions:

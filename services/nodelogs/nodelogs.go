@@ -1,6 +1,13 @@
 // Package nodelogs is the wire form of container logs served by Linux node
 // agents over NATS request-reply on podflow.ops.logs.<node>: what
 // `podflow logs` and the Kubernetes API's pods/log read.
+//
+// A log travels in chunks: each request asks for the next at most
+// ChunkBytes of whole CRI lines from an offset, so a message is bounded,
+// the reader sets the pace (one chunk in flight: the flow control) and
+// an empty chunk of an instance that no longer runs is the end. A Stream
+// reads them one at a time, turning each into the text kubectl prints;
+// what it holds is one chunk, whatever the log's size.
 package nodelogs
 
 import (
@@ -26,7 +33,16 @@ type Request struct {
 	Container string `json:"container,omitempty"`
 	Previous  bool   `json:"previous,omitempty"`
 	Offset    int64  `json:"offset,omitempty"`
+	// File is Reply.File of the last chunk ("" at first: the read starts
+	// at the last TailLines lines, nil for all, written at or after
+	// SinceTime, Unix ns, 0 for any).
+	File      string `json:"file,omitempty"`
+	TailLines *int64 `json:"tailLines,omitempty"`
+	SinceTime int64  `json:"sinceTime,omitempty"`
 }
+
+// ChunkBytes bounds the data of one Reply.
+const ChunkBytes = 64 << 10
 
 // Reply is a chunk of a CRI-format log (whole lines) and where the next
 // read starts; Error is set when the node could not serve it.
@@ -34,6 +50,7 @@ type Reply struct {
 	Container string `json:"container"`
 	Data      []byte `json:"data"`
 	Offset    int64  `json:"offset"`
+	File      string `json:"file,omitempty"`
 	Running   bool   `json:"running"`
 	Error     string `json:"error,omitempty"`
 }
@@ -61,31 +78,22 @@ func Ask(ctx context.Context, nc *nats.Conn, node string, req Request) (Reply, e
 	return rep, nil
 }
 
-// Fetch reads the whole current log of a container from its node.
-func Fetch(ctx context.Context, nc *nats.Conn, node string, req Request) ([]byte, error) {
-	var out []byte
-	for range 1024 { // bounded: 1024 chunks of up to 512 KiB
-		rep, err := Ask(ctx, nc, node, req)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rep.Data...)
-		if len(rep.Data) == 0 || rep.Offset == req.Offset {
-			return out, nil
-		}
-		req.Offset = rep.Offset
-	}
-	return out, nil
-}
-
 // Messages turns CRI log lines ("<time> <stream> <F|P> <message>") into
 // the plain text `kubectl logs` prints, joining partial lines.
-func Messages(cri []byte) []byte {
+func Messages(cri []byte) []byte { return render(cri, false) }
+
+// render is Messages, with timestamps each record's time in front (as
+// kubelet writes with timestamps=true).
+func render(cri []byte, timestamps bool) []byte {
 	var out bytes.Buffer
 	for _, line := range bytes.Split(cri, []byte{'\n'}) {
 		f := bytes.SplitN(line, []byte{' '}, 4)
 		if len(f) < 4 {
 			continue
+		}
+		if timestamps {
+			out.Write(f[0])
+			out.WriteByte(' ')
 		}
 		out.Write(f[3])
 		if string(f[2]) != "P" {

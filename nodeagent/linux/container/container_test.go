@@ -371,3 +371,30 @@ func TestSpares(t *testing.T) {
 	sp.Close()
 	sp.Close()
 }
+
+// TestLogRotatedAtMaxSize: a container writing more than LogMaxSize leaves
+// at most LogMaxFiles files, none larger than LogMaxSize.
+func TestLogRotatedAtMaxSize(t *testing.T) {
+	spec := newSpec(t, "sh", "-c", `i=0; while [ $i -lt 4000 ]; do echo "line $i of a container that writes more than its log may hold"; i=$((i+1)); done`)
+	spec.LogMaxSize, spec.LogMaxFiles = container.MinLogMaxSize, 3
+	c := start(t, spec)
+	if st, err := c.Wait(ctx20(t)); err != nil || st.ExitCode != 0 {
+		t.Fatalf("wait: %+v %v", st, err)
+	}
+	rotated, err := container.RotatedLogs(spec.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := append(rotated, spec.LogPath)
+	if len(rotated) == 0 || len(files) > spec.LogMaxFiles {
+		t.Fatalf("log files %v, want rotated ones and at most %d", files, spec.LogMaxFiles)
+	}
+	for _, f := range files {
+		if fi, err := os.Stat(f); err != nil || fi.Size() > spec.LogMaxSize {
+			t.Errorf("%s: %v, want at most %d bytes", f, err, spec.LogMaxSize)
+		}
+	}
+	if out := logText(t, spec.LogPath); !strings.Contains(out, "line 3999 of") {
+		t.Errorf("the current file lacks the last line:\n%.200s", out)
+	}
+}

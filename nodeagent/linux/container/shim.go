@@ -73,11 +73,11 @@ func runShim(dir string) error {
 		return err
 	}
 
-	logf, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	logs, err := openLog(spec.LogPath, spec.LogMaxSize, spec.LogMaxFiles)
 	if err != nil {
 		return fail(fmt.Errorf("open log: %w", err))
 	}
-	defer logf.Close()
+	defer logs.close()
 	devCg, err := deviceCgroupV1(spec)
 	if err != nil {
 		return fail(err)
@@ -114,7 +114,6 @@ func runShim(dir string) error {
 	// init's error.
 	msg, _ := io.ReadAll(pipes.execR)
 	pipes.execR.Close()
-	logs := &logWriter{f: logf}
 	copied := make(chan struct{}, 2)
 	go func() { logs.copy("stdout", pipes.stdout); copied <- struct{}{} }()
 	go func() { logs.copy("stderr", pipes.stderr); copied <- struct{}{} }()

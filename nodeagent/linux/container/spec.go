@@ -80,6 +80,11 @@ type Spec struct {
 	Env        []string `json:"env,omitempty"`
 	WorkingDir string   `json:"workingDir,omitempty"` // default "/"
 	Mounts     []Mount  `json:"mounts,omitempty"`
+	// LogMaxSize, when set, rotates the log before it would pass this many
+	// bytes, keeping LogMaxFiles files (the current one included), as
+	// kubelet's containerLogMaxSize and containerLogMaxFiles.
+	LogMaxSize  int64 `json:"logMaxSize,omitempty"`
+	LogMaxFiles int   `json:"logMaxFiles,omitempty"`
 	// NetnsPath is the network namespace to join ("" = the shim's: the
 	// host's, hostNetwork).
 	NetnsPath string `json:"netnsPath,omitempty"`
@@ -123,6 +128,10 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("%w: Image %q is not absolute", ErrInvalidSpec, s.Image)
 	case !filepath.IsAbs(s.LogPath):
 		return fmt.Errorf("%w: LogPath %q is not absolute", ErrInvalidSpec, s.LogPath)
+	case s.LogMaxSize != 0 && s.LogMaxSize < MinLogMaxSize:
+		return fmt.Errorf("%w: LogMaxSize (%d) must be 0 or at least %d", ErrInvalidSpec, s.LogMaxSize, MinLogMaxSize)
+	case s.LogMaxSize != 0 && s.LogMaxFiles < 2:
+		return fmt.Errorf("%w: LogMaxFiles (%d) must be at least 2 with LogMaxSize set", ErrInvalidSpec, s.LogMaxFiles)
 	case len(s.Args) == 0 || s.Args[0] == "":
 		return fmt.Errorf("%w: no command", ErrInvalidSpec)
 	case s.WorkingDir != "" && !filepath.IsAbs(s.WorkingDir):

@@ -33,10 +33,18 @@ func (o *clientOptions) flags(cmd *cobra.Command) {
 // ns is the namespace a command acts in: -n, else default.
 func (o *clientOptions) ns() string { return podrules.NamespaceOrDefault(o.namespace) }
 
-// session connects as the CLI and returns the token to act with: --token,
-// else the configuration's admin token.
+// session connects as the CLI (giving up within a few seconds when the
+// bus is unreachable, every request bounded by --request-timeout) and
+// returns the token to act with: --token, else the configuration's admin
+// token.
 func (o *clientOptions) session(ctx context.Context) (*client.Session, string, error) {
-	sess, err := client.Open(ctx, o.config, "podflow-cli")
+	cli := client.DefaultCLI()
+	rt, err := client.ParseRequestTimeout(requestTimeout)
+	if err != nil {
+		return nil, "", err
+	}
+	cli.RequestTimeout = rt
+	sess, err := client.OpenCLI(ctx, o.config, "podflow-cli", cli)
 	if err != nil {
 		return nil, "", err
 	}

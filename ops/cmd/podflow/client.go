@@ -29,11 +29,8 @@ func request(ctx context.Context, sess *client.Session, subject string, req prot
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-	}
+	ctx, cancel := sess.RequestContext(ctx, 30*time.Second)
+	defer cancel()
 	msg, err := sess.Bus.NATS().RequestWithContext(ctx, subject, b)
 	if err != nil {
 		return nil, fmt.Errorf("request to %s: %w", subject, err)

@@ -1,19 +1,15 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"github.com/podflow/podflow/services/nodelogs"
 	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/podflow/podflow/nodeagent/linux/container"
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/nodelogs"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -22,14 +18,15 @@ func init() { register(newLogsCmd) }
 func newLogsCmd() *cobra.Command {
 	o := &clientOptions{}
 	var (
-		ctrName        string
-		follow, prev   bool
-		requestTimeout time.Duration
+		ctrName                  string
+		follow, prev, timestamps bool
+		tail, limitBytes         int64
+		since                    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "logs POD",
 		Short: "Print the logs of a container of a pod, like kubectl logs",
-		Long: `Print a container's stdout and stderr. The pod's Linux node agent serves its
+		Long: `Print a container's stdout and stderr (the current log file: rotated ones are not read, as kubelet). The pod's Linux node agent serves its
 log files (CRI format, under its data directory) over NATS request-reply on
 podflow.ops.logs.<node>, so this works from anywhere on the bus. With -f
 the output follows until the container exits or the command is interrupted.`,
@@ -51,33 +48,34 @@ the output follows until the container exits or the command is interrupted.`,
 				return fmt.Errorf("pod %s/%s is not scheduled yet", ns, args[0])
 			}
 			req := nodelogs.Request{Namespace: ns, Pod: args[0], Container: ctrName, Previous: prev}
-			w := bufio.NewWriter(cmd.OutOrStdout())
-			defer w.Flush()
+			if tail >= 0 {
+				req.TailLines = &tail
+			}
+			if since > 0 {
+				req.SinceTime = time.Now().Add(-since).UnixNano()
+			}
+			actx, cancel := sess.RequestContext(ctx, 5*time.Second)
+			stream, err := nodelogs.Open(actx, sess.Bus.NATS(), node, req, nodelogs.Options{
+				Follow: follow, Timestamps: timestamps, LimitBytes: limitBytes, AskTimeout: sess.RequestTimeout,
+			})
+			cancel()
+			if errors.Is(err, nodelogs.ErrNode) {
+				return err
+			}
+			if err != nil {
+				return fmt.Errorf("%w (is it a --runtime linux node agent?)", err)
+			}
+			out := cmd.OutOrStdout()
 			for {
-				rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-				rep, err := nodelogs.Ask(rctx, sess.Bus.NATS(), node, req)
-				cancel()
-				if errors.Is(err, nodelogs.ErrNode) {
-					return err
+				text, err := stream.Next(ctx)
+				if errors.Is(err, io.EOF) {
+					return nil
 				}
 				if err != nil {
-					return fmt.Errorf("%w (is it a --runtime linux node agent?)", err)
-				}
-				if err := writeRecords(w, rep.Data); err != nil {
 					return err
 				}
-				req.Offset = rep.Offset
-				if len(rep.Data) > 0 {
-					continue // more may be there already
-				}
-				if !follow || !rep.Running {
-					return nil
-				}
-				_ = w.Flush()
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(300 * time.Millisecond):
+				if _, err := out.Write(text); err != nil {
+					return err
 				}
 			}
 		},
@@ -87,27 +85,9 @@ the output follows until the container exits or the command is interrupted.`,
 	f.StringVarP(&ctrName, "container", "c", "", "container name (default: the pod's first app container)")
 	f.BoolVarP(&follow, "follow", "f", false, "follow the log until the container exits")
 	f.BoolVarP(&prev, "previous", "p", false, "print the logs of the previous instance of the container")
-	f.DurationVar(&requestTimeout, "request-timeout", 5*time.Second, "timeout of each request to the node agent")
+	f.Int64Var(&tail, "tail", -1, "lines of recent log to display; -1 shows all")
+	f.DurationVar(&since, "since", 0, "only logs newer than a relative duration like 5s, 2m, or 3h")
+	f.Int64Var(&limitBytes, "limit-bytes", 0, "maximum bytes of logs to return (0: no limit)")
+	f.BoolVar(&timestamps, "timestamps", false, "include timestamps on each line")
 	return cmd
-}
-
-// writeRecords writes the text of CRI log records, partial records joined.
-func writeRecords(w io.Writer, data []byte) error {
-	for len(data) > 0 {
-		line, rest, _ := bytes.Cut(data, []byte{'\n'})
-		data = rest
-		rec, ok := container.ParseLogRecord(line)
-		if !ok {
-			continue
-		}
-		if _, err := w.Write(rec.Text); err != nil {
-			return err
-		}
-		if !rec.Partial {
-			if _, err := w.Write([]byte{'\n'}); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

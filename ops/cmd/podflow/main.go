@@ -21,6 +21,10 @@ var commands []func() *cobra.Command
 
 func register(f func() *cobra.Command) { commands = append(commands, f) }
 
+// requestTimeout is the global --request-timeout, as kubectl's: it bounds
+// every request of a client command (see clientOptions.session).
+var requestTimeout string
+
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "podflow",
@@ -28,6 +32,8 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.PersistentFlags().StringVar(&requestTimeout, "request-timeout", "0",
+		"the length of time to wait before giving up on a single server request, e.g. 1s, 2m (a bare integer is seconds); 0 keeps each request's default")
 	for _, f := range commands {
 		root.AddCommand(f())
 	}

@@ -58,6 +58,8 @@ func linuxFlags(cmd *cobra.Command) *roles.LinuxNodeOptions {
 	f.BoolVar(&o.SeccompDefault, "seccomp-default", false, "--runtime linux: RuntimeDefault is the seccomp profile of containers that name none (as kubelet's)")
 	f.StringVar(&o.SeccompProfileRoot, "seccomp-profile-root", "", "--runtime linux: directory of Localhost seccomp profiles (default DATA_DIR/seccomp)")
 	f.StringSliceVar(&o.AllowedUnsafeSysctls, "allowed-unsafe-sysctls", nil, "--runtime linux: sysctl patterns (e.g. 'net.core.*') pods may set beyond the safe set (as kubelet's)")
+	f.Int64Var(&o.ContainerLogMaxSize, "container-log-max-size", 0, "--runtime linux: rotate a container's log before it passes this many bytes (default 10Mi, as kubelet's containerLogMaxSize)")
+	f.IntVar(&o.ContainerLogMaxFiles, "container-log-max-files", 0, "--runtime linux: log files kept per container, the current one included (default 5, as kubelet's containerLogMaxFiles)")
 	f.BoolVar(&o.Decommission, "decommission", false, "--runtime linux: remove every pod, the bridge and the cgroups of this node, then exit")
 	return o
 }

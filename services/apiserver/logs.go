@@ -1,0 +1,104 @@
+package apiserver
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
+)
+
+// podLog serves pods/log: the log streamed from the node, each piece
+// written and flushed as it comes (kube-apiserver proxies the kubelet's
+// stream alike). A follow runs as long as the client stays (it is
+// long-running: see limiter), otherwise RequestTimeout bounds it.
+func (s *Server) podLog(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request, obj objects.Object) {
+	lb, ok := s.backend.(LogBackend)
+	pod, isPod := obj.(*corev1.Pod)
+	if !ok || !isPod {
+		writeStatus(w, stage.Failure(404, eventsv1.ReasonNotFound, "pods", req.name, "logs of pod %q are not available", req.name))
+		return
+	}
+	opts, st := logOptions(r.URL.Query(), time.Now())
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	if opts.Follow {
+		ctx = r.Context()
+	}
+	stream, st := lb.PodLogs(ctx, pod, opts)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	for {
+		text, err := stream.Next(ctx)
+		if err != nil {
+			return // the end, or the node went away: the body just ends
+		}
+		if _, err := w.Write(text); err != nil {
+			return
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+}
+
+// logOptions reads PodLogOptions from the query, validated as
+// Kubernetes validates them.
+func logOptions(q url.Values, now time.Time) (LogOptions, *corev1.Status) {
+	o := LogOptions{
+		Container: q.Get("container"), Previous: q.Get("previous") == "true",
+		Follow: q.Get("follow") == "true", Timestamps: q.Get("timestamps") == "true",
+	}
+	num := func(name string, min int64) (*int64, *corev1.Status) {
+		v := q.Get(name)
+		if v == "" {
+			return nil, nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < min {
+			return nil, badRequest("%s: must be an integer of at least %d, got %q", name, min, v)
+		}
+		return &n, nil
+	}
+	var st *corev1.Status
+	if o.TailLines, st = num("tailLines", 0); st != nil {
+		return o, st
+	}
+	limit, st := num("limitBytes", 1)
+	if st != nil {
+		return o, st
+	}
+	if limit != nil {
+		o.LimitBytes = *limit
+	}
+	since, st := num("sinceSeconds", 1)
+	if st != nil {
+		return o, st
+	}
+	if since != nil {
+		o.Since = now.Add(-time.Duration(*since) * time.Second)
+	}
+	if v := q.Get("sinceTime"); v != "" {
+		if since != nil {
+			return o, badRequest("at most one of sinceTime or sinceSeconds may be specified")
+		}
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return o, badRequest("sinceTime: %v", err)
+		}
+		o.Since = t
+	}
+	return o, nil
+}
