@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 // testPodflowLikeKubectl: the podflow CLI prints what the stock kubectl
@@ -35,6 +37,15 @@ func testPodflowLikeKubectl(t *testing.T, c *cluster, k *kubectl) {
 		got, want := podNames(c.mustPodflow("get", "pods", "-o", "json")), podNames(k.must("get", "pods", "-o", "json"))
 		if len(got) == 0 || strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Fatalf("podflow .items names %v, kubectl's %v", got, want)
+		}
+	})
+	t.Run("get -o yaml is a List", func(t *testing.T) {
+		j, err := yaml.YAMLToJSON([]byte(c.mustPodflow("get", "pods", "-o", "yaml")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := podNames(string(j)); len(got) == 0 {
+			t.Fatalf("no items: %s", j)
 		}
 	})
 	for _, tc := range []struct{ resource, output, has string }{
