@@ -23,6 +23,18 @@ func (e *statusError) Error() string {
 	return fmt.Sprintf("Error from server (%s): %s", e.st.GetReason(), e.st.GetMessage())
 }
 
+// notFound is kubectl's error for a missing object: `Error from server
+// (NotFound): pods "x" not found` (the resource qualified by its API group
+// outside the core group, as kubectl names it).
+func notFound(kind objects.Kind, name string) error {
+	res := kind.Resource
+	if kind.APIGroup != "" {
+		res += "." + kind.APIGroup
+	}
+	return &statusError{&corev1.Status{Status: "Failure", Code: 404, Reason: eventsv1.ReasonNotFound,
+		Message: fmt.Sprintf("%s %q not found", res, name)}}
+}
+
 // request sends a request-reply to the api front door.
 func request(ctx context.Context, sess *client.Session, subject string, req proto.Message) (*apiv1.Response, error) {
 	b, err := proto.Marshal(req)

@@ -24,7 +24,8 @@ func newDescribeCmd() *cobra.Command {
 		Short: "Show a pod's spec, status, conditions, container states and events, like kubectl describe",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if k, err := objects.KindForResource(args[0]); err != nil || k.Name != "Pod" {
+			kind, err := objects.KindForResource(args[0])
+			if err != nil || kind.Name != "Pod" {
 				return fmt.Errorf("describe supports pods (got %q)", args[0])
 			}
 			ctx := cmd.Context()
@@ -36,7 +37,7 @@ func newDescribeCmd() *cobra.Command {
 			ns := o.ns()
 			pod, err := objects.Get[*corev1.Pod](ctx, sess.Store, ns, args[1])
 			if errors.Is(err, raftstore.ErrNotFound) {
-				return fmt.Errorf("Error from server (NotFound): pods %q not found", args[1])
+				return notFound(kind, args[1])
 			}
 			if err != nil {
 				return err

@@ -67,7 +67,7 @@ func newEventsCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), "No events found.")
 				return nil
 			}
-			if err := p.print(objects.Events, sel, true); err != nil {
+			if err := p.printTable(objects.Events, sel, true); err != nil {
 				return err
 			}
 			if !follow {
@@ -87,7 +87,7 @@ func newEventsCmd() *cobra.Command {
 					continue
 				}
 				p.now = time.Now()
-				if err := p.print(objects.Events, []objects.Object{e}, false); err != nil {
+				if err := p.printTable(objects.Events, []objects.Object{e}, false); err != nil {
 					return err
 				}
 			}

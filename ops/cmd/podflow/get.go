@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -36,10 +34,9 @@ func newGetCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf(`the server doesn't have a resource type %q`, args[0])
 			}
-			switch output {
-			case "", "wide", "yaml", "json", "name":
-			default:
-				return fmt.Errorf("unable to match a printer suitable for the output format %q, allowed formats are: json,name,wide,yaml", output)
+			p, err := newPrinter(cmd.OutOrStdout(), output, all && kind.Namespaced)
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			sess, _, err := o.session(ctx)
@@ -56,7 +53,7 @@ func newGetCmd() *cobra.Command {
 			if len(args) == 2 {
 				kv, err := sess.Store.Client().Get(ctx, kind.Key(ns, args[1]))
 				if errors.Is(err, raftstore.ErrNotFound) {
-					return fmt.Errorf("Error from server (NotFound): %s %q not found", kind.Resource, args[1])
+					return notFound(kind, args[1])
 				}
 				if err != nil {
 					return err
@@ -80,9 +77,7 @@ func newGetCmd() *cobra.Command {
 				}
 				rev = r
 			}
-			out := cmd.OutOrStdout()
-			p := &printer{out: out, format: output, allNamespaces: all && kind.Namespaced, now: time.Now()}
-			if len(objs) == 0 && !watch && (output == "" || output == "wide") {
+			if len(objs) == 0 && !watch && (p.format == outputTable || p.format == outputWide) {
 				if ns == "" {
 					fmt.Fprintf(cmd.ErrOrStderr(), "No resources found\n")
 				} else {
@@ -90,7 +85,9 @@ func newGetCmd() *cobra.Command {
 				}
 				return nil
 			}
-			if err := p.print(kind, objs, true); err != nil {
+			// kubectl prints a List for a list, each object on its own
+			// for one named or while watching.
+			if err := p.print(kind, objs, true, len(args) == 1 && !watch); err != nil {
 				return err
 			}
 			if !watch {
@@ -118,7 +115,7 @@ func newGetCmd() *cobra.Command {
 					continue
 				}
 				p.now = time.Now()
-				if err := p.print(kind, []objects.Object{obj}, false); err != nil {
+				if err := p.print(kind, []objects.Object{obj}, false, false); err != nil {
 					return err
 				}
 			}
@@ -131,41 +128,12 @@ func newGetCmd() *cobra.Command {
 	o.flags(cmd)
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list across all namespaces")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after listing, watch for changes")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide, yaml, json, name")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide, json, yaml, name, jsonpath=TEMPLATE, custom-columns=HEADER:FIELD,...")
 	return cmd
 }
 
-type printer struct {
-	out           io.Writer
-	format        string
-	allNamespaces bool
-	now           time.Time
-}
-
-func (p *printer) print(kind objects.Kind, objs []objects.Object, header bool) error {
-	switch p.format {
-	case "yaml", "json":
-		f := manifest.FormatYAML
-		if p.format == "json" {
-			f = manifest.FormatJSON
-		}
-		for i, o := range objs {
-			b, err := manifest.Encode(o, f)
-			if err != nil {
-				return err
-			}
-			if f == manifest.FormatYAML && (i > 0 || !header) {
-				fmt.Fprintln(p.out, "---")
-			}
-			p.out.Write(b)
-		}
-		return nil
-	case "name":
-		for _, o := range objs {
-			fmt.Fprintf(p.out, "%s/%s\n", strings.ToLower(kind.Name), o.GetMetadata().GetName())
-		}
-		return nil
-	}
+// printTable prints objs as kubectl's table for kind (-o wide adds columns).
+func (p *printer) printTable(kind objects.Kind, objs []objects.Object, header bool) error {
 	tw := tabwriter.NewWriter(p.out, 3, 0, 3, ' ', 0)
 	cols, row := p.table(kind)
 	if p.allNamespaces {
@@ -186,7 +154,7 @@ func (p *printer) print(kind objects.Kind, objs []objects.Object, header bool) e
 
 // table returns kubectl's columns for kind and a function printing a row.
 func (p *printer) table(kind objects.Kind) ([]string, func(objects.Object) []string) {
-	wide := p.format == "wide"
+	wide := p.format == outputWide
 	age := func(o objects.Object) string { return p.age(o.GetMetadata().GetCreationTimestamp().AsTime()) }
 	switch kind.Name {
 	case "Pod":

@@ -5,7 +5,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -50,10 +52,22 @@ func main() {
 	err := newRoot().ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		if s, ok := err.(interface{ Silent() bool }); !ok || !s.Silent() {
-			fmt.Fprintln(os.Stderr, "error:", err)
-		}
+		printError(os.Stderr, err)
 		os.Exit(exitCode(err))
+	}
+}
+
+// printError prints a command's error as kubectl does: an error from the
+// server as it is (`Error from server (NotFound): ...`), any other after
+// "error: "; nothing for an error that says it was reported already.
+func printError(w io.Writer, err error) {
+	var se *statusError
+	switch s, ok := err.(interface{ Silent() bool }); {
+	case ok && s.Silent():
+	case errors.As(err, &se):
+		fmt.Fprintln(w, err)
+	default:
+		fmt.Fprintln(w, "error:", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/roles"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/spf13/cobra"
@@ -28,19 +29,34 @@ func init() {
 	})
 }
 
+// storeConnFlags is how a store command reaches the bus. A replica (`store
+// run`, as `podflow up` starts it) names its NATS server and user with
+// flags or PODFLOW_NATS_*; the administration commands find the running
+// system through the client configuration, as every client command does,
+// unless given a NATS URL or user.
 type storeConnFlags struct {
-	url, user, password, subject string
+	url, user, password, subject, config string
+	cmd                                  *cobra.Command
 }
 
 func (f *storeConnFlags) add(cmd *cobra.Command) {
+	f.cmd = cmd
 	url := os.Getenv("PODFLOW_NATS_URL")
 	if url == "" {
 		url = nats.DefaultURL
 	}
-	cmd.PersistentFlags().StringVar(&f.url, "nats-url", url, "NATS server URL (env PODFLOW_NATS_URL)")
+	cmd.PersistentFlags().StringVar(&f.url, "nats-url", url, "NATS server URL (env PODFLOW_NATS_URL; status, add-voter and remove default to the client configuration's)")
 	cmd.PersistentFlags().StringVar(&f.user, "nats-user", os.Getenv("PODFLOW_NATS_USER"), "NATS user (env PODFLOW_NATS_USER)")
 	cmd.PersistentFlags().StringVar(&f.password, "nats-password", os.Getenv("PODFLOW_NATS_PASSWORD"), "NATS password (env PODFLOW_NATS_PASSWORD)")
 	cmd.PersistentFlags().StringVar(&f.subject, "subject", raftstore.DefaultSubject, "store subject prefix")
+	cmd.PersistentFlags().StringVar(&f.config, "config", "", "client configuration written by `podflow up` (default $PODFLOW_CONFIG, ./.podflow/config.json, ~/.podflow/config.json)")
+}
+
+// explicit reports whether the bus was named by flags or environment
+// rather than by the client configuration.
+func (f *storeConnFlags) explicit() bool {
+	pf := f.cmd.PersistentFlags()
+	return pf.Changed("nats-url") || pf.Changed("nats-user") || os.Getenv("PODFLOW_NATS_URL") != "" || os.Getenv("PODFLOW_NATS_USER") != ""
 }
 
 func (f *storeConnFlags) connect(name string) (*nats.Conn, error) {
@@ -55,17 +71,33 @@ func (f *storeConnFlags) connect(name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-func (f *storeConnFlags) client() (*raftstore.Client, *nats.Conn, error) {
-	nc, err := f.connect("podflow store client")
-	if err != nil {
+// client connects a store client for the administration commands; closeFn
+// ends its connection.
+func (f *storeConnFlags) client(ctx context.Context) (c *raftstore.Client, closeFn func(), err error) {
+	const name = "podflow store client"
+	var nc *nats.Conn
+	sc := raftstore.DefaultClientConfig()
+	if f.explicit() {
+		if nc, err = f.connect(name); err != nil {
+			return nil, nil, err
+		}
+		closeFn = nc.Close
+	} else {
+		sess, err := client.Open(ctx, f.config, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		nc, closeFn = sess.Bus.NATS(), sess.Close
+		if bc, err := bus.ReadClientConfig(sess.Config.NATS); err == nil {
+			sc = client.StoreClientConfig(bc.User)
+		}
+	}
+	sc.Subject = f.subject
+	if c, err = raftstore.NewClient(nc, sc); err != nil {
+		closeFn()
 		return nil, nil, err
 	}
-	c, err := raftstore.NewClient(nc, raftstore.ClientConfig{Subject: f.subject})
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return c, nc, nil
+	return c, closeFn, nil
 }
 
 func storeRunCmd(conn *storeConnFlags) *cobra.Command {
@@ -118,11 +150,11 @@ func storeStatusCmd(conn *storeConnFlags) *cobra.Command {
 		Short: "Show the leader, term, commit and applied indexes and every replica's state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, nc, err := conn.client()
+			c, closeConn, err := conn.client(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
+			defer closeConn()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
 			defer cancel()
 			sts, err := c.Status(ctx, wait)
@@ -185,11 +217,11 @@ func storeAddVoterCmd(conn *storeConnFlags) *cobra.Command {
 		Short: "Add a voting replica (its raft address host:port) to the cluster",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, nc, err := conn.client()
+			c, closeConn, err := conn.client(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
+			defer closeConn()
 			if err := c.AddVoter(cmd.Context(), args[0], args[1]); err != nil {
 				return err
 			}
@@ -205,11 +237,11 @@ func storeRemoveCmd(conn *storeConnFlags) *cobra.Command {
 		Short: "Remove a replica from the cluster",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, nc, err := conn.client()
+			c, closeConn, err := conn.client(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
+			defer closeConn()
 			if err := c.RemoveServer(cmd.Context(), args[0]); err != nil {
 				return err
 			}
