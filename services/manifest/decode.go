@@ -220,6 +220,12 @@ func (d *decoder) object(j []byte, prefix string, inList bool) error {
 	if err != nil {
 		return fail(ErrMalformed, err.Error())
 	}
+	if k.kind == "Pod" {
+		if errs := droppedPodFields(drops); len(errs) > 0 {
+			return refusedError(e, errs)
+		}
+		drops = nil // status only: the system's, replaced on create
+	}
 	var warnings []string
 	for _, p := range dropPaths(drops) {
 		if k.newKube == nil {
