@@ -118,7 +118,7 @@ func decodeObject(body []byte, res *resource, validation string, maxBytes int) (
 		if ferr != nil {
 			return nil, nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, ferr)
 		}
-		objs, err = []manifest.Object{{APIVersion: res.groupVersion(), Kind: res.kind, Message: m}}, nil
+		objs, err = []manifest.Object{{APIVersion: res.groupVersion(), Kind: res.kind, Message: m, Warnings: manifest.PodWarnings(m)}}, nil
 	}
 	if st := refusedFields(res, err); st != nil {
 		return nil, nil, st

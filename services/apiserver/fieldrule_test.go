@@ -49,6 +49,14 @@ func TestRefusedPodFieldsHTTPS(t *testing.T) {
 			}
 		})
 	}
+	t.Run("warnings reach the client", func(t *testing.T) {
+		body := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"warned"},"spec":{"nodeSelector":{"beta.kubernetes.io/os":"linux"},"containers":[{"name":"c","image":"nginx"}]}}`
+		code, out, hdr := do(t, admin, "POST", pods+"?dryRun=All", "application/json", body)
+		want := `299 - "spec.nodeSelector[beta.kubernetes.io/os]: deprecated since v1.14; use \"kubernetes.io/os\" instead"`
+		if code != 201 || hdr.Get("Warning") != want {
+			t.Fatalf("%d %v: Warning %q, want %q", code, out, hdr.Values("Warning"), want)
+		}
+	})
 	t.Run("Kubernetes defaults are accepted", func(t *testing.T) {
 		body := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"defaults"},"spec":{"dnsPolicy":"ClusterFirst","enableServiceLinks":false,
 "containers":[{"name":"c","image":"nginx","terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File"}]}}`

@@ -226,7 +226,7 @@ func (d *decoder) object(j []byte, prefix string, inList bool) error {
 		}
 		drops = nil // status only: the system's, replaced on create
 	}
-	var warnings []string
+	warnings := PodWarnings(msg)
 	for _, p := range dropPaths(drops) {
 		if k.newKube == nil {
 			e.Field = p

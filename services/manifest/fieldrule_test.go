@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -117,4 +118,92 @@ func keys[V any](m map[string]V) map[string]bool {
 		out[k] = true
 	}
 	return out
+}
+
+// TestDecodeRefusesPodFields is the `podflow apply` door: Decode refuses
+// each field the proto cannot hold, naming its path, and accepts the
+// Kubernetes defaults of refused fields.
+func TestDecodeRefusesPodFields(t *testing.T) {
+	tests := []struct {
+		name, spec, container string
+		refused               []string // nil: accepted
+	}{
+		{name: "shareProcessNamespace", spec: "shareProcessNamespace: true", refused: []string{"spec.shareProcessNamespace"}},
+		{name: "shareProcessNamespace false", spec: "shareProcessNamespace: false"},
+		{name: "scheduling fields", spec: "topologySpreadConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]\n  schedulingGates: [{name: wait}]\n  affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{topologyKey: zone}]}}",
+			refused: []string{"spec.affinity.podAntiAffinity", "spec.schedulingGates", "spec.topologySpreadConstraints"}},
+		{name: "volumes", spec: "volumes: [{name: a, projected: {sources: [{serviceAccountToken: {path: t}}]}}, {name: b, nfs: {server: s, path: /}}, {name: c, downwardAPI: {items: [{path: podname, fieldRef: {fieldPath: metadata.name}}]}}]",
+			refused: []string{"spec.volumes[0].projected", "spec.volumes[1].nfs", "spec.volumes[2].downwardAPI"}},
+		{name: "imagePullSecrets, hostAliases, dnsConfig", spec: "imagePullSecrets: [{name: reg}]\n  hostAliases: [{ip: 1.2.3.4, hostnames: [a]}]\n  dnsConfig: {nameservers: [1.1.1.1]}",
+			refused: []string{"spec.dnsConfig", "spec.hostAliases", "spec.imagePullSecrets"}},
+		{name: "grpc probe, stopSignal", container: "livenessProbe: {grpc: {port: 9000}}, lifecycle: {stopSignal: SIGUSR1}",
+			refused: []string{"spec.containers[0].lifecycle.stopSignal", "spec.containers[0].livenessProbe.grpc"}},
+		{name: "fieldRef apiVersion v1 is the default", container: "env: [{name: POD, valueFrom: {fieldRef: {apiVersion: v1, fieldPath: metadata.name}}}]"},
+		{name: "os linux", spec: "os: {name: linux}"},
+		{name: "os windows", spec: "os: {name: windows}", refused: []string{"spec.os.name"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec:\n  " + tc.spec + "\n  containers: [{name: c, image: i"
+			if tc.container != "" {
+				doc += ", " + tc.container
+			}
+			doc += "}]\n"
+			_, err := Decode([]byte(doc))
+			if tc.refused == nil {
+				if err != nil {
+					t.Fatalf("Decode: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrUnsupportedField) {
+				t.Fatalf("Decode: %v, want ErrUnsupportedField", err)
+			}
+			name, errs, _ := RefusedFields(err)
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Field)
+				if !strings.HasPrefix(e.Detail, "podflow does not support ") {
+					t.Errorf("%s: detail %q", e.Field, e.Detail)
+				}
+			}
+			if name != "p" || !slices.Equal(got, tc.refused) {
+				t.Errorf("refused %q (pod %q), want %q", got, name, tc.refused)
+			}
+		})
+	}
+}
+
+// TestStatusIsTheSystems: a Pod's status (from `kubectl get -o yaml` of a
+// real cluster) is not refused, whatever fields it has: kube-apiserver
+// replaces it on create, and so does podflow.
+func TestStatusIsTheSystems(t *testing.T) {
+	decodeOne(t, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: i}]}\nstatus: {phase: Running, resize: InProgress, hostIPs: [{ip: 10.0.0.1}]}\n"))
+}
+
+// TestPodWarnings: where kube-apiserver accepts a pod with a warning, so
+// does podflow, with the same words.
+func TestPodWarnings(t *testing.T) {
+	obj := decodeOne(t, []byte(`
+apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+  annotations: {seccomp.security.alpha.kubernetes.io/pod: runtime/default}
+spec:
+  nodeSelector: {beta.kubernetes.io/os: linux, kubernetes.io/arch: amd64}
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms: [{matchExpressions: [{key: failure-domain.beta.kubernetes.io/zone, operator: In, values: [a]}]}]
+  containers: [{name: c, image: i}]
+`))
+	want := []string{
+		`metadata.annotations[seccomp.security.alpha.kubernetes.io/pod]: non-functional in v1.27+; use the "seccompProfile" field instead`,
+		`spec.nodeSelector[beta.kubernetes.io/os]: deprecated since v1.14; use "kubernetes.io/os" instead`,
+		`spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key: failure-domain.beta.kubernetes.io/zone is deprecated since v1.17; use "topology.kubernetes.io/zone" instead`,
+	}
+	if diff := cmpDiff(want, obj.Warnings); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -469,4 +470,60 @@ func refusedError(base *Error, errs field.ErrorList) error {
 		return out[0]
 	}
 	return errors.Join(out...)
+}
+
+// deprecatedNodeLabels are the node labels kube-apiserver warns about in a
+// pod's nodeSelector and node affinity (pkg/api/pod/warnings.go).
+var deprecatedNodeLabels = map[string]string{
+	"beta.kubernetes.io/arch":                  `deprecated since v1.14; use "kubernetes.io/arch" instead`,
+	"beta.kubernetes.io/os":                    `deprecated since v1.14; use "kubernetes.io/os" instead`,
+	"failure-domain.beta.kubernetes.io/region": `deprecated since v1.17; use "topology.kubernetes.io/region" instead`,
+	"failure-domain.beta.kubernetes.io/zone":   `deprecated since v1.17; use "topology.kubernetes.io/zone" instead`,
+	"beta.kubernetes.io/instance-type":         `deprecated since v1.17; use "node.kubernetes.io/instance-type" instead`,
+}
+
+// PodWarnings returns the warnings kube-apiserver gives for a pod it
+// accepts (pkg/api/pod/warnings.go: deprecated node labels and
+// annotations), worded as it words them, for HTTP "Warning: 299" headers
+// and `podflow apply`. It returns nil for anything but a Pod.
+func PodWarnings(m any) []string {
+	pod, ok := m.(*pf.Pod)
+	if !ok {
+		return nil
+	}
+	var out []string
+	md := field.NewPath("metadata", "annotations")
+	for _, k := range slices.Sorted(maps.Keys(pod.GetMetadata().GetAnnotations())) {
+		switch {
+		case k == "scheduler.alpha.kubernetes.io/critical-pod":
+			out = append(out, fmt.Sprintf(`%s: non-functional in v1.16+; use the "priorityClassName" field instead`, md.Key(k)))
+		case k == "seccomp.security.alpha.kubernetes.io/pod" || strings.HasPrefix(k, "container.seccomp.security.alpha.kubernetes.io/"):
+			out = append(out, fmt.Sprintf(`%s: non-functional in v1.27+; use the "seccompProfile" field instead`, md.Key(k)))
+		case strings.HasPrefix(k, "container.apparmor.security.beta.kubernetes.io/"):
+			out = append(out, fmt.Sprintf(`%s: deprecated since v1.30; use the "appArmorProfile" field instead`, md.Key(k)))
+		}
+	}
+	spec := field.NewPath("spec")
+	for _, k := range slices.Sorted(maps.Keys(pod.GetSpec().GetNodeSelector())) {
+		if msg, ok := deprecatedNodeLabels[k]; ok {
+			out = append(out, fmt.Sprintf("%s: %s", spec.Child("nodeSelector").Key(k), msg))
+		}
+	}
+	na := pod.GetSpec().GetAffinity().GetNodeAffinity()
+	terms := func(p *field.Path, exprs []*pf.NodeSelectorRequirement) {
+		for j, e := range exprs {
+			if msg, ok := deprecatedNodeLabels[e.GetKey()]; ok {
+				out = append(out, fmt.Sprintf("%s: %s is %s", p.Child("matchExpressions").Index(j).Child("key"), e.GetKey(), msg))
+			}
+		}
+	}
+	req := spec.Child("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+	for i, t := range na.GetRequiredDuringSchedulingIgnoredDuringExecution().GetNodeSelectorTerms() {
+		terms(req.Index(i), t.GetMatchExpressions())
+	}
+	pref := spec.Child("affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
+	for i, t := range na.GetPreferredDuringSchedulingIgnoredDuringExecution() {
+		terms(pref.Index(i).Child("preference"), t.GetPreference().GetMatchExpressions())
+	}
+	return out
 }
