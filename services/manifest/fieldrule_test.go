@@ -3,6 +3,8 @@ package manifest
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -205,5 +207,25 @@ spec:
 	}
 	if diff := cmpDiff(want, obj.Warnings); diff != "" {
 		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+}
+
+// TestHonouredFieldsNameTheirTests: every honoured field points at test
+// files that exist.
+func TestHonouredFieldsNameTheirTests(t *testing.T) {
+	checked := map[string]bool{}
+	for p, tests := range podHonoured {
+		if tests == "" {
+			t.Errorf("%s is honoured without a test", p)
+		}
+		for _, f := range strings.Fields(tests) {
+			if checked[f] {
+				continue
+			}
+			checked[f] = true
+			if _, err := os.Stat(filepath.Join("..", "..", f)); err != nil {
+				t.Errorf("%s: test file %s: %v", p, f, err)
+			}
+		}
 	}
 }

@@ -53,19 +53,21 @@ type refusal struct {
 	okIf func(*pf.Pod) bool
 }
 
-// Test pointers of the honoured list.
+// Test pointers of the honoured list: the test files (from the repository
+// root) that prove the field is honoured. TestHonouredFieldsNameTheirTests
+// checks that each file exists.
 const (
-	testRoundTrip = "services/manifest (manifest_test.go round trips); services/api stores and serves it"
-	testSchema    = "services/admission (validate_test.go, mutate_test.go)"
-	testEnv       = "nodeagent (env_test.go); nodeagent/linux (fidelity_test.go)"
-	testHooks     = "nodeagent (hooks_test.go); nodeagent/linux (fidelity_test.go)"
-	testSidecar   = "nodeagent (sidecar_test.go)"
-	testProbes    = "nodeagent (probe_test.go); nodeagent/linux (probe tests)"
-	testSecurity  = "nodeagent/linux (security_test.go); services/admission (podsecurity_test.go)"
-	testVolumes   = "nodeagent (volumes_test.go); nodeagent/linux (volumes tests)"
-	testScheduler = "services/scheduler (filters_test.go, allocation_test.go)"
-	testRuntime   = "nodeagent (agent_test.go); nodeagent/linux (runtime tests)"
-	testStatus    = "status is the system's: replaced on create (services/persistence), written by the node (nodeagent/status.go)"
+	testRoundTrip = "services/manifest/manifest_test.go services/api/api_test.go"
+	testSchema    = "services/admission/validate_test.go services/admission/mutate_test.go"
+	testEnv       = "nodeagent/env_test.go nodeagent/linux/fidelity_test.go"
+	testHooks     = "nodeagent/hooks_test.go nodeagent/linux/fidelity_test.go"
+	testSidecar   = "nodeagent/sidecar_test.go"
+	testProbes    = "nodeagent/agent_test.go nodeagent/linux/agent_test.go"
+	testSecurity  = "nodeagent/linux/security_internal_test.go nodeagent/linux/security_kernel_test.go nodeagent/linux/hostns_kernel_test.go nodeagent/linux/sysctl_kernel_test.go services/admission/podsecurity_test.go"
+	testVolumes   = "nodeagent/agent_test.go nodeagent/linux/runtime_test.go nodeagent/linux/subpath_kernel_test.go"
+	testScheduler = "services/scheduler/filters_test.go services/scheduler/allocation_test.go"
+	testRuntime   = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
+	testStatus    = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
 )
 
 // containerHonoured and containerRefused are relative to a container; they
