@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/manifest"
 )
 
 // TestRefusedFieldsOnTheBus: a pod that reaches admission over the bus
@@ -79,5 +80,18 @@ func TestRefusedFieldsOnTheBus(t *testing.T) {
 				t.Errorf("message %q, want it to contain %q", st.GetMessage(), tc.message)
 			}
 		})
+	}
+}
+
+// BenchmarkRefusedPodFields is admission's share of the field rule on a
+// typical admitted pod.
+func BenchmarkRefusedPodFields(b *testing.B) {
+	p, s := typical()
+	p = Admit(p, s).Pod
+	b.ReportAllocs()
+	for b.Loop() {
+		if errs := manifest.RefusedPodFields(p); len(errs) > 0 {
+			b.Fatal(errs)
+		}
 	}
 }

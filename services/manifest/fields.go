@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 	kcorev1 "k8s.io/api/core/v1"
@@ -395,46 +396,118 @@ func dedupe(errs field.ErrorList) field.ErrorList {
 // RefusedPodFields returns one Forbidden error per field of pod that
 // podflow refuses ("spec.volumes[0].persistentVolumeClaim: Forbidden:
 // podflow does not support PersistentVolumeClaims: …"), or nil. Admission
-// calls it for every pod, whichever door it came in by.
+// calls it for every pod, whichever door it came in by. It visits only the
+// fields on the way to a refused field the proto holds (protoRefusedTree),
+// and builds a path only for an error.
 func RefusedPodFields(pod *pf.Pod) field.ErrorList {
 	if pod == nil {
 		return nil
 	}
 	var errs field.ErrorList
-	walkProto(pod, pod.ProtoReflect(), reflect.TypeFor[kcorev1.Pod](), "", &errs)
+	var segs [16]string
+	walkProto(pod, pod.ProtoReflect(), protoRefusedTree(), segs[:0], &errs)
 	return dedupe(errs)
 }
 
-func walkProto(pod *pf.Pod, m protoreflect.Message, t reflect.Type, path string, errs *field.ErrorList) {
-	s := shapeOf(m.Descriptor(), t)
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		p := joinPath(path, s.kubeName[fd.Number()])
-		if p == "status" {
-			return true
+// refusedNode is one step of the tree of the refused fields the proto
+// holds, by proto field number.
+type refusedNode struct {
+	kubeName string
+	children map[protoreflect.FieldNumber]*refusedNode
+	refusal  *refusal
+}
+
+var protoRefusedTree = sync.OnceValue(func() *refusedNode {
+	root := &refusedNode{children: map[protoreflect.FieldNumber]*refusedNode{}}
+	rootMD, rootT := (&pf.Pod{}).ProtoReflect().Descriptor(), reflect.TypeFor[kcorev1.Pod]()
+	for path, r := range podRefused {
+		n, md, t := root, rootMD, rootT
+		for _, name := range strings.Split(strings.ReplaceAll(path, "[*]", ""), ".") {
+			if md == nil {
+				n = nil
+				break
+			}
+			s := shapeOf(md, t)
+			fd := s.byKube[name]
+			if fd == nil {
+				n = nil // the proto has no place for it: Decode refuses it
+				break
+			}
+			child := n.children[fd.Number()]
+			if child == nil {
+				child = &refusedNode{kubeName: name, children: map[protoreflect.FieldNumber]*refusedNode{}}
+				n.children[fd.Number()] = child
+			}
+			n, t = child, s.kubeType[fd.Number()]
+			switch {
+			case fd.IsMap():
+				md = fd.MapValue().Message()
+			default:
+				md = fd.Message()
+			}
 		}
-		if r, ok := podRefused[normalPath(p)]; ok {
+		if n != nil {
+			n.refusal = &r
+		}
+	}
+	return root
+})
+
+func walkProto(pod *pf.Pod, m protoreflect.Message, n *refusedNode, segs []string, errs *field.ErrorList) {
+	fields := m.Descriptor().Fields()
+	for num, child := range n.children { // a handful: no Range closure
+		fd := fields.ByNumber(num)
+		if !m.Has(fd) {
+			continue
+		}
+		v := m.Get(fd)
+		segs := append(segs, child.kubeName)
+		if r := child.refusal; r != nil {
 			if !fd.IsList() && !fd.IsMap() && fd.Message() == nil && slices.Contains(r.allow, v.String()) {
-				return true
+				continue
 			}
 			if r.okIf == nil || !r.okIf(pod) {
-				*errs = append(*errs, r.refuse(p))
+				*errs = append(*errs, r.refuse(segPath(segs)))
 			}
-			return true
+			continue
 		}
-		sub := s.kubeType[fd.Number()]
 		switch {
 		case fd.IsList() && fd.Message() != nil:
 			l := v.List()
 			for i := 0; i < l.Len(); i++ {
-				walkProto(pod, l.Get(i).Message(), sub, p+"["+strconv.Itoa(i)+"]", errs)
+				walkProto(pod, l.Get(i).Message(), child, append(segs, indexSeg(i)), errs)
 			}
-		case fd.IsMap():
-			// Maps of scalars (labels, resources): leaves.
-		case fd.Message() != nil && fd.Message().FullName().Parent() != "google.protobuf" && fd.Message().FullName() != intOrStringName:
-			walkProto(pod, v.Message(), sub, p, errs)
+		case fd.Message() != nil && !fd.IsMap():
+			walkProto(pod, v.Message(), child, segs, errs)
 		}
-		return true
-	})
+	}
+}
+
+// indexSegs are the index segments of short lists, built once.
+var indexSegs = func() (out [64]string) {
+	for i := range out {
+		out[i] = "[" + strconv.Itoa(i) + "]"
+	}
+	return out
+}()
+
+func indexSeg(i int) string {
+	if i < len(indexSegs) {
+		return indexSegs[i]
+	}
+	return "[" + strconv.Itoa(i) + "]"
+}
+
+// segPath joins path segments: names with ".", indices ("[3]") as they are.
+func segPath(segs []string) string {
+	var b strings.Builder
+	for _, s := range segs {
+		if b.Len() > 0 && !strings.HasPrefix(s, "[") {
+			b.WriteByte('.')
+		}
+		b.WriteString(s)
+	}
+	return b.String()
 }
 
 // RefusedFields returns the Pod's name and the refused-field errors of a
