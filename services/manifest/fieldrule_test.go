@@ -229,3 +229,31 @@ func TestHonouredFieldsNameTheirTests(t *testing.T) {
 		}
 	}
 }
+
+// TestExamplesUseNoRefusedField: the repository's example manifests apply
+// under the field rule, at both doors.
+func TestExamplesUseNoRefusedField(t *testing.T) {
+	files, err := filepath.Glob("../../examples/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := Decode(b)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			for _, o := range objs {
+				if pod, ok := o.Message.(*pf.Pod); ok {
+					if errs := RefusedPodFields(pod); len(errs) > 0 {
+						t.Errorf("refused: %v", errs)
+					}
+				}
+			}
+		})
+	}
+}
