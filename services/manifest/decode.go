@@ -221,7 +221,7 @@ func (d *decoder) object(j []byte, prefix string, inList bool) error {
 		return fail(ErrMalformed, err.Error())
 	}
 	if k.kind == "Pod" {
-		if errs := droppedPodFields(drops); len(errs) > 0 {
+		if errs := droppedPodFields(drops, prefix); len(errs) > 0 {
 			return refusedError(e, errs)
 		}
 		drops = nil // status only: the system's, replaced on create

@@ -94,7 +94,7 @@ func FromKube(o runtime.Object) (proto.Message, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
 	}
 	if k.kind == "Pod" {
-		if errs := droppedPodFields(drops); len(errs) > 0 {
+		if errs := droppedPodFields(drops, ""); len(errs) > 0 {
 			base := &Error{APIVersion: k.apiVersion, Kind: k.kind}
 			if m, ok := o.(interface{ GetName() string }); ok {
 				base.Name = m.GetName()

@@ -257,3 +257,29 @@ func TestExamplesUseNoRefusedField(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedFieldsInAList: a Pod inside a v1 List is judged as at top
+// level; the error path keeps its place in the list.
+func TestRefusedFieldsInAList(t *testing.T) {
+	list := `apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: ok}
+  spec: {dnsPolicy: ClusterFirst, containers: [{name: c, image: i}]}
+  status: {resize: InProgress}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: bad}
+  spec: {shareProcessNamespace: true, containers: [{name: c, image: i}]}
+`
+	_, err := Decode([]byte(list))
+	name, errs, ok := RefusedFields(err)
+	if !ok || name != "bad" || len(errs) != 1 || errs[0].Field != "items[1].spec.shareProcessNamespace" {
+		t.Fatalf("Decode: %v; refused %q %v", err, name, errs)
+	}
+	if _, err := Decode([]byte(list[:strings.Index(list, "- apiVersion: v1\n  kind: Pod\n  metadata: {name: bad}")])); err != nil {
+		t.Fatalf("the first item alone: %v", err)
+	}
+}

@@ -337,21 +337,27 @@ func (r refusal) refuse(path string) *field.Error {
 // place for (Decode's drops): each leaf must be refused, and is accepted
 // only with an allowed value. status is the system's, replaced on create
 // as kube-apiserver does, so its drops are not errors.
-func droppedPodFields(drops []dropped) field.ErrorList {
+// prefix locates the Pod in its document ("items[2]"): the paths of the
+// errors keep it, the lists are looked up without it.
+func droppedPodFields(drops []dropped, prefix string) field.ErrorList {
+	if prefix != "" {
+		prefix += "."
+	}
 	var errs field.ErrorList
 	for _, d := range drops {
-		if d.path == "status" || strings.HasPrefix(d.path, "status.") {
+		rel := strings.TrimPrefix(d.path, prefix)
+		if rel == "status" || strings.HasPrefix(rel, "status.") {
 			continue
 		}
 		leaves(d.path, d.value, func(path string, v any) {
-			r, ok := ruleFor(normalPath(path))
+			r, ok := ruleFor(normalPath(strings.TrimPrefix(path, prefix)))
 			switch {
 			case !ok || r.honoured:
 				// Cannot happen while TestEveryPodFieldIsListed passes:
 				// an honoured field is one the proto holds.
 				errs = append(errs, field.Forbidden(field.NewPath(path), "podflow does not support this field"))
 			case !slices.Contains(r.refusal.allow, scalarString(v)):
-				errs = append(errs, r.refusal.refuse(concretePrefix(path, r.path)))
+				errs = append(errs, r.refusal.refuse(prefix+concretePrefix(strings.TrimPrefix(path, prefix), r.path)))
 			}
 		})
 	}
