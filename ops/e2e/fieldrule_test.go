@@ -47,3 +47,29 @@ func kubectlRefusedFields(t *testing.T, k *kubectl) {
 		}
 	})
 }
+
+// podflowApplyRefusedFields: `podflow apply` (the bus door) refuses a pod
+// with a field the proto cannot hold before sending it, and admission
+// refuses one the proto holds, each naming the field path (issue 16).
+func podflowApplyRefusedFields(t *testing.T, c *cluster) {
+	tests := []struct {
+		name, spec string
+		want       []string
+	}{
+		{"decode", "  shareProcessNamespace: true\n",
+			[]string{`The Pod "refused" is invalid: spec.shareProcessNamespace: Forbidden: podflow does not support a shared process namespace`}},
+		{"admission", "  volumes:\n  - name: d\n    persistentVolumeClaim: {claimName: data}\n",
+			[]string{"(Invalid)", "spec.volumes[0].persistentVolumeClaim: Forbidden: podflow does not support PersistentVolumeClaims"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c.t = t
+			out, code := c.applyYAML("apiVersion: v1\nkind: Pod\nmetadata:\n  name: refused\n  namespace: default\nspec:\n" + tc.spec + "  containers:\n  - name: c\n    image: nginx\n")
+			for _, w := range tc.want {
+				if code != 1 || !strings.Contains(out, w) {
+					t.Fatalf("exit %d: %s\nwant %q", code, out, w)
+				}
+			}
+		})
+	}
+}
