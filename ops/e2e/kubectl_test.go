@@ -266,6 +266,8 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 		}
 	})
 
+	t.Run("refused fields", func(t *testing.T) { kubectlRefusedFields(t, k) })
+
 	t.Run("logs", func(t *testing.T) {
 		// The simulated runtime keeps no logs: kubectl shows the server's
 		// Status (TestLinuxRuntime reads real logs with kubectl).

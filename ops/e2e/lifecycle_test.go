@@ -232,6 +232,8 @@ metadata:
 		}
 	})
 
+	t.Run("refused fields", func(t *testing.T) { podflowApplyRefusedFields(t, c) })
+
 	t.Run("failure 3: Pending with a FailedScheduling message", func(t *testing.T) {
 		c.t = t
 		c.mustPodflow("apply", "-f", writeTemp(t, pod("huge", "default", "huge", "", "    resources: {requests: {cpu: \"1000\"}}\n")))

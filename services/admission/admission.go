@@ -8,6 +8,8 @@ import (
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/services/manifest"
+	"github.com/podflow/podflow/services/validate"
 )
 
 // ErrInvalidConfig is wrapped by Config.Validate.
@@ -81,7 +83,8 @@ func (r Result) Allowed() bool { return r.Status == nil }
 // namespace's defaults in the same pass (otherwise a second pass would).
 // Validation, each step only for a pod that passed the previous one: the
 // schema (422 Invalid), LimitRange min and max per container (403
-// Forbidden), Pod Security Standards (403 PolicyViolation).
+// Forbidden), Pod Security Standards (403 PolicyViolation), then the fields podflow
+// refuses (422 Invalid naming each, manifest.RefusedPodFields).
 func Admit(pod *corev1.Pod, s State) Result {
 	if pod == nil {
 		return Result{Status: &corev1.Status{Status: "Failure", Code: 400, Reason: eventsv1.ReasonBadRequest,
@@ -119,6 +122,13 @@ func Admit(pod *corev1.Pod, s State) Result {
 		return res
 	}
 	level := LevelFor(s.Namespace, cfg)
-	res.Status = CheckPodSecurity(p, level)
+	if res.Status = CheckPodSecurity(p, level); res.Status != nil {
+		return res
+	}
+	// Last: a pod Kubernetes would admit is still refused if it uses a
+	// field podflow cannot honour (issue 16), naming each.
+	if errs := manifest.RefusedPodFields(p); len(errs) > 0 {
+		res.Status = validate.InvalidStatus("Pod", p.GetMetadata().GetName(), errs)
+	}
 	return res
 }

@@ -1,8 +1,9 @@
 // Package admission is the decision core of podflow's admission stage:
 // mutating admission (ServiceAccount, sidecar injection, LimitRange
 // defaults, Kubernetes field defaults, QoS class) followed by validation
-// (the pod schema, LimitRange min/max, then the Pod Security Standards of
-// the pod's namespace).
+// (the pod schema, LimitRange min/max, the Pod Security Standards of
+// the pod's namespace, then the fields podflow refuses —
+// manifest.RefusedPodFields, issue 16 — with 422 naming each path).
 // It does no I/O: Admit is a pure function of the pod and a State the
 // stage reads from the store, and its rejections are *corev1.Status values
 // the stage publishes as they are.
@@ -15,7 +16,7 @@
 //     Config.Validate.
 //  2. Publish Result.Pod (a copy: the input pod is never modified) with
 //     Result.Mutations when Result.Allowed(); otherwise reject with
-//     Result.Status: 422 Invalid (schema), 403 Forbidden (LimitRange min or
+//     Result.Status: 422 Invalid (schema, refused fields), 403 Forbidden (LimitRange min or
 //     max), 403 PolicyViolation (Pod Security), 400 BadRequest (no pod),
 //     500 InternalError (bad Config).
 //     Receivers match a Status by Reason, never by Message.

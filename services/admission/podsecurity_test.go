@@ -25,6 +25,9 @@ func TestPodSecurity(t *testing.T) {
 		given  []func(*corev1.Pod)
 		want   string   // the part after `violates PodSecurity "<level>:latest": `; "" = allowed
 		fields []string // cause fields
+		// refused: for an allowed pod, the fields podflow then refuses
+		// (422, after Pod Security: manifest.RefusedPodFields).
+		refused []string
 	}{
 		{name: "restricted pod passes restricted", level: LevelRestricted},
 		{name: "privileged level checks nothing", level: LevelPrivileged, given: []func(*corev1.Pod){func(p *corev1.Pod) {
@@ -81,6 +84,7 @@ func TestPodSecurity(t *testing.T) {
 					{Name: "d", PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "pvc"}},
 				}
 			}},
+			refused: []string{"spec.volumes[3].persistentVolumeClaim"},
 		},
 		{
 			name: "hostPorts", level: LevelBaseline,
@@ -234,8 +238,15 @@ func TestPodSecurity(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			res := Admit(pod(tc.given...), State{Namespace: nsWithLevel(string(tc.level))})
 			if tc.want == "" {
-				if !res.Allowed() {
+				var refused []string
+				for _, c := range res.Status.GetCauses() {
+					refused = append(refused, c.GetField())
+				}
+				if !res.Allowed() && (res.Status.GetCode() != 422 || !slices.Equal(refused, tc.refused)) {
 					t.Fatalf("rejected: %s", res.Status.Message)
+				}
+				if res.Allowed() && len(tc.refused) > 0 {
+					t.Fatalf("admitted, want %q refused", tc.refused)
 				}
 				return
 			}

@@ -24,6 +24,7 @@ import (
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/validate"
 )
 
 // kubeTypes are the Go types of the Kubernetes kinds podflow stores, for
@@ -111,10 +112,16 @@ func decodeObject(body []byte, res *resource, validation string, maxBytes int) (
 			return nil, nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, uerr)
 		}
 		m, ferr := manifest.FromKube(obj)
+		if st := refusedFields(res, ferr); st != nil {
+			return nil, nil, st
+		}
 		if ferr != nil {
 			return nil, nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, ferr)
 		}
-		objs, err = []manifest.Object{{APIVersion: res.groupVersion(), Kind: res.kind, Message: m}}, nil
+		objs, err = []manifest.Object{{APIVersion: res.groupVersion(), Kind: res.kind, Message: m, Warnings: manifest.PodWarnings(m)}}, nil
+	}
+	if st := refusedFields(res, err); st != nil {
+		return nil, nil, st
 	}
 	if err != nil {
 		switch {
@@ -137,7 +144,18 @@ func decodeObject(body []byte, res *resource, validation string, maxBytes int) (
 	if !ok {
 		return nil, nil, badRequest("%s is not a stored kind", res.kind)
 	}
-	return obj, warnings, nil
+	return obj, append(warnings, o.Warnings...), nil
+}
+
+// refusedFields is the 422 Invalid for a Pod that sets fields podflow
+// refuses (manifest.ErrUnsupportedField, issue 16), naming each path as
+// kube-apiserver's validation does; nil for any other error.
+func refusedFields(res *resource, err error) *corev1.Status {
+	name, errs, ok := manifest.RefusedFields(err)
+	if !ok {
+		return nil
+	}
+	return validate.InvalidStatus(res.kind, name, errs)
 }
 
 // fieldWarnings words manifest field errors as kube-apiserver does:

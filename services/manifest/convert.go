@@ -131,7 +131,10 @@ func elemStruct(t reflect.Type) reflect.Type {
 }
 
 // dropped is a Kubernetes field with a value that the proto cannot hold.
-type dropped struct{ path string }
+type dropped struct {
+	path  string
+	value any
+}
 
 func joinPath(path, key string) string {
 	if path == "" {
@@ -154,7 +157,7 @@ func toProto(v any, md protoreflect.MessageDescriptor, t reflect.Type, path stri
 		p := joinPath(path, key)
 		if fd == nil {
 			if !isEmpty(val) {
-				*drops = append(*drops, dropped{p})
+				*drops = append(*drops, dropped{p, val})
 			}
 			continue
 		}

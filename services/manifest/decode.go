@@ -220,7 +220,13 @@ func (d *decoder) object(j []byte, prefix string, inList bool) error {
 	if err != nil {
 		return fail(ErrMalformed, err.Error())
 	}
-	var warnings []string
+	if k.kind == "Pod" {
+		if errs := droppedPodFields(drops, prefix); len(errs) > 0 {
+			return refusedError(e, errs)
+		}
+		drops = nil // status only: the system's, replaced on create
+	}
+	warnings := PodWarnings(msg)
 	for _, p := range dropPaths(drops) {
 		if k.newKube == nil {
 			e.Field = p

@@ -9,9 +9,14 @@
 // (which normalises quantities, IntOrString and times) and read into the
 // proto with protojson, renaming the few fields whose proto JSON names
 // differ from Kubernetes' (podIP/podIp, lastState/lastTerminationState,
-// ...). Fields Kubernetes knows but podflow does not keep (spec.dnsPolicy,
-// metadata.managedFields, ...) are dropped with a warning, so real-world
-// manifests apply. SidecarPolicy (podflow.io/v1alpha1) has no Kubernetes
+// ...). A Pod field podflow does not keep is refused, naming its path
+// (ErrUnsupportedField: "spec.shareProcessNamespace: Forbidden: podflow
+// does not support a shared process namespace"), unless it is given its
+// Kubernetes default (dnsPolicy: ClusterFirst, ...); every Pod field is on
+// one of the two lists of fields.go, honoured or refused, and
+// RefusedPodFields refuses the fields the proto keeps but podflow does not
+// honour (admission calls it). Fields of other kinds that podflow does not
+// keep are dropped with a warning. SidecarPolicy (podflow.io/v1alpha1) has no Kubernetes
 // type: it is decoded strictly against its proto, with Kubernetes field
 // names for its containers and volumes.
 //
@@ -29,7 +34,11 @@
 //     package sentinels (ErrUnknownField, ErrTooLarge, ...) and use
 //     errors.As(err, &*Error) for the document, object and field path; an
 //     error may join several *Error for one document.
-//  2. Show Object.Warnings to the user: they name fields that were dropped.
+//  2. Show Object.Warnings to the user: they name fields that were dropped
+//     (kinds other than Pod) and, for a Pod, kube-apiserver's warnings
+//     (PodWarnings: deprecated node labels and annotations). Answer an
+//     ErrUnsupportedField with 422 Invalid: RefusedFields gives the pod's
+//     name and one Forbidden field error per refused path.
 //  3. Bound untrusted input with Config (WithConfig, WithMaxBytes): by
 //     default a manifest over 3 MiB is refused before it is parsed, and a
 //     YAML document whose aliases would expand to more than 100000 extra

@@ -89,9 +89,21 @@ func FromKube(o runtime.Object) (proto.Message, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
 	}
-	msg, _, err := fromTree(k, tree, "")
+	msg, drops, err := fromTree(k, tree, "")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
+	}
+	if k.kind == "Pod" {
+		if errs := droppedPodFields(drops, ""); len(errs) > 0 {
+			base := &Error{APIVersion: k.apiVersion, Kind: k.kind}
+			if m, ok := o.(interface{ GetName() string }); ok {
+				base.Name = m.GetName()
+			}
+			if m, ok := o.(interface{ GetNamespace() string }); ok {
+				base.Namespace = m.GetNamespace()
+			}
+			return nil, refusedError(base, errs)
+		}
 	}
 	return msg, nil
 }

@@ -393,8 +393,12 @@ func fmtErr(err error) string {
 	return err.Error()
 }
 
-func TestUnsupportedFieldsWarn(t *testing.T) {
-	obj := decodeOne(t, []byte(`
+// TestUnsupportedPodFieldsRefused: a Pod field the proto cannot hold is
+// refused naming its path (issue 16: nothing is dropped silently), unless
+// it is given its Kubernetes default, which means the same as leaving it
+// unset.
+func TestUnsupportedPodFieldsRefused(t *testing.T) {
+	_, err := Decode([]byte(`
 apiVersion: v1
 kind: Pod
 metadata:
@@ -404,17 +408,27 @@ spec:
   dnsPolicy: ClusterFirst
   containers: [{name: c, image: i, stdin: true, terminationMessagePolicy: File}]
 `))
-	want := []string{"metadata.managedFields", "spec.containers[0].stdin", "spec.containers[0].terminationMessagePolicy", "spec.dnsPolicy"}
-	if len(obj.Warnings) != len(want) {
-		t.Fatalf("warnings %q, want %d naming %q", obj.Warnings, len(want), want)
+	if !errors.Is(err, ErrUnsupportedField) {
+		t.Fatalf("Decode: %v, want ErrUnsupportedField", err)
 	}
-	for i, w := range want {
-		if !strings.Contains(obj.Warnings[i], `"`+w+`"`) {
-			t.Errorf("warning %d = %q, want it to name %q", i, obj.Warnings[i], w)
-		}
+	name, errs, ok := RefusedFields(err)
+	if !ok || name != "p" {
+		t.Fatalf("RefusedFields = %q, %v, %v", name, errs, ok)
 	}
-	if c := obj.Message.(*pf.Pod).GetSpec().GetContainers()[0]; c.GetImage() != "i" {
-		t.Errorf("supported fields lost: %v", c)
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Field)
+	}
+	want := []string{"metadata.managedFields", "spec.containers[0].stdin"}
+	if diff := cmpDiff(want, got); diff != "" {
+		t.Errorf("refused fields (-want +got):\n%s", diff)
+	}
+	if msg := errs.ToAggregate().Error(); !strings.Contains(msg, "spec.containers[0].stdin: Forbidden: podflow does not support attaching stdin") {
+		t.Errorf("message %q", msg)
+	}
+	obj := decodeOne(t, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  dnsPolicy: ClusterFirst\n  containers: [{name: c, image: i, stdin: false, terminationMessagePolicy: File}]\n"))
+	if len(obj.Warnings) != 0 {
+		t.Errorf("defaults: warnings %q, want none", obj.Warnings)
 	}
 }
 

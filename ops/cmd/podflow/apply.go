@@ -63,6 +63,10 @@ func readManifest(path string) ([]manifest.Object, error) {
 		return nil, err
 	}
 	objs, err := manifest.Decode(data)
+	if name, errs, ok := manifest.RefusedFields(err); ok {
+		// As kubectl shows the API server's 422 for it.
+		return nil, fmt.Errorf("error validating %q: The Pod %q is invalid: %v: %w", path, name, errs.ToAggregate(), manifest.ErrUnsupportedField)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("error validating %q: %w", path, err)
 	}
