@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -115,7 +116,11 @@ func (w *worker) startPreStop(ctx context.Context, c *ctr, grace time.Duration) 
 	go func() {
 		hctx, cancel := context.WithTimeout(ctx, grace)
 		defer cancel()
-		s.hookDone <- w.runHook(hctx, c, HookPreStop, h)
+		msg := w.runHook(hctx, c, HookPreStop, h)
+		if errors.Is(hctx.Err(), context.DeadlineExceeded) {
+			msg = "" // cut short by the end of the grace period: not a failure, as kubelet
+		}
+		s.hookDone <- msg
 	}()
 	return s
 }
