@@ -182,6 +182,9 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 			s.podRev.advance(s.pods.Revision())
 		},
 		OnUpdate: func(old, p *corev1.Pod) {
+			if !bound(p) && len(old.GetSpec().GetSchedulingGates()) > 0 && len(p.GetSpec().GetSchedulingGates()) == 0 {
+				s.ungated(p)
+			}
 			if bound(p) {
 				logErr("update pod", s.cache.UpdatePod(p))
 				if terminal(p) && !terminal(old) {
@@ -320,6 +323,11 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			return s.env.Pub.Publish(ctx, s.scheduledEnvelope(d, pod, node, &eventsv1.PodScheduled{NodeName: node}))
 		}
 
+		if len(pod.GetSpec().GetSchedulingGates()) > 0 {
+			s.forget(uid)
+			return s.gated(ctx, pod)
+		}
+
 		wakes := s.wakes.Load() // before the decision's snapshot
 		res, err := s.decide(pod)
 		var fit *FitError
@@ -444,22 +452,9 @@ func (s *Stage) scheduledEnvelope(d *bus.Delivery, pod *corev1.Pod, node string,
 // event with every node's verdict — and queues it for a retry.
 func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.Pod, msg string, fit *FitError, wakes int64) error {
 	s.Counters.Unschedulable.Add(1)
-	uid := pod.GetMetadata().GetUid()
 	attempts := s.queue(pod, wakes)
-	now := timestamppb.Now()
-	_, err := objects.Mutate(ctx, s.env.Store, pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetName(), func(p *corev1.Pod) error {
-		if p.GetMetadata().GetUid() != uid || p.GetSpec().GetNodeName() != "" {
-			return objects.ErrNoChange
-		}
-		if p.Status == nil {
-			p.Status = &corev1.PodStatus{}
-		}
-		if !podrules.MarkPodCondition(p.Status, podrules.PodScheduled, podrules.ConditionFalse, eventsv1.ReasonUnschedulable, msg, now) {
-			return objects.ErrNoChange
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+	err := s.markNotScheduled(ctx, pod, eventsv1.ReasonUnschedulable, msg)
+	if err != nil {
 		return err
 	}
 	payload := &eventsv1.PodUnschedulable{Reason: eventsv1.ReasonUnschedulable, Message: msg}
@@ -477,6 +472,60 @@ func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.
 		return err
 	}
 	return s.rec.Record(ctx, podrules.PodRef(pod), podrules.EventWarning, eventsv1.ReasonFailedScheduling, msg, next.GetId())
+}
+
+// gatedMessage is kube-scheduler's PodScheduled message for a gated pod.
+const gatedMessage = "Scheduling is blocked due to non-empty scheduling gates"
+
+// gated records that pod waits for its scheduling gates: PodScheduled=False
+// with reason SchedulingGated. It does not enter the queue: the pod
+// informer queues it when its last gate is removed (ungated).
+func (s *Stage) gated(ctx context.Context, pod *corev1.Pod) error {
+	return s.markNotScheduled(ctx, pod, eventsv1.ReasonSchedulingGated, gatedMessage)
+}
+
+// markNotScheduled sets the stored pod's PodScheduled=False with reason
+// and msg, unless it is another pod of that name now, bound, or (for
+// SchedulingGated) no longer gated.
+func (s *Stage) markNotScheduled(ctx context.Context, pod *corev1.Pod, reason, msg string) error {
+	uid := pod.GetMetadata().GetUid()
+	now := timestamppb.Now()
+	_, err := objects.Mutate(ctx, s.env.Store, pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetName(), func(p *corev1.Pod) error {
+		if p.GetMetadata().GetUid() != uid || p.GetSpec().GetNodeName() != "" ||
+			(reason == eventsv1.ReasonSchedulingGated && len(p.GetSpec().GetSchedulingGates()) == 0) {
+			return objects.ErrNoChange
+		}
+		if p.Status == nil {
+			p.Status = &corev1.PodStatus{}
+		}
+		if !podrules.MarkPodCondition(p.Status, podrules.PodScheduled, podrules.ConditionFalse, reason, msg, now) {
+			return objects.ErrNoChange
+		}
+		return nil
+	})
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// ungated queues a pod whose last scheduling gate was removed, due at once.
+// Every replica that sees the update queues it; the bind transaction
+// arbitrates.
+func (s *Stage) ungated(pod *corev1.Pod) {
+	if pod.GetMetadata().GetDeletionTimestamp() != nil || !s.responsible(pod) {
+		return
+	}
+	s.qmu.Lock()
+	uid := pod.GetMetadata().GetUid()
+	if _, ok := s.waiting[uid]; !ok {
+		s.waiting[uid] = &waitingPod{ns: pod.GetMetadata().GetNamespace(), name: pod.GetMetadata().GetName(), next: time.Now()}
+	}
+	s.qmu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 // queue adds pod to the unschedulable set and returns its attempt count.
