@@ -105,6 +105,9 @@ type Stage struct {
 	nodes  *informer.Informer[*corev1.Node]
 	pods   *informer.Informer[*corev1.Pod]
 	allocs *informer.Informer[*corev1.NodeAllocation]
+	// namespaces feed the cache the namespaces' labels, for pod affinity
+	// terms with a namespaceSelector.
+	namespaces *informer.Informer[*corev1.Namespace]
 
 	podRev    revWaiter   // revision the pod informer (so the cache) reached
 	known     allocations // allocations newer than the informer's
@@ -211,6 +214,14 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 		OnAdd:    s.known.informed,
 		OnUpdate: func(_, a *corev1.NodeAllocation) { s.known.informed(a) },
 	})
+	if err != nil {
+		return nil, err
+	}
+	s.namespaces, err = informer.New[*corev1.Namespace](env.Store, "", informer.Handlers[*corev1.Namespace]{
+		OnAdd:    s.cache.SetNamespace,
+		OnUpdate: func(_, ns *corev1.Namespace) { s.cache.SetNamespace(ns) },
+		OnDelete: func(ns *corev1.Namespace) { s.cache.RemoveNamespace(ns.GetMetadata().GetName()) },
+	})
 	return s, err
 }
 
@@ -232,7 +243,7 @@ func readyStatus(n *corev1.Node) string {
 // retry loop of unschedulable pods.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.nodes, s.pods, s.allocs)
+	infs.Add(s.nodes, s.pods, s.allocs, s.namespaces)
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}
