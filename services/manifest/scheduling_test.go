@@ -87,3 +87,23 @@ func TestSchedulingFields(t *testing.T) {
 	roundTrip(t, obj.Message, FormatYAML)
 	roundTrip(t, obj.Message, FormatJSON)
 }
+
+func TestPriorityClassKind(t *testing.T) {
+	obj := decodeOne(t, []byte(`
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000000
+globalDefault: false
+preemptionPolicy: Never
+description: "for the important pods"
+`))
+	if len(obj.Warnings) != 0 {
+		t.Errorf("warnings %q, want none", obj.Warnings)
+	}
+	pc := obj.Message.(*pf.PriorityClass)
+	if pc.GetMetadata().GetName() != "high" || pc.GetValue() != 1000000 || pc.GetPreemptionPolicy() != "Never" || pc.GetDescription() == "" {
+		t.Errorf("PriorityClass = %v", pc)
+	}
+	roundTrip(t, pc, FormatYAML)
+}
