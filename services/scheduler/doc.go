@@ -61,7 +61,7 @@
 // preferred terms while no pod has any (the cache counts those pods).
 // Namespace labels, for namespaceSelector, come from Cache.SetNamespace.
 // Not modelled: kube-scheduler's cluster default spread constraints (for
-// pods of a Service or ReplicaSet), priority and preemption.
+// pods of a Service or ReplicaSet) and preemption.
 //
 // Adding a plugin is one file:
 // a type with Name and the extension points it needs, its per-cycle data
@@ -142,7 +142,10 @@
 // mere heartbeat), a bound pod is deleted or terminates, or a PodDeleted
 // arrives. A change that comes while the pod's own attempt is running is
 // not lost: the attempt compares the wake count it read before deciding,
-// and a pod found busy is made due. Reconcile (at start and every resync) schedules unbound pods
+// and a pod found busy is made due. Due pods are retried in
+// kube-scheduler's PrioritySort order: higher spec.priority (resolved by
+// admission from priorityClassName) first, then the longest waiting; new
+// pods arrive in the consumer's order. Reconcile (at start and every resync) schedules unbound pods
 // nobody has tried for OrphanAge: lost events, pods queued on a replica
 // that died. Running a replica:
 //

@@ -1,10 +1,12 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -129,6 +131,15 @@ type waitingPod struct {
 	ns, name string
 	attempts int32
 	next     time.Time
+	// priority (spec.priority) and since (when it was first queued) order
+	// the due pods: higher priority first, then the longest waiting.
+	priority int32
+	since    time.Time
+}
+
+func newWaitingPod(pod *corev1.Pod) *waitingPod {
+	return &waitingPod{ns: pod.GetMetadata().GetNamespace(), name: pod.GetMetadata().GetName(),
+		priority: pod.GetSpec().GetPriority(), since: time.Now()}
 }
 
 var (
@@ -530,7 +541,9 @@ func (s *Stage) ungated(pod *corev1.Pod) {
 	s.qmu.Lock()
 	uid := pod.GetMetadata().GetUid()
 	if _, ok := s.waiting[uid]; !ok {
-		s.waiting[uid] = &waitingPod{ns: pod.GetMetadata().GetNamespace(), name: pod.GetMetadata().GetName(), next: time.Now()}
+		w := newWaitingPod(pod)
+		w.next = w.since
+		s.waiting[uid] = w
 	}
 	s.qmu.Unlock()
 	select {
@@ -549,7 +562,7 @@ func (s *Stage) queue(pod *corev1.Pod, wakes int64) int32 {
 	defer s.qmu.Unlock()
 	w, ok := s.waiting[uid]
 	if !ok {
-		w = &waitingPod{ns: pod.GetMetadata().GetNamespace(), name: pod.GetMetadata().GetName()}
+		w = newWaitingPod(pod)
 		s.waiting[uid] = w
 	}
 	w.attempts++
@@ -603,21 +616,39 @@ func (s *Stage) retryLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
-		type item struct{ uid, ns, name string }
-		var due []item
+		var due []dueItem
 		s.qmu.Lock()
 		for uid, w := range s.waiting {
 			if all || !now.Before(w.next) {
-				due = append(due, item{uid, w.ns, w.name})
+				due = append(due, dueItem{uid, w.ns, w.name, w.priority, w.since})
 			}
 		}
 		s.qmu.Unlock()
+		sortDue(due)
 		for _, it := range due {
 			if err := s.schedulePod(ctx, it.ns, it.name, it.uid, nil, nil); err != nil && ctx.Err() == nil && s.env.Log != nil {
 				s.env.Log.Warn("retry scheduling", "pod", it.ns+"/"+it.name, "err", err)
 			}
 		}
 	}
+}
+
+// dueItem is a waiting pod due for a retry.
+type dueItem struct {
+	uid, ns, name string
+	priority      int32
+	since         time.Time
+}
+
+// sortDue orders due pods as kube-scheduler's PrioritySort: higher
+// spec.priority first, then the one queued first.
+func sortDue(due []dueItem) {
+	slices.SortFunc(due, func(a, b dueItem) int {
+		if c := cmp.Compare(b.priority, a.priority); c != 0 {
+			return c
+		}
+		return a.since.Compare(b.since)
+	})
 }
 
 // Reconcile schedules unbound pods that no replica seems to be handling:
