@@ -223,6 +223,9 @@ func (n *NodeInfo) addPod(p *podEntry) {
 	n.requested.Add(p.req)
 	n.nonZeroRequested.Add(p.nonZero)
 	n.numPods++
+	if n.pods == nil {
+		n.pods = make([]*podMeta, 0, 4) // one allocation for most nodes
+	}
 	n.pods = append(n.pods, &p.meta)
 	if a := p.meta.affinity; a != nil {
 		n.podsWithAffinity++
