@@ -19,6 +19,7 @@ const (
 	ReasonScheduled        = "Scheduled"
 	ReasonUnschedulable    = "Unschedulable"
 	ReasonFailedScheduling = "FailedScheduling"
+	ReasonSchedulingGated  = "SchedulingGated"
 
 	// Node side.
 	ReasonPulling                = "Pulling"

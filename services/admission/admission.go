@@ -47,6 +47,10 @@ type State struct {
 	LimitRanges []*corev1.LimitRange
 	// SidecarPolicies of the pod's namespace, applied in name order.
 	SidecarPolicies []*corev1.SidecarPolicy
+	// PriorityClasses are the cluster's PriorityClass objects, which
+	// resolve spec.priorityClassName into spec.priority (the built-in
+	// system-cluster-critical and system-node-critical need none).
+	PriorityClasses []*corev1.PriorityClass
 	// Config is the cluster-wide configuration; its zero value means
 	// DefaultConfig().
 	Config Config
@@ -78,7 +82,10 @@ func (r Result) Allowed() bool { return r.Status == nil }
 // mutations), so a handler may run twice.
 //
 // Mutation order: ServiceAccount defaulting, sidecar injection, requests
-// from limits, LimitRange defaults, field defaults, QoS class. Sidecars are
+// from limits, LimitRange defaults, field defaults, QoS class, priority
+// (spec.priority from spec.priorityClassName or the global default
+// PriorityClass; an unknown class or a conflicting spec.priority is 403
+// Forbidden, before validation, as Kubernetes' Priority plugin). Sidecars are
 // injected before resource defaults so that injected containers get the
 // namespace's defaults in the same pass (otherwise a second pass would).
 // Validation, each step only for a pod that passed the previous one: the
@@ -111,8 +118,13 @@ func Admit(pod *corev1.Pod, s State) Result {
 	}
 	m.defaults()
 	m.qos()
+	priority := m.resolvePriority(s.PriorityClasses)
 
 	res := Result{Pod: p, Mutations: m.applied}
+	if priority != nil {
+		res.Status = priority
+		return res
+	}
 	if st := ValidatePod(p); st != nil {
 		res.Status = st
 		return res

@@ -27,6 +27,7 @@ type Stage struct {
 	namespaces *informer.Informer[*corev1.Namespace]
 	limits     *informer.Informer[*corev1.LimitRange]
 	sidecars   *informer.Informer[*corev1.SidecarPolicy]
+	priorities *informer.Informer[*corev1.PriorityClass]
 }
 
 var _ stage.Starter = (*Stage)(nil)
@@ -47,13 +48,16 @@ func NewStage(env stage.Env, cfg Config) (*Stage, error) {
 	if s.sidecars, err = informer.New[*corev1.SidecarPolicy](env.Store, "", informer.Handlers[*corev1.SidecarPolicy]{}); err != nil {
 		return nil, err
 	}
+	if s.priorities, err = informer.New[*corev1.PriorityClass](env.Store, "", informer.Handlers[*corev1.PriorityClass]{}); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 // Start runs the informers and waits for their first list.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.namespaces, s.limits, s.sidecars)
+	infs.Add(s.namespaces, s.limits, s.sidecars, s.priorities)
 	return infs.Start(ctx, g)
 }
 
@@ -81,6 +85,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		Namespace:       nsObj,
 		LimitRanges:     s.limits.List(ns),
 		SidecarPolicies: s.sidecars.List(ns),
+		PriorityClasses: s.priorities.List(""),
 		Config:          s.cfg,
 	})
 	if !res.Allowed() {

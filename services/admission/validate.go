@@ -115,6 +115,7 @@ func validateSpec(p *field.Path, spec *corev1.PodSpec) field.ErrorList {
 		errs = append(errs, validateToleration(p.Child("tolerations").Index(i), t)...)
 	}
 	errs = append(errs, validateAffinity(p.Child("affinity"), spec.GetAffinity())...)
+	errs = append(errs, validateSchedulingFields(p, spec)...)
 	return errs
 }
 

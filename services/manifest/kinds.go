@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -68,6 +69,7 @@ var kinds = []*kind{
 	kubeKind[*pf.ClusterRoleBinding, rbacv1.ClusterRoleBinding]("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", func() *pf.ClusterRoleBinding { return new(pf.ClusterRoleBinding) }),
 	kubeKind[*pf.Event, corev1.Event]("v1", "Event", func() *pf.Event { return new(pf.Event) }),
 	kubeKind[*pf.LimitRange, corev1.LimitRange]("v1", "LimitRange", func() *pf.LimitRange { return new(pf.LimitRange) }),
+	kubeKind[*pf.PriorityClass, schedulingv1.PriorityClass]("scheduling.k8s.io/v1", "PriorityClass", func() *pf.PriorityClass { return new(pf.PriorityClass) }),
 	{
 		apiVersion: SidecarPolicyAPIVersion,
 		kind:       "SidecarPolicy",

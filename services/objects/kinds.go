@@ -65,6 +65,7 @@ var (
 	Events              = newKind("Event", "events", "", true, "/registry/events/", func() Object { return &corev1.Event{} })
 	LimitRanges         = newKind("LimitRange", "limitranges", "", true, "/registry/limitranges/", func() Object { return &corev1.LimitRange{} })
 	SidecarPolicies     = newKind("SidecarPolicy", "sidecarpolicies", "podflow.io", true, "/registry/podflow.io/sidecarpolicies/", func() Object { return &corev1.SidecarPolicy{} })
+	PriorityClasses     = newKind("PriorityClass", "priorityclasses", "scheduling.k8s.io", false, "/registry/priorityclasses/", func() Object { return &corev1.PriorityClass{} })
 	NodeAllocations     = newKind("NodeAllocation", "nodeallocations", "podflow.io", false, "/registry/podflow.io/nodeallocations/", func() Object { return &corev1.NodeAllocation{} })
 )
 
@@ -118,7 +119,7 @@ func KindForResource(r string) (Kind, error) {
 var shortNames = map[string]string{
 	"po": "pods", "no": "nodes", "svc": "services", "ns": "namespaces", "sa": "serviceaccounts",
 	"cm": "configmaps", "ev": "events", "limits": "limitranges", "endpointslice": "endpointslices",
-	"ep": "endpointslices",
+	"ep": "endpointslices", "pc": "priorityclasses",
 }
 
 // KeyOf returns the store key of obj.

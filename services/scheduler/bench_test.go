@@ -131,3 +131,51 @@ func BenchmarkUpdateSnapshotOneChange(b *testing.B) {
 		}
 	}
 }
+
+// podAwareCluster is the 5,000-node cluster with 10,000 pods of app
+// web-0..web-9 placed round-robin, for the pod-aware plugins' cycles.
+func podAwareCluster(b *testing.B) *Snapshot {
+	b.Helper()
+	c := benchCluster(b, 5000)
+	for i := range 10000 {
+		pod := mkPod(fmt.Sprintf("placed-%05d", i), "10m", "16Mi", podLabels("app", fmt.Sprintf("web-%d", i%10)))
+		if err := c.AssumePod(pod, fmt.Sprintf("node-%04d", i%5000)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return c.Snapshot()
+}
+
+// BenchmarkScheduleTopologySpread5000Nodes is a cycle for a pod with a
+// DoNotSchedule zone constraint and a ScheduleAnyway hostname one, among
+// 10,000 pods.
+func BenchmarkScheduleTopologySpread5000Nodes(b *testing.B) {
+	snap := podAwareCluster(b)
+	s := newTestScheduler(b)
+	sel := &corev1.LabelSelector{MatchLabels: map[string]string{"app": "web-3"}}
+	pod := mkPod("p", "100m", "128Mi", podLabels("app", "web-3"),
+		spreadBy(1, "topology.kubernetes.io/zone", "DoNotSchedule", sel), spreadBy(1, LabelHostname, "ScheduleAnyway", sel))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Schedule(pod, snap); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkScheduleAntiAffinity5000Nodes is a cycle for a pod with
+// required anti-affinity by hostname to its app and preferred affinity by
+// zone to another, among 10,000 pods.
+func BenchmarkScheduleAntiAffinity5000Nodes(b *testing.B) {
+	snap := podAwareCluster(b)
+	s := newTestScheduler(b)
+	pod := mkPod("p", "100m", "128Mi", podLabels("app", "web-3"),
+		antiAffinityTo(LabelHostname, &corev1.LabelSelector{MatchLabels: map[string]string{"app": "web-3"}}),
+		preferAffinity(10, "topology.kubernetes.io/zone", &corev1.LabelSelector{MatchLabels: map[string]string{"app": "web-4"}}, false))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Schedule(pod, snap); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -34,6 +35,13 @@ type Cache struct {
 	imagesGeneration int64
 	images           map[string]imageCount
 	imageIDs         map[string]int32 // never shrinks: ids stay stable
+	// podsWithAffinity counts the pods with pod affinity or anti-affinity,
+	// podsWithRequiredAnti those with required anti-affinity (a pod
+	// without either needs no inter-pod affinity work).
+	podsWithAffinity, podsWithRequiredAnti int
+	// namespaces holds the namespaces' labels (for namespaceSelector);
+	// replaced, never modified, on change.
+	namespaces map[string]map[string]string
 }
 
 // imageCount is an image's id and the number of present nodes that have it.
@@ -54,6 +62,7 @@ type podEntry struct {
 	req, nonZero         Resources
 	ports                []HostPort
 	assumed              bool
+	meta                 podMeta
 }
 
 // NewCache returns an empty cache.
@@ -88,6 +97,7 @@ func newPodEntry(pod *corev1.Pod, node string) (*podEntry, error) {
 		req:       req,
 		nonZero:   nonZero,
 		ports:     podHostPorts(pod),
+		meta:      newPodMeta(pod),
 	}, nil
 }
 
@@ -219,7 +229,8 @@ func (c *Cache) RemoveNode(name string) error {
 	it.index = -1
 	c.countImages(it.info.images, -1)
 	it.info = NodeInfo{name: name, requested: it.info.requested, nonZeroRequested: it.info.nonZeroRequested,
-		numPods: it.info.numPods, usedPorts: it.info.usedPorts}
+		numPods: it.info.numPods, usedPorts: it.info.usedPorts, pods: it.info.pods,
+		podsWithAffinity: it.info.podsWithAffinity, podsWithRequiredAnti: it.info.podsWithRequiredAnti}
 	c.touch(it)
 	c.listGeneration, c.imagesGeneration = c.generation, c.generation
 	if it.info.numPods == 0 {
@@ -233,10 +244,21 @@ func (c *Cache) addEntry(p *podEntry) {
 	it.info.addPod(p)
 	c.touch(it)
 	c.pods[p.key] = p
+	c.countAffinity(p, 1)
+}
+
+func (c *Cache) countAffinity(p *podEntry, delta int) {
+	if a := p.meta.affinity; a != nil {
+		c.podsWithAffinity += delta
+		if len(a.requiredAnti) > 0 {
+			c.podsWithRequiredAnti += delta
+		}
+	}
 }
 
 func (c *Cache) removeEntry(p *podEntry) {
 	delete(c.pods, p.key)
+	c.countAffinity(p, -1)
 	it := c.nodes[p.node]
 	if it == nil {
 		return
@@ -377,4 +399,32 @@ func (c *Cache) NodeInfo(name string) (*NodeInfo, bool) {
 	}
 	info := it.info
 	return &info, true
+}
+
+// SetNamespace records a namespace's labels, which pod affinity terms
+// with a namespaceSelector match.
+func (c *Cache) SetNamespace(ns *corev1.Namespace) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	name := ns.GetMetadata().GetName()
+	if old, ok := c.namespaces[name]; ok && maps.Equal(old, ns.GetMetadata().GetLabels()) {
+		return
+	}
+	next := maps.Clone(c.namespaces)
+	if next == nil {
+		next = map[string]map[string]string{}
+	}
+	next[name] = ns.GetMetadata().GetLabels()
+	c.namespaces = next
+}
+
+// RemoveNamespace forgets a namespace's labels.
+func (c *Cache) RemoveNamespace(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.namespaces[name]; ok {
+		next := maps.Clone(c.namespaces)
+		delete(next, name)
+		c.namespaces = next
+	}
 }

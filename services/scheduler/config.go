@@ -21,6 +21,12 @@ type Weights struct {
 	// ImageLocality prefers nodes that already have the pod's images
 	// (Kubernetes default 1).
 	ImageLocality int64
+	// PodTopologySpread prefers the domains with fewer pods matching the
+	// pod's ScheduleAnyway spread constraints (Kubernetes default 2).
+	PodTopologySpread int64
+	// InterPodAffinity prefers nodes by preferred pod affinity and
+	// anti-affinity, the pod's and the existing pods' (Kubernetes default 2).
+	InterPodAffinity int64
 }
 
 // Config configures a Scheduler.
@@ -51,7 +57,8 @@ type Config struct {
 
 // DefaultWeights returns kube-scheduler's default plugin weights.
 func DefaultWeights() Weights {
-	return Weights{TaintToleration: 3, NodeAffinity: 2, LeastAllocated: 1, BalancedAllocation: 1, ImageLocality: 1}
+	return Weights{TaintToleration: 3, NodeAffinity: 2, LeastAllocated: 1, BalancedAllocation: 1, ImageLocality: 1,
+		PodTopologySpread: 2, InterPodAffinity: 2}
 }
 
 // DefaultConfig returns kube-scheduler's defaults: adaptive sampling,
@@ -78,6 +85,8 @@ func (c Config) Validate() error {
 		{"LeastAllocated", c.Weights.LeastAllocated},
 		{"BalancedAllocation", c.Weights.BalancedAllocation},
 		{"ImageLocality", c.Weights.ImageLocality},
+		{"PodTopologySpread", c.Weights.PodTopologySpread},
+		{"InterPodAffinity", c.Weights.InterPodAffinity},
 	} {
 		if w.v < 0 || w.v > maxWeight {
 			return fmt.Errorf("scheduler: Weights.%s (%d) must be within 0–%d", w.name, w.v, maxWeight)

@@ -43,12 +43,27 @@
 // unreachable when it is Unknown; score: PreferNoSchedule, weight 3),
 // NodeAffinity (filter: spec.nodeSelector and required affinity; score:
 // preferred, weight 2), NodePorts, NodeResourcesFit (filter, and the
-// LeastAllocated score, weight 1), NodeResourcesBalancedAllocation (weight
-// 1) and ImageLocality (weight 1). Config.Weights sets the default
-// profile's weights; Config.Plugins and Config.Registry replace the
-// profile.
+// LeastAllocated score, weight 1), PodTopologySpread (filter:
+// DoNotSchedule constraints; score: ScheduleAnyway, weight 2),
+// InterPodAffinity (filter: required pod affinity and anti-affinity, and
+// the existing pods' required anti-affinity; score: preferred terms both
+// ways, weight 2), NodeResourcesBalancedAllocation (weight 1) and
+// ImageLocality (weight 1). Config.Weights sets the default profile's
+// weights; Config.Plugins and Config.Registry replace the profile.
 //
-// Adding a plugin (PodTopologySpread, InterPodAffinity next) is one file:
+// The pod-aware plugins read each node's pods from NodeInfo.pods (their
+// namespace, labels and parsed pod affinity terms, podselector.go) and
+// count matching pods per topology domain once per cycle, in PreFilter
+// and PreScore, over the whole snapshot. They skip in O(1) what most pods
+// need not pay for: PodTopologySpread a pod without constraints of the
+// kind; InterPodAffinity's filter a pod without required terms while no
+// pod in the cache has required anti-affinity, its score a pod without
+// preferred terms while no pod has any (the cache counts those pods).
+// Namespace labels, for namespaceSelector, come from Cache.SetNamespace.
+// Not modelled: kube-scheduler's cluster default spread constraints (for
+// pods of a Service or ReplicaSet) and preemption.
+//
+// Adding a plugin is one file:
 // a type with Name and the extension points it needs, its per-cycle data
 // under a NewStateKey key written by its PreFilter or PreScore, its
 // rejections as Statuses built once (a filter that allocates per node
@@ -111,6 +126,12 @@
 // is the same for every attempt and replica, so a redelivered event of a
 // pod already bound re-publishes it harmlessly (JetStream deduplicates).
 //
+// Scheduling gates. A pod with spec.schedulingGates is not scheduled: it
+// gets PodScheduled=False with reason SchedulingGated ("Scheduling is
+// blocked due to non-empty scheduling gates") and waits outside the retry
+// queue; when the pod informer sees an update remove its last gate, the
+// pod is queued, due at once (on every replica: the bind arbitrates).
+//
 // Unschedulable pods. A pod no node fits (checked again from a fresh read
 // before it is reported) gets PodScheduled=False with reason
 // Unschedulable and kube-scheduler's message, a FailedScheduling Event in
@@ -121,7 +142,10 @@
 // mere heartbeat), a bound pod is deleted or terminates, or a PodDeleted
 // arrives. A change that comes while the pod's own attempt is running is
 // not lost: the attempt compares the wake count it read before deciding,
-// and a pod found busy is made due. Reconcile (at start and every resync) schedules unbound pods
+// and a pod found busy is made due. Due pods are retried in
+// kube-scheduler's PrioritySort order: higher spec.priority (resolved by
+// admission from priorityClassName) first, then the longest waiting; new
+// pods arrive in the consumer's order. Reconcile (at start and every resync) schedules unbound pods
 // nobody has tried for OrphanAge: lost events, pods queued on a replica
 // that died. Running a replica:
 //
@@ -133,8 +157,9 @@
 // Callers' obligations (the core):
 //
 //  1. Feed the Cache every node and bound-pod event (AddNode, UpdateNode,
-//     RemoveNode; AddPod, UpdatePod, RemovePod). Objects passed in are
-//     retained and must not be modified afterwards.
+//     RemoveNode; AddPod, UpdatePod, RemovePod) and namespace
+//     (SetNamespace, RemoveNamespace). Objects passed in are retained and
+//     must not be modified afterwards.
 //  2. After choosing a node, AssumePod the pod onto it before the next
 //     cycle, so the next pods see its resources as taken; when the bind
 //     transaction fails, ForgetPod it. The bound-pod event confirms it.

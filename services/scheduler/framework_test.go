@@ -209,7 +209,7 @@ func TestConfigValidatePlugins(t *testing.T) {
 		name  string
 		specs []PluginSpec
 	}{
-		{"unknown plugin", []PluginSpec{{Name: "PodTopologySpread"}}},
+		{"unknown plugin", []PluginSpec{{Name: "VolumeBinding"}}},
 		{"enabled twice", []PluginSpec{{Name: NodeNameName}, {Name: NodeNameName}}},
 		{"weight over 100", []PluginSpec{{Name: ImageLocalityName, Weight: 101}}},
 		{"negative weight", []PluginSpec{{Name: ImageLocalityName, Weight: -1}}},

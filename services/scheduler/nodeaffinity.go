@@ -54,10 +54,21 @@ type preferredTerm struct {
 func (nodeAffinity) Name() string { return NodeAffinityName }
 
 func (nodeAffinity) PreFilter(state *CycleState, pod *corev1.Pod) *Status {
+	s := newNodeAffinityFilterState(pod)
+	if s == nil {
+		return skipStatus
+	}
+	state.Write(nodeAffinityFilterKey, s)
+	return nil
+}
+
+// newNodeAffinityFilterState parses the pod's node selector and required
+// node affinity; nil when it has neither (every node matches).
+func newNodeAffinityFilterState(pod *corev1.Pod) *nodeAffinityFilterState {
 	spec := pod.GetSpec()
 	req := spec.GetAffinity().GetNodeAffinity().GetRequiredDuringSchedulingIgnoredDuringExecution()
 	if len(spec.GetNodeSelector()) == 0 && req == nil {
-		return skipStatus
+		return nil
 	}
 	s := &nodeAffinityFilterState{}
 	for k, v := range spec.GetNodeSelector() {
@@ -69,8 +80,7 @@ func (nodeAffinity) PreFilter(state *CycleState, pod *corev1.Pod) *Status {
 			s.required = append(s.required, newSelectorTerm(t))
 		}
 	}
-	state.Write(nodeAffinityFilterKey, s)
-	return nil
+	return s
 }
 
 func (nodeAffinity) Filter(state *CycleState, _ *corev1.Pod, n *NodeInfo) *Status {
@@ -180,12 +190,8 @@ type requirement struct {
 func newSelectorTerm(t *corev1.NodeSelectorTerm) selectorTerm {
 	var st selectorTerm
 	for _, r := range t.GetMatchExpressions() {
-		req := requirement{key: r.GetKey(), op: r.GetOperator(), values: r.GetValues()}
+		req, ok := setRequirement(r.GetKey(), r.GetOperator(), r.GetValues())
 		switch req.op {
-		case "In", "NotIn":
-			st.invalid = st.invalid || len(req.values) == 0
-		case "Exists", "DoesNotExist":
-			st.invalid = st.invalid || len(req.values) != 0
 		case "Gt", "Lt":
 			if len(req.values) != 1 {
 				st.invalid = true
@@ -195,7 +201,7 @@ func newSelectorTerm(t *corev1.NodeSelectorTerm) selectorTerm {
 			st.invalid = st.invalid || err != nil
 			req.num = num
 		default:
-			st.invalid = true
+			st.invalid = st.invalid || !ok
 		}
 		st.exprs = append(st.exprs, req)
 	}
@@ -227,6 +233,20 @@ func (t *selectorTerm) matches(n *NodeInfo) bool {
 		}
 	}
 	return true
+}
+
+// setRequirement returns the requirement of an In, NotIn, Exists or
+// DoesNotExist expression; ok is false when it is invalid (In and NotIn
+// need values, Exists and DoesNotExist take none) or has another operator.
+func setRequirement(key, op string, values []string) (req requirement, ok bool) {
+	req = requirement{key: key, op: op, values: values}
+	switch op {
+	case "In", "NotIn":
+		return req, len(values) != 0
+	case "Exists", "DoesNotExist":
+		return req, len(values) == 0
+	}
+	return req, false
 }
 
 // matches applies the requirement to a label value (ok: the label exists),

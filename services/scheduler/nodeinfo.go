@@ -103,6 +103,13 @@ type NodeInfo struct {
 	name             string
 	node             *corev1.Node
 	generation       int64
+	// pods are the node's pods for PodTopologySpread and InterPodAffinity;
+	// appended to in place (a snapshot's copy never sees past its length),
+	// copied on removal.
+	pods []*podMeta
+	// podsWithAffinity counts the pods with pod affinity or anti-affinity,
+	// podsWithRequiredAnti those with required anti-affinity.
+	podsWithAffinity, podsWithRequiredAnti int32
 }
 
 // nodeImage is an image a node has. id is the cache's number for the name
@@ -216,6 +223,16 @@ func (n *NodeInfo) addPod(p *podEntry) {
 	n.requested.Add(p.req)
 	n.nonZeroRequested.Add(p.nonZero)
 	n.numPods++
+	if n.pods == nil {
+		n.pods = make([]*podMeta, 0, 4) // one allocation for most nodes
+	}
+	n.pods = append(n.pods, &p.meta)
+	if a := p.meta.affinity; a != nil {
+		n.podsWithAffinity++
+		if len(a.requiredAnti) > 0 {
+			n.podsWithRequiredAnti++
+		}
+	}
 	if len(p.ports) > 0 {
 		used := make([]HostPort, 0, len(n.usedPorts)+len(p.ports))
 		n.usedPorts = append(append(used, n.usedPorts...), p.ports...)
@@ -227,6 +244,19 @@ func (n *NodeInfo) removePod(p *podEntry) {
 	n.requested.Sub(p.req)
 	n.nonZeroRequested.Sub(p.nonZero)
 	n.numPods--
+	pods := make([]*podMeta, 0, len(n.pods))
+	for _, m := range n.pods {
+		if m != &p.meta {
+			pods = append(pods, m)
+		}
+	}
+	n.pods = pods
+	if a := p.meta.affinity; a != nil {
+		n.podsWithAffinity--
+		if len(a.requiredAnti) > 0 {
+			n.podsWithRequiredAnti--
+		}
+	}
 	if len(p.ports) > 0 {
 		used := make([]HostPort, 0, len(n.usedPorts))
 		remove := append([]HostPort(nil), p.ports...)

@@ -26,6 +26,8 @@ func InTreeRegistry() Registry {
 		NodeResourcesFitName:   func() (Plugin, error) { return nodeResourcesFit{}, nil },
 		BalancedAllocationName: func() (Plugin, error) { return balancedAllocation{}, nil },
 		ImageLocalityName:      func() (Plugin, error) { return imageLocality{}, nil },
+		PodTopologySpreadName:  func() (Plugin, error) { return podTopologySpread{}, nil },
+		InterPodAffinityName:   func() (Plugin, error) { return interPodAffinity{}, nil },
 	}
 }
 
@@ -40,8 +42,8 @@ type PluginSpec struct {
 
 // DefaultPlugins is kube-scheduler's default profile, as far as podflow
 // has its plugins, in its order (filters: NodeUnschedulable, NodeName,
-// TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit), with the
-// score weights w.
+// TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit,
+// PodTopologySpread, InterPodAffinity), with the score weights w.
 func DefaultPlugins(w Weights) []PluginSpec {
 	return []PluginSpec{
 		{Name: NodeUnschedulableName},
@@ -50,6 +52,8 @@ func DefaultPlugins(w Weights) []PluginSpec {
 		{Name: NodeAffinityName, Weight: w.NodeAffinity},
 		{Name: NodePortsName},
 		{Name: NodeResourcesFitName, Weight: w.LeastAllocated},
+		{Name: PodTopologySpreadName, Weight: w.PodTopologySpread},
+		{Name: InterPodAffinityName, Weight: w.InterPodAffinity},
 		{Name: BalancedAllocationName, Weight: w.BalancedAllocation},
 		{Name: ImageLocalityName, Weight: w.ImageLocality},
 	}

@@ -250,7 +250,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("DefaultConfig: %v", err)
 	}
-	if w := DefaultConfig().Weights; w != (Weights{TaintToleration: 3, NodeAffinity: 2, LeastAllocated: 1, BalancedAllocation: 1, ImageLocality: 1}) {
+	if w := DefaultConfig().Weights; w != (Weights{TaintToleration: 3, NodeAffinity: 2, LeastAllocated: 1, BalancedAllocation: 1, ImageLocality: 1, PodTopologySpread: 2, InterPodAffinity: 2}) {
 		t.Errorf("default weights %+v are not kube-scheduler's", w)
 	}
 	tests := []struct {

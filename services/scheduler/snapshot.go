@@ -15,6 +15,10 @@ type Snapshot struct {
 	generation       int64
 	listGeneration   int64
 	imagesGeneration int64
+	// podsWithAffinity and podsWithRequiredAnti count the pods with pod
+	// (anti-)affinity and with required anti-affinity.
+	podsWithAffinity, podsWithRequiredAnti int
+	namespaces                             map[string]map[string]string // read-only
 }
 
 // NewSnapshot returns an empty snapshot for Cache.UpdateSnapshot to fill.
@@ -36,6 +40,14 @@ func (s *Snapshot) Get(name string) (*NodeInfo, bool) {
 
 // Generation returns the cache generation the snapshot reflects.
 func (s *Snapshot) Generation() int64 { return s.generation }
+
+// namespaceLabels returns a namespace's labels (nil: unknown).
+func (s *Snapshot) namespaceLabels(name string) map[string]string {
+	if s == nil {
+		return nil
+	}
+	return s.namespaces[name]
+}
 
 // image returns an image's id and how many nodes in the snapshot have it.
 func (s *Snapshot) image(name string) imageCount { return s.images[name] }
@@ -96,5 +108,6 @@ func (c *Cache) UpdateSnapshot(s *Snapshot) {
 		}
 		s.imagesGeneration = c.imagesGeneration
 	}
+	s.podsWithAffinity, s.podsWithRequiredAnti, s.namespaces = c.podsWithAffinity, c.podsWithRequiredAnti, c.namespaces
 	s.generation = c.generation
 }

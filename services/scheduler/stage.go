@@ -1,10 +1,12 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -105,6 +107,9 @@ type Stage struct {
 	nodes  *informer.Informer[*corev1.Node]
 	pods   *informer.Informer[*corev1.Pod]
 	allocs *informer.Informer[*corev1.NodeAllocation]
+	// namespaces feed the cache the namespaces' labels, for pod affinity
+	// terms with a namespaceSelector.
+	namespaces *informer.Informer[*corev1.Namespace]
 
 	podRev    revWaiter   // revision the pod informer (so the cache) reached
 	known     allocations // allocations newer than the informer's
@@ -126,6 +131,15 @@ type waitingPod struct {
 	ns, name string
 	attempts int32
 	next     time.Time
+	// priority (spec.priority) and since (when it was first queued) order
+	// the due pods: higher priority first, then the longest waiting.
+	priority int32
+	since    time.Time
+}
+
+func newWaitingPod(pod *corev1.Pod) *waitingPod {
+	return &waitingPod{ns: pod.GetMetadata().GetNamespace(), name: pod.GetMetadata().GetName(),
+		priority: pod.GetSpec().GetPriority(), since: time.Now()}
 }
 
 var (
@@ -182,6 +196,9 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 			s.podRev.advance(s.pods.Revision())
 		},
 		OnUpdate: func(old, p *corev1.Pod) {
+			if !bound(p) && len(old.GetSpec().GetSchedulingGates()) > 0 && len(p.GetSpec().GetSchedulingGates()) == 0 {
+				s.ungated(p)
+			}
 			if bound(p) {
 				logErr("update pod", s.cache.UpdatePod(p))
 				if terminal(p) && !terminal(old) {
@@ -208,6 +225,14 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 		OnAdd:    s.known.informed,
 		OnUpdate: func(_, a *corev1.NodeAllocation) { s.known.informed(a) },
 	})
+	if err != nil {
+		return nil, err
+	}
+	s.namespaces, err = informer.New[*corev1.Namespace](env.Store, "", informer.Handlers[*corev1.Namespace]{
+		OnAdd:    s.cache.SetNamespace,
+		OnUpdate: func(_, ns *corev1.Namespace) { s.cache.SetNamespace(ns) },
+		OnDelete: func(ns *corev1.Namespace) { s.cache.RemoveNamespace(ns.GetMetadata().GetName()) },
+	})
 	return s, err
 }
 
@@ -229,7 +254,7 @@ func readyStatus(n *corev1.Node) string {
 // retry loop of unschedulable pods.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.nodes, s.pods, s.allocs)
+	infs.Add(s.nodes, s.pods, s.allocs, s.namespaces)
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}
@@ -318,6 +343,11 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			// The Scheduled Event was written with the bind.
 			s.forget(uid)
 			return s.env.Pub.Publish(ctx, s.scheduledEnvelope(d, pod, node, &eventsv1.PodScheduled{NodeName: node}))
+		}
+
+		if len(pod.GetSpec().GetSchedulingGates()) > 0 {
+			s.forget(uid)
+			return s.gated(ctx, pod)
 		}
 
 		wakes := s.wakes.Load() // before the decision's snapshot
@@ -444,22 +474,9 @@ func (s *Stage) scheduledEnvelope(d *bus.Delivery, pod *corev1.Pod, node string,
 // event with every node's verdict — and queues it for a retry.
 func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.Pod, msg string, fit *FitError, wakes int64) error {
 	s.Counters.Unschedulable.Add(1)
-	uid := pod.GetMetadata().GetUid()
 	attempts := s.queue(pod, wakes)
-	now := timestamppb.Now()
-	_, err := objects.Mutate(ctx, s.env.Store, pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetName(), func(p *corev1.Pod) error {
-		if p.GetMetadata().GetUid() != uid || p.GetSpec().GetNodeName() != "" {
-			return objects.ErrNoChange
-		}
-		if p.Status == nil {
-			p.Status = &corev1.PodStatus{}
-		}
-		if !podrules.MarkPodCondition(p.Status, podrules.PodScheduled, podrules.ConditionFalse, eventsv1.ReasonUnschedulable, msg, now) {
-			return objects.ErrNoChange
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+	err := s.markNotScheduled(ctx, pod, eventsv1.ReasonUnschedulable, msg)
+	if err != nil {
 		return err
 	}
 	payload := &eventsv1.PodUnschedulable{Reason: eventsv1.ReasonUnschedulable, Message: msg}
@@ -479,6 +496,62 @@ func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.
 	return s.rec.Record(ctx, podrules.PodRef(pod), podrules.EventWarning, eventsv1.ReasonFailedScheduling, msg, next.GetId())
 }
 
+// gatedMessage is kube-scheduler's PodScheduled message for a gated pod.
+const gatedMessage = "Scheduling is blocked due to non-empty scheduling gates"
+
+// gated records that pod waits for its scheduling gates: PodScheduled=False
+// with reason SchedulingGated. It does not enter the queue: the pod
+// informer queues it when its last gate is removed (ungated).
+func (s *Stage) gated(ctx context.Context, pod *corev1.Pod) error {
+	return s.markNotScheduled(ctx, pod, eventsv1.ReasonSchedulingGated, gatedMessage)
+}
+
+// markNotScheduled sets the stored pod's PodScheduled=False with reason
+// and msg, unless it is another pod of that name now, bound, or (for
+// SchedulingGated) no longer gated.
+func (s *Stage) markNotScheduled(ctx context.Context, pod *corev1.Pod, reason, msg string) error {
+	uid := pod.GetMetadata().GetUid()
+	now := timestamppb.Now()
+	_, err := objects.Mutate(ctx, s.env.Store, pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetName(), func(p *corev1.Pod) error {
+		if p.GetMetadata().GetUid() != uid || p.GetSpec().GetNodeName() != "" ||
+			(reason == eventsv1.ReasonSchedulingGated && len(p.GetSpec().GetSchedulingGates()) == 0) {
+			return objects.ErrNoChange
+		}
+		if p.Status == nil {
+			p.Status = &corev1.PodStatus{}
+		}
+		if !podrules.MarkPodCondition(p.Status, podrules.PodScheduled, podrules.ConditionFalse, reason, msg, now) {
+			return objects.ErrNoChange
+		}
+		return nil
+	})
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// ungated queues a pod whose last scheduling gate was removed, due at once.
+// Every replica that sees the update queues it; the bind transaction
+// arbitrates.
+func (s *Stage) ungated(pod *corev1.Pod) {
+	if pod.GetMetadata().GetDeletionTimestamp() != nil || !s.responsible(pod) {
+		return
+	}
+	s.qmu.Lock()
+	uid := pod.GetMetadata().GetUid()
+	if _, ok := s.waiting[uid]; !ok {
+		w := newWaitingPod(pod)
+		w.next = w.since
+		s.waiting[uid] = w
+	}
+	s.qmu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
 // queue adds pod to the unschedulable set and returns its attempt count.
 // wakes is the wake count read before the decision: if the cluster changed
 // since (a wake came during the cycle, which the decision may not have
@@ -489,7 +562,7 @@ func (s *Stage) queue(pod *corev1.Pod, wakes int64) int32 {
 	defer s.qmu.Unlock()
 	w, ok := s.waiting[uid]
 	if !ok {
-		w = &waitingPod{ns: pod.GetMetadata().GetNamespace(), name: pod.GetMetadata().GetName()}
+		w = newWaitingPod(pod)
 		s.waiting[uid] = w
 	}
 	w.attempts++
@@ -543,21 +616,39 @@ func (s *Stage) retryLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
-		type item struct{ uid, ns, name string }
-		var due []item
+		var due []dueItem
 		s.qmu.Lock()
 		for uid, w := range s.waiting {
 			if all || !now.Before(w.next) {
-				due = append(due, item{uid, w.ns, w.name})
+				due = append(due, dueItem{uid, w.ns, w.name, w.priority, w.since})
 			}
 		}
 		s.qmu.Unlock()
+		sortDue(due)
 		for _, it := range due {
 			if err := s.schedulePod(ctx, it.ns, it.name, it.uid, nil, nil); err != nil && ctx.Err() == nil && s.env.Log != nil {
 				s.env.Log.Warn("retry scheduling", "pod", it.ns+"/"+it.name, "err", err)
 			}
 		}
 	}
+}
+
+// dueItem is a waiting pod due for a retry.
+type dueItem struct {
+	uid, ns, name string
+	priority      int32
+	since         time.Time
+}
+
+// sortDue orders due pods as kube-scheduler's PrioritySort: higher
+// spec.priority first, then the one queued first.
+func sortDue(due []dueItem) {
+	slices.SortFunc(due, func(a, b dueItem) int {
+		if c := cmp.Compare(b.priority, a.priority); c != 0 {
+			return c
+		}
+		return a.since.Compare(b.since)
+	})
 }
 
 // Reconcile schedules unbound pods that no replica seems to be handling:

@@ -175,14 +175,7 @@ func TestReplicaKilledMidRun(t *testing.T) {
 func TestUnschedulable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cfg := schedtest.DefaultConfig(t.TempDir())
-	cfg.StoreNoSync = true
-	cfg.Stage.InitialBackoff, cfg.Stage.MaxBackoff = 10*time.Minute, 10*time.Minute
-	env, err := schedtest.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
+	env := startSlowRetryEnv(ctx, t)
 	small := schedtest.Node("small", "1", "8Gi", 110)
 	gpu := schedtest.Node("gpu", "8", "64Gi", 110)
 	gpu.Spec.Taints = []*corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: "NoSchedule"}}
@@ -193,24 +186,8 @@ func TestUnschedulable(t *testing.T) {
 	}
 	startReplicas(t, env, 1)
 
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		end := time.Now().Add(deadline)
-		for !cond() {
-			if time.Now().After(end) {
-				t.Fatalf("timed out after %s waiting for %s", deadline, what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	get := func(name string) *corev1.Pod {
-		t.Helper()
-		p, err := objects.Get[*corev1.Pod](ctx, env.Store, "bench", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	waitFor := func(what string, cond func() bool) { t.Helper(); waitUntil(t, what, cond) }
+	get := benchPods(ctx, t, env)
 
 	// 1. Nothing fits: kube-scheduler's words everywhere.
 	big := schedtest.Pod("bench", "big", "2", "1Gi")
@@ -228,6 +205,7 @@ func TestUnschedulable(t *testing.T) {
 	}
 	name := podrules.EventName(podrules.PodRef(big), podrules.EventWarning, eventsv1.ReasonFailedScheduling, want, "default-scheduler")
 	var ev *corev1.Event
+	var err error
 	waitFor("the FailedScheduling Event", func() bool {
 		ev, err = objects.Get[*corev1.Event](ctx, env.Store, "bench", name)
 		return err == nil
