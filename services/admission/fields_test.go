@@ -33,10 +33,6 @@ func TestRefusedFieldsOnTheBus(t *testing.T) {
 			p.Spec.HostNetwork = true
 			app(p).Ports = []*corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080, Protocol: "TCP"}}
 		}, nil, ""},
-		{"scheduling fields, until the scheduler has them", func(p *corev1.Pod) {
-			p.Spec.PriorityClassName = "high"
-			p.Spec.Priority = proto.Int32(1000)
-		}, []string{"spec.priority", "spec.priorityClassName"}, "podflow does not support priority classes"},
 		{"emptyDir sizeLimit", func(p *corev1.Pod) {
 			p.Spec.Volumes = []*corev1.Volume{{Name: "d", EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: "1Gi"}}}
 		}, []string{"spec.volumes[0].emptyDir.sizeLimit"}, "sizeLimit"},

@@ -569,8 +569,8 @@ func patchHasPrecondition(patch []byte, contentType string) bool {
 }
 
 // updatePod applies the changes Kubernetes allows on a pod: labels,
-// annotations, container images and added
-// tolerations. Anything else in spec is refused with 422, as
+// annotations, container images, added tolerations and removed
+// scheduling gates. Anything else in spec is refused with 422, as
 // kube-apiserver's validation refuses it; status is left alone.
 func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bool) (*corev1.Status, proto.Message) {
 	name := current.GetMetadata().GetName()
@@ -587,6 +587,9 @@ func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bo
 	}
 	if len(pod.GetSpec().GetTolerations()) >= len(allowed.GetTolerations()) {
 		allowed.Tolerations = pod.GetSpec().GetTolerations()
+	}
+	if gatesRemoved(current.GetSpec().GetSchedulingGates(), pod.GetSpec().GetSchedulingGates()) {
+		allowed.SchedulingGates = pod.GetSpec().GetSchedulingGates()
 	}
 	if !proto.Equal(allowed, pod.GetSpec()) {
 		return invalid("Pod", name, []*corev1.StatusCause{{Type: "FieldValueForbidden", Field: "spec",
@@ -615,6 +618,23 @@ func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bo
 		return storeStatus(err, lookupResource("v1", "pods"), name), nil
 	}
 	return stage.Success(200, "pods", name), out
+}
+
+// gatesRemoved reports whether next is current with gates removed (or
+// unchanged): Kubernetes lets an update remove scheduling gates, never add
+// one.
+func gatesRemoved(current, next []*corev1.PodSchedulingGate) bool {
+	had := make(map[string]bool, len(current))
+	for _, g := range current {
+		had[g.GetName()] = true
+	}
+	for _, g := range next {
+		if !had[g.GetName()] {
+			return false
+		}
+		delete(had, g.GetName()) // each gate once
+	}
+	return true
 }
 
 // deleteOptions reads a delete's DeleteOptions (body) and

@@ -132,8 +132,7 @@ func TestDecodeRefusesPodFields(t *testing.T) {
 	}{
 		{name: "shareProcessNamespace", spec: "shareProcessNamespace: true", refused: []string{"spec.shareProcessNamespace"}},
 		{name: "shareProcessNamespace false", spec: "shareProcessNamespace: false"},
-		{name: "scheduling fields", spec: "topologySpreadConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]\n  schedulingGates: [{name: wait}]\n  affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{topologyKey: zone}]}}",
-			refused: []string{"spec.affinity.podAntiAffinity", "spec.schedulingGates", "spec.topologySpreadConstraints"}},
+		{name: "scheduling fields are honoured", spec: "topologySpreadConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]\n  schedulingGates: [{name: wait}]\n  affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{topologyKey: zone}]}}"},
 		{name: "volumes", spec: "volumes: [{name: a, projected: {sources: [{serviceAccountToken: {path: t}}]}}, {name: b, nfs: {server: s, path: /}}, {name: c, downwardAPI: {items: [{path: podname, fieldRef: {fieldPath: metadata.name}}]}}]",
 			refused: []string{"spec.volumes[0].projected", "spec.volumes[1].nfs", "spec.volumes[2].downwardAPI"}},
 		{name: "imagePullSecrets, hostAliases, dnsConfig", spec: "imagePullSecrets: [{name: reg}]\n  hostAliases: [{ip: 1.2.3.4, hostnames: [a]}]\n  dnsConfig: {nameservers: [1.1.1.1]}",

@@ -67,6 +67,10 @@ const (
 	testSecurity  = "nodeagent/linux/security_internal_test.go nodeagent/linux/security_kernel_test.go nodeagent/linux/hostns_kernel_test.go nodeagent/linux/sysctl_kernel_test.go services/admission/podsecurity_test.go"
 	testVolumes   = "nodeagent/agent_test.go nodeagent/linux/runtime_test.go nodeagent/linux/subpath_kernel_test.go"
 	testScheduler = "services/scheduler/filters_test.go services/scheduler/allocation_test.go"
+	testSpread    = "services/scheduler/podtopologyspread_test.go services/admission/validate_scheduling_test.go"
+	testAffinity  = "services/scheduler/interpodaffinity_test.go services/admission/validate_scheduling_test.go"
+	testGates     = "services/scheduler/gates_test.go services/apiserver/gates_test.go"
+	testPriority  = "services/admission/priority_test.go services/scheduler/queue_test.go"
 	testRuntime   = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
 	testStatus    = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
 )
@@ -173,6 +177,12 @@ var podHonoured = map[string]string{
 	"spec.nodeSelector":                       testScheduler,
 	"spec.nodeName":                           testScheduler,
 	"spec.affinity.nodeAffinity":              testScheduler,
+	"spec.affinity.podAffinity":               testAffinity,
+	"spec.affinity.podAntiAffinity":           testAffinity,
+	"spec.topologySpreadConstraints":          testSpread,
+	"spec.schedulingGates":                    testGates,
+	"spec.priorityClassName":                  testPriority,
+	"spec.priority":                           testPriority,
 	"spec.tolerations":                        testScheduler,
 	"spec.schedulerName":                      testScheduler,
 	"spec.serviceAccountName":                 testSchema,
@@ -195,12 +205,6 @@ var podRefused = map[string]refusal{
 	"metadata.selfLink":      {what: "selfLink"},
 
 	"spec.activeDeadlineSeconds":        {what: "activeDeadlineSeconds"},
-	"spec.affinity.podAffinity":         {what: "pod affinity (yet)"},
-	"spec.affinity.podAntiAffinity":     {what: "pod anti-affinity (yet)"},
-	"spec.topologySpreadConstraints":    {what: "topologySpreadConstraints (yet)"},
-	"spec.schedulingGates":              {what: "schedulingGates (yet)"},
-	"spec.priorityClassName":            {what: "priority classes (yet)"},
-	"spec.priority":                     {what: "pod priority (yet)", allow: []string{"0"}},
 	"spec.preemptionPolicy":             {what: "preemption", allow: []string{"PreemptLowerPriority"}},
 	"spec.automountServiceAccountToken": {what: "mounting ServiceAccount tokens into containers", allow: []string{"false"}},
 	"spec.enableServiceLinks":           {what: "Service environment variables (enableServiceLinks)", allow: []string{"false"}},
