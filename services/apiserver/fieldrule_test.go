@@ -21,8 +21,8 @@ func TestRefusedPodFieldsHTTPS(t *testing.T) {
 	}{
 		{name: "not in the proto", spec: `"shareProcessNamespace":true,`,
 			field: "spec.shareProcessNamespace", message: `Pod "p" is invalid: spec.shareProcessNamespace: Forbidden: podflow does not support a shared process namespace`},
-		{name: "not in the proto, Strict", query: "?fieldValidation=Strict", spec: `"topologySpreadConstraints":[{"maxSkew":1,"topologyKey":"zone","whenUnsatisfiable":"DoNotSchedule"}],`,
-			field: "spec.topologySpreadConstraints", message: "podflow does not support topologySpreadConstraints"},
+		{name: "not in the proto, Strict", query: "?fieldValidation=Strict", spec: `"readinessGates":[{"conditionType":"example.com/ready"}],`,
+			field: "spec.readinessGates", message: "podflow does not support readiness gates"},
 		{name: "with an unknown field too, Warn", query: "?fieldValidation=Warn", spec: `"dnsConfig":{"nameservers":["1.1.1.1"]},`, container: `,"imagePullPolcy":"Always"`,
 			field: "spec.dnsConfig", message: "podflow does not support dnsConfig"},
 		{name: "container field", container: `,"livenessProbe":{"grpc":{"port":9000}}`,
