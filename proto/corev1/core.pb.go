@@ -2868,6 +2868,8 @@ type PodSpec struct {
 	Priority                      *int32                 `protobuf:"varint,18,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
 	AutomountServiceAccountToken  *bool                  `protobuf:"varint,19,opt,name=automount_service_account_token,json=automountServiceAccountToken,proto3,oneof" json:"automount_service_account_token,omitempty"`
 	EnableServiceLinks            *bool                  `protobuf:"varint,20,opt,name=enable_service_links,json=enableServiceLinks,proto3,oneof" json:"enable_service_links,omitempty"`
+	DnsPolicy                     string                 `protobuf:"bytes,21,opt,name=dns_policy,json=dnsPolicy,proto3" json:"dns_policy,omitempty"` // ClusterFirst (default), ClusterFirstWithHostNet, Default, None
+	DnsConfig                     *PodDNSConfig          `protobuf:"bytes,22,opt,name=dns_config,json=dnsConfig,proto3" json:"dns_config,omitempty"`
 	unknownFields                 protoimpl.UnknownFields
 	sizeCache                     protoimpl.SizeCache
 }
@@ -3042,6 +3044,134 @@ func (x *PodSpec) GetEnableServiceLinks() bool {
 	return false
 }
 
+func (x *PodSpec) GetDnsPolicy() string {
+	if x != nil {
+		return x.DnsPolicy
+	}
+	return ""
+}
+
+func (x *PodSpec) GetDnsConfig() *PodDNSConfig {
+	if x != nil {
+		return x.DnsConfig
+	}
+	return nil
+}
+
+// PodDNSConfig is what a pod adds to (or, with dnsPolicy None, all of) its
+// resolv.conf.
+type PodDNSConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nameservers   []string               `protobuf:"bytes,1,rep,name=nameservers,proto3" json:"nameservers,omitempty"`
+	Searches      []string               `protobuf:"bytes,2,rep,name=searches,proto3" json:"searches,omitempty"`
+	Options       []*PodDNSConfigOption  `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodDNSConfig) Reset() {
+	*x = PodDNSConfig{}
+	mi := &file_corev1_core_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodDNSConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodDNSConfig) ProtoMessage() {}
+
+func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodDNSConfig.ProtoReflect.Descriptor instead.
+func (*PodDNSConfig) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PodDNSConfig) GetNameservers() []string {
+	if x != nil {
+		return x.Nameservers
+	}
+	return nil
+}
+
+func (x *PodDNSConfig) GetSearches() []string {
+	if x != nil {
+		return x.Searches
+	}
+	return nil
+}
+
+func (x *PodDNSConfig) GetOptions() []*PodDNSConfigOption {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+type PodDNSConfigOption struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         *string                `protobuf:"bytes,2,opt,name=value,proto3,oneof" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodDNSConfigOption) Reset() {
+	*x = PodDNSConfigOption{}
+	mi := &file_corev1_core_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodDNSConfigOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodDNSConfigOption) ProtoMessage() {}
+
+func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodDNSConfigOption.ProtoReflect.Descriptor instead.
+func (*PodDNSConfigOption) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *PodDNSConfigOption) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PodDNSConfigOption) GetValue() string {
+	if x != nil && x.Value != nil {
+		return *x.Value
+	}
+	return ""
+}
+
 type PodCondition struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Type               string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`     // PodScheduled, PodReadyToStartContainers, Initialized, ContainersReady, Ready
@@ -3056,7 +3186,7 @@ type PodCondition struct {
 
 func (x *PodCondition) Reset() {
 	*x = PodCondition{}
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3198,7 @@ func (x *PodCondition) String() string {
 func (*PodCondition) ProtoMessage() {}
 
 func (x *PodCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3211,7 @@ func (x *PodCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodCondition.ProtoReflect.Descriptor instead.
 func (*PodCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{43}
+	return file_corev1_core_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PodCondition) GetType() string {
@@ -3136,7 +3266,7 @@ type ContainerStateWaiting struct {
 
 func (x *ContainerStateWaiting) Reset() {
 	*x = ContainerStateWaiting{}
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3278,7 @@ func (x *ContainerStateWaiting) String() string {
 func (*ContainerStateWaiting) ProtoMessage() {}
 
 func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3291,7 @@ func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateWaiting.ProtoReflect.Descriptor instead.
 func (*ContainerStateWaiting) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{44}
+	return file_corev1_core_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ContainerStateWaiting) GetReason() string {
@@ -3187,7 +3317,7 @@ type ContainerStateRunning struct {
 
 func (x *ContainerStateRunning) Reset() {
 	*x = ContainerStateRunning{}
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3329,7 @@ func (x *ContainerStateRunning) String() string {
 func (*ContainerStateRunning) ProtoMessage() {}
 
 func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3342,7 @@ func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateRunning.ProtoReflect.Descriptor instead.
 func (*ContainerStateRunning) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{45}
+	return file_corev1_core_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ContainerStateRunning) GetStartedAt() *timestamppb.Timestamp {
@@ -3237,7 +3367,7 @@ type ContainerStateTerminated struct {
 
 func (x *ContainerStateTerminated) Reset() {
 	*x = ContainerStateTerminated{}
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3249,7 +3379,7 @@ func (x *ContainerStateTerminated) String() string {
 func (*ContainerStateTerminated) ProtoMessage() {}
 
 func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3262,7 +3392,7 @@ func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateTerminated.ProtoReflect.Descriptor instead.
 func (*ContainerStateTerminated) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{46}
+	return file_corev1_core_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ContainerStateTerminated) GetExitCode() int32 {
@@ -3325,7 +3455,7 @@ type ContainerState struct {
 
 func (x *ContainerState) Reset() {
 	*x = ContainerState{}
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3467,7 @@ func (x *ContainerState) String() string {
 func (*ContainerState) ProtoMessage() {}
 
 func (x *ContainerState) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3480,7 @@ func (x *ContainerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerState.ProtoReflect.Descriptor instead.
 func (*ContainerState) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{47}
+	return file_corev1_core_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ContainerState) GetWaiting() *ContainerStateWaiting {
@@ -3391,7 +3521,7 @@ type ContainerStatus struct {
 
 func (x *ContainerStatus) Reset() {
 	*x = ContainerStatus{}
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3533,7 @@ func (x *ContainerStatus) String() string {
 func (*ContainerStatus) ProtoMessage() {}
 
 func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3546,7 @@ func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStatus.ProtoReflect.Descriptor instead.
 func (*ContainerStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{48}
+	return file_corev1_core_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ContainerStatus) GetName() string {
@@ -3491,7 +3621,7 @@ type PodIP struct {
 
 func (x *PodIP) Reset() {
 	*x = PodIP{}
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3633,7 @@ func (x *PodIP) String() string {
 func (*PodIP) ProtoMessage() {}
 
 func (x *PodIP) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3646,7 @@ func (x *PodIP) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodIP.ProtoReflect.Descriptor instead.
 func (*PodIP) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{49}
+	return file_corev1_core_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PodIP) GetIp() string {
@@ -3546,7 +3676,7 @@ type PodStatus struct {
 
 func (x *PodStatus) Reset() {
 	*x = PodStatus{}
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3558,7 +3688,7 @@ func (x *PodStatus) String() string {
 func (*PodStatus) ProtoMessage() {}
 
 func (x *PodStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3571,7 +3701,7 @@ func (x *PodStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatus.ProtoReflect.Descriptor instead.
 func (*PodStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{50}
+	return file_corev1_core_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PodStatus) GetPhase() string {
@@ -3669,7 +3799,7 @@ type Pod struct {
 
 func (x *Pod) Reset() {
 	*x = Pod{}
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3681,7 +3811,7 @@ func (x *Pod) String() string {
 func (*Pod) ProtoMessage() {}
 
 func (x *Pod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3694,7 +3824,7 @@ func (x *Pod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pod.ProtoReflect.Descriptor instead.
 func (*Pod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{51}
+	return file_corev1_core_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Pod) GetMetadata() *ObjectMeta {
@@ -3730,7 +3860,7 @@ type Taint struct {
 
 func (x *Taint) Reset() {
 	*x = Taint{}
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3742,7 +3872,7 @@ func (x *Taint) String() string {
 func (*Taint) ProtoMessage() {}
 
 func (x *Taint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3755,7 +3885,7 @@ func (x *Taint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taint.ProtoReflect.Descriptor instead.
 func (*Taint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{52}
+	return file_corev1_core_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Taint) GetKey() string {
@@ -3799,7 +3929,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +3941,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +3954,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{53}
+	return file_corev1_core_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeSpec) GetPodCidr() string {
@@ -3876,7 +4006,7 @@ type NodeCondition struct {
 
 func (x *NodeCondition) Reset() {
 	*x = NodeCondition{}
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3888,7 +4018,7 @@ func (x *NodeCondition) String() string {
 func (*NodeCondition) ProtoMessage() {}
 
 func (x *NodeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +4031,7 @@ func (x *NodeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCondition.ProtoReflect.Descriptor instead.
 func (*NodeCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{54}
+	return file_corev1_core_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NodeCondition) GetType() string {
@@ -3956,7 +4086,7 @@ type NodeAddress struct {
 
 func (x *NodeAddress) Reset() {
 	*x = NodeAddress{}
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3968,7 +4098,7 @@ func (x *NodeAddress) String() string {
 func (*NodeAddress) ProtoMessage() {}
 
 func (x *NodeAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3981,7 +4111,7 @@ func (x *NodeAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAddress.ProtoReflect.Descriptor instead.
 func (*NodeAddress) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{55}
+	return file_corev1_core_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NodeAddress) GetType() string {
@@ -4008,7 +4138,7 @@ type ContainerImage struct {
 
 func (x *ContainerImage) Reset() {
 	*x = ContainerImage{}
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4020,7 +4150,7 @@ func (x *ContainerImage) String() string {
 func (*ContainerImage) ProtoMessage() {}
 
 func (x *ContainerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4033,7 +4163,7 @@ func (x *ContainerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerImage.ProtoReflect.Descriptor instead.
 func (*ContainerImage) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{56}
+	return file_corev1_core_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ContainerImage) GetNames() []string {
@@ -4065,7 +4195,7 @@ type NodeSystemInfo struct {
 
 func (x *NodeSystemInfo) Reset() {
 	*x = NodeSystemInfo{}
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4077,7 +4207,7 @@ func (x *NodeSystemInfo) String() string {
 func (*NodeSystemInfo) ProtoMessage() {}
 
 func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4090,7 +4220,7 @@ func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSystemInfo.ProtoReflect.Descriptor instead.
 func (*NodeSystemInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{57}
+	return file_corev1_core_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeSystemInfo) GetMachineId() string {
@@ -4157,7 +4287,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4299,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4312,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{58}
+	return file_corev1_core_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *NodeStatus) GetCapacity() map[string]string {
@@ -4245,7 +4375,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4257,7 +4387,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4270,7 +4400,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{59}
+	return file_corev1_core_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -4308,7 +4438,7 @@ type ServicePort struct {
 
 func (x *ServicePort) Reset() {
 	*x = ServicePort{}
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4320,7 +4450,7 @@ func (x *ServicePort) String() string {
 func (*ServicePort) ProtoMessage() {}
 
 func (x *ServicePort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4333,7 +4463,7 @@ func (x *ServicePort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePort.ProtoReflect.Descriptor instead.
 func (*ServicePort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{60}
+	return file_corev1_core_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ServicePort) GetName() string {
@@ -4393,7 +4523,7 @@ type ServiceSpec struct {
 
 func (x *ServiceSpec) Reset() {
 	*x = ServiceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4405,7 +4535,7 @@ func (x *ServiceSpec) String() string {
 func (*ServiceSpec) ProtoMessage() {}
 
 func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4418,7 +4548,7 @@ func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceSpec.ProtoReflect.Descriptor instead.
 func (*ServiceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{61}
+	return file_corev1_core_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ServiceSpec) GetPorts() []*ServicePort {
@@ -4478,7 +4608,7 @@ type ServiceStatus struct {
 
 func (x *ServiceStatus) Reset() {
 	*x = ServiceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4490,7 +4620,7 @@ func (x *ServiceStatus) String() string {
 func (*ServiceStatus) ProtoMessage() {}
 
 func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4503,7 +4633,7 @@ func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStatus.ProtoReflect.Descriptor instead.
 func (*ServiceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{62}
+	return file_corev1_core_proto_rawDescGZIP(), []int{64}
 }
 
 type Service struct {
@@ -4517,7 +4647,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4529,7 +4659,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4542,7 +4672,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{63}
+	return file_corev1_core_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *Service) GetMetadata() *ObjectMeta {
@@ -4577,7 +4707,7 @@ type EndpointConditions struct {
 
 func (x *EndpointConditions) Reset() {
 	*x = EndpointConditions{}
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4589,7 +4719,7 @@ func (x *EndpointConditions) String() string {
 func (*EndpointConditions) ProtoMessage() {}
 
 func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4602,7 +4732,7 @@ func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointConditions.ProtoReflect.Descriptor instead.
 func (*EndpointConditions) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{64}
+	return file_corev1_core_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *EndpointConditions) GetReady() bool {
@@ -4641,7 +4771,7 @@ type ObjectReference struct {
 
 func (x *ObjectReference) Reset() {
 	*x = ObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4653,7 +4783,7 @@ func (x *ObjectReference) String() string {
 func (*ObjectReference) ProtoMessage() {}
 
 func (x *ObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4666,7 +4796,7 @@ func (x *ObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReference.ProtoReflect.Descriptor instead.
 func (*ObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{65}
+	return file_corev1_core_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ObjectReference) GetKind() string {
@@ -4731,7 +4861,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4743,7 +4873,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4756,7 +4886,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{66}
+	return file_corev1_core_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Endpoint) GetAddresses() []string {
@@ -4806,7 +4936,7 @@ type EndpointPort struct {
 
 func (x *EndpointPort) Reset() {
 	*x = EndpointPort{}
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4818,7 +4948,7 @@ func (x *EndpointPort) String() string {
 func (*EndpointPort) ProtoMessage() {}
 
 func (x *EndpointPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4831,7 +4961,7 @@ func (x *EndpointPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPort.ProtoReflect.Descriptor instead.
 func (*EndpointPort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{67}
+	return file_corev1_core_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *EndpointPort) GetName() string {
@@ -4875,7 +5005,7 @@ type EndpointSlice struct {
 
 func (x *EndpointSlice) Reset() {
 	*x = EndpointSlice{}
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4887,7 +5017,7 @@ func (x *EndpointSlice) String() string {
 func (*EndpointSlice) ProtoMessage() {}
 
 func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4900,7 +5030,7 @@ func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointSlice.ProtoReflect.Descriptor instead.
 func (*EndpointSlice) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{68}
+	return file_corev1_core_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *EndpointSlice) GetMetadata() *ObjectMeta {
@@ -4940,7 +5070,7 @@ type NamespaceSpec struct {
 
 func (x *NamespaceSpec) Reset() {
 	*x = NamespaceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4952,7 +5082,7 @@ func (x *NamespaceSpec) String() string {
 func (*NamespaceSpec) ProtoMessage() {}
 
 func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4965,7 +5095,7 @@ func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSpec.ProtoReflect.Descriptor instead.
 func (*NamespaceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{69}
+	return file_corev1_core_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *NamespaceSpec) GetFinalizers() []string {
@@ -4984,7 +5114,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4996,7 +5126,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5009,7 +5139,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{70}
+	return file_corev1_core_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *NamespaceStatus) GetPhase() string {
@@ -5030,7 +5160,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5042,7 +5172,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5055,7 +5185,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{71}
+	return file_corev1_core_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *Namespace) GetMetadata() *ObjectMeta {
@@ -5088,7 +5218,7 @@ type LocalObjectReference struct {
 
 func (x *LocalObjectReference) Reset() {
 	*x = LocalObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5100,7 +5230,7 @@ func (x *LocalObjectReference) String() string {
 func (*LocalObjectReference) ProtoMessage() {}
 
 func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5113,7 +5243,7 @@ func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalObjectReference.ProtoReflect.Descriptor instead.
 func (*LocalObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{72}
+	return file_corev1_core_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *LocalObjectReference) GetName() string {
@@ -5135,7 +5265,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5147,7 +5277,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5160,7 +5290,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{73}
+	return file_corev1_core_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ServiceAccount) GetMetadata() *ObjectMeta {
@@ -5203,7 +5333,7 @@ type ConfigMap struct {
 
 func (x *ConfigMap) Reset() {
 	*x = ConfigMap{}
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5215,7 +5345,7 @@ func (x *ConfigMap) String() string {
 func (*ConfigMap) ProtoMessage() {}
 
 func (x *ConfigMap) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5228,7 +5358,7 @@ func (x *ConfigMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMap.ProtoReflect.Descriptor instead.
 func (*ConfigMap) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{74}
+	return file_corev1_core_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ConfigMap) GetMetadata() *ObjectMeta {
@@ -5271,7 +5401,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5283,7 +5413,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5296,7 +5426,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{75}
+	return file_corev1_core_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *Secret) GetMetadata() *ObjectMeta {
@@ -5340,7 +5470,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5352,7 +5482,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5365,7 +5495,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{76}
+	return file_corev1_core_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *PolicyRule) GetVerbs() []string {
@@ -5413,7 +5543,7 @@ type Role struct {
 
 func (x *Role) Reset() {
 	*x = Role{}
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5425,7 +5555,7 @@ func (x *Role) String() string {
 func (*Role) ProtoMessage() {}
 
 func (x *Role) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5438,7 +5568,7 @@ func (x *Role) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Role.ProtoReflect.Descriptor instead.
 func (*Role) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{77}
+	return file_corev1_core_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *Role) GetMetadata() *ObjectMeta {
@@ -5465,7 +5595,7 @@ type ClusterRole struct {
 
 func (x *ClusterRole) Reset() {
 	*x = ClusterRole{}
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5477,7 +5607,7 @@ func (x *ClusterRole) String() string {
 func (*ClusterRole) ProtoMessage() {}
 
 func (x *ClusterRole) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5490,7 +5620,7 @@ func (x *ClusterRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRole.ProtoReflect.Descriptor instead.
 func (*ClusterRole) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{78}
+	return file_corev1_core_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ClusterRole) GetMetadata() *ObjectMeta {
@@ -5519,7 +5649,7 @@ type Subject struct {
 
 func (x *Subject) Reset() {
 	*x = Subject{}
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5531,7 +5661,7 @@ func (x *Subject) String() string {
 func (*Subject) ProtoMessage() {}
 
 func (x *Subject) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5544,7 +5674,7 @@ func (x *Subject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subject.ProtoReflect.Descriptor instead.
 func (*Subject) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{79}
+	return file_corev1_core_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *Subject) GetKind() string {
@@ -5586,7 +5716,7 @@ type RoleRef struct {
 
 func (x *RoleRef) Reset() {
 	*x = RoleRef{}
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5598,7 +5728,7 @@ func (x *RoleRef) String() string {
 func (*RoleRef) ProtoMessage() {}
 
 func (x *RoleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5611,7 +5741,7 @@ func (x *RoleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleRef.ProtoReflect.Descriptor instead.
 func (*RoleRef) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{80}
+	return file_corev1_core_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RoleRef) GetApiGroup() string {
@@ -5646,7 +5776,7 @@ type RoleBinding struct {
 
 func (x *RoleBinding) Reset() {
 	*x = RoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +5788,7 @@ func (x *RoleBinding) String() string {
 func (*RoleBinding) ProtoMessage() {}
 
 func (x *RoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +5801,7 @@ func (x *RoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
 func (*RoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{81}
+	return file_corev1_core_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RoleBinding) GetMetadata() *ObjectMeta {
@@ -5706,7 +5836,7 @@ type ClusterRoleBinding struct {
 
 func (x *ClusterRoleBinding) Reset() {
 	*x = ClusterRoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5718,7 +5848,7 @@ func (x *ClusterRoleBinding) String() string {
 func (*ClusterRoleBinding) ProtoMessage() {}
 
 func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5731,7 +5861,7 @@ func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRoleBinding.ProtoReflect.Descriptor instead.
 func (*ClusterRoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{82}
+	return file_corev1_core_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ClusterRoleBinding) GetMetadata() *ObjectMeta {
@@ -5765,7 +5895,7 @@ type EventSource struct {
 
 func (x *EventSource) Reset() {
 	*x = EventSource{}
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5777,7 +5907,7 @@ func (x *EventSource) String() string {
 func (*EventSource) ProtoMessage() {}
 
 func (x *EventSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5790,7 +5920,7 @@ func (x *EventSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
 func (*EventSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{83}
+	return file_corev1_core_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *EventSource) GetComponent() string {
@@ -5828,7 +5958,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5840,7 +5970,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5853,7 +5983,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{84}
+	return file_corev1_core_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Event) GetMetadata() *ObjectMeta {
@@ -5962,7 +6092,7 @@ type LimitRangeItem struct {
 
 func (x *LimitRangeItem) Reset() {
 	*x = LimitRangeItem{}
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5974,7 +6104,7 @@ func (x *LimitRangeItem) String() string {
 func (*LimitRangeItem) ProtoMessage() {}
 
 func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5987,7 +6117,7 @@ func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeItem.ProtoReflect.Descriptor instead.
 func (*LimitRangeItem) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{85}
+	return file_corev1_core_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *LimitRangeItem) GetType() string {
@@ -6034,7 +6164,7 @@ type LimitRangeSpec struct {
 
 func (x *LimitRangeSpec) Reset() {
 	*x = LimitRangeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6046,7 +6176,7 @@ func (x *LimitRangeSpec) String() string {
 func (*LimitRangeSpec) ProtoMessage() {}
 
 func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6059,7 +6189,7 @@ func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeSpec.ProtoReflect.Descriptor instead.
 func (*LimitRangeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{86}
+	return file_corev1_core_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *LimitRangeSpec) GetLimits() []*LimitRangeItem {
@@ -6079,7 +6209,7 @@ type LimitRange struct {
 
 func (x *LimitRange) Reset() {
 	*x = LimitRange{}
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6091,7 +6221,7 @@ func (x *LimitRange) String() string {
 func (*LimitRange) ProtoMessage() {}
 
 func (x *LimitRange) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6104,7 +6234,7 @@ func (x *LimitRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRange.ProtoReflect.Descriptor instead.
 func (*LimitRange) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{87}
+	return file_corev1_core_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *LimitRange) GetMetadata() *ObjectMeta {
@@ -6135,7 +6265,7 @@ type SidecarPolicySpec struct {
 
 func (x *SidecarPolicySpec) Reset() {
 	*x = SidecarPolicySpec{}
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6147,7 +6277,7 @@ func (x *SidecarPolicySpec) String() string {
 func (*SidecarPolicySpec) ProtoMessage() {}
 
 func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6160,7 +6290,7 @@ func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicySpec.ProtoReflect.Descriptor instead.
 func (*SidecarPolicySpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{88}
+	return file_corev1_core_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *SidecarPolicySpec) GetSelector() map[string]string {
@@ -6201,7 +6331,7 @@ type SidecarPolicy struct {
 
 func (x *SidecarPolicy) Reset() {
 	*x = SidecarPolicy{}
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6213,7 +6343,7 @@ func (x *SidecarPolicy) String() string {
 func (*SidecarPolicy) ProtoMessage() {}
 
 func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6226,7 +6356,7 @@ func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicy.ProtoReflect.Descriptor instead.
 func (*SidecarPolicy) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{89}
+	return file_corev1_core_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *SidecarPolicy) GetMetadata() *ObjectMeta {
@@ -6256,7 +6386,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6268,7 +6398,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6281,7 +6411,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{90}
+	return file_corev1_core_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *StatusCause) GetType() string {
@@ -6324,7 +6454,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6336,7 +6466,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6349,7 +6479,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{91}
+	return file_corev1_core_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *Status) GetStatus() string {
@@ -6413,7 +6543,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6425,7 +6555,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6438,7 +6568,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{92}
+	return file_corev1_core_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -6476,7 +6606,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6488,7 +6618,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6501,7 +6631,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{93}
+	return file_corev1_core_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -6532,7 +6662,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6544,7 +6674,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6557,7 +6687,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+	return file_corev1_core_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -6872,7 +7002,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"3required_during_scheduling_ignored_during_execution\x18\x01 \x01(\v2\x1d.podflow.core.v1.NodeSelectorR.requiredDuringSchedulingIgnoredDuringExecution\x12\x97\x01\n" +
 	"4preferred_during_scheduling_ignored_during_execution\x18\x02 \x03(\v2(.podflow.core.v1.PreferredSchedulingTermR/preferredDuringSchedulingIgnoredDuringExecution\"N\n" +
 	"\bAffinity\x12B\n" +
-	"\rnode_affinity\x18\x01 \x01(\v2\x1d.podflow.core.v1.NodeAffinityR\fnodeAffinity\"\xb8\t\n" +
+	"\rnode_affinity\x18\x01 \x01(\v2\x1d.podflow.core.v1.NodeAffinityR\fnodeAffinity\"\x95\n" +
+	"\n" +
 	"\aPodSpec\x121\n" +
 	"\avolumes\x18\x01 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x12C\n" +
 	"\x0finit_containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x12:\n" +
@@ -6896,14 +7027,26 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x13priority_class_name\x18\x11 \x01(\tR\x11priorityClassName\x12\x1f\n" +
 	"\bpriority\x18\x12 \x01(\x05H\x01R\bpriority\x88\x01\x01\x12J\n" +
 	"\x1fautomount_service_account_token\x18\x13 \x01(\bH\x02R\x1cautomountServiceAccountToken\x88\x01\x01\x125\n" +
-	"\x14enable_service_links\x18\x14 \x01(\bH\x03R\x12enableServiceLinks\x88\x01\x01\x1a?\n" +
+	"\x14enable_service_links\x18\x14 \x01(\bH\x03R\x12enableServiceLinks\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"dns_policy\x18\x15 \x01(\tR\tdnsPolicy\x12<\n" +
+	"\n" +
+	"dns_config\x18\x16 \x01(\v2\x1d.podflow.core.v1.PodDNSConfigR\tdnsConfig\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
 	"!_termination_grace_period_secondsB\v\n" +
 	"\t_priorityB\"\n" +
 	" _automount_service_account_tokenB\x17\n" +
-	"\x15_enable_service_links\"\xfe\x01\n" +
+	"\x15_enable_service_links\"\x8b\x01\n" +
+	"\fPodDNSConfig\x12 \n" +
+	"\vnameservers\x18\x01 \x03(\tR\vnameservers\x12\x1a\n" +
+	"\bsearches\x18\x02 \x03(\tR\bsearches\x12=\n" +
+	"\aoptions\x18\x03 \x03(\v2#.podflow.core.v1.PodDNSConfigOptionR\aoptions\"M\n" +
+	"\x12PodDNSConfigOption\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\x05value\x18\x02 \x01(\tH\x00R\x05value\x88\x01\x01B\b\n" +
+	"\x06_value\"\xfe\x01\n" +
 	"\fPodCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12B\n" +
@@ -7268,7 +7411,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 112)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 114)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -7313,82 +7456,84 @@ var file_corev1_core_proto_goTypes = []any{
 	(*NodeAffinity)(nil),                      // 40: podflow.core.v1.NodeAffinity
 	(*Affinity)(nil),                          // 41: podflow.core.v1.Affinity
 	(*PodSpec)(nil),                           // 42: podflow.core.v1.PodSpec
-	(*PodCondition)(nil),                      // 43: podflow.core.v1.PodCondition
-	(*ContainerStateWaiting)(nil),             // 44: podflow.core.v1.ContainerStateWaiting
-	(*ContainerStateRunning)(nil),             // 45: podflow.core.v1.ContainerStateRunning
-	(*ContainerStateTerminated)(nil),          // 46: podflow.core.v1.ContainerStateTerminated
-	(*ContainerState)(nil),                    // 47: podflow.core.v1.ContainerState
-	(*ContainerStatus)(nil),                   // 48: podflow.core.v1.ContainerStatus
-	(*PodIP)(nil),                             // 49: podflow.core.v1.PodIP
-	(*PodStatus)(nil),                         // 50: podflow.core.v1.PodStatus
-	(*Pod)(nil),                               // 51: podflow.core.v1.Pod
-	(*Taint)(nil),                             // 52: podflow.core.v1.Taint
-	(*NodeSpec)(nil),                          // 53: podflow.core.v1.NodeSpec
-	(*NodeCondition)(nil),                     // 54: podflow.core.v1.NodeCondition
-	(*NodeAddress)(nil),                       // 55: podflow.core.v1.NodeAddress
-	(*ContainerImage)(nil),                    // 56: podflow.core.v1.ContainerImage
-	(*NodeSystemInfo)(nil),                    // 57: podflow.core.v1.NodeSystemInfo
-	(*NodeStatus)(nil),                        // 58: podflow.core.v1.NodeStatus
-	(*Node)(nil),                              // 59: podflow.core.v1.Node
-	(*ServicePort)(nil),                       // 60: podflow.core.v1.ServicePort
-	(*ServiceSpec)(nil),                       // 61: podflow.core.v1.ServiceSpec
-	(*ServiceStatus)(nil),                     // 62: podflow.core.v1.ServiceStatus
-	(*Service)(nil),                           // 63: podflow.core.v1.Service
-	(*EndpointConditions)(nil),                // 64: podflow.core.v1.EndpointConditions
-	(*ObjectReference)(nil),                   // 65: podflow.core.v1.ObjectReference
-	(*Endpoint)(nil),                          // 66: podflow.core.v1.Endpoint
-	(*EndpointPort)(nil),                      // 67: podflow.core.v1.EndpointPort
-	(*EndpointSlice)(nil),                     // 68: podflow.core.v1.EndpointSlice
-	(*NamespaceSpec)(nil),                     // 69: podflow.core.v1.NamespaceSpec
-	(*NamespaceStatus)(nil),                   // 70: podflow.core.v1.NamespaceStatus
-	(*Namespace)(nil),                         // 71: podflow.core.v1.Namespace
-	(*LocalObjectReference)(nil),              // 72: podflow.core.v1.LocalObjectReference
-	(*ServiceAccount)(nil),                    // 73: podflow.core.v1.ServiceAccount
-	(*ConfigMap)(nil),                         // 74: podflow.core.v1.ConfigMap
-	(*Secret)(nil),                            // 75: podflow.core.v1.Secret
-	(*PolicyRule)(nil),                        // 76: podflow.core.v1.PolicyRule
-	(*Role)(nil),                              // 77: podflow.core.v1.Role
-	(*ClusterRole)(nil),                       // 78: podflow.core.v1.ClusterRole
-	(*Subject)(nil),                           // 79: podflow.core.v1.Subject
-	(*RoleRef)(nil),                           // 80: podflow.core.v1.RoleRef
-	(*RoleBinding)(nil),                       // 81: podflow.core.v1.RoleBinding
-	(*ClusterRoleBinding)(nil),                // 82: podflow.core.v1.ClusterRoleBinding
-	(*EventSource)(nil),                       // 83: podflow.core.v1.EventSource
-	(*Event)(nil),                             // 84: podflow.core.v1.Event
-	(*LimitRangeItem)(nil),                    // 85: podflow.core.v1.LimitRangeItem
-	(*LimitRangeSpec)(nil),                    // 86: podflow.core.v1.LimitRangeSpec
-	(*LimitRange)(nil),                        // 87: podflow.core.v1.LimitRange
-	(*SidecarPolicySpec)(nil),                 // 88: podflow.core.v1.SidecarPolicySpec
-	(*SidecarPolicy)(nil),                     // 89: podflow.core.v1.SidecarPolicy
-	(*StatusCause)(nil),                       // 90: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 91: podflow.core.v1.Status
-	(*UserInfo)(nil),                          // 92: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 93: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 94: podflow.core.v1.AllocatedPod
-	nil,                                       // 95: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 96: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 97: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 98: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 99: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 100: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 101: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 102: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 103: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 104: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 105: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 106: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 107: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 108: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 109: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 110: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 111: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 112: google.protobuf.Timestamp
+	(*PodDNSConfig)(nil),                      // 43: podflow.core.v1.PodDNSConfig
+	(*PodDNSConfigOption)(nil),                // 44: podflow.core.v1.PodDNSConfigOption
+	(*PodCondition)(nil),                      // 45: podflow.core.v1.PodCondition
+	(*ContainerStateWaiting)(nil),             // 46: podflow.core.v1.ContainerStateWaiting
+	(*ContainerStateRunning)(nil),             // 47: podflow.core.v1.ContainerStateRunning
+	(*ContainerStateTerminated)(nil),          // 48: podflow.core.v1.ContainerStateTerminated
+	(*ContainerState)(nil),                    // 49: podflow.core.v1.ContainerState
+	(*ContainerStatus)(nil),                   // 50: podflow.core.v1.ContainerStatus
+	(*PodIP)(nil),                             // 51: podflow.core.v1.PodIP
+	(*PodStatus)(nil),                         // 52: podflow.core.v1.PodStatus
+	(*Pod)(nil),                               // 53: podflow.core.v1.Pod
+	(*Taint)(nil),                             // 54: podflow.core.v1.Taint
+	(*NodeSpec)(nil),                          // 55: podflow.core.v1.NodeSpec
+	(*NodeCondition)(nil),                     // 56: podflow.core.v1.NodeCondition
+	(*NodeAddress)(nil),                       // 57: podflow.core.v1.NodeAddress
+	(*ContainerImage)(nil),                    // 58: podflow.core.v1.ContainerImage
+	(*NodeSystemInfo)(nil),                    // 59: podflow.core.v1.NodeSystemInfo
+	(*NodeStatus)(nil),                        // 60: podflow.core.v1.NodeStatus
+	(*Node)(nil),                              // 61: podflow.core.v1.Node
+	(*ServicePort)(nil),                       // 62: podflow.core.v1.ServicePort
+	(*ServiceSpec)(nil),                       // 63: podflow.core.v1.ServiceSpec
+	(*ServiceStatus)(nil),                     // 64: podflow.core.v1.ServiceStatus
+	(*Service)(nil),                           // 65: podflow.core.v1.Service
+	(*EndpointConditions)(nil),                // 66: podflow.core.v1.EndpointConditions
+	(*ObjectReference)(nil),                   // 67: podflow.core.v1.ObjectReference
+	(*Endpoint)(nil),                          // 68: podflow.core.v1.Endpoint
+	(*EndpointPort)(nil),                      // 69: podflow.core.v1.EndpointPort
+	(*EndpointSlice)(nil),                     // 70: podflow.core.v1.EndpointSlice
+	(*NamespaceSpec)(nil),                     // 71: podflow.core.v1.NamespaceSpec
+	(*NamespaceStatus)(nil),                   // 72: podflow.core.v1.NamespaceStatus
+	(*Namespace)(nil),                         // 73: podflow.core.v1.Namespace
+	(*LocalObjectReference)(nil),              // 74: podflow.core.v1.LocalObjectReference
+	(*ServiceAccount)(nil),                    // 75: podflow.core.v1.ServiceAccount
+	(*ConfigMap)(nil),                         // 76: podflow.core.v1.ConfigMap
+	(*Secret)(nil),                            // 77: podflow.core.v1.Secret
+	(*PolicyRule)(nil),                        // 78: podflow.core.v1.PolicyRule
+	(*Role)(nil),                              // 79: podflow.core.v1.Role
+	(*ClusterRole)(nil),                       // 80: podflow.core.v1.ClusterRole
+	(*Subject)(nil),                           // 81: podflow.core.v1.Subject
+	(*RoleRef)(nil),                           // 82: podflow.core.v1.RoleRef
+	(*RoleBinding)(nil),                       // 83: podflow.core.v1.RoleBinding
+	(*ClusterRoleBinding)(nil),                // 84: podflow.core.v1.ClusterRoleBinding
+	(*EventSource)(nil),                       // 85: podflow.core.v1.EventSource
+	(*Event)(nil),                             // 86: podflow.core.v1.Event
+	(*LimitRangeItem)(nil),                    // 87: podflow.core.v1.LimitRangeItem
+	(*LimitRangeSpec)(nil),                    // 88: podflow.core.v1.LimitRangeSpec
+	(*LimitRange)(nil),                        // 89: podflow.core.v1.LimitRange
+	(*SidecarPolicySpec)(nil),                 // 90: podflow.core.v1.SidecarPolicySpec
+	(*SidecarPolicy)(nil),                     // 91: podflow.core.v1.SidecarPolicy
+	(*StatusCause)(nil),                       // 92: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 93: podflow.core.v1.Status
+	(*UserInfo)(nil),                          // 94: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 95: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 96: podflow.core.v1.AllocatedPod
+	nil,                                       // 97: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 98: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 99: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 100: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 101: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 102: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 103: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 104: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 105: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 106: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 107: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 108: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 109: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 110: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 111: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 112: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 113: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 114: google.protobuf.Timestamp
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	95,  // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	96,  // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	112, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	112, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	97,  // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	98,  // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	114, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	114, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	3,   // 5: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	8,   // 6: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -7397,8 +7542,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	4,   // 9: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	6,   // 10: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	7,   // 11: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	97,  // 12: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	98,  // 13: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	99,  // 12: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	100, // 13: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	17,  // 14: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	14,  // 15: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	17,  // 16: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -7442,102 +7587,104 @@ var file_corev1_core_proto_depIdxs = []int32{
 	34,  // 54: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
 	27,  // 55: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
 	27,  // 56: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	99,  // 57: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	101, // 57: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
 	25,  // 58: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
 	41,  // 59: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
 	35,  // 60: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
-	112, // 61: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	112, // 62: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	112, // 63: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	112, // 64: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	112, // 65: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
-	44,  // 66: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
-	45,  // 67: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
-	46,  // 68: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
-	47,  // 69: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
-	47,  // 70: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
-	43,  // 71: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
-	49,  // 72: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	112, // 73: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
-	48,  // 74: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	48,  // 75: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	1,   // 76: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
-	42,  // 77: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
-	50,  // 78: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	112, // 79: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	52,  // 80: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	112, // 81: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	112, // 82: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	100, // 83: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	101, // 84: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
-	54,  // 85: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
-	55,  // 86: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
-	57,  // 87: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
-	56,  // 88: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
-	1,   // 89: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
-	53,  // 90: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
-	58,  // 91: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
-	17,  // 92: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
-	60,  // 93: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	102, // 94: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
-	1,   // 95: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
-	61,  // 96: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
-	62,  // 97: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
-	64,  // 98: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
-	65,  // 99: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
-	1,   // 100: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
-	66,  // 101: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
-	67,  // 102: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
-	1,   // 103: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
-	69,  // 104: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
-	70,  // 105: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
-	1,   // 106: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
-	65,  // 107: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
-	72,  // 108: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	1,   // 109: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	103, // 110: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	104, // 111: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
-	1,   // 112: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	105, // 113: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
-	1,   // 114: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
-	76,  // 115: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 116: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
-	76,  // 117: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 118: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	79,  // 119: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	80,  // 120: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 121: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	79,  // 122: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	80,  // 123: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 124: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
-	65,  // 125: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
-	83,  // 126: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	112, // 127: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	112, // 128: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	112, // 129: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	106, // 130: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	107, // 131: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	108, // 132: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	109, // 133: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
-	85,  // 134: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
-	1,   // 135: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
-	86,  // 136: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	110, // 137: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	27,  // 138: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
-	27,  // 139: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
-	34,  // 140: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
-	1,   // 141: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
-	88,  // 142: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
-	90,  // 143: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 144: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	111, // 145: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	10,  // 146: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	94,  // 147: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	148, // [148:148] is the sub-list for method output_type
-	148, // [148:148] is the sub-list for method input_type
-	148, // [148:148] is the sub-list for extension type_name
-	148, // [148:148] is the sub-list for extension extendee
-	0,   // [0:148] is the sub-list for field type_name
+	43,  // 61: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
+	44,  // 62: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
+	114, // 63: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	114, // 64: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	114, // 65: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	114, // 66: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	114, // 67: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	46,  // 68: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
+	47,  // 69: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
+	48,  // 70: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
+	49,  // 71: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
+	49,  // 72: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
+	45,  // 73: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
+	51,  // 74: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
+	114, // 75: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	50,  // 76: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	50,  // 77: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	1,   // 78: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
+	42,  // 79: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
+	52,  // 80: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
+	114, // 81: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	54,  // 82: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
+	114, // 83: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	114, // 84: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	102, // 85: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	103, // 86: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	56,  // 87: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
+	57,  // 88: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
+	59,  // 89: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
+	58,  // 90: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
+	1,   // 91: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
+	55,  // 92: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
+	60,  // 93: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
+	17,  // 94: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
+	62,  // 95: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
+	104, // 96: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	1,   // 97: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
+	63,  // 98: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
+	64,  // 99: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
+	66,  // 100: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
+	67,  // 101: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
+	1,   // 102: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
+	68,  // 103: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
+	69,  // 104: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
+	1,   // 105: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
+	71,  // 106: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
+	72,  // 107: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
+	1,   // 108: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
+	67,  // 109: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
+	74,  // 110: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	1,   // 111: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
+	105, // 112: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	106, // 113: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	1,   // 114: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
+	107, // 115: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	1,   // 116: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
+	78,  // 117: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 118: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
+	78,  // 119: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 120: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	81,  // 121: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	82,  // 122: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 123: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	81,  // 124: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	82,  // 125: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 126: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
+	67,  // 127: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
+	85,  // 128: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
+	114, // 129: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	114, // 130: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	114, // 131: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	108, // 132: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	109, // 133: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	110, // 134: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	111, // 135: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	87,  // 136: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
+	1,   // 137: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
+	88,  // 138: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
+	112, // 139: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	27,  // 140: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
+	27,  // 141: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
+	34,  // 142: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
+	1,   // 143: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
+	90,  // 144: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
+	92,  // 145: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 146: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	113, // 147: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	10,  // 148: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	96,  // 149: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	150, // [150:150] is the sub-list for method output_type
+	150, // [150:150] is the sub-list for method input_type
+	150, // [150:150] is the sub-list for extension type_name
+	150, // [150:150] is the sub-list for extension extendee
+	0,   // [0:150] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -7561,21 +7708,22 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[31].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[35].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[42].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[48].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[60].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[64].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[44].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[50].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[62].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[66].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[67].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[73].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[74].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[68].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[69].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[75].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[76].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[77].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   112,
+			NumMessages:   114,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -9,7 +9,7 @@
 // (which normalises quantities, IntOrString and times) and read into the
 // proto with protojson, renaming the few fields whose proto JSON names
 // differ from Kubernetes' (podIP/podIp, lastState/lastTerminationState,
-// ...). Fields Kubernetes knows but podflow does not keep (spec.dnsPolicy,
+// ...). Fields Kubernetes knows but podflow does not keep (spec.shareProcessNamespace,
 // metadata.managedFields, ...) are dropped with a warning, so real-world
 // manifests apply. SidecarPolicy (podflow.io/v1alpha1) has no Kubernetes
 // type: it is decoded strictly against its proto, with Kubernetes field
