@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -88,27 +89,15 @@ spec:
 	// static busybox has no NSS for nc's getaddrinfo), so it resolves the
 	// name, then asks both addresses with nc, over and over; each answer
 	// names the server's address.
-	c.mustPodflow("apply", "-f", writeTemp(t, fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: client}
-spec:
-  restartPolicy: Never
-  containers:
-  - name: ask
-    image: podflow/busybox:1
-    command:
-    - sh
-    - -c
-    - |
-      cat /etc/resolv.conf
-      while true; do
-        ip=$(nslookup -type=a web.default.svc.cluster.local | awk '/^Address/ {a=$NF} END {print a}')
-        echo "DNS $ip"
-        printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 %s 80 | grep httpserver | sed 's/^/CIP /'
-        printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 "$ip" 80 | grep httpserver | sed 's/^/BYNAME /'
-        sleep 0.1
-      done
-`, cip)))
+	c.mustPodflow("apply", "-f", writeTemp(t, busyboxPod("client", fmt.Sprintf(`cat /etc/resolv.conf
+while true; do
+  ip=$(nslookup -type=a web.default.svc.cluster.local | awk '/^Address/ {a=$NF} END {print a}')
+  echo "DNS $ip"
+  printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 %s 80 | grep httpserver | sed 's/^/CIP /'
+  printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 "$ip" 80 | grep httpserver | sed 's/^/BYNAME /'
+  sleep 0.1
+done
+`, cip))))
 	c.waitPod("default", "client", "Running", func(p *corev1.Pod) bool { return p.GetStatus().GetPhase() == "Running" })
 	logs := func() string { out, _ := c.podflow("logs", "client"); return out }
 	// answerer matches an answer line: "<kind> podflow httpserver on <host> (<ip>:8080): ...".
@@ -148,35 +137,47 @@ spec:
 
 	// web-a's readiness fails (a pod asks it to): within seconds it is out
 	// of the slice and no answer comes from it any more.
-	c.mustPodflow("apply", "-f", writeTemp(t, fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: flip}
-spec:
-  restartPolicy: Never
-  containers:
-  - name: flip
-    image: podflow/busybox:1
-    command: [sh, -c, "printf 'GET /fail-readiness HTTP/1.0\\r\\n\\r\\n' | nc -w 2 %s 8080"]
-`, ipOf["web-a"])))
+	c.mustPodflow("apply", "-f", writeTemp(t, busyboxPod("flip", fmt.Sprintf(`printf 'GET /fail-readiness HTTP/1.0\r\n\r\n' | nc -w 2 %s 8080`, ipOf["web-a"]))))
 	c.waitPodFor(60*time.Second, "default", "flip", "Succeeded", func(p *corev1.Pod) bool { return p.GetStatus().GetPhase() == "Succeeded" })
 	eventually(t, 20*time.Second, "web-a NotReady and out of the slice", func() (bool, string) {
 		p, err := c.pod("default", "web-a")
 		got := c.sliceAddrs("default", "web")
 		return err == nil && !ready(p) && !contains(got, ipOf["web-a"]) && contains(got, ipOf["web-b"]), fmt.Sprint(got)
 	})
-	time.Sleep(2 * time.Second) // the proxy programs a slice change within a second
-	_, mark := answers(logs())
-	eventually(t, 30*time.Second, "20 answers after web-a went NotReady", func() (bool, string) {
-		_, n := answers(logs())
-		return n >= mark+20, fmt.Sprintf("%d answers", n-mark)
+	// onlyFrom waits for 20 answers after the proxy had a moment to
+	// program the last slice change, and wants them all from ip and none
+	// from gone.
+	onlyFrom := func(ip, gone, why string) {
+		t.Helper()
+		time.Sleep(2 * time.Second) // the proxy programs a slice change within a second
+		_, mark := answers(logs())
+		eventually(t, 30*time.Second, "20 answers after "+why, func() (bool, string) {
+			_, n := answers(logs())
+			return n >= mark+20, fmt.Sprintf("%d answers", n-mark)
+		})
+		after := strings.Join(answerLines(logs(), answerer)[mark:], "\n")
+		if strings.Contains(after, "("+gone+":") {
+			t.Errorf("answers from %s after %s:\n%s", gone, why, after)
+		}
+		if !strings.Contains(after, "("+ip+":") {
+			t.Errorf("no answer from %s after %s:\n%s", ip, why, after)
+		}
+	}
+	onlyFrom(ipOf["web-b"], ipOf["web-a"], "web-a went NotReady")
+
+	// web-a recovers; web-b's labels change so the Service no longer
+	// selects it: it stops receiving, web-a takes everything.
+	c.mustPodflow("apply", "-f", writeTemp(t, busyboxPod("unflip", fmt.Sprintf(`printf 'GET /recover-readiness HTTP/1.0\r\n\r\n' | nc -w 2 %s 8080`, ipOf["web-a"]))))
+	// (A label change reaches the slice on the endpoints stage's resync:
+	// only Services are watched.)
+	if out, err := exec.Command("kubectl", "--kubeconfig", filepath.Join(c.dir, "kubeconfig"), "label", "pod", "web-b", "app=web-elsewhere", "--overwrite").CombinedOutput(); err != nil {
+		t.Fatalf("kubectl label: %v\n%s", err, out)
+	}
+	eventually(t, 20*time.Second, "web-a back and web-b out of the slice", func() (bool, string) {
+		got := c.sliceAddrs("default", "web")
+		return contains(got, ipOf["web-a"]) && !contains(got, ipOf["web-b"]), fmt.Sprint(got)
 	})
-	after := strings.Join(answerLines(logs(), answerer)[mark:], "\n")
-	if strings.Contains(after, "("+ipOf["web-a"]+":") {
-		t.Errorf("answers from the NotReady web-a after it left the slice:\n%s", after)
-	}
-	if !strings.Contains(after, "("+ipOf["web-b"]+":") {
-		t.Errorf("no answer from web-b after web-a went NotReady:\n%s", after)
-	}
+	onlyFrom(ipOf["web-a"], ipOf["web-b"], "web-b's labels stopped matching")
 
 	// The Service goes: its rules and its name go with it.
 	c.mustPodflow("delete", "service", "web")
@@ -189,6 +190,25 @@ spec:
 	if after := serviceKernelState(t); after != before {
 		t.Fatalf("service state left behind:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
+}
+
+// busyboxPod is a pod that runs script with busybox's sh once.
+func busyboxPod(name, script string) string {
+	indented := "      " + strings.ReplaceAll(strings.TrimRight(script, "\n"), "\n", "\n      ")
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: sh
+    image: podflow/busybox:1
+    command:
+    - sh
+    - -c
+    - |
+%s
+`, name, indented)
 }
 
 // answerLines returns the log's answer lines, in order.
