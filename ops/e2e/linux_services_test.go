@@ -164,6 +164,11 @@ done
 		}
 	}
 	onlyFrom(ipOf["web-b"], ipOf["web-a"], "web-a went NotReady")
+	// Failure 5, "Running but not receiving traffic", and describe says why.
+	if out := c.mustPodflow("describe", "service", "web"); !regexp.MustCompile(`web-a\s+`+regexp.QuoteMeta(ipOf["web-a"])+`\s+no\s+not Ready`).MatchString(out) ||
+		!strings.Contains(out, "IP:               "+cip) {
+		t.Errorf("describe service web does not say web-a is no endpoint for not being Ready:\n%s", out)
+	}
 
 	// web-a recovers; web-b's labels change so the Service no longer
 	// selects it: it stops receiving, web-a takes everything.
