@@ -97,7 +97,9 @@ func describeService(w io.Writer, svc *corev1.Service, sl *corev1.EndpointSlice,
 	if len(selected) == 0 {
 		fmt.Fprintln(w, "  <none> selected")
 	} else {
-		slices.SortFunc(selected, func(a, b *corev1.Pod) int { return strings.Compare(a.GetMetadata().GetName(), b.GetMetadata().GetName()) })
+		slices.SortFunc(selected, func(a, b *corev1.Pod) int {
+			return strings.Compare(a.GetMetadata().GetName(), b.GetMetadata().GetName())
+		})
 		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "  NAME\tIP\tENDPOINT\tWHY")
 		for _, p := range selected {
