@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -190,6 +193,9 @@ done
 		out := run(t, "nft", "list", "ruleset")
 		return !strings.Contains(out, cip), out
 	})
+	if _, err := c.store.Client().Get(context.Background(), ipalloc.Key(cip)); !errors.Is(err, raftstore.ErrNotFound) {
+		t.Errorf("ClusterIP %s still allocated after the Service went: %v", cip, err)
+	}
 	c.mustPodflow("delete", "pod", "client", "--grace-period", "1")
 	c.stop()
 	if after := serviceKernelState(t); after != before {
