@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -32,7 +33,8 @@ var ErrStoreBehind = errors.New("endpoints: store does not reflect the event yet
 type Stage struct {
 	env      stage.Env
 	services *informer.Informer[*corev1.Service]
-	locks    sync.Map // service key -> *sync.Mutex: one sync per service at a time in this replica
+	pods     *informer.Informer[*corev1.Pod] // for label changes only; syncs read pods from the store
+	locks    sync.Map                        // service key -> *sync.Mutex: one sync per service at a time in this replica
 	queue    serviceQueue
 }
 
@@ -49,15 +51,33 @@ func NewStage(env stage.Env) (*Stage, error) {
 	s.services, err = informer.New[*corev1.Service](env.Store, "", informer.Handlers[*corev1.Service]{
 		OnAdd: enqueue, OnUpdate: func(_, svc *corev1.Service) { enqueue(svc) }, OnDelete: enqueue,
 	})
+	if err != nil {
+		return nil, err
+	}
+	// A pod's labels change without a pod event: queue every Service that
+	// selected it before or selects it now.
+	s.pods, err = informer.New[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
+		OnUpdate: func(old, pod *corev1.Pod) {
+			if maps.Equal(old.GetMetadata().GetLabels(), pod.GetMetadata().GetLabels()) {
+				return
+			}
+			for _, svc := range s.services.List(pod.GetMetadata().GetNamespace()) {
+				if Selects(svc, old) || Selects(svc, pod) {
+					enqueue(svc)
+				}
+			}
+		},
+	})
 	return s, err
 }
 
-// Start runs the Service informer and, once it has synced, the worker
-// that syncs a Service's slice as soon as the Service is created, changed
-// or deleted (the Services present at start are Reconcile's).
+// Start runs the Service and Pod informers and, once they have synced,
+// the worker that syncs a Service's slice as soon as the Service is
+// created, changed or deleted, or a pod's labels change (the Services
+// present at start are Reconcile's).
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.services)
+	infs.Add(s.services, s.pods)
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}

@@ -280,8 +280,9 @@ func TestNodeRestriction(t *testing.T) {
 }
 
 // TestServicesWatched: a Service created, changed or deleted after start
-// gets its slice written, rewritten or removed within a second, without
-// Reconcile and without an event (the "watched, not polled").
+// (or a pod relabelled) gets its slice written, rewritten or removed
+// within a second, without Reconcile and without an event (the issue's
+// "watched, not polled").
 func TestServicesWatched(t *testing.T) {
 	web, db := map[string]string{"app": "web"}, map[string]string{"app": "db"}
 	f := newFixture(t, reported(pod("a", "10.0.0.1", web, true, nil), 1), reported(pod("b", "10.0.0.2", db, true, nil), 1))
@@ -325,6 +326,17 @@ func TestServicesWatched(t *testing.T) {
 		t.Error("Reconcile after the watched sync wrote again; want it idempotent")
 	}
 
+	// b's labels change (no pod event): it leaves the slice at once.
+	b, err := objects.Get[*corev1.Pod](ctx, f.env.Store, "default", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Metadata.Labels = map[string]string{"app": "elsewhere"}
+	if _, err := f.env.Store.Update(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	within("a relabelled pod leaves the slice", func() bool { return sliceEmpty(ctx, f) })
+
 	if _, err := f.env.Store.Delete(ctx, objects.Services, "default", "web", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -335,4 +347,10 @@ func TestServicesWatched(t *testing.T) {
 	if len(f.pub.Events()) != 0 {
 		t.Errorf("watched syncs announced %v; only pod events announce", f.pub.Types())
 	}
+}
+
+// sliceEmpty reports whether web's slice exists and lists nobody.
+func sliceEmpty(ctx context.Context, f *fixture) bool {
+	sl, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", SliceName("web"))
+	return err == nil && len(sl.GetEndpoints()) == 0
 }
