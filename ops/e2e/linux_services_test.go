@@ -176,8 +176,7 @@ done
 	// web-a recovers; web-b's labels change so the Service no longer
 	// selects it: it stops receiving, web-a takes everything.
 	c.mustPodflow("apply", "-f", writeTemp(t, busyboxPod("unflip", fmt.Sprintf(`printf 'GET /recover-readiness HTTP/1.0\r\n\r\n' | nc -w 2 %s 8080`, ipOf["web-a"]))))
-	// (A label change reaches the slice on the endpoints stage's resync:
-	// only Services are watched.)
+	// (The endpoints stage's Pod informer sees the label change.)
 	if out, err := exec.Command("kubectl", "--kubeconfig", filepath.Join(c.dir, "kubeconfig"), "label", "pod", "web-b", "app=web-elsewhere", "--overwrite").CombinedOutput(); err != nil {
 		t.Fatalf("kubectl label: %v\n%s", err, out)
 	}
