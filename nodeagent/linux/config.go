@@ -64,6 +64,16 @@ type Config struct {
 	// NodeIP is the node's address, the pod IP of hostNetwork pods
 	// (kubelet's status.hostIP). Default 127.0.0.1.
 	NodeIP string
+	// ClusterDNS are the nameservers of ClusterFirst pods (kubelet's
+	// --cluster-dns): the node agent's cluster DNS on the bridge's gateway.
+	// Empty: ClusterFirst pods get Default (kubelet's fallback).
+	ClusterDNS []string
+	// ClusterDomain is the cluster's DNS domain (kubelet's
+	// --cluster-domain, default "cluster.local").
+	ClusterDomain string
+	// ResolvConf is the node's resolv.conf, the one of dnsPolicy Default
+	// pods (kubelet's --resolv-conf, default /etc/resolv.conf).
+	ResolvConf string
 	// HostPathPrefixes are the only host directories hostPath volumes may
 	// name (or lie below). Empty: hostPath volumes are refused.
 	HostPathPrefixes []string
@@ -123,6 +133,8 @@ func DefaultConfig(node, podCIDR, dataDir, mirror string) Config {
 		Container:          container.DefaultConfig(),
 		SeccompProfileRoot: filepath.Join(dataDir, "seccomp"),
 		NodeIP:             "127.0.0.1",
+		ClusterDomain:      "cluster.local",
+		ResolvConf:         "/etc/resolv.conf",
 		MaxPods:            110,
 		SpareShims:         2,
 		StopTimeout:        10 * time.Second,
@@ -159,6 +171,11 @@ func (c Config) Validate() error {
 	for _, p := range c.HostPathPrefixes {
 		if !filepath.IsAbs(p) || filepath.Clean(p) == "/" {
 			return fmt.Errorf("%w: HostPathPrefixes: %q must be an absolute path other than /", ErrInvalidConfig, p)
+		}
+	}
+	for _, ip := range c.ClusterDNS {
+		if net.ParseIP(ip) == nil {
+			return fmt.Errorf("%w: ClusterDNS: %q is not an IP address", ErrInvalidConfig, ip)
 		}
 	}
 	if err := validateSysctlPatterns(c.AllowedUnsafeSysctls); err != nil {

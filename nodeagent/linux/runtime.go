@@ -452,6 +452,9 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 	if err := os.WriteFile(filepath.Join(dir, "hosts"), hostsFile(pd, att), 0o644); err != nil {
 		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "hosts file: %w", err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), r.resolvFile(pd), 0o644); err != nil {
+		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "resolv.conf: %w", err)
+	}
 	p := r.newPod(dir, podRecord{UID: uid, Namespace: md.GetNamespace(), Name: md.GetName(), QOS: plan.QOSClass,
 		SandboxID: newID(), Net: att, CreatedAt: time.Now()})
 	if err := r.savePod(p); err != nil {

@@ -192,14 +192,15 @@ func validName(s string) bool {
 }
 
 // containerMounts returns the bind mounts of c: its volumeMounts (with
-// subPath) and the pod's /etc/hosts.
+// subPath), the pod's /etc/hosts and its /etc/resolv.conf (each unless a
+// volumeMount covers it).
 func (r *Runtime) containerMounts(pd *corev1.Pod, c *corev1.Container, p *pod) ([]container.Mount, error) {
 	vols := map[string]*corev1.Volume{}
 	for _, v := range pd.GetSpec().GetVolumes() {
 		vols[v.GetName()] = v
 	}
 	var out []container.Mount
-	hosts := true
+	hosts, resolv := true, true
 	for _, vm := range c.GetVolumeMounts() {
 		v := vols[vm.GetName()]
 		if v == nil {
@@ -228,13 +229,20 @@ func (r *Runtime) containerMounts(pd *corev1.Pod, c *corev1.Container, p *pod) (
 				return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "volumeMount %q: subPath %q: %w", vm.GetName(), sp, err)
 			}
 		}
-		if filepath.Clean(vm.GetMountPath()) == "/etc/hosts" {
+		switch filepath.Clean(vm.GetMountPath()) {
+		case "/etc/hosts":
 			hosts = false
+		case "/etc/resolv.conf":
+			resolv = false
 		}
 		out = append(out, container.Mount{Source: src, SubPath: sub, Destination: vm.GetMountPath(), ReadOnly: vm.GetReadOnly()})
 	}
 	if hosts {
 		out = append(out, container.Mount{Source: filepath.Join(p.dir, "hosts"), Destination: "/etc/hosts"})
+	}
+	// A pod made before pods got a resolv.conf keeps the image's.
+	if _, err := os.Stat(filepath.Join(p.dir, "resolv.conf")); resolv && err == nil {
+		out = append(out, container.Mount{Source: filepath.Join(p.dir, "resolv.conf"), Destination: "/etc/resolv.conf"})
 	}
 	return out, nil
 }

@@ -21,6 +21,25 @@ type ServiceSyncer interface {
 	Sync(ctx context.Context, services []*corev1.Service, slices []*corev1.EndpointSlice) (bool, error)
 }
 
+// Syncers feeds several ServiceSyncers from one watch (the node proxy and
+// the cluster DNS): each gets every Sync, in order, whatever the others
+// returned; it reports a change if any did, and every error.
+type Syncers []ServiceSyncer
+
+// Sync implements ServiceSyncer.
+func (ss Syncers) Sync(ctx context.Context, services []*corev1.Service, slices []*corev1.EndpointSlice) (bool, error) {
+	var changed bool
+	var errs []error
+	for _, s := range ss {
+		c, err := s.Sync(ctx, services, slices)
+		changed = changed || c
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return changed, errors.Join(errs...)
+}
+
 // ServiceWatchConfig tunes WatchServices.
 type ServiceWatchConfig struct {
 	// Resync re-applies the whole state this often even without a change

@@ -2,6 +2,7 @@ package nodewire
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -90,5 +91,44 @@ func TestWatchServices(t *testing.T) {
 	defer mu.Unlock()
 	if len(lat) < 4 {
 		t.Errorf("OnSync told %d times, want at least 4", len(lat))
+	}
+}
+
+// syncFunc is a ServiceSyncer of one function.
+type syncFunc func() (bool, error)
+
+func (f syncFunc) Sync(context.Context, []*corev1.Service, []*corev1.EndpointSlice) (bool, error) {
+	return f()
+}
+
+func TestSyncers(t *testing.T) {
+	errA, errB := errors.New("a"), errors.New("b")
+	ret := func(changed bool, err error) syncFunc { return func() (bool, error) { return changed, err } }
+	tests := []struct {
+		name    string
+		ss      Syncers
+		changed bool
+		errs    []error
+	}{
+		{"none", nil, false, nil},
+		{"one changed", Syncers{ret(false, nil), ret(true, nil)}, true, nil},
+		{"nothing changed", Syncers{ret(false, nil), ret(false, nil)}, false, nil},
+		{"every error, every syncer called", Syncers{ret(false, errA), ret(true, errB)}, true, []error{errA, errB}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			changed, err := tc.ss.Sync(context.Background(), nil, nil)
+			if changed != tc.changed {
+				t.Errorf("changed = %v, want %v", changed, tc.changed)
+			}
+			if (err != nil) != (len(tc.errs) > 0) {
+				t.Errorf("err = %v, want %v", err, tc.errs)
+			}
+			for _, e := range tc.errs {
+				if !errors.Is(err, e) {
+					t.Errorf("err = %v, want it to hold %v", err, e)
+				}
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/podflow/podflow/nodeagent/nodemetrics"
 	"github.com/podflow/podflow/services/nodelogs"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux"
+	"github.com/podflow/podflow/nodeagent/linux/dns"
 	"github.com/podflow/podflow/nodeagent/linux/network"
 	"github.com/podflow/podflow/nodeagent/linux/proxy"
 	"github.com/podflow/podflow/ops/client"
@@ -168,6 +170,8 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	}
 	rcfg := linux.DefaultConfig(node, podCIDR, dataDir, lo.Registry)
 	rcfg.Network.ClusterCIDR = lo.ClusterCIDR
+	// ClusterFirst pods ask the node's cluster DNS, on the bridge's gateway.
+	rcfg.ClusterDNS = []string{gatewayOf(podCIDR).String()}
 	rcfg.HostPathPrefixes = lo.HostPaths
 	if lo.HostIP != "" {
 		rcfg.NodeIP = lo.HostIP
@@ -252,19 +256,31 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		defer wg.Done()
 		peerRoutes(ctx, sess, rt, node, log)
 	}()
-	// The service proxy (the service CIDR's unreachable route first). Pods
-	// run without it when the kernel lacks nftables: ClusterIPs then stay
-	// unreachable, nothing else changes.
+	// The service proxy (the service CIDR's unreachable route first) and
+	// the cluster DNS, fed by one watch. Pods run without them when the
+	// kernel lacks nftables or port 53 is taken: ClusterIPs then stay
+	// unreachable, or names unresolved; nothing else changes.
+	var syncers wire.Syncers
 	if px, err := proxy.New(ctx, pcfg); err != nil {
 		log.Warn("no service proxy: ClusterIPs are unreachable on this node", "err", err)
 	} else {
 		defer px.Close()
 		log.Info("service proxy ready", "table", pcfg.Table, "serviceCIDR", pcfg.ServiceCIDR)
+		syncers = append(syncers, px)
+	}
+	if ds, err := startClusterDNS(podCIDR, rcfg); err != nil {
+		log.Warn("no cluster DNS: pods' names do not resolve on this node", "err", err)
+	} else {
+		defer ds.Close()
+		log.Info("cluster DNS ready", "addr", ds.Addr(), "device", rcfg.Network.BridgeName)
+		syncers = append(syncers, ds)
+	}
+	if len(syncers) > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := wire.WatchServices(ctx, sess.Store, px, wire.ServiceWatchConfig{Logger: log}); err != nil {
-				log.Warn("service proxy stopped", "err", err)
+			if err := wire.WatchServices(ctx, sess.Store, syncers, wire.ServiceWatchConfig{Logger: log}); err != nil {
+				log.Warn("service watch stopped", "err", err)
 			}
 		}()
 	}
@@ -291,11 +307,31 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	return err
 }
 
+// gatewayOf is the pod CIDR's first address, the bridge's.
+func gatewayOf(podCIDR string) netip.Addr { return netip.MustParsePrefix(podCIDR).Addr().Next() }
+
+// startClusterDNS starts the node's cluster DNS on the bridge's gateway,
+// port 53, bound to the bridge: only the node's pods reach it. It never
+// forwards (nodeagent/linux/dns).
+func startClusterDNS(podCIDR string, rcfg linux.Config) (*dns.Server, error) {
+	cfg := dns.DefaultConfig()
+	cfg.Addr = net.JoinHostPort(gatewayOf(podCIDR).String(), "53")
+	cfg.Device = rcfg.Network.BridgeName
+	cfg.Domain = rcfg.ClusterDomain
+	s, err := dns.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // proxyConfig is the node proxy's: the node's bridge, its gateway (the pod
 // CIDR's first address) and its policy routing table.
 func proxyConfig(node, podCIDR string, rcfg linux.Config) proxy.Config {
-	gw := netip.MustParsePrefix(podCIDR).Addr().Next()
-	cfg := proxy.DefaultConfig(node, rcfg.Network.BridgeName, gw.String())
+	cfg := proxy.DefaultConfig(node, rcfg.Network.BridgeName, gatewayOf(podCIDR).String())
 	cfg.PodCIDR, cfg.RouteTable = podCIDR, rcfg.Network.RouteTable
 	return cfg
 }

@@ -3,6 +3,7 @@ package admission
 import (
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 // Enumerations validated by ValidatePod.
 var (
 	restartPolicies     = []string{"Always", "OnFailure", "Never"}
+	dnsPolicies         = []string{"", "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"}
 	pullPolicies        = []string{"Always", "IfNotPresent", "Never"}
 	protocols           = []string{"TCP", "UDP", "SCTP"}
 	schemes             = []string{"HTTP", "HTTPS"}
@@ -97,6 +99,7 @@ func validateSpec(p *field.Path, spec *corev1.PodSpec) field.ErrorList {
 	}
 
 	errs = append(errs, oneOf(p, spec.GetRestartPolicy(), restartPolicies, "restartPolicy")...)
+	errs = append(errs, validateDNS(p, spec)...)
 	if g := spec.TerminationGracePeriodSeconds; g != nil && *g < 0 {
 		errs = append(errs, field.Invalid(p.Child("terminationGracePeriodSeconds"), *g, "must be greater than or equal to 0"))
 	}
@@ -653,4 +656,33 @@ func sysctlName(name string) bool {
 	}
 	return name != "" && !strings.ContainsAny(name[:1], "./") && !strings.ContainsAny(name[len(name)-1:], "./") &&
 		!strings.Contains(name, "..") && !strings.Contains(name, "//")
+}
+
+// validateDNS checks dnsPolicy and dnsConfig as Kubernetes does: a known
+// policy, None with a dnsConfig naming at least one nameserver, at most 3
+// nameservers (IP addresses) and 32 search domains.
+func validateDNS(p *field.Path, spec *corev1.PodSpec) field.ErrorList {
+	errs := oneOf(p, spec.GetDnsPolicy(), dnsPolicies, "dnsPolicy")
+	dc := spec.GetDnsConfig()
+	if spec.GetDnsPolicy() == "None" {
+		if dc == nil {
+			return append(errs, field.Required(p.Child("dnsConfig"), "must provide `dnsConfig` when `dnsPolicy` is None"))
+		}
+		if len(dc.GetNameservers()) == 0 {
+			errs = append(errs, field.Required(p.Child("dnsConfig", "nameservers"), "must provide at least one DNS nameserver when `dnsPolicy` is None"))
+		}
+	}
+	ns := p.Child("dnsConfig", "nameservers")
+	if n := len(dc.GetNameservers()); n > 3 {
+		errs = append(errs, field.Invalid(ns, dc.GetNameservers(), "must not have more than 3 nameservers"))
+	}
+	for i, s := range dc.GetNameservers() {
+		if net.ParseIP(s) == nil {
+			errs = append(errs, field.Invalid(ns.Index(i), s, "must be valid IP address"))
+		}
+	}
+	if n := len(dc.GetSearches()); n > 32 {
+		errs = append(errs, field.Invalid(p.Child("dnsConfig", "searches"), dc.GetSearches(), "must not have more than 32 search paths"))
+	}
+	return errs
 }

@@ -37,6 +37,17 @@ func TestValidatePod(t *testing.T) {
 			p.Spec.InitContainers = []*corev1.Container{{Name: "app", Image: "x:1", ImagePullPolicy: "IfNotPresent"}}
 		}, []string{"FieldValueDuplicate spec.containers[0].name"}},
 		{"restartPolicy unsupported", func(p *corev1.Pod) { p.Spec.RestartPolicy = "Sometimes" }, []string{"FieldValueNotSupported spec.restartPolicy"}},
+		{"dnsPolicy unsupported", func(p *corev1.Pod) { p.Spec.DnsPolicy = "Sometimes" }, []string{"FieldValueNotSupported spec.dnsPolicy"}},
+		{"dnsPolicy None without dnsConfig", func(p *corev1.Pod) { p.Spec.DnsPolicy = "None" }, []string{"FieldValueRequired spec.dnsConfig"}},
+		{"dnsPolicy None without a nameserver", func(p *corev1.Pod) {
+			p.Spec.DnsPolicy, p.Spec.DnsConfig = "None", &corev1.PodDNSConfig{Searches: []string{"a.example"}}
+		}, []string{"FieldValueRequired spec.dnsConfig.nameservers"}},
+		{"dnsPolicy None with dnsConfig", func(p *corev1.Pod) {
+			p.Spec.DnsPolicy, p.Spec.DnsConfig = "None", &corev1.PodDNSConfig{Nameservers: []string{"10.244.1.1"}}
+		}, nil},
+		{"dnsConfig nameservers", func(p *corev1.Pod) {
+			p.Spec.DnsConfig = &corev1.PodDNSConfig{Nameservers: []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "resolver"}}
+		}, []string{"FieldValueInvalid spec.dnsConfig.nameservers", "FieldValueInvalid spec.dnsConfig.nameservers[3]"}},
 		{"imagePullPolicy unsupported", func(p *corev1.Pod) { app(p).ImagePullPolicy = "Sometimes" }, []string{"FieldValueNotSupported spec.containers[0].imagePullPolicy"}},
 		{"negative grace period", func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = proto.Int64(-1) }, []string{"FieldValueInvalid spec.terminationGracePeriodSeconds"}},
 		{"restartPolicy on a regular container", func(p *corev1.Pod) { app(p).RestartPolicy = "Always" }, []string{"FieldValueForbidden spec.containers[0].restartPolicy"}},

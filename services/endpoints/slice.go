@@ -1,7 +1,9 @@
 package endpoints
 
 import (
+	"fmt"
 	"sort"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -67,16 +69,10 @@ func Desired(svc *corev1.Service, pods []*corev1.Pod) *corev1.EndpointSlice {
 	}
 	var first *corev1.Pod
 	for _, pod := range pods {
-		if !Selects(svc, pod) {
+		if in, _ := Membership(svc, pod); !in {
 			continue
 		}
 		ready := Ready(pod)
-		if !ready && !(svc.GetSpec().GetPublishNotReadyAddresses() && pod.GetStatus().GetPodIp() != "") {
-			continue
-		}
-		if !exposesPorts(svc, pod) {
-			continue
-		}
 		if first == nil {
 			first = pod
 		}
@@ -108,6 +104,46 @@ func Desired(svc *corev1.Service, pods []*corev1.Pod) *corev1.EndpointSlice {
 		slice.Ports = append(slice.Ports, ep)
 	}
 	return slice
+}
+
+// Membership says whether Desired makes pod an endpoint of svc, and why
+// or why not, in the words `podflow describe service` shows: "Ready", or
+// "Terminating" (listed, not Ready), or a reason it is left out — its
+// labels, no pod IP yet, terminating, not Ready (with the Ready
+// condition's reason), a named targetPort it does not expose.
+func Membership(svc *corev1.Service, pod *corev1.Pod) (endpoint bool, why string) {
+	if !Selects(svc, pod) {
+		return false, "labels do not match the selector"
+	}
+	ready := Ready(pod)
+	publish := svc.GetSpec().GetPublishNotReadyAddresses()
+	if !ready && !(publish && pod.GetStatus().GetPodIp() != "") {
+		switch {
+		case pod.GetStatus().GetPodIp() == "":
+			return false, "no pod IP yet"
+		case pod.GetMetadata().GetDeletionTimestamp() != nil:
+			return false, "terminating"
+		}
+		why := "not Ready"
+		for _, c := range pod.GetStatus().GetConditions() {
+			if c.GetType() == "Ready" && (c.GetReason() != "" || c.GetMessage() != "") {
+				why += " (" + strings.TrimSpace(c.GetReason()+" "+c.GetMessage()) + ")"
+			}
+		}
+		return false, why
+	}
+	for _, sp := range svc.GetSpec().GetPorts() {
+		if name := sp.GetTargetPort().GetStrVal(); name != "" && resolvePort(sp, pod) == 0 {
+			return false, fmt.Sprintf("exposes no port named %q", name)
+		}
+	}
+	switch {
+	case pod.GetMetadata().GetDeletionTimestamp() != nil:
+		return true, "Terminating"
+	case !ready:
+		return true, "not Ready (published: publishNotReadyAddresses)"
+	}
+	return true, "Ready"
 }
 
 // Equal reports whether two slices carry the same endpoints, ports and
@@ -146,16 +182,6 @@ func protocol(p string) string {
 		return "TCP"
 	}
 	return p
-}
-
-// exposesPorts reports whether every named targetPort of svc resolves on pod.
-func exposesPorts(svc *corev1.Service, pod *corev1.Pod) bool {
-	for _, sp := range svc.GetSpec().GetPorts() {
-		if sp.GetTargetPort().GetStrVal() != "" && resolvePort(sp, pod) == 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // resolvePort returns the pod port a Service port targets: a number as is

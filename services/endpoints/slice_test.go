@@ -107,3 +107,45 @@ func TestPublishNotReadyAddresses(t *testing.T) {
 		t.Fatalf("endpoints %v", got.Endpoints)
 	}
 }
+
+// TestMembership: the reason describe shows for each pod, and that it
+// agrees with Desired about who is an endpoint.
+func TestMembership(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	http := &corev1.ContainerPort{Name: "http", ContainerPort: 8080}
+	named := &corev1.ServicePort{Port: 80, TargetPort: &corev1.IntOrString{Value: &corev1.IntOrString_StrVal{StrVal: "http"}}}
+	terminating := pod("t", "10.0.0.9", app, true, http)
+	terminating.Metadata.DeletionTimestamp = timestamppb.Now()
+	probed := pod("p", "10.0.0.4", app, false, http)
+	probed.Status.Conditions[0].Reason = "ContainersNotReady"
+	publish := svc(app, named)
+	publish.Spec.PublishNotReadyAddresses = true
+	tests := []struct {
+		name     string
+		svc      *corev1.Service
+		pod      *corev1.Pod
+		endpoint bool
+		why      string
+	}{
+		{"ready", svc(app, named), pod("a", "10.0.0.2", app, true, http), true, "Ready"},
+		{"labels", svc(app, named), pod("a", "10.0.0.2", map[string]string{"app": "db"}, true, http), false, "labels do not match the selector"},
+		{"no IP", svc(app, named), pod("a", "", app, false, http), false, "no pod IP yet"},
+		{"not ready", svc(app, named), pod("a", "10.0.0.2", app, false, http), false, "not Ready"},
+		{"not ready, with the condition's reason", svc(app, named), probed, false, "not Ready (ContainersNotReady)"},
+		{"terminating", svc(app, named), terminating, false, "terminating"},
+		{"terminating, published", publish, terminating, true, "Terminating"},
+		{"not ready, published", publish, pod("a", "10.0.0.2", app, false, http), true, "not Ready (published: publishNotReadyAddresses)"},
+		{"named port not exposed", svc(app, named), pod("a", "10.0.0.2", app, true, nil), false, `exposes no port named "http"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			endpoint, why := Membership(tt.svc, tt.pod)
+			if endpoint != tt.endpoint || why != tt.why {
+				t.Errorf("Membership = %v %q, want %v %q", endpoint, why, tt.endpoint, tt.why)
+			}
+			if in := len(addrs(Desired(tt.svc, []*corev1.Pod{tt.pod}))) == 1; in != endpoint {
+				t.Errorf("Desired lists the pod: %v; Membership says %v", in, endpoint)
+			}
+		})
+	}
+}

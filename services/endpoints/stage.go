@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -31,7 +33,9 @@ var ErrStoreBehind = errors.New("endpoints: store does not reflect the event yet
 type Stage struct {
 	env      stage.Env
 	services *informer.Informer[*corev1.Service]
-	locks    sync.Map // service key -> *sync.Mutex: one sync per service at a time in this replica
+	pods     *informer.Informer[*corev1.Pod] // for label changes only; syncs read pods from the store
+	locks    sync.Map                        // service key -> *sync.Mutex: one sync per service at a time in this replica
+	queue    serviceQueue
 }
 
 var (
@@ -41,17 +45,80 @@ var (
 
 // NewStage returns an endpoints stage replica.
 func NewStage(env stage.Env) (*Stage, error) {
-	s := &Stage{env: env}
+	s := &Stage{env: env, queue: newServiceQueue()}
+	enqueue := func(svc *corev1.Service) { s.queue.add(svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()) }
 	var err error
-	s.services, err = informer.New[*corev1.Service](env.Store, "", informer.Handlers[*corev1.Service]{})
+	s.services, err = informer.New[*corev1.Service](env.Store, "", informer.Handlers[*corev1.Service]{
+		OnAdd: enqueue, OnUpdate: func(_, svc *corev1.Service) { enqueue(svc) }, OnDelete: enqueue,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// A pod's labels change without a pod event: queue every Service that
+	// selected it before or selects it now.
+	s.pods, err = informer.New[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
+		OnUpdate: func(old, pod *corev1.Pod) {
+			if maps.Equal(old.GetMetadata().GetLabels(), pod.GetMetadata().GetLabels()) {
+				return
+			}
+			for _, svc := range s.services.List(pod.GetMetadata().GetNamespace()) {
+				if Selects(svc, old) || Selects(svc, pod) {
+					enqueue(svc)
+				}
+			}
+		},
+	})
 	return s, err
 }
 
-// Start runs the Service informer.
+// Start runs the Service and Pod informers and, once they have synced,
+// the worker that syncs a Service's slice as soon as the Service is
+// created, changed or deleted, or a pod's labels change (the Services
+// present at start are Reconcile's).
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.services)
-	return infs.Start(ctx, g)
+	infs.Add(s.services, s.pods)
+	if err := infs.Start(ctx, g); err != nil {
+		return err
+	}
+	s.queue.open()
+	g.Go(func() error {
+		s.work(ctx)
+		return nil
+	})
+	return nil
+}
+
+// work syncs the queued Services until ctx is done. A failed sync is
+// queued again after a second; the resync heals whatever is still off.
+func (s *Stage) work(ctx context.Context) {
+	for {
+		keys, ok := s.queue.take(ctx)
+		if !ok {
+			return
+		}
+		for _, k := range keys {
+			if err := s.syncKey(ctx, k.ns, k.name); err != nil && ctx.Err() == nil {
+				s.env.Log.Warn("syncing a changed Service's slice", "service", k.ns+"/"+k.name, "err", err)
+				time.AfterFunc(time.Second, func() { s.queue.add(k.ns, k.name) })
+			}
+		}
+	}
+}
+
+// syncKey syncs the Service ns/name as the informer has it now, or
+// removes its managed slice once it is gone from the store too.
+func (s *Stage) syncKey(ctx context.Context, ns, name string) error {
+	if svc, ok := s.services.Get(ns, name); ok {
+		return s.sync(ctx, nil, svc)
+	}
+	sl, err := objects.Get[*corev1.EndpointSlice](ctx, s.env.Store, ns, SliceName(name))
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	return s.removeOrphan(ctx, sl)
 }
 
 // Handle reacts to a pod becoming Ready, NotReady, or deleted. It acts
@@ -118,21 +185,30 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, sl := range slices {
-		md := sl.GetMetadata()
-		if md.GetLabels()[LabelManagedBy] != ManagedBy {
-			continue
-		}
-		if _, ok := s.services.Get(md.GetNamespace(), md.GetLabels()[LabelServiceName]); ok {
-			continue
-		}
-		if _, err := objects.Get[*corev1.Service](ctx, s.env.Store, md.GetNamespace(), md.GetLabels()[LabelServiceName]); errors.Is(err, raftstore.ErrNotFound) {
-			_, err := s.env.Store.Delete(ctx, objects.EndpointSlices, md.GetNamespace(), md.GetName(), objects.Revision(sl))
-			if err != nil && !errors.Is(err, raftstore.ErrNotFound) && !errors.Is(err, raftstore.ErrConflict) {
-				errs = append(errs, err)
-			}
+		if err := s.removeOrphan(ctx, sl); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeOrphan deletes sl if this stage manages it and its Service is
+// gone (from the cache and from the store).
+func (s *Stage) removeOrphan(ctx context.Context, sl *corev1.EndpointSlice) error {
+	md := sl.GetMetadata()
+	if md.GetLabels()[LabelManagedBy] != ManagedBy {
+		return nil
+	}
+	if _, ok := s.services.Get(md.GetNamespace(), md.GetLabels()[LabelServiceName]); ok {
+		return nil
+	}
+	if _, err := objects.Get[*corev1.Service](ctx, s.env.Store, md.GetNamespace(), md.GetLabels()[LabelServiceName]); errors.Is(err, raftstore.ErrNotFound) {
+		_, err := s.env.Store.Delete(ctx, objects.EndpointSlices, md.GetNamespace(), md.GetName(), objects.Revision(sl))
+		if err != nil && !errors.Is(err, raftstore.ErrNotFound) && !errors.Is(err, raftstore.ErrConflict) {
+			return err
+		}
+	}
+	return nil
 }
 
 // sync brings svc's slice to its desired state; d is the event that caused

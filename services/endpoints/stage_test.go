@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -276,4 +277,80 @@ func TestNodeRestriction(t *testing.T) {
 	if got := addrs(slice(t, f)); !slices.Equal(got, []string{"10.0.0.1"}) {
 		t.Errorf("slice %v, want a's address", got)
 	}
+}
+
+// TestServicesWatched: a Service created, changed or deleted after start
+// (or a pod relabelled) gets its slice written, rewritten or removed
+// within a second, without Reconcile and without an event (the issue's
+// "watched, not polled").
+func TestServicesWatched(t *testing.T) {
+	web, db := map[string]string{"app": "web"}, map[string]string{"app": "db"}
+	f := newFixture(t, reported(pod("a", "10.0.0.1", web, true, nil), 1), reported(pod("b", "10.0.0.2", db, true, nil), 1))
+	ctx := context.Background()
+	within := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if ok() {
+				return
+			}
+		}
+		t.Fatalf("within a second: %s", what)
+	}
+	addrsNow := func() []string {
+		sl, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", SliceName("web"))
+		if err != nil {
+			return nil
+		}
+		return addrs(sl)
+	}
+	s := svc(web, &corev1.ServicePort{Port: 80})
+	if _, err := f.env.Store.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	within("a new Service's slice lists a", func() bool { return slices.Equal(addrsNow(), []string{"10.0.0.1"}) })
+
+	stored, err := objects.Get[*corev1.Service](ctx, f.env.Store, "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored.Spec.Selector = db
+	if _, err := f.env.Store.Update(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	within("a changed selector's slice lists b", func() bool { return slices.Equal(addrsNow(), []string{"10.0.0.2"}) })
+	rev := f.kv.Revision()
+	if err := f.s.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.kv.Revision() != rev {
+		t.Error("Reconcile after the watched sync wrote again; want it idempotent")
+	}
+
+	// b's labels change (no pod event): it leaves the slice at once.
+	b, err := objects.Get[*corev1.Pod](ctx, f.env.Store, "default", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Metadata.Labels = map[string]string{"app": "elsewhere"}
+	if _, err := f.env.Store.Update(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	within("a relabelled pod leaves the slice", func() bool { return sliceEmpty(ctx, f) })
+
+	if _, err := f.env.Store.Delete(ctx, objects.Services, "default", "web", 0); err != nil {
+		t.Fatal(err)
+	}
+	within("a deleted Service's slice is gone", func() bool {
+		_, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", SliceName("web"))
+		return errors.Is(err, raftstore.ErrNotFound)
+	})
+	if len(f.pub.Events()) != 0 {
+		t.Errorf("watched syncs announced %v; only pod events announce", f.pub.Types())
+	}
+}
+
+// sliceEmpty reports whether web's slice exists and lists nobody.
+func sliceEmpty(ctx context.Context, f *fixture) bool {
+	sl, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", SliceName("web"))
+	return err == nil && len(sl.GetEndpoints()) == 0
 }

@@ -28,7 +28,7 @@ type Object struct {
 	// github.com/podflow/podflow/proto/corev1.
 	Message proto.Message
 	// Warnings name fields Kubernetes knows but podflow does not keep
-	// (spec.dnsPolicy, metadata.managedFields, ...): they were dropped.
+	// (spec.shareProcessNamespace, metadata.managedFields, ...): they were dropped.
 	Warnings []string
 }
 

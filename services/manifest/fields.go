@@ -71,6 +71,7 @@ const (
 	testAffinity  = "services/scheduler/interpodaffinity_test.go services/admission/validate_scheduling_test.go"
 	testGates     = "services/scheduler/gates_test.go services/apiserver/gates_test.go"
 	testPriority  = "services/admission/priority_test.go services/scheduler/queue_test.go"
+	testDNS       = "nodeagent/linux/dns/dns_test.go ops/e2e/linux_services_test.go services/admission/validate_test.go"
 	testRuntime   = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
 	testStatus    = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
 )
@@ -183,6 +184,8 @@ var podHonoured = map[string]string{
 	"spec.schedulingGates":                    testGates,
 	"spec.priorityClassName":                  testPriority,
 	"spec.priority":                           testPriority,
+	"spec.dnsPolicy":                          testDNS,
+	"spec.dnsConfig":                          testDNS,
 	"spec.tolerations":                        testScheduler,
 	"spec.schedulerName":                      testScheduler,
 	"spec.serviceAccountName":                 testSchema,
@@ -208,8 +211,6 @@ var podRefused = map[string]refusal{
 	"spec.preemptionPolicy":             {what: "preemption", allow: []string{"PreemptLowerPriority"}},
 	"spec.automountServiceAccountToken": {what: "mounting ServiceAccount tokens into containers", allow: []string{"false"}},
 	"spec.enableServiceLinks":           {what: "Service environment variables (enableServiceLinks)", allow: []string{"false"}},
-	"spec.dnsConfig":                    {what: "dnsConfig"},
-	"spec.dnsPolicy":                    {what: "DNS policies", allow: []string{"ClusterFirst"}},
 	"spec.ephemeralContainers":          {what: "ephemeral containers"},
 	"spec.evictionResponders":           {what: "eviction responders"},
 	"spec.hostAliases":                  {what: "hostAliases"},

@@ -117,6 +117,11 @@ spec:
   terminationGracePeriodSeconds: 45
   hostNetwork: false
   priority: 7
+  dnsPolicy: None
+  dnsConfig:
+    nameservers: [10.244.1.1]
+    searches: [default.svc.cluster.local]
+    options: [{name: ndots, value: "2"}, {name: edns0}]
   securityContext:
     runAsUser: 1000
     runAsNonRoot: true
@@ -247,6 +252,9 @@ func TestRichPod(t *testing.T) {
 		{"toleration seconds", pod.GetSpec().GetTolerations()[1].GetTolerationSeconds(), int64(300)},
 		{"sidecar init container", pod.GetSpec().GetInitContainers()[0].GetRestartPolicy(), "Always"},
 		{"timestamp", pod.GetStatus().GetStartTime().AsTime().Unix(), int64(1767323045)},
+		{"dnsPolicy", pod.GetSpec().GetDnsPolicy(), "None"},
+		{"dnsConfig option", pod.GetSpec().GetDnsConfig().GetOptions()[0].GetValue(), "2"},
+		{"dnsConfig nameserver", pod.GetSpec().GetDnsConfig().GetNameservers(), []string{"10.244.1.1"}},
 		{"affinity", pod.GetSpec().GetAffinity().GetNodeAffinity().GetPreferredDuringSchedulingIgnoredDuringExecution()[0].GetWeight(), int32(10)},
 	}
 	for _, tc := range checks {

@@ -10,9 +10,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 )
@@ -28,6 +30,12 @@ type Config struct {
 	// Addr is the UDP and TCP address to listen on (default
 	// "127.0.0.1:0": loopback, any free port).
 	Addr string
+	// Device, when set, binds both listeners to that network interface
+	// (SO_BINDTODEVICE): the node agent's server answers only queries that
+	// arrive on the node's bridge, that is from its pods — not from the
+	// host (whose packets to the bridge's address arrive on lo) nor from
+	// any other interface.
+	Device string
 	// Domain is the cluster domain (default "cluster.local").
 	Domain string
 	// TTL of every answer (default 5 s, as CoreDNS's kubernetes plugin).
@@ -234,11 +242,22 @@ func (s *Server) soa() dns.RR {
 // Start listens on Addr (UDP and TCP, the same port) and serves until
 // Close.
 func (s *Server) Start() error {
-	pc, err := net.ListenPacket("udp", s.cfg.Addr)
+	lc := net.ListenConfig{}
+	if dev := s.cfg.Device; dev != "" {
+		lc.Control = func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) { serr = unix.BindToDevice(int(fd), dev) }); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	ctx := context.Background()
+	pc, err := lc.ListenPacket(ctx, "udp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("dns: listen udp %s: %w", s.cfg.Addr, err)
 	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
+	l, err := lc.Listen(ctx, "tcp", pc.LocalAddr().String())
 	if err != nil {
 		pc.Close()
 		return fmt.Errorf("dns: listen tcp %s: %w", pc.LocalAddr(), err)

@@ -105,13 +105,46 @@ func TestSyncReplaces(t *testing.T) {
 	if _, err := s.Sync(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
 	}
+	wantNXDomain(t, s.Addr(), "web.default.svc.cluster.local.")
+}
+
+// wantNXDomain asks addr for name's A record and wants NXDOMAIN.
+func wantNXDomain(t *testing.T, addr, name string) {
+	t.Helper()
 	m := new(dns.Msg)
-	m.SetQuestion("web.default.svc.cluster.local.", dns.TypeA)
-	r, _, err := new(dns.Client).Exchange(m, s.Addr())
+	m.SetQuestion(name, dns.TypeA)
+	r, _, err := new(dns.Client).Exchange(m, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Rcode != dns.RcodeNameError {
-		t.Fatalf("rcode %s after the Service went, want NXDOMAIN", dns.RcodeToString[r.Rcode])
+		t.Fatalf("%s: rcode %s, want NXDOMAIN", name, dns.RcodeToString[r.Rcode])
+	}
+}
+
+// TestDevice: with Device set the listeners are bound to that interface;
+// one that does not exist fails Start (and leaves nothing listening).
+func TestDevice(t *testing.T) {
+	for _, tc := range []struct {
+		dev     string
+		wantErr bool
+	}{{"lo", false}, {"pfnosuchdev0", true}} {
+		t.Run(tc.dev, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Device = tc.dev
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.Start()
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Start() = %v, want error %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			defer s.Close()
+			wantNXDomain(t, s.Addr(), "web.default.svc.cluster.local.")
+		})
 	}
 }

@@ -14,11 +14,14 @@
 //
 // The caller:
 //
-//  1. calls Update with every Service and EndpointSlice it knows, whenever
+//  1. calls Sync with every Service and EndpointSlice it knows, whenever
 //     one changes (safe from any goroutine; queries see the old or the new
-//     records, never a mix);
+//     records, never a mix) — the Linux node agent feeds it from the same
+//     watch as its proxy (ops/nodewire.Syncers);
 //
-//  2. calls Start, and Close on shutdown (it closes the listeners).
+//  2. calls Start, and Close on shutdown (it closes the listeners). The
+//     node agent listens on its bridge's gateway, port 53, with
+//     Config.Device the bridge, so only its pods reach the server.
 //
 //     s, _ := dns.New(dns.DefaultConfig())
 //     _, _ = s.Sync(ctx, services, slices)

@@ -20,13 +20,13 @@ func init() { register(newDescribeCmd) }
 func newDescribeCmd() *cobra.Command {
 	o := &clientOptions{}
 	cmd := &cobra.Command{
-		Use:   "describe pod NAME",
-		Short: "Show a pod's spec, status, conditions, container states and events, like kubectl describe",
+		Use:   "describe pod|service NAME",
+		Short: "Show a pod's spec, status, conditions, container states and events, or a Service's ClusterIP, endpoints and why each selected pod is or is not one, like kubectl describe",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, err := objects.KindForResource(args[0])
-			if err != nil || kind.Name != "Pod" {
-				return fmt.Errorf("describe supports pods (got %q)", args[0])
+			if err != nil || (kind.Name != "Pod" && kind.Name != "Service") {
+				return fmt.Errorf("describe supports pods and services (got %q)", args[0])
 			}
 			ctx := cmd.Context()
 			sess, _, err := o.session(ctx)
@@ -35,6 +35,9 @@ func newDescribeCmd() *cobra.Command {
 			}
 			defer sess.Close()
 			ns := o.ns()
+			if kind.Name == "Service" {
+				return runDescribeService(ctx, cmd.OutOrStdout(), sess, ns, args[1])
+			}
 			pod, err := objects.Get[*corev1.Pod](ctx, sess.Store, ns, args[1])
 			if errors.Is(err, raftstore.ErrNotFound) {
 				return notFound(kind, args[1])
