@@ -22,6 +22,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/ops/console"
 	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/ops/roles"
 	"github.com/podflow/podflow/ops/supervisor"
@@ -440,7 +441,7 @@ func provisionRetry(ctx context.Context, conn *bus.Conn, streams bus.StreamsConf
 // answered reports whether a process of consumer's stage (or node agent)
 // answers the ping.
 func answered(ctx context.Context, conn *bus.Conn, consumer string) bool {
-	for _, p := range ping(ctx, conn.NATS(), 200*time.Millisecond) {
+	for _, p := range console.Ping(ctx, conn.NATS(), 200*time.Millisecond) {
 		if p.Stage == consumer || (p.Stage == "nodeagent" && p.Replica == consumer) {
 			return true
 		}
