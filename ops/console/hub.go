@@ -43,6 +43,7 @@ func (h *Hub) Run(ctx context.Context) {
 		if n == 0 {
 			continue
 		}
+		t.Reset(h.interval) // a wake-up restarts the second
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		snap := h.src.Snapshot(pctx)
 		cancel()

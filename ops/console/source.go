@@ -200,7 +200,7 @@ func (s *BusSource) stages(ctx context.Context, now time.Time) ([]Stage, error) 
 	cur := map[string]counters{}
 	var out []Stage
 	for _, name := range stageConsumers(names) {
-		st := Stage{Name: name, Consumer: name, DeadLetters: dead[name]}
+		st := Stage{Name: displayName(name), Consumer: name, DeadLetters: dead[name]}
 		if strings.HasPrefix(name, "nodeagent") {
 			st.DeadLetters = dead["nodeagent"]
 		}
@@ -237,6 +237,21 @@ func (s *BusSource) stages(ctx context.Context, now time.Time) ([]Stage, error) 
 	}
 	s.prev, s.prevAt = cur, now
 	return out, nil
+}
+
+// displayName names a consumer for people: the stage, or the node agent
+// and its node ("sim": every simulated node's).
+func displayName(consumer string) string {
+	if rest, ok := strings.CutPrefix(consumer, "nodeagent-sim-"); ok {
+		if rest == "sim" {
+			return "nodeagent (sim)"
+		}
+		return "nodeagent " + rest
+	}
+	if rest, ok := strings.CutPrefix(consumer, "nodeagent-"); ok {
+		return "nodeagent " + rest
+	}
+	return consumer
 }
 
 // agentOf reports whether p is the node agent of consumer name.

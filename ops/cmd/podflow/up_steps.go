@@ -55,6 +55,7 @@ type up struct {
 	store   *objects.Store
 	cc      client.Config
 	metrics map[string]string // process name → /metrics address
+	console string            // the web console's address
 }
 
 func (u *up) logf(format string, args ...any) {
@@ -333,7 +334,27 @@ func (u *up) printRunning() {
 	fmt.Fprintf(u.out, "up: export PODFLOW_CONFIG=%s\n", u.layout.ClientConfig())
 	fmt.Fprintf(u.out, "up: export KUBECONFIG=%s   # kubectl, https://%s\n", u.kube.Kubeconfig, u.kube.Addr)
 	fmt.Fprintf(u.out, "up: metrics: http://%s/metrics (scheduler), every process's in %s\n", u.metrics["scheduler-1"], u.layout.Metrics())
+	if u.console != "" {
+		fmt.Fprintf(u.out, "up: console: http://%s/ (log in with the admin token of %s)\n", u.console, u.layout.ClientConfig())
+	}
 	fmt.Fprintf(u.out, "up: logs in %s; Ctrl-C stops everything\n", u.layout.Logs())
+}
+
+// startConsole serves the web console (ops/console) on a free loopback
+// port over up's own connection until ctx is done.
+func (u *up) startConsole(ctx context.Context) error {
+	l, err := console.Listen("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	u.console = l.Addr().String()
+	src := &console.BusSource{Sess: u.session(), MetricsFile: u.layout.Metrics()}
+	go func() {
+		if err := console.Serve(ctx, l, src, console.TokenFile(u.layout.Tokens())); err != nil {
+			fmt.Fprintf(u.out, "up: console: %v\n", err)
+		}
+	}()
+	return nil
 }
 
 // session is up's own connection as a client session (for --example).
