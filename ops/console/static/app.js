@@ -27,13 +27,13 @@
       box.append(el("h4", "", s.name));
       const dl = el("dl");
       const row = (k, v) => { dl.append(el("dt", "", k), el("dd", "", String(v))); };
-      row("replicas", s.replicas + (s.handling ? " (" + s.handling + " busy)" : ""));
+      row("replicas", s.replicas + (s.handling ? " · " + s.handling + " pulling" : ""));
       row("pending", s.pending);
       row("ack pending", s.ackPending);
       row("redelivered", s.redelivered);
       row("dead letters", s.deadLetters);
-      row("in / out /s", s.inPerSec.toFixed(1) + " / " + s.outPerSec.toFixed(1));
-      row("p50 / p99", s.p50Ms || s.p99Ms ? s.p50Ms.toFixed(1) + " / " + s.p99Ms.toFixed(1) + "ms" : "-");
+      row("in / out", s.inPerSec.toFixed(1) + " / " + s.outPerSec.toFixed(1) + "/s");
+      row("p50 / p99", s.p50Ms || s.p99Ms ? s.p50Ms.toFixed(1) + " / " + s.p99Ms.toFixed(1) + " ms" : "-");
       box.append(dl);
       root.append(box);
     }
@@ -92,7 +92,7 @@
     const entries = j.entries || [];
     if (!entries.length) return;
     const t = (e) => Date.parse(e.time);
-    const start = Math.min(...entries.map((e) => t(e) - (e.took + (e.waited || 0)) / 1e6));
+    const start = Math.min(...entries.map((e) => t(e) - ((e.took || 0) + (e.waited || 0)) / 1e6));
     const end = Math.max(...entries.map(t));
     const span = Math.max(end - start, 1);
     for (const e of entries) {
