@@ -17,6 +17,10 @@ type Snapshot struct {
 	Stages []Stage   `json:"stages"`
 	Pods   []Pod     `json:"pods"`
 	Nodes  []Node    `json:"nodes"`
+	// Timeline is the pipeline's recent totals, Marks the process restarts
+	// and silences among them (the kills and pauses of `podflow chaos`).
+	Timeline []Point `json:"timeline"`
+	Marks    []Mark  `json:"marks"`
 	// Errors are the sources that could not be read this time.
 	Errors []string `json:"errors,omitempty"`
 }

@@ -120,6 +120,19 @@ func TestAuth(t *testing.T) {
 			t.Fatalf("login with a wrong token: %d %v", resp.StatusCode, resp.Cookies())
 		}
 	})
+	t.Run("a login from another origin is refused", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/login", strings.NewReader(url.Values{"token": {testToken}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", "http://evil.example")
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || len(resp.Cookies()) != 0 {
+			t.Fatalf("cross-origin login: %d %v", resp.StatusCode, resp.Cookies())
+		}
+	})
 	t.Run("a non-loopback Host is refused", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/static/app.js", nil)
 		req.Host = "evil.example:80"

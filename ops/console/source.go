@@ -18,6 +18,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/ops/trace"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
@@ -58,10 +59,16 @@ type BusSource struct {
 	// Window is how far back in the events stream the first poll reads.
 	Window time.Duration
 
+	// ChildrenFile is DATA/children.json (the supervisor's processes);
+	// empty: no restart marks.
+	ChildrenFile string
+
 	cons     jetstream.Consumer
+	tl       timeline
 	seen     map[string]where
 	prev     map[string]counters
 	prevAt   time.Time
+	answered map[string]bool // replicas that answered this poll's ping
 	http     http.Client
 	mu       sync.Mutex
 	journeys map[string]cachedJourney
@@ -87,6 +94,12 @@ func (s *BusSource) Snapshot(ctx context.Context) *Snapshot {
 		fail("consumers", err)
 	}
 	snap.Stages = stages
+	var kids []plan.Record
+	if s.ChildrenFile != "" {
+		kids, _ = plan.ReadRecords(s.ChildrenFile)
+	}
+	s.tl.add(now, stages, kids, s.answered)
+	snap.Timeline, snap.Marks = s.tl.points, s.tl.marks
 	pods, _, err := objects.List[*corev1.Pod](ctx, s.Sess.Store, "")
 	if err != nil {
 		fail("pods", err)
@@ -195,6 +208,10 @@ func (s *BusSource) stages(ctx context.Context, now time.Time) ([]Stage, error) 
 		}
 	}
 	pongs := Ping(ctx, s.Sess.Bus.NATS(), 300*time.Millisecond)
+	s.answered = map[string]bool{}
+	for _, p := range pongs {
+		s.answered[p.Replica] = true
+	}
 	pct := s.percentiles(ctx)
 	dt := now.Sub(s.prevAt).Seconds()
 	cur := map[string]counters{}

@@ -55,6 +55,6 @@ func runConsole(ctx context.Context, sess *client.Session, listen, tokens string
 		tokens = layout.Tokens()
 	}
 	fmt.Fprintf(out, "console: http://%s/ (log in with a token of %s)\n", l.Addr(), tokens)
-	src := &console.BusSource{Sess: sess, MetricsFile: layout.Metrics()}
+	src := &console.BusSource{Sess: sess, MetricsFile: layout.Metrics(), ChildrenFile: layout.Children()}
 	return console.Serve(ctx, l, src, console.TokenFile(tokens))
 }

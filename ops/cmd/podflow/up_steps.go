@@ -348,7 +348,7 @@ func (u *up) startConsole(ctx context.Context) error {
 		return err
 	}
 	u.console = l.Addr().String()
-	src := &console.BusSource{Sess: u.session(), MetricsFile: u.layout.Metrics()}
+	src := &console.BusSource{Sess: u.session(), MetricsFile: u.layout.Metrics(), ChildrenFile: u.layout.Children()}
 	go func() {
 		if err := console.Serve(ctx, l, src, console.TokenFile(u.layout.Tokens())); err != nil {
 			fmt.Fprintf(u.out, "up: console: %v\n", err)

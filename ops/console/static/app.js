@@ -39,6 +39,35 @@
     }
   }
 
+  const SVG = "http://www.w3.org/2000/svg";
+  function renderTimeline(points, marks) {
+    const svg = $("#timeline");
+    svg.replaceChildren();
+    if (!points.length) return;
+    const t0 = Date.parse(points[0].time), t1 = Date.parse(points[points.length - 1].time);
+    const span = Math.max(t1 - t0, 1000);
+    const x = (t) => ((Date.parse(t) - t0) / span * 1000).toFixed(1);
+    const max = Math.max(1, ...points.map((p) => Math.max(p.redelivered, p.ackPending, p.pending)));
+    const y = (v) => (76 - v / max * 72).toFixed(1);
+    for (const [cls, f] of [["pending", (p) => p.pending], ["ack", (p) => p.ackPending], ["redelivered", (p) => p.redelivered]]) {
+      const line = document.createElementNS(SVG, "polyline");
+      line.setAttribute("class", cls);
+      line.setAttribute("points", points.map((p) => x(p.time) + "," + y(f(p))).join(" "));
+      svg.append(line);
+    }
+    for (const m of marks) {
+      const l = document.createElementNS(SVG, "line");
+      l.setAttribute("class", "m-" + m.kind);
+      l.setAttribute("x1", x(m.time)); l.setAttribute("x2", x(m.time));
+      l.setAttribute("y1", "0"); l.setAttribute("y2", "80");
+      const title = document.createElementNS(SVG, "title");
+      title.textContent = m.kind + " " + m.process + " at " + new Date(m.time).toLocaleTimeString();
+      l.append(title);
+      svg.append(l);
+    }
+    $("#marks").textContent = marks.slice(-6).map((m) => new Date(m.time).toLocaleTimeString() + " " + m.process + " " + m.kind).join(" · ");
+  }
+
   function renderPods(pods) {
     const f = $("#filter").value.trim().toLowerCase();
     const body = $("#pods tbody");
@@ -143,6 +172,7 @@
       $("#status").textContent = "live · " + new Date(snap.time).toLocaleTimeString();
       $("#status").className = "status live";
       renderPipeline(snap.stages || []);
+      renderTimeline(snap.timeline || [], snap.marks || []);
       renderPods(snap.pods || []);
       renderNodes(snap.nodes || []);
       $("#errors").textContent = (snap.errors || []).join("; ");
