@@ -17,6 +17,7 @@ type Hub struct {
 	mu   sync.Mutex
 	subs map[chan []byte]struct{}
 	last []byte
+	at   time.Time // when the poll of last began
 	wake chan struct{}
 	poll int // snapshots taken (tests)
 }
@@ -38,12 +39,13 @@ func (h *Hub) Run(ctx context.Context) {
 		case <-h.wake: // the first viewer: do not make it wait a tick
 		}
 		h.mu.Lock()
-		n := len(h.subs)
+		n, recent := len(h.subs), time.Since(h.at) < h.interval*9/10
 		h.mu.Unlock()
-		if n == 0 {
-			continue
+		if n == 0 || recent {
+			continue // nobody watches, or the last poll is not a second old
 		}
 		t.Reset(h.interval) // a wake-up restarts the second
+		began := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		snap := h.src.Snapshot(pctx)
 		cancel()
@@ -52,7 +54,7 @@ func (h *Hub) Run(ctx context.Context) {
 			continue
 		}
 		h.mu.Lock()
-		h.last = b
+		h.last, h.at = b, began
 		h.poll++
 		for ch := range h.subs {
 			select { // drop the older snapshot a slow viewer has not read
@@ -66,17 +68,18 @@ func (h *Hub) Run(ctx context.Context) {
 }
 
 // Subscribe returns a channel of encoded snapshots, starting with the
-// latest one, and the function that ends the subscription.
+// latest one when it is less than a poll interval old (else the next poll
+// comes now), and the function that ends the subscription.
 func (h *Hub) Subscribe() (<-chan []byte, func()) {
 	ch := make(chan []byte, 1)
 	h.mu.Lock()
 	h.subs[ch] = struct{}{}
-	first := len(h.subs) == 1
-	if h.last != nil && !first {
+	fresh := h.last != nil && time.Since(h.at) < h.interval
+	if fresh {
 		ch <- h.last
 	}
 	h.mu.Unlock()
-	if first {
+	if !fresh {
 		select {
 		case h.wake <- struct{}{}:
 		default:

@@ -16,7 +16,9 @@ type Snapshot struct {
 	Time   time.Time `json:"time"`
 	Stages []Stage   `json:"stages"`
 	Pods   []Pod     `json:"pods"`
-	Nodes  []Node    `json:"nodes"`
+	// PodsTotal counts every pod; Pods holds the first MaxPodRows.
+	PodsTotal int    `json:"podsTotal"`
+	Nodes     []Node `json:"nodes"`
 	// Timeline is the pipeline's recent totals, Marks the process restarts
 	// and silences among them (the kills and pauses of `podflow chaos`).
 	Timeline []Point `json:"timeline"`

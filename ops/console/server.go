@@ -237,6 +237,9 @@ func Serve(ctx context.Context, l net.Listener, src Source, allow Checker) error
 	hub := NewHub(src, time.Second)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if st, ok := src.(interface{ Start(context.Context) }); ok {
+		st.Start(ctx)
+	}
 	done := make(chan struct{})
 	go func() { hub.Run(ctx); close(done) }()
 	srv := &http.Server{Handler: (&Server{Hub: hub, Src: src, Allow: allow}).Handler(), ReadHeaderTimeout: 10 * time.Second,

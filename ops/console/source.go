@@ -21,6 +21,7 @@ import (
 	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/ops/trace"
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
@@ -63,6 +64,9 @@ type BusSource struct {
 	// empty: no restart marks.
 	ChildrenFile string
 
+	life     context.Context
+	pods     *informer.Informer[*corev1.Pod]
+	nodes    *informer.Informer[*corev1.Node]
 	cons     jetstream.Consumer
 	tl       timeline
 	seen     map[string]where
@@ -100,17 +104,52 @@ func (s *BusSource) Snapshot(ctx context.Context) *Snapshot {
 	}
 	s.tl.add(now, stages, kids, s.answered)
 	snap.Timeline, snap.Marks = s.tl.points, s.tl.marks
-	pods, _, err := objects.List[*corev1.Pod](ctx, s.Sess.Store, "")
-	if err != nil {
-		fail("pods", err)
+	if err := s.informers(ctx); err != nil {
+		fail("store", err)
+		return snap
 	}
-	nodes, _, err := objects.List[*corev1.Node](ctx, s.Sess.Store, "")
-	if err != nil {
-		fail("nodes", err)
-	}
+	pods := s.pods.List("")
 	snap.Pods = buildPods(pods, s.seen, now)
-	snap.Nodes = buildNodes(nodes, pods, now)
+	snap.PodsTotal = len(snap.Pods)
+	if len(snap.Pods) > MaxPodRows {
+		snap.Pods = snap.Pods[:MaxPodRows]
+	}
+	snap.Nodes = buildNodes(s.nodes.List(""), pods, now)
 	return snap
+}
+
+// MaxPodRows bounds the pods a snapshot carries (the stuck ones first).
+const MaxPodRows = 1000
+
+// Start gives the source the context its store informers run under (they
+// start at the first snapshot, so a console nobody opens watches nothing).
+func (s *BusSource) Start(ctx context.Context) { s.life = ctx }
+
+// informers starts the pod and node informers once and waits for their
+// first list: after it the store is read by watching changes, not by
+// listing every pod every second.
+func (s *BusSource) informers(ctx context.Context) error {
+	if s.pods == nil {
+		life := s.life
+		if life == nil {
+			life = context.Background()
+		}
+		pods, err := informer.New[*corev1.Pod](s.Sess.Store, "", informer.Handlers[*corev1.Pod]{})
+		if err != nil {
+			return err
+		}
+		nodes, err := informer.New[*corev1.Node](s.Sess.Store, "", informer.Handlers[*corev1.Node]{})
+		if err != nil {
+			return err
+		}
+		go pods.Run(life)
+		go nodes.Run(life)
+		s.pods, s.nodes = pods, nodes
+	}
+	if err := s.pods.WaitForSync(ctx); err != nil {
+		return err
+	}
+	return s.nodes.WaitForSync(ctx)
 }
 
 // follow reads the events stream from where the last poll stopped and

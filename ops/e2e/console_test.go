@@ -92,7 +92,7 @@ func TestConsoleBrowser(t *testing.T) {
 
 	t.Run("a pod appears and reaches Running", func(t *testing.T) {
 		k.must("apply", "-f", writeTemp(t, pod("console-web", "default", "console", "", "")))
-		took := poll("the pod appears", `!!document.querySelector('#pods tr[data-pod="default/console-web"]')`, 3*time.Second)
+		took := poll("the pod appears", `!!document.querySelector('#pods tr[data-pod="default/console-web"]')`, 2*time.Second)
 		t.Logf("the pod appeared in the console %s after kubectl returned", took.Round(time.Millisecond))
 		poll("the pod runs", `(() => { const r = document.querySelector('#pods tr[data-pod="default/console-web"]');
 			return !!r && r.querySelector("td.phase").textContent === "Running"; })()`, 60*time.Second)
