@@ -210,3 +210,53 @@ func TestEventsDeliversSnapshots(t *testing.T) {
 		}
 	})
 }
+
+func TestServeStops(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(testToken+",admin,admin,\"system:masters\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, l, &fakeSource{}, TokenFile(tokens)) }()
+	readSnapshot(t, "http://"+l.Addr().String()) // a viewer connected and served
+	// A viewer still connected when the console stops.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+l.Addr().String()+"/api/events", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return after its context ended")
+	}
+}
+
+func TestListenLoopbackOnly(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		ok   bool
+	}{{"127.0.0.1:0", true}, {"localhost:0", true}, {"0.0.0.0:0", false}, {":0", false}} {
+		t.Run(tc.addr, func(t *testing.T) {
+			l, err := Listen(tc.addr)
+			if l != nil {
+				l.Close()
+			}
+			if (err == nil) != tc.ok {
+				t.Fatalf("Listen(%q): %v", tc.addr, err)
+			}
+		})
+	}
+}

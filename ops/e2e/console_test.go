@@ -1,20 +1,88 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/podflow/podflow/ops/console"
 	"github.com/podflow/podflow/services/pipeline"
 )
+
+// consoleURL is the console address `podflow up` printed.
+func consoleURL(t *testing.T, c *cluster) string {
+	t.Helper()
+	m := regexp.MustCompile(`up: console: (http://\S+/)`).FindStringSubmatch(c.output())
+	if m == nil {
+		t.Fatalf("up printed no console address:\n%s", c.output())
+	}
+	return m[1]
+}
+
+// TestConsoleEvents reads the console's event stream as a program would:
+// refused without a token, a snapshot of every stage and node with one.
+func TestConsoleEvents(t *testing.T) {
+	c := startCluster(t)
+	url := consoleURL(t, c)
+	resp, err := http.Get(url + "api/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("without a token: %d, want 401", resp.StatusCode)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"api/events", nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var snap console.Snapshot
+		if err := json.Unmarshal([]byte(data), &snap); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range snap.Stages {
+			names = append(names, s.Name)
+			if s.Replicas < 1 {
+				t.Errorf("stage %s: no replica answering", s.Name)
+			}
+		}
+		for _, s := range pipeline.Stages {
+			if !slices.Contains(names, s) {
+				t.Errorf("stage %s missing from %v", s, names)
+			}
+		}
+		if len(snap.Nodes) != 3 || snap.Nodes[0].Ready != "Ready" {
+			t.Errorf("nodes: %+v", snap.Nodes)
+		}
+		return
+	}
+	t.Fatalf("no snapshot: %v", sc.Err())
+}
 
 // TestConsoleBrowser drives the web console of `podflow up` in headless
 // Chromium: the page loads behind its login, shows every stage, a pod
@@ -28,11 +96,7 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Skip("chromium is not on the PATH: the console's browser test drives headless Chromium (Debian package chromium; `make deps-os` installs it)")
 	}
 	c := startCluster(t)
-	m := regexp.MustCompile(`up: console: (http://\S+/)`).FindStringSubmatch(c.output())
-	if m == nil {
-		t.Fatalf("up printed no console address:\n%s", c.output())
-	}
-	url := m[1]
+	url := consoleURL(t, c)
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
