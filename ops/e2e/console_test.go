@@ -190,6 +190,18 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("chaos kills show on the timeline", func(t *testing.T) {
+		out, code := c.podflowTimeout(3*time.Minute, "chaos", "--config", c.config, "--pods", "100", "--duration", "9s",
+			"--kill-interval", "3s", "--targets", "stages", "--seed", "7")
+		if code != 0 {
+			t.Fatalf("chaos exit %d:\n%s", code, out)
+		}
+		poll("a restart mark", `document.querySelectorAll("#timeline line.m-restarted").length > 0`, 10*time.Second)
+		var marks string
+		run("marks", chromedp.Evaluate(`document.querySelector("#marks").textContent`, &marks))
+		t.Logf("marks: %s", marks)
+	})
+
 	if dir := os.Getenv("CONSOLE_SCREENSHOTS"); dir != "" {
 		time.Sleep(2500 * time.Millisecond) // the journey's last events
 		for _, v := range []struct{ file, sel string }{
