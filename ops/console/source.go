@@ -92,6 +92,7 @@ func (s *BusSource) Snapshot(ctx context.Context) *Snapshot {
 	fail := func(what string, err error) { snap.Errors = append(snap.Errors, what+": "+err.Error()) }
 	if err := s.follow(ctx); err != nil {
 		fail("events stream", err)
+		s.cons = nil // start over next time (a restarted server, a deleted consumer)
 	}
 	stages, err := s.stages(ctx, now)
 	if err != nil {
