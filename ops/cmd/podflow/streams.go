@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -10,12 +9,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/ops/console"
 	"github.com/podflow/podflow/ops/trace"
 	"github.com/podflow/podflow/services/stage"
 )
@@ -73,7 +72,7 @@ func runStreams(ctx context.Context, sess *client.Session, since, budget time.Du
 	}
 	tw.Flush()
 
-	pongs := ping(ctx, sess.Bus.NATS(), 500*time.Millisecond)
+	pongs := console.Ping(ctx, sess.Bus.NATS(), 500*time.Millisecond)
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONSUMER\tSTREAM\tPENDING\tACK PENDING\tREDELIVERED\tACK FLOOR\tWAITING\tREPLICAS")
@@ -117,37 +116,6 @@ func runStreams(ctx context.Context, sess *client.Session, since, budget time.Du
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.pod, s.where, humanDuration(s.age), s.verdict)
 	}
 	return tw.Flush()
-}
-
-// ping gathers every stage replica's Pong for wait.
-func ping(ctx context.Context, nc *nats.Conn, wait time.Duration) []stage.Pong {
-	inbox := nc.NewRespInbox()
-	ch := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe(inbox, ch)
-	if err != nil {
-		return nil
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(stage.PingSubject, inbox, nil); err != nil {
-		return nil
-	}
-	var out []stage.Pong
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		select {
-		case m := <-ch:
-			var p stage.Pong
-			if json.Unmarshal(m.Data, &p) == nil {
-				out = append(out, p)
-			}
-		case <-timer.C:
-			sort.Slice(out, func(i, j int) bool { return out[i].Replica < out[j].Replica })
-			return out
-		case <-ctx.Done():
-			return out
-		}
-	}
 }
 
 func replicasOf(pongs []stage.Pong, consumer string) string {

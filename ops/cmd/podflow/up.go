@@ -92,6 +92,9 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	if err := u.waitReady(ctx); err != nil {
 		return err
 	}
+	if err := u.startConsole(ctx); err != nil {
+		return err
+	}
 	u.printRunning()
 	if o.example {
 		if err := runExample(ctx, u.session(), o.exampleDir, out); err != nil && ctx.Err() == nil {

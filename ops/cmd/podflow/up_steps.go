@@ -22,6 +22,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/ops/console"
 	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/ops/roles"
 	"github.com/podflow/podflow/ops/supervisor"
@@ -55,6 +56,7 @@ type up struct {
 	store   *objects.Store
 	cc      client.Config
 	metrics map[string]string // process name → /metrics address
+	console string            // the web console's address
 }
 
 func (u *up) logf(format string, args ...any) {
@@ -379,7 +381,27 @@ func (u *up) printRunning() {
 	fmt.Fprintf(u.out, "up: export PODFLOW_CONFIG=%s\n", u.layout.ClientConfig())
 	fmt.Fprintf(u.out, "up: export KUBECONFIG=%s   # kubectl, https://%s\n", u.kube.Kubeconfig, u.kube.Addr)
 	fmt.Fprintf(u.out, "up: metrics: http://%s/metrics (scheduler), every process's in %s\n", u.metrics["scheduler-1"], u.layout.Metrics())
+	if u.console != "" {
+		fmt.Fprintf(u.out, "up: console: http://%s/ (log in with the admin token of %s)\n", u.console, u.layout.ClientConfig())
+	}
 	fmt.Fprintf(u.out, "up: logs in %s; Ctrl-C stops everything\n", u.layout.Logs())
+}
+
+// startConsole serves the web console (ops/console) on a free loopback
+// port over up's own connection until ctx is done.
+func (u *up) startConsole(ctx context.Context) error {
+	l, err := console.Listen("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	u.console = l.Addr().String()
+	src := &console.BusSource{Sess: u.session(), MetricsFile: u.layout.Metrics(), ChildrenFile: u.layout.Children()}
+	go func() {
+		if err := console.Serve(ctx, l, src, console.TokenFile(u.layout.Tokens())); err != nil {
+			fmt.Fprintf(u.out, "up: console: %v\n", err)
+		}
+	}()
+	return nil
 }
 
 // session is up's own connection as a client session (for --example).
@@ -487,7 +509,7 @@ func provisionRetry(ctx context.Context, conn *bus.Conn, streams bus.StreamsConf
 // answered reports whether a process of consumer's stage (or node agent)
 // answers the ping.
 func answered(ctx context.Context, conn *bus.Conn, consumer string) bool {
-	for _, p := range ping(ctx, conn.NATS(), 200*time.Millisecond) {
+	for _, p := range console.Ping(ctx, conn.NATS(), 200*time.Millisecond) {
 		if p.Stage == consumer || (p.Stage == "nodeagent" && p.Replica == consumer) {
 			return true
 		}

@@ -1,0 +1,24 @@
+// Package console is podflow's live web console: the pipeline of stages
+// with each one's backlog and replicas, the pods with the stuck ones first,
+// one pod's journey as a waterfall, and the nodes, updated live over
+// server-sent events.
+//
+// One goroutine (Hub.Run) owns the polling: at most once a second, and only
+// while someone watches, it reads the sources — every stage's durable
+// consumer and dead letters (what `podflow streams` shows), the replicas'
+// Pongs, the events stream incrementally (where each pod is, as in
+// ops/trace), the store's pods and nodes, and the stages' Prometheus
+// handling-time histograms — builds one Snapshot and hands the same JSON
+// to every viewer. A pod's waterfall (ops/trace) is rebuilt on demand and
+// cached for a second per pod, so viewers add no load of their own.
+//
+// The server (Server) is read-only and serves loopback only. It accepts the
+// bearer tokens of the Kubernetes API's static token file (DATA/tokens.csv,
+// by default only the admin's): in an Authorization header, or typed once
+// into the login form, which keeps it in an HttpOnly, SameSite=Strict
+// cookie. ServiceAccount tokens are refused: the console shows every
+// namespace, which only the token file's users may read.
+//
+// The page is static HTML, CSS and JavaScript embedded with embed: no
+// build step, nothing fetched from the network.
+package console

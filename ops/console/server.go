@@ -1,0 +1,260 @@
+package console
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/podflow/podflow/services/auth"
+)
+
+//go:embed static
+var static embed.FS
+
+// CookieName is the cookie the login form stores the token in.
+const CookieName = "podflow_console"
+
+// Checker reports whether a bearer token may use the console.
+type Checker func(token string) bool
+
+// TokenFile accepts the tokens of the Kubernetes API's static token file
+// (kube-apiserver's --token-auth-file format), re-read when it changes.
+func TokenFile(path string) Checker {
+	var mu sync.Mutex
+	var mod time.Time
+	var a *auth.TokenAuthenticator
+	return func(token string) bool {
+		if token == "" {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fi, err := os.Stat(path)
+		if err != nil {
+			return false
+		}
+		if a == nil || !fi.ModTime().Equal(mod) {
+			f, err := os.Open(path)
+			if err != nil {
+				return false
+			}
+			toks, err := auth.ParseTokenFile(f)
+			f.Close()
+			if err != nil {
+				return false
+			}
+			cfg := auth.DefaultAuthenticatorConfig()
+			cfg.ServiceAccountTokens = false
+			if a, err = auth.NewTokenAuthenticator(cfg, toks); err != nil {
+				return false
+			}
+			mod = fi.ModTime()
+		}
+		u, st := a.AuthenticateToken(token)
+		return st == nil && u != nil
+	}
+}
+
+// Server is the console's HTTP handler.
+type Server struct {
+	Hub   *Hub
+	Src   Source
+	Allow Checker
+}
+
+// Handler routes the console: the page, the login form, and the API
+// (/api/events: server-sent snapshots; /api/journey: one pod's waterfall).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	files, _ := fs.Sub(static, "static")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(files)))
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		page := "index.html"
+		if !s.authed(r) {
+			page = "login.html"
+		}
+		b, _ := fs.ReadFile(files, page)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Write(b)
+	})
+	mux.HandleFunc("POST /login", s.login)
+	mux.HandleFunc("POST /logout", func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+	})
+	mux.Handle("GET /api/events", s.guard(http.HandlerFunc(s.events)))
+	mux.Handle("GET /api/journey", s.guard(http.HandlerFunc(s.journey)))
+	return loopbackOnly(securityHeaders(mux))
+}
+
+// token is the request's bearer token: the Authorization header, else the
+// login cookie.
+func token(r *http.Request) string {
+	if t, ok := auth.ParseBearer(r.Header.Get("Authorization")); ok {
+		return t
+	}
+	if c, err := r.Cookie(CookieName); err == nil {
+		return c.Value
+	}
+	return ""
+}
+
+func (s *Server) authed(r *http.Request) bool { return s.Allow != nil && s.Allow(token(r)) }
+
+func (s *Server) guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.authed(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="podflow console"`)
+			http.Error(w, "Unauthorized: a bearer token of the Kubernetes API's token file is required", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host {
+		http.Error(w, "Forbidden: cross-origin login", http.StatusForbidden)
+		return
+	}
+	tok := r.PostFormValue("token")
+	if !s.Allow(tok) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusUnauthorized)
+		b, _ := fs.ReadFile(static, "static/login.html")
+		w.Write(b)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// events streams snapshots as server-sent events until the viewer leaves.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, "retry: 1000\n\n")
+	fl.Flush()
+	ch, cancel := s.Hub.Subscribe()
+	defer cancel()
+	keep := time.NewTicker(15 * time.Second)
+	defer keep.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case b := <-ch:
+			if _, err := fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", b); err != nil {
+				return
+			}
+			fl.Flush()
+		case <-keep.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			fl.Flush()
+		}
+	}
+}
+
+func (s *Server) journey(w http.ResponseWriter, r *http.Request) {
+	ns, name := r.URL.Query().Get("namespace"), r.URL.Query().Get("name")
+	if ns == "" || name == "" {
+		http.Error(w, "namespace and name are required", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	j, err := s.Src.Journey(ctx, ns, name)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(j)
+}
+
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "same-origin") // no-referrer would make the login form's Origin "null"
+		h.ServeHTTP(w, r)
+	})
+}
+
+// loopbackOnly refuses requests whose Host is not a loopback name, so a
+// page of another site cannot reach the console by DNS rebinding.
+func loopbackOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.Host)
+		if err != nil {
+			host = r.Host
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "Forbidden: the console answers on loopback names only", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// ErrNotLoopback is returned by Listen for an address off loopback.
+var ErrNotLoopback = errors.New("console: the listen address must be on loopback")
+
+// Listen listens on addr, which must be a loopback address.
+func Listen(addr string) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("%w: %q", ErrNotLoopback, addr)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// Serve runs a hub over src and serves the console on l until ctx is
+// done; both stop then.
+func Serve(ctx context.Context, l net.Listener, src Source, allow Checker) error {
+	hub := NewHub(src, time.Second)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if st, ok := src.(interface{ Start(context.Context) }); ok {
+		st.Start(ctx)
+	}
+	done := make(chan struct{})
+	go func() { hub.Run(ctx); close(done) }()
+	srv := &http.Server{Handler: (&Server{Hub: hub, Src: src, Allow: allow}).Handler(), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	go func() {
+		<-ctx.Done()
+		sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
+		defer c()
+		_ = srv.Shutdown(sctx)
+	}()
+	err := srv.Serve(l)
+	cancel()
+	<-done
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

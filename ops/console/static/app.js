@@ -1,0 +1,185 @@
+// podflow console: renders the snapshots the server sends over
+// server-sent events, and the selected pod's journey.
+"use strict";
+(function () {
+  const $ = (s) => document.querySelector(s);
+  const el = (tag, cls, text) => {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  };
+  let snap = null, selected = null, lastJourney = "";
+
+  const age = (s) => s < 0 ? "never" : s < 60 ? s + "s" : s < 3600 ? Math.floor(s / 60) + "m" : Math.floor(s / 3600) + "h";
+  const ms = (ns) => ns ? (ns / 1e6).toFixed(ns < 1e7 ? 2 : 0) + "ms" : "-";
+
+  function renderPipeline(stages) {
+    const root = $("#pipeline");
+    root.replaceChildren();
+    for (const s of stages) {
+      const box = el("div", "stage");
+      box.dataset.stage = s.name;
+      if (s.backingUp) box.classList.add("backing");
+      if (s.noReplica) box.classList.add("idle");
+      if (s.missing) box.classList.add("missing");
+      box.title = (s.peers || []).map((p) => p.name + ": " + p.handled + " handled").join("\n");
+      box.append(el("h4", "", s.name));
+      const dl = el("dl");
+      const row = (k, v) => { dl.append(el("dt", "", k), el("dd", "", String(v))); };
+      row("replicas", s.replicas + (s.handling ? " · " + s.handling + " pulling" : ""));
+      row("pending", s.pending);
+      row("ack pending", s.ackPending);
+      row("redelivered", s.redelivered);
+      row("dead letters", s.deadLetters);
+      row("in / out", s.inPerSec.toFixed(1) + " / " + s.outPerSec.toFixed(1) + "/s");
+      row("p50 / p99", s.p50Ms || s.p99Ms ? s.p50Ms.toFixed(1) + " / " + s.p99Ms.toFixed(1) + " ms" : "-");
+      box.append(dl);
+      root.append(box);
+    }
+  }
+
+  const SVG = "http://www.w3.org/2000/svg";
+  function renderTimeline(points, marks) {
+    const svg = $("#timeline");
+    svg.replaceChildren();
+    if (!points.length) return;
+    const t0 = Date.parse(points[0].time), t1 = Date.parse(points[points.length - 1].time);
+    const span = Math.max(t1 - t0, 1000);
+    const x = (t) => ((Date.parse(t) - t0) / span * 1000).toFixed(1);
+    const max = Math.max(1, ...points.map((p) => Math.max(p.redelivered, p.ackPending, p.pending)));
+    const y = (v) => (76 - v / max * 72).toFixed(1);
+    for (const [cls, f] of [["pending", (p) => p.pending], ["ack", (p) => p.ackPending], ["redelivered", (p) => p.redelivered]]) {
+      const line = document.createElementNS(SVG, "polyline");
+      line.setAttribute("class", cls);
+      line.setAttribute("points", points.map((p) => x(p.time) + "," + y(f(p))).join(" "));
+      svg.append(line);
+    }
+    for (const m of marks) {
+      const l = document.createElementNS(SVG, "line");
+      l.setAttribute("class", "m-" + m.kind);
+      l.setAttribute("x1", x(m.time)); l.setAttribute("x2", x(m.time));
+      l.setAttribute("y1", "0"); l.setAttribute("y2", "80");
+      const title = document.createElementNS(SVG, "title");
+      title.textContent = m.kind + " " + m.process + " at " + new Date(m.time).toLocaleTimeString();
+      l.append(title);
+      svg.append(l);
+    }
+    $("#marks").textContent = marks.slice(-6).map((m) => new Date(m.time).toLocaleTimeString() + " " + m.process + " " + m.kind).join(" · ");
+  }
+
+  function renderPods(pods) {
+    const f = $("#filter").value.trim().toLowerCase();
+    const body = $("#pods tbody");
+    body.replaceChildren();
+    for (const p of pods) {
+      const key = p.namespace + "/" + p.name;
+      const text = [p.namespace, p.name, p.phase, p.stage, p.reason, p.node].join(" ").toLowerCase();
+      if (f && !text.includes(f)) continue;
+      const tr = el("tr");
+      tr.dataset.pod = key;
+      if (p.stuck) tr.classList.add("stuck");
+      if (p.ready) tr.classList.add("ready");
+      if (key === selected) tr.classList.add("selected");
+      tr.title = p.verdict;
+      for (const [cls, v] of [["ns", p.namespace], ["name", p.name], ["phase", p.phase], ["stage", p.stage],
+        ["reason", p.reason], ["age", age(p.ageSec)], ["node", p.node || "-"]]) tr.append(el("td", cls, v || ""));
+      tr.addEventListener("click", () => { selected = key; lastJourney = ""; renderPods(snap.pods); loadJourney(); });
+      body.append(tr);
+    }
+  }
+
+  function bar(frac) {
+    const b = el("span", "bar"), i = el("span");
+    i.style.width = Math.min(100, Math.round(frac * 100)) + "%";
+    b.append(i);
+    return b;
+  }
+
+  function renderNodes(nodes) {
+    const body = $("#nodes tbody");
+    body.replaceChildren();
+    for (const n of nodes) {
+      const tr = el("tr");
+      tr.dataset.node = n.name;
+      tr.append(el("td", "", n.name), el("td", "ready-" + n.ready, n.ready + (n.unschedulable ? ",SchedulingDisabled" : "")));
+      const cpu = el("td"); cpu.append(bar(n.cpuFrac), n.cpu);
+      const mem = el("td"); mem.append(bar(n.memFrac), n.memory);
+      tr.append(cpu, mem, el("td", "", n.pods + (n.maxPods ? " / " + n.maxPods : "")), el("td", "", age(n.heartbeatAgeSec)));
+      body.append(tr);
+    }
+  }
+
+  function renderJourney(j) {
+    $("#journey-title").textContent = j.namespace + "/" + j.name + (j.uid ? "  uid " + j.uid : "");
+    const pod = snap && snap.pods.find((p) => p.namespace === j.namespace && p.name === j.name);
+    const v = $("#journey-verdict");
+    v.textContent = j.where ? "at " + j.where + ": " + j.verdict : "no events in the stream";
+    v.className = "verdict" + (pod && pod.stuck ? " stuck" : "");
+    const root = $("#journey");
+    root.replaceChildren();
+    const entries = j.entries || [];
+    if (!entries.length) return;
+    const t = (e) => Date.parse(e.time);
+    const start = Math.min(...entries.map((e) => t(e) - ((e.took || 0) + (e.waited || 0)) / 1e6));
+    const end = Math.max(...entries.map(t));
+    const span = Math.max(end - start, 1);
+    for (const e of entries) {
+      const row = el("div", "wf-row");
+      row.dataset.stage = e.stage;
+      row.dataset.event = e.event;
+      if (e.redeliveries) row.classList.add("redelivered");
+      if (/Failed|Rejected|Unschedulable/.test(e.event)) row.classList.add("failed");
+      row.title = e.event + (e.detail ? ": " + e.detail : "");
+      row.append(el("span", "wf-label", e.stage + (e.replica && e.replica !== e.stage ? " · " + e.replica : "")));
+      const track = el("div", "wf-track");
+      const end_ = t(e), tookMs = (e.took || 0) / 1e6, waitMs = (e.waited || 0) / 1e6;
+      const w = el("div", "wf-wait");
+      w.style.left = ((end_ - tookMs - waitMs - start) / span * 100) + "%";
+      w.style.width = (waitMs / span * 100) + "%";
+      const h = el("div", "wf-took");
+      h.style.left = ((end_ - tookMs - start) / span * 100) + "%";
+      h.style.width = (tookMs / span * 100) + "%";
+      track.append(w, h);
+      let info = e.event + "  wait " + ms(e.waited) + "  took " + ms(e.took);
+      if (e.redeliveries) info += "  redelivered " + e.redeliveries;
+      if (/conflicts=/.test(e.detail || "")) info += "  " + e.detail.match(/conflicts=\d+/)[0];
+      row.append(track, el("span", "wf-info", info));
+      root.append(row);
+    }
+    const evs = $("#journey-events");
+    evs.replaceChildren();
+    for (const e of j.events || []) {
+      evs.append(el("li", e.type, e.type + " " + e.reason + (e.count > 1 ? " (x" + e.count + ")" : "") + ": " + e.message));
+    }
+  }
+
+  async function loadJourney() {
+    if (!selected) return;
+    const [ns, name] = selected.split("/");
+    const r = await fetch("/api/journey?namespace=" + encodeURIComponent(ns) + "&name=" + encodeURIComponent(name));
+    if (!r.ok) return;
+    const text = await r.text();
+    if (text === lastJourney) return;
+    lastJourney = text;
+    renderJourney(JSON.parse(text));
+  }
+
+  function connect() {
+    const es = new EventSource("/api/events");
+    es.addEventListener("snapshot", (m) => {
+      snap = JSON.parse(m.data);
+      $("#status").textContent = "live · " + new Date(snap.time).toLocaleTimeString();
+      $("#status").className = "status live";
+      renderPipeline(snap.stages || []);
+      renderTimeline(snap.timeline || [], snap.marks || []);
+      renderPods(snap.pods || []);
+      renderNodes(snap.nodes || []);
+      $("#errors").textContent = (snap.errors || []).join("; ");
+      loadJourney();
+    });
+    es.onerror = () => { $("#status").textContent = "disconnected; retrying"; $("#status").className = "status down"; };
+  }
+  $("#filter").addEventListener("input", () => snap && renderPods(snap.pods));
+  connect();
+})();
