@@ -11,6 +11,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require go.uber.org/goleak v1.3.0 // indirect
+
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
