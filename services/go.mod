@@ -11,7 +11,10 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require go.uber.org/goleak v1.3.0 // indirect
+require (
+	go.uber.org/goleak v1.3.0 // indirect
+	k8s.io/cri-streaming v0.37.2 // indirect
+)
 
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect

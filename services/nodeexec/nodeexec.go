@@ -369,3 +369,6 @@ func (w streamWriter) Write(b []byte) (int, error) {
 }
 
 var _ io.Writer = streamWriter{}
+
+// ExitStatus is the exit code (as k8s.io/utils/exec.ExitError's).
+func (e *ExitError) ExitStatus() int { return e.Code }
