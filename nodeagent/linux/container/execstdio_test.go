@@ -1,0 +1,56 @@
+package container_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/nodeagent/linux/container"
+)
+
+// TestExecStdio streams an exec's stdin, stdout and stderr (kubectl exec).
+func TestExecStdio(t *testing.T) {
+	c := start(t, newSpec(t, "sleep", "1000"))
+	ctx := ctx20(t)
+	env := []string{"PATH=/bin"}
+	big := strings.Repeat("0123456789abcdef\n", 64<<10) // 1 MiB, beyond any pipe buffer
+	for _, tc := range []struct {
+		name           string
+		args           []string
+		stdin          string
+		stdout, stderr string
+		code           int
+	}{
+		{name: "stdin through the command", args: []string{"sh", "-c", "wc -c; echo err >&2"}, stdin: big, stdout: "1114112\n", stderr: "err\n"},
+		{name: "large output", args: []string{"cat"}, stdin: big, stdout: big},
+		{name: "no stdin", args: []string{"sh", "-c", "cat; echo done"}, stdout: "done\n"},
+		{name: "exit code", args: []string{"sh", "-c", "exit 3"}, code: 3},
+		{name: "not found", args: []string{"nope"}, code: 127},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			stdio := container.Stdio{Stdout: &stdout, Stderr: &stderr}
+			if tc.stdin != "" {
+				stdio.Stdin = strings.NewReader(tc.stdin)
+			}
+			code, err := c.ExecStdio(ctx, tc.args, env, "", stdio)
+			if err != nil || code != tc.code {
+				t.Fatalf("ExecStdio = %d, %v; want %d", code, err, tc.code)
+			}
+			if tc.code == 0 && (stdout.String() != tc.stdout || stderr.String() != tc.stderr) {
+				t.Errorf("stdout %.60q (%d bytes) stderr %q, want %.60q %q", stdout.String(), stdout.Len(), stderr.String(), tc.stdout, tc.stderr)
+			}
+		})
+	}
+	t.Run("canceled", func(t *testing.T) {
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		var out bytes.Buffer
+		if _, err := c.ExecStdio(short, []string{"sleep", "100"}, env, "", container.Stdio{Stdout: &out}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}

@@ -1,0 +1,56 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/podflow/podflow/nodeagent/linux/container"
+)
+
+// ErrNoContainer is returned by ExecIn when the pod or its container is
+// not running on this node.
+var ErrNoContainer = errors.New("linux: no such running container on this node")
+
+// ExecTarget names the container of an exec (kubectl exec): the pod by
+// namespace and name (and UID, when set) and the container by name ("":
+// the pod's only app container).
+type ExecTarget struct {
+	Namespace, Pod, UID, Container string
+}
+
+// ExecIn runs args in a running container of a pod of this node, with the
+// container's environment and working directory, streaming stdio (see
+// container.ExecStdio), and returns its exit code.
+func (r *Runtime) ExecIn(ctx context.Context, t ExecTarget, args []string, stdio container.Stdio) (int, error) {
+	h, err := r.runningContainer(t)
+	if err != nil {
+		return 0, err
+	}
+	return h.c.ExecStdio(ctx, args, h.meta.Env, h.meta.WorkingDir, stdio)
+}
+
+// runningContainer finds the running instance of t's container.
+func (r *Runtime) runningContainer(t ExecTarget) (*ctr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.pods {
+		if p.rec.Namespace != t.Namespace || p.rec.Name != t.Pod || (t.UID != "" && p.rec.UID != t.UID) {
+			continue
+		}
+		var found []*ctr
+		for _, h := range p.ctrs {
+			if h.c.State().Status == container.StatusRunning && (!h.meta.Init || t.Container != "") &&
+				(t.Container == "" || h.meta.Name == t.Container) {
+				found = append(found, h)
+			}
+		}
+		if len(found) == 1 {
+			return found[0], nil
+		}
+		if len(found) > 1 {
+			return nil, fmt.Errorf("pod %s/%s: %d running containers, name one: %w", t.Namespace, t.Pod, len(found), ErrNoContainer)
+		}
+	}
+	return nil, fmt.Errorf("container %q of pod %s/%s: %w", t.Container, t.Namespace, t.Pod, ErrNoContainer)
+}
