@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/podflow/podflow/services/pipeline"
 )
 
 // Executor runs sessions on a node: it execs req.Command in the pod's
@@ -37,7 +39,8 @@ type Server struct {
 	once   sync.Once
 }
 
-// Serve answers node's sessions with exec until Stop.
+// Serve answers node's sessions with exec until Stop; node "" answers
+// every node's (a simulated cluster, whose Executor knows its nodes).
 func Serve(nc *nats.Conn, cfg Config, node string, exec Executor, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -47,7 +50,11 @@ func Serve(nc *nats.Conn, cfg Config, node string, exec Executor, log *slog.Logg
 	}
 	s := &Server{nc: nc, cfg: cfg, node: node, exec: exec, log: log}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	sub, err := nc.Subscribe(OpenSubject(node), s.onOpen)
+	subject := OpenSubject(node)
+	if node == "" {
+		subject = pipeline.ExecPrefix + ".*"
+	}
+	sub, err := nc.Subscribe(subject, s.onOpen)
 	if err != nil {
 		s.cancel()
 		return nil, fmt.Errorf("nodeexec: serve node %q: %w", node, err)
@@ -85,7 +92,7 @@ func (s *Server) onOpen(m *nats.Msg) {
 		s.refuse(m, CodeInvalid, "bad session id %q", req.Session)
 		return
 	}
-	if req.Node != s.node {
+	if req.Node == "" || (s.node != "" && req.Node != s.node) {
 		s.refuse(m, CodeNotFound, "this is node %q, not %q", s.node, req.Node)
 		return
 	}
@@ -97,7 +104,7 @@ func (s *Server) onOpen(m *nats.Msg) {
 		s.refuse(m, CodeInternal, "the node is stopping")
 		return
 	}
-	p, err := newPeer(s.ctx, s.nc, s.cfg, SessionSubject(s.node, req.Session, Out), SessionSubject(s.node, req.Session, In))
+	p, err := newPeer(s.ctx, s.nc, s.cfg, SessionSubject(req.Node, req.Session, Out), SessionSubject(req.Node, req.Session, In))
 	if err != nil {
 		s.refuse(m, CodeInternal, "%v", err)
 		return
