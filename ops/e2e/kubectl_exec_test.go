@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +65,45 @@ func testKubectlExec(t *testing.T, k *kubectl, pod string) {
 					strings.Join(c.args, " "), code, c.code, out, c.stdout, errs, c.stderr)
 			}
 		})
+	}
+}
+
+// testKubectlPortForward runs kubectl port-forward to a simulated pod,
+// whose ports echo, and sends two connections through it.
+func testKubectlPortForward(t *testing.T, k *kubectl, pod string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	cmd := k.cmd(ctx, "port-forward", "pod/"+pod, ":80")
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	defer func() { cancel(); <-done }()
+	re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 80`)
+	var local string
+	eventually(t, 20*time.Second, "kubectl port-forward to listen", func() (bool, string) {
+		m := re.FindStringSubmatch(out.String())
+		if m != nil {
+			local = m[1]
+		}
+		return m != nil, out.String() + errb.String()
+	})
+	for _, msg := range []string{"GET / HTTP/1.0\r\n\r\n", strings.Repeat("echo ", 50000)} {
+		c, err := net.Dial("tcp", "127.0.0.1:"+local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := io.WriteString(c, msg); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.(*net.TCPConn).CloseWrite()
+		b, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || string(b) != msg {
+			t.Fatalf("through port-forward: %.60q, %v (want %.60q)\n%s%s", b, err, msg, out.String(), errb.String())
+		}
 	}
 }

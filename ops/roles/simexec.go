@@ -13,7 +13,7 @@ import (
 // simExec answers a simulated cluster's exec sessions with a few
 // builtins, enough to try kubectl exec on simulated pods: echo, cat (stdin
 // to stdout), hostname (the pod's name), env, true, false; any other
-// command is not found (127). Only running containers of pods on the
+// command is not found (127). Attach and every forwarded port echo. Only running containers of pods on the
 // cluster's nodes exec.
 type simExec struct{ cl *sim.Cluster }
 
@@ -29,6 +29,13 @@ func (e simExec) Exec(ctx context.Context, req nodeexec.Request, st nodeexec.Str
 	}
 	if errw == nil {
 		errw = out // a terminal's output carries both
+	}
+	if req.Port > 0 { // a simulated port echoes what it is sent
+		if st.Stdin != nil {
+			_, err := io.Copy(out, st.Stdin)
+			return err
+		}
+		return nil
 	}
 	if req.Attach { // a simulated container's stdio: what it is sent comes back
 		if st.Stdin != nil {

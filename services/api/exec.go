@@ -12,12 +12,12 @@ import (
 
 var _ apiserver.StreamBackend = (*Stage)(nil)
 
-// PodStream relays an exec or attach session to the pod's node
-// (pods/exec, pods/attach).
+// PodStream relays an exec, attach or port-forward session to the pod's
+// node (pods/exec, pods/attach, pods/portforward).
 func (s *Stage) PodStream(ctx context.Context, pod *corev1.Pod, ps apiserver.PodStream) error {
 	md := pod.GetMetadata()
 	req := nodeexec.Request{Node: pod.GetSpec().GetNodeName(), Namespace: md.GetNamespace(), Pod: md.GetName(),
-		UID: md.GetUid(), Container: ps.Container, Command: ps.Command, Attach: ps.Attach, TTY: ps.TTY}
+		UID: md.GetUid(), Container: ps.Container, Command: ps.Command, Attach: ps.Attach, Port: ps.Port, TTY: ps.TTY}
 	st := nodeexec.Streams{Stdin: ps.Stdin, Stdout: ps.Stdout, Stderr: ps.Stderr}
 	if ps.Resize != nil {
 		ch := make(chan nodeexec.Size, 1)

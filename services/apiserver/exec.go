@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
+	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
 
@@ -26,6 +27,7 @@ type PodStream struct {
 	Container string
 	Command   []string // exec; empty for attach
 	Attach    bool
+	Port      int32 // port-forward: Stdin and Stdout are the connection
 	TTY       bool
 	Stdin     io.Reader
 	Stdout    io.Writer
@@ -42,7 +44,7 @@ type StreamBackend interface {
 }
 
 // streamSubresources are the pods' streaming subresources.
-var streamSubresources = map[string]bool{"exec": true, "attach": true}
+var streamSubresources = map[string]bool{"exec": true, "attach": true, "portforward": true}
 
 // isStream reports whether path is a pod's streaming subresource (a
 // long-running request, as watches are).
@@ -55,7 +57,7 @@ func isStream(path string) bool {
 // kubelet's --streaming-connection-idle-timeout (4h).
 const streamIdleTimeout = 4 * time.Hour
 
-// serveStream serves pods/exec and pods/attach and reports whether req
+// serveStream serves pods/exec, pods/attach and pods/portforward and reports whether req
 // was one. As kube-apiserver (KEP-4006), the subresource needs create —
 // and, for a WebSocket upgrade (a GET), get as well.
 func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, req *request) bool {
@@ -91,6 +93,10 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, req *reques
 		return true
 	}
 	pod := obj.(*corev1.Pod)
+	if req.sub == "portforward" {
+		s.servePortForward(w, r, sb, pod)
+		return true
+	}
 	q := r.URL.Query()
 	container, st := streamContainer(pod, q.Get("container"))
 	if st != nil {
@@ -123,6 +129,34 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, req *reques
 	remotecommand.ServeExec(w, r, ex, req.name, pod.GetMetadata().GetUid(), container, ps.Command, opts,
 		streamIdleTimeout, remotecommand.DefaultStreamCreationTimeout, remotecommand.SupportedStreamingProtocols)
 	return true
+}
+
+// servePortForward serves kubectl port-forward over SPDY with the kubelet
+// streaming library, each forwarded connection a session to the node. A
+// WebSocket upgrade (kubectl ≥ 1.31 tunnels SPDY through one) is refused
+// before the handshake, so that kubectl falls back to SPDY.
+func (s *Server) servePortForward(w http.ResponseWriter, r *http.Request, sb StreamBackend, pod *corev1.Pod) {
+	if p := pod.GetStatus().GetPhase(); p == "Succeeded" || p == "Failed" || pod.GetSpec().GetNodeName() == "" {
+		writeStatus(w, badRequest("pod %s is not running (phase %s, node %q)", pod.GetMetadata().GetName(), p, pod.GetSpec().GetNodeName()))
+		return
+	}
+	if wsstream.IsWebSocketRequest(r) {
+		writeStatus(w, badRequest("port-forward is served over SPDY only; upgrade with SPDY/3.1"))
+		return
+	}
+	portforward.ServePortForward(w, r, portForwarder{sb, pod}, pod.GetMetadata().GetName(), pod.GetMetadata().GetUid(), nil,
+		streamIdleTimeout, remotecommand.DefaultStreamCreationTimeout, portforward.SupportedProtocols)
+}
+
+// portForwarder forwards one connection through the backend.
+type portForwarder struct {
+	b   StreamBackend
+	pod *corev1.Pod
+}
+
+func (f portForwarder) PortForward(ctx context.Context, _, _ string, port int32, stream io.ReadWriteCloser) error {
+	defer stream.Close()
+	return f.b.PodStream(ctx, f.pod, PodStream{Port: port, Stdin: stream, Stdout: stream})
 }
 
 // streamOptions are a session's streams, from PodExecOptions'

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -17,7 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -27,16 +31,20 @@ import (
 
 // fakeNode answers exec sessions for pod "web" on node n1: "echo args…"
 // prints its arguments, "cat" copies stdin, "exit N" exits N, "tty"
-// reports whether it has a terminal and the first size.
+// reports whether it has a terminal and the first size; attach and port
+// 80 echo.
 type fakeNode struct{}
 
 func (fakeNode) Exec(ctx context.Context, req nodeexec.Request, st nodeexec.Streams) error {
-	if req.Pod != "web" || req.Container != "c" {
+	if req.Pod != "web" || (req.Port == 0 && req.Container != "c") {
 		return fmt.Errorf("%w: %s/%s", nodeexec.ErrNotFound, req.Pod, req.Container)
 	}
-	if req.Attach {
+	switch {
+	case req.Port == 80 || req.Attach:
 		_, err := io.Copy(st.Stdout, st.Stdin)
 		return err
+	case req.Port != 0:
+		return fmt.Errorf("connection refused on port %d", req.Port)
 	}
 	switch req.Command[0] {
 	case "echo":
@@ -66,18 +74,18 @@ func (f *fixedSize) Next() *remotecommand.TerminalSize {
 	return &remotecommand.TerminalSize{Width: 120, Height: 40}
 }
 
-// TestExec runs kubectl's exec and attach — client-go's remotecommand, over
-// WebSocket (v5.channel.k8s.io) and SPDY — through the api stage to a
-// fake node over NATS.
-func TestExec(t *testing.T) {
+// startExecSystem is startSystem with a fake node n1 answering exec
+// sessions and pod web on it, and an admin client.
+func startExecSystem(t *testing.T) (*system, *rest.Config, *kubernetes.Clientset) {
+	t.Helper()
 	s := startSystem(t, options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	srv, err := nodeexec.Serve(s.conn.NATS(), nodeexec.DefaultConfig(), "n1", fakeNode{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Stop()
+	t.Cleanup(srv.Stop)
 	if _, err := s.store.Create(ctx, &corev1.Pod{
 		Metadata: &corev1.ObjectMeta{Name: "web", Namespace: "default", Uid: "u-web"},
 		Spec:     &corev1.PodSpec{NodeName: "n1", Containers: []*corev1.Container{{Name: "c", Image: "busybox"}}},
@@ -90,6 +98,69 @@ func TestExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, cfg, cs
+}
+
+// TestPortForward forwards two connections with client-go's port
+// forwarder (kubectl port-forward, SPDY) to the fake node, which echoes
+// port 80 and refuses others.
+func TestPortForward(t *testing.T) {
+	_, cfg, cs := startExecSystem(t)
+	transport, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name("web").SubResource("portforward").URL()
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, "POST", u)
+	stop, ready := make(chan struct{}), make(chan struct{})
+	var pfErr bytes.Buffer
+	pf, err := portforward.New(dialer, []string{"0:80", "0:81"}, stop, ready, io.Discard, &pfErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- pf.ForwardPorts() }()
+	defer func() { close(stop); <-done }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("ForwardPorts: %v", err)
+	}
+	ports, err := pf.GetPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip := func(local uint16, msg string) (string, error) {
+		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(local))))
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, msg); err != nil {
+			return "", err
+		}
+		_ = c.(*net.TCPConn).CloseWrite()
+		b, err := io.ReadAll(c)
+		return string(b), err
+	}
+	for i, msg := range []string{"ping\n", strings.Repeat("x", 300<<10)} {
+		if got, err := roundTrip(ports[0].Local, msg); err != nil || got != msg {
+			t.Fatalf("connection %d through port 80: %.40q, %v", i, got, err)
+		}
+	}
+	if got, _ := roundTrip(ports[1].Local, "ping"); got != "" {
+		t.Errorf("port 81 answered %q", got)
+	}
+}
+
+// TestExec runs kubectl's exec and attach — client-go's remotecommand, over
+// WebSocket (v5.channel.k8s.io) and SPDY — through the api stage to a
+// fake node over NATS.
+func TestExec(t *testing.T) {
+	s, cfg, cs := startExecSystem(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	newExec := func(t *testing.T, cfg *rest.Config, transport string, u *url.URL) remotecommand.Executor {
 		t.Helper()
 		var e remotecommand.Executor

@@ -47,8 +47,9 @@ func SessionSubject(node, session, dir string) string {
 	return OpenSubject(node) + "." + session + "." + dir
 }
 
-// Request opens a session: exec Command in a container of a pod, or
-// attach to it (Attach, no Command).
+// Request opens a session: exec Command in a container of a pod, attach
+// to it (Attach, no Command), or forward a connection to Port of the pod
+// (kubectl port-forward: stdin and stdout are the connection's two ways).
 type Request struct {
 	Session   string   `json:"session"`
 	Node      string   `json:"node"`
@@ -58,6 +59,7 @@ type Request struct {
 	Container string   `json:"container,omitempty"`
 	Command   []string `json:"command,omitempty"`
 	Attach    bool     `json:"attach,omitempty"`
+	Port      int32    `json:"port,omitempty"`
 	Stdin     bool     `json:"stdin,omitempty"`
 	Stdout    bool     `json:"stdout,omitempty"`
 	Stderr    bool     `json:"stderr,omitempty"`

@@ -16,7 +16,8 @@ import (
 )
 
 // Executor runs sessions on a node: it execs req.Command in the pod's
-// container (or attaches to it, req.Attach), copying st, and returns when
+// container (or attaches to it, req.Attach, or connects to req.Port in the
+// pod's network namespace), copying st, and returns when
 // the command ends: nil for exit code 0, an *ExitError for another, an
 // error wrapping ErrNotFound when the node has no such pod or container.
 // ctx ends when the session does (the client left, the api stage was
@@ -96,7 +97,7 @@ func (s *Server) onOpen(m *nats.Msg) {
 		s.refuse(m, CodeNotFound, "this is node %q, not %q", s.node, req.Node)
 		return
 	}
-	if !req.Attach && len(req.Command) == 0 {
+	if !req.Attach && req.Port == 0 && len(req.Command) == 0 {
 		s.refuse(m, CodeInvalid, "no command")
 		return
 	}
