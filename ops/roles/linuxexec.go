@@ -37,7 +37,18 @@ func (e linuxExec) Exec(ctx context.Context, req nodeexec.Request, st nodeexec.S
 		}
 		return forward(ctx, conn, st)
 	}
-	code, err := e.rt.ExecIn(ctx, t, req.Command, container.Stdio{Stdin: st.Stdin, Stdout: st.Stdout, Stderr: st.Stderr})
+	stdio := container.Stdio{Stdin: st.Stdin, Stdout: st.Stdout, Stderr: st.Stderr, TTY: req.TTY}
+	if st.Resize != nil {
+		stdio.Resize = func(ctx context.Context) (uint16, uint16, bool) {
+			select {
+			case sz, ok := <-st.Resize:
+				return sz.Width, sz.Height, ok
+			case <-ctx.Done():
+				return 0, 0, false
+			}
+		}
+	}
+	code, err := e.rt.ExecIn(ctx, t, req.Command, stdio)
 	switch {
 	case errors.Is(err, linux.ErrNoContainer):
 		return fmt.Errorf("%w: %v", nodeexec.ErrNotFound, err)

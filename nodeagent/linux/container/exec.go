@@ -78,6 +78,11 @@ func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (E
 type Stdio struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
+	// TTY runs the command on a pseudo-terminal, its controlling
+	// terminal: Stdout gets its output (Stderr is not used), Resize, when
+	// set, its window sizes (kubectl exec -t).
+	TTY    bool
+	Resize ResizeFunc
 }
 
 // ExecStdio is Exec with the command's stdin, stdout and stderr streamed
@@ -129,7 +134,14 @@ func (c *Container) ExecStdio(ctx context.Context, args, env []string, dir strin
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = stdio.Stdout, stdio.Stderr
 	var stdin io.WriteCloser
-	if stdio.Stdin != nil {
+	var term *terminal
+	if stdio.TTY {
+		if term, err = openTerminal(); err != nil {
+			return 0, err
+		}
+		defer term.finish()
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = term.slave, term.slave, term.slave
+	} else if stdio.Stdin != nil {
 		if stdin, err = cmd.StdinPipe(); err != nil { // Wait closes it
 			return 0, err
 		}
@@ -137,6 +149,9 @@ func (c *Container) ExecStdio(ctx context.Context, args, env []string, dir strin
 	cmd.ExtraFiles = []*os.File{execW, mnt}
 	cmd.WaitDelay = time.Second
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if term != nil { // a session of its own, the terminal its controlling one
+		cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
+	}
 	cgroups := spec.Cgroups
 	if v2, ok := spec.Cgroups[""]; ok {
 		cg, err := os.Open(v2)
@@ -191,6 +206,11 @@ func (c *Container) ExecStdio(ctx context.Context, args, env []string, dir strin
 	if stdin != nil {
 		go func() { _, _ = io.Copy(stdin, stdio.Stdin); _ = stdin.Close() }()
 	}
+	if term != nil {
+		rctx, stopResize := context.WithCancel(ctx)
+		defer stopResize() // before term.finish, deferred earlier
+		term.start(rctx, stdio)
+	}
 	if goW != nil { // v1: place the helper, then let it go on
 		for sub, cg := range cgroups {
 			if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
@@ -209,8 +229,11 @@ func (c *Container) ExecStdio(ctx context.Context, args, env []string, dir strin
 	}
 	if len(msg) > 0 {
 		if m, ok := strings.CutPrefix(string(msg), execNotFound); ok {
-			if stdio.Stderr != nil {
-				_, _ = io.WriteString(stdio.Stderr, m)
+			if w := stdio.Stderr; w != nil || stdio.TTY && stdio.Stdout != nil {
+				if stdio.TTY {
+					w = stdio.Stdout
+				}
+				_, _ = io.WriteString(w, m)
 			}
 			return 127, nil
 		}

@@ -54,3 +54,32 @@ func TestExecStdio(t *testing.T) {
 		}
 	})
 }
+
+// TestExecTTY runs an exec on a terminal (kubectl exec -t): the command
+// has a controlling terminal whose size follows the resizes.
+func TestExecTTY(t *testing.T) {
+	c := start(t, newSpec(t, "sleep", "1000"))
+	ctx := ctx20(t)
+	sizes := make(chan [2]uint16, 1)
+	sizes <- [2]uint16{120, 40}
+	resize := func(ctx context.Context) (uint16, uint16, bool) {
+		select {
+		case s := <-sizes:
+			return s[0], s[1], true
+		case <-ctx.Done():
+			return 0, 0, false
+		}
+	}
+	var out bytes.Buffer
+	code, err := c.ExecStdio(ctx, []string{"sh", "-c", "sleep 0.3; [ -t 0 ] && [ -t 1 ] && echo terminal; stty size; read line; echo got $line"},
+		[]string{"PATH=/bin"}, "", container.Stdio{Stdin: strings.NewReader("typed\n"), Stdout: &out, TTY: true, Resize: resize})
+	if err != nil || code != 0 {
+		t.Fatalf("ExecStdio = %d, %v\n%s", code, err, out.String())
+	}
+	// The terminal echoes the input and ends lines with \r\n.
+	for _, want := range []string{"terminal\r\n", "40 120\r\n", "got typed\r\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output %q lacks %q", out.String(), want)
+		}
+	}
+}
