@@ -54,6 +54,7 @@ func testKubectlExec(t *testing.T, k *kubectl, pod string) {
 		// ignored, with a warning.
 		{name: "exec -it", stdin: "tty\n", args: []string{"exec", "-it", pod, "--", "cat"}, stdout: "tty\n", stderr: "Unable to use a TTY"},
 		{name: "over SPDY", args: []string{"exec", pod, "--", "echo", "spdy"}, stdout: "spdy\n"},
+		{name: "attach", stdin: "to the container\n", args: []string{"attach", "-i", pod}, stdout: "to the container\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.name == "over SPDY" {

@@ -1,11 +1,13 @@
 package roles
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/podflow/podflow/nodeagent/linux"
 	"github.com/podflow/podflow/nodeagent/linux/container"
@@ -19,12 +21,82 @@ type linuxExec struct{ rt *linux.Runtime }
 
 var _ nodeexec.Executor = linuxExec{}
 
-// ErrAttach: attach is not served by the Linux runtime yet.
-var ErrAttach = errors.New("roles: attach is not supported by the Linux runtime")
+// attachPoll is how often an attach reads the container's log.
+const attachPoll = 200 * time.Millisecond
+
+// attach shows what the container writes from now on (kubectl attach):
+// its CRI log followed from its end, stdout and stderr apart, until the
+// container exits or the client leaves. The container's stdin is not
+// kept open, so what the client types is dropped.
+func (e linuxExec) attach(ctx context.Context, req nodeexec.Request, st nodeexec.Streams) error {
+	lr := linux.LogRequest{Namespace: req.Namespace, Pod: req.Pod, Container: req.Container}
+	var c linux.LogChunk
+	for first := true; first || len(c.Data) > 0; first = false { // to the end
+		var err error
+		if c, err = e.rt.ReadLog(lr, 512<<10); errors.Is(err, linux.ErrNoLogs) {
+			return fmt.Errorf("%w: %v", nodeexec.ErrNotFound, err)
+		} else if err != nil {
+			return err
+		}
+		lr.Offset = c.Offset
+	}
+	if !c.Running {
+		return fmt.Errorf("%w: container %q of pod %s/%s is not running", nodeexec.ErrNotFound, c.Container, req.Namespace, req.Pod)
+	}
+	t := time.NewTicker(attachPoll)
+	defer t.Stop()
+	for {
+		c, err := e.rt.ReadLog(lr, 512<<10)
+		if err != nil {
+			return err
+		}
+		lr.Offset = c.Offset
+		if err := writeCRI(c.Data, st, req.TTY); err != nil {
+			return err
+		}
+		switch {
+		case len(c.Data) > 0:
+			continue
+		case !c.Running:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// writeCRI writes CRI log lines ("<time> <stream> <F|P> <message>") as
+// their stream's output (all on stdout with a terminal).
+func writeCRI(cri []byte, st nodeexec.Streams, tty bool) error {
+	for _, line := range bytes.Split(cri, []byte{'\n'}) {
+		f := bytes.SplitN(line, []byte{' '}, 4)
+		if len(f) < 4 {
+			continue
+		}
+		w := st.Stdout
+		if string(f[1]) == "stderr" && !tty {
+			w = st.Stderr
+		}
+		if w == nil {
+			continue
+		}
+		msg := f[3]
+		if string(f[2]) != "P" {
+			msg = append(msg, '\n')
+		}
+		if _, err := w.Write(msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (e linuxExec) Exec(ctx context.Context, req nodeexec.Request, st nodeexec.Streams) error {
 	if req.Attach {
-		return ErrAttach
+		return e.attach(ctx, req, st)
 	}
 	t := linux.ExecTarget{Namespace: req.Namespace, Pod: req.Pod, UID: req.UID, Container: req.Container}
 	if req.Port > 0 {
