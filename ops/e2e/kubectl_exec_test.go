@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -106,5 +107,43 @@ func testKubectlPortForward(t *testing.T, k *kubectl, pod string) {
 		if err != nil || string(b) != msg {
 			t.Fatalf("through port-forward: %.60q, %v (want %.60q)\n%s%s", b, err, msg, out.String(), errb.String())
 		}
+	}
+}
+
+// testKubectlExecPodGone: an exec session ends when its pod is deleted.
+func testKubectlExecPodGone(t *testing.T, k *kubectl) {
+	k.must("run", "exec-gone", "--image=nginx")
+	eventually(t, 30*time.Second, "pod exec-gone to run", func() (bool, string) {
+		out, _, _ := k.run("get", "pod", "exec-gone", "-o", "jsonpath={.status.phase}")
+		return out == "Running", out
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stdin, keep, err := os.Pipe() // kept open: cat never sees its input end
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	defer stdin.Close()
+	var out, errb syncBuffer
+	cmd := k.cmd(ctx, "exec", "-i", "exec-gone", "--", "cat")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if _, err := io.WriteString(keep, "before\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "cat to echo", func() (bool, string) { return out.String() == "before\n", out.String() + errb.String() })
+	k.must("delete", "pod", "exec-gone", "--grace-period=1", "--wait=false")
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("kubectl exec exited 0 when its pod went\n%s", errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("kubectl exec outlived its pod\n%s%s", out.String(), errb.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/podflow/podflow/nodeagent/sim"
 	"github.com/podflow/podflow/services/nodeexec"
@@ -19,10 +20,36 @@ type simExec struct{ cl *sim.Cluster }
 
 var _ nodeexec.Executor = simExec{}
 
+// simGonePoll is how often a session checks that its container still runs.
+const simGonePoll = 500 * time.Millisecond
+
 func (e simExec) Exec(ctx context.Context, req nodeexec.Request, st nodeexec.Streams) error {
 	if err := e.running(ctx, req); err != nil {
 		return err
 	}
+	// The session ends when its container does (the pod deleted).
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTicker(simGonePoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := e.running(ctx, req); err != nil && ctx.Err() == nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	return e.builtin(ctx, req, st)
+}
+
+// builtin runs req.
+func (e simExec) builtin(ctx context.Context, req nodeexec.Request, st nodeexec.Streams) error {
 	out, errw := st.Stdout, st.Stderr
 	if out == nil {
 		out = io.Discard
@@ -30,20 +57,12 @@ func (e simExec) Exec(ctx context.Context, req nodeexec.Request, st nodeexec.Str
 	if errw == nil {
 		errw = out // a terminal's output carries both
 	}
-	if req.Port > 0 { // a simulated port echoes what it is sent
-		if st.Stdin != nil {
-			_, err := io.Copy(out, st.Stdin)
-			return err
+	if req.Port > 0 || req.Attach { // a simulated port or stdio echoes what it is sent
+		if st.Stdin == nil {
+			<-ctx.Done()
+			return context.Cause(ctx)
 		}
-		return nil
-	}
-	if req.Attach { // a simulated container's stdio: what it is sent comes back
-		if st.Stdin != nil {
-			_, err := io.Copy(out, st.Stdin)
-			return err
-		}
-		<-ctx.Done()
-		return nil
+		return copyUntil(ctx, out, st.Stdin)
 	}
 	switch req.Command[0] {
 	case "echo":
@@ -53,8 +72,7 @@ func (e simExec) Exec(ctx context.Context, req nodeexec.Request, st nodeexec.Str
 		if st.Stdin == nil {
 			return nil
 		}
-		_, err := io.Copy(out, st.Stdin)
-		return err
+		return copyUntil(ctx, out, st.Stdin)
 	case "hostname":
 		_, err := fmt.Fprintln(out, req.Pod)
 		return err
@@ -95,4 +113,20 @@ func (e simExec) running(ctx context.Context, req nodeexec.Request) error {
 		}
 	}
 	return fmt.Errorf("%w: container %q of pod %s/%s does not run on node %q", nodeexec.ErrNotFound, req.Container, req.Namespace, req.Pod, req.Node)
+}
+
+// copyUntil copies r to w until r ends or ctx does (then ctx's cause); the
+// copy goroutine returns when r's Read does (the session closes it).
+func copyUntil(ctx context.Context, w io.Writer, r io.Reader) error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(w, r)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }

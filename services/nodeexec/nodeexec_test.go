@@ -174,3 +174,29 @@ func TestSessionEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestServeEveryNode: a server for node "" (a simulated cluster) answers
+// every node's sessions, each on its own node's subjects.
+func TestServeEveryNode(t *testing.T) {
+	srv := bustest.Server(t)
+	api := bustest.Connect(t, srv, "api")
+	node := bustest.Connect(t, srv, "nodes")
+	warm(t, api)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	cfg := fastConfig()
+	s, err := nodeexec.Serve(node.NATS(), cfg, "", &echo{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	for _, n := range []string{"sim-node-0001", "sim-node-0002"} {
+		var out bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := nodeexec.Run(ctx, api.NATS(), cfg, nodeexec.Request{Node: n, Pod: "web", Command: []string{"cat"}},
+			nodeexec.Streams{Stdin: strings.NewReader(n), Stdout: &out, Stderr: io.Discard})
+		cancel()
+		if err != nil || out.String() != n {
+			t.Errorf("node %s: %q, %v", n, out.String(), err)
+		}
+	}
+}
