@@ -13,6 +13,11 @@ require (
 )
 
 require (
+	go.uber.org/goleak v1.3.0 // indirect
+	k8s.io/cri-streaming v0.37.2 // indirect
+)
+
+require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/evanphx/json-patch/v5 v5.9.11

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -44,20 +43,7 @@ func (k *kubectl) cmd(ctx context.Context, args ...string) *exec.Cmd {
 // run returns kubectl's stdout, stderr and exit code.
 func (k *kubectl) run(args ...string) (string, string, int) {
 	k.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var out, errb bytes.Buffer
-	cmd := k.cmd(ctx, args...)
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	code := 0
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		k.t.Fatalf("kubectl %v: %v", args, err)
-	}
-	return out.String(), errb.String(), code
+	return k.runIn("", args...)
 }
 
 func (k *kubectl) must(args ...string) string {
@@ -220,6 +206,11 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 		if out := bob.must("auth", "can-i", "--list", "-n", "kube-system"); strings.Contains(out, "pods") {
 			t.Fatalf("bob's rules in kube-system include default's:\n%s", out)
 		}
+		// get pods is not exec: that is create on pods/exec.
+		out, errs, code = bob.run("exec", "my-nginx-pod", "--", "echo", "hi")
+		if code == 0 || !strings.Contains(errs, "forbidden") || !strings.Contains(errs, `"pods/exec"`) {
+			t.Fatalf("bob exec: exit %d\n%s%s", code, out, errs)
+		}
 	})
 
 	t.Run("apply", func(t *testing.T) {
@@ -276,6 +267,10 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 			t.Fatalf("logs: exit %d %s", code, errs)
 		}
 	})
+
+	t.Run("exec", func(t *testing.T) { testKubectlExec(t, k, "my-nginx-pod") })
+	t.Run("port-forward", func(t *testing.T) { testKubectlPortForward(t, k, "my-nginx-pod") })
+	t.Run("exec ends with its pod", func(t *testing.T) { testKubectlExecPodGone(t, k) })
 
 	t.Run("paging and deletecollection", func(t *testing.T) {
 		for i := range 5 {

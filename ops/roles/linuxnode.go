@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/podflow/podflow/nodeagent/nodemetrics"
+	"github.com/podflow/podflow/services/nodeexec"
 	"github.com/podflow/podflow/services/nodelogs"
 	"log/slog"
 	"net"
@@ -238,6 +239,11 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		return fmt.Errorf("serve logs: %w", err)
 	}
 	defer sub.Unsubscribe()
+	execs, err := nodeexec.Serve(sess.Bus.NATS(), nodeexec.DefaultConfig(), node, linuxExec{rt}, log)
+	if err != nil {
+		return err
+	}
+	defer execs.Stop()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

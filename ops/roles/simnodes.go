@@ -12,6 +12,7 @@ import (
 	"github.com/podflow/podflow/nodeagent/sim"
 	"github.com/podflow/podflow/ops/client"
 	wire "github.com/podflow/podflow/ops/nodewire"
+	"github.com/podflow/podflow/services/nodeexec"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
 )
@@ -73,6 +74,11 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 	if err := stage.AnswerPings(ctx, sess.Bus, stage.Env{Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
 		return err
 	}
+	execs, err := nodeexec.Serve(sess.Bus.NATS(), nodeexec.DefaultConfig(), "", simExec{cl}, log)
+	if err != nil {
+		return err
+	}
+	defer execs.Stop()
 	runner, err := bus.NewRunner(sess.Bus, rc, nm.Handler(wire.Handler(sess.Store, cl, time.Second)))
 	if err != nil {
 		return err

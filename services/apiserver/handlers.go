@@ -54,6 +54,9 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
 		return
 	}
+	if s.serveStream(w, r, req) { // pods/exec, pods/attach (exec.go)
+		return
+	}
 	switch {
 	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"):
 	default:

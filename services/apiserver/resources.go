@@ -113,7 +113,9 @@ func apiResourceList(gv string) *metav1.APIResourceList {
 		if r.name == "pods" && r.group == "" {
 			l.APIResources = append(l.APIResources,
 				metav1.APIResource{Name: "pods/status", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}},
-				metav1.APIResource{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}})
+				metav1.APIResource{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}},
+				metav1.APIResource{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: []string{"create", "get"}},
+				metav1.APIResource{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: []string{"create", "get"}})
 		}
 	}
 	return l

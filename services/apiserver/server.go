@@ -240,6 +240,9 @@ type request struct {
 // and followed logs have their own limit, mutating requests theirs, the rest MaxInFlight. A
 // watch parameter on any other method changes nothing.
 func (s *Server) limiter(r *http.Request) chan struct{} {
+	if isStream(r.URL.Path) { // exec and attach are long-running too
+		return s.watches
+	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		if w := r.URL.Query().Get("watch"); w == "true" || w == "1" {

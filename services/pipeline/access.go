@@ -20,7 +20,7 @@ import (
 //	store             serve podflow.store.> and push watches
 //	node-<node>       pull its own consumer, publish NodeAgentOutputs and
 //	                  heartbeats for its node only, answer its node's log
-//	                  requests, use the store (NodeAgentRole); a simulated
+//	                  requests and exec sessions, use the store (NodeAgentRole); a simulated
 //	                  cluster's agent (nodes-<name>) acts for any node
 //
 // Every role but client also answers pings, reads its own inbox only
@@ -52,6 +52,10 @@ const (
 	PingSubject = "podflow.ops.ping"
 	// LogsPrefix: a node agent answers log requests on LogsPrefix.<node>.
 	LogsPrefix = "podflow.ops.logs"
+	// ExecPrefix: a node agent accepts exec and attach sessions on
+	// ExecPrefix.<node>; a session's frames travel on
+	// ExecPrefix.<node>.<session>.in (to the node) and .out (from it).
+	ExecPrefix = "podflow.ops.exec"
 )
 
 // RoleStore is the bus role of the store replicas.
@@ -106,9 +110,10 @@ func stagePermissions(stage string) *bus.Permissions {
 	var sub []string
 	switch stage {
 	case API:
-		// The front door (podflow.api.>) and the nodes' logs.
+		// The front door (podflow.api.>), the nodes' logs and exec sessions.
 		sub = append(sub, bus.APIPrefix+".>")
-		pub = append(pub, LogsPrefix+".*")
+		pub = append(pub, LogsPrefix+".*", ExecPrefix+".*", ExecPrefix+".*.*.in")
+		sub = append(sub, ExecPrefix+".*.*.out")
 		fallthrough
 	case Admission, Persistence:
 		// A request's answer comes from the stage that ends it, which is
@@ -148,8 +153,8 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 	for _, t := range NodeAgentOutputs {
 		pub = append(pub, bus.PodPrefix+"."+string(t)+"."+token+".>")
 	}
-	pub = append(pub, bus.NodePrefix+"."+token+".>")
-	sub := []string{LogsPrefix + "." + token}
+	pub = append(pub, bus.NodePrefix+"."+token+".>", ExecPrefix+"."+token+".*.out")
+	sub := []string{LogsPrefix + "." + token, ExecPrefix + "." + token, ExecPrefix + "." + token + ".*.in"}
 	return bus.RoleSpec{Role: role, Permissions: service(role).Merge(&bus.Permissions{
 		Publish:   &bus.SubjectPermission{Allow: pub},
 		Subscribe: &bus.SubjectPermission{Allow: sub},

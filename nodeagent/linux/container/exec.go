@@ -64,20 +64,45 @@ const execNotFound = "notfound "
 // returned. A command that ran and exited non-zero (or was not found:
 // 127) is a result, not an error.
 func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (ExecResult, error) {
+	var out limitedBuffer
+	code, err := c.ExecStdio(ctx, args, env, dir, Stdio{Stdout: &out, Stderr: &out})
+	if err != nil && ctx.Err() == nil {
+		return ExecResult{}, err
+	}
+	return ExecResult{ExitCode: code, Output: out.Bytes()}, err
+}
+
+// Stdio are the streams of an exec (kubectl exec): nil ones are
+// /dev/null. Stdin is read by a goroutine of its own that returns when
+// its Read does, once the command has exited (the caller closes Stdin).
+type Stdio struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// TTY runs the command on a pseudo-terminal, its controlling
+	// terminal: Stdout gets its output (Stderr is not used), Resize, when
+	// set, its window sizes (kubectl exec -t).
+	TTY    bool
+	Resize ResizeFunc
+}
+
+// ExecStdio is Exec with the command's stdin, stdout and stderr streamed
+// (kubectl exec): it returns the exit code (127 for a command not found)
+// once the command has exited and its output been copied.
+func (c *Container) ExecStdio(ctx context.Context, args, env []string, dir string, stdio Stdio) (int, error) {
 	st := c.State()
 	if st.Status != StatusRunning {
-		return ExecResult{}, ErrNotRunning
+		return 0, ErrNotRunning
 	}
 	if len(args) == 0 {
-		return ExecResult{}, fmt.Errorf("%w: no command", ErrInvalidSpec)
+		return 0, fmt.Errorf("%w: no command", ErrInvalidSpec)
 	}
 	spec, err := ReadSpec(c.Dir)
 	if err != nil {
-		return ExecResult{}, err
+		return 0, err
 	}
 	pidfd, err := openProcess(st.PID, st.PIDStart) // pins the pid while we join it
 	if err != nil {
-		return ExecResult{}, err
+		return 0, err
 	}
 	defer pidfd.Close()
 	if dir == "" {
@@ -85,38 +110,53 @@ func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (E
 	}
 	req, err := json.Marshal(execRequest{Args: args, Env: env, Dir: dir})
 	if err != nil {
-		return ExecResult{}, err
+		return 0, err
 	}
 	nsDir := "/proc/" + strconv.Itoa(st.PID) + "/ns/"
 	mnt, err := os.Open(nsDir + "mnt")
 	if err != nil {
-		return ExecResult{}, fmt.Errorf("exec in container %q: %w", c.ID, err)
+		return 0, fmt.Errorf("exec in container %q: %w", c.ID, err)
 	}
 	defer mnt.Close()
 	execR, execW, err := os.Pipe()
 	if err != nil {
-		return ExecResult{}, err
+		return 0, err
 	}
 	defer execR.Close()
 	defer execW.Close()
 	self, err := os.Executable()
 	if err != nil {
-		return ExecResult{}, err
+		return 0, err
 	}
-	var out limitedBuffer
 	cmd := exec.CommandContext(ctx, self)
 	cmd.Args = []string{"podflow-exec", spec.ID}
 	cmd.Env = []string{envRole + "=" + roleExec, envDir + "=" + c.Dir, envExec + "=" + string(req)}
 	cmd.Dir = "/"
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = stdio.Stdout, stdio.Stderr
+	var stdin io.WriteCloser
+	var term *terminal
+	if stdio.TTY {
+		if term, err = openTerminal(); err != nil {
+			return 0, err
+		}
+		defer term.finish()
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = term.slave, term.slave, term.slave
+	} else if stdio.Stdin != nil {
+		if stdin, err = cmd.StdinPipe(); err != nil { // Wait closes it
+			return 0, err
+		}
+	}
 	cmd.ExtraFiles = []*os.File{execW, mnt}
 	cmd.WaitDelay = time.Second
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if term != nil { // a session of its own, the terminal its controlling one
+		cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
+	}
 	cgroups := spec.Cgroups
 	if v2, ok := spec.Cgroups[""]; ok {
 		cg, err := os.Open(v2)
 		if err != nil {
-			return ExecResult{}, fmt.Errorf("open cgroup %q: %w", v2, err)
+			return 0, fmt.Errorf("open cgroup %q: %w", v2, err)
 		}
 		defer cg.Close()
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
@@ -129,7 +169,7 @@ func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (E
 	if _, v2 := cgroups[""]; !v2 && len(cgroups) > 0 {
 		goR, w, err := os.Pipe()
 		if err != nil {
-			return ExecResult{}, err
+			return 0, err
 		}
 		defer goR.Close()
 		defer w.Close()
@@ -160,15 +200,23 @@ func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (E
 		errc <- cmd.Start() // pid namespace: for the children of this thread
 	}()
 	if err := <-errc; err != nil {
-		return ExecResult{}, fmt.Errorf("exec in container %q: %w", c.ID, err)
+		return 0, fmt.Errorf("exec in container %q: %w", c.ID, err)
 	}
 	execW.Close()
+	if stdin != nil {
+		go func() { _, _ = io.Copy(stdin, stdio.Stdin); _ = stdin.Close() }()
+	}
+	if term != nil {
+		rctx, stopResize := context.WithCancel(ctx)
+		defer stopResize() // before term.finish, deferred earlier
+		term.start(rctx, stdio)
+	}
 	if goW != nil { // v1: place the helper, then let it go on
 		for sub, cg := range cgroups {
 			if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
 				_ = cmd.Process.Kill()
 				_ = cmd.Wait()
-				return ExecResult{}, fmt.Errorf("exec in container %q: join %s cgroup %q: %w", c.ID, sub, cg, err)
+				return 0, fmt.Errorf("exec in container %q: join %s cgroup %q: %w", c.ID, sub, cg, err)
 			}
 		}
 		goW.Close()
@@ -177,22 +225,28 @@ func (c *Container) Exec(ctx context.Context, args, env []string, dir string) (E
 	msg, _ := io.ReadAll(execR)
 	werr := cmd.Wait()
 	if ctx.Err() != nil {
-		return ExecResult{Output: out.Bytes()}, ctx.Err()
+		return 0, ctx.Err()
 	}
 	if len(msg) > 0 {
 		if m, ok := strings.CutPrefix(string(msg), execNotFound); ok {
-			return ExecResult{ExitCode: 127, Output: []byte(m)}, nil
+			if w := stdio.Stderr; w != nil || stdio.TTY && stdio.Stdout != nil {
+				if stdio.TTY {
+					w = stdio.Stdout
+				}
+				_, _ = io.WriteString(w, m)
+			}
+			return 127, nil
 		}
-		return ExecResult{}, fmt.Errorf("exec in container %q: %w: %s", c.ID, ErrExec, msg)
+		return 0, fmt.Errorf("exec in container %q: %w: %s", c.ID, ErrExec, msg)
 	}
 	var ee *exec.ExitError
 	switch {
 	case werr == nil:
-		return ExecResult{Output: out.Bytes()}, nil
+		return 0, nil
 	case errors.As(werr, &ee):
-		return ExecResult{ExitCode: ee.ExitCode(), Output: out.Bytes()}, nil
+		return ee.ExitCode(), nil
 	default:
-		return ExecResult{Output: out.Bytes()}, werr
+		return 0, werr
 	}
 }
 

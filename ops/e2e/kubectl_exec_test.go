@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runIn is run with stdin ("": none).
+func (k *kubectl) runIn(stdin string, args ...string) (string, string, int) {
+	k.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	cmd := k.cmd(ctx, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		k.t.Fatalf("kubectl %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// testKubectlExec runs kubectl exec and attach on a simulated pod, whose
+// runtime answers a few builtins (echo, cat, false, …).
+func testKubectlExec(t *testing.T, k *kubectl, pod string) {
+	for _, c := range []struct {
+		name   string
+		stdin  string
+		args   []string
+		stdout string
+		stderr string
+		code   int
+	}{
+		{name: "exec", args: []string{"exec", pod, "--", "echo", "hello", "world"}, stdout: "hello world\n"},
+		{name: "exec with stdin", stdin: "piped\nlines\n", args: []string{"exec", "-i", pod, "--", "cat"}, stdout: "piped\nlines\n"},
+		{name: "exit code", args: []string{"exec", pod, "--", "false"}, code: 1},
+		{name: "not found", args: []string{"exec", pod, "--", "nope"}, stderr: "command not found", code: 127},
+		// kubectl asks for no terminal when stdin is none: -t is then
+		// ignored, with a warning.
+		{name: "exec -it", stdin: "tty\n", args: []string{"exec", "-it", pod, "--", "cat"}, stdout: "tty\n", stderr: "Unable to use a TTY"},
+		{name: "over SPDY", args: []string{"exec", pod, "--", "echo", "spdy"}, stdout: "spdy\n"},
+		{name: "attach", stdin: "to the container\n", args: []string{"attach", "-i", pod}, stdout: "to the container\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "over SPDY" {
+				t.Setenv("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+			}
+			out, errs, code := k.runIn(c.stdin, c.args...)
+			if code != c.code || out != c.stdout || !strings.Contains(errs, c.stderr) {
+				t.Fatalf("kubectl %s: exit %d (want %d)\nstdout %q (want %q)\nstderr %q (want %q in it)",
+					strings.Join(c.args, " "), code, c.code, out, c.stdout, errs, c.stderr)
+			}
+		})
+	}
+}
+
+// testKubectlPortForward runs kubectl port-forward to a simulated pod,
+// whose ports echo, and sends two connections through it.
+func testKubectlPortForward(t *testing.T, k *kubectl, pod string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	cmd := k.cmd(ctx, "port-forward", "pod/"+pod, ":80")
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	defer func() { cancel(); <-done }()
+	re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 80`)
+	var local string
+	eventually(t, 20*time.Second, "kubectl port-forward to listen", func() (bool, string) {
+		m := re.FindStringSubmatch(out.String())
+		if m != nil {
+			local = m[1]
+		}
+		return m != nil, out.String() + errb.String()
+	})
+	for _, msg := range []string{"GET / HTTP/1.0\r\n\r\n", strings.Repeat("echo ", 50000)} {
+		c, err := net.Dial("tcp", "127.0.0.1:"+local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := io.WriteString(c, msg); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.(*net.TCPConn).CloseWrite()
+		b, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || string(b) != msg {
+			t.Fatalf("through port-forward: %.60q, %v (want %.60q)\n%s%s", b, err, msg, out.String(), errb.String())
+		}
+	}
+}
+
+// testKubectlExecPodGone: an exec session ends when its pod is deleted.
+func testKubectlExecPodGone(t *testing.T, k *kubectl) {
+	k.must("run", "exec-gone", "--image=nginx")
+	eventually(t, 30*time.Second, "pod exec-gone to run", func() (bool, string) {
+		out, _, _ := k.run("get", "pod", "exec-gone", "-o", "jsonpath={.status.phase}")
+		return out == "Running", out
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stdin, keep, err := os.Pipe() // kept open: cat never sees its input end
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	defer stdin.Close()
+	var out, errb syncBuffer
+	cmd := k.cmd(ctx, "exec", "-i", "exec-gone", "--", "cat")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if _, err := io.WriteString(keep, "before\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "cat to echo", func() (bool, string) { return out.String() == "before\n", out.String() + errb.String() })
+	k.must("delete", "pod", "exec-gone", "--grace-period=1", "--wait=false")
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("kubectl exec exited 0 when its pod went\n%s", errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("kubectl exec outlived its pod\n%s%s", out.String(), errb.String())
+	}
+}
