@@ -260,6 +260,9 @@ func (p *peer) onMsg(m *nats.Msg) {
 		p.resize <- *f.Resize
 	}
 	if f.Seq == 0 {
+		if f.End != nil { // the api stage's cancel (its client left): unnumbered, it may pass queued data
+			p.cancel(ErrCanceled)
+		}
 		return // an ack, a ping or a resize
 	}
 	if f.Seq != p.lastSeq+1 {

@@ -46,7 +46,7 @@ func (e *echo) Exec(ctx context.Context, req nodeexec.Request, st nodeexec.Strea
 		return nil
 	case "sleep":
 		<-ctx.Done()
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
 	return errors.New("unknown command")
 }
@@ -138,10 +138,13 @@ func TestSessionEnds(t *testing.T) {
 		name string
 		end  func(cancel context.CancelFunc, s *nodeexec.Server, node func())
 		want error
+		// onNode, when set, is why the node's command must end: a client
+		// that leaves cancels it at once, not after LostAfter's silence.
+		onNode error
 	}{
-		{"client leaves", func(cancel context.CancelFunc, _ *nodeexec.Server, _ func()) { cancel() }, context.Canceled},
-		{"node lost", func(_ context.CancelFunc, _ *nodeexec.Server, closeNode func()) { closeNode() }, nodeexec.ErrLost},
-		{"node stops", func(_ context.CancelFunc, s *nodeexec.Server, _ func()) { s.Stop() }, nodeexec.ErrLost},
+		{"client leaves", func(cancel context.CancelFunc, _ *nodeexec.Server, _ func()) { cancel() }, context.Canceled, nodeexec.ErrCanceled},
+		{"node lost", func(_ context.CancelFunc, _ *nodeexec.Server, closeNode func()) { closeNode() }, nodeexec.ErrLost, nil},
+		{"node stops", func(_ context.CancelFunc, s *nodeexec.Server, _ func()) { s.Stop() }, nodeexec.ErrLost, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			node := bustest.Connect(t, srv, "node")
@@ -166,7 +169,10 @@ func TestSessionEnds(t *testing.T) {
 				t.Errorf("client: %v, want %v", err, c.want)
 			}
 			select {
-			case <-fake.ended:
+			case err := <-fake.ended:
+				if c.onNode != nil && !errors.Is(err, c.onNode) {
+					t.Errorf("node's command ended with %v, want %v", err, c.onNode)
+				}
 			case <-time.After(5 * time.Second):
 				t.Fatal("the command still runs on the node")
 			}
