@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"runtime"
 	"strconv"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/podflow/podflow/nodeagent/linux/container"
 )
@@ -63,36 +59,24 @@ func (r *Runtime) runningContainer(t ExecTarget) (*ctr, error) {
 
 // DialPod connects to port on the loopback of t's pod network namespace
 // (kubectl port-forward, as the CRI's PortForward): the socket is made on
-// a thread that joined the namespace and then exits with it.
+// a thread that joined the namespace and then returns from it
+// (container.OnThreadIn).
 func (r *Runtime) DialPod(ctx context.Context, t ExecTarget, port int32) (net.Conn, error) {
 	path, err := r.podNetns(t)
 	if err != nil {
 		return nil, err
 	}
-	ns, err := os.Open(path)
+	var c net.Conn
+	err = container.OnThreadIn([]container.Namespace{{Path: path, Kind: container.NSNet}}, func() error {
+		var d net.Dialer
+		var err error
+		c, err = d.DialContext(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", t.Namespace, t.Pod, err)
 	}
-	defer ns.Close()
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		// Deliberately no UnlockOSThread: the thread in the pod's network
-		// namespace exits with this goroutine.
-		runtime.LockOSThread()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- result{err: fmt.Errorf("join the network namespace of pod %s/%s: %w", t.Namespace, t.Pod, err)}
-			return
-		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
-		done <- result{c, err}
-	}()
-	res := <-done
-	return res.c, res.err
+	return c, nil
 }
 
 // podNetns is the network namespace of t's pod.

@@ -176,31 +176,9 @@ func (c *Container) ExecStdio(ctx context.Context, args, env []string, dir strin
 		goW = w
 		cmd.ExtraFiles = append(cmd.ExtraFiles, goR)
 	}
-	errc := make(chan error, 1)
-	go func() {
-		// Deliberately no UnlockOSThread: the thread that joined the
-		// container's namespaces exits with this goroutine.
-		runtime.LockOSThread()
-		for _, ns := range []struct {
-			name string
-			flag int
-		}{{"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}, {"net", unix.CLONE_NEWNET}, {"pid", unix.CLONE_NEWPID}} {
-			f, err := os.Open(nsDir + ns.name)
-			if err != nil {
-				errc <- err
-				return
-			}
-			err = unix.Setns(int(f.Fd()), ns.flag)
-			f.Close()
-			if err != nil {
-				errc <- fmt.Errorf("join %s namespace of pid %d: %w", ns.name, st.PID, err)
-				return
-			}
-		}
-		errc <- cmd.Start() // pid namespace: for the children of this thread
-	}()
-	if err := <-errc; err != nil {
-		return 0, fmt.Errorf("exec in container %q: %w", c.ID, err)
+	nss := []Namespace{{nsDir + "ipc", NSIPC}, {nsDir + "uts", NSUTS}, {nsDir + "net", NSNet}, {nsDir + "pid", NSPID}}
+	if err := OnThreadIn(nss, cmd.Start); err != nil { // pid namespace: for the children of this thread
+		return 0, fmt.Errorf("exec in container %q (pid %d): %w", c.ID, st.PID, err)
 	}
 	execW.Close()
 	if stdin != nil {

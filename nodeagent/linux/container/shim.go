@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -250,26 +249,11 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, goR)
 		p.goW = goW
 	}
-	errc := make(chan error, 1)
-	go func() {
-		// Deliberately no UnlockOSThread: a thread whose namespace changed
-		// exits with this goroutine instead of returning to the pool.
-		runtime.LockOSThread()
-		if spec.NetnsPath != "" {
-			ns, err := os.Open(spec.NetnsPath)
-			if err != nil {
-				errc <- fmt.Errorf("open netns %q: %w", spec.NetnsPath, err)
-				return
-			}
-			defer ns.Close()
-			if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-				errc <- fmt.Errorf("join netns %q: %w", spec.NetnsPath, err)
-				return
-			}
-		}
-		errc <- cmd.Start()
-	}()
-	if err := <-errc; err != nil {
+	var nss []Namespace
+	if spec.NetnsPath != "" {
+		nss = append(nss, Namespace{spec.NetnsPath, NSNet})
+	}
+	if err := OnThreadIn(nss, cmd.Start); err != nil {
 		return nil, p, fmt.Errorf("start init: %w", err)
 	}
 	// Keep the parent's ends; the deferred close drops the child's.
