@@ -125,7 +125,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	if err != nil {
 		return "", err
 	}
-	sysctls, err := podSysctls(pd, r.cfg.AllowedUnsafeSysctls)
+	sysctls, err := nodeagent.PodSysctls(pd, r.cfg.AllowedUnsafeSysctls)
 	if err != nil {
 		return "", err
 	}

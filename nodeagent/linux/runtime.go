@@ -418,7 +418,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 		return nodeagent.Sandbox{ID: p.rec.SandboxID, IP: p.rec.Net.IP}, nil
 	}
 	r.mu.Unlock()
-	if _, err := podSysctls(pd, r.cfg.AllowedUnsafeSysctls); err != nil {
+	if _, err := nodeagent.PodSysctls(pd, r.cfg.AllowedUnsafeSysctls); err != nil {
 		return nodeagent.Sandbox{}, err // SysctlForbidden, as kubelet's admission
 	}
 	plan := PlanPod(pd)
