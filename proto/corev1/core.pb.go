@@ -2868,8 +2868,11 @@ type PodSpec struct {
 	Priority                      *int32                 `protobuf:"varint,18,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
 	AutomountServiceAccountToken  *bool                  `protobuf:"varint,19,opt,name=automount_service_account_token,json=automountServiceAccountToken,proto3,oneof" json:"automount_service_account_token,omitempty"`
 	EnableServiceLinks            *bool                  `protobuf:"varint,20,opt,name=enable_service_links,json=enableServiceLinks,proto3,oneof" json:"enable_service_links,omitempty"`
-	unknownFields                 protoimpl.UnknownFields
-	sizeCache                     protoimpl.SizeCache
+	// share_process_namespace: the pod's containers share one PID namespace
+	// (PID 1 is the sandbox's holder, as containerd's pause process).
+	ShareProcessNamespace *bool `protobuf:"varint,21,opt,name=share_process_namespace,json=shareProcessNamespace,proto3,oneof" json:"share_process_namespace,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *PodSpec) Reset() {
@@ -3038,6 +3041,13 @@ func (x *PodSpec) GetAutomountServiceAccountToken() bool {
 func (x *PodSpec) GetEnableServiceLinks() bool {
 	if x != nil && x.EnableServiceLinks != nil {
 		return *x.EnableServiceLinks
+	}
+	return false
+}
+
+func (x *PodSpec) GetShareProcessNamespace() bool {
+	if x != nil && x.ShareProcessNamespace != nil {
+		return *x.ShareProcessNamespace
 	}
 	return false
 }
@@ -6872,7 +6882,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"3required_during_scheduling_ignored_during_execution\x18\x01 \x01(\v2\x1d.podflow.core.v1.NodeSelectorR.requiredDuringSchedulingIgnoredDuringExecution\x12\x97\x01\n" +
 	"4preferred_during_scheduling_ignored_during_execution\x18\x02 \x03(\v2(.podflow.core.v1.PreferredSchedulingTermR/preferredDuringSchedulingIgnoredDuringExecution\"N\n" +
 	"\bAffinity\x12B\n" +
-	"\rnode_affinity\x18\x01 \x01(\v2\x1d.podflow.core.v1.NodeAffinityR\fnodeAffinity\"\xb8\t\n" +
+	"\rnode_affinity\x18\x01 \x01(\v2\x1d.podflow.core.v1.NodeAffinityR\fnodeAffinity\"\x91\n" +
+	"\n" +
 	"\aPodSpec\x121\n" +
 	"\avolumes\x18\x01 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x12C\n" +
 	"\x0finit_containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x12:\n" +
@@ -6896,14 +6907,16 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x13priority_class_name\x18\x11 \x01(\tR\x11priorityClassName\x12\x1f\n" +
 	"\bpriority\x18\x12 \x01(\x05H\x01R\bpriority\x88\x01\x01\x12J\n" +
 	"\x1fautomount_service_account_token\x18\x13 \x01(\bH\x02R\x1cautomountServiceAccountToken\x88\x01\x01\x125\n" +
-	"\x14enable_service_links\x18\x14 \x01(\bH\x03R\x12enableServiceLinks\x88\x01\x01\x1a?\n" +
+	"\x14enable_service_links\x18\x14 \x01(\bH\x03R\x12enableServiceLinks\x88\x01\x01\x12;\n" +
+	"\x17share_process_namespace\x18\x15 \x01(\bH\x04R\x15shareProcessNamespace\x88\x01\x01\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
 	"!_termination_grace_period_secondsB\v\n" +
 	"\t_priorityB\"\n" +
 	" _automount_service_account_tokenB\x17\n" +
-	"\x15_enable_service_links\"\xfe\x01\n" +
+	"\x15_enable_service_linksB\x1a\n" +
+	"\x18_share_process_namespace\"\xfe\x01\n" +
 	"\fPodCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12B\n" +

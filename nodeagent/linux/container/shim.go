@@ -134,8 +134,12 @@ func runShim(dir string) error {
 
 	werr := cmd.Wait()
 	st.FinishedAt = time.Now()
-	// The init was PID 1 of its namespace: everything in it is gone, so the
-	// pipes reach EOF; a process that escaped would hold them, hence the cap.
+	if spec.PIDNamespace != nil {
+		killLeftovers(spec.Cgroups)
+	}
+	// The init was PID 1 of its namespace (or, in a shared one, what it
+	// left was killed): everything in it is gone, so the pipes reach EOF;
+	// a process that escaped would hold them, hence the cap.
 	for range 2 {
 		select {
 		case <-copied:
@@ -267,6 +271,12 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 				return
 			}
 		}
+		if spec.PIDNamespace != nil {
+			if err := spec.PIDNamespace.join(); err != nil {
+				errc <- err
+				return
+			}
+		}
 		errc <- cmd.Start()
 	}()
 	if err := <-errc; err != nil {
@@ -286,13 +296,14 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 }
 
 // cloneFlags are the namespaces the init gets: always a mount namespace,
-// and new PID, UTS and IPC namespaces unless the host's are kept.
+// and new PID, UTS and IPC namespaces unless the host's (or, PID, the
+// pod's shared one) are kept.
 func (s Spec) cloneFlags() uintptr {
 	flags := uintptr(unix.CLONE_NEWNS)
 	for _, ns := range []struct {
 		host bool
 		flag uintptr
-	}{{s.HostPID, unix.CLONE_NEWPID}, {s.HostUTS, unix.CLONE_NEWUTS}, {s.HostIPC, unix.CLONE_NEWIPC}} {
+	}{{s.HostPID || s.PIDNamespace != nil, unix.CLONE_NEWPID}, {s.HostUTS, unix.CLONE_NEWUTS}, {s.HostIPC, unix.CLONE_NEWIPC}} {
 		if !ns.host {
 			flags |= ns.flag
 		}
