@@ -1714,8 +1714,10 @@ type PodSecurityContext struct {
 	SupplementalGroups []int64                `protobuf:"varint,5,rep,packed,name=supplemental_groups,json=supplementalGroups,proto3" json:"supplemental_groups,omitempty"`
 	SeccompProfile     *SeccompProfile        `protobuf:"bytes,6,opt,name=seccomp_profile,json=seccompProfile,proto3" json:"seccomp_profile,omitempty"`
 	Sysctls            []*Sysctl              `protobuf:"bytes,7,rep,name=sysctls,proto3" json:"sysctls,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// fs_group_change_policy: OnRootMismatch or Always (the default).
+	FsGroupChangePolicy *string `protobuf:"bytes,8,opt,name=fs_group_change_policy,json=fsGroupChangePolicy,proto3,oneof" json:"fs_group_change_policy,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *PodSecurityContext) Reset() {
@@ -1795,6 +1797,13 @@ func (x *PodSecurityContext) GetSysctls() []*Sysctl {
 		return x.Sysctls
 	}
 	return nil
+}
+
+func (x *PodSecurityContext) GetFsGroupChangePolicy() string {
+	if x != nil && x.FsGroupChangePolicy != nil {
+		return *x.FsGroupChangePolicy
+	}
+	return ""
 }
 
 type Sysctl struct {
@@ -6779,7 +6788,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\r_run_as_groupB\x12\n" +
 	"\x10_run_as_non_rootB\x1c\n" +
 	"\x1a_read_only_root_filesystemB\x1d\n" +
-	"\x1b_allow_privilege_escalation\"\x9c\x03\n" +
+	"\x1b_allow_privilege_escalation\"\xf1\x03\n" +
 	"\x12PodSecurityContext\x12#\n" +
 	"\vrun_as_user\x18\x01 \x01(\x03H\x00R\trunAsUser\x88\x01\x01\x12%\n" +
 	"\frun_as_group\x18\x02 \x01(\x03H\x01R\n" +
@@ -6788,11 +6797,13 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\bfs_group\x18\x04 \x01(\x03H\x03R\afsGroup\x88\x01\x01\x12/\n" +
 	"\x13supplemental_groups\x18\x05 \x03(\x03R\x12supplementalGroups\x12H\n" +
 	"\x0fseccomp_profile\x18\x06 \x01(\v2\x1f.podflow.core.v1.SeccompProfileR\x0eseccompProfile\x121\n" +
-	"\asysctls\x18\a \x03(\v2\x17.podflow.core.v1.SysctlR\asysctlsB\x0e\n" +
+	"\asysctls\x18\a \x03(\v2\x17.podflow.core.v1.SysctlR\asysctls\x128\n" +
+	"\x16fs_group_change_policy\x18\b \x01(\tH\x04R\x13fsGroupChangePolicy\x88\x01\x01B\x0e\n" +
 	"\f_run_as_userB\x0f\n" +
 	"\r_run_as_groupB\x12\n" +
 	"\x10_run_as_non_rootB\v\n" +
-	"\t_fs_group\"2\n" +
+	"\t_fs_groupB\x19\n" +
+	"\x17_fs_group_change_policy\"2\n" +
 	"\x06Sysctl\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\xf9\x06\n" +

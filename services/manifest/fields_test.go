@@ -93,13 +93,14 @@ func TestEnvFromAndLifecycleFields(t *testing.T) {
 }
 
 // podNamespacesPod uses the pod-level fields of the node's isolation:
-// shareProcessNamespace.
+// shareProcessNamespace, securityContext.fsGroupChangePolicy.
 const podNamespacesPod = `
 apiVersion: v1
 kind: Pod
 metadata: {name: shared, namespace: prod}
 spec:
   shareProcessNamespace: true
+  securityContext: {fsGroup: 2000, fsGroupChangePolicy: OnRootMismatch}
   containers:
   - {name: web, image: web:1}
 `
@@ -113,6 +114,9 @@ func TestPodIsolationFields(t *testing.T) {
 	if pod.GetSpec().ShareProcessNamespace == nil || !pod.GetSpec().GetShareProcessNamespace() {
 		t.Errorf("shareProcessNamespace = %v, want true", pod.GetSpec().ShareProcessNamespace)
 	}
+	if got := pod.GetSpec().GetSecurityContext().GetFsGroupChangePolicy(); got != "OnRootMismatch" {
+		t.Errorf("fsGroupChangePolicy = %q, want OnRootMismatch", got)
+	}
 	for _, f := range []Format{FormatYAML, FormatJSON} {
 		t.Run("round trip "+f.String(), func(t *testing.T) { roundTrip(t, pod, f) })
 	}
@@ -124,6 +128,9 @@ func TestPodIsolationFields(t *testing.T) {
 		ks := ko.(*corev1.Pod).Spec
 		if ks.ShareProcessNamespace == nil || !*ks.ShareProcessNamespace {
 			t.Errorf("k8s shareProcessNamespace = %v, want true", ks.ShareProcessNamespace)
+		}
+		if p := ks.SecurityContext.FSGroupChangePolicy; p == nil || *p != corev1.FSGroupChangeOnRootMismatch {
+			t.Errorf("k8s fsGroupChangePolicy = %v, want OnRootMismatch", p)
 		}
 		fromKubeIs(t, ko, pod)
 	})
