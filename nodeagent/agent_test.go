@@ -741,3 +741,60 @@ func TestCrashLoopKubernetesTimings(t *testing.T) {
 		t.Errorf("back-offs = %v, want %v", got, want)
 	}
 }
+
+// TestSysctlForbidden: a pod with a sysctl the node does not allow is
+// rejected as kubelet's admission rejects it (rejectPod): a Warning
+// SysctlForbidden with the admission's message, phase Failed with reason
+// SysctlForbidden and "Pod was rejected: …", a final PodFailed, and no
+// retry; a pod with a safe sysctl runs.
+func TestSysctlForbidden(t *testing.T) {
+	sysctl := func(name string) podOpt {
+		return func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []*corev1.Sysctl{{Name: name, Value: "1"}}}
+		}
+	}
+	t.Run("unsafe sysctl rejected", func(t *testing.T) {
+		e := newEnv(t)
+		p := newPod("unsafe", sysctl("kernel.msgmax"))
+		e.bind(p)
+		final := func(envs []*eventsv1.Envelope) bool {
+			for _, x := range ofType(envs, "PodFailed") {
+				if x.GetPodFailed().GetFinal() {
+					return true
+				}
+			}
+			return false
+		}
+		envs := e.waitEnvs(p.Metadata.Uid, "final PodFailed", final)
+		const msg = `forbidden sysctl: "kernel.msgmax" not allowlisted`
+		st := lastStatus(envs)
+		if st.GetPhase() != "Failed" || st.GetReason() != "SysctlForbidden" || st.GetMessage() != "Pod was rejected: "+msg {
+			t.Errorf("status phase %q reason %q message %q", st.GetPhase(), st.GetReason(), st.GetMessage())
+		}
+		failed := ofType(envs, "PodFailed")
+		if len(failed) != 1 || failed[0].GetPodFailed().GetReason() != "SysctlForbidden" || failed[0].GetPodFailed().GetContainer() != "" {
+			t.Errorf("PodFailed = %v, want one final SysctlForbidden of the pod", failed)
+		}
+		if !hasRecord(envs, "Warning", "SysctlForbidden", msg) {
+			t.Errorf("records = %v, want a Warning SysctlForbidden %q", records(envs), msg)
+		}
+		time.Sleep(20 * fastConfig().SetupBackOff.Initial) // a retry would have come by now
+		envs = e.pub.Pod(p.Metadata.Uid)
+		n := 0
+		for _, r := range records(envs) {
+			if r.GetType() == "Warning" {
+				n++
+			}
+		}
+		if n != 1 || len(ofType(envs, "PodSandboxReady")) != 0 || e.rt.IPAM().InUse() != 0 {
+			t.Errorf("%d Warnings, %d PodSandboxReady, %d IPs: want one Warning, no sandbox (no retry)",
+				n, len(ofType(envs, "PodSandboxReady")), e.rt.IPAM().InUse())
+		}
+	})
+	t.Run("safe sysctl runs", func(t *testing.T) {
+		e := newEnv(t)
+		p := newPod("safe", sysctl("net.ipv4.tcp_syncookies"))
+		e.bind(p)
+		e.waitStatus(p.Metadata.Uid, "Running and Ready", runningReady)
+	})
+}

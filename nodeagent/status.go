@@ -16,7 +16,7 @@ import (
 // holds the pod Pending until it has started, the first time; after that
 // a running sidecar counts as running and an exited one not at all.
 func (w *worker) phase() string {
-	if w.failed != nil {
+	if w.failed != nil || w.rejected != nil {
 		return "Failed"
 	}
 	if !w.deleting() {
@@ -86,7 +86,7 @@ func (w *worker) allDone() bool {
 // terminal reports whether the pod has finished for good (Succeeded or
 // Failed, nothing left to restart).
 func (w *worker) terminal() bool {
-	if w.failed != nil {
+	if w.failed != nil || w.rejected != nil {
 		return true
 	}
 	p := w.phase()
@@ -100,6 +100,9 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 		HostIp:    w.d.cfg.HostIP,
 		StartTime: timestamppb.New(w.startTime),
 		QosClass:  w.qos,
+	}
+	if w.rejected != nil {
+		st.Reason, st.Message = w.rejected.reason, w.rejected.message
 	}
 	if last := w.rep.last; last != nil && w.sandbox == nil { // keep the IP after teardown, as Kubernetes does
 		st.PodIp, st.PodIps = last.GetPodIp(), last.GetPodIps()

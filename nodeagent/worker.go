@@ -24,7 +24,9 @@ import (
 //	 │            │         containers, postStart hooks, probes,
 //	 └────────────┤         restarts by restartPolicy (CrashLoopBackOff,
 //	a container   │         ImagePullBackOff, retried FailedMount and
-//	exit, a timer │         FailedCreatePodSandBox). A pod that finished
+//	exit, a timer │         FailedCreatePodSandBox; a SysctlForbidden
+//	              │         sandbox rejects the pod, Failed, as kubelet's
+//	              │         admission). A pod that finished
 //	              │         (Succeeded or Failed, nothing to restart) stays
 //	              │         here with its sandbox released, until deleted.
 //	              │
@@ -71,6 +73,9 @@ type worker struct {
 	mountRetry   retry
 	inits, apps  []*ctr
 	failed       *ctr // the container whose exit made the pod Failed
+	// rejected: the pod was refused as kubelet's admission refuses one
+	// (SysctlForbidden): Failed at once with its reason, never retried.
+	rejected *podFailure
 	// initialized: every init container has completed (a sidecar: has
 	// started) once; from then on a restarting sidecar holds nothing up.
 	initialized bool
@@ -219,8 +224,12 @@ func (w *worker) flush(ctx context.Context) time.Time {
 	return w.rep.Flush(ctx, st, final)
 }
 
-// failure says why the pod failed: the container whose exit made it Failed.
+// failure says why the pod failed: its rejection, or the container whose
+// exit made it Failed.
 func (w *worker) failure() *podFailure {
+	if w.rejected != nil {
+		return w.rejected
+	}
 	f := &podFailure{reason: eventsv1.ReasonError}
 	if w.failed != nil {
 		t := w.failed.state.GetTerminated()
@@ -369,6 +378,10 @@ func (w *worker) ensureSandbox(ctx context.Context, now time.Time) (wake time.Ti
 		if ctx.Err() != nil {
 			return time.Time{}, false
 		}
+		if CodeOf(err, CodeSandbox) == CodeSysctlForbidden {
+			w.reject(string(CodeSysctlForbidden), message(err))
+			return time.Time{}, false
+		}
 		at := w.sandboxRetry.Next(now)
 		msg := "Failed to create pod sandbox: " + message(err)
 		w.rep.Warn(eventsv1.ReasonFailedCreatePodSandBox, msg)
@@ -381,6 +394,14 @@ func (w *worker) ensureSandbox(ctx context.Context, now time.Time) (wake time.Ti
 	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodSandboxReady{PodSandboxReady: &eventsv1.PodSandboxReady{
 		SandboxId: sb.ID, PodIp: sb.IP, HostIp: w.d.cfg.HostIP}}})
 	return time.Time{}, true
+}
+
+// reject fails the pod as kubelet's rejectPod: a Warning Event with the
+// admission's reason and message, then phase Failed with that reason and
+// "Pod was rejected: <message>"; the final PodFailed follows the report.
+func (w *worker) reject(reason, msg string) {
+	w.rep.Warn(reason, msg)
+	w.rejected = &podFailure{reason: reason, message: "Pod was rejected: " + msg}
 }
 
 // ensureVolumes mounts the pod's volumes unless they are; !ok means they

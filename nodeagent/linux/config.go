@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux/cgroups"
 	"github.com/podflow/podflow/nodeagent/linux/container"
 	"github.com/podflow/podflow/nodeagent/linux/image"
@@ -178,7 +179,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: ClusterDNS: %q is not an IP address", ErrInvalidConfig, ip)
 		}
 	}
-	if err := validateSysctlPatterns(c.AllowedUnsafeSysctls); err != nil {
+	if err := nodeagent.ValidateSysctlPatterns(c.AllowedUnsafeSysctls); err != nil {
 		return fmt.Errorf("%w: AllowedUnsafeSysctls: %w", ErrInvalidConfig, err)
 	}
 	for name, err := range map[string]error{

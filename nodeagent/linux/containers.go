@@ -125,7 +125,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	if err != nil {
 		return "", err
 	}
-	sysctls, err := podSysctls(pd, r.cfg.AllowedUnsafeSysctls)
+	sysctls, err := nodeagent.PodSysctls(pd, r.cfg.AllowedUnsafeSysctls)
 	if err != nil {
 		return "", err
 	}
@@ -144,7 +144,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, Image: lower, LogPath: lp, Hostname: pd.GetMetadata().GetName(),
 		Args: args, Env: env, WorkingDir: wd, Mounts: mounts, NetnsPath: p.rec.Net.NetnsPath, Cgroups: cg.Paths(), Security: sec,
 		LogMaxSize: r.cfg.ContainerLogMaxSize, LogMaxFiles: r.cfg.ContainerLogMaxFiles}
-	withPodNamespaces(&spec, pd, sysctls)
+	withPodNamespaces(&spec, pd, sysctls, p.rec.PIDNamespace)
 	t = time.Now()
 	var h *container.Container
 	if r.spares != nil {

@@ -13,7 +13,9 @@
 //   - PullImage and a fresh rootfs per container instance (package image).
 //   - StartContainer: a fresh cgroup per instance and a process started by
 //     a per-container shim in new mount, PID, UTS and IPC namespaces inside
-//     the pod's network namespace (package container); stdout and stderr in
+//     the pod's network namespace (package container); with
+//     shareProcessNamespace, in the pod's PID namespace, whose holder
+//     RunPodSandbox starts and StopPodSandbox kills; stdout and stderr in
 //     pods/<uid>/logs/<container>/<restart>.log (CRI format).
 //   - Probe: exec in the container's namespaces; httpGet and tcpSocket from
 //     the node to the pod IP.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 
+	"github.com/podflow/podflow/nodeagent/linux/cgroups"
 	"github.com/podflow/podflow/nodeagent/linux/container"
 	"github.com/podflow/podflow/nodeagent/linux/network"
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -35,13 +36,44 @@ func hostsFile(pd *corev1.Pod, att network.Attachment) []byte {
 // withPodNamespaces keeps the host's namespaces the pod asks for, as
 // containerd's CRI does: hostPID the PID namespace, hostIPC the IPC
 // namespace, hostNetwork the network (NetnsPath "") and UTS namespaces;
-// and gives the container the pod's sysctls (already admitted by
+// joins the pod's shared PID namespace (shareProcessNamespace) when it has
+// one; and gives the container the pod's sysctls (already admitted by
 // RunPodSandbox), which its init writes in its own namespaces.
-func withPodNamespaces(spec *container.Spec, pd *corev1.Pod, sysctls map[string]string) {
+func withPodNamespaces(spec *container.Spec, pd *corev1.Pod, sysctls map[string]string, pidns *container.PIDNamespace) {
 	spec.Sysctls = sysctls
+	spec.PIDNamespace = pidns
 	ps := pd.GetSpec()
 	spec.HostPID, spec.HostIPC, spec.HostUTS = ps.GetHostPid(), ps.GetHostIpc(), ps.GetHostNetwork()
 	if ps.GetHostNetwork() {
 		spec.NetnsPath = ""
 	}
+}
+
+// pidnsCgroup is the cgroup of a pod's PID namespace holder, below the
+// pod's as a container's; no container can have the name (a Kubernetes
+// container name is a DNS label).
+const pidnsCgroup = "_pidns"
+
+// sharedPIDNamespace starts the holder of the pod's shared PID namespace
+// when the pod asks for one (shareProcessNamespace; with hostPID, which
+// Kubernetes' validation refuses together with it, the host's wins), in a
+// cgroup of the pod's, so that the pod's limits count it and reaping an orphaned pod
+// kills it. nil: the containers get PID namespaces of their own.
+func (r *Runtime) sharedPIDNamespace(ctx context.Context, pd *corev1.Pod, qos, dir string) (*container.PIDNamespace, error) {
+	if !pd.GetSpec().GetShareProcessNamespace() || pd.GetSpec().GetHostPid() {
+		return nil, nil
+	}
+	cg, err := r.cg.EnsureContainer(ctx, pd.GetMetadata().GetUid(), qos, pidnsCgroup, cgroups.ContainerPlan{Name: pidnsCgroup})
+	if err != nil {
+		return nil, err
+	}
+	ns, err := container.StartPIDNamespace(ctx, r.cfg.Container, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := cg.Add(ns.PID); err != nil {
+		_ = ns.Kill(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return &ns, nil
 }

@@ -2,9 +2,12 @@ package linux_test
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "github.com/podflow/podflow/proto/corev1"
 )
 
 // hostNetwork, hostPID and hostIPC put the container in the host's
@@ -39,6 +42,38 @@ func TestHostNamespaces(t *testing.T) {
 					t.Errorf("sees %s (%q) = %v, want %v:\n%s", what, want, got, tc.host, out)
 				}
 			}
+		})
+	}
+}
+
+// shareProcessNamespace: the pod's containers see each other's processes,
+// PID 1 being the pod's holder; without it each sees only its own. The
+// holder lives in the pod's cgroup, so a pod whose cgroups are gone after
+// RemovePodSandbox has no holder left.
+func TestShareProcessNamespace(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 60*time.Second)
+	for _, shared := range []bool{true, false} {
+		t.Run(map[bool]string{true: "shared", false: "own"}[shared], func(t *testing.T) {
+			pd := newPod(e.cfg.NodeName, "pidns", "sleep", "3600")
+			pd.Spec.ShareProcessNamespace = &shared
+			pd.Spec.Containers = append(pd.Spec.Containers, &corev1.Container{
+				Name: "side", Image: busyboxImage, ImagePullPolicy: "IfNotPresent", Command: []string{"sleep", "1234"}})
+			sb, id := e.startPod(t, ctx, pd)
+			if _, err := e.rt.StartContainer(ctx, pd, pd.Spec.Containers[1], sb); err != nil {
+				t.Fatal(err)
+			}
+			out := e.execProbe(t, ctx, pd, id, "ps", "-o", "pid,args")
+			if got := strings.Contains(out, "sleep 1234"); got != shared {
+				t.Errorf("main sees side's process: %v, want %v:\n%s", got, shared, out)
+			}
+			if got := regexp.MustCompile(`(?m)^\s*1 .*podflow-pidns$`).MatchString(out); got != shared {
+				t.Errorf("PID 1 is the pod's holder: %v, want %v:\n%s", got, shared, out)
+			}
+			if err := e.rt.RemovePodSandbox(ctx, pd.Metadata.Uid); err != nil {
+				t.Fatal(err)
+			}
+			e.assertNoLeaks(pd.Metadata.Uid)
 		})
 	}
 }

@@ -74,6 +74,9 @@ type podRecord struct {
 	VolumesReady bool               `json:"volumesReady"`
 	Starts       map[string]int32   `json:"starts"`           // container name → instances started
 	Mounts       []string           `json:"mounts,omitempty"` // host mounts to remove (secret tmpfs)
+	// PIDNamespace is the holder of the pod's shared PID namespace
+	// (shareProcessNamespace), killed by StopPodSandbox.
+	PIDNamespace *container.PIDNamespace `json:"pidNamespace,omitempty"`
 }
 
 // ctrMeta is a container instance as persisted in containers/<id>/meta.json.
@@ -418,7 +421,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 		return nodeagent.Sandbox{ID: p.rec.SandboxID, IP: p.rec.Net.IP}, nil
 	}
 	r.mu.Unlock()
-	if _, err := podSysctls(pd, r.cfg.AllowedUnsafeSysctls); err != nil {
+	if _, err := nodeagent.PodSysctls(pd, r.cfg.AllowedUnsafeSysctls); err != nil {
 		return nodeagent.Sandbox{}, err // SysctlForbidden, as kubelet's admission
 	}
 	plan := PlanPod(pd)
@@ -455,9 +458,16 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), r.resolvFile(pd), 0o644); err != nil {
 		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "resolv.conf: %w", err)
 	}
+	pidns, err := r.sharedPIDNamespace(ctx, pd, plan.QOSClass, dir)
+	if err != nil {
+		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "shared PID namespace: %w", err)
+	}
 	p := r.newPod(dir, podRecord{UID: uid, Namespace: md.GetNamespace(), Name: md.GetName(), QOS: plan.QOSClass,
-		SandboxID: newID(), Net: att, CreatedAt: time.Now()})
+		SandboxID: newID(), Net: att, CreatedAt: time.Now(), PIDNamespace: pidns})
 	if err := r.savePod(p); err != nil {
+		if pidns != nil {
+			_ = pidns.Kill(context.WithoutCancel(ctx))
+		}
 		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "record sandbox: %w", err)
 	}
 	r.mu.Lock()
@@ -497,6 +507,11 @@ func (r *Runtime) StopPodSandbox(ctx context.Context, podUID string) error {
 	for _, c := range running {
 		if _, err := c.c.Wait(ctx); err != nil && !errors.Is(err, container.ErrClosed) {
 			return fmt.Errorf("wait for container %q: %w", c.meta.ID, err)
+		}
+	}
+	if ns := p.rec.PIDNamespace; ns != nil { // as containerd stops the pause container
+		if err := ns.Kill(ctx); err != nil {
+			return err
 		}
 	}
 	return nil

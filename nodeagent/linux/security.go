@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -250,6 +251,21 @@ func withSeccomp(sec *container.Security, p *corev1.SeccompProfile, opts seccomp
 	return err
 }
 
+// rootMismatch reports whether a volume's root lacks fsGroup's ownership:
+// another group, not a directory, not group mask|search, or no setgid.
+func rootMismatch(dir string, fsGroup int64, mask fs.FileMode) bool {
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.IsDir() {
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int64(st.Gid) != fsGroup {
+		return true
+	}
+	want := mask | 0o110
+	return fi.Mode().Perm()&want != want || fi.Mode()&fs.ModeSetgid == 0
+}
+
 // fsGroupOf is the pod's fsGroup (nil: none).
 func fsGroupOf(psc *corev1.PodSecurityContext) *int64 {
 	if psc == nil {
@@ -258,18 +274,28 @@ func fsGroupOf(psc *corev1.PodSecurityContext) *int64 {
 	return psc.FsGroup
 }
 
+// fsGroupOnRootMismatch is the fsGroupChangePolicy that skips a volume
+// whose root is already owned (the other, the default, is Always).
+const fsGroupOnRootMismatch = "OnRootMismatch"
+
 // applyFSGroup gives the files of a volume the group fsGroup, as kubelet's
-// SetVolumeOwnership (fsGroupChangePolicy Always, the default: every
-// file, every time): files get group read (and write unless readOnly),
+// SetVolumeOwnership: files get group read (and write unless readOnly),
 // directories also group search and setgid, so new files inherit the
-// group.
-func applyFSGroup(dir string, fsGroup *int64, readOnly bool) error {
+// group. With fsGroupChangePolicy Always (or unset) every file, every
+// time; with OnRootMismatch nothing when the volume's root already has
+// the group, those permissions and setgid (kubelet's
+// requiresPermissionChange), so a large volume is not walked at every
+// mount.
+func applyFSGroup(dir string, fsGroup *int64, policy string, readOnly bool) error {
 	if fsGroup == nil {
 		return nil
 	}
 	mask := fs.FileMode(0o660)
 	if readOnly {
 		mask = 0o440
+	}
+	if policy == fsGroupOnRootMismatch && !rootMismatch(dir, *fsGroup, mask) {
+		return nil
 	}
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

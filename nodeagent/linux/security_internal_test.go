@@ -212,7 +212,7 @@ func TestApplyFSGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	gid := int64(os.Getgid()) // a group this user may chown to without root
-	if err := applyFSGroup(dir, &gid, false); err != nil {
+	if err := applyFSGroup(dir, &gid, "", false); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]os.FileMode{"sub": os.ModeDir | os.ModeSetgid | 0o770, "sub/f": 0o660} {
@@ -224,7 +224,49 @@ func TestApplyFSGroup(t *testing.T) {
 			t.Errorf("%s mode = %v, want %v", p, fi.Mode(), want)
 		}
 	}
-	if err := applyFSGroup(dir, nil, false); err != nil {
+	if err := applyFSGroup(dir, nil, "", false); err != nil {
 		t.Errorf("no fsGroup: %v", err)
+	}
+}
+
+// TestFSGroupChangePolicy: OnRootMismatch skips the walk when the volume's
+// root already has the group, its permissions and setgid (kubelet's
+// requiresPermissionChange); Always, or a root that differs, walks.
+func TestFSGroupChangePolicy(t *testing.T) {
+	gid := int64(os.Getgid())
+	for _, tc := range []struct {
+		name     string
+		policy   string
+		rootMode os.FileMode // the root's mode before (its group is gid)
+		readOnly bool
+		walked   bool
+	}{
+		{"Always walks an owned root", "Always", os.ModeSetgid | 0o770, false, true},
+		{"unset walks an owned root", "", os.ModeSetgid | 0o770, false, true},
+		{"OnRootMismatch skips an owned root", "OnRootMismatch", os.ModeSetgid | 0o775, false, false},
+		{"OnRootMismatch walks a root without setgid", "OnRootMismatch", 0o770, false, true},
+		{"OnRootMismatch walks a root without group write", "OnRootMismatch", os.ModeSetgid | 0o750, false, true},
+		{"OnRootMismatch read-only needs only group read", "OnRootMismatch", os.ModeSetgid | 0o750, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			f := filepath.Join(dir, "f")
+			if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(dir, tc.rootMode); err != nil {
+				t.Fatal(err)
+			}
+			if err := applyFSGroup(dir, &gid, tc.policy, tc.readOnly); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if walked := fi.Mode().Perm() != 0o600; walked != tc.walked {
+				t.Errorf("file mode %v: walked = %v, want %v", fi.Mode(), walked, tc.walked)
+			}
+		})
 	}
 }

@@ -40,7 +40,7 @@ func (r *Runtime) MountVolumes(ctx context.Context, pd *corev1.Pod, vols []nodea
 			return err
 		}
 		v := vd.Volume
-		if err := r.mountVolume(p, v, vd.Files, fsGroupOf(pd.GetSpec().GetSecurityContext())); err != nil {
+		if err := r.mountVolume(p, v, vd.Files, pd.GetSpec().GetSecurityContext()); err != nil {
 			return nodeagent.Errorf(nodeagent.CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
 		}
 	}
@@ -54,7 +54,8 @@ func (r *Runtime) MountVolumes(ctx context.Context, pd *corev1.Pod, vols []nodea
 	return nil
 }
 
-func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte, fsGroup *int64) error {
+func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte, psc *corev1.PodSecurityContext) error {
+	fsGroup, policy := fsGroupOf(psc), psc.GetFsGroupChangePolicy()
 	if !validName(v.GetName()) {
 		return fmt.Errorf("bad volume name %q", v.GetName())
 	}
@@ -69,7 +70,7 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte,
 				return err
 			}
 		}
-		return applyFSGroup(dir, fsGroup, false)
+		return applyFSGroup(dir, fsGroup, policy, false)
 	case v.GetConfigMap() != nil:
 		src := v.GetConfigMap()
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -78,7 +79,7 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte,
 		if err := writeFiles(dir, files, itemModes(src.GetItems(), src.DefaultMode, configMapMode)); err != nil {
 			return err
 		}
-		return applyFSGroup(dir, fsGroup, true)
+		return applyFSGroup(dir, fsGroup, policy, true)
 	case v.GetSecret() != nil:
 		src := v.GetSecret()
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -90,7 +91,7 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte,
 		if err := writeFiles(dir, files, itemModes(src.GetItems(), src.DefaultMode, secretMode)); err != nil {
 			return err
 		}
-		return applyFSGroup(dir, fsGroup, true)
+		return applyFSGroup(dir, fsGroup, policy, true)
 	case v.GetHostPath() != nil:
 		_, err := r.hostPath(v.GetHostPath())
 		return err

@@ -62,6 +62,9 @@ type Config struct {
 	InitRunTime time.Duration
 	// Clock is the time source; nil means the wall clock.
 	Clock nodeagent.Clock
+	// AllowedUnsafeSysctls are sysctl patterns pods may set beyond the
+	// safe set, as the Linux runtime's (kubelet's --allowed-unsafe-sysctls).
+	AllowedUnsafeSysctls []string
 }
 
 // DefaultConfig returns an instant runtime with 8 cpu, 32Gi and 110 pods.
@@ -83,6 +86,9 @@ func (c Config) Validate() error {
 		if d < 0 {
 			return fmt.Errorf("sim: negative delay %s", d)
 		}
+	}
+	if err := nodeagent.ValidateSysctlPatterns(c.AllowedUnsafeSysctls); err != nil {
+		return fmt.Errorf("sim: AllowedUnsafeSysctls: %w", err)
 	}
 	return nil
 }
@@ -192,6 +198,9 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent
 		return p.sb, nil
 	}
 	r.mu.Unlock()
+	if _, err := nodeagent.PodSysctls(pod, r.cfg.AllowedUnsafeSysctls); err != nil {
+		return nodeagent.Sandbox{}, err // SysctlForbidden, as the Linux runtime
+	}
 	if err := r.sleep(ctx, r.cfg.SandboxDelay); err != nil {
 		return nodeagent.Sandbox{}, err
 	}

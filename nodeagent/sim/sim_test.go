@@ -245,3 +245,40 @@ func TestClusterThousandNodes(t *testing.T) {
 		t.Errorf("bind to an unknown node: %v", err)
 	}
 }
+
+// TestRuntimeSysctls: the sim admits sysctls as the Linux runtime does
+// (nodeagent.PodSysctls): safe ones, unsafe ones its AllowedUnsafeSysctls
+// match; others are SysctlForbidden; a bad pattern is a config error.
+func TestRuntimeSysctls(t *testing.T) {
+	pod := func(uid, name string) *corev1.Pod {
+		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Uid: uid, Namespace: "default", Name: uid},
+			Spec: &corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{Sysctls: []*corev1.Sysctl{{Name: name, Value: "1"}}}}}
+	}
+	cfg := sim.DefaultConfig("10.244.1.0/24")
+	cfg.AllowedUnsafeSysctls = []string{"kernel.msg*"}
+	rt, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	for _, tc := range []struct {
+		sysctl    string
+		forbidden bool
+	}{
+		{"net.ipv4.tcp_syncookies", false},
+		{"kernel.msgmax", false},
+		{"net.core.somaxconn", true},
+		{"kernel.panic", true},
+	} {
+		t.Run(tc.sysctl, func(t *testing.T) {
+			_, err := rt.RunPodSandbox(context.Background(), pod("uid-"+tc.sysctl, tc.sysctl))
+			if got := errors.Is(err, nodeagent.ErrSysctlForbidden); got != tc.forbidden || (!tc.forbidden && err != nil) {
+				t.Fatalf("RunPodSandbox = %v, want forbidden %v", err, tc.forbidden)
+			}
+		})
+	}
+	cfg.AllowedUnsafeSysctls = []string{"kernel.panic"}
+	if _, err := sim.New(cfg); err == nil {
+		t.Error("sim.New with a non-namespaced allowed sysctl succeeded")
+	}
+}

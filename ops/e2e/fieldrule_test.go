@@ -16,8 +16,8 @@ func kubectlRefusedFields(t *testing.T, k *kubectl) {
 	tests := []struct {
 		name, spec, want string
 	}{
-		{"decode", "  shareProcessNamespace: true\n",
-			`The Pod "refused" is invalid: spec.shareProcessNamespace: Forbidden: podflow does not support a shared process namespace`},
+		{"decode", "  overhead: {cpu: 10m}\n",
+			`The Pod "refused" is invalid: spec.overhead: Forbidden: podflow does not support pod overhead (RuntimeClass)`},
 		{"admission", "  volumes:\n  - name: d\n    persistentVolumeClaim: {claimName: data}\n",
 			`The Pod "refused" is invalid: spec.volumes[0].persistentVolumeClaim: Forbidden: podflow does not support PersistentVolumeClaims`},
 	}
@@ -56,8 +56,8 @@ func podflowApplyRefusedFields(t *testing.T, c *cluster) {
 		name, spec string
 		want       []string
 	}{
-		{"decode", "  shareProcessNamespace: true\n",
-			[]string{`The Pod "refused" is invalid: spec.shareProcessNamespace: Forbidden: podflow does not support a shared process namespace`}},
+		{"decode", "  overhead: {cpu: 10m}\n",
+			[]string{`The Pod "refused" is invalid: spec.overhead: Forbidden: podflow does not support pod overhead (RuntimeClass)`}},
 		{"admission", "  volumes:\n  - name: d\n    persistentVolumeClaim: {claimName: data}\n",
 			[]string{"(Invalid)", "spec.volumes[0].persistentVolumeClaim: Forbidden: podflow does not support PersistentVolumeClaims"}},
 	}

@@ -1714,8 +1714,10 @@ type PodSecurityContext struct {
 	SupplementalGroups []int64                `protobuf:"varint,5,rep,packed,name=supplemental_groups,json=supplementalGroups,proto3" json:"supplemental_groups,omitempty"`
 	SeccompProfile     *SeccompProfile        `protobuf:"bytes,6,opt,name=seccomp_profile,json=seccompProfile,proto3" json:"seccomp_profile,omitempty"`
 	Sysctls            []*Sysctl              `protobuf:"bytes,7,rep,name=sysctls,proto3" json:"sysctls,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// fs_group_change_policy: OnRootMismatch or Always (the default).
+	FsGroupChangePolicy *string `protobuf:"bytes,8,opt,name=fs_group_change_policy,json=fsGroupChangePolicy,proto3,oneof" json:"fs_group_change_policy,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *PodSecurityContext) Reset() {
@@ -1795,6 +1797,13 @@ func (x *PodSecurityContext) GetSysctls() []*Sysctl {
 		return x.Sysctls
 	}
 	return nil
+}
+
+func (x *PodSecurityContext) GetFsGroupChangePolicy() string {
+	if x != nil && x.FsGroupChangePolicy != nil {
+		return *x.FsGroupChangePolicy
+	}
+	return ""
 }
 
 type Sysctl struct {
@@ -3387,8 +3396,11 @@ type PodSpec struct {
 	SchedulingGates               []*PodSchedulingGate        `protobuf:"bytes,22,rep,name=scheduling_gates,json=schedulingGates,proto3" json:"scheduling_gates,omitempty"`
 	DnsPolicy                     string                      `protobuf:"bytes,23,opt,name=dns_policy,json=dnsPolicy,proto3" json:"dns_policy,omitempty"` // ClusterFirst (default), ClusterFirstWithHostNet, Default, None
 	DnsConfig                     *PodDNSConfig               `protobuf:"bytes,24,opt,name=dns_config,json=dnsConfig,proto3" json:"dns_config,omitempty"`
-	unknownFields                 protoimpl.UnknownFields
-	sizeCache                     protoimpl.SizeCache
+	// share_process_namespace: the pod's containers share one PID namespace
+	// (PID 1 is the sandbox's holder, as containerd's pause process).
+	ShareProcessNamespace *bool `protobuf:"varint,25,opt,name=share_process_namespace,json=shareProcessNamespace,proto3,oneof" json:"share_process_namespace,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *PodSpec) Reset() {
@@ -3587,6 +3599,13 @@ func (x *PodSpec) GetDnsConfig() *PodDNSConfig {
 		return x.DnsConfig
 	}
 	return nil
+}
+
+func (x *PodSpec) GetShareProcessNamespace() bool {
+	if x != nil && x.ShareProcessNamespace != nil {
+		return *x.ShareProcessNamespace
+	}
+	return false
 }
 
 // PodDNSConfig is what a pod adds to (or, with dnsPolicy None, all of) its
@@ -7507,7 +7526,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\r_run_as_groupB\x12\n" +
 	"\x10_run_as_non_rootB\x1c\n" +
 	"\x1a_read_only_root_filesystemB\x1d\n" +
-	"\x1b_allow_privilege_escalation\"\x9c\x03\n" +
+	"\x1b_allow_privilege_escalation\"\xf1\x03\n" +
 	"\x12PodSecurityContext\x12#\n" +
 	"\vrun_as_user\x18\x01 \x01(\x03H\x00R\trunAsUser\x88\x01\x01\x12%\n" +
 	"\frun_as_group\x18\x02 \x01(\x03H\x01R\n" +
@@ -7516,11 +7535,13 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\bfs_group\x18\x04 \x01(\x03H\x03R\afsGroup\x88\x01\x01\x12/\n" +
 	"\x13supplemental_groups\x18\x05 \x03(\x03R\x12supplementalGroups\x12H\n" +
 	"\x0fseccomp_profile\x18\x06 \x01(\v2\x1f.podflow.core.v1.SeccompProfileR\x0eseccompProfile\x121\n" +
-	"\asysctls\x18\a \x03(\v2\x17.podflow.core.v1.SysctlR\asysctlsB\x0e\n" +
+	"\asysctls\x18\a \x03(\v2\x17.podflow.core.v1.SysctlR\asysctls\x128\n" +
+	"\x16fs_group_change_policy\x18\b \x01(\tH\x04R\x13fsGroupChangePolicy\x88\x01\x01B\x0e\n" +
 	"\f_run_as_userB\x0f\n" +
 	"\r_run_as_groupB\x12\n" +
 	"\x10_run_as_non_rootB\v\n" +
-	"\t_fs_group\"2\n" +
+	"\t_fs_groupB\x19\n" +
+	"\x17_fs_group_change_policy\"2\n" +
 	"\x06Sysctl\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\xf9\x06\n" +
@@ -7655,7 +7676,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x15_node_affinity_policyB\x15\n" +
 	"\x13_node_taints_policy\"'\n" +
 	"\x11PodSchedulingGate\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xcf\v\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xa8\f\n" +
 	"\aPodSpec\x121\n" +
 	"\avolumes\x18\x01 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x12C\n" +
 	"\x0finit_containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x12:\n" +
@@ -7685,14 +7706,16 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\n" +
 	"dns_policy\x18\x17 \x01(\tR\tdnsPolicy\x12<\n" +
 	"\n" +
-	"dns_config\x18\x18 \x01(\v2\x1d.podflow.core.v1.PodDNSConfigR\tdnsConfig\x1a?\n" +
+	"dns_config\x18\x18 \x01(\v2\x1d.podflow.core.v1.PodDNSConfigR\tdnsConfig\x12;\n" +
+	"\x17share_process_namespace\x18\x19 \x01(\bH\x04R\x15shareProcessNamespace\x88\x01\x01\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
 	"!_termination_grace_period_secondsB\v\n" +
 	"\t_priorityB\"\n" +
 	" _automount_service_account_tokenB\x17\n" +
-	"\x15_enable_service_links\"\x8b\x01\n" +
+	"\x15_enable_service_linksB\x1a\n" +
+	"\x18_share_process_namespace\"\x8b\x01\n" +
 	"\fPodDNSConfig\x12 \n" +
 	"\vnameservers\x18\x01 \x03(\tR\vnameservers\x12\x1a\n" +
 	"\bsearches\x18\x02 \x03(\tR\bsearches\x12=\n" +

@@ -27,6 +27,9 @@
 //     PodRequests (the larger of the sum over the containers plus sidecars
 //     and, per resource, the largest init container plus the sidecars
 //     started before it; PodResourcesOptions.NonMissingContainerRequests).
+//   - SysctlNamespace: pkg/kubelet/sysctl NamespacedBy (the namespace a
+//     sysctl belongs to: net, ipc, or none), for the node agent's sysctl
+//     admission and the Linux container runtime's own spec check.
 //   - AppliedSeq and AnnotationStatusSeq: podflow's own record of the last
 //     node status report applied to a pod (no Kubernetes counterpart).
 //

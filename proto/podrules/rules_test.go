@@ -163,3 +163,15 @@ func TestResourcesArithmetic(t *testing.T) {
 		t.Fatalf("Max = %+v, want %+v", r, want)
 	}
 }
+
+func TestSysctlNamespace(t *testing.T) {
+	for name, want := range map[string]string{
+		"net.ipv4.tcp_syncookies": "net", "net.core.somaxconn": "net",
+		"kernel.shm_rmid_forced": "ipc", "kernel.msgmax": "ipc", "kernel.sem": "ipc", "fs.mqueue.msg_max": "ipc",
+		"kernel.semx": "", "kernel.panic": "", "vm.swappiness": "", "fs.file-max": "", "network": "",
+	} {
+		if got := SysctlNamespace(name); got != want {
+			t.Errorf("SysctlNamespace(%q) = %q, want %q", name, got, want)
+		}
+	}
+}

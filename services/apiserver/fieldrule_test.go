@@ -19,8 +19,8 @@ func TestRefusedPodFieldsHTTPS(t *testing.T) {
 		name, query, spec, container string
 		field, message               string
 	}{
-		{name: "not in the proto", spec: `"shareProcessNamespace":true,`,
-			field: "spec.shareProcessNamespace", message: `Pod "p" is invalid: spec.shareProcessNamespace: Forbidden: podflow does not support a shared process namespace`},
+		{name: "not in the proto", spec: `"overhead":{"cpu":"10m"},`,
+			field: "spec.overhead", message: `Pod "p" is invalid: spec.overhead: Forbidden: podflow does not support pod overhead (RuntimeClass)`},
 		{name: "not in the proto, Strict", query: "?fieldValidation=Strict", spec: `"readinessGates":[{"conditionType":"example.com/ready"}],`,
 			field: "spec.readinessGates", message: "podflow does not support readiness gates"},
 		{name: "with an unknown field too, Warn", query: "?fieldValidation=Warn", spec: `"hostAliases":[{"ip":"1.2.3.4","hostnames":["a"]}],`, container: `,"imagePullPolcy":"Always"`,

@@ -130,8 +130,8 @@ func TestDecodeRefusesPodFields(t *testing.T) {
 		name, spec, container string
 		refused               []string // nil: accepted
 	}{
-		{name: "shareProcessNamespace", spec: "shareProcessNamespace: true", refused: []string{"spec.shareProcessNamespace"}},
-		{name: "shareProcessNamespace false", spec: "shareProcessNamespace: false"},
+		{name: "overhead", spec: "overhead: {cpu: 10m}", refused: []string{"spec.overhead"}},
+		{name: "shareProcessNamespace is honoured", spec: "shareProcessNamespace: true"},
 		{name: "scheduling fields are honoured", spec: "topologySpreadConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]\n  schedulingGates: [{name: wait}]\n  affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{topologyKey: zone}]}}"},
 		{name: "volumes", spec: "volumes: [{name: a, projected: {sources: [{serviceAccountToken: {path: t}}]}}, {name: b, nfs: {server: s, path: /}}, {name: c, downwardAPI: {items: [{path: podname, fieldRef: {fieldPath: metadata.name}}]}}]",
 			refused: []string{"spec.volumes[0].projected", "spec.volumes[1].nfs", "spec.volumes[2].downwardAPI"}},
@@ -271,11 +271,11 @@ items:
 - apiVersion: v1
   kind: Pod
   metadata: {name: bad}
-  spec: {shareProcessNamespace: true, containers: [{name: c, image: i}]}
+  spec: {overhead: {cpu: 10m}, containers: [{name: c, image: i}]}
 `
 	_, err := Decode([]byte(list))
 	name, errs, ok := RefusedFields(err)
-	if !ok || name != "bad" || len(errs) != 1 || errs[0].Field != "items[1].spec.shareProcessNamespace" {
+	if !ok || name != "bad" || len(errs) != 1 || errs[0].Field != "items[1].spec.overhead" {
 		t.Fatalf("Decode: %v; refused %q %v", err, name, errs)
 	}
 	if _, err := Decode([]byte(list[:strings.Index(list, "- apiVersion: v1\n  kind: Pod\n  metadata: {name: bad}")])); err != nil {

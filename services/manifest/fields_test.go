@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	pf "github.com/podflow/podflow/proto/corev1"
 )
@@ -87,12 +88,62 @@ func TestEnvFromAndLifecycleFields(t *testing.T) {
 		if got := kc.EnvFrom[0].ConfigMapRef; got.Name != "web-config" || got.Optional == nil || !*got.Optional {
 			t.Errorf("envFrom configMapRef = %+v", got)
 		}
-		back, err := FromKube(ko)
+		fromKubeIs(t, ko, pod)
+	})
+}
+
+// podNamespacesPod uses the pod-level fields of the node's isolation:
+// shareProcessNamespace, securityContext.fsGroupChangePolicy.
+const podNamespacesPod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: shared, namespace: prod}
+spec:
+  shareProcessNamespace: true
+  securityContext: {fsGroup: 2000, fsGroupChangePolicy: OnRootMismatch}
+  containers:
+  - {name: web, image: web:1}
+`
+
+func TestPodIsolationFields(t *testing.T) {
+	obj := decodeOne(t, []byte(podNamespacesPod))
+	if len(obj.Warnings) != 0 {
+		t.Errorf("warnings %q, want none", obj.Warnings)
+	}
+	pod := obj.Message.(*pf.Pod)
+	if pod.GetSpec().ShareProcessNamespace == nil || !pod.GetSpec().GetShareProcessNamespace() {
+		t.Errorf("shareProcessNamespace = %v, want true", pod.GetSpec().ShareProcessNamespace)
+	}
+	if got := pod.GetSpec().GetSecurityContext().GetFsGroupChangePolicy(); got != "OnRootMismatch" {
+		t.Errorf("fsGroupChangePolicy = %q, want OnRootMismatch", got)
+	}
+	for _, f := range []Format{FormatYAML, FormatJSON} {
+		t.Run("round trip "+f.String(), func(t *testing.T) { roundTrip(t, pod, f) })
+	}
+	t.Run("k8s.io/api both ways", func(t *testing.T) {
+		ko, err := ToKube(pod)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmpDiff(pod, back); diff != "" {
-			t.Errorf("FromKube(ToKube(m)) != m:\n%s", diff)
+		ks := ko.(*corev1.Pod).Spec
+		if ks.ShareProcessNamespace == nil || !*ks.ShareProcessNamespace {
+			t.Errorf("k8s shareProcessNamespace = %v, want true", ks.ShareProcessNamespace)
 		}
+		if p := ks.SecurityContext.FSGroupChangePolicy; p == nil || *p != corev1.FSGroupChangeOnRootMismatch {
+			t.Errorf("k8s fsGroupChangePolicy = %v, want OnRootMismatch", p)
+		}
+		fromKubeIs(t, ko, pod)
 	})
+}
+
+// fromKubeIs checks that FromKube(ko) gives back want.
+func fromKubeIs(t *testing.T, ko runtime.Object, want *pf.Pod) {
+	t.Helper()
+	back, err := FromKube(ko)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmpDiff(want, back); diff != "" {
+		t.Errorf("FromKube(ToKube(m)) != m:\n%s", diff)
+	}
 }

@@ -2,7 +2,8 @@
 // without runc: a per-container shim (a re-exec of the calling binary in a
 // helper mode, like conmon or containerd-shim) starts the container's init in
 // a new mount namespace and new PID, UTS and IPC namespaces (or the host's:
-// Spec.HostPID, HostUTS, HostIPC), inside the pod's network namespace
+// Spec.HostPID, HostUTS, HostIPC; or, PID, the pod's shared one held by
+// a StartPIDNamespace holder: Spec.PIDNamespace), inside the pod's network namespace
 // (Spec.NetnsPath; "" the host's) and cgroup, pivot_roots into the rootfs,
 // mounts /proc, a minimal /dev and the volumes (a Mount.SubPath resolved
 // under its source with openat2 RESOLVE_IN_ROOT and mounted through the

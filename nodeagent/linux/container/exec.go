@@ -176,7 +176,7 @@ func (c *Container) ExecStdio(ctx context.Context, args, env []string, dir strin
 		goW = w
 		cmd.ExtraFiles = append(cmd.ExtraFiles, goR)
 	}
-	nss := []Namespace{{nsDir + "ipc", NSIPC}, {nsDir + "uts", NSUTS}, {nsDir + "net", NSNet}, {nsDir + "pid", NSPID}}
+	nss := []Namespace{{Path: nsDir + "ipc", Kind: NSIPC}, {Path: nsDir + "uts", Kind: NSUTS}, {Path: nsDir + "net", Kind: NSNet}, {Path: nsDir + "pid", Kind: NSPID}}
 	if err := OnThreadIn(nss, cmd.Start); err != nil { // pid namespace: for the children of this thread
 		return 0, fmt.Errorf("exec in container %q (pid %d): %w", c.ID, st.PID, err)
 	}

@@ -17,7 +17,7 @@ const (
 	roleExec = "exec"
 )
 
-// RunHelper runs the shim, init or exec role when this process was re-exec'd as
+// RunHelper runs the shim, init, exec or PID namespace holder role when this process was re-exec'd as
 // one, and then exits the process; otherwise it returns false at once. Call
 // it first thing in main (and TestMain), before any goroutine is started.
 func RunHelper() bool {
@@ -34,6 +34,8 @@ func RunHelper() bool {
 		runInit(dir) // exits or execs
 	case roleExec:
 		runExec(dir) // exits or execs
+	case roleHolder:
+		err = runHolder(dir) // returns only on error
 	default:
 		err = fmt.Errorf("unknown helper role %q", role)
 	}

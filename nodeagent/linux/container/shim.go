@@ -133,8 +133,12 @@ func runShim(dir string) error {
 
 	werr := cmd.Wait()
 	st.FinishedAt = time.Now()
-	// The init was PID 1 of its namespace: everything in it is gone, so the
-	// pipes reach EOF; a process that escaped would hold them, hence the cap.
+	if spec.PIDNamespace != nil {
+		killLeftovers(spec.Cgroups)
+	}
+	// The init was PID 1 of its namespace (or, in a shared one, what it
+	// left was killed): everything in it is gone, so the pipes reach EOF;
+	// a process that escaped would hold them, hence the cap.
 	for range 2 {
 		select {
 		case <-copied:
@@ -251,7 +255,10 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 	}
 	var nss []Namespace
 	if spec.NetnsPath != "" {
-		nss = append(nss, Namespace{spec.NetnsPath, NSNet})
+		nss = append(nss, Namespace{Path: spec.NetnsPath, Kind: NSNet})
+	}
+	if spec.PIDNamespace != nil {
+		nss = append(nss, spec.PIDNamespace.namespace())
 	}
 	if err := OnThreadIn(nss, cmd.Start); err != nil {
 		return nil, p, fmt.Errorf("start init: %w", err)
@@ -270,13 +277,14 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 }
 
 // cloneFlags are the namespaces the init gets: always a mount namespace,
-// and new PID, UTS and IPC namespaces unless the host's are kept.
+// and new PID, UTS and IPC namespaces unless the host's (or, PID, the
+// pod's shared one) are kept.
 func (s Spec) cloneFlags() uintptr {
 	flags := uintptr(unix.CLONE_NEWNS)
 	for _, ns := range []struct {
 		host bool
 		flag uintptr
-	}{{s.HostPID, unix.CLONE_NEWPID}, {s.HostUTS, unix.CLONE_NEWUTS}, {s.HostIPC, unix.CLONE_NEWIPC}} {
+	}{{s.HostPID || s.PIDNamespace != nil, unix.CLONE_NEWPID}, {s.HostUTS, unix.CLONE_NEWUTS}, {s.HostIPC, unix.CLONE_NEWIPC}} {
 		if !ns.host {
 			flags |= ns.flag
 		}

@@ -93,8 +93,12 @@ type Spec struct {
 	// namespace as containerd does) instead of new ones. With HostUTS the
 	// hostname is not set.
 	HostPID bool `json:"hostPID,omitempty"`
-	HostIPC bool `json:"hostIPC,omitempty"`
-	HostUTS bool `json:"hostUTS,omitempty"`
+	// PIDNamespace, when set, is the pod's shared PID namespace
+	// (shareProcessNamespace, StartPIDNamespace): the init joins it instead
+	// of getting a new one, and is not its PID 1.
+	PIDNamespace *PIDNamespace `json:"pidNamespace,omitempty"`
+	HostIPC      bool          `json:"hostIPC,omitempty"`
+	HostUTS      bool          `json:"hostUTS,omitempty"`
 	// Sysctls (dotted names) are set in the container's namespaces before
 	// its command runs; only namespaced ones, and never in a namespace of
 	// the host's (Validate refuses them).
@@ -136,6 +140,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("%w: no command", ErrInvalidSpec)
 	case s.WorkingDir != "" && !filepath.IsAbs(s.WorkingDir):
 		return fmt.Errorf("%w: workingDir %q is not absolute", ErrInvalidSpec, s.WorkingDir)
+	case s.PIDNamespace != nil && (s.HostPID || s.PIDNamespace.PID <= 0):
+		return fmt.Errorf("%w: a shared PID namespace needs a holder and not the host's", ErrInvalidSpec)
 	}
 	for _, m := range s.Mounts {
 		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Destination) {

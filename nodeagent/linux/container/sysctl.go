@@ -5,29 +5,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-)
 
-// SysctlNamespace is the namespace a sysctl belongs to, as kubelet's
-// NamespacedBy: "ipc" (kernel.shm*, kernel.msg*, kernel.sem,
-// fs.mqueue.*), "net" (net.*), or "" for one that is not namespaced:
-// setting it would change the host, so a container never may.
-func SysctlNamespace(name string) string {
-	switch {
-	case strings.HasPrefix(name, "net."):
-		return "net"
-	case name == "kernel.sem", strings.HasPrefix(name, "kernel.shm"), strings.HasPrefix(name, "kernel.msg"),
-		strings.HasPrefix(name, "fs.mqueue."):
-		return "ipc"
-	}
-	return ""
-}
+	"github.com/podflow/podflow/proto/podrules"
+)
 
 // validateSysctls refuses every sysctl that would reach the host: one not
 // namespaced, a net.* one without a network namespace of the pod's, an
 // ipc one in the host's IPC namespace.
 func (s Spec) validateSysctls() error {
 	for name := range s.Sysctls {
-		ns := SysctlNamespace(name)
+		ns := podrules.SysctlNamespace(name)
 		switch {
 		case ns == "" || strings.Contains(name, "/") || strings.Contains(name, ".."):
 			return fmt.Errorf("%w: sysctl %q is not namespaced", ErrInvalidSpec, name)

@@ -13,6 +13,9 @@ import (
 type Namespace struct {
 	Path string
 	Kind NamespaceKind
+	// Open, when set, opens the namespace instead of Path (a pidfd, which
+	// setns takes for a process's namespace of Kind).
+	Open func() (*os.File, error)
 }
 
 // NamespaceKind names a namespace as /proc/<pid>/ns does, with its setns
@@ -79,7 +82,11 @@ func enter(nss []Namespace) (restore func() error, err error) {
 		if err != nil {
 			return restore, err
 		}
-		target, err := os.Open(ns.Path)
+		open := ns.Open
+		if open == nil {
+			open = func() (*os.File, error) { return os.Open(ns.Path) }
+		}
+		target, err := open()
 		if err != nil {
 			own.Close()
 			return restore, err

@@ -1,4 +1,4 @@
-package linux
+package nodeagent_test
 
 import (
 	"errors"
@@ -35,7 +35,7 @@ func TestPodSysctls(t *testing.T) {
 		{"ipc with hostIPC", pod(false, true, "kernel.shm_rmid_forced"), nil, nil, `forbidden sysctl: "kernel.shm_rmid_forced" not allowed with host ipc enabled`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := podSysctls(tc.pod, tc.allowed)
+			got, err := nodeagent.PodSysctls(tc.pod, tc.allowed)
 			if tc.err != "" {
 				var e *nodeagent.Error
 				if !errors.Is(err, nodeagent.ErrSysctlForbidden) || !errors.As(err, &e) || e.Msg != tc.err {
@@ -65,8 +65,8 @@ func TestValidateSysctlPatterns(t *testing.T) {
 		{[]string{"vm.swappiness"}, false},
 		{[]string{"net.*.foo"}, false},
 	} {
-		if err := validateSysctlPatterns(tc.patterns); (err == nil) != tc.ok {
-			t.Errorf("validateSysctlPatterns(%q) = %v, want ok %v", tc.patterns, err, tc.ok)
+		if err := nodeagent.ValidateSysctlPatterns(tc.patterns); (err == nil) != tc.ok {
+			t.Errorf("ValidateSysctlPatterns(%q) = %v, want ok %v", tc.patterns, err, tc.ok)
 		}
 	}
 }

@@ -1,14 +1,17 @@
-package linux
+package nodeagent
 
 import (
 	"fmt"
 	"slices"
 	"strings"
 
-	"github.com/podflow/podflow/nodeagent"
-	"github.com/podflow/podflow/nodeagent/linux/container"
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
+
+// This is kubelet's sysctl admission (pkg/kubelet/sysctl), pure, so that
+// every runtime refuses the same pods with the same words. Writing the
+// values into the pod's namespaces is the runtime's.
 
 // safeSysctls is kubelet's safe set (pkg/kubelet/sysctl safe_sysctls.go):
 // namespaced and isolated between pods, allowed without any agent option.
@@ -44,13 +47,13 @@ func normalizeSysctl(name string) string {
 	}, name)
 }
 
-// validateSysctlPatterns checks an allowlist (Config.AllowedUnsafeSysctls):
-// a name or a prefix ending in "*", each namespaced, as kubelet's
-// NewAllowlist.
-func validateSysctlPatterns(patterns []string) error {
+// ValidateSysctlPatterns checks an allowlist (kubelet's
+// --allowed-unsafe-sysctls): a name or a prefix ending in "*", each
+// namespaced, as kubelet's NewAllowlist.
+func ValidateSysctlPatterns(patterns []string) error {
 	for _, p := range patterns {
 		base := strings.TrimSuffix(normalizeSysctl(p), "*")
-		if strings.Contains(base, "*") || container.SysctlNamespace(base) == "" {
+		if strings.Contains(base, "*") || podrules.SysctlNamespace(base) == "" {
 			return fmt.Errorf("sysctl %q is not a namespaced sysctl or a prefix ending in \"*\" of one", p)
 		}
 	}
@@ -72,11 +75,14 @@ func allowedSysctl(name string, allowed []string) bool {
 	})
 }
 
-// podSysctls returns the pod's sysctls (dotted names) after kubelet's
+// PodSysctls returns the pod's sysctls (dotted names) after kubelet's
 // admission check (sysctl patternAllowlist.Admit): each must be safe or
-// allowed by the agent, and namespaced in a namespace the pod does not
-// share with the host. The error is SysctlForbidden with kubelet's message.
-func podSysctls(pd *corev1.Pod, allowed []string) (map[string]string, error) {
+// allowed (allowed: ValidateSysctlPatterns patterns), and namespaced in a
+// namespace the pod does not share with the host. The error has
+// CodeSysctlForbidden and kubelet's message; a runtime returns it from
+// RunPodSandbox and the pod is rejected (phase Failed, reason
+// SysctlForbidden), never retried.
+func PodSysctls(pd *corev1.Pod, allowed []string) (map[string]string, error) {
 	sysctls := pd.GetSpec().GetSecurityContext().GetSysctls()
 	if len(sysctls) == 0 {
 		return nil, nil
@@ -85,7 +91,7 @@ func podSysctls(pd *corev1.Pod, allowed []string) (map[string]string, error) {
 	for _, s := range sysctls {
 		name := normalizeSysctl(s.GetName())
 		if err := validateSysctl(pd, name, allowed); err != nil {
-			return nil, nodeagent.Errorf(nodeagent.CodeSysctlForbidden, "forbidden sysctl: %v", err)
+			return nil, Errorf(CodeSysctlForbidden, "forbidden sysctl: %v", err)
 		}
 		out[name] = s.GetValue()
 	}
@@ -93,7 +99,7 @@ func podSysctls(pd *corev1.Pod, allowed []string) (map[string]string, error) {
 }
 
 func validateSysctl(pd *corev1.Pod, name string, allowed []string) error {
-	ns := container.SysctlNamespace(name)
+	ns := podrules.SysctlNamespace(name)
 	switch {
 	case ns == "net" && pd.GetSpec().GetHostNetwork():
 		return fmt.Errorf("%q not allowed with host net enabled", name)
