@@ -21,6 +21,7 @@ type kubeFiles struct {
 	ServingCert, ServingKey string
 	AdminCert, AdminKey     string
 	Kubeconfig              string
+	ca                      *pki.CA // the cluster CA, which also signs the bus's and the store's certificates
 }
 
 // stageArgs are the api stage's HTTPS flags. Every api replica binds the
@@ -83,6 +84,7 @@ func ensureKube(dir string, port int) (*kubeFiles, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster CA: %w", err)
 	}
+	k.ca = ca
 	if err := issueOnce(ca, k.ServingCert, k.ServingKey, pki.Request{CommonName: "podflow-apiserver",
 		Hosts: []string{"127.0.0.1", "localhost", "::1"}, Server: true}); err != nil {
 		return nil, err
