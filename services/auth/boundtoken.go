@@ -2,8 +2,13 @@ package auth
 
 import (
 	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -141,4 +146,40 @@ func (b *BoundTokens) Verify(token string, now time.Time) (BoundTokenClaims, err
 	}
 	return BoundTokenClaims{Namespace: k.Namespace, Name: k.ServiceAccount.Name, UID: k.ServiceAccount.UID,
 		Audiences: c.Audience, Expiry: c.Expiry.Time()}, nil
+}
+
+// LoadOrCreateSigningKey reads the ECDSA P-256 ServiceAccount signing key
+// (PEM, PKCS#8) at path, creating it (mode 0600) when missing.
+func LoadOrCreateSigningKey(path string) (*ecdsa.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			return nil, fmt.Errorf("auth: write signing key %q: %w", path, err)
+		}
+		return key, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("auth: read signing key %q: %w", path, err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("%w: signing key %q holds no PEM block", ErrInvalidConfig, path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: signing key %q: %w", ErrInvalidConfig, path, err)
+	}
+	key, ok := k.(*ecdsa.PrivateKey)
+	if !ok || key.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("%w: signing key %q is not ECDSA P-256", ErrInvalidConfig, path)
+	}
+	return key, nil
 }
