@@ -24,6 +24,21 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// clusterServerConfig is the configuration of server i of a cluster on
+// loopback whose servers take routes on ports and share the credentials
+// file creds.
+func clusterServerConfig(dir, creds string, ports []int, i int) bus.EmbeddedConfig {
+	var routes []string
+	for j, p := range ports {
+		if j != i {
+			routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
+		}
+	}
+	cfg := bus.DefaultEmbeddedConfig(filepath.Join(dir, fmt.Sprintf("n%d", i)))
+	cfg.ServerName, cfg.ClusterName, cfg.ClusterPort, cfg.Routes, cfg.CredsPath = fmt.Sprintf("n%d", i), "podflow", ports[i], routes, creds
+	return cfg
+}
+
 // TestClusterSurvivesAServer runs three embedded servers clustered over
 // routes on loopback with R3 streams: with one server gone, publishing and
 // consuming go on through the other two.
@@ -38,14 +53,7 @@ func TestClusterSurvivesAServer(t *testing.T) {
 	started := make(chan *bus.Embedded, 3)
 	errs := make(chan error, 3)
 	for i := range 3 {
-		var routes []string
-		for j, p := range ports {
-			if j != i {
-				routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
-			}
-		}
-		cfg := bus.DefaultEmbeddedConfig(filepath.Join(dir, fmt.Sprintf("n%d", i)))
-		cfg.ServerName, cfg.ClusterName, cfg.ClusterPort, cfg.Routes, cfg.CredsPath = fmt.Sprintf("n%d", i), "podflow", ports[i], routes, creds
+		cfg := clusterServerConfig(dir, creds, ports, i)
 		cfg.StartTimeout = 30 * time.Second
 		go func() {
 			e, err := bus.StartEmbedded(context.Background(), cfg)

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -47,6 +48,21 @@ type Config struct {
 	AsyncMaxPending int
 	// DrainTimeout bounds Close's flush of pending messages. Default 10s.
 	DrainTimeout time.Duration
+	// TLS, when set, dials the servers over TLS with this configuration:
+	// RootCAs verifies the server, Certificates is this client's
+	// certificate for a server that requires one (EmbeddedConfig.TLS).
+	// TLSFiles does the same from PEM files; set one or the other.
+	TLS      *tls.Config
+	TLSFiles TLSFiles
+}
+
+// TLSFiles names the PEM files of a TLS client: the CA that signs the
+// servers' certificates and this client's certificate and key. Empty
+// CAFile: no TLS.
+type TLSFiles struct {
+	CAFile   string `json:"ca,omitempty"`
+	CertFile string `json:"cert,omitempty"`
+	KeyFile  string `json:"key,omitempty"`
 }
 
 // DefaultConfig returns the defaults; URLs and credentials are left empty.
@@ -85,6 +101,12 @@ func (c Config) Validate() error {
 		return invalidf("config: AsyncMaxPending (%d) must be positive", c.AsyncMaxPending)
 	case c.DrainTimeout <= 0:
 		return invalidf("config: DrainTimeout (%s) must be positive", c.DrainTimeout)
+	case c.TLS != nil && c.TLSFiles != (TLSFiles{}):
+		return invalidf("config: set either TLS or TLSFiles, not both")
+	case (c.TLSFiles.CertFile == "") != (c.TLSFiles.KeyFile == ""):
+		return invalidf("config: TLSFiles needs both CertFile and KeyFile or neither")
+	case c.TLSFiles.CertFile != "" && c.TLSFiles.CAFile == "":
+		return invalidf("config: TLSFiles with a certificate needs CAFile")
 	}
 	for _, u := range c.URLs {
 		if strings.TrimSpace(u) == "" {
@@ -109,9 +131,10 @@ func (c Config) backoff(n int) time.Duration {
 // clientFile is the on-disk client configuration written by
 // (*Embedded).WriteClientConfig.
 type clientFile struct {
-	URLs     []string `json:"urls"`
-	User     string   `json:"user,omitempty"`
-	Password string   `json:"password,omitempty"`
+	URLs     []string  `json:"urls"`
+	User     string    `json:"user,omitempty"`
+	Password string    `json:"password,omitempty"`
+	TLS      *TLSFiles `json:"tls,omitempty"`
 }
 
 // ReadClientConfig reads a file written by (*Embedded).WriteClientConfig
@@ -127,6 +150,9 @@ func ReadClientConfig(path string) (Config, error) {
 		return c, fmt.Errorf("bus: parse client config %q: %w", path, err)
 	}
 	c.URLs, c.User, c.Password = f.URLs, f.User, f.Password
+	if f.TLS != nil {
+		c.TLSFiles = *f.TLS
+	}
 	return c, c.Validate()
 }
 
@@ -173,6 +199,15 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		// Errors surface through the calls that hit them; keep nats.go
 		// from printing asynchronous ones to stderr.
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, nats.Secure(cfg.TLS))
+	}
+	if f := cfg.TLSFiles; f.CAFile != "" {
+		opts = append(opts, nats.RootCAs(f.CAFile))
+		if f.CertFile != "" {
+			opts = append(opts, nats.ClientCert(f.CertFile, f.KeyFile))
+		}
 	}
 	if user != "" {
 		// Replies come to this user's own inboxes (see InboxPrefix).
@@ -239,5 +274,15 @@ func (c *Conn) close() {
 // ReadClientConfig) for the servers at urls and the user u, mode 0600.
 // `podflow up --cluster` writes one listing every server of the cluster.
 func WriteClientConfig(path string, urls []string, u UserCredential) error {
-	return writeJSON0600(path, clientFile{URLs: urls, User: u.User, Password: u.Password})
+	return WriteClientConfigTLS(path, urls, u, TLSFiles{})
+}
+
+// WriteClientConfigTLS is WriteClientConfig for servers that speak TLS:
+// the file also names the CA and the client's certificate and key.
+func WriteClientConfigTLS(path string, urls []string, u UserCredential, files TLSFiles) error {
+	f := clientFile{URLs: urls, User: u.User, Password: u.Password}
+	if files != (TLSFiles{}) {
+		f.TLS = &files
+	}
+	return writeJSON0600(path, f)
 }

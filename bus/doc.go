@@ -130,6 +130,13 @@
 // inbox prefix InboxPrefix(user), so that a user may be allowed to read
 // its own replies and no one else's.
 //
+// Off loopback, passwords travel over TLS only: EmbeddedConfig.TLS serves
+// clients with TLSVerify (a client presents a certificate of the bus's CA
+// before it may try a password), EmbeddedConfig.ClusterTLS runs routes
+// over mutual TLS, and Validate refuses a non-loopback Host without them.
+// Clients dial with Config.TLS or Config.TLSFiles (the "tls" object of a
+// client configuration file).
+//
 // # Example
 //
 //	srv, err := bus.StartEmbedded(ctx, bus.DefaultEmbeddedConfig(dataDir))

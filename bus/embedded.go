@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -61,6 +62,24 @@ type EmbeddedConfig struct {
 	// Roles are NATS users to provision besides the built-in admin and
 	// client, each restricted by its permissions (see RoleSpec).
 	Roles []RoleSpec
+	// TLS, when set, serves clients over TLS with this configuration (its
+	// Certificates are the server's): with ClientAuth
+	// tls.RequireAndVerifyClientCert and ClientCAs (nats-server's
+	// TLSVerify) a client without a certificate from that CA is refused at
+	// the handshake, before it can try a password. Nil: plain TCP, allowed
+	// only on a loopback Host; any other Host requires TLS with client
+	// verification.
+	TLS *tls.Config
+	// ClusterTLS, when set, runs routes over mutual TLS: it must present a
+	// certificate valid for both serverAuth and clientAuth and verify the
+	// peer's (RootCAs, ClientCAs, ClientAuth RequireAndVerifyClientCert),
+	// and should require ServerGroup of it, so that a client's certificate
+	// of the same CA cannot open a route. Required for a cluster on a
+	// non-loopback Host.
+	ClusterTLS *tls.Config
+	// ClientTLS is the client side that ClientConfig and ClientConfigAs
+	// hand out for a server with TLS (in-process clients and tests).
+	ClientTLS *tls.Config
 }
 
 // DefaultEmbeddedConfig returns the defaults for an embedded server
@@ -96,6 +115,13 @@ func (c EmbeddedConfig) Validate() error {
 	if c.Host != "" && net.ParseIP(c.Host) == nil && c.Host != "localhost" {
 		return invalidf("embedded: Host %q is not an IP address", c.Host)
 	}
+	loopback := c.Host == "" || c.Host == "localhost" || net.ParseIP(c.Host).IsLoopback()
+	if err := checkMutualTLS("TLS", c.TLS, !loopback); err != nil {
+		return err
+	}
+	if err := checkMutualTLS("ClusterTLS", c.ClusterTLS, !loopback && c.ClusterName != ""); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	for _, r := range c.Roles {
 		if err := r.validate(); err != nil {
@@ -127,6 +153,26 @@ func (c EmbeddedConfig) withDefaults() EmbeddedConfig {
 		c.Port = -1
 	}
 	return c
+}
+
+// ServerGroup is the group (certificate subject Organization) of a NATS
+// server's certificate, which routes require of each other.
+const ServerGroup = "podflow:nats-servers"
+
+// checkMutualTLS refuses a TLS configuration that does not verify client
+// certificates, and a missing one where required (a non-loopback host).
+func checkMutualTLS(field string, cfg *tls.Config, required bool) error {
+	switch {
+	case cfg == nil && required:
+		return invalidf("embedded: a non-loopback Host needs %s (mutual TLS)", field)
+	case cfg == nil:
+		return nil
+	case len(cfg.Certificates) == 0 && cfg.GetCertificate == nil:
+		return invalidf("embedded: %s has no certificate", field)
+	case cfg.ClientAuth != tls.RequireAndVerifyClientCert || cfg.ClientCAs == nil:
+		return invalidf("embedded: %s must require and verify client certificates (ClientAuth RequireAndVerifyClientCert, ClientCAs)", field)
+	}
+	return nil
 }
 
 // Role names a class of client in the credentials file.
@@ -346,6 +392,10 @@ func writeJSON0600(path string, v any) error {
 	return nil
 }
 
+// tlsTimeout bounds a TLS handshake on the client and route listeners, in
+// seconds (nats-server's unit).
+const tlsTimeout = 5
+
 // Embedded is a running in-process nats-server with JetStream.
 type Embedded struct {
 	srv   *server.Server
@@ -391,8 +441,14 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	if opts.JetStreamMaxStore == 0 {
 		opts.JetStreamMaxStore = -1
 	}
+	if cfg.TLS != nil {
+		opts.TLS, opts.TLSVerify, opts.TLSConfig, opts.TLSTimeout = true, true, cfg.TLS, tlsTimeout
+	}
 	if cfg.ClusterName != "" {
 		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: cfg.Host, Port: cfg.ClusterPort}
+		if cfg.ClusterTLS != nil {
+			opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = cfg.ClusterTLS, tlsTimeout
+		}
 		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
 	}
 	srv, err := server.NewServer(opts)
@@ -458,6 +514,7 @@ func (e *Embedded) ClientConfigAs(role, name string) (Config, error) {
 	}
 	c.User, c.Password, c.Role = u.User, u.Password, role
 	c.Name = name
+	c.TLS = e.cfg.ClientTLS
 	return c, nil
 }
 

@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +51,13 @@ type Config struct {
 	RaftAddr string
 	// AdvertiseAddr is the address peers dial; defaults to the bound address.
 	AdvertiseAddr string
+	// TLS, when set, runs the raft transport over mutual TLS (see
+	// MutualTLS): every peer presents a certificate from the CA in
+	// ClientCAs, and this replica's dials verify the peer's against
+	// RootCAs, so a dialer without one cannot send raft RPCs. Nil: plain
+	// TCP, accepted only on a loopback RaftAddr (one machine); a RaftAddr
+	// on any other or the unspecified address requires TLS.
+	TLS *tls.Config
 	// Bootstrap lists the initial voters (including this replica). It is used
 	// only when DataDir holds no raft state. Leave empty with Join set to
 	// start an empty replica that the cluster adds.
@@ -187,8 +195,10 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		add("DataDir is required")
 	}
-	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+	if host, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
 		add("RaftAddr %q: %w", c.RaftAddr, err)
+	} else if c.TLS == nil && !isLoopback(host) {
+		add("RaftAddr %q is not a loopback address: raft off loopback needs TLS", c.RaftAddr)
 	}
 	if c.Conn == nil {
 		add("Conn is required")
@@ -247,6 +257,16 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isLoopback reports whether host (an IP or "localhost") is a loopback
+// address; the unspecified address and other names are not.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (c Config) raftConfig() *raft.Config {

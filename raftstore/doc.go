@@ -94,6 +94,16 @@
 // go-metrics v0.7.0 (required by raft v1.8.0) removed; go.mod therefore
 // replaces go-metrics with v0.6.1, which has both.
 //
+// # Transport security
+//
+// Raft RPCs (AppendEntries, RequestVote, InstallSnapshot) rewrite the store
+// past every ACL, so whoever reaches the raft port must be a replica. With
+// Config.TLS (MutualTLS, group PeerGroup) the transport is a mutual-TLS
+// raft.StreamLayer: both sides present a certificate of the cluster's CA
+// whose subject carries PeerGroup, and a dialer without one fails at the
+// handshake before raft reads a byte. Without TLS, Validate accepts only a
+// loopback RaftAddr: one machine.
+//
 // # Caller obligations
 //
 //  1. Run an odd number of replicas (3 by default), each with a stable ID and

@@ -129,7 +129,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("raftstore: advertise address %q: %w", n.cfg.AdvertiseAddr, err)
 		}
 	}
-	n.trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, advertise, 4, 10*time.Second, n.log.Named("transport"))
+	if n.cfg.TLS != nil {
+		var stream *tlsStreamLayer
+		if stream, err = newTLSStreamLayer(n.cfg.RaftAddr, advertise, n.cfg.TLS); err == nil {
+			n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+				Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
+			})
+		}
+	} else {
+		n.trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, advertise, 4, 10*time.Second, n.log.Named("transport"))
+	}
 	if err != nil {
 		return fmt.Errorf("raftstore: raft transport on %q: %w", n.cfg.RaftAddr, err)
 	}

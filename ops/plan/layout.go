@@ -64,3 +64,28 @@ func (l Layout) RegistryAddr() string { return filepath.Join(l.Dir, "registry.ad
 // Sub is a directory of the data directory (a store replica's, a NATS
 // server's, the registry's).
 func (l Layout) Sub(name ...string) string { return filepath.Join(append([]string{l.Dir}, name...)...) }
+
+// PKI is a file of the data directory's PKI (DATA/pki): the cluster CA
+// (ca.crt), the Kubernetes API's certificates and, with TLS, the bus's and
+// the store's.
+func (l Layout) PKI(name ...string) string {
+	return filepath.Join(append([]string{l.Dir, "pki"}, name...)...)
+}
+
+// BusTLS are the TLS files of role's bus client (DATA/pki/bus/<role>.crt:
+// CN podflow:bus:<role>, client authentication only).
+func (l Layout) BusTLS(role string) bus.TLSFiles {
+	return bus.TLSFiles{CAFile: l.PKI("ca.crt"), CertFile: l.PKI("bus", role+".crt"), KeyFile: l.PKI("bus", role+".key")}
+}
+
+// NATSServerTLS are the TLS files of the NATS servers (group
+// bus.ServerGroup; they serve clients and routes and dial routes).
+func (l Layout) NATSServerTLS() bus.TLSFiles {
+	return bus.TLSFiles{CAFile: l.PKI("ca.crt"), CertFile: l.PKI("nats-server.crt"), KeyFile: l.PKI("nats-server.key")}
+}
+
+// RaftTLS are the TLS files of the store replicas' raft transport (group
+// raftstore.PeerGroup).
+func (l Layout) RaftTLS() bus.TLSFiles {
+	return bus.TLSFiles{CAFile: l.PKI("ca.crt"), CertFile: l.PKI("raft-peer.crt"), KeyFile: l.PKI("raft-peer.key")}
+}

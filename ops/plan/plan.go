@@ -124,6 +124,11 @@ type Options struct {
 	Runtime   string // RuntimeSim or RuntimeLinux
 	Nodes     int    // simulated nodes
 	NodeGrace time.Duration
+	// TLS runs every NATS listener (clients and routes) and every raft
+	// transport over mutual TLS with the certificates of Layout's PKI
+	// (NATSServerTLS, RaftTLS, BusTLS): `up --cluster`. False: plain TCP
+	// on loopback.
+	TLS bool
 	// APIArgs are extra flags of every api replica (the HTTPS front door).
 	APIArgs []string
 	// FreeAddr picks a loopback address for a process to listen on
@@ -257,11 +262,17 @@ func (p *Plan) natsProcesses() []Process {
 			}
 		}
 		name := fmt.Sprintf("nats-%d", i+1)
-		procs = append(procs, Process{Name: name, Kind: NATS, Index: i + 1, Args: []string{
+		args := []string{
 			"nats", "--data-dir", p.Layout.Sub(name), "--port", strconv.Itoa(o.ClusterClientPorts[i]),
 			"--server-name", name, "--cluster-name", "podflow", "--cluster-port", strconv.Itoa(o.ClusterRoutePorts[i]),
 			"--routes", strings.Join(routes, ","), "--creds", p.Layout.Credentials(),
-		}, Ready: Check{Kind: CheckJetStream, Timeout: 60 * time.Second}})
+		}
+		if o.TLS {
+			f := p.Layout.NATSServerTLS()
+			args = append(args, "--tls-ca", f.CAFile, "--tls-cert", f.CertFile, "--tls-key", f.KeyFile)
+		}
+		procs = append(procs, Process{Name: name, Kind: NATS, Index: i + 1, Args: args,
+			Ready: Check{Kind: CheckJetStream, Timeout: 60 * time.Second}})
 	}
 	return procs
 }
@@ -276,9 +287,14 @@ func (p *Plan) storeProcesses() []Process {
 	var procs []Process
 	for i, a := range o.StoreAddrs {
 		name := fmt.Sprintf("store-%d", i+1)
-		procs = append(procs, Process{Name: name, Kind: Store, Index: i + 1, Env: env, Args: []string{
-			"store", "run", "--id", name, "--data-dir", p.Layout.Sub(name), "--raft-addr", a, "--bootstrap", strings.Join(boot, ","),
-		}, Ready: Check{Kind: CheckStore, Timeout: 60 * time.Second}})
+		args := []string{"store", "run", "--id", name, "--data-dir", p.Layout.Sub(name), "--raft-addr", a, "--bootstrap", strings.Join(boot, ",")}
+		if o.TLS {
+			raft, nc := p.Layout.RaftTLS(), p.Layout.BusTLS(pipeline.RoleStore)
+			args = append(args, "--tls-ca", raft.CAFile, "--raft-tls-cert", raft.CertFile, "--raft-tls-key", raft.KeyFile,
+				"--nats-tls-cert", nc.CertFile, "--nats-tls-key", nc.KeyFile)
+		}
+		procs = append(procs, Process{Name: name, Kind: Store, Index: i + 1, Env: env, Args: args,
+			Ready: Check{Kind: CheckStore, Timeout: 60 * time.Second}})
 	}
 	return procs
 }

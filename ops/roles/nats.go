@@ -13,8 +13,9 @@ import (
 // NATS runs the embedded NATS JetStream server of cfg until ctx is done,
 // with one restricted user per process role (services/pipeline). With
 // clientConfig set it writes the URL and admin credentials there once
-// listening (`podflow up` waits for that file).
-func NATS(ctx context.Context, cfg bus.EmbeddedConfig, clientConfig string) error {
+// listening (`podflow up` waits for that file), with tlsFiles (the CA and
+// a client certificate) for a server with TLS.
+func NATS(ctx context.Context, cfg bus.EmbeddedConfig, clientConfig string, tlsFiles bus.TLSFiles) error {
 	if cfg.DataDir == "" {
 		return fmt.Errorf("--data-dir is required")
 	}
@@ -28,7 +29,7 @@ func NATS(ctx context.Context, cfg bus.EmbeddedConfig, clientConfig string) erro
 		if err := os.MkdirAll(filepath.Dir(clientConfig), 0o755); err != nil {
 			return err
 		}
-		if err := srv.WriteClientConfig(clientConfig); err != nil {
+		if err := bus.WriteClientConfigTLS(clientConfig, []string{srv.ClientURL()}, srv.Creds().Admin(), tlsFiles); err != nil {
 			return err
 		}
 	}

@@ -30,6 +30,7 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		cfg := api.DefaultConfig()
 		cfg.TokenFile = o.TokenFile
 		cfg.HTTPS = o.HTTPS
+		cfg.ServiceAccountKeyFile = o.ServiceAccountKeyFile
 		if o.SealKeyFile != "" {
 			key, err := sealed.LoadOrCreate(o.SealKeyFile)
 			if err != nil {
@@ -89,6 +90,9 @@ type StageOptions struct {
 	// SealKeyFile (api) is the key pair bearer tokens on the bus are
 	// sealed to (services/sealed; created if missing).
 	SealKeyFile string
+	// ServiceAccountKeyFile (api) signs bound ServiceAccount tokens (the
+	// TokenRequest API; created if missing). Empty: no TokenRequest.
+	ServiceAccountKeyFile string
 	// HTTPS (api), if set, serves the Kubernetes API over HTTPS.
 	HTTPS *apiserver.Config
 	// EventsHighWater (api, 0: default 0.9) is the fraction of

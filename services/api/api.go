@@ -42,6 +42,11 @@ import (
 	"github.com/podflow/podflow/services/validate"
 )
 
+// ServiceAccountIssuer is the iss (and default audience) of bound
+// ServiceAccount tokens, kube-apiserver's default
+// --service-account-issuer.
+const ServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+
 // Config configures the api stage.
 type Config struct {
 	// TokenFile is a kube-apiserver --token-auth-file (CSV); empty means
@@ -54,6 +59,12 @@ type Config struct {
 	// HTTPS, when set, runs the Kubernetes REST front door (see https.go
 	// and services/apiserver) in this replica.
 	HTTPS *apiserver.Config
+	// ServiceAccountKeyFile, when set, is the ECDSA key (created if
+	// missing; every api replica must share it) that signs bound
+	// ServiceAccount tokens (the TokenRequest API, `kubectl create
+	// token`); the stage then authenticates them too. Empty: no
+	// TokenRequest.
+	ServiceAccountKeyFile string
 	// SealKey, when set, is the key bearer tokens on the bus are sealed
 	// to (see sealing.go): the stream then never holds one in clear, and
 	// a PodRequested with a token in clear is refused. Nil: tokens travel
@@ -140,6 +151,15 @@ func New(env stage.Env, cfg Config) (*Stage, error) {
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("api: token file %q: %w", cfg.TokenFile, err)
+		}
+	}
+	if cfg.ServiceAccountKeyFile != "" {
+		key, err := auth.LoadOrCreateSigningKey(cfg.ServiceAccountKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("api: %w", err)
+		}
+		if cfg.Authn.BoundTokens, err = auth.NewBoundTokens(key, ServiceAccountIssuer, nil); err != nil {
+			return nil, err
 		}
 	}
 	authn, err := auth.NewTokenAuthenticator(cfg.Authn, static)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -62,6 +63,16 @@ func (s *Stage) startHTTPS(ctx context.Context, g *errgroup.Group) error {
 // AuthenticateToken implements apiserver.Backend.
 func (s *Stage) AuthenticateToken(token string) (*corev1.UserInfo, *corev1.Status) {
 	return s.authn.AuthenticateToken(token)
+}
+
+var _ apiserver.TokenIssuer = (*Stage)(nil)
+
+// IssueServiceAccountToken implements apiserver.TokenIssuer.
+func (s *Stage) IssueServiceAccountToken(namespace, name, uid string, audiences []string, expiration time.Duration) (string, time.Time, error) {
+	if s.cfg.Authn.BoundTokens == nil {
+		return "", time.Time{}, apiserver.ErrNoTokenIssuer
+	}
+	return s.cfg.Authn.BoundTokens.Issue(namespace, name, uid, audiences, expiration, time.Now())
 }
 
 // Authorize implements apiserver.Backend.

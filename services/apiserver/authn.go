@@ -55,6 +55,10 @@ func (s *Server) authenticate(r *http.Request) (*corev1.UserInfo, string) {
 		if s.oidc != nil && strings.Count(token, ".") == 2 {
 			u, err := s.oidc.verify(token, time.Now())
 			if err != nil {
+				// Bound ServiceAccount tokens are JWTs too (TokenRequest).
+				if u, st := s.backend.AuthenticateToken(token); st == nil {
+					return u, ""
+				}
 				return nil, err.Error()
 			}
 			return u, ""

@@ -57,6 +57,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	if s.serveStream(w, r, req) { // pods/exec, pods/attach (exec.go)
 		return
 	}
+	if isTokenRequest(req) { // serviceaccounts/token: tokenrequest.go
+		s.authorizedTokenRequest(w, r, req)
+		return
+	}
 	switch {
 	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"):
 	default:

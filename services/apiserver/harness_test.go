@@ -179,6 +179,7 @@ func startSystem(t testing.TB, o options) *system {
 	run(pipeline.API, func(env stage.Env) (stage.Handler, error) {
 		cfg := api.DefaultConfig()
 		cfg.TokenFile = filepath.Join(dir, "tokens.csv")
+		cfg.ServiceAccountKeyFile = filepath.Join(dir, "sa.key") // the TokenRequest API
 		cfg.HTTPS = &hc
 		return api.New(env, cfg)
 	})

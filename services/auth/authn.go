@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
 )
@@ -50,6 +51,13 @@ type AuthenticatorConfig struct {
 	// ServiceAccountTokens enables authentication with ServiceAccount token
 	// Secrets fed through UpsertSecret. Default true.
 	ServiceAccountTokens bool
+	// BoundTokens, when set, also authenticates bound ServiceAccount
+	// tokens (the TokenRequest API) it verifies, while their
+	// ServiceAccount exists with the uid they name. Nil: none.
+	BoundTokens *BoundTokens
+	// Now is the clock bound tokens are checked against (default
+	// time.Now; tests set it).
+	Now func() time.Time
 }
 
 // DefaultAuthenticatorConfig returns the defaults documented on
@@ -243,6 +251,9 @@ func (a *TokenAuthenticator) AuthenticateToken(token string) (*corev1.UserInfo, 
 	if u, ok := a.static[h]; ok {
 		return cloneUser(u), nil
 	}
+	if a.cfg.BoundTokens != nil && strings.Count(token, ".") == 2 {
+		return a.authenticateBound(token)
+	}
 	if a.cfg.ServiceAccountTokens {
 		a.mu.RLock()
 		t, ok := a.sa[h]
@@ -253,6 +264,27 @@ func (a *TokenAuthenticator) AuthenticateToken(token string) (*corev1.UserInfo, 
 		}
 	}
 	return nil, Unauthorized()
+}
+
+// authenticateBound verifies a bound token and checks that its
+// ServiceAccount exists with the uid it names.
+func (a *TokenAuthenticator) authenticateBound(token string) (*corev1.UserInfo, *corev1.Status) {
+	now := time.Now
+	if a.cfg.Now != nil {
+		now = a.cfg.Now
+	}
+	c, err := a.cfg.BoundTokens.Verify(token, now())
+	if err != nil {
+		return nil, Unauthorized()
+	}
+	a.mu.RLock()
+	uid, exists := a.accounts[c.Namespace+"/"+c.Name]
+	a.mu.RUnlock()
+	if !exists || uid != c.UID {
+		return nil, Unauthorized()
+	}
+	return &corev1.UserInfo{Username: ServiceAccountUsername(c.Namespace, c.Name), Uid: c.UID,
+		Groups: []string{GroupServiceAccounts, GroupServiceAccounts + ":" + c.Namespace, GroupAuthenticated}}, nil
 }
 
 // ParseBearer extracts the token from an HTTP Authorization header value

@@ -7,6 +7,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/roles"
+	"github.com/podflow/podflow/raftstore"
 )
 
 func init() { register(newNATSCmd) }
@@ -16,6 +17,7 @@ func init() { register(newNATSCmd) }
 func newNATSCmd() *cobra.Command {
 	cfg := bus.DefaultEmbeddedConfig("")
 	var clientConfig, routes string
+	var tlsFiles bus.TLSFiles
 	cmd := &cobra.Command{
 		Use:   "nats",
 		Short: "Run the embedded NATS JetStream server",
@@ -27,7 +29,19 @@ credentials for other podflow processes.`,
 			if routes != "" {
 				cfg.Routes = strings.Split(routes, ",")
 			}
-			return roles.NATS(cmd.Context(), cfg, clientConfig)
+			if tlsFiles != (bus.TLSFiles{}) {
+				files := raftstore.TLSFiles{CertFile: tlsFiles.CertFile, KeyFile: tlsFiles.KeyFile, CAFile: tlsFiles.CAFile}
+				var err error
+				// Clients: any certificate of the CA (their password names the
+				// user). Routes: only the NATS servers'.
+				if cfg.TLS, err = raftstore.MutualTLS(files, ""); err != nil {
+					return err
+				}
+				if cfg.ClusterTLS, err = raftstore.MutualTLS(files, bus.ServerGroup); err != nil {
+					return err
+				}
+			}
+			return roles.NATS(cmd.Context(), cfg, clientConfig, tlsFiles)
 		},
 	}
 	f := cmd.Flags()
@@ -42,5 +56,8 @@ credentials for other podflow processes.`,
 	f.StringVar(&cfg.CredsPath, "creds", "", "credentials file shared by the servers of a cluster (default DATA-DIR/creds.json)")
 	f.BoolVar(&cfg.Log, "log", true, "log to stderr (start-up, and every publish or subscription a user's permissions refuse)")
 	f.StringVar(&clientConfig, "client-config", "", "write the client configuration (URL, admin credentials) to this file")
+	f.StringVar(&tlsFiles.CAFile, "tls-ca", "", "CA certificate (PEM): clients must present a certificate it signed (TLSVerify), routes one of group "+bus.ServerGroup)
+	f.StringVar(&tlsFiles.CertFile, "tls-cert", "", "server certificate (PEM, server and client auth, group "+bus.ServerGroup+") for the client and route listeners")
+	f.StringVar(&tlsFiles.KeyFile, "tls-key", "", "key (PEM) of --tls-cert")
 	return cmd
 }

@@ -34,6 +34,7 @@ is redelivered to the others.`,
 	f.StringVar(&o.Replica, "replica", "", "replica name (default NAME-HOST-PID)")
 	f.StringVar(&o.TokenFile, "token-file", "", "api: static token file (kube-apiserver --token-auth-file format)")
 	f.StringVar(&o.SealKeyFile, "seal-key", "", "api: key pair bearer tokens on the bus are sealed to (created if missing)")
+	f.StringVar(&o.ServiceAccountKeyFile, "service-account-signing-key-file", "", "api: ECDSA P-256 key (PEM) signing bound ServiceAccount tokens, the TokenRequest API (created if missing; share it between api replicas)")
 	f.Float64Var(&o.EventsHighWater, "events-high-water", 0, "api: refuse new pods (429) once PODFLOW_EVENTS holds this fraction of its max bytes (default 0.9)")
 	f.Float64Var(&o.UserPodQPS, "user-pod-qps", 0, "api: pod creations per second per user, system:masters exempt (default 100; negative for no limit)")
 	f.IntVar(&o.UserPodBurst, "user-pod-burst", 0, "api: burst of a user's pod creations (default 200)")

@@ -37,6 +37,9 @@ func init() {
 type storeConnFlags struct {
 	url, user, password, subject, config string
 	cmd                                  *cobra.Command
+	// tls: the CA of the bus's and the raft peers' certificates, and this
+	// process's bus client certificate (NATS over TLS when tls.CAFile is set).
+	tls bus.TLSFiles
 }
 
 func (f *storeConnFlags) add(cmd *cobra.Command) {
@@ -50,6 +53,9 @@ func (f *storeConnFlags) add(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&f.password, "nats-password", os.Getenv("PODFLOW_NATS_PASSWORD"), "NATS password (env PODFLOW_NATS_PASSWORD)")
 	cmd.PersistentFlags().StringVar(&f.subject, "subject", raftstore.DefaultSubject, "store subject prefix")
 	cmd.PersistentFlags().StringVar(&f.config, "config", "", "client configuration written by `podflow up` (default $PODFLOW_CONFIG, ./.podflow/config.json, ~/.podflow/config.json)")
+	cmd.PersistentFlags().StringVar(&f.tls.CAFile, "tls-ca", "", "CA certificate (PEM) of the NATS servers and raft peers: dial NATS over TLS")
+	cmd.PersistentFlags().StringVar(&f.tls.CertFile, "nats-tls-cert", "", "client certificate (PEM) presented to NATS (with --tls-ca)")
+	cmd.PersistentFlags().StringVar(&f.tls.KeyFile, "nats-tls-key", "", "key (PEM) of --nats-tls-cert")
 }
 
 // explicit reports whether the bus was named by flags or environment
@@ -63,6 +69,12 @@ func (f *storeConnFlags) connect(name string) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
 	if f.user != "" {
 		opts = append(opts, nats.UserInfo(f.user, f.password), nats.CustomInboxPrefix(bus.InboxPrefix(f.user)))
+	}
+	if f.tls.CAFile != "" {
+		opts = append(opts, nats.RootCAs(f.tls.CAFile))
+		if f.tls.CertFile != "" {
+			opts = append(opts, nats.ClientCert(f.tls.CertFile, f.tls.KeyFile))
+		}
 	}
 	nc, err := nats.Connect(f.url, opts...)
 	if err != nil {
@@ -102,7 +114,7 @@ func (f *storeConnFlags) client(ctx context.Context) (c *raftstore.Client, close
 
 func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	cfg := raftstore.DefaultConfig()
-	var bootstrap, logLevel string
+	var bootstrap, logLevel, raftCert, raftKey string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run one store replica until interrupted",
@@ -117,6 +129,11 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 			}
 			cfg.Bootstrap = peers
 			cfg.Subject = conn.subject
+			if raftCert != "" || raftKey != "" {
+				if cfg.TLS, err = raftstore.MutualTLS(raftstore.TLSFiles{CertFile: raftCert, KeyFile: raftKey, CAFile: conn.tls.CAFile}, raftstore.PeerGroup); err != nil {
+					return err
+				}
+			}
 			cfg.LogLevel = logLevel
 			nc, err := conn.connect("podflow store " + cfg.ID)
 			if err != nil {
@@ -131,6 +148,8 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory of the raft log, stable store and snapshots (required)")
 	f.StringVar(&cfg.RaftAddr, "raft-addr", "127.0.0.1:7001", "raft TCP bind address")
 	f.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "raft address peers dial (default: the bind address)")
+	f.StringVar(&raftCert, "raft-tls-cert", "", "raft peer certificate (PEM, group "+raftstore.PeerGroup+", server and client auth): mutual TLS between replicas, verified against --tls-ca; required off loopback")
+	f.StringVar(&raftKey, "raft-tls-key", "", "key (PEM) of --raft-tls-cert")
 	f.StringVar(&bootstrap, "bootstrap", "", "initial voters id1=addr1,id2=addr2,... (used only on an empty data dir)")
 	f.BoolVar(&cfg.Join, "join", false, "on an empty data dir, ask the running cluster to add this replica")
 	f.Int64Var(&cfg.HistoryRevisions, "history-revisions", cfg.HistoryRevisions, "revisions of change history kept for watches")

@@ -51,7 +51,7 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	f.BoolVar(&o.example, "example", false, "apply the seed's example pod and Service and follow the pod to Ready")
 	f.StringVar(&o.exampleDir, "example-dir", "examples", "directory of the example manifests")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the essentials")
-	f.BoolVar(&o.cluster, "cluster", false, "run 3 NATS servers clustered over routes on loopback, with R3 streams")
+	f.BoolVar(&o.cluster, "cluster", false, "run 3 NATS servers clustered over routes on loopback, with R3 streams; every NATS listener and raft transport speaks mutual TLS (certificates in DATA/pki)")
 	f.DurationVar(&o.nodeGrace, "node-monitor-grace-period", 40*time.Second, "mark a node NotReady after this long without heartbeats")
 	f.IntVar(&o.httpsPort, "https-port", 0, "Kubernetes API (HTTPS) port on 127.0.0.1 (default: a free port picked at first start, then kept)")
 	return cmd

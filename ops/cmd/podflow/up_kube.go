@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/podflow/podflow/services/apiserver/pki"
+	"github.com/podflow/podflow/services/auth"
 )
 
 // kubeFiles are the Kubernetes API front door's files in the data dir:
@@ -21,13 +22,15 @@ type kubeFiles struct {
 	ServingCert, ServingKey string
 	AdminCert, AdminKey     string
 	Kubeconfig              string
+	SAKey                   string  // signs bound ServiceAccount tokens (TokenRequest)
+	ca                      *pki.CA // the cluster CA, which also signs the bus's and the store's certificates
 }
 
 // stageArgs are the api stage's HTTPS flags. Every api replica binds the
 // same address (SO_REUSEPORT): one kubeconfig server for all of them.
 func (k *kubeFiles) stageArgs() []string {
 	return []string{"--https-addr", k.Addr, "--tls-cert-file", k.ServingCert, "--tls-private-key-file", k.ServingKey,
-		"--client-ca-file", k.CACert}
+		"--client-ca-file", k.CACert, "--service-account-signing-key-file", k.SAKey}
 }
 
 // ensureKube creates, at first start, the cluster CA (DATA/pki/ca.crt,
@@ -43,7 +46,7 @@ func ensureKube(dir string, port int) (*kubeFiles, error) {
 		CACert: filepath.Join(pdir, "ca.crt"), CAKey: filepath.Join(pdir, "ca.key"),
 		ServingCert: filepath.Join(pdir, "apiserver.crt"), ServingKey: filepath.Join(pdir, "apiserver.key"),
 		AdminCert: filepath.Join(pdir, "admin.crt"), AdminKey: filepath.Join(pdir, "admin.key"),
-		Kubeconfig: filepath.Join(dir, "kubeconfig"),
+		Kubeconfig: filepath.Join(dir, "kubeconfig"), SAKey: filepath.Join(pdir, "sa.key"),
 	}
 	addrFile := filepath.Join(pdir, "apiserver.json")
 	var saved struct {
@@ -82,6 +85,12 @@ func ensureKube(dir string, port int) (*kubeFiles, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cluster CA: %w", err)
+	}
+	k.ca = ca
+	// Created here, not by the api replicas that start together: they
+	// must all sign with the same key.
+	if _, err := auth.LoadOrCreateSigningKey(k.SAKey); err != nil {
+		return nil, err
 	}
 	if err := issueOnce(ca, k.ServingCert, k.ServingKey, pki.Request{CommonName: "podflow-apiserver",
 		Hosts: []string{"127.0.0.1", "localhost", "::1"}, Server: true}); err != nil {

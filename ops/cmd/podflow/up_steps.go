@@ -105,11 +105,18 @@ func newUp(o *upOptions, out io.Writer) (_ *up, err error) {
 	if u.kube, err = ensureKube(dir, o.httpsPort); err != nil {
 		return nil, fmt.Errorf("kubernetes API certificates: %w", err)
 	}
+	if o.cluster {
+		// More than one server: every NATS listener and raft transport
+		// speaks mutual TLS (docs/multi-machine.md does the same).
+		if err := ensureClusterTLS(u.layout, u.kube.ca, u.creds); err != nil {
+			return nil, fmt.Errorf("bus and store certificates: %w", err)
+		}
+	}
 	storeUser, _ := u.creds.User(pipeline.RoleStore)
 	u.plan, err = plan.New(plan.Options{
 		Exe: exe, DataDir: dir, NATSPort: cl.NATSPort, Cluster: o.cluster,
 		ClusterClientPorts: cl.ClusterClientPorts, ClusterRoutePorts: cl.ClusterRoutePorts,
-		StoreAddrs: cl.StoreAddrs, StoreUser: storeUser, Replicas: replicas,
+		StoreAddrs: cl.StoreAddrs, StoreUser: storeUser, Replicas: replicas, TLS: o.cluster,
 		Runtime: o.runtime, Nodes: o.nodes, NodeGrace: o.nodeGrace, APIArgs: u.kube.stageArgs(),
 	})
 	return u, err
@@ -204,7 +211,7 @@ func (u *up) startBus(ctx context.Context) error {
 		return err
 	}
 	if u.plan.Options.Cluster {
-		if err := bus.WriteClientConfig(natsCfg, u.plan.NATSURLs(), u.creds.Admin()); err != nil {
+		if err := bus.WriteClientConfigTLS(natsCfg, u.plan.NATSURLs(), u.creds.Admin(), u.busTLS(bus.RoleAdmin)); err != nil {
 			return err
 		}
 	}
@@ -219,7 +226,7 @@ func (u *up) startBus(ctx context.Context) error {
 		if c.Role == bus.RoleAdmin {
 			continue
 		}
-		if err := bus.WriteClientConfig(u.layout.RoleConfig(c.Role), bc.URLs, c); err != nil {
+		if err := bus.WriteClientConfigTLS(u.layout.RoleConfig(c.Role), bc.URLs, c, u.busTLS(c.Role)); err != nil {
 			return err
 		}
 	}

@@ -138,6 +138,9 @@ type Request struct {
 	Hosts []string
 	// Server issues a serving certificate (else a client certificate).
 	Server bool
+	// Peer, with Server, makes it a client certificate too: a raft
+	// replica's or a NATS server's, which both serves and dials its peers.
+	Peer bool
 	// Validity defaults to one year.
 	Validity time.Duration
 	// NotBefore defaults to an hour ago (tests pass a future or past time).
@@ -168,6 +171,9 @@ func (ca *CA) Issue(r Request) (certPEM, privPEM []byte, err error) {
 	}
 	if r.Server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		if r.Peer {
+			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+		}
 		for _, h := range r.Hosts {
 			if ip := net.ParseIP(h); ip != nil {
 				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)

@@ -1,0 +1,104 @@
+package apiserver
+
+// The TokenRequest API: `kubectl create token SA` POSTs an
+// authentication.k8s.io/v1 TokenRequest to
+// /api/v1/namespaces/<ns>/serviceaccounts/<name>/token (verb create,
+// subresource token) and gets a bound token for the ServiceAccount's
+// current uid, as kube-apiserver does.
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/stage"
+)
+
+// ErrNoTokenIssuer is returned by a TokenIssuer that has no signing key.
+var ErrNoTokenIssuer = errors.New("apiserver: no ServiceAccount token signing key")
+
+// TokenIssuer is the optional Backend capability behind the TokenRequest
+// API: it signs a bound token for a ServiceAccount of uid.
+type TokenIssuer interface {
+	IssueServiceAccountToken(namespace, name, uid string, audiences []string, expiration time.Duration) (string, time.Time, error)
+}
+
+// isTokenRequest reports whether req is a TokenRequest (create of
+// serviceaccounts/token).
+func isTokenRequest(req *request) bool {
+	return req.res.name == "serviceaccounts" && req.res.group == "" && req.sub == "token" && req.verb == "create" && req.name != ""
+}
+
+// authorizedTokenRequest authorizes a TokenRequest (create on
+// serviceaccounts/token, as kube-apiserver's RBAC checks it) and serves it.
+func (s *Server) authorizedTokenRequest(w http.ResponseWriter, r *http.Request, req *request) {
+	attrs := auth.Attributes{User: req.user, Verb: "create", Namespace: req.namespace, APIGroup: "",
+		Resource: "serviceaccounts", Subresource: "token", Name: req.name}
+	if d := s.backend.Authorize(attrs); !d.Allowed {
+		writeStatus(w, auth.Forbidden(attrs, ""))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	s.tokenRequest(ctx, w, r, req)
+}
+
+// tokenRequest serves a TokenRequest once it is authorized.
+func (s *Server) tokenRequest(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
+	issuer, ok := s.backend.(TokenIssuer)
+	if !ok {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	var tr authenticationv1.TokenRequest
+	if !s.decodeReview(w, r, &tr, "TokenRequest") {
+		return
+	}
+	if tr.Spec.BoundObjectRef != nil {
+		writeStatus(w, invalid("TokenRequest", req.name, []*corev1.StatusCause{{Type: "FieldValueNotSupported", Field: "spec.boundObjectRef",
+			Message: "Unsupported value: tokens bound to objects are not supported"}},
+			"TokenRequest.authentication.k8s.io %q is invalid: spec.boundObjectRef: Unsupported value: tokens bound to objects are not supported", req.name))
+		return
+	}
+	var exp time.Duration
+	if e := tr.Spec.ExpirationSeconds; e != nil {
+		if *e < int64(auth.MinBoundTokenExpiration/time.Second) || *e > 1<<32 {
+			writeStatus(w, invalid("TokenRequest", req.name, []*corev1.StatusCause{{Type: "FieldValueInvalid", Field: "spec.expirationSeconds",
+				Message: "Invalid value: may not specify a duration less than 10 minutes"}},
+				"TokenRequest.authentication.k8s.io %q is invalid: spec.expirationSeconds: Invalid value: may not specify a duration less than 10 minutes", req.name))
+			return
+		}
+		exp = time.Duration(*e) * time.Second
+	}
+	obj, st := s.read(ctx, req.res, req.namespace, req.name)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	sa, ok := obj.(*corev1.ServiceAccount)
+	if !ok || sa.GetMetadata().GetUid() == "" {
+		writeStatus(w, stage.Internal(errors.New("apiserver: stored ServiceAccount without a uid")))
+		return
+	}
+	token, expiry, err := issuer.IssueServiceAccountToken(req.namespace, req.name, sa.GetMetadata().GetUid(), tr.Spec.Audiences, exp)
+	if errors.Is(err, ErrNoTokenIssuer) {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	if err != nil {
+		writeStatus(w, stage.Internal(err))
+		return
+	}
+	tr.TypeMeta = metav1.TypeMeta{Kind: "TokenRequest", APIVersion: "authentication.k8s.io/v1"}
+	tr.ObjectMeta = metav1.ObjectMeta{Name: req.name, Namespace: req.namespace, CreationTimestamp: metav1.Now()}
+	secs := int64(expiry.Sub(time.Now()).Round(time.Second) / time.Second)
+	tr.Spec.ExpirationSeconds = &secs
+	tr.Status = authenticationv1.TokenRequestStatus{Token: token, ExpirationTimestamp: metav1.NewTime(expiry)}
+	writeJSON(w, http.StatusCreated, &tr)
+}

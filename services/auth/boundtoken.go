@@ -1,0 +1,185 @@
+package auth
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+)
+
+// ErrInvalidBoundToken is wrapped by BoundTokens.Verify for a token it
+// refuses: malformed, not signed by the key, of another issuer or
+// audience, expired or not yet valid.
+var ErrInvalidBoundToken = errors.New("auth: invalid bound service account token")
+
+// Bound ServiceAccount tokens (the TokenRequest API, `kubectl create
+// token`): JWTs signed ES256 by the cluster's ServiceAccount key, with
+// Kubernetes' claims — iss, sub system:serviceaccount:<ns>:<name>, aud,
+// exp, iat, nbf and kubernetes.io.{namespace, serviceaccount.{name, uid}}.
+// A token authenticates only until it expires and only while its
+// ServiceAccount exists with the uid it names (TokenAuthenticator).
+const (
+	// MinBoundTokenExpiration is the shortest expirationSeconds a
+	// TokenRequest may ask for (Kubernetes': 10 minutes).
+	MinBoundTokenExpiration = 10 * time.Minute
+	// DefaultBoundTokenExpiration is used when a TokenRequest names none
+	// (Kubernetes': one hour).
+	DefaultBoundTokenExpiration = time.Hour
+	// MaxBoundTokenExpiration caps expirationSeconds (Kubernetes caps
+	// with --service-account-max-token-expiration; 24 h here).
+	MaxBoundTokenExpiration = 24 * time.Hour
+)
+
+// BoundTokens issues and verifies bound ServiceAccount tokens with one
+// ECDSA key. It is safe for concurrent use.
+type BoundTokens struct {
+	key    *ecdsa.PrivateKey // nil: verify only
+	pub    *ecdsa.PublicKey
+	issuer string
+	// audiences are what a token must name one of to authenticate here
+	// (kube-apiserver's --api-audiences); a TokenRequest without
+	// audiences gets them all.
+	audiences []string
+	signer    jose.Signer
+}
+
+// BoundTokenClaims are what a bound token asserts.
+type BoundTokenClaims struct {
+	Namespace, Name, UID string
+	Audiences            []string
+	Expiry               time.Time
+}
+
+type k8sClaims struct {
+	Namespace      string `json:"namespace"`
+	ServiceAccount struct {
+		Name string `json:"name"`
+		UID  string `json:"uid"`
+	} `json:"serviceaccount"`
+}
+
+type boundClaims struct {
+	jwt.Claims
+	Kubernetes *k8sClaims `json:"kubernetes.io,omitempty"`
+}
+
+// NewBoundTokens returns an issuer and verifier of tokens signed with key
+// for issuer, accepted for audiences (default: the issuer).
+func NewBoundTokens(key *ecdsa.PrivateKey, issuer string, audiences []string) (*BoundTokens, error) {
+	if key == nil || issuer == "" {
+		return nil, fmt.Errorf("%w: bound tokens need a key and an issuer", ErrInvalidConfig)
+	}
+	if len(audiences) == 0 {
+		audiences = []string{issuer}
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithType("JWT"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &BoundTokens{key: key, pub: &key.PublicKey, issuer: issuer, audiences: append([]string(nil), audiences...), signer: signer}, nil
+}
+
+// Audiences are the audiences this server accepts (and a TokenRequest
+// without audiences is given).
+func (b *BoundTokens) Audiences() []string { return append([]string(nil), b.audiences...) }
+
+// Issue signs a token for the ServiceAccount namespace/name with uid,
+// for audiences (default Audiences()), valid from now for expiration
+// (clamped to [MinBoundTokenExpiration, MaxBoundTokenExpiration]; 0 is
+// DefaultBoundTokenExpiration). It returns the token and its expiry.
+func (b *BoundTokens) Issue(namespace, name, uid string, audiences []string, expiration time.Duration, now time.Time) (string, time.Time, error) {
+	if namespace == "" || name == "" || uid == "" {
+		return "", time.Time{}, fmt.Errorf("%w: a token needs the ServiceAccount's namespace, name and uid", ErrInvalidBoundToken)
+	}
+	switch {
+	case expiration == 0:
+		expiration = DefaultBoundTokenExpiration
+	case expiration < MinBoundTokenExpiration:
+		expiration = MinBoundTokenExpiration
+	case expiration > MaxBoundTokenExpiration:
+		expiration = MaxBoundTokenExpiration
+	}
+	if len(audiences) == 0 {
+		audiences = b.audiences
+	}
+	now = now.Truncate(time.Second)
+	exp := now.Add(expiration)
+	c := boundClaims{Claims: jwt.Claims{
+		Issuer: b.issuer, Subject: ServiceAccountUsername(namespace, name), Audience: jwt.Audience(audiences),
+		Expiry: jwt.NewNumericDate(exp), IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
+	}, Kubernetes: &k8sClaims{Namespace: namespace}}
+	c.Kubernetes.ServiceAccount.Name, c.Kubernetes.ServiceAccount.UID = name, uid
+	tok, err := jwt.Signed(b.signer).Claims(c).Serialize()
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("auth: sign bound token: %w", err)
+	}
+	return tok, exp, nil
+}
+
+// Verify checks a token's signature, issuer, audience (one of
+// Audiences()) and validity times at now and returns its claims. It does
+// not check that the ServiceAccount exists: TokenAuthenticator does.
+func (b *BoundTokens) Verify(token string, now time.Time) (BoundTokenClaims, error) {
+	tok, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil {
+		return BoundTokenClaims{}, fmt.Errorf("%w: %w", ErrInvalidBoundToken, err)
+	}
+	var c boundClaims
+	if err := tok.Claims(b.pub, &c); err != nil {
+		return BoundTokenClaims{}, fmt.Errorf("%w: %w", ErrInvalidBoundToken, err)
+	}
+	if err := c.Claims.ValidateWithLeeway(jwt.Expected{Issuer: b.issuer, AnyAudience: jwt.Audience(b.audiences), Time: now}, time.Minute); err != nil {
+		return BoundTokenClaims{}, fmt.Errorf("%w: %w", ErrInvalidBoundToken, err)
+	}
+	k := c.Kubernetes
+	if c.Expiry == nil || k == nil || k.Namespace == "" || k.ServiceAccount.Name == "" || k.ServiceAccount.UID == "" ||
+		c.Subject != ServiceAccountUsername(k.Namespace, k.ServiceAccount.Name) {
+		return BoundTokenClaims{}, fmt.Errorf("%w: missing or inconsistent claims", ErrInvalidBoundToken)
+	}
+	return BoundTokenClaims{Namespace: k.Namespace, Name: k.ServiceAccount.Name, UID: k.ServiceAccount.UID,
+		Audiences: c.Audience, Expiry: c.Expiry.Time()}, nil
+}
+
+// LoadOrCreateSigningKey reads the ECDSA P-256 ServiceAccount signing key
+// (PEM, PKCS#8) at path, creating it (mode 0600) when missing.
+func LoadOrCreateSigningKey(path string) (*ecdsa.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			return nil, fmt.Errorf("auth: write signing key %q: %w", path, err)
+		}
+		return key, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("auth: read signing key %q: %w", path, err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("%w: signing key %q holds no PEM block", ErrInvalidConfig, path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: signing key %q: %w", ErrInvalidConfig, path, err)
+	}
+	key, ok := k.(*ecdsa.PrivateKey)
+	if !ok || key.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("%w: signing key %q is not ECDSA P-256", ErrInvalidConfig, path)
+	}
+	return key, nil
+}

@@ -1,0 +1,116 @@
+package auth
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+func boundTokens(t *testing.T, issuer string) *BoundTokens {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBoundTokens(key, issuer, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestBoundTokens: a bound token authenticates as its ServiceAccount only
+// while it is unexpired, for this server's audience, signed by this
+// server's key, and while the account exists with the uid it names.
+func TestBoundTokens(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := now
+	b := boundTokens(t, "https://podflow.local")
+	cfg := DefaultAuthenticatorConfig()
+	cfg.BoundTokens, cfg.Now = b, func() time.Time { return clock }
+	a, err := NewTokenAuthenticator(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := func(uid string) *corev1.ServiceAccount {
+		return &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "robot", Uid: uid}}
+	}
+	a.UpsertServiceAccount(sa("sa-uid"))
+	issue := func(b *BoundTokens, aud []string, exp time.Duration) string {
+		tok, _, err := b.Issue("team", "robot", "sa-uid", aud, exp, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	good := issue(b, nil, time.Hour)
+	otherKey := issue(boundTokens(t, "https://podflow.local"), nil, time.Hour)
+	otherAud := issue(b, []string{"vault"}, time.Hour)
+	short := issue(b, nil, time.Second) // clamped to the 10-minute minimum
+	tampered := good[:strings.LastIndex(good, ".")] + ".AAAA"
+
+	for _, tc := range []struct {
+		name  string
+		setup func()
+		token string
+		ok    bool
+	}{
+		{"issued for this server", nil, good, true},
+		{"signed by another key", nil, otherKey, false},
+		{"for another audience", nil, otherAud, false},
+		{"signature tampered", nil, tampered, false},
+		{"minimum expiry still valid at 9 minutes", func() { clock = now.Add(9 * time.Minute) }, short, true},
+		{"expired (past the leeway)", func() { clock = now.Add(time.Hour + 2*time.Minute) }, good, false},
+		{"account recreated with another uid", func() { clock = now; a.UpsertServiceAccount(sa("sa-uid-2")) }, good, false},
+		{"account deleted", func() { a.DeleteServiceAccount("team", "robot") }, good, false},
+		{"account back with its uid", func() { a.UpsertServiceAccount(sa("sa-uid")) }, good, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.setup != nil {
+				tc.setup()
+			}
+			u, st := a.AuthenticateToken(tc.token)
+			if got := st == nil; got != tc.ok {
+				t.Fatalf("authenticated %v (%v), want %v", got, st, tc.ok)
+			}
+			if tc.ok && (u.Username != "system:serviceaccount:team:robot" || u.Uid != "sa-uid" ||
+				!strings.Contains(strings.Join(u.Groups, ","), "system:serviceaccounts:team")) {
+				t.Fatalf("user %+v", u)
+			}
+		})
+	}
+}
+
+func TestBoundTokenIssue(t *testing.T) {
+	b := boundTokens(t, "https://podflow.local")
+	now := time.Now()
+	for _, tc := range []struct {
+		ask, want time.Duration
+	}{
+		{0, DefaultBoundTokenExpiration},
+		{time.Minute, MinBoundTokenExpiration},
+		{2 * time.Hour, 2 * time.Hour},
+		{48 * time.Hour, MaxBoundTokenExpiration},
+	} {
+		tok, exp, err := b.Issue("ns", "sa", "u1", nil, tc.ask, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := exp.Sub(now.Truncate(time.Second)); got != tc.want {
+			t.Errorf("expiration %s: got %s, want %s", tc.ask, got, tc.want)
+		}
+		c, err := b.Verify(tok, now)
+		if err != nil || c.Namespace != "ns" || c.Name != "sa" || c.UID != "u1" || c.Audiences[0] != "https://podflow.local" {
+			t.Errorf("verify: %+v, %v", c, err)
+		}
+	}
+	if _, _, err := b.Issue("ns", "sa", "", nil, 0, now); !errors.Is(err, ErrInvalidBoundToken) {
+		t.Errorf("issue without a uid: %v", err)
+	}
+}
