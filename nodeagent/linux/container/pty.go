@@ -68,6 +68,7 @@ func (t *terminal) start(ctx context.Context, stdio Stdio) {
 		_, _ = io.Copy(w, t.master) // EIO once the last holder of the slave exits
 	}()
 	if stdio.Resize != nil {
+		fd := int(t.master.Fd()) // read once: finish closes the master after this goroutine ends
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
@@ -76,7 +77,7 @@ func (t *terminal) start(ctx context.Context, stdio Stdio) {
 				if !ok {
 					return
 				}
-				_ = unix.IoctlSetWinsize(int(t.master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: h, Col: w})
+				_ = unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: h, Col: w})
 			}
 		}()
 	}
@@ -94,7 +95,7 @@ func (t *terminal) finish() {
 	case <-t.out:
 	case <-time.After(time.Second): // a background process keeps the slave
 	}
+	t.wg.Wait() // the resizes (ctx ended first), so no ioctl races the close
 	t.master.Close()
-	t.wg.Wait()
 	<-t.out
 }
