@@ -36,7 +36,7 @@ type Node struct {
 	log  hclog.Logger
 
 	store  *raftboltdb.BoltStore
-	trans  *raft.NetworkTransport
+	trans  *guardedTransport
 	raft   *raft.Raft
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -129,19 +129,21 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("raftstore: advertise address %q: %w", n.cfg.AdvertiseAddr, err)
 		}
 	}
+	var trans *raft.NetworkTransport
 	if n.cfg.TLS != nil {
 		var stream *tlsStreamLayer
 		if stream, err = newTLSStreamLayer(n.cfg.RaftAddr, advertise, n.cfg.TLS); err == nil {
-			n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 				Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
 			})
 		}
 	} else {
-		n.trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, advertise, 4, 10*time.Second, n.log.Named("transport"))
+		trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, advertise, 4, 10*time.Second, n.log.Named("transport"))
 	}
 	if err != nil {
 		return fmt.Errorf("raftstore: raft transport on %q: %w", n.cfg.RaftAddr, err)
 	}
+	n.trans = &guardedTransport{NetworkTransport: trans}
 	existing, err := raft.HasExistingState(n.store, n.store, snaps)
 	if err != nil {
 		return fmt.Errorf("raftstore: inspect raft state: %w", err)
@@ -244,6 +246,7 @@ func (n *Node) Shutdown() error {
 	}
 	n.wg.Wait()
 	if n.trans != nil {
+		n.trans.quiesce() // no heartbeat may touch the log store once it closes
 		// Close pooled outbound connections too, so that peers' connection
 		// handlers see EOF instead of waiting for the next RPC.
 		n.trans.CloseStreams()
