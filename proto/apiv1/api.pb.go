@@ -105,7 +105,11 @@ type ObjectRequest struct {
 	GracePeriodSeconds *int64                 `protobuf:"varint,7,opt,name=grace_period_seconds,json=gracePeriodSeconds,proto3,oneof" json:"grace_period_seconds,omitempty"`
 	// user is set instead of token by a trusted front door that already
 	// authenticated the caller (the HTTPS server with a client certificate).
-	User          *corev1.UserInfo `protobuf:"bytes,8,opt,name=user,proto3" json:"user,omitempty"`
+	User *corev1.UserInfo `protobuf:"bytes,8,opt,name=user,proto3" json:"user,omitempty"`
+	// dry_run: every check a write passes (RBAC, validation, escalation),
+	// then the would-be object is answered and nothing is stored
+	// (kube-apiserver's ?dryRun=All).
+	DryRun        bool `protobuf:"varint,9,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -196,6 +200,13 @@ func (x *ObjectRequest) GetUser() *corev1.UserInfo {
 	return nil
 }
 
+func (x *ObjectRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 var File_apiv1_api_proto protoreflect.FileDescriptor
 
 const file_apiv1_api_proto_rawDesc = "" +
@@ -204,7 +215,7 @@ const file_apiv1_api_proto_rawDesc = "" +
 	"\bResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\v2\x17.podflow.core.v1.StatusR\x06status\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06object\x18\x03 \x01(\fR\x06object\"\x96\x02\n" +
+	"\x06object\x18\x03 \x01(\fR\x06object\"\xaf\x02\n" +
 	"\rObjectRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
 	"\x04verb\x18\x02 \x01(\tR\x04verb\x12\x12\n" +
@@ -213,7 +224,8 @@ const file_apiv1_api_proto_rawDesc = "" +
 	"\x04name\x18\x05 \x01(\tR\x04name\x12\x16\n" +
 	"\x06object\x18\x06 \x01(\fR\x06object\x125\n" +
 	"\x14grace_period_seconds\x18\a \x01(\x03H\x00R\x12gracePeriodSeconds\x88\x01\x01\x12-\n" +
-	"\x04user\x18\b \x01(\v2\x19.podflow.core.v1.UserInfoR\x04userB\x17\n" +
+	"\x04user\x18\b \x01(\v2\x19.podflow.core.v1.UserInfoR\x04user\x12\x17\n" +
+	"\adry_run\x18\t \x01(\bR\x06dryRunB\x17\n" +
 	"\x15_grace_period_secondsB.Z,github.com/podflow/podflow/proto/apiv1;apiv1b\x06proto3"
 
 var (

@@ -499,7 +499,7 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 		if kind.Name == objects.Pods.Name {
 			return stage.Failure(400, eventsv1.ReasonBadRequest, "pods", md.GetName(), "pods are created through %s", pipeline.CreatePodSubject), nil
 		}
-		return s.apply(ctx, kind, obj, attrs, req.GetVerb())
+		return s.apply(ctx, kind, obj, attrs, req.GetVerb(), req.GetDryRun())
 	}
 	return stage.Failure(405, "MethodNotAllowed", kind.Resource, req.GetName(), "verb %q is not supported", req.GetVerb()), nil
 }
@@ -508,7 +508,7 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 // update). An update whose object carries a resourceVersion replaces only
 // that revision (409 Conflict otherwise), as a Kubernetes update does; an
 // apply replaces whatever is stored.
-func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object, attrs auth.Attributes, verb string) (*corev1.Status, proto.Message) {
+func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object, attrs auth.Attributes, verb string, dry bool) (*corev1.Status, proto.Message) {
 	createOnly := verb == "create"
 	md := obj.GetMetadata()
 	existing, err := s.env.Store.GetKind(ctx, kind, md.GetNamespace(), md.GetName())
@@ -552,6 +552,12 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		if st := s.issueServiceAccountToken(ctx, sec, prev); st != nil {
 			return st, nil
 		}
+	}
+	if dry { // every check passed; nothing is stored (?dryRun=All)
+		if exists {
+			return stage.Success(200, kind.Resource, md.GetName()), obj
+		}
+		return stage.Success(201, kind.Resource, md.GetName()), obj
 	}
 	svc, isService := obj.(*corev1.Service)
 	switch {

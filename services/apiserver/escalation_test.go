@@ -2,12 +2,14 @@ package apiserver_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -90,6 +92,10 @@ func TestHTTPSEscalation(t *testing.T) {
 		{"PUT a role to *", "PUT", rbac + "roles/getter", "application/json", roleJSON("getter", `"*"`), grant},
 		{"PATCH a role to *", "PATCH", rbac + "roles/getter", "application/merge-patch+json",
 			`{"rules":[{"apiGroups":["*"],"resources":["*"],"verbs":["*"]}]}`, grant},
+		{"dry-run POST of a binding to cluster-admin", "POST", rbac + "rolebindings?dryRun=All", "application/json",
+			bindingJSON("pwn3", auth.KindClusterRole, auth.ClusterRoleClusterAdmin), grant},
+		{"dry-run PATCH of a role to *", "PATCH", rbac + "roles/getter?dryRun=All", "application/merge-patch+json",
+			`{"rules":[{"apiGroups":["*"],"resources":["*"],"verbs":["*"]}]}`, grant},
 	}
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
@@ -118,4 +124,12 @@ func TestHTTPSEscalation(t *testing.T) {
 	}
 	waitAllowed("POST", rbac+"rolebindings", "application/json", bindingJSON("bound", auth.KindClusterRole, auth.ClusterRoleClusterAdmin))
 	waitAllowed("PUT", rbac+"roles/getter", "application/json", roleJSON("getter", `"*"`))
+	// A dry run that passes every check answers the object and stores nothing.
+	code, out, _ := do(t, alice, "POST", rbac+"rolebindings?dryRun=All", "application/json", bindingJSON("dry", auth.KindClusterRole, auth.ClusterRoleClusterAdmin))
+	if code != 201 || path(out, "metadata.name") != "dry" {
+		t.Fatalf("allowed dry run: %d %v", code, out)
+	}
+	if _, err := objects.Get[*corev1.RoleBinding](ctx, s.store, "default", "dry"); !errors.Is(err, raftstore.ErrNotFound) {
+		t.Fatalf("a dry-run binding was stored: %v", err)
+	}
 }

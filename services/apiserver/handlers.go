@@ -381,11 +381,7 @@ func (s *Server) createObject(ctx context.Context, w http.ResponseWriter, r *htt
 	if ns, ok := obj.(*corev1.Namespace); ok && ns.GetStatus().GetPhase() == "" {
 		ns.Status = &corev1.NamespaceStatus{Phase: "Active"} // as kube-apiserver defaults it
 	}
-	if dry {
-		s.writeObject(w, r, http.StatusCreated, req.res, obj)
-		return
-	}
-	st, out := s.object(ctx, req, "create", obj, nil)
+	st, out := s.object(ctx, req, "create", obj, nil, dry) // dry: checked, not stored
 	s.respond(w, r, req.res, st, out)
 }
 
@@ -403,8 +399,9 @@ func checkNamespace(md *corev1.ObjectMeta, req *request) *corev1.Status {
 	return nil
 }
 
-func (s *Server) object(ctx context.Context, req *request, verb string, obj objects.Object, grace *int64) (*corev1.Status, proto.Message) {
-	or := &apiv1.ObjectRequest{Verb: verb, Kind: req.res.store.Name, Namespace: req.namespace, Name: req.name, GracePeriodSeconds: grace}
+func (s *Server) object(ctx context.Context, req *request, verb string, obj objects.Object, grace *int64, dry bool) (*corev1.Status, proto.Message) {
+	or := &apiv1.ObjectRequest{Verb: verb, Kind: req.res.store.Name, Namespace: req.namespace, Name: req.name, GracePeriodSeconds: grace,
+		DryRun: dry}
 	if obj != nil {
 		b, err := proto.Marshal(obj)
 		if err != nil {
@@ -490,12 +487,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			s.respond(w, r, req.res, st, out)
 			return
 		}
-		if dry {
-			writeWarnings(w, warnings)
-			s.writeObject(w, r, http.StatusOK, req.res, obj)
-			return
-		}
-		st, out := s.object(ctx, req, "update", obj, nil)
+		st, out := s.object(ctx, req, "update", obj, nil, dry)
 		if retry && st.GetCode() == http.StatusConflict && st.GetReason() == eventsv1.ReasonConflict && attempt < maxPatchRetries && ctx.Err() == nil {
 			continue
 		}
@@ -688,7 +680,7 @@ func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return
 		}
 	}
-	st, out := s.object(ctx, req, "delete", nil, opts.GracePeriodSeconds)
+	st, out := s.object(ctx, req, "delete", nil, opts.GracePeriodSeconds, false)
 	if st.GetCode() < 300 && out == nil {
 		k := kubeStatus(st)
 		k.Status = metav1.StatusSuccess
@@ -734,7 +726,7 @@ func (s *Server) deleteCollection(ctx context.Context, w http.ResponseWriter, r 
 		if req.namespace == "" {
 			one.namespace = metaOf(it.obj).GetNamespace()
 		}
-		st, out := s.object(ctx, &one, "delete", nil, opts.GracePeriodSeconds)
+		st, out := s.object(ctx, &one, "delete", nil, opts.GracePeriodSeconds, false)
 		switch {
 		case st.GetCode() == http.StatusNotFound:
 			continue
