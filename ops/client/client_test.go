@@ -11,6 +11,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/ops/client/clienttest"
 	"github.com/podflow/podflow/services/pipeline"
 )
 
@@ -104,22 +105,7 @@ func TestToken(t *testing.T) {
 // configuration, the way every client command does.
 func TestOpen(t *testing.T) {
 	dir := t.TempDir()
-	cfg := bus.DefaultEmbeddedConfig(filepath.Join(dir, "nats"))
-	cfg.Port = -1
-	srv, err := bus.StartEmbedded(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	natsFile := filepath.Join(dir, "client.json")
-	if err := srv.WriteClientConfig(natsFile); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "config.json")
-	if err := client.WriteConfig(path, client.Config{NATS: "client.json", Token: "tok", DataDir: dir}); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(client.NATSConfigEnv, "")
+	path := clienttest.Config(t, dir, client.Config{Token: "tok", DataDir: dir})
 	sess, err := client.Open(context.Background(), path, "client-test")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/ops/client/clienttest"
 )
 
 // run runs one podflow command in-process, as main does.
@@ -78,23 +79,7 @@ func TestClientCommandsFailFast(t *testing.T) {
 // never answers (a bus with no store replica and no api stage), and a
 // value kubectl would refuse is refused.
 func TestRequestTimeoutFlag(t *testing.T) {
-	dir := t.TempDir()
-	ecfg := bus.DefaultEmbeddedConfig(filepath.Join(dir, "nats"))
-	ecfg.Port = -1
-	srv, err := bus.StartEmbedded(context.Background(), ecfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	natsFile := filepath.Join(dir, "client.json")
-	if err := srv.WriteClientConfig(natsFile); err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(dir, "config.json")
-	if err := client.WriteConfig(cfg, client.Config{NATS: "client.json", Token: "tok"}); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(client.NATSConfigEnv, "")
+	cfg := clienttest.Config(t, t.TempDir(), client.Config{Token: "tok"})
 	for _, tc := range []struct {
 		name  string
 		args  []string
