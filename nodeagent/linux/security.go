@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux/container"
@@ -297,6 +299,11 @@ func applyFSGroup(dir string, fsGroup *int64, policy string, readOnly bool) erro
 	if policy == fsGroupOnRootMismatch && !rootMismatch(dir, *fsGroup, mask) {
 		return nil
 	}
+	root, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -304,17 +311,62 @@ func applyFSGroup(dir string, fsGroup *int64, policy string, readOnly bool) erro
 		if d.Type()&fs.ModeSymlink != 0 {
 			return nil // configMap/secret ..data links: their targets are walked
 		}
-		if err := os.Lchown(p, -1, int(*fsGroup)); err != nil {
-			return err
-		}
-		fi, err := d.Info()
+		rel, err := filepath.Rel(dir, p)
 		if err != nil {
 			return err
 		}
-		mode := fi.Mode() | mask
-		if fi.IsDir() {
-			mode |= fs.ModeSetgid | 0o110
-		}
-		return os.Chmod(p, mode)
+		return setGroupBeneath(root, rel, int(*fsGroup), mask)
 	})
+}
+
+// setGroupBeneath gives rel, under root, the group gid and mask (plus
+// search and setgid on a directory). It works on the inode it opened —
+// beneath root, through no symlink — so a container that swaps an entry
+// for a symlink while the volume is walked cannot point the change at a
+// file outside it.
+func setGroupBeneath(root *os.File, rel string, gid int, mask fs.FileMode) error {
+	fd, err := unix.Openat2(int(root.Fd()), rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EXDEV) {
+		return nil // became a symlink, or went away, while walking: not ours to change
+	}
+	if err != nil {
+		return fmt.Errorf("open %q in the volume: %w", rel, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	var mode uint32
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		mode = st.Mode&0o7777 | uint32(mask)
+	case unix.S_IFDIR:
+		mode = st.Mode&0o7777 | uint32(mask) | unix.S_ISGID | 0o110
+	default:
+		return nil // devices, fifos, sockets, links: left alone
+	}
+	self := "/proc/self/fd/" + strconv.Itoa(fd) // the inode opened, not a path to resolve again
+	if err := os.Lchown(self, -1, gid); err != nil {
+		return err
+	}
+	return os.Chmod(self, fs.FileMode(mode&0o777)|modeBits(mode))
+}
+
+// modeBits is the setuid, setgid and sticky bits of a Unix mode as Go's.
+func modeBits(m uint32) fs.FileMode {
+	var b fs.FileMode
+	if m&unix.S_ISUID != 0 {
+		b |= fs.ModeSetuid
+	}
+	if m&unix.S_ISGID != 0 {
+		b |= fs.ModeSetgid
+	}
+	if m&unix.S_ISVTX != 0 {
+		b |= fs.ModeSticky
+	}
+	return b
 }

@@ -2,6 +2,7 @@ package linux
 
 import (
 	"errors"
+	"golang.org/x/sys/unix"
 	"os"
 	"path/filepath"
 	"slices"
@@ -226,6 +227,40 @@ func TestApplyFSGroup(t *testing.T) {
 	}
 	if err := applyFSGroup(dir, nil, "", false); err != nil {
 		t.Errorf("no fsGroup: %v", err)
+	}
+}
+
+// TestApplyFSGroupStaysInTheVolume: a link in the volume (a container may
+// make one, or swap an entry for one while the volume is walked) never
+// carries the group or the mode change to a file outside it.
+func TestApplyFSGroupStaysInTheVolume(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(outside, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	gid := int64(os.Getgid())
+	if err := applyFSGroup(dir, &gid, "", false); err != nil {
+		t.Fatal(err)
+	}
+	// The walk skips links; the change itself opens beneath the root and
+	// through no link, which a swap between the walk and the change meets.
+	root, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if err := setGroupBeneath(root, "link", int(gid), 0o660); err != nil {
+		t.Fatal(err)
+	}
+	if err := setGroupBeneath(root, "../"+filepath.Base(dir)+"/link", int(gid), 0o660); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(outside); err != nil || fi.Mode() != 0o600 {
+		t.Fatalf("the file outside the volume: %v, %v; want mode 0600 untouched", fi.Mode(), err)
 	}
 }
 
