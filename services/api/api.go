@@ -287,8 +287,8 @@ func (s *Stage) reply(m *nats.Msg, st *corev1.Status, obj proto.Message) {
 var serviceInboxes = []string{
 	bus.InboxPrefix(pipeline.StageRole("")), // _INBOX.stage-
 	bus.InboxPrefix(pipeline.RoleStore) + ".",
-	bus.InboxPrefix("node-"),  // pipeline.NodeRole
-	bus.InboxPrefix("nodes-"), // a simulated cluster's node agent
+	bus.InboxPrefix(pipeline.NodeRolePrefix),
+	bus.InboxPrefix(pipeline.SimNodesRolePrefix), // a simulated cluster's node agent
 }
 
 // checkClientReply returns nil when a reply subject a client chose may be

@@ -100,7 +100,7 @@ func TestReplySubjects(t *testing.T) {
 func TestPodRequestedReplyTo(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	for _, reply := range []string{"podflow.pod.PodAuthorized.~.default.x", "_INBOX.stage-persistence.x.1", "_INBOX.store.a"} {
+	for _, reply := range []string{"podflow.pod.PodAuthorized.~.default.x", "_INBOX.stage-persistence.x.1", "_INBOX.store.a", "_INBOX.node-n1.x", "_INBOX.nodes-sim.x"} {
 		t.Run(reply, func(t *testing.T) {
 			f.pub.Reset()
 			e := requested(f, aliceToken, &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "web"}, Spec: &corev1.PodSpec{}})

@@ -129,12 +129,14 @@ func stagePermissions(stage string) *bus.Permissions {
 // Node agent roles: NodeRole(node) for the agent of one node,
 // SimNodesRole(name) for a simulated cluster (one process standing in for
 // many nodes).
-func NodeRole(node string) string     { return nodeRolePrefix + bus.EncodeToken(node) }
-func SimNodesRole(name string) string { return simNodesRolePrefix + bus.EncodeToken(name) }
+func NodeRole(node string) string     { return NodeRolePrefix + bus.EncodeToken(node) }
+func SimNodesRole(name string) string { return SimNodesRolePrefix + bus.EncodeToken(name) }
 
+// NodeRolePrefix and SimNodesRolePrefix begin the node roles' names
+// (and so their inboxes, bus.InboxPrefix).
 const (
-	nodeRolePrefix     = "node-"
-	simNodesRolePrefix = "nodes-"
+	NodeRolePrefix     = "node-"
+	SimNodesRolePrefix = "nodes-"
 )
 
 // NodeAgentRole is the bus role of one node agent process, whose runner is
@@ -168,7 +170,7 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 // neither a Secret, nor a list or watch of a prefix that would include
 // them, nor a transaction comparing one.
 func StoreReadACL(user, key string, prefix bool) bool {
-	if user == StageRole(API) || strings.HasPrefix(user, nodeRolePrefix) || strings.HasPrefix(user, simNodesRolePrefix) {
+	if user == StageRole(API) || strings.HasPrefix(user, NodeRolePrefix) || strings.HasPrefix(user, SimNodesRolePrefix) {
 		return true
 	}
 	secrets := objects.Secrets.Prefix("")
@@ -215,12 +217,12 @@ func StoreWriteACL(writer, key string) bool {
 		for _, k := range kinds {
 			prefixes = append(prefixes, k.Prefix(""))
 		}
-	case strings.HasPrefix(writer, nodeRolePrefix):
+	case strings.HasPrefix(writer, NodeRolePrefix):
 		if name, ok := strings.CutPrefix(key, objects.Nodes.Prefix("")); ok {
 			return NodeRole(name) == writer
 		}
 		prefixes = nodeWrites
-	case strings.HasPrefix(writer, simNodesRolePrefix):
+	case strings.HasPrefix(writer, SimNodesRolePrefix):
 		prefixes = append([]string{objects.Nodes.Prefix("")}, nodeWrites...)
 	}
 	for _, p := range prefixes {

@@ -26,7 +26,7 @@ import (
 // filtered, and neither is a simulated cluster's agent (SimNodesRole),
 // which acts for every node.
 func StoreReadFilter(user, key string, value []byte, st raftstore.State) bool {
-	enc, ok := strings.CutPrefix(user, nodeRolePrefix)
+	enc, ok := strings.CutPrefix(user, NodeRolePrefix)
 	if !ok {
 		return true
 	}
