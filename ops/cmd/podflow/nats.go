@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -30,14 +31,8 @@ credentials for other podflow processes.`,
 				cfg.Routes = strings.Split(routes, ",")
 			}
 			if tlsFiles != (bus.TLSFiles{}) {
-				files := raftstore.TLSFiles{CertFile: tlsFiles.CertFile, KeyFile: tlsFiles.KeyFile, CAFile: tlsFiles.CAFile}
 				var err error
-				// Clients: any certificate of the CA (their password names the
-				// user). Routes: only the NATS servers'.
-				if cfg.TLS, err = raftstore.MutualTLS(files, ""); err != nil {
-					return err
-				}
-				if cfg.ClusterTLS, err = raftstore.MutualTLS(files, bus.ServerGroup); err != nil {
+				if cfg.TLS, cfg.ClusterTLS, err = natsTLS(tlsFiles); err != nil {
 					return err
 				}
 			}
@@ -60,4 +55,18 @@ credentials for other podflow processes.`,
 	f.StringVar(&tlsFiles.CertFile, "tls-cert", "", "server certificate (PEM, server and client auth, group "+bus.ServerGroup+") for the client and route listeners")
 	f.StringVar(&tlsFiles.KeyFile, "tls-key", "", "key (PEM) of --tls-cert")
 	return cmd
+}
+
+// natsTLS is a NATS server's TLS: for clients any certificate of the CA
+// (their password names the user), for routes only the NATS servers'
+// (bus.ServerGroup).
+func natsTLS(f bus.TLSFiles) (clients, routes *tls.Config, err error) {
+	files := raftstore.TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile, CAFile: f.CAFile}
+	if clients, err = raftstore.MutualTLS(files, ""); err != nil {
+		return nil, nil, err
+	}
+	if routes, err = raftstore.MutualTLS(files, bus.ServerGroup); err != nil {
+		return nil, nil, err
+	}
+	return clients, routes, nil
 }

@@ -62,6 +62,27 @@ func TestClusterTLSCertificates(t *testing.T) {
 		})
 	}
 
+	// Routes take only the NATS servers' certificates, not a bus client's
+	// of the same CA.
+	_, routes, err := natsTLS(l.NATSServerTLS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		dialer *tls.Config
+		ok     bool
+	}{
+		{"route from a NATS server", mutual(l.NATSServerTLS(), bus.ServerGroup), true},
+		{"route from a bus client of the same CA", mutual(l.BusTLS("store"), bus.ServerGroup), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := handshake(t, routes, tc.dialer); (err == nil) != tc.ok {
+				t.Fatalf("handshake with the route listener: %v, want success %v", err, tc.ok)
+			}
+		})
+	}
+
 	t.Run("NATS with TLSVerify", func(t *testing.T) {
 		cfg := bus.DefaultEmbeddedConfig(t.TempDir())
 		cfg.TLS = mutual(l.NATSServerTLS(), "")
