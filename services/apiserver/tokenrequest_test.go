@@ -51,6 +51,7 @@ func TestTokenRequest(t *testing.T) {
 		{"alice without create on serviceaccounts/token", tr, http.StatusForbidden},
 		{"a ServiceAccount that does not exist", tr, http.StatusNotFound},
 		{"an expiry under 10 minutes", `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":60}}`, http.StatusUnprocessableEntity},
+		{"an expiry over 2^32 seconds", `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":4294967297}}`, http.StatusUnprocessableEntity},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, url := admin, sas+"/robot/token"
