@@ -16,16 +16,6 @@ func DefaultNormalizeScore(maxPriority int64, reverse bool, scores []int64) {
 	for _, s := range scores {
 		maxScore = max(maxScore, s)
 	}
-	normalizeTo(scores, maxScore, maxPriority, reverse)
-}
-
-// normalize is DefaultNormalizeScore to MaxNodeScore with the maximum
-// known.
-func normalize(scores []int64, maxScore int64, reverse bool) {
-	normalizeTo(scores, maxScore, MaxNodeScore, reverse)
-}
-
-func normalizeTo(scores []int64, maxScore, maxPriority int64, reverse bool) {
 	if maxScore == 0 {
 		if reverse {
 			for i := range scores {

@@ -165,10 +165,10 @@ func TestNormalize(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := append([]int64(nil), tt.in...)
-			normalize(got, max(tt.in[0], tt.in[len(tt.in)-1]), tt.reverse)
+			DefaultNormalizeScore(MaxNodeScore, tt.reverse, got)
 			for i := range got {
 				if got[i] != tt.want[i] {
-					t.Fatalf("normalize(%v) = %v, want %v", tt.in, got, tt.want)
+					t.Fatalf("DefaultNormalizeScore(%v) = %v, want %v", tt.in, got, tt.want)
 				}
 			}
 		})
