@@ -105,14 +105,23 @@ func verifyRunAsNonRoot(pd *corev1.Pod, c *corev1.Container, imageUser string) e
 	return nil
 }
 
+// idInRange refuses an id the kernel's uid_t/gid_t cannot hold as
+// Kubernetes allows them (0 to 2^31-1): -1 would become 4294967295.
+func idInRange(what string, id int64) error {
+	if id < 0 || id > 1<<31-1 {
+		return fmt.Errorf("%s %d is out of range", what, id)
+	}
+	return nil
+}
+
 // withIdentity: runAsUser (container, else pod) replaces the image's USER;
 // runAsGroup replaces the group; fsGroup and supplementalGroups are
 // additional groups (in kubelet's order).
 func withIdentity(sec *container.Security, psc *corev1.PodSecurityContext, sc *corev1.SecurityContext, imageUser string) error {
 	sec.User = imageUser
 	if u := effectiveUser(psc, sc); u != nil {
-		if *u < 0 || *u > 1<<31-1 {
-			return fmt.Errorf("runAsUser %d is out of range", *u)
+		if err := idInRange("runAsUser", *u); err != nil {
+			return err
 		}
 		sec.User = strconv.FormatInt(*u, 10)
 	}
@@ -124,8 +133,8 @@ func withIdentity(sec *container.Security, psc *corev1.PodSecurityContext, sc *c
 		g = sc.RunAsGroup
 	}
 	if g != nil {
-		if *g < 0 || *g > 1<<31-1 {
-			return fmt.Errorf("runAsGroup %d is out of range", *g)
+		if err := idInRange("runAsGroup", *g); err != nil {
+			return err
 		}
 		gid := uint32(*g)
 		sec.GID = &gid
@@ -136,8 +145,8 @@ func withIdentity(sec *container.Security, psc *corev1.PodSecurityContext, sc *c
 	}
 	groups = append(groups, psc.GetSupplementalGroups()...)
 	for _, g := range groups {
-		if g < 0 || g > 1<<31-1 {
-			return fmt.Errorf("group %d is out of range", g)
+		if err := idInRange("group", g); err != nil {
+			return err
 		}
 		if !slices.Contains(sec.AdditionalGids, uint32(g)) {
 			sec.AdditionalGids = append(sec.AdditionalGids, uint32(g))

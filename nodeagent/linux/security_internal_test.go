@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/podflow/podflow/nodeagent"
@@ -301,6 +302,30 @@ func TestFSGroupChangePolicy(t *testing.T) {
 			}
 			if walked := fi.Mode().Perm() != 0o600; walked != tc.walked {
 				t.Errorf("file mode %v: walked = %v, want %v", fi.Mode(), walked, tc.walked)
+			}
+		})
+	}
+}
+
+// TestIdentityOutOfRange: ids outside 0..2^31-1 are refused, never wrapped
+// into another user (-1 would be uid 4294967295).
+func TestIdentityOutOfRange(t *testing.T) {
+	neg, big := int64(-1), int64(1<<31)
+	for _, tc := range []struct {
+		name string
+		psc  *corev1.PodSecurityContext
+		sc   *corev1.SecurityContext
+		want string
+	}{
+		{"runAsUser -1", nil, &corev1.SecurityContext{RunAsUser: &neg}, "runAsUser -1 is out of range"},
+		{"runAsGroup 2^31", &corev1.PodSecurityContext{RunAsGroup: &big}, nil, "runAsGroup 2147483648 is out of range"},
+		{"a supplemental group -5", &corev1.PodSecurityContext{SupplementalGroups: []int64{-5}}, nil, "group -5 is out of range"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sec container.Security
+			err := withIdentity(&sec, tc.psc, tc.sc, "")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("withIdentity: %v, want %q", err, tc.want)
 			}
 		})
 	}
