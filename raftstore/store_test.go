@@ -50,6 +50,7 @@ func TestCRUD(t *testing.T) {
 	if _, err := cl.Update(ctx, "/registry/pods/default/none", []byte("x"), 1); !errors.Is(err, raftstore.ErrNotFound) {
 		t.Fatalf("Update missing: got %v, want ErrNotFound", err)
 	}
+	c.WaitForReplication(t) // a stale read is served by any replica, a follower too
 	kv, err = cl.Get(ctx, key, raftstore.Stale())
 	if err != nil || kv.CreateRevision != r1 || kv.ModRevision < r1 {
 		t.Fatalf("stale Get = %+v, %v", kv, err)
@@ -257,6 +258,7 @@ func TestReadACL(t *testing.T) {
 			t.Errorf("%s: %v, want ErrForbidden", name, err)
 		}
 	}
+	c.WaitForReplication(t) // a stale list is served by any replica
 	if kvs, _, err := r.List(ctx, "/pods/", raftstore.Stale()); err != nil || len(kvs) != 1 {
 		t.Errorf("an allowed stale list: %d keys, %v", len(kvs), err)
 	}
