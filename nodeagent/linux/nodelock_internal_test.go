@@ -3,10 +3,12 @@ package linux
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLockNode(t *testing.T) {
@@ -131,5 +133,58 @@ func TestLockNode(t *testing.T) {
 	})
 	if InstanceOf(dirA) == InstanceOf(dirB) || InstanceOf(dirA) != InstanceOf(dirA+"/") {
 		t.Errorf("InstanceOf: %s %s %s", InstanceOf(dirA), InstanceOf(dirB), InstanceOf(dirA+"/"))
+	}
+}
+
+// An agent killed while it forks a shim leaves the child holding a copy of
+// its lock until the child's exec closes it: the next agent waits that
+// moment out instead of refusing, but only when the recorded holder is
+// dead.
+func TestLockNodeWaitsForAnInheritedLock(t *testing.T) {
+	cfg := Config{NodeName: "node-1", DataDir: filepath.Join(t.TempDir(), "a"), LockDir: t.TempDir()}
+	node, data, _, err := lockNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	// The dead agent's record, and its lock held by another descriptor (the
+	// forked child's copy).
+	for _, l := range []*nodeLock{node, data} {
+		if err := l.write(lockRecord{Node: cfg.NodeName, DataDir: cfg.DataDir, PID: dead.Process.Pid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	released := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		released <- time.Now()
+		node.Close()
+		data.Close()
+	}()
+	n2, d2, prev, err := lockNode(cfg)
+	if err != nil {
+		t.Fatalf("lockNode while a dead agent's child holds the lock: %v", err)
+	}
+	defer n2.Close()
+	defer d2.Close()
+	if prev.PID != dead.Process.Pid {
+		t.Errorf("previous holder = %+v, want pid %d", prev, dead.Process.Pid)
+	}
+	select {
+	case <-released:
+	default:
+		t.Fatal("lockNode took the lock before it was released")
+	}
+
+	// A live holder is refused at once, not after the grace.
+	start := time.Now()
+	if _, _, _, err := lockNode(cfg); !errors.Is(err, ErrNodeInUse) {
+		t.Fatalf("lockNode with a live holder = %v", err)
+	}
+	if d := time.Since(start); d >= inheritedLockGrace {
+		t.Errorf("refusing a live holder took %v", d)
 	}
 }
