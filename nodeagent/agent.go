@@ -75,6 +75,10 @@ type Agent struct {
 	deleted   map[string]time.Time // tombstones: uid -> when its worker finished
 	recovered map[string]*recovered
 	hbSeq     int64
+	// starts counts the workers ever started; a worker's gen is the count
+	// at its start. A store list judges only the workers it can have seen:
+	// those started before it began (see ListMark).
+	starts uint64
 }
 
 type recovered struct {
@@ -275,17 +279,31 @@ func (a *Agent) RunningPods() int {
 // it starts missing workers, terminates pods that are being deleted or are
 // gone from the store, and removes sandboxes no pod owns.
 func (a *Agent) Reconcile(ctx context.Context) error {
+	mark := a.ListMark()
 	pods, err := a.store.ListNodePods(ctx, a.cfg.NodeName)
 	if err != nil {
 		return fmt.Errorf("list pods of node %q: %w", a.cfg.NodeName, err)
 	}
-	return a.ReconcilePods(ctx, pods)
+	return a.ReconcilePods(ctx, mark, pods)
+}
+
+// ListMark is taken just before the store is listed for ReconcilePods. A
+// pod bound while the list is under way may be missing from it: the
+// worker the bind started after the mark is not terminated for that.
+type ListMark uint64
+
+// ListMark returns the mark of a list that begins now.
+func (a *Agent) ListMark() ListMark {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return ListMark(a.starts)
 }
 
 // ReconcilePods is Reconcile with the pods already listed: pods must be
-// every pod the store binds to this node (others are ignored). It lets a
-// caller running many agents list the store once for all of them.
-func (a *Agent) ReconcilePods(ctx context.Context, pods []*corev1.Pod) error {
+// every pod the store binds to this node (others are ignored), listed
+// after mark was taken. It lets a caller running many agents list the
+// store once for all of them.
+func (a *Agent) ReconcilePods(ctx context.Context, mark ListMark, pods []*corev1.Pod) error {
 	pods = slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return p.GetSpec().GetNodeName() != a.cfg.NodeName })
 	want := make(map[string]bool, len(pods))
 	var errs []error
@@ -303,7 +321,7 @@ func (a *Agent) ReconcilePods(ctx context.Context, pods []*corev1.Pod) error {
 	a.mu.Lock()
 	var gone []*worker
 	for uid, w := range a.workers {
-		if !want[uid] {
+		if !want[uid] && w.gen <= uint64(mark) {
 			gone = append(gone, w)
 		}
 	}
@@ -370,6 +388,8 @@ func (a *Agent) Heartbeat(ctx context.Context) error {
 func (a *Agent) startWorkerLocked(pod *corev1.Pod, grace *time.Duration) {
 	uid := pod.GetMetadata().GetUid()
 	w := newWorker(a.deps, proto.Clone(pod).(*corev1.Pod), a.recovered[uid])
+	a.starts++
+	w.gen = a.starts
 	if grace != nil {
 		w.deleteCh <- *grace
 	}

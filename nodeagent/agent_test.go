@@ -528,6 +528,41 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
+// A reconcile whose store list began before a bind must not take the
+// freshly bound pod for one deleted from the store (the sim cluster's
+// periodic reconcile killed such pods under load).
+func TestReconcileIgnoresPodsBoundDuringTheList(t *testing.T) {
+	e := newEnv(t)
+	mark := e.agent.ListMark()
+	listed, err := e.store.ListNodePods(e.ctx(), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPod("late")
+	e.bind(p)
+	e.waitReady(p.Metadata.Uid)
+	if err := e.agent.ReconcilePods(e.ctx(), mark, listed); err != nil {
+		t.Fatal(err)
+	}
+	// An absence: the kill, when wrongly queued, follows within
+	// milliseconds; watch for it for half a second.
+	for range 50 {
+		if envs := e.pub.Pod(p.Metadata.Uid); len(ofType(envs, "PodKilled")) != 0 {
+			t.Fatalf("a list older than the bind killed the pod: %v", envs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, ok := e.agent.PodStatus(p.Metadata.Uid); !ok || e.rt.Pods() != 1 {
+		t.Fatalf("a list older than the bind terminated the pod (worker %v, %d sandboxes)", ok, e.rt.Pods())
+	}
+	// A list taken after the bind that lacks the pod does terminate it.
+	e.store.DeletePod(p.Metadata.Uid)
+	if err := e.agent.Reconcile(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	e.waitEnvs(p.Metadata.Uid, "PodDeleted", func(envs []*eventsv1.Envelope) bool { return len(ofType(envs, "PodDeleted")) == 1 })
+}
+
 func TestRestartAdoptsPodsAndKeepsSeqMonotonic(t *testing.T) {
 	e := newEnv(t)
 	p := newPod("adopt")

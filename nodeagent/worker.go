@@ -54,6 +54,7 @@ type worker struct {
 	d   *workerDeps
 	pod *corev1.Pod
 	uid string
+	gen uint64 // the agent's start count at this worker's start (ListMark)
 
 	deleteCh chan time.Duration // capacity 1: a pending delete and its grace
 	done     chan struct{}      // closed when run returns

@@ -205,6 +205,10 @@ func (c *Cluster) Reconcile(ctx context.Context) error {
 	if !ok {
 		return c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error { return a.Reconcile(ctx) })
 	}
+	marks := make(map[string]nodeagent.ListMark, len(c.names))
+	for _, name := range c.names {
+		marks[name] = c.agents[name].ListMark()
+	}
 	pods, err := l.ListPods(ctx)
 	if err != nil {
 		return fmt.Errorf("sim: list pods: %w", err)
@@ -214,7 +218,7 @@ func (c *Cluster) Reconcile(ctx context.Context) error {
 		byNode[p.GetSpec().GetNodeName()] = append(byNode[p.GetSpec().GetNodeName()], p)
 	}
 	return c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error {
-		return a.ReconcilePods(ctx, byNode[a.NodeName()])
+		return a.ReconcilePods(ctx, marks[a.NodeName()], byNode[a.NodeName()])
 	})
 }
 

@@ -173,8 +173,9 @@ func TestClusterThousandNodes(t *testing.T) {
 		if len(beats) < n {
 			return false
 		}
-		for _, b := range beats {
-			if b < 2 {
+		// A heartbeat is published before its status update is written.
+		for name, b := range beats {
+			if b < 2 || store.StatusUpdates(name) < 2 {
 				return false
 			}
 		}
