@@ -3,7 +3,6 @@ package plan
 import (
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -393,12 +392,3 @@ func (p *Plan) Metrics() map[string]string {
 	return m
 }
 
-// FreeAddr returns a loopback address with a port free right now.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}

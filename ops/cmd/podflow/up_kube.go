@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/services/apiserver/pki"
 	"github.com/podflow/podflow/services/auth"
 )
@@ -63,12 +64,11 @@ func ensureKube(dir string, port int) (*kubeFiles, error) {
 	case saved.Addr != "":
 		k.Addr = saved.Addr
 	default:
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := plan.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
-		k.Addr = l.Addr().String()
-		l.Close()
+		k.Addr = addr
 	}
 	if k.Addr != saved.Addr {
 		b, _ := json.Marshal(map[string]string{"addr": k.Addr})

@@ -630,11 +630,11 @@ func loadOrPickCluster(path string, n, natsPort int, natsCluster bool) (clusterF
 		return c, err
 	}
 	c.ClusterClientPorts, c.ClusterRoutePorts = nil, nil
-	for range 6 {
-		a, err := plan.FreeAddr()
-		if err != nil {
-			return c, err
-		}
+	addrs, err := plan.FreeAddrs(6)
+	if err != nil {
+		return c, err
+	}
+	for _, a := range addrs {
 		_, p, _ := net.SplitHostPort(a)
 		port, _ := strconv.Atoi(p)
 		if len(c.ClusterClientPorts) < 3 {
@@ -674,13 +674,14 @@ func loadOrPickStore(path string, n, natsPort int) (clusterFile, error) {
 	if len(c.StoreAddrs) == n {
 		return c, writeJSONFile(path, c)
 	}
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return c, err
+	addrs, err := plan.FreeAddrs(n + 1) // one more: not the NATS port
+	if err != nil {
+		return c, err
+	}
+	for _, a := range addrs {
+		if _, p, _ := net.SplitHostPort(a); p != strconv.Itoa(c.NATSPort) && len(c.StoreAddrs) < n {
+			c.StoreAddrs = append(c.StoreAddrs, a)
 		}
-		c.StoreAddrs = append(c.StoreAddrs, l.Addr().String())
-		defer l.Close()
 	}
 	return c, writeJSONFile(path, c)
 }

@@ -1,0 +1,82 @@
+package plan
+
+import (
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Ports for the processes `up` starts are taken below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range), never from it: a port
+// picked there and released until the child binds it can meanwhile become
+// the local port of any outgoing connection on the machine — a client of
+// NATS or of a store replica holds it for as long as it lives, and the
+// child then fails with "address already in use" on every restart. Below
+// the range, only a process that binds that very number explicitly can
+// take it.
+const (
+	pickLow  = 20000 // the lowest port picked
+	pickSpan = 1000  // the fewest ports worth picking from
+	pickTry  = 64
+)
+
+// FreeAddr returns a loopback address with a port free right now, below
+// the ephemeral port range when the machine leaves room there.
+func FreeAddr() (string, error) {
+	if hi := ephemeralLow(); hi-pickLow >= pickSpan {
+		for range pickTry {
+			port := pickLow + rand.IntN(hi-pickLow)
+			if addr, err := listenFree(net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+				return addr, nil
+			}
+		}
+	}
+	return listenFree("127.0.0.1:0")
+}
+
+func listenFree(addr string) (string, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default 32768 when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
+}
+
+// FreeAddrs returns n distinct loopback addresses with ports free right
+// now (see FreeAddr).
+func FreeAddrs(n int) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for len(out) < n {
+		a, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		if !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
