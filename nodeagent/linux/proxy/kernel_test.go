@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/nodeagent/linux/network/networktest"
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -143,7 +146,7 @@ func (n *node) tables(t *testing.T) string {
 
 // The pods of the ClusterIP tests: two servers and a client, and the
 // Service's address.
-const s1, s2, client, vip = "10.250.0.11", "10.250.0.12", "10.250.0.20", "10.96.0.10"
+const s1, s2, client, client2, vip = "10.250.0.11", "10.250.0.12", "10.250.0.20", "10.250.0.21", "10.96.0.10"
 
 // svc is the Service web at vip:80.
 var svc = &corev1.Service{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web"},
@@ -160,7 +163,7 @@ func eps(s2Ready bool) []*corev1.EndpointSlice {
 // unreachable route is there.
 func startProxy(t *testing.T) (*node, *Proxy, Config, *netlink.Handle) {
 	t.Helper()
-	n := newNode(t, s1, s2, client)
+	n := newNode(t, s1, s2, client, client2)
 	n.serve(t, s1)
 	n.serve(t, s2)
 	h := n.handle(t)
@@ -278,4 +281,143 @@ func TestKernelFigures(t *testing.T) {
 	secs := 8 * round.Seconds()
 	viaVIP, direct := float64(counts[vip+":80"])/secs, float64(counts[s1+":8080"])/secs
 	t.Logf("connections/s (one request each, from a pod): ClusterIP %.0f, pod IP %.0f (%.0f%%)", viaVIP, direct, 100*viaVIP/direct)
+}
+
+// askN asks addr n times from pod from and counts who answered.
+func (n *node) askN(t *testing.T, from, addr string, times int) map[string]int {
+	t.Helper()
+	seen := map[string]int{}
+	for range times {
+		who, err := n.ask(from, addr)
+		if err != nil {
+			t.Fatalf("connect %s from %s: %v", addr, from, err)
+		}
+		seen[who]++
+	}
+	return seen
+}
+
+// only returns the one key of seen, "" when there are several.
+func only(seen map[string]int) string {
+	if len(seen) != 1 {
+		return ""
+	}
+	for k := range seen {
+		return k
+	}
+	return ""
+}
+
+// affinitySet reads the affinity set of endpoint ep of the plan's first
+// port from the kernel.
+func affinitySet(t *testing.T, p *Proxy, cfg Config, ep string) *nftables.Set {
+	t.Helper()
+	plan := p.Plan()
+	if len(plan.Ports) == 0 {
+		t.Fatal("no port programmed")
+	}
+	c, err := p.conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := plan.Ports[0].affinitySet(netip.MustParseAddrPort(ep))
+	set, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: cfg.Table}, name)
+	if err != nil {
+		t.Fatalf("set %s: %v", name, err)
+	}
+	return set
+}
+
+// affinityElements lists the clients in the affinity set of endpoint ep
+// of the plan's first port.
+func affinityElements(t *testing.T, p *Proxy, cfg Config, ep string) []nftables.SetElement {
+	t.Helper()
+	set := affinitySet(t, p, cfg, ep)
+	c, err := p.conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	elems, err := c.GetSetElements(set)
+	if err != nil {
+		t.Fatalf("elements of %s: %v", set.Name, err)
+	}
+	return elems
+}
+
+// affinitySets names the table's affinity sets.
+func affinitySets(t *testing.T, p *Proxy, cfg Config) []string {
+	t.Helper()
+	c, err := p.conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sets, err := contents(c, &nftables.Table{Family: nftables.TableFamilyIPv4, Name: cfg.Table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sets
+}
+
+// TestKernelSessionAffinity: with sessionAffinity ClientIP every
+// connection of one client reaches one endpoint, and the client is in that
+// endpoint's set with the Service's timeout; a sync for another change
+// keeps what the set learnt; with affinity None the same client's
+// connections spread again and no set is left.
+func TestKernelSessionAffinity(t *testing.T) {
+	n, p, cfg, _ := startProxy(t)
+	ctx := context.Background()
+	sticky := proto.Clone(svc).(*corev1.Service)
+	sticky.Spec.SessionAffinity = AffinityClientIP
+	sticky.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIp: &corev1.ClientIPConfig{TimeoutSeconds: proto.Int32(60)}}
+	if _, err := p.Sync(ctx, []*corev1.Service{sticky}, eps(true)); err != nil {
+		t.Fatal(err)
+	}
+	first := n.askN(t, client, vip+":80", 30)
+	a := only(first)
+	if a == "" {
+		t.Fatalf("client %s reached %v, want one endpoint", client, first)
+	}
+	elems := affinityElements(t, p, cfg, a+":8080")
+	if len(elems) != 1 || netip.AddrFrom4([4]byte(elems[0].Key)).String() != client {
+		t.Fatalf("affinity set of %s holds %v, want just %s", a, elems, client)
+	}
+	// The element's timeout is the set's (the kernel reports only one
+	// that differs); it expires within it.
+	if set := affinitySet(t, p, cfg, a+":8080"); !set.HasTimeout || set.Timeout != 60*time.Second {
+		t.Fatalf("affinity set %s has timeout %v (%v), want 60s", set.Name, set.Timeout, set.HasTimeout)
+	}
+	if to, exp := elems[0].Timeout, elems[0].Expires; (to != 0 && to != 60*time.Second) || exp <= 0 || exp > 60*time.Second {
+		t.Fatalf("client's element has timeout %v, expires in %v; want the set's 60s", to, exp)
+	}
+	second := n.askN(t, client2, vip+":80", 30)
+	if only(second) == "" {
+		t.Fatalf("client %s reached %v, want one endpoint", client2, second)
+	}
+	t.Logf("client %s sticks to %s, client %s to %s", client, a, client2, only(second))
+
+	// Another Service arrives: the rules are rewritten, the sets kept.
+	other := service("other", "10.96.0.11", port("", "TCP", 80))
+	otherEps := slice("other", []*corev1.EndpointPort{sport("", "TCP", 8080)}, ep{s2, true, true, false})
+	if changed, err := p.Sync(ctx, []*corev1.Service{sticky, other}, append(eps(true), otherEps)); err != nil || !changed {
+		t.Fatalf("Sync = %v, %v", changed, err)
+	}
+	if elems := affinityElements(t, p, cfg, a+":8080"); !slices.ContainsFunc(elems, func(e nftables.SetElement) bool {
+		return netip.AddrFrom4([4]byte(e.Key)).String() == client
+	}) {
+		t.Fatalf("after a sync the affinity set of %s holds %v, want %s still", a, elems, client)
+	}
+	if again := n.askN(t, client, vip+":80", 20); only(again) != a {
+		t.Fatalf("after a sync client %s reached %v, want only %s", client, again, a)
+	}
+
+	// Affinity None: the same client spreads over both, and no set is left.
+	if changed, err := p.Sync(ctx, []*corev1.Service{svc}, eps(true)); err != nil || !changed {
+		t.Fatalf("Sync = %v, %v", changed, err)
+	}
+	if sets := affinitySets(t, p, cfg); len(sets) != 0 {
+		t.Fatalf("sets %v left with affinity None", sets)
+	}
+	if spread := n.askN(t, client, vip+":80", 40); len(spread) != 2 {
+		t.Fatalf("with affinity None client %s reached %v, want both endpoints", client, spread)
+	}
 }
