@@ -421,3 +421,118 @@ func TestKernelSessionAffinity(t *testing.T) {
 		t.Fatalf("with affinity None client %s reached %v, want both endpoints", client, spread)
 	}
 }
+
+// serveUDP answers every datagram to pod ip:5353 with its ip.
+func (n *node) serveUDP(t *testing.T, ip string) {
+	t.Helper()
+	var c net.PacketConn
+	if err := networktest.Do("/run/netns/"+n.pods[ip], func() (err error) {
+		c, err = net.ListenPacket("udp", ip+":5353")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			_, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = c.WriteTo([]byte(ip), from)
+		}
+	}()
+}
+
+// udpClient is a UDP socket of pod from connected to addr: every datagram
+// leaves from the same source port, one conntrack entry.
+func (n *node) udpClient(t *testing.T, from, addr string) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	if err := networktest.Do("/run/netns/"+n.pods[from], func() (err error) {
+		c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// askUDP sends one datagram on c and returns who answered.
+func askUDP(c *net.UDPConn) (string, error) {
+	if _, err := c.Write([]byte("who")); err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	return string(buf[:n]), err
+}
+
+// flowsTo lists the node's UDP conntrack entries to vip that were DNATed
+// to ip.
+func flowsTo(t *testing.T, h *netlink.Handle, ip string) int {
+	t.Helper()
+	flows, err := h.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range flows {
+		if f.Forward.Protocol == 17 && f.Forward.DstIP.String() == vip && f.Reverse.SrcIP.String() == ip {
+			n++
+		}
+	}
+	return n
+}
+
+// TestKernelUDPStaleFlows: a UDP client that keeps sending from one source
+// port reaches the new endpoint once the old one is replaced in the slice
+// (the old flow's conntrack entry is flushed; without it every datagram
+// would still be DNATed to the old endpoint, which here still listens),
+// and once the Service is gone it reaches nobody.
+func TestKernelUDPStaleFlows(t *testing.T) {
+	n, p, _, h := startProxy(t)
+	ctx := context.Background()
+	n.serveUDP(t, s1)
+	n.serveUDP(t, s2)
+	dns := service("dns", vip, port("dns", "UDP", 53))
+	only := func(ip string) []*corev1.EndpointSlice {
+		return []*corev1.EndpointSlice{slice("dns", []*corev1.EndpointPort{sport("dns", "UDP", 5353)}, ep{ip, true, true, false})}
+	}
+	if _, err := p.Sync(ctx, []*corev1.Service{dns}, only(s1)); err != nil {
+		t.Fatal(err)
+	}
+	c := n.udpClient(t, client, vip+":53")
+	for range 3 {
+		if who, err := askUDP(c); err != nil || who != s1 {
+			t.Fatalf("answer %q, %v; want %s", who, err, s1)
+		}
+	}
+	if flowsTo(t, h, s1) != 1 {
+		t.Fatalf("want one UDP flow %s → %s", vip, s1)
+	}
+
+	// s1 is replaced by s2: the same socket reaches s2.
+	if changed, err := p.Sync(ctx, []*corev1.Service{dns}, only(s2)); err != nil || !changed {
+		t.Fatalf("Sync = %v, %v", changed, err)
+	}
+	if left := flowsTo(t, h, s1); left != 0 {
+		t.Fatalf("%d UDP flows to the replaced endpoint %s left", left, s1)
+	}
+	for range 3 {
+		if who, err := askUDP(c); err != nil || who != s2 {
+			t.Fatalf("after the replacement answer %q, %v; want %s", who, err, s2)
+		}
+	}
+
+	// The Service goes: its flow with it, so nobody answers.
+	if _, err := p.Sync(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if who, err := askUDP(c); err == nil {
+		t.Fatalf("deleted Service answered by %s", who)
+	}
+}
