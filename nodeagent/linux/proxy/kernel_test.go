@@ -163,6 +163,12 @@ func eps(s2Ready bool) []*corev1.EndpointSlice {
 // unreachable route is there.
 func startProxy(t *testing.T) (*node, *Proxy, Config, *netlink.Handle) {
 	t.Helper()
+	return startProxyWith(t, func(*Config) {})
+}
+
+// startProxyWith is startProxy with the config changed by mut.
+func startProxyWith(t *testing.T, mut func(*Config)) (*node, *Proxy, Config, *netlink.Handle) {
+	t.Helper()
 	n := newNode(t, s1, s2, client, client2)
 	n.serve(t, s1)
 	n.serve(t, s2)
@@ -170,6 +176,7 @@ func startProxy(t *testing.T) (*node, *Proxy, Config, *netlink.Handle) {
 	cfg := DefaultConfig("test-"+n.ns, n.bridge, n.gateway)
 	cfg.NetNS = "/run/netns/" + n.ns
 	cfg.PodCIDR, cfg.RouteTable = "10.250.0.0/24", 7777
+	mut(&cfg)
 	p, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -534,5 +541,39 @@ func TestKernelUDPStaleFlows(t *testing.T) {
 	}
 	if who, err := askUDP(c); err == nil {
 		t.Fatalf("deleted Service answered by %s", who)
+	}
+}
+
+// TestKernelServiceCIDR: a proxy configured with a non-default service
+// CIDR routes that CIDR unreachable (and not the default one), programs a
+// ClusterIP inside it and none outside it, and removes its route on Close.
+func TestKernelServiceCIDR(t *testing.T) {
+	const cidr, inside = "10.100.0.0/24", "10.100.0.10"
+	n, p, cfg, h := startProxyWith(t, func(c *Config) { c.ServiceCIDR = cidr })
+	if ok, err := UnreachableRoute(h, DefaultConfig("x", "x", "10.0.0.1").ServiceCIDR); err != nil || ok {
+		t.Fatalf("default service CIDR routed (%v, %v) by a proxy of %s", ok, err, cidr)
+	}
+	in := service("in", inside, port("", "TCP", 80))
+	out := service("out", vip, port("", "TCP", 80)) // 10.96.0.10: outside
+	sl := func(svc string) *corev1.EndpointSlice {
+		return slice(svc, []*corev1.EndpointPort{sport("", "TCP", 8080)}, ep{s1, true, true, false})
+	}
+	if _, err := p.Sync(context.Background(), []*corev1.Service{in, out}, []*corev1.EndpointSlice{sl("in"), sl("out")}); err != nil {
+		t.Fatal(err)
+	}
+	if ports := p.Plan().Ports; len(ports) != 1 || ports[0].IP.String() != inside {
+		t.Fatalf("programmed %+v, want only %s", ports, inside)
+	}
+	if who, err := n.ask(client, inside+":80"); err != nil || who != s1 {
+		t.Fatalf("ClusterIP %s: answer %q, %v; want %s", inside, who, err, s1)
+	}
+	if who, err := n.ask(client, vip+":80"); err == nil {
+		t.Fatalf("ClusterIP %s outside %s answered by %s", vip, cidr, who)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := UnreachableRoute(h, cfg.ServiceCIDR); ok {
+		t.Fatalf("unreachable route for %s left after Close", cidr)
 	}
 }

@@ -153,6 +153,19 @@ func endpoints(sls []*corev1.EndpointSlice, name, proto string) (_ []netip.AddrP
 	return slices.Compact(out), slices.Compact(serving)
 }
 
+// Within returns the plan of p's ports whose ClusterIP is in cidr: the
+// proxy programs no rule for an address its unreachable route does not
+// cover (a Service left from another service CIDR).
+func (p Plan) Within(cidr netip.Prefix) Plan {
+	var q Plan
+	for _, sp := range p.Ports {
+		if cidr.Contains(sp.IP) {
+			q.Ports = append(q.Ports, sp)
+		}
+	}
+	return q
+}
+
 // Equal reports whether p and q program the same rules.
 func (p Plan) Equal(q Plan) bool {
 	return slices.EqualFunc(p.Ports, q.Ports, func(a, b ServicePort) bool {

@@ -146,7 +146,7 @@ func (p *Proxy) Sync(ctx context.Context, services []*corev1.Service, slices []*
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	plan := Build(services, slices)
+	plan := Build(services, slices).Within(netip.MustParsePrefix(p.cfg.ServiceCIDR))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
