@@ -10,6 +10,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/supervisor"
+	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
 )
 
@@ -130,13 +131,36 @@ type Options struct {
 	TLS bool
 	// APIArgs are extra flags of every api replica (the HTTPS front door).
 	APIArgs []string
+	// ServiceCIDR is the one service CIDR (kube-apiserver's
+	// --service-cluster-ip-range): the api replicas allocate ClusterIPs
+	// from it and the Linux node agent's proxy routes it unreachable and
+	// programs rules only inside it. "" is DefaultServiceCIDR.
+	ServiceCIDR string
 	// FreeAddr picks a loopback address for a process to listen on
 	// (metrics, the registry). Default: a port free right now.
 	FreeAddr func() (string, error)
 }
 
+// DefaultServiceCIDR is Kubernetes' default service CIDR.
+const DefaultServiceCIDR = "10.96.0.0/16"
+
+// ServiceCIDRFlag names the service CIDR flag of `podflow up`, the api
+// stage and the node agent (kube-apiserver's).
+const ServiceCIDRFlag = "service-cluster-ip-range"
+
+// serviceCIDR is o's service CIDR, the default when unset.
+func (o Options) serviceCIDR() string {
+	if o.ServiceCIDR == "" {
+		return DefaultServiceCIDR
+	}
+	return o.ServiceCIDR
+}
+
 // Validate checks the options.
 func (o Options) Validate() error {
+	if err := (ipalloc.Config{CIDR: o.serviceCIDR()}).Validate(); err != nil {
+		return fmt.Errorf("plan: --%s: %w", ServiceCIDRFlag, err)
+	}
 	switch {
 	case o.Exe == "" || o.DataDir == "":
 		return errors.New("plan: Exe and DataDir are required")
@@ -312,7 +336,7 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 	args := []string{"stage", stage, "--replica", name, "--config", p.Layout.ProcessConfig(pipeline.StageRole(stage)), "--metrics-addr", addr}
 	switch stage {
 	case pipeline.API:
-		args = append(args, "--token-file", p.Layout.Tokens(), "--seal-key", p.Layout.SealKey())
+		args = append(args, "--token-file", p.Layout.Tokens(), "--seal-key", p.Layout.SealKey(), "--"+ServiceCIDRFlag, p.Options.serviceCIDR())
 		args = append(args, p.Options.APIArgs...)
 	case pipeline.Status:
 		args = append(args, "--node-monitor-grace-period", p.Options.NodeGrace.String())
@@ -327,7 +351,7 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 func (p *Plan) NodeAgentArgs(registry string) []string {
 	if p.Options.Runtime == RuntimeLinux {
 		return []string{"nodeagent", "--runtime", "linux", "--node", LinuxNode, "--config", p.Layout.ProcessConfig(p.NodeRole.Role),
-			"--data-dir", p.Layout.Sub("nodes", LinuxNode), "--registry", registry}
+			"--data-dir", p.Layout.Sub("nodes", LinuxNode), "--registry", registry, "--" + ServiceCIDRFlag, p.Options.serviceCIDR()}
 	}
 	return []string{"nodeagent", "--runtime", "sim", "--name", "sim", "--nodes", strconv.Itoa(p.Options.Nodes), "--config", p.Layout.ProcessConfig(p.NodeRole.Role)}
 }

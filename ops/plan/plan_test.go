@@ -123,7 +123,7 @@ func TestProcessArgs(t *testing.T) {
 		{"store-2", "store", "store run --id store-2 --data-dir /d/store-2 --raft-addr 127.0.0.1:7002 --bootstrap store-1=127.0.0.1:7001,store-2=127.0.0.1:7002,store-3=127.0.0.1:7003",
 			[]string{"PODFLOW_NATS_URL=nats://127.0.0.1:4222", "PODFLOW_NATS_USER=store", "PODFLOW_NATS_PASSWORD=pw"},
 			plan.Check{Kind: plan.CheckStore, Timeout: 60 * time.Second}},
-		{"api-1", "stage/api", "stage api --replica api-1 --config /d/config/stage-api.json --metrics-addr 127.0.0.1:9001 --token-file /d/tokens.csv --seal-key /d/api-seal.key --https-addr 127.0.0.1:6443",
+		{"api-1", "stage/api", "stage api --replica api-1 --config /d/config/stage-api.json --metrics-addr 127.0.0.1:9001 --token-file /d/tokens.csv --seal-key /d/api-seal.key --service-cluster-ip-range 10.96.0.0/16 --https-addr 127.0.0.1:6443",
 			[]string{"PODFLOW_NATS_CONFIG=/d/nats/roles/stage-api.json"},
 			plan.Check{Kind: plan.CheckConsumer, Consumer: "api", Timeout: 60 * time.Second}},
 		{"admission-2", "stage/admission", "stage admission --replica admission-2 --config /d/config/stage-admission.json --metrics-addr 127.0.0.1:9003",
@@ -193,7 +193,7 @@ func TestClusterAndLinuxArgs(t *testing.T) {
 		t.Errorf("registry args\n got %s\nwant %s", got, want)
 	}
 	na := p.Step(plan.NodeAgent).Processes[0]
-	if got, want := strings.Join(na.Args, " "), "nodeagent --runtime linux --node linux-node-1 --config /d/config/node-linux-node-1.json --data-dir /d/nodes/linux-node-1 --registry 127.0.0.1:9007 --metrics-addr 127.0.0.1:9008 --provision=false"; got != want {
+	if got, want := strings.Join(na.Args, " "), "nodeagent --runtime linux --node linux-node-1 --config /d/config/node-linux-node-1.json --data-dir /d/nodes/linux-node-1 --registry 127.0.0.1:9007 --service-cluster-ip-range 10.96.0.0/16 --metrics-addr 127.0.0.1:9008 --provision=false"; got != want {
 		t.Errorf("node agent args\n got %s\nwant %s", got, want)
 	}
 	if p.NodeRunner.Consumer != pipeline.NodeAgentRunnerConfig(plan.LinuxNode).Consumer || p.NodeRole.Role != pipeline.NodeRole(plan.LinuxNode) {
@@ -321,5 +321,26 @@ func TestClusterTLSArgs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestServiceCIDR: one service CIDR reaches the api replicas and the
+// Linux node agent; a bad one is refused naming the flag.
+func TestServiceCIDR(t *testing.T) {
+	o := options()
+	o.Runtime, o.ServiceCIDR = plan.RuntimeLinux, "10.100.0.0/24"
+	p, err := plan.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range p.Processes() {
+		has := strings.Contains(strings.Join(pr.Args, " "), "--service-cluster-ip-range 10.100.0.0/24")
+		if want := pr.Stage == pipeline.API || pr.Kind == plan.NodeAgent; has != want {
+			t.Errorf("%s: args %v carry the service CIDR: %v, want %v", pr.Name, pr.Args, has, want)
+		}
+	}
+	o.ServiceCIDR = "10.100.0.1/24"
+	if _, err := plan.New(o); err == nil || !strings.Contains(err.Error(), "--service-cluster-ip-range") {
+		t.Fatalf("New with a bad service CIDR = %v", err)
 	}
 }

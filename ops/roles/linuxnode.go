@@ -38,6 +38,7 @@ type LinuxNodeOptions struct {
 	DataDir      string   // pods, images, IPAM (default .podflow/nodes/NODE)
 	PodCIDR      string   // default: the next free /24 of ClusterCIDR, recorded in the store
 	ClusterCIDR  string   // where pod CIDRs are allocated from
+	ServiceCIDR  string   // the service CIDR the proxy routes unreachable and programs inside ("": proxy's default)
 	Registry     string   // registry standing in for docker.io (empty: docker.io)
 	HostIP       string   // the node's InternalIP
 	HostPaths    []string // host directories hostPath volumes may use
@@ -194,7 +195,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		return err
 	}
 	defer rt.Close()
-	pcfg := proxyConfig(node, podCIDR, rcfg)
+	pcfg := proxyConfig(node, podCIDR, lo.ServiceCIDR, rcfg)
 	if lo.Decommission {
 		if err := errors.Join(rt.Decommission(ctx), proxy.Remove(pcfg)); err != nil {
 			return err
@@ -334,10 +335,14 @@ func startClusterDNS(podCIDR string, rcfg linux.Config) (*dns.Server, error) {
 	return s, nil
 }
 
-// proxyConfig is the node proxy's: the node's bridge, its gateway (the pod
-// CIDR's first address) and its policy routing table.
-func proxyConfig(node, podCIDR string, rcfg linux.Config) proxy.Config {
+// proxyConfig is the node proxy's: the service CIDR ("" keeps the
+// default), the node's bridge, its gateway (the pod CIDR's first address)
+// and its policy routing table.
+func proxyConfig(node, podCIDR, serviceCIDR string, rcfg linux.Config) proxy.Config {
 	cfg := proxy.DefaultConfig(node, rcfg.Network.BridgeName, gatewayOf(podCIDR).String())
+	if serviceCIDR != "" {
+		cfg.ServiceCIDR = serviceCIDR
+	}
 	cfg.PodCIDR, cfg.RouteTable = podCIDR, rcfg.Network.RouteTable
 	return cfg
 }

@@ -27,28 +27,9 @@ import (
 // stageBuilders build a stage's handler.
 var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handler, error){
 	pipeline.API: func(env stage.Env, o StageOptions) (stage.Handler, error) {
-		cfg := api.DefaultConfig()
-		cfg.TokenFile = o.TokenFile
-		cfg.HTTPS = o.HTTPS
-		cfg.ServiceAccountKeyFile = o.ServiceAccountKeyFile
-		if o.SealKeyFile != "" {
-			key, err := sealed.LoadOrCreate(o.SealKeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("api: seal key: %w", err)
-			}
-			cfg.SealKey = key
-		}
-		if o.EventsHighWater > 0 {
-			cfg.EventsHighWater = o.EventsHighWater
-		}
-		switch {
-		case o.UserPodQPS > 0:
-			cfg.UserPodQPS = o.UserPodQPS
-		case o.UserPodQPS < 0:
-			cfg.UserPodQPS = 0 // no limit
-		}
-		if o.UserPodBurst > 0 {
-			cfg.UserPodBurst = o.UserPodBurst
+		cfg, err := APIConfig(o)
+		if err != nil {
+			return nil, err
 		}
 		return api.New(env, cfg)
 	},
@@ -80,6 +61,37 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 }
 
+// APIConfig is the api stage's configuration of o.
+func APIConfig(o StageOptions) (api.Config, error) {
+	cfg := api.DefaultConfig()
+	if o.ServiceCIDR != "" {
+		cfg.Services.CIDR = o.ServiceCIDR
+	}
+	cfg.TokenFile = o.TokenFile
+	cfg.HTTPS = o.HTTPS
+	cfg.ServiceAccountKeyFile = o.ServiceAccountKeyFile
+	if o.SealKeyFile != "" {
+		key, err := sealed.LoadOrCreate(o.SealKeyFile)
+		if err != nil {
+			return api.Config{}, fmt.Errorf("api: seal key: %w", err)
+		}
+		cfg.SealKey = key
+	}
+	if o.EventsHighWater > 0 {
+		cfg.EventsHighWater = o.EventsHighWater
+	}
+	switch {
+	case o.UserPodQPS > 0:
+		cfg.UserPodQPS = o.UserPodQPS
+	case o.UserPodQPS < 0:
+		cfg.UserPodQPS = 0 // no limit
+	}
+	if o.UserPodBurst > 0 {
+		cfg.UserPodBurst = o.UserPodBurst
+	}
+	return cfg, nil
+}
+
 // StageOptions configure one stage replica (`podflow stage NAME`).
 type StageOptions struct {
 	Config  string // client configuration (see client.LoadConfig)
@@ -102,6 +114,9 @@ type StageOptions struct {
 	EventsHighWater float64
 	UserPodQPS      float64
 	UserPodBurst    int
+	// ServiceCIDR (api) is the service CIDR ClusterIPs are allocated
+	// from, kube-apiserver's --service-cluster-ip-range ("": 10.96.0.0/16).
+	ServiceCIDR string
 	// PodSecurityDefault (admission) is the Pod Security level of
 	// namespaces without the enforce label.
 	PodSecurityDefault string

@@ -564,3 +564,18 @@ func TestConfigValidate(t *testing.T) {
 func cmpDiff(want, got any) string {
 	return cmp.Diff(want, got, protocmp.Transform())
 }
+
+// TestServiceSessionAffinity: sessionAffinity and its ClientIP timeout
+// reach the proto (the node proxy reads them) and come back out.
+func TestServiceSessionAffinity(t *testing.T) {
+	obj := decodeOne(t, []byte(`{apiVersion: v1, kind: Service, metadata: {name: web}, spec: {ports: [{port: 80}],
+  sessionAffinity: ClientIP, sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}}}`))
+	svc := obj.Message.(*pf.Service)
+	if svc.GetSpec().GetSessionAffinity() != "ClientIP" || svc.GetSpec().GetSessionAffinityConfig().GetClientIp().GetTimeoutSeconds() != 60 {
+		t.Fatalf("spec = %v, want ClientIP with a 60 s timeout", svc.GetSpec())
+	}
+	if len(obj.Warnings) != 0 {
+		t.Errorf("warnings %q, want none", obj.Warnings)
+	}
+	roundTrip(t, svc, FormatYAML)
+}

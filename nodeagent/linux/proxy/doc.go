@@ -5,17 +5,27 @@
 //
 // The desired state is data: Build computes a Plan (every service port
 // with its chosen endpoints) from the objects, and Plan.Rules prints it as
-// nft(8) would. Sync applies a plan by replacing the whole table in one
-// netlink transaction (add, delete, re-create: atomic, so a packet sees
-// either the old rules or the new ones), and only when the plan changed.
+// nft(8) would. Sync applies a plan, only when it changed, in one netlink
+// transaction as kube-proxy does: the table, its chains and its affinity
+// sets created if absent, every chain flushed and refilled, the chains and
+// sets no longer wanted deleted (atomic: a packet sees either the old
+// rules or the new ones). Affinity sets are never flushed.
 //
 // The table ("podflow-proxy-<node id>", family ip) holds:
 //   - chain prerouting (nat, dstnat): for packets arriving on the node's
 //     bridge, "ip daddr <clusterIP> meta l4proto <p> th dport <port> goto
 //     <svc chain>";
-//   - a chain per service port: "numgen random mod N vmap { 0 : goto
-//     <endpoint chain>, ... }";
-//   - a chain per endpoint: "dnat ip to <pod ip>:<target port>";
+//   - a chain per service port: with ClientIP affinity first "ip saddr
+//     @<endpoint's affinity set> goto <endpoint chain>" for each endpoint,
+//     then "numgen random mod N vmap { 0 : goto <endpoint chain>, ... }";
+//   - a chain per endpoint: with ClientIP affinity first "update
+//     @<affinity set> { ip saddr }", then "dnat ip to <pod ip>:<target
+//     port>";
+//   - with ClientIP affinity, a set per endpoint ("aff-<hash>", type
+//     ipv4_addr, flags dynamic,timeout, timeout
+//     sessionAffinityConfig.clientIP.timeoutSeconds, default 10800 s):
+//     the clients whose last new connection went to that endpoint, each
+//     kept for the timeout after it;
 //   - chain postrouting (nat, srcnat): hairpin only — a DNATed packet
 //     leaving on the bridge it came in on is SNATed to the bridge's
 //     gateway, so the reply comes back through the host (pods share one L2
@@ -26,10 +36,17 @@
 // and Terminating ones (kube-proxy's fallback), else no rule at all: the
 // ClusterIP then meets the unreachable route and is answered locally.
 //
+// UDP: after every Sync the conntrack entries of UDP flows to a
+// ClusterIP:port that were DNATed to an address no longer serving it (or
+// whose port has no rule any more) are deleted, as kube-proxy's conntrack
+// cleanup does, so a client that keeps one source port reaches the new
+// endpoint instead of the old one. TCP connections are left to finish.
+//
 // Network safety: New installs an unreachable route for the whole service
 // CIDR in the main table before any rule is programmed, so an address
 // without a rule never leaves the machine; packets are matched only on the
-// node's bridge, never on a host interface.
+// node's bridge, never on a host interface. A ClusterIP outside
+// Config.ServiceCIDR (a Service of another range) gets no rule.
 //
 // The caller:
 //

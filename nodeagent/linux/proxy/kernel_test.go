@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/nodeagent/linux/network/networktest"
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -143,7 +146,7 @@ func (n *node) tables(t *testing.T) string {
 
 // The pods of the ClusterIP tests: two servers and a client, and the
 // Service's address.
-const s1, s2, client, vip = "10.250.0.11", "10.250.0.12", "10.250.0.20", "10.96.0.10"
+const s1, s2, client, client2, vip = "10.250.0.11", "10.250.0.12", "10.250.0.20", "10.250.0.21", "10.96.0.10"
 
 // svc is the Service web at vip:80.
 var svc = &corev1.Service{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web"},
@@ -160,13 +163,20 @@ func eps(s2Ready bool) []*corev1.EndpointSlice {
 // unreachable route is there.
 func startProxy(t *testing.T) (*node, *Proxy, Config, *netlink.Handle) {
 	t.Helper()
-	n := newNode(t, s1, s2, client)
+	return startProxyWith(t, func(*Config) {})
+}
+
+// startProxyWith is startProxy with the config changed by mut.
+func startProxyWith(t *testing.T, mut func(*Config)) (*node, *Proxy, Config, *netlink.Handle) {
+	t.Helper()
+	n := newNode(t, s1, s2, client, client2)
 	n.serve(t, s1)
 	n.serve(t, s2)
 	h := n.handle(t)
 	cfg := DefaultConfig("test-"+n.ns, n.bridge, n.gateway)
 	cfg.NetNS = "/run/netns/" + n.ns
 	cfg.PodCIDR, cfg.RouteTable = "10.250.0.0/24", 7777
+	mut(&cfg)
 	p, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -278,4 +288,292 @@ func TestKernelFigures(t *testing.T) {
 	secs := 8 * round.Seconds()
 	viaVIP, direct := float64(counts[vip+":80"])/secs, float64(counts[s1+":8080"])/secs
 	t.Logf("connections/s (one request each, from a pod): ClusterIP %.0f, pod IP %.0f (%.0f%%)", viaVIP, direct, 100*viaVIP/direct)
+}
+
+// askN asks addr n times from pod from and counts who answered.
+func (n *node) askN(t *testing.T, from, addr string, times int) map[string]int {
+	t.Helper()
+	seen := map[string]int{}
+	for range times {
+		who, err := n.ask(from, addr)
+		if err != nil {
+			t.Fatalf("connect %s from %s: %v", addr, from, err)
+		}
+		seen[who]++
+	}
+	return seen
+}
+
+// only returns the one key of seen, "" when there are several.
+func only(seen map[string]int) string {
+	if len(seen) != 1 {
+		return ""
+	}
+	for k := range seen {
+		return k
+	}
+	return ""
+}
+
+// affinitySet reads the affinity set of endpoint ep of the plan's first
+// port from the kernel.
+func affinitySet(t *testing.T, p *Proxy, cfg Config, ep string) *nftables.Set {
+	t.Helper()
+	plan := p.Plan()
+	if len(plan.Ports) == 0 {
+		t.Fatal("no port programmed")
+	}
+	c, err := p.conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := plan.Ports[0].affinitySet(netip.MustParseAddrPort(ep))
+	set, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: cfg.Table}, name)
+	if err != nil {
+		t.Fatalf("set %s: %v", name, err)
+	}
+	return set
+}
+
+// affinityElements lists the clients in the affinity set of endpoint ep
+// of the plan's first port.
+func affinityElements(t *testing.T, p *Proxy, cfg Config, ep string) []nftables.SetElement {
+	t.Helper()
+	set := affinitySet(t, p, cfg, ep)
+	c, err := p.conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	elems, err := c.GetSetElements(set)
+	if err != nil {
+		t.Fatalf("elements of %s: %v", set.Name, err)
+	}
+	return elems
+}
+
+// affinitySets names the table's affinity sets.
+func affinitySets(t *testing.T, p *Proxy, cfg Config) []string {
+	t.Helper()
+	c, err := p.conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sets, err := contents(c, &nftables.Table{Family: nftables.TableFamilyIPv4, Name: cfg.Table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sets
+}
+
+// TestKernelSessionAffinity: with sessionAffinity ClientIP every
+// connection of one client reaches one endpoint, and the client is in that
+// endpoint's set with the Service's timeout; a sync for another change
+// keeps what the set learnt; with affinity None the same client's
+// connections spread again and no set is left.
+func TestKernelSessionAffinity(t *testing.T) {
+	n, p, cfg, _ := startProxy(t)
+	ctx := context.Background()
+	sticky := proto.Clone(svc).(*corev1.Service)
+	sticky.Spec.SessionAffinity = AffinityClientIP
+	sticky.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIp: &corev1.ClientIPConfig{TimeoutSeconds: proto.Int32(60)}}
+	if _, err := p.Sync(ctx, []*corev1.Service{sticky}, eps(true)); err != nil {
+		t.Fatal(err)
+	}
+	first := n.askN(t, client, vip+":80", 30)
+	a := only(first)
+	if a == "" {
+		t.Fatalf("client %s reached %v, want one endpoint", client, first)
+	}
+	elems := affinityElements(t, p, cfg, a+":8080")
+	if len(elems) != 1 || netip.AddrFrom4([4]byte(elems[0].Key)).String() != client {
+		t.Fatalf("affinity set of %s holds %v, want just %s", a, elems, client)
+	}
+	// The element's timeout is the set's (the kernel reports only one
+	// that differs); it expires within it.
+	if set := affinitySet(t, p, cfg, a+":8080"); !set.HasTimeout || set.Timeout != 60*time.Second {
+		t.Fatalf("affinity set %s has timeout %v (%v), want 60s", set.Name, set.Timeout, set.HasTimeout)
+	}
+	if to, exp := elems[0].Timeout, elems[0].Expires; (to != 0 && to != 60*time.Second) || exp <= 0 || exp > 60*time.Second {
+		t.Fatalf("client's element has timeout %v, expires in %v; want the set's 60s", to, exp)
+	}
+	second := n.askN(t, client2, vip+":80", 30)
+	if only(second) == "" {
+		t.Fatalf("client %s reached %v, want one endpoint", client2, second)
+	}
+	t.Logf("client %s sticks to %s, client %s to %s", client, a, client2, only(second))
+
+	// Another Service arrives: the rules are rewritten, the sets kept.
+	other := service("other", "10.96.0.11", port("", "TCP", 80))
+	otherEps := slice("other", []*corev1.EndpointPort{sport("", "TCP", 8080)}, ep{s2, true, true, false})
+	if changed, err := p.Sync(ctx, []*corev1.Service{sticky, other}, append(eps(true), otherEps)); err != nil || !changed {
+		t.Fatalf("Sync = %v, %v", changed, err)
+	}
+	if elems := affinityElements(t, p, cfg, a+":8080"); !slices.ContainsFunc(elems, func(e nftables.SetElement) bool {
+		return netip.AddrFrom4([4]byte(e.Key)).String() == client
+	}) {
+		t.Fatalf("after a sync the affinity set of %s holds %v, want %s still", a, elems, client)
+	}
+	if again := n.askN(t, client, vip+":80", 20); only(again) != a {
+		t.Fatalf("after a sync client %s reached %v, want only %s", client, again, a)
+	}
+
+	// Affinity None: the same client spreads over both, and no set is left.
+	if changed, err := p.Sync(ctx, []*corev1.Service{svc}, eps(true)); err != nil || !changed {
+		t.Fatalf("Sync = %v, %v", changed, err)
+	}
+	if sets := affinitySets(t, p, cfg); len(sets) != 0 {
+		t.Fatalf("sets %v left with affinity None", sets)
+	}
+	if spread := n.askN(t, client, vip+":80", 40); len(spread) != 2 {
+		t.Fatalf("with affinity None client %s reached %v, want both endpoints", client, spread)
+	}
+}
+
+// serveUDP answers every datagram to pod ip:5353 with its ip.
+func (n *node) serveUDP(t *testing.T, ip string) {
+	t.Helper()
+	var c net.PacketConn
+	if err := networktest.Do("/run/netns/"+n.pods[ip], func() (err error) {
+		c, err = net.ListenPacket("udp", ip+":5353")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			_, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = c.WriteTo([]byte(ip), from)
+		}
+	}()
+}
+
+// udpClient is a UDP socket of pod from connected to addr: every datagram
+// leaves from the same source port, one conntrack entry.
+func (n *node) udpClient(t *testing.T, from, addr string) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	if err := networktest.Do("/run/netns/"+n.pods[from], func() (err error) {
+		c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// askUDP sends one datagram on c and returns who answered.
+func askUDP(c *net.UDPConn) (string, error) {
+	if _, err := c.Write([]byte("who")); err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	return string(buf[:n]), err
+}
+
+// flowsTo lists the node's UDP conntrack entries to vip that were DNATed
+// to ip.
+func flowsTo(t *testing.T, h *netlink.Handle, ip string) int {
+	t.Helper()
+	flows, err := h.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range flows {
+		if f.Forward.Protocol == 17 && f.Forward.DstIP.String() == vip && f.Reverse.SrcIP.String() == ip {
+			n++
+		}
+	}
+	return n
+}
+
+// TestKernelUDPStaleFlows: a UDP client that keeps sending from one source
+// port reaches the new endpoint once the old one is replaced in the slice
+// (the old flow's conntrack entry is flushed; without it every datagram
+// would still be DNATed to the old endpoint, which here still listens),
+// and once the Service is gone it reaches nobody.
+func TestKernelUDPStaleFlows(t *testing.T) {
+	n, p, _, h := startProxy(t)
+	ctx := context.Background()
+	n.serveUDP(t, s1)
+	n.serveUDP(t, s2)
+	dns := service("dns", vip, port("dns", "UDP", 53))
+	only := func(ip string) []*corev1.EndpointSlice {
+		return []*corev1.EndpointSlice{slice("dns", []*corev1.EndpointPort{sport("dns", "UDP", 5353)}, ep{ip, true, true, false})}
+	}
+	if _, err := p.Sync(ctx, []*corev1.Service{dns}, only(s1)); err != nil {
+		t.Fatal(err)
+	}
+	c := n.udpClient(t, client, vip+":53")
+	for range 3 {
+		if who, err := askUDP(c); err != nil || who != s1 {
+			t.Fatalf("answer %q, %v; want %s", who, err, s1)
+		}
+	}
+	if flowsTo(t, h, s1) != 1 {
+		t.Fatalf("want one UDP flow %s → %s", vip, s1)
+	}
+
+	// s1 is replaced by s2: the same socket reaches s2.
+	if changed, err := p.Sync(ctx, []*corev1.Service{dns}, only(s2)); err != nil || !changed {
+		t.Fatalf("Sync = %v, %v", changed, err)
+	}
+	if left := flowsTo(t, h, s1); left != 0 {
+		t.Fatalf("%d UDP flows to the replaced endpoint %s left", left, s1)
+	}
+	for range 3 {
+		if who, err := askUDP(c); err != nil || who != s2 {
+			t.Fatalf("after the replacement answer %q, %v; want %s", who, err, s2)
+		}
+	}
+
+	// The Service goes: its flow with it, so nobody answers.
+	if _, err := p.Sync(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if who, err := askUDP(c); err == nil {
+		t.Fatalf("deleted Service answered by %s", who)
+	}
+}
+
+// TestKernelServiceCIDR: a proxy configured with a non-default service
+// CIDR routes that CIDR unreachable (and not the default one), programs a
+// ClusterIP inside it and none outside it, and removes its route on Close.
+func TestKernelServiceCIDR(t *testing.T) {
+	const cidr, inside = "10.100.0.0/24", "10.100.0.10"
+	n, p, cfg, h := startProxyWith(t, func(c *Config) { c.ServiceCIDR = cidr })
+	if ok, err := UnreachableRoute(h, DefaultConfig("x", "x", "10.0.0.1").ServiceCIDR); err != nil || ok {
+		t.Fatalf("default service CIDR routed (%v, %v) by a proxy of %s", ok, err, cidr)
+	}
+	in := service("in", inside, port("", "TCP", 80))
+	out := service("out", vip, port("", "TCP", 80)) // 10.96.0.10: outside
+	sl := func(svc string) *corev1.EndpointSlice {
+		return slice(svc, []*corev1.EndpointPort{sport("", "TCP", 8080)}, ep{s1, true, true, false})
+	}
+	if _, err := p.Sync(context.Background(), []*corev1.Service{in, out}, []*corev1.EndpointSlice{sl("in"), sl("out")}); err != nil {
+		t.Fatal(err)
+	}
+	if ports := p.Plan().Ports; len(ports) != 1 || ports[0].IP.String() != inside {
+		t.Fatalf("programmed %+v, want only %s", ports, inside)
+	}
+	if who, err := n.ask(client, inside+":80"); err != nil || who != s1 {
+		t.Fatalf("ClusterIP %s: answer %q, %v; want %s", inside, who, err, s1)
+	}
+	if who, err := n.ask(client, vip+":80"); err == nil {
+		t.Fatalf("ClusterIP %s outside %s answered by %s", vip, cidr, who)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := UnreachableRoute(h, cfg.ServiceCIDR); ok {
+		t.Fatalf("unreachable route for %s left after Close", cidr)
+	}
 }

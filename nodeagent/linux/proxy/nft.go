@@ -3,7 +3,10 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -42,20 +45,58 @@ func matchProto(p string) []expr.Any {
 	}
 }
 
-// program writes the whole table of plan in one transaction on c:
-// create-if-absent, delete, create again, so the kernel swaps the old
-// table for the new one atomically.
+// program brings the table to plan in one transaction on c, as
+// kube-proxy's nftables mode does: the table, the chains and the affinity
+// sets are created if absent, every chain of the table is flushed and the
+// wanted ones get their rules again, then the chains and affinity sets no
+// longer wanted are deleted. An affinity set that stays is never flushed,
+// so its clients keep their endpoints across syncs. The kernel applies
+// the transaction atomically: a packet sees the old rules or the new.
 func program(c *nftables.Conn, cfg Config, plan Plan) error {
-	gw := netip.MustParseAddr(cfg.Gateway).As4()
 	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: cfg.Table}
-	c.AddTable(table)
-	c.DelTable(table)
+	haveChains, haveSets, err := contents(c, table)
+	if err != nil {
+		return err
+	}
 	c.AddTable(table)
 	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
 	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	wantChains := map[string]*nftables.Chain{pre.Name: pre, post.Name: post}
+	wantSets := map[string]*nftables.Set{}
+	var setID uint32 // unique within the transaction
+	for _, sp := range plan.Ports {
+		wantChains[sp.serviceChain()] = &nftables.Chain{Name: sp.serviceChain(), Table: table}
+		for _, ep := range sp.Endpoints {
+			wantChains[sp.endpointChain(ep)] = &nftables.Chain{Name: sp.endpointChain(ep), Table: table}
+			if sp.Affinity != 0 {
+				setID++
+				wantSets[sp.affinitySet(ep)] = &nftables.Set{Table: table, Name: sp.affinitySet(ep), ID: setID,
+					KeyType: nftables.TypeIPAddr, Dynamic: true, HasTimeout: true, Timeout: sp.Affinity}
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(wantSets)) {
+		if err := c.AddSet(wantSets[name], nil); err != nil {
+			return fmt.Errorf("%w: set %s: %w", ErrKernel, name, err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(wantChains)) {
+		if name != pre.Name && name != post.Name {
+			c.AddChain(wantChains[name])
+		}
+	}
+	for name := range haveChains { // what the rules reference goes with them
+		if wantChains[name] == nil {
+			c.FlushChain(&nftables.Chain{Name: name, Table: table})
+		}
+	}
+	for _, ch := range wantChains {
+		c.FlushChain(ch)
+	}
 
+	gw := netip.MustParseAddr(cfg.Gateway).As4()
 	hairpin := append(matchIf(expr.MetaKeyIIFNAME, cfg.Bridge), matchIf(expr.MetaKeyOIFNAME, cfg.Bridge)...)
 	hairpin = append(hairpin,
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
@@ -67,15 +108,23 @@ func program(c *nftables.Conn, cfg Config, plan Plan) error {
 	)
 	c.AddRule(&nftables.Rule{Table: table, Chain: post, Exprs: hairpin})
 
-	for i, sp := range plan.Ports {
-		svc := c.AddChain(&nftables.Chain{Name: sp.serviceChain(), Table: table})
-		vmap := &nftables.Set{Table: table, Name: fmt.Sprintf("__map%d", i), ID: uint32(i + 1), Anonymous: true, Constant: true,
+	for _, sp := range plan.Ports {
+		svc := wantChains[sp.serviceChain()]
+		setID++
+		vmap := &nftables.Set{Table: table, Name: "__map%d", ID: setID, Anonymous: true, Constant: true,
 			IsMap: true, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
 		elems := make([]nftables.SetElement, len(sp.Endpoints))
 		for j, ep := range sp.Endpoints {
-			chain := c.AddChain(&nftables.Chain{Name: sp.endpointChain(ep), Table: table})
+			chain := wantChains[sp.endpointChain(ep)]
+			var exprs []expr.Any
+			if sp.Affinity != 0 { // update @aff { ip saddr }: this client, this endpoint, for the timeout
+				aff := wantSets[sp.affinitySet(ep)]
+				exprs = append(exprs, saddr(),
+					&expr.Dynset{SrcRegKey: 1, SetName: aff.Name, SetID: aff.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: sp.Affinity})
+			}
 			ip := ep.Addr().As4()
-			exprs := append(matchProto(sp.Protocol),
+			exprs = append(exprs, matchProto(sp.Protocol)...)
+			exprs = append(exprs,
 				&expr.Immediate{Register: 1, Data: ip[:]},
 				&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(ep.Port())},
 				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1,
@@ -84,6 +133,13 @@ func program(c *nftables.Conn, cfg Config, plan Plan) error {
 			c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: exprs})
 			elems[j] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(j)),
 				VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain.Name}}
+			if sp.Affinity != 0 { // ip saddr @aff goto <endpoint>: a known client keeps its endpoint
+				aff := wantSets[sp.affinitySet(ep)]
+				c.AddRule(&nftables.Rule{Table: table, Chain: svc, Exprs: []expr.Any{saddr(),
+					&expr.Lookup{SourceRegister: 1, SetName: aff.Name, SetID: aff.ID},
+					&expr.Verdict{Kind: expr.VerdictGoto, Chain: chain.Name},
+				}})
+			}
 		}
 		if err := c.AddSet(vmap, elems); err != nil {
 			return fmt.Errorf("%w: map of %s: %w", ErrKernel, sp.serviceChain(), err)
@@ -106,10 +162,57 @@ func program(c *nftables.Conn, cfg Config, plan Plan) error {
 		)
 		c.AddRule(&nftables.Rule{Table: table, Chain: pre, Exprs: match})
 	}
+	for name := range haveChains {
+		if wantChains[name] == nil {
+			c.DelChain(&nftables.Chain{Name: name, Table: table})
+		}
+	}
+	for _, name := range haveSets {
+		if wantSets[name] == nil {
+			c.DelSet(&nftables.Set{Name: name, Table: table})
+		}
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("%w: program table %q: %w", ErrKernel, cfg.Table, err)
 	}
 	return nil
+}
+
+// saddr loads the IPv4 source address into register 1.
+func saddr() expr.Any {
+	return &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}
+}
+
+// contents lists the chains and the named sets the table holds (none
+// when it does not exist).
+func contents(c *nftables.Conn, table *nftables.Table) (chains map[string]bool, sets []string, err error) {
+	tables, err := c.ListTablesOfFamily(table.Family)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: list tables: %w", ErrKernel, err)
+	}
+	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == table.Name }) {
+		return nil, nil, nil
+	}
+	all, err := c.ListChainsOfTableFamily(table.Family)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: list chains: %w", ErrKernel, err)
+	}
+	chains = map[string]bool{}
+	for _, ch := range all {
+		if ch.Table.Name == table.Name {
+			chains[ch.Name] = true
+		}
+	}
+	named, err := c.GetSets(table)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: list sets of %q: %w", ErrKernel, table.Name, err)
+	}
+	for _, s := range named {
+		if !s.Anonymous && !strings.HasPrefix(s.Name, "__") {
+			sets = append(sets, s.Name)
+		}
+	}
+	return chains, sets, nil
 }
 
 // removeTable deletes the table; a missing table is success.

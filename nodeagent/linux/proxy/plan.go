@@ -8,12 +8,24 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 )
 
 // LabelServiceName names an EndpointSlice's Service.
 const LabelServiceName = "kubernetes.io/service-name"
+
+// Session affinity (core/v1 ServiceAffinity and its ClientIP timeout).
+const (
+	AffinityClientIP = "ClientIP"
+	// DefaultAffinityTimeout is sessionAffinityConfig.clientIP.timeoutSeconds'
+	// default, 3 hours; MaxAffinityTimeout its limit, a day. A timeout
+	// outside 1 s..MaxAffinityTimeout (which kube-apiserver would refuse)
+	// gets the default.
+	DefaultAffinityTimeout = 10800 * time.Second
+	MaxAffinityTimeout     = 86400 * time.Second
+)
 
 // Plan is the proxy's desired state: every service port that gets rules,
 // sorted by ClusterIP, protocol and port.
@@ -30,6 +42,15 @@ type ServicePort struct {
 	Protocol  string // "TCP" or "UDP"
 	Port      uint16
 	Endpoints []netip.AddrPort // sorted
+	// Affinity, when not 0, is the ClientIP session affinity timeout: a
+	// client keeps the endpoint it last opened a connection to until it
+	// has opened none for this long.
+	Affinity time.Duration
+	// Serving are the addresses of every serving endpoint (Ready, or
+	// Serving while terminating), sorted: the UDP flows towards another
+	// address are stale (kube-proxy's conntrack cleanup). It programs no
+	// rule, so Equal ignores it.
+	Serving []netip.Addr
 }
 
 // Build computes the plan for services and their EndpointSlices. Headless
@@ -56,12 +77,12 @@ func Build(services []*corev1.Service, slices_ []*corev1.EndpointSlice) Plan {
 			if (proto != "TCP" && proto != "UDP") || sp.GetPort() <= 0 || sp.GetPort() > 65535 {
 				continue
 			}
-			eps := endpoints(byService[key], sp.GetName(), proto)
+			eps, serving := endpoints(byService[key], sp.GetName(), proto)
 			if len(eps) == 0 {
 				continue
 			}
 			plan.Ports = append(plan.Ports, ServicePort{Service: key, Name: sp.GetName(), IP: ip, Protocol: proto,
-				Port: uint16(sp.GetPort()), Endpoints: eps})
+				Port: uint16(sp.GetPort()), Endpoints: eps, Affinity: affinity(svc.GetSpec()), Serving: serving})
 		}
 	}
 	slices.SortFunc(plan.Ports, func(a, b ServicePort) int {
@@ -70,9 +91,26 @@ func Build(services []*corev1.Service, slices_ []*corev1.EndpointSlice) Plan {
 	return plan
 }
 
+// affinity is spec's ClientIP affinity timeout, 0 for none.
+func affinity(spec *corev1.ServiceSpec) time.Duration {
+	if spec.GetSessionAffinity() != AffinityClientIP {
+		return 0
+	}
+	cip := spec.GetSessionAffinityConfig().GetClientIp()
+	if cip == nil || cip.TimeoutSeconds == nil {
+		return DefaultAffinityTimeout
+	}
+	d := time.Duration(cip.GetTimeoutSeconds()) * time.Second
+	if d < time.Second || d > MaxAffinityTimeout {
+		return DefaultAffinityTimeout
+	}
+	return d
+}
+
 // endpoints returns the addresses serving the service port called name:
-// the Ready ones, or when there are none the Serving and Terminating ones.
-func endpoints(sls []*corev1.EndpointSlice, name, proto string) []netip.AddrPort {
+// the Ready ones, or when there are none the Serving and Terminating ones;
+// and the IPs of every serving one.
+func endpoints(sls []*corev1.EndpointSlice, name, proto string) (_ []netip.AddrPort, serving []netip.Addr) {
 	var ready, terminating []netip.AddrPort
 	for _, s := range sls {
 		var port uint16
@@ -102,6 +140,7 @@ func endpoints(sls []*corev1.EndpointSlice, name, proto string) []netip.AddrPort
 				} else {
 					terminating = append(terminating, netip.AddrPortFrom(ip, port))
 				}
+				serving = append(serving, ip)
 			}
 		}
 	}
@@ -110,14 +149,28 @@ func endpoints(sls []*corev1.EndpointSlice, name, proto string) []netip.AddrPort
 		out = terminating
 	}
 	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
-	return slices.Compact(out)
+	slices.SortFunc(serving, func(a, b netip.Addr) int { return a.Compare(b) })
+	return slices.Compact(out), slices.Compact(serving)
+}
+
+// Within returns the plan of p's ports whose ClusterIP is in cidr: the
+// proxy programs no rule for an address its unreachable route does not
+// cover (a Service left from another service CIDR).
+func (p Plan) Within(cidr netip.Prefix) Plan {
+	var q Plan
+	for _, sp := range p.Ports {
+		if cidr.Contains(sp.IP) {
+			q.Ports = append(q.Ports, sp)
+		}
+	}
+	return q
 }
 
 // Equal reports whether p and q program the same rules.
 func (p Plan) Equal(q Plan) bool {
 	return slices.EqualFunc(p.Ports, q.Ports, func(a, b ServicePort) bool {
 		return a.Service == b.Service && a.Name == b.Name && a.IP == b.IP && a.Protocol == b.Protocol &&
-			a.Port == b.Port && slices.Equal(a.Endpoints, b.Endpoints)
+			a.Port == b.Port && slices.Equal(a.Endpoints, b.Endpoints) && a.Affinity == b.Affinity
 	})
 }
 
@@ -137,6 +190,14 @@ func (sp ServicePort) serviceChain() string {
 func (sp ServicePort) endpointChain(ep netip.AddrPort) string {
 	id := fmt.Sprintf("%s/%s/%d__%s", sp.Service, strings.ToLower(sp.Protocol), sp.Port, ep)
 	return truncate("ep-" + chainID(id) + "-" + id)
+}
+
+// affinitySet names the ClientIP affinity set of one endpoint of a
+// service port: the clients that last reached it, each until the timeout
+// (which is part of the name, so a changed timeout is a new set).
+func (sp ServicePort) affinitySet(ep netip.AddrPort) string {
+	id := fmt.Sprintf("%s/%s/%d__%s/%s", sp.Service, strings.ToLower(sp.Protocol), sp.Port, ep, sp.Affinity)
+	return "aff-" + chainID(id)
 }
 
 func truncate(s string) string {
@@ -159,7 +220,22 @@ func (p Plan) Rules(cfg Config) string {
 	fmt.Fprintf(&b, "\t}\n\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat;\n")
 	fmt.Fprintf(&b, "\t\tiifname %q oifname %q ct status dnat snat ip to %s\n\t}\n", cfg.Bridge, cfg.Bridge, cfg.Gateway)
 	for _, sp := range p.Ports {
-		fmt.Fprintf(&b, "\tchain %q {\n\t\tnumgen random mod %d vmap {", sp.serviceChain(), len(sp.Endpoints))
+		if sp.Affinity == 0 {
+			continue
+		}
+		for _, ep := range sp.Endpoints {
+			fmt.Fprintf(&b, "\tset %s {\n\t\ttype ipv4_addr\n\t\tflags dynamic,timeout\n\t\ttimeout %ds\n\t}\n",
+				sp.affinitySet(ep), int(sp.Affinity.Seconds()))
+		}
+	}
+	for _, sp := range p.Ports {
+		fmt.Fprintf(&b, "\tchain %q {\n", sp.serviceChain())
+		if sp.Affinity != 0 {
+			for _, ep := range sp.Endpoints {
+				fmt.Fprintf(&b, "\t\tip saddr @%s goto %q\n", sp.affinitySet(ep), sp.endpointChain(ep))
+			}
+		}
+		fmt.Fprintf(&b, "\t\tnumgen random mod %d vmap {", len(sp.Endpoints))
 		for i, ep := range sp.Endpoints {
 			sep := ","
 			if i == len(sp.Endpoints)-1 {
@@ -169,7 +245,11 @@ func (p Plan) Rules(cfg Config) string {
 		}
 		fmt.Fprintf(&b, " }\n\t}\n")
 		for _, ep := range sp.Endpoints {
-			fmt.Fprintf(&b, "\tchain %q {\n\t\tmeta l4proto %s dnat ip to %s\n\t}\n", sp.endpointChain(ep), strings.ToLower(sp.Protocol), ep)
+			fmt.Fprintf(&b, "\tchain %q {\n", sp.endpointChain(ep))
+			if sp.Affinity != 0 {
+				fmt.Fprintf(&b, "\t\tupdate @%s { ip saddr }\n", sp.affinitySet(ep))
+			}
+			fmt.Fprintf(&b, "\t\tmeta l4proto %s dnat ip to %s\n\t}\n", strings.ToLower(sp.Protocol), ep)
 		}
 	}
 	b.WriteString("}\n")

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -145,5 +147,74 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatal("Validate accepted it")
 			}
 		})
+	}
+}
+
+func TestBuildAffinity(t *testing.T) {
+	web := []*corev1.EndpointSlice{slice("web", []*corev1.EndpointPort{sport("", "TCP", 8080)},
+		ep{"10.244.1.11", true, true, false}, ep{"10.244.1.12", false, true, true}, ep{"10.244.1.13", false, false, false})}
+	timeout := func(s int32) *corev1.SessionAffinityConfig {
+		return &corev1.SessionAffinityConfig{ClientIp: &corev1.ClientIPConfig{TimeoutSeconds: proto.Int32(s)}}
+	}
+	for _, tc := range []struct {
+		name     string
+		affinity string
+		config   *corev1.SessionAffinityConfig
+		want     time.Duration
+	}{
+		{"none", "", nil, 0},
+		{"None with a timeout is none", "None", timeout(60), 0},
+		{"ClientIP defaults to 3h", AffinityClientIP, nil, DefaultAffinityTimeout},
+		{"ClientIP with an empty clientIP", AffinityClientIP, &corev1.SessionAffinityConfig{ClientIp: &corev1.ClientIPConfig{}}, DefaultAffinityTimeout},
+		{"ClientIP 60s", AffinityClientIP, timeout(60), time.Minute},
+		{"ClientIP a day", AffinityClientIP, timeout(86400), MaxAffinityTimeout},
+		{"over a day gets the default", AffinityClientIP, timeout(86401), DefaultAffinityTimeout},
+		{"0 gets the default", AffinityClientIP, timeout(0), DefaultAffinityTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := service("web", "10.96.0.10", port("", "TCP", 80))
+			svc.Spec.SessionAffinity, svc.Spec.SessionAffinityConfig = tc.affinity, tc.config
+			plan := Build([]*corev1.Service{svc}, web)
+			if len(plan.Ports) != 1 || plan.Ports[0].Affinity != tc.want {
+				t.Fatalf("ports %+v, want one with affinity %v", plan.Ports, tc.want)
+			}
+			// Serving: the ready one and the serving terminating one.
+			if got := plan.Ports[0].Serving; !slices.Equal(got, []netip.Addr{netip.MustParseAddr("10.244.1.11"), netip.MustParseAddr("10.244.1.12")}) {
+				t.Errorf("serving %v", got)
+			}
+		})
+	}
+}
+
+func TestRulesAffinity(t *testing.T) {
+	cfg := DefaultConfig("node-1", "pf0", "10.244.1.1")
+	svc := service("web", "10.96.0.10", port("", "TCP", 80))
+	svc.Spec.SessionAffinity = AffinityClientIP
+	plan := Build([]*corev1.Service{svc}, []*corev1.EndpointSlice{slice("web", []*corev1.EndpointPort{sport("", "TCP", 8080)},
+		ep{"10.244.1.11", true, true, false}, ep{"10.244.1.12", true, true, false})})
+	got := plan.Rules(cfg)
+	sp := plan.Ports[0]
+	for _, ep := range sp.Endpoints {
+		for _, want := range []string{
+			"set " + sp.affinitySet(ep) + " {\n\t\ttype ipv4_addr\n\t\tflags dynamic,timeout\n\t\ttimeout 10800s\n",
+			"ip saddr @" + sp.affinitySet(ep) + " goto \"" + sp.endpointChain(ep) + "\"",
+			"update @" + sp.affinitySet(ep) + " { ip saddr }\n\t\tmeta l4proto tcp dnat ip to " + ep.String(),
+		} {
+			if !strings.Contains(got, want) {
+				t.Errorf("rules lack %q:\n%s", want, got)
+			}
+		}
+	}
+	if sp.affinitySet(sp.Endpoints[0]) == sp.affinitySet(sp.Endpoints[1]) {
+		t.Error("two endpoints share an affinity set")
+	}
+	// A changed timeout is a new set (the kernel keeps an existing set's).
+	other := sp
+	other.Affinity = time.Minute
+	if other.affinitySet(sp.Endpoints[0]) == sp.affinitySet(sp.Endpoints[0]) {
+		t.Error("a changed timeout keeps the set's name")
+	}
+	if plan.Equal(Plan{Ports: []ServicePort{other}}) {
+		t.Error("plans of different timeouts are Equal")
 	}
 }

@@ -139,21 +139,27 @@ var ErrClosed = errors.New("proxy: closed")
 
 // Sync programs the rules for services and slices (everything the caller
 // knows: what is not passed is removed). It reprograms only when the plan
-// changed, and reports whether it did.
+// changed, and reports whether it did. Then, every time, it deletes the
+// UDP conntrack entries towards ClusterIP:ports whose endpoint no longer
+// serves them (staleUDP).
 func (p *Proxy) Sync(ctx context.Context, services []*corev1.Service, slices []*corev1.EndpointSlice) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	plan := Build(services, slices)
+	plan := Build(services, slices).Within(netip.MustParsePrefix(p.cfg.ServiceCIDR))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false, ErrClosed
 	}
-	if p.last != nil && p.last.Equal(plan) {
-		return false, nil
+	changed := p.last == nil || !p.last.Equal(plan)
+	if changed {
+		if err := p.apply(plan); err != nil {
+			return true, err
+		}
 	}
-	return true, p.apply(plan)
+	_, err := p.flushStaleUDP(plan)
+	return changed, err
 }
 
 // Plan returns the plan last programmed.

@@ -1,16 +1,21 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/ops/roles"
 )
 
 func init() { register(newNodeAgentCmd) }
 
-func newNodeAgentCmd() *cobra.Command {
+func newNodeAgentCmd() *cobra.Command { return nodeAgentCmd(roles.LinuxNode) }
+
+// nodeAgentCmd is `podflow nodeagent`, running a Linux node with linux.
+func nodeAgentCmd(linux func(ctx context.Context, o roles.LinuxNodeOptions) error) *cobra.Command {
 	var o roles.NodeAgentOptions
 	var runtime, name string
 	var nodes int
@@ -27,7 +32,7 @@ package documentation). The simulated nodes share one durable consumer.`,
 			switch runtime {
 			case "linux":
 				lo.NodeAgentOptions = o
-				return roles.LinuxNode(cmd.Context(), *lo)
+				return linux(cmd.Context(), *lo)
 			case "sim":
 				return roles.SimNodes(cmd.Context(), roles.SimNodesOptions{NodeAgentOptions: o, Name: name, Nodes: nodes})
 			}
@@ -52,6 +57,7 @@ func linuxFlags(cmd *cobra.Command) *roles.LinuxNodeOptions {
 	f.StringVar(&o.DataDir, "data-dir", "", "--runtime linux: the node's directory: pods, images, IPAM (default .podflow/nodes/NODE)")
 	f.StringVar(&o.PodCIDR, "pod-cidr", "", "--runtime linux: this node's pod CIDR (default: the next free /24 of --cluster-cidr, recorded in the store)")
 	f.StringVar(&o.ClusterCIDR, "cluster-cidr", "10.244.0.0/16", "--runtime linux: where pod CIDRs are allocated from")
+	f.StringVar(&o.ServiceCIDR, plan.ServiceCIDRFlag, plan.DefaultServiceCIDR, "--runtime linux: the service CIDR: routed unreachable, proxy rules only inside it (the api stage's must be the same)")
 	f.StringVar(&o.Registry, "registry", "", "--runtime linux: registry standing in for docker.io, e.g. 127.0.0.1:5000 (empty: docker.io)")
 	f.StringVar(&o.HostIP, "host-ip", "127.0.0.1", "--runtime linux: the node's InternalIP")
 	f.StringSliceVar(&o.HostPaths, "allow-host-path", nil, "--runtime linux: host directories hostPath volumes may use")

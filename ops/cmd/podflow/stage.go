@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/ops/roles"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/pipeline"
@@ -13,7 +15,10 @@ import (
 
 func init() { register(newStageCmd) }
 
-func newStageCmd() *cobra.Command {
+func newStageCmd() *cobra.Command { return stageCmd(roles.Stage) }
+
+// stageCmd is `podflow stage`, running the replica with run.
+func stageCmd(run func(ctx context.Context, name string, o roles.StageOptions) error) *cobra.Command {
 	var o roles.StageOptions
 	var https httpsOptions
 	cmd := &cobra.Command{
@@ -26,7 +31,7 @@ is redelivered to the others.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.HTTPS = https.config()
-			return roles.Stage(cmd.Context(), args[0], o)
+			return run(cmd.Context(), args[0], o)
 		},
 	}
 	configFlag(cmd, &o.Config)
@@ -37,6 +42,7 @@ is redelivered to the others.`,
 	f.StringVar(&o.ServiceAccountKeyFile, "service-account-signing-key-file", "", "api: ECDSA P-256 key (PEM) signing bound ServiceAccount tokens, the TokenRequest API (created if missing; share it between api replicas)")
 	f.Float64Var(&o.EventsHighWater, "events-high-water", 0, "api: refuse new pods (429) once PODFLOW_EVENTS holds this fraction of its max bytes (default 0.9)")
 	f.Float64Var(&o.UserPodQPS, "user-pod-qps", 0, "api: pod creations per second per user, system:masters exempt (default 100; negative for no limit)")
+	f.StringVar(&o.ServiceCIDR, plan.ServiceCIDRFlag, "", "api: the service CIDR ClusterIPs are allocated from (default "+plan.DefaultServiceCIDR+"; the node agents' must be the same)")
 	f.IntVar(&o.UserPodBurst, "user-pod-burst", 0, "api: burst of a user's pod creations (default 200)")
 	f.StringVar(&o.PodSecurityDefault, "pod-security-default", "", "admission: Pod Security level of namespaces without the enforce label (privileged, baseline, restricted)")
 	f.DurationVar(&o.NodeGrace, "node-monitor-grace-period", 0, "status: mark a node NotReady after this long without heartbeats (default 40s)")

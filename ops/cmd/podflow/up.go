@@ -10,6 +10,7 @@ import (
 
 	"github.com/podflow/podflow/nodeagent/linux"
 	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/services/ipalloc"
 )
 
 func init() { register(newUpCmd) }
@@ -26,7 +27,8 @@ type upOptions struct {
 	quiet         bool
 	nodeGrace     time.Duration
 	cluster       bool
-	httpsPort     int // Kubernetes API port (0: picked at first start)
+	httpsPort     int    // Kubernetes API port (0: picked at first start)
+	serviceCIDR   string // the api's ClusterIPs and the node proxy's range
 }
 
 func newUpCmd() *cobra.Command {
@@ -53,6 +55,7 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the essentials")
 	f.BoolVar(&o.cluster, "cluster", false, "run 3 NATS servers clustered over routes on loopback, with R3 streams; every NATS listener and raft transport speaks mutual TLS (certificates in DATA/pki)")
 	f.DurationVar(&o.nodeGrace, "node-monitor-grace-period", 40*time.Second, "mark a node NotReady after this long without heartbeats")
+	f.StringVar(&o.serviceCIDR, plan.ServiceCIDRFlag, plan.DefaultServiceCIDR, "the service CIDR (IPv4, /8 to /28): the api stage allocates ClusterIPs from it and the node agent routes it unreachable and programs its proxy rules inside it, as kube-apiserver's flag")
 	f.IntVar(&o.httpsPort, "https-port", 0, "Kubernetes API (HTTPS) port on 127.0.0.1 (default: a free port picked at first start, then kept)")
 	return cmd
 }
@@ -104,9 +107,12 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 	return u.serveScale(ctx) // until ctx is done
 }
 
-// resolveRuntime checks the store replicas and picks the runtime of
-// --runtime auto.
+// resolveRuntime checks the service CIDR and the store replicas, and
+// picks the runtime of --runtime auto.
 func (o *upOptions) resolveRuntime(out io.Writer) error {
+	if err := (ipalloc.Config{CIDR: o.serviceCIDR}).Validate(); err != nil {
+		return fmt.Errorf("--%s: %w", plan.ServiceCIDRFlag, err)
+	}
 	if o.storeReplicas < 1 || o.storeReplicas%2 == 0 {
 		return fmt.Errorf("--store-replicas must be an odd number, got %d", o.storeReplicas)
 	}

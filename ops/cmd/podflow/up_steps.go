@@ -118,6 +118,7 @@ func newUp(o *upOptions, out io.Writer) (_ *up, err error) {
 		ClusterClientPorts: cl.ClusterClientPorts, ClusterRoutePorts: cl.ClusterRoutePorts,
 		StoreAddrs: cl.StoreAddrs, StoreUser: storeUser, Replicas: replicas, TLS: o.cluster,
 		Runtime: o.runtime, Nodes: o.nodes, NodeGrace: o.nodeGrace, APIArgs: u.kube.stageArgs(),
+		ServiceCIDR: o.serviceCIDR,
 	})
 	return u, err
 }

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/roles"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/ipalloc"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/objects/objectstest"
+	"github.com/podflow/podflow/services/pipeline"
+)
+
+// TestServiceCIDROneSetting: `podflow up --service-cluster-ip-range`
+// reaches, through the processes' own command lines, both the api replica
+// (whose allocator hands out ClusterIPs in it) and the Linux node agent
+// (whose proxy gets it: roles' TestProxyConfigServiceCIDR and the proxy's
+// TestKernelServiceCIDR take it from there).
+func TestServiceCIDROneSetting(t *testing.T) {
+	const cidr = "10.100.0.0/24"
+	n := 9100
+	p, err := plan.New(plan.Options{
+		Exe: "/bin/podflow", DataDir: t.TempDir(), NATSPort: 4222,
+		StoreAddrs: []string{"127.0.0.1:7001"}, StoreUser: bus.UserCredential{User: "store", Password: "pw"},
+		Replicas: map[string]int{pipeline.API: 1}, Runtime: plan.RuntimeLinux, NodeGrace: 40 * time.Second,
+		ServiceCIDR: cidr,
+		FreeAddr:    func() (string, error) { n++; return fmt.Sprintf("127.0.0.1:%d", n), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var apiArgs, nodeArgs []string
+	for _, pr := range p.Processes() {
+		switch {
+		case pr.Stage == pipeline.API:
+			apiArgs = pr.Args
+		case pr.Kind == plan.NodeAgent:
+			nodeArgs = pr.Args
+		}
+	}
+
+	// The api replica, as `podflow stage` parses its arguments.
+	var so roles.StageOptions
+	cmd := stageCmd(func(_ context.Context, _ string, o roles.StageOptions) error { so = o; return nil })
+	cmd.SetArgs(apiArgs[1:])
+	cmd.SetOut(io.Discard)
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("stage %v: %v", apiArgs, err)
+	}
+	cfg, err := roles.APIConfig(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := ipalloc.New(cfg.Services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := objects.FromKV(objectstest.New())
+	for i := range 5 {
+		svc := &corev1.Service{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("s%d", i)},
+			Spec: &corev1.ServiceSpec{Ports: []*corev1.ServicePort{{Port: 80}}}}
+		if _, err := alloc.Create(context.Background(), st, svc); err != nil {
+			t.Fatal(err)
+		}
+		if ip := netip.MustParseAddr(svc.GetSpec().GetClusterIp()); !netip.MustParsePrefix(cidr).Contains(ip) {
+			t.Fatalf("ClusterIP %s outside %s", ip, cidr)
+		}
+	}
+
+	// The node agent, as `podflow nodeagent` parses its arguments.
+	var lo roles.LinuxNodeOptions
+	ncmd := nodeAgentCmd(func(_ context.Context, o roles.LinuxNodeOptions) error { lo = o; return nil })
+	ncmd.SetArgs(nodeArgs[1:])
+	ncmd.SetOut(io.Discard)
+	if err := ncmd.Execute(); err != nil {
+		t.Fatalf("nodeagent %v: %v", nodeArgs, err)
+	}
+	if lo.ServiceCIDR != cidr {
+		t.Fatalf("node agent's service CIDR %q, want %q", lo.ServiceCIDR, cidr)
+	}
+}
+
+// TestServiceCIDRRefused: a bad --service-cluster-ip-range is refused, the
+// flag named, before anything starts (resolveRuntime is up's first step).
+func TestServiceCIDRRefused(t *testing.T) {
+	for cidr, want := range map[string]string{
+		"10.96.0.1/16": "host bits set",
+		"fd00::/108":   "only IPv4",
+		"10.0.0.0/7":   "between 8 and 28",
+		"10.96.0.0/29": "between 8 and 28",
+		"services":     "ParsePrefix",
+		"":             "ParsePrefix",
+	} {
+		t.Run(cidr, func(t *testing.T) {
+			o := &upOptions{serviceCIDR: cidr, storeReplicas: 3, runtime: plan.RuntimeSim}
+			err := o.resolveRuntime(io.Discard)
+			if err == nil || !strings.Contains(err.Error(), "--service-cluster-ip-range") || !strings.Contains(err.Error(), want) {
+				t.Fatalf("resolveRuntime = %v, want an error naming the flag and %q", err, want)
+			}
+		})
+	}
+	o := &upOptions{serviceCIDR: plan.DefaultServiceCIDR, storeReplicas: 3, runtime: plan.RuntimeSim}
+	if err := o.resolveRuntime(io.Discard); err != nil {
+		t.Fatalf("default: %v", err)
+	}
+}
