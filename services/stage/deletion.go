@@ -37,7 +37,7 @@ func DeletePod(ctx context.Context, env Env, ns, name string, grace *int64) (*co
 			return objects.ErrNoChange
 		}
 		g := DefaultTerminationGracePeriodSeconds
-		if p.GetSpec().TerminationGracePeriodSeconds != nil {
+		if p.GetSpec() != nil && p.Spec.TerminationGracePeriodSeconds != nil {
 			g = p.GetSpec().GetTerminationGracePeriodSeconds()
 		}
 		if grace != nil {
