@@ -13,6 +13,7 @@ import (
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 )
@@ -190,6 +191,15 @@ func TestNamespaceDeletion(t *testing.T) {
 			kvs, _, err := s.store.KV().List(ctx, k.Prefix(ns))
 			if err != nil || len(kvs) != 0 {
 				t.Errorf("%s left in the removed namespace: %d (%v)", k.Resource, len(kvs), err)
+			}
+		}
+		ips, err := ipalloc.Allocated(ctx, s.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ip, svc := range ips {
+			if strings.HasPrefix(svc, ns+"/") {
+				t.Errorf("ClusterIP %s of the deleted Service %s still reserved", ip, svc)
 			}
 		}
 		// Gone: creating there is 404 NotFound, as kube-apiserver.
