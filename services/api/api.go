@@ -35,6 +35,7 @@ import (
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/ipalloc"
+	"github.com/podflow/podflow/services/namespace"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/sealed"
@@ -85,6 +86,10 @@ type Config struct {
 	// Default 100 per second, burst 200; UserPodQPS 0 disables it.
 	UserPodQPS   float64
 	UserPodBurst int
+	// Namespaces configures the namespace controller every api replica
+	// runs (services/namespace): it empties a deleted namespace, then
+	// removes it.
+	Namespaces namespace.Config
 }
 
 // DefaultConfig returns the defaults.
@@ -94,6 +99,7 @@ func DefaultConfig() Config {
 		Services:        ipalloc.DefaultConfig(),
 		EventsHighWater: DefaultEventsHighWater, EventsInfoInterval: DefaultEventsInfoInterval,
 		UserPodQPS: DefaultUserPodQPS, UserPodBurst: DefaultUserPodBurst,
+		Namespaces: namespace.DefaultConfig(),
 	}
 }
 
@@ -109,6 +115,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.validateBackpressure(); err != nil {
+		return err
+	}
+	if err := c.Namespaces.Validate(); err != nil {
 		return err
 	}
 	if c.HTTPS != nil {
@@ -131,10 +140,15 @@ type Stage struct {
 
 	events  *eventsGauge // PODFLOW_EVENTS' fill, read by Start's connection
 	limiter *userLimiter // pod creations per user
+
+	namespaces *namespace.Controller // NamespaceLifecycle and the namespace controller
 }
 
-var _ stage.Handler = (*Stage)(nil)
-var _ stage.Starter = (*Stage)(nil)
+var (
+	_ stage.Handler    = (*Stage)(nil)
+	_ stage.Starter    = (*Stage)(nil)
+	_ stage.Reconciler = (*Stage)(nil)
+)
 
 // New returns an api stage replica.
 func New(env stage.Env, cfg Config) (*Stage, error) {
@@ -174,11 +188,34 @@ func New(env stage.Env, cfg Config) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stage{
+	s := &Stage{
 		env: env, cfg: cfg, authn: authn, rbac: rbac, alloc: alloc,
 		events:  &eventsGauge{interval: cfg.EventsInfoInterval, highWater: cfg.EventsHighWater},
 		limiter: newUserLimiter(cfg.UserPodQPS, cfg.UserPodBurst),
-	}, nil
+	}
+	nc := cfg.Namespaces
+	nc.Delete = s.deleteContent
+	if s.namespaces, err = namespace.New(env, nc); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Reconcile queues every namespace being deleted for the namespace
+// controller (which also resumes them when it starts).
+func (s *Stage) Reconcile(ctx context.Context) error { return s.namespaces.Reconcile(ctx) }
+
+// deleteContent deletes one object of a namespace being terminated for
+// the namespace controller: a Service with its ClusterIP, anything else
+// at the revision it was listed at.
+func (s *Stage) deleteContent(ctx context.Context, kind objects.Kind, obj objects.Object) error {
+	if svc, ok := obj.(*corev1.Service); ok {
+		_, err := s.alloc.Delete(ctx, s.env.Store, svc)
+		return err
+	}
+	md := obj.GetMetadata()
+	_, err := s.env.Store.Delete(ctx, kind, md.GetNamespace(), md.GetName(), objects.Revision(obj))
+	return err
 }
 
 // Start feeds the RBAC and token caches from the store and serves the
@@ -232,7 +269,10 @@ func (s *Stage) startCaches(ctx context.Context, g *errgroup.Group) error {
 	); err != nil {
 		return err
 	}
-	return infs.Start(ctx, g)
+	if err := infs.Start(ctx, g); err != nil {
+		return err
+	}
+	return s.namespaces.Start(ctx, g)
 }
 
 // feed adds to infs an informer for T feeding up/del.
@@ -392,6 +432,9 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		st = s.rbac.Check(auth.Attributes{User: user, Verb: "create", Namespace: md.Namespace, Resource: "pods"})
 	}
 	if st == nil {
+		st = s.namespaces.Admit(ctx, md.Namespace, "pods", md.Name)
+	}
+	if st == nil {
 		st = s.admitPod(ctx, user, md.Name)
 	}
 	if st != nil {
@@ -479,6 +522,13 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 		if kind.Name == objects.Services.Name {
 			return s.deleteService(ctx, ns, req.GetName())
 		}
+		if kind.Name == objects.Namespaces.Name {
+			st, obj := s.namespaces.Delete(ctx, req.GetName())
+			if obj == nil {
+				return st, nil
+			}
+			return st, obj
+		}
 		if _, err := s.env.Store.Delete(ctx, kind, ns, req.GetName(), 0); errors.Is(err, raftstore.ErrNotFound) {
 			return stage.NotFound(kind.Resource, req.GetName()), nil
 		} else if err != nil {
@@ -529,6 +579,26 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	if st := validate.Object(obj); st != nil { // names, ConfigMap and Secret sizes
 		return st, nil
 	}
+	// NamespaceLifecycle: new content only in a namespace that exists and
+	// is not being terminated, read from the store; the write below
+	// compares the namespace's revision, so a DELETE of the namespace
+	// between this read and the write refuses it too.
+	var parent *corev1.Namespace
+	if kind.Namespaced && !exists {
+		if parent, err = namespace.Get(ctx, s.env.Store, md.GetNamespace()); err != nil {
+			return stage.Internal(err), nil
+		}
+		if st := namespace.CheckCreate(parent, md.GetNamespace(), kind.Resource, md.GetName()); st != nil {
+			return st, nil
+		}
+	}
+	if nsObj, ok := obj.(*corev1.Namespace); ok {
+		if exists {
+			namespace.PrepareForUpdate(nsObj, existing.(*corev1.Namespace))
+		} else {
+			namespace.PrepareForCreate(nsObj)
+		}
+	}
 	now := timestamppb.Now()
 	if exists {
 		prev := existing.GetMetadata()
@@ -568,6 +638,11 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	case exists:
 		objects.SetRevision(obj, objects.Revision(existing))
 		_, err = s.env.Store.Update(ctx, obj)
+	case parent != nil:
+		_, err = s.env.Store.Commit(ctx, objects.Txn{}.Unchanged(parent).Compare(obj, objects.Absent).Put(obj))
+		if objects.ConflictOn(err, parent) {
+			return s.apply(ctx, kind, obj, attrs, verb, dry) // the namespace changed: admit again
+		}
 	default:
 		_, err = s.env.Store.Create(ctx, obj)
 	}
@@ -704,59 +779,15 @@ func (s *Stage) issueServiceAccountToken(ctx context.Context, sec, prev *corev1.
 	return nil
 }
 
-// deletePod starts a pod's graceful deletion: it marks the pod terminating
-// in the store, then hands it to its node (PodDeleteRequested), or, for a
-// pod no node has, removes it at once (PodDeleted).
+// deletePod starts a pod's graceful deletion (stage.DeletePod) and
+// answers with the pod as marked terminating.
 func (s *Stage) deletePod(ctx context.Context, ns, name string, grace *int64) (*corev1.Status, proto.Message) {
-	now := timestamppb.Now()
-	pod, err := objects.Mutate(ctx, s.env.Store, ns, name, func(p *corev1.Pod) error {
-		if p.GetMetadata().GetDeletionTimestamp() != nil {
-			return objects.ErrNoChange
-		}
-		g := int64(30)
-		if p.GetSpec().TerminationGracePeriodSeconds != nil {
-			g = p.GetSpec().GetTerminationGracePeriodSeconds()
-		}
-		if grace != nil {
-			g = *grace
-		}
-		p.Metadata.DeletionTimestamp = now
-		p.Metadata.DeletionGracePeriodSeconds = proto.Int64(g)
-		return nil
-	})
+	pod, err := stage.DeletePod(ctx, s.env, ns, name, grace)
 	if errors.Is(err, raftstore.ErrNotFound) {
 		return stage.NotFound("pods", name), nil
 	}
 	if err != nil {
 		return stage.Internal(err), nil
 	}
-	if err := RequestDeletion(ctx, s.env, pod); err != nil {
-		return stage.Internal(err), nil
-	}
 	return stage.Success(200, "pods", name), pod
-}
-
-// RequestDeletion continues the deletion of a pod marked terminating: an
-// unbound pod is removed from the store at once (PodDeleted); a bound pod
-// is handed to its node (PodDeleteRequested). It is idempotent and is also
-// what reconciliation calls for a terminating pod.
-func RequestDeletion(ctx context.Context, env stage.Env, pod *corev1.Pod) error {
-	md := pod.GetMetadata()
-	base := &eventsv1.Envelope{
-		PodUid: md.GetUid(), Namespace: md.GetNamespace(), PodName: md.GetName(), NodeName: pod.GetSpec().GetNodeName(),
-		Time: timestamppb.Now(), Stage: env.Stage, Replica: env.Replica, Attempt: 1, Generation: md.GetGeneration(),
-		Traceparent: bus.NewTraceparent(),
-	}
-	if pod.GetSpec().GetNodeName() == "" {
-		rev, err := env.Store.Delete(ctx, objects.Pods, md.GetNamespace(), md.GetName(), objects.Revision(pod))
-		if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
-			return err
-		}
-		base.Payload = &eventsv1.Envelope_PodDeleted{PodDeleted: &eventsv1.PodDeleted{Revision: rev}}
-	} else {
-		base.Payload = &eventsv1.Envelope_PodDeleteRequested{PodDeleteRequested: &eventsv1.PodDeleteRequested{
-			GracePeriodSeconds: md.DeletionGracePeriodSeconds,
-		}}
-	}
-	return env.Pub.Publish(ctx, base)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/namespace"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/objects/objectstest"
 	"github.com/podflow/podflow/services/stage"
@@ -48,6 +49,7 @@ func newFixture(t *testing.T, extra ...objects.Object) *fixture {
 	env, pub, kv := stagetest.NewEnv("api")
 	ctx := context.Background()
 	seed := []objects.Object{
+		testNamespace("team"), testNamespace("dev"),
 		&corev1.Role{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "dev"}, Rules: []*corev1.PolicyRule{
 			{Verbs: []string{"create", "delete"}, ApiGroups: []string{""}, Resources: []string{"pods"}},
 			{Verbs: []string{"create", "update", "delete"}, ApiGroups: []string{""}, Resources: []string{"configmaps"}},
@@ -84,6 +86,13 @@ func newFixture(t *testing.T, extra ...objects.Object) *fixture {
 	}
 	stagetest.Start(t, s.startCaches)
 	return &fixture{s: s, env: env, pub: pub, kv: kv}
+}
+
+// testNamespace is an active Namespace, as the api stage creates one.
+func testNamespace(name string) *corev1.Namespace {
+	ns := &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: name, Uid: "ns-" + name}}
+	namespace.PrepareForCreate(ns)
+	return ns
 }
 
 func requested(f *fixture, token string, pod *corev1.Pod) *eventsv1.Envelope {

@@ -102,6 +102,9 @@ func (s *Stage) CreatePod(ctx context.Context, user *corev1.UserInfo, pod *corev
 		return st, nil
 	}
 	md.Uid = uuid.NewString() // the server's uid: nothing of the request's
+	if st := s.namespaces.Admit(ctx, md.Namespace, "pods", md.Name); st != nil {
+		return st, nil
+	}
 	if st := s.admitPod(ctx, user, md.Name); st != nil {
 		return st, nil
 	}

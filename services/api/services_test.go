@@ -20,6 +20,7 @@ func newServiceFixture(t *testing.T) (*Stage, stage.Env) {
 	env, _, _ := stagetest.NewEnv("api")
 	ctx := context.Background()
 	for _, o := range []objects.Object{
+		testNamespace("team"),
 		&corev1.Role{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "svc"}, Rules: []*corev1.PolicyRule{
 			{Verbs: []string{"create", "update", "delete"}, ApiGroups: []string{""}, Resources: []string{"services"}},
 		}},
