@@ -1,8 +1,11 @@
 package nemesis
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"sort"
 	"sync"
 	"time"
 
@@ -20,6 +23,8 @@ const (
 	OpUpdate
 	OpDelete
 )
+
+func (o Outcome) String() string { return [...]string{"ok", "not-found", "conflict", "unknown"}[o] }
 
 func (o Op) String() string { return [...]string{"get", "create", "update", "delete"}[o] }
 
@@ -99,7 +104,7 @@ func (h *History) Counts() map[string]int {
 	out := map[string]int{}
 	for _, op := range h.ops {
 		in, o := op.Input.(Input), op.Output.(Output)
-		out[fmt.Sprintf("%s/%s", in.Op, [...]string{"ok", "not-found", "conflict", "unknown"}[o.Outcome])]++
+		out[in.Op.String()+"/"+o.Outcome.String()]++
 	}
 	return out
 }
@@ -111,6 +116,24 @@ func (h *History) Check(limit time.Duration) (porcupine.CheckResult, porcupine.L
 	ops := append([]porcupine.Operation(nil), h.ops...)
 	h.mu.Unlock()
 	return porcupine.CheckOperationsVerbose(Model.ToModel(), ops, limit)
+}
+
+// WriteJSON writes the history, one operation per line, ordered by call.
+func (h *History) WriteJSON(w io.Writer) error {
+	h.mu.Lock()
+	ops := append([]porcupine.Operation(nil), h.ops...)
+	h.mu.Unlock()
+	sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	enc := json.NewEncoder(w)
+	for _, op := range ops {
+		in, out := op.Input.(Input), op.Output.(Output)
+		if err := enc.Encode(map[string]any{"client": op.ClientId, "call": op.Call, "return": op.Return,
+			"op": in.Op.String(), "key": in.Key, "value": in.Value, "expect": in.Expect,
+			"outcome": out.Outcome.String(), "got": out.Value, "rev": out.Rev}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // register is the model's state of one key; rev -1 is "exists with a
