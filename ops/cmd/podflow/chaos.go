@@ -287,10 +287,11 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 			}
 			fmt.Fprintf(out, "  %6s  %s for %s\n", elapsed(), f, o.faultFor)
 			sleepCtx(ctx, o.faultFor)
+			during := storeLeader(ctx, sess)
 			if err := faults.Heal(); err != nil {
 				return fmt.Errorf("nemesis: %w", err)
 			}
-			fmt.Fprintf(out, "  %6s  healed\n", elapsed())
+			fmt.Fprintf(out, "  %6s  healed (leader before the heal: %q)\n", elapsed(), during)
 		}
 	}
 	if faults != nil {
@@ -306,6 +307,14 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 		return fmt.Errorf("register workload: %w", err)
 	}
 	fmt.Fprintf(out, "chaos: %d kills, %d pauses, %d network faults; waiting up to %s for the pods to settle\n", kills, pauses, netFaults, o.settle)
+	if faults != nil {
+		var links []string
+		for e, b := range faults.Stats() {
+			links = append(links, fmt.Sprintf("%s %d", e, b))
+		}
+		sort.Strings(links)
+		fmt.Fprintf(out, "  raft bytes relayed per link: %s\n", strings.Join(links, ", "))
+	}
 	violations := checkInvariants(ctx, sess, prefix, o.pods, o.settle, out)
 	if o.linClients > 0 {
 		violations += checkLinearizable(history, o.seed, out)
@@ -336,7 +345,8 @@ func networkFault(ctx context.Context, sess *client.Session, n *nemesis.Net, kin
 		return out
 	}
 	leader := storeLeader(ctx, sess)
-	if leader == "" || !slices.Contains(nodes, leader) {
+	known := leader != "" && slices.Contains(nodes, leader)
+	if !known {
 		leader = pick()
 	}
 	switch kind {
@@ -344,7 +354,11 @@ func networkFault(ctx context.Context, sess *client.Session, n *nemesis.Net, kin
 		x := pick()
 		return nemesis.Partition(nodes, []string{x}, others(x)), false
 	case "leader":
-		return nemesis.Isolate(nodes, leader), false
+		f := nemesis.Isolate(nodes, leader)
+		if known {
+			f.Name += " (the leader)"
+		}
+		return f, false
 	case "bridge":
 		b := pick()
 		o := others(b)
