@@ -86,10 +86,14 @@ bench:
 bench-pipeline: build
 	$(BIN)/podflow bench pipeline --pods 5000 --rate 1000 --nodes 100
 
-## chaos: a longer soak than the bounded run in make test (bounded in pods
-## and time; stops by itself).
+## chaos: a longer soak than the bounded runs in make test (bounded in pods
+## and time; stops by itself): process kills and pauses, then every
+## nemesis — kills, pauses and network faults between the store replicas —
+## with the linearizability checker.
 chaos: build
 	$(BIN)/podflow chaos --pods 3000 --duration 5m --kill-interval 4s --targets stages,store,nodeagent,nats --pause --nodes 50
+	$(BIN)/podflow chaos --pods 1000 --duration 3m --kill-interval 7s --fault-for 4s --targets stages,store \
+		--nemesis kill,pause,partition,leader,bridge,oneway,latency,flap --nodes 20
 
 fuzz:
 	cd proto && $(GO) test -run '^$$' -fuzz FuzzEnvelopeDecode -fuzztime 30s ./eventsv1/

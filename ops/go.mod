@@ -8,6 +8,8 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
+require github.com/anishathalye/porcupine v1.3.1 // indirect
+
 require (
 	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327 // indirect
 	github.com/chromedp/chromedp v0.14.2

@@ -51,6 +51,13 @@ type Config struct {
 	RaftAddr string
 	// AdvertiseAddr is the address peers dial; defaults to the bound address.
 	AdvertiseAddr string
+	// PeerAddrs, when set, is where this replica dials the peers it names
+	// (server ID → host:port) instead of the address in the raft
+	// configuration; peers it does not name are dialled as configured. It
+	// changes only this replica's outgoing connections, so each directed
+	// link can be routed on its own — through a fault-injecting proxy in
+	// `podflow chaos`. Like RaftAddr, an address off loopback requires TLS.
+	PeerAddrs map[string]string
 	// TLS, when set, runs the raft transport over mutual TLS (see
 	// MutualTLS): every peer presents a certificate from the CA in
 	// ClientCAs, and this replica's dials verify the peer's against
@@ -199,6 +206,13 @@ func (c Config) Validate() error {
 		add("RaftAddr %q: %w", c.RaftAddr, err)
 	} else if c.TLS == nil && !isLoopback(host) {
 		add("RaftAddr %q is not a loopback address: raft off loopback needs TLS", c.RaftAddr)
+	}
+	for id, a := range c.PeerAddrs {
+		if host, _, err := net.SplitHostPort(a); err != nil || id == "" {
+			add("PeerAddrs %q=%q: want a server ID and host:port", id, a)
+		} else if c.TLS == nil && !isLoopback(host) {
+			add("PeerAddrs %q=%q is not a loopback address: raft off loopback needs TLS", id, a)
+		}
 	}
 	if c.Conn == nil {
 		add("Conn is required")

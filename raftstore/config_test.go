@@ -50,6 +50,8 @@ func TestConfigValidate(t *testing.T) {
 		{"self missing", func(c *Config) { c.ID = "z" }, "does not include this replica"},
 		{"join and bootstrap", func(c *Config) { c.Join = true }, "exclusive"},
 		{"duplicate peer", func(c *Config) { c.Bootstrap = append(c.Bootstrap, Peer{"a", "x:1"}) }, "listed twice"},
+		{"peer addr off loopback", func(c *Config) { c.PeerAddrs = map[string]string{"b": "10.0.0.1:7001"} }, "PeerAddrs"},
+		{"peer addr not host:port", func(c *Config) { c.PeerAddrs = map[string]string{"b": "nope"} }, "PeerAddrs"},
 		{"wildcard subject", func(c *Config) { c.Subject = "a.*" }, "literal subject"},
 		{"no history", func(c *Config) { c.HistoryRevisions = 0 }, "HistoryRevisions"},
 		{"raft lease", func(c *Config) { c.LeaderLeaseTimeout = 2 * c.HeartbeatTimeout }, "LeaderLeaseTimeout"},

@@ -135,10 +135,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		if stream, err = newTLSStreamLayer(n.cfg.RaftAddr, advertise, n.cfg.TLS); err == nil {
 			trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 				Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
+				ServerAddressProvider: n.cfg.peerAddrs(),
 			})
 		}
 	} else {
-		trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, advertise, 4, 10*time.Second, n.log.Named("transport"))
+		trans, err = raft.NewTCPTransportWithConfig(n.cfg.RaftAddr, advertise, &raft.NetworkTransportConfig{
+			MaxPool: 4, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
+			ServerAddressProvider: n.cfg.peerAddrs(),
+		})
 	}
 	if err != nil {
 		return fmt.Errorf("raftstore: raft transport on %q: %w", n.cfg.RaftAddr, err)

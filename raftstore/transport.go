@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -45,4 +46,29 @@ func (t *guardedTransport) quiesce() {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
+}
+
+// peerAddrProvider dials the peers of Config.PeerAddrs at their override;
+// an error makes raft dial the configured address.
+type peerAddrProvider map[string]string
+
+var errNoOverride = errors.New("raftstore: no dial override")
+
+func (p peerAddrProvider) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	if a, ok := p[string(id)]; ok {
+		return raft.ServerAddress(a), nil
+	}
+	return "", errNoOverride
+}
+
+// peerAddrs is c's dial overrides for raft, nil without any.
+func (c Config) peerAddrs() raft.ServerAddressProvider {
+	if len(c.PeerAddrs) == 0 {
+		return nil
+	}
+	p := make(peerAddrProvider, len(c.PeerAddrs))
+	for id, a := range c.PeerAddrs {
+		p[id] = a
+	}
+	return p
 }

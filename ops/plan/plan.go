@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -117,6 +118,10 @@ type Options struct {
 	ClusterRoutePorts  []int
 	// StoreAddrs are the raft addresses of store-1, store-2, …
 	StoreAddrs []string
+	// StorePeerAddrs, when set, is where each store replica dials its
+	// peers (replica → peer → host:port, `store run --peer-addrs`):
+	// `podflow chaos` routes every directed raft link through a relay.
+	StorePeerAddrs map[string]map[string]string
 	// StoreUser is the store's NATS user (from the shared credentials).
 	StoreUser bus.UserCredential
 	// Replicas per stage; a stage absent has none.
@@ -311,6 +316,14 @@ func (p *Plan) storeProcesses() []Process {
 	for i, a := range o.StoreAddrs {
 		name := fmt.Sprintf("store-%d", i+1)
 		args := []string{"store", "run", "--id", name, "--data-dir", p.Layout.Sub(name), "--raft-addr", a, "--bootstrap", strings.Join(boot, ",")}
+		if dial := o.StorePeerAddrs[name]; len(dial) > 0 {
+			var peers []string
+			for id, addr := range dial {
+				peers = append(peers, id+"="+addr)
+			}
+			sort.Strings(peers)
+			args = append(args, "--peer-addrs", strings.Join(peers, ","))
+		}
 		if o.TLS {
 			raft, nc := p.Layout.RaftTLS(), p.Layout.BusTLS(pipeline.RoleStore)
 			args = append(args, "--tls-ca", raft.CAFile, "--raft-tls-cert", raft.CertFile, "--raft-tls-key", raft.KeyFile,

@@ -344,3 +344,27 @@ func TestServiceCIDR(t *testing.T) {
 		t.Fatalf("New with a bad service CIDR = %v", err)
 	}
 }
+
+// TestStorePeerAddrs: a replica with dial overrides (podflow chaos's
+// relays) gets them as --peer-addrs, sorted; the others get none.
+func TestStorePeerAddrs(t *testing.T) {
+	o := options()
+	o.StorePeerAddrs = map[string]map[string]string{"store-1": {"store-3": "127.0.0.1:8013", "store-2": "127.0.0.1:8012"}}
+	p, err := plan.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range p.Processes() {
+		got := strings.Join(pr.Args, " ")
+		switch pr.Name {
+		case "store-1":
+			if !strings.HasSuffix(got, " --peer-addrs store-2=127.0.0.1:8012,store-3=127.0.0.1:8013") {
+				t.Errorf("store-1 args %s", got)
+			}
+		case "store-2", "store-3":
+			if strings.Contains(got, "--peer-addrs") {
+				t.Errorf("%s args %s", pr.Name, got)
+			}
+		}
+	}
+}

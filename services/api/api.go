@@ -567,6 +567,12 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		return stage.Internal(err), nil
 	}
 	attrs.Verb = "create"
+	if !exists && verb == "update" {
+		// The front door read the object before handing the update over;
+		// it was deleted since. An update never creates (the front door
+		// answers 404 to a PUT of an absent object, as kube-apiserver does).
+		return stage.NotFound(kind.Resource, md.GetName()), nil
+	}
 	if exists {
 		if createOnly {
 			return stage.AlreadyExists(kind.Resource, md.GetName()), nil
@@ -651,6 +657,9 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	}
 	if errors.Is(err, raftstore.ErrConflict) || errors.Is(err, raftstore.ErrAlreadyExists) {
 		return conflict(kind.Resource, md.GetName()), nil
+	}
+	if errors.Is(err, raftstore.ErrNotFound) { // deleted after the read above: nothing was written
+		return stage.NotFound(kind.Resource, md.GetName()), nil
 	}
 	if err != nil {
 		return stage.Internal(err), nil

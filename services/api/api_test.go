@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -313,6 +314,41 @@ func TestObjectConflict(t *testing.T) {
 	got, _ := objects.Get[*corev1.ConfigMap](ctx, f.env.Store, "team", "c")
 	if got.GetData()["v"] != "racer" {
 		t.Errorf("stored v=%q, want the racing writer's", got.GetData()["v"])
+	}
+}
+
+// TestUpdateOfDeletedObject: an update whose object is deleted before the
+// stage reads it, or between that read and the write, is a 404 and
+// creates nothing (found by podflow chaos's linearizability checker: a
+// PUT with the resourceVersion of a deleted ConfigMap re-created it).
+func TestUpdateOfDeletedObject(t *testing.T) {
+	for _, hookOn := range []string{"Get", "Update"} {
+		t.Run("deleted before "+hookOn, func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			cm := &corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "c"}, Data: map[string]string{"v": "1"}}
+			rev, err := f.env.Store.Create(ctx, cm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raced := false
+			f.kv.Hook(func(method, _ string) error {
+				if method == hookOn && !raced {
+					raced = true
+					_, err := f.env.Store.Delete(ctx, objects.ConfigMaps, "team", "c", 0)
+					return err
+				}
+				return nil
+			})
+			st, _ := f.s.object(ctx, objectReq(aliceToken, "update", "configmaps", "team",
+				&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Name: "c", ResourceVersion: fmt.Sprint(rev)}, Data: map[string]string{"v": "2"}}))
+			if !raced || st.GetCode() != 404 {
+				t.Errorf("raced %v, status %v; want 404 NotFound", raced, st)
+			}
+			if got, err := objects.Get[*corev1.ConfigMap](ctx, f.env.Store, "team", "c"); !errorsIsNotFound(err) {
+				t.Errorf("after the update: %v, %v; want it still deleted", got, err)
+			}
+		})
 	}
 }
 

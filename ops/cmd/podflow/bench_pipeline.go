@@ -234,6 +234,13 @@ func pct(ds []time.Duration, p int) string {
 // empty, starts its own `podflow up` in a temporary directory (removed on
 // cleanup when remove is set) and connects to that.
 func systemUnderTest(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string) (*client.Session, func(), error) {
+	return systemUnderTestPrepared(ctx, configPath, nodes, replicas, remove, name, nil)
+}
+
+// systemUnderTestPrepared is systemUnderTest with prepare run on the
+// fresh data directory before its `podflow up` starts (not with
+// configPath).
+func systemUnderTestPrepared(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string, prepare func(dir string) error) (*client.Session, func(), error) {
 	var undo []func()
 	cleanup := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -247,6 +254,12 @@ func systemUnderTest(ctx context.Context, configPath string, nodes int, replicas
 		}
 		if remove {
 			undo = append(undo, func() { os.RemoveAll(dir) })
+		}
+		if prepare != nil {
+			if err := prepare(dir); err != nil {
+				cleanup()
+				return nil, nil, err
+			}
 		}
 		stop, err := startUp(ctx, dir, nodes, replicas)
 		if err != nil {

@@ -2,19 +2,25 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/ops/nemesis"
 	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
@@ -35,6 +41,10 @@ type chaosOptions struct {
 	seed         uint64
 	nodes        int
 	settle       time.Duration
+	nemeses      string
+	faultFor     time.Duration
+	linClients   int
+	linKeys      int
 }
 
 // violationsError makes chaos exit 2 when an invariant broke.
@@ -72,7 +82,69 @@ its own ` + "`podflow up`" + ` in a temporary directory.`,
 	f.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock; printed)")
 	f.IntVar(&o.nodes, "nodes", 20, "simulated nodes (when starting its own system)")
 	f.DurationVar(&o.settle, "settle", 2*time.Minute, "how long to wait for every pod to settle after the chaos")
+	f.StringVar(&o.nemeses, "nemesis", "", "faults to inject, one every --kill-interval: "+strings.Join(nemesisNames, ",")+" (default kill, and pause with --pause); network faults need chaos to start its own system (no --config)")
+	f.DurationVar(&o.faultFor, "fault-for", 5*time.Second, "how long a network fault lasts before it heals")
+	f.IntVar(&o.linClients, "lin-clients", 4, "concurrent HTTPS clients of the linearizability checker (0: none)")
+	f.IntVar(&o.linKeys, "lin-keys", 5, "ConfigMaps those clients share")
 	return cmd
+}
+
+// nemesisNames are the faults of --nemesis: process faults (kill, pause)
+// and network faults between the store replicas (the rest).
+var nemesisNames = []string{"kill", "pause", "partition", "leader", "bridge", "oneway", "latency", "flap"}
+
+// parseNemeses reads --nemesis (default: kill, and pause with --pause)
+// and reports whether any is a network fault.
+func parseNemeses(spec string, pause bool) (names []string, network bool, err error) {
+	if spec == "" {
+		spec = "kill"
+		if pause {
+			spec += ",pause"
+		}
+	}
+	seen := map[string]bool{}
+	for _, n := range strings.Split(spec, ",") {
+		if n = strings.TrimSpace(n); n == "" || seen[n] {
+			continue
+		}
+		if !slices.Contains(nemesisNames, n) {
+			return nil, false, fmt.Errorf("--nemesis: unknown fault %q (%s)", n, strings.Join(nemesisNames, ", "))
+		}
+		seen[n] = true
+		names = append(names, n)
+		network = network || (n != "kill" && n != "pause")
+	}
+	return names, network, nil
+}
+
+// chaosNet starts the relays of the store's raft links and writes, into
+// the fresh data directory dir, the store addresses and each replica's
+// dial addresses, so that the `podflow up` started next routes every
+// directed link through its relay.
+func chaosNet(dir string, replicas int) (*nemesis.Net, error) {
+	targets := map[string]string{}
+	var cl clusterFile
+	for i := range replicas {
+		a, err := plan.FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		cl.StoreAddrs = append(cl.StoreAddrs, a)
+		targets[fmt.Sprintf("store-%d", i+1)] = a
+	}
+	n, err := nemesis.New(targets)
+	if err != nil {
+		return nil, err
+	}
+	cl.StorePeerAddrs = map[string]map[string]string{}
+	for id := range targets {
+		cl.StorePeerAddrs[id] = n.DialAddrs(id)
+	}
+	if err := writeJSONFile(plan.Layout{Dir: dir}.Cluster(), cl); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
 }
 
 func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
@@ -91,13 +163,31 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 		}
 		targets[kind] = true
 	}
-	sess, cleanup, err := systemUnderTest(ctx, o.config, o.nodes, "admission=2,persistence=2,scheduler=2", true, "podflow-chaos")
+	nemeses, network, err := parseNemeses(o.nemeses, o.pause)
+	if err != nil {
+		return err
+	}
+	if network && o.config != "" {
+		return errors.New("--nemesis: network faults need chaos to start its own system: leave out --config")
+	}
+	var faults *nemesis.Net
+	var prepare func(string) error
+	if network {
+		prepare = func(dir string) (err error) {
+			faults, err = chaosNet(dir, 3)
+			return err
+		}
+	}
+	sess, cleanup, err := systemUnderTestPrepared(ctx, o.config, o.nodes, "admission=2,persistence=2,scheduler=2", true, "podflow-chaos", prepare)
+	if faults != nil {
+		defer faults.Close() // after the system stopped: its replicas' links
+	}
 	if err != nil {
 		return err
 	}
 	defer cleanup()
 	cfg := sess.Config
-	fmt.Fprintf(out, "chaos: seed %d, %d pods over %s, a kill every %s among %s (pause: %t)\n", o.seed, o.pods, o.duration, o.killInterval, o.targets, o.pause)
+	fmt.Fprintf(out, "chaos: seed %d, %d pods over %s, a fault every %s among %s (targets %s)\n", o.seed, o.pods, o.duration, o.killInterval, strings.Join(nemeses, ","), o.targets)
 
 	prefix := fmt.Sprintf("chaos-%d-", o.seed%100000)
 	start := time.Now()
@@ -108,57 +198,234 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	}
 	go func() { workDone <- chaosWorkload(ctx, sess, token, prefix, o.pods, o.duration) }()
 
-	kills, pauses := 0, 0
+	// The register workload of the linearizability checker runs over the
+	// HTTPS API until the faults end and the pod workload is done.
+	history := nemesis.NewHistory()
+	linCtx, stopLin := context.WithCancel(ctx)
+	defer stopLin()
+	linDone := make(chan error, 1)
+	if o.linClients > 0 {
+		cm, err := newConfigMapClient(cfg.DataDir)
+		if err != nil {
+			return fmt.Errorf("linearizability checker: %w", err)
+		}
+		go func() {
+			linDone <- registerWorkload(linCtx, cm, history, fmt.Sprintf("lin-%d-", o.seed%100000), o.linClients, o.linKeys, o.seed)
+		}()
+	} else {
+		linDone <- nil
+	}
+
+	kills, pauses, netFaults := 0, 0, 0
 	var order []plan.Kind
 	for _, t := range plan.Targets {
 		if targets[t.Kind] {
 			order = append(order, t.Kind)
 		}
 	}
+	// The first faults visit every target kind (kills) and every nemesis
+	// once, so that even a short run has one of each; then the choice is
+	// random.
+	var first []string
+	if slices.Contains(nemeses, "kill") {
+		for range order {
+			first = append(first, "kill")
+		}
+	}
+	first = append(first, nemeses...)
+	elapsed := func() time.Duration { return time.Since(start).Round(time.Second) }
 	tick := time.NewTicker(o.killInterval)
 	defer tick.Stop()
-	for time.Since(start) < o.duration {
+	for i := 0; time.Since(start) < o.duration; i++ {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
 		}
-		// The first kills visit every target kind once, so that even a
-		// short run kills one of each; then the choice is random.
-		want := targets
-		if kills+pauses < len(order) {
-			want = map[plan.Kind]bool{order[kills+pauses]: true}
+		kind := nemeses[rng.IntN(len(nemeses))]
+		if i < len(first) {
+			kind = first[i]
 		}
-		victim, err := pickVictim(ctx, sess, plan.Layout{Dir: cfg.DataDir}.Children(), want, rng)
-		if err != nil {
-			fmt.Fprintf(out, "  %6s  no victim: %v\n", time.Since(start).Round(time.Second), err)
-			continue
-		}
-		if o.pause && kills+pauses >= len(order) && rng.IntN(3) == 0 {
-			if err := syscall.Kill(victim.PID, syscall.SIGSTOP); err == nil {
-				pauses++
-				fmt.Fprintf(out, "  %6s  SIGSTOP %s (pid %d) for %s\n", time.Since(start).Round(time.Second), victim.Name, victim.PID, o.pauseFor)
-				time.Sleep(o.pauseFor)
-				_ = syscall.Kill(victim.PID, syscall.SIGCONT)
+		switch kind {
+		case "kill", "pause":
+			want := targets
+			if kind == "kill" && kills < len(order) {
+				want = map[plan.Kind]bool{order[kills]: true}
 			}
-			continue
+			victim, err := pickVictim(ctx, sess, plan.Layout{Dir: cfg.DataDir}.Children(), want, rng)
+			if err != nil {
+				fmt.Fprintf(out, "  %6s  no victim: %v\n", elapsed(), err)
+				continue
+			}
+			if kind == "pause" {
+				if err := syscall.Kill(victim.PID, syscall.SIGSTOP); err == nil {
+					pauses++
+					fmt.Fprintf(out, "  %6s  SIGSTOP %s (pid %d) for %s\n", elapsed(), victim.Name, victim.PID, o.pauseFor)
+					sleepCtx(ctx, o.pauseFor)
+					_ = syscall.Kill(victim.PID, syscall.SIGCONT)
+				}
+				continue
+			}
+			if err := syscall.Kill(victim.PID, syscall.SIGKILL); err == nil {
+				kills++
+				fmt.Fprintf(out, "  %6s  SIGKILL %s (pid %d)\n", elapsed(), victim.Name, victim.PID)
+			}
+		default:
+			f, flap := networkFault(ctx, sess, faults, kind, rng)
+			netFaults++
+			if flap {
+				fmt.Fprintf(out, "  %6s  flap %s every 400ms for %s\n", elapsed(), f, o.faultFor)
+				n, err := faults.Flap(ctx, f, 400*time.Millisecond, o.faultFor)
+				if err != nil && ctx.Err() == nil {
+					return fmt.Errorf("nemesis: %w", err)
+				}
+				fmt.Fprintf(out, "  %6s  healed after %d flaps\n", elapsed(), n)
+				continue
+			}
+			if err := faults.Apply(f); err != nil {
+				return fmt.Errorf("nemesis: %w", err)
+			}
+			fmt.Fprintf(out, "  %6s  %s for %s\n", elapsed(), f, o.faultFor)
+			sleepCtx(ctx, o.faultFor)
+			during := storeLeader(ctx, sess)
+			if err := faults.Heal(); err != nil {
+				return fmt.Errorf("nemesis: %w", err)
+			}
+			fmt.Fprintf(out, "  %6s  healed (leader before the heal: %q)\n", elapsed(), during)
 		}
-		if err := syscall.Kill(victim.PID, syscall.SIGKILL); err == nil {
-			kills++
-			fmt.Fprintf(out, "  %6s  SIGKILL %s (pid %d)\n", time.Since(start).Round(time.Second), victim.Name, victim.PID)
+	}
+	if faults != nil {
+		if err := faults.Heal(); err != nil {
+			return fmt.Errorf("nemesis: %w", err)
 		}
 	}
 	if err := <-workDone; err != nil {
 		return fmt.Errorf("workload: %w", err)
 	}
-	fmt.Fprintf(out, "chaos: %d kills, %d pauses; waiting up to %s for the pods to settle\n", kills, pauses, o.settle)
+	stopLin()
+	if err := <-linDone; err != nil {
+		return fmt.Errorf("register workload: %w", err)
+	}
+	fmt.Fprintf(out, "chaos: %d kills, %d pauses, %d network faults; waiting up to %s for the pods to settle\n", kills, pauses, netFaults, o.settle)
+	if faults != nil {
+		var links []string
+		for e, b := range faults.Stats() {
+			links = append(links, fmt.Sprintf("%s %d", e, b))
+		}
+		sort.Strings(links)
+		fmt.Fprintf(out, "  raft bytes relayed per link: %s\n", strings.Join(links, ", "))
+	}
 	violations := checkInvariants(ctx, sess, prefix, o.pods, o.settle, out)
+	if o.linClients > 0 {
+		violations += checkLinearizable(history, o.seed, out)
+	}
 	if violations > 0 {
 		fmt.Fprintf(out, "chaos: FAILED with %d violation(s); replay with --seed %d\n", violations, o.seed)
 		return violationsError{violations}
 	}
 	fmt.Fprintln(out, "chaos: every invariant holds (0 violations)")
 	return nil
+}
+
+// networkFault picks the fault of nemesis kind among the store
+// replicas: a random replica cut off (partition), the leader cut off
+// from its followers while it still serves its clients over NATS
+// (leader), a bridge, the leader unable to reach one follower (oneway),
+// added latency, or a replica flapping (flap: true).
+func networkFault(ctx context.Context, sess *client.Session, n *nemesis.Net, kind string, rng *rand.Rand) (f nemesis.Fault, flap bool) {
+	nodes := n.Nodes()
+	pick := func() string { return nodes[rng.IntN(len(nodes))] }
+	others := func(x string) []string {
+		var out []string
+		for _, n := range nodes {
+			if n != x {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	leader := storeLeader(ctx, sess)
+	known := leader != "" && slices.Contains(nodes, leader)
+	if !known {
+		leader = pick()
+	}
+	switch kind {
+	case "partition":
+		x := pick()
+		return nemesis.Partition(nodes, []string{x}, others(x)), false
+	case "leader":
+		f := nemesis.Isolate(nodes, leader)
+		if known {
+			f.Name += " (the leader)"
+		}
+		return f, false
+	case "bridge":
+		b := pick()
+		o := others(b)
+		return nemesis.Bridge(nodes, b, o[:1], o[1:]), false
+	case "oneway":
+		o := others(leader)
+		return nemesis.OneWay(leader, o[rng.IntN(len(o))]), false
+	case "latency":
+		return nemesis.Slow(time.Duration(50+rng.IntN(250))*time.Millisecond, 50*time.Millisecond), false
+	default: // flap
+		return nemesis.Isolate(nodes, pick()), true
+	}
+}
+
+// storeLeader is the ID of the store's leader, "" when none answers.
+func storeLeader(ctx context.Context, sess *client.Session) string {
+	st, err := sess.Store.Client().Status(ctx, 300*time.Millisecond)
+	if err != nil {
+		return ""
+	}
+	for _, s := range st {
+		if s.State == "Leader" {
+			return s.ID
+		}
+	}
+	return ""
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// checkLinearizable checks the register history with porcupine and
+// prints the verdict; an illegal history is written out as porcupine's
+// visualization. It returns the number of violations.
+func checkLinearizable(h *nemesis.History, seed uint64, out io.Writer) int {
+	counts := h.Counts()
+	var parts []string
+	for k, v := range counts {
+		parts = append(parts, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(parts)
+	res, info := h.Check(2 * time.Minute)
+	switch res {
+	case porcupine.Ok:
+		fmt.Fprintf(out, "  check: %d ConfigMap operations over HTTPS are linearizable (%s)\n", h.Len(), strings.Join(parts, ", "))
+		return 0
+	case porcupine.Unknown:
+		fmt.Fprintf(out, "  VIOLATION: the linearizability check of %d operations did not finish in 2m (%s)\n", h.Len(), strings.Join(parts, ", "))
+		return 1
+	}
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("podflow-chaos-%d-linearizability.html", seed))
+	if err := porcupine.VisualizePath(nemesis.Model.ToModel(), info, path); err != nil {
+		path = "(not written: " + err.Error() + ")"
+	}
+	if f, err := os.Create(strings.TrimSuffix(path, ".html") + ".jsonl"); err == nil {
+		_ = h.WriteJSON(f)
+		f.Close()
+		path += " and the history in " + strings.TrimSuffix(path, ".html") + ".jsonl"
+	}
+	fmt.Fprintf(out, "  VIOLATION: the %d ConfigMap operations over HTTPS are not linearizable (%s); see %s\n", h.Len(), strings.Join(parts, ", "), path)
+	return 1
 }
 
 // chaosWorkload publishes pods evenly over d, retrying publishes that fail
@@ -210,14 +477,10 @@ func pickVictim(ctx context.Context, sess *client.Session, children string, targ
 	}
 	// Half the store kills go to the leader: that is the interesting one.
 	if targets[plan.Store] && rng.IntN(4) == 0 {
-		if st, err := sess.Store.Client().Status(ctx, 300*time.Millisecond); err == nil {
-			for _, s := range st {
-				if s.State == "Leader" {
-					for _, k := range pool {
-						if k.Name == s.ID {
-							return k, nil
-						}
-					}
+		if leader := storeLeader(ctx, sess); leader != "" {
+			for _, k := range pool {
+				if k.Name == leader {
+					return k, nil
 				}
 			}
 		}

@@ -114,7 +114,7 @@ func (f *storeConnFlags) client(ctx context.Context) (c *raftstore.Client, close
 
 func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	cfg := raftstore.DefaultConfig()
-	var bootstrap, logLevel, raftCert, raftKey string
+	var bootstrap, peerAddrs, logLevel, raftCert, raftKey string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run one store replica until interrupted",
@@ -128,6 +128,16 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 				return err
 			}
 			cfg.Bootstrap = peers
+			dials, err := raftstore.ParsePeers(peerAddrs)
+			if err != nil {
+				return fmt.Errorf("--peer-addrs: %w", err)
+			}
+			for _, p := range dials {
+				if cfg.PeerAddrs == nil {
+					cfg.PeerAddrs = map[string]string{}
+				}
+				cfg.PeerAddrs[p.ID] = p.Address
+			}
 			cfg.Subject = conn.subject
 			if raftCert != "" || raftKey != "" {
 				if cfg.TLS, err = raftstore.MutualTLS(raftstore.TLSFiles{CertFile: raftCert, KeyFile: raftKey, CAFile: conn.tls.CAFile}, raftstore.PeerGroup); err != nil {
@@ -151,6 +161,7 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	f.StringVar(&raftCert, "raft-tls-cert", "", "raft peer certificate (PEM, group "+raftstore.PeerGroup+", server and client auth): mutual TLS between replicas, verified against --tls-ca; required off loopback")
 	f.StringVar(&raftKey, "raft-tls-key", "", "key (PEM) of --raft-tls-cert")
 	f.StringVar(&bootstrap, "bootstrap", "", "initial voters id1=addr1,id2=addr2,... (used only on an empty data dir)")
+	f.StringVar(&peerAddrs, "peer-addrs", "", "dial these peers here instead of at their raft address, id1=addr1,... (podflow chaos routes each link through its fault-injecting relay)")
 	f.BoolVar(&cfg.Join, "join", false, "on an empty data dir, ask the running cluster to add this replica")
 	f.Int64Var(&cfg.HistoryRevisions, "history-revisions", cfg.HistoryRevisions, "revisions of change history kept for watches")
 	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "raft heartbeat timeout")

@@ -39,30 +39,19 @@ func (k *kubeFiles) stageArgs() []string {
 // client certificate (CN=admin, O=system:masters) and DATA/kubeconfig;
 // later starts reuse them. port 0 picks a free port once and remembers it.
 func ensureKube(dir string, port int) (*kubeFiles, error) {
-	pdir := filepath.Join(dir, "pki")
-	if err := os.MkdirAll(pdir, 0o700); err != nil {
+	k, saved, err := kubePaths(dir)
+	if err != nil {
 		return nil, err
 	}
-	k := &kubeFiles{
-		CACert: filepath.Join(pdir, "ca.crt"), CAKey: filepath.Join(pdir, "ca.key"),
-		ServingCert: filepath.Join(pdir, "apiserver.crt"), ServingKey: filepath.Join(pdir, "apiserver.key"),
-		AdminCert: filepath.Join(pdir, "admin.crt"), AdminKey: filepath.Join(pdir, "admin.key"),
-		Kubeconfig: filepath.Join(dir, "kubeconfig"), SAKey: filepath.Join(pdir, "sa.key"),
+	if err := os.MkdirAll(filepath.Dir(k.CACert), 0o700); err != nil {
+		return nil, err
 	}
-	addrFile := filepath.Join(pdir, "apiserver.json")
-	var saved struct {
-		Addr string `json:"addr"`
-	}
-	if b, err := os.ReadFile(addrFile); err == nil {
-		if err := json.Unmarshal(b, &saved); err != nil {
-			return nil, fmt.Errorf("%s: %w", addrFile, err)
-		}
-	}
+	addrFile := kubeAddrFile(dir)
 	switch {
 	case port > 0:
 		k.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	case saved.Addr != "":
-		k.Addr = saved.Addr
+	case saved != "":
+		k.Addr = saved
 	default:
 		addr, err := plan.FreeAddr()
 		if err != nil {
@@ -70,7 +59,7 @@ func ensureKube(dir string, port int) (*kubeFiles, error) {
 		}
 		k.Addr = addr
 	}
-	if k.Addr != saved.Addr {
+	if k.Addr != saved {
 		b, _ := json.Marshal(map[string]string{"addr": k.Addr})
 		if err := os.WriteFile(addrFile, b, 0o644); err != nil {
 			return nil, err
@@ -112,6 +101,29 @@ func ensureKube(dir string, port int) (*kubeFiles, error) {
 		return nil, err
 	}
 	return k, nil
+}
+
+func kubeAddrFile(dir string) string { return filepath.Join(dir, "pki", "apiserver.json") }
+
+// kubePaths are the front door's files in data dir dir, and the address
+// saved at first start ("" before).
+func kubePaths(dir string) (k *kubeFiles, addr string, err error) {
+	pdir := filepath.Join(dir, "pki")
+	k = &kubeFiles{
+		CACert: filepath.Join(pdir, "ca.crt"), CAKey: filepath.Join(pdir, "ca.key"),
+		ServingCert: filepath.Join(pdir, "apiserver.crt"), ServingKey: filepath.Join(pdir, "apiserver.key"),
+		AdminCert: filepath.Join(pdir, "admin.crt"), AdminKey: filepath.Join(pdir, "admin.key"),
+		Kubeconfig: filepath.Join(dir, "kubeconfig"), SAKey: filepath.Join(pdir, "sa.key"),
+	}
+	var saved struct {
+		Addr string `json:"addr"`
+	}
+	if b, err := os.ReadFile(kubeAddrFile(dir)); err == nil {
+		if err := json.Unmarshal(b, &saved); err != nil {
+			return nil, "", fmt.Errorf("%s: %w", kubeAddrFile(dir), err)
+		}
+	}
+	return k, saved.Addr, nil
 }
 
 func issueOnce(ca *pki.CA, certFile, keyFile string, r pki.Request) error {

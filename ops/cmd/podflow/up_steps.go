@@ -116,7 +116,7 @@ func newUp(o *upOptions, out io.Writer) (_ *up, err error) {
 	u.plan, err = plan.New(plan.Options{
 		Exe: exe, DataDir: dir, NATSPort: cl.NATSPort, Cluster: o.cluster,
 		ClusterClientPorts: cl.ClusterClientPorts, ClusterRoutePorts: cl.ClusterRoutePorts,
-		StoreAddrs: cl.StoreAddrs, StoreUser: storeUser, Replicas: replicas, TLS: o.cluster,
+		StoreAddrs: cl.StoreAddrs, StorePeerAddrs: cl.StorePeerAddrs, StoreUser: storeUser, Replicas: replicas, TLS: o.cluster,
 		Runtime: o.runtime, Nodes: o.nodes, NodeGrace: o.nodeGrace, APIArgs: u.kube.stageArgs(),
 		ServiceCIDR: o.serviceCIDR,
 	})
@@ -483,6 +483,10 @@ func (u *up) scale(data []byte) plan.ScaleResponse {
 // store replicas find each other again after a restart.
 type clusterFile struct {
 	StoreAddrs []string `json:"storeAddrs"`
+	// StorePeerAddrs: where each replica dials its peers, when not at
+	// StoreAddrs (written by `podflow chaos` before it starts the system:
+	// the relays of its nemeses).
+	StorePeerAddrs map[string]map[string]string `json:"storePeerAddrs,omitempty"`
 	// NATSPort is the client port, fixed at first start so that a NATS
 	// server restarted by the supervisor comes back where its clients look.
 	NATSPort int `json:"natsPort"`
