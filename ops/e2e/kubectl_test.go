@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,6 +129,26 @@ func TestKubectl(t *testing.T) {
 		if !regexpLine(out, "sim-node-0001", "Ready") {
 			t.Fatalf("get nodes:\n%s", out)
 		}
+	})
+
+	t.Run("expose", func(t *testing.T) {
+		// kubectl expose reads the pod's labels for the selector and
+		// creates the Service; the store hands it a ClusterIP from the
+		// service CIDR and the endpoints stage puts the pod behind it.
+		if out := k.must("expose", "pod", "my-nginx-pod", "--port", "8080", "--target-port", "80"); !strings.Contains(out, "service/my-nginx-pod exposed") {
+			t.Fatalf("expose: %q", out)
+		}
+		ip := strings.TrimSpace(k.must("get", "service", "my-nginx-pod", "-o", "jsonpath={.spec.clusterIP}"))
+		if addr, err := netip.ParseAddr(ip); err != nil || !netip.MustParsePrefix("10.96.0.0/16").Contains(addr) {
+			t.Fatalf("the exposed Service's ClusterIP %q is not in 10.96.0.0/16", ip)
+		}
+		podIP := strings.TrimSpace(k.must("get", "pod", "my-nginx-pod", "-o", "jsonpath={.status.podIP}"))
+		eventually(t, 20*time.Second, "the pod behind the exposed Service", func() (bool, string) {
+			out, _, _ := k.run("get", "endpointslices", "-l", "kubernetes.io/service-name=my-nginx-pod",
+				"-o", "jsonpath={.items[*].endpoints[*].addresses[*]} {.items[*].ports[*].port}")
+			return podIP != "" && strings.TrimSpace(out) == podIP+" 80", out
+		})
+		k.must("delete", "service", "my-nginx-pod")
 	})
 
 	t.Run("the podflow CLI like kubectl", func(t *testing.T) { testPodflowLikeKubectl(t, c, k) })

@@ -428,4 +428,3 @@ func (p *Plan) Metrics() map[string]string {
 	}
 	return m
 }
-
