@@ -710,18 +710,9 @@ func (s *Stage) issueServiceAccountToken(ctx context.Context, sec, prev *corev1.
 func (s *Stage) deletePod(ctx context.Context, ns, name string, grace *int64) (*corev1.Status, proto.Message) {
 	now := timestamppb.Now()
 	pod, err := objects.Mutate(ctx, s.env.Store, ns, name, func(p *corev1.Pod) error {
-		if p.GetMetadata().GetDeletionTimestamp() != nil {
+		if !stage.MarkTerminating(p, grace, now) {
 			return objects.ErrNoChange
 		}
-		g := int64(30)
-		if p.GetSpec().TerminationGracePeriodSeconds != nil {
-			g = p.GetSpec().GetTerminationGracePeriodSeconds()
-		}
-		if grace != nil {
-			g = *grace
-		}
-		p.Metadata.DeletionTimestamp = now
-		p.Metadata.DeletionGracePeriodSeconds = proto.Int64(g)
 		return nil
 	})
 	if errors.Is(err, raftstore.ErrNotFound) {
@@ -730,33 +721,8 @@ func (s *Stage) deletePod(ctx context.Context, ns, name string, grace *int64) (*
 	if err != nil {
 		return stage.Internal(err), nil
 	}
-	if err := RequestDeletion(ctx, s.env, pod); err != nil {
+	if err := stage.RequestDeletion(ctx, s.env, pod); err != nil {
 		return stage.Internal(err), nil
 	}
 	return stage.Success(200, "pods", name), pod
-}
-
-// RequestDeletion continues the deletion of a pod marked terminating: an
-// unbound pod is removed from the store at once (PodDeleted); a bound pod
-// is handed to its node (PodDeleteRequested). It is idempotent and is also
-// what reconciliation calls for a terminating pod.
-func RequestDeletion(ctx context.Context, env stage.Env, pod *corev1.Pod) error {
-	md := pod.GetMetadata()
-	base := &eventsv1.Envelope{
-		PodUid: md.GetUid(), Namespace: md.GetNamespace(), PodName: md.GetName(), NodeName: pod.GetSpec().GetNodeName(),
-		Time: timestamppb.Now(), Stage: env.Stage, Replica: env.Replica, Attempt: 1, Generation: md.GetGeneration(),
-		Traceparent: bus.NewTraceparent(),
-	}
-	if pod.GetSpec().GetNodeName() == "" {
-		rev, err := env.Store.Delete(ctx, objects.Pods, md.GetNamespace(), md.GetName(), objects.Revision(pod))
-		if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
-			return err
-		}
-		base.Payload = &eventsv1.Envelope_PodDeleted{PodDeleted: &eventsv1.PodDeleted{Revision: rev}}
-	} else {
-		base.Payload = &eventsv1.Envelope_PodDeleteRequested{PodDeleteRequested: &eventsv1.PodDeleteRequested{
-			GracePeriodSeconds: md.DeletionGracePeriodSeconds,
-		}}
-	}
-	return env.Pub.Publish(ctx, base)
 }

@@ -1,0 +1,68 @@
+package stage
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+)
+
+// DefaultGracePeriodSeconds is a pod's grace period when neither the
+// deletion nor its spec.terminationGracePeriodSeconds names one.
+const DefaultGracePeriodSeconds = 30
+
+// MarkTerminating starts a pod's graceful deletion in the object, as the
+// API server does: deletionTimestamp now and deletionGracePeriodSeconds
+// grace, else the pod's terminationGracePeriodSeconds, else 30. It
+// returns false, changing nothing, for a pod already terminating. The
+// caller writes the pod (comparing its revision), then RequestDeletion.
+func MarkTerminating(p *corev1.Pod, grace *int64, now *timestamppb.Timestamp) bool {
+	if p.GetMetadata().GetDeletionTimestamp() != nil {
+		return false
+	}
+	g := int64(DefaultGracePeriodSeconds)
+	if p.GetSpec().TerminationGracePeriodSeconds != nil {
+		g = p.GetSpec().GetTerminationGracePeriodSeconds()
+	}
+	if grace != nil {
+		g = *grace
+	}
+	if p.Metadata == nil {
+		p.Metadata = &corev1.ObjectMeta{}
+	}
+	p.Metadata.DeletionTimestamp = now
+	p.Metadata.DeletionGracePeriodSeconds = &g
+	return true
+}
+
+// RequestDeletion continues the deletion of a pod marked terminating: an
+// unbound pod is removed from the store at once (PodDeleted); a bound pod
+// is handed to its node (PodDeleteRequested). It is idempotent and is also
+// what reconciliation calls for a terminating pod. The api stage calls it
+// for `kubectl delete pod`, the scheduler for the victims of a preemption.
+func RequestDeletion(ctx context.Context, env Env, pod *corev1.Pod) error {
+	md := pod.GetMetadata()
+	base := &eventsv1.Envelope{
+		PodUid: md.GetUid(), Namespace: md.GetNamespace(), PodName: md.GetName(), NodeName: pod.GetSpec().GetNodeName(),
+		Time: timestamppb.Now(), Stage: env.Stage, Replica: env.Replica, Attempt: 1, Generation: md.GetGeneration(),
+		Traceparent: bus.NewTraceparent(),
+	}
+	if pod.GetSpec().GetNodeName() == "" {
+		rev, err := env.Store.Delete(ctx, objects.Pods, md.GetNamespace(), md.GetName(), objects.Revision(pod))
+		if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+			return err
+		}
+		base.Payload = &eventsv1.Envelope_PodDeleted{PodDeleted: &eventsv1.PodDeleted{Revision: rev}}
+	} else {
+		base.Payload = &eventsv1.Envelope_PodDeleteRequested{PodDeleteRequested: &eventsv1.PodDeleteRequested{
+			GracePeriodSeconds: md.DeletionGracePeriodSeconds,
+		}}
+	}
+	return env.Pub.Publish(ctx, base)
+}
