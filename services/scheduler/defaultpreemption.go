@@ -40,6 +40,9 @@ const (
 type Victim struct {
 	UID, Namespace, Name string
 	Priority             int32
+	// Terminating: the victim was already terminating in the snapshot
+	// (another preemption's victim, or deleted), so it needs no deletion.
+	Terminating bool
 }
 
 // PostFilterResult is a successful PostFilter's outcome: the pod is to be
@@ -140,7 +143,7 @@ func (pl *defaultPreemption) preempt(state *CycleState, pod *corev1.Pod, h Handl
 	res := &PostFilterResult{NominatedNode: best.node, Victims: make([]Victim, len(best.victims))}
 	for i, v := range best.victims {
 		e := v.entry
-		res.Victims[i] = Victim{UID: e.key, Namespace: e.namespace, Name: e.name, Priority: v.priority}
+		res.Victims[i] = Victim{UID: e.key, Namespace: e.namespace, Name: e.name, Priority: v.priority, Terminating: v.terminating}
 	}
 	return res, nil
 }

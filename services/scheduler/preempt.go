@@ -33,7 +33,7 @@ const (
 // victims' deletion is requested from their node; "requested" after it,
 // before the preemptor binds. A test kills the replica there to show what
 // a crash leaves. It is set before any replica starts.
-var preemptHook func(point string, pod *corev1.Pod)
+var preemptHook func(point, replica string, pod *corev1.Pod)
 
 // preempt carries out a PostFilter's nomination in one store transaction
 // that
@@ -76,10 +76,15 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterRes
 			return victimsGone, nil
 		case err != nil:
 			return 0, err
-		case vp.GetMetadata().GetUid() != v.UID || vp.GetSpec().GetNodeName() != node:
-			return victimsGone, nil
+		case vp.GetMetadata().GetUid() != v.UID || vp.GetSpec().GetNodeName() != node ||
+			(vp.GetMetadata().GetDeletionTimestamp() != nil && !v.Terminating):
+			// The decision was taken on a cache behind the store (another
+			// preemption took this victim, and nominated its preemptor in
+			// the same transaction): decide again once the cache has it.
+			_, err := s.podRev.wait(ctx, objects.Revision(vp), s.cfg.CacheSyncTimeout)
+			return victimsGone, err
 		case vp.GetMetadata().GetDeletionTimestamp() != nil:
-			continue // going already: nothing to delete
+			continue // known to be going already: nothing to delete
 		}
 		m := proto.CloneOf(vp)
 		stage.MarkTerminating(m, nil, now)
@@ -105,7 +110,7 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterRes
 	s.Counters.Victims.Add(int64(len(marked)))
 	_ = s.cache.Nominate(nominated, node)
 	if preemptHook != nil {
-		preemptHook("nominated", pod)
+		preemptHook("nominated", s.env.Replica, pod)
 	}
 	for _, m := range marked {
 		if err := stage.RequestDeletion(ctx, s.env, m); err != nil {
@@ -113,7 +118,7 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterRes
 		}
 	}
 	if preemptHook != nil {
-		preemptHook("requested", pod)
+		preemptHook("requested", s.env.Replica, pod)
 	}
 	return preempted, nil
 }

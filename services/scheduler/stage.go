@@ -324,7 +324,8 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 	}
 	var conflicts int32
 	attemptStart := time.Now()
-	fresh := false // read the pod from the store, not from a copy
+	fresh := false  // read the pod from the store, not from a copy
+	synced := false // waited for the cache to reach a nominated pod's revision
 	for attempt := 0; ; attempt++ {
 		if attempt == s.cfg.MaxAttempts {
 			s.Counters.Errors.Add(1)
@@ -373,6 +374,16 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		case (errors.As(err, &fit) || errors.Is(err, ErrNoNodesAvailable)) && !fresh:
 			// Never report a pod unschedulable from a stale copy.
 			fresh = true
+			continue
+		case errors.As(err, &fit) && fit.Nomination != nil && pod.GetStatus().GetNominatedNodeName() != "" && !synced:
+			// Nominated already (by us or another replica): decide on a
+			// cache that has the pod's revision, so that it has the
+			// victims of that nomination (written in the same
+			// transaction) and does not preempt a second time.
+			synced = true
+			if _, err := s.podRev.wait(ctx, objects.Revision(pod), s.cfg.CacheSyncTimeout); err != nil {
+				return err
+			}
 			continue
 		case errors.As(err, &fit) && fit.Nomination != nil:
 			switch outcome, err := s.preempt(ctx, pod, fit.Nomination, fit.Error()); {
