@@ -3399,8 +3399,11 @@ type PodSpec struct {
 	// share_process_namespace: the pod's containers share one PID namespace
 	// (PID 1 is the sandbox's holder, as containerd's pause process).
 	ShareProcessNamespace *bool `protobuf:"varint,25,opt,name=share_process_namespace,json=shareProcessNamespace,proto3,oneof" json:"share_process_namespace,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// preemption_policy: PreemptLowerPriority (default) or Never, set by
+	// admission from the pod's PriorityClass.
+	PreemptionPolicy *string `protobuf:"bytes,26,opt,name=preemption_policy,json=preemptionPolicy,proto3,oneof" json:"preemption_policy,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PodSpec) Reset() {
@@ -3606,6 +3609,13 @@ func (x *PodSpec) GetShareProcessNamespace() bool {
 		return *x.ShareProcessNamespace
 	}
 	return false
+}
+
+func (x *PodSpec) GetPreemptionPolicy() string {
+	if x != nil && x.PreemptionPolicy != nil {
+		return *x.PreemptionPolicy
+	}
+	return ""
 }
 
 // PodDNSConfig is what a pod adds to (or, with dnsPolicy None, all of) its
@@ -7863,7 +7873,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x15_node_affinity_policyB\x15\n" +
 	"\x13_node_taints_policy\"'\n" +
 	"\x11PodSchedulingGate\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xa8\f\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xf0\f\n" +
 	"\aPodSpec\x121\n" +
 	"\avolumes\x18\x01 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x12C\n" +
 	"\x0finit_containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x12:\n" +
@@ -7894,7 +7904,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"dns_policy\x18\x17 \x01(\tR\tdnsPolicy\x12<\n" +
 	"\n" +
 	"dns_config\x18\x18 \x01(\v2\x1d.podflow.core.v1.PodDNSConfigR\tdnsConfig\x12;\n" +
-	"\x17share_process_namespace\x18\x19 \x01(\bH\x04R\x15shareProcessNamespace\x88\x01\x01\x1a?\n" +
+	"\x17share_process_namespace\x18\x19 \x01(\bH\x04R\x15shareProcessNamespace\x88\x01\x01\x120\n" +
+	"\x11preemption_policy\x18\x1a \x01(\tH\x05R\x10preemptionPolicy\x88\x01\x01\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
@@ -7902,7 +7913,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\t_priorityB\"\n" +
 	" _automount_service_account_tokenB\x17\n" +
 	"\x15_enable_service_linksB\x1a\n" +
-	"\x18_share_process_namespace\"\x8b\x01\n" +
+	"\x18_share_process_namespaceB\x14\n" +
+	"\x12_preemption_policy\"\x8b\x01\n" +
 	"\fPodDNSConfig\x12 \n" +
 	"\vnameservers\x18\x01 \x03(\tR\vnameservers\x12\x1a\n" +
 	"\bsearches\x18\x02 \x03(\tR\bsearches\x12=\n" +

@@ -55,3 +55,42 @@ func TestResolvePriority(t *testing.T) {
 		})
 	}
 }
+
+// TestResolvePreemptionPolicy: spec.preemptionPolicy comes from the
+// PriorityClass (PreemptLowerPriority when it sets none); a pod that
+// names another is refused, as Kubernetes' Priority admission plugin.
+func TestResolvePreemptionPolicy(t *testing.T) {
+	never := &corev1.PriorityClass{Metadata: &corev1.ObjectMeta{Name: "batch"}, Value: 100, PreemptionPolicy: proto.String("Never")}
+	plain := &corev1.PriorityClass{Metadata: &corev1.ObjectMeta{Name: "high"}, Value: 1000}
+	classes := []*corev1.PriorityClass{never, plain}
+	tests := []struct {
+		name, class string
+		given       *string
+		want        string
+		wantErr     string
+	}{
+		{name: "class says Never", class: "batch", want: "Never"},
+		{name: "class sets none", class: "high", want: "PreemptLowerPriority"},
+		{name: "built-in class", class: "system-node-critical", want: "PreemptLowerPriority"},
+		{name: "matching", class: "batch", given: proto.String("Never"), want: "Never"},
+		{name: "conflicting", class: "high", given: proto.String("Never"),
+			wantErr: `pods "web" is forbidden: the string value of PreemptionPolicy (Never) must not be provided in pod spec; priority admission controller computed PreemptLowerPriority from the given PriorityClass name`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := Admit(pod(func(p *corev1.Pod) { p.Spec.PriorityClassName, p.Spec.PreemptionPolicy = tc.class, tc.given }), State{PriorityClasses: classes})
+			if tc.wantErr != "" {
+				if res.Status.GetCode() != 403 || res.Status.GetMessage() != tc.wantErr {
+					t.Fatalf("status = %v, want 403 %q", res.Status, tc.wantErr)
+				}
+				return
+			}
+			if res.Status != nil {
+				t.Fatalf("rejected: %s", res.Status.GetMessage())
+			}
+			if got := res.Pod.GetSpec().GetPreemptionPolicy(); got != tc.want {
+				t.Errorf("preemptionPolicy = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

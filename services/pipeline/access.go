@@ -34,7 +34,7 @@ var Outputs = map[string][]eventsv1.Type{
 	API:         {"PodRequested", "PodAuthorized", "PodRejected", "PodDeleteRequested", "PodDeleted"},
 	Admission:   {"PodAdmitted", "PodRejected"},
 	Persistence: {"PodPersisted", "PodRejected"},
-	Scheduler:   {"PodScheduled", "PodUnschedulable"},
+	Scheduler:   {"PodScheduled", "PodUnschedulable", "PodDeleteRequested"}, // the victims of a preemption
 	Status:      {},
 	Endpoints:   {"EndpointsUpdated"},
 }

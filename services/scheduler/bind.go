@@ -256,6 +256,7 @@ func boundPod(pod *corev1.Pod, node string) *corev1.Pod {
 	if b.Status == nil {
 		b.Status = &corev1.PodStatus{}
 	}
+	b.Status.NominatedNodeName = "" // bound: the nomination has done its work
 	podrules.MarkPodCondition(b.Status, podrules.PodScheduled, podrules.ConditionTrue, "", "", timestamppb.Now())
 	return b
 }

@@ -42,6 +42,12 @@ type Cache struct {
 	// namespaces holds the namespaces' labels (for namespaceSelector);
 	// replaced, never modified, on change.
 	namespaces map[string]map[string]string
+	// nominated are the unbound pods whose status.nominatedNodeName names
+	// a node (preemptors waiting for their victims to go), by node;
+	// replaced, never modified, on change. nominatedOn maps a pod's key
+	// to its node.
+	nominated   map[string][]*podEntry
+	nominatedOn map[string]string
 }
 
 // imageCount is an image's id and the number of present nodes that have it.
@@ -89,7 +95,7 @@ func newPodEntry(pod *corev1.Pod, node string) (*podEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod %q: %w", podName(pod), err)
 	}
-	return &podEntry{
+	p := &podEntry{
 		key:       PodKey(pod),
 		namespace: pod.GetMetadata().GetNamespace(),
 		name:      pod.GetMetadata().GetName(),
@@ -98,7 +104,9 @@ func newPodEntry(pod *corev1.Pod, node string) (*podEntry, error) {
 		nonZero:   nonZero,
 		ports:     podHostPorts(pod),
 		meta:      newPodMeta(pod),
-	}, nil
+	}
+	p.meta.entry = p
+	return p, nil
 }
 
 func podName(pod *corev1.Pod) string {
@@ -302,6 +310,7 @@ func (c *Cache) AddPod(pod *corev1.Pod) error {
 		c.removeEntry(old)
 	}
 	c.addEntry(p)
+	c.unnominateLocked(p.key)
 	return nil
 }
 
@@ -427,4 +436,74 @@ func (c *Cache) RemoveNamespace(name string) {
 		delete(next, name)
 		c.namespaces = next
 	}
+}
+
+// Nominate records that pod, unbound, is nominated to node
+// (status.nominatedNodeName): the cycles of pods of no higher priority
+// count its requests on that node, as kube-scheduler's nominator, so that
+// the room its preemption made is kept for it. A repeated call replaces
+// the nomination.
+func (c *Cache) Nominate(pod *corev1.Pod, node string) error {
+	if node == "" {
+		c.Unnominate(pod)
+		return nil
+	}
+	p, err := newPodEntry(pod, node)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unnominateLocked(p.key) // a new node, requests or priority
+	next := maps.Clone(c.nominated)
+	if next == nil {
+		next = map[string][]*podEntry{}
+	}
+	next[node] = append(slices.Clip(next[node]), p)
+	c.nominated = next
+	if c.nominatedOn == nil {
+		c.nominatedOn = map[string]string{}
+	}
+	c.nominatedOn[p.key] = node
+	return nil
+}
+
+// Unnominate forgets pod's nomination, if any.
+func (c *Cache) Unnominate(pod *corev1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unnominateLocked(PodKey(pod))
+}
+
+func (c *Cache) unnominateLocked(key string) {
+	node, ok := c.nominatedOn[key]
+	if !ok {
+		return
+	}
+	delete(c.nominatedOn, key)
+	next := maps.Clone(c.nominated)
+	pods := slices.DeleteFunc(slices.Clone(next[node]), func(p *podEntry) bool { return p.key == key })
+	if len(pods) == 0 {
+		delete(next, node)
+	} else {
+		next[node] = pods
+	}
+	c.nominated = next
+}
+
+// NominatedPods returns the namespace/name of the pods nominated to node.
+func (c *Cache) NominatedPods(node string) []NominatedPod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []NominatedPod
+	for _, p := range c.nominated[node] {
+		out = append(out, NominatedPod{UID: p.key, Namespace: p.namespace, Name: p.name, Priority: p.meta.priority})
+	}
+	return out
+}
+
+// NominatedPod is a pod nominated to a node.
+type NominatedPod struct {
+	UID, Namespace, Name string
+	Priority             int32
 }

@@ -35,6 +35,17 @@
 //     a chunk before the next, while its nodes are in the CPU cache), then
 //     NormalizeScore for a plugin with ScoreExtensions; the weighted sum
 //     picks the node, ties broken at random.
+//  5. PostFilter, only when no node passed: the plugins (DefaultPreemption)
+//     run with every node's rejection and a Handle that runs the cycle's
+//     filters on a modified copy of a node; a success nominates the pod
+//     (FitError.Nomination), a rejection's message is appended to the
+//     FailedScheduling message ("... preemption: ...").
+//
+// A pod nominated to a node (status.nominatedNodeName) is tried there
+// first; and every filter verdict that passes a node with nominated pods
+// of at least the pod's priority is checked again with those pods counted
+// (kube-scheduler's RunFilterPluginsWithNominatedPods), so the room a
+// preemption made is kept for its preemptor (Cache.Nominate).
 //
 // The in-tree plugins, one file each, in the default profile's order
 // (DefaultPlugins): NodeUnschedulable, NodeName, TaintToleration (filter:
@@ -60,8 +71,15 @@
 // pod in the cache has required anti-affinity, its score a pod without
 // preferred terms while no pod has any (the cache counts those pods).
 // Namespace labels, for namespaceSelector, come from Cache.SetNamespace.
-// Not modelled: kube-scheduler's cluster default spread constraints (for
-// pods of a Service or ReplicaSet) and preemption.
+// DefaultPreemption (defaultpreemption.go) is kube-scheduler's: victims
+// only of lower priority, the fewest by reprieving the most important
+// first, the node by the lowest highest-priority victim, then the lowest
+// sum of priorities, the fewest victims, the latest start; preemptionPolicy
+// Never does not preempt, nor a nominated pod whose victims are still
+// terminating. Not modelled: kube-scheduler's cluster default spread
+// constraints (for pods of a Service or ReplicaSet), PodDisruptionBudgets
+// (podflow serves none), and updating PodTopologySpread's and
+// InterPodAffinity's counts during the preemption dry run.
 //
 // Adding a plugin is one file:
 // a type with Name and the extension points it needs, its per-cycle data
@@ -125,6 +143,43 @@
 // backoff. Every failed attempt forgets the assumed pod. PodScheduled's id
 // is the same for every attempt and replica, so a redelivered event of a
 // pod already bound re-publishes it harmlessly (JetStream deduplicates).
+//
+// Preemption (preempt.go). When a cycle nominates the pod, one store
+// transaction compares the preemptor's revision (still the unbound pod
+// the decision saw) and every victim's (still bound to the node, not
+// terminating), and puts the preemptor with status.nominatedNodeName and
+// PodScheduled=False, each victim marked terminating as `kubectl delete
+// pod` marks it (stage.MarkTerminating) with DisruptionTarget=True reason
+// PreemptionByScheduler, and each victim's Preempted Event ("Preempted by
+// pod <uid> on node <node>"); then PodDeleteRequested goes to the node
+// (stage.RequestDeletion, the api stage's graceful deletion path). Why it
+// is safe across replicas and crashes:
+//
+//   - Nominating and deleting are one commit: no victim is marked without
+//     its preemptor nominated to its node, and a preemptor's revision
+//     changes with its nomination, so a second replica's preemption of it
+//     fails its compare (no double nomination).
+//   - A decision on a cache behind the store is caught and retried after
+//     the cache has caught up: a victim found terminating that the cache
+//     thought alive (another preemption took it, and nominated its
+//     preemptor at that revision) ends the attempt and waits for the pod
+//     informer to reach that revision; a pod already nominated is decided
+//     on a cache at least at its own revision, which holds its victims'
+//     marks, so it waits for them instead of preempting again
+//     (kube-scheduler's "not eligible due to a terminating pod on the
+//     nominated node.").
+//   - Every replica learns nominations from its pod informer and counts a
+//     nominated pod's requests on its node for pods of no higher priority,
+//     so lower-priority pods do not take the room; when a bound pod leaves
+//     a node, every replica queues the pods nominated to it, due at once
+//     (the bind arbitrates). The bind clears nominatedNodeName.
+//   - A replica killed after the commit leaves terminating victims and a
+//     nominated preemptor: the preemptor's event comes back to another
+//     replica after AckWait (or Reconcile finds it after OrphanAge), which,
+//     finding its victims still terminating, asks their node again to
+//     delete them (requestPreemptedDeletions; the node agent's
+//     reconciliation stops terminating pods anyway), and binds it once they
+//     are gone.
 //
 // Scheduling gates. A pod with spec.schedulingGates is not scheduled: it
 // gets PodScheduled=False with reason SchedulingGated ("Scheduling is

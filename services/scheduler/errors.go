@@ -48,12 +48,21 @@ type FitError struct {
 	// pod before any node was filtered (every node then has its reasons);
 	// empty when the filters ran.
 	PreFilterMsg string
+	// PostFilterMsg is the PostFilter plugins' message when none of them
+	// helped ("preemption: ..."); appended to the message as
+	// kube-scheduler does.
+	PostFilterMsg string
+	// Nomination is a PostFilter plugin's success: the pod is to be
+	// nominated to a node once the victims are deleted (nil: none).
+	Nomination *PostFilterResult
 }
 
 // Error formats the reason histogram exactly as kube-scheduler's
 // FitError.Error: "<count> <reason>" entries sorted as strings, joined
 // by ", ", between "0/N nodes are available: " and "."; after a PreFilter
-// rejection, that plugin's message instead.
+// rejection, that plugin's message instead; then, after a PostFilter that
+// did not help, " <its message>." (so a preemption message, itself a
+// FitError's, ends in two periods, as kube-scheduler's do).
 func (e *FitError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "0/%v nodes are available:", e.NumAllNodes)
@@ -66,6 +75,9 @@ func (e *FitError) Error() string {
 		}
 		sort.Strings(entries)
 		fmt.Fprintf(&b, " %v.", strings.Join(entries, ", "))
+	}
+	if e.PostFilterMsg != "" {
+		fmt.Fprintf(&b, " %v.", e.PostFilterMsg)
 	}
 	return b.String()
 }

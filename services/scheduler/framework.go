@@ -98,6 +98,28 @@ type BatchScorer interface {
 	ScoreNodes(state *CycleState, pod *corev1.Pod, nodes []*NodeInfo, scores []int64)
 }
 
+// PostFilterPlugin runs when no node passed the filters (kube-scheduler's
+// PostFilter; DefaultPreemption is the in-tree one). statuses holds every
+// node's rejection (read-only). A Success status with a result nominates
+// the pod to the result's node once its victims are gone; a rejection's
+// message is added to the FailedScheduling message; an Error fails the
+// cycle. The plugins run in profile order until one succeeds.
+type PostFilterPlugin interface {
+	Plugin
+	PostFilter(state *CycleState, pod *corev1.Pod, h Handle, statuses map[string]*Status) (*PostFilterResult, *Status)
+}
+
+// Handle is what a PostFilter plugin may run of the framework that
+// called it.
+type Handle interface {
+	// RunFilters runs this cycle's filters (those whose PreFilter did not
+	// skip) on node, which may be a modified copy of a snapshot node
+	// (NodeInfo.clone), then again with the pods nominated to the node
+	// that have at least pod's priority counted on it, as kube-scheduler's
+	// RunFilterPluginsWithNominatedPods.
+	RunFilters(state *CycleState, pod *corev1.Pod, node *NodeInfo) *Status
+}
+
 // ScoreExtensions normalizes a score plugin's raw scores, one per feasible
 // node in the order Score saw them, in place to 0–MaxNodeScore.
 type ScoreExtensions interface {

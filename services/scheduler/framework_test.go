@@ -164,7 +164,7 @@ func TestFrameworkFilterReasonsAreCounted(t *testing.T) {
 	if !errors.As(err, &fe) {
 		t.Fatalf("err = %v, want a FitError", err)
 	}
-	const want = "0/4 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}, 2 node(s) were rejected by Fake."
+	const want = "0/4 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}, 2 node(s) were rejected by Fake. preemption: 0/4 nodes are available: 1 Preemption is not helpful for scheduling, 3 No preemption victims found for incoming pod.."
 	if fe.Error() != want {
 		t.Errorf("message\n%q, want\n%q", fe.Error(), want)
 	}

@@ -215,7 +215,7 @@ func TestInterPodAffinitySchedule(t *testing.T) {
 		c.UpdateSnapshot(snap)
 		res, err := s.Schedule(pod, snap)
 		if i == 3 {
-			const want = "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
+			const want = "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.."
 			if err == nil || err.Error() != want {
 				t.Fatalf("fourth replica: %v, want %q", err, want)
 			}
@@ -234,7 +234,7 @@ func TestInterPodAffinitySchedule(t *testing.T) {
 	}
 	c.UpdateSnapshot(snap)
 	_, err := s.Schedule(mkPod("other", "100m", "64Mi", podLabels("app", "other")), snap)
-	const want = "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules."
+	const want = "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.."
 	if err == nil || err.Error() != want {
 		t.Errorf("pod selected by the replicas' anti-affinity: %v, want %q", err, want)
 	}

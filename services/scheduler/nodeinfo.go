@@ -218,6 +218,14 @@ func (n *NodeInfo) Unschedulable() bool { return n.unschedulable }
 // Generation increases whenever the node or its pods change.
 func (n *NodeInfo) Generation() int64 { return n.generation }
 
+// clone returns a copy of n that addPod and removePod may change without
+// touching n (its pods are clipped, so that an append copies them).
+func (n *NodeInfo) clone() *NodeInfo {
+	c := *n
+	c.pods = c.pods[:len(c.pods):len(c.pods)]
+	return &c
+}
+
 // addPod accounts for a pod on the node.
 func (n *NodeInfo) addPod(p *podEntry) {
 	n.requested.Add(p.req)

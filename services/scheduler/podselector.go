@@ -13,6 +13,14 @@ type podMeta struct {
 	labels      map[string]string
 	terminating bool              // deletionTimestamp set
 	affinity    *podAffinityTerms // nil: no pod affinity or anti-affinity
+	// What preemption reads: the pod's spec.priority, when it started
+	// (status.startTime, else its creation), whether it is terminating
+	// because the scheduler preempted it, and its entry (to take it off a
+	// copy of its NodeInfo).
+	priority  int32
+	startNano int64
+	preempted bool
+	entry     *podEntry
 }
 
 // podAffinityTerms are a pod's parsed pod affinity and anti-affinity.
@@ -40,7 +48,10 @@ func newPodMeta(pod *corev1.Pod) podMeta {
 		namespace:   pod.GetMetadata().GetNamespace(),
 		labels:      pod.GetMetadata().GetLabels(),
 		terminating: pod.GetMetadata().GetDeletionTimestamp() != nil,
+		priority:    pod.GetSpec().GetPriority(),
+		startNano:   podStartTime(pod),
 	}
+	m.preempted = m.terminating && preemptedByScheduler(pod)
 	if a := pod.GetSpec().GetAffinity(); a.GetPodAffinity() != nil || a.GetPodAntiAffinity() != nil {
 		m.affinity = newPodAffinityTerms(pod)
 	}

@@ -28,6 +28,7 @@ func InTreeRegistry() Registry {
 		ImageLocalityName:      func() (Plugin, error) { return imageLocality{}, nil },
 		PodTopologySpreadName:  func() (Plugin, error) { return podTopologySpread{}, nil },
 		InterPodAffinityName:   func() (Plugin, error) { return interPodAffinity{}, nil },
+		DefaultPreemptionName:  newDefaultPreemption,
 	}
 }
 
@@ -43,7 +44,8 @@ type PluginSpec struct {
 // DefaultPlugins is kube-scheduler's default profile, as far as podflow
 // has its plugins, in its order (filters: NodeUnschedulable, NodeName,
 // TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit,
-// PodTopologySpread, InterPodAffinity), with the score weights w.
+// PodTopologySpread, InterPodAffinity; post-filter: DefaultPreemption),
+// with the score weights w.
 func DefaultPlugins(w Weights) []PluginSpec {
 	return []PluginSpec{
 		{Name: NodeUnschedulableName},
@@ -56,6 +58,7 @@ func DefaultPlugins(w Weights) []PluginSpec {
 		{Name: InterPodAffinityName, Weight: w.InterPodAffinity},
 		{Name: BalancedAllocationName, Weight: w.BalancedAllocation},
 		{Name: ImageLocalityName, Weight: w.ImageLocality},
+		{Name: DefaultPreemptionName},
 	}
 }
 
@@ -93,9 +96,10 @@ func (c Config) validatePlugins() error {
 // framework is a built profile: the plugins at each extension point, in
 // profile order.
 type framework struct {
-	preFilter []preFilterEntry
-	filter    []filterEntry
-	score     []scoreEntry
+	preFilter  []preFilterEntry
+	filter     []filterEntry
+	score      []scoreEntry
+	postFilter []PostFilterPlugin
 }
 
 // filterEntry is a filter plugin and its BatchFilter: its own, or one
@@ -152,6 +156,9 @@ func newFramework(c Config) (*framework, error) {
 		}
 		if p, ok := pl.(PreFilterPlugin); ok {
 			fw.preFilter = append(fw.preFilter, preFilterEntry{pl: p, filter: filter})
+		}
+		if pf, ok := pl.(PostFilterPlugin); ok {
+			fw.postFilter = append(fw.postFilter, pf)
 		}
 		if sc, ok := pl.(ScorePlugin); ok && spec.Weight != 0 {
 			e := scoreEntry{name: spec.Name, pl: sc, ext: sc.ScoreExtensions(), weight: spec.Weight}

@@ -50,6 +50,7 @@ type Scheduler struct {
 	state    CycleState
 	filters  []filterEntry // this cycle's (PreFilter did not skip)
 	verdicts []*Status     // by node of a filter chunk: nil, or its rejection
+	single   []*Status     // RunFilters' verdict
 	scorers  []scoreEntry  // this cycle's (PreScore did not skip)
 	columns  [][]int64     // scores by scorer, then feasible node
 	feasible []*NodeInfo
@@ -77,7 +78,7 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	return &Scheduler{
 		cfg: cfg, fw: fw, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		verdicts: make([]*Status, filterChunk),
+		verdicts: make([]*Status, filterChunk), single: make([]*Status, 1),
 	}, nil
 }
 
@@ -121,10 +122,21 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 		}
 		// A PreFilter rejection rejects every node, as kube-scheduler's.
 		fe := &FitError{Pod: podName(pod), NumAllNodes: len(all), PreFilterMsg: st.Message(), NodeReasons: make(map[string][]string, len(all))}
+		statuses := make(map[string]*Status, len(all))
 		for _, n := range all {
 			fe.NodeReasons[n.name] = st.Reasons()
+			statuses[n.name] = st
 		}
-		return Result{}, fe
+		return Result{}, s.postFilter(pod, fe, statuses)
+	}
+
+	// A pod nominated by its preemption goes to its nominated node when
+	// that fits now (kube-scheduler's evaluateNominatedNode): the room was
+	// made for it.
+	if nom := pod.GetStatus().GetNominatedNodeName(); nom != "" {
+		if n, ok := snap.Get(nom); ok && s.RunFilters(&s.state, pod, n) == nil {
+			return Result{Node: nom, FeasibleNodes: 1, EvaluatedNodes: 1, FilterDuration: time.Since(start)}, nil
+		}
 	}
 
 	// Filter, from where the last cycle stopped, until enough feasible
@@ -141,10 +153,12 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	switch len(feasible) {
 	case 0:
 		fe := &FitError{Pod: podName(pod), NumAllNodes: len(all), NodeReasons: make(map[string][]string, len(failed))}
+		statuses := make(map[string]*Status, len(failed))
 		for _, f := range failed {
 			fe.NodeReasons[f.node.name] = f.status.Reasons()
+			statuses[f.node.name] = f.status
 		}
-		return Result{}, fe
+		return Result{}, s.postFilter(pod, fe, statuses)
 	case 1:
 		res.Node = feasible[0].name
 		return res, nil
@@ -189,6 +203,13 @@ func (s *Scheduler) filter(pod *corev1.Pod, all []*NodeInfo, want int) (int, err
 		for _, f := range s.filters {
 			f.batch.FilterNodes(&s.state, pod, chunk, v)
 		}
+		if len(s.state.snap.nominated) > 0 {
+			for k, st := range v {
+				if st == nil {
+					v[k] = s.filterNominated(pod, chunk[k])
+				}
+			}
+		}
 		for k, st := range v {
 			switch {
 			case st == nil:
@@ -208,6 +229,71 @@ func (s *Scheduler) filter(pod *corev1.Pod, all []*NodeInfo, want int) (int, err
 	}
 	s.next, s.feasible, s.failed = j, feasible, failed
 	return i, nil
+}
+
+// runFilters runs the cycle's filters on one node.
+func (s *Scheduler) runFilters(pod *corev1.Pod, n *NodeInfo) *Status {
+	v := s.single
+	v[0] = nil
+	nodes := [1]*NodeInfo{n}
+	for _, f := range s.filters {
+		f.batch.FilterNodes(&s.state, pod, nodes[:], v)
+	}
+	return v[0]
+}
+
+// filterNominated runs the cycle's filters on a copy of n with the pods
+// nominated to it that have at least pod's priority (other than pod)
+// counted, as kube-scheduler's RunFilterPluginsWithNominatedPods; nil
+// when there are none or the pod still passes.
+func (s *Scheduler) filterNominated(pod *corev1.Pod, n *NodeInfo) *Status {
+	noms := s.state.snap.nominated[n.name]
+	if len(noms) == 0 {
+		return nil
+	}
+	key, prio := PodKey(pod), pod.GetSpec().GetPriority()
+	var c *NodeInfo
+	for _, p := range noms {
+		if p.key == key || p.meta.priority < prio {
+			continue
+		}
+		if c == nil {
+			c = n.clone()
+		}
+		c.addPod(p)
+	}
+	if c == nil {
+		return nil
+	}
+	return s.runFilters(pod, c)
+}
+
+// RunFilters implements Handle.
+func (s *Scheduler) RunFilters(state *CycleState, pod *corev1.Pod, n *NodeInfo) *Status {
+	if st := s.runFilters(pod, n); st != nil {
+		return st
+	}
+	return s.filterNominated(pod, n)
+}
+
+// postFilter runs the PostFilter plugins after no node passed the
+// filters, until one succeeds: its result becomes fe.Nomination, else the
+// last rejection's message fe.PostFilterMsg. It returns fe, or an Error
+// status's error.
+func (s *Scheduler) postFilter(pod *corev1.Pod, fe *FitError, statuses map[string]*Status) error {
+	for _, pl := range s.fw.postFilter {
+		res, st := pl.PostFilter(&s.state, pod, s, statuses)
+		switch {
+		case st.Code() == Error:
+			return st.AsError()
+		case st.IsSuccess() && res != nil:
+			fe.Nomination, fe.PostFilterMsg = res, ""
+			return fe
+		default:
+			fe.PostFilterMsg = st.Message()
+		}
+	}
+	return fe
 }
 
 // score runs the score plugins over the feasible nodes, fills s.columns

@@ -57,7 +57,7 @@ func TestScheduleFitError(t *testing.T) {
 	if !errors.As(err, &fe) {
 		t.Fatalf("err = %v, want *FitError", err)
 	}
-	const want = "0/5 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}, 3 Insufficient cpu."
+	const want = "0/5 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}, 3 Insufficient cpu. preemption: 0/5 nodes are available: 2 Preemption is not helpful for scheduling, 3 No preemption victims found for incoming pod.."
 	if fe.Error() != want {
 		t.Errorf("message =\n%q, want\n%q", fe.Error(), want)
 	}

@@ -19,6 +19,7 @@ type Snapshot struct {
 	// (anti-)affinity and with required anti-affinity.
 	podsWithAffinity, podsWithRequiredAnti int
 	namespaces                             map[string]map[string]string // read-only
+	nominated                              map[string][]*podEntry       // read-only: Cache.nominated
 }
 
 // NewSnapshot returns an empty snapshot for Cache.UpdateSnapshot to fill.
@@ -109,5 +110,6 @@ func (c *Cache) UpdateSnapshot(s *Snapshot) {
 		s.imagesGeneration = c.imagesGeneration
 	}
 	s.podsWithAffinity, s.podsWithRequiredAnti, s.namespaces = c.podsWithAffinity, c.podsWithRequiredAnti, c.namespaces
+	s.nominated = c.nominated
 	s.generation = c.generation
 }

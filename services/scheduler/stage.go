@@ -84,6 +84,9 @@ type Counters struct {
 	// pod or a node allocation changed under it); Errors the attempts
 	// that failed otherwise.
 	Scheduled, Unschedulable, Conflicts, Errors atomic.Int64
+	// Preemptions counts the preemptions this replica committed, Victims
+	// the pods they marked for deletion.
+	Preemptions, Victims atomic.Int64
 }
 
 // Stage is one replica of the scheduler stage. Replicas share the
@@ -192,6 +195,8 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 		OnAdd: func(p *corev1.Pod) {
 			if bound(p) {
 				logErr("add pod", s.cache.AddPod(p))
+			} else {
+				s.informNomination(p)
 			}
 			s.podRev.advance(s.pods.Revision())
 		},
@@ -199,6 +204,7 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 			if !bound(p) && len(old.GetSpec().GetSchedulingGates()) > 0 && len(p.GetSpec().GetSchedulingGates()) == 0 {
 				s.ungated(p)
 			}
+			s.informNomination(p)
 			if bound(p) {
 				logErr("update pod", s.cache.UpdatePod(p))
 				if terminal(p) && !terminal(old) {
@@ -208,11 +214,13 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 			s.podRev.advance(s.pods.Revision())
 		},
 		OnDelete: func(p *corev1.Pod) {
+			s.cache.Unnominate(p)
 			if bound(p) {
 				if err := s.cache.RemovePod(p); !errors.Is(err, ErrPodNotFound) {
 					logErr("remove pod", err)
 				}
 				s.wake()
+				s.nominatedDue(p.GetSpec().GetNodeName())
 			}
 			s.forget(p.GetMetadata().GetUid())
 			s.podRev.advance(s.pods.Revision())
@@ -316,7 +324,8 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 	}
 	var conflicts int32
 	attemptStart := time.Now()
-	fresh := false // read the pod from the store, not from a copy
+	fresh := false  // read the pod from the store, not from a copy
+	synced := false // waited for the cache to reach a nominated pod's revision
 	for attempt := 0; ; attempt++ {
 		if attempt == s.cfg.MaxAttempts {
 			s.Counters.Errors.Add(1)
@@ -366,7 +375,34 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			// Never report a pod unschedulable from a stale copy.
 			fresh = true
 			continue
+		case errors.As(err, &fit) && fit.Nomination != nil && pod.GetStatus().GetNominatedNodeName() != "" && !synced:
+			// Nominated already (by us or another replica): decide on a
+			// cache that has the pod's revision, so that it has the
+			// victims of that nomination (written in the same
+			// transaction) and does not preempt a second time.
+			synced = true
+			if _, err := s.podRev.wait(ctx, objects.Revision(pod), s.cfg.CacheSyncTimeout); err != nil {
+				return err
+			}
+			continue
+		case errors.As(err, &fit) && fit.Nomination != nil:
+			switch outcome, err := s.preempt(ctx, pod, fit.Nomination, fit.Error()); {
+			case err != nil:
+				s.Counters.Errors.Add(1)
+				return err
+			case outcome != preempted:
+				conflicts++
+				s.Counters.Conflicts.Add(1)
+				continue // fresh already: read the pod again, decide again
+			}
+			s.observeAttempt("unschedulable", attemptStart)
+			return s.unschedulable(ctx, d, pod, fit.Error(), fit, wakes)
 		case errors.As(err, &fit):
+			if node := pod.GetStatus().GetNominatedNodeName(); node != "" {
+				if err := s.requestPreemptedDeletions(ctx, node); err != nil {
+					return err
+				}
+			}
 			s.observeAttempt("unschedulable", attemptStart)
 			return s.unschedulable(ctx, d, pod, fit.Error(), fit, wakes)
 		case errors.Is(err, ErrNoNodesAvailable):

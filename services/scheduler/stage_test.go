@@ -194,7 +194,7 @@ func TestUnschedulable(t *testing.T) {
 	if err := env.Submit(ctx, []*corev1.Pod{big}); err != nil {
 		t.Fatal(err)
 	}
-	const want = "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }."
+	const want = "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }. preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling.."
 	var cond *corev1.PodCondition
 	waitFor("PodScheduled=False", func() bool {
 		cond = podrules.PodCondition(get("big").GetStatus(), "PodScheduled")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/bus"
@@ -23,28 +22,42 @@ import (
 // sets none (Kubernetes' default, 30 seconds).
 const DefaultTerminationGracePeriodSeconds int64 = 30
 
+// MarkTerminating starts a pod's graceful deletion in the object, as the
+// API server does: deletionTimestamp now and deletionGracePeriodSeconds
+// grace, else the pod's terminationGracePeriodSeconds, else 30. It
+// returns false, changing nothing, for a pod already terminating (the
+// first grace period holds). The caller writes the pod (comparing its
+// revision), then RequestDeletion.
+func MarkTerminating(p *corev1.Pod, grace *int64, now *timestamppb.Timestamp) bool {
+	if p.GetMetadata().GetDeletionTimestamp() != nil {
+		return false
+	}
+	g := DefaultTerminationGracePeriodSeconds
+	if p.GetSpec() != nil && p.Spec.TerminationGracePeriodSeconds != nil {
+		g = p.GetSpec().GetTerminationGracePeriodSeconds()
+	}
+	if grace != nil {
+		g = *grace
+	}
+	if p.Metadata == nil {
+		p.Metadata = &corev1.ObjectMeta{}
+	}
+	p.Metadata.DeletionTimestamp = now
+	p.Metadata.DeletionGracePeriodSeconds = &g
+	return true
+}
+
 // DeletePod starts a pod's graceful deletion: it marks the pod terminating
-// in the store (deletionTimestamp, deletionGracePeriodSeconds: grace when
-// set, else the pod's terminationGracePeriodSeconds, else 30s), then
-// continues with RequestDeletion. A pod already terminating is not marked
-// again (the first grace period holds) and its deletion is requested
-// again. A missing pod is raftstore.ErrNotFound. It returns the pod as
-// marked.
+// in the store (MarkTerminating), then continues with RequestDeletion. A
+// pod already terminating is not marked again and its deletion is
+// requested again. A missing pod is raftstore.ErrNotFound. It returns the
+// pod as marked.
 func DeletePod(ctx context.Context, env Env, ns, name string, grace *int64) (*corev1.Pod, error) {
 	now := timestamppb.Now()
 	pod, err := objects.Mutate(ctx, env.Store, ns, name, func(p *corev1.Pod) error {
-		if p.GetMetadata().GetDeletionTimestamp() != nil {
+		if !MarkTerminating(p, grace, now) {
 			return objects.ErrNoChange
 		}
-		g := DefaultTerminationGracePeriodSeconds
-		if p.GetSpec() != nil && p.Spec.TerminationGracePeriodSeconds != nil {
-			g = p.GetSpec().GetTerminationGracePeriodSeconds()
-		}
-		if grace != nil {
-			g = *grace
-		}
-		p.Metadata.DeletionTimestamp = now
-		p.Metadata.DeletionGracePeriodSeconds = proto.Int64(g)
 		return nil
 	})
 	if err != nil {
@@ -61,7 +74,7 @@ func DeletePod(ctx context.Context, env Env, ns, name string, grace *int64) (*co
 // is handed to its node (PodDeleteRequested), whose agent stops its
 // containers and reports PodDeleted, after which the status stage removes
 // it. It is idempotent and is also what reconciliation calls for a
-// terminating pod.
+// terminating pod. The scheduler calls it for the victims of a preemption.
 func RequestDeletion(ctx context.Context, env Env, pod *corev1.Pod) error {
 	md := pod.GetMetadata()
 	base := &eventsv1.Envelope{

@@ -104,8 +104,9 @@ type Env struct {
 	storeConns []*bus.Conn
 	startRev   int64
 
-	mu       sync.Mutex
-	replicas []*Replica
+	mu         sync.Mutex
+	replicas   []*Replica
+	finalizers []*Finalizer
 }
 
 // Start starts the bus, provisions the pipeline's streams and consumers,
@@ -226,11 +227,14 @@ func freeAddr() (string, error) {
 // removes Dir. It is safe to call on a partly started Env.
 func (e *Env) Close() {
 	e.mu.Lock()
-	replicas := e.replicas
-	e.replicas = nil
+	replicas, finalizers := e.replicas, e.finalizers
+	e.replicas, e.finalizers = nil, nil
 	e.mu.Unlock()
 	for _, r := range replicas {
 		_ = r.Stop()
+	}
+	for _, f := range finalizers {
+		f.Stop()
 	}
 	if e.Scheduled != nil {
 		e.Scheduled.stop()
@@ -327,6 +331,12 @@ func (r *Replica) Kill() {
 	r.cancel()
 	<-r.done
 }
+
+// Sever closes the replica's connection at once, without draining, and
+// returns without waiting: from then on the replica can neither write
+// the store nor publish, as after a SIGKILL. A hook running inside the
+// replica calls it; Kill then stops the rest.
+func (r *Replica) Sever() { r.conn.NATS().Close() }
 
 // Done is closed when the replica has stopped.
 func (r *Replica) Done() <-chan struct{} { return r.done }

@@ -22,8 +22,20 @@ type Report struct {
 	Binds int
 	// AllocationWrites counts NodeAllocation writes checked in the history.
 	AllocationWrites int
+	// Nominations counts the writes that nominated a pod to a node
+	// (status.nominatedNodeName set), Victims the pods a preemption marked
+	// for deletion (DisruptionTarget, PreemptionByScheduler).
+	Nominations, Victims int
+	// NominatedUnbound lists the pods nominated in the history that are
+	// in the store, unbound, at the end; VictimsLeft the victims still in
+	// the store at the end (both empty once every preemption has run its
+	// course).
+	NominatedUnbound, VictimsLeft []string
 	// Violations lists every broken invariant (at most maxViolations).
 	Violations []string
+
+	nominated map[string]string // pod key -> node it was last nominated to
+	victims   map[string]string // pod key -> uid of the victim
 }
 
 const maxViolations = 20
@@ -56,7 +68,12 @@ const markerKey = "/registry/schedtest/marker"
 //     NodeAllocation accounts for exactly the pods bound to it, with their
 //     requests, and no pod is accounted on two nodes;
 //   - every bound pod has exactly one Scheduled Event, and the
-//     PodScheduled events in the stream name the node it is bound to.
+//     PodScheduled events in the stream name the node it is bound to;
+//   - preemption: an unbound pod is never nominated to a second node (no
+//     double nomination), and a pod is marked a preemption's victim only
+//     in the same transaction that nominates a pod to its node (no victim
+//     without its preemptor). The pods nominated and the victims that are
+//     still there at the end are reported (NominatedUnbound, VictimsLeft).
 //
 // Violations are in the Report; the error is for failures to read.
 func (e *Env) Verify(ctx context.Context) (*Report, error) {
@@ -93,6 +110,14 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 	for _, ev := range evs {
 		if ev.GetReason() == eventsv1.ReasonScheduled {
 			scheduledEvents[ev.GetInvolvedObject().GetUid()]++
+		}
+	}
+	for _, p := range pods {
+		switch {
+		case rep.nominated[podKey(p)] != "" && p.GetSpec().GetNodeName() == "":
+			rep.NominatedUnbound = append(rep.NominatedUnbound, podKey(p))
+		case rep.victims[podKey(p)] == p.GetMetadata().GetUid():
+			rep.VictimsLeft = append(rep.VictimsLeft, podKey(p))
 		}
 	}
 	used := map[string]scheduler.Resources{}
@@ -185,9 +210,24 @@ func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[st
 	defer w.Stop()
 	type podState struct{ uid, node string }
 	pods := map[string]podState{} // key -> last state
+	rep.nominated, rep.victims = map[string]string{}, map[string]string{}
+	nominatedAt := map[string]map[int64]bool{} // node -> revisions that nominated a pod to it
+	type victimMark struct {
+		key, node string
+		rev       int64
+	}
+	var markedAt []victimMark
+	checkVictims := func() {
+		for _, m := range markedAt {
+			if !nominatedAt[m.node][m.rev] {
+				rep.violate("pod %s marked a preemption victim on %s at revision %d with no pod nominated to the node in that transaction", m.key, m.node, m.rev)
+			}
+		}
+	}
 	podPrefix, allocPrefix := objects.Pods.Prefix(""), objects.NodeAllocations.Prefix("")
 	for ev := range w.Events() {
 		if ev.Revision >= marker {
+			checkVictims()
 			return nil
 		}
 		key := ev.KV.Key
@@ -202,6 +242,22 @@ func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[st
 			}
 			now := podState{p.GetMetadata().GetUid(), p.GetSpec().GetNodeName()}
 			was, ok := pods[key]
+			if nom := p.GetStatus().GetNominatedNodeName(); nom != "" && now.node == "" && rep.nominated[key] != nom {
+				if prev := rep.nominated[key]; prev != "" && ok && was.uid == now.uid {
+					rep.violate("pod %s nominated to %s, then to %s at revision %d (double nomination)", key, prev, nom, ev.Revision)
+				}
+				rep.nominated[key] = nom
+				rep.Nominations++
+				if nominatedAt[nom] == nil {
+					nominatedAt[nom] = map[int64]bool{}
+				}
+				nominatedAt[nom][ev.Revision] = true
+			}
+			if preemptedVictim(p) && rep.victims[key] != now.uid {
+				rep.victims[key] = now.uid
+				rep.Victims++
+				markedAt = append(markedAt, victimMark{key, now.node, ev.Revision})
+			}
 			switch {
 			case !ok || was.uid != now.uid:
 				if now.node != "" {
@@ -232,4 +288,18 @@ func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[st
 		return fmt.Errorf("schedtest: history: %w", err)
 	}
 	return fmt.Errorf("schedtest: history ended before revision %d", marker)
+}
+
+// preemptedVictim reports whether a pod carries the scheduler's
+// DisruptionTarget condition of a preemption and is terminating.
+func preemptedVictim(p *corev1.Pod) bool {
+	if p.GetMetadata().GetDeletionTimestamp() == nil {
+		return false
+	}
+	for _, c := range p.GetStatus().GetConditions() {
+		if c.GetType() == scheduler.ConditionDisruptionTarget {
+			return c.GetStatus() == "True" && c.GetReason() == scheduler.ReasonPreemptionByScheduler
+		}
+	}
+	return false
 }

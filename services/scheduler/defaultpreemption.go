@@ -1,0 +1,287 @@
+package scheduler
+
+import (
+	"cmp"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
+)
+
+// DefaultPreemptionName is the DefaultPreemption plugin's name.
+const DefaultPreemptionName = "DefaultPreemption"
+
+// kube-scheduler's preemption words.
+const (
+	ReasonNoVictims         = "No preemption victims found for incoming pod"
+	ReasonNotHelpful        = "Preemption is not helpful for scheduling"
+	msgPreemptNever         = "not eligible due to preemptionPolicy=Never."
+	msgTerminatingNominated = "not eligible due to a terminating pod on the nominated node."
+	// PreemptNever is spec.preemptionPolicy's value that forbids a pod to
+	// preempt.
+	PreemptNever = "Never"
+	// ConditionDisruptionTarget and ReasonPreemptionByScheduler are the
+	// condition the scheduler sets on a victim.
+	ConditionDisruptionTarget   = "DisruptionTarget"
+	ReasonPreemptionByScheduler = "PreemptionByScheduler"
+)
+
+// kube-scheduler's DefaultPreemptionArgs defaults: the dry run looks for
+// candidates until it has found max(minCandidateNodesPercentage% of the
+// potential nodes, minCandidateNodesAbsolute) of them.
+const (
+	minCandidateNodesPercentage = 10
+	minCandidateNodesAbsolute   = 100
+)
+
+// Victim is a pod a preemption deletes.
+type Victim struct {
+	UID, Namespace, Name string
+	Priority             int32
+	// Terminating: the victim was already terminating in the snapshot
+	// (another preemption's victim, or deleted), so it needs no deletion.
+	Terminating bool
+}
+
+// PostFilterResult is a successful PostFilter's outcome: the pod is to be
+// nominated to NominatedNode once Victims are deleted.
+type PostFilterResult struct {
+	NominatedNode string
+	// Victims, most important first (higher priority, then the longest
+	// running).
+	Victims []Victim
+}
+
+// defaultPreemption is kube-scheduler's DefaultPreemption PostFilter:
+// when no node fits the pod, it looks for the node where deleting the
+// fewest and least important pods of lower priority makes it fit.
+//
+// For each node the filters rejected as Unschedulable (resolvable by
+// removing pods), selectVictimsOnNode takes every pod of lower priority
+// off a copy of the node, checks that the pod then passes the filters
+// (with the pods nominated to the node counted), and reprieves the
+// potential victims one by one, the most important first (higher
+// priority, then earlier start), keeping each whose return still lets the
+// pod fit. Among the candidate nodes, pickOneNodeForPreemption prefers the
+// lowest highest-priority victim, then the lowest sum of priorities, then
+// the fewest victims, then the latest start among the highest-priority
+// victims. podflow serves no PodDisruptionBudgets, so every candidate
+// violates none (kube-scheduler's first criterion never decides).
+//
+// Not modelled: the dry run does not update PodTopologySpread's and
+// InterPodAffinity's per-cycle counts for the removed pods
+// (kube-scheduler's PreFilterExtensions AddPod/RemovePod), so a pod kept
+// off a node only by a lower-priority pod's spread or anti-affinity is not
+// helped by preemption; extenders; lower-priority nominations on the
+// chosen node are not cleared (they reserve no room against the
+// preemptor: a cycle counts only the nominated pods of at least its
+// priority).
+type defaultPreemption struct {
+	rng *rand.Rand
+}
+
+var _ PostFilterPlugin = (*defaultPreemption)(nil)
+
+func newDefaultPreemption() (Plugin, error) {
+	return &defaultPreemption{rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}, nil
+}
+
+func (*defaultPreemption) Name() string { return DefaultPreemptionName }
+
+// PostFilter runs kube-scheduler's Evaluator.Preempt. Its messages are
+// prefixed "preemption: ", as kube-scheduler's.
+func (pl *defaultPreemption) PostFilter(state *CycleState, pod *corev1.Pod, h Handle, statuses map[string]*Status) (*PostFilterResult, *Status) {
+	res, st := pl.preempt(state, pod, h, statuses)
+	if msg := st.Message(); msg != "" {
+		return res, NewStatus(st.Code(), "preemption: "+msg)
+	}
+	return res, st
+}
+
+func (pl *defaultPreemption) preempt(state *CycleState, pod *corev1.Pod, h Handle, statuses map[string]*Status) (*PostFilterResult, *Status) {
+	snap := state.Snapshot()
+	if ok, msg := eligibleToPreempt(pod, snap, statuses); !ok {
+		return nil, NewStatus(Unschedulable, msg)
+	}
+	var potential []*NodeInfo
+	for _, n := range snap.nodes {
+		if statuses[n.name].Code() == Unschedulable {
+			potential = append(potential, n)
+		}
+	}
+	// The dry run's verdicts, for the message when no node helps.
+	dry := &FitError{Pod: podName(pod), NumAllNodes: len(snap.nodes), NodeReasons: make(map[string][]string, len(snap.nodes))}
+	for _, n := range snap.nodes {
+		dry.NodeReasons[n.name] = []string{ReasonNotHelpful}
+	}
+	var candidates []candidate
+	if len(potential) > 0 {
+		want := max(len(potential)*minCandidateNodesPercentage/100, minCandidateNodesAbsolute)
+		offset := pl.rng.IntN(len(potential))
+		for i := range potential {
+			n := potential[(offset+i)%len(potential)]
+			victims, st := selectVictimsOnNode(state, pod, n, h)
+			switch {
+			case st.Code() == Error:
+				return nil, st
+			case !st.IsSuccess():
+				dry.NodeReasons[n.name] = st.Reasons()
+			case len(victims) > 0: // none: it fits as it is (a nomination moved meanwhile)
+				candidates = append(candidates, candidate{node: n.name, victims: victims})
+			}
+			if len(candidates) >= want {
+				break
+			}
+		}
+	}
+	if len(candidates) == 0 {
+		return nil, NewStatus(Unschedulable, dry.Error())
+	}
+	best := pickOneNodeForPreemption(candidates)
+	res := &PostFilterResult{NominatedNode: best.node, Victims: make([]Victim, len(best.victims))}
+	for i, v := range best.victims {
+		e := v.entry
+		res.Victims[i] = Victim{UID: e.key, Namespace: e.namespace, Name: e.name, Priority: v.priority, Terminating: v.terminating}
+	}
+	return res, nil
+}
+
+// eligibleToPreempt is kube-scheduler's PodEligibleToPreemptOthers: a pod
+// with preemptionPolicy Never does not preempt, nor one whose nominated
+// node still has a lower-priority pod that a preemption is terminating
+// (unless the filters now find that node unresolvable).
+func eligibleToPreempt(pod *corev1.Pod, snap *Snapshot, statuses map[string]*Status) (bool, string) {
+	if pod.GetSpec().GetPreemptionPolicy() == PreemptNever {
+		return false, msgPreemptNever
+	}
+	nom := pod.GetStatus().GetNominatedNodeName()
+	if nom == "" || statuses[nom].Code() == UnschedulableAndUnresolvable {
+		return true, ""
+	}
+	if n, ok := snap.Get(nom); ok {
+		prio := pod.GetSpec().GetPriority()
+		for _, p := range n.pods {
+			if p.priority < prio && p.preempted {
+				return false, msgTerminatingNominated
+			}
+		}
+	}
+	return true, ""
+}
+
+// candidate is a node where preemption makes the pod fit, and its victims
+// (most important first).
+type candidate struct {
+	node    string
+	victims []*podMeta
+}
+
+// moreImportant is kube-scheduler's MoreImportantPod as a sort order:
+// higher priority first, then the earlier start.
+func moreImportant(a, b *podMeta) int {
+	if c := cmp.Compare(b.priority, a.priority); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.startNano, b.startNano)
+}
+
+// selectVictimsOnNode finds the fewest, least important pods of lower
+// priority than pod whose deletion lets it pass the filters on n (a copy
+// of n is modified, never n). A node with no lower-priority pods is
+// UnschedulableAndUnresolvable; one where the pod does not fit even
+// without them returns the filters' rejection.
+func selectVictimsOnNode(state *CycleState, pod *corev1.Pod, n *NodeInfo, h Handle) ([]*podMeta, *Status) {
+	prio := pod.GetSpec().GetPriority()
+	var potential []*podMeta
+	for _, p := range n.pods {
+		if p.priority < prio {
+			potential = append(potential, p)
+		}
+	}
+	if len(potential) == 0 {
+		return nil, NewStatus(UnschedulableAndUnresolvable, ReasonNoVictims)
+	}
+	c := n.clone()
+	for _, p := range potential {
+		c.removePod(p.entry)
+	}
+	if st := h.RunFilters(state, pod, c); !st.IsSuccess() {
+		return nil, st
+	}
+	slices.SortStableFunc(potential, moreImportant)
+	var victims []*podMeta
+	for _, p := range potential {
+		c.addPod(p.entry)
+		switch st := h.RunFilters(state, pod, c); {
+		case st.Code() == Error:
+			return nil, st
+		case !st.IsSuccess():
+			c.removePod(p.entry)
+			victims = append(victims, p)
+		}
+	}
+	return victims, nil
+}
+
+// pickOneNodeForPreemption is kube-scheduler's: the candidate whose
+// highest-priority victim is lowest, then the lowest sum of priorities
+// (each shifted by 2^31 so that negative priorities count), then the
+// fewest victims, then the latest earliest start among the
+// highest-priority victims, then the first.
+func pickOneNodeForPreemption(cands []candidate) candidate {
+	scores := []func(c candidate) int64{
+		func(c candidate) int64 { return -int64(c.victims[0].priority) },
+		func(c candidate) int64 {
+			var sum int64
+			for _, v := range c.victims {
+				sum += int64(v.priority) + math.MaxInt32 + 1
+			}
+			return -sum
+		},
+		func(c candidate) int64 { return -int64(len(c.victims)) },
+		func(c candidate) int64 {
+			top, earliest := c.victims[0].priority, int64(math.MaxInt64)
+			for _, v := range c.victims {
+				if v.priority == top && v.startNano < earliest {
+					earliest = v.startNano
+				}
+			}
+			return earliest
+		},
+	}
+	for _, f := range scores {
+		if len(cands) == 1 {
+			break
+		}
+		best := int64(math.MinInt64)
+		var kept []candidate
+		for _, c := range cands {
+			switch s := f(c); {
+			case s > best:
+				best, kept = s, append(kept[:0], c)
+			case s == best:
+				kept = append(kept, c)
+			}
+		}
+		cands = kept
+	}
+	return cands[0]
+}
+
+// podStartTime is when a pod started (status.startTime), else when it was
+// created, in Unix nanoseconds.
+func podStartTime(pod *corev1.Pod) int64 {
+	if t := pod.GetStatus().GetStartTime(); t != nil {
+		return t.AsTime().UnixNano()
+	}
+	return pod.GetMetadata().GetCreationTimestamp().AsTime().UnixNano()
+}
+
+// preemptedByScheduler reports whether the pod carries the scheduler's
+// DisruptionTarget=True condition with reason PreemptionByScheduler.
+func preemptedByScheduler(pod *corev1.Pod) bool {
+	c := podrules.PodCondition(pod.GetStatus(), ConditionDisruptionTarget)
+	return c.GetStatus() == podrules.ConditionTrue && c.GetReason() == ReasonPreemptionByScheduler
+}

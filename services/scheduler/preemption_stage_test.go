@@ -1,0 +1,184 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/scheduler"
+	"github.com/podflow/podflow/services/scheduler/schedtest"
+)
+
+// TestPreemptionReplicas: on a full cluster (3 nodes of 4 cpu, twelve
+// 1-cpu pods of priority 0) three scheduler replicas on a real store
+// place three 2-cpu pods of priority 1000 by preemption: each preempts
+// exactly two victims on one node, is nominated there, and binds there
+// once its victims are gone; the victims get DisruptionTarget
+// (PreemptionByScheduler) and a Preempted Event, their deletion goes
+// through PodDeleteRequested; no pod is nominated twice and no victim is
+// marked without its preemptor nominated in the same transaction.
+//
+// The kill cases stop the replica that preempts first right after the
+// preemption transaction ("nominated": no deletion requested yet) or
+// right after the deletion requests ("requested": not yet bound): the
+// other replicas finish the job — they request the marked victims'
+// deletion again, and bind the preemptor when the victims are gone — and
+// the same invariants hold.
+func TestPreemptionReplicas(t *testing.T) {
+	for _, killAt := range []string{"", "nominated", "requested"} {
+		name := "no kill"
+		if killAt != "" {
+			name = "killed after " + killAt
+		}
+		t.Run(name, func(t *testing.T) { testPreemption(t, killAt) })
+	}
+}
+
+func testPreemption(t *testing.T, killAt string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg.StoreNoSync = true
+	cfg.AckWait = 2 * time.Second // a killed replica's events come back soon
+	cfg.ResyncPeriod = time.Second
+	cfg.Stage.OrphanAge = 3 * time.Second
+	env, err := schedtest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Close)
+	if err := env.CreateNodes(ctx, schedtest.Nodes(3, "4", "16Gi", 110)); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	replicas := map[string]*schedtest.Replica{}
+	var killed atomic.Pointer[schedtest.Replica]
+	restore := scheduler.SetPreemptHook(func(point, replica string, pod *corev1.Pod) {
+		if point != killAt {
+			return
+		}
+		mu.Lock()
+		r := replicas[replica]
+		mu.Unlock()
+		if r != nil && killed.CompareAndSwap(nil, r) {
+			r.Sever()
+		}
+	})
+	defer restore()
+	for _, r := range startReplicas(t, env, 3) {
+		mu.Lock()
+		replicas[r.Name] = r
+		mu.Unlock()
+	}
+	fin, err := env.StartFinalizer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	low := make([]*corev1.Pod, 12)
+	for i := range low {
+		low[i] = schedtest.Pod("bench", fmt.Sprintf("low-%02d", i), "1", "64Mi")
+	}
+	if err := env.Submit(ctx, low); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Scheduled.Wait(ctx, len(low)); err != nil {
+		t.Fatal(err)
+	}
+	high := make([]*corev1.Pod, 3)
+	for i := range high {
+		p := schedtest.Pod("bench", fmt.Sprintf("high-%d", i), "2", "64Mi")
+		p.Spec.Priority = ptr(int32(1000))
+		high[i] = p
+	}
+	if err := env.Submit(ctx, high); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Scheduled.Wait(ctx, len(low)+len(high)); err != nil {
+		t.Fatal(err)
+	}
+	if r := killed.Load(); r != nil {
+		r.Kill()
+	} else if killAt != "" {
+		t.Fatalf("no replica reached %q", killAt)
+	}
+	// The last victims' finalization and the preemptors' binds are done;
+	// wait until the store has no victim left (the Finalizer deletes them
+	// as their requests arrive).
+	get := benchPods(ctx, t, env)
+	waitUntil(t, "every victim gone", func() bool {
+		pods, _, err := objects.List[*corev1.Pod](ctx, env.Store, "bench")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(pods) == len(low)+len(high)-2*len(high)
+	})
+
+	bound := map[string]int{}
+	for _, h := range high {
+		p := get(h.GetMetadata().GetName())
+		node := p.GetSpec().GetNodeName()
+		if node == "" || p.GetStatus().GetNominatedNodeName() != "" {
+			t.Errorf("%s: node %q, nominatedNodeName %q; want bound, nomination cleared", h.GetMetadata().GetName(), node, p.GetStatus().GetNominatedNodeName())
+		}
+		bound[node]++
+	}
+	if len(bound) != 3 {
+		t.Errorf("preemptors bound %v, want one per node (each fills its node's freed half)", bound)
+	}
+	// Preempted Events name the preemptor's uid and the node.
+	evs, _, err := objects.List[*corev1.Event](ctx, env.Store, "bench")
+	if err != nil {
+		t.Fatal(err)
+	}
+	preempted := 0
+	for _, ev := range evs {
+		if ev.GetReason() != scheduler.ReasonPreempted {
+			continue
+		}
+		preempted++
+		if !strings.HasPrefix(ev.GetMessage(), "Preempted by pod ") || !strings.Contains(ev.GetMessage(), " on node node-") {
+			t.Errorf("Preempted Event message %q", ev.GetMessage())
+		}
+	}
+	if preempted != 2*len(high) {
+		t.Errorf("%d Preempted Events, want %d", preempted, 2*len(high))
+	}
+	for _, l := range low {
+		if _, err := objects.Get[*corev1.Pod](ctx, env.Store, "bench", l.GetMetadata().GetName()); err == nil {
+			continue
+		}
+		if n := fin.Requested(l.GetMetadata().GetUid()); n == 0 {
+			t.Errorf("victim %s gone without a PodDeleteRequested", l.GetMetadata().GetName())
+		}
+	}
+	if err := fin.Err(); err != nil {
+		t.Error(err)
+	}
+
+	rep, err := env.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Err(); err != nil {
+		t.Error(err)
+	}
+	if rep.Nominations != len(high) || rep.Victims != 2*len(high) || len(rep.NominatedUnbound) != 0 || len(rep.VictimsLeft) != 0 {
+		t.Errorf("history: %d nominations, %d victims, nominated but unbound %v, victims left %v; want %d, %d, none, none",
+			rep.Nominations, rep.Victims, rep.NominatedUnbound, rep.VictimsLeft, len(high), 2*len(high))
+	}
+	var preemptions int64
+	for _, r := range replicas {
+		preemptions += r.Stage.Counters.Preemptions.Load()
+	}
+	t.Logf("preemptions committed %d, killed at %q", preemptions, killAt)
+}
+
+func ptr[T any](v T) *T { return &v }
