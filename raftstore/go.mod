@@ -11,7 +11,6 @@ require (
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0
-	github.com/podflow/podflow/bus v0.0.0
 	github.com/podflow/podflow/proto v0.0.0
 	go.etcd.io/bbolt v1.3.5
 	go.uber.org/goleak v1.3.0
@@ -40,7 +39,5 @@ require (
 )
 
 replace github.com/podflow/podflow/proto => ../proto
-
-replace github.com/podflow/podflow/bus => ../bus
 
 replace github.com/hashicorp/go-metrics => github.com/hashicorp/go-metrics v0.6.1

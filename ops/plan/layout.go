@@ -84,8 +84,9 @@ func (l Layout) NATSServerTLS() bus.TLSFiles {
 	return bus.TLSFiles{CAFile: l.PKI("ca.crt"), CertFile: l.PKI("nats-server.crt"), KeyFile: l.PKI("nats-server.key")}
 }
 
-// RaftTLS are the TLS files of the store replicas' raft transport (group
-// raftstore.PeerGroup).
-func (l Layout) RaftTLS() bus.TLSFiles {
-	return bus.TLSFiles{CAFile: l.PKI("ca.crt"), CertFile: l.PKI("raft-peer.crt"), KeyFile: l.PKI("raft-peer.key")}
+// RaftTLS are the TLS files of store replica id's raft transport
+// (DATA/pki/raft-<id>.crt: CN podflow:raft:<id>, group
+// raftstore.PeerGroup): each replica has its own.
+func (l Layout) RaftTLS(id string) bus.TLSFiles {
+	return bus.TLSFiles{CAFile: l.PKI("ca.crt"), CertFile: l.PKI("raft-" + id + ".crt"), KeyFile: l.PKI("raft-" + id + ".key")}
 }

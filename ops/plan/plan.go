@@ -131,7 +131,7 @@ type Options struct {
 	NodeGrace time.Duration
 	// TLS runs every NATS listener (clients and routes) and every raft
 	// transport over mutual TLS with the certificates of Layout's PKI
-	// (NATSServerTLS, RaftTLS, BusTLS): `up --cluster`. False: plain TCP
+	// (NATSServerTLS, RaftTLS of each replica, BusTLS): `up --cluster`. False: plain TCP
 	// on loopback.
 	TLS bool
 	// APIArgs are extra flags of every api replica (the HTTPS front door).
@@ -325,7 +325,7 @@ func (p *Plan) storeProcesses() []Process {
 			args = append(args, "--peer-addrs", strings.Join(peers, ","))
 		}
 		if o.TLS {
-			raft, nc := p.Layout.RaftTLS(), p.Layout.BusTLS(pipeline.RoleStore)
+			raft, nc := p.Layout.RaftTLS(name), p.Layout.BusTLS(pipeline.RoleStore)
 			args = append(args, "--tls-ca", raft.CAFile, "--raft-tls-cert", raft.CertFile, "--raft-tls-key", raft.KeyFile,
 				"--nats-tls-cert", nc.CertFile, "--nats-tls-key", nc.KeyFile)
 		}

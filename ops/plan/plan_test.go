@@ -292,7 +292,7 @@ func TestStageIndex(t *testing.T) {
 
 // TestClusterTLSArgs: with TLS every NATS server serves clients and routes
 // with the servers' certificate, and every store replica speaks raft with
-// the peers' and dials NATS with the store role's client certificate.
+// its own raft certificate and dials NATS with the store role's client certificate.
 func TestClusterTLSArgs(t *testing.T) {
 	o := options()
 	o.Cluster, o.ClusterClientPorts, o.ClusterRoutePorts = true, []int{4001, 4002, 4003}, []int{6001, 6002, 6003}
@@ -302,7 +302,7 @@ func TestClusterTLSArgs(t *testing.T) {
 	}{
 		{false, "--creds /d/nats/creds.json", "--bootstrap store-1=127.0.0.1:7001,store-2=127.0.0.1:7002,store-3=127.0.0.1:7003"},
 		{true, "--creds /d/nats/creds.json --tls-ca /d/pki/ca.crt --tls-cert /d/pki/nats-server.crt --tls-key /d/pki/nats-server.key",
-			"--bootstrap store-1=127.0.0.1:7001,store-2=127.0.0.1:7002,store-3=127.0.0.1:7003 --tls-ca /d/pki/ca.crt --raft-tls-cert /d/pki/raft-peer.crt --raft-tls-key /d/pki/raft-peer.key --nats-tls-cert /d/pki/bus/store.crt --nats-tls-key /d/pki/bus/store.key"},
+			"--bootstrap store-1=127.0.0.1:7001,store-2=127.0.0.1:7002,store-3=127.0.0.1:7003 --tls-ca /d/pki/ca.crt --raft-tls-cert /d/pki/raft-{name}.crt --raft-tls-key /d/pki/raft-{name}.key --nats-tls-cert /d/pki/bus/store.crt --nats-tls-key /d/pki/bus/store.key"},
 	} {
 		t.Run(fmt.Sprint("tls=", tc.tls), func(t *testing.T) {
 			o.TLS, o.FreeAddr = tc.tls, addrs()
@@ -316,8 +316,9 @@ func TestClusterTLSArgs(t *testing.T) {
 				}
 			}
 			for _, s := range p.Step(plan.Store).Processes {
-				if args := strings.Join(s.Args, " "); !strings.HasSuffix(args, tc.wantSt) {
-					t.Errorf("%s args %s, want the suffix %s", s.Name, args, tc.wantSt)
+				want := strings.ReplaceAll(tc.wantSt, "{name}", s.Name) // each replica its own raft certificate
+				if args := strings.Join(s.Args, " "); !strings.HasSuffix(args, want) {
+					t.Errorf("%s args %s, want the suffix %s", s.Name, args, want)
 				}
 			}
 		})

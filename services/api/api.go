@@ -259,6 +259,11 @@ func (s *Stage) startCaches(ctx context.Context, g *errgroup.Group) error {
 		md := o.(*corev1.ServiceAccount).GetMetadata()
 		s.authn.DeleteServiceAccount(md.GetNamespace(), md.GetName())
 	}
+	podUp := func(o proto.Message) { s.authn.UpsertPod(o.(*corev1.Pod)) }
+	podDel := func(o proto.Message) {
+		md := o.(*corev1.Pod).GetMetadata()
+		s.authn.DeletePod(md.GetNamespace(), md.GetName())
+	}
 	if err := errors.Join(
 		feed[*corev1.Role](&infs, s.env.Store, up, del),
 		feed[*corev1.ClusterRole](&infs, s.env.Store, up, del),
@@ -266,6 +271,7 @@ func (s *Stage) startCaches(ctx context.Context, g *errgroup.Group) error {
 		feed[*corev1.ClusterRoleBinding](&infs, s.env.Store, up, del),
 		feed[*corev1.Secret](&infs, s.env.Store, secretUp, secretDel),
 		feed[*corev1.ServiceAccount](&infs, s.env.Store, saUp, saDel),
+		feed[*corev1.Pod](&infs, s.env.Store, podUp, podDel), // the objects bound tokens name
 	); err != nil {
 		return err
 	}

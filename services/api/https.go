@@ -68,11 +68,11 @@ func (s *Stage) AuthenticateToken(token string) (*corev1.UserInfo, *corev1.Statu
 var _ apiserver.TokenIssuer = (*Stage)(nil)
 
 // IssueServiceAccountToken implements apiserver.TokenIssuer.
-func (s *Stage) IssueServiceAccountToken(namespace, name, uid string, audiences []string, expiration time.Duration) (string, time.Time, error) {
+func (s *Stage) IssueServiceAccountToken(namespace, name, uid string, obj auth.BoundObject, audiences []string, expiration time.Duration) (string, time.Time, error) {
 	if s.cfg.Authn.BoundTokens == nil {
 		return "", time.Time{}, apiserver.ErrNoTokenIssuer
 	}
-	return s.cfg.Authn.BoundTokens.Issue(namespace, name, uid, audiences, expiration, time.Now())
+	return s.cfg.Authn.BoundTokens.Issue(namespace, name, uid, obj, audiences, expiration, time.Now())
 }
 
 // Authorize implements apiserver.Backend.

@@ -4,7 +4,12 @@ package apiserver
 // authentication.k8s.io/v1 TokenRequest to
 // /api/v1/namespaces/<ns>/serviceaccounts/<name>/token (verb create,
 // subresource token) and gets a bound token for the ServiceAccount's
-// current uid, as kube-apiserver does.
+// current uid, as kube-apiserver does. A spec.boundObjectRef to a Pod
+// (running as that ServiceAccount) or a Secret of the namespace binds the
+// token to that object's uid too: it authenticates only while the object
+// exists with it (auth.TokenAuthenticator). As kube-apiserver's
+// TokenREST: a missing object is 404, another kind 400, a pod of
+// another ServiceAccount 400, a uid that is not the object's 409.
 
 import (
 	"context"
@@ -14,9 +19,12 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
 )
 
@@ -24,9 +32,10 @@ import (
 var ErrNoTokenIssuer = errors.New("apiserver: no ServiceAccount token signing key")
 
 // TokenIssuer is the optional Backend capability behind the TokenRequest
-// API: it signs a bound token for a ServiceAccount of uid.
+// API: it signs a bound token for a ServiceAccount of uid, bound to obj
+// (the zero auth.BoundObject: to nothing else).
 type TokenIssuer interface {
-	IssueServiceAccountToken(namespace, name, uid string, audiences []string, expiration time.Duration) (string, time.Time, error)
+	IssueServiceAccountToken(namespace, name, uid string, obj auth.BoundObject, audiences []string, expiration time.Duration) (string, time.Time, error)
 }
 
 // isTokenRequest reports whether req is a TokenRequest (create of
@@ -60,12 +69,6 @@ func (s *Server) tokenRequest(ctx context.Context, w http.ResponseWriter, r *htt
 	if !s.decodeReview(w, r, &tr, "TokenRequest") {
 		return
 	}
-	if tr.Spec.BoundObjectRef != nil {
-		writeStatus(w, invalid("TokenRequest", req.name, []*corev1.StatusCause{{Type: "FieldValueNotSupported", Field: "spec.boundObjectRef",
-			Message: "Unsupported value: tokens bound to objects are not supported"}},
-			"TokenRequest.authentication.k8s.io %q is invalid: spec.boundObjectRef: Unsupported value: tokens bound to objects are not supported", req.name))
-		return
-	}
 	var exp time.Duration
 	if e := tr.Spec.ExpirationSeconds; e != nil {
 		var why string
@@ -93,7 +96,14 @@ func (s *Server) tokenRequest(ctx context.Context, w http.ResponseWriter, r *htt
 		writeStatus(w, stage.Internal(errors.New("apiserver: stored ServiceAccount without a uid")))
 		return
 	}
-	token, expiry, err := issuer.IssueServiceAccountToken(req.namespace, req.name, sa.GetMetadata().GetUid(), tr.Spec.Audiences, exp)
+	var bound auth.BoundObject
+	if ref := tr.Spec.BoundObjectRef; ref != nil {
+		if bound, st = s.boundObject(ctx, req, ref); st != nil {
+			writeStatus(w, st)
+			return
+		}
+	}
+	token, expiry, err := issuer.IssueServiceAccountToken(req.namespace, req.name, sa.GetMetadata().GetUid(), bound, tr.Spec.Audiences, exp)
 	if errors.Is(err, ErrNoTokenIssuer) {
 		writeStatus(w, notFoundPath(r.URL.Path))
 		return
@@ -108,4 +118,43 @@ func (s *Server) tokenRequest(ctx context.Context, w http.ResponseWriter, r *htt
 	tr.Spec.ExpirationSeconds = &secs
 	tr.Status = authenticationv1.TokenRequestStatus{Token: token, ExpirationTimestamp: metav1.NewTime(expiry)}
 	writeJSON(w, http.StatusCreated, &tr)
+}
+
+// boundObject reads the object a TokenRequest binds its token to (in the
+// ServiceAccount's namespace) and checks it as kube-apiserver does.
+func (s *Server) boundObject(ctx context.Context, req *request, ref *authenticationv1.BoundObjectReference) (auth.BoundObject, *corev1.Status) {
+	gvk := schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind)
+	if gvk.Group != "" || (gvk.Kind != auth.BoundKindPod && gvk.Kind != auth.BoundKindSecret) {
+		return auth.BoundObject{}, badRequest("cannot bind token to object of type %s", gvk.String())
+	}
+	res := lookupResource("v1", "secrets")
+	if gvk.Kind == auth.BoundKindPod {
+		res = lookupResource("v1", "pods")
+	}
+	obj, st := s.read(ctx, res, req.namespace, ref.Name)
+	if st != nil {
+		return auth.BoundObject{}, st
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		if sa := podServiceAccount(p); sa != req.name {
+			return auth.BoundObject{}, badRequest("cannot bind token for serviceaccount %q to pod running with serviceaccount %q", req.name, sa)
+		}
+	}
+	uid := objects.Meta(obj).GetUid()
+	if ref.UID != "" && string(ref.UID) != uid {
+		return auth.BoundObject{}, stage.Failure(409, eventsv1.ReasonConflict, gvk.Kind, ref.Name,
+			"Operation cannot be fulfilled on %s %q: the UID in the bound object reference (%s) does not match the UID in record (%s). The object might have been deleted and then recreated",
+			gvk.Kind, ref.Name, ref.UID, uid)
+	}
+	return auth.BoundObject{Kind: gvk.Kind, Name: ref.Name, UID: uid}, nil
+}
+
+// podServiceAccount is the ServiceAccount pod runs as: its
+// serviceAccountName, "default" when it names none (what Kubernetes'
+// ServiceAccount admission sets).
+func podServiceAccount(p *corev1.Pod) string {
+	if sa := p.GetSpec().GetServiceAccountName(); sa != "" {
+		return sa
+	}
+	return "default"
 }

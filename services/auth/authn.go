@@ -140,7 +140,21 @@ type TokenAuthenticator struct {
 	sa       map[tokenHash]saToken
 	saSecret map[string]tokenHash // "namespace/name" of the Secret -> digest
 	accounts map[string]string    // "namespace/name" of a ServiceAccount -> its uid
+	// bindable are the Pods and Secrets a bound token may name:
+	// "<kind>/namespace/name" -> its uid and deletion time.
+	bindable map[string]bindable
 }
+
+// bindable is a stored Pod or Secret as a bound token's check needs it.
+type bindable struct {
+	uid      string
+	deleting time.Time // its deletionTimestamp; zero when not being deleted
+}
+
+// BoundObjectDeletionLeeway is how long an object a token is bound to may
+// be terminating before the token is refused, as Kubernetes' validator
+// (jwt.DefaultLeeway, one minute).
+const BoundObjectDeletionLeeway = time.Minute
 
 // saToken is a ServiceAccount token Secret's user and the account (key
 // and uid) it is bound to.
@@ -163,6 +177,7 @@ func NewTokenAuthenticator(cfg AuthenticatorConfig, static []StaticToken) (*Toke
 		sa:       make(map[tokenHash]saToken),
 		saSecret: make(map[string]tokenHash),
 		accounts: make(map[string]string),
+		bindable: make(map[string]bindable),
 	}
 	for i, st := range static {
 		if st.Token == "" || st.User.GetUsername() == "" {
@@ -181,6 +196,8 @@ func NewTokenAuthenticator(cfg AuthenticatorConfig, static []StaticToken) (*Toke
 // The token authenticates only while its ServiceAccount exists with the
 // uid of the Secret's kubernetes.io/service-account.uid annotation (see
 // UpsertServiceAccount), as Kubernetes' legacy token validation checks.
+//
+// Every Secret is also recorded as an object a bound token may name.
 func (a *TokenAuthenticator) UpsertSecret(s *corev1.Secret) {
 	ns, name := s.GetMetadata().GetNamespace(), s.GetMetadata().GetName()
 	key := ns + "/" + name
@@ -188,6 +205,7 @@ func (a *TokenAuthenticator) UpsertSecret(s *corev1.Secret) {
 	sa := s.GetMetadata().GetAnnotations()[AnnotationServiceAccountName]
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.bindable[BoundKindSecret+"/"+key] = bindableOf(s.GetMetadata())
 	if old, ok := a.saSecret[key]; ok {
 		delete(a.sa, old)
 		delete(a.saSecret, key)
@@ -226,11 +244,37 @@ func (a *TokenAuthenticator) DeleteServiceAccount(namespace, name string) {
 	a.mu.Unlock()
 }
 
-// DeleteSecret forgets the token of the named Secret, if any.
+// UpsertPod records a Pod as an object a bound token may name: such a
+// token authenticates while the pod is stored with the uid it names.
+func (a *TokenAuthenticator) UpsertPod(p *corev1.Pod) {
+	md := p.GetMetadata()
+	a.mu.Lock()
+	a.bindable[BoundKindPod+"/"+md.GetNamespace()+"/"+md.GetName()] = bindableOf(md)
+	a.mu.Unlock()
+}
+
+// DeletePod forgets a Pod: the tokens bound to it stop authenticating.
+func (a *TokenAuthenticator) DeletePod(namespace, name string) {
+	a.mu.Lock()
+	delete(a.bindable, BoundKindPod+"/"+namespace+"/"+name)
+	a.mu.Unlock()
+}
+
+func bindableOf(md *corev1.ObjectMeta) bindable {
+	b := bindable{uid: md.GetUid()}
+	if ts := md.GetDeletionTimestamp(); ts != nil {
+		b.deleting = ts.AsTime()
+	}
+	return b
+}
+
+// DeleteSecret forgets the token of the named Secret, if any, and the
+// Secret as an object a bound token may name.
 func (a *TokenAuthenticator) DeleteSecret(namespace, name string) {
 	key := namespace + "/" + name
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	delete(a.bindable, BoundKindSecret+"/"+key)
 	if h, ok := a.saSecret[key]; ok {
 		delete(a.sa, h)
 		delete(a.saSecret, key)
@@ -267,20 +311,29 @@ func (a *TokenAuthenticator) AuthenticateToken(token string) (*corev1.UserInfo, 
 }
 
 // authenticateBound verifies a bound token and checks that its
-// ServiceAccount exists with the uid it names.
+// ServiceAccount exists with the uid it names, and so does the Pod or
+// Secret it is bound to, not deleted for longer than
+// BoundObjectDeletionLeeway (Kubernetes' "service account token has been
+// invalidated").
 func (a *TokenAuthenticator) authenticateBound(token string) (*corev1.UserInfo, *corev1.Status) {
 	now := time.Now
 	if a.cfg.Now != nil {
 		now = a.cfg.Now
 	}
-	c, err := a.cfg.BoundTokens.Verify(token, now())
+	at := now()
+	c, err := a.cfg.BoundTokens.Verify(token, at)
 	if err != nil {
 		return nil, Unauthorized()
 	}
 	a.mu.RLock()
 	uid, exists := a.accounts[c.Namespace+"/"+c.Name]
+	obj, objExists := a.bindable[c.Object.Kind+"/"+c.Namespace+"/"+c.Object.Name]
 	a.mu.RUnlock()
 	if !exists || uid != c.UID {
+		return nil, Unauthorized()
+	}
+	if c.Object.Kind != "" && (!objExists || obj.uid != c.Object.UID ||
+		!obj.deleting.IsZero() && obj.deleting.Before(at.Add(-BoundObjectDeletionLeeway))) {
 		return nil, Unauthorized()
 	}
 	return &corev1.UserInfo{Username: ServiceAccountUsername(c.Namespace, c.Name), Uid: c.UID,

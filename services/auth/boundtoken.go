@@ -23,9 +23,11 @@ var ErrInvalidBoundToken = errors.New("auth: invalid bound service account token
 // Bound ServiceAccount tokens (the TokenRequest API, `kubectl create
 // token`): JWTs signed ES256 by the cluster's ServiceAccount key, with
 // Kubernetes' claims — iss, sub system:serviceaccount:<ns>:<name>, aud,
-// exp, iat, nbf and kubernetes.io.{namespace, serviceaccount.{name, uid}}.
-// A token authenticates only until it expires and only while its
-// ServiceAccount exists with the uid it names (TokenAuthenticator).
+// exp, iat, nbf and kubernetes.io.{namespace, serviceaccount.{name, uid}},
+// and for a token bound to an object kubernetes.io.pod or
+// kubernetes.io.secret {name, uid}. A token authenticates only until it
+// expires and only while its ServiceAccount — and the object it is bound
+// to — exists with the uid it names (TokenAuthenticator).
 const (
 	// MinBoundTokenExpiration is the shortest expirationSeconds a
 	// TokenRequest may ask for (Kubernetes': 10 minutes).
@@ -54,16 +56,35 @@ type BoundTokens struct {
 // BoundTokenClaims are what a bound token asserts.
 type BoundTokenClaims struct {
 	Namespace, Name, UID string
-	Audiences            []string
-	Expiry               time.Time
+	// Object is what the token is bound to besides its ServiceAccount
+	// (zero: nothing).
+	Object    BoundObject
+	Audiences []string
+	Expiry    time.Time
+}
+
+// Kinds of object a token may be bound to (TokenRequest
+// spec.boundObjectRef), as Kubernetes: a Pod or a Secret, in the
+// ServiceAccount's namespace.
+const (
+	BoundKindPod    = "Pod"
+	BoundKindSecret = "Secret"
+)
+
+// BoundObject is the object a token is bound to: BoundKindPod or
+// BoundKindSecret, its name and its uid. The zero value binds to nothing.
+type BoundObject struct{ Kind, Name, UID string }
+
+type objectRef struct {
+	Name string `json:"name"`
+	UID  string `json:"uid"`
 }
 
 type k8sClaims struct {
-	Namespace      string `json:"namespace"`
-	ServiceAccount struct {
-		Name string `json:"name"`
-		UID  string `json:"uid"`
-	} `json:"serviceaccount"`
+	Namespace      string     `json:"namespace"`
+	ServiceAccount objectRef  `json:"serviceaccount"`
+	Pod            *objectRef `json:"pod,omitempty"`
+	Secret         *objectRef `json:"secret,omitempty"`
 }
 
 type boundClaims struct {
@@ -92,12 +113,26 @@ func NewBoundTokens(key *ecdsa.PrivateKey, issuer string, audiences []string) (*
 func (b *BoundTokens) Audiences() []string { return append([]string(nil), b.audiences...) }
 
 // Issue signs a token for the ServiceAccount namespace/name with uid,
-// for audiences (default Audiences()), valid from now for expiration
+// bound to obj (of its namespace; the zero BoundObject: to nothing), for
+// audiences (default Audiences()), valid from now for expiration
 // (clamped to [MinBoundTokenExpiration, MaxBoundTokenExpiration]; 0 is
 // DefaultBoundTokenExpiration). It returns the token and its expiry.
-func (b *BoundTokens) Issue(namespace, name, uid string, audiences []string, expiration time.Duration, now time.Time) (string, time.Time, error) {
+func (b *BoundTokens) Issue(namespace, name, uid string, obj BoundObject, audiences []string, expiration time.Duration, now time.Time) (string, time.Time, error) {
 	if namespace == "" || name == "" || uid == "" {
 		return "", time.Time{}, fmt.Errorf("%w: a token needs the ServiceAccount's namespace, name and uid", ErrInvalidBoundToken)
+	}
+	k := &k8sClaims{Namespace: namespace, ServiceAccount: objectRef{Name: name, UID: uid}}
+	ref := &objectRef{Name: obj.Name, UID: obj.UID}
+	switch {
+	case obj == BoundObject{}:
+	case obj.Name == "" || obj.UID == "":
+		return "", time.Time{}, fmt.Errorf("%w: a bound object needs a name and a uid", ErrInvalidBoundToken)
+	case obj.Kind == BoundKindPod:
+		k.Pod = ref
+	case obj.Kind == BoundKindSecret:
+		k.Secret = ref
+	default:
+		return "", time.Time{}, fmt.Errorf("%w: a token cannot be bound to a %s", ErrInvalidBoundToken, obj.Kind)
 	}
 	switch {
 	case expiration == 0:
@@ -115,8 +150,7 @@ func (b *BoundTokens) Issue(namespace, name, uid string, audiences []string, exp
 	c := boundClaims{Claims: jwt.Claims{
 		Issuer: b.issuer, Subject: ServiceAccountUsername(namespace, name), Audience: jwt.Audience(audiences),
 		Expiry: jwt.NewNumericDate(exp), IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
-	}, Kubernetes: &k8sClaims{Namespace: namespace}}
-	c.Kubernetes.ServiceAccount.Name, c.Kubernetes.ServiceAccount.UID = name, uid
+	}, Kubernetes: k}
 	tok, err := jwt.Signed(b.signer).Claims(c).Serialize()
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("auth: sign bound token: %w", err)
@@ -144,7 +178,19 @@ func (b *BoundTokens) Verify(token string, now time.Time) (BoundTokenClaims, err
 		c.Subject != ServiceAccountUsername(k.Namespace, k.ServiceAccount.Name) {
 		return BoundTokenClaims{}, fmt.Errorf("%w: missing or inconsistent claims", ErrInvalidBoundToken)
 	}
-	return BoundTokenClaims{Namespace: k.Namespace, Name: k.ServiceAccount.Name, UID: k.ServiceAccount.UID,
+	var obj BoundObject
+	switch {
+	case k.Pod != nil && k.Secret != nil:
+		return BoundTokenClaims{}, fmt.Errorf("%w: bound to a pod and a secret", ErrInvalidBoundToken)
+	case k.Pod != nil:
+		obj = BoundObject{Kind: BoundKindPod, Name: k.Pod.Name, UID: k.Pod.UID}
+	case k.Secret != nil:
+		obj = BoundObject{Kind: BoundKindSecret, Name: k.Secret.Name, UID: k.Secret.UID}
+	}
+	if obj.Kind != "" && (obj.Name == "" || obj.UID == "") {
+		return BoundTokenClaims{}, fmt.Errorf("%w: a bound %s without a name or uid", ErrInvalidBoundToken, obj.Kind)
+	}
+	return BoundTokenClaims{Namespace: k.Namespace, Name: k.ServiceAccount.Name, UID: k.ServiceAccount.UID, Object: obj,
 		Audiences: c.Audience, Expiry: c.Expiry.Time()}, nil
 }
 

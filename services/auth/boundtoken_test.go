@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
@@ -25,25 +27,33 @@ func boundTokens(t *testing.T, issuer string) *BoundTokens {
 	return b
 }
 
+// boundAuthenticator is an authenticator of the bound tokens the returned
+// BoundTokens issue, checked at *clock.
+func boundAuthenticator(t *testing.T, clock *time.Time) (*BoundTokens, *TokenAuthenticator) {
+	t.Helper()
+	b := boundTokens(t, "https://podflow.local")
+	cfg := DefaultAuthenticatorConfig()
+	cfg.BoundTokens, cfg.Now = b, func() time.Time { return *clock }
+	a, err := NewTokenAuthenticator(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, a
+}
+
 // TestBoundTokens: a bound token authenticates as its ServiceAccount only
 // while it is unexpired, for this server's audience, signed by this
 // server's key, and while the account exists with the uid it names.
 func TestBoundTokens(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	clock := now
-	b := boundTokens(t, "https://podflow.local")
-	cfg := DefaultAuthenticatorConfig()
-	cfg.BoundTokens, cfg.Now = b, func() time.Time { return clock }
-	a, err := NewTokenAuthenticator(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, a := boundAuthenticator(t, &clock)
 	sa := func(uid string) *corev1.ServiceAccount {
 		return &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "robot", Uid: uid}}
 	}
 	a.UpsertServiceAccount(sa("sa-uid"))
 	issue := func(b *BoundTokens, aud []string, exp time.Duration) string {
-		tok, _, err := b.Issue("team", "robot", "sa-uid", aud, exp, now)
+		tok, _, err := b.Issue("team", "robot", "sa-uid", BoundObject{}, aud, exp, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +108,7 @@ func TestBoundTokenIssue(t *testing.T) {
 		{2 * time.Hour, 2 * time.Hour},
 		{48 * time.Hour, MaxBoundTokenExpiration},
 	} {
-		tok, exp, err := b.Issue("ns", "sa", "u1", nil, tc.ask, now)
+		tok, exp, err := b.Issue("ns", "sa", "u1", BoundObject{}, nil, tc.ask, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +120,75 @@ func TestBoundTokenIssue(t *testing.T) {
 			t.Errorf("verify: %+v, %v", c, err)
 		}
 	}
-	if _, _, err := b.Issue("ns", "sa", "", nil, 0, now); !errors.Is(err, ErrInvalidBoundToken) {
+	if _, _, err := b.Issue("ns", "sa", "", BoundObject{}, nil, 0, now); !errors.Is(err, ErrInvalidBoundToken) {
 		t.Errorf("issue without a uid: %v", err)
+	}
+}
+
+// TestTokensBoundToObjects: a token bound to a Pod or a Secret
+// authenticates only while that object is known with the uid it names —
+// not once it is deleted or recreated with another uid, nor after it has
+// been terminating for longer than BoundObjectDeletionLeeway — and Issue
+// binds only to a Pod or a Secret with a name and a uid.
+func TestTokensBoundToObjects(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := now
+	b, a := boundAuthenticator(t, &clock)
+	a.UpsertServiceAccount(&corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "robot", Uid: "sa-uid"}})
+	pod := func(uid string, deleting *time.Time) *corev1.Pod {
+		p := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "web", Uid: uid}}
+		if deleting != nil {
+			p.Metadata.DeletionTimestamp = timestamppb.New(*deleting)
+		}
+		return p
+	}
+	secret := func(uid string) *corev1.Secret {
+		return &corev1.Secret{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "creds", Uid: uid}}
+	}
+	a.UpsertPod(pod("pod-uid", nil))
+	a.UpsertSecret(secret("secret-uid"))
+	issue := func(obj BoundObject) string {
+		tok, _, err := b.Issue("team", "robot", "sa-uid", obj, nil, time.Hour, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.Verify(tok, now)
+		if err != nil || c.Object != obj {
+			t.Fatalf("verify: %+v %v, want bound to %+v", c, err, obj)
+		}
+		return tok
+	}
+	toPod := issue(BoundObject{Kind: BoundKindPod, Name: "web", UID: "pod-uid"})
+	toSecret := issue(BoundObject{Kind: BoundKindSecret, Name: "creds", UID: "secret-uid"})
+	deleting := now.Add(-30 * time.Second)
+	for _, tc := range []struct {
+		name  string
+		setup func()
+		token string
+		ok    bool
+	}{
+		{"bound to a stored pod", nil, toPod, true},
+		{"bound to a stored secret", nil, toSecret, true},
+		{"pod terminating within the leeway", func() { a.UpsertPod(pod("pod-uid", &deleting)) }, toPod, true},
+		{"pod terminating past the leeway", func() { clock = now.Add(time.Minute) }, toPod, false},
+		{"pod deleted", func() { clock = now; a.DeletePod("team", "web") }, toPod, false},
+		{"pod recreated with another uid", func() { a.UpsertPod(pod("pod-uid-2", nil)) }, toPod, false},
+		{"pod back with its uid", func() { a.UpsertPod(pod("pod-uid", nil)) }, toPod, true},
+		{"secret recreated with another uid", func() { a.UpsertSecret(secret("secret-uid-2")) }, toSecret, false},
+		{"secret deleted", func() { a.DeleteSecret("team", "creds") }, toSecret, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.setup != nil {
+				tc.setup()
+			}
+			if _, st := a.AuthenticateToken(tc.token); (st == nil) != tc.ok {
+				t.Fatalf("authenticated %v (%v), want %v", st == nil, st, tc.ok)
+			}
+		})
+	}
+	for _, obj := range []BoundObject{{Kind: "ConfigMap", Name: "c", UID: "u"}, {Kind: BoundKindPod, Name: "web"}, {Kind: BoundKindSecret, UID: "u"}} {
+		if _, _, err := b.Issue("team", "robot", "sa-uid", obj, nil, 0, now); !errors.Is(err, ErrInvalidBoundToken) {
+			t.Errorf("issue bound to %+v: %v, want ErrInvalidBoundToken", obj, err)
+		}
 	}
 }

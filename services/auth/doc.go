@@ -17,6 +17,10 @@
 //     Feed every ServiceAccount to UpsertServiceAccount and every deletion
 //     to DeleteServiceAccount: a token authenticates only while its
 //     account exists with the uid its Secret is bound to.
+//     Feed every Pod to UpsertPod and every deletion to DeletePod (and
+//     Secrets as above): a bound token whose TokenRequest named a
+//     boundObjectRef authenticates only while that Pod or Secret exists
+//     with the uid it names.
 //  3. Feed Roles, ClusterRoles, RoleBindings and ClusterRoleBindings to
 //     RBAC.Upsert / RBAC.Delete. Seed the store with BootstrapPolicy at
 //     first start. After RBAC allows a write of one of them, call

@@ -9,103 +9,58 @@
 // creation) and persistence stores it, so no client can choose a pod's
 // uid or make two pods share one. A redelivered PodAdmitted carries the
 // same uid, finds its own pod already stored and completes the same way;
-// a different request for the same name gets 409 AlreadyExists, and a
-// request id already used by another pod (the podflow.io/request-id of a
-// stored pod) is refused with 409 Conflict.
+// a different request for the same name gets 409 AlreadyExists.
+//
+// A request id belongs to one pod at a time. The pod's create is one store
+// transaction with the creation of its request id's key (RequestIDKey,
+// under pipeline.RequestIDPrefix, naming the pod), each on the condition
+// that its key does not exist yet; so of concurrent requests with one
+// request id — on any replica, however late its caches — exactly one
+// stores its pod, and the others get 409 Conflict naming it. The key goes
+// with its pod: a create that meets the key of a pod no longer stored
+// deletes it (at the revision it read) and tries again, and Reconcile
+// deletes every key whose pod is gone, so the keys do not outlive their
+// pods by more than a resync period.
 package persistence
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
 )
 
 // Stage is one replica of the persistence stage.
-type Stage struct {
-	env stage.Env
+type Stage struct{ env stage.Env }
 
-	// requests indexes the stored pods by their request id, from an
-	// informer started by Start (without it, only the pod's own key is
-	// checked).
-	mu       sync.Mutex
-	requests map[string]map[string]podRef // request id -> uid -> pod
-}
-
-type podRef struct{ namespace, name, uid string }
-
-var _ stage.Starter = (*Stage)(nil)
+var _ stage.Reconciler = (*Stage)(nil)
 
 // New returns a persistence stage replica.
 func New(env stage.Env) *Stage { return &Stage{env: env} }
 
-// Start watches the stored pods to index them by request id; it returns
-// once the index is synced.
-func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
-	s.mu.Lock()
-	s.requests = map[string]map[string]podRef{}
-	s.mu.Unlock()
-	index := func(p *corev1.Pod, add bool) {
-		md := p.GetMetadata()
-		id := md.GetAnnotations()[stage.AnnotationRequestID]
-		if id == "" {
-			return
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if !add {
-			delete(s.requests[id], md.GetUid())
-			if len(s.requests[id]) == 0 {
-				delete(s.requests, id)
-			}
-			return
-		}
-		if s.requests[id] == nil {
-			s.requests[id] = map[string]podRef{}
-		}
-		s.requests[id][md.GetUid()] = podRef{md.GetNamespace(), md.GetName(), md.GetUid()}
-	}
-	inf, err := informer.New[*corev1.Pod](s.env.Store, "", informer.Handlers[*corev1.Pod]{
-		OnAdd:    func(p *corev1.Pod) { index(p, true) },
-		OnUpdate: func(_, p *corev1.Pod) { index(p, true) },
-		OnDelete: func(p *corev1.Pod) { index(p, false) },
-	})
-	if err != nil {
-		return err
-	}
-	var infs informer.Group
-	infs.Add(inf)
-	return infs.Start(ctx, g)
-}
-
-// requestUsedBy returns the other pod that holds requestID, if the index
-// knows one.
-func (s *Stage) requestUsedBy(requestID, uid string) (podRef, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for u, ref := range s.requests[requestID] {
-		if u != uid {
-			return ref, true
-		}
-	}
-	return podRef{}, false
+// RequestIDKey is the store key that holds requestID for the pod that
+// has it: pipeline.RequestIDPrefix and the id's SHA-256 (a request id is
+// the client's string, of any length and alphabet).
+func RequestIDKey(requestID string) string {
+	sum := sha256.Sum256([]byte(requestID))
+	return pipeline.RequestIDPrefix + hex.EncodeToString(sum[:])
 }
 
 // reusedRequest is the refusal of a request id another pod holds.
-func reusedRequest(requestID, name string, other podRef) *corev1.Status {
+func reusedRequest(requestID, name string, other *corev1.ObjectReference) *corev1.Status {
 	return stage.Failure(409, eventsv1.ReasonConflict, "pods", name,
-		"request id %q is already used by pod %s/%s: every pod creation needs a request id of its own", requestID, other.namespace, other.name)
+		"request id %q is already used by pod %s/%s: every pod creation needs a request id of its own", requestID, other.GetNamespace(), other.GetName())
 }
 
 // Handle persists one PodAdmitted.
@@ -123,9 +78,6 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	pod := proto.CloneOf(in.GetPod())
 	md := pod.GetMetadata()
-	if other, used := s.requestUsedBy(d.Envelope.GetRequestId(), uid); used {
-		return stage.Reject(ctx, s.env, d, reusedRequest(d.Envelope.GetRequestId(), md.GetName(), other), in.GetReplyTo())
-	}
 	md.Uid = uid
 	md.Generation = 1
 	md.ResourceVersion = ""
@@ -142,29 +94,164 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	pod.Status.Phase = "Pending"
 
-	_, err := s.env.Store.Create(ctx, pod)
-	if errors.Is(err, raftstore.ErrAlreadyExists) {
-		stored, gerr := objects.Get[*corev1.Pod](ctx, s.env.Store, md.GetNamespace(), md.GetName())
-		switch {
-		case gerr == nil && stored.GetMetadata().GetUid() == md.Uid:
-			pod, err = stored, nil // a redelivery: our pod is already stored
-		case gerr == nil && stored.GetMetadata().GetAnnotations()[stage.AnnotationRequestID] == d.Envelope.GetRequestId():
-			other := podRef{md.GetNamespace(), md.GetName(), stored.GetMetadata().GetUid()}
-			return stage.Reject(ctx, s.env, d, reusedRequest(d.Envelope.GetRequestId(), md.GetName(), other), in.GetReplyTo())
-		case gerr == nil || errors.Is(gerr, raftstore.ErrNotFound):
-			st := stage.AlreadyExists("pods", md.GetName())
-			return stage.Reject(ctx, s.env, d, st, in.GetReplyTo())
-		default:
-			return gerr
-		}
-	}
-	if err != nil {
+	stored, st, err := s.create(ctx, pod, d.Envelope.GetRequestId())
+	switch {
+	case err != nil:
 		return err
+	case st != nil:
+		return stage.Reject(ctx, s.env, d, st, in.GetReplyTo())
+	case stored == nil:
+		return nil // our pod was stored and is gone since: nothing to redo
 	}
+	pod = stored
 	next := d.Next(&eventsv1.PodPersisted{Pod: pod, Revision: objects.Revision(pod)})
 	next.PodUid, next.Generation = uid, 1
 	if err := s.env.Pub.Publish(ctx, next); err != nil {
 		return err
 	}
 	return stage.Reply(s.env, in.GetReplyTo(), stage.Success(201, "pods", md.GetName()), pod)
+}
+
+// create stores pod (its uid set) and the key of requestID naming it, in
+// one transaction. It returns the stored pod — pod, or the one a
+// previous delivery stored — or the refusal; neither when this request's
+// pod was stored and has been deleted since (a late redelivery).
+func (s *Stage) create(ctx context.Context, pod *corev1.Pod, requestID string) (*corev1.Pod, *corev1.Status, error) {
+	md := pod.GetMetadata()
+	podKey, err := objects.KeyOf(pod)
+	if err != nil {
+		return nil, nil, bus.Permanent(err)
+	}
+	value, err := objects.Encode(pod)
+	if err != nil {
+		return nil, nil, bus.Permanent(err)
+	}
+	idKey := RequestIDKey(requestID)
+	ref, err := proto.Marshal(&corev1.ObjectReference{Kind: "Pod", ApiVersion: "v1", Namespace: md.GetNamespace(), Name: md.GetName(), Uid: md.GetUid()})
+	if err != nil {
+		return nil, nil, err
+	}
+	for {
+		rev, err := s.env.Store.KV().Txn(ctx, raftstore.Txn{
+			Compares: []raftstore.Compare{{Key: podKey, ModRevision: objects.Absent}, {Key: idKey, ModRevision: objects.Absent}},
+			Ops:      []raftstore.Op{{Type: raftstore.OpPut, Key: podKey, Value: value}, {Type: raftstore.OpPut, Key: idKey, Value: ref}},
+		})
+		var conflict *raftstore.Error
+		switch {
+		case err == nil:
+			objects.SetRevision(pod, rev)
+			return pod, nil, nil
+		case !errors.Is(err, raftstore.ErrConflict) || !errors.As(err, &conflict):
+			return nil, nil, fmt.Errorf("create pod %s/%s: %w", md.GetNamespace(), md.GetName(), err)
+		case conflict.Key == podKey:
+			return s.nameTaken(ctx, pod, requestID)
+		}
+		// The request id's key exists: whose is it?
+		switch ref, h, err := s.requestHolder(ctx, idKey, md.GetUid()); {
+		case err != nil:
+			return nil, nil, err
+		case h == heldByOther:
+			return nil, reusedRequest(requestID, md.GetName(), ref), nil
+		case h == heldByUs:
+			return nil, nil, nil
+		}
+		// Its pod is gone and requestHolder deleted the key: try again.
+	}
+}
+
+// nameTaken is the outcome of a create whose pod key exists: our own pod
+// (a redelivery), a pod of this request id under another uid (a replay),
+// or another pod of the name.
+func (s *Stage) nameTaken(ctx context.Context, pod *corev1.Pod, requestID string) (*corev1.Pod, *corev1.Status, error) {
+	md := pod.GetMetadata()
+	stored, err := objects.Get[*corev1.Pod](ctx, s.env.Store, md.GetNamespace(), md.GetName())
+	switch {
+	case err == nil && stored.GetMetadata().GetUid() == md.GetUid():
+		return stored, nil, nil
+	case err == nil && stored.GetMetadata().GetAnnotations()[stage.AnnotationRequestID] == requestID:
+		other := &corev1.ObjectReference{Namespace: md.GetNamespace(), Name: md.GetName(), Uid: stored.GetMetadata().GetUid()}
+		return nil, reusedRequest(requestID, md.GetName(), other), nil
+	case err == nil || errors.Is(err, raftstore.ErrNotFound):
+		return nil, stage.AlreadyExists("pods", md.GetName()), nil
+	default:
+		return nil, nil, err
+	}
+}
+
+// holder says whose a request id's key is.
+type holder int
+
+const (
+	heldByNone  holder = iota // no key now (deleted, its pod gone)
+	heldByUs                  // our pod's: stored once, deleted since
+	heldByOther               // another stored pod's
+)
+
+// requestHolder reads idKey and the pod it names. A key whose pod is no
+// longer stored with its uid it deletes, at the revision it read
+// (heldByNone: the caller tries again).
+func (s *Stage) requestHolder(ctx context.Context, idKey, uid string) (*corev1.ObjectReference, holder, error) {
+	kv, err := s.env.Store.KV().Get(ctx, idKey)
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil, heldByNone, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	ref := &corev1.ObjectReference{}
+	if err := proto.Unmarshal(kv.Value, ref); err != nil {
+		return nil, 0, bus.Permanent(fmt.Errorf("request id key %s: %w", idKey, err))
+	}
+	if ref.GetUid() == uid {
+		return ref, heldByUs, nil
+	}
+	switch live, err := s.holds(ctx, ref); {
+	case err != nil:
+		return nil, 0, err
+	case live:
+		return ref, heldByOther, nil
+	}
+	if _, err := s.env.Store.KV().Delete(ctx, idKey, kv.ModRevision); err != nil && !errors.Is(err, raftstore.ErrConflict) && !errors.Is(err, raftstore.ErrNotFound) {
+		return nil, 0, err
+	}
+	return ref, heldByNone, nil
+}
+
+// holds reports whether the pod ref names is stored with ref's uid.
+func (s *Stage) holds(ctx context.Context, ref *corev1.ObjectReference) (bool, error) {
+	p, err := objects.Get[*corev1.Pod](ctx, s.env.Store, ref.GetNamespace(), ref.GetName())
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil && p.GetMetadata().GetUid() == ref.GetUid(), err
+}
+
+// Reconcile deletes the request id keys whose pods are gone: each key
+// written at or before the revision of a list of the stored pods that
+// does not hold its pod (a pod is created with its key, so it would be
+// in that list), at the revision it was read at.
+func (s *Stage) Reconcile(ctx context.Context) error {
+	pods, rev, err := objects.List[*corev1.Pod](ctx, s.env.Store, "")
+	if err != nil {
+		return err
+	}
+	live := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		live[p.GetMetadata().GetUid()] = true
+	}
+	kvs, _, err := s.env.Store.KV().List(ctx, pipeline.RequestIDPrefix)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, kv := range kvs {
+		ref := &corev1.ObjectReference{}
+		if kv.ModRevision > rev || proto.Unmarshal(kv.Value, ref) != nil || live[ref.GetUid()] {
+			continue
+		}
+		if _, err := s.env.Store.KV().Delete(ctx, kv.Key, kv.ModRevision); err != nil && !errors.Is(err, raftstore.ErrConflict) && !errors.Is(err, raftstore.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

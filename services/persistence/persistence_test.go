@@ -163,19 +163,22 @@ func TestUIDIsTheServers(t *testing.T) {
 }
 
 // TestReusedRequestID: a request id another pod holds is refused with 409
-// Conflict naming that pod — for another name (seen by the started
-// stage's index) and for the same name with another uid (a replay after
-// the stream's duplicate window) — while a redelivery of the first
-// request still completes.
+// Conflict naming that pod — for another name and another namespace (the
+// request id's key, created with the first pod, is taken) and for the same
+// name with another uid (a replay after the stream's duplicate window) —
+// while a redelivery of the first request still completes, and writes
+// nothing.
 func TestReusedRequestID(t *testing.T) {
 	env, pub, kv := stagetest.NewEnv("persistence")
 	ctx := context.Background()
 	first := admitted(env, "r1", "ns", "web")
-	if err := persistence.New(env).Handle(ctx, first); err != nil { // before this replica started
+	if err := persistence.New(env).Handle(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	s := persistence.New(env)
-	stagetest.Start(t, s.Start)
+	if _, err := kv.Get(ctx, persistence.RequestIDKey("r1")); err != nil {
+		t.Fatalf("the request id's key was not created with the pod: %v", err)
+	}
+	s := persistence.New(env) // another replica: it has seen nothing
 	other := func(ns, name string) *bus.Delivery {
 		d := admitted(env, "r1", ns, name)
 		d.Envelope.PodUid = "another-uid"
@@ -213,12 +216,66 @@ func TestReusedRequestID(t *testing.T) {
 		})
 	}
 	pub.Reset()
+	rev := kv.Revision()
 	first.NumDelivered = 2
 	if err := s.Handle(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	if got := pub.Types(); !slices.Equal(got, []eventsv1.Type{"PodPersisted"}) {
 		t.Errorf("redelivery of the first request published %v, want PodPersisted", got)
+	}
+	if kv.Revision() != rev {
+		t.Error("the redelivery wrote")
+	}
+}
+
+// TestRequestIDFreedWithItsPod: once the pod holding a request id is
+// deleted, the id may be used again — the create that meets the stale key
+// deletes it and stores its pod — and Reconcile deletes the keys of
+// deleted pods, leaving those of stored pods; a late redelivery of the
+// deleted pod's request does not bring it back.
+func TestRequestIDFreedWithItsPod(t *testing.T) {
+	env, pub, kv := stagetest.NewEnv("persistence")
+	ctx := context.Background()
+	s := persistence.New(env)
+	first := admitted(env, "r1", "ns", "web")
+	for _, d := range []*bus.Delivery{first, admitted(env, "r2", "ns", "db")} {
+		if err := s.Handle(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.Store.Delete(ctx, objects.Pods, "ns", "web", 0); err != nil {
+		t.Fatal(err)
+	}
+	pub.Reset()
+	first.NumDelivered = 2
+	if err := s.Handle(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := objects.Get[*corev1.Pod](ctx, env.Store, "ns", "web"); !errors.Is(err, raftstore.ErrNotFound) || len(pub.Events()) != 0 {
+		t.Errorf("a late redelivery of a deleted pod's request: get %v, published %v; want the pod left deleted and nothing published", err, pub.Types())
+	}
+
+	again := admitted(env, "r1", "ns", "again")
+	again.Envelope.PodUid = "uid-again"
+	if err := s.Handle(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if got := pub.Types(); !slices.Equal(got, []eventsv1.Type{"PodPersisted"}) {
+		t.Fatalf("reusing the request id of a deleted pod published %v, want PodPersisted", got)
+	}
+
+	if _, err := env.Store.Delete(ctx, objects.Pods, "ns", "again", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, persistence.RequestIDKey("r1")); !errors.Is(err, raftstore.ErrNotFound) {
+		t.Errorf("the key of a deleted pod's request id survived Reconcile: %v", err)
+	}
+	if _, err := kv.Get(ctx, persistence.RequestIDKey("r2")); err != nil {
+		t.Errorf("Reconcile deleted the key of a stored pod: %v", err)
 	}
 }
 

@@ -181,6 +181,13 @@ func StoreReadACL(user, key string, prefix bool) bool {
 // the node that has it (written by Linux node agents).
 const PodCIDRPrefix = "/registry/podflow/podcidrs/"
 
+// RequestIDPrefix holds one store key per request id a stored pod holds
+// (persistence.RequestIDKey); its value is a reference to that pod. The
+// persistence stage creates it in the pod's own create transaction, on
+// the condition that it does not exist yet, and deletes it once the pod
+// is gone.
+const RequestIDPrefix = "/registry/podflow/requestids/"
+
 // storeWrites are the kinds each stage writes to the store. The api stage
 // writes every kind (it applies users' objects); the others only what
 // their step of the lifecycle records.
@@ -211,8 +218,11 @@ func StoreWriteACL(writer, key string) bool {
 		if !ok {
 			return false
 		}
-		if writer == StageRole(API) {
+		switch writer {
+		case StageRole(API):
 			prefixes = append(prefixes, ipalloc.Prefix) // Services' ClusterIPs
+		case StageRole(Persistence):
+			prefixes = append(prefixes, RequestIDPrefix)
 		}
 		for _, k := range kinds {
 			prefixes = append(prefixes, k.Prefix(""))

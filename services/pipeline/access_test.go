@@ -18,6 +18,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/bus/bustest"
+	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
@@ -429,34 +430,46 @@ func TestStoreRole(t *testing.T) {
 	}
 }
 
-// storeWithPolicy starts a one-replica store on srv, serving as the store
-// role with podflow's read and write policies, and returns a function that
-// connects a client as role, reading and writing as writer (the admin:
-// unnamed). It returns once the store has elected itself.
+// storeWithPolicy starts a one-replica store on srv (storeReplicas).
 func storeWithPolicy(t *testing.T, srv *bus.Embedded) func(role, writer string) *raftstore.Client {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cfg := raftstore.DefaultConfig()
-	raftstoretest.FastConfig(&cfg)
-	cfg.ID, cfg.RaftAddr, cfg.DataDir = "store-1", addr, t.TempDir()
-	cfg.Bootstrap = []raftstore.Peer{{ID: "store-1", Address: addr}}
-	cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, "store-1").NATS()
-	cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
-	node, err := raftstore.NewNode(cfg)
-	if err != nil {
-		t.Fatal(err)
+	return storeReplicas(t, srv, 1)
+}
+
+// storeReplicas starts an n-replica store on srv, each replica serving as
+// the store role with podflow's read and write policies, and returns a
+// function that connects a client as role, reading and writing as writer
+// (the admin: unnamed). It returns once the store has elected a leader
+// and holds Namespace default.
+func storeReplicas(t *testing.T, srv *bus.Embedded, n int) func(role, writer string) *raftstore.Client {
+	t.Helper()
+	var peers []raftstore.Peer
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("store-%d", i+1), Address: l.Addr().String()})
+		l.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
-	if err := node.Start(ctx); err != nil {
-		t.Fatal(err)
+	for _, p := range peers {
+		cfg := raftstore.DefaultConfig()
+		raftstoretest.FastConfig(&cfg)
+		cfg.ID, cfg.RaftAddr, cfg.DataDir = p.ID, p.Address, t.TempDir()
+		cfg.Bootstrap = peers
+		cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, p.ID).NATS()
+		cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
+		node, err := raftstore.NewNode(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = node.Shutdown() })
 	}
-	t.Cleanup(func() { _ = node.Shutdown() })
 	client := func(role, writer string) *raftstore.Client {
 		t.Helper()
 		var conn *bus.Conn
@@ -472,8 +485,12 @@ func storeWithPolicy(t *testing.T, srv *bus.Embedded) func(role, writer string) 
 		return c
 	}
 	admin := client(bus.RoleAdmin, "")
-	raftstoretest.WaitFor(t, bustest.Timeout, "the store to elect itself", func() bool {
-		_, err := admin.Create(ctx, "/registry/namespaces/default", []byte("ns"))
+	ns, err := objects.Encode(&corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: "default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftstoretest.WaitFor(t, bustest.Timeout, "the store to elect a leader", func() bool {
+		_, err := admin.Create(ctx, objects.Namespaces.Key("", "default"), ns)
 		return err == nil || errors.Is(err, raftstore.ErrAlreadyExists)
 	})
 	return client
@@ -551,6 +568,9 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.StageRole(pipeline.API), crb, true},
 		{pipeline.StageRole(pipeline.Persistence), pod, true},
 		{pipeline.StageRole(pipeline.Persistence), crb, false},
+		{pipeline.StageRole(pipeline.Persistence), pipeline.RequestIDPrefix + "ab12", true},
+		{pipeline.StageRole(pipeline.API), pipeline.RequestIDPrefix + "ab12", false},
+		{pipeline.StageRole(pipeline.Status), pipeline.RequestIDPrefix + "ab12", false},
 		{pipeline.StageRole(pipeline.Scheduler), objects.NodeAllocations.Key("", "n1"), true},
 		{pipeline.StageRole(pipeline.Scheduler), node, false},
 		{pipeline.StageRole(pipeline.Status), node, true},

@@ -105,13 +105,6 @@ func newUp(o *upOptions, out io.Writer) (_ *up, err error) {
 	if u.kube, err = ensureKube(dir, o.httpsPort); err != nil {
 		return nil, fmt.Errorf("kubernetes API certificates: %w", err)
 	}
-	if o.cluster {
-		// More than one server: every NATS listener and raft transport
-		// speaks mutual TLS (docs/multi-machine.md does the same).
-		if err := ensureClusterTLS(u.layout, u.kube.ca, u.creds); err != nil {
-			return nil, fmt.Errorf("bus and store certificates: %w", err)
-		}
-	}
 	storeUser, _ := u.creds.User(pipeline.RoleStore)
 	u.plan, err = plan.New(plan.Options{
 		Exe: exe, DataDir: dir, NATSPort: cl.NATSPort, Cluster: o.cluster,
@@ -120,7 +113,20 @@ func newUp(o *upOptions, out io.Writer) (_ *up, err error) {
 		Runtime: o.runtime, Nodes: o.nodes, NodeGrace: o.nodeGrace, APIArgs: u.kube.stageArgs(),
 		ServiceCIDR: o.serviceCIDR,
 	})
-	return u, err
+	if err != nil || !o.cluster {
+		return u, err
+	}
+	// More than one server: every NATS listener and raft transport speaks
+	// mutual TLS (docs/multi-machine.md does the same), each store replica
+	// with a raft certificate of its own.
+	var replicaIDs []string
+	for _, p := range u.plan.Step(plan.Store).Processes {
+		replicaIDs = append(replicaIDs, p.Name)
+	}
+	if err := ensureClusterTLS(u.layout, u.kube.ca, u.creds, replicaIDs); err != nil {
+		return nil, fmt.Errorf("bus and store certificates: %w", err)
+	}
+	return u, nil
 }
 
 // startSupervisor runs the supervisor with the plan's restart policy,

@@ -15,20 +15,21 @@ var loopbackHosts = []string{"127.0.0.1", "localhost", "::1"}
 // --cluster`'s transports from the cluster CA (later starts reuse them):
 //
 //   - the NATS servers' (group bus.ServerGroup: clients and routes),
-//   - the raft replicas' (group raftstore.PeerGroup),
+//   - one per raft replica in replicas, CN podflow:raft:<id>, valid for
+//     loopback and the name <id> (group raftstore.PeerGroup): a replica
+//     presents its own, so a peer knows which one it speaks to,
 //   - one bus client certificate per NATS user, CN podflow:bus:<role>.
 //
 // The group checks keep a client's certificate of the same CA from opening
 // a route or speaking raft; the Kubernetes API binds none of these names.
-func ensureClusterTLS(l plan.Layout, ca *pki.CA, creds bus.Credentials) error {
-	for _, p := range []struct {
-		files      bus.TLSFiles
-		kind, name string
-	}{
-		{l.NATSServerTLS(), "nats-server", "server"},
-		{l.RaftTLS(), "raft-peer", "peer"},
-	} {
-		if err := issueOnce(ca, p.files.CertFile, p.files.KeyFile, certRequest(p.kind, p.name, loopbackHosts)); err != nil {
+func ensureClusterTLS(l plan.Layout, ca *pki.CA, creds bus.Credentials, replicas []string) error {
+	nats := l.NATSServerTLS()
+	if err := issueOnce(ca, nats.CertFile, nats.KeyFile, certRequest("nats-server", "server", loopbackHosts)); err != nil {
+		return err
+	}
+	for _, id := range replicas {
+		f := l.RaftTLS(id)
+		if err := issueOnce(ca, f.CertFile, f.KeyFile, certRequest("raft-peer", id, append([]string{id}, loopbackHosts...))); err != nil {
 			return err
 		}
 	}

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"net"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,7 +35,8 @@ func TestClusterTLSCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	creds := bus.Credentials{Users: []bus.UserCredential{{Role: bus.RoleAdmin, User: "admin", Password: "pw"}, {Role: "store", User: "store", Password: "pw2"}}}
-	if err := ensureClusterTLS(l, ca, creds); err != nil {
+	replicas := []string{"store-1", "store-2", "store-3"}
+	if err := ensureClusterTLS(l, ca, creds, replicas); err != nil {
 		t.Fatal(err)
 	}
 	mutual := func(f bus.TLSFiles, group string) *tls.Config {
@@ -45,13 +48,13 @@ func TestClusterTLSCertificates(t *testing.T) {
 		return c
 	}
 
-	raftPeer := mutual(l.RaftTLS(), raftstore.PeerGroup)
+	raftPeer := mutual(l.RaftTLS("store-1"), raftstore.PeerGroup)
 	for _, tc := range []struct {
 		name   string
 		dialer *tls.Config
 		ok     bool
 	}{
-		{"raft peer", mutual(l.RaftTLS(), raftstore.PeerGroup), true},
+		{"raft peer", mutual(l.RaftTLS("store-2"), raftstore.PeerGroup), true},
 		{"bus client of the same CA", mutual(l.BusTLS("store"), raftstore.PeerGroup), false},
 		{"NATS server of the same CA", mutual(l.NATSServerTLS(), raftstore.PeerGroup), false},
 	} {
@@ -60,6 +63,29 @@ func TestClusterTLSCertificates(t *testing.T) {
 				t.Fatalf("handshake with the raft listener: %v, want success %v", err, tc.ok)
 			}
 		})
+	}
+
+	// Each replica presents its own certificate: the one a peer is shown
+	// names that replica (CN and SAN), in both directions.
+	for _, server := range replicas {
+		for _, client := range replicas {
+			if server == client {
+				continue
+			}
+			seenClient, seenServer, err := exchange(t, mutual(l.RaftTLS(server), raftstore.PeerGroup), mutual(l.RaftTLS(client), raftstore.PeerGroup))
+			if err != nil {
+				t.Fatalf("%s dials %s: %v", client, server, err)
+			}
+			for _, c := range []struct {
+				who  string
+				cert *x509.Certificate
+			}{{server, seenServer}, {client, seenClient}} {
+				if c.cert.Subject.CommonName != "podflow:raft:"+c.who || !slices.Contains(c.cert.DNSNames, c.who) || !slices.Contains(c.cert.Subject.Organization, raftstore.PeerGroup) {
+					t.Errorf("%s dials %s: %s presents CN %q, SAN %v, groups %v; want its own (podflow:raft:%s, %s, %s)",
+						client, server, c.who, c.cert.Subject.CommonName, c.cert.DNSNames, c.cert.Subject.Organization, c.who, c.who, raftstore.PeerGroup)
+				}
+			}
+		}
 	}
 
 	// Routes take only the NATS servers' certificates, not a bus client's
@@ -113,26 +139,48 @@ func TestClusterTLSCertificates(t *testing.T) {
 // client's.
 func handshake(t *testing.T, server, client *tls.Config) error {
 	t.Helper()
+	_, _, err := exchange(t, server, client)
+	return err
+}
+
+// exchange is handshake that also returns the certificate each side was
+// shown: the client's, as the server saw it, and the server's, as the
+// client saw it.
+func exchange(t *testing.T, server, client *tls.Config) (seenClient, seenServer *x509.Certificate, _ error) {
+	t.Helper()
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", server)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	done := make(chan error, 1)
+	type result struct {
+		peer *x509.Certificate
+		err  error
+	}
+	done := make(chan result, 1)
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
-			done <- err
+			done <- result{err: err}
 			return
 		}
 		defer c.Close()
-		done <- c.(*tls.Conn).Handshake()
+		tc := c.(*tls.Conn)
+		if err := tc.Handshake(); err != nil {
+			done <- result{err: err}
+			return
+		}
+		done <- result{peer: tc.ConnectionState().PeerCertificates[0]}
 	}()
 	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ln.Addr().String(), client)
 	if err != nil {
 		<-done
-		return err
+		return nil, nil, err
 	}
 	defer c.Close()
-	return <-done
+	r := <-done
+	if r.err != nil {
+		return nil, nil, r.err
+	}
+	return r.peer, c.ConnectionState().PeerCertificates[0], nil
 }
