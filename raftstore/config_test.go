@@ -52,6 +52,7 @@ func TestConfigValidate(t *testing.T) {
 		{"duplicate peer", func(c *Config) { c.Bootstrap = append(c.Bootstrap, Peer{"a", "x:1"}) }, "listed twice"},
 		{"wildcard subject", func(c *Config) { c.Subject = "a.*" }, "literal subject"},
 		{"no history", func(c *Config) { c.HistoryRevisions = 0 }, "HistoryRevisions"},
+		{"tiny segments", func(c *Config) { c.LogSegmentBytes = 4096 }, "LogSegmentBytes"},
 		{"raft lease", func(c *Config) { c.LeaderLeaseTimeout = 2 * c.HeartbeatTimeout }, "LeaderLeaseTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

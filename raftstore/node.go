@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,17 +15,17 @@ import (
 	"github.com/hashicorp/go-hclog"
 	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	walmetrics "github.com/hashicorp/raft-wal/metrics"
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/proto/storev1"
-	"go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 )
 
 // queueGroup is the NATS queue group of the subjects every replica serves.
 const queueGroup = "raftstore"
 
-// Node is one store replica: a raft server over a bolt log, serving the
+// Node is one store replica: a raft server over a raft-wal log, serving the
 // store's NATS subjects. Create it with NewNode, run it with Start and stop
 // it with Shutdown.
 type Node struct {
@@ -35,13 +34,15 @@ type Node struct {
 	fsm  *fsm
 	log  hclog.Logger
 
-	store  *raftboltdb.BoltStore
-	trans  *guardedTransport
-	raft   *raft.Raft
-	ctx    context.Context // cancelled by Shutdown
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine the node starts but request handlers
-	sem    chan struct{}  // bounds in-flight requests
+	store    *walStore
+	walStats *walmetrics.AtomicCollector
+	unlock   func() // releases the data dir's LOCK
+	trans    *guardedTransport
+	raft     *raft.Raft
+	ctx      context.Context // cancelled by Shutdown
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // every goroutine the node starts but request handlers
+	sem      chan struct{}  // bounds in-flight requests
 	// reqs counts request handlers; Shutdown waits for them while raft still
 	// runs, because raft leaves futures buffered in its apply channel
 	// (BatchApplyCh) unanswered forever once it is shut down.
@@ -104,18 +105,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("raftstore: create data dir %q: %w", n.cfg.DataDir, err)
 	}
-	n.store, err = raftboltdb.New(raftboltdb.Options{
-		Path:   filepath.Join(n.cfg.DataDir, "raft.db"),
-		NoSync: n.cfg.NoSync,
-		BoltOptions: &bbolt.Options{
-			// Fail instead of hanging when another process holds the file.
-			Timeout: 5 * time.Second,
-			// Do not write the freelist on every commit (it is rebuilt on
-			// open): fewer dirty pages per fsync on the write path.
-			NoFreelistSync: true,
-			FreelistType:   bbolt.FreelistMapType,
-		},
-	})
+	if n.unlock, err = lockDataDir(n.cfg.DataDir); err != nil {
+		return fmt.Errorf("raftstore: %w", err)
+	}
+	n.walStats = walmetrics.NewAtomicCollector(wal.MetricDefinitions)
+	n.store, err = openLogStore(n.cfg.DataDir, n.cfg.NoSync, n.cfg.LogSegmentBytes, n.log.Named("wal"), n.walStats)
 	if err != nil {
 		return fmt.Errorf("raftstore: open log store: %w", err)
 	}
@@ -258,6 +252,9 @@ func (n *Node) Shutdown() error {
 		if err := n.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close log store: %w", err))
 		}
+	}
+	if n.unlock != nil {
+		n.unlock()
 	}
 	return errors.Join(errs...)
 }
