@@ -37,6 +37,7 @@ type Node struct {
 	store    *walStore
 	walStats *walmetrics.AtomicCollector
 	unlock   func() // releases the data dir's LOCK
+	count    counters
 	trans    *guardedTransport
 	raft     *raft.Raft
 	ctx      context.Context // cancelled by Shutdown
@@ -459,6 +460,7 @@ func (n *Node) respond(m *nats.Msg, resp proto.Message) {
 }
 
 func (n *Node) handleWrite(m *nats.Msg) {
+	n.count.writes.Add(1)
 	if len(m.Data) > n.cfg.MaxRequestBytes {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(newError(storev1.Code_CODE_TOO_LARGE, "",
 			"request is too large: %d bytes (MaxRequestBytes %d)", len(m.Data), n.cfg.MaxRequestBytes))})
@@ -622,6 +624,11 @@ func (n *Node) handleRead(m *nats.Msg)      { n.serveRead(m, true) }
 func (n *Node) handleStaleRead(m *nats.Msg) { n.serveRead(m, false) }
 
 func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
+	if linearizable {
+		n.count.reads.Add(1)
+	} else {
+		n.count.staleReads.Add(1)
+	}
 	var req storev1.ReadRequest
 	if err := proto.Unmarshal(m.Data, &req); err != nil {
 		n.respond(m, &storev1.ReadResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "decode read: %v", err))})
@@ -723,6 +730,7 @@ type Status struct {
 	SizeBytes, QuotaBytes int64
 	// Alarms are the raised alarms: AlarmNoSpace.
 	Alarms []string
+	Counters
 }
 
 // AlarmNoSpace is the alarm of a store at its quota, named as etcd's.
@@ -737,7 +745,7 @@ type ServerInfo struct {
 
 // Stats returns this replica's status.
 func (n *Node) Stats() Status {
-	s := Status{ID: n.cfg.ID, State: raft.Shutdown.String(), LastContact: -1}
+	s := Status{ID: n.cfg.ID, State: raft.Shutdown.String(), LastContact: -1, Counters: n.counters()}
 	if n.trans != nil {
 		s.Address = string(n.trans.LocalAddr())
 	}
@@ -780,6 +788,8 @@ func statusToWire(s *Status) *storev1.ReplicaStatus {
 		AppliedIndex: s.AppliedIndex, LastLogIndex: s.LastLogIndex, LastSnapshotIndex: s.LastSnapshotIndex,
 		LastContactMs: s.LastContact.Milliseconds(), LeaderId: s.LeaderID, Revision: s.Revision, CompactRevision: s.CompactRevision,
 		SizeBytes: s.SizeBytes, QuotaBytes: s.QuotaBytes, Alarms: s.Alarms,
+		WriteRequests: s.WriteRequests, ReadRequests: s.ReadRequests, StaleReadRequests: s.StaleReadRequests,
+		WatchRequests: s.WatchRequests, WatchEventsSent: s.WatchEventsSent, LogAppends: s.LogAppends, LogEntriesWritten: s.LogEntriesWritten,
 	}
 	if s.LastContact < 0 {
 		w.LastContactMs = -1
@@ -796,6 +806,10 @@ func statusFromWire(w *storev1.ReplicaStatus) *Status {
 		AppliedIndex: w.AppliedIndex, LastLogIndex: w.LastLogIndex, LastSnapshotIndex: w.LastSnapshotIndex,
 		LastContact: time.Duration(w.LastContactMs) * time.Millisecond, LeaderID: w.LeaderId, Revision: w.Revision, CompactRevision: w.CompactRevision,
 		SizeBytes: w.SizeBytes, QuotaBytes: w.QuotaBytes, Alarms: w.Alarms,
+		Counters: Counters{
+			WriteRequests: w.WriteRequests, ReadRequests: w.ReadRequests, StaleReadRequests: w.StaleReadRequests,
+			WatchRequests: w.WatchRequests, WatchEventsSent: w.WatchEventsSent, LogAppends: w.LogAppends, LogEntriesWritten: w.LogEntriesWritten,
+		},
 	}
 	if w.LastContactMs < 0 {
 		s.LastContact = -1

@@ -98,6 +98,7 @@ func main() {
 	}
 	defer et.close()
 
+	loadStart := loadAvg()
 	targets := []target{rs, et}
 	all := map[string]map[int][]result{}
 	for _, t := range targets {
@@ -117,6 +118,7 @@ func main() {
 		sync = "FSYNC OFF"
 	}
 	fmt.Printf("\n3 replicas each, %s, loopback; medians of %d runs of %s (after %s warm-up)\n", sync, *runs, *dur, *warm)
+	fmt.Printf("load average (1, 5, 15 min) at start %s, at end %s\n", loadStart, loadAvg())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "clients\traftstore w/s\tp50\tp99\tetcd w/s\tp50\tp99\tthroughput ratio\tp50 ratio\t")
 	for _, n := range clients {
@@ -127,6 +129,16 @@ func main() {
 	}
 	tw.Flush()
 	fmt.Println("throughput ratio = raftstore/etcd (higher is better for raftstore); p50 ratio = raftstore/etcd (lower is better)")
+}
+
+// loadAvg is the machine's load average from /proc/loadavg: the figures
+// are only comparable within one sitting at a similar load.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 func round(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
