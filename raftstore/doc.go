@@ -109,6 +109,14 @@
 // key space, the watch history and the idempotency window, so a restored
 // replica answers watches and retries like the others.
 //
+// # Counters
+//
+// Each replica's Status carries Counters since it started: the write, read,
+// stale read and watch requests it served, the watch events it sent, and
+// its raft-wal appends (fsyncs) and entries written. `podflow bench
+// pipeline` turns them into store requests, raft log entries and fsyncs
+// per pod.
+//
 // # Transport security
 //
 // Raft RPCs (AppendEntries, RequestVote, InstallSnapshot) rewrite the store
