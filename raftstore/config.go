@@ -44,7 +44,10 @@ func ParsePeers(s string) ([]Peer, error) {
 type Config struct {
 	// ID is the replica's raft server ID, unique and stable across restarts.
 	ID string
-	// DataDir holds raft.db (log and stable store) and snapshots/.
+	// DataDir holds wal/ (the raft log and stable store, raft-wal),
+	// snapshots/ and LOCK (held while a replica runs). A raft.db from
+	// before raft-wal is migrated into wal/ on Start and kept as
+	// raft.db.migrated.
 	DataDir string
 	// RaftAddr is the TCP address the raft transport binds, host:port; port
 	// 0 picks a free port (see Node.RaftAddr).
@@ -100,6 +103,10 @@ type Config struct {
 	// NoSync disables fsync of the log store: for throwaway test clusters
 	// only, never with data you want to keep.
 	NoSync bool
+	// LogSegmentBytes is the size of one raft-wal segment file (default
+	// 64 MiB, at least 64 KiB): the log is preallocated and rotated in
+	// segments, and space is freed a whole segment at a time after snapshots.
+	LogSegmentBytes int
 
 	// HistoryRevisions is how many latest revisions of change history are
 	// kept for watches; a watch from an older revision fails with ErrGone.
@@ -177,6 +184,7 @@ func DefaultConfig() Config {
 		SnapshotThreshold:     16384,
 		TrailingLogs:          10240,
 		SnapshotRetain:        2,
+		LogSegmentBytes:       64 << 20,
 		HistoryRevisions:      100_000,
 		HistoryBytes:          128 << 20,
 		MaxRequestBytes:       1536 << 10,
@@ -264,6 +272,9 @@ func (c Config) Validate() error {
 	}
 	if c.SnapshotRetain < 1 {
 		add("SnapshotRetain (%d) must be at least 1", c.SnapshotRetain)
+	}
+	if c.LogSegmentBytes < 64<<10 {
+		add("LogSegmentBytes (%d) must be at least 64 KiB", c.LogSegmentBytes)
 	}
 	if len(errs) == 0 {
 		if err := raft.ValidateConfig(c.raftConfig()); err != nil {

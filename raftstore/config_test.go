@@ -54,6 +54,7 @@ func TestConfigValidate(t *testing.T) {
 		{"peer addr not host:port", func(c *Config) { c.PeerAddrs = map[string]string{"b": "nope"} }, "PeerAddrs"},
 		{"wildcard subject", func(c *Config) { c.Subject = "a.*" }, "literal subject"},
 		{"no history", func(c *Config) { c.HistoryRevisions = 0 }, "HistoryRevisions"},
+		{"tiny segments", func(c *Config) { c.LogSegmentBytes = 4096 }, "LogSegmentBytes"},
 		{"raft lease", func(c *Config) { c.LeaderLeaseTimeout = 2 * c.HeartbeatTimeout }, "LeaderLeaseTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

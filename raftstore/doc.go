@@ -83,16 +83,39 @@
 //
 // # Durability
 //
-// The raft log and stable store are raft-boltdb/v2 (bbolt, fsync per append
-// batch unless Config.NoSync): it is the store podflow pins, mature, and
-// hashicorp/raft's batching (BatchApplyCh, MaxAppendEntries) amortises its
-// fsync over many writes; raft-wal would append faster but is not among
-// podflow's pinned dependencies. Snapshots go to a FileSnapshotStore in the
-// data directory and hold the key space, the watch history and the
-// idempotency window, so a restored replica answers watches and retries like
-// the others. raft-boltdb/v2 v2.3.1 imports go-metrics/compat, which
-// go-metrics v0.7.0 (required by raft v1.8.0) removed; go.mod therefore
-// replaces go-metrics with v0.6.1, which has both.
+// The raft log and stable store are hashicorp/raft-wal in DataDir/wal: an
+// append-only segmented log written for hashicorp/raft, with one fsync per
+// append batch (bbolt fsynced twice per commit), so hashicorp/raft's batching
+// (BatchApplyCh, MaxAppendEntries) costs one disk flush per batch. Segments
+// are preallocated (Config.LogSegmentBytes, 64 MiB) and the torn tail a crash
+// leaves is cut off on open; term and vote live in its small bbolt meta
+// database, written at elections only. Config.NoSync turns the fsync off for
+// throwaway test clusters. A replica holds an exclusive flock on
+// DataDir/LOCK while it runs; a second one on the same directory fails with
+// ErrDataDirLocked (the kernel drops the lock of a killed process).
+//
+// Migration: a data directory of the bolt era (DataDir/raft.db) is copied
+// into the WAL on Start (log entries and raft's term and vote, through
+// raft-wal's migrate package) in DataDir/wal.migrating, renamed to wal when
+// complete, and raft.db is then renamed raft.db.migrated (delete it once
+// the replica runs). A crash during the copy leaves raft.db in place and the
+// copy is redone; an error names the file and says to rejoin the replica
+// with an empty data directory instead. raft-boltdb/v2 stays a dependency
+// for that read only; it imports go-metrics/compat, which go-metrics v0.7.0
+// (required by raft v1.8.0) removed, so go.mod replaces go-metrics with
+// v0.6.1, which has both.
+//
+// Snapshots go to a FileSnapshotStore in the data directory and hold the
+// key space, the watch history and the idempotency window, so a restored
+// replica answers watches and retries like the others.
+//
+// # Counters
+//
+// Each replica's Status carries Counters since it started: the write, read,
+// stale read and watch requests it served, the watch events it sent, and
+// its raft-wal appends (fsyncs) and entries written. `podflow bench
+// pipeline` turns them into store requests, raft log entries and fsyncs
+// per pod.
 //
 // # Transport security
 //

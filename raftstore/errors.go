@@ -51,6 +51,13 @@ var (
 	ErrNoSpace = &Error{Code: storev1.Code_CODE_NO_SPACE, Message: "raftstore: database space exceeded"}
 )
 
+// Errors of Node.Start that never cross the wire.
+var (
+	// ErrDataDirLocked: another live replica (or process) holds the data
+	// directory's LOCK.
+	ErrDataDirLocked = errors.New("raftstore: data dir locked")
+)
+
 // Error is a coded raftstore error. Key names the key the error is about, if
 // any (for a failed Txn compare, the key whose compare failed).
 type Error struct {

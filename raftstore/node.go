@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,17 +15,17 @@ import (
 	"github.com/hashicorp/go-hclog"
 	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	walmetrics "github.com/hashicorp/raft-wal/metrics"
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/proto/storev1"
-	"go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 )
 
 // queueGroup is the NATS queue group of the subjects every replica serves.
 const queueGroup = "raftstore"
 
-// Node is one store replica: a raft server over a bolt log, serving the
+// Node is one store replica: a raft server over a raft-wal log, serving the
 // store's NATS subjects. Create it with NewNode, run it with Start and stop
 // it with Shutdown.
 type Node struct {
@@ -35,13 +34,16 @@ type Node struct {
 	fsm  *fsm
 	log  hclog.Logger
 
-	store  *raftboltdb.BoltStore
-	trans  *guardedTransport
-	raft   *raft.Raft
-	ctx    context.Context // cancelled by Shutdown
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine the node starts but request handlers
-	sem    chan struct{}  // bounds in-flight requests
+	store    *walStore
+	walStats *walmetrics.AtomicCollector
+	unlock   func() // releases the data dir's LOCK
+	count    counters
+	trans    *guardedTransport
+	raft     *raft.Raft
+	ctx      context.Context // cancelled by Shutdown
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // every goroutine the node starts but request handlers
+	sem      chan struct{}  // bounds in-flight requests
 	// reqs counts request handlers; Shutdown waits for them while raft still
 	// runs, because raft leaves futures buffered in its apply channel
 	// (BatchApplyCh) unanswered forever once it is shut down.
@@ -104,18 +106,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("raftstore: create data dir %q: %w", n.cfg.DataDir, err)
 	}
-	n.store, err = raftboltdb.New(raftboltdb.Options{
-		Path:   filepath.Join(n.cfg.DataDir, "raft.db"),
-		NoSync: n.cfg.NoSync,
-		BoltOptions: &bbolt.Options{
-			// Fail instead of hanging when another process holds the file.
-			Timeout: 5 * time.Second,
-			// Do not write the freelist on every commit (it is rebuilt on
-			// open): fewer dirty pages per fsync on the write path.
-			NoFreelistSync: true,
-			FreelistType:   bbolt.FreelistMapType,
-		},
-	})
+	if n.unlock, err = lockDataDir(n.cfg.DataDir); err != nil {
+		return fmt.Errorf("raftstore: %w", err)
+	}
+	n.walStats = walmetrics.NewAtomicCollector(wal.MetricDefinitions)
+	n.store, err = openLogStore(n.cfg.DataDir, n.cfg.NoSync, n.cfg.LogSegmentBytes, n.log.Named("wal"), n.walStats)
 	if err != nil {
 		return fmt.Errorf("raftstore: open log store: %w", err)
 	}
@@ -262,6 +257,9 @@ func (n *Node) Shutdown() error {
 		if err := n.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close log store: %w", err))
 		}
+	}
+	if n.unlock != nil {
+		n.unlock()
 	}
 	return errors.Join(errs...)
 }
@@ -466,6 +464,7 @@ func (n *Node) respond(m *nats.Msg, resp proto.Message) {
 }
 
 func (n *Node) handleWrite(m *nats.Msg) {
+	n.count.writes.Add(1)
 	if len(m.Data) > n.cfg.MaxRequestBytes {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(newError(storev1.Code_CODE_TOO_LARGE, "",
 			"request is too large: %d bytes (MaxRequestBytes %d)", len(m.Data), n.cfg.MaxRequestBytes))})
@@ -629,6 +628,11 @@ func (n *Node) handleRead(m *nats.Msg)      { n.serveRead(m, true) }
 func (n *Node) handleStaleRead(m *nats.Msg) { n.serveRead(m, false) }
 
 func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
+	if linearizable {
+		n.count.reads.Add(1)
+	} else {
+		n.count.staleReads.Add(1)
+	}
 	var req storev1.ReadRequest
 	if err := proto.Unmarshal(m.Data, &req); err != nil {
 		n.respond(m, &storev1.ReadResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "decode read: %v", err))})
@@ -730,6 +734,7 @@ type Status struct {
 	SizeBytes, QuotaBytes int64
 	// Alarms are the raised alarms: AlarmNoSpace.
 	Alarms []string
+	Counters
 }
 
 // AlarmNoSpace is the alarm of a store at its quota, named as etcd's.
@@ -744,7 +749,7 @@ type ServerInfo struct {
 
 // Stats returns this replica's status.
 func (n *Node) Stats() Status {
-	s := Status{ID: n.cfg.ID, State: raft.Shutdown.String(), LastContact: -1}
+	s := Status{ID: n.cfg.ID, State: raft.Shutdown.String(), LastContact: -1, Counters: n.counters()}
 	if n.trans != nil {
 		s.Address = string(n.trans.LocalAddr())
 	}
@@ -787,6 +792,8 @@ func statusToWire(s *Status) *storev1.ReplicaStatus {
 		AppliedIndex: s.AppliedIndex, LastLogIndex: s.LastLogIndex, LastSnapshotIndex: s.LastSnapshotIndex,
 		LastContactMs: s.LastContact.Milliseconds(), LeaderId: s.LeaderID, Revision: s.Revision, CompactRevision: s.CompactRevision,
 		SizeBytes: s.SizeBytes, QuotaBytes: s.QuotaBytes, Alarms: s.Alarms,
+		WriteRequests: s.WriteRequests, ReadRequests: s.ReadRequests, StaleReadRequests: s.StaleReadRequests,
+		WatchRequests: s.WatchRequests, WatchEventsSent: s.WatchEventsSent, LogAppends: s.LogAppends, LogEntriesWritten: s.LogEntriesWritten,
 	}
 	if s.LastContact < 0 {
 		w.LastContactMs = -1
@@ -803,6 +810,10 @@ func statusFromWire(w *storev1.ReplicaStatus) *Status {
 		AppliedIndex: w.AppliedIndex, LastLogIndex: w.LastLogIndex, LastSnapshotIndex: w.LastSnapshotIndex,
 		LastContact: time.Duration(w.LastContactMs) * time.Millisecond, LeaderID: w.LeaderId, Revision: w.Revision, CompactRevision: w.CompactRevision,
 		SizeBytes: w.SizeBytes, QuotaBytes: w.QuotaBytes, Alarms: w.Alarms,
+		Counters: Counters{
+			WriteRequests: w.WriteRequests, ReadRequests: w.ReadRequests, StaleReadRequests: w.StaleReadRequests,
+			WatchRequests: w.WatchRequests, WatchEventsSent: w.WatchEventsSent, LogAppends: w.LogAppends, LogEntriesWritten: w.LogEntriesWritten,
+		},
 	}
 	if w.LastContactMs < 0 {
 		s.LastContact = -1

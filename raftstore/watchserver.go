@@ -17,6 +17,7 @@ const maxWatchBytes = 512 << 10
 // Gone, or success) and streams the changes to the client's inbox from a
 // goroutine owned by the node.
 func (n *Node) handleWatch(m *nats.Msg) {
+	n.count.watches.Add(1)
 	var req storev1.WatchRequest
 	if err := proto.Unmarshal(m.Data, &req); err != nil || req.Inbox == "" || req.FromRevision < 0 {
 		n.respond(m, &storev1.WatchResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "bad watch request"))})
@@ -69,6 +70,7 @@ func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 			if !send(&storev1.WatchMessage{Events: events, Revision: covered}) {
 				return
 			}
+			n.count.watchEvents.Add(uint64(len(events)))
 		}
 		more := covered > cursor && len(events) > 0
 		cursor = max(cursor, covered)

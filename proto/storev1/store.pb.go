@@ -1315,9 +1315,20 @@ type ReplicaStatus struct {
 	SizeBytes  int64 `protobuf:"varint,14,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	QuotaBytes int64 `protobuf:"varint,15,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
 	// alarms are the raised alarms ("NOSPACE"), as etcd's.
-	Alarms        []string `protobuf:"bytes,16,rep,name=alarms,proto3" json:"alarms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Alarms []string `protobuf:"bytes,16,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	// Counters since this replica started (a restart resets them): requests
+	// it served by kind (reads are linearizable reads and lists, watches are
+	// watch starts), watch events it sent to watchers, and its raft log's
+	// appends (one fsync each) and entries written.
+	WriteRequests     uint64 `protobuf:"varint,17,opt,name=write_requests,json=writeRequests,proto3" json:"write_requests,omitempty"`
+	ReadRequests      uint64 `protobuf:"varint,18,opt,name=read_requests,json=readRequests,proto3" json:"read_requests,omitempty"`
+	StaleReadRequests uint64 `protobuf:"varint,19,opt,name=stale_read_requests,json=staleReadRequests,proto3" json:"stale_read_requests,omitempty"`
+	WatchRequests     uint64 `protobuf:"varint,20,opt,name=watch_requests,json=watchRequests,proto3" json:"watch_requests,omitempty"`
+	WatchEventsSent   uint64 `protobuf:"varint,21,opt,name=watch_events_sent,json=watchEventsSent,proto3" json:"watch_events_sent,omitempty"`
+	LogAppends        uint64 `protobuf:"varint,22,opt,name=log_appends,json=logAppends,proto3" json:"log_appends,omitempty"`
+	LogEntriesWritten uint64 `protobuf:"varint,23,opt,name=log_entries_written,json=logEntriesWritten,proto3" json:"log_entries_written,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ReplicaStatus) Reset() {
@@ -1460,6 +1471,55 @@ func (x *ReplicaStatus) GetAlarms() []string {
 		return x.Alarms
 	}
 	return nil
+}
+
+func (x *ReplicaStatus) GetWriteRequests() uint64 {
+	if x != nil {
+		return x.WriteRequests
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetReadRequests() uint64 {
+	if x != nil {
+		return x.ReadRequests
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetStaleReadRequests() uint64 {
+	if x != nil {
+		return x.StaleReadRequests
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetWatchRequests() uint64 {
+	if x != nil {
+		return x.WatchRequests
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetWatchEventsSent() uint64 {
+	if x != nil {
+		return x.WatchEventsSent
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetLogAppends() uint64 {
+	if x != nil {
+		return x.LogAppends
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetLogEntriesWritten() uint64 {
+	if x != nil {
+		return x.LogEntriesWritten
+	}
+	return 0
 }
 
 // SnapshotHeader is the first record of a snapshot; it is followed by
@@ -1764,7 +1824,7 @@ const file_storev1_store_proto_rawDesc = "" +
 	"\x06action\"T\n" +
 	"\rAdminResponse\x12-\n" +
 	"\x05error\x18\x01 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\x99\x04\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\xb9\x06\n" +
 	"\rReplicaStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -1784,7 +1844,15 @@ const file_storev1_store_proto_rawDesc = "" +
 	"size_bytes\x18\x0e \x01(\x03R\tsizeBytes\x12\x1f\n" +
 	"\vquota_bytes\x18\x0f \x01(\x03R\n" +
 	"quotaBytes\x12\x16\n" +
-	"\x06alarms\x18\x10 \x03(\tR\x06alarms\"\xba\x01\n" +
+	"\x06alarms\x18\x10 \x03(\tR\x06alarms\x12%\n" +
+	"\x0ewrite_requests\x18\x11 \x01(\x04R\rwriteRequests\x12#\n" +
+	"\rread_requests\x18\x12 \x01(\x04R\freadRequests\x12.\n" +
+	"\x13stale_read_requests\x18\x13 \x01(\x04R\x11staleReadRequests\x12%\n" +
+	"\x0ewatch_requests\x18\x14 \x01(\x04R\rwatchRequests\x12*\n" +
+	"\x11watch_events_sent\x18\x15 \x01(\x04R\x0fwatchEventsSent\x12\x1f\n" +
+	"\vlog_appends\x18\x16 \x01(\x04R\n" +
+	"logAppends\x12.\n" +
+	"\x13log_entries_written\x18\x17 \x01(\x04R\x11logEntriesWritten\"\xba\x01\n" +
 	"\x0eSnapshotHeader\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12)\n" +
 	"\x10compact_revision\x18\x02 \x01(\x03R\x0fcompactRevision\x12\x1b\n" +

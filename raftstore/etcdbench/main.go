@@ -10,19 +10,30 @@
 // out of podflow's build. etcd is go.etcd.io/etcd/server/v3/embed v3.7.3
 // with 3 members, as raftstore has 3 replicas.
 //
-// Figures of 2026-11-29 (2 vCPUs shared with other builds, load average
-// 10-13; medians of 3 runs of 5 s):
+// It prints the load average at the start and the end: the machine is
+// shared, so compare ratios taken in one sitting, not absolutes.
 //
+// Figures of one sitting (2 vCPUs shared with other builds; medians of 3
+// runs of 5 s), raft-wal log (one fsync per append batch):
+//
+//	load 2.96 at start, 2.74 at end
 //	clients  raftstore w/s  p50     p99     etcd w/s  p50     p99     ratio  p50 ratio
-//	1        145            3.89ms  47.9ms  198       2.51ms  46.5ms  0.73x  1.55x
-//	16       542            15.8ms  191ms   399       21.2ms  229ms   1.36x  0.75x
-//	64       1145           38.8ms  362ms   702       75.0ms  390ms   1.63x  0.52x
+//	1        1519           630µs   1.09ms  1170      780µs   1.86ms  1.30x  0.80x
+//	16       5871           2.27ms  9.93ms  3177      4.40ms  20.6ms  1.85x  0.52x
+//	64       11190          4.75ms  21.4ms  4985      11.2ms  45.0ms  2.24x  0.42x
 //
-// With -unsafe-no-fsync, 1 client: raftstore p50 620µs, etcd 870µs. The gap
-// at 1 client is the disk path: hashicorp/raft persists on the leader before
-// it replicates, and bbolt fsyncs twice per commit, so a write waits for
-// about four fsyncs in series where etcd waits for one WAL fdatasync on the
-// leader and one on a follower, in parallel.
+// and right after it, the same harness on the bolt log (raft-boltdb/v2)
+// that raft-wal replaced (load 2.52 at start, 4.40 at end):
+//
+//	1        935            940µs   4.08ms  1274      730µs   1.70ms  0.73x  1.29x
+//	16       4078           3.20ms  15.4ms  1400      7.42ms  62.5ms  2.91x  0.43x
+//	64       5508           7.84ms  63.6ms  2454      18.5ms  101ms   2.24x  0.42x
+//
+// hashicorp/raft still persists on the leader before it replicates, so a
+// write waits for two fsyncs in series (leader, then a follower) where etcd
+// waits for one on each in parallel; bbolt made it about four (two per
+// commit), raft-wal's single fsync per batch is what put raftstore ahead at
+// one client.
 package main
 
 import (
@@ -98,6 +109,7 @@ func main() {
 	}
 	defer et.close()
 
+	loadStart := loadAvg()
 	targets := []target{rs, et}
 	all := map[string]map[int][]result{}
 	for _, t := range targets {
@@ -117,6 +129,7 @@ func main() {
 		sync = "FSYNC OFF"
 	}
 	fmt.Printf("\n3 replicas each, %s, loopback; medians of %d runs of %s (after %s warm-up)\n", sync, *runs, *dur, *warm)
+	fmt.Printf("load average (1, 5, 15 min) at start %s, at end %s\n", loadStart, loadAvg())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "clients\traftstore w/s\tp50\tp99\tetcd w/s\tp50\tp99\tthroughput ratio\tp50 ratio\t")
 	for _, n := range clients {
@@ -127,6 +140,16 @@ func main() {
 	}
 	tw.Flush()
 	fmt.Println("throughput ratio = raftstore/etcd (higher is better for raftstore); p50 ratio = raftstore/etcd (lower is better)")
+}
+
+// loadAvg is the machine's load average from /proc/loadavg: the figures
+// are only comparable within one sitting at a similar load.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 func round(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/ops/plan"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 )
@@ -28,6 +29,7 @@ type benchPipelineOptions struct {
 	nodes    int
 	replicas string
 	keep     bool
+	costJSON string
 }
 
 // newBenchPipelineCmd is `podflow bench pipeline`.
@@ -40,7 +42,13 @@ func newBenchPipelineCmd() *cobra.Command {
 to a podflow system with simulated nodes and report the throughput, the
 PodRequested→Running latency (p50, p99) and, per stage, the time events
 waited in the stream and the time the stage spent handling them — all
-rebuilt from the JetStream stream alone. Without --config it starts its own
+rebuilt from the JetStream stream alone. It ends with the cost per pod,
+counted by the system itself: the CPU time of every process (from
+/proc/<pid>/stat of the processes in children.json, and up's), the
+JetStream messages stored, deliveries and acks (the NATS server's stream
+and consumer counters), the store requests, raft log entries and fsyncs and
+the watch events delivered (each store replica's status counters), from
+the first request until every consumer has drained. Without --config it starts its own
 ` + "`podflow up`" + ` in a temporary directory (3 store replicas, --nodes simulated nodes)
 and stops it afterwards.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -54,6 +62,7 @@ and stops it afterwards.`,
 	f.IntVar(&o.nodes, "nodes", 50, "simulated nodes (when starting its own system)")
 	f.StringVar(&o.replicas, "replicas", "", "stage replicas (when starting its own system), e.g. admission=2")
 	f.BoolVar(&o.keep, "keep", false, "keep the temporary system's data directory")
+	f.StringVar(&o.costJSON, "cost-json", "", "also write the cost table as JSON to this file")
 	return cmd
 }
 
@@ -61,12 +70,16 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 	if o.pods < 1 || o.rate < 1 {
 		return fmt.Errorf("--pods and --rate must be positive")
 	}
-	sess, cleanup, err := systemUnderTest(ctx, o.config, o.nodes, o.replicas, !o.keep, "podflow-bench")
+	sess, ps, cleanup, err := systemUnderTestProcs(ctx, o.config, o.nodes, o.replicas, !o.keep, "podflow-bench", nil)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
 	cfg := sess.Config
+	before, err := takeCostSample(ctx, sess, ps)
+	if err != nil {
+		return fmt.Errorf("cost sample: %w", err)
+	}
 
 	prefix := fmt.Sprintf("bench-%d-", time.Now().UnixNano()%1_000_000)
 	template := &corev1.Pod{
@@ -141,6 +154,23 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 		return fmt.Errorf("only %d of %d pods reached Running before the deadline", running, o.pods)
 	}
 	report(out, runs, start, offered)
+
+	quiesced := quiesce(ctx, sess, 30*time.Second)
+	after, err := takeCostSample(ctx, sess, ps)
+	if err != nil {
+		return fmt.Errorf("cost sample: %w", err)
+	}
+	minEvents := 0
+	for _, tl := range runs {
+		if n := len(tl.events); minEvents == 0 || n < minEvents {
+			minEvents = n
+		}
+	}
+	cost := after.since(before, o.pods, minEvents, quiesced)
+	cost.print(out)
+	if o.costJSON != "" {
+		return cost.writeJSON(o.costJSON)
+	}
 	return nil
 }
 
@@ -234,13 +264,23 @@ func pct(ds []time.Duration, p int) string {
 // empty, starts its own `podflow up` in a temporary directory (removed on
 // cleanup when remove is set) and connects to that.
 func systemUnderTest(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string) (*client.Session, func(), error) {
-	return systemUnderTestPrepared(ctx, configPath, nodes, replicas, remove, name, nil)
+	sess, _, cleanup, err := systemUnderTestProcs(ctx, configPath, nodes, replicas, remove, name, nil)
+	return sess, cleanup, err
 }
 
 // systemUnderTestPrepared is systemUnderTest with prepare run on the
 // fresh data directory before its `podflow up` starts (not with
 // configPath).
 func systemUnderTestPrepared(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string, prepare func(dir string) error) (*client.Session, func(), error) {
+	sess, _, cleanup, err := systemUnderTestProcs(ctx, configPath, nodes, replicas, remove, name, prepare)
+	return sess, cleanup, err
+}
+
+// systemUnderTestProcs is systemUnderTestPrepared that also says where to
+// find the system's processes: children.json beside the configuration,
+// and up's PID when it started its own.
+func systemUnderTestProcs(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string, prepare func(dir string) error) (*client.Session, procs, func(), error) {
+	var ps procs
 	var undo []func()
 	cleanup := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -250,7 +290,7 @@ func systemUnderTestPrepared(ctx context.Context, configPath string, nodes int, 
 	if configPath == "" {
 		dir, err := os.MkdirTemp("", name+"-")
 		if err != nil {
-			return nil, nil, err
+			return nil, ps, nil, err
 		}
 		if remove {
 			undo = append(undo, func() { os.RemoveAll(dir) })
@@ -258,32 +298,35 @@ func systemUnderTestPrepared(ctx context.Context, configPath string, nodes int, 
 		if prepare != nil {
 			if err := prepare(dir); err != nil {
 				cleanup()
-				return nil, nil, err
+				return nil, ps, nil, err
 			}
 		}
-		stop, err := startUp(ctx, dir, nodes, replicas)
+		stop, pid, err := startUp(ctx, dir, nodes, replicas)
 		if err != nil {
 			cleanup()
-			return nil, nil, err
+			return nil, ps, nil, err
 		}
 		undo = append(undo, stop)
-		configPath = filepath.Join(dir, "config.json")
+		configPath, ps.upPID = filepath.Join(dir, "config.json"), pid
 	}
 	sess, err := client.Open(ctx, configPath, name)
 	if err != nil {
 		cleanup()
-		return nil, nil, err
+		return nil, ps, nil, err
+	}
+	if configPath != "" {
+		ps.childrenFile = plan.Layout{Dir: filepath.Dir(configPath)}.Children()
 	}
 	undo = append(undo, sess.Close)
-	return sess, cleanup, nil
+	return sess, ps, cleanup, nil
 }
 
 // startUp runs `podflow up` in dir as a child and waits until it is ready;
 // stop ends it.
-func startUp(ctx context.Context, dir string, nodes int, replicas string) (stop func(), err error) {
+func startUp(ctx context.Context, dir string, nodes int, replicas string) (stop func(), pid int, err error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	args := []string{"up", "--data-dir", dir, "--nats-port", "0", "-q", "--nodes", fmt.Sprint(nodes)}
 	if replicas != "" {
@@ -292,13 +335,13 @@ func startUp(ctx context.Context, dir string, nodes int, replicas string) (stop 
 	cmd := exec.Command(exe, args...)
 	logf, err := os.Create(filepath.Join(dir, "up.log"))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -316,17 +359,17 @@ func startUp(ctx context.Context, dir string, nodes int, replicas string) (stop 
 	for time.Now().Before(deadline) {
 		b, _ := os.ReadFile(filepath.Join(dir, "up.log"))
 		if strings.Contains(string(b), "podflow is running") {
-			return stop, nil
+			return stop, cmd.Process.Pid, nil
 		}
 		select {
 		case <-exited:
-			return nil, fmt.Errorf("podflow up exited:\n%s", b)
+			return nil, 0, fmt.Errorf("podflow up exited:\n%s", b)
 		case <-ctx.Done():
 			stop()
-			return nil, ctx.Err()
+			return nil, 0, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	stop()
-	return nil, fmt.Errorf("podflow up did not become ready in %s", dir)
+	return nil, 0, fmt.Errorf("podflow up did not become ready in %s", dir)
 }
