@@ -240,7 +240,8 @@ metadata:
 		p := c.waitPod("default", "huge", "Unschedulable", func(p *corev1.Pod) bool {
 			return condition(p, "PodScheduled").GetReason() == "Unschedulable"
 		})
-		want := "0/3 nodes are available: 3 Insufficient cpu."
+		// kube-scheduler's words, its preemption verdict included.
+		want := "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.."
 		if got := condition(p, "PodScheduled").GetMessage(); got != want || p.GetStatus().GetPhase() != "Pending" || p.GetSpec().GetNodeName() != "" {
 			t.Fatalf("phase %s node %q message %q", p.GetStatus().GetPhase(), p.GetSpec().GetNodeName(), got)
 		}
