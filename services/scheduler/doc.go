@@ -76,9 +76,13 @@
 // first, the node by the lowest highest-priority victim, then the lowest
 // sum of priorities, the fewest victims, the latest start; preemptionPolicy
 // Never does not preempt, nor a nominated pod whose victims are still
-// terminating. Not modelled: kube-scheduler's cluster default spread
-// constraints (for pods of a Service or ReplicaSet), PodDisruptionBudgets
-// (podflow serves none), and updating PodTopologySpread's and
+// terminating. A pod without spread constraints of its own is scored by
+// kube-scheduler's system default constraints (maxSkew 3 by hostname, 5
+// by topology.kubernetes.io/zone, ScheduleAnyway) over the pods the
+// Services selecting it select (Cache.SetService; the stage watches
+// Services). Not modelled: default constraints from ReplicaSets,
+// StatefulSets and ReplicationControllers (podflow serves none),
+// PodDisruptionBudgets (likewise), and updating PodTopologySpread's and
 // InterPodAffinity's counts during the preemption dry run.
 //
 // Adding a plugin is one file:
