@@ -85,6 +85,14 @@
 // PodDisruptionBudgets (likewise), and updating PodTopologySpread's and
 // InterPodAffinity's counts during the preemption dry run.
 //
+// Plugin timing: scheduler_plugin_execution_duration_seconds{plugin,
+// extension_point, status} (pluginmetrics.go; Scheduler.SetPluginMetrics,
+// registered by Stage.RegisterMetrics) observes, on 10% of cycles drawn
+// at random (kube-scheduler's pluginMetricsSamplePercent), each plugin
+// once per extension point it ran at: a batch point's time summed over
+// its chunks, Filter labelled with the most severe code it gave a node.
+// An unsampled cycle pays a nil check per plugin call.
+//
 // Adding a plugin is one file:
 // a type with Name and the extension points it needs, its per-cycle data
 // under a NewStateKey key written by its PreFilter or PreScore, its
