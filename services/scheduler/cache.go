@@ -42,6 +42,10 @@ type Cache struct {
 	// namespaces holds the namespaces' labels (for namespaceSelector);
 	// replaced, never modified, on change.
 	namespaces map[string]map[string]string
+	// services holds the Services' selectors by namespace and name (for
+	// PodTopologySpread's default constraints); replaced, never
+	// modified, on change.
+	services map[string]map[string]map[string]string
 	// nominated are the unbound pods whose status.nominatedNodeName names
 	// a node (preemptors waiting for their victims to go), by node;
 	// replaced, never modified, on change. nominatedOn maps a pod's key
@@ -436,6 +440,56 @@ func (c *Cache) RemoveNamespace(name string) {
 		delete(next, name)
 		c.namespaces = next
 	}
+}
+
+// SetService records a Service's selector: PodTopologySpread spreads
+// the pods it selects that have no spread constraints of their own
+// (kube-scheduler's default constraints). A Service without a selector
+// selects no pod.
+func (c *Cache) SetService(svc *corev1.Service) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns, name, sel := svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName(), svc.GetSpec().GetSelector()
+	if old, ok := c.services[ns][name]; ok && maps.Equal(old, sel) {
+		return
+	}
+	if len(sel) == 0 {
+		c.removeServiceLocked(ns, name)
+		return
+	}
+	next := maps.Clone(c.services)
+	if next == nil {
+		next = map[string]map[string]map[string]string{}
+	}
+	byName := maps.Clone(next[ns])
+	if byName == nil {
+		byName = map[string]map[string]string{}
+	}
+	byName[name] = sel
+	next[ns] = byName
+	c.services = next
+}
+
+// RemoveService forgets a Service's selector.
+func (c *Cache) RemoveService(namespace, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeServiceLocked(namespace, name)
+}
+
+func (c *Cache) removeServiceLocked(ns, name string) {
+	if _, ok := c.services[ns][name]; !ok {
+		return
+	}
+	next := maps.Clone(c.services)
+	byName := maps.Clone(next[ns])
+	delete(byName, name)
+	if len(byName) == 0 {
+		delete(next, ns)
+	} else {
+		next[ns] = byName
+	}
+	c.services = next
 }
 
 // Nominate records that pod, unbound, is nominated to node

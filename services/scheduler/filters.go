@@ -12,7 +12,7 @@ func Filter(pod *corev1.Pod, n *NodeInfo) ([]string, error) {
 		return nil, err
 	}
 	var state CycleState
-	filters, st := fw.runPreFilter(&state, pod, nil)
+	filters, st := fw.runPreFilter(&state, pod, nil, nil)
 	if err := st.AsError(); err != nil && !st.IsRejected() {
 		return nil, err
 	}

@@ -314,7 +314,7 @@ func TestBatchFiltersMatchFilter(t *testing.T) {
 // evaluated, the feasible ones and the rejected ones' reasons.
 func filterOneByOne(s *Scheduler, pod *corev1.Pod, snap *Snapshot) (int, []string, map[string][]string) {
 	s.state.reset(snap)
-	filters, st := s.fw.runPreFilter(&s.state, pod, nil)
+	filters, st := s.fw.runPreFilter(&s.state, pod, nil, nil)
 	if st != nil {
 		return 0, nil, nil
 	}

@@ -14,9 +14,12 @@ type Metrics struct {
 
 // RegisterMetrics registers s's metrics in reg: scheduler_pending_pods
 // (unschedulable pods waiting for a retry), scheduler_schedule_attempts_total
-// {result=scheduled|unschedulable|error}, scheduler_bind_conflicts_total and
-// scheduler_scheduling_attempt_duration_seconds{result}.
+// {result=scheduled|unschedulable|error}, scheduler_bind_conflicts_total,
+// scheduler_scheduling_attempt_duration_seconds{result} and
+// scheduler_plugin_execution_duration_seconds{plugin,extension_point,status}
+// (sampled cycles, pluginmetrics.go).
 func (s *Stage) RegisterMetrics(reg prometheus.Registerer) error {
+	plugins := NewPluginDurationMetric()
 	m := &Metrics{attemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "scheduler_scheduling_attempt_duration_seconds",
 		Help:    "Scheduling attempt latency in seconds (scheduling algorithm + binding).",
@@ -29,7 +32,7 @@ func (s *Stage) RegisterMetrics(reg prometheus.Registerer) error {
 		}, v)
 	}
 	cs := []prometheus.Collector{
-		m.attemptDuration,
+		m.attemptDuration, plugins,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "scheduler_pending_pods", Help: "Unschedulable pods waiting for a retry in this replica.",
 			ConstLabels: prometheus.Labels{"queue": "unschedulable"},
@@ -50,6 +53,9 @@ func (s *Stage) RegisterMetrics(reg prometheus.Registerer) error {
 			return err
 		}
 	}
+	s.mu.Lock()
+	s.sched.SetPluginMetrics(plugins)
+	s.mu.Unlock()
 	s.metrics = m
 	return nil
 }

@@ -154,7 +154,13 @@ func runFilterOnCache(t *testing.T, pl FilterPlugin, pod *corev1.Pod, c *Cache) 
 // every node feasible: each node's normalized score.
 func runPluginScore(t *testing.T, pl ScorePlugin, pod *corev1.Pod, nodes []*corev1.Node, pods []*corev1.Pod) map[string]int64 {
 	t.Helper()
-	snap := cacheWith(t, nodes, pods...).Snapshot()
+	return runScoreOnCache(t, pl, pod, cacheWith(t, nodes, pods...))
+}
+
+// runScoreOnCache is runPluginScore over the cache's snapshot.
+func runScoreOnCache(t *testing.T, pl ScorePlugin, pod *corev1.Pod, c *Cache) map[string]int64 {
+	t.Helper()
+	snap := c.Snapshot()
 	var state CycleState
 	state.reset(snap)
 	feasible := snap.Nodes()

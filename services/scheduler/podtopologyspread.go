@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"maps"
 	"math"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -31,13 +32,31 @@ const LabelHostname = "kubernetes.io/hostname"
 // pods are the pods in the pod's namespace, not terminating, that the
 // labelSelector (plus matchLabelKeys) selects.
 //
+// A pod without constraints of its own is scored by kube-scheduler's
+// system default constraints (systemDefaultConstraints: maxSkew 3 on
+// kubernetes.io/hostname, 5 on topology.kubernetes.io/zone, both
+// ScheduleAnyway) over the pods that the Services selecting it select
+// (their selectors merged, kube-scheduler's DefaultSelector; podflow
+// serves no ReplicaSets, StatefulSets or ReplicationControllers); with no
+// such Service it is not spread. Under the defaults a node without a zone
+// label is still scored by hostname (kube-scheduler's
+// requireAllTopologies is false for system defaults).
+//
 // PreFilter counts the matching pods per domain once per cycle from the
 // snapshot's pods; a pod without DoNotSchedule constraints skips the
-// filter, one without ScheduleAnyway constraints the score. The cluster
-// default constraints kube-scheduler applies to pods without any (for
-// pods of a Service or ReplicaSet) are not applied: podflow's scheduler
-// does not watch those owners.
+// filter, one without ScheduleAnyway constraints (own or default) the
+// score.
 type podTopologySpread struct{}
+
+// LabelTopologyZone is the well-known zone topology key.
+const LabelTopologyZone = "topology.kubernetes.io/zone"
+
+// systemDefaultConstraints are kube-scheduler's cluster-level default
+// spread constraints (PodTopologySpreadArgs defaultingType System).
+var systemDefaultConstraints = []struct {
+	key     string
+	maxSkew int64
+}{{LabelHostname, 3}, {LabelTopologyZone, 5}}
 
 var (
 	_ PreFilterPlugin = podTopologySpread{}
@@ -70,9 +89,13 @@ type spreadConstraint struct {
 // (DoNotSchedule for the filter, ScheduleAnyway for the score).
 type spreadState struct {
 	constraints []spreadConstraint
-	counts      []map[string]int64 // per constraint: domain -> matching pods
-	minMatch    []int64            // filter: per constraint, the global minimum
-	weights     []float64          // score: per constraint, log(domains+2)
+	// requireAll: a node without every topology key is left out (false
+	// only for the system default constraints: such a node is scored by
+	// the keys it has).
+	requireAll bool
+	counts     []map[string]int64 // per constraint: domain -> matching pods
+	minMatch   []int64            // filter: per constraint, the global minimum
+	weights    []float64          // score: per constraint, log(domains+2)
 }
 
 func (podTopologySpread) Name() string { return PodTopologySpreadName }
@@ -99,6 +122,44 @@ func spreadConstraints(pod *corev1.Pod, action string) []spreadConstraint {
 		out = append(out, sc)
 	}
 	return out
+}
+
+// defaultSpreadConstraints returns the system default constraints for a
+// pod without constraints of its own, selecting what the Services of
+// the pod's namespace that select it select (kube-scheduler's
+// buildDefaultConstraints over DefaultSelector); nil when no Service
+// selects it.
+func defaultSpreadConstraints(pod *corev1.Pod, snap *Snapshot) []spreadConstraint {
+	own := pod.GetMetadata().GetLabels()
+	var merged map[string]string
+	for _, sel := range snap.services[pod.GetMetadata().GetNamespace()] {
+		if !selectsAll(sel, own) {
+			continue
+		}
+		if merged == nil {
+			merged = map[string]string{}
+		}
+		maps.Copy(merged, sel) // Services selecting one pod cannot conflict
+	}
+	if len(merged) == 0 {
+		return nil
+	}
+	selector := newLabelSelector(&corev1.LabelSelector{MatchLabels: merged}, nil, nil, nil)
+	out := make([]spreadConstraint, len(systemDefaultConstraints))
+	for i, d := range systemDefaultConstraints {
+		out[i] = spreadConstraint{maxSkew: d.maxSkew, minDomains: 1, key: d.key, selector: selector, selfMatch: 1, honorAffinity: true}
+	}
+	return out
+}
+
+// selectsAll reports whether labels has every key and value of sel.
+func selectsAll(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if w, ok := labels[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // hasTopologyKeys reports whether n has every constraint's topology key.
@@ -139,7 +200,7 @@ func (s *spreadState) count(pod *corev1.Pod, snap *Snapshot, only bool) {
 	na := newNodeAffinityFilterState(pod)
 	tols, ns := pod.GetSpec().GetTolerations(), pod.GetMetadata().GetNamespace()
 	for _, n := range snap.nodes {
-		if !hasTopologyKeys(n, s.constraints) {
+		if s.requireAll && !hasTopologyKeys(n, s.constraints) {
 			continue
 		}
 		for i := range s.constraints {
@@ -167,7 +228,7 @@ func (podTopologySpread) PreFilter(state *CycleState, pod *corev1.Pod) *Status {
 	if len(cs) == 0 {
 		return skipStatus
 	}
-	s := &spreadState{constraints: cs, counts: make([]map[string]int64, len(cs)), minMatch: make([]int64, len(cs))}
+	s := &spreadState{constraints: cs, requireAll: true, counts: make([]map[string]int64, len(cs)), minMatch: make([]int64, len(cs))}
 	for i := range s.counts {
 		s.counts[i] = map[string]int64{}
 	}
@@ -220,20 +281,28 @@ func (s *spreadState) filter(n *NodeInfo) *Status {
 }
 
 func (podTopologySpread) PreScore(state *CycleState, pod *corev1.Pod, feasible []*NodeInfo) *Status {
-	if len(pod.GetSpec().GetTopologySpreadConstraints()) == 0 || state.Snapshot() == nil {
+	snap := state.Snapshot()
+	if snap == nil {
 		return skipStatus
 	}
-	cs := spreadConstraints(pod, "ScheduleAnyway")
+	var cs []spreadConstraint
+	own := len(pod.GetSpec().GetTopologySpreadConstraints()) > 0
+	switch {
+	case own:
+		cs = spreadConstraints(pod, "ScheduleAnyway")
+	case len(snap.services[pod.GetMetadata().GetNamespace()]) > 0:
+		cs = defaultSpreadConstraints(pod, snap)
+	}
 	if len(cs) == 0 {
 		return skipStatus
 	}
-	s := &spreadState{constraints: cs, counts: make([]map[string]int64, len(cs)), weights: make([]float64, len(cs))}
+	s := &spreadState{constraints: cs, requireAll: own, counts: make([]map[string]int64, len(cs)), weights: make([]float64, len(cs))}
 	for i := range s.counts {
 		s.counts[i] = map[string]int64{}
 	}
-	counted := 0 // feasible nodes with every topology key
+	counted := 0 // feasible nodes scored (with every topology key, when required)
 	for _, n := range feasible {
-		if !hasTopologyKeys(n, cs) {
+		if own && !hasTopologyKeys(n, cs) {
 			continue
 		}
 		counted++
@@ -250,7 +319,7 @@ func (podTopologySpread) PreScore(state *CycleState, pod *corev1.Pod, feasible [
 		}
 		s.weights[i] = math.Log(float64(domains + 2))
 	}
-	s.count(pod, state.Snapshot(), true)
+	s.count(pod, snap, true)
 	state.Write(spreadScoreKey, s)
 	return nil
 }
@@ -279,17 +348,21 @@ func (s *spreadState) score(n *NodeInfo, ns string) int64 {
 	if s == nil {
 		return 0
 	}
-	if !hasTopologyKeys(n, s.constraints) {
+	if s.requireAll && !hasTopologyKeys(n, s.constraints) {
 		return ignoredNode
 	}
 	var score float64
 	for i := range s.constraints {
 		c := &s.constraints[i]
+		v, ok := n.labels[c.key]
+		if !ok {
+			continue // only under the system defaults
+		}
 		var cnt int64
 		if c.key == LabelHostname {
 			cnt = countMatching(n, &c.selector, ns)
 		} else {
-			cnt = s.counts[i][n.labels[c.key]]
+			cnt = s.counts[i][v]
 		}
 		score += float64(cnt)*s.weights[i] + float64(c.maxSkew-1)
 	}

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
 )
@@ -173,10 +174,16 @@ func newFramework(c Config) (*framework, error) {
 // runPreFilter runs the PreFilter plugins and returns, appended to
 // filters[:0], the filters to run this cycle (those whose PreFilter did
 // not skip). A non-nil status is an error or a rejection of every node.
-func (fw *framework) runPreFilter(state *CycleState, pod *corev1.Pod, filters []filterEntry) ([]filterEntry, *Status) {
+// rec, when not nil, observes each plugin's time.
+func (fw *framework) runPreFilter(state *CycleState, pod *corev1.Pod, filters []filterEntry, rec *pluginRecorder) ([]filterEntry, *Status) {
 	var skip uint64 // bit i: skip fw.filter[i]
 	for _, e := range fw.preFilter {
-		switch st := e.pl.PreFilter(state, pod); {
+		t0 := rec.now()
+		st := e.pl.PreFilter(state, pod)
+		if rec != nil {
+			rec.observe(e.pl.Name(), pointPreFilter, st.Code(), time.Since(t0))
+		}
+		switch {
 		case st.IsSkip():
 			if e.filter >= 0 && e.filter < 64 {
 				skip |= 1 << e.filter
@@ -196,11 +203,16 @@ func (fw *framework) runPreFilter(state *CycleState, pod *corev1.Pod, filters []
 
 // runPreScore runs the PreScore plugins and returns, appended to
 // scorers[:0], the score plugins to run this cycle.
-func (fw *framework) runPreScore(state *CycleState, pod *corev1.Pod, feasible []*NodeInfo, scorers []scoreEntry) ([]scoreEntry, error) {
+func (fw *framework) runPreScore(state *CycleState, pod *corev1.Pod, feasible []*NodeInfo, scorers []scoreEntry, rec *pluginRecorder) ([]scoreEntry, error) {
 	scorers = scorers[:0]
 	for _, e := range fw.score {
 		if e.preScore != nil {
-			switch st := e.preScore.PreScore(state, pod, feasible); {
+			t0 := rec.now()
+			st := e.preScore.PreScore(state, pod, feasible)
+			if rec != nil {
+				rec.observe(e.name, pointPreScore, st.Code(), time.Since(t0))
+			}
+			switch {
 			case st.IsSkip():
 				continue
 			case !st.IsSuccess():

@@ -56,6 +56,18 @@ type Scheduler struct {
 	feasible []*NodeInfo
 	failed   []failure
 	reported []int // indexes in feasible of the scores to report
+
+	// Plugin timing (pluginmetrics.go): pm observes, on the share
+	// samplePercent of cycles, rec (this cycle's: nil when unsampled)
+	// each plugin's time; took and worst are per filter (then per
+	// scorer) scratch: the time summed over its batch calls and the most
+	// severe code it gave; before is a chunk's verdicts before a filter.
+	pm            *pluginRecorder
+	samplePercent int
+	rec           *pluginRecorder
+	took          []time.Duration
+	worst         []Code
+	before        []*Status
 }
 
 type failure struct {
@@ -79,6 +91,7 @@ func New(cfg Config) (*Scheduler, error) {
 	return &Scheduler{
 		cfg: cfg, fw: fw, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		verdicts: make([]*Status, filterChunk), single: make([]*Status, 1),
+		samplePercent: pluginMetricsSamplePercent,
 	}, nil
 }
 
@@ -114,7 +127,8 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	}
 	s.state.reset(snap)
 	s.scorers = s.scorers[:0]
-	filters, st := s.fw.runPreFilter(&s.state, pod, s.filters)
+	s.rec = s.sample()
+	filters, st := s.fw.runPreFilter(&s.state, pod, s.filters, s.rec)
 	s.filters = filters
 	if st != nil {
 		if !st.IsRejected() {
@@ -194,14 +208,21 @@ const (
 func (s *Scheduler) filter(pod *corev1.Pod, all []*NodeInfo, want int) (int, error) {
 	feasible, failed := s.feasible[:0], s.failed[:0]
 	verdicts := s.verdicts[:filterChunk]
+	if s.rec != nil {
+		s.resetTimes(len(s.filters))
+	}
 	i, j := 0, s.next%len(all)
 	for i < len(all) && len(feasible) < want {
 		// A contiguous run of nodes, wrapping at the end of all.
 		chunk := all[j : j+min(filterChunk, want-len(feasible), len(all)-i, len(all)-j)]
 		v := verdicts[:len(chunk)]
 		clear(v)
-		for _, f := range s.filters {
-			f.batch.FilterNodes(&s.state, pod, chunk, v)
+		if s.rec != nil {
+			s.filterTimed(pod, chunk, v)
+		} else {
+			for _, f := range s.filters {
+				f.batch.FilterNodes(&s.state, pod, chunk, v)
+			}
 		}
 		if len(s.state.snap.nominated) > 0 {
 			for k, st := range v {
@@ -217,6 +238,7 @@ func (s *Scheduler) filter(pod *corev1.Pod, all []*NodeInfo, want int) (int, err
 			case st.code == Error:
 				i, j = i+k+1, (j+k+1)%len(all)
 				s.next, s.feasible, s.failed = j, feasible, failed
+				s.observeFilters()
 				return i, st.AsError()
 			default:
 				failed = append(failed, failure{chunk[k], st})
@@ -228,7 +250,46 @@ func (s *Scheduler) filter(pod *corev1.Pod, all []*NodeInfo, want int) (int, err
 		}
 	}
 	s.next, s.feasible, s.failed = j, feasible, failed
+	s.observeFilters()
 	return i, nil
+}
+
+// observeFilters records the filters' summed times of a sampled cycle.
+func (s *Scheduler) observeFilters() {
+	if s.rec != nil {
+		for k, f := range s.filters {
+			s.rec.observe(f.pl.Name(), pointFilter, s.worst[k], s.took[k])
+		}
+	}
+}
+
+// resetTimes clears s.took and s.worst for n plugins.
+func (s *Scheduler) resetTimes(n int) {
+	s.took = slices.Grow(s.took[:0], n)[:n]
+	s.worst = slices.Grow(s.worst[:0], n)[:n]
+	clear(s.took)
+	clear(s.worst)
+}
+
+// filterTimed is the filters' pass over a chunk on a sampled cycle: each
+// filter's time into s.took and the most severe code it gave a node of
+// the chunk into s.worst (which filter resets).
+func (s *Scheduler) filterTimed(pod *corev1.Pod, chunk []*NodeInfo, v []*Status) {
+	before := append(s.before[:0], v...)
+	s.before = before
+	for k, f := range s.filters {
+		t0 := time.Now()
+		f.batch.FilterNodes(&s.state, pod, chunk, v)
+		s.took[k] += time.Since(t0)
+		for i, st := range v {
+			if before[i] == nil && st != nil {
+				if severity(st.code) > severity(s.worst[k]) {
+					s.worst[k] = st.code
+				}
+				before[i] = st
+			}
+		}
+	}
 }
 
 // runFilters runs the cycle's filters on one node.
@@ -282,7 +343,11 @@ func (s *Scheduler) RunFilters(state *CycleState, pod *corev1.Pod, n *NodeInfo) 
 // status's error.
 func (s *Scheduler) postFilter(pod *corev1.Pod, fe *FitError, statuses map[string]*Status) error {
 	for _, pl := range s.fw.postFilter {
+		t0 := s.rec.now()
 		res, st := pl.PostFilter(&s.state, pod, s, statuses)
+		if s.rec != nil {
+			s.rec.observe(pl.Name(), pointPostFilter, st.Code(), time.Since(t0))
+		}
 		switch {
 		case st.Code() == Error:
 			return st.AsError()
@@ -301,10 +366,13 @@ func (s *Scheduler) postFilter(pod *corev1.Pod, fe *FitError, statuses map[strin
 // of the chosen node: the highest total, ties broken uniformly at random
 // by reservoir sampling.
 func (s *Scheduler) score(pod *corev1.Pod, feasible []*NodeInfo) (int, error) {
-	scorers, err := s.fw.runPreScore(&s.state, pod, feasible, s.scorers)
+	scorers, err := s.fw.runPreScore(&s.state, pod, feasible, s.scorers, s.rec)
 	s.scorers = scorers
 	if err != nil {
 		return 0, err
+	}
+	if s.rec != nil {
+		s.resetTimes(len(scorers))
 	}
 	for len(s.columns) < len(scorers)+1 {
 		s.columns = append(s.columns, nil)
@@ -322,19 +390,31 @@ func (s *Scheduler) score(pod *corev1.Pod, feasible []*NodeInfo) (int, error) {
 		chunk := feasible[lo:hi]
 		for k, e := range scorers {
 			col := s.columns[k][lo:hi]
+			t0 := s.rec.now()
 			if e.batch != nil {
 				e.batch.ScoreNodes(&s.state, pod, chunk, col)
-				continue
+			} else {
+				for i, n := range chunk {
+					col[i] = e.pl.Score(&s.state, pod, n)
+				}
 			}
-			for i, n := range chunk {
-				col[i] = e.pl.Score(&s.state, pod, n)
+			if s.rec != nil {
+				s.took[k] += time.Since(t0)
 			}
 		}
 	}
 	for k, e := range scorers {
 		col := s.columns[k]
+		if s.rec != nil {
+			s.rec.observe(e.name, pointScore, Success, s.took[k])
+		}
 		if e.ext != nil {
-			if st := e.ext.NormalizeScore(&s.state, pod, col); !st.IsSuccess() {
+			t0 := s.rec.now()
+			st := e.ext.NormalizeScore(&s.state, pod, col)
+			if s.rec != nil {
+				s.rec.observe(e.name, pointNormalizeScore, st.Code(), time.Since(t0))
+			}
+			if !st.IsSuccess() {
 				return 0, st.AsError()
 			}
 		}

@@ -18,8 +18,9 @@ type Snapshot struct {
 	// podsWithAffinity and podsWithRequiredAnti count the pods with pod
 	// (anti-)affinity and with required anti-affinity.
 	podsWithAffinity, podsWithRequiredAnti int
-	namespaces                             map[string]map[string]string // read-only
-	nominated                              map[string][]*podEntry       // read-only: Cache.nominated
+	namespaces                             map[string]map[string]string            // read-only
+	services                               map[string]map[string]map[string]string // read-only: Cache.services
+	nominated                              map[string][]*podEntry                  // read-only: Cache.nominated
 }
 
 // NewSnapshot returns an empty snapshot for Cache.UpdateSnapshot to fill.
@@ -110,6 +111,6 @@ func (c *Cache) UpdateSnapshot(s *Snapshot) {
 		s.imagesGeneration = c.imagesGeneration
 	}
 	s.podsWithAffinity, s.podsWithRequiredAnti, s.namespaces = c.podsWithAffinity, c.podsWithRequiredAnti, c.namespaces
-	s.nominated = c.nominated
+	s.nominated, s.services = c.nominated, c.services
 	s.generation = c.generation
 }

@@ -113,6 +113,9 @@ type Stage struct {
 	// namespaces feed the cache the namespaces' labels, for pod affinity
 	// terms with a namespaceSelector.
 	namespaces *informer.Informer[*corev1.Namespace]
+	// services feed the cache the Services' selectors, for
+	// PodTopologySpread's default constraints.
+	services *informer.Informer[*corev1.Service]
 
 	podRev    revWaiter   // revision the pod informer (so the cache) reached
 	known     allocations // allocations newer than the informer's
@@ -241,6 +244,16 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 		OnUpdate: func(_, ns *corev1.Namespace) { s.cache.SetNamespace(ns) },
 		OnDelete: func(ns *corev1.Namespace) { s.cache.RemoveNamespace(ns.GetMetadata().GetName()) },
 	})
+	if err != nil {
+		return nil, err
+	}
+	s.services, err = informer.New[*corev1.Service](env.Store, "", informer.Handlers[*corev1.Service]{
+		OnAdd:    s.cache.SetService,
+		OnUpdate: func(_, svc *corev1.Service) { s.cache.SetService(svc) },
+		OnDelete: func(svc *corev1.Service) {
+			s.cache.RemoveService(svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName())
+		},
+	})
 	return s, err
 }
 
@@ -262,7 +275,7 @@ func readyStatus(n *corev1.Node) string {
 // retry loop of unschedulable pods.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.nodes, s.pods, s.allocs, s.namespaces)
+	infs.Add(s.nodes, s.pods, s.allocs, s.namespaces, s.services)
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}
