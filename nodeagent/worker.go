@@ -26,9 +26,11 @@ import (
 //	a container   │         ImagePullBackOff, retried FailedMount and
 //	exit, a timer │         FailedCreatePodSandBox; a SysctlForbidden
 //	              │         sandbox rejects the pod, Failed, as kubelet's
-//	              │         admission). A pod that finished
-//	              │         (Succeeded or Failed, nothing to restart) stays
-//	              │         here with its sandbox released, until deleted.
+//	              │         admission; past spec.activeDeadlineSeconds
+//	              │         it is killed, Failed DeadlineExceeded). A pod
+//	              │         that finished (Succeeded or Failed, nothing to
+//	              │         restart) stays here with its sandbox released,
+//	              │         until deleted.
 //	              │
 //	              │ a delete (deleteCh, with its grace)
 //	              ▼
@@ -74,8 +76,9 @@ type worker struct {
 	mountRetry   retry
 	inits, apps  []*ctr
 	failed       *ctr // the container whose exit made the pod Failed
-	// rejected: the pod was refused as kubelet's admission refuses one
-	// (SysctlForbidden): Failed at once with its reason, never retried.
+	// rejected: the node failed the pod as a whole — refused as kubelet's
+	// admission refuses one (SysctlForbidden), or past its active deadline
+	// (DeadlineExceeded): Failed with that reason, never retried.
 	rejected *podFailure
 	// initialized: every init container has completed (a sidecar: has
 	// started) once; from then on a restarting sidecar holds nothing up.
@@ -290,8 +293,22 @@ func (w *worker) all() []*ctr {
 
 // syncPod is kubelet's SyncPod: it performs every action that is due to
 // bring the pod to its spec and returns when it wants to run again (zero:
-// only on an event). A finished pod only has its sandbox released.
+// only on an event). A finished pod only has its sandbox released; a pod
+// past its active deadline is first killed (see deadlineExceeded).
 func (w *worker) syncPod(ctx context.Context) time.Time {
+	dl := w.activeDeadline()
+	if !dl.IsZero() && !w.terminal() {
+		if !w.now().Before(dl) {
+			w.deadlineExceeded(ctx)
+		} else {
+			return earliest(dl, w.converge(ctx))
+		}
+	}
+	return w.converge(ctx)
+}
+
+// converge is syncPod's work on a pod within its deadline.
+func (w *worker) converge(ctx context.Context) time.Time {
 	now := w.now()
 	if w.failed != nil || w.allDone() {
 		w.stopSidecars(ctx) // sidecars do not keep a finished pod running
@@ -319,6 +336,34 @@ func (w *worker) syncPod(ctx context.Context) time.Time {
 		}
 	}
 	return earliest(wake, w.runProbes(ctx, now))
+}
+
+// activeDeadline is when the pod's spec.activeDeadlineSeconds, counted
+// from status.startTime, runs out (zero: it has none), as kubelet's
+// activeDeadlineHandler: past it from that instant on (duration >= allowed).
+func (w *worker) activeDeadline() time.Time {
+	s := w.pod.GetSpec().ActiveDeadlineSeconds
+	if s == nil || w.startTime.IsZero() {
+		return time.Time{}
+	}
+	return w.startTime.Add(time.Duration(*s) * w.d.cfg.SpecSecond)
+}
+
+// msgDeadlineExceeded is kubelet's message (pkg/kubelet/active_deadline.go).
+const msgDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
+
+// deadlineExceeded fails the pod as kubelet's activeDeadlineHandler does
+// (ShouldEvict): an Event DeadlineExceeded (Normal, as kubelet records
+// it), phase Failed with reason DeadlineExceeded and kubelet's message,
+// and every running container stopped as a delete stops them (preStop,
+// SIGTERM, SIGKILL after terminationGracePeriodSeconds); nothing restarts,
+// the sandbox is released, the pod stays until deleted. The status is
+// reported once the containers have stopped, with the final PodFailed.
+func (w *worker) deadlineExceeded(ctx context.Context) {
+	w.rep.Normal(eventsv1.ReasonDeadlineExceeded, msgDeadlineExceeded)
+	w.rejected = &podFailure{reason: eventsv1.ReasonDeadlineExceeded, message: msgDeadlineExceeded}
+	w.killing()
+	w.stopAll(ctx, gracePeriod(w.pod, &w.d.cfg))
 }
 
 // syncInits runs the init containers in order, as kubelet's
@@ -609,21 +654,41 @@ func (c *ctr) setWaiting(reason, msg string) {
 // PodKilled. It reports false when ctx ended first.
 func (w *worker) syncTerminatingPod(ctx context.Context, grace time.Duration) bool {
 	w.state = terminating
-	var apps, sidecars []*ctr
+	names := w.killing()
+	w.flush(ctx)
+	if !w.stopAll(ctx, grace) {
+		return false
+	}
+	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodKilled{PodKilled: &eventsv1.PodKilled{Containers: names}}})
+	return true
+}
+
+// killing records a Killing Event for each running container and returns
+// their names.
+func (w *worker) killing() []string {
 	var names []string
 	for _, c := range w.all() {
-		if !c.running() {
-			continue
+		if c.running() {
+			names = append(names, c.spec.GetName())
+			w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
 		}
-		if c.sidecar {
+	}
+	return names
+}
+
+// stopAll stops every running container as syncTerminatingPod does and
+// marks every container done. It reports false when ctx ended first.
+func (w *worker) stopAll(ctx context.Context, grace time.Duration) bool {
+	var apps, sidecars []*ctr
+	for _, c := range w.all() {
+		switch {
+		case !c.running():
+		case c.sidecar:
 			sidecars = append(sidecars, c)
-		} else {
+		default:
 			apps = append(apps, c)
 		}
-		names = append(names, c.spec.GetName())
-		w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
 	}
-	w.flush(ctx)
 	deadline := w.now().Add(grace)
 	sides := make([]*stopping, len(sidecars))
 	for i, c := range sidecars { // their preStop hooks run from the start
@@ -640,7 +705,6 @@ func (w *worker) syncTerminatingPod(ctx context.Context, grace time.Duration) bo
 	for _, c := range w.all() {
 		c.done = true
 	}
-	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodKilled{PodKilled: &eventsv1.PodKilled{Containers: names}}})
 	return true
 }
 

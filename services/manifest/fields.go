@@ -176,6 +176,7 @@ var podHonoured = map[string]string{
 	"spec.initContainers":                      testSidecar,
 	"spec.restartPolicy":                       testRuntime,
 	"spec.terminationGracePeriodSeconds":       testRuntime,
+	"spec.activeDeadlineSeconds":               "nodeagent/deadline_test.go",
 	"spec.nodeSelector":                        testScheduler,
 	"spec.nodeName":                            testScheduler,
 	"spec.affinity.nodeAffinity":               testScheduler,
@@ -211,7 +212,6 @@ var podRefused = map[string]refusal{
 	"metadata.managedFields": {what: "managedFields (server-side apply field ownership)"},
 	"metadata.selfLink":      {what: "selfLink"},
 
-	"spec.activeDeadlineSeconds":        {what: "activeDeadlineSeconds"},
 	"spec.automountServiceAccountToken": {what: "mounting ServiceAccount tokens into containers", allow: []string{"false"}},
 	"spec.enableServiceLinks":           {what: "Service environment variables (enableServiceLinks)", allow: []string{"false"}},
 	"spec.ephemeralContainers":          {what: "ephemeral containers"},
