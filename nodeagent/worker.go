@@ -175,7 +175,7 @@ func (w *worker) run(ctx context.Context) {
 	if st := w.pod.GetStatus().GetStartTime(); st != nil {
 		w.startTime = st.AsTime()
 	}
-	w.adopt()
+	w.adopt(ctx)
 	timer := w.d.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -198,7 +198,7 @@ func (w *worker) run(ctx context.Context) {
 			w.terminate(ctx, grace)
 			return
 		case ex := <-w.exits:
-			w.onExit(ex)
+			w.onExit(ctx, ex)
 		case <-timer.C():
 		}
 	}
@@ -244,7 +244,7 @@ func (w *worker) failure() *podFailure {
 }
 
 // adopt takes over the sandbox and containers an earlier agent left.
-func (w *worker) adopt() {
+func (w *worker) adopt(ctx context.Context) {
 	if w.rec == nil {
 		return
 	}
@@ -265,7 +265,7 @@ func (w *worker) adopt() {
 		c.ready = c.probe(ProbeReadiness) == nil
 		c.resetProbes(now, w.d.cfg.SpecSecond)
 		if info.Exit != nil && !info.Running {
-			w.onExit(*info.Exit)
+			w.onExit(ctx, *info.Exit)
 		}
 	}
 	w.rec = nil
@@ -406,7 +406,7 @@ func (w *worker) stopSidecars(ctx context.Context) {
 			continue
 		}
 		w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
-		w.kill(ctx, []*ctr{c}, gracePeriod(w.pod, &w.d.cfg), w.recordExit)
+		w.kill(ctx, []*ctr{c}, gracePeriod(w.pod, &w.d.cfg), func(c *ctr, ex ContainerExit) { w.recordExit(ctx, c, ex) })
 	}
 }
 
@@ -583,7 +583,7 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 
 // onExit records a container's exit and decides, by restart policy, whether
 // it will be restarted (after a CrashLoopBackOff delay) or is done.
-func (w *worker) onExit(ex ContainerExit) {
+func (w *worker) onExit(ctx context.Context, ex ContainerExit) {
 	var c *ctr
 	for _, x := range w.all() {
 		if x.id == ex.ID && x.running() {
@@ -593,7 +593,7 @@ func (w *worker) onExit(ex ContainerExit) {
 	if c == nil {
 		return // an instance already accounted for
 	}
-	w.recordExit(c, ex)
+	w.recordExit(ctx, c, ex)
 	failed := ex.ExitCode != 0 || c.killed
 	restart := false
 	switch {
@@ -618,7 +618,7 @@ func (w *worker) onExit(ex ContainerExit) {
 	c.inBackoff = false
 }
 
-func (w *worker) recordExit(c *ctr, ex ContainerExit) {
+func (w *worker) recordExit(ctx context.Context, c *ctr, ex ContainerExit) {
 	reason := ex.Reason
 	if reason == "" {
 		reason = eventsv1.ReasonCompleted
@@ -630,7 +630,7 @@ func (w *worker) recordExit(c *ctr, ex ContainerExit) {
 		ex.FinishedAt = w.now()
 	}
 	c.state = &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode: ex.ExitCode, Signal: ex.Signal, Reason: reason, Message: ex.Message,
+		ExitCode: ex.ExitCode, Signal: ex.Signal, Reason: reason, Message: w.terminationMessage(ctx, c, ex),
 		StartedAt: timestamppb.New(c.startedAt), FinishedAt: timestamppb.New(ex.FinishedAt), ContainerId: string(c.id),
 	}}
 	c.ready, c.started = false, false
@@ -694,11 +694,11 @@ func (w *worker) stopAll(ctx context.Context, grace time.Duration) bool {
 	for i, c := range sidecars { // their preStop hooks run from the start
 		sides[i] = w.startPreStop(ctx, c, grace)
 	}
-	if !w.kill(ctx, apps, grace, w.recordExit) {
+	if !w.kill(ctx, apps, grace, func(c *ctr, ex ContainerExit) { w.recordExit(ctx, c, ex) }) {
 		return false
 	}
 	for i := len(sides) - 1; i >= 0; i-- {
-		if !w.finishAll(ctx, sides[i:i+1], deadline, w.recordExit) {
+		if !w.finishAll(ctx, sides[i:i+1], deadline, func(c *ctr, ex ContainerExit) { w.recordExit(ctx, c, ex) }) {
 			return false
 		}
 	}
