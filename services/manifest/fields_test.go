@@ -148,7 +148,7 @@ func fromKubeIs(t *testing.T, ko runtime.Object, want *pf.Pod) {
 	}
 }
 
-// deadlinePod uses spec.activeDeadlineSeconds.
+// deadlinePod uses spec.activeDeadlineSeconds and termination messages.
 const deadlinePod = `
 apiVersion: v1
 kind: Pod
@@ -157,7 +157,7 @@ spec:
   activeDeadlineSeconds: 600
   restartPolicy: Never
   containers:
-  - {name: job, image: job:1}
+  - {name: job, image: job:1, terminationMessagePath: /tmp/why, terminationMessagePolicy: FallbackToLogsOnError}
 `
 
 func TestActiveDeadlineSecondsField(t *testing.T) {
@@ -165,6 +165,9 @@ func TestActiveDeadlineSecondsField(t *testing.T) {
 	pod := obj.Message.(*pf.Pod)
 	if got := pod.GetSpec().GetActiveDeadlineSeconds(); got != 600 {
 		t.Fatalf("activeDeadlineSeconds = %d, want 600", got)
+	}
+	if c := pod.GetSpec().GetContainers()[0]; c.GetTerminationMessagePath() != "/tmp/why" || c.GetTerminationMessagePolicy() != "FallbackToLogsOnError" {
+		t.Errorf("termination message path %q policy %q", c.GetTerminationMessagePath(), c.GetTerminationMessagePolicy())
 	}
 	if errs := RefusedPodFields(pod); len(errs) != 0 {
 		t.Errorf("RefusedPodFields: %v, want none", errs)
