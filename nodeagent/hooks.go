@@ -91,7 +91,7 @@ func (w *worker) postStart(ctx context.Context, c *ctr) bool {
 	w.rep.Warn(eventsv1.ReasonFailedPostStartHook, "PostStartHook failed")
 	w.rep.Normal(eventsv1.ReasonKilling, "FailedPostStartHook")
 	c.killed = true
-	w.kill(ctx, []*ctr{c}, gracePeriod(w.pod, &w.d.cfg), func(c *ctr, ex ContainerExit) { w.onExit(ex) })
+	w.kill(ctx, []*ctr{c}, gracePeriod(w.pod, &w.d.cfg), func(c *ctr, ex ContainerExit) { w.onExit(ctx, ex) })
 	return false
 }
 

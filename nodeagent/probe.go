@@ -123,6 +123,6 @@ func (w *worker) probeFailed(ctx context.Context, c *ctr, p *probeState, msg str
 		grace = time.Duration(*s) * w.d.cfg.SpecSecond
 	}
 	c.killed = true
-	w.kill(ctx, []*ctr{c}, grace, func(_ *ctr, ex ContainerExit) { w.onExit(ex) })
+	w.kill(ctx, []*ctr{c}, grace, func(_ *ctr, ex ContainerExit) { w.onExit(ctx, ex) })
 	return true
 }

@@ -160,3 +160,23 @@ func Version() string {
 type ImageLister interface {
 	NodeImages() []*corev1.ContainerImage
 }
+
+// TerminationMessageReader is implemented by runtimes that keep what an
+// exited container left for its termination message, as kubelet reads it
+// (kuberuntime's getTerminationMessage and
+// readLastStringFromContainerLogs): the file the container wrote at its
+// terminationMessagePath (default /dev/termination-log), and its log.
+// The agent calls both from the pod's worker once the instance has
+// exited, and applies terminationMessagePolicy and kubelet's limits.
+// Runtimes without it report no termination messages.
+type TerminationMessageReader interface {
+	// TerminationMessage returns the last max bytes of the file instance
+	// id of the pod wrote at its terminationMessagePath; ok is false when
+	// there is no such file. The runtime must never read a file outside
+	// the container for it (a symlink in the image leads nowhere else).
+	TerminationMessage(ctx context.Context, podUID string, id ContainerID, max int) (msg []byte, ok bool, err error)
+	// LogTail returns the end of instance id's log as kubectl logs shows
+	// it (text only): its last lines lines, of those at most the last max
+	// bytes.
+	LogTail(ctx context.Context, podUID string, id ContainerID, lines, max int) ([]byte, error)
+}

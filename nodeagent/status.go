@@ -205,6 +205,12 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 	if c.lastTerm != nil {
 		cs.LastTerminationState.Terminated = proto.Clone(c.lastTerm).(*corev1.ContainerStateTerminated)
 	}
+	budget := w.podMessageBudget()
+	for _, t := range []*corev1.ContainerStateTerminated{cs.State.GetTerminated(), cs.LastTerminationState.GetTerminated()} {
+		if t != nil {
+			t.Message = headUTF8(t.Message, budget)
+		}
+	}
 	if !c.init || c.sidecar {
 		started := c.started
 		cs.Started = &started

@@ -26,9 +26,11 @@ import (
 //	a container   │         ImagePullBackOff, retried FailedMount and
 //	exit, a timer │         FailedCreatePodSandBox; a SysctlForbidden
 //	              │         sandbox rejects the pod, Failed, as kubelet's
-//	              │         admission). A pod that finished
-//	              │         (Succeeded or Failed, nothing to restart) stays
-//	              │         here with its sandbox released, until deleted.
+//	              │         admission; past spec.activeDeadlineSeconds
+//	              │         it is killed, Failed DeadlineExceeded). A pod
+//	              │         that finished (Succeeded or Failed, nothing to
+//	              │         restart) stays here with its sandbox released,
+//	              │         until deleted.
 //	              │
 //	              │ a delete (deleteCh, with its grace)
 //	              ▼
@@ -74,8 +76,9 @@ type worker struct {
 	mountRetry   retry
 	inits, apps  []*ctr
 	failed       *ctr // the container whose exit made the pod Failed
-	// rejected: the pod was refused as kubelet's admission refuses one
-	// (SysctlForbidden): Failed at once with its reason, never retried.
+	// rejected: the node failed the pod as a whole — refused as kubelet's
+	// admission refuses one (SysctlForbidden), or past its active deadline
+	// (DeadlineExceeded): Failed with that reason, never retried.
 	rejected *podFailure
 	// initialized: every init container has completed (a sidecar: has
 	// started) once; from then on a restarting sidecar holds nothing up.
@@ -172,7 +175,7 @@ func (w *worker) run(ctx context.Context) {
 	if st := w.pod.GetStatus().GetStartTime(); st != nil {
 		w.startTime = st.AsTime()
 	}
-	w.adopt()
+	w.adopt(ctx)
 	timer := w.d.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -195,7 +198,7 @@ func (w *worker) run(ctx context.Context) {
 			w.terminate(ctx, grace)
 			return
 		case ex := <-w.exits:
-			w.onExit(ex)
+			w.onExit(ctx, ex)
 		case <-timer.C():
 		}
 	}
@@ -241,7 +244,7 @@ func (w *worker) failure() *podFailure {
 }
 
 // adopt takes over the sandbox and containers an earlier agent left.
-func (w *worker) adopt() {
+func (w *worker) adopt(ctx context.Context) {
 	if w.rec == nil {
 		return
 	}
@@ -262,7 +265,7 @@ func (w *worker) adopt() {
 		c.ready = c.probe(ProbeReadiness) == nil
 		c.resetProbes(now, w.d.cfg.SpecSecond)
 		if info.Exit != nil && !info.Running {
-			w.onExit(*info.Exit)
+			w.onExit(ctx, *info.Exit)
 		}
 	}
 	w.rec = nil
@@ -290,8 +293,22 @@ func (w *worker) all() []*ctr {
 
 // syncPod is kubelet's SyncPod: it performs every action that is due to
 // bring the pod to its spec and returns when it wants to run again (zero:
-// only on an event). A finished pod only has its sandbox released.
+// only on an event). A finished pod only has its sandbox released; a pod
+// past its active deadline is first killed (see deadlineExceeded).
 func (w *worker) syncPod(ctx context.Context) time.Time {
+	dl := w.activeDeadline()
+	if !dl.IsZero() && !w.terminal() {
+		if !w.now().Before(dl) {
+			w.deadlineExceeded(ctx)
+		} else {
+			return earliest(dl, w.converge(ctx))
+		}
+	}
+	return w.converge(ctx)
+}
+
+// converge is syncPod's work on a pod within its deadline.
+func (w *worker) converge(ctx context.Context) time.Time {
 	now := w.now()
 	if w.failed != nil || w.allDone() {
 		w.stopSidecars(ctx) // sidecars do not keep a finished pod running
@@ -319,6 +336,34 @@ func (w *worker) syncPod(ctx context.Context) time.Time {
 		}
 	}
 	return earliest(wake, w.runProbes(ctx, now))
+}
+
+// activeDeadline is when the pod's spec.activeDeadlineSeconds, counted
+// from status.startTime, runs out (zero: it has none), as kubelet's
+// activeDeadlineHandler: past it from that instant on (duration >= allowed).
+func (w *worker) activeDeadline() time.Time {
+	s := w.pod.GetSpec().ActiveDeadlineSeconds
+	if s == nil || w.startTime.IsZero() {
+		return time.Time{}
+	}
+	return w.startTime.Add(time.Duration(*s) * w.d.cfg.SpecSecond)
+}
+
+// msgDeadlineExceeded is kubelet's message (pkg/kubelet/active_deadline.go).
+const msgDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
+
+// deadlineExceeded fails the pod as kubelet's activeDeadlineHandler does
+// (ShouldEvict): an Event DeadlineExceeded (Normal, as kubelet records
+// it), phase Failed with reason DeadlineExceeded and kubelet's message,
+// and every running container stopped as a delete stops them (preStop,
+// SIGTERM, SIGKILL after terminationGracePeriodSeconds); nothing restarts,
+// the sandbox is released, the pod stays until deleted. The status is
+// reported once the containers have stopped, with the final PodFailed.
+func (w *worker) deadlineExceeded(ctx context.Context) {
+	w.rep.Normal(eventsv1.ReasonDeadlineExceeded, msgDeadlineExceeded)
+	w.rejected = &podFailure{reason: eventsv1.ReasonDeadlineExceeded, message: msgDeadlineExceeded}
+	w.killing()
+	w.stopAll(ctx, gracePeriod(w.pod, &w.d.cfg))
 }
 
 // syncInits runs the init containers in order, as kubelet's
@@ -361,7 +406,7 @@ func (w *worker) stopSidecars(ctx context.Context) {
 			continue
 		}
 		w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
-		w.kill(ctx, []*ctr{c}, gracePeriod(w.pod, &w.d.cfg), w.recordExit)
+		w.kill(ctx, []*ctr{c}, gracePeriod(w.pod, &w.d.cfg), func(c *ctr, ex ContainerExit) { w.recordExit(ctx, c, ex) })
 	}
 }
 
@@ -538,7 +583,7 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 
 // onExit records a container's exit and decides, by restart policy, whether
 // it will be restarted (after a CrashLoopBackOff delay) or is done.
-func (w *worker) onExit(ex ContainerExit) {
+func (w *worker) onExit(ctx context.Context, ex ContainerExit) {
 	var c *ctr
 	for _, x := range w.all() {
 		if x.id == ex.ID && x.running() {
@@ -548,7 +593,7 @@ func (w *worker) onExit(ex ContainerExit) {
 	if c == nil {
 		return // an instance already accounted for
 	}
-	w.recordExit(c, ex)
+	w.recordExit(ctx, c, ex)
 	failed := ex.ExitCode != 0 || c.killed
 	restart := false
 	switch {
@@ -573,7 +618,7 @@ func (w *worker) onExit(ex ContainerExit) {
 	c.inBackoff = false
 }
 
-func (w *worker) recordExit(c *ctr, ex ContainerExit) {
+func (w *worker) recordExit(ctx context.Context, c *ctr, ex ContainerExit) {
 	reason := ex.Reason
 	if reason == "" {
 		reason = eventsv1.ReasonCompleted
@@ -585,7 +630,7 @@ func (w *worker) recordExit(c *ctr, ex ContainerExit) {
 		ex.FinishedAt = w.now()
 	}
 	c.state = &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode: ex.ExitCode, Signal: ex.Signal, Reason: reason, Message: ex.Message,
+		ExitCode: ex.ExitCode, Signal: ex.Signal, Reason: reason, Message: w.terminationMessage(ctx, c, ex),
 		StartedAt: timestamppb.New(c.startedAt), FinishedAt: timestamppb.New(ex.FinishedAt), ContainerId: string(c.id),
 	}}
 	c.ready, c.started = false, false
@@ -609,38 +654,57 @@ func (c *ctr) setWaiting(reason, msg string) {
 // PodKilled. It reports false when ctx ended first.
 func (w *worker) syncTerminatingPod(ctx context.Context, grace time.Duration) bool {
 	w.state = terminating
-	var apps, sidecars []*ctr
+	names := w.killing()
+	w.flush(ctx)
+	if !w.stopAll(ctx, grace) {
+		return false
+	}
+	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodKilled{PodKilled: &eventsv1.PodKilled{Containers: names}}})
+	return true
+}
+
+// killing records a Killing Event for each running container and returns
+// their names.
+func (w *worker) killing() []string {
 	var names []string
 	for _, c := range w.all() {
-		if !c.running() {
-			continue
+		if c.running() {
+			names = append(names, c.spec.GetName())
+			w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
 		}
-		if c.sidecar {
+	}
+	return names
+}
+
+// stopAll stops every running container as syncTerminatingPod does and
+// marks every container done. It reports false when ctx ended first.
+func (w *worker) stopAll(ctx context.Context, grace time.Duration) bool {
+	var apps, sidecars []*ctr
+	for _, c := range w.all() {
+		switch {
+		case !c.running():
+		case c.sidecar:
 			sidecars = append(sidecars, c)
-		} else {
+		default:
 			apps = append(apps, c)
 		}
-		names = append(names, c.spec.GetName())
-		w.rep.Normal(eventsv1.ReasonKilling, "Stopping container "+c.spec.GetName())
 	}
-	w.flush(ctx)
 	deadline := w.now().Add(grace)
 	sides := make([]*stopping, len(sidecars))
 	for i, c := range sidecars { // their preStop hooks run from the start
 		sides[i] = w.startPreStop(ctx, c, grace)
 	}
-	if !w.kill(ctx, apps, grace, w.recordExit) {
+	if !w.kill(ctx, apps, grace, func(c *ctr, ex ContainerExit) { w.recordExit(ctx, c, ex) }) {
 		return false
 	}
 	for i := len(sides) - 1; i >= 0; i-- {
-		if !w.finishAll(ctx, sides[i:i+1], deadline, w.recordExit) {
+		if !w.finishAll(ctx, sides[i:i+1], deadline, func(c *ctr, ex ContainerExit) { w.recordExit(ctx, c, ex) }) {
 			return false
 		}
 	}
 	for _, c := range w.all() {
 		c.done = true
 	}
-	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodKilled{PodKilled: &eventsv1.PodKilled{Containers: names}}})
 	return true
 }
 

@@ -121,6 +121,11 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	if err != nil {
 		return "", err
 	}
+	tm, err := terminationMount(dir, nodeagent.TerminationMessagePath(c))
+	if err != nil {
+		return "", err
+	}
+	mounts = append(mounts, tm)
 	sec, err := containerSecurity(pd, c, img.Config.User, seccompOptions{defaultRuntime: r.cfg.SeccompDefault, root: r.cfg.SeccompProfileRoot})
 	if err != nil {
 		return "", err

@@ -16,7 +16,10 @@
 //     the pod's network namespace (package container); with
 //     shareProcessNamespace, in the pod's PID namespace, whose holder
 //     RunPodSandbox starts and StopPodSandbox kills; stdout and stderr in
-//     pods/<uid>/logs/<container>/<restart>.log (CRI format).
+//     pods/<uid>/logs/<container>/<restart>.log (CRI format); a fresh
+//     0666 file per instance bind-mounted at its terminationMessagePath,
+//     read back for the termination message (TerminationMessage,
+//     LogTail for FallbackToLogsOnError).
 //   - Probe: exec in the container's namespaces; httpGet and tcpSocket from
 //     the node to the pod IP.
 //   - StopPodSandbox and RemovePodSandbox: kill, then remove mounts,

@@ -22,6 +22,8 @@
 //	sim.podflow.io/pre-stop: fail       preStop hooks (exec, httpGet) fail: FailedPreStopHook, the stop goes on
 //	sim.podflow.io/sidecar-exit-after: 1s  sidecars (init containers with restartPolicy Always) exit 1 after 1s: restarted
 //	sim.podflow.io/teardown: 3          the first 3 sandbox removals fail ("fail": all of them): FailedKillPod, retried
+//	sim.podflow.io/termination-message: text  what each container wrote at its terminationMessagePath when it exits
+//	sim.podflow.io/log: "a\nb\n"        what each container logged (FallbackToLogsOnError reads its end)
 //
 // Probe annotations take effect on containers that declare that probe; the
 // kubelet core only runs probes a container declares. Without an annotation

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,11 @@ const (
 	// calls fail (a network namespace that cannot be removed); "fail"
 	// makes every one fail.
 	AnnotationTeardown = "sim.podflow.io/teardown"
+	// AnnotationTerminationMessage is what every container of the pod has
+	// written at its terminationMessagePath when it exits;
+	// AnnotationLog is what each has logged (lines separated by "\n").
+	AnnotationTerminationMessage = "sim.podflow.io/termination-message"
+	AnnotationLog                = "sim.podflow.io/log"
 
 	// Fail is the annotation value that injects a failure.
 	Fail = "fail"
@@ -112,7 +118,10 @@ type Runtime struct {
 	teardowns map[string]int
 }
 
-var _ nodeagent.Runtime = (*Runtime)(nil)
+var (
+	_ nodeagent.Runtime                  = (*Runtime)(nil)
+	_ nodeagent.TerminationMessageReader = (*Runtime)(nil)
+)
 
 type simPod struct {
 	pod        *corev1.Pod
@@ -543,4 +552,45 @@ func (r *Runtime) Pods() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.pods)
+}
+
+// TerminationMessage implements nodeagent.TerminationMessageReader: the
+// pod's termination-message annotation, its last max bytes; none without
+// the annotation.
+func (r *Runtime) TerminationMessage(ctx context.Context, podUID string, id nodeagent.ContainerID, max int) ([]byte, bool, error) {
+	ann, err := r.containerAnnotation(podUID, id, AnnotationTerminationMessage)
+	if err != nil || ann == nil {
+		return nil, false, err
+	}
+	b := []byte(*ann)
+	return b[len(b)-min(len(b), max):], true, ctx.Err()
+}
+
+// LogTail implements nodeagent.TerminationMessageReader: the last lines
+// lines of the pod's log annotation, at most its last max bytes.
+func (r *Runtime) LogTail(ctx context.Context, podUID string, id nodeagent.ContainerID, lines, max int) ([]byte, error) {
+	ann, err := r.containerAnnotation(podUID, id, AnnotationLog)
+	if err != nil || ann == nil {
+		return nil, err
+	}
+	log := strings.TrimSuffix(*ann, "\n")
+	ls := strings.Split(log, "\n")
+	b := []byte(strings.Join(ls[len(ls)-min(len(ls), lines):], "\n") + "\n")
+	return b[len(b)-min(len(b), max):], ctx.Err()
+}
+
+// containerAnnotation returns the annotation ann of the pod of instance
+// id (nil: not set, or no such instance).
+func (r *Runtime) containerAnnotation(podUID string, id nodeagent.ContainerID, ann string) (*string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.pods[podUID]
+	if !ok || p.containers[id] == nil {
+		return nil, nil // gone: it left nothing
+	}
+	v, ok := p.pod.GetMetadata().GetAnnotations()[ann]
+	if !ok {
+		return nil, nil
+	}
+	return &v, nil
 }

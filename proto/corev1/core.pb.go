@@ -1879,8 +1879,10 @@ type Container struct {
 	RestartPolicy string           `protobuf:"bytes,16,opt,name=restart_policy,json=restartPolicy,proto3" json:"restart_policy,omitempty"`
 	EnvFrom       []*EnvFromSource `protobuf:"bytes,17,rep,name=env_from,json=envFrom,proto3" json:"env_from,omitempty"`
 	Lifecycle     *Lifecycle       `protobuf:"bytes,18,opt,name=lifecycle,proto3" json:"lifecycle,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// termination_message_policy: File (the default) or FallbackToLogsOnError.
+	TerminationMessagePolicy string `protobuf:"bytes,19,opt,name=termination_message_policy,json=terminationMessagePolicy,proto3" json:"termination_message_policy,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *Container) Reset() {
@@ -2037,6 +2039,13 @@ func (x *Container) GetLifecycle() *Lifecycle {
 		return x.Lifecycle
 	}
 	return nil
+}
+
+func (x *Container) GetTerminationMessagePolicy() string {
+	if x != nil {
+		return x.TerminationMessagePolicy
+	}
+	return ""
 }
 
 type KeyToPath struct {
@@ -3402,8 +3411,11 @@ type PodSpec struct {
 	// preemption_policy: PreemptLowerPriority (default) or Never, set by
 	// admission from the pod's PriorityClass.
 	PreemptionPolicy *string `protobuf:"bytes,26,opt,name=preemption_policy,json=preemptionPolicy,proto3,oneof" json:"preemption_policy,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// active_deadline_seconds: once the pod has been active this long
+	// (since status.startTime) the node kills it, Failed DeadlineExceeded.
+	ActiveDeadlineSeconds *int64 `protobuf:"varint,27,opt,name=active_deadline_seconds,json=activeDeadlineSeconds,proto3,oneof" json:"active_deadline_seconds,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *PodSpec) Reset() {
@@ -3616,6 +3628,13 @@ func (x *PodSpec) GetPreemptionPolicy() string {
 		return *x.PreemptionPolicy
 	}
 	return ""
+}
+
+func (x *PodSpec) GetActiveDeadlineSeconds() int64 {
+	if x != nil && x.ActiveDeadlineSeconds != nil {
+		return *x.ActiveDeadlineSeconds
+	}
+	return 0
 }
 
 // PodDNSConfig is what a pod adds to (or, with dnsPolicy None, all of) its
@@ -7741,7 +7760,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x17_fs_group_change_policy\"2\n" +
 	"\x06Sysctl\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xf9\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xb7\a\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -7762,7 +7781,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x18termination_message_path\x18\x0f \x01(\tR\x16terminationMessagePath\x12%\n" +
 	"\x0erestart_policy\x18\x10 \x01(\tR\rrestartPolicy\x129\n" +
 	"\benv_from\x18\x11 \x03(\v2\x1e.podflow.core.v1.EnvFromSourceR\aenvFrom\x128\n" +
-	"\tlifecycle\x18\x12 \x01(\v2\x1a.podflow.core.v1.LifecycleR\tlifecycle\"S\n" +
+	"\tlifecycle\x18\x12 \x01(\v2\x1a.podflow.core.v1.LifecycleR\tlifecycle\x12<\n" +
+	"\x1atermination_message_policy\x18\x13 \x01(\tR\x18terminationMessagePolicy\"S\n" +
 	"\tKeyToPath\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x17\n" +
@@ -7873,7 +7893,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x15_node_affinity_policyB\x15\n" +
 	"\x13_node_taints_policy\"'\n" +
 	"\x11PodSchedulingGate\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xf0\f\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xc9\r\n" +
 	"\aPodSpec\x121\n" +
 	"\avolumes\x18\x01 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x12C\n" +
 	"\x0finit_containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x12:\n" +
@@ -7905,7 +7925,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\n" +
 	"dns_config\x18\x18 \x01(\v2\x1d.podflow.core.v1.PodDNSConfigR\tdnsConfig\x12;\n" +
 	"\x17share_process_namespace\x18\x19 \x01(\bH\x04R\x15shareProcessNamespace\x88\x01\x01\x120\n" +
-	"\x11preemption_policy\x18\x1a \x01(\tH\x05R\x10preemptionPolicy\x88\x01\x01\x1a?\n" +
+	"\x11preemption_policy\x18\x1a \x01(\tH\x05R\x10preemptionPolicy\x88\x01\x01\x12;\n" +
+	"\x17active_deadline_seconds\x18\x1b \x01(\x03H\x06R\x15activeDeadlineSeconds\x88\x01\x01\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
@@ -7914,7 +7935,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	" _automount_service_account_tokenB\x17\n" +
 	"\x15_enable_service_linksB\x1a\n" +
 	"\x18_share_process_namespaceB\x14\n" +
-	"\x12_preemption_policy\"\x8b\x01\n" +
+	"\x12_preemption_policyB\x1a\n" +
+	"\x18_active_deadline_seconds\"\x8b\x01\n" +
 	"\fPodDNSConfig\x12 \n" +
 	"\vnameservers\x18\x01 \x03(\tR\vnameservers\x12\x1a\n" +
 	"\bsearches\x18\x02 \x03(\tR\bsearches\x12=\n" +

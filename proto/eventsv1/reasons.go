@@ -41,6 +41,7 @@ const (
 	ReasonCrashLoopBackOff       = "CrashLoopBackOff"
 	ReasonUnhealthy              = "Unhealthy"
 	ReasonOOMKilled              = "OOMKilled"
+	ReasonDeadlineExceeded       = "DeadlineExceeded" // spec.activeDeadlineSeconds passed: the pod is killed, Failed
 	ReasonCompleted              = "Completed"
 	ReasonError                  = "Error"
 	ReasonContainersNotReady     = "ContainersNotReady"

@@ -45,9 +45,10 @@ func TestRefusedFieldsOnTheBus(t *testing.T) {
 			p.Spec.AutomountServiceAccountToken = proto.Bool(false)
 			p.Spec.Priority = proto.Int32(0)
 		}, nil, ""},
-		{"terminationMessagePath other than the default", func(p *corev1.Pod) {
+		{"terminationMessagePath other than the default (honoured)", func(p *corev1.Pod) {
 			app(p).TerminationMessagePath = "/tmp/msg"
-		}, []string{"spec.containers[0].terminationMessagePath"}, "termination messages"},
+			app(p).TerminationMessagePolicy = "FallbackToLogsOnError"
+		}, nil, ""},
 		{"terminationMessagePath default", func(p *corev1.Pod) {
 			app(p).TerminationMessagePath = "/dev/termination-log"
 		}, nil, ""},

@@ -58,23 +58,24 @@ type refusal struct {
 // root) that prove the field is honoured. TestHonouredFieldsNameTheirTests
 // checks that each file exists.
 const (
-	testRoundTrip  = "services/manifest/manifest_test.go services/api/api_test.go"
-	testSchema     = "services/admission/validate_test.go services/admission/mutate_test.go"
-	testEnv        = "nodeagent/env_test.go nodeagent/linux/fidelity_test.go"
-	testHooks      = "nodeagent/hooks_test.go nodeagent/linux/fidelity_test.go"
-	testSidecar    = "nodeagent/sidecar_test.go"
-	testProbes     = "nodeagent/agent_test.go nodeagent/linux/agent_test.go"
-	testSecurity   = "nodeagent/linux/security_internal_test.go nodeagent/linux/security_kernel_test.go nodeagent/linux/hostns_kernel_test.go nodeagent/linux/sysctl_kernel_test.go services/admission/podsecurity_test.go"
-	testVolumes    = "nodeagent/agent_test.go nodeagent/linux/runtime_test.go nodeagent/linux/subpath_kernel_test.go"
-	testScheduler  = "services/scheduler/filters_test.go services/scheduler/allocation_test.go"
-	testSpread     = "services/scheduler/podtopologyspread_test.go services/admission/validate_scheduling_test.go"
-	testAffinity   = "services/scheduler/interpodaffinity_test.go services/admission/validate_scheduling_test.go"
-	testGates      = "services/scheduler/gates_test.go services/apiserver/gates_test.go"
-	testPriority   = "services/admission/priority_test.go services/scheduler/queue_test.go"
-	testPreemption = "services/admission/priority_test.go services/scheduler/preemption_test.go"
-	testDNS        = "nodeagent/linux/dns/dns_test.go ops/e2e/linux_services_test.go services/admission/validate_test.go"
-	testRuntime    = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
-	testStatus     = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
+	testRoundTrip   = "services/manifest/manifest_test.go services/api/api_test.go"
+	testSchema      = "services/admission/validate_test.go services/admission/mutate_test.go"
+	testEnv         = "nodeagent/env_test.go nodeagent/linux/fidelity_test.go"
+	testHooks       = "nodeagent/hooks_test.go nodeagent/linux/fidelity_test.go"
+	testSidecar     = "nodeagent/sidecar_test.go"
+	testProbes      = "nodeagent/agent_test.go nodeagent/linux/agent_test.go"
+	testSecurity    = "nodeagent/linux/security_internal_test.go nodeagent/linux/security_kernel_test.go nodeagent/linux/hostns_kernel_test.go nodeagent/linux/sysctl_kernel_test.go services/admission/podsecurity_test.go"
+	testVolumes     = "nodeagent/agent_test.go nodeagent/linux/runtime_test.go nodeagent/linux/subpath_kernel_test.go"
+	testScheduler   = "services/scheduler/filters_test.go services/scheduler/allocation_test.go"
+	testSpread      = "services/scheduler/podtopologyspread_test.go services/admission/validate_scheduling_test.go"
+	testAffinity    = "services/scheduler/interpodaffinity_test.go services/admission/validate_scheduling_test.go"
+	testGates       = "services/scheduler/gates_test.go services/apiserver/gates_test.go"
+	testPriority    = "services/admission/priority_test.go services/scheduler/queue_test.go"
+	testPreemption  = "services/admission/priority_test.go services/scheduler/preemption_test.go"
+	testDNS         = "nodeagent/linux/dns/dns_test.go ops/e2e/linux_services_test.go services/admission/validate_test.go"
+	testRuntime     = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
+	testTermination = "nodeagent/termination_test.go nodeagent/linux/termination_kernel_test.go"
+	testStatus      = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
 )
 
 // containerHonoured and containerRefused are relative to a container; they
@@ -87,6 +88,9 @@ var containerHonoured = map[string]string{
 	"args":            testEnv,
 	"workingDir":      testRuntime,
 	"restartPolicy":   testSidecar,
+
+	"terminationMessagePath":   testTermination,
+	"terminationMessagePolicy": testTermination,
 
 	"ports":                  testSchema,
 	"ports[*].containerPort": testSchema,
@@ -137,8 +141,6 @@ var containerRefused = map[string]refusal{
 	"stdin":                                {what: "attaching stdin", allow: []string{"false"}},
 	"stdinOnce":                            {what: "attaching stdin", allow: []string{"false"}},
 	"tty":                                  {what: "a TTY", allow: []string{"false"}},
-	"terminationMessagePath":               {what: "termination messages", allow: []string{"/dev/termination-log"}},
-	"terminationMessagePolicy":             {what: "termination messages", allow: []string{"File"}},
 	"volumeDevices":                        {what: "raw block devices (volumeDevices)"},
 	"volumeMounts[*].mountPropagation":     {what: "mount propagation", allow: []string{"None"}},
 	"volumeMounts[*].recursiveReadOnly":    {what: "recursive read-only mounts", allow: []string{"Disabled"}},
@@ -176,6 +178,7 @@ var podHonoured = map[string]string{
 	"spec.initContainers":                      testSidecar,
 	"spec.restartPolicy":                       testRuntime,
 	"spec.terminationGracePeriodSeconds":       testRuntime,
+	"spec.activeDeadlineSeconds":               "nodeagent/deadline_test.go",
 	"spec.nodeSelector":                        testScheduler,
 	"spec.nodeName":                            testScheduler,
 	"spec.affinity.nodeAffinity":               testScheduler,
@@ -211,7 +214,6 @@ var podRefused = map[string]refusal{
 	"metadata.managedFields": {what: "managedFields (server-side apply field ownership)"},
 	"metadata.selfLink":      {what: "selfLink"},
 
-	"spec.activeDeadlineSeconds":        {what: "activeDeadlineSeconds"},
 	"spec.automountServiceAccountToken": {what: "mounting ServiceAccount tokens into containers", allow: []string{"false"}},
 	"spec.enableServiceLinks":           {what: "Service environment variables (enableServiceLinks)", allow: []string{"false"}},
 	"spec.ephemeralContainers":          {what: "ephemeral containers"},

@@ -147,3 +147,40 @@ func fromKubeIs(t *testing.T, ko runtime.Object, want *pf.Pod) {
 		t.Errorf("FromKube(ToKube(m)) != m:\n%s", diff)
 	}
 }
+
+// deadlinePod uses spec.activeDeadlineSeconds and termination messages.
+const deadlinePod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: batch, namespace: prod}
+spec:
+  activeDeadlineSeconds: 600
+  restartPolicy: Never
+  containers:
+  - {name: job, image: job:1, terminationMessagePath: /tmp/why, terminationMessagePolicy: FallbackToLogsOnError}
+`
+
+func TestActiveDeadlineSecondsField(t *testing.T) {
+	obj := decodeOne(t, []byte(deadlinePod))
+	pod := obj.Message.(*pf.Pod)
+	if got := pod.GetSpec().GetActiveDeadlineSeconds(); got != 600 {
+		t.Fatalf("activeDeadlineSeconds = %d, want 600", got)
+	}
+	if c := pod.GetSpec().GetContainers()[0]; c.GetTerminationMessagePath() != "/tmp/why" || c.GetTerminationMessagePolicy() != "FallbackToLogsOnError" {
+		t.Errorf("termination message path %q policy %q", c.GetTerminationMessagePath(), c.GetTerminationMessagePolicy())
+	}
+	if errs := RefusedPodFields(pod); len(errs) != 0 {
+		t.Errorf("RefusedPodFields: %v, want none", errs)
+	}
+	for _, f := range []Format{FormatYAML, FormatJSON} {
+		t.Run("round trip "+f.String(), func(t *testing.T) { roundTrip(t, pod, f) })
+	}
+	ko, err := ToKube(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ko.(*corev1.Pod).Spec.ActiveDeadlineSeconds; got == nil || *got != 600 {
+		t.Errorf("k8s.io/api activeDeadlineSeconds = %v, want 600", got)
+	}
+	fromKubeIs(t, ko, pod)
+}
