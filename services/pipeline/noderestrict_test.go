@@ -14,6 +14,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/namespace"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/objects/objectstest"
 	"github.com/podflow/podflow/services/pipeline"
@@ -26,7 +27,15 @@ import (
 func stageEnv(t *testing.T, srv *bus.Embedded, name, replica string) (*bus.Conn, stage.Env) {
 	t.Helper()
 	conn := bustest.ConnectAs(t, srv, pipeline.StageRole(name), replica)
-	return conn, stage.NewEnv(conn, objects.FromKV(objectstest.New()), name, replica, slog.New(slog.DiscardHandler))
+	env := stage.NewEnv(conn, objects.FromKV(objectstest.New()), name, replica, slog.New(slog.DiscardHandler))
+	// Namespace default, as `podflow up` creates it (content in a missing
+	// namespace is refused).
+	ns := &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: "default", Uid: "ns-default"}}
+	namespace.PrepareForCreate(ns)
+	if _, err := env.Store.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return conn, env
 }
 
 // runStage runs h as env's stage replica on conn until the test ends.
