@@ -88,13 +88,62 @@ func openWAL(dir string, noSync bool, segmentBytes int, log hclog.Logger, mc wal
 		mc = &walmetrics.NoOpCollector{}
 	}
 	meta := &metadb.BoltMetaDB{}
+	filer := segment.NewFiler(dir, vfs)
+	if err := completeSealedTail(dir, meta, filer, segmentBytes); err != nil {
+		_ = meta.Close()
+		return nil, fmt.Errorf("open raft-wal in %q: %w", dir, err)
+	}
 	w, err := wal.Open(dir, wal.WithLogger(log), wal.WithSegmentSize(segmentBytes), wal.WithMetaStore(meta),
-		wal.WithSegmentFiler(segment.NewFiler(dir, vfs)), wal.WithMetricsCollector(mc))
+		wal.WithSegmentFiler(filer), wal.WithMetricsCollector(mc))
 	if err != nil {
 		_ = meta.Close()
 		return nil, fmt.Errorf("open raft-wal in %q: %w", dir, err)
 	}
 	return &walStore{WAL: w, meta: meta}, nil
+}
+
+// completeSealedTail finishes a segment rotation a crash cut short.
+// raft-wal seals a full tail segment (its index frame and last commit are
+// written with the append that fills it) and records the seal and the next
+// segment in its meta database afterwards, asynchronously. Killed in
+// between, v0.4.0's Open recovers the sealed file as the writable tail, and
+// every append fails with "segment is sealed" for ever: the replica never
+// commits again (TestSIGKILLMidWriteRecoversLog found it). Here, before
+// Open, a tail the meta database lists as unsealed but whose file is
+// sealed gets the rotation's meta update — sealed at its last index, and a
+// new empty tail after it, whose file Open creates.
+func completeSealedTail(dir string, meta *metadb.BoltMetaDB, filer *segment.Filer, segmentBytes int) error {
+	st, err := meta.Load(dir)
+	if err != nil || len(st.Segments) == 0 {
+		return err
+	}
+	tail := &st.Segments[len(st.Segments)-1]
+	if !tail.SealTime.IsZero() {
+		return nil
+	}
+	sw, err := filer.RecoverTail(*tail)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // Open creates it
+	}
+	if err != nil {
+		return err
+	}
+	sealed, indexStart, err := sw.Sealed()
+	last := sw.LastIndex()
+	if cerr := sw.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || !sealed {
+		return err
+	}
+	now := time.Now()
+	tail.SealTime, tail.MaxIndex, tail.IndexStart = now, last, indexStart
+	st.Segments = append(st.Segments, types.SegmentInfo{
+		ID: st.NextSegmentID, BaseIndex: last + 1, MinIndex: last + 1,
+		SizeLimit: uint32(segmentBytes), Codec: wal.CodecBinaryV1, CreateTime: now,
+	})
+	st.NextSegmentID++
+	return meta.CommitState(st)
 }
 
 // migrateBolt copies the log entries and raft's stable keys of
