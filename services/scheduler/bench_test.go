@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"syscall"
@@ -67,9 +68,15 @@ func BenchmarkUnschedulable5000Nodes(b *testing.B) {
 	}
 }
 
+// benchPluginMetrics turns scheduler_plugin_execution_duration_seconds on
+// in BenchmarkScheduleAndAssume10000Pods, as Stage.RegisterMetrics does:
+// go test -bench ScheduleAndAssume -args -plugin-metrics.
+var benchPluginMetrics = flag.Bool("plugin-metrics", false, "observe scheduler_plugin_execution_duration_seconds in BenchmarkScheduleAndAssume10000Pods")
+
 // BenchmarkScheduleAndAssume10000Pods is the scheduler loop without I/O:
 // for each of 10,000 pods, update the snapshot, schedule and assume, on a
-// 5,000-node cluster. It reports pods/s.
+// 5,000-node cluster. It reports pods/s. -plugin-metrics samples plugin
+// timings as a stage does.
 func BenchmarkScheduleAndAssume10000Pods(b *testing.B) {
 	const numPods = 10000
 	pods := make([]*corev1.Pod, numPods)
@@ -82,6 +89,9 @@ func BenchmarkScheduleAndAssume10000Pods(b *testing.B) {
 		b.StopTimer()
 		c := benchCluster(b, 5000)
 		s := newTestScheduler(b)
+		if *benchPluginMetrics {
+			s.SetPluginMetrics(NewPluginDurationMetric())
+		}
 		snap := NewSnapshot()
 		c.UpdateSnapshot(snap)
 		b.StartTimer()

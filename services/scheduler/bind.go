@@ -173,7 +173,8 @@ func (w *revWaiter) wait(ctx context.Context, rev int64, timeout time.Duration) 
 type bindRequest struct {
 	pod     *corev1.Pod // the unbound revision the decision was made on
 	node    string
-	causeID string // id of the PodScheduled event, kept on the Scheduled Event
+	seen    []*podMeta // the node's pods the decision saw (nil: none)
+	causeID string     // id of the PodScheduled event, kept on the Scheduled Event
 }
 
 // bind sets the pod's spec.nodeName and PodScheduled=True, accounts the
@@ -196,9 +197,11 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	if err != nil {
 		return 0, 0, err
 	}
-	if len(reasons) > 0 {
-		// Our cache let the pod in, the allocation does not: someone
-		// bound pods our cache has not seen yet.
+	if len(reasons) > 0 || !sawAllocated(alloc, req.seen, req.pod) {
+		// Our cache let the pod in, the allocation does not, or it
+		// accounts for pods the decision did not see (the allocation
+		// informer is ahead of the pod informer): someone bound pods our
+		// cache has not seen yet, and the pod-aware filters need them.
 		return 0, nodeStale, nil
 	}
 	next, changed, err := MergeAllocation(alloc, req.node, req.pod)
@@ -227,6 +230,33 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 		return 0, podStale, nil
 	}
 	return 0, 0, fmt.Errorf("bind pod %q to node %q: %w", podName(req.pod), req.node, err)
+}
+
+// sawAllocated reports whether the decision saw every pod alloc accounts
+// for on the node, pod itself aside. The fit is re-checked against the
+// allocation, but InterPodAffinity and PodTopologySpread read the pods'
+// labels and terms from the cache only: a pod the allocation has and the
+// cycle did not would be missed (two pods with hostname anti-affinity on
+// one node).
+func sawAllocated(alloc *corev1.NodeAllocation, seen []*podMeta, pod *corev1.Pod) bool {
+	allocated := alloc.GetPods()
+	want := len(allocated)
+	if _, ok := allocated[PodKey(pod)]; ok {
+		want--
+	}
+	if want <= 0 {
+		return true
+	}
+	self, n := PodKey(pod), 0
+	for _, m := range seen {
+		if m.entry == nil || m.entry.key == self {
+			continue
+		}
+		if _, ok := allocated[m.entry.key]; ok {
+			n++
+		}
+	}
+	return n >= want
 }
 
 // refreshNode reads node's allocation (linearizably) after a lost race and

@@ -143,8 +143,12 @@
 // stale copy. This replica's binds to one node are serialized (striped
 // locks), so they do not race each other for the node's record.
 //
-// Conflicts. A lost race — a failed compare, or an allocation that no
-// longer fits — is counted (Counters.Conflicts, and PodScheduled.conflicts
+// Conflicts. A lost race — a failed compare, an allocation that no
+// longer fits, or one that accounts for a pod the decision did not see on
+// the node (the allocation informer ahead of the pod informer:
+// InterPodAffinity and PodTopologySpread read pods from the cache, so two
+// pods with hostname anti-affinity could otherwise share a node;
+// sawAllocated) — is counted (Counters.Conflicts, and PodScheduled.conflicts
 // in the pod's trace) and retried at once against fresh state: after a pod
 // compare the pod is read from the store; after an allocation compare the
 // record is read and the replica waits (up to CacheSyncTimeout) until its
@@ -155,6 +159,14 @@
 // backoff. Every failed attempt forgets the assumed pod. PodScheduled's id
 // is the same for every attempt and replica, so a redelivered event of a
 // pod already bound re-publishes it harmlessly (JetStream deduplicates).
+//
+// Not yet safe across replicas: rules over a domain wider than a node
+// (DoNotSchedule spread or required (anti-)affinity on
+// topology.kubernetes.io/zone). The bind transaction guards only the
+// chosen node's record, so two replicas deciding at once, each on a cache
+// without the other's bind, can both put a pod in one zone
+// (TestTopologyReplicas "spread by zone", skipped, shows skew 2). One
+// replica is exact; hostname-keyed rules are exact at any count.
 //
 // Preemption (preempt.go). When a cycle nominates the pod, one store
 // transaction compares the preemptor's revision (still the unbound pod

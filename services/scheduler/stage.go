@@ -373,7 +373,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		}
 
 		wakes := s.wakes.Load() // before the decision's snapshot
-		res, err := s.decide(pod)
+		res, seen, err := s.decide(pod)
 		var fit *FitError
 		switch {
 		case errors.Is(err, ErrPodExists):
@@ -429,7 +429,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		payload := &eventsv1.PodScheduled{NodeName: res.Node, FilterNanos: res.FilterDuration.Nanoseconds(), ScoreNanos: res.ScoreDuration.Nanoseconds()}
 		next := s.scheduledEnvelope(d, pod, res.Node, payload)
 		start := time.Now()
-		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, causeID: eventsv1.EventID(next)})
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next)})
 		took := time.Since(start)
 		if err != nil || outcome != bound {
 			// Every path but a commit forgets the assumption. After an
@@ -493,16 +493,21 @@ func (s *Stage) informed(ns, name string) *corev1.Pod {
 }
 
 // decide runs one scheduling cycle and assumes the pod onto the chosen
-// node, under the cycle lock.
-func (s *Stage) decide(pod *corev1.Pod) (Result, error) {
+// node, under the cycle lock. It returns the pods the cycle saw on the
+// node (a stable view: NodeInfo.pods is never modified below its length).
+func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cache.UpdateSnapshot(s.snap)
 	res, err := s.sched.Schedule(pod, s.snap)
 	if err != nil {
-		return res, err
+		return res, nil, err
 	}
-	return res, s.cache.AssumePod(pod, res.Node)
+	var seen []*podMeta
+	if n, ok := s.snap.Get(res.Node); ok {
+		seen = n.pods
+	}
+	return res, seen, s.cache.AssumePod(pod, res.Node)
 }
 
 // scheduledEnvelope is the PodScheduled event of pod's binding to node. Its

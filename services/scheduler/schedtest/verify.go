@@ -31,6 +31,15 @@ type Report struct {
 	// the store at the end (both empty once every preemption has run its
 	// course).
 	NominatedUnbound, VictimsLeft []string
+	// AntiAffinityChecks counts the required anti-affinity terms checked
+	// at bindings (the pod's own and the bound pods'), SpreadChecks the
+	// DoNotSchedule constraints.
+	AntiAffinityChecks, SpreadChecks int
+	// SpreadSkews lists the bindings whose DoNotSchedule spread skew the
+	// store's state at their revision exceeds when replicas run more than
+	// one handler at a time, where that is not proof of a violation (see
+	// topology.go); with Config.Concurrency 1 they are Violations.
+	SpreadSkews []string
 	// Violations lists every broken invariant (at most maxViolations).
 	Violations []string
 
@@ -69,6 +78,13 @@ const markerKey = "/registry/schedtest/marker"
 //     requests, and no pod is accounted on two nodes;
 //   - every bound pod has exactly one Scheduled Event, and the
 //     PodScheduled events in the stream name the node it is bound to;
+//   - every binding in the history passes the pod's required pod
+//     anti-affinity, the required anti-affinity of the pods bound then
+//     (symmetry), and the pod's DoNotSchedule topology spread
+//     constraints, evaluated against the pods bound and the nodes there
+//     at the revision of that binding (topology.go; the spread check is
+//     a violation only with Config.Concurrency 1, else it is reported in
+//     SpreadSkews);
 //   - preemption: an unbound pod is never nominated to a second node (no
 //     double nomination), and a pod is marked a preemption's victim only
 //     in the same transaction that nominates a pod to its node (no victim
@@ -224,7 +240,9 @@ func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[st
 			}
 		}
 	}
+	topo := newTopology(e.cfg.Concurrency == 1)
 	podPrefix, allocPrefix := objects.Pods.Prefix(""), objects.NodeAllocations.Prefix("")
+	nodePrefix, nsPrefix := objects.Nodes.Prefix(""), objects.Namespaces.Prefix("")
 	for ev := range w.Events() {
 		if ev.Revision >= marker {
 			checkVictims()
@@ -234,7 +252,24 @@ func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[st
 		switch {
 		case ev.Type == raftstore.EventDelete && strings.HasPrefix(key, podPrefix):
 			delete(pods, key)
+			topo.deletePod(key)
+		case ev.Type == raftstore.EventDelete && strings.HasPrefix(key, nodePrefix):
+			delete(topo.nodes, strings.TrimPrefix(key, nodePrefix))
+		case ev.Type == raftstore.EventDelete && strings.HasPrefix(key, nsPrefix):
+			delete(topo.namespaces, strings.TrimPrefix(key, nsPrefix))
 		case ev.Type != raftstore.EventPut:
+		case strings.HasPrefix(key, nodePrefix):
+			n := &corev1.Node{}
+			if err := objects.Decode(ev.KV, n); err != nil {
+				return err
+			}
+			topo.nodes[n.GetMetadata().GetName()] = n
+		case strings.HasPrefix(key, nsPrefix):
+			ns := &corev1.Namespace{}
+			if err := objects.Decode(ev.KV, ns); err != nil {
+				return err
+			}
+			topo.namespaces[ns.GetMetadata().GetName()] = ns.GetMetadata().GetLabels()
 		case strings.HasPrefix(key, podPrefix):
 			p := &corev1.Pod{}
 			if err := objects.Decode(ev.KV, p); err != nil {
@@ -262,13 +297,16 @@ func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[st
 			case !ok || was.uid != now.uid:
 				if now.node != "" {
 					rep.Binds++ // created bound
+					topo.checkBind(rep, key, p, ev.Revision)
 				}
 			case was.node == "" && now.node != "":
 				rep.Binds++
+				topo.checkBind(rep, key, p, ev.Revision)
 			case was.node != now.node:
 				rep.violate("pod %s (uid %s) moved from node %s to %q at revision %d", key, now.uid, was.node, now.node, ev.Revision)
 			}
 			pods[key] = now
+			topo.putPod(key, p)
 		case strings.HasPrefix(key, allocPrefix):
 			a := &corev1.NodeAllocation{}
 			if err := objects.Decode(ev.KV, a); err != nil {

@@ -1,0 +1,52 @@
+package scheduler
+
+import (
+	"testing"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+// TestSawAllocated: a bind goes on only when the decision saw every pod
+// the node's allocation accounts for (the pod itself aside).
+func TestSawAllocated(t *testing.T) {
+	pod := mkPod("p", "100m", "")
+	seen := func(names ...string) []*podMeta {
+		var out []*podMeta
+		for _, n := range names {
+			e, err := newPodEntry(mkPod(n, "100m", ""), "n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, &e.meta)
+		}
+		return out
+	}
+	alloc := func(names ...string) *corev1.NodeAllocation {
+		a := &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: "n1"}, Pods: map[string]*corev1.AllocatedPod{}}
+		for _, n := range names {
+			a.Pods["uid-"+n] = &corev1.AllocatedPod{Namespace: "default", Name: n}
+		}
+		return a
+	}
+	for _, tc := range []struct {
+		name  string
+		alloc *corev1.NodeAllocation
+		seen  []*podMeta
+		want  bool
+	}{
+		{"no allocation", nil, nil, true},
+		{"empty allocation", alloc(), nil, true},
+		{"every pod seen", alloc("a", "b"), seen("a", "b"), true},
+		{"more seen than allocated", alloc("a"), seen("a", "b"), true},
+		{"the pod itself allocated, unseen", alloc("a", "p"), seen("a"), true},
+		{"a pod unseen", alloc("a", "b"), seen("a"), false},
+		{"nothing seen", alloc("a"), nil, false},
+		{"the pod itself does not stand in for another", alloc("a", "b"), seen("a", "p"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := sawAllocated(tc.alloc, tc.seen, pod); got != tc.want {
+				t.Errorf("sawAllocated = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,178 @@
+package schedtest
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/scheduler"
+)
+
+// topology replays the nodes, namespaces and pods of a history and checks
+// every binding against the pod-aware filters, at the revision of that
+// binding: the pods bound then (in the store, with spec.nodeName, not
+// Succeeded or Failed) and the nodes there then. The rules come one term
+// at a time from the scheduler's matchers (scheduler.AffinityTermSelector,
+// SpreadSelector, SpreadNodeFilter); the domains and counts are computed
+// here, from the stored objects, independently of the plugins' state.
+//
+// Anti-affinity is checked exactly at any concurrency: a replica binds
+// pods it decided earlier after later ones (its binds to different nodes
+// run in parallel), so the store at a binding's revision may lack pods
+// the decision counted — which can hide a conflict, never invent one. A
+// spread skew can be invented that way (the least loaded domain lacks a
+// pod still in flight), so spread skews count as violations only when
+// every replica runs one handler at a time (exactSpread: Config.Concurrency
+// 1); otherwise they are reported in Report.SpreadSkews.
+type topology struct {
+	exactSpread bool
+	nodes       map[string]*corev1.Node      // name -> node
+	namespaces  map[string]map[string]string // name -> labels
+	bound       map[string]*corev1.Pod       // pod key -> bound pod
+	withAnti    map[string]*corev1.Pod       // the bound pods with required anti-affinity
+}
+
+func newTopology(exactSpread bool) *topology {
+	return &topology{exactSpread: exactSpread, nodes: map[string]*corev1.Node{}, namespaces: map[string]map[string]string{}, bound: map[string]*corev1.Pod{}, withAnti: map[string]*corev1.Pod{}}
+}
+
+func requiredAnti(p *corev1.Pod) []*corev1.PodAffinityTerm {
+	return p.GetSpec().GetAffinity().GetPodAntiAffinity().GetRequiredDuringSchedulingIgnoredDuringExecution()
+}
+
+// putPod records the pod's stored state (after any check of its binding).
+func (t *topology) putPod(key string, p *corev1.Pod) {
+	if p.GetSpec().GetNodeName() == "" || p.GetStatus().GetPhase() == "Succeeded" || p.GetStatus().GetPhase() == "Failed" {
+		t.deletePod(key)
+		return
+	}
+	t.bound[key] = p
+	if len(requiredAnti(p)) > 0 {
+		t.withAnti[key] = p
+	} else {
+		delete(t.withAnti, key)
+	}
+}
+
+func (t *topology) deletePod(key string) {
+	delete(t.bound, key)
+	delete(t.withAnti, key)
+}
+
+// checkBind checks pod p, bound to its spec.nodeName at revision rev,
+// against the pods bound before it.
+func (t *topology) checkBind(rep *Report, key string, p *corev1.Pod, rev int64) {
+	name := podKey(p)
+	node := t.nodes[p.GetSpec().GetNodeName()]
+	labels := node.GetMetadata().GetLabels()
+	// The pod's required anti-affinity: no pod a term selects in the
+	// term's domain of the node (a node without the key: no domain).
+	for _, term := range requiredAnti(p) {
+		rep.AntiAffinityChecks++
+		k := term.GetTopologyKey()
+		v, ok := labels[k]
+		if !ok {
+			continue
+		}
+		selects := scheduler.AffinityTermSelector(p, term)
+		for qk, q := range t.bound {
+			if w, has := t.nodes[q.GetSpec().GetNodeName()].GetMetadata().GetLabels()[k]; qk == key || !has || w != v {
+				continue
+			}
+			if selects(q, t.namespaces[q.GetMetadata().GetNamespace()]) {
+				rep.violate("pod %s bound to %s at revision %d: its required anti-affinity (%s=%s) selects %s on %s",
+					name, node.GetMetadata().GetName(), rev, term.GetTopologyKey(), v, podKey(q), q.GetSpec().GetNodeName())
+			}
+		}
+	}
+	// The existing pods' required anti-affinity (symmetry).
+	for qk, q := range t.withAnti {
+		if qk == key {
+			continue
+		}
+		qLabels := t.nodes[q.GetSpec().GetNodeName()].GetMetadata().GetLabels()
+		for _, term := range requiredAnti(q) {
+			rep.AntiAffinityChecks++
+			v, ok := qLabels[term.GetTopologyKey()]
+			if w, has := labels[term.GetTopologyKey()]; !ok || !has || w != v {
+				continue
+			}
+			if scheduler.AffinityTermSelector(q, term)(p, t.namespaces[p.GetMetadata().GetNamespace()]) {
+				rep.violate("pod %s bound to %s at revision %d: the required anti-affinity of %s on %s (%s=%s) selects it",
+					name, node.GetMetadata().GetName(), rev, podKey(q), q.GetSpec().GetNodeName(), term.GetTopologyKey(), v)
+			}
+		}
+	}
+	t.checkSpread(rep, key, name, p, node, rev)
+}
+
+// checkSpread checks p's DoNotSchedule constraints: the eligible domains
+// are the values of the constraint's key over the nodes that have every
+// DoNotSchedule key of p and pass the constraint's inclusion policies;
+// the matching pods in the node's domain, plus p if it matches, less the
+// fewest in an eligible domain (0 with fewer than minDomains domains)
+// must not exceed maxSkew.
+func (t *topology) checkSpread(rep *Report, key, name string, p *corev1.Pod, node *corev1.Node, rev int64) {
+	var cs []*corev1.TopologySpreadConstraint
+	for _, c := range p.GetSpec().GetTopologySpreadConstraints() {
+		if c.GetWhenUnsatisfiable() == "DoNotSchedule" {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) == 0 {
+		return
+	}
+	hasKeys := func(n *corev1.Node) bool {
+		for _, c := range cs {
+			if _, ok := n.GetMetadata().GetLabels()[c.GetTopologyKey()]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+	for _, c := range cs {
+		rep.SpreadChecks++
+		k := c.GetTopologyKey()
+		v, ok := node.GetMetadata().GetLabels()[k]
+		if !ok {
+			rep.violate("pod %s bound to %s at revision %d: the node has no %s label its DoNotSchedule constraint requires", name, node.GetMetadata().GetName(), rev, k)
+			continue
+		}
+		includes, selects := scheduler.SpreadNodeFilter(p, c), scheduler.SpreadSelector(p, c)
+		counts := map[string]int64{}
+		for _, n := range t.nodes {
+			if hasKeys(n) && includes(n) {
+				counts[n.GetMetadata().GetLabels()[k]] += 0
+			}
+		}
+		for qk, q := range t.bound {
+			qn := t.nodes[q.GetSpec().GetNodeName()]
+			d := qn.GetMetadata().GetLabels()[k]
+			if _, eligible := counts[d]; qk == key || !eligible || !hasKeys(qn) || !includes(qn) || !selects(q) {
+				continue
+			}
+			counts[d]++
+		}
+		least := int64(math.MaxInt32)
+		for _, n := range counts {
+			least = min(least, n)
+		}
+		if len(counts) < int(c.GetMinDomains()) {
+			least = 0
+		}
+		self := int64(0)
+		if selects(p) {
+			self = 1
+		}
+		if skew := counts[v] + self - least; skew > int64(c.GetMaxSkew()) {
+			report := rep.violate
+			if !t.exactSpread {
+				report = func(format string, args ...any) {
+					rep.SpreadSkews = append(rep.SpreadSkews, fmt.Sprintf(format, args...))
+				}
+			}
+			report("pod %s bound to %s at revision %d: DoNotSchedule spread on %s has skew %d > maxSkew %d (%s=%s holds %d matching pods, the least %d; domains %v)",
+				name, node.GetMetadata().GetName(), rev, k, skew, c.GetMaxSkew(), k, v, counts[v], least, counts)
+		}
+	}
+}
