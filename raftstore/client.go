@@ -186,6 +186,21 @@ func (c *Client) admin(ctx context.Context, req *storev1.AdminRequest) error {
 // member of the configuration reported, or wait elapsed after the first
 // answer, or ctx ends. Sorted by ID.
 func (c *Client) Status(ctx context.Context, wait time.Duration) ([]*Status, error) {
+	return c.status(ctx, wait, nil)
+}
+
+// StatusWithHash is Status with each replica's ContentHash: a hash of its
+// whole key space at ContentHashRevision (a scan of every key on every
+// replica: for checks, not for polling).
+func (c *Client) StatusWithHash(ctx context.Context, wait time.Duration) ([]*Status, error) {
+	body, err := proto.Marshal(&storev1.StatusRequest{ContentHash: true})
+	if err != nil {
+		return nil, err
+	}
+	return c.status(ctx, wait, body)
+}
+
+func (c *Client) status(ctx context.Context, wait time.Duration, body []byte) ([]*Status, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	inbox := c.nc.NewInbox()
@@ -195,7 +210,7 @@ func (c *Client) Status(ctx context.Context, wait time.Duration) ([]*Status, err
 		return nil, fmt.Errorf("raftstore: status: %w", err)
 	}
 	defer sub.Unsubscribe()
-	if err := c.nc.PublishRequest(c.subj.status, inbox, nil); err != nil {
+	if err := c.nc.PublishRequest(c.subj.status, inbox, body); err != nil {
 		return nil, fmt.Errorf("raftstore: status: %w", err)
 	}
 	byID := map[string]*Status{}

@@ -61,3 +61,35 @@ func TestStatusCounters(t *testing.T) {
 		t.Fatalf("summed counters %+v, want %+v", sum, want)
 	}
 }
+
+// TestStatusWithHash: after replication every replica reports one
+// revision and one content hash; the plain Status carries none.
+func TestStatusWithHash(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 3)
+	cl := c.Client(t)
+	ctx := testCtx(t)
+	for i := range 5 {
+		if _, err := cl.Create(ctx, fmt.Sprintf("/hashed/%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.WaitForReplication(t)
+	sts, err := cl.StatusWithHash(ctx, time.Second)
+	if err != nil || len(sts) != 3 {
+		t.Fatalf("status: %v (%d replicas)", err, len(sts))
+	}
+	for _, s := range sts {
+		if s.ContentHash == 0 || s.ContentHash != sts[0].ContentHash || s.ContentHashRevision != sts[0].ContentHashRevision || s.ContentHashRevision < 5 {
+			t.Fatalf("replica %s: hash %x at %d, replica %s: %x at %d", s.ID, s.ContentHash, s.ContentHashRevision, sts[0].ID, sts[0].ContentHash, sts[0].ContentHashRevision)
+		}
+	}
+	plain, err := cl.Status(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range plain {
+		if s.ContentHash != 0 {
+			t.Fatalf("plain status of %s carries a hash %x", s.ID, s.ContentHash)
+		}
+	}
+}

@@ -117,6 +117,12 @@
 // pipeline` turns them into store requests, raft log entries and fsyncs
 // per pod.
 //
+// Client.StatusWithHash adds each replica's ContentHash: an FNV-1a hash of
+// every key, value and revision it holds, read under one lock with the
+// revision it was read at (ContentHashRevision). Replicas at one revision
+// with equal hashes hold the same key space; it scans every key, so it is
+// for checks (`podflow chaos`), not for polling. Plain Status computes none.
+//
 // # Transport security
 //
 // Raft RPCs (AppendEntries, RequestVote, InstallSnapshot) rewrite the store

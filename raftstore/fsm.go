@@ -4,7 +4,9 @@ import (
 	"github.com/google/btree"
 
 	"bufio"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"slices"
 	"sort"
@@ -286,6 +288,32 @@ func (f *fsm) listKept(prefix, after string, limit int, keep keepFunc) ([]*store
 		return true
 	})
 	return out, f.rev, more
+}
+
+// contentHash is a hash (FNV-1a, 64 bits) of every key in order with its
+// value and revisions, and the revision it was read at, under one lock:
+// replicas at one revision with equal hashes hold the same key space.
+func (f *fsm) contentHash() (uint64, int64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	h := fnv.New64a()
+	var b [8]byte
+	field := func(p []byte) {
+		binary.BigEndian.PutUint64(b[:], uint64(len(p)))
+		h.Write(b[:])
+		h.Write(p)
+	}
+	f.keys.Ascend(func(k string) bool {
+		kv := f.kvs[k]
+		field([]byte(k))
+		field(kv.Value)
+		binary.BigEndian.PutUint64(b[:], uint64(kv.CreateRevision))
+		h.Write(b[:])
+		binary.BigEndian.PutUint64(b[:], uint64(kv.ModRevision))
+		h.Write(b[:])
+		return true
+	})
+	return h.Sum64(), f.rev
 }
 
 // revisions returns the current and compacted revisions.

@@ -709,7 +709,12 @@ func (n *Node) handleAdmin(m *nats.Msg) {
 
 func (n *Node) handleStatus(m *nats.Msg) {
 	s := n.Stats()
-	n.respond(m, statusToWire(&s))
+	w := statusToWire(&s)
+	var req storev1.StatusRequest
+	if len(m.Data) > 0 && proto.Unmarshal(m.Data, &req) == nil && req.ContentHash {
+		w.ContentHash, w.ContentHashRevision = n.fsm.contentHash()
+	}
+	n.respond(m, w)
 }
 
 // Status is one replica's view of the cluster.
@@ -734,6 +739,10 @@ type Status struct {
 	SizeBytes, QuotaBytes int64
 	// Alarms are the raised alarms: AlarmNoSpace.
 	Alarms []string
+	// ContentHash is a hash of every key, value and revision at
+	// ContentHashRevision, filled only by Client.StatusWithHash.
+	ContentHash         uint64
+	ContentHashRevision int64
 	Counters
 }
 
@@ -810,6 +819,7 @@ func statusFromWire(w *storev1.ReplicaStatus) *Status {
 		AppliedIndex: w.AppliedIndex, LastLogIndex: w.LastLogIndex, LastSnapshotIndex: w.LastSnapshotIndex,
 		LastContact: time.Duration(w.LastContactMs) * time.Millisecond, LeaderID: w.LeaderId, Revision: w.Revision, CompactRevision: w.CompactRevision,
 		SizeBytes: w.SizeBytes, QuotaBytes: w.QuotaBytes, Alarms: w.Alarms,
+		ContentHash: w.ContentHash, ContentHashRevision: w.ContentHashRevision,
 		Counters: Counters{
 			WriteRequests: w.WriteRequests, ReadRequests: w.ReadRequests, StaleReadRequests: w.StaleReadRequests,
 			WatchRequests: w.WatchRequests, WatchEventsSent: w.WatchEventsSent, LogAppends: w.LogAppends, LogEntriesWritten: w.LogEntriesWritten,

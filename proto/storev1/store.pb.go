@@ -1327,8 +1327,14 @@ type ReplicaStatus struct {
 	WatchEventsSent   uint64 `protobuf:"varint,21,opt,name=watch_events_sent,json=watchEventsSent,proto3" json:"watch_events_sent,omitempty"`
 	LogAppends        uint64 `protobuf:"varint,22,opt,name=log_appends,json=logAppends,proto3" json:"log_appends,omitempty"`
 	LogEntriesWritten uint64 `protobuf:"varint,23,opt,name=log_entries_written,json=logEntriesWritten,proto3" json:"log_entries_written,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// content_hash is, when the request asked for it, a hash of every key
+	// with its value and revisions at content_hash_revision (this replica's
+	// revision when it read them): two replicas at one revision agree by
+	// content when their hashes are equal. 0 when not asked for.
+	ContentHash         uint64 `protobuf:"varint,24,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
+	ContentHashRevision int64  `protobuf:"varint,25,opt,name=content_hash_revision,json=contentHashRevision,proto3" json:"content_hash_revision,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ReplicaStatus) Reset() {
@@ -1522,6 +1528,66 @@ func (x *ReplicaStatus) GetLogEntriesWritten() uint64 {
 	return 0
 }
 
+func (x *ReplicaStatus) GetContentHash() uint64 {
+	if x != nil {
+		return x.ContentHash
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetContentHashRevision() int64 {
+	if x != nil {
+		return x.ContentHashRevision
+	}
+	return 0
+}
+
+// StatusRequest is the body of a status request; an empty body asks for
+// the status without the content hash.
+type StatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContentHash   bool                   `protobuf:"varint,1,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_storev1_store_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storev1_store_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_storev1_store_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *StatusRequest) GetContentHash() bool {
+	if x != nil {
+		return x.ContentHash
+	}
+	return false
+}
+
 // SnapshotHeader is the first record of a snapshot; it is followed by
 // key_count SnapshotKV records (KeyValue), history_count Event records and
 // dedup_count SnapshotDedup records, each length-delimited.
@@ -1538,7 +1604,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_storev1_store_proto_msgTypes[17]
+	mi := &file_storev1_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1616,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_storev1_store_proto_msgTypes[17]
+	mi := &file_storev1_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1629,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_storev1_store_proto_rawDescGZIP(), []int{17}
+	return file_storev1_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotHeader) GetRevision() int64 {
@@ -1611,7 +1677,7 @@ type SnapshotDedup struct {
 
 func (x *SnapshotDedup) Reset() {
 	*x = SnapshotDedup{}
-	mi := &file_storev1_store_proto_msgTypes[18]
+	mi := &file_storev1_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1689,7 @@ func (x *SnapshotDedup) String() string {
 func (*SnapshotDedup) ProtoMessage() {}
 
 func (x *SnapshotDedup) ProtoReflect() protoreflect.Message {
-	mi := &file_storev1_store_proto_msgTypes[18]
+	mi := &file_storev1_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1702,7 @@ func (x *SnapshotDedup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDedup.ProtoReflect.Descriptor instead.
 func (*SnapshotDedup) Descriptor() ([]byte, []int) {
-	return file_storev1_store_proto_rawDescGZIP(), []int{18}
+	return file_storev1_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotDedup) GetIdempotencyKey() string {
@@ -1663,7 +1729,7 @@ type AdminRequest_AddVoter struct {
 
 func (x *AdminRequest_AddVoter) Reset() {
 	*x = AdminRequest_AddVoter{}
-	mi := &file_storev1_store_proto_msgTypes[19]
+	mi := &file_storev1_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1741,7 @@ func (x *AdminRequest_AddVoter) String() string {
 func (*AdminRequest_AddVoter) ProtoMessage() {}
 
 func (x *AdminRequest_AddVoter) ProtoReflect() protoreflect.Message {
-	mi := &file_storev1_store_proto_msgTypes[19]
+	mi := &file_storev1_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1780,7 @@ type AdminRequest_RemoveServer struct {
 
 func (x *AdminRequest_RemoveServer) Reset() {
 	*x = AdminRequest_RemoveServer{}
-	mi := &file_storev1_store_proto_msgTypes[20]
+	mi := &file_storev1_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1792,7 @@ func (x *AdminRequest_RemoveServer) String() string {
 func (*AdminRequest_RemoveServer) ProtoMessage() {}
 
 func (x *AdminRequest_RemoveServer) ProtoReflect() protoreflect.Message {
-	mi := &file_storev1_store_proto_msgTypes[20]
+	mi := &file_storev1_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1890,7 @@ const file_storev1_store_proto_rawDesc = "" +
 	"\x06action\"T\n" +
 	"\rAdminResponse\x12-\n" +
 	"\x05error\x18\x01 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\xb9\x06\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\x90\a\n" +
 	"\rReplicaStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -1852,7 +1918,11 @@ const file_storev1_store_proto_rawDesc = "" +
 	"\x11watch_events_sent\x18\x15 \x01(\x04R\x0fwatchEventsSent\x12\x1f\n" +
 	"\vlog_appends\x18\x16 \x01(\x04R\n" +
 	"logAppends\x12.\n" +
-	"\x13log_entries_written\x18\x17 \x01(\x04R\x11logEntriesWritten\"\xba\x01\n" +
+	"\x13log_entries_written\x18\x17 \x01(\x04R\x11logEntriesWritten\x12!\n" +
+	"\fcontent_hash\x18\x18 \x01(\x04R\vcontentHash\x122\n" +
+	"\x15content_hash_revision\x18\x19 \x01(\x03R\x13contentHashRevision\"2\n" +
+	"\rStatusRequest\x12!\n" +
+	"\fcontent_hash\x18\x01 \x01(\bR\vcontentHash\"\xba\x01\n" +
 	"\x0eSnapshotHeader\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12)\n" +
 	"\x10compact_revision\x18\x02 \x01(\x03R\x0fcompactRevision\x12\x1b\n" +
@@ -1905,7 +1975,7 @@ func file_storev1_store_proto_rawDescGZIP() []byte {
 }
 
 var file_storev1_store_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_storev1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_storev1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_storev1_store_proto_goTypes = []any{
 	(Code)(0),                         // 0: podflow.store.v1.Code
 	(OpType)(0),                       // 1: podflow.store.v1.OpType
@@ -1928,10 +1998,11 @@ var file_storev1_store_proto_goTypes = []any{
 	(*AdminRequest)(nil),              // 18: podflow.store.v1.AdminRequest
 	(*AdminResponse)(nil),             // 19: podflow.store.v1.AdminResponse
 	(*ReplicaStatus)(nil),             // 20: podflow.store.v1.ReplicaStatus
-	(*SnapshotHeader)(nil),            // 21: podflow.store.v1.SnapshotHeader
-	(*SnapshotDedup)(nil),             // 22: podflow.store.v1.SnapshotDedup
-	(*AdminRequest_AddVoter)(nil),     // 23: podflow.store.v1.AdminRequest.AddVoter
-	(*AdminRequest_RemoveServer)(nil), // 24: podflow.store.v1.AdminRequest.RemoveServer
+	(*StatusRequest)(nil),             // 21: podflow.store.v1.StatusRequest
+	(*SnapshotHeader)(nil),            // 22: podflow.store.v1.SnapshotHeader
+	(*SnapshotDedup)(nil),             // 23: podflow.store.v1.SnapshotDedup
+	(*AdminRequest_AddVoter)(nil),     // 24: podflow.store.v1.AdminRequest.AddVoter
+	(*AdminRequest_RemoveServer)(nil), // 25: podflow.store.v1.AdminRequest.RemoveServer
 }
 var file_storev1_store_proto_depIdxs = []int32{
 	0,  // 0: podflow.store.v1.Error.code:type_name -> podflow.store.v1.Code
@@ -1948,8 +2019,8 @@ var file_storev1_store_proto_depIdxs = []int32{
 	4,  // 11: podflow.store.v1.WatchResponse.error:type_name -> podflow.store.v1.Error
 	13, // 12: podflow.store.v1.WatchMessage.events:type_name -> podflow.store.v1.Event
 	4,  // 13: podflow.store.v1.WatchMessage.error:type_name -> podflow.store.v1.Error
-	23, // 14: podflow.store.v1.AdminRequest.add_voter:type_name -> podflow.store.v1.AdminRequest.AddVoter
-	24, // 15: podflow.store.v1.AdminRequest.remove_server:type_name -> podflow.store.v1.AdminRequest.RemoveServer
+	24, // 14: podflow.store.v1.AdminRequest.add_voter:type_name -> podflow.store.v1.AdminRequest.AddVoter
+	25, // 15: podflow.store.v1.AdminRequest.remove_server:type_name -> podflow.store.v1.AdminRequest.RemoveServer
 	4,  // 16: podflow.store.v1.AdminResponse.error:type_name -> podflow.store.v1.Error
 	17, // 17: podflow.store.v1.ReplicaStatus.servers:type_name -> podflow.store.v1.Server
 	9,  // 18: podflow.store.v1.SnapshotDedup.result:type_name -> podflow.store.v1.WriteResult
@@ -1975,7 +2046,7 @@ func file_storev1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storev1_store_proto_rawDesc), len(file_storev1_store_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -191,12 +191,19 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 
 	prefix := fmt.Sprintf("chaos-%d-", o.seed%100000)
 	start := time.Now()
-	workDone := make(chan error, 1)
+	type workResult struct {
+		acked []string
+		err   error
+	}
+	workDone := make(chan workResult, 1)
 	token, err := cfg.BusToken(cfg.Token) // never in clear on the stream
 	if err != nil {
 		return err
 	}
-	go func() { workDone <- chaosWorkload(ctx, sess, token, prefix, o.pods, o.duration) }()
+	go func() {
+		acked, err := chaosWorkload(ctx, sess, token, prefix, o.pods, o.duration)
+		workDone <- workResult{acked, err}
+	}()
 
 	// The register workload of the linearizability checker runs over the
 	// HTTPS API until the faults end and the pod workload is done.
@@ -204,13 +211,34 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	linCtx, stopLin := context.WithCancel(ctx)
 	defer stopLin()
 	linDone := make(chan error, 1)
+	// The watcher follows the ConfigMaps of the register workload through
+	// the store client's watch across every fault, restarting from its
+	// last revision after each heal.
+	linPrefix := fmt.Sprintf("lin-%d-", o.seed%100000)
+	watchPrefix := objects.ConfigMaps.Key("default", linPrefix)
+	var watch *watcher
+	var watchInitial map[string]int64
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watchDone := make(chan struct{})
+	if o.linClients > 0 {
+		var from int64
+		if watchInitial, from, err = keyRevs(ctx, sess.Store.Client(), watchPrefix); err != nil {
+			return fmt.Errorf("watch checker: %w", err)
+		}
+		watch = newWatcher(sess.Store.Client(), watchPrefix, from)
+		go func() { defer close(watchDone); watch.run(watchCtx) }()
+	} else {
+		close(watchDone)
+	}
+	defer func() { stopWatch(); <-watchDone }()
 	if o.linClients > 0 {
 		cm, err := newConfigMapClient(cfg.DataDir)
 		if err != nil {
 			return fmt.Errorf("linearizability checker: %w", err)
 		}
 		go func() {
-			linDone <- registerWorkload(linCtx, cm, history, fmt.Sprintf("lin-%d-", o.seed%100000), o.linClients, o.linKeys, o.seed)
+			linDone <- registerWorkload(linCtx, cm, history, linPrefix, o.linClients, o.linKeys, o.seed)
 		}()
 	} else {
 		linDone <- nil
@@ -280,6 +308,7 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 					return fmt.Errorf("nemesis: %w", err)
 				}
 				fmt.Fprintf(out, "  %6s  healed after %d flaps\n", elapsed(), n)
+				restartWatch(watch)
 				continue
 			}
 			if err := faults.Apply(f); err != nil {
@@ -292,6 +321,7 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 				return fmt.Errorf("nemesis: %w", err)
 			}
 			fmt.Fprintf(out, "  %6s  healed (leader before the heal: %q)\n", elapsed(), during)
+			restartWatch(watch)
 		}
 	}
 	if faults != nil {
@@ -299,8 +329,9 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 			return fmt.Errorf("nemesis: %w", err)
 		}
 	}
-	if err := <-workDone; err != nil {
-		return fmt.Errorf("workload: %w", err)
+	work := <-workDone
+	if work.err != nil {
+		return fmt.Errorf("workload: %w", work.err)
 	}
 	stopLin()
 	if err := <-linDone; err != nil {
@@ -315,9 +346,10 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 		sort.Strings(links)
 		fmt.Fprintf(out, "  raft bytes relayed per link: %s\n", strings.Join(links, ", "))
 	}
-	violations := checkInvariants(ctx, sess, prefix, o.pods, o.settle, out)
+	violations := checkInvariants(ctx, sess, prefix, work.acked, o.settle, out)
 	if o.linClients > 0 {
 		violations += checkLinearizable(history, o.seed, out)
+		violations += checkWatchRun(ctx, sess, watch, watchInitial, linPrefix+"end", out)
 	}
 	if violations > 0 {
 		fmt.Fprintf(out, "chaos: FAILED with %d violation(s); replay with --seed %d\n", violations, o.seed)
@@ -430,7 +462,7 @@ func checkLinearizable(h *nemesis.History, seed uint64, out io.Writer) int {
 
 // chaosWorkload publishes pods evenly over d, retrying publishes that fail
 // while NATS or the stream is down.
-func chaosWorkload(ctx context.Context, sess *client.Session, token, prefix string, n int, d time.Duration) error {
+func chaosWorkload(ctx context.Context, sess *client.Session, token, prefix string, n int, d time.Duration) (acked []string, err error) {
 	template := &corev1.Pod{
 		Metadata: &corev1.ObjectMeta{Namespace: "default", Labels: map[string]string{"app": "chaos"}},
 		Spec: &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "podflow/http:1",
@@ -442,7 +474,7 @@ func chaosWorkload(ctx context.Context, sess *client.Session, token, prefix stri
 			select {
 			case <-time.After(wait):
 			case <-ctx.Done():
-				return ctx.Err()
+				return acked, ctx.Err()
 			}
 		}
 		p := clonePod(template)
@@ -453,15 +485,16 @@ func chaosWorkload(ctx context.Context, sess *client.Session, token, prefix stri
 			_, err := sess.Bus.Publish(pctx, env)
 			cancel()
 			if err == nil {
+				acked = append(acked, p.Metadata.Name) // the stream acknowledged it
 				break
 			}
 			if attempt == 60 || ctx.Err() != nil {
-				return fmt.Errorf("publish %s: %w", p.Metadata.Name, err)
+				return acked, fmt.Errorf("publish %s: %w", p.Metadata.Name, err)
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
 	}
-	return nil
+	return acked, nil
 }
 
 // pickVictim chooses a running process of the system under test among
@@ -491,7 +524,8 @@ func pickVictim(ctx context.Context, sess *client.Session, children string, targ
 // checkInvariants waits for the pods to settle, then checks what must
 // hold after any amount of chaos. It prints each check and returns the
 // number of violations.
-func checkInvariants(ctx context.Context, sess *client.Session, prefix string, n int, settle time.Duration, out io.Writer) int {
+func checkInvariants(ctx context.Context, sess *client.Session, prefix string, acked []string, settle time.Duration, out io.Writer) int {
+	n := len(acked)
 	violations := 0
 	fail := func(format string, args ...any) {
 		violations++
@@ -528,30 +562,39 @@ func checkInvariants(ctx context.Context, sess *client.Session, prefix string, n
 	}
 	fmt.Fprintf(out, "  check: %d/%d pods stored\n", len(pods), n)
 
-	// No pod bound twice: one node per pod uid in the stream, and it is
-	// the stored one.
-	bound := map[string]map[string]bool{}
-	scheduled, err := readEvents(ctx, sess.Bus.JetStream(), "PodScheduled", time.Minute)
-	if err != nil {
-		fail("read PodScheduled events: %v", err)
-	}
-	for _, e := range scheduled {
-		if strings.HasPrefix(e.GetPodName(), prefix) {
-			if bound[e.GetPodUid()] == nil {
-				bound[e.GetPodUid()] = map[string]bool{}
-			}
-			bound[e.GetPodUid()][e.GetNodeName()] = true
-		}
-	}
+	// No acknowledged PodRequested lost, none persisted twice, none
+	// bound twice: from the stored pods and the PodRejected, PodPersisted
+	// and PodScheduled events.
+	o := podOutcomes{stored: map[string]storedPod{}, rejected: map[string]bool{}, persisted: map[string]map[string]bool{}, scheduled: map[string]map[string]bool{}}
 	for _, p := range pods {
-		nodes := bound[p.GetMetadata().GetUid()]
-		if len(nodes) > 1 {
-			fail("pod %s was bound to %d nodes: %v", p.GetMetadata().GetName(), len(nodes), nodes)
-		} else if len(nodes) == 1 && !nodes[p.GetSpec().GetNodeName()] {
-			fail("pod %s is stored on %q but was scheduled to %v", p.GetMetadata().GetName(), p.GetSpec().GetNodeName(), nodes)
+		o.stored[p.GetMetadata().GetName()] = storedPod{uid: p.GetMetadata().GetUid(), node: p.GetSpec().GetNodeName()}
+	}
+	counts := map[string]int{}
+	for _, t := range []string{"PodRejected", "PodPersisted", "PodScheduled"} {
+		evs, err := readEvents(ctx, sess.Bus.JetStream(), t, time.Minute)
+		if err != nil {
+			fail("read %s events: %v", t, err)
+		}
+		for _, e := range evs {
+			if !strings.HasPrefix(e.GetPodName(), prefix) {
+				continue
+			}
+			counts[t]++
+			switch t {
+			case "PodRejected":
+				o.rejected[e.GetPodName()] = true
+			case "PodPersisted":
+				addTo(o.persisted, e.GetPodName(), e.GetPodUid())
+			default:
+				addTo(o.scheduled, e.GetPodUid(), e.GetNodeName())
+			}
 		}
 	}
-	fmt.Fprintf(out, "  check: no pod bound twice (%d PodScheduled events)\n", len(scheduled))
+	for _, v := range checkRequested(acked, o) {
+		fail("%s", v)
+	}
+	fmt.Fprintf(out, "  check: no acknowledged PodRequested lost, none persisted or bound twice (%d acknowledged, %d stored, %d rejected; %d PodPersisted, %d PodScheduled events)\n",
+		n, len(o.stored), counts["PodRejected"], counts["PodPersisted"], counts["PodScheduled"])
 
 	// No IP twice.
 	ips := map[string]string{}
@@ -618,34 +661,30 @@ func checkInvariants(ctx context.Context, sess *client.Session, prefix string, n
 	}
 	fmt.Fprintf(out, "  check: no node overcommitted; accounting matches the pods (%d nodes)\n", len(nodes))
 
-	// The store replicas agree once quiet.
+	// The store replicas agree once quiet: revision, applied index and a
+	// hash of their whole key space.
 	agree := false
 	var last string
 	for i := 0; i < 20 && !agree; i++ {
-		st, err := sess.Store.Client().Status(ctx, time.Second)
-		if err == nil && len(st) > 0 {
-			agree = true
-			var parts []string
-			for _, s := range st {
-				parts = append(parts, fmt.Sprintf("%s rev %d applied %d", s.ID, s.Revision, s.AppliedIndex))
-				if s.Revision != st[0].Revision || s.AppliedIndex != st[0].AppliedIndex {
-					agree = false
-				}
-			}
-			sort.Strings(parts)
-			last = strings.Join(parts, ", ")
-			if len(st) < 3 {
-				agree = false
-			}
+		st, err := sess.Store.Client().StatusWithHash(ctx, time.Second)
+		if err == nil {
+			agree, last = replicasAgree(st, 3)
 		}
 		if !agree {
-			time.Sleep(500 * time.Millisecond)
+			sleepCtx(ctx, 500*time.Millisecond)
 		}
 	}
 	if !agree {
 		fail("the store replicas disagree: %s", last)
 	}
-	fmt.Fprintf(out, "  check: store replicas agree (%s)\n", last)
+	fmt.Fprintf(out, "  check: store replicas agree by content (%s)\n", last)
+
+	// No event stuck in a durable consumer after the heal.
+	consumers, stuck := awaitDrained(ctx, sess.Bus.JetStream(), 30*time.Second)
+	for _, v := range stuck {
+		fail("%s", v)
+	}
+	fmt.Fprintf(out, "  check: no event unacknowledged or undelivered in any durable consumer (%d consumers)\n", consumers)
 
 	// Counts.
 	if s, err := sess.Bus.JetStream().Stream(ctx, bus.EventsStream); err == nil {
@@ -667,6 +706,19 @@ func checkInvariants(ctx context.Context, sess *client.Session, prefix string, n
 }
 
 func endpointsReady(p *corev1.Pod) bool { return podrules.IsPodReady(p) }
+
+func addTo(m map[string]map[string]bool, k, v string) {
+	if m[k] == nil {
+		m[k] = map[string]bool{}
+	}
+	m[k][v] = true
+}
+
+func restartWatch(w *watcher) {
+	if w != nil {
+		w.Restart()
+	}
+}
 
 // streamEvents reads every event of type t from the events stream.
 // readEvents is streamEvents retried for up to limit: right after chaos
