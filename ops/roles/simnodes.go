@@ -74,7 +74,7 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 	if err := stage.AnswerPings(ctx, sess.Bus, stage.Env{Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
 		return err
 	}
-	execs, err := nodeexec.Serve(sess.Bus.NATS(), nodeexec.DefaultConfig(), "", simExec{cl}, log)
+	execs, err := nodeexec.Serve(sess.Bus.NATS(), nodeexec.DefaultConfig(), "", newSimExec(cl), log)
 	if err != nil {
 		return err
 	}
