@@ -326,6 +326,15 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 		if out := k.must("explain", "role.rules"); !regexpLine(out, "verbs", "<[]string>") {
 			t.Fatalf("explain role.rules:\n%s", out)
 		}
+		// The OpenAPI v2 path, which older kubectl takes (and this one
+		// when asked): /openapi/v2 in protobuf.
+		out = k.must("explain", "pod.spec.containers", "--output=plaintext-openapiv2")
+		if !strings.Contains(out, "KIND:") || !strings.Contains(out, "Container") || !regexpLine(out, "image", "<string>") || !strings.Contains(out, "FIELDS:") {
+			t.Fatalf("explain pod.spec.containers from OpenAPI v2:\n%s", out)
+		}
+		if out := k.must("explain", "role.rules", "--output=plaintext-openapiv2"); !regexpLine(out, "verbs", "<[]string>") {
+			t.Fatalf("explain role.rules from OpenAPI v2:\n%s", out)
+		}
 	})
 
 	t.Run("cordon", func(t *testing.T) {

@@ -13,7 +13,9 @@
 //     schemas generated from the k8s.io/api Go types for the rest) and
 //     the operations' fieldValidation parameter, so kubectl explain works
 //     and kubectl validates server-side (fieldValidation=Strict: unknown
-//     fields are refused with their path).
+//     fields are refused with their path); /openapi/v2 is the same
+//     schemas and operations as one Swagger 2.0 document (JSON or gnostic
+//     protobuf, by Accept).
 //   - Resources: pods (create, get, list, watch, update, patch, delete,
 //     status, log), nodes,
 //     namespaces, services, endpointslices (discovery.k8s.io/v1), events

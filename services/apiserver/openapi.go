@@ -135,8 +135,13 @@ var openAPIUpstream = sync.OnceValue(func() map[string][]byte {
 	return out
 })
 
-// serveOpenAPI answers /openapi/v3 and /openapi/v3/<gv path>.
+// serveOpenAPI answers /openapi/v2 (openapi_v2.go), /openapi/v3 and
+// /openapi/v3/<gv path>.
 func serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) bool {
+	if path == "/openapi/v2" {
+		serveOpenAPIV2(w, r)
+		return true
+	}
 	rest, ok := strings.CutPrefix(path, "/openapi/v3")
 	if !ok {
 		return false
