@@ -61,11 +61,21 @@ func openAPIV2Doc() map[string]any {
 	for gv := range resources {
 		gvs = append(gvs, gv)
 	}
-	sort.Strings(gvs)
+	// Kubernetes' own documents first: their definitions, documented,
+	// win over the generated ones of the same name (ObjectMeta, …).
+	up := openAPIUpstream()
+	sort.Slice(gvs, func(i, j int) bool {
+		_, ui := up[gvPath(gvs[i])]
+		_, uj := up[gvPath(gvs[j])]
+		if ui != uj {
+			return ui
+		}
+		return gvs[i] < gvs[j]
+	})
 	defs, paths := map[string]any{}, map[string]any{}
 	for _, gv := range gvs {
 		var schemas map[string]any
-		if b, ok := openAPIUpstream()[gvPath(gv)]; ok {
+		if b, ok := up[gvPath(gv)]; ok {
 			var up struct {
 				Components struct {
 					Schemas map[string]any `json:"schemas"`
@@ -82,7 +92,7 @@ func openAPIV2Doc() map[string]any {
 			}
 		}
 		for name, s := range schemas {
-			if _, ok := defs[name]; !ok { // Kubernetes' own (sorted first: api/v1) win
+			if _, ok := defs[name]; !ok {
 				defs[name] = v3SchemaToV2(s)
 			}
 		}

@@ -112,6 +112,11 @@ func TestOpenAPIV2(t *testing.T) {
 	if pod.Properties["spec"].Description == "" || containers.Items == nil || containers.Items.Schema.Ref.String() != "#/definitions/io.k8s.api.core.v1.Container" {
 		t.Errorf("Pod's spec.containers is not documented Containers: %+v", containers)
 	}
+	// Shared definitions are Kubernetes' documented ones, whichever
+	// group version also generates them.
+	if sw.Definitions["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"].Properties["name"].Description == "" {
+		t.Errorf("ObjectMeta is not Kubernetes' documented definition")
+	}
 	if _, ok := sw.Definitions["io.k8s.api.rbac.v1.Role"].Properties["rules"]; !ok {
 		t.Errorf("Role has no rules")
 	}
