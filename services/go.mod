@@ -13,9 +13,10 @@ require (
 )
 
 require (
-	github.com/google/gnostic-models v0.7.0 // indirect
+	github.com/google/gnostic-models v0.7.0
 	go.uber.org/goleak v1.3.0 // indirect
 	k8s.io/cri-streaming v0.37.2 // indirect
+	k8s.io/metrics v0.37.2
 )
 
 require (

@@ -193,3 +193,24 @@ func testKubectlCp(t *testing.T, k *kubectl, pod string) {
 		t.Fatalf("kubectl cp of a missing file exited 0: %s", errs)
 	}
 }
+
+// testKubectlTop runs kubectl top pods and nodes against metrics.k8s.io,
+// read from the simulated nodes' usage model (1m and 4Mi a running
+// container; a node's system share 50m and 512Mi over its containers').
+func testKubectlTop(t *testing.T, k *kubectl, pod string) {
+	out := k.must("top", "pods")
+	if !regexpLine(out, "NAME", "CPU(cores)", "MEMORY(bytes)") || !regexpLine(out, pod, "1m", "4Mi") {
+		t.Fatalf("kubectl top pods:\n%s", out)
+	}
+	out = k.must("top", "pod", pod, "--containers")
+	if !regexp.MustCompile(`(?m)^`+pod+`\s+\S+\s+1m\s+4Mi\s*$`).MatchString(out) {
+		t.Fatalf("kubectl top pod --containers:\n%s", out)
+	}
+	out = k.must("top", "nodes")
+	if !regexpLine(out, "NAME", "CPU(cores)", "CPU(%)", "MEMORY(bytes)", "MEMORY(%)") || !regexp.MustCompile(`(?m)^sim-node-\d+\s+\d+m\s+\d+%\s+\d+Mi\s+\d+%\s*$`).MatchString(out) {
+		t.Fatalf("kubectl top nodes:\n%s", out)
+	}
+	if _, errs, code := k.run("top", "pod", "no-such-pod"); code == 0 || !strings.Contains(errs, "not found") {
+		t.Fatalf("kubectl top of a missing pod: exit %d %s", code, errs)
+	}
+}

@@ -292,6 +292,7 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 	t.Run("exec", func(t *testing.T) { testKubectlExec(t, k, "my-nginx-pod") })
 	t.Run("port-forward", func(t *testing.T) { testKubectlPortForward(t, k, "my-nginx-pod") })
 	t.Run("cp", func(t *testing.T) { testKubectlCp(t, k, "my-nginx-pod") })
+	t.Run("top", func(t *testing.T) { testKubectlTop(t, k, "my-nginx-pod") })
 	t.Run("exec ends with its pod", func(t *testing.T) { testKubectlExecPodGone(t, k) })
 
 	t.Run("paging and deletecollection", func(t *testing.T) {

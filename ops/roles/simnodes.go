@@ -14,6 +14,7 @@ import (
 	wire "github.com/podflow/podflow/ops/nodewire"
 	"github.com/podflow/podflow/services/nodeexec"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/podmetrics"
 	"github.com/podflow/podflow/services/stage"
 )
 
@@ -79,6 +80,13 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 		return err
 	}
 	defer execs.Stop()
+	readings, err := podmetrics.Serve(sess.Bus.NATS(), "", func(node string) (podmetrics.Reading, error) {
+		return simReading(cl, node, time.Now())
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = readings.Unsubscribe() }()
 	runner, err := bus.NewRunner(sess.Bus, rc, nm.Handler(wire.Handler(sess.Store, cl, time.Second)))
 	if err != nil {
 		return err

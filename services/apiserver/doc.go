@@ -25,6 +25,9 @@
 //     read-only view of the EndpointSlices), selfsubjectaccessreviews
 //     (kubectl auth can-i), selfsubjectrulesreviews (kubectl auth can-i
 //     --list) and selfsubjectreviews (kubectl auth whoami).
+//   - metrics.k8s.io/v1beta1 pods and nodes (kubectl top), get and list,
+//     read from the nodes on each request through a MetricsBackend
+//     (services/podmetrics); a node that does not answer is left out.
 //   - Lists with label and field selectors (any field path), paged with
 //     limit and continue over the first page's snapshot (kept
 //     ListSnapshotTTL, then 410 Expired with a token to continue at the
