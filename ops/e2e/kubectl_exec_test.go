@@ -203,7 +203,7 @@ func testKubectlTop(t *testing.T, k *kubectl, pod string) {
 		t.Fatalf("kubectl top pods:\n%s", out)
 	}
 	out = k.must("top", "pod", pod, "--containers")
-	if !regexp.MustCompile(`(?m)^`+pod+`\s+\S+\s+1m\s+4Mi\s*$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^` + pod + `\s+\S+\s+1m\s+4Mi\s*$`).MatchString(out) {
 		t.Fatalf("kubectl top pod --containers:\n%s", out)
 	}
 	out = k.must("top", "nodes")
