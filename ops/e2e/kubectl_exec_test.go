@@ -202,6 +202,12 @@ func testKubectlTop(t *testing.T, k *kubectl, pod string) {
 	if !regexpLine(out, "NAME", "CPU(cores)", "MEMORY(bytes)") || !regexpLine(out, pod, "1m", "4Mi") {
 		t.Fatalf("kubectl top pods:\n%s", out)
 	}
+	if out := k.must("top", "pods", "-l", "app=nginx"); !regexpLine(out, pod, "1m", "4Mi") {
+		t.Fatalf("kubectl top pods -l app=nginx:\n%s", out)
+	}
+	if out, errs, _ := k.run("top", "pods", "-l", "app=none"); strings.Contains(out, pod) {
+		t.Fatalf("kubectl top pods -l app=none shows %s:\n%s%s", pod, out, errs)
+	}
 	out = k.must("top", "pod", pod, "--containers")
 	if !regexp.MustCompile(`(?m)^` + pod + `\s+\S+\s+1m\s+4Mi\s*$`).MatchString(out) {
 		t.Fatalf("kubectl top pod --containers:\n%s", out)

@@ -10,6 +10,7 @@ import (
 	k8scorev1 "k8s.io/api/core/v1"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -36,7 +37,8 @@ const (
 // serveMetrics answers get and list of PodMetrics and NodeMetrics from the
 // readings of the nodes (all of them for a list, the pod's or the named
 // one for a get), as metrics-server: a node that does not answer is left
-// out; a pod or node without a reading is 404.
+// out; a pod or node without a reading is 404. A labelSelector selects
+// by the pods' (nodes') labels in the store.
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, req *request) {
 	if req.sub != "" || (req.verb != "get" && req.verb != "list") {
 		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
@@ -53,8 +55,9 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, req *reque
 		writeStatus(w, stage.Failure(http.StatusServiceUnavailable, "ServiceUnavailable", req.res.name, req.name, "this server reads no node metrics"))
 		return
 	}
-	if sel := r.URL.Query().Get("labelSelector"); sel != "" {
-		writeStatus(w, badRequest("metrics.k8s.io: labelSelector is not supported by podflow (got %q)", sel))
+	sel, err := labels.Parse(r.URL.Query().Get("labelSelector"))
+	if err != nil {
+		writeStatus(w, badRequest("labelSelector: %v", err))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
@@ -79,7 +82,25 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, req *reque
 			return
 		}
 		for _, n := range all {
-			nodes = append(nodes, n.GetMetadata().GetName())
+			if req.res.kind == "PodMetrics" || sel.Matches(labels.Set(n.GetMetadata().GetLabels())) {
+				nodes = append(nodes, n.GetMetadata().GetName())
+			}
+		}
+	}
+	// A pod list's selector is the pods' labels: the store's pods say
+	// which readings are theirs (nil: no selector, every pod).
+	var selected map[string]bool
+	if req.res.kind == "PodMetrics" && req.name == "" && !sel.Empty() {
+		pods, _, err := objects.List[*corev1.Pod](ctx, s.store, req.namespace)
+		if err != nil {
+			writeStatus(w, storeStatus(err, req.res, ""))
+			return
+		}
+		selected = map[string]bool{}
+		for _, p := range pods {
+			if md := p.GetMetadata(); sel.Matches(labels.Set(md.GetLabels())) {
+				selected[md.GetNamespace()+"/"+md.GetName()] = true
+			}
 		}
 	}
 	readings := readNodes(ctx, mb, nodes)
@@ -99,7 +120,8 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, req *reque
 	l := &metricsv1beta1.PodMetricsList{TypeMeta: metav1.TypeMeta{Kind: "PodMetricsList", APIVersion: "metrics.k8s.io/v1beta1"}}
 	for _, rd := range readings {
 		for _, p := range rd.Pods {
-			if (req.namespace != "" && p.Namespace != req.namespace) || (req.name != "" && p.Name != req.name) {
+			if (req.namespace != "" && p.Namespace != req.namespace) || (req.name != "" && p.Name != req.name) ||
+				(selected != nil && !selected[p.Namespace+"/"+p.Name]) {
 				continue
 			}
 			pm := metricsv1beta1.PodMetrics{

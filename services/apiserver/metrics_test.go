@@ -14,7 +14,7 @@ import (
 
 // TestMetricsAPI: metrics.k8s.io/v1beta1 serves the readings the nodes
 // answer over NATS (a node agent stands in here, on the real bus): lists
-// by namespace, gets by name, leaves out a node that does not answer, and
+// by namespace and label selector, gets by name, leaves out a node that does not answer, and
 // RBAC guards it as its own group (get pods in core/v1 is not enough).
 func TestMetricsAPI(t *testing.T) {
 	s := startSystem(t, options{})
@@ -34,9 +34,9 @@ func TestMetricsAPI(t *testing.T) {
 	defer func() { _ = sub.Unsubscribe() }()
 	crs, _ := auth.BootstrapPolicy()
 	seed := []objects.Object{
-		&corev1.Node{Metadata: &corev1.ObjectMeta{Name: "n1"}},
+		&corev1.Node{Metadata: &corev1.ObjectMeta{Name: "n1", Labels: map[string]string{"zone": "a"}}},
 		&corev1.Node{Metadata: &corev1.ObjectMeta{Name: "n2"}}, // answers nothing
-		&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p1", Namespace: "default"}, Spec: &corev1.PodSpec{NodeName: "n1"}},
+		&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p1", Namespace: "default", Labels: map[string]string{"app": "web"}}, Spec: &corev1.PodSpec{NodeName: "n1"}},
 		&corev1.Role{Metadata: &corev1.ObjectMeta{Name: "pod-reader", Namespace: "default"}, Rules: []*corev1.PolicyRule{
 			{Verbs: []string{"get", "list"}, ApiGroups: []string{""}, Resources: []string{"pods"}}}},
 		&corev1.RoleBinding{Metadata: &corev1.ObjectMeta{Name: "alice-reads", Namespace: "default"},
@@ -74,8 +74,23 @@ func TestMetricsAPI(t *testing.T) {
 			t.Errorf("get %s: %d %v (want 404)", p, code, out)
 		}
 	}
-	if code, out, _ := do(t, admin, "GET", m+"namespaces/default/pods?labelSelector=app%3Dx", "", ""); code != 400 {
-		t.Errorf("labelSelector: %d %v (want 400: not supported, rather than ignored)", code, out)
+	// A selector selects by the stored pods' (nodes') labels.
+	for _, c := range []struct {
+		path string
+		n    int
+	}{
+		{"namespaces/default/pods?labelSelector=app%3Dweb", 1},
+		{"namespaces/default/pods?labelSelector=app%3Ddb", 0},
+		{"nodes?labelSelector=zone%3Da", 1},
+		{"nodes?labelSelector=zone%3Db", 0},
+	} {
+		code, out, _ := do(t, admin, "GET", m+c.path, "", "")
+		if items, _ := out["items"].([]any); code != 200 || len(items) != c.n {
+			t.Errorf("%s: %d, %v (want %d items)", c.path, code, out, c.n)
+		}
+	}
+	if code, out, _ := do(t, admin, "GET", m+"namespaces/default/pods?labelSelector=%3D%3D%3D", "", ""); code != 400 {
+		t.Errorf("a malformed labelSelector: %d %v (want 400)", code, out)
 	}
 	if code, out, _ := do(t, admin, "POST", m+"namespaces/default/pods", "application/json", "{}"); code != 405 {
 		t.Errorf("POST PodMetrics: %d %v", code, out)
