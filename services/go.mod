@@ -13,8 +13,10 @@ require (
 )
 
 require (
+	github.com/google/gnostic-models v0.7.0
 	go.uber.org/goleak v1.3.0 // indirect
 	k8s.io/cri-streaming v0.37.2 // indirect
+	k8s.io/metrics v0.37.2
 )
 
 require (
@@ -74,7 +76,7 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
-	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
+	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730
 	sigs.k8s.io/randfill v1.0.0 // indirect

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -145,5 +146,77 @@ func testKubectlExecPodGone(t *testing.T, k *kubectl) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("kubectl exec outlived its pod\n%s%s", out.String(), errb.String())
+	}
+}
+
+// testKubectlCp copies a file into a simulated pod with kubectl cp (exec
+// of tar) and back out, and compares the bytes; then a directory.
+func testKubectlCp(t *testing.T, k *kubectl, pod string) {
+	dir := t.TempDir()
+	data := make([]byte, 300<<10) // several exec frames, every byte value
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	in := filepath.Join(dir, "in.bin")
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k.must("cp", in, pod+":/tmp/copied.bin")
+	out := filepath.Join(dir, "out.bin")
+	k.must("cp", pod+":/tmp/copied.bin", out)
+	if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("kubectl cp in and out: %d bytes, %v (want the %d sent)", len(got), err, len(data))
+	}
+	// Into an existing directory, the file keeps its name; a directory
+	// copies recursively.
+	k.must("exec", pod, "--", "test", "-d", "/tmp")
+	k.must("cp", in, pod+":/tmp")
+	src := filepath.Join(dir, "tree", "sub")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "f.txt"), []byte("in a tree\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k.must("cp", filepath.Join(dir, "tree"), pod+":/tmp/tree")
+	back := filepath.Join(dir, "back")
+	k.must("cp", pod+":/tmp/tree", back)
+	if got, err := os.ReadFile(filepath.Join(back, "sub", "f.txt")); err != nil || string(got) != "in a tree\n" {
+		t.Fatalf("kubectl cp of a directory: %q, %v", got, err)
+	}
+	k.must("cp", pod+":/tmp/in.bin", filepath.Join(dir, "named.bin"))
+	if got, err := os.ReadFile(filepath.Join(dir, "named.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("kubectl cp into a directory: %d bytes, %v", len(got), err)
+	}
+	// A missing file fails as with a real tar.
+	if _, errs, code := k.run("cp", pod+":/tmp/nope", filepath.Join(dir, "nope")); code == 0 {
+		t.Fatalf("kubectl cp of a missing file exited 0: %s", errs)
+	}
+}
+
+// testKubectlTop runs kubectl top pods and nodes against metrics.k8s.io,
+// read from the simulated nodes' usage model (1m and 4Mi a running
+// container; a node's system share 50m and 512Mi over its containers').
+func testKubectlTop(t *testing.T, k *kubectl, pod string) {
+	out := k.must("top", "pods")
+	if !regexpLine(out, "NAME", "CPU(cores)", "MEMORY(bytes)") || !regexpLine(out, pod, "1m", "4Mi") {
+		t.Fatalf("kubectl top pods:\n%s", out)
+	}
+	if out := k.must("top", "pods", "-l", "app=nginx"); !regexpLine(out, pod, "1m", "4Mi") {
+		t.Fatalf("kubectl top pods -l app=nginx:\n%s", out)
+	}
+	if out, errs, _ := k.run("top", "pods", "-l", "app=none"); strings.Contains(out, pod) {
+		t.Fatalf("kubectl top pods -l app=none shows %s:\n%s%s", pod, out, errs)
+	}
+	out = k.must("top", "pod", pod, "--containers")
+	if !regexp.MustCompile(`(?m)^` + pod + `\s+\S+\s+1m\s+4Mi\s*$`).MatchString(out) {
+		t.Fatalf("kubectl top pod --containers:\n%s", out)
+	}
+	out = k.must("top", "nodes")
+	if !regexpLine(out, "NAME", "CPU(cores)", "CPU(%)", "MEMORY(bytes)", "MEMORY(%)") || !regexp.MustCompile(`(?m)^sim-node-\d+\s+\d+m\s+\d+%\s+\d+Mi\s+\d+%\s*$`).MatchString(out) {
+		t.Fatalf("kubectl top nodes:\n%s", out)
+	}
+	if _, errs, code := k.run("top", "pod", "no-such-pod"); code == 0 || !strings.Contains(errs, "not found") {
+		t.Fatalf("kubectl top of a missing pod: exit %d %s", code, errs)
 	}
 }

@@ -291,6 +291,8 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 
 	t.Run("exec", func(t *testing.T) { testKubectlExec(t, k, "my-nginx-pod") })
 	t.Run("port-forward", func(t *testing.T) { testKubectlPortForward(t, k, "my-nginx-pod") })
+	t.Run("cp", func(t *testing.T) { testKubectlCp(t, k, "my-nginx-pod") })
+	t.Run("top", func(t *testing.T) { testKubectlTop(t, k, "my-nginx-pod") })
 	t.Run("exec ends with its pod", func(t *testing.T) { testKubectlExecPodGone(t, k) })
 
 	t.Run("paging and deletecollection", func(t *testing.T) {
@@ -324,6 +326,15 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 		}
 		if out := k.must("explain", "role.rules"); !regexpLine(out, "verbs", "<[]string>") {
 			t.Fatalf("explain role.rules:\n%s", out)
+		}
+		// The OpenAPI v2 path, which older kubectl takes (and this one
+		// when asked): /openapi/v2 in protobuf.
+		out = k.must("explain", "pod.spec.containers", "--output=plaintext-openapiv2")
+		if !strings.Contains(out, "KIND:") || !strings.Contains(out, "Container") || !regexpLine(out, "image", "<string>") || !strings.Contains(out, "FIELDS:") {
+			t.Fatalf("explain pod.spec.containers from OpenAPI v2:\n%s", out)
+		}
+		if out := k.must("explain", "role.rules", "--output=plaintext-openapiv2"); !regexpLine(out, "verbs", "<[]string>") {
+			t.Fatalf("explain role.rules from OpenAPI v2:\n%s", out)
 		}
 	})
 

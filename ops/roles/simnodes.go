@@ -14,6 +14,7 @@ import (
 	wire "github.com/podflow/podflow/ops/nodewire"
 	"github.com/podflow/podflow/services/nodeexec"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/podmetrics"
 	"github.com/podflow/podflow/services/stage"
 )
 
@@ -74,11 +75,18 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 	if err := stage.AnswerPings(ctx, sess.Bus, stage.Env{Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
 		return err
 	}
-	execs, err := nodeexec.Serve(sess.Bus.NATS(), nodeexec.DefaultConfig(), "", simExec{cl}, log)
+	execs, err := nodeexec.Serve(sess.Bus.NATS(), nodeexec.DefaultConfig(), "", newSimExec(cl), log)
 	if err != nil {
 		return err
 	}
 	defer execs.Stop()
+	readings, err := podmetrics.Serve(sess.Bus.NATS(), "", func(node string) (podmetrics.Reading, error) {
+		return simReading(cl, node, time.Now())
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = readings.Unsubscribe() }()
 	runner, err := bus.NewRunner(sess.Bus, rc, nm.Handler(wire.Handler(sess.Store, cl, time.Second)))
 	if err != nil {
 		return err

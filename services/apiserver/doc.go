@@ -13,7 +13,9 @@
 //     schemas generated from the k8s.io/api Go types for the rest) and
 //     the operations' fieldValidation parameter, so kubectl explain works
 //     and kubectl validates server-side (fieldValidation=Strict: unknown
-//     fields are refused with their path).
+//     fields are refused with their path); /openapi/v2 is the same
+//     schemas and operations as one Swagger 2.0 document (JSON or gnostic
+//     protobuf, by Accept).
 //   - Resources: pods (create, get, list, watch, update, patch, delete,
 //     status, log), nodes,
 //     namespaces, services, endpointslices (discovery.k8s.io/v1), events
@@ -23,6 +25,9 @@
 //     read-only view of the EndpointSlices), selfsubjectaccessreviews
 //     (kubectl auth can-i), selfsubjectrulesreviews (kubectl auth can-i
 //     --list) and selfsubjectreviews (kubectl auth whoami).
+//   - metrics.k8s.io/v1beta1 pods and nodes (kubectl top), get and list,
+//     read from the nodes on each request through a MetricsBackend
+//     (services/podmetrics); a node that does not answer is left out.
 //   - Lists with label and field selectors (any field path), paged with
 //     limit and continue over the first page's snapshot (kept
 //     ListSnapshotTTL, then 410 Expired with a token to continue at the

@@ -67,6 +67,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		writeStatus(w, notFoundPath(r.URL.Path))
 		return
 	}
+	if req.res.metrics {
+		s.serveMetrics(w, r, req)
+		return
+	}
 	needsName := req.verb != "create" && req.verb != "list" && req.verb != "watch" && req.verb != "deletecollection"
 	if needsName != (req.name != "") || (req.res.readOnly && req.verb != "get" && req.verb != "list" && req.verb != "watch") ||
 		(req.res.store.Name == "" && req.verb != "create") {

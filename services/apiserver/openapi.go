@@ -10,11 +10,12 @@ import (
 	k8scorev1 "k8s.io/api/core/v1"
 	k8seventsv1 "k8s.io/api/events/v1"
 	"k8s.io/client-go/openapi/openapitest"
+	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 )
 
 // openAPIHash versions the OpenAPI documents (clients cache by it); bump it
 // when the served resources change.
-const openAPIHash = "podflow-2"
+const openAPIHash = "podflow-3"
 
 // openAPIRoot is /openapi/v3: one document per group version.
 func openAPIRoot() map[string]any {
@@ -59,7 +60,7 @@ func openAPIDoc(gv string) map[string]any {
 		}
 		coll, item := base+r.name, base+r.name+"/{name}"
 		if r.store.Name == "" || r.readOnly {
-			if r.store.Name == "" {
+			if r.store.Name == "" && !r.metrics {
 				paths[coll] = map[string]any{"post": op("create", fv, dry)}
 			} else {
 				paths[coll] = map[string]any{"get": op("list")}
@@ -108,6 +109,10 @@ func goType(r *resource) any {
 		return &authenticationv1.SelfSubjectReview{}
 	case "v1/Endpoints":
 		return &k8scorev1.Endpoints{}
+	case "metrics.k8s.io/v1beta1/PodMetrics":
+		return &metricsv1beta1.PodMetrics{}
+	case "metrics.k8s.io/v1beta1/NodeMetrics":
+		return &metricsv1beta1.NodeMetrics{}
 	}
 	if f := kubeTypes[r.kind]; f != nil {
 		return f()
@@ -135,8 +140,13 @@ var openAPIUpstream = sync.OnceValue(func() map[string][]byte {
 	return out
 })
 
-// serveOpenAPI answers /openapi/v3 and /openapi/v3/<gv path>.
+// serveOpenAPI answers /openapi/v2 (openapi_v2.go), /openapi/v3 and
+// /openapi/v3/<gv path>.
 func serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) bool {
+	if path == "/openapi/v2" {
+		serveOpenAPIV2(w, r)
+		return true
+	}
 	rest, ok := strings.CutPrefix(path, "/openapi/v3")
 	if !ok {
 		return false

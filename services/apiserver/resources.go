@@ -28,6 +28,7 @@ type resource struct {
 	verbs          []string
 	store          objects.Kind // where it lives; zero for virtual resources
 	readOnly       bool         // a view of another resource (events.k8s.io)
+	metrics        bool         // metrics.k8s.io: read from the nodes (metrics.go)
 	// view converts the stored object's Kubernetes form for this
 	// resource's group version (events.k8s.io/v1 from core/v1 Events).
 	view func(runtime.Object) (runtime.Object, error)
@@ -49,7 +50,7 @@ var (
 var resources = map[string]map[string]*resource{}
 
 // groupOrder is the order of /apis (core first in /api).
-var groupOrder = []string{"discovery.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "podflow.io"}
+var groupOrder = []string{"discovery.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "podflow.io", "metrics.k8s.io"}
 
 func addResource(r *resource) {
 	gv := r.groupVersion()
@@ -85,6 +86,11 @@ func init() {
 		kind: "SelfSubjectAccessReview", verbs: []string{"create"}})
 	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectrulesreviews",
 		kind: "SelfSubjectRulesReview", verbs: []string{"create"}})
+	// metrics.k8s.io: the nodes' readings (metrics.go), not stored.
+	addResource(&resource{group: "metrics.k8s.io", version: "v1beta1", name: "pods", kind: "PodMetrics", namespaced: true,
+		verbs: []string{"get", "list"}, readOnly: true, metrics: true})
+	addResource(&resource{group: "metrics.k8s.io", version: "v1beta1", name: "nodes", kind: "NodeMetrics",
+		verbs: []string{"get", "list"}, readOnly: true, metrics: true})
 }
 
 // lookupResource finds a resource by group version and name.
@@ -123,8 +129,11 @@ func apiResourceList(gv string) *metav1.APIResourceList {
 
 func apiGroup(group string) metav1.APIGroup {
 	version := "v1"
-	if group == "podflow.io" {
+	switch group {
+	case "podflow.io":
 		version = "v1alpha1"
+	case "metrics.k8s.io":
+		version = "v1beta1"
 	}
 	gvd := metav1.GroupVersionForDiscovery{GroupVersion: group + "/" + version, Version: version}
 	return metav1.APIGroup{TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}, Name: group,

@@ -56,6 +56,9 @@ const (
 	// ExecPrefix.<node>; a session's frames travel on
 	// ExecPrefix.<node>.<session>.in (to the node) and .out (from it).
 	ExecPrefix = "podflow.ops.exec"
+	// MetricsPrefix: a node agent answers resource usage requests
+	// (services/podmetrics) on MetricsPrefix.<node>.
+	MetricsPrefix = "podflow.ops.metrics"
 )
 
 // RoleStore is the bus role of the store replicas.
@@ -112,7 +115,7 @@ func stagePermissions(stage string) *bus.Permissions {
 	case API:
 		// The front door (podflow.api.>), the nodes' logs and exec sessions.
 		sub = append(sub, bus.APIPrefix+".>")
-		pub = append(pub, LogsPrefix+".*", ExecPrefix+".*", ExecPrefix+".*.*.in")
+		pub = append(pub, LogsPrefix+".*", ExecPrefix+".*", ExecPrefix+".*.*.in", MetricsPrefix+".*")
 		sub = append(sub, ExecPrefix+".*.*.out")
 		fallthrough
 	case Admission, Persistence:
@@ -141,7 +144,7 @@ const (
 
 // NodeAgentRole is the bus role of one node agent process, whose runner is
 // rc, acting for node: it may pull only that consumer, publish events and
-// heartbeats only about its own node, answer log requests only for it and
+// heartbeats only about its own node, answer log (exec, metrics) requests only for it and
 // write only its own Node (StoreWriteACL) — the NodeRestriction of the bus
 // and the store: a node cannot take another node's pods, report for it or
 // rewrite it. An empty node is a simulated cluster (SimNodesRole of
@@ -156,7 +159,7 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 		pub = append(pub, bus.PodPrefix+"."+string(t)+"."+token+".>")
 	}
 	pub = append(pub, bus.NodePrefix+"."+token+".>", ExecPrefix+"."+token+".*.out")
-	sub := []string{LogsPrefix + "." + token, ExecPrefix + "." + token, ExecPrefix + "." + token + ".*.in"}
+	sub := []string{LogsPrefix + "." + token, ExecPrefix + "." + token, ExecPrefix + "." + token + ".*.in", MetricsPrefix + "." + token}
 	return bus.RoleSpec{Role: role, Permissions: service(role).Merge(&bus.Permissions{
 		Publish:   &bus.SubjectPermission{Allow: pub},
 		Subscribe: &bus.SubjectPermission{Allow: sub},
