@@ -14,7 +14,10 @@
 // from the store, the downward API's fieldRef and resourceFieldRef) and
 // $(VAR) expansion of env, command and args; the Runtime receives the
 // final values and expands nothing. A source it cannot read is a
-// CreateContainerConfigError with kubelet's message.
+// CreateContainerConfigError with kubelet's message. downwardAPI volumes
+// (volumes.go) resolve their items with the same fieldRef and
+// resourceFieldRef code, paths checked as kubelet's atomic writer checks
+// them; the Runtime writes the files.
 //
 // # The pod worker
 //

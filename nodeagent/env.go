@@ -275,9 +275,10 @@ func formatMap(m map[string]string) string {
 // resourceField is kubelet's containerResourceRuntimeValue: a resource of
 // this container (or the one named), limits that are not set defaulting to
 // the node's allocatable (defaultPodLimitsForDownwardAPI), divided by the
-// divisor and rounded up.
+// divisor and rounded up. c is nil for a volume's item, which must name
+// its container.
 func (w *worker) resourceField(c *corev1.Container, fs *corev1.ResourceFieldSelector) (string, error) {
-	if n := fs.GetContainerName(); n != "" && n != c.GetName() {
+	if n := fs.GetContainerName(); c == nil || n != "" && n != c.GetName() {
 		c = nil
 		for _, x := range append(w.pod.GetSpec().GetInitContainers(), w.pod.GetSpec().GetContainers()...) {
 			if x.GetName() == n {

@@ -18,8 +18,9 @@ import (
 
 // Default file modes of projected volumes.
 const (
-	configMapMode = 0o644
-	secretMode    = 0o400
+	configMapMode   = 0o644
+	secretMode      = 0o400
+	downwardAPIMode = 0o644
 )
 
 func (r *Runtime) volumeDir(p *pod, name string) string { return filepath.Join(p.dir, "volumes", name) }
@@ -28,7 +29,9 @@ func (r *Runtime) volumeDir(p *pod, name string) string { return filepath.Join(p
 // directories under the pod's directory (a tmpfs for medium Memory);
 // configMap and secret volumes are materialised as files (secrets on a
 // tmpfs, never on disk) with their items' mode, the volume's defaultMode,
-// or 0644 and 0400; hostPath volumes must lie under
+// or 0644 and 0400; downwardAPI volumes are a tmpfs written by the atomic
+// writer (..data swapped to a new timestamped directory on each change,
+// see writeAtomic), modes as configMap's; hostPath volumes must lie under
 // Config.HostPathPrefixes. It may be called again to refresh the files.
 func (r *Runtime) MountVolumes(ctx context.Context, pd *corev1.Pod, vols []nodeagent.VolumeData) error {
 	p := r.pod(pd.GetMetadata().GetUid())
@@ -92,11 +95,23 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte,
 			return err
 		}
 		return applyFSGroup(dir, fsGroup, policy, true)
+	case v.GetDownwardApi() != nil:
+		// kubelet wraps a downwardAPI volume in a memory emptyDir.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := r.ensureTmpfs(p, dir, "podflow-downwardapi"); err != nil {
+			return err
+		}
+		if err := writeAtomic(dir, downwardAPIPayload(v.GetDownwardApi(), files)); err != nil {
+			return err
+		}
+		return applyFSGroup(dir, fsGroup, policy, true)
 	case v.GetHostPath() != nil:
 		_, err := r.hostPath(v.GetHostPath())
 		return err
 	default:
-		return errors.New("unsupported volume type (podflow supports emptyDir, configMap, secret, hostPath)")
+		return errors.New("unsupported volume type (podflow supports emptyDir, configMap, secret, downwardAPI, hostPath)")
 	}
 }
 
@@ -146,6 +161,25 @@ func (r *Runtime) ensureTmpfs(p *pod, dir, source string) error {
 	err := r.savePod(p)
 	r.mu.Unlock()
 	return err
+}
+
+// downwardAPIPayload gives each resolved file its item's mode, else the
+// volume's defaultMode, else 0644.
+func downwardAPIPayload(src *corev1.DownwardAPIVolumeSource, files map[string][]byte) map[string]projection {
+	out := make(map[string]projection, len(files))
+	for path, data := range files {
+		mode := os.FileMode(downwardAPIMode)
+		if src.DefaultMode != nil {
+			mode = os.FileMode(*src.DefaultMode) & 0o777
+		}
+		for _, it := range src.GetItems() {
+			if filepath.Clean(it.GetPath()) == path && it.Mode != nil {
+				mode = os.FileMode(*it.Mode) & 0o777
+			}
+		}
+		out[path] = projection{data: data, mode: mode}
+	}
+	return out
 }
 
 func itemModes(items []*corev1.KeyToPath, def *int32, fallback os.FileMode) func(string) os.FileMode {

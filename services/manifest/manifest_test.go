@@ -156,6 +156,12 @@ spec:
     hostPath: {path: /var/log, type: Directory}
   - name: data
     persistentVolumeClaim: {claimName: web-data, readOnly: true}
+  - name: podinfo
+    downwardAPI:
+      defaultMode: 0440
+      items:
+      - {path: labels, fieldRef: {apiVersion: v1, fieldPath: metadata.labels}, mode: 0400}
+      - {path: cpu, resourceFieldRef: {containerName: web, resource: limits.cpu, divisor: 1m}}
   initContainers:
   - name: proxy
     image: envoy:1.30
@@ -247,6 +253,10 @@ func TestRichPod(t *testing.T) {
 		{"imageID renamed", pod.GetStatus().GetContainerStatuses()[0].GetImageId(), "sha256:abc"},
 		{"lastState renamed", pod.GetStatus().GetContainerStatuses()[0].GetLastTerminationState().GetTerminated().GetExitCode(), int32(137)},
 		{"octal mode", pod.GetSpec().GetVolumes()[1].GetConfigMap().GetDefaultMode(), int32(0o644)},
+		{"downwardAPI fieldRef", pod.GetSpec().GetVolumes()[5].GetDownwardApi().GetItems()[0].GetFieldRef().GetFieldPath(), "metadata.labels"},
+		{"downwardAPI item mode", pod.GetSpec().GetVolumes()[5].GetDownwardApi().GetItems()[0].GetMode(), int32(0o400)},
+		{"downwardAPI defaultMode", pod.GetSpec().GetVolumes()[5].GetDownwardApi().GetDefaultMode(), int32(0o440)},
+		{"downwardAPI resourceFieldRef", pod.GetSpec().GetVolumes()[5].GetDownwardApi().GetItems()[1].GetResourceFieldRef().GetDivisor(), "1m"},
 		{"int64 list", pod.GetSpec().GetSecurityContext().GetSupplementalGroups(), []int64{3000, 4000}},
 		{"optional int64", c.GetStartupProbe().GetTerminationGracePeriodSeconds(), int64(12)},
 		{"toleration seconds", pod.GetSpec().GetTolerations()[1].GetTolerationSeconds(), int64(300)},
