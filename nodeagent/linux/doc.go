@@ -22,6 +22,11 @@
 //     LogTail for FallbackToLogsOnError).
 //   - Probe: exec in the container's namespaces; httpGet and tcpSocket from
 //     the node to the pod IP.
+//   - Meter (kubectl top): each Sample reads the node's cgroup root and
+//     every running container's cgroup (cgroups.Manager.ContainerUsage:
+//     cumulative CPU, working set = usage - inactive_file) and reports the
+//     CPU rate since the previous Sample, kept per container instance, as
+//     cAdvisor and metrics-server do.
 //   - StopPodSandbox and RemovePodSandbox: kill, then remove mounts,
 //     cgroups, the network namespace, the veth and the IP, and the pod's
 //     directory.

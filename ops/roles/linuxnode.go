@@ -27,6 +27,7 @@ import (
 	wire "github.com/podflow/podflow/ops/nodewire"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/podmetrics"
 	"github.com/podflow/podflow/services/stage"
 )
 
@@ -134,7 +135,7 @@ func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, clus
 }
 
 // LinuxNode runs one real node until ctx is done: the Linux runtime, the
-// agent core, its consumer, and the logs responder.
+// agent core, its consumer, and the logs, exec and metrics responders.
 func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	if err := linux.Check(); err != nil {
 		return err
@@ -246,10 +247,24 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	}
 	defer execs.Stop()
 
+	meter := rt.NewMeter()
+	readings, err := podmetrics.Serve(sess.Bus.NATS(), node, func(node string) (podmetrics.Reading, error) {
+		return linuxReading(node, meter.Last())
+	})
+	if err != nil {
+		return fmt.Errorf("serve metrics: %w", err)
+	}
+	defer func() { _ = readings.Unsubscribe() }()
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	var runErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sampleUsage(ctx, meter, log)
+	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

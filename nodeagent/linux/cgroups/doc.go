@@ -12,6 +12,10 @@
 // pids controllers. ModeAuto picks v2 on a pure v2 host and v1 on a legacy
 // or hybrid one (a hybrid host binds the controllers to v1).
 //
+// ContainerUsage and NodeUsage read a container's cgroup, or the node's
+// /<Root>, with containerd/cgroups' statistics: cumulative CPU time and
+// the memory working set (usage less inactive file cache, as cAdvisor).
+//
 // Caller's obligations:
 //
 //  1. Run as root; New fails with ErrUnavailable, saying why, otherwise.

@@ -37,9 +37,12 @@ type Manager struct {
 	cfg  Config
 	mode string
 	// v1
-	hier    cgroup1.Hierarchy
-	memsw   bool              // v1 memory.memsw.* present (swap accounting)
-	v1Roots map[string]string // subsystem → its mount directory
+	hier cgroup1.Hierarchy
+	// statHier is the cpuacct and memory hierarchies, all ContainerUsage
+	// and NodeUsage read.
+	statHier cgroup1.Hierarchy
+	memsw    bool              // v1 memory.memsw.* present (swap accounting)
+	v1Roots  map[string]string // subsystem → its mount directory
 	// v2
 	v2Mount string
 	v2swap  bool // memory.swap.max exists (swap accounting compiled in)
@@ -82,7 +85,7 @@ func New(cfg Config) (*Manager, error) {
 		m.v2Mount = v2Mount
 	case ModeV1:
 		m.v1Roots = map[string]string{}
-		var subs []cgroup1.Subsystem
+		var subs, stats []cgroup1.Subsystem
 		for _, name := range v1Subsystems {
 			dir := filepath.Join(cfg.Mountpoint, string(name))
 			var st unix.Statfs_t
@@ -95,8 +98,10 @@ func New(cfg Config) (*Manager, error) {
 				subs = append(subs, cgroup1.NewCpu(cfg.Mountpoint))
 			case cgroup1.Cpuacct:
 				subs = append(subs, cgroup1.NewCpuacct(cfg.Mountpoint))
+				stats = append(stats, subs[len(subs)-1])
 			case cgroup1.Memory:
 				subs = append(subs, cgroup1.NewMemory(cfg.Mountpoint, cgroup1.OptionalSwap()))
+				stats = append(stats, subs[len(subs)-1])
 			case cgroup1.Pids:
 				subs = append(subs, cgroup1.NewPids(cfg.Mountpoint))
 			}
@@ -104,6 +109,7 @@ func New(cfg Config) (*Manager, error) {
 		_, err := os.Stat(filepath.Join(m.v1Roots["memory"], "memory.memsw.limit_in_bytes"))
 		m.memsw = err == nil
 		m.hier = func() ([]cgroup1.Subsystem, error) { return subs, nil }
+		m.statHier = func() ([]cgroup1.Subsystem, error) { return stats, nil }
 	}
 	for _, qos := range []string{podrules.QOSGuaranteed, podrules.QOSBurstable, podrules.QOSBestEffort} {
 		r := Resources{}
