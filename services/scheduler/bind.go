@@ -197,7 +197,7 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	if err != nil {
 		return 0, 0, err
 	}
-	if len(reasons) > 0 || !sawAllocated(alloc, req.seen, req.pod) {
+	if len(reasons) > 0 || !sawAllocated(alloc, req.seen, req.pod, s.cache.Terminated) {
 		// Our cache let the pod in, the allocation does not, or it
 		// accounts for pods the decision did not see (the allocation
 		// informer is ahead of the pod informer): someone bound pods our
@@ -233,16 +233,23 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 }
 
 // sawAllocated reports whether the decision saw every pod alloc accounts
-// for on the node, pod itself aside. The fit is re-checked against the
+// for on the node, pod itself and the pods terminated reports finished
+// aside (a Succeeded pod keeps its allocation until it is deleted; the
+// cache, as kube-scheduler's, drops it, and without this a node with one
+// was a lost race for every bind). The fit is re-checked against the
 // allocation, but InterPodAffinity and PodTopologySpread read the pods'
 // labels and terms from the cache only: a pod the allocation has and the
 // cycle did not would be missed (two pods with hostname anti-affinity on
 // one node).
-func sawAllocated(alloc *corev1.NodeAllocation, seen []*podMeta, pod *corev1.Pod) bool {
+func sawAllocated(alloc *corev1.NodeAllocation, seen []*podMeta, pod *corev1.Pod, terminated func(key string) bool) bool {
 	allocated := alloc.GetPods()
 	want := len(allocated)
-	if _, ok := allocated[PodKey(pod)]; ok {
-		want--
+	for key := range allocated {
+		// The pod itself, and pods that finished (they keep their
+		// allocation until deleted, but no filter counts them).
+		if key == PodKey(pod) || terminated(key) {
+			want--
+		}
 	}
 	if want <= 0 {
 		return true

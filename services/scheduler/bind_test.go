@@ -7,7 +7,8 @@ import (
 )
 
 // TestSawAllocated: a bind goes on only when the decision saw every pod
-// the node's allocation accounts for (the pod itself aside).
+// the node's allocation accounts for (the pod itself and finished pods
+// aside).
 func TestSawAllocated(t *testing.T) {
 	pod := mkPod("p", "100m", "")
 	seen := func(names ...string) []*podMeta {
@@ -42,9 +43,14 @@ func TestSawAllocated(t *testing.T) {
 		{"a pod unseen", alloc("a", "b"), seen("a"), false},
 		{"nothing seen", alloc("a"), nil, false},
 		{"the pod itself does not stand in for another", alloc("a", "b"), seen("a", "p"), false},
+		// A pod that finished keeps its allocation until it is deleted;
+		// the cache dropped it, and no filter counts it.
+		{"a finished pod unseen", alloc("a", "done"), seen("a"), true},
+		{"a finished pod does not stand in for another", alloc("b", "done"), seen("a"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := sawAllocated(tc.alloc, tc.seen, pod); got != tc.want {
+			terminated := func(key string) bool { return key == "uid-done" }
+			if got := sawAllocated(tc.alloc, tc.seen, pod, terminated); got != tc.want {
 				t.Errorf("sawAllocated = %v, want %v", got, tc.want)
 			}
 		})

@@ -27,6 +27,10 @@ type Cache struct {
 	// present lists the items with a node object, in snapshot order.
 	present []*nodeItem
 	pods    map[string]*podEntry
+	// terminated holds the keys of bound pods seen Succeeded or Failed and
+	// not yet deleted: they hold their node's allocation until the status
+	// stage removes them, and a bind must not take them for pods it missed.
+	terminated map[string]bool
 	// generation numbers every change; listGeneration is the generation
 	// of the last change to the present set, imagesGeneration of the last
 	// change to the image counts.
@@ -78,10 +82,11 @@ type podEntry struct {
 // NewCache returns an empty cache.
 func NewCache() *Cache {
 	return &Cache{
-		nodes:    make(map[string]*nodeItem),
-		pods:     make(map[string]*podEntry),
-		images:   make(map[string]imageCount),
-		imageIDs: make(map[string]int32),
+		nodes:      make(map[string]*nodeItem),
+		pods:       make(map[string]*podEntry),
+		terminated: make(map[string]bool),
+		images:     make(map[string]imageCount),
+		imageIDs:   make(map[string]int32),
 	}
 }
 
@@ -302,6 +307,7 @@ func (c *Cache) AddPod(pod *corev1.Pod) error {
 		if old := c.pods[PodKey(pod)]; old != nil {
 			c.removeEntry(old)
 		}
+		c.terminated[PodKey(pod)] = true
 		return nil
 	}
 	p, err := newPodEntry(pod, node)
@@ -318,6 +324,14 @@ func (c *Cache) AddPod(pod *corev1.Pod) error {
 	return nil
 }
 
+// Terminated reports whether the cache saw the bound pod with key finish
+// (Succeeded or Failed) and not yet deleted.
+func (c *Cache) Terminated(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.terminated[key]
+}
+
 // UpdatePod is AddPod: the cache keys pods by uid and replaces the entry.
 func (c *Cache) UpdatePod(pod *corev1.Pod) error { return c.AddPod(pod) }
 
@@ -325,6 +339,7 @@ func (c *Cache) UpdatePod(pod *corev1.Pod) error { return c.AddPod(pod) }
 func (c *Cache) RemovePod(pod *corev1.Pod) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.terminated, PodKey(pod))
 	p := c.pods[PodKey(pod)]
 	if p == nil {
 		return fmt.Errorf("%w: %q", ErrPodNotFound, podName(pod))
