@@ -188,9 +188,11 @@ func (a *Agent) Stop() {
 	a.wg.Wait()
 }
 
-// HandlePodBound starts the pod's worker. It is idempotent: when the pod has
-// a worker, was deleted recently, or has finished (phase Succeeded or
-// Failed) it does nothing. A pod being deleted
+// HandlePodBound starts the pod's worker. It is idempotent: when the pod
+// was deleted recently, or has finished (phase Succeeded or Failed) it
+// does nothing; when it has a worker, that worker gets the pod's current
+// labels and annotations (a pod update: its downwardAPI volumes are
+// re-synced). A pod being deleted
 // (deletionTimestamp set) is handed to HandlePodDelete.
 func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 	if pod.GetSpec().GetNodeName() != a.cfg.NodeName {
@@ -205,7 +207,8 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 	if a.closed.Load() {
 		return ErrStopped
 	}
-	if _, ok := a.workers[uid]; ok {
+	if w, ok := a.workers[uid]; ok {
+		w.update(pod) // labels and annotations of a running pod may change
 		return nil
 	}
 	if _, ok := a.deleted[uid]; ok {

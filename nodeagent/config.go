@@ -67,6 +67,11 @@ type Config struct {
 	// ResyncPeriod is how often Run reconciles workers against the pods the
 	// store binds to this node.
 	ResyncPeriod time.Duration
+	// SyncPeriod is how often a worker re-syncs a running pod's
+	// configMap, secret and downwardAPI volumes with the store (kubelet's
+	// --sync-frequency, 1m): the longest a change to a referenced
+	// ConfigMap or Secret takes to reach the pod's files.
+	SyncPeriod time.Duration
 	// PublishTimeout bounds one Publish when the caller's context has no
 	// deadline; PublishRetry is the delay before a failed report is retried.
 	PublishTimeout time.Duration
@@ -101,6 +106,7 @@ func DefaultConfig(node, podCIDR string) Config {
 		HostIP:             "127.0.0.1",
 		HeartbeatInterval:  10 * time.Second,
 		ResyncPeriod:       time.Minute,
+		SyncPeriod:         time.Minute,
 		PublishTimeout:     10 * time.Second,
 		PublishRetry:       time.Second,
 		CrashLoopBackOff:   Backoff{Initial: 10 * time.Second, Max: 5 * time.Minute, ResetAfter: 10 * time.Minute},
@@ -130,6 +136,7 @@ func (c Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"HeartbeatInterval": c.HeartbeatInterval, "ResyncPeriod": c.ResyncPeriod,
+		"SyncPeriod":     c.SyncPeriod,
 		"PublishTimeout": c.PublishTimeout, "PublishRetry": c.PublishRetry,
 		"SpecSecond": c.SpecSecond,
 	} {

@@ -17,7 +17,11 @@
 // CreateContainerConfigError with kubelet's message. downwardAPI volumes
 // (volumes.go) resolve their items with the same fieldRef and
 // resourceFieldRef code, paths checked as kubelet's atomic writer checks
-// them; the Runtime writes the files.
+// them; the Runtime writes the files. While the pod runs, its worker
+// re-resolves its configMap, secret and downwardAPI volumes every
+// Config.SyncPeriod and at once after a pod update (new labels or
+// annotations handed over by HandlePodBound, as a reconcile does), and
+// mounts again the volumes whose files changed.
 //
 // # The pod worker
 //

@@ -30,7 +30,10 @@ type Runtime interface {
 	// (containers, volumes) and releases its IP. Idempotent.
 	RemovePodSandbox(ctx context.Context, podUID string) error
 	// MountVolumes makes the pod's volumes available to its containers;
-	// vols carries the resolved content of configMap and secret volumes.
+	// vols carries the resolved content of configMap, secret and
+	// downwardAPI volumes. While the pod runs the agent calls it again
+	// with the volumes whose content changed: the runtime replaces their
+	// files atomically (a container sees the old set or the new one).
 	MountVolumes(ctx context.Context, pod *corev1.Pod, vols []VolumeData) error
 	// PullImage makes image present according to policy (Always,
 	// IfNotPresent, Never).

@@ -2,13 +2,18 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"google.golang.org/protobuf/proto"
 )
 
 // volumeSource is what a worker reads of the store: the ConfigMaps and
@@ -145,4 +150,106 @@ func ValidateVolumePath(p string) error {
 		return fmt.Errorf("invalid path: must not start with '..': %s", p)
 	}
 	return nil
+}
+
+// synced reports whether v's files come from the store or the pod and are
+// re-synced while the pod runs: configMap, secret and downwardAPI volumes.
+func synced(v *corev1.Volume) bool {
+	return v.GetConfigMap() != nil || v.GetSecret() != nil || v.GetDownwardApi() != nil
+}
+
+// nextVolumeSync is when the pod's volumes are next re-synced: a
+// SyncPeriod from now, or never when it has no synced volume.
+func (w *worker) nextVolumeSync(now time.Time) time.Time {
+	w.volSync = time.Time{}
+	if slices.ContainsFunc(w.pod.GetSpec().GetVolumes(), synced) {
+		w.volSync = now.Add(w.d.cfg.SyncPeriod)
+	}
+	return w.volSync
+}
+
+// update hands the worker the store's current metadata of its pod (a
+// redelivered bind, a reconcile); an update the worker has not taken yet
+// is replaced. The agent calls it with its mutex held: one sender at a
+// time, so the send after the drain never blocks.
+func (w *worker) update(pod *corev1.Pod) {
+	md := proto.Clone(pod.GetMetadata()).(*corev1.ObjectMeta)
+	select {
+	case <-w.updateCh:
+	default:
+	}
+	select {
+	case w.updateCh <- md:
+	default:
+	}
+}
+
+// onUpdate takes a pod update as kubelet's pod worker does: of what may
+// change on a running pod, the labels and annotations are what the worker
+// shows (downwardAPI volumes, and the environment of containers started
+// from now on); a change re-syncs the volumes at once.
+func (w *worker) onUpdate(md *corev1.ObjectMeta) {
+	cur := w.pod.GetMetadata()
+	if cur == nil || (maps.Equal(cur.GetLabels(), md.GetLabels()) && maps.Equal(cur.GetAnnotations(), md.GetAnnotations())) {
+		return
+	}
+	cur.Labels, cur.Annotations = md.GetLabels(), md.GetAnnotations()
+	w.remount = true
+}
+
+// refreshVolumes is kubelet's remount on sync (the volume manager's
+// reconciler, configMap and secret volumes re-read each sync period): once
+// a SyncPeriod, or at once after a pod update, the configMap, secret and
+// downwardAPI volumes are resolved again and those whose files changed
+// are mounted again; the runtime swaps the files in atomically. A failure
+// leaves the files as they were, with a FailedMount Warning, and is tried
+// again at the next sync. It returns when the next sync is due.
+func (w *worker) refreshVolumes(ctx context.Context, now time.Time) time.Time {
+	if !slices.ContainsFunc(w.pod.GetSpec().GetVolumes(), synced) {
+		return time.Time{}
+	}
+	if !w.remount && now.Before(w.volSync) {
+		return w.volSync
+	}
+	w.remount = false
+	next := w.nextVolumeSync(now)
+	vols, err := w.resolveVolumes(ctx)
+	if err == nil {
+		sums, changed := changedVolumes(w.volSums, vols)
+		if len(changed) > 0 {
+			err = w.d.rt.MountVolumes(ctx, w.pod, changed)
+		}
+		if err == nil {
+			maps.Copy(w.volSums, sums)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		w.rep.Warn(eventsv1.ReasonFailedMount, message(err))
+	}
+	return next
+}
+
+// changedVolumes returns the digests of the synced volumes' files and
+// those volumes whose digest differs from last.
+func changedVolumes(last map[string][sha256.Size]byte, vols []VolumeData) (map[string][sha256.Size]byte, []VolumeData) {
+	sums := map[string][sha256.Size]byte{}
+	var changed []VolumeData
+	for _, vd := range vols {
+		if !synced(vd.Volume) {
+			continue
+		}
+		h := sha256.New()
+		for _, p := range slices.Sorted(maps.Keys(vd.Files)) {
+			fmt.Fprintf(h, "%d:%s%d:", len(p), p, len(vd.Files[p]))
+			h.Write(vd.Files[p])
+		}
+		var sum [sha256.Size]byte
+		h.Sum(sum[:0])
+		name := vd.Volume.GetName()
+		sums[name] = sum
+		if old, ok := last[name]; !ok || old != sum {
+			changed = append(changed, vd)
+		}
+	}
+	return sums, changed
 }

@@ -2,8 +2,10 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -30,7 +32,11 @@ import (
 //	              │         it is killed, Failed DeadlineExceeded). A pod
 //	              │         that finished (Succeeded or Failed, nothing to
 //	              │         restart) stays here with its sandbox released,
-//	              │         until deleted.
+//	              │         until deleted. A pod update (updateCh: new
+//	              │         labels or annotations) and every SyncPeriod
+//	              │         re-resolve the configMap, secret and
+//	              │         downwardAPI volumes; those whose files changed
+//	              │         are mounted again (see refreshVolumes).
 //	              │
 //	              │ a delete (deleteCh, with its grace)
 //	              ▼
@@ -58,8 +64,9 @@ type worker struct {
 	uid string
 	gen uint64 // the agent's start count at this worker's start (ListMark)
 
-	deleteCh chan time.Duration // capacity 1: a pending delete and its grace
-	done     chan struct{}      // closed when run returns
+	deleteCh chan time.Duration      // capacity 1: a pending delete and its grace
+	updateCh chan *corev1.ObjectMeta // capacity 1: the store's latest metadata
+	done     chan struct{}           // closed when run returns
 
 	rep       *reporter
 	state     workState
@@ -74,8 +81,14 @@ type worker struct {
 	sandboxRetry retry
 	mounted      bool
 	mountRetry   retry
-	inits, apps  []*ctr
-	failed       *ctr // the container whose exit made the pod Failed
+	// volSums is, per configMap, secret or downwardAPI volume, a digest
+	// of the files last mounted; volSync is when they are next re-synced,
+	// remount asks for that at once (the labels or annotations changed).
+	volSums     map[string][sha256.Size]byte
+	volSync     time.Time
+	remount     bool
+	inits, apps []*ctr
+	failed      *ctr // the container whose exit made the pod Failed
 	// rejected: the node failed the pod as a whole — refused as kubelet's
 	// admission refuses one (SysctlForbidden), or past its active deadline
 	// (DeadlineExceeded): Failed with that reason, never retried.
@@ -142,6 +155,8 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 	w := &worker{
 		d: d, pod: pod, uid: pod.GetMetadata().GetUid(),
 		deleteCh:     make(chan time.Duration, 1),
+		updateCh:     make(chan *corev1.ObjectMeta, 1),
+		volSums:      map[string][sha256.Size]byte{},
 		done:         make(chan struct{}),
 		rep:          newReporter(d, pod),
 		rec:          rec,
@@ -199,6 +214,8 @@ func (w *worker) run(ctx context.Context) {
 			return
 		case ex := <-w.exits:
 			w.onExit(ctx, ex)
+		case md := <-w.updateCh:
+			w.onUpdate(md)
 		case <-timer.C():
 		}
 	}
@@ -324,10 +341,12 @@ func (w *worker) converge(ctx context.Context) time.Time {
 	if wake, ok := w.ensureSandbox(ctx, now); !ok {
 		return wake
 	}
-	if wake, ok := w.ensureVolumes(ctx, now); !ok {
-		return wake
+	volWake, ok := w.ensureVolumes(ctx, now)
+	if !ok {
+		return volWake
 	}
 	wake, ok := w.syncInits(ctx, now)
+	wake = earliest(wake, volWake)
 	if ok {
 		for _, c := range w.apps {
 			if !c.running() && !c.done {
@@ -450,11 +469,12 @@ func (w *worker) reject(reason, msg string) {
 	w.rejected = &podFailure{reason: reason, message: "Pod was rejected: " + msg}
 }
 
-// ensureVolumes mounts the pod's volumes unless they are; !ok means they
-// are not yet and the worker should run again at wake.
+// ensureVolumes mounts the pod's volumes unless they are, and re-syncs
+// them when due (refreshVolumes); !ok means they are not mounted yet. The
+// worker should run again at wake.
 func (w *worker) ensureVolumes(ctx context.Context, now time.Time) (wake time.Time, ok bool) {
 	if w.mounted {
-		return time.Time{}, true
+		return w.refreshVolumes(ctx, now), true
 	}
 	if !w.mountRetry.Ready(now) {
 		return w.mountRetry.At(), false
@@ -475,7 +495,9 @@ func (w *worker) ensureVolumes(ctx context.Context, now time.Time) (wake time.Ti
 	}
 	w.mounted = true
 	w.mountRetry.Reset()
-	return time.Time{}, true
+	sums, _ := changedVolumes(w.volSums, vols)
+	maps.Copy(w.volSums, sums)
+	return w.nextVolumeSync(now), true
 }
 
 // startContainer pulls c's image and starts it, unless a back-off holds it;

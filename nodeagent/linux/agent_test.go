@@ -14,12 +14,14 @@ import (
 )
 
 // agentConfig is the kubelet's configuration with short timings: a spec
-// second of 100 ms, CrashLoopBackOff from 300 ms.
+// second of 100 ms, CrashLoopBackOff from 300 ms, volumes re-synced every
+// 200 ms.
 func agentConfig(cfg nodeagentCfg) nodeagent.Config {
 	c := nodeagent.DefaultConfig(cfg.node, cfg.cidr)
 	c.SpecSecond = 100 * time.Millisecond
 	c.HeartbeatInterval = time.Second
 	c.ResyncPeriod = time.Hour
+	c.SyncPeriod = 200 * time.Millisecond // volume re-syncs
 	c.PublishRetry = 50 * time.Millisecond
 	c.CrashLoopBackOff = nodeagent.Backoff{Initial: 300 * time.Millisecond, Max: 2400 * time.Millisecond, ResetAfter: time.Minute}
 	c.SetupBackOff = nodeagent.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}

@@ -141,7 +141,7 @@ func TestPodOnTheKernel(t *testing.T) {
 	})
 	t.Run("volumes", func(t *testing.T) {
 		res, err := e.rt.Probe(ctx, pd, c, id, nodeagent.ProbeLiveness, &corev1.Probe{Exec: &corev1.ExecAction{Command: []string{"sh", "-c",
-			`stat -c '%a %n' /cfg/index.html /var/run/tok/token; grep -c tmpfs /proc/mounts; (echo x > /cfg/new) 2>&1 | grep -q Read-only && echo ro`}}})
+			`stat -L -c '%a %n' /cfg/index.html /var/run/tok/token; grep -c tmpfs /proc/mounts; (echo x > /cfg/new) 2>&1 | grep -q Read-only && echo ro`}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,12 +27,16 @@ func (r *Runtime) volumeDir(p *pod, name string) string { return filepath.Join(p
 
 // MountVolumes implements nodeagent.Runtime: emptyDir volumes are
 // directories under the pod's directory (a tmpfs for medium Memory);
-// configMap and secret volumes are materialised as files (secrets on a
-// tmpfs, never on disk) with their items' mode, the volume's defaultMode,
-// or 0644 and 0400; downwardAPI volumes are a tmpfs written by the atomic
-// writer (..data swapped to a new timestamped directory on each change,
-// see writeAtomic), modes as configMap's; hostPath volumes must lie under
-// Config.HostPathPrefixes. It may be called again to refresh the files.
+// configMap, secret and downwardAPI volumes are written by the atomic
+// writer (kubelet's ..data layout: ..data swapped to a new timestamped
+// directory on each change, see writeAtomic), secrets and downwardAPI on a
+// tmpfs (never on disk), with their items' mode, the volume's
+// defaultMode, or 0644 (0400 for secrets); hostPath volumes must lie
+// under Config.HostPathPrefixes. It may be called again, with some of the
+// volumes, to refresh their files: a running container sees the new set
+// through its mount of the volume, all at once; a subPath mount (bound
+// to one file or directory of the old set) keeps what it had, as in
+// Kubernetes.
 func (r *Runtime) MountVolumes(ctx context.Context, pd *corev1.Pod, vols []nodeagent.VolumeData) error {
 	p := r.pod(pd.GetMetadata().GetUid())
 	if p == nil {
@@ -79,7 +83,7 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte,
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		if err := writeFiles(dir, files, itemModes(src.GetItems(), src.DefaultMode, configMapMode)); err != nil {
+		if err := writeAtomic(dir, payload(files, itemModes(src.GetItems(), src.DefaultMode, configMapMode))); err != nil {
 			return err
 		}
 		return applyFSGroup(dir, fsGroup, policy, true)
@@ -91,7 +95,7 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte,
 		if err := r.ensureTmpfs(p, dir, "podflow-secret"); err != nil {
 			return err
 		}
-		if err := writeFiles(dir, files, itemModes(src.GetItems(), src.DefaultMode, secretMode)); err != nil {
+		if err := writeAtomic(dir, payload(files, itemModes(src.GetItems(), src.DefaultMode, secretMode))); err != nil {
 			return err
 		}
 		return applyFSGroup(dir, fsGroup, policy, true)
@@ -196,30 +200,14 @@ func itemModes(items []*corev1.KeyToPath, def *int32, fallback os.FileMode) func
 	}
 }
 
-// writeFiles writes files (relative paths, no "..") into dir atomically
-// per file.
-func writeFiles(dir string, files map[string][]byte, mode func(string) os.FileMode) error {
+// payload gives each file of a configMap or secret volume its mode for
+// the atomic writer (which checks the paths).
+func payload(files map[string][]byte, mode func(string) os.FileMode) map[string]projection {
+	out := make(map[string]projection, len(files))
 	for name, data := range files {
-		clean := filepath.Clean(name)
-		if filepath.IsAbs(clean) || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
-			return fmt.Errorf("file %q escapes the volume", name)
-		}
-		path := filepath.Join(dir, clean)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
-		}
-		tmp := path + ".podflow-tmp"
-		if err := os.WriteFile(tmp, data, 0o600); err != nil {
-			return err
-		}
-		if err := os.Chmod(tmp, mode(name)); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			return err
-		}
+		out[name] = projection{data: data, mode: mode(name)}
 	}
-	return nil
+	return out
 }
 
 func validName(s string) bool {

@@ -116,6 +116,9 @@ type Runtime struct {
 	// teardowns counts the failed RemovePodSandbox calls per pod UID
 	// (AnnotationTeardown).
 	teardowns map[string]int
+	// mounted is closed and replaced on every successful MountVolumes
+	// (WaitVolume waits on it).
+	mounted chan struct{}
 }
 
 var (
@@ -129,10 +132,17 @@ type simPod struct {
 	ip         netip.Addr
 	created    time.Time
 	mounted    bool
+	volumes    map[string]*simVolume // by volume name: what MountVolumes got
 	exits      chan nodeagent.ContainerExit
 	removed    chan struct{}
 	containers map[nodeagent.ContainerID]*simCtr
 	starts     map[string]int32 // container name -> instances started
+}
+
+// simVolume is one volume as the agent last mounted it.
+type simVolume struct {
+	files  map[string][]byte
+	mounts int // MountVolumes calls that carried this volume
 }
 
 type simCtr struct {
@@ -150,7 +160,7 @@ func New(cfg Config) (*Runtime, error) {
 		cfg.Clock = nodeagent.RealClock{}
 	}
 	return &Runtime{cfg: cfg, clock: cfg.Clock, ipam: ipam, done: make(chan struct{}),
-		images: map[string]string{}, pods: map[string]*simPod{}}, nil
+		images: map[string]string{}, pods: map[string]*simPod{}, mounted: make(chan struct{})}, nil
 }
 
 // Close stops every pending simulated exit. The runtime must not be used
@@ -306,7 +316,45 @@ func (r *Runtime) MountVolumes(ctx context.Context, pod *corev1.Pod, vols []node
 		return nodeagent.Errorf(nodeagent.CodeMount, "pod %q has no sandbox", pod.GetMetadata().GetUid())
 	}
 	p.mounted = true
+	if p.volumes == nil {
+		p.volumes = map[string]*simVolume{}
+	}
+	for _, vd := range vols {
+		v := p.volumes[vd.Volume.GetName()]
+		if v == nil {
+			v = &simVolume{}
+			p.volumes[vd.Volume.GetName()] = v
+		}
+		v.files = maps.Clone(vd.Files)
+		v.mounts++
+	}
+	close(r.mounted)
+	r.mounted = make(chan struct{})
 	return nil
+}
+
+// WaitVolume waits until cond holds for volume name of the pod as the
+// agent last mounted it: its files and how many MountVolumes calls
+// carried it (0: none yet). It returns ctx's error when ctx ends first.
+func (r *Runtime) WaitVolume(ctx context.Context, podUID, name string, cond func(files map[string][]byte, mounts int) bool) error {
+	for {
+		r.mu.Lock()
+		var files map[string][]byte
+		mounts := 0
+		if p := r.pods[podUID]; p != nil && p.volumes[name] != nil {
+			files, mounts = maps.Clone(p.volumes[name].files), p.volumes[name].mounts
+		}
+		ch := r.mounted
+		r.mu.Unlock()
+		if cond(files, mounts) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sim: volume %q of pod %q (%d mounts, files %q): %w", name, podUID, mounts, files, ctx.Err())
+		case <-ch:
+		}
+	}
 }
 
 // PullImage implements nodeagent.Runtime.

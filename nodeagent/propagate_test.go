@@ -1,0 +1,72 @@
+package nodeagent_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/nodeagent"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+)
+
+// A running pod's updates reach its volumes as kubelet's do: new labels,
+// delivered by a bind redelivered for the pod (a reconcile), make the
+// worker re-resolve its downwardAPI volume and mount it again; a changed
+// ConfigMap reaches its configMap volume on the next SyncPeriod. Only the
+// volume whose files changed is mounted again.
+func TestPodUpdatesReachVolumes(t *testing.T) {
+	e := newEnv(t)
+	e.agent.Stop() // this test's agent re-syncs volumes every 50 ms
+	cfg := fastConfig()
+	cfg.SyncPeriod = 50 * time.Millisecond
+	a, err := nodeagent.New(cfg, e.rt, e.store, e.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	e.agent = a
+	if err := a.Start(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+
+	e.store.PutConfigMap(&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "app-config"}, Data: map[string]string{"greeting": "hello"}})
+	p := newPod("propagate", func(p *corev1.Pod) {
+		p.Metadata.Labels = map[string]string{"app": "web"}
+		p.Spec.Volumes = []*corev1.Volume{
+			{Name: "podinfo", DownwardApi: &corev1.DownwardAPIVolumeSource{Items: []*corev1.DownwardAPIVolumeFile{
+				{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}}},
+			{Name: "config", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "app-config"}},
+		}
+	})
+	e.bind(p)
+	e.waitStatus(p.Metadata.Uid, "Running and Ready", runningReady)
+	uid := p.Metadata.Uid
+	wantFile := func(vol, path, want string, mounts int) {
+		t.Helper()
+		err := e.rt.WaitVolume(e.ctx(), uid, vol, func(files map[string][]byte, n int) bool {
+			return string(files[path]) == want && n == mounts
+		})
+		if err != nil {
+			t.Fatalf("volume %q file %q = %q after %d mounts: %v", vol, path, want, mounts, err)
+		}
+	}
+	wantFile("podinfo", "labels", `app="web"`, 1)
+	wantFile("config", "greeting", "hello", 1)
+
+	// The labels change in the store; the bind is redelivered.
+	p.Metadata.Labels = map[string]string{"app": "web", "tier": "front"}
+	e.bind(p)
+	wantFile("podinfo", "labels", "app=\"web\"\ntier=\"front\"", 2)
+
+	e.store.PutConfigMap(&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "app-config"}, Data: map[string]string{"greeting": "bonjour"}})
+	wantFile("config", "greeting", "bonjour", 2)
+	// Re-syncs since then found podinfo unchanged: not mounted again.
+	wantFile("podinfo", "labels", "app=\"web\"\ntier=\"front\"", 2)
+
+	// A reconcile hands the same update again: nothing is mounted again.
+	if err := a.Reconcile(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	e.store.PutConfigMap(&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "app-config"}, Data: map[string]string{"greeting": "hallo"}})
+	wantFile("config", "greeting", "hallo", 3)
+	wantFile("podinfo", "labels", "app=\"web\"\ntier=\"front\"", 2)
+}
