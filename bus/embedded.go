@@ -59,6 +59,12 @@ type EmbeddedConfig struct {
 	ClusterPort int
 	// Routes are the other servers' route URLs, e.g. "nats-route://127.0.0.1:6223".
 	Routes []string
+	// ClusterAdvertise, when set, is the route address this server tells
+	// the others (nats-server's cluster advertise) instead of its own; the
+	// others dial it only when they learn of this server by gossip, not
+	// through Routes. `podflow chaos` sets an address that refuses, so
+	// that every route runs through the relay its Routes name.
+	ClusterAdvertise string
 	// Roles are NATS users to provision besides the built-in admin and
 	// client, each restricted by its permissions (see RoleSpec).
 	Roles []RoleSpec
@@ -445,7 +451,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		opts.TLS, opts.TLSVerify, opts.TLSConfig, opts.TLSTimeout = true, true, cfg.TLS, tlsTimeout
 	}
 	if cfg.ClusterName != "" {
-		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: cfg.Host, Port: cfg.ClusterPort}
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: cfg.Host, Port: cfg.ClusterPort, Advertise: cfg.ClusterAdvertise}
 		if cfg.ClusterTLS != nil {
 			opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = cfg.ClusterTLS, tlsTimeout
 		}

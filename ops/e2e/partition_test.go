@@ -22,10 +22,23 @@ import (
 // history is linearizable (porcupine). `make chaos` runs
 // the whole matrix of nemeses.
 func TestPartitionedLeader(t *testing.T) {
+	runChaosRun(t, []string{"--nemesis", "leader", "--pods", "30", "--duration", "12s",
+		"--kill-interval", "5s", "--fault-for", "4s", "--nodes", "5", "--settle", "60s", "--seed", "22"},
+		"(the leader) for 4s", "healed")
+}
+
+// chaosChecks are what every bounded chaos run must print.
+var chaosChecks = []string{"ConfigMap operations over HTTPS are linearizable",
+	"check: store replicas agree by content", "no acknowledged PodRequested lost", "no event unacknowledged or undelivered in any durable consumer",
+	"in order, once, with no gap, against the final list and the store's history"}
+
+// runChaosRun runs `podflow chaos` with args and fails unless it found no
+// violation and printed chaosChecks and want.
+func runChaosRun(t *testing.T, args []string, want ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "chaos", "--nemesis", "leader", "--pods", "30", "--duration", "12s",
-		"--kill-interval", "5s", "--fault-for", "4s", "--nodes", "5", "--settle", "60s", "--seed", "22")
+	cmd := exec.CommandContext(ctx, binary, append([]string{"chaos"}, args...)...)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
 	b, err := cmd.CombinedOutput()
@@ -38,11 +51,26 @@ func TestPartitionedLeader(t *testing.T) {
 	if err != nil || !strings.Contains(out, "0 violations") {
 		t.Fatalf("chaos: %v", err)
 	}
-	for _, want := range []string{"(the leader) for 4s", "healed", "ConfigMap operations over HTTPS are linearizable",
-		"check: store replicas agree by content", "no acknowledged PodRequested lost", "no event unacknowledged or undelivered in any durable consumer",
-		"in order, once, with no gap, against the final list and the store's history"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("no %q in the chaos run", want)
+	for _, w := range append(want, chaosChecks...) {
+		if !strings.Contains(out, w) {
+			t.Errorf("no %q in the chaos run", w)
 		}
 	}
+}
+
+// TestPartitionedNATSServer is the bounded NATS-route run of `make test`:
+// podflow chaos starts its own --cluster system with every route between
+// the 3 NATS servers through its relays (each server advertising an
+// address that refuses, so that no route learnt by gossip goes around
+// them), cuts the events stream's leader off from the other two servers
+// (it still serves its clients), heals, then cuts a random server off and
+// heals, under a small pod workload and the HTTPS ConfigMap clients; then
+// the same checkers as TestPartitionedLeader: no acknowledged
+// PodRequested lost, consumers drained, replicas agreeing, watches and
+// linearizability.
+func TestPartitionedNATSServer(t *testing.T) {
+	runChaosRun(t, []string{"--nemesis", "leader,partition", "--nemesis-target", "nats", "--pods", "30", "--duration", "18s",
+		"--kill-interval", "5s", "--fault-for", "5s", "--nodes", "5", "--settle", "60s", "--seed", "43"},
+		"isolate nats-", "(the leader) for 5s", "partition [nats-", "healed (events stream leader",
+		"NATS route bytes relayed per link: nats-1→nats-2")
 }

@@ -1,6 +1,7 @@
 // Package nemesis injects network faults between podflow's own processes
-// on one machine: each directed link between two store replicas runs
-// through a loopback TCP relay of the chaos process (Net), which can cut
+// on one machine: each directed link between two store replicas, or
+// between two NATS servers' routes, runs through a loopback TCP relay of
+// the chaos process (Net), which can cut
 // it (partition, isolate a leader, bridge, one-way), slow it (delay and
 // jitter) or flap it; nothing leaves the machine and nothing in the
 // kernel changes.
@@ -9,7 +10,9 @@
 //
 //  1. Start the Net (New) with every node's real listen address before the
 //     nodes, and make each node dial its peers at DialAddrs(node)
-//     (raftstore.Config.PeerAddrs; `podflow store run --peer-addrs`).
+//     (raftstore.Config.PeerAddrs; `podflow store run --peer-addrs`; a
+//     NATS server's route URLs, advertising a Refusing address so that
+//     no route learnt by gossip goes around the relays).
 //  2. Describe faults as data (Partition, Isolate, Bridge, OneWay, Slow)
 //     and set one at a time with Apply; Heal before checking.
 //  3. Close the Net when done: its relays and their connections end.

@@ -122,6 +122,14 @@ type Options struct {
 	// peers (replica → peer → host:port, `store run --peer-addrs`):
 	// `podflow chaos` routes every directed raft link through a relay.
 	StorePeerAddrs map[string]map[string]string
+	// NATSRoutePeerAddrs, when set with Cluster, is where each NATS server
+	// dials its peers' routes (nats-i → nats-j → host:port) and
+	// NATSRouteAdvertise the route address each tells the others
+	// (`nats --cluster-advertise`): `podflow chaos` routes every directed
+	// route link through a relay and advertises an address that refuses,
+	// so that no route learnt by gossip goes around the relays.
+	NATSRoutePeerAddrs map[string]map[string]string
+	NATSRouteAdvertise string
 	// StoreUser is the store's NATS user (from the shared credentials).
 	StoreUser bus.UserCredential
 	// Replicas per stage; a stage absent has none.
@@ -283,17 +291,25 @@ func (p *Plan) natsProcesses() []Process {
 	}
 	var procs []Process
 	for i := range 3 {
+		name := fmt.Sprintf("nats-%d", i+1)
 		var routes []string
 		for j, port := range o.ClusterRoutePorts {
-			if j != i {
-				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", port))
+			if j == i {
+				continue
 			}
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			if a := o.NATSRoutePeerAddrs[name][fmt.Sprintf("nats-%d", j+1)]; a != "" {
+				addr = a
+			}
+			routes = append(routes, "nats-route://"+addr)
 		}
-		name := fmt.Sprintf("nats-%d", i+1)
 		args := []string{
 			"nats", "--data-dir", p.Layout.Sub(name), "--port", strconv.Itoa(o.ClusterClientPorts[i]),
 			"--server-name", name, "--cluster-name", "podflow", "--cluster-port", strconv.Itoa(o.ClusterRoutePorts[i]),
 			"--routes", strings.Join(routes, ","), "--creds", p.Layout.Credentials(),
+		}
+		if o.NATSRouteAdvertise != "" {
+			args = append(args, "--cluster-advertise", o.NATSRouteAdvertise)
 		}
 		if o.TLS {
 			f := p.Layout.NATSServerTLS()

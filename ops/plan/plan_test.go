@@ -369,3 +369,21 @@ func TestStorePeerAddrs(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterRouteRelays: with NATSRoutePeerAddrs each NATS server dials
+// its peers' routes at its own relay addresses, and advertises
+// NATSRouteAdvertise, so that no gossiped route goes around the relays.
+func TestClusterRouteRelays(t *testing.T) {
+	o := options()
+	o.Cluster, o.ClusterClientPorts, o.ClusterRoutePorts = true, []int{4001, 4002, 4003}, []int{6001, 6002, 6003}
+	o.NATSRoutePeerAddrs = map[string]map[string]string{"nats-2": {"nats-1": "127.0.0.1:7721", "nats-3": "127.0.0.1:7723"}}
+	o.NATSRouteAdvertise = "127.0.0.1:7700"
+	p, err := plan.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nats2 := p.Step(plan.NATS).Processes[1]
+	if got, want := strings.Join(nats2.Args, " "), "nats --data-dir /d/nats-2 --port 4002 --server-name nats-2 --cluster-name podflow --cluster-port 6002 --routes nats-route://127.0.0.1:7721,nats-route://127.0.0.1:7723 --creds /d/nats/creds.json --cluster-advertise 127.0.0.1:7700"; got != want {
+		t.Errorf("nats-2 args\n got %s\nwant %s", got, want)
+	}
+}

@@ -270,8 +270,8 @@ func systemUnderTest(ctx context.Context, configPath string, nodes int, replicas
 
 // systemUnderTestPrepared is systemUnderTest with prepare run on the
 // fresh data directory before its `podflow up` starts (not with
-// configPath).
-func systemUnderTestPrepared(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string, prepare func(dir string) error) (*client.Session, func(), error) {
+// configPath); prepare returns more arguments of that `podflow up`.
+func systemUnderTestPrepared(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string, prepare func(dir string) ([]string, error)) (*client.Session, func(), error) {
 	sess, _, cleanup, err := systemUnderTestProcs(ctx, configPath, nodes, replicas, remove, name, prepare)
 	return sess, cleanup, err
 }
@@ -279,7 +279,7 @@ func systemUnderTestPrepared(ctx context.Context, configPath string, nodes int, 
 // systemUnderTestProcs is systemUnderTestPrepared that also says where to
 // find the system's processes: children.json beside the configuration,
 // and up's PID when it started its own.
-func systemUnderTestProcs(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string, prepare func(dir string) error) (*client.Session, procs, func(), error) {
+func systemUnderTestProcs(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string, prepare func(dir string) ([]string, error)) (*client.Session, procs, func(), error) {
 	var ps procs
 	var undo []func()
 	cleanup := func() {
@@ -295,13 +295,14 @@ func systemUnderTestProcs(ctx context.Context, configPath string, nodes int, rep
 		if remove {
 			undo = append(undo, func() { os.RemoveAll(dir) })
 		}
+		var extra []string
 		if prepare != nil {
-			if err := prepare(dir); err != nil {
+			if extra, err = prepare(dir); err != nil {
 				cleanup()
 				return nil, ps, nil, err
 			}
 		}
-		stop, pid, err := startUp(ctx, dir, nodes, replicas)
+		stop, pid, err := startUp(ctx, dir, nodes, replicas, extra...)
 		if err != nil {
 			cleanup()
 			return nil, ps, nil, err
@@ -323,7 +324,7 @@ func systemUnderTestProcs(ctx context.Context, configPath string, nodes int, rep
 
 // startUp runs `podflow up` in dir as a child and waits until it is ready;
 // stop ends it.
-func startUp(ctx context.Context, dir string, nodes int, replicas string) (stop func(), pid int, err error) {
+func startUp(ctx context.Context, dir string, nodes int, replicas string, extra ...string) (stop func(), pid int, err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, 0, err
@@ -332,6 +333,7 @@ func startUp(ctx context.Context, dir string, nodes int, replicas string) (stop 
 	if replicas != "" {
 		args = append(args, "--replicas", replicas)
 	}
+	args = append(args, extra...)
 	cmd := exec.Command(exe, args...)
 	logf, err := os.Create(filepath.Join(dir, "up.log"))
 	if err != nil {

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,6 +44,7 @@ type chaosOptions struct {
 	nodes        int
 	settle       time.Duration
 	nemeses      string
+	netTargets   string
 	faultFor     time.Duration
 	linClients   int
 	linKeys      int
@@ -83,6 +86,7 @@ its own ` + "`podflow up`" + ` in a temporary directory.`,
 	f.IntVar(&o.nodes, "nodes", 20, "simulated nodes (when starting its own system)")
 	f.DurationVar(&o.settle, "settle", 2*time.Minute, "how long to wait for every pod to settle after the chaos")
 	f.StringVar(&o.nemeses, "nemesis", "", "faults to inject, one every --kill-interval: "+strings.Join(nemesisNames, ",")+" (default kill, and pause with --pause); network faults need chaos to start its own system (no --config)")
+	f.StringVar(&o.netTargets, "nemesis-target", "store", "whose links the network faults cut: store (the raft links of the store replicas), nats (the route links of the 3 NATS servers of a --cluster system, which chaos then starts) or store,nats (in turn); oneway is for the store only")
 	f.DurationVar(&o.faultFor, "fault-for", 5*time.Second, "how long a network fault lasts before it heals")
 	f.IntVar(&o.linClients, "lin-clients", 4, "concurrent HTTPS clients of the linearizability checker (0: none)")
 	f.IntVar(&o.linKeys, "lin-keys", 5, "ConfigMaps those clients share")
@@ -117,34 +121,126 @@ func parseNemeses(spec string, pause bool) (names []string, network bool, err er
 	return names, network, nil
 }
 
-// chaosNet starts the relays of the store's raft links and writes, into
-// the fresh data directory dir, the store addresses and each replica's
-// dial addresses, so that the `podflow up` started next routes every
-// directed link through its relay.
-func chaosNet(dir string, replicas int) (*nemesis.Net, error) {
-	targets := map[string]string{}
-	var cl clusterFile
-	for i := range replicas {
-		a, err := plan.FreeAddr()
-		if err != nil {
-			return nil, err
+// parseNetTargets reads --nemesis-target.
+func parseNetTargets(spec string, nemeses []string) ([]string, error) {
+	var out []string
+	for _, t := range strings.Split(spec, ",") {
+		if t = strings.TrimSpace(t); t == "" || slices.Contains(out, t) {
+			continue
 		}
-		cl.StoreAddrs = append(cl.StoreAddrs, a)
-		targets[fmt.Sprintf("store-%d", i+1)] = a
+		if t != "store" && t != "nats" {
+			return nil, fmt.Errorf("--nemesis-target: unknown target %q (store, nats)", t)
+		}
+		out = append(out, t)
 	}
-	n, err := nemesis.New(targets)
-	if err != nil {
-		return nil, err
+	if len(out) == 0 {
+		return nil, errors.New("--nemesis-target: none given (store, nats)")
 	}
-	cl.StorePeerAddrs = map[string]map[string]string{}
-	for id := range targets {
-		cl.StorePeerAddrs[id] = n.DialAddrs(id)
+	if slices.Equal(out, []string{"nats"}) && slices.Contains(nemeses, "oneway") {
+		// A NATS route between two servers is whichever connection of the
+		// two they dialled survived: cutting what one dialled is no
+		// one-way fault.
+		return nil, errors.New("--nemesis oneway: the store's links only (add store to --nemesis-target)")
+	}
+	return out, nil
+}
+
+// chaosNets are the relays of chaos's network faults: the store's raft
+// links, and with nats the route links of the NATS servers.
+type chaosNets struct {
+	store, nats *nemesis.Net
+	refusing    *nemesis.Refusing
+}
+
+func (c *chaosNets) of(target string) *nemesis.Net {
+	if target == "nats" {
+		return c.nats
+	}
+	return c.store
+}
+
+func (c *chaosNets) heal() error {
+	err := c.store.Heal()
+	if c.nats != nil {
+		err = errors.Join(err, c.nats.Heal())
+	}
+	return err
+}
+
+// Close closes the relays (after the system stopped: its links).
+func (c *chaosNets) Close() {
+	for _, n := range []*nemesis.Net{c.store, c.nats} {
+		if n != nil {
+			n.Close()
+		}
+	}
+	if c.refusing != nil {
+		c.refusing.Close()
+	}
+}
+
+// chaosNet starts the relays of the store's raft links (and, with nats,
+// of the NATS servers' routes) and writes, into the fresh data directory
+// dir, the addresses and each process's dial addresses, so that the
+// `podflow up` started next routes every directed link through its relay.
+// It returns that up's extra arguments (--cluster with nats).
+func chaosNet(dir string, replicas int, nats bool) (*chaosNets, []string, error) {
+	c := &chaosNets{}
+	var cl clusterFile
+	relays := func(prefix string, addrs []string) (*nemesis.Net, map[string]map[string]string, error) {
+		targets := map[string]string{}
+		for i, a := range addrs {
+			targets[fmt.Sprintf("%s-%d", prefix, i+1)] = a
+		}
+		n, err := nemesis.New(targets)
+		if err != nil {
+			return nil, nil, err
+		}
+		dial := map[string]map[string]string{}
+		for id := range targets {
+			dial[id] = n.DialAddrs(id)
+		}
+		return n, dial, nil
+	}
+	fail := func(err error) (*chaosNets, []string, error) {
+		c.Close()
+		return nil, nil, err
+	}
+	var err error
+	if cl.StoreAddrs, err = plan.FreeAddrs(replicas); err != nil {
+		return fail(err)
+	}
+	if c.store, cl.StorePeerAddrs, err = relays("store", cl.StoreAddrs); err != nil {
+		return fail(err)
+	}
+	var extra []string
+	if nats {
+		addrs, err := plan.FreeAddrs(6) // 3 client and 3 route ports
+		if err != nil {
+			return fail(err)
+		}
+		for i, a := range addrs {
+			_, p, _ := net.SplitHostPort(a)
+			port, _ := strconv.Atoi(p)
+			if i < 3 {
+				cl.ClusterClientPorts = append(cl.ClusterClientPorts, port)
+			} else {
+				cl.ClusterRoutePorts = append(cl.ClusterRoutePorts, port)
+			}
+		}
+		if c.nats, cl.NATSRoutePeerAddrs, err = relays("nats", addrs[3:]); err != nil {
+			return fail(err)
+		}
+		if c.refusing, err = nemesis.NewRefusing(); err != nil {
+			return fail(err)
+		}
+		cl.NATSRouteAdvertise = c.refusing.Addr()
+		extra = []string{"--cluster"}
 	}
 	if err := writeJSONFile(plan.Layout{Dir: dir}.Cluster(), cl); err != nil {
-		n.Close()
-		return nil, err
+		return fail(err)
 	}
-	return n, nil
+	return c, extra, nil
 }
 
 func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
@@ -170,12 +266,16 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	if network && o.config != "" {
 		return errors.New("--nemesis: network faults need chaos to start its own system: leave out --config")
 	}
-	var faults *nemesis.Net
-	var prepare func(string) error
+	netTargets, err := parseNetTargets(o.netTargets, nemeses)
+	if err != nil {
+		return err
+	}
+	var faults *chaosNets
+	var prepare func(string) ([]string, error)
 	if network {
-		prepare = func(dir string) (err error) {
-			faults, err = chaosNet(dir, 3)
-			return err
+		prepare = func(dir string) (extra []string, err error) {
+			faults, extra, err = chaosNet(dir, 3, slices.Contains(netTargets, "nats"))
+			return extra, err
 		}
 	}
 	sess, cleanup, err := systemUnderTestPrepared(ctx, o.config, o.nodes, "admission=2,persistence=2,scheduler=2", true, "podflow-chaos", prepare)
@@ -299,11 +399,22 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 				fmt.Fprintf(out, "  %6s  SIGKILL %s (pid %d)\n", elapsed(), victim.Name, victim.PID)
 			}
 		default:
-			f, flap := networkFault(ctx, sess, faults, kind, rng)
+			// The network faults take the targets in turn; oneway is the
+			// store's only.
+			target := netTargets[netFaults%len(netTargets)]
+			if kind == "oneway" {
+				target = "store"
+			}
+			leader := func() string { return storeLeader(ctx, sess) }
+			if target == "nats" {
+				leader = func() string { return eventsLeader(ctx, sess) }
+			}
+			nn := faults.of(target)
+			f, flap := networkFault(nn, kind, leader(), rng)
 			netFaults++
 			if flap {
 				fmt.Fprintf(out, "  %6s  flap %s every 400ms for %s\n", elapsed(), f, o.faultFor)
-				n, err := faults.Flap(ctx, f, 400*time.Millisecond, o.faultFor)
+				n, err := nn.Flap(ctx, f, 400*time.Millisecond, o.faultFor)
 				if err != nil && ctx.Err() == nil {
 					return fmt.Errorf("nemesis: %w", err)
 				}
@@ -311,21 +422,25 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 				restartWatch(watch)
 				continue
 			}
-			if err := faults.Apply(f); err != nil {
+			if err := nn.Apply(f); err != nil {
 				return fmt.Errorf("nemesis: %w", err)
 			}
 			fmt.Fprintf(out, "  %6s  %s for %s\n", elapsed(), f, o.faultFor)
 			sleepCtx(ctx, o.faultFor)
-			during := storeLeader(ctx, sess)
-			if err := faults.Heal(); err != nil {
+			during := leader()
+			if err := nn.Heal(); err != nil {
 				return fmt.Errorf("nemesis: %w", err)
 			}
-			fmt.Fprintf(out, "  %6s  healed (leader before the heal: %q)\n", elapsed(), during)
+			what := "store leader"
+			if target == "nats" {
+				what = "events stream leader"
+			}
+			fmt.Fprintf(out, "  %6s  healed (%s before the heal: %q)\n", elapsed(), what, during)
 			restartWatch(watch)
 		}
 	}
 	if faults != nil {
-		if err := faults.Heal(); err != nil {
+		if err := faults.heal(); err != nil {
 			return fmt.Errorf("nemesis: %w", err)
 		}
 	}
@@ -339,12 +454,15 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "chaos: %d kills, %d pauses, %d network faults; waiting up to %s for the pods to settle\n", kills, pauses, netFaults, o.settle)
 	if faults != nil {
-		var links []string
-		for e, b := range faults.Stats() {
-			links = append(links, fmt.Sprintf("%s %d", e, b))
+		for _, t := range netTargets {
+			var links []string
+			for e, b := range faults.of(t).Stats() {
+				links = append(links, fmt.Sprintf("%s %d", e, b))
+			}
+			sort.Strings(links)
+			what := map[string]string{"store": "raft", "nats": "NATS route"}[t]
+			fmt.Fprintf(out, "  %s bytes relayed per link: %s\n", what, strings.Join(links, ", "))
 		}
-		sort.Strings(links)
-		fmt.Fprintf(out, "  raft bytes relayed per link: %s\n", strings.Join(links, ", "))
 	}
 	violations := checkInvariants(ctx, sess, prefix, work.acked, o.settle, out)
 	if o.linClients > 0 {
@@ -359,12 +477,13 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	return nil
 }
 
-// networkFault picks the fault of nemesis kind among the store
-// replicas: a random replica cut off (partition), the leader cut off
-// from its followers while it still serves its clients over NATS
-// (leader), a bridge, the leader unable to reach one follower (oneway),
-// added latency, or a replica flapping (flap: true).
-func networkFault(ctx context.Context, sess *client.Session, n *nemesis.Net, kind string, rng *rand.Rand) (f nemesis.Fault, flap bool) {
+// networkFault picks the fault of nemesis kind among the nodes of n (the
+// store replicas or the NATS servers), leader being the current leader
+// ("" unknown): a random node cut off (partition), the leader cut off
+// from its followers while it still serves its clients (leader), a
+// bridge, the leader unable to reach one follower (oneway), added
+// latency, or a node flapping (flap: true).
+func networkFault(n *nemesis.Net, kind, leader string, rng *rand.Rand) (f nemesis.Fault, flap bool) {
 	nodes := n.Nodes()
 	pick := func() string { return nodes[rng.IntN(len(nodes))] }
 	others := func(x string) []string {
@@ -376,7 +495,6 @@ func networkFault(ctx context.Context, sess *client.Session, n *nemesis.Net, kin
 		}
 		return out
 	}
-	leader := storeLeader(ctx, sess)
 	known := leader != "" && slices.Contains(nodes, leader)
 	if !known {
 		leader = pick()
@@ -417,6 +535,22 @@ func storeLeader(ctx context.Context, sess *client.Session) string {
 		}
 	}
 	return ""
+}
+
+// eventsLeader is the NATS server that leads the events stream, "" when
+// none answers.
+func eventsLeader(ctx context.Context, sess *client.Session) string {
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	s, err := sess.Bus.JetStream().Stream(ictx, bus.EventsStream)
+	if err != nil {
+		return ""
+	}
+	info, err := s.Info(ictx)
+	if err != nil || info.Cluster == nil {
+		return ""
+	}
+	return info.Cluster.Leader
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

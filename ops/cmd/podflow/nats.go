@@ -48,6 +48,7 @@ credentials for other podflow processes.`,
 	f.StringVar(&cfg.ClusterName, "cluster-name", "", "join a NATS cluster of this name (JetStream clustering)")
 	f.IntVar(&cfg.ClusterPort, "cluster-port", 0, "port for route connections from the other servers")
 	f.StringVar(&routes, "routes", "", "the other servers' routes, e.g. nats-route://127.0.0.1:6223,nats-route://127.0.0.1:6224")
+	f.StringVar(&cfg.ClusterAdvertise, "cluster-advertise", "", "the route address told to the other servers (dialled only when they learn of this one by gossip); podflow chaos sets one that refuses, so that every route runs through its relays")
 	f.StringVar(&cfg.CredsPath, "creds", "", "credentials file shared by the servers of a cluster (default DATA-DIR/creds.json)")
 	f.BoolVar(&cfg.Log, "log", true, "log to stderr (start-up, and every publish or subscription a user's permissions refuse)")
 	f.StringVar(&clientConfig, "client-config", "", "write the client configuration (URL, admin credentials) to this file")

@@ -109,7 +109,8 @@ func newUp(o *upOptions, out io.Writer) (_ *up, err error) {
 	u.plan, err = plan.New(plan.Options{
 		Exe: exe, DataDir: dir, NATSPort: cl.NATSPort, Cluster: o.cluster,
 		ClusterClientPorts: cl.ClusterClientPorts, ClusterRoutePorts: cl.ClusterRoutePorts,
-		StoreAddrs: cl.StoreAddrs, StorePeerAddrs: cl.StorePeerAddrs, StoreUser: storeUser, Replicas: replicas, TLS: o.cluster,
+		StoreAddrs: cl.StoreAddrs, StorePeerAddrs: cl.StorePeerAddrs,
+		NATSRoutePeerAddrs: cl.NATSRoutePeerAddrs, NATSRouteAdvertise: cl.NATSRouteAdvertise, StoreUser: storeUser, Replicas: replicas, TLS: o.cluster,
 		Runtime: o.runtime, Nodes: o.nodes, NodeGrace: o.nodeGrace, APIArgs: u.kube.stageArgs(),
 		ServiceCIDR: o.serviceCIDR,
 	})
@@ -499,6 +500,11 @@ type clusterFile struct {
 	// With --cluster: the client and route ports of the 3 NATS servers.
 	ClusterClientPorts []int `json:"clusterClientPorts,omitempty"`
 	ClusterRoutePorts  []int `json:"clusterRoutePorts,omitempty"`
+	// NATSRoutePeerAddrs, NATSRouteAdvertise: where each NATS server
+	// dials its peers' routes and the route address it advertises, when
+	// not at ClusterRoutePorts (written by `podflow chaos`: its relays).
+	NATSRoutePeerAddrs map[string]map[string]string `json:"natsRoutePeerAddrs,omitempty"`
+	NATSRouteAdvertise string                       `json:"natsRouteAdvertise,omitempty"`
 }
 
 func writeMetricsFile(path string, m map[string]string) error {
