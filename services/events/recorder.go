@@ -61,17 +61,36 @@ type Write struct {
 // Add adds the write to t: the compare and the put.
 func (w Write) Add(t objects.Txn) objects.Txn { return t.Compare(w.Event, w.Revision).Put(w.Event) }
 
+// First returns, without reading the store, the write that records this
+// occurrence as the first of its Event: a new Event (count 1), on the
+// condition that no Event of its name is stored (objects.Absent). An Event
+// names the involved object's uid, so the first report of a new object
+// meets no Event; when one is stored (a redelivered cause, a repeated
+// occurrence) the transaction fails with a conflict and the caller goes
+// on with Prepare, which reads it and counts on top of it or finds the
+// cause counted.
+func (r *Recorder) First(involved *corev1.ObjectReference, typ, reason, message, causeID string) Write {
+	ev := r.fresh(involved, typ, reason, message)
+	podrules.SetEventCause(ev, causeID)
+	return Write{Event: ev, Revision: objects.Absent}
+}
+
+// fresh is the first occurrence of the Event, stamped now.
+func (r *Recorder) fresh(involved *corev1.ObjectReference, typ, reason, message string) *corev1.Event {
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	return podrules.NewEvent(involved, typ, reason, message, r.Component, r.Instance, timestamppb.New(now()))
+}
+
 // Prepare reads the Event aggregating this occurrence and returns the
 // write that records it: a new Event, or the existing one counted once
 // more. ok is false when causeID was already counted (nothing to write).
 // Callers batch several writes with their own in one transaction.
 func (r *Recorder) Prepare(ctx context.Context, involved *corev1.ObjectReference, typ, reason, message, causeID string) (w Write, ok bool, err error) {
-	now := time.Now
-	if r.Now != nil {
-		now = r.Now
-	}
-	ts := timestamppb.New(now())
-	fresh := podrules.NewEvent(involved, typ, reason, message, r.Component, r.Instance, ts)
+	fresh := r.fresh(involved, typ, reason, message)
+	ts := fresh.GetLastTimestamp()
 	ns, name := fresh.GetMetadata().GetNamespace(), fresh.GetMetadata().GetName()
 	ev, err := objects.Get[*corev1.Event](ctx, r.Store, ns, name)
 	switch {

@@ -121,21 +121,35 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	return bus.Permanent(fmt.Errorf("status: unexpected event %s", env.Type()))
 }
 
+// report applies one PodStatusReport. The first attempt reads no more
+// than it must: the pod with a stale read (any replica, no leader round)
+// and the report's Events not at all — each written as its first
+// occurrence (events.Recorder.First) — and its transaction compares the
+// pod's revision even when it leaves the pod as it is, so it commits only
+// on the state it read. Whatever that attempt cannot do on its own (the
+// pod not found, another uid, not bound to the reporting node, a conflict:
+// a stale copy, an Event stored already) is done again, and decided, on a
+// linearizable read and the stored Events, as it always was.
 func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
 	env := d.Envelope
 	rep := env.GetPodStatusReport()
 	ns, name := env.GetNamespace(), env.GetPodName()
 	rec := *s.rec
 	rec.Instance = env.GetNodeName()
-	for {
-		pod, err := objects.Get[*corev1.Pod](ctx, s.env.Store, ns, name)
-		if errors.Is(err, raftstore.ErrNotFound) {
+	for fast := true; ; fast = false {
+		var opts []raftstore.ReadOption
+		if fast {
+			opts = append(opts, raftstore.Stale())
+		}
+		pod, err := objects.Get[*corev1.Pod](ctx, s.env.Store, ns, name, opts...)
+		switch {
+		case fast && (err != nil || pod.GetMetadata().GetUid() != env.GetPodUid() || pod.GetSpec().GetNodeName() != env.GetNodeName()):
+			continue // decide that on a linearizable read
+		case errors.Is(err, raftstore.ErrNotFound):
 			return nil // the pod is gone; nothing to report on
-		}
-		if err != nil {
+		case err != nil:
 			return err
-		}
-		if pod.GetMetadata().GetUid() != env.GetPodUid() {
+		case pod.GetMetadata().GetUid() != env.GetPodUid():
 			return nil
 		}
 		if err := stage.CheckBound(s.env.Log, d, pod); err != nil {
@@ -144,15 +158,22 @@ func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
 		// The status and the report's Events go in one transaction: one
 		// raft write per report, and never the one without the other.
 		var txn objects.Txn
-		if ApplyReport(pod, env.GetNodeName(), rep) {
-			txn = txn.Unchanged(pod).Put(pod)
+		applied := ApplyReport(pod, env.GetNodeName(), rep)
+		if fast || applied {
+			txn = txn.Unchanged(pod)
+		}
+		if applied {
+			txn = txn.Put(pod)
 		}
 		ref := podrules.PodRef(pod)
 		seen := map[string]bool{}
 		for i, er := range rep.GetEvents() {
-			w, ok, err := rec.Prepare(ctx, ref, er.GetType(), er.GetReason(), er.GetMessage(), env.GetId()+"/"+strconv.Itoa(i))
-			if err != nil {
-				return err
+			cause := env.GetId() + "/" + strconv.Itoa(i)
+			w, ok := rec.First(ref, er.GetType(), er.GetReason(), er.GetMessage(), cause), true
+			if !fast {
+				if w, ok, err = rec.Prepare(ctx, ref, er.GetType(), er.GetReason(), er.GetMessage(), cause); err != nil {
+					return err
+				}
 			}
 			if !ok || seen[w.Event.GetMetadata().GetName()] {
 				continue // counted already, or the same occurrence twice in one report
