@@ -237,6 +237,9 @@ func (n *Node) Shutdown() error {
 	n.reqClosed = true
 	n.reqMu.Unlock()
 	n.reqs.Wait()
+	if n.verify != nil {
+		n.verify.stop() // while raft runs, so its round is answered
+	}
 	var errs []error
 	if n.raft != nil {
 		if err := n.raft.Shutdown().Error(); err != nil {
@@ -401,6 +404,23 @@ type verifier struct {
 	mu      sync.Mutex
 	next    *verifyRound
 	running bool
+	stopped bool          // stop was called: no round starts any more
+	idle    chan struct{} // closed when the loop returns (nil: not running)
+}
+
+// stop refuses new rounds and waits for the loop's round in flight. It
+// must be called while raft still runs: a VerifyLeader future raft has
+// queued but not handled when it shuts down is never answered (its run
+// loop exits without draining verifyCh), and the loop would wait for it
+// for ever (Shutdown hung in TestLinearizable).
+func (v *verifier) stop() {
+	v.mu.Lock()
+	v.stopped = true
+	idle := v.idle
+	v.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
 }
 
 type verifyRound struct {
@@ -413,9 +433,14 @@ func (v *verifier) verify(ctx context.Context) error {
 	if v.next == nil {
 		v.next = &verifyRound{done: make(chan struct{})}
 	}
+	if v.stopped {
+		v.mu.Unlock()
+		return ErrNotLeader
+	}
 	round := v.next
 	if !v.running {
 		v.running = true
+		v.idle = make(chan struct{})
 		v.goFunc(v.loop)
 	}
 	v.mu.Unlock()
@@ -432,8 +457,13 @@ func (v *verifier) loop() {
 		v.mu.Lock()
 		round := v.next
 		v.next = nil
-		if round == nil {
+		if round == nil || v.stopped {
+			if round != nil {
+				round.err = ErrNotLeader
+				close(round.done)
+			}
 			v.running = false
+			close(v.idle)
 			v.mu.Unlock()
 			return
 		}
