@@ -503,16 +503,8 @@ func ReadPod(ctx context.Context, js jetstream.JetStream, ns, name string) ([]tr
 		if err != nil {
 			return recs, err
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			env, err := bus.DecodeEnvelope(m.Data())
-			if err != nil {
-				continue
-			}
-			meta, _ := m.Metadata()
-			recs = append(recs, trace.Record{Env: env, Stored: meta.Timestamp, Seq: meta.Sequence.Stream})
-		}
+		got, n, _ := trace.Records(batch) // a batch that ended early is read again below
+		recs = append(recs, got...)
 		if n == 0 {
 			break
 		}

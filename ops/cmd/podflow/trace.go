@@ -64,17 +64,9 @@ func runTrace(ctx context.Context, sess *client.Session, ns, name string, follow
 		if err != nil {
 			return 0, err
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			env, err := bus.DecodeEnvelope(m.Data())
-			if err != nil {
-				continue
-			}
-			meta, _ := m.Metadata()
-			recs = append(recs, trace.Record{Env: env, Stored: meta.Timestamp, Seq: meta.Sequence.Stream})
-		}
-		return n, batch.Error()
+		got, n, err := trace.Records(batch)
+		recs = append(recs, got...)
+		return n, err
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
