@@ -328,6 +328,13 @@ func TestStageRoles(t *testing.T) {
 			if !subscribeRefused(t, conn, "_INBOX.>") {
 				t.Errorf("stage %s may read every identity's replies", stage)
 			}
+			// No stage answers for a node: its logs, exec sessions and
+			// metrics (kubectl logs, exec, top) come from the node alone.
+			for _, subject := range []string{pipeline.LogsPrefix + ".n1", pipeline.ExecPrefix + ".n1", pipeline.MetricsPrefix + ".n1"} {
+				if !subscribeRefused(t, conn, subject) {
+					t.Errorf("stage %s may answer %s", stage, subject)
+				}
+			}
 		})
 	}
 	t.Cleanup(func() { checkStream(t, admin) })
@@ -406,6 +413,16 @@ func TestNodeRole(t *testing.T) {
 	}
 	if !subscribeRefused(t, conn, pipeline.LogsPrefix+".n2") {
 		t.Error("node n1 may answer n2's log requests")
+	}
+	// Likewise its own metrics requests (kubectl top), and exec sessions
+	// opened to itself only.
+	if err := serves(t, conn, admin, pipeline.MetricsPrefix+".n1"); err != nil {
+		t.Errorf("node n1 does not answer its metrics requests: %v", err)
+	}
+	for _, subject := range []string{pipeline.MetricsPrefix + ".n2", pipeline.MetricsPrefix + ".*", pipeline.ExecPrefix + ".n2"} {
+		if !subscribeRefused(t, conn, subject) {
+			t.Errorf("node n1 may subscribe to %s", subject)
+		}
 	}
 }
 
