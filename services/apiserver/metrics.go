@@ -62,10 +62,21 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, req *reque
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
+	// The stored objects say which readings are asked for and give each
+	// item its labels, as metrics-server's from its informers: a node (pod)
+	// not in the store, or not selected, has no metrics item.
 	var nodes []string
+	nodeLabels := map[string]map[string]string{}
+	podLabels := map[string]map[string]string{}
 	switch {
 	case req.res.kind == "NodeMetrics" && req.name != "":
+		n, err := objects.Get[*corev1.Node](ctx, s.store, "", req.name)
+		if err != nil {
+			writeStatus(w, storeStatus(err, req.res, req.name))
+			return
+		}
 		nodes = []string{req.name}
+		nodeLabels[req.name] = n.GetMetadata().GetLabels()
 	case req.res.kind == "PodMetrics" && req.name != "":
 		pod, err := objects.Get[*corev1.Pod](ctx, s.store, req.namespace, req.name)
 		if err != nil {
@@ -75,33 +86,38 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, req *reque
 		if n := pod.GetSpec().GetNodeName(); n != "" {
 			nodes = []string{n}
 		}
-	default:
+		podLabels[req.namespace+"/"+req.name] = pod.GetMetadata().GetLabels()
+	case req.res.kind == "NodeMetrics":
 		all, _, err := objects.List[*corev1.Node](ctx, s.store, "")
 		if err != nil {
 			writeStatus(w, storeStatus(err, req.res, ""))
 			return
 		}
 		for _, n := range all {
-			if req.res.kind == "PodMetrics" || sel.Matches(labels.Set(n.GetMetadata().GetLabels())) {
-				nodes = append(nodes, n.GetMetadata().GetName())
+			if md := n.GetMetadata(); sel.Matches(labels.Set(md.GetLabels())) {
+				nodes = append(nodes, md.GetName())
+				nodeLabels[md.GetName()] = md.GetLabels()
 			}
 		}
-	}
-	// A pod list's selector is the pods' labels: the store's pods say
-	// which readings are theirs (nil: no selector, every pod).
-	var selected map[string]bool
-	if req.res.kind == "PodMetrics" && req.name == "" && !sel.Empty() {
+	default: // a pod list: the nodes of the selected pods
 		pods, _, err := objects.List[*corev1.Pod](ctx, s.store, req.namespace)
 		if err != nil {
 			writeStatus(w, storeStatus(err, req.res, ""))
 			return
 		}
-		selected = map[string]bool{}
+		seen := map[string]bool{}
 		for _, p := range pods {
-			if md := p.GetMetadata(); sel.Matches(labels.Set(md.GetLabels())) {
-				selected[md.GetNamespace()+"/"+md.GetName()] = true
+			md := p.GetMetadata()
+			if !sel.Matches(labels.Set(md.GetLabels())) {
+				continue
+			}
+			podLabels[md.GetNamespace()+"/"+md.GetName()] = md.GetLabels()
+			if n := p.GetSpec().GetNodeName(); n != "" && !seen[n] {
+				seen[n] = true
+				nodes = append(nodes, n)
 			}
 		}
+		sort.Strings(nodes)
 	}
 	readings := readNodes(ctx, mb, nodes)
 	if req.res.kind == "NodeMetrics" {
@@ -109,7 +125,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, req *reque
 		for _, rd := range readings {
 			l.Items = append(l.Items, metricsv1beta1.NodeMetrics{
 				TypeMeta:   metav1.TypeMeta{Kind: "NodeMetrics", APIVersion: "metrics.k8s.io/v1beta1"},
-				ObjectMeta: metav1.ObjectMeta{Name: rd.Node, CreationTimestamp: metav1.Now()},
+				ObjectMeta: metav1.ObjectMeta{Name: rd.Node, Labels: nodeLabels[rd.Node], CreationTimestamp: metav1.Now()},
 				Timestamp:  metav1.NewTime(time.Unix(0, rd.Timestamp)), Window: metav1.Duration{Duration: time.Duration(rd.WindowNs)},
 				Usage: usageList(rd.Usage),
 			})
@@ -120,13 +136,13 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, req *reque
 	l := &metricsv1beta1.PodMetricsList{TypeMeta: metav1.TypeMeta{Kind: "PodMetricsList", APIVersion: "metrics.k8s.io/v1beta1"}}
 	for _, rd := range readings {
 		for _, p := range rd.Pods {
-			if (req.namespace != "" && p.Namespace != req.namespace) || (req.name != "" && p.Name != req.name) ||
-				(selected != nil && !selected[p.Namespace+"/"+p.Name]) {
+			lbl, ok := podLabels[p.Namespace+"/"+p.Name]
+			if !ok {
 				continue
 			}
 			pm := metricsv1beta1.PodMetrics{
 				TypeMeta:   metav1.TypeMeta{Kind: "PodMetrics", APIVersion: "metrics.k8s.io/v1beta1"},
-				ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, CreationTimestamp: metav1.Now()},
+				ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, Labels: lbl, CreationTimestamp: metav1.Now()},
 				Timestamp:  metav1.NewTime(time.Unix(0, rd.Timestamp)), Window: metav1.Duration{Duration: time.Duration(rd.WindowNs)},
 			}
 			for _, c := range p.Containers {

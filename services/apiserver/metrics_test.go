@@ -66,6 +66,21 @@ func TestMetricsAPI(t *testing.T) {
 	if items, _ := out["items"].([]any); code != 200 || len(items) != 1 || path(items[0].(map[string]any), "metadata.name") != "n1" || fmt.Sprint(path(items[0].(map[string]any), "usage")) != "map[cpu:250m memory:1Gi]" {
 		t.Errorf("list NodeMetrics (n2 silent): %d %v", code, out)
 	}
+	// Items carry their object's labels, as metrics-server's; a reading of
+	// a pod the store does not hold (other/p2) is no item.
+	if got := fmt.Sprint(path(items[0].(map[string]any), "metadata.labels")); got != "map[app:web]" {
+		t.Errorf("PodMetrics p1 labels: %s", got)
+	}
+	if items, _ := out["items"].([]any); len(items) == 1 && fmt.Sprint(path(items[0].(map[string]any), "metadata.labels")) != "map[zone:a]" {
+		t.Errorf("NodeMetrics n1 labels: %v", items[0])
+	}
+	code, out, _ = do(t, admin, "GET", m+"pods", "", "")
+	if items, _ := out["items"].([]any); code != 200 || len(items) != 1 || path(items[0].(map[string]any), "metadata.name") != "p1" {
+		t.Errorf("PodMetrics of every namespace (other/p2 not stored): %d %v", code, out)
+	}
+	if code, out, _ := do(t, admin, "GET", m+"nodes/n1", "", ""); code != 200 || fmt.Sprint(path(out, "metadata.labels")) != "map[zone:a]" {
+		t.Errorf("get NodeMetrics n1: %d %v", code, out)
+	}
 	if code, out, _ := do(t, admin, "GET", m+"namespaces/default/pods/p1", "", ""); code != 200 || out["kind"] != "PodMetrics" || path(out, "window") != "15s" {
 		t.Errorf("get PodMetrics p1: %d %v", code, out)
 	}
