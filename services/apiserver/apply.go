@@ -74,10 +74,16 @@ func (r *resource) gvk() schema.GroupVersionKind {
 	return schema.GroupVersionKind{Group: r.group, Version: r.version, Kind: r.kind}
 }
 
-// fieldManager is r's FieldManager; nil for kinds without a Go type
-// (podflow's own), whose writes record no managedFields.
+// managesFields reports whether r's writes record managedFields: the
+// stored Kubernetes kinds. podflow's own (SidecarPolicy) have no Go type
+// and no schema of their fields; an apply of one is a JSON merge patch.
+func managesFields(r *resource) bool {
+	return kubeTypes[r.kind] != nil && r.store.Name != "" && !r.readOnly
+}
+
+// fieldManager is r's FieldManager; nil when r does not manage fields.
 func fieldManager(r *resource) (*managedfields.FieldManager, error) {
-	if kubeTypes[r.kind] == nil || r.store.Name == "" || r.readOnly {
+	if !managesFields(r) {
 		return nil, nil
 	}
 	if fm, ok := fieldManagers.Load(r.gvk()); ok {

@@ -201,6 +201,7 @@ func TestServerSideApplyRefusals(t *testing.T) {
 	}{
 		{"no field manager", "", "application/apply-patch+yaml", cm, 422, "fieldManager: Required value: is required for apply patch"},
 		{"manager too long", "?fieldManager=" + strings.Repeat("m", 129), "application/apply-patch+yaml", cm, 422, "fieldManager: Too long"},
+		{"manager with a control character", "?fieldManager=a%01b", "application/apply-patch+yaml", cm, 422, "must only contain printable characters"},
 		{"force on a merge patch", "?force=true", "application/merge-patch+json", `{"data":{"a":"c"}}`, 422, "force: Forbidden"},
 		{"managedFields in the applied object", "?fieldManager=x", "application/apply-patch+yaml",
 			`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","managedFields":[{"manager":"x","operation":"Apply"}]}}`, 400, "managedFields must be nil"},
@@ -262,5 +263,24 @@ func TestServerSideApplyClientGo(t *testing.T) {
 		if m.Manager == "ctrl-a" {
 			t.Errorf("ctrl-a still manages a field after ctrl-b forced: %+v", forced.ManagedFields)
 		}
+	}
+}
+
+// TestServerSideApplyOwnKind: podflow's own kinds (SidecarPolicy) have no
+// Go type to type their fields by: an apply of one is a JSON merge patch,
+// recording no managedFields, and still names its manager.
+func TestServerSideApplyOwnKind(t *testing.T) {
+	s := startSystem(t, options{})
+	admin := s.client(t, adminToken)
+	u := s.url + "/apis/podflow.io/v1alpha1/namespaces/default/sidecarpolicies/mesh"
+	sp := `{"apiVersion":"podflow.io/v1alpha1","kind":"SidecarPolicy","metadata":{"name":"mesh"},"spec":{"selector":{"mesh":"%s"},"containers":[{"name":"proxy","image":"envoy"}]}}`
+	if code, body, _ := do(t, admin, "PATCH", u+"?fieldManager=a", "application/apply-patch+yaml", strings.Replace(sp, "%s", "on", 1)); code != 201 || path(body, "metadata.managedFields") != nil {
+		t.Fatalf("apply (create): %d %v", code, body)
+	}
+	if code, body, _ := do(t, admin, "PATCH", u+"?fieldManager=b", "application/apply-patch+yaml", strings.Replace(sp, "%s", "yes", 1)); code != 200 || path(body, "spec.selector.mesh") != "yes" {
+		t.Fatalf("apply (update): %d %v", code, body)
+	}
+	if code, _, _ := do(t, admin, "PATCH", u, "application/apply-patch+yaml", strings.Replace(sp, "%s", "no", 1)); code != 422 {
+		t.Fatalf("apply without a field manager: %d, want 422", code)
 	}
 }

@@ -537,7 +537,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // namespace.
 func (s *Server) updated(req *request, current objects.Object, body []byte, ct, validation, manager string, force bool) (objects.Object, []string, *corev1.Status) {
 	var st *corev1.Status
-	ssa := req.verb == "patch" && strings.HasPrefix(ct, patchApply)
+	ssa := req.verb == "patch" && strings.HasPrefix(ct, patchApply) && managesFields(req.res)
 	if ssa {
 		if current == nil {
 			attrs := auth.Attributes{User: req.user, Verb: "create", Namespace: req.namespace,
