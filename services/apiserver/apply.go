@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode"
@@ -136,16 +137,11 @@ func managerName(r *http.Request, apply bool, kind string) (string, *corev1.Stat
 	for _, c := range m {
 		if !unicode.IsPrint(c) {
 			return "", invalid(opts, "", []*corev1.StatusCause{{Type: "FieldValueInvalid", Field: "fieldManager",
-				Message: "Invalid value: " + strconvQuote(m) + ": must only contain printable characters"}},
-				`%s "" is invalid: fieldManager: Invalid value: %s: must only contain printable characters`, opts, strconvQuote(m))
+				Message: "Invalid value: " + strconv.Quote(m) + ": must only contain printable characters"}},
+				`%s "" is invalid: fieldManager: Invalid value: %s: must only contain printable characters`, opts, strconv.Quote(m))
 		}
 	}
 	return m, nil
-}
-
-func strconvQuote(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
 }
 
 // liveKube is the Kubernetes form of the stored object, or a new empty
