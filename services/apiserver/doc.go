@@ -37,8 +37,16 @@
 //     namespaces, services and events; watches with resourceVersion,
 //     bookmarks, client-go's streaming lists (sendInitialEvents) and 410
 //     Expired once the store compacted the history asked for; strategic
-//     merge, JSON merge, JSON and apply patches, a patch without a
+//     merge, JSON merge and JSON patches, a patch without a
 //     resourceVersion precondition re-applied on a conflict.
+//   - Server-side apply and managedFields (apply.go), as kube-apiserver:
+//     apimachinery's FieldManager per stored Kubernetes kind, typed by the
+//     /openapi/v2 schemas. Creates, updates and patches record their
+//     manager (fieldManager, else the User-Agent's first word) as Update;
+//     an apply (fieldManager required) merges into the live object or
+//     creates it, 409 Conflict with a FieldManagerConflict cause per field
+//     another manager owns unless force=true. A write that changes nothing
+//     but managedFields timestamps is not stored (no new resourceVersion).
 //   - Authentication: X.509 client certificates of the cluster CA (CN =
 //     user, O = groups), bearer tokens (static token file and
 //     ServiceAccount tokens, through the api stage), OIDC ID tokens

@@ -359,13 +359,21 @@ func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		writeStatus(w, st)
 		return
 	}
-	writeWarnings(w, warnings)
 	md := objects.Meta(obj)
 	if st := checkNamespace(md, req); st != nil {
 		writeStatus(w, st)
 		return
 	}
 	md.ResourceVersion = ""
+	manager, st := managerName(r, false, "Create")
+	if st == nil {
+		st = manageFields(req.res, nil, obj, manager)
+	}
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	writeWarnings(w, warnings)
 	s.createObject(ctx, w, r, req, obj, dry)
 }
 
@@ -464,6 +472,22 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return
 		}
 	}
+	kind := "Update"
+	if req.verb == "patch" {
+		kind = "Patch"
+	}
+	manager, st := managerName(r, ssa, kind)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
+	force := ssa && r.URL.Query().Get("force") == "true"
+	if v := r.URL.Query().Get("force"); v != "" && !ssa {
+		writeStatus(w, invalid("PatchOptions.meta.k8s.io", "", []*corev1.StatusCause{{Type: "FieldValueForbidden", Field: "force",
+			Message: "Forbidden: may not be specified for non-apply patch"}},
+			`PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be specified for non-apply patch`))
+		return
+	}
 	retry := req.verb == "patch" && !patchHasPrecondition(body, ct)
 	for attempt := 0; ; attempt++ {
 		current, st := s.read(ctx, req.res, req.namespace, req.name)
@@ -471,7 +495,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			writeStatus(w, st)
 			return
 		}
-		obj, warnings, st := s.updated(req, current, body, ct, validation)
+		obj, warnings, st := s.updated(req, current, body, ct, validation, manager, force)
 		if st != nil {
 			writeStatus(w, st)
 			return
@@ -484,6 +508,13 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if rv := obj.GetMetadata().GetResourceVersion(); rv != "" && rv != current.GetMetadata().GetResourceVersion() {
 			writeStatus(w, conflict(req.res.name, req.name))
 			return
+		}
+		if keepUnchanged(current, obj) {
+			if _, isPod := obj.(*corev1.Pod); !isPod { // a pod: updatePod writes nothing
+				writeWarnings(w, warnings)
+				s.writeObject(w, r, http.StatusOK, req.res, current)
+				return
+			}
 		}
 		if pod, ok := obj.(*corev1.Pod); ok {
 			writeWarnings(w, warnings)
@@ -504,9 +535,21 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // updated builds the object an update or patch asks for from the stored
 // one (nil: a server-side apply of a new object) and checks its name and
 // namespace.
-func (s *Server) updated(req *request, current objects.Object, body []byte, ct, validation string) (objects.Object, []string, *corev1.Status) {
+func (s *Server) updated(req *request, current objects.Object, body []byte, ct, validation, manager string, force bool) (objects.Object, []string, *corev1.Status) {
 	var st *corev1.Status
-	if req.verb == "patch" {
+	ssa := req.verb == "patch" && strings.HasPrefix(ct, patchApply) && managesFields(req.res)
+	if ssa {
+		if current == nil {
+			attrs := auth.Attributes{User: req.user, Verb: "create", Namespace: req.namespace,
+				APIGroup: req.res.group, Resource: req.res.name, Name: req.name}
+			if !s.backend.Authorize(attrs).Allowed {
+				return nil, nil, auth.Forbidden(attrs, "")
+			}
+		}
+		if body, st = applyConfiguration(req.res, current, body, manager, force); st != nil {
+			return nil, nil, st
+		}
+	} else if req.verb == "patch" {
 		orig := []byte("{}")
 		if current == nil { // server-side apply of a new object: a create
 			attrs := auth.Attributes{User: req.user, Verb: "create", Namespace: req.namespace,
@@ -537,6 +580,11 @@ func (s *Server) updated(req *request, current objects.Object, body []byte, ct, 
 	}
 	if md.GetName() != req.name {
 		return nil, nil, badRequest("the name of the object (%s) does not match the name on the URL (%s)", md.GetName(), req.name)
+	}
+	if !ssa { // an apply's result carries its managedFields
+		if st := manageFields(req.res, current, obj, manager); st != nil {
+			return nil, nil, st
+		}
 	}
 	return obj, warnings, nil
 }
@@ -602,6 +650,7 @@ func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bo
 	apply := func(p *corev1.Pod) {
 		p.Metadata.Labels = pod.GetMetadata().GetLabels()
 		p.Metadata.Annotations = pod.GetMetadata().GetAnnotations()
+		p.Metadata.ManagedFields = pod.GetMetadata().GetManagedFields()
 		p.Spec = proto.CloneOf(allowed)
 	}
 	if dry {

@@ -217,8 +217,7 @@ var podHonoured = map[string]string{
 // podRefused is the refused list, container and probe fields expanded by
 // init.
 var podRefused = map[string]refusal{
-	"metadata.managedFields": {what: "managedFields (server-side apply field ownership)"},
-	"metadata.selfLink":      {what: "selfLink"},
+	"metadata.selfLink": {what: "selfLink"},
 
 	"spec.automountServiceAccountToken": {what: "mounting ServiceAccount tokens into containers", allow: []string{"false"}},
 	"spec.enableServiceLinks":           {what: "Service environment variables (enableServiceLinks)", allow: []string{"false"}},

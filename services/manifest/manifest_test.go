@@ -421,7 +421,7 @@ apiVersion: v1
 kind: Pod
 metadata:
   name: p
-  managedFields: [{manager: kubectl, operation: Apply}]
+  selfLink: /api/v1/namespaces/default/pods/p
 spec:
   dnsPolicy: ClusterFirst
   containers: [{name: c, image: i, stdin: true, terminationMessagePolicy: File}]
@@ -437,7 +437,7 @@ spec:
 	for _, e := range errs {
 		got = append(got, e.Field)
 	}
-	want := []string{"metadata.managedFields", "spec.containers[0].stdin"}
+	want := []string{"metadata.selfLink", "spec.containers[0].stdin"}
 	if diff := cmpDiff(want, got); diff != "" {
 		t.Errorf("refused fields (-want +got):\n%s", diff)
 	}
