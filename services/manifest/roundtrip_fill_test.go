@@ -43,6 +43,9 @@ func TestHonouredFieldsRoundTrip(t *testing.T) {
 				*x = intstr.FromString(randWord(c))
 			}
 		},
+		func(fv *metav1.FieldsV1, c randfill.Continue) {
+			fv.Raw = []byte(`{"f:metadata":{"f:labels":{"f:` + randWord(c) + `":{}}}}`)
+		},
 		// Strings are words and maps hold no empty keys; free-form bytes
 		// are JSON-safe already.
 		func(m *map[string]string, c randfill.Continue) {
