@@ -671,20 +671,29 @@ func checkInvariants(ctx context.Context, sess *client.Session, prefix string, a
 		all, _, err := objects.List[*corev1.Pod](ctx, sess.Store, "default")
 		if err == nil {
 			pods = pods[:0]
-			ready := 0
+			ready := map[string]bool{}
 			for _, p := range all {
 				if strings.HasPrefix(p.GetMetadata().GetName(), prefix) {
 					pods = append(pods, p)
-					if p.GetStatus().GetPhase() == "Running" && endpointsReady(p) {
-						ready++
-					}
+					ready[p.GetMetadata().GetName()] = p.GetStatus().GetPhase() == "Running" && endpointsReady(p)
 				}
 			}
-			if ready == n {
+			// A pod the pipeline refused (PodRejected with a code) has
+			// settled too: it is never stored, so never Running.
+			var rejected map[string]int32
+			if len(pods) < n {
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				rejected, _ = rejectionCodes(rctx, sess.Bus.JetStream(), prefix)
+				cancel()
+			}
+			running, refused, unsettled := settled(acked, ready, rejected)
+			if len(unsettled) == 0 {
+				fmt.Fprintf(out, "  check: every acknowledged pod settled: %d Running and Ready, %d rejected with a code\n", running, refused)
 				break
 			}
 			if time.Now().After(deadline) {
-				fail("%d of %d pods are Running and Ready after %s (%d stored)", ready, n, settle, len(pods))
+				fail("%d of %d pods are Running and Ready and %d rejected after %s (%d stored); not settled: %s",
+					running, n, refused, settle, len(pods), strings.Join(firstN(unsettled, 10), ", "))
 				break
 			}
 		}

@@ -429,3 +429,44 @@ func checkWatchRun(ctx context.Context, sess *client.Session, w *watcher, initia
 		len(seen), w.prefix, against, restarts, len(errs))
 	return len(vs)
 }
+
+// settled sorts the acknowledged pods after the chaos: Running and Ready
+// (ready, by name, of the stored pods), rejected (not stored, with a
+// PodRejected carrying a code: the pipeline answered the request with a
+// refusal, which is an end), or not settled yet. A stored pod is judged
+// by its phase even when a rejection was also published for its name (a
+// retried publish refused as AlreadyExists).
+func settled(acked []string, ready map[string]bool, rejected map[string]int32) (running, refused int, unsettled []string) {
+	for _, name := range acked {
+		r, stored := ready[name]
+		switch {
+		case stored && r:
+			running++
+		case !stored && rejected[name] != 0:
+			refused++
+		default:
+			unsettled = append(unsettled, name)
+		}
+	}
+	return running, refused, unsettled
+}
+
+// rejectionCodes reads the code of every PodRejected for a pod named with
+// prefix (the last one by name).
+func rejectionCodes(ctx context.Context, js jetstream.JetStream, prefix string) (map[string]int32, error) {
+	evs, err := streamEvents(ctx, js, "PodRejected")
+	out := map[string]int32{}
+	for _, e := range evs {
+		if strings.HasPrefix(e.GetPodName(), prefix) {
+			out[e.GetPodName()] = e.GetPodRejected().GetStatus().GetCode()
+		}
+	}
+	return out, err
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], fmt.Sprintf("… %d more", len(s)-n))
+	}
+	return s
+}
