@@ -30,7 +30,8 @@ func TestPartitionedLeader(t *testing.T) {
 // chaosChecks are what every bounded chaos run must print.
 var chaosChecks = []string{"ConfigMap operations over HTTPS are linearizable",
 	"check: store replicas agree by content", "no acknowledged PodRequested lost", "no event unacknowledged or undelivered in any durable consumer",
-	"in order, once, with no gap, against the final list and the store's history"}
+	"in order, once, with no gap, against the final list and the store's history",
+	"check: every raft connection runs through a relay (no direct route)"}
 
 // runChaosRun runs `podflow chaos` with args and fails unless it found no
 // violation and printed chaosChecks and want.
@@ -72,5 +73,5 @@ func TestPartitionedNATSServer(t *testing.T) {
 	runChaosRun(t, []string{"--nemesis", "leader,partition", "--nemesis-target", "nats", "--pods", "30", "--duration", "18s",
 		"--kill-interval", "5s", "--fault-for", "5s", "--nodes", "5", "--settle", "60s", "--seed", "43"},
 		"isolate nats-", "(the leader) for 5s", "partition [nats-", "healed (events stream leader",
-		"NATS route bytes relayed per link: nats-1→nats-2")
+		"NATS route bytes relayed per link: nats-1→nats-2", "check: every NATS route connection runs through a relay (no direct route)")
 }

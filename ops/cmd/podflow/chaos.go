@@ -465,6 +465,9 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 		}
 	}
 	violations := checkInvariants(ctx, sess, prefix, work.acked, o.settle, out)
+	if faults != nil {
+		violations += checkRelayed(faults, out)
+	}
 	if o.linClients > 0 {
 		violations += checkLinearizable(history, o.seed, out)
 		violations += checkWatchRun(ctx, sess, watch, watchInitial, linPrefix+"end", out)

@@ -470,3 +470,32 @@ func firstN(s []string, n int) []string {
 	}
 	return s
 }
+
+// checkRelayed checks, from the kernel's connection tables, that every
+// connection to a store replica's raft address or a NATS server's route
+// address ran through chaos's relays: a route a NATS server learnt by
+// gossip and dialled directly would carry its traffic around every cut
+// (what the refusing `nats --cluster-advertise` prevents). It returns the
+// number of violations.
+func checkRelayed(c *chaosNets, out io.Writer) int {
+	violations := 0
+	targets := []string{"store"}
+	if c.nats != nil {
+		targets = append(targets, "nats")
+	}
+	for _, t := range targets {
+		what := map[string]string{"store": "raft", "nats": "NATS route"}[t]
+		bp, err := c.of(t).Bypasses()
+		if err != nil {
+			fmt.Fprintf(out, "  VIOLATION: read the %s connections: %v\n", what, err)
+			violations++
+			continue
+		}
+		for _, b := range bp {
+			fmt.Fprintf(out, "  VIOLATION: a %s connection around the relays: %s\n", what, b)
+		}
+		violations += len(bp)
+		fmt.Fprintf(out, "  check: every %s connection runs through a relay (no direct route)\n", what)
+	}
+	return violations
+}
