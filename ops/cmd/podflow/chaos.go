@@ -94,8 +94,11 @@ its own ` + "`podflow up`" + ` in a temporary directory.`,
 }
 
 // nemesisNames are the faults of --nemesis: process faults (kill, pause)
-// and network faults between the store replicas (the rest).
-var nemesisNames = []string{"kill", "pause", "partition", "leader", "bridge", "oneway", "latency", "flap"}
+// and network faults between the store replicas or the NATS servers (the
+// rest); cutkill is a partition with a SIGKILL of a --targets process in
+// its middle (a NATS server or a stage killed while the routes are cut:
+// Jepsen's NATS case).
+var nemesisNames = []string{"kill", "pause", "partition", "leader", "bridge", "oneway", "latency", "flap", "cutkill"}
 
 // parseNemeses reads --nemesis (default: kill, and pause with --pause)
 // and reports whether any is a network fault.
@@ -426,7 +429,20 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 				return fmt.Errorf("nemesis: %w", err)
 			}
 			fmt.Fprintf(out, "  %6s  %s for %s\n", elapsed(), f, o.faultFor)
-			sleepCtx(ctx, o.faultFor)
+			if kind == "cutkill" {
+				sleepCtx(ctx, o.faultFor/2)
+				victim, err := cutKillVictim(ctx, sess, plan.Layout{Dir: cfg.DataDir}.Children(), targets, target, f, nn.Nodes(), rng)
+				switch {
+				case err != nil:
+					fmt.Fprintf(out, "  %6s  no victim during the cut: %v\n", elapsed(), err)
+				case syscall.Kill(victim.PID, syscall.SIGKILL) == nil:
+					kills++
+					fmt.Fprintf(out, "  %6s  SIGKILL %s (pid %d) during the cut\n", elapsed(), victim.Name, victim.PID)
+				}
+				sleepCtx(ctx, o.faultFor-o.faultFor/2)
+			} else {
+				sleepCtx(ctx, o.faultFor)
+			}
 			during := leader()
 			if err := nn.Heal(); err != nil {
 				return fmt.Errorf("nemesis: %w", err)
@@ -503,7 +519,7 @@ func networkFault(n *nemesis.Net, kind, leader string, rng *rand.Rand) (f nemesi
 		leader = pick()
 	}
 	switch kind {
-	case "partition":
+	case "partition", "cutkill":
 		x := pick()
 		return nemesis.Partition(nodes, []string{x}, others(x)), false
 	case "leader":
@@ -524,6 +540,49 @@ func networkFault(n *nemesis.Net, kind, leader string, rng *rand.Rand) (f nemesi
 	default: // flap
 		return nemesis.Isolate(nodes, pick()), true
 	}
+}
+
+// cutKillVictim chooses what cutkill kills while the network fault f
+// cuts one node off: with a NATS target and nats among the --targets, a
+// NATS server of the majority side (the side that still acknowledges
+// writes is then down to one server until the heal); otherwise any
+// process of targets.
+func cutKillVictim(ctx context.Context, sess *client.Session, children string, targets map[plan.Kind]bool, target string, f nemesis.Fault, nodes []string, rng *rand.Rand) (plan.Record, error) {
+	if target != "nats" || !targets[plan.NATS] {
+		return pickVictim(ctx, sess, children, targets, rng)
+	}
+	recs, err := plan.ReadRecords(children)
+	if err != nil {
+		return plan.Record{}, err
+	}
+	pool, err := plan.Victims(recs, map[plan.Kind]bool{plan.NATS: true})
+	if err != nil {
+		return plan.Record{}, err
+	}
+	off := cutOff(f, nodes)
+	pool = slices.DeleteFunc(pool, func(r plan.Record) bool { return r.Name == off })
+	if len(pool) == 0 {
+		return plan.Record{}, plan.ErrNoVictim
+	}
+	return pool[rng.IntN(len(pool))], nil
+}
+
+// cutOff is the node of nodes that f cuts from the most others (the
+// minority of a partition).
+func cutOff(f nemesis.Fault, nodes []string) string {
+	best, most := "", 0
+	for _, n := range nodes {
+		k := 0
+		for e := range f.Cut {
+			if e.From == n {
+				k++
+			}
+		}
+		if k > most {
+			best, most = n, k
+		}
+	}
+	return best
 }
 
 // storeLeader is the ID of the store's leader, "" when none answers.

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podflow/podflow/ops/nemesis"
 	"github.com/podflow/podflow/raftstore"
 )
 
@@ -122,5 +123,17 @@ func TestSettled(t *testing.T) {
 	ready["slow"], ready["dup"], rejected["nocode"] = true, true, 422
 	if running, refused, unsettled = settled(acked, ready, rejected); running != 3 || refused != 2 || strings.Join(unsettled, ",") != "gone" {
 		t.Fatalf("settled = %d running, %d rejected, unsettled %q", running, refused, unsettled)
+	}
+}
+
+// TestCutOff: the minority of a partition is the node cut from the most
+// others; a healed network cuts none.
+func TestCutOff(t *testing.T) {
+	nodes := []string{"nats-1", "nats-2", "nats-3"}
+	if got := cutOff(nemesis.Partition(nodes, []string{"nats-2"}, []string{"nats-1", "nats-3"}), nodes); got != "nats-2" {
+		t.Fatalf("cutOff = %q, want nats-2", got)
+	}
+	if got := cutOff(nemesis.Fault{}, nodes); got != "" {
+		t.Fatalf("healed: cutOff = %q", got)
 	}
 }
