@@ -31,7 +31,8 @@ func TestPartitionedLeader(t *testing.T) {
 var chaosChecks = []string{"ConfigMap operations over HTTPS are linearizable",
 	"check: store replicas agree by content", "no acknowledged PodRequested lost", "no event unacknowledged or undelivered in any durable consumer",
 	"in order, once, with no gap, against the final list and the store's history",
-	"check: every raft connection runs through a relay (no direct route)"}
+	"check: every raft connection runs through a relay (no direct route)",
+	"check: the watcher (store client) saw", "check: the watcher (HTTPS API) saw"}
 
 // runChaosRun runs `podflow chaos` with args and fails unless it found no
 // violation and printed chaosChecks and want.

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -314,31 +315,33 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	linCtx, stopLin := context.WithCancel(ctx)
 	defer stopLin()
 	linDone := make(chan error, 1)
-	// The watcher follows the ConfigMaps of the register workload through
-	// the store client's watch across every fault, restarting from its
-	// last revision after each heal.
+	// Two watchers follow the ConfigMaps of the register workload across
+	// every fault, restarting from their last revision after each heal:
+	// one through the store client's watch, one through the HTTPS API's
+	// (resourceVersion and bookmarks, as client-go resumes a watch).
 	linPrefix := fmt.Sprintf("lin-%d-", o.seed%100000)
 	watchPrefix := objects.ConfigMaps.Key("default", linPrefix)
-	var watch *watcher
+	var watchers []*watcher
 	var watchInitial map[string]int64
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	watchDone := make(chan struct{})
-	if o.linClients > 0 {
-		var from int64
-		if watchInitial, from, err = keyRevs(ctx, sess.Store.Client(), watchPrefix); err != nil {
-			return fmt.Errorf("watch checker: %w", err)
-		}
-		watch = newWatcher(sess.Store.Client(), watchPrefix, from)
-		go func() { defer close(watchDone); watch.run(watchCtx) }()
-	} else {
-		close(watchDone)
-	}
-	defer func() { stopWatch(); <-watchDone }()
+	var watchWG sync.WaitGroup
+	defer func() { stopWatch(); watchWG.Wait() }()
 	if o.linClients > 0 {
 		cm, err := newConfigMapClient(cfg.DataDir)
 		if err != nil {
 			return fmt.Errorf("linearizability checker: %w", err)
+		}
+		var from int64
+		if watchInitial, from, err = keyRevs(ctx, sess.Store.Client(), watchPrefix); err != nil {
+			return fmt.Errorf("watch checker: %w", err)
+		}
+		watchers = []*watcher{
+			newWatcher("store client", storeWatch(sess.Store.Client(), watchPrefix), watchPrefix, from),
+			newWatcher("HTTPS API", cm.kubeWatch(linPrefix, func(name string) string { return objects.ConfigMaps.Key("default", name) }), watchPrefix, from),
+		}
+		for _, w := range watchers {
+			watchWG.Add(1)
+			go func() { defer watchWG.Done(); w.run(watchCtx) }()
 		}
 		go func() {
 			linDone <- registerWorkload(linCtx, cm, history, linPrefix, o.linClients, o.linKeys, o.seed)
@@ -422,7 +425,7 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 					return fmt.Errorf("nemesis: %w", err)
 				}
 				fmt.Fprintf(out, "  %6s  healed after %d flaps\n", elapsed(), n)
-				restartWatch(watch)
+				restartWatches(watchers)
 				continue
 			}
 			if err := nn.Apply(f); err != nil {
@@ -452,7 +455,7 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 				what = "events stream leader"
 			}
 			fmt.Fprintf(out, "  %6s  healed (%s before the heal: %q)\n", elapsed(), what, during)
-			restartWatch(watch)
+			restartWatches(watchers)
 		}
 	}
 	if faults != nil {
@@ -486,7 +489,9 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	}
 	if o.linClients > 0 {
 		violations += checkLinearizable(history, o.seed, out)
-		violations += checkWatchRun(ctx, sess, watch, watchInitial, linPrefix+"end", out)
+		for i, w := range watchers {
+			violations += checkWatchRun(ctx, sess, w, watchInitial, fmt.Sprintf("%send%d", linPrefix, i), out)
+		}
 	}
 	if violations > 0 {
 		fmt.Fprintf(out, "chaos: FAILED with %d violation(s); replay with --seed %d\n", violations, o.seed)
@@ -919,8 +924,8 @@ func addTo(m map[string]map[string]bool, k, v string) {
 	m[k][v] = true
 }
 
-func restartWatch(w *watcher) {
-	if w != nil {
+func restartWatches(ws []*watcher) {
+	for _, w := range ws {
 		w.Restart()
 	}
 }
