@@ -104,6 +104,9 @@ chaos: build
 		--nemesis kill,pause,partition,leader,bridge,oneway,latency,flap,cutkill --nodes 20
 	$(BIN)/podflow chaos --pods 500 --duration 2m --kill-interval 6s --fault-for 4s --targets stages,nats \
 		--nemesis kill,partition,leader,bridge,latency,flap,cutkill --nemesis-target nats --nodes 20
+	@if [ "$$(id -u)" = 0 ]; then $(BIN)/podflow chaos --pods 300 --duration 90s --kill-interval 6s --fault-for 4s \
+		--nemesis loss,leader,partition,kill --targets stages,store --nemesis-target store,nats --nodes 20; \
+	else echo "chaos: packet loss (--nemesis loss) needs root; skipped"; fi
 	$(MAKE) chaos-partition
 
 fuzz:

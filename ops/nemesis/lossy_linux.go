@@ -308,3 +308,5 @@ func withOrigNS(fn func() error) error {
 	}()
 	return <-done
 }
+
+var _ Path = (*LossyPath)(nil)

@@ -102,3 +102,73 @@ func TestLossyPath(t *testing.T) {
 		}
 	}
 }
+
+// TestNetLose (root): a Net over a LossyPath carries its relayed
+// connections through the path, so Lose(100) stops them and Heal lets
+// them through; a Net without a path refuses Lose.
+func TestNetLose(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, nftables)")
+	}
+	plain, err := New(map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := plain.Apply(Lose(10)); err == nil {
+		t.Fatal("Lose on a Net without a lossy path")
+	}
+	ls := map[string]net.Listener{}
+	targets := map[string]string{}
+	var addrs []string
+	for _, id := range []string{"a", "b"} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ls[id], targets[id] = l, l.Addr().String()
+		addrs = append(addrs, l.Addr().String())
+	}
+	p, err := NewLossyPath(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	n, err := NewVia(targets, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	c, err := net.DialTimeout("tcp", n.DialAddrs("a")["b"], 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv, err := ls["b"].Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := n.Apply(Lose(100)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	srv.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := srv.Read(b); err == nil {
+		t.Fatal("a byte crossed the relay at 100% loss")
+	}
+	if d, err := p.Drops(); err != nil || d == 0 {
+		t.Fatalf("no packet dropped (%d, %v)", d, err)
+	}
+	if err := n.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	srv.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	if _, err := io.ReadFull(srv, b); err != nil || b[0] != 'y' {
+		t.Fatalf("after the heal: %q, %v", b, err)
+	}
+}

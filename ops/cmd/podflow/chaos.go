@@ -96,10 +96,12 @@ its own ` + "`podflow up`" + ` in a temporary directory.`,
 
 // nemesisNames are the faults of --nemesis: process faults (kill, pause)
 // and network faults between the store replicas or the NATS servers (the
-// rest); cutkill is a partition with a SIGKILL of a --targets process in
+// rest); loss drops a share of the packets of every link (root: the
+// relays then reach their destinations through podflow's network
+// namespaces, nemesis.LossyPath); cutkill is a partition with a SIGKILL of a --targets process in
 // its middle (a NATS server or a stage killed while the routes are cut:
 // Jepsen's NATS case).
-var nemesisNames = []string{"kill", "pause", "partition", "leader", "bridge", "oneway", "latency", "flap", "cutkill"}
+var nemesisNames = []string{"kill", "pause", "partition", "leader", "bridge", "oneway", "latency", "flap", "cutkill", "loss"}
 
 // parseNemeses reads --nemesis (default: kill, and pause with --pause)
 // and reports whether any is a network fault.
@@ -154,6 +156,7 @@ func parseNetTargets(spec string, nemeses []string) ([]string, error) {
 type chaosNets struct {
 	store, nats *nemesis.Net
 	refusing    *nemesis.Refusing
+	paths       []*nemesis.LossyPath
 }
 
 func (c *chaosNets) of(target string) *nemesis.Net {
@@ -181,6 +184,9 @@ func (c *chaosNets) Close() {
 	if c.refusing != nil {
 		c.refusing.Close()
 	}
+	for _, p := range c.paths {
+		p.Close()
+	}
 }
 
 // chaosNet starts the relays of the store's raft links (and, with nats,
@@ -188,7 +194,7 @@ func (c *chaosNets) Close() {
 // dir, the addresses and each process's dial addresses, so that the
 // `podflow up` started next routes every directed link through its relay.
 // It returns that up's extra arguments (--cluster with nats).
-func chaosNet(dir string, replicas int, nats bool) (*chaosNets, []string, error) {
+func chaosNet(dir string, replicas int, nats, lossy bool) (*chaosNets, []string, error) {
 	c := &chaosNets{}
 	var cl clusterFile
 	relays := func(prefix string, addrs []string) (*nemesis.Net, map[string]map[string]string, error) {
@@ -196,7 +202,16 @@ func chaosNet(dir string, replicas int, nats bool) (*chaosNets, []string, error)
 		for i, a := range addrs {
 			targets[fmt.Sprintf("%s-%d", prefix, i+1)] = a
 		}
-		n, err := nemesis.New(targets)
+		var path nemesis.Path
+		if lossy {
+			p, err := nemesis.NewLossyPath(addrs)
+			if err != nil {
+				return nil, nil, fmt.Errorf("--nemesis loss: %w", err)
+			}
+			c.paths = append(c.paths, p)
+			path = p
+		}
+		n, err := nemesis.NewVia(targets, path)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -278,7 +293,7 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	var prepare func(string) ([]string, error)
 	if network {
 		prepare = func(dir string) (extra []string, err error) {
-			faults, extra, err = chaosNet(dir, 3, slices.Contains(netTargets, "nats"))
+			faults, extra, err = chaosNet(dir, 3, slices.Contains(netTargets, "nats"), slices.Contains(nemeses, "loss"))
 			return extra, err
 		}
 	}
@@ -540,6 +555,8 @@ func networkFault(n *nemesis.Net, kind, leader string, rng *rand.Rand) (f nemesi
 	case "oneway":
 		o := others(leader)
 		return nemesis.OneWay(leader, o[rng.IntN(len(o))]), false
+	case "loss":
+		return nemesis.Lose(10 + rng.IntN(31)), false
 	case "latency":
 		return nemesis.Slow(time.Duration(50+rng.IntN(250))*time.Millisecond, 50*time.Millisecond), false
 	default: // flap
