@@ -31,30 +31,14 @@ func TestProcAddr(t *testing.T) {
 // (opened by this process) is no bypass; one another process opens
 // directly is named.
 func TestBypasses(t *testing.T) {
-	ls := map[string]net.Listener{}
-	targets := map[string]string{}
-	for _, id := range []string{"a", "b"} {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ls[id], targets[id] = l, l.Addr().String()
-	}
+	ls, targets := twoNodes(t)
 	n, err := New(targets)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	c, err := net.DialTimeout("tcp", n.DialAddrs("a")["b"], 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, up := relayedConn(t, n, ls["b"])
 	defer c.Close()
-	up, err := ls["b"].Accept() // the relay's connection is established
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer up.Close()
 	if bp, err := n.Bypasses(); err != nil || len(bp) != 0 {
 		t.Fatalf("through the relay: bypasses %q, %v", bp, err)
@@ -208,4 +192,35 @@ func TestRefusingAdvertiseNeeded(t *testing.T) {
 			t.Fatalf("direct routes with the refusing advertise: %q", d)
 		}
 	})
+}
+
+// twoNodes listens for nodes a and b on loopback until the test ends.
+func twoNodes(t *testing.T) (map[string]net.Listener, map[string]string) {
+	t.Helper()
+	ls, targets := map[string]net.Listener{}, map[string]string{}
+	for _, id := range []string{"a", "b"} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		ls[id], targets[id] = l, l.Addr().String()
+	}
+	return ls, targets
+}
+
+// relayedConn dials b through a's relay and returns both ends once the
+// relay's connection to b is established.
+func relayedConn(t *testing.T, n *Net, b net.Listener) (client, server net.Conn) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", n.DialAddrs("a")["b"], 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := b.Accept()
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	return c, srv
 }

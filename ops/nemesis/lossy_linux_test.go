@@ -118,19 +118,8 @@ func TestNetLose(t *testing.T) {
 	if err := plain.Apply(Lose(10)); err == nil {
 		t.Fatal("Lose on a Net without a lossy path")
 	}
-	ls := map[string]net.Listener{}
-	targets := map[string]string{}
-	var addrs []string
-	for _, id := range []string{"a", "b"} {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ls[id], targets[id] = l, l.Addr().String()
-		addrs = append(addrs, l.Addr().String())
-	}
-	p, err := NewLossyPath(addrs)
+	ls, targets := twoNodes(t)
+	p, err := NewLossyPath([]string{targets["a"], targets["b"]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,15 +129,8 @@ func TestNetLose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	c, err := net.DialTimeout("tcp", n.DialAddrs("a")["b"], 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, srv := relayedConn(t, n, ls["b"])
 	defer c.Close()
-	srv, err := ls["b"].Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer srv.Close()
 	if err := n.Apply(Lose(100)); err != nil {
 		t.Fatal(err)
