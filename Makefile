@@ -13,7 +13,7 @@ DATA ?= $(CURDIR)/.podflow
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run httpserver test proto proto-check lint tools deps-os bench bench-pipeline chaos fuzz clean
+.PHONY: all build run httpserver test proto proto-check lint tools deps-os bench bench-pipeline chaos chaos-partition fuzz clean
 
 all: build
 
@@ -86,14 +86,28 @@ bench:
 bench-pipeline: build
 	$(BIN)/podflow bench pipeline --pods 5000 --rate 1000 --nodes 100
 
+## chaos-partition: issue #22's bounded run (≤ 90 s): 200 pods while the
+## store leader is cut off from its followers, then a NATS server from the
+## other two, twice, with every checker.
+chaos-partition: build
+	$(BIN)/podflow chaos --nemesis leader,partition --nemesis-target store,nats --targets stages,nats \
+		--pods 200 --duration 30s --kill-interval 6s --fault-for 5s --nodes 10 --settle 60s --seed 200
+
 ## chaos: a longer soak than the bounded runs in make test (bounded in pods
 ## and time; stops by itself): process kills and pauses, then every
 ## nemesis — kills, pauses and network faults between the store replicas —
-## with the linearizability checker.
+## then every NATS route fault with kills of NATS servers during cuts,
+## with the linearizability checker; then chaos-partition.
 chaos: build
 	$(BIN)/podflow chaos --pods 3000 --duration 5m --kill-interval 4s --targets stages,store,nodeagent,nats --pause --nodes 50
 	$(BIN)/podflow chaos --pods 1000 --duration 3m --kill-interval 7s --fault-for 4s --targets stages,store \
-		--nemesis kill,pause,partition,leader,bridge,oneway,latency,flap --nodes 20
+		--nemesis kill,pause,partition,leader,bridge,oneway,latency,flap,cutkill --nodes 20
+	$(BIN)/podflow chaos --pods 500 --duration 2m --kill-interval 6s --fault-for 4s --targets stages,nats \
+		--nemesis kill,partition,leader,bridge,latency,flap,cutkill --nemesis-target nats --nodes 20
+	@if [ "$$(id -u)" = 0 ]; then $(BIN)/podflow chaos --pods 300 --duration 90s --kill-interval 6s --fault-for 4s \
+		--nemesis loss,leader,partition,kill --targets stages,store --nemesis-target store,nats --nodes 20; \
+	else echo "chaos: packet loss (--nemesis loss) needs root; skipped"; fi
+	$(MAKE) chaos-partition
 
 fuzz:
 	cd proto && $(GO) test -run '^$$' -fuzz FuzzEnvelopeDecode -fuzztime 30s ./eventsv1/

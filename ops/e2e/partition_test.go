@@ -30,7 +30,9 @@ func TestPartitionedLeader(t *testing.T) {
 // chaosChecks are what every bounded chaos run must print.
 var chaosChecks = []string{"ConfigMap operations over HTTPS are linearizable",
 	"check: store replicas agree by content", "no acknowledged PodRequested lost", "no event unacknowledged or undelivered in any durable consumer",
-	"in order, once, with no gap, against the final list and the store's history"}
+	"in order, once, with no gap, against the final list and the store's history",
+	"check: every raft connection runs through a relay (no direct route)",
+	"check: the watcher (store client) saw", "check: the watcher (HTTPS API) saw"}
 
 // runChaosRun runs `podflow chaos` with args and fails unless it found no
 // violation and printed chaosChecks and want.
@@ -63,14 +65,17 @@ func runChaosRun(t *testing.T, args []string, want ...string) {
 // the 3 NATS servers through its relays (each server advertising an
 // address that refuses, so that no route learnt by gossip goes around
 // them), cuts the events stream's leader off from the other two servers
-// (it still serves its clients), heals, then cuts a random server off and
-// heals, under a small pod workload and the HTTPS ConfigMap clients; then
-// the same checkers as TestPartitionedLeader: no acknowledged
-// PodRequested lost, consumers drained, replicas agreeing, watches and
-// linearizability.
+// (it still serves its clients), cuts a random server off, cuts one off
+// again and SIGKILLs a NATS server of the majority side in the middle of
+// the cut (cutkill: Jepsen's NATS case), bridges, slows and flaps the
+// routes, healing after each, under a small pod workload and the HTTPS
+// ConfigMap clients; then the same checkers as TestPartitionedLeader (no
+// acknowledged PodRequested lost, consumers drained, replicas agreeing,
+// watches, linearizability) and that no route bypassed the relays.
 func TestPartitionedNATSServer(t *testing.T) {
-	runChaosRun(t, []string{"--nemesis", "leader,partition", "--nemesis-target", "nats", "--pods", "30", "--duration", "18s",
-		"--kill-interval", "5s", "--fault-for", "5s", "--nodes", "5", "--settle", "60s", "--seed", "43"},
-		"isolate nats-", "(the leader) for 5s", "partition [nats-", "healed (events stream leader",
-		"NATS route bytes relayed per link: nats-1→nats-2")
+	runChaosRun(t, []string{"--nemesis", "leader,partition,cutkill,bridge,latency,flap", "--nemesis-target", "nats", "--targets", "nats,stages",
+		"--pods", "40", "--duration", "28s", "--kill-interval", "4s", "--fault-for", "4s", "--nodes", "5", "--settle", "60s", "--seed", "43"},
+		"isolate nats-", "(the leader) for 4s", "partition [nats-", "healed (events stream leader", "during the cut",
+		"bridge nats-", "latency ", "flap isolate nats-", "NATS route bytes relayed per link: nats-1→nats-2",
+		"check: every NATS route connection runs through a relay (no direct route)")
 }

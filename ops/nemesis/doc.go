@@ -16,6 +16,9 @@
 //  2. Describe faults as data (Partition, Isolate, Bridge, OneWay, Slow)
 //     and set one at a time with Apply; Heal before checking.
 //  3. Close the Net when done: its relays and their connections end.
+//  4. To check that no traffic went around the relays (nodes in other
+//     processes), call Bypasses: every established connection to a node's
+//     real address that this process did not open is named.
 //
 // Usage:
 //

@@ -15,13 +15,16 @@ type Fault struct {
 	Cut    map[Edge]bool
 	Delay  time.Duration
 	Jitter time.Duration
+	// Loss is the percent of packets dropped on every link; it needs a
+	// Net built over a lossy Path (NewVia with a LossyPath).
+	Loss int
 }
 
 func (f Fault) String() string {
 	if f.Name != "" {
 		return f.Name
 	}
-	if len(f.Cut) == 0 && f.Delay == 0 {
+	if len(f.Cut) == 0 && f.Delay == 0 && f.Loss == 0 {
 		return "healed"
 	}
 	var cut []string
@@ -115,4 +118,9 @@ func OneWay(from, to string) Fault {
 // Slow adds delay plus up to jitter to every link.
 func Slow(delay, jitter time.Duration) Fault {
 	return Fault{Name: fmt.Sprintf("latency %s±%s", delay, jitter), Delay: delay, Jitter: jitter}
+}
+
+// Lose drops percent of the packets on every link (a Net over a Path).
+func Lose(percent int) Fault {
+	return Fault{Name: fmt.Sprintf("packet loss %d%% on every link", percent), Loss: percent}
 }

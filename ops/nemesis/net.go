@@ -22,8 +22,17 @@ var ErrClosed = errors.New("nemesis: network closed")
 type Net struct {
 	mu     sync.Mutex
 	links  map[Edge]*Link
+	path   Path
 	fault  Fault
 	closed bool
+}
+
+// Path carries a Net's relayed connections to their real addresses
+// (LossyPath: through the kernel, losing packets); without one the relays
+// dial the addresses directly.
+type Path interface {
+	Dial(target string, timeout time.Duration) (net.Conn, error)
+	SetLoss(percent int) error
 }
 
 // Edge is a directed link: traffic that From sends to To (and To's
@@ -34,14 +43,18 @@ func (e Edge) String() string { return e.From + "→" + e.To }
 
 // New starts a relay for every directed pair of targets (node → the
 // address it listens on), each on a fresh loopback port.
-func New(targets map[string]string) (*Net, error) {
-	n := &Net{links: map[Edge]*Link{}}
+func New(targets map[string]string) (*Net, error) { return NewVia(targets, nil) }
+
+// NewVia is New with every relay's connection to its destination
+// opened over path (nil: directly), so that Lose faults apply.
+func NewVia(targets map[string]string, path Path) (*Net, error) {
+	n := &Net{links: map[Edge]*Link{}, path: path}
 	for from := range targets {
 		for to, addr := range targets {
 			if from == to {
 				continue
 			}
-			l, err := newLink(Edge{from, to}, addr)
+			l, err := newLink(Edge{from, to}, addr, path)
 			if err != nil {
 				n.Close()
 				return nil, err
@@ -94,6 +107,14 @@ func (n *Net) Apply(f Fault) error {
 	for e := range f.Cut {
 		if _, ok := n.links[e]; !ok {
 			return fmt.Errorf("nemesis: no link %s", e)
+		}
+	}
+	if f.Loss != n.fault.Loss {
+		if n.path == nil {
+			return errors.New("nemesis: packet loss needs a Net over a lossy path (NewVia)")
+		}
+		if err := n.path.SetLoss(f.Loss); err != nil {
+			return err
 		}
 	}
 	n.fault = f
@@ -176,6 +197,7 @@ type Link struct {
 	edge   Edge
 	l      net.Listener
 	target string
+	path   Path
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced at every change of state
@@ -189,12 +211,12 @@ type Link struct {
 	rng     *rand.Rand
 }
 
-func newLink(e Edge, target string) (*Link, error) {
+func newLink(e Edge, target string, path Path) (*Link, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("nemesis: listen for %s: %w", e, err)
 	}
-	k := &Link{edge: e, l: l, target: target, changed: make(chan struct{}), conns: map[net.Conn]struct{}{},
+	k := &Link{edge: e, l: l, target: target, path: path, changed: make(chan struct{}), conns: map[net.Conn]struct{}{},
 		rng: rand.New(rand.NewPCG(uint64(l.Addr().(*net.TCPAddr).Port), 1))}
 	k.wg.Add(1)
 	go k.accept()
@@ -222,7 +244,12 @@ func (k *Link) accept() {
 		if err != nil {
 			return
 		}
-		up, err := net.DialTimeout("tcp", k.target, 2*time.Second)
+		var up net.Conn
+		if k.path != nil {
+			up, err = k.path.Dial(k.target, 2*time.Second)
+		} else {
+			up, err = net.DialTimeout("tcp", k.target, 2*time.Second)
+		}
 		if err != nil { // the destination is down: refuse, as it would
 			c.Close()
 			continue

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -94,8 +95,13 @@ its own ` + "`podflow up`" + ` in a temporary directory.`,
 }
 
 // nemesisNames are the faults of --nemesis: process faults (kill, pause)
-// and network faults between the store replicas (the rest).
-var nemesisNames = []string{"kill", "pause", "partition", "leader", "bridge", "oneway", "latency", "flap"}
+// and network faults between the store replicas or the NATS servers (the
+// rest); loss drops a share of the packets of every link (root: the
+// relays then reach their destinations through podflow's network
+// namespaces, nemesis.LossyPath); cutkill is a partition with a SIGKILL of a --targets process in
+// its middle (a NATS server or a stage killed while the routes are cut:
+// Jepsen's NATS case).
+var nemesisNames = []string{"kill", "pause", "partition", "leader", "bridge", "oneway", "latency", "flap", "cutkill", "loss"}
 
 // parseNemeses reads --nemesis (default: kill, and pause with --pause)
 // and reports whether any is a network fault.
@@ -150,6 +156,7 @@ func parseNetTargets(spec string, nemeses []string) ([]string, error) {
 type chaosNets struct {
 	store, nats *nemesis.Net
 	refusing    *nemesis.Refusing
+	paths       []*nemesis.LossyPath
 }
 
 func (c *chaosNets) of(target string) *nemesis.Net {
@@ -177,6 +184,9 @@ func (c *chaosNets) Close() {
 	if c.refusing != nil {
 		c.refusing.Close()
 	}
+	for _, p := range c.paths {
+		p.Close()
+	}
 }
 
 // chaosNet starts the relays of the store's raft links (and, with nats,
@@ -184,7 +194,7 @@ func (c *chaosNets) Close() {
 // dir, the addresses and each process's dial addresses, so that the
 // `podflow up` started next routes every directed link through its relay.
 // It returns that up's extra arguments (--cluster with nats).
-func chaosNet(dir string, replicas int, nats bool) (*chaosNets, []string, error) {
+func chaosNet(dir string, replicas int, nats, lossy bool) (*chaosNets, []string, error) {
 	c := &chaosNets{}
 	var cl clusterFile
 	relays := func(prefix string, addrs []string) (*nemesis.Net, map[string]map[string]string, error) {
@@ -192,7 +202,16 @@ func chaosNet(dir string, replicas int, nats bool) (*chaosNets, []string, error)
 		for i, a := range addrs {
 			targets[fmt.Sprintf("%s-%d", prefix, i+1)] = a
 		}
-		n, err := nemesis.New(targets)
+		var path nemesis.Path
+		if lossy {
+			p, err := nemesis.NewLossyPath(addrs)
+			if err != nil {
+				return nil, nil, fmt.Errorf("--nemesis loss: %w", err)
+			}
+			c.paths = append(c.paths, p)
+			path = p
+		}
+		n, err := nemesis.NewVia(targets, path)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -274,7 +293,7 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	var prepare func(string) ([]string, error)
 	if network {
 		prepare = func(dir string) (extra []string, err error) {
-			faults, extra, err = chaosNet(dir, 3, slices.Contains(netTargets, "nats"))
+			faults, extra, err = chaosNet(dir, 3, slices.Contains(netTargets, "nats"), slices.Contains(nemeses, "loss"))
 			return extra, err
 		}
 	}
@@ -311,31 +330,33 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	linCtx, stopLin := context.WithCancel(ctx)
 	defer stopLin()
 	linDone := make(chan error, 1)
-	// The watcher follows the ConfigMaps of the register workload through
-	// the store client's watch across every fault, restarting from its
-	// last revision after each heal.
+	// Two watchers follow the ConfigMaps of the register workload across
+	// every fault, restarting from their last revision after each heal:
+	// one through the store client's watch, one through the HTTPS API's
+	// (resourceVersion and bookmarks, as client-go resumes a watch).
 	linPrefix := fmt.Sprintf("lin-%d-", o.seed%100000)
 	watchPrefix := objects.ConfigMaps.Key("default", linPrefix)
-	var watch *watcher
+	var watchers []*watcher
 	var watchInitial map[string]int64
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	watchDone := make(chan struct{})
-	if o.linClients > 0 {
-		var from int64
-		if watchInitial, from, err = keyRevs(ctx, sess.Store.Client(), watchPrefix); err != nil {
-			return fmt.Errorf("watch checker: %w", err)
-		}
-		watch = newWatcher(sess.Store.Client(), watchPrefix, from)
-		go func() { defer close(watchDone); watch.run(watchCtx) }()
-	} else {
-		close(watchDone)
-	}
-	defer func() { stopWatch(); <-watchDone }()
+	var watchWG sync.WaitGroup
+	defer func() { stopWatch(); watchWG.Wait() }()
 	if o.linClients > 0 {
 		cm, err := newConfigMapClient(cfg.DataDir)
 		if err != nil {
 			return fmt.Errorf("linearizability checker: %w", err)
+		}
+		var from int64
+		if watchInitial, from, err = keyRevs(ctx, sess.Store.Client(), watchPrefix); err != nil {
+			return fmt.Errorf("watch checker: %w", err)
+		}
+		watchers = []*watcher{
+			newWatcher("store client", storeWatch(sess.Store.Client(), watchPrefix), watchPrefix, from),
+			newWatcher("HTTPS API", cm.kubeWatch(linPrefix, func(name string) string { return objects.ConfigMaps.Key("default", name) }), watchPrefix, from),
+		}
+		for _, w := range watchers {
+			watchWG.Add(1)
+			go func() { defer watchWG.Done(); w.run(watchCtx) }()
 		}
 		go func() {
 			linDone <- registerWorkload(linCtx, cm, history, linPrefix, o.linClients, o.linKeys, o.seed)
@@ -419,14 +440,27 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 					return fmt.Errorf("nemesis: %w", err)
 				}
 				fmt.Fprintf(out, "  %6s  healed after %d flaps\n", elapsed(), n)
-				restartWatch(watch)
+				restartWatches(watchers)
 				continue
 			}
 			if err := nn.Apply(f); err != nil {
 				return fmt.Errorf("nemesis: %w", err)
 			}
 			fmt.Fprintf(out, "  %6s  %s for %s\n", elapsed(), f, o.faultFor)
-			sleepCtx(ctx, o.faultFor)
+			if kind == "cutkill" {
+				sleepCtx(ctx, o.faultFor/2)
+				victim, err := cutKillVictim(ctx, sess, plan.Layout{Dir: cfg.DataDir}.Children(), targets, target, f, nn.Nodes(), rng)
+				switch {
+				case err != nil:
+					fmt.Fprintf(out, "  %6s  no victim during the cut: %v\n", elapsed(), err)
+				case syscall.Kill(victim.PID, syscall.SIGKILL) == nil:
+					kills++
+					fmt.Fprintf(out, "  %6s  SIGKILL %s (pid %d) during the cut\n", elapsed(), victim.Name, victim.PID)
+				}
+				sleepCtx(ctx, o.faultFor-o.faultFor/2)
+			} else {
+				sleepCtx(ctx, o.faultFor)
+			}
 			during := leader()
 			if err := nn.Heal(); err != nil {
 				return fmt.Errorf("nemesis: %w", err)
@@ -436,7 +470,7 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 				what = "events stream leader"
 			}
 			fmt.Fprintf(out, "  %6s  healed (%s before the heal: %q)\n", elapsed(), what, during)
-			restartWatch(watch)
+			restartWatches(watchers)
 		}
 	}
 	if faults != nil {
@@ -465,9 +499,14 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 		}
 	}
 	violations := checkInvariants(ctx, sess, prefix, work.acked, o.settle, out)
+	if faults != nil {
+		violations += checkRelayed(faults, out)
+	}
 	if o.linClients > 0 {
 		violations += checkLinearizable(history, o.seed, out)
-		violations += checkWatchRun(ctx, sess, watch, watchInitial, linPrefix+"end", out)
+		for i, w := range watchers {
+			violations += checkWatchRun(ctx, sess, w, watchInitial, fmt.Sprintf("%send%d", linPrefix, i), out)
+		}
 	}
 	if violations > 0 {
 		fmt.Fprintf(out, "chaos: FAILED with %d violation(s); replay with --seed %d\n", violations, o.seed)
@@ -500,7 +539,7 @@ func networkFault(n *nemesis.Net, kind, leader string, rng *rand.Rand) (f nemesi
 		leader = pick()
 	}
 	switch kind {
-	case "partition":
+	case "partition", "cutkill":
 		x := pick()
 		return nemesis.Partition(nodes, []string{x}, others(x)), false
 	case "leader":
@@ -516,11 +555,56 @@ func networkFault(n *nemesis.Net, kind, leader string, rng *rand.Rand) (f nemesi
 	case "oneway":
 		o := others(leader)
 		return nemesis.OneWay(leader, o[rng.IntN(len(o))]), false
+	case "loss":
+		return nemesis.Lose(10 + rng.IntN(31)), false
 	case "latency":
 		return nemesis.Slow(time.Duration(50+rng.IntN(250))*time.Millisecond, 50*time.Millisecond), false
 	default: // flap
 		return nemesis.Isolate(nodes, pick()), true
 	}
+}
+
+// cutKillVictim chooses what cutkill kills while the network fault f
+// cuts one node off: with a NATS target and nats among the --targets, a
+// NATS server of the majority side (the side that still acknowledges
+// writes is then down to one server until the heal); otherwise any
+// process of targets.
+func cutKillVictim(ctx context.Context, sess *client.Session, children string, targets map[plan.Kind]bool, target string, f nemesis.Fault, nodes []string, rng *rand.Rand) (plan.Record, error) {
+	if target != "nats" || !targets[plan.NATS] {
+		return pickVictim(ctx, sess, children, targets, rng)
+	}
+	recs, err := plan.ReadRecords(children)
+	if err != nil {
+		return plan.Record{}, err
+	}
+	pool, err := plan.Victims(recs, map[plan.Kind]bool{plan.NATS: true})
+	if err != nil {
+		return plan.Record{}, err
+	}
+	off := cutOff(f, nodes)
+	pool = slices.DeleteFunc(pool, func(r plan.Record) bool { return r.Name == off })
+	if len(pool) == 0 {
+		return plan.Record{}, plan.ErrNoVictim
+	}
+	return pool[rng.IntN(len(pool))], nil
+}
+
+// cutOff is the node of nodes that f cuts from the most others (the
+// minority of a partition).
+func cutOff(f nemesis.Fault, nodes []string) string {
+	best, most := "", 0
+	for _, n := range nodes {
+		k := 0
+		for e := range f.Cut {
+			if e.From == n {
+				k++
+			}
+		}
+		if k > most {
+			best, most = n, k
+		}
+	}
+	return best
 }
 
 // storeLeader is the ID of the store's leader, "" when none answers.
@@ -671,20 +755,29 @@ func checkInvariants(ctx context.Context, sess *client.Session, prefix string, a
 		all, _, err := objects.List[*corev1.Pod](ctx, sess.Store, "default")
 		if err == nil {
 			pods = pods[:0]
-			ready := 0
+			ready := map[string]bool{}
 			for _, p := range all {
 				if strings.HasPrefix(p.GetMetadata().GetName(), prefix) {
 					pods = append(pods, p)
-					if p.GetStatus().GetPhase() == "Running" && endpointsReady(p) {
-						ready++
-					}
+					ready[p.GetMetadata().GetName()] = p.GetStatus().GetPhase() == "Running" && endpointsReady(p)
 				}
 			}
-			if ready == n {
+			// A pod the pipeline refused (PodRejected with a code) has
+			// settled too: it is never stored, so never Running.
+			var rejected map[string]int32
+			if len(pods) < n {
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				rejected, _ = rejectionCodes(rctx, sess.Bus.JetStream(), prefix)
+				cancel()
+			}
+			running, refused, unsettled := settled(acked, ready, rejected)
+			if len(unsettled) == 0 {
+				fmt.Fprintf(out, "  check: every acknowledged pod settled: %d Running and Ready, %d rejected with a code\n", running, refused)
 				break
 			}
 			if time.Now().After(deadline) {
-				fail("%d of %d pods are Running and Ready after %s (%d stored)", ready, n, settle, len(pods))
+				fail("%d of %d pods are Running and Ready and %d rejected after %s (%d stored); not settled: %s",
+					running, n, refused, settle, len(pods), strings.Join(firstN(unsettled, 10), ", "))
 				break
 			}
 		}
@@ -848,8 +941,8 @@ func addTo(m map[string]map[string]bool, k, v string) {
 	m[k][v] = true
 }
 
-func restartWatch(w *watcher) {
-	if w != nil {
+func restartWatches(ws []*watcher) {
+	for _, w := range ws {
 		w.Restart()
 	}
 }

@@ -218,12 +218,50 @@ func checkWatch(from int64, seen, history []watchRec, initial, final map[string]
 	return v
 }
 
-// watcher follows a key prefix through the store client's watch for the
-// whole run, restarting its watch from the last revision it saw whenever
-// asked (after every heal) or when the watch ends by itself; the
-// checker compares what it saw with the store afterwards.
+// watchSource opens a watch of the changes after from: a channel of
+// changes (a bookmark has Key ""), closed when the watch ends or ctx is
+// done, and the watch's error once it is closed.
+type watchSource func(ctx context.Context, from int64) (<-chan watchRec, func() error, error)
+
+// storeWatch is the store client's watch of prefix.
+func storeWatch(c *raftstore.Client, prefix string) watchSource {
+	return func(ctx context.Context, from int64) (<-chan watchRec, func() error, error) {
+		wt, err := c.Watch(ctx, prefix, from)
+		if err != nil {
+			return nil, nil, err
+		}
+		ch := make(chan watchRec)
+		go func() {
+			defer close(ch)
+			defer wt.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case e, ok := <-wt.Events():
+					if !ok {
+						return
+					}
+					select {
+					case ch <- watchRec{Rev: e.Revision, Key: e.KV.Key, Delete: e.Type == raftstore.EventDelete, ModRev: e.KV.ModRevision}:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}()
+		return ch, wt.Err, nil
+	}
+}
+
+// watcher follows a key prefix through a watch (the store client's, or
+// the HTTPS API's) for the whole run, restarting its watch from the last
+// revision it saw (or a later bookmark) whenever asked (after every heal)
+// or when the watch ends by itself; the checker compares what it saw with
+// the store afterwards.
 type watcher struct {
-	c      *raftstore.Client
+	name   string // what watches, for the report
+	open   watchSource
 	prefix string
 	from   int64
 
@@ -234,8 +272,8 @@ type watcher struct {
 	restart  chan struct{}
 }
 
-func newWatcher(c *raftstore.Client, prefix string, from int64) *watcher {
-	return &watcher{c: c, prefix: prefix, from: from, restart: make(chan struct{}, 1)}
+func newWatcher(name string, open watchSource, prefix string, from int64) *watcher {
+	return &watcher{name: name, open: open, prefix: prefix, from: from, restart: make(chan struct{}, 1)}
 }
 
 // Restart asks the watcher to stop its watch and resume from its last
@@ -247,49 +285,50 @@ func (w *watcher) Restart() {
 	}
 }
 
-// run watches until ctx ends or, after stop is closed, the watch has
-// delivered revision until() (the store's revision at the end).
+// run watches until ctx ends.
 func (w *watcher) run(ctx context.Context) {
 	last := w.from
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(ctx)
-		wt, err := w.c.Watch(wctx, w.prefix, last)
+		ch, errf, err := w.open(wctx, last)
 		if err != nil {
 			cancel()
 			w.note(fmt.Sprintf("watch from %d: %v", last, err))
 			sleepCtx(ctx, 200*time.Millisecond)
 			continue
 		}
-		last = w.follow(ctx, wt, last)
-		wt.Stop()
+		last = w.follow(ctx, ch, errf, last)
 		cancel()
+		for range ch { // the source's goroutine ends
+		}
 		w.mu.Lock()
 		w.restarts++
 		w.mu.Unlock()
 	}
 }
 
-// follow records the events of wt until it ends or a restart is asked,
-// and returns the last revision seen.
-func (w *watcher) follow(ctx context.Context, wt *raftstore.Watch, last int64) int64 {
+// follow records the changes of ch until it ends or a restart is asked,
+// and returns the revision to resume from.
+func (w *watcher) follow(ctx context.Context, ch <-chan watchRec, errf func() error, last int64) int64 {
 	for {
 		select {
 		case <-ctx.Done():
 			return last
 		case <-w.restart:
 			return last
-		case e, ok := <-wt.Events():
+		case r, ok := <-ch:
 			if !ok {
-				if err := wt.Err(); err != nil && ctx.Err() == nil {
+				if err := errf(); err != nil && ctx.Err() == nil {
 					w.note(fmt.Sprintf("watch ended after %d: %v", last, err))
 				}
 				return last
 			}
-			r := watchRec{Rev: e.Revision, Key: e.KV.Key, Delete: e.Type == raftstore.EventDelete, ModRev: e.KV.ModRevision}
-			w.mu.Lock()
-			w.seen = append(w.seen, r)
-			w.mu.Unlock()
-			last = e.Revision
+			if r.Key != "" {
+				w.mu.Lock()
+				w.seen = append(w.seen, r)
+				w.mu.Unlock()
+			}
+			last = max(last, r.Rev)
 		}
 	}
 }
@@ -425,7 +464,77 @@ func checkWatchRun(ctx context.Context, sess *client.Session, w *watcher, initia
 	if history != nil {
 		against += fmt.Sprintf(" and the store's history (%d changes)", len(history))
 	}
-	fmt.Fprintf(out, "  check: the watcher saw %d changes of %s in order, once, with no gap, against %s, across %d watch restarts (%d watch errors)\n",
-		len(seen), w.prefix, against, restarts, len(errs))
+	fmt.Fprintf(out, "  check: the watcher (%s) saw %d changes of %s in order, once, with no gap, against %s, across %d watch restarts (%d watch errors)\n",
+		w.name, len(seen), w.prefix, against, restarts, len(errs))
 	return len(vs)
+}
+
+// settled sorts the acknowledged pods after the chaos: Running and Ready
+// (ready, by name, of the stored pods), rejected (not stored, with a
+// PodRejected carrying a code: the pipeline answered the request with a
+// refusal, which is an end), or not settled yet. A stored pod is judged
+// by its phase even when a rejection was also published for its name (a
+// retried publish refused as AlreadyExists).
+func settled(acked []string, ready map[string]bool, rejected map[string]int32) (running, refused int, unsettled []string) {
+	for _, name := range acked {
+		r, stored := ready[name]
+		switch {
+		case stored && r:
+			running++
+		case !stored && rejected[name] != 0:
+			refused++
+		default:
+			unsettled = append(unsettled, name)
+		}
+	}
+	return running, refused, unsettled
+}
+
+// rejectionCodes reads the code of every PodRejected for a pod named with
+// prefix (the last one by name).
+func rejectionCodes(ctx context.Context, js jetstream.JetStream, prefix string) (map[string]int32, error) {
+	evs, err := streamEvents(ctx, js, "PodRejected")
+	out := map[string]int32{}
+	for _, e := range evs {
+		if strings.HasPrefix(e.GetPodName(), prefix) {
+			out[e.GetPodName()] = e.GetPodRejected().GetStatus().GetCode()
+		}
+	}
+	return out, err
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], fmt.Sprintf("… %d more", len(s)-n))
+	}
+	return s
+}
+
+// checkRelayed checks, from the kernel's connection tables, that every
+// connection to a store replica's raft address or a NATS server's route
+// address ran through chaos's relays: a route a NATS server learnt by
+// gossip and dialled directly would carry its traffic around every cut
+// (what the refusing `nats --cluster-advertise` prevents). It returns the
+// number of violations.
+func checkRelayed(c *chaosNets, out io.Writer) int {
+	violations := 0
+	targets := []string{"store"}
+	if c.nats != nil {
+		targets = append(targets, "nats")
+	}
+	for _, t := range targets {
+		what := map[string]string{"store": "raft", "nats": "NATS route"}[t]
+		bp, err := c.of(t).Bypasses()
+		if err != nil {
+			fmt.Fprintf(out, "  VIOLATION: read the %s connections: %v\n", what, err)
+			violations++
+			continue
+		}
+		for _, b := range bp {
+			fmt.Fprintf(out, "  VIOLATION: a %s connection around the relays: %s\n", what, b)
+		}
+		violations += len(bp)
+		fmt.Fprintf(out, "  check: every %s connection runs through a relay (no direct route)\n", what)
+	}
+	return violations
 }

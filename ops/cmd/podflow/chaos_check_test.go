@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podflow/podflow/ops/nemesis"
 	"github.com/podflow/podflow/raftstore"
 )
 
@@ -105,4 +106,34 @@ func TestCheckWatch(t *testing.T) {
 	wantViolation(t, "lost delete", checkWatch(10, lostDelete, nil, initial, final), "gives b at revision 11")
 	extra := append(append([]watchRec{}, history...), put("d", 16))
 	wantViolation(t, "extra", checkWatch(10, extra, history, initial, final), "does not have")
+}
+
+// TestSettled: a pod the pipeline rejected with a code has settled (it is
+// never stored, so never Running); a rejection without a code, a stored
+// pod not yet Running (even with a rejection for its name) and a pod
+// neither stored nor rejected have not.
+func TestSettled(t *testing.T) {
+	acked := []string{"run", "rej", "slow", "gone", "nocode", "dup"}
+	ready := map[string]bool{"run": true, "slow": false, "dup": false}
+	rejected := map[string]int32{"rej": 409, "nocode": 0, "dup": 409}
+	running, refused, unsettled := settled(acked, ready, rejected)
+	if running != 1 || refused != 1 || strings.Join(unsettled, ",") != "slow,gone,nocode,dup" {
+		t.Fatalf("settled = %d running, %d rejected, unsettled %q", running, refused, unsettled)
+	}
+	ready["slow"], ready["dup"], rejected["nocode"] = true, true, 422
+	if running, refused, unsettled = settled(acked, ready, rejected); running != 3 || refused != 2 || strings.Join(unsettled, ",") != "gone" {
+		t.Fatalf("settled = %d running, %d rejected, unsettled %q", running, refused, unsettled)
+	}
+}
+
+// TestCutOff: the minority of a partition is the node cut from the most
+// others; a healed network cuts none.
+func TestCutOff(t *testing.T) {
+	nodes := []string{"nats-1", "nats-2", "nats-3"}
+	if got := cutOff(nemesis.Partition(nodes, []string{"nats-2"}, []string{"nats-1", "nats-3"}), nodes); got != "nats-2" {
+		t.Fatalf("cutOff = %q, want nats-2", got)
+	}
+	if got := cutOff(nemesis.Fault{}, nodes); got != "" {
+		t.Fatalf("healed: cutOff = %q", got)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -178,4 +179,101 @@ func registerWorkload(ctx context.Context, c *configMapClient, h *nemesis.Histor
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// kubeWatchEvent is one line of a Kubernetes watch stream.
+type kubeWatchEvent struct {
+	Type   string `json:"type"`
+	Object struct {
+		Metadata kubeMeta `json:"metadata"`
+		Code     int      `json:"code"`
+		Message  string   `json:"message"`
+	} `json:"object"`
+}
+
+// kubeWatch is the HTTPS API's watch of the ConfigMaps of the namespace
+// whose name starts with prefix (GET ?watch=true&resourceVersion=R
+// &allowWatchBookmarks=true, as client-go's reflector resumes one): each
+// ADDED, MODIFIED or DELETED event is a change at its object's
+// resourceVersion under key(name); a BOOKMARK moves the resume point; an
+// ERROR event (410 Expired) ends the watch with its status. A watch lasts
+// at most timeoutSeconds (60) and its request has a deadline a little
+// past it.
+func (c *configMapClient) kubeWatch(prefix string, key func(name string) string) watchSource {
+	hc := &http.Client{Transport: c.http.Transport} // no overall timeout: the request's context bounds a watch
+	return func(ctx context.Context, from int64) (<-chan watchRec, func() error, error) {
+		rctx, cancel := context.WithTimeout(ctx, 75*time.Second)
+		url := fmt.Sprintf("%s?watch=true&allowWatchBookmarks=true&timeoutSeconds=60&resourceVersion=%d", c.base, from)
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+		if err != nil {
+			cancel()
+			return nil, nil, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			cancel()
+			return nil, nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			cancel()
+			return nil, nil, fmt.Errorf("watch from %d: %d %s", from, resp.StatusCode, bytes.TrimSpace(b))
+		}
+		ch := make(chan watchRec)
+		var werr error // written before ch closes
+		go func() {
+			defer close(ch)
+			defer cancel()
+			defer resp.Body.Close()
+			dec := json.NewDecoder(resp.Body)
+			for {
+				var ev kubeWatchEvent
+				if err := dec.Decode(&ev); err != nil {
+					if err != io.EOF && rctx.Err() == nil {
+						werr = err
+					}
+					return
+				}
+				r, err := kubeWatchRec(ev, prefix, key)
+				if err != nil {
+					werr = err
+					return
+				}
+				if r == nil {
+					continue
+				}
+				select {
+				case ch <- *r:
+				case <-rctx.Done():
+					return
+				}
+			}
+		}()
+		return ch, func() error { return werr }, nil
+	}
+}
+
+// kubeWatchRec is the change (or bookmark: Key "") a watch event stands
+// for; nil for a ConfigMap outside prefix.
+func kubeWatchRec(ev kubeWatchEvent, prefix string, key func(string) string) (*watchRec, error) {
+	if ev.Type == "ERROR" {
+		return nil, fmt.Errorf("watch: ERROR %d %s", ev.Object.Code, ev.Object.Message)
+	}
+	rev, err := strconv.ParseInt(ev.Object.Metadata.ResourceVersion, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("watch: %s with resourceVersion %q", ev.Type, ev.Object.Metadata.ResourceVersion)
+	}
+	switch ev.Type {
+	case "BOOKMARK":
+		return &watchRec{Rev: rev}, nil
+	case "ADDED", "MODIFIED", "DELETED":
+	default:
+		return nil, fmt.Errorf("watch: event type %q", ev.Type)
+	}
+	if !strings.HasPrefix(ev.Object.Metadata.Name, prefix) {
+		return nil, nil
+	}
+	// The API gives one revision per event: the object's resourceVersion.
+	return &watchRec{Rev: rev, Key: key(ev.Object.Metadata.Name), Delete: ev.Type == "DELETED", ModRev: rev}, nil
 }

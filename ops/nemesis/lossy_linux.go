@@ -1,0 +1,312 @@
+package nemesis
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// LossyPath is a path for TCP connections through the kernel that can
+// lose packets: two network namespaces podflow creates (pf-nem-ID-a and
+// pf-nem-ID-b) joined by a veth pair (pfnIDa, pfnIDb), each namespace
+// with an nftables table pf_nem whose output chain drops a random share
+// of the packets (numgen random; this kernel has no netem). Dial(target) opens a connection from a socket in
+// namespace a to a forwarder listening in namespace b for that target,
+// which dials the target (a loopback address of this machine) from the
+// host; SetLoss sets the share of packets each end drops, so TCP
+// retransmits, stalls and, past its timeouts, gives up, as on a lossy
+// link. Traffic never leaves the machine: the veth pair only joins the
+// two namespaces. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN). Close
+// removes the namespaces, and the veth pair with them.
+type LossyPath struct {
+	id       string
+	nsA, nsB netns.NsHandle
+	hA, hB   *netlink.Handle
+	fwd      map[string]net.Listener // target → forwarder in namespace b
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+const (
+	lossyAddrA = "10.254.0.1"
+	lossyAddrB = "10.254.0.2"
+)
+
+// NewLossyPath creates the namespaces and the veth pair and a forwarder
+// for every target; on error nothing it created is left.
+func NewLossyPath(targets []string) (p *LossyPath, err error) {
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	p = &LossyPath{id: hex.EncodeToString(b), fwd: map[string]net.Listener{}, conns: map[net.Conn]struct{}{}}
+	defer func() {
+		if err != nil {
+			p.Close()
+			p = nil
+		}
+	}()
+	if p.nsA, err = newNamedNS(p.nsName("a")); err != nil {
+		return p, err
+	}
+	if p.nsB, err = newNamedNS(p.nsName("b")); err != nil {
+		return p, err
+	}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "pfn" + p.id + "a"}, PeerName: "pfn" + p.id + "b"}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return p, fmt.Errorf("nemesis: veth %s: %w", veth.Name, err)
+	}
+	for _, end := range []struct {
+		name string
+		ns   netns.NsHandle
+		h    **netlink.Handle
+		addr string
+	}{{veth.Name, p.nsA, &p.hA, lossyAddrA}, {veth.PeerName, p.nsB, &p.hB, lossyAddrB}} {
+		l, err := netlink.LinkByName(end.name)
+		if err != nil {
+			return p, err
+		}
+		if err := netlink.LinkSetNsFd(l, int(end.ns)); err != nil {
+			return p, fmt.Errorf("nemesis: move %s: %w", end.name, err)
+		}
+		if *end.h, err = netlink.NewHandleAt(end.ns); err != nil {
+			return p, err
+		}
+		h := *end.h
+		if l, err = h.LinkByName(end.name); err != nil {
+			return p, err
+		}
+		if err := h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(end.addr), Mask: net.CIDRMask(30, 32)}}); err != nil {
+			return p, fmt.Errorf("nemesis: address %s: %w", end.name, err)
+		}
+		if err := h.LinkSetUp(l); err != nil {
+			return p, err
+		}
+	}
+	if err := p.SetLoss(0); err != nil {
+		return p, err
+	}
+	for _, t := range targets {
+		var l net.Listener
+		if err := inNS(p.nsB, func() (err error) { l, err = net.Listen("tcp", lossyAddrB+":0"); return err }); err != nil {
+			return p, fmt.Errorf("nemesis: forwarder for %s: %w", t, err)
+		}
+		p.fwd[t] = l
+		p.wg.Add(1)
+		go p.forward(l, t)
+	}
+	return p, nil
+}
+
+func (p *LossyPath) nsName(side string) string { return "pf-nem-" + p.id + "-" + side }
+
+// SetLoss makes each namespace drop percent (0–100) of the packets it
+// sends.
+func (p *LossyPath) SetLoss(percent int) error {
+	if percent < 0 || percent > 100 {
+		return fmt.Errorf("nemesis: loss %d%% out of 0–100", percent)
+	}
+	rules := "table inet pf_nem {\n  chain out {\n    type filter hook output priority 0; policy accept;\n  }\n}\nflush chain inet pf_nem out\n"
+	switch {
+	case percent == 100:
+		rules += "add rule inet pf_nem out counter drop\n"
+	case percent > 0:
+		rules += fmt.Sprintf("add rule inet pf_nem out numgen random mod 100 < %d counter drop\n", percent)
+	}
+	for _, side := range []string{"a", "b"} {
+		if _, err := p.nft(side, "-f", "-", rules); err != nil {
+			return fmt.Errorf("nemesis: set loss %d%%: %w", percent, err)
+		}
+	}
+	return nil
+}
+
+// Drops is how many packets the namespaces dropped since the last SetLoss.
+func (p *LossyPath) Drops() (int, error) {
+	n := 0
+	for _, side := range []string{"a", "b"} {
+		out, err := p.nft(side, "list", "chain", "inet", "pf_nem", "out", "")
+		if err != nil {
+			return 0, err
+		}
+		for _, m := range dropCounter.FindAllStringSubmatch(out, -1) {
+			k, _ := strconv.Atoi(m[1])
+			n += k
+		}
+	}
+	return n, nil
+}
+
+var dropCounter = regexp.MustCompile(`counter packets (\d+) bytes \d+ drop`)
+
+// nft runs nft with args (and stdin) in the namespace of side.
+func (p *LossyPath) nft(side string, args ...string) (string, error) {
+	stdin := args[len(args)-1]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", p.nsName(side), "nft"}, args[:len(args)-1]...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("nft %s in %s: %w: %s", strings.Join(args[:len(args)-1], " "), p.nsName(side), err, bytes.TrimSpace(out))
+	}
+	return string(out), nil
+}
+
+// Dial opens a connection to target (one of NewLossyPath's) over the path.
+func (p *LossyPath) Dial(target string, timeout time.Duration) (net.Conn, error) {
+	l, ok := p.fwd[target]
+	if !ok {
+		return nil, fmt.Errorf("nemesis: no lossy path to %s", target)
+	}
+	var c net.Conn
+	err := inNS(p.nsA, func() (err error) { c, err = net.DialTimeout("tcp", l.Addr().String(), timeout); return err })
+	return c, err
+}
+
+func (p *LossyPath) forward(l net.Listener, target string) {
+	defer p.wg.Done()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.DialTimeout("tcp", target, 2*time.Second) // from the host
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(c, up) {
+			return
+		}
+		p.wg.Add(2)
+		go p.copy(up, c)
+		go p.copy(c, up)
+	}
+}
+
+func (p *LossyPath) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *LossyPath) copy(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+	dst.Close()
+	src.Close()
+}
+
+// Close stops the forwarders and removes the namespaces (and the veth
+// pair in them).
+func (p *LossyPath) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	for _, l := range p.fwd {
+		l.Close()
+	}
+	p.wg.Wait()
+	var err error
+	for _, h := range []*netlink.Handle{p.hA, p.hB} {
+		if h != nil {
+			h.Close()
+		}
+	}
+	for i, ns := range []netns.NsHandle{p.nsA, p.nsB} {
+		if ns.IsOpen() {
+			ns.Close()
+			err = errors.Join(err, netns.DeleteNamed(p.nsName(string("ab"[i]))))
+		}
+	}
+	if l, e := netlink.LinkByName("pfn" + p.id + "a"); e == nil { // not moved yet
+		err = errors.Join(err, netlink.LinkDel(l))
+	}
+	return err
+}
+
+// newNamedNS creates a named network namespace without leaving the
+// calling thread in it.
+func newNamedNS(name string) (netns.NsHandle, error) {
+	var ns netns.NsHandle
+	err := withOrigNS(func() (err error) {
+		ns, err = netns.NewNamed(name)
+		if err != nil {
+			return fmt.Errorf("nemesis: namespace %s: %w", name, err)
+		}
+		return nil
+	})
+	return ns, err
+}
+
+// inNS runs fn on a thread in ns (sockets fn creates stay in ns).
+func inNS(ns netns.NsHandle, fn func() error) error {
+	return withOrigNS(func() error {
+		if err := netns.Set(ns); err != nil {
+			return err
+		}
+		return fn()
+	})
+}
+
+// withOrigNS runs fn on a goroutine locked to its thread and puts the
+// thread back in its namespace afterwards; a thread that cannot go back
+// stays locked, so the runtime ends it with that goroutine.
+func withOrigNS(fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- err
+			return
+		}
+		defer orig.Close()
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			done <- errors.Join(ferr, err) // exits locked: the thread ends
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- ferr
+	}()
+	return <-done
+}
+
+var _ Path = (*LossyPath)(nil)
