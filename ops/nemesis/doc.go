@@ -4,7 +4,10 @@
 // the chaos process (Net), which can cut
 // it (partition, isolate a leader, bridge, one-way), slow it (delay and
 // jitter) or flap it; nothing leaves the machine and nothing in the
-// kernel changes.
+// kernel changes — except for packet loss: a Net built with NewVia over a
+// LossyPath (Linux, root) reaches its destinations through two network
+// namespaces podflow creates, joined by a veth pair, where nftables drops
+// a random share of the packets (Lose); Close removes them.
 //
 // Obligations of the caller:
 //
