@@ -17,8 +17,11 @@
 // CreateContainerConfigError with kubelet's message. downwardAPI volumes
 // (volumes.go) resolve their items with the same fieldRef and
 // resourceFieldRef code, paths checked as kubelet's atomic writer checks
-// them; the Runtime writes the files. While the pod runs, its worker
-// re-resolves its configMap, secret and downwardAPI volumes every
+// them; the Runtime writes the files. projected volumes (projected.go)
+// are kubelet's collectData: configMap, secret and downwardAPI sources in
+// one payload, with each file's mode resolved (VolumeData.Modes). While
+// the pod runs, its worker re-resolves its configMap, secret, downwardAPI
+// and projected volumes every
 // Config.SyncPeriod and at once after a pod update (new labels or
 // annotations handed over by HandlePodBound, as a reconcile does), and
 // mounts again the volumes whose files changed.

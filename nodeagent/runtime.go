@@ -84,10 +84,15 @@ type ImageRef struct {
 }
 
 // VolumeData is one of the pod's volumes with what the store holds for it.
-// Files maps a path inside the volume to its content (configMap, secret).
+// Files maps a path inside the volume to its content (configMap, secret,
+// downwardAPI, projected). Modes, set for projected volumes, gives each
+// file's permission bits (the item's mode or the volume's defaultMode, as
+// kubelet's projected plugin resolves them); for the other kinds the
+// runtime derives them from the volume.
 type VolumeData struct {
 	Volume *corev1.Volume
 	Files  map[string][]byte
+	Modes  map[string]uint32
 }
 
 // ContainerExit says how a container ended.

@@ -27,10 +27,10 @@ func (r *Runtime) volumeDir(p *pod, name string) string { return filepath.Join(p
 
 // MountVolumes implements nodeagent.Runtime: emptyDir volumes are
 // directories under the pod's directory (a tmpfs for medium Memory);
-// configMap, secret and downwardAPI volumes are written by the atomic
+// configMap, secret, downwardAPI and projected volumes are written by the atomic
 // writer (kubelet's ..data layout: ..data swapped to a new timestamped
 // directory on each change, see writeAtomic), secrets and downwardAPI on a
-// tmpfs (never on disk), with their items' mode, the volume's
+// tmpfs (never on disk; projected too), with their items' mode, the volume's
 // defaultMode, or 0644 (0400 for secrets); hostPath volumes must lie
 // under Config.HostPathPrefixes. It may be called again, with some of the
 // volumes, to refresh their files: a running container sees the new set
@@ -47,7 +47,7 @@ func (r *Runtime) MountVolumes(ctx context.Context, pd *corev1.Pod, vols []nodea
 			return err
 		}
 		v := vd.Volume
-		if err := r.mountVolume(p, v, vd.Files, pd.GetSpec().GetSecurityContext()); err != nil {
+		if err := r.mountVolume(p, vd, pd.GetSpec().GetSecurityContext()); err != nil {
 			return nodeagent.Errorf(nodeagent.CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
 		}
 	}
@@ -61,7 +61,8 @@ func (r *Runtime) MountVolumes(ctx context.Context, pd *corev1.Pod, vols []nodea
 	return nil
 }
 
-func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte, psc *corev1.PodSecurityContext) error {
+func (r *Runtime) mountVolume(p *pod, vd nodeagent.VolumeData, psc *corev1.PodSecurityContext) error {
+	v, files := vd.Volume, vd.Files
 	fsGroup, policy := fsGroupOf(psc), psc.GetFsGroupChangePolicy()
 	if !validName(v.GetName()) {
 		return fmt.Errorf("bad volume name %q", v.GetName())
@@ -111,11 +112,30 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte,
 			return err
 		}
 		return applyFSGroup(dir, fsGroup, policy, true)
+	case v.GetProjected() != nil:
+		// kubelet's projected plugin also wraps a memory emptyDir; the
+		// agent resolved each file's mode (VolumeData.Modes).
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := r.ensureTmpfs(p, dir, "podflow-projected"); err != nil {
+			return err
+		}
+		mode := func(path string) os.FileMode {
+			if m, ok := vd.Modes[path]; ok {
+				return os.FileMode(m) & 0o777
+			}
+			return nodeagent.DefaultProjectedMode
+		}
+		if err := writeAtomic(dir, payload(files, mode)); err != nil {
+			return err
+		}
+		return applyFSGroup(dir, fsGroup, policy, true)
 	case v.GetHostPath() != nil:
 		_, err := r.hostPath(v.GetHostPath())
 		return err
 	default:
-		return errors.New("unsupported volume type (podflow supports emptyDir, configMap, secret, downwardAPI, hostPath)")
+		return errors.New("unsupported volume type (podflow supports emptyDir, configMap, secret, downwardAPI, projected, hostPath)")
 	}
 }
 

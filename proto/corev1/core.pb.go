@@ -2532,6 +2532,7 @@ type Volume struct {
 	HostPath              *HostPathVolumeSource              `protobuf:"bytes,5,opt,name=host_path,json=hostPath,proto3" json:"host_path,omitempty"`
 	PersistentVolumeClaim *PersistentVolumeClaimVolumeSource `protobuf:"bytes,6,opt,name=persistent_volume_claim,json=persistentVolumeClaim,proto3" json:"persistent_volume_claim,omitempty"`
 	DownwardApi           *DownwardAPIVolumeSource           `protobuf:"bytes,7,opt,name=downward_api,json=downwardApi,proto3" json:"downward_api,omitempty"`
+	Projected             *ProjectedVolumeSource             `protobuf:"bytes,8,opt,name=projected,proto3" json:"projected,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
@@ -2615,6 +2616,295 @@ func (x *Volume) GetDownwardApi() *DownwardAPIVolumeSource {
 	return nil
 }
 
+func (x *Volume) GetProjected() *ProjectedVolumeSource {
+	if x != nil {
+		return x.Projected
+	}
+	return nil
+}
+
+// ProjectedVolumeSource is one volume of files from several sources
+// (configMap, secret, downwardAPI), each file with its item's mode or
+// default_mode (0644 when unset). serviceAccountToken and
+// clusterTrustBundle sources are refused (the proto has no place for them).
+type ProjectedVolumeSource struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sources       []*VolumeProjection    `protobuf:"bytes,1,rep,name=sources,proto3" json:"sources,omitempty"`
+	DefaultMode   *int32                 `protobuf:"varint,2,opt,name=default_mode,json=defaultMode,proto3,oneof" json:"default_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectedVolumeSource) Reset() {
+	*x = ProjectedVolumeSource{}
+	mi := &file_corev1_core_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectedVolumeSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectedVolumeSource) ProtoMessage() {}
+
+func (x *ProjectedVolumeSource) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectedVolumeSource.ProtoReflect.Descriptor instead.
+func (*ProjectedVolumeSource) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ProjectedVolumeSource) GetSources() []*VolumeProjection {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *ProjectedVolumeSource) GetDefaultMode() int32 {
+	if x != nil && x.DefaultMode != nil {
+		return *x.DefaultMode
+	}
+	return 0
+}
+
+// VolumeProjection is one source of a projected volume: exactly one field
+// is set.
+type VolumeProjection struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConfigMap     *ConfigMapProjection   `protobuf:"bytes,1,opt,name=config_map,json=configMap,proto3" json:"config_map,omitempty"`
+	Secret        *SecretProjection      `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	DownwardApi   *DownwardAPIProjection `protobuf:"bytes,3,opt,name=downward_api,json=downwardApi,proto3" json:"downward_api,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeProjection) Reset() {
+	*x = VolumeProjection{}
+	mi := &file_corev1_core_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeProjection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeProjection) ProtoMessage() {}
+
+func (x *VolumeProjection) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeProjection.ProtoReflect.Descriptor instead.
+func (*VolumeProjection) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *VolumeProjection) GetConfigMap() *ConfigMapProjection {
+	if x != nil {
+		return x.ConfigMap
+	}
+	return nil
+}
+
+func (x *VolumeProjection) GetSecret() *SecretProjection {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
+func (x *VolumeProjection) GetDownwardApi() *DownwardAPIProjection {
+	if x != nil {
+		return x.DownwardApi
+	}
+	return nil
+}
+
+type ConfigMapProjection struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Items         []*KeyToPath           `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	Optional      *bool                  `protobuf:"varint,3,opt,name=optional,proto3,oneof" json:"optional,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigMapProjection) Reset() {
+	*x = ConfigMapProjection{}
+	mi := &file_corev1_core_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigMapProjection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigMapProjection) ProtoMessage() {}
+
+func (x *ConfigMapProjection) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigMapProjection.ProtoReflect.Descriptor instead.
+func (*ConfigMapProjection) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ConfigMapProjection) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigMapProjection) GetItems() []*KeyToPath {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ConfigMapProjection) GetOptional() bool {
+	if x != nil && x.Optional != nil {
+		return *x.Optional
+	}
+	return false
+}
+
+type SecretProjection struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Items         []*KeyToPath           `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	Optional      *bool                  `protobuf:"varint,3,opt,name=optional,proto3,oneof" json:"optional,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecretProjection) Reset() {
+	*x = SecretProjection{}
+	mi := &file_corev1_core_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecretProjection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecretProjection) ProtoMessage() {}
+
+func (x *SecretProjection) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecretProjection.ProtoReflect.Descriptor instead.
+func (*SecretProjection) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SecretProjection) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SecretProjection) GetItems() []*KeyToPath {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *SecretProjection) GetOptional() bool {
+	if x != nil && x.Optional != nil {
+		return *x.Optional
+	}
+	return false
+}
+
+type DownwardAPIProjection struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Items         []*DownwardAPIVolumeFile `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownwardAPIProjection) Reset() {
+	*x = DownwardAPIProjection{}
+	mi := &file_corev1_core_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownwardAPIProjection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownwardAPIProjection) ProtoMessage() {}
+
+func (x *DownwardAPIProjection) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownwardAPIProjection.ProtoReflect.Descriptor instead.
+func (*DownwardAPIProjection) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DownwardAPIProjection) GetItems() []*DownwardAPIVolumeFile {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
 type Toleration struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Key               string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2628,7 +2918,7 @@ type Toleration struct {
 
 func (x *Toleration) Reset() {
 	*x = Toleration{}
-	mi := &file_corev1_core_proto_msgTypes[37]
+	mi := &file_corev1_core_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2640,7 +2930,7 @@ func (x *Toleration) String() string {
 func (*Toleration) ProtoMessage() {}
 
 func (x *Toleration) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[37]
+	mi := &file_corev1_core_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2653,7 +2943,7 @@ func (x *Toleration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Toleration.ProtoReflect.Descriptor instead.
 func (*Toleration) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{37}
+	return file_corev1_core_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Toleration) GetKey() string {
@@ -2702,7 +2992,7 @@ type NodeSelectorRequirement struct {
 
 func (x *NodeSelectorRequirement) Reset() {
 	*x = NodeSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[38]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +3004,7 @@ func (x *NodeSelectorRequirement) String() string {
 func (*NodeSelectorRequirement) ProtoMessage() {}
 
 func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[38]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,7 +3017,7 @@ func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*NodeSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{38}
+	return file_corev1_core_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *NodeSelectorRequirement) GetKey() string {
@@ -2761,7 +3051,7 @@ type NodeSelectorTerm struct {
 
 func (x *NodeSelectorTerm) Reset() {
 	*x = NodeSelectorTerm{}
-	mi := &file_corev1_core_proto_msgTypes[39]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +3063,7 @@ func (x *NodeSelectorTerm) String() string {
 func (*NodeSelectorTerm) ProtoMessage() {}
 
 func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[39]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +3076,7 @@ func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorTerm.ProtoReflect.Descriptor instead.
 func (*NodeSelectorTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{39}
+	return file_corev1_core_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *NodeSelectorTerm) GetMatchExpressions() []*NodeSelectorRequirement {
@@ -2812,7 +3102,7 @@ type NodeSelector struct {
 
 func (x *NodeSelector) Reset() {
 	*x = NodeSelector{}
-	mi := &file_corev1_core_proto_msgTypes[40]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +3114,7 @@ func (x *NodeSelector) String() string {
 func (*NodeSelector) ProtoMessage() {}
 
 func (x *NodeSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[40]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +3127,7 @@ func (x *NodeSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelector.ProtoReflect.Descriptor instead.
 func (*NodeSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{40}
+	return file_corev1_core_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *NodeSelector) GetNodeSelectorTerms() []*NodeSelectorTerm {
@@ -2857,7 +3147,7 @@ type PreferredSchedulingTerm struct {
 
 func (x *PreferredSchedulingTerm) Reset() {
 	*x = PreferredSchedulingTerm{}
-	mi := &file_corev1_core_proto_msgTypes[41]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +3159,7 @@ func (x *PreferredSchedulingTerm) String() string {
 func (*PreferredSchedulingTerm) ProtoMessage() {}
 
 func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[41]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +3172,7 @@ func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreferredSchedulingTerm.ProtoReflect.Descriptor instead.
 func (*PreferredSchedulingTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{41}
+	return file_corev1_core_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PreferredSchedulingTerm) GetWeight() int32 {
@@ -2909,7 +3199,7 @@ type NodeAffinity struct {
 
 func (x *NodeAffinity) Reset() {
 	*x = NodeAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3211,7 @@ func (x *NodeAffinity) String() string {
 func (*NodeAffinity) ProtoMessage() {}
 
 func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3224,7 @@ func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAffinity.ProtoReflect.Descriptor instead.
 func (*NodeAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{42}
+	return file_corev1_core_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() *NodeSelector {
@@ -2962,7 +3252,7 @@ type LabelSelectorRequirement struct {
 
 func (x *LabelSelectorRequirement) Reset() {
 	*x = LabelSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3264,7 @@ func (x *LabelSelectorRequirement) String() string {
 func (*LabelSelectorRequirement) ProtoMessage() {}
 
 func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3277,7 @@ func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*LabelSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{43}
+	return file_corev1_core_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LabelSelectorRequirement) GetKey() string {
@@ -3024,7 +3314,7 @@ type LabelSelector struct {
 
 func (x *LabelSelector) Reset() {
 	*x = LabelSelector{}
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3326,7 @@ func (x *LabelSelector) String() string {
 func (*LabelSelector) ProtoMessage() {}
 
 func (x *LabelSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3339,7 @@ func (x *LabelSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelector.ProtoReflect.Descriptor instead.
 func (*LabelSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{44}
+	return file_corev1_core_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LabelSelector) GetMatchLabels() map[string]string {
@@ -3080,7 +3370,7 @@ type PodAffinityTerm struct {
 
 func (x *PodAffinityTerm) Reset() {
 	*x = PodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3382,7 @@ func (x *PodAffinityTerm) String() string {
 func (*PodAffinityTerm) ProtoMessage() {}
 
 func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3395,7 @@ func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*PodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{45}
+	return file_corev1_core_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PodAffinityTerm) GetLabelSelector() *LabelSelector {
@@ -3160,7 +3450,7 @@ type WeightedPodAffinityTerm struct {
 
 func (x *WeightedPodAffinityTerm) Reset() {
 	*x = WeightedPodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3462,7 @@ func (x *WeightedPodAffinityTerm) String() string {
 func (*WeightedPodAffinityTerm) ProtoMessage() {}
 
 func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3475,7 @@ func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightedPodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*WeightedPodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{46}
+	return file_corev1_core_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WeightedPodAffinityTerm) GetWeight() int32 {
@@ -3212,7 +3502,7 @@ type PodAffinity struct {
 
 func (x *PodAffinity) Reset() {
 	*x = PodAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3224,7 +3514,7 @@ func (x *PodAffinity) String() string {
 func (*PodAffinity) ProtoMessage() {}
 
 func (x *PodAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3237,7 +3527,7 @@ func (x *PodAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinity.ProtoReflect.Descriptor instead.
 func (*PodAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{47}
+	return file_corev1_core_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PodAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -3264,7 +3554,7 @@ type PodAntiAffinity struct {
 
 func (x *PodAntiAffinity) Reset() {
 	*x = PodAntiAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3566,7 @@ func (x *PodAntiAffinity) String() string {
 func (*PodAntiAffinity) ProtoMessage() {}
 
 func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3579,7 @@ func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAntiAffinity.ProtoReflect.Descriptor instead.
 func (*PodAntiAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{48}
+	return file_corev1_core_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PodAntiAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -3317,7 +3607,7 @@ type Affinity struct {
 
 func (x *Affinity) Reset() {
 	*x = Affinity{}
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3329,7 +3619,7 @@ func (x *Affinity) String() string {
 func (*Affinity) ProtoMessage() {}
 
 func (x *Affinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3342,7 +3632,7 @@ func (x *Affinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Affinity.ProtoReflect.Descriptor instead.
 func (*Affinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{49}
+	return file_corev1_core_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Affinity) GetNodeAffinity() *NodeAffinity {
@@ -3382,7 +3672,7 @@ type TopologySpreadConstraint struct {
 
 func (x *TopologySpreadConstraint) Reset() {
 	*x = TopologySpreadConstraint{}
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3684,7 @@ func (x *TopologySpreadConstraint) String() string {
 func (*TopologySpreadConstraint) ProtoMessage() {}
 
 func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3697,7 @@ func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologySpreadConstraint.ProtoReflect.Descriptor instead.
 func (*TopologySpreadConstraint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{50}
+	return file_corev1_core_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TopologySpreadConstraint) GetMaxSkew() int32 {
@@ -3475,7 +3765,7 @@ type PodSchedulingGate struct {
 
 func (x *PodSchedulingGate) Reset() {
 	*x = PodSchedulingGate{}
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3777,7 @@ func (x *PodSchedulingGate) String() string {
 func (*PodSchedulingGate) ProtoMessage() {}
 
 func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3790,7 @@ func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSchedulingGate.ProtoReflect.Descriptor instead.
 func (*PodSchedulingGate) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{51}
+	return file_corev1_core_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PodSchedulingGate) GetName() string {
@@ -3551,7 +3841,7 @@ type PodSpec struct {
 
 func (x *PodSpec) Reset() {
 	*x = PodSpec{}
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3563,7 +3853,7 @@ func (x *PodSpec) String() string {
 func (*PodSpec) ProtoMessage() {}
 
 func (x *PodSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +3866,7 @@ func (x *PodSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSpec.ProtoReflect.Descriptor instead.
 func (*PodSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{52}
+	return file_corev1_core_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PodSpec) GetVolumes() []*Volume {
@@ -3781,7 +4071,7 @@ type PodDNSConfig struct {
 
 func (x *PodDNSConfig) Reset() {
 	*x = PodDNSConfig{}
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3793,7 +4083,7 @@ func (x *PodDNSConfig) String() string {
 func (*PodDNSConfig) ProtoMessage() {}
 
 func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3806,7 +4096,7 @@ func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfig.ProtoReflect.Descriptor instead.
 func (*PodDNSConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{53}
+	return file_corev1_core_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PodDNSConfig) GetNameservers() []string {
@@ -3840,7 +4130,7 @@ type PodDNSConfigOption struct {
 
 func (x *PodDNSConfigOption) Reset() {
 	*x = PodDNSConfigOption{}
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3852,7 +4142,7 @@ func (x *PodDNSConfigOption) String() string {
 func (*PodDNSConfigOption) ProtoMessage() {}
 
 func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3865,7 +4155,7 @@ func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfigOption.ProtoReflect.Descriptor instead.
 func (*PodDNSConfigOption) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{54}
+	return file_corev1_core_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PodDNSConfigOption) GetName() string {
@@ -3896,7 +4186,7 @@ type PodCondition struct {
 
 func (x *PodCondition) Reset() {
 	*x = PodCondition{}
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3908,7 +4198,7 @@ func (x *PodCondition) String() string {
 func (*PodCondition) ProtoMessage() {}
 
 func (x *PodCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3921,7 +4211,7 @@ func (x *PodCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodCondition.ProtoReflect.Descriptor instead.
 func (*PodCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{55}
+	return file_corev1_core_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PodCondition) GetType() string {
@@ -3976,7 +4266,7 @@ type ContainerStateWaiting struct {
 
 func (x *ContainerStateWaiting) Reset() {
 	*x = ContainerStateWaiting{}
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3988,7 +4278,7 @@ func (x *ContainerStateWaiting) String() string {
 func (*ContainerStateWaiting) ProtoMessage() {}
 
 func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4001,7 +4291,7 @@ func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateWaiting.ProtoReflect.Descriptor instead.
 func (*ContainerStateWaiting) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{56}
+	return file_corev1_core_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ContainerStateWaiting) GetReason() string {
@@ -4027,7 +4317,7 @@ type ContainerStateRunning struct {
 
 func (x *ContainerStateRunning) Reset() {
 	*x = ContainerStateRunning{}
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4039,7 +4329,7 @@ func (x *ContainerStateRunning) String() string {
 func (*ContainerStateRunning) ProtoMessage() {}
 
 func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4052,7 +4342,7 @@ func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateRunning.ProtoReflect.Descriptor instead.
 func (*ContainerStateRunning) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{57}
+	return file_corev1_core_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ContainerStateRunning) GetStartedAt() *timestamppb.Timestamp {
@@ -4077,7 +4367,7 @@ type ContainerStateTerminated struct {
 
 func (x *ContainerStateTerminated) Reset() {
 	*x = ContainerStateTerminated{}
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4379,7 @@ func (x *ContainerStateTerminated) String() string {
 func (*ContainerStateTerminated) ProtoMessage() {}
 
 func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4392,7 @@ func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateTerminated.ProtoReflect.Descriptor instead.
 func (*ContainerStateTerminated) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{58}
+	return file_corev1_core_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ContainerStateTerminated) GetExitCode() int32 {
@@ -4165,7 +4455,7 @@ type ContainerState struct {
 
 func (x *ContainerState) Reset() {
 	*x = ContainerState{}
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4177,7 +4467,7 @@ func (x *ContainerState) String() string {
 func (*ContainerState) ProtoMessage() {}
 
 func (x *ContainerState) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4190,7 +4480,7 @@ func (x *ContainerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerState.ProtoReflect.Descriptor instead.
 func (*ContainerState) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{59}
+	return file_corev1_core_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ContainerState) GetWaiting() *ContainerStateWaiting {
@@ -4231,7 +4521,7 @@ type ContainerStatus struct {
 
 func (x *ContainerStatus) Reset() {
 	*x = ContainerStatus{}
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4243,7 +4533,7 @@ func (x *ContainerStatus) String() string {
 func (*ContainerStatus) ProtoMessage() {}
 
 func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4256,7 +4546,7 @@ func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStatus.ProtoReflect.Descriptor instead.
 func (*ContainerStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{60}
+	return file_corev1_core_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ContainerStatus) GetName() string {
@@ -4331,7 +4621,7 @@ type PodIP struct {
 
 func (x *PodIP) Reset() {
 	*x = PodIP{}
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4343,7 +4633,7 @@ func (x *PodIP) String() string {
 func (*PodIP) ProtoMessage() {}
 
 func (x *PodIP) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4356,7 +4646,7 @@ func (x *PodIP) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodIP.ProtoReflect.Descriptor instead.
 func (*PodIP) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{61}
+	return file_corev1_core_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *PodIP) GetIp() string {
@@ -4386,7 +4676,7 @@ type PodStatus struct {
 
 func (x *PodStatus) Reset() {
 	*x = PodStatus{}
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4398,7 +4688,7 @@ func (x *PodStatus) String() string {
 func (*PodStatus) ProtoMessage() {}
 
 func (x *PodStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4411,7 +4701,7 @@ func (x *PodStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatus.ProtoReflect.Descriptor instead.
 func (*PodStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{62}
+	return file_corev1_core_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PodStatus) GetPhase() string {
@@ -4509,7 +4799,7 @@ type Pod struct {
 
 func (x *Pod) Reset() {
 	*x = Pod{}
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4521,7 +4811,7 @@ func (x *Pod) String() string {
 func (*Pod) ProtoMessage() {}
 
 func (x *Pod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4534,7 +4824,7 @@ func (x *Pod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pod.ProtoReflect.Descriptor instead.
 func (*Pod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{63}
+	return file_corev1_core_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Pod) GetMetadata() *ObjectMeta {
@@ -4570,7 +4860,7 @@ type Taint struct {
 
 func (x *Taint) Reset() {
 	*x = Taint{}
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4582,7 +4872,7 @@ func (x *Taint) String() string {
 func (*Taint) ProtoMessage() {}
 
 func (x *Taint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4595,7 +4885,7 @@ func (x *Taint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taint.ProtoReflect.Descriptor instead.
 func (*Taint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{64}
+	return file_corev1_core_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Taint) GetKey() string {
@@ -4639,7 +4929,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4651,7 +4941,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4664,7 +4954,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{65}
+	return file_corev1_core_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *NodeSpec) GetPodCidr() string {
@@ -4716,7 +5006,7 @@ type NodeCondition struct {
 
 func (x *NodeCondition) Reset() {
 	*x = NodeCondition{}
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4728,7 +5018,7 @@ func (x *NodeCondition) String() string {
 func (*NodeCondition) ProtoMessage() {}
 
 func (x *NodeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4741,7 +5031,7 @@ func (x *NodeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCondition.ProtoReflect.Descriptor instead.
 func (*NodeCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{66}
+	return file_corev1_core_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *NodeCondition) GetType() string {
@@ -4796,7 +5086,7 @@ type NodeAddress struct {
 
 func (x *NodeAddress) Reset() {
 	*x = NodeAddress{}
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4808,7 +5098,7 @@ func (x *NodeAddress) String() string {
 func (*NodeAddress) ProtoMessage() {}
 
 func (x *NodeAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4821,7 +5111,7 @@ func (x *NodeAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAddress.ProtoReflect.Descriptor instead.
 func (*NodeAddress) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{67}
+	return file_corev1_core_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *NodeAddress) GetType() string {
@@ -4848,7 +5138,7 @@ type ContainerImage struct {
 
 func (x *ContainerImage) Reset() {
 	*x = ContainerImage{}
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4860,7 +5150,7 @@ func (x *ContainerImage) String() string {
 func (*ContainerImage) ProtoMessage() {}
 
 func (x *ContainerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4873,7 +5163,7 @@ func (x *ContainerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerImage.ProtoReflect.Descriptor instead.
 func (*ContainerImage) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{68}
+	return file_corev1_core_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ContainerImage) GetNames() []string {
@@ -4905,7 +5195,7 @@ type NodeSystemInfo struct {
 
 func (x *NodeSystemInfo) Reset() {
 	*x = NodeSystemInfo{}
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4917,7 +5207,7 @@ func (x *NodeSystemInfo) String() string {
 func (*NodeSystemInfo) ProtoMessage() {}
 
 func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4930,7 +5220,7 @@ func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSystemInfo.ProtoReflect.Descriptor instead.
 func (*NodeSystemInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{69}
+	return file_corev1_core_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *NodeSystemInfo) GetMachineId() string {
@@ -4997,7 +5287,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5009,7 +5299,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5022,7 +5312,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{70}
+	return file_corev1_core_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *NodeStatus) GetCapacity() map[string]string {
@@ -5085,7 +5375,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5097,7 +5387,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5110,7 +5400,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{71}
+	return file_corev1_core_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -5148,7 +5438,7 @@ type ServicePort struct {
 
 func (x *ServicePort) Reset() {
 	*x = ServicePort{}
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5160,7 +5450,7 @@ func (x *ServicePort) String() string {
 func (*ServicePort) ProtoMessage() {}
 
 func (x *ServicePort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5173,7 +5463,7 @@ func (x *ServicePort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePort.ProtoReflect.Descriptor instead.
 func (*ServicePort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{72}
+	return file_corev1_core_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ServicePort) GetName() string {
@@ -5234,7 +5524,7 @@ type ServiceSpec struct {
 
 func (x *ServiceSpec) Reset() {
 	*x = ServiceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5246,7 +5536,7 @@ func (x *ServiceSpec) String() string {
 func (*ServiceSpec) ProtoMessage() {}
 
 func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5259,7 +5549,7 @@ func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceSpec.ProtoReflect.Descriptor instead.
 func (*ServiceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{73}
+	return file_corev1_core_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ServiceSpec) GetPorts() []*ServicePort {
@@ -5328,7 +5618,7 @@ type SessionAffinityConfig struct {
 
 func (x *SessionAffinityConfig) Reset() {
 	*x = SessionAffinityConfig{}
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5340,7 +5630,7 @@ func (x *SessionAffinityConfig) String() string {
 func (*SessionAffinityConfig) ProtoMessage() {}
 
 func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5353,7 +5643,7 @@ func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAffinityConfig.ProtoReflect.Descriptor instead.
 func (*SessionAffinityConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{74}
+	return file_corev1_core_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *SessionAffinityConfig) GetClientIp() *ClientIPConfig {
@@ -5375,7 +5665,7 @@ type ClientIPConfig struct {
 
 func (x *ClientIPConfig) Reset() {
 	*x = ClientIPConfig{}
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5387,7 +5677,7 @@ func (x *ClientIPConfig) String() string {
 func (*ClientIPConfig) ProtoMessage() {}
 
 func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5400,7 +5690,7 @@ func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientIPConfig.ProtoReflect.Descriptor instead.
 func (*ClientIPConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{75}
+	return file_corev1_core_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ClientIPConfig) GetTimeoutSeconds() int32 {
@@ -5418,7 +5708,7 @@ type ServiceStatus struct {
 
 func (x *ServiceStatus) Reset() {
 	*x = ServiceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5430,7 +5720,7 @@ func (x *ServiceStatus) String() string {
 func (*ServiceStatus) ProtoMessage() {}
 
 func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5443,7 +5733,7 @@ func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStatus.ProtoReflect.Descriptor instead.
 func (*ServiceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{76}
+	return file_corev1_core_proto_rawDescGZIP(), []int{81}
 }
 
 type Service struct {
@@ -5457,7 +5747,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5469,7 +5759,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5482,7 +5772,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{77}
+	return file_corev1_core_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Service) GetMetadata() *ObjectMeta {
@@ -5517,7 +5807,7 @@ type EndpointConditions struct {
 
 func (x *EndpointConditions) Reset() {
 	*x = EndpointConditions{}
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5529,7 +5819,7 @@ func (x *EndpointConditions) String() string {
 func (*EndpointConditions) ProtoMessage() {}
 
 func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5542,7 +5832,7 @@ func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointConditions.ProtoReflect.Descriptor instead.
 func (*EndpointConditions) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{78}
+	return file_corev1_core_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *EndpointConditions) GetReady() bool {
@@ -5581,7 +5871,7 @@ type ObjectReference struct {
 
 func (x *ObjectReference) Reset() {
 	*x = ObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5593,7 +5883,7 @@ func (x *ObjectReference) String() string {
 func (*ObjectReference) ProtoMessage() {}
 
 func (x *ObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5606,7 +5896,7 @@ func (x *ObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReference.ProtoReflect.Descriptor instead.
 func (*ObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{79}
+	return file_corev1_core_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ObjectReference) GetKind() string {
@@ -5671,7 +5961,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5683,7 +5973,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5696,7 +5986,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{80}
+	return file_corev1_core_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Endpoint) GetAddresses() []string {
@@ -5746,7 +6036,7 @@ type EndpointPort struct {
 
 func (x *EndpointPort) Reset() {
 	*x = EndpointPort{}
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5758,7 +6048,7 @@ func (x *EndpointPort) String() string {
 func (*EndpointPort) ProtoMessage() {}
 
 func (x *EndpointPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5771,7 +6061,7 @@ func (x *EndpointPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPort.ProtoReflect.Descriptor instead.
 func (*EndpointPort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{81}
+	return file_corev1_core_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *EndpointPort) GetName() string {
@@ -5815,7 +6105,7 @@ type EndpointSlice struct {
 
 func (x *EndpointSlice) Reset() {
 	*x = EndpointSlice{}
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5827,7 +6117,7 @@ func (x *EndpointSlice) String() string {
 func (*EndpointSlice) ProtoMessage() {}
 
 func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5840,7 +6130,7 @@ func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointSlice.ProtoReflect.Descriptor instead.
 func (*EndpointSlice) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{82}
+	return file_corev1_core_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *EndpointSlice) GetMetadata() *ObjectMeta {
@@ -5880,7 +6170,7 @@ type NamespaceSpec struct {
 
 func (x *NamespaceSpec) Reset() {
 	*x = NamespaceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5892,7 +6182,7 @@ func (x *NamespaceSpec) String() string {
 func (*NamespaceSpec) ProtoMessage() {}
 
 func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5905,7 +6195,7 @@ func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSpec.ProtoReflect.Descriptor instead.
 func (*NamespaceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{83}
+	return file_corev1_core_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *NamespaceSpec) GetFinalizers() []string {
@@ -5928,7 +6218,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5940,7 +6230,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5953,7 +6243,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{84}
+	return file_corev1_core_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *NamespaceStatus) GetPhase() string {
@@ -5983,7 +6273,7 @@ type NamespaceCondition struct {
 
 func (x *NamespaceCondition) Reset() {
 	*x = NamespaceCondition{}
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5995,7 +6285,7 @@ func (x *NamespaceCondition) String() string {
 func (*NamespaceCondition) ProtoMessage() {}
 
 func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6008,7 +6298,7 @@ func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCondition.ProtoReflect.Descriptor instead.
 func (*NamespaceCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{85}
+	return file_corev1_core_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *NamespaceCondition) GetType() string {
@@ -6057,7 +6347,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6069,7 +6359,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6082,7 +6372,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{86}
+	return file_corev1_core_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *Namespace) GetMetadata() *ObjectMeta {
@@ -6115,7 +6405,7 @@ type LocalObjectReference struct {
 
 func (x *LocalObjectReference) Reset() {
 	*x = LocalObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6127,7 +6417,7 @@ func (x *LocalObjectReference) String() string {
 func (*LocalObjectReference) ProtoMessage() {}
 
 func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6140,7 +6430,7 @@ func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalObjectReference.ProtoReflect.Descriptor instead.
 func (*LocalObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{87}
+	return file_corev1_core_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *LocalObjectReference) GetName() string {
@@ -6162,7 +6452,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6174,7 +6464,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6187,7 +6477,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{88}
+	return file_corev1_core_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ServiceAccount) GetMetadata() *ObjectMeta {
@@ -6230,7 +6520,7 @@ type ConfigMap struct {
 
 func (x *ConfigMap) Reset() {
 	*x = ConfigMap{}
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6242,7 +6532,7 @@ func (x *ConfigMap) String() string {
 func (*ConfigMap) ProtoMessage() {}
 
 func (x *ConfigMap) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6255,7 +6545,7 @@ func (x *ConfigMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMap.ProtoReflect.Descriptor instead.
 func (*ConfigMap) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{89}
+	return file_corev1_core_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ConfigMap) GetMetadata() *ObjectMeta {
@@ -6298,7 +6588,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6310,7 +6600,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6323,7 +6613,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{90}
+	return file_corev1_core_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *Secret) GetMetadata() *ObjectMeta {
@@ -6367,7 +6657,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6379,7 +6669,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6392,7 +6682,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{91}
+	return file_corev1_core_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *PolicyRule) GetVerbs() []string {
@@ -6440,7 +6730,7 @@ type Role struct {
 
 func (x *Role) Reset() {
 	*x = Role{}
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6452,7 +6742,7 @@ func (x *Role) String() string {
 func (*Role) ProtoMessage() {}
 
 func (x *Role) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6465,7 +6755,7 @@ func (x *Role) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Role.ProtoReflect.Descriptor instead.
 func (*Role) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{92}
+	return file_corev1_core_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *Role) GetMetadata() *ObjectMeta {
@@ -6492,7 +6782,7 @@ type ClusterRole struct {
 
 func (x *ClusterRole) Reset() {
 	*x = ClusterRole{}
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6504,7 +6794,7 @@ func (x *ClusterRole) String() string {
 func (*ClusterRole) ProtoMessage() {}
 
 func (x *ClusterRole) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6517,7 +6807,7 @@ func (x *ClusterRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRole.ProtoReflect.Descriptor instead.
 func (*ClusterRole) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{93}
+	return file_corev1_core_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ClusterRole) GetMetadata() *ObjectMeta {
@@ -6546,7 +6836,7 @@ type Subject struct {
 
 func (x *Subject) Reset() {
 	*x = Subject{}
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6558,7 +6848,7 @@ func (x *Subject) String() string {
 func (*Subject) ProtoMessage() {}
 
 func (x *Subject) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6571,7 +6861,7 @@ func (x *Subject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subject.ProtoReflect.Descriptor instead.
 func (*Subject) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+	return file_corev1_core_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *Subject) GetKind() string {
@@ -6613,7 +6903,7 @@ type RoleRef struct {
 
 func (x *RoleRef) Reset() {
 	*x = RoleRef{}
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6625,7 +6915,7 @@ func (x *RoleRef) String() string {
 func (*RoleRef) ProtoMessage() {}
 
 func (x *RoleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6638,7 +6928,7 @@ func (x *RoleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleRef.ProtoReflect.Descriptor instead.
 func (*RoleRef) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{95}
+	return file_corev1_core_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *RoleRef) GetApiGroup() string {
@@ -6673,7 +6963,7 @@ type RoleBinding struct {
 
 func (x *RoleBinding) Reset() {
 	*x = RoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6685,7 +6975,7 @@ func (x *RoleBinding) String() string {
 func (*RoleBinding) ProtoMessage() {}
 
 func (x *RoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6698,7 +6988,7 @@ func (x *RoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
 func (*RoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{96}
+	return file_corev1_core_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *RoleBinding) GetMetadata() *ObjectMeta {
@@ -6733,7 +7023,7 @@ type ClusterRoleBinding struct {
 
 func (x *ClusterRoleBinding) Reset() {
 	*x = ClusterRoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6745,7 +7035,7 @@ func (x *ClusterRoleBinding) String() string {
 func (*ClusterRoleBinding) ProtoMessage() {}
 
 func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6758,7 +7048,7 @@ func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRoleBinding.ProtoReflect.Descriptor instead.
 func (*ClusterRoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{97}
+	return file_corev1_core_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *ClusterRoleBinding) GetMetadata() *ObjectMeta {
@@ -6792,7 +7082,7 @@ type EventSource struct {
 
 func (x *EventSource) Reset() {
 	*x = EventSource{}
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6804,7 +7094,7 @@ func (x *EventSource) String() string {
 func (*EventSource) ProtoMessage() {}
 
 func (x *EventSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6817,7 +7107,7 @@ func (x *EventSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
 func (*EventSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{98}
+	return file_corev1_core_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *EventSource) GetComponent() string {
@@ -6855,7 +7145,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6867,7 +7157,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6880,7 +7170,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{99}
+	return file_corev1_core_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *Event) GetMetadata() *ObjectMeta {
@@ -6989,7 +7279,7 @@ type LimitRangeItem struct {
 
 func (x *LimitRangeItem) Reset() {
 	*x = LimitRangeItem{}
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7001,7 +7291,7 @@ func (x *LimitRangeItem) String() string {
 func (*LimitRangeItem) ProtoMessage() {}
 
 func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7014,7 +7304,7 @@ func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeItem.ProtoReflect.Descriptor instead.
 func (*LimitRangeItem) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{100}
+	return file_corev1_core_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *LimitRangeItem) GetType() string {
@@ -7061,7 +7351,7 @@ type LimitRangeSpec struct {
 
 func (x *LimitRangeSpec) Reset() {
 	*x = LimitRangeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7073,7 +7363,7 @@ func (x *LimitRangeSpec) String() string {
 func (*LimitRangeSpec) ProtoMessage() {}
 
 func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7086,7 +7376,7 @@ func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeSpec.ProtoReflect.Descriptor instead.
 func (*LimitRangeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{101}
+	return file_corev1_core_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *LimitRangeSpec) GetLimits() []*LimitRangeItem {
@@ -7106,7 +7396,7 @@ type LimitRange struct {
 
 func (x *LimitRange) Reset() {
 	*x = LimitRange{}
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7118,7 +7408,7 @@ func (x *LimitRange) String() string {
 func (*LimitRange) ProtoMessage() {}
 
 func (x *LimitRange) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7131,7 +7421,7 @@ func (x *LimitRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRange.ProtoReflect.Descriptor instead.
 func (*LimitRange) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{102}
+	return file_corev1_core_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *LimitRange) GetMetadata() *ObjectMeta {
@@ -7162,7 +7452,7 @@ type SidecarPolicySpec struct {
 
 func (x *SidecarPolicySpec) Reset() {
 	*x = SidecarPolicySpec{}
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7174,7 +7464,7 @@ func (x *SidecarPolicySpec) String() string {
 func (*SidecarPolicySpec) ProtoMessage() {}
 
 func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7187,7 +7477,7 @@ func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicySpec.ProtoReflect.Descriptor instead.
 func (*SidecarPolicySpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{103}
+	return file_corev1_core_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *SidecarPolicySpec) GetSelector() map[string]string {
@@ -7228,7 +7518,7 @@ type SidecarPolicy struct {
 
 func (x *SidecarPolicy) Reset() {
 	*x = SidecarPolicy{}
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7240,7 +7530,7 @@ func (x *SidecarPolicy) String() string {
 func (*SidecarPolicy) ProtoMessage() {}
 
 func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7253,7 +7543,7 @@ func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicy.ProtoReflect.Descriptor instead.
 func (*SidecarPolicy) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{104}
+	return file_corev1_core_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *SidecarPolicy) GetMetadata() *ObjectMeta {
@@ -7283,7 +7573,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7295,7 +7585,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7308,7 +7598,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{105}
+	return file_corev1_core_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *StatusCause) GetType() string {
@@ -7351,7 +7641,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7363,7 +7653,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7376,7 +7666,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{106}
+	return file_corev1_core_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *Status) GetStatus() string {
@@ -7440,7 +7730,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7452,7 +7742,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7465,7 +7755,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{107}
+	return file_corev1_core_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -7503,7 +7793,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7515,7 +7805,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7528,7 +7818,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{108}
+	return file_corev1_core_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -7559,7 +7849,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7571,7 +7861,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7584,7 +7874,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{109}
+	return file_corev1_core_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -7643,7 +7933,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7655,7 +7945,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7668,7 +7958,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{110}
+	return file_corev1_core_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -7954,7 +8244,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"!PersistentVolumeClaimVolumeSource\x12\x1d\n" +
 	"\n" +
 	"claim_name\x18\x01 \x01(\tR\tclaimName\x12\x1b\n" +
-	"\tread_only\x18\x02 \x01(\bR\breadOnly\"\xe1\x03\n" +
+	"\tread_only\x18\x02 \x01(\bR\breadOnly\"\xa7\x04\n" +
 	"\x06Volume\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12B\n" +
 	"\tempty_dir\x18\x02 \x01(\v2%.podflow.core.v1.EmptyDirVolumeSourceR\bemptyDir\x12E\n" +
@@ -7963,7 +8253,29 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x06secret\x18\x04 \x01(\v2#.podflow.core.v1.SecretVolumeSourceR\x06secret\x12B\n" +
 	"\thost_path\x18\x05 \x01(\v2%.podflow.core.v1.HostPathVolumeSourceR\bhostPath\x12j\n" +
 	"\x17persistent_volume_claim\x18\x06 \x01(\v22.podflow.core.v1.PersistentVolumeClaimVolumeSourceR\x15persistentVolumeClaim\x12K\n" +
-	"\fdownward_api\x18\a \x01(\v2(.podflow.core.v1.DownwardAPIVolumeSourceR\vdownwardApi\"\xb3\x01\n" +
+	"\fdownward_api\x18\a \x01(\v2(.podflow.core.v1.DownwardAPIVolumeSourceR\vdownwardApi\x12D\n" +
+	"\tprojected\x18\b \x01(\v2&.podflow.core.v1.ProjectedVolumeSourceR\tprojected\"\x8d\x01\n" +
+	"\x15ProjectedVolumeSource\x12;\n" +
+	"\asources\x18\x01 \x03(\v2!.podflow.core.v1.VolumeProjectionR\asources\x12&\n" +
+	"\fdefault_mode\x18\x02 \x01(\x05H\x00R\vdefaultMode\x88\x01\x01B\x0f\n" +
+	"\r_default_mode\"\xdd\x01\n" +
+	"\x10VolumeProjection\x12C\n" +
+	"\n" +
+	"config_map\x18\x01 \x01(\v2$.podflow.core.v1.ConfigMapProjectionR\tconfigMap\x129\n" +
+	"\x06secret\x18\x02 \x01(\v2!.podflow.core.v1.SecretProjectionR\x06secret\x12I\n" +
+	"\fdownward_api\x18\x03 \x01(\v2&.podflow.core.v1.DownwardAPIProjectionR\vdownwardApi\"\x89\x01\n" +
+	"\x13ConfigMapProjection\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\x05items\x18\x02 \x03(\v2\x1a.podflow.core.v1.KeyToPathR\x05items\x12\x1f\n" +
+	"\boptional\x18\x03 \x01(\bH\x00R\boptional\x88\x01\x01B\v\n" +
+	"\t_optional\"\x86\x01\n" +
+	"\x10SecretProjection\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\x05items\x18\x02 \x03(\v2\x1a.podflow.core.v1.KeyToPathR\x05items\x12\x1f\n" +
+	"\boptional\x18\x03 \x01(\bH\x00R\boptional\x88\x01\x01B\v\n" +
+	"\t_optional\"U\n" +
+	"\x15DownwardAPIProjection\x12<\n" +
+	"\x05items\x18\x01 \x03(\v2&.podflow.core.v1.DownwardAPIVolumeFileR\x05items\"\xb3\x01\n" +
 	"\n" +
 	"Toleration\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
@@ -8473,7 +8785,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 129)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 134)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -8512,105 +8824,110 @@ var file_corev1_core_proto_goTypes = []any{
 	(*DownwardAPIVolumeFile)(nil),             // 34: podflow.core.v1.DownwardAPIVolumeFile
 	(*PersistentVolumeClaimVolumeSource)(nil), // 35: podflow.core.v1.PersistentVolumeClaimVolumeSource
 	(*Volume)(nil),                            // 36: podflow.core.v1.Volume
-	(*Toleration)(nil),                        // 37: podflow.core.v1.Toleration
-	(*NodeSelectorRequirement)(nil),           // 38: podflow.core.v1.NodeSelectorRequirement
-	(*NodeSelectorTerm)(nil),                  // 39: podflow.core.v1.NodeSelectorTerm
-	(*NodeSelector)(nil),                      // 40: podflow.core.v1.NodeSelector
-	(*PreferredSchedulingTerm)(nil),           // 41: podflow.core.v1.PreferredSchedulingTerm
-	(*NodeAffinity)(nil),                      // 42: podflow.core.v1.NodeAffinity
-	(*LabelSelectorRequirement)(nil),          // 43: podflow.core.v1.LabelSelectorRequirement
-	(*LabelSelector)(nil),                     // 44: podflow.core.v1.LabelSelector
-	(*PodAffinityTerm)(nil),                   // 45: podflow.core.v1.PodAffinityTerm
-	(*WeightedPodAffinityTerm)(nil),           // 46: podflow.core.v1.WeightedPodAffinityTerm
-	(*PodAffinity)(nil),                       // 47: podflow.core.v1.PodAffinity
-	(*PodAntiAffinity)(nil),                   // 48: podflow.core.v1.PodAntiAffinity
-	(*Affinity)(nil),                          // 49: podflow.core.v1.Affinity
-	(*TopologySpreadConstraint)(nil),          // 50: podflow.core.v1.TopologySpreadConstraint
-	(*PodSchedulingGate)(nil),                 // 51: podflow.core.v1.PodSchedulingGate
-	(*PodSpec)(nil),                           // 52: podflow.core.v1.PodSpec
-	(*PodDNSConfig)(nil),                      // 53: podflow.core.v1.PodDNSConfig
-	(*PodDNSConfigOption)(nil),                // 54: podflow.core.v1.PodDNSConfigOption
-	(*PodCondition)(nil),                      // 55: podflow.core.v1.PodCondition
-	(*ContainerStateWaiting)(nil),             // 56: podflow.core.v1.ContainerStateWaiting
-	(*ContainerStateRunning)(nil),             // 57: podflow.core.v1.ContainerStateRunning
-	(*ContainerStateTerminated)(nil),          // 58: podflow.core.v1.ContainerStateTerminated
-	(*ContainerState)(nil),                    // 59: podflow.core.v1.ContainerState
-	(*ContainerStatus)(nil),                   // 60: podflow.core.v1.ContainerStatus
-	(*PodIP)(nil),                             // 61: podflow.core.v1.PodIP
-	(*PodStatus)(nil),                         // 62: podflow.core.v1.PodStatus
-	(*Pod)(nil),                               // 63: podflow.core.v1.Pod
-	(*Taint)(nil),                             // 64: podflow.core.v1.Taint
-	(*NodeSpec)(nil),                          // 65: podflow.core.v1.NodeSpec
-	(*NodeCondition)(nil),                     // 66: podflow.core.v1.NodeCondition
-	(*NodeAddress)(nil),                       // 67: podflow.core.v1.NodeAddress
-	(*ContainerImage)(nil),                    // 68: podflow.core.v1.ContainerImage
-	(*NodeSystemInfo)(nil),                    // 69: podflow.core.v1.NodeSystemInfo
-	(*NodeStatus)(nil),                        // 70: podflow.core.v1.NodeStatus
-	(*Node)(nil),                              // 71: podflow.core.v1.Node
-	(*ServicePort)(nil),                       // 72: podflow.core.v1.ServicePort
-	(*ServiceSpec)(nil),                       // 73: podflow.core.v1.ServiceSpec
-	(*SessionAffinityConfig)(nil),             // 74: podflow.core.v1.SessionAffinityConfig
-	(*ClientIPConfig)(nil),                    // 75: podflow.core.v1.ClientIPConfig
-	(*ServiceStatus)(nil),                     // 76: podflow.core.v1.ServiceStatus
-	(*Service)(nil),                           // 77: podflow.core.v1.Service
-	(*EndpointConditions)(nil),                // 78: podflow.core.v1.EndpointConditions
-	(*ObjectReference)(nil),                   // 79: podflow.core.v1.ObjectReference
-	(*Endpoint)(nil),                          // 80: podflow.core.v1.Endpoint
-	(*EndpointPort)(nil),                      // 81: podflow.core.v1.EndpointPort
-	(*EndpointSlice)(nil),                     // 82: podflow.core.v1.EndpointSlice
-	(*NamespaceSpec)(nil),                     // 83: podflow.core.v1.NamespaceSpec
-	(*NamespaceStatus)(nil),                   // 84: podflow.core.v1.NamespaceStatus
-	(*NamespaceCondition)(nil),                // 85: podflow.core.v1.NamespaceCondition
-	(*Namespace)(nil),                         // 86: podflow.core.v1.Namespace
-	(*LocalObjectReference)(nil),              // 87: podflow.core.v1.LocalObjectReference
-	(*ServiceAccount)(nil),                    // 88: podflow.core.v1.ServiceAccount
-	(*ConfigMap)(nil),                         // 89: podflow.core.v1.ConfigMap
-	(*Secret)(nil),                            // 90: podflow.core.v1.Secret
-	(*PolicyRule)(nil),                        // 91: podflow.core.v1.PolicyRule
-	(*Role)(nil),                              // 92: podflow.core.v1.Role
-	(*ClusterRole)(nil),                       // 93: podflow.core.v1.ClusterRole
-	(*Subject)(nil),                           // 94: podflow.core.v1.Subject
-	(*RoleRef)(nil),                           // 95: podflow.core.v1.RoleRef
-	(*RoleBinding)(nil),                       // 96: podflow.core.v1.RoleBinding
-	(*ClusterRoleBinding)(nil),                // 97: podflow.core.v1.ClusterRoleBinding
-	(*EventSource)(nil),                       // 98: podflow.core.v1.EventSource
-	(*Event)(nil),                             // 99: podflow.core.v1.Event
-	(*LimitRangeItem)(nil),                    // 100: podflow.core.v1.LimitRangeItem
-	(*LimitRangeSpec)(nil),                    // 101: podflow.core.v1.LimitRangeSpec
-	(*LimitRange)(nil),                        // 102: podflow.core.v1.LimitRange
-	(*SidecarPolicySpec)(nil),                 // 103: podflow.core.v1.SidecarPolicySpec
-	(*SidecarPolicy)(nil),                     // 104: podflow.core.v1.SidecarPolicy
-	(*StatusCause)(nil),                       // 105: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 106: podflow.core.v1.Status
-	(*UserInfo)(nil),                          // 107: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 108: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 109: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 110: podflow.core.v1.PriorityClass
-	nil,                                       // 111: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 112: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 113: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 114: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 115: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 116: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 117: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 118: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 119: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 120: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 121: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 122: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 123: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 124: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 125: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 126: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 127: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 128: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 129: google.protobuf.Timestamp
+	(*ProjectedVolumeSource)(nil),             // 37: podflow.core.v1.ProjectedVolumeSource
+	(*VolumeProjection)(nil),                  // 38: podflow.core.v1.VolumeProjection
+	(*ConfigMapProjection)(nil),               // 39: podflow.core.v1.ConfigMapProjection
+	(*SecretProjection)(nil),                  // 40: podflow.core.v1.SecretProjection
+	(*DownwardAPIProjection)(nil),             // 41: podflow.core.v1.DownwardAPIProjection
+	(*Toleration)(nil),                        // 42: podflow.core.v1.Toleration
+	(*NodeSelectorRequirement)(nil),           // 43: podflow.core.v1.NodeSelectorRequirement
+	(*NodeSelectorTerm)(nil),                  // 44: podflow.core.v1.NodeSelectorTerm
+	(*NodeSelector)(nil),                      // 45: podflow.core.v1.NodeSelector
+	(*PreferredSchedulingTerm)(nil),           // 46: podflow.core.v1.PreferredSchedulingTerm
+	(*NodeAffinity)(nil),                      // 47: podflow.core.v1.NodeAffinity
+	(*LabelSelectorRequirement)(nil),          // 48: podflow.core.v1.LabelSelectorRequirement
+	(*LabelSelector)(nil),                     // 49: podflow.core.v1.LabelSelector
+	(*PodAffinityTerm)(nil),                   // 50: podflow.core.v1.PodAffinityTerm
+	(*WeightedPodAffinityTerm)(nil),           // 51: podflow.core.v1.WeightedPodAffinityTerm
+	(*PodAffinity)(nil),                       // 52: podflow.core.v1.PodAffinity
+	(*PodAntiAffinity)(nil),                   // 53: podflow.core.v1.PodAntiAffinity
+	(*Affinity)(nil),                          // 54: podflow.core.v1.Affinity
+	(*TopologySpreadConstraint)(nil),          // 55: podflow.core.v1.TopologySpreadConstraint
+	(*PodSchedulingGate)(nil),                 // 56: podflow.core.v1.PodSchedulingGate
+	(*PodSpec)(nil),                           // 57: podflow.core.v1.PodSpec
+	(*PodDNSConfig)(nil),                      // 58: podflow.core.v1.PodDNSConfig
+	(*PodDNSConfigOption)(nil),                // 59: podflow.core.v1.PodDNSConfigOption
+	(*PodCondition)(nil),                      // 60: podflow.core.v1.PodCondition
+	(*ContainerStateWaiting)(nil),             // 61: podflow.core.v1.ContainerStateWaiting
+	(*ContainerStateRunning)(nil),             // 62: podflow.core.v1.ContainerStateRunning
+	(*ContainerStateTerminated)(nil),          // 63: podflow.core.v1.ContainerStateTerminated
+	(*ContainerState)(nil),                    // 64: podflow.core.v1.ContainerState
+	(*ContainerStatus)(nil),                   // 65: podflow.core.v1.ContainerStatus
+	(*PodIP)(nil),                             // 66: podflow.core.v1.PodIP
+	(*PodStatus)(nil),                         // 67: podflow.core.v1.PodStatus
+	(*Pod)(nil),                               // 68: podflow.core.v1.Pod
+	(*Taint)(nil),                             // 69: podflow.core.v1.Taint
+	(*NodeSpec)(nil),                          // 70: podflow.core.v1.NodeSpec
+	(*NodeCondition)(nil),                     // 71: podflow.core.v1.NodeCondition
+	(*NodeAddress)(nil),                       // 72: podflow.core.v1.NodeAddress
+	(*ContainerImage)(nil),                    // 73: podflow.core.v1.ContainerImage
+	(*NodeSystemInfo)(nil),                    // 74: podflow.core.v1.NodeSystemInfo
+	(*NodeStatus)(nil),                        // 75: podflow.core.v1.NodeStatus
+	(*Node)(nil),                              // 76: podflow.core.v1.Node
+	(*ServicePort)(nil),                       // 77: podflow.core.v1.ServicePort
+	(*ServiceSpec)(nil),                       // 78: podflow.core.v1.ServiceSpec
+	(*SessionAffinityConfig)(nil),             // 79: podflow.core.v1.SessionAffinityConfig
+	(*ClientIPConfig)(nil),                    // 80: podflow.core.v1.ClientIPConfig
+	(*ServiceStatus)(nil),                     // 81: podflow.core.v1.ServiceStatus
+	(*Service)(nil),                           // 82: podflow.core.v1.Service
+	(*EndpointConditions)(nil),                // 83: podflow.core.v1.EndpointConditions
+	(*ObjectReference)(nil),                   // 84: podflow.core.v1.ObjectReference
+	(*Endpoint)(nil),                          // 85: podflow.core.v1.Endpoint
+	(*EndpointPort)(nil),                      // 86: podflow.core.v1.EndpointPort
+	(*EndpointSlice)(nil),                     // 87: podflow.core.v1.EndpointSlice
+	(*NamespaceSpec)(nil),                     // 88: podflow.core.v1.NamespaceSpec
+	(*NamespaceStatus)(nil),                   // 89: podflow.core.v1.NamespaceStatus
+	(*NamespaceCondition)(nil),                // 90: podflow.core.v1.NamespaceCondition
+	(*Namespace)(nil),                         // 91: podflow.core.v1.Namespace
+	(*LocalObjectReference)(nil),              // 92: podflow.core.v1.LocalObjectReference
+	(*ServiceAccount)(nil),                    // 93: podflow.core.v1.ServiceAccount
+	(*ConfigMap)(nil),                         // 94: podflow.core.v1.ConfigMap
+	(*Secret)(nil),                            // 95: podflow.core.v1.Secret
+	(*PolicyRule)(nil),                        // 96: podflow.core.v1.PolicyRule
+	(*Role)(nil),                              // 97: podflow.core.v1.Role
+	(*ClusterRole)(nil),                       // 98: podflow.core.v1.ClusterRole
+	(*Subject)(nil),                           // 99: podflow.core.v1.Subject
+	(*RoleRef)(nil),                           // 100: podflow.core.v1.RoleRef
+	(*RoleBinding)(nil),                       // 101: podflow.core.v1.RoleBinding
+	(*ClusterRoleBinding)(nil),                // 102: podflow.core.v1.ClusterRoleBinding
+	(*EventSource)(nil),                       // 103: podflow.core.v1.EventSource
+	(*Event)(nil),                             // 104: podflow.core.v1.Event
+	(*LimitRangeItem)(nil),                    // 105: podflow.core.v1.LimitRangeItem
+	(*LimitRangeSpec)(nil),                    // 106: podflow.core.v1.LimitRangeSpec
+	(*LimitRange)(nil),                        // 107: podflow.core.v1.LimitRange
+	(*SidecarPolicySpec)(nil),                 // 108: podflow.core.v1.SidecarPolicySpec
+	(*SidecarPolicy)(nil),                     // 109: podflow.core.v1.SidecarPolicy
+	(*StatusCause)(nil),                       // 110: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 111: podflow.core.v1.Status
+	(*UserInfo)(nil),                          // 112: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 113: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 114: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 115: podflow.core.v1.PriorityClass
+	nil,                                       // 116: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 117: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 118: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 119: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 120: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 121: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 122: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 123: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 124: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 125: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 126: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 127: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 128: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 129: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 130: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 131: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 132: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 133: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 134: google.protobuf.Timestamp
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	111, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	112, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	129, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	129, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	116, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	117, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	134, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	134, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	3,   // 5: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	8,   // 6: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -8619,8 +8936,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	4,   // 9: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	6,   // 10: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	7,   // 11: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	113, // 12: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	114, // 13: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	118, // 12: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	119, // 13: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	17,  // 14: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	14,  // 15: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	17,  // 16: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -8658,133 +8975,141 @@ var file_corev1_core_proto_depIdxs = []int32{
 	32,  // 48: podflow.core.v1.Volume.host_path:type_name -> podflow.core.v1.HostPathVolumeSource
 	35,  // 49: podflow.core.v1.Volume.persistent_volume_claim:type_name -> podflow.core.v1.PersistentVolumeClaimVolumeSource
 	33,  // 50: podflow.core.v1.Volume.downward_api:type_name -> podflow.core.v1.DownwardAPIVolumeSource
-	38,  // 51: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
-	38,  // 52: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
-	39,  // 53: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
-	39,  // 54: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
-	40,  // 55: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
-	41,  // 56: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	115, // 57: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
-	43,  // 58: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
-	44,  // 59: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
-	44,  // 60: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
-	45,  // 61: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
-	45,  // 62: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	46,  // 63: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	45,  // 64: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	46,  // 65: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	42,  // 66: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
-	47,  // 67: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
-	48,  // 68: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
-	44,  // 69: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
-	36,  // 70: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
-	27,  // 71: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
-	27,  // 72: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	116, // 73: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
-	25,  // 74: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
-	49,  // 75: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
-	37,  // 76: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
-	50,  // 77: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
-	51,  // 78: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
-	53,  // 79: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
-	54,  // 80: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	129, // 81: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	129, // 82: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	129, // 83: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	129, // 84: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	129, // 85: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
-	56,  // 86: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
-	57,  // 87: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
-	58,  // 88: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
-	59,  // 89: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
-	59,  // 90: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
-	55,  // 91: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
-	61,  // 92: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	129, // 93: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
-	60,  // 94: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	60,  // 95: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	1,   // 96: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
-	52,  // 97: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
-	62,  // 98: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	129, // 99: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	64,  // 100: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	129, // 101: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	129, // 102: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	117, // 103: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	118, // 104: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
-	66,  // 105: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
-	67,  // 106: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
-	69,  // 107: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
-	68,  // 108: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
-	1,   // 109: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
-	65,  // 110: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
-	70,  // 111: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
-	17,  // 112: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
-	72,  // 113: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	119, // 114: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
-	74,  // 115: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
-	75,  // 116: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
-	1,   // 117: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
-	73,  // 118: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
-	76,  // 119: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
-	78,  // 120: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
-	79,  // 121: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
-	1,   // 122: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
-	80,  // 123: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
-	81,  // 124: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
-	85,  // 125: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	129, // 126: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 127: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
-	83,  // 128: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
-	84,  // 129: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
-	1,   // 130: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
-	79,  // 131: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
-	87,  // 132: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	1,   // 133: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	120, // 134: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	121, // 135: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
-	1,   // 136: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	122, // 137: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
-	1,   // 138: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
-	91,  // 139: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 140: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
-	91,  // 141: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 142: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	94,  // 143: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	95,  // 144: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 145: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	94,  // 146: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	95,  // 147: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 148: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
-	79,  // 149: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
-	98,  // 150: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	129, // 151: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	129, // 152: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	129, // 153: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	123, // 154: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	124, // 155: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	125, // 156: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	126, // 157: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
-	100, // 158: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
-	1,   // 159: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
-	101, // 160: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	127, // 161: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	27,  // 162: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
-	27,  // 163: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
-	36,  // 164: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
-	1,   // 165: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
-	103, // 166: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
-	105, // 167: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 168: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	128, // 169: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	10,  // 170: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 171: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	109, // 172: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	173, // [173:173] is the sub-list for method output_type
-	173, // [173:173] is the sub-list for method input_type
-	173, // [173:173] is the sub-list for extension type_name
-	173, // [173:173] is the sub-list for extension extendee
-	0,   // [0:173] is the sub-list for field type_name
+	37,  // 51: podflow.core.v1.Volume.projected:type_name -> podflow.core.v1.ProjectedVolumeSource
+	38,  // 52: podflow.core.v1.ProjectedVolumeSource.sources:type_name -> podflow.core.v1.VolumeProjection
+	39,  // 53: podflow.core.v1.VolumeProjection.config_map:type_name -> podflow.core.v1.ConfigMapProjection
+	40,  // 54: podflow.core.v1.VolumeProjection.secret:type_name -> podflow.core.v1.SecretProjection
+	41,  // 55: podflow.core.v1.VolumeProjection.downward_api:type_name -> podflow.core.v1.DownwardAPIProjection
+	28,  // 56: podflow.core.v1.ConfigMapProjection.items:type_name -> podflow.core.v1.KeyToPath
+	28,  // 57: podflow.core.v1.SecretProjection.items:type_name -> podflow.core.v1.KeyToPath
+	34,  // 58: podflow.core.v1.DownwardAPIProjection.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
+	43,  // 59: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
+	43,  // 60: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
+	44,  // 61: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
+	44,  // 62: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
+	45,  // 63: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
+	46,  // 64: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
+	120, // 65: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	48,  // 66: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
+	49,  // 67: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
+	49,  // 68: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
+	50,  // 69: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
+	50,  // 70: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	51,  // 71: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	50,  // 72: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	51,  // 73: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	47,  // 74: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
+	52,  // 75: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
+	53,  // 76: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
+	49,  // 77: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
+	36,  // 78: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
+	27,  // 79: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
+	27,  // 80: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
+	121, // 81: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	25,  // 82: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
+	54,  // 83: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
+	42,  // 84: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
+	55,  // 85: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
+	56,  // 86: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
+	58,  // 87: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
+	59,  // 88: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
+	134, // 89: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	134, // 90: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	134, // 91: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	134, // 92: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	134, // 93: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	61,  // 94: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
+	62,  // 95: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
+	63,  // 96: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
+	64,  // 97: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
+	64,  // 98: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
+	60,  // 99: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
+	66,  // 100: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
+	134, // 101: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	65,  // 102: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	65,  // 103: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	1,   // 104: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
+	57,  // 105: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
+	67,  // 106: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
+	134, // 107: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	69,  // 108: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
+	134, // 109: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	134, // 110: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	122, // 111: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	123, // 112: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	71,  // 113: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
+	72,  // 114: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
+	74,  // 115: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
+	73,  // 116: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
+	1,   // 117: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
+	70,  // 118: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
+	75,  // 119: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
+	17,  // 120: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
+	77,  // 121: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
+	124, // 122: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	79,  // 123: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
+	80,  // 124: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
+	1,   // 125: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
+	78,  // 126: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
+	81,  // 127: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
+	83,  // 128: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
+	84,  // 129: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
+	1,   // 130: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
+	85,  // 131: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
+	86,  // 132: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
+	90,  // 133: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
+	134, // 134: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 135: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
+	88,  // 136: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
+	89,  // 137: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
+	1,   // 138: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
+	84,  // 139: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
+	92,  // 140: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	1,   // 141: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
+	125, // 142: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	126, // 143: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	1,   // 144: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
+	127, // 145: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	1,   // 146: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
+	96,  // 147: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 148: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
+	96,  // 149: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 150: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	99,  // 151: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	100, // 152: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 153: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	99,  // 154: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	100, // 155: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 156: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
+	84,  // 157: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
+	103, // 158: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
+	134, // 159: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	134, // 160: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	134, // 161: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	128, // 162: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	129, // 163: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	130, // 164: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	131, // 165: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	105, // 166: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
+	1,   // 167: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
+	106, // 168: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
+	132, // 169: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	27,  // 170: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
+	27,  // 171: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
+	36,  // 172: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
+	1,   // 173: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
+	108, // 174: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
+	110, // 175: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 176: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	133, // 177: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	10,  // 178: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 179: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	114, // 180: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	181, // [181:181] is the sub-list for method output_type
+	181, // [181:181] is the sub-list for method input_type
+	181, // [181:181] is the sub-list for extension type_name
+	181, // [181:181] is the sub-list for extension extendee
+	0,   // [0:181] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -8809,26 +9134,29 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[33].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[34].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[37].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[50].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[52].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[54].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[60].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[72].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[75].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[78].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[39].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[40].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[42].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[55].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[57].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[59].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[65].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[77].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[80].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[81].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[88].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[89].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[90].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[110].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[83].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[85].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[86].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[93].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[94].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[95].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[115].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   129,
+			NumMessages:   134,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
