@@ -24,7 +24,12 @@
 // and projected volumes every
 // Config.SyncPeriod and at once after a pod update (new labels or
 // annotations handed over by HandlePodBound, as a reconcile does), and
-// mounts again the volumes whose files changed.
+// mounts again the volumes whose files changed. emptyDir volumes
+// (emptydir.go): a medium Memory one is sized as kubelet sizes it
+// (VolumeData.MemorySize); one with a sizeLimit is measured every
+// Config.EvictionPeriod through the Runtime's optional VolumeMeter, and a
+// pod whose usage is above the limit is evicted as kubelet's eviction
+// manager evicts it (Warning Evicted, Failed, reason Evicted).
 //
 // # The pod worker
 //

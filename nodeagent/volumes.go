@@ -32,6 +32,8 @@ func (w *worker) resolveVolumes(ctx context.Context) ([]VolumeData, error) {
 	for _, v := range w.pod.GetSpec().GetVolumes() {
 		vd := VolumeData{Volume: v}
 		switch {
+		case v.GetEmptyDir().GetMedium() == "Memory":
+			vd.MemorySize = emptyDirMemorySize(w.pod, v.GetEmptyDir(), w.d.allocatable())
 		case v.GetConfigMap() != nil:
 			src := v.GetConfigMap()
 			data, err := w.configMapData(ctx, ns, src.GetName(), src.GetOptional())

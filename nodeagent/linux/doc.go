@@ -6,7 +6,9 @@
 //   - RunPodSandbox: the pod's cgroup by QoS class (package cgroups), then a
 //     network namespace with a veth pair and an IP from the node's pod CIDR
 //     (package network).
-//   - MountVolumes: emptyDir directories (tmpfs for medium Memory),
+//   - MountVolumes: emptyDir directories (a 0777 tmpfs of
+//     VolumeData.MemorySize for medium Memory; VolumeUsage counts an
+//     emptyDir as du does, for the agent's sizeLimit eviction),
 //     configMap, secret, downwardAPI and projected files in kubelet's
 //     atomic-writer layout (..data swapped in one rename on each refresh;
 //     secrets, downwardAPI and projected on a tmpfs, never on disk; modes

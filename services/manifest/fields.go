@@ -67,6 +67,7 @@ const (
 	testSecurity    = "nodeagent/linux/security_internal_test.go nodeagent/linux/security_kernel_test.go nodeagent/linux/hostns_kernel_test.go nodeagent/linux/sysctl_kernel_test.go services/admission/podsecurity_test.go"
 	testVolumes     = "nodeagent/agent_test.go nodeagent/linux/runtime_test.go nodeagent/linux/subpath_kernel_test.go"
 	testDownwardAPI = "nodeagent/volumes_internal_test.go nodeagent/linux/atomicwriter_internal_test.go nodeagent/linux/downwardapi_kernel_test.go"
+	testEmptyDir    = "nodeagent/emptydir_internal_test.go nodeagent/emptydir_test.go nodeagent/linux/emptydir_kernel_test.go"
 	testProjected   = "nodeagent/projected_internal_test.go nodeagent/propagate_test.go nodeagent/linux/projected_kernel_test.go services/manifest/fields_test.go"
 	testScheduler   = "services/scheduler/filters_test.go services/scheduler/allocation_test.go"
 	testSpread      = "services/scheduler/podtopologyspread_test.go services/admission/validate_scheduling_test.go"
@@ -175,6 +176,7 @@ var podHonoured = map[string]string{
 	"spec.volumes[*].secret.defaultMode":                                           testVolumes,
 	"spec.volumes[*].secret.optional":                                              testVolumes,
 	"spec.volumes[*].emptyDir.medium":                                              testVolumes,
+	"spec.volumes[*].emptyDir.sizeLimit":                                           testEmptyDir,
 	"spec.volumes[*].hostPath":                                                     testVolumes,
 	"spec.volumes[*].downwardAPI.defaultMode":                                      testDownwardAPI,
 	"spec.volumes[*].downwardAPI.items[*].path":                                    testDownwardAPI,
@@ -261,7 +263,6 @@ var podRefused = map[string]refusal{
 
 	"spec.volumes[*].persistentVolumeClaim":                                         {what: "PersistentVolumeClaims: podflow has no storage provisioner"},
 	"spec.volumes[*].ephemeral":                                                     {what: "ephemeral volumes: podflow has no storage provisioner"},
-	"spec.volumes[*].emptyDir.sizeLimit":                                            {what: "emptyDir sizeLimit (yet)"},
 	"spec.volumes[*].emptyDir.mode":                                                 {what: "emptyDir modes"},
 	"spec.volumes[*].configMap.defaultUser":                                         {what: "volume file owners"},
 	"spec.volumes[*].configMap.items[*].user":                                       {what: "volume file owners"},
