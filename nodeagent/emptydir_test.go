@@ -11,7 +11,8 @@ import (
 // TestEmptyDirSizeLimitEvicts: a running pod whose disk-backed emptyDir
 // grows above its sizeLimit is evicted as kubelet's eviction manager
 // evicts it: a Warning Evicted Event, its container killed (SIGTERM) and
-// not restarted, Failed with reason Evicted and kubelet's message, one
+// not restarted, Failed with reason Evicted and kubelet's message (also in
+// a DisruptionTarget condition, reason TerminationByKubelet), one
 // final PodFailed, its sandbox released. Usage at the limit is no
 // eviction (TestEmptyDirOverLimit).
 func TestEmptyDirSizeLimitEvicts(t *testing.T) {
@@ -32,6 +33,9 @@ func TestEmptyDirSizeLimitEvicts(t *testing.T) {
 	}
 	if f := finalFailure(envs); f.GetReason() != "Evicted" {
 		t.Errorf("final PodFailed = %v, want reason Evicted", f)
+	}
+	if c := cond(st, "DisruptionTarget"); c.GetStatus() != "True" || c.GetReason() != "TerminationByKubelet" || c.GetMessage() != msg {
+		t.Errorf("DisruptionTarget = %v, want True TerminationByKubelet %q", c, msg)
 	}
 	if !hasRecord(envs, "Warning", "Evicted", msg) {
 		t.Errorf("records = %v, want a Warning Evicted Event %q", records(envs), msg)
