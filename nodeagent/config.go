@@ -72,6 +72,10 @@ type Config struct {
 	// --sync-frequency, 1m): the longest a change to a referenced
 	// ConfigMap or Secret takes to reach the pod's files.
 	SyncPeriod time.Duration
+	// EvictionPeriod is how often a worker checks its pod's emptyDir
+	// volumes against their sizeLimit (kubelet's eviction manager
+	// monitoring interval, 10s).
+	EvictionPeriod time.Duration
 	// PublishTimeout bounds one Publish when the caller's context has no
 	// deadline; PublishRetry is the delay before a failed report is retried.
 	PublishTimeout time.Duration
@@ -107,6 +111,7 @@ func DefaultConfig(node, podCIDR string) Config {
 		HeartbeatInterval:  10 * time.Second,
 		ResyncPeriod:       time.Minute,
 		SyncPeriod:         time.Minute,
+		EvictionPeriod:     10 * time.Second,
 		PublishTimeout:     10 * time.Second,
 		PublishRetry:       time.Second,
 		CrashLoopBackOff:   Backoff{Initial: 10 * time.Second, Max: 5 * time.Minute, ResetAfter: 10 * time.Minute},
@@ -136,7 +141,7 @@ func (c Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"HeartbeatInterval": c.HeartbeatInterval, "ResyncPeriod": c.ResyncPeriod,
-		"SyncPeriod":     c.SyncPeriod,
+		"SyncPeriod": c.SyncPeriod, "EvictionPeriod": c.EvictionPeriod,
 		"PublishTimeout": c.PublishTimeout, "PublishRetry": c.PublishRetry,
 		"SpecSecond": c.SpecSecond,
 	} {

@@ -17,11 +17,19 @@
 // CreateContainerConfigError with kubelet's message. downwardAPI volumes
 // (volumes.go) resolve their items with the same fieldRef and
 // resourceFieldRef code, paths checked as kubelet's atomic writer checks
-// them; the Runtime writes the files. While the pod runs, its worker
-// re-resolves its configMap, secret and downwardAPI volumes every
+// them; the Runtime writes the files. projected volumes (projected.go)
+// are kubelet's collectData: configMap, secret and downwardAPI sources in
+// one payload, with each file's mode resolved (VolumeData.Modes). While
+// the pod runs, its worker re-resolves its configMap, secret, downwardAPI
+// and projected volumes every
 // Config.SyncPeriod and at once after a pod update (new labels or
 // annotations handed over by HandlePodBound, as a reconcile does), and
-// mounts again the volumes whose files changed.
+// mounts again the volumes whose files changed. emptyDir volumes
+// (emptydir.go): a medium Memory one is sized as kubelet sizes it
+// (VolumeData.MemorySize); one with a sizeLimit is measured every
+// Config.EvictionPeriod through the Runtime's optional VolumeMeter, and a
+// pod whose usage is above the limit is evicted as kubelet's eviction
+// manager evicts it (Warning Evicted, Failed, reason Evicted).
 //
 // # The pod worker
 //

@@ -36,6 +36,7 @@ func fastConfig() nodeagent.Config {
 	cfg.ImagePullBackOff = nodeagent.Backoff{Initial: 40 * time.Millisecond, Max: 320 * time.Millisecond}
 	cfg.SetupBackOff = nodeagent.Backoff{Initial: 10 * time.Millisecond, Max: 80 * time.Millisecond}
 	cfg.DefaultGracePeriod = 300 * time.Millisecond
+	cfg.EvictionPeriod = 20 * time.Millisecond
 	return cfg
 }
 

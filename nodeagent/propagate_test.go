@@ -14,19 +14,7 @@ import (
 // ConfigMap reaches its configMap volume on the next SyncPeriod. Only the
 // volume whose files changed is mounted again.
 func TestPodUpdatesReachVolumes(t *testing.T) {
-	e := newEnv(t)
-	e.agent.Stop() // this test's agent re-syncs volumes every 50 ms
-	cfg := fastConfig()
-	cfg.SyncPeriod = 50 * time.Millisecond
-	a, err := nodeagent.New(cfg, e.rt, e.store, e.pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	e.agent = a
-	if err := a.Start(e.ctx()); err != nil {
-		t.Fatal(err)
-	}
+	e, a := fastSyncEnv(t)
 
 	e.store.PutConfigMap(&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "app-config"}, Data: map[string]string{"greeting": "hello"}})
 	p := newPod("propagate", func(p *corev1.Pod) {
@@ -69,4 +57,51 @@ func TestPodUpdatesReachVolumes(t *testing.T) {
 	e.store.PutConfigMap(&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "app-config"}, Data: map[string]string{"greeting": "hallo"}})
 	wantFile("config", "greeting", "hallo", 3)
 	wantFile("podinfo", "labels", "app=\"web\"\ntier=\"front\"", 2)
+}
+
+// A projected volume is re-synced as kubelet re-syncs it: a changed Secret
+// reaches the running pod's volume on the next SyncPeriod, next to the
+// ConfigMap's files that did not change.
+func TestProjectedVolumeUpdates(t *testing.T) {
+	e, _ := fastSyncEnv(t)
+	e.store.PutConfigMap(&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "app-config"}, Data: map[string]string{"greeting": "hello"}})
+	e.store.PutSecret(&corev1.Secret{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "creds"}, Data: map[string][]byte{"pass": []byte("one")}})
+	p := newPod("projected", func(p *corev1.Pod) {
+		p.Spec.Volumes = []*corev1.Volume{{Name: "all", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+			{ConfigMap: &corev1.ConfigMapProjection{Name: "app-config"}},
+			{Secret: &corev1.SecretProjection{Name: "creds", Items: []*corev1.KeyToPath{{Key: "pass", Path: "secret/pass"}}}},
+		}}}}
+	})
+	e.bind(p)
+	e.waitStatus(p.Metadata.Uid, "Running and Ready", runningReady)
+	want := func(pass string, mounts int) {
+		t.Helper()
+		err := e.rt.WaitVolume(e.ctx(), p.Metadata.Uid, "all", func(files map[string][]byte, n int) bool {
+			return string(files["greeting"]) == "hello" && string(files["secret/pass"]) == pass && n == mounts
+		})
+		if err != nil {
+			t.Fatalf("volume all: want greeting=hello, secret/pass=%s after %d mounts: %v", pass, mounts, err)
+		}
+	}
+	want("one", 1)
+	e.store.PutSecret(&corev1.Secret{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "creds"}, Data: map[string][]byte{"pass": []byte("two")}})
+	want("two", 2)
+}
+
+// fastSyncEnv is an env whose agent re-syncs volumes every 50 ms.
+func fastSyncEnv(t *testing.T) (*env, *nodeagent.Agent) {
+	e := newEnv(t)
+	e.agent.Stop()
+	cfg := fastConfig()
+	cfg.SyncPeriod = 50 * time.Millisecond
+	a, err := nodeagent.New(cfg, e.rt, e.store, e.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	e.agent = a
+	if err := a.Start(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	return e, a
 }

@@ -84,10 +84,19 @@ type ImageRef struct {
 }
 
 // VolumeData is one of the pod's volumes with what the store holds for it.
-// Files maps a path inside the volume to its content (configMap, secret).
+// Files maps a path inside the volume to its content (configMap, secret,
+// downwardAPI, projected). Modes, set for projected volumes, gives each
+// file's permission bits (the item's mode or the volume's defaultMode, as
+// kubelet's projected plugin resolves them); for the other kinds the
+// runtime derives them from the volume. MemorySize, for an emptyDir of
+// medium Memory, is its tmpfs size in bytes, sized as kubelet sizes it
+// (the volume's sizeLimit, else the pod's memory limit, else the node's
+// allocatable memory); 0: the kernel's default.
 type VolumeData struct {
-	Volume *corev1.Volume
-	Files  map[string][]byte
+	Volume     *corev1.Volume
+	Files      map[string][]byte
+	Modes      map[string]uint32
+	MemorySize int64
 }
 
 // ContainerExit says how a container ended.

@@ -161,6 +161,11 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 	for _, t := range []string{"PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"} {
 		st.Conditions = append(st.Conditions, proto.Clone(w.conds[t]).(*corev1.PodCondition))
 	}
+	if w.rejected != nil && w.rejected.reason == eventsv1.ReasonEvicted {
+		// kubelet's evictPod: the pod's disruption, with its message.
+		w.setCond(now, "DisruptionTarget", true, "TerminationByKubelet", w.rejected.message)
+		st.Conditions = append(st.Conditions, proto.Clone(w.conds["DisruptionTarget"]).(*corev1.PodCondition))
+	}
 	return st
 }
 

@@ -32,34 +32,25 @@ func (w *worker) resolveVolumes(ctx context.Context) ([]VolumeData, error) {
 	for _, v := range w.pod.GetSpec().GetVolumes() {
 		vd := VolumeData{Volume: v}
 		switch {
+		case v.GetEmptyDir().GetMedium() == "Memory":
+			vd.MemorySize = emptyDirMemorySize(w.pod, v.GetEmptyDir(), w.d.allocatable())
 		case v.GetConfigMap() != nil:
 			src := v.GetConfigMap()
-			cm, err := w.d.volumes.GetConfigMap(ctx, ns, src.GetName())
-			switch {
-			case errors.Is(err, ErrNotFound) && src.GetOptional():
-			case errors.Is(err, ErrNotFound):
-				return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : configmap %q not found", v.GetName(), src.GetName())
-			case err != nil:
-				return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : get configmap %q: %w", v.GetName(), src.GetName(), err)
-			default:
-				data := map[string][]byte{}
-				for k, s := range cm.GetData() {
-					data[k] = []byte(s)
-				}
-				maps.Copy(data, cm.GetBinaryData())
+			data, err := w.configMapData(ctx, ns, src.GetName(), src.GetOptional())
+			if err != nil {
+				return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
+			}
+			if data != nil {
 				vd.Files = project(data, src.GetItems())
 			}
 		case v.GetSecret() != nil:
 			src := v.GetSecret()
-			s, err := w.d.volumes.GetSecret(ctx, ns, src.GetSecretName())
-			switch {
-			case errors.Is(err, ErrNotFound) && src.GetOptional():
-			case errors.Is(err, ErrNotFound):
-				return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : secret %q not found", v.GetName(), src.GetSecretName())
-			case err != nil:
-				return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : get secret %q: %w", v.GetName(), src.GetSecretName(), err)
-			default:
-				vd.Files = project(s.GetData(), src.GetItems())
+			data, err := w.secretData(ctx, ns, src.GetSecretName(), src.GetOptional())
+			if err != nil {
+				return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
+			}
+			if data != nil {
+				vd.Files = project(data, src.GetItems())
 			}
 		case v.GetDownwardApi() != nil:
 			files, err := w.downwardAPIFiles(v.GetDownwardApi())
@@ -67,6 +58,12 @@ func (w *worker) resolveVolumes(ctx context.Context) ([]VolumeData, error) {
 				return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
 			}
 			vd.Files = files
+		case v.GetProjected() != nil:
+			files, modes, err := w.projectedFiles(ctx, v.GetProjected())
+			if err != nil {
+				return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
+			}
+			vd.Files, vd.Modes = files, modes
 		}
 		out = append(out, vd)
 	}
@@ -153,9 +150,10 @@ func ValidateVolumePath(p string) error {
 }
 
 // synced reports whether v's files come from the store or the pod and are
-// re-synced while the pod runs: configMap, secret and downwardAPI volumes.
+// re-synced while the pod runs: configMap, secret, downwardAPI and
+// projected volumes.
 func synced(v *corev1.Volume) bool {
-	return v.GetConfigMap() != nil || v.GetSecret() != nil || v.GetDownwardApi() != nil
+	return v.GetConfigMap() != nil || v.GetSecret() != nil || v.GetDownwardApi() != nil || v.GetProjected() != nil
 }
 
 // nextVolumeSync is when the pod's volumes are next re-synced: a

@@ -29,7 +29,9 @@ import (
 //	exit, a timer │         FailedCreatePodSandBox; a SysctlForbidden
 //	              │         sandbox rejects the pod, Failed, as kubelet's
 //	              │         admission; past spec.activeDeadlineSeconds
-//	              │         it is killed, Failed DeadlineExceeded). A pod
+//	              │         it is killed, Failed DeadlineExceeded; an
+//	              │         emptyDir above its sizeLimit evicts it, Failed
+//	              │         Evicted, checked every EvictionPeriod). A pod
 //	              │         that finished (Succeeded or Failed, nothing to
 //	              │         restart) stays here with its sandbox released,
 //	              │         until deleted. A pod update (updateCh: new
@@ -84,9 +86,12 @@ type worker struct {
 	// volSums is, per configMap, secret or downwardAPI volume, a digest
 	// of the files last mounted; volSync is when they are next re-synced,
 	// remount asks for that at once (the labels or annotations changed).
-	volSums     map[string][sha256.Size]byte
-	volSync     time.Time
-	remount     bool
+	volSums map[string][sha256.Size]byte
+	volSync time.Time
+	remount bool
+	// usageCheck is when the emptyDir sizeLimits are next checked
+	// (checkEmptyDirs).
+	usageCheck  time.Time
 	inits, apps []*ctr
 	failed      *ctr // the container whose exit made the pod Failed
 	// rejected: the node failed the pod as a whole — refused as kubelet's
@@ -311,17 +316,19 @@ func (w *worker) all() []*ctr {
 // syncPod is kubelet's SyncPod: it performs every action that is due to
 // bring the pod to its spec and returns when it wants to run again (zero:
 // only on an event). A finished pod only has its sandbox released; a pod
-// past its active deadline is first killed (see deadlineExceeded).
+// past its active deadline is first killed (see deadlineExceeded), one
+// whose emptyDir outgrew its sizeLimit is evicted (checkEmptyDirs).
 func (w *worker) syncPod(ctx context.Context) time.Time {
+	usage := w.checkEmptyDirs(ctx)
 	dl := w.activeDeadline()
 	if !dl.IsZero() && !w.terminal() {
 		if !w.now().Before(dl) {
 			w.deadlineExceeded(ctx)
 		} else {
-			return earliest(dl, w.converge(ctx))
+			return earliest(usage, earliest(dl, w.converge(ctx)))
 		}
 	}
-	return w.converge(ctx)
+	return earliest(usage, w.converge(ctx))
 }
 
 // converge is syncPod's work on a pod within its deadline.

@@ -6,11 +6,14 @@
 //   - RunPodSandbox: the pod's cgroup by QoS class (package cgroups), then a
 //     network namespace with a veth pair and an IP from the node's pod CIDR
 //     (package network).
-//   - MountVolumes: emptyDir directories (tmpfs for medium Memory),
-//     configMap, secret and downwardAPI files in kubelet's atomic-writer
-//     layout (..data swapped in one rename on each refresh; secrets and
-//     downwardAPI on a tmpfs, never on disk; modes from items,
-//     defaultMode, or 0644 and 0400), hostPath volumes only under
+//   - MountVolumes: emptyDir directories (a 0777 tmpfs of
+//     VolumeData.MemorySize for medium Memory; VolumeUsage counts an
+//     emptyDir as du does, for the agent's sizeLimit eviction),
+//     configMap, secret, downwardAPI and projected files in kubelet's
+//     atomic-writer layout (..data swapped in one rename on each refresh;
+//     secrets, downwardAPI and projected on a tmpfs, never on disk; modes
+//     from items, defaultMode, or 0644 and 0400; a projected volume's as
+//     the agent resolved them, VolumeData.Modes), hostPath volumes only under
 //     Config.HostPathPrefixes.
 //   - PullImage and a fresh rootfs per container instance (package image).
 //   - StartContainer: a fresh cgroup per instance and a process started by

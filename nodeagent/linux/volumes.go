@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,10 +28,10 @@ func (r *Runtime) volumeDir(p *pod, name string) string { return filepath.Join(p
 
 // MountVolumes implements nodeagent.Runtime: emptyDir volumes are
 // directories under the pod's directory (a tmpfs for medium Memory);
-// configMap, secret and downwardAPI volumes are written by the atomic
+// configMap, secret, downwardAPI and projected volumes are written by the atomic
 // writer (kubelet's ..data layout: ..data swapped to a new timestamped
 // directory on each change, see writeAtomic), secrets and downwardAPI on a
-// tmpfs (never on disk), with their items' mode, the volume's
+// tmpfs (never on disk; projected too), with their items' mode, the volume's
 // defaultMode, or 0644 (0400 for secrets); hostPath volumes must lie
 // under Config.HostPathPrefixes. It may be called again, with some of the
 // volumes, to refresh their files: a running container sees the new set
@@ -47,7 +48,7 @@ func (r *Runtime) MountVolumes(ctx context.Context, pd *corev1.Pod, vols []nodea
 			return err
 		}
 		v := vd.Volume
-		if err := r.mountVolume(p, v, vd.Files, pd.GetSpec().GetSecurityContext()); err != nil {
+		if err := r.mountVolume(p, vd, pd.GetSpec().GetSecurityContext()); err != nil {
 			return nodeagent.Errorf(nodeagent.CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
 		}
 	}
@@ -61,7 +62,8 @@ func (r *Runtime) MountVolumes(ctx context.Context, pd *corev1.Pod, vols []nodea
 	return nil
 }
 
-func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte, psc *corev1.PodSecurityContext) error {
+func (r *Runtime) mountVolume(p *pod, vd nodeagent.VolumeData, psc *corev1.PodSecurityContext) error {
+	v, files := vd.Volume, vd.Files
 	fsGroup, policy := fsGroupOf(psc), psc.GetFsGroupChangePolicy()
 	if !validName(v.GetName()) {
 		return fmt.Errorf("bad volume name %q", v.GetName())
@@ -73,7 +75,13 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte,
 			return err
 		}
 		if v.GetEmptyDir().GetMedium() == "Memory" {
-			if err := r.ensureTmpfs(p, dir, "podflow-emptydir"); err != nil {
+			// kubelet's setupTmpfs: sized as the agent sized it
+			// (VolumeData.MemorySize), a 0777 directory as on disk.
+			opts := "mode=0777"
+			if vd.MemorySize > 0 {
+				opts += fmt.Sprintf(",size=%d", vd.MemorySize)
+			}
+			if err := r.ensureTmpfs(p, dir, "podflow-emptydir", opts); err != nil {
 				return err
 			}
 		}
@@ -92,7 +100,7 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte,
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		if err := r.ensureTmpfs(p, dir, "podflow-secret"); err != nil {
+		if err := r.ensureTmpfs(p, dir, "podflow-secret", wrapperTmpfs); err != nil {
 			return err
 		}
 		if err := writeAtomic(dir, payload(files, itemModes(src.GetItems(), src.DefaultMode, secretMode))); err != nil {
@@ -104,10 +112,29 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte,
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		if err := r.ensureTmpfs(p, dir, "podflow-downwardapi"); err != nil {
+		if err := r.ensureTmpfs(p, dir, "podflow-downwardapi", wrapperTmpfs); err != nil {
 			return err
 		}
 		if err := writeAtomic(dir, downwardAPIPayload(v.GetDownwardApi(), files)); err != nil {
+			return err
+		}
+		return applyFSGroup(dir, fsGroup, policy, true)
+	case v.GetProjected() != nil:
+		// kubelet's projected plugin also wraps a memory emptyDir; the
+		// agent resolved each file's mode (VolumeData.Modes).
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := r.ensureTmpfs(p, dir, "podflow-projected", wrapperTmpfs); err != nil {
+			return err
+		}
+		mode := func(path string) os.FileMode {
+			if m, ok := vd.Modes[path]; ok {
+				return os.FileMode(m) & 0o777
+			}
+			return nodeagent.DefaultProjectedMode
+		}
+		if err := writeAtomic(dir, payload(files, mode)); err != nil {
 			return err
 		}
 		return applyFSGroup(dir, fsGroup, policy, true)
@@ -115,7 +142,7 @@ func (r *Runtime) mountVolume(p *pod, v *corev1.Volume, files map[string][]byte,
 		_, err := r.hostPath(v.GetHostPath())
 		return err
 	default:
-		return errors.New("unsupported volume type (podflow supports emptyDir, configMap, secret, downwardAPI, hostPath)")
+		return errors.New("unsupported volume type (podflow supports emptyDir, configMap, secret, downwardAPI, projected, hostPath)")
 	}
 }
 
@@ -148,16 +175,20 @@ func (r *Runtime) allowed(path string) bool {
 	})
 }
 
-// ensureTmpfs mounts a tmpfs at dir unless one is there, and records it for
-// removal with the pod.
-func (r *Runtime) ensureTmpfs(p *pod, dir, source string) error {
+// wrapperTmpfs are the mount options of the tmpfs under a secret,
+// downwardAPI or projected volume.
+const wrapperTmpfs = "mode=0755,size=65536k"
+
+// ensureTmpfs mounts a tmpfs with opts at dir unless one is there, and
+// records it for removal with the pod.
+func (r *Runtime) ensureTmpfs(p *pod, dir, source, opts string) error {
 	r.mu.Lock()
 	mounted := slices.Contains(p.rec.Mounts, dir)
 	r.mu.Unlock()
 	if mounted {
 		return nil
 	}
-	if err := unix.Mount(source, dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=65536k"); err != nil {
+	if err := unix.Mount(source, dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
 		return fmt.Errorf("mount tmpfs on %q: %w", dir, err)
 	}
 	r.mu.Lock()
@@ -268,4 +299,61 @@ func (r *Runtime) containerMounts(pd *corev1.Pod, c *corev1.Container, p *pod) (
 		out = append(out, container.Mount{Source: filepath.Join(p.dir, "resolv.conf"), Destination: "/etc/resolv.conf"})
 	}
 	return out, nil
+}
+
+var _ nodeagent.VolumeMeter = (*Runtime)(nil)
+
+// VolumeUsage implements nodeagent.VolumeMeter: the bytes the volume's
+// files take, counted as kubelet's du (pkg/volume/util/fs DiskUsage):
+// every inode once, its blocks (st_blocks × 512), never crossing into
+// another filesystem (a mount inside the volume).
+func (r *Runtime) VolumeUsage(ctx context.Context, pd *corev1.Pod, name string) (int64, error) {
+	p := r.pod(pd.GetMetadata().GetUid())
+	if p == nil {
+		return 0, fmt.Errorf("pod %q has no sandbox", pd.GetMetadata().GetUid())
+	}
+	if !validName(name) {
+		return 0, fmt.Errorf("bad volume name %q", name)
+	}
+	dir := r.volumeDir(p, name)
+	var root unix.Stat_t
+	if err := unix.Lstat(dir, &root); err != nil {
+		return 0, fmt.Errorf("volume %q: %w", name, err)
+	}
+	seen := map[uint64]bool{}
+	var total int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) { // removed while walked
+				return nil
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil
+			}
+			return err
+		}
+		if st.Dev != root.Dev {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if seen[st.Ino] {
+			return nil
+		}
+		seen[st.Ino] = true
+		total += st.Blocks * 512
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("volume %q usage: %w", name, err)
+	}
+	return total, nil
 }

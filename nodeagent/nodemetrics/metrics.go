@@ -7,6 +7,7 @@ package nodemetrics
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -170,4 +171,13 @@ func (r runtime) RuntimeVersion() string {
 		return rv.RuntimeVersion()
 	}
 	return "podflow://" + nodeagent.Version()
+}
+
+// VolumeUsage passes the optional volume meter through (an error when
+// the wrapped runtime has none: no stats, no emptyDir eviction).
+func (r runtime) VolumeUsage(ctx context.Context, pod *corev1.Pod, volume string) (int64, error) {
+	if vm, ok := r.Runtime.(nodeagent.VolumeMeter); ok {
+		return vm.VolumeUsage(ctx, pod, volume)
+	}
+	return 0, fmt.Errorf("runtime measures no volumes")
 }

@@ -8,11 +8,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/nodeagenttest"
 	"github.com/podflow/podflow/nodeagent/sim"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 )
+
+// wrappedSim is a sim runtime wrapped by m, closed with the test.
+func wrappedSim(t *testing.T, m *Metrics) (*sim.Runtime, nodeagent.Runtime) {
+	t.Helper()
+	rt, err := sim.New(sim.DefaultConfig("10.244.7.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	return rt, m.Runtime(rt)
+}
 
 func TestRuntimeOperationsAndPodStart(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -20,12 +32,7 @@ func TestRuntimeOperationsAndPodStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := sim.New(sim.DefaultConfig("10.244.7.0/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	wrapped := m.Runtime(rt)
+	_, wrapped := wrappedSim(t, m)
 	pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", Namespace: "default", Uid: "u1"}, Spec: &corev1.PodSpec{}}
 	ctx := context.Background()
 	if _, err := wrapped.RunPodSandbox(ctx, pod); err != nil {
@@ -72,5 +79,34 @@ func TestRuntimeOperationsAndPodStart(t *testing.T) {
 		if mf.GetName() == "kubelet_pod_start_sli_duration_seconds" && mf.GetMetric()[0].GetHistogram().GetSampleCount() != 1 {
 			t.Fatalf("pod start observed twice")
 		}
+	}
+}
+
+// The wrapper passes the runtime's volume meter through, so the agent's
+// emptyDir sizeLimit eviction works behind it.
+func TestRuntimePassesVolumeUsage(t *testing.T) {
+	m, err := New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, wrapped := wrappedSim(t, m)
+	vm, ok := wrapped.(nodeagent.VolumeMeter)
+	if !ok {
+		t.Fatal("the wrapped runtime is no VolumeMeter")
+	}
+	pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", Namespace: "default", Uid: "u1"}, Spec: &corev1.PodSpec{}}
+	ctx := context.Background()
+	if _, err := wrapped.RunPodSandbox(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	vol := &corev1.Volume{Name: "cache", EmptyDir: &corev1.EmptyDirVolumeSource{}}
+	if err := wrapped.MountVolumes(ctx, pod, []nodeagent.VolumeData{{Volume: vol}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.SetVolumeUsage("u1", "cache", 4096); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := vm.VolumeUsage(ctx, pod, "cache"); err != nil || n != 4096 {
+		t.Errorf("usage %d, %v; want 4096", n, err)
 	}
 }

@@ -142,7 +142,8 @@ type simPod struct {
 // simVolume is one volume as the agent last mounted it.
 type simVolume struct {
 	files  map[string][]byte
-	mounts int // MountVolumes calls that carried this volume
+	mounts int   // MountVolumes calls that carried this volume
+	used   int64 // bytes, as SetVolumeUsage set them
 }
 
 type simCtr struct {
@@ -186,6 +187,8 @@ func (r *Runtime) Close() {
 func (r *Runtime) IPAM() *IPAM { return r.ipam }
 
 var _ nodeagent.RuntimeVersioner = (*Runtime)(nil)
+
+var _ nodeagent.VolumeMeter = (*Runtime)(nil)
 
 // RuntimeVersion names the simulated runtime in Node.status.nodeInfo.
 func (r *Runtime) RuntimeVersion() string { return "podflow-sim://" + nodeagent.Version() }
@@ -355,6 +358,31 @@ func (r *Runtime) WaitVolume(ctx context.Context, podUID, name string, cond func
 		case <-ch:
 		}
 	}
+}
+
+// SetVolumeUsage makes the pod's volume name report used bytes to
+// VolumeUsage from now on: what a simulated container wrote into it.
+func (r *Runtime) SetVolumeUsage(podUID, name string, used int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.pods[podUID]
+	if !ok || p.volumes[name] == nil {
+		return fmt.Errorf("sim: pod %q has no volume %q mounted", podUID, name)
+	}
+	p.volumes[name].used = used
+	return nil
+}
+
+// VolumeUsage implements nodeagent.VolumeMeter: the bytes SetVolumeUsage
+// set (0 until then).
+func (r *Runtime) VolumeUsage(ctx context.Context, pod *corev1.Pod, name string) (int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.pods[pod.GetMetadata().GetUid()]
+	if !ok || p.volumes[name] == nil {
+		return 0, fmt.Errorf("sim: pod %q has no volume %q mounted", pod.GetMetadata().GetUid(), name)
+	}
+	return p.volumes[name].used, nil
 }
 
 // PullImage implements nodeagent.Runtime.

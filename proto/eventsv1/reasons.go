@@ -42,6 +42,7 @@ const (
 	ReasonUnhealthy              = "Unhealthy"
 	ReasonOOMKilled              = "OOMKilled"
 	ReasonDeadlineExceeded       = "DeadlineExceeded" // spec.activeDeadlineSeconds passed: the pod is killed, Failed
+	ReasonEvicted                = "Evicted"          // the kubelet's eviction manager (an emptyDir above its sizeLimit): killed, Failed
 	ReasonCompleted              = "Completed"
 	ReasonError                  = "Error"
 	ReasonContainersNotReady     = "ContainersNotReady"

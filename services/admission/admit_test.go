@@ -21,7 +21,7 @@ func typical() (*corev1.Pod, State) {
 		p.Metadata.Labels = map[string]string{"app": "shop", "tier": "web"}
 		p.Spec.Volumes = []*corev1.Volume{
 			{Name: "config", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "shop-config"}},
-			{Name: "cache", EmptyDir: &corev1.EmptyDirVolumeSource{Medium: "Memory"}}, // sizeLimit: refused (issue 16)
+			{Name: "cache", EmptyDir: &corev1.EmptyDirVolumeSource{Medium: "Memory", SizeLimit: "64Mi"}},
 		}
 		c := app(p)
 		c.Image = "registry.local/shop/web:2.4.1"

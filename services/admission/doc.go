@@ -1,7 +1,11 @@
 // Package admission is the decision core of podflow's admission stage:
 // mutating admission (ServiceAccount, sidecar injection, LimitRange
-// defaults, Kubernetes field defaults, QoS class) followed by validation
-// (the pod schema, LimitRange min/max, the Pod Security Standards of
+// defaults, Kubernetes field defaults — restartPolicy,
+// terminationGracePeriodSeconds, each container's imagePullPolicy,
+// terminationMessagePath and terminationMessagePolicy, port protocols,
+// probe timings — stored, so `get -o yaml` shows them, QoS class)
+// followed by validation (the pod schema with the file volumes' items
+// as kube-apiserver checks them, LimitRange min/max, the Pod Security Standards of
 // the pod's namespace, then the fields podflow refuses —
 // manifest.RefusedPodFields, issue 16 — with 422 naming each path).
 // It does no I/O: Admit is a pure function of the pod and a State the

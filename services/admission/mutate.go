@@ -23,6 +23,10 @@ const (
 	DefaultProbePeriodSeconds            = int32(10)
 	DefaultProbeSuccessThreshold         = int32(1)
 	DefaultProbeFailureThreshold         = int32(3)
+	// A container's terminationMessagePath and terminationMessagePolicy
+	// (SetDefaults_Container), stored so `get -o yaml` shows them.
+	DefaultTerminationMessagePath   = "/dev/termination-log"
+	DefaultTerminationMessagePolicy = "File"
 )
 
 // mutator applies mutations to one pod copy and records them.
@@ -199,6 +203,14 @@ func (m *mutator) defaults() {
 		if c.ImagePullPolicy == "" {
 			c.ImagePullPolicy = podrules.DefaultPullPolicy(c.Image)
 			set = append(set, "imagePullPolicy="+c.ImagePullPolicy)
+		}
+		if c.TerminationMessagePath == "" {
+			c.TerminationMessagePath = DefaultTerminationMessagePath
+			set = append(set, "terminationMessagePath="+DefaultTerminationMessagePath)
+		}
+		if c.TerminationMessagePolicy == "" {
+			c.TerminationMessagePolicy = DefaultTerminationMessagePolicy
+			set = append(set, "terminationMessagePolicy="+DefaultTerminationMessagePolicy)
 		}
 		for i, p := range c.Ports {
 			if p.GetProtocol() == "" {

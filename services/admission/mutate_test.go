@@ -146,11 +146,12 @@ func TestMutations(t *testing.T) {
 			given: pod(),
 			want: []string{
 				"defaults: set restartPolicy=Always, terminationGracePeriodSeconds=30",
-				"defaults: set imagePullPolicy=IfNotPresent on container app",
+				"defaults: set imagePullPolicy=IfNotPresent, terminationMessagePath=/dev/termination-log, terminationMessagePolicy=File on container app",
 			},
 			check: func(p *corev1.Pod) string {
 				return expect(p.Spec.RestartPolicy+" "+app(p).ImagePullPolicy, "Always IfNotPresent") +
-					expect(p.Spec.GetTerminationGracePeriodSeconds(), int64(30))
+					expect(p.Spec.GetTerminationGracePeriodSeconds(), int64(30)) +
+					expect(app(p).TerminationMessagePath+" "+app(p).TerminationMessagePolicy, "/dev/termination-log File")
 			},
 		},
 		{
@@ -159,10 +160,13 @@ func TestMutations(t *testing.T) {
 				p.Spec.RestartPolicy = "Never"
 				p.Spec.TerminationGracePeriodSeconds = proto.Int64(0)
 				app(p).ImagePullPolicy = "Never"
+				app(p).TerminationMessagePath = "/tmp/why"
+				app(p).TerminationMessagePolicy = "FallbackToLogsOnError"
 			}),
 			check: func(p *corev1.Pod) string {
 				return expect(p.Spec.RestartPolicy+" "+app(p).ImagePullPolicy, "Never Never") +
-					expect(p.Spec.GetTerminationGracePeriodSeconds(), int64(0))
+					expect(p.Spec.GetTerminationGracePeriodSeconds(), int64(0)) +
+					expect(app(p).TerminationMessagePath+" "+app(p).TerminationMessagePolicy, "/tmp/why FallbackToLogsOnError")
 			},
 		},
 		{
@@ -173,7 +177,7 @@ func TestMutations(t *testing.T) {
 				c.LivenessProbe = &corev1.Probe{HttpGet: &corev1.HTTPGetAction{Port: &corev1.IntOrString{Value: &corev1.IntOrString_IntVal{IntVal: 8080}}}}
 				c.ReadinessProbe = &corev1.Probe{TcpSocket: &corev1.TCPSocketAction{Port: &corev1.IntOrString{Value: &corev1.IntOrString_IntVal{IntVal: 8080}}}, PeriodSeconds: 5}
 			}),
-			want: []string{"defaults: set imagePullPolicy=IfNotPresent, ports[0].protocol=TCP, " +
+			want: []string{"defaults: set imagePullPolicy=IfNotPresent, terminationMessagePath=/dev/termination-log, terminationMessagePolicy=File, ports[0].protocol=TCP, " +
 				"livenessProbe.timeoutSeconds=1, livenessProbe.periodSeconds=10, livenessProbe.successThreshold=1, livenessProbe.failureThreshold=3, " +
 				"livenessProbe.httpGet.path=/, livenessProbe.httpGet.scheme=HTTP, " +
 				"readinessProbe.timeoutSeconds=1, readinessProbe.successThreshold=1, readinessProbe.failureThreshold=3 on container app"},
@@ -243,7 +247,7 @@ func TestMutationOrderIsDeterministic(t *testing.T) {
 		"serviceaccount: defaulted to default",
 		"limitrange/a: set requests.cpu=1 on container app",
 		"defaults: set restartPolicy=Always, terminationGracePeriodSeconds=30",
-		"defaults: set imagePullPolicy=IfNotPresent on container app",
+		"defaults: set imagePullPolicy=IfNotPresent, terminationMessagePath=/dev/termination-log, terminationMessagePolicy=File on container app",
 		"qos: set status.qosClass=Burstable",
 	}
 	if !slices.Equal(res.Mutations, want) {

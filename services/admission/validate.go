@@ -148,10 +148,20 @@ func validateVolumes(p *field.Path, vols []*corev1.Volume) (map[string]bool, fie
 		if s := v.GetConfigMap(); s != nil {
 			sources = append(sources, "configMap")
 			errs = append(errs, requiredName(vp.Child("configMap", "name"), s.GetName())...)
+			errs = append(errs, objectVolumeItems(vp.Child("configMap"), s.DefaultMode, s.GetItems())...)
 		}
 		if s := v.GetSecret(); s != nil {
 			sources = append(sources, "secret")
 			errs = append(errs, requiredName(vp.Child("secret", "secretName"), s.GetSecretName())...)
+			errs = append(errs, objectVolumeItems(vp.Child("secret"), s.DefaultMode, s.GetItems())...)
+		}
+		if s := v.GetDownwardApi(); s != nil {
+			sources = append(sources, "downwardAPI")
+			errs = append(errs, validateDownwardAPIVolume(vp.Child("downwardAPI"), s)...)
+		}
+		if s := v.GetProjected(); s != nil {
+			sources = append(sources, "projected")
+			errs = append(errs, validateProjectedVolume(vp.Child("projected"), s)...)
 		}
 		if s := v.GetHostPath(); s != nil {
 			sources = append(sources, "hostPath")

@@ -50,6 +50,11 @@ func TestPods(t *testing.T) {
 	if code != 200 || path(body, "metadata.resourceVersion") != rv || path(body, "spec.containers") == nil {
 		t.Fatalf("get: %d %v", code, body)
 	}
+	// The defaults admission stored are shown, as kube-apiserver shows them.
+	c0 := path(body, "spec.containers").([]any)[0].(map[string]any)
+	if c0["terminationMessagePath"] != "/dev/termination-log" || c0["terminationMessagePolicy"] != "File" || c0["imagePullPolicy"] != "Always" {
+		t.Errorf("container defaults %v, want terminationMessagePath /dev/termination-log, terminationMessagePolicy File, imagePullPolicy Always", c0)
+	}
 	code, body, _ = do(t, admin, "GET", pods+"/nope", "", "")
 	if code != 404 || path(body, "reason") != "NotFound" || path(body, "details.name") != "nope" {
 		t.Fatalf("get missing: %d %v", code, body)

@@ -184,3 +184,70 @@ func TestActiveDeadlineSecondsField(t *testing.T) {
 	}
 	fromKubeIs(t, ko, pod)
 }
+
+// projectedPod uses every honoured field of a projected volume.
+const projectedPod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: proj, namespace: prod}
+spec:
+  containers:
+  - name: web
+    image: web:1
+    volumeMounts: [{name: all, mountPath: /etc/all}]
+  volumes:
+  - name: all
+    projected:
+      defaultMode: 0440
+      sources:
+      - configMap: {name: web-config, optional: true, items: [{key: greeting, path: greeting, mode: 0400}]}
+      - secret: {name: web-creds, items: [{key: pass, path: creds/pass}]}
+      - downwardAPI:
+          items:
+          - {path: labels, fieldRef: {fieldPath: metadata.labels}, mode: 0600}
+          - {path: cpu, resourceFieldRef: {containerName: web, resource: limits.cpu, divisor: 1m}}
+`
+
+func TestProjectedVolumeFields(t *testing.T) {
+	pod := decodeOne(t, []byte(projectedPod)).Message.(*pf.Pod)
+	src := pod.GetSpec().GetVolumes()[0].GetProjected()
+	s := src.GetSources()
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"defaultMode", src.GetDefaultMode(), int32(0o440)},
+		{"configMap name", s[0].GetConfigMap().GetName(), "web-config"},
+		{"configMap optional", s[0].GetConfigMap().GetOptional(), true},
+		{"configMap item mode", s[0].GetConfigMap().GetItems()[0].GetMode(), int32(0o400)},
+		{"secret name", s[1].GetSecret().GetName(), "web-creds"},
+		{"secret item path", s[1].GetSecret().GetItems()[0].GetPath(), "creds/pass"},
+		{"downwardAPI fieldRef", s[2].GetDownwardApi().GetItems()[0].GetFieldRef().GetFieldPath(), "metadata.labels"},
+		{"downwardAPI mode", s[2].GetDownwardApi().GetItems()[0].GetMode(), int32(0o600)},
+		{"downwardAPI resourceFieldRef", s[2].GetDownwardApi().GetItems()[1].GetResourceFieldRef().GetDivisor(), "1m"},
+	}
+	for _, tc := range checks {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmpDiff(tc.want, tc.got); diff != "" {
+				t.Errorf("%s", diff)
+			}
+		})
+	}
+	for _, f := range []Format{FormatYAML, FormatJSON} {
+		t.Run("round trip "+f.String(), func(t *testing.T) { roundTrip(t, pod, f) })
+	}
+	t.Run("k8s.io/api both ways", func(t *testing.T) {
+		ko, err := ToKube(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv := ko.(*corev1.Pod).Spec.Volumes[0].Projected
+		if kv == nil || len(kv.Sources) != 3 || kv.Sources[1].Secret == nil || kv.Sources[1].Secret.Name != "web-creds" {
+			t.Fatalf("projected = %+v", kv)
+		}
+		fromKubeIs(t, ko, pod)
+	})
+	if errs := RefusedPodFields(pod); len(errs) != 0 {
+		t.Errorf("refused %v, want none", errs)
+	}
+}
