@@ -63,7 +63,7 @@ const (
 	testEnv         = "nodeagent/env_test.go nodeagent/linux/fidelity_test.go"
 	testHooks       = "nodeagent/hooks_test.go nodeagent/linux/fidelity_test.go"
 	testSidecar     = "nodeagent/sidecar_test.go"
-	testProbes      = "nodeagent/agent_test.go nodeagent/linux/agent_test.go"
+	testProbes      = "nodeagent/agent_test.go nodeagent/linux/agent_test.go nodeagent/linux/grpcprobe_internal_test.go nodeagent/linux/grpcprobe_kernel_test.go"
 	testSecurity    = "nodeagent/linux/security_internal_test.go nodeagent/linux/security_kernel_test.go nodeagent/linux/hostns_kernel_test.go nodeagent/linux/sysctl_kernel_test.go services/admission/podsecurity_test.go"
 	testVolumes     = "nodeagent/agent_test.go nodeagent/linux/runtime_test.go nodeagent/linux/subpath_kernel_test.go"
 	testDownwardAPI = "nodeagent/volumes_internal_test.go nodeagent/linux/atomicwriter_internal_test.go nodeagent/linux/downwardapi_kernel_test.go"
@@ -151,10 +151,10 @@ var containerRefused = map[string]refusal{
 
 // probeHonoured and probeRefused are relative to a probe.
 var probeHonoured = []string{"exec", "httpGet", "tcpSocket", "initialDelaySeconds", "periodSeconds",
-	"timeoutSeconds", "successThreshold", "failureThreshold", "terminationGracePeriodSeconds"}
+	"timeoutSeconds", "successThreshold", "failureThreshold", "terminationGracePeriodSeconds", "grpc"}
 
 var probeRefused = map[string]refusal{
-	"grpc":             {what: "gRPC probes"},
+	"grpc.mode":        {what: "gRPC probes over TLS (grpc.mode)", allow: []string{"Plaintext"}},
 	"httpGet.protocol": {what: "HTTP probe protocols"},
 }
 
@@ -287,7 +287,7 @@ func init() {
 		}
 		for _, hook := range []string{"lifecycle.postStart.", "lifecycle.preStop."} {
 			for p, r := range probeRefused {
-				if p != "grpc" { // handlers have no grpc
+				if !strings.HasPrefix(p, "grpc") { // handlers have no grpc
 					podRefused[c+hook+p] = r
 				}
 			}
