@@ -21,7 +21,9 @@
 // re-resolves its configMap, secret and downwardAPI volumes every
 // Config.SyncPeriod and at once after a pod update (new labels or
 // annotations handed over by HandlePodBound, as a reconcile does), and
-// mounts again the volumes whose files changed.
+// mounts again the volumes whose files changed. A pod update that changes
+// a container's image (images.go) restarts that container with it, as
+// kubelet restarts a container whose spec hash changed.
 //
 // # The pod worker
 //
