@@ -1,6 +1,7 @@
 package linux_test
 
 import (
+	"context"
 	"net"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/podflow/podflow/nodeagent/linux/network"
 	"github.com/podflow/podflow/nodeagent/linux/network/networktest"
+	"github.com/podflow/podflow/nodeagent/nodeagenttest"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 )
@@ -28,6 +30,20 @@ func hasEvent(envs []*eventsv1.Envelope, reason, substr string) bool {
 		}
 	}
 	return false
+}
+
+// podWaiter returns a wait for a condition over the envelopes of pod uid;
+// on a timeout it logs them and fails t.
+func podWaiter(t *testing.T, ctx context.Context, pub *nodeagenttest.Publisher, uid string) func(what string, cond func([]*eventsv1.Envelope) bool) {
+	return func(what string, cond func([]*eventsv1.Envelope) bool) {
+		t.Helper()
+		if err := pub.Wait(ctx, func([]*eventsv1.Envelope) bool { return cond(pub.Pod(uid)) }); err != nil {
+			for _, env := range pub.Pod(uid) {
+				t.Logf("%s %s %v", env.GetTime().AsTime().Format("15:04:05.000"), env.Type(), env.GetPodStatusReport().GetEvents())
+			}
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
 }
 
 // gRPC probes on the kernel: a real grpc.health.v1 server listening inside
@@ -52,15 +68,7 @@ func TestGRPCProbesOnTheKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	uid := pd.Metadata.Uid
-	wait := func(what string, cond func([]*eventsv1.Envelope) bool) {
-		t.Helper()
-		if err := pub.Wait(ctx, func([]*eventsv1.Envelope) bool { return cond(pub.Pod(uid)) }); err != nil {
-			for _, env := range pub.Pod(uid) {
-				t.Logf("%s %s %v", env.GetTime().AsTime().Format("15:04:05.000"), env.Type(), env.GetPodStatusReport().GetEvents())
-			}
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-	}
+	wait := podWaiter(t, ctx, pub, uid)
 	// The sandbox exists before any container starts: serve in its netns.
 	wait("the sandbox", func(envs []*eventsv1.Envelope) bool { return count(envs, "PodSandboxReady") > 0 })
 	paths, err := filepath.Glob(filepath.Join(network.NetnsDir, "*"+uid))

@@ -36,15 +36,7 @@ func TestImageUpdateOnTheKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	uid := pd.Metadata.Uid
-	wait := func(what string, cond func([]*eventsv1.Envelope) bool) {
-		t.Helper()
-		if err := pub.Wait(ctx, func([]*eventsv1.Envelope) bool { return cond(pub.Pod(uid)) }); err != nil {
-			for _, env := range pub.Pod(uid) {
-				t.Logf("%s %s %v", env.GetTime().AsTime().Format("15:04:05.000"), env.Type(), env.GetPodStatusReport().GetEvents())
-			}
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-	}
+	wait := podWaiter(t, ctx, pub, uid)
 	wait("PodReady", func(envs []*eventsv1.Envelope) bool { return count(envs, "PodReady") > 0 })
 
 	up := proto.Clone(pd).(*corev1.Pod)
