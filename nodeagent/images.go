@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
@@ -84,3 +85,41 @@ func (w *worker) restartChanged(ctx context.Context) bool {
 	w.kill(ctx, changed, gracePeriod(w.pod, &w.d.cfg), func(c *ctr, ex ContainerExit) { w.recordExit(ctx, c, ex) })
 	return true
 }
+
+// pullImage pulls image for the pod, with the credentials of its
+// imagePullSecrets when the runtime is a SecretPuller. As kubelet's
+// getPullSecretsForPod, a Secret that cannot be read is left out with a
+// Warning FailedToRetrieveImagePullSecret and the pull goes on.
+func (w *worker) pullImage(ctx context.Context, image, policy string) (ImageRef, error) {
+	sp, ok := w.d.rt.(SecretPuller)
+	refs := w.pod.GetSpec().GetImagePullSecrets()
+	if !ok || len(refs) == 0 {
+		return w.d.rt.PullImage(ctx, w.pod, image, policy)
+	}
+	var secrets []*corev1.Secret
+	var failed []string
+	for _, r := range refs {
+		if r.GetName() == "" {
+			continue
+		}
+		s, err := w.d.volumes.GetSecret(ctx, w.pod.GetMetadata().GetNamespace(), r.GetName())
+		if err != nil {
+			if ctx.Err() != nil {
+				return ImageRef{}, ctx.Err()
+			}
+			w.d.log.Info("Unable to retrieve pull secret, the image pull may not succeed.", "pod", podRef(w.pod), "secret", r.GetName(), "err", err)
+			failed = append(failed, r.GetName())
+			continue
+		}
+		secrets = append(secrets, s)
+	}
+	if len(failed) > 0 {
+		w.rep.Warn(reasonFailedToRetrieveImagePullSecret, fmt.Sprintf(
+			"Unable to retrieve some image pull secrets (%s); attempting to pull the image may not succeed.", strings.Join(failed, ", ")))
+	}
+	return sp.PullImageWithSecrets(ctx, w.pod, image, policy, secrets)
+}
+
+// reasonFailedToRetrieveImagePullSecret is kubelet's event reason
+// (events.FailedToRetrieveImagePullSecret).
+const reasonFailedToRetrieveImagePullSecret = "FailedToRetrieveImagePullSecret"

@@ -543,7 +543,7 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 	}
 	policy := podrules.PullPolicy(c.spec)
 	began := w.now()
-	ref, err := w.d.rt.PullImage(ctx, w.pod, image, policy)
+	ref, err := w.pullImage(ctx, image, policy)
 	if err != nil {
 		if ctx.Err() != nil {
 			return time.Time{}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux/network"
 	"github.com/podflow/podflow/nodeagent/linux/network/networktest"
 	"github.com/podflow/podflow/nodeagent/nodeagenttest"
@@ -46,6 +47,18 @@ func podWaiter(t *testing.T, ctx context.Context, pub *nodeagenttest.Publisher, 
 	}
 }
 
+// bindPod stores pd and binds it to a; it returns the test's context (60
+// s), the pod's UID and a podWaiter for it.
+func bindPod(t *testing.T, a *nodeagent.Agent, store *nodeagenttest.Store, pub *nodeagenttest.Publisher, pd *corev1.Pod) (context.Context, string, func(string, func([]*eventsv1.Envelope) bool)) {
+	t.Helper()
+	store.PutPod(pd)
+	ctx := ctxT(t, 60*time.Second)
+	if err := a.HandlePodBound(ctx, pd); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, pd.Metadata.Uid, podWaiter(t, ctx, pub, pd.Metadata.Uid)
+}
+
 // gRPC probes on the kernel: a real grpc.health.v1 server listening inside
 // the pod's network namespace (on the pod IP, as a container's server
 // would) answers the agent's readiness and liveness probes. A named
@@ -62,13 +75,7 @@ func TestGRPCProbesOnTheKernel(t *testing.T) {
 		PeriodSeconds: 1, FailureThreshold: 1, SuccessThreshold: 1, TimeoutSeconds: 1}
 	c.LivenessProbe = &corev1.Probe{Grpc: &corev1.GRPCAction{Port: 9090, Service: &live},
 		PeriodSeconds: 1, FailureThreshold: 2, TimeoutSeconds: 1}
-	store.PutPod(pd)
-	ctx := ctxT(t, 60*time.Second)
-	if err := a.HandlePodBound(ctx, pd); err != nil {
-		t.Fatal(err)
-	}
-	uid := pd.Metadata.Uid
-	wait := podWaiter(t, ctx, pub, uid)
+	ctx, uid, wait := bindPod(t, a, store, pub, pd)
 	// The sandbox exists before any container starts: serve in its netns.
 	wait("the sandbox", func(envs []*eventsv1.Envelope) bool { return count(envs, "PodSandboxReady") > 0 })
 	paths, err := filepath.Glob(filepath.Join(network.NetnsDir, "*"+uid))

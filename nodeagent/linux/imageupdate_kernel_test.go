@@ -30,13 +30,7 @@ func TestImageUpdateOnTheKernel(t *testing.T) {
 	pd := newPod(e.cfg.NodeName, "update", "sleep", "3600")
 	pd.Spec.Containers = append(pd.Spec.Containers, &corev1.Container{Name: "side", Image: busyboxImage,
 		ImagePullPolicy: "IfNotPresent", Command: []string{"sleep", "3600"}})
-	store.PutPod(pd)
-	ctx := ctxT(t, 60*time.Second)
-	if err := a.HandlePodBound(ctx, pd); err != nil {
-		t.Fatal(err)
-	}
-	uid := pd.Metadata.Uid
-	wait := podWaiter(t, ctx, pub, uid)
+	ctx, uid, wait := bindPod(t, a, store, pub, pd)
 	wait("PodReady", func(envs []*eventsv1.Envelope) bool { return count(envs, "PodReady") > 0 })
 
 	up := proto.Clone(pd).(*corev1.Pod)

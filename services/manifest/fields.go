@@ -75,6 +75,7 @@ const (
 	testPreemption  = "services/admission/priority_test.go services/scheduler/preemption_test.go"
 	testDNS         = "nodeagent/linux/dns/dns_test.go ops/e2e/linux_services_test.go services/admission/validate_test.go"
 	testRuntime     = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
+	testPullSecrets = "nodeagent/linux/image/keyring_test.go nodeagent/linux/pullsecret_kernel_test.go services/pipeline/nodegraph_test.go"
 	testTermination = "nodeagent/termination_test.go nodeagent/linux/termination_kernel_test.go"
 	testStatus      = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
 )
@@ -164,6 +165,7 @@ var podHonoured = map[string]string{
 	"metadata":                                                testRoundTrip,
 	"status":                                                  testStatus,
 	"spec.volumes":                                            testVolumes,
+	"spec.imagePullSecrets":                                   testPullSecrets,
 	"spec.volumes[*].name":                                    testVolumes,
 	"spec.volumes[*].configMap.name":                          testVolumes,
 	"spec.volumes[*].configMap.items":                         testVolumes,
@@ -228,7 +230,6 @@ var podRefused = map[string]refusal{
 	"spec.hostUsers":                    {what: "user namespaces (hostUsers: false)", allow: []string{"true"}},
 	"spec.hostname":                     {what: "spec.hostname: a container's hostname is the pod's name"},
 	"spec.hostnameOverride":             {what: "hostnameOverride"},
-	"spec.imagePullSecrets":             {what: "imagePullSecrets (yet): images are pulled anonymously"},
 	"spec.os.name":                      {what: "operating systems other than linux", allow: []string{"linux"}},
 	"spec.overhead":                     {what: "pod overhead (RuntimeClass)"},
 	"spec.readinessGates":               {what: "readiness gates"},
