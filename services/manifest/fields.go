@@ -75,7 +75,7 @@ const (
 	testPreemption  = "services/admission/priority_test.go services/scheduler/preemption_test.go"
 	testDNS         = "nodeagent/linux/dns/dns_test.go ops/e2e/linux_services_test.go services/admission/validate_test.go"
 	testRuntime     = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
-	testPullSecrets = "nodeagent/linux/image/keyring_test.go nodeagent/linux/pullsecret_kernel_test.go services/pipeline/nodegraph_test.go"
+	testPullSecrets = "nodeagent/pullsecrets_test.go nodeagent/linux/image/keyring_test.go nodeagent/linux/pullsecret_kernel_test.go services/pipeline/nodegraph_test.go"
 	testTermination = "nodeagent/termination_test.go nodeagent/linux/termination_kernel_test.go"
 	testStatus      = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
 )
