@@ -208,7 +208,8 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 		return ErrStopped
 	}
 	if w, ok := a.workers[uid]; ok {
-		w.update(pod) // labels and annotations of a running pod may change
+		w.update(pod)       // labels and annotations of a running pod may change
+		w.updateImages(pod) // and its containers' images
 		return nil
 	}
 	if _, ok := a.deleted[uid]; ok {

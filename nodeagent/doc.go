@@ -29,7 +29,9 @@
 // (VolumeData.MemorySize); one with a sizeLimit is measured every
 // Config.EvictionPeriod through the Runtime's optional VolumeMeter, and a
 // pod whose usage is above the limit is evicted as kubelet's eviction
-// manager evicts it (Warning Evicted, Failed, reason Evicted).
+// manager evicts it (Warning Evicted, Failed, reason Evicted). A pod
+// update that changes a container's image (images.go) restarts that container with it, as
+// kubelet restarts a container whose spec hash changed.
 //
 // # The pod worker
 //

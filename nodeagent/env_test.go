@@ -103,18 +103,9 @@ func newRecordingEnv(t *testing.T, simCfg ...func(*sim.Config)) (*env, *recordin
 		t.Cleanup(rt.Close)
 		e.rt = rt
 	}
-	e.agent.Stop()
 	rec := &recordingRuntime{Runtime: e.rt, started: map[string][]*corev1.Container{}, stops: map[nodeagent.ContainerID]stopCall{},
 		startAt: map[string]time.Time{}}
-	a, err := nodeagent.New(fastConfig(), rec, e.store, e.pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	if err := a.Start(e.ctx()); err != nil {
-		t.Fatal(err)
-	}
-	e.agent = a
+	e.useRuntime(rec)
 	return e, rec
 }
 

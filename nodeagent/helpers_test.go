@@ -74,6 +74,21 @@ func (e *env) newAgent() *nodeagent.Agent {
 	return a
 }
 
+// useRuntime replaces e's agent by one over rt (a wrapper of e.rt).
+func (e *env) useRuntime(rt nodeagent.Runtime) {
+	e.t.Helper()
+	e.agent.Stop()
+	a, err := nodeagent.New(fastConfig(), rt, e.store, e.pub)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(a.Stop)
+	if err := a.Start(e.ctx()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.agent = a
+}
+
 func (e *env) ctx() context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	e.t.Cleanup(cancel)

@@ -166,6 +166,16 @@ func Version() string {
 	return "v0.0.0-dev"
 }
 
+// SecretPuller is implemented by runtimes that pull with registry
+// credentials. For a pod with spec.imagePullSecrets the agent calls it
+// instead of PullImage with the Secrets of those it could read (kubelet's
+// getPullSecretsForPod); the runtime uses the credentials
+// (kubernetes.io/dockerconfigjson, kubernetes.io/dockercfg) that match
+// the image's registry. Runtimes without it pull anonymously.
+type SecretPuller interface {
+	PullImageWithSecrets(ctx context.Context, pod *corev1.Pod, image, policy string, secrets []*corev1.Secret) (ImageRef, error)
+}
+
 // ImageLister is implemented by runtimes that keep images: the agent
 // reports them in Node.status.images, which the scheduler's ImageLocality
 // score uses.

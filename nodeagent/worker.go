@@ -34,7 +34,9 @@ import (
 //	              │         Evicted, checked every EvictionPeriod). A pod
 //	              │         that finished (Succeeded or Failed, nothing to
 //	              │         restart) stays here with its sandbox released,
-//	              │         until deleted. A pod update (updateCh: new
+//	              │         until deleted. A pod update of a container's
+//	              │         image (imagesCh) restarts that container with
+//	              │         it (restartChanged). A pod update (updateCh: new
 //	              │         labels or annotations) and every SyncPeriod
 //	              │         re-resolve the configMap, secret and
 //	              │         downwardAPI volumes; those whose files changed
@@ -68,6 +70,7 @@ type worker struct {
 
 	deleteCh chan time.Duration      // capacity 1: a pending delete and its grace
 	updateCh chan *corev1.ObjectMeta // capacity 1: the store's latest metadata
+	imagesCh chan podImages          // capacity 1: the store's latest container images
 	done     chan struct{}           // closed when run returns
 
 	rep       *reporter
@@ -137,6 +140,7 @@ type ctr struct {
 	sidecar     bool // an init container with restartPolicy Always (KEP-753)
 	id          ContainerID
 	imageID     string
+	runImage    string // the image the current instance was started with
 	state       *corev1.ContainerState
 	lastTerm    *corev1.ContainerStateTerminated
 	restarts    int32
@@ -161,6 +165,7 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 		d: d, pod: pod, uid: pod.GetMetadata().GetUid(),
 		deleteCh:     make(chan time.Duration, 1),
 		updateCh:     make(chan *corev1.ObjectMeta, 1),
+		imagesCh:     make(chan podImages, 1),
 		volSums:      map[string][sha256.Size]byte{},
 		done:         make(chan struct{}),
 		rep:          newReporter(d, pod),
@@ -221,6 +226,8 @@ func (w *worker) run(ctx context.Context) {
 			w.onExit(ctx, ex)
 		case md := <-w.updateCh:
 			w.onUpdate(md)
+		case im := <-w.imagesCh:
+			w.onImages(im)
 		case <-timer.C():
 		}
 	}
@@ -281,6 +288,7 @@ func (w *worker) adopt(ctx context.Context) {
 			continue
 		}
 		c.id, c.imageID, c.restarts, c.everStarted = info.ID, info.ImageID, info.RestartCount, true
+		c.runImage = info.Image // another than the spec's: restarted (restartChanged)
 		c.startedAt = info.StartedAt
 		c.state = &corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: timestamppb.New(info.StartedAt)}}
 		c.started = true
@@ -351,6 +359,9 @@ func (w *worker) converge(ctx context.Context) time.Time {
 	volWake, ok := w.ensureVolumes(ctx, now)
 	if !ok {
 		return volWake
+	}
+	if w.restartChanged(ctx) {
+		now = w.now()
 	}
 	wake, ok := w.syncInits(ctx, now)
 	wake = earliest(wake, volWake)
@@ -539,7 +550,7 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 	}
 	policy := podrules.PullPolicy(c.spec)
 	began := w.now()
-	ref, err := w.d.rt.PullImage(ctx, w.pod, image, policy)
+	ref, err := w.pullImage(ctx, image, policy)
 	if err != nil {
 		if ctx.Err() != nil {
 			return time.Time{}
@@ -598,6 +609,7 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 	}
 	started := w.now()
 	c.everStarted, c.id, c.startedAt, c.inBackoff, c.killed = true, id, started, false, false
+	c.runImage = image
 	c.state = &corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: timestamppb.New(started)}}
 	c.started = c.probe(ProbeStartup) == nil
 	c.ready = c.started && c.probe(ProbeReadiness) == nil

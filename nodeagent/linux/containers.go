@@ -21,13 +21,26 @@ import (
 )
 
 // PullImage implements nodeagent.Runtime with the node's image store.
-func (r *Runtime) PullImage(ctx context.Context, _ *corev1.Pod, ref, policy string) (nodeagent.ImageRef, error) {
-	p, err := r.images.Pull(ctx, ref, policy)
+func (r *Runtime) PullImage(ctx context.Context, pod *corev1.Pod, ref, policy string) (nodeagent.ImageRef, error) {
+	return r.PullImageWithSecrets(ctx, pod, ref, policy, nil) // anonymously
+}
+
+// PullImageWithSecrets implements nodeagent.SecretPuller: PullImage with
+// the credentials of the pod's imagePullSecrets (image.KeyringFromSecrets);
+// a Secret whose docker config does not parse fails the pull, ErrImagePull.
+func (r *Runtime) PullImageWithSecrets(ctx context.Context, _ *corev1.Pod, ref, policy string, secrets []*corev1.Secret) (nodeagent.ImageRef, error) {
+	k, err := image.KeyringFromSecrets(secrets)
+	if err != nil {
+		return nodeagent.ImageRef{}, nodeagent.Errorf(nodeagent.CodeImagePull, "%w", err)
+	}
+	p, err := r.images.Pull(ctx, ref, policy, image.WithKeyring(k))
 	if err != nil {
 		return nodeagent.ImageRef{}, agentError(err) // ErrImagePull or ErrImageNeverPull
 	}
 	return nodeagent.ImageRef{ID: p.ID, SizeBytes: p.SizeBytes, AlreadyPresent: p.AlreadyPresent}, nil
 }
+
+var _ nodeagent.SecretPuller = (*Runtime)(nil)
 
 // imageRootfs returns the image's unpacked root filesystem, shared
 // read-only by its containers (each gets an overlay with its own writable

@@ -15,7 +15,9 @@
 //     from items, defaultMode, or 0644 and 0400; a projected volume's as
 //     the agent resolved them, VolumeData.Modes), hostPath volumes only under
 //     Config.HostPathPrefixes.
-//   - PullImage and a fresh rootfs per container instance (package image).
+//   - PullImage and a fresh rootfs per container instance (package image);
+//     PullImageWithSecrets (nodeagent.SecretPuller) pulls with the
+//     credentials of the pod's imagePullSecrets.
 //   - StartContainer: a fresh cgroup per instance and a process started by
 //     a per-container shim in new mount, PID, UTS and IPC namespaces inside
 //     the pod's network namespace (package container); with
@@ -25,8 +27,8 @@
 //     0666 file per instance bind-mounted at its terminationMessagePath,
 //     read back for the termination message (TerminationMessage,
 //     LogTail for FallbackToLogsOnError).
-//   - Probe: exec in the container's namespaces; httpGet and tcpSocket from
-//     the node to the pod IP.
+//   - Probe: exec in the container's namespaces; httpGet, tcpSocket and
+//     grpc (grpc.health.v1, kubelet's messages) from the node to the pod IP.
 //   - Meter (kubectl top): each Sample reads the node's cgroup root and
 //     every running container's cgroup (cgroups.Manager.ContainerUsage:
 //     cumulative CPU, working set = usage - inactive_file) and reports the

@@ -25,7 +25,8 @@ var probeTransport = &http.Transport{
 
 // Probe implements nodeagent.Runtime: exec runs the command in the
 // container (success = exit 0), httpGet and tcpSocket connect from the node
-// to the pod IP (httpGet success = a status in 200..399). Each is bounded
+// to the pod IP (httpGet success = a status in 200..399), grpc asks the
+// pod IP's grpc.health.v1 service as kubelet does (see grpcProbe). Each is bounded
 // by timeoutSeconds (default 1).
 func (r *Runtime) Probe(ctx context.Context, pd *corev1.Pod, c *corev1.Container, id nodeagent.ContainerID, _ nodeagent.ProbeKind, pr *corev1.Probe) (nodeagent.ProbeResult, error) {
 	timeout := time.Duration(max(pr.GetTimeoutSeconds(), 1)) * time.Second
@@ -103,8 +104,11 @@ func (r *Runtime) Probe(ctx context.Context, pd *corev1.Pod, c *corev1.Container
 		}
 		conn.Close()
 		return nodeagent.ProbeResult{OK: true}, nil
+	case pr.GetGrpc() != nil:
+		g := pr.GetGrpc()
+		return grpcProbe(ctx, p.rec.Net.IP, int(g.GetPort()), g.GetService(), timeout), nil
 	}
-	return nodeagent.ProbeResult{}, fmt.Errorf("linux: probe has no handler (exec, httpGet or tcpSocket)")
+	return nodeagent.ProbeResult{}, fmt.Errorf("linux: probe has no handler (exec, httpGet, tcpSocket or grpc)")
 }
 
 // resolvePort returns a numeric port, looking a named one up in the

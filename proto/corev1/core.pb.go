@@ -1241,6 +1241,61 @@ func (x *TCPSocketAction) GetHost() string {
 	return ""
 }
 
+// GRPCAction is a probe by the gRPC health checking protocol
+// (grpc.health.v1.Health/Check) to the pod IP at port.
+type GRPCAction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Port  int32                  `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	// service is the HealthCheckRequest's service ("" when unset).
+	Service       *string `protobuf:"bytes,2,opt,name=service,proto3,oneof" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GRPCAction) Reset() {
+	*x = GRPCAction{}
+	mi := &file_corev1_core_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GRPCAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GRPCAction) ProtoMessage() {}
+
+func (x *GRPCAction) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GRPCAction.ProtoReflect.Descriptor instead.
+func (*GRPCAction) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GRPCAction) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *GRPCAction) GetService() string {
+	if x != nil && x.Service != nil {
+		return *x.Service
+	}
+	return ""
+}
+
 type IntOrString struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Value:
@@ -1254,7 +1309,7 @@ type IntOrString struct {
 
 func (x *IntOrString) Reset() {
 	*x = IntOrString{}
-	mi := &file_corev1_core_proto_msgTypes[18]
+	mi := &file_corev1_core_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1321,7 @@ func (x *IntOrString) String() string {
 func (*IntOrString) ProtoMessage() {}
 
 func (x *IntOrString) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[18]
+	mi := &file_corev1_core_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1334,7 @@ func (x *IntOrString) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntOrString.ProtoReflect.Descriptor instead.
 func (*IntOrString) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{18}
+	return file_corev1_core_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IntOrString) GetValue() isIntOrString_Value {
@@ -1333,7 +1388,7 @@ type SleepAction struct {
 
 func (x *SleepAction) Reset() {
 	*x = SleepAction{}
-	mi := &file_corev1_core_proto_msgTypes[19]
+	mi := &file_corev1_core_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1400,7 @@ func (x *SleepAction) String() string {
 func (*SleepAction) ProtoMessage() {}
 
 func (x *SleepAction) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[19]
+	mi := &file_corev1_core_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1413,7 @@ func (x *SleepAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SleepAction.ProtoReflect.Descriptor instead.
 func (*SleepAction) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{19}
+	return file_corev1_core_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SleepAction) GetSeconds() int64 {
@@ -1381,7 +1436,7 @@ type LifecycleHandler struct {
 
 func (x *LifecycleHandler) Reset() {
 	*x = LifecycleHandler{}
-	mi := &file_corev1_core_proto_msgTypes[20]
+	mi := &file_corev1_core_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1448,7 @@ func (x *LifecycleHandler) String() string {
 func (*LifecycleHandler) ProtoMessage() {}
 
 func (x *LifecycleHandler) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[20]
+	mi := &file_corev1_core_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1461,7 @@ func (x *LifecycleHandler) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleHandler.ProtoReflect.Descriptor instead.
 func (*LifecycleHandler) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{20}
+	return file_corev1_core_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LifecycleHandler) GetExec() *ExecAction {
@@ -1449,7 +1504,7 @@ type Lifecycle struct {
 
 func (x *Lifecycle) Reset() {
 	*x = Lifecycle{}
-	mi := &file_corev1_core_proto_msgTypes[21]
+	mi := &file_corev1_core_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1516,7 @@ func (x *Lifecycle) String() string {
 func (*Lifecycle) ProtoMessage() {}
 
 func (x *Lifecycle) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[21]
+	mi := &file_corev1_core_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1529,7 @@ func (x *Lifecycle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lifecycle.ProtoReflect.Descriptor instead.
 func (*Lifecycle) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{21}
+	return file_corev1_core_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Lifecycle) GetPostStart() *LifecycleHandler {
@@ -1502,13 +1557,14 @@ type Probe struct {
 	SuccessThreshold              int32                  `protobuf:"varint,7,opt,name=success_threshold,json=successThreshold,proto3" json:"success_threshold,omitempty"`
 	FailureThreshold              int32                  `protobuf:"varint,8,opt,name=failure_threshold,json=failureThreshold,proto3" json:"failure_threshold,omitempty"`
 	TerminationGracePeriodSeconds *int64                 `protobuf:"varint,9,opt,name=termination_grace_period_seconds,json=terminationGracePeriodSeconds,proto3,oneof" json:"termination_grace_period_seconds,omitempty"`
+	Grpc                          *GRPCAction            `protobuf:"bytes,10,opt,name=grpc,proto3" json:"grpc,omitempty"`
 	unknownFields                 protoimpl.UnknownFields
 	sizeCache                     protoimpl.SizeCache
 }
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_corev1_core_proto_msgTypes[22]
+	mi := &file_corev1_core_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1576,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[22]
+	mi := &file_corev1_core_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1589,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{22}
+	return file_corev1_core_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Probe) GetExec() *ExecAction {
@@ -1599,6 +1655,13 @@ func (x *Probe) GetTerminationGracePeriodSeconds() int64 {
 	return 0
 }
 
+func (x *Probe) GetGrpc() *GRPCAction {
+	if x != nil {
+		return x.Grpc
+	}
+	return nil
+}
+
 type Capabilities struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Add           []string               `protobuf:"bytes,1,rep,name=add,proto3" json:"add,omitempty"`
@@ -1609,7 +1672,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_corev1_core_proto_msgTypes[23]
+	mi := &file_corev1_core_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1684,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[23]
+	mi := &file_corev1_core_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1697,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{23}
+	return file_corev1_core_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Capabilities) GetAdd() []string {
@@ -1661,7 +1724,7 @@ type SeccompProfile struct {
 
 func (x *SeccompProfile) Reset() {
 	*x = SeccompProfile{}
-	mi := &file_corev1_core_proto_msgTypes[24]
+	mi := &file_corev1_core_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1736,7 @@ func (x *SeccompProfile) String() string {
 func (*SeccompProfile) ProtoMessage() {}
 
 func (x *SeccompProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[24]
+	mi := &file_corev1_core_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1749,7 @@ func (x *SeccompProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeccompProfile.ProtoReflect.Descriptor instead.
 func (*SeccompProfile) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{24}
+	return file_corev1_core_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SeccompProfile) GetType() string {
@@ -1720,7 +1783,7 @@ type SecurityContext struct {
 
 func (x *SecurityContext) Reset() {
 	*x = SecurityContext{}
-	mi := &file_corev1_core_proto_msgTypes[25]
+	mi := &file_corev1_core_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1795,7 @@ func (x *SecurityContext) String() string {
 func (*SecurityContext) ProtoMessage() {}
 
 func (x *SecurityContext) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[25]
+	mi := &file_corev1_core_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1808,7 @@ func (x *SecurityContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecurityContext.ProtoReflect.Descriptor instead.
 func (*SecurityContext) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{25}
+	return file_corev1_core_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SecurityContext) GetPrivileged() bool {
@@ -1828,7 +1891,7 @@ type PodSecurityContext struct {
 
 func (x *PodSecurityContext) Reset() {
 	*x = PodSecurityContext{}
-	mi := &file_corev1_core_proto_msgTypes[26]
+	mi := &file_corev1_core_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1903,7 @@ func (x *PodSecurityContext) String() string {
 func (*PodSecurityContext) ProtoMessage() {}
 
 func (x *PodSecurityContext) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[26]
+	mi := &file_corev1_core_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1916,7 @@ func (x *PodSecurityContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSecurityContext.ProtoReflect.Descriptor instead.
 func (*PodSecurityContext) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{26}
+	return file_corev1_core_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PodSecurityContext) GetRunAsUser() int64 {
@@ -1922,7 +1985,7 @@ type Sysctl struct {
 
 func (x *Sysctl) Reset() {
 	*x = Sysctl{}
-	mi := &file_corev1_core_proto_msgTypes[27]
+	mi := &file_corev1_core_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +1997,7 @@ func (x *Sysctl) String() string {
 func (*Sysctl) ProtoMessage() {}
 
 func (x *Sysctl) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[27]
+	mi := &file_corev1_core_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2010,7 @@ func (x *Sysctl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sysctl.ProtoReflect.Descriptor instead.
 func (*Sysctl) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{27}
+	return file_corev1_core_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Sysctl) GetName() string {
@@ -1993,7 +2056,7 @@ type Container struct {
 
 func (x *Container) Reset() {
 	*x = Container{}
-	mi := &file_corev1_core_proto_msgTypes[28]
+	mi := &file_corev1_core_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2068,7 @@ func (x *Container) String() string {
 func (*Container) ProtoMessage() {}
 
 func (x *Container) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[28]
+	mi := &file_corev1_core_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2081,7 @@ func (x *Container) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Container.ProtoReflect.Descriptor instead.
 func (*Container) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{28}
+	return file_corev1_core_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Container) GetName() string {
@@ -2165,7 +2228,7 @@ type KeyToPath struct {
 
 func (x *KeyToPath) Reset() {
 	*x = KeyToPath{}
-	mi := &file_corev1_core_proto_msgTypes[29]
+	mi := &file_corev1_core_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2240,7 @@ func (x *KeyToPath) String() string {
 func (*KeyToPath) ProtoMessage() {}
 
 func (x *KeyToPath) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[29]
+	mi := &file_corev1_core_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2253,7 @@ func (x *KeyToPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyToPath.ProtoReflect.Descriptor instead.
 func (*KeyToPath) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{29}
+	return file_corev1_core_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KeyToPath) GetKey() string {
@@ -2224,7 +2287,7 @@ type EmptyDirVolumeSource struct {
 
 func (x *EmptyDirVolumeSource) Reset() {
 	*x = EmptyDirVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[30]
+	mi := &file_corev1_core_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2299,7 @@ func (x *EmptyDirVolumeSource) String() string {
 func (*EmptyDirVolumeSource) ProtoMessage() {}
 
 func (x *EmptyDirVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[30]
+	mi := &file_corev1_core_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2312,7 @@ func (x *EmptyDirVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmptyDirVolumeSource.ProtoReflect.Descriptor instead.
 func (*EmptyDirVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{30}
+	return file_corev1_core_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EmptyDirVolumeSource) GetMedium() string {
@@ -2278,7 +2341,7 @@ type ConfigMapVolumeSource struct {
 
 func (x *ConfigMapVolumeSource) Reset() {
 	*x = ConfigMapVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[31]
+	mi := &file_corev1_core_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2353,7 @@ func (x *ConfigMapVolumeSource) String() string {
 func (*ConfigMapVolumeSource) ProtoMessage() {}
 
 func (x *ConfigMapVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[31]
+	mi := &file_corev1_core_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2366,7 @@ func (x *ConfigMapVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMapVolumeSource.ProtoReflect.Descriptor instead.
 func (*ConfigMapVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{31}
+	return file_corev1_core_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ConfigMapVolumeSource) GetName() string {
@@ -2346,7 +2409,7 @@ type SecretVolumeSource struct {
 
 func (x *SecretVolumeSource) Reset() {
 	*x = SecretVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[32]
+	mi := &file_corev1_core_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2421,7 @@ func (x *SecretVolumeSource) String() string {
 func (*SecretVolumeSource) ProtoMessage() {}
 
 func (x *SecretVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[32]
+	mi := &file_corev1_core_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2434,7 @@ func (x *SecretVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretVolumeSource.ProtoReflect.Descriptor instead.
 func (*SecretVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{32}
+	return file_corev1_core_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SecretVolumeSource) GetSecretName() string {
@@ -2412,7 +2475,7 @@ type HostPathVolumeSource struct {
 
 func (x *HostPathVolumeSource) Reset() {
 	*x = HostPathVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[33]
+	mi := &file_corev1_core_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2487,7 @@ func (x *HostPathVolumeSource) String() string {
 func (*HostPathVolumeSource) ProtoMessage() {}
 
 func (x *HostPathVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[33]
+	mi := &file_corev1_core_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2500,7 @@ func (x *HostPathVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPathVolumeSource.ProtoReflect.Descriptor instead.
 func (*HostPathVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{33}
+	return file_corev1_core_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HostPathVolumeSource) GetPath() string {
@@ -2467,7 +2530,7 @@ type DownwardAPIVolumeSource struct {
 
 func (x *DownwardAPIVolumeSource) Reset() {
 	*x = DownwardAPIVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[34]
+	mi := &file_corev1_core_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2542,7 @@ func (x *DownwardAPIVolumeSource) String() string {
 func (*DownwardAPIVolumeSource) ProtoMessage() {}
 
 func (x *DownwardAPIVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[34]
+	mi := &file_corev1_core_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2555,7 @@ func (x *DownwardAPIVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIVolumeSource.ProtoReflect.Descriptor instead.
 func (*DownwardAPIVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{34}
+	return file_corev1_core_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DownwardAPIVolumeSource) GetItems() []*DownwardAPIVolumeFile {
@@ -2521,7 +2584,7 @@ type DownwardAPIVolumeFile struct {
 
 func (x *DownwardAPIVolumeFile) Reset() {
 	*x = DownwardAPIVolumeFile{}
-	mi := &file_corev1_core_proto_msgTypes[35]
+	mi := &file_corev1_core_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2596,7 @@ func (x *DownwardAPIVolumeFile) String() string {
 func (*DownwardAPIVolumeFile) ProtoMessage() {}
 
 func (x *DownwardAPIVolumeFile) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[35]
+	mi := &file_corev1_core_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2609,7 @@ func (x *DownwardAPIVolumeFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIVolumeFile.ProtoReflect.Descriptor instead.
 func (*DownwardAPIVolumeFile) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{35}
+	return file_corev1_core_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DownwardAPIVolumeFile) GetPath() string {
@@ -2587,7 +2650,7 @@ type PersistentVolumeClaimVolumeSource struct {
 
 func (x *PersistentVolumeClaimVolumeSource) Reset() {
 	*x = PersistentVolumeClaimVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[36]
+	mi := &file_corev1_core_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2662,7 @@ func (x *PersistentVolumeClaimVolumeSource) String() string {
 func (*PersistentVolumeClaimVolumeSource) ProtoMessage() {}
 
 func (x *PersistentVolumeClaimVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[36]
+	mi := &file_corev1_core_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2675,7 @@ func (x *PersistentVolumeClaimVolumeSource) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use PersistentVolumeClaimVolumeSource.ProtoReflect.Descriptor instead.
 func (*PersistentVolumeClaimVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{36}
+	return file_corev1_core_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PersistentVolumeClaimVolumeSource) GetClaimName() string {
@@ -2645,7 +2708,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_corev1_core_proto_msgTypes[37]
+	mi := &file_corev1_core_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2720,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[37]
+	mi := &file_corev1_core_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2733,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{37}
+	return file_corev1_core_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Volume) GetName() string {
@@ -2743,7 +2806,7 @@ type ProjectedVolumeSource struct {
 
 func (x *ProjectedVolumeSource) Reset() {
 	*x = ProjectedVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[38]
+	mi := &file_corev1_core_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2818,7 @@ func (x *ProjectedVolumeSource) String() string {
 func (*ProjectedVolumeSource) ProtoMessage() {}
 
 func (x *ProjectedVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[38]
+	mi := &file_corev1_core_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2831,7 @@ func (x *ProjectedVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectedVolumeSource.ProtoReflect.Descriptor instead.
 func (*ProjectedVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{38}
+	return file_corev1_core_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ProjectedVolumeSource) GetSources() []*VolumeProjection {
@@ -2798,7 +2861,7 @@ type VolumeProjection struct {
 
 func (x *VolumeProjection) Reset() {
 	*x = VolumeProjection{}
-	mi := &file_corev1_core_proto_msgTypes[39]
+	mi := &file_corev1_core_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2873,7 @@ func (x *VolumeProjection) String() string {
 func (*VolumeProjection) ProtoMessage() {}
 
 func (x *VolumeProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[39]
+	mi := &file_corev1_core_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2886,7 @@ func (x *VolumeProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeProjection.ProtoReflect.Descriptor instead.
 func (*VolumeProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{39}
+	return file_corev1_core_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *VolumeProjection) GetConfigMap() *ConfigMapProjection {
@@ -2858,7 +2921,7 @@ type ConfigMapProjection struct {
 
 func (x *ConfigMapProjection) Reset() {
 	*x = ConfigMapProjection{}
-	mi := &file_corev1_core_proto_msgTypes[40]
+	mi := &file_corev1_core_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +2933,7 @@ func (x *ConfigMapProjection) String() string {
 func (*ConfigMapProjection) ProtoMessage() {}
 
 func (x *ConfigMapProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[40]
+	mi := &file_corev1_core_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +2946,7 @@ func (x *ConfigMapProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMapProjection.ProtoReflect.Descriptor instead.
 func (*ConfigMapProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{40}
+	return file_corev1_core_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ConfigMapProjection) GetName() string {
@@ -2918,7 +2981,7 @@ type SecretProjection struct {
 
 func (x *SecretProjection) Reset() {
 	*x = SecretProjection{}
-	mi := &file_corev1_core_proto_msgTypes[41]
+	mi := &file_corev1_core_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +2993,7 @@ func (x *SecretProjection) String() string {
 func (*SecretProjection) ProtoMessage() {}
 
 func (x *SecretProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[41]
+	mi := &file_corev1_core_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3006,7 @@ func (x *SecretProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretProjection.ProtoReflect.Descriptor instead.
 func (*SecretProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{41}
+	return file_corev1_core_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SecretProjection) GetName() string {
@@ -2976,7 +3039,7 @@ type DownwardAPIProjection struct {
 
 func (x *DownwardAPIProjection) Reset() {
 	*x = DownwardAPIProjection{}
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3051,7 @@ func (x *DownwardAPIProjection) String() string {
 func (*DownwardAPIProjection) ProtoMessage() {}
 
 func (x *DownwardAPIProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3064,7 @@ func (x *DownwardAPIProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIProjection.ProtoReflect.Descriptor instead.
 func (*DownwardAPIProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{42}
+	return file_corev1_core_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DownwardAPIProjection) GetItems() []*DownwardAPIVolumeFile {
@@ -3024,7 +3087,7 @@ type Toleration struct {
 
 func (x *Toleration) Reset() {
 	*x = Toleration{}
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3099,7 @@ func (x *Toleration) String() string {
 func (*Toleration) ProtoMessage() {}
 
 func (x *Toleration) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3112,7 @@ func (x *Toleration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Toleration.ProtoReflect.Descriptor instead.
 func (*Toleration) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{43}
+	return file_corev1_core_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Toleration) GetKey() string {
@@ -3098,7 +3161,7 @@ type NodeSelectorRequirement struct {
 
 func (x *NodeSelectorRequirement) Reset() {
 	*x = NodeSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3173,7 @@ func (x *NodeSelectorRequirement) String() string {
 func (*NodeSelectorRequirement) ProtoMessage() {}
 
 func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3186,7 @@ func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*NodeSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{44}
+	return file_corev1_core_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *NodeSelectorRequirement) GetKey() string {
@@ -3157,7 +3220,7 @@ type NodeSelectorTerm struct {
 
 func (x *NodeSelectorTerm) Reset() {
 	*x = NodeSelectorTerm{}
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3169,7 +3232,7 @@ func (x *NodeSelectorTerm) String() string {
 func (*NodeSelectorTerm) ProtoMessage() {}
 
 func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3182,7 +3245,7 @@ func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorTerm.ProtoReflect.Descriptor instead.
 func (*NodeSelectorTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{45}
+	return file_corev1_core_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *NodeSelectorTerm) GetMatchExpressions() []*NodeSelectorRequirement {
@@ -3208,7 +3271,7 @@ type NodeSelector struct {
 
 func (x *NodeSelector) Reset() {
 	*x = NodeSelector{}
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3220,7 +3283,7 @@ func (x *NodeSelector) String() string {
 func (*NodeSelector) ProtoMessage() {}
 
 func (x *NodeSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3233,7 +3296,7 @@ func (x *NodeSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelector.ProtoReflect.Descriptor instead.
 func (*NodeSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{46}
+	return file_corev1_core_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeSelector) GetNodeSelectorTerms() []*NodeSelectorTerm {
@@ -3253,7 +3316,7 @@ type PreferredSchedulingTerm struct {
 
 func (x *PreferredSchedulingTerm) Reset() {
 	*x = PreferredSchedulingTerm{}
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3328,7 @@ func (x *PreferredSchedulingTerm) String() string {
 func (*PreferredSchedulingTerm) ProtoMessage() {}
 
 func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3341,7 @@ func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreferredSchedulingTerm.ProtoReflect.Descriptor instead.
 func (*PreferredSchedulingTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{47}
+	return file_corev1_core_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PreferredSchedulingTerm) GetWeight() int32 {
@@ -3305,7 +3368,7 @@ type NodeAffinity struct {
 
 func (x *NodeAffinity) Reset() {
 	*x = NodeAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3317,7 +3380,7 @@ func (x *NodeAffinity) String() string {
 func (*NodeAffinity) ProtoMessage() {}
 
 func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3330,7 +3393,7 @@ func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAffinity.ProtoReflect.Descriptor instead.
 func (*NodeAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{48}
+	return file_corev1_core_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NodeAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() *NodeSelector {
@@ -3358,7 +3421,7 @@ type LabelSelectorRequirement struct {
 
 func (x *LabelSelectorRequirement) Reset() {
 	*x = LabelSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3370,7 +3433,7 @@ func (x *LabelSelectorRequirement) String() string {
 func (*LabelSelectorRequirement) ProtoMessage() {}
 
 func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3383,7 +3446,7 @@ func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*LabelSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{49}
+	return file_corev1_core_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LabelSelectorRequirement) GetKey() string {
@@ -3420,7 +3483,7 @@ type LabelSelector struct {
 
 func (x *LabelSelector) Reset() {
 	*x = LabelSelector{}
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3432,7 +3495,7 @@ func (x *LabelSelector) String() string {
 func (*LabelSelector) ProtoMessage() {}
 
 func (x *LabelSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3445,7 +3508,7 @@ func (x *LabelSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelector.ProtoReflect.Descriptor instead.
 func (*LabelSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{50}
+	return file_corev1_core_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LabelSelector) GetMatchLabels() map[string]string {
@@ -3476,7 +3539,7 @@ type PodAffinityTerm struct {
 
 func (x *PodAffinityTerm) Reset() {
 	*x = PodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3551,7 @@ func (x *PodAffinityTerm) String() string {
 func (*PodAffinityTerm) ProtoMessage() {}
 
 func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3564,7 @@ func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*PodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{51}
+	return file_corev1_core_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PodAffinityTerm) GetLabelSelector() *LabelSelector {
@@ -3556,7 +3619,7 @@ type WeightedPodAffinityTerm struct {
 
 func (x *WeightedPodAffinityTerm) Reset() {
 	*x = WeightedPodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3631,7 @@ func (x *WeightedPodAffinityTerm) String() string {
 func (*WeightedPodAffinityTerm) ProtoMessage() {}
 
 func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3644,7 @@ func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightedPodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*WeightedPodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{52}
+	return file_corev1_core_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WeightedPodAffinityTerm) GetWeight() int32 {
@@ -3608,7 +3671,7 @@ type PodAffinity struct {
 
 func (x *PodAffinity) Reset() {
 	*x = PodAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3683,7 @@ func (x *PodAffinity) String() string {
 func (*PodAffinity) ProtoMessage() {}
 
 func (x *PodAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3696,7 @@ func (x *PodAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinity.ProtoReflect.Descriptor instead.
 func (*PodAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{53}
+	return file_corev1_core_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PodAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -3660,7 +3723,7 @@ type PodAntiAffinity struct {
 
 func (x *PodAntiAffinity) Reset() {
 	*x = PodAntiAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +3735,7 @@ func (x *PodAntiAffinity) String() string {
 func (*PodAntiAffinity) ProtoMessage() {}
 
 func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +3748,7 @@ func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAntiAffinity.ProtoReflect.Descriptor instead.
 func (*PodAntiAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{54}
+	return file_corev1_core_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PodAntiAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -3713,7 +3776,7 @@ type Affinity struct {
 
 func (x *Affinity) Reset() {
 	*x = Affinity{}
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3725,7 +3788,7 @@ func (x *Affinity) String() string {
 func (*Affinity) ProtoMessage() {}
 
 func (x *Affinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3738,7 +3801,7 @@ func (x *Affinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Affinity.ProtoReflect.Descriptor instead.
 func (*Affinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{55}
+	return file_corev1_core_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Affinity) GetNodeAffinity() *NodeAffinity {
@@ -3778,7 +3841,7 @@ type TopologySpreadConstraint struct {
 
 func (x *TopologySpreadConstraint) Reset() {
 	*x = TopologySpreadConstraint{}
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3790,7 +3853,7 @@ func (x *TopologySpreadConstraint) String() string {
 func (*TopologySpreadConstraint) ProtoMessage() {}
 
 func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3803,7 +3866,7 @@ func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologySpreadConstraint.ProtoReflect.Descriptor instead.
 func (*TopologySpreadConstraint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{56}
+	return file_corev1_core_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TopologySpreadConstraint) GetMaxSkew() int32 {
@@ -3871,7 +3934,7 @@ type PodSchedulingGate struct {
 
 func (x *PodSchedulingGate) Reset() {
 	*x = PodSchedulingGate{}
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3883,7 +3946,7 @@ func (x *PodSchedulingGate) String() string {
 func (*PodSchedulingGate) ProtoMessage() {}
 
 func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3896,7 +3959,7 @@ func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSchedulingGate.ProtoReflect.Descriptor instead.
 func (*PodSchedulingGate) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{57}
+	return file_corev1_core_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PodSchedulingGate) GetName() string {
@@ -3941,13 +4004,17 @@ type PodSpec struct {
 	// active_deadline_seconds: once the pod has been active this long
 	// (since status.startTime) the node kills it, Failed DeadlineExceeded.
 	ActiveDeadlineSeconds *int64 `protobuf:"varint,27,opt,name=active_deadline_seconds,json=activeDeadlineSeconds,proto3,oneof" json:"active_deadline_seconds,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// image_pull_secrets: kubernetes.io/dockerconfigjson or dockercfg
+	// Secrets of the pod's namespace whose credentials the node uses to
+	// pull the pod's images.
+	ImagePullSecrets []*LocalObjectReference `protobuf:"bytes,29,rep,name=image_pull_secrets,json=imagePullSecrets,proto3" json:"image_pull_secrets,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PodSpec) Reset() {
 	*x = PodSpec{}
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3959,7 +4026,7 @@ func (x *PodSpec) String() string {
 func (*PodSpec) ProtoMessage() {}
 
 func (x *PodSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3972,7 +4039,7 @@ func (x *PodSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSpec.ProtoReflect.Descriptor instead.
 func (*PodSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{58}
+	return file_corev1_core_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PodSpec) GetVolumes() []*Volume {
@@ -4164,6 +4231,13 @@ func (x *PodSpec) GetActiveDeadlineSeconds() int64 {
 	return 0
 }
 
+func (x *PodSpec) GetImagePullSecrets() []*LocalObjectReference {
+	if x != nil {
+		return x.ImagePullSecrets
+	}
+	return nil
+}
+
 // PodDNSConfig is what a pod adds to (or, with dnsPolicy None, all of) its
 // resolv.conf.
 type PodDNSConfig struct {
@@ -4177,7 +4251,7 @@ type PodDNSConfig struct {
 
 func (x *PodDNSConfig) Reset() {
 	*x = PodDNSConfig{}
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4189,7 +4263,7 @@ func (x *PodDNSConfig) String() string {
 func (*PodDNSConfig) ProtoMessage() {}
 
 func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4202,7 +4276,7 @@ func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfig.ProtoReflect.Descriptor instead.
 func (*PodDNSConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{59}
+	return file_corev1_core_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PodDNSConfig) GetNameservers() []string {
@@ -4236,7 +4310,7 @@ type PodDNSConfigOption struct {
 
 func (x *PodDNSConfigOption) Reset() {
 	*x = PodDNSConfigOption{}
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4322,7 @@ func (x *PodDNSConfigOption) String() string {
 func (*PodDNSConfigOption) ProtoMessage() {}
 
 func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4335,7 @@ func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfigOption.ProtoReflect.Descriptor instead.
 func (*PodDNSConfigOption) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{60}
+	return file_corev1_core_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PodDNSConfigOption) GetName() string {
@@ -4292,7 +4366,7 @@ type PodCondition struct {
 
 func (x *PodCondition) Reset() {
 	*x = PodCondition{}
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4304,7 +4378,7 @@ func (x *PodCondition) String() string {
 func (*PodCondition) ProtoMessage() {}
 
 func (x *PodCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4317,7 +4391,7 @@ func (x *PodCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodCondition.ProtoReflect.Descriptor instead.
 func (*PodCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{61}
+	return file_corev1_core_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PodCondition) GetType() string {
@@ -4372,7 +4446,7 @@ type ContainerStateWaiting struct {
 
 func (x *ContainerStateWaiting) Reset() {
 	*x = ContainerStateWaiting{}
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4384,7 +4458,7 @@ func (x *ContainerStateWaiting) String() string {
 func (*ContainerStateWaiting) ProtoMessage() {}
 
 func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4397,7 +4471,7 @@ func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateWaiting.ProtoReflect.Descriptor instead.
 func (*ContainerStateWaiting) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{62}
+	return file_corev1_core_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ContainerStateWaiting) GetReason() string {
@@ -4423,7 +4497,7 @@ type ContainerStateRunning struct {
 
 func (x *ContainerStateRunning) Reset() {
 	*x = ContainerStateRunning{}
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4435,7 +4509,7 @@ func (x *ContainerStateRunning) String() string {
 func (*ContainerStateRunning) ProtoMessage() {}
 
 func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4448,7 +4522,7 @@ func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateRunning.ProtoReflect.Descriptor instead.
 func (*ContainerStateRunning) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{63}
+	return file_corev1_core_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ContainerStateRunning) GetStartedAt() *timestamppb.Timestamp {
@@ -4473,7 +4547,7 @@ type ContainerStateTerminated struct {
 
 func (x *ContainerStateTerminated) Reset() {
 	*x = ContainerStateTerminated{}
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4485,7 +4559,7 @@ func (x *ContainerStateTerminated) String() string {
 func (*ContainerStateTerminated) ProtoMessage() {}
 
 func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4498,7 +4572,7 @@ func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateTerminated.ProtoReflect.Descriptor instead.
 func (*ContainerStateTerminated) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{64}
+	return file_corev1_core_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ContainerStateTerminated) GetExitCode() int32 {
@@ -4561,7 +4635,7 @@ type ContainerState struct {
 
 func (x *ContainerState) Reset() {
 	*x = ContainerState{}
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4573,7 +4647,7 @@ func (x *ContainerState) String() string {
 func (*ContainerState) ProtoMessage() {}
 
 func (x *ContainerState) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4586,7 +4660,7 @@ func (x *ContainerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerState.ProtoReflect.Descriptor instead.
 func (*ContainerState) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{65}
+	return file_corev1_core_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ContainerState) GetWaiting() *ContainerStateWaiting {
@@ -4627,7 +4701,7 @@ type ContainerStatus struct {
 
 func (x *ContainerStatus) Reset() {
 	*x = ContainerStatus{}
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4639,7 +4713,7 @@ func (x *ContainerStatus) String() string {
 func (*ContainerStatus) ProtoMessage() {}
 
 func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4652,7 +4726,7 @@ func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStatus.ProtoReflect.Descriptor instead.
 func (*ContainerStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{66}
+	return file_corev1_core_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ContainerStatus) GetName() string {
@@ -4727,7 +4801,7 @@ type PodIP struct {
 
 func (x *PodIP) Reset() {
 	*x = PodIP{}
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4739,7 +4813,7 @@ func (x *PodIP) String() string {
 func (*PodIP) ProtoMessage() {}
 
 func (x *PodIP) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4752,7 +4826,7 @@ func (x *PodIP) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodIP.ProtoReflect.Descriptor instead.
 func (*PodIP) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{67}
+	return file_corev1_core_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PodIP) GetIp() string {
@@ -4782,7 +4856,7 @@ type PodStatus struct {
 
 func (x *PodStatus) Reset() {
 	*x = PodStatus{}
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4794,7 +4868,7 @@ func (x *PodStatus) String() string {
 func (*PodStatus) ProtoMessage() {}
 
 func (x *PodStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4807,7 +4881,7 @@ func (x *PodStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatus.ProtoReflect.Descriptor instead.
 func (*PodStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{68}
+	return file_corev1_core_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PodStatus) GetPhase() string {
@@ -4905,7 +4979,7 @@ type Pod struct {
 
 func (x *Pod) Reset() {
 	*x = Pod{}
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4917,7 +4991,7 @@ func (x *Pod) String() string {
 func (*Pod) ProtoMessage() {}
 
 func (x *Pod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4930,7 +5004,7 @@ func (x *Pod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pod.ProtoReflect.Descriptor instead.
 func (*Pod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{69}
+	return file_corev1_core_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Pod) GetMetadata() *ObjectMeta {
@@ -4966,7 +5040,7 @@ type Taint struct {
 
 func (x *Taint) Reset() {
 	*x = Taint{}
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4978,7 +5052,7 @@ func (x *Taint) String() string {
 func (*Taint) ProtoMessage() {}
 
 func (x *Taint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4991,7 +5065,7 @@ func (x *Taint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taint.ProtoReflect.Descriptor instead.
 func (*Taint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{70}
+	return file_corev1_core_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Taint) GetKey() string {
@@ -5035,7 +5109,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5047,7 +5121,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5060,7 +5134,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{71}
+	return file_corev1_core_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *NodeSpec) GetPodCidr() string {
@@ -5112,7 +5186,7 @@ type NodeCondition struct {
 
 func (x *NodeCondition) Reset() {
 	*x = NodeCondition{}
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5124,7 +5198,7 @@ func (x *NodeCondition) String() string {
 func (*NodeCondition) ProtoMessage() {}
 
 func (x *NodeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5137,7 +5211,7 @@ func (x *NodeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCondition.ProtoReflect.Descriptor instead.
 func (*NodeCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{72}
+	return file_corev1_core_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *NodeCondition) GetType() string {
@@ -5192,7 +5266,7 @@ type NodeAddress struct {
 
 func (x *NodeAddress) Reset() {
 	*x = NodeAddress{}
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5204,7 +5278,7 @@ func (x *NodeAddress) String() string {
 func (*NodeAddress) ProtoMessage() {}
 
 func (x *NodeAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5217,7 +5291,7 @@ func (x *NodeAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAddress.ProtoReflect.Descriptor instead.
 func (*NodeAddress) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{73}
+	return file_corev1_core_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *NodeAddress) GetType() string {
@@ -5244,7 +5318,7 @@ type ContainerImage struct {
 
 func (x *ContainerImage) Reset() {
 	*x = ContainerImage{}
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5256,7 +5330,7 @@ func (x *ContainerImage) String() string {
 func (*ContainerImage) ProtoMessage() {}
 
 func (x *ContainerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5269,7 +5343,7 @@ func (x *ContainerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerImage.ProtoReflect.Descriptor instead.
 func (*ContainerImage) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{74}
+	return file_corev1_core_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ContainerImage) GetNames() []string {
@@ -5301,7 +5375,7 @@ type NodeSystemInfo struct {
 
 func (x *NodeSystemInfo) Reset() {
 	*x = NodeSystemInfo{}
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5313,7 +5387,7 @@ func (x *NodeSystemInfo) String() string {
 func (*NodeSystemInfo) ProtoMessage() {}
 
 func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5326,7 +5400,7 @@ func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSystemInfo.ProtoReflect.Descriptor instead.
 func (*NodeSystemInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{75}
+	return file_corev1_core_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *NodeSystemInfo) GetMachineId() string {
@@ -5393,7 +5467,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5405,7 +5479,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5418,7 +5492,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{76}
+	return file_corev1_core_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *NodeStatus) GetCapacity() map[string]string {
@@ -5481,7 +5555,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5493,7 +5567,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5506,7 +5580,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{77}
+	return file_corev1_core_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -5544,7 +5618,7 @@ type ServicePort struct {
 
 func (x *ServicePort) Reset() {
 	*x = ServicePort{}
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5556,7 +5630,7 @@ func (x *ServicePort) String() string {
 func (*ServicePort) ProtoMessage() {}
 
 func (x *ServicePort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5569,7 +5643,7 @@ func (x *ServicePort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePort.ProtoReflect.Descriptor instead.
 func (*ServicePort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{78}
+	return file_corev1_core_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ServicePort) GetName() string {
@@ -5630,7 +5704,7 @@ type ServiceSpec struct {
 
 func (x *ServiceSpec) Reset() {
 	*x = ServiceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5642,7 +5716,7 @@ func (x *ServiceSpec) String() string {
 func (*ServiceSpec) ProtoMessage() {}
 
 func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5655,7 +5729,7 @@ func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceSpec.ProtoReflect.Descriptor instead.
 func (*ServiceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{79}
+	return file_corev1_core_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ServiceSpec) GetPorts() []*ServicePort {
@@ -5724,7 +5798,7 @@ type SessionAffinityConfig struct {
 
 func (x *SessionAffinityConfig) Reset() {
 	*x = SessionAffinityConfig{}
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5736,7 +5810,7 @@ func (x *SessionAffinityConfig) String() string {
 func (*SessionAffinityConfig) ProtoMessage() {}
 
 func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5749,7 +5823,7 @@ func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAffinityConfig.ProtoReflect.Descriptor instead.
 func (*SessionAffinityConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{80}
+	return file_corev1_core_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *SessionAffinityConfig) GetClientIp() *ClientIPConfig {
@@ -5771,7 +5845,7 @@ type ClientIPConfig struct {
 
 func (x *ClientIPConfig) Reset() {
 	*x = ClientIPConfig{}
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5783,7 +5857,7 @@ func (x *ClientIPConfig) String() string {
 func (*ClientIPConfig) ProtoMessage() {}
 
 func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5796,7 +5870,7 @@ func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientIPConfig.ProtoReflect.Descriptor instead.
 func (*ClientIPConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{81}
+	return file_corev1_core_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ClientIPConfig) GetTimeoutSeconds() int32 {
@@ -5814,7 +5888,7 @@ type ServiceStatus struct {
 
 func (x *ServiceStatus) Reset() {
 	*x = ServiceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5826,7 +5900,7 @@ func (x *ServiceStatus) String() string {
 func (*ServiceStatus) ProtoMessage() {}
 
 func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5839,7 +5913,7 @@ func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStatus.ProtoReflect.Descriptor instead.
 func (*ServiceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{82}
+	return file_corev1_core_proto_rawDescGZIP(), []int{83}
 }
 
 type Service struct {
@@ -5853,7 +5927,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5865,7 +5939,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5878,7 +5952,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{83}
+	return file_corev1_core_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Service) GetMetadata() *ObjectMeta {
@@ -5913,7 +5987,7 @@ type EndpointConditions struct {
 
 func (x *EndpointConditions) Reset() {
 	*x = EndpointConditions{}
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5925,7 +5999,7 @@ func (x *EndpointConditions) String() string {
 func (*EndpointConditions) ProtoMessage() {}
 
 func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5938,7 +6012,7 @@ func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointConditions.ProtoReflect.Descriptor instead.
 func (*EndpointConditions) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{84}
+	return file_corev1_core_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *EndpointConditions) GetReady() bool {
@@ -5977,7 +6051,7 @@ type ObjectReference struct {
 
 func (x *ObjectReference) Reset() {
 	*x = ObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5989,7 +6063,7 @@ func (x *ObjectReference) String() string {
 func (*ObjectReference) ProtoMessage() {}
 
 func (x *ObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6002,7 +6076,7 @@ func (x *ObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReference.ProtoReflect.Descriptor instead.
 func (*ObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{85}
+	return file_corev1_core_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ObjectReference) GetKind() string {
@@ -6067,7 +6141,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6079,7 +6153,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6092,7 +6166,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{86}
+	return file_corev1_core_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *Endpoint) GetAddresses() []string {
@@ -6142,7 +6216,7 @@ type EndpointPort struct {
 
 func (x *EndpointPort) Reset() {
 	*x = EndpointPort{}
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6154,7 +6228,7 @@ func (x *EndpointPort) String() string {
 func (*EndpointPort) ProtoMessage() {}
 
 func (x *EndpointPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6167,7 +6241,7 @@ func (x *EndpointPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPort.ProtoReflect.Descriptor instead.
 func (*EndpointPort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{87}
+	return file_corev1_core_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *EndpointPort) GetName() string {
@@ -6211,7 +6285,7 @@ type EndpointSlice struct {
 
 func (x *EndpointSlice) Reset() {
 	*x = EndpointSlice{}
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6223,7 +6297,7 @@ func (x *EndpointSlice) String() string {
 func (*EndpointSlice) ProtoMessage() {}
 
 func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6236,7 +6310,7 @@ func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointSlice.ProtoReflect.Descriptor instead.
 func (*EndpointSlice) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{88}
+	return file_corev1_core_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *EndpointSlice) GetMetadata() *ObjectMeta {
@@ -6276,7 +6350,7 @@ type NamespaceSpec struct {
 
 func (x *NamespaceSpec) Reset() {
 	*x = NamespaceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6288,7 +6362,7 @@ func (x *NamespaceSpec) String() string {
 func (*NamespaceSpec) ProtoMessage() {}
 
 func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6301,7 +6375,7 @@ func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSpec.ProtoReflect.Descriptor instead.
 func (*NamespaceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{89}
+	return file_corev1_core_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *NamespaceSpec) GetFinalizers() []string {
@@ -6324,7 +6398,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6336,7 +6410,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6349,7 +6423,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{90}
+	return file_corev1_core_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *NamespaceStatus) GetPhase() string {
@@ -6379,7 +6453,7 @@ type NamespaceCondition struct {
 
 func (x *NamespaceCondition) Reset() {
 	*x = NamespaceCondition{}
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6391,7 +6465,7 @@ func (x *NamespaceCondition) String() string {
 func (*NamespaceCondition) ProtoMessage() {}
 
 func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6404,7 +6478,7 @@ func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCondition.ProtoReflect.Descriptor instead.
 func (*NamespaceCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{91}
+	return file_corev1_core_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *NamespaceCondition) GetType() string {
@@ -6453,7 +6527,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6465,7 +6539,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6478,7 +6552,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{92}
+	return file_corev1_core_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *Namespace) GetMetadata() *ObjectMeta {
@@ -6511,7 +6585,7 @@ type LocalObjectReference struct {
 
 func (x *LocalObjectReference) Reset() {
 	*x = LocalObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6523,7 +6597,7 @@ func (x *LocalObjectReference) String() string {
 func (*LocalObjectReference) ProtoMessage() {}
 
 func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6536,7 +6610,7 @@ func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalObjectReference.ProtoReflect.Descriptor instead.
 func (*LocalObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{93}
+	return file_corev1_core_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *LocalObjectReference) GetName() string {
@@ -6558,7 +6632,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6570,7 +6644,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6583,7 +6657,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+	return file_corev1_core_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ServiceAccount) GetMetadata() *ObjectMeta {
@@ -6626,7 +6700,7 @@ type ConfigMap struct {
 
 func (x *ConfigMap) Reset() {
 	*x = ConfigMap{}
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6638,7 +6712,7 @@ func (x *ConfigMap) String() string {
 func (*ConfigMap) ProtoMessage() {}
 
 func (x *ConfigMap) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6651,7 +6725,7 @@ func (x *ConfigMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMap.ProtoReflect.Descriptor instead.
 func (*ConfigMap) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{95}
+	return file_corev1_core_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ConfigMap) GetMetadata() *ObjectMeta {
@@ -6694,7 +6768,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6706,7 +6780,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6719,7 +6793,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{96}
+	return file_corev1_core_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *Secret) GetMetadata() *ObjectMeta {
@@ -6763,7 +6837,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6775,7 +6849,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6788,7 +6862,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{97}
+	return file_corev1_core_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *PolicyRule) GetVerbs() []string {
@@ -6836,7 +6910,7 @@ type Role struct {
 
 func (x *Role) Reset() {
 	*x = Role{}
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6848,7 +6922,7 @@ func (x *Role) String() string {
 func (*Role) ProtoMessage() {}
 
 func (x *Role) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6861,7 +6935,7 @@ func (x *Role) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Role.ProtoReflect.Descriptor instead.
 func (*Role) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{98}
+	return file_corev1_core_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *Role) GetMetadata() *ObjectMeta {
@@ -6888,7 +6962,7 @@ type ClusterRole struct {
 
 func (x *ClusterRole) Reset() {
 	*x = ClusterRole{}
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6900,7 +6974,7 @@ func (x *ClusterRole) String() string {
 func (*ClusterRole) ProtoMessage() {}
 
 func (x *ClusterRole) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6913,7 +6987,7 @@ func (x *ClusterRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRole.ProtoReflect.Descriptor instead.
 func (*ClusterRole) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{99}
+	return file_corev1_core_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ClusterRole) GetMetadata() *ObjectMeta {
@@ -6942,7 +7016,7 @@ type Subject struct {
 
 func (x *Subject) Reset() {
 	*x = Subject{}
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6954,7 +7028,7 @@ func (x *Subject) String() string {
 func (*Subject) ProtoMessage() {}
 
 func (x *Subject) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6967,7 +7041,7 @@ func (x *Subject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subject.ProtoReflect.Descriptor instead.
 func (*Subject) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{100}
+	return file_corev1_core_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *Subject) GetKind() string {
@@ -7009,7 +7083,7 @@ type RoleRef struct {
 
 func (x *RoleRef) Reset() {
 	*x = RoleRef{}
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7021,7 +7095,7 @@ func (x *RoleRef) String() string {
 func (*RoleRef) ProtoMessage() {}
 
 func (x *RoleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7034,7 +7108,7 @@ func (x *RoleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleRef.ProtoReflect.Descriptor instead.
 func (*RoleRef) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{101}
+	return file_corev1_core_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *RoleRef) GetApiGroup() string {
@@ -7069,7 +7143,7 @@ type RoleBinding struct {
 
 func (x *RoleBinding) Reset() {
 	*x = RoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7081,7 +7155,7 @@ func (x *RoleBinding) String() string {
 func (*RoleBinding) ProtoMessage() {}
 
 func (x *RoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7094,7 +7168,7 @@ func (x *RoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
 func (*RoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{102}
+	return file_corev1_core_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RoleBinding) GetMetadata() *ObjectMeta {
@@ -7129,7 +7203,7 @@ type ClusterRoleBinding struct {
 
 func (x *ClusterRoleBinding) Reset() {
 	*x = ClusterRoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7141,7 +7215,7 @@ func (x *ClusterRoleBinding) String() string {
 func (*ClusterRoleBinding) ProtoMessage() {}
 
 func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7154,7 +7228,7 @@ func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRoleBinding.ProtoReflect.Descriptor instead.
 func (*ClusterRoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{103}
+	return file_corev1_core_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ClusterRoleBinding) GetMetadata() *ObjectMeta {
@@ -7188,7 +7262,7 @@ type EventSource struct {
 
 func (x *EventSource) Reset() {
 	*x = EventSource{}
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7200,7 +7274,7 @@ func (x *EventSource) String() string {
 func (*EventSource) ProtoMessage() {}
 
 func (x *EventSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7213,7 +7287,7 @@ func (x *EventSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
 func (*EventSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{104}
+	return file_corev1_core_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *EventSource) GetComponent() string {
@@ -7251,7 +7325,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7263,7 +7337,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7276,7 +7350,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{105}
+	return file_corev1_core_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *Event) GetMetadata() *ObjectMeta {
@@ -7385,7 +7459,7 @@ type LimitRangeItem struct {
 
 func (x *LimitRangeItem) Reset() {
 	*x = LimitRangeItem{}
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7397,7 +7471,7 @@ func (x *LimitRangeItem) String() string {
 func (*LimitRangeItem) ProtoMessage() {}
 
 func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7410,7 +7484,7 @@ func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeItem.ProtoReflect.Descriptor instead.
 func (*LimitRangeItem) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{106}
+	return file_corev1_core_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *LimitRangeItem) GetType() string {
@@ -7457,7 +7531,7 @@ type LimitRangeSpec struct {
 
 func (x *LimitRangeSpec) Reset() {
 	*x = LimitRangeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7469,7 +7543,7 @@ func (x *LimitRangeSpec) String() string {
 func (*LimitRangeSpec) ProtoMessage() {}
 
 func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7482,7 +7556,7 @@ func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeSpec.ProtoReflect.Descriptor instead.
 func (*LimitRangeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{107}
+	return file_corev1_core_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *LimitRangeSpec) GetLimits() []*LimitRangeItem {
@@ -7502,7 +7576,7 @@ type LimitRange struct {
 
 func (x *LimitRange) Reset() {
 	*x = LimitRange{}
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7514,7 +7588,7 @@ func (x *LimitRange) String() string {
 func (*LimitRange) ProtoMessage() {}
 
 func (x *LimitRange) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7527,7 +7601,7 @@ func (x *LimitRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRange.ProtoReflect.Descriptor instead.
 func (*LimitRange) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{108}
+	return file_corev1_core_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *LimitRange) GetMetadata() *ObjectMeta {
@@ -7558,7 +7632,7 @@ type SidecarPolicySpec struct {
 
 func (x *SidecarPolicySpec) Reset() {
 	*x = SidecarPolicySpec{}
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7570,7 +7644,7 @@ func (x *SidecarPolicySpec) String() string {
 func (*SidecarPolicySpec) ProtoMessage() {}
 
 func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7583,7 +7657,7 @@ func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicySpec.ProtoReflect.Descriptor instead.
 func (*SidecarPolicySpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{109}
+	return file_corev1_core_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *SidecarPolicySpec) GetSelector() map[string]string {
@@ -7624,7 +7698,7 @@ type SidecarPolicy struct {
 
 func (x *SidecarPolicy) Reset() {
 	*x = SidecarPolicy{}
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7636,7 +7710,7 @@ func (x *SidecarPolicy) String() string {
 func (*SidecarPolicy) ProtoMessage() {}
 
 func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7649,7 +7723,7 @@ func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicy.ProtoReflect.Descriptor instead.
 func (*SidecarPolicy) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{110}
+	return file_corev1_core_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *SidecarPolicy) GetMetadata() *ObjectMeta {
@@ -7679,7 +7753,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7691,7 +7765,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7704,7 +7778,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{111}
+	return file_corev1_core_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *StatusCause) GetType() string {
@@ -7747,7 +7821,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7759,7 +7833,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7772,7 +7846,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{112}
+	return file_corev1_core_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *Status) GetStatus() string {
@@ -7836,7 +7910,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7848,7 +7922,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7861,7 +7935,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{113}
+	return file_corev1_core_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -7899,7 +7973,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7911,7 +7985,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7924,7 +7998,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{114}
+	return file_corev1_core_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -7955,7 +8029,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7967,7 +8041,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7980,7 +8054,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{115}
+	return file_corev1_core_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -8039,7 +8113,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8051,7 +8125,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8064,7 +8138,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{116}
+	return file_corev1_core_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -8226,7 +8300,13 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\fhttp_headers\x18\x05 \x03(\v2\x1b.podflow.core.v1.HTTPHeaderR\vhttpHeaders\"W\n" +
 	"\x0fTCPSocketAction\x120\n" +
 	"\x04port\x18\x01 \x01(\v2\x1c.podflow.core.v1.IntOrStringR\x04port\x12\x12\n" +
-	"\x04host\x18\x02 \x01(\tR\x04host\"L\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\"K\n" +
+	"\n" +
+	"GRPCAction\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\x05R\x04port\x12\x1d\n" +
+	"\aservice\x18\x02 \x01(\tH\x00R\aservice\x88\x01\x01B\n" +
+	"\n" +
+	"\b_service\"L\n" +
 	"\vIntOrString\x12\x19\n" +
 	"\aint_val\x18\x01 \x01(\x05H\x00R\x06intVal\x12\x19\n" +
 	"\astr_val\x18\x02 \x01(\tH\x00R\x06strValB\a\n" +
@@ -8242,7 +8322,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\tLifecycle\x12@\n" +
 	"\n" +
 	"post_start\x18\x01 \x01(\v2!.podflow.core.v1.LifecycleHandlerR\tpostStart\x12<\n" +
-	"\bpre_stop\x18\x02 \x01(\v2!.podflow.core.v1.LifecycleHandlerR\apreStop\"\x85\x04\n" +
+	"\bpre_stop\x18\x02 \x01(\v2!.podflow.core.v1.LifecycleHandlerR\apreStop\"\xb6\x04\n" +
 	"\x05Probe\x12/\n" +
 	"\x04exec\x18\x01 \x01(\v2\x1b.podflow.core.v1.ExecActionR\x04exec\x129\n" +
 	"\bhttp_get\x18\x02 \x01(\v2\x1e.podflow.core.v1.HTTPGetActionR\ahttpGet\x12?\n" +
@@ -8253,7 +8333,9 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x0eperiod_seconds\x18\x06 \x01(\x05R\rperiodSeconds\x12+\n" +
 	"\x11success_threshold\x18\a \x01(\x05R\x10successThreshold\x12+\n" +
 	"\x11failure_threshold\x18\b \x01(\x05R\x10failureThreshold\x12L\n" +
-	" termination_grace_period_seconds\x18\t \x01(\x03H\x00R\x1dterminationGracePeriodSeconds\x88\x01\x01B#\n" +
+	" termination_grace_period_seconds\x18\t \x01(\x03H\x00R\x1dterminationGracePeriodSeconds\x88\x01\x01\x12/\n" +
+	"\x04grpc\x18\n" +
+	" \x01(\v2\x1b.podflow.core.v1.GRPCActionR\x04grpcB#\n" +
 	"!_termination_grace_period_seconds\"4\n" +
 	"\fCapabilities\x12\x10\n" +
 	"\x03add\x18\x01 \x03(\tR\x03add\x12\x12\n" +
@@ -8464,7 +8546,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x15_node_affinity_policyB\x15\n" +
 	"\x13_node_taints_policy\"'\n" +
 	"\x11PodSchedulingGate\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xc9\r\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x9e\x0e\n" +
 	"\aPodSpec\x121\n" +
 	"\avolumes\x18\x01 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x12C\n" +
 	"\x0finit_containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x12:\n" +
@@ -8497,7 +8579,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"dns_config\x18\x18 \x01(\v2\x1d.podflow.core.v1.PodDNSConfigR\tdnsConfig\x12;\n" +
 	"\x17share_process_namespace\x18\x19 \x01(\bH\x04R\x15shareProcessNamespace\x88\x01\x01\x120\n" +
 	"\x11preemption_policy\x18\x1a \x01(\tH\x05R\x10preemptionPolicy\x88\x01\x01\x12;\n" +
-	"\x17active_deadline_seconds\x18\x1b \x01(\x03H\x06R\x15activeDeadlineSeconds\x88\x01\x01\x1a?\n" +
+	"\x17active_deadline_seconds\x18\x1b \x01(\x03H\x06R\x15activeDeadlineSeconds\x88\x01\x01\x12S\n" +
+	"\x12image_pull_secrets\x18\x1d \x03(\v2%.podflow.core.v1.LocalObjectReferenceR\x10imagePullSecrets\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
@@ -8902,7 +8985,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 135)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 136)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -8922,135 +9005,136 @@ var file_corev1_core_proto_goTypes = []any{
 	(*HTTPHeader)(nil),                        // 15: podflow.core.v1.HTTPHeader
 	(*HTTPGetAction)(nil),                     // 16: podflow.core.v1.HTTPGetAction
 	(*TCPSocketAction)(nil),                   // 17: podflow.core.v1.TCPSocketAction
-	(*IntOrString)(nil),                       // 18: podflow.core.v1.IntOrString
-	(*SleepAction)(nil),                       // 19: podflow.core.v1.SleepAction
-	(*LifecycleHandler)(nil),                  // 20: podflow.core.v1.LifecycleHandler
-	(*Lifecycle)(nil),                         // 21: podflow.core.v1.Lifecycle
-	(*Probe)(nil),                             // 22: podflow.core.v1.Probe
-	(*Capabilities)(nil),                      // 23: podflow.core.v1.Capabilities
-	(*SeccompProfile)(nil),                    // 24: podflow.core.v1.SeccompProfile
-	(*SecurityContext)(nil),                   // 25: podflow.core.v1.SecurityContext
-	(*PodSecurityContext)(nil),                // 26: podflow.core.v1.PodSecurityContext
-	(*Sysctl)(nil),                            // 27: podflow.core.v1.Sysctl
-	(*Container)(nil),                         // 28: podflow.core.v1.Container
-	(*KeyToPath)(nil),                         // 29: podflow.core.v1.KeyToPath
-	(*EmptyDirVolumeSource)(nil),              // 30: podflow.core.v1.EmptyDirVolumeSource
-	(*ConfigMapVolumeSource)(nil),             // 31: podflow.core.v1.ConfigMapVolumeSource
-	(*SecretVolumeSource)(nil),                // 32: podflow.core.v1.SecretVolumeSource
-	(*HostPathVolumeSource)(nil),              // 33: podflow.core.v1.HostPathVolumeSource
-	(*DownwardAPIVolumeSource)(nil),           // 34: podflow.core.v1.DownwardAPIVolumeSource
-	(*DownwardAPIVolumeFile)(nil),             // 35: podflow.core.v1.DownwardAPIVolumeFile
-	(*PersistentVolumeClaimVolumeSource)(nil), // 36: podflow.core.v1.PersistentVolumeClaimVolumeSource
-	(*Volume)(nil),                            // 37: podflow.core.v1.Volume
-	(*ProjectedVolumeSource)(nil),             // 38: podflow.core.v1.ProjectedVolumeSource
-	(*VolumeProjection)(nil),                  // 39: podflow.core.v1.VolumeProjection
-	(*ConfigMapProjection)(nil),               // 40: podflow.core.v1.ConfigMapProjection
-	(*SecretProjection)(nil),                  // 41: podflow.core.v1.SecretProjection
-	(*DownwardAPIProjection)(nil),             // 42: podflow.core.v1.DownwardAPIProjection
-	(*Toleration)(nil),                        // 43: podflow.core.v1.Toleration
-	(*NodeSelectorRequirement)(nil),           // 44: podflow.core.v1.NodeSelectorRequirement
-	(*NodeSelectorTerm)(nil),                  // 45: podflow.core.v1.NodeSelectorTerm
-	(*NodeSelector)(nil),                      // 46: podflow.core.v1.NodeSelector
-	(*PreferredSchedulingTerm)(nil),           // 47: podflow.core.v1.PreferredSchedulingTerm
-	(*NodeAffinity)(nil),                      // 48: podflow.core.v1.NodeAffinity
-	(*LabelSelectorRequirement)(nil),          // 49: podflow.core.v1.LabelSelectorRequirement
-	(*LabelSelector)(nil),                     // 50: podflow.core.v1.LabelSelector
-	(*PodAffinityTerm)(nil),                   // 51: podflow.core.v1.PodAffinityTerm
-	(*WeightedPodAffinityTerm)(nil),           // 52: podflow.core.v1.WeightedPodAffinityTerm
-	(*PodAffinity)(nil),                       // 53: podflow.core.v1.PodAffinity
-	(*PodAntiAffinity)(nil),                   // 54: podflow.core.v1.PodAntiAffinity
-	(*Affinity)(nil),                          // 55: podflow.core.v1.Affinity
-	(*TopologySpreadConstraint)(nil),          // 56: podflow.core.v1.TopologySpreadConstraint
-	(*PodSchedulingGate)(nil),                 // 57: podflow.core.v1.PodSchedulingGate
-	(*PodSpec)(nil),                           // 58: podflow.core.v1.PodSpec
-	(*PodDNSConfig)(nil),                      // 59: podflow.core.v1.PodDNSConfig
-	(*PodDNSConfigOption)(nil),                // 60: podflow.core.v1.PodDNSConfigOption
-	(*PodCondition)(nil),                      // 61: podflow.core.v1.PodCondition
-	(*ContainerStateWaiting)(nil),             // 62: podflow.core.v1.ContainerStateWaiting
-	(*ContainerStateRunning)(nil),             // 63: podflow.core.v1.ContainerStateRunning
-	(*ContainerStateTerminated)(nil),          // 64: podflow.core.v1.ContainerStateTerminated
-	(*ContainerState)(nil),                    // 65: podflow.core.v1.ContainerState
-	(*ContainerStatus)(nil),                   // 66: podflow.core.v1.ContainerStatus
-	(*PodIP)(nil),                             // 67: podflow.core.v1.PodIP
-	(*PodStatus)(nil),                         // 68: podflow.core.v1.PodStatus
-	(*Pod)(nil),                               // 69: podflow.core.v1.Pod
-	(*Taint)(nil),                             // 70: podflow.core.v1.Taint
-	(*NodeSpec)(nil),                          // 71: podflow.core.v1.NodeSpec
-	(*NodeCondition)(nil),                     // 72: podflow.core.v1.NodeCondition
-	(*NodeAddress)(nil),                       // 73: podflow.core.v1.NodeAddress
-	(*ContainerImage)(nil),                    // 74: podflow.core.v1.ContainerImage
-	(*NodeSystemInfo)(nil),                    // 75: podflow.core.v1.NodeSystemInfo
-	(*NodeStatus)(nil),                        // 76: podflow.core.v1.NodeStatus
-	(*Node)(nil),                              // 77: podflow.core.v1.Node
-	(*ServicePort)(nil),                       // 78: podflow.core.v1.ServicePort
-	(*ServiceSpec)(nil),                       // 79: podflow.core.v1.ServiceSpec
-	(*SessionAffinityConfig)(nil),             // 80: podflow.core.v1.SessionAffinityConfig
-	(*ClientIPConfig)(nil),                    // 81: podflow.core.v1.ClientIPConfig
-	(*ServiceStatus)(nil),                     // 82: podflow.core.v1.ServiceStatus
-	(*Service)(nil),                           // 83: podflow.core.v1.Service
-	(*EndpointConditions)(nil),                // 84: podflow.core.v1.EndpointConditions
-	(*ObjectReference)(nil),                   // 85: podflow.core.v1.ObjectReference
-	(*Endpoint)(nil),                          // 86: podflow.core.v1.Endpoint
-	(*EndpointPort)(nil),                      // 87: podflow.core.v1.EndpointPort
-	(*EndpointSlice)(nil),                     // 88: podflow.core.v1.EndpointSlice
-	(*NamespaceSpec)(nil),                     // 89: podflow.core.v1.NamespaceSpec
-	(*NamespaceStatus)(nil),                   // 90: podflow.core.v1.NamespaceStatus
-	(*NamespaceCondition)(nil),                // 91: podflow.core.v1.NamespaceCondition
-	(*Namespace)(nil),                         // 92: podflow.core.v1.Namespace
-	(*LocalObjectReference)(nil),              // 93: podflow.core.v1.LocalObjectReference
-	(*ServiceAccount)(nil),                    // 94: podflow.core.v1.ServiceAccount
-	(*ConfigMap)(nil),                         // 95: podflow.core.v1.ConfigMap
-	(*Secret)(nil),                            // 96: podflow.core.v1.Secret
-	(*PolicyRule)(nil),                        // 97: podflow.core.v1.PolicyRule
-	(*Role)(nil),                              // 98: podflow.core.v1.Role
-	(*ClusterRole)(nil),                       // 99: podflow.core.v1.ClusterRole
-	(*Subject)(nil),                           // 100: podflow.core.v1.Subject
-	(*RoleRef)(nil),                           // 101: podflow.core.v1.RoleRef
-	(*RoleBinding)(nil),                       // 102: podflow.core.v1.RoleBinding
-	(*ClusterRoleBinding)(nil),                // 103: podflow.core.v1.ClusterRoleBinding
-	(*EventSource)(nil),                       // 104: podflow.core.v1.EventSource
-	(*Event)(nil),                             // 105: podflow.core.v1.Event
-	(*LimitRangeItem)(nil),                    // 106: podflow.core.v1.LimitRangeItem
-	(*LimitRangeSpec)(nil),                    // 107: podflow.core.v1.LimitRangeSpec
-	(*LimitRange)(nil),                        // 108: podflow.core.v1.LimitRange
-	(*SidecarPolicySpec)(nil),                 // 109: podflow.core.v1.SidecarPolicySpec
-	(*SidecarPolicy)(nil),                     // 110: podflow.core.v1.SidecarPolicy
-	(*StatusCause)(nil),                       // 111: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 112: podflow.core.v1.Status
-	(*UserInfo)(nil),                          // 113: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 114: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 115: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 116: podflow.core.v1.PriorityClass
-	nil,                                       // 117: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 118: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 119: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 120: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 121: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 122: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 123: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 124: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 125: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 126: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 127: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 128: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 129: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 130: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 131: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 132: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 133: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 134: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 135: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 136: google.protobuf.Struct
+	(*GRPCAction)(nil),                        // 18: podflow.core.v1.GRPCAction
+	(*IntOrString)(nil),                       // 19: podflow.core.v1.IntOrString
+	(*SleepAction)(nil),                       // 20: podflow.core.v1.SleepAction
+	(*LifecycleHandler)(nil),                  // 21: podflow.core.v1.LifecycleHandler
+	(*Lifecycle)(nil),                         // 22: podflow.core.v1.Lifecycle
+	(*Probe)(nil),                             // 23: podflow.core.v1.Probe
+	(*Capabilities)(nil),                      // 24: podflow.core.v1.Capabilities
+	(*SeccompProfile)(nil),                    // 25: podflow.core.v1.SeccompProfile
+	(*SecurityContext)(nil),                   // 26: podflow.core.v1.SecurityContext
+	(*PodSecurityContext)(nil),                // 27: podflow.core.v1.PodSecurityContext
+	(*Sysctl)(nil),                            // 28: podflow.core.v1.Sysctl
+	(*Container)(nil),                         // 29: podflow.core.v1.Container
+	(*KeyToPath)(nil),                         // 30: podflow.core.v1.KeyToPath
+	(*EmptyDirVolumeSource)(nil),              // 31: podflow.core.v1.EmptyDirVolumeSource
+	(*ConfigMapVolumeSource)(nil),             // 32: podflow.core.v1.ConfigMapVolumeSource
+	(*SecretVolumeSource)(nil),                // 33: podflow.core.v1.SecretVolumeSource
+	(*HostPathVolumeSource)(nil),              // 34: podflow.core.v1.HostPathVolumeSource
+	(*DownwardAPIVolumeSource)(nil),           // 35: podflow.core.v1.DownwardAPIVolumeSource
+	(*DownwardAPIVolumeFile)(nil),             // 36: podflow.core.v1.DownwardAPIVolumeFile
+	(*PersistentVolumeClaimVolumeSource)(nil), // 37: podflow.core.v1.PersistentVolumeClaimVolumeSource
+	(*Volume)(nil),                            // 38: podflow.core.v1.Volume
+	(*ProjectedVolumeSource)(nil),             // 39: podflow.core.v1.ProjectedVolumeSource
+	(*VolumeProjection)(nil),                  // 40: podflow.core.v1.VolumeProjection
+	(*ConfigMapProjection)(nil),               // 41: podflow.core.v1.ConfigMapProjection
+	(*SecretProjection)(nil),                  // 42: podflow.core.v1.SecretProjection
+	(*DownwardAPIProjection)(nil),             // 43: podflow.core.v1.DownwardAPIProjection
+	(*Toleration)(nil),                        // 44: podflow.core.v1.Toleration
+	(*NodeSelectorRequirement)(nil),           // 45: podflow.core.v1.NodeSelectorRequirement
+	(*NodeSelectorTerm)(nil),                  // 46: podflow.core.v1.NodeSelectorTerm
+	(*NodeSelector)(nil),                      // 47: podflow.core.v1.NodeSelector
+	(*PreferredSchedulingTerm)(nil),           // 48: podflow.core.v1.PreferredSchedulingTerm
+	(*NodeAffinity)(nil),                      // 49: podflow.core.v1.NodeAffinity
+	(*LabelSelectorRequirement)(nil),          // 50: podflow.core.v1.LabelSelectorRequirement
+	(*LabelSelector)(nil),                     // 51: podflow.core.v1.LabelSelector
+	(*PodAffinityTerm)(nil),                   // 52: podflow.core.v1.PodAffinityTerm
+	(*WeightedPodAffinityTerm)(nil),           // 53: podflow.core.v1.WeightedPodAffinityTerm
+	(*PodAffinity)(nil),                       // 54: podflow.core.v1.PodAffinity
+	(*PodAntiAffinity)(nil),                   // 55: podflow.core.v1.PodAntiAffinity
+	(*Affinity)(nil),                          // 56: podflow.core.v1.Affinity
+	(*TopologySpreadConstraint)(nil),          // 57: podflow.core.v1.TopologySpreadConstraint
+	(*PodSchedulingGate)(nil),                 // 58: podflow.core.v1.PodSchedulingGate
+	(*PodSpec)(nil),                           // 59: podflow.core.v1.PodSpec
+	(*PodDNSConfig)(nil),                      // 60: podflow.core.v1.PodDNSConfig
+	(*PodDNSConfigOption)(nil),                // 61: podflow.core.v1.PodDNSConfigOption
+	(*PodCondition)(nil),                      // 62: podflow.core.v1.PodCondition
+	(*ContainerStateWaiting)(nil),             // 63: podflow.core.v1.ContainerStateWaiting
+	(*ContainerStateRunning)(nil),             // 64: podflow.core.v1.ContainerStateRunning
+	(*ContainerStateTerminated)(nil),          // 65: podflow.core.v1.ContainerStateTerminated
+	(*ContainerState)(nil),                    // 66: podflow.core.v1.ContainerState
+	(*ContainerStatus)(nil),                   // 67: podflow.core.v1.ContainerStatus
+	(*PodIP)(nil),                             // 68: podflow.core.v1.PodIP
+	(*PodStatus)(nil),                         // 69: podflow.core.v1.PodStatus
+	(*Pod)(nil),                               // 70: podflow.core.v1.Pod
+	(*Taint)(nil),                             // 71: podflow.core.v1.Taint
+	(*NodeSpec)(nil),                          // 72: podflow.core.v1.NodeSpec
+	(*NodeCondition)(nil),                     // 73: podflow.core.v1.NodeCondition
+	(*NodeAddress)(nil),                       // 74: podflow.core.v1.NodeAddress
+	(*ContainerImage)(nil),                    // 75: podflow.core.v1.ContainerImage
+	(*NodeSystemInfo)(nil),                    // 76: podflow.core.v1.NodeSystemInfo
+	(*NodeStatus)(nil),                        // 77: podflow.core.v1.NodeStatus
+	(*Node)(nil),                              // 78: podflow.core.v1.Node
+	(*ServicePort)(nil),                       // 79: podflow.core.v1.ServicePort
+	(*ServiceSpec)(nil),                       // 80: podflow.core.v1.ServiceSpec
+	(*SessionAffinityConfig)(nil),             // 81: podflow.core.v1.SessionAffinityConfig
+	(*ClientIPConfig)(nil),                    // 82: podflow.core.v1.ClientIPConfig
+	(*ServiceStatus)(nil),                     // 83: podflow.core.v1.ServiceStatus
+	(*Service)(nil),                           // 84: podflow.core.v1.Service
+	(*EndpointConditions)(nil),                // 85: podflow.core.v1.EndpointConditions
+	(*ObjectReference)(nil),                   // 86: podflow.core.v1.ObjectReference
+	(*Endpoint)(nil),                          // 87: podflow.core.v1.Endpoint
+	(*EndpointPort)(nil),                      // 88: podflow.core.v1.EndpointPort
+	(*EndpointSlice)(nil),                     // 89: podflow.core.v1.EndpointSlice
+	(*NamespaceSpec)(nil),                     // 90: podflow.core.v1.NamespaceSpec
+	(*NamespaceStatus)(nil),                   // 91: podflow.core.v1.NamespaceStatus
+	(*NamespaceCondition)(nil),                // 92: podflow.core.v1.NamespaceCondition
+	(*Namespace)(nil),                         // 93: podflow.core.v1.Namespace
+	(*LocalObjectReference)(nil),              // 94: podflow.core.v1.LocalObjectReference
+	(*ServiceAccount)(nil),                    // 95: podflow.core.v1.ServiceAccount
+	(*ConfigMap)(nil),                         // 96: podflow.core.v1.ConfigMap
+	(*Secret)(nil),                            // 97: podflow.core.v1.Secret
+	(*PolicyRule)(nil),                        // 98: podflow.core.v1.PolicyRule
+	(*Role)(nil),                              // 99: podflow.core.v1.Role
+	(*ClusterRole)(nil),                       // 100: podflow.core.v1.ClusterRole
+	(*Subject)(nil),                           // 101: podflow.core.v1.Subject
+	(*RoleRef)(nil),                           // 102: podflow.core.v1.RoleRef
+	(*RoleBinding)(nil),                       // 103: podflow.core.v1.RoleBinding
+	(*ClusterRoleBinding)(nil),                // 104: podflow.core.v1.ClusterRoleBinding
+	(*EventSource)(nil),                       // 105: podflow.core.v1.EventSource
+	(*Event)(nil),                             // 106: podflow.core.v1.Event
+	(*LimitRangeItem)(nil),                    // 107: podflow.core.v1.LimitRangeItem
+	(*LimitRangeSpec)(nil),                    // 108: podflow.core.v1.LimitRangeSpec
+	(*LimitRange)(nil),                        // 109: podflow.core.v1.LimitRange
+	(*SidecarPolicySpec)(nil),                 // 110: podflow.core.v1.SidecarPolicySpec
+	(*SidecarPolicy)(nil),                     // 111: podflow.core.v1.SidecarPolicy
+	(*StatusCause)(nil),                       // 112: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 113: podflow.core.v1.Status
+	(*UserInfo)(nil),                          // 114: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 115: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 116: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 117: podflow.core.v1.PriorityClass
+	nil,                                       // 118: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 119: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 120: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 121: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 122: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 123: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 124: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 125: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 126: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 127: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 128: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 129: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 130: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 131: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 132: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 133: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 134: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 135: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 136: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 137: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	117, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	118, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	135, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	135, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	118, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	119, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	136, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	136, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	135, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	136, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	136, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	137, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -9058,180 +9142,182 @@ var file_corev1_core_proto_depIdxs = []int32{
 	5,   // 12: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	7,   // 13: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	8,   // 14: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	119, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	120, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
-	18,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
+	120, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	121, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	19,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	15,  // 18: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
-	18,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
+	19,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
 	14,  // 20: podflow.core.v1.LifecycleHandler.exec:type_name -> podflow.core.v1.ExecAction
 	16,  // 21: podflow.core.v1.LifecycleHandler.http_get:type_name -> podflow.core.v1.HTTPGetAction
 	17,  // 22: podflow.core.v1.LifecycleHandler.tcp_socket:type_name -> podflow.core.v1.TCPSocketAction
-	19,  // 23: podflow.core.v1.LifecycleHandler.sleep:type_name -> podflow.core.v1.SleepAction
-	20,  // 24: podflow.core.v1.Lifecycle.post_start:type_name -> podflow.core.v1.LifecycleHandler
-	20,  // 25: podflow.core.v1.Lifecycle.pre_stop:type_name -> podflow.core.v1.LifecycleHandler
+	20,  // 23: podflow.core.v1.LifecycleHandler.sleep:type_name -> podflow.core.v1.SleepAction
+	21,  // 24: podflow.core.v1.Lifecycle.post_start:type_name -> podflow.core.v1.LifecycleHandler
+	21,  // 25: podflow.core.v1.Lifecycle.pre_stop:type_name -> podflow.core.v1.LifecycleHandler
 	14,  // 26: podflow.core.v1.Probe.exec:type_name -> podflow.core.v1.ExecAction
 	16,  // 27: podflow.core.v1.Probe.http_get:type_name -> podflow.core.v1.HTTPGetAction
 	17,  // 28: podflow.core.v1.Probe.tcp_socket:type_name -> podflow.core.v1.TCPSocketAction
-	23,  // 29: podflow.core.v1.SecurityContext.capabilities:type_name -> podflow.core.v1.Capabilities
-	24,  // 30: podflow.core.v1.SecurityContext.seccomp_profile:type_name -> podflow.core.v1.SeccompProfile
-	24,  // 31: podflow.core.v1.PodSecurityContext.seccomp_profile:type_name -> podflow.core.v1.SeccompProfile
-	27,  // 32: podflow.core.v1.PodSecurityContext.sysctls:type_name -> podflow.core.v1.Sysctl
-	11,  // 33: podflow.core.v1.Container.ports:type_name -> podflow.core.v1.ContainerPort
-	3,   // 34: podflow.core.v1.Container.env:type_name -> podflow.core.v1.EnvVar
-	12,  // 35: podflow.core.v1.Container.resources:type_name -> podflow.core.v1.ResourceRequirements
-	13,  // 36: podflow.core.v1.Container.volume_mounts:type_name -> podflow.core.v1.VolumeMount
-	22,  // 37: podflow.core.v1.Container.liveness_probe:type_name -> podflow.core.v1.Probe
-	22,  // 38: podflow.core.v1.Container.readiness_probe:type_name -> podflow.core.v1.Probe
-	22,  // 39: podflow.core.v1.Container.startup_probe:type_name -> podflow.core.v1.Probe
-	25,  // 40: podflow.core.v1.Container.security_context:type_name -> podflow.core.v1.SecurityContext
-	6,   // 41: podflow.core.v1.Container.env_from:type_name -> podflow.core.v1.EnvFromSource
-	21,  // 42: podflow.core.v1.Container.lifecycle:type_name -> podflow.core.v1.Lifecycle
-	29,  // 43: podflow.core.v1.ConfigMapVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
-	29,  // 44: podflow.core.v1.SecretVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
-	35,  // 45: podflow.core.v1.DownwardAPIVolumeSource.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
-	10,  // 46: podflow.core.v1.DownwardAPIVolumeFile.field_ref:type_name -> podflow.core.v1.ObjectFieldSelector
-	5,   // 47: podflow.core.v1.DownwardAPIVolumeFile.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
-	30,  // 48: podflow.core.v1.Volume.empty_dir:type_name -> podflow.core.v1.EmptyDirVolumeSource
-	31,  // 49: podflow.core.v1.Volume.config_map:type_name -> podflow.core.v1.ConfigMapVolumeSource
-	32,  // 50: podflow.core.v1.Volume.secret:type_name -> podflow.core.v1.SecretVolumeSource
-	33,  // 51: podflow.core.v1.Volume.host_path:type_name -> podflow.core.v1.HostPathVolumeSource
-	36,  // 52: podflow.core.v1.Volume.persistent_volume_claim:type_name -> podflow.core.v1.PersistentVolumeClaimVolumeSource
-	34,  // 53: podflow.core.v1.Volume.downward_api:type_name -> podflow.core.v1.DownwardAPIVolumeSource
-	38,  // 54: podflow.core.v1.Volume.projected:type_name -> podflow.core.v1.ProjectedVolumeSource
-	39,  // 55: podflow.core.v1.ProjectedVolumeSource.sources:type_name -> podflow.core.v1.VolumeProjection
-	40,  // 56: podflow.core.v1.VolumeProjection.config_map:type_name -> podflow.core.v1.ConfigMapProjection
-	41,  // 57: podflow.core.v1.VolumeProjection.secret:type_name -> podflow.core.v1.SecretProjection
-	42,  // 58: podflow.core.v1.VolumeProjection.downward_api:type_name -> podflow.core.v1.DownwardAPIProjection
-	29,  // 59: podflow.core.v1.ConfigMapProjection.items:type_name -> podflow.core.v1.KeyToPath
-	29,  // 60: podflow.core.v1.SecretProjection.items:type_name -> podflow.core.v1.KeyToPath
-	35,  // 61: podflow.core.v1.DownwardAPIProjection.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
-	44,  // 62: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
-	44,  // 63: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
-	45,  // 64: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
-	45,  // 65: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
-	46,  // 66: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
-	47,  // 67: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	121, // 68: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
-	49,  // 69: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
-	50,  // 70: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
-	50,  // 71: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
-	51,  // 72: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
-	51,  // 73: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	52,  // 74: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	51,  // 75: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	52,  // 76: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	48,  // 77: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
-	53,  // 78: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
-	54,  // 79: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
-	50,  // 80: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
-	37,  // 81: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
-	28,  // 82: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
-	28,  // 83: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	122, // 84: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
-	26,  // 85: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
-	55,  // 86: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
-	43,  // 87: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
-	56,  // 88: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
-	57,  // 89: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
-	59,  // 90: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
-	60,  // 91: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	135, // 92: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	135, // 93: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	135, // 94: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	135, // 95: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	135, // 96: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
-	62,  // 97: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
-	63,  // 98: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
-	64,  // 99: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
-	65,  // 100: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
-	65,  // 101: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
-	61,  // 102: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
-	67,  // 103: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	135, // 104: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
-	66,  // 105: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	66,  // 106: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	1,   // 107: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
-	58,  // 108: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
-	68,  // 109: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	135, // 110: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	70,  // 111: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	135, // 112: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	135, // 113: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	123, // 114: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	124, // 115: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
-	72,  // 116: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
-	73,  // 117: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
-	75,  // 118: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
-	74,  // 119: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
-	1,   // 120: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
-	71,  // 121: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
-	76,  // 122: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
-	18,  // 123: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
-	78,  // 124: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	125, // 125: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
-	80,  // 126: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
-	81,  // 127: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
-	1,   // 128: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
-	79,  // 129: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
-	82,  // 130: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
-	84,  // 131: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
-	85,  // 132: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
-	1,   // 133: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
-	86,  // 134: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
-	87,  // 135: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
-	91,  // 136: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	135, // 137: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 138: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
-	89,  // 139: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
-	90,  // 140: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
-	1,   // 141: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
-	85,  // 142: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
-	93,  // 143: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	1,   // 144: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	126, // 145: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	127, // 146: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
-	1,   // 147: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	128, // 148: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
-	1,   // 149: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
-	97,  // 150: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 151: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
-	97,  // 152: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 153: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	100, // 154: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	101, // 155: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 156: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	100, // 157: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	101, // 158: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 159: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
-	85,  // 160: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
-	104, // 161: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	135, // 162: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	135, // 163: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	135, // 164: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	129, // 165: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	130, // 166: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	131, // 167: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	132, // 168: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
-	106, // 169: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
-	1,   // 170: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
-	107, // 171: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	133, // 172: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	28,  // 173: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
-	28,  // 174: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
-	37,  // 175: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
-	1,   // 176: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
-	109, // 177: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
-	111, // 178: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 179: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	134, // 180: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	11,  // 181: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 182: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	115, // 183: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	184, // [184:184] is the sub-list for method output_type
-	184, // [184:184] is the sub-list for method input_type
-	184, // [184:184] is the sub-list for extension type_name
-	184, // [184:184] is the sub-list for extension extendee
-	0,   // [0:184] is the sub-list for field type_name
+	18,  // 29: podflow.core.v1.Probe.grpc:type_name -> podflow.core.v1.GRPCAction
+	24,  // 30: podflow.core.v1.SecurityContext.capabilities:type_name -> podflow.core.v1.Capabilities
+	25,  // 31: podflow.core.v1.SecurityContext.seccomp_profile:type_name -> podflow.core.v1.SeccompProfile
+	25,  // 32: podflow.core.v1.PodSecurityContext.seccomp_profile:type_name -> podflow.core.v1.SeccompProfile
+	28,  // 33: podflow.core.v1.PodSecurityContext.sysctls:type_name -> podflow.core.v1.Sysctl
+	11,  // 34: podflow.core.v1.Container.ports:type_name -> podflow.core.v1.ContainerPort
+	3,   // 35: podflow.core.v1.Container.env:type_name -> podflow.core.v1.EnvVar
+	12,  // 36: podflow.core.v1.Container.resources:type_name -> podflow.core.v1.ResourceRequirements
+	13,  // 37: podflow.core.v1.Container.volume_mounts:type_name -> podflow.core.v1.VolumeMount
+	23,  // 38: podflow.core.v1.Container.liveness_probe:type_name -> podflow.core.v1.Probe
+	23,  // 39: podflow.core.v1.Container.readiness_probe:type_name -> podflow.core.v1.Probe
+	23,  // 40: podflow.core.v1.Container.startup_probe:type_name -> podflow.core.v1.Probe
+	26,  // 41: podflow.core.v1.Container.security_context:type_name -> podflow.core.v1.SecurityContext
+	6,   // 42: podflow.core.v1.Container.env_from:type_name -> podflow.core.v1.EnvFromSource
+	22,  // 43: podflow.core.v1.Container.lifecycle:type_name -> podflow.core.v1.Lifecycle
+	30,  // 44: podflow.core.v1.ConfigMapVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
+	30,  // 45: podflow.core.v1.SecretVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
+	36,  // 46: podflow.core.v1.DownwardAPIVolumeSource.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
+	10,  // 47: podflow.core.v1.DownwardAPIVolumeFile.field_ref:type_name -> podflow.core.v1.ObjectFieldSelector
+	5,   // 48: podflow.core.v1.DownwardAPIVolumeFile.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
+	31,  // 49: podflow.core.v1.Volume.empty_dir:type_name -> podflow.core.v1.EmptyDirVolumeSource
+	32,  // 50: podflow.core.v1.Volume.config_map:type_name -> podflow.core.v1.ConfigMapVolumeSource
+	33,  // 51: podflow.core.v1.Volume.secret:type_name -> podflow.core.v1.SecretVolumeSource
+	34,  // 52: podflow.core.v1.Volume.host_path:type_name -> podflow.core.v1.HostPathVolumeSource
+	37,  // 53: podflow.core.v1.Volume.persistent_volume_claim:type_name -> podflow.core.v1.PersistentVolumeClaimVolumeSource
+	35,  // 54: podflow.core.v1.Volume.downward_api:type_name -> podflow.core.v1.DownwardAPIVolumeSource
+	39,  // 55: podflow.core.v1.Volume.projected:type_name -> podflow.core.v1.ProjectedVolumeSource
+	40,  // 56: podflow.core.v1.ProjectedVolumeSource.sources:type_name -> podflow.core.v1.VolumeProjection
+	41,  // 57: podflow.core.v1.VolumeProjection.config_map:type_name -> podflow.core.v1.ConfigMapProjection
+	42,  // 58: podflow.core.v1.VolumeProjection.secret:type_name -> podflow.core.v1.SecretProjection
+	43,  // 59: podflow.core.v1.VolumeProjection.downward_api:type_name -> podflow.core.v1.DownwardAPIProjection
+	30,  // 60: podflow.core.v1.ConfigMapProjection.items:type_name -> podflow.core.v1.KeyToPath
+	30,  // 61: podflow.core.v1.SecretProjection.items:type_name -> podflow.core.v1.KeyToPath
+	36,  // 62: podflow.core.v1.DownwardAPIProjection.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
+	45,  // 63: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
+	45,  // 64: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
+	46,  // 65: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
+	46,  // 66: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
+	47,  // 67: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
+	48,  // 68: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
+	122, // 69: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	50,  // 70: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
+	51,  // 71: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
+	51,  // 72: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
+	52,  // 73: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
+	52,  // 74: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	53,  // 75: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	52,  // 76: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	53,  // 77: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	49,  // 78: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
+	54,  // 79: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
+	55,  // 80: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
+	51,  // 81: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
+	38,  // 82: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
+	29,  // 83: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
+	29,  // 84: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
+	123, // 85: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	27,  // 86: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
+	56,  // 87: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
+	44,  // 88: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
+	57,  // 89: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
+	58,  // 90: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
+	60,  // 91: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
+	94,  // 92: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	61,  // 93: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
+	136, // 94: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	136, // 95: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	136, // 96: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	136, // 97: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	136, // 98: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	63,  // 99: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
+	64,  // 100: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
+	65,  // 101: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
+	66,  // 102: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
+	66,  // 103: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
+	62,  // 104: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
+	68,  // 105: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
+	136, // 106: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	67,  // 107: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	67,  // 108: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	1,   // 109: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
+	59,  // 110: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
+	69,  // 111: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
+	136, // 112: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	71,  // 113: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
+	136, // 114: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	136, // 115: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	124, // 116: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	125, // 117: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	73,  // 118: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
+	74,  // 119: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
+	76,  // 120: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
+	75,  // 121: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
+	1,   // 122: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
+	72,  // 123: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
+	77,  // 124: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
+	19,  // 125: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
+	79,  // 126: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
+	126, // 127: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	81,  // 128: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
+	82,  // 129: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
+	1,   // 130: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
+	80,  // 131: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
+	83,  // 132: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
+	85,  // 133: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
+	86,  // 134: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
+	1,   // 135: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
+	87,  // 136: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
+	88,  // 137: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
+	92,  // 138: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
+	136, // 139: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 140: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
+	90,  // 141: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
+	91,  // 142: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
+	1,   // 143: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
+	86,  // 144: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
+	94,  // 145: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	1,   // 146: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
+	127, // 147: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	128, // 148: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	1,   // 149: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
+	129, // 150: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	1,   // 151: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
+	98,  // 152: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 153: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
+	98,  // 154: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 155: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	101, // 156: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	102, // 157: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 158: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	101, // 159: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	102, // 160: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 161: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
+	86,  // 162: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
+	105, // 163: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
+	136, // 164: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	136, // 165: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	136, // 166: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	130, // 167: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	131, // 168: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	132, // 169: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	133, // 170: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	107, // 171: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
+	1,   // 172: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
+	108, // 173: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
+	134, // 174: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	29,  // 175: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
+	29,  // 176: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
+	38,  // 177: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
+	1,   // 178: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
+	110, // 179: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
+	112, // 180: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 181: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	135, // 182: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	11,  // 183: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 184: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	116, // 185: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	186, // [186:186] is the sub-list for method output_type
+	186, // [186:186] is the sub-list for method input_type
+	186, // [186:186] is the sub-list for extension type_name
+	186, // [186:186] is the sub-list for extension extendee
+	0,   // [0:186] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -9243,42 +9329,43 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[7].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[8].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[9].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[18].OneofWrappers = []any{
+	file_corev1_core_proto_msgTypes[18].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[19].OneofWrappers = []any{
 		(*IntOrString_IntVal)(nil),
 		(*IntOrString_StrVal)(nil),
 	}
-	file_corev1_core_proto_msgTypes[22].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[25].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[23].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[26].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[29].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[31].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[27].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[30].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[32].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[34].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[33].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[35].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[38].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[40].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[36].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[39].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[41].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[43].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[56].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[58].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[60].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[66].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[78].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[81].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[84].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[86].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[42].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[44].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[57].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[59].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[61].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[67].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[79].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[82].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[85].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[87].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[94].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[88].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[95].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[96].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[116].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[97].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[117].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   135,
+			NumMessages:   136,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -252,6 +252,11 @@ func defaultProbe(name string, p *corev1.Probe) []string {
 			set = append(set, name+".httpGet.scheme=HTTP")
 		}
 	}
+	if g := p.Grpc; g != nil && g.Service == nil { // Kubernetes' +default=""
+		empty := ""
+		g.Service = &empty
+		set = append(set, name+`.grpc.service=""`)
+	}
 	return set
 }
 

@@ -368,6 +368,10 @@ func validateProbe(p *field.Path, probe *corev1.Probe, successMustBeOne bool) fi
 		handlers = append(handlers, "tcpSocket")
 		errs = append(errs, portNumOrName(p.Child("tcpSocket", "port"), t.GetPort())...)
 	}
+	if g := probe.GetGrpc(); g != nil { // as Kubernetes' validateGRPCAction
+		handlers = append(handlers, "grpc")
+		errs = append(errs, portNum(p.Child("grpc", "port"), g.GetPort())...)
+	}
 	switch {
 	case len(handlers) == 0:
 		errs = append(errs, field.Required(p, "must specify a handler type"))

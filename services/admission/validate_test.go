@@ -129,6 +129,14 @@ func TestValidatePod(t *testing.T) {
 			app(p).ReadinessProbe = &corev1.Probe{Exec: &corev1.ExecAction{Command: []string{"true"}},
 				TcpSocket: &corev1.TCPSocketAction{Port: port(80)}, TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3}
 		}, []string{"FieldValueForbidden spec.containers[0].readinessProbe.tcpSocket"}},
+		{"grpc probe", func(p *corev1.Pod) {
+			app(p).ReadinessProbe = &corev1.Probe{Grpc: &corev1.GRPCAction{Port: 0}, TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3}
+			app(p).LivenessProbe = &corev1.Probe{Grpc: &corev1.GRPCAction{Port: 9090},
+				TcpSocket: &corev1.TCPSocketAction{Port: port(80)}, TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3}
+		}, []string{
+			"FieldValueForbidden spec.containers[0].livenessProbe.grpc",
+			"FieldValueInvalid spec.containers[0].readinessProbe.grpc.port",
+		}},
 		{"probe fields", func(p *corev1.Pod) {
 			app(p).LivenessProbe = &corev1.Probe{HttpGet: &corev1.HTTPGetAction{Port: &corev1.IntOrString{Value: &corev1.IntOrString_StrVal{StrVal: "no_such-"}}, Scheme: "FTP", Path: "/"},
 				InitialDelaySeconds: -1, TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 2, FailureThreshold: 3}

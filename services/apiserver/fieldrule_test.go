@@ -25,8 +25,8 @@ func TestRefusedPodFieldsHTTPS(t *testing.T) {
 			field: "spec.readinessGates", message: "podflow does not support readiness gates"},
 		{name: "with an unknown field too, Warn", query: "?fieldValidation=Warn", spec: `"hostAliases":[{"ip":"1.2.3.4","hostnames":["a"]}],`, container: `,"imagePullPolcy":"Always"`,
 			field: "spec.hostAliases", message: "podflow does not support hostAliases"},
-		{name: "container field", container: `,"livenessProbe":{"grpc":{"port":9000}}`,
-			field: "spec.containers[0].livenessProbe.grpc", message: "podflow does not support gRPC probes"},
+		{name: "container field", container: `,"livenessProbe":{"grpc":{"port":9000,"mode":"TLS"}}`,
+			field: "spec.containers[0].livenessProbe.grpc.mode", message: "podflow does not support gRPC probes over TLS (grpc.mode)"},
 		{name: "in the proto, refused by admission", spec: `"volumes":[{"name":"d","persistentVolumeClaim":{"claimName":"data"}}],`,
 			field: "spec.volumes[0].persistentVolumeClaim", message: "podflow does not support PersistentVolumeClaims: podflow has no storage provisioner"},
 	}

@@ -63,7 +63,8 @@ const (
 	testEnv         = "nodeagent/env_test.go nodeagent/linux/fidelity_test.go"
 	testHooks       = "nodeagent/hooks_test.go nodeagent/linux/fidelity_test.go"
 	testSidecar     = "nodeagent/sidecar_test.go"
-	testProbes      = "nodeagent/agent_test.go nodeagent/linux/agent_test.go"
+	testProbes      = "nodeagent/agent_test.go nodeagent/linux/agent_test.go nodeagent/linux/grpcprobe_internal_test.go nodeagent/linux/grpcprobe_kernel_test.go"
+	testPullSecrets = "nodeagent/pullsecrets_test.go nodeagent/linux/image/keyring_test.go nodeagent/linux/pullsecret_kernel_test.go services/pipeline/nodegraph_test.go"
 	testSecurity    = "nodeagent/linux/security_internal_test.go nodeagent/linux/security_kernel_test.go nodeagent/linux/hostns_kernel_test.go nodeagent/linux/sysctl_kernel_test.go services/admission/podsecurity_test.go"
 	testVolumes     = "nodeagent/agent_test.go nodeagent/linux/runtime_test.go nodeagent/linux/subpath_kernel_test.go"
 	testDownwardAPI = "nodeagent/volumes_internal_test.go nodeagent/linux/atomicwriter_internal_test.go nodeagent/linux/downwardapi_kernel_test.go"
@@ -85,7 +86,7 @@ const (
 // apply to spec.containers[*] and spec.initContainers[*].
 var containerHonoured = map[string]string{
 	"name":            testSchema,
-	"image":           testRuntime,
+	"image":           testRuntime + " nodeagent/images_test.go nodeagent/linux/imageupdate_kernel_test.go",
 	"imagePullPolicy": testRuntime,
 	"command":         testEnv,
 	"args":            testEnv,
@@ -153,10 +154,10 @@ var containerRefused = map[string]refusal{
 
 // probeHonoured and probeRefused are relative to a probe.
 var probeHonoured = []string{"exec", "httpGet", "tcpSocket", "initialDelaySeconds", "periodSeconds",
-	"timeoutSeconds", "successThreshold", "failureThreshold", "terminationGracePeriodSeconds"}
+	"timeoutSeconds", "successThreshold", "failureThreshold", "terminationGracePeriodSeconds", "grpc"}
 
 var probeRefused = map[string]refusal{
-	"grpc":             {what: "gRPC probes"},
+	"grpc.mode":        {what: "gRPC probes over TLS (grpc.mode)", allow: []string{"Plaintext"}},
 	"httpGet.protocol": {what: "HTTP probe protocols"},
 }
 
@@ -166,6 +167,7 @@ var podHonoured = map[string]string{
 	"metadata":                                                                     testRoundTrip,
 	"status":                                                                       testStatus,
 	"spec.volumes":                                                                 testVolumes,
+	"spec.imagePullSecrets":                                                        testPullSecrets,
 	"spec.volumes[*].name":                                                         testVolumes,
 	"spec.volumes[*].configMap.name":                                               testVolumes,
 	"spec.volumes[*].configMap.items":                                              testVolumes,
@@ -242,7 +244,6 @@ var podRefused = map[string]refusal{
 	"spec.hostUsers":                    {what: "user namespaces (hostUsers: false)", allow: []string{"true"}},
 	"spec.hostname":                     {what: "spec.hostname: a container's hostname is the pod's name"},
 	"spec.hostnameOverride":             {what: "hostnameOverride"},
-	"spec.imagePullSecrets":             {what: "imagePullSecrets (yet): images are pulled anonymously"},
 	"spec.os.name":                      {what: "operating systems other than linux", allow: []string{"linux"}},
 	"spec.overhead":                     {what: "pod overhead (RuntimeClass)"},
 	"spec.readinessGates":               {what: "readiness gates"},
@@ -310,7 +311,7 @@ func init() {
 		}
 		for _, hook := range []string{"lifecycle.postStart.", "lifecycle.preStop."} {
 			for p, r := range probeRefused {
-				if p != "grpc" { // handlers have no grpc
+				if !strings.HasPrefix(p, "grpc") { // handlers have no grpc
 					podRefused[c+hook+p] = r
 				}
 			}

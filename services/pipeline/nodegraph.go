@@ -20,7 +20,8 @@ import (
 //     pod returns its own; a get of a pod that is not stored is answered
 //     (not found), as the agent asks after pods it was told about;
 //   - of the Secrets (ServiceAccount tokens included) and ConfigMaps, those
-//     a pod bound to it references: a volume or an env source;
+//     a pod bound to it references: a volume, an env source or (Secrets)
+//     its imagePullSecrets;
 //
 // and everything else StoreReadACL allows it. Every other reader is not
 // filtered, and neither is a simulated cluster's agent (SimNodesRole),
@@ -87,9 +88,13 @@ func referencedOnNode(st raftstore.State, node, ns string, k objects.Kind, name 
 
 // PodReferences returns the names of the Secrets and ConfigMaps (of the
 // pod's namespace) that pod references: its volumes, and its containers'
-// env sources — the edges of the node authorizer's graph.
+// env sources and its imagePullSecrets — the edges of the node
+// authorizer's graph.
 func PodReferences(pod *corev1.Pod) (secrets, configMaps []string) {
 	spec := pod.GetSpec()
+	for _, r := range spec.GetImagePullSecrets() {
+		secrets = append(secrets, r.GetName())
+	}
 	for _, v := range spec.GetVolumes() {
 		if s := v.GetSecret(); s != nil {
 			secrets = append(secrets, s.GetSecretName())

@@ -28,9 +28,18 @@ func graphPod(name, node, secret, cm string) *corev1.Pod {
 	}
 }
 
+// pullPod is a pod bound to node that pulls its image with Secret secret.
+func pullPod(name, node, secret string) *corev1.Pod {
+	return &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Name: name, Namespace: "default", Uid: "uid-" + name},
+		Spec: &corev1.PodSpec{NodeName: node, ImagePullSecrets: []*corev1.LocalObjectReference{{Name: secret}},
+			Containers: []*corev1.Container{{Name: "c"}}},
+	}
+}
+
 // TestNodeAuthorizerGraph: against the real store with podflow's policies,
 // node n1's identity reads its own Node, the pods bound to it and the
-// Secrets and ConfigMaps they reference — and is refused (CODE_FORBIDDEN)
+// Secrets and ConfigMaps they reference (imagePullSecrets too) — and is refused (CODE_FORBIDDEN)
 // n2's Node, n2's pod, the Secret and ConfigMap only n2's pod references
 // and a Secret no pod references, even through a transaction's compare;
 // its list of every pod (the agent's reconcile) and of every Secret
@@ -46,6 +55,10 @@ func TestNodeAuthorizerGraph(t *testing.T) {
 		&corev1.Node{Metadata: &corev1.ObjectMeta{Name: "n2"}},
 		graphPod("p1", "n1", "s1", "c1"),
 		graphPod("p2", "n2", "s2", "c2"),
+		pullPod("p3", "n1", "pull1"),
+		pullPod("p4", "n2", "pull2"),
+		&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "pull1", Namespace: "default"}, Type: "kubernetes.io/dockerconfigjson"},
+		&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "pull2", Namespace: "default"}, Type: "kubernetes.io/dockerconfigjson"},
 		&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "s1", Namespace: "default"}, Data: map[string][]byte{"k": []byte("one")}},
 		&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "s2", Namespace: "default"}, Data: map[string][]byte{"k": []byte("two")}},
 		&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "nobody", Namespace: "default"}},
@@ -74,7 +87,9 @@ func TestNodeAuthorizerGraph(t *testing.T) {
 		{objects.Secrets, "default", "s1", false},
 		{objects.Secrets, "default", "s2", true},
 		{objects.Secrets, "default", "nobody", true},
-		{objects.Secrets, "other", "s1", true}, // another namespace's Secret of that name
+		{objects.Secrets, "other", "s1", true},       // another namespace's Secret of that name
+		{objects.Secrets, "default", "pull1", false}, // p3's imagePullSecrets
+		{objects.Secrets, "default", "pull2", true},  // only n2's p4 pulls with it
 		{objects.ConfigMaps, "default", "c1", false},
 		{objects.ConfigMaps, "default", "c2", true},
 	} {
@@ -90,16 +105,16 @@ func TestNodeAuthorizerGraph(t *testing.T) {
 		t.Errorf("node n1 gets a pod that is not stored: %v, want not found", err)
 	}
 	pods, _, err := objects.List[*corev1.Pod](ctx, n1, "")
-	if err != nil || len(pods) != 1 || pods[0].GetMetadata().GetName() != "p1" {
-		t.Errorf("node n1 lists pods %v (%v), want its own p1 only", pods, err)
+	if err != nil || len(pods) != 2 || pods[0].GetMetadata().GetName() != "p1" || pods[1].GetMetadata().GetName() != "p3" {
+		t.Errorf("node n1 lists pods %v (%v), want its own p1 and p3 only", pods, err)
 	}
 	secrets, _, err := objects.List[*corev1.Secret](ctx, n1, "")
 	var names []string
 	for _, s := range secrets {
 		names = append(names, s.GetMetadata().GetName())
 	}
-	if err != nil || !slices.Equal(names, []string{"s1"}) {
-		t.Errorf("node n1 lists Secrets %v (%v), want s1 only", names, err)
+	if err != nil || !slices.Equal(names, []string{"pull1", "s1"}) {
+		t.Errorf("node n1 lists Secrets %v (%v), want pull1 and s1 only", names, err)
 	}
 	_, err = n1raw.Txn(ctx, raftstore.Txn{
 		Compares: []raftstore.Compare{{Key: objects.Secrets.Key("default", "s2"), ModRevision: -1}},

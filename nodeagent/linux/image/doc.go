@@ -27,6 +27,12 @@
 // the mirror as "library/nginx:latest". A reference naming another registry
 // ("127.0.0.1:5000/podflow/http:1") is fetched from that registry.
 //
+// Registry credentials: Pull with WithKeyring(KeyringFromSecrets(secrets))
+// uses a pod's imagePullSecrets (kubernetes.io/dockerconfigjson and
+// kubernetes.io/dockercfg) as kubelet's keyring does: each credential
+// whose key matches the image's registry (and repository prefix), more
+// specific first, until one pulls; none matching, anonymously.
+//
 // Caller's obligations:
 //
 //  1. Create one Store per node data directory with NewStore and Close it
@@ -46,7 +52,7 @@
 //     agent maps the classes to its codes (nodeagent/linux).
 //
 // Concurrency: every method is safe for concurrent use. Concurrent pulls of
-// one reference share one download; pulls of different references run in
+// one reference with the same credentials share one download; pulls of different references run in
 // parallel, with at most Config.Parallelism layer downloads at a time.
 //
 // Example:

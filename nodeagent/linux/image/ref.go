@@ -21,6 +21,9 @@ type reference struct {
 	tag string
 	// remote is the reference to fetch, with the mirror substituted.
 	remote name.Reference
+	// registry and path are the registry and repository as written (the
+	// mirror not substituted): what a Keyring matches.
+	registry, path string
 }
 
 // parseReference normalises ref and chooses where it is fetched from.
@@ -35,7 +38,7 @@ func parseReference(ref, mirror string, insecure bool) (reference, error) {
 	if reg == dockerHub {
 		display = "docker.io"
 	}
-	out := reference{repo: display + "/" + repoPath}
+	out := reference{repo: display + "/" + repoPath, registry: reg, path: repoPath}
 	switch t := r.(type) {
 	case name.Tag:
 		out.tag = t.TagStr()

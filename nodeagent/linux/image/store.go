@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
@@ -142,7 +143,11 @@ func (s *Store) Close() error {
 // wrapping ErrNotPresent, when it lacks ref), or "" for Kubernetes' default
 // (Always for :latest or no tag, IfNotPresent otherwise). Every other
 // failure is ErrPull.
-func (s *Store) Pull(ctx context.Context, ref, policy string) (Pulled, error) {
+func (s *Store) Pull(ctx context.Context, ref, policy string, opts ...PullOption) (Pulled, error) {
+	var o pullOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	r, err := parseReference(ref, s.cfg.Mirror, s.cfg.Insecure)
 	if err != nil {
 		return Pulled{}, classify(ErrPull, "%w", err)
@@ -169,14 +174,39 @@ func (s *Store) Pull(ctx context.Context, ref, policy string) (Pulled, error) {
 	if s.ctx.Err() != nil {
 		return Pulled{}, classify(ErrPull, "pull %q: %w", ref, ErrClosed)
 	}
-	rec, _, err = s.images.do(ctx, r.canonical, func(ctx context.Context) (*record, error) {
-		return s.fetch(ctx, r)
-	})
-	if err != nil {
-		return Pulled{}, classify(ErrPull, "pull %q: %w", ref, err)
+	// As kubelet: each credential of the keyring that matches the image's
+	// registry in turn until one pulls; with none, anonymously.
+	auths := []*authn.AuthConfig{nil}
+	if creds := o.keyring.lookup(r.registry, r.path); len(creds) > 0 {
+		auths = auths[:0]
+		for i := range creds {
+			auths = append(auths, &creds[i])
+		}
 	}
-	return rec.pulled(false), nil
+	var errs []error
+	for _, auth := range auths {
+		rec, _, err = s.images.do(ctx, flightKey(r.canonical, auth), func(ctx context.Context) (*record, error) {
+			return s.fetch(ctx, r, auth)
+		})
+		if err == nil {
+			return rec.pulled(false), nil
+		}
+		errs = append(errs, err)
+	}
+	return Pulled{}, classify(ErrPull, "pull %q: %w", ref, errors.Join(errs...))
 }
+
+// PullOption configures one Pull.
+type PullOption func(*pullOptions)
+
+type pullOptions struct{ keyring Keyring }
+
+// WithKeyring pulls with the credentials of k (a pod's imagePullSecrets)
+// that match the image's registry as written (with a Mirror, Docker Hub's
+// credentials go to the mirror). An image already present is not pulled
+// again under IfNotPresent and Never, whoever pulled it — as kubelet
+// without its ensure-secret-pulled-images check.
+func WithKeyring(k Keyring) PullOption { return func(o *pullOptions) { o.keyring = k } }
 
 // Image returns the image ref names (a reference or an image ID) if the
 // store has it; otherwise an error wrapping ErrNotPresent.
@@ -251,8 +281,12 @@ func (s *Store) find(ref string) (*record, error) {
 
 // fetch downloads r's manifest, config and missing layers and records the
 // image in the index.
-func (s *Store) fetch(ctx context.Context, r reference) (*record, error) {
-	desc, err := remote.Get(r.remote, remote.WithContext(ctx), remote.WithPlatform(s.platform), remote.WithTransport(s.tr))
+func (s *Store) fetch(ctx context.Context, r reference, auth *authn.AuthConfig) (*record, error) {
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(s.platform), remote.WithTransport(s.tr)}
+	if auth != nil {
+		opts = append(opts, remote.WithAuth(authn.FromConfig(*auth)))
+	}
+	desc, err := remote.Get(r.remote, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("get %q: %w", r.remote.String(), err)
 	}

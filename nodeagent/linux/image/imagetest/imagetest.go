@@ -38,6 +38,7 @@ type Registry struct {
 	mu       sync.Mutex
 	gets     map[string]int // URL path → GET count
 	before   func(*http.Request)
+	auth     *[2]string // user, password required by RequireBasicAuth
 	stopped  atomic.Bool
 }
 
@@ -52,10 +53,20 @@ func NewRegistry(t testing.TB) *Registry {
 		if req.Method == http.MethodGet {
 			r.gets[req.URL.Path]++
 		}
-		before := r.before
+		before, auth := r.before, r.auth
 		r.mu.Unlock()
 		if before != nil {
 			before(req)
+		}
+		if auth != nil {
+			if u, p, ok := req.BasicAuth(); !ok || u != auth[0] || p != auth[1] {
+				// As a registry behind basic auth (distribution's htpasswd).
+				w.Header().Set("WWW-Authenticate", `Basic realm="podflow-test"`)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = io.WriteString(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required","detail":null}]}`)
+				return
+			}
 		}
 		h.ServeHTTP(w, req)
 	}))
@@ -104,6 +115,15 @@ func (r *Registry) getsWithSuffix(suffix string) int {
 		}
 	}
 	return n
+}
+
+// RequireBasicAuth makes every later request need HTTP basic auth as
+// user:password; others are answered 401 UNAUTHORIZED with a Basic
+// challenge. Push before calling it.
+func (r *Registry) RequireBasicAuth(user, password string) {
+	r.mu.Lock()
+	r.auth = &[2]string{user, password}
+	r.mu.Unlock()
 }
 
 // OnRequest sets a hook run before each request is served (tests use it to
