@@ -30,6 +30,7 @@ type benchPipelineOptions struct {
 	replicas string
 	keep     bool
 	costJSON string
+	profiles string
 }
 
 // newBenchPipelineCmd is `podflow bench pipeline`.
@@ -63,12 +64,28 @@ and stops it afterwards.`,
 	f.StringVar(&o.replicas, "replicas", "", "stage replicas (when starting its own system), e.g. admission=2")
 	f.BoolVar(&o.keep, "keep", false, "keep the temporary system's data directory")
 	f.StringVar(&o.costJSON, "cost-json", "", "also write the cost table as JSON to this file")
+	f.StringVar(&o.profiles, "profile-dir", "", "every process of the system it starts writes a CPU profile of its life into this directory (<role>-<pid>.pprof; `go tool pprof -top FILE`)")
 	return cmd
 }
 
 func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Writer) error {
 	if o.pods < 1 || o.rate < 1 {
 		return fmt.Errorf("--pods and --rate must be positive")
+	}
+	if o.profiles != "" {
+		if o.config != "" {
+			return fmt.Errorf("--profile-dir profiles the system bench starts itself, not one given by --config")
+		}
+		dir, err := filepath.Abs(o.profiles)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		// startUp's `podflow up` and every child it starts inherit it.
+		os.Setenv(profileDirEnv, dir)
+		defer os.Unsetenv(profileDirEnv)
 	}
 	sess, ps, cleanup, err := systemUnderTestProcs(ctx, o.config, o.nodes, o.replicas, !o.keep, "podflow-bench", nil)
 	if err != nil {
