@@ -82,6 +82,10 @@ type readOptions struct {
 // check: cheap, possibly behind the latest write, never ahead of it.
 func Stale() ReadOption { return func(o *readOptions) { o.stale = true } }
 
+// IsStale reports whether opts ask for a stale read (for a KV that wraps a
+// Client, such as a test double answering stale reads as a replica behind).
+func IsStale(opts ...ReadOption) bool { return readOpts(opts).stale }
+
 // WithLimit makes List return at most n keys (n <= 0: no limit). To read the
 // next page, List again with WithContinue(last key of this page); each page is
 // read at its own revision.

@@ -160,10 +160,22 @@ type Agent interface {
 // or rebound meanwhile is ignored); PodDeleteRequested hands the pod to
 // HandlePodDelete with its grace period, one spec second being specSecond.
 // Both are idempotent, so a redelivery is harmless.
+//
+// A PodScheduled of a fresh bind (its revision set) first reads the pod
+// with a stale read (any replica, no leader round): a copy with the
+// event's uid, bound to the event's node, at the bind's revision or later
+// is the pod as that bind or a later write left it — what a kubelet's
+// informer would hand it. Anything else (not found, older than the bind,
+// another uid or node: a replica behind) is read again, and decided, on a
+// linearizable read, as is every PodDeleteRequested.
 func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
 	return func(ctx context.Context, d *bus.Delivery) error {
 		env := d.Envelope
-		pod, err := objects.Get[*corev1.Pod](ctx, s, env.GetNamespace(), env.GetPodName())
+		pod, ok := boundCopy(ctx, s, env)
+		var err error
+		if !ok {
+			pod, err = objects.Get[*corev1.Pod](ctx, s, env.GetNamespace(), env.GetPodName())
+		}
 		switch {
 		case errors.Is(err, raftstore.ErrNotFound):
 			pod = nil
@@ -198,4 +210,19 @@ func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
 		}
 		return err
 	}
+}
+
+// boundCopy is Handler's stale read of a PodScheduled's pod; ok when it
+// decides alone (see Handler).
+func boundCopy(ctx context.Context, s *objects.Store, env *eventsv1.Envelope) (*corev1.Pod, bool) {
+	rev := env.GetPodScheduled().GetRevision()
+	if rev <= 0 {
+		return nil, false
+	}
+	pod, err := objects.Get[*corev1.Pod](ctx, s, env.GetNamespace(), env.GetPodName(), raftstore.Stale())
+	if err != nil || pod.GetMetadata().GetUid() != env.GetPodUid() ||
+		pod.GetSpec().GetNodeName() != env.GetNodeName() || objects.Revision(pod) < rev {
+		return nil, false
+	}
+	return pod, true
 }

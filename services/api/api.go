@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -142,6 +143,9 @@ type Stage struct {
 	limiter *userLimiter // pod creations per user
 
 	namespaces *namespace.Controller // NamespaceLifecycle and the namespace controller
+
+	openerOnce sync.Once
+	opener     *sealed.Opener // Config.SealKey's, remembering the tokens it opened (made on first use)
 }
 
 var (

@@ -15,7 +15,10 @@ import (
 // configuration, and the request-reply front door seals what it receives
 // before it republishes the request on the stream. Only this stage opens
 // it; the stream, its dead letters, and every identity that can read them
-// see ciphertext. Without a SealKey, tokens travel in clear.
+// see ciphertext. Without a SealKey, tokens travel in clear. A client
+// seals its token once and sends it with every request, so the stage
+// remembers the tokens it opened (sealed.Opener): one X25519 per client
+// token, not one per request.
 
 // sealForStream seals token for the stream (unchanged without a key, or
 // when it is sealed already).
@@ -35,7 +38,8 @@ func (s *Stage) openFromStream(token string) (string, *corev1.Status) {
 		}
 		return token, nil
 	}
-	out, err := s.cfg.SealKey.Open(token)
+	s.openerOnce.Do(func() { s.opener = sealed.NewOpener(s.cfg.SealKey, sealed.DefaultOpenerSize) })
+	out, err := s.opener.Open(token)
 	switch {
 	case errors.Is(err, sealed.ErrNotSealed):
 		return "", unauthorized("a bearer token on the bus must be sealed to the api stage's key")

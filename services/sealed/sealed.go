@@ -8,6 +8,10 @@
 //	key, _ := sealed.LoadOrCreate(path)          // the api stage, at start
 //	s, _ := sealed.Seal(key.Public, token)         // a client, or the api stage republishing
 //	token, err := key.Open(s)                      // the api stage, handling PodRequested
+//
+// An Opener remembers the tokens it opened, so a client's token, sealed
+// once and sent with every request, costs one X25519 multiplication in
+// all rather than one per request.
 package sealed
 
 import (

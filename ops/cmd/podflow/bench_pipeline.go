@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -30,6 +32,7 @@ type benchPipelineOptions struct {
 	replicas string
 	keep     bool
 	costJSON string
+	profiles string
 }
 
 // newBenchPipelineCmd is `podflow bench pipeline`.
@@ -63,12 +66,28 @@ and stops it afterwards.`,
 	f.StringVar(&o.replicas, "replicas", "", "stage replicas (when starting its own system), e.g. admission=2")
 	f.BoolVar(&o.keep, "keep", false, "keep the temporary system's data directory")
 	f.StringVar(&o.costJSON, "cost-json", "", "also write the cost table as JSON to this file")
+	f.StringVar(&o.profiles, "profile-dir", "", "every process of the system it starts writes a CPU profile of its life into this directory (<role>-<pid>.pprof; `go tool pprof -top FILE`)")
 	return cmd
 }
 
 func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Writer) error {
 	if o.pods < 1 || o.rate < 1 {
 		return fmt.Errorf("--pods and --rate must be positive")
+	}
+	if o.profiles != "" {
+		if o.config != "" {
+			return fmt.Errorf("--profile-dir profiles the system bench starts itself, not one given by --config")
+		}
+		dir, err := filepath.Abs(o.profiles)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		// startUp's `podflow up` and every child it starts inherit it.
+		os.Setenv(profileDirEnv, dir)
+		defer os.Unsetenv(profileDirEnv)
 	}
 	sess, ps, cleanup, err := systemUnderTestProcs(ctx, o.config, o.nodes, o.replicas, !o.keep, "podflow-bench", nil)
 	if err != nil {
@@ -117,22 +136,91 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 	}
 	offered := time.Since(start)
 
-	// Wait until every pod ran, from the stream.
-	runs := map[string]*podTimeline{}
+	// Wait until every pod ran, from its PodRunning alone (one message a
+	// pod, one consumer for the whole wait): the cost counted below is the
+	// system's, not that of the bench watching it. The timelines are read
+	// after the cost sample.
 	deadline := time.Now().Add(time.Duration(o.pods/10+60) * time.Second)
+	if err := waitRunning(ctx, sess, start, prefix, o.pods, deadline); err != nil {
+		return err
+	}
+	quiesced := quiesce(ctx, sess, 30*time.Second)
+	after, err := takeCostSample(ctx, sess, ps)
+	if err != nil {
+		return fmt.Errorf("cost sample: %w", err)
+	}
+
+	runs, err := readTimelines(ctx, sess, start, prefix, o.pods, time.Now().Add(time.Duration(o.pods/100+60)*time.Second))
+	if err != nil {
+		return err
+	}
+	report(out, runs, start, offered)
+	minEvents := 0
+	for _, tl := range runs {
+		if n := len(tl.events); minEvents == 0 || n < minEvents {
+			minEvents = n
+		}
+	}
+	cost := after.since(before, o.pods, minEvents, quiesced)
+	cost.print(out)
+	if o.costJSON != "" {
+		return cost.writeJSON(o.costJSON)
+	}
+	return nil
+}
+
+// waitRunning returns once n pods named prefix* have a PodRunning on the
+// stream since start.
+func waitRunning(ctx context.Context, sess *client.Session, start time.Time, prefix string, n int, deadline time.Time) error {
 	cons, err := sess.Bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.PodPrefix + ".>"},
+		FilterSubjects: []string{bus.TypeFilter("PodRunning")},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &start,
 	})
 	if err != nil {
 		return err
 	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	running := map[string]bool{}
+	for len(running) < n && time.Now().Before(deadline) {
+		m, err := it.Next(jetstream.NextMaxWait(2 * time.Second))
+		switch {
+		case errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded):
+			continue
+		case err != nil:
+			return err
+		}
+		if env, err := bus.DecodeEnvelope(m.Data()); err == nil && strings.HasPrefix(env.GetPodName(), prefix) && env.GetPodRunning() != nil {
+			running[env.GetPodName()] = true
+		}
+	}
+	if len(running) < n {
+		return fmt.Errorf("only %d of %d pods reached Running before the deadline", len(running), n)
+	}
+	return nil
+}
+
+// readTimelines reads the events of the pods named prefix* since start
+// until n of them have reached Running.
+func readTimelines(ctx context.Context, sess *client.Session, start time.Time, prefix string, n int, deadline time.Time) (map[string]*podTimeline, error) {
+	runs := map[string]*podTimeline{}
+	cons, err := sess.Bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.PodPrefix + ".>"},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &start,
+	})
+	if err != nil {
+		return nil, err
+	}
 	running := 0
-	for running < o.pods && time.Now().Before(deadline) {
+	for running < n && time.Now().Before(deadline) {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for m := range batch.Messages() {
 			env, err := bus.DecodeEnvelope(m.Data())
@@ -150,28 +238,10 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 			}
 		}
 	}
-	if running < o.pods {
-		return fmt.Errorf("only %d of %d pods reached Running before the deadline", running, o.pods)
+	if running < n {
+		return nil, fmt.Errorf("only %d of %d pods reached Running before the deadline", running, n)
 	}
-	report(out, runs, start, offered)
-
-	quiesced := quiesce(ctx, sess, 30*time.Second)
-	after, err := takeCostSample(ctx, sess, ps)
-	if err != nil {
-		return fmt.Errorf("cost sample: %w", err)
-	}
-	minEvents := 0
-	for _, tl := range runs {
-		if n := len(tl.events); minEvents == 0 || n < minEvents {
-			minEvents = n
-		}
-	}
-	cost := after.since(before, o.pods, minEvents, quiesced)
-	cost.print(out)
-	if o.costJSON != "" {
-		return cost.writeJSON(o.costJSON)
-	}
-	return nil
+	return runs, nil
 }
 
 // podTimeline is one pod's events, by type, with stream timestamps.

@@ -48,9 +48,11 @@ func main() {
 	if container.RunHelper() {
 		return
 	}
+	stopProfile := startProfile(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
+	stopProfile()
 	if err != nil {
 		printError(os.Stderr, err)
 		os.Exit(exitCode(err))
