@@ -1881,8 +1881,14 @@ type Container struct {
 	Lifecycle     *Lifecycle       `protobuf:"bytes,18,opt,name=lifecycle,proto3" json:"lifecycle,omitempty"`
 	// termination_message_policy: File (the default) or FallbackToLogsOnError.
 	TerminationMessagePolicy string `protobuf:"bytes,19,opt,name=termination_message_policy,json=terminationMessagePolicy,proto3" json:"termination_message_policy,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// stdin keeps the container's stdin open (kubectl attach -i, run -i);
+	// stdin_once closes it when the first attach ends; tty gives the
+	// container a pseudo-terminal.
+	Stdin         bool `protobuf:"varint,20,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	StdinOnce     bool `protobuf:"varint,21,opt,name=stdin_once,json=stdinOnce,proto3" json:"stdin_once,omitempty"`
+	Tty           bool `protobuf:"varint,22,opt,name=tty,proto3" json:"tty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Container) Reset() {
@@ -2046,6 +2052,27 @@ func (x *Container) GetTerminationMessagePolicy() string {
 		return x.TerminationMessagePolicy
 	}
 	return ""
+}
+
+func (x *Container) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *Container) GetStdinOnce() bool {
+	if x != nil {
+		return x.StdinOnce
+	}
+	return false
+}
+
+func (x *Container) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
 }
 
 type KeyToPath struct {
@@ -7891,7 +7918,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x17_fs_group_change_policy\"2\n" +
 	"\x06Sysctl\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xb7\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xfe\a\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -7913,7 +7940,11 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x0erestart_policy\x18\x10 \x01(\tR\rrestartPolicy\x129\n" +
 	"\benv_from\x18\x11 \x03(\v2\x1e.podflow.core.v1.EnvFromSourceR\aenvFrom\x128\n" +
 	"\tlifecycle\x18\x12 \x01(\v2\x1a.podflow.core.v1.LifecycleR\tlifecycle\x12<\n" +
-	"\x1atermination_message_policy\x18\x13 \x01(\tR\x18terminationMessagePolicy\"S\n" +
+	"\x1atermination_message_policy\x18\x13 \x01(\tR\x18terminationMessagePolicy\x12\x14\n" +
+	"\x05stdin\x18\x14 \x01(\bR\x05stdin\x12\x1d\n" +
+	"\n" +
+	"stdin_once\x18\x15 \x01(\bR\tstdinOnce\x12\x10\n" +
+	"\x03tty\x18\x16 \x01(\bR\x03tty\"S\n" +
 	"\tKeyToPath\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x17\n" +

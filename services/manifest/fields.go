@@ -75,6 +75,7 @@ const (
 	testPreemption  = "services/admission/priority_test.go services/scheduler/preemption_test.go"
 	testDNS         = "nodeagent/linux/dns/dns_test.go ops/e2e/linux_services_test.go services/admission/validate_test.go"
 	testRuntime     = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
+	testAttach      = "nodeagent/linux/container/attach_test.go services/manifest/fields_test.go"
 	testTermination = "nodeagent/termination_test.go nodeagent/linux/termination_kernel_test.go"
 	testStatus      = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
 )
@@ -89,6 +90,10 @@ var containerHonoured = map[string]string{
 	"args":            testEnv,
 	"workingDir":      testRuntime,
 	"restartPolicy":   testSidecar,
+
+	"stdin":     testAttach,
+	"stdinOnce": testAttach,
+	"tty":       testAttach,
 
 	"terminationMessagePath":   testTermination,
 	"terminationMessagePolicy": testTermination,
@@ -139,9 +144,6 @@ var containerRefused = map[string]refusal{
 	"securityContext.appArmorProfile":      {what: "AppArmor profiles"},
 	"securityContext.seLinuxOptions":       {what: "SELinux options"},
 	"securityContext.windowsOptions":       {what: "Windows containers"},
-	"stdin":                                {what: "attaching stdin", allow: []string{"false"}},
-	"stdinOnce":                            {what: "attaching stdin", allow: []string{"false"}},
-	"tty":                                  {what: "a TTY", allow: []string{"false"}},
 	"volumeDevices":                        {what: "raw block devices (volumeDevices)"},
 	"volumeMounts[*].mountPropagation":     {what: "mount propagation", allow: []string{"None"}},
 	"volumeMounts[*].recursiveReadOnly":    {what: "recursive read-only mounts", allow: []string{"Disabled"}},
