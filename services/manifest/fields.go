@@ -75,7 +75,7 @@ const (
 	testPreemption  = "services/admission/priority_test.go services/scheduler/preemption_test.go"
 	testDNS         = "nodeagent/linux/dns/dns_test.go ops/e2e/linux_services_test.go services/admission/validate_test.go"
 	testRuntime     = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
-	testAttach      = "nodeagent/linux/container/attach_test.go services/manifest/fields_test.go"
+	testAttach      = "nodeagent/linux/container/attach_test.go services/manifest/fields_test.go ops/e2e/linux_kubectl_test.go"
 	testTermination = "nodeagent/termination_test.go nodeagent/linux/termination_kernel_test.go"
 	testStatus      = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
 )
