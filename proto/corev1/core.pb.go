@@ -2075,6 +2075,231 @@ func (x *Container) GetTty() bool {
 	return false
 }
 
+// EphemeralContainer is a container added to a running pod through its
+// ephemeralcontainers subresource (kubectl debug). Its fields have
+// Container's numbers (the two messages are wire compatible; the node
+// reads one as a Container), plus the container whose PID namespace it
+// joins.
+type EphemeralContainer struct {
+	state                    protoimpl.MessageState `protogen:"open.v1"`
+	Name                     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Image                    string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Command                  []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	Args                     []string               `protobuf:"bytes,4,rep,name=args,proto3" json:"args,omitempty"`
+	WorkingDir               string                 `protobuf:"bytes,5,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	Ports                    []*ContainerPort       `protobuf:"bytes,6,rep,name=ports,proto3" json:"ports,omitempty"`
+	Env                      []*EnvVar              `protobuf:"bytes,7,rep,name=env,proto3" json:"env,omitempty"`
+	Resources                *ResourceRequirements  `protobuf:"bytes,8,opt,name=resources,proto3" json:"resources,omitempty"`
+	VolumeMounts             []*VolumeMount         `protobuf:"bytes,9,rep,name=volume_mounts,json=volumeMounts,proto3" json:"volume_mounts,omitempty"`
+	LivenessProbe            *Probe                 `protobuf:"bytes,10,opt,name=liveness_probe,json=livenessProbe,proto3" json:"liveness_probe,omitempty"`
+	ReadinessProbe           *Probe                 `protobuf:"bytes,11,opt,name=readiness_probe,json=readinessProbe,proto3" json:"readiness_probe,omitempty"`
+	StartupProbe             *Probe                 `protobuf:"bytes,12,opt,name=startup_probe,json=startupProbe,proto3" json:"startup_probe,omitempty"`
+	ImagePullPolicy          string                 `protobuf:"bytes,13,opt,name=image_pull_policy,json=imagePullPolicy,proto3" json:"image_pull_policy,omitempty"`
+	SecurityContext          *SecurityContext       `protobuf:"bytes,14,opt,name=security_context,json=securityContext,proto3" json:"security_context,omitempty"`
+	TerminationMessagePath   string                 `protobuf:"bytes,15,opt,name=termination_message_path,json=terminationMessagePath,proto3" json:"termination_message_path,omitempty"`
+	RestartPolicy            string                 `protobuf:"bytes,16,opt,name=restart_policy,json=restartPolicy,proto3" json:"restart_policy,omitempty"`
+	EnvFrom                  []*EnvFromSource       `protobuf:"bytes,17,rep,name=env_from,json=envFrom,proto3" json:"env_from,omitempty"`
+	Lifecycle                *Lifecycle             `protobuf:"bytes,18,opt,name=lifecycle,proto3" json:"lifecycle,omitempty"`
+	TerminationMessagePolicy string                 `protobuf:"bytes,19,opt,name=termination_message_policy,json=terminationMessagePolicy,proto3" json:"termination_message_policy,omitempty"`
+	Stdin                    bool                   `protobuf:"varint,20,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	StdinOnce                bool                   `protobuf:"varint,21,opt,name=stdin_once,json=stdinOnce,proto3" json:"stdin_once,omitempty"`
+	Tty                      bool                   `protobuf:"varint,22,opt,name=tty,proto3" json:"tty,omitempty"`
+	TargetContainerName      string                 `protobuf:"bytes,30,opt,name=target_container_name,json=targetContainerName,proto3" json:"target_container_name,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *EphemeralContainer) Reset() {
+	*x = EphemeralContainer{}
+	mi := &file_corev1_core_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EphemeralContainer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EphemeralContainer) ProtoMessage() {}
+
+func (x *EphemeralContainer) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EphemeralContainer.ProtoReflect.Descriptor instead.
+func (*EphemeralContainer) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *EphemeralContainer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetWorkingDir() string {
+	if x != nil {
+		return x.WorkingDir
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetPorts() []*ContainerPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetEnv() []*EnvVar {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetResources() *ResourceRequirements {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetVolumeMounts() []*VolumeMount {
+	if x != nil {
+		return x.VolumeMounts
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetLivenessProbe() *Probe {
+	if x != nil {
+		return x.LivenessProbe
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetReadinessProbe() *Probe {
+	if x != nil {
+		return x.ReadinessProbe
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetStartupProbe() *Probe {
+	if x != nil {
+		return x.StartupProbe
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetImagePullPolicy() string {
+	if x != nil {
+		return x.ImagePullPolicy
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetSecurityContext() *SecurityContext {
+	if x != nil {
+		return x.SecurityContext
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetTerminationMessagePath() string {
+	if x != nil {
+		return x.TerminationMessagePath
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetRestartPolicy() string {
+	if x != nil {
+		return x.RestartPolicy
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetEnvFrom() []*EnvFromSource {
+	if x != nil {
+		return x.EnvFrom
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetLifecycle() *Lifecycle {
+	if x != nil {
+		return x.Lifecycle
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetTerminationMessagePolicy() string {
+	if x != nil {
+		return x.TerminationMessagePolicy
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *EphemeralContainer) GetStdinOnce() bool {
+	if x != nil {
+		return x.StdinOnce
+	}
+	return false
+}
+
+func (x *EphemeralContainer) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *EphemeralContainer) GetTargetContainerName() string {
+	if x != nil {
+		return x.TargetContainerName
+	}
+	return ""
+}
+
 type KeyToPath struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2086,7 +2311,7 @@ type KeyToPath struct {
 
 func (x *KeyToPath) Reset() {
 	*x = KeyToPath{}
-	mi := &file_corev1_core_proto_msgTypes[28]
+	mi := &file_corev1_core_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2323,7 @@ func (x *KeyToPath) String() string {
 func (*KeyToPath) ProtoMessage() {}
 
 func (x *KeyToPath) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[28]
+	mi := &file_corev1_core_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2336,7 @@ func (x *KeyToPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyToPath.ProtoReflect.Descriptor instead.
 func (*KeyToPath) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{28}
+	return file_corev1_core_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KeyToPath) GetKey() string {
@@ -2145,7 +2370,7 @@ type EmptyDirVolumeSource struct {
 
 func (x *EmptyDirVolumeSource) Reset() {
 	*x = EmptyDirVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[29]
+	mi := &file_corev1_core_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2382,7 @@ func (x *EmptyDirVolumeSource) String() string {
 func (*EmptyDirVolumeSource) ProtoMessage() {}
 
 func (x *EmptyDirVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[29]
+	mi := &file_corev1_core_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2395,7 @@ func (x *EmptyDirVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmptyDirVolumeSource.ProtoReflect.Descriptor instead.
 func (*EmptyDirVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{29}
+	return file_corev1_core_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EmptyDirVolumeSource) GetMedium() string {
@@ -2199,7 +2424,7 @@ type ConfigMapVolumeSource struct {
 
 func (x *ConfigMapVolumeSource) Reset() {
 	*x = ConfigMapVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[30]
+	mi := &file_corev1_core_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2436,7 @@ func (x *ConfigMapVolumeSource) String() string {
 func (*ConfigMapVolumeSource) ProtoMessage() {}
 
 func (x *ConfigMapVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[30]
+	mi := &file_corev1_core_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2449,7 @@ func (x *ConfigMapVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMapVolumeSource.ProtoReflect.Descriptor instead.
 func (*ConfigMapVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{30}
+	return file_corev1_core_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ConfigMapVolumeSource) GetName() string {
@@ -2267,7 +2492,7 @@ type SecretVolumeSource struct {
 
 func (x *SecretVolumeSource) Reset() {
 	*x = SecretVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[31]
+	mi := &file_corev1_core_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2504,7 @@ func (x *SecretVolumeSource) String() string {
 func (*SecretVolumeSource) ProtoMessage() {}
 
 func (x *SecretVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[31]
+	mi := &file_corev1_core_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2517,7 @@ func (x *SecretVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretVolumeSource.ProtoReflect.Descriptor instead.
 func (*SecretVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{31}
+	return file_corev1_core_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SecretVolumeSource) GetSecretName() string {
@@ -2333,7 +2558,7 @@ type HostPathVolumeSource struct {
 
 func (x *HostPathVolumeSource) Reset() {
 	*x = HostPathVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[32]
+	mi := &file_corev1_core_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2570,7 @@ func (x *HostPathVolumeSource) String() string {
 func (*HostPathVolumeSource) ProtoMessage() {}
 
 func (x *HostPathVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[32]
+	mi := &file_corev1_core_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2583,7 @@ func (x *HostPathVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPathVolumeSource.ProtoReflect.Descriptor instead.
 func (*HostPathVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{32}
+	return file_corev1_core_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HostPathVolumeSource) GetPath() string {
@@ -2388,7 +2613,7 @@ type DownwardAPIVolumeSource struct {
 
 func (x *DownwardAPIVolumeSource) Reset() {
 	*x = DownwardAPIVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[33]
+	mi := &file_corev1_core_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2625,7 @@ func (x *DownwardAPIVolumeSource) String() string {
 func (*DownwardAPIVolumeSource) ProtoMessage() {}
 
 func (x *DownwardAPIVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[33]
+	mi := &file_corev1_core_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2638,7 @@ func (x *DownwardAPIVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIVolumeSource.ProtoReflect.Descriptor instead.
 func (*DownwardAPIVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{33}
+	return file_corev1_core_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DownwardAPIVolumeSource) GetItems() []*DownwardAPIVolumeFile {
@@ -2442,7 +2667,7 @@ type DownwardAPIVolumeFile struct {
 
 func (x *DownwardAPIVolumeFile) Reset() {
 	*x = DownwardAPIVolumeFile{}
-	mi := &file_corev1_core_proto_msgTypes[34]
+	mi := &file_corev1_core_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2679,7 @@ func (x *DownwardAPIVolumeFile) String() string {
 func (*DownwardAPIVolumeFile) ProtoMessage() {}
 
 func (x *DownwardAPIVolumeFile) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[34]
+	mi := &file_corev1_core_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2692,7 @@ func (x *DownwardAPIVolumeFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIVolumeFile.ProtoReflect.Descriptor instead.
 func (*DownwardAPIVolumeFile) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{34}
+	return file_corev1_core_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DownwardAPIVolumeFile) GetPath() string {
@@ -2508,7 +2733,7 @@ type PersistentVolumeClaimVolumeSource struct {
 
 func (x *PersistentVolumeClaimVolumeSource) Reset() {
 	*x = PersistentVolumeClaimVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[35]
+	mi := &file_corev1_core_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2745,7 @@ func (x *PersistentVolumeClaimVolumeSource) String() string {
 func (*PersistentVolumeClaimVolumeSource) ProtoMessage() {}
 
 func (x *PersistentVolumeClaimVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[35]
+	mi := &file_corev1_core_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2758,7 @@ func (x *PersistentVolumeClaimVolumeSource) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use PersistentVolumeClaimVolumeSource.ProtoReflect.Descriptor instead.
 func (*PersistentVolumeClaimVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{35}
+	return file_corev1_core_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PersistentVolumeClaimVolumeSource) GetClaimName() string {
@@ -2565,7 +2790,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_corev1_core_proto_msgTypes[36]
+	mi := &file_corev1_core_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2802,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[36]
+	mi := &file_corev1_core_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2815,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{36}
+	return file_corev1_core_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Volume) GetName() string {
@@ -2655,7 +2880,7 @@ type Toleration struct {
 
 func (x *Toleration) Reset() {
 	*x = Toleration{}
-	mi := &file_corev1_core_proto_msgTypes[37]
+	mi := &file_corev1_core_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2892,7 @@ func (x *Toleration) String() string {
 func (*Toleration) ProtoMessage() {}
 
 func (x *Toleration) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[37]
+	mi := &file_corev1_core_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2905,7 @@ func (x *Toleration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Toleration.ProtoReflect.Descriptor instead.
 func (*Toleration) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{37}
+	return file_corev1_core_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Toleration) GetKey() string {
@@ -2729,7 +2954,7 @@ type NodeSelectorRequirement struct {
 
 func (x *NodeSelectorRequirement) Reset() {
 	*x = NodeSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[38]
+	mi := &file_corev1_core_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2966,7 @@ func (x *NodeSelectorRequirement) String() string {
 func (*NodeSelectorRequirement) ProtoMessage() {}
 
 func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[38]
+	mi := &file_corev1_core_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2979,7 @@ func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*NodeSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{38}
+	return file_corev1_core_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeSelectorRequirement) GetKey() string {
@@ -2788,7 +3013,7 @@ type NodeSelectorTerm struct {
 
 func (x *NodeSelectorTerm) Reset() {
 	*x = NodeSelectorTerm{}
-	mi := &file_corev1_core_proto_msgTypes[39]
+	mi := &file_corev1_core_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +3025,7 @@ func (x *NodeSelectorTerm) String() string {
 func (*NodeSelectorTerm) ProtoMessage() {}
 
 func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[39]
+	mi := &file_corev1_core_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +3038,7 @@ func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorTerm.ProtoReflect.Descriptor instead.
 func (*NodeSelectorTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{39}
+	return file_corev1_core_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NodeSelectorTerm) GetMatchExpressions() []*NodeSelectorRequirement {
@@ -2839,7 +3064,7 @@ type NodeSelector struct {
 
 func (x *NodeSelector) Reset() {
 	*x = NodeSelector{}
-	mi := &file_corev1_core_proto_msgTypes[40]
+	mi := &file_corev1_core_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +3076,7 @@ func (x *NodeSelector) String() string {
 func (*NodeSelector) ProtoMessage() {}
 
 func (x *NodeSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[40]
+	mi := &file_corev1_core_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +3089,7 @@ func (x *NodeSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelector.ProtoReflect.Descriptor instead.
 func (*NodeSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{40}
+	return file_corev1_core_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *NodeSelector) GetNodeSelectorTerms() []*NodeSelectorTerm {
@@ -2884,7 +3109,7 @@ type PreferredSchedulingTerm struct {
 
 func (x *PreferredSchedulingTerm) Reset() {
 	*x = PreferredSchedulingTerm{}
-	mi := &file_corev1_core_proto_msgTypes[41]
+	mi := &file_corev1_core_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +3121,7 @@ func (x *PreferredSchedulingTerm) String() string {
 func (*PreferredSchedulingTerm) ProtoMessage() {}
 
 func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[41]
+	mi := &file_corev1_core_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +3134,7 @@ func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreferredSchedulingTerm.ProtoReflect.Descriptor instead.
 func (*PreferredSchedulingTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{41}
+	return file_corev1_core_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PreferredSchedulingTerm) GetWeight() int32 {
@@ -2936,7 +3161,7 @@ type NodeAffinity struct {
 
 func (x *NodeAffinity) Reset() {
 	*x = NodeAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3173,7 @@ func (x *NodeAffinity) String() string {
 func (*NodeAffinity) ProtoMessage() {}
 
 func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3186,7 @@ func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAffinity.ProtoReflect.Descriptor instead.
 func (*NodeAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{42}
+	return file_corev1_core_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *NodeAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() *NodeSelector {
@@ -2989,7 +3214,7 @@ type LabelSelectorRequirement struct {
 
 func (x *LabelSelectorRequirement) Reset() {
 	*x = LabelSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3226,7 @@ func (x *LabelSelectorRequirement) String() string {
 func (*LabelSelectorRequirement) ProtoMessage() {}
 
 func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3239,7 @@ func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*LabelSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{43}
+	return file_corev1_core_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LabelSelectorRequirement) GetKey() string {
@@ -3051,7 +3276,7 @@ type LabelSelector struct {
 
 func (x *LabelSelector) Reset() {
 	*x = LabelSelector{}
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3288,7 @@ func (x *LabelSelector) String() string {
 func (*LabelSelector) ProtoMessage() {}
 
 func (x *LabelSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3301,7 @@ func (x *LabelSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelector.ProtoReflect.Descriptor instead.
 func (*LabelSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{44}
+	return file_corev1_core_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *LabelSelector) GetMatchLabels() map[string]string {
@@ -3107,7 +3332,7 @@ type PodAffinityTerm struct {
 
 func (x *PodAffinityTerm) Reset() {
 	*x = PodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3344,7 @@ func (x *PodAffinityTerm) String() string {
 func (*PodAffinityTerm) ProtoMessage() {}
 
 func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3357,7 @@ func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*PodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{45}
+	return file_corev1_core_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PodAffinityTerm) GetLabelSelector() *LabelSelector {
@@ -3187,7 +3412,7 @@ type WeightedPodAffinityTerm struct {
 
 func (x *WeightedPodAffinityTerm) Reset() {
 	*x = WeightedPodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3424,7 @@ func (x *WeightedPodAffinityTerm) String() string {
 func (*WeightedPodAffinityTerm) ProtoMessage() {}
 
 func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3437,7 @@ func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightedPodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*WeightedPodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{46}
+	return file_corev1_core_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WeightedPodAffinityTerm) GetWeight() int32 {
@@ -3239,7 +3464,7 @@ type PodAffinity struct {
 
 func (x *PodAffinity) Reset() {
 	*x = PodAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3476,7 @@ func (x *PodAffinity) String() string {
 func (*PodAffinity) ProtoMessage() {}
 
 func (x *PodAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3489,7 @@ func (x *PodAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinity.ProtoReflect.Descriptor instead.
 func (*PodAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{47}
+	return file_corev1_core_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PodAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -3291,7 +3516,7 @@ type PodAntiAffinity struct {
 
 func (x *PodAntiAffinity) Reset() {
 	*x = PodAntiAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3528,7 @@ func (x *PodAntiAffinity) String() string {
 func (*PodAntiAffinity) ProtoMessage() {}
 
 func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3541,7 @@ func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAntiAffinity.ProtoReflect.Descriptor instead.
 func (*PodAntiAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{48}
+	return file_corev1_core_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PodAntiAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -3344,7 +3569,7 @@ type Affinity struct {
 
 func (x *Affinity) Reset() {
 	*x = Affinity{}
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3356,7 +3581,7 @@ func (x *Affinity) String() string {
 func (*Affinity) ProtoMessage() {}
 
 func (x *Affinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3369,7 +3594,7 @@ func (x *Affinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Affinity.ProtoReflect.Descriptor instead.
 func (*Affinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{49}
+	return file_corev1_core_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Affinity) GetNodeAffinity() *NodeAffinity {
@@ -3409,7 +3634,7 @@ type TopologySpreadConstraint struct {
 
 func (x *TopologySpreadConstraint) Reset() {
 	*x = TopologySpreadConstraint{}
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3646,7 @@ func (x *TopologySpreadConstraint) String() string {
 func (*TopologySpreadConstraint) ProtoMessage() {}
 
 func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3659,7 @@ func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologySpreadConstraint.ProtoReflect.Descriptor instead.
 func (*TopologySpreadConstraint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{50}
+	return file_corev1_core_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TopologySpreadConstraint) GetMaxSkew() int32 {
@@ -3502,7 +3727,7 @@ type PodSchedulingGate struct {
 
 func (x *PodSchedulingGate) Reset() {
 	*x = PodSchedulingGate{}
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3514,7 +3739,7 @@ func (x *PodSchedulingGate) String() string {
 func (*PodSchedulingGate) ProtoMessage() {}
 
 func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3527,7 +3752,7 @@ func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSchedulingGate.ProtoReflect.Descriptor instead.
 func (*PodSchedulingGate) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{51}
+	return file_corev1_core_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PodSchedulingGate) GetName() string {
@@ -3572,13 +3797,16 @@ type PodSpec struct {
 	// active_deadline_seconds: once the pod has been active this long
 	// (since status.startTime) the node kills it, Failed DeadlineExceeded.
 	ActiveDeadlineSeconds *int64 `protobuf:"varint,27,opt,name=active_deadline_seconds,json=activeDeadlineSeconds,proto3,oneof" json:"active_deadline_seconds,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// ephemeral_containers are added, never changed or removed, through the
+	// pod's ephemeralcontainers subresource.
+	EphemeralContainers []*EphemeralContainer `protobuf:"bytes,28,rep,name=ephemeral_containers,json=ephemeralContainers,proto3" json:"ephemeral_containers,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *PodSpec) Reset() {
 	*x = PodSpec{}
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3590,7 +3818,7 @@ func (x *PodSpec) String() string {
 func (*PodSpec) ProtoMessage() {}
 
 func (x *PodSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3603,7 +3831,7 @@ func (x *PodSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSpec.ProtoReflect.Descriptor instead.
 func (*PodSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{52}
+	return file_corev1_core_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PodSpec) GetVolumes() []*Volume {
@@ -3795,6 +4023,13 @@ func (x *PodSpec) GetActiveDeadlineSeconds() int64 {
 	return 0
 }
 
+func (x *PodSpec) GetEphemeralContainers() []*EphemeralContainer {
+	if x != nil {
+		return x.EphemeralContainers
+	}
+	return nil
+}
+
 // PodDNSConfig is what a pod adds to (or, with dnsPolicy None, all of) its
 // resolv.conf.
 type PodDNSConfig struct {
@@ -3808,7 +4043,7 @@ type PodDNSConfig struct {
 
 func (x *PodDNSConfig) Reset() {
 	*x = PodDNSConfig{}
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3820,7 +4055,7 @@ func (x *PodDNSConfig) String() string {
 func (*PodDNSConfig) ProtoMessage() {}
 
 func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3833,7 +4068,7 @@ func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfig.ProtoReflect.Descriptor instead.
 func (*PodDNSConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{53}
+	return file_corev1_core_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PodDNSConfig) GetNameservers() []string {
@@ -3867,7 +4102,7 @@ type PodDNSConfigOption struct {
 
 func (x *PodDNSConfigOption) Reset() {
 	*x = PodDNSConfigOption{}
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3879,7 +4114,7 @@ func (x *PodDNSConfigOption) String() string {
 func (*PodDNSConfigOption) ProtoMessage() {}
 
 func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3892,7 +4127,7 @@ func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfigOption.ProtoReflect.Descriptor instead.
 func (*PodDNSConfigOption) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{54}
+	return file_corev1_core_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PodDNSConfigOption) GetName() string {
@@ -3923,7 +4158,7 @@ type PodCondition struct {
 
 func (x *PodCondition) Reset() {
 	*x = PodCondition{}
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3935,7 +4170,7 @@ func (x *PodCondition) String() string {
 func (*PodCondition) ProtoMessage() {}
 
 func (x *PodCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3948,7 +4183,7 @@ func (x *PodCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodCondition.ProtoReflect.Descriptor instead.
 func (*PodCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{55}
+	return file_corev1_core_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PodCondition) GetType() string {
@@ -4003,7 +4238,7 @@ type ContainerStateWaiting struct {
 
 func (x *ContainerStateWaiting) Reset() {
 	*x = ContainerStateWaiting{}
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4015,7 +4250,7 @@ func (x *ContainerStateWaiting) String() string {
 func (*ContainerStateWaiting) ProtoMessage() {}
 
 func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4028,7 +4263,7 @@ func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateWaiting.ProtoReflect.Descriptor instead.
 func (*ContainerStateWaiting) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{56}
+	return file_corev1_core_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ContainerStateWaiting) GetReason() string {
@@ -4054,7 +4289,7 @@ type ContainerStateRunning struct {
 
 func (x *ContainerStateRunning) Reset() {
 	*x = ContainerStateRunning{}
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4066,7 +4301,7 @@ func (x *ContainerStateRunning) String() string {
 func (*ContainerStateRunning) ProtoMessage() {}
 
 func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4079,7 +4314,7 @@ func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateRunning.ProtoReflect.Descriptor instead.
 func (*ContainerStateRunning) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{57}
+	return file_corev1_core_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ContainerStateRunning) GetStartedAt() *timestamppb.Timestamp {
@@ -4104,7 +4339,7 @@ type ContainerStateTerminated struct {
 
 func (x *ContainerStateTerminated) Reset() {
 	*x = ContainerStateTerminated{}
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4116,7 +4351,7 @@ func (x *ContainerStateTerminated) String() string {
 func (*ContainerStateTerminated) ProtoMessage() {}
 
 func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4129,7 +4364,7 @@ func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateTerminated.ProtoReflect.Descriptor instead.
 func (*ContainerStateTerminated) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{58}
+	return file_corev1_core_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ContainerStateTerminated) GetExitCode() int32 {
@@ -4192,7 +4427,7 @@ type ContainerState struct {
 
 func (x *ContainerState) Reset() {
 	*x = ContainerState{}
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4204,7 +4439,7 @@ func (x *ContainerState) String() string {
 func (*ContainerState) ProtoMessage() {}
 
 func (x *ContainerState) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4217,7 +4452,7 @@ func (x *ContainerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerState.ProtoReflect.Descriptor instead.
 func (*ContainerState) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{59}
+	return file_corev1_core_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ContainerState) GetWaiting() *ContainerStateWaiting {
@@ -4258,7 +4493,7 @@ type ContainerStatus struct {
 
 func (x *ContainerStatus) Reset() {
 	*x = ContainerStatus{}
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4270,7 +4505,7 @@ func (x *ContainerStatus) String() string {
 func (*ContainerStatus) ProtoMessage() {}
 
 func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4283,7 +4518,7 @@ func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStatus.ProtoReflect.Descriptor instead.
 func (*ContainerStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{60}
+	return file_corev1_core_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ContainerStatus) GetName() string {
@@ -4358,7 +4593,7 @@ type PodIP struct {
 
 func (x *PodIP) Reset() {
 	*x = PodIP{}
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4370,7 +4605,7 @@ func (x *PodIP) String() string {
 func (*PodIP) ProtoMessage() {}
 
 func (x *PodIP) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4383,7 +4618,7 @@ func (x *PodIP) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodIP.ProtoReflect.Descriptor instead.
 func (*PodIP) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{61}
+	return file_corev1_core_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PodIP) GetIp() string {
@@ -4394,26 +4629,27 @@ func (x *PodIP) GetIp() string {
 }
 
 type PodStatus struct {
-	state                 protoimpl.MessageState `protogen:"open.v1"`
-	Phase                 string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"` // Pending, Running, Succeeded, Failed, Unknown
-	Conditions            []*PodCondition        `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	Message               string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	Reason                string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	NominatedNodeName     string                 `protobuf:"bytes,5,opt,name=nominated_node_name,json=nominatedNodeName,proto3" json:"nominated_node_name,omitempty"`
-	HostIp                string                 `protobuf:"bytes,6,opt,name=host_ip,json=hostIp,proto3" json:"host_ip,omitempty"`
-	PodIp                 string                 `protobuf:"bytes,7,opt,name=pod_ip,json=podIp,proto3" json:"pod_ip,omitempty"`
-	PodIps                []*PodIP               `protobuf:"bytes,8,rep,name=pod_ips,json=podIps,proto3" json:"pod_ips,omitempty"`
-	StartTime             *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	InitContainerStatuses []*ContainerStatus     `protobuf:"bytes,10,rep,name=init_container_statuses,json=initContainerStatuses,proto3" json:"init_container_statuses,omitempty"`
-	ContainerStatuses     []*ContainerStatus     `protobuf:"bytes,11,rep,name=container_statuses,json=containerStatuses,proto3" json:"container_statuses,omitempty"`
-	QosClass              string                 `protobuf:"bytes,12,opt,name=qos_class,json=qosClass,proto3" json:"qos_class,omitempty"` // Guaranteed, Burstable, BestEffort
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	state                      protoimpl.MessageState `protogen:"open.v1"`
+	Phase                      string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"` // Pending, Running, Succeeded, Failed, Unknown
+	Conditions                 []*PodCondition        `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	Message                    string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Reason                     string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	NominatedNodeName          string                 `protobuf:"bytes,5,opt,name=nominated_node_name,json=nominatedNodeName,proto3" json:"nominated_node_name,omitempty"`
+	HostIp                     string                 `protobuf:"bytes,6,opt,name=host_ip,json=hostIp,proto3" json:"host_ip,omitempty"`
+	PodIp                      string                 `protobuf:"bytes,7,opt,name=pod_ip,json=podIp,proto3" json:"pod_ip,omitempty"`
+	PodIps                     []*PodIP               `protobuf:"bytes,8,rep,name=pod_ips,json=podIps,proto3" json:"pod_ips,omitempty"`
+	StartTime                  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	InitContainerStatuses      []*ContainerStatus     `protobuf:"bytes,10,rep,name=init_container_statuses,json=initContainerStatuses,proto3" json:"init_container_statuses,omitempty"`
+	ContainerStatuses          []*ContainerStatus     `protobuf:"bytes,11,rep,name=container_statuses,json=containerStatuses,proto3" json:"container_statuses,omitempty"`
+	QosClass                   string                 `protobuf:"bytes,12,opt,name=qos_class,json=qosClass,proto3" json:"qos_class,omitempty"` // Guaranteed, Burstable, BestEffort
+	EphemeralContainerStatuses []*ContainerStatus     `protobuf:"bytes,13,rep,name=ephemeral_container_statuses,json=ephemeralContainerStatuses,proto3" json:"ephemeral_container_statuses,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *PodStatus) Reset() {
 	*x = PodStatus{}
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4425,7 +4661,7 @@ func (x *PodStatus) String() string {
 func (*PodStatus) ProtoMessage() {}
 
 func (x *PodStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4438,7 +4674,7 @@ func (x *PodStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatus.ProtoReflect.Descriptor instead.
 func (*PodStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{62}
+	return file_corev1_core_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PodStatus) GetPhase() string {
@@ -4525,6 +4761,13 @@ func (x *PodStatus) GetQosClass() string {
 	return ""
 }
 
+func (x *PodStatus) GetEphemeralContainerStatuses() []*ContainerStatus {
+	if x != nil {
+		return x.EphemeralContainerStatuses
+	}
+	return nil
+}
+
 type Pod struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Metadata      *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
@@ -4536,7 +4779,7 @@ type Pod struct {
 
 func (x *Pod) Reset() {
 	*x = Pod{}
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4548,7 +4791,7 @@ func (x *Pod) String() string {
 func (*Pod) ProtoMessage() {}
 
 func (x *Pod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4561,7 +4804,7 @@ func (x *Pod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pod.ProtoReflect.Descriptor instead.
 func (*Pod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{63}
+	return file_corev1_core_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Pod) GetMetadata() *ObjectMeta {
@@ -4597,7 +4840,7 @@ type Taint struct {
 
 func (x *Taint) Reset() {
 	*x = Taint{}
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4609,7 +4852,7 @@ func (x *Taint) String() string {
 func (*Taint) ProtoMessage() {}
 
 func (x *Taint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4622,7 +4865,7 @@ func (x *Taint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taint.ProtoReflect.Descriptor instead.
 func (*Taint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{64}
+	return file_corev1_core_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *Taint) GetKey() string {
@@ -4666,7 +4909,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4678,7 +4921,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4691,7 +4934,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{65}
+	return file_corev1_core_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *NodeSpec) GetPodCidr() string {
@@ -4743,7 +4986,7 @@ type NodeCondition struct {
 
 func (x *NodeCondition) Reset() {
 	*x = NodeCondition{}
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4755,7 +4998,7 @@ func (x *NodeCondition) String() string {
 func (*NodeCondition) ProtoMessage() {}
 
 func (x *NodeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4768,7 +5011,7 @@ func (x *NodeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCondition.ProtoReflect.Descriptor instead.
 func (*NodeCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{66}
+	return file_corev1_core_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *NodeCondition) GetType() string {
@@ -4823,7 +5066,7 @@ type NodeAddress struct {
 
 func (x *NodeAddress) Reset() {
 	*x = NodeAddress{}
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4835,7 +5078,7 @@ func (x *NodeAddress) String() string {
 func (*NodeAddress) ProtoMessage() {}
 
 func (x *NodeAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4848,7 +5091,7 @@ func (x *NodeAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAddress.ProtoReflect.Descriptor instead.
 func (*NodeAddress) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{67}
+	return file_corev1_core_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *NodeAddress) GetType() string {
@@ -4875,7 +5118,7 @@ type ContainerImage struct {
 
 func (x *ContainerImage) Reset() {
 	*x = ContainerImage{}
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4887,7 +5130,7 @@ func (x *ContainerImage) String() string {
 func (*ContainerImage) ProtoMessage() {}
 
 func (x *ContainerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4900,7 +5143,7 @@ func (x *ContainerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerImage.ProtoReflect.Descriptor instead.
 func (*ContainerImage) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{68}
+	return file_corev1_core_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ContainerImage) GetNames() []string {
@@ -4932,7 +5175,7 @@ type NodeSystemInfo struct {
 
 func (x *NodeSystemInfo) Reset() {
 	*x = NodeSystemInfo{}
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4944,7 +5187,7 @@ func (x *NodeSystemInfo) String() string {
 func (*NodeSystemInfo) ProtoMessage() {}
 
 func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4957,7 +5200,7 @@ func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSystemInfo.ProtoReflect.Descriptor instead.
 func (*NodeSystemInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{69}
+	return file_corev1_core_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *NodeSystemInfo) GetMachineId() string {
@@ -5024,7 +5267,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5036,7 +5279,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5049,7 +5292,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{70}
+	return file_corev1_core_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *NodeStatus) GetCapacity() map[string]string {
@@ -5112,7 +5355,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5124,7 +5367,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5137,7 +5380,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{71}
+	return file_corev1_core_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -5175,7 +5418,7 @@ type ServicePort struct {
 
 func (x *ServicePort) Reset() {
 	*x = ServicePort{}
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5187,7 +5430,7 @@ func (x *ServicePort) String() string {
 func (*ServicePort) ProtoMessage() {}
 
 func (x *ServicePort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5200,7 +5443,7 @@ func (x *ServicePort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePort.ProtoReflect.Descriptor instead.
 func (*ServicePort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{72}
+	return file_corev1_core_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ServicePort) GetName() string {
@@ -5261,7 +5504,7 @@ type ServiceSpec struct {
 
 func (x *ServiceSpec) Reset() {
 	*x = ServiceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5273,7 +5516,7 @@ func (x *ServiceSpec) String() string {
 func (*ServiceSpec) ProtoMessage() {}
 
 func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5286,7 +5529,7 @@ func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceSpec.ProtoReflect.Descriptor instead.
 func (*ServiceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{73}
+	return file_corev1_core_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ServiceSpec) GetPorts() []*ServicePort {
@@ -5355,7 +5598,7 @@ type SessionAffinityConfig struct {
 
 func (x *SessionAffinityConfig) Reset() {
 	*x = SessionAffinityConfig{}
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5367,7 +5610,7 @@ func (x *SessionAffinityConfig) String() string {
 func (*SessionAffinityConfig) ProtoMessage() {}
 
 func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5380,7 +5623,7 @@ func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAffinityConfig.ProtoReflect.Descriptor instead.
 func (*SessionAffinityConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{74}
+	return file_corev1_core_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SessionAffinityConfig) GetClientIp() *ClientIPConfig {
@@ -5402,7 +5645,7 @@ type ClientIPConfig struct {
 
 func (x *ClientIPConfig) Reset() {
 	*x = ClientIPConfig{}
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5414,7 +5657,7 @@ func (x *ClientIPConfig) String() string {
 func (*ClientIPConfig) ProtoMessage() {}
 
 func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5427,7 +5670,7 @@ func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientIPConfig.ProtoReflect.Descriptor instead.
 func (*ClientIPConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{75}
+	return file_corev1_core_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ClientIPConfig) GetTimeoutSeconds() int32 {
@@ -5445,7 +5688,7 @@ type ServiceStatus struct {
 
 func (x *ServiceStatus) Reset() {
 	*x = ServiceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5457,7 +5700,7 @@ func (x *ServiceStatus) String() string {
 func (*ServiceStatus) ProtoMessage() {}
 
 func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5470,7 +5713,7 @@ func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStatus.ProtoReflect.Descriptor instead.
 func (*ServiceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{76}
+	return file_corev1_core_proto_rawDescGZIP(), []int{77}
 }
 
 type Service struct {
@@ -5484,7 +5727,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5496,7 +5739,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5509,7 +5752,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{77}
+	return file_corev1_core_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *Service) GetMetadata() *ObjectMeta {
@@ -5544,7 +5787,7 @@ type EndpointConditions struct {
 
 func (x *EndpointConditions) Reset() {
 	*x = EndpointConditions{}
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5556,7 +5799,7 @@ func (x *EndpointConditions) String() string {
 func (*EndpointConditions) ProtoMessage() {}
 
 func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5569,7 +5812,7 @@ func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointConditions.ProtoReflect.Descriptor instead.
 func (*EndpointConditions) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{78}
+	return file_corev1_core_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *EndpointConditions) GetReady() bool {
@@ -5608,7 +5851,7 @@ type ObjectReference struct {
 
 func (x *ObjectReference) Reset() {
 	*x = ObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5620,7 +5863,7 @@ func (x *ObjectReference) String() string {
 func (*ObjectReference) ProtoMessage() {}
 
 func (x *ObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5633,7 +5876,7 @@ func (x *ObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReference.ProtoReflect.Descriptor instead.
 func (*ObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{79}
+	return file_corev1_core_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ObjectReference) GetKind() string {
@@ -5698,7 +5941,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5710,7 +5953,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5723,7 +5966,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{80}
+	return file_corev1_core_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *Endpoint) GetAddresses() []string {
@@ -5773,7 +6016,7 @@ type EndpointPort struct {
 
 func (x *EndpointPort) Reset() {
 	*x = EndpointPort{}
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5785,7 +6028,7 @@ func (x *EndpointPort) String() string {
 func (*EndpointPort) ProtoMessage() {}
 
 func (x *EndpointPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5798,7 +6041,7 @@ func (x *EndpointPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPort.ProtoReflect.Descriptor instead.
 func (*EndpointPort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{81}
+	return file_corev1_core_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *EndpointPort) GetName() string {
@@ -5842,7 +6085,7 @@ type EndpointSlice struct {
 
 func (x *EndpointSlice) Reset() {
 	*x = EndpointSlice{}
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5854,7 +6097,7 @@ func (x *EndpointSlice) String() string {
 func (*EndpointSlice) ProtoMessage() {}
 
 func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5867,7 +6110,7 @@ func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointSlice.ProtoReflect.Descriptor instead.
 func (*EndpointSlice) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{82}
+	return file_corev1_core_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *EndpointSlice) GetMetadata() *ObjectMeta {
@@ -5907,7 +6150,7 @@ type NamespaceSpec struct {
 
 func (x *NamespaceSpec) Reset() {
 	*x = NamespaceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5919,7 +6162,7 @@ func (x *NamespaceSpec) String() string {
 func (*NamespaceSpec) ProtoMessage() {}
 
 func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5932,7 +6175,7 @@ func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSpec.ProtoReflect.Descriptor instead.
 func (*NamespaceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{83}
+	return file_corev1_core_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *NamespaceSpec) GetFinalizers() []string {
@@ -5955,7 +6198,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5967,7 +6210,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5980,7 +6223,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{84}
+	return file_corev1_core_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *NamespaceStatus) GetPhase() string {
@@ -6010,7 +6253,7 @@ type NamespaceCondition struct {
 
 func (x *NamespaceCondition) Reset() {
 	*x = NamespaceCondition{}
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6022,7 +6265,7 @@ func (x *NamespaceCondition) String() string {
 func (*NamespaceCondition) ProtoMessage() {}
 
 func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6035,7 +6278,7 @@ func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCondition.ProtoReflect.Descriptor instead.
 func (*NamespaceCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{85}
+	return file_corev1_core_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *NamespaceCondition) GetType() string {
@@ -6084,7 +6327,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6096,7 +6339,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6109,7 +6352,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{86}
+	return file_corev1_core_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *Namespace) GetMetadata() *ObjectMeta {
@@ -6142,7 +6385,7 @@ type LocalObjectReference struct {
 
 func (x *LocalObjectReference) Reset() {
 	*x = LocalObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6154,7 +6397,7 @@ func (x *LocalObjectReference) String() string {
 func (*LocalObjectReference) ProtoMessage() {}
 
 func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6167,7 +6410,7 @@ func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalObjectReference.ProtoReflect.Descriptor instead.
 func (*LocalObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{87}
+	return file_corev1_core_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *LocalObjectReference) GetName() string {
@@ -6189,7 +6432,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6201,7 +6444,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6214,7 +6457,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{88}
+	return file_corev1_core_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ServiceAccount) GetMetadata() *ObjectMeta {
@@ -6257,7 +6500,7 @@ type ConfigMap struct {
 
 func (x *ConfigMap) Reset() {
 	*x = ConfigMap{}
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6269,7 +6512,7 @@ func (x *ConfigMap) String() string {
 func (*ConfigMap) ProtoMessage() {}
 
 func (x *ConfigMap) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6282,7 +6525,7 @@ func (x *ConfigMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMap.ProtoReflect.Descriptor instead.
 func (*ConfigMap) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{89}
+	return file_corev1_core_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ConfigMap) GetMetadata() *ObjectMeta {
@@ -6325,7 +6568,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6337,7 +6580,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6350,7 +6593,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{90}
+	return file_corev1_core_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *Secret) GetMetadata() *ObjectMeta {
@@ -6394,7 +6637,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6406,7 +6649,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6419,7 +6662,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{91}
+	return file_corev1_core_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *PolicyRule) GetVerbs() []string {
@@ -6467,7 +6710,7 @@ type Role struct {
 
 func (x *Role) Reset() {
 	*x = Role{}
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6479,7 +6722,7 @@ func (x *Role) String() string {
 func (*Role) ProtoMessage() {}
 
 func (x *Role) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6492,7 +6735,7 @@ func (x *Role) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Role.ProtoReflect.Descriptor instead.
 func (*Role) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{92}
+	return file_corev1_core_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *Role) GetMetadata() *ObjectMeta {
@@ -6519,7 +6762,7 @@ type ClusterRole struct {
 
 func (x *ClusterRole) Reset() {
 	*x = ClusterRole{}
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6531,7 +6774,7 @@ func (x *ClusterRole) String() string {
 func (*ClusterRole) ProtoMessage() {}
 
 func (x *ClusterRole) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6544,7 +6787,7 @@ func (x *ClusterRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRole.ProtoReflect.Descriptor instead.
 func (*ClusterRole) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{93}
+	return file_corev1_core_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ClusterRole) GetMetadata() *ObjectMeta {
@@ -6573,7 +6816,7 @@ type Subject struct {
 
 func (x *Subject) Reset() {
 	*x = Subject{}
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6585,7 +6828,7 @@ func (x *Subject) String() string {
 func (*Subject) ProtoMessage() {}
 
 func (x *Subject) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6598,7 +6841,7 @@ func (x *Subject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subject.ProtoReflect.Descriptor instead.
 func (*Subject) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+	return file_corev1_core_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *Subject) GetKind() string {
@@ -6640,7 +6883,7 @@ type RoleRef struct {
 
 func (x *RoleRef) Reset() {
 	*x = RoleRef{}
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6652,7 +6895,7 @@ func (x *RoleRef) String() string {
 func (*RoleRef) ProtoMessage() {}
 
 func (x *RoleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6665,7 +6908,7 @@ func (x *RoleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleRef.ProtoReflect.Descriptor instead.
 func (*RoleRef) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{95}
+	return file_corev1_core_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *RoleRef) GetApiGroup() string {
@@ -6700,7 +6943,7 @@ type RoleBinding struct {
 
 func (x *RoleBinding) Reset() {
 	*x = RoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6712,7 +6955,7 @@ func (x *RoleBinding) String() string {
 func (*RoleBinding) ProtoMessage() {}
 
 func (x *RoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6725,7 +6968,7 @@ func (x *RoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
 func (*RoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{96}
+	return file_corev1_core_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *RoleBinding) GetMetadata() *ObjectMeta {
@@ -6760,7 +7003,7 @@ type ClusterRoleBinding struct {
 
 func (x *ClusterRoleBinding) Reset() {
 	*x = ClusterRoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6772,7 +7015,7 @@ func (x *ClusterRoleBinding) String() string {
 func (*ClusterRoleBinding) ProtoMessage() {}
 
 func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6785,7 +7028,7 @@ func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRoleBinding.ProtoReflect.Descriptor instead.
 func (*ClusterRoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{97}
+	return file_corev1_core_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ClusterRoleBinding) GetMetadata() *ObjectMeta {
@@ -6819,7 +7062,7 @@ type EventSource struct {
 
 func (x *EventSource) Reset() {
 	*x = EventSource{}
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6831,7 +7074,7 @@ func (x *EventSource) String() string {
 func (*EventSource) ProtoMessage() {}
 
 func (x *EventSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6844,7 +7087,7 @@ func (x *EventSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
 func (*EventSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{98}
+	return file_corev1_core_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *EventSource) GetComponent() string {
@@ -6882,7 +7125,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6894,7 +7137,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6907,7 +7150,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{99}
+	return file_corev1_core_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *Event) GetMetadata() *ObjectMeta {
@@ -7016,7 +7259,7 @@ type LimitRangeItem struct {
 
 func (x *LimitRangeItem) Reset() {
 	*x = LimitRangeItem{}
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7028,7 +7271,7 @@ func (x *LimitRangeItem) String() string {
 func (*LimitRangeItem) ProtoMessage() {}
 
 func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7041,7 +7284,7 @@ func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeItem.ProtoReflect.Descriptor instead.
 func (*LimitRangeItem) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{100}
+	return file_corev1_core_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *LimitRangeItem) GetType() string {
@@ -7088,7 +7331,7 @@ type LimitRangeSpec struct {
 
 func (x *LimitRangeSpec) Reset() {
 	*x = LimitRangeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7100,7 +7343,7 @@ func (x *LimitRangeSpec) String() string {
 func (*LimitRangeSpec) ProtoMessage() {}
 
 func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7113,7 +7356,7 @@ func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeSpec.ProtoReflect.Descriptor instead.
 func (*LimitRangeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{101}
+	return file_corev1_core_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *LimitRangeSpec) GetLimits() []*LimitRangeItem {
@@ -7133,7 +7376,7 @@ type LimitRange struct {
 
 func (x *LimitRange) Reset() {
 	*x = LimitRange{}
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7145,7 +7388,7 @@ func (x *LimitRange) String() string {
 func (*LimitRange) ProtoMessage() {}
 
 func (x *LimitRange) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7158,7 +7401,7 @@ func (x *LimitRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRange.ProtoReflect.Descriptor instead.
 func (*LimitRange) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{102}
+	return file_corev1_core_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *LimitRange) GetMetadata() *ObjectMeta {
@@ -7189,7 +7432,7 @@ type SidecarPolicySpec struct {
 
 func (x *SidecarPolicySpec) Reset() {
 	*x = SidecarPolicySpec{}
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7201,7 +7444,7 @@ func (x *SidecarPolicySpec) String() string {
 func (*SidecarPolicySpec) ProtoMessage() {}
 
 func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7214,7 +7457,7 @@ func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicySpec.ProtoReflect.Descriptor instead.
 func (*SidecarPolicySpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{103}
+	return file_corev1_core_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *SidecarPolicySpec) GetSelector() map[string]string {
@@ -7255,7 +7498,7 @@ type SidecarPolicy struct {
 
 func (x *SidecarPolicy) Reset() {
 	*x = SidecarPolicy{}
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7267,7 +7510,7 @@ func (x *SidecarPolicy) String() string {
 func (*SidecarPolicy) ProtoMessage() {}
 
 func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7280,7 +7523,7 @@ func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicy.ProtoReflect.Descriptor instead.
 func (*SidecarPolicy) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{104}
+	return file_corev1_core_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *SidecarPolicy) GetMetadata() *ObjectMeta {
@@ -7310,7 +7553,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7322,7 +7565,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7335,7 +7578,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{105}
+	return file_corev1_core_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *StatusCause) GetType() string {
@@ -7378,7 +7621,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7390,7 +7633,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7403,7 +7646,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{106}
+	return file_corev1_core_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *Status) GetStatus() string {
@@ -7467,7 +7710,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7479,7 +7722,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7492,7 +7735,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{107}
+	return file_corev1_core_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -7530,7 +7773,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7542,7 +7785,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7555,7 +7798,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{108}
+	return file_corev1_core_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -7586,7 +7829,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7598,7 +7841,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7611,7 +7854,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{109}
+	return file_corev1_core_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -7670,7 +7913,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7682,7 +7925,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7695,7 +7938,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{110}
+	return file_corev1_core_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -7944,7 +8187,34 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x05stdin\x18\x14 \x01(\bR\x05stdin\x12\x1d\n" +
 	"\n" +
 	"stdin_once\x18\x15 \x01(\bR\tstdinOnce\x12\x10\n" +
-	"\x03tty\x18\x16 \x01(\bR\x03tty\"S\n" +
+	"\x03tty\x18\x16 \x01(\bR\x03tty\"\xbb\b\n" +
+	"\x12EphemeralContainer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\x12\x12\n" +
+	"\x04args\x18\x04 \x03(\tR\x04args\x12\x1f\n" +
+	"\vworking_dir\x18\x05 \x01(\tR\n" +
+	"workingDir\x124\n" +
+	"\x05ports\x18\x06 \x03(\v2\x1e.podflow.core.v1.ContainerPortR\x05ports\x12)\n" +
+	"\x03env\x18\a \x03(\v2\x17.podflow.core.v1.EnvVarR\x03env\x12C\n" +
+	"\tresources\x18\b \x01(\v2%.podflow.core.v1.ResourceRequirementsR\tresources\x12A\n" +
+	"\rvolume_mounts\x18\t \x03(\v2\x1c.podflow.core.v1.VolumeMountR\fvolumeMounts\x12=\n" +
+	"\x0eliveness_probe\x18\n" +
+	" \x01(\v2\x16.podflow.core.v1.ProbeR\rlivenessProbe\x12?\n" +
+	"\x0freadiness_probe\x18\v \x01(\v2\x16.podflow.core.v1.ProbeR\x0ereadinessProbe\x12;\n" +
+	"\rstartup_probe\x18\f \x01(\v2\x16.podflow.core.v1.ProbeR\fstartupProbe\x12*\n" +
+	"\x11image_pull_policy\x18\r \x01(\tR\x0fimagePullPolicy\x12K\n" +
+	"\x10security_context\x18\x0e \x01(\v2 .podflow.core.v1.SecurityContextR\x0fsecurityContext\x128\n" +
+	"\x18termination_message_path\x18\x0f \x01(\tR\x16terminationMessagePath\x12%\n" +
+	"\x0erestart_policy\x18\x10 \x01(\tR\rrestartPolicy\x129\n" +
+	"\benv_from\x18\x11 \x03(\v2\x1e.podflow.core.v1.EnvFromSourceR\aenvFrom\x128\n" +
+	"\tlifecycle\x18\x12 \x01(\v2\x1a.podflow.core.v1.LifecycleR\tlifecycle\x12<\n" +
+	"\x1atermination_message_policy\x18\x13 \x01(\tR\x18terminationMessagePolicy\x12\x14\n" +
+	"\x05stdin\x18\x14 \x01(\bR\x05stdin\x12\x1d\n" +
+	"\n" +
+	"stdin_once\x18\x15 \x01(\bR\tstdinOnce\x12\x10\n" +
+	"\x03tty\x18\x16 \x01(\bR\x03tty\x122\n" +
+	"\x15target_container_name\x18\x1e \x01(\tR\x13targetContainerName\"S\n" +
 	"\tKeyToPath\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x17\n" +
@@ -8066,7 +8336,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x15_node_affinity_policyB\x15\n" +
 	"\x13_node_taints_policy\"'\n" +
 	"\x11PodSchedulingGate\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xc9\r\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xa1\x0e\n" +
 	"\aPodSpec\x121\n" +
 	"\avolumes\x18\x01 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x12C\n" +
 	"\x0finit_containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x12:\n" +
@@ -8099,7 +8369,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"dns_config\x18\x18 \x01(\v2\x1d.podflow.core.v1.PodDNSConfigR\tdnsConfig\x12;\n" +
 	"\x17share_process_namespace\x18\x19 \x01(\bH\x04R\x15shareProcessNamespace\x88\x01\x01\x120\n" +
 	"\x11preemption_policy\x18\x1a \x01(\tH\x05R\x10preemptionPolicy\x88\x01\x01\x12;\n" +
-	"\x17active_deadline_seconds\x18\x1b \x01(\x03H\x06R\x15activeDeadlineSeconds\x88\x01\x01\x1a?\n" +
+	"\x17active_deadline_seconds\x18\x1b \x01(\x03H\x06R\x15activeDeadlineSeconds\x88\x01\x01\x12V\n" +
+	"\x14ephemeral_containers\x18\x1c \x03(\v2#.podflow.core.v1.EphemeralContainerR\x13ephemeralContainers\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
@@ -8160,7 +8431,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\n" +
 	"\b_started\"\x17\n" +
 	"\x05PodIP\x12\x0e\n" +
-	"\x02ip\x18\x01 \x01(\tR\x02ip\"\xa6\x04\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\"\x8a\x05\n" +
 	"\tPodStatus\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12=\n" +
 	"\n" +
@@ -8177,7 +8448,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x17init_container_statuses\x18\n" +
 	" \x03(\v2 .podflow.core.v1.ContainerStatusR\x15initContainerStatuses\x12O\n" +
 	"\x12container_statuses\x18\v \x03(\v2 .podflow.core.v1.ContainerStatusR\x11containerStatuses\x12\x1b\n" +
-	"\tqos_class\x18\f \x01(\tR\bqosClass\"\xa0\x01\n" +
+	"\tqos_class\x18\f \x01(\tR\bqosClass\x12b\n" +
+	"\x1cephemeral_container_statuses\x18\r \x03(\v2 .podflow.core.v1.ContainerStatusR\x1aephemeralContainerStatuses\"\xa0\x01\n" +
 	"\x03Pod\x127\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x12,\n" +
 	"\x04spec\x18\x02 \x01(\v2\x18.podflow.core.v1.PodSpecR\x04spec\x122\n" +
@@ -8504,7 +8776,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 129)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 130)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -8534,114 +8806,115 @@ var file_corev1_core_proto_goTypes = []any{
 	(*PodSecurityContext)(nil),                // 25: podflow.core.v1.PodSecurityContext
 	(*Sysctl)(nil),                            // 26: podflow.core.v1.Sysctl
 	(*Container)(nil),                         // 27: podflow.core.v1.Container
-	(*KeyToPath)(nil),                         // 28: podflow.core.v1.KeyToPath
-	(*EmptyDirVolumeSource)(nil),              // 29: podflow.core.v1.EmptyDirVolumeSource
-	(*ConfigMapVolumeSource)(nil),             // 30: podflow.core.v1.ConfigMapVolumeSource
-	(*SecretVolumeSource)(nil),                // 31: podflow.core.v1.SecretVolumeSource
-	(*HostPathVolumeSource)(nil),              // 32: podflow.core.v1.HostPathVolumeSource
-	(*DownwardAPIVolumeSource)(nil),           // 33: podflow.core.v1.DownwardAPIVolumeSource
-	(*DownwardAPIVolumeFile)(nil),             // 34: podflow.core.v1.DownwardAPIVolumeFile
-	(*PersistentVolumeClaimVolumeSource)(nil), // 35: podflow.core.v1.PersistentVolumeClaimVolumeSource
-	(*Volume)(nil),                            // 36: podflow.core.v1.Volume
-	(*Toleration)(nil),                        // 37: podflow.core.v1.Toleration
-	(*NodeSelectorRequirement)(nil),           // 38: podflow.core.v1.NodeSelectorRequirement
-	(*NodeSelectorTerm)(nil),                  // 39: podflow.core.v1.NodeSelectorTerm
-	(*NodeSelector)(nil),                      // 40: podflow.core.v1.NodeSelector
-	(*PreferredSchedulingTerm)(nil),           // 41: podflow.core.v1.PreferredSchedulingTerm
-	(*NodeAffinity)(nil),                      // 42: podflow.core.v1.NodeAffinity
-	(*LabelSelectorRequirement)(nil),          // 43: podflow.core.v1.LabelSelectorRequirement
-	(*LabelSelector)(nil),                     // 44: podflow.core.v1.LabelSelector
-	(*PodAffinityTerm)(nil),                   // 45: podflow.core.v1.PodAffinityTerm
-	(*WeightedPodAffinityTerm)(nil),           // 46: podflow.core.v1.WeightedPodAffinityTerm
-	(*PodAffinity)(nil),                       // 47: podflow.core.v1.PodAffinity
-	(*PodAntiAffinity)(nil),                   // 48: podflow.core.v1.PodAntiAffinity
-	(*Affinity)(nil),                          // 49: podflow.core.v1.Affinity
-	(*TopologySpreadConstraint)(nil),          // 50: podflow.core.v1.TopologySpreadConstraint
-	(*PodSchedulingGate)(nil),                 // 51: podflow.core.v1.PodSchedulingGate
-	(*PodSpec)(nil),                           // 52: podflow.core.v1.PodSpec
-	(*PodDNSConfig)(nil),                      // 53: podflow.core.v1.PodDNSConfig
-	(*PodDNSConfigOption)(nil),                // 54: podflow.core.v1.PodDNSConfigOption
-	(*PodCondition)(nil),                      // 55: podflow.core.v1.PodCondition
-	(*ContainerStateWaiting)(nil),             // 56: podflow.core.v1.ContainerStateWaiting
-	(*ContainerStateRunning)(nil),             // 57: podflow.core.v1.ContainerStateRunning
-	(*ContainerStateTerminated)(nil),          // 58: podflow.core.v1.ContainerStateTerminated
-	(*ContainerState)(nil),                    // 59: podflow.core.v1.ContainerState
-	(*ContainerStatus)(nil),                   // 60: podflow.core.v1.ContainerStatus
-	(*PodIP)(nil),                             // 61: podflow.core.v1.PodIP
-	(*PodStatus)(nil),                         // 62: podflow.core.v1.PodStatus
-	(*Pod)(nil),                               // 63: podflow.core.v1.Pod
-	(*Taint)(nil),                             // 64: podflow.core.v1.Taint
-	(*NodeSpec)(nil),                          // 65: podflow.core.v1.NodeSpec
-	(*NodeCondition)(nil),                     // 66: podflow.core.v1.NodeCondition
-	(*NodeAddress)(nil),                       // 67: podflow.core.v1.NodeAddress
-	(*ContainerImage)(nil),                    // 68: podflow.core.v1.ContainerImage
-	(*NodeSystemInfo)(nil),                    // 69: podflow.core.v1.NodeSystemInfo
-	(*NodeStatus)(nil),                        // 70: podflow.core.v1.NodeStatus
-	(*Node)(nil),                              // 71: podflow.core.v1.Node
-	(*ServicePort)(nil),                       // 72: podflow.core.v1.ServicePort
-	(*ServiceSpec)(nil),                       // 73: podflow.core.v1.ServiceSpec
-	(*SessionAffinityConfig)(nil),             // 74: podflow.core.v1.SessionAffinityConfig
-	(*ClientIPConfig)(nil),                    // 75: podflow.core.v1.ClientIPConfig
-	(*ServiceStatus)(nil),                     // 76: podflow.core.v1.ServiceStatus
-	(*Service)(nil),                           // 77: podflow.core.v1.Service
-	(*EndpointConditions)(nil),                // 78: podflow.core.v1.EndpointConditions
-	(*ObjectReference)(nil),                   // 79: podflow.core.v1.ObjectReference
-	(*Endpoint)(nil),                          // 80: podflow.core.v1.Endpoint
-	(*EndpointPort)(nil),                      // 81: podflow.core.v1.EndpointPort
-	(*EndpointSlice)(nil),                     // 82: podflow.core.v1.EndpointSlice
-	(*NamespaceSpec)(nil),                     // 83: podflow.core.v1.NamespaceSpec
-	(*NamespaceStatus)(nil),                   // 84: podflow.core.v1.NamespaceStatus
-	(*NamespaceCondition)(nil),                // 85: podflow.core.v1.NamespaceCondition
-	(*Namespace)(nil),                         // 86: podflow.core.v1.Namespace
-	(*LocalObjectReference)(nil),              // 87: podflow.core.v1.LocalObjectReference
-	(*ServiceAccount)(nil),                    // 88: podflow.core.v1.ServiceAccount
-	(*ConfigMap)(nil),                         // 89: podflow.core.v1.ConfigMap
-	(*Secret)(nil),                            // 90: podflow.core.v1.Secret
-	(*PolicyRule)(nil),                        // 91: podflow.core.v1.PolicyRule
-	(*Role)(nil),                              // 92: podflow.core.v1.Role
-	(*ClusterRole)(nil),                       // 93: podflow.core.v1.ClusterRole
-	(*Subject)(nil),                           // 94: podflow.core.v1.Subject
-	(*RoleRef)(nil),                           // 95: podflow.core.v1.RoleRef
-	(*RoleBinding)(nil),                       // 96: podflow.core.v1.RoleBinding
-	(*ClusterRoleBinding)(nil),                // 97: podflow.core.v1.ClusterRoleBinding
-	(*EventSource)(nil),                       // 98: podflow.core.v1.EventSource
-	(*Event)(nil),                             // 99: podflow.core.v1.Event
-	(*LimitRangeItem)(nil),                    // 100: podflow.core.v1.LimitRangeItem
-	(*LimitRangeSpec)(nil),                    // 101: podflow.core.v1.LimitRangeSpec
-	(*LimitRange)(nil),                        // 102: podflow.core.v1.LimitRange
-	(*SidecarPolicySpec)(nil),                 // 103: podflow.core.v1.SidecarPolicySpec
-	(*SidecarPolicy)(nil),                     // 104: podflow.core.v1.SidecarPolicy
-	(*StatusCause)(nil),                       // 105: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 106: podflow.core.v1.Status
-	(*UserInfo)(nil),                          // 107: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 108: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 109: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 110: podflow.core.v1.PriorityClass
-	nil,                                       // 111: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 112: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 113: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 114: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 115: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 116: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 117: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 118: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 119: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 120: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 121: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 122: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 123: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 124: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 125: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 126: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 127: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 128: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 129: google.protobuf.Timestamp
+	(*EphemeralContainer)(nil),                // 28: podflow.core.v1.EphemeralContainer
+	(*KeyToPath)(nil),                         // 29: podflow.core.v1.KeyToPath
+	(*EmptyDirVolumeSource)(nil),              // 30: podflow.core.v1.EmptyDirVolumeSource
+	(*ConfigMapVolumeSource)(nil),             // 31: podflow.core.v1.ConfigMapVolumeSource
+	(*SecretVolumeSource)(nil),                // 32: podflow.core.v1.SecretVolumeSource
+	(*HostPathVolumeSource)(nil),              // 33: podflow.core.v1.HostPathVolumeSource
+	(*DownwardAPIVolumeSource)(nil),           // 34: podflow.core.v1.DownwardAPIVolumeSource
+	(*DownwardAPIVolumeFile)(nil),             // 35: podflow.core.v1.DownwardAPIVolumeFile
+	(*PersistentVolumeClaimVolumeSource)(nil), // 36: podflow.core.v1.PersistentVolumeClaimVolumeSource
+	(*Volume)(nil),                            // 37: podflow.core.v1.Volume
+	(*Toleration)(nil),                        // 38: podflow.core.v1.Toleration
+	(*NodeSelectorRequirement)(nil),           // 39: podflow.core.v1.NodeSelectorRequirement
+	(*NodeSelectorTerm)(nil),                  // 40: podflow.core.v1.NodeSelectorTerm
+	(*NodeSelector)(nil),                      // 41: podflow.core.v1.NodeSelector
+	(*PreferredSchedulingTerm)(nil),           // 42: podflow.core.v1.PreferredSchedulingTerm
+	(*NodeAffinity)(nil),                      // 43: podflow.core.v1.NodeAffinity
+	(*LabelSelectorRequirement)(nil),          // 44: podflow.core.v1.LabelSelectorRequirement
+	(*LabelSelector)(nil),                     // 45: podflow.core.v1.LabelSelector
+	(*PodAffinityTerm)(nil),                   // 46: podflow.core.v1.PodAffinityTerm
+	(*WeightedPodAffinityTerm)(nil),           // 47: podflow.core.v1.WeightedPodAffinityTerm
+	(*PodAffinity)(nil),                       // 48: podflow.core.v1.PodAffinity
+	(*PodAntiAffinity)(nil),                   // 49: podflow.core.v1.PodAntiAffinity
+	(*Affinity)(nil),                          // 50: podflow.core.v1.Affinity
+	(*TopologySpreadConstraint)(nil),          // 51: podflow.core.v1.TopologySpreadConstraint
+	(*PodSchedulingGate)(nil),                 // 52: podflow.core.v1.PodSchedulingGate
+	(*PodSpec)(nil),                           // 53: podflow.core.v1.PodSpec
+	(*PodDNSConfig)(nil),                      // 54: podflow.core.v1.PodDNSConfig
+	(*PodDNSConfigOption)(nil),                // 55: podflow.core.v1.PodDNSConfigOption
+	(*PodCondition)(nil),                      // 56: podflow.core.v1.PodCondition
+	(*ContainerStateWaiting)(nil),             // 57: podflow.core.v1.ContainerStateWaiting
+	(*ContainerStateRunning)(nil),             // 58: podflow.core.v1.ContainerStateRunning
+	(*ContainerStateTerminated)(nil),          // 59: podflow.core.v1.ContainerStateTerminated
+	(*ContainerState)(nil),                    // 60: podflow.core.v1.ContainerState
+	(*ContainerStatus)(nil),                   // 61: podflow.core.v1.ContainerStatus
+	(*PodIP)(nil),                             // 62: podflow.core.v1.PodIP
+	(*PodStatus)(nil),                         // 63: podflow.core.v1.PodStatus
+	(*Pod)(nil),                               // 64: podflow.core.v1.Pod
+	(*Taint)(nil),                             // 65: podflow.core.v1.Taint
+	(*NodeSpec)(nil),                          // 66: podflow.core.v1.NodeSpec
+	(*NodeCondition)(nil),                     // 67: podflow.core.v1.NodeCondition
+	(*NodeAddress)(nil),                       // 68: podflow.core.v1.NodeAddress
+	(*ContainerImage)(nil),                    // 69: podflow.core.v1.ContainerImage
+	(*NodeSystemInfo)(nil),                    // 70: podflow.core.v1.NodeSystemInfo
+	(*NodeStatus)(nil),                        // 71: podflow.core.v1.NodeStatus
+	(*Node)(nil),                              // 72: podflow.core.v1.Node
+	(*ServicePort)(nil),                       // 73: podflow.core.v1.ServicePort
+	(*ServiceSpec)(nil),                       // 74: podflow.core.v1.ServiceSpec
+	(*SessionAffinityConfig)(nil),             // 75: podflow.core.v1.SessionAffinityConfig
+	(*ClientIPConfig)(nil),                    // 76: podflow.core.v1.ClientIPConfig
+	(*ServiceStatus)(nil),                     // 77: podflow.core.v1.ServiceStatus
+	(*Service)(nil),                           // 78: podflow.core.v1.Service
+	(*EndpointConditions)(nil),                // 79: podflow.core.v1.EndpointConditions
+	(*ObjectReference)(nil),                   // 80: podflow.core.v1.ObjectReference
+	(*Endpoint)(nil),                          // 81: podflow.core.v1.Endpoint
+	(*EndpointPort)(nil),                      // 82: podflow.core.v1.EndpointPort
+	(*EndpointSlice)(nil),                     // 83: podflow.core.v1.EndpointSlice
+	(*NamespaceSpec)(nil),                     // 84: podflow.core.v1.NamespaceSpec
+	(*NamespaceStatus)(nil),                   // 85: podflow.core.v1.NamespaceStatus
+	(*NamespaceCondition)(nil),                // 86: podflow.core.v1.NamespaceCondition
+	(*Namespace)(nil),                         // 87: podflow.core.v1.Namespace
+	(*LocalObjectReference)(nil),              // 88: podflow.core.v1.LocalObjectReference
+	(*ServiceAccount)(nil),                    // 89: podflow.core.v1.ServiceAccount
+	(*ConfigMap)(nil),                         // 90: podflow.core.v1.ConfigMap
+	(*Secret)(nil),                            // 91: podflow.core.v1.Secret
+	(*PolicyRule)(nil),                        // 92: podflow.core.v1.PolicyRule
+	(*Role)(nil),                              // 93: podflow.core.v1.Role
+	(*ClusterRole)(nil),                       // 94: podflow.core.v1.ClusterRole
+	(*Subject)(nil),                           // 95: podflow.core.v1.Subject
+	(*RoleRef)(nil),                           // 96: podflow.core.v1.RoleRef
+	(*RoleBinding)(nil),                       // 97: podflow.core.v1.RoleBinding
+	(*ClusterRoleBinding)(nil),                // 98: podflow.core.v1.ClusterRoleBinding
+	(*EventSource)(nil),                       // 99: podflow.core.v1.EventSource
+	(*Event)(nil),                             // 100: podflow.core.v1.Event
+	(*LimitRangeItem)(nil),                    // 101: podflow.core.v1.LimitRangeItem
+	(*LimitRangeSpec)(nil),                    // 102: podflow.core.v1.LimitRangeSpec
+	(*LimitRange)(nil),                        // 103: podflow.core.v1.LimitRange
+	(*SidecarPolicySpec)(nil),                 // 104: podflow.core.v1.SidecarPolicySpec
+	(*SidecarPolicy)(nil),                     // 105: podflow.core.v1.SidecarPolicy
+	(*StatusCause)(nil),                       // 106: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 107: podflow.core.v1.Status
+	(*UserInfo)(nil),                          // 108: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 109: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 110: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 111: podflow.core.v1.PriorityClass
+	nil,                                       // 112: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 113: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 114: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 115: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 116: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 117: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 118: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 119: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 120: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 121: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 122: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 123: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 124: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 125: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 126: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 127: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 128: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 129: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 130: google.protobuf.Timestamp
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	111, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	112, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	129, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	129, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	112, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	113, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	130, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	130, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	3,   // 5: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	8,   // 6: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -8650,8 +8923,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	4,   // 9: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	6,   // 10: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	7,   // 11: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	113, // 12: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	114, // 13: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	114, // 12: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	115, // 13: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	17,  // 14: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	14,  // 15: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	17,  // 16: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -8678,144 +8951,156 @@ var file_corev1_core_proto_depIdxs = []int32{
 	24,  // 37: podflow.core.v1.Container.security_context:type_name -> podflow.core.v1.SecurityContext
 	5,   // 38: podflow.core.v1.Container.env_from:type_name -> podflow.core.v1.EnvFromSource
 	20,  // 39: podflow.core.v1.Container.lifecycle:type_name -> podflow.core.v1.Lifecycle
-	28,  // 40: podflow.core.v1.ConfigMapVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
-	28,  // 41: podflow.core.v1.SecretVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
-	34,  // 42: podflow.core.v1.DownwardAPIVolumeSource.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
-	9,   // 43: podflow.core.v1.DownwardAPIVolumeFile.field_ref:type_name -> podflow.core.v1.ObjectFieldSelector
-	4,   // 44: podflow.core.v1.DownwardAPIVolumeFile.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
-	29,  // 45: podflow.core.v1.Volume.empty_dir:type_name -> podflow.core.v1.EmptyDirVolumeSource
-	30,  // 46: podflow.core.v1.Volume.config_map:type_name -> podflow.core.v1.ConfigMapVolumeSource
-	31,  // 47: podflow.core.v1.Volume.secret:type_name -> podflow.core.v1.SecretVolumeSource
-	32,  // 48: podflow.core.v1.Volume.host_path:type_name -> podflow.core.v1.HostPathVolumeSource
-	35,  // 49: podflow.core.v1.Volume.persistent_volume_claim:type_name -> podflow.core.v1.PersistentVolumeClaimVolumeSource
-	33,  // 50: podflow.core.v1.Volume.downward_api:type_name -> podflow.core.v1.DownwardAPIVolumeSource
-	38,  // 51: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
-	38,  // 52: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
-	39,  // 53: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
-	39,  // 54: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
-	40,  // 55: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
-	41,  // 56: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	115, // 57: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
-	43,  // 58: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
-	44,  // 59: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
-	44,  // 60: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
-	45,  // 61: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
-	45,  // 62: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	46,  // 63: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	45,  // 64: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	46,  // 65: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	42,  // 66: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
-	47,  // 67: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
-	48,  // 68: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
-	44,  // 69: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
-	36,  // 70: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
-	27,  // 71: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
-	27,  // 72: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	116, // 73: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
-	25,  // 74: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
-	49,  // 75: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
-	37,  // 76: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
-	50,  // 77: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
-	51,  // 78: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
-	53,  // 79: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
-	54,  // 80: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	129, // 81: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	129, // 82: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	129, // 83: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	129, // 84: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	129, // 85: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
-	56,  // 86: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
-	57,  // 87: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
-	58,  // 88: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
-	59,  // 89: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
-	59,  // 90: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
-	55,  // 91: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
-	61,  // 92: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	129, // 93: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
-	60,  // 94: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	60,  // 95: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	1,   // 96: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
-	52,  // 97: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
-	62,  // 98: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	129, // 99: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	64,  // 100: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	129, // 101: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	129, // 102: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	117, // 103: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	118, // 104: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
-	66,  // 105: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
-	67,  // 106: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
-	69,  // 107: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
-	68,  // 108: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
-	1,   // 109: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
-	65,  // 110: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
-	70,  // 111: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
-	17,  // 112: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
-	72,  // 113: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	119, // 114: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
-	74,  // 115: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
-	75,  // 116: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
-	1,   // 117: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
-	73,  // 118: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
-	76,  // 119: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
-	78,  // 120: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
-	79,  // 121: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
-	1,   // 122: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
-	80,  // 123: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
-	81,  // 124: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
-	85,  // 125: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	129, // 126: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 127: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
-	83,  // 128: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
-	84,  // 129: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
-	1,   // 130: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
-	79,  // 131: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
-	87,  // 132: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	1,   // 133: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	120, // 134: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	121, // 135: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
-	1,   // 136: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	122, // 137: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
-	1,   // 138: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
-	91,  // 139: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 140: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
-	91,  // 141: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 142: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	94,  // 143: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	95,  // 144: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 145: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	94,  // 146: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	95,  // 147: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 148: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
-	79,  // 149: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
-	98,  // 150: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	129, // 151: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	129, // 152: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	129, // 153: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	123, // 154: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	124, // 155: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	125, // 156: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	126, // 157: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
-	100, // 158: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
-	1,   // 159: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
-	101, // 160: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	127, // 161: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	27,  // 162: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
-	27,  // 163: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
-	36,  // 164: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
-	1,   // 165: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
-	103, // 166: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
-	105, // 167: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 168: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	128, // 169: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	10,  // 170: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 171: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	109, // 172: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	173, // [173:173] is the sub-list for method output_type
-	173, // [173:173] is the sub-list for method input_type
-	173, // [173:173] is the sub-list for extension type_name
-	173, // [173:173] is the sub-list for extension extendee
-	0,   // [0:173] is the sub-list for field type_name
+	10,  // 40: podflow.core.v1.EphemeralContainer.ports:type_name -> podflow.core.v1.ContainerPort
+	2,   // 41: podflow.core.v1.EphemeralContainer.env:type_name -> podflow.core.v1.EnvVar
+	11,  // 42: podflow.core.v1.EphemeralContainer.resources:type_name -> podflow.core.v1.ResourceRequirements
+	12,  // 43: podflow.core.v1.EphemeralContainer.volume_mounts:type_name -> podflow.core.v1.VolumeMount
+	21,  // 44: podflow.core.v1.EphemeralContainer.liveness_probe:type_name -> podflow.core.v1.Probe
+	21,  // 45: podflow.core.v1.EphemeralContainer.readiness_probe:type_name -> podflow.core.v1.Probe
+	21,  // 46: podflow.core.v1.EphemeralContainer.startup_probe:type_name -> podflow.core.v1.Probe
+	24,  // 47: podflow.core.v1.EphemeralContainer.security_context:type_name -> podflow.core.v1.SecurityContext
+	5,   // 48: podflow.core.v1.EphemeralContainer.env_from:type_name -> podflow.core.v1.EnvFromSource
+	20,  // 49: podflow.core.v1.EphemeralContainer.lifecycle:type_name -> podflow.core.v1.Lifecycle
+	29,  // 50: podflow.core.v1.ConfigMapVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
+	29,  // 51: podflow.core.v1.SecretVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
+	35,  // 52: podflow.core.v1.DownwardAPIVolumeSource.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
+	9,   // 53: podflow.core.v1.DownwardAPIVolumeFile.field_ref:type_name -> podflow.core.v1.ObjectFieldSelector
+	4,   // 54: podflow.core.v1.DownwardAPIVolumeFile.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
+	30,  // 55: podflow.core.v1.Volume.empty_dir:type_name -> podflow.core.v1.EmptyDirVolumeSource
+	31,  // 56: podflow.core.v1.Volume.config_map:type_name -> podflow.core.v1.ConfigMapVolumeSource
+	32,  // 57: podflow.core.v1.Volume.secret:type_name -> podflow.core.v1.SecretVolumeSource
+	33,  // 58: podflow.core.v1.Volume.host_path:type_name -> podflow.core.v1.HostPathVolumeSource
+	36,  // 59: podflow.core.v1.Volume.persistent_volume_claim:type_name -> podflow.core.v1.PersistentVolumeClaimVolumeSource
+	34,  // 60: podflow.core.v1.Volume.downward_api:type_name -> podflow.core.v1.DownwardAPIVolumeSource
+	39,  // 61: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
+	39,  // 62: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
+	40,  // 63: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
+	40,  // 64: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
+	41,  // 65: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
+	42,  // 66: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
+	116, // 67: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	44,  // 68: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
+	45,  // 69: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
+	45,  // 70: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
+	46,  // 71: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
+	46,  // 72: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	47,  // 73: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	46,  // 74: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	47,  // 75: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	43,  // 76: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
+	48,  // 77: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
+	49,  // 78: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
+	45,  // 79: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
+	37,  // 80: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
+	27,  // 81: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
+	27,  // 82: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
+	117, // 83: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	25,  // 84: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
+	50,  // 85: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
+	38,  // 86: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
+	51,  // 87: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
+	52,  // 88: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
+	54,  // 89: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
+	28,  // 90: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
+	55,  // 91: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
+	130, // 92: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	130, // 93: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	130, // 94: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	130, // 95: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	130, // 96: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	57,  // 97: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
+	58,  // 98: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
+	59,  // 99: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
+	60,  // 100: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
+	60,  // 101: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
+	56,  // 102: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
+	62,  // 103: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
+	130, // 104: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	61,  // 105: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	61,  // 106: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	61,  // 107: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	1,   // 108: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
+	53,  // 109: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
+	63,  // 110: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
+	130, // 111: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	65,  // 112: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
+	130, // 113: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	130, // 114: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	118, // 115: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	119, // 116: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	67,  // 117: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
+	68,  // 118: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
+	70,  // 119: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
+	69,  // 120: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
+	1,   // 121: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
+	66,  // 122: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
+	71,  // 123: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
+	17,  // 124: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
+	73,  // 125: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
+	120, // 126: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	75,  // 127: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
+	76,  // 128: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
+	1,   // 129: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
+	74,  // 130: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
+	77,  // 131: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
+	79,  // 132: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
+	80,  // 133: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
+	1,   // 134: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
+	81,  // 135: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
+	82,  // 136: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
+	86,  // 137: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
+	130, // 138: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 139: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
+	84,  // 140: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
+	85,  // 141: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
+	1,   // 142: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
+	80,  // 143: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
+	88,  // 144: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	1,   // 145: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
+	121, // 146: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	122, // 147: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	1,   // 148: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
+	123, // 149: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	1,   // 150: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
+	92,  // 151: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 152: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
+	92,  // 153: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 154: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	95,  // 155: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	96,  // 156: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 157: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	95,  // 158: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	96,  // 159: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 160: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
+	80,  // 161: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
+	99,  // 162: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
+	130, // 163: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	130, // 164: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	130, // 165: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	124, // 166: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	125, // 167: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	126, // 168: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	127, // 169: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	101, // 170: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
+	1,   // 171: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
+	102, // 172: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
+	128, // 173: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	27,  // 174: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
+	27,  // 175: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
+	37,  // 176: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
+	1,   // 177: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
+	104, // 178: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
+	106, // 179: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 180: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	129, // 181: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	10,  // 182: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 183: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	110, // 184: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	185, // [185:185] is the sub-list for method output_type
+	185, // [185:185] is the sub-list for method input_type
+	185, // [185:185] is the sub-list for extension type_name
+	185, // [185:185] is the sub-list for extension extendee
+	0,   // [0:185] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -8834,32 +9119,32 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[21].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[24].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[25].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[28].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[30].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[29].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[31].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[33].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[32].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[34].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[37].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[50].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[52].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[54].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[60].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[72].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[75].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[78].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[80].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[35].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[38].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[51].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[53].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[55].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[61].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[73].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[76].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[79].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[81].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[88].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[82].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[89].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[90].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[110].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[91].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[111].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   129,
+			NumMessages:   130,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

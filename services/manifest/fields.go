@@ -76,6 +76,7 @@ const (
 	testDNS         = "nodeagent/linux/dns/dns_test.go ops/e2e/linux_services_test.go services/admission/validate_test.go"
 	testRuntime     = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
 	testAttach      = "nodeagent/linux/container/attach_test.go services/manifest/fields_test.go ops/e2e/linux_kubectl_test.go"
+	testEphemeral   = "services/apiserver/ephemeral_test.go services/admission/validate_test.go"
 	testTermination = "nodeagent/termination_test.go nodeagent/linux/termination_kernel_test.go"
 	testStatus      = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
 )
@@ -224,7 +225,6 @@ var podRefused = map[string]refusal{
 
 	"spec.automountServiceAccountToken": {what: "mounting ServiceAccount tokens into containers", allow: []string{"false"}},
 	"spec.enableServiceLinks":           {what: "Service environment variables (enableServiceLinks)", allow: []string{"false"}},
-	"spec.ephemeralContainers":          {what: "ephemeral containers"},
 	"spec.evictionResponders":           {what: "eviction responders"},
 	"spec.hostAliases":                  {what: "hostAliases"},
 	"spec.hostUsers":                    {what: "user namespaces (hostUsers: false)", allow: []string{"true"}},
@@ -272,16 +272,24 @@ func init() {
 	for _, s := range networkVolumes {
 		podRefused["spec.volumes[*]."+s] = refusal{what: s + " volumes: podflow has no storage drivers"}
 	}
-	for _, c := range []string{"spec.containers[*].", "spec.initContainers[*]."} {
+	// Ephemeral containers are stored as sent through the subresource
+	// (what a container may not set refused as for the others); the node
+	// does not run them yet.
+	podHonoured["spec.ephemeralContainers"] = testEphemeral
+	for _, c := range []string{"spec.containers[*].", "spec.initContainers[*].", "spec.ephemeralContainers[*]."} {
 		for p, t := range containerHonoured {
-			podHonoured[c+p] = t
+			if !strings.HasPrefix(c, "spec.ephemeralContainers") {
+				podHonoured[c+p] = t
+			}
 		}
 		for p, r := range containerRefused {
 			podRefused[c+p] = r
 		}
 		for _, probe := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
 			for _, p := range probeHonoured {
-				podHonoured[c+probe+"."+p] = testProbes
+				if !strings.HasPrefix(c, "spec.ephemeralContainers") {
+					podHonoured[c+probe+"."+p] = testProbes
+				}
 			}
 			for p, r := range probeRefused {
 				podRefused[c+probe+"."+p] = r
