@@ -161,7 +161,8 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	}
 	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, Image: lower, LogPath: lp, Hostname: pd.GetMetadata().GetName(),
 		Args: args, Env: env, WorkingDir: wd, Mounts: mounts, NetnsPath: p.rec.Net.NetnsPath, Cgroups: cg.Paths(), Security: sec,
-		LogMaxSize: r.cfg.ContainerLogMaxSize, LogMaxFiles: r.cfg.ContainerLogMaxFiles}
+		LogMaxSize: r.cfg.ContainerLogMaxSize, LogMaxFiles: r.cfg.ContainerLogMaxFiles,
+		Stdin: c.GetStdin(), StdinOnce: c.GetStdinOnce(), TTY: c.GetTty()}
 	withPodNamespaces(&spec, pd, sysctls, p.rec.PIDNamespace)
 	t = time.Now()
 	var h *container.Container

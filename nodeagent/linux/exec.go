@@ -32,6 +32,18 @@ func (r *Runtime) ExecIn(ctx context.Context, t ExecTarget, args []string, stdio
 	return h.c.ExecStdio(ctx, args, h.meta.Env, h.meta.WorkingDir, stdio)
 }
 
+// AttachTo attaches stdio to a running container of a pod of this node
+// (kubectl attach; see container.Container.Attach): it returns when the
+// container exits or ctx ends, an error matching container.ErrNoAttach
+// when the container's shim serves no attach.
+func (r *Runtime) AttachTo(ctx context.Context, t ExecTarget, stdio container.Stdio) error {
+	h, err := r.runningContainer(t)
+	if err != nil {
+		return err
+	}
+	return h.c.Attach(ctx, stdio)
+}
+
 // runningContainer finds the running instance of t's container.
 func (r *Runtime) runningContainer(t ExecTarget) (*ctr, error) {
 	r.mu.Lock()

@@ -24,11 +24,30 @@ var _ nodeexec.Executor = linuxExec{}
 // attachPoll is how often an attach reads the container's log.
 const attachPoll = 200 * time.Millisecond
 
-// attach shows what the container writes from now on (kubectl attach):
-// its CRI log followed from its end, stdout and stderr apart, until the
-// container exits or the client leaves. The container's stdin is not
-// kept open, so what the client types is dropped.
+// attach connects the session to the container's stdio (kubectl attach),
+// held by its shim: what it writes from now on, stdout and stderr apart
+// (one stream with a terminal), and, when the container keeps stdin open,
+// what the client types; terminal resizes reach its terminal. It ends when
+// the container exits or the client leaves. A container whose shim serves
+// no attach (started by an older podflow) has its CRI log followed instead,
+// and what the client types is dropped.
 func (e linuxExec) attach(ctx context.Context, req nodeexec.Request, st nodeexec.Streams) error {
+	t := linux.ExecTarget{Namespace: req.Namespace, Pod: req.Pod, UID: req.UID, Container: req.Container}
+	err := e.rt.AttachTo(ctx, t, stdioOf(req, st))
+	switch {
+	case errors.Is(err, linux.ErrNoContainer):
+		return fmt.Errorf("%w: %v", nodeexec.ErrNotFound, err)
+	case errors.Is(err, container.ErrNoAttach):
+		return e.followLog(ctx, req, st)
+	case ctx.Err() != nil:
+		return nil // the client left
+	}
+	return err
+}
+
+// followLog shows what the container writes from now on: its CRI log
+// followed from its end, until the container exits or the client leaves.
+func (e linuxExec) followLog(ctx context.Context, req nodeexec.Request, st nodeexec.Streams) error {
 	lr := linux.LogRequest{Namespace: req.Namespace, Pod: req.Pod, Container: req.Container}
 	var c linux.LogChunk
 	for first := true; first || len(c.Data) > 0; first = false { // to the end
@@ -109,18 +128,7 @@ func (e linuxExec) Exec(ctx context.Context, req nodeexec.Request, st nodeexec.S
 		}
 		return forward(ctx, conn, st)
 	}
-	stdio := container.Stdio{Stdin: st.Stdin, Stdout: st.Stdout, Stderr: st.Stderr, TTY: req.TTY}
-	if st.Resize != nil {
-		stdio.Resize = func(ctx context.Context) (uint16, uint16, bool) {
-			select {
-			case sz, ok := <-st.Resize:
-				return sz.Width, sz.Height, ok
-			case <-ctx.Done():
-				return 0, 0, false
-			}
-		}
-	}
-	code, err := e.rt.ExecIn(ctx, t, req.Command, stdio)
+	code, err := e.rt.ExecIn(ctx, t, req.Command, stdioOf(req, st))
 	switch {
 	case errors.Is(err, linux.ErrNoContainer):
 		return fmt.Errorf("%w: %v", nodeexec.ErrNotFound, err)
@@ -156,4 +164,20 @@ func forward(ctx context.Context, conn net.Conn, st nodeexec.Streams) error {
 		return ctx.Err()
 	}
 	return err
+}
+
+// stdioOf is a session's streams as a container's stdio.
+func stdioOf(req nodeexec.Request, st nodeexec.Streams) container.Stdio {
+	stdio := container.Stdio{Stdin: st.Stdin, Stdout: st.Stdout, Stderr: st.Stderr, TTY: req.TTY}
+	if st.Resize != nil {
+		stdio.Resize = func(ctx context.Context) (uint16, uint16, bool) {
+			select {
+			case sz, ok := <-st.Resize:
+				return sz.Width, sz.Height, ok
+			case <-ctx.Done():
+				return 0, 0, false
+			}
+		}
+	}
+	return stdio
 }

@@ -2050,8 +2050,14 @@ type Container struct {
 	Lifecycle     *Lifecycle       `protobuf:"bytes,18,opt,name=lifecycle,proto3" json:"lifecycle,omitempty"`
 	// termination_message_policy: File (the default) or FallbackToLogsOnError.
 	TerminationMessagePolicy string `protobuf:"bytes,19,opt,name=termination_message_policy,json=terminationMessagePolicy,proto3" json:"termination_message_policy,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// stdin keeps the container's stdin open (kubectl attach -i, run -i);
+	// stdin_once closes it when the first attach ends; tty gives the
+	// container a pseudo-terminal.
+	Stdin         bool `protobuf:"varint,20,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	StdinOnce     bool `protobuf:"varint,21,opt,name=stdin_once,json=stdinOnce,proto3" json:"stdin_once,omitempty"`
+	Tty           bool `protobuf:"varint,22,opt,name=tty,proto3" json:"tty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Container) Reset() {
@@ -2217,6 +2223,252 @@ func (x *Container) GetTerminationMessagePolicy() string {
 	return ""
 }
 
+func (x *Container) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *Container) GetStdinOnce() bool {
+	if x != nil {
+		return x.StdinOnce
+	}
+	return false
+}
+
+func (x *Container) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+// EphemeralContainer is a container added to a running pod through its
+// ephemeralcontainers subresource (kubectl debug). Its fields have
+// Container's numbers (the two messages are wire compatible; the node
+// reads one as a Container), plus the container whose PID namespace it
+// joins.
+type EphemeralContainer struct {
+	state                    protoimpl.MessageState `protogen:"open.v1"`
+	Name                     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Image                    string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Command                  []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	Args                     []string               `protobuf:"bytes,4,rep,name=args,proto3" json:"args,omitempty"`
+	WorkingDir               string                 `protobuf:"bytes,5,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	Ports                    []*ContainerPort       `protobuf:"bytes,6,rep,name=ports,proto3" json:"ports,omitempty"`
+	Env                      []*EnvVar              `protobuf:"bytes,7,rep,name=env,proto3" json:"env,omitempty"`
+	Resources                *ResourceRequirements  `protobuf:"bytes,8,opt,name=resources,proto3" json:"resources,omitempty"`
+	VolumeMounts             []*VolumeMount         `protobuf:"bytes,9,rep,name=volume_mounts,json=volumeMounts,proto3" json:"volume_mounts,omitempty"`
+	LivenessProbe            *Probe                 `protobuf:"bytes,10,opt,name=liveness_probe,json=livenessProbe,proto3" json:"liveness_probe,omitempty"`
+	ReadinessProbe           *Probe                 `protobuf:"bytes,11,opt,name=readiness_probe,json=readinessProbe,proto3" json:"readiness_probe,omitempty"`
+	StartupProbe             *Probe                 `protobuf:"bytes,12,opt,name=startup_probe,json=startupProbe,proto3" json:"startup_probe,omitempty"`
+	ImagePullPolicy          string                 `protobuf:"bytes,13,opt,name=image_pull_policy,json=imagePullPolicy,proto3" json:"image_pull_policy,omitempty"`
+	SecurityContext          *SecurityContext       `protobuf:"bytes,14,opt,name=security_context,json=securityContext,proto3" json:"security_context,omitempty"`
+	TerminationMessagePath   string                 `protobuf:"bytes,15,opt,name=termination_message_path,json=terminationMessagePath,proto3" json:"termination_message_path,omitempty"`
+	RestartPolicy            string                 `protobuf:"bytes,16,opt,name=restart_policy,json=restartPolicy,proto3" json:"restart_policy,omitempty"`
+	EnvFrom                  []*EnvFromSource       `protobuf:"bytes,17,rep,name=env_from,json=envFrom,proto3" json:"env_from,omitempty"`
+	Lifecycle                *Lifecycle             `protobuf:"bytes,18,opt,name=lifecycle,proto3" json:"lifecycle,omitempty"`
+	TerminationMessagePolicy string                 `protobuf:"bytes,19,opt,name=termination_message_policy,json=terminationMessagePolicy,proto3" json:"termination_message_policy,omitempty"`
+	Stdin                    bool                   `protobuf:"varint,20,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	StdinOnce                bool                   `protobuf:"varint,21,opt,name=stdin_once,json=stdinOnce,proto3" json:"stdin_once,omitempty"`
+	Tty                      bool                   `protobuf:"varint,22,opt,name=tty,proto3" json:"tty,omitempty"`
+	TargetContainerName      string                 `protobuf:"bytes,30,opt,name=target_container_name,json=targetContainerName,proto3" json:"target_container_name,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *EphemeralContainer) Reset() {
+	*x = EphemeralContainer{}
+	mi := &file_corev1_core_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EphemeralContainer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EphemeralContainer) ProtoMessage() {}
+
+func (x *EphemeralContainer) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EphemeralContainer.ProtoReflect.Descriptor instead.
+func (*EphemeralContainer) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *EphemeralContainer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetWorkingDir() string {
+	if x != nil {
+		return x.WorkingDir
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetPorts() []*ContainerPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetEnv() []*EnvVar {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetResources() *ResourceRequirements {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetVolumeMounts() []*VolumeMount {
+	if x != nil {
+		return x.VolumeMounts
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetLivenessProbe() *Probe {
+	if x != nil {
+		return x.LivenessProbe
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetReadinessProbe() *Probe {
+	if x != nil {
+		return x.ReadinessProbe
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetStartupProbe() *Probe {
+	if x != nil {
+		return x.StartupProbe
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetImagePullPolicy() string {
+	if x != nil {
+		return x.ImagePullPolicy
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetSecurityContext() *SecurityContext {
+	if x != nil {
+		return x.SecurityContext
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetTerminationMessagePath() string {
+	if x != nil {
+		return x.TerminationMessagePath
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetRestartPolicy() string {
+	if x != nil {
+		return x.RestartPolicy
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetEnvFrom() []*EnvFromSource {
+	if x != nil {
+		return x.EnvFrom
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetLifecycle() *Lifecycle {
+	if x != nil {
+		return x.Lifecycle
+	}
+	return nil
+}
+
+func (x *EphemeralContainer) GetTerminationMessagePolicy() string {
+	if x != nil {
+		return x.TerminationMessagePolicy
+	}
+	return ""
+}
+
+func (x *EphemeralContainer) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *EphemeralContainer) GetStdinOnce() bool {
+	if x != nil {
+		return x.StdinOnce
+	}
+	return false
+}
+
+func (x *EphemeralContainer) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *EphemeralContainer) GetTargetContainerName() string {
+	if x != nil {
+		return x.TargetContainerName
+	}
+	return ""
+}
+
 type KeyToPath struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2228,7 +2480,7 @@ type KeyToPath struct {
 
 func (x *KeyToPath) Reset() {
 	*x = KeyToPath{}
-	mi := &file_corev1_core_proto_msgTypes[30]
+	mi := &file_corev1_core_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2492,7 @@ func (x *KeyToPath) String() string {
 func (*KeyToPath) ProtoMessage() {}
 
 func (x *KeyToPath) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[30]
+	mi := &file_corev1_core_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2505,7 @@ func (x *KeyToPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyToPath.ProtoReflect.Descriptor instead.
 func (*KeyToPath) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{30}
+	return file_corev1_core_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KeyToPath) GetKey() string {
@@ -2287,7 +2539,7 @@ type EmptyDirVolumeSource struct {
 
 func (x *EmptyDirVolumeSource) Reset() {
 	*x = EmptyDirVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[31]
+	mi := &file_corev1_core_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2551,7 @@ func (x *EmptyDirVolumeSource) String() string {
 func (*EmptyDirVolumeSource) ProtoMessage() {}
 
 func (x *EmptyDirVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[31]
+	mi := &file_corev1_core_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2564,7 @@ func (x *EmptyDirVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmptyDirVolumeSource.ProtoReflect.Descriptor instead.
 func (*EmptyDirVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{31}
+	return file_corev1_core_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EmptyDirVolumeSource) GetMedium() string {
@@ -2341,7 +2593,7 @@ type ConfigMapVolumeSource struct {
 
 func (x *ConfigMapVolumeSource) Reset() {
 	*x = ConfigMapVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[32]
+	mi := &file_corev1_core_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2605,7 @@ func (x *ConfigMapVolumeSource) String() string {
 func (*ConfigMapVolumeSource) ProtoMessage() {}
 
 func (x *ConfigMapVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[32]
+	mi := &file_corev1_core_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2618,7 @@ func (x *ConfigMapVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMapVolumeSource.ProtoReflect.Descriptor instead.
 func (*ConfigMapVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{32}
+	return file_corev1_core_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ConfigMapVolumeSource) GetName() string {
@@ -2409,7 +2661,7 @@ type SecretVolumeSource struct {
 
 func (x *SecretVolumeSource) Reset() {
 	*x = SecretVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[33]
+	mi := &file_corev1_core_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2673,7 @@ func (x *SecretVolumeSource) String() string {
 func (*SecretVolumeSource) ProtoMessage() {}
 
 func (x *SecretVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[33]
+	mi := &file_corev1_core_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2686,7 @@ func (x *SecretVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretVolumeSource.ProtoReflect.Descriptor instead.
 func (*SecretVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{33}
+	return file_corev1_core_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SecretVolumeSource) GetSecretName() string {
@@ -2475,7 +2727,7 @@ type HostPathVolumeSource struct {
 
 func (x *HostPathVolumeSource) Reset() {
 	*x = HostPathVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[34]
+	mi := &file_corev1_core_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2739,7 @@ func (x *HostPathVolumeSource) String() string {
 func (*HostPathVolumeSource) ProtoMessage() {}
 
 func (x *HostPathVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[34]
+	mi := &file_corev1_core_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2752,7 @@ func (x *HostPathVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPathVolumeSource.ProtoReflect.Descriptor instead.
 func (*HostPathVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{34}
+	return file_corev1_core_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HostPathVolumeSource) GetPath() string {
@@ -2530,7 +2782,7 @@ type DownwardAPIVolumeSource struct {
 
 func (x *DownwardAPIVolumeSource) Reset() {
 	*x = DownwardAPIVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[35]
+	mi := &file_corev1_core_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2794,7 @@ func (x *DownwardAPIVolumeSource) String() string {
 func (*DownwardAPIVolumeSource) ProtoMessage() {}
 
 func (x *DownwardAPIVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[35]
+	mi := &file_corev1_core_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2807,7 @@ func (x *DownwardAPIVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIVolumeSource.ProtoReflect.Descriptor instead.
 func (*DownwardAPIVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{35}
+	return file_corev1_core_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DownwardAPIVolumeSource) GetItems() []*DownwardAPIVolumeFile {
@@ -2584,7 +2836,7 @@ type DownwardAPIVolumeFile struct {
 
 func (x *DownwardAPIVolumeFile) Reset() {
 	*x = DownwardAPIVolumeFile{}
-	mi := &file_corev1_core_proto_msgTypes[36]
+	mi := &file_corev1_core_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2596,7 +2848,7 @@ func (x *DownwardAPIVolumeFile) String() string {
 func (*DownwardAPIVolumeFile) ProtoMessage() {}
 
 func (x *DownwardAPIVolumeFile) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[36]
+	mi := &file_corev1_core_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2609,7 +2861,7 @@ func (x *DownwardAPIVolumeFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIVolumeFile.ProtoReflect.Descriptor instead.
 func (*DownwardAPIVolumeFile) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{36}
+	return file_corev1_core_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DownwardAPIVolumeFile) GetPath() string {
@@ -2650,7 +2902,7 @@ type PersistentVolumeClaimVolumeSource struct {
 
 func (x *PersistentVolumeClaimVolumeSource) Reset() {
 	*x = PersistentVolumeClaimVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[37]
+	mi := &file_corev1_core_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +2914,7 @@ func (x *PersistentVolumeClaimVolumeSource) String() string {
 func (*PersistentVolumeClaimVolumeSource) ProtoMessage() {}
 
 func (x *PersistentVolumeClaimVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[37]
+	mi := &file_corev1_core_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +2927,7 @@ func (x *PersistentVolumeClaimVolumeSource) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use PersistentVolumeClaimVolumeSource.ProtoReflect.Descriptor instead.
 func (*PersistentVolumeClaimVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{37}
+	return file_corev1_core_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PersistentVolumeClaimVolumeSource) GetClaimName() string {
@@ -2708,7 +2960,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_corev1_core_proto_msgTypes[38]
+	mi := &file_corev1_core_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2972,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[38]
+	mi := &file_corev1_core_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2985,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{38}
+	return file_corev1_core_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Volume) GetName() string {
@@ -2806,7 +3058,7 @@ type ProjectedVolumeSource struct {
 
 func (x *ProjectedVolumeSource) Reset() {
 	*x = ProjectedVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[39]
+	mi := &file_corev1_core_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +3070,7 @@ func (x *ProjectedVolumeSource) String() string {
 func (*ProjectedVolumeSource) ProtoMessage() {}
 
 func (x *ProjectedVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[39]
+	mi := &file_corev1_core_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +3083,7 @@ func (x *ProjectedVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectedVolumeSource.ProtoReflect.Descriptor instead.
 func (*ProjectedVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{39}
+	return file_corev1_core_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ProjectedVolumeSource) GetSources() []*VolumeProjection {
@@ -2861,7 +3113,7 @@ type VolumeProjection struct {
 
 func (x *VolumeProjection) Reset() {
 	*x = VolumeProjection{}
-	mi := &file_corev1_core_proto_msgTypes[40]
+	mi := &file_corev1_core_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3125,7 @@ func (x *VolumeProjection) String() string {
 func (*VolumeProjection) ProtoMessage() {}
 
 func (x *VolumeProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[40]
+	mi := &file_corev1_core_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3138,7 @@ func (x *VolumeProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeProjection.ProtoReflect.Descriptor instead.
 func (*VolumeProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{40}
+	return file_corev1_core_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *VolumeProjection) GetConfigMap() *ConfigMapProjection {
@@ -2921,7 +3173,7 @@ type ConfigMapProjection struct {
 
 func (x *ConfigMapProjection) Reset() {
 	*x = ConfigMapProjection{}
-	mi := &file_corev1_core_proto_msgTypes[41]
+	mi := &file_corev1_core_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3185,7 @@ func (x *ConfigMapProjection) String() string {
 func (*ConfigMapProjection) ProtoMessage() {}
 
 func (x *ConfigMapProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[41]
+	mi := &file_corev1_core_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3198,7 @@ func (x *ConfigMapProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMapProjection.ProtoReflect.Descriptor instead.
 func (*ConfigMapProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{41}
+	return file_corev1_core_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ConfigMapProjection) GetName() string {
@@ -2981,7 +3233,7 @@ type SecretProjection struct {
 
 func (x *SecretProjection) Reset() {
 	*x = SecretProjection{}
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3245,7 @@ func (x *SecretProjection) String() string {
 func (*SecretProjection) ProtoMessage() {}
 
 func (x *SecretProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3258,7 @@ func (x *SecretProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretProjection.ProtoReflect.Descriptor instead.
 func (*SecretProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{42}
+	return file_corev1_core_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SecretProjection) GetName() string {
@@ -3039,7 +3291,7 @@ type DownwardAPIProjection struct {
 
 func (x *DownwardAPIProjection) Reset() {
 	*x = DownwardAPIProjection{}
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3303,7 @@ func (x *DownwardAPIProjection) String() string {
 func (*DownwardAPIProjection) ProtoMessage() {}
 
 func (x *DownwardAPIProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3316,7 @@ func (x *DownwardAPIProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIProjection.ProtoReflect.Descriptor instead.
 func (*DownwardAPIProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{43}
+	return file_corev1_core_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DownwardAPIProjection) GetItems() []*DownwardAPIVolumeFile {
@@ -3087,7 +3339,7 @@ type Toleration struct {
 
 func (x *Toleration) Reset() {
 	*x = Toleration{}
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3099,7 +3351,7 @@ func (x *Toleration) String() string {
 func (*Toleration) ProtoMessage() {}
 
 func (x *Toleration) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3112,7 +3364,7 @@ func (x *Toleration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Toleration.ProtoReflect.Descriptor instead.
 func (*Toleration) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{44}
+	return file_corev1_core_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Toleration) GetKey() string {
@@ -3161,7 +3413,7 @@ type NodeSelectorRequirement struct {
 
 func (x *NodeSelectorRequirement) Reset() {
 	*x = NodeSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3425,7 @@ func (x *NodeSelectorRequirement) String() string {
 func (*NodeSelectorRequirement) ProtoMessage() {}
 
 func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3438,7 @@ func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*NodeSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{45}
+	return file_corev1_core_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *NodeSelectorRequirement) GetKey() string {
@@ -3220,7 +3472,7 @@ type NodeSelectorTerm struct {
 
 func (x *NodeSelectorTerm) Reset() {
 	*x = NodeSelectorTerm{}
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3484,7 @@ func (x *NodeSelectorTerm) String() string {
 func (*NodeSelectorTerm) ProtoMessage() {}
 
 func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3497,7 @@ func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorTerm.ProtoReflect.Descriptor instead.
 func (*NodeSelectorTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{46}
+	return file_corev1_core_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeSelectorTerm) GetMatchExpressions() []*NodeSelectorRequirement {
@@ -3271,7 +3523,7 @@ type NodeSelector struct {
 
 func (x *NodeSelector) Reset() {
 	*x = NodeSelector{}
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3283,7 +3535,7 @@ func (x *NodeSelector) String() string {
 func (*NodeSelector) ProtoMessage() {}
 
 func (x *NodeSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3296,7 +3548,7 @@ func (x *NodeSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelector.ProtoReflect.Descriptor instead.
 func (*NodeSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{47}
+	return file_corev1_core_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeSelector) GetNodeSelectorTerms() []*NodeSelectorTerm {
@@ -3316,7 +3568,7 @@ type PreferredSchedulingTerm struct {
 
 func (x *PreferredSchedulingTerm) Reset() {
 	*x = PreferredSchedulingTerm{}
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3580,7 @@ func (x *PreferredSchedulingTerm) String() string {
 func (*PreferredSchedulingTerm) ProtoMessage() {}
 
 func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3593,7 @@ func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreferredSchedulingTerm.ProtoReflect.Descriptor instead.
 func (*PreferredSchedulingTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{48}
+	return file_corev1_core_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PreferredSchedulingTerm) GetWeight() int32 {
@@ -3368,7 +3620,7 @@ type NodeAffinity struct {
 
 func (x *NodeAffinity) Reset() {
 	*x = NodeAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +3632,7 @@ func (x *NodeAffinity) String() string {
 func (*NodeAffinity) ProtoMessage() {}
 
 func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +3645,7 @@ func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAffinity.ProtoReflect.Descriptor instead.
 func (*NodeAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{49}
+	return file_corev1_core_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NodeAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() *NodeSelector {
@@ -3421,7 +3673,7 @@ type LabelSelectorRequirement struct {
 
 func (x *LabelSelectorRequirement) Reset() {
 	*x = LabelSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3685,7 @@ func (x *LabelSelectorRequirement) String() string {
 func (*LabelSelectorRequirement) ProtoMessage() {}
 
 func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3698,7 @@ func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*LabelSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{50}
+	return file_corev1_core_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LabelSelectorRequirement) GetKey() string {
@@ -3483,7 +3735,7 @@ type LabelSelector struct {
 
 func (x *LabelSelector) Reset() {
 	*x = LabelSelector{}
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3495,7 +3747,7 @@ func (x *LabelSelector) String() string {
 func (*LabelSelector) ProtoMessage() {}
 
 func (x *LabelSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3508,7 +3760,7 @@ func (x *LabelSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelector.ProtoReflect.Descriptor instead.
 func (*LabelSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{51}
+	return file_corev1_core_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *LabelSelector) GetMatchLabels() map[string]string {
@@ -3539,7 +3791,7 @@ type PodAffinityTerm struct {
 
 func (x *PodAffinityTerm) Reset() {
 	*x = PodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3803,7 @@ func (x *PodAffinityTerm) String() string {
 func (*PodAffinityTerm) ProtoMessage() {}
 
 func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3816,7 @@ func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*PodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{52}
+	return file_corev1_core_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PodAffinityTerm) GetLabelSelector() *LabelSelector {
@@ -3619,7 +3871,7 @@ type WeightedPodAffinityTerm struct {
 
 func (x *WeightedPodAffinityTerm) Reset() {
 	*x = WeightedPodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3631,7 +3883,7 @@ func (x *WeightedPodAffinityTerm) String() string {
 func (*WeightedPodAffinityTerm) ProtoMessage() {}
 
 func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3644,7 +3896,7 @@ func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightedPodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*WeightedPodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{53}
+	return file_corev1_core_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WeightedPodAffinityTerm) GetWeight() int32 {
@@ -3671,7 +3923,7 @@ type PodAffinity struct {
 
 func (x *PodAffinity) Reset() {
 	*x = PodAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3683,7 +3935,7 @@ func (x *PodAffinity) String() string {
 func (*PodAffinity) ProtoMessage() {}
 
 func (x *PodAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3696,7 +3948,7 @@ func (x *PodAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinity.ProtoReflect.Descriptor instead.
 func (*PodAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{54}
+	return file_corev1_core_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PodAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -3723,7 +3975,7 @@ type PodAntiAffinity struct {
 
 func (x *PodAntiAffinity) Reset() {
 	*x = PodAntiAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +3987,7 @@ func (x *PodAntiAffinity) String() string {
 func (*PodAntiAffinity) ProtoMessage() {}
 
 func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +4000,7 @@ func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAntiAffinity.ProtoReflect.Descriptor instead.
 func (*PodAntiAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{55}
+	return file_corev1_core_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PodAntiAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -3776,7 +4028,7 @@ type Affinity struct {
 
 func (x *Affinity) Reset() {
 	*x = Affinity{}
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3788,7 +4040,7 @@ func (x *Affinity) String() string {
 func (*Affinity) ProtoMessage() {}
 
 func (x *Affinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3801,7 +4053,7 @@ func (x *Affinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Affinity.ProtoReflect.Descriptor instead.
 func (*Affinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{56}
+	return file_corev1_core_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Affinity) GetNodeAffinity() *NodeAffinity {
@@ -3841,7 +4093,7 @@ type TopologySpreadConstraint struct {
 
 func (x *TopologySpreadConstraint) Reset() {
 	*x = TopologySpreadConstraint{}
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3853,7 +4105,7 @@ func (x *TopologySpreadConstraint) String() string {
 func (*TopologySpreadConstraint) ProtoMessage() {}
 
 func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3866,7 +4118,7 @@ func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologySpreadConstraint.ProtoReflect.Descriptor instead.
 func (*TopologySpreadConstraint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{57}
+	return file_corev1_core_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TopologySpreadConstraint) GetMaxSkew() int32 {
@@ -3934,7 +4186,7 @@ type PodSchedulingGate struct {
 
 func (x *PodSchedulingGate) Reset() {
 	*x = PodSchedulingGate{}
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3946,7 +4198,7 @@ func (x *PodSchedulingGate) String() string {
 func (*PodSchedulingGate) ProtoMessage() {}
 
 func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3959,7 +4211,7 @@ func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSchedulingGate.ProtoReflect.Descriptor instead.
 func (*PodSchedulingGate) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{58}
+	return file_corev1_core_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PodSchedulingGate) GetName() string {
@@ -4008,13 +4260,16 @@ type PodSpec struct {
 	// Secrets of the pod's namespace whose credentials the node uses to
 	// pull the pod's images.
 	ImagePullSecrets []*LocalObjectReference `protobuf:"bytes,29,rep,name=image_pull_secrets,json=imagePullSecrets,proto3" json:"image_pull_secrets,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// ephemeral_containers are added, never changed or removed, through the
+	// pod's ephemeralcontainers subresource.
+	EphemeralContainers []*EphemeralContainer `protobuf:"bytes,28,rep,name=ephemeral_containers,json=ephemeralContainers,proto3" json:"ephemeral_containers,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *PodSpec) Reset() {
 	*x = PodSpec{}
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4281,7 @@ func (x *PodSpec) String() string {
 func (*PodSpec) ProtoMessage() {}
 
 func (x *PodSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4294,7 @@ func (x *PodSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSpec.ProtoReflect.Descriptor instead.
 func (*PodSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{59}
+	return file_corev1_core_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PodSpec) GetVolumes() []*Volume {
@@ -4238,6 +4493,13 @@ func (x *PodSpec) GetImagePullSecrets() []*LocalObjectReference {
 	return nil
 }
 
+func (x *PodSpec) GetEphemeralContainers() []*EphemeralContainer {
+	if x != nil {
+		return x.EphemeralContainers
+	}
+	return nil
+}
+
 // PodDNSConfig is what a pod adds to (or, with dnsPolicy None, all of) its
 // resolv.conf.
 type PodDNSConfig struct {
@@ -4251,7 +4513,7 @@ type PodDNSConfig struct {
 
 func (x *PodDNSConfig) Reset() {
 	*x = PodDNSConfig{}
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4263,7 +4525,7 @@ func (x *PodDNSConfig) String() string {
 func (*PodDNSConfig) ProtoMessage() {}
 
 func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4276,7 +4538,7 @@ func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfig.ProtoReflect.Descriptor instead.
 func (*PodDNSConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{60}
+	return file_corev1_core_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PodDNSConfig) GetNameservers() []string {
@@ -4310,7 +4572,7 @@ type PodDNSConfigOption struct {
 
 func (x *PodDNSConfigOption) Reset() {
 	*x = PodDNSConfigOption{}
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4322,7 +4584,7 @@ func (x *PodDNSConfigOption) String() string {
 func (*PodDNSConfigOption) ProtoMessage() {}
 
 func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4335,7 +4597,7 @@ func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfigOption.ProtoReflect.Descriptor instead.
 func (*PodDNSConfigOption) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{61}
+	return file_corev1_core_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PodDNSConfigOption) GetName() string {
@@ -4366,7 +4628,7 @@ type PodCondition struct {
 
 func (x *PodCondition) Reset() {
 	*x = PodCondition{}
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4378,7 +4640,7 @@ func (x *PodCondition) String() string {
 func (*PodCondition) ProtoMessage() {}
 
 func (x *PodCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4391,7 +4653,7 @@ func (x *PodCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodCondition.ProtoReflect.Descriptor instead.
 func (*PodCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{62}
+	return file_corev1_core_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PodCondition) GetType() string {
@@ -4446,7 +4708,7 @@ type ContainerStateWaiting struct {
 
 func (x *ContainerStateWaiting) Reset() {
 	*x = ContainerStateWaiting{}
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4458,7 +4720,7 @@ func (x *ContainerStateWaiting) String() string {
 func (*ContainerStateWaiting) ProtoMessage() {}
 
 func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4471,7 +4733,7 @@ func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateWaiting.ProtoReflect.Descriptor instead.
 func (*ContainerStateWaiting) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{63}
+	return file_corev1_core_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ContainerStateWaiting) GetReason() string {
@@ -4497,7 +4759,7 @@ type ContainerStateRunning struct {
 
 func (x *ContainerStateRunning) Reset() {
 	*x = ContainerStateRunning{}
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4509,7 +4771,7 @@ func (x *ContainerStateRunning) String() string {
 func (*ContainerStateRunning) ProtoMessage() {}
 
 func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4522,7 +4784,7 @@ func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateRunning.ProtoReflect.Descriptor instead.
 func (*ContainerStateRunning) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{64}
+	return file_corev1_core_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ContainerStateRunning) GetStartedAt() *timestamppb.Timestamp {
@@ -4547,7 +4809,7 @@ type ContainerStateTerminated struct {
 
 func (x *ContainerStateTerminated) Reset() {
 	*x = ContainerStateTerminated{}
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4559,7 +4821,7 @@ func (x *ContainerStateTerminated) String() string {
 func (*ContainerStateTerminated) ProtoMessage() {}
 
 func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4572,7 +4834,7 @@ func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateTerminated.ProtoReflect.Descriptor instead.
 func (*ContainerStateTerminated) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{65}
+	return file_corev1_core_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ContainerStateTerminated) GetExitCode() int32 {
@@ -4635,7 +4897,7 @@ type ContainerState struct {
 
 func (x *ContainerState) Reset() {
 	*x = ContainerState{}
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4647,7 +4909,7 @@ func (x *ContainerState) String() string {
 func (*ContainerState) ProtoMessage() {}
 
 func (x *ContainerState) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4660,7 +4922,7 @@ func (x *ContainerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerState.ProtoReflect.Descriptor instead.
 func (*ContainerState) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{66}
+	return file_corev1_core_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ContainerState) GetWaiting() *ContainerStateWaiting {
@@ -4701,7 +4963,7 @@ type ContainerStatus struct {
 
 func (x *ContainerStatus) Reset() {
 	*x = ContainerStatus{}
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4713,7 +4975,7 @@ func (x *ContainerStatus) String() string {
 func (*ContainerStatus) ProtoMessage() {}
 
 func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4726,7 +4988,7 @@ func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStatus.ProtoReflect.Descriptor instead.
 func (*ContainerStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{67}
+	return file_corev1_core_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ContainerStatus) GetName() string {
@@ -4801,7 +5063,7 @@ type PodIP struct {
 
 func (x *PodIP) Reset() {
 	*x = PodIP{}
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4813,7 +5075,7 @@ func (x *PodIP) String() string {
 func (*PodIP) ProtoMessage() {}
 
 func (x *PodIP) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4826,7 +5088,7 @@ func (x *PodIP) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodIP.ProtoReflect.Descriptor instead.
 func (*PodIP) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{68}
+	return file_corev1_core_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PodIP) GetIp() string {
@@ -4837,26 +5099,27 @@ func (x *PodIP) GetIp() string {
 }
 
 type PodStatus struct {
-	state                 protoimpl.MessageState `protogen:"open.v1"`
-	Phase                 string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"` // Pending, Running, Succeeded, Failed, Unknown
-	Conditions            []*PodCondition        `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	Message               string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	Reason                string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	NominatedNodeName     string                 `protobuf:"bytes,5,opt,name=nominated_node_name,json=nominatedNodeName,proto3" json:"nominated_node_name,omitempty"`
-	HostIp                string                 `protobuf:"bytes,6,opt,name=host_ip,json=hostIp,proto3" json:"host_ip,omitempty"`
-	PodIp                 string                 `protobuf:"bytes,7,opt,name=pod_ip,json=podIp,proto3" json:"pod_ip,omitempty"`
-	PodIps                []*PodIP               `protobuf:"bytes,8,rep,name=pod_ips,json=podIps,proto3" json:"pod_ips,omitempty"`
-	StartTime             *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	InitContainerStatuses []*ContainerStatus     `protobuf:"bytes,10,rep,name=init_container_statuses,json=initContainerStatuses,proto3" json:"init_container_statuses,omitempty"`
-	ContainerStatuses     []*ContainerStatus     `protobuf:"bytes,11,rep,name=container_statuses,json=containerStatuses,proto3" json:"container_statuses,omitempty"`
-	QosClass              string                 `protobuf:"bytes,12,opt,name=qos_class,json=qosClass,proto3" json:"qos_class,omitempty"` // Guaranteed, Burstable, BestEffort
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	state                      protoimpl.MessageState `protogen:"open.v1"`
+	Phase                      string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"` // Pending, Running, Succeeded, Failed, Unknown
+	Conditions                 []*PodCondition        `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	Message                    string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Reason                     string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	NominatedNodeName          string                 `protobuf:"bytes,5,opt,name=nominated_node_name,json=nominatedNodeName,proto3" json:"nominated_node_name,omitempty"`
+	HostIp                     string                 `protobuf:"bytes,6,opt,name=host_ip,json=hostIp,proto3" json:"host_ip,omitempty"`
+	PodIp                      string                 `protobuf:"bytes,7,opt,name=pod_ip,json=podIp,proto3" json:"pod_ip,omitempty"`
+	PodIps                     []*PodIP               `protobuf:"bytes,8,rep,name=pod_ips,json=podIps,proto3" json:"pod_ips,omitempty"`
+	StartTime                  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	InitContainerStatuses      []*ContainerStatus     `protobuf:"bytes,10,rep,name=init_container_statuses,json=initContainerStatuses,proto3" json:"init_container_statuses,omitempty"`
+	ContainerStatuses          []*ContainerStatus     `protobuf:"bytes,11,rep,name=container_statuses,json=containerStatuses,proto3" json:"container_statuses,omitempty"`
+	QosClass                   string                 `protobuf:"bytes,12,opt,name=qos_class,json=qosClass,proto3" json:"qos_class,omitempty"` // Guaranteed, Burstable, BestEffort
+	EphemeralContainerStatuses []*ContainerStatus     `protobuf:"bytes,13,rep,name=ephemeral_container_statuses,json=ephemeralContainerStatuses,proto3" json:"ephemeral_container_statuses,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *PodStatus) Reset() {
 	*x = PodStatus{}
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4868,7 +5131,7 @@ func (x *PodStatus) String() string {
 func (*PodStatus) ProtoMessage() {}
 
 func (x *PodStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4881,7 +5144,7 @@ func (x *PodStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatus.ProtoReflect.Descriptor instead.
 func (*PodStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{69}
+	return file_corev1_core_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *PodStatus) GetPhase() string {
@@ -4968,6 +5231,13 @@ func (x *PodStatus) GetQosClass() string {
 	return ""
 }
 
+func (x *PodStatus) GetEphemeralContainerStatuses() []*ContainerStatus {
+	if x != nil {
+		return x.EphemeralContainerStatuses
+	}
+	return nil
+}
+
 type Pod struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Metadata      *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
@@ -4979,7 +5249,7 @@ type Pod struct {
 
 func (x *Pod) Reset() {
 	*x = Pod{}
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4991,7 +5261,7 @@ func (x *Pod) String() string {
 func (*Pod) ProtoMessage() {}
 
 func (x *Pod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5004,7 +5274,7 @@ func (x *Pod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pod.ProtoReflect.Descriptor instead.
 func (*Pod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{70}
+	return file_corev1_core_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Pod) GetMetadata() *ObjectMeta {
@@ -5040,7 +5310,7 @@ type Taint struct {
 
 func (x *Taint) Reset() {
 	*x = Taint{}
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5052,7 +5322,7 @@ func (x *Taint) String() string {
 func (*Taint) ProtoMessage() {}
 
 func (x *Taint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5065,7 +5335,7 @@ func (x *Taint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taint.ProtoReflect.Descriptor instead.
 func (*Taint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{71}
+	return file_corev1_core_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Taint) GetKey() string {
@@ -5109,7 +5379,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5121,7 +5391,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5134,7 +5404,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{72}
+	return file_corev1_core_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *NodeSpec) GetPodCidr() string {
@@ -5186,7 +5456,7 @@ type NodeCondition struct {
 
 func (x *NodeCondition) Reset() {
 	*x = NodeCondition{}
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5198,7 +5468,7 @@ func (x *NodeCondition) String() string {
 func (*NodeCondition) ProtoMessage() {}
 
 func (x *NodeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5211,7 +5481,7 @@ func (x *NodeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCondition.ProtoReflect.Descriptor instead.
 func (*NodeCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{73}
+	return file_corev1_core_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *NodeCondition) GetType() string {
@@ -5266,7 +5536,7 @@ type NodeAddress struct {
 
 func (x *NodeAddress) Reset() {
 	*x = NodeAddress{}
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5278,7 +5548,7 @@ func (x *NodeAddress) String() string {
 func (*NodeAddress) ProtoMessage() {}
 
 func (x *NodeAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5291,7 +5561,7 @@ func (x *NodeAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAddress.ProtoReflect.Descriptor instead.
 func (*NodeAddress) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{74}
+	return file_corev1_core_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *NodeAddress) GetType() string {
@@ -5318,7 +5588,7 @@ type ContainerImage struct {
 
 func (x *ContainerImage) Reset() {
 	*x = ContainerImage{}
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5330,7 +5600,7 @@ func (x *ContainerImage) String() string {
 func (*ContainerImage) ProtoMessage() {}
 
 func (x *ContainerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5343,7 +5613,7 @@ func (x *ContainerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerImage.ProtoReflect.Descriptor instead.
 func (*ContainerImage) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{75}
+	return file_corev1_core_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ContainerImage) GetNames() []string {
@@ -5375,7 +5645,7 @@ type NodeSystemInfo struct {
 
 func (x *NodeSystemInfo) Reset() {
 	*x = NodeSystemInfo{}
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5387,7 +5657,7 @@ func (x *NodeSystemInfo) String() string {
 func (*NodeSystemInfo) ProtoMessage() {}
 
 func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5400,7 +5670,7 @@ func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSystemInfo.ProtoReflect.Descriptor instead.
 func (*NodeSystemInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{76}
+	return file_corev1_core_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *NodeSystemInfo) GetMachineId() string {
@@ -5467,7 +5737,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5479,7 +5749,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5492,7 +5762,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{77}
+	return file_corev1_core_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *NodeStatus) GetCapacity() map[string]string {
@@ -5555,7 +5825,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5567,7 +5837,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5580,7 +5850,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{78}
+	return file_corev1_core_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -5618,7 +5888,7 @@ type ServicePort struct {
 
 func (x *ServicePort) Reset() {
 	*x = ServicePort{}
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5630,7 +5900,7 @@ func (x *ServicePort) String() string {
 func (*ServicePort) ProtoMessage() {}
 
 func (x *ServicePort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5643,7 +5913,7 @@ func (x *ServicePort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePort.ProtoReflect.Descriptor instead.
 func (*ServicePort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{79}
+	return file_corev1_core_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ServicePort) GetName() string {
@@ -5704,7 +5974,7 @@ type ServiceSpec struct {
 
 func (x *ServiceSpec) Reset() {
 	*x = ServiceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5716,7 +5986,7 @@ func (x *ServiceSpec) String() string {
 func (*ServiceSpec) ProtoMessage() {}
 
 func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5729,7 +5999,7 @@ func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceSpec.ProtoReflect.Descriptor instead.
 func (*ServiceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{80}
+	return file_corev1_core_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ServiceSpec) GetPorts() []*ServicePort {
@@ -5798,7 +6068,7 @@ type SessionAffinityConfig struct {
 
 func (x *SessionAffinityConfig) Reset() {
 	*x = SessionAffinityConfig{}
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5810,7 +6080,7 @@ func (x *SessionAffinityConfig) String() string {
 func (*SessionAffinityConfig) ProtoMessage() {}
 
 func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5823,7 +6093,7 @@ func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAffinityConfig.ProtoReflect.Descriptor instead.
 func (*SessionAffinityConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{81}
+	return file_corev1_core_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *SessionAffinityConfig) GetClientIp() *ClientIPConfig {
@@ -5845,7 +6115,7 @@ type ClientIPConfig struct {
 
 func (x *ClientIPConfig) Reset() {
 	*x = ClientIPConfig{}
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5857,7 +6127,7 @@ func (x *ClientIPConfig) String() string {
 func (*ClientIPConfig) ProtoMessage() {}
 
 func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5870,7 +6140,7 @@ func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientIPConfig.ProtoReflect.Descriptor instead.
 func (*ClientIPConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{82}
+	return file_corev1_core_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ClientIPConfig) GetTimeoutSeconds() int32 {
@@ -5888,7 +6158,7 @@ type ServiceStatus struct {
 
 func (x *ServiceStatus) Reset() {
 	*x = ServiceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5900,7 +6170,7 @@ func (x *ServiceStatus) String() string {
 func (*ServiceStatus) ProtoMessage() {}
 
 func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5913,7 +6183,7 @@ func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStatus.ProtoReflect.Descriptor instead.
 func (*ServiceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{83}
+	return file_corev1_core_proto_rawDescGZIP(), []int{84}
 }
 
 type Service struct {
@@ -5927,7 +6197,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5939,7 +6209,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5952,7 +6222,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{84}
+	return file_corev1_core_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Service) GetMetadata() *ObjectMeta {
@@ -5987,7 +6257,7 @@ type EndpointConditions struct {
 
 func (x *EndpointConditions) Reset() {
 	*x = EndpointConditions{}
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5999,7 +6269,7 @@ func (x *EndpointConditions) String() string {
 func (*EndpointConditions) ProtoMessage() {}
 
 func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6012,7 +6282,7 @@ func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointConditions.ProtoReflect.Descriptor instead.
 func (*EndpointConditions) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{85}
+	return file_corev1_core_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *EndpointConditions) GetReady() bool {
@@ -6051,7 +6321,7 @@ type ObjectReference struct {
 
 func (x *ObjectReference) Reset() {
 	*x = ObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6063,7 +6333,7 @@ func (x *ObjectReference) String() string {
 func (*ObjectReference) ProtoMessage() {}
 
 func (x *ObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6076,7 +6346,7 @@ func (x *ObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReference.ProtoReflect.Descriptor instead.
 func (*ObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{86}
+	return file_corev1_core_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ObjectReference) GetKind() string {
@@ -6141,7 +6411,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6153,7 +6423,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6166,7 +6436,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{87}
+	return file_corev1_core_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *Endpoint) GetAddresses() []string {
@@ -6216,7 +6486,7 @@ type EndpointPort struct {
 
 func (x *EndpointPort) Reset() {
 	*x = EndpointPort{}
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6228,7 +6498,7 @@ func (x *EndpointPort) String() string {
 func (*EndpointPort) ProtoMessage() {}
 
 func (x *EndpointPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6241,7 +6511,7 @@ func (x *EndpointPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPort.ProtoReflect.Descriptor instead.
 func (*EndpointPort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{88}
+	return file_corev1_core_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *EndpointPort) GetName() string {
@@ -6285,7 +6555,7 @@ type EndpointSlice struct {
 
 func (x *EndpointSlice) Reset() {
 	*x = EndpointSlice{}
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6297,7 +6567,7 @@ func (x *EndpointSlice) String() string {
 func (*EndpointSlice) ProtoMessage() {}
 
 func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6310,7 +6580,7 @@ func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointSlice.ProtoReflect.Descriptor instead.
 func (*EndpointSlice) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{89}
+	return file_corev1_core_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *EndpointSlice) GetMetadata() *ObjectMeta {
@@ -6350,7 +6620,7 @@ type NamespaceSpec struct {
 
 func (x *NamespaceSpec) Reset() {
 	*x = NamespaceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6362,7 +6632,7 @@ func (x *NamespaceSpec) String() string {
 func (*NamespaceSpec) ProtoMessage() {}
 
 func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6375,7 +6645,7 @@ func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSpec.ProtoReflect.Descriptor instead.
 func (*NamespaceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{90}
+	return file_corev1_core_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *NamespaceSpec) GetFinalizers() []string {
@@ -6398,7 +6668,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6410,7 +6680,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6423,7 +6693,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{91}
+	return file_corev1_core_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *NamespaceStatus) GetPhase() string {
@@ -6453,7 +6723,7 @@ type NamespaceCondition struct {
 
 func (x *NamespaceCondition) Reset() {
 	*x = NamespaceCondition{}
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6465,7 +6735,7 @@ func (x *NamespaceCondition) String() string {
 func (*NamespaceCondition) ProtoMessage() {}
 
 func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6478,7 +6748,7 @@ func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCondition.ProtoReflect.Descriptor instead.
 func (*NamespaceCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{92}
+	return file_corev1_core_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *NamespaceCondition) GetType() string {
@@ -6527,7 +6797,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6539,7 +6809,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6552,7 +6822,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{93}
+	return file_corev1_core_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *Namespace) GetMetadata() *ObjectMeta {
@@ -6585,7 +6855,7 @@ type LocalObjectReference struct {
 
 func (x *LocalObjectReference) Reset() {
 	*x = LocalObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6597,7 +6867,7 @@ func (x *LocalObjectReference) String() string {
 func (*LocalObjectReference) ProtoMessage() {}
 
 func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6610,7 +6880,7 @@ func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalObjectReference.ProtoReflect.Descriptor instead.
 func (*LocalObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+	return file_corev1_core_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *LocalObjectReference) GetName() string {
@@ -6632,7 +6902,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6644,7 +6914,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6657,7 +6927,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{95}
+	return file_corev1_core_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ServiceAccount) GetMetadata() *ObjectMeta {
@@ -6700,7 +6970,7 @@ type ConfigMap struct {
 
 func (x *ConfigMap) Reset() {
 	*x = ConfigMap{}
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6712,7 +6982,7 @@ func (x *ConfigMap) String() string {
 func (*ConfigMap) ProtoMessage() {}
 
 func (x *ConfigMap) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6725,7 +6995,7 @@ func (x *ConfigMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMap.ProtoReflect.Descriptor instead.
 func (*ConfigMap) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{96}
+	return file_corev1_core_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ConfigMap) GetMetadata() *ObjectMeta {
@@ -6768,7 +7038,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6780,7 +7050,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6793,7 +7063,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{97}
+	return file_corev1_core_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *Secret) GetMetadata() *ObjectMeta {
@@ -6837,7 +7107,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6849,7 +7119,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6862,7 +7132,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{98}
+	return file_corev1_core_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *PolicyRule) GetVerbs() []string {
@@ -6910,7 +7180,7 @@ type Role struct {
 
 func (x *Role) Reset() {
 	*x = Role{}
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6922,7 +7192,7 @@ func (x *Role) String() string {
 func (*Role) ProtoMessage() {}
 
 func (x *Role) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6935,7 +7205,7 @@ func (x *Role) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Role.ProtoReflect.Descriptor instead.
 func (*Role) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{99}
+	return file_corev1_core_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *Role) GetMetadata() *ObjectMeta {
@@ -6962,7 +7232,7 @@ type ClusterRole struct {
 
 func (x *ClusterRole) Reset() {
 	*x = ClusterRole{}
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6974,7 +7244,7 @@ func (x *ClusterRole) String() string {
 func (*ClusterRole) ProtoMessage() {}
 
 func (x *ClusterRole) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6987,7 +7257,7 @@ func (x *ClusterRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRole.ProtoReflect.Descriptor instead.
 func (*ClusterRole) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{100}
+	return file_corev1_core_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *ClusterRole) GetMetadata() *ObjectMeta {
@@ -7016,7 +7286,7 @@ type Subject struct {
 
 func (x *Subject) Reset() {
 	*x = Subject{}
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7028,7 +7298,7 @@ func (x *Subject) String() string {
 func (*Subject) ProtoMessage() {}
 
 func (x *Subject) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7041,7 +7311,7 @@ func (x *Subject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subject.ProtoReflect.Descriptor instead.
 func (*Subject) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{101}
+	return file_corev1_core_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *Subject) GetKind() string {
@@ -7083,7 +7353,7 @@ type RoleRef struct {
 
 func (x *RoleRef) Reset() {
 	*x = RoleRef{}
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7095,7 +7365,7 @@ func (x *RoleRef) String() string {
 func (*RoleRef) ProtoMessage() {}
 
 func (x *RoleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7108,7 +7378,7 @@ func (x *RoleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleRef.ProtoReflect.Descriptor instead.
 func (*RoleRef) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{102}
+	return file_corev1_core_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RoleRef) GetApiGroup() string {
@@ -7143,7 +7413,7 @@ type RoleBinding struct {
 
 func (x *RoleBinding) Reset() {
 	*x = RoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7155,7 +7425,7 @@ func (x *RoleBinding) String() string {
 func (*RoleBinding) ProtoMessage() {}
 
 func (x *RoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7168,7 +7438,7 @@ func (x *RoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
 func (*RoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{103}
+	return file_corev1_core_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RoleBinding) GetMetadata() *ObjectMeta {
@@ -7203,7 +7473,7 @@ type ClusterRoleBinding struct {
 
 func (x *ClusterRoleBinding) Reset() {
 	*x = ClusterRoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7215,7 +7485,7 @@ func (x *ClusterRoleBinding) String() string {
 func (*ClusterRoleBinding) ProtoMessage() {}
 
 func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7228,7 +7498,7 @@ func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRoleBinding.ProtoReflect.Descriptor instead.
 func (*ClusterRoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{104}
+	return file_corev1_core_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *ClusterRoleBinding) GetMetadata() *ObjectMeta {
@@ -7262,7 +7532,7 @@ type EventSource struct {
 
 func (x *EventSource) Reset() {
 	*x = EventSource{}
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7274,7 +7544,7 @@ func (x *EventSource) String() string {
 func (*EventSource) ProtoMessage() {}
 
 func (x *EventSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7287,7 +7557,7 @@ func (x *EventSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
 func (*EventSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{105}
+	return file_corev1_core_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *EventSource) GetComponent() string {
@@ -7325,7 +7595,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7337,7 +7607,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7350,7 +7620,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{106}
+	return file_corev1_core_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *Event) GetMetadata() *ObjectMeta {
@@ -7459,7 +7729,7 @@ type LimitRangeItem struct {
 
 func (x *LimitRangeItem) Reset() {
 	*x = LimitRangeItem{}
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7471,7 +7741,7 @@ func (x *LimitRangeItem) String() string {
 func (*LimitRangeItem) ProtoMessage() {}
 
 func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7484,7 +7754,7 @@ func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeItem.ProtoReflect.Descriptor instead.
 func (*LimitRangeItem) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{107}
+	return file_corev1_core_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *LimitRangeItem) GetType() string {
@@ -7531,7 +7801,7 @@ type LimitRangeSpec struct {
 
 func (x *LimitRangeSpec) Reset() {
 	*x = LimitRangeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7543,7 +7813,7 @@ func (x *LimitRangeSpec) String() string {
 func (*LimitRangeSpec) ProtoMessage() {}
 
 func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7556,7 +7826,7 @@ func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeSpec.ProtoReflect.Descriptor instead.
 func (*LimitRangeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{108}
+	return file_corev1_core_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *LimitRangeSpec) GetLimits() []*LimitRangeItem {
@@ -7576,7 +7846,7 @@ type LimitRange struct {
 
 func (x *LimitRange) Reset() {
 	*x = LimitRange{}
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7588,7 +7858,7 @@ func (x *LimitRange) String() string {
 func (*LimitRange) ProtoMessage() {}
 
 func (x *LimitRange) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7601,7 +7871,7 @@ func (x *LimitRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRange.ProtoReflect.Descriptor instead.
 func (*LimitRange) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{109}
+	return file_corev1_core_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *LimitRange) GetMetadata() *ObjectMeta {
@@ -7632,7 +7902,7 @@ type SidecarPolicySpec struct {
 
 func (x *SidecarPolicySpec) Reset() {
 	*x = SidecarPolicySpec{}
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7644,7 +7914,7 @@ func (x *SidecarPolicySpec) String() string {
 func (*SidecarPolicySpec) ProtoMessage() {}
 
 func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7657,7 +7927,7 @@ func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicySpec.ProtoReflect.Descriptor instead.
 func (*SidecarPolicySpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{110}
+	return file_corev1_core_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *SidecarPolicySpec) GetSelector() map[string]string {
@@ -7698,7 +7968,7 @@ type SidecarPolicy struct {
 
 func (x *SidecarPolicy) Reset() {
 	*x = SidecarPolicy{}
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7710,7 +7980,7 @@ func (x *SidecarPolicy) String() string {
 func (*SidecarPolicy) ProtoMessage() {}
 
 func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7723,7 +7993,7 @@ func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicy.ProtoReflect.Descriptor instead.
 func (*SidecarPolicy) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{111}
+	return file_corev1_core_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *SidecarPolicy) GetMetadata() *ObjectMeta {
@@ -7753,7 +8023,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7765,7 +8035,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7778,7 +8048,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{112}
+	return file_corev1_core_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *StatusCause) GetType() string {
@@ -7821,7 +8091,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7833,7 +8103,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7846,7 +8116,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{113}
+	return file_corev1_core_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *Status) GetStatus() string {
@@ -7910,7 +8180,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7922,7 +8192,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7935,7 +8205,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{114}
+	return file_corev1_core_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -7973,7 +8243,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7985,7 +8255,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7998,7 +8268,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{115}
+	return file_corev1_core_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -8029,7 +8299,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8041,7 +8311,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8054,7 +8324,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{116}
+	return file_corev1_core_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -8113,7 +8383,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8125,7 +8395,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8138,7 +8408,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{117}
+	return file_corev1_core_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -8380,7 +8650,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x17_fs_group_change_policy\"2\n" +
 	"\x06Sysctl\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xb7\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xfe\a\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -8402,7 +8672,38 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x0erestart_policy\x18\x10 \x01(\tR\rrestartPolicy\x129\n" +
 	"\benv_from\x18\x11 \x03(\v2\x1e.podflow.core.v1.EnvFromSourceR\aenvFrom\x128\n" +
 	"\tlifecycle\x18\x12 \x01(\v2\x1a.podflow.core.v1.LifecycleR\tlifecycle\x12<\n" +
-	"\x1atermination_message_policy\x18\x13 \x01(\tR\x18terminationMessagePolicy\"S\n" +
+	"\x1atermination_message_policy\x18\x13 \x01(\tR\x18terminationMessagePolicy\x12\x14\n" +
+	"\x05stdin\x18\x14 \x01(\bR\x05stdin\x12\x1d\n" +
+	"\n" +
+	"stdin_once\x18\x15 \x01(\bR\tstdinOnce\x12\x10\n" +
+	"\x03tty\x18\x16 \x01(\bR\x03tty\"\xbb\b\n" +
+	"\x12EphemeralContainer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\x12\x12\n" +
+	"\x04args\x18\x04 \x03(\tR\x04args\x12\x1f\n" +
+	"\vworking_dir\x18\x05 \x01(\tR\n" +
+	"workingDir\x124\n" +
+	"\x05ports\x18\x06 \x03(\v2\x1e.podflow.core.v1.ContainerPortR\x05ports\x12)\n" +
+	"\x03env\x18\a \x03(\v2\x17.podflow.core.v1.EnvVarR\x03env\x12C\n" +
+	"\tresources\x18\b \x01(\v2%.podflow.core.v1.ResourceRequirementsR\tresources\x12A\n" +
+	"\rvolume_mounts\x18\t \x03(\v2\x1c.podflow.core.v1.VolumeMountR\fvolumeMounts\x12=\n" +
+	"\x0eliveness_probe\x18\n" +
+	" \x01(\v2\x16.podflow.core.v1.ProbeR\rlivenessProbe\x12?\n" +
+	"\x0freadiness_probe\x18\v \x01(\v2\x16.podflow.core.v1.ProbeR\x0ereadinessProbe\x12;\n" +
+	"\rstartup_probe\x18\f \x01(\v2\x16.podflow.core.v1.ProbeR\fstartupProbe\x12*\n" +
+	"\x11image_pull_policy\x18\r \x01(\tR\x0fimagePullPolicy\x12K\n" +
+	"\x10security_context\x18\x0e \x01(\v2 .podflow.core.v1.SecurityContextR\x0fsecurityContext\x128\n" +
+	"\x18termination_message_path\x18\x0f \x01(\tR\x16terminationMessagePath\x12%\n" +
+	"\x0erestart_policy\x18\x10 \x01(\tR\rrestartPolicy\x129\n" +
+	"\benv_from\x18\x11 \x03(\v2\x1e.podflow.core.v1.EnvFromSourceR\aenvFrom\x128\n" +
+	"\tlifecycle\x18\x12 \x01(\v2\x1a.podflow.core.v1.LifecycleR\tlifecycle\x12<\n" +
+	"\x1atermination_message_policy\x18\x13 \x01(\tR\x18terminationMessagePolicy\x12\x14\n" +
+	"\x05stdin\x18\x14 \x01(\bR\x05stdin\x12\x1d\n" +
+	"\n" +
+	"stdin_once\x18\x15 \x01(\bR\tstdinOnce\x12\x10\n" +
+	"\x03tty\x18\x16 \x01(\bR\x03tty\x122\n" +
+	"\x15target_container_name\x18\x1e \x01(\tR\x13targetContainerName\"S\n" +
 	"\tKeyToPath\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x17\n" +
@@ -8546,7 +8847,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x15_node_affinity_policyB\x15\n" +
 	"\x13_node_taints_policy\"'\n" +
 	"\x11PodSchedulingGate\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x9e\x0e\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xf6\x0e\n" +
 	"\aPodSpec\x121\n" +
 	"\avolumes\x18\x01 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x12C\n" +
 	"\x0finit_containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x12:\n" +
@@ -8580,7 +8881,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x17share_process_namespace\x18\x19 \x01(\bH\x04R\x15shareProcessNamespace\x88\x01\x01\x120\n" +
 	"\x11preemption_policy\x18\x1a \x01(\tH\x05R\x10preemptionPolicy\x88\x01\x01\x12;\n" +
 	"\x17active_deadline_seconds\x18\x1b \x01(\x03H\x06R\x15activeDeadlineSeconds\x88\x01\x01\x12S\n" +
-	"\x12image_pull_secrets\x18\x1d \x03(\v2%.podflow.core.v1.LocalObjectReferenceR\x10imagePullSecrets\x1a?\n" +
+	"\x12image_pull_secrets\x18\x1d \x03(\v2%.podflow.core.v1.LocalObjectReferenceR\x10imagePullSecrets\x12V\n" +
+	"\x14ephemeral_containers\x18\x1c \x03(\v2#.podflow.core.v1.EphemeralContainerR\x13ephemeralContainers\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
@@ -8641,7 +8943,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\n" +
 	"\b_started\"\x17\n" +
 	"\x05PodIP\x12\x0e\n" +
-	"\x02ip\x18\x01 \x01(\tR\x02ip\"\xa6\x04\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\"\x8a\x05\n" +
 	"\tPodStatus\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12=\n" +
 	"\n" +
@@ -8658,7 +8960,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x17init_container_statuses\x18\n" +
 	" \x03(\v2 .podflow.core.v1.ContainerStatusR\x15initContainerStatuses\x12O\n" +
 	"\x12container_statuses\x18\v \x03(\v2 .podflow.core.v1.ContainerStatusR\x11containerStatuses\x12\x1b\n" +
-	"\tqos_class\x18\f \x01(\tR\bqosClass\"\xa0\x01\n" +
+	"\tqos_class\x18\f \x01(\tR\bqosClass\x12b\n" +
+	"\x1cephemeral_container_statuses\x18\r \x03(\v2 .podflow.core.v1.ContainerStatusR\x1aephemeralContainerStatuses\"\xa0\x01\n" +
 	"\x03Pod\x127\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x12,\n" +
 	"\x04spec\x18\x02 \x01(\v2\x18.podflow.core.v1.PodSpecR\x04spec\x122\n" +
@@ -8985,7 +9288,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 136)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 137)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -9017,124 +9320,125 @@ var file_corev1_core_proto_goTypes = []any{
 	(*PodSecurityContext)(nil),                // 27: podflow.core.v1.PodSecurityContext
 	(*Sysctl)(nil),                            // 28: podflow.core.v1.Sysctl
 	(*Container)(nil),                         // 29: podflow.core.v1.Container
-	(*KeyToPath)(nil),                         // 30: podflow.core.v1.KeyToPath
-	(*EmptyDirVolumeSource)(nil),              // 31: podflow.core.v1.EmptyDirVolumeSource
-	(*ConfigMapVolumeSource)(nil),             // 32: podflow.core.v1.ConfigMapVolumeSource
-	(*SecretVolumeSource)(nil),                // 33: podflow.core.v1.SecretVolumeSource
-	(*HostPathVolumeSource)(nil),              // 34: podflow.core.v1.HostPathVolumeSource
-	(*DownwardAPIVolumeSource)(nil),           // 35: podflow.core.v1.DownwardAPIVolumeSource
-	(*DownwardAPIVolumeFile)(nil),             // 36: podflow.core.v1.DownwardAPIVolumeFile
-	(*PersistentVolumeClaimVolumeSource)(nil), // 37: podflow.core.v1.PersistentVolumeClaimVolumeSource
-	(*Volume)(nil),                            // 38: podflow.core.v1.Volume
-	(*ProjectedVolumeSource)(nil),             // 39: podflow.core.v1.ProjectedVolumeSource
-	(*VolumeProjection)(nil),                  // 40: podflow.core.v1.VolumeProjection
-	(*ConfigMapProjection)(nil),               // 41: podflow.core.v1.ConfigMapProjection
-	(*SecretProjection)(nil),                  // 42: podflow.core.v1.SecretProjection
-	(*DownwardAPIProjection)(nil),             // 43: podflow.core.v1.DownwardAPIProjection
-	(*Toleration)(nil),                        // 44: podflow.core.v1.Toleration
-	(*NodeSelectorRequirement)(nil),           // 45: podflow.core.v1.NodeSelectorRequirement
-	(*NodeSelectorTerm)(nil),                  // 46: podflow.core.v1.NodeSelectorTerm
-	(*NodeSelector)(nil),                      // 47: podflow.core.v1.NodeSelector
-	(*PreferredSchedulingTerm)(nil),           // 48: podflow.core.v1.PreferredSchedulingTerm
-	(*NodeAffinity)(nil),                      // 49: podflow.core.v1.NodeAffinity
-	(*LabelSelectorRequirement)(nil),          // 50: podflow.core.v1.LabelSelectorRequirement
-	(*LabelSelector)(nil),                     // 51: podflow.core.v1.LabelSelector
-	(*PodAffinityTerm)(nil),                   // 52: podflow.core.v1.PodAffinityTerm
-	(*WeightedPodAffinityTerm)(nil),           // 53: podflow.core.v1.WeightedPodAffinityTerm
-	(*PodAffinity)(nil),                       // 54: podflow.core.v1.PodAffinity
-	(*PodAntiAffinity)(nil),                   // 55: podflow.core.v1.PodAntiAffinity
-	(*Affinity)(nil),                          // 56: podflow.core.v1.Affinity
-	(*TopologySpreadConstraint)(nil),          // 57: podflow.core.v1.TopologySpreadConstraint
-	(*PodSchedulingGate)(nil),                 // 58: podflow.core.v1.PodSchedulingGate
-	(*PodSpec)(nil),                           // 59: podflow.core.v1.PodSpec
-	(*PodDNSConfig)(nil),                      // 60: podflow.core.v1.PodDNSConfig
-	(*PodDNSConfigOption)(nil),                // 61: podflow.core.v1.PodDNSConfigOption
-	(*PodCondition)(nil),                      // 62: podflow.core.v1.PodCondition
-	(*ContainerStateWaiting)(nil),             // 63: podflow.core.v1.ContainerStateWaiting
-	(*ContainerStateRunning)(nil),             // 64: podflow.core.v1.ContainerStateRunning
-	(*ContainerStateTerminated)(nil),          // 65: podflow.core.v1.ContainerStateTerminated
-	(*ContainerState)(nil),                    // 66: podflow.core.v1.ContainerState
-	(*ContainerStatus)(nil),                   // 67: podflow.core.v1.ContainerStatus
-	(*PodIP)(nil),                             // 68: podflow.core.v1.PodIP
-	(*PodStatus)(nil),                         // 69: podflow.core.v1.PodStatus
-	(*Pod)(nil),                               // 70: podflow.core.v1.Pod
-	(*Taint)(nil),                             // 71: podflow.core.v1.Taint
-	(*NodeSpec)(nil),                          // 72: podflow.core.v1.NodeSpec
-	(*NodeCondition)(nil),                     // 73: podflow.core.v1.NodeCondition
-	(*NodeAddress)(nil),                       // 74: podflow.core.v1.NodeAddress
-	(*ContainerImage)(nil),                    // 75: podflow.core.v1.ContainerImage
-	(*NodeSystemInfo)(nil),                    // 76: podflow.core.v1.NodeSystemInfo
-	(*NodeStatus)(nil),                        // 77: podflow.core.v1.NodeStatus
-	(*Node)(nil),                              // 78: podflow.core.v1.Node
-	(*ServicePort)(nil),                       // 79: podflow.core.v1.ServicePort
-	(*ServiceSpec)(nil),                       // 80: podflow.core.v1.ServiceSpec
-	(*SessionAffinityConfig)(nil),             // 81: podflow.core.v1.SessionAffinityConfig
-	(*ClientIPConfig)(nil),                    // 82: podflow.core.v1.ClientIPConfig
-	(*ServiceStatus)(nil),                     // 83: podflow.core.v1.ServiceStatus
-	(*Service)(nil),                           // 84: podflow.core.v1.Service
-	(*EndpointConditions)(nil),                // 85: podflow.core.v1.EndpointConditions
-	(*ObjectReference)(nil),                   // 86: podflow.core.v1.ObjectReference
-	(*Endpoint)(nil),                          // 87: podflow.core.v1.Endpoint
-	(*EndpointPort)(nil),                      // 88: podflow.core.v1.EndpointPort
-	(*EndpointSlice)(nil),                     // 89: podflow.core.v1.EndpointSlice
-	(*NamespaceSpec)(nil),                     // 90: podflow.core.v1.NamespaceSpec
-	(*NamespaceStatus)(nil),                   // 91: podflow.core.v1.NamespaceStatus
-	(*NamespaceCondition)(nil),                // 92: podflow.core.v1.NamespaceCondition
-	(*Namespace)(nil),                         // 93: podflow.core.v1.Namespace
-	(*LocalObjectReference)(nil),              // 94: podflow.core.v1.LocalObjectReference
-	(*ServiceAccount)(nil),                    // 95: podflow.core.v1.ServiceAccount
-	(*ConfigMap)(nil),                         // 96: podflow.core.v1.ConfigMap
-	(*Secret)(nil),                            // 97: podflow.core.v1.Secret
-	(*PolicyRule)(nil),                        // 98: podflow.core.v1.PolicyRule
-	(*Role)(nil),                              // 99: podflow.core.v1.Role
-	(*ClusterRole)(nil),                       // 100: podflow.core.v1.ClusterRole
-	(*Subject)(nil),                           // 101: podflow.core.v1.Subject
-	(*RoleRef)(nil),                           // 102: podflow.core.v1.RoleRef
-	(*RoleBinding)(nil),                       // 103: podflow.core.v1.RoleBinding
-	(*ClusterRoleBinding)(nil),                // 104: podflow.core.v1.ClusterRoleBinding
-	(*EventSource)(nil),                       // 105: podflow.core.v1.EventSource
-	(*Event)(nil),                             // 106: podflow.core.v1.Event
-	(*LimitRangeItem)(nil),                    // 107: podflow.core.v1.LimitRangeItem
-	(*LimitRangeSpec)(nil),                    // 108: podflow.core.v1.LimitRangeSpec
-	(*LimitRange)(nil),                        // 109: podflow.core.v1.LimitRange
-	(*SidecarPolicySpec)(nil),                 // 110: podflow.core.v1.SidecarPolicySpec
-	(*SidecarPolicy)(nil),                     // 111: podflow.core.v1.SidecarPolicy
-	(*StatusCause)(nil),                       // 112: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 113: podflow.core.v1.Status
-	(*UserInfo)(nil),                          // 114: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 115: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 116: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 117: podflow.core.v1.PriorityClass
-	nil,                                       // 118: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 119: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 120: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 121: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 122: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 123: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 124: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 125: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 126: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 127: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 128: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 129: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 130: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 131: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 132: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 133: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 134: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 135: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 136: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 137: google.protobuf.Struct
+	(*EphemeralContainer)(nil),                // 30: podflow.core.v1.EphemeralContainer
+	(*KeyToPath)(nil),                         // 31: podflow.core.v1.KeyToPath
+	(*EmptyDirVolumeSource)(nil),              // 32: podflow.core.v1.EmptyDirVolumeSource
+	(*ConfigMapVolumeSource)(nil),             // 33: podflow.core.v1.ConfigMapVolumeSource
+	(*SecretVolumeSource)(nil),                // 34: podflow.core.v1.SecretVolumeSource
+	(*HostPathVolumeSource)(nil),              // 35: podflow.core.v1.HostPathVolumeSource
+	(*DownwardAPIVolumeSource)(nil),           // 36: podflow.core.v1.DownwardAPIVolumeSource
+	(*DownwardAPIVolumeFile)(nil),             // 37: podflow.core.v1.DownwardAPIVolumeFile
+	(*PersistentVolumeClaimVolumeSource)(nil), // 38: podflow.core.v1.PersistentVolumeClaimVolumeSource
+	(*Volume)(nil),                            // 39: podflow.core.v1.Volume
+	(*ProjectedVolumeSource)(nil),             // 40: podflow.core.v1.ProjectedVolumeSource
+	(*VolumeProjection)(nil),                  // 41: podflow.core.v1.VolumeProjection
+	(*ConfigMapProjection)(nil),               // 42: podflow.core.v1.ConfigMapProjection
+	(*SecretProjection)(nil),                  // 43: podflow.core.v1.SecretProjection
+	(*DownwardAPIProjection)(nil),             // 44: podflow.core.v1.DownwardAPIProjection
+	(*Toleration)(nil),                        // 45: podflow.core.v1.Toleration
+	(*NodeSelectorRequirement)(nil),           // 46: podflow.core.v1.NodeSelectorRequirement
+	(*NodeSelectorTerm)(nil),                  // 47: podflow.core.v1.NodeSelectorTerm
+	(*NodeSelector)(nil),                      // 48: podflow.core.v1.NodeSelector
+	(*PreferredSchedulingTerm)(nil),           // 49: podflow.core.v1.PreferredSchedulingTerm
+	(*NodeAffinity)(nil),                      // 50: podflow.core.v1.NodeAffinity
+	(*LabelSelectorRequirement)(nil),          // 51: podflow.core.v1.LabelSelectorRequirement
+	(*LabelSelector)(nil),                     // 52: podflow.core.v1.LabelSelector
+	(*PodAffinityTerm)(nil),                   // 53: podflow.core.v1.PodAffinityTerm
+	(*WeightedPodAffinityTerm)(nil),           // 54: podflow.core.v1.WeightedPodAffinityTerm
+	(*PodAffinity)(nil),                       // 55: podflow.core.v1.PodAffinity
+	(*PodAntiAffinity)(nil),                   // 56: podflow.core.v1.PodAntiAffinity
+	(*Affinity)(nil),                          // 57: podflow.core.v1.Affinity
+	(*TopologySpreadConstraint)(nil),          // 58: podflow.core.v1.TopologySpreadConstraint
+	(*PodSchedulingGate)(nil),                 // 59: podflow.core.v1.PodSchedulingGate
+	(*PodSpec)(nil),                           // 60: podflow.core.v1.PodSpec
+	(*PodDNSConfig)(nil),                      // 61: podflow.core.v1.PodDNSConfig
+	(*PodDNSConfigOption)(nil),                // 62: podflow.core.v1.PodDNSConfigOption
+	(*PodCondition)(nil),                      // 63: podflow.core.v1.PodCondition
+	(*ContainerStateWaiting)(nil),             // 64: podflow.core.v1.ContainerStateWaiting
+	(*ContainerStateRunning)(nil),             // 65: podflow.core.v1.ContainerStateRunning
+	(*ContainerStateTerminated)(nil),          // 66: podflow.core.v1.ContainerStateTerminated
+	(*ContainerState)(nil),                    // 67: podflow.core.v1.ContainerState
+	(*ContainerStatus)(nil),                   // 68: podflow.core.v1.ContainerStatus
+	(*PodIP)(nil),                             // 69: podflow.core.v1.PodIP
+	(*PodStatus)(nil),                         // 70: podflow.core.v1.PodStatus
+	(*Pod)(nil),                               // 71: podflow.core.v1.Pod
+	(*Taint)(nil),                             // 72: podflow.core.v1.Taint
+	(*NodeSpec)(nil),                          // 73: podflow.core.v1.NodeSpec
+	(*NodeCondition)(nil),                     // 74: podflow.core.v1.NodeCondition
+	(*NodeAddress)(nil),                       // 75: podflow.core.v1.NodeAddress
+	(*ContainerImage)(nil),                    // 76: podflow.core.v1.ContainerImage
+	(*NodeSystemInfo)(nil),                    // 77: podflow.core.v1.NodeSystemInfo
+	(*NodeStatus)(nil),                        // 78: podflow.core.v1.NodeStatus
+	(*Node)(nil),                              // 79: podflow.core.v1.Node
+	(*ServicePort)(nil),                       // 80: podflow.core.v1.ServicePort
+	(*ServiceSpec)(nil),                       // 81: podflow.core.v1.ServiceSpec
+	(*SessionAffinityConfig)(nil),             // 82: podflow.core.v1.SessionAffinityConfig
+	(*ClientIPConfig)(nil),                    // 83: podflow.core.v1.ClientIPConfig
+	(*ServiceStatus)(nil),                     // 84: podflow.core.v1.ServiceStatus
+	(*Service)(nil),                           // 85: podflow.core.v1.Service
+	(*EndpointConditions)(nil),                // 86: podflow.core.v1.EndpointConditions
+	(*ObjectReference)(nil),                   // 87: podflow.core.v1.ObjectReference
+	(*Endpoint)(nil),                          // 88: podflow.core.v1.Endpoint
+	(*EndpointPort)(nil),                      // 89: podflow.core.v1.EndpointPort
+	(*EndpointSlice)(nil),                     // 90: podflow.core.v1.EndpointSlice
+	(*NamespaceSpec)(nil),                     // 91: podflow.core.v1.NamespaceSpec
+	(*NamespaceStatus)(nil),                   // 92: podflow.core.v1.NamespaceStatus
+	(*NamespaceCondition)(nil),                // 93: podflow.core.v1.NamespaceCondition
+	(*Namespace)(nil),                         // 94: podflow.core.v1.Namespace
+	(*LocalObjectReference)(nil),              // 95: podflow.core.v1.LocalObjectReference
+	(*ServiceAccount)(nil),                    // 96: podflow.core.v1.ServiceAccount
+	(*ConfigMap)(nil),                         // 97: podflow.core.v1.ConfigMap
+	(*Secret)(nil),                            // 98: podflow.core.v1.Secret
+	(*PolicyRule)(nil),                        // 99: podflow.core.v1.PolicyRule
+	(*Role)(nil),                              // 100: podflow.core.v1.Role
+	(*ClusterRole)(nil),                       // 101: podflow.core.v1.ClusterRole
+	(*Subject)(nil),                           // 102: podflow.core.v1.Subject
+	(*RoleRef)(nil),                           // 103: podflow.core.v1.RoleRef
+	(*RoleBinding)(nil),                       // 104: podflow.core.v1.RoleBinding
+	(*ClusterRoleBinding)(nil),                // 105: podflow.core.v1.ClusterRoleBinding
+	(*EventSource)(nil),                       // 106: podflow.core.v1.EventSource
+	(*Event)(nil),                             // 107: podflow.core.v1.Event
+	(*LimitRangeItem)(nil),                    // 108: podflow.core.v1.LimitRangeItem
+	(*LimitRangeSpec)(nil),                    // 109: podflow.core.v1.LimitRangeSpec
+	(*LimitRange)(nil),                        // 110: podflow.core.v1.LimitRange
+	(*SidecarPolicySpec)(nil),                 // 111: podflow.core.v1.SidecarPolicySpec
+	(*SidecarPolicy)(nil),                     // 112: podflow.core.v1.SidecarPolicy
+	(*StatusCause)(nil),                       // 113: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 114: podflow.core.v1.Status
+	(*UserInfo)(nil),                          // 115: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 116: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 117: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 118: podflow.core.v1.PriorityClass
+	nil,                                       // 119: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 120: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 121: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 122: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 123: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 124: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 125: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 126: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 127: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 128: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 129: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 130: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 131: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 132: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 133: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 134: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 135: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 136: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 137: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 138: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	118, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	119, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	136, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	136, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	119, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	120, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	137, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	137, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	136, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	137, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	137, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	138, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -9142,8 +9446,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	5,   // 12: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	7,   // 13: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	8,   // 14: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	120, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	121, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	121, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	122, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	19,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	15,  // 18: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	19,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -9171,153 +9475,165 @@ var file_corev1_core_proto_depIdxs = []int32{
 	26,  // 41: podflow.core.v1.Container.security_context:type_name -> podflow.core.v1.SecurityContext
 	6,   // 42: podflow.core.v1.Container.env_from:type_name -> podflow.core.v1.EnvFromSource
 	22,  // 43: podflow.core.v1.Container.lifecycle:type_name -> podflow.core.v1.Lifecycle
-	30,  // 44: podflow.core.v1.ConfigMapVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
-	30,  // 45: podflow.core.v1.SecretVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
-	36,  // 46: podflow.core.v1.DownwardAPIVolumeSource.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
-	10,  // 47: podflow.core.v1.DownwardAPIVolumeFile.field_ref:type_name -> podflow.core.v1.ObjectFieldSelector
-	5,   // 48: podflow.core.v1.DownwardAPIVolumeFile.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
-	31,  // 49: podflow.core.v1.Volume.empty_dir:type_name -> podflow.core.v1.EmptyDirVolumeSource
-	32,  // 50: podflow.core.v1.Volume.config_map:type_name -> podflow.core.v1.ConfigMapVolumeSource
-	33,  // 51: podflow.core.v1.Volume.secret:type_name -> podflow.core.v1.SecretVolumeSource
-	34,  // 52: podflow.core.v1.Volume.host_path:type_name -> podflow.core.v1.HostPathVolumeSource
-	37,  // 53: podflow.core.v1.Volume.persistent_volume_claim:type_name -> podflow.core.v1.PersistentVolumeClaimVolumeSource
-	35,  // 54: podflow.core.v1.Volume.downward_api:type_name -> podflow.core.v1.DownwardAPIVolumeSource
-	39,  // 55: podflow.core.v1.Volume.projected:type_name -> podflow.core.v1.ProjectedVolumeSource
-	40,  // 56: podflow.core.v1.ProjectedVolumeSource.sources:type_name -> podflow.core.v1.VolumeProjection
-	41,  // 57: podflow.core.v1.VolumeProjection.config_map:type_name -> podflow.core.v1.ConfigMapProjection
-	42,  // 58: podflow.core.v1.VolumeProjection.secret:type_name -> podflow.core.v1.SecretProjection
-	43,  // 59: podflow.core.v1.VolumeProjection.downward_api:type_name -> podflow.core.v1.DownwardAPIProjection
-	30,  // 60: podflow.core.v1.ConfigMapProjection.items:type_name -> podflow.core.v1.KeyToPath
-	30,  // 61: podflow.core.v1.SecretProjection.items:type_name -> podflow.core.v1.KeyToPath
-	36,  // 62: podflow.core.v1.DownwardAPIProjection.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
-	45,  // 63: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
-	45,  // 64: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
-	46,  // 65: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
-	46,  // 66: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
-	47,  // 67: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
-	48,  // 68: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	122, // 69: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
-	50,  // 70: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
-	51,  // 71: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
-	51,  // 72: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
-	52,  // 73: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
-	52,  // 74: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	53,  // 75: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	52,  // 76: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	53,  // 77: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	49,  // 78: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
-	54,  // 79: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
-	55,  // 80: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
-	51,  // 81: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
-	38,  // 82: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
-	29,  // 83: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
-	29,  // 84: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	123, // 85: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
-	27,  // 86: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
-	56,  // 87: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
-	44,  // 88: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
-	57,  // 89: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
-	58,  // 90: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
-	60,  // 91: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
-	94,  // 92: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	61,  // 93: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	136, // 94: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	136, // 95: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	136, // 96: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	136, // 97: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	136, // 98: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
-	63,  // 99: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
-	64,  // 100: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
-	65,  // 101: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
-	66,  // 102: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
-	66,  // 103: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
-	62,  // 104: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
-	68,  // 105: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	136, // 106: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
-	67,  // 107: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	67,  // 108: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	1,   // 109: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
-	59,  // 110: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
-	69,  // 111: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	136, // 112: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	71,  // 113: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	136, // 114: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	136, // 115: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	124, // 116: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	125, // 117: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
-	73,  // 118: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
-	74,  // 119: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
-	76,  // 120: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
-	75,  // 121: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
-	1,   // 122: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
-	72,  // 123: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
-	77,  // 124: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
-	19,  // 125: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
-	79,  // 126: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	126, // 127: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
-	81,  // 128: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
-	82,  // 129: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
-	1,   // 130: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
-	80,  // 131: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
-	83,  // 132: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
-	85,  // 133: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
-	86,  // 134: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
-	1,   // 135: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
-	87,  // 136: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
-	88,  // 137: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
-	92,  // 138: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	136, // 139: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 140: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
-	90,  // 141: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
-	91,  // 142: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
-	1,   // 143: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
-	86,  // 144: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
-	94,  // 145: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	1,   // 146: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	127, // 147: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	128, // 148: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
-	1,   // 149: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	129, // 150: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
-	1,   // 151: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
-	98,  // 152: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 153: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
-	98,  // 154: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 155: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	101, // 156: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	102, // 157: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 158: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	101, // 159: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	102, // 160: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 161: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
-	86,  // 162: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
-	105, // 163: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	136, // 164: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	136, // 165: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	136, // 166: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	130, // 167: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	131, // 168: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	132, // 169: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	133, // 170: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
-	107, // 171: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
-	1,   // 172: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
-	108, // 173: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	134, // 174: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	29,  // 175: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
-	29,  // 176: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
-	38,  // 177: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
-	1,   // 178: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
-	110, // 179: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
-	112, // 180: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 181: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	135, // 182: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	11,  // 183: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 184: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	116, // 185: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	186, // [186:186] is the sub-list for method output_type
-	186, // [186:186] is the sub-list for method input_type
-	186, // [186:186] is the sub-list for extension type_name
-	186, // [186:186] is the sub-list for extension extendee
-	0,   // [0:186] is the sub-list for field type_name
+	11,  // 44: podflow.core.v1.EphemeralContainer.ports:type_name -> podflow.core.v1.ContainerPort
+	3,   // 45: podflow.core.v1.EphemeralContainer.env:type_name -> podflow.core.v1.EnvVar
+	12,  // 46: podflow.core.v1.EphemeralContainer.resources:type_name -> podflow.core.v1.ResourceRequirements
+	13,  // 47: podflow.core.v1.EphemeralContainer.volume_mounts:type_name -> podflow.core.v1.VolumeMount
+	23,  // 48: podflow.core.v1.EphemeralContainer.liveness_probe:type_name -> podflow.core.v1.Probe
+	23,  // 49: podflow.core.v1.EphemeralContainer.readiness_probe:type_name -> podflow.core.v1.Probe
+	23,  // 50: podflow.core.v1.EphemeralContainer.startup_probe:type_name -> podflow.core.v1.Probe
+	26,  // 51: podflow.core.v1.EphemeralContainer.security_context:type_name -> podflow.core.v1.SecurityContext
+	6,   // 52: podflow.core.v1.EphemeralContainer.env_from:type_name -> podflow.core.v1.EnvFromSource
+	22,  // 53: podflow.core.v1.EphemeralContainer.lifecycle:type_name -> podflow.core.v1.Lifecycle
+	31,  // 54: podflow.core.v1.ConfigMapVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
+	31,  // 55: podflow.core.v1.SecretVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
+	37,  // 56: podflow.core.v1.DownwardAPIVolumeSource.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
+	10,  // 57: podflow.core.v1.DownwardAPIVolumeFile.field_ref:type_name -> podflow.core.v1.ObjectFieldSelector
+	5,   // 58: podflow.core.v1.DownwardAPIVolumeFile.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
+	32,  // 59: podflow.core.v1.Volume.empty_dir:type_name -> podflow.core.v1.EmptyDirVolumeSource
+	33,  // 60: podflow.core.v1.Volume.config_map:type_name -> podflow.core.v1.ConfigMapVolumeSource
+	34,  // 61: podflow.core.v1.Volume.secret:type_name -> podflow.core.v1.SecretVolumeSource
+	35,  // 62: podflow.core.v1.Volume.host_path:type_name -> podflow.core.v1.HostPathVolumeSource
+	38,  // 63: podflow.core.v1.Volume.persistent_volume_claim:type_name -> podflow.core.v1.PersistentVolumeClaimVolumeSource
+	36,  // 64: podflow.core.v1.Volume.downward_api:type_name -> podflow.core.v1.DownwardAPIVolumeSource
+	40,  // 65: podflow.core.v1.Volume.projected:type_name -> podflow.core.v1.ProjectedVolumeSource
+	41,  // 66: podflow.core.v1.ProjectedVolumeSource.sources:type_name -> podflow.core.v1.VolumeProjection
+	42,  // 67: podflow.core.v1.VolumeProjection.config_map:type_name -> podflow.core.v1.ConfigMapProjection
+	43,  // 68: podflow.core.v1.VolumeProjection.secret:type_name -> podflow.core.v1.SecretProjection
+	44,  // 69: podflow.core.v1.VolumeProjection.downward_api:type_name -> podflow.core.v1.DownwardAPIProjection
+	31,  // 70: podflow.core.v1.ConfigMapProjection.items:type_name -> podflow.core.v1.KeyToPath
+	31,  // 71: podflow.core.v1.SecretProjection.items:type_name -> podflow.core.v1.KeyToPath
+	37,  // 72: podflow.core.v1.DownwardAPIProjection.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
+	46,  // 73: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
+	46,  // 74: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
+	47,  // 75: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
+	47,  // 76: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
+	48,  // 77: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
+	49,  // 78: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
+	123, // 79: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	51,  // 80: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
+	52,  // 81: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
+	52,  // 82: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
+	53,  // 83: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
+	53,  // 84: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	54,  // 85: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	53,  // 86: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	54,  // 87: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	50,  // 88: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
+	55,  // 89: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
+	56,  // 90: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
+	52,  // 91: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
+	39,  // 92: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
+	29,  // 93: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
+	29,  // 94: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
+	124, // 95: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	27,  // 96: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
+	57,  // 97: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
+	45,  // 98: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
+	58,  // 99: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
+	59,  // 100: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
+	61,  // 101: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
+	95,  // 102: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	30,  // 103: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
+	62,  // 104: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
+	137, // 105: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	137, // 106: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	137, // 107: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	137, // 108: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	137, // 109: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	64,  // 110: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
+	65,  // 111: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
+	66,  // 112: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
+	67,  // 113: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
+	67,  // 114: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
+	63,  // 115: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
+	69,  // 116: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
+	137, // 117: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	68,  // 118: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	68,  // 119: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	68,  // 120: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	1,   // 121: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
+	60,  // 122: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
+	70,  // 123: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
+	137, // 124: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	72,  // 125: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
+	137, // 126: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	137, // 127: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	125, // 128: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	126, // 129: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	74,  // 130: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
+	75,  // 131: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
+	77,  // 132: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
+	76,  // 133: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
+	1,   // 134: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
+	73,  // 135: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
+	78,  // 136: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
+	19,  // 137: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
+	80,  // 138: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
+	127, // 139: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	82,  // 140: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
+	83,  // 141: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
+	1,   // 142: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
+	81,  // 143: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
+	84,  // 144: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
+	86,  // 145: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
+	87,  // 146: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
+	1,   // 147: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
+	88,  // 148: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
+	89,  // 149: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
+	93,  // 150: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
+	137, // 151: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 152: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
+	91,  // 153: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
+	92,  // 154: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
+	1,   // 155: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
+	87,  // 156: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
+	95,  // 157: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	1,   // 158: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
+	128, // 159: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	129, // 160: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	1,   // 161: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
+	130, // 162: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	1,   // 163: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
+	99,  // 164: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 165: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
+	99,  // 166: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 167: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	102, // 168: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	103, // 169: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 170: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	102, // 171: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	103, // 172: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 173: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
+	87,  // 174: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
+	106, // 175: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
+	137, // 176: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	137, // 177: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	137, // 178: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	131, // 179: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	132, // 180: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	133, // 181: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	134, // 182: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	108, // 183: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
+	1,   // 184: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
+	109, // 185: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
+	135, // 186: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	29,  // 187: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
+	29,  // 188: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
+	39,  // 189: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
+	1,   // 190: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
+	111, // 191: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
+	113, // 192: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 193: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	136, // 194: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	11,  // 195: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 196: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	117, // 197: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	198, // [198:198] is the sub-list for method output_type
+	198, // [198:198] is the sub-list for method input_type
+	198, // [198:198] is the sub-list for extension type_name
+	198, // [198:198] is the sub-list for extension extendee
+	0,   // [0:198] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -9337,35 +9653,35 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[23].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[26].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[27].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[30].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[32].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[31].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[33].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[35].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[34].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[36].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[39].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[41].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[37].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[40].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[42].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[44].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[57].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[59].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[61].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[67].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[79].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[82].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[85].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[87].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[43].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[45].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[58].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[60].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[62].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[68].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[80].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[83].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[86].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[88].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[95].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[89].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[96].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[97].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[117].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[98].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[118].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   136,
+			NumMessages:   137,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -90,6 +90,9 @@ func validateSpec(p *field.Path, spec *corev1.PodSpec) field.ErrorList {
 	if len(spec.GetContainers()) == 0 {
 		errs = append(errs, field.Required(p.Child("containers"), ""))
 	}
+	if len(spec.GetEphemeralContainers()) > 0 { // added later, through pods/ephemeralcontainers
+		errs = append(errs, field.Forbidden(p.Child("ephemeralContainers"), "cannot be set on create"))
+	}
 	names := map[string]bool{}
 	for i, c := range spec.GetInitContainers() {
 		errs = append(errs, validateContainer(p.Child("initContainers").Index(i), c, volumes, names, spec.GetHostNetwork(), true)...)

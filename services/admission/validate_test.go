@@ -30,6 +30,9 @@ func TestValidatePod(t *testing.T) {
 		{"bad label", func(p *corev1.Pod) { p.Metadata.Labels["-bad"] = "x y" }, []string{"FieldValueInvalid metadata.labels", "FieldValueInvalid metadata.labels"}},
 		{"bad annotation key", func(p *corev1.Pod) { p.Metadata.Annotations = map[string]string{"a b": ""} }, []string{"FieldValueInvalid metadata.annotations"}},
 		{"no containers", func(p *corev1.Pod) { p.Spec.Containers = nil }, []string{"FieldValueRequired spec.containers"}},
+		{"ephemeral containers on create", func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []*corev1.EphemeralContainer{{Name: "debugger", Image: "busybox"}}
+		}, []string{"FieldValueForbidden spec.ephemeralContainers"}},
 		{"image missing", func(p *corev1.Pod) { app(p).Image = "" }, []string{"FieldValueRequired spec.containers[0].image"}},
 		{"container name missing", func(p *corev1.Pod) { app(p).Name = "" }, []string{"FieldValueRequired spec.containers[0].name"}},
 		{"container name not a DNS label", func(p *corev1.Pod) { app(p).Name = "app.v1" }, []string{"FieldValueInvalid spec.containers[0].name"}},

@@ -17,7 +17,9 @@
 //     schemas and operations as one Swagger 2.0 document (JSON or gnostic
 //     protobuf, by Accept).
 //   - Resources: pods (create, get, list, watch, update, patch, delete,
-//     status, log), nodes,
+//     status, log, ephemeralcontainers: get, update and patch that only
+//     add ephemeral containers, validated as kube-apiserver, ephemeral.go),
+//     nodes,
 //     namespaces, services, endpointslices (discovery.k8s.io/v1), events
 //     (core/v1, and events.k8s.io/v1 as a read-only view), configmaps,
 //     secrets, serviceaccounts, limitranges, the RBAC kinds,

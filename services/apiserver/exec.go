@@ -187,6 +187,11 @@ func streamContainer(pod *corev1.Pod, name string) (string, *corev1.Status) {
 		}
 		names = append(names, c.GetName())
 	}
+	for _, c := range pod.GetSpec().GetEphemeralContainers() { // kubectl debug attaches by name
+		if name != "" && c.GetName() == name {
+			return name, nil
+		}
+	}
 	switch {
 	case name != "":
 		return "", badRequest("container %s is not valid for pod %s", name, pn)

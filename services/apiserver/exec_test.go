@@ -233,13 +233,30 @@ func TestExec(t *testing.T) {
 	}
 
 	// RBAC: get pods is not exec.
-	getter := &corev1.Role{Metadata: &corev1.ObjectMeta{Name: "pod-reader", Namespace: "default"}, Rules: []*corev1.PolicyRule{
-		{ApiGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}}
-	if _, err := s.store.Create(ctx, getter); err != nil {
+	acfg, _ := aliceMay(t, ctx, s, cfg, "pod-reader", "get")
+	for _, transport := range []string{"websocket", "spdy"} {
+		t.Run("forbidden over "+transport, func(t *testing.T) {
+			var stdout bytes.Buffer
+			err := newExec(t, acfg, transport, execURL([]string{"echo", "x"}, false, false)).
+				StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout})
+			if err == nil || !strings.Contains(err.Error(), "forbidden") && !strings.Contains(err.Error(), "403") {
+				t.Fatalf("alice may exec: err = %v, stdout %q", err, stdout.String())
+			}
+		})
+	}
+}
+
+// aliceMay gives alice a role with verbs on pods in default (none of their
+// subresources) and returns her client once the role is in force.
+func aliceMay(t *testing.T, ctx context.Context, s *system, cfg *rest.Config, role string, verbs ...string) (*rest.Config, *kubernetes.Clientset) {
+	t.Helper()
+	r := &corev1.Role{Metadata: &corev1.ObjectMeta{Name: role, Namespace: "default"}, Rules: []*corev1.PolicyRule{
+		{ApiGroups: []string{""}, Resources: []string{"pods"}, Verbs: verbs}}}
+	if _, err := s.store.Create(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.store.Create(ctx, &corev1.RoleBinding{Metadata: &corev1.ObjectMeta{Name: "alice-reads", Namespace: "default"},
-		RoleRef:  &corev1.RoleRef{Kind: auth.KindRole, Name: "pod-reader", ApiGroup: auth.RBACGroup},
+	if _, err := s.store.Create(ctx, &corev1.RoleBinding{Metadata: &corev1.ObjectMeta{Name: "alice-" + role, Namespace: "default"},
+		RoleRef:  &corev1.RoleRef{Kind: auth.KindRole, Name: role, ApiGroup: auth.RBACGroup},
 		Subjects: []*corev1.Subject{{Kind: auth.SubjectUser, Name: "alice"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -251,19 +268,9 @@ func TestExec(t *testing.T) {
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := acs.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{}); err == nil {
-			break
+			return acfg, acs
 		} else if time.Now().After(deadline) {
 			t.Fatalf("alice may not get the pod: %v", err)
 		}
-	}
-	for _, transport := range []string{"websocket", "spdy"} {
-		t.Run("forbidden over "+transport, func(t *testing.T) {
-			var stdout bytes.Buffer
-			err := newExec(t, acfg, transport, execURL([]string{"echo", "x"}, false, false)).
-				StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout})
-			if err == nil || !strings.Contains(err.Error(), "forbidden") && !strings.Contains(err.Error(), "403") {
-				t.Fatalf("alice may exec: err = %v, stdout %q", err, stdout.String())
-			}
-		})
 	}
 }

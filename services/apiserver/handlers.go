@@ -57,6 +57,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	if s.serveStream(w, r, req) { // pods/exec, pods/attach (exec.go)
 		return
 	}
+	if isEphemeral(req) { // pods/ephemeralcontainers: ephemeral.go
+		s.serveEphemeral(w, r, req)
+		return
+	}
 	if isTokenRequest(req) { // serviceaccounts/token: tokenrequest.go
 		s.authorizedTokenRequest(w, r, req)
 		return

@@ -121,7 +121,8 @@ func apiResourceList(gv string) *metav1.APIResourceList {
 				metav1.APIResource{Name: "pods/status", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}},
 				metav1.APIResource{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}},
 				metav1.APIResource{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: []string{"create", "get"}},
-				metav1.APIResource{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: []string{"create", "get"}})
+				metav1.APIResource{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: []string{"create", "get"}},
+				metav1.APIResource{Name: "pods/ephemeralcontainers", Namespaced: true, Kind: "Pod", Verbs: []string{"get", "patch", "update"}})
 		}
 	}
 	return l

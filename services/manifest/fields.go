@@ -78,6 +78,8 @@ const (
 	testPreemption  = "services/admission/priority_test.go services/scheduler/preemption_test.go"
 	testDNS         = "nodeagent/linux/dns/dns_test.go ops/e2e/linux_services_test.go services/admission/validate_test.go"
 	testRuntime     = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
+	testAttach      = "nodeagent/linux/container/attach_test.go services/manifest/fields_test.go ops/e2e/linux_kubectl_test.go"
+	testEphemeral   = "services/apiserver/ephemeral_test.go services/admission/validate_test.go"
 	testTermination = "nodeagent/termination_test.go nodeagent/linux/termination_kernel_test.go"
 	testStatus      = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
 )
@@ -92,6 +94,10 @@ var containerHonoured = map[string]string{
 	"args":            testEnv,
 	"workingDir":      testRuntime,
 	"restartPolicy":   testSidecar,
+
+	"stdin":     testAttach,
+	"stdinOnce": testAttach,
+	"tty":       testAttach,
 
 	"terminationMessagePath":   testTermination,
 	"terminationMessagePolicy": testTermination,
@@ -142,9 +148,6 @@ var containerRefused = map[string]refusal{
 	"securityContext.appArmorProfile":      {what: "AppArmor profiles"},
 	"securityContext.seLinuxOptions":       {what: "SELinux options"},
 	"securityContext.windowsOptions":       {what: "Windows containers"},
-	"stdin":                                {what: "attaching stdin", allow: []string{"false"}},
-	"stdinOnce":                            {what: "attaching stdin", allow: []string{"false"}},
-	"tty":                                  {what: "a TTY", allow: []string{"false"}},
 	"volumeDevices":                        {what: "raw block devices (volumeDevices)"},
 	"volumeMounts[*].mountPropagation":     {what: "mount propagation", allow: []string{"None"}},
 	"volumeMounts[*].recursiveReadOnly":    {what: "recursive read-only mounts", allow: []string{"Disabled"}},
@@ -238,7 +241,6 @@ var podRefused = map[string]refusal{
 
 	"spec.automountServiceAccountToken": {what: "mounting ServiceAccount tokens into containers", allow: []string{"false"}},
 	"spec.enableServiceLinks":           {what: "Service environment variables (enableServiceLinks)", allow: []string{"false"}},
-	"spec.ephemeralContainers":          {what: "ephemeral containers"},
 	"spec.evictionResponders":           {what: "eviction responders"},
 	"spec.hostAliases":                  {what: "hostAliases"},
 	"spec.hostUsers":                    {what: "user namespaces (hostUsers: false)", allow: []string{"true"}},
@@ -294,16 +296,24 @@ func init() {
 	for _, s := range networkVolumes {
 		podRefused["spec.volumes[*]."+s] = refusal{what: s + " volumes: podflow has no storage drivers"}
 	}
-	for _, c := range []string{"spec.containers[*].", "spec.initContainers[*]."} {
+	// Ephemeral containers are stored as sent through the subresource
+	// (what a container may not set refused as for the others); the node
+	// does not run them yet.
+	podHonoured["spec.ephemeralContainers"] = testEphemeral
+	for _, c := range []string{"spec.containers[*].", "spec.initContainers[*].", "spec.ephemeralContainers[*]."} {
 		for p, t := range containerHonoured {
-			podHonoured[c+p] = t
+			if !strings.HasPrefix(c, "spec.ephemeralContainers") {
+				podHonoured[c+p] = t
+			}
 		}
 		for p, r := range containerRefused {
 			podRefused[c+p] = r
 		}
 		for _, probe := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
 			for _, p := range probeHonoured {
-				podHonoured[c+probe+"."+p] = testProbes
+				if !strings.HasPrefix(c, "spec.ephemeralContainers") {
+					podHonoured[c+probe+"."+p] = testProbes
+				}
 			}
 			for p, r := range probeRefused {
 				podRefused[c+probe+"."+p] = r

@@ -251,3 +251,16 @@ func TestProjectedVolumeFields(t *testing.T) {
 		t.Errorf("refused %v, want none", errs)
 	}
 }
+
+// TestAttachFields: stdin, stdinOnce and tty reach the proto (the Linux
+// node holds the container's stdin and terminal for attaches).
+func TestAttachFields(t *testing.T) {
+	obj := decodeOne(t, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: i, stdin: true, stdinOnce: true, tty: true}]\n"))
+	pod := obj.Message.(*pf.Pod)
+	if c := pod.GetSpec().GetContainers()[0]; !c.GetStdin() || !c.GetStdinOnce() || !c.GetTty() {
+		t.Fatalf("container %v: stdin, stdinOnce and tty not all set", c)
+	}
+	if errs := RefusedPodFields(pod); len(errs) != 0 {
+		t.Errorf("RefusedPodFields: %v, want none", errs)
+	}
+}

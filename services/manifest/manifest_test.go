@@ -349,8 +349,8 @@ func TestDecodeErrors(t *testing.T) {
 			nil, ErrUnknownField, 0, "dta", "ConfigMap", "c"},
 		{"unknown field in second document", "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: b, lables: {}}\n",
 			nil, ErrUnknownField, 1, "metadata.lables", "Namespace", "b"},
-		{"unknown field in SidecarPolicy", "apiVersion: podflow.io/v1alpha1\nkind: SidecarPolicy\nmetadata: {name: s}\nspec:\n  containers: [{name: c, tty: true}]\n",
-			nil, ErrUnknownField, 0, "spec.containers[0].tty", "SidecarPolicy", "s"},
+		{"unknown field in SidecarPolicy", "apiVersion: podflow.io/v1alpha1\nkind: SidecarPolicy\nmetadata: {name: s}\nspec:\n  containers: [{name: c, resizePolicy: [{resourceName: cpu, restartPolicy: NotRequired}]}]\n",
+			nil, ErrUnknownField, 0, "spec.containers[0].resizePolicy", "SidecarPolicy", "s"},
 		{"duplicate JSON field", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","name":"q"}}`,
 			nil, ErrDuplicateField, 0, "metadata.name", "Pod", "q"},
 		{"duplicate YAML key", "apiVersion: v1\nkind: Pod\nkind: Pod\n", nil, ErrDuplicateField, 0, "", "", ""},
@@ -424,7 +424,8 @@ metadata:
   selfLink: /api/v1/namespaces/default/pods/p
 spec:
   dnsPolicy: ClusterFirst
-  containers: [{name: c, image: i, stdin: true, terminationMessagePolicy: File}]
+  setHostnameAsFQDN: true
+  containers: [{name: c, image: i, terminationMessagePolicy: File}]
 `))
 	if !errors.Is(err, ErrUnsupportedField) {
 		t.Fatalf("Decode: %v, want ErrUnsupportedField", err)
@@ -437,14 +438,14 @@ spec:
 	for _, e := range errs {
 		got = append(got, e.Field)
 	}
-	want := []string{"metadata.selfLink", "spec.containers[0].stdin"}
+	want := []string{"metadata.selfLink", "spec.setHostnameAsFQDN"}
 	if diff := cmpDiff(want, got); diff != "" {
 		t.Errorf("refused fields (-want +got):\n%s", diff)
 	}
-	if msg := errs.ToAggregate().Error(); !strings.Contains(msg, "spec.containers[0].stdin: Forbidden: podflow does not support attaching stdin") {
+	if msg := errs.ToAggregate().Error(); !strings.Contains(msg, "spec.setHostnameAsFQDN: Forbidden: podflow does not support setHostnameAsFQDN") {
 		t.Errorf("message %q", msg)
 	}
-	obj := decodeOne(t, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  dnsPolicy: ClusterFirst\n  containers: [{name: c, image: i, stdin: false, terminationMessagePolicy: File}]\n"))
+	obj := decodeOne(t, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  dnsPolicy: ClusterFirst\n  setHostnameAsFQDN: false\n  containers: [{name: c, image: i, terminationMessagePolicy: File}]\n"))
 	if len(obj.Warnings) != 0 {
 		t.Errorf("defaults: warnings %q, want none", obj.Warnings)
 	}

@@ -27,6 +27,14 @@
 // with its own filesystem attributes (unshare CLONE_FS, then setns), and
 // drops to the container's Security exactly as the init did.
 //
+// Attach: the shim holds the container's stdio — the write end of its
+// stdin pipe (Spec.Stdin) or the master of its pseudo-terminal (Spec.TTY)
+// — and serves it on attach.sock in the container directory (bound and
+// dialled through /proc/self/fd of the directory, so its length does not
+// matter): Container.Attach gets the live output and writes stdin, from
+// any process, also after the agent that started the container is gone.
+// Spec.StdinOnce closes stdin when the first attach's stdin ends.
+//
 // Privileges: Spec.Security (nil: DefaultSecurity, containerd's and
 // runc's defaults) says what the process may do. The init applies it in
 // one place, on the one thread that execs: masked and read-only /proc and

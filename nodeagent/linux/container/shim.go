@@ -113,9 +113,32 @@ func runShim(dir string) error {
 	// init's error.
 	msg, _ := io.ReadAll(pipes.execR)
 	pipes.execR.Close()
+	var stdin io.WriteCloser
+	switch {
+	case pipes.tty != nil && spec.Stdin:
+		stdin = pipes.tty
+	case pipes.stdin != nil:
+		stdin = pipes.stdin
+	}
+	hub, err := serveAttach(dir, stdin, pipes.tty, spec.StdinOnce)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fail(err)
+	}
 	copied := make(chan struct{}, 2)
-	go func() { logs.copy("stdout", pipes.stdout); copied <- struct{}{} }()
-	go func() { logs.copy("stderr", pipes.stderr); copied <- struct{}{} }()
+	go func() {
+		logs.copy("stdout", io.TeeReader(pipes.stdout, hub.writer(frameStdout)))
+		copied <- struct{}{}
+	}()
+	if pipes.stderr != nil {
+		go func() {
+			logs.copy("stderr", io.TeeReader(pipes.stderr, hub.writer(frameStderr)))
+			copied <- struct{}{}
+		}()
+	} else {
+		copied <- struct{}{}
+	}
 	if len(msg) > 0 {
 		_ = cmd.Wait()
 		return fail(fmt.Errorf("%w: %s", ErrExec, bytes.TrimSpace(msg)))
@@ -145,6 +168,7 @@ func runShim(dir string) error {
 		case <-time.After(2 * time.Second):
 		}
 	}
+	hub.close(2 * time.Second) // attaches get the output, then EOF
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	switch {
 	case ws.Signaled():
@@ -182,7 +206,9 @@ func awaitContainer() (string, error) {
 
 type initPipes struct {
 	execR, goW     *os.File
-	stdout, stderr *os.File
+	stdout, stderr *os.File // stdout: the pty master with a terminal (stderr nil)
+	stdin          *os.File // the stdin pipe's write end (Spec.Stdin without a terminal)
+	tty            *os.File // the pty master (Spec.TTY)
 }
 
 // startInit clones the init in its namespaces (and on cgroup v2 into its
@@ -207,19 +233,36 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 	if err != nil {
 		return nil, p, err
 	}
-	outR, outW, err := pipe()
-	if err != nil {
-		return nil, p, err
+	// The init's stdio and the shim's ends of it.
+	var in, outW, errW, outR, errR, inW *os.File
+	switch {
+	case spec.TTY:
+		term, err := openTerminal()
+		if err != nil {
+			return nil, p, err
+		}
+		closeAfter = append(closeAfter, term.master, term.slave)
+		in, outW, errW, outR = term.slave, term.slave, term.slave, term.master
+		p.tty = term.master
+	default:
+		if outR, outW, err = pipe(); err != nil {
+			return nil, p, err
+		}
+		if errR, errW, err = pipe(); err != nil {
+			return nil, p, err
+		}
+		if spec.Stdin {
+			if in, inW, err = pipe(); err != nil {
+				return nil, p, err
+			}
+			p.stdin = inW
+		} else {
+			if in, err = os.Open(os.DevNull); err != nil {
+				return nil, p, err
+			}
+			closeAfter = append(closeAfter, in)
+		}
 	}
-	errR, errW, err := pipe()
-	if err != nil {
-		return nil, p, err
-	}
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return nil, p, err
-	}
-	closeAfter = append(closeAfter, devnull)
 	self, err := os.Executable()
 	if err != nil {
 		return nil, p, err
@@ -228,7 +271,7 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 		Path:       self,
 		Args:       []string{"podflow-init", spec.ID},
 		Env:        []string{envRole + "=" + roleInit, envDir + "=" + spec.Dir},
-		Stdin:      devnull,
+		Stdin:      in,
 		Stdout:     outW,
 		Stderr:     errW,
 		ExtraFiles: []*os.File{execW},
@@ -236,6 +279,9 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 			Cloneflags: spec.cloneFlags(),
 			Pdeathsig:  0,
 		},
+	}
+	if spec.TTY { // a session of its own, the terminal its controlling one
+		cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
 	}
 	if v2, ok := spec.Cgroups[""]; ok {
 		cg, err := os.Open(v2)
@@ -264,7 +310,12 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 		return nil, p, fmt.Errorf("start init: %w", err)
 	}
 	// Keep the parent's ends; the deferred close drops the child's.
-	keep := map[*os.File]bool{execR: true, outR: true, errR: true, p.goW: true}
+	keep := map[*os.File]bool{execR: true, outR: true, p.goW: true}
+	for _, f := range []*os.File{errR, inW} {
+		if f != nil {
+			keep[f] = true
+		}
+	}
 	rest := closeAfter[:0]
 	for _, f := range closeAfter {
 		if !keep[f] {

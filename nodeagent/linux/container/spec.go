@@ -109,6 +109,14 @@ type Spec struct {
 	// Security is what the process may do; nil: DefaultSecurity (never
 	// more than containerd's defaults by accident).
 	Security *Security `json:"security,omitempty"`
+	// Stdin keeps the command's stdin open, held by the shim, for
+	// attaches (Container.Attach) to write to; StdinOnce closes it when
+	// the first attach's stdin ends. TTY runs the command on a
+	// pseudo-terminal held by the shim (its controlling terminal; stdout
+	// and stderr are both the terminal's output, logged as stdout).
+	Stdin     bool `json:"stdin,omitempty"`
+	StdinOnce bool `json:"stdinOnce,omitempty"`
+	TTY       bool `json:"tty,omitempty"`
 }
 
 // security returns the spec's Security or the default.

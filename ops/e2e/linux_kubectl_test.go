@@ -1,0 +1,178 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+// TestLinuxKubectl drives the debugging commands of the stock kubectl
+// against real containers (`podflow up --runtime linux`): exec (with
+// stdin, with a terminal), cp both ways, attach to a container that keeps
+// its stdin open, and run -i/-it --rm with a piped script, whose exit code
+// comes back and whose pod is deleted after.
+func TestLinuxKubectl(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for cgroups, network namespaces and mounts (CI runs as root)")
+	}
+	before := kernelObjects(t)
+	c := startCluster(t, "--runtime", "linux")
+	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
+	c.mustPodflow("apply", "-f", writeTemp(t, `apiVersion: v1
+kind: Pod
+metadata: {name: shell}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: sh, image: podflow/busybox:1, command: [sh, -c, "trap 'exit 0' TERM; while :; do sleep 1; done"]}
+`))
+	c.waitPod("default", "shell", "Running", func(p *corev1.Pod) bool { return p.GetStatus().GetPhase() == "Running" })
+
+	t.Run("exec", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, stdin    string
+			args           []string
+			stdout, stderr string
+			code           int
+		}{
+			{name: "plain", args: []string{"exec", "shell", "--", "echo", "hello", "world"}, stdout: "hello world\n"},
+			{name: "stdin", stdin: "piped\nlines\n", args: []string{"exec", "-i", "shell", "--", "sh", "-c", "cat; echo err >&2"}, stdout: "piped\nlines\n", stderr: "err\n"},
+			{name: "exit code", args: []string{"exec", "shell", "--", "sh", "-c", "exit 3"}, code: 3},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				out, errs, code := k.runIn(tc.stdin, tc.args...)
+				if code != tc.code || out != tc.stdout || !strings.Contains(errs, tc.stderr) {
+					t.Fatalf("kubectl %s: exit %d (want %d)\nstdout %q (want %q)\nstderr %q (want %q in it)", strings.Join(tc.args, " "), code, tc.code, out, tc.stdout, errs, tc.stderr)
+				}
+			})
+		}
+	})
+
+	t.Run("exec -t", func(t *testing.T) {
+		out, code := k.onTerminal(t, 40, 120, "", "exec", "-it", "shell", "--", "sh", "-c", "[ -t 0 ] && echo terminal; stty size; exit 4")
+		if code != 4 || !strings.Contains(out, "terminal\r\n") || !strings.Contains(out, "40 120\r\n") {
+			t.Fatalf("kubectl exec -it: exit %d (want 4), output %q", code, out)
+		}
+	})
+
+	t.Run("cp", func(t *testing.T) {
+		dir := t.TempDir()
+		in := filepath.Join(dir, "in.txt")
+		content := strings.Repeat("podflow cp\n", 10000)
+		if err := os.WriteFile(in, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		k.must("cp", in, "shell:/tmp/in.txt")
+		if out, _, code := k.run("exec", "shell", "--", "wc", "-c", "/tmp/in.txt"); code != 0 || !strings.HasPrefix(strings.TrimSpace(out), strconv.Itoa(len(content))) {
+			t.Fatalf("wc in the pod: exit %d, %q", code, out)
+		}
+		k.must("exec", "shell", "--", "sh", "-c", "mkdir -p /tmp/d && echo inside > /tmp/d/f")
+		k.must("cp", "shell:/tmp/d", filepath.Join(dir, "d"))
+		k.must("cp", "shell:/tmp/in.txt", filepath.Join(dir, "back.txt"))
+		for file, want := range map[string]string{"d/f": "inside\n", "back.txt": content} {
+			if b, err := os.ReadFile(filepath.Join(dir, file)); err != nil || string(b) != want {
+				t.Errorf("%s out of the pod: %v, %d bytes (want %d)", file, err, len(b), len(want))
+			}
+		}
+	})
+
+	t.Run("attach", func(t *testing.T) {
+		c.mustPodflow("apply", "-f", writeTemp(t, `apiVersion: v1
+kind: Pod
+metadata: {name: reader}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: r, image: podflow/busybox:1, stdin: true, stdinOnce: true, command: [sh, -c, "while read l; do echo got $l; done; echo bye"]}
+`))
+		c.waitPod("default", "reader", "Running", func(p *corev1.Pod) bool { return p.GetStatus().GetPhase() == "Running" })
+		out, errs, code := k.runIn("a\nb\n", "attach", "-i", "reader")
+		if code != 0 || out != "got a\ngot b\nbye\n" {
+			t.Fatalf("kubectl attach -i: exit %d, stdout %q, stderr %q", code, out, errs)
+		}
+		c.waitPod("default", "reader", "Succeeded", func(p *corev1.Pod) bool { return p.GetStatus().GetPhase() == "Succeeded" })
+	})
+
+	for _, flag := range []string{"-i", "-it"} {
+		t.Run("run "+flag+" --rm", func(t *testing.T) {
+			name := "run" + strings.TrimPrefix(flag, "-")
+			out, errs, code := k.runIn("echo hi from $0\nexit 3\n", "run", flag, "--rm", "--restart=Never", "--image=busybox", name, "--", "sh")
+			if code != 3 || !strings.Contains(out, "hi from sh") || !strings.Contains(out, `pod "`+name+`" deleted`) {
+				t.Fatalf("kubectl run %s --rm: exit %d (want 3)\nstdout %q\nstderr %q", flag, code, out, errs)
+			}
+			if _, errs, code := k.run("get", "pod", name); code == 0 || !strings.Contains(errs, "NotFound") {
+				t.Errorf("pod %s after run --rm: exit %d, %s", name, code, errs)
+			}
+		})
+	}
+
+	c.mustPodflow("delete", "pod", "shell", "--grace-period", "1")
+	c.stop()
+	if after := kernelObjects(t); after != before {
+		t.Fatalf("kernel objects left behind:\nbefore: %s\nafter:  %s", before, after)
+	}
+}
+
+// onTerminal runs kubectl on a pseudo-terminal of rows×cols (as a user at
+// a terminal), typing input, and returns what it wrote and its exit code.
+func (k *kubectl) onTerminal(t *testing.T, rows, cols uint16, input string, args ...string) (string, int) {
+	t.Helper()
+	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	master := os.NewFile(uintptr(fd), "ptmx")
+	defer master.Close()
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := k.cmd(ctx, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	if input != "" {
+		if _, err := master.WriteString(input); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	_, _ = io.Copy(&out, master) // EIO once kubectl, the slave's last holder, exits
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return out.String(), ee.ExitCode()
+	case err != nil:
+		t.Fatalf("kubectl %v: %v", args, err)
+	}
+	return out.String(), 0
+}

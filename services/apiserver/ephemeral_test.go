@@ -1,0 +1,143 @@
+package apiserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	k8scorev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// TestEphemeralContainers drives pods/ephemeralcontainers with client-go
+// as kubectl debug does (a strategic merge patch of the pod, then reads):
+// containers are added, never changed or removed, nothing else of the pod
+// changes, the fields ephemeral containers may not have are refused as
+// kube-apiserver refuses them, and RBAC is on the subresource.
+func TestEphemeralContainers(t *testing.T) {
+	s, cfg, cs := startExecSystem(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pods := cs.CoreV1().Pods("default")
+	patch := func(t *testing.T, cs *kubernetes.Clientset, ecs ...k8scorev1.EphemeralContainer) (*k8scorev1.Pod, error) {
+		t.Helper()
+		b, err := json.Marshal(map[string]any{"spec": map[string]any{"ephemeralContainers": ecs}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs.CoreV1().Pods("default").Patch(ctx, "web", types.StrategicMergePatchType, b, metav1.PatchOptions{}, "ephemeralcontainers")
+	}
+	debugger := k8scorev1.EphemeralContainer{EphemeralContainerCommon: k8scorev1.EphemeralContainerCommon{
+		Name: "debugger", Image: "busybox", Stdin: true, TTY: true, TerminationMessagePolicy: "File", ImagePullPolicy: "IfNotPresent"},
+		TargetContainerName: "c"}
+	pod, err := patch(t, cs, debugger)
+	if err != nil {
+		t.Fatalf("add: %v", err)
+	}
+	if ecs := pod.Spec.EphemeralContainers; len(ecs) != 1 || ecs[0].Name != "debugger" || ecs[0].TargetContainerName != "c" || !ecs[0].TTY {
+		t.Fatalf("ephemeral containers after the patch: %+v", ecs)
+	}
+	got, err := pods.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil || len(got.Spec.EphemeralContainers) != 1 || len(got.Spec.Containers) != 1 {
+		t.Fatalf("the stored pod: %v %+v", err, got)
+	}
+	// A PUT of the subresource with a second one, and a label, which is
+	// not the subresource's to change.
+	got.Spec.EphemeralContainers = append(got.Spec.EphemeralContainers, k8scorev1.EphemeralContainer{EphemeralContainerCommon: k8scorev1.EphemeralContainerCommon{
+		Name: "second", Image: "busybox", TerminationMessagePolicy: "File", ImagePullPolicy: "IfNotPresent"}})
+	got.Labels = map[string]string{"sneaked": "in"}
+	if pod, err = pods.UpdateEphemeralContainers(ctx, "web", got, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	if len(pod.Spec.EphemeralContainers) != 2 || pod.Labels["sneaked"] != "" {
+		t.Fatalf("after the update: %d ephemeral containers, labels %v", len(pod.Spec.EphemeralContainers), pod.Labels)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		ec     func(*k8scorev1.EphemeralContainer)
+		remove bool
+		first  bool // the new one before the existing ones
+		want   string
+	}{
+		{name: "ports", ec: func(c *k8scorev1.EphemeralContainer) { c.Ports = []k8scorev1.ContainerPort{{ContainerPort: 80}} },
+			want: "spec.ephemeralContainers[2].ports: Forbidden: cannot be set for an Ephemeral Container"},
+		{name: "probe", ec: func(c *k8scorev1.EphemeralContainer) {
+			c.ReadinessProbe = &k8scorev1.Probe{ProbeHandler: k8scorev1.ProbeHandler{Exec: &k8scorev1.ExecAction{Command: []string{"true"}}}}
+		}, want: "spec.ephemeralContainers[2].readinessProbe: Forbidden: cannot be set for an Ephemeral Container"},
+		{name: "resources", ec: func(c *k8scorev1.EphemeralContainer) {
+			c.Resources.Limits = k8scorev1.ResourceList{"cpu": resource.MustParse("1")}
+		}, want: "spec.ephemeralContainers[2].resources: Forbidden: cannot be set for an Ephemeral Container"},
+		{name: "what podflow refuses in any container", ec: func(c *k8scorev1.EphemeralContainer) {
+			c.SecurityContext = &k8scorev1.SecurityContext{SELinuxOptions: &k8scorev1.SELinuxOptions{Level: "s0"}}
+		}, want: "seLinuxOptions"},
+		{name: "a host port", ec: func(c *k8scorev1.EphemeralContainer) {
+			c.Ports = []k8scorev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
+		},
+			want: "spec.ephemeralContainers[2].ports[0].hostPort: Forbidden: podflow does not support host port mapping"},
+		{name: "a container's name", ec: func(c *k8scorev1.EphemeralContainer) { c.Name = "c" }, want: `spec.ephemeralContainers[2].name: Duplicate value: "c"`},
+		{name: "an unknown target", ec: func(c *k8scorev1.EphemeralContainer) { c.TargetContainerName = "nope" }, want: `spec.ephemeralContainers[2].targetContainerName: Not found: "nope"`},
+		{name: "changed", ec: func(c *k8scorev1.EphemeralContainer) { c.Name = "debugger"; c.Image = "other" }, want: `existing ephemeral containers "debugger" may not be changed`},
+		{name: "ports on a new one placed first", first: true, ec: func(c *k8scorev1.EphemeralContainer) { c.Ports = []k8scorev1.ContainerPort{{ContainerPort: 80}} },
+			want: "spec.ephemeralContainers[0].ports: Forbidden: cannot be set for an Ephemeral Container"},
+		{name: "removed", remove: true, want: `existing ephemeral containers "second" may not be removed`},
+	} {
+		t.Run("refused: "+tc.name, func(t *testing.T) {
+			cur := &k8scorev1.Pod{}
+			if err := cs.CoreV1().RESTClient().Get().Namespace("default").Resource("pods").Name("web").SubResource("ephemeralcontainers").Do(ctx).Into(cur); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.remove:
+				cur.Spec.EphemeralContainers = cur.Spec.EphemeralContainers[:1]
+			case tc.name == "changed":
+				tc.ec(&cur.Spec.EphemeralContainers[0])
+			default:
+				ec := k8scorev1.EphemeralContainer{EphemeralContainerCommon: k8scorev1.EphemeralContainerCommon{
+					Name: "third", Image: "busybox", TerminationMessagePolicy: "File", ImagePullPolicy: "IfNotPresent"}}
+				tc.ec(&ec)
+				if tc.first {
+					cur.Spec.EphemeralContainers = append([]k8scorev1.EphemeralContainer{ec}, cur.Spec.EphemeralContainers...)
+				} else {
+					cur.Spec.EphemeralContainers = append(cur.Spec.EphemeralContainers, ec)
+				}
+			}
+			_, err = pods.UpdateEphemeralContainers(ctx, "web", cur, metav1.UpdateOptions{})
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want 422 with %q", err, tc.want)
+			}
+		})
+	}
+
+	// A pod update may not touch ephemeral containers; a create may not
+	// set them.
+	got, err = pods.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.EphemeralContainers = got.Spec.EphemeralContainers[:1]
+	if _, err := pods.Update(ctx, got, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("pod update removing an ephemeral container: %v, want 422", err)
+	}
+	fresh := &k8scorev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "fresh"}, Spec: k8scorev1.PodSpec{
+		Containers:          []k8scorev1.Container{{Name: "c", Image: "busybox"}},
+		EphemeralContainers: []k8scorev1.EphemeralContainer{debugger}}}
+	if _, err := pods.Create(ctx, fresh, metav1.CreateOptions{}); !apierrors.IsInvalid(err) ||
+		!strings.Contains(err.Error(), "spec.ephemeralContainers: Forbidden: cannot be set on create") {
+		t.Errorf("create with ephemeral containers: %v, want 422", err)
+	}
+
+	// RBAC: patch pods is not patch pods/ephemeralcontainers.
+	_, acs := aliceMay(t, ctx, s, cfg, "pod-editor", "get", "patch", "update")
+	third := debugger
+	third.Name = "third"
+	if _, err := patch(t, acs, third); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `"pods/ephemeralcontainers"`) {
+		t.Errorf("alice's patch: %v, want 403 on pods/ephemeralcontainers", err)
+	}
+}
