@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -60,13 +61,22 @@ func (s *Server) serveEphemeral(w http.ResponseWriter, r *http.Request, req *req
 			return
 		}
 	}
+	kind := "Update"
+	if req.verb == "patch" {
+		kind = "Patch"
+	}
+	manager, st := managerName(r, strings.HasPrefix(ct, patchApply), kind)
+	if st != nil {
+		writeStatus(w, st)
+		return
+	}
 	for attempt := 0; ; attempt++ {
 		current, st := s.read(ctx, req.res, req.namespace, req.name)
 		if st != nil {
 			writeStatus(w, st)
 			return
 		}
-		obj, warnings, st := s.updated(req, current, body, ct, validation)
+		obj, warnings, st := s.updated(req, current, body, ct, validation, manager, false)
 		if st != nil {
 			writeStatus(w, st)
 			return
