@@ -208,6 +208,9 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	if err != nil {
 		return 0, 0, err
 	}
+	if un, ok := Unreserve(next, PodKey(req.pod)); ok {
+		next, changed = un, true // the room made for the pod is its own now
+	}
 	if !changed {
 		next = proto.CloneOf(next) // shared with the informer; its revision is set below
 	}
@@ -219,13 +222,23 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 		// The Scheduled Event is named after the pod's uid and node,
 		// so it is written once per pod: a put needs no read.
 		Put(s.scheduledEvent(req.pod, req.node, req.causeID))
+	// Nominated elsewhere: the bind releases that reservation too.
+	txn, released, err := s.unreserveElsewhere(ctx, txn, req.pod, req.node)
+	if err != nil {
+		return 0, 0, err
+	}
 	rev, err := s.env.Store.Commit(ctx, txn)
 	switch {
 	case err == nil:
 		s.known.learn(next) // Commit set its revision
+		if released != nil {
+			s.known.learn(released)
+		}
 		return rev, bound, nil
 	case objects.ConflictOn(err, next):
 		return 0, nodeStale, nil
+	case released != nil && objects.ConflictOn(err, released):
+		return 0, podStale, nil // read again, both the pod and that record
 	case errors.Is(err, raftstore.ErrConflict):
 		return 0, podStale, nil
 	}

@@ -42,6 +42,16 @@ func antiAffinePod(name, app string) *corev1.Pod {
 	return p
 }
 
+// affinePod is a pod of app that must share a zone with a pod of target.
+func affinePod(name, app, target string) *corev1.Pod {
+	p := schedtest.Pod("bench", name, "100m", "64Mi")
+	p.Metadata.Labels = map[string]string{"app": app}
+	p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: scheduler.LabelTopologyZone, LabelSelector: appSelector(target)}},
+	}}
+	return p
+}
+
 // spreadPod is a pod of app spread by zone, maxSkew 1, DoNotSchedule.
 func spreadPod(name, app string) *corev1.Pod {
 	p := schedtest.Pod("bench", name, "100m", "64Mi")
@@ -208,7 +218,8 @@ func runTopology(t *testing.T, pods []*corev1.Pod, bound, replicas, concurrency 
 // TestVerifyTopology attacks Verify's topology checks with bindings
 // written straight to the store (no scheduler): each broken rule is
 // reported at its binding, and the same shapes that keep the rules are
-// not.
+// not. Required pod affinity: a pod bound where no pod its terms select
+// is (and not the first of a self-affine group) is reported.
 func TestVerifyTopology(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -243,15 +254,20 @@ func TestVerifyTopology(t *testing.T) {
 		on(antiAffinePod("web-b", "web"), 1), // fine: another host
 		on(antiAffinePod("web-c", "web"), 0), // own anti-affinity broken
 		on(plain("db-a", "db"), 2),
-		on(antiAffinePod("db-guard", "db"), 5),    // fine: db-a is on another host
-		on(plain("db-b", "db"), 5),                // db-guard's anti-affinity broken (symmetry)
-		on(plain("web-plain", "other"), 1),        // fine: no term selects it
-		on(spreadPod("s-0", "s"), 0),              // zone-0: 1
-		on(spreadPod("s-1", "s"), 1),              // zone-1: 1
-		on(spreadPod("s-2", "s"), 3),              // zone-0: 2, skew 2 > 1: broken
-		on(terminating(spreadPod("s-t", "s")), 4), // terminating: not counted
-		on(spreadPod("s-3", "s"), 5),              // zone-2: 1, fine
-		on(spreadPod("s-4", "s"), 4),              // zone-1: 2, fine (zone-0 has 2)
+		on(antiAffinePod("db-guard", "db"), 5),      // fine: db-a is on another host
+		on(plain("db-b", "db"), 5),                  // db-guard's anti-affinity broken (symmetry)
+		on(plain("web-plain", "other"), 1),          // fine: no term selects it
+		on(spreadPod("s-0", "s"), 0),                // zone-0: 1
+		on(spreadPod("s-1", "s"), 1),                // zone-1: 1
+		on(spreadPod("s-2", "s"), 3),                // zone-0: 2, skew 2 > 1: broken
+		on(terminating(spreadPod("s-t", "s")), 4),   // terminating: not counted
+		on(spreadPod("s-3", "s"), 5),                // zone-2: 1, fine
+		on(spreadPod("s-4", "s"), 4),                // zone-1: 2, fine (zone-0 has 2)
+		on(affinePod("cache-a", "cache", "web"), 3), // fine: web-a is in zone-0
+		on(affinePod("cache-b", "cache", "web"), 2), // zone-2 has no web pod: broken
+		on(affinePod("grp-a", "grp", "grp"), 2),     // fine: the first of a self-affine group
+		on(affinePod("grp-b", "grp", "grp"), 4),     // zone-1 has no grp pod (grp-a is in zone-2): broken
+		on(affinePod("grp-c", "grp", "grp"), 5),     // fine: zone-2
 	}
 	for _, p := range pods {
 		if err := env.CreatePods(ctx, []*corev1.Pod{p}); err != nil {
@@ -264,7 +280,7 @@ func TestVerifyTopology(t *testing.T) {
 	}
 	var got []string
 	for _, v := range rep.Violations {
-		if strings.Contains(v, "anti-affinity") || strings.Contains(v, "spread") {
+		if strings.Contains(v, "affinity") || strings.Contains(v, "spread") {
 			got = append(got, v)
 		}
 	}
@@ -273,6 +289,8 @@ func TestVerifyTopology(t *testing.T) {
 		"pod bench/web-c bound to node-00000 at revision", "the required anti-affinity of bench/web-a on node-00000 (kubernetes.io/hostname=node-00000) selects it",
 		"pod bench/db-b bound to node-00005 at revision", "the required anti-affinity of bench/db-guard on node-00005 (kubernetes.io/hostname=node-00005) selects it",
 		"pod bench/s-2 bound to node-00003 at revision", "DoNotSchedule spread on topology.kubernetes.io/zone has skew 2 > maxSkew 1",
+		"pod bench/cache-b bound to node-00002 at revision", "its required affinity (topology.kubernetes.io/zone=zone-2) selects no pod there",
+		"pod bench/grp-b bound to node-00004 at revision", "its required affinity (topology.kubernetes.io/zone=zone-1) selects no pod there",
 	}
 	if len(got) != len(want)/2 {
 		t.Fatalf("topology violations:\n  %s\nwant %d", strings.Join(got, "\n  "), len(want)/2)
