@@ -201,3 +201,78 @@ func testPreemption(t *testing.T, killAt string) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestReservationSweep: a reservation whose nominee is gone is released
+// (at start by Reconcile, on a fresh read of the pod; later when the pod
+// informer sees the nominee deleted), and one whose nominee is still
+// nominated to the node is kept; schedtest.Verify flags the stale one.
+func TestReservationSweep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg.StoreNoSync = true
+	env, err := schedtest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Close)
+	if err := env.CreateNodes(ctx, schedtest.Nodes(1, "4", "16Gi", 110)); err != nil {
+		t.Fatal(err)
+	}
+	const node = "node-00000"
+	nominee := schedtest.Pod("bench", "nominee", "64", "64Mi") // fits nowhere: stays nominated
+	nominee.Spec.Priority = ptr(int32(1000))
+	nominee.Status = &corev1.PodStatus{NominatedNodeName: node}
+	if err := env.CreatePods(ctx, []*corev1.Pod{nominee}); err != nil {
+		t.Fatal(err)
+	}
+	ghost := schedtest.Pod("bench", "ghost", "1", "64Mi") // never stored: deleted long ago
+	ghost.Metadata.Uid = "ghost-uid"
+	alloc, _, err := scheduler.ReserveAllocation(nil, node, nominee)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alloc, _, err = scheduler.ReserveAllocation(alloc, node, ghost); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Store.Create(ctx, alloc); err != nil {
+		t.Fatal(err)
+	}
+	reserved := func() map[string]scheduler.Reservation {
+		a, err := objects.Get[*corev1.NodeAllocation](ctx, env.Store, "", node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := scheduler.Reservations(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// Verify flags the stale reservation (and only it).
+	rep, err := env.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Violations) != 1 || !strings.Contains(rep.Violations[0], "reserves room for pod bench/ghost (uid ghost-uid), which is not nominated to it") {
+		t.Errorf("Verify before the sweep: %q, want the ghost's reservation", rep.Violations)
+	}
+	r := startReplicas(t, env, 1)[0]
+	// A reconciliation of our own: once it returns, it has swept.
+	if err := r.Stage.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := reserved(); len(res) != 1 || res[nominee.GetMetadata().GetUid()].Pod == nil {
+		t.Fatalf("reservations after Reconcile %v, want only the nominee's", res)
+	}
+	if _, err := env.Store.Delete(ctx, objects.Pods, "bench", "nominee", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the deleted nominee's reservation released", func() bool { return len(reserved()) == 0 })
+	if n := r.Stage.Counters.ReservationsReleased.Load(); n != 2 {
+		t.Errorf("%d reservations released, want 2", n)
+	}
+	if rep, err := env.Verify(ctx); err != nil || rep.Err() != nil {
+		t.Errorf("Verify after the sweep: %v %v", err, rep.Err())
+	}
+}
