@@ -162,13 +162,21 @@
 // is the same for every attempt and replica, so a redelivered event of a
 // pod already bound re-publishes it harmlessly (JetStream deduplicates).
 //
-// Not yet safe across replicas: rules over a domain wider than a node
-// (DoNotSchedule spread or required (anti-)affinity on
-// topology.kubernetes.io/zone). The bind transaction guards only the
-// chosen node's record, so two replicas deciding at once, each on a cache
-// without the other's bind, can both put a pod in one zone
-// (TestTopologyReplicas "spread by zone", skipped, shows skew 2). One
-// replica is exact; hostname-keyed rules are exact at any count.
+// Spread over a domain wider than a node. For a pod with a DoNotSchedule
+// constraint on another key than the hostname (topology.kubernetes.io/zone)
+// the bind transaction also compares the NodeAllocation of every other
+// node in the chosen node's domain, at the revision this replica knows
+// (compareSpreadDomains); a record newer than the pod informer's revision
+// before the decision (it may account a pod the decision did not count)
+// is refreshed first. Every bind puts its node's record, so two replicas
+// that each count a zone's pods without the other's bind, and bind into
+// it, conflict; binds into other zones only raise their counts, which
+// cannot raise this pod's skew (TestTopologyReplicas "spread by zone").
+// Not yet safe across replicas: required pod (anti-)affinity on a key
+// wider than the hostname — a pod without terms bound into the zone
+// compares nothing, so its replica can miss an existing pod's zone-wide
+// anti-affinity it has not seen. One replica is exact; hostname-keyed
+// rules are exact at any count.
 //
 // Preemption (preempt.go). When a cycle nominates the pod, one store
 // transaction compares the preemptor's revision (still the unbound pod

@@ -380,6 +380,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		}
 
 		wakes := s.wakes.Load() // before the decision's snapshot
+		decidedAt := s.podRev.current()
 		res, seen, err := s.decide(pod)
 		var fit *FitError
 		switch {
@@ -436,7 +437,8 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		payload := &eventsv1.PodScheduled{NodeName: res.Node, FilterNanos: res.FilterDuration.Nanoseconds(), ScoreNanos: res.ScoreDuration.Nanoseconds()}
 		next := s.scheduledEnvelope(d, pod, res.Node, payload)
 		start := time.Now()
-		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next)})
+		var stale string
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, stale: &stale})
 		took := time.Since(start)
 		if err != nil || outcome != bound {
 			// Every path but a commit forgets the assumption. After an
@@ -465,6 +467,12 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			conflicts++
 			s.Counters.Conflicts.Add(1)
 			if err := s.refreshNode(ctx, res.Node); err != nil {
+				return err
+			}
+		case domainStale:
+			conflicts++
+			s.Counters.Conflicts.Add(1)
+			if err := s.refreshNode(ctx, stale); err != nil {
 				return err
 			}
 		case nodeNotFound:
