@@ -1,9 +1,12 @@
 package scheduler
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -76,9 +79,103 @@ func copyAllocation(alloc *corev1.NodeAllocation, node string) *corev1.NodeAlloc
 	return out
 }
 
+// ReservationPrefix starts the NodeAllocation annotation that reserves the
+// node's room for a nominated pod: ReservationPrefix + the pod's uid, its
+// value the JSON of a Reservation. The preemption transaction writes it with
+// the nomination; the nominee's bind, a re-nomination to another node and
+// Stage.Reconcile (the nominee deleted) remove it. Annotations keep the
+// record's Pods exactly the pods bound to the node.
+const ReservationPrefix = "nominated.scheduler.podflow.io/"
+
+// Reservation is the room a preemption freed on a node for its nominee:
+// what the nominee requests and its priority. A bind of a pod of no higher
+// priority (kube-scheduler counts nominated pods of equal or higher
+// priority) must fit beside it.
+type Reservation struct {
+	UID      string // the nominee's
+	Priority int32  // the nominee's spec.priority
+	Pod      *corev1.AllocatedPod
+}
+
+// reservationJSON is a Reservation's annotation value.
+type reservationJSON struct {
+	Priority int32           `json:"priority"`
+	Pod      json.RawMessage `json:"pod"` // protojson of the AllocatedPod
+}
+
+// Reservations returns the reservations alloc holds, by pod uid (nil when
+// none). A malformed annotation is an error.
+func Reservations(alloc *corev1.NodeAllocation) (map[string]Reservation, error) {
+	var out map[string]Reservation
+	for k, v := range alloc.GetMetadata().GetAnnotations() {
+		uid, ok := strings.CutPrefix(k, ReservationPrefix)
+		if !ok {
+			continue
+		}
+		var j reservationJSON
+		if err := json.Unmarshal([]byte(v), &j); err != nil {
+			return nil, fmt.Errorf("node allocation %q: reservation %q: %w", alloc.GetMetadata().GetName(), uid, err)
+		}
+		r := Reservation{UID: uid, Priority: j.Priority, Pod: &corev1.AllocatedPod{}}
+		if err := protojson.Unmarshal(j.Pod, r.Pod); err != nil {
+			return nil, fmt.Errorf("node allocation %q: reservation %q: %w", alloc.GetMetadata().GetName(), uid, err)
+		}
+		if out == nil {
+			out = map[string]Reservation{}
+		}
+		out[uid] = r
+	}
+	return out, nil
+}
+
+// ReserveAllocation returns a copy of alloc (a new record of node when nil)
+// that reserves room for pod, nominated to node. Idempotent: changed is
+// false (and alloc returned) when the same reservation is there already.
+func ReserveAllocation(alloc *corev1.NodeAllocation, node string, pod *corev1.Pod) (out *corev1.NodeAllocation, changed bool, err error) {
+	ap, err := AllocatedPodFor(pod)
+	if err != nil {
+		return nil, false, err
+	}
+	pj, err := protojson.Marshal(ap)
+	if err != nil {
+		return nil, false, err
+	}
+	v, err := json.Marshal(reservationJSON{Priority: pod.GetSpec().GetPriority(), Pod: pj})
+	if err != nil {
+		return nil, false, err
+	}
+	key := ReservationPrefix + PodKey(pod)
+	if have, err := Reservations(alloc); err == nil {
+		// protojson's output is not stable: compare what it says.
+		if r, ok := have[PodKey(pod)]; ok && r.Priority == pod.GetSpec().GetPriority() && proto.Equal(r.Pod, ap) {
+			return alloc, false, nil
+		}
+	}
+	out = copyAllocation(alloc, node)
+	if out.Metadata.Annotations == nil {
+		out.Metadata.Annotations = map[string]string{}
+	}
+	out.Metadata.Annotations[key] = string(v)
+	return out, true, nil
+}
+
+// Unreserve returns a copy of alloc without the reservation of the pod
+// of uid; changed is false (and alloc returned) when there is none.
+func Unreserve(alloc *corev1.NodeAllocation, uid string) (out *corev1.NodeAllocation, changed bool) {
+	key := ReservationPrefix + uid
+	if _, ok := alloc.GetMetadata().GetAnnotations()[key]; !ok {
+		return alloc, false
+	}
+	out = copyAllocation(alloc, alloc.GetMetadata().GetName())
+	delete(out.Metadata.Annotations, key)
+	return out, true
+}
+
 // CheckAllocationFit re-checks, against the stored record of what node's
 // pods request, that pod fits: the pod count, cpu, memory,
-// ephemeral-storage and host ports (NodeResourcesFit and NodePorts). It
+// ephemeral-storage and host ports (NodeResourcesFit and NodePorts), with
+// the room reserved for nominated pods of at least pod's priority counted
+// as taken (not pod's own reservation: it is the room made for it). It
 // returns the reasons it does not, in Kubernetes' words, or none. A pod the
 // record already accounts for fits (the bind is being repeated).
 func CheckAllocationFit(node *corev1.Node, alloc *corev1.NodeAllocation, pod *corev1.Pod) ([]string, error) {
@@ -89,12 +186,24 @@ func CheckAllocationFit(node *corev1.Node, alloc *corev1.NodeAllocation, pod *co
 	if err := n.setNode(node); err != nil {
 		return nil, err
 	}
-	for _, ap := range alloc.GetPods() {
+	add := func(ap *corev1.AllocatedPod) {
 		e := &podEntry{req: Resources{MilliCPU: ap.GetMilliCpu(), Memory: ap.GetMemoryBytes(), EphemeralStorage: ap.GetEphemeralStorageBytes()}}
 		for _, p := range ap.GetHostPorts() {
 			e.ports = append(e.ports, newHostPort(p))
 		}
 		n.addPod(e)
+	}
+	for _, ap := range alloc.GetPods() {
+		add(ap)
+	}
+	res, err := Reservations(alloc)
+	if err != nil {
+		return nil, err
+	}
+	for uid, r := range res {
+		if _, bound := alloc.GetPods()[uid]; !bound && uid != PodKey(pod) && r.Priority >= pod.GetSpec().GetPriority() {
+			add(r.Pod)
+		}
 	}
 	req, _, err := PodRequests(pod)
 	if err != nil {

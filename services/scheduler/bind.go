@@ -29,6 +29,7 @@ const (
 	podStale                        // the pod changed: re-read it
 	nodeStale                       // the node's allocation changed: refresh it
 	nodeNotFound                    // the node object is gone from the informer
+	domainStale                     // a record of another node in a spread domain changed: refresh it
 )
 
 // bindLocks serialize this replica's binds to one node: two of our own
@@ -130,6 +131,13 @@ type revWaiter struct {
 	ch  chan struct{} // closed at the next advance; nil while nobody waits
 }
 
+// current is the revision the informer reached.
+func (w *revWaiter) current() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rev
+}
+
 func (w *revWaiter) advance(rev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -175,6 +183,12 @@ type bindRequest struct {
 	node    string
 	seen    []*podMeta // the node's pods the decision saw (nil: none)
 	causeID string     // id of the PodScheduled event, kept on the Scheduled Event
+	// decidedAt is the pod informer's revision before the decision: the
+	// decision's cache held every pod bound up to it.
+	decidedAt int64
+	// stale is set by bind to the node whose record to refresh after a
+	// domainStale outcome.
+	stale *string
 }
 
 // bind sets the pod's spec.nodeName and PodScheduled=True, accounts the
@@ -208,6 +222,9 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	if err != nil {
 		return 0, 0, err
 	}
+	if un, ok := Unreserve(next, PodKey(req.pod)); ok {
+		next, changed = un, true // the room made for the pod is its own now
+	}
 	if !changed {
 		next = proto.CloneOf(next) // shared with the informer; its revision is set below
 	}
@@ -219,17 +236,94 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 		// The Scheduled Event is named after the pod's uid and node,
 		// so it is written once per pod: a put needs no read.
 		Put(s.scheduledEvent(req.pod, req.node, req.causeID))
+	// Nominated elsewhere: the bind releases that reservation too.
+	txn, released, err := s.unreserveElsewhere(ctx, txn, req.pod, req.node)
+	if err != nil {
+		return 0, 0, err
+	}
+	txn, domain, stale := s.compareSpreadDomains(txn, req)
+	if stale != "" {
+		*req.stale = stale
+		return 0, domainStale, nil
+	}
 	rev, err := s.env.Store.Commit(ctx, txn)
+	for _, d := range domain {
+		if objects.ConflictOn(err, d) {
+			*req.stale = d.GetMetadata().GetName()
+			return 0, domainStale, nil
+		}
+	}
 	switch {
 	case err == nil:
 		s.known.learn(next) // Commit set its revision
+		if released != nil {
+			s.known.learn(released)
+		}
 		return rev, bound, nil
 	case objects.ConflictOn(err, next):
 		return 0, nodeStale, nil
+	case released != nil && objects.ConflictOn(err, released):
+		return 0, podStale, nil // read again, both the pod and that record
 	case errors.Is(err, raftstore.ErrConflict):
 		return 0, podStale, nil
 	}
 	return 0, 0, fmt.Errorf("bind pod %q to node %q: %w", podName(req.pod), req.node, err)
+}
+
+// compareSpreadDomains adds to txn, for a pod with DoNotSchedule topology
+// spread constraints on a key wider than the hostname, a compare of the
+// NodeAllocation of every other node in the chosen node's domain of that
+// key, at the revision this replica knows. Every bind into a node puts its
+// record, so two replicas that both count a domain's pods and both bind a
+// pod of the constraint into it conflict: the second one's compare fails
+// and it decides again. Binds into other domains only raise their counts,
+// which cannot raise this pod's skew. A record newer than the decision's
+// cache (the allocation informer ahead of the pod informer) may account a
+// pod the decision did not count: its node is returned as stale.
+func (s *Stage) compareSpreadDomains(txn objects.Txn, req bindRequest) (objects.Txn, []*corev1.NodeAllocation, string) {
+	var keys []string
+	for _, c := range req.pod.GetSpec().GetTopologySpreadConstraints() {
+		if c.GetWhenUnsatisfiable() == "DoNotSchedule" && c.GetTopologyKey() != LabelHostname {
+			keys = append(keys, c.GetTopologyKey())
+		}
+	}
+	if len(keys) == 0 {
+		return txn, nil, ""
+	}
+	chosen, ok := s.nodes.Get("", req.node)
+	if !ok {
+		return txn, nil, ""
+	}
+	var domain []*corev1.NodeAllocation
+	for _, n := range s.nodes.List("") {
+		name := n.GetMetadata().GetName()
+		if name == req.node || !sameDomain(chosen, n, keys) {
+			continue
+		}
+		informed, _ := s.allocs.Get("", name)
+		alloc, rev := s.known.get(informed, name)
+		if rev > req.decidedAt {
+			return txn, nil, name
+		}
+		if alloc == nil {
+			alloc = &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: name}}
+		}
+		txn = txn.Compare(alloc, rev)
+		domain = append(domain, alloc)
+	}
+	return txn, domain, ""
+}
+
+// sameDomain reports whether n is in chosen's domain of one of keys.
+func sameDomain(chosen, n *corev1.Node, keys []string) bool {
+	for _, k := range keys {
+		if v, ok := chosen.GetMetadata().GetLabels()[k]; ok && n.GetMetadata().GetLabels()[k] == v {
+			if _, has := n.GetMetadata().GetLabels()[k]; has {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // sawAllocated reports whether the decision saw every pod alloc accounts

@@ -128,12 +128,14 @@
 //
 //   - compares the pod's revision (still the unbound pod the decision saw)
 //     and the node's NodeAllocation revision (still the record the fit was
-//     re-checked against with CheckAllocationFit; revision 0: no record
-//     yet), and
+//     re-checked against with CheckAllocationFit, which counts the room
+//     reserved there for nominated pods of at least the pod's priority;
+//     revision 0: no record yet), and
 //   - puts the pod with spec.nodeName and PodScheduled=True, the
-//     NodeAllocation with the pod accounted under its uid, and the pod's
-//     Scheduled Event (named after the pod's uid and node, so it needs no
-//     read).
+//     NodeAllocation with the pod accounted under its uid (and its own
+//     reservation, if any, released — on the node it was nominated to as
+//     well, when it binds elsewhere), and the pod's Scheduled Event (named
+//     after the pod's uid and node, so it needs no read).
 //
 // So a pod is bound at most once (a second bind's pod compare fails) and a
 // node is never overcommitted (every bind to it compares the record it
@@ -160,18 +162,29 @@
 // is the same for every attempt and replica, so a redelivered event of a
 // pod already bound re-publishes it harmlessly (JetStream deduplicates).
 //
-// Not yet safe across replicas: rules over a domain wider than a node
-// (DoNotSchedule spread or required (anti-)affinity on
-// topology.kubernetes.io/zone). The bind transaction guards only the
-// chosen node's record, so two replicas deciding at once, each on a cache
-// without the other's bind, can both put a pod in one zone
-// (TestTopologyReplicas "spread by zone", skipped, shows skew 2). One
-// replica is exact; hostname-keyed rules are exact at any count.
+// Spread over a domain wider than a node. For a pod with a DoNotSchedule
+// constraint on another key than the hostname (topology.kubernetes.io/zone)
+// the bind transaction also compares the NodeAllocation of every other
+// node in the chosen node's domain, at the revision this replica knows
+// (compareSpreadDomains); a record newer than the pod informer's revision
+// before the decision (it may account a pod the decision did not count)
+// is refreshed first. Every bind puts its node's record, so two replicas
+// that each count a zone's pods without the other's bind, and bind into
+// it, conflict; binds into other zones only raise their counts, which
+// cannot raise this pod's skew (TestTopologyReplicas "spread by zone").
+// Not yet safe across replicas: required pod (anti-)affinity on a key
+// wider than the hostname — a pod without terms bound into the zone
+// compares nothing, so its replica can miss an existing pod's zone-wide
+// anti-affinity it has not seen. One replica is exact; hostname-keyed
+// rules are exact at any count.
 //
 // Preemption (preempt.go). When a cycle nominates the pod, one store
 // transaction compares the preemptor's revision (still the unbound pod
-// the decision saw) and every victim's (still bound to the node, not
-// terminating), and puts the preemptor with status.nominatedNodeName and
+// the decision saw), every victim's (still bound to the node, not
+// terminating) and the node's NodeAllocation's, and puts the record with
+// a reservation for the preemptor (ReservationPrefix + its uid: its
+// requests and priority; released on the node it was nominated to
+// before), the preemptor with status.nominatedNodeName and
 // PodScheduled=False, each victim marked terminating as `kubectl delete
 // pod` marks it (stage.MarkTerminating) with DisruptionTarget=True reason
 // PreemptionByScheduler, and each victim's Preempted Event ("Preempted by
@@ -192,11 +205,25 @@
 //     marks, so it waits for them instead of preempting again
 //     (kube-scheduler's "not eligible due to a terminating pod on the
 //     nominated node.").
-//   - Every replica learns nominations from its pod informer and counts a
-//     nominated pod's requests on its node for pods of no higher priority,
-//     so lower-priority pods do not take the room; when a bound pod leaves
-//     a node, every replica queues the pods nominated to it, due at once
-//     (the bind arbitrates). The bind clears nominatedNodeName.
+//   - The room is the nominee's in the store, not only in the caches: every
+//     bind to the node compares its record, and CheckAllocationFit counts
+//     the reservations of nominees of equal or higher priority
+//     (kube-scheduler's rule for nominated pods), so a replica whose pod
+//     watch has not yet seen the nomination cannot bind a pod of no higher
+//     priority into it (it loses the race, and retries on a cache that has
+//     the nomination); a pod of higher priority may take it, as in
+//     kube-scheduler. A preemption re-checks the record too: its victims
+//     must make room beside the reservations there, else the decision was
+//     on a stale cache and is taken again after it caught up. Every
+//     replica also learns nominations from its pod informer and counts a
+//     nominated pod's requests on its node for pods of no higher priority
+//     when it decides; when a bound pod leaves a node, every replica
+//     queues the pods nominated to it, due at once (the bind arbitrates).
+//     The bind clears nominatedNodeName and releases the reservation. A
+//     nominee deleted unbound leaves its reservation: the replicas whose
+//     pod informer sees the deletion, and Reconcile, release it once a
+//     fresh read of the pod says it is no longer nominated there
+//     (Counters.ReservationsReleased).
 //   - A replica killed after the commit leaves terminating victims and a
 //     nominated preemptor: the preemptor's event comes back to another
 //     replica after AckWait (or Reconcile finds it after OrphanAge), which,

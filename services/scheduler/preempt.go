@@ -42,6 +42,10 @@ var preemptHook func(point, replica string, pod *corev1.Pod)
 //     decision saw: a second replica's preemption of it, or its bind,
 //     fails ours) and each victim's (still bound to the node, not yet
 //     terminating: a victim another preemption took fails ours);
+//   - compares the node's NodeAllocation and puts it with a reservation
+//     of the victims' room for the preemptor (ReserveAllocation; the
+//     preemptor's bind releases it, and so does a nomination to another
+//     node, in its own transaction);
 //   - puts the preemptor with status.nominatedNodeName and
 //     PodScheduled=False (reason Unschedulable, msg), each victim marked
 //     terminating as `kubectl delete pod` marks it (deletionTimestamp, its
@@ -97,7 +101,37 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterRes
 		txn = txn.Unchanged(vp).Put(m).Put(ev)
 		marked = append(marked, m)
 	}
-	_, err := s.env.Store.Commit(ctx, txn)
+	// The room the victims leave is reserved for the preemptor in the
+	// node's allocation record, which every bind to the node compares: a
+	// replica that has not seen the nomination cannot bind a pod of no
+	// higher priority into it. A reservation on the node it was nominated
+	// to before is released.
+	alloc, err := s.readAllocation(ctx, node)
+	if err != nil {
+		return 0, err
+	}
+	if fits, err := s.fitsAfterEviction(node, alloc, pod, res.Victims); err != nil || !fits {
+		// The record says the victims do not make room: the decision
+		// was taken on a cache behind it (a nomination of at least the
+		// pod's priority reserved that room, or a pod bound there):
+		// decide again once the cache has what the record accounts for.
+		if err == nil {
+			_, err = s.podRev.wait(ctx, objects.Revision(alloc), s.cfg.CacheSyncTimeout)
+		}
+		return victimsGone, err
+	}
+	reserved, changed, err := ReserveAllocation(alloc, node, pod)
+	if err != nil {
+		return 0, err
+	}
+	if changed {
+		txn = txn.Unchanged(reserved).Put(reserved)
+	}
+	txn, released, err := s.unreserveElsewhere(ctx, txn, pod, node)
+	if err != nil {
+		return 0, err
+	}
+	_, err = s.env.Store.Commit(ctx, txn)
 	switch {
 	case objects.ConflictOn(err, pod):
 		return preemptorGone, nil
@@ -105,6 +139,12 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterRes
 		return victimsGone, nil
 	case err != nil:
 		return 0, fmt.Errorf("preempt for pod %q on node %q: %w", podName(pod), node, err)
+	}
+	if changed {
+		s.known.learn(reserved)
+	}
+	if released != nil {
+		s.known.learn(released)
 	}
 	s.Counters.Preemptions.Add(1)
 	s.Counters.Victims.Add(int64(len(marked)))
@@ -121,6 +161,21 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterRes
 		preemptHook("requested", s.env.Replica, pod)
 	}
 	return preempted, nil
+}
+
+// fitsAfterEviction reports whether pod fits node's allocation record
+// once victims are released from it, beside the room reserved there for
+// nominees of at least its priority (CheckAllocationFit).
+func (s *Stage) fitsAfterEviction(node string, alloc *corev1.NodeAllocation, pod *corev1.Pod, victims []Victim) (bool, error) {
+	n, ok := s.nodes.Get("", node)
+	if !ok {
+		return false, nil
+	}
+	for _, v := range victims {
+		alloc, _ = ReleaseAllocation(alloc, v.UID)
+	}
+	reasons, err := CheckAllocationFit(n, alloc, pod)
+	return len(reasons) == 0, err
 }
 
 // requestPreemptedDeletions asks again for the deletion of the pods on

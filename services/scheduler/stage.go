@@ -87,6 +87,9 @@ type Counters struct {
 	// Preemptions counts the preemptions this replica committed, Victims
 	// the pods they marked for deletion.
 	Preemptions, Victims atomic.Int64
+	// ReservationsReleased counts the reservations of nominees no longer
+	// nominated (deleted) that this replica's sweeps released.
+	ReservationsReleased atomic.Int64
 }
 
 // Stage is one replica of the scheduler stage. Replicas share the
@@ -124,6 +127,7 @@ type Stage struct {
 
 	qmu     sync.Mutex
 	waiting map[string]*waitingPod // unschedulable pods by uid
+	sweep   map[string]struct{}    // nodes whose reservations may be stale (a nominee was deleted)
 	kick    chan struct{}          // a node or capacity appeared
 	wakes   atomic.Int64           // counts wake calls
 	tried   sync.Map               // uid -> time of the last attempt by this replica
@@ -218,6 +222,9 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 		},
 		OnDelete: func(p *corev1.Pod) {
 			s.cache.Unnominate(p)
+			if node := p.GetStatus().GetNominatedNodeName(); node != "" && !bound(p) {
+				s.sweepLater(node) // its reservation is left on the node
+			}
 			if bound(p) {
 				if err := s.cache.RemovePod(p); !errors.Is(err, ErrPodNotFound) {
 					logErr("remove pod", err)
@@ -373,6 +380,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		}
 
 		wakes := s.wakes.Load() // before the decision's snapshot
+		decidedAt := s.podRev.current()
 		res, seen, err := s.decide(pod)
 		var fit *FitError
 		switch {
@@ -429,7 +437,8 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		payload := &eventsv1.PodScheduled{NodeName: res.Node, FilterNanos: res.FilterDuration.Nanoseconds(), ScoreNanos: res.ScoreDuration.Nanoseconds()}
 		next := s.scheduledEnvelope(d, pod, res.Node, payload)
 		start := time.Now()
-		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next)})
+		var stale string
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, stale: &stale})
 		took := time.Since(start)
 		if err != nil || outcome != bound {
 			// Every path but a commit forgets the assumption. After an
@@ -458,6 +467,12 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			conflicts++
 			s.Counters.Conflicts.Add(1)
 			if err := s.refreshNode(ctx, res.Node); err != nil {
+				return err
+			}
+		case domainStale:
+			conflicts++
+			s.Counters.Conflicts.Add(1)
+			if err := s.refreshNode(ctx, stale); err != nil {
 				return err
 			}
 		case nodeNotFound:
@@ -645,6 +660,17 @@ func (s *Stage) forget(uid string) {
 	s.tried.Delete(uid)
 }
 
+// sweepLater has the retry loop release the stale reservations on node.
+func (s *Stage) sweepLater(node string) {
+	s.qmu.Lock()
+	if s.sweep == nil {
+		s.sweep = map[string]struct{}{}
+	}
+	s.sweep[node] = struct{}{}
+	s.qmu.Unlock()
+	s.wake()
+}
+
 // wake retries unschedulable pods at once (a node appeared or changed, a
 // bound pod went away).
 func (s *Stage) wake() {
@@ -677,7 +703,14 @@ func (s *Stage) retryLoop(ctx context.Context) {
 				due = append(due, dueItem{uid, w.ns, w.name, w.priority, w.since})
 			}
 		}
+		sweep := s.sweep
+		s.sweep = nil
 		s.qmu.Unlock()
+		if len(sweep) > 0 {
+			if err := s.sweepReservations(ctx, slices.Collect(maps.Keys(sweep))); err != nil && ctx.Err() == nil && s.env.Log != nil {
+				s.env.Log.Warn("release reservations", "err", err)
+			}
+		}
 		sortDue(due)
 		for _, it := range due {
 			if err := s.schedulePod(ctx, it.ns, it.name, it.uid, nil, nil); err != nil && ctx.Err() == nil && s.env.Log != nil {
@@ -706,10 +739,12 @@ func sortDue(due []dueItem) {
 }
 
 // Reconcile schedules unbound pods that no replica seems to be handling:
-// their event was lost, or the replica that had them queued died.
+// their event was lost, or the replica that had them queued died; and
+// releases reservations whose nominee is gone (a deletion this replica
+// did not see, or whose sweep failed).
 func (s *Stage) Reconcile(ctx context.Context) error {
 	now := time.Now()
-	var errs []error
+	errs := []error{s.sweepReservations(ctx, nil)}
 	for _, p := range s.pods.List("") {
 		if p.GetSpec().GetNodeName() != "" || p.GetMetadata().GetDeletionTimestamp() != nil || !s.responsible(p) {
 			continue

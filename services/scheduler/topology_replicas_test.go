@@ -3,7 +3,6 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +41,16 @@ func antiAffinePod(name, app string) *corev1.Pod {
 	return p
 }
 
+// affinePod is a pod of app that must share a zone with a pod of target.
+func affinePod(name, app, target string) *corev1.Pod {
+	p := schedtest.Pod("bench", name, "100m", "64Mi")
+	p.Metadata.Labels = map[string]string{"app": app}
+	p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: scheduler.LabelTopologyZone, LabelSelector: appSelector(target)}},
+	}}
+	return p
+}
+
 // spreadPod is a pod of app spread by zone, maxSkew 1, DoNotSchedule.
 func spreadPod(name, app string) *corev1.Pod {
 	p := schedtest.Pod("bench", name, "100m", "64Mi")
@@ -64,12 +73,13 @@ func spreadPod(name, app string) *corev1.Pod {
 //     this safe across replicas.
 //   - spread by zone: twelve replicas with maxSkew 1 DoNotSchedule on
 //     topology.kubernetes.io/zone, four per zone, each replica running one
-//     handler at a time (so that Verify's spread check is exact).
-//     Skipped with three replicas: the bind transaction guards only the
-//     chosen node, so two replicas deciding at once on caches that lack
-//     each other's bind both place a pod in the same zone (Verify reports
-//     skew 2 at the second binding; PODFLOW_SCHED_ZONE_RACE=1 runs it).
-//     With one replica it holds.
+//     handler at a time (so that Verify's spread check is exact), with
+//     three replicas and with one. Across replicas the bind transaction
+//     of a pod with a zone-wide DoNotSchedule constraint compares the
+//     NodeAllocations of every node in the chosen zone: two replicas
+//     deciding at once on caches that lack each other's bind conflict
+//     instead of both placing a pod in the zone (without that compare,
+//     7 runs in 10 showed skew 2).
 func TestTopologyReplicas(t *testing.T) {
 	const perApp = 12
 	t.Run("anti-affinity by hostname", func(t *testing.T) {
@@ -115,12 +125,7 @@ func TestTopologyReplicas(t *testing.T) {
 			}
 		}
 	}
-	t.Run("spread by zone", func(t *testing.T) {
-		if os.Getenv("PODFLOW_SCHED_ZONE_RACE") == "" {
-			t.Skip("known: replicas race on zone-wide rules (the bind guards only the node); PODFLOW_SCHED_ZONE_RACE=1 runs it")
-		}
-		spreadByZone(t, 3)
-	})
+	t.Run("spread by zone", func(t *testing.T) { spreadByZone(t, 3) })
 	// One replica decides one pod at a time on a cache that holds its
 	// own binds, so the rule holds.
 	t.Run("spread by zone, one replica", func(t *testing.T) { spreadByZone(t, 1) })
@@ -208,7 +213,8 @@ func runTopology(t *testing.T, pods []*corev1.Pod, bound, replicas, concurrency 
 // TestVerifyTopology attacks Verify's topology checks with bindings
 // written straight to the store (no scheduler): each broken rule is
 // reported at its binding, and the same shapes that keep the rules are
-// not.
+// not. Required pod affinity: a pod bound where no pod its terms select
+// is (and not the first of a self-affine group) is reported.
 func TestVerifyTopology(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -243,15 +249,20 @@ func TestVerifyTopology(t *testing.T) {
 		on(antiAffinePod("web-b", "web"), 1), // fine: another host
 		on(antiAffinePod("web-c", "web"), 0), // own anti-affinity broken
 		on(plain("db-a", "db"), 2),
-		on(antiAffinePod("db-guard", "db"), 5),    // fine: db-a is on another host
-		on(plain("db-b", "db"), 5),                // db-guard's anti-affinity broken (symmetry)
-		on(plain("web-plain", "other"), 1),        // fine: no term selects it
-		on(spreadPod("s-0", "s"), 0),              // zone-0: 1
-		on(spreadPod("s-1", "s"), 1),              // zone-1: 1
-		on(spreadPod("s-2", "s"), 3),              // zone-0: 2, skew 2 > 1: broken
-		on(terminating(spreadPod("s-t", "s")), 4), // terminating: not counted
-		on(spreadPod("s-3", "s"), 5),              // zone-2: 1, fine
-		on(spreadPod("s-4", "s"), 4),              // zone-1: 2, fine (zone-0 has 2)
+		on(antiAffinePod("db-guard", "db"), 5),      // fine: db-a is on another host
+		on(plain("db-b", "db"), 5),                  // db-guard's anti-affinity broken (symmetry)
+		on(plain("web-plain", "other"), 1),          // fine: no term selects it
+		on(spreadPod("s-0", "s"), 0),                // zone-0: 1
+		on(spreadPod("s-1", "s"), 1),                // zone-1: 1
+		on(spreadPod("s-2", "s"), 3),                // zone-0: 2, skew 2 > 1: broken
+		on(terminating(spreadPod("s-t", "s")), 4),   // terminating: not counted
+		on(spreadPod("s-3", "s"), 5),                // zone-2: 1, fine
+		on(spreadPod("s-4", "s"), 4),                // zone-1: 2, fine (zone-0 has 2)
+		on(affinePod("cache-a", "cache", "web"), 3), // fine: web-a is in zone-0
+		on(affinePod("cache-b", "cache", "web"), 2), // zone-2 has no web pod: broken
+		on(affinePod("grp-a", "grp", "grp"), 2),     // fine: the first of a self-affine group
+		on(affinePod("grp-b", "grp", "grp"), 4),     // zone-1 has no grp pod (grp-a is in zone-2): broken
+		on(affinePod("grp-c", "grp", "grp"), 5),     // fine: zone-2
 	}
 	for _, p := range pods {
 		if err := env.CreatePods(ctx, []*corev1.Pod{p}); err != nil {
@@ -264,7 +275,7 @@ func TestVerifyTopology(t *testing.T) {
 	}
 	var got []string
 	for _, v := range rep.Violations {
-		if strings.Contains(v, "anti-affinity") || strings.Contains(v, "spread") {
+		if strings.Contains(v, "affinity") || strings.Contains(v, "spread") {
 			got = append(got, v)
 		}
 	}
@@ -273,6 +284,8 @@ func TestVerifyTopology(t *testing.T) {
 		"pod bench/web-c bound to node-00000 at revision", "the required anti-affinity of bench/web-a on node-00000 (kubernetes.io/hostname=node-00000) selects it",
 		"pod bench/db-b bound to node-00005 at revision", "the required anti-affinity of bench/db-guard on node-00005 (kubernetes.io/hostname=node-00005) selects it",
 		"pod bench/s-2 bound to node-00003 at revision", "DoNotSchedule spread on topology.kubernetes.io/zone has skew 2 > maxSkew 1",
+		"pod bench/cache-b bound to node-00002 at revision", "its required affinity (topology.kubernetes.io/zone=zone-2) selects no pod there",
+		"pod bench/grp-b bound to node-00004 at revision", "its required affinity (topology.kubernetes.io/zone=zone-1) selects no pod there",
 	}
 	if len(got) != len(want)/2 {
 		t.Fatalf("topology violations:\n  %s\nwant %d", strings.Join(got, "\n  "), len(want)/2)

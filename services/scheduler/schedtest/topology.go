@@ -20,20 +20,25 @@ import (
 // pods it decided earlier after later ones (its binds to different nodes
 // run in parallel), so the store at a binding's revision may lack pods
 // the decision counted — which can hide a conflict, never invent one. A
-// spread skew can be invented that way (the least loaded domain lacks a
-// pod still in flight), so spread skews count as violations only when
-// every replica runs one handler at a time (exactSpread: Config.Concurrency
-// 1); otherwise they are reported in Report.SpreadSkews.
+// spread skew or an unmet required affinity can be invented that way (the
+// least loaded domain, or the pod the affinity needs, is still in
+// flight), so those count as violations only when every replica runs one
+// handler at a time (exact: Config.Concurrency 1); otherwise they are
+// reported in Report.SpreadSkews and Report.AffinityUnmet.
 type topology struct {
-	exactSpread bool
-	nodes       map[string]*corev1.Node      // name -> node
-	namespaces  map[string]map[string]string // name -> labels
-	bound       map[string]*corev1.Pod       // pod key -> bound pod
-	withAnti    map[string]*corev1.Pod       // the bound pods with required anti-affinity
+	exact      bool
+	nodes      map[string]*corev1.Node      // name -> node
+	namespaces map[string]map[string]string // name -> labels
+	bound      map[string]*corev1.Pod       // pod key -> bound pod
+	withAnti   map[string]*corev1.Pod       // the bound pods with required anti-affinity
 }
 
-func newTopology(exactSpread bool) *topology {
-	return &topology{exactSpread: exactSpread, nodes: map[string]*corev1.Node{}, namespaces: map[string]map[string]string{}, bound: map[string]*corev1.Pod{}, withAnti: map[string]*corev1.Pod{}}
+func newTopology(exact bool) *topology {
+	return &topology{exact: exact, nodes: map[string]*corev1.Node{}, namespaces: map[string]map[string]string{}, bound: map[string]*corev1.Pod{}, withAnti: map[string]*corev1.Pod{}}
+}
+
+func requiredAffinity(p *corev1.Pod) []*corev1.PodAffinityTerm {
+	return p.GetSpec().GetAffinity().GetPodAffinity().GetRequiredDuringSchedulingIgnoredDuringExecution()
 }
 
 func requiredAnti(p *corev1.Pod) []*corev1.PodAffinityTerm {
@@ -103,7 +108,73 @@ func (t *topology) checkBind(rep *Report, key string, p *corev1.Pod, rev int64) 
 			}
 		}
 	}
+	t.checkAffinity(rep, key, name, p, node, rev)
 	t.checkSpread(rep, key, name, p, node, rev)
+}
+
+// inexact reports what a binding broke: a violation when the checks are
+// exact, else an entry of list.
+func (t *topology) inexact(rep *Report, list *[]string) func(format string, args ...any) {
+	if t.exact {
+		return rep.violate
+	}
+	return func(format string, args ...any) { *list = append(*list, fmt.Sprintf(format, args...)) }
+}
+
+// checkAffinity checks p's required pod affinity as kube-scheduler's
+// satisfyPodAffinity: the node has every term's topology key, and in each
+// term's domain of the node is a bound pod that every term selects — or
+// no bound pod anywhere (on a node with the term's key) is selected by
+// every term and p selects itself by every term (the first pod of a group
+// with affinity to itself).
+func (t *topology) checkAffinity(rep *Report, key, name string, p *corev1.Pod, node *corev1.Node, rev int64) {
+	terms := requiredAffinity(p)
+	if len(terms) == 0 {
+		return
+	}
+	rep.AffinityChecks += len(terms)
+	sels := make([]func(*corev1.Pod, map[string]string) bool, len(terms))
+	for i, term := range terms {
+		sels[i] = scheduler.AffinityTermSelector(p, term)
+	}
+	selectedByAll := func(q *corev1.Pod) bool {
+		for _, sel := range sels {
+			if !sel(q, t.namespaces[q.GetMetadata().GetNamespace()]) {
+				return false
+			}
+		}
+		return true
+	}
+	type pair struct{ key, value string }
+	matched := map[pair]bool{} // the domains holding a pod every term selects
+	for qk, q := range t.bound {
+		if qk == key || !selectedByAll(q) {
+			continue
+		}
+		qLabels := t.nodes[q.GetSpec().GetNodeName()].GetMetadata().GetLabels()
+		for _, term := range terms {
+			if v, ok := qLabels[term.GetTopologyKey()]; ok {
+				matched[pair{term.GetTopologyKey(), v}] = true
+			}
+		}
+	}
+	labels := node.GetMetadata().GetLabels()
+	for _, term := range terms {
+		v, ok := labels[term.GetTopologyKey()]
+		if !ok {
+			rep.violate("pod %s bound to %s at revision %d: the node has no %s label its required affinity requires", name, node.GetMetadata().GetName(), rev, term.GetTopologyKey())
+			return
+		}
+		if matched[pair{term.GetTopologyKey(), v}] {
+			continue
+		}
+		if len(matched) == 0 && selectedByAll(p) {
+			return // the first of a group with affinity to itself
+		}
+		t.inexact(rep, &rep.AffinityUnmet)("pod %s bound to %s at revision %d: its required affinity (%s=%s) selects no pod there",
+			name, node.GetMetadata().GetName(), rev, term.GetTopologyKey(), v)
+		return
+	}
 }
 
 // checkSpread checks p's DoNotSchedule constraints: the eligible domains
@@ -165,13 +236,7 @@ func (t *topology) checkSpread(rep *Report, key, name string, p *corev1.Pod, nod
 			self = 1
 		}
 		if skew := counts[v] + self - least; skew > int64(c.GetMaxSkew()) {
-			report := rep.violate
-			if !t.exactSpread {
-				report = func(format string, args ...any) {
-					rep.SpreadSkews = append(rep.SpreadSkews, fmt.Sprintf(format, args...))
-				}
-			}
-			report("pod %s bound to %s at revision %d: DoNotSchedule spread on %s has skew %d > maxSkew %d (%s=%s holds %d matching pods, the least %d; domains %v)",
+			t.inexact(rep, &rep.SpreadSkews)("pod %s bound to %s at revision %d: DoNotSchedule spread on %s has skew %d > maxSkew %d (%s=%s holds %d matching pods, the least %d; domains %v)",
 				name, node.GetMetadata().GetName(), rev, k, skew, c.GetMaxSkew(), k, v, counts[v], least, counts)
 		}
 	}

@@ -35,11 +35,17 @@ type Report struct {
 	// at bindings (the pod's own and the bound pods'), SpreadChecks the
 	// DoNotSchedule constraints.
 	AntiAffinityChecks, SpreadChecks int
+	// AffinityChecks counts the required pod affinity terms checked at
+	// bindings.
+	AffinityChecks int
 	// SpreadSkews lists the bindings whose DoNotSchedule spread skew the
 	// store's state at their revision exceeds when replicas run more than
 	// one handler at a time, where that is not proof of a violation (see
 	// topology.go); with Config.Concurrency 1 they are Violations.
 	SpreadSkews []string
+	// AffinityUnmet lists, likewise, the bindings whose required pod
+	// affinity the store's state at their revision does not satisfy.
+	AffinityUnmet []string
 	// Violations lists every broken invariant (at most maxViolations).
 	Violations []string
 
@@ -80,16 +86,20 @@ const markerKey = "/registry/schedtest/marker"
 //     PodScheduled events in the stream name the node it is bound to;
 //   - every binding in the history passes the pod's required pod
 //     anti-affinity, the required anti-affinity of the pods bound then
-//     (symmetry), and the pod's DoNotSchedule topology spread
-//     constraints, evaluated against the pods bound and the nodes there
-//     at the revision of that binding (topology.go; the spread check is
-//     a violation only with Config.Concurrency 1, else it is reported in
-//     SpreadSkews);
+//     (symmetry), the pod's required pod affinity, and its DoNotSchedule
+//     topology spread constraints, evaluated against the pods bound and
+//     the nodes there at the revision of that binding (topology.go; the
+//     spread and affinity checks are violations only with
+//     Config.Concurrency 1, else they are reported in SpreadSkews and
+//     AffinityUnmet);
 //   - preemption: an unbound pod is never nominated to a second node (no
 //     double nomination), and a pod is marked a preemption's victim only
 //     in the same transaction that nominates a pod to its node (no victim
 //     without its preemptor). The pods nominated and the victims that are
-//     still there at the end are reported (NominatedUnbound, VictimsLeft).
+//     still there at the end are reported (NominatedUnbound, VictimsLeft);
+//     finally, every reservation in a NodeAllocation (scheduler.Reservations)
+//     belongs to a pod that is unbound and nominated to that node, and
+//     every such pod has its reservation there.
 //
 // Violations are in the Report; the error is for failures to read.
 func (e *Env) Verify(ctx context.Context) (*Report, error) {
@@ -199,7 +209,41 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 			}
 		}
 	}
+	if err := verifyReservations(rep, pods, allocs); err != nil {
+		return nil, err
+	}
 	return rep, nil
+}
+
+// verifyReservations checks that the reservations in the allocation
+// records are exactly the nominations of the unbound pods.
+func verifyReservations(rep *Report, pods []*corev1.Pod, allocs []*corev1.NodeAllocation) error {
+	nominee := map[string]*corev1.Pod{} // uid -> unbound pod nominated to a node
+	for _, p := range pods {
+		if p.GetSpec().GetNodeName() == "" && p.GetStatus().GetNominatedNodeName() != "" {
+			nominee[p.GetMetadata().GetUid()] = p
+		}
+	}
+	reserved := map[string]string{} // uid -> node
+	for _, a := range allocs {
+		node := a.GetMetadata().GetName()
+		res, err := scheduler.Reservations(a)
+		if err != nil {
+			return err
+		}
+		for uid, r := range res {
+			reserved[uid] = node
+			if p := nominee[uid]; p == nil || p.GetStatus().GetNominatedNodeName() != node {
+				rep.violate("NodeAllocation %s reserves room for pod %s/%s (uid %s), which is not nominated to it", node, r.Pod.GetNamespace(), r.Pod.GetName(), uid)
+			}
+		}
+	}
+	for uid, p := range nominee {
+		if node := p.GetStatus().GetNominatedNodeName(); reserved[uid] != node {
+			rep.violate("pod %s is nominated to %s without a reservation there", podKey(p), node)
+		}
+	}
+	return nil
 }
 
 func fits(used, allocatable scheduler.Resources) bool {
