@@ -23,7 +23,7 @@ func init() { register(newGetCmd) }
 
 func newGetCmd() *cobra.Command {
 	o := &clientOptions{}
-	var all, watch bool
+	var all, watch, showManagedFields bool
 	var output string
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME]",
@@ -38,6 +38,7 @@ func newGetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			p.showManagedFields = showManagedFields
 			ctx := cmd.Context()
 			sess, _, err := o.session(ctx)
 			if err != nil {
@@ -128,6 +129,7 @@ func newGetCmd() *cobra.Command {
 	o.flags(cmd)
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list across all namespaces")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after listing, watch for changes")
+	cmd.Flags().BoolVar(&showManagedFields, "show-managed-fields", false, "keep the managedFields when printing objects in JSON or YAML format")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide, json, yaml, name, jsonpath=TEMPLATE, custom-columns=HEADER:FIELD,...")
 	return cmd
 }

@@ -6,10 +6,12 @@ import (
 	"io"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/yaml"
@@ -41,6 +43,9 @@ type printer struct {
 	parsers       []*jsonpath.JSONPath // -o custom-columns field specs
 	allNamespaces bool
 	now           time.Time
+	// showManagedFields keeps metadata.managedFields in json, yaml and
+	// jsonpath output (kubectl's --show-managed-fields; off by default).
+	showManagedFields bool
 }
 
 // newPrinter parses an -o value: wide, json, yaml, name,
@@ -123,6 +128,9 @@ func relaxedJSONPath(expr string) (string, error) {
 func (p *printer) print(kind objects.Kind, objs []objects.Object, header, list bool) error {
 	switch p.format {
 	case outputJSON, outputYAML, outputJSONPath:
+		if !p.showManagedFields {
+			objs = withoutManagedFields(objs)
+		}
 		if list {
 			tree, err := listTree(objs)
 			if err != nil {
@@ -148,6 +156,25 @@ func (p *printer) print(kind objects.Kind, objs []objects.Object, header, list b
 		return p.printColumns(objs, header)
 	}
 	return p.printTable(kind, objs, header)
+}
+
+// withoutManagedFields returns objs, copied without metadata.managedFields
+// where they have any, as kubectl prints them without
+// --show-managed-fields.
+func withoutManagedFields(objs []objects.Object) []objects.Object {
+	out, copied := objs, false
+	for i, o := range objs {
+		if len(o.GetMetadata().GetManagedFields()) == 0 {
+			continue
+		}
+		if !copied {
+			out, copied = slices.Clone(objs), true
+		}
+		c := proto.CloneOf(o)
+		c.GetMetadata().ManagedFields = nil
+		out[i] = c
+	}
+	return out
 }
 
 // printObject prints one object as json, yaml or through the template.

@@ -213,3 +213,30 @@ func TestNotFoundError(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// TestManagedFieldsHidden: json, yaml and jsonpath output leave
+// metadata.managedFields out unless --show-managed-fields, as kubectl; the
+// objects printed are not changed.
+func TestManagedFieldsHidden(t *testing.T) {
+	pods := testPods(2)
+	pods[0].GetMetadata().ManagedFields = []*corev1.ManagedFieldsEntry{{Manager: "kubectl", Operation: "Apply"}}
+	for _, output := range []string{"json", "yaml", "jsonpath={.items[*].metadata}"} {
+		for _, show := range []bool{false, true} {
+			var b bytes.Buffer
+			p, err := newPrinter(&b, output, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.showManagedFields = show
+			if err := p.print(objects.Pods, pods, true, true); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(b.String(), "managedFields"); got != show {
+				t.Errorf("-o %s, --show-managed-fields=%v: managedFields printed %v:\n%s", output, show, got, b.String())
+			}
+		}
+	}
+	if len(pods[0].GetMetadata().GetManagedFields()) != 1 {
+		t.Error("printing changed the object")
+	}
+}
