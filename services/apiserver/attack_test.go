@@ -70,13 +70,9 @@ func TestAttackPatch(t *testing.T) {
 			413, "the patched object is too large"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			start := time.Now()
 			code, body, _ := do(t, admin, "PATCH", cm, "application/json-patch+json", c.patch)
 			if code != c.wantCode || !strings.Contains(fmt.Sprint(path(body, "message")), c.wantMsg) {
 				t.Fatalf("got %d %v, want %d %q", code, body, c.wantCode, c.wantMsg)
-			}
-			if d := time.Since(start); d > 3*time.Second {
-				t.Errorf("refusal took %s", d)
 			}
 			intact(t, admin, cm)
 		})
@@ -97,7 +93,6 @@ func TestAttackSlowBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	start := time.Now()
 	fmt.Fprintf(conn, "PATCH /api/v1/namespaces/default/configmaps/cm HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
 		"Content-Type: application/merge-patch+json\r\nContent-Length: 1000\r\n\r\n{\"data\":", adminToken)
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -109,9 +104,6 @@ func TestAttackSlowBody(t *testing.T) {
 	if resp.StatusCode != 408 || !strings.Contains(string(b), "BodyReadTimeout") {
 		t.Fatalf("slow body: %d %s", resp.StatusCode, b)
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("refusal took %s", d)
-	}
 	intact(t, admin, cm)
 }
 
@@ -122,15 +114,11 @@ func TestAttackFutureResourceVersion(t *testing.T) {
 	s := startSystem(t, options{https: func(c *apiserver.Config) { c.TooLargeResourceVersionWait = 500 * time.Millisecond }})
 	admin := s.client(t, adminToken)
 	cm := configMap(t, s, admin)
-	start := time.Now()
 	code, body, _ := do(t, admin, "GET", s.url+"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=9000000000000000000", "", "")
 	msg := fmt.Sprint(path(body, "message"))
 	if code != 504 || path(body, "reason") != "Timeout" || path(body, "details.retryAfterSeconds") != float64(1) ||
 		!strings.HasPrefix(msg, "Too large resource version: 9000000000000000000, current: ") {
 		t.Fatalf("future watch: %d %v", code, body)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("refusal took %s", d)
 	}
 	intact(t, admin, cm)
 	// A watch from the current revision is served.
