@@ -70,7 +70,7 @@ func (c *Client) Get(ctx context.Context, key string, opts ...ReadOption) (*KV, 
 	if err := validateKey(key); err != nil {
 		return nil, err
 	}
-	resp, err := c.read(ctx, &storev1.ReadRequest{Key: key, Stale: o.stale}, o.stale)
+	resp, err := c.read(ctx, &storev1.ReadRequest{Key: key, Stale: o.stale, MinRevision: o.minRev}, o.stale)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (c *Client) Get(ctx context.Context, key string, opts ...ReadOption) (*KV, 
 // revision the list was read at (watch from it to follow later changes).
 func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([]*KV, int64, error) {
 	o := readOpts(opts)
-	resp, err := c.read(ctx, &storev1.ReadRequest{Key: prefix, Prefix: true, Stale: o.stale, Limit: int64(max(o.limit, 0)), ContinueAfter: o.after}, o.stale)
+	resp, err := c.read(ctx, &storev1.ReadRequest{Key: prefix, Prefix: true, Stale: o.stale, Limit: int64(max(o.limit, 0)), ContinueAfter: o.after, MinRevision: o.minRev}, o.stale)
 	if err != nil {
 		return nil, 0, err
 	}

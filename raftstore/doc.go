@@ -33,7 +33,10 @@
 // VerifyLeader round, started after they joined it) and serves the read
 // from its applied state, checking that its term did not change. Stale()
 // reads are served by any replica from its local state, which may be behind
-// but never ahead of the committed log.
+// but never ahead of the committed log; with MinRevision(rev) only once the
+// replica has applied rev (it waits at most an election timeout, else
+// answers ErrUnavailable and the client retries another replica), so a
+// reader that knows a revision reads cheaply without going back before it.
 //
 // Writes are raft log entries (storev1.Command). Each carries a
 // client-generated idempotency key, reused on every retry of that write; the

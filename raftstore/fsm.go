@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"context"
 	"github.com/google/btree"
 
 	"bufio"
@@ -314,6 +315,24 @@ func (f *fsm) contentHash() (uint64, int64) {
 		return true
 	})
 	return h.Sum64(), f.rev
+}
+
+// waitRevision returns once the state has applied revision rev, or ctx's
+// error.
+func (f *fsm) waitRevision(ctx context.Context, rev int64) error {
+	for {
+		f.mu.RLock()
+		cur, changed := f.rev, f.changed
+		f.mu.RUnlock()
+		if cur >= rev {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // revisions returns the current and compacted revisions.

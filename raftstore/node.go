@@ -687,6 +687,20 @@ func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
 			return
 		}
 	}
+	if req.MinRevision > 0 {
+		// A replica behind the revision waits for it, at most an election
+		// timeout: one cut off from the leader for longer is no place to
+		// read from, and the client reads elsewhere.
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ElectionTimeout)
+		err := n.fsm.waitRevision(ctx, req.MinRevision)
+		cancel()
+		if err != nil {
+			rev, _ := n.fsm.revisions()
+			n.respond(m, &storev1.ReadResponse{Error: toWire(newError(storev1.Code_CODE_UNAVAILABLE, req.Key,
+				"replica %s has applied revision %d, not %d", n.cfg.ID, rev, req.MinRevision))})
+			return
+		}
+	}
 	keep := n.keeper(m.Subject)
 	if !req.Prefix {
 		kv, rev, ok := n.fsm.getKept(req.Key, keep)

@@ -73,14 +73,21 @@ type WatchEvent struct {
 type ReadOption func(*readOptions)
 
 type readOptions struct {
-	stale bool
-	limit int
-	after string
+	stale  bool
+	limit  int
+	after  string
+	minRev int64
 }
 
 // Stale serves the read from any replica's local state, without a leader
 // check: cheap, possibly behind the latest write, never ahead of it.
 func Stale() ReadOption { return func(o *readOptions) { o.stale = true } }
+
+// MinRevision serves the read only from a replica that has applied
+// revision rev: with Stale, a cheap read that still sees every write up to
+// rev (a replica behind waits for it, at most an election timeout, then
+// answers ErrUnavailable).
+func MinRevision(rev int64) ReadOption { return func(o *readOptions) { o.minRev = rev } }
 
 // IsStale reports whether opts ask for a stale read (for a KV that wraps a
 // Client, such as a test double answering stale reads as a replica behind).

@@ -162,7 +162,8 @@ type Agent interface {
 // Both are idempotent, so a redelivery is harmless.
 //
 // A PodScheduled of a fresh bind (its revision set) first reads the pod
-// with a stale read (any replica, no leader round): a copy with the
+// with a stale read (any replica, no leader round) from a replica that has
+// applied the bind's revision (raftstore.MinRevision): a copy with the
 // event's uid, bound to the event's node, at the bind's revision or later
 // is the pod as that bind or a later write left it — what a kubelet's
 // informer would hand it. Anything else (not found, older than the bind,
@@ -212,6 +213,9 @@ func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
 	}
 }
 
+// staleReadTimeout bounds boundCopy's read.
+const staleReadTimeout = 2 * time.Second
+
 // boundCopy is Handler's stale read of a PodScheduled's pod; ok when it
 // decides alone (see Handler).
 func boundCopy(ctx context.Context, s *objects.Store, env *eventsv1.Envelope) (*corev1.Pod, bool) {
@@ -219,7 +223,13 @@ func boundCopy(ctx context.Context, s *objects.Store, env *eventsv1.Envelope) (*
 	if rev <= 0 {
 		return nil, false
 	}
-	pod, err := objects.Get[*corev1.Pod](ctx, s, env.GetNamespace(), env.GetPodName(), raftstore.Stale())
+	// At the bind's revision at least: a replica behind it would not yet
+	// see the pod bound here (its read filter refuses the node) and waits.
+	// Briefly: one that does not get there (a replica cut off, a revision
+	// the store lost) leaves the decision to the linearizable read.
+	sctx, cancel := context.WithTimeout(ctx, staleReadTimeout)
+	defer cancel()
+	pod, err := objects.Get[*corev1.Pod](sctx, s, env.GetNamespace(), env.GetPodName(), raftstore.Stale(), raftstore.MinRevision(rev))
 	if err != nil || pod.GetMetadata().GetUid() != env.GetPodUid() ||
 		pod.GetSpec().GetNodeName() != env.GetNodeName() || objects.Revision(pod) < rev {
 		return nil, false

@@ -646,6 +646,11 @@ type ReadRequest struct {
 	// revision.
 	Limit         int64  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	ContinueAfter string `protobuf:"bytes,5,opt,name=continue_after,json=continueAfter,proto3" json:"continue_after,omitempty"`
+	// min_revision: the replica serves the read only once it has applied
+	// this revision (waiting, within the request's deadline); a replica that
+	// does not get there in time answers CODE_UNAVAILABLE. A stale read with
+	// it sees every write up to that revision.
+	MinRevision   int64 `protobuf:"varint,6,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -713,6 +718,13 @@ func (x *ReadRequest) GetContinueAfter() string {
 		return x.ContinueAfter
 	}
 	return ""
+}
+
+func (x *ReadRequest) GetMinRevision() int64 {
+	if x != nil {
+		return x.MinRevision
+	}
+	return 0
 }
 
 type ReadResponse struct {
@@ -1843,13 +1855,14 @@ const file_storev1_store_proto_rawDesc = "" +
 	"\x03ops\x18\x04 \x03(\v2\x14.podflow.store.v1.OpR\x03ops\"X\n" +
 	"\vWriteResult\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12-\n" +
-	"\x05error\x18\x02 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\"\x8a\x01\n" +
+	"\x05error\x18\x02 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\"\xad\x01\n" +
 	"\vReadRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
 	"\x05stale\x18\x03 \x01(\bR\x05stale\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12%\n" +
-	"\x0econtinue_after\x18\x05 \x01(\tR\rcontinueAfter\"\x9b\x01\n" +
+	"\x0econtinue_after\x18\x05 \x01(\tR\rcontinueAfter\x12!\n" +
+	"\fmin_revision\x18\x06 \x01(\x03R\vminRevision\"\x9b\x01\n" +
 	"\fReadResponse\x12-\n" +
 	"\x05error\x18\x01 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\x12,\n" +
 	"\x03kvs\x18\x02 \x03(\v2\x1a.podflow.store.v1.KeyValueR\x03kvs\x12\x1a\n" +
