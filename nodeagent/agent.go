@@ -71,8 +71,8 @@ type Agent struct {
 	closed atomic.Bool
 
 	mu        sync.Mutex
-	workers   map[string]*worker   // by pod uid
-	deleted   map[string]time.Time // tombstones: uid -> when its worker finished
+	workers   map[string]*worker // by pod uid
+	deleted   *tombstones        // uids whose deletion the agent carried out
 	recovered map[string]*recovered
 	hbSeq     int64
 	// starts counts the workers ever started; a worker's gen is the count
@@ -106,7 +106,7 @@ func New(cfg Config, rt Runtime, store NodeStore, pub Publisher) (*Agent, error)
 		log:     cfg.Logger.With("node", cfg.NodeName),
 		ctx:     ctx,
 		cancel:  cancel,
-		workers: map[string]*worker{}, deleted: map[string]time.Time{},
+		workers: map[string]*worker{}, deleted: agentTombstones(cfg),
 		recovered: map[string]*recovered{},
 	}
 	a.deps = &workerDeps{cfg: cfg, rt: rt, volumes: store, pub: pub, clock: a.clock, log: a.log,
@@ -212,7 +212,7 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 		w.updateImages(pod) // and its containers' images
 		return nil
 	}
-	if _, ok := a.deleted[uid]; ok {
+	if a.deleted.has(uid) { // its deletion was carried out: a late bind (a stale read) starts nothing
 		return nil
 	}
 	if isTerminalPhase(pod.GetStatus().GetPhase()) {
@@ -239,7 +239,7 @@ func (a *Agent) HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace time
 	}
 	w, ok := a.workers[uid]
 	if !ok {
-		if _, gone := a.deleted[uid]; gone {
+		if a.deleted.has(uid) {
 			a.mu.Unlock()
 			return nil
 		}
@@ -330,11 +330,7 @@ func (a *Agent) ReconcilePods(ctx context.Context, mark ListMark, pods []*corev1
 		}
 	}
 	now := a.clock.Now()
-	for uid, at := range a.deleted { // tombstones outlive redeliveries
-		if now.Sub(at) > 2*a.cfg.ResyncPeriod {
-			delete(a.deleted, uid)
-		}
-	}
+	a.deleted.prune(now) // tombstones outlive redeliveries (see tombstoneTTL)
 	orphans := a.recovered
 	a.recovered = map[string]*recovered{}
 	for uid, r := range orphans {
@@ -416,7 +412,7 @@ func (a *Agent) retire(w *worker, deleted bool) {
 		delete(a.workers, w.uid)
 	}
 	if deleted {
-		a.deleted[w.uid] = a.clock.Now()
+		a.deleted.add(w.uid, a.clock.Now())
 	}
 }
 

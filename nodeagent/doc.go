@@ -53,6 +53,11 @@
 //     volumes, cgroups), the last status report, a tombstone in the agent,
 //     PodDeleted. Then the worker is gone.
 //
+// The tombstone (tombstones.go) makes a bind of that uid a no-op for 10
+// minutes (two resync periods if longer; at most 64k tombstones, the
+// oldest dropped first): a PodScheduled redelivered after the deletion,
+// read from a replica still showing the pod undeleted, starts nothing.
+//
 // A pending delete wins over further syncing. Every retried operation (the
 // sandbox, the volumes, each container's restarts and image pulls) keeps
 // one retry schedule under its Config Backoff. A worker gets what it needs

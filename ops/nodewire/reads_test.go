@@ -8,12 +8,18 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/bus/bustest"
+	"github.com/podflow/podflow/nodeagent"
+	"github.com/podflow/podflow/nodeagent/nodeagenttest"
 	"github.com/podflow/podflow/ops/nodewire"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // behindKV is a real store whose stale reads of one key are answered as a
@@ -49,14 +55,17 @@ func (b *behindKV) Get(ctx context.Context, key string, opts ...raftstore.ReadOp
 	return b.KV.Get(ctx, key, opts...)
 }
 
-type boundAgent struct{ bound []*corev1.Pod }
+type boundAgent struct{ bound, deleted []*corev1.Pod }
 
 func (a *boundAgent) HandlePodBound(_ context.Context, p *corev1.Pod) error {
 	a.bound = append(a.bound, p)
 	return nil
 }
 
-func (a *boundAgent) HandlePodDelete(context.Context, *corev1.Pod, time.Duration) error { return nil }
+func (a *boundAgent) HandlePodDelete(_ context.Context, p *corev1.Pod, _ time.Duration) error {
+	a.deleted = append(a.deleted, p)
+	return nil
+}
 
 // TestScheduledReadsStaleFirst: a PodScheduled of a fresh bind is decided
 // on a stale read when that copy shows the bind (uid, node, the bind's
@@ -127,5 +136,95 @@ func TestScheduledReadsStaleFirst(t *testing.T) {
 				t.Errorf("reads: %d linearizable, %d stale; want %d, %d", kv.reads, kv.stale, tt.wantReads, tt.wantStale)
 			}
 		})
+	}
+}
+
+// TestScheduledAfterDeleteNotStarted: the node carried out a pod's
+// deletion; minutes later (past two resyncs, with a reconcile between) a
+// PodScheduled of the pod is redelivered and its stale read comes from a
+// replica that still has the pod bound and undeleted. The agent's
+// tombstone refuses it: nothing starts. A stale copy with a
+// deletionTimestamp is handed to HandlePodDelete, not HandlePodBound.
+func TestScheduledAfterDeleteNotStarted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := bustest.Server(t)
+	conn := bustest.Connect(t, srv, node)
+	bustest.Provision(t, conn, pipeline.NodeAgentRunnerConfig(node).ConsumerSpec())
+	cluster := raftstoretest.MakeCluster(t, 1)
+	real := objects.New(cluster.Client(t))
+	kv := &behindKV{KV: real.KV()}
+	store := objects.FromKV(kv)
+
+	clock := nodeagenttest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := nodeagent.DefaultConfig(node, "10.244.1.0/24")
+	cfg.Clock = clock
+	agent, _ := startSimAgent(ctx, t, cfg, store, conn)
+	h := nodewire.Handler(store, agent, time.Second)
+
+	pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "gone", Uid: "uid-gone"},
+		Spec: &corev1.PodSpec{NodeName: node, Containers: []*corev1.Container{{Name: "app", Image: "nginx:1.27"}}}}
+	created, err := store.Create(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := objects.KeyOf(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv.behind(key) // this replica stays at the bind
+	scheduled := &eventsv1.Envelope{PodUid: "uid-gone", Namespace: "default", PodName: "gone", NodeName: node,
+		Payload: &eventsv1.Envelope_PodScheduled{PodScheduled: &eventsv1.PodScheduled{NodeName: node, Revision: created}}}
+
+	// The delete, carried out by the node, and the pod gone from the store.
+	if _, err := objects.Mutate(ctx, store, "default", "gone", func(p *corev1.Pod) error {
+		p.Metadata.DeletionTimestamp = timestamppb.Now()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	del := &eventsv1.Envelope{PodUid: "uid-gone", Namespace: "default", PodName: "gone", NodeName: node,
+		Payload: &eventsv1.Envelope_PodDeleteRequested{PodDeleteRequested: &eventsv1.PodDeleteRequested{GracePeriodSeconds: proto.Int64(0)}}}
+	if err := h(ctx, &bus.Delivery{Envelope: del}); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, "PodDeleted in the stream", func() bool {
+		return count(streamEvents(ctx, t, conn.JetStream(), "uid-gone"), "PodDeleted") == 1
+	})
+	if _, err := store.Delete(ctx, objects.Pods, "default", "gone", 0); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(5 * time.Minute) // past two resyncs
+	if err := agent.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The redelivered PodScheduled, decided on the lagging replica's copy.
+	kv.stale = 0
+	if err := h(ctx, &bus.Delivery{Envelope: scheduled}); err != nil {
+		t.Fatal(err)
+	}
+	if kv.stale != 1 {
+		t.Fatalf("%d stale reads, want the one of the lagging replica", kv.stale)
+	}
+	if n := agent.RunningPods(); n != 0 {
+		t.Fatalf("%d pods started after their deletion was carried out", n)
+	}
+
+	// A stale copy showing the deletion is a delete.
+	deleting := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "deleting", Uid: "uid-deleting", DeletionTimestamp: timestamppb.Now()},
+		Spec: &corev1.PodSpec{NodeName: node}}
+	c, err := store.Create(ctx, deleting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &boundAgent{}
+	ev := &eventsv1.Envelope{PodUid: "uid-deleting", Namespace: "default", PodName: "deleting", NodeName: node,
+		Payload: &eventsv1.Envelope_PodScheduled{PodScheduled: &eventsv1.PodScheduled{NodeName: node, Revision: c}}}
+	if err := nodewire.Handler(store, rec, time.Second)(ctx, &bus.Delivery{Envelope: ev}); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.bound) != 0 || len(rec.deleted) != 1 {
+		t.Fatalf("a copy with a deletionTimestamp: %d binds, %d deletes; want 0, 1", len(rec.bound), len(rec.deleted))
 	}
 }

@@ -168,7 +168,11 @@ type Agent interface {
 // is the pod as that bind or a later write left it — what a kubelet's
 // informer would hand it. Anything else (not found, older than the bind,
 // another uid or node: a replica behind) is read again, and decided, on a
-// linearizable read, as is every PodDeleteRequested.
+// linearizable read, as is every PodDeleteRequested. A copy with a
+// deletionTimestamp is handed to HandlePodDelete. A copy that lags behind
+// a deletion the node already carried out (a redelivery read from a
+// replica behind) is refused by the agent's tombstone of the uid
+// (nodeagent: kept 10 minutes, at most 64k).
 func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
 	return func(ctx context.Context, d *bus.Delivery) error {
 		env := d.Envelope
@@ -187,10 +191,14 @@ func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
 		}
 		switch {
 		case env.GetPodScheduled() != nil:
-			if pod == nil || pod.GetSpec().GetNodeName() != env.GetNodeName() {
+			switch {
+			case pod == nil || pod.GetSpec().GetNodeName() != env.GetNodeName():
 				return nil
+			case pod.GetMetadata().GetDeletionTimestamp() != nil: // being deleted: never started
+				err = a.HandlePodDelete(ctx, pod, -1)
+			default:
+				err = a.HandlePodBound(ctx, pod)
 			}
-			err = a.HandlePodBound(ctx, pod)
 		case env.GetPodDeleteRequested() != nil:
 			if pod == nil { // the store forgot it: tear down what the node may hold
 				pod = &corev1.Pod{

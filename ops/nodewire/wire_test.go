@@ -57,6 +57,26 @@ func streamEvents(ctx context.Context, t *testing.T, js jetstream.JetStream, uid
 	return out
 }
 
+// startSimAgent starts an agent of cfg with the sim runtime over store and
+// conn; both are stopped when the test ends.
+func startSimAgent(ctx context.Context, t *testing.T, cfg nodeagent.Config, store *objects.Store, conn *bus.Conn) (*nodeagent.Agent, *sim.Runtime) {
+	t.Helper()
+	rt, err := sim.New(sim.DefaultConfig(cfg.PodCIDR))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	agent, err := nodeagent.New(cfg, rt, nodewire.NewStore(store), nodewire.NewPublisher(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agent.Stop)
+	if err := agent.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return agent, rt
+}
+
 func count(envs []*eventsv1.Envelope, typ eventsv1.Type) int {
 	n := 0
 	for _, e := range envs {
@@ -81,21 +101,9 @@ func TestAgentOverRealBusAndStore(t *testing.T) {
 	cluster := raftstoretest.MakeCluster(t, 1)
 	store := objects.New(cluster.Client(t))
 
-	rt, err := sim.New(sim.DefaultConfig("10.244.1.0/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
 	cfg := nodeagent.DefaultConfig(node, "10.244.1.0/24")
 	cfg.SpecSecond = 10 * time.Millisecond
-	agent, err := nodeagent.New(cfg, rt, nodewire.NewStore(store), nodewire.NewPublisher(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Stop()
-	if err := agent.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	agent, rt := startSimAgent(ctx, t, cfg, store, conn)
 	if err := agent.Start(ctx); err != nil { // a restarted agent registers again
 		t.Fatal(err)
 	}

@@ -275,7 +275,7 @@ func (s *Stage) startCaches(ctx context.Context, g *errgroup.Group) error {
 		feed[*corev1.ClusterRoleBinding](&infs, s.env.Store, up, del),
 		feed[*corev1.Secret](&infs, s.env.Store, secretUp, secretDel),
 		feed[*corev1.ServiceAccount](&infs, s.env.Store, saUp, saDel),
-		feed[*corev1.Pod](&infs, s.env.Store, podUp, podDel), // the objects bound tokens name
+		feedMeta(&infs, s.env.Store, podUp, podDel), // the objects bound tokens name: identities only
 	); err != nil {
 		return err
 	}
@@ -287,7 +287,19 @@ func (s *Stage) startCaches(ctx context.Context, g *errgroup.Group) error {
 
 // feed adds to infs an informer for T feeding up/del.
 func feed[T objects.Object](infs *informer.Group, st *objects.Store, up, del func(proto.Message)) error {
-	inf, err := informer.New[T](st, "", informer.Handlers[T]{
+	return add(infs, informer.New[T], st, up, del)
+}
+
+// feedMeta is feed of pods decoded as identities alone (informer.NewMeta):
+// every pod write reaches this cache, and a bound token needs only the
+// pod's uid and deletionTimestamp.
+func feedMeta(infs *informer.Group, st *objects.Store, up, del func(proto.Message)) error {
+	return add(infs, informer.NewMeta[*corev1.Pod], st, up, del)
+}
+
+func add[T objects.Object](infs *informer.Group, newInf func(*objects.Store, string, informer.Handlers[T]) (*informer.Informer[T], error),
+	st *objects.Store, up, del func(proto.Message)) error {
+	inf, err := newInf(st, "", informer.Handlers[T]{
 		OnAdd:    func(o T) { up(o) },
 		OnUpdate: func(_, o T) { up(o) },
 		OnDelete: func(o T) { del(o) },

@@ -28,6 +28,7 @@ type Informer[T objects.Object] struct {
 	kind      objects.Kind
 	namespace string
 	h         Handlers[T]
+	dec       func(*raftstore.KV, objects.Object) error
 
 	mu     sync.RWMutex
 	items  map[string]T // store key -> object
@@ -43,7 +44,21 @@ func New[T objects.Object](s *objects.Store, ns string, h Handlers[T]) (*Informe
 	if err != nil {
 		return nil, err
 	}
-	return &Informer[T]{store: s, kind: k, namespace: ns, h: h, items: map[string]T{}, synced: make(chan struct{})}, nil
+	return &Informer[T]{store: s, kind: k, namespace: ns, h: h, dec: objects.Decode, items: map[string]T{}, synced: make(chan struct{})}, nil
+}
+
+// NewMeta is New for a cache of identities: its objects carry only their
+// metadata's name, namespace, uid, deletionTimestamp and resourceVersion
+// (objects.DecodeMeta), and nothing else is parsed. For a kind written
+// often whose cache only tracks what exists (the api's pods, which bound
+// tokens name).
+func NewMeta[T objects.Object](s *objects.Store, ns string, h Handlers[T]) (*Informer[T], error) {
+	inf, err := New(s, ns, h)
+	if err != nil {
+		return nil, err
+	}
+	inf.dec = objects.DecodeMeta
+	return inf, nil
 }
 
 // Run lists and watches until ctx is done. Errors other than ctx's are
@@ -89,7 +104,7 @@ func (inf *Informer[T]) listAndWatch(ctx context.Context) error {
 func (inf *Informer[T]) decode(kv *raftstore.KV) (T, bool) {
 	var zero T
 	obj := zero.ProtoReflect().New().Interface().(T)
-	if err := objects.Decode(kv, obj); err != nil {
+	if err := inf.dec(kv, obj); err != nil {
 		return zero, false
 	}
 	return obj, true

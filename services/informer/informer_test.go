@@ -21,6 +21,19 @@ func names(pods []*corev1.Pod) []string {
 	return out
 }
 
+// run runs inf until the test ends, when Run must return ctx's error.
+func run[T objects.Object](ctx context.Context, t *testing.T, inf *informer.Informer[T]) {
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Error(err)
+		}
+	})
+}
+
 // TestListAndWatch: against a real store, the cache lists what was there
 // at start, follows creates and deletes through the watch, and List gives
 // one namespace's objects or all of them, sorted by key.
@@ -44,15 +57,7 @@ func TestListAndWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Error(err)
-		}
-	}()
+	run(ctx, t, inf)
 	if err := inf.WaitForSync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -80,5 +85,39 @@ func TestListAndWatch(t *testing.T) {
 	}
 	if _, ok := inf.Get("a", "w"); !ok {
 		t.Error("Get a/w: not cached")
+	}
+}
+
+// TestNewMetaCachesIdentities: a NewMeta informer over a real store hands
+// its handlers, and caches, pods carrying only their identity (name,
+// namespace, uid, deletionTimestamp, resourceVersion), through the list
+// and the watch.
+func TestNewMetaCachesIdentities(t *testing.T) {
+	cl := raftstoretest.MakeCluster(t, 1)
+	st := objects.New(cl.Client(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	full := func(name string) *corev1.Pod {
+		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "a", Name: name, Uid: "uid-" + name, Labels: map[string]string{"l": "v"}},
+			Spec: &corev1.PodSpec{NodeName: "n1"}}
+	}
+	if _, err := st.Create(ctx, full("listed")); err != nil {
+		t.Fatal(err)
+	}
+	added := make(chan *corev1.Pod, 8)
+	inf, err := informer.NewMeta[*corev1.Pod](st, "", informer.Handlers[*corev1.Pod]{OnAdd: func(p *corev1.Pod) { added <- p }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, inf)
+	if _, err := st.Create(ctx, full("watched")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		p := <-added
+		md := p.GetMetadata()
+		if md.GetUid() != "uid-"+md.GetName() || objects.Revision(p) == 0 || md.Labels != nil || p.Spec != nil {
+			t.Errorf("pod %v: want its identity and revision alone", p)
+		}
 	}
 }

@@ -231,12 +231,16 @@ func (s *Stage) holds(ctx context.Context, ref *corev1.ObjectReference) (bool, e
 // does not hold its pod (a pod is created with its key, so it would be
 // in that list), at the revision it was read at.
 func (s *Stage) Reconcile(ctx context.Context) error {
-	pods, rev, err := objects.List[*corev1.Pod](ctx, s.env.Store, "")
+	pods, rev, err := s.env.Store.KV().List(ctx, objects.Pods.Prefix(""))
 	if err != nil {
 		return err
 	}
 	live := make(map[string]bool, len(pods))
-	for _, p := range pods {
+	for _, kv := range pods {
+		p := &corev1.Pod{}
+		if err := objects.DecodeMeta(kv, p); err != nil { // the uid alone: no full decode of every pod
+			return err
+		}
 		live[p.GetMetadata().GetUid()] = true
 	}
 	kvs, _, err := s.env.Store.KV().List(ctx, pipeline.RequestIDPrefix)
