@@ -208,8 +208,9 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 		return ErrStopped
 	}
 	if w, ok := a.workers[uid]; ok {
-		w.update(pod)       // labels and annotations of a running pod may change
-		w.updateImages(pod) // and its containers' images
+		w.update(pod)          // labels and annotations of a running pod may change
+		w.updateImages(pod)    // and its containers' images
+		w.updateEphemeral(pod) // and its ephemeral containers, added by kubectl debug
 		return nil
 	}
 	if a.deleted.has(uid) { // its deletion was carried out: a late bind (a stale read) starts nothing

@@ -32,6 +32,11 @@
 // manager evicts it (Warning Evicted, Failed, reason Evicted). A pod
 // update that changes a container's image (images.go) restarts that container with it, as
 // kubelet restarts a container whose spec hash changed.
+// Ephemeral containers (ephemeral.go, kubectl debug) handed over by
+// HandlePodBound are started once, whatever the restartPolicy and whether
+// or not the pod is initialized, never restarted, and reported in
+// status.ephemeralContainerStatuses; with targetContainerName the runtime's
+// optional EphemeralStarter starts one in its target's PID namespace.
 //
 // # The pod worker
 //

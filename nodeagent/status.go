@@ -139,6 +139,7 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 			unready = append(unready, c.spec.GetName())
 		}
 	}
+	st.EphemeralContainerStatuses = w.ephemeralStatuses()
 	w.setCond(now, "PodScheduled", true, "", "")
 	w.setCond(now, "PodReadyToStartContainers", w.sandbox != nil, "", "")
 	if initsDone {

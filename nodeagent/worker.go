@@ -68,10 +68,11 @@ type worker struct {
 	uid string
 	gen uint64 // the agent's start count at this worker's start (ListMark)
 
-	deleteCh chan time.Duration      // capacity 1: a pending delete and its grace
-	updateCh chan *corev1.ObjectMeta // capacity 1: the store's latest metadata
-	imagesCh chan podImages          // capacity 1: the store's latest container images
-	done     chan struct{}           // closed when run returns
+	deleteCh chan time.Duration                // capacity 1: a pending delete and its grace
+	updateCh chan *corev1.ObjectMeta           // capacity 1: the store's latest metadata
+	imagesCh chan podImages                    // capacity 1: the store's latest container images
+	ephCh    chan []*corev1.EphemeralContainer // capacity 1: the store's ephemeral containers
+	done     chan struct{}                     // closed when run returns
 
 	rep       *reporter
 	state     workState
@@ -96,7 +97,8 @@ type worker struct {
 	// (checkEmptyDirs).
 	usageCheck  time.Time
 	inits, apps []*ctr
-	failed      *ctr // the container whose exit made the pod Failed
+	ephs        []*ctr // ephemeral containers, started once (ephemeral.go)
+	failed      *ctr   // the container whose exit made the pod Failed
 	// rejected: the node failed the pod as a whole — refused as kubelet's
 	// admission refuses one (SysctlForbidden), or past its active deadline
 	// (DeadlineExceeded): Failed with that reason, never retried.
@@ -148,8 +150,10 @@ type ctr struct {
 	startedAt   time.Time
 	ready       bool
 	started     bool
-	done        bool // init: succeeded; app: terminated for good
-	killed      bool // stopped by the agent after a probe failure
+	done        bool   // init: succeeded; app: terminated for good
+	killed      bool   // stopped by the agent after a probe failure
+	ephemeral   bool   // an ephemeral container: started once, never restarted
+	target      string // ephemeral: the container whose PID namespace it joins
 
 	crash     retry // CrashLoopBackOff: when the container may start again
 	inBackoff bool  // waiting state already says why it is not started
@@ -166,6 +170,7 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 		deleteCh:     make(chan time.Duration, 1),
 		updateCh:     make(chan *corev1.ObjectMeta, 1),
 		imagesCh:     make(chan podImages, 1),
+		ephCh:        make(chan []*corev1.EphemeralContainer, 1),
 		volSums:      map[string][sha256.Size]byte{},
 		done:         make(chan struct{}),
 		rep:          newReporter(d, pod),
@@ -185,6 +190,7 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 	for _, c := range pod.GetSpec().GetContainers() {
 		w.apps = append(w.apps, w.newCtr(c, false))
 	}
+	w.onEphemeral(pod.GetSpec().GetEphemeralContainers())
 	return w
 }
 
@@ -228,6 +234,8 @@ func (w *worker) run(ctx context.Context) {
 			w.onUpdate(md)
 		case im := <-w.imagesCh:
 			w.onImages(im)
+		case ecs := <-w.ephCh:
+			w.onEphemeral(ecs)
 		case <-timer.C():
 		}
 	}
@@ -311,12 +319,16 @@ func (w *worker) byName(name string, init bool) *ctr {
 			return c
 		}
 	}
+	if !init {
+		return w.ephByName(name) // names are unique across all of a pod's containers
+	}
 	return nil
 }
 
-// all returns the init containers, then the app containers.
+// all returns the init containers, then the app containers, then the
+// ephemeral ones.
 func (w *worker) all() []*ctr {
-	return append(w.inits[:len(w.inits):len(w.inits)], w.apps...)
+	return append(append(w.inits[:len(w.inits):len(w.inits)], w.apps...), w.ephs...)
 }
 
 // ------------------------------------------------------------------ syncing
@@ -364,7 +376,7 @@ func (w *worker) converge(ctx context.Context) time.Time {
 		now = w.now()
 	}
 	wake, ok := w.syncInits(ctx, now)
-	wake = earliest(wake, volWake)
+	wake = earliest(wake, earliest(volWake, w.syncEphemeral(ctx, now)))
 	if ok {
 		for _, c := range w.apps {
 			if !c.running() && !c.done {
@@ -586,7 +598,7 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 	cfg, err := w.containerConfig(ctx, c.spec)
 	var id ContainerID
 	if err == nil {
-		id, err = w.d.rt.StartContainer(ctx, w.pod, cfg, *w.sandbox)
+		id, err = w.runContainer(ctx, c, cfg)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -638,6 +650,7 @@ func (w *worker) onExit(ctx context.Context, ex ContainerExit) {
 	failed := ex.ExitCode != 0 || c.killed
 	restart := false
 	switch {
+	case c.ephemeral: // never restarted
 	case c.sidecar: // restarted whatever the pod's restartPolicy
 		restart = !c.done
 	case c.init:

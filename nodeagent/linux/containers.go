@@ -79,6 +79,45 @@ func isInit(pd *corev1.Pod, name string) bool {
 // image, a fresh cgroup for the container, and its process started by a
 // shim in the pod's network namespace.
 func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.Container, sb nodeagent.Sandbox) (nodeagent.ContainerID, error) {
+	return r.startContainer(ctx, pd, c, sb, "")
+}
+
+// StartEphemeralContainer implements nodeagent.EphemeralStarter: a
+// container started as StartContainer starts one (the pod's network
+// namespace, a cgroup of the pod's), with no resources of its own; with a
+// target, its init joins the PID namespace of that running instance's
+// init (through a pidfd checked against its start time, so a reused PID
+// is never joined), as containerd's NamespaceMode TARGET: it sees the
+// target's processes, and ends with it. A pod sharing one PID namespace
+// (shareProcessNamespace) or the host's keeps it.
+func (r *Runtime) StartEphemeralContainer(ctx context.Context, pd *corev1.Pod, c *corev1.Container, sb nodeagent.Sandbox, target nodeagent.ContainerID) (nodeagent.ContainerID, error) {
+	return r.startContainer(ctx, pd, c, sb, target)
+}
+
+var _ nodeagent.EphemeralStarter = (*Runtime)(nil)
+
+// targetPIDNamespace is the PID namespace of the pod's running container
+// instance target, for an ephemeral container.
+func (r *Runtime) targetPIDNamespace(p *pod, target nodeagent.ContainerID) (*container.PIDNamespace, error) {
+	r.mu.Lock()
+	tc := p.ctrs[target]
+	r.mu.Unlock()
+	if tc == nil {
+		return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "target container %q not found", target)
+	}
+	st := tc.c.State()
+	select {
+	case <-tc.c.Done():
+		return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "target container %q (%s) is not running", tc.meta.Name, target)
+	default:
+	}
+	if st.PID <= 0 {
+		return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "target container %q (%s) has no process", tc.meta.Name, target)
+	}
+	return &container.PIDNamespace{PID: st.PID, Start: st.PIDStart}, nil
+}
+
+func (r *Runtime) startContainer(ctx context.Context, pd *corev1.Pod, c *corev1.Container, sb nodeagent.Sandbox, target nodeagent.ContainerID) (nodeagent.ContainerID, error) {
 	uid := pd.GetMetadata().GetUid()
 	p := r.pod(uid)
 	if p == nil || p.rec.SandboxID != sb.ID {
@@ -164,6 +203,11 @@ func (r *Runtime) StartContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 		LogMaxSize: r.cfg.ContainerLogMaxSize, LogMaxFiles: r.cfg.ContainerLogMaxFiles,
 		Stdin: c.GetStdin(), StdinOnce: c.GetStdinOnce(), TTY: c.GetTty()}
 	withPodNamespaces(&spec, pd, sysctls, p.rec.PIDNamespace)
+	if target != "" && spec.PIDNamespace == nil && !spec.HostPID {
+		if spec.PIDNamespace, err = r.targetPIDNamespace(p, target); err != nil {
+			return "", err
+		}
+	}
 	t = time.Now()
 	var h *container.Container
 	if r.spares != nil {

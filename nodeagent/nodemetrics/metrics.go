@@ -181,3 +181,17 @@ func (r runtime) VolumeUsage(ctx context.Context, pod *corev1.Pod, volume string
 	}
 	return 0, fmt.Errorf("runtime measures no volumes")
 }
+
+// StartEphemeralContainer passes the optional ephemeral container start
+// through, timed as start_container (an error when the wrapped runtime
+// runs none).
+func (r runtime) StartEphemeralContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sb nodeagent.Sandbox, target nodeagent.ContainerID) (nodeagent.ContainerID, error) {
+	es, ok := r.Runtime.(nodeagent.EphemeralStarter)
+	if !ok {
+		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "the node's runtime does not run ephemeral containers")
+	}
+	t := time.Now()
+	id, err := es.StartEphemeralContainer(ctx, pod, c, sb, target)
+	r.m.observe("start_container", t, err)
+	return id, err
+}

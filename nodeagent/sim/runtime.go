@@ -45,6 +45,10 @@ const (
 	// AnnotationLog is what each has logged (lines separated by "\n").
 	AnnotationTerminationMessage = "sim.podflow.io/termination-message"
 	AnnotationLog                = "sim.podflow.io/log"
+	// AnnotationEphemeralExitAfter makes ephemeral containers exit after
+	// a duration, with AnnotationEphemeralExitCode (default 0).
+	AnnotationEphemeralExitAfter = "sim.podflow.io/ephemeral-exit-after"
+	AnnotationEphemeralExitCode  = "sim.podflow.io/ephemeral-exit-code"
 
 	// Fail is the annotation value that injects a failure.
 	Fail = "fail"
@@ -147,8 +151,9 @@ type simVolume struct {
 }
 
 type simCtr struct {
-	info  nodeagent.ContainerInfo
-	timer nodeagent.Timer // natural exit, nil if none
+	info   nodeagent.ContainerInfo
+	timer  nodeagent.Timer       // natural exit, nil if none
+	target nodeagent.ContainerID // an ephemeral container's target, if any
 }
 
 // New returns a simulated runtime.
@@ -463,6 +468,53 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 		}
 		exits, exitAfter, exitCode = true, d, code
 	}
+	return r.addContainer(pod, c, sb, init, "", exits, exitAfter, int32(exitCode))
+}
+
+// StartEphemeralContainer implements nodeagent.EphemeralStarter: the
+// container runs until stopped, or exits as the ephemeral-exit-after and
+// ephemeral-exit-code annotations say; a target must be a running
+// container of the pod (its PID namespace is the one joined).
+func (r *Runtime) StartEphemeralContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sb nodeagent.Sandbox, target nodeagent.ContainerID) (nodeagent.ContainerID, error) {
+	if err := r.sleep(ctx, r.cfg.StartDelay); err != nil {
+		return "", err
+	}
+	ann := pod.GetMetadata().GetAnnotations()
+	var exitAfter time.Duration
+	var code int64
+	s, exits := ann[AnnotationEphemeralExitAfter]
+	if exits {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: annotation %s=%q is not a duration", AnnotationEphemeralExitAfter, s)
+		}
+		exitAfter = d
+		if v := ann[AnnotationEphemeralExitCode]; v != "" {
+			if code, err = strconv.ParseInt(v, 10, 32); err != nil {
+				return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: annotation %s=%q is not an integer", AnnotationEphemeralExitCode, v)
+			}
+		}
+	}
+	return r.addContainer(pod, c, sb, false, target, exits, exitAfter, int32(code))
+}
+
+var _ nodeagent.EphemeralStarter = (*Runtime)(nil)
+
+// EphemeralTarget returns the container instance whose PID namespace
+// ephemeral container id joined ("" when none, or not ephemeral).
+func (r *Runtime) EphemeralTarget(id nodeagent.ContainerID) nodeagent.ContainerID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, _ := r.findLocked(id); c != nil {
+		return c.target
+	}
+	return ""
+}
+
+// addContainer records a started container; one that exits does so with
+// code after exitAfter. A target must be a running container of the pod.
+func (r *Runtime) addContainer(pod *corev1.Pod, c *corev1.Container, sb nodeagent.Sandbox, init bool, target nodeagent.ContainerID,
+	exits bool, exitAfter time.Duration, exitCode int32) (nodeagent.ContainerID, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -472,12 +524,17 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 	if !ok || p.sb.ID != sb.ID {
 		return "", nodeagent.Errorf(nodeagent.CodeRunContainer, "sim: pod %q has no sandbox %q", pod.GetMetadata().GetUid(), sb.ID)
 	}
+	if target != "" {
+		if tc, ok := p.containers[target]; !ok || !tc.info.Running {
+			return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: target container %q of pod %q is not running", target, pod.GetMetadata().GetUid())
+		}
+	}
 	id := nodeagent.ContainerID("sim://" + r.newID("container"))
 	sc := &simCtr{info: nodeagent.ContainerInfo{
 		ID: id, PodUID: pod.GetMetadata().GetUid(), Name: c.GetName(), Image: c.GetImage(),
 		ImageID: r.images[c.GetImage()], Init: init, RestartCount: p.starts[c.GetName()],
 		Running: true, StartedAt: r.clock.Now(),
-	}}
+	}, target: target}
 	for old, oc := range p.containers { // keep one dead instance per name, as kubelet does
 		if oc.info.Name == c.GetName() && !oc.info.Running {
 			delete(p.containers, old)
@@ -486,7 +543,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 	p.starts[c.GetName()]++
 	p.containers[id] = sc
 	if exits {
-		sc.timer = r.clock.AfterFunc(exitAfter, func() { r.naturalExit(p, sc, int32(exitCode)) })
+		sc.timer = r.clock.AfterFunc(exitAfter, func() { r.naturalExit(p, sc, exitCode) })
 	}
 	return id, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,8 +23,9 @@ import (
 // TestLinuxKubectl drives the debugging commands of the stock kubectl
 // against real containers (`podflow up --runtime linux`): exec (with
 // stdin, with a terminal), cp both ways, attach to a container that keeps
-// its stdin open, and run -i/-it --rm with a piped script, whose exit code
-// comes back and whose pod is deleted after.
+// its stdin open, run -i/-it --rm with a piped script, whose exit code
+// comes back and whose pod is deleted after, and debug -it --target with
+// a piped script (an ephemeral container in the target's PID namespace).
 func TestLinuxKubectl(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces and mounts (CI runs as root)")
@@ -118,6 +120,23 @@ spec:
 			}
 		})
 	}
+
+	t.Run("debug -it --target", func(t *testing.T) {
+		// An ephemeral container in the target's PID namespace: its ps
+		// shows the target's shell as PID 1, and its own ps.
+		out, errs, code := k.runIn("ps -o pid,args\nexit 0\n", "debug", "-it", "pod/shell", "--image=busybox", "--target=sh", "--", "sh")
+		if code != 0 || !regexp.MustCompile(`(?m)^\s*1 sh -c trap`).MatchString(out) || !strings.Contains(out, "ps -o pid,args") {
+			t.Fatalf("kubectl debug -it --target: exit %d\nstdout %q\nstderr %q", code, out, errs)
+		}
+		p := c.waitPod("default", "shell", "ephemeral container terminated", func(p *corev1.Pod) bool {
+			st := p.GetStatus().GetEphemeralContainerStatuses()
+			return len(st) == 1 && st[0].GetState().GetTerminated() != nil
+		})
+		if st := p.GetStatus().GetEphemeralContainerStatuses()[0]; st.GetState().GetTerminated().GetExitCode() != 0 || st.GetRestartCount() != 0 ||
+			p.GetStatus().GetPhase() != "Running" {
+			t.Errorf("after kubectl debug: %v, phase %s", st, p.GetStatus().GetPhase())
+		}
+	})
 
 	c.mustPodflow("delete", "pod", "shell", "--grace-period", "1")
 	c.stop()

@@ -1,7 +1,8 @@
 // Package nodewire connects a node agent to the rest of podflow: a Publisher
 // over the bus, a NodeStore over the replicated store, and the bus handler
 // that turns PodScheduled and PodDeleteRequested into HandlePodBound and
-// HandlePodDelete.
+// HandlePodDelete, and a watch of the node's pods (PodWatch) that hands
+// it the ephemeral containers kubectl debug adds.
 //
 // Callers must:
 //
@@ -9,6 +10,9 @@
 //     or pipeline.SimNodesRunnerConfig for a sim.Cluster) before running it.
 //  2. Run a bus.Runner with Handler(store, agent, time.Second) and cancel it
 //     before stopping the agent.
+//  3. Run a PodWatch (NewPodWatch(store, agent, node, log)) beside it, so
+//     that ephemeral containers added to the node's pods (kubectl debug)
+//     reach the agent at once; cancel it with the runner.
 //
 // Example:
 //

@@ -278,6 +278,20 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		defer wg.Done()
 		peerRoutes(ctx, sess, rt, node, log)
 	}()
+	// kubectl debug's ephemeral containers, at once (no event announces them).
+	pw, err := wire.NewPodWatch(sess.Store, agent, node, log)
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := pw.Run(ctx); err != nil {
+			log.Warn("pod watch stopped: ephemeral containers wait for the next reconcile", "err", err)
+		}
+	}()
 	// The service proxy (the service CIDR's unreachable route first) and
 	// the cluster DNS, fed by one watch. Pods run without them when the
 	// kernel lacks nftables or port 53 is taken: ClusterIPs then stay

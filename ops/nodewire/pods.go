@@ -1,0 +1,75 @@
+package nodewire
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/podflow/podflow/nodeagent"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/objects"
+)
+
+// PodWatch watches the store's pods and hands every update of a pod
+// bound to its node that adds ephemeral containers (kubectl debug's write
+// of pods/ephemeralcontainers, which no lifecycle event announces) to the
+// agent's HandlePodBound at once, as kubelet's pod watch hands it to its
+// pod worker; without it the node would learn of them at its next
+// reconcile. As Kubernetes' NodeRestriction, the node acts only on its
+// own pods: a pod of another node, one being deleted (PodDeleteRequested
+// owns that) and a pod's first sight (PodScheduled owns that) are ignored.
+type PodWatch struct {
+	inf  *informer.Informer[*corev1.Pod]
+	ctx  context.Context // Run's, set before the informer runs
+	a    Agent
+	node string
+	log  *slog.Logger
+}
+
+// NewPodWatch returns the watch of node's pods over st for a; log may be
+// nil.
+func NewPodWatch(st *objects.Store, a Agent, node string, log *slog.Logger) (*PodWatch, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	w := &PodWatch{a: a, node: node, log: log}
+	inf, err := informer.New(st, "", informer.Handlers[*corev1.Pod]{OnUpdate: w.onUpdate})
+	if err != nil {
+		return nil, err
+	}
+	w.inf = inf
+	return w, nil
+}
+
+// Run watches until ctx is done; it returns nil then. Call it once.
+func (w *PodWatch) Run(ctx context.Context) error {
+	w.ctx = ctx
+	err := w.inf.Run(ctx)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// WaitForSync returns once the first list is in: from then on every
+// write is seen as an update.
+func (w *PodWatch) WaitForSync(ctx context.Context) error { return w.inf.WaitForSync(ctx) }
+
+func (w *PodWatch) onUpdate(old, pod *corev1.Pod) {
+	if !ephemeralAdded(w.node, old, pod) {
+		return
+	}
+	err := w.a.HandlePodBound(w.ctx, pod)
+	if err != nil && !errors.Is(err, nodeagent.ErrStopped) && w.ctx.Err() == nil {
+		w.log.Warn("hand a pod update to the agent", "pod", pod.GetMetadata().GetNamespace()+"/"+pod.GetMetadata().GetName(), "err", err)
+	}
+}
+
+// ephemeralAdded reports whether pod, bound to node and not being
+// deleted, has more ephemeral containers than old (the list only grows).
+func ephemeralAdded(node string, old, pod *corev1.Pod) bool {
+	return pod.GetSpec().GetNodeName() == node && pod.GetMetadata().GetDeletionTimestamp() == nil &&
+		old.GetMetadata().GetUid() == pod.GetMetadata().GetUid() &&
+		len(pod.GetSpec().GetEphemeralContainers()) > len(old.GetSpec().GetEphemeralContainers())
+}

@@ -1,0 +1,90 @@
+package nodewire
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/objects/objectstest"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// boundAgent records the pods handed to HandlePodBound.
+type boundAgent struct{ bound chan *corev1.Pod }
+
+func (a boundAgent) HandlePodBound(_ context.Context, pod *corev1.Pod) error {
+	a.bound <- pod
+	return nil
+}
+
+func (boundAgent) HandlePodDelete(context.Context, *corev1.Pod, time.Duration) error { return nil }
+
+// TestWatchPodsHandsEphemeralContainersOver: adding an ephemeral
+// container to a pod of the node reaches the agent at once; the same
+// write to another node's pod, to a pod being deleted, or any other
+// change of the node's pod does not.
+func TestWatchPodsHandsEphemeralContainersOver(t *testing.T) {
+	st := objects.FromKV(objectstest.New())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a := boundAgent{bound: make(chan *corev1.Pod, 16)}
+	pod := func(name, node string) *corev1.Pod {
+		p := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: name, Uid: "uid-" + name},
+			Spec: &corev1.PodSpec{NodeName: node, Containers: []*corev1.Container{{Name: "app", Image: "nginx"}}}}
+		if _, err := st.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mine, theirs, leaving := pod("mine", "node-a"), pod("theirs", "node-b"), pod("leaving", "node-a")
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	w, err := NewPodWatch(st, a, "node-a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- w.Run(wctx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("WatchPods = %v", err)
+		}
+	}()
+	update := func(p *corev1.Pod, change func(*corev1.Pod)) {
+		t.Helper()
+		cur, err := objects.Get[*corev1.Pod](ctx, st, "default", p.Metadata.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(cur)
+		if _, err := st.Update(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	debug := func(p *corev1.Pod) {
+		p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, &corev1.EphemeralContainer{Name: "debugger", Image: "busybox"})
+	}
+	if err := w.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	update(theirs, debug)
+	update(leaving, func(p *corev1.Pod) { p.Metadata.DeletionTimestamp = timestamppb.Now() })
+	update(leaving, debug)
+	update(mine, func(p *corev1.Pod) { p.Metadata.Labels = map[string]string{"probe": "2"} })
+	update(mine, debug)
+	select {
+	case got := <-a.bound:
+		if got.GetMetadata().GetName() != "mine" || len(got.GetSpec().GetEphemeralContainers()) != 1 {
+			t.Errorf("handed over %v, want mine with its ephemeral container", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("the ephemeral container never reached the agent")
+	}
+	select {
+	case got := <-a.bound:
+		t.Errorf("also handed over %v", got)
+	default:
+	}
+}
