@@ -99,7 +99,18 @@ type runtime struct {
 	m *Metrics
 }
 
-var _ nodeagent.Runtime = runtime{}
+// The wrapper keeps every optional interface of a runtime (the agent finds
+// them by type assertion, so one the wrapper lacked would silently switch
+// the feature off on every wrapped node).
+var (
+	_ nodeagent.Runtime                  = runtime{}
+	_ nodeagent.RuntimeVersioner         = runtime{}
+	_ nodeagent.ImageLister              = runtime{}
+	_ nodeagent.SecretPuller             = runtime{}
+	_ nodeagent.TerminationMessageReader = runtime{}
+	_ nodeagent.VolumeMeter              = runtime{}
+	_ nodeagent.EphemeralStarter         = runtime{}
+)
 
 func (r runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent.Sandbox, error) {
 	t := time.Now()
@@ -180,6 +191,38 @@ func (r runtime) VolumeUsage(ctx context.Context, pod *corev1.Pod, volume string
 		return vm.VolumeUsage(ctx, pod, volume)
 	}
 	return 0, fmt.Errorf("runtime measures no volumes")
+}
+
+// PullImageWithSecrets passes the optional pull with registry credentials
+// through, timed as pull_image (an anonymous PullImage when the wrapped
+// runtime has none, as the agent would call it).
+func (r runtime) PullImageWithSecrets(ctx context.Context, pod *corev1.Pod, image, policy string, secrets []*corev1.Secret) (nodeagent.ImageRef, error) {
+	sp, ok := r.Runtime.(nodeagent.SecretPuller)
+	if !ok {
+		return r.PullImage(ctx, pod, image, policy)
+	}
+	t := time.Now()
+	ref, err := sp.PullImageWithSecrets(ctx, pod, image, policy, secrets)
+	r.m.observe("pull_image", t, err)
+	return ref, err
+}
+
+// TerminationMessage passes the optional termination message reader
+// through (no message when the wrapped runtime keeps none).
+func (r runtime) TerminationMessage(ctx context.Context, podUID string, id nodeagent.ContainerID, max int) ([]byte, bool, error) {
+	if tr, ok := r.Runtime.(nodeagent.TerminationMessageReader); ok {
+		return tr.TerminationMessage(ctx, podUID, id, max)
+	}
+	return nil, false, nil
+}
+
+// LogTail passes the optional log tail through (none when the wrapped
+// runtime keeps no logs).
+func (r runtime) LogTail(ctx context.Context, podUID string, id nodeagent.ContainerID, lines, max int) ([]byte, error) {
+	if tr, ok := r.Runtime.(nodeagent.TerminationMessageReader); ok {
+		return tr.LogTail(ctx, podUID, id, lines, max)
+	}
+	return nil, nil
 }
 
 // StartEphemeralContainer passes the optional ephemeral container start

@@ -110,3 +110,83 @@ func TestRuntimePassesVolumeUsage(t *testing.T) {
 		t.Errorf("usage %d, %v; want 4096", n, err)
 	}
 }
+
+// optionalRuntime implements every optional runtime interface and records
+// which reached it (the rest of nodeagent.Runtime is nil: not called).
+type optionalRuntime struct {
+	nodeagent.Runtime
+	called map[string]bool
+}
+
+func (o optionalRuntime) RuntimeVersion() string { o.called["RuntimeVersion"] = true; return "x://1" }
+func (o optionalRuntime) NodeImages() []*corev1.ContainerImage {
+	o.called["NodeImages"] = true
+	return nil
+}
+func (o optionalRuntime) PullImageWithSecrets(context.Context, *corev1.Pod, string, string, []*corev1.Secret) (nodeagent.ImageRef, error) {
+	o.called["PullImageWithSecrets"] = true
+	return nodeagent.ImageRef{}, nil
+}
+func (o optionalRuntime) TerminationMessage(context.Context, string, nodeagent.ContainerID, int) ([]byte, bool, error) {
+	o.called["TerminationMessage"] = true
+	return nil, false, nil
+}
+func (o optionalRuntime) LogTail(context.Context, string, nodeagent.ContainerID, int, int) ([]byte, error) {
+	o.called["LogTail"] = true
+	return nil, nil
+}
+func (o optionalRuntime) VolumeUsage(context.Context, *corev1.Pod, string) (int64, error) {
+	o.called["VolumeUsage"] = true
+	return 0, nil
+}
+func (o optionalRuntime) StartEphemeralContainer(context.Context, *corev1.Pod, *corev1.Container, nodeagent.Sandbox, nodeagent.ContainerID) (nodeagent.ContainerID, error) {
+	o.called["StartEphemeralContainer"] = true
+	return "", nil
+}
+
+// TestRuntimeKeepsOptionalInterfaces: every optional interface of the
+// wrapped runtime reaches it through the wrapper — the Linux node runs
+// wrapped, so one the wrapper hid would switch imagePullSecrets,
+// termination messages, emptyDir eviction or kubectl debug off there.
+func TestRuntimeKeepsOptionalInterfaces(t *testing.T) {
+	m, err := New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := optionalRuntime{called: map[string]bool{}}
+	rt := m.Runtime(inner)
+	ctx := context.Background()
+	pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Uid: "u"}}
+	calls := map[string]func() bool{
+		"RuntimeVersion": func() bool { v, ok := rt.(nodeagent.RuntimeVersioner); return ok && v.RuntimeVersion() != "" },
+		"NodeImages":     func() bool { v, ok := rt.(nodeagent.ImageLister); return ok && v.NodeImages() == nil },
+		"PullImageWithSecrets": func() bool {
+			v, ok := rt.(nodeagent.SecretPuller)
+			return ok && func() bool { _, err := v.PullImageWithSecrets(ctx, pod, "i", "Always", nil); return err == nil }()
+		},
+		"TerminationMessage": func() bool {
+			v, ok := rt.(nodeagent.TerminationMessageReader)
+			return ok && func() bool { _, _, err := v.TerminationMessage(ctx, "u", "c", 1); return err == nil }()
+		},
+		"LogTail": func() bool {
+			v, ok := rt.(nodeagent.TerminationMessageReader)
+			return ok && func() bool { _, err := v.LogTail(ctx, "u", "c", 1, 1); return err == nil }()
+		},
+		"VolumeUsage": func() bool {
+			v, ok := rt.(nodeagent.VolumeMeter)
+			return ok && func() bool { _, err := v.VolumeUsage(ctx, pod, "v"); return err == nil }()
+		},
+		"StartEphemeralContainer": func() bool {
+			v, ok := rt.(nodeagent.EphemeralStarter)
+			return ok && func() bool {
+				_, err := v.StartEphemeralContainer(ctx, pod, &corev1.Container{}, nodeagent.Sandbox{}, "t")
+				return err == nil
+			}()
+		},
+	}
+	for name, call := range calls {
+		if !call() || !inner.called[name] {
+			t.Errorf("%s does not reach the wrapped runtime", name)
+		}
+	}
+}
