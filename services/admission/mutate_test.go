@@ -192,7 +192,7 @@ func TestMutations(t *testing.T) {
 			given: pod(func(p *corev1.Pod) {
 				app(p).StartupProbe = &corev1.Probe{Grpc: &corev1.GRPCAction{Port: 9090}, TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3}
 			}),
-			want: []string{`defaults: set imagePullPolicy=IfNotPresent, startupProbe.grpc.service="" on container app`},
+			want: []string{`defaults: set imagePullPolicy=IfNotPresent, terminationMessagePath=/dev/termination-log, terminationMessagePolicy=File, startupProbe.grpc.service="" on container app`},
 			check: func(p *corev1.Pod) string {
 				g := app(p).StartupProbe.GetGrpc()
 				return expect(g.Service != nil && *g.Service == "", true)

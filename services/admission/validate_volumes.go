@@ -84,7 +84,7 @@ func validateDownwardAPIFile(p *field.Path, f *corev1.DownwardAPIVolumeFile) fie
 			errs = append(errs, field.Invalid(p, "resource", "fieldRef and resourceFieldRef can not be specified simultaneously"))
 		}
 	case f.GetResourceFieldRef() != nil:
-		errs = append(errs, volumeResourceSelector(p.Child("resourceFieldRef"), f.GetResourceFieldRef())...)
+		errs = append(errs, resourceSelector(p.Child("resourceFieldRef"), f.GetResourceFieldRef(), true)...)
 	default:
 		errs = append(errs, field.Required(p, "one of fieldRef and resourceFieldRef is required"))
 	}
@@ -136,12 +136,13 @@ func splitSubscript(fp string) (string, string, bool) {
 	return s[:i], s[i+2:], true
 }
 
-// volumeResourceSelector is validateContainerResourceFieldSelector for a
-// volume (containerName required) with its divisor check.
-func volumeResourceSelector(p *field.Path, r *corev1.ResourceFieldSelector) field.ErrorList {
+// resourceSelector is validateContainerResourceFieldSelector with its
+// divisor check: a volume's item must name its container, an env
+// variable's may leave it out (its own container).
+func resourceSelector(p *field.Path, r *corev1.ResourceFieldSelector, volume bool) field.ErrorList {
 	var errs field.ErrorList
 	switch {
-	case r.GetContainerName() == "":
+	case volume && r.GetContainerName() == "":
 		errs = append(errs, field.Required(p.Child("containerName"), ""))
 	case r.GetResource() == "":
 		errs = append(errs, field.Required(p.Child("resource"), ""))
