@@ -25,6 +25,7 @@ func TestEnvValueFrom(t *testing.T) {
 	}{
 		{name: "resourceFieldRef alone", from: &corev1.EnvVarSource{ResourceFieldRef: resRef}},
 		{name: "resourceFieldRef naming its container", from: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{ContainerName: "app", Resource: "requests.cpu"}}},
+		{name: "resourceFieldRef of hugepages", from: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.hugepages-2Mi", Divisor: "1Mi"}}},
 		{name: "fieldRef alone", from: &corev1.EnvVarSource{FieldRef: fieldRef}},
 		{name: "configMapKeyRef alone", from: &corev1.EnvVarSource{ConfigMapKeyRef: cmRef}},
 		{name: "secretKeyRef alone", from: &corev1.EnvVarSource{SecretKeyRef: secRef}},

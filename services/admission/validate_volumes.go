@@ -146,7 +146,7 @@ func resourceSelector(p *field.Path, r *corev1.ResourceFieldSelector, volume boo
 		errs = append(errs, field.Required(p.Child("containerName"), ""))
 	case r.GetResource() == "":
 		errs = append(errs, field.Required(p.Child("resource"), ""))
-	case !slices.Contains(volumeResources, r.GetResource()):
+	case !slices.Contains(volumeResources, r.GetResource()) && !hugePages(r.GetResource()):
 		errs = append(errs, field.NotSupported(p.Child("resource"), r.GetResource(), volumeResources))
 	}
 	if r.GetDivisor() == "" {
@@ -166,8 +166,16 @@ func resourceSelector(p *field.Path, r *corev1.ResourceFieldSelector, volume boo
 		errs = append(errs, field.Invalid(p.Child("divisor"), r.GetDivisor(), "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the memory resource"))
 	case strings.HasSuffix(r.GetResource(), ".ephemeral-storage") && !valid(memoryDivisors):
 		errs = append(errs, field.Invalid(p.Child("divisor"), r.GetDivisor(), "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the local ephemeral storage resource"))
+	case hugePages(r.GetResource()) && !valid(memoryDivisors):
+		errs = append(errs, field.Invalid(p.Child("divisor"), r.GetDivisor(), "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the hugepages resource"))
 	}
 	return errs
+}
+
+// hugePages reports a limits.hugepages-<size> or requests.hugepages-<size>
+// resource, which Kubernetes' resource selectors also allow.
+func hugePages(res string) bool {
+	return strings.HasPrefix(res, "limits.hugepages-") || strings.HasPrefix(res, "requests.hugepages-")
 }
 
 // validateKeyToPath is Kubernetes' validateKeyToPath.
