@@ -51,13 +51,25 @@ func (m *mutator) spec() *corev1.PodSpec {
 	return m.pod.Spec
 }
 
-// serviceAccount defaults spec.serviceAccountName, as Kubernetes'
-// ServiceAccount admission plugin does.
-func (m *mutator) serviceAccount() {
-	if spec := m.spec(); spec.ServiceAccountName == "" {
+// serviceAccount defaults spec.serviceAccountName and, when the pod names
+// no imagePullSecrets, copies those of its ServiceAccount sa (nil: none,
+// or not the pod's), as Kubernetes' ServiceAccount admission plugin does.
+func (m *mutator) serviceAccount(sa *corev1.ServiceAccount) {
+	spec := m.spec()
+	if spec.ServiceAccountName == "" {
 		spec.ServiceAccountName = DefaultServiceAccount
 		m.record("serviceaccount: defaulted to %s", DefaultServiceAccount)
 	}
+	if sa.GetMetadata().GetName() != spec.ServiceAccountName || sa.GetMetadata().GetNamespace() != m.pod.GetMetadata().GetNamespace() ||
+		len(spec.ImagePullSecrets) > 0 || len(sa.GetImagePullSecrets()) == 0 {
+		return
+	}
+	var names []string
+	for _, ref := range sa.GetImagePullSecrets() {
+		spec.ImagePullSecrets = append(spec.ImagePullSecrets, &corev1.LocalObjectReference{Name: ref.GetName()})
+		names = append(names, ref.GetName())
+	}
+	m.record("serviceaccount: set imagePullSecrets=%s from serviceaccount %s", strings.Join(names, ","), spec.ServiceAccountName)
 }
 
 // injectSidecars adds the policy's containers, init containers and volumes

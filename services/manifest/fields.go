@@ -171,7 +171,7 @@ var podHonoured = map[string]string{
 	"metadata":                                                                     testRoundTrip,
 	"status":                                                                       testStatus,
 	"spec.volumes":                                                                 testVolumes,
-	"spec.imagePullSecrets":                                                        testPullSecrets,
+	"spec.imagePullSecrets":                                                        testPullSecrets + " services/admission/mutate_test.go services/apiserver/sapullsecrets_test.go",
 	"spec.volumes[*].name":                                                         testVolumes,
 	"spec.volumes[*].configMap.name":                                               testVolumes,
 	"spec.volumes[*].configMap.items":                                              testVolumes,
