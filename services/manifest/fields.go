@@ -205,7 +205,7 @@ var podHonoured = map[string]string{
 	"spec.initContainers":                                                          testSidecar,
 	"spec.restartPolicy":                                                           testRuntime,
 	"spec.terminationGracePeriodSeconds":                                           testRuntime,
-	"spec.activeDeadlineSeconds":                                                   "nodeagent/deadline_test.go",
+	"spec.activeDeadlineSeconds":                                                   "nodeagent/deadline_test.go services/status/once_test.go ops/nodewire/deadline_test.go",
 	"spec.nodeSelector":                                                            testScheduler,
 	"spec.nodeName":                                                                testScheduler,
 	"spec.affinity.nodeAffinity":                                                   testScheduler,
