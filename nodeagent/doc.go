@@ -26,7 +26,9 @@
 // annotations handed over by HandlePodBound, as a reconcile does), and
 // mounts again the volumes whose files changed. emptyDir volumes
 // (emptydir.go): a medium Memory one is sized as kubelet sizes it
-// (VolumeData.MemorySize); one with a sizeLimit is measured every
+// (VolumeData.MemorySize), and so is the tmpfs under a secret, downwardAPI
+// or projected volume (kubelet's wrapping memory emptyDir, without a
+// sizeLimit); one with a sizeLimit is measured every
 // Config.EvictionPeriod through the Runtime's optional VolumeMeter, and a
 // pod whose usage is above the limit is evicted as kubelet's eviction
 // manager evicts it (Warning Evicted, Failed, reason Evicted). A pod

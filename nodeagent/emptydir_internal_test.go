@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -93,5 +94,44 @@ func TestEmptyDirOverLimit(t *testing.T) {
 	}
 	if _, limited := emptyDirOverLimit(&corev1.Pod{Spec: &corev1.PodSpec{Volumes: p.Spec.Volumes[:1]}}, usage(nil)); limited {
 		t.Error("a pod without a sizeLimit is limited")
+	}
+}
+
+// The tmpfs under a secret, downwardAPI or projected volume is sized as
+// kubelet sizes the memory emptyDir it wraps them in (no sizeLimit): the
+// pod's memory limit when it has one no larger than the node's
+// allocatable memory, else that; configMap and disk emptyDir volumes get
+// no tmpfs size.
+func TestWrappedVolumeMemorySize(t *testing.T) {
+	const mi = 1 << 20
+	vols := []*corev1.Volume{
+		{Name: "sec", Secret: &corev1.SecretVolumeSource{SecretName: "creds"}},
+		{Name: "dapi", DownwardApi: &corev1.DownwardAPIVolumeSource{}},
+		{Name: "proj", Projected: &corev1.ProjectedVolumeSource{}},
+		{Name: "cm", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "app"}},
+		{Name: "disk", EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: "1Mi"}},
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want int64
+	}{
+		{"pod memory limit", memPod("100Mi", "28Mi"), 128 * mi},
+		{"no pod limit: node allocatable", memPod("100Mi", ""), 8 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.pod.Spec.Volumes = vols
+			w := downwardWorker(tc.pod)
+			w.d.volumes = mapSource{cms: map[string]*corev1.ConfigMap{"app": {}}, secrets: map[string]*corev1.Secret{"creds": {}}}
+			got, err := w.resolveVolumes(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range []int64{tc.want, tc.want, tc.want, 0, 0} {
+				if got[i].MemorySize != want {
+					t.Errorf("volume %s: tmpfs size %d, want %d", got[i].Volume.GetName(), got[i].MemorySize, want)
+				}
+			}
+		})
 	}
 }

@@ -91,7 +91,10 @@ type ImageRef struct {
 // runtime derives them from the volume. MemorySize, for an emptyDir of
 // medium Memory, is its tmpfs size in bytes, sized as kubelet sizes it
 // (the volume's sizeLimit, else the pod's memory limit, else the node's
-// allocatable memory); 0: the kernel's default.
+// allocatable memory); for a secret, downwardAPI or projected volume it
+// is the size of the tmpfs under it, kubelet's wrapping memory emptyDir
+// (the pod's memory limit, else the node's allocatable memory); 0: the
+// kernel's default.
 type VolumeData struct {
 	Volume     *corev1.Volume
 	Files      map[string][]byte

@@ -65,6 +65,11 @@ func (w *worker) resolveVolumes(ctx context.Context) ([]VolumeData, error) {
 			}
 			vd.Files, vd.Modes = files, modes
 		}
+		if v.GetSecret() != nil || v.GetDownwardApi() != nil || v.GetProjected() != nil {
+			// kubelet wraps these in a memory emptyDir (wrappedVolumeSpec),
+			// sized as any memory emptyDir without a sizeLimit.
+			vd.MemorySize = emptyDirMemorySize(w.pod, nil, w.d.allocatable())
+		}
 		out = append(out, vd)
 	}
 	return out, nil

@@ -11,9 +11,11 @@
 //     emptyDir as du does, for the agent's sizeLimit eviction),
 //     configMap, secret, downwardAPI and projected files in kubelet's
 //     atomic-writer layout (..data swapped in one rename on each refresh;
-//     secrets, downwardAPI and projected on a tmpfs, never on disk; modes
-//     from items, defaultMode, or 0644 and 0400; a projected volume's as
-//     the agent resolved them, VolumeData.Modes), hostPath volumes only under
+//     secrets, downwardAPI and projected on a 0755 tmpfs of
+//     VolumeData.MemorySize, never on disk; modes from items, the stored
+//     defaultMode (admission stores 0644), or for a pod stored without
+//     one 0644 and 0400 for secrets; a projected volume's as the agent
+//     resolved them, VolumeData.Modes), hostPath volumes only under
 //     Config.HostPathPrefixes.
 //   - PullImage and a fresh rootfs per container instance (package image);
 //     PullImageWithSecrets (nodeagent.SecretPuller) pulls with the

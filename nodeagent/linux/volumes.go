@@ -77,11 +77,7 @@ func (r *Runtime) mountVolume(p *pod, vd nodeagent.VolumeData, psc *corev1.PodSe
 		if v.GetEmptyDir().GetMedium() == "Memory" {
 			// kubelet's setupTmpfs: sized as the agent sized it
 			// (VolumeData.MemorySize), a 0777 directory as on disk.
-			opts := "mode=0777"
-			if vd.MemorySize > 0 {
-				opts += fmt.Sprintf(",size=%d", vd.MemorySize)
-			}
-			if err := r.ensureTmpfs(p, dir, "podflow-emptydir", opts); err != nil {
+			if err := r.ensureTmpfs(p, dir, "podflow-emptydir", tmpfsOptions("0777", vd.MemorySize)); err != nil {
 				return err
 			}
 		}
@@ -100,7 +96,7 @@ func (r *Runtime) mountVolume(p *pod, vd nodeagent.VolumeData, psc *corev1.PodSe
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		if err := r.ensureTmpfs(p, dir, "podflow-secret", wrapperTmpfs); err != nil {
+		if err := r.ensureTmpfs(p, dir, "podflow-secret", tmpfsOptions("0755", vd.MemorySize)); err != nil {
 			return err
 		}
 		if err := writeAtomic(dir, payload(files, itemModes(src.GetItems(), src.DefaultMode, secretMode))); err != nil {
@@ -112,7 +108,7 @@ func (r *Runtime) mountVolume(p *pod, vd nodeagent.VolumeData, psc *corev1.PodSe
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		if err := r.ensureTmpfs(p, dir, "podflow-downwardapi", wrapperTmpfs); err != nil {
+		if err := r.ensureTmpfs(p, dir, "podflow-downwardapi", tmpfsOptions("0755", vd.MemorySize)); err != nil {
 			return err
 		}
 		if err := writeAtomic(dir, downwardAPIPayload(v.GetDownwardApi(), files)); err != nil {
@@ -125,7 +121,7 @@ func (r *Runtime) mountVolume(p *pod, vd nodeagent.VolumeData, psc *corev1.PodSe
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		if err := r.ensureTmpfs(p, dir, "podflow-projected", wrapperTmpfs); err != nil {
+		if err := r.ensureTmpfs(p, dir, "podflow-projected", tmpfsOptions("0755", vd.MemorySize)); err != nil {
 			return err
 		}
 		mode := func(path string) os.FileMode {
@@ -175,9 +171,17 @@ func (r *Runtime) allowed(path string) bool {
 	})
 }
 
-// wrapperTmpfs are the mount options of the tmpfs under a secret,
-// downwardAPI or projected volume.
-const wrapperTmpfs = "mode=0755,size=65536k"
+// tmpfsOptions are the mount options of a volume's tmpfs: a directory of
+// mode (octal) and size bytes (VolumeData.MemorySize; 0: the kernel's
+// default). A secret, downwardAPI or projected volume's is 0755, sized as
+// kubelet sizes its wrapping memory emptyDir.
+func tmpfsOptions(mode string, size int64) string {
+	opts := "mode=" + mode
+	if size > 0 {
+		opts += fmt.Sprintf(",size=%d", size)
+	}
+	return opts
+}
 
 // ensureTmpfs mounts a tmpfs with opts at dir unless one is there, and
 // records it for removal with the pod.

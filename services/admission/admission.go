@@ -47,6 +47,11 @@ type State struct {
 	LimitRanges []*corev1.LimitRange
 	// SidecarPolicies of the pod's namespace, applied in name order.
 	SidecarPolicies []*corev1.SidecarPolicy
+	// ServiceAccount is the pod's ServiceAccount (spec.serviceAccountName,
+	// "default" when unset, in the pod's namespace); nil when there is
+	// none. Its imagePullSecrets are copied into a pod that sets none, as
+	// Kubernetes' ServiceAccount admission plugin does.
+	ServiceAccount *corev1.ServiceAccount
 	// PriorityClasses are the cluster's PriorityClass objects, which
 	// resolve spec.priorityClassName into spec.priority (the built-in
 	// system-cluster-critical and system-node-critical need none).
@@ -81,7 +86,8 @@ func (r Result) Allowed() bool { return r.Status == nil }
 // nothing (Admit(Admit(p).Pod) leaves the pod equal and lists no
 // mutations), so a handler may run twice.
 //
-// Mutation order: ServiceAccount defaulting, sidecar injection, requests
+// Mutation order: ServiceAccount defaulting (the name, and the
+// ServiceAccount's imagePullSecrets into a pod without any), sidecar injection, requests
 // from limits, LimitRange defaults, field defaults, QoS class, priority
 // (spec.priority from spec.priorityClassName or the global default
 // PriorityClass; an unknown class or a conflicting spec.priority is 403
@@ -108,7 +114,7 @@ func Admit(pod *corev1.Pod, s State) Result {
 	}
 	ns := p.GetMetadata().GetNamespace()
 	m := &mutator{pod: p}
-	m.serviceAccount()
+	m.serviceAccount(s.ServiceAccount)
 	for _, sp := range sortedByName(s.SidecarPolicies, ns) {
 		m.injectSidecars(sp)
 	}

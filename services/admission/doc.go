@@ -1,9 +1,11 @@
 // Package admission is the decision core of podflow's admission stage:
-// mutating admission (ServiceAccount, sidecar injection, LimitRange
+// mutating admission (ServiceAccount: the name and, for a pod naming
+// none, the account's imagePullSecrets; sidecar injection, LimitRange
 // defaults, Kubernetes field defaults — restartPolicy,
 // terminationGracePeriodSeconds, each container's imagePullPolicy,
 // terminationMessagePath and terminationMessagePolicy, port protocols,
-// probe timings — stored, so `get -o yaml` shows them, QoS class)
+// probe timings, the file volumes' defaultMode 0644 — stored, so `get -o
+// yaml` shows them, QoS class)
 // followed by validation (the pod schema with the file volumes' items
 // as kube-apiserver checks them, LimitRange min/max, the Pod Security Standards of
 // the pod's namespace, then the fields podflow refuses —
@@ -14,8 +16,8 @@
 //
 // Callers' obligations:
 //
-//  1. Read the pod's Namespace, its LimitRanges and its SidecarPolicies
-//     into a State (objects of other namespaces are ignored); set
+//  1. Read the pod's Namespace, its ServiceAccount, its LimitRanges and
+//     its SidecarPolicies into a State (objects of other namespaces are ignored); set
 //     State.Config to the cluster's Config, validated once at start-up with
 //     Config.Validate.
 //  2. Publish Result.Pod (a copy: the input pod is never modified) with

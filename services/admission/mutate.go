@@ -27,6 +27,11 @@ const (
 	// (SetDefaults_Container), stored so `get -o yaml` shows them.
 	DefaultTerminationMessagePath   = "/dev/termination-log"
 	DefaultTerminationMessagePolicy = "File"
+	// DefaultVolumeMode is the defaultMode of a configMap, secret,
+	// downwardAPI and projected volume (SetDefaults_ConfigMapVolumeSource
+	// and its siblings: 0644, secrets too), stored so `get -o yaml` shows
+	// it and the node applies it.
+	DefaultVolumeMode = int32(0o644)
 )
 
 // mutator applies mutations to one pod copy and records them.
@@ -46,13 +51,25 @@ func (m *mutator) spec() *corev1.PodSpec {
 	return m.pod.Spec
 }
 
-// serviceAccount defaults spec.serviceAccountName, as Kubernetes'
-// ServiceAccount admission plugin does.
-func (m *mutator) serviceAccount() {
-	if spec := m.spec(); spec.ServiceAccountName == "" {
+// serviceAccount defaults spec.serviceAccountName and, when the pod names
+// no imagePullSecrets, copies those of its ServiceAccount sa (nil: none,
+// or not the pod's), as Kubernetes' ServiceAccount admission plugin does.
+func (m *mutator) serviceAccount(sa *corev1.ServiceAccount) {
+	spec := m.spec()
+	if spec.ServiceAccountName == "" {
 		spec.ServiceAccountName = DefaultServiceAccount
 		m.record("serviceaccount: defaulted to %s", DefaultServiceAccount)
 	}
+	if sa.GetMetadata().GetName() != spec.ServiceAccountName || sa.GetMetadata().GetNamespace() != m.pod.GetMetadata().GetNamespace() ||
+		len(spec.ImagePullSecrets) > 0 || len(sa.GetImagePullSecrets()) == 0 {
+		return
+	}
+	var names []string
+	for _, ref := range sa.GetImagePullSecrets() {
+		spec.ImagePullSecrets = append(spec.ImagePullSecrets, &corev1.LocalObjectReference{Name: ref.GetName()})
+		names = append(names, ref.GetName())
+	}
+	m.record("serviceaccount: set imagePullSecrets=%s from serviceaccount %s", strings.Join(names, ","), spec.ServiceAccountName)
 }
 
 // injectSidecars adds the policy's containers, init containers and volumes
@@ -195,6 +212,7 @@ func (m *mutator) defaults() {
 		spec.TerminationGracePeriodSeconds = proto.Int64(DefaultTerminationGracePeriodSeconds)
 		set = append(set, fmt.Sprintf("terminationGracePeriodSeconds=%d", DefaultTerminationGracePeriodSeconds))
 	}
+	set = append(set, defaultVolumeModes(spec.Volumes)...)
 	if len(set) > 0 {
 		m.record("defaults: set %s", strings.Join(set, ", "))
 	}
@@ -225,6 +243,33 @@ func (m *mutator) defaults() {
 			m.record("defaults: set %s on %s %s", strings.Join(set, ", "), kind, c.GetName())
 		}
 	})
+}
+
+// defaultVolumeModes sets each file volume's missing defaultMode to
+// DefaultVolumeMode and says which it set.
+func defaultVolumeModes(vols []*corev1.Volume) []string {
+	var set []string
+	for i, v := range vols {
+		var kind string
+		var mode **int32
+		switch {
+		case v.GetConfigMap() != nil:
+			kind, mode = "configMap", &v.ConfigMap.DefaultMode
+		case v.GetSecret() != nil:
+			kind, mode = "secret", &v.Secret.DefaultMode
+		case v.GetDownwardApi() != nil:
+			kind, mode = "downwardAPI", &v.DownwardApi.DefaultMode
+		case v.GetProjected() != nil:
+			kind, mode = "projected", &v.Projected.DefaultMode
+		default:
+			continue
+		}
+		if *mode == nil {
+			*mode = proto.Int32(DefaultVolumeMode)
+			set = append(set, fmt.Sprintf("volumes[%d].%s.defaultMode=%#o", i, kind, DefaultVolumeMode))
+		}
+	}
+	return set
 }
 
 func defaultProbe(name string, p *corev1.Probe) []string {

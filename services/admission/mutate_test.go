@@ -199,6 +199,66 @@ func TestMutations(t *testing.T) {
 			},
 		},
 		{
+			name: "file volumes' defaultMode defaults to 0644, a secret's too",
+			given: pod(func(p *corev1.Pod) {
+				p.Spec.Volumes = []*corev1.Volume{
+					{Name: "cm", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "cm"}},
+					{Name: "sec", Secret: &corev1.SecretVolumeSource{SecretName: "s"}},
+					{Name: "dapi", DownwardApi: &corev1.DownwardAPIVolumeSource{}},
+					{Name: "proj", Projected: &corev1.ProjectedVolumeSource{}},
+					{Name: "own", Secret: &corev1.SecretVolumeSource{SecretName: "s", DefaultMode: proto.Int32(0o400)}},
+					{Name: "scratch", EmptyDir: &corev1.EmptyDirVolumeSource{}},
+				}
+			}),
+			want: []string{"defaults: set restartPolicy=Always, terminationGracePeriodSeconds=30, volumes[0].configMap.defaultMode=0644, " +
+				"volumes[1].secret.defaultMode=0644, volumes[2].downwardAPI.defaultMode=0644, volumes[3].projected.defaultMode=0644"},
+			check: func(p *corev1.Pod) string {
+				v := p.Spec.Volumes
+				return expect(v[0].ConfigMap.GetDefaultMode(), int32(0o644)) + expect(v[1].Secret.GetDefaultMode(), int32(0o644)) +
+					expect(v[2].DownwardApi.GetDefaultMode(), int32(0o644)) + expect(v[3].Projected.GetDefaultMode(), int32(0o644)) +
+					expect(v[4].Secret.GetDefaultMode(), int32(0o400))
+			},
+		},
+		{
+			name:  "serviceaccount's imagePullSecrets copied into a pod without any",
+			given: pod(func(p *corev1.Pod) { p.Spec.ServiceAccountName = "builder" }),
+			state: State{ServiceAccount: &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Name: "builder", Namespace: "default"},
+				ImagePullSecrets: []*corev1.LocalObjectReference{{Name: "regcred"}, {Name: "mirror"}}}},
+			want: []string{"serviceaccount: set imagePullSecrets=regcred,mirror from serviceaccount builder"},
+			check: func(p *corev1.Pod) string {
+				s := p.Spec.ImagePullSecrets
+				return expect(len(s), 2) + expect(s[0].GetName()+","+s[1].GetName(), "regcred,mirror")
+			},
+		},
+		{
+			name: "a pod's own imagePullSecrets are kept",
+			given: pod(func(p *corev1.Pod) {
+				p.Spec.ServiceAccountName = "builder"
+				p.Spec.ImagePullSecrets = []*corev1.LocalObjectReference{{Name: "mine"}}
+			}),
+			state: State{ServiceAccount: &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Name: "builder", Namespace: "default"},
+				ImagePullSecrets: []*corev1.LocalObjectReference{{Name: "regcred"}}}},
+			check: func(p *corev1.Pod) string {
+				s := p.Spec.ImagePullSecrets
+				return expect(len(s), 1) + expect(s[0].GetName(), "mine")
+			},
+		},
+		{
+			name:  "the default serviceaccount's, for a pod naming none",
+			given: pod(),
+			state: State{ServiceAccount: &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Name: "default", Namespace: "default"},
+				ImagePullSecrets: []*corev1.LocalObjectReference{{Name: "regcred"}}}},
+			want:  []string{"serviceaccount: defaulted to default", "serviceaccount: set imagePullSecrets=regcred from serviceaccount default"},
+			check: func(p *corev1.Pod) string { return expect(len(p.Spec.ImagePullSecrets), 1) },
+		},
+		{
+			name:  "another namespace's serviceaccount is not the pod's",
+			given: pod(func(p *corev1.Pod) { p.Spec.ServiceAccountName = "builder" }),
+			state: State{ServiceAccount: &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Name: "builder", Namespace: "other"},
+				ImagePullSecrets: []*corev1.LocalObjectReference{{Name: "regcred"}}}},
+			check: func(p *corev1.Pod) string { return expect(len(p.Spec.ImagePullSecrets), 0) },
+		},
+		{
 			name:  "qos class recorded",
 			given: pod(),
 			want:  []string{"qos: set status.qosClass=BestEffort"},

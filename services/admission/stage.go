@@ -17,8 +17,8 @@ import (
 )
 
 // Stage is one replica of the admission stage: it reads the pod's
-// Namespace, LimitRanges and SidecarPolicies from informers over the
-// store, runs Admit, and publishes PodAdmitted or PodRejected (the seed's
+// Namespace, ServiceAccount, LimitRanges and SidecarPolicies from
+// informers over the store, runs Admit, and publishes PodAdmitted or PodRejected (the seed's
 // failure 2). Handling is a pure function of the event and the store's
 // policy objects, so a redelivered event is admitted alike.
 type Stage struct {
@@ -28,6 +28,7 @@ type Stage struct {
 	limits     *informer.Informer[*corev1.LimitRange]
 	sidecars   *informer.Informer[*corev1.SidecarPolicy]
 	priorities *informer.Informer[*corev1.PriorityClass]
+	accounts   *informer.Informer[*corev1.ServiceAccount]
 }
 
 var _ stage.Starter = (*Stage)(nil)
@@ -51,13 +52,16 @@ func NewStage(env stage.Env, cfg Config) (*Stage, error) {
 	if s.priorities, err = informer.New[*corev1.PriorityClass](env.Store, "", informer.Handlers[*corev1.PriorityClass]{}); err != nil {
 		return nil, err
 	}
+	if s.accounts, err = informer.New[*corev1.ServiceAccount](env.Store, "", informer.Handlers[*corev1.ServiceAccount]{}); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 // Start runs the informers and waits for their first list.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.namespaces, s.limits, s.sidecars, s.priorities)
+	infs.Add(s.namespaces, s.limits, s.sidecars, s.priorities, s.accounts)
 	return infs.Start(ctx, g)
 }
 
@@ -81,8 +85,13 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 			"pods %q is forbidden: unable to create new content in namespace %s because it is being terminated", in.GetPod().GetMetadata().GetName(), ns)
 		return stage.Reject(ctx, s.env, d, st, in.GetReplyTo())
 	}
+	sa, err := s.serviceAccount(ctx, in.GetPod())
+	if err != nil {
+		return err
+	}
 	res := Admit(in.GetPod(), State{
 		Namespace:       nsObj,
+		ServiceAccount:  sa,
 		LimitRanges:     s.limits.List(ns),
 		SidecarPolicies: s.sidecars.List(ns),
 		PriorityClasses: s.priorities.List(""),
@@ -109,4 +118,27 @@ func (s *Stage) namespace(ctx context.Context, name string) (*corev1.Namespace, 
 		return nil, nil
 	}
 	return ns, err
+}
+
+// serviceAccount returns the pod's ServiceAccount, for its
+// imagePullSecrets: from the informer, or, when the informer has not seen
+// it (just created, or there is none), from a linearizable read, as
+// Kubernetes' plugin looks a cache miss up live. A pod with its own
+// imagePullSecrets needs none (nil).
+func (s *Stage) serviceAccount(ctx context.Context, pod *corev1.Pod) (*corev1.ServiceAccount, error) {
+	if len(pod.GetSpec().GetImagePullSecrets()) > 0 {
+		return nil, nil
+	}
+	ns, name := pod.GetMetadata().GetNamespace(), pod.GetSpec().GetServiceAccountName()
+	if name == "" {
+		name = DefaultServiceAccount
+	}
+	if sa, ok := s.accounts.Get(ns, name); ok {
+		return sa, nil
+	}
+	sa, err := objects.Get[*corev1.ServiceAccount](ctx, s.env.Store, ns, name)
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil, nil
+	}
+	return sa, err
 }

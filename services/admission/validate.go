@@ -244,20 +244,7 @@ func validateContainer(p *field.Path, c *corev1.Container, volumes, names map[st
 				errs = append(errs, field.Invalid(ep.Child("name"), e.GetName(), msg))
 			}
 		}
-		if vf := e.GetValueFrom(); vf != nil {
-			n := 0
-			for _, set := range []bool{vf.GetConfigMapKeyRef() != nil, vf.GetSecretKeyRef() != nil, vf.GetFieldRef() != nil} {
-				if set {
-					n++
-				}
-			}
-			switch {
-			case n != 1:
-				errs = append(errs, field.Invalid(ep.Child("valueFrom"), "", "must specify exactly one of: `fieldRef`, `configMapKeyRef` or `secretKeyRef`"))
-			case e.GetValue() != "":
-				errs = append(errs, field.Invalid(ep.Child("valueFrom"), "", "may not be specified when `value` is not empty"))
-			}
-		}
+		errs = append(errs, validateEnvVarValueFrom(ep.Child("valueFrom"), e)...)
 	}
 
 	errs = append(errs, validateResources(p.Child("resources"), c.GetResources())...)
@@ -304,6 +291,42 @@ func validateContainer(p *field.Path, c *corev1.Container, volumes, names map[st
 	}
 	if c.SecurityContext != nil {
 		errs = append(errs, validateSecurityContext(p.Child("securityContext"), c.SecurityContext)...)
+	}
+	return errs
+}
+
+// validateEnvVarValueFrom is Kubernetes' validateEnvVarValueFrom: exactly
+// one source (fieldRef, resourceFieldRef, configMapKeyRef or secretKeyRef)
+// and no value beside it, with Kubernetes' three messages; an env
+// resourceFieldRef is checked as Kubernetes checks it (the containerName
+// may be left out: the container itself).
+func validateEnvVarValueFrom(p *field.Path, e *corev1.EnvVar) field.ErrorList {
+	vf := e.GetValueFrom()
+	if vf == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	n := 0
+	if vf.GetFieldRef() != nil {
+		n++
+	}
+	if r := vf.GetResourceFieldRef(); r != nil {
+		n++
+		errs = append(errs, resourceSelector(p.Child("resourceFieldRef"), r, false)...)
+	}
+	if vf.GetConfigMapKeyRef() != nil {
+		n++
+	}
+	if vf.GetSecretKeyRef() != nil {
+		n++
+	}
+	switch {
+	case n == 0:
+		errs = append(errs, field.Invalid(p, "", "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`"))
+	case e.GetValue() != "":
+		errs = append(errs, field.Invalid(p, "", "may not be specified when `value` is not empty"))
+	case n > 1:
+		errs = append(errs, field.Invalid(p, "", "may not have more than one field specified at a time"))
 	}
 	return errs
 }

@@ -84,7 +84,7 @@ func validateDownwardAPIFile(p *field.Path, f *corev1.DownwardAPIVolumeFile) fie
 			errs = append(errs, field.Invalid(p, "resource", "fieldRef and resourceFieldRef can not be specified simultaneously"))
 		}
 	case f.GetResourceFieldRef() != nil:
-		errs = append(errs, volumeResourceSelector(p.Child("resourceFieldRef"), f.GetResourceFieldRef())...)
+		errs = append(errs, resourceSelector(p.Child("resourceFieldRef"), f.GetResourceFieldRef(), true)...)
 	default:
 		errs = append(errs, field.Required(p, "one of fieldRef and resourceFieldRef is required"))
 	}
@@ -136,16 +136,17 @@ func splitSubscript(fp string) (string, string, bool) {
 	return s[:i], s[i+2:], true
 }
 
-// volumeResourceSelector is validateContainerResourceFieldSelector for a
-// volume (containerName required) with its divisor check.
-func volumeResourceSelector(p *field.Path, r *corev1.ResourceFieldSelector) field.ErrorList {
+// resourceSelector is validateContainerResourceFieldSelector with its
+// divisor check: a volume's item must name its container, an env
+// variable's may leave it out (its own container).
+func resourceSelector(p *field.Path, r *corev1.ResourceFieldSelector, volume bool) field.ErrorList {
 	var errs field.ErrorList
 	switch {
-	case r.GetContainerName() == "":
+	case volume && r.GetContainerName() == "":
 		errs = append(errs, field.Required(p.Child("containerName"), ""))
 	case r.GetResource() == "":
 		errs = append(errs, field.Required(p.Child("resource"), ""))
-	case !slices.Contains(volumeResources, r.GetResource()):
+	case !slices.Contains(volumeResources, r.GetResource()) && !hugePages(r.GetResource()):
 		errs = append(errs, field.NotSupported(p.Child("resource"), r.GetResource(), volumeResources))
 	}
 	if r.GetDivisor() == "" {
@@ -165,8 +166,16 @@ func volumeResourceSelector(p *field.Path, r *corev1.ResourceFieldSelector) fiel
 		errs = append(errs, field.Invalid(p.Child("divisor"), r.GetDivisor(), "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the memory resource"))
 	case strings.HasSuffix(r.GetResource(), ".ephemeral-storage") && !valid(memoryDivisors):
 		errs = append(errs, field.Invalid(p.Child("divisor"), r.GetDivisor(), "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the local ephemeral storage resource"))
+	case hugePages(r.GetResource()) && !valid(memoryDivisors):
+		errs = append(errs, field.Invalid(p.Child("divisor"), r.GetDivisor(), "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the hugepages resource"))
 	}
 	return errs
+}
+
+// hugePages reports a limits.hugepages-<size> or requests.hugepages-<size>
+// resource, which Kubernetes' resource selectors also allow.
+func hugePages(res string) bool {
+	return strings.HasPrefix(res, "limits.hugepages-") || strings.HasPrefix(res, "requests.hugepages-")
 }
 
 // validateKeyToPath is Kubernetes' validateKeyToPath.

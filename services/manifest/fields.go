@@ -68,6 +68,7 @@ const (
 	testSecurity    = "nodeagent/linux/security_internal_test.go nodeagent/linux/security_kernel_test.go nodeagent/linux/hostns_kernel_test.go nodeagent/linux/sysctl_kernel_test.go services/admission/podsecurity_test.go"
 	testVolumes     = "nodeagent/agent_test.go nodeagent/linux/runtime_test.go nodeagent/linux/subpath_kernel_test.go"
 	testDownwardAPI = "nodeagent/volumes_internal_test.go nodeagent/linux/atomicwriter_internal_test.go nodeagent/linux/downwardapi_kernel_test.go"
+	testVolumeModes = "services/admission/mutate_test.go services/apiserver/volumemode_test.go nodeagent/linux/volumesize_kernel_test.go"
 	testEmptyDir    = "nodeagent/emptydir_internal_test.go nodeagent/emptydir_test.go nodeagent/linux/emptydir_kernel_test.go"
 	testProjected   = "nodeagent/projected_internal_test.go nodeagent/propagate_test.go nodeagent/linux/projected_kernel_test.go services/manifest/fields_test.go"
 	testScheduler   = "services/scheduler/filters_test.go services/scheduler/allocation_test.go"
@@ -113,7 +114,7 @@ var containerHonoured = map[string]string{
 	"env[*].valueFrom.configMapKeyRef":         testEnv,
 	"env[*].valueFrom.secretKeyRef":            testEnv,
 	"env[*].valueFrom.fieldRef.fieldPath":      testEnv,
-	"env[*].valueFrom.resourceFieldRef":        testEnv,
+	"env[*].valueFrom.resourceFieldRef":        testEnv + " services/admission/validate_env_test.go services/apiserver/envvalue_test.go",
 	"envFrom":                                  testEnv,
 	"resources.limits":                         testScheduler,
 	"resources.requests":                       testScheduler,
@@ -170,25 +171,25 @@ var podHonoured = map[string]string{
 	"metadata":                                                                     testRoundTrip,
 	"status":                                                                       testStatus,
 	"spec.volumes":                                                                 testVolumes,
-	"spec.imagePullSecrets":                                                        testPullSecrets,
+	"spec.imagePullSecrets":                                                        testPullSecrets + " services/admission/mutate_test.go services/apiserver/sapullsecrets_test.go",
 	"spec.volumes[*].name":                                                         testVolumes,
 	"spec.volumes[*].configMap.name":                                               testVolumes,
 	"spec.volumes[*].configMap.items":                                              testVolumes,
-	"spec.volumes[*].configMap.defaultMode":                                        testVolumes,
+	"spec.volumes[*].configMap.defaultMode":                                        testVolumes + " " + testVolumeModes,
 	"spec.volumes[*].configMap.optional":                                           testVolumes,
 	"spec.volumes[*].secret.secretName":                                            testVolumes,
 	"spec.volumes[*].secret.items":                                                 testVolumes,
-	"spec.volumes[*].secret.defaultMode":                                           testVolumes,
+	"spec.volumes[*].secret.defaultMode":                                           testVolumes + " " + testVolumeModes,
 	"spec.volumes[*].secret.optional":                                              testVolumes,
 	"spec.volumes[*].emptyDir.medium":                                              testVolumes,
 	"spec.volumes[*].emptyDir.sizeLimit":                                           testEmptyDir,
 	"spec.volumes[*].hostPath":                                                     testVolumes,
-	"spec.volumes[*].downwardAPI.defaultMode":                                      testDownwardAPI,
+	"spec.volumes[*].downwardAPI.defaultMode":                                      testDownwardAPI + " " + testVolumeModes,
 	"spec.volumes[*].downwardAPI.items[*].path":                                    testDownwardAPI,
 	"spec.volumes[*].downwardAPI.items[*].mode":                                    testDownwardAPI,
 	"spec.volumes[*].downwardAPI.items[*].fieldRef.fieldPath":                      testDownwardAPI,
 	"spec.volumes[*].downwardAPI.items[*].resourceFieldRef":                        testDownwardAPI,
-	"spec.volumes[*].projected.defaultMode":                                        testProjected,
+	"spec.volumes[*].projected.defaultMode":                                        testProjected + " " + testVolumeModes,
 	"spec.volumes[*].projected.sources":                                            testProjected,
 	"spec.volumes[*].projected.sources[*].configMap.name":                          testProjected,
 	"spec.volumes[*].projected.sources[*].configMap.items":                         testProjected,
@@ -204,7 +205,7 @@ var podHonoured = map[string]string{
 	"spec.initContainers":                                                          testSidecar,
 	"spec.restartPolicy":                                                           testRuntime,
 	"spec.terminationGracePeriodSeconds":                                           testRuntime,
-	"spec.activeDeadlineSeconds":                                                   "nodeagent/deadline_test.go",
+	"spec.activeDeadlineSeconds":                                                   "nodeagent/deadline_test.go services/status/once_test.go ops/nodewire/deadline_test.go",
 	"spec.nodeSelector":                                                            testScheduler,
 	"spec.nodeName":                                                                testScheduler,
 	"spec.affinity.nodeAffinity":                                                   testScheduler,

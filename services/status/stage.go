@@ -13,6 +13,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/events"
@@ -55,9 +56,10 @@ func (c Config) Validate() error {
 
 // Stage is one replica of the status stage: it applies node agents'
 // status reports to the stored pods with compare-and-swap, records their
-// Kubernetes Events, removes pods their node finished deleting (releasing
-// the node's accounted resources in the same transaction), and marks nodes
-// whose heartbeats stopped NotReady.
+// Kubernetes Events (DeadlineExceeded once per pod, see onceEvents),
+// removes pods their node finished deleting (releasing the node's
+// accounted resources in the same transaction), and marks nodes whose
+// heartbeats stopped NotReady.
 type Stage struct {
 	env   stage.Env
 	cfg   Config
@@ -174,6 +176,9 @@ func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
 				if w, ok, err = rec.Prepare(ctx, ref, er.GetType(), er.GetReason(), er.GetMessage(), cause); err != nil {
 					return err
 				}
+				if onceEvents[er.GetReason()] && w.Revision != objects.Absent {
+					continue // recorded for this pod already (the first attempt's conflict)
+				}
 			}
 			if !ok || seen[w.Event.GetMetadata().GetName()] {
 				continue // counted already, or the same occurrence twice in one report
@@ -191,6 +196,13 @@ func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
 		return err
 	}
 }
+
+// onceEvents are the reasons recorded at most once per pod: when an Event
+// of the reason is stored for the pod (its name holds the pod's uid), a
+// new occurrence is not counted. A pod passes its activeDeadlineSeconds
+// once, and kubelet records DeadlineExceeded once per pod worker; a node
+// agent restarted while it was killing the pod reports it again.
+var onceEvents = map[string]bool{eventsv1.ReasonDeadlineExceeded: true}
 
 // finalizeDeletion removes a pod its node has finished with, and releases
 // what the pod held in its node's allocation, in one transaction: only a
