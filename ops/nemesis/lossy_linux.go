@@ -8,13 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
+	"os"
 	"os/exec"
 	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -22,8 +25,9 @@ import (
 )
 
 // LossyPath is a path for TCP connections through the kernel that can
-// lose packets: two network namespaces podflow creates (pf-nem-ID-a and
-// pf-nem-ID-b) joined by a veth pair (pfnIDa, pfnIDb), each namespace
+// lose packets: two network namespaces podflow creates (pf-nem-PID-ID-a
+// and pf-nem-PID-ID-b, PID the creating process's) joined by a veth pair
+// (pfnIDa, pfnIDb), each namespace
 // with an nftables table pf_nem whose output chain drops a random share
 // of the packets (numgen random; this kernel has no netem). Dial(target) opens a connection from a socket in
 // namespace a to a forwarder listening in namespace b for that target,
@@ -32,7 +36,9 @@ import (
 // retransmits, stalls and, past its timeouts, gives up, as on a lossy
 // link. Traffic never leaves the machine: the veth pair only joins the
 // two namespaces. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN). Close
-// removes the namespaces, and the veth pair with them.
+// removes the namespaces, and the veth pair with them; the namespaces of a
+// process that died before its Close are removed by the next
+// NewLossyPath (SweepLossyLeftovers).
 type LossyPath struct {
 	id       string
 	nsA, nsB netns.NsHandle
@@ -55,6 +61,9 @@ const (
 func NewLossyPath(targets []string) (p *LossyPath, err error) {
 	b := make([]byte, 3)
 	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	if err := SweepLossyLeftovers(); err != nil {
 		return nil, err
 	}
 	p = &LossyPath{id: hex.EncodeToString(b), fwd: map[string]net.Listener{}, conns: map[net.Conn]struct{}{}}
@@ -116,7 +125,47 @@ func NewLossyPath(targets []string) (p *LossyPath, err error) {
 	return p, nil
 }
 
-func (p *LossyPath) nsName(side string) string { return "pf-nem-" + p.id + "-" + side }
+func (p *LossyPath) nsName(side string) string {
+	return lossyPrefix + strconv.Itoa(os.Getpid()) + "-" + p.id + "-" + side
+}
+
+// lossyPrefix begins the name of every LossyPath namespace.
+const lossyPrefix = "pf-nem-"
+
+// netnsDir is where named network namespaces are mounted (iproute2's).
+const netnsDir = "/run/netns"
+
+// SweepLossyLeftovers removes the LossyPath namespaces of processes that
+// are gone (a chaos run SIGKILLed before its Close): their veth pairs go
+// with them. Namespaces of live processes are left alone.
+func SweepLossyLeftovers() error {
+	ents, err := os.ReadDir(netnsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	var errs error
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), lossyPrefix)
+		if !ok {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 || processAlive(pid) {
+			continue
+		}
+		errs = errors.Join(errs, netns.DeleteNamed(e.Name()))
+	}
+	return errs
+}
+
+// processAlive reports whether a process pid exists.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
 
 // SetLoss makes each namespace drop percent (0–100) of the packets it
 // sends.

@@ -3,11 +3,18 @@ package nemesis
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netns"
 )
 
 // TestLossyPath (root): a connection over the path reaches its target
@@ -152,5 +159,44 @@ func TestNetLose(t *testing.T) {
 	srv.SetReadDeadline(time.Now().Add(2 * time.Minute))
 	if _, err := io.ReadFull(srv, b); err != nil || b[0] != 'y' {
 		t.Fatalf("after the heal: %q, %v", b, err)
+	}
+}
+
+// TestSweepLossyLeftovers: the namespaces of a LossyPath whose process
+// died before Close (a chaos run SIGKILLed) are removed by the next
+// NewLossyPath; a live process's are left alone.
+func TestSweepLossyLeftovers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := fmt.Sprintf("%s%d-swept-a", lossyPrefix, dead.Process.Pid)
+	live := fmt.Sprintf("%s%d-kept-a", lossyPrefix, os.Getpid())
+	for _, name := range []string{stale, live} {
+		ns, err := newNamedNS(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Close()
+		t.Cleanup(func() { _ = netns.DeleteNamed(name) })
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p, err := NewLossyPath([]string{l.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := os.Stat(filepath.Join(netnsDir, stale)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the dead process's namespace %s was not removed: %v", stale, err)
+	}
+	if _, err := os.Stat(filepath.Join(netnsDir, live)); err != nil {
+		t.Errorf("the live process's namespace %s was removed: %v", live, err)
 	}
 }
