@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -183,6 +184,10 @@ type bindRequest struct {
 	node    string
 	seen    []*podMeta // the node's pods the decision saw (nil: none)
 	causeID string     // id of the PodScheduled event, kept on the Scheduled Event
+	// domainSeen are the pods the decision saw on each node of the chosen
+	// node's domains (compareSpreadDomains; nil for a pod without
+	// zone-wide rules).
+	domainSeen map[string][]*podMeta
 	// decidedAt is the pod informer's revision before the decision: the
 	// decision's cache held every pod bound up to it.
 	decidedAt int64
@@ -204,6 +209,18 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	}
 	unlock := s.bindLocks.lock(req.node)
 	defer unlock()
+	// A pod with zone-wide rules compares every record of its domains:
+	// this replica's binds into one domain are serialized too, else its
+	// own binds in flight there would fail each other's compares. Node
+	// locks are taken before domain locks, domains in key order.
+	if keys, _ := domainKeys(req.pod); len(keys) > 0 {
+		slices.Sort(keys)
+		for _, k := range slices.Compact(keys) {
+			if v, ok := node.GetMetadata().GetLabels()[k]; ok {
+				defer s.bindLocks.lock("\x00" + k + "=" + v)()
+			}
+		}
+	}
 	informed, _ := s.allocs.Get("", req.node)
 	alloc, allocRev := s.known.get(informed, req.node)
 
@@ -310,9 +327,12 @@ func domainKeys(pod *corev1.Pod) (keys []string, anti bool) {
 // count a domain's pods and both bind a pod of the constraint into it
 // conflict: the second one's compare fails and it decides again. Binds
 // into other domains only raise their counts, which cannot raise this
-// pod's skew. A record newer than the decision's cache (the allocation
-// informer ahead of the pod informer) may account a pod the decision did
-// not count: its node is returned as stale.
+// pod's skew. A record that accounts a pod the decision did not see on
+// that node (the allocation informer ahead of the pod informer;
+// sawAllocated) is returned as stale. (Last wave's test, any record newer
+// than the pod informer's revision at the decision, also caught this
+// replica's own binds the decision had assumed: at 64 handlers a replica
+// lost most of its zone-spread binds to itself.)
 //
 // For required anti-affinity the compare alone would not do: a pod
 // without terms that the anti-affinity selects, bound into the domain by a
@@ -337,7 +357,7 @@ func (s *Stage) compareSpreadDomains(txn objects.Txn, req bindRequest) (objects.
 		}
 		informed, _ := s.allocs.Get("", name)
 		alloc, rev := s.known.get(informed, name)
-		if rev > req.decidedAt {
+		if !sawAllocated(alloc, req.domainSeen[name], req.pod, s.cache.Terminated) {
 			return txn, nil, name
 		}
 		if alloc == nil {
