@@ -166,9 +166,12 @@
 // constraint on another key than the hostname (topology.kubernetes.io/zone)
 // the bind transaction also compares the NodeAllocation of every other
 // node in the chosen node's domain, at the revision this replica knows
-// (compareSpreadDomains); a record newer than the pod informer's revision
-// before the decision (it may account a pod the decision did not count)
-// is refreshed first. Every bind puts its node's record, so two replicas
+// (compareSpreadDomains); a record that accounts a pod the decision did
+// not see on that node (decide keeps the snapshot's pods of the domain's
+// nodes) is refreshed first, and this replica's own binds into one domain
+// are serialized (a domain lock after the node lock), so that they do not
+// fail each other's compares. The cost is the domain's size per bind (23
+// pods/s for TopologySpreading at 5,000 nodes). Every bind puts its node's record, so two replicas
 // that each count a zone's pods without the other's bind, and bind into
 // it, conflict; binds into other zones only raise their counts, which
 // cannot raise this pod's skew (TestTopologyReplicas "spread by zone").
