@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -183,6 +184,10 @@ type bindRequest struct {
 	node    string
 	seen    []*podMeta // the node's pods the decision saw (nil: none)
 	causeID string     // id of the PodScheduled event, kept on the Scheduled Event
+	// domainSeen are the pods the decision saw on each node of the chosen
+	// node's domains (compareSpreadDomains; nil for a pod without
+	// zone-wide rules).
+	domainSeen map[string][]*podMeta
 	// decidedAt is the pod informer's revision before the decision: the
 	// decision's cache held every pod bound up to it.
 	decidedAt int64
@@ -204,6 +209,18 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	}
 	unlock := s.bindLocks.lock(req.node)
 	defer unlock()
+	// A pod with zone-wide rules compares every record of its domains:
+	// this replica's binds into one domain are serialized too, else its
+	// own binds in flight there would fail each other's compares. Node
+	// locks are taken before domain locks, domains in key order.
+	if keys, _ := domainKeys(req.pod); len(keys) > 0 {
+		slices.Sort(keys)
+		for _, k := range slices.Compact(keys) {
+			if v, ok := node.GetMetadata().GetLabels()[k]; ok {
+				defer s.bindLocks.lock("\x00" + k + "=" + v)()
+			}
+		}
+	}
 	informed, _ := s.allocs.Get("", req.node)
 	alloc, allocRev := s.known.get(informed, req.node)
 
@@ -211,7 +228,7 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	if err != nil {
 		return 0, 0, err
 	}
-	if len(reasons) > 0 || !sawAllocated(alloc, req.seen, req.pod, s.cache.Terminated) {
+	if len(reasons) > 0 || !sawAllocated(alloc, req.seen, req.pod, s.cache.Terminated) || staleGuard(alloc, allocRev, req.decidedAt) {
 		// Our cache let the pod in, the allocation does not, or it
 		// accounts for pods the decision did not see (the allocation
 		// informer is ahead of the pod informer): someone bound pods our
@@ -256,6 +273,11 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	switch {
 	case err == nil:
 		s.known.learn(next) // Commit set its revision
+		for _, d := range domain {
+			if objects.Revision(d) == rev {
+				s.known.learn(d) // rewritten by a guarded bind
+			}
+		}
 		if released != nil {
 			s.known.learn(released)
 		}
@@ -270,23 +292,57 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	return 0, 0, fmt.Errorf("bind pod %q to node %q: %w", podName(req.pod), req.node, err)
 }
 
-// compareSpreadDomains adds to txn, for a pod with DoNotSchedule topology
-// spread constraints on a key wider than the hostname, a compare of the
-// NodeAllocation of every other node in the chosen node's domain of that
-// key, at the revision this replica knows. Every bind into a node puts its
-// record, so two replicas that both count a domain's pods and both bind a
-// pod of the constraint into it conflict: the second one's compare fails
-// and it decides again. Binds into other domains only raise their counts,
-// which cannot raise this pod's skew. A record newer than the decision's
-// cache (the allocation informer ahead of the pod informer) may account a
-// pod the decision did not count: its node is returned as stale.
-func (s *Stage) compareSpreadDomains(txn objects.Txn, req bindRequest) (objects.Txn, []*corev1.NodeAllocation, string) {
-	var keys []string
-	for _, c := range req.pod.GetSpec().GetTopologySpreadConstraints() {
+// ZoneGuardAnnotation marks a NodeAllocation that a bind of a pod with
+// required pod anti-affinity on a key wider than the hostname rewrote
+// (see guardDomains). It is never removed: a record that carries it and is
+// newer than a decision's cache may stand for such a pod the decision did
+// not see, so the bind refreshes first.
+const ZoneGuardAnnotation = "podflow.io/zone-guard"
+
+// domainKeys returns the topology keys wider than the hostname whose
+// domain pod's bind must guard: those of its DoNotSchedule spread
+// constraints and of its required pod anti-affinity terms, and whether
+// it has such anti-affinity (then the bind also rewrites the domain's
+// records). Required pod affinity needs no guard: a bind can only add
+// pods, which cannot break another pod's affinity.
+func domainKeys(pod *corev1.Pod) (keys []string, anti bool) {
+	for _, c := range pod.GetSpec().GetTopologySpreadConstraints() {
 		if c.GetWhenUnsatisfiable() == "DoNotSchedule" && c.GetTopologyKey() != LabelHostname {
 			keys = append(keys, c.GetTopologyKey())
 		}
 	}
+	for _, t := range pod.GetSpec().GetAffinity().GetPodAntiAffinity().GetRequiredDuringSchedulingIgnoredDuringExecution() {
+		if t.GetTopologyKey() != LabelHostname && t.GetTopologyKey() != "" {
+			keys, anti = append(keys, t.GetTopologyKey()), true
+		}
+	}
+	return keys, anti
+}
+
+// compareSpreadDomains adds to txn, for a pod with DoNotSchedule topology
+// spread constraints or required pod anti-affinity on a key wider than
+// the hostname, a compare of the NodeAllocation of every other node in
+// the chosen node's domain of that key, at the revision this replica
+// knows. Every bind into a node puts its record, so two replicas that both
+// count a domain's pods and both bind a pod of the constraint into it
+// conflict: the second one's compare fails and it decides again. Binds
+// into other domains only raise their counts, which cannot raise this
+// pod's skew. A record that accounts a pod the decision did not see on
+// that node (the allocation informer ahead of the pod informer;
+// sawAllocated) is returned as stale. (Last wave's test, any record newer
+// than the pod informer's revision at the decision, also caught this
+// replica's own binds the decision had assumed: at 64 handlers a replica
+// lost most of its zone-spread binds to itself.)
+//
+// For required anti-affinity the compare alone would not do: a pod
+// without terms that the anti-affinity selects, bound into the domain by a
+// replica that has not seen this pod, compares only its own node's
+// record. So the bind also rewrites every record of the domain with
+// ZoneGuardAnnotation: such a bind then either fails its compare (it knew
+// the record before this bind) or finds a guarded record newer than its
+// decision (bind refreshes it first).
+func (s *Stage) compareSpreadDomains(txn objects.Txn, req bindRequest) (objects.Txn, []*corev1.NodeAllocation, string) {
+	keys, anti := domainKeys(req.pod)
 	if len(keys) == 0 {
 		return txn, nil, ""
 	}
@@ -295,35 +351,50 @@ func (s *Stage) compareSpreadDomains(txn objects.Txn, req bindRequest) (objects.
 		return txn, nil, ""
 	}
 	var domain []*corev1.NodeAllocation
-	for _, n := range s.nodes.List("") {
-		name := n.GetMetadata().GetName()
-		if name == req.node || !sameDomain(chosen, n, keys) {
+	for _, name := range s.cache.DomainNodes(chosen, keys) {
+		if name == req.node {
 			continue
 		}
 		informed, _ := s.allocs.Get("", name)
 		alloc, rev := s.known.get(informed, name)
-		if rev > req.decidedAt {
+		if !sawAllocated(alloc, req.domainSeen[name], req.pod, s.cache.Terminated) {
 			return txn, nil, name
 		}
 		if alloc == nil {
 			alloc = &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: name}}
 		}
 		txn = txn.Compare(alloc, rev)
+		if anti {
+			alloc = guarded(alloc)
+			txn = txn.Put(alloc)
+		}
 		domain = append(domain, alloc)
 	}
 	return txn, domain, ""
 }
 
-// sameDomain reports whether n is in chosen's domain of one of keys.
-func sameDomain(chosen, n *corev1.Node, keys []string) bool {
-	for _, k := range keys {
-		if v, ok := chosen.GetMetadata().GetLabels()[k]; ok && n.GetMetadata().GetLabels()[k] == v {
-			if _, has := n.GetMetadata().GetLabels()[k]; has {
-				return true
-			}
-		}
+// guarded returns a copy of alloc with ZoneGuardAnnotation.
+func guarded(alloc *corev1.NodeAllocation) *corev1.NodeAllocation {
+	out := proto.CloneOf(alloc)
+	if out.Metadata == nil {
+		out.Metadata = &corev1.ObjectMeta{}
 	}
-	return false
+	if out.Metadata.Annotations == nil {
+		out.Metadata.Annotations = map[string]string{}
+	}
+	out.Metadata.Annotations[ZoneGuardAnnotation] = ""
+	return out
+}
+
+// staleGuard reports whether alloc, at rev, was rewritten by a guarded
+// bind (ZoneGuardAnnotation) after the decision's cache (decidedAt): the
+// decision may have missed that bind's pod.
+func staleGuard(alloc *corev1.NodeAllocation, rev, decidedAt int64) bool {
+	if rev <= decidedAt {
+		return false
+	}
+	_, ok := alloc.GetMetadata().GetAnnotations()[ZoneGuardAnnotation]
+	return ok
 }
 
 // sawAllocated reports whether the decision saw every pod alloc accounts

@@ -381,7 +381,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 
 		wakes := s.wakes.Load() // before the decision's snapshot
 		decidedAt := s.podRev.current()
-		res, seen, err := s.decide(pod)
+		res, seen, domainSeen, err := s.decide(pod)
 		var fit *FitError
 		switch {
 		case errors.Is(err, ErrPodExists):
@@ -438,7 +438,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		next := s.scheduledEnvelope(d, pod, res.Node, payload)
 		start := time.Now()
 		var stale string
-		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, stale: &stale})
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, domainSeen: domainSeen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, stale: &stale})
 		took := time.Since(start)
 		if err != nil || outcome != bound {
 			// Every path but a commit forgets the assumption. After an
@@ -509,20 +509,31 @@ func (s *Stage) informed(ns, name string) *corev1.Pod {
 
 // decide runs one scheduling cycle and assumes the pod onto the chosen
 // node, under the cycle lock. It returns the pods the cycle saw on the
-// node (a stable view: NodeInfo.pods is never modified below its length).
-func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, error) {
+// node (a stable view: NodeInfo.pods is never modified below its length)
+// and, for a pod with zone-wide rules (domainKeys), on every node of the
+// node's domains, by node.
+func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, map[string][]*podMeta, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cache.UpdateSnapshot(s.snap)
 	res, err := s.sched.Schedule(pod, s.snap)
 	if err != nil {
-		return res, nil, err
+		return res, nil, nil, err
 	}
 	var seen []*podMeta
+	var domainSeen map[string][]*podMeta
 	if n, ok := s.snap.Get(res.Node); ok {
 		seen = n.pods
+		if keys, _ := domainKeys(pod); len(keys) > 0 {
+			domainSeen = map[string][]*podMeta{}
+			for _, name := range s.cache.DomainNodes(n.Node(), keys) {
+				if m, ok := s.snap.Get(name); ok {
+					domainSeen[name] = m.pods
+				}
+			}
+		}
 	}
-	return res, seen, s.cache.AssumePod(pod, res.Node)
+	return res, seen, domainSeen, s.cache.AssumePod(pod, res.Node)
 }
 
 // scheduledEnvelope is the PodScheduled event of pod's binding to node. Its

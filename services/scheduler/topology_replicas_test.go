@@ -33,10 +33,16 @@ func appSelector(app string) *corev1.LabelSelector {
 // antiAffinePod is a pod of app that no other pod of app may share a
 // hostname with.
 func antiAffinePod(name, app string) *corev1.Pod {
+	return antiPod(name, app, scheduler.LabelHostname, app)
+}
+
+// antiPod is a pod of app that no pod of avoid may share a domain of key
+// with (required pod anti-affinity).
+func antiPod(name, app, key, avoid string) *corev1.Pod {
 	p := schedtest.Pod("bench", name, "100m", "64Mi")
 	p.Metadata.Labels = map[string]string{"app": app}
 	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: scheduler.LabelHostname, LabelSelector: appSelector(app)}},
+		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: key, LabelSelector: appSelector(avoid)}},
 	}}
 	return p
 }
@@ -48,6 +54,13 @@ func affinePod(name, app, target string) *corev1.Pod {
 	p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: scheduler.LabelTopologyZone, LabelSelector: appSelector(target)}},
 	}}
+	return p
+}
+
+// plainPod is a pod of app without terms.
+func plainPod(name, app string) *corev1.Pod {
+	p := schedtest.Pod("bench", name, "100m", "64Mi")
+	p.Metadata.Labels = map[string]string{"app": app}
 	return p
 }
 
@@ -126,6 +139,45 @@ func TestTopologyReplicas(t *testing.T) {
 		}
 	}
 	t.Run("spread by zone", func(t *testing.T) { spreadByZone(t, 3) })
+	// Guards that no web pod may share a zone with, and web pods without
+	// terms (but kept out of zone-2 by node affinity, so some guards
+	// always bind), submitted interleaved: whichever lands first in a
+	// zone keeps the other kind out of it, so how many bind varies, and
+	// the rest stay Unschedulable. A web pod's replica may not yet have seen a
+	// guard another replica just bound into the zone: the guard's bind
+	// rewrites every record of its zone (ZoneGuardAnnotation), so the web
+	// pod's bind conflicts or refreshes instead of joining it.
+	t.Run("anti-affinity by zone", func(t *testing.T) {
+		var pods []*corev1.Pod
+		for i := range perApp {
+			web := plainPod(fmt.Sprintf("web-%02d", i), "web")
+			web.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []*corev1.NodeSelectorTerm{{MatchExpressions: []*corev1.NodeSelectorRequirement{{Key: scheduler.LabelTopologyZone, Operator: "In", Values: []string{"zone-0", "zone-1"}}}}},
+			}}}
+			pods = append(pods, antiPod(fmt.Sprintf("guard-%02d", i), "guard", scheduler.LabelTopologyZone, "web"), web)
+		}
+		list, nodes := runTopology(t, pods, -1, 3, 0)
+		zoneOf := map[string]string{}
+		for _, n := range nodes {
+			zoneOf[n.GetMetadata().GetName()] = n.GetMetadata().GetLabels()[scheduler.LabelTopologyZone]
+		}
+		apps := map[string]map[string]int{} // zone -> app -> pods
+		for _, p := range list {
+			if node := p.GetSpec().GetNodeName(); node != "" {
+				z := zoneOf[node]
+				if apps[z] == nil {
+					apps[z] = map[string]int{}
+				}
+				apps[z][p.GetMetadata().GetLabels()["app"]]++
+			}
+		}
+		for z, in := range apps {
+			if in["guard"] > 0 && in["web"] > 0 {
+				t.Errorf("%s holds %d guards and %d web pods", z, in["guard"], in["web"])
+			}
+		}
+		t.Logf("zones: %v", apps)
+	})
 	// One replica decides one pod at a time on a cache that holds its
 	// own binds, so the rule holds.
 	t.Run("spread by zone, one replica", func(t *testing.T) { spreadByZone(t, 1) })
@@ -134,7 +186,8 @@ func TestTopologyReplicas(t *testing.T) {
 // runTopology starts a store with 9 nodes over 3 zones and replicas
 // (with concurrency handlers each, 0: the runner's default),
 // submits pods, waits until bound of them are bound and the rest
-// Unschedulable, checks Verify, and returns the pods and nodes.
+// Unschedulable (bound -1: until each is one or the other), checks Verify,
+// and returns the pods and nodes.
 func runTopology(t *testing.T, pods []*corev1.Pod, bound, replicas, concurrency int) ([]*corev1.Pod, []*corev1.Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -154,8 +207,10 @@ func runTopology(t *testing.T, pods []*corev1.Pod, bound, replicas, concurrency 
 	if err := env.Submit(ctx, pods); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.Scheduled.Wait(ctx, bound); err != nil {
-		t.Fatal(err)
+	if bound >= 0 {
+		if err := env.Scheduled.Wait(ctx, bound); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var list []*corev1.Pod
 	verified := false
@@ -175,16 +230,22 @@ func runTopology(t *testing.T, pods []*corev1.Pod, bound, replicas, concurrency 
 			}
 		}
 	}()
-	waitUntil(t, fmt.Sprintf("%d pods Unschedulable", len(pods)-bound), func() bool {
+	waitUntil(t, fmt.Sprintf("%d pods bound, the rest Unschedulable", bound), func() bool {
 		list, _, err = objects.List[*corev1.Pod](ctx, env.Store, "bench")
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
+		n, b := 0, 0
 		for _, p := range list {
-			if p.GetSpec().GetNodeName() == "" && podrules.PodCondition(p.GetStatus(), podrules.PodScheduled).GetReason() == "Unschedulable" {
+			switch {
+			case p.GetSpec().GetNodeName() != "":
+				b++
+			case podrules.PodCondition(p.GetStatus(), podrules.PodScheduled).GetReason() == "Unschedulable":
 				n++
 			}
+		}
+		if bound < 0 && n+b == len(pods) {
+			bound = b
 		}
 		return n == len(pods)-bound
 	})
@@ -233,11 +294,6 @@ func TestVerifyTopology(t *testing.T) {
 		p.Spec.NodeName = fmt.Sprintf("node-%05d", node)
 		return p
 	}
-	plain := func(name, app string) *corev1.Pod {
-		p := schedtest.Pod("bench", name, "100m", "64Mi")
-		p.Metadata.Labels = map[string]string{"app": app}
-		return p
-	}
 	terminating := func(p *corev1.Pod) *corev1.Pod {
 		p.Metadata.DeletionTimestamp = timestamppb.Now()
 		return p
@@ -248,10 +304,10 @@ func TestVerifyTopology(t *testing.T) {
 		on(antiAffinePod("web-a", "web"), 0),
 		on(antiAffinePod("web-b", "web"), 1), // fine: another host
 		on(antiAffinePod("web-c", "web"), 0), // own anti-affinity broken
-		on(plain("db-a", "db"), 2),
+		on(plainPod("db-a", "db"), 2),
 		on(antiAffinePod("db-guard", "db"), 5),      // fine: db-a is on another host
-		on(plain("db-b", "db"), 5),                  // db-guard's anti-affinity broken (symmetry)
-		on(plain("web-plain", "other"), 1),          // fine: no term selects it
+		on(plainPod("db-b", "db"), 5),               // db-guard's anti-affinity broken (symmetry)
+		on(plainPod("web-plain", "other"), 1),       // fine: no term selects it
 		on(spreadPod("s-0", "s"), 0),                // zone-0: 1
 		on(spreadPod("s-1", "s"), 1),                // zone-1: 1
 		on(spreadPod("s-2", "s"), 3),                // zone-0: 2, skew 2 > 1: broken

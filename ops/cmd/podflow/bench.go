@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/scheduler"
 	"github.com/podflow/podflow/services/scheduler/schedtest"
 )
 
@@ -21,6 +24,8 @@ type benchSchedulerOptions struct {
 	nodes, pods, replicas, storeReplicas   int
 	nodeCPU, nodeMemory, podCPU, podMemory string
 	nodePods, concurrency                  int
+	shape                                  string
+	initPods                               int
 	noSync                                 bool
 	cpuProfile                             string
 	timeout                                time.Duration
@@ -40,8 +45,24 @@ bus takes them and measure until every pod is bound: the rate (pods/s), the
 filter, score and bind-commit times the PodScheduled events carry (p50, p99),
 and the lost bind races. The shape of kube-scheduler's scheduler_perf
 SchedulingBasic by default (nodes of 4 cpu, 32Gi, 110 pods; pods of 100m,
-500Mi). Finally it checks that no pod was bound twice and no node
-overcommitted, from the store's history.`,
+500Mi). --shape picks another of scheduler_perf's shapes; its --init-pods
+(default: the shape's) are scheduled first, unmeasured:
+
+  basic                no init pods (SchedulingBasic)
+  topology-spreading   nodes over zones moon-1..3; init pods as basic, then
+                       pods labelled color=blue with maxSkew 5 DoNotSchedule
+                       on topology.kubernetes.io/zone (TopologySpreading;
+                       scheduler_perf: 5000 nodes, 5000 init, 5000 pods)
+  anti-affinity        init pods and pods labelled color=green with required
+                       anti-affinity to color=green on the hostname
+                       (SchedulingPodAntiAffinity: 5000 nodes, 1000 + 1000)
+  preemption           init pods of priority 10 and 900m cpu fill the nodes,
+                       pods of priority 100 and 3 cpu each preempt three
+                       (PreemptionBasic: 500 nodes, 2000 init, 500 pods); a
+                       stand-in for the node agents deletes the victims
+
+Finally it checks that no pod was bound twice and no node overcommitted, and
+the topology rules and preemption invariants, from the store's history.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBenchScheduler(cmd.Context(), o, cmd.OutOrStdout())
 		},
@@ -60,6 +81,8 @@ overcommitted, from the store's history.`,
 	f.BoolVar(&o.noSync, "store-nosync", false, "do not fsync the raft log (a throwaway store)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	f.StringVar(&o.shape, "shape", "basic", "scheduler_perf shape: basic, topology-spreading, anti-affinity or preemption")
+	f.IntVar(&o.initPods, "init-pods", -1, "pods scheduled before the measured ones (default: the shape's)")
 	return cmd
 }
 
@@ -80,8 +103,12 @@ func runBenchScheduler(ctx context.Context, o *benchSchedulerOptions, out io.Wri
 	if o.noSync {
 		sync = "no fsync"
 	}
-	fmt.Fprintf(out, "bench scheduler: %d nodes, %d pods, %d scheduler replica(s), %d store replicas (%s); load average %s\n",
-		o.nodes, o.pods, o.replicas, o.storeReplicas, sync, loadAverage())
+	nodes, initPods, pods, err := benchShape(o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "bench scheduler: shape %s, %d nodes, %d init pods, %d pods, %d scheduler replica(s), %d store replicas (%s); load average %s\n",
+		o.shape, o.nodes, len(initPods), o.pods, o.replicas, o.storeReplicas, sync, loadAverage())
 
 	start := time.Now()
 	env, err := schedtest.Start(ctx, cfg)
@@ -90,13 +117,12 @@ func runBenchScheduler(ctx context.Context, o *benchSchedulerOptions, out io.Wri
 	}
 	defer env.Close()
 	start = time.Now()
-	if err := env.CreateNodes(ctx, schedtest.Nodes(o.nodes, o.nodeCPU, o.nodeMemory, o.nodePods)); err != nil {
+	if err := env.CreateNodes(ctx, nodes); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "  setup: %d nodes written in %s\n", o.nodes, time.Since(start).Round(time.Millisecond))
-	pods := schedtest.Pods(o.pods, o.podCPU, o.podMemory)
 	start = time.Now()
-	if err := env.CreatePods(ctx, pods); err != nil {
+	if err := env.CreatePods(ctx, append(append([]*corev1.Pod(nil), initPods...), pods...)); err != nil {
 		return err
 	}
 	took := time.Since(start)
@@ -108,6 +134,23 @@ func runBenchScheduler(ctx context.Context, o *benchSchedulerOptions, out io.Wri
 			return err
 		}
 		replicas = append(replicas, r)
+	}
+	if o.shape == "preemption" {
+		fin, err := env.StartFinalizer(ctx)
+		if err != nil {
+			return err
+		}
+		defer fin.Stop()
+	}
+	if len(initPods) > 0 {
+		start = time.Now()
+		if err := env.Publish(ctx, initPods); err != nil {
+			return err
+		}
+		if err := env.Scheduled.Wait(ctx, len(initPods)); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "  setup: %d init pods scheduled in %s\n", len(initPods), time.Since(start).Round(time.Millisecond))
 	}
 
 	if o.cpuProfile != "" {
@@ -127,7 +170,7 @@ func runBenchScheduler(ctx context.Context, o *benchSchedulerOptions, out io.Wri
 		return err
 	}
 	published := time.Since(start)
-	if err := env.Scheduled.Wait(ctx, o.pods); err != nil {
+	if err := env.Scheduled.Wait(ctx, len(initPods)+o.pods); err != nil {
 		return err
 	}
 	elapsed := time.Since(start)
@@ -138,6 +181,9 @@ func runBenchScheduler(ctx context.Context, o *benchSchedulerOptions, out io.Wri
 	ph := env.Scheduled.Phases()
 	fmt.Fprintf(out, "  %d pods scheduled and bound in %s (PodPersisted published in %s)\n", o.pods, elapsed.Round(time.Millisecond), published.Round(time.Millisecond))
 	fmt.Fprintf(out, "  %.0f pods/s\n", float64(o.pods)/elapsed.Seconds())
+	if len(initPods) > 0 {
+		fmt.Fprintf(out, "  (the times below include the init pods')\n")
+	}
 	fmt.Fprintf(out, "  filter:      %s\n  score:       %s\n  bind commit: %s\n", ph.Filter, ph.Score, ph.Bind)
 	fmt.Fprintf(out, "  conflicts:   %d lost bind races, %d pods had any (max %d for one pod)\n", ph.Conflicts, ph.PodsWithConflicts, ph.MaxConflictsOfOnePod)
 	var per []string
@@ -157,12 +203,76 @@ func runBenchScheduler(ctx context.Context, o *benchSchedulerOptions, out io.Wri
 	if err := rep.Err(); err != nil {
 		return err
 	}
-	if rep.Bound != o.pods || rep.Binds != o.pods {
-		return fmt.Errorf("bench scheduler: %d of %d pods bound, %d binds in the history", rep.Bound, o.pods, rep.Binds)
+	if want := len(initPods) + o.pods; rep.Binds != want || (o.shape != "preemption" && rep.Bound != want) {
+		return fmt.Errorf("bench scheduler: %d of %d pods bound, %d binds in the history", rep.Bound, want, rep.Binds)
 	}
 	fmt.Fprintf(out, "  invariants:  every pod bound once, no node overcommitted in %d allocation writes (checked in %s)\n",
 		rep.AllocationWrites, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// benchShape returns the nodes, the init pods and the measured pods of
+// o's shape.
+func benchShape(o *benchSchedulerOptions) (nodes []*corev1.Node, initPods, pods []*corev1.Pod, err error) {
+	nodes = schedtest.Nodes(o.nodes, o.nodeCPU, o.nodeMemory, o.nodePods)
+	pods = schedtest.Pods(o.pods, o.podCPU, o.podMemory)
+	initN := func(def int) int {
+		if o.initPods >= 0 {
+			return o.initPods
+		}
+		return def
+	}
+	named := func(n int, cpu string) []*corev1.Pod {
+		out := make([]*corev1.Pod, n)
+		for i := range out {
+			out[i] = schedtest.Pod("bench", fmt.Sprintf("init-%05d", i), cpu, o.podMemory)
+		}
+		return out
+	}
+	labelled := func(ps []*corev1.Pod, k, v string) {
+		for _, p := range ps {
+			p.Metadata.Labels = map[string]string{k: v}
+		}
+	}
+	switch o.shape {
+	case "basic":
+		initPods = named(initN(0), o.podCPU)
+	case "topology-spreading":
+		for i, n := range nodes {
+			n.Metadata.Labels[scheduler.LabelTopologyZone] = fmt.Sprintf("moon-%d", i%3+1)
+		}
+		initPods = named(initN(o.nodes), o.podCPU)
+		labelled(pods, "color", "blue")
+		for _, p := range pods {
+			p.Spec.TopologySpreadConstraints = []*corev1.TopologySpreadConstraint{{
+				MaxSkew: 5, TopologyKey: scheduler.LabelTopologyZone, WhenUnsatisfiable: "DoNotSchedule",
+				LabelSelector: &corev1.LabelSelector{MatchLabels: map[string]string{"color": "blue"}},
+			}}
+		}
+	case "anti-affinity":
+		initPods = named(initN(o.nodes/5), o.podCPU)
+		for _, p := range append(append([]*corev1.Pod(nil), initPods...), pods...) {
+			p.Metadata.Labels = map[string]string{"color": "green"}
+			p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{
+					TopologyKey: scheduler.LabelHostname, LabelSelector: &corev1.LabelSelector{MatchLabels: map[string]string{"color": "green"}},
+				}},
+			}}
+		}
+	case "preemption":
+		initPods = named(initN(4*o.nodes), "900m")
+		for _, p := range initPods {
+			p.Spec.Priority = proto.Int32(10)
+		}
+		pods = make([]*corev1.Pod, o.pods)
+		for i := range pods {
+			pods[i] = schedtest.Pod("bench", fmt.Sprintf("pod-%05d", i), "3", o.podMemory)
+			pods[i].Spec.Priority = proto.Int32(100)
+		}
+	default:
+		return nil, nil, nil, fmt.Errorf("bench scheduler: unknown --shape %q (basic, topology-spreading, anti-affinity, preemption)", o.shape)
+	}
+	return nodes, initPods, pods, nil
 }
 
 // cpuTime returns the user and system CPU time of this process.
