@@ -11,6 +11,7 @@ package apiserver
 import (
 	"encoding/json"
 	"errors"
+	"k8s.io/client-go/applyconfigurations"
 	"net/http"
 	"strconv"
 	"strings"
@@ -28,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
-	"k8s.io/kube-openapi/pkg/validation/spec"
 	"sigs.k8s.io/yaml"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -55,18 +55,13 @@ var applyScheme = sync.OnceValue(func() *runtime.Scheme {
 	return sc
 })
 
-// typeConverter types objects by the schemas of /openapi/v2 (Kubernetes'
-// own for core/v1 and discovery.k8s.io/v1, with their list keys).
+// typeConverter types objects by client-go's structured-merge-diff schema
+// of the built-in kinds (applyconfigurations: generated from the k8s.io/api
+// types of the same release, with their list keys), so every field podflow
+// serves is declared — the /openapi documents come from older embedded
+// schemas, which lack newer fields (a sidecar's restartPolicy).
 var typeConverter = sync.OnceValues(func() (managedfields.TypeConverter, error) {
-	b, err := json.Marshal(openAPIV2Doc()["definitions"])
-	if err != nil {
-		return nil, err
-	}
-	var models map[string]*spec.Schema
-	if err := json.Unmarshal(b, &models); err != nil {
-		return nil, err
-	}
-	return managedfields.NewTypeConverter(models, false)
+	return applyconfigurations.NewTypeConverter(applyScheme()), nil
 })
 
 var fieldManagers sync.Map // schema.GroupVersionKind -> *managedfields.FieldManager

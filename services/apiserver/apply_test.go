@@ -2,6 +2,8 @@ package apiserver_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,6 +185,32 @@ func TestServerSideApplyKubectl(t *testing.T) {
 			t.Errorf("labels after applying tier: %v", path(p3, "metadata.labels"))
 		}
 	})
+}
+
+// TestServerSideApplyNewerFields: fields newer than the embedded OpenAPI
+// documents (a native sidecar's restartPolicy) are typed too, so a pod
+// using them gets its managedFields, and a second manager's apply of one
+// conflicts by name.
+func TestServerSideApplyNewerFields(t *testing.T) {
+	s := startSystem(t, options{})
+	admin := s.client(t, adminToken)
+	u := s.url + "/api/v1/namespaces/default/pods/side"
+	pod := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"side"},"spec":{
+		"initContainers":[{"name":"proxy","image":"busybox","restartPolicy":"Always"}],
+		"containers":[{"name":"app","image":"busybox"}]}}`
+	code, obj, _ := do(t, admin, "PATCH", u+"?fieldManager=alice", "application/apply-patch+yaml", pod)
+	if code != 201 {
+		t.Fatalf("apply of a pod with a sidecar: %d %v", code, obj)
+	}
+	fields, _ := json.Marshal(path(obj, "metadata.managedFields"))
+	if !strings.Contains(string(fields), `"f:restartPolicy"`) || !strings.Contains(string(fields), `"k:{\"name\":\"proxy\"}"`) {
+		t.Fatalf("managedFields do not own the sidecar's restartPolicy: %s", fields)
+	}
+	other := strings.Replace(pod, `"restartPolicy":"Always"`, `"restartPolicy":"Never"`, 1)
+	code, body, _ := do(t, admin, "PATCH", u+"?fieldManager=bob", "application/apply-patch+yaml", other)
+	if code != 409 || !strings.Contains(fmt.Sprint(path(body, "message")), "restartPolicy") {
+		t.Fatalf("bob applying another restartPolicy: %d %v, want 409 naming restartPolicy", code, body)
+	}
 }
 
 // TestServerSideApplyRefusals: an apply names its field manager (422, as
