@@ -12,7 +12,7 @@ import (
 )
 
 // A memory emptyDir is a tmpfs of the size the agent computed
-// (VolumeData.MemorySize), a 0777 directory; a container cannot write
+// (VolumeData.MemorySize), a 0777 directory, as a disk one is; a container cannot write
 // past it. A disk emptyDir's usage is what a container wrote, counted as
 // du counts it (a hard link once).
 func TestEmptyDirSizeAndUsage(t *testing.T) {
@@ -52,6 +52,9 @@ func TestEmptyDirSizeAndUsage(t *testing.T) {
 	}
 	if out := e.execProbe(t, ctx, pd, id, "stat", "-c", "%a", "/scratch"); out != "777" {
 		t.Errorf("/scratch mode %q, want 777", out)
+	}
+	if out := e.execProbe(t, ctx, pd, id, "stat", "-c", "%a", "/cache"); out != "777" {
+		t.Errorf("/cache mode %q, want 777 (kubelet's setupDir, past the umask)", out)
 	}
 	if out := e.execProbe(t, ctx, pd, id, "sh", "-c", "dd if=/dev/zero of=/scratch/big bs=1M count=9 >/dev/null 2>&1; echo $?"); out != "1" {
 		t.Errorf("writing 9 MiB into an 8 MiB tmpfs: dd exit %q, want 1 (no space)", out)

@@ -84,14 +84,16 @@ type running struct {
 	id, name                 string
 }
 
-// runningContainers returns the running, non-init container instances.
+// runningContainers returns the running container instances, init ones
+// included (a native sidecar, an init container still at work), as the
+// kubelet's summary lists them to metrics-server.
 func (r *Runtime) runningContainers() []running {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []running
 	for _, p := range r.pods {
 		for _, c := range p.ctrs {
-			if c.known || c.meta.Init {
+			if c.known {
 				continue
 			}
 			select {

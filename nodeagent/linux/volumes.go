@@ -71,7 +71,12 @@ func (r *Runtime) mountVolume(p *pod, vd nodeagent.VolumeData, psc *corev1.PodSe
 	dir := r.volumeDir(p, v.GetName())
 	switch {
 	case v.GetEmptyDir() != nil:
+		// kubelet's setupDir: a 0777 directory, chmod'ed past the umask
+		// (any user of the pod may write into it).
 		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return err
+		}
+		if err := os.Chmod(dir, 0o777); err != nil {
 			return err
 		}
 		if v.GetEmptyDir().GetMedium() == "Memory" {
