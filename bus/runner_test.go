@@ -543,6 +543,14 @@ func TestRunnerNodeFilter(t *testing.T) {
 		envs = append(envs, e)
 	}
 	publishAll(t, conn, envs)
+	// Wait for the two of n1.example first: the server may count a stored
+	// message into the consumer's pending ones only after the PubAck, so
+	// the counts alone can look settled before any delivery.
+	bustest.Eventually(t, "the node agent of n1.example to see its two pods", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) >= 2
+	})
 	settled(t, conn, rc.Consumer)
 	mu.Lock()
 	defer mu.Unlock()
@@ -592,6 +600,7 @@ func TestRunnerInProgressKeepsLongHandlers(t *testing.T) {
 		return nil
 	})
 	publishAll(t, conn, []*eventsv1.Envelope{podEvent("slow", "slow", 1)})
+	bustest.Eventually(t, "the handler to start", func() bool { return calls.Load() >= 1 }) // see TestRunnerNodeFilter
 	settled(t, conn, "long")
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("long handler called %d times, want 1", n)
