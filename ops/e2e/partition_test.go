@@ -10,21 +10,26 @@ import (
 	"time"
 )
 
-// TestPartitionedLeader is the bounded network-fault run of `make test`:
-// podflow chaos starts its own system with every raft link between the
-// store replicas through its relays, cuts the store leader off from its
-// followers (it still serves its clients over NATS) and heals, twice,
-// under a small pod workload and concurrent HTTPS clients on ConfigMaps;
-// then it checks the pod invariants (no acknowledged PodRequested lost,
-// none persisted or bound twice), that the replicas agree by content,
-// that no durable consumer holds an event, that a watcher restarted at
-// every heal saw every change once and in order, and that the ConfigMap
-// history is linearizable (porcupine). `make chaos` runs
-// the whole matrix of nemeses.
+// TestPartitionedLeader is issue 22's bounded partition run in `make
+// test` (`make chaos-partition`): podflow chaos starts its own --cluster
+// system with every raft link between the store replicas and every route
+// between the NATS servers through its relays; under a 200-pod workload
+// and concurrent HTTPS clients on ConfigMaps it cuts the store leader off
+// from its followers (a minority of one that still serves its clients over
+// NATS), then a NATS server off from the other two, each twice, healing
+// after each; then it checks the pod invariants (every acknowledged pod
+// Running, none lost, persisted or bound twice, no IP twice), that the
+// replicas agree by content, that no durable consumer holds an event, that
+// the watchers restarted at every heal saw every change once and in order,
+// that no connection went around the relays, and that the ConfigMap
+// history is linearizable (porcupine). `make chaos` runs the whole matrix
+// of nemeses.
 func TestPartitionedLeader(t *testing.T) {
-	runChaosRun(t, []string{"--nemesis", "leader", "--pods", "30", "--duration", "12s",
-		"--kill-interval", "5s", "--fault-for", "4s", "--nodes", "5", "--settle", "60s", "--seed", "22"},
-		"(the leader) for 4s", "healed")
+	runChaosRun(t, []string{"--nemesis", "leader,partition", "--nemesis-target", "store,nats", "--targets", "stages,nats",
+		"--pods", "200", "--duration", "30s", "--kill-interval", "6s", "--fault-for", "5s", "--nodes", "10", "--settle", "60s", "--seed", "200"},
+		"isolate store-", "(the leader) for 5s", "healed (store leader before the heal", "partition [nats-", "healed (events stream leader",
+		"check: every acknowledged pod settled: 200 Running and Ready", "check: 200/200 pods stored",
+		"check: every NATS route connection runs through a relay (no direct route)")
 }
 
 // chaosChecks are what every bounded chaos run must print.
