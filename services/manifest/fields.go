@@ -71,7 +71,7 @@ const (
 	testVolumeModes = "services/admission/mutate_test.go services/apiserver/volumemode_test.go nodeagent/linux/volumesize_kernel_test.go"
 	testEmptyDir    = "nodeagent/emptydir_internal_test.go nodeagent/emptydir_test.go nodeagent/linux/emptydir_kernel_test.go"
 	testProjected   = "nodeagent/projected_internal_test.go nodeagent/propagate_test.go nodeagent/linux/projected_kernel_test.go services/manifest/fields_test.go"
-	testSAToken     = "nodeagent/satoken_test.go nodeagent/satoken_internal_test.go services/apiserver/nodetoken_test.go services/api/nodetoken_test.go services/pipeline/access_token_test.go services/admission/validate_volumes_test.go"
+	testSAToken     = "nodeagent/satoken_test.go nodeagent/satoken_internal_test.go services/apiserver/nodetoken_test.go services/api/nodetoken_test.go services/pipeline/access_token_test.go services/admission/validate_volumes_test.go ops/nodewire/satoken_test.go"
 	testScheduler   = "services/scheduler/filters_test.go services/scheduler/allocation_test.go"
 	testSpread      = "services/scheduler/podtopologyspread_test.go services/admission/validate_scheduling_test.go"
 	testAffinity    = "services/scheduler/interpodaffinity_test.go services/admission/validate_scheduling_test.go"
