@@ -744,23 +744,7 @@ func TestInitContainerFailure(t *testing.T) {
 // (10s doubling to 5m) on a fake clock.
 func TestCrashLoopKubernetesTimings(t *testing.T) {
 	clock := nodeagenttest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	rcfg := sim.DefaultConfig(podCIDR)
-	rcfg.Clock = clock
-	rt, err := sim.New(rcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	cfg := nodeagent.DefaultConfig(node, podCIDR)
-	cfg.Clock = clock
-	e := &env{t: t, rt: rt, store: nodeagenttest.NewStore(), pub: nodeagenttest.NewPublisher()}
-	if e.agent, err = nodeagent.New(cfg, rt, e.store, e.pub); err != nil {
-		t.Fatal(err)
-	}
-	defer e.agent.Stop()
-	if err := e.agent.Start(e.ctx()); err != nil {
-		t.Fatal(err)
-	}
+	e := fakeClockEnv(t, clock, nil)
 	p := newPod("k8s-timings", annotate(sim.AnnotationExitAfter, "1s", sim.AnnotationExitCode, "1"))
 	e.bind(p)
 	want := []string{"10s", "20s", "40s", "1m20s", "2m40s", "5m0s", "5m0s"}

@@ -19,7 +19,12 @@
 // resourceFieldRef code, paths checked as kubelet's atomic writer checks
 // them; the Runtime writes the files. projected volumes (projected.go)
 // are kubelet's collectData: configMap, secret and downwardAPI sources in
-// one payload, with each file's mode resolved (VolumeData.Modes). While
+// one payload, with each file's mode resolved (VolumeData.Modes). A
+// serviceAccountToken source (satoken.go) is a bound token of the pod's
+// ServiceAccount that the NodeStore's optional TokenRequester asks the api
+// stage for; the worker keeps it and asks again at the first sync after
+// it is older than 80 % of its lifetime or 24 h (kubelet's token
+// manager). While
 // the pod runs, its worker re-resolves its configMap, secret, downwardAPI
 // and projected volumes every
 // Config.SyncPeriod and at once after a pod update (new labels or

@@ -60,6 +60,35 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// fakeClockEnv is an env on clock with kubelet's own timings (the
+// defaults), its agent over wrap(e.store) (nil: e.store), stopped when the
+// test ends.
+func fakeClockEnv(t *testing.T, clock *nodeagenttest.FakeClock, wrap func(*nodeagenttest.Store) nodeagent.NodeStore) *env {
+	t.Helper()
+	rcfg := sim.DefaultConfig(podCIDR)
+	rcfg.Clock = clock
+	rt, err := sim.New(rcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	cfg := nodeagent.DefaultConfig(node, podCIDR)
+	cfg.Clock = clock
+	e := &env{t: t, rt: rt, store: nodeagenttest.NewStore(), pub: nodeagenttest.NewPublisher()}
+	var store nodeagent.NodeStore = e.store
+	if wrap != nil {
+		store = wrap(e.store)
+	}
+	if e.agent, err = nodeagent.New(cfg, rt, store, e.pub); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.agent.Stop)
+	if err := e.agent.Start(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // newAgent starts an agent over e's runtime, store and publisher.
 func (e *env) newAgent() *nodeagent.Agent {
 	e.t.Helper()

@@ -21,7 +21,9 @@ const DefaultProjectedMode = 0o644
 // volume's defaultMode. A missing ConfigMap or Secret is an error unless
 // the source is optional; a key its items name but it lacks is an error
 // unless optional (MakePayload). Every source's error is reported, as
-// kubelet's aggregate words them ("[a, b]" for more than one).
+// kubelet's aggregate words them ("[a, b]" for more than one). A
+// serviceAccountToken source is the pod's token (satoken.go), a file of
+// the volume's defaultMode.
 func (w *worker) projectedFiles(ctx context.Context, src *corev1.ProjectedVolumeSource) (map[string][]byte, map[string]uint32, error) {
 	def := uint32(DefaultProjectedMode)
 	if src.DefaultMode != nil {
@@ -68,8 +70,20 @@ func (w *worker) projectedFiles(ctx context.Context, src *corev1.ProjectedVolume
 					add(p, dfiles[p], it.Mode)
 				}
 			}
+		case s.GetServiceAccountToken() != nil:
+			p := s.GetServiceAccountToken()
+			if err := ValidateVolumePath(p.GetPath()); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			tok, err := w.serviceAccountToken(ctx, p)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			add(filepath.Clean(p.GetPath()), tok, nil)
 		default:
-			errs = append(errs, errors.New("projected volume source with no configMap, secret or downwardAPI"))
+			errs = append(errs, errors.New("projected volume source with no configMap, secret, downwardAPI or serviceAccountToken"))
 		}
 	}
 	if err := aggregate(errs); err != nil {

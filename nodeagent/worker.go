@@ -93,6 +93,9 @@ type worker struct {
 	volSums map[string][sha256.Size]byte
 	volSync time.Time
 	remount bool
+	// tokens are the projected serviceAccountTokens the worker holds, by
+	// expiration and audience (satoken.go).
+	tokens map[string]podToken
 	// usageCheck is when the emptyDir sizeLimits are next checked
 	// (checkEmptyDirs).
 	usageCheck  time.Time

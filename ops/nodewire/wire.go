@@ -31,12 +31,16 @@ import (
 	"maps"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/nodeagent"
+	"github.com/podflow/podflow/proto/apiv1"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -56,13 +60,42 @@ func (p *Publisher) Publish(ctx context.Context, env *eventsv1.Envelope) error {
 	return err
 }
 
-// Store is the agent's view of the replicated store.
-type Store struct{ s *objects.Store }
+// Store is the agent's view of the replicated store (and, WithTokens,
+// of the api stage's token requests).
+type Store struct {
+	s  *objects.Store
+	nc *nats.Conn // token requests; nil: none
+}
 
-var _ nodeagent.NodeStore = (*Store)(nil)
+var (
+	_ nodeagent.NodeStore      = (*Store)(nil)
+	_ nodeagent.TokenRequester = (*Store)(nil)
+)
 
 // NewStore returns a Store over s.
 func NewStore(s *objects.Store) *Store { return &Store{s: s} }
+
+// WithTokens returns the Store asking the api stage for projected
+// serviceAccountTokens over nc (the node agent's own connection: the bus
+// lets it ask only for its node).
+func (s *Store) WithTokens(nc *nats.Conn) *Store { return &Store{s: s.s, nc: nc} }
+
+// RequestServiceAccountToken implements nodeagent.TokenRequester, for the
+// node pod is bound to.
+func (s *Store) RequestServiceAccountToken(ctx context.Context, pod *corev1.Pod, audience string, expirationSeconds int64) (string, time.Time, error) {
+	if s.nc == nil {
+		return "", time.Time{}, nodeagent.ErrNoTokenRequester
+	}
+	md := pod.GetMetadata()
+	sa := pod.GetSpec().GetServiceAccountName()
+	if sa == "" {
+		sa = "default"
+	}
+	return pipeline.RequestNodeToken(ctx, s.nc, pod.GetSpec().GetNodeName(), &apiv1.NodeTokenRequest{
+		Namespace: md.GetNamespace(), PodName: md.GetName(), PodUid: md.GetUid(), ServiceAccount: sa,
+		Audience: audience, ExpirationSeconds: expirationSeconds,
+	})
+}
 
 // notFound maps the store's code to the agent's.
 func notFound(err error) error {

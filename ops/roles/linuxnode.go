@@ -217,7 +217,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	if err != nil {
 		return err
 	}
-	agent, err := nodeagent.New(acfg, nm.Runtime(rt), wire.NewStore(sess.Store), nm.Publisher(wire.NewPublisher(sess.Bus)))
+	agent, err := nodeagent.New(acfg, nm.Runtime(rt), wire.NewStore(sess.Store).WithTokens(sess.Bus.NATS()), nm.Publisher(wire.NewPublisher(sess.Bus)))
 	if err != nil {
 		return err
 	}

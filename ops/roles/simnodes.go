@@ -54,7 +54,7 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 	if err != nil {
 		return err
 	}
-	cl, err := sim.NewCluster(sim.DefaultClusterConfig(o.Nodes), wire.NewStore(sess.Store), nm.Publisher(wire.NewPublisher(sess.Bus)))
+	cl, err := sim.NewCluster(sim.DefaultClusterConfig(o.Nodes), wire.NewStore(sess.Store).WithTokens(sess.Bus.NATS()), nm.Publisher(wire.NewPublisher(sess.Bus)))
 	if err != nil {
 		return err
 	}

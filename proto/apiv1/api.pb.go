@@ -14,6 +14,7 @@ import (
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -207,11 +208,165 @@ func (x *ObjectRequest) GetDryRun() bool {
 	return false
 }
 
+// NodeTokenRequest is a node agent's request for a projected
+// serviceAccountToken (pipeline.TokenPrefix.<node>; only that node may
+// publish there): a token of the pod's ServiceAccount, bound to the pod
+// (namespace/pod_name with pod_uid), for audience (empty: the api
+// server's), valid expiration_seconds (0: 3600; at least 600). The api
+// stage answers a NodeTokenResponse.
+type NodeTokenRequest struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Namespace         string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	PodName           string                 `protobuf:"bytes,2,opt,name=pod_name,json=podName,proto3" json:"pod_name,omitempty"`
+	PodUid            string                 `protobuf:"bytes,3,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	ServiceAccount    string                 `protobuf:"bytes,4,opt,name=service_account,json=serviceAccount,proto3" json:"service_account,omitempty"`
+	Audience          string                 `protobuf:"bytes,5,opt,name=audience,proto3" json:"audience,omitempty"`
+	ExpirationSeconds int64                  `protobuf:"varint,6,opt,name=expiration_seconds,json=expirationSeconds,proto3" json:"expiration_seconds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *NodeTokenRequest) Reset() {
+	*x = NodeTokenRequest{}
+	mi := &file_apiv1_api_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeTokenRequest) ProtoMessage() {}
+
+func (x *NodeTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_apiv1_api_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeTokenRequest.ProtoReflect.Descriptor instead.
+func (*NodeTokenRequest) Descriptor() ([]byte, []int) {
+	return file_apiv1_api_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NodeTokenRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *NodeTokenRequest) GetPodName() string {
+	if x != nil {
+		return x.PodName
+	}
+	return ""
+}
+
+func (x *NodeTokenRequest) GetPodUid() string {
+	if x != nil {
+		return x.PodUid
+	}
+	return ""
+}
+
+func (x *NodeTokenRequest) GetServiceAccount() string {
+	if x != nil {
+		return x.ServiceAccount
+	}
+	return ""
+}
+
+func (x *NodeTokenRequest) GetAudience() string {
+	if x != nil {
+		return x.Audience
+	}
+	return ""
+}
+
+func (x *NodeTokenRequest) GetExpirationSeconds() int64 {
+	if x != nil {
+		return x.ExpirationSeconds
+	}
+	return 0
+}
+
+// NodeTokenResponse: status (nil or code 201 on success; 403 Forbidden
+// when the pod is not the node's or runs as another ServiceAccount, 404
+// when it does not exist, 422 for a bad expiration or audience, 409 for
+// another uid) and the token with its expiry.
+type NodeTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *corev1.Status         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Token         string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	Expiration    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expiration,proto3" json:"expiration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeTokenResponse) Reset() {
+	*x = NodeTokenResponse{}
+	mi := &file_apiv1_api_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeTokenResponse) ProtoMessage() {}
+
+func (x *NodeTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_apiv1_api_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeTokenResponse.ProtoReflect.Descriptor instead.
+func (*NodeTokenResponse) Descriptor() ([]byte, []int) {
+	return file_apiv1_api_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NodeTokenResponse) GetStatus() *corev1.Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *NodeTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *NodeTokenResponse) GetExpiration() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expiration
+	}
+	return nil
+}
+
 var File_apiv1_api_proto protoreflect.FileDescriptor
 
 const file_apiv1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x0fapiv1/api.proto\x12\x0epodflow.api.v1\x1a\x11corev1/core.proto\"g\n" +
+	"\x0fapiv1/api.proto\x12\x0epodflow.api.v1\x1a\x11corev1/core.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"g\n" +
 	"\bResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\v2\x17.podflow.core.v1.StatusR\x06status\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -226,7 +381,20 @@ const file_apiv1_api_proto_rawDesc = "" +
 	"\x14grace_period_seconds\x18\a \x01(\x03H\x00R\x12gracePeriodSeconds\x88\x01\x01\x12-\n" +
 	"\x04user\x18\b \x01(\v2\x19.podflow.core.v1.UserInfoR\x04user\x12\x17\n" +
 	"\adry_run\x18\t \x01(\bR\x06dryRunB\x17\n" +
-	"\x15_grace_period_secondsB.Z,github.com/podflow/podflow/proto/apiv1;apiv1b\x06proto3"
+	"\x15_grace_period_seconds\"\xd8\x01\n" +
+	"\x10NodeTokenRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x19\n" +
+	"\bpod_name\x18\x02 \x01(\tR\apodName\x12\x17\n" +
+	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12'\n" +
+	"\x0fservice_account\x18\x04 \x01(\tR\x0eserviceAccount\x12\x1a\n" +
+	"\baudience\x18\x05 \x01(\tR\baudience\x12-\n" +
+	"\x12expiration_seconds\x18\x06 \x01(\x03R\x11expirationSeconds\"\x96\x01\n" +
+	"\x11NodeTokenResponse\x12/\n" +
+	"\x06status\x18\x01 \x01(\v2\x17.podflow.core.v1.StatusR\x06status\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12:\n" +
+	"\n" +
+	"expiration\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expirationB.Z,github.com/podflow/podflow/proto/apiv1;apiv1b\x06proto3"
 
 var (
 	file_apiv1_api_proto_rawDescOnce sync.Once
@@ -240,21 +408,26 @@ func file_apiv1_api_proto_rawDescGZIP() []byte {
 	return file_apiv1_api_proto_rawDescData
 }
 
-var file_apiv1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_apiv1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_apiv1_api_proto_goTypes = []any{
-	(*Response)(nil),        // 0: podflow.api.v1.Response
-	(*ObjectRequest)(nil),   // 1: podflow.api.v1.ObjectRequest
-	(*corev1.Status)(nil),   // 2: podflow.core.v1.Status
-	(*corev1.UserInfo)(nil), // 3: podflow.core.v1.UserInfo
+	(*Response)(nil),              // 0: podflow.api.v1.Response
+	(*ObjectRequest)(nil),         // 1: podflow.api.v1.ObjectRequest
+	(*NodeTokenRequest)(nil),      // 2: podflow.api.v1.NodeTokenRequest
+	(*NodeTokenResponse)(nil),     // 3: podflow.api.v1.NodeTokenResponse
+	(*corev1.Status)(nil),         // 4: podflow.core.v1.Status
+	(*corev1.UserInfo)(nil),       // 5: podflow.core.v1.UserInfo
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_apiv1_api_proto_depIdxs = []int32{
-	2, // 0: podflow.api.v1.Response.status:type_name -> podflow.core.v1.Status
-	3, // 1: podflow.api.v1.ObjectRequest.user:type_name -> podflow.core.v1.UserInfo
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	4, // 0: podflow.api.v1.Response.status:type_name -> podflow.core.v1.Status
+	5, // 1: podflow.api.v1.ObjectRequest.user:type_name -> podflow.core.v1.UserInfo
+	4, // 2: podflow.api.v1.NodeTokenResponse.status:type_name -> podflow.core.v1.Status
+	6, // 3: podflow.api.v1.NodeTokenResponse.expiration:type_name -> google.protobuf.Timestamp
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_apiv1_api_proto_init() }
@@ -269,7 +442,7 @@ func file_apiv1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_apiv1_api_proto_rawDesc), len(file_apiv1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -3045,9 +3045,9 @@ func (x *Volume) GetProjected() *ProjectedVolumeSource {
 }
 
 // ProjectedVolumeSource is one volume of files from several sources
-// (configMap, secret, downwardAPI), each file with its item's mode or
-// default_mode (0644 when unset). serviceAccountToken and
-// clusterTrustBundle sources are refused (the proto has no place for them).
+// (configMap, secret, downwardAPI, serviceAccountToken), each file with its
+// item's mode or default_mode (0644 when unset). clusterTrustBundle
+// sources are refused (the proto has no place for them).
 type ProjectedVolumeSource struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sources       []*VolumeProjection    `protobuf:"bytes,1,rep,name=sources,proto3" json:"sources,omitempty"`
@@ -3103,12 +3103,13 @@ func (x *ProjectedVolumeSource) GetDefaultMode() int32 {
 // VolumeProjection is one source of a projected volume: exactly one field
 // is set.
 type VolumeProjection struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ConfigMap     *ConfigMapProjection   `protobuf:"bytes,1,opt,name=config_map,json=configMap,proto3" json:"config_map,omitempty"`
-	Secret        *SecretProjection      `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
-	DownwardApi   *DownwardAPIProjection `protobuf:"bytes,3,opt,name=downward_api,json=downwardApi,proto3" json:"downward_api,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state               protoimpl.MessageState         `protogen:"open.v1"`
+	ConfigMap           *ConfigMapProjection           `protobuf:"bytes,1,opt,name=config_map,json=configMap,proto3" json:"config_map,omitempty"`
+	Secret              *SecretProjection              `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	DownwardApi         *DownwardAPIProjection         `protobuf:"bytes,3,opt,name=downward_api,json=downwardApi,proto3" json:"downward_api,omitempty"`
+	ServiceAccountToken *ServiceAccountTokenProjection `protobuf:"bytes,4,opt,name=service_account_token,json=serviceAccountToken,proto3" json:"service_account_token,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *VolumeProjection) Reset() {
@@ -3162,6 +3163,78 @@ func (x *VolumeProjection) GetDownwardApi() *DownwardAPIProjection {
 	return nil
 }
 
+func (x *VolumeProjection) GetServiceAccountToken() *ServiceAccountTokenProjection {
+	if x != nil {
+		return x.ServiceAccountToken
+	}
+	return nil
+}
+
+// ServiceAccountTokenProjection is a bound token of the pod's
+// ServiceAccount, bound to the pod, at path: the node agent asks the api
+// stage for it (apiv1.NodeTokenRequest) and refreshes it as kubelet does.
+// audience defaults to the api server's; expiration_seconds to 3600 (at
+// least 600).
+type ServiceAccountTokenProjection struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Audience          string                 `protobuf:"bytes,1,opt,name=audience,proto3" json:"audience,omitempty"`
+	ExpirationSeconds *int64                 `protobuf:"varint,2,opt,name=expiration_seconds,json=expirationSeconds,proto3,oneof" json:"expiration_seconds,omitempty"`
+	Path              string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ServiceAccountTokenProjection) Reset() {
+	*x = ServiceAccountTokenProjection{}
+	mi := &file_corev1_core_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceAccountTokenProjection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceAccountTokenProjection) ProtoMessage() {}
+
+func (x *ServiceAccountTokenProjection) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceAccountTokenProjection.ProtoReflect.Descriptor instead.
+func (*ServiceAccountTokenProjection) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ServiceAccountTokenProjection) GetAudience() string {
+	if x != nil {
+		return x.Audience
+	}
+	return ""
+}
+
+func (x *ServiceAccountTokenProjection) GetExpirationSeconds() int64 {
+	if x != nil && x.ExpirationSeconds != nil {
+		return *x.ExpirationSeconds
+	}
+	return 0
+}
+
+func (x *ServiceAccountTokenProjection) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 type ConfigMapProjection struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -3173,7 +3246,7 @@ type ConfigMapProjection struct {
 
 func (x *ConfigMapProjection) Reset() {
 	*x = ConfigMapProjection{}
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3258,7 @@ func (x *ConfigMapProjection) String() string {
 func (*ConfigMapProjection) ProtoMessage() {}
 
 func (x *ConfigMapProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3271,7 @@ func (x *ConfigMapProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMapProjection.ProtoReflect.Descriptor instead.
 func (*ConfigMapProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{42}
+	return file_corev1_core_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ConfigMapProjection) GetName() string {
@@ -3233,7 +3306,7 @@ type SecretProjection struct {
 
 func (x *SecretProjection) Reset() {
 	*x = SecretProjection{}
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3245,7 +3318,7 @@ func (x *SecretProjection) String() string {
 func (*SecretProjection) ProtoMessage() {}
 
 func (x *SecretProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3258,7 +3331,7 @@ func (x *SecretProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretProjection.ProtoReflect.Descriptor instead.
 func (*SecretProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{43}
+	return file_corev1_core_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SecretProjection) GetName() string {
@@ -3291,7 +3364,7 @@ type DownwardAPIProjection struct {
 
 func (x *DownwardAPIProjection) Reset() {
 	*x = DownwardAPIProjection{}
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3376,7 @@ func (x *DownwardAPIProjection) String() string {
 func (*DownwardAPIProjection) ProtoMessage() {}
 
 func (x *DownwardAPIProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3389,7 @@ func (x *DownwardAPIProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIProjection.ProtoReflect.Descriptor instead.
 func (*DownwardAPIProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{44}
+	return file_corev1_core_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DownwardAPIProjection) GetItems() []*DownwardAPIVolumeFile {
@@ -3339,7 +3412,7 @@ type Toleration struct {
 
 func (x *Toleration) Reset() {
 	*x = Toleration{}
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3424,7 @@ func (x *Toleration) String() string {
 func (*Toleration) ProtoMessage() {}
 
 func (x *Toleration) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3437,7 @@ func (x *Toleration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Toleration.ProtoReflect.Descriptor instead.
 func (*Toleration) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{45}
+	return file_corev1_core_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Toleration) GetKey() string {
@@ -3413,7 +3486,7 @@ type NodeSelectorRequirement struct {
 
 func (x *NodeSelectorRequirement) Reset() {
 	*x = NodeSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3498,7 @@ func (x *NodeSelectorRequirement) String() string {
 func (*NodeSelectorRequirement) ProtoMessage() {}
 
 func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3511,7 @@ func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*NodeSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{46}
+	return file_corev1_core_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeSelectorRequirement) GetKey() string {
@@ -3472,7 +3545,7 @@ type NodeSelectorTerm struct {
 
 func (x *NodeSelectorTerm) Reset() {
 	*x = NodeSelectorTerm{}
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3557,7 @@ func (x *NodeSelectorTerm) String() string {
 func (*NodeSelectorTerm) ProtoMessage() {}
 
 func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3570,7 @@ func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorTerm.ProtoReflect.Descriptor instead.
 func (*NodeSelectorTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{47}
+	return file_corev1_core_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeSelectorTerm) GetMatchExpressions() []*NodeSelectorRequirement {
@@ -3523,7 +3596,7 @@ type NodeSelector struct {
 
 func (x *NodeSelector) Reset() {
 	*x = NodeSelector{}
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3535,7 +3608,7 @@ func (x *NodeSelector) String() string {
 func (*NodeSelector) ProtoMessage() {}
 
 func (x *NodeSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3548,7 +3621,7 @@ func (x *NodeSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelector.ProtoReflect.Descriptor instead.
 func (*NodeSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{48}
+	return file_corev1_core_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NodeSelector) GetNodeSelectorTerms() []*NodeSelectorTerm {
@@ -3568,7 +3641,7 @@ type PreferredSchedulingTerm struct {
 
 func (x *PreferredSchedulingTerm) Reset() {
 	*x = PreferredSchedulingTerm{}
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3580,7 +3653,7 @@ func (x *PreferredSchedulingTerm) String() string {
 func (*PreferredSchedulingTerm) ProtoMessage() {}
 
 func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3593,7 +3666,7 @@ func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreferredSchedulingTerm.ProtoReflect.Descriptor instead.
 func (*PreferredSchedulingTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{49}
+	return file_corev1_core_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PreferredSchedulingTerm) GetWeight() int32 {
@@ -3620,7 +3693,7 @@ type NodeAffinity struct {
 
 func (x *NodeAffinity) Reset() {
 	*x = NodeAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +3705,7 @@ func (x *NodeAffinity) String() string {
 func (*NodeAffinity) ProtoMessage() {}
 
 func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +3718,7 @@ func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAffinity.ProtoReflect.Descriptor instead.
 func (*NodeAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{50}
+	return file_corev1_core_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *NodeAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() *NodeSelector {
@@ -3673,7 +3746,7 @@ type LabelSelectorRequirement struct {
 
 func (x *LabelSelectorRequirement) Reset() {
 	*x = LabelSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3685,7 +3758,7 @@ func (x *LabelSelectorRequirement) String() string {
 func (*LabelSelectorRequirement) ProtoMessage() {}
 
 func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3698,7 +3771,7 @@ func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*LabelSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{51}
+	return file_corev1_core_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *LabelSelectorRequirement) GetKey() string {
@@ -3735,7 +3808,7 @@ type LabelSelector struct {
 
 func (x *LabelSelector) Reset() {
 	*x = LabelSelector{}
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3747,7 +3820,7 @@ func (x *LabelSelector) String() string {
 func (*LabelSelector) ProtoMessage() {}
 
 func (x *LabelSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3760,7 +3833,7 @@ func (x *LabelSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelector.ProtoReflect.Descriptor instead.
 func (*LabelSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{52}
+	return file_corev1_core_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *LabelSelector) GetMatchLabels() map[string]string {
@@ -3791,7 +3864,7 @@ type PodAffinityTerm struct {
 
 func (x *PodAffinityTerm) Reset() {
 	*x = PodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3803,7 +3876,7 @@ func (x *PodAffinityTerm) String() string {
 func (*PodAffinityTerm) ProtoMessage() {}
 
 func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3816,7 +3889,7 @@ func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*PodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{53}
+	return file_corev1_core_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PodAffinityTerm) GetLabelSelector() *LabelSelector {
@@ -3871,7 +3944,7 @@ type WeightedPodAffinityTerm struct {
 
 func (x *WeightedPodAffinityTerm) Reset() {
 	*x = WeightedPodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3883,7 +3956,7 @@ func (x *WeightedPodAffinityTerm) String() string {
 func (*WeightedPodAffinityTerm) ProtoMessage() {}
 
 func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3896,7 +3969,7 @@ func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightedPodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*WeightedPodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{54}
+	return file_corev1_core_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WeightedPodAffinityTerm) GetWeight() int32 {
@@ -3923,7 +3996,7 @@ type PodAffinity struct {
 
 func (x *PodAffinity) Reset() {
 	*x = PodAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3935,7 +4008,7 @@ func (x *PodAffinity) String() string {
 func (*PodAffinity) ProtoMessage() {}
 
 func (x *PodAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3948,7 +4021,7 @@ func (x *PodAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinity.ProtoReflect.Descriptor instead.
 func (*PodAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{55}
+	return file_corev1_core_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PodAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -3975,7 +4048,7 @@ type PodAntiAffinity struct {
 
 func (x *PodAntiAffinity) Reset() {
 	*x = PodAntiAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3987,7 +4060,7 @@ func (x *PodAntiAffinity) String() string {
 func (*PodAntiAffinity) ProtoMessage() {}
 
 func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4000,7 +4073,7 @@ func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAntiAffinity.ProtoReflect.Descriptor instead.
 func (*PodAntiAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{56}
+	return file_corev1_core_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PodAntiAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -4028,7 +4101,7 @@ type Affinity struct {
 
 func (x *Affinity) Reset() {
 	*x = Affinity{}
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4040,7 +4113,7 @@ func (x *Affinity) String() string {
 func (*Affinity) ProtoMessage() {}
 
 func (x *Affinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4053,7 +4126,7 @@ func (x *Affinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Affinity.ProtoReflect.Descriptor instead.
 func (*Affinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{57}
+	return file_corev1_core_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Affinity) GetNodeAffinity() *NodeAffinity {
@@ -4093,7 +4166,7 @@ type TopologySpreadConstraint struct {
 
 func (x *TopologySpreadConstraint) Reset() {
 	*x = TopologySpreadConstraint{}
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4105,7 +4178,7 @@ func (x *TopologySpreadConstraint) String() string {
 func (*TopologySpreadConstraint) ProtoMessage() {}
 
 func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4118,7 +4191,7 @@ func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologySpreadConstraint.ProtoReflect.Descriptor instead.
 func (*TopologySpreadConstraint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{58}
+	return file_corev1_core_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TopologySpreadConstraint) GetMaxSkew() int32 {
@@ -4186,7 +4259,7 @@ type PodSchedulingGate struct {
 
 func (x *PodSchedulingGate) Reset() {
 	*x = PodSchedulingGate{}
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4198,7 +4271,7 @@ func (x *PodSchedulingGate) String() string {
 func (*PodSchedulingGate) ProtoMessage() {}
 
 func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4211,7 +4284,7 @@ func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSchedulingGate.ProtoReflect.Descriptor instead.
 func (*PodSchedulingGate) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{59}
+	return file_corev1_core_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PodSchedulingGate) GetName() string {
@@ -4269,7 +4342,7 @@ type PodSpec struct {
 
 func (x *PodSpec) Reset() {
 	*x = PodSpec{}
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4281,7 +4354,7 @@ func (x *PodSpec) String() string {
 func (*PodSpec) ProtoMessage() {}
 
 func (x *PodSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4294,7 +4367,7 @@ func (x *PodSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSpec.ProtoReflect.Descriptor instead.
 func (*PodSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{60}
+	return file_corev1_core_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PodSpec) GetVolumes() []*Volume {
@@ -4513,7 +4586,7 @@ type PodDNSConfig struct {
 
 func (x *PodDNSConfig) Reset() {
 	*x = PodDNSConfig{}
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4525,7 +4598,7 @@ func (x *PodDNSConfig) String() string {
 func (*PodDNSConfig) ProtoMessage() {}
 
 func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4538,7 +4611,7 @@ func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfig.ProtoReflect.Descriptor instead.
 func (*PodDNSConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{61}
+	return file_corev1_core_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PodDNSConfig) GetNameservers() []string {
@@ -4572,7 +4645,7 @@ type PodDNSConfigOption struct {
 
 func (x *PodDNSConfigOption) Reset() {
 	*x = PodDNSConfigOption{}
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4584,7 +4657,7 @@ func (x *PodDNSConfigOption) String() string {
 func (*PodDNSConfigOption) ProtoMessage() {}
 
 func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4597,7 +4670,7 @@ func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfigOption.ProtoReflect.Descriptor instead.
 func (*PodDNSConfigOption) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{62}
+	return file_corev1_core_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PodDNSConfigOption) GetName() string {
@@ -4628,7 +4701,7 @@ type PodCondition struct {
 
 func (x *PodCondition) Reset() {
 	*x = PodCondition{}
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4640,7 +4713,7 @@ func (x *PodCondition) String() string {
 func (*PodCondition) ProtoMessage() {}
 
 func (x *PodCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4653,7 +4726,7 @@ func (x *PodCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodCondition.ProtoReflect.Descriptor instead.
 func (*PodCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{63}
+	return file_corev1_core_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PodCondition) GetType() string {
@@ -4708,7 +4781,7 @@ type ContainerStateWaiting struct {
 
 func (x *ContainerStateWaiting) Reset() {
 	*x = ContainerStateWaiting{}
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4720,7 +4793,7 @@ func (x *ContainerStateWaiting) String() string {
 func (*ContainerStateWaiting) ProtoMessage() {}
 
 func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4733,7 +4806,7 @@ func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateWaiting.ProtoReflect.Descriptor instead.
 func (*ContainerStateWaiting) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{64}
+	return file_corev1_core_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ContainerStateWaiting) GetReason() string {
@@ -4759,7 +4832,7 @@ type ContainerStateRunning struct {
 
 func (x *ContainerStateRunning) Reset() {
 	*x = ContainerStateRunning{}
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4771,7 +4844,7 @@ func (x *ContainerStateRunning) String() string {
 func (*ContainerStateRunning) ProtoMessage() {}
 
 func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4784,7 +4857,7 @@ func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateRunning.ProtoReflect.Descriptor instead.
 func (*ContainerStateRunning) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{65}
+	return file_corev1_core_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ContainerStateRunning) GetStartedAt() *timestamppb.Timestamp {
@@ -4809,7 +4882,7 @@ type ContainerStateTerminated struct {
 
 func (x *ContainerStateTerminated) Reset() {
 	*x = ContainerStateTerminated{}
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4821,7 +4894,7 @@ func (x *ContainerStateTerminated) String() string {
 func (*ContainerStateTerminated) ProtoMessage() {}
 
 func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4834,7 +4907,7 @@ func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateTerminated.ProtoReflect.Descriptor instead.
 func (*ContainerStateTerminated) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{66}
+	return file_corev1_core_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ContainerStateTerminated) GetExitCode() int32 {
@@ -4897,7 +4970,7 @@ type ContainerState struct {
 
 func (x *ContainerState) Reset() {
 	*x = ContainerState{}
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4909,7 +4982,7 @@ func (x *ContainerState) String() string {
 func (*ContainerState) ProtoMessage() {}
 
 func (x *ContainerState) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4922,7 +4995,7 @@ func (x *ContainerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerState.ProtoReflect.Descriptor instead.
 func (*ContainerState) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{67}
+	return file_corev1_core_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ContainerState) GetWaiting() *ContainerStateWaiting {
@@ -4963,7 +5036,7 @@ type ContainerStatus struct {
 
 func (x *ContainerStatus) Reset() {
 	*x = ContainerStatus{}
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4975,7 +5048,7 @@ func (x *ContainerStatus) String() string {
 func (*ContainerStatus) ProtoMessage() {}
 
 func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4988,7 +5061,7 @@ func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStatus.ProtoReflect.Descriptor instead.
 func (*ContainerStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{68}
+	return file_corev1_core_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ContainerStatus) GetName() string {
@@ -5063,7 +5136,7 @@ type PodIP struct {
 
 func (x *PodIP) Reset() {
 	*x = PodIP{}
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5075,7 +5148,7 @@ func (x *PodIP) String() string {
 func (*PodIP) ProtoMessage() {}
 
 func (x *PodIP) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5088,7 +5161,7 @@ func (x *PodIP) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodIP.ProtoReflect.Descriptor instead.
 func (*PodIP) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{69}
+	return file_corev1_core_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *PodIP) GetIp() string {
@@ -5119,7 +5192,7 @@ type PodStatus struct {
 
 func (x *PodStatus) Reset() {
 	*x = PodStatus{}
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5131,7 +5204,7 @@ func (x *PodStatus) String() string {
 func (*PodStatus) ProtoMessage() {}
 
 func (x *PodStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5144,7 +5217,7 @@ func (x *PodStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatus.ProtoReflect.Descriptor instead.
 func (*PodStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{70}
+	return file_corev1_core_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *PodStatus) GetPhase() string {
@@ -5249,7 +5322,7 @@ type Pod struct {
 
 func (x *Pod) Reset() {
 	*x = Pod{}
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5261,7 +5334,7 @@ func (x *Pod) String() string {
 func (*Pod) ProtoMessage() {}
 
 func (x *Pod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5274,7 +5347,7 @@ func (x *Pod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pod.ProtoReflect.Descriptor instead.
 func (*Pod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{71}
+	return file_corev1_core_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Pod) GetMetadata() *ObjectMeta {
@@ -5310,7 +5383,7 @@ type Taint struct {
 
 func (x *Taint) Reset() {
 	*x = Taint{}
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5322,7 +5395,7 @@ func (x *Taint) String() string {
 func (*Taint) ProtoMessage() {}
 
 func (x *Taint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5335,7 +5408,7 @@ func (x *Taint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taint.ProtoReflect.Descriptor instead.
 func (*Taint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{72}
+	return file_corev1_core_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *Taint) GetKey() string {
@@ -5379,7 +5452,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5391,7 +5464,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5404,7 +5477,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{73}
+	return file_corev1_core_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *NodeSpec) GetPodCidr() string {
@@ -5456,7 +5529,7 @@ type NodeCondition struct {
 
 func (x *NodeCondition) Reset() {
 	*x = NodeCondition{}
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5468,7 +5541,7 @@ func (x *NodeCondition) String() string {
 func (*NodeCondition) ProtoMessage() {}
 
 func (x *NodeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5481,7 +5554,7 @@ func (x *NodeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCondition.ProtoReflect.Descriptor instead.
 func (*NodeCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{74}
+	return file_corev1_core_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *NodeCondition) GetType() string {
@@ -5536,7 +5609,7 @@ type NodeAddress struct {
 
 func (x *NodeAddress) Reset() {
 	*x = NodeAddress{}
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5548,7 +5621,7 @@ func (x *NodeAddress) String() string {
 func (*NodeAddress) ProtoMessage() {}
 
 func (x *NodeAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5561,7 +5634,7 @@ func (x *NodeAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAddress.ProtoReflect.Descriptor instead.
 func (*NodeAddress) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{75}
+	return file_corev1_core_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *NodeAddress) GetType() string {
@@ -5588,7 +5661,7 @@ type ContainerImage struct {
 
 func (x *ContainerImage) Reset() {
 	*x = ContainerImage{}
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5600,7 +5673,7 @@ func (x *ContainerImage) String() string {
 func (*ContainerImage) ProtoMessage() {}
 
 func (x *ContainerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5613,7 +5686,7 @@ func (x *ContainerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerImage.ProtoReflect.Descriptor instead.
 func (*ContainerImage) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{76}
+	return file_corev1_core_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ContainerImage) GetNames() []string {
@@ -5645,7 +5718,7 @@ type NodeSystemInfo struct {
 
 func (x *NodeSystemInfo) Reset() {
 	*x = NodeSystemInfo{}
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5657,7 +5730,7 @@ func (x *NodeSystemInfo) String() string {
 func (*NodeSystemInfo) ProtoMessage() {}
 
 func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5670,7 +5743,7 @@ func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSystemInfo.ProtoReflect.Descriptor instead.
 func (*NodeSystemInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{77}
+	return file_corev1_core_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *NodeSystemInfo) GetMachineId() string {
@@ -5737,7 +5810,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5749,7 +5822,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5762,7 +5835,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{78}
+	return file_corev1_core_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *NodeStatus) GetCapacity() map[string]string {
@@ -5825,7 +5898,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5837,7 +5910,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5850,7 +5923,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{79}
+	return file_corev1_core_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -5888,7 +5961,7 @@ type ServicePort struct {
 
 func (x *ServicePort) Reset() {
 	*x = ServicePort{}
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5900,7 +5973,7 @@ func (x *ServicePort) String() string {
 func (*ServicePort) ProtoMessage() {}
 
 func (x *ServicePort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5913,7 +5986,7 @@ func (x *ServicePort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePort.ProtoReflect.Descriptor instead.
 func (*ServicePort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{80}
+	return file_corev1_core_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ServicePort) GetName() string {
@@ -5974,7 +6047,7 @@ type ServiceSpec struct {
 
 func (x *ServiceSpec) Reset() {
 	*x = ServiceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5986,7 +6059,7 @@ func (x *ServiceSpec) String() string {
 func (*ServiceSpec) ProtoMessage() {}
 
 func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5999,7 +6072,7 @@ func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceSpec.ProtoReflect.Descriptor instead.
 func (*ServiceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{81}
+	return file_corev1_core_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ServiceSpec) GetPorts() []*ServicePort {
@@ -6068,7 +6141,7 @@ type SessionAffinityConfig struct {
 
 func (x *SessionAffinityConfig) Reset() {
 	*x = SessionAffinityConfig{}
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6080,7 +6153,7 @@ func (x *SessionAffinityConfig) String() string {
 func (*SessionAffinityConfig) ProtoMessage() {}
 
 func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6093,7 +6166,7 @@ func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAffinityConfig.ProtoReflect.Descriptor instead.
 func (*SessionAffinityConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{82}
+	return file_corev1_core_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *SessionAffinityConfig) GetClientIp() *ClientIPConfig {
@@ -6115,7 +6188,7 @@ type ClientIPConfig struct {
 
 func (x *ClientIPConfig) Reset() {
 	*x = ClientIPConfig{}
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6127,7 +6200,7 @@ func (x *ClientIPConfig) String() string {
 func (*ClientIPConfig) ProtoMessage() {}
 
 func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6140,7 +6213,7 @@ func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientIPConfig.ProtoReflect.Descriptor instead.
 func (*ClientIPConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{83}
+	return file_corev1_core_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ClientIPConfig) GetTimeoutSeconds() int32 {
@@ -6158,7 +6231,7 @@ type ServiceStatus struct {
 
 func (x *ServiceStatus) Reset() {
 	*x = ServiceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6170,7 +6243,7 @@ func (x *ServiceStatus) String() string {
 func (*ServiceStatus) ProtoMessage() {}
 
 func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6183,7 +6256,7 @@ func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStatus.ProtoReflect.Descriptor instead.
 func (*ServiceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{84}
+	return file_corev1_core_proto_rawDescGZIP(), []int{85}
 }
 
 type Service struct {
@@ -6197,7 +6270,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6209,7 +6282,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6222,7 +6295,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{85}
+	return file_corev1_core_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Service) GetMetadata() *ObjectMeta {
@@ -6257,7 +6330,7 @@ type EndpointConditions struct {
 
 func (x *EndpointConditions) Reset() {
 	*x = EndpointConditions{}
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6269,7 +6342,7 @@ func (x *EndpointConditions) String() string {
 func (*EndpointConditions) ProtoMessage() {}
 
 func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6282,7 +6355,7 @@ func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointConditions.ProtoReflect.Descriptor instead.
 func (*EndpointConditions) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{86}
+	return file_corev1_core_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *EndpointConditions) GetReady() bool {
@@ -6321,7 +6394,7 @@ type ObjectReference struct {
 
 func (x *ObjectReference) Reset() {
 	*x = ObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6333,7 +6406,7 @@ func (x *ObjectReference) String() string {
 func (*ObjectReference) ProtoMessage() {}
 
 func (x *ObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6346,7 +6419,7 @@ func (x *ObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReference.ProtoReflect.Descriptor instead.
 func (*ObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{87}
+	return file_corev1_core_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ObjectReference) GetKind() string {
@@ -6411,7 +6484,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6423,7 +6496,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6436,7 +6509,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{88}
+	return file_corev1_core_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *Endpoint) GetAddresses() []string {
@@ -6486,7 +6559,7 @@ type EndpointPort struct {
 
 func (x *EndpointPort) Reset() {
 	*x = EndpointPort{}
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6498,7 +6571,7 @@ func (x *EndpointPort) String() string {
 func (*EndpointPort) ProtoMessage() {}
 
 func (x *EndpointPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6511,7 +6584,7 @@ func (x *EndpointPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPort.ProtoReflect.Descriptor instead.
 func (*EndpointPort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{89}
+	return file_corev1_core_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *EndpointPort) GetName() string {
@@ -6555,7 +6628,7 @@ type EndpointSlice struct {
 
 func (x *EndpointSlice) Reset() {
 	*x = EndpointSlice{}
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6567,7 +6640,7 @@ func (x *EndpointSlice) String() string {
 func (*EndpointSlice) ProtoMessage() {}
 
 func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6580,7 +6653,7 @@ func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointSlice.ProtoReflect.Descriptor instead.
 func (*EndpointSlice) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{90}
+	return file_corev1_core_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *EndpointSlice) GetMetadata() *ObjectMeta {
@@ -6620,7 +6693,7 @@ type NamespaceSpec struct {
 
 func (x *NamespaceSpec) Reset() {
 	*x = NamespaceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6632,7 +6705,7 @@ func (x *NamespaceSpec) String() string {
 func (*NamespaceSpec) ProtoMessage() {}
 
 func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6645,7 +6718,7 @@ func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSpec.ProtoReflect.Descriptor instead.
 func (*NamespaceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{91}
+	return file_corev1_core_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *NamespaceSpec) GetFinalizers() []string {
@@ -6668,7 +6741,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6680,7 +6753,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6693,7 +6766,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{92}
+	return file_corev1_core_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *NamespaceStatus) GetPhase() string {
@@ -6723,7 +6796,7 @@ type NamespaceCondition struct {
 
 func (x *NamespaceCondition) Reset() {
 	*x = NamespaceCondition{}
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6735,7 +6808,7 @@ func (x *NamespaceCondition) String() string {
 func (*NamespaceCondition) ProtoMessage() {}
 
 func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6748,7 +6821,7 @@ func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCondition.ProtoReflect.Descriptor instead.
 func (*NamespaceCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{93}
+	return file_corev1_core_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *NamespaceCondition) GetType() string {
@@ -6797,7 +6870,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6809,7 +6882,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6822,7 +6895,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+	return file_corev1_core_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *Namespace) GetMetadata() *ObjectMeta {
@@ -6855,7 +6928,7 @@ type LocalObjectReference struct {
 
 func (x *LocalObjectReference) Reset() {
 	*x = LocalObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6867,7 +6940,7 @@ func (x *LocalObjectReference) String() string {
 func (*LocalObjectReference) ProtoMessage() {}
 
 func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6880,7 +6953,7 @@ func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalObjectReference.ProtoReflect.Descriptor instead.
 func (*LocalObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{95}
+	return file_corev1_core_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *LocalObjectReference) GetName() string {
@@ -6902,7 +6975,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6914,7 +6987,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6927,7 +7000,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{96}
+	return file_corev1_core_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ServiceAccount) GetMetadata() *ObjectMeta {
@@ -6970,7 +7043,7 @@ type ConfigMap struct {
 
 func (x *ConfigMap) Reset() {
 	*x = ConfigMap{}
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6982,7 +7055,7 @@ func (x *ConfigMap) String() string {
 func (*ConfigMap) ProtoMessage() {}
 
 func (x *ConfigMap) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6995,7 +7068,7 @@ func (x *ConfigMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMap.ProtoReflect.Descriptor instead.
 func (*ConfigMap) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{97}
+	return file_corev1_core_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ConfigMap) GetMetadata() *ObjectMeta {
@@ -7038,7 +7111,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7050,7 +7123,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7063,7 +7136,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{98}
+	return file_corev1_core_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *Secret) GetMetadata() *ObjectMeta {
@@ -7107,7 +7180,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7119,7 +7192,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7132,7 +7205,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{99}
+	return file_corev1_core_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *PolicyRule) GetVerbs() []string {
@@ -7180,7 +7253,7 @@ type Role struct {
 
 func (x *Role) Reset() {
 	*x = Role{}
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7192,7 +7265,7 @@ func (x *Role) String() string {
 func (*Role) ProtoMessage() {}
 
 func (x *Role) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7205,7 +7278,7 @@ func (x *Role) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Role.ProtoReflect.Descriptor instead.
 func (*Role) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{100}
+	return file_corev1_core_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *Role) GetMetadata() *ObjectMeta {
@@ -7232,7 +7305,7 @@ type ClusterRole struct {
 
 func (x *ClusterRole) Reset() {
 	*x = ClusterRole{}
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7244,7 +7317,7 @@ func (x *ClusterRole) String() string {
 func (*ClusterRole) ProtoMessage() {}
 
 func (x *ClusterRole) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7257,7 +7330,7 @@ func (x *ClusterRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRole.ProtoReflect.Descriptor instead.
 func (*ClusterRole) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{101}
+	return file_corev1_core_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *ClusterRole) GetMetadata() *ObjectMeta {
@@ -7286,7 +7359,7 @@ type Subject struct {
 
 func (x *Subject) Reset() {
 	*x = Subject{}
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7298,7 +7371,7 @@ func (x *Subject) String() string {
 func (*Subject) ProtoMessage() {}
 
 func (x *Subject) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7311,7 +7384,7 @@ func (x *Subject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subject.ProtoReflect.Descriptor instead.
 func (*Subject) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{102}
+	return file_corev1_core_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *Subject) GetKind() string {
@@ -7353,7 +7426,7 @@ type RoleRef struct {
 
 func (x *RoleRef) Reset() {
 	*x = RoleRef{}
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7365,7 +7438,7 @@ func (x *RoleRef) String() string {
 func (*RoleRef) ProtoMessage() {}
 
 func (x *RoleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7378,7 +7451,7 @@ func (x *RoleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleRef.ProtoReflect.Descriptor instead.
 func (*RoleRef) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{103}
+	return file_corev1_core_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RoleRef) GetApiGroup() string {
@@ -7413,7 +7486,7 @@ type RoleBinding struct {
 
 func (x *RoleBinding) Reset() {
 	*x = RoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7425,7 +7498,7 @@ func (x *RoleBinding) String() string {
 func (*RoleBinding) ProtoMessage() {}
 
 func (x *RoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7438,7 +7511,7 @@ func (x *RoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
 func (*RoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{104}
+	return file_corev1_core_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *RoleBinding) GetMetadata() *ObjectMeta {
@@ -7473,7 +7546,7 @@ type ClusterRoleBinding struct {
 
 func (x *ClusterRoleBinding) Reset() {
 	*x = ClusterRoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7485,7 +7558,7 @@ func (x *ClusterRoleBinding) String() string {
 func (*ClusterRoleBinding) ProtoMessage() {}
 
 func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7498,7 +7571,7 @@ func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRoleBinding.ProtoReflect.Descriptor instead.
 func (*ClusterRoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{105}
+	return file_corev1_core_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ClusterRoleBinding) GetMetadata() *ObjectMeta {
@@ -7532,7 +7605,7 @@ type EventSource struct {
 
 func (x *EventSource) Reset() {
 	*x = EventSource{}
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7544,7 +7617,7 @@ func (x *EventSource) String() string {
 func (*EventSource) ProtoMessage() {}
 
 func (x *EventSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7557,7 +7630,7 @@ func (x *EventSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
 func (*EventSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{106}
+	return file_corev1_core_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *EventSource) GetComponent() string {
@@ -7595,7 +7668,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7607,7 +7680,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7620,7 +7693,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{107}
+	return file_corev1_core_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *Event) GetMetadata() *ObjectMeta {
@@ -7729,7 +7802,7 @@ type LimitRangeItem struct {
 
 func (x *LimitRangeItem) Reset() {
 	*x = LimitRangeItem{}
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7741,7 +7814,7 @@ func (x *LimitRangeItem) String() string {
 func (*LimitRangeItem) ProtoMessage() {}
 
 func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7754,7 +7827,7 @@ func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeItem.ProtoReflect.Descriptor instead.
 func (*LimitRangeItem) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{108}
+	return file_corev1_core_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *LimitRangeItem) GetType() string {
@@ -7801,7 +7874,7 @@ type LimitRangeSpec struct {
 
 func (x *LimitRangeSpec) Reset() {
 	*x = LimitRangeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7813,7 +7886,7 @@ func (x *LimitRangeSpec) String() string {
 func (*LimitRangeSpec) ProtoMessage() {}
 
 func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7826,7 +7899,7 @@ func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeSpec.ProtoReflect.Descriptor instead.
 func (*LimitRangeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{109}
+	return file_corev1_core_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *LimitRangeSpec) GetLimits() []*LimitRangeItem {
@@ -7846,7 +7919,7 @@ type LimitRange struct {
 
 func (x *LimitRange) Reset() {
 	*x = LimitRange{}
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7858,7 +7931,7 @@ func (x *LimitRange) String() string {
 func (*LimitRange) ProtoMessage() {}
 
 func (x *LimitRange) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7871,7 +7944,7 @@ func (x *LimitRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRange.ProtoReflect.Descriptor instead.
 func (*LimitRange) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{110}
+	return file_corev1_core_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *LimitRange) GetMetadata() *ObjectMeta {
@@ -7902,7 +7975,7 @@ type SidecarPolicySpec struct {
 
 func (x *SidecarPolicySpec) Reset() {
 	*x = SidecarPolicySpec{}
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7914,7 +7987,7 @@ func (x *SidecarPolicySpec) String() string {
 func (*SidecarPolicySpec) ProtoMessage() {}
 
 func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7927,7 +8000,7 @@ func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicySpec.ProtoReflect.Descriptor instead.
 func (*SidecarPolicySpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{111}
+	return file_corev1_core_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *SidecarPolicySpec) GetSelector() map[string]string {
@@ -7968,7 +8041,7 @@ type SidecarPolicy struct {
 
 func (x *SidecarPolicy) Reset() {
 	*x = SidecarPolicy{}
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7980,7 +8053,7 @@ func (x *SidecarPolicy) String() string {
 func (*SidecarPolicy) ProtoMessage() {}
 
 func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7993,7 +8066,7 @@ func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicy.ProtoReflect.Descriptor instead.
 func (*SidecarPolicy) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{112}
+	return file_corev1_core_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *SidecarPolicy) GetMetadata() *ObjectMeta {
@@ -8023,7 +8096,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8035,7 +8108,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8048,7 +8121,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{113}
+	return file_corev1_core_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *StatusCause) GetType() string {
@@ -8091,7 +8164,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8103,7 +8176,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8116,7 +8189,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{114}
+	return file_corev1_core_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *Status) GetStatus() string {
@@ -8180,7 +8253,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8192,7 +8265,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8205,7 +8278,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{115}
+	return file_corev1_core_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -8243,7 +8316,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8255,7 +8328,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8268,7 +8341,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{116}
+	return file_corev1_core_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -8299,7 +8372,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8311,7 +8384,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8324,7 +8397,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{117}
+	return file_corev1_core_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -8383,7 +8456,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8395,7 +8468,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8408,7 +8481,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{118}
+	return file_corev1_core_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -8758,12 +8831,18 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x15ProjectedVolumeSource\x12;\n" +
 	"\asources\x18\x01 \x03(\v2!.podflow.core.v1.VolumeProjectionR\asources\x12&\n" +
 	"\fdefault_mode\x18\x02 \x01(\x05H\x00R\vdefaultMode\x88\x01\x01B\x0f\n" +
-	"\r_default_mode\"\xdd\x01\n" +
+	"\r_default_mode\"\xc1\x02\n" +
 	"\x10VolumeProjection\x12C\n" +
 	"\n" +
 	"config_map\x18\x01 \x01(\v2$.podflow.core.v1.ConfigMapProjectionR\tconfigMap\x129\n" +
 	"\x06secret\x18\x02 \x01(\v2!.podflow.core.v1.SecretProjectionR\x06secret\x12I\n" +
-	"\fdownward_api\x18\x03 \x01(\v2&.podflow.core.v1.DownwardAPIProjectionR\vdownwardApi\"\x89\x01\n" +
+	"\fdownward_api\x18\x03 \x01(\v2&.podflow.core.v1.DownwardAPIProjectionR\vdownwardApi\x12b\n" +
+	"\x15service_account_token\x18\x04 \x01(\v2..podflow.core.v1.ServiceAccountTokenProjectionR\x13serviceAccountToken\"\x9a\x01\n" +
+	"\x1dServiceAccountTokenProjection\x12\x1a\n" +
+	"\baudience\x18\x01 \x01(\tR\baudience\x122\n" +
+	"\x12expiration_seconds\x18\x02 \x01(\x03H\x00R\x11expirationSeconds\x88\x01\x01\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04pathB\x15\n" +
+	"\x13_expiration_seconds\"\x89\x01\n" +
 	"\x13ConfigMapProjection\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x05items\x18\x02 \x03(\v2\x1a.podflow.core.v1.KeyToPathR\x05items\x12\x1f\n" +
@@ -9288,7 +9367,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 137)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 138)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -9332,113 +9411,114 @@ var file_corev1_core_proto_goTypes = []any{
 	(*Volume)(nil),                            // 39: podflow.core.v1.Volume
 	(*ProjectedVolumeSource)(nil),             // 40: podflow.core.v1.ProjectedVolumeSource
 	(*VolumeProjection)(nil),                  // 41: podflow.core.v1.VolumeProjection
-	(*ConfigMapProjection)(nil),               // 42: podflow.core.v1.ConfigMapProjection
-	(*SecretProjection)(nil),                  // 43: podflow.core.v1.SecretProjection
-	(*DownwardAPIProjection)(nil),             // 44: podflow.core.v1.DownwardAPIProjection
-	(*Toleration)(nil),                        // 45: podflow.core.v1.Toleration
-	(*NodeSelectorRequirement)(nil),           // 46: podflow.core.v1.NodeSelectorRequirement
-	(*NodeSelectorTerm)(nil),                  // 47: podflow.core.v1.NodeSelectorTerm
-	(*NodeSelector)(nil),                      // 48: podflow.core.v1.NodeSelector
-	(*PreferredSchedulingTerm)(nil),           // 49: podflow.core.v1.PreferredSchedulingTerm
-	(*NodeAffinity)(nil),                      // 50: podflow.core.v1.NodeAffinity
-	(*LabelSelectorRequirement)(nil),          // 51: podflow.core.v1.LabelSelectorRequirement
-	(*LabelSelector)(nil),                     // 52: podflow.core.v1.LabelSelector
-	(*PodAffinityTerm)(nil),                   // 53: podflow.core.v1.PodAffinityTerm
-	(*WeightedPodAffinityTerm)(nil),           // 54: podflow.core.v1.WeightedPodAffinityTerm
-	(*PodAffinity)(nil),                       // 55: podflow.core.v1.PodAffinity
-	(*PodAntiAffinity)(nil),                   // 56: podflow.core.v1.PodAntiAffinity
-	(*Affinity)(nil),                          // 57: podflow.core.v1.Affinity
-	(*TopologySpreadConstraint)(nil),          // 58: podflow.core.v1.TopologySpreadConstraint
-	(*PodSchedulingGate)(nil),                 // 59: podflow.core.v1.PodSchedulingGate
-	(*PodSpec)(nil),                           // 60: podflow.core.v1.PodSpec
-	(*PodDNSConfig)(nil),                      // 61: podflow.core.v1.PodDNSConfig
-	(*PodDNSConfigOption)(nil),                // 62: podflow.core.v1.PodDNSConfigOption
-	(*PodCondition)(nil),                      // 63: podflow.core.v1.PodCondition
-	(*ContainerStateWaiting)(nil),             // 64: podflow.core.v1.ContainerStateWaiting
-	(*ContainerStateRunning)(nil),             // 65: podflow.core.v1.ContainerStateRunning
-	(*ContainerStateTerminated)(nil),          // 66: podflow.core.v1.ContainerStateTerminated
-	(*ContainerState)(nil),                    // 67: podflow.core.v1.ContainerState
-	(*ContainerStatus)(nil),                   // 68: podflow.core.v1.ContainerStatus
-	(*PodIP)(nil),                             // 69: podflow.core.v1.PodIP
-	(*PodStatus)(nil),                         // 70: podflow.core.v1.PodStatus
-	(*Pod)(nil),                               // 71: podflow.core.v1.Pod
-	(*Taint)(nil),                             // 72: podflow.core.v1.Taint
-	(*NodeSpec)(nil),                          // 73: podflow.core.v1.NodeSpec
-	(*NodeCondition)(nil),                     // 74: podflow.core.v1.NodeCondition
-	(*NodeAddress)(nil),                       // 75: podflow.core.v1.NodeAddress
-	(*ContainerImage)(nil),                    // 76: podflow.core.v1.ContainerImage
-	(*NodeSystemInfo)(nil),                    // 77: podflow.core.v1.NodeSystemInfo
-	(*NodeStatus)(nil),                        // 78: podflow.core.v1.NodeStatus
-	(*Node)(nil),                              // 79: podflow.core.v1.Node
-	(*ServicePort)(nil),                       // 80: podflow.core.v1.ServicePort
-	(*ServiceSpec)(nil),                       // 81: podflow.core.v1.ServiceSpec
-	(*SessionAffinityConfig)(nil),             // 82: podflow.core.v1.SessionAffinityConfig
-	(*ClientIPConfig)(nil),                    // 83: podflow.core.v1.ClientIPConfig
-	(*ServiceStatus)(nil),                     // 84: podflow.core.v1.ServiceStatus
-	(*Service)(nil),                           // 85: podflow.core.v1.Service
-	(*EndpointConditions)(nil),                // 86: podflow.core.v1.EndpointConditions
-	(*ObjectReference)(nil),                   // 87: podflow.core.v1.ObjectReference
-	(*Endpoint)(nil),                          // 88: podflow.core.v1.Endpoint
-	(*EndpointPort)(nil),                      // 89: podflow.core.v1.EndpointPort
-	(*EndpointSlice)(nil),                     // 90: podflow.core.v1.EndpointSlice
-	(*NamespaceSpec)(nil),                     // 91: podflow.core.v1.NamespaceSpec
-	(*NamespaceStatus)(nil),                   // 92: podflow.core.v1.NamespaceStatus
-	(*NamespaceCondition)(nil),                // 93: podflow.core.v1.NamespaceCondition
-	(*Namespace)(nil),                         // 94: podflow.core.v1.Namespace
-	(*LocalObjectReference)(nil),              // 95: podflow.core.v1.LocalObjectReference
-	(*ServiceAccount)(nil),                    // 96: podflow.core.v1.ServiceAccount
-	(*ConfigMap)(nil),                         // 97: podflow.core.v1.ConfigMap
-	(*Secret)(nil),                            // 98: podflow.core.v1.Secret
-	(*PolicyRule)(nil),                        // 99: podflow.core.v1.PolicyRule
-	(*Role)(nil),                              // 100: podflow.core.v1.Role
-	(*ClusterRole)(nil),                       // 101: podflow.core.v1.ClusterRole
-	(*Subject)(nil),                           // 102: podflow.core.v1.Subject
-	(*RoleRef)(nil),                           // 103: podflow.core.v1.RoleRef
-	(*RoleBinding)(nil),                       // 104: podflow.core.v1.RoleBinding
-	(*ClusterRoleBinding)(nil),                // 105: podflow.core.v1.ClusterRoleBinding
-	(*EventSource)(nil),                       // 106: podflow.core.v1.EventSource
-	(*Event)(nil),                             // 107: podflow.core.v1.Event
-	(*LimitRangeItem)(nil),                    // 108: podflow.core.v1.LimitRangeItem
-	(*LimitRangeSpec)(nil),                    // 109: podflow.core.v1.LimitRangeSpec
-	(*LimitRange)(nil),                        // 110: podflow.core.v1.LimitRange
-	(*SidecarPolicySpec)(nil),                 // 111: podflow.core.v1.SidecarPolicySpec
-	(*SidecarPolicy)(nil),                     // 112: podflow.core.v1.SidecarPolicy
-	(*StatusCause)(nil),                       // 113: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 114: podflow.core.v1.Status
-	(*UserInfo)(nil),                          // 115: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 116: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 117: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 118: podflow.core.v1.PriorityClass
-	nil,                                       // 119: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 120: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 121: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 122: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 123: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 124: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 125: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 126: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 127: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 128: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 129: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 130: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 131: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 132: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 133: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 134: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 135: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 136: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 137: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 138: google.protobuf.Struct
+	(*ServiceAccountTokenProjection)(nil),     // 42: podflow.core.v1.ServiceAccountTokenProjection
+	(*ConfigMapProjection)(nil),               // 43: podflow.core.v1.ConfigMapProjection
+	(*SecretProjection)(nil),                  // 44: podflow.core.v1.SecretProjection
+	(*DownwardAPIProjection)(nil),             // 45: podflow.core.v1.DownwardAPIProjection
+	(*Toleration)(nil),                        // 46: podflow.core.v1.Toleration
+	(*NodeSelectorRequirement)(nil),           // 47: podflow.core.v1.NodeSelectorRequirement
+	(*NodeSelectorTerm)(nil),                  // 48: podflow.core.v1.NodeSelectorTerm
+	(*NodeSelector)(nil),                      // 49: podflow.core.v1.NodeSelector
+	(*PreferredSchedulingTerm)(nil),           // 50: podflow.core.v1.PreferredSchedulingTerm
+	(*NodeAffinity)(nil),                      // 51: podflow.core.v1.NodeAffinity
+	(*LabelSelectorRequirement)(nil),          // 52: podflow.core.v1.LabelSelectorRequirement
+	(*LabelSelector)(nil),                     // 53: podflow.core.v1.LabelSelector
+	(*PodAffinityTerm)(nil),                   // 54: podflow.core.v1.PodAffinityTerm
+	(*WeightedPodAffinityTerm)(nil),           // 55: podflow.core.v1.WeightedPodAffinityTerm
+	(*PodAffinity)(nil),                       // 56: podflow.core.v1.PodAffinity
+	(*PodAntiAffinity)(nil),                   // 57: podflow.core.v1.PodAntiAffinity
+	(*Affinity)(nil),                          // 58: podflow.core.v1.Affinity
+	(*TopologySpreadConstraint)(nil),          // 59: podflow.core.v1.TopologySpreadConstraint
+	(*PodSchedulingGate)(nil),                 // 60: podflow.core.v1.PodSchedulingGate
+	(*PodSpec)(nil),                           // 61: podflow.core.v1.PodSpec
+	(*PodDNSConfig)(nil),                      // 62: podflow.core.v1.PodDNSConfig
+	(*PodDNSConfigOption)(nil),                // 63: podflow.core.v1.PodDNSConfigOption
+	(*PodCondition)(nil),                      // 64: podflow.core.v1.PodCondition
+	(*ContainerStateWaiting)(nil),             // 65: podflow.core.v1.ContainerStateWaiting
+	(*ContainerStateRunning)(nil),             // 66: podflow.core.v1.ContainerStateRunning
+	(*ContainerStateTerminated)(nil),          // 67: podflow.core.v1.ContainerStateTerminated
+	(*ContainerState)(nil),                    // 68: podflow.core.v1.ContainerState
+	(*ContainerStatus)(nil),                   // 69: podflow.core.v1.ContainerStatus
+	(*PodIP)(nil),                             // 70: podflow.core.v1.PodIP
+	(*PodStatus)(nil),                         // 71: podflow.core.v1.PodStatus
+	(*Pod)(nil),                               // 72: podflow.core.v1.Pod
+	(*Taint)(nil),                             // 73: podflow.core.v1.Taint
+	(*NodeSpec)(nil),                          // 74: podflow.core.v1.NodeSpec
+	(*NodeCondition)(nil),                     // 75: podflow.core.v1.NodeCondition
+	(*NodeAddress)(nil),                       // 76: podflow.core.v1.NodeAddress
+	(*ContainerImage)(nil),                    // 77: podflow.core.v1.ContainerImage
+	(*NodeSystemInfo)(nil),                    // 78: podflow.core.v1.NodeSystemInfo
+	(*NodeStatus)(nil),                        // 79: podflow.core.v1.NodeStatus
+	(*Node)(nil),                              // 80: podflow.core.v1.Node
+	(*ServicePort)(nil),                       // 81: podflow.core.v1.ServicePort
+	(*ServiceSpec)(nil),                       // 82: podflow.core.v1.ServiceSpec
+	(*SessionAffinityConfig)(nil),             // 83: podflow.core.v1.SessionAffinityConfig
+	(*ClientIPConfig)(nil),                    // 84: podflow.core.v1.ClientIPConfig
+	(*ServiceStatus)(nil),                     // 85: podflow.core.v1.ServiceStatus
+	(*Service)(nil),                           // 86: podflow.core.v1.Service
+	(*EndpointConditions)(nil),                // 87: podflow.core.v1.EndpointConditions
+	(*ObjectReference)(nil),                   // 88: podflow.core.v1.ObjectReference
+	(*Endpoint)(nil),                          // 89: podflow.core.v1.Endpoint
+	(*EndpointPort)(nil),                      // 90: podflow.core.v1.EndpointPort
+	(*EndpointSlice)(nil),                     // 91: podflow.core.v1.EndpointSlice
+	(*NamespaceSpec)(nil),                     // 92: podflow.core.v1.NamespaceSpec
+	(*NamespaceStatus)(nil),                   // 93: podflow.core.v1.NamespaceStatus
+	(*NamespaceCondition)(nil),                // 94: podflow.core.v1.NamespaceCondition
+	(*Namespace)(nil),                         // 95: podflow.core.v1.Namespace
+	(*LocalObjectReference)(nil),              // 96: podflow.core.v1.LocalObjectReference
+	(*ServiceAccount)(nil),                    // 97: podflow.core.v1.ServiceAccount
+	(*ConfigMap)(nil),                         // 98: podflow.core.v1.ConfigMap
+	(*Secret)(nil),                            // 99: podflow.core.v1.Secret
+	(*PolicyRule)(nil),                        // 100: podflow.core.v1.PolicyRule
+	(*Role)(nil),                              // 101: podflow.core.v1.Role
+	(*ClusterRole)(nil),                       // 102: podflow.core.v1.ClusterRole
+	(*Subject)(nil),                           // 103: podflow.core.v1.Subject
+	(*RoleRef)(nil),                           // 104: podflow.core.v1.RoleRef
+	(*RoleBinding)(nil),                       // 105: podflow.core.v1.RoleBinding
+	(*ClusterRoleBinding)(nil),                // 106: podflow.core.v1.ClusterRoleBinding
+	(*EventSource)(nil),                       // 107: podflow.core.v1.EventSource
+	(*Event)(nil),                             // 108: podflow.core.v1.Event
+	(*LimitRangeItem)(nil),                    // 109: podflow.core.v1.LimitRangeItem
+	(*LimitRangeSpec)(nil),                    // 110: podflow.core.v1.LimitRangeSpec
+	(*LimitRange)(nil),                        // 111: podflow.core.v1.LimitRange
+	(*SidecarPolicySpec)(nil),                 // 112: podflow.core.v1.SidecarPolicySpec
+	(*SidecarPolicy)(nil),                     // 113: podflow.core.v1.SidecarPolicy
+	(*StatusCause)(nil),                       // 114: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 115: podflow.core.v1.Status
+	(*UserInfo)(nil),                          // 116: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 117: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 118: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 119: podflow.core.v1.PriorityClass
+	nil,                                       // 120: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 121: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 122: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 123: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 124: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 125: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 126: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 127: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 128: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 129: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 130: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 131: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 132: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 133: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 134: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 135: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 136: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 137: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 138: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 139: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	119, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	120, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	137, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	137, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	120, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	121, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	138, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	138, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	137, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	138, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	138, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	139, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -9446,8 +9526,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	5,   // 12: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	7,   // 13: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	8,   // 14: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	121, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	122, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	122, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	123, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	19,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	15,  // 18: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	19,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -9498,142 +9578,143 @@ var file_corev1_core_proto_depIdxs = []int32{
 	36,  // 64: podflow.core.v1.Volume.downward_api:type_name -> podflow.core.v1.DownwardAPIVolumeSource
 	40,  // 65: podflow.core.v1.Volume.projected:type_name -> podflow.core.v1.ProjectedVolumeSource
 	41,  // 66: podflow.core.v1.ProjectedVolumeSource.sources:type_name -> podflow.core.v1.VolumeProjection
-	42,  // 67: podflow.core.v1.VolumeProjection.config_map:type_name -> podflow.core.v1.ConfigMapProjection
-	43,  // 68: podflow.core.v1.VolumeProjection.secret:type_name -> podflow.core.v1.SecretProjection
-	44,  // 69: podflow.core.v1.VolumeProjection.downward_api:type_name -> podflow.core.v1.DownwardAPIProjection
-	31,  // 70: podflow.core.v1.ConfigMapProjection.items:type_name -> podflow.core.v1.KeyToPath
-	31,  // 71: podflow.core.v1.SecretProjection.items:type_name -> podflow.core.v1.KeyToPath
-	37,  // 72: podflow.core.v1.DownwardAPIProjection.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
-	46,  // 73: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
-	46,  // 74: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
-	47,  // 75: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
-	47,  // 76: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
-	48,  // 77: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
-	49,  // 78: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	123, // 79: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
-	51,  // 80: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
-	52,  // 81: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
-	52,  // 82: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
-	53,  // 83: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
-	53,  // 84: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	54,  // 85: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	53,  // 86: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	54,  // 87: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	50,  // 88: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
-	55,  // 89: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
-	56,  // 90: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
-	52,  // 91: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
-	39,  // 92: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
-	29,  // 93: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
-	29,  // 94: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	124, // 95: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
-	27,  // 96: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
-	57,  // 97: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
-	45,  // 98: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
-	58,  // 99: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
-	59,  // 100: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
-	61,  // 101: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
-	95,  // 102: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	30,  // 103: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
-	62,  // 104: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	137, // 105: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	137, // 106: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	137, // 107: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	137, // 108: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	137, // 109: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
-	64,  // 110: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
-	65,  // 111: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
-	66,  // 112: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
-	67,  // 113: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
-	67,  // 114: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
-	63,  // 115: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
-	69,  // 116: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	137, // 117: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
-	68,  // 118: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	68,  // 119: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	68,  // 120: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	1,   // 121: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
-	60,  // 122: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
-	70,  // 123: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	137, // 124: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	72,  // 125: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	137, // 126: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	137, // 127: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	125, // 128: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	126, // 129: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
-	74,  // 130: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
-	75,  // 131: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
-	77,  // 132: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
-	76,  // 133: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
-	1,   // 134: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
-	73,  // 135: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
-	78,  // 136: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
-	19,  // 137: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
-	80,  // 138: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	127, // 139: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
-	82,  // 140: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
-	83,  // 141: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
-	1,   // 142: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
-	81,  // 143: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
-	84,  // 144: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
-	86,  // 145: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
-	87,  // 146: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
-	1,   // 147: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
-	88,  // 148: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
-	89,  // 149: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
-	93,  // 150: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	137, // 151: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 152: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
-	91,  // 153: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
-	92,  // 154: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
-	1,   // 155: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
-	87,  // 156: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
-	95,  // 157: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	1,   // 158: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	128, // 159: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	129, // 160: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
-	1,   // 161: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	130, // 162: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
-	1,   // 163: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
-	99,  // 164: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 165: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
-	99,  // 166: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 167: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	102, // 168: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	103, // 169: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 170: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	102, // 171: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	103, // 172: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 173: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
-	87,  // 174: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
-	106, // 175: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	137, // 176: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	137, // 177: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	137, // 178: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	131, // 179: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	132, // 180: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	133, // 181: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	134, // 182: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
-	108, // 183: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
-	1,   // 184: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
-	109, // 185: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	135, // 186: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	29,  // 187: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
-	29,  // 188: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
-	39,  // 189: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
-	1,   // 190: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
-	111, // 191: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
-	113, // 192: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 193: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	136, // 194: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	11,  // 195: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 196: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	117, // 197: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	198, // [198:198] is the sub-list for method output_type
-	198, // [198:198] is the sub-list for method input_type
-	198, // [198:198] is the sub-list for extension type_name
-	198, // [198:198] is the sub-list for extension extendee
-	0,   // [0:198] is the sub-list for field type_name
+	43,  // 67: podflow.core.v1.VolumeProjection.config_map:type_name -> podflow.core.v1.ConfigMapProjection
+	44,  // 68: podflow.core.v1.VolumeProjection.secret:type_name -> podflow.core.v1.SecretProjection
+	45,  // 69: podflow.core.v1.VolumeProjection.downward_api:type_name -> podflow.core.v1.DownwardAPIProjection
+	42,  // 70: podflow.core.v1.VolumeProjection.service_account_token:type_name -> podflow.core.v1.ServiceAccountTokenProjection
+	31,  // 71: podflow.core.v1.ConfigMapProjection.items:type_name -> podflow.core.v1.KeyToPath
+	31,  // 72: podflow.core.v1.SecretProjection.items:type_name -> podflow.core.v1.KeyToPath
+	37,  // 73: podflow.core.v1.DownwardAPIProjection.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
+	47,  // 74: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
+	47,  // 75: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
+	48,  // 76: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
+	48,  // 77: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
+	49,  // 78: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
+	50,  // 79: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
+	124, // 80: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	52,  // 81: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
+	53,  // 82: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
+	53,  // 83: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
+	54,  // 84: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
+	54,  // 85: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	55,  // 86: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	54,  // 87: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	55,  // 88: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	51,  // 89: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
+	56,  // 90: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
+	57,  // 91: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
+	53,  // 92: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
+	39,  // 93: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
+	29,  // 94: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
+	29,  // 95: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
+	125, // 96: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	27,  // 97: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
+	58,  // 98: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
+	46,  // 99: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
+	59,  // 100: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
+	60,  // 101: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
+	62,  // 102: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
+	96,  // 103: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	30,  // 104: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
+	63,  // 105: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
+	138, // 106: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	138, // 107: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	138, // 108: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	138, // 109: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	138, // 110: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	65,  // 111: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
+	66,  // 112: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
+	67,  // 113: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
+	68,  // 114: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
+	68,  // 115: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
+	64,  // 116: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
+	70,  // 117: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
+	138, // 118: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	69,  // 119: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	69,  // 120: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	69,  // 121: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	1,   // 122: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
+	61,  // 123: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
+	71,  // 124: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
+	138, // 125: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	73,  // 126: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
+	138, // 127: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	138, // 128: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	126, // 129: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	127, // 130: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	75,  // 131: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
+	76,  // 132: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
+	78,  // 133: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
+	77,  // 134: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
+	1,   // 135: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
+	74,  // 136: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
+	79,  // 137: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
+	19,  // 138: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
+	81,  // 139: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
+	128, // 140: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	83,  // 141: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
+	84,  // 142: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
+	1,   // 143: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
+	82,  // 144: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
+	85,  // 145: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
+	87,  // 146: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
+	88,  // 147: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
+	1,   // 148: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
+	89,  // 149: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
+	90,  // 150: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
+	94,  // 151: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
+	138, // 152: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 153: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
+	92,  // 154: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
+	93,  // 155: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
+	1,   // 156: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
+	88,  // 157: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
+	96,  // 158: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	1,   // 159: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
+	129, // 160: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	130, // 161: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	1,   // 162: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
+	131, // 163: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	1,   // 164: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
+	100, // 165: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 166: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
+	100, // 167: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 168: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	103, // 169: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	104, // 170: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 171: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	103, // 172: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	104, // 173: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 174: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
+	88,  // 175: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
+	107, // 176: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
+	138, // 177: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	138, // 178: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	138, // 179: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	132, // 180: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	133, // 181: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	134, // 182: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	135, // 183: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	109, // 184: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
+	1,   // 185: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
+	110, // 186: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
+	136, // 187: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	29,  // 188: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
+	29,  // 189: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
+	39,  // 190: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
+	1,   // 191: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
+	112, // 192: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
+	114, // 193: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 194: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	137, // 195: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	11,  // 196: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 197: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	118, // 198: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	199, // [199:199] is the sub-list for method output_type
+	199, // [199:199] is the sub-list for method input_type
+	199, // [199:199] is the sub-list for extension type_name
+	199, // [199:199] is the sub-list for extension extendee
+	0,   // [0:199] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -9661,27 +9742,28 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[40].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[42].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[43].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[45].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[58].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[60].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[62].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[68].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[80].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[83].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[86].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[88].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[44].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[46].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[59].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[61].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[63].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[69].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[81].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[84].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[87].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[89].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[96].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[90].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[97].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[98].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[118].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[99].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[119].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   137,
+			NumMessages:   138,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -192,8 +192,9 @@ func validateKeyToPath(p *field.Path, kp *corev1.KeyToPath) field.ErrorList {
 }
 
 // validateProjectedVolume is validateProjectedVolumeSource: the default
-// mode, each source's name and items, one kind per source, and no path
-// projected twice ("conflicting duplicate paths").
+// mode, each source's name and items, a serviceAccountToken's path and
+// expirationSeconds (at least 10 minutes), one kind per source, and no
+// path projected twice ("conflicting duplicate paths").
 func validateProjectedVolume(p *field.Path, s *corev1.ProjectedVolumeSource) field.ErrorList {
 	errs := fileMode(p.Child("defaultMode"), s.DefaultMode)
 	paths := map[string]bool{}
@@ -232,6 +233,22 @@ func validateProjectedVolume(p *field.Path, s *corev1.ProjectedVolumeSource) fie
 				errs = append(errs, validateDownwardAPIFile(sp.Child("downwardAPI", "items").Index(j), f)...)
 				dup(f.GetPath(), f.GetPath())
 			}
+		}
+		if t := src.GetServiceAccountToken(); t != nil {
+			n++
+			tp := sp.Child("serviceAccountToken")
+			switch e := t.GetExpirationSeconds(); {
+			case t.ExpirationSeconds == nil: // Kubernetes' default, 3600
+			case e < 10*60:
+				errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), e, "may not specify a duration less than 10 minutes"))
+			case e > 1<<32:
+				errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), e, "may not specify a duration larger than 2^32 seconds"))
+			}
+			if t.GetPath() == "" {
+				errs = append(errs, field.Required(tp.Child("path"), ""))
+			}
+			errs = append(errs, localNonReservedPath(tp.Child("path"), t.GetPath())...)
+			dup(t.GetPath(), t.GetPath())
 		}
 		if n > 1 {
 			errs = append(errs, field.Forbidden(sp, "may not specify more than 1 volume type per source"))

@@ -19,6 +19,8 @@ func dres(path, ctr, r, div string) *corev1.DownwardAPIVolumeFile {
 
 func i32(v int32) *int32 { return &v }
 
+func i64(v int64) *int64 { return &v }
+
 // The downwardAPI, projected, configMap and secret volumes' items are
 // checked at admission as kube-apiserver checks them: each bad item is
 // refused 422, the cause naming the item.
@@ -79,6 +81,16 @@ func TestValidateFileVolumeItems(t *testing.T) {
 			[]string{"FieldValueRequired " + s + "[0].secret.name", "FieldValueRequired " + s + "[0].secret.items[0].key",
 				"FieldValueInvalid " + s + "[0].secret.items[0].path", "FieldValueInvalid " + s + "[0].secret.items[0].mode",
 				"FieldValueNotSupported " + s + "[1].downwardAPI.items[0].fieldRef.fieldPath"}},
+		{"projected serviceAccountToken valid", projected(
+			&corev1.VolumeProjection{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
+			&corev1.VolumeProjection{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "vault/token", Audience: "vault", ExpirationSeconds: i64(600)}}), nil},
+		{"projected serviceAccountToken bad", projected(
+			&corev1.VolumeProjection{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "", ExpirationSeconds: i64(599)}},
+			&corev1.VolumeProjection{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "../t", ExpirationSeconds: i64(1<<32 + 1)}},
+			&corev1.VolumeProjection{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "t"}, Secret: &corev1.SecretProjection{Name: "s"}}),
+			[]string{"FieldValueInvalid " + s + "[0].serviceAccountToken.expirationSeconds", "FieldValueRequired " + s + "[0].serviceAccountToken.path",
+				"FieldValueInvalid " + s + "[1].serviceAccountToken.expirationSeconds", "FieldValueInvalid " + s + "[1].serviceAccountToken.path",
+				"FieldValueForbidden " + s + "[2]"}},
 		{"projected defaultMode", func(p *corev1.Pod) {
 			projected(&corev1.VolumeProjection{Secret: &corev1.SecretProjection{Name: "s"}})(p)
 			p.Spec.Volumes[0].Projected.DefaultMode = i32(0o2000)

@@ -5,7 +5,9 @@
 // bearer token (a static token file and ServiceAccount token Secrets) and
 // authorizes with RBAC from the store. A pod creation continues as
 // PodAuthorized to admission, or ends as PodRejected with Unauthorized or
-// Forbidden — the seed's failure 1.
+// Forbidden — the seed's failure 1. It also signs node agents' projected
+// serviceAccountTokens (pipeline.TokenPrefix.<node>, nodetoken.go) after
+// checking them as kube-apiserver's node authorizer and NodeRestriction do.
 package api
 
 import (
@@ -239,6 +241,9 @@ func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 		return err
 	}
 	if err := s.serve(ctx, g, pipeline.ObjectSubject, s.onObject); err != nil {
+		return err
+	}
+	if err := s.serve(ctx, g, pipeline.TokenPrefix+".*", s.onNodeToken); err != nil {
 		return err
 	}
 	if s.cfg.HTTPS != nil {

@@ -52,6 +52,7 @@ type system struct {
 	ca    *pki.CA
 	store *objects.Store
 	conn  *bus.Conn
+	srv   *bus.Embedded
 }
 
 type options struct {
@@ -59,6 +60,9 @@ type options struct {
 	history  int64 // store history kept, in revisions (0: default)
 	replicas int   // store replicas (0: 1)
 	fsync    bool  // fsync the raft log, as in production (tests skip it)
+	// nodes are node agents' bus roles (pipeline.NodeAgentRole) the
+	// server has besides the admin's, for tests that connect as a node.
+	nodes []string
 }
 
 func freeAddr(t testing.TB) string {
@@ -73,7 +77,11 @@ func freeAddr(t testing.TB) string {
 func startSystem(t testing.TB, o options) *system {
 	t.Helper()
 	dir := t.TempDir()
-	srv := bustest.Server(t)
+	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
+	for _, n := range o.nodes {
+		bcfg.Roles = append(bcfg.Roles, pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(n), n))
+	}
+	srv := bustest.ServerAt(t, bcfg)
 	conn := bustest.Connect(t, srv, "test")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -189,7 +197,7 @@ func startSystem(t testing.TB, o options) *system {
 	run(pipeline.Persistence, func(env stage.Env) (stage.Handler, error) { return persistence.New(env), nil })
 	t.Cleanup(func() { stop(); wg.Wait() }) // before the connections close (cleanups run last-in first-out)
 
-	s := &system{url: "https://" + hc.Addr, dir: dir, ca: ca, store: st, conn: conn}
+	s := &system{url: "https://" + hc.Addr, dir: dir, ca: ca, store: st, conn: conn, srv: srv}
 	c := s.client(t, adminToken)
 	deadline := time.Now().Add(20 * time.Second)
 	for {

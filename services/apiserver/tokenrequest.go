@@ -136,7 +136,7 @@ func (s *Server) boundObject(ctx context.Context, req *request, ref *authenticat
 		return auth.BoundObject{}, st
 	}
 	if p, ok := obj.(*corev1.Pod); ok {
-		if sa := podServiceAccount(p); sa != req.name {
+		if sa := PodServiceAccount(p); sa != req.name {
 			return auth.BoundObject{}, badRequest("cannot bind token for serviceaccount %q to pod running with serviceaccount %q", req.name, sa)
 		}
 	}
@@ -149,10 +149,10 @@ func (s *Server) boundObject(ctx context.Context, req *request, ref *authenticat
 	return auth.BoundObject{Kind: gvk.Kind, Name: ref.Name, UID: uid}, nil
 }
 
-// podServiceAccount is the ServiceAccount pod runs as: its
+// PodServiceAccount is the ServiceAccount pod runs as: its
 // serviceAccountName, "default" when it names none (what Kubernetes'
 // ServiceAccount admission sets).
-func podServiceAccount(p *corev1.Pod) string {
+func PodServiceAccount(p *corev1.Pod) string {
 	if sa := p.GetSpec().GetServiceAccountName(); sa != "" {
 		return sa
 	}

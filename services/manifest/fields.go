@@ -71,6 +71,7 @@ const (
 	testVolumeModes = "services/admission/mutate_test.go services/apiserver/volumemode_test.go nodeagent/linux/volumesize_kernel_test.go"
 	testEmptyDir    = "nodeagent/emptydir_internal_test.go nodeagent/emptydir_test.go nodeagent/linux/emptydir_kernel_test.go"
 	testProjected   = "nodeagent/projected_internal_test.go nodeagent/propagate_test.go nodeagent/linux/projected_kernel_test.go services/manifest/fields_test.go"
+	testSAToken     = "nodeagent/satoken_test.go nodeagent/satoken_internal_test.go services/apiserver/nodetoken_test.go services/api/nodetoken_test.go services/pipeline/access_token_test.go services/admission/validate_volumes_test.go ops/nodewire/satoken_test.go"
 	testScheduler   = "services/scheduler/filters_test.go services/scheduler/allocation_test.go"
 	testSpread      = "services/scheduler/podtopologyspread_test.go services/admission/validate_scheduling_test.go"
 	testAffinity    = "services/scheduler/interpodaffinity_test.go services/admission/validate_scheduling_test.go"
@@ -201,6 +202,9 @@ var podHonoured = map[string]string{
 	"spec.volumes[*].projected.sources[*].downwardAPI.items[*].mode":               testProjected,
 	"spec.volumes[*].projected.sources[*].downwardAPI.items[*].fieldRef.fieldPath": testProjected,
 	"spec.volumes[*].projected.sources[*].downwardAPI.items[*].resourceFieldRef":   testProjected,
+	"spec.volumes[*].projected.sources[*].serviceAccountToken.path":                testSAToken,
+	"spec.volumes[*].projected.sources[*].serviceAccountToken.audience":            testSAToken,
+	"spec.volumes[*].projected.sources[*].serviceAccountToken.expirationSeconds":   testSAToken,
 	"spec.containers":                                                              testSchema,
 	"spec.initContainers":                                                          testSidecar,
 	"spec.restartPolicy":                                                           testRuntime,
@@ -278,14 +282,11 @@ var podRefused = map[string]refusal{
 	"spec.volumes[*].projected.sources[*].configMap.items[*].user":                  {what: "volume file owners"},
 	"spec.volumes[*].projected.sources[*].secret.items[*].user":                     {what: "volume file owners"},
 	"spec.volumes[*].projected.sources[*].downwardAPI.items[*].user":                {what: "volume file owners"},
+	"spec.volumes[*].projected.sources[*].serviceAccountToken.user":                 {what: "volume file owners"},
 	"spec.volumes[*].projected.sources[*].downwardAPI.items[*].fieldRef.apiVersion": {what: "fieldRef apiVersions other than v1", allow: []string{"v1"}},
-	// A node has no way to mint tokens: the TokenRequest API and its
-	// signing key live in the api stage (HTTPS), and no bus subject lets a
-	// node ask for one.
-	"spec.volumes[*].projected.sources[*].serviceAccountToken": {what: "serviceAccountToken projections: a node agent cannot mint ServiceAccount tokens (the TokenRequest API is the api's alone)"},
-	"spec.volumes[*].projected.sources[*].clusterTrustBundle":  {what: "clusterTrustBundle projections (ClusterTrustBundles)"},
-	"spec.volumes[*].projected.sources[*].podCertificate":      {what: "podCertificate projections (pod certificates)"},
-	"spec.volumes[*].image":                                    {what: "image volumes"},
+	"spec.volumes[*].projected.sources[*].clusterTrustBundle":                       {what: "clusterTrustBundle projections (ClusterTrustBundles)"},
+	"spec.volumes[*].projected.sources[*].podCertificate":                           {what: "podCertificate projections (pod certificates)"},
+	"spec.volumes[*].image":                                                         {what: "image volumes"},
 }
 
 // networkVolumes are the volume sources of network storage and cloud disks.

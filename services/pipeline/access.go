@@ -20,8 +20,10 @@ import (
 //	store             serve podflow.store.> and push watches
 //	node-<node>       pull its own consumer, publish NodeAgentOutputs and
 //	                  heartbeats for its node only, answer its node's log
-//	                  requests and exec sessions, use the store (NodeAgentRole); a simulated
-//	                  cluster's agent (nodes-<name>) acts for any node
+//	                  requests and exec sessions, ask the api stage for its pods'
+//	                  ServiceAccount tokens (TokenPrefix.<node>), use the store
+//	                  (NodeAgentRole); a simulated cluster's agent (nodes-<name>)
+//	                  acts for any node
 //
 // Every role but client also answers pings, reads its own inbox only
 // (bus.InboxPrefix) and may reply to requests it receives.
@@ -59,6 +61,13 @@ const (
 	// MetricsPrefix: a node agent answers resource usage requests
 	// (services/podmetrics) on MetricsPrefix.<node>.
 	MetricsPrefix = "podflow.ops.metrics"
+	// TokenPrefix: a node agent asks the api stage for a projected
+	// serviceAccountToken of a pod bound to it on TokenPrefix.<node>
+	// (apiv1.NodeTokenRequest); only that node's agent may publish there
+	// and only the api stage receives it, so the subject names the
+	// requesting node as the NATS server authenticated it — the api
+	// stage's NodeRestriction checks the pod against it.
+	TokenPrefix = "podflow.ops.token"
 )
 
 // RoleStore is the bus role of the store replicas.
@@ -113,8 +122,9 @@ func stagePermissions(stage string) *bus.Permissions {
 	var sub []string
 	switch stage {
 	case API:
-		// The front door (podflow.api.>), the nodes' logs and exec sessions.
-		sub = append(sub, bus.APIPrefix+".>")
+		// The front door (podflow.api.>), the nodes' token requests, the
+		// nodes' logs and exec sessions.
+		sub = append(sub, bus.APIPrefix+".>", TokenPrefix+".*")
 		pub = append(pub, LogsPrefix+".*", ExecPrefix+".*", ExecPrefix+".*.*.in", MetricsPrefix+".*")
 		sub = append(sub, ExecPrefix+".*.*.out")
 		fallthrough
@@ -158,7 +168,7 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 	for _, t := range NodeAgentOutputs {
 		pub = append(pub, bus.PodPrefix+"."+string(t)+"."+token+".>")
 	}
-	pub = append(pub, bus.NodePrefix+"."+token+".>", ExecPrefix+"."+token+".*.out")
+	pub = append(pub, bus.NodePrefix+"."+token+".>", ExecPrefix+"."+token+".*.out", TokenPrefix+"."+token)
 	sub := []string{LogsPrefix + "." + token, ExecPrefix + "." + token, ExecPrefix + "." + token + ".*.in", MetricsPrefix + "." + token}
 	return bus.RoleSpec{Role: role, Permissions: service(role).Merge(&bus.Permissions{
 		Publish:   &bus.SubjectPermission{Allow: pub},

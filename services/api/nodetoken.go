@@ -1,0 +1,177 @@
+package api
+
+// Projected serviceAccountToken volumes. A node agent cannot sign tokens:
+// the key is the api stage's. As kubelet asks kube-apiserver's
+// TokenRequest API, a node agent asks here, on pipeline.TokenPrefix.<node>
+// (apiv1.NodeTokenRequest), for a token of one of its pods. The bus lets
+// only node <node>'s agent publish on that subject (a simulated cluster's
+// agent: any node's), so the subject is who asks. The stage then checks
+// what kube-apiserver's node authorizer and NodeRestriction admission
+// check of a node's TokenRequest:
+//
+//  1. the pod exists (404) with the uid the node names (409: deleted and
+//     recreated);
+//  2. it is bound to the asking node (403);
+//  3. the ServiceAccount asked for is the pod's own (403) and exists (404);
+//  4. expirationSeconds is at least 10 minutes and at most 2^32 s (422);
+//     0 is one hour; the audience is at most 1024 bytes (422), empty is the
+//     api server's own.
+//
+// The token is bound to the pod (boundObjectRef Pod with its uid): it
+// stops authenticating once the pod is gone (auth.TokenAuthenticator).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/apiv1"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/stage"
+)
+
+// MaxTokenAudienceBytes bounds a projected token's audience.
+const MaxTokenAudienceBytes = 1024
+
+// onNodeToken answers a node agent's NodeTokenRequest. A request whose
+// reply subject is not an inbox of a node role is dropped: the token goes
+// to nobody but a node agent.
+func (s *Stage) onNodeToken(ctx context.Context, m *nats.Msg) {
+	enc, ok := strings.CutPrefix(m.Subject, pipeline.TokenPrefix+".")
+	node, err := bus.DecodeToken(enc)
+	if !ok || err != nil || node == "" {
+		s.env.Log.Warn("token request dropped: bad subject", "subject", m.Subject)
+		return
+	}
+	if err := checkNodeReply(m.Reply); err != nil {
+		s.refuseReply(m.Subject, m, err)
+		return
+	}
+	req := &apiv1.NodeTokenRequest{}
+	resp := &apiv1.NodeTokenResponse{}
+	if err := proto.Unmarshal(m.Data, req); err != nil {
+		resp.Status = stage.Failure(400, eventsv1.ReasonBadRequest, "TokenRequest", "", "decode NodeTokenRequest: %v", err)
+	} else {
+		var tok string
+		var exp time.Time
+		resp.Status, tok, exp = s.nodeToken(ctx, node, req)
+		if resp.Status == nil {
+			resp.Token, resp.Expiration = tok, timestamppb.New(exp)
+		}
+	}
+	data, err := proto.Marshal(resp)
+	if err != nil {
+		return
+	}
+	_ = s.env.NATS.Publish(m.Reply, data)
+}
+
+// checkNodeReply: a token answer goes only to a node role's inbox.
+func checkNodeReply(subject string) error {
+	if err := stage.CheckReplySubject(subject); err != nil {
+		return err
+	}
+	for _, p := range []string{bus.InboxPrefix(pipeline.NodeRolePrefix), bus.InboxPrefix(pipeline.SimNodesRolePrefix)} {
+		if strings.HasPrefix(subject, p) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %q: a token is answered only to a node agent's inbox", stage.ErrReplySubject, subject)
+}
+
+// nodeToken checks node's request (see the file comment) and issues the
+// token.
+func (s *Stage) nodeToken(ctx context.Context, node string, req *apiv1.NodeTokenRequest) (*corev1.Status, string, time.Time) {
+	const kind = "TokenRequest"
+	name := req.GetServiceAccount()
+	if s.cfg.Authn.BoundTokens == nil {
+		return stage.Failure(404, eventsv1.ReasonNotFound, kind, name, "the api stage has no ServiceAccount signing key (TokenRequest is off)"), "", time.Time{}
+	}
+	if st := checkTokenRequest(req); st != nil {
+		return st, "", time.Time{}
+	}
+	ns, podName := req.GetNamespace(), req.GetPodName()
+	pod, err := objects.Get[*corev1.Pod](ctx, s.env.Store, ns, podName)
+	switch {
+	case errors.Is(err, raftstore.ErrNotFound):
+		return stage.Failure(404, eventsv1.ReasonNotFound, "pods", podName, "pods %q not found", podName), "", time.Time{}
+	case err != nil:
+		return stage.Internal(err), "", time.Time{}
+	}
+	if uid := pod.GetMetadata().GetUid(); uid != req.GetPodUid() {
+		return stage.Failure(409, eventsv1.ReasonConflict, "pods", podName,
+			"Operation cannot be fulfilled on pods %q: the UID in the bound object reference (%s) does not match the UID in record (%s). The object might have been deleted and then recreated",
+			podName, req.GetPodUid(), uid), "", time.Time{}
+	}
+	if pod.GetSpec().GetNodeName() != node {
+		return nodeForbidden(node, ns, name, "node requested token bound to a pod scheduled on a different node"), "", time.Time{}
+	}
+	if sa := apiserver.PodServiceAccount(pod); sa != name {
+		return nodeForbidden(node, ns, name, "no relationship found between node '"+node+"' and this object: pod "+podName+" runs as serviceaccount "+sa), "", time.Time{}
+	}
+	sa, err := objects.Get[*corev1.ServiceAccount](ctx, s.env.Store, ns, name)
+	switch {
+	case errors.Is(err, raftstore.ErrNotFound):
+		return stage.Failure(404, eventsv1.ReasonNotFound, "serviceaccounts", name, "serviceaccounts %q not found", name), "", time.Time{}
+	case err != nil:
+		return stage.Internal(err), "", time.Time{}
+	}
+	var aud []string
+	if a := req.GetAudience(); a != "" {
+		aud = []string{a}
+	}
+	tok, exp, err := s.cfg.Authn.BoundTokens.Issue(ns, name, sa.GetMetadata().GetUid(),
+		auth.BoundObject{Kind: auth.BoundKindPod, Name: podName, UID: pod.GetMetadata().GetUid()},
+		aud, time.Duration(req.GetExpirationSeconds())*time.Second, time.Now())
+	if err != nil {
+		return stage.Internal(err), "", time.Time{}
+	}
+	return nil, tok, exp
+}
+
+// checkTokenRequest validates the request's fields as kube-apiserver
+// validates a TokenRequest (and the projection's expirationSeconds).
+func checkTokenRequest(req *apiv1.NodeTokenRequest) *corev1.Status {
+	name := req.GetServiceAccount()
+	invalid := func(field, why string) *corev1.Status {
+		st := stage.Failure(422, eventsv1.ReasonInvalid, "TokenRequest", name,
+			"TokenRequest.authentication.k8s.io %q is invalid: %s: Invalid value: %s", name, field, why)
+		st.Causes = []*corev1.StatusCause{{Type: "FieldValueInvalid", Field: field, Message: "Invalid value: " + why}}
+		return st
+	}
+	switch e := req.GetExpirationSeconds(); {
+	case e == 0:
+	case e < int64(auth.MinBoundTokenExpiration/time.Second):
+		return invalid("spec.expirationSeconds", "may not specify a duration less than 10 minutes")
+	case e > 1<<32:
+		return invalid("spec.expirationSeconds", "may not specify a duration larger than 2^32 seconds")
+	}
+	if len(req.GetAudience()) > MaxTokenAudienceBytes {
+		return invalid("spec.audiences", "an audience may not be longer than 1024 bytes")
+	}
+	if req.GetNamespace() == "" || req.GetPodName() == "" || req.GetPodUid() == "" || name == "" {
+		return invalid("spec.boundObjectRef", "a node's token names its pod's namespace, name and uid and its serviceaccount")
+	}
+	return nil
+}
+
+// nodeForbidden is the node authorizer's refusal of node's TokenRequest
+// for the ServiceAccount ns/name.
+func nodeForbidden(node, ns, name, why string) *corev1.Status {
+	return stage.Failure(403, eventsv1.ReasonForbidden, "serviceaccounts", name,
+		"serviceaccounts %q is forbidden: User \"system:node:%s\" cannot create resource \"serviceaccounts/token\" in API group \"\" in the namespace %q: %s",
+		name, node, ns, why)
+}

@@ -1,0 +1,100 @@
+package apiserver_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/podflow/podflow/bus/bustest"
+	"github.com/podflow/podflow/proto/apiv1"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
+)
+
+// TestNodeServiceAccountToken: a node agent asks the api stage on the bus
+// (pipeline.RequestNodeToken, as node n1's NATS user) for a projected
+// serviceAccountToken. The api stage refuses, by code, a pod bound to
+// another node (403), a ServiceAccount that is not the pod's (403), a pod
+// that does not exist (404) or was recreated (409), and an expiration
+// under 10 minutes (422). For its own pod it gets a token bound to the
+// pod that authenticates over HTTPS as the pod's ServiceAccount — until
+// the pod is deleted.
+func TestNodeServiceAccountToken(t *testing.T) {
+	s := startSystem(t, options{nodes: []string{"n1", "n2"}})
+	admin := s.client(t, adminToken)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	sas := s.url + "/api/v1/namespaces/default/serviceaccounts"
+	for _, sa := range []string{"robot", "default"} {
+		if code, body, _ := do(t, admin, "POST", sas, "application/json", `{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"`+sa+`"}}`); code != http.StatusCreated {
+			t.Fatalf("create ServiceAccount %s: %d %v", sa, code, body)
+		}
+	}
+	pod := func(name, uid, node, sa string) *corev1.Pod {
+		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: name, Uid: uid},
+			Spec: &corev1.PodSpec{NodeName: node, ServiceAccountName: sa}}
+	}
+	for _, p := range []*corev1.Pod{pod("web", "uid-web", "n1", "robot"), pod("elsewhere", "uid-elsewhere", "n2", "robot"), pod("plain", "uid-plain", "n1", "default")} {
+		if _, err := s.store.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1 := bustest.ConnectAs(t, s.srv, pipeline.NodeRole("n1"), "n1")
+	ask := func(name, uid, sa string, exp int64) (string, error) {
+		tok, _, err := pipeline.RequestNodeToken(ctx, n1.NATS(), "n1", &apiv1.NodeTokenRequest{
+			Namespace: "default", PodName: name, PodUid: uid, ServiceAccount: sa, ExpirationSeconds: exp})
+		return tok, err
+	}
+
+	for _, tc := range []struct {
+		name          string
+		pod, uid, sa  string
+		exp           int64
+		code          int32
+		reason, words string
+	}{
+		{"another node's pod", "elsewhere", "uid-elsewhere", "robot", 0, 403, "Forbidden", "bound to a pod scheduled on a different node"},
+		{"a ServiceAccount that is not the pod's", "plain", "uid-plain", "robot", 0, 403, "Forbidden", "runs as serviceaccount default"},
+		{"a pod that does not exist", "nobody", "uid-nobody", "robot", 0, 404, "NotFound", `pods "nobody" not found`},
+		{"a recreated pod", "web", "uid-old", "robot", 0, 409, "Conflict", "does not match the UID in record (uid-web)"},
+		{"an expiration under 10 minutes", "web", "uid-web", "robot", 599, 422, "Invalid", "spec.expirationSeconds: Invalid value: may not specify a duration less than 10 minutes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok, err := ask(tc.pod, tc.uid, tc.sa, tc.exp)
+			var refused *pipeline.TokenRefusedError
+			if !errors.As(err, &refused) || refused.Code() != tc.code || refused.Status.GetReason() != tc.reason || !strings.Contains(err.Error(), tc.words) || tok != "" {
+				t.Fatalf("got %q, %v; want a %d %s refusal containing %q", tok, err, tc.code, tc.reason, tc.words)
+			}
+		})
+	}
+
+	tok, err := ask("web", "uid-web", "robot", 3600)
+	if err != nil || tok == "" {
+		t.Fatalf("n1's token for its pod web: %q, %v", tok, err)
+	}
+	claims := jwtClaims(t, tok)
+	k8s, _ := claims["kubernetes.io"].(map[string]any)
+	if path(k8s, "pod.name") != "web" || path(k8s, "pod.uid") != "uid-web" || path(k8s, "serviceaccount.name") != "robot" {
+		t.Errorf("claims %v: want bound to pod web (uid-web) of serviceaccount robot", claims)
+	}
+	if exp, iat := path(claims, "exp"), path(claims, "iat"); exp == nil || iat == nil || exp.(float64)-iat.(float64) != 3600 {
+		t.Errorf("exp %v iat %v: want an hour apart", exp, iat)
+	}
+	bustest.Eventually(t, "the pod's token authenticates over HTTPS as its ServiceAccount", func() bool {
+		code, user := s.whoami(t, tok)
+		return code == http.StatusCreated && user == "system:serviceaccount:default:robot"
+	})
+	if _, err := s.store.Delete(ctx, objects.Pods, "default", "web", 0); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, "the token refused once its pod is deleted", func() bool {
+		code, _ := s.whoami(t, tok)
+		return code == http.StatusUnauthorized
+	})
+	if _, err := ask("web", "uid-web", "robot", 0); err == nil {
+		t.Errorf("a token for a deleted pod was issued")
+	}
+}
