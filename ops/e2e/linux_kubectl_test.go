@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,8 @@ import (
 
 // TestLinuxKubectl drives the debugging commands of the stock kubectl
 // against real containers (`podflow up --runtime linux`): exec (with
-// stdin, with a terminal), cp both ways, attach to a container that keeps
+// stdin, with a terminal), cp both ways, port-forward to an HTTP server in
+// the pod, attach to a container that keeps
 // its stdin open, run -i/-it --rm with a piped script, whose exit code
 // comes back and whose pod is deleted after, and debug -it --target with
 // a piped script (an ephemeral container in the target's PID namespace).
@@ -120,6 +122,46 @@ spec:
 			}
 		})
 	}
+
+	t.Run("port-forward then HTTP", func(t *testing.T) {
+		// busybox httpd in the pod, reached through kubectl port-forward
+		// (the node dials the port on the pod's loopback in its network
+		// namespace).
+		if out, errs, code := k.runIn("", "exec", "shell", "--", "sh", "-c", "mkdir -p /tmp/www && echo hello-through-port-forward > /tmp/www/index.html && httpd -p 8080 -h /tmp/www"); code != 0 {
+			t.Fatalf("start httpd: exit %d\n%s%s", code, out, errs)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var out, errb syncBuffer
+		cmd := k.cmd(ctx, "port-forward", "pod/shell", ":8080")
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		defer func() { cancel(); <-done }()
+		re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
+		var local string
+		eventually(t, 20*time.Second, "kubectl port-forward to listen", func() (bool, string) {
+			m := re.FindStringSubmatch(out.String())
+			if m != nil {
+				local = m[1]
+			}
+			return m != nil, out.String() + errb.String()
+		})
+		client := &http.Client{Timeout: 10 * time.Second}
+		for range 2 { // two connections through one port-forward
+			resp, err := client.Get("http://127.0.0.1:" + local + "/index.html")
+			if err != nil {
+				t.Fatalf("GET through port-forward: %v\n%s%s", err, out.String(), errb.String())
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(b) != "hello-through-port-forward\n" {
+				t.Fatalf("GET through port-forward: %d %q", resp.StatusCode, b)
+			}
+		}
+	})
 
 	t.Run("debug -it --target", func(t *testing.T) {
 		// An ephemeral container in the target's PID namespace: its ps
