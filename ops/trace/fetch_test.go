@@ -15,6 +15,20 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
+// fetch reads up to 10 messages of the events stream in one batch.
+func fetch(ctx context.Context, t *testing.T, conn *bus.Conn) jetstream.MessageBatch {
+	t.Helper()
+	cons, err := conn.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(10, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return batch
+}
+
 // Records reads a batch fetched from the real events stream: envelopes
 // become records with their stream sequence and time, a message that is
 // no envelope is counted but skipped.
@@ -39,15 +53,7 @@ func TestRecords(t *testing.T) {
 	if _, err := conn.JetStream().Publish(ctx, bus.Subject(junk), []byte("not an envelope")); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := conn.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.Fetch(10, jetstream.FetchMaxWait(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, n, err := trace.Records(batch)
+	recs, n, err := trace.Records(fetch(ctx, t, conn))
 	if err != nil || n != 3 || len(recs) != 2 {
 		t.Fatalf("Records = %d records of %d messages, err %v; want 2 of 3", len(recs), n, err)
 	}
@@ -85,15 +91,7 @@ func TestRecordsUnfoldSteps(t *testing.T) {
 	if _, err := conn.Publish(ctx, report); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := conn.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.Fetch(10, jetstream.FetchMaxWait(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, n, err := trace.Records(batch)
+	recs, n, err := trace.Records(fetch(ctx, t, conn))
 	if err != nil || n != 1 || len(recs) != 3 {
 		t.Fatalf("Records = %d records of %d messages, err %v; want 3 of 1", len(recs), n, err)
 	}
