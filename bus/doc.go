@@ -33,6 +33,12 @@
 // Heartbeats live in their own stream so that PODFLOW_EVENTS is not
 // flooded: it keeps the last NodeHistory messages per node and type.
 //
+// A node's PodStatusReport carries the steps that followed it and that no
+// stage consumes (eventsv1.Steps: PodSandboxReady … PodRunning) inside
+// itself rather than as messages of their own; DecodeEvents gives a reader
+// of the stream the events one message stands for (eventsv1.Unfold), so
+// the timeline readers see every step with its own id and time.
+//
 // # Publishing and deduplication
 //
 // Conn.Publish fills env.Id with eventsv1.EventID(env) — pod uid (or

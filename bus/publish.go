@@ -203,6 +203,18 @@ func DecodeEnvelope(data []byte) (*eventsv1.Envelope, error) {
 	return env, nil
 }
 
+// DecodeEvents unmarshals a message body into the events it stands for:
+// the envelope and, for a node's PodStatusReport, the steps it carries
+// (eventsv1.Unfold), in order. What reads the stream as a flight recorder
+// (trace, the console, streams, the bench) reads it through this.
+func DecodeEvents(data []byte) ([]*eventsv1.Envelope, error) {
+	env, err := DecodeEnvelope(data)
+	if err != nil {
+		return nil, err
+	}
+	return eventsv1.Unfold(env), nil
+}
+
 // timeOf converts a possibly-zero time to a timestamp (nil when zero).
 func timeOf(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {

@@ -87,6 +87,13 @@
 // BackOff, Unhealthy, FailedMount, ...), followed by the specific lifecycle
 // events (PodSandboxReady, ImagePulled, ContainerStarted, ContainerExited,
 // PodRunning, PodReady, PodNotReady, PodFailed, PodKilled, PodDeleted).
+// The steps no stage consumes (eventsv1.Steps: PodSandboxReady,
+// ImagePulling, ImagePulled, ContainerStarted, PodRunning) that come right
+// behind the report travel inside it (PodStatusReport.steps), each with its
+// own id and the time it happened (Emit's), and eventsv1.Unfold gives the
+// readers of the stream (trace, console, bench) the same events in the same
+// order: a pod's start is one message for the five
+// (TestReporterFoldsSteps).
 // Envelopes carry stage "nodeagent", replica and node_name = the node, and
 // generation = the report's seq: a per-pod number that only grows, also
 // across agent restarts (it is at least the wall clock in nanoseconds). The

@@ -24,7 +24,10 @@ import (
 // recorded Events) with the pod's next seq, puts it in the outbox followed by
 // the queued events and the events the status transition implies (PodRunning,
 // PodReady, PodNotReady, the final PodFailed), then publishes the outbox in
-// order. A failed publish keeps the rest of the outbox, unchanged (same ids),
+// order. The steps right behind the report (eventsv1.Steps: sandbox, pull,
+// start, running — progress no stage consumes) travel inside it
+// (PodStatusReport.steps), each with its own id and the time it happened,
+// so a pod's start costs the stream one message instead of five. A failed publish keeps the rest of the outbox, unchanged (same ids),
 // for the next Flush.
 //
 // Every method is called from the pod's worker goroutine only, except
@@ -71,8 +74,12 @@ func (r *reporter) Warn(reason, msg string) {
 	r.records = append(r.records, &eventsv1.EventRecord{Type: "Warning", Reason: reason, Message: msg})
 }
 
-// Emit queues a lifecycle event (payload only) to follow the next report.
-func (r *reporter) Emit(env *eventsv1.Envelope) { r.events = append(r.events, env) }
+// Emit queues a lifecycle event (payload only) to follow the next report,
+// stamped with the time it happened.
+func (r *reporter) Emit(env *eventsv1.Envelope) {
+	env.Time = timestamppb.New(r.now())
+	r.events = append(r.events, env)
+}
 
 // Failed queues a PodFailed.
 func (r *reporter) Failed(reason, msg, container string, final bool) {
@@ -115,7 +122,10 @@ func (r *reporter) envelope(env *eventsv1.Envelope, seq int64, n int) *eventsv1.
 	md := r.pod.GetMetadata()
 	env.PodUid, env.Namespace, env.PodName = r.uid, md.GetNamespace(), md.GetName()
 	env.NodeName, env.Stage, env.Replica = r.d.cfg.NodeName, Stage, r.d.cfg.NodeName
-	env.Time, env.Attempt, env.Generation = timestamppb.New(r.now()), 1, seq
+	if env.Time == nil { // a step stamped when it happened (Emit) keeps its time
+		env.Time = timestamppb.New(r.now())
+	}
+	env.Attempt, env.Generation = 1, seq
 	env.Id = eventsv1.EventID(env)
 	if n > 0 {
 		env.Id += "/" + strconv.Itoa(n)
@@ -132,14 +142,25 @@ func (r *reporter) Flush(ctx context.Context, st *corev1.PodStatus, final *podFa
 	r.deriveEvents(st, final)
 	if len(r.records) > 0 || len(r.events) > 0 || !proto.Equal(st, r.last) {
 		seq := r.nextSeq()
+		report := &eventsv1.PodStatusReport{Status: st, Seq: seq, Events: r.records}
 		r.outbox = append(r.outbox, r.envelope(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodStatusReport{
-			PodStatusReport: &eventsv1.PodStatusReport{Status: st, Seq: seq, Events: r.records}}}, seq, 0))
+			PodStatusReport: report}}, seq, 0))
 		// The events that follow carry the report's seq: a consumer that
-		// acts on them waits until the store reflects that report.
+		// acts on them waits until the store reflects that report. The
+		// steps right behind the report (eventsv1.Steps: progress no stage
+		// consumes) travel inside it, each with its own id and time, so
+		// the stream stores one message for them all; the order of the
+		// events is unchanged (eventsv1.Unfold gives it back).
 		seen := map[eventsv1.Type]int{}
+		inReport := true
 		for _, e := range r.events {
-			r.outbox = append(r.outbox, r.envelope(e, seq, seen[e.Type()]))
+			env := r.envelope(e, seq, seen[e.Type()])
 			seen[e.Type()]++
+			if inReport = inReport && eventsv1.Steps[e.Type()]; inReport {
+				report.Steps = append(report.Steps, &eventsv1.Envelope{Id: env.Id, Time: env.Time, Payload: env.Payload})
+				continue
+			}
+			r.outbox = append(r.outbox, env)
 		}
 		r.last, r.records, r.events, r.notReady = st, nil, nil, false
 		r.reported.Store(st)

@@ -22,9 +22,11 @@ func (c *stillClock) Now() time.Time                        { return c.t }
 func (c *stillClock) NewTimer(time.Duration) Timer          { panic("stillClock: no timers") }
 func (c *stillClock) AfterFunc(time.Duration, func()) Timer { panic("stillClock: no timers") }
 
-// recPublisher records what it acknowledges; the next fail publishes fail.
+// recPublisher records what it acknowledges, unfolded as a reader of the
+// stream sees it (eventsv1.Unfold); the next fail publishes fail.
 type recPublisher struct {
 	envs     []*eventsv1.Envelope
+	msgs     []string // ids of the messages acknowledged
 	attempts []string // ids of every publish, failed or not
 	fail     int
 }
@@ -37,13 +39,14 @@ func (p *recPublisher) Publish(_ context.Context, env *eventsv1.Envelope) error 
 		p.fail--
 		return errPublish
 	}
-	p.envs = append(p.envs, proto.Clone(env).(*eventsv1.Envelope))
+	p.msgs = append(p.msgs, env.GetId())
+	p.envs = append(p.envs, eventsv1.Unfold(proto.Clone(env).(*eventsv1.Envelope))...)
 	return nil
 }
 
 func (p *recPublisher) take() []*eventsv1.Envelope {
 	out := p.envs
-	p.envs = nil
+	p.envs, p.msgs = nil, nil
 	return out
 }
 
@@ -91,6 +94,9 @@ func TestReporterFlush(t *testing.T) {
 		t.Fatalf("Flush = %v, want zero (nothing pending)", wake)
 	}
 	seq := reporterT0.UnixNano()
+	if want := []string{fmt.Sprintf("uid/u1/PodStatusReport/g%d/a1", seq)}; !slices.Equal(pub.msgs, want) {
+		t.Errorf("messages %q, want %q (the steps inside the report)", pub.msgs, want)
+	}
 	got := pub.take()
 	want := []string{
 		fmt.Sprintf("uid/u1/PodStatusReport/g%d/a1", seq),
@@ -169,7 +175,7 @@ func TestReporterRetriesFailedPublishes(t *testing.T) {
 	if got := ids(pub.take()); !slices.Equal(got, want) {
 		t.Errorf("published %q, want %q (the same envelopes, no new report)", got, want)
 	}
-	if want := []string{want[0], want[0], want[0], want[1]}; !slices.Equal(pub.attempts, want) {
+	if want := []string{want[0], want[0], want[0]}; !slices.Equal(pub.attempts, want) {
 		t.Errorf("attempts %q, want %q", pub.attempts, want)
 	}
 
@@ -180,7 +186,7 @@ func TestReporterRetriesFailedPublishes(t *testing.T) {
 		if wake := r.Flush(cctx, podStatus("Running", false, ""), nil); !wake.IsZero() {
 			t.Errorf("Flush = %v, want zero", wake)
 		}
-		if wake := r.Flush(ctx, podStatus("Running", false, ""), nil); !wake.IsZero() || len(pub.take()) != 2 {
+		if wake := r.Flush(ctx, podStatus("Running", false, ""), nil); !wake.IsZero() || len(pub.msgs) != 1 || len(pub.take()) != 2 {
 			t.Errorf("the kept report and PodRunning were not published")
 		}
 	})
@@ -257,5 +263,47 @@ func TestReporterDerivesEvents(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The steps right behind a report travel inside it, each with its own id
+// and the time it happened; the first event that is not a step (one a stage
+// consumes) and all after it are messages of their own, so the order a
+// reader sees is the order they happened.
+func TestReporterFoldsSteps(t *testing.T) {
+	r, pub, clock := newTestReporter()
+	emit := func(env *eventsv1.Envelope) {
+		clock.t = clock.t.Add(time.Millisecond)
+		r.Emit(env)
+	}
+	emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodSandboxReady{PodSandboxReady: &eventsv1.PodSandboxReady{PodIp: "10.244.1.2"}}})
+	emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_ImagePulled{ImagePulled: &eventsv1.ImagePulled{Container: "a"}}})
+	emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_ContainerStarted{ContainerStarted: &eventsv1.ContainerStarted{Container: "a"}}})
+	emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_ContainerExited{ContainerExited: &eventsv1.ContainerExited{Container: "a", ExitCode: 1}}})
+	emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_ContainerStarted{ContainerStarted: &eventsv1.ContainerStarted{Container: "a", RestartCount: 1}}})
+	clock.t = clock.t.Add(time.Millisecond)
+	r.Flush(context.Background(), podStatus("Running", true, ""), nil)
+
+	seq := r.seq
+	id := func(typ string, n string) string { return fmt.Sprintf("uid/u1/%s/g%d/a1%s", typ, seq, n) }
+	if want := []string{id("PodStatusReport", ""), id("ContainerExited", ""), id("ContainerStarted", "/1"), id("PodRunning", ""), id("PodReady", "")}; !slices.Equal(pub.msgs, want) {
+		t.Errorf("messages %q, want %q", pub.msgs, want)
+	}
+	got := pub.take()
+	want := []string{id("PodStatusReport", ""), id("PodSandboxReady", ""), id("ImagePulled", ""), id("ContainerStarted", ""),
+		id("ContainerExited", ""), id("ContainerStarted", "/1"), id("PodRunning", ""), id("PodReady", "")}
+	if !slices.Equal(ids(got), want) {
+		t.Fatalf("unfolded %q, want %q", ids(got), want)
+	}
+	for i, e := range got[1:6] {
+		if at := reporterT0.Add(time.Duration(i+1) * time.Millisecond); !e.GetTime().AsTime().Equal(at) {
+			t.Errorf("%s at %v, want %v (when it happened)", e.GetId(), e.GetTime().AsTime(), at)
+		}
+		if e.GetPodUid() != "u1" || e.GetNodeName() != "node-1" || e.GetStage() != Stage || e.GetGeneration() != seq {
+			t.Errorf("%s routing fields: %v", e.GetId(), e)
+		}
+	}
+	if steps := got[0].GetPodStatusReport().GetSteps(); len(steps) != 3 || steps[0].GetPodUid() != "" {
+		t.Errorf("report steps %v, want 3 with the report's routing left out", steps)
 	}
 }

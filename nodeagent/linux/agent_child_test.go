@@ -34,21 +34,26 @@ type childSpec struct {
 	Pod     json.RawMessage `json:"pod"` // protojson
 }
 
-// linePublisher writes every envelope as one protojson line to w.
+// linePublisher writes every envelope as one protojson line to w, a
+// report's steps (eventsv1.Unfold) each on a line of its own.
 type linePublisher struct {
 	mu sync.Mutex
 	w  io.Writer
 }
 
 func (p *linePublisher) Publish(_ context.Context, env *eventsv1.Envelope) error {
-	b, err := protojson.Marshal(env)
-	if err != nil {
-		return err
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, err = fmt.Fprintf(p.w, "%s\n", b)
-	return err
+	for _, e := range eventsv1.Unfold(env) {
+		b, err := protojson.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(p.w, "%s\n", b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // agentChild runs the agent core over the Linux runtime with the pod of the

@@ -14,14 +14,17 @@ import (
 )
 
 // Publisher records every envelope it acknowledges, dropping duplicates by
-// id as JetStream's dedup window would. Fail makes the next n publishes
-// fail.
+// id as JetStream's dedup window would, and unfolded as a reader of the
+// stream sees them (eventsv1.Unfold: a report's steps are envelopes of
+// their own); Messages counts the messages themselves. Fail makes the next
+// n publishes fail.
 type Publisher struct {
 	mu      sync.Mutex
 	envs    []*eventsv1.Envelope
 	ids     map[string]bool
 	failN   int
 	dups    int
+	msgs    int
 	changed chan struct{}
 }
 
@@ -51,10 +54,22 @@ func (p *Publisher) Publish(ctx context.Context, env *eventsv1.Envelope) error {
 		return nil
 	}
 	p.ids[env.GetId()] = true
-	p.envs = append(p.envs, proto.Clone(env).(*eventsv1.Envelope))
+	p.msgs++
+	// As a reader of the stream: a report's steps are events of their own.
+	for _, e := range eventsv1.Unfold(proto.Clone(env).(*eventsv1.Envelope)) {
+		p.envs = append(p.envs, e)
+	}
 	close(p.changed)
 	p.changed = make(chan struct{})
 	return nil
+}
+
+// Messages returns how many messages were published and kept (a report
+// and the steps it carries are one).
+func (p *Publisher) Messages() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.msgs
 }
 
 // Fail makes the next n publishes fail with ErrInjected.

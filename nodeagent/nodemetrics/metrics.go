@@ -70,7 +70,7 @@ func (m *Metrics) Handler(h bus.Handler) bus.Handler {
 }
 
 // Publisher wraps the agent's publisher to observe pod start when a pod's
-// PodRunning goes out.
+// PodRunning goes out (a step of its PodStatusReport).
 func (m *Metrics) Publisher(p nodeagent.Publisher) nodeagent.Publisher { return publisher{p, m} }
 
 type publisher struct {
@@ -80,7 +80,7 @@ type publisher struct {
 
 func (p publisher) Publish(ctx context.Context, env *eventsv1.Envelope) error {
 	err := p.Publisher.Publish(ctx, env)
-	if err == nil && env.GetPodRunning() != nil {
+	if err == nil && running(env) {
 		if t, ok := p.m.started.LoadAndDelete(env.GetPodUid()); ok {
 			p.m.podStart.Observe(time.Since(t.(time.Time)).Seconds())
 		}
@@ -89,6 +89,19 @@ func (p publisher) Publish(ctx context.Context, env *eventsv1.Envelope) error {
 		p.m.started.Delete(env.GetPodUid())
 	}
 	return err
+}
+
+// running reports whether env is a PodRunning or a report carrying one.
+func running(env *eventsv1.Envelope) bool {
+	if env.GetPodRunning() != nil {
+		return true
+	}
+	for _, s := range env.GetPodStatusReport().GetSteps() {
+		if s.GetPodRunning() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Runtime wraps rt to time every operation.

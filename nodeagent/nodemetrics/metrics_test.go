@@ -53,9 +53,12 @@ func TestRuntimeOperationsAndPodStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := m.Publisher(nodeagenttest.NewPublisher())
+	// The agent's PodRunning travels as a step of its PodStatusReport.
 	running, _ := bus.NewEnvelope(&eventsv1.PodRunning{})
 	running.PodUid, running.Id = "u1", "uid/u1/PodRunning/g1/a1"
-	if err := pub.Publish(ctx, running); err != nil {
+	report, _ := bus.NewEnvelope(&eventsv1.PodStatusReport{Seq: 1, Steps: []*eventsv1.Envelope{{Id: running.Id, Payload: running.Payload}}})
+	report.PodUid, report.Id = "u1", "uid/u1/PodStatusReport/g1/a1"
+	if err := pub.Publish(ctx, report); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.CollectAndCount(m.podStart); got != 1 {

@@ -181,20 +181,22 @@ func (s *BusSource) follow(ctx context.Context) error {
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			env, err := bus.DecodeEnvelope(m.Data())
+			envs, err := bus.DecodeEvents(m.Data())
 			if err != nil {
 				continue
 			}
-			st, v := trace.Verdict(env)
-			if st == "" {
-				continue
+			for _, env := range envs {
+				st, v := trace.Verdict(env)
+				if st == "" {
+					continue
+				}
+				key := env.GetNamespace() + "/" + env.GetPodName()
+				if v == "deleted" {
+					delete(s.seen, key)
+					continue
+				}
+				s.seen[key] = where{Stage: st, Verdict: v, At: env.GetTime().AsTime()}
 			}
-			key := env.GetNamespace() + "/" + env.GetPodName()
-			if v == "deleted" {
-				delete(s.seen, key)
-				continue
-			}
-			s.seen[key] = where{Stage: st, Verdict: v, At: env.GetTime().AsTime()}
 		}
 		if n < 1000 {
 			return batch.Error()

@@ -46,12 +46,12 @@ func streamEvents(ctx context.Context, t *testing.T, js jetstream.JetStream, uid
 		if err != nil {
 			t.Fatal(err)
 		}
-		env, err := bus.DecodeEnvelope(m.Data)
+		envs, err := bus.DecodeEvents(m.Data) // a report's steps are events too
 		if err != nil {
 			t.Fatal(err)
 		}
-		if env.GetPodUid() == uid {
-			out = append(out, env)
+		if envs[0].GetPodUid() == uid {
+			out = append(out, envs...)
 		}
 	}
 	return out

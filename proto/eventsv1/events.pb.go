@@ -1854,7 +1854,13 @@ type PodStatusReport struct {
 	Seq    int64                  `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	// events are the Kubernetes Events (reason, message, type) that go with
 	// this report.
-	Events        []*EventRecord `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	Events []*EventRecord `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	// steps are the node's progress events that followed this report
+	// (PodSandboxReady, ImagePulling, ImagePulled, ContainerStarted,
+	// PodRunning: no stage consumes them), carried here instead of as
+	// messages of their own. Each keeps its id, time and payload; its other
+	// routing fields are the report's (eventsv1.Unfold fills them in).
+	Steps         []*Envelope `protobuf:"bytes,4,rep,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1906,6 +1912,13 @@ func (x *PodStatusReport) GetSeq() int64 {
 func (x *PodStatusReport) GetEvents() []*EventRecord {
 	if x != nil {
 		return x.Events
+	}
+	return nil
+}
+
+func (x *PodStatusReport) GetSteps() []*Envelope {
+	if x != nil {
+		return x.Steps
 	}
 	return nil
 }
@@ -2470,11 +2483,12 @@ const file_eventsv1_events_proto_rawDesc = "" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
 	"\tcontainer\x18\x03 \x01(\tR\tcontainer\x12\x14\n" +
-	"\x05final\x18\x04 \x01(\bR\x05final\"\x8f\x01\n" +
+	"\x05final\x18\x04 \x01(\bR\x05final\"\xc2\x01\n" +
 	"\x0fPodStatusReport\x122\n" +
 	"\x06status\x18\x01 \x01(\v2\x1a.podflow.core.v1.PodStatusR\x06status\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x126\n" +
-	"\x06events\x18\x03 \x03(\v2\x1e.podflow.events.v1.EventRecordR\x06events\"S\n" +
+	"\x06events\x18\x03 \x03(\v2\x1e.podflow.events.v1.EventRecordR\x06events\x121\n" +
+	"\x05steps\x18\x04 \x03(\v2\x1b.podflow.events.v1.EnvelopeR\x05steps\"S\n" +
 	"\vEventRecord\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
@@ -2602,13 +2616,14 @@ var file_eventsv1_events_proto_depIdxs = []int32{
 	31, // 36: podflow.events.v1.PodRejected.status:type_name -> podflow.core.v1.Status
 	32, // 37: podflow.events.v1.PodStatusReport.status:type_name -> podflow.core.v1.PodStatus
 	21, // 38: podflow.events.v1.PodStatusReport.events:type_name -> podflow.events.v1.EventRecord
-	30, // 39: podflow.events.v1.PodDeleteRequested.user:type_name -> podflow.core.v1.UserInfo
-	33, // 40: podflow.events.v1.NodeHeartbeat.conditions:type_name -> podflow.core.v1.NodeCondition
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	0,  // 39: podflow.events.v1.PodStatusReport.steps:type_name -> podflow.events.v1.Envelope
+	30, // 40: podflow.events.v1.PodDeleteRequested.user:type_name -> podflow.core.v1.UserInfo
+	33, // 41: podflow.events.v1.NodeHeartbeat.conditions:type_name -> podflow.core.v1.NodeCondition
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_eventsv1_events_proto_init() }

@@ -167,7 +167,8 @@ type CostReport struct {
 	Processes []ProcessCost `json:"processes"`
 	TotalCPU  float64       `json:"totalCpuMs"` // of every process but the bench
 	// MinEventsPerPod is the fewest distinct lifecycle event types one pod
-	// of the run had in the stream.
+	// of the run had in the stream as messages of their own (the steps a
+	// node's PodStatusReport carries are not counted).
 	MinEventsPerPod int                `json:"minEventsPerPod"`
 	Messages        uint64             `json:"messages"` // stored in every stream
 	StreamMessages  map[string]uint64  `json:"streamMessages"`

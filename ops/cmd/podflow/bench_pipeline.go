@@ -136,10 +136,11 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 	}
 	offered := time.Since(start)
 
-	// Wait until every pod ran, from its PodRunning alone (one message a
-	// pod, one consumer for the whole wait): the cost counted below is the
-	// system's, not that of the bench watching it. The timelines are read
-	// after the cost sample.
+	// Wait until every pod ran, from its PodRunning alone (a step of the
+	// node's PodStatusReport: the bench reads only the reports, one
+	// consumer for the whole wait): the cost counted below is the system's,
+	// not that of the bench watching it. The timelines are read after the
+	// cost sample.
 	deadline := time.Now().Add(time.Duration(o.pods/10+60) * time.Second)
 	if err := waitRunning(ctx, sess, start, prefix, o.pods, deadline); err != nil {
 		return err
@@ -157,7 +158,7 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 	report(out, runs, start, offered)
 	minEvents := 0
 	for _, tl := range runs {
-		if n := len(tl.events); minEvents == 0 || n < minEvents {
+		if n := len(tl.messages); minEvents == 0 || n < minEvents {
 			minEvents = n
 		}
 	}
@@ -170,10 +171,10 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 }
 
 // waitRunning returns once n pods named prefix* have a PodRunning on the
-// stream since start.
+// stream since start (a message of its own or a step of a report).
 func waitRunning(ctx context.Context, sess *client.Session, start time.Time, prefix string, n int, deadline time.Time) error {
 	cons, err := sess.Bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.TypeFilter("PodRunning")},
+		FilterSubjects: []string{bus.TypeFilter("PodStatusReport"), bus.TypeFilter("PodRunning")},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &start,
 	})
@@ -194,8 +195,14 @@ func waitRunning(ctx context.Context, sess *client.Session, start time.Time, pre
 		case err != nil:
 			return err
 		}
-		if env, err := bus.DecodeEnvelope(m.Data()); err == nil && strings.HasPrefix(env.GetPodName(), prefix) && env.GetPodRunning() != nil {
-			running[env.GetPodName()] = true
+		envs, err := bus.DecodeEvents(m.Data())
+		if err != nil || !strings.HasPrefix(envs[0].GetPodName(), prefix) {
+			continue
+		}
+		for _, env := range envs {
+			if env.GetPodRunning() != nil {
+				running[env.GetPodName()] = true
+			}
 		}
 	}
 	if len(running) < n {
@@ -233,18 +240,21 @@ func readTimelines(ctx context.Context, sess *client.Session, start time.Time, p
 		case err != nil:
 			return nil, err
 		}
-		env, err := bus.DecodeEnvelope(m.Data())
-		if err != nil || !strings.HasPrefix(env.GetPodName(), prefix) {
+		envs, err := bus.DecodeEvents(m.Data())
+		if err != nil || !strings.HasPrefix(envs[0].GetPodName(), prefix) {
 			continue
 		}
 		meta, _ := m.Metadata()
-		tl := runs[env.GetPodName()]
+		tl := runs[envs[0].GetPodName()]
 		if tl == nil {
-			tl = &podTimeline{}
-			runs[env.GetPodName()] = tl
+			tl = &podTimeline{messages: map[string]bool{}}
+			runs[envs[0].GetPodName()] = tl
 		}
-		if tl.add(env, meta.Timestamp) {
-			running++
+		tl.messages[string(envs[0].Type())] = true
+		for _, env := range envs { // a report and its steps
+			if tl.add(env, meta.Timestamp) {
+				running++
+			}
 		}
 	}
 	if running < n {
@@ -255,9 +265,10 @@ func readTimelines(ctx context.Context, sess *client.Session, start time.Time, p
 
 // podTimeline is one pod's events, by type, with stream timestamps.
 type podTimeline struct {
-	events  map[string]*eventsv1.Envelope
-	stored  map[string]time.Time // event id -> time the stream stored it
-	running time.Time
+	messages map[string]bool // types of the messages stored (a report's steps not counted)
+	events   map[string]*eventsv1.Envelope
+	stored   map[string]time.Time // event id -> time the stream stored it
+	running  time.Time
 }
 
 // add records env; it reports true when the pod just reached Running.

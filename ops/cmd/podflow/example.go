@@ -80,15 +80,17 @@ func followPod(ctx context.Context, sess *client.Session, ns, name string, out i
 	start := time.Now()
 	closed := false
 	f.cc, err = cons.Consume(func(m jetstream.Msg) {
-		env, err := bus.DecodeEnvelope(m.Data())
+		envs, err := bus.DecodeEvents(m.Data())
 		if err != nil {
 			return
 		}
-		fmt.Fprintf(out, "  %6s  %-12s %-22s %s\n", time.Since(start).Round(time.Millisecond), env.GetStage(), env.Type(), trace.Detail(env))
+		for _, env := range envs {
+			fmt.Fprintf(out, "  %6s  %-12s %-22s %s\n", time.Since(start).Round(time.Millisecond), env.GetStage(), env.Type(), trace.Detail(env))
+		}
 		if closed {
 			return
 		}
-		if u := env.GetEndpointsUpdated(); (u != nil && u.GetAdded()) || env.GetPodRejected() != nil {
+		if u := envs[0].GetEndpointsUpdated(); (u != nil && u.GetAdded()) || envs[0].GetPodRejected() != nil {
 			closed = true
 			close(f.done)
 		}

@@ -172,16 +172,18 @@ func stuckPods(ctx context.Context, js jetstream.JetStream, since, budget time.D
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			env, err := bus.DecodeEnvelope(m.Data())
+			envs, err := bus.DecodeEvents(m.Data())
 			if err != nil {
 				continue
 			}
-			key := env.GetNamespace() + "/" + env.GetPodName()
-			where, verdict := trace.Verdict(env)
-			if where == "" {
-				continue
+			for _, env := range envs {
+				key := env.GetNamespace() + "/" + env.GetPodName()
+				where, verdict := trace.Verdict(env)
+				if where == "" {
+					continue
+				}
+				pods[key] = &last{where, verdict, env.GetTime().AsTime()}
 			}
-			pods[key] = &last{where, verdict, env.GetTime().AsTime()}
 		}
 		if n == 0 {
 			break
