@@ -54,3 +54,34 @@ func TestOpenAPISchemas(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenAPIExplainKubectl: the stock kubectl explains fields of the
+// types podflow serves, with Kubernetes' documentation, from the v3
+// documents (its default) and from /openapi/v2 (--output plaintext-openapiv2):
+// a sidecar's restartPolicy, which older embedded schemas lack, included.
+func TestOpenAPIExplainKubectl(t *testing.T) {
+	s := startSystem(t, options{})
+	k := newStockKubectl(t, s)
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"explain", "pod.spec.initContainers.restartPolicy"},
+			[]string{"FIELD: restartPolicy <string>", "RestartPolicy defines the restart behavior of individual containers", "sidecar"}},
+		{[]string{"explain", "pod.spec.initContainers.restartPolicy", "--output", "plaintext-openapiv2"},
+			[]string{"FIELD:    restartPolicy <string>", "RestartPolicy defines the restart behavior of individual containers"}},
+		{[]string{"explain", "pod.spec.containers"},
+			[]string{"FIELD: containers <[]Container>", "List of containers belonging to the pod.", "resizePolicy\t<[]ContainerResizePolicy>", "restartPolicy\t<string>"}},
+		{[]string{"explain", "roles.rules.verbs"},
+			[]string{"GROUP:      rbac.authorization.k8s.io", "FIELD: verbs <[]string>", "verbs is a list of Verbs that apply to ALL the ResourceKinds"}},
+		{[]string{"explain", "podmetrics.containers.usage"},
+			[]string{"GROUP:      metrics.k8s.io", "FIELD: usage <map[string]Quantity>", "The memory usage is the memory working set."}},
+	} {
+		out := k.must("", c.args...)
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("kubectl %s: no %q in\n%s", strings.Join(c.args, " "), w, out)
+			}
+		}
+	}
+}
