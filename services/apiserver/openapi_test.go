@@ -53,6 +53,15 @@ func TestOpenAPISchemas(t *testing.T) {
 			}
 		})
 	}
+
+	// The list semantics of the Go types' markers, which client-side
+	// apply's strategic merge and structured-merge-diff read.
+	_, doc, _ := do(t, admin, "GET", s.url+"/openapi/v3/api/v1", "", "")
+	containers, _ := path(doc, "components.schemas").(map[string]any)["io.k8s.api.core.v1.PodSpec"].(map[string]any)["properties"].(map[string]any)["containers"].(map[string]any)
+	if got := fmt.Sprintf("%v %v %v %v", containers["x-kubernetes-list-type"], containers["x-kubernetes-list-map-keys"], containers["x-kubernetes-patch-merge-key"],
+		containers["x-kubernetes-patch-strategy"]); got != "map [name] name merge" {
+		t.Errorf("PodSpec.containers: list-type, map keys, patch merge key and strategy %s", got)
+	}
 }
 
 // TestOpenAPIExplainKubectl: the stock kubectl explains fields of the
