@@ -12,6 +12,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	k8scorev1 "k8s.io/api/core/v1"
 	k8seventsv1 "k8s.io/api/events/v1"
+	k8sschedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/kube-openapi/pkg/builder3"
 	"k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/validation/spec"
@@ -190,6 +191,8 @@ func goType(r *resource) any {
 		return &authenticationv1.SelfSubjectReview{}
 	case "v1/Endpoints":
 		return &k8scorev1.Endpoints{}
+	case "scheduling.k8s.io/v1/PriorityClass":
+		return &k8sschedulingv1.PriorityClass{}
 	case "metrics.k8s.io/v1beta1/PodMetrics":
 		return &metricsv1beta1.PodMetrics{}
 	case "metrics.k8s.io/v1beta1/NodeMetrics":

@@ -12,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 )
 
@@ -33,7 +34,7 @@ func TestOpenAPIFields(t *testing.T) {
 		{"api/v1", corev1.Endpoints{}}, {"api/v1", corev1.PodList{}},
 		{"apis/discovery.k8s.io/v1", discoveryv1.EndpointSlice{}},
 		{"apis/rbac.authorization.k8s.io/v1", rbacv1.ClusterRoleBinding{}}, {"apis/rbac.authorization.k8s.io/v1", rbacv1.Role{}},
-		{"apis/events.k8s.io/v1", eventsv1.Event{}},
+		{"apis/events.k8s.io/v1", eventsv1.Event{}}, {"apis/scheduling.k8s.io/v1", schedulingv1.PriorityClass{}},
 		{"apis/authorization.k8s.io/v1", authorizationv1.SelfSubjectAccessReview{}},
 		{"apis/authorization.k8s.io/v1", authorizationv1.SelfSubjectRulesReview{}},
 		{"apis/authentication.k8s.io/v1", authenticationv1.SelfSubjectReview{}},
