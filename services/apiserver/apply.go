@@ -58,8 +58,7 @@ var applyScheme = sync.OnceValue(func() *runtime.Scheme {
 // typeConverter types objects by client-go's structured-merge-diff schema
 // of the built-in kinds (applyconfigurations: generated from the k8s.io/api
 // types of the same release, with their list keys), so every field podflow
-// serves is declared — the /openapi documents come from older embedded
-// schemas, which lack newer fields (a sidecar's restartPolicy).
+// serves is declared.
 var typeConverter = sync.OnceValues(func() (managedfields.TypeConverter, error) {
 	return applyconfigurations.NewTypeConverter(applyScheme()), nil
 })

@@ -9,8 +9,8 @@
 //     what kubectl asks for first) and the legacy documents (/api/v1,
 //     /apis/<group>[/<version>]), /version, /healthz, and an OpenAPI v3
 //     document per group version with the schema of every kind served
-//     (Kubernetes' own documents for core/v1 and discovery.k8s.io/v1,
-//     schemas generated from the k8s.io/api Go types for the rest) and
+//     (kube-openapi's builder over the definitions openapi-gen generated
+//     from the Go types served, with their documentation: openapigen) and
 //     the operations' fieldValidation parameter, so kubectl explain works
 //     and kubectl validates server-side (fieldValidation=Strict: unknown
 //     fields are refused with their path); /openapi/v2 is the same

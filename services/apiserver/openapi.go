@@ -1,7 +1,10 @@
 package apiserver
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 
@@ -9,13 +12,19 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	k8scorev1 "k8s.io/api/core/v1"
 	k8seventsv1 "k8s.io/api/events/v1"
-	"k8s.io/client-go/openapi/openapitest"
+	k8sschedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/kube-openapi/pkg/builder3"
+	"k8s.io/kube-openapi/pkg/common"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
+
+	"github.com/podflow/podflow/services/apiserver/openapigen"
+	"github.com/podflow/podflow/services/stage"
 )
 
 // openAPIHash versions the OpenAPI documents (clients cache by it); bump it
 // when the served resources change.
-const openAPIHash = "podflow-3"
+const openAPIHash = "podflow-4"
 
 // openAPIRoot is /openapi/v3: one document per group version.
 func openAPIRoot() map[string]any {
@@ -34,12 +43,16 @@ func gvPath(gv string) string {
 	return "apis/" + gv
 }
 
-// openAPIDoc is the OpenAPI v3 document of one group version. It is not a
-// schema of the objects: it declares the operations, their
+// openAPIDoc is the OpenAPI v3 document of one group version: the
+// schemas of its kinds (openAPISchemas) and its operations, with their
 // x-kubernetes-group-version-kind and the fieldValidation parameter, which
 // is what kubectl reads to choose server-side field validation (the server
 // then rejects unknown fields itself, naming their path).
-func openAPIDoc(gv string) map[string]any {
+func openAPIDoc(gv string) (map[string]any, error) {
+	schemas, err := openAPISchemas(gv)
+	if err != nil {
+		return nil, err
+	}
 	paths := map[string]any{}
 	fv := map[string]any{"name": "fieldValidation", "in": "query", "schema": map[string]any{"type": "string", "uniqueItems": true},
 		"description": "Strict, Warn or Ignore: how to treat unknown and duplicate fields."}
@@ -72,27 +85,96 @@ func openAPIDoc(gv string) map[string]any {
 		paths[item] = map[string]any{"get": op("read"), "put": op("replace", fv, dry), "patch": op("patch", fv, dry), "delete": op("delete", dry)}
 	}
 	return map[string]any{"openapi": "3.0.0", "info": map[string]any{"title": "Kubernetes", "version": versionInfo.GitVersion}, "paths": paths,
-		"components": map[string]any{"schemas": generatedSchemas(gv)}}
+		"components": map[string]any{"schemas": schemas}}, nil
 }
 
-// generatedSchemas are the component schemas of a group version's kinds,
-// generated from their Go types (openapi_schema.go).
-func generatedSchemas(gv string) map[string]map[string]any {
-	g := &schemaGen{schemas: map[string]map[string]any{}}
-	group, version, _ := strings.Cut(gv, "/")
-	if version == "" {
-		group, version = "", gv
+// openAPIKinds maps each served kind's OpenAPI definition name (its Go
+// type's OpenAPIModelName, "io.k8s.api.core.v1.Pod") to the group
+// version kinds served with it, and each group version to the
+// definitions its document starts from (its kinds and their lists).
+type openAPIKindIndex struct {
+	gvks  map[string][]any
+	names map[string][]string
+}
+
+var openAPIKinds = sync.OnceValue(func() openAPIKindIndex {
+	defs := openapigen.GetOpenAPIDefinitions(func(string) spec.Ref { return spec.Ref{} })
+	ix := openAPIKindIndex{gvks: map[string][]any{}, names: map[string][]string{}}
+	for gv, rs := range resources {
+		for _, r := range rs {
+			obj, ok := goType(r).(interface{ OpenAPIModelName() string })
+			if !ok {
+				continue
+			}
+			for _, kind := range []string{r.kind, r.kind + "List"} {
+				name := obj.OpenAPIModelName()
+				if kind != r.kind {
+					name += "List"
+				}
+				if _, ok := defs[name]; !ok {
+					continue
+				}
+				ix.gvks[name] = append(ix.gvks[name], map[string]any{"group": r.group, "version": r.version, "kind": kind})
+				ix.names[gv] = append(ix.names[gv], name)
+			}
+		}
 	}
+	for _, l := range ix.gvks {
+		sort.Slice(l, func(i, j int) bool { return fmt.Sprint(l[i]) < fmt.Sprint(l[j]) })
+	}
+	for _, l := range ix.names {
+		sort.Strings(l)
+	}
+	return ix
+})
+
+// openAPIDefinitionName names a definition as kube-apiserver does: the
+// generated definitions are keyed by their REST-friendly model names
+// already; a served kind's carries its x-kubernetes-group-version-kind,
+// which kubectl explain looks kinds up by.
+func openAPIDefinitionName(name string) (string, spec.Extensions) {
+	if gvks := openAPIKinds().gvks[name]; len(gvks) > 0 {
+		return name, spec.Extensions{"x-kubernetes-group-version-kind": gvks}
+	}
+	return name, nil
+}
+
+var openAPIInfo = &spec.Info{InfoProps: spec.InfoProps{Title: "Kubernetes", Version: versionInfo.GitVersion}}
+
+// openAPISchemas are the component schemas of a group version's
+// document: kube-openapi's builder over the definitions openapi-gen
+// generated from the Go types podflow serves (openapigen), with their
+// descriptions and list-type/map-keys extensions, and every definition
+// they refer to; podflow's own kinds, which have no Go type, are any
+// object of their kind.
+func openAPISchemas(gv string) (map[string]any, error) {
+	defs, err := builder3.BuildOpenAPIDefinitionsForResources(&common.OpenAPIV3Config{Info: openAPIInfo,
+		GetDefinitions: openapigen.GetOpenAPIDefinitions, GetDefinitionName: openAPIDefinitionName}, openAPIKinds().names[gv]...)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver: the OpenAPI v3 schemas of %s: %w", gv, err)
+	}
+	out := make(map[string]any, len(defs))
+	for name, s := range defs {
+		out[name] = s
+	}
+	for name, s := range ownKindSchemas(gv) {
+		out[name] = s
+	}
+	return out, nil
+}
+
+// ownKindSchemas are the schemas of podflow's own kinds of a group
+// version (no Go type: any object, marked with its kind).
+func ownKindSchemas(gv string) map[string]any {
+	out := map[string]any{}
 	for _, r := range resources[gv] {
-		if obj := goType(r); obj != nil {
-			g.kind(obj, group, version, r.kind)
+		if goType(r) != nil {
 			continue
 		}
-		// podflow's own kinds have no Go type: any object of its kind.
-		g.schemas[group+"."+version+"."+r.kind] = map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true,
-			"x-kubernetes-group-version-kind": []any{map[string]any{"group": group, "version": version, "kind": r.kind}}}
+		out[r.group+"."+r.version+"."+r.kind] = map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+			"x-kubernetes-group-version-kind": []any{map[string]any{"group": r.group, "version": r.version, "kind": r.kind}}}
 	}
-	return g.schemas
+	return out
 }
 
 // goType is a new value of the Go type of r's Kubernetes form; nil for
@@ -109,6 +191,8 @@ func goType(r *resource) any {
 		return &authenticationv1.SelfSubjectReview{}
 	case "v1/Endpoints":
 		return &k8scorev1.Endpoints{}
+	case "scheduling.k8s.io/v1/PriorityClass":
+		return &k8sschedulingv1.PriorityClass{}
 	case "metrics.k8s.io/v1beta1/PodMetrics":
 		return &metricsv1beta1.PodMetrics{}
 	case "metrics.k8s.io/v1beta1/NodeMetrics":
@@ -120,24 +204,20 @@ func goType(r *resource) any {
 	return nil
 }
 
-// openAPIUpstream holds Kubernetes' own OpenAPI v3 documents of the group
-// versions a Go module ships them for (client-go's openapitest: core/v1
-// and discovery.k8s.io/v1, with every field's description), served as
-// they are: kubectl explain shows their documentation.
-var openAPIUpstream = sync.OnceValue(func() map[string][]byte {
-	out := map[string][]byte{}
-	paths, err := openapitest.NewEmbeddedFileClient().Paths()
-	if err != nil {
-		return out
-	}
-	for _, p := range []string{"api/v1", "apis/discovery.k8s.io/v1"} {
-		if gv, ok := paths[p]; ok {
-			if b, err := gv.Schema("application/json"); err == nil {
-				out[p] = b
-			}
+// openAPIV3Served are the group versions' documents, encoded once (an
+// error when the generated definitions lack one a kind refers to).
+var openAPIV3Served = sync.OnceValues(func() (map[string][]byte, error) {
+	out := make(map[string][]byte, len(resources))
+	for gv := range resources {
+		doc, err := openAPIDoc(gv)
+		if err != nil {
+			return nil, err
+		}
+		if out[gv], err = json.Marshal(doc); err != nil {
+			return nil, err
 		}
 	}
-	return out
+	return out, nil
 })
 
 // serveOpenAPI answers /openapi/v2 (openapi_v2.go), /openapi/v3 and
@@ -167,13 +247,14 @@ func serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) bool {
 		writeStatus(w, notFoundPath(r.URL.Path))
 		return true
 	}
-	w.Header().Set("Cache-Control", "public, immutable")
-	if b, ok := openAPIUpstream()[rest]; ok {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(b)
+	docs, err := openAPIV3Served()
+	if err != nil {
+		writeStatus(w, stage.Internal(err))
 		return true
 	}
-	writeJSON(w, http.StatusOK, openAPIDoc(gv))
+	w.Header().Set("Cache-Control", "public, immutable")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(docs[gv])
 	return true
 }

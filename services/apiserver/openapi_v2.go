@@ -14,7 +14,10 @@ import (
 
 	openapiv2 "github.com/google/gnostic-models/openapiv2"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/kube-openapi/pkg/builder"
+	"k8s.io/kube-openapi/pkg/common"
 
+	"github.com/podflow/podflow/services/apiserver/openapigen"
 	"github.com/podflow/podflow/services/stage"
 )
 
@@ -36,7 +39,10 @@ type openAPIV2Served struct {
 }
 
 var openAPIV2 = sync.OnceValue(func() openAPIV2Served {
-	doc := openAPIV2Doc()
+	doc, err := openAPIV2Doc()
+	if err != nil {
+		return openAPIV2Served{err: err}
+	}
 	j, err := json.Marshal(doc)
 	if err != nil {
 		return openAPIV2Served{err: err}
@@ -53,105 +59,39 @@ var openAPIV2 = sync.OnceValue(func() openAPIV2Served {
 })
 
 // openAPIV2Doc is the Swagger 2.0 document of every group version served:
-// the definitions are the v3 documents' component schemas (Kubernetes' own
-// for core/v1 and discovery.k8s.io/v1, generated from the Go types for the
-// others), the paths the operations podflow's v3 documents declare.
-func openAPIV2Doc() map[string]any {
-	gvs := make([]string, 0, len(resources))
+// the definitions kube-openapi's v2 builder makes of the generated ones
+// (references into #/definitions, each definition once) and podflow's own
+// kinds, the paths the operations podflow's v3 documents declare.
+func openAPIV2Doc() (map[string]any, error) {
+	var names []string
 	for gv := range resources {
-		gvs = append(gvs, gv)
+		names = append(names, openAPIKinds().names[gv]...)
 	}
-	// Kubernetes' own documents first: their definitions, documented,
-	// win over the generated ones of the same name (ObjectMeta, …).
-	up := openAPIUpstream()
-	sort.Slice(gvs, func(i, j int) bool {
-		_, ui := up[gvPath(gvs[i])]
-		_, uj := up[gvPath(gvs[j])]
-		if ui != uj {
-			return ui
-		}
-		return gvs[i] < gvs[j]
-	})
+	sort.Strings(names)
+	sw, err := builder.BuildOpenAPIDefinitionsForResources(&common.Config{Info: openAPIInfo,
+		GetDefinitions: openapigen.GetOpenAPIDefinitions, GetDefinitionName: openAPIDefinitionName}, names...)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver: the OpenAPI v2 definitions: %w", err)
+	}
 	defs, paths := map[string]any{}, map[string]any{}
-	for _, gv := range gvs {
-		var schemas map[string]any
-		if b, ok := up[gvPath(gv)]; ok {
-			var up struct {
-				Components struct {
-					Schemas map[string]any `json:"schemas"`
-				} `json:"components"`
-			}
-			if err := json.Unmarshal(b, &up); err == nil {
-				schemas = up.Components.Schemas
-			}
+	for name, s := range sw.Definitions {
+		defs[name] = s
+	}
+	for gv := range resources {
+		// podflow's own kinds' schemas are v2 schemas as they are.
+		for name, s := range ownKindSchemas(gv) {
+			defs[name] = s
 		}
-		if schemas == nil {
-			schemas = map[string]any{}
-			for name, s := range generatedSchemas(gv) {
-				schemas[name] = s
-			}
+		doc, err := openAPIDoc(gv)
+		if err != nil {
+			return nil, err
 		}
-		for name, s := range schemas {
-			if _, ok := defs[name]; !ok {
-				defs[name] = v3SchemaToV2(s)
-			}
-		}
-		for p, item := range openAPIDoc(gv)["paths"].(map[string]any) {
+		for p, item := range doc["paths"].(map[string]any) {
 			paths[p] = v3PathToV2(p, item.(map[string]any))
 		}
 	}
 	return map[string]any{"swagger": "2.0", "info": map[string]any{"title": "Kubernetes", "version": versionInfo.GitVersion},
-		"paths": paths, "definitions": defs}
-}
-
-// v3SchemaToV2 rewrites a v3 schema for Swagger 2.0: references point
-// into #/definitions (a lone allOf reference becomes the $ref) and the
-// keywords v2 lacks are dropped. Only the
-// schema-valued keywords are walked; the others (enum, default,
-// extensions) are values, copied as they are.
-func v3SchemaToV2(s any) any {
-	m, ok := s.(map[string]any)
-	if !ok {
-		return s
-	}
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		switch k {
-		case "nullable", "oneOf", "anyOf", "not", "writeOnly", "deprecated":
-		case "$ref":
-			ref, _ := v.(string)
-			out[k] = strings.Replace(ref, "#/components/schemas/", "#/definitions/", 1)
-		case "items", "additionalProperties":
-			out[k] = v3SchemaToV2(v)
-		case "allOf":
-			l, _ := v.([]any)
-			if len(l) == 1 {
-				// v3 wraps a reference in allOf to give it siblings (a
-				// description); v2 documents, and the clients reading
-				// them (kubectl explain's v2 path), use the $ref itself.
-				if ref, ok := l[0].(map[string]any); ok && len(ref) == 1 && ref["$ref"] != nil {
-					r, _ := ref["$ref"].(string)
-					out["$ref"] = strings.Replace(r, "#/components/schemas/", "#/definitions/", 1)
-					continue
-				}
-			}
-			all := make([]any, len(l))
-			for i, x := range l {
-				all[i] = v3SchemaToV2(x)
-			}
-			out[k] = all
-		case "properties":
-			props, _ := v.(map[string]any)
-			p := make(map[string]any, len(props))
-			for name, x := range props {
-				p[name] = v3SchemaToV2(x)
-			}
-			out[k] = p
-		default:
-			out[k] = v
-		}
-	}
-	return out
+		"paths": paths, "definitions": defs}, nil
 }
 
 // v3PathToV2 rewrites one of podflow's v3 path items: a query parameter's
