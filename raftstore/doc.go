@@ -26,7 +26,10 @@
 // every write committed before it won; it unsubscribes when it loses
 // leadership. Followers therefore never see writes and forward nothing: a
 // client finds the leader through NATS, and during an election gets "no
-// responders" or NotLeader and retries with backoff.
+// responders" or NotLeader and retries with backoff. The leader decodes a
+// write once: its state machine applies the command the write's handler
+// decoded when raft hands it the same log slice (handed.go); followers
+// decode what they receive.
 //
 // Reads are linearizable by default: the leader confirms it still leads
 // with VerifyLeader after the read arrived (concurrent reads share one

@@ -46,6 +46,8 @@ type fsm struct {
 	// liveSize and historySize are the bytes (keys and values) of the key
 	// space and of the history: what the quota is checked against.
 	liveSize, historySize int64
+	// handed are the commands the leader decoded before proposing them.
+	handed handed
 }
 
 // kvSize is what a key and its value count against the quota.
@@ -93,12 +95,15 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		var cmd storev1.Command
-		if err := proto.Unmarshal(l.Data, &cmd); err != nil {
-			out[i] = &storev1.WriteResult{Revision: f.rev, Error: toWire(newError(storev1.Code_CODE_INVALID, "", "undecodable command at index %d: %v", l.Index, err))}
-			continue
+		cmd, ok := f.handed.take(l.Data)
+		if !ok {
+			cmd = &storev1.Command{}
+			if err := proto.Unmarshal(l.Data, cmd); err != nil {
+				out[i] = &storev1.WriteResult{Revision: f.rev, Error: toWire(newError(storev1.Code_CODE_INVALID, "", "undecodable command at index %d: %v", l.Index, err))}
+				continue
+			}
 		}
-		out[i] = f.applyCommand(&cmd)
+		out[i] = f.applyCommand(cmd)
 	}
 	if f.rev != before {
 		f.compact()

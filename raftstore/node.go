@@ -527,8 +527,11 @@ func (n *Node) handleWrite(m *nats.Msg) {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
 	}
+	release := n.fsm.handed.hand(m.Data, &cmd)
 	f := n.raft.Apply(m.Data, n.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
+	err := f.Error()
+	release()
+	if err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(applyError(err))})
 		return
 	}

@@ -48,6 +48,7 @@ func main() {
 	if container.RunHelper() {
 		return
 	}
+	setGC()
 	stopProfile := startProfile(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
