@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -299,18 +301,35 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 		for i := range 5 {
 			k.must("run", fmt.Sprintf("pg-%d", i), "--image=nginx", "--labels=app=pg")
 		}
+		// More pods are created while the list pages (a consistent
+		// snapshot: the pages are read at the first page's revision, so
+		// no pod is listed twice and none of the first five is missed).
+		created := make(chan []string, 1)
+		go func() {
+			var failed []string
+			for i := 5; i < 10; i++ {
+				if out, errs, code := k.run("run", fmt.Sprintf("pg-%d", i), "--image=nginx", "--labels=app=pg"); code != 0 {
+					failed = append(failed, out+errs)
+				}
+			}
+			created <- failed
+		}()
 		// -v=6 logs each request: the list must take several pages.
 		out, errs, code := k.run("get", "pods", "-l", "app=pg", "--chunk-size=2", "-v=6")
+		if failed := <-created; len(failed) > 0 {
+			t.Fatalf("kubectl run during the list: %v", failed)
+		}
 		if code != 0 || strings.Count(errs, "continue=") < 2 {
 			t.Fatalf("get --chunk-size=2: exit %d, want more than one continue page:\n%s", code, errs)
 		}
-		for i := range 5 {
-			if !regexpLine(out, fmt.Sprintf("pg-%d", i)) {
-				t.Fatalf("get --chunk-size=2 lacks pg-%d:\n%s", i, out)
+		for i := range 10 {
+			n := len(regexp.MustCompile(`(?m)^pg-`+strconv.Itoa(i)+`\s`).FindAllString(out, -1))
+			if n > 1 || i < 5 && n != 1 {
+				t.Fatalf("get --chunk-size=2 lists pg-%d %d times:\n%s", i, n, out)
 			}
 		}
 		out = k.must("delete", "pods", "-l", "app=pg", "--wait=false")
-		if strings.Count(out, "deleted") != 5 {
+		if strings.Count(out, "deleted") != 10 {
 			t.Fatalf("delete -l: %q", out)
 		}
 		eventually(t, 30*time.Second, "the selected pods to be gone", func() (bool, string) {
