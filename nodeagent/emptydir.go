@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,10 +15,14 @@ import (
 // VolumeMeter is a Runtime that measures a pod's volumes (kubelet's volume
 // stats, what its eviction manager reads): VolumeUsage is the bytes the
 // volume's files take, counted as du counts them. A Runtime without it
-// has no emptyDir sizeLimit eviction.
+// has no emptyDir sizeLimit eviction, nor one whose VolumeUsage answers
+// ErrNoVolumeMeter (a wrapper over a runtime without it).
 type VolumeMeter interface {
 	VolumeUsage(ctx context.Context, pod *corev1.Pod, volume string) (int64, error)
 }
+
+// ErrNoVolumeMeter: the Runtime measures no volumes after all.
+var ErrNoVolumeMeter = errors.New("nodeagent: the runtime measures no volumes")
 
 // emptyDirMemorySize is kubelet's calculateEmptyDirMemorySize (the
 // SizeMemoryBackedVolumes behaviour): a memory emptyDir's tmpfs is the
@@ -128,8 +133,11 @@ func emptyDirOverLimit(pod *corev1.Pod, usage func(volume string) (int64, error)
 		if err != nil || q.Sign() <= 0 {
 			continue
 		}
-		limited = true
 		used, err := usage(v.GetName())
+		if errors.Is(err, ErrNoVolumeMeter) {
+			return "", false // nothing to measure with: never check again
+		}
+		limited = true
 		if err == nil && used > q.Value() {
 			return fmt.Sprintf(msgEmptyDirLimit, v.GetName(), q.String()), true
 		}

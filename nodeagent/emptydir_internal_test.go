@@ -95,6 +95,12 @@ func TestEmptyDirOverLimit(t *testing.T) {
 	if _, limited := emptyDirOverLimit(&corev1.Pod{Spec: &corev1.PodSpec{Volumes: p.Spec.Volumes[:1]}}, usage(nil)); limited {
 		t.Error("a pod without a sizeLimit is limited")
 	}
+	// A runtime that turns out to measure nothing (a wrapper over one
+	// without a VolumeMeter) is not asked again every EvictionPeriod.
+	noMeter := func(string) (int64, error) { return 0, ErrNoVolumeMeter }
+	if msg, limited := emptyDirOverLimit(p, noMeter); msg != "" || limited {
+		t.Errorf("without a meter: msg %q limited %v, want none and not limited", msg, limited)
+	}
 }
 
 // The tmpfs under a secret, downwardAPI or projected volume is sized as

@@ -7,7 +7,6 @@ package nodemetrics
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -203,7 +202,7 @@ func (r runtime) VolumeUsage(ctx context.Context, pod *corev1.Pod, volume string
 	if vm, ok := r.Runtime.(nodeagent.VolumeMeter); ok {
 		return vm.VolumeUsage(ctx, pod, volume)
 	}
-	return 0, fmt.Errorf("runtime measures no volumes")
+	return 0, nodeagent.ErrNoVolumeMeter
 }
 
 // PullImageWithSecrets passes the optional pull with registry credentials

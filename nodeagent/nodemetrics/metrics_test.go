@@ -2,6 +2,7 @@ package nodemetrics
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -191,5 +192,11 @@ func TestRuntimeKeepsOptionalInterfaces(t *testing.T) {
 		if !call() || !inner.called[name] {
 			t.Errorf("%s does not reach the wrapped runtime", name)
 		}
+	}
+	// Over a runtime that measures nothing the wrapper says so, so the
+	// agent stops asking.
+	bare := m.Runtime(struct{ nodeagent.Runtime }{})
+	if _, err := bare.(nodeagent.VolumeMeter).VolumeUsage(ctx, pod, "v"); !errors.Is(err, nodeagent.ErrNoVolumeMeter) {
+		t.Errorf("VolumeUsage over a runtime without a meter: %v, want ErrNoVolumeMeter", err)
 	}
 }
