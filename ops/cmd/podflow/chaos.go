@@ -319,8 +319,11 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The workload stops with this run, also on an early return.
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
 	go func() {
-		acked, err := chaosWorkload(ctx, sess, token, prefix, o.pods, o.duration)
+		acked, err := chaosWorkload(workCtx, sess, token, prefix, o.pods, o.duration)
 		workDone <- workResult{acked, err}
 	}()
 
@@ -709,7 +712,7 @@ func chaosWorkload(ctx context.Context, sess *client.Session, token, prefix stri
 			if attempt == 60 || ctx.Err() != nil {
 				return acked, fmt.Errorf("publish %s: %w", p.Metadata.Name, err)
 			}
-			time.Sleep(500 * time.Millisecond)
+			sleepCtx(ctx, 500*time.Millisecond)
 		}
 	}
 	return acked, nil

@@ -304,6 +304,9 @@ func (w *watcher) run(ctx context.Context) {
 		w.mu.Lock()
 		w.restarts++
 		w.mu.Unlock()
+		// A watch that ends at once (compacted, the server gone) is not
+		// reopened in a tight loop.
+		sleepCtx(ctx, 200*time.Millisecond)
 	}
 }
 
