@@ -46,7 +46,7 @@ var applyScheme = sync.OnceValue(func() *runtime.Scheme {
 	sc := runtime.NewScheme()
 	for _, byName := range resources {
 		for _, r := range byName {
-			if r.store.Name == "" || r.readOnly || kubeTypes[r.kind] == nil {
+			if !managesFields(r) {
 				continue
 			}
 			sc.AddKnownTypeWithName(r.gvk(), kubeTypes[r.kind]())
@@ -59,8 +59,8 @@ var applyScheme = sync.OnceValue(func() *runtime.Scheme {
 // of the built-in kinds (applyconfigurations: generated from the k8s.io/api
 // types of the same release, with their list keys), so every field podflow
 // serves is declared.
-var typeConverter = sync.OnceValues(func() (managedfields.TypeConverter, error) {
-	return applyconfigurations.NewTypeConverter(applyScheme()), nil
+var typeConverter = sync.OnceValue(func() managedfields.TypeConverter {
+	return applyconfigurations.NewTypeConverter(applyScheme())
 })
 
 var fieldManagers sync.Map // schema.GroupVersionKind -> *managedfields.FieldManager
@@ -84,12 +84,8 @@ func fieldManager(r *resource) (*managedfields.FieldManager, error) {
 	if fm, ok := fieldManagers.Load(r.gvk()); ok {
 		return fm.(*managedfields.FieldManager), nil
 	}
-	tc, err := typeConverter()
-	if err != nil {
-		return nil, err
-	}
 	sc := applyScheme()
-	fm, err := managedfields.NewDefaultFieldManager(tc, sc, sc, sc, r.gvk(), r.gvk().GroupVersion(), "", nil)
+	fm, err := managedfields.NewDefaultFieldManager(typeConverter(), sc, sc, sc, r.gvk(), r.gvk().GroupVersion(), "", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -81,6 +81,21 @@ func TestEphemeralContainers(t *testing.T) {
 			c.Ports = []k8scorev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
 		},
 			want: "spec.ephemeralContainers[2].ports[0].hostPort: Forbidden: podflow does not support host port mapping"},
+		{name: "no name", ec: func(c *k8scorev1.EphemeralContainer) { c.Name = "" }, want: "spec.ephemeralContainers[2].name: Required value"},
+		{name: "no image", ec: func(c *k8scorev1.EphemeralContainer) { c.Image = "" }, want: "spec.ephemeralContainers[2].image: Required value"},
+		{name: "liveness probe", ec: func(c *k8scorev1.EphemeralContainer) {
+			c.LivenessProbe = &k8scorev1.Probe{ProbeHandler: k8scorev1.ProbeHandler{Exec: &k8scorev1.ExecAction{Command: []string{"true"}}}}
+		}, want: "spec.ephemeralContainers[2].livenessProbe: Forbidden: cannot be set for an Ephemeral Container"},
+		{name: "startup probe", ec: func(c *k8scorev1.EphemeralContainer) {
+			c.StartupProbe = &k8scorev1.Probe{ProbeHandler: k8scorev1.ProbeHandler{Exec: &k8scorev1.ExecAction{Command: []string{"true"}}}}
+		}, want: "spec.ephemeralContainers[2].startupProbe: Forbidden: cannot be set for an Ephemeral Container"},
+		{name: "lifecycle", ec: func(c *k8scorev1.EphemeralContainer) {
+			c.Lifecycle = &k8scorev1.Lifecycle{PreStop: &k8scorev1.LifecycleHandler{Exec: &k8scorev1.ExecAction{Command: []string{"true"}}}}
+		}, want: "spec.ephemeralContainers[2].lifecycle: Forbidden: cannot be set for an Ephemeral Container"},
+		{name: "restart policy", ec: func(c *k8scorev1.EphemeralContainer) {
+			always := k8scorev1.ContainerRestartPolicyAlways
+			c.RestartPolicy = &always
+		}, want: "spec.ephemeralContainers[2].restartPolicy: Forbidden: cannot be set for an Ephemeral Container"},
 		{name: "a container's name", ec: func(c *k8scorev1.EphemeralContainer) { c.Name = "c" }, want: `spec.ephemeralContainers[2].name: Duplicate value: "c"`},
 		{name: "an unknown target", ec: func(c *k8scorev1.EphemeralContainer) { c.TargetContainerName = "nope" }, want: `spec.ephemeralContainers[2].targetContainerName: Not found: "nope"`},
 		{name: "changed", ec: func(c *k8scorev1.EphemeralContainer) { c.Name = "debugger"; c.Image = "other" }, want: `existing ephemeral containers "debugger" may not be changed`},

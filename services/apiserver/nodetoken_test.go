@@ -37,33 +37,40 @@ func TestNodeServiceAccountToken(t *testing.T) {
 		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: name, Uid: uid},
 			Spec: &corev1.PodSpec{NodeName: node, ServiceAccountName: sa}}
 	}
-	for _, p := range []*corev1.Pod{pod("web", "uid-web", "n1", "robot"), pod("elsewhere", "uid-elsewhere", "n2", "robot"), pod("plain", "uid-plain", "n1", "default")} {
+	for _, p := range []*corev1.Pod{pod("web", "uid-web", "n1", "robot"), pod("elsewhere", "uid-elsewhere", "n2", "robot"), pod("plain", "uid-plain", "n1", "default"),
+		pod("ghostly", "uid-ghostly", "n1", "ghost")} { // ghost: no such ServiceAccount
 		if _, err := s.store.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	n1 := bustest.ConnectAs(t, s.srv, pipeline.NodeRole("n1"), "n1")
-	ask := func(name, uid, sa string, exp int64) (string, error) {
+	askFor := func(name, uid, sa string, exp int64, aud string) (string, error) {
 		tok, _, err := pipeline.RequestNodeToken(ctx, n1.NATS(), "n1", &apiv1.NodeTokenRequest{
-			Namespace: "default", PodName: name, PodUid: uid, ServiceAccount: sa, ExpirationSeconds: exp})
+			Namespace: "default", PodName: name, PodUid: uid, ServiceAccount: sa, ExpirationSeconds: exp, Audience: aud})
 		return tok, err
 	}
+	ask := func(name, uid, sa string, exp int64) (string, error) { return askFor(name, uid, sa, exp, "") }
 
 	for _, tc := range []struct {
 		name          string
 		pod, uid, sa  string
 		exp           int64
+		aud           string
 		code          int32
 		reason, words string
 	}{
-		{"another node's pod", "elsewhere", "uid-elsewhere", "robot", 0, 403, "Forbidden", "bound to a pod scheduled on a different node"},
-		{"a ServiceAccount that is not the pod's", "plain", "uid-plain", "robot", 0, 403, "Forbidden", "runs as serviceaccount default"},
-		{"a pod that does not exist", "nobody", "uid-nobody", "robot", 0, 404, "NotFound", `pods "nobody" not found`},
-		{"a recreated pod", "web", "uid-old", "robot", 0, 409, "Conflict", "does not match the UID in record (uid-web)"},
-		{"an expiration under 10 minutes", "web", "uid-web", "robot", 599, 422, "Invalid", "spec.expirationSeconds: Invalid value: may not specify a duration less than 10 minutes"},
+		{"another node's pod", "elsewhere", "uid-elsewhere", "robot", 0, "", 403, "Forbidden", "bound to a pod scheduled on a different node"},
+		{"a ServiceAccount that is not the pod's", "plain", "uid-plain", "robot", 0, "", 403, "Forbidden", "runs as serviceaccount default"},
+		{"a pod that does not exist", "nobody", "uid-nobody", "robot", 0, "", 404, "NotFound", `pods "nobody" not found`},
+		{"a ServiceAccount that does not exist", "ghostly", "uid-ghostly", "ghost", 0, "", 404, "NotFound", `serviceaccounts "ghost" not found`},
+		{"a recreated pod", "web", "uid-old", "robot", 0, "", 409, "Conflict", "does not match the UID in record (uid-web)"},
+		{"an expiration under 10 minutes", "web", "uid-web", "robot", 599, "", 422, "Invalid", "spec.expirationSeconds: Invalid value: may not specify a duration less than 10 minutes"},
+		{"an expiration over 2^32 seconds", "web", "uid-web", "robot", 1<<32 + 1, "", 422, "Invalid", "may not specify a duration larger than 2^32 seconds"},
+		{"an audience over 1024 bytes", "web", "uid-web", "robot", 0, strings.Repeat("a", 1025), 422, "Invalid", "an audience may not be longer than 1024 bytes"},
+		{"no pod uid", "web", "", "robot", 0, "", 422, "Invalid", "spec.boundObjectRef"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tok, err := ask(tc.pod, tc.uid, tc.sa, tc.exp)
+			tok, err := askFor(tc.pod, tc.uid, tc.sa, tc.exp, tc.aud)
 			var refused *pipeline.TokenRefusedError
 			if !errors.As(err, &refused) || refused.Code() != tc.code || refused.Status.GetReason() != tc.reason || !strings.Contains(err.Error(), tc.words) || tok != "" {
 				t.Fatalf("got %q, %v; want a %d %s refusal containing %q", tok, err, tc.code, tc.reason, tc.words)
