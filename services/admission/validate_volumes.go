@@ -3,12 +3,14 @@ package admission
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/auth"
 )
 
 // Kubernetes' validation of the file volumes' items
@@ -239,13 +241,16 @@ func validateProjectedVolume(p *field.Path, s *corev1.ProjectedVolumeSource) fie
 			tp := sp.Child("serviceAccountToken")
 			switch e := t.GetExpirationSeconds(); {
 			case t.ExpirationSeconds == nil: // Kubernetes' default, 3600
-			case e < 10*60:
+			case e < int64(auth.MinBoundTokenExpiration/time.Second):
 				errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), e, "may not specify a duration less than 10 minutes"))
 			case e > 1<<32:
 				errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), e, "may not specify a duration larger than 2^32 seconds"))
 			}
 			if t.GetPath() == "" {
 				errs = append(errs, field.Required(tp.Child("path"), ""))
+			}
+			if len(t.GetAudience()) > auth.MaxTokenAudienceBytes { // the api stage would refuse every token request
+				errs = append(errs, field.TooLong(tp.Child("audience"), "", auth.MaxTokenAudienceBytes))
 			}
 			errs = append(errs, localNonReservedPath(tp.Child("path"), t.GetPath())...)
 			dup(t.GetPath(), t.GetPath())

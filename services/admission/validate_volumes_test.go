@@ -87,10 +87,11 @@ func TestValidateFileVolumeItems(t *testing.T) {
 		{"projected serviceAccountToken bad", projected(
 			&corev1.VolumeProjection{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "", ExpirationSeconds: i64(599)}},
 			&corev1.VolumeProjection{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "../t", ExpirationSeconds: i64(1<<32 + 1)}},
-			&corev1.VolumeProjection{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "t"}, Secret: &corev1.SecretProjection{Name: "s"}}),
+			&corev1.VolumeProjection{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "t"}, Secret: &corev1.SecretProjection{Name: "s"}},
+			&corev1.VolumeProjection{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "long", Audience: strings.Repeat("a", 1025)}}),
 			[]string{"FieldValueInvalid " + s + "[0].serviceAccountToken.expirationSeconds", "FieldValueRequired " + s + "[0].serviceAccountToken.path",
 				"FieldValueInvalid " + s + "[1].serviceAccountToken.expirationSeconds", "FieldValueInvalid " + s + "[1].serviceAccountToken.path",
-				"FieldValueForbidden " + s + "[2]"}},
+				"FieldValueForbidden " + s + "[2]", "FieldValueTooLong " + s + "[3].serviceAccountToken.audience"}},
 		{"projected defaultMode", func(p *corev1.Pod) {
 			projected(&corev1.VolumeProjection{Secret: &corev1.SecretProjection{Name: "s"}})(p)
 			p.Spec.Volumes[0].Projected.DefaultMode = i32(0o2000)

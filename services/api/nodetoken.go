@@ -43,9 +43,6 @@ import (
 	"github.com/podflow/podflow/services/stage"
 )
 
-// MaxTokenAudienceBytes bounds a projected token's audience.
-const MaxTokenAudienceBytes = 1024
-
 // onNodeToken answers a node agent's NodeTokenRequest. A request whose
 // reply subject is not an inbox of a node role is dropped: the token goes
 // to nobody but a node agent.
@@ -159,7 +156,7 @@ func checkTokenRequest(req *apiv1.NodeTokenRequest) *corev1.Status {
 	case e > 1<<32:
 		return invalid("spec.expirationSeconds", "may not specify a duration larger than 2^32 seconds")
 	}
-	if len(req.GetAudience()) > MaxTokenAudienceBytes {
+	if len(req.GetAudience()) > auth.MaxTokenAudienceBytes {
 		return invalid("spec.audiences", "an audience may not be longer than 1024 bytes")
 	}
 	if req.GetNamespace() == "" || req.GetPodName() == "" || req.GetPodUid() == "" || name == "" {

@@ -38,6 +38,10 @@ const (
 	// MaxBoundTokenExpiration caps expirationSeconds (Kubernetes caps
 	// with --service-account-max-token-expiration; 24 h here).
 	MaxBoundTokenExpiration = 24 * time.Hour
+	// MaxTokenAudienceBytes bounds the audience of a projected
+	// serviceAccountToken (a node's token request), checked at admission
+	// and by the api stage.
+	MaxTokenAudienceBytes = 1024
 )
 
 // BoundTokens issues and verifies bound ServiceAccount tokens with one
