@@ -75,8 +75,8 @@ func MakeCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	c := &Cluster{NATS: ns, dir: t.TempDir()}
 	t.Cleanup(c.Shutdown)
 	var peers []raftstore.Peer
-	for i := range n {
-		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("r%d", i), Address: freeAddr(t)})
+	for i, addr := range freeAddrs(t, n) {
+		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("r%d", i), Address: addr})
 	}
 	for i := range n {
 		cfg := raftstore.DefaultConfig()
@@ -99,13 +99,23 @@ func MakeCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	return c
 }
 
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+func freeAddr(t testing.TB) string { return freeAddrs(t, 1)[0] }
+
+// freeAddrs returns n distinct loopback addresses free right now: every
+// listener is held until all are chosen (closed one by one, the kernel may
+// hand the same port out twice: "found duplicate address in
+// configuration").
+func freeAddrs(t testing.TB, n int) []string {
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 // Conn returns a new NATS connection to the cluster's server, closed at t's
