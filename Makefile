@@ -83,18 +83,19 @@ lint:
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
-## test: every module's tests, even after one fails; the modules that
-## failed are listed at the end and make exits non-zero.
+## test: every module's tests in one `go test`, so that packages of different
+## modules share the two slots; the longest packages are named first, which
+## starts them first (the run is as long as its longest package plus what
+## cannot overlap it). The packages that failed are listed at the end.
+TEST_FIRST := ./ops/e2e ./nodeagent/linux ./services/apiserver ./nodeagent/linux/container ./services/pipeline ./raftstore ./services/scheduler
 test: proto-check lint
-	@failed=(); \
-	for m in $(MODULES); do \
-		echo "== $$m"; \
-		(cd $$m && $(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...) || failed+=("$$m"); \
-	done; \
-	if (( $${#failed[@]} )); then \
-		echo "== make test: $${#failed[@]} of $(words $(MODULES)) modules failed: $${failed[*]}"; exit 1; \
+	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
+	$(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FIRST) $(addprefix ./,$(addsuffix /...,$(MODULES))) 2>&1 | tee "$$log"; \
+	rc=$${PIPESTATUS[0]}; failed=$$(sed -n 's/^FAIL[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/p' "$$log" | sort -u); \
+	if (( rc != 0 )); then \
+		echo "== make test failed (exit $$rc); failed packages:"; echo "$${failed:-  (none reported: a build or vet error above)}"; exit 1; \
 	fi; \
-	echo "== make test: all $(words $(MODULES)) modules passed"
+	echo "== make test: every package of $(words $(MODULES)) modules passed"
 
 bench:
 	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done
