@@ -32,7 +32,7 @@ func TestLinuxFidelity(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces and mounts (CI runs as root)")
 	}
-	before := kernelObjects(t)
+	before := kernelObjects(t, "linux-node-1")
 	c := startCluster(t, "--runtime", "linux")
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	manifest := filepath.Join("examples", "fidelity.yaml")
@@ -165,7 +165,7 @@ spec:
 	k.must("delete", "-f", manifest, "--grace-period", "2")
 	k.must("delete", "pod", "fid-missing", "--grace-period", "1")
 	c.stop()
-	if after := kernelObjects(t); after != before {
+	if after := kernelObjects(t, "linux-node-1"); after != before {
 		t.Fatalf("kernel objects left behind:\nbefore: %s\nafter:  %s", before, after)
 	}
 }

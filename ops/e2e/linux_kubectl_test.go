@@ -32,7 +32,7 @@ func TestLinuxKubectl(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces and mounts (CI runs as root)")
 	}
-	before := kernelObjects(t)
+	before := kernelObjects(t, "linux-node-1")
 	c := startCluster(t, "--runtime", "linux")
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	c.mustPodflow("apply", "-f", writeTemp(t, `apiVersion: v1
@@ -182,7 +182,7 @@ spec:
 
 	c.mustPodflow("delete", "pod", "shell", "--grace-period", "1")
 	c.stop()
-	if after := kernelObjects(t); after != before {
+	if after := kernelObjects(t, "linux-node-1"); after != before {
 		t.Fatalf("kernel objects left behind:\nbefore: %s\nafter:  %s", before, after)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/nodeagent/linux/network"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -25,7 +26,7 @@ func TestLinuxRuntime(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces and mounts (CI runs as root)")
 	}
-	before := kernelObjects(t)
+	before := kernelObjects(t, "linux-node-1")
 	c := startCluster(t, "--runtime", "linux")
 	c.mustPodflow("apply", "-f", filepath.Join("examples", "nginx-service.yaml"), "-f", filepath.Join("examples", "nginx-pod.yaml"))
 	p := c.waitPod("default", "my-nginx-pod", "Running and Ready", func(p *corev1.Pod) bool {
@@ -142,14 +143,26 @@ spec:
 	c.mustPodflow("delete", "pod", "my-nginx-pod", "--grace-period", "2")
 	c.stop()
 	deleteOther()
-	if after := kernelObjects(t); after != before {
+	if after := kernelObjects(t, "linux-node-1"); after != before {
 		t.Fatalf("kernel objects left behind:\nbefore: %s\nafter:  %s", before, after)
 	}
 }
 
-// kernelObjects lists podflow's netns, links, cgroups and mounts.
-func kernelObjects(t *testing.T) string {
+// kernelObjects lists the netns, links, cgroups and mounts of node's
+// Linux runtime and of this test's directories: every kernel object the
+// agent creates carries its node's bridge name ("pf" + hash, its pods'
+// netns are "podflow-<bridge>-<uid>", their host veths are the bridge's
+// ports) or its cgroup root ("podflow-<node>"), and its mounts lie under
+// the test's data directory or its netns. Objects of other tests running
+// on the machine at the same time (make test runs packages concurrently)
+// are not this system's and are not counted.
+func kernelObjects(t *testing.T, node string) string {
 	t.Helper()
+	bridge := network.BridgeNameFor(node)
+	dirs := filepath.Dir(t.TempDir()) // the test's own temporary root
+	ours := func(l string) bool {
+		return strings.Contains(l, bridge) || strings.Contains(l, dirs) || strings.Contains(l, "podflow-"+node)
+	}
 	var parts []string
 	for _, cmd := range [][]string{{"ip", "netns", "list"}, {"ip", "-o", "link"}, {"cat", "/proc/self/mountinfo"}} {
 		out, err := exec.Command(cmd[0], cmd[1:]...).Output()
@@ -157,13 +170,15 @@ func kernelObjects(t *testing.T) string {
 			t.Fatalf("%v: %v", cmd, err)
 		}
 		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, "podflow") || strings.HasPrefix(strings.TrimSpace(l), "pf") || strings.Contains(l, ": pf") {
+			if ours(l) {
 				parts = append(parts, strings.Fields(l)[0])
 			}
 		}
 	}
-	cgs, _ := filepath.Glob("/sys/fs/cgroup/*/podflow*")
-	parts = append(parts, cgs...)
+	for _, glob := range []string{"/sys/fs/cgroup/podflow-" + node + "*", "/sys/fs/cgroup/*/podflow-" + node + "*"} {
+		cgs, _ := filepath.Glob(glob)
+		parts = append(parts, cgs...)
+	}
 	return strings.Join(parts, " ")
 }
 
