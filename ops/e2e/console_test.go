@@ -100,7 +100,12 @@ func TestConsoleBrowser(t *testing.T) {
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1500, 1100))
+		chromedp.DisableGPU, chromedp.WindowSize(1500, 1100),
+		// Chromium prints its DevTools address once started; chromedp's
+		// default wait for it is 20 s, which a loaded 2-core machine (make
+		// test runs nodeagent/linux beside this package) can exceed. The
+		// test's own deadline (3 minutes, below) bounds the launch instead.
+		chromedp.WSURLReadTimeout(time.Minute))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelA()
 	bctx, cancelB := chromedp.NewContext(actx)
