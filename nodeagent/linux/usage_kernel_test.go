@@ -2,6 +2,10 @@ package linux_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,13 +39,21 @@ func TestMeterUsage(t *testing.T) {
 		}
 		return u.CPUNanos
 	}
-	// The idle container's sleep has started once its CPU time stops
-	// moving; a rate is only ~0 from then on.
-	var idleCPU uint64
-	eventually(t, "the idle container to settle", func() (bool, string) {
-		prev := idleCPU
-		idleCPU = cpuOf(idle, podrules.QOSBestEffort)
-		return prev != 0 && prev == idleCPU, fmt.Sprint(idleCPU)
+	// The idle container uses no CPU from the moment its process is
+	// blocked in sleep's nanosleep: before that it may still be exec'ing
+	// and linking, and on a loaded machine it can be descheduled midway,
+	// so a CPU time that stops moving for a while proves nothing.
+	eventually(t, "the idle container blocked in its sleep", func() (bool, string) {
+		pids := podPIDs(t, e.cgroups, idle.Metadata.Uid, "main")
+		if len(pids) == 0 {
+			return false, "no process"
+		}
+		for _, pid := range pids {
+			if call := blockedSyscall(pid); call != sysNanosleep && call != sysClockNanosleep {
+				return false, fmt.Sprintf("pid %s in syscall %q", pid, call)
+			}
+		}
+		return true, ""
 	})
 
 	m := e.rt.NewMeter()
@@ -93,4 +105,37 @@ func TestMeterUsage(t *testing.T) {
 	if rd.CPUNanoCores == 0 || rd.MemoryBytes < b.MemoryBytes {
 		t.Errorf("node %+v: want CPU above 0 and at least the burner's memory", rd.NodeUsage)
 	}
+}
+
+// x86-64 and arm64 numbers of the two sleeps (sleep(1) uses one of them).
+var (
+	sysNanosleep      = map[string]string{"amd64": "35", "arm64": "101"}[runtime.GOARCH]
+	sysClockNanosleep = map[string]string{"amd64": "230", "arm64": "115"}[runtime.GOARCH]
+)
+
+// podPIDs lists the processes of the pod's container cgroup under root.
+func podPIDs(t *testing.T, root, uid, container string) []string {
+	t.Helper()
+	procs, _ := filepath.Glob("/sys/fs/cgroup/*/" + root + "/*/pod" + uid + "/" + container + "/cgroup.procs")
+	v2, _ := filepath.Glob("/sys/fs/cgroup/" + root + "/*/pod" + uid + "/" + container + "/cgroup.procs")
+	var pids []string
+	for _, f := range append(procs, v2...) {
+		b, _ := os.ReadFile(f)
+		pids = append(pids, strings.Fields(string(b))...)
+	}
+	return pids
+}
+
+// blockedSyscall is the number of the system call pid is blocked in
+// ("running" when it runs, "" when it is gone), from /proc/PID/syscall.
+func blockedSyscall(pid string) string {
+	b, err := os.ReadFile("/proc/" + pid + "/syscall")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }
