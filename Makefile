@@ -9,8 +9,10 @@ TOOLS := $(CURDIR)/.tools
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO := $(TOOLS)/protoc-gen-go
 DATA ?= $(CURDIR)/.podflow
-# Packages run concurrently under -race; keep make test inside CI's budget.
-TEST_P ?= 2
+# Packages run concurrently under -race (3: most of them wait on processes,
+# timers and the network, and the 2 cores idle at -p 2); keep make test inside
+# CI's budget.
+TEST_P ?= 3
 TEST_TIMEOUT ?= 12m
 
 .PHONY: all build run httpserver test proto proto-check openapi openapi-check lint tools deps-os bench bench-pipeline chaos chaos-partition fuzz clean
@@ -84,7 +86,7 @@ lint:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 ## test: every module's tests in one `go test`, so that packages of different
-## modules share the two slots; the longest packages are named first, which
+## modules share the slots; the longest packages are named first, which
 ## starts them first (the run is as long as its longest package plus what
 ## cannot overlap it). The packages that failed are listed at the end.
 TEST_FIRST := ./ops/e2e ./nodeagent/linux ./services/apiserver ./nodeagent/linux/container ./services/pipeline ./raftstore ./services/scheduler
