@@ -33,7 +33,7 @@ var ErrStoreBehind = errors.New("endpoints: store does not reflect the event yet
 type Stage struct {
 	env      stage.Env
 	services *informer.Informer[*corev1.Service]
-	pods     *informer.Informer[*corev1.Pod] // for label changes only; syncs read pods from the store
+	pods     *informer.Informer[*corev1.Pod] // identities and labels only (NewMetaLabels), for label changes; syncs read pods from the store
 	locks    sync.Map                        // service key -> *sync.Mutex: one sync per service at a time in this replica
 	queue    serviceQueue
 }
@@ -55,8 +55,10 @@ func NewStage(env stage.Env) (*Stage, error) {
 		return nil, err
 	}
 	// A pod's labels change without a pod event: queue every Service that
-	// selected it before or selects it now.
-	s.pods, err = informer.New[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
+	// selected it before or selects it now. The cache decodes a pod's
+	// identity and labels alone: every pod write reaches it, and Selects
+	// reads nothing else.
+	s.pods, err = informer.NewMetaLabels[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
 		OnUpdate: func(old, pod *corev1.Pod) {
 			if maps.Equal(old.GetMetadata().GetLabels(), pod.GetMetadata().GetLabels()) {
 				return

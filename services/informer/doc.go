@@ -24,6 +24,11 @@
 // objectstest's in-memory store (with its watches and compaction) in unit
 // tests as over raftstore.
 //
+// A cache of a kind written often that needs only part of each object
+// decodes only that: NewMeta keeps identities (name, namespace, uid,
+// deletionTimestamp, resourceVersion; the api stage's pods), NewMetaLabels
+// identities and labels (the endpoints stage's pods, for selectors).
+//
 // Handlers are called from Run's goroutine, in revision order; a slow
 // handler delays the cache, so hand heavy work to a queue.
 package informer

@@ -53,11 +53,23 @@ func New[T objects.Object](s *objects.Store, ns string, h Handlers[T]) (*Informe
 // often whose cache only tracks what exists (the api's pods, which bound
 // tokens name).
 func NewMeta[T objects.Object](s *objects.Store, ns string, h Handlers[T]) (*Informer[T], error) {
+	return newDecoding(s, ns, h, objects.DecodeMeta)
+}
+
+// NewMetaLabels is NewMeta whose objects carry their labels too
+// (objects.DecodeMetaLabels): for a cache that follows how objects are
+// labelled and nothing else (the endpoints stage's pods, for Service
+// selectors).
+func NewMetaLabels[T objects.Object](s *objects.Store, ns string, h Handlers[T]) (*Informer[T], error) {
+	return newDecoding(s, ns, h, objects.DecodeMetaLabels)
+}
+
+func newDecoding[T objects.Object](s *objects.Store, ns string, h Handlers[T], dec func(*raftstore.KV, objects.Object) error) (*Informer[T], error) {
 	inf, err := New(s, ns, h)
 	if err != nil {
 		return nil, err
 	}
-	inf.dec = objects.DecodeMeta
+	inf.dec = dec
 	return inf, nil
 }
 

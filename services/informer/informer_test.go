@@ -21,6 +21,15 @@ func names(pods []*corev1.Pod) []string {
 	return out
 }
 
+// realStore is a one-replica raftstore for the test, and a context
+// bounding it.
+func realStore(t *testing.T) (*objects.Store, context.Context) {
+	cl := raftstoretest.MakeCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return objects.New(cl.Client(t)), ctx
+}
+
 // run runs inf until the test ends, when Run must return ctx's error.
 func run[T objects.Object](ctx context.Context, t *testing.T, inf *informer.Informer[T]) {
 	runCtx, stop := context.WithCancel(ctx)
@@ -38,10 +47,7 @@ func run[T objects.Object](ctx context.Context, t *testing.T, inf *informer.Info
 // at start, follows creates and deletes through the watch, and List gives
 // one namespace's objects or all of them, sorted by key.
 func TestListAndWatch(t *testing.T) {
-	cl := raftstoretest.MakeCluster(t, 1)
-	st := objects.New(cl.Client(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	st, ctx := realStore(t)
 	pod := func(ns, name string) *corev1.Pod {
 		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: ns, Name: name}}
 	}
@@ -93,10 +99,7 @@ func TestListAndWatch(t *testing.T) {
 // namespace, uid, deletionTimestamp, resourceVersion), through the list
 // and the watch.
 func TestNewMetaCachesIdentities(t *testing.T) {
-	cl := raftstoretest.MakeCluster(t, 1)
-	st := objects.New(cl.Client(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	st, ctx := realStore(t)
 	full := func(name string) *corev1.Pod {
 		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "a", Name: name, Uid: "uid-" + name, Labels: map[string]string{"l": "v"}},
 			Spec: &corev1.PodSpec{NodeName: "n1"}}
@@ -120,4 +123,51 @@ func TestNewMetaCachesIdentities(t *testing.T) {
 			t.Errorf("pod %v: want its identity and revision alone", p)
 		}
 	}
+}
+
+// TestNewMetaLabelsCachesLabels: a NewMetaLabels informer over a real
+// store hands its handlers pods carrying their identity and labels alone,
+// through the list and the watch, and an update's old and new labels.
+func TestNewMetaLabelsCachesLabels(t *testing.T) {
+	st, ctx := realStore(t)
+	pod := func(name, label string) *corev1.Pod {
+		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "a", Name: name, Uid: "uid-" + name, Labels: map[string]string{"l": label},
+			Annotations: map[string]string{"x": "y"}}, Spec: &corev1.PodSpec{NodeName: "n1"}, Status: &corev1.PodStatus{Phase: "Pending"}}
+	}
+	if _, err := st.Create(ctx, pod("listed", "v1")); err != nil {
+		t.Fatal(err)
+	}
+	added := make(chan *corev1.Pod, 8)
+	updated := make(chan [2]*corev1.Pod, 8)
+	inf, err := informer.NewMetaLabels[*corev1.Pod](st, "", informer.Handlers[*corev1.Pod]{
+		OnAdd:    func(p *corev1.Pod) { added <- p },
+		OnUpdate: func(old, p *corev1.Pod) { updated <- [2]*corev1.Pod{old, p} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, inf)
+	if _, err := st.Create(ctx, pod("watched", "v1")); err != nil {
+		t.Fatal(err)
+	}
+	identityAndLabels := func(p *corev1.Pod, label string) {
+		t.Helper()
+		md := p.GetMetadata()
+		if md.GetUid() != "uid-"+md.GetName() || objects.Revision(p) == 0 || md.GetLabels()["l"] != label || len(md.GetLabels()) != 1 ||
+			md.Annotations != nil || p.Spec != nil || p.Status != nil {
+			t.Errorf("pod %v: want its identity, revision and labels (l=%s) alone", p, label)
+		}
+	}
+	for range 2 {
+		identityAndLabels(<-added, "v1")
+	}
+	relabelled := pod("watched", "v2")
+	stored, _ := inf.Get("a", "watched")
+	objects.SetRevision(relabelled, objects.Revision(stored))
+	if _, err := st.Update(ctx, relabelled); err != nil {
+		t.Fatal(err)
+	}
+	u := <-updated
+	identityAndLabels(u[0], "v1")
+	identityAndLabels(u[1], "v2")
 }

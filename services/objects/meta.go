@@ -14,12 +14,13 @@ import (
 )
 
 // ObjectMeta's field numbers DecodeMeta reads, from the descriptor.
-var metaFields = func() (f struct{ name, namespace, uid, deletion protowire.Number }) {
+var metaFields = func() (f struct{ name, namespace, uid, deletion, labels protowire.Number }) {
 	d := (&corev1.ObjectMeta{}).ProtoReflect().Descriptor().Fields()
 	f.name = d.ByName("name").Number()
 	f.namespace = d.ByName("namespace").Number()
 	f.uid = d.ByName("uid").Number()
 	f.deletion = d.ByName("deletion_timestamp").Number()
+	f.labels = d.ByName("labels").Number()
 	return f
 }()
 
@@ -29,7 +30,15 @@ var metaFields = func() (f struct{ name, namespace, uid, deletion protowire.Numb
 // status, labels, annotations and managed fields are skipped unparsed: a
 // cache that only tracks which objects exist (bound tokens name them)
 // pays a fraction of a full decode per write.
-func DecodeMeta(kv *raftstore.KV, obj Object) error {
+func DecodeMeta(kv *raftstore.KV, obj Object) error { return decodeMeta(kv, obj, false) }
+
+// DecodeMetaLabels is DecodeMeta that keeps the metadata's labels too:
+// for a cache that follows which objects exist and how they are labelled
+// (the endpoints stage's pods, for Service selectors), at a fraction of a
+// full decode per write.
+func DecodeMetaLabels(kv *raftstore.KV, obj Object) error { return decodeMeta(kv, obj, true) }
+
+func decodeMeta(kv *raftstore.KV, obj Object, labels bool) error {
 	m := obj.ProtoReflect()
 	fd := m.Descriptor().Fields().ByName("metadata")
 	if fd == nil || fd.Kind() != protoreflect.MessageKind {
@@ -48,7 +57,7 @@ func DecodeMeta(kv *raftstore.KV, obj Object) error {
 			if n < 0 {
 				return fmt.Errorf("objects: decode %q: %w", kv.Key, protowire.ParseError(n))
 			}
-			if err := decodeMetaFields(v, md); err != nil { // a repeated field merges, as proto.Unmarshal
+			if err := decodeMetaFields(v, md, labels); err != nil { // a repeated field merges, as proto.Unmarshal
 				return fmt.Errorf("objects: decode %q: %w", kv.Key, err)
 			}
 			found, b = true, b[n:]
@@ -68,14 +77,15 @@ func DecodeMeta(kv *raftstore.KV, obj Object) error {
 	return nil
 }
 
-func decodeMetaFields(b []byte, md *corev1.ObjectMeta) error {
+func decodeMetaFields(b []byte, md *corev1.ObjectMeta, labels bool) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
 		b = b[n:]
-		if typ == protowire.BytesType && (num == metaFields.name || num == metaFields.namespace || num == metaFields.uid || num == metaFields.deletion) {
+		if typ == protowire.BytesType && (num == metaFields.name || num == metaFields.namespace || num == metaFields.uid || num == metaFields.deletion ||
+			labels && num == metaFields.labels) {
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return protowire.ParseError(n)
@@ -88,6 +98,15 @@ func decodeMetaFields(b []byte, md *corev1.ObjectMeta) error {
 				md.Namespace = string(v)
 			case metaFields.uid:
 				md.Uid = string(v)
+			case metaFields.labels:
+				k, val, err := decodeStringEntry(v)
+				if err != nil {
+					return err
+				}
+				if md.Labels == nil {
+					md.Labels = map[string]string{}
+				}
+				md.Labels[k] = val // a repeated key: the last wins, as proto.Unmarshal
 			default:
 				if md.DeletionTimestamp == nil {
 					md.DeletionTimestamp = &timestamppb.Timestamp{}
@@ -105,4 +124,35 @@ func decodeMetaFields(b []byte, md *corev1.ObjectMeta) error {
 		b = b[n:]
 	}
 	return nil
+}
+
+// decodeStringEntry parses one map<string, string> entry (key 1, value 2;
+// either may be absent, meaning "").
+func decodeStringEntry(b []byte) (key, val string, err error) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", "", protowire.ParseError(n)
+		}
+		b = b[n:]
+		if typ == protowire.BytesType && (num == 1 || num == 2) {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return "", "", protowire.ParseError(n)
+			}
+			b = b[n:]
+			if num == 1 {
+				key = string(v)
+			} else {
+				val = string(v)
+			}
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return "", "", protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return key, val, nil
 }

@@ -1,8 +1,10 @@
 package objects_test
 
 import (
+	"maps"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -46,6 +48,15 @@ func TestDecodeMeta(t *testing.T) {
 		t.Fatalf("Decode's identity %v differs from DecodeMeta's %v", m, got.Metadata)
 	}
 
+	withLabels := &corev1.Pod{}
+	if err := objects.DecodeMetaLabels(kv, withLabels); err != nil {
+		t.Fatal(err)
+	}
+	want.Metadata.Labels = map[string]string{"app": "web"}
+	if !proto.Equal(withLabels, want) {
+		t.Fatalf("DecodeMetaLabels = %v, want %v", withLabels, want)
+	}
+
 	sec, _ := proto.Marshal(&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "s", Namespace: "prod", Uid: "u-2"}, Data: map[string][]byte{"k": []byte("v")}})
 	gs := &corev1.Secret{}
 	if err := objects.DecodeMeta(&raftstore.KV{Key: "k", Value: sec, ModRevision: 7}, gs); err != nil || gs.Metadata.GetUid() != "u-2" || gs.Data != nil {
@@ -59,6 +70,9 @@ func TestDecodeMeta(t *testing.T) {
 		if err := objects.DecodeMeta(&raftstore.KV{Key: "k", Value: v}, &corev1.Pod{}); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+		if err := objects.DecodeMetaLabels(&raftstore.KV{Key: "k", Value: v}, &corev1.Pod{}); err == nil {
+			t.Errorf("%s: DecodeMetaLabels: no error", name)
+		}
 	}
 }
 
@@ -69,4 +83,60 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestDecodeMetaLabelsAsUnmarshal: the labels DecodeMetaLabels yields are
+// proto.Unmarshal's for the same bytes — none, empty keys and values, a
+// key repeated on the wire (the last wins) and metadata split in two
+// (merged) — and a torn label entry is an error.
+func TestDecodeMetaLabelsAsUnmarshal(t *testing.T) {
+	entry := func(k, v string, keyFirst bool) []byte {
+		var e []byte
+		kb := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), k)
+		vb := protowire.AppendString(protowire.AppendTag(nil, 2, protowire.BytesType), v)
+		if keyFirst {
+			e = append(append(e, kb...), vb...)
+		} else {
+			e = append(append(e, vb...), kb...)
+		}
+		return protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), e) // ObjectMeta.labels
+	}
+	meta := func(parts ...[]byte) []byte {
+		var b []byte
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), b) // Pod.metadata
+	}
+	name := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "p")
+	for _, tc := range []struct {
+		name string
+		val  []byte
+	}{
+		{"no labels", meta(name)},
+		{"two labels", meta(name, entry("a", "1", true), entry("b", "2", false))},
+		{"empty key and value", meta(name, entry("", "", true), protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), nil))},
+		{"repeated key", meta(name, entry("a", "1", true), entry("a", "2", true))},
+		{"split metadata", append(meta(name, entry("a", "1", true)), meta(entry("b", "2", true))...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := &corev1.Pod{}
+			if err := proto.Unmarshal(tc.val, want); err != nil {
+				t.Fatal(err)
+			}
+			got := &corev1.Pod{}
+			if err := objects.DecodeMetaLabels(&raftstore.KV{Key: "k", Value: tc.val}, got); err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got.GetMetadata().GetLabels(), want.GetMetadata().GetLabels()) {
+				t.Fatalf("labels %v, proto.Unmarshal's %v", got.GetMetadata().GetLabels(), want.GetMetadata().GetLabels())
+			}
+		})
+	}
+	torn := entry("app", "web", true)
+	torn = torn[:len(torn)-2]
+	torn[1] -= 2 // the entry's length, so the metadata is whole and the entry torn
+	if err := objects.DecodeMetaLabels(&raftstore.KV{Key: "k", Value: meta(torn)}, &corev1.Pod{}); err == nil {
+		t.Error("torn label entry: no error")
+	}
 }
