@@ -99,7 +99,7 @@ func (s *Server) serveEphemeral(w http.ResponseWriter, r *http.Request, req *req
 		}
 		out := proto.CloneOf(cur)
 		out.Spec.EphemeralContainers = next.GetSpec().GetEphemeralContainers()
-		if strings.HasPrefix(ct, patchApply) { // the apply's own entry
+		if req.verb == "patch" && strings.HasPrefix(ct, patchApply) { // the apply's own entry
 			out.Metadata.ManagedFields = next.GetMetadata().GetManagedFields()
 		} else if st := manageFields(req.res, req.sub, cur, out, manager); st != nil { // of what is written, not of what was sent
 			writeStatus(w, st)

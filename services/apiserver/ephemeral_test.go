@@ -159,11 +159,12 @@ func TestEphemeralContainers(t *testing.T) {
 
 // TestEphemeralContainersManagedFields: a write through
 // pods/ephemeralcontainers (kubectl debug's strategic merge patch, a PUT
-// of the subresource) of a pod created through the API records its
-// manager as kube-apiserver does — an Update entry with subresource
-// "ephemeralcontainers" owning the containers it added, and nothing of
-// what the subresource ignores (a label sent along); the creator's entry
-// and the main resource's managers stay apart.
+// of the subresource, a server-side apply of it) of a pod created through
+// the API records its manager as kube-apiserver does — an Update (Apply)
+// entry with subresource "ephemeralcontainers" owning the containers it
+// added, and nothing of what the subresource ignores (a label sent
+// along); the creator's entry and the main resource's managers stay
+// apart.
 func TestEphemeralContainersManagedFields(t *testing.T) {
 	_, _, cs := startExecSystem(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -234,6 +235,20 @@ func TestEphemeralContainersManagedFields(t *testing.T) {
 	}
 	if c := entry(t, pod, "creator"); c.Subresource != "" || c.Operation != metav1.ManagedFieldsOperationUpdate {
 		t.Errorf("the creator's entry: %+v", c)
+	}
+
+	// A server-side apply through the subresource: an Apply entry of the
+	// subresource, owning what it applied.
+	applied := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"dbg"},"spec":{"ephemeralContainers":[` +
+		`{"name":"third","image":"busybox","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent"}]}}`
+	if pod, err = pods.Patch(ctx, "dbg", types.ApplyPatchType, []byte(applied), metav1.PatchOptions{FieldManager: "applier"}, "ephemeralcontainers"); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if a := entry(t, pod, "applier"); a.Subresource != "ephemeralcontainers" || a.Operation != metav1.ManagedFieldsOperationApply || !owns(a, "third") {
+		t.Errorf("applier's entry %+v, fields %s", a, a.FieldsV1)
+	}
+	if len(pod.Spec.EphemeralContainers) != 3 {
+		t.Errorf("after the apply: %d ephemeral containers, want 3", len(pod.Spec.EphemeralContainers))
 	}
 
 	// A label set through the pod itself, by the same manager name: an
