@@ -190,9 +190,9 @@ func (a *Agent) Stop() {
 
 // HandlePodBound starts the pod's worker. It is idempotent: when the pod
 // was deleted recently, or has finished (phase Succeeded or Failed) it
-// does nothing; when it has a worker, that worker gets the pod's current
-// labels and annotations (a pod update: its downwardAPI volumes are
-// re-synced). A pod being deleted
+// does nothing; when it has a worker, that worker gets the pod update
+// (its current labels and annotations, container images and ephemeral
+// containers: see podUpdate). A pod being deleted
 // (deletionTimestamp set) is handed to HandlePodDelete.
 func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 	if pod.GetSpec().GetNodeName() != a.cfg.NodeName {
@@ -208,9 +208,7 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 		return ErrStopped
 	}
 	if w, ok := a.workers[uid]; ok {
-		w.update(pod)          // labels and annotations of a running pod may change
-		w.updateImages(pod)    // and its containers' images
-		w.updateEphemeral(pod) // and its ephemeral containers, added by kubectl debug
+		w.update(pod) // its labels and annotations, images and ephemeral containers may change
 		return nil
 	}
 	if a.deleted.has(uid) { // its deletion was carried out: a late bind (a stale read) starts nothing

@@ -10,6 +10,7 @@ import (
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // VolumeMeter is a Runtime that measures a pod's volumes (kubelet's volume
@@ -27,51 +28,18 @@ var ErrNoVolumeMeter = errors.New("nodeagent: the runtime measures no volumes")
 // emptyDirMemorySize is kubelet's calculateEmptyDirMemorySize (the
 // SizeMemoryBackedVolumes behaviour): a memory emptyDir's tmpfs is the
 // node's allocatable memory, or the pod's memory limit when it has one no
-// larger, or the volume's sizeLimit when it is set and no larger still.
-// Zero: nothing known, the kernel's default size.
+// larger (podrules.PodLimits, the limit of the pod's cgroup), or the
+// volume's sizeLimit when it is set and no larger still. Zero: nothing
+// known, the kernel's default size.
 func emptyDirMemorySize(pod *corev1.Pod, src *corev1.EmptyDirVolumeSource, allocatable map[string]string) int64 {
-	size := quantityBytes(allocatable["memory"])
-	if lim := podMemoryLimit(pod); lim > 0 && (size == 0 || lim <= size) {
+	size := podrules.QuantityValue(allocatable[podrules.ResourceMemory])
+	if lim := podrules.PodLimits(pod).Memory; lim > 0 && (size == 0 || lim <= size) {
 		size = lim
 	}
-	if sl := quantityBytes(src.GetSizeLimit()); sl > 0 && (size == 0 || sl <= size) {
+	if sl := podrules.QuantityValue(src.GetSizeLimit()); sl > 0 && (size == 0 || sl <= size) {
 		size = sl
 	}
 	return size
-}
-
-// podMemoryLimit is the pod's memory limit as kubelet's
-// ResourceConfigForPod sets its cgroup (and linux.PlanPod): the larger of
-// the app containers' sum and the largest init container, only when every
-// container has a limit; 0 otherwise.
-func podMemoryLimit(pod *corev1.Pod) int64 {
-	var apps, inits int64
-	all := true
-	for _, c := range pod.GetSpec().GetContainers() {
-		l := quantityBytes(c.GetResources().GetLimits()["memory"])
-		all = all && l > 0
-		apps += l
-	}
-	for _, c := range pod.GetSpec().GetInitContainers() {
-		l := quantityBytes(c.GetResources().GetLimits()["memory"])
-		all = all && l > 0
-		inits = max(inits, l)
-	}
-	if !all || len(pod.GetSpec().GetContainers()) == 0 {
-		return 0
-	}
-	return max(apps, inits)
-}
-
-func quantityBytes(s string) int64 {
-	if s == "" {
-		return 0
-	}
-	q, err := resource.ParseQuantity(s)
-	if err != nil || q.Sign() <= 0 {
-		return 0
-	}
-	return q.Value()
 }
 
 // emptyDirEvictionGrace is kubelet's immediateEvictionGracePeriodSeconds:

@@ -51,24 +51,6 @@ func AsContainer(ec *corev1.EphemeralContainer) *corev1.Container {
 	return c
 }
 
-// updateEphemeral hands the worker the pod's ephemeral containers from a
-// pod update; like update, the agent calls it with its mutex held, and an
-// update not taken yet is replaced (the list only grows).
-func (w *worker) updateEphemeral(pod *corev1.Pod) {
-	list := pod.GetSpec().GetEphemeralContainers()
-	if len(list) == 0 {
-		return
-	}
-	select {
-	case <-w.ephCh:
-	default:
-	}
-	select {
-	case w.ephCh <- list:
-	default:
-	}
-}
-
 // onEphemeral adds the ephemeral containers the worker does not know yet.
 func (w *worker) onEphemeral(list []*corev1.EphemeralContainer) {
 	for _, ec := range list {

@@ -24,22 +24,6 @@ func imagesOf(pod *corev1.Pod) podImages {
 	return im
 }
 
-// updateImages hands the worker the container images of the store's
-// pod, the one container field a pod update may change (the apiserver
-// refuses any other). Like update, the agent calls it with its mutex held;
-// an update not taken yet is replaced.
-func (w *worker) updateImages(pod *corev1.Pod) {
-	im := imagesOf(pod)
-	select {
-	case <-w.imagesCh:
-	default:
-	}
-	select {
-	case w.imagesCh <- im:
-	default:
-	}
-}
-
 // onImages takes new images into the containers' specs: from now on each
 // container starts with its new image, with fresh back-offs (kubelet's
 // back-off keys include the image). A running container whose image

@@ -13,7 +13,6 @@ import (
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
-	"google.golang.org/protobuf/proto"
 )
 
 // volumeSource is what a worker reads of the store: the ConfigMaps and
@@ -171,27 +170,11 @@ func (w *worker) nextVolumeSync(now time.Time) time.Time {
 	return w.volSync
 }
 
-// update hands the worker the store's current metadata of its pod (a
-// redelivered bind, a reconcile); an update the worker has not taken yet
-// is replaced. The agent calls it with its mutex held: one sender at a
-// time, so the send after the drain never blocks.
-func (w *worker) update(pod *corev1.Pod) {
-	md := proto.Clone(pod.GetMetadata()).(*corev1.ObjectMeta)
-	select {
-	case <-w.updateCh:
-	default:
-	}
-	select {
-	case w.updateCh <- md:
-	default:
-	}
-}
-
-// onUpdate takes a pod update as kubelet's pod worker does: of what may
-// change on a running pod, the labels and annotations are what the worker
-// shows (downwardAPI volumes, and the environment of containers started
-// from now on); a change re-syncs the volumes at once.
-func (w *worker) onUpdate(md *corev1.ObjectMeta) {
+// onMeta takes a pod update's metadata as kubelet's pod worker does: of
+// what may change on a running pod, the labels and annotations are what
+// the worker shows (downwardAPI volumes, and the environment of
+// containers started from now on); a change re-syncs the volumes at once.
+func (w *worker) onMeta(md *corev1.ObjectMeta) {
 	cur := w.pod.GetMetadata()
 	if cur == nil || (maps.Equal(cur.GetLabels(), md.GetLabels()) && maps.Equal(cur.GetAnnotations(), md.GetAnnotations())) {
 		return

@@ -11,6 +11,7 @@ import (
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -34,13 +35,14 @@ import (
 //	              │         Evicted, checked every EvictionPeriod). A pod
 //	              │         that finished (Succeeded or Failed, nothing to
 //	              │         restart) stays here with its sandbox released,
-//	              │         until deleted. A pod update of a container's
-//	              │         image (imagesCh) restarts that container with
-//	              │         it (restartChanged). A pod update (updateCh: new
-//	              │         labels or annotations) and every SyncPeriod
-//	              │         re-resolve the configMap, secret and
-//	              │         downwardAPI volumes; those whose files changed
-//	              │         are mounted again (see refreshVolumes).
+//	              │         until deleted. A pod update (updateCh, see
+//	              │         podUpdate) of a container's image restarts
+//	              │         that container with it (restartChanged); one
+//	              │         of its labels or annotations, and every
+//	              │         SyncPeriod, re-resolve the configMap, secret
+//	              │         and downwardAPI volumes; those whose files
+//	              │         changed are mounted again (refreshVolumes);
+//	              │         one with new ephemeral containers starts them.
 //	              │
 //	              │ a delete (deleteCh, with its grace)
 //	              ▼
@@ -68,11 +70,9 @@ type worker struct {
 	uid string
 	gen uint64 // the agent's start count at this worker's start (ListMark)
 
-	deleteCh chan time.Duration                // capacity 1: a pending delete and its grace
-	updateCh chan *corev1.ObjectMeta           // capacity 1: the store's latest metadata
-	imagesCh chan podImages                    // capacity 1: the store's latest container images
-	ephCh    chan []*corev1.EphemeralContainer // capacity 1: the store's ephemeral containers
-	done     chan struct{}                     // closed when run returns
+	deleteCh chan time.Duration // capacity 1: a pending delete and its grace
+	updateCh chan podUpdate     // capacity 1: the store's latest pod (update)
+	done     chan struct{}      // closed when run returns
 
 	rep       *reporter
 	state     workState
@@ -171,9 +171,7 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 	w := &worker{
 		d: d, pod: pod, uid: pod.GetMetadata().GetUid(),
 		deleteCh:     make(chan time.Duration, 1),
-		updateCh:     make(chan *corev1.ObjectMeta, 1),
-		imagesCh:     make(chan podImages, 1),
-		ephCh:        make(chan []*corev1.EphemeralContainer, 1),
+		updateCh:     make(chan podUpdate, 1),
 		volSums:      map[string][sha256.Size]byte{},
 		done:         make(chan struct{}),
 		rep:          newReporter(d, pod),
@@ -195,6 +193,44 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 	}
 	w.onEphemeral(pod.GetSpec().GetEphemeralContainers())
 	return w
+}
+
+// podUpdate is what a pod update (a redelivered bind, a reconcile) brings
+// the worker of a running pod: of what may change on a pod, its metadata
+// (the labels and annotations: onMeta), its containers' images (the one
+// container field an update may change: onImages) and its ephemeral
+// containers (added by kubectl debug: onEphemeral).
+type podUpdate struct {
+	md     *corev1.ObjectMeta
+	images podImages
+	ephs   []*corev1.EphemeralContainer
+}
+
+// update hands the worker the store's current pod. An update the worker
+// has not taken yet is replaced, but for its ephemeral containers when
+// pod has none: the list only grows, and an update without it (a stale
+// read) keeps the one pending. The agent calls update with its mutex
+// held: one sender at a time, so the send after the drain never blocks.
+func (w *worker) update(pod *corev1.Pod) {
+	u := podUpdate{md: proto.CloneOf(pod.GetMetadata()), images: imagesOf(pod), ephs: pod.GetSpec().GetEphemeralContainers()}
+	select {
+	case pending := <-w.updateCh:
+		if len(u.ephs) == 0 {
+			u.ephs = pending.ephs
+		}
+	default:
+	}
+	select {
+	case w.updateCh <- u:
+	default:
+	}
+}
+
+// onUpdate takes a pod update, each part as kubelet's pod worker does.
+func (w *worker) onUpdate(u podUpdate) {
+	w.onMeta(u.md)
+	w.onImages(u.images)
+	w.onEphemeral(u.ephs)
 }
 
 func (w *worker) newCtr(spec *corev1.Container, init bool) *ctr {
@@ -233,12 +269,8 @@ func (w *worker) run(ctx context.Context) {
 			return
 		case ex := <-w.exits:
 			w.onExit(ctx, ex)
-		case md := <-w.updateCh:
-			w.onUpdate(md)
-		case im := <-w.imagesCh:
-			w.onImages(im)
-		case ecs := <-w.ephCh:
-			w.onEphemeral(ecs)
+		case u := <-w.updateCh:
+			w.onUpdate(u)
 		case <-timer.C():
 		}
 	}

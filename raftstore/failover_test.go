@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
 	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/raftstore/linearize"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 )
 
@@ -153,23 +155,8 @@ type kvOutput struct {
 }
 
 var kvModel = porcupine.NondeterministicModel{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range h {
-			k := op.Input.(kvInput).key
-			if _, ok := by[k]; !ok {
-				keys = append(keys, k)
-			}
-			by[k] = append(by[k], op)
-		}
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, by[k])
-		}
-		return out
-	},
-	Init: func() []any { return []any{kvState{}} },
+	Partition: linearize.ByKey(func(in kvInput) string { return in.key }),
+	Init:      func() []any { return []any{kvState{}} },
 	Step: func(st, in, out any) []any {
 		s, i, o := st.(kvState), in.(kvInput), out.(kvOutput)
 		revMatches := func(want int64) bool { return s.rev == want || s.rev == -1 }

@@ -42,8 +42,8 @@
 //
 // The runtime is where pods meet the kernel libraries, which take plain
 // data and return their own sentinel errors: PlanPod turns a pod spec into
-// the cgroups.PodPlan the cgroup manager applies (QoS class from
-// proto/podrules), and agentError maps image.ErrPull, image.ErrNeverPull,
+// the cgroups.PodPlan the cgroup manager applies (QoS class and pod-level
+// limits from proto/podrules), and agentError maps image.ErrPull, image.ErrNeverPull,
 // image.ErrRootfs and network.ErrSandbox to the agent's codes
 // (ErrImagePull, ErrImageNeverPull, CreateContainerError,
 // FailedCreatePodSandBox).

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/podflow/podflow/raftstore/linearize"
 )
 
 // Op is a register operation on one key of a history.
@@ -148,23 +150,8 @@ type register struct {
 // through the API — linearizable reads, creates that fail on an existing
 // key, updates applied only to the revision they name, deletes.
 var Model = porcupine.NondeterministicModel{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range h {
-			k := op.Input.(Input).Key
-			if _, ok := by[k]; !ok {
-				keys = append(keys, k)
-			}
-			by[k] = append(by[k], op)
-		}
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, by[k])
-		}
-		return out
-	},
-	Init: func() []any { return []any{register{}} },
+	Partition: linearize.ByKey(func(in Input) string { return in.Key }),
+	Init:      func() []any { return []any{register{}} },
 	Step: func(st, in, out any) []any {
 		s, i, o := st.(register), in.(Input), out.(Output)
 		revIs := func(r int64) bool { return s.rev == r || s.rev == -1 }

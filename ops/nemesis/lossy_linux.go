@@ -16,7 +16,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -44,11 +43,7 @@ type LossyPath struct {
 	nsA, nsB netns.NsHandle
 	hA, hB   *netlink.Handle
 	fwd      map[string]net.Listener // target → forwarder in namespace b
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	r        *relay                  // the forwarders' relay, to each target from the host
 }
 
 const (
@@ -66,7 +61,7 @@ func NewLossyPath(targets []string) (p *LossyPath, err error) {
 	if err := SweepLossyLeftovers(); err != nil {
 		return nil, err
 	}
-	p = &LossyPath{id: hex.EncodeToString(b), fwd: map[string]net.Listener{}, conns: map[net.Conn]struct{}{}}
+	p = &LossyPath{id: hex.EncodeToString(b), fwd: map[string]net.Listener{}, r: newRelay()}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -119,8 +114,8 @@ func NewLossyPath(targets []string) (p *LossyPath, err error) {
 			return p, fmt.Errorf("nemesis: forwarder for %s: %w", t, err)
 		}
 		p.fwd[t] = l
-		p.wg.Add(1)
-		go p.forward(l, t)
+		p.r.serve(l, func() (net.Conn, error) { return net.DialTimeout("tcp", t, 2*time.Second) }, // from the host
+			func(dst, src net.Conn) { _, _ = io.Copy(dst, src) })
 	}
 	return p, nil
 }
@@ -231,66 +226,10 @@ func (p *LossyPath) Dial(target string, timeout time.Duration) (net.Conn, error)
 	return c, err
 }
 
-func (p *LossyPath) forward(l net.Listener, target string) {
-	defer p.wg.Done()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.DialTimeout("tcp", target, 2*time.Second) // from the host
-		if err != nil {
-			c.Close()
-			continue
-		}
-		if !p.track(c, up) {
-			return
-		}
-		p.wg.Add(2)
-		go p.copy(up, c)
-		go p.copy(c, up)
-	}
-}
-
-func (p *LossyPath) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		for _, c := range cs {
-			c.Close()
-		}
-		return false
-	}
-	for _, c := range cs {
-		p.conns[c] = struct{}{}
-	}
-	return true
-}
-
-func (p *LossyPath) copy(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
-	dst.Close()
-	src.Close()
-}
-
 // Close stops the forwarders and removes the namespaces (and the veth
 // pair in them).
 func (p *LossyPath) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	for _, l := range p.fwd {
-		l.Close()
-	}
-	p.wg.Wait()
+	p.r.close()
 	var err error
 	for _, h := range []*netlink.Handle{p.hA, p.hB} {
 		if h != nil {

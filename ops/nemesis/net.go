@@ -196,8 +196,8 @@ func (n *Net) Stats() map[Edge]int64 {
 type Link struct {
 	edge   Edge
 	l      net.Listener
-	target string
-	path   Path
+	target string // the destination's real address
+	r      *relay // accepts on l, dials target (over path)
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced at every change of state
@@ -205,9 +205,7 @@ type Link struct {
 	delay   time.Duration
 	jitter  time.Duration
 	bytes   int64
-	conns   map[net.Conn]struct{}
 	closed  bool
-	wg      sync.WaitGroup
 	rng     *rand.Rand
 }
 
@@ -216,10 +214,13 @@ func newLink(e Edge, target string, path Path) (*Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nemesis: listen for %s: %w", e, err)
 	}
-	k := &Link{edge: e, l: l, target: target, path: path, changed: make(chan struct{}), conns: map[net.Conn]struct{}{},
+	k := &Link{edge: e, l: l, target: target, r: newRelay(), changed: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(uint64(l.Addr().(*net.TCPAddr).Port), 1))}
-	k.wg.Add(1)
-	go k.accept()
+	dial := func() (net.Conn, error) { return net.DialTimeout("tcp", target, 2*time.Second) }
+	if path != nil {
+		dial = func() (net.Conn, error) { return path.Dial(target, 2*time.Second) }
+	}
+	k.r.serve(l, dial, k.pump)
 	return k, nil
 }
 
@@ -237,56 +238,6 @@ func (k *Link) set(cut bool, delay, jitter time.Duration) {
 	k.changed = make(chan struct{})
 }
 
-func (k *Link) accept() {
-	defer k.wg.Done()
-	for {
-		c, err := k.l.Accept()
-		if err != nil {
-			return
-		}
-		var up net.Conn
-		if k.path != nil {
-			up, err = k.path.Dial(k.target, 2*time.Second)
-		} else {
-			up, err = net.DialTimeout("tcp", k.target, 2*time.Second)
-		}
-		if err != nil { // the destination is down: refuse, as it would
-			c.Close()
-			continue
-		}
-		if !k.track(c, up) {
-			return
-		}
-		k.wg.Add(2)
-		go k.pump(up, c)
-		go k.pump(c, up)
-	}
-}
-
-func (k *Link) track(cs ...net.Conn) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.closed {
-		for _, c := range cs {
-			c.Close()
-		}
-		return false
-	}
-	for _, c := range cs {
-		k.conns[c] = struct{}{}
-	}
-	return true
-}
-
-func (k *Link) untrack(cs ...net.Conn) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, c := range cs {
-		delete(k.conns, c)
-		c.Close()
-	}
-}
-
 type chunk struct {
 	b   []byte
 	due time.Time
@@ -294,15 +245,12 @@ type chunk struct {
 
 // pump relays src to dst through a queue: a reader stamps each chunk with
 // the time it may be delivered, a writer delivers it once due and the
-// link is not cut. Either side's end closes both connections.
+// link is not cut. Either side's end ends it (the relay then closes both
+// connections).
 func (k *Link) pump(dst, src net.Conn) {
-	defer k.wg.Done()
-	defer k.untrack(dst, src)
 	q := make(chan chunk, 64)
 	done := make(chan struct{})
-	k.wg.Add(1)
-	go func() {
-		defer k.wg.Done()
+	k.r.spawn(func() {
 		defer close(q)
 		var last time.Time
 		for {
@@ -319,7 +267,7 @@ func (k *Link) pump(dst, src net.Conn) {
 				return
 			}
 		}
-	}()
+	})
 	defer close(done)
 	for c := range q {
 		if !k.wait(c.due) {
@@ -388,10 +336,6 @@ func (k *Link) close() {
 	k.closed = true
 	close(k.changed)
 	k.changed = make(chan struct{})
-	for c := range k.conns {
-		c.Close()
-	}
 	k.mu.Unlock()
-	k.l.Close()
-	k.wg.Wait()
+	k.r.close()
 }

@@ -27,6 +27,12 @@
 //     PodRequests (the larger of the sum over the containers plus sidecars
 //     and, per resource, the largest init container plus the sidecars
 //     started before it; PodResourcesOptions.NonMissingContainerRequests).
+//   - PodLimits, ContainerLimits, QuantityValue and QuantityMilli:
+//     pkg/kubelet/cm ResourceConfigForPod's pod-level cpu and memory
+//     limits (the larger of the app containers' sum and the largest init
+//     container, only when every container has one), which the node
+//     agent's pod cgroup (linux.PlanPod) and a memory emptyDir's tmpfs
+//     size (kubelet's calculateEmptyDirMemorySize) both read.
 //   - SysctlNamespace: pkg/kubelet/sysctl NamespacedBy (the namespace a
 //     sysctl belongs to: net, ipc, or none), for the node agent's sysctl
 //     admission and the Linux container runtime's own spec check.

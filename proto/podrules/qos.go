@@ -79,11 +79,7 @@ func positiveQoSQuantity(name, s string) (resource.Quantity, bool) {
 	if name != ResourceCPU && name != ResourceMemory {
 		return resource.Quantity{}, false
 	}
-	q, err := resource.ParseQuantity(s)
-	if err != nil || q.Sign() <= 0 {
-		return resource.Quantity{}, false
-	}
-	return q, true
+	return positiveQuantity(s)
 }
 
 func addQuantity(m map[string]resource.Quantity, name string, q resource.Quantity) {

@@ -3,7 +3,6 @@ package admission
 import (
 	"slices"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -239,12 +238,10 @@ func validateProjectedVolume(p *field.Path, s *corev1.ProjectedVolumeSource) fie
 		if t := src.GetServiceAccountToken(); t != nil {
 			n++
 			tp := sp.Child("serviceAccountToken")
-			switch e := t.GetExpirationSeconds(); {
-			case t.ExpirationSeconds == nil: // Kubernetes' default, 3600
-			case e < int64(auth.MinBoundTokenExpiration/time.Second):
-				errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), e, "may not specify a duration less than 10 minutes"))
-			case e > 1<<32:
-				errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), e, "may not specify a duration larger than 2^32 seconds"))
+			if e := t.ExpirationSeconds; e != nil { // unset: Kubernetes' default, 3600
+				if why := auth.CheckTokenExpiration(*e); why != "" {
+					errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), *e, why))
+				}
 			}
 			if t.GetPath() == "" {
 				errs = append(errs, field.Required(tp.Child("path"), ""))

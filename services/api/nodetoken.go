@@ -149,12 +149,10 @@ func checkTokenRequest(req *apiv1.NodeTokenRequest) *corev1.Status {
 		st.Causes = []*corev1.StatusCause{{Type: "FieldValueInvalid", Field: field, Message: "Invalid value: " + why}}
 		return st
 	}
-	switch e := req.GetExpirationSeconds(); {
-	case e == 0:
-	case e < int64(auth.MinBoundTokenExpiration/time.Second):
-		return invalid("spec.expirationSeconds", "may not specify a duration less than 10 minutes")
-	case e > 1<<32:
-		return invalid("spec.expirationSeconds", "may not specify a duration larger than 2^32 seconds")
+	if e := req.GetExpirationSeconds(); e != 0 { // 0: unset
+		if why := auth.CheckTokenExpiration(e); why != "" {
+			return invalid("spec.expirationSeconds", why)
+		}
 	}
 	if len(req.GetAudience()) > auth.MaxTokenAudienceBytes {
 		return invalid("spec.audiences", "an audience may not be longer than 1024 bytes")

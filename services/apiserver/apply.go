@@ -63,7 +63,17 @@ var typeConverter = sync.OnceValue(func() managedfields.TypeConverter {
 	return applyconfigurations.NewTypeConverter(applyScheme())
 })
 
-var fieldManagers sync.Map // schema.GroupVersionKind -> *managedfields.FieldManager
+// fieldManagers are the FieldManagers by kind and subresource.
+var fieldManagers sync.Map // managerKey -> *managedfields.FieldManager
+
+// managerKey names a FieldManager: a kind's, for its main resource
+// (subresource "") or one of its subresources, whose writes it records
+// under that subresource, as kube-apiserver's (a managedFields entry's
+// subresource).
+type managerKey struct {
+	gvk         schema.GroupVersionKind
+	subresource string
+}
 
 func (r *resource) gvk() schema.GroupVersionKind {
 	return schema.GroupVersionKind{Group: r.group, Version: r.version, Kind: r.kind}
@@ -76,20 +86,22 @@ func managesFields(r *resource) bool {
 	return kubeTypes[r.kind] != nil && r.store.Name != "" && !r.readOnly
 }
 
-// fieldManager is r's FieldManager; nil when r does not manage fields.
-func fieldManager(r *resource) (*managedfields.FieldManager, error) {
+// fieldManager is the FieldManager of r's writes through subresource
+// (""; the main resource); nil when r does not manage fields.
+func fieldManager(r *resource, subresource string) (*managedfields.FieldManager, error) {
 	if !managesFields(r) {
 		return nil, nil
 	}
-	if fm, ok := fieldManagers.Load(r.gvk()); ok {
+	key := managerKey{r.gvk(), subresource}
+	if fm, ok := fieldManagers.Load(key); ok {
 		return fm.(*managedfields.FieldManager), nil
 	}
 	sc := applyScheme()
-	fm, err := managedfields.NewDefaultFieldManager(typeConverter(), sc, sc, sc, r.gvk(), r.gvk().GroupVersion(), "", nil)
+	fm, err := managedfields.NewDefaultFieldManager(typeConverter(), sc, sc, sc, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
 	if err != nil {
 		return nil, err
 	}
-	actual, _ := fieldManagers.LoadOrStore(r.gvk(), fm)
+	actual, _ := fieldManagers.LoadOrStore(key, fm)
 	return actual.(*managedfields.FieldManager), nil
 }
 
@@ -146,9 +158,10 @@ func liveKube(r *resource, current objects.Object) (runtime.Object, error) {
 }
 
 // manageFields records manager's update (create, update, non-apply patch)
-// of current (nil: a create) to obj in obj's managedFields.
-func manageFields(r *resource, current, obj objects.Object, manager string) *corev1.Status {
-	fm, err := fieldManager(r)
+// of current (nil: a create) to obj, through subresource ("": the main
+// resource), in obj's managedFields.
+func manageFields(r *resource, subresource string, current, obj objects.Object, manager string) *corev1.Status {
+	fm, err := fieldManager(r, subresource)
 	if err != nil {
 		return stage.Internal(err)
 	}
@@ -169,11 +182,12 @@ func manageFields(r *resource, current, obj objects.Object, manager string) *cor
 
 // applyConfiguration merges the applied configuration patch (YAML or
 // JSON) into current (nil: the object is created) as manager's, and
-// returns the result's Kubernetes JSON for decoding. A conflict with
-// another manager's fields is 409 naming each field and its manager,
+// returns the result's Kubernetes JSON for decoding; the apply is
+// recorded as one through subresource ("": the main resource). A conflict
+// with another manager's fields is 409 naming each field and its manager,
 // unless force.
-func applyConfiguration(r *resource, current objects.Object, patch []byte, manager string, force bool) ([]byte, *corev1.Status) {
-	fm, err := fieldManager(r)
+func applyConfiguration(r *resource, subresource string, current objects.Object, patch []byte, manager string, force bool) ([]byte, *corev1.Status) {
+	fm, err := fieldManager(r, subresource)
 	if err != nil {
 		return nil, stage.Internal(err)
 	}

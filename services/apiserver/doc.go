@@ -49,6 +49,8 @@
 //     creates it, 409 Conflict with a FieldManagerConflict cause per field
 //     another manager owns unless force=true. A write that changes nothing
 //     but managedFields timestamps is not stored (no new resourceVersion).
+//     A write through pods/ephemeralcontainers records its manager with
+//     subresource "ephemeralcontainers", as kube-apiserver's.
 //   - Authentication: X.509 client certificates of the cluster CA (CN =
 //     user, O = groups), bearer tokens (static token file and
 //     ServiceAccount tokens, through the api stage), OIDC ID tokens

@@ -20,7 +20,10 @@ import (
 // kube-apiserver's: GET reads the pod; PUT and PATCH (any patch type a pod
 // takes) change only spec.ephemeralContainers — the rest of the object
 // sent is ignored — and may only add containers, never change or remove
-// one. RBAC: the verb on pods/ephemeralcontainers.
+// one. The write's manager is recorded in managedFields with subresource
+// "ephemeralcontainers" (operation Update, or Apply), owning the fields it
+// wrote; one that adds nothing writes nothing. RBAC: the verb on
+// pods/ephemeralcontainers.
 
 // isEphemeral reports whether req is on a pod's ephemeralcontainers.
 func isEphemeral(req *request) bool {
@@ -96,6 +99,12 @@ func (s *Server) serveEphemeral(w http.ResponseWriter, r *http.Request, req *req
 		}
 		out := proto.CloneOf(cur)
 		out.Spec.EphemeralContainers = next.GetSpec().GetEphemeralContainers()
+		if req.verb == "patch" && strings.HasPrefix(ct, patchApply) { // the apply's own entry
+			out.Metadata.ManagedFields = next.GetMetadata().GetManagedFields()
+		} else if st := manageFields(req.res, req.sub, cur, out, manager); st != nil { // of what is written, not of what was sent
+			writeStatus(w, st)
+			return
+		}
 		writeWarnings(w, warnings)
 		if dry {
 			s.writeObject(w, r, http.StatusOK, req.res, out)
@@ -111,6 +120,7 @@ func (s *Server) serveEphemeral(w http.ResponseWriter, r *http.Request, req *req
 				return objects.ErrNoChange
 			}
 			p.Spec.EphemeralContainers = out.GetSpec().GetEphemeralContainers()
+			p.Metadata.ManagedFields = out.GetMetadata().GetManagedFields()
 			return nil
 		})
 		if errors.Is(err, errChanged) && attempt < maxPatchRetries && ctx.Err() == nil {

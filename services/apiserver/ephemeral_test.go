@@ -156,3 +156,118 @@ func TestEphemeralContainers(t *testing.T) {
 		t.Errorf("alice's patch: %v, want 403 on pods/ephemeralcontainers", err)
 	}
 }
+
+// TestEphemeralContainersManagedFields: a write through
+// pods/ephemeralcontainers (kubectl debug's strategic merge patch, a PUT
+// of the subresource, a server-side apply of it) of a pod created through
+// the API records its manager as kube-apiserver does — an Update (Apply)
+// entry with subresource "ephemeralcontainers" owning the containers it
+// added, and nothing of what the subresource ignores (a label sent
+// along); the creator's entry and the main resource's managers stay
+// apart.
+func TestEphemeralContainersManagedFields(t *testing.T) {
+	_, _, cs := startExecSystem(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pods := cs.CoreV1().Pods("default")
+	if _, err := pods.Create(ctx, &k8scorev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dbg"},
+		Spec: k8scorev1.PodSpec{Containers: []k8scorev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{FieldManager: "creator"}); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	entry := func(t *testing.T, pod *k8scorev1.Pod, manager string) metav1.ManagedFieldsEntry {
+		t.Helper()
+		for _, e := range pod.ManagedFields {
+			if e.Manager == manager {
+				return e
+			}
+		}
+		t.Fatalf("no managedFields entry of %q: %+v", manager, pod.ManagedFields)
+		return metav1.ManagedFieldsEntry{}
+	}
+	owns := func(e metav1.ManagedFieldsEntry, name string) bool {
+		return e.FieldsV1 != nil && strings.Contains(string(e.FieldsV1.Raw), `"f:ephemeralContainers":{`) &&
+			strings.Contains(string(e.FieldsV1.Raw), `"k:{\"name\":\"`+name+`\"}"`)
+	}
+
+	b, err := json.Marshal(map[string]any{"spec": map[string]any{"ephemeralContainers": []k8scorev1.EphemeralContainer{{
+		EphemeralContainerCommon: k8scorev1.EphemeralContainerCommon{Name: "debugger", Image: "busybox", Stdin: true, TTY: true,
+			TerminationMessagePolicy: "File", ImagePullPolicy: "IfNotPresent"}, TargetContainerName: "c"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := pods.Patch(ctx, "dbg", types.StrategicMergePatchType, b, metav1.PatchOptions{FieldManager: "kubectl-debug"}, "ephemeralcontainers")
+	if err != nil {
+		t.Fatalf("patch: %v", err)
+	}
+	stored, err := pods.Get(ctx, "dbg", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, p := range map[string]*k8scorev1.Pod{"the patch's answer": pod, "the stored pod": stored} {
+		e := entry(t, p, "kubectl-debug")
+		if e.Subresource != "ephemeralcontainers" || e.Operation != metav1.ManagedFieldsOperationUpdate || !owns(e, "debugger") {
+			t.Errorf("%s: kubectl-debug's entry %+v, fields %s", what, e, e.FieldsV1)
+		}
+	}
+	rv := pod.ResourceVersion
+
+	// The same patch again adds nothing: nothing is written.
+	if again, err := pods.Patch(ctx, "dbg", types.StrategicMergePatchType, b, metav1.PatchOptions{FieldManager: "kubectl-debug"}, "ephemeralcontainers"); err != nil || again.ResourceVersion != rv {
+		t.Errorf("an unchanged patch: %v, resourceVersion %s, want %s", err, again.GetResourceVersion(), rv)
+	}
+
+	// A PUT of the subresource by another manager, with a label the
+	// subresource ignores: that manager owns the container it added, not
+	// the label.
+	pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, k8scorev1.EphemeralContainer{EphemeralContainerCommon: k8scorev1.EphemeralContainerCommon{
+		Name: "second", Image: "busybox", TerminationMessagePolicy: "File", ImagePullPolicy: "IfNotPresent"}})
+	pod.Labels = map[string]string{"sneaked": "in"}
+	if pod, err = pods.UpdateEphemeralContainers(ctx, "dbg", pod, metav1.UpdateOptions{FieldManager: "debug-put"}); err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	e := entry(t, pod, "debug-put")
+	if e.Subresource != "ephemeralcontainers" || e.Operation != metav1.ManagedFieldsOperationUpdate || !owns(e, "second") ||
+		strings.Contains(string(e.FieldsV1.Raw), "sneaked") {
+		t.Errorf("debug-put's entry %+v, fields %s", e, e.FieldsV1)
+	}
+	if d := entry(t, pod, "kubectl-debug"); !owns(d, "debugger") {
+		t.Errorf("kubectl-debug's entry after another manager's write: fields %s", d.FieldsV1)
+	}
+	if c := entry(t, pod, "creator"); c.Subresource != "" || c.Operation != metav1.ManagedFieldsOperationUpdate {
+		t.Errorf("the creator's entry: %+v", c)
+	}
+
+	// A server-side apply through the subresource: an Apply entry of the
+	// subresource, owning what it applied.
+	applied := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"dbg"},"spec":{"ephemeralContainers":[` +
+		`{"name":"third","image":"busybox","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent"}]}}`
+	if pod, err = pods.Patch(ctx, "dbg", types.ApplyPatchType, []byte(applied), metav1.PatchOptions{FieldManager: "applier"}, "ephemeralcontainers"); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if a := entry(t, pod, "applier"); a.Subresource != "ephemeralcontainers" || a.Operation != metav1.ManagedFieldsOperationApply || !owns(a, "third") {
+		t.Errorf("applier's entry %+v, fields %s", a, a.FieldsV1)
+	}
+	if len(pod.Spec.EphemeralContainers) != 3 {
+		t.Errorf("after the apply: %d ephemeral containers, want 3", len(pod.Spec.EphemeralContainers))
+	}
+
+	// A label set through the pod itself, by the same manager name: an
+	// entry of the main resource, apart from the subresource's.
+	pod.Labels = map[string]string{"app": "dbg"}
+	if pod, err = pods.Update(ctx, pod, metav1.UpdateOptions{FieldManager: "kubectl-debug"}); err != nil {
+		t.Fatalf("pod update: %v", err)
+	}
+	var main, sub int
+	for _, e := range pod.ManagedFields {
+		switch {
+		case e.Manager != "kubectl-debug":
+		case e.Subresource == "":
+			main++
+		case e.Subresource == "ephemeralcontainers":
+			sub++
+		}
+	}
+	if main != 1 || sub != 1 {
+		t.Errorf("kubectl-debug's entries: %d of the pod, %d of the subresource, want one each: %+v", main, sub, pod.ManagedFields)
+	}
+}

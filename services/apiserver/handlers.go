@@ -371,7 +371,7 @@ func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	md.ResourceVersion = ""
 	manager, st := managerName(r, false, "Create")
 	if st == nil {
-		st = manageFields(req.res, nil, obj, manager)
+		st = manageFields(req.res, "", nil, obj, manager)
 	}
 	if st != nil {
 		writeStatus(w, st)
@@ -538,7 +538,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 
 // updated builds the object an update or patch asks for from the stored
 // one (nil: a server-side apply of a new object) and checks its name and
-// namespace.
+// namespace; its managedFields record manager's write through req.sub.
 func (s *Server) updated(req *request, current objects.Object, body []byte, ct, validation, manager string, force bool) (objects.Object, []string, *corev1.Status) {
 	var st *corev1.Status
 	ssa := req.verb == "patch" && strings.HasPrefix(ct, patchApply) && managesFields(req.res)
@@ -550,7 +550,7 @@ func (s *Server) updated(req *request, current objects.Object, body []byte, ct, 
 				return nil, nil, auth.Forbidden(attrs, "")
 			}
 		}
-		if body, st = applyConfiguration(req.res, current, body, manager, force); st != nil {
+		if body, st = applyConfiguration(req.res, req.sub, current, body, manager, force); st != nil {
 			return nil, nil, st
 		}
 	} else if req.verb == "patch" {
@@ -586,7 +586,7 @@ func (s *Server) updated(req *request, current objects.Object, body []byte, ct, 
 		return nil, nil, badRequest("the name of the object (%s) does not match the name on the URL (%s)", md.GetName(), req.name)
 	}
 	if !ssa { // an apply's result carries its managedFields
-		if st := manageFields(req.res, current, obj, manager); st != nil {
+		if st := manageFields(req.res, req.sub, current, obj, manager); st != nil {
 			return nil, nil, st
 		}
 	}

@@ -71,14 +71,7 @@ func (s *Server) tokenRequest(ctx context.Context, w http.ResponseWriter, r *htt
 	}
 	var exp time.Duration
 	if e := tr.Spec.ExpirationSeconds; e != nil {
-		var why string
-		switch {
-		case *e < int64(auth.MinBoundTokenExpiration/time.Second):
-			why = "may not specify a duration less than 10 minutes"
-		case *e > 1<<32:
-			why = "may not specify a duration larger than 2^32 seconds"
-		}
-		if why != "" {
+		if why := auth.CheckTokenExpiration(*e); why != "" {
 			writeStatus(w, invalid("TokenRequest", req.name, []*corev1.StatusCause{{Type: "FieldValueInvalid", Field: "spec.expirationSeconds",
 				Message: "Invalid value: " + why}},
 				"TokenRequest.authentication.k8s.io %q is invalid: spec.expirationSeconds: Invalid value: %s", req.name, why))

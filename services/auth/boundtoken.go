@@ -44,6 +44,28 @@ const (
 	MaxTokenAudienceBytes = 1024
 )
 
+// MaxTokenExpirationSeconds is the longest expirationSeconds a
+// TokenRequest or a projected serviceAccountToken may name, as
+// kube-apiserver validates it (2^32 seconds; Issue caps what it grants at
+// MaxBoundTokenExpiration).
+const MaxTokenExpirationSeconds = 1 << 32
+
+// CheckTokenExpiration is kube-apiserver's validation of the
+// expirationSeconds of a TokenRequest, of a projected serviceAccountToken
+// and of a node's token request, in one place: it returns why seconds is
+// refused — below MinBoundTokenExpiration, or above
+// MaxTokenExpirationSeconds — in Kubernetes' words, or "" when it is
+// accepted. An expiration the caller leaves unset is not checked.
+func CheckTokenExpiration(seconds int64) (why string) {
+	switch {
+	case seconds < int64(MinBoundTokenExpiration/time.Second):
+		return "may not specify a duration less than 10 minutes"
+	case seconds > MaxTokenExpirationSeconds:
+		return "may not specify a duration larger than 2^32 seconds"
+	}
+	return ""
+}
+
 // BoundTokens issues and verifies bound ServiceAccount tokens with one
 // ECDSA key. It is safe for concurrent use.
 type BoundTokens struct {

@@ -192,3 +192,28 @@ func TestTokensBoundToObjects(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckTokenExpiration pins kube-apiserver's bounds of
+// expirationSeconds (TokenRequest, projected serviceAccountToken, a node's
+// token request), each edge on both sides.
+func TestCheckTokenExpiration(t *testing.T) {
+	const short = "may not specify a duration less than 10 minutes"
+	const long = "may not specify a duration larger than 2^32 seconds"
+	for _, tc := range []struct {
+		given int64
+		want  string
+	}{
+		{-1, short},
+		{0, short},
+		{599, short},
+		{600, ""},
+		{3600, ""},
+		{int64(MaxBoundTokenExpiration / time.Second * 2), ""}, // accepted, capped at issue
+		{1 << 32, ""},
+		{1<<32 + 1, long},
+	} {
+		if got := CheckTokenExpiration(tc.given); got != tc.want {
+			t.Errorf("CheckTokenExpiration(%d) = %q, want %q", tc.given, got, tc.want)
+		}
+	}
+}
