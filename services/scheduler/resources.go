@@ -45,11 +45,41 @@ func PodRequests(pod *corev1.Pod) (req, nonZero Resources, err error) {
 	if err != nil {
 		return req, nonZero, fmt.Errorf("%w: %w", ErrInvalidObject, err)
 	}
+	if namesCPUAndMemory(pod) {
+		// No request is missing: the second pass would parse every
+		// quantity again for the same sums.
+		return r, r, nil
+	}
 	nz, err := podrules.PodRequests(pod, nonMissing)
 	if err != nil {
 		return req, nonZero, fmt.Errorf("%w: %w", ErrInvalidObject, err)
 	}
 	return r, nz, nil
+}
+
+// namesCPUAndMemory reports whether every container and init container
+// names a cpu and a memory request, or a limit that stands in for it
+// (podrules.ContainerRequests): then nonMissing changes nothing and
+// PodRequests' nonZero is its req.
+func namesCPUAndMemory(pod *corev1.Pod) bool {
+	spec := pod.GetSpec()
+	for _, cs := range [2][]*corev1.Container{spec.GetContainers(), spec.GetInitContainers()} {
+		for _, c := range cs {
+			res := c.GetResources()
+			if !namesResource(res, ResourceCPU) || !namesResource(res, ResourceMemory) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func namesResource(res *corev1.ResourceRequirements, name string) bool {
+	if _, ok := res.GetRequests()[name]; ok {
+		return true
+	}
+	_, ok := res.GetLimits()[name]
+	return ok
 }
 
 // NodeAllocatable parses a node's allocatable resources; a node with no

@@ -2,9 +2,13 @@ package scheduler
 
 import (
 	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 func ctr(name string, reqs, lims map[string]string) *corev1.Container {
@@ -86,6 +90,74 @@ func TestPodRequests(t *testing.T) {
 	}
 }
 
+// TestPodRequestsMatchesTwoPasses checks PodRequests against podrules'
+// two passes (plain, then missing cpu and memory requests taken as the
+// defaults) on random pods whose containers, init containers and sidecars
+// name cpu and memory in their requests, their limits or not at all: the
+// single pass for pods that name both everywhere must not change a sum.
+func TestPodRequestsMatchesTwoPasses(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 4))
+	quantity := func(name string) map[string]string {
+		switch rng.IntN(4) {
+		case 0:
+			return nil
+		case 1:
+			return map[string]string{name: "0"}
+		}
+		if name == ResourceCPU {
+			return map[string]string{name: fmt.Sprintf("%dm", 1+rng.IntN(2000))}
+		}
+		return map[string]string{name: fmt.Sprintf("%dMi", 1+rng.IntN(4096))}
+	}
+	container := func(i int) *corev1.Container {
+		reqs, lims := map[string]string{}, map[string]string{}
+		for _, name := range []string{ResourceCPU, ResourceMemory} {
+			into := reqs
+			if rng.IntN(3) == 0 {
+				into = lims
+			}
+			maps.Copy(into, quantity(name))
+		}
+		c := ctr(fmt.Sprintf("c%d", i), reqs, lims)
+		if rng.IntN(4) == 0 {
+			c.RestartPolicy = "Always"
+		}
+		return c
+	}
+	single := 0
+	for range 2000 {
+		spec := &corev1.PodSpec{}
+		for i := range 1 + rng.IntN(3) {
+			spec.Containers = append(spec.Containers, container(i))
+		}
+		for i := range rng.IntN(3) {
+			spec.InitContainers = append(spec.InitContainers, container(10+i))
+		}
+		pod := &corev1.Pod{Spec: spec}
+		want, err := podrules.PodRequests(pod, podrules.PodResourcesOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantNZ, err := podrules.PodRequests(pod, nonMissing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gotNZ, err := PodRequests(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want || gotNZ != wantNZ {
+			t.Fatalf("PodRequests(%v) = %+v, %+v; want %+v, %+v", spec, got, gotNZ, want, wantNZ)
+		}
+		if namesCPUAndMemory(pod) {
+			single++
+		}
+	}
+	if single == 0 || single == 2000 {
+		t.Fatalf("%d of 2000 pods took the single pass: the test attacks neither path", single)
+	}
+}
+
 func TestPodRequestsInvalidQuantity(t *testing.T) {
 	pod := mkPod("p", "lots", "")
 	if _, _, err := PodRequests(pod); !errors.Is(err, ErrInvalidObject) {
@@ -112,4 +184,29 @@ func TestNodeAllocatable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkPodRequests is PodRequests of a typical pod (cpu and memory
+// requested), against podrules' two passes it replaces for such pods.
+func BenchmarkPodRequests(b *testing.B) {
+	pod := typicalPod(0)
+	b.Run("two-passes", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := podrules.PodRequests(pod, podrules.PodResourcesOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := podrules.PodRequests(pod, nonMissing); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("PodRequests", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := PodRequests(pod); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

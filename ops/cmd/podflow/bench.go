@@ -1,15 +1,18 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
@@ -43,7 +46,12 @@ cluster on loopback (in a temporary directory, removed afterwards), write
 scheduler replicas, then publish a PodPersisted for every pod as fast as the
 bus takes them and measure until every pod is bound: the rate (pods/s), the
 filter, score and bind-commit times the PodScheduled events carry (p50, p99),
-and the lost bind races. The shape of kube-scheduler's scheduler_perf
+the lost bind races, and where the scheduling time went: each plugin's mean
+time at each extension point over the sampled cycles (kube-scheduler's
+scheduler_plugin_execution_duration_seconds, 10% of the cycles) with its
+share, and the plugins' estimated time over all cycles as a share of the
+process's cpu (wall times: on a busy machine an upper bound; --cpuprofile
+for the rest: bus, store, GC). The shape of kube-scheduler's scheduler_perf
 SchedulingBasic by default (nodes of 4 cpu, 32Gi, 110 pods; pods of 100m,
 500Mi). --shape picks another of scheduler_perf's shapes; its --init-pods
 (default: the shape's) are scheduled first, unmeasured:
@@ -128,12 +136,18 @@ func runBenchScheduler(ctx context.Context, o *benchSchedulerOptions, out io.Wri
 	took := time.Since(start)
 	fmt.Fprintf(out, "  setup: %d pods written in %s (%.0f creates/s)\n", o.pods, took.Round(time.Millisecond), float64(o.pods)/took.Seconds())
 	var replicas []*schedtest.Replica
+	var regs []*prometheus.Registry // by replica: the stage's metrics
 	for i := range o.replicas {
 		r, err := env.StartReplica(ctx, fmt.Sprintf("scheduler-%d", i))
 		if err != nil {
 			return err
 		}
 		replicas = append(replicas, r)
+		reg := prometheus.NewRegistry()
+		if err := r.Stage.RegisterMetrics(reg); err != nil {
+			return err
+		}
+		regs = append(regs, reg)
 	}
 	if o.shape == "preemption" {
 		fin, err := env.StartFinalizer(ctx)
@@ -163,6 +177,10 @@ func runBenchScheduler(ctx context.Context, o *benchSchedulerOptions, out io.Wri
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	times0, err := gatherCycleTimes(regs)
+	if err != nil {
+		return err
 	}
 	cpu0 := cpuTime()
 	start = time.Now()
@@ -194,6 +212,11 @@ func runBenchScheduler(ctx context.Context, o *benchSchedulerOptions, out io.Wri
 	fmt.Fprintf(out, "  replicas:    %s\n", strings.Join(per, ", "))
 	fmt.Fprintf(out, "  cpu:         %.1fs of this process (bus, store and scheduler) over %.1fs: %.0f pods per cpu-second; load average %s\n",
 		cpu.Seconds(), elapsed.Seconds(), float64(o.pods)/cpu.Seconds(), loadAverage())
+	times1, err := gatherCycleTimes(regs)
+	if err != nil {
+		return err
+	}
+	printCycleTimes(out, times1.minus(times0), cpu)
 
 	start = time.Now()
 	rep, err := env.Verify(ctx)
@@ -294,4 +317,125 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// cycleTimes are the scheduler's own timings summed over the replicas'
+// registries: the sampled cycles' plugin times
+// (scheduler_plugin_execution_duration_seconds) by extension point and
+// plugin, and the attempts (scheduler_scheduling_attempt_duration_seconds:
+// the cycle and the bind) by result.
+type cycleTimes map[cycleKey]cycleTime
+
+type cycleKey struct{ point, name string } // point "attempt": name is the result
+
+type cycleTime struct {
+	count uint64
+	sum   float64 // seconds
+}
+
+// gatherCycleTimes reads the cycle times of regs.
+func gatherCycleTimes(regs []*prometheus.Registry) (cycleTimes, error) {
+	out := cycleTimes{}
+	for _, reg := range regs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			return nil, err
+		}
+		for _, mf := range mfs {
+			var attempt bool
+			switch mf.GetName() {
+			case "scheduler_plugin_execution_duration_seconds":
+			case "scheduler_scheduling_attempt_duration_seconds":
+				attempt = true
+			default:
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				var k cycleKey
+				if attempt {
+					k.point = "attempt"
+				}
+				for _, l := range m.GetLabel() {
+					switch l.GetName() {
+					case "plugin", "result":
+						k.name = l.GetValue()
+					case "extension_point":
+						k.point = l.GetValue()
+					}
+				}
+				h := m.GetHistogram()
+				t := out[k]
+				t.count += h.GetSampleCount()
+				t.sum += h.GetSampleSum()
+				out[k] = t
+			}
+		}
+	}
+	return out, nil
+}
+
+// minus returns t less the earlier reading t0.
+func (t cycleTimes) minus(t0 cycleTimes) cycleTimes {
+	out := cycleTimes{}
+	for k, v := range t {
+		v.count -= t0[k].count
+		v.sum -= t0[k].sum
+		if v.count > 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// cyclePoints orders the extension points as a cycle runs them.
+var cyclePoints = []string{"PreFilter", "Filter", "PostFilter", "PreScore", "Score", "NormalizeScore"}
+
+// printCycleTimes prints where the measured phase's scheduling time went,
+// kube-scheduler's way: each plugin's mean time per sampled cycle at each
+// extension point and its share of all plugin time; then the plugin time
+// of every cycle, estimated from the sampled ones, against the process's
+// cpu, and the mean attempt (cycle and bind). The times are wall times
+// (as kube-scheduler's): on a loaded machine the means carry the time a
+// cycle was descheduled, so the share is an upper bound.
+func printCycleTimes(out io.Writer, t cycleTimes, cpu time.Duration) {
+	var total float64
+	var sampled uint64 // cycles: no plugin is observed twice in one
+	for k, v := range t {
+		if k.point != "attempt" {
+			total += v.sum
+			sampled = max(sampled, v.count)
+		}
+	}
+	if sampled == 0 || total <= 0 {
+		return
+	}
+	fmt.Fprintf(out, "  plugins:     %d sampled cycles (scheduler_plugin_execution_duration_seconds); mean per cycle the plugin ran, share of the plugins' time\n", sampled)
+	for _, point := range cyclePoints {
+		var keys []cycleKey
+		for k := range t {
+			if k.point == point {
+				keys = append(keys, k)
+			}
+		}
+		slices.SortFunc(keys, func(a, b cycleKey) int { return cmp.Compare(t[b].sum, t[a].sum) })
+		for _, k := range keys {
+			v := t[k]
+			fmt.Fprintf(out, "    %-15s %-32s %9s %5.1f%%\n", point, k.name,
+				time.Duration(v.sum/float64(v.count)*1e9).Round(10*time.Nanosecond), 100*v.sum/total)
+		}
+	}
+	var attempts uint64
+	var attemptSum float64
+	for k, v := range t {
+		if k.point == "attempt" {
+			attempts += v.count
+			attemptSum += v.sum
+		}
+	}
+	if attempts == 0 {
+		return
+	}
+	all := total * float64(attempts) / float64(sampled)
+	fmt.Fprintf(out, "  cycles:      plugins ~%.2fs over %d attempts (estimated from the sampled cycles; wall time, so with the time descheduled on a busy machine): %.1f%% of the process cpu; attempt (cycle and bind) mean %s\n",
+		all, attempts, 100*all/cpu.Seconds(), time.Duration(attemptSum/float64(attempts)*1e9).Round(time.Microsecond))
 }
