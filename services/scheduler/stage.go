@@ -109,6 +109,9 @@ type Stage struct {
 	mu    sync.Mutex // one scheduling cycle at a time
 	sched *Scheduler
 	snap  *Snapshot
+	// decisions counts the cycles that chose a node, under mu: a bind
+	// carries its decision's number (bindRequest.seq).
+	decisions uint64
 
 	nodes  *informer.Informer[*corev1.Node]
 	pods   *informer.Informer[*corev1.Pod]
@@ -120,8 +123,9 @@ type Stage struct {
 	// PodTopologySpread's default constraints.
 	services *informer.Informer[*corev1.Service]
 
-	podRev    revWaiter   // revision the pod informer (so the cache) reached
-	known     allocations // allocations newer than the informer's
+	podRev    revWaiter                     // revision the pod informer (so the cache) reached
+	known     allocations                   // allocations newer than the informer's
+	registry  atomic.Pointer[guardRegistry] // the guard registry last parsed
 	bindLocks bindLocks
 	inflight  sync.Map // uid -> struct{}: an attempt of this replica is running
 
@@ -381,8 +385,11 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 
 		wakes := s.wakes.Load() // before the decision's snapshot
 		decidedAt := s.podRev.current()
-		res, seen, domainSeen, err := s.decide(pod)
+		res, seen, seq, err := s.decide(pod)
 		var fit *FitError
+		// decide held a nomination in the cache: every path but a
+		// committed preemption gives it back.
+		held := errors.As(err, &fit) && fit.Nomination != nil
 		switch {
 		case errors.Is(err, ErrPodExists):
 			// The cache has the pod bound (or assumed by a bind of ours
@@ -394,6 +401,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			continue
 		case (errors.As(err, &fit) || errors.Is(err, ErrNoNodesAvailable)) && !fresh:
 			// Never report a pod unschedulable from a stale copy.
+			s.restoreNomination(pod, held)
 			fresh = true
 			continue
 		case errors.As(err, &fit) && fit.Nomination != nil && pod.GetStatus().GetNominatedNodeName() != "" && !synced:
@@ -402,6 +410,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			// victims of that nomination (written in the same
 			// transaction) and does not preempt a second time.
 			synced = true
+			s.restoreNomination(pod, held)
 			if _, err := s.podRev.wait(ctx, objects.Revision(pod), s.cfg.CacheSyncTimeout); err != nil {
 				return err
 			}
@@ -409,9 +418,11 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		case errors.As(err, &fit) && fit.Nomination != nil:
 			switch outcome, err := s.preempt(ctx, pod, fit.Nomination, fit.Error()); {
 			case err != nil:
+				s.restoreNomination(pod, held)
 				s.Counters.Errors.Add(1)
 				return err
 			case outcome != preempted:
+				s.restoreNomination(pod, held)
 				conflicts++
 				s.Counters.Conflicts.Add(1)
 				continue // fresh already: read the pod again, decide again
@@ -438,7 +449,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		next := s.scheduledEnvelope(d, pod, res.Node, payload)
 		start := time.Now()
 		var stale string
-		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, domainSeen: domainSeen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, stale: &stale})
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, seq: seq, stale: &stale})
 		took := time.Since(start)
 		if err != nil || outcome != bound {
 			// Every path but a commit forgets the assumption. After an
@@ -475,10 +486,29 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			if err := s.refreshNode(ctx, stale); err != nil {
 				return err
 			}
+		case decideAgain:
+			// Our cache holds the bind that went first (assumed): no
+			// read, no wait.
+			conflicts++
+			s.Counters.Conflicts.Add(1)
 		case nodeNotFound:
 			// Removed since the decision; the cache follows at once.
 		}
 	}
+}
+
+// restoreNomination gives back the nomination decide held for pod in the
+// cache (held): the cache is set again from the pod informer's copy (its
+// stored nomination, if any).
+func (s *Stage) restoreNomination(pod *corev1.Pod, held bool) {
+	if !held {
+		return
+	}
+	if p := s.informed(pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetName()); p != nil && p.GetMetadata().GetUid() == pod.GetMetadata().GetUid() {
+		s.informNomination(p)
+		return
+	}
+	s.cache.Unnominate(pod)
 }
 
 // readPod returns the pod ns/name: from the store when fresh is set or no
@@ -510,30 +540,28 @@ func (s *Stage) informed(ns, name string) *corev1.Pod {
 // decide runs one scheduling cycle and assumes the pod onto the chosen
 // node, under the cycle lock. It returns the pods the cycle saw on the
 // node (a stable view: NodeInfo.pods is never modified below its length)
-// and, for a pod with zone-wide rules (domainKeys), on every node of the
-// node's domains, by node.
-func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, map[string][]*podMeta, error) {
+// and the decision's sequence number.
+func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cache.UpdateSnapshot(s.snap)
 	res, err := s.sched.Schedule(pod, s.snap)
+	if fit := (*FitError)(nil); errors.As(err, &fit) && fit.Nomination != nil {
+		// Held for the pod until its preemption commits or fails
+		// (restoreNomination), as a bind's AssumePod: else the cycles
+		// that run meanwhile pick the same node and victims, and all but
+		// one of them lose the race.
+		_ = s.cache.Nominate(pod, fit.Nomination.NominatedNode)
+	}
 	if err != nil {
-		return res, nil, nil, err
+		return res, nil, 0, err
 	}
 	var seen []*podMeta
-	var domainSeen map[string][]*podMeta
 	if n, ok := s.snap.Get(res.Node); ok {
 		seen = n.pods
-		if keys, _ := domainKeys(pod); len(keys) > 0 {
-			domainSeen = map[string][]*podMeta{}
-			for _, name := range s.cache.DomainNodes(n.Node(), keys) {
-				if m, ok := s.snap.Get(name); ok {
-					domainSeen[name] = m.pods
-				}
-			}
-		}
 	}
-	return res, seen, domainSeen, s.cache.AssumePod(pod, res.Node)
+	s.decisions++
+	return res, seen, s.decisions, s.cache.AssumePod(pod, res.Node)
 }
 
 // scheduledEnvelope is the PodScheduled event of pod's binding to node. Its
