@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -30,7 +31,6 @@ const (
 	nodeStale                       // the node's allocation changed: refresh it
 	nodeNotFound                    // the node object is gone from the informer
 	domainStale                     // a domain record or the guard registry changed: refresh it
-	decideAgain                     // a bind of ours decided later went first: decide again
 )
 
 // bindLocks serialize this replica's binds to one node: two of our own
@@ -78,37 +78,6 @@ func (l *bindLocks) lock(node string) func() {
 type allocations struct {
 	mu      sync.Mutex
 	overlay map[string]*corev1.NodeAllocation // node -> allocation newer than the informer's
-	// own are this replica's last commit of each domain record: its
-	// revision and the decision (Stage.decisions) of the bind.
-	own map[string]ownWrite
-}
-
-// ownWrite is a domain record's revision written by a bind of this
-// replica, and the sequence number of that bind's decision.
-type ownWrite struct {
-	rev int64
-	seq uint64
-}
-
-// learnOwn records that this replica's bind of decision seq wrote the
-// domain record rec (at the revision Commit set).
-func (a *allocations) learnOwn(rec *corev1.NodeAllocation, seq uint64) {
-	a.learn(rec)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.own == nil {
-		a.own = map[string]ownWrite{}
-	}
-	a.own[rec.GetMetadata().GetName()] = ownWrite{rev: objects.Revision(rec), seq: seq}
-}
-
-// ownSeq returns the decision of the bind of this replica that wrote
-// record name at rev, if one did.
-func (a *allocations) ownSeq(name string, rev int64) (uint64, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	w, ok := a.own[name]
-	return w.seq, ok && w.rev == rev && rev > 0
 }
 
 // get returns the freshest known allocation of node and its revision (nil
@@ -218,9 +187,6 @@ type bindRequest struct {
 	// decidedAt is the pod informer's revision before the decision: the
 	// decision's cache held every pod bound up to it.
 	decidedAt int64
-	// seq numbers the decision among this replica's (Stage.decisions):
-	// its cache held the pods of every earlier decision, assumed.
-	seq uint64
 	// stale is set by bind to the record to refresh (a domain record or
 	// the guard registry) after a domainStale outcome.
 	stale *string
@@ -245,23 +211,24 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	}
 	labels := node.GetMetadata().GetLabels()
 	keys := guardedKeys(req.pod, labels, reg)
-	// A guarded bind compares and rewrites its domains' records: this
-	// replica's binds into one domain are serialized too, else its own
-	// binds in flight there would fail each other's compares. Node locks
-	// are taken before domain locks, domains in key order.
-	for _, k := range keys {
-		defer s.bindLocks.lock("\x00" + k + "=" + labels[k])()
+	// The pod's rules are listed before it binds, and its decision saw
+	// every pod bound before they were (those did not guard); a guarded
+	// bind's writer is listed before it writes its domain records.
+	rules := zoneRules(req.pod)
+	need := rules
+	if len(keys) > 0 {
+		need = maps.Clone(rules)
+		if need == nil {
+			need = map[string]string{}
+		}
+		need[writerAnnotationPrefix+s.writer] = ""
 	}
-	if rules := zoneRules(req.pod); len(rules) > 0 {
-		// The pod's rules are listed before it binds, and its decision
-		// saw every pod bound before they were (those did not guard).
-		if missing := reg.missing(rules); len(missing) > 0 {
-			return s.register(ctx, req.pod, reg, missing, req.stale)
-		}
-		if reg.rev > req.decidedAt {
-			*req.stale = GuardRegistryName
-			return 0, domainStale, nil
-		}
+	if missing := reg.missing(need); len(missing) > 0 {
+		return s.register(ctx, req.pod, reg, missing, req.stale)
+	}
+	if len(rules) > 0 && reg.rev > req.decidedAt {
+		*req.stale = GuardRegistryName
+		return 0, domainStale, nil
 	}
 	informed, _ := s.allocs.Get("", req.node)
 	alloc, allocRev := s.known.get(informed, req.node)
@@ -303,7 +270,7 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	// Every bind compares the registry: it binds knowing every rule
 	// listed before it commits.
 	txn = txn.Compare(reg.record, reg.rev)
-	txn, domain, outcome := s.guardDomains(txn, req, labels, keys)
+	txn, domain, outcome := s.guardDomains(txn, req, labels, keys, reg)
 	if outcome != bound {
 		return 0, outcome, nil
 	}
@@ -317,9 +284,6 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	switch {
 	case err == nil:
 		s.known.learn(next) // Commit set its revision
-		for _, d := range domain {
-			s.known.learnOwn(d, req.seq)
-		}
 		if released != nil {
 			s.known.learn(released)
 		}
@@ -374,34 +338,40 @@ func (s *Stage) register(ctx context.Context, pod *corev1.Pod, reg *guardRegistr
 }
 
 // guardDomains adds to txn, for each of keys (guardedKeys), a compare of
-// the record of the chosen node's domain of that key at the revision this
-// replica knows, and its rewrite. Every guarded bind into a domain
-// rewrites its record, so two replicas that each count a domain's pods
-// without the other's bind, and both bind into it, conflict: the second
-// one's compare fails and it decides again. Binds into other domains only
-// raise their counts, which cannot raise this pod's skew.
+// every other writer's record of the chosen node's domain of that key, at
+// the revision this replica knows, and a write of this replica's own
+// record (DomainRecordName). Every guarded bind into a domain writes its
+// writer's record and compares the others', so two replicas that each
+// count a domain's pods without the other's bind, and both bind into it,
+// conflict: the second one's compare fails and it decides again. Binds
+// into other domains only raise their counts, which cannot raise this
+// pod's skew. This replica's own guarded binds compare nothing of each
+// other's: its cache holds them, assumed, as kube-scheduler's does.
 //
 // The compare alone holds only if the decision saw every pod the record's
-// earlier writes bound: a revision this replica wrote, from an earlier
-// decision (whose pod that decision's cache held, assumed), or one its
-// pod informer had reached before the decision. Otherwise the record is
-// stale (domainStale: read it, wait for the pod informer, decide again),
-// or one of this replica's later decisions bound first (decideAgain).
-func (s *Stage) guardDomains(txn objects.Txn, req bindRequest, labels map[string]string, keys []string) (objects.Txn, []*corev1.NodeAllocation, bindOutcome) {
+// writes bound: its revision must be one the pod informer had reached
+// before the decision. Otherwise the record is stale (domainStale: read
+// it, wait for the pod informer, decide again). It returns the records
+// compared (a conflict on one of them means domainStale).
+func (s *Stage) guardDomains(txn objects.Txn, req bindRequest, labels map[string]string, keys []string, reg *guardRegistry) (objects.Txn, []*corev1.NodeAllocation, bindOutcome) {
 	var domain []*corev1.NodeAllocation
 	for _, k := range keys {
-		name := DomainRecordName(k, labels[k])
-		informed, _ := s.allocs.Get("", name)
-		_, rev := s.known.get(informed, name)
-		if seq, own := s.known.ownSeq(name, rev); own && seq > req.seq {
-			return txn, nil, decideAgain
-		} else if !own && rev > req.decidedAt {
-			*req.stale = name
-			return txn, nil, domainStale
+		for _, w := range reg.writers {
+			if w == s.writer {
+				continue
+			}
+			name := DomainRecordName(k, labels[k], w)
+			informed, _ := s.allocs.Get("", name)
+			_, rev := s.known.get(informed, name)
+			if rev > req.decidedAt {
+				*req.stale = name
+				return txn, nil, domainStale
+			}
+			rec := &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: name}}
+			txn = txn.Compare(rec, rev)
+			domain = append(domain, rec)
 		}
-		rec := &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: name}}
-		txn = txn.Compare(rec, rev).Put(rec)
-		domain = append(domain, rec)
+		txn = txn.Put(&corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: DomainRecordName(k, labels[k], s.writer)}})
 	}
 	return txn, domain, bound
 }

@@ -165,48 +165,52 @@
 // Rules over a domain wider than a node (domainguard.go). A zone-wide
 // rule — a DoNotSchedule spread constraint or a required pod
 // anti-affinity term on another key than the hostname
-// (topology.kubernetes.io/zone) — is guarded by one record per domain:
-// DomainRecordName(key, value), a NodeAllocation without pods. A bind is
-// guarded on a key when the pod has such a rule on it, or when a rule
-// listed in the guard registry (GuardRegistryName, a NodeAllocation with
-// one annotation per rule: its key and which pods it counts) selects the
-// pod; a guarded bind compares the record of its node's domain at the
-// revision this replica knows and rewrites it, in the bind transaction.
-// So two replicas that each count a zone's pods without the other's bind,
-// and bind into it, conflict: the second one decides again. Binds into
-// other zones only raise their counts, which cannot raise this pod's
-// skew. Why it holds:
+// (topology.kubernetes.io/zone) — is guarded by records per domain, one
+// for each writer (a scheduler process): DomainRecordName(key, value,
+// writer), a NodeAllocation without pods. A bind is guarded on a key when
+// the pod has such a rule on it, or when a rule listed in the guard
+// registry (GuardRegistryName, a NodeAllocation with one annotation per
+// rule — its key and which pods it counts — and per writer) selects the
+// pod; a guarded bind rewrites its writer's record of its node's domain
+// and compares every other writer's at the revision this replica knows,
+// in the bind transaction. So two replicas that each count a zone's pods
+// without the other's bind, and bind into it, conflict: the second one
+// decides again. Binds into other zones only raise their counts, which
+// cannot raise this pod's skew. Why it holds:
 //
 //  1. A pod with a zone-wide rule binds only once the registry lists the
 //     rule, on a decision whose pod informer had reached the registry's
 //     revision: it saw every pod bound before (those did not guard). The
 //     bind of its first pod lists it (rewriting the pod unchanged in that
-//     transaction, so the pod informer gets there) and decides again.
+//     transaction, so the pod informer gets there) and decides again. A
+//     writer is listed before its first guarded bind, likewise.
 //  2. Every bind compares the registry, so a pod the rule selects, bound
 //     after it was listed, guards (its bind knew the rule) or loses the
-//     race (it did not, and reads the registry again).
-//  3. The compare says nothing the decision did not see only if the
-//     record's revision is one this replica wrote for an earlier decision
-//     (whose pod the cache held, assumed) or one the pod informer had
+//     race (it did not, and reads the registry again); and every guarded
+//     bind knows every writer.
+//  3. The compare of another writer's record says nothing the decision
+//     did not see only if its revision is one the pod informer had
 //     reached before the decision; else the record is read, the pod
-//     informer awaited, and the pod decided again (a later decision of
-//     ours that bound first: decided again at once).
+//     informer awaited, and the pod decided again. A replica's own
+//     guarded binds compare nothing of each other's: its cache holds them
+//     (assumed), as kube-scheduler's does, and they commit in parallel.
 //
 // A pod the rules never select pays one compare of the registry (absent:
-// revision 0) and a scan of its entries; a guarded bind one more key,
-// whatever the domain's size. This replica's guarded binds into one
-// domain are serialized (a domain lock after the node lock), so that they
-// do not fail each other's compares; across replicas they conflict when
-// they meet in a domain. The registry's rules are wider than the pods'
-// (matchLabelKeys dropped, a namespaceSelector read as every namespace):
-// it may guard a bind that needs none, never miss one. It only grows.
-// TestTopologyReplicas ("spread by zone", "anti-affinity by zone") shows
-// the rules held across three replicas, and broken without the compare.
-// Required pod affinity needs no guard: a bind only adds pods. Not
-// guarded: the first pod of a self-affine group, which kube-scheduler
-// places anywhere when no pod matches in the whole cluster (two replicas
-// may each place a first one in different zones); node label changes and
-// new nodes (a new domain lowers the least count), as before.
+// revision 0) and a scan of its entries; a guarded bind one write and a
+// compare per other writer, whatever the domain's size. A restarted
+// replica is a new writer (a random suffix), so that a bind of its
+// predecessor still in flight is compared too; the registry only grows
+// (a writer's record, once dead, is compared at a revision that no longer
+// changes). The registry's rules are wider than the pods' (matchLabelKeys
+// dropped, a namespaceSelector read as every namespace): it may guard a
+// bind that needs none, never miss one. TestTopologyReplicas ("spread by
+// zone", "anti-affinity by zone") shows the rules held across three
+// replicas, and broken without the record's compare. Required pod
+// affinity needs no guard: a bind only adds pods. Not guarded: the first
+// pod of a self-affine group, which kube-scheduler places anywhere when
+// no pod matches in the whole cluster (two replicas may each place a
+// first one in different zones); node label changes and new nodes (a new
+// domain lowers the least count), as before.
 //
 // Preemption (preempt.go). When a cycle nominates the pod, one store
 // transaction compares the preemptor's revision (still the unbound pod

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -28,9 +29,11 @@ import (
 //     dropped, a namespaceSelector read as every namespace). Every bind
 //     compares it, so a bind always knows the rules that were listed
 //     before it committed;
-//   - a domain record per (topology key, value) (DomainRecordName), which
-//     every bind into the domain of a pod that a listed rule of that key
-//     selects, or that has such a rule itself, compares and rewrites.
+//   - a domain record per (topology key, value) and writer (a scheduler
+//     process, listed in the registry too; DomainRecordName), which every
+//     bind of that writer into the domain of a pod that a listed rule of
+//     that key selects, or that has such a rule itself, rewrites, and
+//     every other writer's such bind compares.
 
 // GuardRegistryName is the NodeAllocation that lists the zone-wide rules.
 const GuardRegistryName = "~zone-guards"
@@ -40,11 +43,24 @@ const GuardRegistryName = "~zone-guards"
 // protobuf PodAffinityTerm).
 const guardAnnotationPrefix = "podflow.io/guard."
 
-// DomainRecordName is the NodeAllocation that stands for the domain
-// key=value (a "/" in the key becomes "|": a name is one path segment).
-// Two domains sharing a record would only serialize more binds.
-func DomainRecordName(key, value string) string {
-	return "~domain:" + strings.ReplaceAll(key, "/", "|") + "=" + value
+// writerAnnotationPrefix prefixes each writer's annotation in the
+// registry (the rest is the writer's name).
+const writerAnnotationPrefix = "podflow.io/writer."
+
+// DomainRecordName is the NodeAllocation that writer's guarded binds into
+// the domain key=value rewrite (a "/" in the key becomes "|": a name is
+// one path segment). Two domains sharing a record would only make more
+// binds conflict.
+func DomainRecordName(key, value, writer string) string {
+	return "~domain:" + strings.ReplaceAll(key, "/", "|") + "=" + value + "@" + writer
+}
+
+// newWriterName names a scheduler process's domain records: its replica's
+// name and a random suffix.
+func newWriterName(replica string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return replica + "." + hex.EncodeToString(b[:])
 }
 
 // guardEntry is a listed rule: which pods it counts, in which key's
@@ -65,6 +81,7 @@ type guardRegistry struct {
 	rev     int64
 	record  *corev1.NodeAllocation // never nil (an empty one at revision 0)
 	entries []guardEntry
+	writers []string // sorted
 }
 
 // parseRegistry parses the registry record a at revision rev (nil: none).
@@ -74,6 +91,10 @@ func parseRegistry(a *corev1.NodeAllocation, rev int64) (*guardRegistry, error) 
 	}
 	r := &guardRegistry{rev: rev, record: a}
 	for k, v := range a.GetMetadata().GetAnnotations() {
+		if w, ok := strings.CutPrefix(k, writerAnnotationPrefix); ok {
+			r.writers = append(r.writers, w)
+			continue
+		}
 		if !strings.HasPrefix(k, guardAnnotationPrefix) {
 			continue
 		}
@@ -91,6 +112,7 @@ func parseRegistry(a *corev1.NodeAllocation, rev int64) (*guardRegistry, error) 
 		}
 		r.entries = append(r.entries, e)
 	}
+	slices.Sort(r.writers)
 	return r, nil
 }
 

@@ -119,7 +119,11 @@ func TestGuardRegistry(t *testing.T) {
 	if _, err := parseRegistry(bad, 8); err == nil {
 		t.Fatal("a corrupt rule parsed")
 	}
-	if DomainRecordName(LabelTopologyZone, "z1") != "~domain:topology.kubernetes.io|zone=z1" {
-		t.Errorf("DomainRecordName = %q", DomainRecordName(LabelTopologyZone, "z1"))
+	withWriter, err := parseRegistry(reg.with(map[string]string{writerAnnotationPrefix + "scheduler-1.0a0b": ""}), 9)
+	if err != nil || !slices.Equal(withWriter.writers, []string{"scheduler-1.0a0b"}) || len(withWriter.entries) != 1 {
+		t.Fatalf("registry with a writer: %+v, %v", withWriter, err)
+	}
+	if got := DomainRecordName(LabelTopologyZone, "z1", "scheduler-1.0a0b"); got != "~domain:topology.kubernetes.io|zone=z1@scheduler-1.0a0b" {
+		t.Errorf("DomainRecordName = %q", got)
 	}
 }

@@ -109,9 +109,6 @@ type Stage struct {
 	mu    sync.Mutex // one scheduling cycle at a time
 	sched *Scheduler
 	snap  *Snapshot
-	// decisions counts the cycles that chose a node, under mu: a bind
-	// carries its decision's number (bindRequest.seq).
-	decisions uint64
 
 	nodes  *informer.Informer[*corev1.Node]
 	pods   *informer.Informer[*corev1.Pod]
@@ -123,9 +120,13 @@ type Stage struct {
 	// PodTopologySpread's default constraints.
 	services *informer.Informer[*corev1.Service]
 
-	podRev    revWaiter                     // revision the pod informer (so the cache) reached
-	known     allocations                   // allocations newer than the informer's
-	registry  atomic.Pointer[guardRegistry] // the guard registry last parsed
+	podRev   revWaiter                     // revision the pod informer (so the cache) reached
+	known    allocations                   // allocations newer than the informer's
+	registry atomic.Pointer[guardRegistry] // the guard registry last parsed
+	// writer names this process's domain records (the replica's name and
+	// a random suffix: a restarted replica is a new writer, so that no
+	// bind of its predecessor still in flight goes uncompared).
+	writer    string
 	bindLocks bindLocks
 	inflight  sync.Map // uid -> struct{}: an attempt of this replica is running
 
@@ -182,6 +183,7 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 		rec:     &events.Recorder{Store: env.Store, Component: cfg.SchedulerName, Instance: env.Replica},
 		known:   allocations{overlay: map[string]*corev1.NodeAllocation{}},
 		waiting: map[string]*waitingPod{}, kick: make(chan struct{}, 1), started: make(chan struct{}),
+		writer: newWriterName(env.Replica),
 	}
 	logErr := func(what string, err error) {
 		if err != nil && env.Log != nil {
@@ -385,7 +387,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 
 		wakes := s.wakes.Load() // before the decision's snapshot
 		decidedAt := s.podRev.current()
-		res, seen, seq, err := s.decide(pod)
+		res, seen, err := s.decide(pod)
 		var fit *FitError
 		// decide held a nomination in the cache: every path but a
 		// committed preemption gives it back.
@@ -449,7 +451,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		next := s.scheduledEnvelope(d, pod, res.Node, payload)
 		start := time.Now()
 		var stale string
-		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, seq: seq, stale: &stale})
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, stale: &stale})
 		took := time.Since(start)
 		if err != nil || outcome != bound {
 			// Every path but a commit forgets the assumption. After an
@@ -486,11 +488,6 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			if err := s.refreshNode(ctx, stale); err != nil {
 				return err
 			}
-		case decideAgain:
-			// Our cache holds the bind that went first (assumed): no
-			// read, no wait.
-			conflicts++
-			s.Counters.Conflicts.Add(1)
 		case nodeNotFound:
 			// Removed since the decision; the cache follows at once.
 		}
@@ -539,9 +536,8 @@ func (s *Stage) informed(ns, name string) *corev1.Pod {
 
 // decide runs one scheduling cycle and assumes the pod onto the chosen
 // node, under the cycle lock. It returns the pods the cycle saw on the
-// node (a stable view: NodeInfo.pods is never modified below its length)
-// and the decision's sequence number.
-func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, uint64, error) {
+// node (a stable view: NodeInfo.pods is never modified below its length).
+func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cache.UpdateSnapshot(s.snap)
@@ -554,14 +550,13 @@ func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, uint64, error) {
 		_ = s.cache.Nominate(pod, fit.Nomination.NominatedNode)
 	}
 	if err != nil {
-		return res, nil, 0, err
+		return res, nil, err
 	}
 	var seen []*podMeta
 	if n, ok := s.snap.Get(res.Node); ok {
 		seen = n.pods
 	}
-	s.decisions++
-	return res, seen, s.decisions, s.cache.AssumePod(pod, res.Node)
+	return res, seen, s.cache.AssumePod(pod, res.Node)
 }
 
 // scheduledEnvelope is the PodScheduled event of pod's binding to node. Its
