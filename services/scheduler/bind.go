@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"maps"
 	"sync"
 	"time"
 
@@ -30,7 +30,7 @@ const (
 	podStale                        // the pod changed: re-read it
 	nodeStale                       // the node's allocation changed: refresh it
 	nodeNotFound                    // the node object is gone from the informer
-	domainStale                     // a record of another node in a spread domain changed: refresh it
+	domainStale                     // a domain record or the guard registry changed: refresh it
 )
 
 // bindLocks serialize this replica's binds to one node: two of our own
@@ -184,15 +184,11 @@ type bindRequest struct {
 	node    string
 	seen    []*podMeta // the node's pods the decision saw (nil: none)
 	causeID string     // id of the PodScheduled event, kept on the Scheduled Event
-	// domainSeen are the pods the decision saw on each node of the chosen
-	// node's domains (compareSpreadDomains; nil for a pod without
-	// zone-wide rules).
-	domainSeen map[string][]*podMeta
 	// decidedAt is the pod informer's revision before the decision: the
 	// decision's cache held every pod bound up to it.
 	decidedAt int64
-	// stale is set by bind to the node whose record to refresh after a
-	// domainStale outcome.
+	// stale is set by bind to the record to refresh (a domain record or
+	// the guard registry) after a domainStale outcome.
 	stale *string
 }
 
@@ -209,17 +205,30 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	}
 	unlock := s.bindLocks.lock(req.node)
 	defer unlock()
-	// A pod with zone-wide rules compares every record of its domains:
-	// this replica's binds into one domain are serialized too, else its
-	// own binds in flight there would fail each other's compares. Node
-	// locks are taken before domain locks, domains in key order.
-	if keys, _ := domainKeys(req.pod); len(keys) > 0 {
-		slices.Sort(keys)
-		for _, k := range slices.Compact(keys) {
-			if v, ok := node.GetMetadata().GetLabels()[k]; ok {
-				defer s.bindLocks.lock("\x00" + k + "=" + v)()
-			}
+	reg, err := s.guardRegistry()
+	if err != nil {
+		return 0, 0, err
+	}
+	labels := node.GetMetadata().GetLabels()
+	keys := guardedKeys(req.pod, labels, reg)
+	// The pod's rules are listed before it binds, and its decision saw
+	// every pod bound before they were (those did not guard); a guarded
+	// bind's writer is listed before it writes its domain records.
+	rules := zoneRules(req.pod)
+	need := rules
+	if len(keys) > 0 {
+		need = maps.Clone(rules)
+		if need == nil {
+			need = map[string]string{}
 		}
+		need[writerAnnotationPrefix+s.writer] = ""
+	}
+	if missing := reg.missing(need); len(missing) > 0 {
+		return s.register(ctx, req.pod, reg, missing, req.stale)
+	}
+	if len(rules) > 0 && reg.rev > req.decidedAt {
+		*req.stale = GuardRegistryName
+		return 0, domainStale, nil
 	}
 	informed, _ := s.allocs.Get("", req.node)
 	alloc, allocRev := s.known.get(informed, req.node)
@@ -228,7 +237,7 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	if err != nil {
 		return 0, 0, err
 	}
-	if len(reasons) > 0 || !sawAllocated(alloc, req.seen, req.pod, s.cache.Terminated) || staleGuard(alloc, allocRev, req.decidedAt) {
+	if len(reasons) > 0 || !sawAllocated(alloc, req.seen, req.pod, s.cache.Terminated) {
 		// Our cache let the pod in, the allocation does not, or it
 		// accounts for pods the decision did not see (the allocation
 		// informer is ahead of the pod informer): someone bound pods our
@@ -258,13 +267,15 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	if err != nil {
 		return 0, 0, err
 	}
-	txn, domain, stale := s.compareSpreadDomains(txn, req)
-	if stale != "" {
-		*req.stale = stale
-		return 0, domainStale, nil
+	// Every bind compares the registry: it binds knowing every rule
+	// listed before it commits.
+	txn = txn.Compare(reg.record, reg.rev)
+	txn, domain, outcome := s.guardDomains(txn, req, labels, keys, reg)
+	if outcome != bound {
+		return 0, outcome, nil
 	}
 	rev, err := s.env.Store.Commit(ctx, txn)
-	for _, d := range domain {
+	for _, d := range append(domain, reg.record) {
 		if objects.ConflictOn(err, d) {
 			*req.stale = d.GetMetadata().GetName()
 			return 0, domainStale, nil
@@ -273,11 +284,6 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	switch {
 	case err == nil:
 		s.known.learn(next) // Commit set its revision
-		for _, d := range domain {
-			if objects.Revision(d) == rev {
-				s.known.learn(d) // rewritten by a guarded bind
-			}
-		}
 		if released != nil {
 			s.known.learn(released)
 		}
@@ -292,109 +298,82 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	return 0, 0, fmt.Errorf("bind pod %q to node %q: %w", podName(req.pod), req.node, err)
 }
 
-// ZoneGuardAnnotation marks a NodeAllocation that a bind of a pod with
-// required pod anti-affinity on a key wider than the hostname rewrote
-// (see guardDomains). It is never removed: a record that carries it and is
-// newer than a decision's cache may stand for such a pod the decision did
-// not see, so the bind refreshes first.
-const ZoneGuardAnnotation = "podflow.io/zone-guard"
-
-// domainKeys returns the topology keys wider than the hostname whose
-// domain pod's bind must guard: those of its DoNotSchedule spread
-// constraints and of its required pod anti-affinity terms, and whether
-// it has such anti-affinity (then the bind also rewrites the domain's
-// records). Required pod affinity needs no guard: a bind can only add
-// pods, which cannot break another pod's affinity.
-func domainKeys(pod *corev1.Pod) (keys []string, anti bool) {
-	for _, c := range pod.GetSpec().GetTopologySpreadConstraints() {
-		if c.GetWhenUnsatisfiable() == "DoNotSchedule" && c.GetTopologyKey() != LabelHostname {
-			keys = append(keys, c.GetTopologyKey())
-		}
+// guardRegistry returns the guard registry as this replica knows it
+// freshest (the informer's, or what it read or wrote since), parsed once
+// per revision.
+func (s *Stage) guardRegistry() (*guardRegistry, error) {
+	informed, _ := s.allocs.Get("", GuardRegistryName)
+	rec, rev := s.known.get(informed, GuardRegistryName)
+	if r := s.registry.Load(); r != nil && r.rev == rev {
+		return r, nil
 	}
-	for _, t := range pod.GetSpec().GetAffinity().GetPodAntiAffinity().GetRequiredDuringSchedulingIgnoredDuringExecution() {
-		if t.GetTopologyKey() != LabelHostname && t.GetTopologyKey() != "" {
-			keys, anti = append(keys, t.GetTopologyKey()), true
-		}
+	r, err := parseRegistry(rec, rev)
+	if err != nil {
+		return nil, err
 	}
-	return keys, anti
+	s.registry.Store(r)
+	return r, nil
 }
 
-// compareSpreadDomains adds to txn, for a pod with DoNotSchedule topology
-// spread constraints or required pod anti-affinity on a key wider than
-// the hostname, a compare of the NodeAllocation of every other node in
-// the chosen node's domain of that key, at the revision this replica
-// knows. Every bind into a node puts its record, so two replicas that both
-// count a domain's pods and both bind a pod of the constraint into it
+// register lists rules in the guard registry (compared at the revision
+// reg was read) and returns domainStale on the registry: the caller reads
+// it again, waits until its pod informer is there — its cache then holds
+// every pod bound before the rules were listed, which did not guard —
+// and decides again. The transaction rewrites the pod unchanged (still
+// the revision the decision saw), so that the pod informer reaches the
+// registry's revision without waiting for another pod's write.
+func (s *Stage) register(ctx context.Context, pod *corev1.Pod, reg *guardRegistry, rules map[string]string, stale *string) (int64, bindOutcome, error) {
+	next := reg.with(rules)
+	_, err := s.env.Store.Commit(ctx, objects.Txn{}.Unchanged(pod).Compare(next, reg.rev).Put(next).Put(proto.CloneOf(pod)))
+	switch {
+	case err == nil:
+		s.known.learn(next)
+	case objects.ConflictOn(err, pod):
+		return 0, podStale, nil
+	case !errors.Is(err, raftstore.ErrConflict):
+		return 0, 0, fmt.Errorf("list the zone rules of pod %q in %q: %w", podName(pod), GuardRegistryName, err)
+	}
+	*stale = GuardRegistryName
+	return 0, domainStale, nil
+}
+
+// guardDomains adds to txn, for each of keys (guardedKeys), a compare of
+// every other writer's record of the chosen node's domain of that key, at
+// the revision this replica knows, and a write of this replica's own
+// record (DomainRecordName). Every guarded bind into a domain writes its
+// writer's record and compares the others', so two replicas that each
+// count a domain's pods without the other's bind, and both bind into it,
 // conflict: the second one's compare fails and it decides again. Binds
 // into other domains only raise their counts, which cannot raise this
-// pod's skew. A record that accounts a pod the decision did not see on
-// that node (the allocation informer ahead of the pod informer;
-// sawAllocated) is returned as stale. (Last wave's test, any record newer
-// than the pod informer's revision at the decision, also caught this
-// replica's own binds the decision had assumed: at 64 handlers a replica
-// lost most of its zone-spread binds to itself.)
+// pod's skew. This replica's own guarded binds compare nothing of each
+// other's: its cache holds them, assumed, as kube-scheduler's does.
 //
-// For required anti-affinity the compare alone would not do: a pod
-// without terms that the anti-affinity selects, bound into the domain by a
-// replica that has not seen this pod, compares only its own node's
-// record. So the bind also rewrites every record of the domain with
-// ZoneGuardAnnotation: such a bind then either fails its compare (it knew
-// the record before this bind) or finds a guarded record newer than its
-// decision (bind refreshes it first).
-func (s *Stage) compareSpreadDomains(txn objects.Txn, req bindRequest) (objects.Txn, []*corev1.NodeAllocation, string) {
-	keys, anti := domainKeys(req.pod)
-	if len(keys) == 0 {
-		return txn, nil, ""
-	}
-	chosen, ok := s.nodes.Get("", req.node)
-	if !ok {
-		return txn, nil, ""
-	}
+// The compare alone holds only if the decision saw every pod the record's
+// writes bound: its revision must be one the pod informer had reached
+// before the decision. Otherwise the record is stale (domainStale: read
+// it, wait for the pod informer, decide again). It returns the records
+// compared (a conflict on one of them means domainStale).
+func (s *Stage) guardDomains(txn objects.Txn, req bindRequest, labels map[string]string, keys []string, reg *guardRegistry) (objects.Txn, []*corev1.NodeAllocation, bindOutcome) {
 	var domain []*corev1.NodeAllocation
-	for _, name := range s.cache.DomainNodes(chosen, keys) {
-		if name == req.node {
-			continue
+	for _, k := range keys {
+		for _, w := range reg.writers {
+			if w == s.writer {
+				continue
+			}
+			name := DomainRecordName(k, labels[k], w)
+			informed, _ := s.allocs.Get("", name)
+			_, rev := s.known.get(informed, name)
+			if rev > req.decidedAt {
+				*req.stale = name
+				return txn, nil, domainStale
+			}
+			rec := &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: name}}
+			txn = txn.Compare(rec, rev)
+			domain = append(domain, rec)
 		}
-		informed, _ := s.allocs.Get("", name)
-		alloc, rev := s.known.get(informed, name)
-		if !sawAllocated(alloc, req.domainSeen[name], req.pod, s.cache.Terminated) {
-			return txn, nil, name
-		}
-		if alloc == nil {
-			alloc = &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: name}}
-		}
-		txn = txn.Compare(alloc, rev)
-		if anti {
-			alloc = guarded(alloc)
-			txn = txn.Put(alloc)
-		}
-		domain = append(domain, alloc)
+		txn = txn.Put(&corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: DomainRecordName(k, labels[k], s.writer)}})
 	}
-	return txn, domain, ""
-}
-
-// guarded returns a copy of alloc with ZoneGuardAnnotation.
-func guarded(alloc *corev1.NodeAllocation) *corev1.NodeAllocation {
-	out := proto.CloneOf(alloc)
-	if out.Metadata == nil {
-		out.Metadata = &corev1.ObjectMeta{}
-	}
-	if out.Metadata.Annotations == nil {
-		out.Metadata.Annotations = map[string]string{}
-	}
-	out.Metadata.Annotations[ZoneGuardAnnotation] = ""
-	return out
-}
-
-// staleGuard reports whether alloc, at rev, was rewritten by a guarded
-// bind (ZoneGuardAnnotation) after the decision's cache (decidedAt): the
-// decision may have missed that bind's pod.
-func staleGuard(alloc *corev1.NodeAllocation, rev, decidedAt int64) bool {
-	if rev <= decidedAt {
-		return false
-	}
-	_, ok := alloc.GetMetadata().GetAnnotations()[ZoneGuardAnnotation]
-	return ok
+	return txn, domain, bound
 }
 
 // sawAllocated reports whether the decision saw every pod alloc accounts
@@ -408,18 +387,16 @@ func staleGuard(alloc *corev1.NodeAllocation, rev, decidedAt int64) bool {
 // one node).
 func sawAllocated(alloc *corev1.NodeAllocation, seen []*podMeta, pod *corev1.Pod, terminated func(key string) bool) bool {
 	allocated := alloc.GetPods()
-	want := len(allocated)
-	for key := range allocated {
-		// The pod itself, and pods that finished (they keep their
-		// allocation until deleted, but no filter counts them).
-		if key == PodKey(pod) || terminated(key) {
-			want--
-		}
-	}
-	if want <= 0 {
+	if len(allocated) == 0 {
 		return true
 	}
-	self, n := PodKey(pod), 0
+	self := PodKey(pod)
+	_, hasSelf := allocated[self]
+	want := len(allocated)
+	if hasSelf {
+		want--
+	}
+	n := 0
 	for _, m := range seen {
 		if m.entry == nil || m.entry.key == self {
 			continue
@@ -428,13 +405,25 @@ func sawAllocated(alloc *corev1.NodeAllocation, seen []*podMeta, pod *corev1.Pod
 			n++
 		}
 	}
+	if n >= want {
+		return true // the common case: no question to the cache
+	}
+	// Some accounted pods were not seen: only those that finished (they
+	// keep their allocation until deleted, but no filter counts them) may
+	// be missing.
+	for key := range allocated {
+		if key != self && terminated(key) {
+			want--
+		}
+	}
 	return n >= want
 }
 
 // refreshNode reads node's allocation (linearizably) after a lost race and
 // waits, up to CacheSyncTimeout, until the pod informer has seen every pod
 // that allocation accounts for, so that the next decision is taken on the
-// state that beat us.
+// state that beat us. node may name a domain record or the guard registry
+// too: every transaction that writes one writes a pod.
 func (s *Stage) refreshNode(ctx context.Context, node string) error {
 	alloc, err := objects.Get[*corev1.NodeAllocation](ctx, s.env.Store, "", node)
 	switch {

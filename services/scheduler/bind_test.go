@@ -56,3 +56,24 @@ func TestSawAllocated(t *testing.T) {
 		})
 	}
 }
+
+// TestSawAllocatedAsksNothing: when the decision saw every pod the
+// allocation accounts for, the cache is not asked which finished (a
+// lock per pod on every bind).
+func TestSawAllocatedAsksNothing(t *testing.T) {
+	pod := mkPod("p", "100m", "")
+	a := &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: "n1"}, Pods: map[string]*corev1.AllocatedPod{}}
+	var seen []*podMeta
+	for _, n := range []string{"a", "b", "c"} {
+		a.Pods["uid-"+n] = &corev1.AllocatedPod{Namespace: "default", Name: n}
+		e, err := newPodEntry(mkPod(n, "100m", ""), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, &e.meta)
+	}
+	asked := 0
+	if !sawAllocated(a, seen, pod, func(string) bool { asked++; return false }) || asked != 0 {
+		t.Errorf("sawAllocated asked the cache %d times", asked)
+	}
+}

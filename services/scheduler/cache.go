@@ -56,10 +56,6 @@ type Cache struct {
 	// to its node.
 	nominated   map[string][]*podEntry
 	nominatedOn map[string]string
-	// domains indexes the present nodes by the value of each label key a
-	// caller asked DomainNodes about (built on the first question, then
-	// kept by UpdateNode and RemoveNode): key -> value -> node names.
-	domains map[string]map[string]map[string]struct{}
 }
 
 // imageCount is an image's id and the number of present nodes that have it.
@@ -213,10 +209,6 @@ func (c *Cache) UpdateNode(node *corev1.Node) error {
 	it := c.item(fresh.name)
 	oldImages := it.info.images
 	wasPresent := it.index >= 0
-	if wasPresent {
-		c.indexDomains(fresh.name, it.info.labels, false)
-	}
-	c.indexDomains(fresh.name, fresh.labels, true)
 	if err := it.info.setNode(node); err != nil {
 		return err // unreachable: fresh parsed the same node
 	}
@@ -253,7 +245,6 @@ func (c *Cache) RemoveNode(name string) error {
 	c.present = c.present[:len(c.present)-1]
 	it.index = -1
 	c.countImages(it.info.images, -1)
-	c.indexDomains(name, it.info.labels, false)
 	it.info = NodeInfo{name: name, requested: it.info.requested, nonZeroRequested: it.info.nonZeroRequested,
 		numPods: it.info.numPods, usedPorts: it.info.usedPorts, pods: it.info.pods,
 		podsWithAffinity: it.info.podsWithAffinity, podsWithRequiredAnti: it.info.podsWithRequiredAnti}
@@ -263,74 +254,6 @@ func (c *Cache) RemoveNode(name string) error {
 		c.unlink(it)
 	}
 	return nil
-}
-
-// indexDomains adds node (add) or removes it from the domain index under
-// labels.
-func (c *Cache) indexDomains(node string, labels map[string]string, add bool) {
-	for key, byValue := range c.domains {
-		v, ok := labels[key]
-		if !ok {
-			continue
-		}
-		if add {
-			if byValue[v] == nil {
-				byValue[v] = map[string]struct{}{}
-			}
-			byValue[v][node] = struct{}{}
-		} else if delete(byValue[v], node); len(byValue[v]) == 0 {
-			delete(byValue, v)
-		}
-	}
-}
-
-// DomainNodes returns the names of the present nodes that share with node
-// the value of one of keys (node among them, if present): its domains of
-// those topology keys. The first question about a key indexes it, so the
-// answer costs the domain's size, not the cluster's.
-func (c *Cache) DomainNodes(node *corev1.Node, keys []string) []string {
-	labels := node.GetMetadata().GetLabels()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	var seen map[string]bool // with more than one key: names already out
-	for i, key := range keys {
-		v, ok := labels[key]
-		if !ok || slices.Contains(keys[:i], key) {
-			continue
-		}
-		byValue := c.domains[key]
-		if byValue == nil {
-			byValue = map[string]map[string]struct{}{}
-			for _, it := range c.present {
-				if w, ok := it.info.labels[key]; ok {
-					if byValue[w] == nil {
-						byValue[w] = map[string]struct{}{}
-					}
-					byValue[w][it.info.name] = struct{}{}
-				}
-			}
-			if c.domains == nil {
-				c.domains = map[string]map[string]map[string]struct{}{}
-			}
-			c.domains[key] = byValue
-		}
-		if i > 0 && seen == nil {
-			seen = make(map[string]bool, len(out))
-			for _, name := range out {
-				seen[name] = true
-			}
-		}
-		for name := range byValue[v] {
-			if seen == nil || !seen[name] {
-				out = append(out, name)
-			}
-			if seen != nil {
-				seen[name] = true
-			}
-		}
-	}
-	return out
 }
 
 func (c *Cache) addEntry(p *podEntry) {

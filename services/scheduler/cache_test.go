@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
-	"slices"
 	"testing"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -325,38 +324,5 @@ func TestCacheMatchesModel(t *testing.T) {
 		if c.NumPods() != len(pods) {
 			t.Fatalf("step %d: cache has %d pods, model %d", step, c.NumPods(), len(pods))
 		}
-	}
-}
-
-// TestCacheDomainNodes: the domain index answers from the present nodes
-// and follows a node's relabelling and removal after it was built.
-func TestCacheDomainNodes(t *testing.T) {
-	c := cacheWith(t, []*corev1.Node{zoneNode("a1", "a"), zoneNode("a2", "a"), zoneNode("b1", "b")})
-	domain := func(node *corev1.Node, keys ...string) []string {
-		got := c.DomainNodes(node, keys)
-		slices.Sort(got)
-		return got
-	}
-	a1 := zoneNode("a1", "a")
-	if got := domain(a1, "zone"); !slices.Equal(got, []string{"a1", "a2"}) {
-		t.Fatalf("zone a: %v, want [a1 a2]", got)
-	}
-	if err := c.UpdateNode(zoneNode("a2", "b")); err != nil { // moved after the index was built
-		t.Fatal(err)
-	}
-	if err := c.AddNode(zoneNode("a3", "a")); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.RemoveNode("a1"); err != nil {
-		t.Fatal(err)
-	}
-	if got := domain(a1, "zone"); !slices.Equal(got, []string{"a3"}) {
-		t.Errorf("zone a after a2 moved, a3 added, a1 removed: %v, want [a3]", got)
-	}
-	if got := domain(zoneNode("b1", "b"), "zone", LabelHostname); !slices.Equal(got, []string{"a2", "b1"}) {
-		t.Errorf("zone b or host b1: %v, want [a2 b1] (each once)", got)
-	}
-	if got := domain(&corev1.Node{Metadata: &corev1.ObjectMeta{Name: "x"}}, "zone"); len(got) != 0 {
-		t.Errorf("a node without the label: %v, want none", got)
 	}
 }

@@ -162,35 +162,55 @@
 // is the same for every attempt and replica, so a redelivered event of a
 // pod already bound re-publishes it harmlessly (JetStream deduplicates).
 //
-// Spread over a domain wider than a node. For a pod with a DoNotSchedule
-// constraint on another key than the hostname (topology.kubernetes.io/zone)
-// the bind transaction also compares the NodeAllocation of every other
-// node in the chosen node's domain, at the revision this replica knows
-// (compareSpreadDomains); a record that accounts a pod the decision did
-// not see on that node (decide keeps the snapshot's pods of the domain's
-// nodes) is refreshed first, and this replica's own binds into one domain
-// are serialized (a domain lock after the node lock), so that they do not
-// fail each other's compares. The cost is the domain's size per bind (23
-// pods/s for TopologySpreading at 5,000 nodes). Every bind puts its node's record, so two replicas
-// that each count a zone's pods without the other's bind, and bind into
-// it, conflict; binds into other zones only raise their counts, which
-// cannot raise this pod's skew (TestTopologyReplicas "spread by zone").
-// A pod with required pod anti-affinity on such a key compares the
-// domain's records too, and also rewrites each with ZoneGuardAnnotation:
-// a pod without terms that the anti-affinity selects, bound into the
-// domain by a replica whose cache lacks the guarded pod, compares only its
-// own node's record — and either that compare fails (it knew the record
-// from before the rewrite) or the record it knows is marked and newer
-// than its decision, which bind treats as stale (refresh, then decide
-// again). The marker is never removed; it costs a pod without terms one
-// map lookup per bind, and a spurious refresh only on a marked node whose
-// record is ahead of the pod informer (TestTopologyReplicas
-// "anti-affinity by zone"). The domain's nodes come from
-// Cache.DomainNodes, an index by label value built per key on first use.
-// Required pod affinity needs no guard: a bind only adds pods. Not
-// guarded: the first pod of a self-affine group, which kube-scheduler
-// places anywhere when no pod matches in the whole cluster (two replicas
-// may each place a first one in different zones).
+// Rules over a domain wider than a node (domainguard.go). A zone-wide
+// rule — a DoNotSchedule spread constraint or a required pod
+// anti-affinity term on another key than the hostname
+// (topology.kubernetes.io/zone) — is guarded by records per domain, one
+// for each writer (a scheduler process): DomainRecordName(key, value,
+// writer), a NodeAllocation without pods. A bind is guarded on a key when
+// the pod has such a rule on it, or when a rule listed in the guard
+// registry (GuardRegistryName, a NodeAllocation with one annotation per
+// rule — its key and which pods it counts — and per writer) selects the
+// pod; a guarded bind rewrites its writer's record of its node's domain
+// and compares every other writer's at the revision this replica knows,
+// in the bind transaction. So two replicas that each count a zone's pods
+// without the other's bind, and bind into it, conflict: the second one
+// decides again. Binds into other zones only raise their counts, which
+// cannot raise this pod's skew. Why it holds:
+//
+//  1. A pod with a zone-wide rule binds only once the registry lists the
+//     rule, on a decision whose pod informer had reached the registry's
+//     revision: it saw every pod bound before (those did not guard). The
+//     bind of its first pod lists it (rewriting the pod unchanged in that
+//     transaction, so the pod informer gets there) and decides again. A
+//     writer is listed before its first guarded bind, likewise.
+//  2. Every bind compares the registry, so a pod the rule selects, bound
+//     after it was listed, guards (its bind knew the rule) or loses the
+//     race (it did not, and reads the registry again); and every guarded
+//     bind knows every writer.
+//  3. The compare of another writer's record says nothing the decision
+//     did not see only if its revision is one the pod informer had
+//     reached before the decision; else the record is read, the pod
+//     informer awaited, and the pod decided again. A replica's own
+//     guarded binds compare nothing of each other's: its cache holds them
+//     (assumed), as kube-scheduler's does, and they commit in parallel.
+//
+// A pod the rules never select pays one compare of the registry (absent:
+// revision 0) and a scan of its entries; a guarded bind one write and a
+// compare per other writer, whatever the domain's size. A restarted
+// replica is a new writer (a random suffix), so that a bind of its
+// predecessor still in flight is compared too; the registry only grows
+// (a writer's record, once dead, is compared at a revision that no longer
+// changes). The registry's rules are wider than the pods' (matchLabelKeys
+// dropped, a namespaceSelector read as every namespace): it may guard a
+// bind that needs none, never miss one. TestTopologyReplicas ("spread by
+// zone", "anti-affinity by zone") shows the rules held across three
+// replicas, and broken without the record's compare. Required pod
+// affinity needs no guard: a bind only adds pods. Not guarded: the first
+// pod of a self-affine group, which kube-scheduler places anywhere when
+// no pod matches in the whole cluster (two replicas may each place a
+// first one in different zones); node label changes and new nodes (a new
+// domain lowers the least count), as before.
 //
 // Preemption (preempt.go). When a cycle nominates the pod, one store
 // transaction compares the preemptor's revision (still the unbound pod
@@ -245,6 +265,13 @@
 //     delete them (requestPreemptedDeletions; the node agent's
 //     reconciliation stops terminating pods anyway), and binds it once they
 //     are gone.
+//
+// A cycle that nominates holds the nomination in its replica's cache
+// (Cache.Nominate, under the cycle lock) until the preemption commits or
+// fails, as a bind's AssumePod holds the node: the cycles that run while
+// the transaction is in flight see the room taken and pick other nodes
+// and victims, instead of all choosing the same ones and losing the race
+// to the first.
 //
 // Scheduling gates. A pod with spec.schedulingGates is not scheduled: it
 // gets PodScheduled=False with reason SchedulingGated ("Scheduling is

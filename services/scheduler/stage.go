@@ -120,8 +120,13 @@ type Stage struct {
 	// PodTopologySpread's default constraints.
 	services *informer.Informer[*corev1.Service]
 
-	podRev    revWaiter   // revision the pod informer (so the cache) reached
-	known     allocations // allocations newer than the informer's
+	podRev   revWaiter                     // revision the pod informer (so the cache) reached
+	known    allocations                   // allocations newer than the informer's
+	registry atomic.Pointer[guardRegistry] // the guard registry last parsed
+	// writer names this process's domain records (the replica's name and
+	// a random suffix: a restarted replica is a new writer, so that no
+	// bind of its predecessor still in flight goes uncompared).
+	writer    string
 	bindLocks bindLocks
 	inflight  sync.Map // uid -> struct{}: an attempt of this replica is running
 
@@ -178,6 +183,7 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 		rec:     &events.Recorder{Store: env.Store, Component: cfg.SchedulerName, Instance: env.Replica},
 		known:   allocations{overlay: map[string]*corev1.NodeAllocation{}},
 		waiting: map[string]*waitingPod{}, kick: make(chan struct{}, 1), started: make(chan struct{}),
+		writer: newWriterName(env.Replica),
 	}
 	logErr := func(what string, err error) {
 		if err != nil && env.Log != nil {
@@ -381,8 +387,11 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 
 		wakes := s.wakes.Load() // before the decision's snapshot
 		decidedAt := s.podRev.current()
-		res, seen, domainSeen, err := s.decide(pod)
+		res, seen, err := s.decide(pod)
 		var fit *FitError
+		// decide held a nomination in the cache: every path but a
+		// committed preemption gives it back.
+		held := errors.As(err, &fit) && fit.Nomination != nil
 		switch {
 		case errors.Is(err, ErrPodExists):
 			// The cache has the pod bound (or assumed by a bind of ours
@@ -394,6 +403,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			continue
 		case (errors.As(err, &fit) || errors.Is(err, ErrNoNodesAvailable)) && !fresh:
 			// Never report a pod unschedulable from a stale copy.
+			s.restoreNomination(pod, held)
 			fresh = true
 			continue
 		case errors.As(err, &fit) && fit.Nomination != nil && pod.GetStatus().GetNominatedNodeName() != "" && !synced:
@@ -402,6 +412,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			// victims of that nomination (written in the same
 			// transaction) and does not preempt a second time.
 			synced = true
+			s.restoreNomination(pod, held)
 			if _, err := s.podRev.wait(ctx, objects.Revision(pod), s.cfg.CacheSyncTimeout); err != nil {
 				return err
 			}
@@ -409,9 +420,11 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		case errors.As(err, &fit) && fit.Nomination != nil:
 			switch outcome, err := s.preempt(ctx, pod, fit.Nomination, fit.Error()); {
 			case err != nil:
+				s.restoreNomination(pod, held)
 				s.Counters.Errors.Add(1)
 				return err
 			case outcome != preempted:
+				s.restoreNomination(pod, held)
 				conflicts++
 				s.Counters.Conflicts.Add(1)
 				continue // fresh already: read the pod again, decide again
@@ -438,7 +451,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		next := s.scheduledEnvelope(d, pod, res.Node, payload)
 		start := time.Now()
 		var stale string
-		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, domainSeen: domainSeen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, stale: &stale})
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, stale: &stale})
 		took := time.Since(start)
 		if err != nil || outcome != bound {
 			// Every path but a commit forgets the assumption. After an
@@ -481,6 +494,20 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 	}
 }
 
+// restoreNomination gives back the nomination decide held for pod in the
+// cache (held): the cache is set again from the pod informer's copy (its
+// stored nomination, if any).
+func (s *Stage) restoreNomination(pod *corev1.Pod, held bool) {
+	if !held {
+		return
+	}
+	if p := s.informed(pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetName()); p != nil && p.GetMetadata().GetUid() == pod.GetMetadata().GetUid() {
+		s.informNomination(p)
+		return
+	}
+	s.cache.Unnominate(pod)
+}
+
 // readPod returns the pod ns/name: from the store when fresh is set or no
 // copy of the right uid is at hand, else the newer of hint and the
 // informer's copy.
@@ -509,31 +536,27 @@ func (s *Stage) informed(ns, name string) *corev1.Pod {
 
 // decide runs one scheduling cycle and assumes the pod onto the chosen
 // node, under the cycle lock. It returns the pods the cycle saw on the
-// node (a stable view: NodeInfo.pods is never modified below its length)
-// and, for a pod with zone-wide rules (domainKeys), on every node of the
-// node's domains, by node.
-func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, map[string][]*podMeta, error) {
+// node (a stable view: NodeInfo.pods is never modified below its length).
+func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cache.UpdateSnapshot(s.snap)
 	res, err := s.sched.Schedule(pod, s.snap)
+	if fit := (*FitError)(nil); errors.As(err, &fit) && fit.Nomination != nil {
+		// Held for the pod until its preemption commits or fails
+		// (restoreNomination), as a bind's AssumePod: else the cycles
+		// that run meanwhile pick the same node and victims, and all but
+		// one of them lose the race.
+		_ = s.cache.Nominate(pod, fit.Nomination.NominatedNode)
+	}
 	if err != nil {
-		return res, nil, nil, err
+		return res, nil, err
 	}
 	var seen []*podMeta
-	var domainSeen map[string][]*podMeta
 	if n, ok := s.snap.Get(res.Node); ok {
 		seen = n.pods
-		if keys, _ := domainKeys(pod); len(keys) > 0 {
-			domainSeen = map[string][]*podMeta{}
-			for _, name := range s.cache.DomainNodes(n.Node(), keys) {
-				if m, ok := s.snap.Get(name); ok {
-					domainSeen[name] = m.pods
-				}
-			}
-		}
 	}
-	return res, seen, domainSeen, s.cache.AssumePod(pod, res.Node)
+	return res, seen, s.cache.AssumePod(pod, res.Node)
 }
 
 // scheduledEnvelope is the PodScheduled event of pod's binding to node. Its

@@ -88,11 +88,11 @@ func spreadPod(name, app string) *corev1.Pod {
 //     topology.kubernetes.io/zone, four per zone, each replica running one
 //     handler at a time (so that Verify's spread check is exact), with
 //     three replicas and with one. Across replicas the bind transaction
-//     of a pod with a zone-wide DoNotSchedule constraint compares the
-//     NodeAllocations of every node in the chosen zone: two replicas
-//     deciding at once on caches that lack each other's bind conflict
-//     instead of both placing a pod in the zone (without that compare,
-//     7 runs in 10 showed skew 2).
+//     of a pod with a zone-wide DoNotSchedule constraint compares and
+//     rewrites the chosen zone's record (scheduler.DomainRecordName): two
+//     replicas deciding at once on caches that lack each other's bind
+//     conflict instead of both placing a pod in the zone (without that
+//     compare, MUTATION runs in 10 showed skew 2).
 func TestTopologyReplicas(t *testing.T) {
 	const perApp = 12
 	t.Run("anti-affinity by hostname", func(t *testing.T) {
@@ -144,9 +144,10 @@ func TestTopologyReplicas(t *testing.T) {
 	// always bind), submitted interleaved: whichever lands first in a
 	// zone keeps the other kind out of it, so how many bind varies, and
 	// the rest stay Unschedulable. A web pod's replica may not yet have seen a
-	// guard another replica just bound into the zone: the guard's bind
-	// rewrites every record of its zone (ZoneGuardAnnotation), so the web
-	// pod's bind conflicts or refreshes instead of joining it.
+	// guard another replica just bound into the zone: the guard's rule is
+	// listed in the guard registry, which the web pod's bind compares, so
+	// it guards on the zone's record too (and conflicts with the guard's
+	// bind, or refreshes and sees it) instead of joining it.
 	t.Run("anti-affinity by zone", func(t *testing.T) {
 		var pods []*corev1.Pod
 		for i := range perApp {
