@@ -199,6 +199,9 @@ func waitRunning(ctx context.Context, sess *client.Session, start time.Time, pre
 	defer it.Stop()
 	running := map[string]bool{}
 	for len(running) < n && time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return last, err // interrupted: the bench stops now, not at the deadline
+		}
 		m, err := it.Next(jetstream.NextMaxWait(2 * time.Second))
 		switch {
 		case errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded):
