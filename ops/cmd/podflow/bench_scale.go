@@ -36,6 +36,7 @@ type benchScaleOptions struct {
 	nodes      int
 	runs       int
 	jsonOut    string
+	keep       bool
 	cgroupRoot string
 	sample     time.Duration
 
@@ -73,12 +74,13 @@ otherwise.`,
 	f := cmd.Flags()
 	f.StringVar(&o.stage, "stage", pipeline.Scheduler, "the stage to scale")
 	f.StringVar(&o.replicas, "replicas", "1,2", "replica counts of the stage to compare, e.g. 1,2,3")
-	f.Float64Var(&o.stageCPU, "stage-cpu", 0.25, "CPUs each replica of the stage may use (its cgroup's CPU bound)")
+	f.Float64Var(&o.stageCPU, "stage-cpu", 0.1, "CPUs each replica of the stage may use (its cgroup's CPU bound)")
 	f.IntVar(&o.pods, "pods", 3000, "pods to request per run")
 	f.IntVar(&o.rate, "rate", 1200, "offered load, PodRequested events per second")
 	f.IntVar(&o.nodes, "nodes", 100, "simulated nodes")
 	f.IntVar(&o.runs, "runs", 3, "runs of each replica count (alternating)")
 	f.StringVar(&o.jsonOut, "json", "", "also write every run as JSON to this file")
+	f.BoolVar(&o.keep, "keep", false, "keep each run's data directory (its logs among them)")
 	f.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the cgroup hierarchies are mounted")
 	f.DurationVar(&o.sample, "sample", 250*time.Millisecond, "how often the consumers are sampled during a run")
 	return cmd
@@ -214,7 +216,7 @@ func runBenchScale(ctx context.Context, o *benchScaleOptions, out io.Writer) err
 // cgroups) again.
 func runScaleOnce(ctx context.Context, o *benchScaleOptions, groups *cpuGroups, n, round int) (r ScaleRun, err error) {
 	r = ScaleRun{Replicas: n, Run: round, Pods: o.pods, Load1: load1()}
-	sess, ps, cleanup, err := systemUnderTestProcs(ctx, "", o.nodes, fmt.Sprintf("%s=%d", o.stage, n), true, "podflow-bench-scale", nil)
+	sess, ps, cleanup, err := systemUnderTestProcs(ctx, "", o.nodes, fmt.Sprintf("%s=%d", o.stage, n), !o.keep, "podflow-bench-scale", nil)
 	if err != nil {
 		return r, err
 	}
