@@ -113,8 +113,25 @@ func TestBenchScaleCgroups(t *testing.T) {
 }
 
 // TestBenchScaleInterrupted: a bench interrupted (SIGINT) while its
-// replica runs bounded stops its system and removes its cgroups.
+// replica runs bounded — while it offers the load, and while it waits for
+// the pods to run (its scheduler bounded so tightly that the wait would
+// last minutes) — stops its system at once and removes its cgroups.
 func TestBenchScaleInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		name, when string
+		args       []string
+	}{
+		{"offering", "", []string{"--pods", "100000", "--rate", "100", "--stage-cpu", "0.5"}},
+		{"waiting", "waiting for them to run", []string{"--pods", "20000", "--rate", "100000", "--stage-cpu", "0.01"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { interruptBenchScale(t, tc.when, tc.args...) })
+	}
+}
+
+// interruptBenchScale starts a bench, waits until its scheduler replica is
+// in its cgroup and its output has when, sends SIGINT and checks that it
+// stopped and left no cgroup.
+func interruptBenchScale(t *testing.T, when string, args ...string) {
 	// Its output goes to a file, not a pipe: Wait then does not wait for
 	// the system's processes, which inherit it.
 	logf, err := os.Create(filepath.Join(t.TempDir(), "bench.log"))
@@ -123,7 +140,7 @@ func TestBenchScaleInterrupted(t *testing.T) {
 	}
 	defer logf.Close()
 	out := func() string { b, _ := os.ReadFile(logf.Name()); return string(b) }
-	cmd := exec.Command(binary, "bench", "scale", "--replicas", "1", "--runs", "1", "--pods", "100000", "--rate", "100", "--nodes", "2", "--stage-cpu", "0.5")
+	cmd := exec.Command(binary, append([]string{"bench", "scale", "--replicas", "1", "--runs", "1", "--nodes", "2"}, args...)...)
 	cmd.Dir = repoRoot
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -151,7 +168,7 @@ func TestBenchScaleInterrupted(t *testing.T) {
 			t.Skip(out())
 		}
 		for _, dir := range own {
-			if b, err := os.ReadFile(filepath.Join(dir, "scheduler-1", "cgroup.procs")); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			if b, err := os.ReadFile(filepath.Join(dir, "scheduler-1", "cgroup.procs")); err == nil && len(bytes.TrimSpace(b)) > 0 && strings.Contains(out(), when) {
 				replica = filepath.Join(dir, "scheduler-1")
 				return true, ""
 			}
@@ -189,9 +206,19 @@ func rmRoots(paths []string) []string {
 }
 
 // removeCgroups removes the cgroups at paths (children first) that a
-// failed bench left, so that a failed test leaves none either.
+// failed bench left, so that a failed test leaves none either: what is
+// still in one (a process of a killed bench's system, exiting) moves to
+// the hierarchy's root first.
 func removeCgroups(paths []string) {
 	for _, p := range paths {
+		top, _, ok := strings.Cut(p, "/podflow-bench-scale-")
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if !ok || err != nil {
+			continue
+		}
+		for _, pid := range strings.Fields(string(b)) {
+			_ = os.WriteFile(filepath.Join(top, "cgroup.procs"), []byte(pid), 0)
+		}
 		_ = syscall.Rmdir(p)
 	}
 }

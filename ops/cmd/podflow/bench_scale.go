@@ -192,7 +192,7 @@ func runBenchScale(ctx context.Context, o *benchScaleOptions, out io.Writer) err
 		o.stage, o.stageCPU, groups.Mode(), groups.Root(), o.pods, o.rate, o.nodes, o.runs, o.counts)
 	for round := 1; round <= o.runs; round++ {
 		for _, n := range o.counts {
-			r, err := runScaleOnce(ctx, o, groups, n, round)
+			r, err := runScaleOnce(ctx, o, groups, n, round, out)
 			if err != nil {
 				return fmt.Errorf("%d replicas, run %d: %w", n, round, err)
 			}
@@ -214,7 +214,7 @@ func runBenchScale(ctx context.Context, o *benchScaleOptions, out io.Writer) err
 // runScaleOnce starts a system with n replicas of the stage, bounds each
 // in a cgroup, offers the load and stops the system (and removes the
 // cgroups) again.
-func runScaleOnce(ctx context.Context, o *benchScaleOptions, groups *cpuGroups, n, round int) (r ScaleRun, err error) {
+func runScaleOnce(ctx context.Context, o *benchScaleOptions, groups *cpuGroups, n, round int, out io.Writer) (r ScaleRun, err error) {
 	r = ScaleRun{Replicas: n, Run: round, Pods: o.pods, Load1: load1()}
 	sess, ps, cleanup, err := systemUnderTestProcs(ctx, "", o.nodes, fmt.Sprintf("%s=%d", o.stage, n), !o.keep, "podflow-bench-scale", nil)
 	if err != nil {
@@ -255,11 +255,12 @@ func runScaleOnce(ctx context.Context, o *benchScaleOptions, groups *cpuGroups, 
 
 	sampler := startConsumerSampler(ctx, sess, o.sample)
 	prefix := fmt.Sprintf("scale-%d-%d-", n, round)
-	start, _, err := offerPods(ctx, sess, prefix, o.pods, o.rate)
+	start, offered, err := offerPods(ctx, sess, prefix, o.pods, o.rate)
 	if err != nil {
 		sampler.stop()
 		return r, err
 	}
+	fmt.Fprintf(out, "  %d replicas, run %d: %d pods offered in %s, waiting for them to run\n", n, round, o.pods, offered.Round(time.Millisecond))
 	last, err := waitRunning(ctx, sess, start, prefix, o.pods, time.Now().Add(time.Duration(o.pods/10+60)*time.Second))
 	samples := sampler.stop()
 	if err != nil {
