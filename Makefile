@@ -15,7 +15,7 @@ DATA ?= $(CURDIR)/.podflow
 TEST_P ?= 3
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint tools deps-os bench bench-pipeline chaos chaos-partition fuzz clean
+.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
 
 all: build
 
@@ -105,6 +105,14 @@ bench:
 ## bench-pipeline: end-to-end pods/s and PodRequested→Running latency.
 bench-pipeline: build
 	$(BIN)/podflow bench pipeline --pods 5000 --rate 1000 --nodes 100
+
+## bench-scale: 1 vs 2 replicas of admission (0.02 CPU each) and of the
+## scheduler (0.1 CPU each), every replica bounded in a cgroup of its own
+## (root; skips without a cgroup cpu controller), 3 runs each, alternating;
+## medians and every consumer's peak pending (README "Scaling out").
+bench-scale: build
+	$(BIN)/podflow bench scale --stage admission --replicas 1,2 --stage-cpu 0.02 --pods 3000 --rate 1200 --nodes 100 --runs 3
+	$(BIN)/podflow bench scale --stage scheduler --replicas 1,2 --stage-cpu 0.1 --pods 3000 --rate 1200 --nodes 100 --runs 3
 
 ## chaos-partition: issue #22's bounded run (≤ 90 s): 200 pods while the
 ## store leader is cut off from its followers, then a NATS server from the

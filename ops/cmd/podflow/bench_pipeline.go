@@ -94,47 +94,17 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 		return err
 	}
 	defer cleanup()
-	cfg := sess.Config
 	before, err := takeCostSample(ctx, sess, ps)
 	if err != nil {
 		return fmt.Errorf("cost sample: %w", err)
 	}
 
 	prefix := fmt.Sprintf("bench-%d-", time.Now().UnixNano()%1_000_000)
-	template := &corev1.Pod{
-		Metadata: &corev1.ObjectMeta{Namespace: "default", Labels: map[string]string{"app": "bench"}},
-		Spec:     &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "podflow/http:1"}}},
-	}
 	fmt.Fprintf(out, "bench pipeline: %d pods at %d/s offered\n", o.pods, o.rate)
-	start := time.Now()
-	interval := time.Second / time.Duration(o.rate)
-	var futures []*bus.PubFuture
-	token, err := cfg.BusToken(cfg.Token) // never in clear on the stream
+	start, offered, err := offerPods(ctx, sess, prefix, o.pods, o.rate)
 	if err != nil {
 		return err
 	}
-	for i := range o.pods {
-		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		p := clonePod(template)
-		p.Metadata.Name = fmt.Sprintf("%s%d", prefix, i)
-		f, err := sess.Bus.PublishAsync(podRequested(p, token))
-		if err != nil {
-			return err
-		}
-		futures = append(futures, f)
-	}
-	for _, f := range futures {
-		if _, err := f.Wait(ctx); err != nil {
-			return err
-		}
-	}
-	offered := time.Since(start)
 
 	// Wait until every pod ran, from its PodRunning alone (a step of the
 	// node's PodStatusReport: the bench reads only the reports, one
@@ -142,7 +112,7 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 	// not that of the bench watching it. The timelines are read after the
 	// cost sample.
 	deadline := time.Now().Add(time.Duration(o.pods/10+60) * time.Second)
-	if err := waitRunning(ctx, sess, start, prefix, o.pods, deadline); err != nil {
+	if _, err := waitRunning(ctx, sess, start, prefix, o.pods, deadline); err != nil {
 		return err
 	}
 	quiesced := quiesce(ctx, sess, 30*time.Second)
@@ -170,45 +140,92 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 	return nil
 }
 
+// offerPods publishes n PodRequested events for pods named prefix0,
+// prefix1, ... at rate per second and waits for the stream to store them
+// all; it returns when the first was offered and how long offering took.
+func offerPods(ctx context.Context, sess *client.Session, prefix string, n, rate int) (start time.Time, offered time.Duration, err error) {
+	template := &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Namespace: "default", Labels: map[string]string{"app": "bench"}},
+		Spec:     &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "podflow/http:1"}}},
+	}
+	token, err := sess.Config.BusToken(sess.Config.Token) // never in clear on the stream
+	if err != nil {
+		return start, 0, err
+	}
+	start = time.Now()
+	interval := time.Second / time.Duration(rate)
+	futures := make([]*bus.PubFuture, 0, n)
+	for i := range n {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return start, 0, ctx.Err()
+			}
+		}
+		p := clonePod(template)
+		p.Metadata.Name = fmt.Sprintf("%s%d", prefix, i)
+		f, err := sess.Bus.PublishAsync(podRequested(p, token))
+		if err != nil {
+			return start, 0, err
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		if _, err := f.Wait(ctx); err != nil {
+			return start, 0, err
+		}
+	}
+	return start, time.Since(start), nil
+}
+
 // waitRunning returns once n pods named prefix* have a PodRunning on the
-// stream since start (a message of its own or a step of a report).
-func waitRunning(ctx context.Context, sess *client.Session, start time.Time, prefix string, n int, deadline time.Time) error {
+// stream since start (a message of its own or a step of a report), with
+// the latest time a pod of them reached Running (the PodRunning's own).
+func waitRunning(ctx context.Context, sess *client.Session, start time.Time, prefix string, n int, deadline time.Time) (time.Time, error) {
 	cons, err := sess.Bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.TypeFilter("PodStatusReport"), bus.TypeFilter("PodRunning")},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &start,
 	})
+	var last time.Time
 	if err != nil {
-		return err
+		return last, err
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return err
+		return last, err
 	}
 	defer it.Stop()
 	running := map[string]bool{}
 	for len(running) < n && time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return last, err // interrupted: the bench stops now, not at the deadline
+		}
 		m, err := it.Next(jetstream.NextMaxWait(2 * time.Second))
 		switch {
 		case errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded):
 			continue
 		case err != nil:
-			return err
+			return last, err
 		}
 		envs, err := bus.DecodeEvents(m.Data())
 		if err != nil || !strings.HasPrefix(envs[0].GetPodName(), prefix) {
 			continue
 		}
 		for _, env := range envs {
-			if env.GetPodRunning() != nil {
+			if env.GetPodRunning() != nil && !running[env.GetPodName()] {
 				running[env.GetPodName()] = true
+				if t := env.GetTime().AsTime(); t.After(last) {
+					last = t
+				}
 			}
 		}
 	}
 	if len(running) < n {
-		return fmt.Errorf("only %d of %d pods reached Running before the deadline", len(running), n)
+		return last, fmt.Errorf("only %d of %d pods reached Running before the deadline", len(running), n)
 	}
-	return nil
+	return last, nil
 }
 
 // readTimelines reads the events of the pods named prefix* since start
