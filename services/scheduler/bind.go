@@ -209,6 +209,12 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 	if err != nil {
 		return 0, 0, err
 	}
+	return s.bindKnowing(ctx, req, node, reg)
+}
+
+// bindKnowing is bind, under node's bind lock, knowing the guard registry
+// reg (tests pass one read before another replica listed a rule).
+func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.Node, reg *guardRegistry) (int64, bindOutcome, error) {
 	labels := node.GetMetadata().GetLabels()
 	keys := guardedKeys(req.pod, labels, reg)
 	// The pod's rules are listed before it binds, and its decision saw

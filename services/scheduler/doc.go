@@ -205,7 +205,11 @@
 // dropped, a namespaceSelector read as every namespace): it may guard a
 // bind that needs none, never miss one. TestTopologyReplicas ("spread by
 // zone", "anti-affinity by zone") shows the rules held across three
-// replicas, and broken without the record's compare. Required pod
+// replicas, and broken without the record's compare;
+// TestBindComparesGuardRegistry drives point 2 (a bind knowing the
+// registry before another replica listed a rule that selects its pod
+// loses on the registry, and without that compare the rule's pod binds
+// at skew 2). Required pod
 // affinity needs no guard: a bind only adds pods. Not guarded: the first
 // pod of a self-affine group, which kube-scheduler places anywhere when
 // no pod matches in the whole cluster (two replicas may each place a
