@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -187,8 +188,11 @@ type bindRequest struct {
 	// decidedAt is the pod informer's revision before the decision: the
 	// decision's cache held every pod bound up to it.
 	decidedAt int64
-	// stale is set by bind to the record to refresh (a domain record or
-	// the guard registry) after a domainStale outcome.
+	// firstOfGroup: the decision relied on InterPodAffinity's first-pod
+	// exemption (Result.FirstOfGroup); the bind compares its anchors.
+	firstOfGroup bool
+	// stale is set by bind to the record to refresh (a domain record, an
+	// affinity anchor or the guard registry) after a domainStale outcome.
 	stale *string
 }
 
@@ -280,8 +284,12 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	if outcome != bound {
 		return 0, outcome, nil
 	}
+	txn, anchors, outcome := s.anchorFirst(txn, req)
+	if outcome != bound {
+		return 0, outcome, nil
+	}
 	rev, err := s.env.Store.Commit(ctx, txn)
-	for _, d := range append(domain, reg.record) {
+	for _, d := range slices.Concat(domain, anchors, []*corev1.NodeAllocation{reg.record}) {
 		if objects.ConflictOn(err, d) {
 			*req.stale = d.GetMetadata().GetName()
 			return 0, domainStale, nil
@@ -292,6 +300,9 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 		s.known.learn(next) // Commit set its revision
 		if released != nil {
 			s.known.learn(released)
+		}
+		for _, a := range anchors {
+			s.known.learn(a)
 		}
 		return rev, bound, nil
 	case objects.ConflictOn(err, next):

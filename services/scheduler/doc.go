@@ -210,11 +210,24 @@
 // registry before another replica listed a rule that selects its pod
 // loses on the registry, and without that compare the rule's pod binds
 // at skew 2). Required pod
-// affinity needs no guard: a bind only adds pods. Not guarded: the first
-// pod of a self-affine group, which kube-scheduler places anywhere when
-// no pod matches in the whole cluster (two replicas may each place a
-// first one in different zones); node label changes and new nodes (a new
-// domain lowers the least count), as before.
+// affinity needs no guard — a bind only adds pods — but for its exemption
+// (affinityanchor.go): the first pod of a self-affine group goes anywhere
+// when no pod matches its terms in the whole cluster, which two replicas
+// can each believe at once. A decision that relied on it
+// (Result.FirstOfGroup) binds comparing and rewriting one anchor record
+// per required affinity term (a NodeAllocation without pods, named
+// "~affinity-first:" and a hash of which pods the term selects, widened
+// as the registry's rules and without the topology key), at the revision
+// this replica knows (absent: still absent; known at a revision newer
+// than the decision: stale). A second replica's such bind loses on the
+// anchor, reads it, waits for its pod informer (the first pod was bound
+// at the anchor's revision) and decides again, joining the first pod's
+// domain (TestFirstOfGroupAnchor, by zone and by hostname: red without
+// the anchor). Binds that did not use the exemption pay nothing; so a
+// pod the terms select whose bind writes no such anchor (one without that
+// affinity), bound by another replica while a first pod binds elsewhere,
+// is not guarded. Not guarded either: node label changes and new nodes (a
+// new domain lowers the least count), as before.
 //
 // Preemption (preempt.go). When a cycle nominates the pod, one store
 // transaction compares the preemptor's revision (still the unbound pod

@@ -150,12 +150,11 @@ func (r *guardRegistry) with(rules map[string]string) *corev1.NodeAllocation {
 func zoneRules(pod *corev1.Pod) map[string]string {
 	var out map[string]string
 	add := func(t *corev1.PodAffinityTerm) {
-		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(t) // a PodAffinityTerm always marshals
-		sum := sha256.Sum256(b)
+		hash, b := termHash(t)
 		if out == nil {
 			out = map[string]string{}
 		}
-		out[guardAnnotationPrefix+hex.EncodeToString(sum[:12])] = base64.StdEncoding.EncodeToString(b)
+		out[guardAnnotationPrefix+hash] = base64.StdEncoding.EncodeToString(b)
 	}
 	ns := pod.GetMetadata().GetNamespace()
 	for _, c := range pod.GetSpec().GetTopologySpreadConstraints() {
@@ -167,20 +166,35 @@ func zoneRules(pod *corev1.Pod) map[string]string {
 		if t.GetTopologyKey() == LabelHostname || t.GetTopologyKey() == "" {
 			continue
 		}
-		e := &corev1.PodAffinityTerm{LabelSelector: t.GetLabelSelector(), TopologyKey: t.GetTopologyKey()}
-		switch {
-		case t.GetNamespaceSelector() != nil:
-			// Every namespace: the namespaces' labels a replica knows may
-			// be behind.
-			e.NamespaceSelector = &corev1.LabelSelector{}
-		case len(t.GetNamespaces()) > 0:
-			e.Namespaces = slices.Sorted(slices.Values(t.GetNamespaces()))
-		default:
-			e.Namespaces = []string{ns}
-		}
-		add(e)
+		add(widenedTerm(t, ns))
 	}
 	return out
+}
+
+// widenedTerm is which pods term t of a pod in namespace ns selects, made
+// wider where that is simpler: its label selector and topology key, its
+// namespaces sorted (ns when it names none), a namespaceSelector read as
+// every namespace (the namespaces' labels a replica knows may be
+// behind), matchLabelKeys and mismatchLabelKeys dropped.
+func widenedTerm(t *corev1.PodAffinityTerm, ns string) *corev1.PodAffinityTerm {
+	e := &corev1.PodAffinityTerm{LabelSelector: t.GetLabelSelector(), TopologyKey: t.GetTopologyKey()}
+	switch {
+	case t.GetNamespaceSelector() != nil:
+		e.NamespaceSelector = &corev1.LabelSelector{}
+	case len(t.GetNamespaces()) > 0:
+		e.Namespaces = slices.Sorted(slices.Values(t.GetNamespaces()))
+	default:
+		e.Namespaces = []string{ns}
+	}
+	return e
+}
+
+// termHash names a term by a hash of its deterministic encoding, and
+// returns that encoding.
+func termHash(t *corev1.PodAffinityTerm) (string, []byte) {
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(t) // a PodAffinityTerm always marshals
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12]), b
 }
 
 // ruleKeys are the topology keys of rules (zoneRules' annotations).

@@ -36,19 +36,7 @@ import (
 func TestBindComparesGuardRegistry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := schedtest.DefaultConfig(t.TempDir())
-	cfg.StoreNoSync = true
-	cfg.Concurrency = 1
-	env, err := schedtest.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(env.Close)
-	// node-00000 and node-00002 are zone-0, node-00001 and node-00003 zone-1.
-	if err := env.CreateNodes(ctx, zonedNodes(4, 2)); err != nil {
-		t.Fatal(err)
-	}
-	rs := startReplicas(t, env, 2)
+	env, rs := twoReplicas(ctx, t)
 	a, b := rs[0].Stage, rs[1].Stage
 	// Another scheduler's pods: the replicas' own handling leaves them
 	// alone, the test drives their binds.
@@ -156,4 +144,23 @@ func TestBindComparesGuardRegistry(t *testing.T) {
 	if rep.Binds != 2 || rep.SpreadChecks == 0 {
 		t.Errorf("history: %d binds, %d spread checks; want 2, some", rep.Binds, rep.SpreadChecks)
 	}
+}
+
+// twoReplicas starts a store with one handler per replica (an unmet rule
+// is a violation for Verify), nodes node-00000 and node-00002 in zone-0,
+// node-00001 and node-00003 in zone-1, and two scheduler replicas.
+func twoReplicas(ctx context.Context, t *testing.T) (*schedtest.Env, []*schedtest.Replica) {
+	t.Helper()
+	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg.StoreNoSync = true
+	cfg.Concurrency = 1
+	env, err := schedtest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Close)
+	if err := env.CreateNodes(ctx, zonedNodes(4, 2)); err != nil {
+		t.Fatal(err)
+	}
+	return env, startReplicas(t, env, 2)
 }

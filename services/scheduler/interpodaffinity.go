@@ -194,7 +194,16 @@ func (s *podAffinityFilterState) satisfiesAffinity(n *NodeInfo) bool {
 		}
 	}
 	// The first pod of a group with affinity to itself may go anywhere.
-	return podsExist || (len(s.affinity) == 0 && s.selfMatchesAll)
+	return podsExist || s.firstOfGroup()
+}
+
+// firstOfGroup reports whether the pod has required affinity terms that
+// no pod matches and it matches itself: kube-scheduler's exemption for
+// the first pod of a self-affine group, under which every node that has
+// the terms' keys passes. Across replicas its bind is guarded by anchor
+// records (affinityanchor.go).
+func (s *podAffinityFilterState) firstOfGroup() bool {
+	return s != nil && len(s.required) > 0 && len(s.affinity) == 0 && s.selfMatchesAll
 }
 
 // podAffinityScoreState is the score per topology key and value.

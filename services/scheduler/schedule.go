@@ -28,6 +28,13 @@ type Result struct {
 	// Scores are the best Config.NumScoresToReport nodes, chosen first;
 	// empty when a single feasible node made scoring unnecessary.
 	Scores []NodeScore
+	// FirstOfGroup: the node passed InterPodAffinity only by its
+	// exemption for the first pod of a self-affine group (no pod in the
+	// snapshot matches the pod's required affinity terms, and the pod
+	// matches them itself), which holds only while no such pod is bound:
+	// a caller running several schedulers must guard the bind (the
+	// stage's anchor records, affinityanchor.go).
+	FirstOfGroup bool
 }
 
 // Scheduler picks nodes for pods from a Snapshot by running its profile's
@@ -149,7 +156,7 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	// made for it.
 	if nom := pod.GetStatus().GetNominatedNodeName(); nom != "" {
 		if n, ok := snap.Get(nom); ok && s.RunFilters(&s.state, pod, n) == nil {
-			return Result{Node: nom, FeasibleNodes: 1, EvaluatedNodes: 1, FilterDuration: time.Since(start)}, nil
+			return Result{Node: nom, FeasibleNodes: 1, EvaluatedNodes: 1, FilterDuration: time.Since(start), FirstOfGroup: s.firstOfGroup()}, nil
 		}
 	}
 
@@ -163,7 +170,7 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	feasible, failed := s.feasible, s.failed
 	filtered := time.Now()
 
-	res := Result{FeasibleNodes: len(feasible), EvaluatedNodes: i, FilterDuration: filtered.Sub(start)}
+	res := Result{FeasibleNodes: len(feasible), EvaluatedNodes: i, FilterDuration: filtered.Sub(start), FirstOfGroup: s.firstOfGroup()}
 	switch len(feasible) {
 	case 0:
 		fe := &FitError{Pod: podName(pod), NumAllNodes: len(all), NodeReasons: make(map[string][]string, len(failed))}
@@ -185,6 +192,13 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	res.Scores = s.report(best)
 	res.ScoreDuration = time.Since(filtered)
 	return res, nil
+}
+
+// firstOfGroup reports whether this cycle's InterPodAffinity passed nodes
+// by the first-pod exemption (Result.FirstOfGroup).
+func (s *Scheduler) firstOfGroup() bool {
+	st, _ := s.state.Read(podAffinityFilterKey).(*podAffinityFilterState)
+	return st.firstOfGroup()
 }
 
 // filterChunk and scoreChunk are how many nodes a cycle hands each filter

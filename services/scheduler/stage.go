@@ -451,7 +451,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		next := s.scheduledEnvelope(d, pod, res.Node, payload)
 		start := time.Now()
 		var stale string
-		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, stale: &stale})
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, firstOfGroup: res.FirstOfGroup, stale: &stale})
 		took := time.Since(start)
 		if err != nil || outcome != bound {
 			// Every path but a commit forgets the assumption. After an
