@@ -252,15 +252,9 @@ func (s *Server) Start() error {
 			return serr
 		}
 	}
-	ctx := context.Background()
-	pc, err := lc.ListenPacket(ctx, "udp", s.cfg.Addr)
+	pc, l, err := listenPair(lc, s.cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("dns: listen udp %s: %w", s.cfg.Addr, err)
-	}
-	l, err := lc.Listen(ctx, "tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
-		return fmt.Errorf("dns: listen tcp %s: %w", pc.LocalAddr(), err)
+		return err
 	}
 	s.addr = pc.LocalAddr().String()
 	started := make(chan struct{}, 2)
@@ -277,6 +271,41 @@ func (s *Server) Start() error {
 	<-started // Shutdown refuses a server that has not started
 	<-started
 	return nil
+}
+
+// portPicks bounds listenPair's choices of a port for an address with
+// port 0.
+const portPicks = 16
+
+// listenPair listens on addr over UDP and then TCP on the same port. With
+// port 0 the kernel picks the UDP port, and that number may be taken over
+// TCP by another socket: then another UDP port is picked, at most
+// portPicks times. A port named in addr is tried once.
+func listenPair(lc net.ListenConfig, addr string) (net.PacketConn, net.Listener, error) {
+	ctx := context.Background()
+	_, port, _ := net.SplitHostPort(addr) // Validate checked it
+	return pairOn(port == "0",
+		func() (net.PacketConn, error) { return lc.ListenPacket(ctx, "udp", addr) },
+		func(a string) (net.Listener, error) { return lc.Listen(ctx, "tcp", a) })
+}
+
+// pairOn is listenPair's loop: udp picks the UDP socket, tcp listens on
+// its address; only an anyPort pick is made again, on EADDRINUSE.
+func pairOn(anyPort bool, udp func() (net.PacketConn, error), tcp func(string) (net.Listener, error)) (net.PacketConn, net.Listener, error) {
+	for pick := 1; ; pick++ {
+		pc, err := udp()
+		if err != nil {
+			return nil, nil, fmt.Errorf("dns: listen udp: %w", err)
+		}
+		l, err := tcp(pc.LocalAddr().String())
+		if err == nil {
+			return pc, l, nil
+		}
+		pc.Close()
+		if !anyPort || !errors.Is(err, syscall.EADDRINUSE) || pick == portPicks {
+			return nil, nil, fmt.Errorf("dns: listen tcp %s: %w", pc.LocalAddr(), err)
+		}
+	}
 }
 
 // Addr returns the address Start listens on.
