@@ -23,7 +23,14 @@ import (
 // until its pod informer has reached its revision (the first pod was
 // bound at that revision) and decides again, with a matching pod: it
 // joins the first pod's domain. Binds that did not use the exemption pay
-// nothing.
+// nothing here.
+//
+// A pod the terms select that is not a first pod (a plain one) writes no
+// anchor; that case is guarded by the cluster domain instead
+// (firstPodRules, domainguard.go): the first pod's bind lists its terms
+// over ClusterKey, every bind of a pod they select then rewrites its
+// writer's cluster record, and the first pod's bind compares the others'.
+// Two first pods meet on that too; the anchor is kept beside it.
 
 // affinityAnchorPrefix prefixes the anchor records' names (the rest is a
 // hash of the term, widened).

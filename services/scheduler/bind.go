@@ -220,11 +220,21 @@ func (s *Stage) bind(ctx context.Context, req bindRequest) (int64, bindOutcome, 
 // reg (tests pass one read before another replica listed a rule).
 func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.Node, reg *guardRegistry) (int64, bindOutcome, error) {
 	labels := node.GetMetadata().GetLabels()
-	keys := guardedKeys(req.pod, labels, reg)
+	keys := guardedKeys(req.pod, req.firstOfGroup, labels, reg)
 	// The pod's rules are listed before it binds, and its decision saw
 	// every pod bound before they were (those did not guard); a guarded
-	// bind's writer is listed before it writes its domain records.
+	// bind's writer is listed before it writes its domain records. A
+	// decision on the first-pod exemption lists its affinity terms over
+	// the cluster domain (firstPodRules).
 	rules := zoneRules(req.pod)
+	if req.firstOfGroup {
+		first := firstPodRules(req.pod)
+		if len(rules) > 0 {
+			first = maps.Clone(first)
+			maps.Copy(first, rules)
+		}
+		rules = first
+	}
 	need := rules
 	if len(keys) > 0 {
 		need = maps.Clone(rules)
@@ -363,7 +373,10 @@ func (s *Stage) register(ctx context.Context, pod *corev1.Pod, reg *guardRegistr
 // conflict: the second one's compare fails and it decides again. Binds
 // into other domains only raise their counts, which cannot raise this
 // pod's skew. This replica's own guarded binds compare nothing of each
-// other's: its cache holds them, assumed, as kube-scheduler's does.
+// other's: its cache holds them, assumed, as kube-scheduler's does. In
+// the cluster domain (ClusterKey) only a bind on the first-pod exemption
+// compares: a pod bound anywhere breaks only that one's premise, "no pod
+// matches"; the others write their record blind.
 //
 // The compare alone holds only if the decision saw every pod the record's
 // writes bound: its revision must be one the pod informer had reached
@@ -373,11 +386,12 @@ func (s *Stage) register(ctx context.Context, pod *corev1.Pod, reg *guardRegistr
 func (s *Stage) guardDomains(txn objects.Txn, req bindRequest, labels map[string]string, keys []string, reg *guardRegistry) (objects.Txn, []*corev1.NodeAllocation, bindOutcome) {
 	var domain []*corev1.NodeAllocation
 	for _, k := range keys {
+		value, _ := domainValue(k, labels)
 		for _, w := range reg.writers {
-			if w == s.writer {
+			if w == s.writer || (k == ClusterKey && !req.firstOfGroup) {
 				continue
 			}
-			name := DomainRecordName(k, labels[k], w)
+			name := DomainRecordName(k, value, w)
 			informed, _ := s.allocs.Get("", name)
 			_, rev := s.known.get(informed, name)
 			if rev > req.decidedAt {
@@ -388,7 +402,7 @@ func (s *Stage) guardDomains(txn objects.Txn, req bindRequest, labels map[string
 			txn = txn.Compare(rec, rev)
 			domain = append(domain, rec)
 		}
-		txn = txn.Put(&corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: DomainRecordName(k, labels[k], s.writer)}})
+		txn = txn.Put(&corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: DomainRecordName(k, value, s.writer)}})
 	}
 	return txn, domain, bound
 }

@@ -222,12 +222,24 @@
 // than the decision: stale). A second replica's such bind loses on the
 // anchor, reads it, waits for its pod informer (the first pod was bound
 // at the anchor's revision) and decides again, joining the first pod's
-// domain (TestFirstOfGroupAnchor, by zone and by hostname: red without
-// the anchor). Binds that did not use the exemption pay nothing; so a
-// pod the terms select whose bind writes no such anchor (one without that
-// affinity), bound by another replica while a first pod binds elsewhere,
-// is not guarded. Not guarded either: node label changes and new nodes (a
-// new domain lowers the least count), as before.
+// domain (TestFirstOfGroupAnchor, by zone and by hostname). The same
+// decision's bind first lists each of its terms in the registry as a rule
+// over one cluster-wide pseudo domain (ClusterKey "~cluster", value
+// ClusterValue "all", on every node; firstPodRules) and decides again
+// (point 1), so every bind of a pod such a term selects, plain ones
+// included, is guarded on it: it rewrites its writer's cluster record
+// (compared by nobody but first-pod binds: only their premise, "no pod
+// matches", a bind anywhere can break), and the first pod's bind compares
+// every other writer's (point 3). A plain pod the term selects, bound by
+// another replica while the first pod binds elsewhere, makes that bind
+// lose; it then joins the plain pod's domain (TestFirstPodGuardsCluster:
+// red without the listing and without the compare); a plain pod that
+// decided before the term was listed loses on the registry (point 2). Two
+// first pods now meet on both the anchor and the cluster records: either
+// alone holds them (TestFirstOfGroupAnchor is red only without both); the
+// anchor is kept. Binds no listed first-pod term selects pay nothing
+// more. Not guarded: node label changes and new nodes (a new domain
+// lowers the least count), as before.
 //
 // Preemption (preempt.go). When a cycle nominates the pod, one store
 // transaction compares the preemptor's revision (still the unbound pod

@@ -197,6 +197,43 @@ func termHash(t *corev1.PodAffinityTerm) (string, []byte) {
 	return hex.EncodeToString(sum[:12]), b
 }
 
+// ClusterKey is the topology key of the one cluster-wide pseudo domain
+// (value ClusterValue, on every node): the first-pod exemption's premise,
+// no pod anywhere matches, is a rule over the whole cluster. A node label
+// key cannot start with "~".
+const (
+	ClusterKey   = "~cluster"
+	ClusterValue = "all"
+)
+
+// firstPodRules returns, as registry annotations, the required pod
+// affinity terms of pod, each over ClusterKey: the rules a bind relying on
+// the first-pod exemption (Result.FirstOfGroup) lists (affinityanchor.go).
+// A pod a listed such term selects then guards the cluster domain.
+func firstPodRules(pod *corev1.Pod) map[string]string {
+	var out map[string]string
+	ns := pod.GetMetadata().GetNamespace()
+	for _, t := range pod.GetSpec().GetAffinity().GetPodAffinity().GetRequiredDuringSchedulingIgnoredDuringExecution() {
+		e := widenedTerm(t, ns)
+		e.TopologyKey = ClusterKey
+		hash, b := termHash(e)
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[guardAnnotationPrefix+hash] = base64.StdEncoding.EncodeToString(b)
+	}
+	return out
+}
+
+// domainValue is the value of the domain of key a node with labels is in.
+func domainValue(key string, labels map[string]string) (string, bool) {
+	if key == ClusterKey {
+		return ClusterValue, true
+	}
+	v, ok := labels[key]
+	return v, ok
+}
+
 // ruleKeys are the topology keys of rules (zoneRules' annotations).
 func ruleKeys(pod *corev1.Pod) []string {
 	var keys []string
@@ -214,17 +251,21 @@ func ruleKeys(pod *corev1.Pod) []string {
 }
 
 // guardedKeys returns the topology keys (sorted, once each) whose domain
-// record pod's bind to a node with labels must compare and rewrite: the
-// keys of its own zone-wide rules and of the listed rules that select it,
-// that the node has.
-func guardedKeys(pod *corev1.Pod, labels map[string]string, reg *guardRegistry) []string {
+// record pod's bind to a node with labels must rewrite: the keys of its
+// own zone-wide rules (ClusterKey too when first, its decision relied on
+// the first-pod exemption) and of the listed rules that select it, that
+// the node has (every node is in ClusterKey's domain).
+func guardedKeys(pod *corev1.Pod, first bool, labels map[string]string, reg *guardRegistry) []string {
 	keys := ruleKeys(pod)
+	if first {
+		keys = append(keys, ClusterKey)
+	}
 	for i := range reg.entries {
 		if e := &reg.entries[i]; !slices.Contains(keys, e.key) && e.selects(pod) {
 			keys = append(keys, e.key)
 		}
 	}
-	keys = slices.DeleteFunc(keys, func(k string) bool { _, ok := labels[k]; return !ok })
+	keys = slices.DeleteFunc(keys, func(k string) bool { _, ok := domainValue(k, labels); return !ok })
 	if len(keys) > 1 {
 		slices.Sort(keys)
 		keys = slices.Compact(keys)

@@ -82,7 +82,7 @@ func TestGuardedKeys(t *testing.T) {
 			}, []string{rack, zone}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := guardedKeys(tc.pod, tc.labels, registry(tc.owners...)); !slices.Equal(got, tc.want) {
+			if got := guardedKeys(tc.pod, false, tc.labels, registry(tc.owners...)); !slices.Equal(got, tc.want) {
 				t.Errorf("guardedKeys = %v, want %v", got, tc.want)
 			}
 		})
@@ -125,5 +125,44 @@ func TestGuardRegistry(t *testing.T) {
 	}
 	if got := DomainRecordName(LabelTopologyZone, "z1", "scheduler-1.0a0b"); got != "~domain:topology.kubernetes.io|zone=z1@scheduler-1.0a0b" {
 		t.Errorf("DomainRecordName = %q", got)
+	}
+}
+
+// TestFirstPodGuardedKeys: a bind on the first-pod exemption guards the
+// cluster domain (on any node, labelled or not), and so does every bind
+// of a pod a listed first pod's term selects; a pod's own required
+// affinity guards nothing when its decision did not rely on the
+// exemption.
+func TestFirstPodGuardedKeys(t *testing.T) {
+	first := mkPod("f", "100m", "")
+	first.Metadata.Labels = map[string]string{"app": "web"}
+	first.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{
+		TopologyKey: LabelTopologyZone, LabelSelector: &corev1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}}
+	plain := func(app string) *corev1.Pod {
+		p := mkPod("w", "100m", "")
+		p.Metadata.Labels = map[string]string{"app": app}
+		return p
+	}
+	empty, _ := parseRegistry(nil, 0)
+	rules := firstPodRules(first)
+	listed, err := parseRegistry(empty.with(rules), 1)
+	if err != nil || len(rules) != 1 || len(listed.entries) != 1 || listed.entries[0].key != ClusterKey {
+		t.Fatalf("first-pod rules %v listed as %+v (%v), want one over %q", rules, listed.entries, err, ClusterKey)
+	}
+	for _, tc := range []struct {
+		name  string
+		pod   *corev1.Pod
+		first bool
+		reg   *guardRegistry
+		want  []string
+	}{
+		{"a first pod, nothing listed", first, true, empty, []string{ClusterKey}},
+		{"the same pod off the exemption", first, false, empty, nil},
+		{"selected by a listed first pod's term", plain("web"), false, listed, []string{ClusterKey}},
+		{"not selected by it", plain("db"), false, listed, nil},
+	} {
+		if got := guardedKeys(tc.pod, tc.first, nil, tc.reg); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: guardedKeys = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
