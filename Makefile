@@ -9,10 +9,11 @@ TOOLS := $(CURDIR)/.tools
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO := $(TOOLS)/protoc-gen-go
 DATA ?= $(CURDIR)/.podflow
-# Packages run concurrently under -race (3: most of them wait on processes,
-# timers and the network, and the 2 cores idle at -p 2); keep make test inside
-# CI's budget.
-TEST_P ?= 3
+# Packages run concurrently under -race. At -p 3 make test takes ~7 minutes
+# instead of ~10½ (most tests wait on processes, timers and the network),
+# but ops/e2e's TestLinuxServiceTraffic once lost its Service answers there
+# on an idle machine, cause not yet found: 2 until it is.
+TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
 .PHONY: all build run httpserver test proto proto-check openapi openapi-check lint tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
