@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
@@ -90,6 +91,42 @@ func TestReplySubjects(t *testing.T) {
 			}
 		case <-timeout:
 			return
+		}
+	}
+}
+
+// TestServeRegistersBeforeReturning: serve returns once the server holds
+// its queue subscription, so a request sent right after the stage started
+// finds a replica. (The subscription goes out asynchronously; a request
+// racing it timed out in TestReplySubjects under load.)
+func TestServeRegistersBeforeReturning(t *testing.T) {
+	f := newFixture(t)
+	srv := bustest.Server(t)
+	conn := bustest.Connect(t, srv, "api")
+	f.s.env.NATS, f.s.env.Pub = conn.NATS(), stage.NewPublisher(conn)
+	for i := range 40 {
+		subj := []string{pipeline.CreatePodSubject, pipeline.ObjectSubject}[i%2]
+		ctx, cancel := context.WithCancel(context.Background())
+		g, gctx := errgroup.WithContext(ctx)
+		if err := f.s.serve(gctx, g, subj, f.s.onObject); err != nil {
+			t.Fatal(err)
+		}
+		sz, err := srv.Server().Subsz(&server.SubszOptions{Subscriptions: true, Test: subj})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var queued int
+		for _, sd := range sz.Subs {
+			if sd.Queue == pipeline.API {
+				queued++
+			}
+		}
+		cancel()
+		if err := g.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if queued != 1 {
+			t.Errorf("%d: right after serve(%q) the server holds %d api queue subscriptions on it, want 1", i, subj, queued)
 		}
 	}
 }
