@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
-	"google.golang.org/protobuf/proto"
+	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -56,7 +56,7 @@ func prepare(env *eventsv1.Envelope, opts []PublishOption) (*nats.Msg, []jetstre
 	if env.Time == nil {
 		env.Time = timestamppb.Now()
 	}
-	data, err := proto.Marshal(env)
+	data, err := vt.Marshal(env)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bus: marshal %s %q: %w", env.Type(), env.Id, err)
 	}
@@ -194,7 +194,7 @@ func (c *Conn) PublishAsyncComplete(ctx context.Context) error {
 // DecodeEnvelope unmarshals a message body. Errors match ErrDecode.
 func DecodeEnvelope(data []byte) (*eventsv1.Envelope, error) {
 	env := &eventsv1.Envelope{}
-	if err := proto.Unmarshal(data, env); err != nil {
+	if err := vt.Unmarshal(data, env); err != nil {
 		return nil, &Error{Code: CodeDecode, Message: err.Error(), err: err}
 	}
 	if env.Type() == "" {

@@ -3,6 +3,7 @@ module github.com/podflow/podflow/proto
 go 1.26.0
 
 require (
+	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10
 	google.golang.org/protobuf v1.36.12
 	k8s.io/apimachinery v0.37.2
 )

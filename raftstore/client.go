@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/proto/storev1"
+	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -264,7 +265,7 @@ func (c *Client) named(subject string) string {
 }
 
 func (c *Client) read(ctx context.Context, req *storev1.ReadRequest, stale bool) (*storev1.ReadResponse, error) {
-	data, err := proto.Marshal(req)
+	data, err := vt.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +285,7 @@ func (c *Client) write(ctx context.Context, cmd *storev1.Command) (int64, error)
 		return 0, err
 	}
 	cmd.IdempotencyKey = c.idPfx + strconv.FormatUint(c.idSeq.Add(1), 36)
-	data, err := proto.Marshal(cmd)
+	data, err := vt.Marshal(cmd)
 	if err != nil {
 		return 0, err
 	}
@@ -319,8 +320,7 @@ func (c *Client) do(ctx context.Context, subject string, req []byte, resp proto.
 		acancel()
 		switch {
 		case err == nil:
-			proto.Reset(resp)
-			if err := proto.Unmarshal(msg.Data, resp); err != nil {
+			if err := vt.Unmarshal(msg.Data, resp); err != nil {
 				return newError(storev1.Code_CODE_INTERNAL, "", "decode response on %q: %v", subject, err)
 			}
 			werr := fromWire(wireErr())

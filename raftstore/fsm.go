@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/podflow/podflow/proto/storev1"
+	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 )
@@ -98,7 +99,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		cmd, ok := f.handed.take(l.Data)
 		if !ok {
 			cmd = &storev1.Command{}
-			if err := proto.Unmarshal(l.Data, cmd); err != nil {
+			if err := vt.Unmarshal(l.Data, cmd); err != nil {
 				out[i] = &storev1.WriteResult{Revision: f.rev, Error: toWire(newError(storev1.Code_CODE_INVALID, "", "undecodable command at index %d: %v", l.Index, err))}
 				continue
 			}

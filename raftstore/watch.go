@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/proto/storev1"
+	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -161,7 +162,7 @@ func (w *Watch) stream(s *session) error {
 		case m := <-s.msgs:
 			idle.Reset(w.c.cfg.WatchHeartbeatTimeout)
 			var msg storev1.WatchMessage
-			if proto.Unmarshal(m.Data, &msg) != nil || msg.Seq != seq+1 {
+			if vt.Unmarshal(m.Data, &msg) != nil || msg.Seq != seq+1 {
 				return nil // lost or garbled: resume
 			}
 			seq = msg.Seq

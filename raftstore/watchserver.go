@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/proto/storev1"
+	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -47,7 +48,7 @@ func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 	send := func(msg *storev1.WatchMessage) bool {
 		seq++
 		msg.Seq = seq
-		data, err := proto.Marshal(msg)
+		data, err := vt.Marshal(msg)
 		if err != nil {
 			return false
 		}

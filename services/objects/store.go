@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 )
 
@@ -43,8 +42,6 @@ func (s *Store) KV() KV { return s.kv }
 // another KV. Stages use the Store's methods, Commit and KV instead.
 func (s *Store) Client() *raftstore.Client { return s.client }
 
-var marshal = proto.MarshalOptions{Deterministic: true}
-
 // Encode serialises obj for the store. resourceVersion is not stored: it is
 // the key's ModRevision, set by Decode.
 func Encode(obj Object) ([]byte, error) {
@@ -54,14 +51,14 @@ func Encode(obj Object) ([]byte, error) {
 	}
 	rv := md.ResourceVersion
 	md.ResourceVersion = ""
-	b, err := marshal.Marshal(obj)
+	b, err := vt.Marshal(obj) // map entries unsorted: the bytes of one object may differ between writes
 	md.ResourceVersion = rv
 	return b, err
 }
 
 // Decode fills obj from a stored key-value, setting its resourceVersion.
 func Decode(kv *raftstore.KV, obj Object) error {
-	if err := proto.Unmarshal(kv.Value, obj); err != nil {
+	if err := vt.Unmarshal(kv.Value, obj); err != nil {
 		return fmt.Errorf("objects: decode %q: %w", kv.Key, err)
 	}
 	md := obj.GetMetadata()

@@ -1,0 +1,68 @@
+// Package vt encodes and decodes podflow's protobuf messages with the code
+// protoc-gen-go-vtproto generates beside protoc-gen-go's (the
+// *_vtproto.pb.go files): straight-line size, marshal and unmarshal
+// methods, without the reflection of package proto (BenchmarkMarshal,
+// BenchmarkUnmarshal). A message without them (another package's) goes
+// through package proto.
+//
+// Marshal and Unmarshal take and refuse what proto.Marshal and
+// proto.Unmarshal do and read alike, whoever wrote the bytes. vt's
+// generated code alone does not: it neither writes nor reads UTF-8
+// checked, and it reads a malformed map entry otherwise than proto. Two
+// readers of one stored object, or two store replicas of one log entry,
+// must never disagree on it. So each encoding, and each input before it
+// is decoded, is walked once without decoding (check): a string that is
+// not UTF-8 is refused, and what vt's code might misread is left to
+// proto.Unmarshal. TestDecodersAgree and FuzzDecodersAgree hold Unmarshal
+// to proto.Unmarshal on random and mutated input.
+//
+// Marshal writes map entries in map order, not sorted: two encodings of
+// one message may differ in bytes, never in meaning. Where bytes must be
+// stable (a hash of a message) use proto.MarshalOptions{Deterministic: true}.
+package vt
+
+import (
+	"errors"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// Message is what protoc-gen-go-vtproto adds to a message.
+type Message interface {
+	proto.Message
+	MarshalVT() ([]byte, error)
+	SizeVT() int
+	UnmarshalVT([]byte) error
+}
+
+// Marshal encodes m; a string field holding invalid UTF-8 is refused
+// (ErrInvalidUTF8), as proto.Marshal refuses it.
+func Marshal(m proto.Message) ([]byte, error) {
+	v, ok := m.(Message)
+	if !ok {
+		return proto.Marshal(m)
+	}
+	b, err := v.MarshalVT()
+	if err != nil {
+		return nil, err
+	}
+	if err := check(b, layoutOf(m.ProtoReflect().Descriptor()), 0); err != nil {
+		if errors.Is(err, ErrInvalidUTF8) {
+			return nil, err
+		}
+		return proto.Marshal(m) // not seen: vt's own output is well formed
+	}
+	return b, nil
+}
+
+// Unmarshal decodes b into m, replacing m's content, as proto.Unmarshal
+// does: the same bytes are taken and refused, and read alike.
+func Unmarshal(b []byte, m proto.Message) error {
+	if v, ok := m.(Message); ok && check(b, layoutOf(m.ProtoReflect().Descriptor()), 0) == nil {
+		proto.Reset(m)
+		if v.UnmarshalVT(b) == nil {
+			return nil
+		}
+	}
+	return proto.Unmarshal(b, m)
+}
