@@ -186,12 +186,15 @@ func CheckAllocationFit(node *corev1.Node, alloc *corev1.NodeAllocation, pod *co
 	if err := n.setNode(node); err != nil {
 		return nil, err
 	}
+	// Sums and ports only (what fits and portsFit read), into n, which is
+	// this call's own: no pod entry per accounted pod, no copy of the
+	// ports per pod, as the shared NodeInfo of a snapshot needs.
 	add := func(ap *corev1.AllocatedPod) {
-		e := &podEntry{req: Resources{MilliCPU: ap.GetMilliCpu(), Memory: ap.GetMemoryBytes(), EphemeralStorage: ap.GetEphemeralStorageBytes()}}
+		n.requested.Add(Resources{MilliCPU: ap.GetMilliCpu(), Memory: ap.GetMemoryBytes(), EphemeralStorage: ap.GetEphemeralStorageBytes()})
+		n.numPods++
 		for _, p := range ap.GetHostPorts() {
-			e.ports = append(e.ports, newHostPort(p))
+			n.usedPorts = append(n.usedPorts, newHostPort(p))
 		}
-		n.addPod(e)
 	}
 	for _, ap := range alloc.GetPods() {
 		add(ap)

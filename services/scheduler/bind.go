@@ -257,7 +257,7 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	if err != nil {
 		return 0, 0, err
 	}
-	if len(reasons) > 0 || !sawAllocated(alloc, req.seen, req.pod, s.cache.Terminated) {
+	if len(reasons) > 0 || !decisionSawAllocation(alloc, allocRev, req, s.cache.Terminated) {
 		// Our cache let the pod in, the allocation does not, or it
 		// accounts for pods the decision did not see (the allocation
 		// informer is ahead of the pod informer): someone bound pods our
@@ -405,6 +405,16 @@ func (s *Stage) guardDomains(txn objects.Txn, req bindRequest, labels map[string
 		txn = txn.Put(&corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: DomainRecordName(k, value, s.writer)}})
 	}
 	return txn, domain, bound
+}
+
+// decisionSawAllocation reports whether the decision of req saw every pod
+// alloc (at revision allocRev) accounts for. An allocation no newer than
+// req.decidedAt accounts only for pods bound at or before that revision
+// (a bind writes the pod and the allocation in one transaction), which the
+// decision's cache held or had seen finish: only a newer one needs
+// sawAllocated's look at each pod.
+func decisionSawAllocation(alloc *corev1.NodeAllocation, allocRev int64, req bindRequest, terminated func(key string) bool) bool {
+	return allocRev <= req.decidedAt || sawAllocated(alloc, req.seen, req.pod, terminated)
 }
 
 // sawAllocated reports whether the decision saw every pod alloc accounts

@@ -57,6 +57,36 @@ func TestSawAllocated(t *testing.T) {
 	}
 }
 
+// TestDecisionSawAllocation: an allocation the decision's cache had reached
+// (its revision at most decidedAt) is taken as seen without a look at its
+// pods, one newer is looked at, and a pod it has that the decision did
+// not see then refuses the bind.
+func TestDecisionSawAllocation(t *testing.T) {
+	pod := mkPod("p", "100m", "")
+	e, err := newPodEntry(mkPod("a", "100m", ""), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: "n1"}, Pods: map[string]*corev1.AllocatedPod{
+		"uid-a": {Namespace: "default", Name: "a"}, "uid-b": {Namespace: "default", Name: "b"},
+	}}
+	asked := 0
+	terminated := func(string) bool { asked++; return false }
+	req := bindRequest{pod: pod, seen: []*podMeta{&e.meta}, decidedAt: 10}
+	for _, tc := range []struct {
+		allocRev int64
+		want     bool
+	}{{9, true}, {10, true}, {11, false}} {
+		asked = 0
+		if got := decisionSawAllocation(alloc, tc.allocRev, req, terminated); got != tc.want {
+			t.Errorf("allocation at %d, decided at 10: saw = %v, want %v", tc.allocRev, got, tc.want)
+		}
+		if tc.allocRev <= 10 && asked > 0 {
+			t.Errorf("allocation at %d, decided at 10: the cache was asked %d times", tc.allocRev, asked)
+		}
+	}
+}
+
 // TestSawAllocatedAsksNothing: when the decision saw every pod the
 // allocation accounts for, the cache is not asked which finished (a
 // lock per pod on every bind).
