@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Ports for the processes `up` starts are taken below the kernel's
@@ -22,12 +23,41 @@ const (
 	pickTry  = 64
 )
 
+// handed holds the ports FreeAddr returned in this process. A port is
+// free when picked, and stays free until the process it is meant for binds
+// it: without this, a second pick of `up`'s (another stage replica's
+// metrics, a store replica's raft port) could return the same number, and
+// whichever binds second fails with "address already in use" on every
+// restart — as admission-2 and status-1 once did in TestChaos.
+var handed struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// claim marks port handed out; false if it already was.
+func claim(port int) bool {
+	handed.Lock()
+	defer handed.Unlock()
+	if handed.ports[port] {
+		return false
+	}
+	if handed.ports == nil {
+		handed.ports = map[int]bool{}
+	}
+	handed.ports[port] = true
+	return true
+}
+
 // FreeAddr returns a loopback address with a port free right now, below
-// the ephemeral port range when the machine leaves room there.
+// the ephemeral port range when the machine leaves room there, and never
+// one it returned before in this process.
 func FreeAddr() (string, error) {
 	if hi := ephemeralLow(); hi-pickLow >= pickSpan {
 		for range pickTry {
 			port := pickLow + rand.IntN(hi-pickLow)
+			if !claim(port) {
+				continue
+			}
 			if addr, err := listenFree(net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
 				return addr, nil
 			}

@@ -35,3 +35,24 @@ func TestFreeAddrBelowEphemeralRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestFreeAddrNeverRepeats: 600 separate picks, each released at once as a
+// picked port is until its process binds it, are all distinct. Without the
+// record of ports handed out, 600 picks from the ~12,000 ports below the
+// ephemeral range repeat one almost surely (about 15 pairs expected).
+func TestFreeAddrNeverRepeats(t *testing.T) {
+	if ephemeralLow()-pickLow < pickSpan {
+		t.Skip("no room below the ephemeral port range on this machine: picks come from the kernel")
+	}
+	seen := map[string]bool{}
+	for range 600 {
+		a, err := FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[a] {
+			t.Fatalf("%s handed out twice", a)
+		}
+		seen[a] = true
+	}
+}
