@@ -29,6 +29,7 @@ type Informer[T objects.Object] struct {
 	namespace string
 	h         Handlers[T]
 	dec       func(*raftstore.KV, objects.Object) error
+	reuse     func(*raftstore.KV) (T, bool)
 
 	mu     sync.RWMutex
 	items  map[string]T // store key -> object
@@ -115,12 +116,26 @@ func (inf *Informer[T]) listAndWatch(ctx context.Context) error {
 
 func (inf *Informer[T]) decode(kv *raftstore.KV) (T, bool) {
 	var zero T
+	if inf.reuse != nil {
+		if obj, ok := inf.reuse(kv); ok {
+			return obj, true
+		}
+	}
 	obj := zero.ProtoReflect().New().Interface().(T)
 	if err := inf.dec(kv, obj); err != nil {
 		return zero, false
 	}
 	return obj, true
 }
+
+// Reuse has the informer take, for a stored key-value, the object f
+// returns instead of decoding the value, when f says ok: an object the
+// caller holds already at that very revision, such as one it wrote itself
+// (its watch echo), decoded again for nothing. f must return an object
+// equal to the value's decoding, with its resourceVersion; it is shared
+// with the caller and, like every cached object, not modified. Call before
+// Run.
+func (inf *Informer[T]) Reuse(f func(kv *raftstore.KV) (T, bool)) { inf.reuse = f }
 
 // replace installs a fresh list, calling handlers for what changed since
 // the previous one (after a relist).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
@@ -170,4 +171,54 @@ func TestNewMetaLabelsCachesLabels(t *testing.T) {
 	u := <-updated
 	identityAndLabels(u[0], "v1")
 	identityAndLabels(u[1], "v2")
+}
+
+// TestReuse: for a key-value Reuse's function claims, the informer caches
+// and hands its handlers the function's object, not a decoding of the
+// value; for the rest it decodes, and the function sees each put's key and
+// revision.
+func TestReuse(t *testing.T) {
+	st, ctx := realStore(t)
+	added := make(chan *corev1.Pod, 8)
+	inf, err := informer.New[*corev1.Pod](st, "", informer.Handlers[*corev1.Pod]{OnAdd: func(p *corev1.Pod) { added <- p }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "a", Name: "held", Labels: map[string]string{"from": "reuse"}}}
+	var revs []int64
+	inf.Reuse(func(kv *raftstore.KV) (*corev1.Pod, bool) {
+		revs = append(revs, kv.ModRevision)
+		if kv.Key == objects.Pods.Key("a", "held") {
+			return held, true
+		}
+		return nil, false
+	})
+	run(ctx, t, inf)
+	if err := inf.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"held", "decoded"} {
+		if _, err := st.Create(ctx, &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "a", Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		select {
+		case p := <-added:
+			if (p == held) != (p.GetMetadata().GetName() == "held") {
+				t.Errorf("OnAdd got %v: the held object for exactly the claimed key", p)
+			}
+		case <-ctx.Done():
+			t.Fatal("no OnAdd")
+		}
+	}
+	if got, _ := inf.Get("a", "held"); got != held {
+		t.Errorf("cached %v, want the held object itself", got)
+	}
+	if got, _ := inf.Get("a", "decoded"); got == nil || got.GetMetadata().GetLabels()["from"] != "" || objects.Revision(got) == 0 {
+		t.Errorf("cached %v, want the decoded pod with its revision", got)
+	}
+	if len(revs) != 2 || revs[0] == 0 || revs[1] <= revs[0] {
+		t.Errorf("Reuse saw revisions %v, want the two puts'", revs)
+	}
 }

@@ -107,6 +107,17 @@ func (a *allocations) learn(alloc *corev1.NodeAllocation) {
 	}
 }
 
+// at returns the allocation of node learned at exactly revision rev, if
+// the overlay holds it: the informer's echo of it needs no decoding.
+func (a *allocations) at(node string, rev int64) (*corev1.NodeAllocation, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if o := a.overlay[node]; o != nil && objects.Revision(o) == rev {
+		return o, true
+	}
+	return nil, false
+}
+
 // forgetDeleted records that node's allocation does not exist (as of a
 // fresh read), so the next bind compares for its absence.
 func (a *allocations) forgetDeleted(node string) {

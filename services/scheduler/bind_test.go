@@ -107,3 +107,21 @@ func TestSawAllocatedAsksNothing(t *testing.T) {
 		t.Errorf("sawAllocated asked the cache %d times", asked)
 	}
 }
+
+// TestAllocationsAt: the informer's echo of a learned allocation is that
+// allocation only at exactly the revision learned.
+func TestAllocationsAt(t *testing.T) {
+	a := allocations{overlay: map[string]*corev1.NodeAllocation{}}
+	learned := &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: "n1", ResourceVersion: "5"}}
+	a.learn(learned)
+	for _, tc := range []struct {
+		node string
+		rev  int64
+		want bool
+	}{{"n1", 5, true}, {"n1", 4, false}, {"n1", 6, false}, {"n2", 5, false}} {
+		got, ok := a.at(tc.node, tc.rev)
+		if ok != tc.want || (ok && got != learned) {
+			t.Errorf("at(%s, %d) = %v, %v; want the learned one: %v", tc.node, tc.rev, got, ok, tc.want)
+		}
+	}
+}
