@@ -177,3 +177,24 @@ func TestConfigsValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeEnvelopeRefusesInvalidUTF8: an envelope whose strings are not
+// UTF-8 — anywhere, down to the pod inside its payload — is refused with
+// CodeDecode, as proto.Unmarshal refuses it (vtproto's generated decoder
+// alone takes it, and a status written from it would leave a pod nobody
+// could read back).
+func TestDecodeEnvelopeRefusesInvalidUTF8(t *testing.T) {
+	for name, env := range map[string]*eventsv1.Envelope{
+		"the envelope's id": {Id: "x\xff", Payload: &eventsv1.Envelope_PodScheduled{PodScheduled: &eventsv1.PodScheduled{NodeName: "n1"}}},
+		"the payload's pod": {Id: "x", Payload: &eventsv1.Envelope_PodPersisted{PodPersisted: &eventsv1.PodPersisted{
+			Pod: &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "w\xfe"}}}}}},
+	} {
+		raw, err := env.MarshalVT() // writes the bytes unchecked, as a hostile publisher may
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeEnvelope(raw); CodeOf(err) != CodeDecode {
+			t.Errorf("%s not UTF-8: DecodeEnvelope = %v, want CodeDecode", name, err)
+		}
+	}
+}

@@ -212,3 +212,40 @@ func TestRetriedWriteAppliedOnce(t *testing.T) {
 		t.Fatalf("store at revision %d after a retried write at %d: applied twice", rev, first.Revision)
 	}
 }
+
+// TestWriteRefusesInvalidUTF8: a write whose key is not UTF-8, sent as raw
+// bytes by a client that skipped the checks, is refused as invalid and
+// stored nowhere: the leader decodes what it proposes as proto.Unmarshal
+// would (vtproto's generated decoder alone takes it, and every reader of
+// that key's events would then fail to decode them).
+func TestWriteRefusesInvalidUTF8(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 3)
+	nc := c.Conn(t)
+	cmd, err := (&storev1.Command{
+		IdempotencyKey: "test-utf8-1",
+		Kind:           storev1.WriteKind_WRITE_KIND_CREATE,
+		Ops:            []*storev1.Op{{Type: storev1.OpType_OP_TYPE_PUT, Key: "/bad\xff", Value: []byte("1")}},
+	}).MarshalVT() // unchecked
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp storev1.WriteResponse
+	raftstoretest.WaitFor(t, 20*time.Second, "a write answer", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		m, err := nc.RequestWithContext(ctx, raftstore.DefaultSubject+".write", cmd)
+		return err == nil && proto.Unmarshal(m.Data, &resp) == nil
+	})
+	if resp.GetError().GetCode() != storev1.Code_CODE_INVALID {
+		t.Fatalf("answer %v, want CODE_INVALID", &resp)
+	}
+	if _, err := c.Client(t).Create(testCtx(t), "/good", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitForReplication(t)
+	for _, i := range c.Live() {
+		if kvs, _ := c.Node(i).LocalList("/"); len(kvs) != 1 || kvs[0].Key != "/good" {
+			t.Errorf("replica %d holds %v after the refused write, want only /good", i, kvs)
+		}
+	}
+}

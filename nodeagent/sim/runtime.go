@@ -258,11 +258,9 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent
 
 // idSeq numbers the ids of every Runtime of the process, from the start
 // time, so that a restarted process does not hand out its predecessor's.
-var idSeq = func() *atomic.Uint64 {
-	var s atomic.Uint64
-	s.Store(uint64(time.Now().UnixNano()))
-	return &s
-}()
+var idSeq atomic.Uint64
+
+func init() { idSeq.Store(uint64(time.Now().UnixNano())) }
 
 func (r *Runtime) newID(kind string) string {
 	// One sequence for every runtime of the process keeps the ids of two

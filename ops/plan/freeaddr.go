@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -63,7 +64,24 @@ func FreeAddr() (string, error) {
 			}
 		}
 	}
-	return listenFree("127.0.0.1:0")
+	// No room below the range, or no free port found there: the kernel
+	// picks, still never a port handed out before.
+	for range pickTry {
+		addr, err := listenFree("127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		if _, p, _ := net.SplitHostPort(addr); claimed(p) {
+			return addr, nil
+		}
+	}
+	return "", fmt.Errorf("plan: no free loopback port not handed out already after %d tries", pickTry)
+}
+
+// claimed is claim of a port in text.
+func claimed(port string) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && claim(n)
 }
 
 func listenFree(addr string) (string, error) {
