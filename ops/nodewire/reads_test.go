@@ -228,3 +228,79 @@ func TestScheduledAfterDeleteNotStarted(t *testing.T) {
 		t.Fatalf("a copy with a deletionTimestamp: %d binds, %d deletes; want 0, 1", len(rec.bound), len(rec.deleted))
 	}
 }
+
+// TestScheduledTakesTheBindsCopy: on its first delivery, a PodScheduled
+// that carries the pod as the bind wrote it — the event's namespace, name
+// and uid, bound to the event's node, at exactly the bind's revision — is
+// decided on that copy, with no read. A redelivery, and a copy that is not
+// that (another uid, name, namespace or node, an older or a newer
+// revision), are decided on the store's copy as before.
+func TestScheduledTakesTheBindsCopy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cluster := raftstoretest.MakeCluster(t, 1)
+	real := objects.New(cluster.Client(t))
+
+	for i, tt := range []struct {
+		name      string
+		delivered uint64
+		mangle    func(p *corev1.Pod, rev int64)
+		wantCopy  bool
+	}{
+		{name: "the bind's copy", delivered: 1, wantCopy: true},
+		{name: "redelivered", delivered: 2},
+		{name: "another uid", delivered: 1, mangle: func(p *corev1.Pod, _ int64) { p.Metadata.Uid = "uid-other" }},
+		{name: "another name", delivered: 1, mangle: func(p *corev1.Pod, _ int64) { p.Metadata.Name = "other" }},
+		{name: "another namespace", delivered: 1, mangle: func(p *corev1.Pod, _ int64) { p.Metadata.Namespace = "kube-system" }},
+		{name: "another node", delivered: 1, mangle: func(p *corev1.Pod, _ int64) { p.Spec.NodeName = "node-b" }},
+		{name: "older than the bind", delivered: 1, mangle: func(p *corev1.Pod, rev int64) { objects.SetRevision(p, rev-1) }},
+		{name: "newer than the bind", delivered: 1, mangle: func(p *corev1.Pod, rev int64) { objects.SetRevision(p, rev+1) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			kv := &behindKV{KV: real.KV()}
+			store := objects.FromKV(kv)
+			name := fmt.Sprintf("c-%d", i)
+			pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: name, Uid: "uid-" + name}, Spec: &corev1.PodSpec{}}
+			if _, err := store.Create(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			bound, err := objects.Mutate(ctx, store, "default", name, func(p *corev1.Pod) error {
+				p.Spec.NodeName = node
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev := objects.Revision(bound)
+			carried := proto.CloneOf(bound)
+			carried.Metadata.Labels = map[string]string{"copy": "event"}
+			if tt.mangle != nil {
+				tt.mangle(carried, rev)
+			}
+			kv.stale, kv.reads = 0, 0
+			a := &boundAgent{}
+			env := &eventsv1.Envelope{PodUid: "uid-" + name, Namespace: "default", PodName: name, NodeName: node,
+				Payload: &eventsv1.Envelope_PodScheduled{PodScheduled: &eventsv1.PodScheduled{NodeName: node, Revision: rev, Pod: carried}}}
+			if err := nodewire.Handler(store, a, time.Second)(ctx, &bus.Delivery{Envelope: env, NumDelivered: tt.delivered}); err != nil {
+				t.Fatal(err)
+			}
+			if len(a.bound) != 1 {
+				t.Fatalf("HandlePodBound got %d pods, want 1", len(a.bound))
+			}
+			got := a.bound[0]
+			if gotCopy := got.GetMetadata().GetLabels()["copy"] == "event"; gotCopy != tt.wantCopy {
+				t.Fatalf("handed the event's copy: %v, want %v (got %v)", gotCopy, tt.wantCopy, got.GetMetadata())
+			}
+			if got.GetMetadata().GetUid() != "uid-"+name || got.GetSpec().GetNodeName() != node || objects.Revision(got) != rev {
+				t.Fatalf("handed %v on %q at %d, want uid-%s on %s at %d", got.GetMetadata().GetUid(), got.GetSpec().GetNodeName(), objects.Revision(got), name, node, rev)
+			}
+			wantStale := 1
+			if tt.wantCopy {
+				wantStale = 0
+			}
+			if kv.reads != 0 || kv.stale != wantStale {
+				t.Errorf("reads: %d linearizable, %d stale; want 0, %d", kv.reads, kv.stale, wantStale)
+			}
+		})
+	}
+}

@@ -198,7 +198,11 @@ type Agent interface {
 // HandlePodDelete with its grace period, one spec second being specSecond.
 // Both are idempotent, so a redelivery is harmless.
 //
-// A PodScheduled of a fresh bind (its revision set) first reads the pod
+// A PodScheduled of a fresh bind (its revision set) carries the pod as the
+// bind wrote it; on its first delivery that copy is the pod, unread, when
+// it is the event's pod (namespace, name, uid), bound to the event's node,
+// at exactly the bind's revision. Otherwise, and on every redelivery, it
+// first reads the pod
 // with a stale read (any replica, no leader round) from a replica that has
 // applied the bind's revision (raftstore.MinRevision): a copy with the
 // event's uid, bound to the event's node, at the bind's revision or later
@@ -213,7 +217,7 @@ type Agent interface {
 func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
 	return func(ctx context.Context, d *bus.Delivery) error {
 		env := d.Envelope
-		pod, ok := boundCopy(ctx, s, env)
+		pod, ok := boundCopy(ctx, s, d)
 		var err error
 		if !ok {
 			pod, err = objects.Get[*corev1.Pod](ctx, s, env.GetNamespace(), env.GetPodName())
@@ -261,12 +265,22 @@ func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
 // staleReadTimeout bounds boundCopy's read.
 const staleReadTimeout = 2 * time.Second
 
-// boundCopy is Handler's stale read of a PodScheduled's pod; ok when it
-// decides alone (see Handler).
-func boundCopy(ctx context.Context, s *objects.Store, env *eventsv1.Envelope) (*corev1.Pod, bool) {
+// boundCopy is Handler's copy of a PodScheduled's pod, the event's own or
+// a stale read; ok when it decides alone (see Handler).
+func boundCopy(ctx context.Context, s *objects.Store, d *bus.Delivery) (*corev1.Pod, bool) {
+	env := d.Envelope
 	rev := env.GetPodScheduled().GetRevision()
 	if rev <= 0 {
 		return nil, false
+	}
+	if pod := env.GetPodScheduled().GetPod(); pod != nil && d.NumDelivered <= 1 {
+		// The bind's own copy, from the one role that may both publish
+		// PodScheduled and write pods: what the read would return at
+		// exactly rev. A redelivery reads, as the pod may have gone
+		// meanwhile; so does a copy that is not the event's pod at rev.
+		if boundAt(pod, env, rev) && objects.Revision(pod) == rev {
+			return pod, true
+		}
 	}
 	// At the bind's revision at least: a replica behind it would not yet
 	// see the pod bound here (its read filter refuses the node) and waits.
@@ -275,9 +289,16 @@ func boundCopy(ctx context.Context, s *objects.Store, env *eventsv1.Envelope) (*
 	sctx, cancel := context.WithTimeout(ctx, staleReadTimeout)
 	defer cancel()
 	pod, err := objects.Get[*corev1.Pod](sctx, s, env.GetNamespace(), env.GetPodName(), raftstore.Stale(), raftstore.MinRevision(rev))
-	if err != nil || pod.GetMetadata().GetUid() != env.GetPodUid() ||
-		pod.GetSpec().GetNodeName() != env.GetNodeName() || objects.Revision(pod) < rev {
+	if err != nil || !boundAt(pod, env, rev) {
 		return nil, false
 	}
 	return pod, true
+}
+
+// boundAt: pod is env's pod (its namespace, name and uid), bound to env's
+// node, at rev or later.
+func boundAt(pod *corev1.Pod, env *eventsv1.Envelope, rev int64) bool {
+	md := pod.GetMetadata()
+	return md.GetNamespace() == env.GetNamespace() && md.GetName() == env.GetPodName() && md.GetUid() == env.GetPodUid() &&
+		pod.GetSpec().GetNodeName() == env.GetNodeName() && objects.Revision(pod) >= rev
 }

@@ -908,10 +908,14 @@ type PodScheduled struct {
 	NodeName string                 `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
 	Revision int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// conflicts counts bind transactions that lost a race before this one won.
-	Conflicts     int32 `protobuf:"varint,3,opt,name=conflicts,proto3" json:"conflicts,omitempty"`
-	FilterNanos   int64 `protobuf:"varint,4,opt,name=filter_nanos,json=filterNanos,proto3" json:"filter_nanos,omitempty"`
-	ScoreNanos    int64 `protobuf:"varint,5,opt,name=score_nanos,json=scoreNanos,proto3" json:"score_nanos,omitempty"`
-	BindNanos     int64 `protobuf:"varint,6,opt,name=bind_nanos,json=bindNanos,proto3" json:"bind_nanos,omitempty"`
+	Conflicts   int32 `protobuf:"varint,3,opt,name=conflicts,proto3" json:"conflicts,omitempty"`
+	FilterNanos int64 `protobuf:"varint,4,opt,name=filter_nanos,json=filterNanos,proto3" json:"filter_nanos,omitempty"`
+	ScoreNanos  int64 `protobuf:"varint,5,opt,name=score_nanos,json=scoreNanos,proto3" json:"score_nanos,omitempty"`
+	BindNanos   int64 `protobuf:"varint,6,opt,name=bind_nanos,json=bindNanos,proto3" json:"bind_nanos,omitempty"`
+	// pod is the pod as the bind wrote it, at revision: set by the bind
+	// itself (never on a re-announcement of a pod found bound), so that the
+	// node agent need not read back what the scheduler has just written.
+	Pod           *corev1.Pod `protobuf:"bytes,7,opt,name=pod,proto3" json:"pod,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -986,6 +990,13 @@ func (x *PodScheduled) GetBindNanos() int64 {
 		return x.BindNanos
 	}
 	return 0
+}
+
+func (x *PodScheduled) GetPod() *corev1.Pod {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
 }
 
 // NodeVerdict says why one node could not take a pod.
@@ -2413,7 +2424,7 @@ const file_eventsv1_events_proto_rawDesc = "" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"R\n" +
 	"\fPodPersisted\x12&\n" +
 	"\x03pod\x18\x01 \x01(\v2\x14.podflow.core.v1.PodR\x03pod\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\xc8\x01\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\xf0\x01\n" +
 	"\fPodScheduled\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x1c\n" +
@@ -2422,7 +2433,8 @@ const file_eventsv1_events_proto_rawDesc = "" +
 	"\vscore_nanos\x18\x05 \x01(\x03R\n" +
 	"scoreNanos\x12\x1d\n" +
 	"\n" +
-	"bind_nanos\x18\x06 \x01(\x03R\tbindNanos\";\n" +
+	"bind_nanos\x18\x06 \x01(\x03R\tbindNanos\x12&\n" +
+	"\x03pod\x18\a \x01(\v2\x14.podflow.core.v1.PodR\x03pod\";\n" +
 	"\vNodeVerdict\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\areasons\x18\x02 \x03(\tR\areasons\"\x80\x01\n" +
@@ -2612,18 +2624,19 @@ var file_eventsv1_events_proto_depIdxs = []int32{
 	29, // 32: podflow.events.v1.PodAdmitted.pod:type_name -> podflow.core.v1.Pod
 	30, // 33: podflow.events.v1.PodAdmitted.user:type_name -> podflow.core.v1.UserInfo
 	29, // 34: podflow.events.v1.PodPersisted.pod:type_name -> podflow.core.v1.Pod
-	6,  // 35: podflow.events.v1.PodUnschedulable.verdicts:type_name -> podflow.events.v1.NodeVerdict
-	31, // 36: podflow.events.v1.PodRejected.status:type_name -> podflow.core.v1.Status
-	32, // 37: podflow.events.v1.PodStatusReport.status:type_name -> podflow.core.v1.PodStatus
-	21, // 38: podflow.events.v1.PodStatusReport.events:type_name -> podflow.events.v1.EventRecord
-	0,  // 39: podflow.events.v1.PodStatusReport.steps:type_name -> podflow.events.v1.Envelope
-	30, // 40: podflow.events.v1.PodDeleteRequested.user:type_name -> podflow.core.v1.UserInfo
-	33, // 41: podflow.events.v1.NodeHeartbeat.conditions:type_name -> podflow.core.v1.NodeCondition
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	29, // 35: podflow.events.v1.PodScheduled.pod:type_name -> podflow.core.v1.Pod
+	6,  // 36: podflow.events.v1.PodUnschedulable.verdicts:type_name -> podflow.events.v1.NodeVerdict
+	31, // 37: podflow.events.v1.PodRejected.status:type_name -> podflow.core.v1.Status
+	32, // 38: podflow.events.v1.PodStatusReport.status:type_name -> podflow.core.v1.PodStatus
+	21, // 39: podflow.events.v1.PodStatusReport.events:type_name -> podflow.events.v1.EventRecord
+	0,  // 40: podflow.events.v1.PodStatusReport.steps:type_name -> podflow.events.v1.Envelope
+	30, // 41: podflow.events.v1.PodDeleteRequested.user:type_name -> podflow.core.v1.UserInfo
+	33, // 42: podflow.events.v1.NodeHeartbeat.conditions:type_name -> podflow.core.v1.NodeCondition
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_eventsv1_events_proto_init() }

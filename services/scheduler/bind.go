@@ -205,6 +205,9 @@ type bindRequest struct {
 	// stale is set by bind to the record to refresh (a domain record, an
 	// affinity anchor or the guard registry) after a domainStale outcome.
 	stale *string
+	// written is set by bind to the pod as its commit wrote it (its
+	// revision the commit's) after a bound outcome.
+	written **corev1.Pod
 }
 
 // bind sets the pod's spec.nodeName and PodScheduled=True, accounts the
@@ -285,10 +288,11 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	if !changed {
 		next = proto.CloneOf(next) // shared with the informer; its revision is set below
 	}
+	written := boundPod(req.pod, req.node)
 	txn := objects.Txn{}.
 		Unchanged(req.pod).      // still the unbound revision the decision saw
 		Compare(next, allocRev). // still the allocation the fit was checked against
-		Put(boundPod(req.pod, req.node)).
+		Put(written).
 		Put(next).
 		// The Scheduled Event is named after the pod's uid and node,
 		// so it is written once per pod: a put needs no read.
@@ -318,7 +322,10 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	}
 	switch {
 	case err == nil:
-		s.known.learn(next) // Commit set its revision
+		s.known.learn(next) // Commit set its revision, and written's
+		if req.written != nil {
+			*req.written = written
+		}
 		if released != nil {
 			s.known.learn(released)
 		}

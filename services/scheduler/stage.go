@@ -463,7 +463,8 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		next := s.scheduledEnvelope(d, pod, res.Node, payload)
 		start := time.Now()
 		var stale string
-		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, firstOfGroup: res.FirstOfGroup, stale: &stale})
+		var written *corev1.Pod
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, firstOfGroup: res.FirstOfGroup, stale: &stale, written: &written})
 		took := time.Since(start)
 		if err != nil || outcome != bound {
 			// Every path but a commit forgets the assumption. After an
@@ -480,6 +481,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			s.Counters.Scheduled.Add(1)
 			s.observeAttempt("scheduled", attemptStart)
 			payload.Revision, payload.Conflicts, payload.BindNanos = rev, conflicts, took.Nanoseconds()
+			payload.Pod = written // the node agent's copy: no read back
 			if d != nil {
 				next.HandledEnd = timestamppb.Now()
 			}

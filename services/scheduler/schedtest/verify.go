@@ -11,6 +11,7 @@ import (
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/scheduler"
+	"google.golang.org/protobuf/proto"
 )
 
 // Report is what Verify found.
@@ -67,6 +68,28 @@ func (r *Report) Err() error {
 		return nil
 	}
 	return fmt.Errorf("%w:\n  %s", ErrInvariant, strings.Join(r.Violations, "\n  "))
+}
+
+// verifyCarried checks the pod a PodScheduled carries for the node agent:
+// the bind's own write, at the bind's revision — bound to the node the
+// store has, the stored pod's uid, and the stored pod itself while no
+// later write changed it.
+func (e *Env) verifyCarried(rep *Report, stored *corev1.Pod, ps *eventsv1.PodScheduled) {
+	c := ps.GetPod()
+	switch {
+	case c == nil && ps.GetRevision() > 0:
+		rep.violate("pod %s: the PodScheduled of its bind at %d carries no pod", podKey(stored), ps.GetRevision())
+	case c == nil:
+	case ps.GetRevision() <= 0:
+		rep.violate("pod %s: a PodScheduled without the bind's revision carries a pod", podKey(stored))
+	case objects.Revision(c) != ps.GetRevision():
+		rep.violate("pod %s: PodScheduled at %d carries the pod at %d", podKey(stored), ps.GetRevision(), objects.Revision(c))
+	case c.GetMetadata().GetUid() != stored.GetMetadata().GetUid() || c.GetSpec().GetNodeName() != stored.GetSpec().GetNodeName():
+		rep.violate("pod %s: PodScheduled carries uid %s on %q, the store has %s on %q", podKey(stored),
+			c.GetMetadata().GetUid(), c.GetSpec().GetNodeName(), stored.GetMetadata().GetUid(), stored.GetSpec().GetNodeName())
+	case objects.Revision(stored) == ps.GetRevision() && !proto.Equal(c, stored):
+		rep.violate("pod %s: PodScheduled carries a pod other than the one its bind stored at %d", podKey(stored), ps.GetRevision())
+	}
 }
 
 // markerKey is written by Verify to know where the history it reads ends.
@@ -176,6 +199,7 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 				if got := env.GetPodScheduled().GetNodeName(); got != node {
 					rep.violate("pod %s bound to %s in the store, PodScheduled says %s", podKey(p), node, got)
 				}
+				e.verifyCarried(rep, p, env.GetPodScheduled())
 			}
 		}
 	}
