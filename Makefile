@@ -64,7 +64,7 @@ PROTO_FILES := $(shell cd proto && ls */*.proto)
 proto: tools deps-os
 	cd proto && PATH=$(TOOLS):$$PATH protoc -I . -I /usr/include \
 		--go_out=. --go_opt=paths=source_relative \
-		--go-vtproto_out=. --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size \
+		--go-vtproto_out=. --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size+equal+clone \
 		$(PROTO_FILES)
 
 ## proto-check fails when the committed generated code is stale.

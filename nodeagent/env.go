@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
-	"google.golang.org/protobuf/proto"
+	"github.com/podflow/podflow/proto/vt"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -32,7 +32,7 @@ func (w *worker) containerConfig(ctx context.Context, c *corev1.Container) (*cor
 	if err != nil {
 		return nil, Errorf(CodeCreateContainerConfig, "%s", err.Error())
 	}
-	out := proto.CloneOf(c)
+	out := vt.Clone(c)
 	out.EnvFrom = nil
 	out.Env = make([]*corev1.EnvVar, len(env.order))
 	for i, k := range env.order {

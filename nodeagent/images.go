@@ -7,7 +7,7 @@ import (
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
-	"google.golang.org/protobuf/proto"
+	"github.com/podflow/podflow/proto/vt"
 )
 
 // podImages is the image of each container of a pod update, by name.
@@ -38,7 +38,7 @@ func (w *worker) onImages(im podImages) {
 		if !ok || img == "" || img == c.spec.GetImage() {
 			continue
 		}
-		spec := proto.Clone(c.spec).(*corev1.Container)
+		spec := vt.Clone(c.spec)
 		spec.Image = img
 		c.spec = spec
 		c.crash.Reset()

@@ -10,7 +10,7 @@ import (
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
-	"google.golang.org/protobuf/proto"
+	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -140,7 +140,7 @@ func (r *reporter) envelope(env *eventsv1.Envelope, seq int64, n int) *eventsv1.
 // returns when to retry a failed publish (zero: nothing pending).
 func (r *reporter) Flush(ctx context.Context, st *corev1.PodStatus, final *podFailure) time.Time {
 	r.deriveEvents(st, final)
-	if len(r.records) > 0 || len(r.events) > 0 || !proto.Equal(st, r.last) {
+	if len(r.records) > 0 || len(r.events) > 0 || !vt.Equal(st, r.last) {
 		seq := r.nextSeq()
 		report := &eventsv1.PodStatusReport{Status: st, Seq: seq, Events: r.records}
 		r.outbox = append(r.outbox, r.envelope(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodStatusReport{

@@ -8,7 +8,7 @@ import (
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
-	"google.golang.org/protobuf/proto"
+	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -160,12 +160,12 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 		w.setCond(now, "Ready", false, eventsv1.ReasonContainersNotReady, msg)
 	}
 	for _, t := range []string{"PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"} {
-		st.Conditions = append(st.Conditions, proto.Clone(w.conds[t]).(*corev1.PodCondition))
+		st.Conditions = append(st.Conditions, vt.Clone(w.conds[t]))
 	}
 	if w.rejected != nil && w.rejected.reason == eventsv1.ReasonEvicted {
 		// kubelet's evictPod: the pod's disruption, with its message.
 		w.setCond(now, "DisruptionTarget", true, "TerminationByKubelet", w.rejected.message)
-		st.Conditions = append(st.Conditions, proto.Clone(w.conds["DisruptionTarget"]).(*corev1.PodCondition))
+		st.Conditions = append(st.Conditions, vt.Clone(w.conds["DisruptionTarget"]))
 	}
 	return st
 }
@@ -200,7 +200,7 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 	}
 	cs := &corev1.ContainerStatus{
 		Name:                 c.spec.GetName(),
-		State:                proto.Clone(state).(*corev1.ContainerState),
+		State:                vt.Clone(state),
 		LastTerminationState: &corev1.ContainerState{},
 		Ready:                c.ready,
 		RestartCount:         c.restarts,
@@ -209,7 +209,7 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 		ContainerId:          string(c.id),
 	}
 	if c.lastTerm != nil {
-		cs.LastTerminationState.Terminated = proto.Clone(c.lastTerm).(*corev1.ContainerStateTerminated)
+		cs.LastTerminationState.Terminated = vt.Clone(c.lastTerm)
 	}
 	budget := w.podMessageBudget()
 	for _, t := range []*corev1.ContainerStateTerminated{cs.State.GetTerminated(), cs.LastTerminationState.GetTerminated()} {

@@ -11,7 +11,7 @@ import (
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
-	"google.golang.org/protobuf/proto"
+	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -212,7 +212,7 @@ type podUpdate struct {
 // read) keeps the one pending. The agent calls update with its mutex
 // held: one sender at a time, so the send after the drain never blocks.
 func (w *worker) update(pod *corev1.Pod) {
-	u := podUpdate{md: proto.CloneOf(pod.GetMetadata()), images: imagesOf(pod), ephs: pod.GetSpec().GetEphemeralContainers()}
+	u := podUpdate{md: vt.Clone(pod.GetMetadata()), images: imagesOf(pod), ephs: pod.GetSpec().GetEphemeralContainers()}
 	select {
 	case pending := <-w.updateCh:
 		if len(u.ephs) == 0 {

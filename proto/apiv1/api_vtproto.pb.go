@@ -7,10 +7,11 @@ package apiv1
 import (
 	fmt "fmt"
 	protohelpers "github.com/planetscale/vtprotobuf/protohelpers"
-	timestamppb "github.com/planetscale/vtprotobuf/types/known/timestamppb"
+	timestamppb1 "github.com/planetscale/vtprotobuf/types/known/timestamppb"
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	proto "google.golang.org/protobuf/proto"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	timestamppb1 "google.golang.org/protobuf/types/known/timestamppb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	io "io"
 )
 
@@ -21,6 +22,229 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+func (m *Response) CloneVT() *Response {
+	if m == nil {
+		return (*Response)(nil)
+	}
+	r := new(Response)
+	r.Status = m.Status.CloneVT()
+	r.Kind = m.Kind
+	if rhs := m.Object; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Object = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Response) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ObjectRequest) CloneVT() *ObjectRequest {
+	if m == nil {
+		return (*ObjectRequest)(nil)
+	}
+	r := new(ObjectRequest)
+	r.Token = m.Token
+	r.Verb = m.Verb
+	r.Kind = m.Kind
+	r.Namespace = m.Namespace
+	r.Name = m.Name
+	r.User = m.User.CloneVT()
+	r.DryRun = m.DryRun
+	if rhs := m.Object; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Object = tmpBytes
+	}
+	if rhs := m.GracePeriodSeconds; rhs != nil {
+		tmpVal := *rhs
+		r.GracePeriodSeconds = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ObjectRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeTokenRequest) CloneVT() *NodeTokenRequest {
+	if m == nil {
+		return (*NodeTokenRequest)(nil)
+	}
+	r := new(NodeTokenRequest)
+	r.Namespace = m.Namespace
+	r.PodName = m.PodName
+	r.PodUid = m.PodUid
+	r.ServiceAccount = m.ServiceAccount
+	r.Audience = m.Audience
+	r.ExpirationSeconds = m.ExpirationSeconds
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeTokenRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeTokenResponse) CloneVT() *NodeTokenResponse {
+	if m == nil {
+		return (*NodeTokenResponse)(nil)
+	}
+	r := new(NodeTokenResponse)
+	r.Status = m.Status.CloneVT()
+	r.Token = m.Token
+	r.Expiration = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.Expiration).CloneVT())
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeTokenResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (this *Response) EqualVT(that *Response) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Status.EqualVT(that.Status) {
+		return false
+	}
+	if this.Kind != that.Kind {
+		return false
+	}
+	if string(this.Object) != string(that.Object) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Response) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Response)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ObjectRequest) EqualVT(that *ObjectRequest) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Token != that.Token {
+		return false
+	}
+	if this.Verb != that.Verb {
+		return false
+	}
+	if this.Kind != that.Kind {
+		return false
+	}
+	if this.Namespace != that.Namespace {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if string(this.Object) != string(that.Object) {
+		return false
+	}
+	if p, q := this.GracePeriodSeconds, that.GracePeriodSeconds; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if !this.User.EqualVT(that.User) {
+		return false
+	}
+	if this.DryRun != that.DryRun {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ObjectRequest) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ObjectRequest)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeTokenRequest) EqualVT(that *NodeTokenRequest) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Namespace != that.Namespace {
+		return false
+	}
+	if this.PodName != that.PodName {
+		return false
+	}
+	if this.PodUid != that.PodUid {
+		return false
+	}
+	if this.ServiceAccount != that.ServiceAccount {
+		return false
+	}
+	if this.Audience != that.Audience {
+		return false
+	}
+	if this.ExpirationSeconds != that.ExpirationSeconds {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeTokenRequest) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeTokenRequest)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeTokenResponse) EqualVT(that *NodeTokenResponse) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Status.EqualVT(that.Status) {
+		return false
+	}
+	if this.Token != that.Token {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.Expiration).EqualVT((*timestamppb1.Timestamp)(that.Expiration)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeTokenResponse) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeTokenResponse)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
 func (m *Response) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {
 		return nil, nil
@@ -282,7 +506,7 @@ func (m *NodeTokenResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		copy(dAtA[i:], m.unknownFields)
 	}
 	if m.Expiration != nil {
-		size, err := (*timestamppb.Timestamp)(m.Expiration).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.Expiration).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -425,7 +649,7 @@ func (m *NodeTokenResponse) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.Expiration != nil {
-		l = (*timestamppb.Timestamp)(m.Expiration).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.Expiration).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
@@ -1263,9 +1487,9 @@ func (m *NodeTokenResponse) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.Expiration == nil {
-				m.Expiration = &timestamppb1.Timestamp{}
+				m.Expiration = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.Expiration).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.Expiration).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex

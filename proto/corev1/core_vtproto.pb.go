@@ -7,11 +7,12 @@ package corev1
 import (
 	fmt "fmt"
 	protohelpers "github.com/planetscale/vtprotobuf/protohelpers"
-	structpb "github.com/planetscale/vtprotobuf/types/known/structpb"
-	timestamppb "github.com/planetscale/vtprotobuf/types/known/timestamppb"
+	structpb1 "github.com/planetscale/vtprotobuf/types/known/structpb"
+	timestamppb1 "github.com/planetscale/vtprotobuf/types/known/timestamppb"
+	proto "google.golang.org/protobuf/proto"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	structpb1 "google.golang.org/protobuf/types/known/structpb"
-	timestamppb1 "google.golang.org/protobuf/types/known/timestamppb"
+	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	io "io"
 )
 
@@ -22,6 +23,7903 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+func (m *OwnerReference) CloneVT() *OwnerReference {
+	if m == nil {
+		return (*OwnerReference)(nil)
+	}
+	r := new(OwnerReference)
+	r.ApiVersion = m.ApiVersion
+	r.Kind = m.Kind
+	r.Name = m.Name
+	r.Uid = m.Uid
+	r.Controller = m.Controller
+	r.BlockOwnerDeletion = m.BlockOwnerDeletion
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *OwnerReference) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ObjectMeta) CloneVT() *ObjectMeta {
+	if m == nil {
+		return (*ObjectMeta)(nil)
+	}
+	r := new(ObjectMeta)
+	r.Name = m.Name
+	r.Namespace = m.Namespace
+	r.Uid = m.Uid
+	r.ResourceVersion = m.ResourceVersion
+	r.Generation = m.Generation
+	r.CreationTimestamp = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.CreationTimestamp).CloneVT())
+	r.DeletionTimestamp = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.DeletionTimestamp).CloneVT())
+	r.GenerateName = m.GenerateName
+	if rhs := m.Labels; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Labels = tmpContainer
+	}
+	if rhs := m.Annotations; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Annotations = tmpContainer
+	}
+	if rhs := m.OwnerReferences; rhs != nil {
+		tmpContainer := make([]*OwnerReference, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.OwnerReferences = tmpContainer
+	}
+	if rhs := m.DeletionGracePeriodSeconds; rhs != nil {
+		tmpVal := *rhs
+		r.DeletionGracePeriodSeconds = &tmpVal
+	}
+	if rhs := m.Finalizers; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Finalizers = tmpContainer
+	}
+	if rhs := m.ManagedFields; rhs != nil {
+		tmpContainer := make([]*ManagedFieldsEntry, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.ManagedFields = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ObjectMeta) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ManagedFieldsEntry) CloneVT() *ManagedFieldsEntry {
+	if m == nil {
+		return (*ManagedFieldsEntry)(nil)
+	}
+	r := new(ManagedFieldsEntry)
+	r.Manager = m.Manager
+	r.Operation = m.Operation
+	r.ApiVersion = m.ApiVersion
+	r.Time = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.Time).CloneVT())
+	r.FieldsType = m.FieldsType
+	r.FieldsV1 = (*structpb.Struct)((*structpb1.Struct)(m.FieldsV1).CloneVT())
+	r.Subresource = m.Subresource
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ManagedFieldsEntry) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EnvVar) CloneVT() *EnvVar {
+	if m == nil {
+		return (*EnvVar)(nil)
+	}
+	r := new(EnvVar)
+	r.Name = m.Name
+	r.Value = m.Value
+	r.ValueFrom = m.ValueFrom.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EnvVar) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EnvVarSource) CloneVT() *EnvVarSource {
+	if m == nil {
+		return (*EnvVarSource)(nil)
+	}
+	r := new(EnvVarSource)
+	r.ConfigMapKeyRef = m.ConfigMapKeyRef.CloneVT()
+	r.SecretKeyRef = m.SecretKeyRef.CloneVT()
+	r.FieldRef = m.FieldRef.CloneVT()
+	r.ResourceFieldRef = m.ResourceFieldRef.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EnvVarSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ResourceFieldSelector) CloneVT() *ResourceFieldSelector {
+	if m == nil {
+		return (*ResourceFieldSelector)(nil)
+	}
+	r := new(ResourceFieldSelector)
+	r.ContainerName = m.ContainerName
+	r.Resource = m.Resource
+	r.Divisor = m.Divisor
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ResourceFieldSelector) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EnvFromSource) CloneVT() *EnvFromSource {
+	if m == nil {
+		return (*EnvFromSource)(nil)
+	}
+	r := new(EnvFromSource)
+	r.Prefix = m.Prefix
+	r.ConfigMapRef = m.ConfigMapRef.CloneVT()
+	r.SecretRef = m.SecretRef.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EnvFromSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ConfigMapEnvSource) CloneVT() *ConfigMapEnvSource {
+	if m == nil {
+		return (*ConfigMapEnvSource)(nil)
+	}
+	r := new(ConfigMapEnvSource)
+	r.Name = m.Name
+	if rhs := m.Optional; rhs != nil {
+		tmpVal := *rhs
+		r.Optional = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ConfigMapEnvSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SecretEnvSource) CloneVT() *SecretEnvSource {
+	if m == nil {
+		return (*SecretEnvSource)(nil)
+	}
+	r := new(SecretEnvSource)
+	r.Name = m.Name
+	if rhs := m.Optional; rhs != nil {
+		tmpVal := *rhs
+		r.Optional = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SecretEnvSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *KeySelector) CloneVT() *KeySelector {
+	if m == nil {
+		return (*KeySelector)(nil)
+	}
+	r := new(KeySelector)
+	r.Name = m.Name
+	r.Key = m.Key
+	if rhs := m.Optional; rhs != nil {
+		tmpVal := *rhs
+		r.Optional = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *KeySelector) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ObjectFieldSelector) CloneVT() *ObjectFieldSelector {
+	if m == nil {
+		return (*ObjectFieldSelector)(nil)
+	}
+	r := new(ObjectFieldSelector)
+	r.FieldPath = m.FieldPath
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ObjectFieldSelector) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ContainerPort) CloneVT() *ContainerPort {
+	if m == nil {
+		return (*ContainerPort)(nil)
+	}
+	r := new(ContainerPort)
+	r.Name = m.Name
+	r.HostPort = m.HostPort
+	r.ContainerPort = m.ContainerPort
+	r.Protocol = m.Protocol
+	r.HostIp = m.HostIp
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ContainerPort) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ResourceRequirements) CloneVT() *ResourceRequirements {
+	if m == nil {
+		return (*ResourceRequirements)(nil)
+	}
+	r := new(ResourceRequirements)
+	if rhs := m.Limits; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Limits = tmpContainer
+	}
+	if rhs := m.Requests; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Requests = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ResourceRequirements) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *VolumeMount) CloneVT() *VolumeMount {
+	if m == nil {
+		return (*VolumeMount)(nil)
+	}
+	r := new(VolumeMount)
+	r.Name = m.Name
+	r.ReadOnly = m.ReadOnly
+	r.MountPath = m.MountPath
+	r.SubPath = m.SubPath
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *VolumeMount) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ExecAction) CloneVT() *ExecAction {
+	if m == nil {
+		return (*ExecAction)(nil)
+	}
+	r := new(ExecAction)
+	if rhs := m.Command; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Command = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ExecAction) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *HTTPHeader) CloneVT() *HTTPHeader {
+	if m == nil {
+		return (*HTTPHeader)(nil)
+	}
+	r := new(HTTPHeader)
+	r.Name = m.Name
+	r.Value = m.Value
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *HTTPHeader) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *HTTPGetAction) CloneVT() *HTTPGetAction {
+	if m == nil {
+		return (*HTTPGetAction)(nil)
+	}
+	r := new(HTTPGetAction)
+	r.Path = m.Path
+	r.Port = m.Port.CloneVT()
+	r.Host = m.Host
+	r.Scheme = m.Scheme
+	if rhs := m.HttpHeaders; rhs != nil {
+		tmpContainer := make([]*HTTPHeader, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.HttpHeaders = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *HTTPGetAction) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *TCPSocketAction) CloneVT() *TCPSocketAction {
+	if m == nil {
+		return (*TCPSocketAction)(nil)
+	}
+	r := new(TCPSocketAction)
+	r.Port = m.Port.CloneVT()
+	r.Host = m.Host
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *TCPSocketAction) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *GRPCAction) CloneVT() *GRPCAction {
+	if m == nil {
+		return (*GRPCAction)(nil)
+	}
+	r := new(GRPCAction)
+	r.Port = m.Port
+	if rhs := m.Service; rhs != nil {
+		tmpVal := *rhs
+		r.Service = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *GRPCAction) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *IntOrString) CloneVT() *IntOrString {
+	if m == nil {
+		return (*IntOrString)(nil)
+	}
+	r := new(IntOrString)
+	if m.Value != nil {
+		r.Value = m.Value.(interface{ CloneVT() isIntOrString_Value }).CloneVT()
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *IntOrString) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *IntOrString_IntVal) CloneVT() isIntOrString_Value {
+	if m == nil {
+		return (*IntOrString_IntVal)(nil)
+	}
+	r := new(IntOrString_IntVal)
+	r.IntVal = m.IntVal
+	return r
+}
+
+func (m *IntOrString_StrVal) CloneVT() isIntOrString_Value {
+	if m == nil {
+		return (*IntOrString_StrVal)(nil)
+	}
+	r := new(IntOrString_StrVal)
+	r.StrVal = m.StrVal
+	return r
+}
+
+func (m *SleepAction) CloneVT() *SleepAction {
+	if m == nil {
+		return (*SleepAction)(nil)
+	}
+	r := new(SleepAction)
+	r.Seconds = m.Seconds
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SleepAction) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *LifecycleHandler) CloneVT() *LifecycleHandler {
+	if m == nil {
+		return (*LifecycleHandler)(nil)
+	}
+	r := new(LifecycleHandler)
+	r.Exec = m.Exec.CloneVT()
+	r.HttpGet = m.HttpGet.CloneVT()
+	r.TcpSocket = m.TcpSocket.CloneVT()
+	r.Sleep = m.Sleep.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *LifecycleHandler) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Lifecycle) CloneVT() *Lifecycle {
+	if m == nil {
+		return (*Lifecycle)(nil)
+	}
+	r := new(Lifecycle)
+	r.PostStart = m.PostStart.CloneVT()
+	r.PreStop = m.PreStop.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Lifecycle) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Probe) CloneVT() *Probe {
+	if m == nil {
+		return (*Probe)(nil)
+	}
+	r := new(Probe)
+	r.Exec = m.Exec.CloneVT()
+	r.HttpGet = m.HttpGet.CloneVT()
+	r.TcpSocket = m.TcpSocket.CloneVT()
+	r.InitialDelaySeconds = m.InitialDelaySeconds
+	r.TimeoutSeconds = m.TimeoutSeconds
+	r.PeriodSeconds = m.PeriodSeconds
+	r.SuccessThreshold = m.SuccessThreshold
+	r.FailureThreshold = m.FailureThreshold
+	r.Grpc = m.Grpc.CloneVT()
+	if rhs := m.TerminationGracePeriodSeconds; rhs != nil {
+		tmpVal := *rhs
+		r.TerminationGracePeriodSeconds = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Probe) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Capabilities) CloneVT() *Capabilities {
+	if m == nil {
+		return (*Capabilities)(nil)
+	}
+	r := new(Capabilities)
+	if rhs := m.Add; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Add = tmpContainer
+	}
+	if rhs := m.Drop; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Drop = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Capabilities) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SeccompProfile) CloneVT() *SeccompProfile {
+	if m == nil {
+		return (*SeccompProfile)(nil)
+	}
+	r := new(SeccompProfile)
+	r.Type = m.Type
+	r.LocalhostProfile = m.LocalhostProfile
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SeccompProfile) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SecurityContext) CloneVT() *SecurityContext {
+	if m == nil {
+		return (*SecurityContext)(nil)
+	}
+	r := new(SecurityContext)
+	r.Capabilities = m.Capabilities.CloneVT()
+	r.SeccompProfile = m.SeccompProfile.CloneVT()
+	r.ProcMount = m.ProcMount
+	if rhs := m.Privileged; rhs != nil {
+		tmpVal := *rhs
+		r.Privileged = &tmpVal
+	}
+	if rhs := m.RunAsUser; rhs != nil {
+		tmpVal := *rhs
+		r.RunAsUser = &tmpVal
+	}
+	if rhs := m.RunAsGroup; rhs != nil {
+		tmpVal := *rhs
+		r.RunAsGroup = &tmpVal
+	}
+	if rhs := m.RunAsNonRoot; rhs != nil {
+		tmpVal := *rhs
+		r.RunAsNonRoot = &tmpVal
+	}
+	if rhs := m.ReadOnlyRootFilesystem; rhs != nil {
+		tmpVal := *rhs
+		r.ReadOnlyRootFilesystem = &tmpVal
+	}
+	if rhs := m.AllowPrivilegeEscalation; rhs != nil {
+		tmpVal := *rhs
+		r.AllowPrivilegeEscalation = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SecurityContext) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodSecurityContext) CloneVT() *PodSecurityContext {
+	if m == nil {
+		return (*PodSecurityContext)(nil)
+	}
+	r := new(PodSecurityContext)
+	r.SeccompProfile = m.SeccompProfile.CloneVT()
+	if rhs := m.RunAsUser; rhs != nil {
+		tmpVal := *rhs
+		r.RunAsUser = &tmpVal
+	}
+	if rhs := m.RunAsGroup; rhs != nil {
+		tmpVal := *rhs
+		r.RunAsGroup = &tmpVal
+	}
+	if rhs := m.RunAsNonRoot; rhs != nil {
+		tmpVal := *rhs
+		r.RunAsNonRoot = &tmpVal
+	}
+	if rhs := m.FsGroup; rhs != nil {
+		tmpVal := *rhs
+		r.FsGroup = &tmpVal
+	}
+	if rhs := m.SupplementalGroups; rhs != nil {
+		tmpContainer := make([]int64, len(rhs))
+		copy(tmpContainer, rhs)
+		r.SupplementalGroups = tmpContainer
+	}
+	if rhs := m.Sysctls; rhs != nil {
+		tmpContainer := make([]*Sysctl, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Sysctls = tmpContainer
+	}
+	if rhs := m.FsGroupChangePolicy; rhs != nil {
+		tmpVal := *rhs
+		r.FsGroupChangePolicy = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodSecurityContext) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Sysctl) CloneVT() *Sysctl {
+	if m == nil {
+		return (*Sysctl)(nil)
+	}
+	r := new(Sysctl)
+	r.Name = m.Name
+	r.Value = m.Value
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Sysctl) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Container) CloneVT() *Container {
+	if m == nil {
+		return (*Container)(nil)
+	}
+	r := new(Container)
+	r.Name = m.Name
+	r.Image = m.Image
+	r.WorkingDir = m.WorkingDir
+	r.Resources = m.Resources.CloneVT()
+	r.LivenessProbe = m.LivenessProbe.CloneVT()
+	r.ReadinessProbe = m.ReadinessProbe.CloneVT()
+	r.StartupProbe = m.StartupProbe.CloneVT()
+	r.ImagePullPolicy = m.ImagePullPolicy
+	r.SecurityContext = m.SecurityContext.CloneVT()
+	r.TerminationMessagePath = m.TerminationMessagePath
+	r.RestartPolicy = m.RestartPolicy
+	r.Lifecycle = m.Lifecycle.CloneVT()
+	r.TerminationMessagePolicy = m.TerminationMessagePolicy
+	r.Stdin = m.Stdin
+	r.StdinOnce = m.StdinOnce
+	r.Tty = m.Tty
+	if rhs := m.Command; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Command = tmpContainer
+	}
+	if rhs := m.Args; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Args = tmpContainer
+	}
+	if rhs := m.Ports; rhs != nil {
+		tmpContainer := make([]*ContainerPort, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Ports = tmpContainer
+	}
+	if rhs := m.Env; rhs != nil {
+		tmpContainer := make([]*EnvVar, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Env = tmpContainer
+	}
+	if rhs := m.VolumeMounts; rhs != nil {
+		tmpContainer := make([]*VolumeMount, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.VolumeMounts = tmpContainer
+	}
+	if rhs := m.EnvFrom; rhs != nil {
+		tmpContainer := make([]*EnvFromSource, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.EnvFrom = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Container) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EphemeralContainer) CloneVT() *EphemeralContainer {
+	if m == nil {
+		return (*EphemeralContainer)(nil)
+	}
+	r := new(EphemeralContainer)
+	r.Name = m.Name
+	r.Image = m.Image
+	r.WorkingDir = m.WorkingDir
+	r.Resources = m.Resources.CloneVT()
+	r.LivenessProbe = m.LivenessProbe.CloneVT()
+	r.ReadinessProbe = m.ReadinessProbe.CloneVT()
+	r.StartupProbe = m.StartupProbe.CloneVT()
+	r.ImagePullPolicy = m.ImagePullPolicy
+	r.SecurityContext = m.SecurityContext.CloneVT()
+	r.TerminationMessagePath = m.TerminationMessagePath
+	r.RestartPolicy = m.RestartPolicy
+	r.Lifecycle = m.Lifecycle.CloneVT()
+	r.TerminationMessagePolicy = m.TerminationMessagePolicy
+	r.Stdin = m.Stdin
+	r.StdinOnce = m.StdinOnce
+	r.Tty = m.Tty
+	r.TargetContainerName = m.TargetContainerName
+	if rhs := m.Command; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Command = tmpContainer
+	}
+	if rhs := m.Args; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Args = tmpContainer
+	}
+	if rhs := m.Ports; rhs != nil {
+		tmpContainer := make([]*ContainerPort, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Ports = tmpContainer
+	}
+	if rhs := m.Env; rhs != nil {
+		tmpContainer := make([]*EnvVar, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Env = tmpContainer
+	}
+	if rhs := m.VolumeMounts; rhs != nil {
+		tmpContainer := make([]*VolumeMount, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.VolumeMounts = tmpContainer
+	}
+	if rhs := m.EnvFrom; rhs != nil {
+		tmpContainer := make([]*EnvFromSource, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.EnvFrom = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EphemeralContainer) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *KeyToPath) CloneVT() *KeyToPath {
+	if m == nil {
+		return (*KeyToPath)(nil)
+	}
+	r := new(KeyToPath)
+	r.Key = m.Key
+	r.Path = m.Path
+	if rhs := m.Mode; rhs != nil {
+		tmpVal := *rhs
+		r.Mode = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *KeyToPath) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EmptyDirVolumeSource) CloneVT() *EmptyDirVolumeSource {
+	if m == nil {
+		return (*EmptyDirVolumeSource)(nil)
+	}
+	r := new(EmptyDirVolumeSource)
+	r.Medium = m.Medium
+	r.SizeLimit = m.SizeLimit
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EmptyDirVolumeSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ConfigMapVolumeSource) CloneVT() *ConfigMapVolumeSource {
+	if m == nil {
+		return (*ConfigMapVolumeSource)(nil)
+	}
+	r := new(ConfigMapVolumeSource)
+	r.Name = m.Name
+	if rhs := m.Items; rhs != nil {
+		tmpContainer := make([]*KeyToPath, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Items = tmpContainer
+	}
+	if rhs := m.DefaultMode; rhs != nil {
+		tmpVal := *rhs
+		r.DefaultMode = &tmpVal
+	}
+	if rhs := m.Optional; rhs != nil {
+		tmpVal := *rhs
+		r.Optional = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ConfigMapVolumeSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SecretVolumeSource) CloneVT() *SecretVolumeSource {
+	if m == nil {
+		return (*SecretVolumeSource)(nil)
+	}
+	r := new(SecretVolumeSource)
+	r.SecretName = m.SecretName
+	if rhs := m.Items; rhs != nil {
+		tmpContainer := make([]*KeyToPath, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Items = tmpContainer
+	}
+	if rhs := m.DefaultMode; rhs != nil {
+		tmpVal := *rhs
+		r.DefaultMode = &tmpVal
+	}
+	if rhs := m.Optional; rhs != nil {
+		tmpVal := *rhs
+		r.Optional = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SecretVolumeSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *HostPathVolumeSource) CloneVT() *HostPathVolumeSource {
+	if m == nil {
+		return (*HostPathVolumeSource)(nil)
+	}
+	r := new(HostPathVolumeSource)
+	r.Path = m.Path
+	r.Type = m.Type
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *HostPathVolumeSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DownwardAPIVolumeSource) CloneVT() *DownwardAPIVolumeSource {
+	if m == nil {
+		return (*DownwardAPIVolumeSource)(nil)
+	}
+	r := new(DownwardAPIVolumeSource)
+	if rhs := m.Items; rhs != nil {
+		tmpContainer := make([]*DownwardAPIVolumeFile, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Items = tmpContainer
+	}
+	if rhs := m.DefaultMode; rhs != nil {
+		tmpVal := *rhs
+		r.DefaultMode = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DownwardAPIVolumeSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DownwardAPIVolumeFile) CloneVT() *DownwardAPIVolumeFile {
+	if m == nil {
+		return (*DownwardAPIVolumeFile)(nil)
+	}
+	r := new(DownwardAPIVolumeFile)
+	r.Path = m.Path
+	r.FieldRef = m.FieldRef.CloneVT()
+	r.ResourceFieldRef = m.ResourceFieldRef.CloneVT()
+	if rhs := m.Mode; rhs != nil {
+		tmpVal := *rhs
+		r.Mode = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DownwardAPIVolumeFile) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PersistentVolumeClaimVolumeSource) CloneVT() *PersistentVolumeClaimVolumeSource {
+	if m == nil {
+		return (*PersistentVolumeClaimVolumeSource)(nil)
+	}
+	r := new(PersistentVolumeClaimVolumeSource)
+	r.ClaimName = m.ClaimName
+	r.ReadOnly = m.ReadOnly
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PersistentVolumeClaimVolumeSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Volume) CloneVT() *Volume {
+	if m == nil {
+		return (*Volume)(nil)
+	}
+	r := new(Volume)
+	r.Name = m.Name
+	r.EmptyDir = m.EmptyDir.CloneVT()
+	r.ConfigMap = m.ConfigMap.CloneVT()
+	r.Secret = m.Secret.CloneVT()
+	r.HostPath = m.HostPath.CloneVT()
+	r.PersistentVolumeClaim = m.PersistentVolumeClaim.CloneVT()
+	r.DownwardApi = m.DownwardApi.CloneVT()
+	r.Projected = m.Projected.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Volume) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ProjectedVolumeSource) CloneVT() *ProjectedVolumeSource {
+	if m == nil {
+		return (*ProjectedVolumeSource)(nil)
+	}
+	r := new(ProjectedVolumeSource)
+	if rhs := m.Sources; rhs != nil {
+		tmpContainer := make([]*VolumeProjection, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Sources = tmpContainer
+	}
+	if rhs := m.DefaultMode; rhs != nil {
+		tmpVal := *rhs
+		r.DefaultMode = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ProjectedVolumeSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *VolumeProjection) CloneVT() *VolumeProjection {
+	if m == nil {
+		return (*VolumeProjection)(nil)
+	}
+	r := new(VolumeProjection)
+	r.ConfigMap = m.ConfigMap.CloneVT()
+	r.Secret = m.Secret.CloneVT()
+	r.DownwardApi = m.DownwardApi.CloneVT()
+	r.ServiceAccountToken = m.ServiceAccountToken.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *VolumeProjection) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ServiceAccountTokenProjection) CloneVT() *ServiceAccountTokenProjection {
+	if m == nil {
+		return (*ServiceAccountTokenProjection)(nil)
+	}
+	r := new(ServiceAccountTokenProjection)
+	r.Audience = m.Audience
+	r.Path = m.Path
+	if rhs := m.ExpirationSeconds; rhs != nil {
+		tmpVal := *rhs
+		r.ExpirationSeconds = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ServiceAccountTokenProjection) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ConfigMapProjection) CloneVT() *ConfigMapProjection {
+	if m == nil {
+		return (*ConfigMapProjection)(nil)
+	}
+	r := new(ConfigMapProjection)
+	r.Name = m.Name
+	if rhs := m.Items; rhs != nil {
+		tmpContainer := make([]*KeyToPath, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Items = tmpContainer
+	}
+	if rhs := m.Optional; rhs != nil {
+		tmpVal := *rhs
+		r.Optional = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ConfigMapProjection) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SecretProjection) CloneVT() *SecretProjection {
+	if m == nil {
+		return (*SecretProjection)(nil)
+	}
+	r := new(SecretProjection)
+	r.Name = m.Name
+	if rhs := m.Items; rhs != nil {
+		tmpContainer := make([]*KeyToPath, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Items = tmpContainer
+	}
+	if rhs := m.Optional; rhs != nil {
+		tmpVal := *rhs
+		r.Optional = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SecretProjection) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DownwardAPIProjection) CloneVT() *DownwardAPIProjection {
+	if m == nil {
+		return (*DownwardAPIProjection)(nil)
+	}
+	r := new(DownwardAPIProjection)
+	if rhs := m.Items; rhs != nil {
+		tmpContainer := make([]*DownwardAPIVolumeFile, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Items = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DownwardAPIProjection) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Toleration) CloneVT() *Toleration {
+	if m == nil {
+		return (*Toleration)(nil)
+	}
+	r := new(Toleration)
+	r.Key = m.Key
+	r.Operator = m.Operator
+	r.Value = m.Value
+	r.Effect = m.Effect
+	if rhs := m.TolerationSeconds; rhs != nil {
+		tmpVal := *rhs
+		r.TolerationSeconds = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Toleration) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeSelectorRequirement) CloneVT() *NodeSelectorRequirement {
+	if m == nil {
+		return (*NodeSelectorRequirement)(nil)
+	}
+	r := new(NodeSelectorRequirement)
+	r.Key = m.Key
+	r.Operator = m.Operator
+	if rhs := m.Values; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Values = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeSelectorRequirement) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeSelectorTerm) CloneVT() *NodeSelectorTerm {
+	if m == nil {
+		return (*NodeSelectorTerm)(nil)
+	}
+	r := new(NodeSelectorTerm)
+	if rhs := m.MatchExpressions; rhs != nil {
+		tmpContainer := make([]*NodeSelectorRequirement, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.MatchExpressions = tmpContainer
+	}
+	if rhs := m.MatchFields; rhs != nil {
+		tmpContainer := make([]*NodeSelectorRequirement, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.MatchFields = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeSelectorTerm) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeSelector) CloneVT() *NodeSelector {
+	if m == nil {
+		return (*NodeSelector)(nil)
+	}
+	r := new(NodeSelector)
+	if rhs := m.NodeSelectorTerms; rhs != nil {
+		tmpContainer := make([]*NodeSelectorTerm, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.NodeSelectorTerms = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeSelector) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PreferredSchedulingTerm) CloneVT() *PreferredSchedulingTerm {
+	if m == nil {
+		return (*PreferredSchedulingTerm)(nil)
+	}
+	r := new(PreferredSchedulingTerm)
+	r.Weight = m.Weight
+	r.Preference = m.Preference.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PreferredSchedulingTerm) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeAffinity) CloneVT() *NodeAffinity {
+	if m == nil {
+		return (*NodeAffinity)(nil)
+	}
+	r := new(NodeAffinity)
+	r.RequiredDuringSchedulingIgnoredDuringExecution = m.RequiredDuringSchedulingIgnoredDuringExecution.CloneVT()
+	if rhs := m.PreferredDuringSchedulingIgnoredDuringExecution; rhs != nil {
+		tmpContainer := make([]*PreferredSchedulingTerm, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.PreferredDuringSchedulingIgnoredDuringExecution = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeAffinity) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *LabelSelectorRequirement) CloneVT() *LabelSelectorRequirement {
+	if m == nil {
+		return (*LabelSelectorRequirement)(nil)
+	}
+	r := new(LabelSelectorRequirement)
+	r.Key = m.Key
+	r.Operator = m.Operator
+	if rhs := m.Values; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Values = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *LabelSelectorRequirement) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *LabelSelector) CloneVT() *LabelSelector {
+	if m == nil {
+		return (*LabelSelector)(nil)
+	}
+	r := new(LabelSelector)
+	if rhs := m.MatchLabels; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.MatchLabels = tmpContainer
+	}
+	if rhs := m.MatchExpressions; rhs != nil {
+		tmpContainer := make([]*LabelSelectorRequirement, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.MatchExpressions = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *LabelSelector) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodAffinityTerm) CloneVT() *PodAffinityTerm {
+	if m == nil {
+		return (*PodAffinityTerm)(nil)
+	}
+	r := new(PodAffinityTerm)
+	r.LabelSelector = m.LabelSelector.CloneVT()
+	r.TopologyKey = m.TopologyKey
+	r.NamespaceSelector = m.NamespaceSelector.CloneVT()
+	if rhs := m.Namespaces; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Namespaces = tmpContainer
+	}
+	if rhs := m.MatchLabelKeys; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.MatchLabelKeys = tmpContainer
+	}
+	if rhs := m.MismatchLabelKeys; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.MismatchLabelKeys = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodAffinityTerm) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *WeightedPodAffinityTerm) CloneVT() *WeightedPodAffinityTerm {
+	if m == nil {
+		return (*WeightedPodAffinityTerm)(nil)
+	}
+	r := new(WeightedPodAffinityTerm)
+	r.Weight = m.Weight
+	r.PodAffinityTerm = m.PodAffinityTerm.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *WeightedPodAffinityTerm) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodAffinity) CloneVT() *PodAffinity {
+	if m == nil {
+		return (*PodAffinity)(nil)
+	}
+	r := new(PodAffinity)
+	if rhs := m.RequiredDuringSchedulingIgnoredDuringExecution; rhs != nil {
+		tmpContainer := make([]*PodAffinityTerm, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.RequiredDuringSchedulingIgnoredDuringExecution = tmpContainer
+	}
+	if rhs := m.PreferredDuringSchedulingIgnoredDuringExecution; rhs != nil {
+		tmpContainer := make([]*WeightedPodAffinityTerm, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.PreferredDuringSchedulingIgnoredDuringExecution = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodAffinity) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodAntiAffinity) CloneVT() *PodAntiAffinity {
+	if m == nil {
+		return (*PodAntiAffinity)(nil)
+	}
+	r := new(PodAntiAffinity)
+	if rhs := m.RequiredDuringSchedulingIgnoredDuringExecution; rhs != nil {
+		tmpContainer := make([]*PodAffinityTerm, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.RequiredDuringSchedulingIgnoredDuringExecution = tmpContainer
+	}
+	if rhs := m.PreferredDuringSchedulingIgnoredDuringExecution; rhs != nil {
+		tmpContainer := make([]*WeightedPodAffinityTerm, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.PreferredDuringSchedulingIgnoredDuringExecution = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodAntiAffinity) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Affinity) CloneVT() *Affinity {
+	if m == nil {
+		return (*Affinity)(nil)
+	}
+	r := new(Affinity)
+	r.NodeAffinity = m.NodeAffinity.CloneVT()
+	r.PodAffinity = m.PodAffinity.CloneVT()
+	r.PodAntiAffinity = m.PodAntiAffinity.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Affinity) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *TopologySpreadConstraint) CloneVT() *TopologySpreadConstraint {
+	if m == nil {
+		return (*TopologySpreadConstraint)(nil)
+	}
+	r := new(TopologySpreadConstraint)
+	r.MaxSkew = m.MaxSkew
+	r.TopologyKey = m.TopologyKey
+	r.WhenUnsatisfiable = m.WhenUnsatisfiable
+	r.LabelSelector = m.LabelSelector.CloneVT()
+	if rhs := m.MinDomains; rhs != nil {
+		tmpVal := *rhs
+		r.MinDomains = &tmpVal
+	}
+	if rhs := m.NodeAffinityPolicy; rhs != nil {
+		tmpVal := *rhs
+		r.NodeAffinityPolicy = &tmpVal
+	}
+	if rhs := m.NodeTaintsPolicy; rhs != nil {
+		tmpVal := *rhs
+		r.NodeTaintsPolicy = &tmpVal
+	}
+	if rhs := m.MatchLabelKeys; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.MatchLabelKeys = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *TopologySpreadConstraint) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodSchedulingGate) CloneVT() *PodSchedulingGate {
+	if m == nil {
+		return (*PodSchedulingGate)(nil)
+	}
+	r := new(PodSchedulingGate)
+	r.Name = m.Name
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodSchedulingGate) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodSpec) CloneVT() *PodSpec {
+	if m == nil {
+		return (*PodSpec)(nil)
+	}
+	r := new(PodSpec)
+	r.RestartPolicy = m.RestartPolicy
+	r.ServiceAccountName = m.ServiceAccountName
+	r.NodeName = m.NodeName
+	r.HostNetwork = m.HostNetwork
+	r.HostPid = m.HostPid
+	r.HostIpc = m.HostIpc
+	r.SecurityContext = m.SecurityContext.CloneVT()
+	r.Hostname = m.Hostname
+	r.Affinity = m.Affinity.CloneVT()
+	r.SchedulerName = m.SchedulerName
+	r.PriorityClassName = m.PriorityClassName
+	r.DnsPolicy = m.DnsPolicy
+	r.DnsConfig = m.DnsConfig.CloneVT()
+	if rhs := m.Volumes; rhs != nil {
+		tmpContainer := make([]*Volume, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Volumes = tmpContainer
+	}
+	if rhs := m.InitContainers; rhs != nil {
+		tmpContainer := make([]*Container, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.InitContainers = tmpContainer
+	}
+	if rhs := m.Containers; rhs != nil {
+		tmpContainer := make([]*Container, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Containers = tmpContainer
+	}
+	if rhs := m.TerminationGracePeriodSeconds; rhs != nil {
+		tmpVal := *rhs
+		r.TerminationGracePeriodSeconds = &tmpVal
+	}
+	if rhs := m.NodeSelector; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.NodeSelector = tmpContainer
+	}
+	if rhs := m.Tolerations; rhs != nil {
+		tmpContainer := make([]*Toleration, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Tolerations = tmpContainer
+	}
+	if rhs := m.Priority; rhs != nil {
+		tmpVal := *rhs
+		r.Priority = &tmpVal
+	}
+	if rhs := m.AutomountServiceAccountToken; rhs != nil {
+		tmpVal := *rhs
+		r.AutomountServiceAccountToken = &tmpVal
+	}
+	if rhs := m.EnableServiceLinks; rhs != nil {
+		tmpVal := *rhs
+		r.EnableServiceLinks = &tmpVal
+	}
+	if rhs := m.TopologySpreadConstraints; rhs != nil {
+		tmpContainer := make([]*TopologySpreadConstraint, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.TopologySpreadConstraints = tmpContainer
+	}
+	if rhs := m.SchedulingGates; rhs != nil {
+		tmpContainer := make([]*PodSchedulingGate, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.SchedulingGates = tmpContainer
+	}
+	if rhs := m.ShareProcessNamespace; rhs != nil {
+		tmpVal := *rhs
+		r.ShareProcessNamespace = &tmpVal
+	}
+	if rhs := m.PreemptionPolicy; rhs != nil {
+		tmpVal := *rhs
+		r.PreemptionPolicy = &tmpVal
+	}
+	if rhs := m.ActiveDeadlineSeconds; rhs != nil {
+		tmpVal := *rhs
+		r.ActiveDeadlineSeconds = &tmpVal
+	}
+	if rhs := m.ImagePullSecrets; rhs != nil {
+		tmpContainer := make([]*LocalObjectReference, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.ImagePullSecrets = tmpContainer
+	}
+	if rhs := m.EphemeralContainers; rhs != nil {
+		tmpContainer := make([]*EphemeralContainer, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.EphemeralContainers = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodSpec) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodDNSConfig) CloneVT() *PodDNSConfig {
+	if m == nil {
+		return (*PodDNSConfig)(nil)
+	}
+	r := new(PodDNSConfig)
+	if rhs := m.Nameservers; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Nameservers = tmpContainer
+	}
+	if rhs := m.Searches; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Searches = tmpContainer
+	}
+	if rhs := m.Options; rhs != nil {
+		tmpContainer := make([]*PodDNSConfigOption, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Options = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodDNSConfig) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodDNSConfigOption) CloneVT() *PodDNSConfigOption {
+	if m == nil {
+		return (*PodDNSConfigOption)(nil)
+	}
+	r := new(PodDNSConfigOption)
+	r.Name = m.Name
+	if rhs := m.Value; rhs != nil {
+		tmpVal := *rhs
+		r.Value = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodDNSConfigOption) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodCondition) CloneVT() *PodCondition {
+	if m == nil {
+		return (*PodCondition)(nil)
+	}
+	r := new(PodCondition)
+	r.Type = m.Type
+	r.Status = m.Status
+	r.LastProbeTime = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.LastProbeTime).CloneVT())
+	r.LastTransitionTime = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.LastTransitionTime).CloneVT())
+	r.Reason = m.Reason
+	r.Message = m.Message
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodCondition) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ContainerStateWaiting) CloneVT() *ContainerStateWaiting {
+	if m == nil {
+		return (*ContainerStateWaiting)(nil)
+	}
+	r := new(ContainerStateWaiting)
+	r.Reason = m.Reason
+	r.Message = m.Message
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ContainerStateWaiting) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ContainerStateRunning) CloneVT() *ContainerStateRunning {
+	if m == nil {
+		return (*ContainerStateRunning)(nil)
+	}
+	r := new(ContainerStateRunning)
+	r.StartedAt = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.StartedAt).CloneVT())
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ContainerStateRunning) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ContainerStateTerminated) CloneVT() *ContainerStateTerminated {
+	if m == nil {
+		return (*ContainerStateTerminated)(nil)
+	}
+	r := new(ContainerStateTerminated)
+	r.ExitCode = m.ExitCode
+	r.Signal = m.Signal
+	r.Reason = m.Reason
+	r.Message = m.Message
+	r.StartedAt = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.StartedAt).CloneVT())
+	r.FinishedAt = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.FinishedAt).CloneVT())
+	r.ContainerId = m.ContainerId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ContainerStateTerminated) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ContainerState) CloneVT() *ContainerState {
+	if m == nil {
+		return (*ContainerState)(nil)
+	}
+	r := new(ContainerState)
+	r.Waiting = m.Waiting.CloneVT()
+	r.Running = m.Running.CloneVT()
+	r.Terminated = m.Terminated.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ContainerState) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ContainerStatus) CloneVT() *ContainerStatus {
+	if m == nil {
+		return (*ContainerStatus)(nil)
+	}
+	r := new(ContainerStatus)
+	r.Name = m.Name
+	r.State = m.State.CloneVT()
+	r.LastTerminationState = m.LastTerminationState.CloneVT()
+	r.Ready = m.Ready
+	r.RestartCount = m.RestartCount
+	r.Image = m.Image
+	r.ImageId = m.ImageId
+	r.ContainerId = m.ContainerId
+	if rhs := m.Started; rhs != nil {
+		tmpVal := *rhs
+		r.Started = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ContainerStatus) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodIP) CloneVT() *PodIP {
+	if m == nil {
+		return (*PodIP)(nil)
+	}
+	r := new(PodIP)
+	r.Ip = m.Ip
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodIP) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodStatus) CloneVT() *PodStatus {
+	if m == nil {
+		return (*PodStatus)(nil)
+	}
+	r := new(PodStatus)
+	r.Phase = m.Phase
+	r.Message = m.Message
+	r.Reason = m.Reason
+	r.NominatedNodeName = m.NominatedNodeName
+	r.HostIp = m.HostIp
+	r.PodIp = m.PodIp
+	r.StartTime = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.StartTime).CloneVT())
+	r.QosClass = m.QosClass
+	if rhs := m.Conditions; rhs != nil {
+		tmpContainer := make([]*PodCondition, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Conditions = tmpContainer
+	}
+	if rhs := m.PodIps; rhs != nil {
+		tmpContainer := make([]*PodIP, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.PodIps = tmpContainer
+	}
+	if rhs := m.InitContainerStatuses; rhs != nil {
+		tmpContainer := make([]*ContainerStatus, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.InitContainerStatuses = tmpContainer
+	}
+	if rhs := m.ContainerStatuses; rhs != nil {
+		tmpContainer := make([]*ContainerStatus, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.ContainerStatuses = tmpContainer
+	}
+	if rhs := m.EphemeralContainerStatuses; rhs != nil {
+		tmpContainer := make([]*ContainerStatus, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.EphemeralContainerStatuses = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodStatus) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Pod) CloneVT() *Pod {
+	if m == nil {
+		return (*Pod)(nil)
+	}
+	r := new(Pod)
+	r.Metadata = m.Metadata.CloneVT()
+	r.Spec = m.Spec.CloneVT()
+	r.Status = m.Status.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Pod) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Taint) CloneVT() *Taint {
+	if m == nil {
+		return (*Taint)(nil)
+	}
+	r := new(Taint)
+	r.Key = m.Key
+	r.Value = m.Value
+	r.Effect = m.Effect
+	r.TimeAdded = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.TimeAdded).CloneVT())
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Taint) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeSpec) CloneVT() *NodeSpec {
+	if m == nil {
+		return (*NodeSpec)(nil)
+	}
+	r := new(NodeSpec)
+	r.PodCidr = m.PodCidr
+	r.Unschedulable = m.Unschedulable
+	r.ProviderId = m.ProviderId
+	if rhs := m.PodCidrs; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.PodCidrs = tmpContainer
+	}
+	if rhs := m.Taints; rhs != nil {
+		tmpContainer := make([]*Taint, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Taints = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeSpec) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeCondition) CloneVT() *NodeCondition {
+	if m == nil {
+		return (*NodeCondition)(nil)
+	}
+	r := new(NodeCondition)
+	r.Type = m.Type
+	r.Status = m.Status
+	r.LastHeartbeatTime = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.LastHeartbeatTime).CloneVT())
+	r.LastTransitionTime = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.LastTransitionTime).CloneVT())
+	r.Reason = m.Reason
+	r.Message = m.Message
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeCondition) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeAddress) CloneVT() *NodeAddress {
+	if m == nil {
+		return (*NodeAddress)(nil)
+	}
+	r := new(NodeAddress)
+	r.Type = m.Type
+	r.Address = m.Address
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeAddress) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ContainerImage) CloneVT() *ContainerImage {
+	if m == nil {
+		return (*ContainerImage)(nil)
+	}
+	r := new(ContainerImage)
+	r.SizeBytes = m.SizeBytes
+	if rhs := m.Names; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Names = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ContainerImage) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeSystemInfo) CloneVT() *NodeSystemInfo {
+	if m == nil {
+		return (*NodeSystemInfo)(nil)
+	}
+	r := new(NodeSystemInfo)
+	r.MachineId = m.MachineId
+	r.KernelVersion = m.KernelVersion
+	r.OsImage = m.OsImage
+	r.ContainerRuntimeVersion = m.ContainerRuntimeVersion
+	r.KubeletVersion = m.KubeletVersion
+	r.OperatingSystem = m.OperatingSystem
+	r.Architecture = m.Architecture
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeSystemInfo) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeStatus) CloneVT() *NodeStatus {
+	if m == nil {
+		return (*NodeStatus)(nil)
+	}
+	r := new(NodeStatus)
+	r.Phase = m.Phase
+	r.NodeInfo = m.NodeInfo.CloneVT()
+	if rhs := m.Capacity; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Capacity = tmpContainer
+	}
+	if rhs := m.Allocatable; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Allocatable = tmpContainer
+	}
+	if rhs := m.Conditions; rhs != nil {
+		tmpContainer := make([]*NodeCondition, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Conditions = tmpContainer
+	}
+	if rhs := m.Addresses; rhs != nil {
+		tmpContainer := make([]*NodeAddress, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Addresses = tmpContainer
+	}
+	if rhs := m.Images; rhs != nil {
+		tmpContainer := make([]*ContainerImage, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Images = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeStatus) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Node) CloneVT() *Node {
+	if m == nil {
+		return (*Node)(nil)
+	}
+	r := new(Node)
+	r.Metadata = m.Metadata.CloneVT()
+	r.Spec = m.Spec.CloneVT()
+	r.Status = m.Status.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Node) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ServicePort) CloneVT() *ServicePort {
+	if m == nil {
+		return (*ServicePort)(nil)
+	}
+	r := new(ServicePort)
+	r.Name = m.Name
+	r.Protocol = m.Protocol
+	r.Port = m.Port
+	r.TargetPort = m.TargetPort.CloneVT()
+	r.NodePort = m.NodePort
+	if rhs := m.AppProtocol; rhs != nil {
+		tmpVal := *rhs
+		r.AppProtocol = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ServicePort) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ServiceSpec) CloneVT() *ServiceSpec {
+	if m == nil {
+		return (*ServiceSpec)(nil)
+	}
+	r := new(ServiceSpec)
+	r.ClusterIp = m.ClusterIp
+	r.Type = m.Type
+	r.SessionAffinity = m.SessionAffinity
+	r.PublishNotReadyAddresses = m.PublishNotReadyAddresses
+	r.SessionAffinityConfig = m.SessionAffinityConfig.CloneVT()
+	if rhs := m.Ports; rhs != nil {
+		tmpContainer := make([]*ServicePort, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Ports = tmpContainer
+	}
+	if rhs := m.Selector; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Selector = tmpContainer
+	}
+	if rhs := m.ClusterIps; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.ClusterIps = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ServiceSpec) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SessionAffinityConfig) CloneVT() *SessionAffinityConfig {
+	if m == nil {
+		return (*SessionAffinityConfig)(nil)
+	}
+	r := new(SessionAffinityConfig)
+	r.ClientIp = m.ClientIp.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SessionAffinityConfig) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ClientIPConfig) CloneVT() *ClientIPConfig {
+	if m == nil {
+		return (*ClientIPConfig)(nil)
+	}
+	r := new(ClientIPConfig)
+	if rhs := m.TimeoutSeconds; rhs != nil {
+		tmpVal := *rhs
+		r.TimeoutSeconds = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ClientIPConfig) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ServiceStatus) CloneVT() *ServiceStatus {
+	if m == nil {
+		return (*ServiceStatus)(nil)
+	}
+	r := new(ServiceStatus)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ServiceStatus) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Service) CloneVT() *Service {
+	if m == nil {
+		return (*Service)(nil)
+	}
+	r := new(Service)
+	r.Metadata = m.Metadata.CloneVT()
+	r.Spec = m.Spec.CloneVT()
+	r.Status = m.Status.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Service) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EndpointConditions) CloneVT() *EndpointConditions {
+	if m == nil {
+		return (*EndpointConditions)(nil)
+	}
+	r := new(EndpointConditions)
+	if rhs := m.Ready; rhs != nil {
+		tmpVal := *rhs
+		r.Ready = &tmpVal
+	}
+	if rhs := m.Serving; rhs != nil {
+		tmpVal := *rhs
+		r.Serving = &tmpVal
+	}
+	if rhs := m.Terminating; rhs != nil {
+		tmpVal := *rhs
+		r.Terminating = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EndpointConditions) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ObjectReference) CloneVT() *ObjectReference {
+	if m == nil {
+		return (*ObjectReference)(nil)
+	}
+	r := new(ObjectReference)
+	r.Kind = m.Kind
+	r.Namespace = m.Namespace
+	r.Name = m.Name
+	r.Uid = m.Uid
+	r.ApiVersion = m.ApiVersion
+	r.ResourceVersion = m.ResourceVersion
+	r.FieldPath = m.FieldPath
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ObjectReference) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Endpoint) CloneVT() *Endpoint {
+	if m == nil {
+		return (*Endpoint)(nil)
+	}
+	r := new(Endpoint)
+	r.Conditions = m.Conditions.CloneVT()
+	r.TargetRef = m.TargetRef.CloneVT()
+	if rhs := m.Addresses; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Addresses = tmpContainer
+	}
+	if rhs := m.Hostname; rhs != nil {
+		tmpVal := *rhs
+		r.Hostname = &tmpVal
+	}
+	if rhs := m.NodeName; rhs != nil {
+		tmpVal := *rhs
+		r.NodeName = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Endpoint) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EndpointPort) CloneVT() *EndpointPort {
+	if m == nil {
+		return (*EndpointPort)(nil)
+	}
+	r := new(EndpointPort)
+	if rhs := m.Name; rhs != nil {
+		tmpVal := *rhs
+		r.Name = &tmpVal
+	}
+	if rhs := m.Protocol; rhs != nil {
+		tmpVal := *rhs
+		r.Protocol = &tmpVal
+	}
+	if rhs := m.Port; rhs != nil {
+		tmpVal := *rhs
+		r.Port = &tmpVal
+	}
+	if rhs := m.AppProtocol; rhs != nil {
+		tmpVal := *rhs
+		r.AppProtocol = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EndpointPort) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EndpointSlice) CloneVT() *EndpointSlice {
+	if m == nil {
+		return (*EndpointSlice)(nil)
+	}
+	r := new(EndpointSlice)
+	r.Metadata = m.Metadata.CloneVT()
+	r.AddressType = m.AddressType
+	if rhs := m.Endpoints; rhs != nil {
+		tmpContainer := make([]*Endpoint, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Endpoints = tmpContainer
+	}
+	if rhs := m.Ports; rhs != nil {
+		tmpContainer := make([]*EndpointPort, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Ports = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EndpointSlice) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NamespaceSpec) CloneVT() *NamespaceSpec {
+	if m == nil {
+		return (*NamespaceSpec)(nil)
+	}
+	r := new(NamespaceSpec)
+	if rhs := m.Finalizers; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Finalizers = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NamespaceSpec) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NamespaceStatus) CloneVT() *NamespaceStatus {
+	if m == nil {
+		return (*NamespaceStatus)(nil)
+	}
+	r := new(NamespaceStatus)
+	r.Phase = m.Phase
+	if rhs := m.Conditions; rhs != nil {
+		tmpContainer := make([]*NamespaceCondition, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Conditions = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NamespaceStatus) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NamespaceCondition) CloneVT() *NamespaceCondition {
+	if m == nil {
+		return (*NamespaceCondition)(nil)
+	}
+	r := new(NamespaceCondition)
+	r.Type = m.Type
+	r.Status = m.Status
+	r.LastTransitionTime = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.LastTransitionTime).CloneVT())
+	r.Reason = m.Reason
+	r.Message = m.Message
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NamespaceCondition) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Namespace) CloneVT() *Namespace {
+	if m == nil {
+		return (*Namespace)(nil)
+	}
+	r := new(Namespace)
+	r.Metadata = m.Metadata.CloneVT()
+	r.Spec = m.Spec.CloneVT()
+	r.Status = m.Status.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Namespace) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *LocalObjectReference) CloneVT() *LocalObjectReference {
+	if m == nil {
+		return (*LocalObjectReference)(nil)
+	}
+	r := new(LocalObjectReference)
+	r.Name = m.Name
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *LocalObjectReference) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ServiceAccount) CloneVT() *ServiceAccount {
+	if m == nil {
+		return (*ServiceAccount)(nil)
+	}
+	r := new(ServiceAccount)
+	r.Metadata = m.Metadata.CloneVT()
+	if rhs := m.Secrets; rhs != nil {
+		tmpContainer := make([]*ObjectReference, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Secrets = tmpContainer
+	}
+	if rhs := m.ImagePullSecrets; rhs != nil {
+		tmpContainer := make([]*LocalObjectReference, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.ImagePullSecrets = tmpContainer
+	}
+	if rhs := m.AutomountServiceAccountToken; rhs != nil {
+		tmpVal := *rhs
+		r.AutomountServiceAccountToken = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ServiceAccount) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ConfigMap) CloneVT() *ConfigMap {
+	if m == nil {
+		return (*ConfigMap)(nil)
+	}
+	r := new(ConfigMap)
+	r.Metadata = m.Metadata.CloneVT()
+	if rhs := m.Data; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Data = tmpContainer
+	}
+	if rhs := m.BinaryData; rhs != nil {
+		tmpContainer := make(map[string][]byte, len(rhs))
+		for k, v := range rhs {
+			tmpBytes := make([]byte, len(v))
+			copy(tmpBytes, v)
+			tmpContainer[k] = tmpBytes
+		}
+		r.BinaryData = tmpContainer
+	}
+	if rhs := m.Immutable; rhs != nil {
+		tmpVal := *rhs
+		r.Immutable = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ConfigMap) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Secret) CloneVT() *Secret {
+	if m == nil {
+		return (*Secret)(nil)
+	}
+	r := new(Secret)
+	r.Metadata = m.Metadata.CloneVT()
+	r.Type = m.Type
+	if rhs := m.Data; rhs != nil {
+		tmpContainer := make(map[string][]byte, len(rhs))
+		for k, v := range rhs {
+			tmpBytes := make([]byte, len(v))
+			copy(tmpBytes, v)
+			tmpContainer[k] = tmpBytes
+		}
+		r.Data = tmpContainer
+	}
+	if rhs := m.Immutable; rhs != nil {
+		tmpVal := *rhs
+		r.Immutable = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Secret) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PolicyRule) CloneVT() *PolicyRule {
+	if m == nil {
+		return (*PolicyRule)(nil)
+	}
+	r := new(PolicyRule)
+	if rhs := m.Verbs; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Verbs = tmpContainer
+	}
+	if rhs := m.ApiGroups; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.ApiGroups = tmpContainer
+	}
+	if rhs := m.Resources; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Resources = tmpContainer
+	}
+	if rhs := m.ResourceNames; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.ResourceNames = tmpContainer
+	}
+	if rhs := m.NonResourceUrls; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.NonResourceUrls = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PolicyRule) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Role) CloneVT() *Role {
+	if m == nil {
+		return (*Role)(nil)
+	}
+	r := new(Role)
+	r.Metadata = m.Metadata.CloneVT()
+	if rhs := m.Rules; rhs != nil {
+		tmpContainer := make([]*PolicyRule, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Rules = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Role) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ClusterRole) CloneVT() *ClusterRole {
+	if m == nil {
+		return (*ClusterRole)(nil)
+	}
+	r := new(ClusterRole)
+	r.Metadata = m.Metadata.CloneVT()
+	if rhs := m.Rules; rhs != nil {
+		tmpContainer := make([]*PolicyRule, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Rules = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ClusterRole) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Subject) CloneVT() *Subject {
+	if m == nil {
+		return (*Subject)(nil)
+	}
+	r := new(Subject)
+	r.Kind = m.Kind
+	r.ApiGroup = m.ApiGroup
+	r.Name = m.Name
+	r.Namespace = m.Namespace
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Subject) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleRef) CloneVT() *RoleRef {
+	if m == nil {
+		return (*RoleRef)(nil)
+	}
+	r := new(RoleRef)
+	r.ApiGroup = m.ApiGroup
+	r.Kind = m.Kind
+	r.Name = m.Name
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleRef) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleBinding) CloneVT() *RoleBinding {
+	if m == nil {
+		return (*RoleBinding)(nil)
+	}
+	r := new(RoleBinding)
+	r.Metadata = m.Metadata.CloneVT()
+	r.RoleRef = m.RoleRef.CloneVT()
+	if rhs := m.Subjects; rhs != nil {
+		tmpContainer := make([]*Subject, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Subjects = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleBinding) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ClusterRoleBinding) CloneVT() *ClusterRoleBinding {
+	if m == nil {
+		return (*ClusterRoleBinding)(nil)
+	}
+	r := new(ClusterRoleBinding)
+	r.Metadata = m.Metadata.CloneVT()
+	r.RoleRef = m.RoleRef.CloneVT()
+	if rhs := m.Subjects; rhs != nil {
+		tmpContainer := make([]*Subject, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Subjects = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ClusterRoleBinding) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EventSource) CloneVT() *EventSource {
+	if m == nil {
+		return (*EventSource)(nil)
+	}
+	r := new(EventSource)
+	r.Component = m.Component
+	r.Host = m.Host
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EventSource) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Event) CloneVT() *Event {
+	if m == nil {
+		return (*Event)(nil)
+	}
+	r := new(Event)
+	r.Metadata = m.Metadata.CloneVT()
+	r.InvolvedObject = m.InvolvedObject.CloneVT()
+	r.Reason = m.Reason
+	r.Message = m.Message
+	r.Source = m.Source.CloneVT()
+	r.FirstTimestamp = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.FirstTimestamp).CloneVT())
+	r.LastTimestamp = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.LastTimestamp).CloneVT())
+	r.Count = m.Count
+	r.Type = m.Type
+	r.EventTime = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.EventTime).CloneVT())
+	r.Action = m.Action
+	r.ReportingComponent = m.ReportingComponent
+	r.ReportingInstance = m.ReportingInstance
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Event) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *LimitRangeItem) CloneVT() *LimitRangeItem {
+	if m == nil {
+		return (*LimitRangeItem)(nil)
+	}
+	r := new(LimitRangeItem)
+	r.Type = m.Type
+	if rhs := m.Default; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Default = tmpContainer
+	}
+	if rhs := m.DefaultRequest; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.DefaultRequest = tmpContainer
+	}
+	if rhs := m.Max; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Max = tmpContainer
+	}
+	if rhs := m.Min; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Min = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *LimitRangeItem) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *LimitRangeSpec) CloneVT() *LimitRangeSpec {
+	if m == nil {
+		return (*LimitRangeSpec)(nil)
+	}
+	r := new(LimitRangeSpec)
+	if rhs := m.Limits; rhs != nil {
+		tmpContainer := make([]*LimitRangeItem, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Limits = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *LimitRangeSpec) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *LimitRange) CloneVT() *LimitRange {
+	if m == nil {
+		return (*LimitRange)(nil)
+	}
+	r := new(LimitRange)
+	r.Metadata = m.Metadata.CloneVT()
+	r.Spec = m.Spec.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *LimitRange) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SidecarPolicySpec) CloneVT() *SidecarPolicySpec {
+	if m == nil {
+		return (*SidecarPolicySpec)(nil)
+	}
+	r := new(SidecarPolicySpec)
+	if rhs := m.Selector; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.Selector = tmpContainer
+	}
+	if rhs := m.Containers; rhs != nil {
+		tmpContainer := make([]*Container, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Containers = tmpContainer
+	}
+	if rhs := m.InitContainers; rhs != nil {
+		tmpContainer := make([]*Container, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.InitContainers = tmpContainer
+	}
+	if rhs := m.Volumes; rhs != nil {
+		tmpContainer := make([]*Volume, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Volumes = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SidecarPolicySpec) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SidecarPolicy) CloneVT() *SidecarPolicy {
+	if m == nil {
+		return (*SidecarPolicy)(nil)
+	}
+	r := new(SidecarPolicy)
+	r.Metadata = m.Metadata.CloneVT()
+	r.Spec = m.Spec.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SidecarPolicy) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *StatusCause) CloneVT() *StatusCause {
+	if m == nil {
+		return (*StatusCause)(nil)
+	}
+	r := new(StatusCause)
+	r.Type = m.Type
+	r.Message = m.Message
+	r.Field = m.Field
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *StatusCause) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Status) CloneVT() *Status {
+	if m == nil {
+		return (*Status)(nil)
+	}
+	r := new(Status)
+	r.Status = m.Status
+	r.Message = m.Message
+	r.Reason = m.Reason
+	r.Code = m.Code
+	r.Kind = m.Kind
+	r.Name = m.Name
+	if rhs := m.Causes; rhs != nil {
+		tmpContainer := make([]*StatusCause, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Causes = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Status) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserInfo) CloneVT() *UserInfo {
+	if m == nil {
+		return (*UserInfo)(nil)
+	}
+	r := new(UserInfo)
+	r.Username = m.Username
+	r.Uid = m.Uid
+	if rhs := m.Groups; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Groups = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserInfo) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeAllocation) CloneVT() *NodeAllocation {
+	if m == nil {
+		return (*NodeAllocation)(nil)
+	}
+	r := new(NodeAllocation)
+	r.Metadata = m.Metadata.CloneVT()
+	if rhs := m.Pods; rhs != nil {
+		tmpContainer := make(map[string]*AllocatedPod, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Pods = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeAllocation) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AllocatedPod) CloneVT() *AllocatedPod {
+	if m == nil {
+		return (*AllocatedPod)(nil)
+	}
+	r := new(AllocatedPod)
+	r.Namespace = m.Namespace
+	r.Name = m.Name
+	r.MilliCpu = m.MilliCpu
+	r.MemoryBytes = m.MemoryBytes
+	r.EphemeralStorageBytes = m.EphemeralStorageBytes
+	if rhs := m.HostPorts; rhs != nil {
+		tmpContainer := make([]*ContainerPort, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.HostPorts = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AllocatedPod) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PriorityClass) CloneVT() *PriorityClass {
+	if m == nil {
+		return (*PriorityClass)(nil)
+	}
+	r := new(PriorityClass)
+	r.Metadata = m.Metadata.CloneVT()
+	r.Value = m.Value
+	r.GlobalDefault = m.GlobalDefault
+	r.Description = m.Description
+	if rhs := m.PreemptionPolicy; rhs != nil {
+		tmpVal := *rhs
+		r.PreemptionPolicy = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PriorityClass) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (this *OwnerReference) EqualVT(that *OwnerReference) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.ApiVersion != that.ApiVersion {
+		return false
+	}
+	if this.Kind != that.Kind {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.Uid != that.Uid {
+		return false
+	}
+	if this.Controller != that.Controller {
+		return false
+	}
+	if this.BlockOwnerDeletion != that.BlockOwnerDeletion {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *OwnerReference) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*OwnerReference)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ObjectMeta) EqualVT(that *ObjectMeta) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.Namespace != that.Namespace {
+		return false
+	}
+	if this.Uid != that.Uid {
+		return false
+	}
+	if len(this.Labels) != len(that.Labels) {
+		return false
+	}
+	for i, vx := range this.Labels {
+		vy, ok := that.Labels[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Annotations) != len(that.Annotations) {
+		return false
+	}
+	for i, vx := range this.Annotations {
+		vy, ok := that.Annotations[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if this.ResourceVersion != that.ResourceVersion {
+		return false
+	}
+	if this.Generation != that.Generation {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.CreationTimestamp).EqualVT((*timestamppb1.Timestamp)(that.CreationTimestamp)) {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.DeletionTimestamp).EqualVT((*timestamppb1.Timestamp)(that.DeletionTimestamp)) {
+		return false
+	}
+	if len(this.OwnerReferences) != len(that.OwnerReferences) {
+		return false
+	}
+	for i, vx := range this.OwnerReferences {
+		vy := that.OwnerReferences[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &OwnerReference{}
+			}
+			if q == nil {
+				q = &OwnerReference{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if p, q := this.DeletionGracePeriodSeconds, that.DeletionGracePeriodSeconds; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if len(this.Finalizers) != len(that.Finalizers) {
+		return false
+	}
+	for i, vx := range this.Finalizers {
+		vy := that.Finalizers[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if this.GenerateName != that.GenerateName {
+		return false
+	}
+	if len(this.ManagedFields) != len(that.ManagedFields) {
+		return false
+	}
+	for i, vx := range this.ManagedFields {
+		vy := that.ManagedFields[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &ManagedFieldsEntry{}
+			}
+			if q == nil {
+				q = &ManagedFieldsEntry{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ObjectMeta) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ObjectMeta)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ManagedFieldsEntry) EqualVT(that *ManagedFieldsEntry) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Manager != that.Manager {
+		return false
+	}
+	if this.Operation != that.Operation {
+		return false
+	}
+	if this.ApiVersion != that.ApiVersion {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.Time).EqualVT((*timestamppb1.Timestamp)(that.Time)) {
+		return false
+	}
+	if this.FieldsType != that.FieldsType {
+		return false
+	}
+	if !(*structpb1.Struct)(this.FieldsV1).EqualVT((*structpb1.Struct)(that.FieldsV1)) {
+		return false
+	}
+	if this.Subresource != that.Subresource {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ManagedFieldsEntry) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ManagedFieldsEntry)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *EnvVar) EqualVT(that *EnvVar) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.Value != that.Value {
+		return false
+	}
+	if !this.ValueFrom.EqualVT(that.ValueFrom) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *EnvVar) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*EnvVar)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *EnvVarSource) EqualVT(that *EnvVarSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.ConfigMapKeyRef.EqualVT(that.ConfigMapKeyRef) {
+		return false
+	}
+	if !this.SecretKeyRef.EqualVT(that.SecretKeyRef) {
+		return false
+	}
+	if !this.FieldRef.EqualVT(that.FieldRef) {
+		return false
+	}
+	if !this.ResourceFieldRef.EqualVT(that.ResourceFieldRef) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *EnvVarSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*EnvVarSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ResourceFieldSelector) EqualVT(that *ResourceFieldSelector) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.ContainerName != that.ContainerName {
+		return false
+	}
+	if this.Resource != that.Resource {
+		return false
+	}
+	if this.Divisor != that.Divisor {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ResourceFieldSelector) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ResourceFieldSelector)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *EnvFromSource) EqualVT(that *EnvFromSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Prefix != that.Prefix {
+		return false
+	}
+	if !this.ConfigMapRef.EqualVT(that.ConfigMapRef) {
+		return false
+	}
+	if !this.SecretRef.EqualVT(that.SecretRef) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *EnvFromSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*EnvFromSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ConfigMapEnvSource) EqualVT(that *ConfigMapEnvSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if p, q := this.Optional, that.Optional; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ConfigMapEnvSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ConfigMapEnvSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *SecretEnvSource) EqualVT(that *SecretEnvSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if p, q := this.Optional, that.Optional; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *SecretEnvSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*SecretEnvSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *KeySelector) EqualVT(that *KeySelector) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.Key != that.Key {
+		return false
+	}
+	if p, q := this.Optional, that.Optional; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *KeySelector) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*KeySelector)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ObjectFieldSelector) EqualVT(that *ObjectFieldSelector) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.FieldPath != that.FieldPath {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ObjectFieldSelector) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ObjectFieldSelector)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ContainerPort) EqualVT(that *ContainerPort) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.HostPort != that.HostPort {
+		return false
+	}
+	if this.ContainerPort != that.ContainerPort {
+		return false
+	}
+	if this.Protocol != that.Protocol {
+		return false
+	}
+	if this.HostIp != that.HostIp {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ContainerPort) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ContainerPort)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ResourceRequirements) EqualVT(that *ResourceRequirements) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Limits) != len(that.Limits) {
+		return false
+	}
+	for i, vx := range this.Limits {
+		vy, ok := that.Limits[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Requests) != len(that.Requests) {
+		return false
+	}
+	for i, vx := range this.Requests {
+		vy, ok := that.Requests[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ResourceRequirements) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ResourceRequirements)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *VolumeMount) EqualVT(that *VolumeMount) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.ReadOnly != that.ReadOnly {
+		return false
+	}
+	if this.MountPath != that.MountPath {
+		return false
+	}
+	if this.SubPath != that.SubPath {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *VolumeMount) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*VolumeMount)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ExecAction) EqualVT(that *ExecAction) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Command) != len(that.Command) {
+		return false
+	}
+	for i, vx := range this.Command {
+		vy := that.Command[i]
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ExecAction) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ExecAction)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *HTTPHeader) EqualVT(that *HTTPHeader) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.Value != that.Value {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *HTTPHeader) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*HTTPHeader)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *HTTPGetAction) EqualVT(that *HTTPGetAction) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Path != that.Path {
+		return false
+	}
+	if !this.Port.EqualVT(that.Port) {
+		return false
+	}
+	if this.Host != that.Host {
+		return false
+	}
+	if this.Scheme != that.Scheme {
+		return false
+	}
+	if len(this.HttpHeaders) != len(that.HttpHeaders) {
+		return false
+	}
+	for i, vx := range this.HttpHeaders {
+		vy := that.HttpHeaders[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &HTTPHeader{}
+			}
+			if q == nil {
+				q = &HTTPHeader{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *HTTPGetAction) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*HTTPGetAction)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *TCPSocketAction) EqualVT(that *TCPSocketAction) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Port.EqualVT(that.Port) {
+		return false
+	}
+	if this.Host != that.Host {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *TCPSocketAction) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*TCPSocketAction)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *GRPCAction) EqualVT(that *GRPCAction) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Port != that.Port {
+		return false
+	}
+	if p, q := this.Service, that.Service; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *GRPCAction) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*GRPCAction)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *IntOrString) EqualVT(that *IntOrString) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Value == nil && that.Value != nil {
+		return false
+	} else if this.Value != nil {
+		if that.Value == nil {
+			return false
+		}
+		if !this.Value.(interface {
+			EqualVT(isIntOrString_Value) bool
+		}).EqualVT(that.Value) {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *IntOrString) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*IntOrString)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *IntOrString_IntVal) EqualVT(thatIface isIntOrString_Value) bool {
+	that, ok := thatIface.(*IntOrString_IntVal)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if this.IntVal != that.IntVal {
+		return false
+	}
+	return true
+}
+
+func (this *IntOrString_StrVal) EqualVT(thatIface isIntOrString_Value) bool {
+	that, ok := thatIface.(*IntOrString_StrVal)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if this.StrVal != that.StrVal {
+		return false
+	}
+	return true
+}
+
+func (this *SleepAction) EqualVT(that *SleepAction) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Seconds != that.Seconds {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *SleepAction) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*SleepAction)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *LifecycleHandler) EqualVT(that *LifecycleHandler) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Exec.EqualVT(that.Exec) {
+		return false
+	}
+	if !this.HttpGet.EqualVT(that.HttpGet) {
+		return false
+	}
+	if !this.TcpSocket.EqualVT(that.TcpSocket) {
+		return false
+	}
+	if !this.Sleep.EqualVT(that.Sleep) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *LifecycleHandler) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*LifecycleHandler)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Lifecycle) EqualVT(that *Lifecycle) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.PostStart.EqualVT(that.PostStart) {
+		return false
+	}
+	if !this.PreStop.EqualVT(that.PreStop) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Lifecycle) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Lifecycle)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Probe) EqualVT(that *Probe) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Exec.EqualVT(that.Exec) {
+		return false
+	}
+	if !this.HttpGet.EqualVT(that.HttpGet) {
+		return false
+	}
+	if !this.TcpSocket.EqualVT(that.TcpSocket) {
+		return false
+	}
+	if this.InitialDelaySeconds != that.InitialDelaySeconds {
+		return false
+	}
+	if this.TimeoutSeconds != that.TimeoutSeconds {
+		return false
+	}
+	if this.PeriodSeconds != that.PeriodSeconds {
+		return false
+	}
+	if this.SuccessThreshold != that.SuccessThreshold {
+		return false
+	}
+	if this.FailureThreshold != that.FailureThreshold {
+		return false
+	}
+	if p, q := this.TerminationGracePeriodSeconds, that.TerminationGracePeriodSeconds; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if !this.Grpc.EqualVT(that.Grpc) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Probe) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Probe)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Capabilities) EqualVT(that *Capabilities) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Add) != len(that.Add) {
+		return false
+	}
+	for i, vx := range this.Add {
+		vy := that.Add[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Drop) != len(that.Drop) {
+		return false
+	}
+	for i, vx := range this.Drop {
+		vy := that.Drop[i]
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Capabilities) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Capabilities)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *SeccompProfile) EqualVT(that *SeccompProfile) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if this.LocalhostProfile != that.LocalhostProfile {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *SeccompProfile) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*SeccompProfile)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *SecurityContext) EqualVT(that *SecurityContext) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if p, q := this.Privileged, that.Privileged; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if !this.Capabilities.EqualVT(that.Capabilities) {
+		return false
+	}
+	if p, q := this.RunAsUser, that.RunAsUser; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.RunAsGroup, that.RunAsGroup; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.RunAsNonRoot, that.RunAsNonRoot; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.ReadOnlyRootFilesystem, that.ReadOnlyRootFilesystem; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.AllowPrivilegeEscalation, that.AllowPrivilegeEscalation; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if !this.SeccompProfile.EqualVT(that.SeccompProfile) {
+		return false
+	}
+	if this.ProcMount != that.ProcMount {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *SecurityContext) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*SecurityContext)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodSecurityContext) EqualVT(that *PodSecurityContext) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if p, q := this.RunAsUser, that.RunAsUser; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.RunAsGroup, that.RunAsGroup; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.RunAsNonRoot, that.RunAsNonRoot; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.FsGroup, that.FsGroup; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if len(this.SupplementalGroups) != len(that.SupplementalGroups) {
+		return false
+	}
+	for i, vx := range this.SupplementalGroups {
+		vy := that.SupplementalGroups[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if !this.SeccompProfile.EqualVT(that.SeccompProfile) {
+		return false
+	}
+	if len(this.Sysctls) != len(that.Sysctls) {
+		return false
+	}
+	for i, vx := range this.Sysctls {
+		vy := that.Sysctls[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Sysctl{}
+			}
+			if q == nil {
+				q = &Sysctl{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if p, q := this.FsGroupChangePolicy, that.FsGroupChangePolicy; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodSecurityContext) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodSecurityContext)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Sysctl) EqualVT(that *Sysctl) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.Value != that.Value {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Sysctl) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Sysctl)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Container) EqualVT(that *Container) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.Image != that.Image {
+		return false
+	}
+	if len(this.Command) != len(that.Command) {
+		return false
+	}
+	for i, vx := range this.Command {
+		vy := that.Command[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Args) != len(that.Args) {
+		return false
+	}
+	for i, vx := range this.Args {
+		vy := that.Args[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if this.WorkingDir != that.WorkingDir {
+		return false
+	}
+	if len(this.Ports) != len(that.Ports) {
+		return false
+	}
+	for i, vx := range this.Ports {
+		vy := that.Ports[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &ContainerPort{}
+			}
+			if q == nil {
+				q = &ContainerPort{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.Env) != len(that.Env) {
+		return false
+	}
+	for i, vx := range this.Env {
+		vy := that.Env[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &EnvVar{}
+			}
+			if q == nil {
+				q = &EnvVar{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if !this.Resources.EqualVT(that.Resources) {
+		return false
+	}
+	if len(this.VolumeMounts) != len(that.VolumeMounts) {
+		return false
+	}
+	for i, vx := range this.VolumeMounts {
+		vy := that.VolumeMounts[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &VolumeMount{}
+			}
+			if q == nil {
+				q = &VolumeMount{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if !this.LivenessProbe.EqualVT(that.LivenessProbe) {
+		return false
+	}
+	if !this.ReadinessProbe.EqualVT(that.ReadinessProbe) {
+		return false
+	}
+	if !this.StartupProbe.EqualVT(that.StartupProbe) {
+		return false
+	}
+	if this.ImagePullPolicy != that.ImagePullPolicy {
+		return false
+	}
+	if !this.SecurityContext.EqualVT(that.SecurityContext) {
+		return false
+	}
+	if this.TerminationMessagePath != that.TerminationMessagePath {
+		return false
+	}
+	if this.RestartPolicy != that.RestartPolicy {
+		return false
+	}
+	if len(this.EnvFrom) != len(that.EnvFrom) {
+		return false
+	}
+	for i, vx := range this.EnvFrom {
+		vy := that.EnvFrom[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &EnvFromSource{}
+			}
+			if q == nil {
+				q = &EnvFromSource{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if !this.Lifecycle.EqualVT(that.Lifecycle) {
+		return false
+	}
+	if this.TerminationMessagePolicy != that.TerminationMessagePolicy {
+		return false
+	}
+	if this.Stdin != that.Stdin {
+		return false
+	}
+	if this.StdinOnce != that.StdinOnce {
+		return false
+	}
+	if this.Tty != that.Tty {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Container) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Container)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *EphemeralContainer) EqualVT(that *EphemeralContainer) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.Image != that.Image {
+		return false
+	}
+	if len(this.Command) != len(that.Command) {
+		return false
+	}
+	for i, vx := range this.Command {
+		vy := that.Command[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Args) != len(that.Args) {
+		return false
+	}
+	for i, vx := range this.Args {
+		vy := that.Args[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if this.WorkingDir != that.WorkingDir {
+		return false
+	}
+	if len(this.Ports) != len(that.Ports) {
+		return false
+	}
+	for i, vx := range this.Ports {
+		vy := that.Ports[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &ContainerPort{}
+			}
+			if q == nil {
+				q = &ContainerPort{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.Env) != len(that.Env) {
+		return false
+	}
+	for i, vx := range this.Env {
+		vy := that.Env[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &EnvVar{}
+			}
+			if q == nil {
+				q = &EnvVar{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if !this.Resources.EqualVT(that.Resources) {
+		return false
+	}
+	if len(this.VolumeMounts) != len(that.VolumeMounts) {
+		return false
+	}
+	for i, vx := range this.VolumeMounts {
+		vy := that.VolumeMounts[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &VolumeMount{}
+			}
+			if q == nil {
+				q = &VolumeMount{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if !this.LivenessProbe.EqualVT(that.LivenessProbe) {
+		return false
+	}
+	if !this.ReadinessProbe.EqualVT(that.ReadinessProbe) {
+		return false
+	}
+	if !this.StartupProbe.EqualVT(that.StartupProbe) {
+		return false
+	}
+	if this.ImagePullPolicy != that.ImagePullPolicy {
+		return false
+	}
+	if !this.SecurityContext.EqualVT(that.SecurityContext) {
+		return false
+	}
+	if this.TerminationMessagePath != that.TerminationMessagePath {
+		return false
+	}
+	if this.RestartPolicy != that.RestartPolicy {
+		return false
+	}
+	if len(this.EnvFrom) != len(that.EnvFrom) {
+		return false
+	}
+	for i, vx := range this.EnvFrom {
+		vy := that.EnvFrom[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &EnvFromSource{}
+			}
+			if q == nil {
+				q = &EnvFromSource{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if !this.Lifecycle.EqualVT(that.Lifecycle) {
+		return false
+	}
+	if this.TerminationMessagePolicy != that.TerminationMessagePolicy {
+		return false
+	}
+	if this.Stdin != that.Stdin {
+		return false
+	}
+	if this.StdinOnce != that.StdinOnce {
+		return false
+	}
+	if this.Tty != that.Tty {
+		return false
+	}
+	if this.TargetContainerName != that.TargetContainerName {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *EphemeralContainer) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*EphemeralContainer)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *KeyToPath) EqualVT(that *KeyToPath) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Key != that.Key {
+		return false
+	}
+	if this.Path != that.Path {
+		return false
+	}
+	if p, q := this.Mode, that.Mode; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *KeyToPath) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*KeyToPath)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *EmptyDirVolumeSource) EqualVT(that *EmptyDirVolumeSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Medium != that.Medium {
+		return false
+	}
+	if this.SizeLimit != that.SizeLimit {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *EmptyDirVolumeSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*EmptyDirVolumeSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ConfigMapVolumeSource) EqualVT(that *ConfigMapVolumeSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if len(this.Items) != len(that.Items) {
+		return false
+	}
+	for i, vx := range this.Items {
+		vy := that.Items[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &KeyToPath{}
+			}
+			if q == nil {
+				q = &KeyToPath{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if p, q := this.DefaultMode, that.DefaultMode; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.Optional, that.Optional; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ConfigMapVolumeSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ConfigMapVolumeSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *SecretVolumeSource) EqualVT(that *SecretVolumeSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.SecretName != that.SecretName {
+		return false
+	}
+	if len(this.Items) != len(that.Items) {
+		return false
+	}
+	for i, vx := range this.Items {
+		vy := that.Items[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &KeyToPath{}
+			}
+			if q == nil {
+				q = &KeyToPath{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if p, q := this.DefaultMode, that.DefaultMode; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.Optional, that.Optional; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *SecretVolumeSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*SecretVolumeSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *HostPathVolumeSource) EqualVT(that *HostPathVolumeSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Path != that.Path {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *HostPathVolumeSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*HostPathVolumeSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *DownwardAPIVolumeSource) EqualVT(that *DownwardAPIVolumeSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Items) != len(that.Items) {
+		return false
+	}
+	for i, vx := range this.Items {
+		vy := that.Items[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &DownwardAPIVolumeFile{}
+			}
+			if q == nil {
+				q = &DownwardAPIVolumeFile{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if p, q := this.DefaultMode, that.DefaultMode; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *DownwardAPIVolumeSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*DownwardAPIVolumeSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *DownwardAPIVolumeFile) EqualVT(that *DownwardAPIVolumeFile) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Path != that.Path {
+		return false
+	}
+	if !this.FieldRef.EqualVT(that.FieldRef) {
+		return false
+	}
+	if !this.ResourceFieldRef.EqualVT(that.ResourceFieldRef) {
+		return false
+	}
+	if p, q := this.Mode, that.Mode; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *DownwardAPIVolumeFile) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*DownwardAPIVolumeFile)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PersistentVolumeClaimVolumeSource) EqualVT(that *PersistentVolumeClaimVolumeSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.ClaimName != that.ClaimName {
+		return false
+	}
+	if this.ReadOnly != that.ReadOnly {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PersistentVolumeClaimVolumeSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PersistentVolumeClaimVolumeSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Volume) EqualVT(that *Volume) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if !this.EmptyDir.EqualVT(that.EmptyDir) {
+		return false
+	}
+	if !this.ConfigMap.EqualVT(that.ConfigMap) {
+		return false
+	}
+	if !this.Secret.EqualVT(that.Secret) {
+		return false
+	}
+	if !this.HostPath.EqualVT(that.HostPath) {
+		return false
+	}
+	if !this.PersistentVolumeClaim.EqualVT(that.PersistentVolumeClaim) {
+		return false
+	}
+	if !this.DownwardApi.EqualVT(that.DownwardApi) {
+		return false
+	}
+	if !this.Projected.EqualVT(that.Projected) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Volume) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Volume)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ProjectedVolumeSource) EqualVT(that *ProjectedVolumeSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Sources) != len(that.Sources) {
+		return false
+	}
+	for i, vx := range this.Sources {
+		vy := that.Sources[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &VolumeProjection{}
+			}
+			if q == nil {
+				q = &VolumeProjection{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if p, q := this.DefaultMode, that.DefaultMode; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ProjectedVolumeSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ProjectedVolumeSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *VolumeProjection) EqualVT(that *VolumeProjection) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.ConfigMap.EqualVT(that.ConfigMap) {
+		return false
+	}
+	if !this.Secret.EqualVT(that.Secret) {
+		return false
+	}
+	if !this.DownwardApi.EqualVT(that.DownwardApi) {
+		return false
+	}
+	if !this.ServiceAccountToken.EqualVT(that.ServiceAccountToken) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *VolumeProjection) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*VolumeProjection)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ServiceAccountTokenProjection) EqualVT(that *ServiceAccountTokenProjection) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Audience != that.Audience {
+		return false
+	}
+	if p, q := this.ExpirationSeconds, that.ExpirationSeconds; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if this.Path != that.Path {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ServiceAccountTokenProjection) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ServiceAccountTokenProjection)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ConfigMapProjection) EqualVT(that *ConfigMapProjection) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if len(this.Items) != len(that.Items) {
+		return false
+	}
+	for i, vx := range this.Items {
+		vy := that.Items[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &KeyToPath{}
+			}
+			if q == nil {
+				q = &KeyToPath{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if p, q := this.Optional, that.Optional; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ConfigMapProjection) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ConfigMapProjection)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *SecretProjection) EqualVT(that *SecretProjection) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if len(this.Items) != len(that.Items) {
+		return false
+	}
+	for i, vx := range this.Items {
+		vy := that.Items[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &KeyToPath{}
+			}
+			if q == nil {
+				q = &KeyToPath{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if p, q := this.Optional, that.Optional; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *SecretProjection) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*SecretProjection)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *DownwardAPIProjection) EqualVT(that *DownwardAPIProjection) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Items) != len(that.Items) {
+		return false
+	}
+	for i, vx := range this.Items {
+		vy := that.Items[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &DownwardAPIVolumeFile{}
+			}
+			if q == nil {
+				q = &DownwardAPIVolumeFile{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *DownwardAPIProjection) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*DownwardAPIProjection)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Toleration) EqualVT(that *Toleration) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Key != that.Key {
+		return false
+	}
+	if this.Operator != that.Operator {
+		return false
+	}
+	if this.Value != that.Value {
+		return false
+	}
+	if this.Effect != that.Effect {
+		return false
+	}
+	if p, q := this.TolerationSeconds, that.TolerationSeconds; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Toleration) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Toleration)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeSelectorRequirement) EqualVT(that *NodeSelectorRequirement) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Key != that.Key {
+		return false
+	}
+	if this.Operator != that.Operator {
+		return false
+	}
+	if len(this.Values) != len(that.Values) {
+		return false
+	}
+	for i, vx := range this.Values {
+		vy := that.Values[i]
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeSelectorRequirement) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeSelectorRequirement)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeSelectorTerm) EqualVT(that *NodeSelectorTerm) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.MatchExpressions) != len(that.MatchExpressions) {
+		return false
+	}
+	for i, vx := range this.MatchExpressions {
+		vy := that.MatchExpressions[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &NodeSelectorRequirement{}
+			}
+			if q == nil {
+				q = &NodeSelectorRequirement{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.MatchFields) != len(that.MatchFields) {
+		return false
+	}
+	for i, vx := range this.MatchFields {
+		vy := that.MatchFields[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &NodeSelectorRequirement{}
+			}
+			if q == nil {
+				q = &NodeSelectorRequirement{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeSelectorTerm) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeSelectorTerm)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeSelector) EqualVT(that *NodeSelector) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.NodeSelectorTerms) != len(that.NodeSelectorTerms) {
+		return false
+	}
+	for i, vx := range this.NodeSelectorTerms {
+		vy := that.NodeSelectorTerms[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &NodeSelectorTerm{}
+			}
+			if q == nil {
+				q = &NodeSelectorTerm{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeSelector) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeSelector)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PreferredSchedulingTerm) EqualVT(that *PreferredSchedulingTerm) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Weight != that.Weight {
+		return false
+	}
+	if !this.Preference.EqualVT(that.Preference) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PreferredSchedulingTerm) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PreferredSchedulingTerm)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeAffinity) EqualVT(that *NodeAffinity) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.RequiredDuringSchedulingIgnoredDuringExecution.EqualVT(that.RequiredDuringSchedulingIgnoredDuringExecution) {
+		return false
+	}
+	if len(this.PreferredDuringSchedulingIgnoredDuringExecution) != len(that.PreferredDuringSchedulingIgnoredDuringExecution) {
+		return false
+	}
+	for i, vx := range this.PreferredDuringSchedulingIgnoredDuringExecution {
+		vy := that.PreferredDuringSchedulingIgnoredDuringExecution[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &PreferredSchedulingTerm{}
+			}
+			if q == nil {
+				q = &PreferredSchedulingTerm{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeAffinity) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeAffinity)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *LabelSelectorRequirement) EqualVT(that *LabelSelectorRequirement) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Key != that.Key {
+		return false
+	}
+	if this.Operator != that.Operator {
+		return false
+	}
+	if len(this.Values) != len(that.Values) {
+		return false
+	}
+	for i, vx := range this.Values {
+		vy := that.Values[i]
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *LabelSelectorRequirement) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*LabelSelectorRequirement)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *LabelSelector) EqualVT(that *LabelSelector) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.MatchLabels) != len(that.MatchLabels) {
+		return false
+	}
+	for i, vx := range this.MatchLabels {
+		vy, ok := that.MatchLabels[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.MatchExpressions) != len(that.MatchExpressions) {
+		return false
+	}
+	for i, vx := range this.MatchExpressions {
+		vy := that.MatchExpressions[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &LabelSelectorRequirement{}
+			}
+			if q == nil {
+				q = &LabelSelectorRequirement{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *LabelSelector) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*LabelSelector)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodAffinityTerm) EqualVT(that *PodAffinityTerm) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.LabelSelector.EqualVT(that.LabelSelector) {
+		return false
+	}
+	if len(this.Namespaces) != len(that.Namespaces) {
+		return false
+	}
+	for i, vx := range this.Namespaces {
+		vy := that.Namespaces[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if this.TopologyKey != that.TopologyKey {
+		return false
+	}
+	if !this.NamespaceSelector.EqualVT(that.NamespaceSelector) {
+		return false
+	}
+	if len(this.MatchLabelKeys) != len(that.MatchLabelKeys) {
+		return false
+	}
+	for i, vx := range this.MatchLabelKeys {
+		vy := that.MatchLabelKeys[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.MismatchLabelKeys) != len(that.MismatchLabelKeys) {
+		return false
+	}
+	for i, vx := range this.MismatchLabelKeys {
+		vy := that.MismatchLabelKeys[i]
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodAffinityTerm) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodAffinityTerm)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *WeightedPodAffinityTerm) EqualVT(that *WeightedPodAffinityTerm) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Weight != that.Weight {
+		return false
+	}
+	if !this.PodAffinityTerm.EqualVT(that.PodAffinityTerm) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *WeightedPodAffinityTerm) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*WeightedPodAffinityTerm)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodAffinity) EqualVT(that *PodAffinity) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.RequiredDuringSchedulingIgnoredDuringExecution) != len(that.RequiredDuringSchedulingIgnoredDuringExecution) {
+		return false
+	}
+	for i, vx := range this.RequiredDuringSchedulingIgnoredDuringExecution {
+		vy := that.RequiredDuringSchedulingIgnoredDuringExecution[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &PodAffinityTerm{}
+			}
+			if q == nil {
+				q = &PodAffinityTerm{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.PreferredDuringSchedulingIgnoredDuringExecution) != len(that.PreferredDuringSchedulingIgnoredDuringExecution) {
+		return false
+	}
+	for i, vx := range this.PreferredDuringSchedulingIgnoredDuringExecution {
+		vy := that.PreferredDuringSchedulingIgnoredDuringExecution[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &WeightedPodAffinityTerm{}
+			}
+			if q == nil {
+				q = &WeightedPodAffinityTerm{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodAffinity) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodAffinity)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodAntiAffinity) EqualVT(that *PodAntiAffinity) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.RequiredDuringSchedulingIgnoredDuringExecution) != len(that.RequiredDuringSchedulingIgnoredDuringExecution) {
+		return false
+	}
+	for i, vx := range this.RequiredDuringSchedulingIgnoredDuringExecution {
+		vy := that.RequiredDuringSchedulingIgnoredDuringExecution[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &PodAffinityTerm{}
+			}
+			if q == nil {
+				q = &PodAffinityTerm{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.PreferredDuringSchedulingIgnoredDuringExecution) != len(that.PreferredDuringSchedulingIgnoredDuringExecution) {
+		return false
+	}
+	for i, vx := range this.PreferredDuringSchedulingIgnoredDuringExecution {
+		vy := that.PreferredDuringSchedulingIgnoredDuringExecution[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &WeightedPodAffinityTerm{}
+			}
+			if q == nil {
+				q = &WeightedPodAffinityTerm{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodAntiAffinity) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodAntiAffinity)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Affinity) EqualVT(that *Affinity) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.NodeAffinity.EqualVT(that.NodeAffinity) {
+		return false
+	}
+	if !this.PodAffinity.EqualVT(that.PodAffinity) {
+		return false
+	}
+	if !this.PodAntiAffinity.EqualVT(that.PodAntiAffinity) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Affinity) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Affinity)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *TopologySpreadConstraint) EqualVT(that *TopologySpreadConstraint) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.MaxSkew != that.MaxSkew {
+		return false
+	}
+	if this.TopologyKey != that.TopologyKey {
+		return false
+	}
+	if this.WhenUnsatisfiable != that.WhenUnsatisfiable {
+		return false
+	}
+	if !this.LabelSelector.EqualVT(that.LabelSelector) {
+		return false
+	}
+	if p, q := this.MinDomains, that.MinDomains; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.NodeAffinityPolicy, that.NodeAffinityPolicy; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.NodeTaintsPolicy, that.NodeTaintsPolicy; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if len(this.MatchLabelKeys) != len(that.MatchLabelKeys) {
+		return false
+	}
+	for i, vx := range this.MatchLabelKeys {
+		vy := that.MatchLabelKeys[i]
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *TopologySpreadConstraint) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*TopologySpreadConstraint)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodSchedulingGate) EqualVT(that *PodSchedulingGate) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodSchedulingGate) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodSchedulingGate)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodSpec) EqualVT(that *PodSpec) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Volumes) != len(that.Volumes) {
+		return false
+	}
+	for i, vx := range this.Volumes {
+		vy := that.Volumes[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Volume{}
+			}
+			if q == nil {
+				q = &Volume{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.InitContainers) != len(that.InitContainers) {
+		return false
+	}
+	for i, vx := range this.InitContainers {
+		vy := that.InitContainers[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Container{}
+			}
+			if q == nil {
+				q = &Container{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.Containers) != len(that.Containers) {
+		return false
+	}
+	for i, vx := range this.Containers {
+		vy := that.Containers[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Container{}
+			}
+			if q == nil {
+				q = &Container{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.RestartPolicy != that.RestartPolicy {
+		return false
+	}
+	if p, q := this.TerminationGracePeriodSeconds, that.TerminationGracePeriodSeconds; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if len(this.NodeSelector) != len(that.NodeSelector) {
+		return false
+	}
+	for i, vx := range this.NodeSelector {
+		vy, ok := that.NodeSelector[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if this.ServiceAccountName != that.ServiceAccountName {
+		return false
+	}
+	if this.NodeName != that.NodeName {
+		return false
+	}
+	if this.HostNetwork != that.HostNetwork {
+		return false
+	}
+	if this.HostPid != that.HostPid {
+		return false
+	}
+	if this.HostIpc != that.HostIpc {
+		return false
+	}
+	if !this.SecurityContext.EqualVT(that.SecurityContext) {
+		return false
+	}
+	if this.Hostname != that.Hostname {
+		return false
+	}
+	if !this.Affinity.EqualVT(that.Affinity) {
+		return false
+	}
+	if this.SchedulerName != that.SchedulerName {
+		return false
+	}
+	if len(this.Tolerations) != len(that.Tolerations) {
+		return false
+	}
+	for i, vx := range this.Tolerations {
+		vy := that.Tolerations[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Toleration{}
+			}
+			if q == nil {
+				q = &Toleration{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.PriorityClassName != that.PriorityClassName {
+		return false
+	}
+	if p, q := this.Priority, that.Priority; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.AutomountServiceAccountToken, that.AutomountServiceAccountToken; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.EnableServiceLinks, that.EnableServiceLinks; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if len(this.TopologySpreadConstraints) != len(that.TopologySpreadConstraints) {
+		return false
+	}
+	for i, vx := range this.TopologySpreadConstraints {
+		vy := that.TopologySpreadConstraints[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &TopologySpreadConstraint{}
+			}
+			if q == nil {
+				q = &TopologySpreadConstraint{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.SchedulingGates) != len(that.SchedulingGates) {
+		return false
+	}
+	for i, vx := range this.SchedulingGates {
+		vy := that.SchedulingGates[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &PodSchedulingGate{}
+			}
+			if q == nil {
+				q = &PodSchedulingGate{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.DnsPolicy != that.DnsPolicy {
+		return false
+	}
+	if !this.DnsConfig.EqualVT(that.DnsConfig) {
+		return false
+	}
+	if p, q := this.ShareProcessNamespace, that.ShareProcessNamespace; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.PreemptionPolicy, that.PreemptionPolicy; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.ActiveDeadlineSeconds, that.ActiveDeadlineSeconds; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if len(this.EphemeralContainers) != len(that.EphemeralContainers) {
+		return false
+	}
+	for i, vx := range this.EphemeralContainers {
+		vy := that.EphemeralContainers[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &EphemeralContainer{}
+			}
+			if q == nil {
+				q = &EphemeralContainer{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.ImagePullSecrets) != len(that.ImagePullSecrets) {
+		return false
+	}
+	for i, vx := range this.ImagePullSecrets {
+		vy := that.ImagePullSecrets[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &LocalObjectReference{}
+			}
+			if q == nil {
+				q = &LocalObjectReference{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodSpec) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodSpec)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodDNSConfig) EqualVT(that *PodDNSConfig) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Nameservers) != len(that.Nameservers) {
+		return false
+	}
+	for i, vx := range this.Nameservers {
+		vy := that.Nameservers[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Searches) != len(that.Searches) {
+		return false
+	}
+	for i, vx := range this.Searches {
+		vy := that.Searches[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Options) != len(that.Options) {
+		return false
+	}
+	for i, vx := range this.Options {
+		vy := that.Options[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &PodDNSConfigOption{}
+			}
+			if q == nil {
+				q = &PodDNSConfigOption{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodDNSConfig) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodDNSConfig)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodDNSConfigOption) EqualVT(that *PodDNSConfigOption) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if p, q := this.Value, that.Value; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodDNSConfigOption) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodDNSConfigOption)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodCondition) EqualVT(that *PodCondition) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if this.Status != that.Status {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.LastProbeTime).EqualVT((*timestamppb1.Timestamp)(that.LastProbeTime)) {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.LastTransitionTime).EqualVT((*timestamppb1.Timestamp)(that.LastTransitionTime)) {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodCondition) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodCondition)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ContainerStateWaiting) EqualVT(that *ContainerStateWaiting) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ContainerStateWaiting) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ContainerStateWaiting)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ContainerStateRunning) EqualVT(that *ContainerStateRunning) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.StartedAt).EqualVT((*timestamppb1.Timestamp)(that.StartedAt)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ContainerStateRunning) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ContainerStateRunning)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ContainerStateTerminated) EqualVT(that *ContainerStateTerminated) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.ExitCode != that.ExitCode {
+		return false
+	}
+	if this.Signal != that.Signal {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.StartedAt).EqualVT((*timestamppb1.Timestamp)(that.StartedAt)) {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.FinishedAt).EqualVT((*timestamppb1.Timestamp)(that.FinishedAt)) {
+		return false
+	}
+	if this.ContainerId != that.ContainerId {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ContainerStateTerminated) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ContainerStateTerminated)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ContainerState) EqualVT(that *ContainerState) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Waiting.EqualVT(that.Waiting) {
+		return false
+	}
+	if !this.Running.EqualVT(that.Running) {
+		return false
+	}
+	if !this.Terminated.EqualVT(that.Terminated) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ContainerState) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ContainerState)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ContainerStatus) EqualVT(that *ContainerStatus) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if !this.State.EqualVT(that.State) {
+		return false
+	}
+	if !this.LastTerminationState.EqualVT(that.LastTerminationState) {
+		return false
+	}
+	if this.Ready != that.Ready {
+		return false
+	}
+	if this.RestartCount != that.RestartCount {
+		return false
+	}
+	if this.Image != that.Image {
+		return false
+	}
+	if this.ImageId != that.ImageId {
+		return false
+	}
+	if this.ContainerId != that.ContainerId {
+		return false
+	}
+	if p, q := this.Started, that.Started; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ContainerStatus) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ContainerStatus)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodIP) EqualVT(that *PodIP) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Ip != that.Ip {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodIP) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodIP)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodStatus) EqualVT(that *PodStatus) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Phase != that.Phase {
+		return false
+	}
+	if len(this.Conditions) != len(that.Conditions) {
+		return false
+	}
+	for i, vx := range this.Conditions {
+		vy := that.Conditions[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &PodCondition{}
+			}
+			if q == nil {
+				q = &PodCondition{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.NominatedNodeName != that.NominatedNodeName {
+		return false
+	}
+	if this.HostIp != that.HostIp {
+		return false
+	}
+	if this.PodIp != that.PodIp {
+		return false
+	}
+	if len(this.PodIps) != len(that.PodIps) {
+		return false
+	}
+	for i, vx := range this.PodIps {
+		vy := that.PodIps[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &PodIP{}
+			}
+			if q == nil {
+				q = &PodIP{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if !(*timestamppb1.Timestamp)(this.StartTime).EqualVT((*timestamppb1.Timestamp)(that.StartTime)) {
+		return false
+	}
+	if len(this.InitContainerStatuses) != len(that.InitContainerStatuses) {
+		return false
+	}
+	for i, vx := range this.InitContainerStatuses {
+		vy := that.InitContainerStatuses[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &ContainerStatus{}
+			}
+			if q == nil {
+				q = &ContainerStatus{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.ContainerStatuses) != len(that.ContainerStatuses) {
+		return false
+	}
+	for i, vx := range this.ContainerStatuses {
+		vy := that.ContainerStatuses[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &ContainerStatus{}
+			}
+			if q == nil {
+				q = &ContainerStatus{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.QosClass != that.QosClass {
+		return false
+	}
+	if len(this.EphemeralContainerStatuses) != len(that.EphemeralContainerStatuses) {
+		return false
+	}
+	for i, vx := range this.EphemeralContainerStatuses {
+		vy := that.EphemeralContainerStatuses[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &ContainerStatus{}
+			}
+			if q == nil {
+				q = &ContainerStatus{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodStatus) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodStatus)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Pod) EqualVT(that *Pod) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if !this.Spec.EqualVT(that.Spec) {
+		return false
+	}
+	if !this.Status.EqualVT(that.Status) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Pod) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Pod)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Taint) EqualVT(that *Taint) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Key != that.Key {
+		return false
+	}
+	if this.Value != that.Value {
+		return false
+	}
+	if this.Effect != that.Effect {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.TimeAdded).EqualVT((*timestamppb1.Timestamp)(that.TimeAdded)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Taint) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Taint)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeSpec) EqualVT(that *NodeSpec) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.PodCidr != that.PodCidr {
+		return false
+	}
+	if len(this.PodCidrs) != len(that.PodCidrs) {
+		return false
+	}
+	for i, vx := range this.PodCidrs {
+		vy := that.PodCidrs[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if this.Unschedulable != that.Unschedulable {
+		return false
+	}
+	if len(this.Taints) != len(that.Taints) {
+		return false
+	}
+	for i, vx := range this.Taints {
+		vy := that.Taints[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Taint{}
+			}
+			if q == nil {
+				q = &Taint{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.ProviderId != that.ProviderId {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeSpec) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeSpec)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeCondition) EqualVT(that *NodeCondition) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if this.Status != that.Status {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.LastHeartbeatTime).EqualVT((*timestamppb1.Timestamp)(that.LastHeartbeatTime)) {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.LastTransitionTime).EqualVT((*timestamppb1.Timestamp)(that.LastTransitionTime)) {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeCondition) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeCondition)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeAddress) EqualVT(that *NodeAddress) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if this.Address != that.Address {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeAddress) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeAddress)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ContainerImage) EqualVT(that *ContainerImage) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Names) != len(that.Names) {
+		return false
+	}
+	for i, vx := range this.Names {
+		vy := that.Names[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if this.SizeBytes != that.SizeBytes {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ContainerImage) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ContainerImage)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeSystemInfo) EqualVT(that *NodeSystemInfo) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.MachineId != that.MachineId {
+		return false
+	}
+	if this.KernelVersion != that.KernelVersion {
+		return false
+	}
+	if this.OsImage != that.OsImage {
+		return false
+	}
+	if this.ContainerRuntimeVersion != that.ContainerRuntimeVersion {
+		return false
+	}
+	if this.KubeletVersion != that.KubeletVersion {
+		return false
+	}
+	if this.OperatingSystem != that.OperatingSystem {
+		return false
+	}
+	if this.Architecture != that.Architecture {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeSystemInfo) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeSystemInfo)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeStatus) EqualVT(that *NodeStatus) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Capacity) != len(that.Capacity) {
+		return false
+	}
+	for i, vx := range this.Capacity {
+		vy, ok := that.Capacity[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Allocatable) != len(that.Allocatable) {
+		return false
+	}
+	for i, vx := range this.Allocatable {
+		vy, ok := that.Allocatable[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if this.Phase != that.Phase {
+		return false
+	}
+	if len(this.Conditions) != len(that.Conditions) {
+		return false
+	}
+	for i, vx := range this.Conditions {
+		vy := that.Conditions[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &NodeCondition{}
+			}
+			if q == nil {
+				q = &NodeCondition{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.Addresses) != len(that.Addresses) {
+		return false
+	}
+	for i, vx := range this.Addresses {
+		vy := that.Addresses[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &NodeAddress{}
+			}
+			if q == nil {
+				q = &NodeAddress{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if !this.NodeInfo.EqualVT(that.NodeInfo) {
+		return false
+	}
+	if len(this.Images) != len(that.Images) {
+		return false
+	}
+	for i, vx := range this.Images {
+		vy := that.Images[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &ContainerImage{}
+			}
+			if q == nil {
+				q = &ContainerImage{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeStatus) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeStatus)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Node) EqualVT(that *Node) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if !this.Spec.EqualVT(that.Spec) {
+		return false
+	}
+	if !this.Status.EqualVT(that.Status) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Node) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Node)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ServicePort) EqualVT(that *ServicePort) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.Protocol != that.Protocol {
+		return false
+	}
+	if this.Port != that.Port {
+		return false
+	}
+	if !this.TargetPort.EqualVT(that.TargetPort) {
+		return false
+	}
+	if this.NodePort != that.NodePort {
+		return false
+	}
+	if p, q := this.AppProtocol, that.AppProtocol; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ServicePort) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ServicePort)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ServiceSpec) EqualVT(that *ServiceSpec) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Ports) != len(that.Ports) {
+		return false
+	}
+	for i, vx := range this.Ports {
+		vy := that.Ports[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &ServicePort{}
+			}
+			if q == nil {
+				q = &ServicePort{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.Selector) != len(that.Selector) {
+		return false
+	}
+	for i, vx := range this.Selector {
+		vy, ok := that.Selector[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if this.ClusterIp != that.ClusterIp {
+		return false
+	}
+	if len(this.ClusterIps) != len(that.ClusterIps) {
+		return false
+	}
+	for i, vx := range this.ClusterIps {
+		vy := that.ClusterIps[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if this.SessionAffinity != that.SessionAffinity {
+		return false
+	}
+	if this.PublishNotReadyAddresses != that.PublishNotReadyAddresses {
+		return false
+	}
+	if !this.SessionAffinityConfig.EqualVT(that.SessionAffinityConfig) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ServiceSpec) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ServiceSpec)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *SessionAffinityConfig) EqualVT(that *SessionAffinityConfig) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.ClientIp.EqualVT(that.ClientIp) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *SessionAffinityConfig) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*SessionAffinityConfig)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ClientIPConfig) EqualVT(that *ClientIPConfig) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if p, q := this.TimeoutSeconds, that.TimeoutSeconds; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ClientIPConfig) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ClientIPConfig)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ServiceStatus) EqualVT(that *ServiceStatus) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ServiceStatus) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ServiceStatus)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Service) EqualVT(that *Service) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if !this.Spec.EqualVT(that.Spec) {
+		return false
+	}
+	if !this.Status.EqualVT(that.Status) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Service) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Service)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *EndpointConditions) EqualVT(that *EndpointConditions) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if p, q := this.Ready, that.Ready; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.Serving, that.Serving; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.Terminating, that.Terminating; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *EndpointConditions) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*EndpointConditions)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ObjectReference) EqualVT(that *ObjectReference) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Kind != that.Kind {
+		return false
+	}
+	if this.Namespace != that.Namespace {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.Uid != that.Uid {
+		return false
+	}
+	if this.ApiVersion != that.ApiVersion {
+		return false
+	}
+	if this.ResourceVersion != that.ResourceVersion {
+		return false
+	}
+	if this.FieldPath != that.FieldPath {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ObjectReference) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ObjectReference)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Endpoint) EqualVT(that *Endpoint) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Addresses) != len(that.Addresses) {
+		return false
+	}
+	for i, vx := range this.Addresses {
+		vy := that.Addresses[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if !this.Conditions.EqualVT(that.Conditions) {
+		return false
+	}
+	if p, q := this.Hostname, that.Hostname; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if !this.TargetRef.EqualVT(that.TargetRef) {
+		return false
+	}
+	if p, q := this.NodeName, that.NodeName; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Endpoint) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Endpoint)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *EndpointPort) EqualVT(that *EndpointPort) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if p, q := this.Name, that.Name; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.Protocol, that.Protocol; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.Port, that.Port; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.AppProtocol, that.AppProtocol; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *EndpointPort) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*EndpointPort)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *EndpointSlice) EqualVT(that *EndpointSlice) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if this.AddressType != that.AddressType {
+		return false
+	}
+	if len(this.Endpoints) != len(that.Endpoints) {
+		return false
+	}
+	for i, vx := range this.Endpoints {
+		vy := that.Endpoints[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Endpoint{}
+			}
+			if q == nil {
+				q = &Endpoint{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.Ports) != len(that.Ports) {
+		return false
+	}
+	for i, vx := range this.Ports {
+		vy := that.Ports[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &EndpointPort{}
+			}
+			if q == nil {
+				q = &EndpointPort{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *EndpointSlice) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*EndpointSlice)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NamespaceSpec) EqualVT(that *NamespaceSpec) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Finalizers) != len(that.Finalizers) {
+		return false
+	}
+	for i, vx := range this.Finalizers {
+		vy := that.Finalizers[i]
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NamespaceSpec) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NamespaceSpec)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NamespaceStatus) EqualVT(that *NamespaceStatus) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Phase != that.Phase {
+		return false
+	}
+	if len(this.Conditions) != len(that.Conditions) {
+		return false
+	}
+	for i, vx := range this.Conditions {
+		vy := that.Conditions[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &NamespaceCondition{}
+			}
+			if q == nil {
+				q = &NamespaceCondition{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NamespaceStatus) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NamespaceStatus)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NamespaceCondition) EqualVT(that *NamespaceCondition) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if this.Status != that.Status {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.LastTransitionTime).EqualVT((*timestamppb1.Timestamp)(that.LastTransitionTime)) {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NamespaceCondition) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NamespaceCondition)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Namespace) EqualVT(that *Namespace) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if !this.Spec.EqualVT(that.Spec) {
+		return false
+	}
+	if !this.Status.EqualVT(that.Status) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Namespace) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Namespace)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *LocalObjectReference) EqualVT(that *LocalObjectReference) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *LocalObjectReference) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*LocalObjectReference)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ServiceAccount) EqualVT(that *ServiceAccount) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if len(this.Secrets) != len(that.Secrets) {
+		return false
+	}
+	for i, vx := range this.Secrets {
+		vy := that.Secrets[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &ObjectReference{}
+			}
+			if q == nil {
+				q = &ObjectReference{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.ImagePullSecrets) != len(that.ImagePullSecrets) {
+		return false
+	}
+	for i, vx := range this.ImagePullSecrets {
+		vy := that.ImagePullSecrets[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &LocalObjectReference{}
+			}
+			if q == nil {
+				q = &LocalObjectReference{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if p, q := this.AutomountServiceAccountToken, that.AutomountServiceAccountToken; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ServiceAccount) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ServiceAccount)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ConfigMap) EqualVT(that *ConfigMap) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if len(this.Data) != len(that.Data) {
+		return false
+	}
+	for i, vx := range this.Data {
+		vy, ok := that.Data[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.BinaryData) != len(that.BinaryData) {
+		return false
+	}
+	for i, vx := range this.BinaryData {
+		vy, ok := that.BinaryData[i]
+		if !ok {
+			return false
+		}
+		if string(vx) != string(vy) {
+			return false
+		}
+	}
+	if p, q := this.Immutable, that.Immutable; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ConfigMap) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ConfigMap)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Secret) EqualVT(that *Secret) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if len(this.Data) != len(that.Data) {
+		return false
+	}
+	for i, vx := range this.Data {
+		vy, ok := that.Data[i]
+		if !ok {
+			return false
+		}
+		if string(vx) != string(vy) {
+			return false
+		}
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if p, q := this.Immutable, that.Immutable; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Secret) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Secret)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PolicyRule) EqualVT(that *PolicyRule) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Verbs) != len(that.Verbs) {
+		return false
+	}
+	for i, vx := range this.Verbs {
+		vy := that.Verbs[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.ApiGroups) != len(that.ApiGroups) {
+		return false
+	}
+	for i, vx := range this.ApiGroups {
+		vy := that.ApiGroups[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Resources) != len(that.Resources) {
+		return false
+	}
+	for i, vx := range this.Resources {
+		vy := that.Resources[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.ResourceNames) != len(that.ResourceNames) {
+		return false
+	}
+	for i, vx := range this.ResourceNames {
+		vy := that.ResourceNames[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.NonResourceUrls) != len(that.NonResourceUrls) {
+		return false
+	}
+	for i, vx := range this.NonResourceUrls {
+		vy := that.NonResourceUrls[i]
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PolicyRule) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PolicyRule)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Role) EqualVT(that *Role) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if len(this.Rules) != len(that.Rules) {
+		return false
+	}
+	for i, vx := range this.Rules {
+		vy := that.Rules[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &PolicyRule{}
+			}
+			if q == nil {
+				q = &PolicyRule{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Role) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Role)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ClusterRole) EqualVT(that *ClusterRole) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if len(this.Rules) != len(that.Rules) {
+		return false
+	}
+	for i, vx := range this.Rules {
+		vy := that.Rules[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &PolicyRule{}
+			}
+			if q == nil {
+				q = &PolicyRule{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ClusterRole) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ClusterRole)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Subject) EqualVT(that *Subject) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Kind != that.Kind {
+		return false
+	}
+	if this.ApiGroup != that.ApiGroup {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.Namespace != that.Namespace {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Subject) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Subject)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *RoleRef) EqualVT(that *RoleRef) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.ApiGroup != that.ApiGroup {
+		return false
+	}
+	if this.Kind != that.Kind {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *RoleRef) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*RoleRef)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *RoleBinding) EqualVT(that *RoleBinding) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if len(this.Subjects) != len(that.Subjects) {
+		return false
+	}
+	for i, vx := range this.Subjects {
+		vy := that.Subjects[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Subject{}
+			}
+			if q == nil {
+				q = &Subject{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if !this.RoleRef.EqualVT(that.RoleRef) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *RoleBinding) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*RoleBinding)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ClusterRoleBinding) EqualVT(that *ClusterRoleBinding) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if len(this.Subjects) != len(that.Subjects) {
+		return false
+	}
+	for i, vx := range this.Subjects {
+		vy := that.Subjects[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Subject{}
+			}
+			if q == nil {
+				q = &Subject{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if !this.RoleRef.EqualVT(that.RoleRef) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ClusterRoleBinding) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ClusterRoleBinding)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *EventSource) EqualVT(that *EventSource) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Component != that.Component {
+		return false
+	}
+	if this.Host != that.Host {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *EventSource) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*EventSource)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Event) EqualVT(that *Event) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if !this.InvolvedObject.EqualVT(that.InvolvedObject) {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	if !this.Source.EqualVT(that.Source) {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.FirstTimestamp).EqualVT((*timestamppb1.Timestamp)(that.FirstTimestamp)) {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.LastTimestamp).EqualVT((*timestamppb1.Timestamp)(that.LastTimestamp)) {
+		return false
+	}
+	if this.Count != that.Count {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.EventTime).EqualVT((*timestamppb1.Timestamp)(that.EventTime)) {
+		return false
+	}
+	if this.Action != that.Action {
+		return false
+	}
+	if this.ReportingComponent != that.ReportingComponent {
+		return false
+	}
+	if this.ReportingInstance != that.ReportingInstance {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Event) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Event)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *LimitRangeItem) EqualVT(that *LimitRangeItem) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if len(this.Default) != len(that.Default) {
+		return false
+	}
+	for i, vx := range this.Default {
+		vy, ok := that.Default[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.DefaultRequest) != len(that.DefaultRequest) {
+		return false
+	}
+	for i, vx := range this.DefaultRequest {
+		vy, ok := that.DefaultRequest[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Max) != len(that.Max) {
+		return false
+	}
+	for i, vx := range this.Max {
+		vy, ok := that.Max[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Min) != len(that.Min) {
+		return false
+	}
+	for i, vx := range this.Min {
+		vy, ok := that.Min[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *LimitRangeItem) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*LimitRangeItem)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *LimitRangeSpec) EqualVT(that *LimitRangeSpec) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Limits) != len(that.Limits) {
+		return false
+	}
+	for i, vx := range this.Limits {
+		vy := that.Limits[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &LimitRangeItem{}
+			}
+			if q == nil {
+				q = &LimitRangeItem{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *LimitRangeSpec) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*LimitRangeSpec)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *LimitRange) EqualVT(that *LimitRange) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if !this.Spec.EqualVT(that.Spec) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *LimitRange) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*LimitRange)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *SidecarPolicySpec) EqualVT(that *SidecarPolicySpec) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Selector) != len(that.Selector) {
+		return false
+	}
+	for i, vx := range this.Selector {
+		vy, ok := that.Selector[i]
+		if !ok {
+			return false
+		}
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.Containers) != len(that.Containers) {
+		return false
+	}
+	for i, vx := range this.Containers {
+		vy := that.Containers[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Container{}
+			}
+			if q == nil {
+				q = &Container{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.InitContainers) != len(that.InitContainers) {
+		return false
+	}
+	for i, vx := range this.InitContainers {
+		vy := that.InitContainers[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Container{}
+			}
+			if q == nil {
+				q = &Container{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.Volumes) != len(that.Volumes) {
+		return false
+	}
+	for i, vx := range this.Volumes {
+		vy := that.Volumes[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Volume{}
+			}
+			if q == nil {
+				q = &Volume{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *SidecarPolicySpec) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*SidecarPolicySpec)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *SidecarPolicy) EqualVT(that *SidecarPolicy) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if !this.Spec.EqualVT(that.Spec) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *SidecarPolicy) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*SidecarPolicy)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *StatusCause) EqualVT(that *StatusCause) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	if this.Field != that.Field {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *StatusCause) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*StatusCause)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Status) EqualVT(that *Status) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Status != that.Status {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.Code != that.Code {
+		return false
+	}
+	if len(this.Causes) != len(that.Causes) {
+		return false
+	}
+	for i, vx := range this.Causes {
+		vy := that.Causes[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &StatusCause{}
+			}
+			if q == nil {
+				q = &StatusCause{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.Kind != that.Kind {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Status) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Status)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *UserInfo) EqualVT(that *UserInfo) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Username != that.Username {
+		return false
+	}
+	if this.Uid != that.Uid {
+		return false
+	}
+	if len(this.Groups) != len(that.Groups) {
+		return false
+	}
+	for i, vx := range this.Groups {
+		vy := that.Groups[i]
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *UserInfo) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*UserInfo)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeAllocation) EqualVT(that *NodeAllocation) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if len(this.Pods) != len(that.Pods) {
+		return false
+	}
+	for i, vx := range this.Pods {
+		vy, ok := that.Pods[i]
+		if !ok {
+			return false
+		}
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &AllocatedPod{}
+			}
+			if q == nil {
+				q = &AllocatedPod{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeAllocation) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeAllocation)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *AllocatedPod) EqualVT(that *AllocatedPod) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Namespace != that.Namespace {
+		return false
+	}
+	if this.Name != that.Name {
+		return false
+	}
+	if this.MilliCpu != that.MilliCpu {
+		return false
+	}
+	if this.MemoryBytes != that.MemoryBytes {
+		return false
+	}
+	if len(this.HostPorts) != len(that.HostPorts) {
+		return false
+	}
+	for i, vx := range this.HostPorts {
+		vy := that.HostPorts[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &ContainerPort{}
+			}
+			if q == nil {
+				q = &ContainerPort{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.EphemeralStorageBytes != that.EphemeralStorageBytes {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *AllocatedPod) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*AllocatedPod)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PriorityClass) EqualVT(that *PriorityClass) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Metadata.EqualVT(that.Metadata) {
+		return false
+	}
+	if this.Value != that.Value {
+		return false
+	}
+	if this.GlobalDefault != that.GlobalDefault {
+		return false
+	}
+	if this.Description != that.Description {
+		return false
+	}
+	if p, q := this.PreemptionPolicy, that.PreemptionPolicy; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PriorityClass) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PriorityClass)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
 func (m *OwnerReference) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {
 		return nil, nil
@@ -179,7 +8077,7 @@ func (m *ObjectMeta) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		}
 	}
 	if m.DeletionTimestamp != nil {
-		size, err := (*timestamppb.Timestamp)(m.DeletionTimestamp).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.DeletionTimestamp).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -189,7 +8087,7 @@ func (m *ObjectMeta) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x4a
 	}
 	if m.CreationTimestamp != nil {
-		size, err := (*timestamppb.Timestamp)(m.CreationTimestamp).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.CreationTimestamp).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -310,7 +8208,7 @@ func (m *ManagedFieldsEntry) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x3a
 	}
 	if m.FieldsV1 != nil {
-		size, err := (*structpb.Struct)(m.FieldsV1).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*structpb1.Struct)(m.FieldsV1).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -327,7 +8225,7 @@ func (m *ManagedFieldsEntry) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x2a
 	}
 	if m.Time != nil {
-		size, err := (*timestamppb.Timestamp)(m.Time).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.Time).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -4751,7 +12649,7 @@ func (m *PodCondition) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x2a
 	}
 	if m.LastTransitionTime != nil {
-		size, err := (*timestamppb.Timestamp)(m.LastTransitionTime).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.LastTransitionTime).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -4761,7 +12659,7 @@ func (m *PodCondition) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x22
 	}
 	if m.LastProbeTime != nil {
-		size, err := (*timestamppb.Timestamp)(m.LastProbeTime).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.LastProbeTime).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -4865,7 +12763,7 @@ func (m *ContainerStateRunning) MarshalToSizedBufferVT(dAtA []byte) (int, error)
 		copy(dAtA[i:], m.unknownFields)
 	}
 	if m.StartedAt != nil {
-		size, err := (*timestamppb.Timestamp)(m.StartedAt).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.StartedAt).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -4915,7 +12813,7 @@ func (m *ContainerStateTerminated) MarshalToSizedBufferVT(dAtA []byte) (int, err
 		dAtA[i] = 0x3a
 	}
 	if m.FinishedAt != nil {
-		size, err := (*timestamppb.Timestamp)(m.FinishedAt).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.FinishedAt).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -4925,7 +12823,7 @@ func (m *ContainerStateTerminated) MarshalToSizedBufferVT(dAtA []byte) (int, err
 		dAtA[i] = 0x32
 	}
 	if m.StartedAt != nil {
-		size, err := (*timestamppb.Timestamp)(m.StartedAt).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.StartedAt).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -5244,7 +13142,7 @@ func (m *PodStatus) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		}
 	}
 	if m.StartTime != nil {
-		size, err := (*timestamppb.Timestamp)(m.StartTime).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.StartTime).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -5416,7 +13314,7 @@ func (m *Taint) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		copy(dAtA[i:], m.unknownFields)
 	}
 	if m.TimeAdded != nil {
-		size, err := (*timestamppb.Timestamp)(m.TimeAdded).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.TimeAdded).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -5572,7 +13470,7 @@ func (m *NodeCondition) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x2a
 	}
 	if m.LastTransitionTime != nil {
-		size, err := (*timestamppb.Timestamp)(m.LastTransitionTime).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.LastTransitionTime).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -5582,7 +13480,7 @@ func (m *NodeCondition) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x22
 	}
 	if m.LastHeartbeatTime != nil {
-		size, err := (*timestamppb.Timestamp)(m.LastHeartbeatTime).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.LastHeartbeatTime).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -6829,7 +14727,7 @@ func (m *NamespaceCondition) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x22
 	}
 	if m.LastTransitionTime != nil {
-		size, err := (*timestamppb.Timestamp)(m.LastTransitionTime).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.LastTransitionTime).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -7737,7 +15635,7 @@ func (m *Event) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x5a
 	}
 	if m.EventTime != nil {
-		size, err := (*timestamppb.Timestamp)(m.EventTime).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.EventTime).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -7759,7 +15657,7 @@ func (m *Event) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x40
 	}
 	if m.LastTimestamp != nil {
-		size, err := (*timestamppb.Timestamp)(m.LastTimestamp).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.LastTimestamp).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -7769,7 +15667,7 @@ func (m *Event) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x3a
 	}
 	if m.FirstTimestamp != nil {
-		size, err := (*timestamppb.Timestamp)(m.FirstTimestamp).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.FirstTimestamp).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -8660,11 +16558,11 @@ func (m *ObjectMeta) SizeVT() (n int) {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Generation))
 	}
 	if m.CreationTimestamp != nil {
-		l = (*timestamppb.Timestamp)(m.CreationTimestamp).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.CreationTimestamp).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.DeletionTimestamp != nil {
-		l = (*timestamppb.Timestamp)(m.DeletionTimestamp).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.DeletionTimestamp).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if len(m.OwnerReferences) > 0 {
@@ -8715,7 +16613,7 @@ func (m *ManagedFieldsEntry) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.Time != nil {
-		l = (*timestamppb.Timestamp)(m.Time).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.Time).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.FieldsType)
@@ -8723,7 +16621,7 @@ func (m *ManagedFieldsEntry) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.FieldsV1 != nil {
-		l = (*structpb.Struct)(m.FieldsV1).SizeVT()
+		l = (*structpb1.Struct)(m.FieldsV1).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.Subresource)
@@ -10460,11 +18358,11 @@ func (m *PodCondition) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.LastProbeTime != nil {
-		l = (*timestamppb.Timestamp)(m.LastProbeTime).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.LastProbeTime).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.LastTransitionTime != nil {
-		l = (*timestamppb.Timestamp)(m.LastTransitionTime).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.LastTransitionTime).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.Reason)
@@ -10504,7 +18402,7 @@ func (m *ContainerStateRunning) SizeVT() (n int) {
 	var l int
 	_ = l
 	if m.StartedAt != nil {
-		l = (*timestamppb.Timestamp)(m.StartedAt).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.StartedAt).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
@@ -10532,11 +18430,11 @@ func (m *ContainerStateTerminated) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.StartedAt != nil {
-		l = (*timestamppb.Timestamp)(m.StartedAt).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.StartedAt).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.FinishedAt != nil {
-		l = (*timestamppb.Timestamp)(m.FinishedAt).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.FinishedAt).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.ContainerId)
@@ -10669,7 +18567,7 @@ func (m *PodStatus) SizeVT() (n int) {
 		}
 	}
 	if m.StartTime != nil {
-		l = (*timestamppb.Timestamp)(m.StartTime).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.StartTime).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if len(m.InitContainerStatuses) > 0 {
@@ -10739,7 +18637,7 @@ func (m *Taint) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.TimeAdded != nil {
-		l = (*timestamppb.Timestamp)(m.TimeAdded).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.TimeAdded).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
@@ -10794,11 +18692,11 @@ func (m *NodeCondition) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.LastHeartbeatTime != nil {
-		l = (*timestamppb.Timestamp)(m.LastHeartbeatTime).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.LastHeartbeatTime).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.LastTransitionTime != nil {
-		l = (*timestamppb.Timestamp)(m.LastTransitionTime).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.LastTransitionTime).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.Reason)
@@ -11297,7 +19195,7 @@ func (m *NamespaceCondition) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.LastTransitionTime != nil {
-		l = (*timestamppb.Timestamp)(m.LastTransitionTime).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.LastTransitionTime).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.Reason)
@@ -11662,11 +19560,11 @@ func (m *Event) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.FirstTimestamp != nil {
-		l = (*timestamppb.Timestamp)(m.FirstTimestamp).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.FirstTimestamp).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.LastTimestamp != nil {
-		l = (*timestamppb.Timestamp)(m.LastTimestamp).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.LastTimestamp).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.Count != 0 {
@@ -11677,7 +19575,7 @@ func (m *Event) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.EventTime != nil {
-		l = (*timestamppb.Timestamp)(m.EventTime).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.EventTime).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.Action)
@@ -12682,9 +20580,9 @@ func (m *ObjectMeta) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.CreationTimestamp == nil {
-				m.CreationTimestamp = &timestamppb1.Timestamp{}
+				m.CreationTimestamp = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.CreationTimestamp).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.CreationTimestamp).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -12718,9 +20616,9 @@ func (m *ObjectMeta) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.DeletionTimestamp == nil {
-				m.DeletionTimestamp = &timestamppb1.Timestamp{}
+				m.DeletionTimestamp = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.DeletionTimestamp).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.DeletionTimestamp).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -13053,9 +20951,9 @@ func (m *ManagedFieldsEntry) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.Time == nil {
-				m.Time = &timestamppb1.Timestamp{}
+				m.Time = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.Time).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.Time).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -13121,9 +21019,9 @@ func (m *ManagedFieldsEntry) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.FieldsV1 == nil {
-				m.FieldsV1 = &structpb1.Struct{}
+				m.FieldsV1 = &structpb.Struct{}
 			}
-			if err := (*structpb.Struct)(m.FieldsV1).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*structpb1.Struct)(m.FieldsV1).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -24662,9 +32560,9 @@ func (m *PodCondition) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.LastProbeTime == nil {
-				m.LastProbeTime = &timestamppb1.Timestamp{}
+				m.LastProbeTime = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.LastProbeTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.LastProbeTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -24698,9 +32596,9 @@ func (m *PodCondition) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.LastTransitionTime == nil {
-				m.LastTransitionTime = &timestamppb1.Timestamp{}
+				m.LastTransitionTime = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.LastTransitionTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.LastTransitionTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -24964,9 +32862,9 @@ func (m *ContainerStateRunning) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.StartedAt == nil {
-				m.StartedAt = &timestamppb1.Timestamp{}
+				m.StartedAt = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.StartedAt).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.StartedAt).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -25153,9 +33051,9 @@ func (m *ContainerStateTerminated) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.StartedAt == nil {
-				m.StartedAt = &timestamppb1.Timestamp{}
+				m.StartedAt = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.StartedAt).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.StartedAt).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -25189,9 +33087,9 @@ func (m *ContainerStateTerminated) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.FinishedAt == nil {
-				m.FinishedAt = &timestamppb1.Timestamp{}
+				m.FinishedAt = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.FinishedAt).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.FinishedAt).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -26121,9 +34019,9 @@ func (m *PodStatus) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.StartTime == nil {
-				m.StartTime = &timestamppb1.Timestamp{}
+				m.StartTime = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.StartTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.StartTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -26597,9 +34495,9 @@ func (m *Taint) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.TimeAdded == nil {
-				m.TimeAdded = &timestamppb1.Timestamp{}
+				m.TimeAdded = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.TimeAdded).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.TimeAdded).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -26949,9 +34847,9 @@ func (m *NodeCondition) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.LastHeartbeatTime == nil {
-				m.LastHeartbeatTime = &timestamppb1.Timestamp{}
+				m.LastHeartbeatTime = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.LastHeartbeatTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.LastHeartbeatTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -26985,9 +34883,9 @@ func (m *NodeCondition) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.LastTransitionTime == nil {
-				m.LastTransitionTime = &timestamppb1.Timestamp{}
+				m.LastTransitionTime = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.LastTransitionTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.LastTransitionTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -30479,9 +38377,9 @@ func (m *NamespaceCondition) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.LastTransitionTime == nil {
-				m.LastTransitionTime = &timestamppb1.Timestamp{}
+				m.LastTransitionTime = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.LastTransitionTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.LastTransitionTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -33059,9 +40957,9 @@ func (m *Event) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.FirstTimestamp == nil {
-				m.FirstTimestamp = &timestamppb1.Timestamp{}
+				m.FirstTimestamp = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.FirstTimestamp).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.FirstTimestamp).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -33095,9 +40993,9 @@ func (m *Event) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.LastTimestamp == nil {
-				m.LastTimestamp = &timestamppb1.Timestamp{}
+				m.LastTimestamp = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.LastTimestamp).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.LastTimestamp).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -33182,9 +41080,9 @@ func (m *Event) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.EventTime == nil {
-				m.EventTime = &timestamppb1.Timestamp{}
+				m.EventTime = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.EventTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.EventTime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex

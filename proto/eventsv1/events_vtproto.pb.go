@@ -7,10 +7,11 @@ package eventsv1
 import (
 	fmt "fmt"
 	protohelpers "github.com/planetscale/vtprotobuf/protohelpers"
-	timestamppb "github.com/planetscale/vtprotobuf/types/known/timestamppb"
+	timestamppb1 "github.com/planetscale/vtprotobuf/types/known/timestamppb"
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	proto "google.golang.org/protobuf/proto"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	timestamppb1 "google.golang.org/protobuf/types/known/timestamppb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	io "io"
 )
 
@@ -21,6 +22,2306 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+func (m *Envelope) CloneVT() *Envelope {
+	if m == nil {
+		return (*Envelope)(nil)
+	}
+	r := new(Envelope)
+	r.Id = m.Id
+	r.PodUid = m.PodUid
+	r.RequestId = m.RequestId
+	r.Namespace = m.Namespace
+	r.PodName = m.PodName
+	r.NodeName = m.NodeName
+	r.Time = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.Time).CloneVT())
+	r.Stage = m.Stage
+	r.Replica = m.Replica
+	r.Attempt = m.Attempt
+	r.Generation = m.Generation
+	r.Traceparent = m.Traceparent
+	r.HandledStart = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.HandledStart).CloneVT())
+	r.HandledEnd = (*timestamppb.Timestamp)((*timestamppb1.Timestamp)(m.HandledEnd).CloneVT())
+	r.CausedBy = m.CausedBy
+	r.Redeliveries = m.Redeliveries
+	if m.Payload != nil {
+		r.Payload = m.Payload.(interface{ CloneVT() isEnvelope_Payload }).CloneVT()
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Envelope) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Envelope_PodRequested) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodRequested)(nil)
+	}
+	r := new(Envelope_PodRequested)
+	r.PodRequested = m.PodRequested.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodAuthorized) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodAuthorized)(nil)
+	}
+	r := new(Envelope_PodAuthorized)
+	r.PodAuthorized = m.PodAuthorized.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodAdmitted) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodAdmitted)(nil)
+	}
+	r := new(Envelope_PodAdmitted)
+	r.PodAdmitted = m.PodAdmitted.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodPersisted) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodPersisted)(nil)
+	}
+	r := new(Envelope_PodPersisted)
+	r.PodPersisted = m.PodPersisted.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodScheduled) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodScheduled)(nil)
+	}
+	r := new(Envelope_PodScheduled)
+	r.PodScheduled = m.PodScheduled.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodUnschedulable) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodUnschedulable)(nil)
+	}
+	r := new(Envelope_PodUnschedulable)
+	r.PodUnschedulable = m.PodUnschedulable.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodSandboxReady) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodSandboxReady)(nil)
+	}
+	r := new(Envelope_PodSandboxReady)
+	r.PodSandboxReady = m.PodSandboxReady.CloneVT()
+	return r
+}
+
+func (m *Envelope_ImagePulled) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_ImagePulled)(nil)
+	}
+	r := new(Envelope_ImagePulled)
+	r.ImagePulled = m.ImagePulled.CloneVT()
+	return r
+}
+
+func (m *Envelope_ContainerStarted) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_ContainerStarted)(nil)
+	}
+	r := new(Envelope_ContainerStarted)
+	r.ContainerStarted = m.ContainerStarted.CloneVT()
+	return r
+}
+
+func (m *Envelope_ContainerExited) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_ContainerExited)(nil)
+	}
+	r := new(Envelope_ContainerExited)
+	r.ContainerExited = m.ContainerExited.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodRunning) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodRunning)(nil)
+	}
+	r := new(Envelope_PodRunning)
+	r.PodRunning = m.PodRunning.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodReady) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodReady)(nil)
+	}
+	r := new(Envelope_PodReady)
+	r.PodReady = m.PodReady.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodNotReady) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodNotReady)(nil)
+	}
+	r := new(Envelope_PodNotReady)
+	r.PodNotReady = m.PodNotReady.CloneVT()
+	return r
+}
+
+func (m *Envelope_EndpointsUpdated) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_EndpointsUpdated)(nil)
+	}
+	r := new(Envelope_EndpointsUpdated)
+	r.EndpointsUpdated = m.EndpointsUpdated.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodRejected) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodRejected)(nil)
+	}
+	r := new(Envelope_PodRejected)
+	r.PodRejected = m.PodRejected.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodFailed) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodFailed)(nil)
+	}
+	r := new(Envelope_PodFailed)
+	r.PodFailed = m.PodFailed.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodDeleteRequested) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodDeleteRequested)(nil)
+	}
+	r := new(Envelope_PodDeleteRequested)
+	r.PodDeleteRequested = m.PodDeleteRequested.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodTerminating) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodTerminating)(nil)
+	}
+	r := new(Envelope_PodTerminating)
+	r.PodTerminating = m.PodTerminating.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodDeleted) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodDeleted)(nil)
+	}
+	r := new(Envelope_PodDeleted)
+	r.PodDeleted = m.PodDeleted.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodStatusReport) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodStatusReport)(nil)
+	}
+	r := new(Envelope_PodStatusReport)
+	r.PodStatusReport = m.PodStatusReport.CloneVT()
+	return r
+}
+
+func (m *Envelope_NodeHeartbeat) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_NodeHeartbeat)(nil)
+	}
+	r := new(Envelope_NodeHeartbeat)
+	r.NodeHeartbeat = m.NodeHeartbeat.CloneVT()
+	return r
+}
+
+func (m *Envelope_ImagePulling) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_ImagePulling)(nil)
+	}
+	r := new(Envelope_ImagePulling)
+	r.ImagePulling = m.ImagePulling.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodSchedulingConflict) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodSchedulingConflict)(nil)
+	}
+	r := new(Envelope_PodSchedulingConflict)
+	r.PodSchedulingConflict = m.PodSchedulingConflict.CloneVT()
+	return r
+}
+
+func (m *Envelope_PodKilled) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_PodKilled)(nil)
+	}
+	r := new(Envelope_PodKilled)
+	r.PodKilled = m.PodKilled.CloneVT()
+	return r
+}
+
+func (m *Envelope_DeadLetter) CloneVT() isEnvelope_Payload {
+	if m == nil {
+		return (*Envelope_DeadLetter)(nil)
+	}
+	r := new(Envelope_DeadLetter)
+	r.DeadLetter = m.DeadLetter.CloneVT()
+	return r
+}
+
+func (m *PodRequested) CloneVT() *PodRequested {
+	if m == nil {
+		return (*PodRequested)(nil)
+	}
+	r := new(PodRequested)
+	r.Pod = m.Pod.CloneVT()
+	r.Token = m.Token
+	r.ReplyTo = m.ReplyTo
+	r.DryRun = m.DryRun
+	r.User = m.User.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodRequested) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodAuthorized) CloneVT() *PodAuthorized {
+	if m == nil {
+		return (*PodAuthorized)(nil)
+	}
+	r := new(PodAuthorized)
+	r.Pod = m.Pod.CloneVT()
+	r.User = m.User.CloneVT()
+	r.ReplyTo = m.ReplyTo
+	r.DryRun = m.DryRun
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodAuthorized) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodAdmitted) CloneVT() *PodAdmitted {
+	if m == nil {
+		return (*PodAdmitted)(nil)
+	}
+	r := new(PodAdmitted)
+	r.Pod = m.Pod.CloneVT()
+	r.User = m.User.CloneVT()
+	r.ReplyTo = m.ReplyTo
+	r.DryRun = m.DryRun
+	if rhs := m.Mutations; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Mutations = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodAdmitted) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodPersisted) CloneVT() *PodPersisted {
+	if m == nil {
+		return (*PodPersisted)(nil)
+	}
+	r := new(PodPersisted)
+	r.Pod = m.Pod.CloneVT()
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodPersisted) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodScheduled) CloneVT() *PodScheduled {
+	if m == nil {
+		return (*PodScheduled)(nil)
+	}
+	r := new(PodScheduled)
+	r.NodeName = m.NodeName
+	r.Revision = m.Revision
+	r.Conflicts = m.Conflicts
+	r.FilterNanos = m.FilterNanos
+	r.ScoreNanos = m.ScoreNanos
+	r.BindNanos = m.BindNanos
+	r.Pod = m.Pod.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodScheduled) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeVerdict) CloneVT() *NodeVerdict {
+	if m == nil {
+		return (*NodeVerdict)(nil)
+	}
+	r := new(NodeVerdict)
+	r.Node = m.Node
+	if rhs := m.Reasons; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Reasons = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeVerdict) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodUnschedulable) CloneVT() *PodUnschedulable {
+	if m == nil {
+		return (*PodUnschedulable)(nil)
+	}
+	r := new(PodUnschedulable)
+	r.Reason = m.Reason
+	r.Message = m.Message
+	if rhs := m.Verdicts; rhs != nil {
+		tmpContainer := make([]*NodeVerdict, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Verdicts = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodUnschedulable) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodSchedulingConflict) CloneVT() *PodSchedulingConflict {
+	if m == nil {
+		return (*PodSchedulingConflict)(nil)
+	}
+	r := new(PodSchedulingConflict)
+	r.NodeName = m.NodeName
+	r.Message = m.Message
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodSchedulingConflict) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodSandboxReady) CloneVT() *PodSandboxReady {
+	if m == nil {
+		return (*PodSandboxReady)(nil)
+	}
+	r := new(PodSandboxReady)
+	r.SandboxId = m.SandboxId
+	r.PodIp = m.PodIp
+	r.HostIp = m.HostIp
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodSandboxReady) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ImagePulling) CloneVT() *ImagePulling {
+	if m == nil {
+		return (*ImagePulling)(nil)
+	}
+	r := new(ImagePulling)
+	r.Container = m.Container
+	r.Image = m.Image
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ImagePulling) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ImagePulled) CloneVT() *ImagePulled {
+	if m == nil {
+		return (*ImagePulled)(nil)
+	}
+	r := new(ImagePulled)
+	r.Container = m.Container
+	r.Image = m.Image
+	r.ImageId = m.ImageId
+	r.SizeBytes = m.SizeBytes
+	r.DurationNanos = m.DurationNanos
+	r.AlreadyPresent = m.AlreadyPresent
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ImagePulled) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ContainerStarted) CloneVT() *ContainerStarted {
+	if m == nil {
+		return (*ContainerStarted)(nil)
+	}
+	r := new(ContainerStarted)
+	r.Container = m.Container
+	r.ContainerId = m.ContainerId
+	r.RestartCount = m.RestartCount
+	r.Init = m.Init
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ContainerStarted) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ContainerExited) CloneVT() *ContainerExited {
+	if m == nil {
+		return (*ContainerExited)(nil)
+	}
+	r := new(ContainerExited)
+	r.Container = m.Container
+	r.ContainerId = m.ContainerId
+	r.ExitCode = m.ExitCode
+	r.Reason = m.Reason
+	r.RestartCount = m.RestartCount
+	r.Init = m.Init
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ContainerExited) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodRunning) CloneVT() *PodRunning {
+	if m == nil {
+		return (*PodRunning)(nil)
+	}
+	r := new(PodRunning)
+	r.PodIp = m.PodIp
+	r.HostIp = m.HostIp
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodRunning) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodReady) CloneVT() *PodReady {
+	if m == nil {
+		return (*PodReady)(nil)
+	}
+	r := new(PodReady)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodReady) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodNotReady) CloneVT() *PodNotReady {
+	if m == nil {
+		return (*PodNotReady)(nil)
+	}
+	r := new(PodNotReady)
+	r.Reason = m.Reason
+	r.Message = m.Message
+	r.Container = m.Container
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodNotReady) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EndpointsUpdated) CloneVT() *EndpointsUpdated {
+	if m == nil {
+		return (*EndpointsUpdated)(nil)
+	}
+	r := new(EndpointsUpdated)
+	r.Service = m.Service
+	r.Slice = m.Slice
+	r.ReadyEndpoints = m.ReadyEndpoints
+	r.Added = m.Added
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EndpointsUpdated) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodRejected) CloneVT() *PodRejected {
+	if m == nil {
+		return (*PodRejected)(nil)
+	}
+	r := new(PodRejected)
+	r.Status = m.Status.CloneVT()
+	r.ReplyTo = m.ReplyTo
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodRejected) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodFailed) CloneVT() *PodFailed {
+	if m == nil {
+		return (*PodFailed)(nil)
+	}
+	r := new(PodFailed)
+	r.Reason = m.Reason
+	r.Message = m.Message
+	r.Container = m.Container
+	r.Final = m.Final
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodFailed) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodStatusReport) CloneVT() *PodStatusReport {
+	if m == nil {
+		return (*PodStatusReport)(nil)
+	}
+	r := new(PodStatusReport)
+	r.Status = m.Status.CloneVT()
+	r.Seq = m.Seq
+	if rhs := m.Events; rhs != nil {
+		tmpContainer := make([]*EventRecord, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Events = tmpContainer
+	}
+	if rhs := m.Steps; rhs != nil {
+		tmpContainer := make([]*Envelope, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Steps = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodStatusReport) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EventRecord) CloneVT() *EventRecord {
+	if m == nil {
+		return (*EventRecord)(nil)
+	}
+	r := new(EventRecord)
+	r.Type = m.Type
+	r.Reason = m.Reason
+	r.Message = m.Message
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EventRecord) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodDeleteRequested) CloneVT() *PodDeleteRequested {
+	if m == nil {
+		return (*PodDeleteRequested)(nil)
+	}
+	r := new(PodDeleteRequested)
+	r.Token = m.Token
+	r.ReplyTo = m.ReplyTo
+	r.User = m.User.CloneVT()
+	if rhs := m.GracePeriodSeconds; rhs != nil {
+		tmpVal := *rhs
+		r.GracePeriodSeconds = &tmpVal
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodDeleteRequested) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodTerminating) CloneVT() *PodTerminating {
+	if m == nil {
+		return (*PodTerminating)(nil)
+	}
+	r := new(PodTerminating)
+	r.GracePeriodSeconds = m.GracePeriodSeconds
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodTerminating) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodKilled) CloneVT() *PodKilled {
+	if m == nil {
+		return (*PodKilled)(nil)
+	}
+	r := new(PodKilled)
+	if rhs := m.Containers; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Containers = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodKilled) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PodDeleted) CloneVT() *PodDeleted {
+	if m == nil {
+		return (*PodDeleted)(nil)
+	}
+	r := new(PodDeleted)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PodDeleted) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeHeartbeat) CloneVT() *NodeHeartbeat {
+	if m == nil {
+		return (*NodeHeartbeat)(nil)
+	}
+	r := new(NodeHeartbeat)
+	r.RunningPods = m.RunningPods
+	if rhs := m.Conditions; rhs != nil {
+		tmpContainer := make([]*corev1.NodeCondition, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Conditions = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeHeartbeat) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DeadLetter) CloneVT() *DeadLetter {
+	if m == nil {
+		return (*DeadLetter)(nil)
+	}
+	r := new(DeadLetter)
+	r.Stream = m.Stream
+	r.Consumer = m.Consumer
+	r.StreamSeq = m.StreamSeq
+	r.Subject = m.Subject
+	r.Deliveries = m.Deliveries
+	r.Error = m.Error
+	r.Code = m.Code
+	if rhs := m.Data; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Data = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DeadLetter) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (this *Envelope) EqualVT(that *Envelope) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Payload == nil && that.Payload != nil {
+		return false
+	} else if this.Payload != nil {
+		if that.Payload == nil {
+			return false
+		}
+		if !this.Payload.(interface{ EqualVT(isEnvelope_Payload) bool }).EqualVT(that.Payload) {
+			return false
+		}
+	}
+	if this.Id != that.Id {
+		return false
+	}
+	if this.PodUid != that.PodUid {
+		return false
+	}
+	if this.RequestId != that.RequestId {
+		return false
+	}
+	if this.Namespace != that.Namespace {
+		return false
+	}
+	if this.PodName != that.PodName {
+		return false
+	}
+	if this.NodeName != that.NodeName {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.Time).EqualVT((*timestamppb1.Timestamp)(that.Time)) {
+		return false
+	}
+	if this.Stage != that.Stage {
+		return false
+	}
+	if this.Replica != that.Replica {
+		return false
+	}
+	if this.Attempt != that.Attempt {
+		return false
+	}
+	if this.Generation != that.Generation {
+		return false
+	}
+	if this.Traceparent != that.Traceparent {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.HandledStart).EqualVT((*timestamppb1.Timestamp)(that.HandledStart)) {
+		return false
+	}
+	if !(*timestamppb1.Timestamp)(this.HandledEnd).EqualVT((*timestamppb1.Timestamp)(that.HandledEnd)) {
+		return false
+	}
+	if this.CausedBy != that.CausedBy {
+		return false
+	}
+	if this.Redeliveries != that.Redeliveries {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Envelope) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Envelope)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Envelope_PodRequested) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodRequested)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodRequested, that.PodRequested; p != q {
+		if p == nil {
+			p = &PodRequested{}
+		}
+		if q == nil {
+			q = &PodRequested{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodAuthorized) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodAuthorized)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodAuthorized, that.PodAuthorized; p != q {
+		if p == nil {
+			p = &PodAuthorized{}
+		}
+		if q == nil {
+			q = &PodAuthorized{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodAdmitted) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodAdmitted)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodAdmitted, that.PodAdmitted; p != q {
+		if p == nil {
+			p = &PodAdmitted{}
+		}
+		if q == nil {
+			q = &PodAdmitted{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodPersisted) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodPersisted)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodPersisted, that.PodPersisted; p != q {
+		if p == nil {
+			p = &PodPersisted{}
+		}
+		if q == nil {
+			q = &PodPersisted{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodScheduled) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodScheduled)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodScheduled, that.PodScheduled; p != q {
+		if p == nil {
+			p = &PodScheduled{}
+		}
+		if q == nil {
+			q = &PodScheduled{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodUnschedulable) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodUnschedulable)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodUnschedulable, that.PodUnschedulable; p != q {
+		if p == nil {
+			p = &PodUnschedulable{}
+		}
+		if q == nil {
+			q = &PodUnschedulable{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodSandboxReady) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodSandboxReady)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodSandboxReady, that.PodSandboxReady; p != q {
+		if p == nil {
+			p = &PodSandboxReady{}
+		}
+		if q == nil {
+			q = &PodSandboxReady{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_ImagePulled) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_ImagePulled)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.ImagePulled, that.ImagePulled; p != q {
+		if p == nil {
+			p = &ImagePulled{}
+		}
+		if q == nil {
+			q = &ImagePulled{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_ContainerStarted) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_ContainerStarted)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.ContainerStarted, that.ContainerStarted; p != q {
+		if p == nil {
+			p = &ContainerStarted{}
+		}
+		if q == nil {
+			q = &ContainerStarted{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_ContainerExited) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_ContainerExited)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.ContainerExited, that.ContainerExited; p != q {
+		if p == nil {
+			p = &ContainerExited{}
+		}
+		if q == nil {
+			q = &ContainerExited{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodRunning) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodRunning)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodRunning, that.PodRunning; p != q {
+		if p == nil {
+			p = &PodRunning{}
+		}
+		if q == nil {
+			q = &PodRunning{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodReady) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodReady)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodReady, that.PodReady; p != q {
+		if p == nil {
+			p = &PodReady{}
+		}
+		if q == nil {
+			q = &PodReady{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodNotReady) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodNotReady)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodNotReady, that.PodNotReady; p != q {
+		if p == nil {
+			p = &PodNotReady{}
+		}
+		if q == nil {
+			q = &PodNotReady{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_EndpointsUpdated) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_EndpointsUpdated)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.EndpointsUpdated, that.EndpointsUpdated; p != q {
+		if p == nil {
+			p = &EndpointsUpdated{}
+		}
+		if q == nil {
+			q = &EndpointsUpdated{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodRejected) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodRejected)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodRejected, that.PodRejected; p != q {
+		if p == nil {
+			p = &PodRejected{}
+		}
+		if q == nil {
+			q = &PodRejected{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodFailed) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodFailed)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodFailed, that.PodFailed; p != q {
+		if p == nil {
+			p = &PodFailed{}
+		}
+		if q == nil {
+			q = &PodFailed{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodDeleteRequested) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodDeleteRequested)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodDeleteRequested, that.PodDeleteRequested; p != q {
+		if p == nil {
+			p = &PodDeleteRequested{}
+		}
+		if q == nil {
+			q = &PodDeleteRequested{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodTerminating) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodTerminating)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodTerminating, that.PodTerminating; p != q {
+		if p == nil {
+			p = &PodTerminating{}
+		}
+		if q == nil {
+			q = &PodTerminating{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodDeleted) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodDeleted)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodDeleted, that.PodDeleted; p != q {
+		if p == nil {
+			p = &PodDeleted{}
+		}
+		if q == nil {
+			q = &PodDeleted{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodStatusReport) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodStatusReport)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodStatusReport, that.PodStatusReport; p != q {
+		if p == nil {
+			p = &PodStatusReport{}
+		}
+		if q == nil {
+			q = &PodStatusReport{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_NodeHeartbeat) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_NodeHeartbeat)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.NodeHeartbeat, that.NodeHeartbeat; p != q {
+		if p == nil {
+			p = &NodeHeartbeat{}
+		}
+		if q == nil {
+			q = &NodeHeartbeat{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_ImagePulling) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_ImagePulling)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.ImagePulling, that.ImagePulling; p != q {
+		if p == nil {
+			p = &ImagePulling{}
+		}
+		if q == nil {
+			q = &ImagePulling{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodSchedulingConflict) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodSchedulingConflict)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodSchedulingConflict, that.PodSchedulingConflict; p != q {
+		if p == nil {
+			p = &PodSchedulingConflict{}
+		}
+		if q == nil {
+			q = &PodSchedulingConflict{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_PodKilled) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_PodKilled)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.PodKilled, that.PodKilled; p != q {
+		if p == nil {
+			p = &PodKilled{}
+		}
+		if q == nil {
+			q = &PodKilled{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *Envelope_DeadLetter) EqualVT(thatIface isEnvelope_Payload) bool {
+	that, ok := thatIface.(*Envelope_DeadLetter)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.DeadLetter, that.DeadLetter; p != q {
+		if p == nil {
+			p = &DeadLetter{}
+		}
+		if q == nil {
+			q = &DeadLetter{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *PodRequested) EqualVT(that *PodRequested) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Pod.EqualVT(that.Pod) {
+		return false
+	}
+	if this.Token != that.Token {
+		return false
+	}
+	if this.ReplyTo != that.ReplyTo {
+		return false
+	}
+	if this.DryRun != that.DryRun {
+		return false
+	}
+	if !this.User.EqualVT(that.User) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodRequested) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodRequested)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodAuthorized) EqualVT(that *PodAuthorized) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Pod.EqualVT(that.Pod) {
+		return false
+	}
+	if !this.User.EqualVT(that.User) {
+		return false
+	}
+	if this.ReplyTo != that.ReplyTo {
+		return false
+	}
+	if this.DryRun != that.DryRun {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodAuthorized) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodAuthorized)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodAdmitted) EqualVT(that *PodAdmitted) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Pod.EqualVT(that.Pod) {
+		return false
+	}
+	if !this.User.EqualVT(that.User) {
+		return false
+	}
+	if this.ReplyTo != that.ReplyTo {
+		return false
+	}
+	if len(this.Mutations) != len(that.Mutations) {
+		return false
+	}
+	for i, vx := range this.Mutations {
+		vy := that.Mutations[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if this.DryRun != that.DryRun {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodAdmitted) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodAdmitted)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodPersisted) EqualVT(that *PodPersisted) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Pod.EqualVT(that.Pod) {
+		return false
+	}
+	if this.Revision != that.Revision {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodPersisted) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodPersisted)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodScheduled) EqualVT(that *PodScheduled) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.NodeName != that.NodeName {
+		return false
+	}
+	if this.Revision != that.Revision {
+		return false
+	}
+	if this.Conflicts != that.Conflicts {
+		return false
+	}
+	if this.FilterNanos != that.FilterNanos {
+		return false
+	}
+	if this.ScoreNanos != that.ScoreNanos {
+		return false
+	}
+	if this.BindNanos != that.BindNanos {
+		return false
+	}
+	if !this.Pod.EqualVT(that.Pod) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodScheduled) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodScheduled)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeVerdict) EqualVT(that *NodeVerdict) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Node != that.Node {
+		return false
+	}
+	if len(this.Reasons) != len(that.Reasons) {
+		return false
+	}
+	for i, vx := range this.Reasons {
+		vy := that.Reasons[i]
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeVerdict) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeVerdict)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodUnschedulable) EqualVT(that *PodUnschedulable) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	if len(this.Verdicts) != len(that.Verdicts) {
+		return false
+	}
+	for i, vx := range this.Verdicts {
+		vy := that.Verdicts[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &NodeVerdict{}
+			}
+			if q == nil {
+				q = &NodeVerdict{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodUnschedulable) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodUnschedulable)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodSchedulingConflict) EqualVT(that *PodSchedulingConflict) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.NodeName != that.NodeName {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodSchedulingConflict) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodSchedulingConflict)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodSandboxReady) EqualVT(that *PodSandboxReady) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.SandboxId != that.SandboxId {
+		return false
+	}
+	if this.PodIp != that.PodIp {
+		return false
+	}
+	if this.HostIp != that.HostIp {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodSandboxReady) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodSandboxReady)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ImagePulling) EqualVT(that *ImagePulling) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Container != that.Container {
+		return false
+	}
+	if this.Image != that.Image {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ImagePulling) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ImagePulling)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ImagePulled) EqualVT(that *ImagePulled) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Container != that.Container {
+		return false
+	}
+	if this.Image != that.Image {
+		return false
+	}
+	if this.ImageId != that.ImageId {
+		return false
+	}
+	if this.SizeBytes != that.SizeBytes {
+		return false
+	}
+	if this.DurationNanos != that.DurationNanos {
+		return false
+	}
+	if this.AlreadyPresent != that.AlreadyPresent {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ImagePulled) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ImagePulled)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ContainerStarted) EqualVT(that *ContainerStarted) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Container != that.Container {
+		return false
+	}
+	if this.ContainerId != that.ContainerId {
+		return false
+	}
+	if this.RestartCount != that.RestartCount {
+		return false
+	}
+	if this.Init != that.Init {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ContainerStarted) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ContainerStarted)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ContainerExited) EqualVT(that *ContainerExited) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Container != that.Container {
+		return false
+	}
+	if this.ContainerId != that.ContainerId {
+		return false
+	}
+	if this.ExitCode != that.ExitCode {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.RestartCount != that.RestartCount {
+		return false
+	}
+	if this.Init != that.Init {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ContainerExited) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ContainerExited)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodRunning) EqualVT(that *PodRunning) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.PodIp != that.PodIp {
+		return false
+	}
+	if this.HostIp != that.HostIp {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodRunning) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodRunning)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodReady) EqualVT(that *PodReady) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodReady) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodReady)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodNotReady) EqualVT(that *PodNotReady) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	if this.Container != that.Container {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodNotReady) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodNotReady)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *EndpointsUpdated) EqualVT(that *EndpointsUpdated) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Service != that.Service {
+		return false
+	}
+	if this.Slice != that.Slice {
+		return false
+	}
+	if this.ReadyEndpoints != that.ReadyEndpoints {
+		return false
+	}
+	if this.Added != that.Added {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *EndpointsUpdated) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*EndpointsUpdated)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodRejected) EqualVT(that *PodRejected) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Status.EqualVT(that.Status) {
+		return false
+	}
+	if this.ReplyTo != that.ReplyTo {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodRejected) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodRejected)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodFailed) EqualVT(that *PodFailed) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	if this.Container != that.Container {
+		return false
+	}
+	if this.Final != that.Final {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodFailed) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodFailed)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodStatusReport) EqualVT(that *PodStatusReport) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Status.EqualVT(that.Status) {
+		return false
+	}
+	if this.Seq != that.Seq {
+		return false
+	}
+	if len(this.Events) != len(that.Events) {
+		return false
+	}
+	for i, vx := range this.Events {
+		vy := that.Events[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &EventRecord{}
+			}
+			if q == nil {
+				q = &EventRecord{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.Steps) != len(that.Steps) {
+		return false
+	}
+	for i, vx := range this.Steps {
+		vy := that.Steps[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Envelope{}
+			}
+			if q == nil {
+				q = &Envelope{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodStatusReport) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodStatusReport)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *EventRecord) EqualVT(that *EventRecord) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if this.Reason != that.Reason {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *EventRecord) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*EventRecord)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodDeleteRequested) EqualVT(that *PodDeleteRequested) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Token != that.Token {
+		return false
+	}
+	if p, q := this.GracePeriodSeconds, that.GracePeriodSeconds; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if this.ReplyTo != that.ReplyTo {
+		return false
+	}
+	if !this.User.EqualVT(that.User) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodDeleteRequested) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodDeleteRequested)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodTerminating) EqualVT(that *PodTerminating) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.GracePeriodSeconds != that.GracePeriodSeconds {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodTerminating) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodTerminating)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodKilled) EqualVT(that *PodKilled) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Containers) != len(that.Containers) {
+		return false
+	}
+	for i, vx := range this.Containers {
+		vy := that.Containers[i]
+		if vx != vy {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodKilled) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodKilled)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *PodDeleted) EqualVT(that *PodDeleted) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Revision != that.Revision {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *PodDeleted) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*PodDeleted)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *NodeHeartbeat) EqualVT(that *NodeHeartbeat) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if len(this.Conditions) != len(that.Conditions) {
+		return false
+	}
+	for i, vx := range this.Conditions {
+		vy := that.Conditions[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &corev1.NodeCondition{}
+			}
+			if q == nil {
+				q = &corev1.NodeCondition{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.RunningPods != that.RunningPods {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *NodeHeartbeat) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*NodeHeartbeat)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *DeadLetter) EqualVT(that *DeadLetter) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Stream != that.Stream {
+		return false
+	}
+	if this.Consumer != that.Consumer {
+		return false
+	}
+	if this.StreamSeq != that.StreamSeq {
+		return false
+	}
+	if this.Subject != that.Subject {
+		return false
+	}
+	if this.Deliveries != that.Deliveries {
+		return false
+	}
+	if this.Error != that.Error {
+		return false
+	}
+	if this.Code != that.Code {
+		return false
+	}
+	if string(this.Data) != string(that.Data) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *DeadLetter) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*DeadLetter)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
 func (m *Envelope) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {
 		return nil, nil
@@ -75,7 +2376,7 @@ func (m *Envelope) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x7a
 	}
 	if m.HandledEnd != nil {
-		size, err := (*timestamppb.Timestamp)(m.HandledEnd).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.HandledEnd).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -85,7 +2386,7 @@ func (m *Envelope) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x72
 	}
 	if m.HandledStart != nil {
-		size, err := (*timestamppb.Timestamp)(m.HandledStart).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.HandledStart).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -126,7 +2427,7 @@ func (m *Envelope) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		dAtA[i] = 0x42
 	}
 	if m.Time != nil {
-		size, err := (*timestamppb.Timestamp)(m.Time).MarshalToSizedBufferVT(dAtA[:i])
+		size, err := (*timestamppb1.Timestamp)(m.Time).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
 			return 0, err
 		}
@@ -2302,7 +4603,7 @@ func (m *Envelope) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.Time != nil {
-		l = (*timestamppb.Timestamp)(m.Time).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.Time).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.Stage)
@@ -2324,11 +4625,11 @@ func (m *Envelope) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.HandledStart != nil {
-		l = (*timestamppb.Timestamp)(m.HandledStart).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.HandledStart).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.HandledEnd != nil {
-		l = (*timestamppb.Timestamp)(m.HandledEnd).SizeVT()
+		l = (*timestamppb1.Timestamp)(m.HandledEnd).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.CausedBy)
@@ -3513,9 +5814,9 @@ func (m *Envelope) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.Time == nil {
-				m.Time = &timestamppb1.Timestamp{}
+				m.Time = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.Time).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.Time).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -3683,9 +5984,9 @@ func (m *Envelope) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.HandledStart == nil {
-				m.HandledStart = &timestamppb1.Timestamp{}
+				m.HandledStart = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.HandledStart).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.HandledStart).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -3719,9 +6020,9 @@ func (m *Envelope) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.HandledEnd == nil {
-				m.HandledEnd = &timestamppb1.Timestamp{}
+				m.HandledEnd = &timestamppb.Timestamp{}
 			}
-			if err := (*timestamppb.Timestamp)(m.HandledEnd).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			if err := (*timestamppb1.Timestamp)(m.HandledEnd).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex

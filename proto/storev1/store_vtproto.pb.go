@@ -7,6 +7,7 @@ package storev1
 import (
 	fmt "fmt"
 	protohelpers "github.com/planetscale/vtprotobuf/protohelpers"
+	proto "google.golang.org/protobuf/proto"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	io "io"
 )
@@ -18,6 +19,1247 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+func (m *Error) CloneVT() *Error {
+	if m == nil {
+		return (*Error)(nil)
+	}
+	r := new(Error)
+	r.Code = m.Code
+	r.Message = m.Message
+	r.Key = m.Key
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Error) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *KeyValue) CloneVT() *KeyValue {
+	if m == nil {
+		return (*KeyValue)(nil)
+	}
+	r := new(KeyValue)
+	r.Key = m.Key
+	r.CreateRevision = m.CreateRevision
+	r.ModRevision = m.ModRevision
+	if rhs := m.Value; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Value = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *KeyValue) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Compare) CloneVT() *Compare {
+	if m == nil {
+		return (*Compare)(nil)
+	}
+	r := new(Compare)
+	r.Key = m.Key
+	r.ModRevision = m.ModRevision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Compare) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Op) CloneVT() *Op {
+	if m == nil {
+		return (*Op)(nil)
+	}
+	r := new(Op)
+	r.Type = m.Type
+	r.Key = m.Key
+	if rhs := m.Value; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Value = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Op) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Command) CloneVT() *Command {
+	if m == nil {
+		return (*Command)(nil)
+	}
+	r := new(Command)
+	r.IdempotencyKey = m.IdempotencyKey
+	r.Kind = m.Kind
+	if rhs := m.Compares; rhs != nil {
+		tmpContainer := make([]*Compare, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Compares = tmpContainer
+	}
+	if rhs := m.Ops; rhs != nil {
+		tmpContainer := make([]*Op, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Ops = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Command) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *WriteResult) CloneVT() *WriteResult {
+	if m == nil {
+		return (*WriteResult)(nil)
+	}
+	r := new(WriteResult)
+	r.Revision = m.Revision
+	r.Error = m.Error.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *WriteResult) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ReadRequest) CloneVT() *ReadRequest {
+	if m == nil {
+		return (*ReadRequest)(nil)
+	}
+	r := new(ReadRequest)
+	r.Key = m.Key
+	r.Prefix = m.Prefix
+	r.Stale = m.Stale
+	r.Limit = m.Limit
+	r.ContinueAfter = m.ContinueAfter
+	r.MinRevision = m.MinRevision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ReadRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ReadResponse) CloneVT() *ReadResponse {
+	if m == nil {
+		return (*ReadResponse)(nil)
+	}
+	r := new(ReadResponse)
+	r.Error = m.Error.CloneVT()
+	r.Revision = m.Revision
+	r.More = m.More
+	if rhs := m.Kvs; rhs != nil {
+		tmpContainer := make([]*KeyValue, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Kvs = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ReadResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *WriteResponse) CloneVT() *WriteResponse {
+	if m == nil {
+		return (*WriteResponse)(nil)
+	}
+	r := new(WriteResponse)
+	r.Error = m.Error.CloneVT()
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *WriteResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Event) CloneVT() *Event {
+	if m == nil {
+		return (*Event)(nil)
+	}
+	r := new(Event)
+	r.Type = m.Type
+	r.Kv = m.Kv.CloneVT()
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Event) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *WatchRequest) CloneVT() *WatchRequest {
+	if m == nil {
+		return (*WatchRequest)(nil)
+	}
+	r := new(WatchRequest)
+	r.Prefix = m.Prefix
+	r.FromRevision = m.FromRevision
+	r.Inbox = m.Inbox
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *WatchRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *WatchResponse) CloneVT() *WatchResponse {
+	if m == nil {
+		return (*WatchResponse)(nil)
+	}
+	r := new(WatchResponse)
+	r.Error = m.Error.CloneVT()
+	r.Replica = m.Replica
+	r.CompactRevision = m.CompactRevision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *WatchResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *WatchMessage) CloneVT() *WatchMessage {
+	if m == nil {
+		return (*WatchMessage)(nil)
+	}
+	r := new(WatchMessage)
+	r.Seq = m.Seq
+	r.Revision = m.Revision
+	r.Error = m.Error.CloneVT()
+	if rhs := m.Events; rhs != nil {
+		tmpContainer := make([]*Event, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Events = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *WatchMessage) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Server) CloneVT() *Server {
+	if m == nil {
+		return (*Server)(nil)
+	}
+	r := new(Server)
+	r.Id = m.Id
+	r.Address = m.Address
+	r.Suffrage = m.Suffrage
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Server) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AdminRequest_AddVoter) CloneVT() *AdminRequest_AddVoter {
+	if m == nil {
+		return (*AdminRequest_AddVoter)(nil)
+	}
+	r := new(AdminRequest_AddVoter)
+	r.Id = m.Id
+	r.Address = m.Address
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AdminRequest_AddVoter) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AdminRequest_RemoveServer) CloneVT() *AdminRequest_RemoveServer {
+	if m == nil {
+		return (*AdminRequest_RemoveServer)(nil)
+	}
+	r := new(AdminRequest_RemoveServer)
+	r.Id = m.Id
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AdminRequest_RemoveServer) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AdminRequest) CloneVT() *AdminRequest {
+	if m == nil {
+		return (*AdminRequest)(nil)
+	}
+	r := new(AdminRequest)
+	if m.Action != nil {
+		r.Action = m.Action.(interface{ CloneVT() isAdminRequest_Action }).CloneVT()
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AdminRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AdminRequest_AddVoter_) CloneVT() isAdminRequest_Action {
+	if m == nil {
+		return (*AdminRequest_AddVoter_)(nil)
+	}
+	r := new(AdminRequest_AddVoter_)
+	r.AddVoter = m.AddVoter.CloneVT()
+	return r
+}
+
+func (m *AdminRequest_RemoveServer_) CloneVT() isAdminRequest_Action {
+	if m == nil {
+		return (*AdminRequest_RemoveServer_)(nil)
+	}
+	r := new(AdminRequest_RemoveServer_)
+	r.RemoveServer = m.RemoveServer.CloneVT()
+	return r
+}
+
+func (m *AdminResponse) CloneVT() *AdminResponse {
+	if m == nil {
+		return (*AdminResponse)(nil)
+	}
+	r := new(AdminResponse)
+	r.Error = m.Error.CloneVT()
+	r.Index = m.Index
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AdminResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ReplicaStatus) CloneVT() *ReplicaStatus {
+	if m == nil {
+		return (*ReplicaStatus)(nil)
+	}
+	r := new(ReplicaStatus)
+	r.Id = m.Id
+	r.Address = m.Address
+	r.State = m.State
+	r.Term = m.Term
+	r.CommitIndex = m.CommitIndex
+	r.AppliedIndex = m.AppliedIndex
+	r.LastLogIndex = m.LastLogIndex
+	r.LastContactMs = m.LastContactMs
+	r.LeaderId = m.LeaderId
+	r.Revision = m.Revision
+	r.CompactRevision = m.CompactRevision
+	r.LastSnapshotIndex = m.LastSnapshotIndex
+	r.SizeBytes = m.SizeBytes
+	r.QuotaBytes = m.QuotaBytes
+	r.WriteRequests = m.WriteRequests
+	r.ReadRequests = m.ReadRequests
+	r.StaleReadRequests = m.StaleReadRequests
+	r.WatchRequests = m.WatchRequests
+	r.WatchEventsSent = m.WatchEventsSent
+	r.LogAppends = m.LogAppends
+	r.LogEntriesWritten = m.LogEntriesWritten
+	r.ContentHash = m.ContentHash
+	r.ContentHashRevision = m.ContentHashRevision
+	if rhs := m.Servers; rhs != nil {
+		tmpContainer := make([]*Server, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Servers = tmpContainer
+	}
+	if rhs := m.Alarms; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Alarms = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ReplicaStatus) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *StatusRequest) CloneVT() *StatusRequest {
+	if m == nil {
+		return (*StatusRequest)(nil)
+	}
+	r := new(StatusRequest)
+	r.ContentHash = m.ContentHash
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *StatusRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SnapshotHeader) CloneVT() *SnapshotHeader {
+	if m == nil {
+		return (*SnapshotHeader)(nil)
+	}
+	r := new(SnapshotHeader)
+	r.Revision = m.Revision
+	r.CompactRevision = m.CompactRevision
+	r.KeyCount = m.KeyCount
+	r.HistoryCount = m.HistoryCount
+	r.DedupCount = m.DedupCount
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SnapshotHeader) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SnapshotDedup) CloneVT() *SnapshotDedup {
+	if m == nil {
+		return (*SnapshotDedup)(nil)
+	}
+	r := new(SnapshotDedup)
+	r.IdempotencyKey = m.IdempotencyKey
+	r.Result = m.Result.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SnapshotDedup) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (this *Error) EqualVT(that *Error) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Code != that.Code {
+		return false
+	}
+	if this.Message != that.Message {
+		return false
+	}
+	if this.Key != that.Key {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Error) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Error)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *KeyValue) EqualVT(that *KeyValue) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Key != that.Key {
+		return false
+	}
+	if string(this.Value) != string(that.Value) {
+		return false
+	}
+	if this.CreateRevision != that.CreateRevision {
+		return false
+	}
+	if this.ModRevision != that.ModRevision {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *KeyValue) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*KeyValue)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Compare) EqualVT(that *Compare) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Key != that.Key {
+		return false
+	}
+	if this.ModRevision != that.ModRevision {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Compare) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Compare)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Op) EqualVT(that *Op) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if this.Key != that.Key {
+		return false
+	}
+	if string(this.Value) != string(that.Value) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Op) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Op)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Command) EqualVT(that *Command) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.IdempotencyKey != that.IdempotencyKey {
+		return false
+	}
+	if this.Kind != that.Kind {
+		return false
+	}
+	if len(this.Compares) != len(that.Compares) {
+		return false
+	}
+	for i, vx := range this.Compares {
+		vy := that.Compares[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Compare{}
+			}
+			if q == nil {
+				q = &Compare{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if len(this.Ops) != len(that.Ops) {
+		return false
+	}
+	for i, vx := range this.Ops {
+		vy := that.Ops[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Op{}
+			}
+			if q == nil {
+				q = &Op{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Command) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Command)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *WriteResult) EqualVT(that *WriteResult) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Revision != that.Revision {
+		return false
+	}
+	if !this.Error.EqualVT(that.Error) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *WriteResult) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*WriteResult)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ReadRequest) EqualVT(that *ReadRequest) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Key != that.Key {
+		return false
+	}
+	if this.Prefix != that.Prefix {
+		return false
+	}
+	if this.Stale != that.Stale {
+		return false
+	}
+	if this.Limit != that.Limit {
+		return false
+	}
+	if this.ContinueAfter != that.ContinueAfter {
+		return false
+	}
+	if this.MinRevision != that.MinRevision {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ReadRequest) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ReadRequest)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ReadResponse) EqualVT(that *ReadResponse) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Error.EqualVT(that.Error) {
+		return false
+	}
+	if len(this.Kvs) != len(that.Kvs) {
+		return false
+	}
+	for i, vx := range this.Kvs {
+		vy := that.Kvs[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &KeyValue{}
+			}
+			if q == nil {
+				q = &KeyValue{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.Revision != that.Revision {
+		return false
+	}
+	if this.More != that.More {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ReadResponse) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ReadResponse)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *WriteResponse) EqualVT(that *WriteResponse) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Error.EqualVT(that.Error) {
+		return false
+	}
+	if this.Revision != that.Revision {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *WriteResponse) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*WriteResponse)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Event) EqualVT(that *Event) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Type != that.Type {
+		return false
+	}
+	if !this.Kv.EqualVT(that.Kv) {
+		return false
+	}
+	if this.Revision != that.Revision {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Event) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Event)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *WatchRequest) EqualVT(that *WatchRequest) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Prefix != that.Prefix {
+		return false
+	}
+	if this.FromRevision != that.FromRevision {
+		return false
+	}
+	if this.Inbox != that.Inbox {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *WatchRequest) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*WatchRequest)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *WatchResponse) EqualVT(that *WatchResponse) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Error.EqualVT(that.Error) {
+		return false
+	}
+	if this.Replica != that.Replica {
+		return false
+	}
+	if this.CompactRevision != that.CompactRevision {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *WatchResponse) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*WatchResponse)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *WatchMessage) EqualVT(that *WatchMessage) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Seq != that.Seq {
+		return false
+	}
+	if len(this.Events) != len(that.Events) {
+		return false
+	}
+	for i, vx := range this.Events {
+		vy := that.Events[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Event{}
+			}
+			if q == nil {
+				q = &Event{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.Revision != that.Revision {
+		return false
+	}
+	if !this.Error.EqualVT(that.Error) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *WatchMessage) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*WatchMessage)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *Server) EqualVT(that *Server) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Id != that.Id {
+		return false
+	}
+	if this.Address != that.Address {
+		return false
+	}
+	if this.Suffrage != that.Suffrage {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *Server) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*Server)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *AdminRequest_AddVoter) EqualVT(that *AdminRequest_AddVoter) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Id != that.Id {
+		return false
+	}
+	if this.Address != that.Address {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *AdminRequest_AddVoter) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*AdminRequest_AddVoter)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *AdminRequest_RemoveServer) EqualVT(that *AdminRequest_RemoveServer) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Id != that.Id {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *AdminRequest_RemoveServer) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*AdminRequest_RemoveServer)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *AdminRequest) EqualVT(that *AdminRequest) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Action == nil && that.Action != nil {
+		return false
+	} else if this.Action != nil {
+		if that.Action == nil {
+			return false
+		}
+		if !this.Action.(interface {
+			EqualVT(isAdminRequest_Action) bool
+		}).EqualVT(that.Action) {
+			return false
+		}
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *AdminRequest) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*AdminRequest)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *AdminRequest_AddVoter_) EqualVT(thatIface isAdminRequest_Action) bool {
+	that, ok := thatIface.(*AdminRequest_AddVoter_)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.AddVoter, that.AddVoter; p != q {
+		if p == nil {
+			p = &AdminRequest_AddVoter{}
+		}
+		if q == nil {
+			q = &AdminRequest_AddVoter{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *AdminRequest_RemoveServer_) EqualVT(thatIface isAdminRequest_Action) bool {
+	that, ok := thatIface.(*AdminRequest_RemoveServer_)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.RemoveServer, that.RemoveServer; p != q {
+		if p == nil {
+			p = &AdminRequest_RemoveServer{}
+		}
+		if q == nil {
+			q = &AdminRequest_RemoveServer{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
+func (this *AdminResponse) EqualVT(that *AdminResponse) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if !this.Error.EqualVT(that.Error) {
+		return false
+	}
+	if this.Index != that.Index {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *AdminResponse) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*AdminResponse)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *ReplicaStatus) EqualVT(that *ReplicaStatus) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Id != that.Id {
+		return false
+	}
+	if this.Address != that.Address {
+		return false
+	}
+	if this.State != that.State {
+		return false
+	}
+	if this.Term != that.Term {
+		return false
+	}
+	if this.CommitIndex != that.CommitIndex {
+		return false
+	}
+	if this.AppliedIndex != that.AppliedIndex {
+		return false
+	}
+	if this.LastLogIndex != that.LastLogIndex {
+		return false
+	}
+	if this.LastContactMs != that.LastContactMs {
+		return false
+	}
+	if this.LeaderId != that.LeaderId {
+		return false
+	}
+	if this.Revision != that.Revision {
+		return false
+	}
+	if this.CompactRevision != that.CompactRevision {
+		return false
+	}
+	if len(this.Servers) != len(that.Servers) {
+		return false
+	}
+	for i, vx := range this.Servers {
+		vy := that.Servers[i]
+		if p, q := vx, vy; p != q {
+			if p == nil {
+				p = &Server{}
+			}
+			if q == nil {
+				q = &Server{}
+			}
+			if !p.EqualVT(q) {
+				return false
+			}
+		}
+	}
+	if this.LastSnapshotIndex != that.LastSnapshotIndex {
+		return false
+	}
+	if this.SizeBytes != that.SizeBytes {
+		return false
+	}
+	if this.QuotaBytes != that.QuotaBytes {
+		return false
+	}
+	if len(this.Alarms) != len(that.Alarms) {
+		return false
+	}
+	for i, vx := range this.Alarms {
+		vy := that.Alarms[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if this.WriteRequests != that.WriteRequests {
+		return false
+	}
+	if this.ReadRequests != that.ReadRequests {
+		return false
+	}
+	if this.StaleReadRequests != that.StaleReadRequests {
+		return false
+	}
+	if this.WatchRequests != that.WatchRequests {
+		return false
+	}
+	if this.WatchEventsSent != that.WatchEventsSent {
+		return false
+	}
+	if this.LogAppends != that.LogAppends {
+		return false
+	}
+	if this.LogEntriesWritten != that.LogEntriesWritten {
+		return false
+	}
+	if this.ContentHash != that.ContentHash {
+		return false
+	}
+	if this.ContentHashRevision != that.ContentHashRevision {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *ReplicaStatus) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*ReplicaStatus)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *StatusRequest) EqualVT(that *StatusRequest) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.ContentHash != that.ContentHash {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *StatusRequest) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*StatusRequest)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *SnapshotHeader) EqualVT(that *SnapshotHeader) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.Revision != that.Revision {
+		return false
+	}
+	if this.CompactRevision != that.CompactRevision {
+		return false
+	}
+	if this.KeyCount != that.KeyCount {
+		return false
+	}
+	if this.HistoryCount != that.HistoryCount {
+		return false
+	}
+	if this.DedupCount != that.DedupCount {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *SnapshotHeader) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*SnapshotHeader)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
+func (this *SnapshotDedup) EqualVT(that *SnapshotDedup) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	if this.IdempotencyKey != that.IdempotencyKey {
+		return false
+	}
+	if !this.Result.EqualVT(that.Result) {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *SnapshotDedup) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*SnapshotDedup)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
 func (m *Error) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {
 		return nil, nil

@@ -16,6 +16,12 @@
 // proto.Unmarshal. TestDecodersAgree and FuzzDecodersAgree hold Unmarshal
 // to proto.Unmarshal on random and mutated input.
 //
+// Equal and Clone are proto.Equal and proto.Clone through the generated
+// EqualVT and CloneVT, without reflection. Equal compares unknown fields
+// as bytes where proto.Equal groups them by field number first, so it may
+// call unequal two messages holding the same unknown fields in another
+// order — never equal two that proto.Equal does not (TestEqualAgrees).
+//
 // Marshal writes map entries in map order, not sorted: two encodings of
 // one message may differ in bytes, never in meaning. Where bytes must be
 // stable (a hash of a message) use proto.MarshalOptions{Deterministic: true}.
@@ -65,4 +71,39 @@ func Unmarshal(b []byte, m proto.Message) error {
 		}
 	}
 	return proto.Unmarshal(b, m)
+}
+
+// equalMessage and cloneMessage are what protoc-gen-go-vtproto's equal
+// and clone features add to a message.
+type equalMessage interface {
+	EqualMessageVT(proto.Message) bool
+}
+
+type cloneMessage interface {
+	CloneMessageVT() proto.Message
+}
+
+// Equal reports whether a and b are equal, as proto.Equal (see the package
+// comment for unknown fields).
+func Equal(a, b proto.Message) bool {
+	if a == nil || b == nil {
+		return proto.Equal(a, b)
+	}
+	e, ok := a.(equalMessage)
+	if !ok || a.ProtoReflect().Type() != b.ProtoReflect().Type() {
+		return proto.Equal(a, b)
+	}
+	ra, rb := a.ProtoReflect(), b.ProtoReflect()
+	if ra.IsValid() != rb.IsValid() {
+		return false // one a typed nil: proto.Equal tells them apart from empty
+	}
+	return e.EqualMessageVT(b)
+}
+
+// Clone returns a deep copy of m, as proto.CloneOf.
+func Clone[M proto.Message](m M) M {
+	if c, ok := any(m).(cloneMessage); ok && m.ProtoReflect().IsValid() {
+		return c.CloneMessageVT().(M)
+	}
+	return proto.CloneOf(m)
 }

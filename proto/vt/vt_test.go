@@ -447,3 +447,164 @@ func FuzzDecodersAgree(f *testing.F) {
 	f.Add(uint8(3), []byte("\xb9\xce\xaf\xd7000000000")) // a field number past MaxValidNumber
 	f.Fuzz(func(t *testing.T, which uint8, b []byte) { decodersAgree(t, types[int(which)%len(types)], b) })
 }
+
+// change changes one field of m somewhere below it, at random: a scalar
+// set anew or cleared, a list or map entry added or removed, or the same
+// one level down. It may leave m as it was (a value set to itself).
+func change(r *rand.Rand, m protoreflect.Message, depth int) {
+	var set []protoreflect.FieldDescriptor
+	m.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+		set = append(set, fd)
+		return true
+	})
+	fields := m.Descriptor().Fields()
+	if fields.Len() == 0 {
+		return
+	}
+	if len(set) == 0 || r.IntN(4) == 0 {
+		fd := fields.Get(r.IntN(fields.Len()))
+		switch {
+		case fd.IsList() || fd.IsMap() || (fd.Message() != nil && depth == 0):
+			m.Clear(fd)
+		case fd.Message() != nil:
+			fill(r, m.Mutable(fd).Message(), depth-1)
+		default:
+			m.Set(fd, scalar(r, fd))
+		}
+		return
+	}
+	fd := set[r.IntN(len(set))]
+	switch {
+	case fd.IsList():
+		l := m.Mutable(fd).List()
+		switch {
+		case r.IntN(3) == 0:
+			l.Truncate(l.Len() - 1)
+		case fd.Message() != nil && depth > 0:
+			change(r, l.Get(r.IntN(l.Len())).Message(), depth-1)
+		case fd.Message() == nil:
+			l.Set(r.IntN(l.Len()), scalar(r, fd))
+		default:
+			l.Truncate(0)
+		}
+	case fd.IsMap():
+		mp := m.Mutable(fd).Map()
+		var keys []protoreflect.MapKey
+		mp.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
+			keys = append(keys, k)
+			return true
+		})
+		k := keys[r.IntN(len(keys))]
+		switch {
+		case r.IntN(3) == 0:
+			mp.Clear(k)
+		case fd.MapValue().Message() != nil && depth > 0:
+			change(r, mp.Mutable(k).Message(), depth-1)
+		case fd.MapValue().Message() == nil:
+			mp.Set(k, scalar(r, fd.MapValue()))
+		default:
+			mp.Clear(k)
+		}
+	case fd.Message() != nil && depth > 0 && r.IntN(3) > 0:
+		change(r, m.Mutable(fd).Message(), depth-1)
+	default:
+		m.Clear(fd)
+	}
+}
+
+// TestEqualAgrees: for every podflow message type, filled at random and
+// compared with a copy of itself changed once somewhere below (or not at
+// all), vt.Equal says what proto.Equal says; and of nil, empty and filled
+// messages alike. Messages with the same unknown fields are equal.
+func TestEqualAgrees(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	unequal, n := 0, 0
+	for _, mt := range podflowTypes(t) {
+		name := mt.Descriptor().FullName()
+		empty, nilm := mt.New().Interface(), mt.Zero().Interface()
+		for _, c := range [][2]proto.Message{{empty, nilm}, {nilm, empty}, {nilm, nilm}, {empty, mt.New().Interface()}} {
+			if got, want := vt.Equal(c[0], c[1]), proto.Equal(c[0], c[1]); got != want {
+				t.Fatalf("%s: vt.Equal(%v, %v) = %v, proto.Equal %v", name, c[0], c[1], got, want)
+			}
+		}
+		for range 30 {
+			m := mt.New()
+			fill(r, m, 3)
+			a := m.Interface()
+			b := proto.Clone(a)
+			if r.IntN(5) > 0 {
+				change(r, b.ProtoReflect(), 3)
+			}
+			got, want := vt.Equal(a, b), proto.Equal(a, b)
+			if got != want {
+				t.Fatalf("%s: vt.Equal = %v, proto.Equal = %v\n a %v\n b %v", name, got, want, a, b)
+			}
+			if got2 := vt.Equal(b, a); got2 != got {
+				t.Fatalf("%s: vt.Equal not symmetric", name)
+			}
+			n++
+			if !want {
+				unequal++
+			}
+		}
+		if vt.Equal(empty, mt.New().Interface()) != true {
+			t.Fatalf("%s: two empty messages unequal", name)
+		}
+	}
+	if unequal < n/2 {
+		t.Errorf("only %d of %d pairs unequal: the mutations do not test much", unequal, n)
+	}
+
+	unknown := []byte{0xf8, 0xff, 0xff, 0x0f, 0x2a}
+	for _, mt := range podflowTypes(t)[:10] {
+		m := mt.New()
+		fill(r, m, 2)
+		b, _ := proto.Marshal(m.Interface())
+		x, y := mt.New().Interface(), mt.New().Interface()
+		if err := vt.Unmarshal(append(b, unknown...), x); err != nil {
+			t.Fatal(err)
+		}
+		if err := vt.Unmarshal(append(b, unknown...), y); err != nil {
+			t.Fatal(err)
+		}
+		if !vt.Equal(x, y) || vt.Equal(x, m.Interface()) != proto.Equal(x, m.Interface()) {
+			t.Fatalf("%s: unknown fields compared otherwise than proto.Equal", mt.Descriptor().FullName())
+		}
+	}
+}
+
+// TestCloneAgrees: vt.Clone of every podflow message type, filled at
+// random, is proto.Equal to the original and shares nothing with it — a
+// change to the copy leaves the original's encoding as it was; the clone
+// of a nil message is nil, and unknown fields are copied.
+func TestCloneAgrees(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, mt := range podflowTypes(t) {
+		name := mt.Descriptor().FullName()
+		if c := vt.Clone(mt.Zero().Interface()); c.ProtoReflect().IsValid() {
+			t.Fatalf("%s: the clone of nil is valid", name)
+		}
+		for range 20 {
+			m := mt.New()
+			fill(r, m, 3)
+			a := m.Interface()
+			before, _ := proto.MarshalOptions{Deterministic: true}.Marshal(a)
+			c := vt.Clone(a)
+			if !proto.Equal(a, c) {
+				t.Fatalf("%s: clone differs:\n got %v\nwant %v", name, c, a)
+			}
+			for range 5 {
+				change(r, c.ProtoReflect(), 3)
+			}
+			after, _ := proto.MarshalOptions{Deterministic: true}.Marshal(a)
+			if string(before) != string(after) {
+				t.Fatalf("%s: changing the clone changed the original", name)
+			}
+		}
+	}
+	m := podflowTypes(t)[0].New()
+	m.SetUnknown([]byte{0xf8, 0xff, 0xff, 0x0f, 0x2a})
+	if c := vt.Clone(m.Interface()); string(c.ProtoReflect().GetUnknown()) != string(m.GetUnknown()) {
+		t.Fatalf("unknown fields not cloned")
+	}
+}

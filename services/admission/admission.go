@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/validate"
 )
@@ -107,7 +106,7 @@ func Admit(pod *corev1.Pod, s State) Result {
 	if cfg.DefaultLevel == "" {
 		cfg.DefaultLevel = DefaultConfig().DefaultLevel
 	}
-	p := proto.CloneOf(pod)
+	p := vt.Clone(pod)
 	if err := cfg.Validate(); err != nil {
 		return Result{Pod: p, Status: &corev1.Status{Status: "Failure", Code: 500, Reason: eventsv1.ReasonInternalError,
 			Message: err.Error(), Kind: "Pod", Name: p.GetMetadata().GetName()}}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/proto/vt"
 )
 
 // Defaults applied by mutating admission, as Kubernetes' API defaulting.
@@ -88,19 +89,19 @@ func (m *mutator) injectSidecars(sp *corev1.SidecarPolicy) {
 	who := "sidecar/" + sp.GetMetadata().GetName()
 	for _, c := range sp.GetSpec().GetInitContainers() {
 		if !hasContainer(spec.InitContainers, c.GetName()) && !hasContainer(spec.Containers, c.GetName()) {
-			spec.InitContainers = append(spec.InitContainers, proto.CloneOf(c))
+			spec.InitContainers = append(spec.InitContainers, vt.Clone(c))
 			m.record("%s: injected initContainer %s", who, c.GetName())
 		}
 	}
 	for _, c := range sp.GetSpec().GetContainers() {
 		if !hasContainer(spec.InitContainers, c.GetName()) && !hasContainer(spec.Containers, c.GetName()) {
-			spec.Containers = append(spec.Containers, proto.CloneOf(c))
+			spec.Containers = append(spec.Containers, vt.Clone(c))
 			m.record("%s: injected container %s", who, c.GetName())
 		}
 	}
 	for _, v := range sp.GetSpec().GetVolumes() {
 		if !slices.ContainsFunc(spec.Volumes, func(have *corev1.Volume) bool { return have.GetName() == v.GetName() }) {
-			spec.Volumes = append(spec.Volumes, proto.CloneOf(v))
+			spec.Volumes = append(spec.Volumes, vt.Clone(v))
 			m.record("%s: injected volume %s", who, v.GetName())
 		}
 	}

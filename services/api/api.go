@@ -33,6 +33,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/auth"
@@ -441,7 +442,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if d.Envelope.RequestId == "" {
 		d.Envelope.RequestId = d.Envelope.GetId()
 	}
-	pod := proto.CloneOf(req.GetPod())
+	pod := vt.Clone(req.GetPod())
 	if pod == nil {
 		pod = &corev1.Pod{}
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
@@ -90,7 +91,7 @@ func (s *Stage) Object(ctx context.Context, user *corev1.UserInfo, req *apiv1.Ob
 
 // CreatePod implements apiserver.Backend.
 func (s *Stage) CreatePod(ctx context.Context, user *corev1.UserInfo, pod *corev1.Pod, dryRun bool) (*corev1.Status, *corev1.Pod) {
-	pod = proto.CloneOf(pod)
+	pod = vt.Clone(pod)
 	md := objects.Meta(pod)
 	md.Namespace = podrules.NamespaceOrDefault(md.Namespace)
 	requestID := uuid.NewString()

@@ -35,6 +35,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
@@ -76,7 +77,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if uid == "" {
 		return bus.Permanent(errors.New("persistence: PodAdmitted without a pod uid (the api stage assigns it)"))
 	}
-	pod := proto.CloneOf(in.GetPod())
+	pod := vt.Clone(in.GetPod())
 	md := pod.GetMetadata()
 	md.Uid = uid
 	md.Generation = 1

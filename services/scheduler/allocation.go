@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
@@ -28,7 +29,7 @@ func AllocatedPodFor(pod *corev1.Pod) (*corev1.AllocatedPod, error) {
 	for _, c := range pod.GetSpec().GetContainers() {
 		for _, p := range c.GetPorts() {
 			if p.GetHostPort() > 0 {
-				ap.HostPorts = append(ap.HostPorts, proto.CloneOf(p))
+				ap.HostPorts = append(ap.HostPorts, vt.Clone(p))
 			}
 		}
 	}
@@ -70,7 +71,7 @@ func ReleaseAllocation(alloc *corev1.NodeAllocation, podKey string) (out *corev1
 func copyAllocation(alloc *corev1.NodeAllocation, node string) *corev1.NodeAllocation {
 	out := &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: node}}
 	if m := alloc.GetMetadata(); m != nil {
-		out.Metadata = proto.CloneOf(m)
+		out.Metadata = vt.Clone(m)
 	}
 	out.Pods = make(map[string]*corev1.AllocatedPod, len(alloc.GetPods())+1)
 	for k, v := range alloc.GetPods() {

@@ -9,12 +9,12 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -286,7 +286,7 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 		next, changed = un, true // the room made for the pod is its own now
 	}
 	if !changed {
-		next = proto.CloneOf(next) // shared with the informer; its revision is set below
+		next = vt.Clone(next) // shared with the informer; its revision is set below
 	}
 	written := boundPod(req.pod, req.node)
 	txn := objects.Txn{}.
@@ -369,7 +369,7 @@ func (s *Stage) guardRegistry() (*guardRegistry, error) {
 // registry's revision without waiting for another pod's write.
 func (s *Stage) register(ctx context.Context, pod *corev1.Pod, reg *guardRegistry, rules map[string]string, stale *string) (int64, bindOutcome, error) {
 	next := reg.with(rules)
-	_, err := s.env.Store.Commit(ctx, objects.Txn{}.Unchanged(pod).Compare(next, reg.rev).Put(next).Put(proto.CloneOf(pod)))
+	_, err := s.env.Store.Commit(ctx, objects.Txn{}.Unchanged(pod).Compare(next, reg.rev).Put(next).Put(vt.Clone(pod)))
 	switch {
 	case err == nil:
 		s.known.learn(next)
@@ -501,7 +501,7 @@ func (s *Stage) refreshNode(ctx context.Context, node string) error {
 
 // boundPod returns a copy of pod bound to node, PodScheduled=True.
 func boundPod(pod *corev1.Pod, node string) *corev1.Pod {
-	b := proto.CloneOf(pod)
+	b := vt.Clone(pod)
 	b.Spec.NodeName = node
 	if b.Status == nil {
 		b.Status = &corev1.PodStatus{}

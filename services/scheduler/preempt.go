@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
@@ -63,7 +63,7 @@ var preemptHook func(point, replica string, pod *corev1.Pod)
 func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterResult, msg string) (preemptOutcome, error) {
 	node := res.NominatedNode
 	now := timestamppb.Now()
-	nominated := proto.CloneOf(pod)
+	nominated := vt.Clone(pod)
 	if nominated.Status == nil {
 		nominated.Status = &corev1.PodStatus{}
 	}
@@ -90,7 +90,7 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterRes
 		case vp.GetMetadata().GetDeletionTimestamp() != nil:
 			continue // known to be going already: nothing to delete
 		}
-		m := proto.CloneOf(vp)
+		m := vt.Clone(vp)
 		stage.MarkTerminating(m, nil, now)
 		if m.Status == nil {
 			m.Status = &corev1.PodStatus{}

@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/events"
 	"github.com/podflow/podflow/services/informer"
@@ -286,7 +286,7 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 // its spec (unschedulable, taints), labels, allocatable or readiness
 // changed. A heartbeat alone does not.
 func nodeMayFitMore(old, n *corev1.Node) bool {
-	return !proto.Equal(old.GetSpec(), n.GetSpec()) ||
+	return !vt.Equal(old.GetSpec(), n.GetSpec()) ||
 		!maps.Equal(old.GetMetadata().GetLabels(), n.GetMetadata().GetLabels()) ||
 		!maps.Equal(old.GetStatus().GetAllocatable(), n.GetStatus().GetAllocatable()) ||
 		readyStatus(old) != readyStatus(n)
@@ -330,7 +330,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if in := env.GetPodPersisted(); in.GetPod().GetMetadata() != nil {
 		hint = in.GetPod()
 		if objects.Revision(hint) == 0 && in.GetRevision() > 0 {
-			hint = proto.CloneOf(hint)
+			hint = vt.Clone(hint)
 			objects.SetRevision(hint, in.GetRevision())
 		}
 	}

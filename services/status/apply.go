@@ -1,11 +1,10 @@
 package status
 
 import (
-	"google.golang.org/protobuf/proto"
-
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/proto/vt"
 )
 
 // ApplyReport folds node's status report into pod and reports whether pod
@@ -16,9 +15,9 @@ func ApplyReport(pod *corev1.Pod, node string, rep *eventsv1.PodStatusReport) bo
 	if rep.GetStatus() == nil || pod.GetSpec().GetNodeName() != node || rep.GetSeq() <= podrules.AppliedSeq(pod) {
 		return false
 	}
-	next := proto.Clone(rep.GetStatus()).(*corev1.PodStatus)
+	next := vt.Clone(rep.GetStatus())
 	if sc := podrules.PodCondition(pod.GetStatus(), podrules.PodScheduled); sc != nil {
-		podrules.SetPodCondition(next, proto.Clone(sc).(*corev1.PodCondition))
+		podrules.SetPodCondition(next, vt.Clone(sc))
 	}
 	if next.QosClass == "" {
 		next.QosClass = pod.GetStatus().GetQosClass()
