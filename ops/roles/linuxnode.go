@@ -233,7 +233,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		}
 		log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
 	}
-	sub, err := nodelogs.Serve(sess.Bus.NATS(), node, func(req nodelogs.Request, max int) (nodelogs.Reply, error) {
+	sub, err := nodelogs.Serve(ctx, sess.Bus.NATS(), node, func(req nodelogs.Request, max int) (nodelogs.Reply, error) {
 		c, err := rt.ReadLog(linux.LogRequest(req), max)
 		return nodelogs.Reply{Container: c.Container, Data: c.Data, Offset: c.Offset, File: c.File, Running: c.Running}, err
 	})
@@ -248,7 +248,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	defer execs.Stop()
 
 	meter := rt.NewMeter()
-	readings, err := podmetrics.Serve(sess.Bus.NATS(), node, func(node string) (podmetrics.Reading, error) {
+	readings, err := podmetrics.Serve(ctx, sess.Bus.NATS(), node, func(node string) (podmetrics.Reading, error) {
 		return linuxReading(node, meter.Last())
 	})
 	if err != nil {

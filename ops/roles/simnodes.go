@@ -80,7 +80,7 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 		return err
 	}
 	defer execs.Stop()
-	readings, err := podmetrics.Serve(sess.Bus.NATS(), "", func(node string) (podmetrics.Reading, error) {
+	readings, err := podmetrics.Serve(ctx, sess.Bus.NATS(), "", func(node string) (podmetrics.Reading, error) {
 		return simReading(cl, node, time.Now())
 	})
 	if err != nil {

@@ -325,15 +325,10 @@ func (s *Stage) serve(ctx context.Context, g *errgroup.Group, subject string, h 
 	if err != nil {
 		return fmt.Errorf("api: subscribe %q: %w", subject, err)
 	}
-	// The subscription goes to the server asynchronously: until it is
-	// registered, a request finds no api replica (or only a watcher) and
-	// times out. Serving means registered.
-	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = s.env.NATS.FlushWithContext(fctx)
-	cancel()
-	if err != nil {
-		_ = sub.Unsubscribe()
-		return fmt.Errorf("api: subscribe %q: flush: %w", subject, err)
+	// Until the server has it, a request finds no api replica (or only a
+	// watcher) and times out: serving means registered.
+	if err := bus.Subscribed(ctx, s.env.NATS, sub); err != nil {
+		return fmt.Errorf("api: %w", err)
 	}
 	g.Go(func() error {
 		<-ctx.Done()

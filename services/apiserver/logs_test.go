@@ -63,7 +63,7 @@ func TestPodLogStreamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := &fakeNodeLog{lines: 80000, lineLen: 100, gate: make(chan struct{})} // ~10 MiB
-	sub, err := nodelogs.Serve(s.conn.NATS(), "n1", node.read)
+	sub, err := nodelogs.Serve(ctx, s.conn.NATS(), "n1", node.read)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestMetricsAPI(t *testing.T) {
 	s := startSystem(t, options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sub, err := podmetrics.Serve(s.conn.NATS(), "n1", func(node string) (podmetrics.Reading, error) {
+	sub, err := podmetrics.Serve(ctx, s.conn.NATS(), "n1", func(node string) (podmetrics.Reading, error) {
 		return podmetrics.Reading{Node: node, Timestamp: time.Now().UnixNano(), WindowNs: int64(15 * time.Second),
 			Usage: podmetrics.Usage{CPUNanoCores: 250_000_000, MemoryBytes: 1 << 30},
 			Pods: []podmetrics.Pod{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/services/pipeline"
 )
 
@@ -61,8 +62,7 @@ func Serve(nc *nats.Conn, cfg Config, node string, exec Executor, log *slog.Logg
 		return nil, fmt.Errorf("nodeexec: serve node %q: %w", node, err)
 	}
 	s.sub = sub
-	if err := nc.Flush(); err != nil { // subscribed before the first open
-		_ = sub.Unsubscribe()
+	if err := bus.Subscribed(s.ctx, nc, sub); err != nil { // subscribed before the first open
 		s.cancel()
 		return nil, fmt.Errorf("nodeexec: serve node %q: %w", node, err)
 	}

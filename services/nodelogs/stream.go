@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/podflow/podflow/bus"
 )
 
 // Options shape what a Stream returns (kubectl logs' flags).
@@ -111,9 +113,10 @@ func (s *Stream) text(cri []byte) []byte {
 }
 
 // Serve answers node's log requests on nc with read, each reply at most
-// ChunkBytes of data. The caller unsubscribes.
-func Serve(nc *nats.Conn, node string, read func(req Request, max int) (Reply, error)) (*nats.Subscription, error) {
-	return nc.Subscribe(Subject(node), func(msg *nats.Msg) {
+// ChunkBytes of data, from the moment it returns (bus.Subscribed, bounded
+// by ctx). The caller unsubscribes.
+func Serve(ctx context.Context, nc *nats.Conn, node string, read func(req Request, max int) (Reply, error)) (*nats.Subscription, error) {
+	sub, err := nc.Subscribe(Subject(node), func(msg *nats.Msg) {
 		var req Request
 		var rep Reply
 		if err := json.Unmarshal(msg.Data, &req); err != nil {
@@ -124,4 +127,8 @@ func Serve(nc *nats.Conn, node string, read func(req Request, max int) (Reply, e
 		b, _ := json.Marshal(rep)
 		_ = msg.Respond(b)
 	})
+	if err != nil {
+		return nil, err
+	}
+	return sub, bus.Subscribed(ctx, nc, sub)
 }

@@ -20,7 +20,7 @@ func TestStreamFollow(t *testing.T) {
 	conn := bustest.Connect(t, srv, "logs")
 	var asks atomic.Int32
 	const line = "2026-01-01T00:00:00Z stdout F hello\n"
-	sub, err := nodelogs.Serve(conn.NATS(), "n1", func(req nodelogs.Request, max int) (nodelogs.Reply, error) {
+	sub, err := nodelogs.Serve(context.Background(), conn.NATS(), "n1", func(req nodelogs.Request, max int) (nodelogs.Reply, error) {
 		n := asks.Add(1)
 		rep := nodelogs.Reply{Offset: req.Offset, File: "f", Running: n < 5}
 		if n == 3 && req.Offset == 0 { // written while the follower waits

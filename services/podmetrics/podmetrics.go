@@ -84,12 +84,12 @@ func Ask(ctx context.Context, nc *nats.Conn, node string) (Reading, error) {
 // Serve answers the requests for node ("" for every node: a simulated
 // cluster) with measure's reading of the node the subject names, until
 // the subscription is unsubscribed.
-func Serve(nc *nats.Conn, node string, measure func(node string) (Reading, error)) (*nats.Subscription, error) {
+func Serve(ctx context.Context, nc *nats.Conn, node string, measure func(node string) (Reading, error)) (*nats.Subscription, error) {
 	subject := pipeline.MetricsPrefix + ".*"
 	if node != "" {
 		subject = Subject(node)
 	}
-	return nc.Subscribe(subject, func(m *nats.Msg) {
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		name, err := bus.DecodeToken(strings.TrimPrefix(m.Subject, pipeline.MetricsPrefix+"."))
 		rd := Reading{Node: name}
 		if err == nil {
@@ -104,4 +104,8 @@ func Serve(nc *nats.Conn, node string, measure func(node string) (Reading, error
 		}
 		_ = m.Respond(b)
 	})
+	if err != nil {
+		return nil, err
+	}
+	return sub, bus.Subscribed(ctx, nc, sub)
 }

@@ -140,6 +140,9 @@ func answerPings(ctx context.Context, g *errgroup.Group, nc *nats.Conn, env Env,
 		})
 		_ = msg.Respond(b)
 	})
+	if err == nil {
+		err = bus.Subscribed(ctx, nc, sub) // answering from the stage's first moment
+	}
 	if err != nil {
 		return fmt.Errorf("stage: subscribe %s: %w", PingSubject, err)
 	}
