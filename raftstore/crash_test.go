@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -158,8 +161,36 @@ func TestSIGKILLMidWriteRecoversLog(t *testing.T) {
 }
 
 // freeLoopback returns a loopback address whose port was free a moment ago.
+//
+// The port is taken below the kernel's ephemeral range, and below the
+// range `podflow up` picks from (ops/plan, from 20000): a replica that is
+// restarted on it would otherwise find it, once in a while, the local port
+// of another package's outgoing connection that the kernel handed out
+// meanwhile ("bind: address already in use", as TestSIGKILLMidWriteRecoversLog
+// once did in round 1 of a full make test).
 func freeLoopback(t *testing.T) string {
 	t.Helper()
+	const low, high = 10000, 20000
+	top := high
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n < top {
+				top = n
+			}
+		}
+	}
+	for range 64 {
+		if top-low < 1000 {
+			break // no room below the range: the kernel picks
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(low+rand.IntN(top-low))))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		return addr
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
