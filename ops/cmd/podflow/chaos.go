@@ -49,6 +49,7 @@ type chaosOptions struct {
 	faultFor     time.Duration
 	linClients   int
 	linKeys      int
+	keep         bool
 }
 
 // violationsError makes chaos exit 2 when an invariant broke.
@@ -91,6 +92,7 @@ its own ` + "`podflow up`" + ` in a temporary directory.`,
 	f.DurationVar(&o.faultFor, "fault-for", 5*time.Second, "how long a network fault lasts before it heals")
 	f.IntVar(&o.linClients, "lin-clients", 4, "concurrent HTTPS clients of the linearizability checker (0: none)")
 	f.IntVar(&o.linKeys, "lin-keys", 5, "ConfigMaps those clients share")
+	f.BoolVar(&o.keep, "keep", false, "keep the temporary system's data directory (its processes' logs), to read after a failed run")
 	return cmd
 }
 
@@ -297,7 +299,7 @@ func runChaos(ctx context.Context, o *chaosOptions, out io.Writer) error {
 			return extra, err
 		}
 	}
-	sess, cleanup, err := systemUnderTestPrepared(ctx, o.config, o.nodes, "admission=2,persistence=2,scheduler=2", true, "podflow-chaos", prepare)
+	sess, cleanup, err := systemUnderTestPrepared(ctx, o.config, o.nodes, "admission=2,persistence=2,scheduler=2", !o.keep, "podflow-chaos", prepare)
 	if faults != nil {
 		defer faults.Close() // after the system stopped: its replicas' links
 	}
