@@ -68,7 +68,7 @@ func openLogStore(dataDir string, noSync bool, segmentBytes int, log hclog.Logge
 }
 
 // walStore is the raft log and stable store. Close closes the WAL's meta
-// database too, which raft-wal's WAL.Close (v0.4.0 to v0.4.2) leaves open (with its
+// database too, which raft-wal v0.4.0's WAL.Close leaves open (with its
 // flock held, so a restart in the same process would wait for it forever).
 type walStore struct {
 	*wal.WAL
@@ -106,7 +106,7 @@ func openWAL(dir string, noSync bool, segmentBytes int, log hclog.Logger, mc wal
 // raft-wal seals a full tail segment (its index frame and last commit are
 // written with the append that fills it) and records the seal and the next
 // segment in its meta database afterwards, asynchronously. Killed in
-// between, raft-wal's Open (v0.4.0 to v0.4.2) recovers the sealed file as the writable tail, and
+// between, v0.4.0's Open recovers the sealed file as the writable tail, and
 // every append fails with "segment is sealed" for ever: the replica never
 // commits again (TestSIGKILLMidWriteRecoversLog found it). Here, before
 // Open, a tail the meta database lists as unsealed but whose file is
