@@ -93,11 +93,7 @@ func Equal(a, b proto.Message) bool {
 	if !ok || a.ProtoReflect().Type() != b.ProtoReflect().Type() {
 		return proto.Equal(a, b)
 	}
-	ra, rb := a.ProtoReflect(), b.ProtoReflect()
-	if ra.IsValid() != rb.IsValid() {
-		return false // one a typed nil: proto.Equal tells them apart from empty
-	}
-	return e.EqualMessageVT(b)
+	return e.EqualMessageVT(b) // a typed nil is equal only to another, as in proto.Equal
 }
 
 // Clone returns a deep copy of m, as proto.CloneOf.
