@@ -2,8 +2,10 @@ package raftstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -68,8 +70,9 @@ func openLogStore(dataDir string, noSync bool, segmentBytes int, log hclog.Logge
 }
 
 // walStore is the raft log and stable store. Close closes the WAL's meta
-// database too, which raft-wal v0.4.0's WAL.Close leaves open (with its
-// flock held, so a restart in the same process would wait for it forever).
+// database too: raft-wal v0.4.0's WAL.Close left it open, with its flock
+// held, so a restart in the same process waited for it forever. v0.4.2
+// closes it itself, and a second Close is a no-op.
 type walStore struct {
 	*wal.WAL
 	meta *metadb.BoltMetaDB
@@ -89,7 +92,7 @@ func openWAL(dir string, noSync bool, segmentBytes int, log hclog.Logger, mc wal
 	}
 	meta := &metadb.BoltMetaDB{}
 	filer := segment.NewFiler(dir, vfs)
-	if err := completeSealedTail(dir, meta, filer, segmentBytes); err != nil {
+	if err := completeSealedTail(dir, meta, filer, segmentBytes, log); err != nil {
 		_ = meta.Close()
 		return nil, fmt.Errorf("open raft-wal in %q: %w", dir, err)
 	}
@@ -102,17 +105,32 @@ func openWAL(dir string, noSync bool, segmentBytes int, log hclog.Logger, mc wal
 	return &walStore{WAL: w, meta: meta}, nil
 }
 
-// completeSealedTail finishes a segment rotation a crash cut short.
-// raft-wal seals a full tail segment (its index frame and last commit are
-// written with the append that fills it) and records the seal and the next
-// segment in its meta database afterwards, asynchronously. Killed in
-// between, v0.4.0's Open recovers the sealed file as the writable tail, and
-// every append fails with "segment is sealed" for ever: the replica never
-// commits again (TestSIGKILLMidWriteRecoversLog found it). Here, before
-// Open, a tail the meta database lists as unsealed but whose file is
-// sealed gets the rotation's meta update — sealed at its last index, and a
-// new empty tail after it, whose file Open creates.
-func completeSealedTail(dir string, meta *metadb.BoltMetaDB, filer *segment.Filer, segmentBytes int) error {
+// completeSealedTail finishes or undoes a segment seal a crash cut short.
+//
+// raft-wal seals a full tail segment with the append that fills it: the
+// batch's entries, an index frame and a commit frame, written and fsynced
+// together. It records the seal and the next segment in its meta database
+// afterwards, asynchronously. Killed in between, Open recovers the sealed
+// file as the writable tail, and every append fails with "segment is
+// sealed" for ever: the replica never commits again
+// (TestSIGKILLMidWriteRecoversLog found it).
+//
+// Killed during the sealing write itself, the file may hold the index
+// frame, or part of it, without the commit frame after it (a SIGKILL ends
+// a write to a regular file at a page boundary). raft-wal's recovery
+// drops the uncommitted batch but still reports the segment sealed, at an
+// index that was never completely written, so finishing the rotation
+// there fails every later start ("failed to read segment index: EOF").
+//
+// So here, before Open, a tail the meta database lists as unsealed but
+// whose file says sealed is checked the way raft-wal checks a batch (the
+// commit frame after the index, and its CRC):
+//   - a committed seal gets the rotation's meta update: sealed at its last
+//     index, and a new empty tail after it, whose file Open creates;
+//   - a torn one is cut off the file at the end of the last commit before
+//     it, and the segment stays the writable tail. Only the batch whose
+//     append never returned is lost.
+func completeSealedTail(dir string, meta *metadb.BoltMetaDB, filer *segment.Filer, segmentBytes int, log hclog.Logger) error {
 	st, err := meta.Load(dir)
 	if err != nil || len(st.Segments) == 0 {
 		return err
@@ -136,6 +154,24 @@ func completeSealedTail(dir string, meta *metadb.BoltMetaDB, filer *segment.File
 	if err != nil || !sealed {
 		return err
 	}
+	var entries uint64 // committed entry frames, as recovery counted them
+	if last >= tail.BaseIndex {
+		entries = last - tail.BaseIndex + 1
+	}
+	path := filepath.Join(dir, segment.FileName(*tail))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	committed, cut, err := checkSeal(b, indexStart, entries)
+	if err != nil {
+		return fmt.Errorf("segment %s: %w", path, err)
+	}
+	if !committed {
+		log.Warn("discarding a torn segment seal (its append never returned)",
+			"segment", path, "last-index", last, "cut-at", cut, "file-bytes", len(b))
+		return truncateSync(path, cut)
+	}
 	now := time.Now()
 	tail.SealTime, tail.MaxIndex, tail.IndexStart = now, last, indexStart
 	st.Segments = append(st.Segments, types.SegmentInfo{
@@ -144,6 +180,91 @@ func completeSealedTail(dir string, meta *metadb.BoltMetaDB, filer *segment.File
 	})
 	st.NextSegmentID++
 	return meta.CommitState(st)
+}
+
+// raft-wal's segment file format (segment/format.go, v0.4): a 32-byte file
+// header, then frames of an 8-byte header (type, 3 zero bytes, and a
+// little-endian length, or for a commit frame the CRC-32C of its batch)
+// and a payload padded to 8 bytes. A commit's batch runs from the end of
+// the commit before it (from the file's start for the first) to the
+// commit frame itself.
+const (
+	walFileHeaderLen  = 32
+	walFrameHeaderLen = 8
+	walFrameEntry     = 1
+	walFrameIndex     = 2
+	walFrameCommit    = 3
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// checkSeal walks a recovered tail segment's frames, b its bytes, and
+// tells whether its seal, the index frame whose array starts at
+// indexStart, was committed: followed by a commit frame whose CRC matches.
+// entries is how many committed entries raft-wal's recovery found. If the
+// seal is not committed, cut is the end of the last commit before it.
+// A file that fits neither is an error: nothing is cut from it.
+func checkSeal(b []byte, indexStart, entries uint64) (committed bool, cut int64, err error) {
+	var (
+		off        = int64(walFileHeaderLen)
+		batch      int64  // where the batch of the next commit starts
+		n          uint64 // entry frames before off
+		nCommitted uint64 // entry frames up to the last commit
+		indexFrame = int64(indexStart) - walFrameHeaderLen
+		afterIndex bool // the frame before off is the seal's index
+	)
+walk:
+	for off+walFrameHeaderLen <= int64(len(b)) {
+		typ, v := b[off], binary.LittleEndian.Uint32(b[off+4:off+walFrameHeaderLen])
+		switch {
+		case typ == walFrameCommit && afterIndex:
+			if crc32.Checksum(b[batch:off], castagnoli) != v {
+				break walk // torn: the commit frame is there, not all of its batch
+			}
+			if n != entries {
+				return false, 0, fmt.Errorf("its seal is committed over %d entries, but recovery found %d", n, entries)
+			}
+			return true, 0, nil
+		case typ == walFrameCommit:
+			batch, nCommitted = off+walFrameHeaderLen, n
+			off += walFrameHeaderLen
+		case (typ == walFrameEntry || typ == walFrameIndex) && !afterIndex:
+			if typ == walFrameIndex {
+				if off != indexFrame {
+					return false, 0, fmt.Errorf("an index frame at offset %d, but recovery sealed it at %d", off, indexFrame)
+				}
+				afterIndex = true
+			} else {
+				n++
+			}
+			off += walFrameHeaderLen + int64(v) + int64((walFrameHeaderLen-v%walFrameHeaderLen)%walFrameHeaderLen)
+		default:
+			break walk // zeros, a torn frame, or the end of what was written
+		}
+	}
+	if nCommitted != entries {
+		return false, 0, fmt.Errorf("its seal is torn, but %d entries are committed before it where recovery found %d", nCommitted, entries)
+	}
+	return false, batch, nil
+}
+
+// truncateSync cuts the file at path to size bytes, durably.
+func truncateSync(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("cut %q at %d bytes: %w", path, size, err)
+	}
+	return nil
 }
 
 // migrateBolt copies the log entries and raft's stable keys of

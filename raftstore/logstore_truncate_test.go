@@ -16,9 +16,6 @@ import (
 // segment has no index block", and the replica never came back (make
 // chaos, a store replica killed after a leader change).
 func TestTailTruncationSurvivesRestart(t *testing.T) {
-	t.Skip("known open bug: raft-wal v0.4.0 (hashicorp/raft-wal#31) fails this; v0.4.2 passes it " +
-		"but then fails TestSIGKILLMidWriteRecoversLog once in a while (\"failed to read segment index: EOF\" " +
-		"after a SIGKILL, beside completeSealedTail): see README, The store")
 	for _, segBytes := range []int{64 << 10, 64 << 20} {
 		t.Run(strconv.Itoa(segBytes), func(t *testing.T) { tailTruncationSurvivesRestart(t, segBytes) })
 	}
