@@ -1,13 +1,16 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // Ports for the processes `up` starts are taken below the kernel's
@@ -30,28 +33,67 @@ const (
 // metrics, a store replica's raft port) could return the same number, and
 // whichever binds second fails with "address already in use" on every
 // restart — as admission-2 and status-1 once did in TestChaos.
+//
+// The same holds between processes: two `podflow up`s on one machine (the
+// tests of two packages at once) pick from the same range, and a port
+// stays free from the pick until the child binds it, and again from a
+// kill of that child until its restart binds it. So a port is also
+// claimed on the machine: this process holds an flock on the file
+// podflow-ports/<port> in the temp directory for as long as it lives (the
+// kernel drops it when the process dies, SIGKILL included), and no other
+// process picks a port whose file is locked. The files stay, empty, one
+// per port ever picked; without a writable directory, ports are claimed
+// within this process only.
 var handed struct {
 	sync.Mutex
-	ports map[int]bool
+	ports map[int]*os.File // the claim file held locked; nil without one
 }
 
-// claim marks port handed out; false if it already was.
+var claimDir = filepath.Join(os.TempDir(), "podflow-ports")
+
+// claim marks port handed out; false if it already was, in this process
+// or by another one alive.
 func claim(port int) bool {
 	handed.Lock()
 	defer handed.Unlock()
-	if handed.ports[port] {
+	if _, ok := handed.ports[port]; ok {
+		return false
+	}
+	f, ok := claimOnMachine(port)
+	if !ok {
 		return false
 	}
 	if handed.ports == nil {
-		handed.ports = map[int]bool{}
+		handed.ports = map[int]*os.File{}
 	}
-	handed.ports[port] = true
+	handed.ports[port] = f
 	return true
 }
 
+// claimOnMachine locks port's claim file: false if another process holds
+// it. Without a usable claim file the claim is this process's alone
+// (nil, true).
+func claimOnMachine(port int) (*os.File, bool) {
+	if err := os.Mkdir(claimDir, 0o755); err == nil {
+		_ = os.Chmod(claimDir, 0o1777) // every user's podflow claims here, as in /tmp
+	} else if !errors.Is(err, os.ErrExist) {
+		return nil, true
+	}
+	f, err := os.OpenFile(filepath.Join(claimDir, strconv.Itoa(port)), os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, !errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	return f, true
+}
+
 // FreeAddr returns a loopback address with a port free right now, below
-// the ephemeral port range when the machine leaves room there, and never
-// one it returned before in this process.
+// the ephemeral port range when the machine leaves room there, never one
+// it returned before in this process, nor one another live process
+// claimed (see handed).
 func FreeAddr() (string, error) {
 	if hi := ephemeralLow(); hi-pickLow >= pickSpan {
 		for range pickTry {

@@ -1,8 +1,14 @@
 package plan
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +60,78 @@ func TestFreeAddrNeverRepeats(t *testing.T) {
 			t.Fatalf("%s handed out twice", a)
 		}
 		seen[a] = true
+	}
+}
+
+const claimChildEnv = "PODFLOW_PLAN_CLAIM_CHILD"
+
+// TestClaimChild is the other process of TestFreeAddrClaimsAcrossProcesses:
+// it picks ports, prints them, and holds them until its stdin closes.
+func TestClaimChild(t *testing.T) {
+	if os.Getenv(claimChildEnv) == "" {
+		t.Skip("the child process of TestFreeAddrClaimsAcrossProcesses")
+	}
+	addrs, err := FreeAddrs(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println(strings.Join(addrs, " "))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// TestFreeAddrClaimsAcrossProcesses: a port another live process picked
+// is not picked here, and is once that process is gone. Without the claim
+// on the machine every one of the other's 100 ports is claimable here.
+func TestFreeAddrClaimsAcrossProcesses(t *testing.T) {
+	if os.Getenv(claimChildEnv) != "" {
+		t.Skip("in the child")
+	}
+	if fi, err := os.Stat(claimDir); err == nil && fi.Mode().Perm()&0o002 == 0 && os.Geteuid() != 0 {
+		t.Skipf("%s is not writable here: ports are claimed within a process only", claimDir)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestClaimChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), claimChildEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the child printed no ports: %v", err)
+	}
+	var ports []int
+	for _, a := range strings.Fields(line) {
+		_, p, err := net.SplitHostPort(a)
+		if err != nil {
+			t.Fatalf("child address %q", a)
+		}
+		n, _ := strconv.Atoi(p)
+		ports = append(ports, n)
+	}
+	if len(ports) != 100 {
+		t.Fatalf("the child printed %d ports: %q", len(ports), line)
+	}
+	for _, p := range ports {
+		if claim(p) {
+			t.Fatalf("port %d, held by the child (pid %d), was claimed here too", p, cmd.Process.Pid)
+		}
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	for _, p := range ports {
+		if !claim(p) {
+			t.Fatalf("port %d is still claimed after the child exited", p)
+		}
 	}
 }
