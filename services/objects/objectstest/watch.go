@@ -76,6 +76,9 @@ func (w *watch) run(ctx context.Context) {
 				return
 			}
 		}
+		if len(batch) > 0 {
+			continue // there may be more already
+		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
@@ -85,8 +88,14 @@ func (w *watch) run(ctx context.Context) {
 	}
 }
 
-// next returns the events after w.last under the prefix (copies) and the
-// channel closed at the next change.
+// next returns the first event after w.last under the prefix (a copy), if
+// any, and the channel closed at the next change. One at a time: a watch
+// holds no event it has not delivered but the one it is sending, so a
+// watcher that falls behind gets ErrGone once the next event it needs is
+// compacted, whatever the timing. Taking every event there was at once
+// let a slow watcher hold, unseen, all it needed up to a compaction, and
+// catch up without the relist a compaction behind it must cause
+// (informer TestRelistAfterCompaction once failed so under make test).
 func (w *watch) next() ([]raftstore.WatchEvent, <-chan struct{}, error) {
 	k := w.kv
 	k.mu.Lock()
@@ -99,6 +108,7 @@ func (w *watch) next() ([]raftstore.WatchEvent, <-chan struct{}, error) {
 	for _, ev := range k.history[i:] {
 		if strings.HasPrefix(ev.KV.Key, w.prefix) {
 			out = append(out, raftstore.WatchEvent{Type: ev.Type, KV: clone(ev.KV), Revision: ev.Revision})
+			break
 		}
 	}
 	return out, k.changed, nil
