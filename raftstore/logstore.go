@@ -116,7 +116,7 @@ func openWAL(dir string, noSync bool, segmentBytes int, log hclog.Logger, mc wal
 // (TestSIGKILLMidWriteRecoversLog found it).
 //
 // Killed during the sealing write itself, the file may hold the index
-// frame, or part of it, without the commit frame after it (a SIGKILL ends
+// frame, or part of it, without the commit frame after it (a SIGKILL may end
 // a write to a regular file at a page boundary). raft-wal's recovery
 // drops the uncommitted batch but still reports the segment sealed, at an
 // index that was never completely written, so finishing the rotation

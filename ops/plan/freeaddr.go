@@ -73,13 +73,23 @@ func claim(port int) bool {
 // claimOnMachine locks port's claim file: false if another process holds
 // it. Without a usable claim file the claim is this process's alone
 // (nil, true).
+//
+// The directory is shared, like the temp directory it is in, so what
+// another user may have put there is not followed: the directory must be
+// a real one (not a symbolic link) owned by root or by this user, and the
+// file is opened read-only (flock needs no more) and not through a
+// symbolic link, so a planted link never makes this process create or
+// open a file elsewhere.
 func claimOnMachine(port int) (*os.File, bool) {
 	if err := os.Mkdir(claimDir, 0o755); err == nil {
 		_ = os.Chmod(claimDir, 0o1777) // every user's podflow claims here, as in /tmp
 	} else if !errors.Is(err, os.ErrExist) {
 		return nil, true
 	}
-	f, err := os.OpenFile(filepath.Join(claimDir, strconv.Itoa(port)), os.O_RDWR|os.O_CREATE, 0o666)
+	if !trustedDir(claimDir) {
+		return nil, true
+	}
+	f, err := os.OpenFile(filepath.Join(claimDir, strconv.Itoa(port)), os.O_RDONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, true
 	}
@@ -88,6 +98,17 @@ func claimOnMachine(port int) (*os.File, bool) {
 		return nil, !errors.Is(err, syscall.EWOULDBLOCK)
 	}
 	return f, true
+}
+
+// trustedDir reports whether dir is a directory itself, not a symbolic
+// link, owned by root or by this process's user.
+func trustedDir(dir string) bool {
+	fi, err := os.Lstat(dir)
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && (st.Uid == 0 || int(st.Uid) == os.Geteuid())
 }
 
 // FreeAddr returns a loopback address with a port free right now, below

@@ -2,11 +2,13 @@ package plan
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,4 +136,55 @@ func TestFreeAddrClaimsAcrossProcesses(t *testing.T) {
 			t.Fatalf("port %d is still claimed after the child exited", p)
 		}
 	}
+}
+
+// TestClaimFollowsNoPlantedLink: the claim directory is shared with every
+// user, so a symbolic link planted there, as the directory or as a port's
+// file, must not make a claim create or open a file where it points.
+// Without O_NOFOLLOW the first case creates the link's target; without the
+// directory check the second creates a file in the linked directory.
+func TestClaimFollowsNoPlantedLink(t *testing.T) {
+	saved := claimDir
+	t.Cleanup(func() { claimDir = saved })
+	root := t.TempDir()
+
+	claimDir = filepath.Join(root, "ports")
+	if err := os.Mkdir(claimDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(root, "target")
+	if err := os.Symlink(target, filepath.Join(claimDir, "10001")); err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := claimOnMachine(10001); f != nil {
+		f.Close()
+		t.Error("a claim opened a file through a planted link")
+	}
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a claim created the planted link's target: %v", err)
+	}
+
+	elsewhere := filepath.Join(root, "elsewhere")
+	if err := os.Mkdir(elsewhere, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	claimDir = filepath.Join(root, "linked-ports")
+	if err := os.Symlink(elsewhere, claimDir); err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := claimOnMachine(10002); f != nil {
+		f.Close()
+		t.Error("a claim opened a file in a linked directory")
+	}
+	if names, _ := os.ReadDir(elsewhere); len(names) != 0 {
+		t.Errorf("a claim created %v in the directory a planted link points to", names)
+	}
+
+	// A real directory of this user's still takes claims.
+	claimDir = filepath.Join(root, "ports")
+	f, ok := claimOnMachine(10003)
+	if f == nil || !ok {
+		t.Fatalf("no claim in a directory of this user's: %v, %v", f, ok)
+	}
+	f.Close()
 }
