@@ -1,6 +1,7 @@
 package objects_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -266,5 +267,37 @@ func TestTxnIsAValue(t *testing.T) {
 	}
 	if !slices.Equal(names, []string{"a", "b"}) {
 		t.Errorf("committed %v, want [a b]", names)
+	}
+}
+
+// TestTxnValue: Txn.Value is what the commit stores for the key, as a
+// read (and a watch) returns it: the last write of the key wins, a delete
+// or a key not written has none.
+func TestTxnValue(t *testing.T) {
+	st := objects.FromKV(objectstest.New())
+	a, b := pod("ns", "a"), pod("ns", "b")
+	first := pod("ns", "a")
+	first.Spec.NodeName = "n1"
+	txn := objects.Txn{}.Put(first).Put(a).Put(b).Delete(b)
+	if v := txn.Value(pod("ns", "b")); v != nil {
+		t.Errorf("Value of a deleted key = %q, want nil", v)
+	}
+	if v := txn.Value(pod("ns", "c")); v != nil {
+		t.Errorf("Value of a key not written = %q, want nil", v)
+	}
+	want := txn.Value(a)
+	if _, err := st.Commit(ctx, txn); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := st.KV().Get(ctx, objects.Pods.Key("ns", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(kv.Value, want) {
+		t.Errorf("Value = %x, the store holds %x", want, kv.Value)
+	}
+	var got corev1.Pod
+	if err := objects.Decode(kv, &got); err != nil || got.GetSpec().GetNodeName() != "" {
+		t.Errorf("the stored pod is %v (%v), want the last put of the key", &got, err)
 	}
 }

@@ -73,6 +73,25 @@ func (t Txn) Delete(obj Object) Txn {
 	return t
 }
 
+// Value returns the bytes t's last write of obj's key puts, or nil when
+// that write deletes it or t does not write the key: the value a watch of
+// the key delivers once t commits.
+func (t Txn) Value(obj Object) []byte {
+	key, err := KeyOf(obj)
+	if err != nil {
+		return nil
+	}
+	for i := len(t.ops) - 1; i >= 0; i-- {
+		if op := t.ops[i]; op.Key == key {
+			if op.Type != raftstore.OpPut {
+				return nil
+			}
+			return op.Value
+		}
+	}
+	return nil
+}
+
 // Empty reports whether t writes nothing.
 func (t Txn) Empty() bool { return len(t.ops) == 0 }
 

@@ -1,11 +1,13 @@
 package scheduler
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -74,18 +76,46 @@ func (l *bindLocks) lock(node string) func() {
 
 // allocations is this replica's freshest knowledge of NodeAllocations:
 // the informer's copy, overlaid with what this replica wrote or read
-// since (the informer catches up a little later). An overlay entry is
-// dropped once the informer has reached its revision.
+// since (the informer catches up a little later). The overlay keeps every
+// revision it learned of a node, oldest first, until the informer reaches
+// it: the newest answers get, and each one answers at for its own watch
+// echo. At saturation a replica binds to a node again before the echo of
+// its last bind arrives; keeping the newest alone, the older echoes were
+// decoded again (an allocation accounts for up to all the node's pods).
 type allocations struct {
 	mu      sync.Mutex
-	overlay map[string]*corev1.NodeAllocation // node -> allocation newer than the informer's
+	overlay map[string][]*corev1.NodeAllocation // node -> allocations newer than the informer's, by revision
+	pending map[string]pendingWrite             // node -> this replica's bind in flight
+}
+
+// pendingWrite is an allocation a bind is committing: the bytes it puts
+// and a copy of the object, its own metadata, for the informer to take
+// when the watch echo comes before the commit's answer (both travel from
+// the store leader once it has applied the write, on two subscriptions,
+// and the echo often wins: learn comes too late for it).
+type pendingWrite struct {
+	value []byte
+	alloc *corev1.NodeAllocation
+}
+
+// maxLearned bounds the revisions kept per node, dropping the oldest: an
+// informer that stopped (its watch broken for long) must not let a
+// replica's binds pile up. A dropped revision's echo is only decoded.
+const maxLearned = 64
+
+// newest is the last learned allocation of node, or nil. Under a.mu.
+func (a *allocations) newest(node string) *corev1.NodeAllocation {
+	if l := a.overlay[node]; len(l) > 0 {
+		return l[len(l)-1]
+	}
+	return nil
 }
 
 // get returns the freshest known allocation of node and its revision (nil
 // and 0 when it has none: the compare then requires the key not to exist).
 func (a *allocations) get(informed *corev1.NodeAllocation, node string) (*corev1.NodeAllocation, int64) {
 	a.mu.Lock()
-	o := a.overlay[node]
+	o := a.newest(node)
 	a.mu.Unlock()
 	switch {
 	case o != nil && (informed == nil || objects.Revision(o) > objects.Revision(informed)):
@@ -102,9 +132,14 @@ func (a *allocations) learn(alloc *corev1.NodeAllocation) {
 	node := alloc.GetMetadata().GetName()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if o := a.overlay[node]; o == nil || objects.Revision(o) < objects.Revision(alloc) {
-		a.overlay[node] = alloc
+	if o := a.newest(node); o != nil && objects.Revision(o) >= objects.Revision(alloc) {
+		return
 	}
+	l := a.overlay[node]
+	if len(l) == maxLearned {
+		l = slices.Delete(l, 0, 1)
+	}
+	a.overlay[node] = append(l, alloc)
 }
 
 // at returns the allocation of node learned at exactly revision rev, if
@@ -112,10 +147,54 @@ func (a *allocations) learn(alloc *corev1.NodeAllocation) {
 func (a *allocations) at(node string, rev int64) (*corev1.NodeAllocation, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if o := a.overlay[node]; o != nil && objects.Revision(o) == rev {
-		return o, true
+	for _, o := range a.overlay[node] {
+		if objects.Revision(o) == rev {
+			return o, true
+		}
 	}
 	return nil, false
+}
+
+// writing records that a bind is about to commit alloc as value; done
+// forgets it once the commit has answered (alloc is then learned, or was
+// not written). A node's binds hold its bind lock, so one at a time.
+func (a *allocations) writing(alloc *corev1.NodeAllocation, value []byte) (done func()) {
+	node := alloc.GetMetadata().GetName()
+	if value == nil {
+		return func() {}
+	}
+	// A copy that shares the pods (no one modifies them) and has its own
+	// metadata: Commit sets alloc's resourceVersion while the informer
+	// may be taking the copy.
+	p := pendingWrite{value: value, alloc: &corev1.NodeAllocation{Metadata: vt.Clone(alloc.GetMetadata()), Pods: alloc.GetPods()}}
+	a.mu.Lock()
+	a.pending[node] = p
+	a.mu.Unlock()
+	return func() {
+		a.mu.Lock()
+		if q, ok := a.pending[node]; ok && q.alloc == p.alloc {
+			delete(a.pending, node)
+		}
+		a.mu.Unlock()
+	}
+}
+
+// echo returns the allocation of node stored as value at rev when this
+// replica knows it already: learned at exactly rev, or the very bytes of
+// the bind in flight (then taken, at rev). Anything else is decoded.
+func (a *allocations) echo(node string, rev int64, value []byte) (*corev1.NodeAllocation, bool) {
+	if o, ok := a.at(node, rev); ok {
+		return o, true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p, ok := a.pending[node]
+	if !ok || !bytes.Equal(p.value, value) {
+		return nil, false
+	}
+	delete(a.pending, node)
+	p.alloc.Metadata.ResourceVersion = strconv.FormatInt(rev, 10)
+	return p.alloc, true
 }
 
 // forgetDeleted records that node's allocation does not exist (as of a
@@ -126,13 +205,23 @@ func (a *allocations) forgetDeleted(node string) {
 	a.mu.Unlock()
 }
 
-// informed drops the overlay entry the informer has caught up with.
+// informed drops the revisions of the allocation that the informer has
+// caught up with.
 func (a *allocations) informed(alloc *corev1.NodeAllocation) {
 	node := alloc.GetMetadata().GetName()
+	rev := objects.Revision(alloc)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if o := a.overlay[node]; o != nil && objects.Revision(o) <= objects.Revision(alloc) {
+	l := a.overlay[node]
+	i := 0
+	for i < len(l) && objects.Revision(l[i]) <= rev {
+		i++
+	}
+	switch {
+	case i == len(l):
 		delete(a.overlay, node)
+	case i > 0:
+		a.overlay[node] = slices.Delete(l, 0, i)
 	}
 }
 
@@ -313,7 +402,9 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	if outcome != bound {
 		return 0, outcome, nil
 	}
+	done := s.known.writing(next, txn.Value(next))
 	rev, err := s.env.Store.Commit(ctx, txn)
+	done()
 	for _, d := range slices.Concat(domain, anchors, []*corev1.NodeAllocation{reg.record}) {
 		if objects.ConflictOn(err, d) {
 			*req.stale = d.GetMetadata().GetName()

@@ -182,7 +182,7 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 	s := &Stage{
 		env: env, cfg: cfg, cache: NewCache(), sched: sched, snap: NewSnapshot(),
 		rec:     &events.Recorder{Store: env.Store, Component: cfg.SchedulerName, Instance: env.Replica},
-		known:   allocations{overlay: map[string]*corev1.NodeAllocation{}},
+		known:   allocations{overlay: map[string][]*corev1.NodeAllocation{}, pending: map[string]pendingWrite{}},
 		waiting: map[string]*waitingPod{}, kick: make(chan struct{}, 1), started: make(chan struct{}),
 		writer: newWriterName(env.Replica),
 	}
@@ -253,16 +253,17 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The echo of this replica's own bind is the allocation it wrote, held
-	// in the overlay at that revision: taken, not decoded again (a node's
-	// allocation accounts for up to all its pods; its decoding was 7 % of
-	// the stage's CPU at saturation).
+	// The echo of this replica's own bind is the allocation it wrote:
+	// held in the overlay at that revision, or, when the echo comes before
+	// the commit's answer, the bind in flight whose very bytes it carries.
+	// Taken, not decoded again (a node's allocation accounts for up to all
+	// its pods; its decoding was 7 % of the stage's CPU at saturation).
 	s.allocs.Reuse(func(kv *raftstore.KV) (*corev1.NodeAllocation, bool) {
 		name, ok := strings.CutPrefix(kv.Key, objects.NodeAllocations.Key("", ""))
 		if !ok {
 			return nil, false
 		}
-		return s.known.at(name, kv.ModRevision)
+		return s.known.echo(name, kv.ModRevision, kv.Value)
 	})
 	s.namespaces, err = informer.New[*corev1.Namespace](env.Store, "", informer.Handlers[*corev1.Namespace]{
 		OnAdd:    s.cache.SetNamespace,
