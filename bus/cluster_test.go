@@ -3,7 +3,6 @@ package bus_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -14,14 +13,19 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 )
 
-func freePort(t *testing.T) int {
+// reservePorts reserves n ports of 127.0.0.1 for servers that start
+// later (reservePort): each is released right before its server binds
+// it. A port found free by listening on :0 and closing is an ephemeral
+// one, free for anyone until the server binds it: an outgoing
+// connection could be given it, and a route dialling a peer's port
+// before that peer listens could connect to itself.
+func reservePorts(t *testing.T, n int) ([]int, []func()) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports, release := make([]int, n), make([]func(), n)
+	for i := range n {
+		ports[i], release[i] = reservePort(t)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports, release
 }
 
 // clusterServerConfig is the configuration of server i of a cluster on
@@ -48,13 +52,14 @@ func TestClusterSurvivesAServer(t *testing.T) {
 	}
 	dir := t.TempDir()
 	creds := filepath.Join(dir, "creds.json")
-	ports := []int{freePort(t), freePort(t), freePort(t)}
+	ports, release := reservePorts(t, 3)
 	var servers []*bus.Embedded
 	started := make(chan *bus.Embedded, 3)
 	errs := make(chan error, 3)
 	for i := range 3 {
 		cfg := clusterServerConfig(dir, creds, ports, i)
 		cfg.StartTimeout = 30 * time.Second
+		release[i]()
 		go func() {
 			e, err := bus.StartEmbedded(context.Background(), cfg)
 			if err != nil {

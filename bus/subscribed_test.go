@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,12 +162,12 @@ func TestSubscribedWaitsThroughADisconnect(t *testing.T) {
 // server yet (it retries) is not an error: Subscribed returns once the
 // server is up and holds the subscription.
 func TestSubscribedWaitsForTheServer(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+	// The port is held by a socket bound and not listening until the
+	// server starts: connects to it are refused, as with no server, and
+	// no other socket can take it meanwhile — a port freed for the wait
+	// is an ephemeral one, which an outgoing connection (the client's own
+	// retries among them: a TCP self-connect) could be given.
+	port, release := reservePort(t)
 	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port), nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
@@ -190,6 +191,7 @@ func TestSubscribedWaitsForTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	release()
 	go srv.Start()
 	defer srv.Shutdown()
 	if err := <-done; err != nil {
@@ -202,4 +204,26 @@ func TestSubscribedWaitsForTheServer(t *testing.T) {
 	if sz.Total != 1 {
 		t.Fatalf("the server holds %d subscriptions, want 1", sz.Total)
 	}
+}
+
+// reservePort binds a TCP socket to a free port of 127.0.0.1 without
+// listening on it, and returns the port and what closes the socket
+// (idempotent; also at t's cleanup).
+func reservePort(t *testing.T) (int, func()) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { _ = syscall.Close(fd) }) }
+	t.Cleanup(release)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa.(*syscall.SockaddrInet4).Port, release
 }

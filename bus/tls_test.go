@@ -87,11 +87,12 @@ func TestTLSRoutesNeedACertificate(t *testing.T) {
 	if _, err := bus.EnsureCredentials(creds, nil); err != nil {
 		t.Fatal(err)
 	}
-	ports := []int{freePort(t), freePort(t), freePort(t)}
+	ports, release := reservePorts(t, 3)
 	start := func(i int, routeTLS *tls.Config) *bus.Embedded {
 		cfg := clusterServerConfig(dir, creds, ports, i)
 		cfg.ClusterTLS = routeTLS
 		cfg.StartTimeout = 30 * time.Second
+		release[i]()
 		return bustest.ServerAt(t, cfg)
 	}
 	// JetStream in a cluster waits for its peers; start in the background.
