@@ -94,8 +94,9 @@ spec:
 	// names the server's address.
 	c.mustPodflow("apply", "-f", writeTemp(t, busyboxPod("client", fmt.Sprintf(`cat /etc/resolv.conf
 while true; do
+  echo "T $(cut -d' ' -f1 /proc/uptime)"
   ip=$(nslookup -type=a web.default.svc.cluster.local | awk '/^Address/ {a=$NF} END {print a}')
-  echo "DNS $ip"
+  echo "DNS $ip $(cut -d' ' -f1 /proc/uptime)"
   printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 %s 80 | grep httpserver | sed 's/^/CIP /'
   printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 "$ip" 80 | grep httpserver | sed 's/^/BYNAME /'
   sleep 0.1
@@ -124,7 +125,7 @@ done
 		return ok, out
 	})
 	out := logs()
-	for _, want := range []string{"nameserver 10.244.", "search default.svc.cluster.local svc.cluster.local cluster.local", "options ndots:5", "DNS " + cip + "\n"} {
+	for _, want := range []string{"nameserver 10.244.", "search default.svc.cluster.local svc.cluster.local cluster.local", "options ndots:5", "DNS " + cip + " "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("client log lacks %q:\n%s", want, out)
 		}
@@ -155,8 +156,9 @@ done
 		time.Sleep(2 * time.Second) // the proxy programs a slice change within a second
 		_, mark := answers(logs())
 		eventually(t, 30*time.Second, "20 answers after "+why, func() (bool, string) {
-			_, n := answers(logs())
-			return n >= mark+20, fmt.Sprintf("%d answers", n-mark)
+			out := logs()
+			_, n := answers(out)
+			return n >= mark+20, fmt.Sprintf("%d answers; the client's log:\n%s", n-mark, tail(out, 60))
 		})
 		after := strings.Join(answerLines(logs(), answerer)[mark:], "\n")
 		if strings.Contains(after, "("+gone+":") {
@@ -255,4 +257,13 @@ func run(t *testing.T, name string, args ...string) string {
 		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}
 	return string(out)
+}
+
+// tail returns the last n lines of out.
+func tail(out string, n int) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -613,3 +613,84 @@ func TestEnsureBridgeNewCIDR(t *testing.T) {
 		t.Fatalf("bridge addresses %v, want only %s", addrs, m2.gateway)
 	}
 }
+
+// TestBridgeKeepsItsMAC: the bridge, the pods' gateway and DNS server,
+// keeps one MAC address while pods' veths come and go. Left to the
+// kernel, a bridge takes the lowest MAC of its ports, again at each
+// change; a pod that had learned a deleted veth's address lost its
+// gateway until its ARP entry expired (ops/e2e TestLinuxServiceTraffic:
+// 6 answers in 30 s after a short-lived pod on the node was gone). A
+// bridge made before podflow chose the address keeps the one it had.
+func TestBridgeKeepsItsMAC(t *testing.T) {
+	assignType := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("/sys/class/net", name, "addr_assign_type"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	macOf := func(name string) string {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Attrs().HardwareAddr.String()
+	}
+	m := newNode(t, "")
+	br := m.cfg.BridgeName
+	want := bridgeMAC(br).String()
+	if got := macOf(br); got != want || assignType(br) != addrAssignSet {
+		t.Fatalf("new bridge: MAC %s (addr_assign_type %s), want %s, set", got, assignType(br), want)
+	}
+	ctx := testContext(t)
+	var uids []string
+	for i := range 6 {
+		uid := fmt.Sprintf("mac-%d", i)
+		if _, err := m.Setup(ctx, uid); err != nil {
+			t.Fatal(err)
+		}
+		uids = append(uids, uid)
+		if got := macOf(br); got != want {
+			t.Fatalf("after adding pod %d the bridge's MAC is %s, want %s", i, got, want)
+		}
+	}
+	for _, uid := range uids {
+		if err := m.Teardown(ctx, uid); err != nil {
+			t.Fatal(err)
+		}
+		if got := macOf(br); got != want {
+			t.Fatalf("after removing %s the bridge's MAC is %s, want %s", uid, got, want)
+		}
+	}
+
+	// A bridge of an earlier podflow: made with no address (the kernel
+	// picked one, and would change it). Adopted, it keeps that address.
+	cidr, err := networktest.FreePodCIDR()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := New(DefaultConfig(fmt.Sprintf("podflow-test-%s-%d", t.Name(), rand.Int64()), cidr, t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cleanupNode(t, old) })
+	if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: old.cfg.BridgeName}}); err != nil {
+		t.Fatal(err)
+	}
+	before := macOf(old.cfg.BridgeName)
+	if assignType(old.cfg.BridgeName) == addrAssignSet {
+		t.Fatalf("a bridge made with no address has addr_assign_type %s already", addrAssignSet)
+	}
+	if err := old.EnsureBridge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := macOf(old.cfg.BridgeName); got != before || assignType(old.cfg.BridgeName) != addrAssignSet {
+		t.Errorf("adopted bridge: MAC %s (addr_assign_type %s), want %s kept and set", got, assignType(old.cfg.BridgeName), before)
+	}
+	if _, err := old.Setup(ctx, "mac-adopted"); err != nil {
+		t.Fatal(err)
+	}
+	if got := macOf(old.cfg.BridgeName); got != before {
+		t.Errorf("adopted bridge: MAC %s after a pod came, want %s", got, before)
+	}
+}

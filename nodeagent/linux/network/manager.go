@@ -300,7 +300,8 @@ func (m *Manager) ensureBridgeLink() (netlink.Link, error) {
 		if !errors.As(err, &nf) {
 			return nil, err
 		}
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: m.cfg.MTU}}
+		// A MAC address given at creation is one the kernel keeps (below).
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: m.cfg.MTU, HardwareAddr: bridgeMAC(name)}}
 		if err := m.host.LinkAdd(br); err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, fmt.Errorf("create bridge: %w", err)
 		}
@@ -310,6 +311,9 @@ func (m *Manager) ensureBridgeLink() (netlink.Link, error) {
 	}
 	if _, ok := link.(*netlink.Bridge); !ok {
 		return nil, fmt.Errorf("%w: %q is a %s", ErrLinkConflict, name, link.Type())
+	}
+	if err := m.pinBridgeMAC(link); err != nil {
+		return nil, err
 	}
 	if link.Attrs().MTU != m.cfg.MTU {
 		if err := m.host.LinkSetMTU(link, m.cfg.MTU); err != nil {
@@ -324,6 +328,40 @@ func (m *Manager) ensureBridgeLink() (netlink.Link, error) {
 	}
 	return link, nil
 }
+
+// bridgeMAC is the MAC address a bridge is created with: locally
+// administered and unicast, derived from its name, so stable across
+// restarts of the agent.
+func bridgeMAC(name string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("podflow bridge " + name))
+	mac := net.HardwareAddr(sum[:6])
+	mac[0] = mac[0]&^0x01 | 0x02 // unicast, locally administered
+	return mac
+}
+
+// pinBridgeMAC makes the kernel keep the bridge's MAC address. A bridge
+// whose address was not chosen takes the lowest MAC of its ports, again
+// each time a port comes or goes (br_stp_recalculate_bridge_id), and the
+// bridge is the pods' gateway and DNS server: a pod that had learned the
+// address of a veth since deleted (another pod's, gone when that pod was)
+// sent to a MAC no port has until its ARP entry expired — seconds to a
+// minute without DNS and without Services. A bridge made before podflow
+// chose its address (addr_assign_type 3, "set") keeps the one it has now,
+// which the pods know: setting it is what pins it.
+func (m *Manager) pinBridgeMAC(br netlink.Link) error {
+	b, err := os.ReadFile(filepath.Join("/sys/class/net", br.Attrs().Name, "addr_assign_type"))
+	if err == nil && strings.TrimSpace(string(b)) == addrAssignSet {
+		return nil
+	}
+	if err := m.host.LinkSetHardwareAddr(br, br.Attrs().HardwareAddr); err != nil {
+		return fmt.Errorf("pin the bridge's MAC address: %w", err)
+	}
+	return nil
+}
+
+// addrAssignSet is NET_ADDR_SET, the addr_assign_type of an address set
+// by the user (include/uapi/linux/netdevice.h).
+const addrAssignSet = "3"
 
 // ensureConfinement enables forwarding on the bridge only and makes
 // everything arriving on it that is not for this host look up the bridge's
