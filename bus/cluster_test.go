@@ -13,21 +13,6 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 )
 
-// reservePorts reserves n ports of 127.0.0.1 for servers that start
-// later (reservePort): each is released right before its server binds
-// it. A port found free by listening on :0 and closing is an ephemeral
-// one, free for anyone until the server binds it: an outgoing
-// connection could be given it, and a route dialling a peer's port
-// before that peer listens could connect to itself.
-func reservePorts(t *testing.T, n int) ([]int, []func()) {
-	t.Helper()
-	ports, release := make([]int, n), make([]func(), n)
-	for i := range n {
-		ports[i], release[i] = reservePort(t)
-	}
-	return ports, release
-}
-
 // clusterServerConfig is the configuration of server i of a cluster on
 // loopback whose servers take routes on ports and share the credentials
 // file creds.

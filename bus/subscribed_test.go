@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/url"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -204,26 +203,4 @@ func TestSubscribedWaitsForTheServer(t *testing.T) {
 	if sz.Total != 1 {
 		t.Fatalf("the server holds %d subscriptions, want 1", sz.Total)
 	}
-}
-
-// reservePort binds a TCP socket to a free port of 127.0.0.1 without
-// listening on it, and returns the port and what closes the socket
-// (idempotent; also at t's cleanup).
-func reservePort(t *testing.T) (int, func()) {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release := func() { once.Do(func() { _ = syscall.Close(fd) }) }
-	t.Cleanup(release)
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sa.(*syscall.SockaddrInet4).Port, release
 }

@@ -147,6 +147,10 @@ func (a *allocations) learn(alloc *corev1.NodeAllocation) {
 func (a *allocations) at(node string, rev int64) (*corev1.NodeAllocation, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.atLocked(node, rev)
+}
+
+func (a *allocations) atLocked(node string, rev int64) (*corev1.NodeAllocation, bool) {
 	for _, o := range a.overlay[node] {
 		if objects.Revision(o) == rev {
 			return o, true
@@ -159,10 +163,10 @@ func (a *allocations) at(node string, rev int64) (*corev1.NodeAllocation, bool) 
 // forgets it once the commit has answered (alloc is then learned, or was
 // not written). A node's binds hold its bind lock, so one at a time.
 func (a *allocations) writing(alloc *corev1.NodeAllocation, value []byte) (done func()) {
-	node := alloc.GetMetadata().GetName()
 	if value == nil {
 		return func() {}
 	}
+	node := alloc.GetMetadata().GetName()
 	// A copy that shares the pods (no one modifies them) and has its own
 	// metadata: Commit sets alloc's resourceVersion while the informer
 	// may be taking the copy.
@@ -183,11 +187,11 @@ func (a *allocations) writing(alloc *corev1.NodeAllocation, value []byte) (done 
 // replica knows it already: learned at exactly rev, or the very bytes of
 // the bind in flight (then taken, at rev). Anything else is decoded.
 func (a *allocations) echo(node string, rev int64, value []byte) (*corev1.NodeAllocation, bool) {
-	if o, ok := a.at(node, rev); ok {
-		return o, true
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if o, ok := a.atLocked(node, rev); ok {
+		return o, true
+	}
 	p, ok := a.pending[node]
 	if !ok || !bytes.Equal(p.value, value) {
 		return nil, false
