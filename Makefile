@@ -111,7 +111,7 @@ bench:
 
 ## bench-pipeline: end-to-end pods/s and PodRequested→Running latency.
 bench-pipeline: build
-	$(BIN)/podflow bench pipeline --pods 5000 --rate 1000 --nodes 100
+	$(BIN)/podflow bench pipeline --pods 10000 --rate 1500 --nodes 100
 
 ## bench-scale: 1 vs 2 replicas of admission (0.02 CPU each) and of the
 ## scheduler (0.1 CPU each), every replica bounded in a cgroup of its own
