@@ -64,6 +64,20 @@ func Known(name string) bool {
 	return ok
 }
 
+// Handlers in flight per replica, and delivered-not-acked messages per
+// consumer, of every stage and of the simulated nodes. Every stage is bound
+// by its handlers' latency, not their CPU: a handler holds its slot
+// through the publish of its output (until the PubAck) and the confirmed
+// ack, two round trips through a JetStream server that queues under load,
+// so a replica's throughput is at most stageConcurrency divided by that
+// time, however cheap the handler. At 64, the api and admission stages
+// (10 µs of work per pod) capped the pipeline near 900 pods/s whenever the
+// round trips reached ~70 ms. MaxAckPending leaves room for replicas.
+const (
+	stageConcurrency   = 256
+	stageMaxAckPending = 8192
+)
+
 // RunnerConfig returns the runner configuration of one replica of stage.
 func RunnerConfig(stage, replica string) (bus.RunnerConfig, error) {
 	in, ok := Inputs[stage]
@@ -77,15 +91,7 @@ func RunnerConfig(stage, replica string) (bus.RunnerConfig, error) {
 	for _, t := range in {
 		cfg.FilterSubjects = append(cfg.FilterSubjects, bus.TypeFilter(t))
 	}
-	// Every stage is bound by its handlers' latency, not their CPU: a
-	// handler holds its slot through the publish of its output (until the
-	// PubAck) and the confirmed ack, two round trips through a JetStream
-	// server that queues under load, so a replica's throughput is at most
-	// Concurrency divided by that time, however cheap the handler. At 64,
-	// the api and admission stages (10 µs of work per pod) capped the
-	// pipeline near 900 pods/s whenever the round trips reached ~70 ms.
-	cfg.Concurrency = 256
-	cfg.MaxAckPending = 8192
+	cfg.Concurrency, cfg.MaxAckPending = stageConcurrency, stageMaxAckPending
 	cfg.MaxDeliver = 10
 	cfg.Backoff = []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second}
 	return cfg, nil
@@ -114,15 +120,7 @@ func SimNodesRunnerConfig(name string) bus.RunnerConfig {
 	for _, t := range NodeAgentInputs {
 		cfg.FilterSubjects = append(cfg.FilterSubjects, bus.TypeFilter(t))
 	}
-	// Every stage is bound by its handlers' latency, not their CPU: a
-	// handler holds its slot through the publish of its output (until the
-	// PubAck) and the confirmed ack, two round trips through a JetStream
-	// server that queues under load, so a replica's throughput is at most
-	// Concurrency divided by that time, however cheap the handler. At 64,
-	// the api and admission stages (10 µs of work per pod) capped the
-	// pipeline near 900 pods/s whenever the round trips reached ~70 ms.
-	cfg.Concurrency = 256
-	cfg.MaxAckPending = 8192
+	cfg.Concurrency, cfg.MaxAckPending = stageConcurrency, stageMaxAckPending
 	cfg.MaxDeliver = 10
 	return cfg
 }
