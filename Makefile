@@ -91,6 +91,8 @@ openapi-check: openapi
 lint:
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@cd raftstore/etcdbench && GOWORK=off $(GO) list -deps . >/dev/null || \
+		{ echo "raftstore/etcdbench (make bench-store) is behind the modules it replaces: cd raftstore/etcdbench && GOWORK=off go mod tidy"; exit 1; }
 
 ## test: every module's tests in one `go test`, so that packages of different
 ## modules share the slots; the longest packages are named first, which
