@@ -1,8 +1,6 @@
 package nemesis
 
 import (
-	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -11,16 +9,18 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"os/exec"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // LossyPath is a path for TCP connections through the kernel that can
@@ -163,56 +163,89 @@ func processAlive(pid int) bool {
 }
 
 // SetLoss makes each namespace drop percent (0–100) of the packets it
-// sends.
+// sends: in one nftables transaction per namespace, the table pf_nem
+// (inet) and its output chain are created if absent, the chain is
+// flushed and, above 0 %, gets the rule nft would print as
+// "numgen random mod 100 < percent counter drop".
 func (p *LossyPath) SetLoss(percent int) error {
 	if percent < 0 || percent > 100 {
 		return fmt.Errorf("nemesis: loss %d%% out of 0–100", percent)
 	}
-	rules := "table inet pf_nem {\n  chain out {\n    type filter hook output priority 0; policy accept;\n  }\n}\nflush chain inet pf_nem out\n"
-	switch {
-	case percent == 100:
-		rules += "add rule inet pf_nem out counter drop\n"
-	case percent > 0:
-		rules += fmt.Sprintf("add rule inet pf_nem out numgen random mod 100 < %d counter drop\n", percent)
-	}
 	for _, side := range []string{"a", "b"} {
-		if _, err := p.nft(side, "-f", "-", rules); err != nil {
+		c, err := p.nftConn(side)
+		if err != nil {
 			return fmt.Errorf("nemesis: set loss %d%%: %w", percent, err)
+		}
+		table := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: lossyTable})
+		chain := c.AddChain(&nftables.Chain{Name: lossyChain, Table: table, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: ptr(nftables.ChainPolicyAccept)})
+		c.FlushChain(chain)
+		if percent > 0 {
+			c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: lossExprs(percent)})
+		}
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("nemesis: set loss %d%% in %s: %w", percent, p.nsName(side), err)
 		}
 	}
 	return nil
 }
 
+const (
+	lossyTable = "pf_nem"
+	lossyChain = "out"
+)
+
+// lossExprs drops percent (1–100) of the packets, counting them. The
+// random number is in host byte order and the kernel's cmp compares
+// bytes, so it is turned big-endian before "< percent", as nft does.
+func lossExprs(percent int) []expr.Any {
+	drop := []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
+	if percent >= 100 {
+		return drop
+	}
+	return append([]expr.Any{
+		&expr.Numgen{Register: 1, Modulus: 100, Type: unix.NFT_NG_RANDOM},
+		&expr.Byteorder{SourceRegister: 1, DestRegister: 1, Op: expr.ByteorderHton, Len: 4, Size: 4},
+		&expr.Cmp{Op: expr.CmpOpLt, Register: 1, Data: binaryutil.BigEndian.PutUint32(uint32(percent))},
+	}, drop...)
+}
+
+func ptr[T any](v T) *T { return &v }
+
 // Drops is how many packets the namespaces dropped since the last SetLoss.
 func (p *LossyPath) Drops() (int, error) {
 	n := 0
 	for _, side := range []string{"a", "b"} {
-		out, err := p.nft(side, "list", "chain", "inet", "pf_nem", "out", "")
+		c, err := p.nftConn(side)
 		if err != nil {
 			return 0, err
 		}
-		for _, m := range dropCounter.FindAllStringSubmatch(out, -1) {
-			k, _ := strconv.Atoi(m[1])
-			n += k
+		rules, err := c.GetRules(&nftables.Table{Family: nftables.TableFamilyINet, Name: lossyTable}, &nftables.Chain{Name: lossyChain})
+		if err != nil {
+			return 0, fmt.Errorf("nemesis: rules of %s: %w", p.nsName(side), err)
+		}
+		for _, r := range rules {
+			for _, e := range r.Exprs {
+				if ctr, ok := e.(*expr.Counter); ok {
+					n += int(ctr.Packets)
+				}
+			}
 		}
 	}
 	return n, nil
 }
 
-var dropCounter = regexp.MustCompile(`counter packets (\d+) bytes \d+ drop`)
-
-// nft runs nft with args (and stdin) in the namespace of side.
-func (p *LossyPath) nft(side string, args ...string) (string, error) {
-	stdin := args[len(args)-1]
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", p.nsName(side), "nft"}, args[:len(args)-1]...)...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("nft %s in %s: %w: %s", strings.Join(args[:len(args)-1], " "), p.nsName(side), err, bytes.TrimSpace(out))
+// nftConn is a netlink connection to nftables in the namespace of side.
+func (p *LossyPath) nftConn(side string) (*nftables.Conn, error) {
+	ns := p.nsA
+	if side == "b" {
+		ns = p.nsB
 	}
-	return string(out), nil
+	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	if err != nil {
+		return nil, fmt.Errorf("nemesis: nftables in %s: %w", p.nsName(side), err)
+	}
+	return c, nil
 }
 
 // Dial opens a connection to target (one of NewLossyPath's) over the path.
