@@ -52,6 +52,15 @@ type Config struct {
 	// RaftAddr is the TCP address the raft transport binds, host:port; port
 	// 0 picks a free port (see Node.RaftAddr).
 	RaftAddr string
+	// RaftListener, when set, is where the raft transport accepts instead
+	// of binding RaftAddr, which must be its address. Start takes it over:
+	// it is closed by Shutdown, or by Start when it fails.
+	// It lets whoever starts several replicas hold every port from before
+	// the first one dials its peers: a port found free by listening on :0
+	// and closing is free for anyone until its replica binds it, so an
+	// outgoing connection can be given it, or a replica dialling a peer not
+	// yet listening can connect to itself.
+	RaftListener net.Listener
 	// AdvertiseAddr is the address peers dial; defaults to the bound address.
 	AdvertiseAddr string
 	// PeerAddrs, when set, is where this replica dials the peers it names
@@ -214,6 +223,9 @@ func (c Config) Validate() error {
 		add("RaftAddr %q: %w", c.RaftAddr, err)
 	} else if c.TLS == nil && !isLoopback(host) {
 		add("RaftAddr %q is not a loopback address: raft off loopback needs TLS", c.RaftAddr)
+	}
+	if c.RaftListener != nil && c.RaftListener.Addr().String() != c.RaftAddr {
+		add("RaftAddr %q is not RaftListener's address %s", c.RaftAddr, c.RaftListener.Addr())
 	}
 	for id, a := range c.PeerAddrs {
 		if host, _, err := net.SplitHostPort(a); err != nil || id == "" {

@@ -104,6 +104,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			_ = n.Shutdown()
+			if n.trans == nil && n.cfg.RaftListener != nil { // not yet the transport's to close
+				_ = n.cfg.RaftListener.Close()
+			}
 		}
 	}()
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
@@ -128,9 +131,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 	}
 	var trans *raft.NetworkTransport
-	if n.cfg.TLS != nil {
-		var stream *tlsStreamLayer
-		if stream, err = newTLSStreamLayer(n.cfg.RaftAddr, advertise, n.cfg.TLS); err == nil {
+	if n.cfg.TLS != nil || n.cfg.RaftListener != nil {
+		var stream raft.StreamLayer
+		if stream, err = n.streamLayer(advertise); err == nil {
 			trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 				Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
 				ServerAddressProvider: n.cfg.peerAddrs(),

@@ -42,16 +42,20 @@ var _ raft.StreamLayer = (*tlsStreamLayer)(nil)
 // connection.
 const handshakeTimeout = 10 * time.Second
 
-// newTLSStreamLayer listens on bind with cfg, which must require and
-// verify client certificates (ClientAuth tls.RequireAndVerifyClientCert and
-// ClientCAs set).
-func newTLSStreamLayer(bind string, advertise net.Addr, cfg *tls.Config) (*tlsStreamLayer, error) {
-	if cfg.ClientAuth != tls.RequireAndVerifyClientCert || cfg.ClientCAs == nil || cfg.RootCAs == nil || len(cfg.Certificates) == 0 {
+// streamLayer is the raft transport's stream layer over the replica's
+// listener (Config.RaftListener, else RaftAddr bound now): mutual TLS
+// when Config.TLS is set, else plain TCP. Peers dial advertise, or the
+// listener's address.
+func (n *Node) streamLayer(advertise net.Addr) (raft.StreamLayer, error) {
+	cfg, ln := n.cfg.TLS, n.cfg.RaftListener
+	if cfg != nil && (cfg.ClientAuth != tls.RequireAndVerifyClientCert || cfg.ClientCAs == nil || cfg.RootCAs == nil || len(cfg.Certificates) == 0) {
 		return nil, fmt.Errorf("%w: raft TLS needs a certificate, RootCAs, ClientCAs and ClientAuth RequireAndVerifyClientCert (see MutualTLS)", ErrTLSConfig)
 	}
-	ln, err := net.Listen("tcp", bind)
-	if err != nil {
-		return nil, err
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", n.cfg.RaftAddr); err != nil {
+			return nil, err
+		}
 	}
 	if advertise == nil {
 		advertise = ln.Addr()
@@ -60,10 +64,33 @@ func newTLSStreamLayer(bind string, advertise net.Addr, cfg *tls.Config) (*tlsSt
 		ln.Close()
 		return nil, fmt.Errorf("raftstore: advertise address %v is not a dialable IP address", advertise)
 	}
+	if cfg == nil {
+		return &tcpStreamLayer{Listener: ln, advertise: advertise}, nil
+	}
+	return newTLSStreamLayer(ln, advertise, cfg), nil
+}
+
+// tcpStreamLayer is raft.TCPStreamLayer over a listener it was given.
+type tcpStreamLayer struct {
+	net.Listener
+	advertise net.Addr
+}
+
+// Addr is the address peers dial (the advertise address).
+func (l *tcpStreamLayer) Addr() net.Addr { return l.advertise }
+
+// Dial opens a TCP connection to a peer within timeout.
+func (l *tcpStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", string(address), timeout)
+}
+
+// newTLSStreamLayer accepts on ln with cfg, which requires and verifies
+// client certificates (checked by Node.streamLayer).
+func newTLSStreamLayer(ln net.Listener, advertise net.Addr, cfg *tls.Config) *tlsStreamLayer {
 	l := &tlsStreamLayer{ln: ln, advertise: advertise, cfg: cfg, conns: make(chan net.Conn), done: make(chan struct{})}
 	l.wg.Add(1)
 	go l.acceptLoop()
-	return l, nil
+	return l
 }
 
 func (l *tlsStreamLayer) acceptLoop() {

@@ -74,9 +74,10 @@ func MakeCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	}
 	c := &Cluster{NATS: ns, dir: t.TempDir()}
 	t.Cleanup(c.Shutdown)
+	ls := Listeners(t, n)
 	var peers []raftstore.Peer
-	for i, addr := range freeAddrs(t, n) {
-		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("r%d", i), Address: addr})
+	for i, l := range ls {
+		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("r%d", i), Address: l.Addr().String()})
 	}
 	for i := range n {
 		cfg := raftstore.DefaultConfig()
@@ -93,29 +94,31 @@ func MakeCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		c.conns = append(c.conns, nil)
 	}
 	for i := range n {
-		c.start(t, i)
+		c.start(t, i, ls[i])
 	}
 	c.Leader(t)
 	return c
 }
 
-func freeAddr(t testing.TB) string { return freeAddrs(t, 1)[0] }
-
-// freeAddrs returns n distinct loopback addresses free right now: every
-// listener is held until all are chosen (closed one by one, the kernel may
-// hand the same port out twice: "found duplicate address in
-// configuration").
-func freeAddrs(t testing.TB, n int) []string {
-	var addrs []string
-	for range n {
+// Listeners returns n listeners on distinct free ports of 127.0.0.1 for
+// raft replicas (raftstore.Config.RaftListener, RaftAddr its address),
+// closed at t's cleanup if no replica took them over. Every port is held
+// from now until its replica serves it: one found by listening on :0 and
+// closing could be given to an outgoing connection meanwhile, or to the
+// next such search ("found duplicate address in configuration"), and a
+// replica dialling a peer not yet listening could connect to itself.
+func Listeners(t testing.TB, n int) []net.Listener {
+	t.Helper()
+	ls := make([]net.Listener, n)
+	for i := range ls {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("free port: %v", err)
+			t.Fatalf("raft listener: %v", err)
 		}
-		defer l.Close()
-		addrs = append(addrs, l.Addr().String())
+		t.Cleanup(func() { _ = l.Close() })
+		ls[i] = l
 	}
-	return addrs
+	return ls
 }
 
 // Conn returns a new NATS connection to the cluster's server, closed at t's
@@ -140,14 +143,16 @@ func (c *Cluster) Client(t testing.TB) *raftstore.Client {
 	return cl
 }
 
-func (c *Cluster) start(t testing.TB, i int) {
+// start starts replica i on l (its first start) or, when l is nil, on
+// its RaftAddr bound again.
+func (c *Cluster) start(t testing.TB, i int, l net.Listener) {
 	t.Helper()
 	nc, err := nats.Connect(c.NATS.ClientURL())
 	if err != nil {
 		t.Fatalf("nats connect: %v", err)
 	}
 	cfg := c.cfgs[i]
-	cfg.Conn = nc
+	cfg.Conn, cfg.RaftListener = nc, l
 	n, err := raftstore.NewNode(cfg)
 	if err != nil {
 		nc.Close()
@@ -249,7 +254,7 @@ func (c *Cluster) Crash(t testing.TB, i int) {
 // Restart starts killed replica i again on its data directory.
 func (c *Cluster) Restart(t testing.TB, i int) {
 	t.Helper()
-	c.start(t, i)
+	c.start(t, i, nil)
 }
 
 // Add starts a new empty replica that joins the cluster (Config.Join) and
@@ -259,7 +264,8 @@ func (c *Cluster) Add(t testing.TB, id string) int {
 	c.mu.Lock()
 	cfg := c.cfgs[0]
 	cfg.ID = id
-	cfg.RaftAddr = freeAddr(t)
+	l := Listeners(t, 1)[0]
+	cfg.RaftAddr = l.Addr().String()
 	cfg.DataDir = filepath.Join(c.dir, id)
 	cfg.Bootstrap = nil
 	cfg.Join = true
@@ -268,7 +274,7 @@ func (c *Cluster) Add(t testing.TB, id string) int {
 	c.conns = append(c.conns, nil)
 	i := len(c.nodes) - 1
 	c.mu.Unlock()
-	c.start(t, i)
+	c.start(t, i, l)
 	return i
 }
 

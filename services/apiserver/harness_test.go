@@ -88,15 +88,17 @@ func startSystem(t testing.TB, o options) *system {
 
 	// The store: o.replicas raft replicas (default 1) on loopback.
 	n := max(o.replicas, 1)
+	ls := raftstoretest.Listeners(t, n)
 	var peers []raftstore.Peer
-	for i := range n {
-		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("r%d", i), Address: freeAddr(t)})
+	for i, l := range ls {
+		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("r%d", i), Address: l.Addr().String()})
 	}
 	for i, p := range peers {
 		scfg := raftstore.DefaultConfig()
 		raftstoretest.FastConfig(&scfg)
 		scfg.NoSync = !o.fsync
 		scfg.ID, scfg.RaftAddr, scfg.DataDir, scfg.Bootstrap = p.ID, p.Address, filepath.Join(dir, p.ID), peers
+		scfg.RaftListener = ls[i]
 		if o.history > 0 {
 			scfg.HistoryRevisions = o.history
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -460,21 +459,17 @@ func storeWithPolicy(t *testing.T, srv *bus.Embedded) func(role, writer string) 
 // and holds Namespace default.
 func storeReplicas(t *testing.T, srv *bus.Embedded, n int) func(role, writer string) *raftstore.Client {
 	t.Helper()
+	ls := raftstoretest.Listeners(t, n)
 	var peers []raftstore.Peer
-	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, l := range ls {
 		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("store-%d", i+1), Address: l.Addr().String()})
-		l.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
-	for _, p := range peers {
+	for i, p := range peers {
 		cfg := raftstore.DefaultConfig()
 		raftstoretest.FastConfig(&cfg)
-		cfg.ID, cfg.RaftAddr, cfg.DataDir = p.ID, p.Address, t.TempDir()
+		cfg.ID, cfg.RaftAddr, cfg.RaftListener, cfg.DataDir = p.ID, p.Address, ls[i], t.TempDir()
 		cfg.Bootstrap = peers
 		cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, p.ID).NATS()
 		cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter

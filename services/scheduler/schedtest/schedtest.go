@@ -166,22 +166,31 @@ func (e *Env) connect(ctx context.Context, name string) (*bus.Conn, error) {
 }
 
 func (e *Env) startStore(ctx context.Context) error {
+	// Every replica's port is held from before the first one dials its
+	// peers (raftstore.Config.RaftListener).
 	var peers []raftstore.Peer
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls[len(e.storeNodes):] { // those no replica took over
+			_ = l.Close()
+		}
+	}()
 	for i := range e.cfg.StoreReplicas {
-		addr, err := freeAddr()
+		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return err
 		}
-		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("r%d", i), Address: addr})
+		ls = append(ls, l)
+		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("r%d", i), Address: l.Addr().String()})
 	}
-	for _, p := range peers {
+	for i, p := range peers {
 		conn, err := e.connect(ctx, "store-"+p.ID)
 		if err != nil {
 			return err
 		}
 		e.storeConns = append(e.storeConns, conn)
 		cfg := raftstore.DefaultConfig()
-		cfg.ID, cfg.RaftAddr, cfg.Bootstrap, cfg.Conn = p.ID, p.Address, peers, conn.NATS()
+		cfg.ID, cfg.RaftAddr, cfg.RaftListener, cfg.Bootstrap, cfg.Conn = p.ID, p.Address, ls[i], peers, conn.NATS()
 		cfg.DataDir = filepath.Join(e.cfg.Dir, "store", p.ID)
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
 		cfg.CommitTimeout = 5 * time.Millisecond
@@ -212,15 +221,6 @@ func (e *Env) waitStore(ctx context.Context) (int64, error) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // Close stops the replicas, the recorder, the store and the bus, and
