@@ -98,7 +98,7 @@ lint:
 ## modules share the slots; the longest packages are named first, which
 ## starts them first (the run is as long as its longest package plus what
 ## cannot overlap it). The packages that failed are listed at the end.
-TEST_FIRST := ./ops/e2e ./nodeagent/linux ./services/apiserver ./nodeagent/linux/container ./services/pipeline ./raftstore ./services/scheduler
+TEST_FIRST := ./ops/e2e ./nodeagent/linux ./services/apiserver ./nodeagent/linux/container ./services/pipeline ./raftstore ./services/stages/scheduler
 test: proto-check lint
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	$(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FIRST) $(addprefix ./,$(addsuffix /...,$(MODULES))) 2>&1 | tee "$$log"; \

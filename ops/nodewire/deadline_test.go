@@ -14,7 +14,7 @@ import (
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage/stagetest"
-	"github.com/podflow/podflow/services/status"
+	"github.com/podflow/podflow/services/stages/status"
 )
 
 // TestDeadlineExceededOnceAcrossAgentRestart: a sim node agent fails a pod

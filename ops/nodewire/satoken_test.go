@@ -15,10 +15,10 @@ import (
 	"github.com/podflow/podflow/ops/nodewire"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
-	"github.com/podflow/podflow/services/api"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stages/api"
 )
 
 // TestProjectedServiceAccountToken runs the projected serviceAccountToken

@@ -12,16 +12,16 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
-	"github.com/podflow/podflow/services/admission"
-	"github.com/podflow/podflow/services/api"
 	"github.com/podflow/podflow/services/apiserver"
-	"github.com/podflow/podflow/services/endpoints"
-	"github.com/podflow/podflow/services/persistence"
 	"github.com/podflow/podflow/services/pipeline"
-	"github.com/podflow/podflow/services/scheduler"
 	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
-	"github.com/podflow/podflow/services/status"
+	"github.com/podflow/podflow/services/stages/admission"
+	"github.com/podflow/podflow/services/stages/api"
+	"github.com/podflow/podflow/services/stages/endpoints"
+	"github.com/podflow/podflow/services/stages/persistence"
+	"github.com/podflow/podflow/services/stages/scheduler"
+	"github.com/podflow/podflow/services/stages/status"
 )
 
 // stageBuilders build a stage's handler.

@@ -24,15 +24,15 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
-	"github.com/podflow/podflow/services/admission"
-	"github.com/podflow/podflow/services/api"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/apiserver/pki"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/persistence"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stages/admission"
+	"github.com/podflow/podflow/services/stages/api"
+	"github.com/podflow/podflow/services/stages/persistence"
 )
 
 // Tokens of the static token file every test system has.

@@ -20,7 +20,7 @@ import (
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
-	"github.com/podflow/podflow/services/status"
+	"github.com/podflow/podflow/services/stages/status"
 )
 
 // world is a real slice of podflow: an embedded JetStream server, three

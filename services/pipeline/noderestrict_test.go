@@ -19,7 +19,7 @@ import (
 	"github.com/podflow/podflow/services/objects/objectstest"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
-	"github.com/podflow/podflow/services/status"
+	"github.com/podflow/podflow/services/stages/status"
 )
 
 // stageEnv connects as name with name's stage role and returns the Env of

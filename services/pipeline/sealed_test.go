@@ -14,9 +14,9 @@ import (
 	"github.com/podflow/podflow/bus/bustest"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
-	"github.com/podflow/podflow/services/api"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/sealed"
+	"github.com/podflow/podflow/services/stages/api"
 )
 
 // TestNoTokenInTheStream: a client creates a pod through the api front

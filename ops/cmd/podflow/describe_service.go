@@ -13,8 +13,8 @@ import (
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/endpoints"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stages/endpoints"
 )
 
 // runDescribeService reads Service ns/name, its EndpointSlice and the

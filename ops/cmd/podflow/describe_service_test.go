@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/endpoints"
+	"github.com/podflow/podflow/services/stages/endpoints"
 )
 
 func TestDescribeService(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/scheduler"
-	"github.com/podflow/podflow/services/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler"
+	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/scheduler"
-	"github.com/podflow/podflow/services/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler"
+	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
 )
 
 // TestPreemptionReplicas: on a full cluster (3 nodes of 4 cpu, twelve

@@ -12,8 +12,8 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/scheduler"
-	"github.com/podflow/podflow/services/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler"
+	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
 )
 
 // zonedNodes returns n nodes of 8 cpu over zones zone-0..zone-<zones-1>

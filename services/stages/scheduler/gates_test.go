@@ -8,7 +8,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
 )
 
 // TestSchedulingGates: a gated pod stays Pending with PodScheduled=False,

@@ -5,7 +5,7 @@ import (
 	"math"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/scheduler"
+	"github.com/podflow/podflow/services/stages/scheduler"
 )
 
 // topology replays the nodes, namespaces and pods of a history and checks

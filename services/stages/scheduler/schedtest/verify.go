@@ -10,7 +10,7 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/scheduler"
+	"github.com/podflow/podflow/services/stages/scheduler"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
 )
 
 // BenchmarkStage measures the scheduler stage end to end over real parts

@@ -8,8 +8,8 @@ import (
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/scheduler"
-	"github.com/podflow/podflow/services/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler"
+	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
 )
 
 // selfAffinePod is a pod of app that must share a domain of key with a

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/scheduler"
+	"github.com/podflow/podflow/services/stages/scheduler"
 )
 
 func exampleNode(name, cpu string, taints ...*corev1.Taint) *corev1.Node {

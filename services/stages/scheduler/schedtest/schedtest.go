@@ -48,8 +48,8 @@ import (
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
-	"github.com/podflow/podflow/services/scheduler"
 	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stages/scheduler"
 )
 
 // Config configures an Env.

@@ -15,9 +15,9 @@ import (
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/objects/objectstest"
-	"github.com/podflow/podflow/services/persistence"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stage/stagetest"
+	"github.com/podflow/podflow/services/stages/persistence"
 )
 
 const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
