@@ -15,6 +15,8 @@ import (
 	"github.com/podflow/podflow/ops/nodewire"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
+	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
@@ -46,21 +48,28 @@ func TestProjectedServiceAccountToken(t *testing.T) {
 	cluster := raftstoretest.MakeCluster(t, 1)
 	store := objects.New(cluster.Client(t))
 
-	// The api stage, with the TokenRequest signing key.
+	// The api stage and the node token signer, with the signing key.
+	tokens, err := auth.LoadBoundTokens(filepath.Join(t.TempDir(), "sa.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	acfg := api.DefaultConfig()
-	acfg.ServiceAccountKeyFile = filepath.Join(t.TempDir(), "sa.key")
+	acfg.Authn.BoundTokens = tokens
 	env := stage.NewEnv(admin, store, pipeline.API, "api-1", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	apiStage, err := api.New(env, acfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	signer := &apiserver.NodeTokens{NATS: env.NATS, Store: store, Tokens: tokens, Workers: 1, Log: env.Log}
 	rc, err := pipeline.RunnerConfig(pipeline.API, env.Replica)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- stage.Run(runCtx, admin, env, apiStage, stage.Config{Runner: rc}) }()
+	go func() {
+		done <- stage.Run(runCtx, admin, env, stage.Compose(apiStage, signer), stage.Config{Runner: rc})
+	}()
 	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil && runCtx.Err() == nil {

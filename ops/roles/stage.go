@@ -13,12 +13,15 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
 	"github.com/podflow/podflow/services/stages/endpoints"
+	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
 	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/status"
@@ -26,13 +29,7 @@ import (
 
 // stageBuilders build a stage's handler.
 var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handler, error){
-	pipeline.API: func(env stage.Env, o StageOptions) (stage.Handler, error) {
-		cfg, err := APIConfig(o)
-		if err != nil {
-			return nil, err
-		}
-		return api.New(env, cfg)
-	},
+	pipeline.API: APIProcess,
 	pipeline.Admission: func(env stage.Env, o StageOptions) (stage.Handler, error) {
 		cfg := admission.DefaultConfig()
 		if o.PodSecurityDefault != "" {
@@ -61,6 +58,41 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 }
 
+// APIProcess composes an api replica's process: the api stage, with
+// beside it the namespace controller (which empties and removes deleted
+// namespaces, with the api stage's identity), the node agents' token
+// signer (apiserver.NodeTokens) and, when o.HTTPS is set, the Kubernetes
+// REST front door (apiserver.FrontDoor) over the stage.
+func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
+	cfg, err := APIConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	if o.HTTPS != nil {
+		if err := o.HTTPS.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	nc := namespace.DefaultConfig()
+	if nc.ServiceIPs, err = ipalloc.New(cfg.Services); err != nil {
+		return nil, err
+	}
+	ns, err := namespace.New(env, nc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.NamespaceDeleted = ns.Enqueue
+	s, err := api.New(env, cfg)
+	if err != nil {
+		return nil, err
+	}
+	parts := []stage.Starter{ns, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
+	if o.HTTPS != nil {
+		parts = append(parts, apiserver.FrontDoor{Config: *o.HTTPS, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: cfg.Authn.BoundTokens, Log: env.Log})
+	}
+	return stage.Compose(s, parts...), nil
+}
+
 // APIConfig is the api stage's configuration of o.
 func APIConfig(o StageOptions) (api.Config, error) {
 	cfg := api.DefaultConfig()
@@ -68,8 +100,13 @@ func APIConfig(o StageOptions) (api.Config, error) {
 		cfg.Services.CIDR = o.ServiceCIDR
 	}
 	cfg.TokenFile = o.TokenFile
-	cfg.HTTPS = o.HTTPS
-	cfg.ServiceAccountKeyFile = o.ServiceAccountKeyFile
+	if o.ServiceAccountKeyFile != "" {
+		tokens, err := auth.LoadBoundTokens(o.ServiceAccountKeyFile)
+		if err != nil {
+			return api.Config{}, fmt.Errorf("api: %w", err)
+		}
+		cfg.Authn.BoundTokens = tokens
+	}
 	if o.SealKeyFile != "" {
 		key, err := sealed.LoadOrCreate(o.SealKeyFile)
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 // Config configures the HTTPS server.
 type Config struct {
 	// Addr is the TCP address to listen on ("127.0.0.1:6443"). The socket
-	// is opened with SO_REUSEPORT, so every api stage replica of one
+	// is opened with SO_REUSEPORT, so every api replica of one
 	// machine binds the same address and the kernel spreads connections
 	// over them: one kubeconfig server for all replicas, and a replica that
 	// dies only takes its own connections with it.

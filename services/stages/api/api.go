@@ -2,12 +2,16 @@
 // pod creations (PodRequested, as request-reply on pipeline.CreatePodSubject
 // or fire-and-forget on the events stream) and object requests (apply and
 // delete of every kind, on pipeline.ObjectSubject), authenticates the
-// bearer token (a static token file and ServiceAccount token Secrets) and
-// authorizes with RBAC from the store. A pod creation continues as
-// PodAuthorized to admission, or ends as PodRejected with Unauthorized or
-// Forbidden — the seed's failure 1. It also signs node agents' projected
-// serviceAccountTokens (pipeline.TokenPrefix.<node>, nodetoken.go) after
-// checking them as kube-apiserver's node authorizer and NodeRestriction do.
+// bearer token (a static token file, ServiceAccount token Secrets and, with
+// Config.Authn.BoundTokens, bound ServiceAccount tokens) and authorizes with
+// RBAC from the store. A pod creation continues as PodAuthorized to
+// admission, or ends as PodRejected with Unauthorized or Forbidden — the
+// seed's failure 1.
+//
+// The stage is also the Backend of the HTTPS front door (backend.go): the
+// api process runs services/apiserver's FrontDoor and NodeTokens and the
+// namespace controller (services/stages/namespace) beside it
+// (stage.Compose); the stage itself does none of that.
 package api
 
 import (
@@ -35,22 +39,16 @@ import (
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/ipalloc"
-	"github.com/podflow/podflow/services/namespace"
+	"github.com/podflow/podflow/services/nslifecycle"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/validate"
 )
-
-// ServiceAccountIssuer is the iss (and default audience) of bound
-// ServiceAccount tokens, kube-apiserver's default
-// --service-account-issuer.
-const ServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 
 // Config configures the api stage.
 type Config struct {
@@ -61,15 +59,6 @@ type Config struct {
 	RBAC      auth.RBACConfig
 	// Workers serve the request-reply subjects.
 	Workers int
-	// HTTPS, when set, runs the Kubernetes REST front door (see https.go
-	// and services/apiserver) in this replica.
-	HTTPS *apiserver.Config
-	// ServiceAccountKeyFile, when set, is the ECDSA key (created if
-	// missing; every api replica must share it) that signs bound
-	// ServiceAccount tokens (the TokenRequest API, `kubectl create
-	// token`); the stage then authenticates them too. Empty: no
-	// TokenRequest.
-	ServiceAccountKeyFile string
 	// SealKey, when set, is the key bearer tokens on the bus are sealed
 	// to (see sealing.go): the stream then never holds one in clear, and
 	// a PodRequested with a token in clear is refused. Nil: tokens travel
@@ -90,10 +79,10 @@ type Config struct {
 	// Default 100 per second, burst 200; UserPodQPS 0 disables it.
 	UserPodQPS   float64
 	UserPodBurst int
-	// Namespaces configures the namespace controller every api replica
-	// runs (services/namespace): it empties a deleted namespace, then
-	// removes it.
-	Namespaces namespace.Config
+	// NamespaceDeleted, when set, is called with each namespace a DELETE
+	// marked (the namespace controller's Enqueue: its pass starts at
+	// once). Nil: the controller finds it through its informer.
+	NamespaceDeleted func(name string)
 }
 
 // DefaultConfig returns the defaults.
@@ -103,7 +92,6 @@ func DefaultConfig() Config {
 		Services:        ipalloc.DefaultConfig(),
 		EventsHighWater: DefaultEventsHighWater, EventsInfoInterval: DefaultEventsInfoInterval,
 		UserPodQPS: DefaultUserPodQPS, UserPodBurst: DefaultUserPodBurst,
-		Namespaces: namespace.DefaultConfig(),
 	}
 }
 
@@ -121,14 +109,6 @@ func (c Config) Validate() error {
 	if err := c.validateBackpressure(); err != nil {
 		return err
 	}
-	if err := c.Namespaces.Validate(); err != nil {
-		return err
-	}
-	if c.HTTPS != nil {
-		if err := c.HTTPS.Validate(); err != nil {
-			return err
-		}
-	}
 	return c.RBAC.Validate()
 }
 
@@ -140,21 +120,20 @@ type Stage struct {
 	rbac  *auth.RBAC
 	alloc *ipalloc.Allocator // Services' ClusterIPs
 
-	replies *replyMux // HTTPS pod creations wait on it
+	replies *replyMux // pod creations in process (CreatePod) wait on it
 
 	events  *eventsGauge // PODFLOW_EVENTS' fill, read by Start's connection
 	limiter *userLimiter // pod creations per user
 
-	namespaces *namespace.Controller // NamespaceLifecycle and the namespace controller
+	namespaces *nslifecycle.Admission // NamespaceLifecycle
 
 	openerOnce sync.Once
 	opener     *sealed.Opener // Config.SealKey's, remembering the tokens it opened (made on first use)
 }
 
 var (
-	_ stage.Handler    = (*Stage)(nil)
-	_ stage.Starter    = (*Stage)(nil)
-	_ stage.Reconciler = (*Stage)(nil)
+	_ stage.Handler = (*Stage)(nil)
+	_ stage.Starter = (*Stage)(nil)
 )
 
 // New returns an api stage replica.
@@ -174,15 +153,6 @@ func New(env stage.Env, cfg Config) (*Stage, error) {
 			return nil, fmt.Errorf("api: token file %q: %w", cfg.TokenFile, err)
 		}
 	}
-	if cfg.ServiceAccountKeyFile != "" {
-		key, err := auth.LoadOrCreateSigningKey(cfg.ServiceAccountKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("api: %w", err)
-		}
-		if cfg.Authn.BoundTokens, err = auth.NewBoundTokens(key, ServiceAccountIssuer, nil); err != nil {
-			return nil, err
-		}
-	}
 	authn, err := auth.NewTokenAuthenticator(cfg.Authn, static)
 	if err != nil {
 		return nil, err
@@ -200,29 +170,10 @@ func New(env stage.Env, cfg Config) (*Stage, error) {
 		events:  &eventsGauge{interval: cfg.EventsInfoInterval, highWater: cfg.EventsHighWater},
 		limiter: newUserLimiter(cfg.UserPodQPS, cfg.UserPodBurst),
 	}
-	nc := cfg.Namespaces
-	nc.Delete = s.deleteContent
-	if s.namespaces, err = namespace.New(env, nc); err != nil {
+	if s.namespaces, err = nslifecycle.NewAdmission(env.Store, cfg.NamespaceDeleted); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// Reconcile queues every namespace being deleted for the namespace
-// controller (which also resumes them when it starts).
-func (s *Stage) Reconcile(ctx context.Context) error { return s.namespaces.Reconcile(ctx) }
-
-// deleteContent deletes one object of a namespace being terminated for
-// the namespace controller: a Service with its ClusterIP, anything else
-// at the revision it was listed at.
-func (s *Stage) deleteContent(ctx context.Context, kind objects.Kind, obj objects.Object) error {
-	if svc, ok := obj.(*corev1.Service); ok {
-		_, err := s.alloc.Delete(ctx, s.env.Store, svc)
-		return err
-	}
-	md := obj.GetMetadata()
-	_, err := s.env.Store.Delete(ctx, kind, md.GetNamespace(), md.GetName(), objects.Revision(obj))
-	return err
 }
 
 // Start feeds the RBAC and token caches from the store and serves the
@@ -244,12 +195,16 @@ func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	if err := s.serve(ctx, g, pipeline.ObjectSubject, s.onObject); err != nil {
 		return err
 	}
-	if err := s.serve(ctx, g, pipeline.TokenPrefix+".*", s.onNodeToken); err != nil {
+	mux, err := newReplyMux(s.env.NATS)
+	if err != nil {
 		return err
 	}
-	if s.cfg.HTTPS != nil {
-		return s.startHTTPS(ctx, g)
-	}
+	s.replies = mux
+	g.Go(func() error {
+		<-ctx.Done()
+		mux.close()
+		return nil
+	})
 	return nil
 }
 
@@ -320,31 +275,8 @@ func add[T objects.Object](infs *informer.Group, newInf func(*objects.Store, str
 // serve answers requests on subject with cfg.Workers goroutines of a queue
 // group shared by every api replica.
 func (s *Stage) serve(ctx context.Context, g *errgroup.Group, subject string, h func(context.Context, *nats.Msg)) error {
-	ch := make(chan *nats.Msg, 4*s.cfg.Workers)
-	sub, err := s.env.NATS.ChanQueueSubscribe(subject, pipeline.API, ch)
-	if err != nil {
-		return fmt.Errorf("api: subscribe %q: %w", subject, err)
-	}
-	// Until the server has it, a request finds no api replica (or only a
-	// watcher) and times out: serving means registered.
-	if err := bus.Subscribed(ctx, s.env.NATS, sub); err != nil {
+	if err := stage.Serve(ctx, g, s.env.NATS, subject, pipeline.API, s.cfg.Workers, h); err != nil {
 		return fmt.Errorf("api: %w", err)
-	}
-	g.Go(func() error {
-		<-ctx.Done()
-		return sub.Unsubscribe()
-	})
-	for range s.cfg.Workers {
-		g.Go(func() error {
-			for {
-				select {
-				case <-ctx.Done():
-					return nil
-				case m := <-ch:
-					h(ctx, m)
-				}
-			}
-		})
 	}
 	return nil
 }
@@ -624,18 +556,18 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	// between this read and the write refuses it too.
 	var parent *corev1.Namespace
 	if kind.Namespaced && !exists {
-		if parent, err = namespace.Get(ctx, s.env.Store, md.GetNamespace()); err != nil {
+		if parent, err = nslifecycle.Get(ctx, s.env.Store, md.GetNamespace()); err != nil {
 			return stage.Internal(err), nil
 		}
-		if st := namespace.CheckCreate(parent, md.GetNamespace(), kind.Resource, md.GetName()); st != nil {
+		if st := nslifecycle.CheckCreate(parent, md.GetNamespace(), kind.Resource, md.GetName()); st != nil {
 			return st, nil
 		}
 	}
 	if nsObj, ok := obj.(*corev1.Namespace); ok {
 		if exists {
-			namespace.PrepareForUpdate(nsObj, existing.(*corev1.Namespace))
+			nslifecycle.PrepareForUpdate(nsObj, existing.(*corev1.Namespace))
 		} else {
-			namespace.PrepareForCreate(nsObj)
+			nslifecycle.PrepareForCreate(nsObj)
 		}
 	}
 	now := timestamppb.Now()

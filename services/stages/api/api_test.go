@@ -17,7 +17,7 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/auth"
-	"github.com/podflow/podflow/services/namespace"
+	"github.com/podflow/podflow/services/nslifecycle"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/objects/objectstest"
 	"github.com/podflow/podflow/services/stage"
@@ -92,7 +92,7 @@ func newFixture(t *testing.T, extra ...objects.Object) *fixture {
 // testNamespace is an active Namespace, as the api stage creates one.
 func testNamespace(name string) *corev1.Namespace {
 	ns := &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: name, Uid: "ns-" + name}}
-	namespace.PrepareForCreate(ns)
+	nslifecycle.PrepareForCreate(ns)
 	return ns
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/namespace"
+	"github.com/podflow/podflow/services/nslifecycle"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -27,7 +27,7 @@ type deleteBeforeTxn struct {
 func (k *deleteBeforeTxn) Txn(ctx context.Context, t raftstore.Txn) (int64, error) {
 	for _, op := range t.Ops {
 		if strings.HasPrefix(op.Key, k.prefix) {
-			k.once.Do(func() { namespace.Delete(ctx, objects.FromKV(k.KV), k.ns) })
+			k.once.Do(func() { nslifecycle.Delete(ctx, objects.FromKV(k.KV), k.ns) })
 		}
 	}
 	return k.KV.Txn(ctx, t)

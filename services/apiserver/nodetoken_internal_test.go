@@ -1,4 +1,4 @@
-package api
+package apiserver
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"github.com/podflow/podflow/services/stage"
 )
 
-// TestCheckNodeReply: the api stage answers a token request only into a
+// TestCheckNodeReply: NodeTokens answers a token request only into a
 // node agent's inbox (a node's or a simulated cluster's), never into a
 // stage's, the store's, a client's or anything that is not an inbox: a
 // token goes to no one but a node. (The NodeRestriction checks and the

@@ -1,12 +1,13 @@
 package api
 
-// The HTTPS front door (services/apiserver) runs inside the api stage and
-// calls it in process through the methods below: the user it authenticated
-// (client certificate, token, OIDC) is trusted because it never crossed
-// the bus. A pod creation from HTTPS is authorized here and enters the
-// pipeline as PodAuthorized with a reply subject this replica listens on;
-// on the stream its record starts at PodAuthorized (there is no
-// PodRequested to record: the request arrived over HTTPS).
+// The HTTPS front door (services/apiserver's FrontDoor) runs in the api
+// process and calls the stage in process through the methods below: the
+// user it authenticated (client certificate, token, OIDC) is trusted
+// because it never crossed the bus. A pod creation from HTTPS is
+// authorized here and enters the pipeline as PodAuthorized with a reply
+// subject this replica listens on; on the stream its record starts at
+// PodAuthorized (there is no PodRequested to record: the request arrived
+// over HTTPS).
 
 import (
 	"context"
@@ -14,11 +15,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -36,44 +35,9 @@ import (
 
 var _ apiserver.Backend = (*Stage)(nil)
 
-// startHTTPS runs the HTTPS server and the reply mux its pod creations
-// wait on, both owned by g and stopped by ctx.
-func (s *Stage) startHTTPS(ctx context.Context, g *errgroup.Group) error {
-	mux, err := newReplyMux(s.env.NATS)
-	if err != nil {
-		return err
-	}
-	s.replies = mux
-	srv, err := apiserver.New(*s.cfg.HTTPS, s, s.env.Store, s.env.Log)
-	if err != nil {
-		mux.close()
-		return err
-	}
-	l, err := apiserver.Listen(ctx, s.cfg.HTTPS.Addr)
-	if err != nil {
-		mux.close()
-		return fmt.Errorf("api: listen %q: %w", s.cfg.HTTPS.Addr, err)
-	}
-	g.Go(func() error {
-		defer mux.close()
-		return srv.Serve(ctx, l)
-	})
-	return nil
-}
-
 // AuthenticateToken implements apiserver.Backend.
 func (s *Stage) AuthenticateToken(token string) (*corev1.UserInfo, *corev1.Status) {
 	return s.authn.AuthenticateToken(token)
-}
-
-var _ apiserver.TokenIssuer = (*Stage)(nil)
-
-// IssueServiceAccountToken implements apiserver.TokenIssuer.
-func (s *Stage) IssueServiceAccountToken(namespace, name, uid string, obj auth.BoundObject, audiences []string, expiration time.Duration) (string, time.Time, error) {
-	if s.cfg.Authn.BoundTokens == nil {
-		return "", time.Time{}, apiserver.ErrNoTokenIssuer
-	}
-	return s.cfg.Authn.BoundTokens.Issue(namespace, name, uid, obj, audiences, expiration, time.Now())
 }
 
 // Authorize implements apiserver.Backend.

@@ -16,10 +16,11 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
-	"github.com/podflow/podflow/services/namespace"
+	"github.com/podflow/podflow/services/nslifecycle"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/status"
 )
 
@@ -173,7 +174,7 @@ func TestControllerRestart(t *testing.T) {
 	defer cancel()
 	const ns = "team"
 	nsObj := &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: ns, Uid: "ns-team"}}
-	namespace.PrepareForCreate(nsObj)
+	nslifecycle.PrepareForCreate(nsObj)
 	if _, err := w.store.Create(ctx, nsObj); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestControllerRestart(t *testing.T) {
 	}
 
 	a1, a2 := w.startController("api-1"), w.startController("api-2")
-	if st, _ := namespace.Delete(ctx, w.store, ns); st.GetCode() != 200 {
+	if st, _ := nslifecycle.Delete(ctx, w.store, ns); st.GetCode() != 200 {
 		t.Fatalf("delete: %v", st)
 	}
 	bustest.Eventually(t, "everything but the bound pod deleted, and the conditions saying why the namespace stays", func() bool {
@@ -203,7 +204,7 @@ func TestControllerRestart(t *testing.T) {
 		if len(left) != 1 || left["pods"] != 1 {
 			return false
 		}
-		got, err := namespace.Get(ctx, w.store, ns)
+		got, err := nslifecycle.Get(ctx, w.store, ns)
 		c := condition(got, namespace.ConditionContentRemaining)
 		return err == nil && c.GetStatus() == "True" && c.GetMessage() == "Some resources are remaining: pods. has 1 resource instances"
 	})
@@ -215,11 +216,11 @@ func TestControllerRestart(t *testing.T) {
 	}
 
 	// Killed while the node is stopping the pod.
-	got, err := namespace.Get(ctx, w.store, ns)
+	got, err := nslifecycle.Get(ctx, w.store, ns)
 	if err != nil || got == nil {
 		t.Fatalf("namespace after the controllers stopped: %v %v", got, err)
 	}
-	if got.GetStatus().GetPhase() != namespace.PhaseTerminating || strings.Join(got.GetSpec().GetFinalizers(), ",") != namespace.FinalizerKubernetes {
+	if got.GetStatus().GetPhase() != nslifecycle.PhaseTerminating || strings.Join(got.GetSpec().GetFinalizers(), ",") != nslifecycle.FinalizerKubernetes {
 		t.Fatalf("namespace %v: want Terminating with the kubernetes finalizer", got)
 	}
 	if c := condition(got, namespace.ConditionContentFailure); c.GetStatus() != "False" || c.GetReason() != "ContentDeleted" {
@@ -227,13 +228,13 @@ func TestControllerRestart(t *testing.T) {
 	}
 	w.nodeFinishes(ctx, "n1", ns)
 	bustest.Eventually(t, "the status stage removing the pod its node finished", func() bool { return len(w.count(ctx, ns)) == 0 })
-	if got, err := namespace.Get(ctx, w.store, ns); err != nil || got == nil {
+	if got, err := nslifecycle.Get(ctx, w.store, ns); err != nil || got == nil {
 		t.Fatalf("namespace removed with no controller running: %v %v", got, err)
 	}
 
 	w.startController("api-1") // restarted
 	bustest.Eventually(t, "the restarted controller removing the namespace", func() bool {
-		got, err := namespace.Get(ctx, w.store, ns)
+		got, err := nslifecycle.Get(ctx, w.store, ns)
 		return err == nil && got == nil
 	})
 }
@@ -247,14 +248,14 @@ func TestControllerFinishesFinalizedNamespace(t *testing.T) {
 	defer cancel()
 	ns := &corev1.Namespace{
 		Metadata: &corev1.ObjectMeta{Name: "half", Uid: "ns-half", DeletionTimestamp: timestamppb.Now()},
-		Spec:     &corev1.NamespaceSpec{}, Status: &corev1.NamespaceStatus{Phase: namespace.PhaseTerminating},
+		Spec:     &corev1.NamespaceSpec{}, Status: &corev1.NamespaceStatus{Phase: nslifecycle.PhaseTerminating},
 	}
 	if _, err := w.store.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
 	w.startController("api-1")
 	bustest.Eventually(t, "the finalized namespace removed", func() bool {
-		got, err := namespace.Get(ctx, w.store, "half")
+		got, err := nslifecycle.Get(ctx, w.store, "half")
 		return err == nil && got == nil
 	})
 }

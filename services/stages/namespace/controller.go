@@ -17,6 +17,8 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/ipalloc"
+	"github.com/podflow/podflow/services/nslifecycle"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
 )
@@ -35,11 +37,11 @@ type Config struct {
 	// (pods still terminating on their nodes, a failed delete) waits
 	// before the next pass. Default 1s.
 	RetryInterval time.Duration
-	// Delete deletes one object of a terminating namespace's content
-	// other than a pod (pods always take the graceful path,
-	// stage.DeletePod). Nil: a store delete at the object's revision. The
-	// api stage passes one that releases a Service's ClusterIP with it.
-	Delete func(ctx context.Context, kind objects.Kind, obj objects.Object) error
+	// ServiceIPs, when set, deletes a terminating namespace's Services
+	// with their ClusterIPs (the api stage's allocator: the same service
+	// CIDR). Nil: a Service is deleted as any other object, at its
+	// revision. Pods always take the graceful path (stage.DeletePod).
+	ServiceIPs *ipalloc.Allocator
 }
 
 // DefaultConfig returns the defaults.
@@ -69,7 +71,6 @@ type Controller struct {
 	mu      sync.Mutex
 	pending map[string]bool
 	wake    chan struct{}
-	recent  map[string]time.Time // namespaces this replica marked deleted, when (Admit)
 }
 
 // New returns a Controller over env's store and publisher.
@@ -77,7 +78,7 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Controller{env: env, cfg: cfg, kinds: Content(), now: time.Now, pending: map[string]bool{}, recent: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+	c := &Controller{env: env, cfg: cfg, kinds: Content(), now: time.Now, pending: map[string]bool{}, wake: make(chan struct{}, 1)}
 	enqueue := func(ns *corev1.Namespace) {
 		if ns.GetMetadata().GetDeletionTimestamp() != nil {
 			c.Enqueue(ns.GetMetadata().GetName())
@@ -212,7 +213,7 @@ func (c *Controller) Reconcile(context.Context) error {
 // with it. done is true when there is nothing left to do (the namespace
 // is gone, or is not being deleted).
 func (c *Controller) Sync(ctx context.Context, name string) (done bool, err error) {
-	ns, err := Get(ctx, c.env.Store, name)
+	ns, err := nslifecycle.Get(ctx, c.env.Store, name)
 	if err != nil || ns == nil {
 		return ns == nil && err == nil, err
 	}
@@ -220,15 +221,15 @@ func (c *Controller) Sync(ctx context.Context, name string) (done bool, err erro
 		return true, nil
 	}
 	uid := ns.GetMetadata().GetUid()
-	if ns.GetStatus().GetPhase() != PhaseTerminating {
+	if ns.GetStatus().GetPhase() != nslifecycle.PhaseTerminating {
 		if ns, err = c.mutate(ctx, name, uid, func(ns *corev1.Namespace) error {
-			if ns.GetStatus().GetPhase() == PhaseTerminating {
+			if ns.GetStatus().GetPhase() == nslifecycle.PhaseTerminating {
 				return objects.ErrNoChange
 			}
 			if ns.Status == nil {
 				ns.Status = &corev1.NamespaceStatus{}
 			}
-			ns.Status.Phase = PhaseTerminating
+			ns.Status.Phase = nslifecycle.PhaseTerminating
 			return nil
 		}); err != nil || ns == nil {
 			return ns == nil && err == nil, err
@@ -237,7 +238,7 @@ func (c *Controller) Sync(ctx context.Context, name string) (done bool, err erro
 	if len(ns.GetSpec().GetFinalizers()) == 0 {
 		return c.remove(ctx, ns)
 	}
-	if !slices.Contains(ns.GetSpec().GetFinalizers(), FinalizerKubernetes) {
+	if !slices.Contains(ns.GetSpec().GetFinalizers(), nslifecycle.FinalizerKubernetes) {
 		return false, nil // another finalizer's owner has work left
 	}
 	remaining, failures := c.deleteContent(ctx, name)
@@ -256,10 +257,10 @@ func (c *Controller) Sync(ctx context.Context, name string) (done bool, err erro
 		return false, nil
 	}
 	if ns, err = c.mutate(ctx, name, uid, func(ns *corev1.Namespace) error {
-		if !slices.Contains(ns.GetSpec().GetFinalizers(), FinalizerKubernetes) {
+		if !slices.Contains(ns.GetSpec().GetFinalizers(), nslifecycle.FinalizerKubernetes) {
 			return objects.ErrNoChange
 		}
-		ns.Spec.Finalizers = slices.DeleteFunc(ns.Spec.Finalizers, func(f string) bool { return f == FinalizerKubernetes })
+		ns.Spec.Finalizers = slices.DeleteFunc(ns.Spec.Finalizers, func(f string) bool { return f == nslifecycle.FinalizerKubernetes })
 		return nil
 	}); err != nil || ns == nil {
 		return ns == nil && err == nil, err
@@ -358,8 +359,8 @@ func (c *Controller) deleteOne(ctx context.Context, k objects.Kind, obj objects.
 		err = stage.RequestDeletion(ctx, c.env, pod)
 	case isPod:
 		return nil // its node is stopping it; the status stage removes it after
-	case c.cfg.Delete != nil:
-		err = c.cfg.Delete(ctx, k, obj)
+	case c.cfg.ServiceIPs != nil && k.Name == objects.Services.Name:
+		_, err = c.cfg.ServiceIPs.Delete(ctx, c.env.Store, obj.(*corev1.Service))
 	default:
 		md := obj.GetMetadata()
 		_, err = c.env.Store.Delete(ctx, k, md.GetNamespace(), md.GetName(), objects.Revision(obj))

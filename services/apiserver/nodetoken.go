@@ -1,13 +1,13 @@
-package api
+package apiserver
 
 // Projected serviceAccountToken volumes. A node agent cannot sign tokens:
-// the key is the api stage's. As kubelet asks kube-apiserver's
-// TokenRequest API, a node agent asks here, on pipeline.TokenPrefix.<node>
-// (apiv1.NodeTokenRequest), for a token of one of its pods. The bus lets
-// only node <node>'s agent publish on that subject (a simulated cluster's
-// agent: any node's), so the subject is who asks. The stage then checks
-// what kube-apiserver's node authorizer and NodeRestriction admission
-// check of a node's TokenRequest:
+// the key is the api process's. As kubelet asks kube-apiserver's
+// TokenRequest API, a node agent asks NodeTokens, on
+// pipeline.TokenPrefix.<node> (apiv1.NodeTokenRequest), for a token of one
+// of its pods. The bus lets only node <node>'s agent publish on that
+// subject (a simulated cluster's agent: any node's), so the subject is who
+// asks. NodeTokens then checks what kube-apiserver's node authorizer and
+// NodeRestriction admission check of a node's TokenRequest:
 //
 //  1. the pod exists (404) with the uid the node names (409: deleted and
 //     recreated);
@@ -24,10 +24,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -36,25 +38,53 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
 )
 
+// NodeTokens signs node agents' projected serviceAccountTokens in the api
+// process (see the comment above), serving pipeline.TokenPrefix.* in the
+// api replicas' queue group.
+type NodeTokens struct {
+	NATS  *nats.Conn
+	Store *objects.Store
+	// Tokens signs the tokens; nil: every request is answered 404
+	// (TokenRequest is off).
+	Tokens *auth.BoundTokens
+	// Workers serve the requests (at least 1).
+	Workers int
+	Log     *slog.Logger
+}
+
+// Start serves the requests until ctx is done, on g; it returns once the
+// server has the subscription.
+func (n *NodeTokens) Start(ctx context.Context, g *errgroup.Group) error {
+	if n.Workers < 1 {
+		return fmt.Errorf("%w: NodeTokens.Workers (%d) must be at least 1", ErrInvalidConfig, n.Workers)
+	}
+	if n.Log == nil {
+		n.Log = slog.Default()
+	}
+	if err := stage.Serve(ctx, g, n.NATS, pipeline.TokenPrefix+".*", pipeline.API, n.Workers, n.onNodeToken); err != nil {
+		return fmt.Errorf("apiserver: node tokens: %w", err)
+	}
+	return nil
+}
+
 // onNodeToken answers a node agent's NodeTokenRequest. A request whose
 // reply subject is not an inbox of a node role is dropped: the token goes
 // to nobody but a node agent.
-func (s *Stage) onNodeToken(ctx context.Context, m *nats.Msg) {
+func (n *NodeTokens) onNodeToken(ctx context.Context, m *nats.Msg) {
 	enc, ok := strings.CutPrefix(m.Subject, pipeline.TokenPrefix+".")
 	node, err := bus.DecodeToken(enc)
 	if !ok || err != nil || node == "" {
-		s.env.Log.Warn("token request dropped: bad subject", "subject", m.Subject)
+		n.Log.Warn("token request dropped: bad subject", "subject", m.Subject)
 		return
 	}
 	if err := checkNodeReply(m.Reply); err != nil {
-		s.refuseReply(m.Subject, m, err)
+		n.Log.Warn("request dropped: bad reply subject", "subject", m.Subject, "reply", m.Reply, "err", err)
 		return
 	}
 	req := &apiv1.NodeTokenRequest{}
@@ -64,7 +94,7 @@ func (s *Stage) onNodeToken(ctx context.Context, m *nats.Msg) {
 	} else {
 		var tok string
 		var exp time.Time
-		resp.Status, tok, exp = s.nodeToken(ctx, node, req)
+		resp.Status, tok, exp = n.nodeToken(ctx, node, req)
 		if resp.Status == nil {
 			resp.Token, resp.Expiration = tok, timestamppb.New(exp)
 		}
@@ -73,7 +103,7 @@ func (s *Stage) onNodeToken(ctx context.Context, m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	_ = s.env.NATS.Publish(m.Reply, data)
+	_ = n.NATS.Publish(m.Reply, data)
 }
 
 // checkNodeReply: a token answer goes only to a node role's inbox.
@@ -91,17 +121,17 @@ func checkNodeReply(subject string) error {
 
 // nodeToken checks node's request (see the file comment) and issues the
 // token.
-func (s *Stage) nodeToken(ctx context.Context, node string, req *apiv1.NodeTokenRequest) (*corev1.Status, string, time.Time) {
+func (n *NodeTokens) nodeToken(ctx context.Context, node string, req *apiv1.NodeTokenRequest) (*corev1.Status, string, time.Time) {
 	const kind = "TokenRequest"
 	name := req.GetServiceAccount()
-	if s.cfg.Authn.BoundTokens == nil {
+	if n.Tokens == nil {
 		return stage.Failure(404, eventsv1.ReasonNotFound, kind, name, "the api stage has no ServiceAccount signing key (TokenRequest is off)"), "", time.Time{}
 	}
 	if st := checkTokenRequest(req); st != nil {
 		return st, "", time.Time{}
 	}
 	ns, podName := req.GetNamespace(), req.GetPodName()
-	pod, err := objects.Get[*corev1.Pod](ctx, s.env.Store, ns, podName)
+	pod, err := objects.Get[*corev1.Pod](ctx, n.Store, ns, podName)
 	switch {
 	case errors.Is(err, raftstore.ErrNotFound):
 		return stage.Failure(404, eventsv1.ReasonNotFound, "pods", podName, "pods %q not found", podName), "", time.Time{}
@@ -116,10 +146,10 @@ func (s *Stage) nodeToken(ctx context.Context, node string, req *apiv1.NodeToken
 	if pod.GetSpec().GetNodeName() != node {
 		return nodeForbidden(node, ns, name, "node requested token bound to a pod scheduled on a different node"), "", time.Time{}
 	}
-	if sa := apiserver.PodServiceAccount(pod); sa != name {
+	if sa := PodServiceAccount(pod); sa != name {
 		return nodeForbidden(node, ns, name, "no relationship found between node '"+node+"' and this object: pod "+podName+" runs as serviceaccount "+sa), "", time.Time{}
 	}
-	sa, err := objects.Get[*corev1.ServiceAccount](ctx, s.env.Store, ns, name)
+	sa, err := objects.Get[*corev1.ServiceAccount](ctx, n.Store, ns, name)
 	switch {
 	case errors.Is(err, raftstore.ErrNotFound):
 		return stage.Failure(404, eventsv1.ReasonNotFound, "serviceaccounts", name, "serviceaccounts %q not found", name), "", time.Time{}
@@ -130,7 +160,7 @@ func (s *Stage) nodeToken(ctx context.Context, node string, req *apiv1.NodeToken
 	if a := req.GetAudience(); a != "" {
 		aud = []string{a}
 	}
-	tok, exp, err := s.cfg.Authn.BoundTokens.Issue(ns, name, sa.GetMetadata().GetUid(),
+	tok, exp, err := n.Tokens.Issue(ns, name, sa.GetMetadata().GetUid(),
 		auth.BoundObject{Kind: auth.BoundKindPod, Name: podName, UID: pod.GetMetadata().GetUid()},
 		aud, time.Duration(req.GetExpirationSeconds())*time.Second, time.Now())
 	if err != nil {
