@@ -344,7 +344,7 @@ func podJSON(name string, extra string) string {
 }
 
 // apiProcess is the api process as `podflow stage api` composes it
-// (ops/roles.APIProcess): the api stage, the namespace controller, the
+// (ops/processes/roles.APIProcess): the api stage, the namespace controller, the
 // node token signer and the HTTPS front door hc.
 func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, error) {
 	tokens, err := auth.LoadBoundTokens(filepath.Join(dir, "sa.key")) // the TokenRequest API

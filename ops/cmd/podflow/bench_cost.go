@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/ops/client"
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/raftstore"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/podflow/podflow/ops/plan"
-	"github.com/podflow/podflow/ops/roles"
+	"github.com/podflow/podflow/ops/processes/plan"
+	"github.com/podflow/podflow/ops/processes/roles"
 )
 
 func init() { register(newNodeAgentCmd) }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/podflow/podflow/ops/plan"
-	"github.com/podflow/podflow/ops/roles"
+	"github.com/podflow/podflow/ops/processes/plan"
+	"github.com/podflow/podflow/ops/processes/roles"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/pipeline"
 )

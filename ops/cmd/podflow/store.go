@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
-	"github.com/podflow/podflow/ops/roles"
+	"github.com/podflow/podflow/ops/processes/roles"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/spf13/cobra"
 )

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/nodeagent/linux"
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/services/ipalloc"
 )
 
@@ -60,7 +60,7 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	return cmd
 }
 
-// runUp runs the system of o's plan (ops/plan) under the supervisor until
+// runUp runs the system of o's plan (ops/processes/plan) under the supervisor until
 // ctx is done: each step starts the plan's processes of one role and waits
 // until they are ready, then does what the next role needs.
 func runUp(ctx context.Context, o *upOptions, out io.Writer) error {

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/services/apiserver/pki"
 	"github.com/podflow/podflow/services/auth"
 )

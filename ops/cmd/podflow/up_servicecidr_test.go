@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/bus"
-	"github.com/podflow/podflow/ops/plan"
-	"github.com/podflow/podflow/ops/roles"
+	"github.com/podflow/podflow/ops/processes/plan"
+	"github.com/podflow/podflow/ops/processes/roles"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"

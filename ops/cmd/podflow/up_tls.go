@@ -4,7 +4,7 @@ import (
 	"os"
 
 	"github.com/podflow/podflow/bus"
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/services/apiserver/pki"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/bus"
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/apiserver/pki"
 )

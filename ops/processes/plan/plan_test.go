@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/bus"
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/services/pipeline"
 )
 

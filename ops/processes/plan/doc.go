@@ -1,7 +1,7 @@
 // Package plan is a podflow system as data: the processes `podflow up`
 // runs, in what order, with what arguments and environment, how each is
 // known to be ready, and the restart policy they run under. `podflow up`
-// builds a Plan from its flags and runs it through ops/supervisor;
+// builds a Plan from its flags and runs it through ops/processes/supervisor;
 // `podflow scale` changes a stage's replicas through the same Plan
 // (Plan.Scale); `podflow chaos` picks its victims from the Records up
 // keeps of the plan's running processes (Victims, by Kind).

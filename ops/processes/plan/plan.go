@@ -10,7 +10,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
-	"github.com/podflow/podflow/ops/supervisor"
+	"github.com/podflow/podflow/ops/processes/supervisor"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
 )

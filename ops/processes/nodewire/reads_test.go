@@ -11,7 +11,7 @@ import (
 	"github.com/podflow/podflow/bus/bustest"
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/nodeagenttest"
-	"github.com/podflow/podflow/ops/nodewire"
+	"github.com/podflow/podflow/ops/processes/nodewire"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"

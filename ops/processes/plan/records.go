@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/podflow/podflow/ops/supervisor"
+	"github.com/podflow/podflow/ops/processes/supervisor"
 )
 
 // Record is one line of DATA-DIR/children.json: what `podflow up` runs

@@ -17,7 +17,7 @@
 //  2. runs the function with a ctx that is cancelled on SIGTERM, so that
 //     the role drains (a stage stops pulling and finishes what it holds).
 //
-// The processes that `podflow up` runs are described by ops/plan, whose
+// The processes that `podflow up` runs are described by ops/processes/plan, whose
 // arguments are these commands' flags.
 //
 // Example:

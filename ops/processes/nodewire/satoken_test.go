@@ -12,7 +12,7 @@ import (
 	"github.com/podflow/podflow/bus/bustest"
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/sim"
-	"github.com/podflow/podflow/ops/nodewire"
+	"github.com/podflow/podflow/ops/processes/nodewire"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/apiserver"

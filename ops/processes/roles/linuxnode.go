@@ -24,7 +24,7 @@ import (
 	"github.com/podflow/podflow/nodeagent/linux/network"
 	"github.com/podflow/podflow/nodeagent/linux/proxy"
 	"github.com/podflow/podflow/ops/client"
-	wire "github.com/podflow/podflow/ops/nodewire"
+	wire "github.com/podflow/podflow/ops/processes/nodewire"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/podmetrics"

@@ -11,7 +11,7 @@ import (
 	"github.com/podflow/podflow/nodeagent/nodemetrics"
 	"github.com/podflow/podflow/nodeagent/sim"
 	"github.com/podflow/podflow/ops/client"
-	wire "github.com/podflow/podflow/ops/nodewire"
+	wire "github.com/podflow/podflow/ops/processes/nodewire"
 	"github.com/podflow/podflow/services/nodeexec"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/podmetrics"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/podflow/podflow/nodeagent/linux/network/networktest"
 	"github.com/podflow/podflow/nodeagent/linux/proxy"
-	"github.com/podflow/podflow/ops/nodewire"
+	"github.com/podflow/podflow/ops/processes/nodewire"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/objects"

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/podflow/podflow/ops/plan"
-	"github.com/podflow/podflow/ops/supervisor"
+	"github.com/podflow/podflow/ops/processes/plan"
+	"github.com/podflow/podflow/ops/processes/supervisor"
 )
 
 func TestRecordsRoundTripAndVictims(t *testing.T) {
