@@ -132,8 +132,8 @@ bench-pipeline: build
 ## (root; skips without a cgroup cpu controller), 3 runs each, alternating;
 ## medians and every consumer's peak pending (README "Scaling out").
 bench-scale: build
-	$(BIN)/podflow bench scale --stage admission --replicas 1,2 --stage-cpu 0.02 --pods 3000 --rate 1200 --nodes 100 --runs 3
-	$(BIN)/podflow bench scale --stage scheduler --replicas 1,2 --stage-cpu 0.1 --pods 3000 --rate 1200 --nodes 100 --runs 3
+	$(BIN)/podflow bench scale --stage admission --replica-counts 1,2 --stage-cpu 0.02 --pods 3000 --rate 1200 --nodes 100 --runs 3
+	$(BIN)/podflow bench scale --stage scheduler --replica-counts 1,2 --stage-cpu 0.1 --pods 3000 --rate 1200 --nodes 100 --runs 3
 
 ## chaos-partition: issue #22's bounded run (≤ 90 s): 200 pods while the
 ## store leader is cut off from its followers, then a NATS server from the

@@ -9,7 +9,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stages/scheduler"
-	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
 // selfAffinePod is a pod of app that must share a domain of key with a
@@ -62,7 +62,7 @@ func TestFirstOfGroupAnchor(t *testing.T) {
 // stored pod name on s; bind binds d's pod to node, the node's allocation
 // read fresh first (only domain records, anchors and the registry may
 // conflict), and returns the outcome and the record to refresh.
-func drive(ctx context.Context, t *testing.T, env *schedtest.Env) (
+func drive(ctx context.Context, t *testing.T, env *schedsim.Env) (
 	decide func(s *scheduler.Stage, who, name string) *scheduler.Decision,
 	bind func(s *scheduler.Stage, who string, d *scheduler.Decision, node string) (string, string),
 ) {

@@ -3,7 +3,7 @@ package scheduler
 import "github.com/podflow/podflow/proto/corev1"
 
 // The pod-aware plugins' matching rules, one term or constraint at a time
-// over stored objects, for checkers outside the package: schedtest.Verify
+// over stored objects, for checkers outside the package: schedsim.Verify
 // re-evaluates every binding of a store's history with them, counting
 // pods and domains itself, independently of the plugins' per-cycle
 // state.

@@ -13,13 +13,13 @@ import (
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stages/scheduler"
-	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
 // zonedNodes returns n nodes of 8 cpu over zones zone-0..zone-<zones-1>
 // (round robin).
 func zonedNodes(n, zones int) []*corev1.Node {
-	nodes := schedtest.Nodes(n, "8", "32Gi", 110)
+	nodes := schedsim.Nodes(n, "8", "32Gi", 110)
 	for i, node := range nodes {
 		node.Metadata.Labels[scheduler.LabelTopologyZone] = fmt.Sprintf("zone-%d", i%zones)
 	}
@@ -39,7 +39,7 @@ func antiAffinePod(name, app string) *corev1.Pod {
 // antiPod is a pod of app that no pod of avoid may share a domain of key
 // with (required pod anti-affinity).
 func antiPod(name, app, key, avoid string) *corev1.Pod {
-	p := schedtest.Pod("bench", name, "100m", "64Mi")
+	p := schedsim.Pod("bench", name, "100m", "64Mi")
 	p.Metadata.Labels = map[string]string{"app": app}
 	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: key, LabelSelector: appSelector(avoid)}},
@@ -49,7 +49,7 @@ func antiPod(name, app, key, avoid string) *corev1.Pod {
 
 // affinePod is a pod of app that must share a zone with a pod of target.
 func affinePod(name, app, target string) *corev1.Pod {
-	p := schedtest.Pod("bench", name, "100m", "64Mi")
+	p := schedsim.Pod("bench", name, "100m", "64Mi")
 	p.Metadata.Labels = map[string]string{"app": app}
 	p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: scheduler.LabelTopologyZone, LabelSelector: appSelector(target)}},
@@ -59,14 +59,14 @@ func affinePod(name, app, target string) *corev1.Pod {
 
 // plainPod is a pod of app without terms.
 func plainPod(name, app string) *corev1.Pod {
-	p := schedtest.Pod("bench", name, "100m", "64Mi")
+	p := schedsim.Pod("bench", name, "100m", "64Mi")
 	p.Metadata.Labels = map[string]string{"app": app}
 	return p
 }
 
 // spreadPod is a pod of app spread by zone, maxSkew 1, DoNotSchedule.
 func spreadPod(name, app string) *corev1.Pod {
-	p := schedtest.Pod("bench", name, "100m", "64Mi")
+	p := schedsim.Pod("bench", name, "100m", "64Mi")
 	p.Metadata.Labels = map[string]string{"app": app}
 	p.Spec.TopologySpreadConstraints = []*corev1.TopologySpreadConstraint{{
 		MaxSkew: 1, TopologyKey: scheduler.LabelTopologyZone, WhenUnsatisfiable: "DoNotSchedule", LabelSelector: appSelector(app),
@@ -76,7 +76,7 @@ func spreadPod(name, app string) *corev1.Pod {
 
 // TestTopologyReplicas: three scheduler replicas on a real store race to
 // place, on 9 nodes over 3 zones, the replicas of Deployment-like apps;
-// schedtest.Verify re-checks every binding in the store's history
+// schedsim.Verify re-checks every binding in the store's history
 // against the rules at its revision.
 //
 //   - anti-affinity by hostname: twelve replicas with required
@@ -192,10 +192,10 @@ func TestTopologyReplicas(t *testing.T) {
 func runTopology(t *testing.T, pods []*corev1.Pod, bound, replicas, concurrency int) ([]*corev1.Pod, []*corev1.Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg := schedsim.DefaultConfig(t.TempDir())
 	cfg.StoreNoSync = true
 	cfg.Concurrency = concurrency
-	env, err := schedtest.Start(ctx, cfg)
+	env, err := schedsim.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,10 +280,10 @@ func runTopology(t *testing.T, pods []*corev1.Pod, bound, replicas, concurrency 
 func TestVerifyTopology(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg := schedsim.DefaultConfig(t.TempDir())
 	cfg.StoreNoSync = true
 	cfg.Concurrency = 1 // spread skews are violations
-	env, err := schedtest.Start(ctx, cfg)
+	env, err := schedsim.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

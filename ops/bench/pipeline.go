@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -6,90 +6,54 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
-	"github.com/podflow/podflow/ops/processes/plan"
+	"github.com/podflow/podflow/ops/processes/up"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 )
 
-type benchPipelineOptions struct {
-	config   string
-	pods     int
-	rate     int
-	nodes    int
-	replicas string
-	keep     bool
-	costJSON string
-	profiles string
+// PipelineOptions configure RunPipeline (`podflow bench pipeline`).
+type PipelineOptions struct {
+	Config   string // the system's client configuration ("": start a system of its own)
+	Pods     int    // pods to request in all
+	Rate     int    // PodRequested events per second
+	Nodes    int    // simulated nodes of its own system
+	Replicas string // stage replicas of its own system, "admission=2"
+	Keep     bool   // keep its own system's data directory
+	CostJSON string // also write the cost table as JSON here
+	Profiles string // every process of its own system writes a CPU profile here
 }
 
-// newBenchPipelineCmd is `podflow bench pipeline`.
-func newBenchPipelineCmd() *cobra.Command {
-	o := &benchPipelineOptions{}
-	cmd := &cobra.Command{
-		Use:   "pipeline",
-		Short: "End-to-end pods/s and PodRequested→Running latency, with the time spent per stage",
-		Long: `Offer a steady load of PodRequested events (--rate per second, --pods in all)
-to a podflow system with simulated nodes and report the throughput, the
-PodRequested→Running latency (p50, p99) and, per stage, the time events
-waited in the stream and the time the stage spent handling them — all
-rebuilt from the JetStream stream alone. It ends with the cost per pod,
-counted by the system itself: the CPU time of every process (from
-/proc/<pid>/stat of the processes in children.json, and up's), the
-JetStream messages stored, deliveries and acks (the NATS server's stream
-and consumer counters), the store requests, raft log entries and fsyncs and
-the watch events delivered (each store replica's status counters), from
-the first request until every consumer has drained. Without --config it starts its own
-` + "`podflow up`" + ` in a temporary directory (3 store replicas, --nodes simulated nodes)
-and stops it afterwards.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBenchPipeline(cmd.Context(), o, cmd.OutOrStdout())
-		},
-	}
-	configFlag(cmd, &o.config)
-	f := cmd.Flags()
-	f.IntVar(&o.pods, "pods", 2000, "pods to request in all")
-	f.IntVar(&o.rate, "rate", 1000, "offered load, PodRequested events per second")
-	f.IntVar(&o.nodes, "nodes", 50, "simulated nodes (when starting its own system)")
-	f.StringVar(&o.replicas, "replicas", "", "stage replicas (when starting its own system), e.g. admission=2")
-	f.BoolVar(&o.keep, "keep", false, "keep the temporary system's data directory")
-	f.StringVar(&o.costJSON, "cost-json", "", "also write the cost table as JSON to this file")
-	f.StringVar(&o.profiles, "profile-dir", "", "every process of the system it starts writes a CPU profile of its life into this directory (<role>-<pid>.pprof; `go tool pprof -top FILE`)")
-	return cmd
-}
-
-func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Writer) error {
-	if o.pods < 1 || o.rate < 1 {
+func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
+	if o.Pods < 1 || o.Rate < 1 {
 		return fmt.Errorf("--pods and --rate must be positive")
 	}
-	if o.profiles != "" {
-		if o.config != "" {
+	if o.Profiles != "" {
+		if o.Config != "" {
 			return fmt.Errorf("--profile-dir profiles the system bench starts itself, not one given by --config")
 		}
-		dir, err := filepath.Abs(o.profiles)
+		dir, err := filepath.Abs(o.Profiles)
 		if err != nil {
 			return err
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		// startUp's `podflow up` and every child it starts inherit it.
-		os.Setenv(profileDirEnv, dir)
-		defer os.Unsetenv(profileDirEnv)
+		// up.SystemUnderTest's `podflow up` and every child it starts inherit it.
+		os.Setenv(ProfileDirEnv, dir)
+		defer os.Unsetenv(ProfileDirEnv)
 	}
-	sess, ps, cleanup, err := systemUnderTestProcs(ctx, o.config, o.nodes, o.replicas, !o.keep, "podflow-bench", nil)
+	sess, ps, cleanup, err := up.SystemUnderTest(ctx, up.SystemOptions{Config: o.Config, Nodes: o.Nodes, Replicas: o.Replicas, Keep: o.Keep, Name: "podflow-bench"})
 	if err != nil {
 		return err
 	}
@@ -100,8 +64,8 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 	}
 
 	prefix := fmt.Sprintf("bench-%d-", time.Now().UnixNano()%1_000_000)
-	fmt.Fprintf(out, "bench pipeline: %d pods at %d/s offered\n", o.pods, o.rate)
-	start, offered, err := offerPods(ctx, sess, prefix, o.pods, o.rate)
+	fmt.Fprintf(out, "bench pipeline: %d pods at %d/s offered\n", o.Pods, o.Rate)
+	start, offered, err := offerPods(ctx, sess, prefix, o.Pods, o.Rate)
 	if err != nil {
 		return err
 	}
@@ -111,8 +75,8 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 	// consumer for the whole wait): the cost counted below is the system's,
 	// not that of the bench watching it. The timelines are read after the
 	// cost sample.
-	deadline := time.Now().Add(time.Duration(o.pods/10+60) * time.Second)
-	if _, err := waitRunning(ctx, sess, start, prefix, o.pods, deadline); err != nil {
+	deadline := time.Now().Add(time.Duration(o.Pods/10+60) * time.Second)
+	if _, err := waitRunning(ctx, sess, start, prefix, o.Pods, deadline); err != nil {
 		return err
 	}
 	quiesced := quiesce(ctx, sess, 30*time.Second)
@@ -121,7 +85,7 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 		return fmt.Errorf("cost sample: %w", err)
 	}
 
-	runs, err := readTimelines(ctx, sess, start, prefix, o.pods, time.Now().Add(time.Duration(o.pods/100+60)*time.Second))
+	runs, err := readTimelines(ctx, sess, start, prefix, o.Pods, time.Now().Add(time.Duration(o.Pods/100+60)*time.Second))
 	if err != nil {
 		return err
 	}
@@ -132,10 +96,10 @@ func runBenchPipeline(ctx context.Context, o *benchPipelineOptions, out io.Write
 			minEvents = n
 		}
 	}
-	cost := after.since(before, o.pods, minEvents, quiesced)
+	cost := after.since(before, o.Pods, minEvents, quiesced)
 	cost.print(out)
-	if o.costJSON != "" {
-		return cost.writeJSON(o.costJSON)
+	if o.CostJSON != "" {
+		return cost.writeJSON(o.CostJSON)
 	}
 	return nil
 }
@@ -163,7 +127,7 @@ func offerPods(ctx context.Context, sess *client.Session, prefix string, n, rate
 				return start, 0, ctx.Err()
 			}
 		}
-		p := clonePod(template)
+		p := proto.CloneOf(template)
 		p.Metadata.Name = fmt.Sprintf("%s%d", prefix, i)
 		f, err := sess.Bus.PublishAsync(client.PodRequested(p, token))
 		if err != nil {
@@ -365,120 +329,4 @@ func pct(ds []time.Duration, p int) string {
 	i := (len(ds)*p + 99) / 100
 	i = min(max(i-1, 0), len(ds)-1)
 	return ds[i].Round(10 * time.Microsecond).String()
-}
-
-// systemUnderTest connects to the system of configPath, or, when it is
-// empty, starts its own `podflow up` in a temporary directory (removed on
-// cleanup when remove is set) and connects to that.
-func systemUnderTest(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string) (*client.Session, func(), error) {
-	sess, _, cleanup, err := systemUnderTestProcs(ctx, configPath, nodes, replicas, remove, name, nil)
-	return sess, cleanup, err
-}
-
-// systemUnderTestPrepared is systemUnderTest with prepare run on the
-// fresh data directory before its `podflow up` starts (not with
-// configPath); prepare returns more arguments of that `podflow up`.
-func systemUnderTestPrepared(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string, prepare func(dir string) ([]string, error)) (*client.Session, func(), error) {
-	sess, _, cleanup, err := systemUnderTestProcs(ctx, configPath, nodes, replicas, remove, name, prepare)
-	return sess, cleanup, err
-}
-
-// systemUnderTestProcs is systemUnderTestPrepared that also says where to
-// find the system's processes: children.json beside the configuration,
-// and up's PID when it started its own.
-func systemUnderTestProcs(ctx context.Context, configPath string, nodes int, replicas string, remove bool, name string, prepare func(dir string) ([]string, error)) (*client.Session, procs, func(), error) {
-	var ps procs
-	var undo []func()
-	cleanup := func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-	}
-	if configPath == "" {
-		dir, err := os.MkdirTemp("", name+"-")
-		if err != nil {
-			return nil, ps, nil, err
-		}
-		if remove {
-			undo = append(undo, func() { os.RemoveAll(dir) })
-		}
-		var extra []string
-		if prepare != nil {
-			if extra, err = prepare(dir); err != nil {
-				cleanup()
-				return nil, ps, nil, err
-			}
-		}
-		stop, pid, err := startUp(ctx, dir, nodes, replicas, extra...)
-		if err != nil {
-			cleanup()
-			return nil, ps, nil, err
-		}
-		undo = append(undo, stop)
-		configPath, ps.upPID = filepath.Join(dir, "config.json"), pid
-	}
-	sess, err := client.Open(ctx, configPath, name)
-	if err != nil {
-		cleanup()
-		return nil, ps, nil, err
-	}
-	if configPath != "" {
-		ps.childrenFile = plan.Layout{Dir: filepath.Dir(configPath)}.Children()
-	}
-	undo = append(undo, sess.Close)
-	return sess, ps, cleanup, nil
-}
-
-// startUp runs `podflow up` in dir as a child and waits until it is ready;
-// stop ends it.
-func startUp(ctx context.Context, dir string, nodes int, replicas string, extra ...string) (stop func(), pid int, err error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, 0, err
-	}
-	args := []string{"up", "--data-dir", dir, "--nats-port", "0", "-q", "--nodes", fmt.Sprint(nodes)}
-	if replicas != "" {
-		args = append(args, "--replicas", replicas)
-	}
-	args = append(args, extra...)
-	cmd := exec.Command(exe, args...)
-	logf, err := os.Create(filepath.Join(dir, "up.log"))
-	if err != nil {
-		return nil, 0, err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, 0, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop = func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		logf.Close()
-	}
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(filepath.Join(dir, "up.log"))
-		if strings.Contains(string(b), "podflow is running") {
-			return stop, cmd.Process.Pid, nil
-		}
-		select {
-		case <-exited:
-			return nil, 0, fmt.Errorf("podflow up exited:\n%s", b)
-		case <-ctx.Done():
-			stop()
-			return nil, 0, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	stop()
-	return nil, 0, fmt.Errorf("podflow up did not become ready in %s", dir)
 }

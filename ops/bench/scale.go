@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -17,93 +17,48 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/processes/plan"
+	"github.com/podflow/podflow/ops/processes/up"
 	"github.com/podflow/podflow/services/pipeline"
 )
 
-func init() { registerBench(newBenchScaleCmd) }
+// ScaleOptions configure RunScale (`podflow bench scale`).
+type ScaleOptions struct {
+	Stage      string        // the stage to scale
+	Replicas   string        // replica counts to compare, "1,2"
+	StageCPU   float64       // CPUs each replica of the stage may use
+	Pods       int           // pods per run
+	Rate       int           // PodRequested events per second
+	Nodes      int           // simulated nodes
+	Runs       int           // runs of each replica count (alternating)
+	JSONOut    string        // also write every run as JSON here
+	Keep       bool          // keep each run's data directory
+	CgroupRoot string        // where the cgroup hierarchies are mounted
+	Sample     time.Duration // how often the consumers are sampled
 
-type benchScaleOptions struct {
-	stage      string
-	replicas   string // "1,2"
-	stageCPU   float64
-	pods       int
-	rate       int
-	nodes      int
-	runs       int
-	jsonOut    string
-	keep       bool
-	cgroupRoot string
-	sample     time.Duration
-
-	counts []int // parsed from replicas
+	counts []int // parsed from Replicas
 }
 
-// newBenchScaleCmd is `podflow bench scale`.
-func newBenchScaleCmd() *cobra.Command {
-	o := &benchScaleOptions{}
-	cmd := &cobra.Command{
-		Use:   "scale",
-		Short: "Pods/s with 1, 2, … replicas of one stage, each bounded to the same CPU, the rest held fixed",
-		Long: `Run the whole system (as ` + "`podflow bench pipeline`" + ` does: its own ` + "`podflow up`" + `
-with simulated nodes) once per replica count of --stage, alternating the
-counts for --runs rounds, and bound every replica of that stage to
---stage-cpu CPUs in a cgroup of its own (podflow-bench-scale-<pid>/<replica>,
-cgroup v2 cpu.max or v1 cpu.cfs_quota_us; removed at the end, also on
-failure or interrupt). With one replica bounded the stage is the
-bottleneck; a second gets as much CPU again, so the table shows what
-adding a replica of the saturated stage buys when CPU is available.
-
-Per run: pods/s, the stage's CPU ms per pod (all its replicas, from
-/proc), the share of CFS periods its bound throttled, and its durable
-consumer's pending and ack pending sampled during the run (what
-` + "`podflow streams`" + ` shows); then the medians per replica count and every
-consumer's peak pending. Needs root and a cgroup cpu controller; skips
-otherwise.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.parse(); err != nil {
-				return err
-			}
-			return runBenchScale(cmd.Context(), o, cmd.OutOrStdout())
-		},
+// Parse validates the options and parses --replicas.
+func (o *ScaleOptions) Parse() error {
+	if !pipeline.Known(o.Stage) {
+		return fmt.Errorf("--stage %q: stages are %s", o.Stage, strings.Join(pipeline.Stages, ", "))
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.stage, "stage", pipeline.Scheduler, "the stage to scale")
-	f.StringVar(&o.replicas, "replicas", "1,2", "replica counts of the stage to compare, e.g. 1,2,3")
-	f.Float64Var(&o.stageCPU, "stage-cpu", 0.1, "CPUs each replica of the stage may use (its cgroup's CPU bound)")
-	f.IntVar(&o.pods, "pods", 3000, "pods to request per run")
-	f.IntVar(&o.rate, "rate", 1200, "offered load, PodRequested events per second")
-	f.IntVar(&o.nodes, "nodes", 100, "simulated nodes")
-	f.IntVar(&o.runs, "runs", 3, "runs of each replica count (alternating)")
-	f.StringVar(&o.jsonOut, "json", "", "also write every run as JSON to this file")
-	f.BoolVar(&o.keep, "keep", false, "keep each run's data directory (its logs among them)")
-	f.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the cgroup hierarchies are mounted")
-	f.DurationVar(&o.sample, "sample", 250*time.Millisecond, "how often the consumers are sampled during a run")
-	return cmd
-}
-
-// parse validates the options and parses --replicas.
-func (o *benchScaleOptions) parse() error {
-	if !pipeline.Known(o.stage) {
-		return fmt.Errorf("--stage %q: stages are %s", o.stage, strings.Join(pipeline.Stages, ", "))
-	}
-	counts, err := parseReplicaCounts(o.replicas)
+	counts, err := parseReplicaCounts(o.Replicas)
 	if err != nil {
 		return err
 	}
 	o.counts = counts
 	switch {
-	case !(o.stageCPU > 0) || o.stageCPU > float64(runtime.NumCPU()):
-		return fmt.Errorf("--stage-cpu %v: want more than 0 and at most the %d CPUs of this machine", o.stageCPU, runtime.NumCPU())
-	case quotaUs(o.stageCPU) < minQuotaUs:
-		return fmt.Errorf("--stage-cpu %v: below the kernel's smallest CPU quota (%d µs per %d µs, %.2f CPUs)", o.stageCPU, minQuotaUs, cpuPeriodUs, float64(minQuotaUs)/cpuPeriodUs)
-	case o.pods < 1 || o.rate < 1 || o.nodes < 1 || o.runs < 1:
+	case !(o.StageCPU > 0) || o.StageCPU > float64(runtime.NumCPU()):
+		return fmt.Errorf("--stage-cpu %v: want more than 0 and at most the %d CPUs of this machine", o.StageCPU, runtime.NumCPU())
+	case quotaUs(o.StageCPU) < minQuotaUs:
+		return fmt.Errorf("--stage-cpu %v: below the kernel's smallest CPU quota (%d µs per %d µs, %.2f CPUs)", o.StageCPU, minQuotaUs, cpuPeriodUs, float64(minQuotaUs)/cpuPeriodUs)
+	case o.Pods < 1 || o.Rate < 1 || o.Nodes < 1 || o.Runs < 1:
 		return fmt.Errorf("--pods, --rate, --nodes and --runs must be positive")
-	case o.sample <= 0:
+	case o.Sample <= 0:
 		return fmt.Errorf("--sample must be positive")
 	}
 	return nil
@@ -177,8 +132,8 @@ type ScaleReport struct {
 	Runs     []ScaleRun `json:"runs"`
 }
 
-func runBenchScale(ctx context.Context, o *benchScaleOptions, out io.Writer) error {
-	groups, err := newCPUGroups(o.cgroupRoot)
+func RunScale(ctx context.Context, o *ScaleOptions, out io.Writer) error {
+	groups, err := newCPUGroups(o.CgroupRoot)
 	if errors.Is(err, ErrNoCPUCgroup) {
 		fmt.Fprintf(out, "bench scale: skipped: %v\n", err)
 		return nil
@@ -187,10 +142,10 @@ func runBenchScale(ctx context.Context, o *benchScaleOptions, out io.Writer) err
 		return err
 	}
 	defer groups.Close()
-	rep := &ScaleReport{Stage: o.stage, StageCPU: o.stageCPU, Cgroup: groups.Mode(), Pods: o.pods, Rate: o.rate, Nodes: o.nodes}
+	rep := &ScaleReport{Stage: o.Stage, StageCPU: o.StageCPU, Cgroup: groups.Mode(), Pods: o.Pods, Rate: o.Rate, Nodes: o.Nodes}
 	fmt.Fprintf(out, "bench scale: stage %s, %.3g CPU per replica (cgroup %s, %s), %d pods at %d/s offered, %d simulated nodes, %d runs of each of %v, alternating\n",
-		o.stage, o.stageCPU, groups.Mode(), groups.Root(), o.pods, o.rate, o.nodes, o.runs, o.counts)
-	for round := 1; round <= o.runs; round++ {
+		o.Stage, o.StageCPU, groups.Mode(), groups.Root(), o.Pods, o.Rate, o.Nodes, o.Runs, o.counts)
+	for round := 1; round <= o.Runs; round++ {
 		for _, n := range o.counts {
 			r, err := runScaleOnce(ctx, o, groups, n, round, out)
 			if err != nil {
@@ -201,12 +156,12 @@ func runBenchScale(ctx context.Context, o *benchScaleOptions, out io.Writer) err
 		}
 	}
 	rep.print(out)
-	if o.jsonOut != "" {
+	if o.JSONOut != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(o.jsonOut, b, 0o644)
+		return os.WriteFile(o.JSONOut, b, 0o644)
 	}
 	return nil
 }
@@ -214,9 +169,9 @@ func runBenchScale(ctx context.Context, o *benchScaleOptions, out io.Writer) err
 // runScaleOnce starts a system with n replicas of the stage, bounds each
 // in a cgroup, offers the load and stops the system (and removes the
 // cgroups) again.
-func runScaleOnce(ctx context.Context, o *benchScaleOptions, groups *cpuGroups, n, round int, out io.Writer) (r ScaleRun, err error) {
-	r = ScaleRun{Replicas: n, Run: round, Pods: o.pods, Load1: load1()}
-	sess, ps, cleanup, err := systemUnderTestProcs(ctx, "", o.nodes, fmt.Sprintf("%s=%d", o.stage, n), !o.keep, "podflow-bench-scale", nil)
+func runScaleOnce(ctx context.Context, o *ScaleOptions, groups *cpuGroups, n, round int, out io.Writer) (r ScaleRun, err error) {
+	r = ScaleRun{Replicas: n, Run: round, Pods: o.Pods, Load1: load1()}
+	sess, ps, cleanup, err := up.SystemUnderTest(ctx, up.SystemOptions{Nodes: o.Nodes, Replicas: fmt.Sprintf("%s=%d", o.Stage, n), Keep: o.Keep, Name: "podflow-bench-scale"})
 	if err != nil {
 		return r, err
 	}
@@ -229,23 +184,23 @@ func runScaleOnce(ctx context.Context, o *benchScaleOptions, groups *cpuGroups, 
 			}
 		}
 	}()
-	recs, err := plan.ReadRecords(ps.childrenFile)
+	recs, err := plan.ReadRecords(ps.ChildrenFile)
 	if err != nil {
 		return r, err
 	}
 	for _, rec := range recs {
-		if rec.Role != "stage/"+o.stage || rec.PID <= 0 {
+		if rec.Role != "stage/"+o.Stage || rec.PID <= 0 {
 			continue
 		}
 		placed = append(placed, rec)
-		b, err := groups.Place(rec.Name, rec.PID, o.stageCPU)
+		b, err := groups.Place(rec.Name, rec.PID, o.StageCPU)
 		if err != nil {
 			return r, err
 		}
 		r.Bounds = append(r.Bounds, b)
 	}
 	if len(placed) != n {
-		return r, fmt.Errorf("%d replicas of %s running, want %d", len(placed), o.stage, n)
+		return r, fmt.Errorf("%d replicas of %s running, want %d", len(placed), o.Stage, n)
 	}
 	throttleBefore := groupsThrottle(groups, placed)
 	before, err := takeCostSample(ctx, sess, ps)
@@ -253,32 +208,32 @@ func runScaleOnce(ctx context.Context, o *benchScaleOptions, groups *cpuGroups, 
 		return r, fmt.Errorf("cost sample: %w", err)
 	}
 
-	sampler := startConsumerSampler(ctx, sess, o.sample)
+	sampler := startConsumerSampler(ctx, sess, o.Sample)
 	prefix := fmt.Sprintf("scale-%d-%d-", n, round)
-	start, offered, err := offerPods(ctx, sess, prefix, o.pods, o.rate)
+	start, offered, err := offerPods(ctx, sess, prefix, o.Pods, o.Rate)
 	if err != nil {
 		sampler.stop()
 		return r, err
 	}
-	fmt.Fprintf(out, "  %d replicas, run %d: %d pods offered in %s, waiting for them to run\n", n, round, o.pods, offered.Round(time.Millisecond))
-	last, err := waitRunning(ctx, sess, start, prefix, o.pods, time.Now().Add(time.Duration(o.pods/10+60)*time.Second))
+	fmt.Fprintf(out, "  %d replicas, run %d: %d pods offered in %s, waiting for them to run\n", n, round, o.Pods, offered.Round(time.Millisecond))
+	last, err := waitRunning(ctx, sess, start, prefix, o.Pods, time.Now().Add(time.Duration(o.Pods/10+60)*time.Second))
 	samples := sampler.stop()
 	if err != nil {
 		return r, err
 	}
-	r.PodsPerSec = float64(o.pods) / last.Sub(start).Seconds()
+	r.PodsPerSec = float64(o.Pods) / last.Sub(start).Seconds()
 	r.Consumers = summarizeLoad(samples)
-	r.Stage = r.Consumers[bus.EncodeToken(o.stage)]
+	r.Stage = r.Consumers[bus.EncodeToken(o.Stage)]
 
 	quiesce(ctx, sess, 30*time.Second)
 	after, err := takeCostSample(ctx, sess, ps)
 	if err != nil {
 		return r, fmt.Errorf("cost sample: %w", err)
 	}
-	cost := after.since(before, o.pods, 0, true)
+	cost := after.since(before, o.Pods, 0, true)
 	r.TotalCPUms = cost.TotalCPU
 	for _, p := range cost.Processes {
-		if p.Role == "stage/"+o.stage {
+		if p.Role == "stage/"+o.Stage {
 			r.StageCPUms += p.CPUms
 		}
 	}
@@ -286,7 +241,7 @@ func runScaleOnce(ctx context.Context, o *benchScaleOptions, groups *cpuGroups, 
 	if d := throttleAfter.Periods - throttleBefore.Periods; d > 0 {
 		r.Throttled = float64(throttleAfter.Throttled-throttleBefore.Throttled) / float64(d)
 	}
-	now, _ := plan.ReadRecords(ps.childrenFile)
+	now, _ := plan.ReadRecords(ps.ChildrenFile)
 	for _, p := range placed {
 		if !slices.ContainsFunc(now, func(c plan.Record) bool { return c.Name == p.Name && c.PID == p.PID }) {
 			r.Restarted = append(r.Restarted, p.Name)

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/ops/nemesis"
+	"github.com/podflow/podflow/ops/processes/up"
 )
 
 // configMapClient drives ConfigMaps through the Kubernetes API (HTTPS,
@@ -29,12 +30,12 @@ type configMapClient struct {
 }
 
 func newConfigMapClient(dataDir string) (*configMapClient, error) {
-	k, addr, err := kubePaths(dataDir)
+	k, addr, err := up.KubePaths(dataDir)
 	if err != nil {
 		return nil, err
 	}
 	if addr == "" {
-		return nil, fmt.Errorf("no Kubernetes API address in %s", kubeAddrFile(dataDir))
+		return nil, fmt.Errorf("no Kubernetes API address in %s", up.KubeAddrFile(dataDir))
 	}
 	ca, err := os.ReadFile(k.CACert)
 	if err != nil {

@@ -1,4 +1,4 @@
-package schedtest
+package schedsim
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func (e *Env) StartFinalizer(ctx context.Context) (*Finalizer, error) {
 	cons, err := e.Conn.JetStream().OrderedConsumer(ctx, bus.EventsStream,
 		jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.TypeFilter("PodDeleteRequested")}})
 	if err != nil {
-		return nil, fmt.Errorf("schedtest: finalizer: %w", err)
+		return nil, fmt.Errorf("schedsim: finalizer: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	f := &Finalizer{cancel: cancel, requested: map[string]int{}}
@@ -56,7 +56,7 @@ func (e *Env) StartFinalizer(ctx context.Context) (*Finalizer, error) {
 	})
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("schedtest: finalizer: %w", err)
+		return nil, fmt.Errorf("schedsim: finalizer: %w", err)
 	}
 	f.wg.Add(1)
 	go func() {

@@ -1,4 +1,4 @@
-package schedtest
+package schedsim
 
 import (
 	"context"
@@ -93,7 +93,7 @@ func (e *Env) verifyCarried(rep *Report, stored *corev1.Pod, ps *eventsv1.PodSch
 }
 
 // markerKey is written by Verify to know where the history it reads ends.
-const markerKey = "/registry/schedtest/marker"
+const markerKey = "/registry/schedsim/marker"
 
 // Verify checks the scheduler's invariants on the store's whole history
 // since Start and on its final state, and against the event stream:
@@ -391,9 +391,9 @@ func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[st
 		}
 	}
 	if err := w.Err(); err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("schedtest: history: %w", err)
+		return fmt.Errorf("schedsim: history: %w", err)
 	}
-	return fmt.Errorf("schedtest: history ended before revision %d", marker)
+	return fmt.Errorf("schedsim: history ended before revision %d", marker)
 }
 
 // preemptedVictim reports whether a pod carries the scheduler's

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -14,36 +14,36 @@ import (
 )
 
 func TestBenchScaleOptions(t *testing.T) {
-	valid := func() benchScaleOptions {
-		return benchScaleOptions{stage: "scheduler", replicas: "1,2", stageCPU: 0.25, pods: 3000, rate: 1200, nodes: 100, runs: 3, sample: 1e8}
+	valid := func() ScaleOptions {
+		return ScaleOptions{Stage: "scheduler", Replicas: "1,2", StageCPU: 0.25, Pods: 3000, Rate: 1200, Nodes: 100, Runs: 3, Sample: 1e8}
 	}
 	for _, tc := range []struct {
 		name   string
-		edit   func(*benchScaleOptions)
+		edit   func(*ScaleOptions)
 		counts []int
 		err    string // "" = valid
 	}{
-		{name: "defaults", edit: func(*benchScaleOptions) {}, counts: []int{1, 2}},
-		{name: "three counts, spaces", edit: func(o *benchScaleOptions) { o.replicas = "2, 1 ,4" }, counts: []int{2, 1, 4}},
-		{name: "unknown stage", edit: func(o *benchScaleOptions) { o.stage = "kubelet" }, err: `--stage "kubelet"`},
-		{name: "empty replicas", edit: func(o *benchScaleOptions) { o.replicas = "" }, err: "not a replica count"},
-		{name: "zero replicas", edit: func(o *benchScaleOptions) { o.replicas = "0,1" }, err: `"0" is not a replica count`},
-		{name: "too many replicas", edit: func(o *benchScaleOptions) { o.replicas = "65" }, err: "(1..64)"},
-		{name: "not a number", edit: func(o *benchScaleOptions) { o.replicas = "1,two" }, err: `"two" is not`},
-		{name: "a count twice", edit: func(o *benchScaleOptions) { o.replicas = "1,2,1" }, err: "1 given twice"},
-		{name: "no CPU", edit: func(o *benchScaleOptions) { o.stageCPU = 0 }, err: "--stage-cpu 0"},
-		{name: "negative CPU", edit: func(o *benchScaleOptions) { o.stageCPU = -1 }, err: "--stage-cpu -1"},
-		{name: "more CPU than the machine", edit: func(o *benchScaleOptions) { o.stageCPU = float64(runtime.NumCPU() + 1) }, err: "at most the"},
-		{name: "below the smallest quota", edit: func(o *benchScaleOptions) { o.stageCPU = 0.005 }, err: "smallest CPU quota"},
-		{name: "the smallest quota", edit: func(o *benchScaleOptions) { o.stageCPU = 0.01 }, counts: []int{1, 2}},
-		{name: "no pods", edit: func(o *benchScaleOptions) { o.pods = 0 }, err: "must be positive"},
-		{name: "no runs", edit: func(o *benchScaleOptions) { o.runs = 0 }, err: "must be positive"},
-		{name: "no sampling", edit: func(o *benchScaleOptions) { o.sample = 0 }, err: "--sample"},
+		{name: "defaults", edit: func(*ScaleOptions) {}, counts: []int{1, 2}},
+		{name: "three counts, spaces", edit: func(o *ScaleOptions) { o.Replicas = "2, 1 ,4" }, counts: []int{2, 1, 4}},
+		{name: "unknown stage", edit: func(o *ScaleOptions) { o.Stage = "kubelet" }, err: `--stage "kubelet"`},
+		{name: "empty replicas", edit: func(o *ScaleOptions) { o.Replicas = "" }, err: "not a replica count"},
+		{name: "zero replicas", edit: func(o *ScaleOptions) { o.Replicas = "0,1" }, err: `"0" is not a replica count`},
+		{name: "too many replicas", edit: func(o *ScaleOptions) { o.Replicas = "65" }, err: "(1..64)"},
+		{name: "not a number", edit: func(o *ScaleOptions) { o.Replicas = "1,two" }, err: `"two" is not`},
+		{name: "a count twice", edit: func(o *ScaleOptions) { o.Replicas = "1,2,1" }, err: "1 given twice"},
+		{name: "no CPU", edit: func(o *ScaleOptions) { o.StageCPU = 0 }, err: "--stage-cpu 0"},
+		{name: "negative CPU", edit: func(o *ScaleOptions) { o.StageCPU = -1 }, err: "--stage-cpu -1"},
+		{name: "more CPU than the machine", edit: func(o *ScaleOptions) { o.StageCPU = float64(runtime.NumCPU() + 1) }, err: "at most the"},
+		{name: "below the smallest quota", edit: func(o *ScaleOptions) { o.StageCPU = 0.005 }, err: "smallest CPU quota"},
+		{name: "the smallest quota", edit: func(o *ScaleOptions) { o.StageCPU = 0.01 }, counts: []int{1, 2}},
+		{name: "no pods", edit: func(o *ScaleOptions) { o.Pods = 0 }, err: "must be positive"},
+		{name: "no runs", edit: func(o *ScaleOptions) { o.Runs = 0 }, err: "must be positive"},
+		{name: "no sampling", edit: func(o *ScaleOptions) { o.Sample = 0 }, err: "--sample"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := valid()
 			tc.edit(&o)
-			err := o.parse()
+			err := o.Parse()
 			switch {
 			case tc.err == "" && err != nil:
 				t.Fatalf("parse: %v", err)
@@ -53,19 +53,6 @@ func TestBenchScaleOptions(t *testing.T) {
 				t.Fatalf("parse: %v, want an error with %q", err, tc.err)
 			}
 		})
-	}
-}
-
-// TestBenchScaleCommandFlags: the command's flags reach the options (the
-// defaults of the brief's run).
-func TestBenchScaleCommandFlags(t *testing.T) {
-	cmd := newBenchScaleCmd()
-	if err := cmd.ParseFlags([]string{"--stage", "status", "--replicas", "1,3", "--stage-cpu", "0.5", "--pods", "20"}); err != nil {
-		t.Fatal(err)
-	}
-	get := func(name string) string { return cmd.Flags().Lookup(name).Value.String() }
-	if get("stage") != "status" || get("replicas") != "1,3" || get("stage-cpu") != "0.5" || get("pods") != "20" || get("rate") != "1200" || get("runs") != "3" {
-		t.Fatalf("flags: stage %s replicas %s stage-cpu %s pods %s rate %s runs %s", get("stage"), get("replicas"), get("stage-cpu"), get("pods"), get("rate"), get("runs"))
 	}
 }
 
@@ -126,8 +113,8 @@ func TestCPUGroupsUnavailable(t *testing.T) {
 		t.Fatalf("newCPUGroups on a plain directory: %v, want ErrNoCPUCgroup", err)
 	}
 	var b bytes.Buffer
-	o := &benchScaleOptions{cgroupRoot: t.TempDir()}
-	if err := runBenchScale(t.Context(), o, &b); err != nil || !strings.Contains(b.String(), "bench scale: skipped: ") {
+	o := &ScaleOptions{CgroupRoot: t.TempDir()}
+	if err := RunScale(t.Context(), o, &b); err != nil || !strings.Contains(b.String(), "bench scale: skipped: ") {
 		t.Fatalf("runBenchScale: %v, output %q; want a skip", err, b.String())
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"os"
@@ -29,10 +29,10 @@ func TestProfileName(t *testing.T) {
 // profile named after its role and PID; without it, nothing.
 func TestStartProfile(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv(profileDirEnv, "")
-	startProfile([]string{"nats"})()
-	t.Setenv(profileDirEnv, dir)
-	startProfile([]string{"nats"})()
+	t.Setenv(ProfileDirEnv, "")
+	StartProfile([]string{"nats"})()
+	t.Setenv(ProfileDirEnv, dir)
+	StartProfile([]string{"nats"})()
 	ents, _ := os.ReadDir(dir)
 	want := "nats-" + strconv.Itoa(os.Getpid()) + ".pprof"
 	if len(ents) != 1 || ents[0].Name() != want {

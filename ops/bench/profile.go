@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -8,17 +8,17 @@ import (
 	"strings"
 )
 
-// profileDirEnv names a directory in which every podflow process started
+// ProfileDirEnv names a directory in which every podflow process started
 // with it in its environment (and its children: `podflow up` passes its
 // environment on) writes a CPU profile of its whole life, as
 // <role>-<pid>.pprof. `podflow bench pipeline --profile-dir` sets it.
-const profileDirEnv = "PODFLOW_CPUPROFILE_DIR"
+const ProfileDirEnv = "PODFLOW_CPUPROFILE_DIR"
 
-// startProfile starts that profile when the environment asks for one; the
+// StartProfile starts that profile when the environment asks for one; the
 // returned stop writes it out (a process killed with SIGKILL leaves an
 // empty file).
-func startProfile(args []string) (stop func()) {
-	dir := os.Getenv(profileDirEnv)
+func StartProfile(args []string) (stop func()) {
+	dir := os.Getenv(ProfileDirEnv)
 	if dir == "" {
 		return func() {}
 	}

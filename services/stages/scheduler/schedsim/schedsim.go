@@ -1,4 +1,4 @@
-// Package schedtest runs scheduler stage replicas against real parts in one
+// Package schedsim runs scheduler stage replicas against real parts in one
 // process — an embedded NATS JetStream server, a raftstore cluster on
 // loopback TCP transports — with nodes and pods written to the store the
 // way node agents and the persistence stage write them, and checks the
@@ -15,16 +15,16 @@
 //
 // Example:
 //
-//	env, err := schedtest.Start(ctx, schedtest.DefaultConfig(dir))
+//	env, err := schedsim.Start(ctx, schedsim.DefaultConfig(dir))
 //	if err != nil { ... }
 //	defer env.Close()
-//	_ = env.CreateNodes(ctx, schedtest.Nodes(500, "8", "32Gi", 110))
+//	_ = env.CreateNodes(ctx, schedsim.Nodes(500, "8", "32Gi", 110))
 //	r, _ := env.StartReplica(ctx, "s1")
-//	pods := schedtest.Pods(5000, "250m", "256Mi")
+//	pods := schedsim.Pods(5000, "250m", "256Mi")
 //	_ = env.Submit(ctx, pods)
 //	_ = env.Scheduled.Wait(ctx, len(pods))
 //	report, err := env.Verify(ctx)
-package schedtest
+package schedsim
 
 import (
 	"context"
@@ -85,7 +85,7 @@ func DefaultConfig(dir string) Config {
 // Validate checks the Config.
 func (c Config) Validate() error {
 	if c.Dir == "" || c.StoreReplicas < 1 || c.AckWait <= 0 || c.ResyncPeriod < 0 || c.Concurrency < 0 {
-		return fmt.Errorf("schedtest: config: Dir %q, StoreReplicas %d, AckWait %s, ResyncPeriod %s and Concurrency %d", c.Dir, c.StoreReplicas, c.AckWait, c.ResyncPeriod, c.Concurrency)
+		return fmt.Errorf("schedsim: config: Dir %q, StoreReplicas %d, AckWait %s, ResyncPeriod %s and Concurrency %d", c.Dir, c.StoreReplicas, c.AckWait, c.ResyncPeriod, c.Concurrency)
 	}
 	return c.Stage.Validate()
 }
@@ -127,7 +127,7 @@ func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 	if e.Bus, err = bus.StartEmbedded(ctx, bus.DefaultEmbeddedConfig(filepath.Join(cfg.Dir, "bus"))); err != nil {
 		return nil, err
 	}
-	if e.Conn, err = e.connect(ctx, "schedtest"); err != nil {
+	if e.Conn, err = e.connect(ctx, "schedsim"); err != nil {
 		return nil, err
 	}
 	topo, err := pipeline.Topology(bus.DefaultStreamsConfig())
@@ -211,13 +211,13 @@ func (e *Env) startStore(ctx context.Context) error {
 // waitStore waits until the store takes writes and returns its revision.
 func (e *Env) waitStore(ctx context.Context) (int64, error) {
 	for {
-		_, rev, err := e.Store.Client().List(ctx, "/schedtest/")
+		_, rev, err := e.Store.Client().List(ctx, "/schedsim/")
 		if err == nil {
 			return rev, nil
 		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("schedtest: store not ready: %w (last: %w)", ctx.Err(), err)
+			return 0, fmt.Errorf("schedsim: store not ready: %w (last: %w)", ctx.Err(), err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -307,9 +307,9 @@ func (e *Env) StartReplica(ctx context.Context, name string) (*Replica, error) {
 	case <-st.Started():
 		return r, nil
 	case <-r.done:
-		return nil, fmt.Errorf("schedtest: replica %q: %w", name, r.err)
+		return nil, fmt.Errorf("schedsim: replica %q: %w", name, r.err)
 	case <-ctx.Done():
-		return nil, fmt.Errorf("schedtest: replica %q not synced: %w", name, ctx.Err())
+		return nil, fmt.Errorf("schedsim: replica %q not synced: %w", name, ctx.Err())
 	}
 }
 
@@ -430,7 +430,7 @@ func (e *Env) Publish(ctx context.Context, pods []*corev1.Pod) error {
 		md := p.GetMetadata()
 		env := &eventsv1.Envelope{
 			PodUid: md.GetUid(), RequestId: "req-" + md.GetUid(), Namespace: md.GetNamespace(), PodName: md.GetName(),
-			Stage: pipeline.Persistence, Replica: "schedtest", Attempt: 1, Generation: 1, Traceparent: bus.NewTraceparent(),
+			Stage: pipeline.Persistence, Replica: "schedsim", Attempt: 1, Generation: 1, Traceparent: bus.NewTraceparent(),
 		}
 		if err := bus.SetPayload(env, &eventsv1.PodPersisted{Pod: p, Revision: objects.Revision(p)}); err != nil {
 			return err
@@ -451,4 +451,4 @@ func (e *Env) Submit(ctx context.Context, pods []*corev1.Pod) error {
 }
 
 // ErrInvariant: Verify found a broken invariant.
-var ErrInvariant = errors.New("schedtest: invariant violated")
+var ErrInvariant = errors.New("schedsim: invariant violated")

@@ -1,4 +1,4 @@
-package schedtest
+package schedsim
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/processes/plan"
+	"github.com/podflow/podflow/ops/processes/up"
 	"github.com/podflow/podflow/raftstore"
 )
 
@@ -38,20 +39,15 @@ type procCPU struct {
 
 type consumerCount struct{ delivered, ackFloor uint64 }
 
-// procs are the processes whose CPU the bench reports: those of
+// listProcs lists the processes whose CPU the bench reports: those of
 // children.json (what `podflow up` runs), up itself, and the bench.
-type procs struct {
-	childrenFile string
-	upPID        int
-}
-
-func (p procs) list() []plan.Record {
+func listProcs(p up.Procs) []plan.Record {
 	var recs []plan.Record
-	if p.childrenFile != "" {
-		recs, _ = plan.ReadRecords(p.childrenFile)
+	if p.ChildrenFile != "" {
+		recs, _ = plan.ReadRecords(p.ChildrenFile)
 	}
-	if p.upPID > 0 {
-		recs = append(recs, plan.Record{Name: "up", Role: "up", PID: p.upPID})
+	if p.UpPID > 0 {
+		recs = append(recs, plan.Record{Name: "up", Role: "up", PID: p.UpPID})
 	}
 	return append(recs, plan.Record{Name: "bench", Role: "bench (the load, not in the total)", PID: os.Getpid()})
 }
@@ -77,9 +73,9 @@ func readCPU(pid int) (float64, error) {
 	return float64(utime+stime) * 1000 / clockTicks, nil
 }
 
-func takeCostSample(ctx context.Context, sess *client.Session, ps procs) (*costSample, error) {
+func takeCostSample(ctx context.Context, sess *client.Session, ps up.Procs) (*costSample, error) {
 	s := &costSample{cpu: map[int]procCPU{}, streams: map[string]uint64{}, consumers: map[string]consumerCount{}, replicas: map[string]raftstore.Counters{}}
-	for _, r := range ps.list() {
+	for _, r := range listProcs(ps) {
 		if r.PID <= 0 {
 			continue
 		}

@@ -1,4 +1,4 @@
-package main
+package up
 
 import (
 	"context"
@@ -21,9 +21,9 @@ func nowTS() *timestamppb.Timestamp { return timestamppb.Now() }
 
 func newUID() string { return uuid.NewString() }
 
-// runExample applies the seed's pod and Service and prints the pod's way
+// RunExample applies the seed's pod and Service and prints the pod's way
 // through the stages until it is Ready and in its Service's endpoints.
-func runExample(ctx context.Context, sess *client.Session, dir string, out io.Writer) error {
+func RunExample(ctx context.Context, sess *client.Session, dir string, out io.Writer) error {
 	files := []string{filepath.Join(dir, "nginx-service.yaml"), filepath.Join(dir, "nginx-pod.yaml")}
 	objs, err := client.ReadManifest(files[1])
 	if err != nil {

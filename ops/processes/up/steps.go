@@ -1,4 +1,4 @@
-package main
+package up
 
 import (
 	"context"
@@ -36,13 +36,13 @@ import (
 
 // up is one run of `podflow up`: its plan and what its steps share.
 type up struct {
-	o      *upOptions
+	o      *Options
 	out    io.Writer
 	plan   *plan.Plan
 	layout plan.Layout
 	unlock func()
 	creds  bus.Credentials
-	kube   *kubeFiles
+	kube   *KubeFiles
 
 	sup     *supervisor.Supervisor
 	stopSup context.CancelFunc
@@ -60,7 +60,7 @@ type up struct {
 }
 
 func (u *up) logf(format string, args ...any) {
-	if !u.o.quiet {
+	if !u.o.Quiet {
 		fmt.Fprintf(u.out, format+"\n", args...)
 	}
 }
@@ -69,12 +69,12 @@ func (u *up) logf(format string, args ...any) {
 // the first start, creates the bus credentials of every role before any
 // server starts (the servers of a cluster share them), the Kubernetes
 // API's certificates, and builds the plan.
-func newUp(o *upOptions, out io.Writer) (_ *up, err error) {
-	replicas, err := parseReplicas(o.replicas)
+func newUp(o *Options, out io.Writer) (_ *up, err error) {
+	replicas, err := parseReplicas(o.Replicas)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := filepath.Abs(o.dataDir)
+	dir, err := filepath.Abs(o.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -94,27 +94,27 @@ func newUp(o *upOptions, out io.Writer) (_ *up, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := loadOrPickCluster(u.layout.Cluster(), o.storeReplicas, o.natsPort, o.cluster)
+	cl, err := loadOrPickCluster(u.layout.Cluster(), o.StoreReplicas, o.NATSPort, o.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	_, nodeRole := plan.NodeIdentity(o.runtime)
+	_, nodeRole := plan.NodeIdentity(o.Runtime)
 	if u.creds, err = bus.EnsureCredentials(u.layout.Credentials(), append(pipeline.Roles(), nodeRole)); err != nil {
 		return nil, err
 	}
-	if u.kube, err = ensureKube(dir, o.httpsPort); err != nil {
+	if u.kube, err = ensureKube(dir, o.HTTPSPort); err != nil {
 		return nil, fmt.Errorf("kubernetes API certificates: %w", err)
 	}
 	storeUser, _ := u.creds.User(pipeline.RoleStore)
 	u.plan, err = plan.New(plan.Options{
-		Exe: exe, DataDir: dir, NATSPort: cl.NATSPort, Cluster: o.cluster,
+		Exe: exe, DataDir: dir, NATSPort: cl.NATSPort, Cluster: o.Cluster,
 		ClusterClientPorts: cl.ClusterClientPorts, ClusterRoutePorts: cl.ClusterRoutePorts,
 		StoreAddrs: cl.StoreAddrs, StorePeerAddrs: cl.StorePeerAddrs,
-		NATSRoutePeerAddrs: cl.NATSRoutePeerAddrs, NATSRouteAdvertise: cl.NATSRouteAdvertise, StoreUser: storeUser, Replicas: replicas, TLS: o.cluster,
-		Runtime: o.runtime, Nodes: o.nodes, NodeGrace: o.nodeGrace, APIArgs: u.kube.stageArgs(),
-		ServiceCIDR: o.serviceCIDR,
+		NATSRoutePeerAddrs: cl.NATSRoutePeerAddrs, NATSRouteAdvertise: cl.NATSRouteAdvertise, StoreUser: storeUser, Replicas: replicas, TLS: o.Cluster,
+		Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace, APIArgs: u.kube.stageArgs(),
+		ServiceCIDR: o.ServiceCIDR,
 	})
-	if err != nil || !o.cluster {
+	if err != nil || !o.Cluster {
 		return u, err
 	}
 	// More than one server: every NATS listener and raft transport speaks
@@ -259,7 +259,7 @@ func (u *up) startStore(ctx context.Context) error {
 	if err := u.startStep(ctx, plan.Store, fmt.Sprintf("the store did not elect a leader (see %s/store-*.log)", u.layout.Logs())); err != nil {
 		return err
 	}
-	u.logf("up: store ready (%d replicas)", u.o.storeReplicas)
+	u.logf("up: store ready (%d replicas)", u.o.StoreReplicas)
 	return nil
 }
 
@@ -388,11 +388,11 @@ func (u *up) waitReady(ctx context.Context) error {
 }
 
 func (u *up) printRunning() {
-	nodes := fmt.Sprintf("%d simulated nodes", u.o.nodes)
+	nodes := fmt.Sprintf("%d simulated nodes", u.o.Nodes)
 	if u.plan.Options.Runtime == plan.RuntimeLinux {
 		nodes = "1 Linux node (" + plan.LinuxNode + ")"
 	}
-	fmt.Fprintf(u.out, "up: podflow is running: %d stages, %d store replicas, %s\n", len(pipeline.Stages), u.o.storeReplicas, nodes)
+	fmt.Fprintf(u.out, "up: podflow is running: %d stages, %d store replicas, %s\n", len(pipeline.Stages), u.o.StoreReplicas, nodes)
 	fmt.Fprintf(u.out, "up: export PODFLOW_CONFIG=%s\n", u.layout.ClientConfig())
 	fmt.Fprintf(u.out, "up: export KUBECONFIG=%s   # kubectl, https://%s\n", u.kube.Kubeconfig, u.kube.Addr)
 	fmt.Fprintf(u.out, "up: metrics: http://%s/metrics (scheduler), every process's in %s\n", u.metrics["scheduler-1"], u.layout.Metrics())
@@ -486,9 +486,9 @@ func (u *up) scale(data []byte) plan.ScaleResponse {
 	return plan.ScaleResponse{OK: true, Message: fmt.Sprintf("%s scaled to %d: %s", req.Stage, len(names), strings.Join(names, ", ")), Replicas: names}
 }
 
-// clusterFile remembers the addresses chosen at first start, so that the
+// ClusterFile remembers the addresses chosen at first start, so that the
 // store replicas find each other again after a restart.
-type clusterFile struct {
+type ClusterFile struct {
 	StoreAddrs []string `json:"storeAddrs"`
 	// StorePeerAddrs: where each replica dials its peers, when not at
 	// StoreAddrs (written by `podflow chaos` before it starts the system:
@@ -641,7 +641,7 @@ func waitStore(ctx context.Context, kv *raftstore.Client, timeout time.Duration)
 
 // loadOrPickCluster reads the addresses of the first start from path, or
 // picks them (and, for a NATS cluster, its client and route ports).
-func loadOrPickCluster(path string, n, natsPort int, natsCluster bool) (clusterFile, error) {
+func loadOrPickCluster(path string, n, natsPort int, natsCluster bool) (ClusterFile, error) {
 	c, err := loadOrPickStore(path, n, natsPort)
 	if err != nil || !natsCluster || len(c.ClusterClientPorts) == 3 {
 		return c, err
@@ -660,11 +660,11 @@ func loadOrPickCluster(path string, n, natsPort int, natsCluster bool) (clusterF
 			c.ClusterRoutePorts = append(c.ClusterRoutePorts, port)
 		}
 	}
-	return c, writeJSONFile(path, c)
+	return c, WriteJSONFile(path, c)
 }
 
-func loadOrPickStore(path string, n, natsPort int) (clusterFile, error) {
-	var c clusterFile
+func loadOrPickStore(path string, n, natsPort int) (ClusterFile, error) {
+	var c ClusterFile
 	if b, err := os.ReadFile(path); err == nil {
 		if err := json.Unmarshal(b, &c); err != nil {
 			return c, fmt.Errorf("%s: %w", path, err)
@@ -676,7 +676,7 @@ func loadOrPickStore(path string, n, natsPort int) (clusterFile, error) {
 			c.NATSPort = natsPort
 		}
 		if c.NATSPort != 0 {
-			return c, writeJSONFile(path, c)
+			return c, WriteJSONFile(path, c)
 		}
 	}
 	c.NATSPort = natsPort
@@ -689,7 +689,7 @@ func loadOrPickStore(path string, n, natsPort int) (clusterFile, error) {
 		c.NATSPort, _ = strconv.Atoi(p)
 	}
 	if len(c.StoreAddrs) == n {
-		return c, writeJSONFile(path, c)
+		return c, WriteJSONFile(path, c)
 	}
 	addrs, err := plan.FreeAddrs(n + 1) // one more: not the NATS port
 	if err != nil {
@@ -700,10 +700,11 @@ func loadOrPickStore(path string, n, natsPort int) (clusterFile, error) {
 			c.StoreAddrs = append(c.StoreAddrs, a)
 		}
 	}
-	return c, writeJSONFile(path, c)
+	return c, WriteJSONFile(path, c)
 }
 
-func writeJSONFile(path string, v any) error {
+// WriteJSONFile writes v as indented JSON to path.
+func WriteJSONFile(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package schedtest
+package schedsim
 
 import (
 	"context"
@@ -28,7 +28,7 @@ type Recorder struct {
 func record(ctx context.Context, js jetstream.JetStream, typ eventsv1.Type) (*Recorder, error) {
 	cons, err := js.OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.TypeFilter(typ)}})
 	if err != nil {
-		return nil, fmt.Errorf("schedtest: record %s: %w", typ, err)
+		return nil, fmt.Errorf("schedsim: record %s: %w", typ, err)
 	}
 	r := &Recorder{byUID: map[string][]*eventsv1.Envelope{}, changed: make(chan struct{})}
 	r.cc, err = cons.Consume(func(m jetstream.Msg) {
@@ -51,7 +51,7 @@ func record(ctx context.Context, js jetstream.JetStream, typ eventsv1.Type) (*Re
 		r.changed = make(chan struct{})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("schedtest: record %s: %w", typ, err)
+		return nil, fmt.Errorf("schedsim: record %s: %w", typ, err)
 	}
 	return r, nil
 }
@@ -77,7 +77,7 @@ func (r *Recorder) Wait(ctx context.Context, n int) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("schedtest: %d of %d pods scheduled: %w", got, n, ctx.Err())
+			return fmt.Errorf("schedsim: %d of %d pods scheduled: %w", got, n, ctx.Err())
 		}
 	}
 }
@@ -169,7 +169,7 @@ func (e *Env) StreamEvents(ctx context.Context, uid string, typ eventsv1.Type) (
 	for range total {
 		m, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
-			return nil, fmt.Errorf("schedtest: read %s events: %w", typ, err)
+			return nil, fmt.Errorf("schedsim: read %s events: %w", typ, err)
 		}
 		env, err := bus.DecodeEnvelope(m.Data())
 		if err != nil {

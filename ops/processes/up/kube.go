@@ -1,4 +1,4 @@
-package main
+package up
 
 import (
 	"encoding/json"
@@ -14,10 +14,10 @@ import (
 	"github.com/podflow/podflow/services/auth"
 )
 
-// kubeFiles are the Kubernetes API front door's files in the data dir:
+// KubeFiles are the Kubernetes API front door's files in the data dir:
 // the cluster CA, the API server's serving certificate, the admin's
 // client certificate and a kubeconfig using it.
-type kubeFiles struct {
+type KubeFiles struct {
 	Addr                    string // 127.0.0.1:PORT, chosen at first start
 	CACert, CAKey           string
 	ServingCert, ServingKey string
@@ -29,7 +29,7 @@ type kubeFiles struct {
 
 // stageArgs are the api stage's HTTPS flags. Every api replica binds the
 // same address (SO_REUSEPORT): one kubeconfig server for all of them.
-func (k *kubeFiles) stageArgs() []string {
+func (k *KubeFiles) stageArgs() []string {
 	return []string{"--https-addr", k.Addr, "--tls-cert-file", k.ServingCert, "--tls-private-key-file", k.ServingKey,
 		"--client-ca-file", k.CACert, "--service-account-signing-key-file", k.SAKey}
 }
@@ -38,15 +38,15 @@ func (k *kubeFiles) stageArgs() []string {
 // ca.key), the serving certificate for 127.0.0.1/localhost, the admin
 // client certificate (CN=admin, O=system:masters) and DATA/kubeconfig;
 // later starts reuse them. port 0 picks a free port once and remembers it.
-func ensureKube(dir string, port int) (*kubeFiles, error) {
-	k, saved, err := kubePaths(dir)
+func ensureKube(dir string, port int) (*KubeFiles, error) {
+	k, saved, err := KubePaths(dir)
 	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Dir(k.CACert), 0o700); err != nil {
 		return nil, err
 	}
-	addrFile := kubeAddrFile(dir)
+	addrFile := KubeAddrFile(dir)
 	switch {
 	case port > 0:
 		k.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -103,13 +103,15 @@ func ensureKube(dir string, port int) (*kubeFiles, error) {
 	return k, nil
 }
 
-func kubeAddrFile(dir string) string { return filepath.Join(dir, "pki", "apiserver.json") }
+// KubeAddrFile is the file in data dir dir that holds the Kubernetes
+// API's address, chosen at first start.
+func KubeAddrFile(dir string) string { return filepath.Join(dir, "pki", "apiserver.json") }
 
-// kubePaths are the front door's files in data dir dir, and the address
+// KubePaths are the front door's files in data dir dir, and the address
 // saved at first start ("" before).
-func kubePaths(dir string) (k *kubeFiles, addr string, err error) {
+func KubePaths(dir string) (k *KubeFiles, addr string, err error) {
 	pdir := filepath.Join(dir, "pki")
-	k = &kubeFiles{
+	k = &KubeFiles{
 		CACert: filepath.Join(pdir, "ca.crt"), CAKey: filepath.Join(pdir, "ca.key"),
 		ServingCert: filepath.Join(pdir, "apiserver.crt"), ServingKey: filepath.Join(pdir, "apiserver.key"),
 		AdminCert: filepath.Join(pdir, "admin.crt"), AdminKey: filepath.Join(pdir, "admin.key"),
@@ -118,9 +120,9 @@ func kubePaths(dir string) (k *kubeFiles, addr string, err error) {
 	var saved struct {
 		Addr string `json:"addr"`
 	}
-	if b, err := os.ReadFile(kubeAddrFile(dir)); err == nil {
+	if b, err := os.ReadFile(KubeAddrFile(dir)); err == nil {
 		if err := json.Unmarshal(b, &saved); err != nil {
-			return nil, "", fmt.Errorf("%s: %w", kubeAddrFile(dir), err)
+			return nil, "", fmt.Errorf("%s: %w", KubeAddrFile(dir), err)
 		}
 	}
 	return k, saved.Addr, nil

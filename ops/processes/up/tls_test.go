@@ -1,4 +1,4 @@
-package main
+package up
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/processes/plan"
+	"github.com/podflow/podflow/ops/processes/roles"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/apiserver/pki"
 )
@@ -91,7 +92,7 @@ func TestClusterTLSCertificates(t *testing.T) {
 
 	// Routes take only the NATS servers' certificates, not a bus client's
 	// of the same CA.
-	_, routes, err := natsTLS(l.NATSServerTLS())
+	_, routes, err := roles.NATSTLS(l.NATSServerTLS())
 	if err != nil {
 		t.Fatal(err)
 	}
