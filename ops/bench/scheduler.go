@@ -12,11 +12,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
@@ -200,13 +201,13 @@ func benchShape(o *SchedulerOptions) (nodes []*corev1.Node, initPods, pods []*co
 		initPods = named(initN(0), o.PodCPU)
 	case "topology-spreading":
 		for i, n := range nodes {
-			n.Metadata.Labels[scheduler.LabelTopologyZone] = fmt.Sprintf("moon-%d", i%3+1)
+			n.Metadata.Labels[podtopologyspread.LabelTopologyZone] = fmt.Sprintf("moon-%d", i%3+1)
 		}
 		initPods = named(initN(o.Nodes), o.PodCPU)
 		labelled(pods, "color", "blue")
 		for _, p := range pods {
 			p.Spec.TopologySpreadConstraints = []*corev1.TopologySpreadConstraint{{
-				MaxSkew: 5, TopologyKey: scheduler.LabelTopologyZone, WhenUnsatisfiable: "DoNotSchedule",
+				MaxSkew: 5, TopologyKey: podtopologyspread.LabelTopologyZone, WhenUnsatisfiable: "DoNotSchedule",
 				LabelSelector: &corev1.LabelSelector{MatchLabels: map[string]string{"color": "blue"}},
 			}}
 		}
@@ -216,7 +217,7 @@ func benchShape(o *SchedulerOptions) (nodes []*corev1.Node, initPods, pods []*co
 			p.Metadata.Labels = map[string]string{"color": "green"}
 			p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 				RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{
-					TopologyKey: scheduler.LabelHostname, LabelSelector: &corev1.LabelSelector{MatchLabels: map[string]string{"color": "green"}},
+					TopologyKey: podtopologyspread.LabelHostname, LabelSelector: &corev1.LabelSelector{MatchLabels: map[string]string{"color": "green"}},
 				}},
 			}}
 		}

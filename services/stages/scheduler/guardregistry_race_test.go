@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stages/scheduler"
@@ -123,7 +125,7 @@ func TestBindComparesGuardRegistry(t *testing.T) {
 	recordA := false
 	for _, rec := range allocs {
 		recordA = recordA || strings.HasPrefix(rec.GetMetadata().GetName(),
-			scheduler.DomainRecordName(scheduler.LabelTopologyZone, "zone-0", rs[0].Name+"."))
+			scheduler.DomainRecordName(podtopologyspread.LabelTopologyZone, "zone-0", rs[0].Name+"."))
 	}
 	if !recordA {
 		t.Errorf("p's bind wrote no zone-0 domain record of A's")

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stages/scheduler"
@@ -228,22 +230,22 @@ func TestReservationSweep(t *testing.T) {
 	}
 	ghost := schedsim.Pod("bench", "ghost", "1", "64Mi") // never stored: deleted long ago
 	ghost.Metadata.Uid = "ghost-uid"
-	alloc, _, err := scheduler.ReserveAllocation(nil, node, nominee)
+	alloc, _, err := cache.ReserveAllocation(nil, node, nominee)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if alloc, _, err = scheduler.ReserveAllocation(alloc, node, ghost); err != nil {
+	if alloc, _, err = cache.ReserveAllocation(alloc, node, ghost); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Store.Create(ctx, alloc); err != nil {
 		t.Fatal(err)
 	}
-	reserved := func() map[string]scheduler.Reservation {
+	reserved := func() map[string]cache.Reservation {
 		a, err := objects.Get[*corev1.NodeAllocation](ctx, env.Store, "", node)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := scheduler.Reservations(a)
+		res, err := cache.Reservations(a)
 		if err != nil {
 			t.Fatal(err)
 		}

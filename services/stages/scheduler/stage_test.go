@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"go.uber.org/goleak"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -13,7 +16,6 @@ import (
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
@@ -283,7 +285,7 @@ func deleteBound(ctx context.Context, t *testing.T, env *schedsim.Env, pod *core
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, changed := scheduler.ReleaseAllocation(alloc, scheduler.PodKey(pod))
+	next, changed := cache.ReleaseAllocation(alloc, framework.PodKey(pod))
 	if !changed {
 		t.Fatalf("pod %s is not in the allocation of %s", pod.GetMetadata().GetName(), node)
 	}

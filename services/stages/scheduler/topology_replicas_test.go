@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/interpodaffinity"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
@@ -21,7 +23,7 @@ import (
 func zonedNodes(n, zones int) []*corev1.Node {
 	nodes := schedsim.Nodes(n, "8", "32Gi", 110)
 	for i, node := range nodes {
-		node.Metadata.Labels[scheduler.LabelTopologyZone] = fmt.Sprintf("zone-%d", i%zones)
+		node.Metadata.Labels[podtopologyspread.LabelTopologyZone] = fmt.Sprintf("zone-%d", i%zones)
 	}
 	return nodes
 }
@@ -33,7 +35,7 @@ func appSelector(app string) *corev1.LabelSelector {
 // antiAffinePod is a pod of app that no other pod of app may share a
 // hostname with.
 func antiAffinePod(name, app string) *corev1.Pod {
-	return antiPod(name, app, scheduler.LabelHostname, app)
+	return antiPod(name, app, podtopologyspread.LabelHostname, app)
 }
 
 // antiPod is a pod of app that no pod of avoid may share a domain of key
@@ -52,7 +54,7 @@ func affinePod(name, app, target string) *corev1.Pod {
 	p := schedsim.Pod("bench", name, "100m", "64Mi")
 	p.Metadata.Labels = map[string]string{"app": app}
 	p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: scheduler.LabelTopologyZone, LabelSelector: appSelector(target)}},
+		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: podtopologyspread.LabelTopologyZone, LabelSelector: appSelector(target)}},
 	}}
 	return p
 }
@@ -69,7 +71,7 @@ func spreadPod(name, app string) *corev1.Pod {
 	p := schedsim.Pod("bench", name, "100m", "64Mi")
 	p.Metadata.Labels = map[string]string{"app": app}
 	p.Spec.TopologySpreadConstraints = []*corev1.TopologySpreadConstraint{{
-		MaxSkew: 1, TopologyKey: scheduler.LabelTopologyZone, WhenUnsatisfiable: "DoNotSchedule", LabelSelector: appSelector(app),
+		MaxSkew: 1, TopologyKey: podtopologyspread.LabelTopologyZone, WhenUnsatisfiable: "DoNotSchedule", LabelSelector: appSelector(app),
 	}}
 	return p
 }
@@ -109,7 +111,7 @@ func TestTopologyReplicas(t *testing.T) {
 				continue
 			}
 			c := podrules.PodCondition(p.GetStatus(), podrules.PodScheduled)
-			if want := "0/9 nodes are available: 9 " + scheduler.ReasonPodAntiAffinity + "."; c.GetReason() != "Unschedulable" || !strings.HasPrefix(c.GetMessage(), want) {
+			if want := "0/9 nodes are available: 9 " + interpodaffinity.ReasonPodAntiAffinity + "."; c.GetReason() != "Unschedulable" || !strings.HasPrefix(c.GetMessage(), want) {
 				t.Errorf("%s: PodScheduled %s %q, want Unschedulable %q", p.GetMetadata().GetName(), c.GetReason(), c.GetMessage(), want)
 			}
 		}
@@ -127,7 +129,7 @@ func TestTopologyReplicas(t *testing.T) {
 		list, nodes := runTopology(t, pods, perApp, replicas, 1)
 		zoneOf, in := map[string]string{}, map[string]int{}
 		for _, n := range nodes {
-			zoneOf[n.GetMetadata().GetName()] = n.GetMetadata().GetLabels()[scheduler.LabelTopologyZone]
+			zoneOf[n.GetMetadata().GetName()] = n.GetMetadata().GetLabels()[podtopologyspread.LabelTopologyZone]
 		}
 		for _, p := range list {
 			in[zoneOf[p.GetSpec().GetNodeName()]]++
@@ -153,14 +155,14 @@ func TestTopologyReplicas(t *testing.T) {
 		for i := range perApp {
 			web := plainPod(fmt.Sprintf("web-%02d", i), "web")
 			web.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-				NodeSelectorTerms: []*corev1.NodeSelectorTerm{{MatchExpressions: []*corev1.NodeSelectorRequirement{{Key: scheduler.LabelTopologyZone, Operator: "In", Values: []string{"zone-0", "zone-1"}}}}},
+				NodeSelectorTerms: []*corev1.NodeSelectorTerm{{MatchExpressions: []*corev1.NodeSelectorRequirement{{Key: podtopologyspread.LabelTopologyZone, Operator: "In", Values: []string{"zone-0", "zone-1"}}}}},
 			}}}
-			pods = append(pods, antiPod(fmt.Sprintf("guard-%02d", i), "guard", scheduler.LabelTopologyZone, "web"), web)
+			pods = append(pods, antiPod(fmt.Sprintf("guard-%02d", i), "guard", podtopologyspread.LabelTopologyZone, "web"), web)
 		}
 		list, nodes := runTopology(t, pods, -1, 3, 0)
 		zoneOf := map[string]string{}
 		for _, n := range nodes {
-			zoneOf[n.GetMetadata().GetName()] = n.GetMetadata().GetLabels()[scheduler.LabelTopologyZone]
+			zoneOf[n.GetMetadata().GetName()] = n.GetMetadata().GetLabels()[podtopologyspread.LabelTopologyZone]
 		}
 		apps := map[string]map[string]int{} // zone -> app -> pods
 		for _, p := range list {

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
+	"google.golang.org/protobuf/proto"
+
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/stages/scheduler"
-	"google.golang.org/protobuf/proto"
 )
 
 // Report is what Verify found.
@@ -131,9 +134,9 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	alloc := map[string]scheduler.Resources{}
+	alloc := map[string]framework.Resources{}
 	for _, n := range nodes {
-		a, err := scheduler.NodeAllocatable(n)
+		a, err := framework.NodeAllocatable(n)
 		if err != nil {
 			return nil, err
 		}
@@ -169,8 +172,8 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 			rep.VictimsLeft = append(rep.VictimsLeft, podKey(p))
 		}
 	}
-	used := map[string]scheduler.Resources{}
-	onNode := map[string]map[string]scheduler.Resources{} // node -> uid -> requests
+	used := map[string]framework.Resources{}
+	onNode := map[string]map[string]framework.Resources{} // node -> uid -> requests
 	for _, p := range pods {
 		rep.Pods++
 		node := p.GetSpec().GetNodeName()
@@ -180,7 +183,7 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 			continue
 		}
 		rep.Bound++
-		req, _, err := scheduler.PodRequests(p)
+		req, _, err := framework.PodRequests(p)
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +191,7 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 		u.MilliCPU, u.Memory, u.Pods = u.MilliCPU+req.MilliCPU, u.Memory+req.Memory, u.Pods+1
 		used[node] = u
 		if onNode[node] == nil {
-			onNode[node] = map[string]scheduler.Resources{}
+			onNode[node] = map[string]framework.Resources{}
 		}
 		onNode[node][uid] = req
 		if n := scheduledEvents[uid]; n != 1 {
@@ -251,7 +254,7 @@ func verifyReservations(rep *Report, pods []*corev1.Pod, allocs []*corev1.NodeAl
 	reserved := map[string]string{} // uid -> node
 	for _, a := range allocs {
 		node := a.GetMetadata().GetName()
-		res, err := scheduler.Reservations(a)
+		res, err := cache.Reservations(a)
 		if err != nil {
 			return err
 		}
@@ -270,7 +273,7 @@ func verifyReservations(rep *Report, pods []*corev1.Pod, allocs []*corev1.NodeAl
 	return nil
 }
 
-func fits(used, allocatable scheduler.Resources) bool {
+func fits(used, allocatable framework.Resources) bool {
 	return used.MilliCPU <= allocatable.MilliCPU && used.Memory <= allocatable.Memory && used.Pods <= allocatable.Pods
 }
 
@@ -279,7 +282,7 @@ func podKey(p *corev1.Pod) string {
 }
 
 // verifyHistory replays every write since Start.
-func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[string]scheduler.Resources) error {
+func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[string]framework.Resources) error {
 	kv := e.Store.Client()
 	marker, err := kv.Txn(ctx, raftstore.Txn{Ops: []raftstore.Op{{Type: raftstore.OpPut, Key: markerKey, Value: []byte("x")}}})
 	if err != nil {
@@ -381,7 +384,7 @@ func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[st
 				return err
 			}
 			rep.AllocationWrites++
-			var u scheduler.Resources
+			var u framework.Resources
 			for _, ap := range a.GetPods() {
 				u.MilliCPU, u.Memory, u.Pods = u.MilliCPU+ap.GetMilliCpu(), u.Memory+ap.GetMemoryBytes(), u.Pods+1
 			}
@@ -403,8 +406,8 @@ func preemptedVictim(p *corev1.Pod) bool {
 		return false
 	}
 	for _, c := range p.GetStatus().GetConditions() {
-		if c.GetType() == scheduler.ConditionDisruptionTarget {
-			return c.GetStatus() == "True" && c.GetReason() == scheduler.ReasonPreemptionByScheduler
+		if c.GetType() == framework.ConditionDisruptionTarget {
+			return c.GetStatus() == "True" && c.GetReason() == framework.ReasonPreemptionByScheduler
 		}
 	}
 	return false
