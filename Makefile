@@ -18,7 +18,7 @@ DATA ?= $(CURDIR)/.podflow
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint lint-docs tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
+.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
 
 all: build
 
@@ -100,7 +100,14 @@ lint-docs:
 	@if grep -nHiP '$(DOCS_BANNED)' README.md docs/*.md; then \
 		echo 'README.md and docs/*.md: no "round N", "sitting" or commit hashes (the lines above); date a figure in docs/benchmarks.md instead'; exit 1; fi
 
-lint: lint-docs
+## lint-words: Go comments say why in plain words: no "round N", no
+## "sitting", no commit hash in backquotes or parentheses (generated code
+## aside).
+lint-words:
+	@if grep -rnHiP --include='*.go' --exclude='*.pb.go' --exclude='zz_generated*' '//.*(?:$(DOCS_BANNED))' $(MODULES); then \
+		echo 'Go comments: no "round N", "sitting" or commit hashes (the lines above): say why in plain words'; exit 1; fi
+
+lint: lint-docs lint-words
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@cd raftstore/etcdbench && GOWORK=off $(GO) list -deps . >/dev/null || \
