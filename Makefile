@@ -137,7 +137,7 @@ bench-pipeline: build
 ## bench-scale: 1 vs 2 replicas of admission (0.02 CPU each) and of the
 ## scheduler (0.1 CPU each), every replica bounded in a cgroup of its own
 ## (root; skips without a cgroup cpu controller), 3 runs each, alternating;
-## medians and every consumer's peak pending (README "Scaling out").
+## medians and every consumer's peak pending (docs/operating.md, "Scaling out").
 bench-scale: build
 	$(BIN)/podflow bench scale --stage admission --replica-counts 1,2 --stage-cpu 0.02 --pods 3000 --rate 1200 --nodes 100 --runs 3
 	$(BIN)/podflow bench scale --stage scheduler --replica-counts 1,2 --stage-cpu 0.1 --pods 3000 --rate 1200 --nodes 100 --runs 3
