@@ -50,7 +50,8 @@ type Config struct {
 	// raft.db.migrated.
 	DataDir string
 	// RaftAddr is the TCP address the raft transport binds, host:port; port
-	// 0 picks a free port (see Node.RaftAddr).
+	// 0 picks a free port (see Node.RaftAddr). Loopback or not, the
+	// transport speaks mutual TLS only (Config.TLS).
 	RaftAddr string
 	// RaftListener, when set, is where the raft transport accepts instead
 	// of binding RaftAddr, which must be its address. Start takes it over:
@@ -68,14 +69,17 @@ type Config struct {
 	// configuration; peers it does not name are dialled as configured. It
 	// changes only this replica's outgoing connections, so each directed
 	// link can be routed on its own — through a fault-injecting proxy in
-	// `podflow chaos`. Like RaftAddr, an address off loopback requires TLS.
+	// `podflow chaos`.
 	PeerAddrs map[string]string
-	// TLS, when set, runs the raft transport over mutual TLS (see
-	// MutualTLS): every peer presents a certificate from the CA in
-	// ClientCAs, and this replica's dials verify the peer's against
-	// RootCAs, so a dialer without one cannot send raft RPCs. Nil: plain
-	// TCP, accepted only on a loopback RaftAddr (one machine); a RaftAddr
-	// on any other or the unspecified address requires TLS.
+	// TLS is the raft transport's mutual-TLS configuration (required; see
+	// MutualTLS): this replica's certificate (Certificates), the CA that
+	// signs every peer's (ClientCAs and RootCAs) and ClientAuth
+	// RequireAndVerifyClientCert. Every connection, accepted or dialled,
+	// completes a TLS 1.3 handshake in which the other side presents a
+	// certificate of that CA whose subject carries PeerGroup before raft
+	// reads a byte of it: raft's RPCs rewrite the store past every ACL, so
+	// only a replica may speak it, on loopback too (any local user can
+	// open a loopback port).
 	TLS *tls.Config
 	// Bootstrap lists the initial voters (including this replica). It is used
 	// only when DataDir holds no raft state. Leave empty with Join set to
@@ -219,19 +223,18 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		add("DataDir is required")
 	}
-	if host, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
 		add("RaftAddr %q: %w", c.RaftAddr, err)
-	} else if c.TLS == nil && !isLoopback(host) {
-		add("RaftAddr %q is not a loopback address: raft off loopback needs TLS", c.RaftAddr)
+	}
+	if err := checkTLS(c.TLS); err != nil {
+		errs = append(errs, err)
 	}
 	if c.RaftListener != nil && c.RaftListener.Addr().String() != c.RaftAddr {
 		add("RaftAddr %q is not RaftListener's address %s", c.RaftAddr, c.RaftListener.Addr())
 	}
 	for id, a := range c.PeerAddrs {
-		if host, _, err := net.SplitHostPort(a); err != nil || id == "" {
+		if _, _, err := net.SplitHostPort(a); err != nil || id == "" {
 			add("PeerAddrs %q=%q: want a server ID and host:port", id, a)
-		} else if c.TLS == nil && !isLoopback(host) {
-			add("PeerAddrs %q=%q is not a loopback address: raft off loopback needs TLS", id, a)
 		}
 	}
 	if c.Conn == nil {
@@ -294,16 +297,6 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// isLoopback reports whether host (an IP or "localhost") is a loopback
-// address; the unspecified address and other names are not.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func (c Config) raftConfig() *raft.Config {

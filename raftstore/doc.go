@@ -132,12 +132,13 @@
 // # Transport security
 //
 // Raft RPCs (AppendEntries, RequestVote, InstallSnapshot) rewrite the store
-// past every ACL, so whoever reaches the raft port must be a replica. With
-// Config.TLS (MutualTLS, group PeerGroup) the transport is a mutual-TLS
-// raft.StreamLayer: both sides present a certificate of the cluster's CA
-// whose subject carries PeerGroup, and a dialer without one fails at the
-// handshake before raft reads a byte. Without TLS, Validate accepts only a
-// loopback RaftAddr: one machine.
+// past every ACL, so whoever reaches the raft port must be a replica, on
+// loopback too (any local user can open a loopback port). The transport is
+// always a mutual-TLS raft.StreamLayer (Config.TLS is required; MutualTLS
+// builds it): both sides present a certificate of the cluster's CA whose
+// subject carries PeerGroup (checked by the store whatever else the given
+// configuration checks), and a dialer without one fails at the handshake
+// before raft reads a byte. Tests and production take the same path.
 //
 // # Caller obligations
 //

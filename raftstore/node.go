@@ -130,24 +130,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("raftstore: advertise address %q: %w", n.cfg.AdvertiseAddr, err)
 		}
 	}
-	var trans *raft.NetworkTransport
-	if n.cfg.TLS != nil || n.cfg.RaftListener != nil {
-		var stream raft.StreamLayer
-		if stream, err = n.streamLayer(advertise); err == nil {
-			trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-				Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
-				ServerAddressProvider: n.cfg.peerAddrs(),
-			})
-		}
-	} else {
-		trans, err = raft.NewTCPTransportWithConfig(n.cfg.RaftAddr, advertise, &raft.NetworkTransportConfig{
-			MaxPool: 4, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
-			ServerAddressProvider: n.cfg.peerAddrs(),
-		})
-	}
+	stream, err := n.streamLayer(advertise)
 	if err != nil {
 		return fmt.Errorf("raftstore: raft transport on %q: %w", n.cfg.RaftAddr, err)
 	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
+		ServerAddressProvider: n.cfg.peerAddrs(),
+	})
 	n.trans = &guardedTransport{NetworkTransport: trans}
 	existing, err := raft.HasExistingState(n.store, n.store, snaps)
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package raftstoretest runs real raftstore clusters inside a test: an
-// embedded nats-server and in-process replicas on raft TCP transports on
-// loopback, each with its own NATS connection and data directory, so a
+// embedded nats-server and in-process replicas on raft transports over
+// mutual TLS on loopback (PeerTLS, unless an Option sets another
+// Config.TLS), each with its own NATS connection and data directory, so a
 // replica can be killed and restarted on its disk.
 //
 // Callers:
@@ -86,6 +87,7 @@ func MakeCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		cfg.RaftAddr = peers[i].Address
 		cfg.DataDir = filepath.Join(c.dir, cfg.ID)
 		cfg.Bootstrap = peers
+		cfg.TLS = PeerTLS(t)
 		for _, o := range opts {
 			o(&cfg)
 		}
