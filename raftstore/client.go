@@ -183,6 +183,28 @@ func (c *Client) admin(ctx context.Context, req *storev1.AdminRequest) error {
 	return c.do(ctx, c.subj.admin, data, &resp, false, func() *storev1.Error { return resp.Error })
 }
 
+// RewriteEncrypted has the leader rewrite every value under the store's
+// encryption configuration that is not sealed with its first provider's
+// key (see Encryption: the step of a key rotation before the old key is
+// dropped), and returns how many it rewrote. It waits for the whole
+// rewrite, within ctx (without a deadline: ClientConfig.Timeout); an
+// interrupted rewrite is completed by calling it again.
+func (c *Client) RewriteEncrypted(ctx context.Context) (int64, error) {
+	data, err := proto.Marshal(&storev1.AdminRequest{Action: &storev1.AdminRequest_RewriteEncrypted_{RewriteEncrypted: &storev1.AdminRequest_RewriteEncrypted{}}})
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	var resp storev1.AdminResponse
+	// One attempt may take the whole deadline: a rewrite of many keys
+	// outlasts AttemptTimeout, and a second one meanwhile would only
+	// compete with it.
+	err = c.doAttempts(ctx, c.subj.admin, data, &resp, false, time.Until(deadline), func() *storev1.Error { return resp.Error })
+	return resp.Rewritten, err
+}
+
 // Status collects every reachable replica's status: it waits until every
 // member of the configuration reported, or wait elapsed after the first
 // answer, or ctx ends. Sorted by ID.
@@ -309,13 +331,18 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 // attempt timeouts, and reports ErrIndeterminate if the deadline ends the
 // retries after the write may have been applied.
 func (c *Client) do(ctx context.Context, subject string, req []byte, resp proto.Message, write bool, wireErr func() *storev1.Error) error {
+	return c.doAttempts(ctx, subject, req, resp, write, c.cfg.AttemptTimeout, wireErr)
+}
+
+// doAttempts is do with attempts of the given timeout.
+func (c *Client) doAttempts(ctx context.Context, subject string, req []byte, resp proto.Message, write bool, attempt time.Duration, wireErr func() *storev1.Error) error {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	backoff := c.cfg.RetryBackoffMin
 	maybeApplied := false
 	var last error
 	for ctx.Err() == nil {
-		actx, acancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		actx, acancel := context.WithTimeout(ctx, attempt)
 		msg, err := c.nc.RequestWithContext(actx, subject, req)
 		acancel()
 		switch {
@@ -343,7 +370,7 @@ func (c *Client) do(ctx context.Context, subject string, req []byte, resp proto.
 			maybeApplied = maybeApplied || write
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 			maybeApplied = maybeApplied || write
-			last = newError(storev1.Code_CODE_UNAVAILABLE, "", "no answer on %q within %s", subject, c.cfg.AttemptTimeout)
+			last = newError(storev1.Code_CODE_UNAVAILABLE, "", "no answer on %q within %s", subject, attempt)
 		case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrBadSubscription):
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		default:

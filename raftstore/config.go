@@ -177,6 +177,15 @@ type Config struct {
 	// store. Nil: ReadACL alone decides.
 	ReadFilter func(user, key string, value []byte, st State) bool
 
+	// Encryption, when set, encrypts values at rest as kube-apiserver's
+	// EncryptionConfiguration does (LoadEncryptionConfig, default: values
+	// under /registry/secrets/): the leader seals them before their write
+	// enters the raft log, so the log, snapshots and copies of them hold
+	// ciphertext, and every replica opens what it serves. Every replica
+	// needs every key a stored value may be sealed with: rotate as
+	// Encryption's documentation says. Nil: values are stored as written.
+	Encryption *Encryption
+
 	// LogOutput receives raft's log (default os.Stderr; io.Discard to mute).
 	LogOutput io.Writer
 	// LogLevel is raft's hclog level name (default "warn").

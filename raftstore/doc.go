@@ -140,6 +140,20 @@
 // configuration checks), and a dialer without one fails at the handshake
 // before raft reads a byte. Tests and production take the same path.
 //
+// # Data at rest
+//
+// A replica makes its data directory owner-only at start (directories
+// 0700, files 0600; each path repaired is logged once) and refuses one
+// holding another uid's files (ErrDataDirOwner); log segments and
+// snapshots are created owner-only. With Config.Encryption
+// (LoadEncryptionConfig: kube-apiserver's EncryptionConfiguration,
+// secretbox, aesgcm or identity providers) the leader encrypts the values
+// of the configured prefixes (/registry/secrets/) before proposing the
+// write, so the raft log and snapshots hold ciphertext with
+// kube-apiserver's "k8s:enc:<provider>:v1:<key>:" prefix; reads, lists,
+// watch events and Config.ReadFilter see plaintext. After a key rotation,
+// Client.RewriteEncrypted reseals the values sealed with an older key.
+//
 // # Caller obligations
 //
 //  1. Run an odd number of replicas (3 by default), each with a stable ID and

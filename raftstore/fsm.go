@@ -49,6 +49,23 @@ type fsm struct {
 	liveSize, historySize int64
 	// handed are the commands the leader decoded before proposing them.
 	handed handed
+	// enc opens values for ReadFilter and its State view (nil: stored as
+	// written). Set before the fsm is used; read-only after.
+	enc *Encryption
+}
+
+// plain is key's stored value as a reader sees it: decrypted when the
+// encryption configuration covers key; as stored when it cannot be
+// decrypted (a read policy then sees ciphertext, which parses as nothing).
+func (f *fsm) plain(key string, value []byte) []byte {
+	if f.enc == nil || value == nil {
+		return value
+	}
+	v, err := f.enc.decrypt(key, value)
+	if err != nil {
+		return value
+	}
+	return v
 }
 
 // kvSize is what a key and its value count against the quota.
@@ -284,7 +301,7 @@ func (f *fsm) listKept(prefix, after string, limit int, keep keepFunc) ([]*store
 			return false
 		}
 		kv := f.kvs[k]
-		if keep != nil && !keep(k, kv.Value, view{f}) {
+		if keep != nil && !keep(k, f.plain(k, kv.Value), view{f}) {
 			return true
 		}
 		if limit > 0 && len(out) == limit {
@@ -372,7 +389,7 @@ func (f *fsm) eventsAfterKept(prefix string, from int64, max, maxBytes int, keep
 			covered = out[len(out)-1].Revision
 			break
 		}
-		if strings.HasPrefix(e.Kv.Key, prefix) && (keep == nil || keep(e.Kv.Key, e.Kv.Value, view{f})) {
+		if strings.HasPrefix(e.Kv.Key, prefix) && (keep == nil || keep(e.Kv.Key, f.plain(e.Kv.Key, e.Kv.Value), view{f})) {
 			out = append(out, e)
 			size += len(e.Kv.Key) + len(e.Kv.Value) + 32
 		}

@@ -2,10 +2,12 @@ package raftstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,10 +84,12 @@ func NewNode(cfg Config) (*Node, error) {
 	if level == "" {
 		level = "warn"
 	}
+	f := newFSM(cfg.HistoryRevisions, cfg.HistoryBytes, cfg.DedupEntries)
+	f.enc = cfg.Encryption
 	return &Node{
 		cfg:  cfg,
 		subj: subjectsFor(cfg.Subject),
-		fsm:  newFSM(cfg.HistoryRevisions, cfg.HistoryBytes, cfg.DedupEntries),
+		fsm:  f,
 		log:  hclog.New(&hclog.LoggerOptions{Name: "raftstore/" + cfg.ID, Output: out, Level: hclog.LevelFromString(level)}),
 		sem:  make(chan struct{}, cfg.MaxInFlight),
 		idle: make(chan func()),
@@ -109,8 +113,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			}
 		}
 	}()
-	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
+	if err := os.MkdirAll(n.cfg.DataDir, privateDirMode); err != nil {
 		return fmt.Errorf("raftstore: create data dir %q: %w", n.cfg.DataDir, err)
+	}
+	if err := securePrivateTree(n.cfg.DataDir, n.log, true); err != nil {
+		return fmt.Errorf("raftstore: data dir: %w", err)
 	}
 	if n.unlock, err = lockDataDir(n.cfg.DataDir); err != nil {
 		return fmt.Errorf("raftstore: %w", err)
@@ -120,9 +127,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("raftstore: open log store: %w", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, n.cfg.SnapshotRetain, n.log.Named("snapshots"))
+	files, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, n.cfg.SnapshotRetain, n.log.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("raftstore: open snapshot store: %w", err)
+	}
+	snaps := &privateSnapshots{FileSnapshotStore: files, dir: filepath.Join(n.cfg.DataDir, "snapshots"), log: n.log}
+	// raft-wal's meta database and raft's snapshots directory were just
+	// created with modes open to others: close them before anything is
+	// written there.
+	if err := securePrivateTree(n.cfg.DataDir, n.log, false); err != nil {
+		return fmt.Errorf("raftstore: data dir: %w", err)
 	}
 	var advertise net.Addr
 	if n.cfg.AdvertiseAddr != "" {
@@ -552,13 +566,18 @@ func (n *Node) handleWrite(m *nats.Msg) {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
 	}
-	if err := n.checkQuota(&cmd, len(m.Data)); err != nil {
+	data, err := n.seal(&cmd, m.Data)
+	if err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
 	}
-	release := n.fsm.handed.hand(m.Data, &cmd)
-	f := n.raft.Apply(m.Data, n.cfg.ApplyTimeout)
-	err := f.Error()
+	if err := n.checkQuota(&cmd, len(data)); err != nil {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
+		return
+	}
+	release := n.fsm.handed.hand(data, &cmd)
+	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
+	err = f.Error()
 	release()
 	if err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(applyError(err))})
@@ -744,10 +763,18 @@ func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
 			n.respond(m, &storev1.ReadResponse{Revision: rev, Error: toWire(&Error{Code: storev1.Code_CODE_NOT_FOUND, Message: ErrNotFound.Message, Key: req.Key})})
 			return
 		}
-		n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: []*storev1.KeyValue{kv}})
+		if kv, err := n.openKV(kv); err != nil {
+			n.respond(m, &storev1.ReadResponse{Error: toWire(err)})
+		} else {
+			n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: []*storev1.KeyValue{kv}})
+		}
 		return
 	}
 	kvs, rev, more := n.fsm.listKept(req.Key, req.ContinueAfter, int(req.Limit), keep)
+	if err := n.openKVs(kvs); err != nil {
+		n.respond(m, &storev1.ReadResponse{Error: toWire(err)})
+		return
+	}
 	n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: kvs, More: more})
 }
 
@@ -772,6 +799,10 @@ func (n *Node) handleAdmin(m *nats.Msg) {
 			return
 		}
 		f = n.raft.RemoveServer(raft.ServerID(a.RemoveServer.Id), 0, timeout)
+	case *storev1.AdminRequest_RewriteEncrypted_:
+		count, err := n.rewriteEncrypted()
+		n.respond(m, &storev1.AdminResponse{Rewritten: count, Error: toWire(err)})
+		return
 	default:
 		n.respond(m, &storev1.AdminResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "unknown admin action"))})
 		return
@@ -924,6 +955,9 @@ func (n *Node) IsLeader() bool { return n.servingTerm.Load() != 0 && n.raft.Stat
 // tests and tools. It returns nil when the key is missing, and the revision.
 func (n *Node) LocalGet(key string) (*KV, int64) {
 	kv, rev := n.fsm.get(key)
+	if open, err := n.openKV(kv); err == nil {
+		kv = open
+	}
 	return kvFromWire(kv), rev
 }
 
@@ -932,6 +966,9 @@ func (n *Node) LocalList(prefix string) ([]*KV, int64) {
 	kvs, rev, _ := n.fsm.list(prefix, "", 0)
 	out := make([]*KV, len(kvs))
 	for i, kv := range kvs {
+		if open, err := n.openKV(kv); err == nil {
+			kv = open
+		}
 		out[i] = kvFromWire(kv)
 	}
 	return out, rev
@@ -941,6 +978,148 @@ func (n *Node) LocalList(prefix string) ([]*KV, int64) {
 func (n *Node) Snapshot() error {
 	if err := n.raft.Snapshot().Error(); err != nil {
 		return fmt.Errorf("raftstore: snapshot: %w", err)
+	}
+	return nil
+}
+
+// rewriteEncrypted rewrites, as the leader, every value under the
+// encryption configuration's prefixes that is not in the form its first
+// provider writes (sealed with an older key, or plaintext from before
+// encryption), one key per raft entry with a compare on the revision it
+// was read at: a key written meanwhile is skipped, its new value being in
+// the current form already. It returns how many it rewrote.
+func (n *Node) rewriteEncrypted() (int64, error) {
+	e := n.cfg.Encryption
+	if e == nil {
+		return 0, newError(storev1.Code_CODE_INVALID, "", "replica %s has no encryption configuration (Config.Encryption): nothing to rewrite", n.cfg.ID)
+	}
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	id := fmt.Sprintf("rewrite-encrypted-%s-%x-", n.cfg.ID, idb)
+	var count, seq int64
+	for _, r := range e.rules {
+		for _, p := range r.prefixes {
+			for after, more := "", true; more; {
+				var kvs []*storev1.KeyValue
+				kvs, _, more = n.fsm.list(p, after, 256)
+				for _, kv := range kvs {
+					after = kv.Key
+					if n.ctx.Err() != nil {
+						return count, ErrNotLeader
+					}
+					if e.current(kv.Key, kv.Value) {
+						continue
+					}
+					plain, err := e.decrypt(kv.Key, kv.Value)
+					if err != nil {
+						return count, newError(storev1.Code_CODE_INTERNAL, kv.Key, "%v", err)
+					}
+					sealed, err := e.encrypt(kv.Key, plain)
+					if err != nil {
+						return count, newError(storev1.Code_CODE_INTERNAL, kv.Key, "encrypt: %v", err)
+					}
+					seq++
+					data, err := vt.Marshal(&storev1.Command{
+						IdempotencyKey: id + strconv.FormatInt(seq, 36), Kind: storev1.WriteKind_WRITE_KIND_TXN,
+						Compares: []*storev1.Compare{{Key: kv.Key, ModRevision: kv.ModRevision}},
+						Ops:      []*storev1.Op{{Type: storev1.OpType_OP_TYPE_PUT, Key: kv.Key, Value: sealed}},
+					})
+					if err != nil {
+						return count, newError(storev1.Code_CODE_INTERNAL, kv.Key, "encode: %v", err)
+					}
+					f := n.raft.Apply(data, n.cfg.ApplyTimeout)
+					if err := f.Error(); err != nil {
+						return count, applyError(err)
+					}
+					if res, ok := f.Response().(*storev1.WriteResult); ok && res.Error == nil {
+						count++
+					}
+				}
+			}
+		}
+	}
+	if count > 0 {
+		n.log.Info("rewrote encrypted values", "count", count)
+	}
+	return count, nil
+}
+
+// seal encrypts, in place, the values of cmd's puts that the encryption
+// configuration covers, and returns the bytes to propose: data itself when
+// nothing was sealed, else cmd encoded again. The leader seals before
+// proposing, so the raft log holds ciphertext only.
+func (n *Node) seal(cmd *storev1.Command, data []byte) ([]byte, error) {
+	e := n.cfg.Encryption
+	if e == nil {
+		return data, nil
+	}
+	sealed := false
+	for _, op := range cmd.GetOps() {
+		if op.GetType() != storev1.OpType_OP_TYPE_PUT || !e.covers(op.GetKey()) {
+			continue
+		}
+		v, err := e.encrypt(op.GetKey(), op.GetValue())
+		if err != nil {
+			return nil, newError(storev1.Code_CODE_INTERNAL, op.GetKey(), "encrypt: %v", err)
+		}
+		op.Value, sealed = v, true
+	}
+	if !sealed {
+		return data, nil
+	}
+	out, err := vt.Marshal(cmd)
+	if err != nil {
+		return nil, newError(storev1.Code_CODE_INTERNAL, "", "encode sealed command: %v", err)
+	}
+	return out, nil
+}
+
+// openKV returns kv as a reader sees it: with its value decrypted when the
+// encryption configuration covers its key (a new record: stored ones are
+// immutable), else kv itself. A value it cannot decrypt is CODE_INTERNAL,
+// naming the key and why: never ciphertext passed off as a value.
+func (n *Node) openKV(kv *storev1.KeyValue) (*storev1.KeyValue, error) {
+	e := n.cfg.Encryption
+	if kv == nil || e == nil || !e.covers(kv.Key) {
+		return kv, nil
+	}
+	v, err := e.decrypt(kv.Key, kv.Value)
+	if err != nil {
+		n.log.Error("stored value cannot be decrypted", "key", kv.Key, "error", err)
+		return nil, newError(storev1.Code_CODE_INTERNAL, kv.Key, "%v", err)
+	}
+	return &storev1.KeyValue{Key: kv.Key, Value: v, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision}, nil
+}
+
+// openKVs replaces each of kvs by openKV's.
+func (n *Node) openKVs(kvs []*storev1.KeyValue) error {
+	if n.cfg.Encryption == nil {
+		return nil
+	}
+	for i, kv := range kvs {
+		open, err := n.openKV(kv)
+		if err != nil {
+			return err
+		}
+		kvs[i] = open
+	}
+	return nil
+}
+
+// openEvents replaces each of events whose value is encrypted by a copy
+// with the value decrypted.
+func (n *Node) openEvents(events []*storev1.Event) error {
+	if n.cfg.Encryption == nil {
+		return nil
+	}
+	for i, e := range events {
+		kv, err := n.openKV(e.Kv)
+		if err != nil {
+			return err
+		}
+		if kv != e.Kv {
+			events[i] = &storev1.Event{Type: e.Type, Kv: kv, Revision: e.Revision}
+		}
 	}
 	return nil
 }

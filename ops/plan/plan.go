@@ -342,7 +342,8 @@ func (p *Plan) storeProcesses() []Process {
 		}
 		// Raft is mutual TLS on one machine too (ensureRaftTLS in `up`).
 		raft := p.Layout.RaftTLS(name)
-		args = append(args, "--raft-tls-ca", raft.CAFile, "--raft-tls-cert", raft.CertFile, "--raft-tls-key", raft.KeyFile)
+		args = append(args, "--raft-tls-ca", raft.CAFile, "--raft-tls-cert", raft.CertFile, "--raft-tls-key", raft.KeyFile,
+			"--encryption-provider-config", p.Layout.EncryptionConfig())
 		if o.TLS {
 			nc := p.Layout.BusTLS(pipeline.RoleStore)
 			args = append(args, "--tls-ca", nc.CAFile, "--nats-tls-cert", nc.CertFile, "--nats-tls-key", nc.KeyFile)

@@ -253,6 +253,21 @@ func (c *Cluster) Crash(t testing.TB, i int) {
 	}
 }
 
+// Dir is the directory holding every replica's data directory (<Dir>/<ID>).
+func (c *Cluster) Dir() string { return c.dir }
+
+// Reconfigure changes killed replica i's Config for its next Restart (a
+// new encryption configuration, say).
+func (c *Cluster) Reconfigure(t testing.TB, i int, o Option) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes[i] != nil {
+		t.Fatalf("reconfigure replica %d: still running", i)
+	}
+	o(&c.cfgs[i])
+}
+
 // Restart starts killed replica i again on its data directory.
 func (c *Cluster) Restart(t testing.TB, i int) {
 	t.Helper()

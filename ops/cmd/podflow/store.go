@@ -24,7 +24,7 @@ func init() {
 			Short: "Run and administer raftstore, podflow's replicated state store",
 		}
 		conn.add(cmd)
-		cmd.AddCommand(storeRunCmd(&conn), storeStatusCmd(&conn), storeAddVoterCmd(&conn), storeRemoveCmd(&conn))
+		cmd.AddCommand(storeRunCmd(&conn), storeStatusCmd(&conn), storeAddVoterCmd(&conn), storeRemoveCmd(&conn), storeRewriteEncryptedCmd(&conn))
 		return cmd
 	})
 }
@@ -114,7 +114,7 @@ func (f *storeConnFlags) client(ctx context.Context) (c *raftstore.Client, close
 
 func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	cfg := raftstore.DefaultConfig()
-	var bootstrap, peerAddrs, logLevel, raftCert, raftKey, raftCA string
+	var bootstrap, peerAddrs, logLevel, raftCert, raftKey, raftCA, encConfig string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run one store replica until interrupted",
@@ -150,6 +150,11 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 			if cfg.TLS, err = raftstore.MutualTLS(raftstore.TLSFiles{CertFile: raftCert, KeyFile: raftKey, CAFile: raftCA}, raftstore.PeerGroup); err != nil {
 				return err
 			}
+			if encConfig != "" {
+				if cfg.Encryption, err = raftstore.LoadEncryptionConfig(encConfig); err != nil {
+					return err
+				}
+			}
 			cfg.LogLevel = logLevel
 			nc, err := conn.connect("podflow store " + cfg.ID)
 			if err != nil {
@@ -167,6 +172,7 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	f.StringVar(&raftCert, "raft-tls-cert", "", "raft peer certificate (PEM, group "+raftstore.PeerGroup+", server and client auth): mutual TLS between replicas, verified against --raft-tls-ca (required)")
 	f.StringVar(&raftKey, "raft-tls-key", "", "key (PEM) of --raft-tls-cert (required)")
 	f.StringVar(&raftCA, "raft-tls-ca", "", "CA certificate (PEM) of the raft peers' certificates (default --tls-ca)")
+	f.StringVar(&encConfig, "encryption-provider-config", "", "EncryptionConfiguration file (kube-apiserver's, mode 0600): values of the resources it names (secrets) are encrypted at rest with its first provider's key (secretbox, aesgcm or identity); every replica needs the same file")
 	f.StringVar(&bootstrap, "bootstrap", "", "initial voters id1=addr1,id2=addr2,... (used only on an empty data dir)")
 	f.StringVar(&peerAddrs, "peer-addrs", "", "dial these peers here instead of at their raft address, id1=addr1,... (podflow chaos routes each link through its fault-injecting relay)")
 	f.BoolVar(&cfg.Join, "join", false, "on an empty data dir, ask the running cluster to add this replica")
@@ -286,4 +292,34 @@ func storeRemoveCmd(conn *storeConnFlags) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func storeRewriteEncryptedCmd(conn *storeConnFlags) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "rewrite-encrypted",
+		Short: "Rewrite every value encrypted at rest with the first key of the replicas' encryption configuration",
+		Long: `Rewrite every value under the store's encryption configuration that is not
+sealed with its first provider's key: the step of a key rotation between making
+the new key first on every replica and dropping the old one (as kube-apiserver's
+"kubectl get secrets -A -o json | kubectl replace -f -").`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, closeConn, err := conn.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			n, err := c.RewriteEncrypted(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "rewrote %d values\n", n)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the rewrite")
+	return cmd
 }

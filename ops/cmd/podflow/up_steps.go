@@ -126,6 +126,10 @@ func newUp(o *upOptions, out io.Writer) (_ *up, err error) {
 	if err := ensureRaftTLS(u.layout, u.kube.ca, replicaIDs); err != nil {
 		return nil, fmt.Errorf("store certificates: %w", err)
 	}
+	// Secrets are encrypted at rest with the key written on first start.
+	if _, err := raftstore.EnsureEncryptionConfig(u.layout.EncryptionConfig()); err != nil {
+		return nil, fmt.Errorf("store encryption key: %w", err)
+	}
 	if !o.cluster {
 		return u, nil
 	}
