@@ -57,6 +57,13 @@
 // applied). The bus's subject permissions are what make the name
 // trustworthy: each user may publish to its own subjects only.
 //
+// Lists are chunked: a list's answer is streamed to the reader's inbox in
+// chunks of at most half the bus's max payload (2 MiB at most), every
+// chunk cut from one list taken under the state machine's read lock (the
+// key space at one revision), with at most four chunks sent ahead of the
+// reader's acknowledgements; Client.List assembles them, and a chunk lost
+// or late makes it list again. No object count or size breaks a list.
+//
 // Watches: a watch start goes to any replica (queue group), which streams
 // numbered messages to the client's inbox and sends a heartbeat request when
 // idle; the client answers heartbeats, and the replica drops a watch whose

@@ -771,6 +771,10 @@ func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
 		return
 	}
 	kvs, rev, more := n.fsm.listKept(req.Key, req.ContinueAfter, int(req.Limit), keep)
+	if req.Chunked {
+		n.streamList(m, kvs, rev, more)
+		return
+	}
 	if err := n.openKVs(kvs); err != nil {
 		n.respond(m, &storev1.ReadResponse{Error: toWire(err)})
 		return

@@ -65,7 +65,23 @@ func FastConfig(c *raftstore.Config) {
 // and waits for a leader. Everything stops at t's cleanup.
 func MakeCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	return makeCluster(t, n, 0, opts)
+}
+
+// BusMaxPayload is the max payload of podflow's bus (bus.EmbeddedConfig).
+const BusMaxPayload = 8 << 20
+
+// MakeBusCluster is MakeCluster on a NATS server whose max payload is
+// podflow's bus's (BusMaxPayload, not NATS's default 1 MiB): for values
+// and answers of a size only that bus carries.
+func MakeBusCluster(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	return makeCluster(t, n, BusMaxPayload, opts)
+}
+
+func makeCluster(t testing.TB, n int, maxPayload int32, opts []Option) *Cluster {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, MaxPayload: maxPayload})
 	if err != nil {
 		t.Fatalf("nats server: %v", err)
 	}
