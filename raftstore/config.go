@@ -163,6 +163,20 @@ type Config struct {
 	// <Subject>.write itself are not checked: the bus lets only the admin
 	// identity publish there. Nil: every write is allowed.
 	WriteACL func(user, key string) bool
+	// WriteFilter, when set, confines a named writer's changes within a
+	// key WriteACL lets it write: it returns the check of writer's puts and
+	// deletes of key (nil: WriteACL alone decides). The leader calls the
+	// check with the key's value as stored now (nil: not stored) and as the
+	// op leaves it (nil: a delete), both as readers see them (decrypted);
+	// an error refuses the write with CODE_FORBIDDEN and the error's text,
+	// nothing applied. A checked op is pinned to what the check saw: the
+	// leader adds a compare of the key's revision (0: absent) to the
+	// command, so a write racing with another change to the key fails with
+	// CODE_CONFLICT at apply instead of landing on a value no check saw.
+	// It runs on the leader's request path: it must be quick and must not
+	// call the store. The scheduler may bind a pod and nothing else of it,
+	// as kube-apiserver's binding subresource.
+	WriteFilter func(user, key string) WriteCheck
 	// ReadACL, when set, decides what a named reader may read: a get of
 	// key (prefix false) or a list or watch of every key starting with key
 	// (prefix true). A refused read or watch gets CODE_FORBIDDEN. Unnamed
@@ -191,6 +205,10 @@ type Config struct {
 	// LogLevel is raft's hclog level name (default "warn").
 	LogLevel string
 }
+
+// WriteCheck decides whether a named writer may change a key's value from
+// old to new (nil: absent; see Config.WriteFilter); an error refuses it.
+type WriteCheck func(old, new []byte) error
 
 // DefaultConfig returns a Config with production defaults; callers set ID,
 // DataDir, RaftAddr, Conn and Bootstrap or Join.

@@ -273,6 +273,15 @@ func (f *fsm) remember(key string, r *storev1.WriteResult) {
 	}
 }
 
+// remembers reports whether the write of idempotency key key was applied
+// and its result is still remembered.
+func (f *fsm) remembers(key string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, ok := f.dedup[key]
+	return ok
+}
+
 // get returns the key's current KeyValue (nil if missing) and the revision.
 func (f *fsm) get(key string) (*storev1.KeyValue, int64) {
 	f.mu.RLock()

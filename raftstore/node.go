@@ -566,7 +566,16 @@ func (n *Node) handleWrite(m *nats.Msg) {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
 	}
-	data, err := n.seal(&cmd, m.Data)
+	pinned, err := n.confine(m.Subject, &cmd)
+	if err != nil {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
+		return
+	}
+	data := m.Data
+	if pinned {
+		data = nil // encode again, with the compares added
+	}
+	data, err = n.seal(&cmd, data)
 	if err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
@@ -1048,18 +1057,60 @@ func (n *Node) rewriteEncrypted() (int64, error) {
 	return count, nil
 }
 
+// confine applies Config.WriteFilter to a named writer's command: each op
+// with a check is checked against the key's value now and, allowed,
+// pinned to it by a compare added to cmd. It reports whether it added one.
+func (n *Node) confine(subject string, cmd *storev1.Command) (bool, error) {
+	writer, named := n.requester(subject)
+	if !named || n.cfg.WriteFilter == nil || n.fsm.remembers(cmd.GetIdempotencyKey()) {
+		// A retry of a write applied already gets its first answer at
+		// apply; checked again against what it wrote, it could be refused.
+		return false, nil
+	}
+	pinned := false
+	for _, op := range cmd.GetOps() {
+		check := n.cfg.WriteFilter(writer, op.GetKey())
+		if check == nil {
+			continue
+		}
+		kv, _ := n.fsm.get(op.GetKey())
+		var old []byte
+		var rev int64
+		if kv != nil {
+			old, rev = n.fsm.plain(kv.Key, kv.Value), kv.ModRevision
+			if old == nil {
+				old = []byte{}
+			}
+		}
+		var next []byte
+		if op.GetType() == storev1.OpType_OP_TYPE_PUT {
+			next = op.GetValue()
+			if next == nil {
+				next = []byte{}
+			}
+		}
+		if err := check(old, next); err != nil {
+			n.log.Warn("write refused", "writer", writer, "key", op.GetKey(), "by", "WriteFilter", "error", err)
+			return false, newError(storev1.Code_CODE_FORBIDDEN, op.GetKey(), "writer %q may not make this change to %q: %v", writer, op.GetKey(), err)
+		}
+		cmd.Compares = append(cmd.Compares, &storev1.Compare{Key: op.GetKey(), ModRevision: rev})
+		pinned = true
+	}
+	return pinned, nil
+}
+
 // seal encrypts, in place, the values of cmd's puts that the encryption
 // configuration covers, and returns the bytes to propose: data itself when
-// nothing was sealed, else cmd encoded again. The leader seals before
+// nothing was sealed, else cmd encoded again (always when data is nil). The leader seals before
 // proposing, so the raft log holds ciphertext only.
 func (n *Node) seal(cmd *storev1.Command, data []byte) ([]byte, error) {
 	e := n.cfg.Encryption
-	if e == nil {
+	if e == nil && data != nil {
 		return data, nil
 	}
-	sealed := false
+	sealed := data == nil
 	for _, op := range cmd.GetOps() {
-		if op.GetType() != storev1.OpType_OP_TYPE_PUT || !e.covers(op.GetKey()) {
+		if e == nil || op.GetType() != storev1.OpType_OP_TYPE_PUT || !e.covers(op.GetKey()) {
 			continue
 		}
 		v, err := e.encrypt(op.GetKey(), op.GetValue())
