@@ -474,6 +474,7 @@ func storeReplicas(t *testing.T, srv *bus.Embedded, n int) func(role, writer str
 		cfg.TLS = raftstoretest.PeerTLS(t)
 		cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, p.ID).NATS()
 		cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
+		cfg.WriteFilter = pipeline.StoreWriteFilter
 		node, err := raftstore.NewNode(cfg)
 		if err != nil {
 			t.Fatal(err)
