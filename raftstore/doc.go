@@ -54,7 +54,11 @@
 // <prefix>.<op>.* too). When Config.ReadACL or Config.WriteACL is set, a
 // read, list or watch the user may not make, or a write with any op on a
 // key the user may not write, is refused with CODE_FORBIDDEN (nothing
-// applied). The bus's subject permissions are what make the name
+// applied). Config.WriteFilter confines a named writer within a key it
+// may write: its check sees the stored and the written value, refuses
+// what the writer may not change (CODE_FORBIDDEN), and pins what it
+// allowed to the revision it checked (a racing change makes the write
+// CODE_CONFLICT). The bus's subject permissions are what make the name
 // trustworthy: each user may publish to its own subjects only.
 //
 // Lists are chunked: a list's answer is streamed to the reader's inbox in
