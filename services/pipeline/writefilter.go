@@ -18,13 +18,62 @@ import (
 // (raftstore.Config.WriteFilter), within the kinds StoreWriteACL lets a
 // writer write: the scheduler writes a pod's binding and nothing else of
 // it (schedulerPodWrite), as kube-apiserver lets kube-scheduler write the
-// binding subresource and not the pod. Other writers and keys: StoreWriteACL
-// alone.
+// binding subresource and not the pod; the status stage, which writes what
+// nodes report, a pod's status and nothing else of it, and deletes only a
+// pod being deleted (statusPodWrite), as NodeRestriction confines kubelet.
+// Other writers and keys: StoreWriteACL alone.
 func StoreWriteFilter(user, key string) raftstore.WriteCheck {
-	if user == StageRole(Scheduler) && strings.HasPrefix(key, objects.Pods.Prefix("")) {
+	if !strings.HasPrefix(key, objects.Pods.Prefix("")) {
+		return nil
+	}
+	switch user {
+	case StageRole(Scheduler):
 		return schedulerPodWrite
+	case StageRole(Status):
+		return statusPodWrite
 	}
 	return nil
+}
+
+// statusPodWrite allows the status stage's changes to a stored pod: its
+// status and the annotation recording the last report applied
+// (podrules.AnnotationStatusSeq), and the deletion of a pod being deleted
+// (its node finished with it). It creates no pod.
+func statusPodWrite(old, new []byte) error {
+	if old == nil {
+		return errors.New("the status stage creates no pods")
+	}
+	var was corev1.Pod
+	if err := vt.Unmarshal(old, &was); err != nil {
+		return fmt.Errorf("stored pod: %w", err)
+	}
+	if new == nil {
+		if was.GetMetadata().GetDeletionTimestamp() == nil {
+			return errors.New("the status stage deletes only a pod being deleted")
+		}
+		return nil
+	}
+	var is corev1.Pod
+	if err := vt.Unmarshal(new, &is); err != nil {
+		return fmt.Errorf("written pod: %w", err)
+	}
+	if !proto.Equal(statusFree(&was), statusFree(&is)) {
+		return errors.New("the status stage may change only a pod's status")
+	}
+	return nil
+}
+
+// statusFree is p without what the status stage may write.
+func statusFree(p *corev1.Pod) *corev1.Pod {
+	p = vt.Clone(p)
+	p.Status = nil
+	if p.Metadata != nil && p.Metadata.Annotations != nil {
+		delete(p.Metadata.Annotations, podrules.AnnotationStatusSeq)
+		if len(p.Metadata.Annotations) == 0 {
+			p.Metadata.Annotations = nil
+		}
+	}
+	return p
 }
 
 // disruptionTarget is the condition the scheduler sets on a preemption's

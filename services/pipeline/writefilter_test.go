@@ -114,3 +114,67 @@ func TestSchedulerConfinedToBinding(t *testing.T) {
 		t.Fatalf("the scheduler marks a victim terminating: %v", err)
 	}
 }
+
+// TestStatusStageConfinedToStatus: with the status stage's credentials
+// (it writes what nodes report), a store write that changes a pod's spec,
+// its node, its labels, or deletes a pod not being deleted, or creates one,
+// is refused; writing its status (and the applied report's sequence
+// annotation) and finalizing a terminating pod pass. Red without
+// StoreWriteFilter: StoreWriteACL lets the status stage write any pod.
+func TestStatusStageConfinedToStatus(t *testing.T) {
+	srv, _ := lockedDown(t)
+	client := storeWithPolicy(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	admin := client(bus.RoleAdmin, "")
+	st := client(pipeline.StageRole(pipeline.Status), pipeline.StageRole(pipeline.Status))
+	key := objects.Pods.Key("default", "web")
+	pod := storedPod()
+	pod.Spec.NodeName = "n1"
+	rev, err := admin.Create(ctx, key, encodePod(t, pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth := true
+	for _, tc := range []struct {
+		name   string
+		change func(p *corev1.Pod)
+	}{
+		{"privileged", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &truth}
+		}},
+		{"another node", func(p *corev1.Pod) { p.Spec.NodeName = "n2" }},
+		{"a label", func(p *corev1.Pod) { p.Metadata.Labels["app"] = "db" }},
+		{"status and hostNetwork", func(p *corev1.Pod) {
+			p.Status = &corev1.PodStatus{Phase: "Running"}
+			p.Spec.HostNetwork = true
+		}},
+	} {
+		p := vt.Clone(pod)
+		tc.change(p)
+		if _, err := st.Update(ctx, key, encodePod(t, p), rev); !errors.Is(err, raftstore.ErrForbidden) {
+			t.Errorf("%s: the status stage's raw write: %v, want ErrForbidden", tc.name, err)
+		}
+	}
+	if _, err := st.Delete(ctx, key, rev); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("the status stage deletes a running pod: %v, want ErrForbidden", err)
+	}
+	if _, err := st.Create(ctx, objects.Pods.Key("default", "new"), encodePod(t, storedPod())); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("the status stage creates a pod: %v, want ErrForbidden", err)
+	}
+	running := vt.Clone(pod)
+	running.Status = &corev1.PodStatus{Phase: "Running", PodIp: "10.244.1.5"}
+	podrules.SetAppliedSeq(running, 3)
+	if rev, err = st.Update(ctx, key, encodePod(t, running), rev); err != nil {
+		t.Fatalf("the status stage writes a pod's status: %v", err)
+	}
+	terminating := vt.Clone(running)
+	grace := int64(30)
+	terminating.Metadata.DeletionTimestamp, terminating.Metadata.DeletionGracePeriodSeconds = timestamppb.Now(), &grace
+	if rev, err = admin.Update(ctx, key, encodePod(t, terminating), rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Delete(ctx, key, rev); err != nil {
+		t.Fatalf("the status stage finalizes a terminating pod: %v", err)
+	}
+}
