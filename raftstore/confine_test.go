@@ -73,8 +73,15 @@ func TestWriteFilterConfines(t *testing.T) {
 	if _, err := sched.Update(ctx, pod, []byte("spec=privileged;node="), rev); !errors.Is(err, raftstore.ErrForbidden) {
 		t.Fatalf("the scheduler rewrote a pod's spec: %v, want ErrForbidden", err)
 	}
+	unbound := rev
 	if rev, err = sched.Update(ctx, pod, []byte("spec=plain;node=n1"), rev); err != nil {
 		t.Fatalf("the scheduler binds a pod: %v", err)
+	}
+	// Another replica binds on the stale, unbound revision: a conflict, as
+	// at apply (it re-reads), not a rebind refused against a value its
+	// decision never saw.
+	if _, err := sched.Update(ctx, pod, []byte("spec=plain;node=n2"), unbound); !errors.Is(err, raftstore.ErrConflict) {
+		t.Fatalf("a bind comparing a stale revision: %v, want ErrConflict", err)
 	}
 	for _, tc := range []struct {
 		name string

@@ -153,16 +153,7 @@ func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
 		if kv := f.kvs[c.Key]; kv != nil {
 			have = kv.ModRevision
 		}
-		ok := false
-		switch {
-		case c.ModRevision == 0:
-			ok = have == 0
-		case c.ModRevision == -1:
-			ok = have != 0
-		default:
-			ok = have == c.ModRevision
-		}
-		if !ok {
+		if !compareHolds(c.ModRevision, have) {
 			return &storev1.WriteResult{Revision: f.rev, Error: toWire(compareError(cmd.Kind, c.Key, c.ModRevision, have))}
 		}
 	}
@@ -199,6 +190,19 @@ func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
 		f.rev = rev
 	}
 	return &storev1.WriteResult{Revision: f.rev}
+}
+
+// compareHolds reports whether a compare wanting revision want (0: absent,
+// -1: present) holds for a key at revision have (0: absent).
+func compareHolds(want, have int64) bool {
+	switch want {
+	case 0:
+		return have == 0
+	case -1:
+		return have != 0
+	default:
+		return have == want
+	}
 }
 
 // compareError names a failed compare the way the caller's operation expects.

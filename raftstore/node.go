@@ -1082,6 +1082,14 @@ func (n *Node) confine(subject string, cmd *storev1.Command) (bool, error) {
 				old = []byte{}
 			}
 		}
+		// A write whose own compare of the key fails now was decided on
+		// another value than the stored one (a stale read): it is a
+		// conflict, as it would be at apply, not a change to check.
+		for _, c := range cmd.GetCompares() {
+			if c.GetKey() == op.GetKey() && !compareHolds(c.GetModRevision(), rev) {
+				return false, compareError(cmd.GetKind(), c.GetKey(), c.GetModRevision(), rev)
+			}
+		}
 		var next []byte
 		if op.GetType() == storev1.OpType_OP_TYPE_PUT {
 			next = op.GetValue()
