@@ -101,6 +101,7 @@ func startSystem(t testing.TB, o options) *system {
 		scfg.NoSync = !o.fsync
 		scfg.ID, scfg.RaftAddr, scfg.DataDir, scfg.Bootstrap = p.ID, p.Address, filepath.Join(dir, p.ID), peers
 		scfg.RaftListener = ls[i]
+		scfg.TLS = raftstoretest.PeerTLS(t)
 		if o.history > 0 {
 			scfg.HistoryRevisions = o.history
 		}

@@ -471,8 +471,10 @@ func storeReplicas(t *testing.T, srv *bus.Embedded, n int) func(role, writer str
 		raftstoretest.FastConfig(&cfg)
 		cfg.ID, cfg.RaftAddr, cfg.RaftListener, cfg.DataDir = p.ID, p.Address, ls[i], t.TempDir()
 		cfg.Bootstrap = peers
+		cfg.TLS = raftstoretest.PeerTLS(t)
 		cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, p.ID).NATS()
 		cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
+		cfg.WriteFilter = pipeline.StoreWriteFilter
 		node, err := raftstore.NewNode(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -84,6 +84,11 @@ func (l Layout) NATSServerTLS() bus.TLSFiles {
 	return bus.TLSFiles{CAFile: l.PKI("ca.crt"), CertFile: l.PKI("nats-server.crt"), KeyFile: l.PKI("nats-server.key")}
 }
 
+// EncryptionConfig is the store's encryption at rest configuration
+// (DATA/encryption-config.yaml, kube-apiserver's EncryptionConfiguration,
+// mode 0600): `up` writes it on first start and gives it to every replica.
+func (l Layout) EncryptionConfig() string { return filepath.Join(l.Dir, "encryption-config.yaml") }
+
 // RaftTLS are the TLS files of store replica id's raft transport
 // (DATA/pki/raft-<id>.crt: CN podflow:raft:<id>, group
 // raftstore.PeerGroup): each replica has its own.

@@ -340,10 +340,13 @@ func (p *Plan) storeProcesses() []Process {
 			sort.Strings(peers)
 			args = append(args, "--peer-addrs", strings.Join(peers, ","))
 		}
+		// Raft is mutual TLS on one machine too (ensureRaftTLS in `up`).
+		raft := p.Layout.RaftTLS(name)
+		args = append(args, "--raft-tls-ca", raft.CAFile, "--raft-tls-cert", raft.CertFile, "--raft-tls-key", raft.KeyFile,
+			"--encryption-provider-config", p.Layout.EncryptionConfig())
 		if o.TLS {
-			raft, nc := p.Layout.RaftTLS(name), p.Layout.BusTLS(pipeline.RoleStore)
-			args = append(args, "--tls-ca", raft.CAFile, "--raft-tls-cert", raft.CertFile, "--raft-tls-key", raft.KeyFile,
-				"--nats-tls-cert", nc.CertFile, "--nats-tls-key", nc.KeyFile)
+			nc := p.Layout.BusTLS(pipeline.RoleStore)
+			args = append(args, "--tls-ca", nc.CAFile, "--nats-tls-cert", nc.CertFile, "--nats-tls-key", nc.KeyFile)
 		}
 		procs = append(procs, Process{Name: name, Kind: Store, Index: i + 1, Env: env, Args: args,
 			Ready: Check{Kind: CheckStore, Timeout: 60 * time.Second}})

@@ -114,17 +114,28 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 		Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace, APIArgs: u.kube.stageArgs(),
 		ServiceCIDR: o.ServiceCIDR,
 	})
-	if err != nil || !o.Cluster {
+	if err != nil {
 		return u, err
 	}
-	// More than one server: every NATS listener and raft transport speaks
-	// mutual TLS (docs/multi-machine.md does the same), each store replica
-	// with a raft certificate of its own.
+	// Every raft transport speaks mutual TLS, on loopback too, each store
+	// replica with a raft certificate of its own.
 	var replicaIDs []string
 	for _, p := range u.plan.Step(plan.Store).Processes {
 		replicaIDs = append(replicaIDs, p.Name)
 	}
-	if err := ensureClusterTLS(u.layout, u.kube.ca, u.creds, replicaIDs); err != nil {
+	if err := ensureRaftTLS(u.layout, u.kube.ca, replicaIDs); err != nil {
+		return nil, fmt.Errorf("store certificates: %w", err)
+	}
+	// Secrets are encrypted at rest with the key written on first start.
+	if _, err := raftstore.EnsureEncryptionConfig(u.layout.EncryptionConfig()); err != nil {
+		return nil, fmt.Errorf("store encryption key: %w", err)
+	}
+	if !o.Cluster {
+		return u, nil
+	}
+	// More than one server: every NATS listener speaks mutual TLS too
+	// (docs/multi-machine.md does the same).
+	if err := ensureClusterTLS(u.layout, u.kube.ca, u.creds); err != nil {
 		return nil, fmt.Errorf("bus and store certificates: %w", err)
 	}
 	return u, nil
