@@ -3,6 +3,8 @@ package apiserver
 import (
 	"fmt"
 	"time"
+
+	"github.com/podflow/podflow/services/podsecurity"
 )
 
 // Config configures the HTTPS server.
@@ -77,6 +79,13 @@ type Config struct {
 	// end after a random time in [MaxWatchTimeout/2, MaxWatchTimeout),
 	// so that clients reconnect spread over time. Default 30m.
 	MaxWatchTimeout time.Duration
+	// PodSecurityDefault is the Pod Security level enforced on pod
+	// updates (a new image, an ephemeral container) in a namespace
+	// without the pod-security.kubernetes.io/enforce label, as
+	// kube-apiserver's PodSecurity admission configuration
+	// defaults.enforce; the admission stage enforces the same level on
+	// creation. "" is privileged, Kubernetes' default.
+	PodSecurityDefault podsecurity.Level
 }
 
 // OIDCConfig configures OpenID Connect ID token verification, as
@@ -146,6 +155,8 @@ func (c Config) Validate() error {
 	case c.MaxInFlight < 1 || c.MaxMutatingInFlight < 1 || c.MaxWatches < 1:
 		return fmt.Errorf("%w: MaxInFlight (%d), MaxMutatingInFlight (%d) and MaxWatches (%d) must be at least 1",
 			ErrInvalidConfig, c.MaxInFlight, c.MaxMutatingInFlight, c.MaxWatches)
+	case c.PodSecurityDefault != "" && !c.PodSecurityDefault.Valid():
+		return fmt.Errorf("%w: PodSecurityDefault %q is not one of privileged, baseline, restricted", ErrInvalidConfig, c.PodSecurityDefault)
 	case c.CacheObjects < 1:
 		return fmt.Errorf("%w: CacheObjects (%d) must be at least 1", ErrInvalidConfig, c.CacheObjects)
 	case c.ListSnapshotTTL <= 0 || c.MaxListSnapshots < 1:
