@@ -165,7 +165,7 @@ func offerPods(ctx context.Context, sess *client.Session, prefix string, n, rate
 		}
 		p := clonePod(template)
 		p.Metadata.Name = fmt.Sprintf("%s%d", prefix, i)
-		f, err := sess.Bus.PublishAsync(podRequested(p, token))
+		f, err := sess.Bus.PublishAsync(client.PodRequested(p, token))
 		if err != nil {
 			return start, 0, err
 		}

@@ -702,7 +702,7 @@ func chaosWorkload(ctx context.Context, sess *client.Session, token, prefix stri
 		}
 		p := clonePod(template)
 		p.Metadata.Name = fmt.Sprintf("%s%d", prefix, i)
-		env := podRequested(p, token)
+		env := client.PodRequested(p, token)
 		for attempt := 0; ; attempt++ {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_, err := sess.Bus.Publish(pctx, env)

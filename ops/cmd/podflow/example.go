@@ -25,7 +25,7 @@ func newUID() string { return uuid.NewString() }
 // through the stages until it is Ready and in its Service's endpoints.
 func runExample(ctx context.Context, sess *client.Session, dir string, out io.Writer) error {
 	files := []string{filepath.Join(dir, "nginx-service.yaml"), filepath.Join(dir, "nginx-pod.yaml")}
-	objs, err := readManifest(files[1])
+	objs, err := client.ReadManifest(files[1])
 	if err != nil {
 		return err
 	}
@@ -39,7 +39,7 @@ func runExample(ctx context.Context, sess *client.Session, dir string, out io.Wr
 	if err != nil {
 		return err
 	}
-	if err := applyFiles(ctx, sess, files, sess.Config.Token, "", out, out); err != nil {
+	if err := sess.ApplyFiles(ctx, files, sess.Config.Token, "", out, out); err != nil {
 		follow.stop()
 		return err
 	}

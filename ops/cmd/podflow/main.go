@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/nodeagent/linux/container"
+	"github.com/podflow/podflow/ops/client"
 )
 
 // commands are registered by the files of this package, one role or client
@@ -64,7 +65,7 @@ func main() {
 // server as it is (`Error from server (NotFound): ...`), any other after
 // "error: "; nothing for an error that says it was reported already.
 func printError(w io.Writer, err error) {
-	var se *statusError
+	var se *client.StatusError
 	switch s, ok := err.(interface{ Silent() bool }); {
 	case ok && s.Silent():
 	case errors.As(err, &se):

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/processes/roles"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/spf13/cobra"
 )
 
 // podflow store: run a raftstore replica and administer the cluster.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/raftstore"

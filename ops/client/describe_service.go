@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"cmp"
@@ -10,28 +10,27 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stages/endpoints"
 )
 
-// runDescribeService reads Service ns/name, its EndpointSlice and the
-// namespace's pods, and describes them.
-func runDescribeService(ctx context.Context, w io.Writer, sess *client.Session, ns, name string) error {
-	svc, err := objects.Get[*corev1.Service](ctx, sess.Store, ns, name)
+// DescribeService reads Service ns/name, its EndpointSlice and the
+// namespace's pods, and describes them as describeService does.
+func (s *Session) DescribeService(ctx context.Context, w io.Writer, ns, name string) error {
+	svc, err := objects.Get[*corev1.Service](ctx, s.Store, ns, name)
 	if errors.Is(err, raftstore.ErrNotFound) {
 		return fmt.Errorf("Error from server (NotFound): services %q not found", name)
 	}
 	if err != nil {
 		return err
 	}
-	sl, err := objects.Get[*corev1.EndpointSlice](ctx, sess.Store, ns, endpoints.SliceName(name))
+	sl, err := objects.Get[*corev1.EndpointSlice](ctx, s.Store, ns, endpoints.SliceName(name))
 	if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
 		return err
 	}
-	pods, _, err := objects.List[*corev1.Pod](ctx, sess.Store, ns)
+	pods, _, err := objects.List[*corev1.Pod](ctx, s.Store, ns)
 	if err != nil {
 		return err
 	}
@@ -51,8 +50,8 @@ func describeService(w io.Writer, svc *corev1.Service, sl *corev1.EndpointSlice,
 	kv("Labels", mapLines(md.GetLabels(), 18))
 	kv("Selector", strings.ReplaceAll(mapLines(sp.GetSelector(), 0), "\n", ","))
 	kv("Type", cmp.Or(sp.GetType(), "ClusterIP"))
-	kv("IP", orNone(sp.GetClusterIp()))
-	kv("IPs", orNone(strings.Join(sp.GetClusterIps(), ",")))
+	kv("IP", OrNone(sp.GetClusterIp()))
+	kv("IPs", OrNone(strings.Join(sp.GetClusterIps(), ",")))
 	var ready, notReady []string
 	for _, ep := range sl.GetEndpoints() {
 		if c := ep.GetConditions(); c == nil || c.Ready == nil || c.GetReady() {
@@ -74,7 +73,7 @@ func describeService(w io.Writer, svc *corev1.Service, sl *corev1.EndpointSlice,
 		for _, a := range ready {
 			eps = append(eps, fmt.Sprintf("%s:%d", a, port))
 		}
-		kv("Endpoints", orNone(strings.Join(eps, ",")))
+		kv("Endpoints", OrNone(strings.Join(eps, ",")))
 	}
 	if len(notReady) > 0 {
 		kv("Not Ready", strings.Join(notReady, ","))
@@ -108,7 +107,7 @@ func describeService(w io.Writer, svc *corev1.Service, sl *corev1.EndpointSlice,
 			if in {
 				yes = "yes"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.GetMetadata().GetName(), orNone(p.GetStatus().GetPodIp()), yes, why)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.GetMetadata().GetName(), OrNone(p.GetStatus().GetPodIp()), yes, why)
 		}
 		tw.Flush()
 	}

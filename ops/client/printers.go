@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"encoding/json"
@@ -31,27 +31,29 @@ const (
 	outputCustomColumns = "custom-columns"
 )
 
-// allowedFormats is kubectl's list in its "unable to match a printer" error.
+// allowedFormats is kubectl's list in its "unable to match a Printer" error.
 const allowedFormats = "custom-columns,json,jsonpath,name,wide,yaml"
 
-// printer prints objects the way kubectl get does for one -o value.
-type printer struct {
+// Printer prints objects the way kubectl get does for one -o value.
+type Printer struct {
 	out           io.Writer
 	format        string               // one of the output* constants
 	template      *jsonpath.JSONPath   // -o jsonpath=TEMPLATE
 	columns       []string             // -o custom-columns headers
 	parsers       []*jsonpath.JSONPath // -o custom-columns field specs
 	allNamespaces bool
-	now           time.Time
-	// showManagedFields keeps metadata.managedFields in json, yaml and
+	// Now is the time ages are printed as of (NewPrinter: the time
+	// it was made).
+	Now time.Time
+	// ShowManagedFields keeps metadata.managedFields in json, yaml and
 	// jsonpath output (kubectl's --show-managed-fields; off by default).
-	showManagedFields bool
+	ShowManagedFields bool
 }
 
-// newPrinter parses an -o value: wide, json, yaml, name,
+// NewPrinter parses an -o value: wide, json, yaml, name,
 // jsonpath=TEMPLATE or custom-columns=HEADER:FIELD,...
-func newPrinter(out io.Writer, output string, allNamespaces bool) (*printer, error) {
-	p := &printer{out: out, format: output, allNamespaces: allNamespaces, now: time.Now()}
+func NewPrinter(out io.Writer, output string, allNamespaces bool) (*Printer, error) {
+	p := &Printer{out: out, format: output, allNamespaces: allNamespaces, Now: time.Now()}
 	format, arg, hasArg := strings.Cut(output, "=")
 	switch format {
 	case outputTable, outputWide, outputJSON, outputYAML, outputName:
@@ -75,11 +77,11 @@ func newPrinter(out io.Writer, output string, allNamespaces bool) (*printer, err
 		}
 		return p, nil
 	}
-	return nil, fmt.Errorf("unable to match a printer suitable for the output format %q, allowed formats are: %s", output, allowedFormats)
+	return nil, fmt.Errorf("unable to match a Printer suitable for the output format %q, allowed formats are: %s", output, allowedFormats)
 }
 
 // parseColumns parses kubectl's custom-columns spec, HEADER:FIELD,...
-func (p *printer) parseColumns(spec string) error {
+func (p *Printer) parseColumns(spec string) error {
 	if spec == "" {
 		return fmt.Errorf("custom-columns format specified but no custom columns given")
 	}
@@ -125,10 +127,10 @@ func relaxedJSONPath(expr string) (string, error) {
 // prints a list (a List for json, yaml and jsonpath); without, each is
 // printed on its own (a single object, or an object seen by a watch).
 // header prints the table's header line.
-func (p *printer) print(kind objects.Kind, objs []objects.Object, header, list bool) error {
+func (p *Printer) Print(kind objects.Kind, objs []objects.Object, header, list bool) error {
 	switch p.format {
 	case outputJSON, outputYAML, outputJSONPath:
-		if !p.showManagedFields {
+		if !p.ShowManagedFields {
 			objs = withoutManagedFields(objs)
 		}
 		if list {
@@ -178,7 +180,7 @@ func withoutManagedFields(objs []objects.Object) []objects.Object {
 }
 
 // printObject prints one object as json, yaml or through the template.
-func (p *printer) printObject(o objects.Object) error {
+func (p *Printer) printObject(o objects.Object) error {
 	if p.format == outputJSONPath {
 		tree, err := kubeTree(o)
 		if err != nil {
@@ -200,7 +202,7 @@ func (p *printer) printObject(o objects.Object) error {
 
 // printTree prints a Kubernetes JSON tree as json, yaml or through the
 // template, byte for byte as kubectl's printers do.
-func (p *printer) printTree(tree map[string]any) error {
+func (p *Printer) printTree(tree map[string]any) error {
 	if p.format == outputJSONPath {
 		return p.template.Execute(p.out, tree)
 	}
@@ -220,7 +222,7 @@ func (p *printer) printTree(tree map[string]any) error {
 
 // printColumns prints objs under kubectl's custom columns: each field's
 // values joined by commas, <none> for a field with none.
-func (p *printer) printColumns(objs []objects.Object, header bool) error {
+func (p *Printer) printColumns(objs []objects.Object, header bool) error {
 	tw := tabwriter.NewWriter(p.out, 6, 4, 3, ' ', 0)
 	if header {
 		fmt.Fprintln(tw, strings.Join(p.columns, "\t"))

@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"bytes"
@@ -38,11 +38,11 @@ func testPods(n int) []objects.Object {
 func render(t *testing.T, output string, objs []objects.Object, list bool) string {
 	t.Helper()
 	var b bytes.Buffer
-	p, err := newPrinter(&b, output, false)
+	p, err := NewPrinter(&b, output, false)
 	if err != nil {
-		t.Fatalf("newPrinter(%q): %v", output, err)
+		t.Fatalf("NewPrinter(%q): %v", output, err)
 	}
-	if err := p.print(objects.Pods, objs, true, list); err != nil {
+	if err := p.Print(objects.Pods, objs, true, list); err != nil {
 		t.Fatalf("print -o %s: %v", output, err)
 	}
 	return b.String()
@@ -167,8 +167,8 @@ func TestNameOutput(t *testing.T) {
 // TestOutputErrors: kubectl's messages for a bad -o.
 func TestOutputErrors(t *testing.T) {
 	for _, tc := range []struct{ output, want string }{
-		{"xml", `unable to match a printer suitable for the output format "xml"`},
-		{"json=x", `unable to match a printer suitable for the output format "json=x"`},
+		{"xml", `unable to match a Printer suitable for the output format "xml"`},
+		{"json=x", `unable to match a Printer suitable for the output format "json=x"`},
 		{"jsonpath=", "template format specified but no template given"},
 		{"jsonpath={.items[", "error parsing jsonpath"},
 		{"custom-columns=", "custom-columns format specified but no custom columns given"},
@@ -176,43 +176,13 @@ func TestOutputErrors(t *testing.T) {
 		{"custom-columns=A:{a}{b}", "unexpected path string"},
 	} {
 		t.Run(tc.output, func(t *testing.T) {
-			_, err := newPrinter(&bytes.Buffer{}, tc.output, false)
+			_, err := NewPrinter(&bytes.Buffer{}, tc.output, false)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("-o %s: got %v, want %q", tc.output, err, tc.want)
 			}
 		})
 	}
 }
-
-// TestNotFoundError: `get pod x` of a missing pod prints kubectl's line,
-// without "error: ", and exits 1.
-func TestNotFoundError(t *testing.T) {
-	for _, tc := range []struct {
-		kind objects.Kind
-		want string
-	}{
-		{objects.Pods, `Error from server (NotFound): pods "x" not found`},
-		{objects.EndpointSlices, `Error from server (NotFound): endpointslices.discovery.k8s.io "x" not found`},
-	} {
-		t.Run(tc.kind.Name, func(t *testing.T) {
-			err := notFound(tc.kind, "x")
-			var b bytes.Buffer
-			printError(&b, err)
-			if b.String() != tc.want+"\n" || exitCode(err) != 1 {
-				t.Fatalf("got %q exit %d, want %q exit 1", b.String(), exitCode(err), tc.want)
-			}
-		})
-	}
-	var b bytes.Buffer
-	printError(&b, errString("boom"))
-	if b.String() != "error: boom\n" {
-		t.Fatalf("other errors: %q", b.String())
-	}
-}
-
-type errString string
-
-func (e errString) Error() string { return string(e) }
 
 // TestManagedFieldsHidden: json, yaml and jsonpath output leave
 // metadata.managedFields out unless --show-managed-fields, as kubectl; the
@@ -223,12 +193,12 @@ func TestManagedFieldsHidden(t *testing.T) {
 	for _, output := range []string{"json", "yaml", "jsonpath={.items[*].metadata}"} {
 		for _, show := range []bool{false, true} {
 			var b bytes.Buffer
-			p, err := newPrinter(&b, output, false)
+			p, err := NewPrinter(&b, output, false)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.showManagedFields = show
-			if err := p.print(objects.Pods, pods, true, true); err != nil {
+			p.ShowManagedFields = show
+			if err := p.Print(objects.Pods, pods, true, true); err != nil {
 				t.Fatal(err)
 			}
 			if got := strings.Contains(b.String(), "managedFields"); got != show {
