@@ -11,6 +11,7 @@ import (
 	"github.com/podflow/podflow/nodeagent/linux"
 	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/services/ipalloc"
+	"github.com/podflow/podflow/services/podsecurity"
 )
 
 func init() { register(newUpCmd) }
@@ -29,6 +30,7 @@ type upOptions struct {
 	cluster       bool
 	httpsPort     int    // Kubernetes API port (0: picked at first start)
 	serviceCIDR   string // the api's ClusterIPs and the node proxy's range
+	podSecurity   string // the default Pod Security level
 }
 
 func newUpCmd() *cobra.Command {
@@ -56,6 +58,7 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	f.BoolVar(&o.cluster, "cluster", false, "run 3 NATS servers clustered over routes on loopback, with R3 streams; every NATS listener and raft transport speaks mutual TLS (certificates in DATA/pki)")
 	f.DurationVar(&o.nodeGrace, "node-monitor-grace-period", 40*time.Second, "mark a node NotReady after this long without heartbeats")
 	f.StringVar(&o.serviceCIDR, plan.ServiceCIDRFlag, plan.DefaultServiceCIDR, "the service CIDR (IPv4, /8 to /28): the api stage allocates ClusterIPs from it and the node agent routes it unreachable and programs its proxy rules inside it, as kube-apiserver's flag")
+	f.StringVar(&o.podSecurity, plan.PodSecurityDefaultFlag, "privileged", "Pod Security level enforced in namespaces without the pod-security.kubernetes.io/enforce label: privileged (Kubernetes' default: no checks), baseline (no privileged containers, host namespaces, hostPath or added capabilities: the choice for a shared machine) or restricted; kube-apiserver's PodSecurity admission defaults.enforce")
 	f.IntVar(&o.httpsPort, "https-port", 0, "Kubernetes API (HTTPS) port on 127.0.0.1 (default: a free port picked at first start, then kept)")
 	return cmd
 }
@@ -112,6 +115,9 @@ func runUp(ctx context.Context, o *upOptions, out io.Writer) error {
 func (o *upOptions) resolveRuntime(out io.Writer) error {
 	if err := (ipalloc.Config{CIDR: o.serviceCIDR}).Validate(); err != nil {
 		return fmt.Errorf("--%s: %w", plan.ServiceCIDRFlag, err)
+	}
+	if _, err := podsecurity.ParseLevel(o.podSecurity); err != nil {
+		return fmt.Errorf("--%s: %w", plan.PodSecurityDefaultFlag, err)
 	}
 	if o.storeReplicas < 1 || o.storeReplicas%2 == 0 {
 		return fmt.Errorf("--store-replicas must be an odd number, got %d", o.storeReplicas)

@@ -112,7 +112,7 @@ func newUp(o *upOptions, out io.Writer) (_ *up, err error) {
 		StoreAddrs: cl.StoreAddrs, StorePeerAddrs: cl.StorePeerAddrs,
 		NATSRoutePeerAddrs: cl.NATSRoutePeerAddrs, NATSRouteAdvertise: cl.NATSRouteAdvertise, StoreUser: storeUser, Replicas: replicas, TLS: o.cluster,
 		Runtime: o.runtime, Nodes: o.nodes, NodeGrace: o.nodeGrace, APIArgs: u.kube.stageArgs(),
-		ServiceCIDR: o.serviceCIDR,
+		ServiceCIDR: o.serviceCIDR, PodSecurityDefault: o.podSecurity,
 	})
 	if err != nil || !o.cluster {
 		return u, err
