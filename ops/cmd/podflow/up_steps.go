@@ -208,10 +208,9 @@ func (u *up) startStep(ctx context.Context, kind plan.Kind, notReady string) err
 	return nil
 }
 
-// startBus starts NATS, writes every role's bus client file (users of the
-// bus get the locked-down client identity, user.json: they may ask the
-// api front door and publish PodRequested, nothing else), connects as
-// admin and provisions the streams.
+// startBus starts NATS, writes every role's bus client file (each user of
+// the bus has its own identity, given by `podflow config bus-user`),
+// connects as admin and provisions the streams.
 func (u *up) startBus(ctx context.Context) error {
 	natsCfg := u.layout.NATSClientConfig()
 	_ = os.Remove(natsCfg) // the single server writes it once listening
@@ -230,8 +229,9 @@ func (u *up) startBus(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(u.layout.RoleConfig(u.plan.NodeRole.Role)), 0o700); err != nil {
 		return err
 	}
+	_ = os.Remove(u.layout.LegacyUserConfig()) // the shared client identity is gone
 	for _, c := range u.creds.Users {
-		if c.Role == bus.RoleAdmin {
+		if c.Role == bus.RoleAdmin || c.APIUser != "" {
 			continue
 		}
 		if err := bus.WriteClientConfigTLS(u.layout.RoleConfig(c.Role), bc.URLs, c, u.busTLS(c.Role)); err != nil {
