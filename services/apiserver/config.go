@@ -59,6 +59,15 @@ type Config struct {
 	// watch=1): long-running requests are exempt from MaxInFlight, as in
 	// kube-apiserver, but counted here: 429 beyond. Default 2000.
 	MaxWatches int
+	// MaxWatchesPerUser and MaxMutatingPerUser are each user's seats
+	// inside MaxWatches (long-running requests: watches, exec, attach,
+	// port-forward, followed logs) and MaxMutatingInFlight: 429 with
+	// Retry-After past them, so that one user cannot take a pool from
+	// the others (the idea of API Priority and Fairness; system:masters
+	// and system:nodes exempt). 0: a quarter of the pool (at least 1),
+	// 500 and 50 by default.
+	MaxWatchesPerUser  int
+	MaxMutatingPerUser int
 	// TooLargeResourceVersionWait is how long a watch from a revision the
 	// store has not reached yet waits for it before it is answered 504
 	// "Too large resource version" (kube-apiserver's watch cache waits 3s).
@@ -157,6 +166,10 @@ func (c Config) Validate() error {
 			ErrInvalidConfig, c.MaxInFlight, c.MaxMutatingInFlight, c.MaxWatches)
 	case c.PodSecurityDefault != "" && !c.PodSecurityDefault.Valid():
 		return fmt.Errorf("%w: PodSecurityDefault %q is not one of privileged, baseline, restricted", ErrInvalidConfig, c.PodSecurityDefault)
+	case c.MaxWatchesPerUser < 0 || c.MaxWatchesPerUser > c.MaxWatches:
+		return fmt.Errorf("%w: MaxWatchesPerUser (%d) must be in [0, MaxWatches (%d)]", ErrInvalidConfig, c.MaxWatchesPerUser, c.MaxWatches)
+	case c.MaxMutatingPerUser < 0 || c.MaxMutatingPerUser > c.MaxMutatingInFlight:
+		return fmt.Errorf("%w: MaxMutatingPerUser (%d) must be in [0, MaxMutatingInFlight (%d)]", ErrInvalidConfig, c.MaxMutatingPerUser, c.MaxMutatingInFlight)
 	case c.CacheObjects < 1:
 		return fmt.Errorf("%w: CacheObjects (%d) must be at least 1", ErrInvalidConfig, c.CacheObjects)
 	case c.ListSnapshotTTL <= 0 || c.MaxListSnapshots < 1:
