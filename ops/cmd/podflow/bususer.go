@@ -11,6 +11,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/processes/plan"
+	"github.com/podflow/podflow/services/apiserver/pki"
 )
 
 func init() { register(newConfigCmd) }
@@ -42,8 +43,9 @@ user within a second.
 
 Writes, readable by their owner only, DATA/nats/users/user-NAME.json (the
 bus credentials) and DATA/nats/users/user-NAME.config.json (a client
-configuration using them, without a token): hand both to NAME, who runs
-podflow with --config and its own token. Run it again to print the paths;
+configuration using them, without a token), and with up --cluster a client
+certificate of the cluster CA: hand them to NAME, who runs podflow with
+--config and its own token. Run it again to print the paths;
 --remove deletes the user, and the server disconnects it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -62,6 +64,9 @@ podflow with --config and its own token. Run it again to print the paths;
 				}
 				_ = os.Remove(l.UserBusConfig(name))
 				_ = os.Remove(l.UserClientConfig(name))
+				tls := l.BusTLS(bus.UserRole(name))
+				_ = os.Remove(tls.CertFile)
+				_ = os.Remove(tls.KeyFile)
 				fmt.Fprintf(cmd.OutOrStdout(), "bus user %s removed\n", bus.UserRole(name))
 				return nil
 			}
@@ -76,9 +81,18 @@ podflow with --config and its own token. Run it again to print the paths;
 			if err := os.MkdirAll(filepath.Dir(l.UserBusConfig(name)), 0o700); err != nil {
 				return err
 			}
-			// Over TLS (up --cluster) the user needs a client certificate of
-			// the cluster CA too; issue one with the pki command.
-			if err := bus.WriteClientConfigTLS(l.UserBusConfig(name), admin.URLs, u, bus.TLSFiles{}); err != nil {
+			var files bus.TLSFiles
+			if admin.TLSFiles.CAFile != "" { // up --cluster: a client certificate of the cluster CA too
+				ca, err := pki.LoadCA(l.PKI("ca.crt"), l.PKI("ca.key"))
+				if err != nil {
+					return fmt.Errorf("the cluster CA: %w", err)
+				}
+				files = l.BusTLS(u.Role)
+				if err := issueOnce(ca, files.CertFile, files.KeyFile, certRequest("bus-client", u.Role, nil)); err != nil {
+					return err
+				}
+			}
+			if err := bus.WriteClientConfigTLS(l.UserBusConfig(name), admin.URLs, u, files); err != nil {
 				return err
 			}
 			if err := client.WriteConfig(l.UserClientConfig(name), client.Config{NATS: l.UserBusConfig(name), SealKey: cc.SealKey}); err != nil {
