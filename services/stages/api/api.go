@@ -327,9 +327,10 @@ func checkClientReply(subject string) error {
 
 // checkUserReply returns nil when subject is an inbox of user's own: below
 // bus.UserInbox(user) (the inboxes only user's own bus identity may read),
-// or, for system:masters, the bus admin's inboxes (the admin's CLI speaks
-// as the bus admin). The api stage answers an authenticated request only
-// there, so no answer of one user's request goes into another's inbox.
+// or the bus admin's inboxes (the admin's CLI, which may use any user's
+// token; only the bus admin reads them, and it may read every inbox
+// anyway). The api stage answers an authenticated request only there, so
+// no answer of one user's request goes into another user's inbox.
 // (Core NATS does not tell the api stage which bus user published a
 // request; the bus lets each user subscribe only to its own inbox, and
 // this check binds the inbox to the API user of the request's token.)
@@ -340,7 +341,7 @@ func checkUserReply(subject string, user *corev1.UserInfo) error {
 	if strings.HasPrefix(subject, bus.UserInbox(user.GetUsername())+".") {
 		return nil
 	}
-	if exempt(user) && strings.HasPrefix(subject, bus.InboxPrefix(bus.RoleAdmin)+".") {
+	if strings.HasPrefix(subject, bus.InboxPrefix(bus.RoleAdmin)+".") {
 		return nil
 	}
 	return fmt.Errorf("%w: %q is not an inbox of user %q (%s.>)", stage.ErrReplySubject, subject, user.GetUsername(), bus.UserInbox(user.GetUsername()))
