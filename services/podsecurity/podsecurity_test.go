@@ -96,3 +96,24 @@ func TestCheckEphemeralContainers(t *testing.T) {
 		t.Fatalf("ParseLevel(strict) = %v", err)
 	}
 }
+
+// BenchmarkCheck is the cost Pod Security adds to a pod's admission: the
+// conversion to the Kubernetes form and upstream's checks.
+func BenchmarkCheck(b *testing.B) {
+	p := pod(func(p *corev1.Pod) {
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: proto.Bool(false),
+			RunAsNonRoot: proto.Bool(true), Capabilities: &corev1.Capabilities{Drop: []string{"ALL"}},
+			SeccompProfile: &corev1.SeccompProfile{Type: "RuntimeDefault"}}
+		p.Spec.InitContainers = nil
+	})
+	for _, level := range []Level{LevelBaseline, LevelRestricted} {
+		b.Run(string(level), func(b *testing.B) {
+			lv := Latest(level)
+			for b.Loop() {
+				if st := Check(p, lv); st != nil {
+					b.Fatal(st)
+				}
+			}
+		})
+	}
+}
