@@ -21,7 +21,7 @@ POD_SECURITY ?= privileged
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint lint-docs tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
+.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
 
 all: build
 
@@ -104,7 +104,14 @@ lint-docs:
 	@if grep -nHiP '$(DOCS_BANNED)' README.md docs/*.md; then \
 		echo 'README.md and docs/*.md: no "round N", "sitting" or commit hashes (the lines above); date a figure in docs/benchmarks.md instead'; exit 1; fi
 
-lint: lint-docs
+## lint-words: Go comments say why in plain words: no "round N", no
+## "sitting", no commit hash in backquotes or parentheses (generated code
+## aside).
+lint-words:
+	@if grep -rnHiP --include='*.go' --exclude='*.pb.go' --exclude='zz_generated*' '//.*(?:$(DOCS_BANNED))' $(MODULES); then \
+		echo 'Go comments: no "round N", "sitting" or commit hashes (the lines above): say why in plain words'; exit 1; fi
+
+lint: lint-docs lint-words
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@cd raftstore/etcdbench && GOWORK=off $(GO) list -deps . >/dev/null || \
@@ -136,8 +143,8 @@ bench-pipeline: build
 ## (root; skips without a cgroup cpu controller), 3 runs each, alternating;
 ## medians and every consumer's peak pending (README "Scaling out").
 bench-scale: build
-	$(BIN)/podflow bench scale --stage admission --replicas 1,2 --stage-cpu 0.02 --pods 3000 --rate 1200 --nodes 100 --runs 3
-	$(BIN)/podflow bench scale --stage scheduler --replicas 1,2 --stage-cpu 0.1 --pods 3000 --rate 1200 --nodes 100 --runs 3
+	$(BIN)/podflow bench scale --stage admission --replica-counts 1,2 --stage-cpu 0.02 --pods 3000 --rate 1200 --nodes 100 --runs 3
+	$(BIN)/podflow bench scale --stage scheduler --replica-counts 1,2 --stage-cpu 0.1 --pods 3000 --rate 1200 --nodes 100 --runs 3
 
 ## chaos-partition: issue #22's bounded run (≤ 90 s): 200 pods while the
 ## store leader is cut off from its followers, then a NATS server from the

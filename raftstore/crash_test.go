@@ -163,11 +163,11 @@ func TestSIGKILLMidWriteRecoversLog(t *testing.T) {
 // freeLoopback returns a loopback address whose port was free a moment ago.
 //
 // The port is taken below the kernel's ephemeral range, and below the
-// range `podflow up` picks from (ops/plan, from 20000): a replica that is
+// range `podflow up` picks from (ops/processes/plan, from 20000): a replica that is
 // restarted on it would otherwise find it, once in a while, the local port
 // of another package's outgoing connection that the kernel handed out
 // meanwhile ("bind: address already in use", as TestSIGKILLMidWriteRecoversLog
-// once did in round 1 of a full make test).
+// once did in a full make test).
 func freeLoopback(t *testing.T) string {
 	t.Helper()
 	const low, high = 10000, 20000

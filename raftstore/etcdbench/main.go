@@ -11,9 +11,9 @@
 // with 3 members, as raftstore has 3 replicas.
 //
 // It prints the load average at the start and the end: the machine is
-// shared, so compare ratios taken in one sitting, not absolutes.
+// shared, so compare ratios of runs taken together, not absolutes.
 //
-// Figures of one sitting (2 vCPUs shared with other builds; medians of 3
+// Figures of one run (2 vCPUs shared with other builds; medians of 3
 // runs of 5 s), raft-wal log (one fsync per append batch):
 //
 //	load 2.96 at start, 2.74 at end
@@ -143,7 +143,7 @@ func main() {
 }
 
 // loadAvg is the machine's load average from /proc/loadavg: the figures
-// are only comparable within one sitting at a similar load.
+// are only comparable between runs taken together at a similar load.
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {

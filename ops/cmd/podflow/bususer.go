@@ -11,7 +11,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/processes/plan"
-	"github.com/podflow/podflow/services/apiserver/pki"
+	"github.com/podflow/podflow/ops/processes/up"
 )
 
 func init() { register(newConfigCmd) }
@@ -83,12 +83,7 @@ certificate of the cluster CA: hand them to NAME, who runs podflow with
 			}
 			var files bus.TLSFiles
 			if admin.TLSFiles.CAFile != "" { // up --cluster: a client certificate of the cluster CA too
-				ca, err := pki.LoadCA(l.PKI("ca.crt"), l.PKI("ca.key"))
-				if err != nil {
-					return fmt.Errorf("the cluster CA: %w", err)
-				}
-				files = l.BusTLS(u.Role)
-				if err := issueOnce(ca, files.CertFile, files.KeyFile, certRequest("bus-client", u.Role, nil)); err != nil {
+				if files, err = up.IssueBusClientCert(l, u.Role); err != nil {
 					return err
 				}
 			}

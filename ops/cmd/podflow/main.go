@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/nodeagent/linux/container"
+	"github.com/podflow/podflow/ops/bench"
 	"github.com/podflow/podflow/ops/client"
 )
 
@@ -50,7 +51,7 @@ func main() {
 		return
 	}
 	setGC()
-	stopProfile := startProfile(os.Args[1:])
+	stopProfile := bench.StartProfile(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()

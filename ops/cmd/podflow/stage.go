@@ -51,7 +51,7 @@ is redelivered to the others.`,
 	f.StringVar(&o.PodSecurityDefault, plan.PodSecurityDefaultFlag, "", "api and admission: Pod Security level of namespaces without the enforce label (privileged, baseline, restricted; default privileged)")
 	f.DurationVar(&o.NodeGrace, "node-monitor-grace-period", 0, "status: mark a node NotReady after this long without heartbeats (default 40s)")
 	f.DurationVar(&o.EventTTL, "event-ttl", 0, "status: delete Events last seen longer ago than this (default 1h, as kube-apiserver's --event-ttl)")
-	f.BoolVar(&o.Provision, "provision", false, "declare the single-server streams and consumers before starting (`podflow up` does it for its stages)")
+	f.BoolVar(&o.Provision, "provision", false, "declare the single-server streams and consumers before starting ('podflow up' does it for its stages)")
 	f.StringVar(&o.Metrics, "metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9100)")
 	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of reconciliation from the store")
 	h := &https

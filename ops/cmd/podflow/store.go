@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
@@ -53,7 +54,7 @@ func (f *storeConnFlags) add(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&f.user, "nats-user", os.Getenv("PODFLOW_NATS_USER"), "NATS user (env PODFLOW_NATS_USER)")
 	cmd.PersistentFlags().StringVar(&f.password, "nats-password", os.Getenv("PODFLOW_NATS_PASSWORD"), "NATS password (env PODFLOW_NATS_PASSWORD)")
 	cmd.PersistentFlags().StringVar(&f.subject, "subject", raftstore.DefaultSubject, "store subject prefix")
-	cmd.PersistentFlags().StringVar(&f.config, "config", "", "client configuration written by `podflow up` (default $PODFLOW_CONFIG, ./.podflow/config.json, ~/.podflow/config.json)")
+	cmd.PersistentFlags().StringVar(&f.config, "config", "", "client configuration written by 'podflow up' (default $PODFLOW_CONFIG, ./.podflow/config.json, ~/.podflow/config.json)")
 	cmd.PersistentFlags().StringVar(&f.tls.CAFile, "tls-ca", "", "CA certificate (PEM) of the NATS servers and raft peers: dial NATS over TLS")
 	cmd.PersistentFlags().StringVar(&f.tls.CertFile, "nats-tls-cert", "", "client certificate (PEM) presented to NATS (with --tls-ca)")
 	cmd.PersistentFlags().StringVar(&f.tls.KeyFile, "nats-tls-key", "", "key (PEM) of --nats-tls-cert")
@@ -238,7 +239,8 @@ func storeStatusCmd(conn *storeConnFlags) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().DurationVar(&wait, "wait", 500*time.Millisecond, "how long to wait for every replica to answer")
+	cmd.Flags().DurationVar(&wait, "timeout", 500*time.Millisecond, "how long to wait for every replica to answer")
+	deprecatedAlias(cmd.Flags(), "wait", "timeout", func(f *pflag.FlagSet) { f.DurationVar(&wait, "wait", 500*time.Millisecond, "") })
 	return cmd
 }
 

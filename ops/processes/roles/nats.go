@@ -2,12 +2,14 @@ package roles
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/pipeline"
 )
 
@@ -45,4 +47,18 @@ func NATS(ctx context.Context, cfg bus.EmbeddedConfig, clientConfig string, tlsF
 	fmt.Fprintf(os.Stderr, "nats: listening on %s (data %s)\n", srv.ClientURL(), cfg.DataDir)
 	<-ctx.Done()
 	return nil
+}
+
+// NATSTLS is a NATS server's TLS: for clients any certificate of the CA
+// (their password names the user), for routes only the NATS servers'
+// (bus.ServerGroup).
+func NATSTLS(f bus.TLSFiles) (clients, routes *tls.Config, err error) {
+	files := raftstore.TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile, CAFile: f.CAFile}
+	if clients, err = raftstore.MutualTLS(files, ""); err != nil {
+		return nil, nil, err
+	}
+	if routes, err = raftstore.MutualTLS(files, bus.ServerGroup); err != nil {
+		return nil, nil, err
+	}
+	return clients, routes, nil
 }
