@@ -11,6 +11,9 @@ PROTOC_GEN_GO := $(TOOLS)/protoc-gen-go
 PROTOC_GEN_GO_VTPROTO_VERSION := v0.6.0
 PROTOC_GEN_GO_VTPROTO := $(TOOLS)/protoc-gen-go-vtproto
 DATA ?= $(CURDIR)/.podflow
+# The Pod Security level of namespaces without a label (make run
+# POD_SECURITY=baseline on a shared machine; docs/security.md).
+POD_SECURITY ?= privileged
 # Packages run concurrently under -race. At -p 3 make test takes ~7 minutes
 # instead of ~10½ (most tests wait on processes, timers and the network),
 # but ops/e2e's TestLinuxServiceTraffic once lost its Service answers there
@@ -28,8 +31,9 @@ build:
 
 ## run: the whole system with the example pod; real Linux pods when this
 ## machine allows (root, cgroups, network namespaces), else simulated nodes.
+## POD_SECURITY=baseline refuses privileged pods in unlabelled namespaces.
 run: build httpserver
-	$(BIN)/podflow up --data-dir $(DATA) --example --runtime auto
+	$(BIN)/podflow up --data-dir $(DATA) --example --runtime auto --pod-security-default $(POD_SECURITY)
 
 httpserver:
 	cd images && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/httpserver ./httpserver

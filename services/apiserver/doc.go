@@ -77,7 +77,10 @@
 //   - Requests in flight: MaxInFlight read-only, MaxMutatingInFlight
 //     mutating, MaxWatches watches (429 with Retry-After past each). A
 //     watch is a GET with watch=true or watch=1; the parameter on any
-//     other method does not move a request out of its class.
+//     other method does not move a request out of its class. Inside the
+//     mutating and long-running pools each user has seats of its own
+//     (MaxMutatingPerUser, MaxWatchesPerUser; system:masters and
+//     system:nodes exempt: fairness.go), so one user cannot take a pool.
 //   - A watch from a resourceVersion the store has not reached waits
 //     TooLargeResourceVersionWait, then gets 504 Timeout "Too large
 //     resource version: X, current: Y" with retryAfterSeconds 1.

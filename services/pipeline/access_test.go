@@ -600,7 +600,7 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.SimNodesRole("sim"), objects.Nodes.Key("", "sim-node-0007"), true},
 		{pipeline.SimNodesRole("sim"), pod, false},
 		{pipeline.RoleStore, pod, false},
-		{bus.RoleClient, pod, false},
+		{bus.UserRole("alice"), pod, false},
 	} {
 		if got := pipeline.StoreWriteACL(c.writer, c.key); got != c.want {
 			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", c.writer, c.key, got, c.want)

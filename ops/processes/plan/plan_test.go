@@ -348,6 +348,28 @@ func TestServiceCIDR(t *testing.T) {
 	}
 }
 
+// TestPodSecurityDefault: up's --pod-security-default reaches the api
+// stage (its front door checks pod updates) and admission (pod creation),
+// and nothing else; a level that does not exist is refused at plan time.
+func TestPodSecurityDefault(t *testing.T) {
+	o := options()
+	o.PodSecurityDefault = "baseline"
+	p, err := plan.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range p.Processes() {
+		has := strings.Contains(strings.Join(pr.Args, " "), "--pod-security-default baseline")
+		if want := pr.Stage == pipeline.API || pr.Stage == pipeline.Admission; has != want {
+			t.Errorf("%s: args %v carry the default level: %v, want %v", pr.Name, pr.Args, has, want)
+		}
+	}
+	o.PodSecurityDefault = "strict"
+	if _, err := plan.New(o); err == nil || !strings.Contains(err.Error(), "--pod-security-default") {
+		t.Fatalf("New with an unknown level = %v", err)
+	}
+}
+
 // TestStorePeerAddrs: a replica with dial overrides (podflow chaos's
 // relays) gets them as --peer-addrs, sorted; the others get none.
 func TestStorePeerAddrs(t *testing.T) {

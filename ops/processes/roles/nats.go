@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/raftstore"
@@ -27,6 +28,14 @@ func NATS(ctx context.Context, cfg bus.EmbeddedConfig, clientConfig string, tlsF
 		return err
 	}
 	defer srv.Shutdown()
+	// Users added or removed by `podflow config bus-user` take effect
+	// without a restart.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.WatchCredentials(ctx, time.Second, func(err error) { fmt.Fprintf(os.Stderr, "nats: credentials: %v\n", err) })
+	}()
+	defer func() { <-done }() // ctx is done: the watch has stopped
 	if clientConfig != "" {
 		if err := os.MkdirAll(filepath.Dir(clientConfig), 0o755); err != nil {
 			return err

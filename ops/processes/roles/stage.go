@@ -35,6 +35,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		if o.PodSecurityDefault != "" {
 			cfg.DefaultLevel = admission.Level(o.PodSecurityDefault)
 		}
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("--pod-security-default: %w", err)
+		}
 		return admission.NewStage(env, cfg)
 	},
 	pipeline.Persistence: func(env stage.Env, _ StageOptions) (stage.Handler, error) {

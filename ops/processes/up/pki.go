@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/apiserver/pki"
 )
@@ -21,6 +22,22 @@ var certKinds = map[string]struct {
 	"nats-server": {"podflow:nats:", bus.ServerGroup, true},     // a NATS server: clients and routes
 	"raft-peer":   {"podflow:raft:", raftstore.PeerGroup, true}, // a store replica's raft transport
 	"bus-client":  {"podflow:bus:", "", false},                  // a process's NATS client (CN its role)
+}
+
+// IssueBusClientCert issues, once, the bus client certificate of role
+// (CN podflow:bus:<role>) from the data directory's cluster CA, as up
+// issues the roles' own, and returns its files: for a user of the bus
+// added after up (podflow config bus-user) on a cluster with TLS.
+func IssueBusClientCert(l plan.Layout, role string) (bus.TLSFiles, error) {
+	ca, err := pki.LoadCA(l.PKI("ca.crt"), l.PKI("ca.key"))
+	if err != nil {
+		return bus.TLSFiles{}, fmt.Errorf("the cluster CA: %w", err)
+	}
+	if err := os.MkdirAll(l.PKI("bus"), 0o700); err != nil {
+		return bus.TLSFiles{}, err
+	}
+	f := l.BusTLS(role)
+	return f, issueOnce(ca, f.CertFile, f.KeyFile, certRequest("bus-client", role, nil))
 }
 
 // certRequest is the certificate of kind (a key of certKinds) for name.

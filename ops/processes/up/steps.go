@@ -112,7 +112,7 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 		StoreAddrs: cl.StoreAddrs, StorePeerAddrs: cl.StorePeerAddrs,
 		NATSRoutePeerAddrs: cl.NATSRoutePeerAddrs, NATSRouteAdvertise: cl.NATSRouteAdvertise, StoreUser: storeUser, Replicas: replicas, TLS: o.Cluster,
 		Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace, APIArgs: u.kube.stageArgs(),
-		ServiceCIDR: o.ServiceCIDR,
+		ServiceCIDR: o.ServiceCIDR, PodSecurityDefault: o.PodSecurityDefault,
 	})
 	if err != nil {
 		return u, err
@@ -219,10 +219,9 @@ func (u *up) startStep(ctx context.Context, kind plan.Kind, notReady string) err
 	return nil
 }
 
-// startBus starts NATS, writes every role's bus client file (users of the
-// bus get the locked-down client identity, user.json: they may ask the
-// api front door and publish PodRequested, nothing else), connects as
-// admin and provisions the streams.
+// startBus starts NATS, writes every role's bus client file (each user of
+// the bus has its own identity, given by `podflow config bus-user`),
+// connects as admin and provisions the streams.
 func (u *up) startBus(ctx context.Context) error {
 	natsCfg := u.layout.NATSClientConfig()
 	_ = os.Remove(natsCfg) // the single server writes it once listening
@@ -241,8 +240,9 @@ func (u *up) startBus(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(u.layout.RoleConfig(u.plan.NodeRole.Role)), 0o700); err != nil {
 		return err
 	}
+	_ = os.Remove(u.layout.LegacyUserConfig()) // the shared client identity is gone
 	for _, c := range u.creds.Users {
-		if c.Role == bus.RoleAdmin {
+		if c.Role == bus.RoleAdmin || c.APIUser != "" { // users' files: podflow config bus-user
 			continue
 		}
 		if err := bus.WriteClientConfigTLS(u.layout.RoleConfig(c.Role), bc.URLs, c, u.busTLS(c.Role)); err != nil {
