@@ -199,6 +199,9 @@ func (r *Runtime) ReadLog(req LogRequest, max int) (LogChunk, error) {
 		}
 	}
 	if p == nil {
+		p = r.gone[req.Namespace+"/"+req.Pod]
+	}
+	if p == nil {
 		return LogChunk{}, fmt.Errorf("%w: pod %q in namespace %q is not on this node", ErrLogNotFound, req.Pod, req.Namespace)
 	}
 	name := req.Container
@@ -251,8 +254,11 @@ func (r *Runtime) syntheticLocked(c *simCtr, format string, a ...any) {
 // what it is, then what the log annotation says it logged.
 func (r *Runtime) startLinesLocked(pod *corev1.Pod, c *simCtr, spec *corev1.Container) {
 	cmd := "the image's entrypoint"
-	if len(spec.GetCommand()) > 0 || len(spec.GetArgs()) > 0 {
-		cmd = strconv.Quote(strings.Join(append(append([]string{}, spec.GetCommand()...), spec.GetArgs()...), " "))
+	if len(spec.GetCommand()) > 0 {
+		cmd = strconv.Quote(strings.Join(spec.GetCommand(), " "))
+	}
+	if len(spec.GetArgs()) > 0 {
+		cmd += " with args " + strconv.Quote(strings.Join(spec.GetArgs(), " "))
 	}
 	r.syntheticLocked(c, "container %q started from image %q running %s (simulated: no process runs; lines starting %q are the runtime's)",
 		spec.GetName(), spec.GetImage(), cmd, strings.TrimSpace(SyntheticPrefix))
@@ -343,4 +349,21 @@ func writeRecords(cri []byte, out, errOut io.Writer, tty bool) error {
 		}
 	}
 	return nil
+}
+
+// keepGoneLocked keeps the logs of removed pod p readable until maxGone
+// pods were removed after it, or a pod of its name runs again.
+func (r *Runtime) keepGoneLocked(p *simPod) {
+	key := p.pod.GetMetadata().GetNamespace() + "/" + p.pod.GetMetadata().GetName()
+	if r.gone == nil {
+		r.gone = map[string]*simPod{}
+	}
+	if _, ok := r.gone[key]; !ok {
+		r.goneOrder = append(r.goneOrder, key)
+	}
+	r.gone[key] = p
+	for len(r.goneOrder) > maxGone {
+		delete(r.gone, r.goneOrder[0])
+		r.goneOrder = r.goneOrder[1:]
+	}
 }

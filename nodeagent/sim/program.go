@@ -144,3 +144,40 @@ func copyCtx(ctx context.Context, dst io.Writer, src io.Reader) {
 }
 
 var _ nodeagent.Runtime = (*Runtime)(nil)
+
+// RunningContainer is a running container as the runtime knows it.
+type RunningContainer struct {
+	Pod  *corev1.Pod
+	Spec *corev1.Container // as the agent resolved it (env, command)
+	ID   nodeagent.ContainerID
+	IP   string
+	// Volumes are the files of the pod's volumes by volume name.
+	Volumes map[string]map[string][]byte
+}
+
+// Running returns a running container of a pod (by namespace, name and,
+// when set, uid): the named one, or with container "" the first app
+// container running.
+func (r *Runtime) Running(namespace, pod, uid, container string) (RunningContainer, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.pods {
+		md := p.pod.GetMetadata()
+		if md.GetNamespace() != namespace || md.GetName() != pod || (uid != "" && md.GetUid() != uid) {
+			continue
+		}
+		var best *simCtr
+		for _, c := range p.containers {
+			if !c.info.Running || !(c.info.Name == container || container == "" && !c.info.Init) {
+				continue
+			}
+			if best == nil || c.info.StartedAt.Before(best.info.StartedAt) {
+				best = c
+			}
+		}
+		if best != nil {
+			return RunningContainer{Pod: p.pod, Spec: best.spec, ID: best.info.ID, IP: p.ip.String(), Volumes: volumeFilesLocked(p)}, true
+		}
+	}
+	return RunningContainer{}, false
+}

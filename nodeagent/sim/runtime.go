@@ -121,7 +121,7 @@ type Runtime struct {
 	cfg   Config
 	clock nodeagent.Clock
 	ipam  *IPAM
-	done  chan struct{} // closed by Close
+	done  chan struct{}  // closed by Close
 	wg    sync.WaitGroup // programs and attach sessions' stdin copies
 
 	mu     sync.Mutex
@@ -134,7 +134,15 @@ type Runtime struct {
 	// mounted is closed and replaced on every successful MountVolumes
 	// (WaitVolume waits on it).
 	mounted chan struct{}
+	// gone are the removed pods whose logs are still read (a finished
+	// pod's sandbox is removed at once, its logs are read after), by
+	// namespace/name, the oldest first out past maxGone.
+	gone      map[string]*simPod
+	goneOrder []string
 }
+
+// maxGone bounds the removed pods whose logs a runtime keeps.
+const maxGone = 256
 
 var (
 	_ nodeagent.Runtime                  = (*Runtime)(nil)
@@ -179,6 +187,7 @@ type simCtr struct {
 	// probes is each probe kind's last result (logged when it changes).
 	why    string
 	probes map[nodeagent.ProbeKind]bool
+	spec   *corev1.Container // as the agent resolved it
 }
 
 // New returns a simulated runtime.
@@ -343,6 +352,7 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, podUID string) error {
 		close(p.removed)
 		r.ipam.Release(p.ip)
 		delete(r.pods, podUID)
+		r.keepGoneLocked(p)
 	}
 	return nil
 }
@@ -587,7 +597,7 @@ func (r *Runtime) addContainer(pod *corev1.Pod, c *corev1.Container, sb nodeagen
 		ID: id, PodUID: pod.GetMetadata().GetUid(), Name: c.GetName(), Image: c.GetImage(),
 		ImageID: r.images[c.GetImage()], Init: init, RestartCount: p.starts[c.GetName()],
 		Running: true, StartedAt: r.clock.Now(),
-	}, target: target, log: newLogBuf(r.cfg.LogMaxBytes), why: why}
+	}, target: target, log: newLogBuf(r.cfg.LogMaxBytes), why: why, spec: c}
 	for old, oc := range p.containers { // keep one dead instance per name, as kubelet does
 		if oc.info.Name == c.GetName() && !oc.info.Running {
 			p.prevLogs[c.GetName()] = oc.log // kubectl logs --previous

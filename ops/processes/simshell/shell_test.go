@@ -83,7 +83,9 @@ func TestShellTerminal(t *testing.T) {
 	pr, pw := io.Pipe()
 	var out syncBuf
 	done := make(chan int, 1)
-	go func() { done <- sh.Exec(context.Background(), c, []string{"sh"}, IO{Stdin: pr, Stdout: &out, TTY: true}) }()
+	go func() {
+		done <- sh.Exec(context.Background(), c, []string{"sh"}, IO{Stdin: pr, Stdout: &out, TTY: true})
+	}()
 	write := func(s string) {
 		if _, err := pw.Write([]byte(s)); err != nil {
 			t.Fatal(err)
