@@ -97,6 +97,12 @@ func (l *logBuf) write(t time.Time, stream string, data []byte) {
 	l.grown = make(chan struct{})
 }
 
+// wake wakes the log's followers.
+func (l *logBuf) wake() {
+	close(l.grown)
+	l.grown = make(chan struct{})
+}
+
 // end is the offset after the last byte written.
 func (l *logBuf) end() int64 { return l.base + int64(len(l.data)) }
 

@@ -654,6 +654,7 @@ func (r *Runtime) exitLocked(c *simCtr, ex nodeagent.ContainerExit) {
 	r.syntheticLocked(c, "%s", exitLine(ex, why))
 	c.info.Running = false
 	c.info.Exit = &ex
+	c.log.wake() // followers see that it exited
 }
 
 // StopContainer implements nodeagent.Runtime: the container exits with 143

@@ -283,11 +283,10 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 	t.Run("refused fields", func(t *testing.T) { kubectlRefusedFields(t, k) })
 
 	t.Run("logs", func(t *testing.T) {
-		// The simulated runtime keeps no logs: kubectl shows the server's
-		// Status (TestLinuxRuntime reads real logs with kubectl).
-		_, errs, code := k.run("logs", "my-nginx-pod")
-		if code == 0 || !strings.Contains(errs, "does not serve logs") {
-			t.Fatalf("logs: exit %d %s", code, errs)
+		// A container that runs no program logs the runtime's lines.
+		out, errs, code := k.run("logs", "my-nginx-pod")
+		if code != 0 || !strings.Contains(out, `podflow-sim: container "nginx-container" started from image "nginx"`) {
+			t.Fatalf("logs: exit %d %q %s", code, out, errs)
 		}
 	})
 
@@ -296,6 +295,7 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 	t.Run("cp", func(t *testing.T) { testKubectlCp(t, k, "my-nginx-pod") })
 	t.Run("top", func(t *testing.T) { testKubectlTop(t, k, "my-nginx-pod") })
 	t.Run("exec ends with its pod", func(t *testing.T) { testKubectlExecPodGone(t, k) })
+	t.Run("sim node", func(t *testing.T) { testSimNode(t, k) })
 
 	t.Run("paging and deletecollection", func(t *testing.T) {
 		for i := range 5 {

@@ -32,17 +32,24 @@ func (o *clientOptions) ns() string { return podrules.NamespaceOrDefault(o.names
 // returns the token to act with: --token, else the configuration's admin
 // token.
 func (o *clientOptions) session(ctx context.Context) (*client.Session, string, error) {
-	cli := client.DefaultCLI()
-	rt, err := client.ParseRequestTimeout(requestTimeout)
-	if err != nil {
-		return nil, "", err
-	}
-	cli.RequestTimeout = rt
-	sess, err := client.OpenCLI(ctx, o.config, "podflow-cli", cli)
+	sess, err := openCLI(ctx, o.config, "podflow-cli")
 	if err != nil {
 		return nil, "", err
 	}
 	return sess, sess.Token(o.token), nil
+}
+
+// openCLI is every client command's session: it gives up within the
+// connect timeout with the same message everywhere (client.OpenCLI), and
+// bounds each request by --request-timeout.
+func openCLI(ctx context.Context, config, name string) (*client.Session, error) {
+	cli := client.DefaultCLI()
+	rt, err := client.ParseRequestTimeout(requestTimeout)
+	if err != nil {
+		return nil, err
+	}
+	cli.RequestTimeout = rt
+	return client.OpenCLI(ctx, config, name, cli)
 }
 
 func newApplyCmd() *cobra.Command {
