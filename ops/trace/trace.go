@@ -126,6 +126,9 @@ func verdict(e *eventsv1.Envelope, where, v string) (string, string) {
 		if p.GetAdded() {
 			return "endpoints", "Running and Ready; in service/" + p.GetService()
 		}
+		if v == "deleted" || v == "" {
+			return where, v // a deleted pod leaving its Services stays deleted
+		}
 		return "endpoints", v + "; left service/" + p.GetService()
 	case *eventsv1.PodDeleteRequested:
 		return "nodeagent", "Terminating"
@@ -196,6 +199,12 @@ func Detail(e *eventsv1.Envelope) string {
 // Verdict says where a pod is after event e alone, and what that means;
 // where is "" for events that do not move a pod (status reports, pulls).
 func Verdict(e *eventsv1.Envelope) (where, what string) { return verdict(e, "", "") }
+
+// Step is where a pod is after event e, when it was at where with verdict
+// what before it (the fold Build does): an event that says nothing new
+// of the pod (a deleted pod leaving its Services) keeps the pod where it
+// was.
+func Step(e *eventsv1.Envelope, where, what string) (string, string) { return verdict(e, where, what) }
 
 // Settled reports whether a verdict ends the pod's journey: Running and
 // Ready, rejected, or deleted. A pod not settled is waiting somewhere.

@@ -16,6 +16,8 @@ import (
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/console"
 	"github.com/podflow/podflow/ops/trace"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
 )
 
@@ -24,66 +26,114 @@ func init() { register(newStreamsCmd) }
 func newStreamsCmd() *cobra.Command {
 	o := &clientOptions{}
 	var since, budget time.Duration
+	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "streams",
 		Short: "The JetStream streams and every stage's consumer, the replicas working, and the stuck pods",
 		Long: `For each stream: messages and bytes. For each stage's durable consumer:
 pending, ack pending, redelivered, ack floor and waiting pulls (what
 ` + "`nats consumer report`" + ` shows), and the replicas answering right now with
-what each has handled. Then the stuck pods: pods whose last event is older
-than --budget, named with the stage they wait in, and why.`,
+what each has handled. Then the stuck pods: pods that exist (not deleted),
+are not Ready and have made no progress for --budget (an event that only
+repeats where the pod is, as the scheduler's retries, is no progress),
+named with the stage they wait in and why.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.validate(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			sess, _, err := o.session(ctx)
 			if err != nil {
 				return err
 			}
 			defer sess.Close()
-			return runStreams(ctx, sess, since, budget, cmd.OutOrStdout())
+			rep, err := readStreams(ctx, sess, since, budget)
+			if err != nil {
+				return err
+			}
+			if done, err := output.print(cmd.OutOrStdout(), rep); done {
+				return err
+			}
+			return rep.print(cmd.OutOrStdout())
 		},
 	}
 	configFlag(cmd, &o.config)
+	outputFlag(cmd, &output)
 	cmd.Flags().DurationVar(&since, "since", 15*time.Minute, "look for stuck pods among the events of this window")
-	cmd.Flags().DurationVar(&budget, "budget", 10*time.Second, "a pod whose last event is older than this, and not settled, is stuck")
+	cmd.Flags().DurationVar(&budget, "budget", 10*time.Second, "a pod not Ready that made no progress for this long is stuck")
 	return cmd
 }
 
-func runStreams(ctx context.Context, sess *client.Session, since, budget time.Duration, out io.Writer) error {
+// streamsReport is what `podflow streams` shows (-o json|yaml prints it).
+type streamsReport struct {
+	Streams   []streamRow   `json:"streams"`
+	Consumers []consumerRow `json:"consumers"`
+	Stuck     stuckReport   `json:"stuckPods"`
+}
+
+type streamRow struct {
+	Name      string   `json:"name"`
+	Subjects  []string `json:"subjects"`
+	Messages  uint64   `json:"messages"`
+	Bytes     uint64   `json:"bytes"`
+	FirstSeq  uint64   `json:"firstSeq"`
+	LastSeq   uint64   `json:"lastSeq"`
+	Consumers int      `json:"consumers"`
+}
+
+type consumerRow struct {
+	Name        string       `json:"name"`
+	Stream      string       `json:"stream"`
+	Pending     uint64       `json:"pending"`
+	AckPending  int          `json:"ackPending"`
+	Redelivered int          `json:"redelivered"`
+	AckFloor    uint64       `json:"ackFloor"`
+	Waiting     int          `json:"waiting"`
+	Replicas    []stage.Pong `json:"replicas"`
+}
+
+type stuckReport struct {
+	Budget string     `json:"budget"`
+	Window string     `json:"window"`
+	Seen   int        `json:"podsSeen"`
+	Pods   []stuckPod `json:"pods"`
+}
+
+// stuckPod is a pod that exists, is not Ready and made no progress.
+type stuckPod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Stage     string `json:"stage"`
+	Reason    string `json:"reason"`
+	// Since is when it last made progress, ForSeconds how long ago.
+	Since      time.Time     `json:"since"`
+	ForSeconds float64       `json:"forSeconds"`
+	age        time.Duration // ForSeconds
+}
+
+func readStreams(ctx context.Context, sess *client.Session, since, budget time.Duration) (*streamsReport, error) {
 	js := sess.Bus.JetStream()
-	tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "STREAM\tSUBJECTS\tMESSAGES\tBYTES\tFIRST\tLAST\tCONSUMERS")
-	names := js.StreamNames(ctx)
+	rep := &streamsReport{Streams: []streamRow{}, Consumers: []consumerRow{}}
 	var streams []string
-	for n := range names.Name() {
+	for n := range js.StreamNames(ctx).Name() {
 		streams = append(streams, n)
 	}
 	sort.Strings(streams)
+	pongs := console.Ping(ctx, sess.Bus.NATS(), 500*time.Millisecond)
 	for _, n := range streams {
 		s, err := js.Stream(ctx, n)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		info, err := s.Info(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		st := info.State
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%d\n", n, strings.Join(info.Config.Subjects, ","), st.Msgs, bytesH(st.Bytes), st.FirstSeq, st.LastSeq, st.Consumers)
-	}
-	tw.Flush()
-
-	pongs := console.Ping(ctx, sess.Bus.NATS(), 500*time.Millisecond)
-	fmt.Fprintln(out)
-	tw = tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONSUMER\tSTREAM\tPENDING\tACK PENDING\tREDELIVERED\tACK FLOOR\tWAITING\tREPLICAS")
-	for _, n := range streams {
-		s, err := js.Stream(ctx, n)
-		if err != nil {
-			return err
-		}
-		lister := s.ListConsumers(ctx)
+		rep.Streams = append(rep.Streams, streamRow{Name: n, Subjects: info.Config.Subjects, Messages: st.Msgs, Bytes: st.Bytes,
+			FirstSeq: st.FirstSeq, LastSeq: st.LastSeq, Consumers: st.Consumers})
 		var infos []*jetstream.ConsumerInfo
-		for ci := range lister.Info() {
+		for ci := range s.ListConsumers(ctx).Info() {
 			infos = append(infos, ci)
 		}
 		sort.Slice(infos, func(i, j int) bool { return infos[i].Name < infos[j].Name })
@@ -91,46 +141,72 @@ func runStreams(ctx context.Context, sess *client.Session, since, budget time.Du
 			if ci.Config.Durable == "" {
 				continue // ordered consumers of watchers like this one
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", ci.Name, n, ci.NumPending, ci.NumAckPending, ci.NumRedelivered,
-				ci.AckFloor.Stream, ci.NumWaiting, replicasOf(pongs, ci.Name))
+			rep.Consumers = append(rep.Consumers, consumerRow{Name: ci.Name, Stream: n, Pending: ci.NumPending, AckPending: ci.NumAckPending,
+				Redelivered: ci.NumRedelivered, AckFloor: ci.AckFloor.Stream, Waiting: ci.NumWaiting, Replicas: replicasOf(pongs, ci.Name)})
 		}
 	}
-	tw.Flush()
-
-	stuck, scanned, err := stuckPods(ctx, js, since, budget)
+	stuck, seen, err := stuckPods(ctx, sess, since, budget)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintf(out, "\nSTUCK PODS (not settled, last event older than %s; %d pods seen in the last %s)\n", budget, scanned, since)
-	if len(stuck) == 0 {
+	rep.Stuck = stuckReport{Budget: budget.String(), Window: since.String(), Seen: seen, Pods: stuck}
+	return rep, nil
+}
+
+func (rep *streamsReport) print(out io.Writer) error {
+	tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STREAM\tSUBJECTS\tMESSAGES\tBYTES\tFIRST\tLAST\tCONSUMERS")
+	for _, s := range rep.Streams {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%d\n", s.Name, strings.Join(s.Subjects, ","), s.Messages, bytesH(s.Bytes), s.FirstSeq, s.LastSeq, s.Consumers)
+	}
+	tw.Flush()
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONSUMER\tSTREAM\tPENDING\tACK PENDING\tREDELIVERED\tACK FLOOR\tWAITING\tREPLICAS")
+	for _, c := range rep.Consumers {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", c.Name, c.Stream, c.Pending, c.AckPending, c.Redelivered, c.AckFloor, c.Waiting, replicasText(c.Replicas))
+	}
+	tw.Flush()
+	st := rep.Stuck
+	fmt.Fprintf(out, "\nSTUCK PODS (alive, not Ready, no progress in %s; %d pods seen in the last %s)\n", st.Budget, st.Seen, st.Window)
+	if len(st.Pods) == 0 {
 		fmt.Fprintln(out, "  none")
 		return nil
 	}
 	tw = tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD\tWAITING IN\tFOR\tWHY")
-	for i, s := range stuck {
+	fmt.Fprintln(tw, "POD\tSTAGE\tFOR\tWHY")
+	for i, s := range st.Pods {
 		if i == 25 {
-			fmt.Fprintf(tw, "... and %d more\t\t\t\n", len(stuck)-i)
+			fmt.Fprintf(tw, "... and %d more (-o json lists them all)\t\t\t\n", len(st.Pods)-i)
 			break
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.pod, s.where, client.HumanDuration(s.age), s.verdict)
+		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\n", s.Namespace, s.Name, s.Stage, client.HumanDuration(s.age), s.Reason)
 	}
 	return tw.Flush()
 }
 
-func replicasOf(pongs []stage.Pong, consumer string) string {
-	var parts []string
+// replicasOf are the pongs of consumer's replicas.
+func replicasOf(pongs []stage.Pong, consumer string) []stage.Pong {
+	out := []stage.Pong{}
 	for _, p := range pongs {
 		if p.Stage == consumer || (consumer != "" && strings.HasPrefix(consumer, "nodeagent") && p.Stage == "nodeagent") {
-			s := fmt.Sprintf("%s: %d handled", p.Replica, p.Handled)
-			if p.Redelivered > 0 {
-				s += fmt.Sprintf(", %d redelivered", p.Redelivered)
-			}
-			if p.DeadLettered > 0 {
-				s += fmt.Sprintf(", %d dead-lettered", p.DeadLettered)
-			}
-			parts = append(parts, s)
+			out = append(out, p)
 		}
+	}
+	return out
+}
+
+func replicasText(pongs []stage.Pong) string {
+	var parts []string
+	for _, p := range pongs {
+		s := fmt.Sprintf("%s: %d handled", p.Replica, p.Handled)
+		if p.Redelivered > 0 {
+			s += fmt.Sprintf(", %d redelivered", p.Redelivered)
+		}
+		if p.DeadLettered > 0 {
+			s += fmt.Sprintf(", %d dead-lettered", p.DeadLettered)
+		}
+		parts = append(parts, s)
 	}
 	if len(parts) == 0 {
 		return "0"
@@ -138,16 +214,16 @@ func replicasOf(pongs []stage.Pong, consumer string) string {
 	return fmt.Sprintf("%d (%s)", len(parts), strings.Join(parts, "; "))
 }
 
-type stuckPod struct {
-	pod, where, verdict string
-	age                 time.Duration
-}
-
-// stuckPods reads the events of the window and returns the pods whose last
-// moving event is older than budget without the pod having settled.
-func stuckPods(ctx context.Context, js jetstream.JetStream, since, budget time.Duration) ([]stuckPod, int, error) {
+// stuckPods folds the events of the window into where each pod is, and
+// returns the pods that exist (in the store, or not yet stored and not
+// rejected), are not Ready and have not progressed for budget: an event
+// that leaves the pod where it was (the scheduler's retry of a pod that
+// fits nowhere) is no progress. Stored pods not Ready that the window
+// does not mention are stuck since they were created. It also returns
+// how many pods the window mentions.
+func stuckPods(ctx context.Context, sess *client.Session, since, budget time.Duration) ([]stuckPod, int, error) {
 	start := time.Now().Add(-since)
-	cons, err := js.OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
+	cons, err := sess.Bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.PodPrefix + ".>"},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &start,
@@ -159,11 +235,11 @@ func stuckPods(ctx context.Context, js jetstream.JetStream, since, budget time.D
 	if err != nil {
 		return nil, 0, err
 	}
-	type last struct {
+	type state struct {
 		where, verdict string
-		at             time.Time
+		progress       time.Time // when where or the kind of verdict last changed
 	}
-	pods := map[string]*last{}
+	pods := map[string]*state{}
 	for pending := int(info.NumPending); pending > 0; {
 		batch, err := cons.Fetch(min(pending, 1000), jetstream.FetchMaxWait(3*time.Second))
 		if err != nil {
@@ -178,11 +254,19 @@ func stuckPods(ctx context.Context, js jetstream.JetStream, since, budget time.D
 			}
 			for _, env := range envs {
 				key := env.GetNamespace() + "/" + env.GetPodName()
-				where, verdict := trace.Verdict(env)
+				st := pods[key]
+				if st == nil {
+					st = &state{}
+				}
+				where, verdict := trace.Step(env, st.where, st.verdict)
 				if where == "" {
 					continue
 				}
-				pods[key] = &last{where, verdict, env.GetTime().AsTime()}
+				if where != st.where || progressKind(verdict) != progressKind(st.verdict) {
+					st.progress = env.GetTime().AsTime()
+				}
+				st.where, st.verdict = where, verdict
+				pods[key] = st
 			}
 		}
 		if n == 0 {
@@ -190,15 +274,67 @@ func stuckPods(ctx context.Context, js jetstream.JetStream, since, budget time.D
 		}
 		pending -= n
 	}
+	stored, _, err := objects.List[*corev1.Pod](ctx, sess.Store, "")
+	if err != nil {
+		return nil, 0, err
+	}
 	now := time.Now()
-	var out []stuckPod
-	for k, l := range pods {
-		if !trace.Settled(l.verdict) && now.Sub(l.at) > budget {
-			out = append(out, stuckPod{pod: k, where: l.where, verdict: l.verdict, age: now.Sub(l.at)})
+	out := []stuckPod{}
+	add := func(key, where, why string, at time.Time) {
+		if now.Sub(at) <= budget {
+			return
 		}
+		ns, name, _ := strings.Cut(key, "/")
+		out = append(out, stuckPod{Namespace: ns, Name: name, Stage: where, Reason: why, Since: at, ForSeconds: now.Sub(at).Seconds(), age: now.Sub(at)})
+	}
+	inStore := map[string]*corev1.Pod{}
+	for _, p := range stored {
+		key := p.GetMetadata().GetNamespace() + "/" + p.GetMetadata().GetName()
+		inStore[key] = p
+		if _, ok := pods[key]; ok || podReady(p) || p.GetMetadata().GetDeletionTimestamp() != nil {
+			continue
+		}
+		if ph := p.GetStatus().GetPhase(); ph == "Succeeded" || ph == "Failed" {
+			continue
+		}
+		if t := p.GetMetadata().GetCreationTimestamp(); t != nil {
+			add(key, "unknown", fmt.Sprintf("%s, no event in the last %s", p.GetStatus().GetPhase(), since), t.AsTime())
+		}
+	}
+	for key, st := range pods {
+		if trace.Settled(st.verdict) {
+			continue
+		}
+		p, ok := inStore[key]
+		switch {
+		case ok && (podReady(p) || p.GetMetadata().GetDeletionTimestamp() != nil):
+			continue
+		case ok && (p.GetStatus().GetPhase() == "Succeeded" || p.GetStatus().GetPhase() == "Failed"):
+			continue // done: nothing more will happen to it
+		case !ok && st.where != "api" && st.where != "admission" && st.where != "persistence":
+			continue // it was stored, and is gone: deleted
+		}
+		add(key, st.where, st.verdict, st.progress)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].age > out[j].age })
 	return out, len(pods), nil
+}
+
+// progressKind is what of a verdict counts as progress when it changes:
+// its words before the first colon ("Pending" of "Pending:
+// FailedScheduling: 0/3 nodes are available…").
+func progressKind(verdict string) string {
+	k, _, _ := strings.Cut(verdict, ":")
+	return k
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.GetStatus().GetConditions() {
+		if c.GetType() == "Ready" {
+			return c.GetStatus() == "True"
+		}
+	}
+	return false
 }
 
 func bytesH(b uint64) string {
