@@ -136,7 +136,7 @@ bench:
 
 ## bench-pipeline: end-to-end pods/s and PodRequested→Running latency.
 bench-pipeline: build
-	$(BIN)/podflow bench pipeline --pods 10000 --rate 1500 --nodes 100
+	$(BIN)/podflow bench pipeline --own --pods 10000 --rate 1500 --nodes 100
 
 ## bench-scale: 1 vs 2 replicas of admission (0.02 CPU each) and of the
 ## scheduler (0.1 CPU each), every replica bounded in a cgroup of its own
@@ -150,7 +150,7 @@ bench-scale: build
 ## store leader is cut off from its followers, then a NATS server from the
 ## other two, twice, with every checker.
 chaos-partition: build
-	$(BIN)/podflow chaos --nemesis leader,partition --nemesis-target store,nats --targets stages,nats \
+	$(BIN)/podflow chaos --own --nemesis leader,partition --nemesis-target store,nats --targets stages,nats \
 		--pods 200 --duration 30s --kill-interval 6s --fault-for 5s --nodes 10 --settle 60s --seed 200
 
 ## chaos: a longer soak than the bounded runs in make test (bounded in pods
@@ -159,12 +159,12 @@ chaos-partition: build
 ## then every NATS route fault with kills of NATS servers during cuts,
 ## with the linearizability checker; then chaos-partition.
 chaos: build
-	$(BIN)/podflow chaos --pods 3000 --duration 5m --kill-interval 4s --targets stages,store,nodeagent,nats --pause --nodes 50
-	$(BIN)/podflow chaos --pods 1000 --duration 3m --kill-interval 7s --fault-for 4s --targets stages,store \
+	$(BIN)/podflow chaos --own --pods 3000 --duration 5m --kill-interval 4s --targets stages,store,nodeagent,nats --pause --nodes 50
+	$(BIN)/podflow chaos --own --pods 1000 --duration 3m --kill-interval 7s --fault-for 4s --targets stages,store \
 		--nemesis kill,pause,partition,leader,bridge,oneway,latency,flap,cutkill --nodes 20
-	$(BIN)/podflow chaos --pods 500 --duration 2m --kill-interval 6s --fault-for 4s --targets stages,nats \
+	$(BIN)/podflow chaos --own --pods 500 --duration 2m --kill-interval 6s --fault-for 4s --targets stages,nats \
 		--nemesis kill,partition,leader,bridge,latency,flap,cutkill --nemesis-target nats --nodes 20
-	@if [ "$$(id -u)" = 0 ]; then $(BIN)/podflow chaos --pods 300 --duration 90s --kill-interval 6s --fault-for 4s \
+	@if [ "$$(id -u)" = 0 ]; then $(BIN)/podflow chaos --own --pods 300 --duration 90s --kill-interval 6s --fault-for 4s \
 		--nemesis loss,leader,partition,kill --targets stages,store --nemesis-target store,nats --nodes 20; \
 	else echo "chaos: packet loss (--nemesis loss) needs root; skipped"; fi
 	$(MAKE) chaos-partition

@@ -98,6 +98,9 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := cl.checkFree(o.Cluster); err != nil {
+		return nil, err
+	}
 	_, nodeRole := plan.NodeIdentity(o.Runtime)
 	if u.creds, err = bus.EnsureCredentials(u.layout.Credentials(), append(pipeline.Roles(), nodeRole)); err != nil {
 		return nil, err
@@ -775,6 +778,42 @@ func seed(ctx context.Context, st *objects.Store) error {
 		if _, err := st.Create(ctx, o); err != nil && !errors.Is(err, raftstore.ErrAlreadyExists) {
 			return err
 		}
+	}
+	return nil
+}
+
+// ErrPortInUse is returned by `up` when a port it must listen on is taken.
+var ErrPortInUse = errors.New("up: port in use")
+
+// checkFree tells at once when a port the system listens on is taken
+// (another `podflow up`, a NATS server), rather than letting the child
+// fail and be restarted until the start-up gives up.
+func (c ClusterFile) checkFree(cluster bool) error {
+	type port struct{ what, addr string }
+	var ports []port
+	if cluster {
+		for i, p := range c.ClusterClientPorts {
+			ports = append(ports, port{fmt.Sprintf("NATS server %d's client port", i+1), fmt.Sprintf("127.0.0.1:%d", p)})
+		}
+		for i, p := range c.ClusterRoutePorts {
+			ports = append(ports, port{fmt.Sprintf("NATS server %d's route port", i+1), fmt.Sprintf("127.0.0.1:%d", p)})
+		}
+	} else {
+		ports = append(ports, port{"the NATS port", fmt.Sprintf("127.0.0.1:%d", c.NATSPort)})
+	}
+	for i, a := range c.StoreAddrs {
+		ports = append(ports, port{fmt.Sprintf("store replica %d's raft port", i+1), a})
+	}
+	for _, p := range ports {
+		l, err := net.Listen("tcp", p.addr)
+		if err != nil {
+			hint := "stop what listens there"
+			if p.what == "the NATS port" {
+				hint += ", or choose another with --nats-port (0: a free one)"
+			}
+			return fmt.Errorf("%w: %s %s is in use (another podflow up, or a NATS server?): %s", ErrPortInUse, p.what, p.addr, hint)
+		}
+		l.Close()
 	}
 	return nil
 }
