@@ -319,35 +319,9 @@ func agentOf(p stage.Pong, name string) bool {
 	return p.Stage == "nodeagent" && (name == "nodeagent-"+r || name == "nodeagent-sim-"+r || name == p.Replica)
 }
 
-// Ping gathers every stage replica's Pong for wait.
+// Ping gathers every stage replica's Pong for wait (client.Ping).
 func Ping(ctx context.Context, nc *nats.Conn, wait time.Duration) []stage.Pong {
-	inbox := nc.NewRespInbox()
-	ch := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe(inbox, ch)
-	if err != nil {
-		return nil
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(stage.PingSubject, inbox, nil); err != nil {
-		return nil
-	}
-	var out []stage.Pong
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		select {
-		case m := <-ch:
-			var p stage.Pong
-			if json.Unmarshal(m.Data, &p) == nil {
-				out = append(out, p)
-			}
-		case <-timer.C:
-			sort.Slice(out, func(i, j int) bool { return out[i].Replica < out[j].Replica })
-			return out
-		case <-ctx.Done():
-			return out
-		}
-	}
+	return client.Ping(ctx, nc, wait)
 }
 
 // percentiles scrapes every stage replica's handling-time histogram and
