@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -45,3 +46,6 @@ func (o dataOutput) print(out io.Writer, v any) (bool, error) {
 	}
 	return false, nil
 }
+
+// jsonCompact is json.Compact.
+func jsonCompact(dst *bytes.Buffer, src []byte) error { return json.Compact(dst, src) }
