@@ -70,6 +70,8 @@ type Server struct {
 	Allow Checker
 	// SessionTTL is how long a login lasts (default DefaultSessionTTL).
 	SessionTTL time.Duration
+	// Links are the one-time login links it accepts (nil: none).
+	Links *LoginLinks
 
 	once     sync.Once
 	sessions *sessions
@@ -98,6 +100,7 @@ func (s *Server) Handler() http.Handler {
 		w.Write(b)
 	})
 	mux.HandleFunc("POST /login", s.login)
+	mux.HandleFunc("GET /login", s.loginLink)
 	mux.HandleFunc("POST /logout", func(w http.ResponseWriter, r *http.Request) {
 		if c, err := r.Cookie(CookieName); err == nil {
 			s.store().revoke(c.Value) // the session ends here, not only in this browser
@@ -157,6 +160,34 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		MaxAge: int(s.store().ttl / time.Second)})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// loginLink opens a session from a one-time link (GET /login?code=…):
+// the code is spent whatever happens, and the browser is sent on to the
+// page without it in the address.
+func (s *Server) loginLink(w http.ResponseWriter, r *http.Request) {
+	tok := s.Links.use(r.URL.Query().Get("code"))
+	if tok == "" || s.Allow == nil || !s.Allow(tok) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusUnauthorized)
+		b, _ := fs.ReadFile(static, "static/login.html")
+		w.Write(b)
+		return
+	}
+	id, err := s.store().open(tok)
+	if err != nil {
+		http.Error(w, "login: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		MaxAge: int(s.store().ttl / time.Second)})
+	// A page of the console's own moves on to it: the link came from
+	// another site (a terminal), and a SameSite=Strict cookie is sent on
+	// a same-site navigation only, not on a redirect of that one.
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	fmt.Fprint(w, `<!doctype html><meta http-equiv="refresh" content="0;url=/"><title>podflow console</title><a href="/">Open the console</a>`)
 }
 
 // events streams snapshots as server-sent events until the viewer leaves.
@@ -253,8 +284,9 @@ func Listen(addr string) (net.Listener, error) {
 }
 
 // Serve runs a hub over src and serves the console on l until ctx is
-// done; both stop then.
-func Serve(ctx context.Context, l net.Listener, src Source, allow Checker) error {
+// done; both stop then. links, when given, are the one-time login links
+// it accepts.
+func Serve(ctx context.Context, l net.Listener, src Source, allow Checker, links ...*LoginLinks) error {
 	hub := NewHub(src, time.Second)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -263,7 +295,11 @@ func Serve(ctx context.Context, l net.Listener, src Source, allow Checker) error
 	}
 	done := make(chan struct{})
 	go func() { hub.Run(ctx); close(done) }()
-	srv := &http.Server{Handler: (&Server{Hub: hub, Src: src, Allow: allow}).Handler(), ReadHeaderTimeout: 10 * time.Second,
+	s := &Server{Hub: hub, Src: src, Allow: allow}
+	if len(links) > 0 {
+		s.Links = links[0]
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	go func() {
 		<-ctx.Done()

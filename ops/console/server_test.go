@@ -347,3 +347,45 @@ func TestSessions(t *testing.T) {
 		}
 	})
 }
+
+// TestLoginLink: a one-time link opens a session once; the same link
+// again, an unknown code, or a link whose token left the token file,
+// does not.
+func TestLoginLink(t *testing.T) {
+	links := NewLoginLinks(time.Minute)
+	allowed := map[string]bool{"good": true}
+	s := &Server{Allow: func(tok string) bool { return allowed[tok] }, Links: links}
+	h := s.Handler()
+	code, err := links.New("good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string, cookie *http.Cookie) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", path, nil)
+		r.Host = "127.0.0.1:8089"
+		if cookie != nil {
+			r.AddCookie(cookie)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	w := get("/login?code="+code, nil)
+	cookies := w.Result().Cookies()
+	if w.Code != http.StatusOK || len(cookies) != 1 || cookies[0].Name != CookieName || cookies[0].SameSite != http.SameSiteStrictMode || strings.Contains(cookies[0].Value, code) {
+		t.Fatalf("first use: %d, cookies %v", w.Code, cookies)
+	}
+	if page := get("/", cookies[0]); !strings.Contains(page.Body.String(), "app.js") {
+		t.Fatalf("the session does not open the console: %s", page.Body.String())
+	}
+	if w := get("/login?code="+code, nil); w.Code != http.StatusUnauthorized || len(w.Result().Cookies()) != 0 {
+		t.Fatalf("second use: %d", w.Code)
+	}
+	if w := get("/login?code=nope", nil); w.Code != http.StatusUnauthorized {
+		t.Fatalf("unknown code: %d", w.Code)
+	}
+	code, _ = links.New("revoked")
+	if w := get("/login?code="+code, nil); w.Code != http.StatusUnauthorized {
+		t.Fatalf("a token no longer in the token file: %d", w.Code)
+	}
+}

@@ -57,6 +57,8 @@ type up struct {
 	cc      client.Config
 	metrics map[string]string // process name → /metrics address
 	console string            // the web console's address
+	// consoleCode is the code of the one-time login link up prints.
+	consoleCode string
 }
 
 func (u *up) logf(format string, args ...any) {
@@ -411,7 +413,8 @@ func (u *up) printRunning() {
 	fmt.Fprintf(u.out, "up: export KUBECONFIG=%s   # kubectl, https://%s\n", u.kube.Kubeconfig, u.kube.Addr)
 	fmt.Fprintf(u.out, "up: metrics: http://%s/metrics (scheduler), every process's in %s\n", u.metrics["scheduler-1"], u.layout.Metrics())
 	if u.console != "" {
-		fmt.Fprintf(u.out, "up: console: http://%s/ (log in with the admin token of %s)\n", u.console, u.layout.ClientConfig())
+		fmt.Fprintf(u.out, "up: console: http://%s/login?code=%s (a one-time login link; then http://%s/ with the admin token of %s)\n",
+			u.console, u.consoleCode, u.console, u.layout.ClientConfig())
 	}
 	fmt.Fprintf(u.out, "up: logs in %s; Ctrl-C stops everything\n", u.layout.Logs())
 }
@@ -419,14 +422,34 @@ func (u *up) printRunning() {
 // startConsole serves the web console (ops/console) on a free loopback
 // port over up's own connection until ctx is done.
 func (u *up) startConsole(ctx context.Context) error {
+	// The address of the first start, kept in the data directory, so
+	// that a bookmark or an open tab survives a restart; a free one
+	// when it is taken.
 	l, err := console.Listen("127.0.0.1:0")
+	if b, rerr := os.ReadFile(u.layout.ConsoleAddr()); rerr == nil {
+		if kept, kerr := console.Listen(strings.TrimSpace(string(b))); kerr == nil {
+			l.Close()
+			l, err = kept, nil
+		} else if err == nil {
+			fmt.Fprintf(u.out, "up: console: %s is taken (%v): on a new address\n", strings.TrimSpace(string(b)), kerr)
+		}
+	}
 	if err != nil {
 		return err
 	}
 	u.console = l.Addr().String()
+	if err := os.WriteFile(u.layout.ConsoleAddr(), []byte(u.console+"\n"), 0o644); err != nil {
+		l.Close()
+		return err
+	}
+	links := console.NewLoginLinks(0)
+	if u.consoleCode, err = links.New(u.cc.Token); err != nil {
+		l.Close()
+		return err
+	}
 	src := &console.BusSource{Sess: u.session(), MetricsFile: u.layout.Metrics(), ChildrenFile: u.layout.Children()}
 	go func() {
-		if err := console.Serve(ctx, l, src, console.TokenFile(u.layout.Tokens())); err != nil {
+		if err := console.Serve(ctx, l, src, console.TokenFile(u.layout.Tokens()), links); err != nil {
 			fmt.Fprintf(u.out, "up: console: %v\n", err)
 		}
 	}()
