@@ -438,6 +438,7 @@ func (s *BusSource) Journey(ctx context.Context, ns, name string) (*Journey, err
 		return nil, err
 	}
 	j := &Journey{Timeline: trace.Build(ns, name, recs, nil), Events: []PodEvent{}}
+	j.Entries = trace.Fold(j.Entries) // one row per step, a count per retry
 	if evs, _, err := objects.List[*corev1.Event](ctx, s.Sess.Store, ns); err == nil {
 		for _, e := range evs {
 			io := e.GetInvolvedObject()

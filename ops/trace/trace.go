@@ -32,6 +32,34 @@ type Entry struct {
 	Redeliveries int32         `json:"redeliveries,omitempty"`
 	Detail       string        `json:"detail,omitempty"`
 	Seq          uint64        `json:"seq"`
+	// Repeats counts the identical entries Fold folded into this one
+	// (the scheduler's retries of a pod that fits nowhere), the last at
+	// Last.
+	Repeats int        `json:"repeats,omitempty"`
+	Last    *time.Time `json:"last,omitempty"`
+}
+
+// Fold folds each run of consecutive entries of one stage, event and
+// detail (a retry that changed nothing) into its first, with Repeats and
+// Last: a stuck pod's waterfall is a row per step, not per retry.
+func Fold(entries []Entry) []Entry {
+	out := make([]Entry, 0, len(entries))
+	for _, e := range entries {
+		if n := len(out); n > 0 {
+			p := &out[n-1]
+			if p.Stage == e.Stage && p.Event == e.Event && p.Detail == e.Detail {
+				if p.Repeats == 0 {
+					p.Repeats = 1
+				}
+				p.Repeats++
+				t := e.Time
+				p.Last = &t
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // Timeline is a pod's trace.

@@ -144,6 +144,7 @@
       let info = e.event + "  wait " + ms(e.waited) + "  took " + ms(e.took);
       if (e.redeliveries) info += "  redelivered " + e.redeliveries;
       if (/conflicts=/.test(e.detail || "")) info += "  " + e.detail.match(/conflicts=\d+/)[0];
+      if (e.repeats > 1) info += "  \u00d7" + e.repeats + " (the last at " + new Date(e.last).toLocaleTimeString() + ")";
       row.append(track, el("span", "wf-info", info));
       root.append(row);
     }
