@@ -233,9 +233,10 @@ func (r *Runtime) startContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	if err != nil {
 		r.log.Warn("record container start", "pod", uid, "err", err)
 	}
-	for _, s := range stale {
+	for _, s := range stale { // with its logs, as kubelet's container GC
 		s.c.Close()
 		_ = os.RemoveAll(ctrDir(p, s.meta.ID))
+		removeLog(logPath(p, s.meta.Name, s.meta.RestartCount))
 	}
 	return nodeagent.ContainerID(id), nil
 }
@@ -263,6 +264,14 @@ func (r *Runtime) staleLocked(p *pod, name string) []*ctr {
 		delete(p.ctrs, nodeagent.ContainerID(c.meta.ID))
 	}
 	return dead[1:]
+}
+
+// removeLog removes a container instance's log and its rotated files.
+func removeLog(path string) {
+	rotated, _ := container.RotatedLogs(path)
+	for _, f := range append(rotated, path) {
+		_ = os.Remove(f)
+	}
 }
 
 // deleteCgroup removes an exited container's cgroup, waiting briefly for

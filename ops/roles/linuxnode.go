@@ -234,8 +234,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
 	}
 	sub, err := nodelogs.Serve(ctx, sess.Bus.NATS(), node, func(req nodelogs.Request, max int) (nodelogs.Reply, error) {
-		c, err := rt.ReadLog(linux.LogRequest(req), max)
-		return nodelogs.Reply{Container: c.Container, Data: c.Data, Offset: c.Offset, File: c.File, Running: c.Running}, err
+		return readLog(agent, req, max)
 	})
 	if err != nil {
 		return fmt.Errorf("serve logs: %w", err)
