@@ -463,7 +463,11 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 			return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "pod directory: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "hosts"), hostsFile(pd, att), 0o644); err != nil {
+	hostname, domain, err := podHostname(pd, r.clusterDomain())
+	if err != nil {
+		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "%w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hosts"), hostsFile(pd, att.IP, hostname, domain), 0o644); err != nil {
 		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "hosts file: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), r.resolvFile(pd), 0o644); err != nil {

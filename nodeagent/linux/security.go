@@ -31,6 +31,7 @@ const (
 type seccompOptions struct {
 	defaultRuntime bool   // kubelet --seccomp-default
 	root           string // kubelet --seccomp-profile-root
+	selinux        bool   // SELinux is enabled on this machine (seLinuxEnabled)
 }
 
 // containerSecurity derives what container c of pd may do from
@@ -55,6 +56,9 @@ func containerSecurity(pd *corev1.Pod, c *corev1.Container, imageUser string, op
 	sec.ReadonlyRootfs = sc.GetReadOnlyRootFilesystem()
 	sec.NoNewPrivileges = noNewPrivileges(sc)
 	if err := withSeccomp(&sec, effectiveSeccomp(psc, sc), opts); err != nil {
+		return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "%w", err)
+	}
+	if err := withSELinux(&sec, effectiveSELinux(psc, sc), opts.selinux); err != nil {
 		return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "%w", err)
 	}
 	return &sec, nil

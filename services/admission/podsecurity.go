@@ -71,6 +71,7 @@ var psChecks = []psCheck{
 	{id: "restrictedVolumes", level: LevelRestricted, overrides: "hostPathVolumes", eval: checkRestrictedVolumes},
 	{id: "runAsNonRoot", level: LevelRestricted, eval: checkRunAsNonRoot},
 	{id: "runAsUser", level: LevelRestricted, eval: checkRunAsUser},
+	{id: "seLinuxOptions", level: LevelBaseline, eval: checkSELinuxOptions},
 	{id: "seccompProfile_baseline", level: LevelBaseline, eval: checkSeccompBaseline},
 	{id: "seccompProfile_restricted", level: LevelRestricted, overrides: "seccompProfile_baseline", eval: checkSeccompRestricted},
 	{id: "sysctls", level: LevelBaseline, eval: checkSysctls},
@@ -513,6 +514,62 @@ var safeSysctls = []string{
 	"net.ipv4.tcp_rmem",
 	"net.ipv4.tcp_syncookies",
 	"net.ipv4.tcp_wmem",
+}
+
+// seLinuxTypes are the types baseline allows (pod-security-admission's
+// selinuxAllowedTypes1_31).
+var seLinuxTypes = []string{"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+
+// checkSELinuxOptions is the baseline seLinuxOptions check: a type other
+// than the container types, or a user or role, is forbidden, on the pod
+// and on each container.
+func checkSELinuxOptions(p *corev1.Pod) *violation {
+	var badTypes, setters, fields []string
+	user, role := false, false
+	valid := func(o *corev1.SELinuxOptions, path string) bool {
+		ok := true
+		if !slices.Contains(seLinuxTypes, o.GetType()) {
+			ok = false
+			badTypes = append(badTypes, o.GetType())
+			fields = append(fields, path+".type")
+		}
+		if o.GetUser() != "" {
+			ok, user = false, true
+			fields = append(fields, path+".user")
+		}
+		if o.GetRole() != "" {
+			ok, role = false, true
+			fields = append(fields, path+".role")
+		}
+		return ok
+	}
+	if o := p.GetSpec().GetSecurityContext().GetSeLinuxOptions(); o != nil && !valid(o, "spec.securityContext.seLinuxOptions") {
+		setters = append(setters, "pod")
+	}
+	var bad collector
+	for _, ca := range containers(p) {
+		if o := ca.c.GetSecurityContext().GetSeLinuxOptions(); o != nil && !valid(o, ca.path()+".securityContext.seLinuxOptions") {
+			bad.names = append(bad.names, ca.c.GetName())
+		}
+	}
+	if len(bad.names) > 0 {
+		setters = append(setters, bad.who())
+	}
+	if len(setters) == 0 {
+		return nil
+	}
+	var data []string
+	if types := sortedSet(badTypes); len(types) > 0 {
+		data = append(data, pluralize("type", "types", len(types))+" "+joinQuote(types))
+	}
+	if user {
+		data = append(data, "user may not be set")
+	}
+	if role {
+		data = append(data, "role may not be set")
+	}
+	return &violation{"seLinuxOptions", strings.Join(setters, " and ") + " set forbidden securityContext.seLinuxOptions: " +
+		strings.Join(data, "; "), fields}
 }
 
 func checkSysctls(p *corev1.Pod) *violation {
