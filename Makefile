@@ -18,7 +18,7 @@ DATA ?= $(CURDIR)/.podflow
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
+.PHONY: all build run httpserver busybox test proto proto-check openapi openapi-check lint tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
 
 all: build
 
@@ -28,20 +28,50 @@ build:
 
 ## run: the whole system with the example pod; real Linux pods when this
 ## machine allows (root, cgroups, network namespaces), else simulated nodes.
-run: build httpserver
+## `podflow up` pushes the images it finds beside bin/podflow (the HTTP
+## server, busybox) into its registry: podflow/http:1, podflow/busybox:1
+## and busybox (library/busybox:latest).
+run: build httpserver busybox
 	$(BIN)/podflow up --data-dir $(DATA) --example --runtime auto
 
 httpserver:
 	cd images && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/httpserver ./httpserver
 
+## busybox: the busybox of podflow's busybox images, bin/busybox: Debian's
+## busybox-static of trixie, pinned (bookworm's 1.35 is built without
+## wget's -T, and `wget -T 1 …` segfaults). apt fetches it from the
+## machine's Debian archive with an index of its own under .tools (apt's
+## signature checks as for any package); nothing is installed on the
+## system. The check runs wget -T against a closed loopback port: a
+## refusal, not a crash.
+BUSYBOX_VERSION ?= 1:1.37.0-6+b9
+BUSYBOX := $(BIN)/busybox
+APT_TRIXIE := $(TOOLS)/apt-trixie
+busybox: $(BUSYBOX)
+$(BUSYBOX):
+	@mkdir -p $(BIN) $(APT_TRIXIE)/lists/partial $(APT_TRIXIE)/cache/archives/partial $(APT_TRIXIE)/parts
+	@uri=$$(apt-get indextargets --format '$$(REPO_URI) $$(RELEASE) $$(IDENTIFIER)' | awk '$$2 !~ /-(security|updates)$$/ && $$3 == "Packages" {print $$1; exit}'); \
+	test -n "$$uri" || { echo "busybox: no Debian archive in apt's sources (run apt-get update)"; exit 1; }; \
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $$uri trixie main" > $(APT_TRIXIE)/sources.list
+	@opts="-q -o Dir::Etc::SourceList=$(APT_TRIXIE)/sources.list -o Dir::Etc::SourceParts=/dev/null -o Dir::Etc::Parts=$(APT_TRIXIE)/parts \
+		-o Dir::State::Lists=$(APT_TRIXIE)/lists -o Dir::Cache=$(APT_TRIXIE)/cache -o APT::Sandbox::User=root"; \
+	apt-get $$opts update >/dev/null && cd $(APT_TRIXIE) && rm -f busybox-static_*.deb && \
+	apt-get $$opts download 'busybox-static=$(BUSYBOX_VERSION)' >/dev/null || \
+		{ echo "busybox: Debian trixie has no busybox-static $(BUSYBOX_VERSION) any more: set BUSYBOX_VERSION (apt-cache policy busybox-static)"; exit 1; }
+	dpkg-deb --fsys-tarfile $(APT_TRIXIE)/busybox-static_*.deb | tar -xO ./usr/bin/busybox > $(BUSYBOX).tmp
+	chmod 755 $(BUSYBOX).tmp
+	@$(BUSYBOX).tmp wget -T 1 -q -O /dev/null http://127.0.0.1:1/ 2>/dev/null; rc=$$?; \
+	if [ $$rc -ne 1 ]; then echo "busybox: wget -T exited $$rc (want 1, connection refused)"; rm -f $(BUSYBOX).tmp; exit 1; fi
+	mv $(BUSYBOX).tmp $(BUSYBOX)
+
 ## images: podflow's test images from images/ (no Docker). The HTTP server is
 ## built static beside bin/podflow; `podflow images push` packages it and
-## Debian's busybox-static as OCI images and pushes them: to REGISTRY
+## bin/busybox (make busybox) as OCI images and pushes them: to REGISTRY
 ## (host:port) when set, else into the registry data directory
 ## $(DATA)/registry, served in-process while pushing (`podflow up` serves it).
 .PHONY: images
-images: build deps-os httpserver
-	$(BIN)/podflow images push --httpserver $(BIN)/httpserver --busybox /bin/busybox \
+images: build httpserver busybox
+	$(BIN)/podflow images push --httpserver $(BIN)/httpserver --busybox $(BUSYBOX) \
 		$(if $(REGISTRY),--registry $(REGISTRY),--registry-dir $(DATA)/registry)
 
 ## tools: pinned generators. protoc comes from Debian (protobuf-compiler).
@@ -99,7 +129,7 @@ lint:
 ## starts them first (the run is as long as its longest package plus what
 ## cannot overlap it). The packages that failed are listed at the end.
 TEST_FIRST := ./ops/e2e ./nodeagent/linux ./services/apiserver ./nodeagent/linux/container ./services/pipeline ./raftstore ./services/scheduler
-test: proto-check lint
+test: proto-check lint busybox
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	$(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FIRST) $(addprefix ./,$(addsuffix /...,$(MODULES))) 2>&1 | tee "$$log"; \
 	rc=$${PIPESTATUS[0]}; failed=$$(sed -n 's/^FAIL[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/p' "$$log" | sort -u); \
