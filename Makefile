@@ -37,32 +37,17 @@ run: build httpserver busybox
 httpserver:
 	cd images && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/httpserver ./httpserver
 
-## busybox: the busybox of podflow's busybox images, bin/busybox: Debian's
-## busybox-static of trixie, pinned (bookworm's 1.35 is built without
-## wget's -T, and `wget -T 1 …` segfaults). apt fetches it from the
-## machine's Debian archive with an index of its own under .tools (apt's
-## signature checks as for any package); nothing is installed on the
-## system. The check runs wget -T against a closed loopback port: a
-## refusal, not a crash.
-BUSYBOX_VERSION ?= 1:1.37.0-6+b9
+## busybox: bin/busybox, the busybox of podflow's busybox images, built
+## from Debian's source package (trixie's, pinned) statically against musl
+## by images/busybox/build.sh: Debian's busybox-static cannot resolve a
+## name in a container (glibc's getaddrinfo needs libraries it has not),
+## and bookworm's segfaults on `wget -T`. About two minutes, once.
+BUSYBOX_VERSION ?= 1:1.37.0-6
 BUSYBOX := $(BIN)/busybox
-APT_TRIXIE := $(TOOLS)/apt-trixie
 busybox: $(BUSYBOX)
-$(BUSYBOX):
-	@mkdir -p $(BIN) $(APT_TRIXIE)/lists/partial $(APT_TRIXIE)/cache/archives/partial $(APT_TRIXIE)/parts
-	@uri=$$(apt-get indextargets --format '$$(REPO_URI) $$(RELEASE) $$(IDENTIFIER)' | awk '$$2 !~ /-(security|updates)$$/ && $$3 == "Packages" {print $$1; exit}'); \
-	test -n "$$uri" || { echo "busybox: no Debian archive in apt's sources (run apt-get update)"; exit 1; }; \
-	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $$uri trixie main" > $(APT_TRIXIE)/sources.list
-	@opts="-q -o Dir::Etc::SourceList=$(APT_TRIXIE)/sources.list -o Dir::Etc::SourceParts=/dev/null -o Dir::Etc::Parts=$(APT_TRIXIE)/parts \
-		-o Dir::State::Lists=$(APT_TRIXIE)/lists -o Dir::Cache=$(APT_TRIXIE)/cache -o APT::Sandbox::User=root"; \
-	apt-get $$opts update >/dev/null && cd $(APT_TRIXIE) && rm -f busybox-static_*.deb && \
-	apt-get $$opts download 'busybox-static=$(BUSYBOX_VERSION)' >/dev/null || \
-		{ echo "busybox: Debian trixie has no busybox-static $(BUSYBOX_VERSION) any more: set BUSYBOX_VERSION (apt-cache policy busybox-static)"; exit 1; }
-	dpkg-deb --fsys-tarfile $(APT_TRIXIE)/busybox-static_*.deb | tar -xO ./usr/bin/busybox > $(BUSYBOX).tmp
-	chmod 755 $(BUSYBOX).tmp
-	@$(BUSYBOX).tmp wget -T 1 -q -O /dev/null http://127.0.0.1:1/ 2>/dev/null; rc=$$?; \
-	if [ $$rc -ne 1 ]; then echo "busybox: wget -T exited $$rc (want 1, connection refused)"; rm -f $(BUSYBOX).tmp; exit 1; fi
-	mv $(BUSYBOX).tmp $(BUSYBOX)
+$(BUSYBOX): images/busybox/build.sh
+	@mkdir -p $(BIN)
+	images/busybox/build.sh '$(BUSYBOX_VERSION)' $(TOOLS)/busybox $(BUSYBOX)
 
 ## images: podflow's test images from images/ (no Docker). The HTTP server is
 ## built static beside bin/podflow; `podflow images push` packages it and
