@@ -18,7 +18,8 @@ import (
 // kubectl logs of a Succeeded pod and --previous after a restart, kubelet's
 // words for a container still waiting, a pod named longer than a hostname
 // may be, Service environment variables, busybox's wget to a Service by
-// name, and `kubectl run --image=busybox` as a newcomer types it.
+// name, and `kubectl run --image=busybox` to the example's Service as the
+// README has a newcomer type it after `make run`.
 func TestLinuxNodeKubelet(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces and mounts (CI runs as root)")
@@ -26,7 +27,7 @@ func TestLinuxNodeKubelet(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(binary), "busybox")); err != nil {
 		t.Skip("needs bin/busybox, the busybox of the busybox images: make busybox (make test builds it)")
 	}
-	c := startCluster(t, "--runtime", "linux")
+	c := startCluster(t, "--runtime", "linux", "--example") // as make run: the example pod and its Service
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	// A Service and its server first: the pods after it get its variables.
 	c.mustPodflow("apply", "-f", writeTemp(t, `apiVersion: v1
@@ -120,11 +121,12 @@ spec:
 			t.Fatalf("wget -T 5 http://web/: %q", out)
 		}
 	})
-	t.Run("kubectl run --image=busybox", func(t *testing.T) {
-		k.must("run", "t1", "--image=busybox", "--restart=Never", "--", "echo", "hello from busybox")
+	t.Run("the README's kubectl run --image=busybox", func(t *testing.T) {
+		c.waitPodFor(60*time.Second, "default", "my-nginx-pod", "Ready", ready)
+		k.must("run", "t1", "--image=busybox", "--restart=Never", "--", "wget", "-T", "2", "-qO-", "http://my-nginx/")
 		c.waitPodFor(60*time.Second, "default", "t1", "Succeeded", func(p *corev1.Pod) bool { return p.GetStatus().GetPhase() == "Succeeded" })
-		if out := k.must("logs", "t1"); out != "hello from busybox\n" {
-			t.Fatalf("kubectl logs t1: %q", out)
+		if out := k.must("logs", "t1"); !strings.Contains(out, "podflow httpserver on my-nginx-pod") {
+			t.Fatalf("kubectl logs t1: %q, want the example's answer", out)
 		}
 	})
 }
