@@ -21,7 +21,7 @@ POD_SECURITY ?= privileged
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
+.PHONY: all build run httpserver busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
 
 all: build
 
@@ -32,20 +32,35 @@ build:
 ## run: the whole system with the example pod; real Linux pods when this
 ## machine allows (root, cgroups, network namespaces), else simulated nodes.
 ## POD_SECURITY=baseline refuses privileged pods in unlabelled namespaces.
-run: build httpserver
+## `podflow up` pushes the images it finds beside bin/podflow (the HTTP
+## server, busybox) into its registry: podflow/http:1, podflow/busybox:1
+## and busybox (library/busybox:latest).
+run: build httpserver busybox
 	$(BIN)/podflow up --data-dir $(DATA) --example --runtime auto --pod-security-default $(POD_SECURITY)
 
 httpserver:
 	cd images && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/httpserver ./httpserver
 
+## busybox: bin/busybox, the busybox of podflow's busybox images, built
+## from Debian's source package (trixie's, pinned) statically against musl
+## by images/busybox/build.sh: Debian's busybox-static cannot resolve a
+## name in a container (glibc's getaddrinfo needs libraries it has not),
+## and bookworm's segfaults on `wget -T`. About two minutes, once.
+BUSYBOX_VERSION ?= 1:1.37.0-6
+BUSYBOX := $(BIN)/busybox
+busybox: $(BUSYBOX)
+$(BUSYBOX): images/busybox/build.sh
+	@mkdir -p $(BIN)
+	images/busybox/build.sh '$(BUSYBOX_VERSION)' $(TOOLS)/busybox $(BUSYBOX)
+
 ## images: podflow's test images from images/ (no Docker). The HTTP server is
 ## built static beside bin/podflow; `podflow images push` packages it and
-## Debian's busybox-static as OCI images and pushes them: to REGISTRY
+## bin/busybox (make busybox) as OCI images and pushes them: to REGISTRY
 ## (host:port) when set, else into the registry data directory
 ## $(DATA)/registry, served in-process while pushing (`podflow up` serves it).
 .PHONY: images
-images: build deps-os httpserver
-	$(BIN)/podflow images push --httpserver $(BIN)/httpserver --busybox /bin/busybox \
+images: build httpserver busybox
+	$(BIN)/podflow images push --httpserver $(BIN)/httpserver --busybox $(BUSYBOX) \
 		$(if $(REGISTRY),--registry $(REGISTRY),--registry-dir $(DATA)/registry)
 
 ## tools: pinned generators. protoc comes from Debian (protobuf-compiler).
@@ -122,7 +137,7 @@ lint: lint-docs lint-words
 ## starts them first (the run is as long as its longest package plus what
 ## cannot overlap it). The packages that failed are listed at the end.
 TEST_FIRST := ./ops/e2e ./nodeagent/linux ./services/apiserver ./nodeagent/linux/container ./services/pipeline ./raftstore ./services/stages/scheduler
-test: proto-check lint
+test: proto-check lint busybox
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	$(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FIRST) $(addprefix ./,$(addsuffix /...,$(MODULES))) 2>&1 | tee "$$log"; \
 	rc=$${PIPESTATUS[0]}; failed=$$(sed -n 's/^FAIL[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/p' "$$log" | sort -u); \

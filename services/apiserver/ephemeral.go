@@ -216,6 +216,15 @@ func ValidateEphemeralUpdate(pod *corev1.Pod, next []*corev1.EphemeralContainer)
 				add("FieldValueForbidden", path+"."+f.name, "Forbidden: cannot be set for an Ephemeral Container")
 			}
 		}
+		for j, vm := range c.GetVolumeMounts() { // subpaths leak bind mounts until the pod exits
+			vp := fmt.Sprintf("%s.volumeMounts[%d]", path, j)
+			if vm.GetSubPath() != "" {
+				add("FieldValueForbidden", vp+".subPath", "Forbidden: cannot be set for an Ephemeral Container")
+			}
+			if vm.GetSubPathExpr() != "" {
+				add("FieldValueForbidden", vp+".subPathExpr", "Forbidden: cannot be set for an Ephemeral Container")
+			}
+		}
 	}
 	return causes
 }

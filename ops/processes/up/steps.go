@@ -383,9 +383,13 @@ func (u *up) startRegistry(ctx context.Context) (string, error) {
 	}
 	addr := strings.TrimSpace(string(b))
 	exe := u.plan.Options.Exe
-	busybox := "/bin/busybox"
-	if _, err := os.Stat(busybox); err != nil {
-		busybox = "-"
+	// bin/busybox (make busybox) beside podflow, else the system's.
+	busybox := "-"
+	for _, b := range []string{filepath.Join(filepath.Dir(exe), "busybox"), "/bin/busybox"} {
+		if _, err := os.Stat(b); err == nil {
+			busybox = b
+			break
+		}
 	}
 	httpserver := filepath.Join(filepath.Dir(exe), "httpserver")
 	if _, err := os.Stat(httpserver); err != nil {

@@ -47,6 +47,23 @@ func TestPodSecurity(t *testing.T) {
 			want: `privileged (container "app" must not set securityContext.privileged=true)`,
 		},
 		{
+			name: "seLinuxOptions of the container types pass baseline", level: LevelBaseline,
+			given: []func(*corev1.Pod){sidecar, func(p *corev1.Pod) {
+				p.Spec.SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{Level: "s0:c123,c456"}
+				app(p).SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{Type: "container_init_t"}
+				side(p).SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{Type: "container_t", Level: "s0"}
+			}},
+		},
+		{
+			name: "seLinuxOptions", level: LevelRestricted,
+			given: []func(*corev1.Pod){sidecar, func(p *corev1.Pod) {
+				p.Spec.SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{User: "system_u"}
+				app(p).SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{Type: "spc_t", Role: "system_r"}
+				side(p).SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{Type: "unconfined_t"}
+			}},
+			want: `seLinuxOptions (pod and containers "app", "side" set forbidden securityContext.seLinuxOptions: types "spc_t", "unconfined_t"; user may not be set; role may not be set)`,
+		},
+		{
 			name: "host namespaces", level: LevelBaseline,
 			given: []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.HostNetwork, p.Spec.HostPid, p.Spec.HostIpc = true, true, true }},
 			want:  `host namespaces (hostNetwork=true, hostPID=true, hostIPC=true)`,
