@@ -3,7 +3,6 @@ package sim
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -155,60 +154,32 @@ func (l *logBuf) startOf(tail *int64, since time.Time) int64 {
 	return off
 }
 
-// LogRequest asks for a container's log from Offset on (the node's answer
-// to pods/log).
-type LogRequest struct {
-	Namespace, Pod string
-	// Container is the container's name; "" for the pod's only one.
-	Container string
-	// Previous reads the instance before the current one.
-	Previous bool
-	// Offset and File continue a read: LogChunk.Offset and LogChunk.File
-	// of the last chunk. A first read (File "") starts at the last
-	// TailLines lines (nil: all) written at or after SinceTime (zero: any).
-	Offset    int64
-	File      string
-	TailLines *int64
-	SinceTime time.Time
-}
+var _ nodeagent.LogReader = (*Runtime)(nil)
 
-// LogChunk is a piece of an instance's log, whole CRI lines, and where the
-// next read starts. Running says whether the instance still runs (a
-// follower stops once it does not and nothing is left).
-type LogChunk struct {
-	Container string
-	Data      []byte
-	Offset    int64
-	File      string
-	Running   bool
-}
-
-// Log request refusals, as kubelet's server answers them.
-var (
-	// ErrLogNotFound: no such pod or container on this node (404).
-	ErrLogNotFound = errors.New("sim: not found")
-	// ErrLogBadRequest: the container has no log to read (400).
-	ErrLogBadRequest = errors.New("sim: bad request")
-)
-
-// ReadLog reads at most max bytes of a container's log (kubectl logs): the
-// running instance, else the last one that ran; with Previous the one
-// before it.
-func (r *Runtime) ReadLog(req LogRequest, max int) (LogChunk, error) {
+// ReadLog implements nodeagent.LogReader (kubectl logs): the instance
+// req.ID names (the agent picks it from the pod's status, as kubelet
+// does), else by name the running instance or the last one that ran, and
+// with Previous the one before it. A finished pod's logs stay readable
+// after its sandbox is removed (keepGoneLocked).
+func (r *Runtime) ReadLog(req nodeagent.LogRequest, max int) (nodeagent.LogChunk, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var p *simPod
-	for _, x := range r.pods {
-		md := x.pod.GetMetadata()
-		if md.GetNamespace() == req.Namespace && md.GetName() == req.Pod && (p == nil || x.created.After(p.created)) {
-			p = x
+	p := r.pods[req.UID]
+	if p == nil {
+		for _, x := range r.pods {
+			md := x.pod.GetMetadata()
+			if md.GetNamespace() == req.Namespace && md.GetName() == req.Pod && (req.UID == "" || md.GetUid() == req.UID) && (p == nil || x.created.After(p.created)) {
+				p = x
+			}
 		}
 	}
 	if p == nil {
-		p = r.gone[req.Namespace+"/"+req.Pod]
+		if g := r.gone[req.Namespace+"/"+req.Pod]; g != nil && (req.UID == "" || g.pod.GetMetadata().GetUid() == req.UID) {
+			p = g
+		}
 	}
 	if p == nil {
-		return LogChunk{}, fmt.Errorf("%w: pod %q in namespace %q is not on this node", ErrLogNotFound, req.Pod, req.Namespace)
+		return nodeagent.LogChunk{}, nodeagent.Errorf(nodeagent.CodeNotFound, "pod %q in namespace %q is not on this node", req.Pod, req.Namespace)
 	}
 	name := req.Container
 	if name == "" {
@@ -218,34 +189,54 @@ func (r *Runtime) ReadLog(req LogRequest, max int) (LogChunk, error) {
 			for _, c := range cs {
 				names = append(names, c.GetName())
 			}
-			return LogChunk{}, fmt.Errorf("%w: a container name must be specified for pod %s, choose one of: %v", ErrLogBadRequest, req.Pod, names)
+			return nodeagent.LogChunk{}, nodeagent.Errorf(nodeagent.CodeBadRequest, "a container name must be specified for pod %s, choose one of: %v", req.Pod, names)
 		}
 		name = cs[0].GetName()
 	}
-	var cur *simCtr
-	for _, c := range p.containers {
-		if c.info.Name == name && (cur == nil || c.info.StartedAt.After(cur.info.StartedAt)) {
-			cur = c
-		}
-	}
-	l, file, running := (*logBuf)(nil), "", false
-	switch {
+	var l *logBuf
+	running := false
+	file := string(req.ID)
+	switch c := p.containers[req.ID]; {
+	case req.ID != "" && c != nil:
+		l, running = c.log, c.info.Running
+	case req.ID != "" && p.prevLogs[name] != nil && p.prevLogs[name].id == req.ID:
+		l = p.prevLogs[name].log
+	case req.ID != "":
+		return nodeagent.LogChunk{}, nodeagent.Errorf(nodeagent.CodeNotFound, "container %q of pod %q: no instance %s on this node", name, req.Pod, req.ID)
 	case req.Previous:
-		if l = p.prevLogs[name]; l == nil {
-			return LogChunk{}, fmt.Errorf("%w: previous terminated container %q in pod %q not found", ErrLogBadRequest, name, req.Pod)
+		prev := p.prevLogs[name]
+		if prev == nil {
+			return nodeagent.LogChunk{}, nodeagent.Errorf(nodeagent.CodeBadRequest, "previous terminated container %q in pod %q not found", name, req.Pod)
 		}
-		file = "previous/" + name
-	case cur == nil:
-		return LogChunk{}, fmt.Errorf("%w: container %q in pod %q is waiting to start: ContainerCreating", ErrLogBadRequest, name, req.Pod)
+		l, file = prev.log, string(prev.id)
 	default:
+		var cur *simCtr
+		for _, c := range p.containers {
+			if c.info.Name == name && (cur == nil || c.info.StartedAt.After(cur.info.StartedAt)) {
+				cur = c
+			}
+		}
+		if cur == nil {
+			return nodeagent.LogChunk{}, nodeagent.Errorf(nodeagent.CodeBadRequest, "container %q in pod %q is waiting to start - no logs yet", name, req.Pod)
+		}
 		l, file, running = cur.log, string(cur.info.ID), cur.info.Running
 	}
 	off := req.Offset
 	if req.File == "" || req.File != file { // a first read, or the instance changed
-		off = l.startOf(req.TailLines, req.SinceTime)
+		var since time.Time
+		if req.SinceTime != 0 {
+			since = time.Unix(0, req.SinceTime)
+		}
+		off = l.startOf(req.TailLines, since)
 	}
 	data, next := l.read(off, max)
-	return LogChunk{Container: name, Data: data, Offset: next, File: file, Running: running}, nil
+	return nodeagent.LogChunk{Container: name, Data: data, Offset: next, File: file, Running: running}, nil
+}
+
+// prevLog is the log of a container's previous instance.
+type prevLog struct {
+	id  nodeagent.ContainerID
+	log *logBuf
 }
 
 // synthetic writes a line on behalf of a container that runs no program.

@@ -107,7 +107,7 @@ func TestAttachToProgram(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no exit reported")
 	}
-	ch, err := rt.ReadLog(sim.LogRequest{Namespace: "default", Pod: "p"}, 1<<20)
+	ch, err := rt.ReadLog(nodeagent.LogRequest{Namespace: "default", Pod: "p"}, 1<<20)
 	if err != nil || !strings.HasSuffix(string(ch.Data), " stdout F echo: hello\n") || strings.Count(string(ch.Data), "\n") != 1 || ch.Running {
 		t.Errorf("log %q, running %v, %v", ch.Data, ch.Running, err)
 	}
@@ -145,7 +145,7 @@ func TestSyntheticLogs(t *testing.T) {
 	if _, err := rt.StartContainer(ctx, pod, c, sb); err != nil {
 		t.Fatal(err)
 	}
-	prev, err := rt.ReadLog(sim.LogRequest{Namespace: "default", Pod: "p", Previous: true}, 1<<20)
+	prev, err := rt.ReadLog(nodeagent.LogRequest{Namespace: "default", Pod: "p", Previous: true}, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +157,11 @@ func TestSyntheticLogs(t *testing.T) {
 		}
 	}
 	one := int64(1)
-	cur, err := rt.ReadLog(sim.LogRequest{Namespace: "default", Pod: "p", TailLines: &one}, 1<<20)
+	cur, err := rt.ReadLog(nodeagent.LogRequest{Namespace: "default", Pod: "p", TailLines: &one}, 1<<20)
 	if err != nil || !strings.HasSuffix(string(cur.Data), " stdout F b\n") || strings.Count(string(cur.Data), "\n") != 1 || !cur.Running {
 		t.Errorf("tail 1 of the current log: %q running %v, %v", cur.Data, cur.Running, err)
 	}
-	if _, err := rt.ReadLog(sim.LogRequest{Namespace: "default", Pod: "nope"}, 1<<20); err == nil {
+	if _, err := rt.ReadLog(nodeagent.LogRequest{Namespace: "default", Pod: "nope"}, 1<<20); err == nil {
 		t.Error("the log of a pod not on the node was read")
 	}
 	var _ nodeagent.Runtime = rt

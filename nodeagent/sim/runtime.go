@@ -162,7 +162,7 @@ type simPod struct {
 	starts     map[string]int32 // container name -> instances started
 	// prevLogs are the logs of each container's previous instance
 	// (kubectl logs --previous).
-	prevLogs map[string]*logBuf
+	prevLogs map[string]*prevLog
 }
 
 // simVolume is one volume as the agent last mounted it.
@@ -291,7 +291,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent
 		removed:    make(chan struct{}),
 		containers: map[nodeagent.ContainerID]*simCtr{},
 		starts:     map[string]int32{},
-		prevLogs:   map[string]*logBuf{},
+		prevLogs:   map[string]*prevLog{},
 	}
 	r.pods[uid] = p
 	return p.sb, nil
@@ -600,7 +600,7 @@ func (r *Runtime) addContainer(pod *corev1.Pod, c *corev1.Container, sb nodeagen
 	}, target: target, log: newLogBuf(r.cfg.LogMaxBytes), why: why, spec: c}
 	for old, oc := range p.containers { // keep one dead instance per name, as kubelet does
 		if oc.info.Name == c.GetName() && !oc.info.Running {
-			p.prevLogs[c.GetName()] = oc.log // kubectl logs --previous
+			p.prevLogs[c.GetName()] = &prevLog{id: oc.info.ID, log: oc.log} // kubectl logs --previous
 			delete(p.containers, old)
 		}
 	}

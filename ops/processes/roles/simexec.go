@@ -180,10 +180,18 @@ func (n *simNode) running(ctx context.Context, req nodeexec.Request) (*sim.Runti
 }
 
 // serveLogs answers the log requests of every node of the cluster
-// (pods/log) from the runtimes' logs, until the subscription ends.
+// (pods/log) through each node's agent, which picks the instance from
+// the pod's status as kubelet does (readLog), until the subscription
+// ends.
 func (n *simNode) serveLogs(ctx context.Context, nc *nats.Conn) (*nats.Subscription, error) {
 	sub, err := nc.Subscribe(pipeline.LogsPrefix+".*", func(msg *nats.Msg) {
-		rep := n.readLog(msg)
+		rep, err := n.readLog(msg)
+		if err != nil {
+			rep = nodelogs.Reply{Error: err.Error()}
+			if e, ok := errors.AsType[*nodelogs.Error](err); ok {
+				rep.Error, rep.Reason = e.Message, e.Reason
+			}
+		}
 		b, _ := json.Marshal(rep)
 		_ = msg.Respond(b)
 	})
@@ -193,33 +201,20 @@ func (n *simNode) serveLogs(ctx context.Context, nc *nats.Conn) (*nats.Subscript
 	return sub, bus.Subscribed(ctx, nc, sub)
 }
 
-func (n *simNode) readLog(msg *nats.Msg) nodelogs.Reply {
+func (n *simNode) readLog(msg *nats.Msg) (nodelogs.Reply, error) {
 	node, err := bus.DecodeToken(strings.TrimPrefix(msg.Subject, pipeline.LogsPrefix+"."))
 	if err != nil {
-		return nodelogs.Reply{Error: err.Error()}
+		return nodelogs.Reply{}, &nodelogs.Error{Reason: nodelogs.ReasonBadRequest, Message: err.Error()}
 	}
 	var req nodelogs.Request
 	if err := json.Unmarshal(msg.Data, &req); err != nil {
-		return nodelogs.Reply{Error: err.Error()}
+		return nodelogs.Reply{}, &nodelogs.Error{Reason: nodelogs.ReasonBadRequest, Message: err.Error()}
 	}
-	rt, ok := n.cl.Runtime(node)
+	agent, ok := n.cl.Agent(node)
 	if !ok {
-		return nodelogs.Reply{Error: fmt.Sprintf("no simulated node %q", node)}
+		return nodelogs.Reply{}, &nodelogs.Error{Reason: nodelogs.ReasonNotFound, Message: fmt.Sprintf("no simulated node %q", node)}
 	}
-	lr := sim.LogRequest{Namespace: req.Namespace, Pod: req.Pod, Container: req.Container, Previous: req.Previous,
-		Offset: req.Offset, File: req.File, TailLines: req.TailLines}
-	if req.SinceTime != 0 {
-		lr.SinceTime = time.Unix(0, req.SinceTime)
-	}
-	c, err := rt.ReadLog(lr, nodelogs.ChunkBytes)
-	if err != nil {
-		msg := err.Error()
-		for _, s := range []error{sim.ErrLogBadRequest, sim.ErrLogNotFound} {
-			msg = strings.TrimPrefix(msg, s.Error()+": ")
-		}
-		return nodelogs.Reply{Error: msg}
-	}
-	return nodelogs.Reply{Container: c.Container, Data: c.Data, Offset: c.Offset, File: c.File, Running: c.Running}
+	return readLog(agent, req, nodelogs.ChunkBytes)
 }
 
 // copyUntil copies r to w until r ends or ctx does (then ctx's cause); the
