@@ -21,7 +21,7 @@ POD_SECURITY ?= privileged
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run httpserver busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
+.PHONY: console-screenshots all build run httpserver busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
 
 all: build
 
@@ -145,6 +145,11 @@ test: proto-check lint busybox
 		echo "== make test failed (exit $$rc); failed packages:"; echo "$${failed:-  (none reported: a build or vet error above)}"; exit 1; \
 	fi; \
 	echo "== make test: every package of $(words $(MODULES)) modules passed"
+
+## console-screenshots: docs/console-*.png, taken by TestConsoleInBrowser
+## (ops/console) in headless Chromium over 20,000 simulated pods.
+console-screenshots: deps-os
+	cd ops && CONSOLE_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run 'TestConsoleInBrowser$$' ./console/
 
 bench:
 	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done

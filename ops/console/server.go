@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -110,6 +111,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.Handle("GET /api/events", s.guard(http.HandlerFunc(s.events)))
 	mux.Handle("GET /api/journey", s.guard(http.HandlerFunc(s.journey)))
+	mux.Handle("GET /api/pods", s.guard(http.HandlerFunc(s.pods)))
 	return loopbackOnly(securityHeaders(mux))
 }
 
@@ -212,8 +214,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
-		case b := <-ch:
-			if _, err := fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", b); err != nil {
+		case b, ok := <-ch:
+			if !ok {
+				return // too far behind: the browser reconnects for a fresh snapshot
+			}
+			if _, err := w.Write(b); err != nil {
 				return
 			}
 			fl.Flush()
@@ -222,6 +227,29 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			fl.Flush()
 		}
 	}
+}
+
+// pods answers a page of the pods a query selects (/api/pods?q=&namespace=
+// &stage=&phase=&reason=&node=&stuck=1&offset=&limit=).
+func (s *Server) pods(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	q := PodQuery{Q: v.Get("q"), Namespace: v.Get("namespace"), Stage: v.Get("stage"), Phase: v.Get("phase"),
+		Reason: v.Get("reason"), Node: v.Get("node"), Stuck: v.Get("stuck") == "1" || v.Get("stuck") == "true"}
+	var err error
+	for _, f := range []struct {
+		name string
+		into *int
+	}{{"offset", &q.Offset}, {"limit", &q.Limit}} {
+		if s := v.Get(f.name); s != "" {
+			if *f.into, err = strconv.Atoi(s); err != nil || *f.into < 0 {
+				http.Error(w, fmt.Sprintf("%s must be a non-negative integer, got %q", f.name, s), http.StatusBadRequest)
+				return
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(s.Hub.Pods(q))
 }
 
 func (s *Server) journey(w http.ResponseWriter, r *http.Request) {

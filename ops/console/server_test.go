@@ -192,8 +192,20 @@ func TestEventsDeliversSnapshots(t *testing.T) {
 	if len(s.Stages) != 2 || s.Stages[1].Name != "scheduler" || !s.Stages[1].BackingUp {
 		t.Fatalf("stages: %+v", s.Stages)
 	}
-	if len(s.Pods) != 1 || s.Pods[0].Reason != "FailedScheduling" {
-		t.Fatalf("pods: %+v", s.Pods)
+	if len(s.Pods) != 0 || s.Summary == nil || s.Summary.Total != 1 || s.Summary.Stuck != 1 || s.Summary.ByReason["FailedScheduling"] != 1 {
+		t.Fatalf("pods in the snapshot %+v, summary %+v: want none, and one stuck counted", s.Pods, s.Summary)
+	}
+	req, _ := http.NewRequest("GET", srv.URL+"/api/pods?stage=scheduler&stuck=1", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page PodPage
+	err = json.NewDecoder(resp.Body).Decode(&page)
+	resp.Body.Close()
+	if err != nil || page.Total != 1 || page.Pods[0].Name != "web" {
+		t.Fatalf("/api/pods: %+v, %v", page, err)
 	}
 	t.Run("viewers share the poll", func(t *testing.T) {
 		before := hub.Polls()

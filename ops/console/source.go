@@ -111,16 +111,9 @@ func (s *BusSource) Snapshot(ctx context.Context) *Snapshot {
 	}
 	pods := s.pods.List("")
 	snap.Pods = buildPods(pods, s.seen, now)
-	snap.PodsTotal = len(snap.Pods)
-	if len(snap.Pods) > MaxPodRows {
-		snap.Pods = snap.Pods[:MaxPodRows]
-	}
 	snap.Nodes = buildNodes(s.nodes.List(""), pods, now)
 	return snap
 }
-
-// MaxPodRows bounds the pods a snapshot carries (the stuck ones first).
-const MaxPodRows = 1000
 
 // Start gives the source the context its store informers run under (they
 // start at the first snapshot, so a console nobody opens watches nothing).
