@@ -32,11 +32,11 @@ type Hub struct {
 
 	mu      sync.Mutex
 	subs    map[chan []byte]bool // true once it had a snapshot
-	full    []byte    // the last "snapshot" event
-	last    *Snapshot // what full holds (without pods)
-	at      time.Time // when the poll of last began
-	pods    []Pod     // the last poll's rows, stuck first
-	podsSum uint64    // a hash of pods (ages aside): a change bumps Version
+	full    []byte               // the last "snapshot" event
+	last    *Snapshot            // what full holds (without pods)
+	at      time.Time            // when the poll of last began
+	pods    []Pod                // the last poll's rows, stuck first
+	podsSum uint64               // a hash of pods (ages aside): a change bumps Version
 	version int64
 	wake    chan struct{}
 	poll    int // snapshots taken (tests)
