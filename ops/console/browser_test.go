@@ -61,8 +61,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	srv := httptest.NewServer((&Server{Hub: hub, Src: bigSource{}, Allow: TokenFile(tokens), Links: links}).Handler())
 	defer srv.Close()
 
+	// chromedp gives Chromium a fresh user data directory of its own and
+	// removes it once the browser has exited.
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true), chromedp.UserDataDir(filepath.Join(dir, "chromium")),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
 		chromedp.WindowSize(1280, 1000), chromedp.WSURLReadTimeout(time.Minute))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelA()

@@ -75,22 +75,42 @@
   const podStage = (card) => card.startsWith("nodeagent") ? "nodeagent" : card;
 
   const SVG = "http://www.w3.org/2000/svg";
+  // renderTimeline draws the last three minutes on a fixed time axis:
+  // a line breaks where no poll saw the pipeline (no page was open), and
+  // each mark is at the time it happened.
   function renderTimeline(points, marks) {
     const svg = $("#timeline");
     svg.replaceChildren();
     if (!points.length) return;
-    const t0 = Date.parse(points[0].time), t1 = Date.parse(points[points.length - 1].time);
-    const span = Math.max(t1 - t0, 1000);
-    const x = (t) => ((Date.parse(t) - t0) / span * 1000).toFixed(1);
-    const max = Math.max(1, ...points.map((p) => Math.max(p.redelivered, p.ackPending, p.pending)));
+    const t1 = Date.parse(points[points.length - 1].time), t0 = t1 - 180e3;
+    const x = (t) => ((Date.parse(t) - t0) / 180e3 * 1000).toFixed(1);
+    const shown = points.filter((p) => Date.parse(p.time) >= t0);
+    const max = Math.max(1, ...shown.map((p) => Math.max(p.redelivered, p.ackPending, p.pending)));
     const y = (v) => (76 - v / max * 72).toFixed(1);
-    for (const [cls, f] of [["pending", (p) => p.pending], ["ack", (p) => p.ackPending], ["redelivered", (p) => p.redelivered]]) {
-      const line = document.createElementNS(SVG, "polyline");
-      line.setAttribute("class", cls);
-      line.setAttribute("points", points.map((p) => x(p.time) + "," + y(f(p))).join(" "));
-      svg.append(line);
+    for (let s = 30; s < 180; s += 30) {
+      const g = document.createElementNS(SVG, "line");
+      g.setAttribute("class", "grid");
+      g.setAttribute("x1", s / 180 * 1000); g.setAttribute("x2", s / 180 * 1000);
+      g.setAttribute("y1", "0"); g.setAttribute("y2", "80");
+      svg.append(g);
     }
-    for (const m of marks) {
+    // Runs of points no more than 5 s apart: a gap is drawn as a gap.
+    const runs = [];
+    for (const p of shown) {
+      const last = runs.length && runs[runs.length - 1];
+      if (last && Date.parse(p.time) - Date.parse(last[last.length - 1].time) <= 5000) last.push(p);
+      else runs.push([p]);
+    }
+    for (const run of runs) {
+      for (const [cls, f] of [["pending", (p) => p.pending], ["ack", (p) => p.ackPending], ["redelivered", (p) => p.redelivered]]) {
+        const line = document.createElementNS(SVG, "polyline");
+        line.setAttribute("class", cls);
+        line.setAttribute("points", run.map((p) => x(p.time) + "," + y(f(p))).join(" "));
+        svg.append(line);
+      }
+    }
+    const inRange = marks.filter((m) => Date.parse(m.time) >= t0);
+    for (const m of inRange) {
       const l = document.createElementNS(SVG, "line");
       l.setAttribute("class", "m-" + m.kind);
       l.setAttribute("x1", x(m.time)); l.setAttribute("x2", x(m.time));
@@ -100,7 +120,9 @@
       l.append(title);
       svg.append(l);
     }
-    $("#marks").textContent = marks.slice(-6).map((m) => new Date(m.time).toLocaleTimeString() + " " + m.process + " " + m.kind).join(" · ");
+    const clock = (t) => new Date(t).toLocaleTimeString();
+    $("#axis").textContent = clock(t0) + " · gridlines every 30 s · " + clock(t1) + "   (top of the scale: " + max + ")";
+    $("#marks").textContent = inRange.slice(-6).map((m) => new Date(m.time).toLocaleTimeString() + " " + m.process + " " + m.kind).join(" · ");
   }
 
   function podsURL() {
@@ -268,7 +290,7 @@
     }
     if (d.points) snap.timeline = (snap.timeline || []).concat(d.points).slice(-180);
     if (d.marks) snap.marks = (snap.marks || []).concat(d.marks);
-    if (snap.timeline.length) snap.marks = (snap.marks || []).filter((m) => m.time >= snap.timeline[0].time);
+    if (snap.timeline.length) snap.marks = (snap.marks || []).filter((m) => Date.parse(m.time) >= Date.parse(snap.timeline[0].time));
     if (d.summary) snap.summary = d.summary;
     if (d.podsTotal !== undefined) snap.podsTotal = d.podsTotal;
     if (d.podsVersion) snap.podsVersion = d.podsVersion;
