@@ -52,7 +52,9 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{RetryInterval: time.Second, DeletionGrace: 5 * time.Second} }
+func DefaultConfig() Config {
+	return Config{RetryInterval: time.Second, DeletionGrace: 5 * time.Second}
+}
 
 // Validate checks the Config.
 func (c Config) Validate() error {
