@@ -8150,14 +8150,18 @@ func (x *StatusCause) GetField() string {
 // machine-readable reason (Unauthorized, Forbidden, AlreadyExists, Invalid,
 // ...). Every error that crosses the bus is a Status.
 type Status struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"` // Success, Failure
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	Code          int32                  `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
-	Causes        []*StatusCause         `protobuf:"bytes,5,rep,name=causes,proto3" json:"causes,omitempty"`
-	Kind          string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"` // kind of the object the status is about
-	Name          string                 `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Status  string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"` // Success, Failure
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Reason  string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Code    int32                  `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
+	Causes  []*StatusCause         `protobuf:"bytes,5,rep,name=causes,proto3" json:"causes,omitempty"`
+	Kind    string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"` // kind of the object the status is about
+	Name    string                 `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
+	// warnings are kube-apiserver's warnings about an accepted request
+	// (deprecated fields, names that will not resolve, ...), answered to
+	// the client as Warning headers.
+	Warnings      []string `protobuf:"bytes,8,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8241,6 +8245,88 @@ func (x *Status) GetName() string {
 	return ""
 }
 
+func (x *Status) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+// Unstructured is the stored form of every kind registered as data
+// (services/objects' generic kinds: apps/v1 Deployment, batch/v1 Job, ...
+// and, later, custom resources): metadata as every other kind's, so that
+// selectors, namespace deletion, owner references and the store's rules
+// treat it alike, and the rest of the object as its Kubernetes JSON.
+type Unstructured struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Metadata   *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	ApiVersion string                 `protobuf:"bytes,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"` // "apps/v1"
+	Kind       string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`                               // "Deployment"
+	// content is the object's Kubernetes JSON without apiVersion, kind and
+	// metadata: {"spec":{...},"status":{...}}.
+	Content       []byte `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Unstructured) Reset() {
+	*x = Unstructured{}
+	mi := &file_corev1_core_proto_msgTypes[116]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Unstructured) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Unstructured) ProtoMessage() {}
+
+func (x *Unstructured) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[116]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Unstructured.ProtoReflect.Descriptor instead.
+func (*Unstructured) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{116}
+}
+
+func (x *Unstructured) GetMetadata() *ObjectMeta {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Unstructured) GetApiVersion() string {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return ""
+}
+
+func (x *Unstructured) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Unstructured) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
 // UserInfo is an authenticated identity (authentication/v1 UserInfo).
 type UserInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -8253,7 +8339,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8265,7 +8351,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8278,7 +8364,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{116}
+	return file_corev1_core_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -8316,7 +8402,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8328,7 +8414,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8341,7 +8427,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{117}
+	return file_corev1_core_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -8372,7 +8458,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8384,7 +8470,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8397,7 +8483,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{118}
+	return file_corev1_core_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -8456,7 +8542,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8468,7 +8554,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8481,7 +8567,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{119}
+	return file_corev1_core_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -9320,7 +9406,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\vStatusCause\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"\xc4\x01\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xe0\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -9328,7 +9414,14 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x04code\x18\x04 \x01(\x05R\x04code\x124\n" +
 	"\x06causes\x18\x05 \x03(\v2\x1c.podflow.core.v1.StatusCauseR\x06causes\x12\x12\n" +
 	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\a \x01(\tR\x04name\"P\n" +
+	"\x04name\x18\a \x01(\tR\x04name\x12\x1a\n" +
+	"\bwarnings\x18\b \x03(\tR\bwarnings\"\x96\x01\n" +
+	"\fUnstructured\x127\n" +
+	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x12\x1f\n" +
+	"\vapi_version\x18\x02 \x01(\tR\n" +
+	"apiVersion\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x18\n" +
+	"\acontent\x18\x04 \x01(\fR\acontent\"P\n" +
 	"\bUserInfo\x12\x1a\n" +
 	"\busername\x18\x01 \x01(\tR\busername\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x16\n" +
@@ -9367,7 +9460,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 138)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 139)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -9485,40 +9578,41 @@ var file_corev1_core_proto_goTypes = []any{
 	(*SidecarPolicy)(nil),                     // 113: podflow.core.v1.SidecarPolicy
 	(*StatusCause)(nil),                       // 114: podflow.core.v1.StatusCause
 	(*Status)(nil),                            // 115: podflow.core.v1.Status
-	(*UserInfo)(nil),                          // 116: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 117: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 118: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 119: podflow.core.v1.PriorityClass
-	nil,                                       // 120: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 121: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 122: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 123: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 124: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 125: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 126: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 127: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 128: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 129: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 130: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 131: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 132: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 133: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 134: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 135: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 136: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 137: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 138: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 139: google.protobuf.Struct
+	(*Unstructured)(nil),                      // 116: podflow.core.v1.Unstructured
+	(*UserInfo)(nil),                          // 117: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 118: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 119: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 120: podflow.core.v1.PriorityClass
+	nil,                                       // 121: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 122: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 123: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 124: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 125: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 126: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 127: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 128: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 129: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 130: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 131: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 132: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 133: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 134: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 135: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 136: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 137: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 138: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 139: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 140: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	120, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	121, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	138, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	138, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	121, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	122, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	139, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	139, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	138, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	139, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	139, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	140, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -9526,8 +9620,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	5,   // 12: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	7,   // 13: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	8,   // 14: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	122, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	123, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	123, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	124, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	19,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	15,  // 18: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	19,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -9591,7 +9685,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	48,  // 77: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
 	49,  // 78: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
 	50,  // 79: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	124, // 80: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	125, // 80: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
 	52,  // 81: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
 	53,  // 82: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
 	53,  // 83: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
@@ -9607,7 +9701,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	39,  // 93: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
 	29,  // 94: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
 	29,  // 95: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	125, // 96: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	126, // 96: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
 	27,  // 97: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
 	58,  // 98: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
 	46,  // 99: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
@@ -9617,11 +9711,11 @@ var file_corev1_core_proto_depIdxs = []int32{
 	96,  // 103: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
 	30,  // 104: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
 	63,  // 105: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	138, // 106: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	138, // 107: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	138, // 108: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	138, // 109: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	138, // 110: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	139, // 106: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	139, // 107: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	139, // 108: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	139, // 109: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	139, // 110: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	65,  // 111: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
 	66,  // 112: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
 	67,  // 113: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
@@ -9629,19 +9723,19 @@ var file_corev1_core_proto_depIdxs = []int32{
 	68,  // 115: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
 	64,  // 116: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
 	70,  // 117: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	138, // 118: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	139, // 118: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	69,  // 119: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	69,  // 120: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	69,  // 121: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	1,   // 122: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
 	61,  // 123: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
 	71,  // 124: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	138, // 125: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	139, // 125: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
 	73,  // 126: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	138, // 127: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	138, // 128: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	126, // 129: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	127, // 130: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	139, // 127: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	139, // 128: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	127, // 129: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	128, // 130: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
 	75,  // 131: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
 	76,  // 132: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
 	78,  // 133: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
@@ -9651,7 +9745,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	79,  // 137: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
 	19,  // 138: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
 	81,  // 139: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	128, // 140: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	129, // 140: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
 	83,  // 141: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
 	84,  // 142: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
 	1,   // 143: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
@@ -9663,7 +9757,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	89,  // 149: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
 	90,  // 150: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
 	94,  // 151: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	138, // 152: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	139, // 152: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 153: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
 	92,  // 154: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
 	93,  // 155: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
@@ -9671,10 +9765,10 @@ var file_corev1_core_proto_depIdxs = []int32{
 	88,  // 157: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
 	96,  // 158: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
 	1,   // 159: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	129, // 160: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	130, // 161: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	130, // 160: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	131, // 161: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
 	1,   // 162: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	131, // 163: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	132, // 163: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
 	1,   // 164: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
 	100, // 165: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
 	1,   // 166: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
@@ -9688,33 +9782,34 @@ var file_corev1_core_proto_depIdxs = []int32{
 	1,   // 174: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
 	88,  // 175: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
 	107, // 176: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	138, // 177: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	138, // 178: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	138, // 179: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	132, // 180: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	133, // 181: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	134, // 182: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	135, // 183: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	139, // 177: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	139, // 178: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	139, // 179: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	133, // 180: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	134, // 181: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	135, // 182: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	136, // 183: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
 	109, // 184: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
 	1,   // 185: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
 	110, // 186: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	136, // 187: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	137, // 187: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
 	29,  // 188: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
 	29,  // 189: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
 	39,  // 190: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
 	1,   // 191: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
 	112, // 192: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
 	114, // 193: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 194: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	137, // 195: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	11,  // 196: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 197: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	118, // 198: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	199, // [199:199] is the sub-list for method output_type
-	199, // [199:199] is the sub-list for method input_type
-	199, // [199:199] is the sub-list for extension type_name
-	199, // [199:199] is the sub-list for extension extendee
-	0,   // [0:199] is the sub-list for field type_name
+	1,   // 194: podflow.core.v1.Unstructured.metadata:type_name -> podflow.core.v1.ObjectMeta
+	1,   // 195: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	138, // 196: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	11,  // 197: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 198: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	119, // 199: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	200, // [200:200] is the sub-list for method output_type
+	200, // [200:200] is the sub-list for method input_type
+	200, // [200:200] is the sub-list for extension type_name
+	200, // [200:200] is the sub-list for extension extendee
+	0,   // [0:200] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -9756,14 +9851,14 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[97].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[98].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[99].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[119].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[120].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   138,
+			NumMessages:   139,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
