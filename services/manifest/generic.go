@@ -3,12 +3,13 @@ package manifest
 // Generic kinds (services/objects' kinds registered as data) are stored as
 // *corev1.Unstructured: metadata as every kind's proto ObjectMeta, the rest
 // of the object as its Kubernetes JSON. Their Go type, when there is one,
-// is client-go's (the k8s.io/api type of every built-in kind); a kind with
+// is Scheme's (the k8s.io/api type of every built-in kind); a kind with
 // none (a custom resource) is *unstructured.Unstructured.
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -21,12 +22,23 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	kscheme "k8s.io/client-go/kubernetes/scheme"
 	sigsjson "sigs.k8s.io/json"
 
 	pf "github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
 )
+
+// Scheme knows the Go types of the built-in kinds: client-go's (every
+// k8s.io/api type) and apiextensions.k8s.io/v1's.
+var Scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := errors.Join(kscheme.AddToScheme(s), apiextensionsv1.AddToScheme(s)); err != nil {
+		panic(err)
+	}
+	return s
+}()
 
 // genericKind returns the registered generic kind of apiVersion/kind.
 func genericKind(apiVersion, kind string) (objects.Kind, bool) {
@@ -39,7 +51,7 @@ func genericKind(apiVersion, kind string) (objects.Kind, bool) {
 // no Go type) an *unstructured.Unstructured.
 func NewKube(apiVersion, kind string) runtime.Object {
 	gvk := schema.FromAPIVersionAndKind(apiVersion, kind)
-	obj, err := kscheme.Scheme.New(gvk)
+	obj, err := Scheme.New(gvk)
 	if err != nil {
 		u := &unstructured.Unstructured{Object: map[string]any{}}
 		u.SetGroupVersionKind(gvk)
@@ -51,7 +63,7 @@ func NewKube(apiVersion, kind string) runtime.Object {
 
 // HasGoType reports whether apiVersion/kind has a k8s.io/api Go type.
 func HasGoType(apiVersion, kind string) bool {
-	return kscheme.Scheme.Recognizes(schema.FromAPIVersionAndKind(apiVersion, kind))
+	return Scheme.Recognizes(schema.FromAPIVersionAndKind(apiVersion, kind))
 }
 
 // genericFromJSON decodes the manifest JSON j of a generic kind strictly
@@ -179,7 +191,7 @@ func kubeGVK(o runtime.Object) (schema.GroupVersionKind, bool) {
 	if _, ok := o.(*unstructured.Unstructured); ok {
 		return schema.GroupVersionKind{}, false
 	}
-	gvks, _, err := kscheme.Scheme.ObjectKinds(o)
+	gvks, _, err := Scheme.ObjectKinds(o)
 	if err != nil || len(gvks) == 0 {
 		return schema.GroupVersionKind{}, false
 	}
