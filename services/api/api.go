@@ -674,6 +674,11 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	if st := s.rbac.CheckRBACWrite(attrs.User, obj, old, s.roleGetter(ctx)); st != nil {
 		return st, nil // a role or binding granting more than its writer holds
 	}
+	if exists { // after escalation, as kube-apiserver's binding storage checks it first
+		if st := validate.ObjectUpdate(obj, existing); st != nil { // immutable data, a binding's roleRef
+			return st, nil
+		}
+	}
 	if sec, ok := obj.(*corev1.Secret); ok {
 		prev, _ := existing.(*corev1.Secret)
 		if st := s.issueServiceAccountToken(ctx, sec, prev); st != nil {
