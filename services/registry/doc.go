@@ -24,7 +24,7 @@
 //     strategy's, never the caller's;
 //  2. answers a non-nil Status to the client as it is (422 Invalid with
 //     its causes, ...) and the warnings as Warning headers;
-//  3. names the subresource a write goes through (Request.Subresource):
+//  3. names the subresource a write goes through:
 //     a status update keeps the stored spec, a scale update is validated
 //     as a Scale.
 //
@@ -32,5 +32,5 @@
 //
 //	reg, err := registry.New(registry.Config{Authorize: rbac.Authorize, Store: st})
 //	...
-//	warnings, status := reg.PrepareCreate(ctx, registry.Request{User: user}, deployment)
+//	warnings, status := reg.PrepareCreate(ctx, user, "", deployment)
 package registry

@@ -86,14 +86,6 @@ func (r *Registry) Handles(k objects.Kind) bool {
 	return ok
 }
 
-// Request is what a strategy may ask of the write it prepares.
-type Request struct {
-	User *corev1.UserInfo
-	// Subresource written through: "" (the object), "status", "scale",
-	// "approval".
-	Subresource string
-}
-
 // PrepareCreate prepares obj, a new object of a generic kind, for the
 // store as kube-apiserver's generic registry does before it writes: the
 // version's defaults, uid and creationTimestamp
@@ -102,14 +94,16 @@ type Request struct {
 // Job's selector —, Validate, the metadata checks, Canonicalize). obj is
 // replaced by the result. It returns the strategy's warnings for the
 // client, or the failure as kube-apiserver's Status (422 Invalid with a
-// cause per field error, ...).
-func (r *Registry) PrepareCreate(ctx context.Context, req Request, obj *corev1.Unstructured) ([]string, *corev1.Status) {
+// cause per field error, ...). user is the writer (a strategy may record
+// or authorize it); subresource must be empty (nothing is created
+// through one).
+func (r *Registry) PrepareCreate(ctx context.Context, user *corev1.UserInfo, subresource string, obj *corev1.Unstructured) ([]string, *corev1.Status) {
 	st, err := r.strategiesOf(obj)
 	if err != nil {
 		return nil, statusOf(err)
 	}
-	if req.Subresource != "" {
-		return nil, statusOf(apierrors.NewMethodNotSupported(schema.GroupResource{}, "create through "+req.Subresource))
+	if subresource != "" {
+		return nil, statusOf(apierrors.NewMethodNotSupported(schema.GroupResource{}, "create through "+subresource))
 	}
 	in, err := toInternal(st.scheme, obj)
 	if err != nil {
@@ -120,7 +114,7 @@ func (r *Registry) PrepareCreate(ctx context.Context, req Request, obj *corev1.U
 		return nil, statusOf(err)
 	}
 	rest.FillObjectMetaSystemFields(acc)
-	ctx, rec := requestContext(ctx, req, "create", obj)
+	ctx, rec := requestContext(ctx, user, subresource, "create", obj)
 	if err := rest.BeforeCreate(st.create, ctx, in); err != nil {
 		return nil, statusOf(err)
 	}
@@ -133,18 +127,18 @@ func (r *Registry) PrepareCreate(ctx context.Context, req Request, obj *corev1.U
 // PrepareUpdate prepares obj, the new state of old (as stored), as
 // kube-apiserver does before it writes an update: the version's defaults
 // on both, then rest.BeforeUpdate with the strategy of the subresource
-// written through (the object's: status kept as stored, generation bumped
-// on a spec change; status: spec and metadata kept as stored; scale: the
-// Scale validated first, then the object's). obj is replaced by the
-// result.
-func (r *Registry) PrepareUpdate(ctx context.Context, req Request, obj, old *corev1.Unstructured) ([]string, *corev1.Status) {
+// written through ("": the object's — status kept as stored, generation
+// bumped on a spec change; "status": spec and metadata kept as stored;
+// "scale": the Scale validated first, then the object's; "approval": a
+// CertificateSigningRequest's). obj is replaced by the result.
+func (r *Registry) PrepareUpdate(ctx context.Context, user *corev1.UserInfo, subresource string, obj, old *corev1.Unstructured) ([]string, *corev1.Status) {
 	st, err := r.strategiesOf(obj)
 	if err != nil {
 		return nil, statusOf(err)
 	}
-	strategy, ok := st.update[req.Subresource]
+	strategy, ok := st.update[subresource]
 	if !ok {
-		return nil, statusOf(apierrors.NewNotFound(schema.GroupResource{}, req.Subresource))
+		return nil, statusOf(apierrors.NewNotFound(schema.GroupResource{}, subresource))
 	}
 	in, err := toInternal(st.scheme, obj)
 	if err != nil {
@@ -154,12 +148,12 @@ func (r *Registry) PrepareUpdate(ctx context.Context, req Request, obj, old *cor
 	if err != nil {
 		return nil, statusOf(err)
 	}
-	if req.Subresource == "scale" {
+	if subresource == "scale" {
 		if err := validateScale(in); err != nil {
 			return nil, statusOf(err)
 		}
 	}
-	ctx, rec := requestContext(ctx, req, "update", obj)
+	ctx, rec := requestContext(ctx, user, subresource, "update", obj)
 	if err := rest.BeforeUpdate(strategy, ctx, in, oldIn); err != nil {
 		return nil, statusOf(err)
 	}
@@ -240,12 +234,12 @@ func fromInternal(sc *runtime.Scheme, in runtime.Object, u *corev1.Unstructured)
 // the request (verb, group, version, resource, subresource — declarative
 // validation reads it), the namespace, the user and a recorder of the
 // warnings it adds.
-func requestContext(ctx context.Context, req Request, verb string, u *corev1.Unstructured) (context.Context, *recorder) {
+func requestContext(ctx context.Context, usr *corev1.UserInfo, subresource, verb string, u *corev1.Unstructured) (context.Context, *recorder) {
 	rec := &recorder{}
 	ns, name := u.GetMetadata().GetNamespace(), u.GetMetadata().GetName()
 	gv, _ := schema.ParseGroupVersion(u.GetApiVersion())
 	info := &genericapirequest.RequestInfo{IsResourceRequest: true, Verb: verb, APIPrefix: "apis", APIGroup: gv.Group, APIVersion: gv.Version,
-		Namespace: ns, Subresource: req.Subresource, Name: name}
+		Namespace: ns, Subresource: subresource, Name: name}
 	if gv.Group == "" {
 		info.APIPrefix = "api"
 	}
@@ -256,13 +250,13 @@ func requestContext(ctx context.Context, req Request, verb string, u *corev1.Uns
 	if name != "" {
 		info.Parts = append(info.Parts, name)
 	}
-	if req.Subresource != "" {
-		info.Parts = append(info.Parts, req.Subresource)
+	if subresource != "" {
+		info.Parts = append(info.Parts, subresource)
 	}
 	ctx = genericapirequest.WithRequestInfo(ctx, info)
 	ctx = genericapirequest.WithNamespace(ctx, ns)
-	if u := req.User; u != nil {
-		ctx = genericapirequest.WithUser(ctx, &user.DefaultInfo{Name: u.GetUsername(), UID: u.GetUid(), Groups: u.GetGroups()})
+	if usr != nil {
+		ctx = genericapirequest.WithUser(ctx, &user.DefaultInfo{Name: usr.GetUsername(), UID: usr.GetUid(), Groups: usr.GetGroups()})
 	}
 	return warning.WithWarningRecorder(ctx, rec), rec
 }

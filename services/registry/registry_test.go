@@ -9,14 +9,21 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	core "k8s.io/kubernetes/pkg/apis/core"
+	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
+	rbacapi "k8s.io/kubernetes/pkg/apis/rbac"
+	rbacvalidation "k8s.io/kubernetes/pkg/apis/rbac/validation"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/registry"
+	"github.com/podflow/podflow/services/validate"
 )
 
 var ctx = context.Background()
@@ -59,7 +66,7 @@ var alice = &corev1.UserInfo{Username: "alice", Uid: "a-1", Groups: []string{"de
 func TestCreateDefaultsAndPrepares(t *testing.T) {
 	r := registry.Default()
 	u := decode(t, deployment)
-	if _, st := r.PrepareCreate(ctx, registry.Request{User: alice}, u); st != nil {
+	if _, st := r.PrepareCreate(ctx, alice, "", u); st != nil {
 		t.Fatalf("PrepareCreate: %v", st)
 	}
 	d := kube[*appsv1.Deployment](t, u)
@@ -81,7 +88,7 @@ func TestCreateDefaultsAndPrepares(t *testing.T) {
 func TestCreateInvalid(t *testing.T) {
 	r := registry.Default()
 	u := decode(t, strings.Replace(deployment, "labels: {app: web}", "labels: {app: other}", 1))
-	_, st := r.PrepareCreate(ctx, registry.Request{}, u)
+	_, st := r.PrepareCreate(ctx, nil, "", u)
 	if st.GetCode() != 422 || st.GetReason() != "Invalid" || st.GetKind() != "Deployment" || st.GetName() != "web" {
 		t.Fatalf("status %v", st)
 	}
@@ -94,7 +101,7 @@ func TestCreateInvalid(t *testing.T) {
 	}
 	// A name kube-apiserver refuses, whatever podflow's own rules.
 	u = decode(t, strings.Replace(deployment, "name: web,", "name: Web_1,", 1))
-	if _, st := r.PrepareCreate(ctx, registry.Request{}, u); st.GetCode() != 422 || !strings.Contains(st.GetMessage(), "metadata.name: Invalid value: \"Web_1\"") {
+	if _, st := r.PrepareCreate(ctx, nil, "", u); st.GetCode() != 422 || !strings.Contains(st.GetMessage(), "metadata.name: Invalid value: \"Web_1\"") {
 		t.Errorf("bad name: %v", st)
 	}
 }
@@ -102,7 +109,7 @@ func TestCreateInvalid(t *testing.T) {
 func created(t *testing.T, y string) *corev1.Unstructured {
 	t.Helper()
 	u := decode(t, y)
-	if _, st := registry.Default().PrepareCreate(ctx, registry.Request{User: alice}, u); st != nil {
+	if _, st := registry.Default().PrepareCreate(ctx, alice, "", u); st != nil {
 		t.Fatal(st)
 	}
 	u.Metadata.ResourceVersion = "5"
@@ -118,7 +125,7 @@ func TestUpdateGenerationAndStatus(t *testing.T) {
 
 	relabel := proto.CloneOf(old)
 	relabel.Metadata.Labels = map[string]string{"tier": "front"}
-	if _, st := r.PrepareUpdate(ctx, registry.Request{}, relabel, old); st != nil {
+	if _, st := r.PrepareUpdate(ctx, nil, "", relabel, old); st != nil {
 		t.Fatal(st)
 	}
 	if g := relabel.GetMetadata().GetGeneration(); g != 1 {
@@ -130,7 +137,7 @@ func TestUpdateGenerationAndStatus(t *testing.T) {
 	d.Spec.Replicas = &three
 	d.Status.ReadyReplicas = 9
 	spec := fromKube(t, d)
-	if _, st := r.PrepareUpdate(ctx, registry.Request{}, spec, old); st != nil {
+	if _, st := r.PrepareUpdate(ctx, nil, "", spec, old); st != nil {
 		t.Fatal(st)
 	}
 	got := kube[*appsv1.Deployment](t, spec)
@@ -143,7 +150,7 @@ func TestUpdateGenerationAndStatus(t *testing.T) {
 	d.Status.Replicas, d.Status.ReadyReplicas = 4, 4
 	d.Labels = map[string]string{"sneaky": "yes"}
 	status := fromKube(t, d)
-	if _, st := r.PrepareUpdate(ctx, registry.Request{Subresource: "status"}, status, old); st != nil {
+	if _, st := r.PrepareUpdate(ctx, nil, "status", status, old); st != nil {
 		t.Fatal(st)
 	}
 	got = kube[*appsv1.Deployment](t, status)
@@ -155,10 +162,10 @@ func TestUpdateGenerationAndStatus(t *testing.T) {
 	// A changed uid is refused, as kube-apiserver refuses it.
 	moved := proto.CloneOf(old)
 	moved.Metadata.Uid = "other"
-	if _, st := r.PrepareUpdate(ctx, registry.Request{}, moved, old); st.GetCode() != 422 || !strings.Contains(st.GetMessage(), "metadata.uid: Invalid value: \"other\": field is immutable") {
+	if _, st := r.PrepareUpdate(ctx, nil, "", moved, old); st.GetCode() != 422 || !strings.Contains(st.GetMessage(), "metadata.uid: Invalid value: \"other\": field is immutable") {
 		t.Errorf("uid change: %v", st)
 	}
-	if _, st := r.PrepareUpdate(ctx, registry.Request{Subresource: "nope"}, proto.CloneOf(old), old); st.GetCode() != 404 {
+	if _, st := r.PrepareUpdate(ctx, nil, "nope", proto.CloneOf(old), old); st.GetCode() != 404 {
 		t.Errorf("unknown subresource: %v", st)
 	}
 }
@@ -179,7 +186,7 @@ func TestScaleValidated(t *testing.T) {
 	d := kube[*appsv1.Deployment](t, old)
 	minus := int32(-1)
 	d.Spec.Replicas = &minus
-	_, st := registry.Default().PrepareUpdate(ctx, registry.Request{Subresource: "scale"}, fromKube(t, d), old)
+	_, st := registry.Default().PrepareUpdate(ctx, nil, "scale", fromKube(t, d), old)
 	const msg = `Scale.autoscaling "web" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0`
 	if st.GetCode() != 422 || st.GetMessage() != msg {
 		t.Fatalf("scale -1: %v\nwant %s", st, msg)
@@ -212,7 +219,7 @@ func TestCSRRequester(t *testing.T) {
 func TestWarnings(t *testing.T) {
 	u := decode(t, strings.Replace(deployment, "metadata: {labels: {app: web}}",
 		"metadata: {labels: {app: web}, annotations: {seccomp.security.alpha.kubernetes.io/pod: runtime/default}}", 1))
-	warnings, st := registry.Default().PrepareCreate(ctx, registry.Request{}, u)
+	warnings, st := registry.Default().PrepareCreate(ctx, nil, "", u)
 	if st != nil || len(warnings) == 0 || !strings.Contains(warnings[0], "non-functional") {
 		t.Fatalf("warnings %q, %v", warnings, st)
 	}
@@ -233,10 +240,10 @@ func TestParamKindAuthorized(t *testing.T) {
 	vap := func(kind string) *corev1.Unstructured {
 		return decode(t, "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: p}\nspec:\n  paramKind: {apiVersion: v1, kind: "+kind+"}\n  matchConstraints:\n    resourceRules: [{apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}]\n  validations: [{expression: 'true'}]\n")
 	}
-	if _, st := r.PrepareCreate(ctx, registry.Request{User: alice}, vap("ConfigMap")); st != nil {
+	if _, st := r.PrepareCreate(ctx, alice, "", vap("ConfigMap")); st != nil {
 		t.Fatalf("ConfigMap params: %v", st)
 	}
-	_, st := r.PrepareCreate(ctx, registry.Request{User: alice}, vap("Secret"))
+	_, st := r.PrepareCreate(ctx, alice, "", vap("Secret"))
 	if st.GetCode() != 422 || !strings.Contains(st.GetMessage(), "spec.paramKind: Forbidden") {
 		t.Fatalf("Secret params: %v", st)
 	}
@@ -279,5 +286,50 @@ func TestTable(t *testing.T) {
 	}
 	if cols, ok := r.TableColumns(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}); ok {
 		t.Fatalf("CRD columns %v: kube-apiserver prints name and age", cols)
+	}
+}
+
+// TestImmutableMessagesAreUpstream: services/validate's refusals of
+// changes kube-apiserver forbids (immutable ConfigMaps and Secrets, a
+// binding's roleRef) say exactly what kube-apiserver's own validation
+// says.
+func TestImmutableMessagesAreUpstream(t *testing.T) {
+	yes := true
+	om := metav1.ObjectMeta{Name: "c", Namespace: "ns", ResourceVersion: "1"}
+	oldCM := &core.ConfigMap{ObjectMeta: om, Immutable: &yes, Data: map[string]string{"k": "1"}}
+	newCM := oldCM.DeepCopy()
+	newCM.Data["k"], newCM.Immutable = "2", nil
+	oldSec := &core.Secret{ObjectMeta: om, Immutable: &yes, Type: core.SecretTypeOpaque, Data: map[string][]byte{"k": []byte("1")}}
+	newSec := oldSec.DeepCopy()
+	newSec.Data["k"], newSec.Type = []byte("2"), core.SecretTypeTLS
+	newSec.Data["tls.crt"], newSec.Data["tls.key"] = []byte("x"), []byte("y")
+	ref := func(name string) rbacapi.RoleRef {
+		return rbacapi.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name}
+	}
+	subjects := []rbacapi.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "alice"}}
+	oldRB := &rbacapi.RoleBinding{ObjectMeta: om, RoleRef: ref("a"), Subjects: subjects}
+	newRB := oldRB.DeepCopy()
+	newRB.RoleRef = ref("b")
+
+	pm := &corev1.ObjectMeta{Name: "c", Namespace: "ns"}
+	pfRef := func(name string) *corev1.RoleRef {
+		return &corev1.RoleRef{ApiGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name}
+	}
+	for _, tc := range []struct {
+		upstream error
+		ours     *corev1.Status
+	}{
+		{apierrors.NewInvalid(core.Kind("ConfigMap"), "c", corevalidation.ValidateConfigMapUpdate(newCM, oldCM)),
+			validate.ObjectUpdate(&corev1.ConfigMap{Metadata: pm, Data: map[string]string{"k": "2"}},
+				&corev1.ConfigMap{Metadata: pm, Immutable: &yes, Data: map[string]string{"k": "1"}})},
+		{apierrors.NewInvalid(core.Kind("Secret"), "c", corevalidation.ValidateSecretUpdate(newSec, oldSec)),
+			validate.ObjectUpdate(&corev1.Secret{Metadata: pm, Immutable: &yes, Type: "kubernetes.io/tls", Data: map[string][]byte{"k": []byte("2"), "tls.crt": []byte("x"), "tls.key": []byte("y")}},
+				&corev1.Secret{Metadata: pm, Immutable: &yes, Type: "Opaque", Data: map[string][]byte{"k": []byte("1")}})},
+		{apierrors.NewInvalid(rbacapi.Kind("RoleBinding"), "c", rbacvalidation.ValidateRoleBindingUpdate(newRB, oldRB)),
+			validate.ObjectUpdate(&corev1.RoleBinding{Metadata: pm, RoleRef: pfRef("b")}, &corev1.RoleBinding{Metadata: pm, RoleRef: pfRef("a")})},
+	} {
+		if tc.ours.GetMessage() != tc.upstream.Error() {
+			t.Errorf("ours:     %s\nupstream: %s", tc.ours.GetMessage(), tc.upstream.Error())
+		}
 	}
 }
