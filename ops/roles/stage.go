@@ -15,9 +15,11 @@ import (
 	"github.com/podflow/podflow/services/admission"
 	"github.com/podflow/podflow/services/api"
 	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/endpoints"
 	"github.com/podflow/podflow/services/persistence"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/scheduler"
 	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
@@ -31,7 +33,21 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		if err != nil {
 			return nil, err
 		}
-		return api.New(env, cfg)
+		// kube-apiserver's strategies and printers for the generic kinds,
+		// authorizing what they check themselves with the stage's RBAC.
+		var s *api.Stage
+		reg, err := registry.New(registry.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) }})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Registry = reg
+		if cfg.HTTPS != nil {
+			https := *cfg.HTTPS
+			https.Printer = reg
+			cfg.HTTPS = &https
+		}
+		s, err = api.New(env, cfg)
+		return s, err
 	},
 	pipeline.Admission: func(env stage.Env, o StageOptions) (stage.Handler, error) {
 		cfg := admission.DefaultConfig()

@@ -3,6 +3,10 @@ package apiserver
 import (
 	"fmt"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Config configures the HTTPS server.
@@ -77,6 +81,20 @@ type Config struct {
 	// end after a random time in [MaxWatchTimeout/2, MaxWatchTimeout),
 	// so that clients reconnect spread over time. Default 30m.
 	MaxWatchTimeout time.Duration
+	// Printer prints the tables of generic kinds (kubectl get) with
+	// kube-apiserver's columns: services/registry's Registry. Nil: their
+	// tables have name and age only.
+	Printer Printer
+}
+
+// Printer is kube-apiserver's table printing of built-in kinds
+// (services/registry's Registry implements it). Safe for concurrent use.
+type Printer interface {
+	// TableColumns returns gvk's columns, every one with its priority;
+	// ok false when there is no printer for gvk.
+	TableColumns(gvk schema.GroupVersionKind) (cols []metav1.TableColumnDefinition, ok bool)
+	// TableCells returns the cells of obj's row, in TableColumns' order.
+	TableCells(obj runtime.Object) ([]any, error)
 }
 
 // OIDCConfig configures OpenID Connect ID token verification, as

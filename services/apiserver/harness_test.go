@@ -32,6 +32,7 @@ import (
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/persistence"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/stage"
 )
 
@@ -190,8 +191,18 @@ func startSystem(t testing.TB, o options) *system {
 		cfg := api.DefaultConfig()
 		cfg.TokenFile = filepath.Join(dir, "tokens.csv")
 		cfg.ServiceAccountKeyFile = filepath.Join(dir, "sa.key") // the TokenRequest API
+		var s *api.Stage
+		reg, err := registry.New(registry.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) }})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Registry = reg
+		if hc.Printer == nil {
+			hc.Printer = reg
+		}
 		cfg.HTTPS = &hc
-		return api.New(env, cfg)
+		s, err = api.New(env, cfg)
+		return s, err
 	})
 	run(pipeline.Admission, func(env stage.Env) (stage.Handler, error) {
 		return admission.NewStage(env, admission.DefaultConfig())
