@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	k8scorev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -566,5 +567,44 @@ func TestDiscoveryGroups(t *testing.T) {
 	code, body, _ = do(t, admin, "GET", s.url+"/apis/scheduling.k8s.io", "", "")
 	if code != 200 || path(body, "preferredVersion.groupVersion") != "scheduling.k8s.io/v1" {
 		t.Fatalf("/apis/scheduling.k8s.io: %d %v", code, body)
+	}
+}
+
+// TestCSRApproval: a CertificateSigningRequest's conditions are written
+// through /approval (kube-apiserver's approval strategy), never through
+// the object itself, which records the requester.
+func TestCSRApproval(t *testing.T) {
+	s := startSystem(t, options{})
+	cs, err := kubernetes.NewForConfig(restConfig(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	csrs := cs.CertificatesV1().CertificateSigningRequests()
+	req := &certificatesv1.CertificateSigningRequest{}
+	if err := yaml.Unmarshal([]byte(minimalObjects["certificatesigningrequests.certificates.k8s.io"]), req); err != nil {
+		t.Fatal(err)
+	}
+	req.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: k8scorev1.ConditionTrue}}
+	c, err := csrs.Create(ctx, req, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Spec.Username != "admin" || len(c.Status.Conditions) != 0 {
+		t.Fatalf("created: username %q conditions %v; want admin, none", c.Spec.Username, c.Status.Conditions)
+	}
+	approved := certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateApproved, Status: k8scorev1.ConditionTrue,
+		Reason: "Test", Message: "approved by the test"}
+	c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{approved}
+	if up, err := csrs.Update(ctx, c, metav1.UpdateOptions{}); err != nil || len(up.Status.Conditions) != 0 {
+		t.Fatalf("update with conditions: %v %v; want them dropped", up.Status.Conditions, err)
+	}
+	c, _ = csrs.Get(ctx, c.Name, metav1.GetOptions{})
+	c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{approved}
+	up, err := csrs.UpdateApproval(ctx, c.Name, c, metav1.UpdateOptions{})
+	if err != nil || len(up.Status.Conditions) != 1 || up.Status.Conditions[0].Type != certificatesv1.CertificateApproved ||
+		up.Status.Conditions[0].LastUpdateTime.IsZero() {
+		t.Fatalf("approval: %v %v", up, err)
 	}
 }
