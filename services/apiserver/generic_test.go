@@ -223,6 +223,26 @@ func TestGenericKindsCRUD(t *testing.T) {
 	if seen != len(minimalObjects) {
 		t.Errorf("%d generic kinds, %d minimal objects", seen, len(minimalObjects))
 	}
+
+	// deletecollection by label.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leases := dc.Resource(schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}).Namespace("default")
+	for _, n := range []string{"a", "b", "keep"} {
+		l := unstructuredOf(t, strings.Replace(minimalObjects["leases.coordination.k8s.io"], "name: x", "name: "+n, 1))
+		if n != "keep" {
+			l.SetLabels(map[string]string{"doomed": "yes"})
+		}
+		if _, err := leases.Create(ctx, l, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := leases.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "doomed=yes"}); err != nil {
+		t.Fatalf("deletecollection: %v", err)
+	}
+	if l, err := leases.List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) != 1 || l.Items[0].GetName() != "keep" {
+		t.Fatalf("after deletecollection: %v %v", l, err)
+	}
 }
 
 func webDeployment(name string) *appsv1.Deployment {
