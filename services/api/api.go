@@ -547,7 +547,7 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 	}
 	attrs := auth.Attributes{User: user, Namespace: ns, APIGroup: kind.APIGroup, Resource: kind.Resource, Name: req.GetName(),
 		Subresource: req.GetSubresource()}
-	if st := checkSubresource(kind, attrs.Subresource, req.GetName()); st != nil {
+	if st := checkSubresource(kind, req.GetVerb(), attrs.Subresource, req.GetName()); st != nil {
 		return st, nil
 	}
 	switch req.GetVerb() {

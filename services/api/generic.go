@@ -23,13 +23,19 @@ type Registry interface {
 }
 
 // checkSubresource refuses a write through a subresource kind does not
-// have (404, as kube-apiserver answers an unknown path) and one of a
-// proto kind (their subresources are the HTTPS server's own).
-func checkSubresource(kind objects.Kind, sub, name string) *corev1.Status {
-	if sub == "" || (kind.Generic && kind.HasSubresource(sub)) {
+// have (404, as kube-apiserver answers an unknown path) or one of a proto
+// kind (their subresources are the HTTPS server's own), and anything but
+// an update through one (405: a subresource neither creates nor deletes).
+func checkSubresource(kind objects.Kind, verb, sub, name string) *corev1.Status {
+	switch {
+	case sub == "":
 		return nil
+	case !kind.Generic || !kind.HasSubresource(sub):
+		return stage.Failure(404, eventsv1.ReasonNotFound, kind.Resource, name, "%s %q has no subresource %q", kind.Resource, name, sub)
+	case verb != "update" && verb != "apply":
+		return stage.Failure(405, "MethodNotAllowed", kind.Resource, name, "verb %q is not supported on %s/%s", verb, kind.Resource, sub)
 	}
-	return stage.Failure(404, eventsv1.ReasonNotFound, kind.Resource, name, "%s %q has no subresource %q", kind.Resource, name, sub)
+	return nil
 }
 
 // prepareGeneric runs the registry over a write of a generic kind:

@@ -131,6 +131,14 @@ func TestGenericRefusals(t *testing.T) {
 		t.Fatalf("jobs/scale: %v", st)
 	}
 
+	for _, verb := range []string{"delete", "create"} {
+		req := objectReq("", verb, "deployments.apps", "team", deployment("web"))
+		req.Subresource = "status"
+		if st, _ := f.s.objectAs(ctx, masters, req); st.GetCode() != 405 {
+			t.Fatalf("%s through status: %v", verb, st)
+		}
+	}
+
 	// alice may do nothing with deployments in team: not even their status.
 	if st, _ := f.s.objectAs(ctx, masters, objectReq("", "create", "deployments.apps", "team", deployment("web"))); st.GetCode() != 201 {
 		t.Fatal(st)
