@@ -30,6 +30,18 @@
 //     read-only view of the EndpointSlices), selfsubjectaccessreviews
 //     (kubectl auth can-i), selfsubjectrulesreviews (kubectl auth can-i
 //     --list) and selfsubjectreviews (kubectl auth whoami).
+//   - Generic kinds (services/objects' kinds registered as data: apps/v1,
+//     batch/v1, policy/v1, admissionregistration, apiextensions, networking,
+//     storage, certificates, flowcontrol, coordination, node and core's
+//     ReplicationController, PodTemplate, ResourceQuota,
+//     PersistentVolume(Claim)): the same verbs, their status subresource
+//     (the kind's StatusStrategy in the api stage), scale (autoscaling/v1
+//     Scale of deployments, replicasets, statefulsets and
+//     replicationcontrollers: scale.go) and a CSR's approval; tables with
+//     kube-apiserver's columns (Config.Printer).
+//   - Kubernetes protobuf request bodies for every built-in kind, and
+//     protobuf answers (objects, lists, Scale) to clients that prefer them
+//     (protobuf.go); watches and errors are JSON.
 //   - metrics.k8s.io/v1beta1 pods and nodes (kubectl top), get and list,
 //     read from the nodes on each request through a MetricsBackend
 //     (services/podmetrics); a node that does not answer is left out.

@@ -5,7 +5,6 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/eventsv1"
-	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -203,10 +202,11 @@ const PodCIDRPrefix = "/registry/podflow/podcidrs/"
 const RequestIDPrefix = "/registry/podflow/requestids/"
 
 // storeWrites are the kinds each stage writes to the store. The api stage
-// writes every kind (it applies users' objects); the others only what
-// their step of the lifecycle records.
+// writes every kind (it applies users' objects), those registered at run
+// time too (StoreWriteACL reads objects.Kinds for it); the others only
+// what their step of the lifecycle records.
 var storeWrites = map[string][]objects.Kind{
-	API:         objects.Kinds(),
+	API:         nil,
 	Admission:   nil,
 	Persistence: {objects.Pods, objects.Events},
 	Scheduler:   {objects.Pods, objects.NodeAllocations, objects.Events},
@@ -234,7 +234,7 @@ func StoreWriteACL(writer, key string) bool {
 		}
 		switch writer {
 		case StageRole(API):
-			prefixes = append(prefixes, ipalloc.Prefix) // Services' ClusterIPs
+			kinds = objects.Kinds() // ClusterIPs' reservations are IPAddresses
 		case StageRole(Persistence):
 			prefixes = append(prefixes, RequestIDPrefix)
 		}

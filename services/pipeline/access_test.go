@@ -572,14 +572,27 @@ func TestStoreWritesByRole(t *testing.T) {
 	}
 }
 
-// TestStoreWriteACL: the policy itself, kind by kind.
+// TestStoreWriteACL: the policy itself, kind by kind; the api stage
+// writes generic kinds, those registered at run time too.
 func TestStoreWriteACL(t *testing.T) {
+	runtimeKind, err := objects.Register(objects.GenericKind{Group: "acl.test.io", Version: "v1", Kind: "Widget", Resource: "widgets",
+		Namespaced: true, Prefix: "/registry/acl.test.io/widgets/"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pod, node, crb := objects.Pods.Key("default", "p"), objects.Nodes.Key("", "n1"), objects.ClusterRoleBindings.Key("", "x")
 	for _, c := range []struct {
 		writer, key string
 		want        bool
 	}{
 		{pipeline.StageRole(pipeline.API), crb, true},
+		{pipeline.StageRole(pipeline.API), objects.Deployments.Key("default", "web"), true},
+		{pipeline.StageRole(pipeline.API), objects.IPAddresses.Key("", "10.96.0.10"), true},
+		{pipeline.StageRole(pipeline.API), objects.CustomResourceDefinitions.Key("", "a.b.c"), true},
+		{pipeline.StageRole(pipeline.API), runtimeKind.Key("default", "w"), true},
+		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/default/w", false},
+		{pipeline.StageRole(pipeline.Scheduler), objects.Deployments.Key("default", "web"), false},
+		{pipeline.StageRole(pipeline.Endpoints), runtimeKind.Key("default", "w"), false},
 		{pipeline.StageRole(pipeline.Persistence), pod, true},
 		{pipeline.StageRole(pipeline.Persistence), crb, false},
 		{pipeline.StageRole(pipeline.Persistence), pipeline.RequestIDPrefix + "ab12", true},
