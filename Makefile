@@ -162,3 +162,54 @@ clean:
 ## own module outside go.work.
 bench-store:
 	cd raftstore/etcdbench && GOWORK=off $(GO) run . -duration 5s -runs 3
+
+## conformance: the upstream Kubernetes e2e suite's [Conformance] tests
+## (k8s.io/kubernetes v1.34.4, ops/conformance) against a fresh
+## `podflow up --runtime $(RUNTIME)`, one test per process, $(PROCS) at a
+## time, each interrupted after $(CONFORMANCE_TIMEOUT); the table, causes
+## and JUnit XML go to _output/conformance/. FOCUS/SKIP select tests:
+##   make conformance FOCUS='\[sig-apps\]'
+##   make conformance RUNTIME=sim FOCUS='\[sig-api-machinery\].*\[Conformance\]'
+## docs/conformance.md has the details. Root, for the Linux runtime.
+CONFORMANCE := $(TOOLS)/conformance
+CONFORMANCE_MOD := ops/conformance
+CONFORMANCE_GOSUM := $(CONFORMANCE_MOD)/go.mod $(CONFORMANCE_MOD)/go.sum
+FOCUS ?= \[Conformance\]
+SKIP ?=
+RUNTIME ?= linux
+PROCS ?= 4
+CONFORMANCE_TIMEOUT ?= 5m
+.PHONY: conformance conformance-tools conformance-check conformance-deps-os
+conformance: build httpserver deps-os conformance-deps-os conformance-tools
+	$(CONFORMANCE)/harness run --podflow $(BIN)/podflow --runtime $(RUNTIME) --out $(CURDIR)/_output/conformance \
+		--suite $(CONFORMANCE)/e2e.test --kubectl $(CONFORMANCE)/kubectl --agnhost $(CONFORMANCE)/agnhost \
+		--busybox $(CONFORMANCE)/busybox --k8s-dir "$$(cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
+		--focus '$(FOCUS)' --skip '$(SKIP)' --procs $(PROCS) --timeout $(CONFORMANCE_TIMEOUT)
+
+## conformance-tools: the suite, kubectl and agnhost of the suite's release,
+## Debian's busybox and the harness, cached in .tools/conformance/.
+conformance-tools: $(CONFORMANCE)/e2e.test $(CONFORMANCE)/kubectl $(CONFORMANCE)/agnhost $(CONFORMANCE)/busybox
+	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) build -o $(CONFORMANCE)/harness .
+$(CONFORMANCE)/e2e.test: $(CONFORMANCE_GOSUM) $(wildcard $(CONFORMANCE_MOD)/suite/*.go)
+	cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) test -c -vet=off -o $@ ./suite
+$(CONFORMANCE)/kubectl: $(CONFORMANCE_GOSUM)
+	cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) build -o $@ k8s.io/kubernetes/cmd/kubectl
+$(CONFORMANCE)/agnhost: $(CONFORMANCE_GOSUM)
+	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@ k8s.io/kubernetes/test/images/agnhost
+# Debian's busybox (dynamically linked: busybox-static's wget crashes in a
+# container), unpacked from its package without installing it.
+$(CONFORMANCE)/busybox:
+	@mkdir -p $(CONFORMANCE)
+	d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && cd "$$d" && apt-get download busybox && \
+		dpkg-deb -x busybox_*.deb x && install -m 0755 x/bin/busybox $@
+
+## conformance-deps-os: the host programs copied into the agnhost image
+## (upstream's has them from Alpine).
+conformance-deps-os:
+	@command -v dig >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bind9-dnsutils; }
+	@command -v nc.openbsd >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq netcat-openbsd; }
+	@command -v curl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl; }
+
+## conformance-check: the harness's own tests (the JUnit parser, the table).
+conformance-check:
+	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -count=1 ./...
