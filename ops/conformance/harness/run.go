@@ -142,9 +142,21 @@ func runRun(ctx context.Context, args []string) error {
 	fmt.Printf("conformance: %d tests (%d [Serial], run alone at the end), %d at a time, %s each at most; logs in %s\n",
 		len(specs), len(serial), o.procs, o.timeout, filepath.Join(o.out, "logs"))
 
-	r := &runner{o: o, env: env, kubeconfig: kubeconfig, total: len(specs)}
+	// A failure of the e2e framework's own setup fails every test the
+	// same way: the run stops at the first and says why.
+	ctx, abort := context.WithCancel(ctx)
+	defer abort()
+	r := &runner{o: o, env: env, kubeconfig: kubeconfig, total: len(specs), abort: abort}
 	r.pool(ctx, parallel, o.procs)
 	r.pool(ctx, serial, 1)
+	if r.setupFailed != nil {
+		report.Sort(r.results)
+		if err := writeReports(o.out, r.results); err != nil {
+			return err
+		}
+		return fmt.Errorf("run: the e2e framework's setup fails on this cluster, so every test would; stopped after %d tests: %s\n(log: %s)",
+			len(r.results), r.setupFailed.Reason, filepath.Join(o.out, "logs", fileName(r.setupFailed.Name)+".log"))
+	}
 	if ctx.Err() != nil {
 		fmt.Println("conformance: interrupted; reporting the tests that finished")
 	}
@@ -191,10 +203,12 @@ type runner struct {
 	env        []string
 	kubeconfig string
 	total      int
+	abort      context.CancelFunc
 
-	mu      sync.Mutex
-	n       int
-	results []report.Result
+	mu          sync.Mutex
+	setupFailed *report.Result // the first result that failed in the suite's setup
+	n           int
+	results     []report.Result
 }
 
 // pool runs names, procs at a time, until done or ctx is cancelled.
@@ -229,12 +243,25 @@ func (r *runner) record(res report.Result) {
 	defer r.mu.Unlock()
 	r.n++
 	r.results = append(r.results, res)
+	if strings.HasPrefix(res.Reason, suiteSetup) && r.setupFailed == nil {
+		r.setupFailed = &res
+		r.abort()
+	}
 	line := res.Reason
 	if line != "" {
 		line = "\n      " + line
 	}
 	fmt.Printf("[%d/%d] %-11s %6s  %s%s\n", r.n, r.total, res.State, res.Duration.Round(time.Second), res.Name, line)
 }
+
+// suiteSetup is the node that failed when the e2e framework's setup
+// failed: resultOf names it before the reason.
+const suiteSetup = "[SynchronizedBeforeSuite]"
+
+// suiteDescription is the description the e2e suite runs its specs
+// under (test/e2e.RunE2ETests); ginkgo matches --focus against it and the
+// spec's full text joined by a space.
+const suiteDescription = "Kubernetes e2e suite"
 
 var unsafeRE = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
@@ -257,7 +284,7 @@ func (r *runner) runOne(ctx context.Context, name string) report.Result {
 	args := []string{
 		"--kubeconfig=" + r.kubeconfig,
 		"--kubectl-path=" + r.o.kubectl,
-		"--ginkgo.focus=^" + regexp.QuoteMeta(name) + "$",
+		"--ginkgo.focus=^" + regexp.QuoteMeta(suiteDescription+" "+name) + "$",
 		"--ginkgo.timeout=" + r.o.timeout.String(),
 		"--ginkgo.grace-period=" + r.o.grace.String(),
 		"--ginkgo.no-color",

@@ -138,9 +138,16 @@ var (
 	spaceRE = regexp.MustCompile(`\s+`)
 	// stepRE finds the steps ginkgo's timeline records: "STEP: Creating a
 	// pod … @ 12/06/26 01:50:12.123".
+	// recordedRE is the failure a timed-out or interrupted node recorded
+	// before it exited, as ginkgo reports it.
+	recordedRE = regexp.MustCompile(`the following failure was recorded in the \w+ node before it exited:\s*\n\s*(.+)`)
+	// stepAtRE and frameRE read ginkgo's progress report: the step the
+	// spec was in and the first highlighted (">") frame of its goroutine.
+	stepAtRE = regexp.MustCompile(`At \[By Step\] (.+?) \(Step Runtime`)
+	frameRE  = regexp.MustCompile(`(?m)^\s*> ([\w./-]+?)\(`)
 	// tagRE is the state tag ginkgo puts before a failure's text.
 	tagRE  = regexp.MustCompile(`^\[(FAILED|TIMEDOUT|INTERRUPTED|PANICKED|ABORTED)\] `)
-	stepRE = regexp.MustCompile(`STEP: (.*?)(?: @ \d\d/\d\d/\d\d [0-9:.]+)?\s*$`)
+	stepRE = regexp.MustCompile(`STEP: (.*?)(?: - \S+:\d+)?(?: @ \d\d/\d\d/\d\d [0-9:.]+)?\s*$`)
 )
 
 // SIGOf returns the SIG of a spec's full text: "node" for
@@ -166,10 +173,24 @@ func reason(state string, m *junitMessage, systemErr string) string {
 	msg = OneLine(tagRE.ReplaceAllString(strings.TrimSpace(msg), ""))
 	switch state {
 	case "timedout", "interrupted":
-		if step := lastStep(systemErr + "\n" + m.Body); step != "" {
-			msg = state + " in step: " + step
-		} else if msg == "" {
-			msg = state
+		// Where the test was when time ran out: the failure it recorded
+		// on the way out, else the step and the innermost test frame of
+		// ginkgo's progress report, else the last step it logged.
+		body := m.Body + "\n" + systemErr
+		switch mm, step, frame := recordedRE.FindStringSubmatch(body), stepAtRE.FindStringSubmatch(body), frameRE.FindStringSubmatch(body); {
+		case mm != nil:
+			msg = state + ": " + OneLine(mm[1])
+		case step != nil && frame != nil:
+			msg = state + " in step: " + OneLine(step[1]) + " (in " + frame[1] + ")"
+		case step != nil:
+			msg = state + " in step: " + OneLine(step[1])
+		default:
+			before, _, _ := strings.Cut(systemErr, "["+strings.ToUpper(state)+"]")
+			if s := lastStep(before); s != "" {
+				msg = state + " in step: " + s
+			} else if msg == "" {
+				msg = state
+			}
 		}
 	}
 	return truncate(msg, MaxReason)

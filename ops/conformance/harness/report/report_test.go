@@ -168,3 +168,49 @@ func TestWriteJUnitRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// timedOut is the failure body ginkgo writes when --ginkgo.timeout ends a
+// spec (shortened from a real run): the progress report, then the failure
+// the node recorded on its way out.
+const timedOut = `<testsuites><testsuite name="s">
+<testcase name="[It] [sig-node] Pods should get a host IP [NodeConformance] [Conformance]" status="timedout" time="90">
+<failure message="A suite timeout occurred" type="timedout">[TIMEDOUT] A suite timeout occurred
+In [BeforeEach] at: set up framework | framework.go:200 @ 12/06/26 02:16:17.649
+
+This is the Progress Report generated when the suite timeout occurred:
+  [sig-node] Pods should get a host IP [NodeConformance] [Conformance] (Spec Runtime: 1m29.641s)
+    In [BeforeEach] (Node Runtime: 1m29.641s)
+      At [By Step] Building a namespace api object, basename pods (Step Runtime: 1m29.641s)
+
+      Spec Goroutine
+      goroutine 127 [select]
+        k8s.io/client-go/tools/watch.UntilWithoutRetry({0x51b0e90, 0x22cb3496ee70})
+      > k8s.io/kubernetes/test/e2e/framework.waitForServiceAccountInNamespace({0x7f2da2e261d8, 0x22cb382300c0}, 0x1bf08eb000)
+      > k8s.io/kubernetes/test/e2e/framework.CreateTestingNS({0x7f2da2e261d8, 0x22cb382300c0})
+%s</failure>
+<system-err>STEP: Building a namespace api object, basename pods @ 12/06/26 02:14:48.008
+[TIMEDOUT] in [BeforeEach] - set up framework | framework.go:200 @ 12/06/26 02:16:17.649
+STEP: Destroying namespace "pods-7521" for this suite. - /x/framework.go:360 @ 12/06/26 02:16:17.667
+</system-err>
+</testcase></testsuite></testsuites>`
+
+func TestTimedOutReason(t *testing.T) {
+	recorded := `
+[FAILED] A suite timeout occurred and then the following failure was recorded in the timedout node before it exited:
+wait for service account "default" in namespace "pods-7521": timed out waiting for the condition
+In [BeforeEach] at: framework.go:263`
+	for _, c := range []struct{ name, tail, want string }{
+		{"failure recorded on the way out", recorded, `timedout: wait for service account "default" in namespace "pods-7521": timed out waiting for the condition`},
+		{"progress report only", "", `timedout in step: Building a namespace api object, basename pods (in k8s.io/kubernetes/test/e2e/framework.waitForServiceAccountInNamespace)`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rs, err := report.ParseJUnit(strings.NewReader(strings.Replace(timedOut, "%s", c.tail, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rs[0].Reason != c.want {
+				t.Errorf("reason\n got %q\nwant %q", rs[0].Reason, c.want)
+			}
+		})
+	}
+}
