@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -268,8 +269,8 @@ var unsafeRE = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 // fileName is a short file name for a test's log and report.
 func fileName(name string) string {
 	s := strings.Trim(unsafeRE.ReplaceAllString(name, "_"), "_")
-	if len(s) > 150 {
-		s = s[:150]
+	if len(s) > 150 { // keep long names apart by a hash of the whole
+		s = fmt.Sprintf("%s-%x", s[:140], sha256.Sum256([]byte(name)))[:150]
 	}
 	return s
 }
@@ -362,8 +363,29 @@ func resultOf(name, junit, logf string, elapsed time.Duration, waitErr error) re
 	}
 	res.State = report.NoReport
 	b, _ := os.ReadFile(logf)
-	res.Reason = report.OneLine(fmt.Sprintf("no report (%v): %s", waitErr, tail(b, 1)))
+	res.Reason = noReportReason(string(b), waitErr)
 	return res
+}
+
+var (
+	ansiRE = regexp.MustCompile("\x1b\\[[0-9;]*m")
+	// klogRE is a klog line: "I1206 02:20:58.037 21418 chunking.go:66] msg".
+	klogRE = regexp.MustCompile(`(?m)^\s*[IWEF]\d{4} [0-9:.]+\s+\d+ [\w.-]+:\d+\] (.+)$`)
+)
+
+// noReportReason explains a test process that wrote no report from its
+// log: a panic outside ginkgo's reach (an assertion in a goroutine of
+// the test) is named with the last thing the test logged before it.
+func noReportReason(log string, waitErr error) string {
+	log = ansiRE.ReplaceAllString(log, "")
+	if i := strings.Index(log, "Observed a panic"); i >= 0 {
+		for _, m := range slices.Backward(klogRE.FindAllStringSubmatch(log[:i], -1)) {
+			if msg := strings.TrimSpace(m[1]); len(msg) > 2 {
+				return report.OneLine(fmt.Sprintf("panicked outside ginkgo (%v) after: %s", waitErr, msg))
+			}
+		}
+	}
+	return report.OneLine(fmt.Sprintf("no report (%v): %s", waitErr, tail([]byte(log), 1)))
 }
 
 // tail returns the last n non-empty lines of b.
