@@ -93,6 +93,12 @@ func runRun(ctx context.Context, args []string) error {
 		}
 	}
 	start := time.Now()
+	// Nothing of an earlier run may pass for this one's.
+	for _, f := range []string{"results.txt", "causes.txt", "junit.xml", "specs.xml", "repo-list.yaml"} {
+		if err := os.Remove(filepath.Join(o.out, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
 	for _, d := range []string{"logs", "junit"} {
 		if err := os.RemoveAll(filepath.Join(o.out, d)); err != nil {
 			return err

@@ -145,6 +145,9 @@ var (
 	// spec was in and the first highlighted (">") frame of its goroutine.
 	stepAtRE = regexp.MustCompile(`At \[By Step\] (.+?) \(Step Runtime`)
 	frameRE  = regexp.MustCompile(`(?m)^\s*> ([\w./-]+?)\(`)
+	// additionalRE is the last failed assertion of a polling wait, which
+	// ginkgo's progress report carries.
+	additionalRE = regexp.MustCompile(`(?s)Begin Additional Progress Reports >>\s*\n(.*?)<< End Additional Progress Reports`)
 	// tagRE is the state tag ginkgo puts before a failure's text.
 	tagRE  = regexp.MustCompile(`^\[(FAILED|TIMEDOUT|INTERRUPTED|PANICKED|ABORTED)\] `)
 	stepRE = regexp.MustCompile(`STEP: (.*?)(?: - \S+:\d+)?(?: @ \d\d/\d\d/\d\d [0-9:.]+)?\s*$`)
@@ -160,7 +163,7 @@ func SIGOf(name string) string {
 }
 
 // MaxReason bounds a reason's length in runes.
-const MaxReason = 240
+const MaxReason = 400
 
 // reason is the failure's first line: the failure message collapsed onto
 // one line ("Expected <int>: 0 to equal <int>: 1"), or for a spec that
@@ -173,27 +176,104 @@ func reason(state string, m *junitMessage, systemErr string) string {
 	msg = OneLine(tagRE.ReplaceAllString(strings.TrimSpace(msg), ""))
 	switch state {
 	case "timedout", "interrupted":
-		// Where the test was when time ran out: the failure it recorded
-		// on the way out, else the step and the innermost test frame of
-		// ginkgo's progress report, else the last step it logged.
-		body := m.Body + "\n" + systemErr
-		switch mm, step, frame := recordedRE.FindStringSubmatch(body), stepAtRE.FindStringSubmatch(body), frameRE.FindStringSubmatch(body); {
-		case mm != nil:
-			msg = state + ": " + OneLine(mm[1])
-		case step != nil && frame != nil:
-			msg = state + " in step: " + OneLine(step[1]) + " (in " + frame[1] + ")"
-		case step != nil:
-			msg = state + " in step: " + OneLine(step[1])
-		default:
-			before, _, _ := strings.Cut(systemErr, "["+strings.ToUpper(state)+"]")
-			if s := lastStep(before); s != "" {
-				msg = state + " in step: " + s
-			} else if msg == "" {
-				msg = state
-			}
-		}
+		msg = outOfTime(state, msg, m.Body, systemErr)
 	}
 	return truncate(msg, MaxReason)
+}
+
+// outOfTime says where a test was when it ran out of time: the failure
+// it recorded on its way out, unless that only says its context ended;
+// else the step of ginkgo's progress report, with the last failed
+// assertion the report carries (a pod's state when it was a pod's) or the
+// innermost test frame; else the last step it logged.
+func outOfTime(state, msg, body, systemErr string) string {
+	if mm := recordedRE.FindStringSubmatch(body); mm != nil {
+		rec := OneLine(mm[1])
+		if !strings.Contains(rec, "context canceled") && !strings.Contains(rec, "Context was cancelled") {
+			return state + ": " + rec
+		}
+	}
+	step := stepAtRE.FindStringSubmatch(body)
+	if step == nil {
+		before, _, _ := strings.Cut(systemErr, "["+strings.ToUpper(state)+"]")
+		if s := lastStep(before); s != "" {
+			return state + " in step: " + s
+		}
+		if msg != "" {
+			return state + ": " + msg
+		}
+		return state
+	}
+	msg = state + " in step: " + OneLine(step[1])
+	if add := additionalRE.FindStringSubmatch(body); add != nil {
+		first, _, _ := strings.Cut(strings.TrimSpace(add[1]), "\n")
+		if ps := podState(add[1]); ps != "" {
+			return msg + ": " + OneLine(first) + " " + ps
+		}
+		return msg + ": " + truncate(OneLine(add[1]), 120)
+	}
+	if frame := frameRE.FindStringSubmatch(body); frame != nil {
+		msg += " (in " + frame[1] + ")"
+	}
+	return msg
+}
+
+// podState reads a pod dumped as YAML (gomega's format of a *v1.Pod): its
+// phase and the first container state that is waiting, or terminated
+// other than Completed, with reason and message.
+func podState(dump string) string {
+	lines := strings.Split(dump, "\n")
+	st := -1
+	for i, l := range lines {
+		if strings.TrimSpace(l) == "status:" {
+			st = i
+		}
+	}
+	if st < 0 {
+		return ""
+	}
+	phase, state := "", ""
+	indent := func(l string) int { return len(l) - len(strings.TrimLeft(l, " ")) }
+	for i := st + 1; i < len(lines); i++ {
+		t := strings.TrimSpace(lines[i])
+		if v, ok := strings.CutPrefix(t, "phase: "); ok && indent(lines[i]) == indent(lines[st])+2 {
+			phase = v
+		}
+		if state != "" || (t != "waiting:" && t != "terminated:") {
+			continue
+		}
+		var reason, message []string
+		var cur *[]string
+		for j := i + 1; j < len(lines) && indent(lines[j]) > indent(lines[i]); j++ {
+			u := strings.TrimSpace(lines[j])
+			switch {
+			case strings.HasPrefix(u, "reason: "):
+				reason, cur = []string{strings.TrimPrefix(u, "reason: ")}, &reason
+			case strings.HasPrefix(u, "message: "):
+				message, cur = []string{strings.TrimPrefix(u, "message: ")}, &message
+			case indent(lines[j]) > indent(lines[i])+2 && cur != nil:
+				*cur = append(*cur, u) // a folded value's next line
+			default:
+				cur = nil
+			}
+		}
+		r := strings.Join(reason, " ")
+		if t == "terminated:" && r == "Completed" {
+			continue
+		}
+		state = strings.TrimSuffix(t, ":") + " " + r
+		if len(message) > 0 {
+			state += ": " + strings.Trim(strings.Join(message, " "), "'\"")
+		}
+	}
+	out := ""
+	if phase != "" {
+		out = "(pod " + phase + ")"
+	}
+	if state != "" {
+		out += " container " + state
+	}
+	return strings.TrimSpace(out)
 }
 
 // lastStep returns the text of the last "STEP:" line of a timeline.

@@ -53,7 +53,7 @@ func TestParseJUnit(t *testing.T) {
 		{Name: "[sig-network] DNS should provide DNS for pods for Subdomain [Conformance]", SIG: "network", State: "skipped", Duration: 100 * time.Millisecond,
 			Reason: "skipped - Requires at least 2 nodes"},
 		{Name: "[sig-apps] Job should run a job to completion [Conformance]", SIG: "apps", State: "timedout", Duration: 15 * time.Second,
-			Reason: "A node timeout occurred"},
+			Reason: "timedout: A node timeout occurred"},
 	}
 	if len(rs) != len(want) {
 		t.Fatalf("got %d results, want %d: %+v", len(rs), len(want), rs)
@@ -212,5 +212,48 @@ In [BeforeEach] at: framework.go:263`
 				t.Errorf("reason\n got %q\nwant %q", rs[0].Reason, c.want)
 			}
 		})
+	}
+}
+
+// podDump is the progress report of a test whose pod never started
+// (shortened from a real run).
+const podDump = `<testsuites><testsuite name="s">
+<testcase name="[It] [sig-node] ConfigMap should be consumable via the environment [NodeConformance] [Conformance]" status="timedout" time="300">
+<failure message="A suite timeout occurred" type="timedout">[TIMEDOUT] A suite timeout occurred
+      At [By Step] Creating a pod to test consume configMaps (Step Runtime: 4m58.534s)
+
+      Begin Additional Progress Reports &gt;&gt;
+        expected pod to be Succeeded or Failed, got instead:
+            &lt;*v1.Pod | 0x18711c4f1b08&gt;:
+                metadata:
+                  name: pod-configmaps-4588c2f8
+                status:
+                  containerStatuses:
+                  - image: 127.0.0.1:23231/e2e-test-images/busybox:1.37.0-1
+                    lastState: {}
+                    name: env-test
+                    state:
+                      waiting:
+                        message: 'get configmap configmap-3533/configmap-test-e8912c55:
+                          raftstore: reader "node-linux-node-1" may not read "/registry/configmaps/configmap-3533/configmap-test-e8912c55"'
+                        reason: CreateContainerConfigError
+                  hostIP: 127.0.0.1
+                  phase: Pending
+      &lt;&lt; End Additional Progress Reports
+
+[FAILED] A suite timeout occurred and then the following failure was recorded in the timedout node before it exited:
+Failed to delete pod "pod-configmaps-4588c2f8": client rate limiter Wait returned an error: context canceled
+In [It] at: pod_client.go:235
+</failure>
+</testcase></testsuite></testsuites>`
+
+func TestTimedOutPodState(t *testing.T) {
+	rs, err := report.ParseJUnit(strings.NewReader(podDump))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `timedout in step: Creating a pod to test consume configMaps: expected pod to be Succeeded or Failed, got instead: (pod Pending) container waiting CreateContainerConfigError: get configmap configmap-3533/configmap-test-e8912c55: raftstore: reader "node-linux-node-1" may not read "/registry/configmaps/configmap-3533/configmap-test-e8912c55"`
+	if rs[0].Reason != want {
+		t.Errorf("reason\n got %q\nwant %q", rs[0].Reason, want)
 	}
 }
