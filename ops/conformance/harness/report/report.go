@@ -263,7 +263,7 @@ func podState(dump string) string {
 		}
 		state = strings.TrimSuffix(t, ":") + " " + r
 		if len(message) > 0 {
-			state += ": " + strings.Trim(strings.Join(message, " "), "'\"")
+			state += ": " + unquote(strings.Join(message, " "))
 		}
 	}
 	out := ""
@@ -274,6 +274,14 @@ func podState(dump string) string {
 		out += " container " + state
 	}
 	return strings.TrimSpace(out)
+}
+
+// unquote removes the quotes of a YAML-quoted scalar.
+func unquote(s string) string {
+	if len(s) >= 2 && (s[0] == '\'' || s[0] == '"') && s[len(s)-1] == s[0] {
+		return s[1 : len(s)-1]
+	}
+	return s
 }
 
 // lastStep returns the text of the last "STEP:" line of a timeline.
