@@ -124,18 +124,22 @@ func TestCausesGroupNormalisedReasons(t *testing.T) {
 		{Name: "[sig-node] a", State: "failed", Reason: `pods "pod-ab1cd" is forbidden: seLinuxOptions not supported`},
 		{Name: "[sig-node] b", State: "failed", Reason: `pods "pod-xy9zq" is forbidden: seLinuxOptions not supported`},
 		{Name: "[sig-apps] c", State: "failed", Reason: `timed out after 300s waiting for 10.0.0.3:80`},
+		{Name: "[sig-apps] f", State: "failed", Reason: `the server could not find the requested resource (/apis/apps/v1/namespaces/job-42/jobs.k8s.io) at 0x1f2e`},
 		{Name: "[sig-apps] d", State: "passed"},
 		{Name: "[sig-apps] e", State: "skipped", Reason: "skipped - needs 2 nodes"},
 	}
 	cs := report.Causes(rs)
-	if len(cs) != 2 {
-		t.Fatalf("got %d causes, want 2: %+v", len(cs), cs)
+	if len(cs) != 3 {
+		t.Fatalf("got %d causes, want 3: %+v", len(cs), cs)
 	}
 	if cs[0].Pattern != `pods "pod-X" is forbidden: seLinuxOptions not supported` || len(cs[0].Tests) != 2 {
 		t.Errorf("first cause %+v", cs[0])
 	}
-	if cs[1].Pattern != `timed out after D waiting for IP` {
+	if cs[1].Pattern != `the server could not find the requested resource (/apis/apps/v1/namespaces/NS/jobs.k8s.io) at 0xX` {
 		t.Errorf("second cause %+v", cs[1])
+	}
+	if cs[2].Pattern != `timed out after D waiting for IP` {
+		t.Errorf("third cause %+v", cs[2])
 	}
 	var b bytes.Buffer
 	if err := report.WriteCauses(&b, cs); err != nil {

@@ -112,8 +112,11 @@ var normalisers = []struct {
 	{regexp.MustCompile(`\b\d{4}-\d\d-\d\d[ T][0-9:.]+( [+-]\d{4} \w+)?( m=[+-][0-9.]+)?`), "TIME"},
 	// generated names: "pod-xyz12", "e2e-test-configmap-abcde"
 	{regexp.MustCompile(`-[a-z0-9]{5}\b`), "-X"},
-	{regexp.MustCompile(`\d+(\.\d+)?(ns|µs|ms|s|m|h)\b`), "D"},
-	{regexp.MustCompile(`\d+`), "N"},
+	{regexp.MustCompile(`/namespaces/[a-z0-9.-]+/`), "/namespaces/NS/"},
+	{regexp.MustCompile(`\b0x[0-9a-f]+\b`), "0xX"},
+	// durations and numbers standing alone: not the 1 of v1 or the 8 of k8s
+	{regexp.MustCompile(`\b\d+(\.\d+)?(ns|µs|ms|s|m|h)\b`), "D"},
+	{regexp.MustCompile(`\b\d+\b`), "N"},
 }
 
 // Normalise returns the part of a reason that is the same across tests:
