@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -93,6 +94,7 @@ func runRun(ctx context.Context, args []string) error {
 		}
 	}
 	start := time.Now()
+	prev := previousDurations(filepath.Join(o.out, "junit.xml"))
 	// Nothing of an earlier run may pass for this one's.
 	for _, f := range []string{"results.txt", "causes.txt", "junit.xml", "specs.xml", "repo-list.yaml"} {
 		if err := os.Remove(filepath.Join(o.out, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -146,6 +148,8 @@ func runRun(ctx context.Context, args []string) error {
 			parallel = append(parallel, s)
 		}
 	}
+	longestFirst(parallel, prev)
+	longestFirst(serial, prev)
 	fmt.Printf("conformance: %d tests (%d [Serial], run alone at the end), %d at a time, %s each at most; logs in %s\n",
 		len(specs), len(serial), o.procs, o.timeout, filepath.Join(o.out, "logs"))
 
@@ -168,6 +172,50 @@ func runRun(ctx context.Context, args []string) error {
 		fmt.Println("conformance: interrupted; reporting the tests that finished")
 	}
 	return r.finish(time.Since(start))
+}
+
+// previousDurations reads each test's run time from an earlier run's
+// JUnit report; none when there is none.
+func previousDurations(junit string) map[string]time.Duration {
+	f, err := os.Open(junit)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	rs, err := report.ParseJUnit(f)
+	if err != nil {
+		return nil
+	}
+	d := make(map[string]time.Duration, len(rs))
+	for _, r := range rs {
+		d[r.Name] = r.Duration
+	}
+	return d
+}
+
+// longestFirst orders names so that the longest tests start first, which
+// shortens the run's tail: by an earlier run's durations, tests it did not
+// run first, and among equals [Slow] tests first, then by name.
+func longestFirst(names []string, prev map[string]time.Duration) {
+	key := func(n string) time.Duration {
+		d, ok := prev[n]
+		if !ok {
+			d = 1 << 62
+		}
+		return d
+	}
+	slices.SortStableFunc(names, func(a, b string) int {
+		if c := cmp.Compare(key(b), key(a)); c != 0 {
+			return c
+		}
+		if sa, sb := strings.Contains(a, "[Slow]"), strings.Contains(b, "[Slow]"); sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
 }
 
 // listSpecs returns the full names of the tests that --focus and --skip

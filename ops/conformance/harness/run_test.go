@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestNoReportReason(t *testing.T) {
@@ -30,5 +32,15 @@ func TestFocusAnchorsOneSpec(t *testing.T) {
 	long1, long2 := fileName(strings.Repeat("x", 400)+"1"), fileName(strings.Repeat("x", 400)+"2")
 	if len(long1) > 150 || long1 == long2 {
 		t.Errorf("long names %q and %q", long1, long2)
+	}
+}
+
+func TestLongestFirst(t *testing.T) {
+	names := []string{"a", "b [Slow]", "c", "d", "e"}
+	prev := map[string]time.Duration{"a": time.Second, "c": time.Minute, "d": time.Second}
+	longestFirst(names, prev)
+	want := []string{"b [Slow]", "e", "c", "a", "d"}
+	if !slices.Equal(names, want) {
+		t.Errorf("got %q, want %q", names, want)
 	}
 }
