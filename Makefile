@@ -166,7 +166,8 @@ bench-store:
 ## conformance: the upstream Kubernetes e2e suite's [Conformance] tests
 ## (k8s.io/kubernetes v1.34.4, ops/conformance) against a fresh
 ## `podflow up --runtime $(RUNTIME)`, one test per process, $(PROCS) at a
-## time, each interrupted after $(CONFORMANCE_TIMEOUT); the table, causes
+## time, each interrupted after $(CONFORMANCE_TIMEOUT) ([Slow] ones after
+## $(CONFORMANCE_SLOW_TIMEOUT)); the table, causes
 ## and JUnit XML go to _output/conformance/. FOCUS/SKIP select tests:
 ##   make conformance FOCUS='\[sig-apps\]'
 ##   make conformance RUNTIME=sim FOCUS='\[sig-api-machinery\].*\[Conformance\]'
@@ -179,12 +180,13 @@ SKIP ?=
 RUNTIME ?= linux
 PROCS ?= 4
 CONFORMANCE_TIMEOUT ?= 5m
+CONFORMANCE_SLOW_TIMEOUT ?= 15m
 .PHONY: conformance conformance-tools conformance-check conformance-deps-os
 conformance: build httpserver deps-os conformance-deps-os conformance-tools
 	$(CONFORMANCE)/harness run --podflow $(BIN)/podflow --runtime $(RUNTIME) --out $(CURDIR)/_output/conformance \
 		--suite $(CONFORMANCE)/e2e.test --kubectl $(CONFORMANCE)/kubectl --agnhost $(CONFORMANCE)/agnhost \
 		--busybox $(CONFORMANCE)/busybox --k8s-dir "$$(cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
-		--focus '$(FOCUS)' --skip '$(SKIP)' --procs $(PROCS) --timeout $(CONFORMANCE_TIMEOUT)
+		--focus '$(FOCUS)' --skip '$(SKIP)' --procs $(PROCS) --timeout $(CONFORMANCE_TIMEOUT) --slow-timeout $(CONFORMANCE_SLOW_TIMEOUT)
 
 ## conformance-tools: the suite, kubectl and agnhost of the suite's release,
 ## Debian's busybox and the harness, cached in .tools/conformance/.

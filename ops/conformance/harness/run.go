@@ -38,6 +38,7 @@ type runOptions struct {
 	skip      string
 	procs     int
 	timeout   time.Duration
+	slow      time.Duration
 	grace     time.Duration
 	upTimeout time.Duration
 	// kubeconfig and registry run against a cluster already running
@@ -62,6 +63,7 @@ func runRun(ctx context.Context, args []string) error {
 	fs.StringVar(&o.skip, "skip", "", "ginkgo skip: a regular expression over the tests' full names")
 	fs.IntVar(&o.procs, "procs", 4, "tests run at once ([Serial] tests run alone, after the others)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "per-test timeout (the suite's own setup included); ginkgo interrupts the test then and runs its cleanup")
+	fs.DurationVar(&o.slow, "slow-timeout", 15*time.Minute, "per-test timeout of [Slow] tests (the suite's tag for tests that take more than 5 minutes)")
 	fs.DurationVar(&o.grace, "grace", 30*time.Second, "time a timed-out test's cleanup has before its process is killed")
 	fs.DurationVar(&o.upTimeout, "up-timeout", 5*time.Minute, "time podflow has to start")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "run against this running cluster instead of starting podflow")
@@ -75,8 +77,8 @@ func runRun(ctx context.Context, args []string) error {
 	if o.runtime != "linux" && o.runtime != "sim" {
 		return fmt.Errorf("run: --runtime %q: want linux or sim", o.runtime)
 	}
-	if o.procs < 1 || o.timeout <= 0 {
-		return errors.New("run: --procs must be at least 1 and --timeout positive")
+	if o.procs < 1 || o.timeout <= 0 || o.slow <= 0 {
+		return errors.New("run: --procs must be at least 1, --timeout and --slow-timeout positive")
 	}
 	if o.dataDir == "" {
 		o.dataDir = filepath.Join(o.out, "podflow")
@@ -150,8 +152,8 @@ func runRun(ctx context.Context, args []string) error {
 	}
 	longestFirst(parallel, prev)
 	longestFirst(serial, prev)
-	fmt.Printf("conformance: %d tests (%d [Serial], run alone at the end), %d at a time, %s each at most; logs in %s\n",
-		len(specs), len(serial), o.procs, o.timeout, filepath.Join(o.out, "logs"))
+	fmt.Printf("conformance: %d tests (%d [Serial], run alone at the end), %d at a time, %s each at most ([Slow] %s); logs in %s\n",
+		len(specs), len(serial), o.procs, o.timeout, o.slow, filepath.Join(o.out, "logs"))
 
 	// A failure of the e2e framework's own setup fails every test the
 	// same way: the run stops at the first and says why.
@@ -333,6 +335,10 @@ func fileName(name string) string {
 // interrupts it at the timeout and runs its cleanup; the process is
 // killed if it is still there after the grace period.
 func (r *runner) runOne(ctx context.Context, name string) report.Result {
+	timeout := r.o.timeout
+	if strings.Contains(name, "[Slow]") {
+		timeout = r.o.slow
+	}
 	base := fileName(name)
 	junit := filepath.Join(r.o.out, "junit", base+".xml")
 	logf := filepath.Join(r.o.out, "logs", base+".log")
@@ -340,7 +346,7 @@ func (r *runner) runOne(ctx context.Context, name string) report.Result {
 		"--kubeconfig=" + r.kubeconfig,
 		"--kubectl-path=" + r.o.kubectl,
 		"--ginkgo.focus=^" + regexp.QuoteMeta(suiteDescription+" "+name) + "$",
-		"--ginkgo.timeout=" + r.o.timeout.String(),
+		"--ginkgo.timeout=" + timeout.String(),
 		"--ginkgo.grace-period=" + r.o.grace.String(),
 		"--ginkgo.no-color",
 		"--ginkgo.v",
@@ -364,7 +370,7 @@ func (r *runner) runOne(ctx context.Context, name string) report.Result {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	hard := time.NewTimer(r.o.timeout + r.o.grace + time.Minute)
+	hard := time.NewTimer(timeout + r.o.grace + time.Minute)
 	defer hard.Stop()
 	var waitErr error
 	select {
