@@ -175,6 +175,12 @@ bench-store:
 CONFORMANCE := $(TOOLS)/conformance
 CONFORMANCE_MOD := ops/conformance
 CONFORMANCE_GOSUM := $(CONFORMANCE_MOD)/go.mod $(CONFORMANCE_MOD)/go.sum
+# The release of the suite (ops/conformance/go.mod); stamped into e2e.test and
+# kubectl as Kubernetes' own build does (hack/lib/version.sh): kubectl's
+# version tests parse it.
+CONFORMANCE_K8S_VERSION := $(shell sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\)$$|\1|p' $(CONFORMANCE_MOD)/go.mod)
+CONFORMANCE_K8S_MM := $(subst ., ,$(patsubst v%,%,$(CONFORMANCE_K8S_VERSION)))
+CONFORMANCE_LDFLAGS := $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-base/version,-X $(p).gitVersion=$(CONFORMANCE_K8S_VERSION) -X $(p).gitMajor=$(word 1,$(CONFORMANCE_K8S_MM)) -X $(p).gitMinor=$(word 2,$(CONFORMANCE_K8S_MM)))
 FOCUS ?= \[Conformance\]
 SKIP ?=
 RUNTIME ?= linux
@@ -191,13 +197,14 @@ conformance: build httpserver deps-os conformance-deps-os conformance-tools
 ## conformance-tools: the suite, kubectl and agnhost of the suite's release,
 ## Debian's busybox and the harness, cached in .tools/conformance/.
 conformance-tools: $(CONFORMANCE)/e2e.test $(CONFORMANCE)/kubectl $(CONFORMANCE)/agnhost $(CONFORMANCE)/busybox
-	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) build -o $(CONFORMANCE)/harness .
-$(CONFORMANCE)/e2e.test: $(CONFORMANCE_GOSUM) $(wildcard $(CONFORMANCE_MOD)/suite/*.go)
-	cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) test -c -vet=off -o $@ ./suite
-$(CONFORMANCE)/kubectl: $(CONFORMANCE_GOSUM)
-	cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) build -o $@ k8s.io/kubernetes/cmd/kubectl
+	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) build -o $(CONFORMANCE)/harness.new . && mv $(CONFORMANCE)/harness.new $(CONFORMANCE)/harness
+# Each is written beside and renamed into place: a running test keeps its binary.
+$(CONFORMANCE)/e2e.test: $(CONFORMANCE_GOSUM) $(wildcard $(CONFORMANCE_MOD)/suite/*.go) Makefile
+	cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) test -c -vet=off -ldflags '$(CONFORMANCE_LDFLAGS)' -o $@.new ./suite && mv $@.new $@
+$(CONFORMANCE)/kubectl: $(CONFORMANCE_GOSUM) Makefile
+	cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) build -ldflags '$(CONFORMANCE_LDFLAGS)' -o $@.new k8s.io/kubernetes/cmd/kubectl && mv $@.new $@
 $(CONFORMANCE)/agnhost: $(CONFORMANCE_GOSUM)
-	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@ k8s.io/kubernetes/test/images/agnhost
+	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/kubernetes/test/images/agnhost && mv $@.new $@
 # Debian's busybox (dynamically linked: busybox-static's wget crashes in a
 # container), unpacked from its package without installing it.
 $(CONFORMANCE)/busybox:
