@@ -191,12 +191,12 @@ CONFORMANCE_SLOW_TIMEOUT ?= 15m
 conformance: build httpserver deps-os conformance-deps-os conformance-tools
 	$(CONFORMANCE)/harness run --podflow $(BIN)/podflow --runtime $(RUNTIME) --out $(CURDIR)/_output/conformance \
 		--suite $(CONFORMANCE)/e2e.test --kubectl $(CONFORMANCE)/kubectl --agnhost $(CONFORMANCE)/agnhost \
-		--busybox $(CONFORMANCE)/busybox --k8s-dir "$$(cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
+		--nnp $(CONFORMANCE)/nnp --busybox $(CONFORMANCE)/busybox --k8s-dir "$$(cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
 		--focus '$(FOCUS)' --skip '$(SKIP)' --procs $(PROCS) --timeout $(CONFORMANCE_TIMEOUT) --slow-timeout $(CONFORMANCE_SLOW_TIMEOUT)
 
 ## conformance-tools: the suite, kubectl and agnhost of the suite's release,
 ## Debian's busybox and the harness, cached in .tools/conformance/.
-conformance-tools: $(CONFORMANCE)/e2e.test $(CONFORMANCE)/kubectl $(CONFORMANCE)/agnhost $(CONFORMANCE)/busybox
+conformance-tools: $(CONFORMANCE)/e2e.test $(CONFORMANCE)/kubectl $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp $(CONFORMANCE)/busybox
 	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) build -o $(CONFORMANCE)/harness.new . && mv $(CONFORMANCE)/harness.new $(CONFORMANCE)/harness
 # Each is written beside and renamed into place: a running test keeps its binary.
 $(CONFORMANCE)/e2e.test: $(CONFORMANCE_GOSUM) $(wildcard $(CONFORMANCE_MOD)/suite/*.go) Makefile
@@ -205,6 +205,8 @@ $(CONFORMANCE)/kubectl: $(CONFORMANCE_GOSUM) Makefile
 	cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) build -ldflags '$(CONFORMANCE_LDFLAGS)' -o $@.new k8s.io/kubernetes/cmd/kubectl && mv $@.new $@
 $(CONFORMANCE)/agnhost: $(CONFORMANCE_GOSUM)
 	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/kubernetes/test/images/agnhost && mv $@.new $@
+$(CONFORMANCE)/nnp: $(CONFORMANCE_GOSUM)
+	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/kubernetes/test/images/nonewprivs && mv $@.new $@
 # Debian's busybox (dynamically linked: busybox-static's wget crashes in a
 # container), unpacked from its package without installing it.
 $(CONFORMANCE)/busybox:
@@ -219,6 +221,10 @@ conformance-deps-os:
 	@command -v nc.openbsd >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq netcat-openbsd; }
 	@command -v curl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl; }
 
-## conformance-check: the harness's own tests (the JUnit parser, the table).
-conformance-check:
-	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -count=1 ./...
+## conformance-check: the harness's own tests: the JUnit parser and table,
+## and the e2e images' programs run in a chroot of each image (root).
+conformance-check: conformance-deps-os $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp $(CONFORMANCE)/busybox
+	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) vet ./... && \
+		CONFORMANCE_AGNHOST=$(CONFORMANCE)/agnhost CONFORMANCE_NNP=$(CONFORMANCE)/nnp CONFORMANCE_BUSYBOX=$(CONFORMANCE)/busybox \
+		CONFORMANCE_K8S_DIR="$$(cd $(CURDIR)/$(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
+		GOWORK=off $(GO) test -count=1 ./...

@@ -22,6 +22,7 @@ import (
 // imageInputs are what the e2e images are assembled from.
 type imageInputs struct {
 	agnhost string // static agnhost, built from k8s.io/kubernetes/test/images/agnhost
+	nnp     string // static nnp, built from k8s.io/kubernetes/test/images/nonewprivs
 	busybox string // Debian's busybox (the dynamically linked build)
 	k8sDir  string // k8s.io/kubernetes module directory: test/images data files
 	// hostTools are host programs copied with their shared libraries into
@@ -46,6 +47,10 @@ func e2eImages(ctx context.Context, in imageInputs) (map[string]v1.Image, error)
 	agn, err := os.ReadFile(in.agnhost)
 	if err != nil {
 		return nil, fmt.Errorf("agnhost binary: %w", err)
+	}
+	nnp, err := os.ReadFile(in.nnp)
+	if err != nil {
+		return nil, fmt.Errorf("nnp binary: %w", err)
 	}
 	read := func(rel string) []byte {
 		if err != nil {
@@ -114,6 +119,8 @@ func e2eImages(ctx context.Context, in imageInputs) (map[string]v1.Image, error)
 		"busybox": busybox,
 		"kitten": append(slices.Clone(agnhost),
 			imagebuild.File("kitten.jpg", 0o644, kitten), imagebuild.File("data.json", 0o644, kittenJSON)),
+		// nonewprivs: upstream's nnp, setuid root, over busybox.
+		"nonewprivs": append(slices.Clone(busybox), imagebuild.File("usr/local/bin/nnp", 0o4755, nnp)),
 		"nautilus": append(slices.Clone(agnhost),
 			imagebuild.File("nautilus.jpg", 0o644, nautilus), imagebuild.File("data.json", 0o644, nautilusJSON)),
 	}
@@ -131,6 +138,7 @@ func e2eImages(ctx context.Context, in imageInputs) (map[string]v1.Image, error)
 		"e2e-test-images/agnhost:2.56":     {rootfs: "agnhost", entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}},
 		"e2e-test-images/busybox:1.37.0-1": bbox,
 		"e2e-test-images/nonroot:1.4":      {rootfs: "busybox", cmd: []string{"sh"}, user: "1234"},
+		"e2e-test-images/nonewprivs:1.3":   {rootfs: "nonewprivs", cmd: []string{"nnp"}},
 		"e2e-test-images/httpd:2.4.38-4":   web,
 		"e2e-test-images/httpd:2.4.39-4":   web,
 		"e2e-test-images/nginx:1.14-4":     web,
@@ -260,14 +268,15 @@ func runImages(ctx context.Context, args []string) error {
 	registryFile := fs.String("registry-file", "", "read the registry address from this file (DATA/registry.addr of podflow up)")
 	fs.StringVar(&in.agnhost, "agnhost", "", "static agnhost binary (required)")
 	fs.StringVar(&in.busybox, "busybox", "", "Debian's busybox binary (required)")
+	fs.StringVar(&in.nnp, "nnp", "", "static nnp binary of test/images/nonewprivs (required)")
 	fs.StringVar(&in.k8sDir, "k8s-dir", "", "k8s.io/kubernetes module directory (required)")
 	repoListOut := fs.String("repo-list", "", "also write the KUBE_TEST_REPO_LIST file for this registry here")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	in.hostTools = hostTools
-	if in.agnhost == "" || in.busybox == "" || in.k8sDir == "" {
-		return errors.New("images: --agnhost, --busybox and --k8s-dir are required")
+	if in.agnhost == "" || in.busybox == "" || in.nnp == "" || in.k8sDir == "" {
+		return errors.New("images: --agnhost, --busybox, --nnp and --k8s-dir are required")
 	}
 	addr := *registry
 	if *registryFile != "" {

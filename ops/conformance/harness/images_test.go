@@ -23,11 +23,11 @@ import (
 // builds: CONFORMANCE_AGNHOST, CONFORMANCE_BUSYBOX, CONFORMANCE_K8S_DIR.
 func TestImagesRun(t *testing.T) {
 	in := imageInputs{
-		agnhost: os.Getenv("CONFORMANCE_AGNHOST"), busybox: os.Getenv("CONFORMANCE_BUSYBOX"),
+		agnhost: os.Getenv("CONFORMANCE_AGNHOST"), busybox: os.Getenv("CONFORMANCE_BUSYBOX"), nnp: os.Getenv("CONFORMANCE_NNP"),
 		k8sDir: os.Getenv("CONFORMANCE_K8S_DIR"), hostTools: hostTools,
 	}
-	if in.agnhost == "" || in.busybox == "" || in.k8sDir == "" {
-		t.Skip("CONFORMANCE_AGNHOST, CONFORMANCE_BUSYBOX and CONFORMANCE_K8S_DIR not set (make conformance-check sets them)")
+	if in.agnhost == "" || in.busybox == "" || in.nnp == "" || in.k8sDir == "" {
+		t.Skip("CONFORMANCE_AGNHOST, CONFORMANCE_BUSYBOX, CONFORMANCE_NNP and CONFORMANCE_K8S_DIR not set (make conformance-check sets them)")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("chroot needs root")
@@ -54,6 +54,7 @@ func TestImagesRun(t *testing.T) {
 	url := "http://" + l.Addr().String() + "/"
 
 	busybox := unpack(t, imgs["e2e-test-images/busybox:1.37.0-1"])
+	nonewprivs := unpack(t, imgs["e2e-test-images/nonewprivs:1.3"])
 	agnhost := unpack(t, imgs["e2e-test-images/agnhost:2.56"])
 	cases := []struct {
 		name, root string
@@ -68,6 +69,7 @@ func TestImagesRun(t *testing.T) {
 		{"agnhost nc", agnhost, []string{"/bin/sh", "-c", "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 127.0.0.1 " + port(l)}, "hello from the host"},
 		{"agnhost dig", agnhost, []string{"/usr/bin/dig", "-v"}, "DiG"},
 		{"agnhost bash", agnhost, []string{"/usr/bin/bash", "-c", "echo ${BASH_VERSINFO[0]}"}, ""},
+		{"nonewprivs nnp", nonewprivs, []string{"/usr/local/bin/nnp"}, "Effective uid: 0"},
 		{"agnhost user", agnhost, []string{"/bin/sh", "-c", "id user-defined-in-image"}, "group-defined-in-image"},
 	}
 	for _, c := range cases {

@@ -58,6 +58,7 @@ func runRun(ctx context.Context, args []string) error {
 	fs.StringVar(&o.kubectl, "kubectl", ".tools/conformance/kubectl", "kubectl of the suite's release, for the sig-cli tests")
 	fs.StringVar(&o.images.agnhost, "agnhost", ".tools/conformance/agnhost", "static agnhost binary")
 	fs.StringVar(&o.images.busybox, "busybox", ".tools/conformance/busybox", "Debian's busybox binary")
+	fs.StringVar(&o.images.nnp, "nnp", ".tools/conformance/nnp", "static nnp binary (test/images/nonewprivs)")
 	fs.StringVar(&o.images.k8sDir, "k8s-dir", "", "k8s.io/kubernetes module directory (test image data files)")
 	fs.StringVar(&o.focus, "focus", `\[Conformance\]`, "ginkgo focus: a regular expression over the tests' full names")
 	fs.StringVar(&o.skip, "skip", "", "ginkgo skip: a regular expression over the tests' full names")
@@ -83,7 +84,7 @@ func runRun(ctx context.Context, args []string) error {
 	if o.dataDir == "" {
 		o.dataDir = filepath.Join(o.out, "podflow")
 	}
-	for _, p := range []*string{&o.podflow, &o.suite, &o.kubectl, &o.out, &o.dataDir, &o.images.agnhost, &o.images.busybox} {
+	for _, p := range []*string{&o.podflow, &o.suite, &o.kubectl, &o.out, &o.dataDir, &o.images.agnhost, &o.images.busybox, &o.images.nnp} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			return err
