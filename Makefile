@@ -207,7 +207,7 @@ CONFORMANCE_LDFLAGS := $(foreach p,k8s.io/client-go/pkg/version k8s.io/component
 FOCUS ?= \[Conformance\]
 SKIP ?=
 RUNTIME ?= linux
-PROCS ?= 4
+PROCS ?= 8
 CONFORMANCE_TIMEOUT ?= 5m
 CONFORMANCE_SLOW_TIMEOUT ?= 15m
 .PHONY: conformance conformance-tools conformance-check conformance-deps-os

@@ -62,7 +62,7 @@ func runRun(ctx context.Context, args []string) error {
 	fs.StringVar(&o.images.k8sDir, "k8s-dir", "", "k8s.io/kubernetes module directory (test image data files)")
 	fs.StringVar(&o.focus, "focus", `\[Conformance\]`, "ginkgo focus: a regular expression over the tests' full names")
 	fs.StringVar(&o.skip, "skip", "", "ginkgo skip: a regular expression over the tests' full names")
-	fs.IntVar(&o.procs, "procs", 4, "tests run at once ([Serial] tests run alone, after the others)")
+	fs.IntVar(&o.procs, "procs", 8, "tests run at once ([Serial] tests run alone, after the others)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "per-test timeout (the suite's own setup included); ginkgo interrupts the test then and runs its cleanup")
 	fs.DurationVar(&o.slow, "slow-timeout", 15*time.Minute, "per-test timeout of [Slow] tests (the suite's tag for tests that take more than 5 minutes)")
 	fs.DurationVar(&o.grace, "grace", 30*time.Second, "time a timed-out test's cleanup has before its process is killed")
