@@ -62,6 +62,7 @@ func startPodflow(ctx context.Context, o *runOptions) (*podflowProc, error) {
 		case err := <-p.done:
 			p.done <- err
 			p.stop()
+			b, _ = os.ReadFile(logPath) // all it wrote before exiting
 			return nil, fmt.Errorf("run: podflow up exited (%v) before it was running:\n%s", err, tail(b, 15))
 		case <-deadline.C:
 			p.stop()
