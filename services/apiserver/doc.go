@@ -76,8 +76,10 @@
 //     is decoded.
 //   - Requests in flight: MaxInFlight read-only, MaxMutatingInFlight
 //     mutating, MaxWatches watches (429 with Retry-After past each). A
-//     watch is a GET with watch=true or watch=1; the parameter on any
-//     other method does not move a request out of its class.
+//     watch is a GET with a watch parameter other than 0 or false (any
+//     case), as kube-apiserver parses booleans (the Python client sends
+//     watch=True); the parameter on any other method does not move a
+//     request out of its class.
 //   - A watch from a resourceVersion the store has not reached waits
 //     TooLargeResourceVersionWait, then gets 504 Timeout "Too large
 //     resource version: X, current: Y" with retryAfterSeconds 1.

@@ -162,7 +162,7 @@ func (f portForwarder) PortForward(ctx context.Context, _, _ string, port int32,
 // streamOptions are a session's streams, from PodExecOptions'
 // (PodAttachOptions') query; a terminal has no stderr, its output has it.
 func streamOptions(q url.Values) *remotecommand.Options {
-	on := func(k string) bool { v := q.Get(k); return v == "true" || v == "1" }
+	on := func(k string) bool { return queryBool(q, k) }
 	o := &remotecommand.Options{Stdin: on("stdin"), Stdout: on("stdout"), Stderr: on("stderr"), TTY: on("tty")}
 	if o.TTY {
 		o.Stderr = false

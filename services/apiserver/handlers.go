@@ -32,7 +32,7 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	switch r.Method {
 	case http.MethodGet:
 		switch {
-		case req.name == "" && (q.Get("watch") == "true" || q.Get("watch") == "1"):
+		case req.name == "" && queryBool(q, "watch"):
 			req.verb = "watch"
 		case req.name == "":
 			req.verb = "list"
@@ -224,7 +224,7 @@ type selector struct {
 	fields fields.Selector
 }
 
-func parseSelector(r *http.Request) (*selector, *corev1.Status) {
+func parseSelector(r *http.Request, res *resource) (*selector, *corev1.Status) {
 	q := r.URL.Query()
 	sel := &selector{labels: labels.Everything(), fields: fields.Everything()}
 	var err error
@@ -237,59 +237,21 @@ func parseSelector(r *http.Request) (*selector, *corev1.Status) {
 		if sel.fields, err = fields.ParseSelector(v); err != nil {
 			return nil, badRequest("invalid field selector: %v", err)
 		}
+		if sel.fields, err = convertFieldSelector(res, sel.fields); err != nil {
+			return nil, badRequest("%v", err)
+		}
 	}
 	return sel, nil
 }
 
-// matches evaluates the selectors on an object's Kubernetes form; field
-// selectors may name any field path ("spec.nodeName", "involvedObject.uid").
-func (sel *selector) matches(k runtime.Object, raw []byte) bool {
+// matches evaluates the selectors on an object's Kubernetes form: labels
+// on its labels, fields on the kind's selectable fields (fieldselect.go).
+func (sel *selector) matches(k runtime.Object) bool {
 	md := metaOf(k)
 	if !sel.labels.Empty() && !sel.labels.Matches(labels.Set(md.GetLabels())) {
 		return false
 	}
-	if sel.fields.Empty() {
-		return true
-	}
-	set := fields.Set{}
-	var tree map[string]any
-	for _, req := range sel.fields.Requirements() {
-		switch req.Field {
-		case "metadata.name":
-			set[req.Field] = md.GetName()
-		case "metadata.namespace":
-			set[req.Field] = md.GetNamespace()
-		default:
-			if tree == nil {
-				if raw == nil {
-					raw, _ = json.Marshal(k)
-				}
-				_ = json.Unmarshal(raw, &tree)
-			}
-			set[req.Field] = fieldValue(tree, req.Field)
-		}
-	}
-	return sel.fields.Matches(set)
-}
-
-func fieldValue(tree map[string]any, path string) string {
-	var cur any = tree
-	for _, p := range strings.Split(path, ".") {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return ""
-		}
-		cur = m[p]
-	}
-	switch v := cur.(type) {
-	case nil:
-		return ""
-	case string:
-		return v
-	default:
-		b, _ := json.Marshal(v)
-		return string(b)
-	}
+	return sel.fields.Empty() || sel.fields.Matches(selectableFields(k))
 }
 
 func metaOf(k runtime.Object) metav1.Object {
@@ -312,7 +274,7 @@ func (s *Server) listKube(ctx context.Context, req *request, sel *selector) ([]k
 	}
 	items := make([]kubeItem, 0, len(snap.items))
 	for _, it := range snap.items {
-		if sel.matches(it.obj, it.raw) {
+		if sel.matches(it.obj) {
 			items = append(items, it)
 		}
 	}
@@ -354,6 +316,9 @@ func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	body, st := bodyJSON(r, body, kubeTypes[req.res.kind])
+	if st == nil {
+		body, st = defaultTypeMeta(body, req.res)
+	}
 	if st != nil {
 		writeStatus(w, st)
 		return
@@ -471,7 +436,10 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	ssa := strings.HasPrefix(ct, patchApply)
 	var st *corev1.Status
 	if req.verb == "update" {
-		if body, st = bodyJSON(r, body, kubeTypes[req.res.kind]); st != nil {
+		if body, st = bodyJSON(r, body, kubeTypes[req.res.kind]); st == nil {
+			body, st = defaultTypeMeta(body, req.res)
+		}
+		if st != nil {
 			writeStatus(w, st)
 			return
 		}
@@ -485,7 +453,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		writeStatus(w, st)
 		return
 	}
-	force := ssa && r.URL.Query().Get("force") == "true"
+	force := ssa && queryBool(r.URL.Query(), "force")
 	if v := r.URL.Query().Get("force"); v != "" && !ssa {
 		writeStatus(w, invalid("PatchOptions.meta.k8s.io", "", []*corev1.StatusCause{{Type: "FieldValueForbidden", Field: "force",
 			Message: "Forbidden: may not be specified for non-apply patch"}},
@@ -755,7 +723,7 @@ func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // Objects deleted meanwhile by someone else are skipped; the first other
 // failure ends it.
 func (s *Server) deleteCollection(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
-	sel, st := parseSelector(r)
+	sel, st := parseSelector(r, req.res)
 	if st != nil {
 		writeStatus(w, st)
 		return

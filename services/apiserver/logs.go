@@ -58,8 +58,8 @@ func (s *Server) podLog(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // Kubernetes validates them.
 func logOptions(q url.Values, now time.Time) (LogOptions, *corev1.Status) {
 	o := LogOptions{
-		Container: q.Get("container"), Previous: q.Get("previous") == "true",
-		Follow: q.Get("follow") == "true", Timestamps: q.Get("timestamps") == "true",
+		Container: q.Get("container"), Previous: queryBool(q, "previous"),
+		Follow: queryBool(q, "follow"), Timestamps: queryBool(q, "timestamps"),
 	}
 	num := func(name string, min int64) (*int64, *corev1.Status) {
 		v := q.Get(name)

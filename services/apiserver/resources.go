@@ -177,6 +177,18 @@ func (r *resource) toKube(m proto.Message) (runtime.Object, error) {
 // podflow's stored objects may lack (kubectl describe service dereferences
 // every EndpointSlice port's name).
 func defaults(o runtime.Object) {
+	// kube's SetDefaults_Secret and SetDefaults_NamespaceStatus (field
+	// selectors read these values).
+	switch o := o.(type) {
+	case *k8scorev1.Secret:
+		if o.Type == "" {
+			o.Type = k8scorev1.SecretTypeOpaque
+		}
+	case *k8scorev1.Namespace:
+		if o.Status.Phase == "" {
+			o.Status.Phase = k8scorev1.NamespaceActive
+		}
+	}
 	if sl, ok := o.(*k8sdiscoveryv1.EndpointSlice); ok {
 		for i := range sl.Ports {
 			if sl.Ports[i].Name == nil {

@@ -236,7 +236,8 @@ type request struct {
 
 // limiter is the in-flight limit a request counts under, as
 // kube-apiserver's max-in-flight filter classifies them: watches
-// (long-running: a GET with watch=true or watch=1, whatever else it asks)
+// (long-running: a GET whose watch parameter is true as queryBool reads
+// it, whatever else it asks)
 // and followed logs have their own limit, mutating requests theirs, the rest MaxInFlight. A
 // watch parameter on any other method changes nothing.
 func (s *Server) limiter(r *http.Request) chan struct{} {
@@ -245,10 +246,10 @@ func (s *Server) limiter(r *http.Request) chan struct{} {
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		if w := r.URL.Query().Get("watch"); w == "true" || w == "1" {
+		if queryBool(r.URL.Query(), "watch") {
 			return s.watches
 		}
-		if strings.HasSuffix(r.URL.Path, "/log") && r.URL.Query().Get("follow") == "true" {
+		if strings.HasSuffix(r.URL.Path, "/log") && queryBool(r.URL.Query(), "follow") {
 			return s.watches // a followed log is long-running too
 		}
 		return s.inflight
