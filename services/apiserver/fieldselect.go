@@ -40,7 +40,7 @@ var fieldLabels = map[[2]string]map[string]string{
 		with("regarding.name", "involvedObject.name").with("regarding.uid", "involvedObject.uid").
 		with("regarding.apiVersion", "involvedObject.apiVersion").with("regarding.resourceVersion", "involvedObject.resourceVersion").
 		with("regarding.fieldPath", "involvedObject.fieldPath").with("reportingController", "reportingComponent"),
-	{"batch", "Job"}:                                   identity("metadata.name", "metadata.namespace", "status.successful"),
+	{"batch", "Job"}: identity("metadata.name", "metadata.namespace", "status.successful"),
 	{"certificates.k8s.io", "CertificateSigningRequest"}: identity("metadata.name", "spec.signerName"),
 }
 

@@ -58,7 +58,17 @@ var (
 	_ LogBackend     = frontBackend{}
 	_ MetricsBackend = frontBackend{}
 	_ TokenIssuer    = frontBackend{}
+	_ TokenReviewer  = frontBackend{}
 )
+
+// ReviewToken implements TokenReviewer when the stage does.
+func (b frontBackend) ReviewToken(token string, audiences []string) (auth.TokenReviewResult, bool, error) {
+	tr, ok := b.Backend.(TokenReviewer)
+	if !ok {
+		return auth.TokenReviewResult{}, false, ErrNoTokenReviewer
+	}
+	return tr.ReviewToken(token, audiences)
+}
 
 // IssueServiceAccountToken implements TokenIssuer.
 func (b frontBackend) IssueServiceAccountToken(namespace, name, uid string, obj auth.BoundObject, audiences []string, expiration time.Duration) (string, time.Time, error) {

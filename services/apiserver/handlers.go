@@ -106,6 +106,14 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		writeStatus(w, auth.Forbidden(attrs, ""))
 		return
 	}
+	switch req.res.kind { // reviews.go
+	case "TokenReview":
+		s.tokenReview(w, r, req)
+		return
+	case "SubjectAccessReview", "LocalSubjectAccessReview":
+		s.subjectAccessReview(w, r, req)
+		return
+	}
 	if req.verb == "watch" {
 		s.watch(w, r, req)
 		return

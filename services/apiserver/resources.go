@@ -82,6 +82,12 @@ func init() {
 		shortNames: []string{"ep"}, verbs: readVerbs, store: objects.EndpointSlices, readOnly: true, view: endpointsV1})
 	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "selfsubjectreviews",
 		kind: "SelfSubjectReview", verbs: []string{"create"}})
+	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "tokenreviews",
+		kind: "TokenReview", verbs: []string{"create"}})
+	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "subjectaccessreviews",
+		kind: "SubjectAccessReview", verbs: []string{"create"}})
+	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "localsubjectaccessreviews",
+		kind: "LocalSubjectAccessReview", namespaced: true, verbs: []string{"create"}})
 	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectaccessreviews",
 		kind: "SelfSubjectAccessReview", verbs: []string{"create"}})
 	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectrulesreviews",
