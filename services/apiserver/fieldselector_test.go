@@ -57,7 +57,7 @@ func TestFieldSelectors(t *testing.T) {
 		{"/api/v1/namespaces/default/pods", "spec.schedulerName=default-scheduler,spec.hostNetwork=false", []string{"web"}},
 		{"/api/v1/namespaces/default/pods", "spec.host=", []string{"web"}}, // old clients' name of spec.nodeName
 		{"/api/v1/namespaces/default/pods", "status.phase=Running", nil},
-		{"/api/v1/namespaces", "status.phase=Active", []string{"default"}},
+		{"/api/v1/namespaces", "status.phase=Active", []string{"default", "kube-node-lease", "kube-public", "kube-system"}},
 		{"/api/v1/namespaces/default/configmaps", "metadata.namespace=default", nil},
 	} {
 		code, body, _ := do(t, admin, "GET", s.url+c.path+"?fieldSelector="+url.QueryEscape(c.selector), "", "")

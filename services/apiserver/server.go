@@ -177,6 +177,16 @@ func (s *Server) Run(ctx context.Context) error {
 // Serve serves on l (a plain TCP listener: Serve adds TLS) until ctx
 // ends.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	return s.serve(ctx, l, true)
+}
+
+// serveExtra serves on another listener l (PodListeners) until ctx ends;
+// Addr still names the first.
+func (s *Server) serveExtra(ctx context.Context, l net.Listener) error {
+	return s.serve(ctx, l, false)
+}
+
+func (s *Server) serve(ctx context.Context, l net.Listener, primary bool) error {
 	srv := &http.Server{
 		Handler:           s.handler,
 		TLSConfig:         s.tls,
@@ -192,7 +202,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		l.Close()
 		return nil
 	}
-	s.srv, s.addr = srv, l.Addr()
+	if primary {
+		s.srv, s.addr = srv, l.Addr()
+	}
 	s.mu.Unlock()
 	done := make(chan struct{})
 	stopped := make(chan struct{})

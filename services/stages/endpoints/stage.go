@@ -216,6 +216,9 @@ func (s *Stage) removeOrphan(ctx context.Context, sl *corev1.EndpointSlice) erro
 // sync brings svc's slice to its desired state; d is the event that caused
 // the sync (nil from Reconcile).
 func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) error {
+	if len(svc.GetSpec().GetSelector()) == 0 {
+		return nil // its slices are its owner's (default/kubernetes: the api replicas')
+	}
 	ns, name := svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()
 	mu, _ := s.locks.LoadOrStore(ns+"/"+name, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
