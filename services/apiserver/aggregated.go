@@ -63,6 +63,11 @@ func aggregatedDiscovery(core bool) *apidiscoveryv2.APIGroupDiscoveryList {
 						ResponseKind: &metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Verbs: []string{"get"}})
 				}
 			}
+			if g == "" && ar.Name == "namespaces" {
+				rd.Subresources = append(rd.Subresources,
+					apidiscoveryv2.APISubresourceDiscovery{Subresource: "finalize", ResponseKind: &metav1.GroupVersionKind{Version: "v1", Kind: "Namespace"}, Verbs: []string{"update"}},
+					apidiscoveryv2.APISubresourceDiscovery{Subresource: "status", ResponseKind: &metav1.GroupVersionKind{Version: "v1", Kind: "Namespace"}, Verbs: []string{"get", "patch", "update"}})
+			}
 			vd.Resources = append(vd.Resources, rd)
 		}
 		l.Items = append(l.Items, apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: g},

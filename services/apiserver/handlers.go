@@ -65,8 +65,13 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		s.authorizedTokenRequest(w, r, req)
 		return
 	}
+	if req.res.name == "namespaces" && req.res.group == "" && req.sub == "finalize" && req.verb != "update" {
+		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path)) // finalize is PUT only
+		return
+	}
 	switch {
-	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"):
+	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"),
+		namespaceSubresource(req): // nssubresources.go
 	default:
 		writeStatus(w, notFoundPath(r.URL.Path))
 		return
@@ -499,6 +504,15 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if pod, ok := obj.(*corev1.Pod); ok {
 			writeWarnings(w, warnings)
 			st, out := s.updatePod(ctx, current.(*corev1.Pod), pod, dry)
+			s.respond(w, r, req.res, st, out)
+			return
+		}
+		if ns, ok := obj.(*corev1.Namespace); ok && req.sub != "" {
+			st, out := s.updateNamespaceSub(ctx, req, current.(*corev1.Namespace), ns, dry)
+			if retry && st.GetCode() == http.StatusConflict && attempt < maxPatchRetries && ctx.Err() == nil {
+				continue
+			}
+			writeWarnings(w, warnings)
 			s.respond(w, r, req.res, st, out)
 			return
 		}

@@ -122,6 +122,11 @@ func apiResourceList(gv string) *metav1.APIResourceList {
 			Name: r.name, SingularName: strings.ToLower(r.kind), Namespaced: r.namespaced, Kind: r.kind,
 			Verbs: r.verbs, ShortNames: r.shortNames, Categories: categories,
 		})
+		if r.name == "namespaces" && r.group == "" {
+			l.APIResources = append(l.APIResources,
+				metav1.APIResource{Name: "namespaces/finalize", Kind: "Namespace", Verbs: []string{"update"}},
+				metav1.APIResource{Name: "namespaces/status", Kind: "Namespace", Verbs: []string{"get", "patch", "update"}})
+		}
 		if r.name == "pods" && r.group == "" {
 			l.APIResources = append(l.APIResources,
 				metav1.APIResource{Name: "pods/status", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}},

@@ -385,7 +385,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.User
 		return
 	}
 	req := &request{user: user, gv: gv}
-	if rest[0] == "namespaces" && len(rest) >= 3 {
+	// /api/v1/namespaces/NAME/{status,finalize} are the namespace's own
+	// subresources, not a namespaced resource.
+	nsSub := gv == "v1" && len(rest) == 3 && rest[0] == "namespaces" && (rest[2] == "status" || rest[2] == "finalize")
+	if rest[0] == "namespaces" && len(rest) >= 3 && !nsSub {
 		req.namespace, rest = rest[1], rest[2:]
 	}
 	req.res = lookupResource(gv, rest[0])
