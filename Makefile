@@ -11,6 +11,9 @@ PROTOC_GEN_GO := $(TOOLS)/protoc-gen-go
 PROTOC_GEN_GO_VTPROTO_VERSION := v0.6.0
 PROTOC_GEN_GO_VTPROTO := $(TOOLS)/protoc-gen-go-vtproto
 DATA ?= $(CURDIR)/.podflow
+# The Pod Security level of namespaces without a label (make run
+# POD_SECURITY=baseline on a shared machine; docs/security.md).
+POD_SECURITY ?= privileged
 # Packages run concurrently under -race. At -p 3 make test takes ~7 minutes
 # instead of ~10½ (most tests wait on processes, timers and the network),
 # but ops/e2e's TestLinuxServiceTraffic once lost its Service answers there
@@ -18,7 +21,7 @@ DATA ?= $(CURDIR)/.podflow
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint lint-docs tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
+.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
 
 all: build
 
@@ -28,8 +31,9 @@ build:
 
 ## run: the whole system with the example pod; real Linux pods when this
 ## machine allows (root, cgroups, network namespaces), else simulated nodes.
+## POD_SECURITY=baseline refuses privileged pods in unlabelled namespaces.
 run: build httpserver
-	$(BIN)/podflow up --data-dir $(DATA) --example --runtime auto
+	$(BIN)/podflow up --data-dir $(DATA) --example --runtime auto --pod-security-default $(POD_SECURITY)
 
 httpserver:
 	cd images && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/httpserver ./httpserver
@@ -101,7 +105,14 @@ lint-docs:
 	@if grep -nHiP '$(DOCS_BANNED)' README.md docs/*.md; then \
 		echo 'README.md and docs/*.md: no "round N", "sitting" or commit hashes (the lines above); date a figure in docs/benchmarks.md instead'; exit 1; fi
 
-lint: lint-docs
+## lint-words: Go comments say why in plain words: no "round N", no
+## "sitting", no commit hash in backquotes or parentheses (generated code
+## aside).
+lint-words:
+	@if grep -rnHiP --include='*.go' --exclude='*.pb.go' --exclude='zz_generated*' '//.*(?:$(DOCS_BANNED))' $(MODULES); then \
+		echo 'Go comments: no "round N", "sitting" or commit hashes (the lines above): say why in plain words'; exit 1; fi
+
+lint: lint-docs lint-words
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@cd raftstore/etcdbench && GOWORK=off $(GO) list -deps . >/dev/null || \
@@ -131,10 +142,10 @@ bench-pipeline: build
 ## bench-scale: 1 vs 2 replicas of admission (0.02 CPU each) and of the
 ## scheduler (0.1 CPU each), every replica bounded in a cgroup of its own
 ## (root; skips without a cgroup cpu controller), 3 runs each, alternating;
-## medians and every consumer's peak pending (README "Scaling out").
+## medians and every consumer's peak pending (docs/operating.md, "Scaling out").
 bench-scale: build
-	$(BIN)/podflow bench scale --stage admission --replicas 1,2 --stage-cpu 0.02 --pods 3000 --rate 1200 --nodes 100 --runs 3
-	$(BIN)/podflow bench scale --stage scheduler --replicas 1,2 --stage-cpu 0.1 --pods 3000 --rate 1200 --nodes 100 --runs 3
+	$(BIN)/podflow bench scale --stage admission --replica-counts 1,2 --stage-cpu 0.02 --pods 3000 --rate 1200 --nodes 100 --runs 3
+	$(BIN)/podflow bench scale --stage scheduler --replica-counts 1,2 --stage-cpu 0.1 --pods 3000 --rate 1200 --nodes 100 --runs 3
 
 ## chaos-partition: issue #22's bounded run (≤ 90 s): 200 pods while the
 ## store leader is cut off from its followers, then a NATS server from the

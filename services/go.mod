@@ -13,6 +13,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require k8s.io/pod-security-admission v0.37.2 // indirect
+
 require (
 	github.com/google/gnostic-models v0.7.0
 	go.uber.org/goleak v1.3.0 // indirect

@@ -79,7 +79,10 @@
 //     watch is a GET with a watch parameter other than 0 or false (any
 //     case), as kube-apiserver parses booleans (the Python client sends
 //     watch=True); the parameter on any other method does not move a
-//     request out of its class.
+//     request out of its class. Inside the mutating and long-running
+//     pools each user has seats of its own (MaxMutatingPerUser,
+//     MaxWatchesPerUser; system:masters and system:nodes exempt:
+//     fairness.go), so one user cannot take a pool.
 //   - A watch from a resourceVersion the store has not reached waits
 //     TooLargeResourceVersionWait, then gets 504 Timeout "Too large
 //     resource version: X, current: Y" with retryAfterSeconds 1.

@@ -616,7 +616,9 @@ func patchHasPrecondition(patch []byte, contentType string) bool {
 // updatePod applies the changes Kubernetes allows on a pod: labels,
 // annotations, container images, added tolerations and removed
 // scheduling gates. Anything else in spec is refused with 422, as
-// kube-apiserver's validation refuses it; status is left alone.
+// kube-apiserver's validation refuses it; status is left alone. A new
+// image has the pod evaluated against its namespace's Pod Security level
+// (checkPodSecurity), as kube-apiserver's PodSecurity admission does.
 func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bool) (*corev1.Status, proto.Message) {
 	name := current.GetMetadata().GetName()
 	allowed := proto.CloneOf(current.GetSpec())
@@ -646,6 +648,11 @@ func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bo
 		p.Metadata.Annotations = pod.GetMetadata().GetAnnotations()
 		p.Metadata.ManagedFields = pod.GetMetadata().GetManagedFields()
 		p.Spec = proto.CloneOf(allowed)
+	}
+	next := proto.CloneOf(current)
+	apply(next)
+	if st := s.checkPodSecurity(ctx, current, next); st != nil { // an image changed: its namespace's level
+		return st, nil
 	}
 	if dry {
 		out := proto.CloneOf(current)

@@ -103,6 +103,7 @@ func startSystem(t testing.TB, o options) *system {
 		scfg.NoSync = !o.fsync
 		scfg.ID, scfg.RaftAddr, scfg.DataDir, scfg.Bootstrap = p.ID, p.Address, filepath.Join(dir, p.ID), peers
 		scfg.RaftListener = ls[i]
+		scfg.TLS = raftstoretest.PeerTLS(t)
 		if o.history > 0 {
 			scfg.HistoryRevisions = o.history
 		}
@@ -345,10 +346,10 @@ func podJSON(name string, extra string) string {
 }
 
 // apiProcess is the api process as `podflow stage api` composes it
-// (ops/roles.APIProcess): the api stage, the namespace controller, the
-// bootstrap controller, the node token signer, the HTTPS front door hc
-// (with its pod network listeners) and the kubernetes Service's
-// controller.
+// (ops/processes/roles.APIProcess): the api stage, the namespace
+// controller, the bootstrap controller, the node token signer, the HTTPS
+// front door hc (with its pod network listeners) and the kubernetes
+// Service's controller.
 func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, error) {
 	tokens, err := auth.LoadBoundTokens(filepath.Join(dir, "sa.key")) // the TokenRequest API
 	if err != nil {

@@ -71,8 +71,8 @@ const (
 	testVolumeModes = "services/stages/admission/mutate_test.go services/apiserver/volumemode_test.go nodeagent/linux/volumesize_kernel_test.go"
 	testEmptyDir    = "nodeagent/emptydir_internal_test.go nodeagent/emptydir_test.go nodeagent/linux/emptydir_kernel_test.go"
 	testProjected   = "nodeagent/projected_internal_test.go nodeagent/propagate_test.go nodeagent/linux/projected_kernel_test.go services/manifest/fields_test.go"
-	testSAToken     = "nodeagent/satoken_test.go nodeagent/satoken_internal_test.go services/apiserver/nodetoken_test.go services/stages/api/nodetoken_test.go services/pipeline/access_token_test.go services/stages/admission/validate_volumes_test.go ops/nodewire/satoken_test.go"
-	testScheduler   = "services/stages/scheduler/filters_test.go services/stages/scheduler/allocation_test.go"
+	testSAToken     = "nodeagent/satoken_test.go nodeagent/satoken_internal_test.go services/apiserver/nodetoken_test.go services/apiserver/nodetoken_internal_test.go services/pipeline/access_token_test.go services/stages/admission/validate_volumes_test.go ops/processes/nodewire/satoken_test.go"
+	testScheduler   = "services/stages/scheduler/filters_test.go services/stages/scheduler/cache/allocation_test.go"
 	testSpread      = "services/stages/scheduler/podtopologyspread_test.go services/stages/admission/validate_scheduling_test.go"
 	testAffinity    = "services/stages/scheduler/interpodaffinity_test.go services/stages/admission/validate_scheduling_test.go"
 	testGates       = "services/stages/scheduler/gates_test.go services/apiserver/gates_test.go"
@@ -209,7 +209,7 @@ var podHonoured = map[string]string{
 	"spec.initContainers":                                                          testSidecar,
 	"spec.restartPolicy":                                                           testRuntime,
 	"spec.terminationGracePeriodSeconds":                                           testRuntime,
-	"spec.activeDeadlineSeconds":                                                   "nodeagent/deadline_test.go services/stages/status/once_test.go ops/nodewire/deadline_test.go",
+	"spec.activeDeadlineSeconds":                                                   "nodeagent/deadline_test.go services/stages/status/once_test.go ops/processes/nodewire/deadline_test.go",
 	"spec.nodeSelector":                                                            testScheduler,
 	"spec.nodeName":                                                                testScheduler,
 	"spec.affinity.nodeAffinity":                                                   testScheduler,

@@ -15,7 +15,8 @@ import (
 // publishes another stage's events or pulls another stage's inputs:
 //
 //	admin             everything: provisions streams and consumers (up, the CLI)
-//	client            ask the api front door, publish PodRequested (bus.RoleClient)
+//	user-<api user>   one per person or program: ask the api front door,
+//	                  read its own inbox (bus.UserRole, bus.UserPermissions)
 //	stage-<stage>     pull its own consumer, publish its Outputs, use the store
 //	store             serve podflow.store.> and push watches
 //	node-<node>       pull its own consumer, publish NodeAgentOutputs and
@@ -25,7 +26,7 @@ import (
 //	                  (NodeAgentRole); a simulated cluster's agent (nodes-<name>)
 //	                  acts for any node
 //
-// Every role but client also answers pings, reads its own inbox only
+// Every role but the users also answers pings, reads its own inbox only
 // (bus.InboxPrefix) and may reply to requests it receives.
 
 // Outputs are the event types each stage publishes onto the events stream.

@@ -476,8 +476,10 @@ func storeReplicas(t *testing.T, srv *bus.Embedded, n int) func(role, writer str
 		raftstoretest.FastConfig(&cfg)
 		cfg.ID, cfg.RaftAddr, cfg.RaftListener, cfg.DataDir = p.ID, p.Address, ls[i], t.TempDir()
 		cfg.Bootstrap = peers
+		cfg.TLS = raftstoretest.PeerTLS(t)
 		cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, p.ID).NATS()
 		cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
+		cfg.WriteFilter = pipeline.StoreWriteFilter
 		node, err := raftstore.NewNode(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -603,7 +605,7 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.SimNodesRole("sim"), objects.Nodes.Key("", "sim-node-0007"), true},
 		{pipeline.SimNodesRole("sim"), pod, false},
 		{pipeline.RoleStore, pod, false},
-		{bus.RoleClient, pod, false},
+		{bus.UserRole("alice"), pod, false},
 	} {
 		if got := pipeline.StoreWriteACL(c.writer, c.key); got != c.want {
 			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", c.writer, c.key, got, c.want)

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stages/scheduler"
-	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
 // selfAffinePod is a pod of app that must share a domain of key with a
@@ -51,8 +53,8 @@ func TestFirstOfGroupAnchor(t *testing.T) {
 		name, key string
 		join      func(node string) bool // the nodes that join the first pod on node-00000
 	}{
-		{"by zone", scheduler.LabelTopologyZone, func(n string) bool { return n == "node-00000" || n == "node-00002" }},
-		{"by hostname", scheduler.LabelHostname, func(n string) bool { return n == "node-00000" }},
+		{"by zone", podtopologyspread.LabelTopologyZone, func(n string) bool { return n == "node-00000" || n == "node-00002" }},
+		{"by hostname", podtopologyspread.LabelHostname, func(n string) bool { return n == "node-00000" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { raceFirstPods(t, tc.key, tc.join) })
 	}
@@ -62,7 +64,7 @@ func TestFirstOfGroupAnchor(t *testing.T) {
 // stored pod name on s; bind binds d's pod to node, the node's allocation
 // read fresh first (only domain records, anchors and the registry may
 // conflict), and returns the outcome and the record to refresh.
-func drive(ctx context.Context, t *testing.T, env *schedtest.Env) (
+func drive(ctx context.Context, t *testing.T, env *schedsim.Env) (
 	decide func(s *scheduler.Stage, who, name string) *scheduler.Decision,
 	bind func(s *scheduler.Stage, who string, d *scheduler.Decision, node string) (string, string),
 ) {
@@ -201,7 +203,7 @@ func TestFirstPodGuardsCluster(t *testing.T) {
 	defer cancel()
 	env, rs := twoReplicas(ctx, t) // node-00000 and node-00002 are zone-0, node-00001 and node-00003 zone-1
 	a, b := rs[0].Stage, rs[1].Stage
-	first := selfAffinePod("web-f", "web", scheduler.LabelTopologyZone)
+	first := selfAffinePod("web-f", "web", podtopologyspread.LabelTopologyZone)
 	plain := plainPod("web-w", "web")
 	plain.Spec.SchedulerName = "pf-manual"
 	spread := spreadPod("other-s", "other")

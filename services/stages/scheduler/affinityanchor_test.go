@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
@@ -21,7 +23,7 @@ func TestFirstOfGroup(t *testing.T) {
 		first bool
 	}{
 		{"no pod of the group anywhere: the first", mkPod("p", "", "", podLabels("app", "grp"), affinityTo("zone", grp)), placed("node-a", 1, podLabels("app", "other")), true},
-		{"the hostname key likewise", mkPod("p", "", "", podLabels("app", "grp"), affinityTo(LabelHostname, grp)), nil, true},
+		{"the hostname key likewise", mkPod("p", "", "", podLabels("app", "grp"), affinityTo(podtopologyspread.LabelHostname, grp)), nil, true},
 		{"a pod of the group bound: not the first", mkPod("p", "", "", podLabels("app", "grp"), affinityTo("zone", grp)), placed("node-b", 1, podLabels("app", "grp")), false},
 		{"no required affinity", mkPod("p", "", "", podLabels("app", "grp"), preferAffinity(10, "zone", grp, false)), nil, false},
 		{"only anti-affinity", mkPod("p", "", "", podLabels("app", "grp"), antiAffinityTo("zone", grp)), nil, false},
@@ -64,11 +66,11 @@ func TestAffinityAnchors(t *testing.T) {
 		}
 		return a[0]
 	}
-	byZone := anchor(with("default", &corev1.PodAffinityTerm{TopologyKey: LabelTopologyZone, LabelSelector: sel("web")}))
-	if byHost := anchor(with("default", &corev1.PodAffinityTerm{TopologyKey: LabelHostname, LabelSelector: sel("web")})); byHost != byZone {
+	byZone := anchor(with("default", &corev1.PodAffinityTerm{TopologyKey: podtopologyspread.LabelTopologyZone, LabelSelector: sel("web")}))
+	if byHost := anchor(with("default", &corev1.PodAffinityTerm{TopologyKey: podtopologyspread.LabelHostname, LabelSelector: sel("web")})); byHost != byZone {
 		t.Errorf("the same pods by another key: anchor %s, want %s", byHost, byZone)
 	}
-	if listed := anchor(with("other", &corev1.PodAffinityTerm{TopologyKey: LabelHostname, LabelSelector: sel("web"), Namespaces: []string{"default"}})); listed != byZone {
+	if listed := anchor(with("other", &corev1.PodAffinityTerm{TopologyKey: podtopologyspread.LabelHostname, LabelSelector: sel("web"), Namespaces: []string{"default"}})); listed != byZone {
 		t.Errorf("the same namespace named: anchor %s, want %s", listed, byZone)
 	}
 	if a, b := anchor(with("x", &corev1.PodAffinityTerm{LabelSelector: sel("web"), Namespaces: []string{"b", "a"}})),
@@ -76,17 +78,17 @@ func TestAffinityAnchors(t *testing.T) {
 		t.Errorf("namespaces in another order: anchors %s and %s", a, b)
 	}
 	for name, p := range map[string]*corev1.Pod{
-		"other labels":    with("default", &corev1.PodAffinityTerm{TopologyKey: LabelTopologyZone, LabelSelector: sel("db")}),
-		"other namespace": with("other", &corev1.PodAffinityTerm{TopologyKey: LabelTopologyZone, LabelSelector: sel("web")}),
+		"other labels":    with("default", &corev1.PodAffinityTerm{TopologyKey: podtopologyspread.LabelTopologyZone, LabelSelector: sel("db")}),
+		"other namespace": with("other", &corev1.PodAffinityTerm{TopologyKey: podtopologyspread.LabelTopologyZone, LabelSelector: sel("web")}),
 	} {
 		if a := anchor(p); a == byZone {
 			t.Errorf("%s: the anchor of app=web in default", name)
 		}
 	}
 	two := affinityAnchors(with("default",
-		&corev1.PodAffinityTerm{TopologyKey: LabelHostname, LabelSelector: sel("web")},
-		&corev1.PodAffinityTerm{TopologyKey: LabelTopologyZone, LabelSelector: sel("web")},
-		&corev1.PodAffinityTerm{TopologyKey: LabelTopologyZone, LabelSelector: sel("db")}))
+		&corev1.PodAffinityTerm{TopologyKey: podtopologyspread.LabelHostname, LabelSelector: sel("web")},
+		&corev1.PodAffinityTerm{TopologyKey: podtopologyspread.LabelTopologyZone, LabelSelector: sel("web")},
+		&corev1.PodAffinityTerm{TopologyKey: podtopologyspread.LabelTopologyZone, LabelSelector: sel("db")}))
 	if len(two) != 2 || !slices.Contains(two, byZone) || !slices.IsSorted(two) {
 		t.Errorf("three terms over two groups: anchors %v, want two, sorted, with %s", two, byZone)
 	}

@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
@@ -18,7 +22,7 @@ func typicalPod(i int) *corev1.Pod {
 	return mkPod(fmt.Sprintf("web-%05d", i), "250m", "256Mi", image(fmt.Sprintf("app-%d", i%20)))
 }
 
-func benchCluster(b *testing.B, n int) *Cache {
+func benchCluster(b *testing.B, n int) *cache.Cache {
 	b.Helper()
 	return cacheWith(b, variedCluster(rand.New(rand.NewPCG(5, 6)), n))
 }
@@ -62,7 +66,7 @@ func BenchmarkUnschedulable5000Nodes(b *testing.B) {
 	pod := mkPod("huge", "64", "1Gi")
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Schedule(pod, snap); !errors.Is(err, ErrUnschedulable) {
+		if _, err := s.Schedule(pod, snap); !errors.Is(err, framework.ErrUnschedulable) {
 			b.Fatal(err)
 		}
 	}
@@ -92,7 +96,7 @@ func BenchmarkScheduleAndAssume10000Pods(b *testing.B) {
 		if *benchPluginMetrics {
 			s.SetPluginMetrics(NewPluginDurationMetric())
 		}
-		snap := NewSnapshot()
+		snap := framework.NewSnapshot()
 		c.UpdateSnapshot(snap)
 		b.StartTimer()
 		start, startCPU := time.Now(), cpuTime()
@@ -144,7 +148,7 @@ func BenchmarkUpdateSnapshotOneChange(b *testing.B) {
 
 // podAwareCluster is the 5,000-node cluster with 10,000 pods of app
 // web-0..web-9 placed round-robin, for the pod-aware plugins' cycles.
-func podAwareCluster(b *testing.B) *Snapshot {
+func podAwareCluster(b *testing.B) *framework.Snapshot {
 	b.Helper()
 	c := benchCluster(b, 5000)
 	for i := range 10000 {
@@ -164,7 +168,7 @@ func BenchmarkScheduleTopologySpread5000Nodes(b *testing.B) {
 	s := newTestScheduler(b)
 	sel := &corev1.LabelSelector{MatchLabels: map[string]string{"app": "web-3"}}
 	pod := mkPod("p", "100m", "128Mi", podLabels("app", "web-3"),
-		spreadBy(1, "topology.kubernetes.io/zone", "DoNotSchedule", sel), spreadBy(1, LabelHostname, "ScheduleAnyway", sel))
+		spreadBy(1, "topology.kubernetes.io/zone", "DoNotSchedule", sel), spreadBy(1, podtopologyspread.LabelHostname, "ScheduleAnyway", sel))
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := s.Schedule(pod, snap); err != nil {
@@ -180,7 +184,7 @@ func BenchmarkScheduleAntiAffinity5000Nodes(b *testing.B) {
 	snap := podAwareCluster(b)
 	s := newTestScheduler(b)
 	pod := mkPod("p", "100m", "128Mi", podLabels("app", "web-3"),
-		antiAffinityTo(LabelHostname, &corev1.LabelSelector{MatchLabels: map[string]string{"app": "web-3"}}),
+		antiAffinityTo(podtopologyspread.LabelHostname, &corev1.LabelSelector{MatchLabels: map[string]string{"app": "web-3"}}),
 		preferAffinity(10, "topology.kubernetes.io/zone", &corev1.LabelSelector{MatchLabels: map[string]string{"app": "web-4"}}, false))
 	b.ReportAllocs()
 	for b.Loop() {

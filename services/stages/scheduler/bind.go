@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -287,8 +290,8 @@ func (w *revWaiter) wait(ctx context.Context, rev int64, timeout time.Duration) 
 type bindRequest struct {
 	pod     *corev1.Pod // the unbound revision the decision was made on
 	node    string
-	seen    []*podMeta // the node's pods the decision saw (nil: none)
-	causeID string     // id of the PodScheduled event, kept on the Scheduled Event
+	seen    []*framework.PodMeta // the node's pods the decision saw (nil: none)
+	causeID string               // id of the PodScheduled event, kept on the Scheduled Event
 	// decidedAt is the pod informer's revision before the decision: the
 	// decision's cache held every pod bound up to it.
 	decidedAt int64
@@ -360,7 +363,7 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	informed, _ := s.allocs.Get("", req.node)
 	alloc, allocRev := s.known.get(informed, req.node)
 
-	reasons, err := CheckAllocationFit(node, alloc, req.pod)
+	reasons, err := cache.CheckAllocationFit(node, alloc, req.pod)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -371,11 +374,11 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 		// cache has not seen yet, and the pod-aware filters need them.
 		return 0, nodeStale, nil
 	}
-	next, changed, err := MergeAllocation(alloc, req.node, req.pod)
+	next, changed, err := cache.MergeAllocation(alloc, req.node, req.pod)
 	if err != nil {
 		return 0, 0, err
 	}
-	if un, ok := Unreserve(next, PodKey(req.pod)); ok {
+	if un, ok := cache.Unreserve(next, framework.PodKey(req.pod)); ok {
 		next, changed = un, true // the room made for the pod is its own now
 	}
 	if !changed {
@@ -435,7 +438,7 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	case errors.Is(err, raftstore.ErrConflict):
 		return 0, podStale, nil
 	}
-	return 0, 0, fmt.Errorf("bind pod %q to node %q: %w", podName(req.pod), req.node, err)
+	return 0, 0, fmt.Errorf("bind pod %q to node %q: %w", framework.PodName(req.pod), req.node, err)
 }
 
 // guardRegistry returns the guard registry as this replica knows it
@@ -471,7 +474,7 @@ func (s *Stage) register(ctx context.Context, pod *corev1.Pod, reg *guardRegistr
 	case objects.ConflictOn(err, pod):
 		return 0, podStale, nil
 	case !errors.Is(err, raftstore.ErrConflict):
-		return 0, 0, fmt.Errorf("list the zone rules of pod %q in %q: %w", podName(pod), GuardRegistryName, err)
+		return 0, 0, fmt.Errorf("list the zone rules of pod %q in %q: %w", framework.PodName(pod), GuardRegistryName, err)
 	}
 	*stale = GuardRegistryName
 	return 0, domainStale, nil
@@ -539,12 +542,12 @@ func decisionSawAllocation(alloc *corev1.NodeAllocation, allocRev int64, req bin
 // labels and terms from the cache only: a pod the allocation has and the
 // cycle did not would be missed (two pods with hostname anti-affinity on
 // one node).
-func sawAllocated(alloc *corev1.NodeAllocation, seen []*podMeta, pod *corev1.Pod, terminated func(key string) bool) bool {
+func sawAllocated(alloc *corev1.NodeAllocation, seen []*framework.PodMeta, pod *corev1.Pod, terminated func(key string) bool) bool {
 	allocated := alloc.GetPods()
 	if len(allocated) == 0 {
 		return true
 	}
-	self := PodKey(pod)
+	self := framework.PodKey(pod)
 	_, hasSelf := allocated[self]
 	want := len(allocated)
 	if hasSelf {
@@ -552,10 +555,10 @@ func sawAllocated(alloc *corev1.NodeAllocation, seen []*podMeta, pod *corev1.Pod
 	}
 	n := 0
 	for _, m := range seen {
-		if m.entry == nil || m.entry.key == self {
+		if m.Entry == nil || m.Entry.Key == self {
 			continue
 		}
-		if _, ok := allocated[m.entry.key]; ok {
+		if _, ok := allocated[m.Entry.Key]; ok {
 			n++
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -17,14 +19,14 @@ import (
 // aside).
 func TestSawAllocated(t *testing.T) {
 	pod := mkPod("p", "100m", "")
-	seen := func(names ...string) []*podMeta {
-		var out []*podMeta
+	seen := func(names ...string) []*framework.PodMeta {
+		var out []*framework.PodMeta
 		for _, n := range names {
-			e, err := newPodEntry(mkPod(n, "100m", ""), "n1")
+			e, err := framework.NewPodEntry(mkPod(n, "100m", ""), "n1")
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, &e.meta)
+			out = append(out, &e.Meta)
 		}
 		return out
 	}
@@ -38,7 +40,7 @@ func TestSawAllocated(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		alloc *corev1.NodeAllocation
-		seen  []*podMeta
+		seen  []*framework.PodMeta
 		want  bool
 	}{
 		{"no allocation", nil, nil, true},
@@ -69,7 +71,7 @@ func TestSawAllocated(t *testing.T) {
 // not see then refuses the bind.
 func TestDecisionSawAllocation(t *testing.T) {
 	pod := mkPod("p", "100m", "")
-	e, err := newPodEntry(mkPod("a", "100m", ""), "n1")
+	e, err := framework.NewPodEntry(mkPod("a", "100m", ""), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +80,7 @@ func TestDecisionSawAllocation(t *testing.T) {
 	}}
 	asked := 0
 	terminated := func(string) bool { asked++; return false }
-	req := bindRequest{pod: pod, seen: []*podMeta{&e.meta}, decidedAt: 10}
+	req := bindRequest{pod: pod, seen: []*framework.PodMeta{&e.Meta}, decidedAt: 10}
 	for _, tc := range []struct {
 		allocRev int64
 		want     bool
@@ -99,14 +101,14 @@ func TestDecisionSawAllocation(t *testing.T) {
 func TestSawAllocatedAsksNothing(t *testing.T) {
 	pod := mkPod("p", "100m", "")
 	a := &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: "n1"}, Pods: map[string]*corev1.AllocatedPod{}}
-	var seen []*podMeta
+	var seen []*framework.PodMeta
 	for _, n := range []string{"a", "b", "c"} {
 		a.Pods["uid-"+n] = &corev1.AllocatedPod{Namespace: "default", Name: n}
-		e, err := newPodEntry(mkPod(n, "100m", ""), "n1")
+		e, err := framework.NewPodEntry(mkPod(n, "100m", ""), "n1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		seen = append(seen, &e.meta)
+		seen = append(seen, &e.Meta)
 	}
 	asked := 0
 	if !sawAllocated(a, seen, pod, func(string) bool { asked++; return false }) || asked != 0 {

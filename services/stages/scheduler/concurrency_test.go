@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
 )
 
 // TestConcurrentUse runs cycles from several goroutines over one shared
@@ -27,7 +29,7 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	for g := range 2 {
 		wg.Go(func() {
-			own := NewSnapshot()
+			own := framework.NewSnapshot()
 			for i := range 200 {
 				pod := mkPod(fmt.Sprintf("w%d-%d", g, i), "10m", "1Mi")
 				if err := c.AssumePod(pod, fmt.Sprintf("n%04d", i%200)); err != nil {

@@ -1,6 +1,10 @@
 package scheduler
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+)
 
 // Weights are the in-tree score plugins' weights in the default profile
 // (DefaultPlugins): a node's total score is the sum of each plugin's 0–100
@@ -45,8 +49,8 @@ type Config struct {
 	// DefaultPlugins(Weights).
 	Plugins []PluginSpec
 	// Registry builds the plugins the profile names. Nil selects
-	// InTreeRegistry(); a test or an out-of-tree plugin extends a copy.
-	Registry Registry
+	// plugins.InTreeRegistry(); a test or an out-of-tree plugin extends a copy.
+	Registry framework.Registry
 	// NumScoresToReport is how many of the best nodes' scores a Result
 	// carries for tracing (kube-scheduler reports 3). 0 reports none.
 	NumScoresToReport int

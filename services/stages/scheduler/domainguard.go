@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -68,12 +71,12 @@ func newWriterName(replica string) string {
 type guardEntry struct {
 	key        string
 	namespaces []string // nil: every namespace
-	selector   labelSelector
+	selector   framework.LabelSelector
 }
 
 func (e *guardEntry) selects(pod *corev1.Pod) bool {
 	md := pod.GetMetadata()
-	return (e.namespaces == nil || contains(e.namespaces, md.GetNamespace())) && e.selector.matches(md.GetLabels())
+	return (e.namespaces == nil || framework.Contains(e.namespaces, md.GetNamespace())) && e.selector.Matches(md.GetLabels())
 }
 
 // guardRegistry is the registry record as this replica knows it, parsed.
@@ -106,7 +109,7 @@ func parseRegistry(a *corev1.NodeAllocation, rev int64) (*guardRegistry, error) 
 		if err != nil {
 			return nil, fmt.Errorf("scheduler: guard registry %q: rule %q: %w", GuardRegistryName, k, err)
 		}
-		e := guardEntry{key: t.GetTopologyKey(), selector: newLabelSelector(t.GetLabelSelector(), nil, nil, nil)}
+		e := guardEntry{key: t.GetTopologyKey(), selector: framework.NewLabelSelector(t.GetLabelSelector(), nil, nil, nil)}
 		if t.GetNamespaceSelector() == nil {
 			e.namespaces = t.GetNamespaces()
 		}
@@ -158,12 +161,12 @@ func zoneRules(pod *corev1.Pod) map[string]string {
 	}
 	ns := pod.GetMetadata().GetNamespace()
 	for _, c := range pod.GetSpec().GetTopologySpreadConstraints() {
-		if c.GetWhenUnsatisfiable() == "DoNotSchedule" && c.GetTopologyKey() != LabelHostname {
+		if c.GetWhenUnsatisfiable() == "DoNotSchedule" && c.GetTopologyKey() != podtopologyspread.LabelHostname {
 			add(&corev1.PodAffinityTerm{LabelSelector: c.GetLabelSelector(), Namespaces: []string{ns}, TopologyKey: c.GetTopologyKey()})
 		}
 	}
 	for _, t := range pod.GetSpec().GetAffinity().GetPodAntiAffinity().GetRequiredDuringSchedulingIgnoredDuringExecution() {
-		if t.GetTopologyKey() == LabelHostname || t.GetTopologyKey() == "" {
+		if t.GetTopologyKey() == podtopologyspread.LabelHostname || t.GetTopologyKey() == "" {
 			continue
 		}
 		add(widenedTerm(t, ns))
@@ -238,12 +241,12 @@ func domainValue(key string, labels map[string]string) (string, bool) {
 func ruleKeys(pod *corev1.Pod) []string {
 	var keys []string
 	for _, c := range pod.GetSpec().GetTopologySpreadConstraints() {
-		if c.GetWhenUnsatisfiable() == "DoNotSchedule" && c.GetTopologyKey() != LabelHostname {
+		if c.GetWhenUnsatisfiable() == "DoNotSchedule" && c.GetTopologyKey() != podtopologyspread.LabelHostname {
 			keys = append(keys, c.GetTopologyKey())
 		}
 	}
 	for _, t := range pod.GetSpec().GetAffinity().GetPodAntiAffinity().GetRequiredDuringSchedulingIgnoredDuringExecution() {
-		if t.GetTopologyKey() != LabelHostname && t.GetTopologyKey() != "" {
+		if t.GetTopologyKey() != podtopologyspread.LabelHostname && t.GetTopologyKey() != "" {
 			keys = append(keys, t.GetTopologyKey())
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
@@ -12,7 +14,7 @@ import (
 // the pod's own zone-wide rules, and of the listed rules that select it
 // (as widened for the registry), that its node has.
 func TestGuardedKeys(t *testing.T) {
-	const zone, rack = LabelTopologyZone, "example.com/rack"
+	const zone, rack = podtopologyspread.LabelTopologyZone, "example.com/rack"
 	sel := func(app string) *corev1.LabelSelector {
 		return &corev1.LabelSelector{MatchLabels: map[string]string{"app": app}}
 	}
@@ -45,7 +47,7 @@ func TestGuardedKeys(t *testing.T) {
 		}
 		return r
 	}
-	nodeLabels := map[string]string{zone: "z1", rack: "r1", LabelHostname: "n1"}
+	nodeLabels := map[string]string{zone: "z1", rack: "r1", podtopologyspread.LabelHostname: "n1"}
 	for _, tc := range []struct {
 		name   string
 		pod    *corev1.Pod
@@ -56,7 +58,7 @@ func TestGuardedKeys(t *testing.T) {
 		{"no rules anywhere", labelled("p", "default", "web"), nodeLabels, nil, nil},
 		{"own DoNotSchedule zone spread", spread(labelled("p", "default", "web"), zone, "DoNotSchedule", sel("web")), nodeLabels, nil, []string{zone}},
 		{"ScheduleAnyway guards nothing", spread(labelled("p", "default", "web"), zone, "ScheduleAnyway", sel("web")), nodeLabels, nil, nil},
-		{"hostname rules are the node record's", spread(labelled("p", "default", "web"), LabelHostname, "DoNotSchedule", sel("web")), nodeLabels, nil, nil},
+		{"hostname rules are the node record's", spread(labelled("p", "default", "web"), podtopologyspread.LabelHostname, "DoNotSchedule", sel("web")), nodeLabels, nil, nil},
 		{"own rule, node without the key", spread(labelled("p", "default", "web"), zone, "DoNotSchedule", sel("web")), map[string]string{rack: "r1"}, nil, nil},
 		{"selected by a listed spread", labelled("q", "default", "web"), nodeLabels,
 			[]*corev1.Pod{spread(labelled("o", "default", "web"), zone, "DoNotSchedule", sel("web"))}, []string{zone}},
@@ -93,7 +95,7 @@ func TestGuardedKeys(t *testing.T) {
 // the registry knows what it lacks; a corrupt entry is an error.
 func TestGuardRegistry(t *testing.T) {
 	p := mkPod("p", "100m", "")
-	p.Spec.TopologySpreadConstraints = []*corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: LabelTopologyZone, WhenUnsatisfiable: "DoNotSchedule",
+	p.Spec.TopologySpreadConstraints = []*corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: podtopologyspread.LabelTopologyZone, WhenUnsatisfiable: "DoNotSchedule",
 		LabelSelector: &corev1.LabelSelector{MatchLabels: map[string]string{"a": "1", "b": "2", "c": "3"}}}}
 	rules := zoneRules(p)
 	if len(rules) != 1 {
@@ -112,7 +114,7 @@ func TestGuardRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := reg.missing(rules); len(m) != 0 || len(reg.entries) != 1 || reg.entries[0].key != LabelTopologyZone {
+	if m := reg.missing(rules); len(m) != 0 || len(reg.entries) != 1 || reg.entries[0].key != podtopologyspread.LabelTopologyZone {
 		t.Fatalf("registry after listing: missing %v, entries %+v", m, reg.entries)
 	}
 	bad := reg.with(map[string]string{guardAnnotationPrefix + "x": "not base64!"})
@@ -123,7 +125,7 @@ func TestGuardRegistry(t *testing.T) {
 	if err != nil || !slices.Equal(withWriter.writers, []string{"scheduler-1.0a0b"}) || len(withWriter.entries) != 1 {
 		t.Fatalf("registry with a writer: %+v, %v", withWriter, err)
 	}
-	if got := DomainRecordName(LabelTopologyZone, "z1", "scheduler-1.0a0b"); got != "~domain:topology.kubernetes.io|zone=z1@scheduler-1.0a0b" {
+	if got := DomainRecordName(podtopologyspread.LabelTopologyZone, "z1", "scheduler-1.0a0b"); got != "~domain:topology.kubernetes.io|zone=z1@scheduler-1.0a0b" {
 		t.Errorf("DomainRecordName = %q", got)
 	}
 }
@@ -137,7 +139,7 @@ func TestFirstPodGuardedKeys(t *testing.T) {
 	first := mkPod("f", "100m", "")
 	first.Metadata.Labels = map[string]string{"app": "web"}
 	first.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{
-		TopologyKey: LabelTopologyZone, LabelSelector: &corev1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}}
+		TopologyKey: podtopologyspread.LabelTopologyZone, LabelSelector: &corev1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}}
 	plain := func(app string) *corev1.Pod {
 		p := mkPod("w", "100m", "")
 		p.Metadata.Labels = map[string]string{"app": app}

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/stages/scheduler"
 )
@@ -30,7 +33,7 @@ func examplePod(name, cpu string) *corev1.Pod {
 }
 
 func Example() {
-	cache := scheduler.NewCache()
+	cache := cache.NewCache()
 	gpu := &corev1.Taint{Key: "dedicated", Value: "gpu", Effect: "NoSchedule"}
 	for _, n := range []*corev1.Node{exampleNode("a", "2"), exampleNode("b", "1"), exampleNode("gpu", "8", gpu)} {
 		if err := cache.AddNode(n); err != nil {
@@ -41,11 +44,11 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	snap := scheduler.NewSnapshot()
+	snap := framework.NewSnapshot()
 	for _, pod := range []*corev1.Pod{examplePod("web-1", "1500m"), examplePod("web-2", "1500m")} {
 		cache.UpdateSnapshot(snap)
 		res, err := sched.Schedule(pod, snap)
-		if errors.Is(err, scheduler.ErrUnschedulable) {
+		if errors.Is(err, framework.ErrUnschedulable) {
 			fmt.Printf("%s: %v\n", pod.Metadata.Name, err)
 			continue
 		}

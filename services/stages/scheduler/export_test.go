@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
@@ -42,7 +44,7 @@ type Decision struct {
 	Node         string // the node chosen
 	FirstOfGroup bool   // Result.FirstOfGroup: the bind compares the anchors
 	pod          *corev1.Pod
-	seen         []*podMeta
+	seen         []*framework.PodMeta
 	decidedAt    int64
 }
 

@@ -1,17 +1,20 @@
 package scheduler
 
-import "github.com/podflow/podflow/proto/corev1"
+import (
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+)
 
 // Filter runs the default profile's PreFilter and Filter plugins for pod
 // against one node and returns why the node cannot run the pod, in
 // Kubernetes' words; none when it can. It is for describe and trace;
 // Schedule does not call it.
-func Filter(pod *corev1.Pod, n *NodeInfo) ([]string, error) {
+func Filter(pod *corev1.Pod, n *framework.NodeInfo) ([]string, error) {
 	fw, err := newFramework(DefaultConfig())
 	if err != nil {
 		return nil, err
 	}
-	var state CycleState
+	var state framework.CycleState
 	filters, st := fw.runPreFilter(&state, pod, nil, nil)
 	if err := st.AsError(); err != nil && !st.IsRejected() {
 		return nil, err

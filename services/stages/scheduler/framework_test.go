@@ -9,10 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/imagelocality"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/nodename"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
-var fakeKey = NewStateKey("PreFilterFake")
+var fakeKey = framework.NewStateKey("PreFilterFake")
 
 // fakePlugin records the extension points it is called at. It rejects
 // nodes named in reject, scores nodes by score (raw, normalized to
@@ -22,49 +27,49 @@ type fakePlugin struct {
 	reject                    map[string]bool
 	score                     map[string]int64
 	skipFilter, skipScore     bool
-	preFilter, preFilterError *Status
+	preFilter, preFilterError *framework.Status
 }
 
 func (f *fakePlugin) Name() string { return "Fake" }
 
 func (f *fakePlugin) record(s string) { *f.calls = append(*f.calls, s) }
 
-func (f *fakePlugin) PreFilter(state *CycleState, pod *corev1.Pod) *Status {
+func (f *fakePlugin) PreFilter(state *framework.CycleState, pod *corev1.Pod) *framework.Status {
 	f.record("PreFilter " + pod.GetMetadata().GetName())
 	state.Write(fakeKey, pod.GetMetadata().GetName())
 	switch {
 	case f.preFilter != nil:
 		return f.preFilter
 	case f.skipFilter:
-		return SkipStatus()
+		return framework.SkipStatus()
 	}
 	return nil
 }
 
-func (f *fakePlugin) Filter(state *CycleState, _ *corev1.Pod, n *NodeInfo) *Status {
+func (f *fakePlugin) Filter(state *framework.CycleState, _ *corev1.Pod, n *framework.NodeInfo) *framework.Status {
 	f.record("Filter " + n.Name() + " " + state.Read(fakeKey).(string))
 	if f.reject[n.Name()] {
-		return NewStatus(Unschedulable, "node(s) were rejected by Fake")
+		return framework.NewStatus(framework.Unschedulable, "node(s) were rejected by Fake")
 	}
 	return nil
 }
 
-func (f *fakePlugin) PreScore(_ *CycleState, _ *corev1.Pod, feasible []*NodeInfo) *Status {
+func (f *fakePlugin) PreScore(_ *framework.CycleState, _ *corev1.Pod, feasible []*framework.NodeInfo) *framework.Status {
 	f.record("PreScore " + strings.Join(names(feasible), ","))
 	if f.skipScore {
-		return SkipStatus()
+		return framework.SkipStatus()
 	}
 	return nil
 }
 
-func (f *fakePlugin) Score(_ *CycleState, _ *corev1.Pod, n *NodeInfo) int64 {
+func (f *fakePlugin) Score(_ *framework.CycleState, _ *corev1.Pod, n *framework.NodeInfo) int64 {
 	f.record("Score " + n.Name())
 	return f.score[n.Name()]
 }
 
-func (f *fakePlugin) ScoreExtensions() ScoreExtensions { return f }
+func (f *fakePlugin) ScoreExtensions() framework.ScoreExtensions { return f }
 
-func (f *fakePlugin) NormalizeScore(_ *CycleState, _ *corev1.Pod, scores []int64) *Status {
+func (f *fakePlugin) NormalizeScore(_ *framework.CycleState, _ *corev1.Pod, scores []int64) *framework.Status {
 	f.record("NormalizeScore")
 	for i := range scores {
 		scores[i] *= 2
@@ -72,7 +77,7 @@ func (f *fakePlugin) NormalizeScore(_ *CycleState, _ *corev1.Pod, scores []int64
 	return nil
 }
 
-func names(nodes []*NodeInfo) []string {
+func names(nodes []*framework.NodeInfo) []string {
 	out := make([]string, len(nodes))
 	for i, n := range nodes {
 		out[i] = n.Name()
@@ -84,8 +89,8 @@ func names(nodes []*NodeInfo) []string {
 // the weight) or, with defaults, the default plugins and then the fake.
 func fakeScheduler(t *testing.T, f *fakePlugin, weight int64, defaults bool) *Scheduler {
 	t.Helper()
-	reg := InTreeRegistry()
-	reg["Fake"] = func() (Plugin, error) { return f, nil }
+	reg := plugins.InTreeRegistry()
+	reg["Fake"] = func() (framework.Plugin, error) { return f, nil }
 	var specs []PluginSpec
 	if defaults {
 		specs = DefaultPlugins(DefaultWeights())
@@ -160,7 +165,7 @@ func TestFrameworkFilterReasonsAreCounted(t *testing.T) {
 	var calls []string
 	f := &fakePlugin{calls: &calls, reject: map[string]bool{"big-1": true, "big-2": true, "small": true}}
 	_, err := fakeScheduler(t, f, 1, true).Schedule(mkPod("p", "1", "1Gi"), cacheWith(t, nodes).Snapshot())
-	var fe *FitError
+	var fe *framework.FitError
 	if !errors.As(err, &fe) {
 		t.Fatalf("err = %v, want a FitError", err)
 	}
@@ -178,9 +183,9 @@ func TestFrameworkPreFilterOutcomes(t *testing.T) {
 	snap := uniformCluster(t, []string{"a", "b", "c"}).Snapshot()
 	t.Run("rejection rejects every node with kube-scheduler's message", func(t *testing.T) {
 		var calls []string
-		f := &fakePlugin{calls: &calls, preFilter: NewStatus(UnschedulableAndUnresolvable, "pod has an unsatisfiable constraint")}
+		f := &fakePlugin{calls: &calls, preFilter: framework.NewStatus(framework.UnschedulableAndUnresolvable, "pod has an unsatisfiable constraint")}
 		_, err := fakeScheduler(t, f, 1, false).Schedule(mkPod("p", "", ""), snap)
-		var fe *FitError
+		var fe *framework.FitError
 		if !errors.As(err, &fe) {
 			t.Fatalf("err = %v, want a FitError", err)
 		}
@@ -197,7 +202,7 @@ func TestFrameworkPreFilterOutcomes(t *testing.T) {
 	t.Run("error fails the cycle", func(t *testing.T) {
 		var calls []string
 		boom := errors.New("boom")
-		f := &fakePlugin{calls: &calls, preFilter: AsStatus(boom)}
+		f := &fakePlugin{calls: &calls, preFilter: framework.AsStatus(boom)}
 		if _, err := fakeScheduler(t, f, 1, false).Schedule(mkPod("p", "", ""), snap); !errors.Is(err, boom) {
 			t.Errorf("err = %v, want boom", err)
 		}
@@ -210,9 +215,9 @@ func TestConfigValidatePlugins(t *testing.T) {
 		specs []PluginSpec
 	}{
 		{"unknown plugin", []PluginSpec{{Name: "VolumeBinding"}}},
-		{"enabled twice", []PluginSpec{{Name: NodeNameName}, {Name: NodeNameName}}},
-		{"weight over 100", []PluginSpec{{Name: ImageLocalityName, Weight: 101}}},
-		{"negative weight", []PluginSpec{{Name: ImageLocalityName, Weight: -1}}},
+		{"enabled twice", []PluginSpec{{Name: nodename.NodeNameName}, {Name: nodename.NodeNameName}}},
+		{"weight over 100", []PluginSpec{{Name: imagelocality.ImageLocalityName, Weight: 101}}},
+		{"negative weight", []PluginSpec{{Name: imagelocality.ImageLocalityName, Weight: -1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -227,7 +232,7 @@ func TestConfigValidatePlugins(t *testing.T) {
 
 // batchTestSetup returns a random source seeded with seed, a 200-node
 // varied cluster from it and the default profile.
-func batchTestSetup(t *testing.T, seed uint64) (*rand.Rand, *Snapshot, *framework) {
+func batchTestSetup(t *testing.T, seed uint64) (*rand.Rand, *framework.Snapshot, *frameworkImpl) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, seed+1))
 	snap := cacheWith(t, variedCluster(rng, 200)).Snapshot()
@@ -249,8 +254,8 @@ func TestBatchScorersMatchScore(t *testing.T) {
 			if e.batch == nil {
 				continue
 			}
-			var state CycleState
-			state.reset(snap)
+			var state framework.CycleState
+			state.Reset(snap)
 			if e.preScore != nil && !e.preScore.PreScore(&state, pod, snap.Nodes()).IsSuccess() {
 				continue
 			}
@@ -270,20 +275,20 @@ func TestBatchScorersMatchScore(t *testing.T) {
 // rejected alone.
 func TestBatchFiltersMatchFilter(t *testing.T) {
 	rng, snap, fw := batchTestSetup(t, 9)
-	earlier := NewStatus(Unschedulable, "rejected by an earlier filter")
+	earlier := framework.NewStatus(framework.Unschedulable, "rejected by an earlier filter")
 	for i := range 50 {
 		pod := variedPod(rng, i)
 		for _, e := range fw.filter {
 			if _, ok := e.batch.(perNodeFilter); ok {
 				t.Fatalf("in-tree filter %s has no BatchFilter", e.pl.Name())
 			}
-			var state CycleState
-			state.reset(snap)
-			if pf, ok := e.pl.(PreFilterPlugin); ok && !pf.PreFilter(&state, pod).IsSuccess() {
+			var state framework.CycleState
+			state.Reset(snap)
+			if pf, ok := e.pl.(framework.PreFilterPlugin); ok && !pf.PreFilter(&state, pod).IsSuccess() {
 				continue
 			}
 			nodes := snap.Nodes()
-			statuses := make([]*Status, len(nodes))
+			statuses := make([]*framework.Status, len(nodes))
 			for j := range statuses {
 				if rng.IntN(4) == 0 {
 					statuses[j] = earlier
@@ -312,13 +317,13 @@ func TestBatchFiltersMatchFilter(t *testing.T) {
 // each through every filter's Filter until one rejects it: the reference
 // the chunked, batched phase must match. It returns how many nodes it
 // evaluated, the feasible ones and the rejected ones' reasons.
-func filterOneByOne(s *Scheduler, pod *corev1.Pod, snap *Snapshot) (int, []string, map[string][]string) {
-	s.state.reset(snap)
+func filterOneByOne(s *Scheduler, pod *corev1.Pod, snap *framework.Snapshot) (int, []string, map[string][]string) {
+	s.state.Reset(snap)
 	filters, st := s.fw.runPreFilter(&s.state, pod, nil, nil)
 	if st != nil {
 		return 0, nil, nil
 	}
-	all := snap.nodes
+	all := snap.NodeList
 	want := numFeasibleNodesToFind(s.cfg.PercentageOfNodesToScore, len(all))
 	var feasible []string
 	failed := map[string][]string{}
@@ -329,11 +334,11 @@ nodes:
 		j = (j + 1) % len(all)
 		for _, f := range filters {
 			if st := f.pl.Filter(&s.state, pod, n); st != nil {
-				failed[n.name] = st.Reasons()
+				failed[n.Name()] = st.Reasons()
 				continue nodes
 			}
 		}
-		feasible = append(feasible, n.name)
+		feasible = append(feasible, n.Name())
 	}
 	s.next = j
 	return i, feasible, failed
@@ -362,7 +367,7 @@ func TestBatchFilteringMatchesPerNode(t *testing.T) {
 			for i := range perNode.fw.filter {
 				perNode.fw.filter[i].batch = perNodeFilter{perNode.fw.filter[i].pl}
 			}
-			c, snap := cacheWith(t, nodes), NewSnapshot()
+			c, snap := cacheWith(t, nodes), framework.NewSnapshot()
 			var failures int
 			for i := range 300 {
 				pod := variedPod(rng, i)
@@ -374,7 +379,7 @@ func TestBatchFilteringMatchesPerNode(t *testing.T) {
 				failures += len(failed)
 				for _, s := range []*Scheduler{batched, perNode} {
 					res, err := s.Schedule(pod, snap)
-					var fe *FitError
+					var fe *framework.FitError
 					switch {
 					case errors.As(err, &fe):
 						if len(feasible) != 0 || !reflect.DeepEqual(fe.NodeReasons, failed) {
@@ -409,9 +414,9 @@ type errorFilter struct{ node string }
 
 func (errorFilter) Name() string { return "ErrorFilter" }
 
-func (f errorFilter) Filter(_ *CycleState, _ *corev1.Pod, n *NodeInfo) *Status {
+func (f errorFilter) Filter(_ *framework.CycleState, _ *corev1.Pod, n *framework.NodeInfo) *framework.Status {
 	if n.Name() == f.node {
-		return AsStatus(errors.New("boom on " + f.node))
+		return framework.AsStatus(errors.New("boom on " + f.node))
 	}
 	return nil
 }
@@ -431,8 +436,8 @@ func TestFilterErrorFailsTheCycle(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			names := nodeNames("n", tt.nodes)
-			reg := InTreeRegistry()
-			reg["ErrorFilter"] = func() (Plugin, error) { return errorFilter{node: names[len(names)-1]}, nil }
+			reg := plugins.InTreeRegistry()
+			reg["ErrorFilter"] = func() (framework.Plugin, error) { return errorFilter{node: names[len(names)-1]}, nil }
 			specs := append(DefaultPlugins(DefaultWeights()), PluginSpec{Name: "ErrorFilter"})
 			s := newTestScheduler(t, func(c *Config) { c.Plugins, c.Registry = specs, reg })
 			_, err := s.Schedule(mkPod("p", "100m", "100Mi"), uniformCluster(t, names).Snapshot())

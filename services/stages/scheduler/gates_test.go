@@ -8,7 +8,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
 // TestSchedulingGates: a gated pod stays Pending with PodScheduled=False,
@@ -19,16 +19,16 @@ func TestSchedulingGates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	env := startSlowRetryEnv(ctx, t)
-	if err := env.CreateNodes(ctx, []*corev1.Node{schedtest.Node("n1", "4", "16Gi", 110)}); err != nil {
+	if err := env.CreateNodes(ctx, []*corev1.Node{schedsim.Node("n1", "4", "16Gi", 110)}); err != nil {
 		t.Fatal(err)
 	}
 	startReplicas(t, env, 1)
 	get := benchPods(ctx, t, env)
 	waitFor := func(what string, cond func() bool) { t.Helper(); waitUntil(t, what, cond) }
 
-	gatedPod := schedtest.Pod("bench", "gated", "100m", "64Mi")
+	gatedPod := schedsim.Pod("bench", "gated", "100m", "64Mi")
 	gatedPod.Spec.SchedulingGates = []*corev1.PodSchedulingGate{{Name: "example.com/a"}, {Name: "example.com/b"}}
-	free := schedtest.Pod("bench", "free", "100m", "64Mi")
+	free := schedsim.Pod("bench", "free", "100m", "64Mi")
 	if err := env.Submit(ctx, []*corev1.Pod{gatedPod, free}); err != nil {
 		t.Fatal(err)
 	}
@@ -71,12 +71,12 @@ func TestSchedulingGates(t *testing.T) {
 
 // startSlowRetryEnv starts a store and bus whose scheduler replicas retry
 // unschedulable pods only after 10 minutes, unless woken.
-func startSlowRetryEnv(ctx context.Context, t *testing.T) *schedtest.Env {
+func startSlowRetryEnv(ctx context.Context, t *testing.T) *schedsim.Env {
 	t.Helper()
-	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg := schedsim.DefaultConfig(t.TempDir())
 	cfg.StoreNoSync = true
 	cfg.Stage.InitialBackoff, cfg.Stage.MaxBackoff = 10*time.Minute, 10*time.Minute
-	env, err := schedtest.Start(ctx, cfg)
+	env, err := schedsim.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func startSlowRetryEnv(ctx context.Context, t *testing.T) *schedtest.Env {
 }
 
 // benchPods returns a getter of the stored pods of namespace bench.
-func benchPods(ctx context.Context, t *testing.T, env *schedtest.Env) func(name string) *corev1.Pod {
+func benchPods(ctx context.Context, t *testing.T, env *schedsim.Env) func(name string) *corev1.Pod {
 	return func(name string) *corev1.Pod {
 		t.Helper()
 		p, err := objects.Get[*corev1.Pod](ctx, env.Store, "bench", name)

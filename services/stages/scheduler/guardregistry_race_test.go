@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stages/scheduler"
-	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
 // TestBindComparesGuardRegistry attacks "every bind compares the
@@ -123,7 +125,7 @@ func TestBindComparesGuardRegistry(t *testing.T) {
 	recordA := false
 	for _, rec := range allocs {
 		recordA = recordA || strings.HasPrefix(rec.GetMetadata().GetName(),
-			scheduler.DomainRecordName(scheduler.LabelTopologyZone, "zone-0", rs[0].Name+"."))
+			scheduler.DomainRecordName(podtopologyspread.LabelTopologyZone, "zone-0", rs[0].Name+"."))
 	}
 	if !recordA {
 		t.Errorf("p's bind wrote no zone-0 domain record of A's")
@@ -149,12 +151,12 @@ func TestBindComparesGuardRegistry(t *testing.T) {
 // twoReplicas starts a store with one handler per replica (an unmet rule
 // is a violation for Verify), nodes node-00000 and node-00002 in zone-0,
 // node-00001 and node-00003 in zone-1, and two scheduler replicas.
-func twoReplicas(ctx context.Context, t *testing.T) (*schedtest.Env, []*schedtest.Replica) {
+func twoReplicas(ctx context.Context, t *testing.T) (*schedsim.Env, []*schedsim.Replica) {
 	t.Helper()
-	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg := schedsim.DefaultConfig(t.TempDir())
 	cfg.StoreNoSync = true
 	cfg.Concurrency = 1
-	env, err := schedtest.Start(ctx, cfg)
+	env, err := schedsim.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,16 +4,20 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/interpodaffinity"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
 // Cases after kube-scheduler's interpodaffinity filtering_test.go and
 // scoring_test.go, and the assign-pod-node page's examples.
 
-var podAff = interPodAffinity{}
+var podAff = interpodaffinity.InterPodAffinity{}
 
 func TestInterPodAffinityFilter(t *testing.T) {
-	const aff, anti, existing = ReasonPodAffinity, ReasonPodAntiAffinity, ReasonExistingPodAntiAffinity
+	const aff, anti, existing = interpodaffinity.ReasonPodAffinity, interpodaffinity.ReasonPodAntiAffinity, interpodaffinity.ReasonExistingPodAntiAffinity
 	security := func(v string) *corev1.LabelSelector {
 		return &corev1.LabelSelector{MatchExpressions: []*corev1.LabelSelectorRequirement{{Key: "security", Operator: "In", Values: []string{v}}}}
 	}
@@ -78,13 +82,13 @@ func TestInterPodAffinityFilter(t *testing.T) {
 		},
 		{
 			name: "required affinity: the existing pod must match every term",
-			pod:  mkPod("p", "", "", affinityTo("zone", security("S1")), affinityTo(LabelHostname, exists("app"))),
+			pod:  mkPod("p", "", "", affinityTo("zone", security("S1")), affinityTo(podtopologyspread.LabelHostname, exists("app"))),
 			pods: append(placed("node-a", 1, s1), placed("node-b", 1, podLabels("app", "x"))...),
 			want: map[string]string{"node-a": aff, "node-b": aff, "node-x": aff, "node-n": aff},
 		},
 		{
 			name: "required anti-affinity to S1 by hostname",
-			pod:  mkPod("p", "", "", antiAffinityTo(LabelHostname, security("S1"))),
+			pod:  mkPod("p", "", "", antiAffinityTo(podtopologyspread.LabelHostname, security("S1"))),
 			pods: placed("node-a", 1, s1),
 			want: map[string]string{"node-a": anti},
 		},
@@ -116,13 +120,13 @@ func TestInterPodAffinityFilter(t *testing.T) {
 		},
 		{
 			name: "affinity passes, anti-affinity of the incoming pod rejects",
-			pod:  mkPod("p", "", "", affinityTo("zone", security("S1")), antiAffinityTo(LabelHostname, security("S2"))),
+			pod:  mkPod("p", "", "", affinityTo("zone", security("S1")), antiAffinityTo(podtopologyspread.LabelHostname, security("S2"))),
 			pods: append(placed("node-a", 1, s1), placed("node-b", 1, s2)...),
 			want: map[string]string{"node-b": anti, "node-x": aff, "node-n": aff},
 		},
 		{
 			name: "matchLabelKeys: anti-affinity only to pods of the same revision",
-			pod: mkPod("p", "", "", podLabels("app", "web", "rev", "2"), antiAffinityTo(LabelHostname, exists("app"), func(t *corev1.PodAffinityTerm) {
+			pod: mkPod("p", "", "", podLabels("app", "web", "rev", "2"), antiAffinityTo(podtopologyspread.LabelHostname, exists("app"), func(t *corev1.PodAffinityTerm) {
 				t.MatchLabelKeys = []string{"rev"}
 			})),
 			pods: append(placed("node-a", 1, podLabels("app", "web", "rev", "1")), placed("node-b", 1, podLabels("app", "web", "rev", "2"))...),
@@ -166,14 +170,14 @@ func TestInterPodAffinityScore(t *testing.T) {
 		},
 		{
 			name: "preferred anti-affinity to web by hostname",
-			pod:  mkPod("p", "", "", preferAffinity(5, LabelHostname, exists("app"), true)),
+			pod:  mkPod("p", "", "", preferAffinity(5, podtopologyspread.LabelHostname, exists("app"), true)),
 			pods: placed("node-a", 1, web),
 			want: map[string]int64{"node-a": 0, "node-b": 100, "node-x": 100},
 		},
 		{
 			name: "affinity and anti-affinity weigh against each other",
 			pod: mkPod("p", "", "", preferAffinity(10, "zone", exists("app"), false),
-				preferAffinity(5, LabelHostname, exists("app"), true)),
+				preferAffinity(5, podtopologyspread.LabelHostname, exists("app"), true)),
 			// zone1: +10 (a and b); a: -5 → a 5, b 10, x 0
 			pods: placed("node-a", 1, web),
 			want: map[string]int64{"node-a": 50, "node-b": 100, "node-x": 0},
@@ -208,10 +212,10 @@ func TestInterPodAffinityScore(t *testing.T) {
 func TestInterPodAffinitySchedule(t *testing.T) {
 	c := cacheWith(t, []*corev1.Node{zoneNode("node-a", "zone1"), zoneNode("node-b", "zone1"), zoneNode("node-x", "zone2")})
 	s := newTestScheduler(t)
-	snap := NewSnapshot()
+	snap := framework.NewSnapshot()
 	used := map[string]bool{}
 	for i := range 4 {
-		pod := mkPod(fmtName("web", i), "100m", "64Mi", podLabels("app", "web"), antiAffinityTo(LabelHostname, exists("app")))
+		pod := mkPod(fmtName("web", i), "100m", "64Mi", podLabels("app", "web"), antiAffinityTo(podtopologyspread.LabelHostname, exists("app")))
 		c.UpdateSnapshot(snap)
 		res, err := s.Schedule(pod, snap)
 		if i == 3 {

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -31,23 +33,6 @@ const (
 	pointScore          = "Score"
 	pointNormalizeScore = "NormalizeScore"
 )
-
-// String returns the code's name, kube-scheduler's.
-func (c Code) String() string {
-	switch c {
-	case Success:
-		return "Success"
-	case Error:
-		return "Error"
-	case Unschedulable:
-		return "Unschedulable"
-	case UnschedulableAndUnresolvable:
-		return "UnschedulableAndUnresolvable"
-	case Skip:
-		return "Skip"
-	}
-	return "Unknown"
-}
 
 // NewPluginDurationMetric returns the scheduler_plugin_execution_duration_seconds
 // histogram with kube-scheduler's buckets (10µs, factor 1.5, 20 buckets).
@@ -79,7 +64,7 @@ type pluginRecorder struct {
 
 type pluginMetricKey struct {
 	plugin, point string
-	code          Code
+	code          framework.Code
 }
 
 // sample decides whether this cycle records plugin metrics: the
@@ -92,7 +77,7 @@ func (s *Scheduler) sample() *pluginRecorder {
 }
 
 // observe records d for a plugin at a point with a code; r may be nil.
-func (r *pluginRecorder) observe(plugin, point string, code Code, d time.Duration) {
+func (r *pluginRecorder) observe(plugin, point string, code framework.Code, d time.Duration) {
 	if r == nil {
 		return
 	}
@@ -115,13 +100,13 @@ func (r *pluginRecorder) now() time.Time {
 
 // severity orders codes for a batch's Filter status: the most severe a
 // plugin gave a node.
-func severity(c Code) int {
+func severity(c framework.Code) int {
 	switch c {
-	case Error:
+	case framework.Error:
 		return 3
-	case UnschedulableAndUnresolvable:
+	case framework.UnschedulableAndUnresolvable:
 		return 2
-	case Unschedulable:
+	case framework.Unschedulable:
 		return 1
 	}
 	return 0

@@ -3,8 +3,16 @@ package scheduler
 import (
 	"testing"
 
-	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/defaultpreemption"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/interpodaffinity"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/noderesourcesfit"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/podflow/podflow/proto/corev1"
 )
 
 // pluginObservations gathers scheduler_plugin_execution_duration_seconds:
@@ -59,8 +67,8 @@ func TestPluginMetricsSampledCycle(t *testing.T) {
 	pod := mkPod("p", "100m", "64Mi", web, image("nginx"), hostPort(8080, "TCP", ""),
 		tolerate("k", "Exists", "", "PreferNoSchedule"),
 		required(term(expr("disk", "In", "ssd"))), preferred(1, term(expr("zone", "In", "zone-1"))),
-		spreadBy(1, "zone", "DoNotSchedule", exists("app")), spreadBy(1, LabelHostname, "ScheduleAnyway", exists("app")),
-		antiAffinityTo(LabelHostname, exists("app")), preferAffinity(5, "zone", exists("app"), false))
+		spreadBy(1, "zone", "DoNotSchedule", exists("app")), spreadBy(1, podtopologyspread.LabelHostname, "ScheduleAnyway", exists("app")),
+		antiAffinityTo(podtopologyspread.LabelHostname, exists("app")), preferAffinity(5, "zone", exists("app"), false))
 
 	s.samplePercent = 0
 	if _, err := s.Schedule(pod, c.Snapshot()); err != nil {
@@ -84,7 +92,7 @@ func TestPluginMetricsSampledCycle(t *testing.T) {
 	}
 	ran := map[string]int{}
 	for _, spec := range DefaultPlugins(DefaultWeights()) {
-		pl, err := InTreeRegistry()[spec.Name]()
+		pl, err := plugins.InTreeRegistry()[spec.Name]()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,14 +108,14 @@ func TestPluginMetricsSampledCycle(t *testing.T) {
 				ran[point]++
 			}
 		}
-		_, isPreFilter := pl.(PreFilterPlugin)
+		_, isPreFilter := pl.(framework.PreFilterPlugin)
 		want(pointPreFilter, isPreFilter, false)
 		_, preFilterSkipped := count(spec.Name, pointPreFilter)
-		_, isFilter := pl.(FilterPlugin)
+		_, isFilter := pl.(framework.FilterPlugin)
 		want(pointFilter, isFilter, preFilterSkipped)
-		sc, isScore := pl.(ScorePlugin)
+		sc, isScore := pl.(framework.ScorePlugin)
 		isScore = isScore && spec.Weight != 0
-		_, isPreScore := pl.(PreScorePlugin)
+		_, isPreScore := pl.(framework.PreScorePlugin)
 		want(pointPreScore, isScore && isPreScore, false)
 		_, preScoreSkipped := count(spec.Name, pointPreScore)
 		want(pointScore, isScore, preScoreSkipped)
@@ -115,7 +123,7 @@ func TestPluginMetricsSampledCycle(t *testing.T) {
 		want(pointPostFilter, false, false) // the pod fits
 	}
 	// The pod was built so that the pod-aware plugins do not skip.
-	for _, pl := range []string{PodTopologySpreadName, InterPodAffinityName} {
+	for _, pl := range []string{podtopologyspread.PodTopologySpreadName, interpodaffinity.InterPodAffinityName} {
 		for _, point := range []string{pointFilter, pointScore, pointNormalizeScore} {
 			if n, _ := count(pl, point); n != 1 {
 				t.Errorf("%s at %s: %d observations, want 1", pl, point, n)
@@ -133,10 +141,10 @@ func TestPluginMetricsSampledCycle(t *testing.T) {
 		t.Fatal("a 64-cpu pod fitted an 8-cpu node")
 	}
 	got = pluginObservations(t, reg)
-	if n, _ := count(DefaultPreemptionName, pointPostFilter); n != 1 {
-		t.Errorf("DefaultPreemption at PostFilter: %d observations, want 1 (%v)", n, got[DefaultPreemptionName])
+	if n, _ := count(defaultpreemption.DefaultPreemptionName, pointPostFilter); n != 1 {
+		t.Errorf("DefaultPreemption at PostFilter: %d observations, want 1 (%v)", n, got[defaultpreemption.DefaultPreemptionName])
 	}
-	if n, _ := count(NodeResourcesFitName, pointFilter); got[NodeResourcesFitName][pointFilter]["Unschedulable"] != 1 || n != 2 {
-		t.Errorf("NodeResourcesFit at Filter %v, want one Success and one Unschedulable", got[NodeResourcesFitName][pointFilter])
+	if n, _ := count(noderesourcesfit.NodeResourcesFitName, pointFilter); got[noderesourcesfit.NodeResourcesFitName][pointFilter]["Unschedulable"] != 1 || n != 2 {
+		t.Errorf("NodeResourcesFit at Filter %v, want one Success and one Unschedulable", got[noderesourcesfit.NodeResourcesFitName][pointFilter])
 	}
 }

@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -91,7 +95,7 @@ func preferAffinity(weight int32, key string, sel *corev1.LabelSelector, anti bo
 
 // zoneNode is a node with hostname and, unless zone is "", zone labels.
 func zoneNode(name, zone string, opts ...nodeOpt) *corev1.Node {
-	n := mkNode(name, "8", "16Gi", labels(LabelHostname, name))
+	n := mkNode(name, "8", "16Gi", labels(podtopologyspread.LabelHostname, name))
 	if zone != "" {
 		n.Metadata.Labels["zone"] = zone
 	}
@@ -112,19 +116,19 @@ func placed(node string, n int, opts ...podOpt) []*corev1.Pod {
 
 // runPluginFilter runs pl's PreFilter and Filter for pod over every node
 // of a cluster of nodes and pods: the reason of each rejected node.
-func runPluginFilter(t *testing.T, pl FilterPlugin, pod *corev1.Pod, nodes []*corev1.Node, pods []*corev1.Pod) map[string]string {
+func runPluginFilter(t *testing.T, pl framework.FilterPlugin, pod *corev1.Pod, nodes []*corev1.Node, pods []*corev1.Pod) map[string]string {
 	t.Helper()
 	return runFilterOnCache(t, pl, pod, cacheWith(t, nodes, pods...))
 }
 
 // runFilterOnCache is runPluginFilter over the cache's snapshot.
-func runFilterOnCache(t *testing.T, pl FilterPlugin, pod *corev1.Pod, c *Cache) map[string]string {
+func runFilterOnCache(t *testing.T, pl framework.FilterPlugin, pod *corev1.Pod, c *cache.Cache) map[string]string {
 	t.Helper()
 	snap := c.Snapshot()
-	var state CycleState
-	state.reset(snap)
+	var state framework.CycleState
+	state.Reset(snap)
 	got := map[string]string{}
-	if pf, ok := pl.(PreFilterPlugin); ok {
+	if pf, ok := pl.(framework.PreFilterPlugin); ok {
 		switch st := pf.PreFilter(&state, pod); {
 		case st.IsSkip():
 			return got
@@ -137,8 +141,8 @@ func runFilterOnCache(t *testing.T, pl FilterPlugin, pod *corev1.Pod, c *Cache) 
 			t.Fatal(st.AsError())
 		}
 	}
-	statuses := make([]*Status, len(snap.Nodes()))
-	pl.(BatchFilter).FilterNodes(&state, pod, snap.Nodes(), statuses)
+	statuses := make([]*framework.Status, len(snap.Nodes()))
+	pl.(framework.BatchFilter).FilterNodes(&state, pod, snap.Nodes(), statuses)
 	for i, n := range snap.Nodes() {
 		if st := pl.Filter(&state, pod, n); st.Message() != statuses[i].Message() {
 			t.Errorf("node %s: Filter %q, FilterNodes %q", n.Name(), st.Message(), statuses[i].Message())
@@ -152,20 +156,20 @@ func runFilterOnCache(t *testing.T, pl FilterPlugin, pod *corev1.Pod, c *Cache) 
 
 // runPluginScore runs pl's PreScore, Score and NormalizeScore for pod with
 // every node feasible: each node's normalized score.
-func runPluginScore(t *testing.T, pl ScorePlugin, pod *corev1.Pod, nodes []*corev1.Node, pods []*corev1.Pod) map[string]int64 {
+func runPluginScore(t *testing.T, pl framework.ScorePlugin, pod *corev1.Pod, nodes []*corev1.Node, pods []*corev1.Pod) map[string]int64 {
 	t.Helper()
 	return runScoreOnCache(t, pl, pod, cacheWith(t, nodes, pods...))
 }
 
 // runScoreOnCache is runPluginScore over the cache's snapshot.
-func runScoreOnCache(t *testing.T, pl ScorePlugin, pod *corev1.Pod, c *Cache) map[string]int64 {
+func runScoreOnCache(t *testing.T, pl framework.ScorePlugin, pod *corev1.Pod, c *cache.Cache) map[string]int64 {
 	t.Helper()
 	snap := c.Snapshot()
-	var state CycleState
-	state.reset(snap)
+	var state framework.CycleState
+	state.Reset(snap)
 	feasible := snap.Nodes()
 	got := map[string]int64{}
-	if st := pl.(PreScorePlugin).PreScore(&state, pod, feasible); st.IsSkip() {
+	if st := pl.(framework.PreScorePlugin).PreScore(&state, pod, feasible); st.IsSkip() {
 		for _, n := range feasible {
 			got[n.Name()] = 0
 		}
@@ -174,7 +178,7 @@ func runScoreOnCache(t *testing.T, pl ScorePlugin, pod *corev1.Pod, c *Cache) ma
 		t.Fatal(st.AsError())
 	}
 	scores := make([]int64, len(feasible))
-	pl.(BatchScorer).ScoreNodes(&state, pod, feasible, scores)
+	pl.(framework.BatchScorer).ScoreNodes(&state, pod, feasible, scores)
 	for i, n := range feasible {
 		if s := pl.Score(&state, pod, n); s != scores[i] {
 			t.Errorf("node %s: Score %d, ScoreNodes %d", n.Name(), s, scores[i])

@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
@@ -18,7 +22,7 @@ func mkService(ns, name string, sel map[string]string) *corev1.Service {
 	return &corev1.Service{Metadata: &corev1.ObjectMeta{Namespace: ns, Name: name}, Spec: &corev1.ServiceSpec{Selector: sel}}
 }
 
-func cacheWithServices(t *testing.T, nodes []*corev1.Node, pods []*corev1.Pod, svcs ...*corev1.Service) *Cache {
+func cacheWithServices(t *testing.T, nodes []*corev1.Node, pods []*corev1.Pod, svcs ...*corev1.Service) *cache.Cache {
 	t.Helper()
 	c := cacheWith(t, nodes, pods...)
 	for _, s := range svcs {
@@ -30,9 +34,9 @@ func cacheWithServices(t *testing.T, nodes []*corev1.Node, pods []*corev1.Pod, s
 // defaultZoneNode is a node with hostname and, unless zone is "", the
 // well-known zone label.
 func defaultZoneNode(name, zone string) *corev1.Node {
-	n := mkNode(name, "8", "16Gi", labels(LabelHostname, name))
+	n := mkNode(name, "8", "16Gi", labels(podtopologyspread.LabelHostname, name))
 	if zone != "" {
-		n.Metadata.Labels[LabelTopologyZone] = zone
+		n.Metadata.Labels[podtopologyspread.LabelTopologyZone] = zone
 	}
 	return n
 }
@@ -59,7 +63,7 @@ func TestPodTopologySpreadDefaultConstraintsState(t *testing.T) {
 			nodes: []*corev1.Node{defaultZoneNode("node-a", "mars")},
 			svcs:  []*corev1.Service{mkService("default", "s", map[string]string{"foo": "tar"})},
 			want: &want{
-				keys: []string{LabelHostname, LabelTopologyZone}, skews: []int64{3, 5},
+				keys: []string{podtopologyspread.LabelHostname, podtopologyspread.LabelTopologyZone}, skews: []int64{3, 5},
 				matches: map[string]bool{"foo=tar": true, "foo=bar": false},
 				counts:  []map[string]int64{{}, {"mars": 0}},
 				weights: []float64{math.Log(1 + 2), math.Log(1 + 2)},
@@ -72,7 +76,7 @@ func TestPodTopologySpreadDefaultConstraintsState(t *testing.T) {
 			svcs: []*corev1.Service{mkService("default", "s1", map[string]string{"foo": "tar"}),
 				mkService("default", "s2", map[string]string{"baz": "sup"})},
 			want: &want{
-				keys: []string{LabelHostname, LabelTopologyZone}, skews: []int64{3, 5},
+				keys: []string{podtopologyspread.LabelHostname, podtopologyspread.LabelTopologyZone}, skews: []int64{3, 5},
 				matches: map[string]bool{"foo=tar,baz=sup": true, "foo=tar": false, "baz=sup": false},
 				counts:  []map[string]int64{{}, {"mars": 0}},
 				weights: []float64{math.Log(1 + 2), math.Log(1 + 2)},
@@ -84,7 +88,7 @@ func TestPodTopologySpreadDefaultConstraintsState(t *testing.T) {
 			nodes: []*corev1.Node{defaultZoneNode("node-a", "mars"), defaultZoneNode("node-b", "")},
 			svcs:  []*corev1.Service{mkService("default", "s", map[string]string{"foo": "tar"})},
 			want: &want{
-				keys: []string{LabelHostname, LabelTopologyZone}, skews: []int64{3, 5},
+				keys: []string{podtopologyspread.LabelHostname, podtopologyspread.LabelTopologyZone}, skews: []int64{3, 5},
 				matches: map[string]bool{"foo=tar": true},
 				counts:  []map[string]int64{{}, {"mars": 0, "": 0}},
 				weights: []float64{math.Log(2 + 2), math.Log(2 + 2)},
@@ -117,7 +121,7 @@ func TestPodTopologySpreadDefaultConstraintsState(t *testing.T) {
 			name: "a service, but the pod has constraints: only its own apply",
 			pod: mkPod("p", "", "", fooTar, spreadBy(1, "zone", "DoNotSchedule", exists("foo")),
 				spreadBy(2, "planet", "ScheduleAnyway", exists("baz"))),
-			nodes: []*corev1.Node{zoneNode("node-a", "", labels("planet", "mars", LabelTopologyZone, "z"))},
+			nodes: []*corev1.Node{zoneNode("node-a", "", labels("planet", "mars", podtopologyspread.LabelTopologyZone, "z"))},
 			svcs:  []*corev1.Service{mkService("default", "s", map[string]string{"foo": "tar"})},
 			want: &want{
 				keys: []string{"planet"}, skews: []int64{2},
@@ -136,8 +140,8 @@ func TestPodTopologySpreadDefaultConstraintsState(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			snap := cacheWithServices(t, tt.nodes, nil, tt.svcs...).Snapshot()
-			var state CycleState
-			state.reset(snap)
+			var state framework.CycleState
+			state.Reset(snap)
 			st := spread.PreScore(&state, tt.pod, snap.Nodes())
 			if tt.want == nil {
 				if !st.IsSkip() {
@@ -148,24 +152,24 @@ func TestPodTopologySpreadDefaultConstraintsState(t *testing.T) {
 			if !st.IsSuccess() {
 				t.Fatalf("PreScore %v", st)
 			}
-			s := state.Read(spreadScoreKey).(*spreadState)
-			if len(s.constraints) != len(tt.want.keys) {
-				t.Fatalf("%d constraints, want %d", len(s.constraints), len(tt.want.keys))
+			s := state.Read(podtopologyspread.ScoreKey).(*podtopologyspread.State)
+			if len(s.Constraints) != len(tt.want.keys) {
+				t.Fatalf("%d constraints, want %d", len(s.Constraints), len(tt.want.keys))
 			}
-			for i, c := range s.constraints {
-				if c.key != tt.want.keys[i] || c.maxSkew != tt.want.skews[i] {
-					t.Errorf("constraint %d: %s/%d, want %s/%d", i, c.key, c.maxSkew, tt.want.keys[i], tt.want.skews[i])
+			for i, c := range s.Constraints {
+				if c.Key != tt.want.keys[i] || c.MaxSkew != tt.want.skews[i] {
+					t.Errorf("constraint %d: %s/%d, want %s/%d", i, c.Key, c.MaxSkew, tt.want.keys[i], tt.want.skews[i])
 				}
 				for probe, want := range tt.want.matches {
-					if got := c.selector.matches(parseLabels(probe)); got != want {
+					if got := c.Selector.Matches(parseLabels(probe)); got != want {
 						t.Errorf("constraint %d selects %s: %v, want %v", i, probe, got, want)
 					}
 				}
-				if !maps.Equal(s.counts[i], tt.want.counts[i]) {
-					t.Errorf("constraint %d counts %v, want %v", i, s.counts[i], tt.want.counts[i])
+				if !maps.Equal(s.Counts[i], tt.want.counts[i]) {
+					t.Errorf("constraint %d counts %v, want %v", i, s.Counts[i], tt.want.counts[i])
 				}
-				if math.Abs(s.weights[i]-tt.want.weights[i]) > 1e-9 {
-					t.Errorf("constraint %d weight %v, want %v", i, s.weights[i], tt.want.weights[i])
+				if math.Abs(s.Weights[i]-tt.want.weights[i]) > 1e-9 {
+					t.Errorf("constraint %d weight %v, want %v", i, s.Weights[i], tt.want.weights[i])
 				}
 			}
 		})
@@ -251,23 +255,23 @@ func TestPodTopologySpreadDefaultConstraintsScore(t *testing.T) {
 // update replaces it, a removal (or a selector emptied) forgets it, and a
 // snapshot taken before keeps what it saw.
 func TestCacheServices(t *testing.T) {
-	c := NewCache()
+	c := cache.NewCache()
 	c.SetService(mkService("default", "web", map[string]string{"app": "web"}))
 	before := c.Snapshot()
 	c.SetService(mkService("default", "web", map[string]string{"app": "web2"}))
-	if got := c.Snapshot().services["default"]["web"]["app"]; got != "web2" {
+	if got := c.Snapshot().Services["default"]["web"]["app"]; got != "web2" {
 		t.Errorf("after update: %q, want web2", got)
 	}
-	if got := before.services["default"]["web"]["app"]; got != "web" {
+	if got := before.Services["default"]["web"]["app"]; got != "web" {
 		t.Errorf("earlier snapshot changed: %q", got)
 	}
 	c.SetService(mkService("default", "web", nil))
-	if _, ok := c.Snapshot().services["default"]; ok {
+	if _, ok := c.Snapshot().Services["default"]; ok {
 		t.Error("a Service without a selector is kept")
 	}
 	c.SetService(mkService("default", "web", map[string]string{"app": "web"}))
 	c.RemoveService("default", "web")
-	if len(c.Snapshot().services) != 0 {
-		t.Errorf("after removal: %v", c.Snapshot().services)
+	if len(c.Snapshot().Services) != 0 {
+		t.Errorf("after removal: %v", c.Snapshot().Services)
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
@@ -12,7 +15,7 @@ import (
 
 var (
 	fooSel = exists("foo")
-	spread = podTopologySpread{}
+	spread = podtopologyspread.PodTopologySpread{}
 )
 
 func fourNodesTwoZones(opts ...nodeOpt) []*corev1.Node {
@@ -23,7 +26,7 @@ func fourNodesTwoZones(opts ...nodeOpt) []*corev1.Node {
 }
 
 func TestPodTopologySpreadFilter(t *testing.T) {
-	const skew, missing = ReasonTopologySpread, ReasonTopologySpreadMissingLabel
+	const skew, missing = podtopologyspread.ReasonTopologySpread, podtopologyspread.ReasonTopologySpreadMissingLabel
 	foo := podLabels("foo", "")
 	concat := func(ps ...[]*corev1.Pod) []*corev1.Pod {
 		var out []*corev1.Pod
@@ -88,37 +91,37 @@ func TestPodTopologySpreadFilter(t *testing.T) {
 		},
 		{
 			name:  "pods spread across nodes as 2/1/0/3, only node-x fits",
-			pod:   mkPod("p", "", "", foo, spreadBy(1, LabelHostname, "DoNotSchedule", fooSel)),
+			pod:   mkPod("p", "", "", foo, spreadBy(1, podtopologyspread.LabelHostname, "DoNotSchedule", fooSel)),
 			nodes: fourNodesTwoZones(),
 			pods:  concat(placed("node-a", 2, foo), placed("node-b", 1, foo), placed("node-y", 3, foo)),
 			want:  map[string]string{"node-a": skew, "node-b": skew, "node-y": skew},
 		},
 		{
 			name:  "pods spread across nodes as 2/1/0/3, maxSkew 2: node-b and node-x fit",
-			pod:   mkPod("p", "", "", foo, spreadBy(2, LabelHostname, "DoNotSchedule", fooSel)),
+			pod:   mkPod("p", "", "", foo, spreadBy(2, podtopologyspread.LabelHostname, "DoNotSchedule", fooSel)),
 			nodes: fourNodesTwoZones(),
 			pods:  concat(placed("node-a", 2, foo), placed("node-b", 1, foo), placed("node-y", 3, foo)),
 			want:  map[string]string{"node-a": skew, "node-y": skew},
 		},
 		{
 			name:  "pods spread as 2/1/0/3, the incoming pod does not match itself: node-b fits too",
-			pod:   mkPod("p", "", "", podLabels("bar", ""), spreadBy(1, LabelHostname, "DoNotSchedule", fooSel)),
+			pod:   mkPod("p", "", "", podLabels("bar", ""), spreadBy(1, podtopologyspread.LabelHostname, "DoNotSchedule", fooSel)),
 			nodes: fourNodesTwoZones(),
 			pods:  concat(placed("node-a", 2, foo), placed("node-b", 1, foo), placed("node-y", 3, foo)),
 			want:  map[string]string{"node-a": skew, "node-y": skew},
 		},
 		{
 			name: "node affinity leaves out node-b and node-x: min is 2, node-a fits",
-			pod: mkPod("p", "", "", foo, spreadBy(1, LabelHostname, "DoNotSchedule", fooSel),
-				required(term(expr(LabelHostname, "NotIn", "node-b", "node-x")))),
+			pod: mkPod("p", "", "", foo, spreadBy(1, podtopologyspread.LabelHostname, "DoNotSchedule", fooSel),
+				required(term(expr(podtopologyspread.LabelHostname, "NotIn", "node-b", "node-x")))),
 			nodes: fourNodesTwoZones(),
 			pods:  concat(placed("node-a", 2, foo), placed("node-b", 1, foo), placed("node-y", 3, foo)),
 			want:  map[string]string{"node-y": skew}, // node-b and node-x are NodeAffinity's to reject
 		},
 		{
 			name: "nodeAffinityPolicy Ignore counts every node: min is 0",
-			pod: mkPod("p", "", "", foo, required(term(expr(LabelHostname, "NotIn", "node-b", "node-x"))),
-				spreadBy(1, LabelHostname, "DoNotSchedule", fooSel, func(c *corev1.TopologySpreadConstraint) { c.NodeAffinityPolicy = ptr("Ignore") })),
+			pod: mkPod("p", "", "", foo, required(term(expr(podtopologyspread.LabelHostname, "NotIn", "node-b", "node-x"))),
+				spreadBy(1, podtopologyspread.LabelHostname, "DoNotSchedule", fooSel, func(c *corev1.TopologySpreadConstraint) { c.NodeAffinityPolicy = ptr("Ignore") })),
 			nodes: fourNodesTwoZones(),
 			pods:  concat(placed("node-a", 2, foo), placed("node-b", 1, foo), placed("node-y", 3, foo)),
 			want:  map[string]string{"node-a": skew, "node-b": skew, "node-y": skew},
@@ -172,7 +175,7 @@ func TestPodTopologySpreadFilter(t *testing.T) {
 		{
 			name: "two constraints: zone and node",
 			pod: mkPod("p", "", "", foo, spreadBy(1, "zone", "DoNotSchedule", fooSel),
-				spreadBy(1, LabelHostname, "DoNotSchedule", fooSel)),
+				spreadBy(1, podtopologyspread.LabelHostname, "DoNotSchedule", fooSel)),
 			nodes: fourNodesTwoZones(),
 			// zone1: 2 (a: 2, b: 0), zone2: 1 (x: 1, y: 0)
 			pods: concat(placed("node-a", 2, foo), placed("node-x", 1, foo)),
@@ -207,7 +210,7 @@ func TestPodTopologySpreadScore(t *testing.T) {
 	}{
 		{
 			name:  "one constraint on node, no existing pods",
-			pod:   mkPod("p", "", "", foo, spreadBy(1, LabelHostname, "ScheduleAnyway", fooSel)),
+			pod:   mkPod("p", "", "", foo, spreadBy(1, podtopologyspread.LabelHostname, "ScheduleAnyway", fooSel)),
 			nodes: []*corev1.Node{zoneNode("node-a", "zone1"), zoneNode("node-b", "zone1")},
 			want:  map[string]int64{"node-a": 100, "node-b": 100},
 		},
@@ -215,7 +218,7 @@ func TestPodTopologySpreadScore(t *testing.T) {
 			// log(4+2) = 1.79: raw scores 0, 2 (1.79), 4 (3.58 → 4), 5 (5.38 → 5)... (kube-scheduler's
 			// "one constraint on node, all 4 nodes are candidates": 0/1/2/3 pods).
 			name:  "one constraint on node, all 4 nodes are candidates",
-			pod:   mkPod("p", "", "", foo, spreadBy(1, LabelHostname, "ScheduleAnyway", fooSel)),
+			pod:   mkPod("p", "", "", foo, spreadBy(1, podtopologyspread.LabelHostname, "ScheduleAnyway", fooSel)),
 			nodes: fourNodesTwoZones(),
 			pods:  append(append(placed("node-b", 1, foo), placed("node-x", 2, foo)...), placed("node-y", 3, foo)...),
 			// raw: a 0, b round(1.79)=2, x round(3.58)=4, y round(5.38)=5; 100*(5+0-s)/5
@@ -253,7 +256,7 @@ func TestPodTopologySpreadScore(t *testing.T) {
 func TestPodTopologySpreadSchedule(t *testing.T) {
 	c := cacheWith(t, fourNodesTwoZones())
 	s := newTestScheduler(t)
-	snap := NewSnapshot()
+	snap := framework.NewSnapshot()
 	perZone := map[string]int{}
 	for i := range 6 {
 		pod := mkPod(fmtName("web", i), "100m", "64Mi", podLabels("app", "web"), spreadBy(1, "zone", "DoNotSchedule", exists("app")))
@@ -266,7 +269,7 @@ func TestPodTopologySpreadSchedule(t *testing.T) {
 			t.Fatal(err)
 		}
 		n, _ := snap.Get(res.Node)
-		perZone[n.labels["zone"]]++
+		perZone[n.Labels()["zone"]]++
 	}
 	if perZone["zone1"] != 3 || perZone["zone2"] != 3 {
 		t.Errorf("replicas per zone %v, want 3 and 3", perZone)
@@ -274,7 +277,7 @@ func TestPodTopologySpreadSchedule(t *testing.T) {
 	// Five replicas spread by hostname over zone1's two nodes: 3 and 2.
 	one := exists("one")
 	for i := range 5 {
-		pod := mkPod(fmtName("one", i), "100m", "64Mi", podLabels("one", "x"), spreadBy(1, LabelHostname, "DoNotSchedule", one),
+		pod := mkPod(fmtName("one", i), "100m", "64Mi", podLabels("one", "x"), spreadBy(1, podtopologyspread.LabelHostname, "DoNotSchedule", one),
 			required(term(expr("zone", "In", "zone1"))))
 		c.UpdateSnapshot(snap)
 		res, err := s.Schedule(pod, snap)
@@ -288,8 +291,8 @@ func TestPodTopologySpreadSchedule(t *testing.T) {
 	c.UpdateSnapshot(snap)
 	a, _ := snap.Get("node-a")
 	b, _ := snap.Get("node-b")
-	sel := newLabelSelector(one, nil, nil, nil)
-	if ca, cb := countMatching(a, &sel, "default"), countMatching(b, &sel, "default"); ca+cb != 5 || ca-cb > 1 || cb-ca > 1 {
+	sel := framework.NewLabelSelector(one, nil, nil, nil)
+	if ca, cb := podtopologyspread.CountMatching(a, &sel, "default"), podtopologyspread.CountMatching(b, &sel, "default"); ca+cb != 5 || ca-cb > 1 || cb-ca > 1 {
 		t.Errorf("node-a %d, node-b %d: want 5 spread with skew at most 1", ca, cb)
 	}
 }

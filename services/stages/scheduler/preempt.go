@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -60,7 +63,7 @@ var preemptHook func(point, replica string, pod *corev1.Pod)
 // agent's reconciliation stops, and the nominated preemptor is retried by
 // every replica that sees a pod leave its node (Stage.nominatedDue) and by
 // Reconcile.
-func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterResult, msg string) (preemptOutcome, error) {
+func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *framework.PostFilterResult, msg string) (preemptOutcome, error) {
 	node := res.NominatedNode
 	now := timestamppb.Now()
 	nominated := vt.Clone(pod)
@@ -95,7 +98,7 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterRes
 		if m.Status == nil {
 			m.Status = &corev1.PodStatus{}
 		}
-		podrules.MarkPodCondition(m.Status, ConditionDisruptionTarget, podrules.ConditionTrue, ReasonPreemptionByScheduler, disruption, now)
+		podrules.MarkPodCondition(m.Status, framework.ConditionDisruptionTarget, podrules.ConditionTrue, framework.ReasonPreemptionByScheduler, disruption, now)
 		ev := podrules.NewEvent(podrules.PodRef(vp), podrules.EventNormal, ReasonPreempted,
 			fmt.Sprintf("Preempted by pod %s on node %s", pod.GetMetadata().GetUid(), node), s.cfg.SchedulerName, s.env.Replica, now)
 		txn = txn.Unchanged(vp).Put(m).Put(ev)
@@ -120,7 +123,7 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterRes
 		}
 		return victimsGone, err
 	}
-	reserved, changed, err := ReserveAllocation(alloc, node, pod)
+	reserved, changed, err := cache.ReserveAllocation(alloc, node, pod)
 	if err != nil {
 		return 0, err
 	}
@@ -138,7 +141,7 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterRes
 	case errors.Is(err, raftstore.ErrConflict):
 		return victimsGone, nil
 	case err != nil:
-		return 0, fmt.Errorf("preempt for pod %q on node %q: %w", podName(pod), node, err)
+		return 0, fmt.Errorf("preempt for pod %q on node %q: %w", framework.PodName(pod), node, err)
 	}
 	if changed {
 		s.known.learn(reserved)
@@ -166,15 +169,15 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *PostFilterRes
 // fitsAfterEviction reports whether pod fits node's allocation record
 // once victims are released from it, beside the room reserved there for
 // nominees of at least its priority (CheckAllocationFit).
-func (s *Stage) fitsAfterEviction(node string, alloc *corev1.NodeAllocation, pod *corev1.Pod, victims []Victim) (bool, error) {
+func (s *Stage) fitsAfterEviction(node string, alloc *corev1.NodeAllocation, pod *corev1.Pod, victims []framework.Victim) (bool, error) {
 	n, ok := s.nodes.Get("", node)
 	if !ok {
 		return false, nil
 	}
 	for _, v := range victims {
-		alloc, _ = ReleaseAllocation(alloc, v.UID)
+		alloc, _ = cache.ReleaseAllocation(alloc, v.UID)
 	}
-	reasons, err := CheckAllocationFit(n, alloc, pod)
+	reasons, err := cache.CheckAllocationFit(n, alloc, pod)
 	return len(reasons) == 0, err
 }
 
@@ -185,7 +188,7 @@ func (s *Stage) fitsAfterEviction(node string, alloc *corev1.NodeAllocation, pod
 func (s *Stage) requestPreemptedDeletions(ctx context.Context, node string) error {
 	var errs []error
 	for _, p := range s.pods.List("") {
-		if p.GetSpec().GetNodeName() == node && p.GetMetadata().GetDeletionTimestamp() != nil && preemptedByScheduler(p) {
+		if p.GetSpec().GetNodeName() == node && p.GetMetadata().GetDeletionTimestamp() != nil && framework.PreemptedByScheduler(p) {
 			errs = append(errs, stage.RequestDeletion(ctx, s.env, p))
 		}
 	}

@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stages/scheduler"
-	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
 // TestPreemptionReplicas: on a full cluster (3 nodes of 4 cpu, twelve
@@ -49,8 +51,8 @@ func testPreemption(t *testing.T, killAt string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	var mu sync.Mutex
-	replicas := map[string]*schedtest.Replica{}
-	var killed atomic.Pointer[schedtest.Replica]
+	replicas := map[string]*schedsim.Replica{}
+	var killed atomic.Pointer[schedsim.Replica]
 	restore := scheduler.SetPreemptHook(func(point, replica string, pod *corev1.Pod) {
 		if point != killAt {
 			return
@@ -64,17 +66,17 @@ func testPreemption(t *testing.T, killAt string) {
 	})
 	// Removed after env.Close has stopped the replicas that call it.
 	t.Cleanup(restore)
-	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg := schedsim.DefaultConfig(t.TempDir())
 	cfg.StoreNoSync = true
 	cfg.AckWait = 2 * time.Second // a killed replica's events come back soon
 	cfg.ResyncPeriod = time.Second
 	cfg.Stage.OrphanAge = 3 * time.Second
-	env, err := schedtest.Start(ctx, cfg)
+	env, err := schedsim.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(env.Close)
-	if err := env.CreateNodes(ctx, schedtest.Nodes(3, "4", "16Gi", 110)); err != nil {
+	if err := env.CreateNodes(ctx, schedsim.Nodes(3, "4", "16Gi", 110)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -90,7 +92,7 @@ func testPreemption(t *testing.T, killAt string) {
 
 	low := make([]*corev1.Pod, 12)
 	for i := range low {
-		low[i] = schedtest.Pod("bench", fmt.Sprintf("low-%02d", i), "1", "64Mi")
+		low[i] = schedsim.Pod("bench", fmt.Sprintf("low-%02d", i), "1", "64Mi")
 	}
 	if err := env.Submit(ctx, low); err != nil {
 		t.Fatal(err)
@@ -100,7 +102,7 @@ func testPreemption(t *testing.T, killAt string) {
 	}
 	high := make([]*corev1.Pod, 3)
 	for i := range high {
-		p := schedtest.Pod("bench", fmt.Sprintf("high-%d", i), "2", "64Mi")
+		p := schedsim.Pod("bench", fmt.Sprintf("high-%d", i), "2", "64Mi")
 		p.Spec.Priority = ptr(int32(1000))
 		high[i] = p
 	}
@@ -205,45 +207,45 @@ func ptr[T any](v T) *T { return &v }
 // TestReservationSweep: a reservation whose nominee is gone is released
 // (at start by Reconcile, on a fresh read of the pod; later when the pod
 // informer sees the nominee deleted), and one whose nominee is still
-// nominated to the node is kept; schedtest.Verify flags the stale one.
+// nominated to the node is kept; schedsim.Verify flags the stale one.
 func TestReservationSweep(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg := schedsim.DefaultConfig(t.TempDir())
 	cfg.StoreNoSync = true
-	env, err := schedtest.Start(ctx, cfg)
+	env, err := schedsim.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(env.Close)
-	if err := env.CreateNodes(ctx, schedtest.Nodes(1, "4", "16Gi", 110)); err != nil {
+	if err := env.CreateNodes(ctx, schedsim.Nodes(1, "4", "16Gi", 110)); err != nil {
 		t.Fatal(err)
 	}
 	const node = "node-00000"
-	nominee := schedtest.Pod("bench", "nominee", "64", "64Mi") // fits nowhere: stays nominated
+	nominee := schedsim.Pod("bench", "nominee", "64", "64Mi") // fits nowhere: stays nominated
 	nominee.Spec.Priority = ptr(int32(1000))
 	nominee.Status = &corev1.PodStatus{NominatedNodeName: node}
 	if err := env.CreatePods(ctx, []*corev1.Pod{nominee}); err != nil {
 		t.Fatal(err)
 	}
-	ghost := schedtest.Pod("bench", "ghost", "1", "64Mi") // never stored: deleted long ago
+	ghost := schedsim.Pod("bench", "ghost", "1", "64Mi") // never stored: deleted long ago
 	ghost.Metadata.Uid = "ghost-uid"
-	alloc, _, err := scheduler.ReserveAllocation(nil, node, nominee)
+	alloc, _, err := cache.ReserveAllocation(nil, node, nominee)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if alloc, _, err = scheduler.ReserveAllocation(alloc, node, ghost); err != nil {
+	if alloc, _, err = cache.ReserveAllocation(alloc, node, ghost); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Store.Create(ctx, alloc); err != nil {
 		t.Fatal(err)
 	}
-	reserved := func() map[string]scheduler.Reservation {
+	reserved := func() map[string]cache.Reservation {
 		a, err := objects.Get[*corev1.NodeAllocation](ctx, env.Store, "", node)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := scheduler.Reservations(a)
+		res, err := cache.Reservations(a)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -33,17 +36,17 @@ func nominatedTo(node string) podOpt {
 }
 
 // preemptionOf schedules pod over the cache and returns the FitError.
-func preemptionOf(t *testing.T, c *Cache, pod *corev1.Pod) *FitError {
+func preemptionOf(t *testing.T, c *cache.Cache, pod *corev1.Pod) *framework.FitError {
 	t.Helper()
 	_, err := newTestScheduler(t).Schedule(pod, c.Snapshot())
-	var fe *FitError
+	var fe *framework.FitError
 	if !errors.As(err, &fe) {
 		t.Fatalf("Schedule = %v, want a FitError", err)
 	}
 	return fe
 }
 
-func victimNames(res *PostFilterResult) []string {
+func victimNames(res *framework.PostFilterResult) []string {
 	var out []string
 	for _, v := range res.Victims {
 		out = append(out, v.Name)
@@ -169,7 +172,7 @@ func TestDefaultPreemption(t *testing.T) {
 // TestPreemptionTaintedNodeNotHelpful: a node the pod cannot use whatever
 // runs there (UnschedulableAndUnresolvable) is not a candidate.
 func TestPreemptionTaintedNodeNotHelpful(t *testing.T) {
-	nodes := []*corev1.Node{mkNode("n1", "4", "16Gi", taints(tnt("dedicated", "gpu", EffectNoSchedule))), mkNode("n2", "4", "16Gi")}
+	nodes := []*corev1.Node{mkNode("n1", "4", "16Gi", taints(tnt("dedicated", "gpu", framework.EffectNoSchedule))), mkNode("n2", "4", "16Gi")}
 	c := cacheWith(t, nodes, mkPod("a", "4", "", onNode("n1"), prio(1)), mkPod("b", "4", "", onNode("n2"), prio(50)))
 	fe := preemptionOf(t, c, mkPod("p", "1", "", prio(10)))
 	const want = "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}. " +
@@ -191,7 +194,7 @@ func TestNominatedPodsReserveTheirNode(t *testing.T) {
 	}
 	s := newTestScheduler(t)
 	_, err := s.Schedule(mkPod("low", "2", "", prio(10), policy("Never")), c.Snapshot())
-	if !errors.Is(err, ErrUnschedulable) || !strings.HasPrefix(err.Error(), "0/1 nodes are available: 1 Insufficient cpu.") {
+	if !errors.Is(err, framework.ErrUnschedulable) || !strings.HasPrefix(err.Error(), "0/1 nodes are available: 1 Insufficient cpu.") {
 		t.Errorf("lower-priority pod: %v, want Insufficient cpu (the nominated pod's room)", err)
 	}
 	if res, err := s.Schedule(mkPod("high", "2", "", prio(1000)), c.Snapshot()); err != nil || res.Node != "n1" {
@@ -213,7 +216,7 @@ func TestNominatedPodWaitsForItsVictims(t *testing.T) {
 	nodes := []*corev1.Node{mkNode("n1", "4", "16Gi"), mkNode("n2", "4", "16Gi")}
 	victim := mkPod("a", "4", "", onNode("n1"), prio(1))
 	victim.Metadata.DeletionTimestamp = timestamppb.Now()
-	victim.Status = &corev1.PodStatus{Conditions: []*corev1.PodCondition{{Type: ConditionDisruptionTarget, Status: "True", Reason: ReasonPreemptionByScheduler}}}
+	victim.Status = &corev1.PodStatus{Conditions: []*corev1.PodCondition{{Type: framework.ConditionDisruptionTarget, Status: "True", Reason: framework.ReasonPreemptionByScheduler}}}
 	c := cacheWith(t, nodes, victim, mkPod("b", "4", "", onNode("n2"), prio(1)))
 	fe := preemptionOf(t, c, mkPod("p", "4", "", prio(10), nominatedTo("n1")))
 	const want = "0/2 nodes are available: 2 Insufficient cpu. preemption: not eligible due to a terminating pod on the nominated node.."

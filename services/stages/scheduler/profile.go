@@ -4,34 +4,22 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/balancedallocation"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/defaultpreemption"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/imagelocality"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/interpodaffinity"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/nodeaffinity"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/nodename"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/nodeports"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/noderesourcesfit"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/nodeunschedulable"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/tainttoleration"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
-
-// PluginFactory builds a plugin for one Scheduler.
-type PluginFactory func() (Plugin, error)
-
-// Registry maps plugin names to their factories (kube-scheduler's
-// runtime.Registry). A profile names plugins; the registry builds them.
-type Registry map[string]PluginFactory
-
-// InTreeRegistry returns the plugins podflow ships. Adding a plugin is a
-// file with the plugin and a line here (and in DefaultPlugins, if it is
-// on by default).
-func InTreeRegistry() Registry {
-	return Registry{
-		NodeUnschedulableName:  func() (Plugin, error) { return nodeUnschedulable{}, nil },
-		NodeNameName:           func() (Plugin, error) { return nodeName{}, nil },
-		TaintTolerationName:    func() (Plugin, error) { return taintToleration{}, nil },
-		NodeAffinityName:       func() (Plugin, error) { return nodeAffinity{}, nil },
-		NodePortsName:          func() (Plugin, error) { return nodePorts{}, nil },
-		NodeResourcesFitName:   func() (Plugin, error) { return nodeResourcesFit{}, nil },
-		BalancedAllocationName: func() (Plugin, error) { return balancedAllocation{}, nil },
-		ImageLocalityName:      func() (Plugin, error) { return imageLocality{}, nil },
-		PodTopologySpreadName:  func() (Plugin, error) { return podTopologySpread{}, nil },
-		InterPodAffinityName:   func() (Plugin, error) { return interPodAffinity{}, nil },
-		DefaultPreemptionName:  newDefaultPreemption,
-	}
-}
 
 // PluginSpec enables a plugin in a profile: at every extension point it
 // implements, in the profile's order (kube-scheduler's multiPoint). Weight
@@ -49,28 +37,28 @@ type PluginSpec struct {
 // with the score weights w.
 func DefaultPlugins(w Weights) []PluginSpec {
 	return []PluginSpec{
-		{Name: NodeUnschedulableName},
-		{Name: NodeNameName},
-		{Name: TaintTolerationName, Weight: w.TaintToleration},
-		{Name: NodeAffinityName, Weight: w.NodeAffinity},
-		{Name: NodePortsName},
-		{Name: NodeResourcesFitName, Weight: w.LeastAllocated},
-		{Name: PodTopologySpreadName, Weight: w.PodTopologySpread},
-		{Name: InterPodAffinityName, Weight: w.InterPodAffinity},
-		{Name: BalancedAllocationName, Weight: w.BalancedAllocation},
-		{Name: ImageLocalityName, Weight: w.ImageLocality},
-		{Name: DefaultPreemptionName},
+		{Name: nodeunschedulable.NodeUnschedulableName},
+		{Name: nodename.NodeNameName},
+		{Name: tainttoleration.TaintTolerationName, Weight: w.TaintToleration},
+		{Name: nodeaffinity.NodeAffinityName, Weight: w.NodeAffinity},
+		{Name: nodeports.NodePortsName},
+		{Name: noderesourcesfit.NodeResourcesFitName, Weight: w.LeastAllocated},
+		{Name: podtopologyspread.PodTopologySpreadName, Weight: w.PodTopologySpread},
+		{Name: interpodaffinity.InterPodAffinityName, Weight: w.InterPodAffinity},
+		{Name: balancedallocation.BalancedAllocationName, Weight: w.BalancedAllocation},
+		{Name: imagelocality.ImageLocalityName, Weight: w.ImageLocality},
+		{Name: defaultpreemption.DefaultPreemptionName},
 	}
 }
 
 // plugins returns the profile and registry the config selects.
-func (c Config) plugins() ([]PluginSpec, Registry) {
+func (c Config) plugins() ([]PluginSpec, framework.Registry) {
 	specs, reg := c.Plugins, c.Registry
 	if specs == nil {
 		specs = DefaultPlugins(c.Weights)
 	}
 	if reg == nil {
-		reg = InTreeRegistry()
+		reg = plugins.InTreeRegistry()
 	}
 	return specs, reg
 }
@@ -96,24 +84,24 @@ func (c Config) validatePlugins() error {
 
 // framework is a built profile: the plugins at each extension point, in
 // profile order.
-type framework struct {
+type frameworkImpl struct {
 	preFilter  []preFilterEntry
 	filter     []filterEntry
 	score      []scoreEntry
-	postFilter []PostFilterPlugin
+	postFilter []framework.PostFilterPlugin
 }
 
 // filterEntry is a filter plugin and its BatchFilter: its own, or one
 // that calls Filter node by node.
 type filterEntry struct {
-	pl    FilterPlugin
-	batch BatchFilter
+	pl    framework.FilterPlugin
+	batch framework.BatchFilter
 }
 
 // perNodeFilter is the BatchFilter of a plugin without one.
-type perNodeFilter struct{ pl FilterPlugin }
+type perNodeFilter struct{ pl framework.FilterPlugin }
 
-func (f perNodeFilter) FilterNodes(state *CycleState, pod *corev1.Pod, nodes []*NodeInfo, statuses []*Status) {
+func (f perNodeFilter) FilterNodes(state *framework.CycleState, pod *corev1.Pod, nodes []*framework.NodeInfo, statuses []*framework.Status) {
 	for i, n := range nodes {
 		if statuses[i] == nil {
 			statuses[i] = f.pl.Filter(state, pod, n)
@@ -122,49 +110,49 @@ func (f perNodeFilter) FilterNodes(state *CycleState, pod *corev1.Pod, nodes []*
 }
 
 type preFilterEntry struct {
-	pl     PreFilterPlugin
+	pl     framework.PreFilterPlugin
 	filter int // index in framework.filter of the same plugin, or -1
 }
 
 type scoreEntry struct {
 	name     string
-	pl       ScorePlugin
-	preScore PreScorePlugin  // or nil
-	batch    BatchScorer     // or nil
-	ext      ScoreExtensions // or nil
+	pl       framework.ScorePlugin
+	preScore framework.PreScorePlugin  // or nil
+	batch    framework.BatchScorer     // or nil
+	ext      framework.ScoreExtensions // or nil
 	weight   int64
 }
 
-func newFramework(c Config) (*framework, error) {
+func newFramework(c Config) (*frameworkImpl, error) {
 	if err := c.validatePlugins(); err != nil {
 		return nil, err
 	}
 	specs, reg := c.plugins()
-	fw := &framework{}
+	fw := &frameworkImpl{}
 	for _, spec := range specs {
 		pl, err := reg[spec.Name]()
 		if err != nil {
 			return nil, fmt.Errorf("scheduler: plugin %q: %w", spec.Name, err)
 		}
 		filter := -1
-		if f, ok := pl.(FilterPlugin); ok {
+		if f, ok := pl.(framework.FilterPlugin); ok {
 			filter = len(fw.filter)
-			b, ok := pl.(BatchFilter)
+			b, ok := pl.(framework.BatchFilter)
 			if !ok {
 				b = perNodeFilter{f}
 			}
 			fw.filter = append(fw.filter, filterEntry{pl: f, batch: b})
 		}
-		if p, ok := pl.(PreFilterPlugin); ok {
+		if p, ok := pl.(framework.PreFilterPlugin); ok {
 			fw.preFilter = append(fw.preFilter, preFilterEntry{pl: p, filter: filter})
 		}
-		if pf, ok := pl.(PostFilterPlugin); ok {
+		if pf, ok := pl.(framework.PostFilterPlugin); ok {
 			fw.postFilter = append(fw.postFilter, pf)
 		}
-		if sc, ok := pl.(ScorePlugin); ok && spec.Weight != 0 {
+		if sc, ok := pl.(framework.ScorePlugin); ok && spec.Weight != 0 {
 			e := scoreEntry{name: spec.Name, pl: sc, ext: sc.ScoreExtensions(), weight: spec.Weight}
-			e.preScore, _ = pl.(PreScorePlugin)
-			e.batch, _ = pl.(BatchScorer)
+			e.preScore, _ = pl.(framework.PreScorePlugin)
+			e.batch, _ = pl.(framework.BatchScorer)
 			fw.score = append(fw.score, e)
 		}
 	}
@@ -175,7 +163,7 @@ func newFramework(c Config) (*framework, error) {
 // filters[:0], the filters to run this cycle (those whose PreFilter did
 // not skip). A non-nil status is an error or a rejection of every node.
 // rec, when not nil, observes each plugin's time.
-func (fw *framework) runPreFilter(state *CycleState, pod *corev1.Pod, filters []filterEntry, rec *pluginRecorder) ([]filterEntry, *Status) {
+func (fw *frameworkImpl) runPreFilter(state *framework.CycleState, pod *corev1.Pod, filters []filterEntry, rec *pluginRecorder) ([]filterEntry, *framework.Status) {
 	var skip uint64 // bit i: skip fw.filter[i]
 	for _, e := range fw.preFilter {
 		t0 := rec.now()
@@ -203,7 +191,7 @@ func (fw *framework) runPreFilter(state *CycleState, pod *corev1.Pod, filters []
 
 // runPreScore runs the PreScore plugins and returns, appended to
 // scorers[:0], the score plugins to run this cycle.
-func (fw *framework) runPreScore(state *CycleState, pod *corev1.Pod, feasible []*NodeInfo, scorers []scoreEntry, rec *pluginRecorder) ([]scoreEntry, error) {
+func (fw *frameworkImpl) runPreScore(state *framework.CycleState, pod *corev1.Pod, feasible []*framework.NodeInfo, scorers []scoreEntry, rec *pluginRecorder) ([]scoreEntry, error) {
 	scorers = scorers[:0]
 	for _, e := range fw.score {
 		if e.preScore != nil {

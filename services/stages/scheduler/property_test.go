@@ -7,6 +7,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
@@ -70,14 +73,14 @@ func TestScheduleNeverOvercommits(t *testing.T) {
 	nodes := variedCluster(rng, 500)
 	c := cacheWith(t, nodes)
 	s := newTestScheduler(t)
-	snap := NewSnapshot()
+	snap := framework.NewSnapshot()
 	placed := map[string][]*corev1.Pod{}
 	var scheduled, unschedulable int
 	for i := range 5000 {
 		pod := variedPod(rng, i)
 		c.UpdateSnapshot(snap)
 		res, err := s.Schedule(pod, snap)
-		var fe *FitError
+		var fe *framework.FitError
 		switch {
 		case errors.As(err, &fe):
 			unschedulable++
@@ -118,16 +121,16 @@ func TestScheduleNeverOvercommits(t *testing.T) {
 	// Recompute every node's load from the placed pods alone.
 	for _, node := range nodes {
 		name := node.Metadata.Name
-		alloc, err := NodeAllocatable(node)
+		alloc, err := framework.NodeAllocatable(node)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var sum Resources
-		ports := map[HostPort]bool{}
+		var sum framework.Resources
+		ports := map[framework.HostPort]bool{}
 		for _, pod := range placed[name] {
-			r, _, _ := PodRequests(pod)
+			r, _, _ := framework.PodRequests(pod)
 			sum.Add(r)
-			for _, hp := range podHostPorts(pod) {
+			for _, hp := range framework.PodHostPorts(pod) {
 				if ports[hp] {
 					t.Errorf("%s: host port %v bound twice", name, hp)
 				}
@@ -144,10 +147,10 @@ func TestScheduleNeverOvercommits(t *testing.T) {
 		// The same accounting, as the bind transaction keeps it.
 		var rec *corev1.NodeAllocation
 		for _, pod := range placed[name] {
-			if reasons, err := CheckAllocationFit(node, rec, pod); err != nil || reasons != nil {
+			if reasons, err := cache.CheckAllocationFit(node, rec, pod); err != nil || reasons != nil {
 				t.Fatalf("%s: bind re-check of %s failed: %q %v", name, pod.Metadata.Name, reasons, err)
 			}
-			rec, _, _ = MergeAllocation(rec, name, pod)
+			rec, _, _ = cache.MergeAllocation(rec, name, pod)
 		}
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
@@ -39,7 +42,7 @@ func (s *Stage) unreserveElsewhere(ctx context.Context, txn objects.Txn, pod *co
 	if err != nil || alloc == nil {
 		return txn, nil, err
 	}
-	rel, changed := Unreserve(alloc, PodKey(pod))
+	rel, changed := cache.Unreserve(alloc, framework.PodKey(pod))
 	if !changed {
 		return txn, nil, nil
 	}
@@ -75,7 +78,7 @@ func (s *Stage) sweepReservations(ctx context.Context, nodes []string) error {
 	var errs []error
 	for _, informed := range allocs {
 		node := informed.GetMetadata().GetName()
-		res, err := Reservations(informed)
+		res, err := cache.Reservations(informed)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -99,7 +102,7 @@ func (s *Stage) releaseStale(ctx context.Context, node, uid, ns, name string) er
 	if err != nil || alloc == nil {
 		return err
 	}
-	rel, changed := Unreserve(alloc, uid)
+	rel, changed := cache.Unreserve(alloc, uid)
 	if !changed {
 		return nil
 	}

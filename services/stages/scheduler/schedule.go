@@ -5,6 +5,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/interpodaffinity"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
@@ -49,18 +52,18 @@ type Result struct {
 // replica or profile).
 type Scheduler struct {
 	cfg  Config
-	fw   *framework
+	fw   *frameworkImpl
 	rng  *rand.Rand
 	next int // nextStartNodeIndex
 
 	// scratch, reused across cycles
-	state    CycleState
-	filters  []filterEntry // this cycle's (PreFilter did not skip)
-	verdicts []*Status     // by node of a filter chunk: nil, or its rejection
-	single   []*Status     // RunFilters' verdict
-	scorers  []scoreEntry  // this cycle's (PreScore did not skip)
-	columns  [][]int64     // scores by scorer, then feasible node
-	feasible []*NodeInfo
+	state    framework.CycleState
+	filters  []filterEntry       // this cycle's (PreFilter did not skip)
+	verdicts []*framework.Status // by node of a filter chunk: nil, or its rejection
+	single   []*framework.Status // RunFilters' verdict
+	scorers  []scoreEntry        // this cycle's (PreScore did not skip)
+	columns  [][]int64           // scores by scorer, then feasible node
+	feasible []*framework.NodeInfo
 	failed   []failure
 	reported []int // indexes in feasible of the scores to report
 
@@ -73,13 +76,13 @@ type Scheduler struct {
 	samplePercent int
 	rec           *pluginRecorder
 	took          []time.Duration
-	worst         []Code
-	before        []*Status
+	worst         []framework.Code
+	before        []*framework.Status
 }
 
 type failure struct {
-	node   *NodeInfo
-	status *Status
+	node   *framework.NodeInfo
+	status *framework.Status
 }
 
 // New returns a Scheduler; cfg must be valid.
@@ -97,7 +100,7 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	return &Scheduler{
 		cfg: cfg, fw: fw, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		verdicts: make([]*Status, filterChunk), single: make([]*Status, 1),
+		verdicts: make([]*framework.Status, filterChunk), single: make([]*framework.Status, 1),
 		samplePercent: pluginMetricsSamplePercent,
 	}, nil
 }
@@ -126,13 +129,13 @@ func numFeasibleNodesToFind(percentage int32, numAllNodes int) int {
 // ErrUnschedulable) when no node passes the filters, ErrNoNodesAvailable
 // when the snapshot is empty and ErrInvalidObject when the pod cannot be
 // interpreted (or another plugin's error). The snapshot is only read.
-func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
+func (s *Scheduler) Schedule(pod *corev1.Pod, snap *framework.Snapshot) (Result, error) {
 	start := time.Now()
-	all := snap.nodes
+	all := snap.NodeList
 	if len(all) == 0 {
-		return Result{}, ErrNoNodesAvailable
+		return Result{}, framework.ErrNoNodesAvailable
 	}
-	s.state.reset(snap)
+	s.state.Reset(snap)
 	s.scorers = s.scorers[:0]
 	s.rec = s.sample()
 	filters, st := s.fw.runPreFilter(&s.state, pod, s.filters, s.rec)
@@ -142,11 +145,11 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 			return Result{}, st.AsError()
 		}
 		// A PreFilter rejection rejects every node, as kube-scheduler's.
-		fe := &FitError{Pod: podName(pod), NumAllNodes: len(all), PreFilterMsg: st.Message(), NodeReasons: make(map[string][]string, len(all))}
-		statuses := make(map[string]*Status, len(all))
+		fe := &framework.FitError{Pod: framework.PodName(pod), NumAllNodes: len(all), PreFilterMsg: st.Message(), NodeReasons: make(map[string][]string, len(all))}
+		statuses := make(map[string]*framework.Status, len(all))
 		for _, n := range all {
-			fe.NodeReasons[n.name] = st.Reasons()
-			statuses[n.name] = st
+			fe.NodeReasons[n.Name()] = st.Reasons()
+			statuses[n.Name()] = st
 		}
 		return Result{}, s.postFilter(pod, fe, statuses)
 	}
@@ -173,22 +176,22 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 	res := Result{FeasibleNodes: len(feasible), EvaluatedNodes: i, FilterDuration: filtered.Sub(start), FirstOfGroup: s.firstOfGroup()}
 	switch len(feasible) {
 	case 0:
-		fe := &FitError{Pod: podName(pod), NumAllNodes: len(all), NodeReasons: make(map[string][]string, len(failed))}
-		statuses := make(map[string]*Status, len(failed))
+		fe := &framework.FitError{Pod: framework.PodName(pod), NumAllNodes: len(all), NodeReasons: make(map[string][]string, len(failed))}
+		statuses := make(map[string]*framework.Status, len(failed))
 		for _, f := range failed {
-			fe.NodeReasons[f.node.name] = f.status.Reasons()
-			statuses[f.node.name] = f.status
+			fe.NodeReasons[f.node.Name()] = f.status.Reasons()
+			statuses[f.node.Name()] = f.status
 		}
 		return Result{}, s.postFilter(pod, fe, statuses)
 	case 1:
-		res.Node = feasible[0].name
+		res.Node = feasible[0].Name()
 		return res, nil
 	}
 	best, err := s.score(pod, feasible)
 	if err != nil {
 		return Result{}, err
 	}
-	res.Node = feasible[best].name
+	res.Node = feasible[best].Name()
 	res.Scores = s.report(best)
 	res.ScoreDuration = time.Since(filtered)
 	return res, nil
@@ -197,8 +200,8 @@ func (s *Scheduler) Schedule(pod *corev1.Pod, snap *Snapshot) (Result, error) {
 // firstOfGroup reports whether this cycle's InterPodAffinity passed nodes
 // by the first-pod exemption (Result.FirstOfGroup).
 func (s *Scheduler) firstOfGroup() bool {
-	st, _ := s.state.Read(podAffinityFilterKey).(*podAffinityFilterState)
-	return st.firstOfGroup()
+	st, _ := s.state.Read(interpodaffinity.FilterKey).(*interpodaffinity.FilterState)
+	return st.FirstOfGroup()
 }
 
 // filterChunk and scoreChunk are how many nodes a cycle hands each filter
@@ -219,7 +222,7 @@ const (
 // chunks, each filter checking the nodes the filters before it passed; a
 // chunk is never larger than the number of feasible nodes still wanted,
 // so a cycle evaluates exactly the nodes it would one by one.
-func (s *Scheduler) filter(pod *corev1.Pod, all []*NodeInfo, want int) (int, error) {
+func (s *Scheduler) filter(pod *corev1.Pod, all []*framework.NodeInfo, want int) (int, error) {
 	feasible, failed := s.feasible[:0], s.failed[:0]
 	verdicts := s.verdicts[:filterChunk]
 	if s.rec != nil {
@@ -238,7 +241,7 @@ func (s *Scheduler) filter(pod *corev1.Pod, all []*NodeInfo, want int) (int, err
 				f.batch.FilterNodes(&s.state, pod, chunk, v)
 			}
 		}
-		if len(s.state.snap.nominated) > 0 {
+		if len(s.state.Snapshot().Nominated) > 0 {
 			for k, st := range v {
 				if st == nil {
 					v[k] = s.filterNominated(pod, chunk[k])
@@ -249,7 +252,7 @@ func (s *Scheduler) filter(pod *corev1.Pod, all []*NodeInfo, want int) (int, err
 			switch {
 			case st == nil:
 				feasible = append(feasible, chunk[k])
-			case st.code == Error:
+			case st.Code() == framework.Error:
 				i, j = i+k+1, (j+k+1)%len(all)
 				s.next, s.feasible, s.failed = j, feasible, failed
 				s.observeFilters()
@@ -288,7 +291,7 @@ func (s *Scheduler) resetTimes(n int) {
 // filterTimed is the filters' pass over a chunk on a sampled cycle: each
 // filter's time into s.took and the most severe code it gave a node of
 // the chunk into s.worst (which filter resets).
-func (s *Scheduler) filterTimed(pod *corev1.Pod, chunk []*NodeInfo, v []*Status) {
+func (s *Scheduler) filterTimed(pod *corev1.Pod, chunk []*framework.NodeInfo, v []*framework.Status) {
 	before := append(s.before[:0], v...)
 	s.before = before
 	for k, f := range s.filters {
@@ -297,8 +300,8 @@ func (s *Scheduler) filterTimed(pod *corev1.Pod, chunk []*NodeInfo, v []*Status)
 		s.took[k] += time.Since(t0)
 		for i, st := range v {
 			if before[i] == nil && st != nil {
-				if severity(st.code) > severity(s.worst[k]) {
-					s.worst[k] = st.code
+				if severity(st.Code()) > severity(s.worst[k]) {
+					s.worst[k] = st.Code()
 				}
 				before[i] = st
 			}
@@ -307,10 +310,10 @@ func (s *Scheduler) filterTimed(pod *corev1.Pod, chunk []*NodeInfo, v []*Status)
 }
 
 // runFilters runs the cycle's filters on one node.
-func (s *Scheduler) runFilters(pod *corev1.Pod, n *NodeInfo) *Status {
+func (s *Scheduler) runFilters(pod *corev1.Pod, n *framework.NodeInfo) *framework.Status {
 	v := s.single
 	v[0] = nil
-	nodes := [1]*NodeInfo{n}
+	nodes := [1]*framework.NodeInfo{n}
 	for _, f := range s.filters {
 		f.batch.FilterNodes(&s.state, pod, nodes[:], v)
 	}
@@ -321,21 +324,21 @@ func (s *Scheduler) runFilters(pod *corev1.Pod, n *NodeInfo) *Status {
 // nominated to it that have at least pod's priority (other than pod)
 // counted, as kube-scheduler's RunFilterPluginsWithNominatedPods; nil
 // when there are none or the pod still passes.
-func (s *Scheduler) filterNominated(pod *corev1.Pod, n *NodeInfo) *Status {
-	noms := s.state.snap.nominated[n.name]
+func (s *Scheduler) filterNominated(pod *corev1.Pod, n *framework.NodeInfo) *framework.Status {
+	noms := s.state.Snapshot().Nominated[n.Name()]
 	if len(noms) == 0 {
 		return nil
 	}
-	key, prio := PodKey(pod), pod.GetSpec().GetPriority()
-	var c *NodeInfo
+	key, prio := framework.PodKey(pod), pod.GetSpec().GetPriority()
+	var c *framework.NodeInfo
 	for _, p := range noms {
-		if p.key == key || p.meta.priority < prio {
+		if p.Key == key || p.Meta.Priority < prio {
 			continue
 		}
 		if c == nil {
-			c = n.clone()
+			c = n.Clone()
 		}
-		c.addPod(p)
+		c.AddPod(p)
 	}
 	if c == nil {
 		return nil
@@ -344,7 +347,7 @@ func (s *Scheduler) filterNominated(pod *corev1.Pod, n *NodeInfo) *Status {
 }
 
 // RunFilters implements Handle.
-func (s *Scheduler) RunFilters(state *CycleState, pod *corev1.Pod, n *NodeInfo) *Status {
+func (s *Scheduler) RunFilters(state *framework.CycleState, pod *corev1.Pod, n *framework.NodeInfo) *framework.Status {
 	if st := s.runFilters(pod, n); st != nil {
 		return st
 	}
@@ -355,7 +358,7 @@ func (s *Scheduler) RunFilters(state *CycleState, pod *corev1.Pod, n *NodeInfo) 
 // filters, until one succeeds: its result becomes fe.Nomination, else the
 // last rejection's message fe.PostFilterMsg. It returns fe, or an Error
 // status's error.
-func (s *Scheduler) postFilter(pod *corev1.Pod, fe *FitError, statuses map[string]*Status) error {
+func (s *Scheduler) postFilter(pod *corev1.Pod, fe *framework.FitError, statuses map[string]*framework.Status) error {
 	for _, pl := range s.fw.postFilter {
 		t0 := s.rec.now()
 		res, st := pl.PostFilter(&s.state, pod, s, statuses)
@@ -363,7 +366,7 @@ func (s *Scheduler) postFilter(pod *corev1.Pod, fe *FitError, statuses map[strin
 			s.rec.observe(pl.Name(), pointPostFilter, st.Code(), time.Since(t0))
 		}
 		switch {
-		case st.Code() == Error:
+		case st.Code() == framework.Error:
 			return st.AsError()
 		case st.IsSuccess() && res != nil:
 			fe.Nomination, fe.PostFilterMsg = res, ""
@@ -379,7 +382,7 @@ func (s *Scheduler) postFilter(pod *corev1.Pod, fe *FitError, statuses map[strin
 // (each scorer's scores, then the weighted totals) and returns the index
 // of the chosen node: the highest total, ties broken uniformly at random
 // by reservoir sampling.
-func (s *Scheduler) score(pod *corev1.Pod, feasible []*NodeInfo) (int, error) {
+func (s *Scheduler) score(pod *corev1.Pod, feasible []*framework.NodeInfo) (int, error) {
 	scorers, err := s.fw.runPreScore(&s.state, pod, feasible, s.scorers, s.rec)
 	s.scorers = scorers
 	if err != nil {
@@ -420,7 +423,7 @@ func (s *Scheduler) score(pod *corev1.Pod, feasible []*NodeInfo) (int, error) {
 	for k, e := range scorers {
 		col := s.columns[k]
 		if s.rec != nil {
-			s.rec.observe(e.name, pointScore, Success, s.took[k])
+			s.rec.observe(e.name, pointScore, framework.Success, s.took[k])
 		}
 		if e.ext != nil {
 			t0 := s.rec.now()
@@ -482,7 +485,7 @@ func (s *Scheduler) report(best int) []NodeScore {
 	plugins := make([]PluginScore, len(idx)*len(s.scorers))
 	for j, i := range idx {
 		ns := &out[j]
-		*ns = NodeScore{Node: feasible[i].name, Total: totals[i]}
+		*ns = NodeScore{Node: feasible[i].Name(), Total: totals[i]}
 		if len(s.scorers) == 0 {
 			continue
 		}

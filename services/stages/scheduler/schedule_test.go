@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
@@ -35,11 +38,11 @@ func TestFitErrorMessage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fe := &FitError{NumAllNodes: tt.nodes, NodeReasons: tt.reasons}
+			fe := &framework.FitError{NumAllNodes: tt.nodes, NodeReasons: tt.reasons}
 			if got := fe.Error(); got != tt.want {
 				t.Errorf("Error() =\n%q, want\n%q", got, tt.want)
 			}
-			if !errors.Is(fe, ErrUnschedulable) {
+			if !errors.Is(fe, framework.ErrUnschedulable) {
 				t.Error("FitError does not match ErrUnschedulable")
 			}
 		})
@@ -53,7 +56,7 @@ func TestScheduleFitError(t *testing.T) {
 		mkNode("gpu-1", "8", "8Gi", gpu), mkNode("gpu-2", "8", "8Gi", gpu),
 	}
 	_, err := newTestScheduler(t).Schedule(mkPod("web", "1", "1Gi"), cacheWith(t, nodes).Snapshot())
-	var fe *FitError
+	var fe *framework.FitError
 	if !errors.As(err, &fe) {
 		t.Fatalf("err = %v, want *FitError", err)
 	}
@@ -72,11 +75,11 @@ func TestScheduleFitError(t *testing.T) {
 
 func TestScheduleErrors(t *testing.T) {
 	s := newTestScheduler(t)
-	if _, err := s.Schedule(mkPod("p", "", ""), NewSnapshot()); !errors.Is(err, ErrNoNodesAvailable) {
+	if _, err := s.Schedule(mkPod("p", "", ""), framework.NewSnapshot()); !errors.Is(err, framework.ErrNoNodesAvailable) {
 		t.Errorf("empty snapshot: err = %v, want ErrNoNodesAvailable", err)
 	}
 	snap := cacheWith(t, []*corev1.Node{mkNode("n", "1", "1Gi")}).Snapshot()
-	if _, err := s.Schedule(mkPod("p", "a lot", ""), snap); !errors.Is(err, ErrInvalidObject) {
+	if _, err := s.Schedule(mkPod("p", "a lot", ""), snap); !errors.Is(err, framework.ErrInvalidObject) {
 		t.Errorf("bad quantity: err = %v, want ErrInvalidObject", err)
 	}
 }
@@ -107,7 +110,7 @@ func TestNumFeasibleNodesToFind(t *testing.T) {
 	}
 }
 
-func uniformCluster(t testing.TB, names []string, opts ...nodeOpt) *Cache {
+func uniformCluster(t testing.TB, names []string, opts ...nodeOpt) *cache.Cache {
 	t.Helper()
 	nodes := make([]*corev1.Node, len(names))
 	for i, n := range names {
@@ -133,7 +136,7 @@ func TestScheduleSamplesAndRotates(t *testing.T) {
 			t.Errorf("cycle %d: next start index %d, want %d", cycle, s.next, wantNext)
 		}
 		for _, n := range s.feasible { // the nodes the cycle scored
-			seen[n.name] = true
+			seen[n.Name()] = true
 		}
 	}
 	if len(seen) != 1000 {
@@ -283,7 +286,9 @@ func TestReportKeepsTheBest(t *testing.T) {
 	// totals are the only column).
 	totals := []int64{5, 90, 7, 90, 80, 1, 85}
 	for i := range totals {
-		s.feasible = append(s.feasible, &NodeInfo{name: string(rune('a' + i))})
+		n := &framework.NodeInfo{}
+		n.Reset(string(rune('a' + i)))
+		s.feasible = append(s.feasible, n)
 	}
 	s.columns = [][]int64{totals}
 	got := s.report(3) // the tie-break chose d over b

@@ -3,17 +3,24 @@ package scheduler
 import (
 	"testing"
 
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/balancedallocation"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/imagelocality"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/nodeaffinity"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/noderesourcesfit"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/tainttoleration"
+
 	"github.com/podflow/podflow/proto/corev1"
 )
 
 // scoreOf runs one score plugin's PreScore and Score for pod on n, in a
 // cycle over snap (nil: none); 0 when PreScore skips.
-func scoreOf(t *testing.T, pl ScorePlugin, pod *corev1.Pod, snap *Snapshot, n *NodeInfo) int64 {
+func scoreOf(t *testing.T, pl framework.ScorePlugin, pod *corev1.Pod, snap *framework.Snapshot, n *framework.NodeInfo) int64 {
 	t.Helper()
-	var state CycleState
-	state.reset(snap)
-	if ps, ok := pl.(PreScorePlugin); ok {
-		switch st := ps.PreScore(&state, pod, []*NodeInfo{n}); {
+	var state framework.CycleState
+	state.Reset(snap)
+	if ps, ok := pl.(framework.PreScorePlugin); ok {
+		switch st := ps.PreScore(&state, pod, []*framework.NodeInfo{n}); {
 		case st.IsSkip():
 			return 0
 		case !st.IsSuccess():
@@ -27,8 +34,8 @@ func scoreOf(t *testing.T, pl ScorePlugin, pod *corev1.Pod, snap *Snapshot, n *N
 // skips the pod.
 func skipsBalancedAllocation(t *testing.T, pod *corev1.Pod) bool {
 	t.Helper()
-	var state CycleState
-	st := balancedAllocation{}.PreScore(&state, pod, nil)
+	var state framework.CycleState
+	st := balancedallocation.BalancedAllocation{}.PreScore(&state, pod, nil)
 	if !st.IsSuccess() && !st.IsSkip() {
 		t.Fatal(st.AsError())
 	}
@@ -50,7 +57,7 @@ func TestLeastAllocatedScore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := scoreOf(t, nodeResourcesFit{}, tt.pod, nil, infoOf(t, tt.node, tt.on...)); got != tt.want {
+			if got := scoreOf(t, noderesourcesfit.Fit{}, tt.pod, nil, infoOf(t, tt.node, tt.on...)); got != tt.want {
 				t.Errorf("leastAllocated = %d, want %d", got, tt.want)
 			}
 		})
@@ -73,7 +80,7 @@ func TestBalancedAllocationScore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := scoreOf(t, balancedAllocation{}, tt.pod, nil, infoOf(t, tt.node, tt.on...)); got != tt.want {
+			if got := scoreOf(t, balancedallocation.BalancedAllocation{}, tt.pod, nil, infoOf(t, tt.node, tt.on...)); got != tt.want {
 				t.Errorf("balancedAllocation = %d, want %d", got, tt.want)
 			}
 		})
@@ -119,7 +126,7 @@ func TestImageLocalityScore(t *testing.T) {
 			c := cacheWith(t, tt.nodes)
 			snap := c.Snapshot()
 			n, _ := snap.Get(tt.nodes[0].Metadata.Name)
-			if got := scoreOf(t, imageLocality{}, tt.pod, snap, n); got != tt.want {
+			if got := scoreOf(t, imagelocality.ImageLocality{}, tt.pod, snap, n); got != tt.want {
 				t.Errorf("imageLocality = %d, want %d", got, tt.want)
 			}
 		})
@@ -143,7 +150,7 @@ func TestNodeAffinityAndTaintRawScores(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if a, i := scoreOf(t, nodeAffinity{}, tt.pod, nil, n), scoreOf(t, taintToleration{}, tt.pod, nil, n); a != tt.affinity || i != tt.intolera {
+			if a, i := scoreOf(t, nodeaffinity.NodeAffinity{}, tt.pod, nil, n), scoreOf(t, tainttoleration.TaintToleration{}, tt.pod, nil, n); a != tt.affinity || i != tt.intolera {
 				t.Errorf("nodeAffinity, intolerable = %d, %d; want %d, %d", a, i, tt.affinity, tt.intolera)
 			}
 		})
@@ -165,7 +172,7 @@ func TestNormalize(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := append([]int64(nil), tt.in...)
-			DefaultNormalizeScore(MaxNodeScore, tt.reverse, got)
+			framework.DefaultNormalizeScore(framework.MaxNodeScore, tt.reverse, got)
 			for i := range got {
 				if got[i] != tt.want[i] {
 					t.Fatalf("DefaultNormalizeScore(%v) = %v, want %v", tt.in, got, tt.want)

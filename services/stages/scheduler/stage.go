@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -104,12 +107,12 @@ type Counters struct {
 type Stage struct {
 	env   stage.Env
 	cfg   StageConfig
-	cache *Cache
+	cache *cache.Cache
 	rec   *events.Recorder
 
 	mu    sync.Mutex // one scheduling cycle at a time
 	sched *Scheduler
-	snap  *Snapshot
+	snap  *framework.Snapshot
 
 	nodes  *informer.Informer[*corev1.Node]
 	pods   *informer.Informer[*corev1.Pod]
@@ -180,7 +183,7 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 		return nil, err
 	}
 	s := &Stage{
-		env: env, cfg: cfg, cache: NewCache(), sched: sched, snap: NewSnapshot(),
+		env: env, cfg: cfg, cache: cache.NewCache(), sched: sched, snap: framework.NewSnapshot(),
 		rec:     &events.Recorder{Store: env.Store, Component: cfg.SchedulerName, Instance: env.Replica},
 		known:   allocations{overlay: map[string][]*corev1.NodeAllocation{}, pending: map[string]pendingWrite{}},
 		waiting: map[string]*waitingPod{}, kick: make(chan struct{}, 1), started: make(chan struct{}),
@@ -221,7 +224,7 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 			s.informNomination(p)
 			if bound(p) {
 				logErr("update pod", s.cache.UpdatePod(p))
-				if terminal(p) && !terminal(old) {
+				if cache.Terminal(p) && !cache.Terminal(old) {
 					s.wake() // its resources are free
 				}
 			}
@@ -233,7 +236,7 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 				s.sweepLater(node) // its reservation is left on the node
 			}
 			if bound(p) {
-				if err := s.cache.RemovePod(p); !errors.Is(err, ErrPodNotFound) {
+				if err := s.cache.RemovePod(p); !errors.Is(err, framework.ErrPodNotFound) {
 					logErr("remove pod", err)
 				}
 				s.wake()
@@ -401,12 +404,12 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		wakes := s.wakes.Load() // before the decision's snapshot
 		decidedAt := s.podRev.current()
 		res, seen, err := s.decide(pod)
-		var fit *FitError
+		var fit *framework.FitError
 		// decide held a nomination in the cache: every path but a
 		// committed preemption gives it back.
 		held := errors.As(err, &fit) && fit.Nomination != nil
 		switch {
-		case errors.Is(err, ErrPodExists):
+		case errors.Is(err, framework.ErrPodExists):
 			// The cache has the pod bound (or assumed by a bind of ours
 			// that committed): our copy is stale.
 			if fresh && s.cache.IsAssumed(pod) {
@@ -414,7 +417,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			}
 			fresh = true
 			continue
-		case (errors.As(err, &fit) || errors.Is(err, ErrNoNodesAvailable)) && !fresh:
+		case (errors.As(err, &fit) || errors.Is(err, framework.ErrNoNodesAvailable)) && !fresh:
 			// Never report a pod unschedulable from a stale copy.
 			s.restoreNomination(pod, held)
 			fresh = true
@@ -452,7 +455,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 			}
 			s.observeAttempt("unschedulable", attemptStart)
 			return s.unschedulable(ctx, d, pod, fit.Error(), fit, wakes)
-		case errors.Is(err, ErrNoNodesAvailable):
+		case errors.Is(err, framework.ErrNoNodesAvailable):
 			s.observeAttempt("unschedulable", attemptStart)
 			return s.unschedulable(ctx, d, pod, "0/0 nodes are available.", nil, wakes)
 		case err != nil:
@@ -552,12 +555,12 @@ func (s *Stage) informed(ns, name string) *corev1.Pod {
 // decide runs one scheduling cycle and assumes the pod onto the chosen
 // node, under the cycle lock. It returns the pods the cycle saw on the
 // node (a stable view: NodeInfo.pods is never modified below its length).
-func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, error) {
+func (s *Stage) decide(pod *corev1.Pod) (Result, []*framework.PodMeta, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cache.UpdateSnapshot(s.snap)
 	res, err := s.sched.Schedule(pod, s.snap)
-	if fit := (*FitError)(nil); errors.As(err, &fit) && fit.Nomination != nil {
+	if fit := (*framework.FitError)(nil); errors.As(err, &fit) && fit.Nomination != nil {
 		// Held for the pod until its preemption commits or fails
 		// (restoreNomination), as a bind's AssumePod: else the cycles
 		// that run meanwhile pick the same node and victims, and all but
@@ -567,9 +570,9 @@ func (s *Stage) decide(pod *corev1.Pod) (Result, []*podMeta, error) {
 	if err != nil {
 		return res, nil, err
 	}
-	var seen []*podMeta
+	var seen []*framework.PodMeta
 	if n, ok := s.snap.Get(res.Node); ok {
-		seen = n.pods
+		seen = n.Pods()
 	}
 	return res, seen, s.cache.AssumePod(pod, res.Node)
 }
@@ -590,7 +593,7 @@ func (s *Stage) scheduledEnvelope(d *bus.Delivery, pod *corev1.Pod, node string,
 // unschedulable records why the pod cannot be placed — PodScheduled=False
 // with reason Unschedulable, a FailedScheduling event, a PodUnschedulable
 // event with every node's verdict — and queues it for a retry.
-func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.Pod, msg string, fit *FitError, wakes int64) error {
+func (s *Stage) unschedulable(ctx context.Context, d *bus.Delivery, pod *corev1.Pod, msg string, fit *framework.FitError, wakes int64) error {
 	s.Counters.Unschedulable.Add(1)
 	attempts := s.queue(pod, wakes)
 	err := s.markNotScheduled(ctx, pod, eventsv1.ReasonUnschedulable, msg)
@@ -832,7 +835,7 @@ func (s *Stage) responsible(p *corev1.Pod) bool {
 const maxVerdicts = 100
 
 // verdicts returns up to n per-node verdicts, sorted by node name.
-func verdicts(fit *FitError, n int) []*eventsv1.NodeVerdict {
+func verdicts(fit *framework.FitError, n int) []*eventsv1.NodeVerdict {
 	names := make([]string, 0, len(fit.NodeReasons))
 	for node := range fit.NodeReasons {
 		names = append(names, node)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
 // BenchmarkStage measures the scheduler stage end to end over real parts
@@ -22,14 +22,14 @@ func BenchmarkStage(b *testing.B) {
 		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
-			cfg := schedtest.DefaultConfig(b.TempDir())
+			cfg := schedsim.DefaultConfig(b.TempDir())
 			cfg.StoreNoSync = true
-			env, err := schedtest.Start(ctx, cfg)
+			env, err := schedsim.Start(ctx, cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer env.Close()
-			if err := env.CreateNodes(ctx, schedtest.Nodes(numNodes, "4", "32Gi", 110)); err != nil {
+			if err := env.CreateNodes(ctx, schedsim.Nodes(numNodes, "4", "32Gi", 110)); err != nil {
 				b.Fatal(err)
 			}
 			for i := range replicas {
@@ -42,7 +42,7 @@ func BenchmarkStage(b *testing.B) {
 				b.StopTimer()
 				pods := make([]*corev1.Pod, batch)
 				for j := range pods {
-					pods[j] = schedtest.Pod("bench", fmt.Sprintf("i%d-%05d", i, j), "100m", "500Mi")
+					pods[j] = schedsim.Pod("bench", fmt.Sprintf("i%d-%05d", i, j), "100m", "500Mi")
 				}
 				if err := env.CreatePods(ctx, pods); err != nil {
 					b.Fatal(err)

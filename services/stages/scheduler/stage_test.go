@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/cache"
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"go.uber.org/goleak"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -13,8 +16,7 @@ import (
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/stages/scheduler"
-	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,30 +39,30 @@ func scale(t *testing.T) (nodes, pods int) {
 // startEnv starts a bus, a 3-replica store and writes nodes sized so that
 // the pods fill about 90% of the cluster's cpu: the last pods are placed
 // on nearly full nodes, where replicas race for the same room.
-func startEnv(t *testing.T, numNodes, numPods int, ackWait time.Duration) *schedtest.Env {
+func startEnv(t *testing.T, numNodes, numPods int, ackWait time.Duration) *schedsim.Env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg := schedsim.DefaultConfig(t.TempDir())
 	cfg.StoreNoSync = true
 	cfg.AckWait = ackWait
-	env, err := schedtest.Start(ctx, cfg)
+	env, err := schedsim.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(env.Close)
 	slots := (numPods*10/9 + numNodes - 1) / numNodes // pods of 250m per node
-	if err := env.CreateNodes(ctx, schedtest.Nodes(numNodes, fmt.Sprintf("%dm", 250*slots), "64Gi", 110)); err != nil {
+	if err := env.CreateNodes(ctx, schedsim.Nodes(numNodes, fmt.Sprintf("%dm", 250*slots), "64Gi", 110)); err != nil {
 		t.Fatal(err)
 	}
 	return env
 }
 
-func startReplicas(t *testing.T, env *schedtest.Env, n int) []*schedtest.Replica {
+func startReplicas(t *testing.T, env *schedsim.Env, n int) []*schedsim.Replica {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	var rs []*schedtest.Replica
+	var rs []*schedsim.Replica
 	for i := range n {
 		r, err := env.StartReplica(ctx, fmt.Sprintf("scheduler-%d", i))
 		if err != nil {
@@ -71,7 +73,7 @@ func startReplicas(t *testing.T, env *schedtest.Env, n int) []*schedtest.Replica
 	return rs
 }
 
-func verify(t *testing.T, env *schedtest.Env, numPods int, replicas []*schedtest.Replica) {
+func verify(t *testing.T, env *schedsim.Env, numPods int, replicas []*schedsim.Replica) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -114,7 +116,7 @@ func TestReplicasNeverDoubleBindOrOvercommit(t *testing.T) {
 	replicas := startReplicas(t, env, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	pods := schedtest.Pods(numPods, "250m", "256Mi")
+	pods := schedsim.Pods(numPods, "250m", "256Mi")
 	if err := env.Submit(ctx, pods); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +141,7 @@ func TestReplicaKilledMidRun(t *testing.T) {
 	replicas := startReplicas(t, env, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	pods := schedtest.Pods(numPods, "250m", "256Mi")
+	pods := schedsim.Pods(numPods, "250m", "256Mi")
 	if err := env.CreatePods(ctx, pods); err != nil {
 		t.Fatal(err)
 	}
@@ -176,10 +178,10 @@ func TestUnschedulable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	env := startSlowRetryEnv(ctx, t)
-	small := schedtest.Node("small", "1", "8Gi", 110)
-	gpu := schedtest.Node("gpu", "8", "64Gi", 110)
+	small := schedsim.Node("small", "1", "8Gi", 110)
+	gpu := schedsim.Node("gpu", "8", "64Gi", 110)
 	gpu.Spec.Taints = []*corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: "NoSchedule"}}
-	notReady := schedtest.Node("late", "4", "16Gi", 110)
+	notReady := schedsim.Node("late", "4", "16Gi", 110)
 	notReady.Status.Conditions[0].Status = "False"
 	if err := env.CreateNodes(ctx, []*corev1.Node{small, gpu, notReady}); err != nil {
 		t.Fatal(err)
@@ -190,7 +192,7 @@ func TestUnschedulable(t *testing.T) {
 	get := benchPods(ctx, t, env)
 
 	// 1. Nothing fits: kube-scheduler's words everywhere.
-	big := schedtest.Pod("bench", "big", "2", "1Gi")
+	big := schedsim.Pod("bench", "big", "2", "1Gi")
 	if err := env.Submit(ctx, []*corev1.Pod{big}); err != nil {
 		t.Fatal(err)
 	}
@@ -241,21 +243,21 @@ func TestUnschedulable(t *testing.T) {
 	}
 
 	// 3. A new node: the next pod that fits nowhere goes there at once.
-	big2 := schedtest.Pod("bench", "big2", "3", "1Gi")
+	big2 := schedsim.Pod("bench", "big2", "3", "1Gi")
 	if err := env.Submit(ctx, []*corev1.Pod{big2}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("big2 unschedulable", func() bool {
 		return podrules.PodCondition(get("big2").GetStatus(), "PodScheduled").GetReason() == "Unschedulable"
 	})
-	if err := env.CreateNodes(ctx, []*corev1.Node{schedtest.Node("new", "4", "16Gi", 110)}); err != nil {
+	if err := env.CreateNodes(ctx, []*corev1.Node{schedsim.Node("new", "4", "16Gi", 110)}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("big2 bound to new", func() bool { return get("big2").GetSpec().GetNodeName() == "new" })
 
 	// 4. A bound pod goes away (as the status stage finalizes a deletion:
 	// pod and allocation in one transaction): the waiting pod takes its room.
-	big3 := schedtest.Pod("bench", "big3", "3", "1Gi")
+	big3 := schedsim.Pod("bench", "big3", "3", "1Gi")
 	if err := env.Submit(ctx, []*corev1.Pod{big3}); err != nil {
 		t.Fatal(err)
 	}
@@ -276,14 +278,14 @@ func TestUnschedulable(t *testing.T) {
 
 // deleteBound removes a bound pod and releases its allocation in one
 // transaction, as the status stage does once the node has finished it.
-func deleteBound(ctx context.Context, t *testing.T, env *schedtest.Env, pod *corev1.Pod) {
+func deleteBound(ctx context.Context, t *testing.T, env *schedsim.Env, pod *corev1.Pod) {
 	t.Helper()
 	node := pod.GetSpec().GetNodeName()
 	alloc, err := objects.Get[*corev1.NodeAllocation](ctx, env.Store, "", node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, changed := scheduler.ReleaseAllocation(alloc, scheduler.PodKey(pod))
+	next, changed := cache.ReleaseAllocation(alloc, framework.PodKey(pod))
 	if !changed {
 		t.Fatalf("pod %s is not in the allocation of %s", pod.GetMetadata().GetName(), node)
 	}
@@ -303,7 +305,7 @@ func deleteBound(ctx context.Context, t *testing.T, env *schedtest.Env, pod *cor
 
 // streamEvents returns the events of type typ about pod uid in the events
 // stream.
-func streamEvents(ctx context.Context, t *testing.T, env *schedtest.Env, uid string, typ eventsv1.Type) []*eventsv1.Envelope {
+func streamEvents(ctx context.Context, t *testing.T, env *schedsim.Env, uid string, typ eventsv1.Type) []*eventsv1.Envelope {
 	t.Helper()
 	envs, err := env.StreamEvents(ctx, uid, typ)
 	if err != nil {
@@ -318,19 +320,19 @@ func streamEvents(ctx context.Context, t *testing.T, env *schedtest.Env, uid str
 func TestReconcileSchedulesLostPods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg := schedsim.DefaultConfig(t.TempDir())
 	cfg.StoreNoSync = true
 	cfg.ResyncPeriod, cfg.Stage.OrphanAge = 200*time.Millisecond, 500*time.Millisecond
-	env, err := schedtest.Start(ctx, cfg)
+	env, err := schedsim.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer env.Close()
-	if err := env.CreateNodes(ctx, schedtest.Nodes(3, "4", "16Gi", 110)); err != nil {
+	if err := env.CreateNodes(ctx, schedsim.Nodes(3, "4", "16Gi", 110)); err != nil {
 		t.Fatal(err)
 	}
 	replicas := startReplicas(t, env, 2)
-	pods := schedtest.Pods(5, "100m", "100Mi")
+	pods := schedsim.Pods(5, "100m", "100Mi")
 	if err := env.CreatePods(ctx, pods); err != nil { // no PodPersisted
 		t.Fatal(err)
 	}

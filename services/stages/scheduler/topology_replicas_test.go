@@ -7,21 +7,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/interpodaffinity"
+	"github.com/podflow/podflow/services/stages/scheduler/plugins/podtopologyspread"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/stages/scheduler"
-	"github.com/podflow/podflow/services/stages/scheduler/schedtest"
+	"github.com/podflow/podflow/services/stages/scheduler/schedsim"
 )
 
 // zonedNodes returns n nodes of 8 cpu over zones zone-0..zone-<zones-1>
 // (round robin).
 func zonedNodes(n, zones int) []*corev1.Node {
-	nodes := schedtest.Nodes(n, "8", "32Gi", 110)
+	nodes := schedsim.Nodes(n, "8", "32Gi", 110)
 	for i, node := range nodes {
-		node.Metadata.Labels[scheduler.LabelTopologyZone] = fmt.Sprintf("zone-%d", i%zones)
+		node.Metadata.Labels[podtopologyspread.LabelTopologyZone] = fmt.Sprintf("zone-%d", i%zones)
 	}
 	return nodes
 }
@@ -33,13 +35,13 @@ func appSelector(app string) *corev1.LabelSelector {
 // antiAffinePod is a pod of app that no other pod of app may share a
 // hostname with.
 func antiAffinePod(name, app string) *corev1.Pod {
-	return antiPod(name, app, scheduler.LabelHostname, app)
+	return antiPod(name, app, podtopologyspread.LabelHostname, app)
 }
 
 // antiPod is a pod of app that no pod of avoid may share a domain of key
 // with (required pod anti-affinity).
 func antiPod(name, app, key, avoid string) *corev1.Pod {
-	p := schedtest.Pod("bench", name, "100m", "64Mi")
+	p := schedsim.Pod("bench", name, "100m", "64Mi")
 	p.Metadata.Labels = map[string]string{"app": app}
 	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: key, LabelSelector: appSelector(avoid)}},
@@ -49,34 +51,34 @@ func antiPod(name, app, key, avoid string) *corev1.Pod {
 
 // affinePod is a pod of app that must share a zone with a pod of target.
 func affinePod(name, app, target string) *corev1.Pod {
-	p := schedtest.Pod("bench", name, "100m", "64Mi")
+	p := schedsim.Pod("bench", name, "100m", "64Mi")
 	p.Metadata.Labels = map[string]string{"app": app}
 	p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: scheduler.LabelTopologyZone, LabelSelector: appSelector(target)}},
+		RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{TopologyKey: podtopologyspread.LabelTopologyZone, LabelSelector: appSelector(target)}},
 	}}
 	return p
 }
 
 // plainPod is a pod of app without terms.
 func plainPod(name, app string) *corev1.Pod {
-	p := schedtest.Pod("bench", name, "100m", "64Mi")
+	p := schedsim.Pod("bench", name, "100m", "64Mi")
 	p.Metadata.Labels = map[string]string{"app": app}
 	return p
 }
 
 // spreadPod is a pod of app spread by zone, maxSkew 1, DoNotSchedule.
 func spreadPod(name, app string) *corev1.Pod {
-	p := schedtest.Pod("bench", name, "100m", "64Mi")
+	p := schedsim.Pod("bench", name, "100m", "64Mi")
 	p.Metadata.Labels = map[string]string{"app": app}
 	p.Spec.TopologySpreadConstraints = []*corev1.TopologySpreadConstraint{{
-		MaxSkew: 1, TopologyKey: scheduler.LabelTopologyZone, WhenUnsatisfiable: "DoNotSchedule", LabelSelector: appSelector(app),
+		MaxSkew: 1, TopologyKey: podtopologyspread.LabelTopologyZone, WhenUnsatisfiable: "DoNotSchedule", LabelSelector: appSelector(app),
 	}}
 	return p
 }
 
 // TestTopologyReplicas: three scheduler replicas on a real store race to
 // place, on 9 nodes over 3 zones, the replicas of Deployment-like apps;
-// schedtest.Verify re-checks every binding in the store's history
+// schedsim.Verify re-checks every binding in the store's history
 // against the rules at its revision.
 //
 //   - anti-affinity by hostname: twelve replicas with required
@@ -109,7 +111,7 @@ func TestTopologyReplicas(t *testing.T) {
 				continue
 			}
 			c := podrules.PodCondition(p.GetStatus(), podrules.PodScheduled)
-			if want := "0/9 nodes are available: 9 " + scheduler.ReasonPodAntiAffinity + "."; c.GetReason() != "Unschedulable" || !strings.HasPrefix(c.GetMessage(), want) {
+			if want := "0/9 nodes are available: 9 " + interpodaffinity.ReasonPodAntiAffinity + "."; c.GetReason() != "Unschedulable" || !strings.HasPrefix(c.GetMessage(), want) {
 				t.Errorf("%s: PodScheduled %s %q, want Unschedulable %q", p.GetMetadata().GetName(), c.GetReason(), c.GetMessage(), want)
 			}
 		}
@@ -127,7 +129,7 @@ func TestTopologyReplicas(t *testing.T) {
 		list, nodes := runTopology(t, pods, perApp, replicas, 1)
 		zoneOf, in := map[string]string{}, map[string]int{}
 		for _, n := range nodes {
-			zoneOf[n.GetMetadata().GetName()] = n.GetMetadata().GetLabels()[scheduler.LabelTopologyZone]
+			zoneOf[n.GetMetadata().GetName()] = n.GetMetadata().GetLabels()[podtopologyspread.LabelTopologyZone]
 		}
 		for _, p := range list {
 			in[zoneOf[p.GetSpec().GetNodeName()]]++
@@ -153,14 +155,14 @@ func TestTopologyReplicas(t *testing.T) {
 		for i := range perApp {
 			web := plainPod(fmt.Sprintf("web-%02d", i), "web")
 			web.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-				NodeSelectorTerms: []*corev1.NodeSelectorTerm{{MatchExpressions: []*corev1.NodeSelectorRequirement{{Key: scheduler.LabelTopologyZone, Operator: "In", Values: []string{"zone-0", "zone-1"}}}}},
+				NodeSelectorTerms: []*corev1.NodeSelectorTerm{{MatchExpressions: []*corev1.NodeSelectorRequirement{{Key: podtopologyspread.LabelTopologyZone, Operator: "In", Values: []string{"zone-0", "zone-1"}}}}},
 			}}}
-			pods = append(pods, antiPod(fmt.Sprintf("guard-%02d", i), "guard", scheduler.LabelTopologyZone, "web"), web)
+			pods = append(pods, antiPod(fmt.Sprintf("guard-%02d", i), "guard", podtopologyspread.LabelTopologyZone, "web"), web)
 		}
 		list, nodes := runTopology(t, pods, -1, 3, 0)
 		zoneOf := map[string]string{}
 		for _, n := range nodes {
-			zoneOf[n.GetMetadata().GetName()] = n.GetMetadata().GetLabels()[scheduler.LabelTopologyZone]
+			zoneOf[n.GetMetadata().GetName()] = n.GetMetadata().GetLabels()[podtopologyspread.LabelTopologyZone]
 		}
 		apps := map[string]map[string]int{} // zone -> app -> pods
 		for _, p := range list {
@@ -192,10 +194,10 @@ func TestTopologyReplicas(t *testing.T) {
 func runTopology(t *testing.T, pods []*corev1.Pod, bound, replicas, concurrency int) ([]*corev1.Pod, []*corev1.Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg := schedsim.DefaultConfig(t.TempDir())
 	cfg.StoreNoSync = true
 	cfg.Concurrency = concurrency
-	env, err := schedtest.Start(ctx, cfg)
+	env, err := schedsim.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,10 +282,10 @@ func runTopology(t *testing.T, pods []*corev1.Pod, bound, replicas, concurrency 
 func TestVerifyTopology(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := schedtest.DefaultConfig(t.TempDir())
+	cfg := schedsim.DefaultConfig(t.TempDir())
 	cfg.StoreNoSync = true
 	cfg.Concurrency = 1 // spread skews are violations
-	env, err := schedtest.Start(ctx, cfg)
+	env, err := schedsim.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
