@@ -14,13 +14,15 @@ import (
 
 // fetch is the client mode: GET a URL as a pod asks the API server, with
 // its ServiceAccount's token and the cluster's CA. It returns the exit
-// code: 0 with an answer (whatever its status), 2 without.
+// code: 0 with an answer (whatever its status, unless -expect names one:
+// 1 for another), 2 without.
 func fetch(args []string, out, errOut io.Writer) int {
 	fs := flag.NewFlagSet("fetch", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	caFile := fs.String("ca", "", "verify the server with this CA bundle (PEM)")
 	tokenFile := fs.String("token-file", "", "send the bearer token read from this file")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+	expect := fs.Int("expect", 0, "exit 1 unless the answer has this status (0: any)")
 	var url string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		url, args = args[0], args[1:]
@@ -72,5 +74,9 @@ func fetch(args []string, out, errOut io.Writer) int {
 	fmt.Fprintf(out, "HTTP %d\n", resp.StatusCode)
 	_, _ = io.Copy(out, io.LimitReader(resp.Body, 1<<20))
 	fmt.Fprintln(out)
+	if *expect != 0 && resp.StatusCode != *expect {
+		fmt.Fprintf(errOut, "status %d, want %d\n", resp.StatusCode, *expect)
+		return 1
+	}
 	return 0
 }

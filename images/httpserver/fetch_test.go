@@ -39,6 +39,9 @@ func TestFetch(t *testing.T) {
 	if code := fetch([]string{srv.URL + "/api", "-ca", ca}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "HTTP 401") {
 		t.Fatalf("fetch without the token: %d %q", code, out.String())
 	}
+	if code := fetch([]string{srv.URL + "/api", "-ca", ca, "-expect", "200"}, &out, &errOut); code != 1 {
+		t.Fatalf("fetch of a 401 expecting 200: exit %d, want 1", code)
+	}
 	out.Reset()
 	errOut.Reset()
 	if code := fetch([]string{srv.URL + "/api"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "certificate") {

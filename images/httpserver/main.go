@@ -17,11 +17,12 @@
 //
 // As a client (the pods of tests that ask the API server from inside):
 //
-//	httpserver fetch URL [-ca FILE] [-token-file FILE]
+//	httpserver fetch URL [-ca FILE] [-token-file FILE] [-expect CODE]
 //
 // GETs URL, verifying the server with the CA bundle FILE (PEM) and sending
 // the bearer token read from -token-file, then prints "HTTP <code>" and
-// the body; it exits 0 once it has an answer, 2 when it has none.
+// the body; it exits 0 once it has an answer (1 when -expect names
+// another status), 2 when it has none.
 //
 // Environment switches, read at start: FAIL_READINESS=1, FAIL_LIVENESS=1,
 // READY_AFTER=<duration> (readiness fails until then), CRASH_AFTER=<duration>
