@@ -23,17 +23,24 @@
 //     status, log, ephemeralcontainers: get, update and patch that only
 //     add ephemeral containers, validated as kube-apiserver, ephemeral.go),
 //     nodes,
-//     namespaces, services, endpointslices (discovery.k8s.io/v1), events
+//     namespaces (and their status and finalize subresources,
+//     nssubresources.go), services, endpointslices (discovery.k8s.io/v1), events
 //     (core/v1, and events.k8s.io/v1 as a read-only view), configmaps,
 //     secrets, serviceaccounts, limitranges, the RBAC kinds,
 //     sidecarpolicies (podflow.io/v1alpha1), core/v1 endpoints (a
 //     read-only view of the EndpointSlices), selfsubjectaccessreviews
 //     (kubectl auth can-i), selfsubjectrulesreviews (kubectl auth can-i
-//     --list) and selfsubjectreviews (kubectl auth whoami).
+//     --list), selfsubjectreviews (kubectl auth whoami), tokenreviews,
+//     subjectaccessreviews and localsubjectaccessreviews (reviews.go).
+//     A create or update body without apiVersion and kind takes the URL's
+//     (typemeta.go). pods/exec, attach, portforward and log speak every
+//     WebSocket subprotocol kube-apiserver accepts besides SPDY (exec.go,
+//     portforward_ws.go, logs.go).
 //   - metrics.k8s.io/v1beta1 pods and nodes (kubectl top), get and list,
 //     read from the nodes on each request through a MetricsBackend
 //     (services/podmetrics); a node that does not answer is left out.
-//   - Lists with label and field selectors (any field path), paged with
+//   - Lists with label and field selectors (the kind's field labels, with
+//     kube's values: fieldselect.go), paged with
 //     limit and continue over the first page's snapshot (kept
 //     ListSnapshotTTL, then 410 Expired with a token to continue at the
 //     latest revision), resourceVersion and resourceVersionMatch (Exact,
