@@ -78,11 +78,13 @@ type Controller struct {
 	cfg Config
 	now func() time.Time
 	// last is the endpoint this replica renewed a lease for last (only
-	// Reconcile's goroutine uses it): when the endpoint changes, the old
+	// Pass's goroutine uses it): when the endpoint changes, the old
 	// lease is given up at once.
 	last netip.AddrPort
 }
 
+// A Starter, not a Reconciler: Start runs Pass on its own ticker, one at
+// a time.
 var _ stage.Starter = (*Controller)(nil)
 
 // New returns a Controller over env's store.
@@ -100,7 +102,7 @@ func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 		t := time.NewTicker(c.cfg.Interval)
 		defer t.Stop()
 		for {
-			if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil && c.env.Log != nil {
+			if err := c.Pass(ctx); err != nil && ctx.Err() == nil && c.env.Log != nil {
 				c.env.Log.Warn("kubernetes service: reconcile failed", "err", err)
 			}
 			select {
@@ -145,8 +147,10 @@ type lease struct {
 	Holder  string    `json:"holder"` // the replica that renewed it last
 }
 
-// Reconcile makes one pass: the Service, this replica's lease, the slice.
-func (c *Controller) Reconcile(ctx context.Context) error {
+// Pass makes one pass: the Service, this replica's lease, the slice
+// (not a stage.Reconciler: Start runs it on its own ticker, once at a
+// time).
+func (c *Controller) Pass(ctx context.Context) error {
 	if err := c.ensureService(ctx); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}

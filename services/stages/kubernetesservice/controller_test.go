@@ -65,7 +65,7 @@ func TestKubernetesService(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, x := range []*Controller{a, b} {
 		wg.Go(func() {
-			if err := x.Reconcile(ctx); err != nil {
+			if err := x.Pass(ctx); err != nil {
 				t.Errorf("reconcile: %v", err)
 			}
 		})
@@ -84,7 +84,7 @@ func TestKubernetesService(t *testing.T) {
 	if _, err := c.Client(t).Get(ctx, ipalloc.Key("10.96.0.1")); err != nil {
 		t.Errorf("the ClusterIP is not reserved: %v", err)
 	}
-	if err := a.Reconcile(ctx); err != nil { // sees b's lease too now
+	if err := a.Pass(ctx); err != nil { // sees b's lease too now
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(sliceAddrs(t, st)); got != "[10.244.1.1 10.244.2.1]" {
@@ -114,7 +114,7 @@ func TestKubernetesService(t *testing.T) {
 	if _, err := st.KV().Txn(ctx, raftstore.Txn{Ops: []raftstore.Op{{Type: raftstore.OpPut, Key: LeasePrefix + "10.244.3.1", Value: dead}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Reconcile(ctx); err != nil {
+	if err := a.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(sliceAddrs(t, st)); got != "[10.244.1.1]" {
@@ -147,7 +147,7 @@ func TestServiceIPTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := newController(t, st, "api-1", netip.MustParseAddrPort("10.244.1.1:6443"))
-	if err := a.Reconcile(ctx); err == nil {
+	if err := a.Pass(ctx); err == nil {
 		t.Error("reconcile with the ClusterIP taken succeeded")
 	}
 	if _, err := objects.Get[*corev1.Service](ctx, st, Namespace, ServiceName); err == nil {
@@ -164,15 +164,24 @@ func TestEndpointMoves(t *testing.T) {
 	ctx := context.Background()
 	a := newController(t, st, "api-1", netip.MustParseAddrPort("127.0.0.1:6443"))
 	a.cfg.LeaseTTL = time.Hour
-	if err := a.Reconcile(ctx); err != nil {
+	if err := a.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	moved := netip.MustParseAddrPort("10.244.1.1:6443")
 	a.cfg.Endpoint = func() (netip.AddrPort, bool) { return moved, true }
-	if err := a.Reconcile(ctx); err != nil {
+	if err := a.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(sliceAddrs(t, st)); got != "[10.244.1.1]" {
 		t.Errorf("after the move: %s, want only the new address", got)
+	}
+}
+
+// TestNotAReconciler: composed beside the api stage, a Reconcile method
+// would be run by the stage's resync as well as by Start's ticker, two
+// passes at once on one replica's state.
+func TestNotAReconciler(t *testing.T) {
+	if _, ok := any(&Controller{}).(stage.Reconciler); ok {
+		t.Fatal("Controller is a stage.Reconciler")
 	}
 }
