@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +29,12 @@ func TestLinuxPodReachesAPI(t *testing.T) {
 	c := startCluster(t, "--runtime", "linux")
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	k.must("create", "rolebinding", "default-view", "--clusterrole=view", "--serviceaccount=default:default")
+	// The api replica serves the node's bridge gateway once the node is up,
+	// and the kubernetes Service's endpoint follows within a second.
+	eventually(t, 30*time.Second, "the kubernetes endpoint on the node's bridge", func() (bool, string) {
+		out, _, _ := k.run("get", "endpoints", "kubernetes", "-o", "jsonpath={.subsets[0].addresses[0].ip}")
+		return strings.HasPrefix(out, "10.244.") && strings.HasSuffix(out, ".1"), out
+	})
 	const dir = "/var/run/secrets/kubernetes.io/serviceaccount"
 	// Each pod runs the image's client once: it exits 0 with the status it
 	// expects, 1 with another, 2 without an answer (no route, or a server

@@ -87,9 +87,12 @@ func referencedOnNode(st raftstore.State, node, ns string, k objects.Kind, name 
 }
 
 // PodReferences returns the names of the Secrets and ConfigMaps (of the
-// pod's namespace) that pod references: its volumes, and its containers'
-// env sources and its imagePullSecrets — the edges of the node
-// authorizer's graph.
+// pod's namespace) that pod references, as Kubernetes'
+// VisitPodSecretNames and VisitPodConfigmapNames walk them for the node
+// authorizer's graph: its imagePullSecrets; its secret, configMap and
+// projected volumes' sources (the kube-api-access volume's
+// kube-root-ca.crt); and every container's — init, app and ephemeral —
+// env valueFrom and envFrom.
 func PodReferences(pod *corev1.Pod) (secrets, configMaps []string) {
 	spec := pod.GetSpec()
 	for _, r := range spec.GetImagePullSecrets() {
@@ -102,9 +105,17 @@ func PodReferences(pod *corev1.Pod) (secrets, configMaps []string) {
 		if c := v.GetConfigMap(); c != nil {
 			configMaps = append(configMaps, c.GetName())
 		}
+		for _, src := range v.GetProjected().GetSources() {
+			if s := src.GetSecret(); s != nil {
+				secrets = append(secrets, s.GetName())
+			}
+			if c := src.GetConfigMap(); c != nil {
+				configMaps = append(configMaps, c.GetName())
+			}
+		}
 	}
-	for _, c := range append(append([]*corev1.Container(nil), spec.GetInitContainers()...), spec.GetContainers()...) {
-		for _, e := range c.GetEnv() {
+	envs := func(env []*corev1.EnvVar, from []*corev1.EnvFromSource) {
+		for _, e := range env {
 			if r := e.GetValueFrom().GetSecretKeyRef(); r != nil {
 				secrets = append(secrets, r.GetName())
 			}
@@ -112,6 +123,20 @@ func PodReferences(pod *corev1.Pod) (secrets, configMaps []string) {
 				configMaps = append(configMaps, r.GetName())
 			}
 		}
+		for _, f := range from {
+			if r := f.GetSecretRef(); r != nil {
+				secrets = append(secrets, r.GetName())
+			}
+			if r := f.GetConfigMapRef(); r != nil {
+				configMaps = append(configMaps, r.GetName())
+			}
+		}
+	}
+	for _, c := range append(append([]*corev1.Container(nil), spec.GetInitContainers()...), spec.GetContainers()...) {
+		envs(c.GetEnv(), c.GetEnvFrom())
+	}
+	for _, c := range spec.GetEphemeralContainers() {
+		envs(c.GetEnv(), c.GetEnvFrom())
 	}
 	return secrets, configMaps
 }

@@ -95,15 +95,25 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	return &Controller{env: env, cfg: cfg, now: time.Now}, nil
 }
 
-// Start reconciles now and every Interval on g until ctx ends, then
-// removes this replica's lease.
+// endpointCheck is how often the replica's endpoint is looked at between
+// passes: when it changes (the node's bridge came up) a pass runs at once,
+// so pods reach the API within a second of their node, not an Interval.
+const endpointCheck = time.Second
+
+// Start reconciles now, every Interval and whenever the replica's endpoint
+// changes, on g until ctx ends, then removes this replica's lease.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	g.Go(func() error {
-		t := time.NewTicker(c.cfg.Interval)
+		t := time.NewTicker(min(endpointCheck, c.cfg.Interval))
 		defer t.Stop()
+		var last time.Time
+		var tried netip.AddrPort // the endpoint of the last pass
 		for {
-			if err := c.Pass(ctx); err != nil && ctx.Err() == nil && c.env.Log != nil {
-				c.env.Log.Warn("kubernetes service: reconcile failed", "err", err)
+			if ep, _ := c.cfg.Endpoint(); ep != tried || time.Since(last) >= c.cfg.Interval {
+				tried, last = ep, time.Now()
+				if err := c.Pass(ctx); err != nil && ctx.Err() == nil && c.env.Log != nil {
+					c.env.Log.Warn("kubernetes service: reconcile failed", "err", err)
+				}
 			}
 			select {
 			case <-ctx.Done():

@@ -185,3 +185,27 @@ func TestNotAReconciler(t *testing.T) {
 		t.Fatal("Controller is a stage.Reconciler")
 	}
 }
+
+// TestEndpointChangeFollowedAtOnce: when the replica's endpoint changes
+// (the node's bridge came up, the front door serves its gateway) the slice
+// follows within a second or two, not at the next Interval.
+func TestEndpointChangeFollowedAtOnce(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 1)
+	st := objects.New(c.Client(t))
+	var mu sync.Mutex
+	ep := netip.MustParseAddrPort("127.0.0.1:6443")
+	a := newController(t, st, "api-1", ep)
+	a.cfg.Interval, a.cfg.LeaseTTL = time.Minute, 2*time.Minute
+	a.cfg.Endpoint = func() (netip.AddrPort, bool) { mu.Lock(); defer mu.Unlock(); return ep, true }
+	ctx, cancel := context.WithCancel(context.Background())
+	g, gctx := errgroup.WithContext(ctx)
+	if err := a.Start(gctx, g); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = g.Wait() }()
+	raftstoretest.WaitFor(t, 10*time.Second, "the loopback endpoint", func() bool { return fmt.Sprint(sliceAddrs(t, st)) == "[127.0.0.1]" })
+	mu.Lock()
+	ep = netip.MustParseAddrPort("10.244.1.1:6443")
+	mu.Unlock()
+	raftstoretest.WaitFor(t, 5*time.Second, "the gateway endpoint", func() bool { return fmt.Sprint(sliceAddrs(t, st)) == "[10.244.1.1]" })
+}
