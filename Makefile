@@ -78,6 +78,7 @@ deps-os:
 	@test -x /usr/lib/cni/bridge || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins; }
 	@command -v nft >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables; }
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@/usr/bin/python3 -c 'import kubernetes' 2>/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-kubernetes; }
 
 PROTO_FILES := $(shell cd proto && ls */*.proto)
 proto: tools deps-os
@@ -95,6 +96,10 @@ proto-check: proto
 ## the module proxy) from the Go types podflow serves.
 OPENAPI_PKGS := k8s.io/api/core/v1 k8s.io/api/discovery/v1 k8s.io/api/rbac/v1 k8s.io/api/events/v1 k8s.io/api/scheduling/v1 \
 	k8s.io/api/authentication/v1 k8s.io/api/authorization/v1 k8s.io/metrics/pkg/apis/metrics/v1beta1 \
+	k8s.io/api/apps/v1 k8s.io/api/batch/v1 k8s.io/api/policy/v1 k8s.io/api/autoscaling/v1 k8s.io/api/coordination/v1 \
+	k8s.io/api/node/v1 k8s.io/api/admissionregistration/v1 k8s.io/api/networking/v1 k8s.io/api/storage/v1 \
+	k8s.io/api/certificates/v1 k8s.io/api/flowcontrol/v1 k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1 \
+	k8s.io/api/scheduling/v1alpha3 \
 	k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/api/resource \
 	k8s.io/apimachinery/pkg/util/intstr k8s.io/apimachinery/pkg/version
 openapi:
@@ -205,3 +210,69 @@ clean:
 ## own module outside go.work.
 bench-store:
 	cd raftstore/etcdbench && GOWORK=off $(GO) run . -duration 5s -runs 3
+
+## conformance: the upstream Kubernetes e2e suite's [Conformance] tests
+## (k8s.io/kubernetes v1.34.4, ops/conformance) against a fresh
+## `podflow up --runtime $(RUNTIME)`, one test per process, $(PROCS) at a
+## time, each interrupted after $(CONFORMANCE_TIMEOUT) ([Slow] ones after
+## $(CONFORMANCE_SLOW_TIMEOUT)); the table, causes
+## and JUnit XML go to _output/conformance/. FOCUS/SKIP select tests:
+##   make conformance FOCUS='\[sig-apps\]'
+##   make conformance RUNTIME=sim FOCUS='\[sig-api-machinery\].*\[Conformance\]'
+## docs/conformance.md has the details. Root, for the Linux runtime.
+CONFORMANCE := $(TOOLS)/conformance
+CONFORMANCE_MOD := ops/conformance
+CONFORMANCE_GOSUM := $(CONFORMANCE_MOD)/go.mod $(CONFORMANCE_MOD)/go.sum
+# The release of the suite (ops/conformance/go.mod); stamped into e2e.test and
+# kubectl as Kubernetes' own build does (hack/lib/version.sh): kubectl's
+# version tests parse it.
+CONFORMANCE_K8S_VERSION := $(shell sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\)$$|\1|p' $(CONFORMANCE_MOD)/go.mod)
+CONFORMANCE_K8S_MM := $(subst ., ,$(patsubst v%,%,$(CONFORMANCE_K8S_VERSION)))
+CONFORMANCE_LDFLAGS := $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-base/version,-X $(p).gitVersion=$(CONFORMANCE_K8S_VERSION) -X $(p).gitMajor=$(word 1,$(CONFORMANCE_K8S_MM)) -X $(p).gitMinor=$(word 2,$(CONFORMANCE_K8S_MM)))
+FOCUS ?= \[Conformance\]
+SKIP ?=
+RUNTIME ?= linux
+PROCS ?= 8
+CONFORMANCE_TIMEOUT ?= 5m
+CONFORMANCE_SLOW_TIMEOUT ?= 15m
+.PHONY: conformance conformance-tools conformance-check conformance-deps-os
+conformance: build httpserver deps-os conformance-deps-os conformance-tools
+	$(CONFORMANCE)/harness run --podflow $(BIN)/podflow --runtime $(RUNTIME) --out $(CURDIR)/_output/conformance \
+		--suite $(CONFORMANCE)/e2e.test --kubectl $(CONFORMANCE)/kubectl --agnhost $(CONFORMANCE)/agnhost \
+		--nnp $(CONFORMANCE)/nnp --busybox $(CONFORMANCE)/busybox --k8s-dir "$$(cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
+		--focus '$(FOCUS)' --skip '$(SKIP)' --procs $(PROCS) --timeout $(CONFORMANCE_TIMEOUT) --slow-timeout $(CONFORMANCE_SLOW_TIMEOUT)
+
+## conformance-tools: the suite, kubectl and agnhost of the suite's release,
+## Debian's busybox and the harness, cached in .tools/conformance/.
+conformance-tools: $(CONFORMANCE)/e2e.test $(CONFORMANCE)/kubectl $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp $(CONFORMANCE)/busybox
+	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) build -o $(CONFORMANCE)/harness.new . && mv $(CONFORMANCE)/harness.new $(CONFORMANCE)/harness
+# Each is written beside and renamed into place: a running test keeps its binary.
+$(CONFORMANCE)/e2e.test: $(CONFORMANCE_GOSUM) $(wildcard $(CONFORMANCE_MOD)/suite/*.go) Makefile
+	cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) test -c -vet=off -ldflags '$(CONFORMANCE_LDFLAGS)' -o $@.new ./suite && mv $@.new $@
+$(CONFORMANCE)/kubectl: $(CONFORMANCE_GOSUM) Makefile
+	cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) build -ldflags '$(CONFORMANCE_LDFLAGS)' -o $@.new k8s.io/kubernetes/cmd/kubectl && mv $@.new $@
+$(CONFORMANCE)/agnhost: $(CONFORMANCE_GOSUM)
+	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/kubernetes/test/images/agnhost && mv $@.new $@
+$(CONFORMANCE)/nnp: $(CONFORMANCE_GOSUM)
+	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/kubernetes/test/images/nonewprivs && mv $@.new $@
+# Debian's busybox (dynamically linked: busybox-static's wget crashes in a
+# container), unpacked from its package without installing it.
+$(CONFORMANCE)/busybox:
+	@mkdir -p $(CONFORMANCE)
+	d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && cd "$$d" && apt-get download busybox && \
+		dpkg-deb -x busybox_*.deb x && install -m 0755 x/bin/busybox $@
+
+## conformance-deps-os: the host programs copied into the agnhost image
+## (upstream's has them from Alpine).
+conformance-deps-os:
+	@command -v dig >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bind9-dnsutils; }
+	@command -v nc.openbsd >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq netcat-openbsd; }
+	@command -v curl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl; }
+
+## conformance-check: the harness's own tests: the JUnit parser and table,
+## and the e2e images' programs run in a chroot of each image (root).
+conformance-check: conformance-deps-os $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp $(CONFORMANCE)/busybox
+	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) vet ./... && \
+		CONFORMANCE_AGNHOST=$(CONFORMANCE)/agnhost CONFORMANCE_NNP=$(CONFORMANCE)/nnp CONFORMANCE_BUSYBOX=$(CONFORMANCE)/busybox \
+		CONFORMANCE_K8S_DIR="$$(cd $(CURDIR)/$(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
+		GOWORK=off $(GO) test -count=1 ./...

@@ -8327,14 +8327,18 @@ func (x *StatusCause) GetField() string {
 // machine-readable reason (Unauthorized, Forbidden, AlreadyExists, Invalid,
 // ...). Every error that crosses the bus is a Status.
 type Status struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"` // Success, Failure
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	Code          int32                  `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
-	Causes        []*StatusCause         `protobuf:"bytes,5,rep,name=causes,proto3" json:"causes,omitempty"`
-	Kind          string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"` // kind of the object the status is about
-	Name          string                 `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Status  string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"` // Success, Failure
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Reason  string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Code    int32                  `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
+	Causes  []*StatusCause         `protobuf:"bytes,5,rep,name=causes,proto3" json:"causes,omitempty"`
+	Kind    string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"` // kind of the object the status is about
+	Name    string                 `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
+	// warnings are kube-apiserver's warnings about an accepted request
+	// (deprecated fields, names that will not resolve, ...), answered to
+	// the client as Warning headers.
+	Warnings      []string `protobuf:"bytes,8,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8418,6 +8422,88 @@ func (x *Status) GetName() string {
 	return ""
 }
 
+func (x *Status) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+// Unstructured is the stored form of every kind registered as data
+// (services/objects' generic kinds: apps/v1 Deployment, batch/v1 Job, ...
+// and, later, custom resources): metadata as every other kind's, so that
+// selectors, namespace deletion, owner references and the store's rules
+// treat it alike, and the rest of the object as its Kubernetes JSON.
+type Unstructured struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Metadata   *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	ApiVersion string                 `protobuf:"bytes,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"` // "apps/v1"
+	Kind       string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`                               // "Deployment"
+	// content is the object's Kubernetes JSON without apiVersion, kind and
+	// metadata: {"spec":{...},"status":{...}}.
+	Content       []byte `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Unstructured) Reset() {
+	*x = Unstructured{}
+	mi := &file_corev1_core_proto_msgTypes[118]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Unstructured) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Unstructured) ProtoMessage() {}
+
+func (x *Unstructured) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[118]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Unstructured.ProtoReflect.Descriptor instead.
+func (*Unstructured) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{118}
+}
+
+func (x *Unstructured) GetMetadata() *ObjectMeta {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Unstructured) GetApiVersion() string {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return ""
+}
+
+func (x *Unstructured) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Unstructured) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
 // UserInfo is an authenticated identity (authentication/v1 UserInfo).
 type UserInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -8430,7 +8516,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8442,7 +8528,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8455,7 +8541,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{118}
+	return file_corev1_core_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -8493,7 +8579,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8505,7 +8591,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8518,7 +8604,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{119}
+	return file_corev1_core_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -8549,7 +8635,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[120]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8561,7 +8647,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[120]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8574,7 +8660,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{120}
+	return file_corev1_core_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -8633,7 +8719,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[121]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8645,7 +8731,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[121]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8658,7 +8744,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{121}
+	return file_corev1_core_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -9514,7 +9600,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\vStatusCause\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"\xc4\x01\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xe0\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -9522,7 +9608,14 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x04code\x18\x04 \x01(\x05R\x04code\x124\n" +
 	"\x06causes\x18\x05 \x03(\v2\x1c.podflow.core.v1.StatusCauseR\x06causes\x12\x12\n" +
 	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\a \x01(\tR\x04name\"P\n" +
+	"\x04name\x18\a \x01(\tR\x04name\x12\x1a\n" +
+	"\bwarnings\x18\b \x03(\tR\bwarnings\"\x96\x01\n" +
+	"\fUnstructured\x127\n" +
+	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x12\x1f\n" +
+	"\vapi_version\x18\x02 \x01(\tR\n" +
+	"apiVersion\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x18\n" +
+	"\acontent\x18\x04 \x01(\fR\acontent\"P\n" +
 	"\bUserInfo\x12\x1a\n" +
 	"\busername\x18\x01 \x01(\tR\busername\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x16\n" +
@@ -9561,7 +9654,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 140)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 141)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -9681,40 +9774,41 @@ var file_corev1_core_proto_goTypes = []any{
 	(*SidecarPolicy)(nil),                     // 115: podflow.core.v1.SidecarPolicy
 	(*StatusCause)(nil),                       // 116: podflow.core.v1.StatusCause
 	(*Status)(nil),                            // 117: podflow.core.v1.Status
-	(*UserInfo)(nil),                          // 118: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 119: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 120: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 121: podflow.core.v1.PriorityClass
-	nil,                                       // 122: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 123: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 124: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 125: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 126: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 127: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 128: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 129: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 130: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 131: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 132: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 133: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 134: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 135: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 136: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 137: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 138: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 139: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 140: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 141: google.protobuf.Struct
+	(*Unstructured)(nil),                      // 118: podflow.core.v1.Unstructured
+	(*UserInfo)(nil),                          // 119: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 120: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 121: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 122: podflow.core.v1.PriorityClass
+	nil,                                       // 123: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 124: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 125: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 126: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 127: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 128: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 129: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 130: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 131: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 132: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 133: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 134: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 135: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 136: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 137: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 138: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 139: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 140: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 141: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 142: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	122, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	123, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	140, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	140, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	123, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	124, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	141, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	141, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	140, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	141, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	141, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	142, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -9722,8 +9816,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	5,   // 12: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	7,   // 13: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	8,   // 14: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	124, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	125, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	125, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	126, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	19,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	15,  // 18: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	19,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -9789,7 +9883,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	49,  // 79: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
 	50,  // 80: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
 	51,  // 81: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	126, // 82: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	127, // 82: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
 	53,  // 83: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
 	54,  // 84: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
 	54,  // 85: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
@@ -9805,7 +9899,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	40,  // 95: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
 	30,  // 96: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
 	30,  // 97: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	127, // 98: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	128, // 98: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
 	28,  // 99: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
 	59,  // 100: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
 	47,  // 101: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
@@ -9816,11 +9910,11 @@ var file_corev1_core_proto_depIdxs = []int32{
 	31,  // 106: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
 	63,  // 107: podflow.core.v1.PodSpec.host_aliases:type_name -> podflow.core.v1.HostAlias
 	65,  // 108: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	140, // 109: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	140, // 110: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	140, // 111: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	140, // 112: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	140, // 113: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	141, // 109: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	141, // 110: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	141, // 111: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	141, // 112: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	141, // 113: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	67,  // 114: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
 	68,  // 115: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
 	69,  // 116: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
@@ -9828,19 +9922,19 @@ var file_corev1_core_proto_depIdxs = []int32{
 	70,  // 118: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
 	66,  // 119: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
 	72,  // 120: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	140, // 121: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	141, // 121: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	71,  // 122: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	71,  // 123: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	71,  // 124: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	1,   // 125: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
 	62,  // 126: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
 	73,  // 127: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	140, // 128: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	141, // 128: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
 	75,  // 129: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	140, // 130: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	140, // 131: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	128, // 132: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	129, // 133: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	141, // 130: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	141, // 131: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	129, // 132: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	130, // 133: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
 	77,  // 134: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
 	78,  // 135: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
 	80,  // 136: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
@@ -9850,7 +9944,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	81,  // 140: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
 	19,  // 141: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
 	83,  // 142: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	130, // 143: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	131, // 143: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
 	85,  // 144: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
 	86,  // 145: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
 	1,   // 146: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
@@ -9862,7 +9956,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	91,  // 152: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
 	92,  // 153: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
 	96,  // 154: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	140, // 155: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	141, // 155: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 156: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
 	94,  // 157: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
 	95,  // 158: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
@@ -9870,10 +9964,10 @@ var file_corev1_core_proto_depIdxs = []int32{
 	90,  // 160: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
 	98,  // 161: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
 	1,   // 162: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	131, // 163: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	132, // 164: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	132, // 163: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	133, // 164: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
 	1,   // 165: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	133, // 166: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	134, // 166: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
 	1,   // 167: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
 	102, // 168: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
 	1,   // 169: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
@@ -9887,33 +9981,34 @@ var file_corev1_core_proto_depIdxs = []int32{
 	1,   // 177: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
 	90,  // 178: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
 	109, // 179: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	140, // 180: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	140, // 181: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	140, // 182: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	134, // 183: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	135, // 184: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	136, // 185: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	137, // 186: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	141, // 180: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	141, // 181: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	141, // 182: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	135, // 183: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	136, // 184: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	137, // 185: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	138, // 186: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
 	111, // 187: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
 	1,   // 188: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
 	112, // 189: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	138, // 190: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	139, // 190: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
 	30,  // 191: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
 	30,  // 192: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
 	40,  // 193: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
 	1,   // 194: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
 	114, // 195: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
 	116, // 196: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 197: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	139, // 198: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	11,  // 199: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 200: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	120, // 201: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	202, // [202:202] is the sub-list for method output_type
-	202, // [202:202] is the sub-list for method input_type
-	202, // [202:202] is the sub-list for extension type_name
-	202, // [202:202] is the sub-list for extension extendee
-	0,   // [0:202] is the sub-list for field type_name
+	1,   // 197: podflow.core.v1.Unstructured.metadata:type_name -> podflow.core.v1.ObjectMeta
+	1,   // 198: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	140, // 199: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	11,  // 200: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 201: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	121, // 202: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	203, // [203:203] is the sub-list for method output_type
+	203, // [203:203] is the sub-list for method input_type
+	203, // [203:203] is the sub-list for extension type_name
+	203, // [203:203] is the sub-list for extension extendee
+	0,   // [0:203] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -9955,14 +10050,14 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[99].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[100].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[101].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[121].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[122].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   140,
+			NumMessages:   141,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

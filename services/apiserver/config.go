@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/podflow/podflow/services/podsecurity"
 )
 
@@ -55,8 +59,8 @@ type Config struct {
 	// DELETE) served at once: 429 beyond, as kube-apiserver's
 	// --max-mutating-requests-inflight. Default 200.
 	MaxMutatingInFlight int
-	// MaxWatches bounds the watches open at once (GET with watch=true or
-	// watch=1): long-running requests are exempt from MaxInFlight, as in
+	// MaxWatches bounds the watches open at once (a GET with a watch
+	// parameter other than "0" or "false"): long-running requests are exempt from MaxInFlight, as in
 	// kube-apiserver, but counted here: 429 beyond. Default 2000.
 	MaxWatches int
 	// MaxWatchesPerUser and MaxMutatingPerUser are each user's seats
@@ -95,6 +99,20 @@ type Config struct {
 	// defaults.enforce; the admission stage enforces the same level on
 	// creation. "" is privileged, Kubernetes' default.
 	PodSecurityDefault podsecurity.Level
+	// Printer prints the tables of generic kinds (kubectl get) with
+	// kube-apiserver's columns: services/registry's Registry. Nil: their
+	// tables have name and age only.
+	Printer Printer
+}
+
+// Printer is kube-apiserver's table printing of built-in kinds
+// (services/registry's Registry implements it). Safe for concurrent use.
+type Printer interface {
+	// TableColumns returns gvk's columns, every one with its priority;
+	// ok false when there is no printer for gvk.
+	TableColumns(gvk schema.GroupVersionKind) (cols []metav1.TableColumnDefinition, ok bool)
+	// TableCells returns the cells of obj's row, in TableColumns' order.
+	TableCells(obj runtime.Object) ([]any, error)
 }
 
 // OIDCConfig configures OpenID Connect ID token verification, as

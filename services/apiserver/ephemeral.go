@@ -60,7 +60,7 @@ func (s *Server) serveEphemeral(w http.ResponseWriter, r *http.Request, req *req
 	ct := r.Header.Get("Content-Type")
 	var st *corev1.Status
 	if req.verb == "update" {
-		if body, st = bodyJSON(r, body, kubeTypes[req.res.kind]); st != nil {
+		if body, st = bodyJSON(r, body, kubeType(req.res)); st != nil {
 			writeStatus(w, st)
 			return
 		}

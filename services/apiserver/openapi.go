@@ -24,7 +24,7 @@ import (
 
 // openAPIHash versions the OpenAPI documents (clients cache by it); bump it
 // when the served resources change.
-const openAPIHash = "podflow-4"
+const openAPIHash = "podflow-5"
 
 // openAPIRoot is /openapi/v3: one document per group version.
 func openAPIRoot() map[string]any {
@@ -185,6 +185,12 @@ func goType(r *resource) any {
 		return &k8seventsv1.Event{}
 	case "authorization.k8s.io/v1/SelfSubjectAccessReview":
 		return &authorizationv1.SelfSubjectAccessReview{}
+	case "authorization.k8s.io/v1/SubjectAccessReview":
+		return &authorizationv1.SubjectAccessReview{}
+	case "authorization.k8s.io/v1/LocalSubjectAccessReview":
+		return &authorizationv1.LocalSubjectAccessReview{}
+	case "authentication.k8s.io/v1/TokenReview":
+		return &authenticationv1.TokenReview{}
 	case "authorization.k8s.io/v1/SelfSubjectRulesReview":
 		return &authorizationv1.SelfSubjectRulesReview{}
 	case "authentication.k8s.io/v1/SelfSubjectReview":
@@ -198,7 +204,7 @@ func goType(r *resource) any {
 	case "metrics.k8s.io/v1beta1/NodeMetrics":
 		return &metricsv1beta1.NodeMetrics{}
 	}
-	if f := kubeTypes[r.kind]; f != nil {
+	if f := kubeType(r); f != nil {
 		return f()
 	}
 	return nil

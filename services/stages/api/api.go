@@ -91,6 +91,9 @@ type Config struct {
 	// marked (the namespace controller's Enqueue: its pass starts at
 	// once). Nil: the controller finds it through its informer.
 	NamespaceDeleted func(name string)
+	// Registry prepares writes of generic kinds (generic.go); nil: they
+	// are refused.
+	Registry Registry
 }
 
 // DefaultConfig returns the defaults.
@@ -569,7 +572,11 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 	if !kind.Namespaced {
 		ns = ""
 	}
-	attrs := auth.Attributes{User: user, Namespace: ns, APIGroup: kind.APIGroup, Resource: kind.Resource, Name: req.GetName()}
+	attrs := auth.Attributes{User: user, Namespace: ns, APIGroup: kind.APIGroup, Resource: kind.Resource, Name: req.GetName(),
+		Subresource: req.GetSubresource()}
+	if st := checkSubresource(kind, req.GetVerb(), attrs.Subresource, req.GetName()); st != nil {
+		return st, nil
+	}
 	switch req.GetVerb() {
 	case "delete":
 		attrs.Verb = "delete"
@@ -599,6 +606,9 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 		obj := kind.New()
 		if err := proto.Unmarshal(req.GetObject(), obj); err != nil {
 			return stage.Failure(400, eventsv1.ReasonBadRequest, kind.Resource, "", "decode %s: %v", kind.Name, err), nil
+		}
+		if st := checkGenericKind(kind, obj); st != nil {
+			return st, nil
 		}
 		md := objects.Meta(obj)
 		md.Namespace = ns
@@ -642,7 +652,8 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	if st := s.rbac.Check(attrs); st != nil {
 		return st, nil
 	}
-	if st := validate.Object(obj); st != nil { // names, ConfigMap and Secret sizes
+	generic, isGeneric := obj.(*corev1.Unstructured)
+	if st := validate.Object(obj); st != nil && !isGeneric { // names, ConfigMap and Secret sizes; the registry's for generic kinds
 		return st, nil
 	}
 	// NamespaceLifecycle: new content only in a namespace that exists and
@@ -666,11 +677,18 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		}
 	}
 	now := timestamppb.Now()
-	if exists {
+	var warnings []string
+	switch {
+	case isGeneric: // uid, creationTimestamp and generation are the strategy's
+		var st *corev1.Status
+		if warnings, st = s.prepareGeneric(ctx, attrs, generic, existing); st != nil {
+			return st, nil
+		}
+	case exists:
 		prev := existing.GetMetadata()
 		md.Uid, md.CreationTimestamp = prev.GetUid(), prev.GetCreationTimestamp()
 		md.Generation = prev.GetGeneration() + 1
-	} else {
+	default:
 		md.Uid, md.CreationTimestamp, md.Generation = uuid.NewString(), now, 1
 	}
 	var old proto.Message
@@ -683,6 +701,11 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	if st := s.rbac.CheckRBACWrite(attrs.User, obj, old, s.roleGetter(ctx)); st != nil {
 		return st, nil // a role or binding granting more than its writer holds
 	}
+	if exists { // after escalation, as kube-apiserver's binding storage checks it first
+		if st := validate.ObjectUpdate(obj, existing); st != nil { // immutable data, a binding's roleRef
+			return st, nil
+		}
+	}
 	if sec, ok := obj.(*corev1.Secret); ok {
 		prev, _ := existing.(*corev1.Secret)
 		if st := s.issueServiceAccountToken(ctx, sec, prev); st != nil {
@@ -691,9 +714,9 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	}
 	if dry { // every check passed; nothing is stored (?dryRun=All)
 		if exists {
-			return stage.Success(200, kind.Resource, md.GetName()), obj
+			return withWarnings(stage.Success(200, kind.Resource, md.GetName()), warnings), obj
 		}
-		return stage.Success(201, kind.Resource, md.GetName()), obj
+		return withWarnings(stage.Success(201, kind.Resource, md.GetName()), warnings), obj
 	}
 	svc, isService := obj.(*corev1.Service)
 	switch {
@@ -728,7 +751,7 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	if exists {
 		code = 200
 	}
-	return stage.Success(code, kind.Resource, md.GetName()), obj
+	return withWarnings(stage.Success(code, kind.Resource, md.GetName()), warnings), obj
 }
 
 // roleGetter resolves a binding's roleRef from the store (not the cache,
