@@ -257,10 +257,11 @@ func (s *BusSource) stages(ctx context.Context, now time.Time) ([]Stage, error) 
 			st.DeadLetters = dead["nodeagent"]
 		}
 		ci := infos[name]
-		if ci == nil {
-			st.Missing = true
-		} else {
+		switch {
+		case ci != nil:
 			st.Pending, st.AckPending, st.Redelivered, st.Waiting = ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting
+		case !pipeline.Controller(name): // a controller stage has no consumer
+			st.Missing = true
 		}
 		for _, p := range pongs {
 			if p.Stage == name || agentOf(p, name) {

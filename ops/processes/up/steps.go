@@ -782,6 +782,7 @@ func adminToken(path string) (string, error) {
 	line := fmt.Sprintf("%s,admin,admin,\"%s\"\n", tok, auth.GroupMasters)
 	return tok, os.WriteFile(path, []byte(line), 0o600)
 }
+
 // ErrPortInUse is returned by `up` when a port it must listen on is taken.
 var ErrPortInUse = errors.New("up: port in use")
 
