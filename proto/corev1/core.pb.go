@@ -4336,8 +4336,12 @@ type PodSpec struct {
 	// ephemeral_containers are added, never changed or removed, through the
 	// pod's ephemeralcontainers subresource.
 	EphemeralContainers []*EphemeralContainer `protobuf:"bytes,28,rep,name=ephemeral_containers,json=ephemeralContainers,proto3" json:"ephemeral_containers,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// subdomain: with hostname, the pod's FQDN is
+	// <hostname>.<subdomain>.<namespace>.svc.<cluster domain>; a headless
+	// Service named subdomain selecting the pod gives it its DNS record.
+	Subdomain     string `protobuf:"bytes,30,opt,name=subdomain,proto3" json:"subdomain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PodSpec) Reset() {
@@ -4571,6 +4575,13 @@ func (x *PodSpec) GetEphemeralContainers() []*EphemeralContainer {
 		return x.EphemeralContainers
 	}
 	return nil
+}
+
+func (x *PodSpec) GetSubdomain() string {
+	if x != nil {
+		return x.Subdomain
+	}
+	return ""
 }
 
 // PodDNSConfig is what a pod adds to (or, with dnsPolicy None, all of) its
@@ -6041,8 +6052,26 @@ type ServiceSpec struct {
 	SessionAffinity          string                 `protobuf:"bytes,6,opt,name=session_affinity,json=sessionAffinity,proto3" json:"session_affinity,omitempty"` // None (default) or ClientIP
 	PublishNotReadyAddresses bool                   `protobuf:"varint,7,opt,name=publish_not_ready_addresses,json=publishNotReadyAddresses,proto3" json:"publish_not_ready_addresses,omitempty"`
 	SessionAffinityConfig    *SessionAffinityConfig `protobuf:"bytes,8,opt,name=session_affinity_config,json=sessionAffinityConfig,proto3" json:"session_affinity_config,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// external_name is the CNAME of an ExternalName Service.
+	ExternalName string   `protobuf:"bytes,9,opt,name=external_name,json=externalName,proto3" json:"external_name,omitempty"`
+	ExternalIps  []string `protobuf:"bytes,10,rep,name=external_ips,json=externalIps,proto3" json:"external_ips,omitempty"`
+	// ip_families (IPv4, IPv6) and ip_family_policy (SingleStack,
+	// PreferDualStack, RequireDualStack) as core/v1's; podflow allocates
+	// IPv4 only, so a defaulted Service is SingleStack [IPv4].
+	IpFamilies     []string `protobuf:"bytes,11,rep,name=ip_families,json=ipFamilies,proto3" json:"ip_families,omitempty"`
+	IpFamilyPolicy *string  `protobuf:"bytes,12,opt,name=ip_family_policy,json=ipFamilyPolicy,proto3,oneof" json:"ip_family_policy,omitempty"`
+	// internal_traffic_policy and external_traffic_policy: Cluster or
+	// Local (the latter only for NodePort and LoadBalancer Services).
+	InternalTrafficPolicy         *string  `protobuf:"bytes,13,opt,name=internal_traffic_policy,json=internalTrafficPolicy,proto3,oneof" json:"internal_traffic_policy,omitempty"`
+	ExternalTrafficPolicy         string   `protobuf:"bytes,14,opt,name=external_traffic_policy,json=externalTrafficPolicy,proto3" json:"external_traffic_policy,omitempty"`
+	HealthCheckNodePort           int32    `protobuf:"varint,15,opt,name=health_check_node_port,json=healthCheckNodePort,proto3" json:"health_check_node_port,omitempty"`
+	LoadBalancerIp                string   `protobuf:"bytes,16,opt,name=load_balancer_ip,json=loadBalancerIp,proto3" json:"load_balancer_ip,omitempty"`
+	LoadBalancerSourceRanges      []string `protobuf:"bytes,17,rep,name=load_balancer_source_ranges,json=loadBalancerSourceRanges,proto3" json:"load_balancer_source_ranges,omitempty"`
+	AllocateLoadBalancerNodePorts *bool    `protobuf:"varint,18,opt,name=allocate_load_balancer_node_ports,json=allocateLoadBalancerNodePorts,proto3,oneof" json:"allocate_load_balancer_node_ports,omitempty"`
+	LoadBalancerClass             *string  `protobuf:"bytes,19,opt,name=load_balancer_class,json=loadBalancerClass,proto3,oneof" json:"load_balancer_class,omitempty"`
+	TrafficDistribution           *string  `protobuf:"bytes,20,opt,name=traffic_distribution,json=trafficDistribution,proto3,oneof" json:"traffic_distribution,omitempty"`
+	unknownFields                 protoimpl.UnknownFields
+	sizeCache                     protoimpl.SizeCache
 }
 
 func (x *ServiceSpec) Reset() {
@@ -6129,6 +6158,90 @@ func (x *ServiceSpec) GetSessionAffinityConfig() *SessionAffinityConfig {
 		return x.SessionAffinityConfig
 	}
 	return nil
+}
+
+func (x *ServiceSpec) GetExternalName() string {
+	if x != nil {
+		return x.ExternalName
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetExternalIps() []string {
+	if x != nil {
+		return x.ExternalIps
+	}
+	return nil
+}
+
+func (x *ServiceSpec) GetIpFamilies() []string {
+	if x != nil {
+		return x.IpFamilies
+	}
+	return nil
+}
+
+func (x *ServiceSpec) GetIpFamilyPolicy() string {
+	if x != nil && x.IpFamilyPolicy != nil {
+		return *x.IpFamilyPolicy
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetInternalTrafficPolicy() string {
+	if x != nil && x.InternalTrafficPolicy != nil {
+		return *x.InternalTrafficPolicy
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetExternalTrafficPolicy() string {
+	if x != nil {
+		return x.ExternalTrafficPolicy
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetHealthCheckNodePort() int32 {
+	if x != nil {
+		return x.HealthCheckNodePort
+	}
+	return 0
+}
+
+func (x *ServiceSpec) GetLoadBalancerIp() string {
+	if x != nil {
+		return x.LoadBalancerIp
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetLoadBalancerSourceRanges() []string {
+	if x != nil {
+		return x.LoadBalancerSourceRanges
+	}
+	return nil
+}
+
+func (x *ServiceSpec) GetAllocateLoadBalancerNodePorts() bool {
+	if x != nil && x.AllocateLoadBalancerNodePorts != nil {
+		return *x.AllocateLoadBalancerNodePorts
+	}
+	return false
+}
+
+func (x *ServiceSpec) GetLoadBalancerClass() string {
+	if x != nil && x.LoadBalancerClass != nil {
+		return *x.LoadBalancerClass
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetTrafficDistribution() string {
+	if x != nil && x.TrafficDistribution != nil {
+		return *x.TrafficDistribution
+	}
+	return ""
 }
 
 // SessionAffinityConfig mirrors core/v1's: the ClientIP affinity's settings.
@@ -8926,7 +9039,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x15_node_affinity_policyB\x15\n" +
 	"\x13_node_taints_policy\"'\n" +
 	"\x11PodSchedulingGate\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xf6\x0e\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x94\x0f\n" +
 	"\aPodSpec\x121\n" +
 	"\avolumes\x18\x01 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x12C\n" +
 	"\x0finit_containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x12:\n" +
@@ -8961,7 +9074,8 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x11preemption_policy\x18\x1a \x01(\tH\x05R\x10preemptionPolicy\x88\x01\x01\x12;\n" +
 	"\x17active_deadline_seconds\x18\x1b \x01(\x03H\x06R\x15activeDeadlineSeconds\x88\x01\x01\x12S\n" +
 	"\x12image_pull_secrets\x18\x1d \x03(\v2%.podflow.core.v1.LocalObjectReferenceR\x10imagePullSecrets\x12V\n" +
-	"\x14ephemeral_containers\x18\x1c \x03(\v2#.podflow.core.v1.EphemeralContainerR\x13ephemeralContainers\x1a?\n" +
+	"\x14ephemeral_containers\x18\x1c \x03(\v2#.podflow.core.v1.EphemeralContainerR\x13ephemeralContainers\x12\x1c\n" +
+	"\tsubdomain\x18\x1e \x01(\tR\tsubdomain\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
@@ -9110,7 +9224,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"targetPort\x12\x1b\n" +
 	"\tnode_port\x18\x05 \x01(\x05R\bnodePort\x12&\n" +
 	"\fapp_protocol\x18\x06 \x01(\tH\x00R\vappProtocol\x88\x01\x01B\x0f\n" +
-	"\r_app_protocol\"\xe4\x03\n" +
+	"\r_app_protocol\"\xd3\t\n" +
 	"\vServiceSpec\x122\n" +
 	"\x05ports\x18\x01 \x03(\v2\x1c.podflow.core.v1.ServicePortR\x05ports\x12F\n" +
 	"\bselector\x18\x02 \x03(\v2*.podflow.core.v1.ServiceSpec.SelectorEntryR\bselector\x12\x1d\n" +
@@ -9121,10 +9235,29 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x04type\x18\x05 \x01(\tR\x04type\x12)\n" +
 	"\x10session_affinity\x18\x06 \x01(\tR\x0fsessionAffinity\x12=\n" +
 	"\x1bpublish_not_ready_addresses\x18\a \x01(\bR\x18publishNotReadyAddresses\x12^\n" +
-	"\x17session_affinity_config\x18\b \x01(\v2&.podflow.core.v1.SessionAffinityConfigR\x15sessionAffinityConfig\x1a;\n" +
+	"\x17session_affinity_config\x18\b \x01(\v2&.podflow.core.v1.SessionAffinityConfigR\x15sessionAffinityConfig\x12#\n" +
+	"\rexternal_name\x18\t \x01(\tR\fexternalName\x12!\n" +
+	"\fexternal_ips\x18\n" +
+	" \x03(\tR\vexternalIps\x12\x1f\n" +
+	"\vip_families\x18\v \x03(\tR\n" +
+	"ipFamilies\x12-\n" +
+	"\x10ip_family_policy\x18\f \x01(\tH\x00R\x0eipFamilyPolicy\x88\x01\x01\x12;\n" +
+	"\x17internal_traffic_policy\x18\r \x01(\tH\x01R\x15internalTrafficPolicy\x88\x01\x01\x126\n" +
+	"\x17external_traffic_policy\x18\x0e \x01(\tR\x15externalTrafficPolicy\x123\n" +
+	"\x16health_check_node_port\x18\x0f \x01(\x05R\x13healthCheckNodePort\x12(\n" +
+	"\x10load_balancer_ip\x18\x10 \x01(\tR\x0eloadBalancerIp\x12=\n" +
+	"\x1bload_balancer_source_ranges\x18\x11 \x03(\tR\x18loadBalancerSourceRanges\x12M\n" +
+	"!allocate_load_balancer_node_ports\x18\x12 \x01(\bH\x02R\x1dallocateLoadBalancerNodePorts\x88\x01\x01\x123\n" +
+	"\x13load_balancer_class\x18\x13 \x01(\tH\x03R\x11loadBalancerClass\x88\x01\x01\x126\n" +
+	"\x14traffic_distribution\x18\x14 \x01(\tH\x04R\x13trafficDistribution\x88\x01\x01\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x13\n" +
+	"\x11_ip_family_policyB\x1a\n" +
+	"\x18_internal_traffic_policyB$\n" +
+	"\"_allocate_load_balancer_node_portsB\x16\n" +
+	"\x14_load_balancer_classB\x17\n" +
+	"\x15_traffic_distribution\"U\n" +
 	"\x15SessionAffinityConfig\x12<\n" +
 	"\tclient_ip\x18\x01 \x01(\v2\x1f.podflow.core.v1.ClientIPConfigR\bclientIp\"R\n" +
 	"\x0eClientIPConfig\x12,\n" +
@@ -9749,6 +9882,7 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[63].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[69].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[81].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[82].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[84].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[87].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[89].OneofWrappers = []any{}

@@ -1639,6 +1639,7 @@ func (m *PodSpec) CloneVT() *PodSpec {
 	r.PriorityClassName = m.PriorityClassName
 	r.DnsPolicy = m.DnsPolicy
 	r.DnsConfig = m.DnsConfig.CloneVT()
+	r.Subdomain = m.Subdomain
 	if rhs := m.Volumes; rhs != nil {
 		tmpContainer := make([]*Volume, len(rhs))
 		for k, v := range rhs {
@@ -2260,6 +2261,10 @@ func (m *ServiceSpec) CloneVT() *ServiceSpec {
 	r.SessionAffinity = m.SessionAffinity
 	r.PublishNotReadyAddresses = m.PublishNotReadyAddresses
 	r.SessionAffinityConfig = m.SessionAffinityConfig.CloneVT()
+	r.ExternalName = m.ExternalName
+	r.ExternalTrafficPolicy = m.ExternalTrafficPolicy
+	r.HealthCheckNodePort = m.HealthCheckNodePort
+	r.LoadBalancerIp = m.LoadBalancerIp
 	if rhs := m.Ports; rhs != nil {
 		tmpContainer := make([]*ServicePort, len(rhs))
 		for k, v := range rhs {
@@ -2278,6 +2283,41 @@ func (m *ServiceSpec) CloneVT() *ServiceSpec {
 		tmpContainer := make([]string, len(rhs))
 		copy(tmpContainer, rhs)
 		r.ClusterIps = tmpContainer
+	}
+	if rhs := m.ExternalIps; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.ExternalIps = tmpContainer
+	}
+	if rhs := m.IpFamilies; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.IpFamilies = tmpContainer
+	}
+	if rhs := m.IpFamilyPolicy; rhs != nil {
+		tmpVal := *rhs
+		r.IpFamilyPolicy = &tmpVal
+	}
+	if rhs := m.InternalTrafficPolicy; rhs != nil {
+		tmpVal := *rhs
+		r.InternalTrafficPolicy = &tmpVal
+	}
+	if rhs := m.LoadBalancerSourceRanges; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.LoadBalancerSourceRanges = tmpContainer
+	}
+	if rhs := m.AllocateLoadBalancerNodePorts; rhs != nil {
+		tmpVal := *rhs
+		r.AllocateLoadBalancerNodePorts = &tmpVal
+	}
+	if rhs := m.LoadBalancerClass; rhs != nil {
+		tmpVal := *rhs
+		r.LoadBalancerClass = &tmpVal
+	}
+	if rhs := m.TrafficDistribution; rhs != nil {
+		tmpVal := *rhs
+		r.TrafficDistribution = &tmpVal
 	}
 	if len(m.unknownFields) > 0 {
 		r.unknownFields = make([]byte, len(m.unknownFields))
@@ -5737,6 +5777,9 @@ func (this *PodSpec) EqualVT(that *PodSpec) bool {
 			}
 		}
 	}
+	if this.Subdomain != that.Subdomain {
+		return false
+	}
 	return string(this.unknownFields) == string(that.unknownFields)
 }
 
@@ -6582,6 +6625,60 @@ func (this *ServiceSpec) EqualVT(that *ServiceSpec) bool {
 		return false
 	}
 	if !this.SessionAffinityConfig.EqualVT(that.SessionAffinityConfig) {
+		return false
+	}
+	if this.ExternalName != that.ExternalName {
+		return false
+	}
+	if len(this.ExternalIps) != len(that.ExternalIps) {
+		return false
+	}
+	for i, vx := range this.ExternalIps {
+		vy := that.ExternalIps[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if len(this.IpFamilies) != len(that.IpFamilies) {
+		return false
+	}
+	for i, vx := range this.IpFamilies {
+		vy := that.IpFamilies[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if p, q := this.IpFamilyPolicy, that.IpFamilyPolicy; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.InternalTrafficPolicy, that.InternalTrafficPolicy; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if this.ExternalTrafficPolicy != that.ExternalTrafficPolicy {
+		return false
+	}
+	if this.HealthCheckNodePort != that.HealthCheckNodePort {
+		return false
+	}
+	if this.LoadBalancerIp != that.LoadBalancerIp {
+		return false
+	}
+	if len(this.LoadBalancerSourceRanges) != len(that.LoadBalancerSourceRanges) {
+		return false
+	}
+	for i, vx := range this.LoadBalancerSourceRanges {
+		vy := that.LoadBalancerSourceRanges[i]
+		if vx != vy {
+			return false
+		}
+	}
+	if p, q := this.AllocateLoadBalancerNodePorts, that.AllocateLoadBalancerNodePorts; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.LoadBalancerClass, that.LoadBalancerClass; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
+		return false
+	}
+	if p, q := this.TrafficDistribution, that.TrafficDistribution; (p == nil && q != nil) || (p != nil && (q == nil || *p != *q)) {
 		return false
 	}
 	return string(this.unknownFields) == string(that.unknownFields)
@@ -12187,6 +12284,15 @@ func (m *PodSpec) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.Subdomain) > 0 {
+		i -= len(m.Subdomain)
+		copy(dAtA[i:], m.Subdomain)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Subdomain)))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xf2
+	}
 	if len(m.ImagePullSecrets) > 0 {
 		for iNdEx := len(m.ImagePullSecrets) - 1; iNdEx >= 0; iNdEx-- {
 			size, err := m.ImagePullSecrets[iNdEx].MarshalToSizedBufferVT(dAtA[:i])
@@ -13972,6 +14078,107 @@ func (m *ServiceSpec) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.TrafficDistribution != nil {
+		i -= len(*m.TrafficDistribution)
+		copy(dAtA[i:], *m.TrafficDistribution)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(*m.TrafficDistribution)))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xa2
+	}
+	if m.LoadBalancerClass != nil {
+		i -= len(*m.LoadBalancerClass)
+		copy(dAtA[i:], *m.LoadBalancerClass)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(*m.LoadBalancerClass)))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x9a
+	}
+	if m.AllocateLoadBalancerNodePorts != nil {
+		i--
+		if *m.AllocateLoadBalancerNodePorts {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x90
+	}
+	if len(m.LoadBalancerSourceRanges) > 0 {
+		for iNdEx := len(m.LoadBalancerSourceRanges) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.LoadBalancerSourceRanges[iNdEx])
+			copy(dAtA[i:], m.LoadBalancerSourceRanges[iNdEx])
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.LoadBalancerSourceRanges[iNdEx])))
+			i--
+			dAtA[i] = 0x1
+			i--
+			dAtA[i] = 0x8a
+		}
+	}
+	if len(m.LoadBalancerIp) > 0 {
+		i -= len(m.LoadBalancerIp)
+		copy(dAtA[i:], m.LoadBalancerIp)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.LoadBalancerIp)))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x82
+	}
+	if m.HealthCheckNodePort != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.HealthCheckNodePort))
+		i--
+		dAtA[i] = 0x78
+	}
+	if len(m.ExternalTrafficPolicy) > 0 {
+		i -= len(m.ExternalTrafficPolicy)
+		copy(dAtA[i:], m.ExternalTrafficPolicy)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.ExternalTrafficPolicy)))
+		i--
+		dAtA[i] = 0x72
+	}
+	if m.InternalTrafficPolicy != nil {
+		i -= len(*m.InternalTrafficPolicy)
+		copy(dAtA[i:], *m.InternalTrafficPolicy)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(*m.InternalTrafficPolicy)))
+		i--
+		dAtA[i] = 0x6a
+	}
+	if m.IpFamilyPolicy != nil {
+		i -= len(*m.IpFamilyPolicy)
+		copy(dAtA[i:], *m.IpFamilyPolicy)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(*m.IpFamilyPolicy)))
+		i--
+		dAtA[i] = 0x62
+	}
+	if len(m.IpFamilies) > 0 {
+		for iNdEx := len(m.IpFamilies) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.IpFamilies[iNdEx])
+			copy(dAtA[i:], m.IpFamilies[iNdEx])
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.IpFamilies[iNdEx])))
+			i--
+			dAtA[i] = 0x5a
+		}
+	}
+	if len(m.ExternalIps) > 0 {
+		for iNdEx := len(m.ExternalIps) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.ExternalIps[iNdEx])
+			copy(dAtA[i:], m.ExternalIps[iNdEx])
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.ExternalIps[iNdEx])))
+			i--
+			dAtA[i] = 0x52
+		}
+	}
+	if len(m.ExternalName) > 0 {
+		i -= len(m.ExternalName)
+		copy(dAtA[i:], m.ExternalName)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.ExternalName)))
+		i--
+		dAtA[i] = 0x4a
 	}
 	if m.SessionAffinityConfig != nil {
 		size, err := m.SessionAffinityConfig.MarshalToSizedBufferVT(dAtA[:i])
@@ -18293,6 +18500,10 @@ func (m *PodSpec) SizeVT() (n int) {
 			n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
 	}
+	l = len(m.Subdomain)
+	if l > 0 {
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -18936,6 +19147,58 @@ func (m *ServiceSpec) SizeVT() (n int) {
 	if m.SessionAffinityConfig != nil {
 		l = m.SessionAffinityConfig.SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	l = len(m.ExternalName)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if len(m.ExternalIps) > 0 {
+		for _, s := range m.ExternalIps {
+			l = len(s)
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
+	}
+	if len(m.IpFamilies) > 0 {
+		for _, s := range m.IpFamilies {
+			l = len(s)
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
+	}
+	if m.IpFamilyPolicy != nil {
+		l = len(*m.IpFamilyPolicy)
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.InternalTrafficPolicy != nil {
+		l = len(*m.InternalTrafficPolicy)
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	l = len(m.ExternalTrafficPolicy)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.HealthCheckNodePort != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.HealthCheckNodePort))
+	}
+	l = len(m.LoadBalancerIp)
+	if l > 0 {
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if len(m.LoadBalancerSourceRanges) > 0 {
+		for _, s := range m.LoadBalancerSourceRanges {
+			l = len(s)
+			n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
+	}
+	if m.AllocateLoadBalancerNodePorts != nil {
+		n += 3
+	}
+	if m.LoadBalancerClass != nil {
+		l = len(*m.LoadBalancerClass)
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.TrafficDistribution != nil {
+		l = len(*m.TrafficDistribution)
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -32150,6 +32413,38 @@ func (m *PodSpec) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 30:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Subdomain", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Subdomain = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -36696,6 +36991,370 @@ func (m *ServiceSpec) UnmarshalVT(dAtA []byte) error {
 			if err := m.SessionAffinityConfig.UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
+			iNdEx = postIndex
+		case 9:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ExternalName", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ExternalName = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 10:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ExternalIps", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ExternalIps = append(m.ExternalIps, string(dAtA[iNdEx:postIndex]))
+			iNdEx = postIndex
+		case 11:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field IpFamilies", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.IpFamilies = append(m.IpFamilies, string(dAtA[iNdEx:postIndex]))
+			iNdEx = postIndex
+		case 12:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field IpFamilyPolicy", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			s := string(dAtA[iNdEx:postIndex])
+			m.IpFamilyPolicy = &s
+			iNdEx = postIndex
+		case 13:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field InternalTrafficPolicy", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			s := string(dAtA[iNdEx:postIndex])
+			m.InternalTrafficPolicy = &s
+			iNdEx = postIndex
+		case 14:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ExternalTrafficPolicy", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ExternalTrafficPolicy = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 15:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field HealthCheckNodePort", wireType)
+			}
+			m.HealthCheckNodePort = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.HealthCheckNodePort |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 16:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field LoadBalancerIp", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.LoadBalancerIp = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 17:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field LoadBalancerSourceRanges", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.LoadBalancerSourceRanges = append(m.LoadBalancerSourceRanges, string(dAtA[iNdEx:postIndex]))
+			iNdEx = postIndex
+		case 18:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field AllocateLoadBalancerNodePorts", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			b := bool(v != 0)
+			m.AllocateLoadBalancerNodePorts = &b
+		case 19:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field LoadBalancerClass", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			s := string(dAtA[iNdEx:postIndex])
+			m.LoadBalancerClass = &s
+			iNdEx = postIndex
+		case 20:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TrafficDistribution", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			s := string(dAtA[iNdEx:postIndex])
+			m.TrafficDistribution = &s
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -233,7 +233,7 @@ func StoreWriteACL(writer, key string) bool {
 		}
 		switch writer {
 		case StageRole(API):
-			prefixes = append(prefixes, ipalloc.Prefix) // Services' ClusterIPs
+			prefixes = append(prefixes, ipalloc.Prefix, ipalloc.NodePortPrefix) // Services' ClusterIPs and node ports
 		case StageRole(Persistence):
 			prefixes = append(prefixes, RequestIDPrefix)
 		}
