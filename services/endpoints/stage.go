@@ -198,7 +198,7 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 // gone (from the cache and from the store).
 func (s *Stage) removeOrphan(ctx context.Context, sl *corev1.EndpointSlice) error {
 	md := sl.GetMetadata()
-	if md.GetLabels()[LabelManagedBy] != ManagedBy {
+	if !Managed(sl) {
 		return nil
 	}
 	if _, ok := s.services.Get(md.GetNamespace(), md.GetLabels()[LabelServiceName]); ok {
@@ -216,6 +216,9 @@ func (s *Stage) removeOrphan(ctx context.Context, sl *corev1.EndpointSlice) erro
 // sync brings svc's slice to its desired state; d is the event that caused
 // the sync (nil from Reconcile).
 func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) error {
+	if !HasSlice(svc) {
+		return nil // its slices are its owner's
+	}
 	ns, name := svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()
 	mu, _ := s.locks.LoadOrStore(ns+"/"+name, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
