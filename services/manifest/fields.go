@@ -84,6 +84,7 @@ const (
 	testEphemeral   = "services/apiserver/ephemeral_test.go services/admission/validate_test.go"
 	testTermination = "nodeagent/termination_test.go nodeagent/linux/termination_kernel_test.go"
 	testStatus      = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
+	testHostPort    = "nodeagent/linux/network/hostports_test.go nodeagent/linux/hostports_test.go services/scheduler/filters_test.go ops/e2e/linux_services_test.go"
 )
 
 // containerHonoured and containerRefused are relative to a container; they
@@ -108,6 +109,8 @@ var containerHonoured = map[string]string{
 	"ports[*].containerPort": testSchema,
 	"ports[*].name":          testSchema,
 	"ports[*].protocol":      testSchema,
+	"ports[*].hostPort":      testHostPort,
+	"ports[*].hostIP":        testHostPort,
 
 	"env":                                      testEnv,
 	"env[*].name":                              testEnv,
@@ -138,9 +141,6 @@ var containerHonoured = map[string]string{
 }
 
 var containerRefused = map[string]refusal{
-	"ports[*].hostPort": {what: "host port mapping: use hostNetwork: true (the scheduler then keeps two pods on one port apart) or a Service",
-		okIf: func(p *pf.Pod) bool { return p.GetSpec().GetHostNetwork() }},
-	"ports[*].hostIP":                      {what: "host port mapping (hostIP)"},
 	"env[*].valueFrom.fieldRef.apiVersion": {what: "fieldRef apiVersions other than v1", allow: []string{"v1"}},
 	"env[*].valueFrom.fileKeyRef":          {what: "environment variables from files (fileKeyRef)"},
 	"lifecycle.stopSignal":                 {what: "a custom stop signal (lifecycle.stopSignal)"},
