@@ -113,15 +113,18 @@ func Desired(svc *corev1.Service, pods []*corev1.Pod) *corev1.EndpointSlice {
 		if in, _ := Membership(svc, pod); !in {
 			continue
 		}
-		ready := Ready(pod)
 		if first == nil {
 			first = pod
 		}
+		// kube's podToEndpoint: serving is the pod's Ready condition,
+		// ready is serving and not terminating, or published anyway.
+		serving := podrules.IsPodReady(pod)
 		terminating := pod.GetMetadata().GetDeletionTimestamp() != nil
+		ready := svc.GetSpec().GetPublishNotReadyAddresses() || (serving && !terminating)
 		ep := &corev1.Endpoint{
 			Addresses: []string{pod.GetStatus().GetPodIp()},
 			Conditions: &corev1.EndpointConditions{
-				Ready: proto.Bool(ready), Serving: proto.Bool(ready), Terminating: proto.Bool(terminating),
+				Ready: proto.Bool(ready), Serving: proto.Bool(serving), Terminating: proto.Bool(terminating),
 			},
 			TargetRef: podrules.EndpointRef(pod, ns),
 		}

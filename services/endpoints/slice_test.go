@@ -100,11 +100,14 @@ func TestDesired(t *testing.T) {
 	}
 }
 
+// TestPublishNotReadyAddresses: a Service that publishes not-ready
+// addresses lists its unready pods as ready (and not serving), as kube's
+// podToEndpoint does: DNS and the proxy use them.
 func TestPublishNotReadyAddresses(t *testing.T) {
 	s := svc(map[string]string{"app": "web"}, &corev1.ServicePort{Port: 80})
 	s.Spec.PublishNotReadyAddresses = true
 	got := Desired(s, []*corev1.Pod{pod("a", "10.0.0.2", map[string]string{"app": "web"}, false, nil)})
-	if len(got.Endpoints) != 1 || got.Endpoints[0].Conditions.GetReady() {
+	if len(got.Endpoints) != 1 || !got.Endpoints[0].Conditions.GetReady() || got.Endpoints[0].Conditions.GetServing() {
 		t.Fatalf("endpoints %v", got.Endpoints)
 	}
 }
