@@ -1,7 +1,9 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -77,6 +79,11 @@ type Config struct {
 	// end after a random time in [MaxWatchTimeout/2, MaxWatchTimeout),
 	// so that clients reconnect spread over time. Default 30m.
 	MaxWatchTimeout time.Duration
+	// ProxyDialContext dials the pods that pods/proxy and services/proxy
+	// reach, once the address has been checked to be a pod's (proxy.go).
+	// Default: a net.Dialer with a 30s timeout. Tests point it at
+	// loopback.
+	ProxyDialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // OIDCConfig configures OpenID Connect ID token verification, as

@@ -122,7 +122,12 @@ func apiResourceList(gv string) *metav1.APIResourceList {
 				metav1.APIResource{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}},
 				metav1.APIResource{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: []string{"create", "get"}},
 				metav1.APIResource{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: []string{"create", "get"}},
-				metav1.APIResource{Name: "pods/ephemeralcontainers", Namespaced: true, Kind: "Pod", Verbs: []string{"get", "patch", "update"}})
+				metav1.APIResource{Name: "pods/ephemeralcontainers", Namespaced: true, Kind: "Pod", Verbs: []string{"get", "patch", "update"}},
+				metav1.APIResource{Name: "pods/proxy", Namespaced: true, Kind: "PodProxyOptions", Verbs: proxyVerbs})
+		}
+		if r.name == "services" && r.group == "" {
+			l.APIResources = append(l.APIResources,
+				metav1.APIResource{Name: "services/proxy", Namespaced: true, Kind: "ServiceProxyOptions", Verbs: proxyVerbs})
 		}
 	}
 	return l
