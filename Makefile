@@ -18,7 +18,7 @@ DATA ?= $(CURDIR)/.podflow
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
+.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint lint-docs tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
 
 all: build
 
@@ -88,7 +88,19 @@ openapi:
 openapi-check: openapi
 	@git diff --exit-code --stat -- services/apiserver/openapigen/ || { echo "generated OpenAPI definitions are out of date: run 'make openapi' and commit"; exit 1; }
 
-lint:
+## lint-docs: the README stays short (topics live in docs/), and the README
+## and docs/ read as documentation, not a lab notebook: no "round N", no
+## "sitting", no commit hash in backquotes or parentheses. Dated figures
+## belong in docs/benchmarks.md, each with its date and command.
+README_MAX_LINES := 250
+DOCS_BANNED := \bround [0-9]|\bsitting|[(`](?=[0-9a-f]*[a-f])[0-9a-f]{7,40}[)`]
+lint-docs:
+	@n=$$(wc -l < README.md); if (( n > $(README_MAX_LINES) )); then \
+		echo "README.md has $$n lines, more than $(README_MAX_LINES): move the detail into a topic file in docs/"; exit 1; fi
+	@if grep -nHiP '$(DOCS_BANNED)' README.md docs/*.md; then \
+		echo 'README.md and docs/*.md: no "round N", "sitting" or commit hashes (the lines above); date a figure in docs/benchmarks.md instead'; exit 1; fi
+
+lint: lint-docs
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@cd raftstore/etcdbench && GOWORK=off $(GO) list -deps . >/dev/null || \
