@@ -6797,6 +6797,259 @@ func (x *EndpointSlice) GetPorts() []*EndpointPort {
 	return nil
 }
 
+// Endpoints mirrors core/v1 Endpoints: written by the endpoints stage for
+// a Service with a selector, by its owner for one without (the stage then
+// mirrors it into EndpointSlices).
+type Endpoints struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Metadata      *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Subsets       []*EndpointSubset      `protobuf:"bytes,2,rep,name=subsets,proto3" json:"subsets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Endpoints) Reset() {
+	*x = Endpoints{}
+	mi := &file_corev1_core_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Endpoints) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Endpoints) ProtoMessage() {}
+
+func (x *Endpoints) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Endpoints.ProtoReflect.Descriptor instead.
+func (*Endpoints) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *Endpoints) GetMetadata() *ObjectMeta {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Endpoints) GetSubsets() []*EndpointSubset {
+	if x != nil {
+		return x.Subsets
+	}
+	return nil
+}
+
+type EndpointSubset struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Addresses         []*EndpointAddress     `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	NotReadyAddresses []*EndpointAddress     `protobuf:"bytes,2,rep,name=not_ready_addresses,json=notReadyAddresses,proto3" json:"not_ready_addresses,omitempty"`
+	Ports             []*EndpointsPort       `protobuf:"bytes,3,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *EndpointSubset) Reset() {
+	*x = EndpointSubset{}
+	mi := &file_corev1_core_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointSubset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointSubset) ProtoMessage() {}
+
+func (x *EndpointSubset) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointSubset.ProtoReflect.Descriptor instead.
+func (*EndpointSubset) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *EndpointSubset) GetAddresses() []*EndpointAddress {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *EndpointSubset) GetNotReadyAddresses() []*EndpointAddress {
+	if x != nil {
+		return x.NotReadyAddresses
+	}
+	return nil
+}
+
+func (x *EndpointSubset) GetPorts() []*EndpointsPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+type EndpointAddress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ip            string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
+	Hostname      string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	NodeName      *string                `protobuf:"bytes,3,opt,name=node_name,json=nodeName,proto3,oneof" json:"node_name,omitempty"`
+	TargetRef     *ObjectReference       `protobuf:"bytes,4,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndpointAddress) Reset() {
+	*x = EndpointAddress{}
+	mi := &file_corev1_core_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointAddress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointAddress) ProtoMessage() {}
+
+func (x *EndpointAddress) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointAddress.ProtoReflect.Descriptor instead.
+func (*EndpointAddress) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *EndpointAddress) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *EndpointAddress) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *EndpointAddress) GetNodeName() string {
+	if x != nil && x.NodeName != nil {
+		return *x.NodeName
+	}
+	return ""
+}
+
+func (x *EndpointAddress) GetTargetRef() *ObjectReference {
+	if x != nil {
+		return x.TargetRef
+	}
+	return nil
+}
+
+// EndpointsPort is core/v1's EndpointPort (EndpointPort is the
+// EndpointSlice's).
+type EndpointsPort struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Port          int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	Protocol      string                 `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	AppProtocol   *string                `protobuf:"bytes,4,opt,name=app_protocol,json=appProtocol,proto3,oneof" json:"app_protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndpointsPort) Reset() {
+	*x = EndpointsPort{}
+	mi := &file_corev1_core_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointsPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointsPort) ProtoMessage() {}
+
+func (x *EndpointsPort) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointsPort.ProtoReflect.Descriptor instead.
+func (*EndpointsPort) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *EndpointsPort) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EndpointsPort) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EndpointsPort) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *EndpointsPort) GetAppProtocol() string {
+	if x != nil && x.AppProtocol != nil {
+		return *x.AppProtocol
+	}
+	return ""
+}
+
 type NamespaceSpec struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Finalizers    []string               `protobuf:"bytes,1,rep,name=finalizers,proto3" json:"finalizers,omitempty"`
@@ -6806,7 +7059,7 @@ type NamespaceSpec struct {
 
 func (x *NamespaceSpec) Reset() {
 	*x = NamespaceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6818,7 +7071,7 @@ func (x *NamespaceSpec) String() string {
 func (*NamespaceSpec) ProtoMessage() {}
 
 func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6831,7 +7084,7 @@ func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSpec.ProtoReflect.Descriptor instead.
 func (*NamespaceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{92}
+	return file_corev1_core_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *NamespaceSpec) GetFinalizers() []string {
@@ -6854,7 +7107,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6866,7 +7119,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6879,7 +7132,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{93}
+	return file_corev1_core_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *NamespaceStatus) GetPhase() string {
@@ -6909,7 +7162,7 @@ type NamespaceCondition struct {
 
 func (x *NamespaceCondition) Reset() {
 	*x = NamespaceCondition{}
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6921,7 +7174,7 @@ func (x *NamespaceCondition) String() string {
 func (*NamespaceCondition) ProtoMessage() {}
 
 func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6934,7 +7187,7 @@ func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCondition.ProtoReflect.Descriptor instead.
 func (*NamespaceCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+	return file_corev1_core_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *NamespaceCondition) GetType() string {
@@ -6983,7 +7236,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6995,7 +7248,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7008,7 +7261,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{95}
+	return file_corev1_core_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *Namespace) GetMetadata() *ObjectMeta {
@@ -7041,7 +7294,7 @@ type LocalObjectReference struct {
 
 func (x *LocalObjectReference) Reset() {
 	*x = LocalObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7053,7 +7306,7 @@ func (x *LocalObjectReference) String() string {
 func (*LocalObjectReference) ProtoMessage() {}
 
 func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7066,7 +7319,7 @@ func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalObjectReference.ProtoReflect.Descriptor instead.
 func (*LocalObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{96}
+	return file_corev1_core_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *LocalObjectReference) GetName() string {
@@ -7088,7 +7341,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7100,7 +7353,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7113,7 +7366,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{97}
+	return file_corev1_core_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *ServiceAccount) GetMetadata() *ObjectMeta {
@@ -7156,7 +7409,7 @@ type ConfigMap struct {
 
 func (x *ConfigMap) Reset() {
 	*x = ConfigMap{}
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7168,7 +7421,7 @@ func (x *ConfigMap) String() string {
 func (*ConfigMap) ProtoMessage() {}
 
 func (x *ConfigMap) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7181,7 +7434,7 @@ func (x *ConfigMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMap.ProtoReflect.Descriptor instead.
 func (*ConfigMap) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{98}
+	return file_corev1_core_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *ConfigMap) GetMetadata() *ObjectMeta {
@@ -7224,7 +7477,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7236,7 +7489,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7249,7 +7502,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{99}
+	return file_corev1_core_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *Secret) GetMetadata() *ObjectMeta {
@@ -7293,7 +7546,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7305,7 +7558,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7318,7 +7571,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{100}
+	return file_corev1_core_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *PolicyRule) GetVerbs() []string {
@@ -7366,7 +7619,7 @@ type Role struct {
 
 func (x *Role) Reset() {
 	*x = Role{}
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7378,7 +7631,7 @@ func (x *Role) String() string {
 func (*Role) ProtoMessage() {}
 
 func (x *Role) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7391,7 +7644,7 @@ func (x *Role) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Role.ProtoReflect.Descriptor instead.
 func (*Role) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{101}
+	return file_corev1_core_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *Role) GetMetadata() *ObjectMeta {
@@ -7418,7 +7671,7 @@ type ClusterRole struct {
 
 func (x *ClusterRole) Reset() {
 	*x = ClusterRole{}
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7430,7 +7683,7 @@ func (x *ClusterRole) String() string {
 func (*ClusterRole) ProtoMessage() {}
 
 func (x *ClusterRole) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7443,7 +7696,7 @@ func (x *ClusterRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRole.ProtoReflect.Descriptor instead.
 func (*ClusterRole) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{102}
+	return file_corev1_core_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ClusterRole) GetMetadata() *ObjectMeta {
@@ -7472,7 +7725,7 @@ type Subject struct {
 
 func (x *Subject) Reset() {
 	*x = Subject{}
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7484,7 +7737,7 @@ func (x *Subject) String() string {
 func (*Subject) ProtoMessage() {}
 
 func (x *Subject) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7497,7 +7750,7 @@ func (x *Subject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subject.ProtoReflect.Descriptor instead.
 func (*Subject) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{103}
+	return file_corev1_core_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *Subject) GetKind() string {
@@ -7539,7 +7792,7 @@ type RoleRef struct {
 
 func (x *RoleRef) Reset() {
 	*x = RoleRef{}
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7551,7 +7804,7 @@ func (x *RoleRef) String() string {
 func (*RoleRef) ProtoMessage() {}
 
 func (x *RoleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7564,7 +7817,7 @@ func (x *RoleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleRef.ProtoReflect.Descriptor instead.
 func (*RoleRef) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{104}
+	return file_corev1_core_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *RoleRef) GetApiGroup() string {
@@ -7599,7 +7852,7 @@ type RoleBinding struct {
 
 func (x *RoleBinding) Reset() {
 	*x = RoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7611,7 +7864,7 @@ func (x *RoleBinding) String() string {
 func (*RoleBinding) ProtoMessage() {}
 
 func (x *RoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7624,7 +7877,7 @@ func (x *RoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
 func (*RoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{105}
+	return file_corev1_core_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *RoleBinding) GetMetadata() *ObjectMeta {
@@ -7659,7 +7912,7 @@ type ClusterRoleBinding struct {
 
 func (x *ClusterRoleBinding) Reset() {
 	*x = ClusterRoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7671,7 +7924,7 @@ func (x *ClusterRoleBinding) String() string {
 func (*ClusterRoleBinding) ProtoMessage() {}
 
 func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7684,7 +7937,7 @@ func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRoleBinding.ProtoReflect.Descriptor instead.
 func (*ClusterRoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{106}
+	return file_corev1_core_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *ClusterRoleBinding) GetMetadata() *ObjectMeta {
@@ -7718,7 +7971,7 @@ type EventSource struct {
 
 func (x *EventSource) Reset() {
 	*x = EventSource{}
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7730,7 +7983,7 @@ func (x *EventSource) String() string {
 func (*EventSource) ProtoMessage() {}
 
 func (x *EventSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7743,7 +7996,7 @@ func (x *EventSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
 func (*EventSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{107}
+	return file_corev1_core_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *EventSource) GetComponent() string {
@@ -7781,7 +8034,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7793,7 +8046,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7806,7 +8059,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{108}
+	return file_corev1_core_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *Event) GetMetadata() *ObjectMeta {
@@ -7915,7 +8168,7 @@ type LimitRangeItem struct {
 
 func (x *LimitRangeItem) Reset() {
 	*x = LimitRangeItem{}
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7927,7 +8180,7 @@ func (x *LimitRangeItem) String() string {
 func (*LimitRangeItem) ProtoMessage() {}
 
 func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7940,7 +8193,7 @@ func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeItem.ProtoReflect.Descriptor instead.
 func (*LimitRangeItem) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{109}
+	return file_corev1_core_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *LimitRangeItem) GetType() string {
@@ -7987,7 +8240,7 @@ type LimitRangeSpec struct {
 
 func (x *LimitRangeSpec) Reset() {
 	*x = LimitRangeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7999,7 +8252,7 @@ func (x *LimitRangeSpec) String() string {
 func (*LimitRangeSpec) ProtoMessage() {}
 
 func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8012,7 +8265,7 @@ func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeSpec.ProtoReflect.Descriptor instead.
 func (*LimitRangeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{110}
+	return file_corev1_core_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *LimitRangeSpec) GetLimits() []*LimitRangeItem {
@@ -8032,7 +8285,7 @@ type LimitRange struct {
 
 func (x *LimitRange) Reset() {
 	*x = LimitRange{}
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8044,7 +8297,7 @@ func (x *LimitRange) String() string {
 func (*LimitRange) ProtoMessage() {}
 
 func (x *LimitRange) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8057,7 +8310,7 @@ func (x *LimitRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRange.ProtoReflect.Descriptor instead.
 func (*LimitRange) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{111}
+	return file_corev1_core_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *LimitRange) GetMetadata() *ObjectMeta {
@@ -8088,7 +8341,7 @@ type SidecarPolicySpec struct {
 
 func (x *SidecarPolicySpec) Reset() {
 	*x = SidecarPolicySpec{}
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8100,7 +8353,7 @@ func (x *SidecarPolicySpec) String() string {
 func (*SidecarPolicySpec) ProtoMessage() {}
 
 func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8113,7 +8366,7 @@ func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicySpec.ProtoReflect.Descriptor instead.
 func (*SidecarPolicySpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{112}
+	return file_corev1_core_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *SidecarPolicySpec) GetSelector() map[string]string {
@@ -8154,7 +8407,7 @@ type SidecarPolicy struct {
 
 func (x *SidecarPolicy) Reset() {
 	*x = SidecarPolicy{}
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8166,7 +8419,7 @@ func (x *SidecarPolicy) String() string {
 func (*SidecarPolicy) ProtoMessage() {}
 
 func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8179,7 +8432,7 @@ func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicy.ProtoReflect.Descriptor instead.
 func (*SidecarPolicy) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{113}
+	return file_corev1_core_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *SidecarPolicy) GetMetadata() *ObjectMeta {
@@ -8209,7 +8462,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8221,7 +8474,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8234,7 +8487,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{114}
+	return file_corev1_core_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *StatusCause) GetType() string {
@@ -8277,7 +8530,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8289,7 +8542,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8302,7 +8555,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{115}
+	return file_corev1_core_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *Status) GetStatus() string {
@@ -8366,7 +8619,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8378,7 +8631,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8391,7 +8644,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{116}
+	return file_corev1_core_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -8429,7 +8682,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8441,7 +8694,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8454,7 +8707,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{117}
+	return file_corev1_core_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -8485,7 +8738,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8497,7 +8750,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8510,7 +8763,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{118}
+	return file_corev1_core_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -8569,7 +8822,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8581,7 +8834,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8594,7 +8847,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{119}
+	return file_corev1_core_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -9311,7 +9564,28 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x12!\n" +
 	"\faddress_type\x18\x02 \x01(\tR\vaddressType\x127\n" +
 	"\tendpoints\x18\x03 \x03(\v2\x19.podflow.core.v1.EndpointR\tendpoints\x123\n" +
-	"\x05ports\x18\x04 \x03(\v2\x1d.podflow.core.v1.EndpointPortR\x05ports\"/\n" +
+	"\x05ports\x18\x04 \x03(\v2\x1d.podflow.core.v1.EndpointPortR\x05ports\"\x7f\n" +
+	"\tEndpoints\x127\n" +
+	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x129\n" +
+	"\asubsets\x18\x02 \x03(\v2\x1f.podflow.core.v1.EndpointSubsetR\asubsets\"\xd8\x01\n" +
+	"\x0eEndpointSubset\x12>\n" +
+	"\taddresses\x18\x01 \x03(\v2 .podflow.core.v1.EndpointAddressR\taddresses\x12P\n" +
+	"\x13not_ready_addresses\x18\x02 \x03(\v2 .podflow.core.v1.EndpointAddressR\x11notReadyAddresses\x124\n" +
+	"\x05ports\x18\x03 \x03(\v2\x1e.podflow.core.v1.EndpointsPortR\x05ports\"\xae\x01\n" +
+	"\x0fEndpointAddress\x12\x0e\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x1a\n" +
+	"\bhostname\x18\x02 \x01(\tR\bhostname\x12 \n" +
+	"\tnode_name\x18\x03 \x01(\tH\x00R\bnodeName\x88\x01\x01\x12?\n" +
+	"\n" +
+	"target_ref\x18\x04 \x01(\v2 .podflow.core.v1.ObjectReferenceR\ttargetRefB\f\n" +
+	"\n" +
+	"_node_name\"\x8c\x01\n" +
+	"\rEndpointsPort\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\x12&\n" +
+	"\fapp_protocol\x18\x04 \x01(\tH\x00R\vappProtocol\x88\x01\x01B\x0f\n" +
+	"\r_app_protocol\"/\n" +
 	"\rNamespaceSpec\x12\x1e\n" +
 	"\n" +
 	"finalizers\x18\x01 \x03(\tR\n" +
@@ -9500,7 +9774,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 138)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 142)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -9594,64 +9868,68 @@ var file_corev1_core_proto_goTypes = []any{
 	(*Endpoint)(nil),                          // 89: podflow.core.v1.Endpoint
 	(*EndpointPort)(nil),                      // 90: podflow.core.v1.EndpointPort
 	(*EndpointSlice)(nil),                     // 91: podflow.core.v1.EndpointSlice
-	(*NamespaceSpec)(nil),                     // 92: podflow.core.v1.NamespaceSpec
-	(*NamespaceStatus)(nil),                   // 93: podflow.core.v1.NamespaceStatus
-	(*NamespaceCondition)(nil),                // 94: podflow.core.v1.NamespaceCondition
-	(*Namespace)(nil),                         // 95: podflow.core.v1.Namespace
-	(*LocalObjectReference)(nil),              // 96: podflow.core.v1.LocalObjectReference
-	(*ServiceAccount)(nil),                    // 97: podflow.core.v1.ServiceAccount
-	(*ConfigMap)(nil),                         // 98: podflow.core.v1.ConfigMap
-	(*Secret)(nil),                            // 99: podflow.core.v1.Secret
-	(*PolicyRule)(nil),                        // 100: podflow.core.v1.PolicyRule
-	(*Role)(nil),                              // 101: podflow.core.v1.Role
-	(*ClusterRole)(nil),                       // 102: podflow.core.v1.ClusterRole
-	(*Subject)(nil),                           // 103: podflow.core.v1.Subject
-	(*RoleRef)(nil),                           // 104: podflow.core.v1.RoleRef
-	(*RoleBinding)(nil),                       // 105: podflow.core.v1.RoleBinding
-	(*ClusterRoleBinding)(nil),                // 106: podflow.core.v1.ClusterRoleBinding
-	(*EventSource)(nil),                       // 107: podflow.core.v1.EventSource
-	(*Event)(nil),                             // 108: podflow.core.v1.Event
-	(*LimitRangeItem)(nil),                    // 109: podflow.core.v1.LimitRangeItem
-	(*LimitRangeSpec)(nil),                    // 110: podflow.core.v1.LimitRangeSpec
-	(*LimitRange)(nil),                        // 111: podflow.core.v1.LimitRange
-	(*SidecarPolicySpec)(nil),                 // 112: podflow.core.v1.SidecarPolicySpec
-	(*SidecarPolicy)(nil),                     // 113: podflow.core.v1.SidecarPolicy
-	(*StatusCause)(nil),                       // 114: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 115: podflow.core.v1.Status
-	(*UserInfo)(nil),                          // 116: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 117: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 118: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 119: podflow.core.v1.PriorityClass
-	nil,                                       // 120: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 121: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 122: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 123: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 124: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 125: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 126: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 127: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 128: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 129: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 130: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 131: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 132: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 133: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 134: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 135: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 136: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 137: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 138: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 139: google.protobuf.Struct
+	(*Endpoints)(nil),                         // 92: podflow.core.v1.Endpoints
+	(*EndpointSubset)(nil),                    // 93: podflow.core.v1.EndpointSubset
+	(*EndpointAddress)(nil),                   // 94: podflow.core.v1.EndpointAddress
+	(*EndpointsPort)(nil),                     // 95: podflow.core.v1.EndpointsPort
+	(*NamespaceSpec)(nil),                     // 96: podflow.core.v1.NamespaceSpec
+	(*NamespaceStatus)(nil),                   // 97: podflow.core.v1.NamespaceStatus
+	(*NamespaceCondition)(nil),                // 98: podflow.core.v1.NamespaceCondition
+	(*Namespace)(nil),                         // 99: podflow.core.v1.Namespace
+	(*LocalObjectReference)(nil),              // 100: podflow.core.v1.LocalObjectReference
+	(*ServiceAccount)(nil),                    // 101: podflow.core.v1.ServiceAccount
+	(*ConfigMap)(nil),                         // 102: podflow.core.v1.ConfigMap
+	(*Secret)(nil),                            // 103: podflow.core.v1.Secret
+	(*PolicyRule)(nil),                        // 104: podflow.core.v1.PolicyRule
+	(*Role)(nil),                              // 105: podflow.core.v1.Role
+	(*ClusterRole)(nil),                       // 106: podflow.core.v1.ClusterRole
+	(*Subject)(nil),                           // 107: podflow.core.v1.Subject
+	(*RoleRef)(nil),                           // 108: podflow.core.v1.RoleRef
+	(*RoleBinding)(nil),                       // 109: podflow.core.v1.RoleBinding
+	(*ClusterRoleBinding)(nil),                // 110: podflow.core.v1.ClusterRoleBinding
+	(*EventSource)(nil),                       // 111: podflow.core.v1.EventSource
+	(*Event)(nil),                             // 112: podflow.core.v1.Event
+	(*LimitRangeItem)(nil),                    // 113: podflow.core.v1.LimitRangeItem
+	(*LimitRangeSpec)(nil),                    // 114: podflow.core.v1.LimitRangeSpec
+	(*LimitRange)(nil),                        // 115: podflow.core.v1.LimitRange
+	(*SidecarPolicySpec)(nil),                 // 116: podflow.core.v1.SidecarPolicySpec
+	(*SidecarPolicy)(nil),                     // 117: podflow.core.v1.SidecarPolicy
+	(*StatusCause)(nil),                       // 118: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 119: podflow.core.v1.Status
+	(*UserInfo)(nil),                          // 120: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 121: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 122: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 123: podflow.core.v1.PriorityClass
+	nil,                                       // 124: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 125: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 126: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 127: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 128: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 129: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 130: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 131: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 132: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 133: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 134: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 135: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 136: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 137: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 138: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 139: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 140: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 141: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 142: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 143: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	120, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	121, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	138, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	138, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	124, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	125, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	142, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	142, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	138, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	139, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	142, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	143, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -9659,8 +9937,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	5,   // 12: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	7,   // 13: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	8,   // 14: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	122, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	123, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	126, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	127, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	19,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	15,  // 18: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	19,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -9724,7 +10002,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	48,  // 77: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
 	49,  // 78: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
 	50,  // 79: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	124, // 80: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	128, // 80: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
 	52,  // 81: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
 	53,  // 82: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
 	53,  // 83: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
@@ -9740,21 +10018,21 @@ var file_corev1_core_proto_depIdxs = []int32{
 	39,  // 93: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
 	29,  // 94: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
 	29,  // 95: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	125, // 96: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	129, // 96: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
 	27,  // 97: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
 	58,  // 98: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
 	46,  // 99: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
 	59,  // 100: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
 	60,  // 101: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
 	62,  // 102: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
-	96,  // 103: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	100, // 103: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
 	30,  // 104: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
 	63,  // 105: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	138, // 106: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	138, // 107: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	138, // 108: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	138, // 109: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	138, // 110: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	142, // 106: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	142, // 107: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	142, // 108: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	142, // 109: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	142, // 110: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	65,  // 111: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
 	66,  // 112: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
 	67,  // 113: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
@@ -9762,19 +10040,19 @@ var file_corev1_core_proto_depIdxs = []int32{
 	68,  // 115: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
 	64,  // 116: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
 	70,  // 117: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	138, // 118: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	142, // 118: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	69,  // 119: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	69,  // 120: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	69,  // 121: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	1,   // 122: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
 	61,  // 123: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
 	71,  // 124: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	138, // 125: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	142, // 125: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
 	73,  // 126: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	138, // 127: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	138, // 128: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	126, // 129: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	127, // 130: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	142, // 127: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	142, // 128: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	130, // 129: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	131, // 130: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
 	75,  // 131: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
 	76,  // 132: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
 	78,  // 133: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
@@ -9784,7 +10062,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	79,  // 137: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
 	19,  // 138: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
 	81,  // 139: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	128, // 140: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	132, // 140: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
 	83,  // 141: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
 	84,  // 142: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
 	1,   // 143: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
@@ -9795,59 +10073,65 @@ var file_corev1_core_proto_depIdxs = []int32{
 	1,   // 148: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
 	89,  // 149: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
 	90,  // 150: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
-	94,  // 151: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	138, // 152: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 153: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
-	92,  // 154: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
-	93,  // 155: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
-	1,   // 156: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
-	88,  // 157: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
-	96,  // 158: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	1,   // 159: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	129, // 160: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	130, // 161: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
-	1,   // 162: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	131, // 163: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
-	1,   // 164: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
-	100, // 165: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 166: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
-	100, // 167: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 168: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	103, // 169: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	104, // 170: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 171: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	103, // 172: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	104, // 173: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 174: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
-	88,  // 175: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
-	107, // 176: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	138, // 177: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	138, // 178: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	138, // 179: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	132, // 180: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	133, // 181: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	134, // 182: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	135, // 183: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
-	109, // 184: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
-	1,   // 185: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
-	110, // 186: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	136, // 187: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	29,  // 188: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
-	29,  // 189: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
-	39,  // 190: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
-	1,   // 191: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
-	112, // 192: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
-	114, // 193: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 194: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	137, // 195: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	11,  // 196: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 197: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	118, // 198: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	199, // [199:199] is the sub-list for method output_type
-	199, // [199:199] is the sub-list for method input_type
-	199, // [199:199] is the sub-list for extension type_name
-	199, // [199:199] is the sub-list for extension extendee
-	0,   // [0:199] is the sub-list for field type_name
+	1,   // 151: podflow.core.v1.Endpoints.metadata:type_name -> podflow.core.v1.ObjectMeta
+	93,  // 152: podflow.core.v1.Endpoints.subsets:type_name -> podflow.core.v1.EndpointSubset
+	94,  // 153: podflow.core.v1.EndpointSubset.addresses:type_name -> podflow.core.v1.EndpointAddress
+	94,  // 154: podflow.core.v1.EndpointSubset.not_ready_addresses:type_name -> podflow.core.v1.EndpointAddress
+	95,  // 155: podflow.core.v1.EndpointSubset.ports:type_name -> podflow.core.v1.EndpointsPort
+	88,  // 156: podflow.core.v1.EndpointAddress.target_ref:type_name -> podflow.core.v1.ObjectReference
+	98,  // 157: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
+	142, // 158: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 159: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
+	96,  // 160: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
+	97,  // 161: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
+	1,   // 162: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
+	88,  // 163: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
+	100, // 164: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	1,   // 165: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
+	133, // 166: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	134, // 167: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	1,   // 168: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
+	135, // 169: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	1,   // 170: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
+	104, // 171: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 172: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
+	104, // 173: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 174: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	107, // 175: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	108, // 176: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 177: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	107, // 178: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	108, // 179: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 180: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
+	88,  // 181: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
+	111, // 182: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
+	142, // 183: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	142, // 184: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	142, // 185: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	136, // 186: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	137, // 187: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	138, // 188: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	139, // 189: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	113, // 190: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
+	1,   // 191: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
+	114, // 192: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
+	140, // 193: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	29,  // 194: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
+	29,  // 195: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
+	39,  // 196: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
+	1,   // 197: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
+	116, // 198: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
+	118, // 199: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 200: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	141, // 201: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	11,  // 202: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 203: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	122, // 204: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	205, // [205:205] is the sub-list for method output_type
+	205, // [205:205] is the sub-list for method input_type
+	205, // [205:205] is the sub-list for extension type_name
+	205, // [205:205] is the sub-list for extension extendee
+	0,   // [0:205] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -9887,17 +10171,19 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[87].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[89].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[90].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[97].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[98].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[99].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[119].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[94].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[95].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[101].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[102].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[103].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[123].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   138,
+			NumMessages:   142,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -71,6 +72,7 @@ var columns = map[string][]metav1.TableColumnDefinition{
 	"Service": {nameCol, col("Type", "", "The type of the service", 0), col("Cluster-IP", "", "The cluster IP of the service", 0),
 		col("External-IP", "", "The external IP of the service", 0), col("Port(s)", "", "The ports of the service", 0), ageCol,
 		col("Selector", "", "The selector of the service", 1)},
+	"Endpoints": {nameCol, col("Endpoints", "", "Endpoints of the service", 0), ageCol},
 	"EndpointSlice": {nameCol, col("AddressType", "", "Type of address carried by this EndpointSlice", 0),
 		col("Ports", "", "Ports served by this EndpointSlice", 0), col("Endpoints", "", "Endpoints in this EndpointSlice", 0), ageCol},
 	"Event": {col("Last Seen", "", "Time when this event was last seen.", 0), col("Type", "", "Type of this event.", 0),
@@ -126,6 +128,24 @@ func (t *table) addRow(res *resource, k runtime.Object) {
 			eps = strings.Join(addrs[:3], ",") + fmt.Sprintf(" + %d more...", len(addrs)-3)
 		}
 		cells = []any{o.Name, string(o.AddressType), orNone(strings.Join(ports, ",")), orNone(eps), t.age(o.CreationTimestamp)}
+	case *k8scorev1.Endpoints:
+		// kubectl's: ip:port for every address and port, 3 at most.
+		var eps []string
+		for _, ss := range o.Subsets {
+			for _, a := range ss.Addresses {
+				for _, p := range ss.Ports {
+					eps = append(eps, net.JoinHostPort(a.IP, fmt.Sprint(p.Port)))
+				}
+				if len(ss.Ports) == 0 {
+					eps = append(eps, a.IP)
+				}
+			}
+		}
+		list := strings.Join(eps, ",")
+		if len(eps) > 3 {
+			list = strings.Join(eps[:3], ",") + fmt.Sprintf(" + %d more...", len(eps)-3)
+		}
+		cells = []any{o.Name, orNone(list), t.age(o.CreationTimestamp)}
 	case *k8scorev1.Event:
 		last := o.LastTimestamp
 		if last.IsZero() {

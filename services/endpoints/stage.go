@@ -26,15 +26,18 @@ var ErrStoreBehind = errors.New("endpoints: store does not reflect the event yet
 
 // Stage is one replica of the endpoints stage: it keeps one EndpointSlice
 // per Service listing the Ready pods its selector matches (the seed's
-// failure 5 is a pod missing from it). Every sync computes the slice from
+// failure 5 is a pod missing from it), and the Service's core/v1
+// Endpoints; a Service without a selector has its user's Endpoints
+// mirrored into slices (legacy.go). Every sync computes the slice from
 // a linearizable read of the namespace's pods and writes it with
 // compare-and-swap, so replicas and retries never overwrite a fresher
 // slice with a staler one.
 type Stage struct {
 	env      stage.Env
 	services *informer.Informer[*corev1.Service]
-	pods     *informer.Informer[*corev1.Pod] // identities and labels only (NewMetaLabels), for label changes; syncs read pods from the store
-	locks    sync.Map                        // service key -> *sync.Mutex: one sync per service at a time in this replica
+	pods     *informer.Informer[*corev1.Pod]       // identities and labels only (NewMetaLabels), for label changes; syncs read pods from the store
+	eps      *informer.Informer[*corev1.Endpoints] // core/v1 Endpoints, whose changes queue their Service (legacy.go)
+	locks    sync.Map                              // service key -> *sync.Mutex: one sync per service at a time in this replica
 	queue    serviceQueue
 }
 
@@ -70,6 +73,15 @@ func NewStage(env stage.Env) (*Stage, error) {
 			}
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
+	// A user's Endpoints for a Service without a selector are mirrored:
+	// any change of an Endpoints queues its Service.
+	enqueueEps := func(e *corev1.Endpoints) { s.queue.add(e.GetMetadata().GetNamespace(), e.GetMetadata().GetName()) }
+	s.eps, err = informer.New[*corev1.Endpoints](env.Store, "", informer.Handlers[*corev1.Endpoints]{
+		OnAdd: enqueueEps, OnUpdate: func(_, e *corev1.Endpoints) { enqueueEps(e) }, OnDelete: enqueueEps,
+	})
 	return s, err
 }
 
@@ -79,7 +91,7 @@ func NewStage(env stage.Env) (*Stage, error) {
 // present at start are Reconcile's).
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.services, s.pods)
+	infs.Add(s.services, s.pods, s.eps)
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}
@@ -113,6 +125,9 @@ func (s *Stage) work(ctx context.Context) {
 func (s *Stage) syncKey(ctx context.Context, ns, name string) error {
 	if svc, ok := s.services.Get(ns, name); ok {
 		return s.sync(ctx, nil, svc)
+	}
+	if err := s.removeLegacy(ctx, ns, name); err != nil {
+		return err
 	}
 	sl, err := objects.Get[*corev1.EndpointSlice](ctx, s.env.Store, ns, SliceName(name))
 	if errors.Is(err, raftstore.ErrNotFound) {
@@ -174,7 +189,8 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	return errors.Join(errs...)
 }
 
-// Reconcile syncs every Service and removes slices of deleted Services.
+// Reconcile syncs every Service and removes the slices, Endpoints and
+// mirrored slices of deleted Services.
 func (s *Stage) Reconcile(ctx context.Context) error {
 	var errs []error
 	for _, svc := range s.services.List("") {
@@ -186,9 +202,25 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	gone := map[[2]string]bool{} // Services whose Endpoints or mirrored slices may be left (legacy.go)
 	for _, sl := range slices {
 		if err := s.removeOrphan(ctx, sl); err != nil {
 			errs = append(errs, err)
+		}
+		if md := sl.GetMetadata(); Mirrored(sl) {
+			gone[[2]string{md.GetNamespace(), md.GetLabels()[LabelServiceName]}] = true
+		}
+	}
+	for _, e := range s.eps.List("") {
+		if md := e.GetMetadata(); md.GetLabels()[LabelSkipMirror] == "true" {
+			gone[[2]string{md.GetNamespace(), md.GetName()}] = true
+		}
+	}
+	for k := range gone {
+		if _, ok := s.services.Get(k[0], k[1]); !ok {
+			if err := s.removeLegacy(ctx, k[0], k[1]); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -217,7 +249,7 @@ func (s *Stage) removeOrphan(ctx context.Context, sl *corev1.EndpointSlice) erro
 // the sync (nil from Reconcile).
 func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) error {
 	if !HasSlice(svc) {
-		return nil // its slices are its owner's
+		return s.mirror(ctx, svc) // its Endpoints are its owner's, mirrored (legacy.go)
 	}
 	ns, name := svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()
 	mu, _ := s.locks.LoadOrStore(ns+"/"+name, &sync.Mutex{})
@@ -239,7 +271,7 @@ func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) 
 		}
 		want := Desired(svc, pods)
 		if Equal(cur, want) {
-			return nil
+			return s.syncEndpoints(ctx, svc, want)
 		}
 		if cur == nil {
 			_, err = s.env.Store.Create(ctx, want)
@@ -256,7 +288,10 @@ func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) 
 		if err != nil {
 			return err
 		}
-		return s.announce(ctx, d, svc, cur, want)
+		if err := s.announce(ctx, d, svc, cur, want); err != nil {
+			return err
+		}
+		return s.syncEndpoints(ctx, svc, want)
 	}
 }
 

@@ -210,7 +210,7 @@ var storeWrites = map[string][]objects.Kind{
 	Persistence: {objects.Pods, objects.Events},
 	Scheduler:   {objects.Pods, objects.NodeAllocations, objects.Events},
 	Status:      {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
-	Endpoints:   {objects.EndpointSlices, objects.Events},
+	Endpoints:   {objects.EndpointSlices, objects.Endpoints, objects.Events},
 }
 
 // nodeWrites: a node agent records Events and allocates its pod CIDR (the

@@ -586,6 +586,8 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.StageRole(pipeline.Status), pipeline.RequestIDPrefix + "ab12", false},
 		{pipeline.StageRole(pipeline.API), ipalloc.NodePortKey(30080), true},
 		{pipeline.StageRole(pipeline.Endpoints), ipalloc.NodePortKey(30080), false},
+		{pipeline.StageRole(pipeline.Endpoints), objects.Endpoints.Key("default", "web"), true},
+		{pipeline.StageRole(pipeline.Scheduler), objects.Endpoints.Key("default", "web"), false},
 		{pipeline.NodeRole("n1"), ipalloc.NodePortKey(30080), false},
 		{pipeline.StageRole(pipeline.Scheduler), objects.NodeAllocations.Key("", "n1"), true},
 		{pipeline.StageRole(pipeline.Scheduler), node, false},

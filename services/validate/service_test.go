@@ -204,3 +204,43 @@ func TestServiceUpdate(t *testing.T) {
 		}
 	})
 }
+
+// TestEndpointsValidation: a user's Endpoints are validated as
+// kube-apiserver's ValidateEndpoints does; a port's protocol defaults to
+// TCP.
+func TestEndpointsValidation(t *testing.T) {
+	eps := func(sub *corev1.EndpointSubset) *corev1.Endpoints {
+		return &corev1.Endpoints{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "custom"}, Subsets: []*corev1.EndpointSubset{sub}}
+	}
+	ok := eps(&corev1.EndpointSubset{Addresses: []*corev1.EndpointAddress{{Ip: "10.1.2.3", Hostname: "db-0"}},
+		Ports: []*corev1.EndpointsPort{{Port: 80}}})
+	if st := validate.Object(ok); st != nil {
+		t.Fatal(st.GetMessage())
+	}
+	if p := ok.Subsets[0].Ports[0].GetProtocol(); p != "TCP" {
+		t.Fatalf("protocol %q, want TCP by default", p)
+	}
+	for _, tc := range []struct {
+		name string
+		sub  *corev1.EndpointSubset
+		want string
+	}{
+		{"loopback", &corev1.EndpointSubset{Addresses: []*corev1.EndpointAddress{{Ip: "127.0.0.1"}}},
+			`Endpoints "custom" is invalid: subsets[0].addresses[0].ip: Invalid value: "127.0.0.1": may not be in the loopback range (127.0.0.0/8, ::1/128)`},
+		{"link-local", &corev1.EndpointSubset{NotReadyAddresses: []*corev1.EndpointAddress{{Ip: "169.254.169.254"}}},
+			`Endpoints "custom" is invalid: subsets[0].notReadyAddresses[0].ip: Invalid value: "169.254.169.254": may not be in the link-local range (169.254.0.0/16, fe80::/10)`},
+		{"no address", &corev1.EndpointSubset{Ports: []*corev1.EndpointsPort{{Port: 80}}},
+			"Endpoints \"custom\" is invalid: subsets[0]: Required value: must specify `addresses` or `notReadyAddresses`"},
+		{"two unnamed ports", &corev1.EndpointSubset{Addresses: []*corev1.EndpointAddress{{Ip: "10.1.2.3"}}, Ports: []*corev1.EndpointsPort{{Name: "a", Port: 80}, {Port: 81}}},
+			`Endpoints "custom" is invalid: subsets[0].ports[1].name: Required value`},
+		{"protocol", &corev1.EndpointSubset{Addresses: []*corev1.EndpointAddress{{Ip: "10.1.2.3"}}, Ports: []*corev1.EndpointsPort{{Port: 80, Protocol: "HTTP"}}},
+			`Endpoints "custom" is invalid: subsets[0].ports[0].protocol: Unsupported value: "HTTP": supported values: "SCTP", "TCP", "UDP"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := validate.Object(eps(tc.sub))
+			if st.GetCode() != 422 || st.GetMessage() != tc.want {
+				t.Fatalf("got %d %q\nwant 422 %q", st.GetCode(), st.GetMessage(), tc.want)
+			}
+		})
+	}
+}
