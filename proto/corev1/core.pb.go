@@ -4336,10 +4336,9 @@ type PodSpec struct {
 	// ephemeral_containers are added, never changed or removed, through the
 	// pod's ephemeralcontainers subresource.
 	EphemeralContainers []*EphemeralContainer `protobuf:"bytes,28,rep,name=ephemeral_containers,json=ephemeralContainers,proto3" json:"ephemeral_containers,omitempty"`
-	// subdomain: with hostname, the pod's FQDN is
-	// <hostname>.<subdomain>.<namespace>.svc.<cluster domain>; a headless
-	// Service named subdomain selecting the pod gives it its DNS record.
-	Subdomain     string `protobuf:"bytes,30,opt,name=subdomain,proto3" json:"subdomain,omitempty"`
+	// subdomain: with hostname, the pod's FQDN
+	// <hostname>.<subdomain>.<namespace>.svc.<cluster domain>.
+	Subdomain     string `protobuf:"bytes,40,opt,name=subdomain,proto3" json:"subdomain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -9328,7 +9327,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x17active_deadline_seconds\x18\x1b \x01(\x03H\x06R\x15activeDeadlineSeconds\x88\x01\x01\x12S\n" +
 	"\x12image_pull_secrets\x18\x1d \x03(\v2%.podflow.core.v1.LocalObjectReferenceR\x10imagePullSecrets\x12V\n" +
 	"\x14ephemeral_containers\x18\x1c \x03(\v2#.podflow.core.v1.EphemeralContainerR\x13ephemeralContainers\x12\x1c\n" +
-	"\tsubdomain\x18\x1e \x01(\tR\tsubdomain\x1a?\n" +
+	"\tsubdomain\x18( \x01(\tR\tsubdomain\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
