@@ -95,3 +95,31 @@ func TestEndpointsLifecycle(t *testing.T) {
 		t.Fatalf("a loopback address: %v\nwant %s", err, want)
 	}
 }
+
+// TestServiceTableExternalIP: kubectl get svc's EXTERNAL-IP is an
+// ExternalName Service's name and a LoadBalancer's <pending>, as
+// kube-apiserver's printer says.
+func TestServiceTableExternalIP(t *testing.T) {
+	s := startSystem(t, options{})
+	admin := s.client(t, adminToken)
+	for _, body := range []string{
+		`{"apiVersion":"v1","kind":"Service","metadata":{"name":"ext"},"spec":{"type":"ExternalName","externalName":"db.example.com"}}`,
+		`{"apiVersion":"v1","kind":"Service","metadata":{"name":"lb"},"spec":{"type":"LoadBalancer","ports":[{"port":80}]}}`,
+	} {
+		if code, resp, _ := do(t, admin, "POST", s.url+"/api/v1/namespaces/default/services", "application/json", body); code != 201 {
+			t.Fatalf("create: %d %v", code, resp)
+		}
+	}
+	code, tbl, _ := do(t, admin, "GET", s.url+"/api/v1/namespaces/default/services", "", "", "Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	if code != 200 {
+		t.Fatalf("table: %d %v", code, tbl)
+	}
+	got := map[string]any{}
+	for _, r := range tbl["rows"].([]any) {
+		cells := r.(map[string]any)["cells"].([]any)
+		got[cells[0].(string)] = cells[3]
+	}
+	if got["ext"] != "db.example.com" || got["lb"] != "<pending>" {
+		t.Fatalf("EXTERNAL-IP cells %v", got)
+	}
+}

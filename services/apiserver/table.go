@@ -277,7 +277,17 @@ func (t *table) serviceCells(s *k8scorev1.Service) []any {
 		sel = append(sel, k+"="+v)
 	}
 	sort.Strings(sel)
+	// kube's getServiceExternalIP: an ExternalName Service's name, a
+	// LoadBalancer's address or <pending>, else the external IPs.
 	ext := strings.Join(s.Spec.ExternalIPs, ",")
+	switch s.Spec.Type {
+	case k8scorev1.ServiceTypeExternalName:
+		ext = s.Spec.ExternalName
+	case k8scorev1.ServiceTypeLoadBalancer:
+		if ext == "" {
+			ext = "<pending>"
+		}
+	}
 	typ := string(s.Spec.Type)
 	if typ == "" {
 		typ = "ClusterIP"

@@ -15,7 +15,9 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
@@ -139,6 +141,14 @@ func Mirrored(sl *corev1.EndpointSlice) bool {
 	return sl.GetMetadata().GetLabels()[LabelManagedBy] == MirrorManagedBy
 }
 
+// stamped gives o, about to be created, what kube-apiserver gives every
+// new object: a uid and its creation time (kubectl's AGE).
+func stamped[T objects.Object](o T) T {
+	md := o.GetMetadata()
+	md.Uid, md.CreationTimestamp = uuid.NewString(), timestamppb.Now()
+	return o
+}
+
 // syncEndpoints writes svc's Endpoints for its slice sl, when they
 // differ from the stored ones (compare-and-swap; a conflict reads again).
 func (s *Stage) syncEndpoints(ctx context.Context, svc *corev1.Service, sl *corev1.EndpointSlice) error {
@@ -147,7 +157,7 @@ func (s *Stage) syncEndpoints(ctx context.Context, svc *corev1.Service, sl *core
 		cur, err := objects.Get[*corev1.Endpoints](ctx, s.env.Store, want.Metadata.Namespace, want.Metadata.Name)
 		switch {
 		case errors.Is(err, raftstore.ErrNotFound):
-			_, err = s.env.Store.Create(ctx, want)
+			_, err = s.env.Store.Create(ctx, stamped(want))
 		case err != nil:
 			return err
 		case sameEndpoints(cur, want):
@@ -223,7 +233,7 @@ func (s *Stage) setMirrored(ctx context.Context, ns, name string, want []*corev1
 		delete(have, w.Metadata.Name)
 		switch {
 		case !ok:
-			_, err = s.env.Store.Create(ctx, w)
+			_, err = s.env.Store.Create(ctx, stamped(w))
 		case Equal(cur, w):
 			continue
 		default:

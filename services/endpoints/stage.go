@@ -274,7 +274,7 @@ func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) 
 			return s.syncEndpoints(ctx, svc, want)
 		}
 		if cur == nil {
-			_, err = s.env.Store.Create(ctx, want)
+			_, err = s.env.Store.Create(ctx, stamped(want))
 		} else {
 			want.Metadata.Uid = cur.GetMetadata().GetUid()
 			want.Metadata.CreationTimestamp = cur.GetMetadata().GetCreationTimestamp()
