@@ -36,7 +36,10 @@
 //     leaving on the bridge it came in on is SNATed to the bridge's
 //     gateway, so the reply comes back through the host (pods share one L2
 //     segment; without br_netfilter a direct reply would bypass
-//     conntrack). Nothing is masqueraded towards a host interface.
+//     conntrack); and, since br_netfilter hides that input interface, an
+//     endpoint reaching itself ("ip saddr E ip daddr E ct status dnat",
+//     per endpoint, as kube-proxy masquerades hairpin traffic). Nothing is
+//     masqueraded towards a host interface.
 //
 // Endpoints are the Ready ones; when a service port has none, its Serving
 // and Terminating ones (kube-proxy's fallback), else no rule at all: the

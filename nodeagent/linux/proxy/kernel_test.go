@@ -72,6 +72,7 @@ func newNode(t *testing.T, podIPs ...string) *node {
 		ipcmd(t, "netns", "add", ns)
 		ipcmd(t, "-n", n.ns, "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns)
 		ipcmd(t, "-n", n.ns, "link", "set", host, "master", n.bridge, "up")
+		ipcmd(t, "-n", n.ns, "link", "set", host, "type", "bridge_slave", "hairpin", "on") // as network.Manager's veths
 		ipcmd(t, "-n", ns, "addr", "add", ip+"/24", "dev", "eth0")
 		ipcmd(t, "-n", ns, "link", "set", "eth0", "up")
 		ipcmd(t, "-n", ns, "link", "set", "lo", "up")
@@ -661,4 +662,19 @@ func (n *node) askFrom(ns, addr string) (string, error) {
 	_ = c.SetDeadline(time.Now().Add(time.Second))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line), err
+}
+
+// TestKernelHairpin: an endpoint reaching itself through its Service's
+// ClusterIP is answered (by itself): the hairpin SNAT to the gateway,
+// which would not match on the input interface with br_netfilter loaded.
+func TestKernelHairpin(t *testing.T) {
+	n, p, _, _ := startProxy(t)
+	if _, err := p.Sync(context.Background(), []*corev1.Service{svc}, eps(false)); err != nil { // s1 alone
+		t.Fatal(err)
+	}
+	for range 5 {
+		if who, err := n.ask(s1, vip+":80"); err != nil || who != s1 {
+			t.Fatalf("%s → its own Service: %q, %v; want itself", s1, who, err)
+		}
+	}
 }

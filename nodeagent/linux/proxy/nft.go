@@ -134,6 +134,25 @@ func program(c *nftables.Conn, cfg Config, plan Plan) error {
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1},
 	)
 	c.AddRule(&nftables.Rule{Table: table, Chain: post, Exprs: hairpin})
+	// An endpoint reaching itself through a Service: SNATed to the
+	// gateway (kube-proxy masquerades this hairpin), or it would get its
+	// own address back as a source. Matched on the addresses: the input
+	// interface is not known at postrouting when br_netfilter is loaded.
+	for _, ep := range plan.endpointIPs() {
+		a := ep.As4()
+		c.AddRule(&nftables.Rule{Table: table, Chain: post, Exprs: []expr.Any{
+			saddr(),
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+			&expr.Immediate{Register: 1, Data: gw[:]},
+			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1},
+		}})
+	}
 
 	for _, sp := range plan.Ports {
 		svc := wantChains[sp.serviceChain()]

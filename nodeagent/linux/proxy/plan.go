@@ -221,6 +221,18 @@ func (p Plan) Equal(q Plan) bool {
 	})
 }
 
+// endpointIPs are the distinct addresses of every endpoint of p, sorted.
+func (p Plan) endpointIPs() []netip.Addr {
+	var out []netip.Addr
+	for _, sp := range p.Ports {
+		for _, ep := range sp.Endpoints {
+			out = append(out, ep.Addr())
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
 // chainID is a short stable hash, as kube-proxy's chain names carry.
 func chainID(s string) string {
 	h := sha256.Sum256([]byte(s))
@@ -291,7 +303,11 @@ func (p Plan) Rules(cfg Config) string {
 		}
 	}
 	fmt.Fprintf(&b, "\t}\n\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat;\n")
-	fmt.Fprintf(&b, "\t\tiifname %q oifname %q ct status dnat snat ip to %s\n\t}\n", cfg.Bridge, cfg.Bridge, cfg.Gateway)
+	fmt.Fprintf(&b, "\t\tiifname %q oifname %q ct status dnat snat ip to %s\n", cfg.Bridge, cfg.Bridge, cfg.Gateway)
+	for _, ep := range p.endpointIPs() {
+		fmt.Fprintf(&b, "\t\tip saddr %s ip daddr %s ct status dnat snat ip to %s\n", ep, ep, cfg.Gateway)
+	}
+	fmt.Fprintf(&b, "\t}\n")
 	for _, sp := range p.Ports {
 		if sp.Affinity == 0 {
 			continue
