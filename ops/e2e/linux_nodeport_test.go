@@ -109,6 +109,7 @@ spec:
 	}
 	nodePort := net.JoinHostPort(nodeIP, strconv.Itoa(int(np)))
 	hostPortAddr := net.JoinHostPort(nodeIP, strconv.Itoa(hostPort))
+	t.Logf("node %s: NodePort Service at %s, hostPort at %s, web at %s", nodeIP, nodePort, hostPortAddr, webIP)
 
 	// From the host.
 	get := func(addr string) (string, error) {
@@ -162,6 +163,8 @@ sleep 3600
 		return err == nil && strings.Contains(out, "podflow httpserver on hp-b "), fmt.Sprint(out, err)
 	})
 
+	out, _ := c.podflow("logs", "client")
+	t.Logf("the client's log (head):\n%s", strings.Join(strings.SplitN(out, "\n", 12)[:min(11, strings.Count(out, "\n"))], "\n"))
 	c.stop()
 	if out := run(t, "nft", "list", "tables"); strings.Contains(out, (network.Config{BridgeName: network.BridgeNameFor("linux-node-1")}).HostPortTable()) {
 		t.Fatalf("hostport table left after podflow stopped:\n%s", out)
