@@ -8,7 +8,7 @@ import (
 
 // TestModuleDependsOnNoServer keeps the node module below the servers: it
 // needs proto (and its pod rules) and the bus, never the services module
-// (the stages) nor the store (ops/nodewire wires the agent to them).
+// (the stages) nor the store (ops/processes/nodewire wires the agent to them).
 func TestModuleDependsOnNoServer(t *testing.T) {
 	mod, err := os.ReadFile("go.mod")
 	if err != nil {

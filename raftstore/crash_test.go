@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
 )
 
 // Environment of the child replica of TestSIGKILLMidWriteRecoversLog.
@@ -163,11 +164,11 @@ func TestSIGKILLMidWriteRecoversLog(t *testing.T) {
 // freeLoopback returns a loopback address whose port was free a moment ago.
 //
 // The port is taken below the kernel's ephemeral range, and below the
-// range `podflow up` picks from (ops/plan, from 20000): a replica that is
+// range `podflow up` picks from (ops/processes/plan, from 20000): a replica that is
 // restarted on it would otherwise find it, once in a while, the local port
 // of another package's outgoing connection that the kernel handed out
 // meanwhile ("bind: address already in use", as TestSIGKILLMidWriteRecoversLog
-// once did in round 1 of a full make test).
+// once did in a full make test).
 func freeLoopback(t *testing.T) string {
 	t.Helper()
 	const low, high = 10000, 20000
@@ -224,6 +225,11 @@ func startNATS(t *testing.T) (url string, nc *nats.Conn) {
 func soloConfig(dir, addr string, nc *nats.Conn, bootstrap bool) raftstore.Config {
 	cfg := raftstore.DefaultConfig()
 	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Conn = "solo", dir, addr, nc
+	tlsCfg, err := raftstoretest.EphemeralPeerTLS()
+	if err != nil {
+		panic(err)
+	}
+	cfg.TLS = tlsCfg
 	if bootstrap {
 		cfg.Bootstrap = []raftstore.Peer{{ID: "solo", Address: addr}}
 	}

@@ -23,6 +23,15 @@
 // --request-timeout, kubectl's flag). Process roles keep Open and Connect,
 // which wait for the bus and reconnect forever.
 //
+// Over a Session, the client protocol: CreatePod sends a pod through the
+// lifecycle and waits for persistence's 201 (or the refusing stage's
+// Status, a *StatusError), ObjectRequest applies, creates or deletes any
+// other kind through the api stage, ApplyFiles applies manifests as
+// kubectl apply does, PodRequested is the fire-and-forget event of
+// `podflow publish`. Get, DescribePod and DescribeService read the store
+// and print what kubectl get and describe print (Printer: -o wide, json,
+// yaml, name, jsonpath, custom-columns).
+//
 // A Session whose bus user is a role (not the admin) reads and writes the
 // store as that role (services/pipeline.StoreReadACL, StoreWriteACL).
 //
@@ -34,4 +43,5 @@
 //	}
 //	defer sess.Close()
 //	pods, _, err := objects.List[*corev1.Pod](ctx, sess.Store, "default")
+//	created, err := sess.CreatePod(ctx, pod, sess.Token(""), false)
 package client

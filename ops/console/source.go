@@ -18,7 +18,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/ops/trace"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/informer"

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 )
 
 // TimelineLen is how many polls the pipeline's timeline keeps (about

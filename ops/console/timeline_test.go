@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 )
 
 func TestTimelineMarks(t *testing.T) {

@@ -62,7 +62,7 @@ func benchScale(t *testing.T, limit time.Duration, args ...string) string {
 // when the bench ends. No throughput is asserted.
 func TestBenchScaleCgroups(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "scale.json")
-	out := benchScale(t, 5*time.Minute, "--replicas", "1,2", "--runs", "1", "--pods", "20", "--rate", "50", "--nodes", "2",
+	out := benchScale(t, 5*time.Minute, "--replica-counts", "1,2", "--runs", "1", "--pods", "20", "--rate", "50", "--nodes", "2",
 		"--stage-cpu", "0.5", "--json", file)
 	t.Log(out)
 	b, err := os.ReadFile(file)
@@ -140,7 +140,7 @@ func interruptBenchScale(t *testing.T, when string, args ...string) {
 	}
 	defer logf.Close()
 	out := func() string { b, _ := os.ReadFile(logf.Name()); return string(b) }
-	cmd := exec.Command(binary, append([]string{"bench", "scale", "--replicas", "1", "--runs", "1", "--nodes", "2"}, args...)...)
+	cmd := exec.Command(binary, append([]string{"bench", "scale", "--replica-counts", "1", "--runs", "1", "--nodes", "2"}, args...)...)
 	cmd.Dir = repoRoot
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

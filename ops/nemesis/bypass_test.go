@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/podflow/podflow/bus"
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 )
 
 func TestProcAddr(t *testing.T) {

@@ -19,7 +19,7 @@ func m(kv ...string) map[string]string {
 }
 
 // TestQOSClass pins pkg/apis/core/v1/helper/qos ComputePodQOS (the cases
-// of services/admission's and nodeagent's former copies).
+// of the admission stage's and nodeagent's former copies).
 func TestQOSClass(t *testing.T) {
 	both := m("cpu", "1", "memory", "1Gi")
 	tests := []struct {

@@ -11,9 +11,9 @@
 // with 3 members, as raftstore has 3 replicas.
 //
 // It prints the load average at the start and the end: the machine is
-// shared, so compare ratios taken in one sitting, not absolutes.
+// shared, so compare ratios of runs taken together, not absolutes.
 //
-// Figures of one sitting (2 vCPUs shared with other builds; medians of 3
+// Figures of one run (2 vCPUs shared with other builds; medians of 3
 // runs of 5 s), raft-wal log (one fsync per append batch):
 //
 //	load 2.96 at start, 2.74 at end
@@ -57,6 +57,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -143,7 +144,7 @@ func main() {
 }
 
 // loadAvg is the machine's load average from /proc/loadavg: the figures
-// are only comparable within one sitting at a similar load.
+// are only comparable between runs taken together at a similar load.
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
@@ -268,6 +269,9 @@ func startRaftstore(ctx context.Context, dir string, noSync bool) (*raftstoreTar
 		r.conns = append(r.conns, nc)
 		cfg := raftstore.DefaultConfig()
 		cfg.ID, cfg.RaftAddr, cfg.Bootstrap, cfg.Conn = peers[i].ID, peers[i].Address, peers, nc
+		if cfg.TLS, err = raftstoretest.EphemeralPeerTLS(); err != nil {
+			return nil, err
+		}
 		cfg.DataDir = filepath.Join(dir, peers[i].ID)
 		cfg.LogOutput = io.Discard
 		cfg.NoSync = noSync

@@ -1,7 +1,10 @@
 // Package apiserver is podflow's Kubernetes REST front door: an HTTPS
-// server, run inside each api stage replica, that speaks enough of the
-// Kubernetes API for the stock kubectl (1.32) and client-go to work
-// unchanged.
+// server, run in each api process beside its api stage replica
+// (FrontDoor), that speaks enough of the Kubernetes API for the stock
+// kubectl (1.32) and client-go to work unchanged. Beside it in the same
+// process run the node relays (NodeRelays: exec, attach, port-forward,
+// logs and metrics, to the nodes over NATS) and the node agents' token
+// signer (NodeTokens).
 //
 // What it serves:
 //
@@ -27,6 +30,18 @@
 //     read-only view of the EndpointSlices), selfsubjectaccessreviews
 //     (kubectl auth can-i), selfsubjectrulesreviews (kubectl auth can-i
 //     --list) and selfsubjectreviews (kubectl auth whoami).
+//   - Generic kinds (services/objects' kinds registered as data: apps/v1,
+//     batch/v1, policy/v1, admissionregistration, apiextensions, networking,
+//     storage, certificates, flowcontrol, coordination, node and core's
+//     ReplicationController, PodTemplate, ResourceQuota,
+//     PersistentVolume(Claim)): the same verbs, their status subresource
+//     (the kind's StatusStrategy in the api stage), scale (autoscaling/v1
+//     Scale of deployments, replicasets, statefulsets and
+//     replicationcontrollers: scale.go) and a CSR's approval; tables with
+//     kube-apiserver's columns (Config.Printer).
+//   - Kubernetes protobuf request bodies for every built-in kind, and
+//     protobuf answers (objects, lists, Scale) to clients that prefer them
+//     (protobuf.go); watches and errors are JSON.
 //   - metrics.k8s.io/v1beta1 pods and nodes (kubectl top), get and list,
 //     read from the nodes on each request through a MetricsBackend
 //     (services/podmetrics); a node that does not answer is left out.
@@ -74,7 +89,10 @@
 //   - Requests in flight: MaxInFlight read-only, MaxMutatingInFlight
 //     mutating, MaxWatches watches (429 with Retry-After past each). A
 //     watch is a GET with watch=true or watch=1; the parameter on any
-//     other method does not move a request out of its class.
+//     other method does not move a request out of its class. Inside the
+//     mutating and long-running pools each user has seats of its own
+//     (MaxMutatingPerUser, MaxWatchesPerUser; system:masters and
+//     system:nodes exempt: fairness.go), so one user cannot take a pool.
 //   - A watch from a resourceVersion the store has not reached waits
 //     TooLargeResourceVersionWait, then gets 504 Timeout "Too large
 //     resource version: X, current: Y" with retryAfterSeconds 1.
@@ -96,13 +114,10 @@
 //  3. Stop the server by cancelling the context given to Run or Serve; it
 //     ends watches and waits up to 5s for requests in flight.
 //
-// Example (what the api stage does):
+// Example (what the api process does, see ops's roles.APIProcess):
 //
 //	cfg := apiserver.DefaultConfig()
 //	cfg.Addr, cfg.CertFile, cfg.KeyFile, cfg.ClientCAFile = "127.0.0.1:6443", "apiserver.crt", "apiserver.key", "ca.crt"
-//	srv, err := apiserver.New(cfg, stage, store, log)
-//	if err != nil {
-//		return err
-//	}
-//	g.Go(func() error { return srv.Run(ctx) })
+//	fd := apiserver.FrontDoor{Config: cfg, Backend: apiStage, Store: store, NATS: nc, Tokens: tokens, Log: log}
+//	h := stage.Compose(apiStage, fd) // fd starts after the stage, on its errgroup
 package apiserver

@@ -24,15 +24,18 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
-	"github.com/podflow/podflow/services/admission"
-	"github.com/podflow/podflow/services/api"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/apiserver/pki"
 	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/persistence"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stages/admission"
+	"github.com/podflow/podflow/services/stages/api"
+	"github.com/podflow/podflow/services/stages/namespace"
+	"github.com/podflow/podflow/services/stages/persistence"
 )
 
 // Tokens of the static token file every test system has.
@@ -99,6 +102,7 @@ func startSystem(t testing.TB, o options) *system {
 		scfg.NoSync = !o.fsync
 		scfg.ID, scfg.RaftAddr, scfg.DataDir, scfg.Bootstrap = p.ID, p.Address, filepath.Join(dir, p.ID), peers
 		scfg.RaftListener = ls[i]
+		scfg.TLS = raftstoretest.PeerTLS(t)
 		if o.history > 0 {
 			scfg.HistoryRevisions = o.history
 		}
@@ -186,13 +190,7 @@ func startSystem(t testing.TB, o options) *system {
 			}
 		}()
 	}
-	run(pipeline.API, func(env stage.Env) (stage.Handler, error) {
-		cfg := api.DefaultConfig()
-		cfg.TokenFile = filepath.Join(dir, "tokens.csv")
-		cfg.ServiceAccountKeyFile = filepath.Join(dir, "sa.key") // the TokenRequest API
-		cfg.HTTPS = &hc
-		return api.New(env, cfg)
-	})
+	run(pipeline.API, func(env stage.Env) (stage.Handler, error) { return apiProcess(env, dir, hc) })
 	run(pipeline.Admission, func(env stage.Env) (stage.Handler, error) {
 		return admission.NewStage(env, admission.DefaultConfig())
 	})
@@ -345,4 +343,41 @@ func path(tree map[string]any, p string) any {
 func podJSON(name string, extra string) string {
 	return fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"labels":{"app":"web"}},
 "spec":{"containers":[{"name":"c","image":"nginx"%s}]}}`, name, extra)
+}
+
+// apiProcess is the api process as `podflow stage api` composes it
+// (ops/processes/roles.APIProcess): the api stage, the namespace controller, the
+// node token signer and the HTTPS front door hc.
+func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, error) {
+	tokens, err := auth.LoadBoundTokens(filepath.Join(dir, "sa.key")) // the TokenRequest API
+	if err != nil {
+		return nil, err
+	}
+	cfg := api.DefaultConfig()
+	cfg.TokenFile = filepath.Join(dir, "tokens.csv")
+	cfg.Authn.BoundTokens = tokens
+	nc := namespace.DefaultConfig()
+	if nc.ServiceIPs, err = ipalloc.New(cfg.Services); err != nil {
+		return nil, err
+	}
+	ns, err := namespace.New(env, nc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.NamespaceDeleted = ns.Enqueue
+	var s *api.Stage
+	reg, err := registry.New(registry.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) }})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Registry = reg
+	if hc.Printer == nil {
+		hc.Printer = reg
+	}
+	if s, err = api.New(env, cfg); err != nil {
+		return nil, err
+	}
+	return stage.Compose(s, ns,
+		&apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: tokens, Workers: cfg.Workers, Log: env.Log},
+		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Log: env.Log}), nil
 }

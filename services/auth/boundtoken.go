@@ -255,3 +255,21 @@ func LoadOrCreateSigningKey(path string) (*ecdsa.PrivateKey, error) {
 	}
 	return key, nil
 }
+
+// ServiceAccountIssuer is the iss (and default audience) of bound
+// ServiceAccount tokens, kube-apiserver's default
+// --service-account-issuer.
+const ServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+
+// LoadBoundTokens returns the BoundTokens of the ECDSA key at path
+// (LoadOrCreateSigningKey: created if missing; every api replica must
+// share it), issued by ServiceAccountIssuer. They sign bound
+// ServiceAccount tokens (the TokenRequest API, `kubectl create token`,
+// projected volumes) and authenticate them.
+func LoadBoundTokens(path string) (*BoundTokens, error) {
+	key, err := LoadOrCreateSigningKey(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	return NewBoundTokens(key, ServiceAccountIssuer, nil)
+}

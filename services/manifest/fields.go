@@ -58,33 +58,37 @@ type refusal struct {
 // root) that prove the field is honoured. TestHonouredFieldsNameTheirTests
 // checks that each file exists.
 const (
-	testRoundTrip   = "services/manifest/manifest_test.go services/api/api_test.go"
-	testSchema      = "services/admission/validate_test.go services/admission/mutate_test.go"
+	testRoundTrip   = "services/manifest/manifest_test.go services/stages/api/api_test.go"
+	testSchema      = "services/stages/admission/validate_test.go services/stages/admission/mutate_test.go"
 	testEnv         = "nodeagent/env_test.go nodeagent/linux/fidelity_test.go"
 	testHooks       = "nodeagent/hooks_test.go nodeagent/linux/fidelity_test.go"
 	testSidecar     = "nodeagent/sidecar_test.go"
 	testProbes      = "nodeagent/agent_test.go nodeagent/linux/agent_test.go nodeagent/linux/grpcprobe_internal_test.go nodeagent/linux/grpcprobe_kernel_test.go"
 	testPullSecrets = "nodeagent/pullsecrets_test.go nodeagent/linux/image/keyring_test.go nodeagent/linux/pullsecret_kernel_test.go services/pipeline/nodegraph_test.go"
-	testSecurity    = "nodeagent/linux/security_internal_test.go nodeagent/linux/security_kernel_test.go nodeagent/linux/hostns_kernel_test.go nodeagent/linux/sysctl_kernel_test.go services/admission/podsecurity_test.go"
+	testSecurity    = "nodeagent/linux/security_internal_test.go nodeagent/linux/security_kernel_test.go nodeagent/linux/hostns_kernel_test.go nodeagent/linux/sysctl_kernel_test.go services/stages/admission/podsecurity_test.go"
 	testVolumes     = "nodeagent/agent_test.go nodeagent/linux/runtime_test.go nodeagent/linux/subpath_kernel_test.go"
 	testDownwardAPI = "nodeagent/volumes_internal_test.go nodeagent/linux/atomicwriter_internal_test.go nodeagent/linux/downwardapi_kernel_test.go"
-	testVolumeModes = "services/admission/mutate_test.go services/apiserver/volumemode_test.go nodeagent/linux/volumesize_kernel_test.go"
+	testVolumeModes = "services/stages/admission/mutate_test.go services/apiserver/volumemode_test.go nodeagent/linux/volumesize_kernel_test.go"
 	testEmptyDir    = "nodeagent/emptydir_internal_test.go nodeagent/emptydir_test.go nodeagent/linux/emptydir_kernel_test.go"
 	testProjected   = "nodeagent/projected_internal_test.go nodeagent/propagate_test.go nodeagent/linux/projected_kernel_test.go services/manifest/fields_test.go"
-	testSAToken     = "nodeagent/satoken_test.go nodeagent/satoken_internal_test.go services/apiserver/nodetoken_test.go services/api/nodetoken_test.go services/pipeline/access_token_test.go services/admission/validate_volumes_test.go ops/nodewire/satoken_test.go"
-	testScheduler   = "services/scheduler/filters_test.go services/scheduler/allocation_test.go"
-	testSpread      = "services/scheduler/podtopologyspread_test.go services/admission/validate_scheduling_test.go"
-	testAffinity    = "services/scheduler/interpodaffinity_test.go services/admission/validate_scheduling_test.go"
-	testGates       = "services/scheduler/gates_test.go services/apiserver/gates_test.go"
-	testPriority    = "services/admission/priority_test.go services/scheduler/queue_test.go"
-	testPreemption  = "services/admission/priority_test.go services/scheduler/preemption_test.go"
-	testDNS         = "nodeagent/linux/dns/dns_test.go ops/e2e/linux_services_test.go services/admission/validate_test.go"
+	testSAToken     = "nodeagent/satoken_test.go nodeagent/satoken_internal_test.go services/apiserver/nodetoken_test.go services/apiserver/nodetoken_internal_test.go services/pipeline/access_token_test.go services/stages/admission/validate_volumes_test.go ops/processes/nodewire/satoken_test.go"
+	testScheduler   = "services/stages/scheduler/filters_test.go services/stages/scheduler/cache/allocation_test.go"
+	testSpread      = "services/stages/scheduler/podtopologyspread_test.go services/stages/admission/validate_scheduling_test.go"
+	testAffinity    = "services/stages/scheduler/interpodaffinity_test.go services/stages/admission/validate_scheduling_test.go"
+	testGates       = "services/stages/scheduler/gates_test.go services/apiserver/gates_test.go"
+	testPriority    = "services/stages/admission/priority_test.go services/stages/scheduler/queue_test.go"
+	testPreemption  = "services/stages/admission/priority_test.go services/stages/scheduler/preemption_test.go"
+	testDNS         = "nodeagent/linux/dns/dns_test.go ops/e2e/linux_services_test.go services/stages/admission/validate_test.go"
 	testRuntime     = "nodeagent/agent_test.go nodeagent/linux/fidelity_test.go"
 	testAttach      = "nodeagent/linux/container/attach_test.go services/manifest/fields_test.go ops/e2e/linux_kubectl_test.go"
-	testEphemeral   = "services/apiserver/ephemeral_test.go services/admission/validate_test.go"
+	testEphemeral   = "services/apiserver/ephemeral_test.go services/stages/admission/validate_test.go"
 	testTermination = "nodeagent/termination_test.go nodeagent/linux/termination_kernel_test.go"
-	testStatus      = "services/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
-	testHostPort    = "nodeagent/linux/network/hostports_test.go nodeagent/linux/hostports_test.go services/scheduler/filters_test.go ops/e2e/linux_services_test.go"
+	testStatus      = "services/stages/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
+	testSELinux     = "nodeagent/linux/selinux_internal_test.go services/podsecurity/podsecurity_test.go services/stages/admission/validate_test.go"
+	testHostname    = "nodeagent/linux/hosts_internal_test.go nodeagent/linux/hostname_kernel_test.go services/stages/admission/validate_test.go"
+	testSubPathExpr = "nodeagent/subpathexpr_internal_test.go nodeagent/linux/subpath_kernel_test.go services/stages/admission/validate_test.go"
+	testServiceEnv  = "nodeagent/servicelinks_internal_test.go nodeagent/servicelinks_test.go"
+	testHostPort    = "nodeagent/linux/network/hostports_test.go nodeagent/linux/hostports_test.go services/stages/scheduler/filters_test.go ops/e2e/linux_nodeport_test.go"
 )
 
 // containerHonoured and containerRefused are relative to a container; they
@@ -118,7 +122,7 @@ var containerHonoured = map[string]string{
 	"env[*].valueFrom.configMapKeyRef":         testEnv,
 	"env[*].valueFrom.secretKeyRef":            testEnv,
 	"env[*].valueFrom.fieldRef.fieldPath":      testEnv,
-	"env[*].valueFrom.resourceFieldRef":        testEnv + " services/admission/validate_env_test.go services/apiserver/envvalue_test.go",
+	"env[*].valueFrom.resourceFieldRef":        testEnv + " services/stages/admission/validate_env_test.go services/apiserver/envvalue_test.go",
 	"envFrom":                                  testEnv,
 	"resources.limits":                         testScheduler,
 	"resources.requests":                       testScheduler,
@@ -138,6 +142,8 @@ var containerHonoured = map[string]string{
 	"securityContext.runAsNonRoot":             testSecurity,
 	"securityContext.runAsUser":                testSecurity,
 	"securityContext.seccompProfile":           testSecurity,
+	"securityContext.seLinuxOptions":           testSELinux,
+	"volumeMounts[*].subPathExpr":              testSubPathExpr,
 }
 
 var containerRefused = map[string]refusal{
@@ -148,12 +154,10 @@ var containerRefused = map[string]refusal{
 	"resources.claims":                     {what: "dynamic resource allocation (resources.claims)"},
 	"restartPolicyRules":                   {what: "container restart rules (restartPolicyRules)"},
 	"securityContext.appArmorProfile":      {what: "AppArmor profiles"},
-	"securityContext.seLinuxOptions":       {what: "SELinux options"},
 	"securityContext.windowsOptions":       {what: "Windows containers"},
 	"volumeDevices":                        {what: "raw block devices (volumeDevices)"},
 	"volumeMounts[*].mountPropagation":     {what: "mount propagation", allow: []string{"None"}},
 	"volumeMounts[*].recursiveReadOnly":    {what: "recursive read-only mounts", allow: []string{"Disabled"}},
-	"volumeMounts[*].subPathExpr":          {what: "subPathExpr"},
 	"volumeMounts[*].bindMountOptions":     {what: "bind mount options"},
 }
 
@@ -172,7 +176,7 @@ var podHonoured = map[string]string{
 	"metadata":                                                                     testRoundTrip,
 	"status":                                                                       testStatus,
 	"spec.volumes":                                                                 testVolumes,
-	"spec.imagePullSecrets":                                                        testPullSecrets + " services/admission/mutate_test.go services/apiserver/sapullsecrets_test.go",
+	"spec.imagePullSecrets":                                                        testPullSecrets + " services/stages/admission/mutate_test.go services/apiserver/sapullsecrets_test.go",
 	"spec.volumes[*].name":                                                         testVolumes,
 	"spec.volumes[*].configMap.name":                                               testVolumes,
 	"spec.volumes[*].configMap.items":                                              testVolumes,
@@ -209,7 +213,7 @@ var podHonoured = map[string]string{
 	"spec.initContainers":                                                          testSidecar,
 	"spec.restartPolicy":                                                           testRuntime,
 	"spec.terminationGracePeriodSeconds":                                           testRuntime,
-	"spec.activeDeadlineSeconds":                                                   "nodeagent/deadline_test.go services/status/once_test.go ops/nodewire/deadline_test.go",
+	"spec.activeDeadlineSeconds":                                                   "nodeagent/deadline_test.go services/stages/status/once_test.go ops/processes/nodewire/deadline_test.go",
 	"spec.nodeSelector":                                                            testScheduler,
 	"spec.nodeName":                                                                testScheduler,
 	"spec.affinity.nodeAffinity":                                                   testScheduler,
@@ -237,6 +241,12 @@ var podHonoured = map[string]string{
 	"spec.securityContext.seccompProfile":                                          testSecurity,
 	"spec.securityContext.supplementalGroups":                                      testSecurity,
 	"spec.securityContext.sysctls":                                                 testSecurity,
+	"spec.securityContext.seLinuxOptions":                                          testSELinux,
+	"spec.securityContext.seLinuxChangePolicy":                                     testSELinux,
+	"spec.hostname":                                                                testHostname,
+	"spec.subdomain":                                                               testHostname,
+	"spec.hostAliases":                                                             testHostname,
+	"spec.enableServiceLinks":                                                      testServiceEnv,
 }
 
 // podRefused is the refused list, container and probe fields expanded by
@@ -245,11 +255,8 @@ var podRefused = map[string]refusal{
 	"metadata.selfLink": {what: "selfLink"},
 
 	"spec.automountServiceAccountToken": {what: "mounting ServiceAccount tokens into containers", allow: []string{"false"}},
-	"spec.enableServiceLinks":           {what: "Service environment variables (enableServiceLinks)", allow: []string{"false"}},
 	"spec.evictionResponders":           {what: "eviction responders"},
-	"spec.hostAliases":                  {what: "hostAliases"},
 	"spec.hostUsers":                    {what: "user namespaces (hostUsers: false)", allow: []string{"true"}},
-	"spec.hostname":                     {what: "spec.hostname: a container's hostname is the pod's name"},
 	"spec.hostnameOverride":             {what: "hostnameOverride"},
 	"spec.os.name":                      {what: "operating systems other than linux", allow: []string{"linux"}},
 	"spec.overhead":                     {what: "pod overhead (RuntimeClass)"},
@@ -260,11 +267,8 @@ var podRefused = map[string]refusal{
 	"spec.schedulingGroup":              {what: "scheduling groups"},
 	"spec.serviceAccount":               {what: "the deprecated spec.serviceAccount: use serviceAccountName"},
 	"spec.setHostnameAsFQDN":            {what: "setHostnameAsFQDN", allow: []string{"false"}},
-	"spec.subdomain":                    {what: "subdomains"},
 
 	"spec.securityContext.appArmorProfile":          {what: "AppArmor profiles"},
-	"spec.securityContext.seLinuxChangePolicy":      {what: "SELinux"},
-	"spec.securityContext.seLinuxOptions":           {what: "SELinux options"},
 	"spec.securityContext.supplementalGroupsPolicy": {what: "supplementalGroupsPolicy other than Merge", allow: []string{"Merge"}},
 	"spec.securityContext.windowsOptions":           {what: "Windows pods"},
 

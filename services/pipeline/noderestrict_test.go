@@ -14,12 +14,12 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
-	"github.com/podflow/podflow/services/namespace"
+	"github.com/podflow/podflow/services/nslifecycle"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/objects/objectstest"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
-	"github.com/podflow/podflow/services/status"
+	"github.com/podflow/podflow/services/stages/status"
 )
 
 // stageEnv connects as name with name's stage role and returns the Env of
@@ -31,7 +31,7 @@ func stageEnv(t *testing.T, srv *bus.Embedded, name, replica string) (*bus.Conn,
 	// Namespace default, as `podflow up` creates it (content in a missing
 	// namespace is refused).
 	ns := &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: "default", Uid: "ns-default"}}
-	namespace.PrepareForCreate(ns)
+	nslifecycle.PrepareForCreate(ns)
 	if _, err := env.Store.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}

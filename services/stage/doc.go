@@ -12,7 +12,7 @@
 // unit test on stagetest's recording Publisher and objectstest's
 // in-memory store, and in production on NATS JetStream and raftstore:
 //
-//	// production (ops/roles)
+//	// production (ops/processes/roles)
 //	env := stage.NewEnv(conn, objects.New(storeClient), "persistence", replica, log)
 //	err := stage.Run(ctx, conn, env, persistence.New(env), stage.Config{Runner: rc})
 //

@@ -27,7 +27,7 @@
 //  1. calls Sync with every Service and EndpointSlice it knows, whenever
 //     one changes (safe from any goroutine; queries see the old or the new
 //     records, never a mix) — the Linux node agent feeds it from the same
-//     watch as its proxy (ops/nodewire.Syncers);
+//     watch as its proxy (ops/processes/nodewire.Syncers);
 //
 //  2. calls Start, and Close on shutdown (it closes the listeners). The
 //     node agent listens on its bridge's gateway, port 53, with

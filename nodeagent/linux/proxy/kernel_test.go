@@ -280,7 +280,7 @@ func TestKernelFigures(t *testing.T) {
 				if _, err := n.ask(client, addr); err != nil {
 					t.Fatalf("ask %s: %v", addr, err)
 				}
-				if i > 0 { // round 0 warms up
+				if i > 0 { // the first pass warms up
 					counts[addr]++
 				}
 			}

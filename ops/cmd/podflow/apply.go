@@ -3,17 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/podrules"
-	"github.com/podflow/podflow/services/manifest"
-	"github.com/podflow/podflow/services/objects"
 )
 
 func init() { register(newApplyCmd); register(newPublishCmd) }
@@ -51,28 +45,6 @@ func (o *clientOptions) session(ctx context.Context) (*client.Session, string, e
 	return sess, sess.Token(o.token), nil
 }
 
-func readManifest(path string) ([]manifest.Object, error) {
-	var data []byte
-	var err error
-	if path == "-" {
-		data, err = io.ReadAll(io.LimitReader(os.Stdin, int64(manifest.DefaultConfig().MaxBytes)+1))
-	} else {
-		data, err = os.ReadFile(path)
-	}
-	if err != nil {
-		return nil, err
-	}
-	objs, err := manifest.Decode(data)
-	if name, errs, ok := manifest.RefusedFields(err); ok {
-		// As kubectl shows the API server's 422 for it.
-		return nil, fmt.Errorf("error validating %q: The Pod %q is invalid: %v: %w", path, name, errs.ToAggregate(), manifest.ErrUnsupportedField)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error validating %q: %w", path, err)
-	}
-	return objs, nil
-}
-
 func newApplyCmd() *cobra.Command {
 	o := &clientOptions{}
 	var files []string
@@ -93,50 +65,10 @@ authentication and RBAC. Multi-document YAML and "-" for stdin work.`,
 				return err
 			}
 			defer sess.Close()
-			return applyFiles(ctx, sess, files, token, o.namespace, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return sess.ApplyFiles(ctx, files, token, o.namespace, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	o.flags(cmd)
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file (or - for stdin); repeatable")
 	return cmd
 }
-
-// applyFiles applies every object of every file, going on after a failed
-// object as kubectl does, and fails at the end if any did.
-func applyFiles(ctx context.Context, sess *client.Session, files []string, token, namespace string, out, errOut io.Writer) error {
-	failed := 0
-	for _, f := range files {
-		objs, err := readManifest(f)
-		if err != nil {
-			return err
-		}
-		for _, mo := range objs {
-			for _, w := range mo.Warnings {
-				fmt.Fprintf(errOut, "Warning: %s\n", w)
-			}
-			obj, ok := mo.Message.(objects.Object)
-			if !ok {
-				return fmt.Errorf("%s is not a stored kind", mo.Kind)
-			}
-			if namespace != "" {
-				objects.Meta(obj).Namespace = namespace
-			}
-			verb, err := applyObject(ctx, sess, obj, token)
-			if err != nil {
-				fmt.Fprintln(errOut, err)
-				failed++
-				continue
-			}
-			fmt.Fprintf(out, "%s/%s %s\n", strings.ToLower(mo.Kind), obj.GetMetadata().GetName(), verb)
-		}
-	}
-	if failed > 0 {
-		return silentError{fmt.Errorf("%d object(s) failed", failed)}
-	}
-	return nil
-}
-
-// silentError has been reported already; main prints nothing more.
-type silentError struct{ error }
-
-func (silentError) Silent() bool { return true }

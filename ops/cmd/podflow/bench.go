@@ -1,42 +1,40 @@
 package main
 
 import (
-	"cmp"
-	"context"
-	"fmt"
-	"io"
-	"os"
-	"runtime/pprof"
-	"slices"
-	"strings"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/proto"
+	"github.com/spf13/pflag"
 
-	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/scheduler"
-	"github.com/podflow/podflow/services/scheduler/schedtest"
+	"github.com/podflow/podflow/ops/bench"
+	"github.com/podflow/podflow/services/pipeline"
 )
 
-func init() { registerBench(newBenchSchedulerCmd) }
+// benchCommands are the `podflow bench` subcommands, registered by their
+// own files with registerBench.
+var benchCommands []func() *cobra.Command
 
-type benchSchedulerOptions struct {
-	nodes, pods, replicas, storeReplicas   int
-	nodeCPU, nodeMemory, podCPU, podMemory string
-	nodePods, concurrency                  int
-	shape                                  string
-	initPods                               int
-	noSync                                 bool
-	cpuProfile                             string
-	timeout                                time.Duration
+func registerBench(f func() *cobra.Command) { benchCommands = append(benchCommands, f) }
+
+func init() {
+	registerBench(newBenchSchedulerCmd)
+	registerBench(newBenchPipelineCmd)
+	registerBench(newBenchScaleCmd)
+	register(func() *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "bench",
+			Short: "Benchmarks: medians and percentiles, never pass/fail",
+		}
+		for _, f := range benchCommands {
+			cmd.AddCommand(f())
+		}
+		return cmd
+	})
 }
 
 // newBenchSchedulerCmd is `podflow bench scheduler`.
 func newBenchSchedulerCmd() *cobra.Command {
-	o := &benchSchedulerOptions{}
+	o := &bench.SchedulerOptions{}
 	cmd := &cobra.Command{
 		Use:   "scheduler",
 		Short: "Pods/s scheduled and bound by R scheduler replicas, with filter, score and bind times",
@@ -72,370 +70,104 @@ SchedulingBasic by default (nodes of 4 cpu, 32Gi, 110 pods; pods of 100m,
 Finally it checks that no pod was bound twice and no node overcommitted, and
 the topology rules and preemption invariants, from the store's history.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBenchScheduler(cmd.Context(), o, cmd.OutOrStdout())
+			return bench.RunScheduler(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.nodes, "nodes", 5000, "nodes")
-	f.IntVar(&o.pods, "pods", 10000, "pods")
-	f.IntVar(&o.replicas, "replicas", 1, "scheduler replicas")
-	f.IntVar(&o.storeReplicas, "store-replicas", 3, "raftstore replicas")
-	f.StringVar(&o.nodeCPU, "node-cpu", "4", "allocatable cpu of each node")
-	f.StringVar(&o.nodeMemory, "node-memory", "32Gi", "allocatable memory of each node")
-	f.IntVar(&o.nodePods, "node-pods", 110, "allocatable pod count of each node")
-	f.StringVar(&o.podCPU, "pod-cpu", "100m", "cpu request of each pod")
-	f.StringVar(&o.podMemory, "pod-memory", "500Mi", "memory request of each pod")
-	f.IntVar(&o.concurrency, "concurrency", 0, "handlers in flight per replica (default: the stage's, 64)")
-	f.BoolVar(&o.noSync, "store-nosync", false, "do not fsync the raft log (a throwaway store)")
-	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
-	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
-	f.StringVar(&o.shape, "shape", "basic", "scheduler_perf shape: basic, topology-spreading, anti-affinity or preemption")
-	f.IntVar(&o.initPods, "init-pods", -1, "pods scheduled before the measured ones (default: the shape's)")
+	f.IntVar(&o.Nodes, "nodes", 5000, "nodes")
+	f.IntVar(&o.Pods, "pods", 10000, "pods")
+	f.IntVar(&o.Replicas, "scheduler-replicas", 1, "scheduler replicas")
+	deprecatedAlias(f, "replicas", "scheduler-replicas", func(f *pflag.FlagSet) { f.IntVar(&o.Replicas, "replicas", 1, "") })
+	f.IntVar(&o.StoreReplicas, "store-replicas", 3, "raftstore replicas")
+	f.StringVar(&o.NodeCPU, "node-cpu", "4", "allocatable cpu of each node")
+	f.StringVar(&o.NodeMemory, "node-memory", "32Gi", "allocatable memory of each node")
+	f.IntVar(&o.NodePods, "node-pods", 110, "allocatable pod count of each node")
+	f.StringVar(&o.PodCPU, "pod-cpu", "100m", "cpu request of each pod")
+	f.StringVar(&o.PodMemory, "pod-memory", "500Mi", "memory request of each pod")
+	f.IntVar(&o.Concurrency, "concurrency", 0, "handlers in flight per replica (default: the stage's, 64)")
+	f.BoolVar(&o.NoSync, "store-nosync", false, "do not fsync the raft log (a throwaway store)")
+	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
+	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long")
+	f.StringVar(&o.Shape, "shape", "basic", "scheduler_perf shape: basic, topology-spreading, anti-affinity or preemption")
+	f.IntVar(&o.InitPods, "init-pods", -1, "pods scheduled before the measured ones (default: the shape's)")
 	return cmd
 }
 
-func runBenchScheduler(ctx context.Context, o *benchSchedulerOptions, out io.Writer) error {
-	if o.nodes < 1 || o.pods < 1 || o.replicas < 1 || o.storeReplicas < 1 {
-		return fmt.Errorf("bench scheduler: --nodes, --pods, --replicas and --store-replicas must be positive")
+// newBenchPipelineCmd is `podflow bench pipeline`.
+func newBenchPipelineCmd() *cobra.Command {
+	o := &bench.PipelineOptions{}
+	cmd := &cobra.Command{
+		Use:   "pipeline",
+		Short: "End-to-end pods/s and PodRequested→Running latency, with the time spent per stage",
+		Long: `Offer a steady load of PodRequested events (--rate per second, --pods in all)
+to a podflow system with simulated nodes and report the throughput, the
+PodRequested→Running latency (p50, p99) and, per stage, the time events
+waited in the stream and the time the stage spent handling them — all
+rebuilt from the JetStream stream alone. It ends with the cost per pod,
+counted by the system itself: the CPU time of every process (from
+/proc/<pid>/stat of the processes in children.json, and up's), the
+JetStream messages stored, deliveries and acks (the NATS server's stream
+and consumer counters), the store requests, raft log entries and fsyncs and
+the watch events delivered (each store replica's status counters), from
+the first request until every consumer has drained. Without --config it starts its own
+` + "`podflow up`" + ` in a temporary directory (3 store replicas, --nodes simulated nodes)
+and stops it afterwards.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.RunPipeline(cmd.Context(), o, cmd.OutOrStdout())
+		},
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	dir, err := os.MkdirTemp("", "podflow-bench-scheduler-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	cfg := schedtest.DefaultConfig(dir)
-	cfg.StoreReplicas, cfg.StoreNoSync, cfg.Concurrency = o.storeReplicas, o.noSync, o.concurrency
-	sync := "fsync"
-	if o.noSync {
-		sync = "no fsync"
-	}
-	nodes, initPods, pods, err := benchShape(o)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "bench scheduler: shape %s, %d nodes, %d init pods, %d pods, %d scheduler replica(s), %d store replicas (%s); load average %s\n",
-		o.shape, o.nodes, len(initPods), o.pods, o.replicas, o.storeReplicas, sync, loadAverage())
-
-	start := time.Now()
-	env, err := schedtest.Start(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer env.Close()
-	start = time.Now()
-	if err := env.CreateNodes(ctx, nodes); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "  setup: %d nodes written in %s\n", o.nodes, time.Since(start).Round(time.Millisecond))
-	start = time.Now()
-	if err := env.CreatePods(ctx, append(append([]*corev1.Pod(nil), initPods...), pods...)); err != nil {
-		return err
-	}
-	took := time.Since(start)
-	fmt.Fprintf(out, "  setup: %d pods written in %s (%.0f creates/s)\n", o.pods, took.Round(time.Millisecond), float64(o.pods)/took.Seconds())
-	var replicas []*schedtest.Replica
-	var regs []*prometheus.Registry // by replica: the stage's metrics
-	for i := range o.replicas {
-		r, err := env.StartReplica(ctx, fmt.Sprintf("scheduler-%d", i))
-		if err != nil {
-			return err
-		}
-		replicas = append(replicas, r)
-		reg := prometheus.NewRegistry()
-		if err := r.Stage.RegisterMetrics(reg); err != nil {
-			return err
-		}
-		regs = append(regs, reg)
-	}
-	if o.shape == "preemption" {
-		fin, err := env.StartFinalizer(ctx)
-		if err != nil {
-			return err
-		}
-		defer fin.Stop()
-	}
-	if len(initPods) > 0 {
-		start = time.Now()
-		if err := env.Publish(ctx, initPods); err != nil {
-			return err
-		}
-		if err := env.Scheduled.Wait(ctx, len(initPods)); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "  setup: %d init pods scheduled in %s\n", len(initPods), time.Since(start).Round(time.Millisecond))
-	}
-
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	times0, err := gatherCycleTimes(regs)
-	if err != nil {
-		return err
-	}
-	cpu0 := cpuTime()
-	start = time.Now()
-	if err := env.Publish(ctx, pods); err != nil {
-		return err
-	}
-	published := time.Since(start)
-	if err := env.Scheduled.Wait(ctx, len(initPods)+o.pods); err != nil {
-		return err
-	}
-	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
-	if o.cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
-	ph := env.Scheduled.Phases()
-	fmt.Fprintf(out, "  %d pods scheduled and bound in %s (PodPersisted published in %s)\n", o.pods, elapsed.Round(time.Millisecond), published.Round(time.Millisecond))
-	fmt.Fprintf(out, "  %.0f pods/s\n", float64(o.pods)/elapsed.Seconds())
-	if len(initPods) > 0 {
-		fmt.Fprintf(out, "  (the times below include the init pods')\n")
-	}
-	fmt.Fprintf(out, "  filter:      %s\n  score:       %s\n  bind commit: %s\n", ph.Filter, ph.Score, ph.Bind)
-	fmt.Fprintf(out, "  conflicts:   %d lost bind races, %d pods had any (max %d for one pod)\n", ph.Conflicts, ph.PodsWithConflicts, ph.MaxConflictsOfOnePod)
-	var per []string
-	for _, r := range replicas {
-		c := &r.Stage.Counters
-		per = append(per, fmt.Sprintf("%s %d bound/%d conflicts/%d errors", r.Name, c.Scheduled.Load(), c.Conflicts.Load(), c.Errors.Load()))
-	}
-	fmt.Fprintf(out, "  replicas:    %s\n", strings.Join(per, ", "))
-	fmt.Fprintf(out, "  cpu:         %.1fs of this process (bus, store and scheduler) over %.1fs: %.0f pods per cpu-second; load average %s\n",
-		cpu.Seconds(), elapsed.Seconds(), float64(o.pods)/cpu.Seconds(), loadAverage())
-	times1, err := gatherCycleTimes(regs)
-	if err != nil {
-		return err
-	}
-	printCycleTimes(out, times1.minus(times0), cpu)
-
-	start = time.Now()
-	rep, err := env.Verify(ctx)
-	if err != nil {
-		return err
-	}
-	if err := rep.Err(); err != nil {
-		return err
-	}
-	if want := len(initPods) + o.pods; rep.Binds != want || (o.shape != "preemption" && rep.Bound != want) {
-		return fmt.Errorf("bench scheduler: %d of %d pods bound, %d binds in the history", rep.Bound, want, rep.Binds)
-	}
-	fmt.Fprintf(out, "  invariants:  every pod bound once, no node overcommitted in %d allocation writes (checked in %s)\n",
-		rep.AllocationWrites, time.Since(start).Round(time.Millisecond))
-	return nil
+	configFlag(cmd, &o.Config)
+	f := cmd.Flags()
+	f.IntVar(&o.Pods, "pods", 2000, "pods to request in all")
+	f.IntVar(&o.Rate, "rate", 1000, "offered load, PodRequested events per second")
+	f.IntVar(&o.Nodes, "nodes", 50, "simulated nodes (when starting its own system)")
+	f.StringVar(&o.Replicas, "replicas", "", "stage replicas (when starting its own system), e.g. admission=2")
+	f.BoolVar(&o.Keep, "keep", false, "keep the temporary system's data directory")
+	f.StringVar(&o.CostJSON, "cost-json", "", "also write the cost table as JSON to this file")
+	f.StringVar(&o.Profiles, "profile-dir", "", "every process of the system it starts writes a CPU profile of its life into this directory (<role>-<pid>.pprof; 'go tool pprof -top FILE')")
+	return cmd
 }
 
-// benchShape returns the nodes, the init pods and the measured pods of
-// o's shape.
-func benchShape(o *benchSchedulerOptions) (nodes []*corev1.Node, initPods, pods []*corev1.Pod, err error) {
-	nodes = schedtest.Nodes(o.nodes, o.nodeCPU, o.nodeMemory, o.nodePods)
-	pods = schedtest.Pods(o.pods, o.podCPU, o.podMemory)
-	initN := func(def int) int {
-		if o.initPods >= 0 {
-			return o.initPods
-		}
-		return def
-	}
-	named := func(n int, cpu string) []*corev1.Pod {
-		out := make([]*corev1.Pod, n)
-		for i := range out {
-			out[i] = schedtest.Pod("bench", fmt.Sprintf("init-%05d", i), cpu, o.podMemory)
-		}
-		return out
-	}
-	labelled := func(ps []*corev1.Pod, k, v string) {
-		for _, p := range ps {
-			p.Metadata.Labels = map[string]string{k: v}
-		}
-	}
-	switch o.shape {
-	case "basic":
-		initPods = named(initN(0), o.podCPU)
-	case "topology-spreading":
-		for i, n := range nodes {
-			n.Metadata.Labels[scheduler.LabelTopologyZone] = fmt.Sprintf("moon-%d", i%3+1)
-		}
-		initPods = named(initN(o.nodes), o.podCPU)
-		labelled(pods, "color", "blue")
-		for _, p := range pods {
-			p.Spec.TopologySpreadConstraints = []*corev1.TopologySpreadConstraint{{
-				MaxSkew: 5, TopologyKey: scheduler.LabelTopologyZone, WhenUnsatisfiable: "DoNotSchedule",
-				LabelSelector: &corev1.LabelSelector{MatchLabels: map[string]string{"color": "blue"}},
-			}}
-		}
-	case "anti-affinity":
-		initPods = named(initN(o.nodes/5), o.podCPU)
-		for _, p := range append(append([]*corev1.Pod(nil), initPods...), pods...) {
-			p.Metadata.Labels = map[string]string{"color": "green"}
-			p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-				RequiredDuringSchedulingIgnoredDuringExecution: []*corev1.PodAffinityTerm{{
-					TopologyKey: scheduler.LabelHostname, LabelSelector: &corev1.LabelSelector{MatchLabels: map[string]string{"color": "green"}},
-				}},
-			}}
-		}
-	case "preemption":
-		initPods = named(initN(4*o.nodes), "900m")
-		for _, p := range initPods {
-			p.Spec.Priority = proto.Int32(10)
-		}
-		pods = make([]*corev1.Pod, o.pods)
-		for i := range pods {
-			pods[i] = schedtest.Pod("bench", fmt.Sprintf("pod-%05d", i), "3", o.podMemory)
-			pods[i].Spec.Priority = proto.Int32(100)
-		}
-	default:
-		return nil, nil, nil, fmt.Errorf("bench scheduler: unknown --shape %q (basic, topology-spreading, anti-affinity, preemption)", o.shape)
-	}
-	return nodes, initPods, pods, nil
-}
+// newBenchScaleCmd is `podflow bench scale`.
+func newBenchScaleCmd() *cobra.Command {
+	o := &bench.ScaleOptions{}
+	cmd := &cobra.Command{
+		Use:   "scale",
+		Short: "Pods/s with 1, 2, … replicas of one stage, each bounded to the same CPU, the rest held fixed",
+		Long: `Run the whole system (as ` + "`podflow bench pipeline`" + ` does: its own ` + "`podflow up`" + `
+with simulated nodes) once per replica count of --stage, alternating the
+counts for --runs rounds, and bound every replica of that stage to
+--stage-cpu CPUs in a cgroup of its own (podflow-bench-scale-<pid>/<replica>,
+cgroup v2 cpu.max or v1 cpu.cfs_quota_us; removed at the end, also on
+failure or interrupt). With one replica bounded the stage is the
+bottleneck; a second gets as much CPU again, so the table shows what
+adding a replica of the saturated stage buys when CPU is available.
 
-// cpuTime returns the user and system CPU time of this process.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// cycleTimes are the scheduler's own timings summed over the replicas'
-// registries: the sampled cycles' plugin times
-// (scheduler_plugin_execution_duration_seconds) by extension point and
-// plugin, and the attempts (scheduler_scheduling_attempt_duration_seconds:
-// the cycle and the bind) by result.
-type cycleTimes map[cycleKey]cycleTime
-
-type cycleKey struct{ point, name string } // point "attempt": name is the result
-
-type cycleTime struct {
-	count uint64
-	sum   float64 // seconds
-}
-
-// gatherCycleTimes reads the cycle times of regs.
-func gatherCycleTimes(regs []*prometheus.Registry) (cycleTimes, error) {
-	out := cycleTimes{}
-	for _, reg := range regs {
-		mfs, err := reg.Gather()
-		if err != nil {
-			return nil, err
-		}
-		for _, mf := range mfs {
-			var attempt bool
-			switch mf.GetName() {
-			case "scheduler_plugin_execution_duration_seconds":
-			case "scheduler_scheduling_attempt_duration_seconds":
-				attempt = true
-			default:
-				continue
+Per run: pods/s, the stage's CPU ms per pod (all its replicas, from
+/proc), the share of CFS periods its bound throttled, and its durable
+consumer's pending and ack pending sampled during the run (what
+` + "`podflow streams`" + ` shows); then the medians per replica count and every
+consumer's peak pending. Needs root and a cgroup cpu controller; skips
+otherwise.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Parse(); err != nil {
+				return err
 			}
-			for _, m := range mf.GetMetric() {
-				var k cycleKey
-				if attempt {
-					k.point = "attempt"
-				}
-				for _, l := range m.GetLabel() {
-					switch l.GetName() {
-					case "plugin", "result":
-						k.name = l.GetValue()
-					case "extension_point":
-						k.point = l.GetValue()
-					}
-				}
-				h := m.GetHistogram()
-				t := out[k]
-				t.count += h.GetSampleCount()
-				t.sum += h.GetSampleSum()
-				out[k] = t
-			}
-		}
+			return bench.RunScale(cmd.Context(), o, cmd.OutOrStdout())
+		},
 	}
-	return out, nil
-}
-
-// minus returns t less the earlier reading t0.
-func (t cycleTimes) minus(t0 cycleTimes) cycleTimes {
-	out := cycleTimes{}
-	for k, v := range t {
-		v.count -= t0[k].count
-		v.sum -= t0[k].sum
-		if v.count > 0 {
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// cyclePoints orders the extension points as a cycle runs them.
-var cyclePoints = []string{"PreFilter", "Filter", "PostFilter", "PreScore", "Score", "NormalizeScore"}
-
-// printCycleTimes prints where the measured phase's scheduling time went,
-// kube-scheduler's way: each plugin's mean time per sampled cycle at each
-// extension point and its share of all plugin time; then the plugin time
-// of every cycle, estimated from the sampled ones, against the process's
-// cpu, and the mean attempt (cycle and bind). The times are wall times
-// (as kube-scheduler's): on a loaded machine the means carry the time a
-// cycle was descheduled, so the share is an upper bound.
-func printCycleTimes(out io.Writer, t cycleTimes, cpu time.Duration) {
-	var total float64
-	var sampled uint64 // cycles: no plugin is observed twice in one
-	for k, v := range t {
-		if k.point != "attempt" {
-			total += v.sum
-			sampled = max(sampled, v.count)
-		}
-	}
-	if sampled == 0 || total <= 0 {
-		return
-	}
-	fmt.Fprintf(out, "  plugins:     %d sampled cycles (scheduler_plugin_execution_duration_seconds); mean per cycle the plugin ran, share of the plugins' time\n", sampled)
-	for _, point := range cyclePoints {
-		var keys []cycleKey
-		for k := range t {
-			if k.point == point {
-				keys = append(keys, k)
-			}
-		}
-		slices.SortFunc(keys, func(a, b cycleKey) int { return cmp.Compare(t[b].sum, t[a].sum) })
-		for _, k := range keys {
-			v := t[k]
-			fmt.Fprintf(out, "    %-15s %-32s %9s %5.1f%%\n", point, k.name,
-				time.Duration(v.sum/float64(v.count)*1e9).Round(10*time.Nanosecond), 100*v.sum/total)
-		}
-	}
-	var attempts uint64
-	var attemptSum float64
-	for k, v := range t {
-		if k.point == "attempt" {
-			attempts += v.count
-			attemptSum += v.sum
-		}
-	}
-	if attempts == 0 {
-		return
-	}
-	all := total * float64(attempts) / float64(sampled)
-	fmt.Fprintf(out, "  cycles:      plugins ~%.2fs over %d attempts (estimated from the sampled cycles; wall time, so with the time descheduled on a busy machine): %.1f%% of the process cpu; attempt (cycle and bind) mean %s\n",
-		all, attempts, 100*all/cpu.Seconds(), time.Duration(attemptSum/float64(attempts)*1e9).Round(time.Microsecond))
+	f := cmd.Flags()
+	f.StringVar(&o.Stage, "stage", pipeline.Scheduler, "the stage to scale")
+	f.StringVar(&o.Replicas, "replica-counts", "1,2", "replica counts of the stage to compare, e.g. 1,2,3")
+	deprecatedAlias(f, "replicas", "replica-counts", func(f *pflag.FlagSet) { f.StringVar(&o.Replicas, "replicas", "1,2", "") })
+	f.Float64Var(&o.StageCPU, "stage-cpu", 0.1, "CPUs each replica of the stage may use (its cgroup's CPU bound)")
+	f.IntVar(&o.Pods, "pods", 3000, "pods to request per run")
+	f.IntVar(&o.Rate, "rate", 1200, "offered load, PodRequested events per second")
+	f.IntVar(&o.Nodes, "nodes", 100, "simulated nodes")
+	f.IntVar(&o.Runs, "runs", 3, "runs of each replica count (alternating)")
+	f.StringVar(&o.JSONOut, "json", "", "also write every run as JSON to this file")
+	f.BoolVar(&o.Keep, "keep", false, "keep each run's data directory (its logs among them)")
+	f.StringVar(&o.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the cgroup hierarchies are mounted")
+	f.DurationVar(&o.Sample, "sample", 250*time.Millisecond, "how often the consumers are sampled during a run")
+	return cmd
 }

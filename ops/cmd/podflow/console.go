@@ -9,7 +9,7 @@ import (
 
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/console"
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 )
 
 func init() { register(newConsoleCmd) }

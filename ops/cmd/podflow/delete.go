@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
@@ -42,20 +43,20 @@ func newDeleteCmd() *cobra.Command {
 				if cmd.Flags().Changed("grace-period") {
 					req.GracePeriodSeconds = proto.Int64(grace)
 				}
-				if _, err := objectRequest(ctx, sess, req); err != nil {
+				if _, err := sess.ObjectRequest(ctx, req); err != nil {
 					fmt.Fprintln(cmd.ErrOrStderr(), err)
 					failed++
 					continue
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s %q deleted\n", strings.ToLower(kind.Name), name)
 				if wait && kind.Name == objects.Pods.Name {
-					if err := waitGone(ctx, sess, kind, ns, name); err != nil {
+					if err := sess.WaitGone(ctx, kind, ns, name); err != nil {
 						return err
 					}
 				}
 			}
 			if failed > 0 {
-				return silentError{fmt.Errorf("%d deletion(s) failed", failed)}
+				return client.SilentError{Err: fmt.Errorf("%d deletion(s) failed", failed)}
 			}
 			return nil
 		},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
@@ -58,16 +59,19 @@ func newEventsCmd() *cobra.Command {
 					list = append(list, e)
 				}
 			}
-			sortEvents(list)
+			client.SortEvents(list)
 			for _, e := range list {
 				sel = append(sel, e)
 			}
-			p := &printer{out: cmd.OutOrStdout(), allNamespaces: all, now: time.Now()}
+			p, err := client.NewPrinter(cmd.OutOrStdout(), "", all)
+			if err != nil {
+				return err
+			}
 			if len(sel) == 0 && !follow {
 				fmt.Fprintln(cmd.ErrOrStderr(), "No events found.")
 				return nil
 			}
-			if err := p.printTable(objects.Events, sel, true); err != nil {
+			if err := p.Print(objects.Events, sel, true, false); err != nil {
 				return err
 			}
 			if !follow {
@@ -86,8 +90,8 @@ func newEventsCmd() *cobra.Command {
 				if objects.Decode(ev.KV, e) != nil || !match(e) {
 					continue
 				}
-				p.now = time.Now()
-				if err := p.printTable(objects.Events, []objects.Object{e}, false); err != nil {
+				p.Now = time.Now()
+				if err := p.Print(objects.Events, []objects.Object{e}, false, false); err != nil {
 					return err
 				}
 			}

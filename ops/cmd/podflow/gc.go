@@ -10,7 +10,7 @@ import (
 // (tens of MB) and short-lived garbage from decoding and encoding events
 // is most of what it allocates, so letting the heap grow by 3× the live
 // heap between collections instead of 1× cuts them to about a third. At saturation (`podflow bench pipeline
-// --rate 1500`) it cut CPU per pod by ~10% (see README's cost section).
+// --rate 1500`) it cut CPU per pod by ~10% (see docs/benchmarks.md).
 const defaultGCPercent = 300
 
 // setGC applies defaultGCPercent when the environment sets no GOGC (an

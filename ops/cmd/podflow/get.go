@@ -1,21 +1,11 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"sort"
-	"strconv"
-	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/ops/client"
-	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/proto/podrules"
-	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -34,11 +24,11 @@ func newGetCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf(`the server doesn't have a resource type %q`, args[0])
 			}
-			p, err := newPrinter(cmd.OutOrStdout(), output, all && kind.Namespaced)
+			p, err := client.NewPrinter(cmd.OutOrStdout(), output, all && kind.Namespaced)
 			if err != nil {
 				return err
 			}
-			p.showManagedFields = showManagedFields
+			p.ShowManagedFields = showManagedFields
 			ctx := cmd.Context()
 			sess, _, err := o.session(ctx)
 			if err != nil {
@@ -49,81 +39,11 @@ func newGetCmd() *cobra.Command {
 			if all || !kind.Namespaced {
 				ns = ""
 			}
-			var objs []objects.Object
-			var rev int64
+			g := client.GetOptions{Kind: kind, Namespace: ns, Watch: watch, Printer: p}
 			if len(args) == 2 {
-				kv, err := sess.Store.Client().Get(ctx, kind.Key(ns, args[1]))
-				if errors.Is(err, raftstore.ErrNotFound) {
-					return notFound(kind, args[1])
-				}
-				if err != nil {
-					return err
-				}
-				obj := kind.New()
-				if err := objects.Decode(kv, obj); err != nil {
-					return err
-				}
-				objs, rev = []objects.Object{obj}, kv.ModRevision
-			} else {
-				kvs, r, err := sess.Store.Client().List(ctx, kind.Prefix(ns))
-				if err != nil {
-					return err
-				}
-				for _, kv := range kvs {
-					obj := kind.New()
-					if err := objects.Decode(kv, obj); err != nil {
-						return err
-					}
-					objs = append(objs, obj)
-				}
-				rev = r
+				g.Name = args[1]
 			}
-			if len(objs) == 0 && !watch && (p.format == outputTable || p.format == outputWide) {
-				if ns == "" {
-					fmt.Fprintf(cmd.ErrOrStderr(), "No resources found\n")
-				} else {
-					fmt.Fprintf(cmd.ErrOrStderr(), "No resources found in %s namespace.\n", ns)
-				}
-				return nil
-			}
-			// kubectl prints a List for a list, each object on its own
-			// for one named or while watching.
-			if err := p.print(kind, objs, true, len(args) == 1 && !watch); err != nil {
-				return err
-			}
-			if !watch {
-				return nil
-			}
-			prefix := kind.Prefix(ns)
-			if len(args) == 2 {
-				prefix = kind.Key(ns, args[1])
-			}
-			w, err := sess.Store.Client().Watch(ctx, prefix, rev)
-			if err != nil {
-				return err
-			}
-			defer w.Stop()
-			for ev := range w.Events() {
-				obj := kind.New()
-				if ev.Type == raftstore.EventDelete {
-					if err := objects.Decode(ev.KV, obj); err != nil {
-						continue
-					}
-				} else if err := objects.Decode(ev.KV, obj); err != nil {
-					continue
-				}
-				if len(args) == 2 && obj.GetMetadata().GetName() != args[1] {
-					continue
-				}
-				p.now = time.Now()
-				if err := p.print(kind, []objects.Object{obj}, false, false); err != nil {
-					return err
-				}
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			return w.Err()
+			return sess.Get(ctx, g, cmd.ErrOrStderr())
 		},
 	}
 	o.flags(cmd)
@@ -132,217 +52,4 @@ func newGetCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&showManagedFields, "show-managed-fields", false, "keep the managedFields when printing objects in JSON or YAML format")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide, json, yaml, name, jsonpath=TEMPLATE, custom-columns=HEADER:FIELD,...")
 	return cmd
-}
-
-// printTable prints objs as kubectl's table for kind (-o wide adds columns).
-func (p *printer) printTable(kind objects.Kind, objs []objects.Object, header bool) error {
-	tw := tabwriter.NewWriter(p.out, 3, 0, 3, ' ', 0)
-	cols, row := p.table(kind)
-	if p.allNamespaces {
-		cols = append([]string{"NAMESPACE"}, cols...)
-	}
-	if header {
-		fmt.Fprintln(tw, strings.Join(cols, "\t"))
-	}
-	for _, o := range objs {
-		r := row(o)
-		if p.allNamespaces {
-			r = append([]string{o.GetMetadata().GetNamespace()}, r...)
-		}
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
-	}
-	return tw.Flush()
-}
-
-// table returns kubectl's columns for kind and a function printing a row.
-func (p *printer) table(kind objects.Kind) ([]string, func(objects.Object) []string) {
-	wide := p.format == outputWide
-	age := func(o objects.Object) string { return p.age(o.GetMetadata().GetCreationTimestamp().AsTime()) }
-	switch kind.Name {
-	case "Pod":
-		cols := []string{"NAME", "READY", "STATUS", "RESTARTS", "AGE"}
-		if wide {
-			cols = append(cols, "IP", "NODE")
-		}
-		return cols, func(o objects.Object) []string {
-			pod := o.(*corev1.Pod)
-			ready, restarts := 0, int32(0)
-			for _, cs := range pod.GetStatus().GetContainerStatuses() {
-				if cs.GetReady() {
-					ready++
-				}
-				restarts += cs.GetRestartCount()
-			}
-			r := []string{pod.GetMetadata().GetName(), fmt.Sprintf("%d/%d", ready, len(pod.GetSpec().GetContainers())),
-				PodStatusString(pod), strconv.Itoa(int(restarts)), age(o)}
-			if wide {
-				r = append(r, orNone(pod.GetStatus().GetPodIp()), orNone(pod.GetSpec().GetNodeName()))
-			}
-			return r
-		}
-	case "Node":
-		cols := []string{"NAME", "STATUS", "ROLES", "AGE", "VERSION"}
-		if wide {
-			cols = append(cols, "INTERNAL-IP", "POD-CIDR", "PODS")
-		}
-		return cols, func(o objects.Object) []string {
-			n := o.(*corev1.Node)
-			st := "Unknown"
-			if c := podrules.NodeCondition(n, podrules.NodeReady); c != nil {
-				st = map[string]string{"True": "Ready", "False": "NotReady", "Unknown": "NotReady"}[c.GetStatus()]
-			}
-			if n.GetSpec().GetUnschedulable() {
-				st += ",SchedulingDisabled"
-			}
-			r := []string{n.GetMetadata().GetName(), st, "<none>", age(o), orNone(n.GetStatus().GetNodeInfo().GetKubeletVersion())}
-			if wide {
-				ip := "<none>"
-				for _, a := range n.GetStatus().GetAddresses() {
-					if a.GetType() == "InternalIP" {
-						ip = a.GetAddress()
-					}
-				}
-				r = append(r, ip, orNone(n.GetSpec().GetPodCidr()), orNone(n.GetStatus().GetAllocatable()["pods"]))
-			}
-			return r
-		}
-	case "Service":
-		return []string{"NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"}, func(o objects.Object) []string {
-			s := o.(*corev1.Service)
-			var ports []string
-			for _, sp := range s.GetSpec().GetPorts() {
-				ports = append(ports, fmt.Sprintf("%d/%s", sp.GetPort(), orDefault(sp.GetProtocol(), "TCP")))
-			}
-			return []string{s.GetMetadata().GetName(), orDefault(s.GetSpec().GetType(), "ClusterIP"), orNone(s.GetSpec().GetClusterIp()), "<none>", strings.Join(ports, ","), age(o)}
-		}
-	case "EndpointSlice":
-		return []string{"NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"}, func(o objects.Object) []string {
-			s := o.(*corev1.EndpointSlice)
-			var ports, addrs []string
-			for _, ep := range s.GetPorts() {
-				ports = append(ports, strconv.Itoa(int(ep.GetPort())))
-			}
-			for _, e := range s.GetEndpoints() {
-				addrs = append(addrs, e.GetAddresses()...)
-			}
-			return []string{s.GetMetadata().GetName(), s.GetAddressType(), orNone(strings.Join(ports, ",")), orNone(summarize(addrs)), age(o)}
-		}
-	case "Event":
-		return []string{"LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"}, func(o objects.Object) []string {
-			e := o.(*corev1.Event)
-			obj := strings.ToLower(e.GetInvolvedObject().GetKind()) + "/" + e.GetInvolvedObject().GetName()
-			seen := p.age(e.GetLastTimestamp().AsTime())
-			if e.GetCount() > 1 {
-				seen = fmt.Sprintf("%s (x%d over %s)", seen, e.GetCount(), p.age(e.GetFirstTimestamp().AsTime()))
-			}
-			return []string{seen, e.GetType(), e.GetReason(), obj, e.GetMessage()}
-		}
-	}
-	return []string{"NAME", "AGE"}, func(o objects.Object) []string { return []string{o.GetMetadata().GetName(), age(o)} }
-}
-
-func summarize(addrs []string) string {
-	if len(addrs) > 3 {
-		return strings.Join(addrs[:3], ",") + fmt.Sprintf(" + %d more...", len(addrs)-3)
-	}
-	return strings.Join(addrs, ",")
-}
-
-func orNone(s string) string { return orDefault(s, "<none>") }
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
-}
-
-// age prints a duration the way kubectl does (5s, 3m20s, 2d4h).
-func (p *printer) age(t time.Time) string {
-	if t.IsZero() || t.Unix() <= 0 {
-		return "<unknown>"
-	}
-	return humanDuration(p.now.Sub(t))
-}
-
-func humanDuration(d time.Duration) string {
-	if d < 0 {
-		d = 0
-	}
-	s := int(d.Seconds())
-	switch {
-	case s < 120:
-		return fmt.Sprintf("%ds", s)
-	case s < 600:
-		return fmt.Sprintf("%dm%ds", s/60, s%60)
-	case d < 3*time.Hour:
-		return fmt.Sprintf("%dm", s/60)
-	case d < 8*time.Hour:
-		return fmt.Sprintf("%dh%dm", s/3600, (s%3600)/60)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", s/3600)
-	default:
-		return fmt.Sprintf("%dd%dh", s/86400, (s%86400)/3600)
-	}
-}
-
-// PodStatusString is the STATUS column of kubectl get pods: the reason a
-// container waits or terminated, Terminating, or the phase.
-func PodStatusString(pod *corev1.Pod) string {
-	st := pod.GetStatus()
-	reason := orDefault(st.GetReason(), st.GetPhase())
-	for i, cs := range st.GetInitContainerStatuses() {
-		if t := cs.GetState().GetTerminated(); t != nil && t.GetExitCode() == 0 {
-			continue
-		}
-		if w := cs.GetState().GetWaiting(); w != nil && w.GetReason() != "" && w.GetReason() != "PodInitializing" {
-			reason = "Init:" + w.GetReason()
-		} else {
-			reason = fmt.Sprintf("Init:%d/%d", i, len(pod.GetSpec().GetInitContainers()))
-		}
-		break
-	}
-	if !strings.HasPrefix(reason, "Init:") {
-		for _, cs := range st.GetContainerStatuses() {
-			if w := cs.GetState().GetWaiting(); w != nil && w.GetReason() != "" {
-				reason = w.GetReason()
-			} else if t := cs.GetState().GetTerminated(); t != nil && t.GetReason() != "" {
-				reason = t.GetReason()
-			}
-		}
-	}
-	if pod.GetMetadata().GetDeletionTimestamp() != nil {
-		reason = "Terminating"
-	}
-	return orDefault(reason, "Pending")
-}
-
-// waitGone waits until ns/name of kind is no longer stored.
-func waitGone(ctx context.Context, sess *client.Session, kind objects.Kind, ns, name string) error {
-	key := kind.Key(ns, name)
-	kv, err := sess.Store.Client().Get(ctx, key)
-	if errors.Is(err, raftstore.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	w, err := sess.Store.Client().Watch(ctx, key, kv.ModRevision)
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for ev := range w.Events() {
-		if ev.Type == raftstore.EventDelete && ev.KV.Key == key {
-			return nil
-		}
-	}
-	return w.Err()
-}
-
-// sortEvents orders events by last timestamp, as kubectl describe shows them.
-func sortEvents(evs []*corev1.Event) {
-	sort.SliceStable(evs, func(i, j int) bool {
-		return evs[i].GetLastTimestamp().AsTime().Before(evs[j].GetLastTimestamp().AsTime())
-	})
 }

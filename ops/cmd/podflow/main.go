@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/nodeagent/linux/container"
+	"github.com/podflow/podflow/ops/bench"
+	"github.com/podflow/podflow/ops/client"
 )
 
 // commands are registered by the files of this package, one role or client
@@ -49,7 +51,7 @@ func main() {
 		return
 	}
 	setGC()
-	stopProfile := startProfile(os.Args[1:])
+	stopProfile := bench.StartProfile(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
@@ -64,7 +66,7 @@ func main() {
 // server as it is (`Error from server (NotFound): ...`), any other after
 // "error: "; nothing for an error that says it was reported already.
 func printError(w io.Writer, err error) {
-	var se *statusError
+	var se *client.StatusError
 	switch s, ok := err.(interface{ Silent() bool }); {
 	case ok && s.Silent():
 	case errors.As(err, &se):

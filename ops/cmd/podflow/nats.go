@@ -1,14 +1,12 @@
 package main
 
 import (
-	"crypto/tls"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
-	"github.com/podflow/podflow/ops/roles"
-	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/ops/processes/roles"
 )
 
 func init() { register(newNATSCmd) }
@@ -32,7 +30,7 @@ credentials for other podflow processes.`,
 			}
 			if tlsFiles != (bus.TLSFiles{}) {
 				var err error
-				if cfg.TLS, cfg.ClusterTLS, err = natsTLS(tlsFiles); err != nil {
+				if cfg.TLS, cfg.ClusterTLS, err = roles.NATSTLS(tlsFiles); err != nil {
 					return err
 				}
 			}
@@ -56,18 +54,4 @@ credentials for other podflow processes.`,
 	f.StringVar(&tlsFiles.CertFile, "tls-cert", "", "server certificate (PEM, server and client auth, group "+bus.ServerGroup+") for the client and route listeners")
 	f.StringVar(&tlsFiles.KeyFile, "tls-key", "", "key (PEM) of --tls-cert")
 	return cmd
-}
-
-// natsTLS is a NATS server's TLS: for clients any certificate of the CA
-// (their password names the user), for routes only the NATS servers'
-// (bus.ServerGroup).
-func natsTLS(f bus.TLSFiles) (clients, routes *tls.Config, err error) {
-	files := raftstore.TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile, CAFile: f.CAFile}
-	if clients, err = raftstore.MutualTLS(files, ""); err != nil {
-		return nil, nil, err
-	}
-	if routes, err = raftstore.MutualTLS(files, bus.ServerGroup); err != nil {
-		return nil, nil, err
-	}
-	return clients, routes, nil
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/podflow/podflow/ops/plan"
-	"github.com/podflow/podflow/ops/roles"
+	"github.com/podflow/podflow/ops/processes/plan"
+	"github.com/podflow/podflow/ops/processes/roles"
 )
 
 func init() { register(newNodeAgentCmd) }
@@ -46,7 +46,7 @@ package documentation). The simulated nodes share one durable consumer.`,
 	f.StringVar(&runtime, "runtime", "sim", "runtime: sim (simulated nodes) or linux (one real node: needs root, cgroups and network namespaces)")
 	f.IntVar(&nodes, "nodes", 3, "number of simulated nodes")
 	f.StringVar(&name, "name", "sim", "name of this simulated cluster (its durable consumer)")
-	f.BoolVar(&o.Provision, "provision", true, "declare the agent's durable consumer before starting (needs the admin identity; `podflow up` does it and runs agents with the node identity)")
+	f.BoolVar(&o.Provision, "provision", true, "declare the agent's durable consumer before starting (needs the admin identity; 'podflow up' does it and runs agents with the node identity)")
 	return cmd
 }
 

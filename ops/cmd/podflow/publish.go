@@ -3,14 +3,11 @@ package main
 import (
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/proto/eventsv1"
-	"github.com/podflow/podflow/proto/podrules"
 )
 
 func newPublishCmd() *cobra.Command {
@@ -27,7 +24,7 @@ or the stream itself. With --count N, publishes N copies named NAME-0..N-1.`,
 			if file == "" {
 				return fmt.Errorf("must specify -f FILE")
 			}
-			objs, err := readManifest(file)
+			objs, err := client.ReadManifest(file)
 			if err != nil {
 				return err
 			}
@@ -56,7 +53,7 @@ or the stream itself. With --count N, publishes N copies named NAME-0..N-1.`,
 					if o.namespace != "" {
 						p.Metadata.Namespace = o.namespace
 					}
-					env := podRequested(p, sealedToken)
+					env := client.PodRequested(p, sealedToken)
 					f, err := sess.Bus.PublishAsync(env)
 					if err != nil {
 						return err
@@ -82,20 +79,4 @@ or the stream itself. With --count N, publishes N copies named NAME-0..N-1.`,
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "manifest with one or more Pods")
 	cmd.Flags().IntVar(&count, "count", 0, "publish this many copies of each pod, suffixed -0, -1, ...")
 	return cmd
-}
-
-// podRequested builds the fire-and-forget PodRequested envelope of a pod.
-func podRequested(p *corev1.Pod, token string) *eventsv1.Envelope {
-	ns := podrules.NamespaceOrDefault(p.GetMetadata().GetNamespace())
-	return &eventsv1.Envelope{
-		RequestId:   uuid.NewString(),
-		Namespace:   ns,
-		PodName:     p.GetMetadata().GetName(),
-		Time:        timestamppb.Now(),
-		Stage:       "client",
-		Replica:     "podflow-cli",
-		Attempt:     1,
-		Traceparent: bus.NewTraceparent(),
-		Payload:     &eventsv1.Envelope_PodRequested{PodRequested: &eventsv1.PodRequested{Pod: p, Token: token}},
-	}
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/nodeagent/linux/image/registry"
-	"github.com/podflow/podflow/ops/roles"
+	"github.com/podflow/podflow/ops/processes/roles"
 )
 
 func init() { register(newRegistryCmd) }

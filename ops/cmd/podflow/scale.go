@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/podflow/podflow/ops/plan"
+	"github.com/podflow/podflow/ops/processes/plan"
 )
 
 func init() { register(newScaleCmd) }

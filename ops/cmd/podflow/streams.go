@@ -113,7 +113,7 @@ func runStreams(ctx context.Context, sess *client.Session, since, budget time.Du
 			fmt.Fprintf(tw, "... and %d more\t\t\t\n", len(stuck)-i)
 			break
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.pod, s.where, humanDuration(s.age), s.verdict)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.pod, s.where, client.HumanDuration(s.age), s.verdict)
 	}
 	return tw.Flush()
 }

@@ -111,7 +111,7 @@ func runTrace(ctx context.Context, sess *client.Session, ns, name string, follow
 
 func printTimeline(out io.Writer, tl *trace.Timeline, header bool) {
 	if header {
-		fmt.Fprintf(out, "pod %s/%s  uid %s  request %s\n", tl.Namespace, tl.Name, orNone(tl.UID), orNone(tl.RequestID))
+		fmt.Fprintf(out, "pod %s/%s  uid %s  request %s\n", tl.Namespace, tl.Name, client.OrNone(tl.UID), client.OrNone(tl.RequestID))
 		if tl.Traceparent != "" {
 			fmt.Fprintf(out, "traceparent %s\n", tl.Traceparent)
 		}

@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/bus"
-	"github.com/podflow/podflow/ops/plan"
-	"github.com/podflow/podflow/ops/roles"
+	"github.com/podflow/podflow/ops/processes/plan"
+	"github.com/podflow/podflow/ops/processes/roles"
+	"github.com/podflow/podflow/ops/processes/up"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
@@ -100,15 +101,15 @@ func TestServiceCIDRRefused(t *testing.T) {
 		"":             "ParsePrefix",
 	} {
 		t.Run(cidr, func(t *testing.T) {
-			o := &upOptions{serviceCIDR: cidr, storeReplicas: 3, runtime: plan.RuntimeSim}
-			err := o.resolveRuntime(io.Discard)
+			o := &up.Options{ServiceCIDR: cidr, StoreReplicas: 3, Runtime: plan.RuntimeSim}
+			err := o.Resolve(io.Discard)
 			if err == nil || !strings.Contains(err.Error(), "--service-cluster-ip-range") || !strings.Contains(err.Error(), want) {
-				t.Fatalf("resolveRuntime = %v, want an error naming the flag and %q", err, want)
+				t.Fatalf("Resolve = %v, want an error naming the flag and %q", err, want)
 			}
 		})
 	}
-	o := &upOptions{serviceCIDR: plan.DefaultServiceCIDR, storeReplicas: 3, runtime: plan.RuntimeSim}
-	if err := o.resolveRuntime(io.Discard); err != nil {
+	o := &up.Options{ServiceCIDR: plan.DefaultServiceCIDR, StoreReplicas: 3, Runtime: plan.RuntimeSim}
+	if err := o.Resolve(io.Discard); err != nil {
 		t.Fatalf("default: %v", err)
 	}
 }

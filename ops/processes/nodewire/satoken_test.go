@@ -1,0 +1,132 @@
+package nodewire_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/bus/bustest"
+	"github.com/podflow/podflow/nodeagent"
+	"github.com/podflow/podflow/nodeagent/sim"
+	"github.com/podflow/podflow/ops/processes/nodewire"
+	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
+	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stages/api"
+)
+
+// TestProjectedServiceAccountToken runs the projected serviceAccountToken
+// path on real parts: a sim node agent over nodewire, connected as its
+// node's bus role, and a real api stage with a signing key, over an
+// embedded NATS server and a raft store. The pod's projected volume gets
+// a token from the api stage that authenticates (the authenticator the
+// HTTPS front door uses) as the pod's ServiceAccount, and stops
+// authenticating once the pod is deleted.
+func TestProjectedServiceAccountToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
+	bcfg.Roles = []bus.RoleSpec{pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(node), node)}
+	srv := bustest.ServerAt(t, bcfg)
+	admin := bustest.Connect(t, srv, "api")
+	nodeConn := bustest.ConnectAs(t, srv, pipeline.NodeRole(node), node)
+	topo, err := pipeline.Topology(bus.DefaultStreamsConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Provision(ctx, admin.JetStream(), topo); err != nil {
+		t.Fatal(err)
+	}
+	cluster := raftstoretest.MakeCluster(t, 1)
+	store := objects.New(cluster.Client(t))
+
+	// The api stage and the node token signer, with the signing key.
+	tokens, err := auth.LoadBoundTokens(filepath.Join(t.TempDir(), "sa.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acfg := api.DefaultConfig()
+	acfg.Authn.BoundTokens = tokens
+	env := stage.NewEnv(admin, store, pipeline.API, "api-1", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	apiStage, err := api.New(env, acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer := &apiserver.NodeTokens{NATS: env.NATS, Store: store, Tokens: tokens, Workers: 1, Log: env.Log}
+	rc, err := pipeline.RunnerConfig(pipeline.API, env.Replica)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- stage.Run(runCtx, admin, env, stage.Compose(apiStage, signer), stage.Config{Runner: rc})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil && runCtx.Err() == nil {
+			t.Errorf("api stage: %v", err)
+		}
+	})
+
+	// The node agent, asking for tokens over its own connection.
+	rt, err := sim.New(sim.DefaultConfig("10.244.1.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	cfg := nodeagent.DefaultConfig(node, "10.244.1.0/24")
+	cfg.SpecSecond = 10 * time.Millisecond
+	cfg.SetupBackOff = nodeagent.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond} // until the api stage serves
+	agent, err := nodeagent.New(cfg, rt, nodewire.NewStore(store).WithTokens(nodeConn.NATS()), nodewire.NewPublisher(nodeConn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agent.Stop)
+	if err := agent.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := store.Create(ctx, &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "robot", Uid: "uid-robot"}}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web", Uid: "uid-web"},
+		Spec: &corev1.PodSpec{NodeName: node, ServiceAccountName: "robot",
+			Containers: []*corev1.Container{{Name: "app", Image: "busybox"}},
+			Volumes: []*corev1.Volume{{Name: "token", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}},
+	}
+	if _, err := store.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.HandlePodBound(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	var token string
+	if err := rt.WaitVolume(ctx, "uid-web", "token", func(files map[string][]byte, _ int) bool {
+		token = string(files["token"])
+		return token != ""
+	}); err != nil {
+		t.Fatalf("the projected token never arrived: %v", err)
+	}
+	bustest.Eventually(t, "the pod's token authenticates as its ServiceAccount", func() bool {
+		user, st := apiStage.AuthenticateToken(token)
+		return st == nil && user.GetUsername() == "system:serviceaccount:default:robot"
+	})
+	if _, err := store.Delete(ctx, objects.Pods, "default", "web", 0); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, "the token refused once the pod is deleted", func() bool {
+		_, st := apiStage.AuthenticateToken(token)
+		return st.GetCode() == 401
+	})
+}

@@ -1,0 +1,232 @@
+package roles
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/client"
+	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/ipalloc"
+	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/registry"
+	"github.com/podflow/podflow/services/sealed"
+	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stages/admission"
+	"github.com/podflow/podflow/services/stages/api"
+	"github.com/podflow/podflow/services/stages/endpoints"
+	"github.com/podflow/podflow/services/stages/namespace"
+	"github.com/podflow/podflow/services/stages/persistence"
+	"github.com/podflow/podflow/services/stages/scheduler"
+	"github.com/podflow/podflow/services/stages/status"
+)
+
+// stageBuilders build a stage's handler.
+var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handler, error){
+	pipeline.API: APIProcess,
+	pipeline.Admission: func(env stage.Env, o StageOptions) (stage.Handler, error) {
+		cfg := admission.DefaultConfig()
+		if o.PodSecurityDefault != "" {
+			cfg.DefaultLevel = admission.Level(o.PodSecurityDefault)
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("--pod-security-default: %w", err)
+		}
+		return admission.NewStage(env, cfg)
+	},
+	pipeline.Persistence: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return persistence.New(env), nil
+	},
+	pipeline.Scheduler: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return scheduler.NewStage(env, scheduler.DefaultStageConfig())
+	},
+	pipeline.Status: func(env stage.Env, o StageOptions) (stage.Handler, error) {
+		cfg := status.DefaultConfig()
+		if o.NodeGrace > 0 {
+			cfg.NodeMonitorGracePeriod = o.NodeGrace
+		}
+		if o.EventTTL > 0 {
+			cfg.EventTTL = o.EventTTL
+		}
+		return status.NewStage(env, cfg)
+	},
+	pipeline.Endpoints: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return endpoints.NewStage(env)
+	},
+}
+
+// APIProcess composes an api replica's process: the api stage, with
+// beside it the namespace controller (which empties and removes deleted
+// namespaces, with the api stage's identity), the node agents' token
+// signer (apiserver.NodeTokens) and, when o.HTTPS is set, the Kubernetes
+// REST front door (apiserver.FrontDoor) over the stage.
+func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
+	cfg, err := APIConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	if o.HTTPS != nil {
+		if err := o.HTTPS.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	nc := namespace.DefaultConfig()
+	if nc.ServiceIPs, err = ipalloc.New(cfg.Services); err != nil {
+		return nil, err
+	}
+	ns, err := namespace.New(env, nc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.NamespaceDeleted = ns.Enqueue
+	// kube-apiserver's strategies and printers for the generic kinds,
+	// authorizing what they check themselves with the stage's RBAC.
+	var s *api.Stage
+	reg, err := registry.New(registry.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) }})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Registry = reg
+	if s, err = api.New(env, cfg); err != nil {
+		return nil, err
+	}
+	parts := []stage.Starter{ns, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
+	if o.HTTPS != nil {
+		https := *o.HTTPS
+		https.Printer = reg
+		parts = append(parts, apiserver.FrontDoor{Config: https, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: cfg.Authn.BoundTokens, Log: env.Log})
+	}
+	return stage.Compose(s, parts...), nil
+}
+
+// APIConfig is the api stage's configuration of o.
+func APIConfig(o StageOptions) (api.Config, error) {
+	cfg := api.DefaultConfig()
+	if o.ServiceCIDR != "" {
+		cfg.Services.CIDR = o.ServiceCIDR
+	}
+	cfg.TokenFile = o.TokenFile
+	if o.ServiceAccountKeyFile != "" {
+		tokens, err := auth.LoadBoundTokens(o.ServiceAccountKeyFile)
+		if err != nil {
+			return api.Config{}, fmt.Errorf("api: %w", err)
+		}
+		cfg.Authn.BoundTokens = tokens
+	}
+	if o.SealKeyFile != "" {
+		key, err := sealed.LoadOrCreate(o.SealKeyFile)
+		if err != nil {
+			return api.Config{}, fmt.Errorf("api: seal key: %w", err)
+		}
+		cfg.SealKey = key
+	}
+	if o.EventsHighWater > 0 {
+		cfg.EventsHighWater = o.EventsHighWater
+	}
+	switch {
+	case o.UserPodQPS > 0:
+		cfg.UserPodQPS = o.UserPodQPS
+	case o.UserPodQPS < 0:
+		cfg.UserPodQPS = 0 // no limit
+	}
+	if o.UserPodBurst > 0 {
+		cfg.UserPodBurst = o.UserPodBurst
+	}
+	return cfg, nil
+}
+
+// StageOptions configure one stage replica (`podflow stage NAME`).
+type StageOptions struct {
+	Config  string // client configuration (see client.LoadConfig)
+	Replica string // replica name (default NAME-HOST-PID)
+	// TokenFile (api) is the static token file, kube-apiserver's
+	// --token-auth-file format.
+	TokenFile string
+	// SealKeyFile (api) is the key pair bearer tokens on the bus are
+	// sealed to (services/sealed; created if missing).
+	SealKeyFile string
+	// ServiceAccountKeyFile (api) signs bound ServiceAccount tokens (the
+	// TokenRequest API; created if missing). Empty: no TokenRequest.
+	ServiceAccountKeyFile string
+	// HTTPS (api), if set, serves the Kubernetes API over HTTPS.
+	HTTPS *apiserver.Config
+	// EventsHighWater (api, 0: default 0.9) is the fraction of
+	// PODFLOW_EVENTS' MaxBytes past which new pods are refused;
+	// UserPodQPS (0: default 100; negative: no limit) and UserPodBurst
+	// (0: default 200) each user's pod creation rate.
+	EventsHighWater float64
+	UserPodQPS      float64
+	UserPodBurst    int
+	// ServiceCIDR (api) is the service CIDR ClusterIPs are allocated
+	// from, kube-apiserver's --service-cluster-ip-range ("": 10.96.0.0/16).
+	ServiceCIDR string
+	// PodSecurityDefault (admission) is the Pod Security level of
+	// namespaces without the enforce label.
+	PodSecurityDefault string
+	NodeGrace          time.Duration // status: NotReady after this long without heartbeats (0: default)
+	EventTTL           time.Duration // status: Events older than this are deleted (0: default)
+	Resync             time.Duration // period of reconciliation from the store
+	Provision          bool          // declare the streams and consumers before starting
+	Metrics            string        // serve Prometheus /metrics on this address ("" for none)
+}
+
+// Stage runs one replica of the stage name until ctx is done.
+func Stage(ctx context.Context, name string, o StageOptions) error {
+	build, ok := stageBuilders[name]
+	if !ok {
+		return fmt.Errorf("unknown stage %q (stages: %s)", name, strings.Join(pipeline.Stages, ", "))
+	}
+	replica := o.Replica
+	if replica == "" {
+		host, _ := os.Hostname()
+		replica = fmt.Sprintf("%s-%s-%d", name, host, os.Getpid())
+	}
+	sess, err := client.Open(ctx, o.Config, replica)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("stage", name, "replica", replica)
+	env := stage.NewEnv(sess.Bus, sess.Store, name, replica, log)
+	h, err := build(env, o)
+	if err != nil {
+		return err
+	}
+	rc, err := pipeline.RunnerConfig(name, replica)
+	if err != nil {
+		return err
+	}
+	if o.Provision {
+		if err := Provision(ctx, sess.Bus, bus.DefaultStreamsConfig()); err != nil {
+			return err
+		}
+	}
+	log.Info("stage started")
+	metrics := stage.NewMetrics(name)
+	if r, ok := h.(interface {
+		RegisterMetrics(prometheus.Registerer) error
+	}); ok {
+		if err := r.RegisterMetrics(metrics.Registry); err != nil {
+			return err
+		}
+	}
+	tracing, err := stage.TracingFromEnv(ctx, name, replica)
+	if err != nil {
+		return err
+	}
+	if tracing != nil {
+		defer tracing.Shutdown(context.WithoutCancel(ctx))
+		log.Info("exporting OpenTelemetry spans over OTLP")
+	}
+	err = stage.Run(ctx, sess.Bus, env, h, stage.Config{Runner: rc, ResyncPeriod: o.Resync, MetricsAddr: o.Metrics, Metrics: metrics, Tracing: tracing,
+		OnMetrics: func(addr string) { log.Info("serving metrics", "addr", "http://"+addr+"/metrics") }})
+	log.Info("stage stopped", "err", err)
+	return err
+}

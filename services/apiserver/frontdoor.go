@@ -1,0 +1,69 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/objects"
+)
+
+// FrontDoor runs the HTTPS server of an api process over its api stage
+// replica: the stage authenticates, authorizes and serves the object
+// requests (Backend) in process; the front door adds the node relays
+// (NodeRelays: pods/exec, attach, port-forward, pods/log, metrics.k8s.io)
+// and the TokenRequest API signed with Tokens.
+type FrontDoor struct {
+	Config  Config
+	Backend Backend
+	Store   *objects.Store
+	// NATS is the api process's connection, which the relays use.
+	NATS *nats.Conn
+	// Tokens signs bound ServiceAccount tokens (TokenRequest, `kubectl
+	// create token`); nil: TokenRequest answers 404.
+	Tokens *auth.BoundTokens
+	Log    *slog.Logger
+}
+
+// Start listens on Config.Addr and serves until ctx is done, on g; it
+// returns once the server listens.
+func (f FrontDoor) Start(ctx context.Context, g *errgroup.Group) error {
+	srv, err := New(f.Config, frontBackend{Backend: f.Backend, NodeRelays: NodeRelays{NATS: f.NATS}, tokens: f.Tokens}, f.Store, f.Log)
+	if err != nil {
+		return err
+	}
+	l, err := Listen(ctx, f.Config.Addr)
+	if err != nil {
+		return fmt.Errorf("apiserver: listen %q: %w", f.Config.Addr, err)
+	}
+	g.Go(func() error { return srv.Serve(ctx, l) })
+	return nil
+}
+
+// frontBackend is the stage's Backend with the node relays and the token
+// signer beside it.
+type frontBackend struct {
+	Backend
+	NodeRelays
+	tokens *auth.BoundTokens
+}
+
+var (
+	_ StreamBackend  = frontBackend{}
+	_ LogBackend     = frontBackend{}
+	_ MetricsBackend = frontBackend{}
+	_ TokenIssuer    = frontBackend{}
+)
+
+// IssueServiceAccountToken implements TokenIssuer.
+func (b frontBackend) IssueServiceAccountToken(namespace, name, uid string, obj auth.BoundObject, audiences []string, expiration time.Duration) (string, time.Time, error) {
+	if b.tokens == nil {
+		return "", time.Time{}, ErrNoTokenIssuer
+	}
+	return b.tokens.Issue(namespace, name, uid, obj, audiences, expiration, time.Now())
+}

@@ -1,0 +1,152 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/vt"
+	"github.com/podflow/podflow/services/manifest"
+	"github.com/podflow/podflow/services/podsecurity"
+	"github.com/podflow/podflow/services/validate"
+)
+
+// ErrInvalidConfig is wrapped by Config.Validate.
+var ErrInvalidConfig = errors.New("admission: invalid config")
+
+// Config holds the cluster-wide admission settings.
+type Config struct {
+	// DefaultLevel is the Pod Security Standards level enforced in a
+	// namespace without the pod-security.kubernetes.io/enforce label.
+	// Default LevelPrivileged, as Kubernetes. The zero value means the
+	// default.
+	DefaultLevel Level
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config { return Config{DefaultLevel: LevelPrivileged} }
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch c.DefaultLevel {
+	case "", LevelPrivileged, LevelBaseline, LevelRestricted:
+		return nil
+	}
+	return fmt.Errorf("%w: DefaultLevel %q is not one of privileged, baseline, restricted", ErrInvalidConfig, c.DefaultLevel)
+}
+
+// State is what admission needs to know about the cluster to admit a pod,
+// read by the caller from the store. Objects from other namespaces than
+// the pod's are ignored.
+type State struct {
+	// Namespace is the pod's namespace; its labels choose the Pod Security
+	// level. nil means no labels.
+	Namespace *corev1.Namespace
+	// LimitRanges of the pod's namespace, applied in name order.
+	LimitRanges []*corev1.LimitRange
+	// SidecarPolicies of the pod's namespace, applied in name order.
+	SidecarPolicies []*corev1.SidecarPolicy
+	// ServiceAccount is the pod's ServiceAccount (spec.serviceAccountName,
+	// "default" when unset, in the pod's namespace); nil when there is
+	// none. Its imagePullSecrets are copied into a pod that sets none, as
+	// Kubernetes' ServiceAccount admission plugin does.
+	ServiceAccount *corev1.ServiceAccount
+	// PriorityClasses are the cluster's PriorityClass objects, which
+	// resolve spec.priorityClassName into spec.priority (the built-in
+	// system-cluster-critical and system-node-critical need none).
+	PriorityClasses []*corev1.PriorityClass
+	// Config is the cluster-wide configuration; its zero value means
+	// DefaultConfig().
+	Config Config
+}
+
+// Result is the outcome of Admit.
+type Result struct {
+	// Pod is the mutated copy of the input pod. It is set even when the
+	// pod is rejected, so that a dry run can show what would have been
+	// stored.
+	Pod *corev1.Pod
+	// Mutations lists, in order, what mutating admission changed; empty
+	// when the input was already fully defaulted.
+	Mutations []string
+	// Status is nil when the pod is admitted; otherwise 422 Invalid (schema
+	// validation), 403 Forbidden (a LimitRange's min or max), 403
+	// PolicyViolation (Pod Security Standards), 400 BadRequest (no pod) or
+	// 500 InternalError (invalid Config).
+	Status *corev1.Status
+}
+
+// Allowed reports whether the pod was admitted.
+func (r Result) Allowed() bool { return r.Status == nil }
+
+// Admit runs mutating admission and then validation over a copy of pod;
+// pod itself is never modified. Admit is a pure function: the same pod and
+// State always give the same Result, and admitting an admitted pod changes
+// nothing (Admit(Admit(p).Pod) leaves the pod equal and lists no
+// mutations), so a handler may run twice.
+//
+// Mutation order: ServiceAccount defaulting (the name, and the
+// ServiceAccount's imagePullSecrets into a pod without any), sidecar injection, requests
+// from limits, LimitRange defaults, field defaults, QoS class, priority
+// (spec.priority from spec.priorityClassName or the global default
+// PriorityClass; an unknown class or a conflicting spec.priority is 403
+// Forbidden, before validation, as Kubernetes' Priority plugin). Sidecars are
+// injected before resource defaults so that injected containers get the
+// namespace's defaults in the same pass (otherwise a second pass would).
+// Validation, each step only for a pod that passed the previous one: the
+// schema (422 Invalid), LimitRange min and max per container (403
+// Forbidden), Pod Security Standards (403 PolicyViolation), then the fields podflow
+// refuses (422 Invalid naming each, manifest.RefusedPodFields).
+func Admit(pod *corev1.Pod, s State) Result {
+	if pod == nil {
+		return Result{Status: &corev1.Status{Status: "Failure", Code: 400, Reason: eventsv1.ReasonBadRequest,
+			Message: "admission: no pod in request", Kind: "Pod"}}
+	}
+	cfg := s.Config
+	if cfg.DefaultLevel == "" {
+		cfg.DefaultLevel = DefaultConfig().DefaultLevel
+	}
+	p := vt.Clone(pod)
+	if err := cfg.Validate(); err != nil {
+		return Result{Pod: p, Status: &corev1.Status{Status: "Failure", Code: 500, Reason: eventsv1.ReasonInternalError,
+			Message: err.Error(), Kind: "Pod", Name: p.GetMetadata().GetName()}}
+	}
+	ns := p.GetMetadata().GetNamespace()
+	m := &mutator{pod: p}
+	m.serviceAccount(s.ServiceAccount)
+	for _, sp := range sortedByName(s.SidecarPolicies, ns) {
+		m.injectSidecars(sp)
+	}
+	m.requestsFromLimits()
+	for _, lr := range sortedByName(s.LimitRanges, ns) {
+		m.limitRange(lr)
+	}
+	m.defaults()
+	m.qos()
+	priority := m.resolvePriority(s.PriorityClasses)
+
+	res := Result{Pod: p, Mutations: m.applied}
+	if priority != nil {
+		res.Status = priority
+		return res
+	}
+	if st := ValidatePod(p); st != nil {
+		res.Status = st
+		return res
+	}
+	if st := checkLimitRanges(p, sortedByName(s.LimitRanges, ns)); st != nil {
+		res.Status = st
+		return res
+	}
+	// The namespace's enforce level and version, else the cluster's default.
+	if res.Status = podsecurity.Check(p, podsecurity.Enforced(s.Namespace, cfg.DefaultLevel)); res.Status != nil {
+		return res
+	}
+	// Last: a pod Kubernetes would admit is still refused if it uses a
+	// field podflow cannot honour (issue 16), naming each.
+	if errs := manifest.RefusedPodFields(p); len(errs) > 0 {
+		res.Status = validate.InvalidStatus("Pod", p.GetMetadata().GetName(), errs)
+	}
+	return res
+}

@@ -1,0 +1,134 @@
+package cache
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/podflow/podflow/proto/corev1"
+)
+
+func TestMergeAndReleaseAllocation(t *testing.T) {
+	pod := mkPod("web", "250m", "64Mi", hostPort(8080, "TCP", ""))
+	a, changed, err := MergeAllocation(nil, "n1", pod)
+	if err != nil || !changed {
+		t.Fatalf("merge into nil: %v, changed %v", err, changed)
+	}
+	want := &corev1.AllocatedPod{Namespace: "default", Name: "web", MilliCpu: 250, MemoryBytes: 64 << 20,
+		HostPorts: []*corev1.ContainerPort{{HostPort: 8080, ContainerPort: 8080, Protocol: "TCP"}}}
+	if a.GetMetadata().GetName() != "n1" || len(a.Pods) != 1 || a.Pods["uid-web"].String() != want.String() {
+		t.Fatalf("record %v, want n1 with %v", a, want)
+	}
+	a.Metadata.ResourceVersion = "7"
+
+	// Idempotent: a repeated bind changes nothing.
+	again, changed, err := MergeAllocation(a, "n1", pod)
+	if err != nil || changed || again != a {
+		t.Fatalf("repeat merge: changed %v err %v", changed, err)
+	}
+	// A second pod gives a new record; the old one is untouched.
+	b, changed, err := MergeAllocation(a, "n1", mkPod("db", "1", "1Gi"))
+	if err != nil || !changed || len(b.Pods) != 2 || len(a.Pods) != 1 || b.Metadata.ResourceVersion != "7" || b.Metadata == a.Metadata {
+		t.Fatalf("second merge: %v (old %v), changed %v err %v", b, a, changed, err)
+	}
+	c, changed := ReleaseAllocation(b, "uid-web")
+	if !changed || len(c.Pods) != 1 || c.Pods["uid-db"] == nil || len(b.Pods) != 2 {
+		t.Fatalf("release: %v (old %v) changed %v", c, b, changed)
+	}
+	if d, changed := ReleaseAllocation(c, "uid-web"); changed || d != c {
+		t.Fatal("releasing an absent pod changed the record")
+	}
+}
+
+func TestCheckAllocationFit(t *testing.T) {
+	node := mkNode("n1", "2", "4Gi", maxPods("3"))
+	alloc, _, _ := MergeAllocation(nil, "n1", mkPod("a", "1500m", "1Gi", hostPort(80, "TCP", "")))
+	alloc, _, _ = MergeAllocation(alloc, "n1", mkPod("b", "", "2Gi"))
+	tests := []struct {
+		name  string
+		alloc *corev1.NodeAllocation
+		pod   *corev1.Pod
+		want  []string
+	}{
+		{"fits what is left", alloc, mkPod("p", "500m", "1Gi"), nil},
+		{"insufficient cpu", alloc, mkPod("p", "501m", ""), []string{"Insufficient cpu"}},
+		{"insufficient cpu and memory", alloc, mkPod("p", "1", "2Gi"), []string{"Insufficient cpu", "Insufficient memory"}},
+		{"host port taken", alloc, mkPod("p", "", "", hostPort(80, "", "")), []string{"node(s) didn't have free ports for the requested pod ports"}},
+		{"already accounted (a repeated bind) fits", alloc, mkPod("a", "1500m", "1Gi", hostPort(80, "TCP", "")), nil},
+		{"empty record", nil, mkPod("p", "2", "4Gi"), nil},
+		{"too many pods", func() *corev1.NodeAllocation {
+			x, _, _ := MergeAllocation(alloc, "n1", mkPod("c", "", ""))
+			return x
+		}(), mkPod("p", "", ""), []string{"Too many pods"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := CheckAllocationFit(node, tt.alloc, tt.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("CheckAllocationFit = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestReservations: the room a preemption reserves for its nominee in the
+// node's record counts, in CheckAllocationFit, for pods of no higher
+// priority — not for a pod of higher priority (kube-scheduler counts
+// nominated pods of equal or higher priority), nor for the nominee
+// itself; Reserve and Unreserve are idempotent and copy the record.
+func TestReservations(t *testing.T) {
+	node := mkNode("n1", "4", "8Gi", maxPods("3"))
+	prio := func(p *corev1.Pod, v int32) *corev1.Pod { p.Spec.Priority = &v; return p }
+	alloc, _, _ := MergeAllocation(nil, "n1", mkPod("a", "2", "1Gi"))
+	alloc.Metadata.ResourceVersion = "7"
+	nominee := prio(mkPod("nominee", "2", "1Gi", hostPort(80, "TCP", "")), 1000)
+	r, changed, err := ReserveAllocation(alloc, "n1", nominee)
+	if err != nil || !changed || len(alloc.GetMetadata().GetAnnotations()) != 0 || r.Metadata.ResourceVersion != "7" {
+		t.Fatalf("reserve: changed %v err %v; old record %v", changed, err, alloc)
+	}
+	if again, changed, err := ReserveAllocation(r, "n1", nominee); err != nil || changed || again != r {
+		t.Fatalf("repeated reserve: changed %v err %v", changed, err)
+	}
+	res, err := Reservations(r)
+	if err != nil || len(res) != 1 || res["uid-nominee"].Priority != 1000 || res["uid-nominee"].Pod.GetMilliCpu() != 2000 || len(res["uid-nominee"].Pod.GetHostPorts()) != 1 {
+		t.Fatalf("reservations %v, %v", res, err)
+	}
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want []string
+	}{
+		{"equal priority: the room is taken", prio(mkPod("p", "1", ""), 1000), []string{"Insufficient cpu"}},
+		{"lower priority: the room is taken", mkPod("p", "1", ""), []string{"Insufficient cpu"}},
+		{"lower priority: the reserved port is taken", mkPod("p", "", "", hostPort(80, "TCP", "")), []string{"node(s) didn't have free ports for the requested pod ports"}},
+		{"higher priority: the room is free", prio(mkPod("p", "2", ""), 1001), nil},
+		{"the nominee: the room is its own", nominee, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := CheckAllocationFit(node, r, tt.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("CheckAllocationFit = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	full, _, _ := MergeAllocation(r, "n1", mkPod("b", "", ""))
+	if got, _ := CheckAllocationFit(node, full, mkPod("p", "", "")); !reflect.DeepEqual(got, []string{"Too many pods"}) {
+		t.Errorf("two pods and a reservation on a 3-pod node: %q, want Too many pods", got)
+	}
+	u, changed := Unreserve(r, "uid-nominee")
+	if !changed || len(u.GetMetadata().GetAnnotations()) != 0 || len(r.GetMetadata().GetAnnotations()) != 1 {
+		t.Fatalf("unreserve: changed %v, %v (old %v)", changed, u, r)
+	}
+	if again, changed := Unreserve(u, "uid-nominee"); changed || again != u {
+		t.Fatal("unreserving an absent reservation changed the record")
+	}
+	if got, _ := CheckAllocationFit(node, u, mkPod("p", "2", "")); got != nil {
+		t.Errorf("released: %q, want fits", got)
+	}
+}
