@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -155,7 +156,9 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		return err
 	}
 	ns := env.GetNamespace()
-	svcs := s.services.List(ns)
+	// Services without a selector (default/kubernetes) have their slices
+	// kept by their owner: a namespace with only those needs no read.
+	svcs := slices.DeleteFunc(s.services.List(ns), func(svc *corev1.Service) bool { return !HasSlice(svc) })
 	if len(svcs) == 0 {
 		return nil
 	}
@@ -205,12 +208,12 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	slices, _, err := objects.List[*corev1.EndpointSlice](ctx, s.env.Store, "")
+	sls, _, err := objects.List[*corev1.EndpointSlice](ctx, s.env.Store, "")
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
 	gone := map[[2]string]bool{} // Services whose Endpoints or mirrored slices may be left (legacy.go)
-	for _, sl := range slices {
+	for _, sl := range sls {
 		if err := s.removeOrphan(ctx, sl); err != nil {
 			errs = append(errs, err)
 		}
@@ -260,7 +263,9 @@ func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) 
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
 	if !HasSlice(svc) {
-		return s.mirror(ctx, svc) // its Endpoints are its owner's, mirrored (legacy.go)
+		// Its slices are its owner's (default/kubernetes: the api
+		// replicas'); its owner's Endpoints are mirrored (legacy.go).
+		return s.mirror(ctx, svc)
 	}
 	for {
 		// Read the slice first, then the pods: a pod change after the
