@@ -127,7 +127,7 @@ type controllerRole struct {
 }
 
 // controllerPolicy is kube's bootstrap policy of the workload controllers
-// podflow runs (the ReplicaSet and ReplicationController controllers so
+// podflow runs (the ReplicaSet, ReplicationController and Deployment controllers so
 // far) (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
 // controller_policy.go): what each controller's ServiceAccount may do.
 func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group func(string, []string, ...string) *corev1.PolicyRule) []controllerRole {
@@ -138,6 +138,12 @@ func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group f
 			group("apps", []string{"get", "list", "watch", "update"}, "replicasets"),
 			group("apps", []string{"update"}, "replicasets/status", "replicasets/finalizers"),
 			core([]string{"list", "watch", "patch", "create", "delete"}, "pods"), events, eventsV1,
+		}},
+		{"deployment-controller", []*corev1.PolicyRule{
+			group("apps", []string{"get", "list", "watch", "update"}, "deployments"),
+			group("apps", []string{"update"}, "deployments/status", "deployments/finalizers"),
+			group("apps", []string{"get", "list", "watch", "create", "update", "patch", "delete"}, "replicasets"),
+			core([]string{"get", "list", "update", "watch"}, "pods"), events, eventsV1,
 		}},
 		{"replication-controller", []*corev1.PolicyRule{
 			core([]string{"get", "list", "watch", "update"}, "replicationcontrollers"),

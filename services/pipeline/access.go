@@ -46,6 +46,7 @@ var Outputs = map[string][]eventsv1.Type{
 	RootCACert:            nil,
 	ReplicaSet:            {"PodDeleteRequested", "PodDeleted"},
 	ReplicationController: {"PodDeleteRequested", "PodDeleted"},
+	Deployment:            nil,
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -130,7 +131,7 @@ func stagePermissions(stage string) *bus.Permissions {
 		pub = append(pub, bus.TypeFilter(t))
 	}
 	var sub []string
-	if ControllerAccount(stage) != "" {
+	if MakesPods(stage) {
 		pub = append(pub, ControllerPodsSubject(stage)) // its pods, asked of the api stage
 	}
 	switch stage {
@@ -236,6 +237,9 @@ var storeWrites = map[string][]objects.Kind{
 	// deletion), the Leases their replicas share the work with.
 	ReplicaSet:            {objects.ReplicaSets, objects.Pods, objects.Events, objects.Leases},
 	ReplicationController: {objects.ReplicationControllers, objects.Pods, objects.Events, objects.Leases},
+	// The Deployment controller: its ReplicaSets, its Deployments'
+	// status (and a rollback's template), no pods.
+	Deployment: {objects.Deployments, objects.ReplicaSets, objects.Events, objects.Leases},
 }
 
 // nodeWrites: a node agent records Events and allocates its pod CIDR (the

@@ -5,6 +5,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/bus/bustest"
+	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 )
 
@@ -47,7 +48,7 @@ func TestControllerPodsSubjects(t *testing.T) {
 // TestControllerUsers: every workload controller has a ServiceAccount
 // identity, and the user names map back to their stage.
 func TestControllerUsers(t *testing.T) {
-	for _, s := range []string{pipeline.ReplicaSet, pipeline.ReplicationController} {
+	for _, s := range []string{pipeline.ReplicaSet, pipeline.ReplicationController, pipeline.Deployment} {
 		u := pipeline.ControllerUser(s)
 		if u == nil {
 			t.Fatalf("%s has no user", s)
@@ -63,5 +64,33 @@ func TestControllerUsers(t *testing.T) {
 	}
 	if pipeline.ControllerUser(pipeline.API) != nil {
 		t.Error("the api stage has a controller user")
+	}
+}
+
+// TestDeploymentControllerAuthority: the Deployment controller makes
+// ReplicaSets, not pods: it cannot ask the api stage for pods (not even on
+// its own subject), cannot write pods in the store or publish pod
+// deletions, and may write Deployments, ReplicaSets, Events and Leases.
+func TestDeploymentControllerAuthority(t *testing.T) {
+	srv, admin := lockedDown(t)
+	dc := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.Deployment), "deployment")
+	for _, subject := range []string{pipeline.ControllerPodsSubject(pipeline.Deployment), pipeline.ControllerPodsSubject(pipeline.ReplicaSet),
+		bus.TypeFilter("PodDeleteRequested")} {
+		if delivers(t, dc, admin, subject) {
+			t.Errorf("the deployment controller may publish on %s", subject)
+		}
+	}
+	writer := pipeline.StageRole(pipeline.Deployment)
+	for key, want := range map[string]bool{
+		objects.Pods.Key("default", "p"):                          false,
+		objects.Secrets.Key("default", "s"):                       false,
+		objects.ReplicationControllers.Key("default", "rc"):       false,
+		objects.Deployments.Key("default", "d"):                   true,
+		objects.ReplicaSets.Key("default", "d-1"):                 true,
+		objects.Leases.Key("kube-system", "podflow-deployment-x"): true,
+	} {
+		if got := pipeline.StoreWriteACL(writer, key); got != want {
+			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", writer, key, got, want)
+		}
 	}
 }

@@ -38,11 +38,13 @@ const (
 	// the api stage (ControllerPodsSubject) and write their objects.
 	ReplicaSet            = "replicaset"            // ReplicaSets' pods
 	ReplicationController = "replicationcontroller" // ReplicationControllers' pods
+	// The Deployment controller makes and scales ReplicaSets, no pods.
+	Deployment = "deployment"
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController}
+	ReplicaSet, ReplicationController, Deployment}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -57,6 +59,7 @@ var Inputs = map[string][]eventsv1.Type{
 	RootCACert:            nil,
 	ReplicaSet:            nil,
 	ReplicationController: nil,
+	Deployment:            nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no
@@ -100,7 +103,15 @@ func ControllerPodsSubject(stage string) string { return ControllerPodsPrefix + 
 var controllerAccounts = map[string]string{
 	ReplicaSet:            "replicaset-controller",
 	ReplicationController: "replication-controller",
+	Deployment:            "deployment-controller",
 }
+
+// podMakers are the workload controllers that create pods (through
+// ControllerPodsSubject); the others act on the store only.
+var podMakers = map[string]bool{ReplicaSet: true, ReplicationController: true}
+
+// MakesPods reports whether a workload controller stage creates pods.
+func MakesPods(stage string) bool { return podMakers[stage] }
 
 // ControllerAccount is the kube-system ServiceAccount name a controller
 // stage acts as ("" for a stage that is not a workload controller).
