@@ -24,6 +24,7 @@ import (
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
 	"github.com/podflow/podflow/services/stages/bootstrap"
+	"github.com/podflow/podflow/services/stages/deployment"
 	"github.com/podflow/podflow/services/stages/endpoints"
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
@@ -72,6 +73,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.ReplicaSet:            replicaSetStage,
 	pipeline.ReplicationController: replicaSetStage,
+	pipeline.Deployment: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return deployment.New(env, deployment.DefaultConfig(env.Replica))
+	},
 	pipeline.RootCACert: func(env stage.Env, o StageOptions) (stage.Handler, error) {
 		cfg := rootcacert.DefaultConfig()
 		if o.RootCAFile == "" {
