@@ -365,17 +365,18 @@ func (c *cluster) eventually(what string, d time.Duration, cond func() bool) {
 // node names, makes it Running and Ready (unless notReady says so), and
 // finishes the deletion of every pod marked terminating (after Grace).
 type kubelet struct {
-	store *objects.Store
-	inf   *informer.Informer[*corev1.Pod]
-	grace atomic.Int64 // nanoseconds a terminating pod lingers
-	mu    sync.Mutex
-	hold  map[string]bool // pods kept not ready, by name
-	n     atomic.Int64
-	work  chan string
+	store      *objects.Store
+	inf        *informer.Informer[*corev1.Pod]
+	grace      atomic.Int64 // nanoseconds a terminating pod lingers
+	mu         sync.Mutex
+	hold       map[string]bool // pods kept not ready, by name
+	holdImages map[string]bool // pods kept not ready, by a container's image
+	n          atomic.Int64
+	work       chan string
 }
 
 func startKubelet(t testing.TB, ctx context.Context, st *objects.Store, wg *sync.WaitGroup) *kubelet {
-	k := &kubelet{store: st, hold: map[string]bool{}, work: make(chan string, 100000)}
+	k := &kubelet{store: st, hold: map[string]bool{}, holdImages: map[string]bool{}, work: make(chan string, 100000)}
 	queue := func(p *corev1.Pod) { k.work <- p.GetMetadata().GetNamespace() + "/" + p.GetMetadata().GetName() }
 	inf, err := informer.New[*corev1.Pod](st, "", informer.Handlers[*corev1.Pod]{OnAdd: queue, OnUpdate: func(_, p *corev1.Pod) { queue(p) }})
 	if err != nil {
@@ -418,10 +419,22 @@ func (k *kubelet) setReady(ns, name string, ready bool) {
 	k.work <- ns + "/" + name
 }
 
-func (k *kubelet) held(name string) bool {
+// holdImage keeps every pod with a container of image not ready.
+func (k *kubelet) holdImage(image string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.hold[name]
+	k.holdImages[image] = true
+}
+
+func (k *kubelet) held(p *corev1.Pod) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, ctr := range p.GetSpec().GetContainers() {
+		if k.holdImages[ctr.GetImage()] {
+			return true
+		}
+	}
+	return k.hold[p.GetMetadata().GetName()]
 }
 
 func (k *kubelet) handle(ctx context.Context, ns, name string) {
@@ -441,7 +454,7 @@ func (k *kubelet) handle(ctx context.Context, ns, name string) {
 		}()
 		return
 	}
-	wantReady := !k.held(name)
+	wantReady := !k.held(p)
 	ready := false
 	for _, c := range p.GetStatus().GetConditions() {
 		if c.GetType() == "Ready" && c.GetStatus() == "True" {

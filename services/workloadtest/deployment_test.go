@@ -1,0 +1,405 @@
+package workloadtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	apps "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	kubecontroller "k8s.io/kubernetes/pkg/controller"
+	deploymentutil "k8s.io/kubernetes/pkg/controller/deployment/util"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/controller"
+	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stages/deployment"
+)
+
+func startDeployments(c *cluster, name string) *replica {
+	return c.startController(pipeline.Deployment, name, func(env stage.Env, cfg controller.Config) (stage.Handler, error) {
+		dc := deployment.DefaultConfig(name)
+		dc.Controller = cfg
+		return deployment.New(env, dc)
+	})
+}
+
+func newDeployment(name string, replicas int32, image string, maxSurge, maxUnavailable int) *apps.Deployment {
+	labels := map[string]string{"app": name}
+	surge, unavailable := intstr.FromInt32(int32(maxSurge)), intstr.FromInt32(int32(maxUnavailable))
+	return &apps.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: apps.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: apps.DeploymentStrategy{Type: apps.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &apps.RollingUpdateDeployment{MaxSurge: &surge, MaxUnavailable: &unavailable}},
+			Template: v1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: image}}},
+			},
+		},
+	}
+}
+
+// getDeployment reads Deployment default/name.
+func (c *cluster) getDeployment(name string) *apps.Deployment {
+	c.t.Helper()
+	d, ok := get[*apps.Deployment](c, objects.Deployments, "default", name)
+	if !ok {
+		c.t.Fatalf("deployment %s is gone", name)
+	}
+	return d
+}
+
+// updateDeployment applies f to Deployment default/name and stores it.
+func (c *cluster) updateDeployment(name string, f func(d *apps.Deployment)) {
+	c.t.Helper()
+	d := c.getDeployment(name)
+	f(d)
+	d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
+	c.apply("update", d)
+}
+
+// replicaSetsOf lists the ReplicaSets of default whose controller has uid.
+func (c *cluster) replicaSetsOf(uid string) []*apps.ReplicaSet {
+	c.t.Helper()
+	kvs, _, err := c.store.KV().List(context.Background(), objects.ReplicaSets.Prefix("default"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []*apps.ReplicaSet
+	for _, kv := range kvs {
+		u := &corev1.Unstructured{}
+		if err := objects.Decode(kv, u); err != nil {
+			c.t.Fatal(err)
+		}
+		if ref := controller.ControllerOf(u.GetMetadata()); ref == nil || ref.GetUid() != uid {
+			continue
+		}
+		if rs, ok := get[*apps.ReplicaSet](c, objects.ReplicaSets, "default", u.GetMetadata().GetName()); ok {
+			out = append(out, rs)
+		}
+	}
+	return out
+}
+
+// rolledOut is `kubectl rollout status`'s test of a finished rollout
+// (kubectl's DeploymentStatusViewer), and every pod of the new template
+// stored.
+func rolledOut(d *apps.Deployment) bool {
+	if d.Generation > d.Status.ObservedGeneration {
+		return false
+	}
+	if cond := deploymentutil.GetDeploymentCondition(d.Status, apps.DeploymentProgressing); cond != nil && cond.Reason == deploymentutil.TimedOutReason {
+		return false
+	}
+	want := *d.Spec.Replicas
+	return d.Status.UpdatedReplicas == want && d.Status.Replicas == want && d.Status.AvailableReplicas == want && d.Status.ReadyReplicas == want
+}
+
+// bounds watches a Deployment's ReplicaSets and pods and records every
+// observed state breaking a rolling update's bounds: the ReplicaSets'
+// replicas summed above replicas+maxSurge, or fewer than
+// replicas-maxUnavailable ready pods that are not terminating.
+type bounds struct {
+	mu         sync.Mutex
+	sets       map[string]int32 // name -> spec.replicas
+	ready      map[string]bool  // pod name -> ready and not terminating
+	violations []string
+	maxPods    int32
+	minReady   int
+	steps      int
+	armed      bool // the informers listed what was there at the start
+}
+
+func (c *cluster) watchBounds(ctx context.Context, uid string, maxPods int32, minReady int) *bounds {
+	b := &bounds{sets: map[string]int32{}, ready: map[string]bool{}, maxPods: maxPods, minReady: minReady}
+	setUIDs := map[string]bool{}
+	onSet := func(u *corev1.Unstructured, gone bool) {
+		ref := controller.ControllerOf(u.GetMetadata())
+		if ref == nil || ref.GetUid() != uid {
+			return
+		}
+		rs, ok := get[*apps.ReplicaSet](c, objects.ReplicaSets, "default", u.GetMetadata().GetName())
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		setUIDs[u.GetMetadata().GetUid()] = true
+		if gone || !ok {
+			delete(b.sets, u.GetMetadata().GetName())
+		} else {
+			b.sets[rs.Name] = *rs.Spec.Replicas
+		}
+		var sum int32
+		for _, n := range b.sets {
+			sum += n
+		}
+		if !b.armed {
+			return
+		}
+		b.steps++
+		if sum > b.maxPods {
+			b.violations = append(b.violations, fmt.Sprintf("ReplicaSets %v sum to %d > %d", b.sets, sum, b.maxPods))
+		}
+	}
+	onPod := func(p *corev1.Pod, gone bool) {
+		ref := controller.ControllerOf(p.GetMetadata())
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if ref == nil || !setUIDs[ref.GetUid()] {
+			return
+		}
+		ready := false
+		for _, cond := range p.GetStatus().GetConditions() {
+			ready = ready || (cond.GetType() == "Ready" && cond.GetStatus() == "True")
+		}
+		name := p.GetMetadata().GetName()
+		if gone || !ready || p.GetMetadata().GetDeletionTimestamp() != nil {
+			delete(b.ready, name)
+		} else {
+			b.ready[name] = true
+		}
+		if !b.armed {
+			return
+		}
+		b.steps++
+		if len(b.ready) < b.minReady {
+			b.violations = append(b.violations, fmt.Sprintf("%d ready pods < %d", len(b.ready), b.minReady))
+		}
+	}
+	sets, err := informer.NewKind(c.store, objects.ReplicaSets, "default", informer.Handlers[*corev1.Unstructured]{
+		OnAdd: func(u *corev1.Unstructured) { onSet(u, false) }, OnUpdate: func(_, u *corev1.Unstructured) { onSet(u, false) },
+		OnDelete: func(u *corev1.Unstructured) { onSet(u, true) },
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pods, err := informer.New[*corev1.Pod](c.store, "default", informer.Handlers[*corev1.Pod]{
+		OnAdd: func(p *corev1.Pod) { onPod(p, false) }, OnUpdate: func(_, p *corev1.Pod) { onPod(p, false) },
+		OnDelete: func(p *corev1.Pod) { onPod(p, true) },
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { _ = sets.Run(ctx) }()
+	if err := sets.WaitForSync(ctx); err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { _ = pods.Run(ctx) }()
+	if err := pods.WaitForSync(ctx); err != nil {
+		c.t.Fatal(err)
+	}
+	b.mu.Lock()
+	b.armed = true
+	b.mu.Unlock()
+	return b
+}
+
+func (b *bounds) check(t *testing.T) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.steps == 0 {
+		t.Fatal("no step of the rollout observed")
+	}
+	for _, v := range b.violations {
+		t.Error(v)
+	}
+}
+
+// waitRolledOut waits for Deployment name's rollout to finish and returns
+// it.
+func (c *cluster) waitRolledOut(name string) *apps.Deployment {
+	c.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		d := c.getDeployment(name)
+		if rolledOut(d) {
+			return d
+		}
+		if time.Now().After(deadline) {
+			for _, rs := range c.replicaSetsOf(string(d.UID)) {
+				c.t.Logf("ReplicaSet %s: replicas %d, status %+v", rs.Name, *rs.Spec.Replicas, rs.Status)
+			}
+			c.t.Fatalf("deployment %s not rolled out after 90s: generation %d, status %+v", name, d.Generation, d.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// replicasOf returns the spec.replicas of each ReplicaSet of uid by name.
+func (c *cluster) replicasOf(uid string) map[string]int32 {
+	out := map[string]int32{}
+	for _, rs := range c.replicaSetsOf(uid) {
+		out[rs.Name] = *rs.Spec.Replicas
+	}
+	return out
+}
+
+// TestDeploymentRollingUpdate: a Deployment makes its ReplicaSet
+// (<name>-<pod-template-hash>, the hash label on its selector and
+// template, the Deployment its controller), whose pods become ready; its
+// status then says what `kubectl rollout status` waits for, with kube's
+// conditions. A new image rolls out through a second ReplicaSet
+// (revision 2) without ever exceeding replicas+maxSurge or falling below
+// replicas-maxUnavailable ready pods, at any observed step; the old one
+// ends at 0 replicas.
+func TestDeploymentRollingUpdate(t *testing.T) {
+	c := newCluster(t)
+	startReplicaSets(c, "rs-a")
+	startDeployments(c, "deploy-a")
+	startDeployments(c, "deploy-b")
+	created := c.apply("create", newDeployment("web", 4, "nginx:1", 1, 1))
+	uid := created.GetMetadata().GetUid()
+	d := c.waitRolledOut("web")
+
+	sets := c.replicaSetsOf(uid)
+	if len(sets) != 1 {
+		t.Fatalf("%d ReplicaSets, want 1", len(sets))
+	}
+	rs := sets[0]
+	hash := kubecontroller.ComputeHash(&d.Spec.Template, d.Status.CollisionCount)
+	if rs.Name != "web-"+hash || rs.Labels[apps.DefaultDeploymentUniqueLabelKey] != hash ||
+		rs.Spec.Selector.MatchLabels[apps.DefaultDeploymentUniqueLabelKey] != hash ||
+		rs.Spec.Template.Labels[apps.DefaultDeploymentUniqueLabelKey] != hash {
+		t.Errorf("ReplicaSet %s, labels %v, selector %v, template labels %v; want web-%s with the hash label", rs.Name, rs.Labels,
+			rs.Spec.Selector.MatchLabels, rs.Spec.Template.Labels, hash)
+	}
+	ref := metav1.GetControllerOf(rs)
+	if ref == nil || ref.UID != d.UID || ref.Kind != "Deployment" || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+		t.Errorf("ReplicaSet's controller reference %+v", ref)
+	}
+	if rs.Annotations[deploymentutil.RevisionAnnotation] != "1" || rs.Annotations[deploymentutil.DesiredReplicasAnnotation] != "4" ||
+		rs.Annotations[deploymentutil.MaxReplicasAnnotation] != "5" {
+		t.Errorf("ReplicaSet annotations %v", rs.Annotations)
+	}
+	if d.Annotations[deploymentutil.RevisionAnnotation] != "1" {
+		t.Errorf("Deployment annotations %v", d.Annotations)
+	}
+	avail := deploymentutil.GetDeploymentCondition(d.Status, apps.DeploymentAvailable)
+	prog := deploymentutil.GetDeploymentCondition(d.Status, apps.DeploymentProgressing)
+	if avail == nil || avail.Status != v1.ConditionTrue || avail.Reason != deploymentutil.MinimumReplicasAvailable ||
+		avail.Message != "Deployment has minimum availability." {
+		t.Errorf("Available condition %+v", avail)
+	}
+	if prog == nil || prog.Status != v1.ConditionTrue || prog.Reason != deploymentutil.NewRSAvailableReason ||
+		prog.Message != fmt.Sprintf("ReplicaSet %q has successfully progressed.", rs.Name) {
+		t.Errorf("Progressing condition %+v", prog)
+	}
+	if d.Status.UnavailableReplicas != 0 {
+		t.Errorf("unavailableReplicas %d", d.Status.UnavailableReplicas)
+	}
+
+	ctx, cancel := context.WithCancel(c.runCtx)
+	defer cancel()
+	b := c.watchBounds(ctx, uid, 5, 3)
+	c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
+	d = c.waitRolledOut("web")
+	if d.Annotations[deploymentutil.RevisionAnnotation] != "2" {
+		t.Errorf("revision %q after the update, want 2", d.Annotations[deploymentutil.RevisionAnnotation])
+	}
+	c.eventually("the old ReplicaSet at 0", 30*time.Second, func() bool {
+		got := c.replicasOf(uid)
+		return len(got) == 2 && got[rs.Name] == 0
+	})
+	b.check(t)
+	var pods int
+	for _, s := range c.replicaSetsOf(uid) {
+		pods += len(c.owned("default", string(s.UID)))
+		if s.Name != rs.Name && s.Spec.Template.Spec.Containers[0].Image != "nginx:2" {
+			t.Errorf("new ReplicaSet %s runs %s", s.Name, s.Spec.Template.Spec.Containers[0].Image)
+		}
+	}
+	if pods != 4 {
+		t.Errorf("%d pods after the rollout, want 4", pods)
+	}
+}
+
+// TestDeploymentScaleMidRollout: a rollout stuck on pods that never become
+// ready (at replicas+maxSurge, with maxUnavailable not ready) is scaled
+// from 4 to 8: kube's proportional scaling spreads the 8+maxSurge (25%:
+// 10) pods over the old and new ReplicaSets by their sizes (3:2 becomes
+// 6:4); a good image then rolls out all 8.
+func TestDeploymentScaleMidRollout(t *testing.T) {
+	c := newCluster(t)
+	startReplicaSets(c, "rs-a")
+	startDeployments(c, "deploy-a")
+	dep := newDeployment("web", 4, "nginx:1", 0, 0)
+	dep.Spec.Strategy.RollingUpdate = nil // kube's defaults, 25% each
+	created := c.apply("create", dep)
+	uid := created.GetMetadata().GetUid()
+	c.waitRolledOut("web")
+	old := c.replicaSetsOf(uid)[0].Name
+
+	c.kubelet.holdImage("nginx:broken")
+	c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:broken" })
+	var stuck map[string]int32
+	c.eventually("the rollout stuck at 3 old and 2 new", 60*time.Second, func() bool {
+		stuck = c.replicasOf(uid)
+		return len(stuck) == 2 && stuck[old] == 3
+	})
+	time.Sleep(time.Second) // nothing moves while the new pods are not ready
+	if got := c.replicasOf(uid); len(got) != 2 || got[old] != 3 {
+		t.Fatalf("replicas %v, want the old set at 3 and the new at 2", got)
+	}
+	c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Replicas = ptr(int32(8)) })
+	var scaled map[string]int32
+	c.eventually("proportional scaling to 6 old and 4 new", 60*time.Second, func() bool {
+		scaled = c.replicasOf(uid)
+		return len(scaled) == 2 && scaled[old] == 6
+	})
+	for name, n := range scaled {
+		if name != old && n != 4 {
+			t.Errorf("new ReplicaSet %s at %d, want 4 (%v)", name, n, scaled)
+		}
+	}
+	c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:3" })
+	d := c.waitRolledOut("web")
+	if d.Status.Replicas != 8 {
+		t.Errorf("status replicas %d", d.Status.Replicas)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestDeploymentKilledReplicaConverges: the Deployment controller replica
+// syncing a rollout is killed mid-way (no Lease release); the other takes
+// over and finishes it, within the rollout's bounds at every observed
+// step, with one ReplicaSet per template.
+func TestDeploymentKilledReplicaConverges(t *testing.T) {
+	c := newCluster(t)
+	startReplicaSets(c, "rs-a")
+	a := startDeployments(c, "deploy-a")
+	b := startDeployments(c, "deploy-b")
+	created := c.apply("create", newDeployment("web", 6, "nginx:1", 2, 1))
+	uid := created.GetMetadata().GetUid()
+	c.waitRolledOut("web")
+
+	ctx, cancel := context.WithCancel(c.runCtx)
+	defer cancel()
+	bd := c.watchBounds(ctx, uid, 8, 5)
+	c.kubelet.grace.Store(int64(300 * time.Millisecond)) // a slower rollout
+	c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
+	c.eventually("the rollout under way", 30*time.Second, func() bool { return len(c.replicaSetsOf(uid)) == 2 })
+	victim := a
+	if controller.Owner([]string{"deploy-a", "deploy-b"}, "default/web") == "deploy-b" {
+		victim = b
+	}
+	victim.Kill()
+	d := c.waitRolledOut("web")
+	if d.Annotations[deploymentutil.RevisionAnnotation] != "2" {
+		t.Errorf("revision %q", d.Annotations[deploymentutil.RevisionAnnotation])
+	}
+	if n := len(c.replicaSetsOf(uid)); n != 2 {
+		t.Errorf("%d ReplicaSets, want 2", n)
+	}
+	bd.check(t)
+}
