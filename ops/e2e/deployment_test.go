@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestKubectlDeployment: against `podflow up`, the stock kubectl's
+// Deployment workflow: `create deployment` makes a ReplicaSet and its pods,
+// `rollout status` completes, `get deploy` shows READY, UP-TO-DATE and
+// AVAILABLE, `set image` rolls out a second ReplicaSet, `rollout undo`
+// (kubectl's client-side rollback from the old ReplicaSet's template)
+// rolls back to the first image as revision 3, and `scale deployment`
+// scales it.
+func TestKubectlDeployment(t *testing.T) {
+	c := startCluster(t)
+	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
+	if out := k.must("create", "deployment", "web", "--image=busybox", "--replicas=3", "--", "sleep", "3600"); !strings.Contains(out, "deployment.apps/web created") {
+		t.Fatalf("create: %q", out)
+	}
+	rolledOut := func() {
+		t.Helper()
+		out, errOut, code := k.run("rollout", "status", "deployment/web", "--timeout=120s")
+		if code != 0 || !strings.Contains(out, `deployment "web" successfully rolled out`) {
+			st, _, _ := k.run("get", "deploy", "web", "-o", "jsonpath={.status}")
+			rs, _, _ := k.run("get", "rs", "-o", "wide")
+			t.Fatalf("rollout status: exit %d: %s %s\nstatus %s\n%s", code, out, errOut, st, rs)
+		}
+	}
+	rolledOut()
+	fields := strings.Fields(k.must("get", "deploy", "web", "--no-headers"))
+	if len(fields) < 4 || fields[0] != "web" || fields[1] != "3/3" || fields[2] != "3" || fields[3] != "3" {
+		t.Errorf("get deploy: %v, want web 3/3 3 3 (READY UP-TO-DATE AVAILABLE)", fields)
+	}
+	images := func() string {
+		return k.must("get", "rs", "-l", "app=web", "-o", "jsonpath={range .items[*]}{.metadata.name}={.spec.replicas}:{.spec.template.spec.containers[0].image} {end}")
+	}
+	runningPods := func(n int) {
+		t.Helper()
+		eventually(t, 60*time.Second, "running pods of web", func() (bool, string) {
+			out, _, _ := k.run("get", "pods", "-l", "app=web", "--field-selector", "status.phase=Running", "-o", "name")
+			return len(strings.Fields(out)) == n, out
+		})
+	}
+	runningPods(3)
+
+	k.must("set", "image", "deployment/web", "busybox=busybox:1.36")
+	rolledOut()
+	if rs := images(); strings.Count(rs, ":busybox:1.36") != 1 || strings.Count(rs, "=3:busybox:1.36") != 1 || strings.Count(rs, "=0:busybox ") != 1 {
+		t.Errorf("ReplicaSets after set image: %s", rs)
+	}
+
+	if out := k.must("rollout", "undo", "deployment/web"); !strings.Contains(out, "deployment.apps/web rolled back") {
+		t.Fatalf("rollout undo: %q", out)
+	}
+	rolledOut()
+	if img := k.must("get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image} {.metadata.annotations.deployment\\.kubernetes\\.io/revision}"); img != "busybox 3" {
+		t.Errorf("after undo: image and revision %q, want busybox 3", img)
+	}
+	if rs := images(); strings.Count(rs, "=3:busybox ") != 1 || strings.Count(rs, "=0:busybox:1.36") != 1 {
+		t.Errorf("ReplicaSets after undo: %s", rs)
+	}
+	history := k.must("rollout", "history", "deployment/web")
+	if !strings.Contains(history, "2 ") || !strings.Contains(history, "3 ") {
+		t.Errorf("rollout history: %s", history)
+	}
+
+	if out := k.must("scale", "deployment", "web", "--replicas=5"); !strings.Contains(out, "deployment.apps/web scaled") {
+		t.Fatalf("scale: %q", out)
+	}
+	rolledOut()
+	runningPods(5)
+	fields = strings.Fields(k.must("get", "deploy", "web", "--no-headers"))
+	if len(fields) < 4 || fields[1] != "5/5" || fields[2] != "5" || fields[3] != "5" {
+		t.Errorf("get deploy after scale: %v, want web 5/5 5 5", fields)
+	}
+}
