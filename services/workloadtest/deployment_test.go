@@ -403,3 +403,125 @@ func TestDeploymentKilledReplicaConverges(t *testing.T) {
 	}
 	bd.check(t)
 }
+
+// TestDeploymentRecreate: a Recreate Deployment scales its old ReplicaSet
+// to 0 and scales the new one up only once every old pod is gone (the
+// old pods linger terminating for a while here): a store read made when
+// the new ReplicaSet is first seen scaled up finds none of them.
+func TestDeploymentRecreate(t *testing.T) {
+	c := newCluster(t)
+	startReplicaSets(c, "rs-a")
+	startDeployments(c, "deploy-a")
+	dep := newDeployment("web", 3, "nginx:1", 0, 0)
+	dep.Spec.Strategy = apps.DeploymentStrategy{Type: apps.RecreateDeploymentStrategyType}
+	created := c.apply("create", dep)
+	uid := created.GetMetadata().GetUid()
+	c.waitRolledOut("web")
+	old := c.replicaSetsOf(uid)[0]
+	c.kubelet.grace.Store(int64(time.Second))
+
+	var mu sync.Mutex
+	var overlaps []string
+	seen := false
+	ctx, cancel := context.WithCancel(c.runCtx)
+	defer cancel()
+	onSet := func(u *corev1.Unstructured) {
+		md := u.GetMetadata()
+		if ref := controller.ControllerOf(md); ref == nil || ref.GetUid() != uid || md.GetUid() == string(old.UID) {
+			return
+		}
+		rs, ok := get[*apps.ReplicaSet](c, objects.ReplicaSets, "default", md.GetName())
+		if !ok || *rs.Spec.Replicas == 0 {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if seen {
+			return
+		}
+		seen = true
+		if n := len(c.owned("default", string(old.UID))); n > 0 {
+			overlaps = append(overlaps, fmt.Sprintf("new ReplicaSet %s at %d while %d old pods are live", rs.Name, *rs.Spec.Replicas, n))
+		}
+		for _, p := range c.pods("default") {
+			if ref := controller.ControllerOf(p.GetMetadata()); ref != nil && ref.GetUid() == string(old.UID) {
+				overlaps = append(overlaps, fmt.Sprintf("new ReplicaSet %s scaled up while old pod %s exists", rs.Name, p.GetMetadata().GetName()))
+			}
+		}
+	}
+	sets, err := informer.NewKind(c.store, objects.ReplicaSets, "default", informer.Handlers[*corev1.Unstructured]{
+		OnAdd: onSet, OnUpdate: func(_, u *corev1.Unstructured) { onSet(u) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = sets.Run(ctx) }()
+	if err := sets.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
+	c.waitRolledOut("web")
+	mu.Lock()
+	defer mu.Unlock()
+	if !seen {
+		t.Fatal("the new ReplicaSet was never seen scaled up")
+	}
+	for _, o := range overlaps {
+		t.Error(o)
+	}
+}
+
+// TestDeploymentPausedHistoryDeadline: a paused Deployment's template
+// change makes no ReplicaSet until it is resumed; revisionHistoryLimit 1
+// keeps one old ReplicaSet; a rollout that makes no progress for
+// progressDeadlineSeconds gets Progressing=False ProgressDeadlineExceeded
+// with kube's message.
+func TestDeploymentPausedHistoryDeadline(t *testing.T) {
+	c := newCluster(t)
+	startReplicaSets(c, "rs-a")
+	startDeployments(c, "deploy-a")
+	dep := newDeployment("web", 2, "nginx:1", 1, 0)
+	dep.Spec.RevisionHistoryLimit = ptr(int32(1))
+	dep.Spec.ProgressDeadlineSeconds = ptr(int32(2))
+	created := c.apply("create", dep)
+	uid := created.GetMetadata().GetUid()
+	c.waitRolledOut("web")
+
+	c.updateDeployment("web", func(d *apps.Deployment) {
+		d.Spec.Paused = true
+		d.Spec.Template.Spec.Containers[0].Image = "nginx:2"
+	})
+	c.eventually("the paused Deployment observed", 30*time.Second, func() bool {
+		d := c.getDeployment("web")
+		cond := deploymentutil.GetDeploymentCondition(d.Status, apps.DeploymentProgressing)
+		return d.Status.ObservedGeneration == d.Generation && cond != nil && cond.Reason == deploymentutil.PausedDeployReason
+	})
+	time.Sleep(time.Second)
+	if n := len(c.replicaSetsOf(uid)); n != 1 {
+		t.Fatalf("%d ReplicaSets while paused, want 1", n)
+	}
+	c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Paused = false })
+	c.waitRolledOut("web")
+	for _, image := range []string{"nginx:3", "nginx:4"} {
+		c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Template.Spec.Containers[0].Image = image })
+		c.waitRolledOut("web")
+	}
+	c.eventually("one old ReplicaSet kept", 30*time.Second, func() bool { return len(c.replicaSetsOf(uid)) == 2 })
+
+	c.kubelet.holdImage("nginx:stuck")
+	c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:stuck" })
+	var cond *apps.DeploymentCondition
+	c.eventually("ProgressDeadlineExceeded", 60*time.Second, func() bool {
+		cond = deploymentutil.GetDeploymentCondition(c.getDeployment("web").Status, apps.DeploymentProgressing)
+		return cond != nil && cond.Reason == deploymentutil.TimedOutReason
+	})
+	var newRS string
+	for _, rs := range c.replicaSetsOf(uid) {
+		if rs.Spec.Template.Spec.Containers[0].Image == "nginx:stuck" {
+			newRS = rs.Name
+		}
+	}
+	if cond.Status != v1.ConditionFalse || cond.Message != fmt.Sprintf("ReplicaSet %q has timed out progressing.", newRS) {
+		t.Errorf("Progressing condition %+v", cond)
+	}
+}
