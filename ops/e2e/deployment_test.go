@@ -13,7 +13,7 @@ import (
 // AVAILABLE, `set image` rolls out a second ReplicaSet, `rollout undo`
 // (kubectl's client-side rollback from the old ReplicaSet's template)
 // rolls back to the first image as revision 3, and `scale deployment`
-// scales it.
+// scales it; `rollout pause`, `resume` and `restart` work as kube's.
 func TestKubectlDeployment(t *testing.T) {
 	c := startCluster(t)
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
@@ -75,5 +75,29 @@ func TestKubectlDeployment(t *testing.T) {
 	fields = strings.Fields(k.must("get", "deploy", "web", "--no-headers"))
 	if len(fields) < 4 || fields[1] != "5/5" || fields[2] != "5" || fields[3] != "5" {
 		t.Errorf("get deploy after scale: %v, want web 5/5 5 5", fields)
+	}
+
+	// Paused, a template change makes no ReplicaSet; resumed, it rolls out.
+	k.must("rollout", "pause", "deployment/web")
+	k.must("set", "image", "deployment/web", "busybox=busybox:1.37")
+	eventually(t, 30*time.Second, "the paused Deployment observed", func() (bool, string) {
+		out, _, _ := k.run("get", "deploy", "web", "-o", "jsonpath={.metadata.generation}/{.status.observedGeneration}/{.status.conditions[?(@.type==\"Progressing\")].reason}")
+		g := strings.Split(out, "/")
+		return len(g) == 3 && g[0] == g[1] && g[2] == "DeploymentPaused", out
+	})
+	if rs := images(); strings.Contains(rs, "busybox:1.37") {
+		t.Errorf("a paused Deployment made a ReplicaSet: %s", rs)
+	}
+	k.must("rollout", "resume", "deployment/web")
+	rolledOut()
+	if rs := images(); strings.Count(rs, "=5:busybox:1.37") != 1 {
+		t.Errorf("ReplicaSets after resume: %s", rs)
+	}
+	// rollout restart: the same image, a new template (an annotation).
+	before := len(strings.Fields(images()))
+	k.must("rollout", "restart", "deployment/web")
+	rolledOut()
+	if after := len(strings.Fields(images())); after != before+1 {
+		t.Errorf("%d ReplicaSets after rollout restart, want %d: %s", after, before+1, images())
 	}
 }
