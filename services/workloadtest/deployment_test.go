@@ -525,3 +525,59 @@ func TestDeploymentPausedHistoryDeadline(t *testing.T) {
 		t.Errorf("Progressing condition %+v", cond)
 	}
 }
+
+// TestDeploymentAdoptsAndReleasesReplicaSets: an orphan ReplicaSet
+// matching a Deployment's selector is adopted (its controller reference
+// set, through kube's ReplicaSetControllerRefManager's patch) and, being
+// of another template, scaled to 0 as an old revision; relabelled out of
+// the selector it is released. The Deployment records kube's
+// ScalingReplicaSet Event.
+func TestDeploymentAdoptsAndReleasesReplicaSets(t *testing.T) {
+	c := newCluster(t)
+	startReplicaSets(c, "rs-a")
+	startDeployments(c, "deploy-a")
+	orphan := replicaSet("default", "web-orphan", 1, map[string]string{"app": "web"})
+	orphan.Spec.Template.Spec.Containers[0].Image = "nginx:0"
+	orphan.Labels = map[string]string{"app": "web"}
+	orphanUID := c.apply("create", orphan).GetMetadata().GetUid()
+	created := c.apply("create", newDeployment("web", 2, "nginx:1", 1, 0))
+	uid := created.GetMetadata().GetUid()
+	d := c.waitRolledOut("web")
+
+	c.eventually("the orphan adopted and scaled to 0", 30*time.Second, func() bool {
+		rs, ok := get[*apps.ReplicaSet](c, objects.ReplicaSets, "default", "web-orphan")
+		ref := metav1.GetControllerOf(rs)
+		return ok && ref != nil && string(ref.UID) == uid && *rs.Spec.Replicas == 0
+	})
+	if n := len(c.replicaSetsOf(uid)); n != 2 {
+		t.Errorf("%d ReplicaSets of the Deployment, want the adopted one and its own", n)
+	}
+	rs, _ := get[*apps.ReplicaSet](c, objects.ReplicaSets, "default", "web-orphan")
+	if string(rs.UID) != orphanUID {
+		t.Fatalf("the orphan was replaced (uid %s, was %s)", rs.UID, orphanUID)
+	}
+
+	rs.Labels = map[string]string{"app": "other"}
+	rs.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"}
+	c.apply("update", rs)
+	c.eventually("the relabelled ReplicaSet released", 30*time.Second, func() bool {
+		rs, ok := get[*apps.ReplicaSet](c, objects.ReplicaSets, "default", "web-orphan")
+		return ok && metav1.GetControllerOf(rs) == nil
+	})
+
+	newRS := "web-" + kubecontroller.ComputeHash(&d.Spec.Template, d.Status.CollisionCount)
+	want := fmt.Sprintf("Scaled up replica set %s from 0 to 2", newRS)
+	c.eventually("the ScalingReplicaSet Event", 30*time.Second, func() bool {
+		evs, _, err := objects.List[*corev1.Event](context.Background(), c.store, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if e.GetReason() == "ScalingReplicaSet" && e.GetMessage() == want && e.GetInvolvedObject().GetName() == "web" &&
+				e.GetInvolvedObject().GetKind() == "Deployment" {
+				return true
+			}
+		}
+		return false
+	})
+}
