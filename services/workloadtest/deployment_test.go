@@ -10,6 +10,7 @@ import (
 	apps "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kubecontroller "k8s.io/kubernetes/pkg/controller"
 	deploymentutil "k8s.io/kubernetes/pkg/controller/deployment/util"
@@ -60,13 +61,34 @@ func (c *cluster) getDeployment(name string) *apps.Deployment {
 	return d
 }
 
-// updateDeployment applies f to Deployment default/name and stores it.
+// updateDeployment applies f to Deployment default/name and stores it,
+// read again and retried when the controller wrote its status meanwhile
+// (409 Conflict), as client-go's RetryOnConflict.
 func (c *cluster) updateDeployment(name string, f func(d *apps.Deployment)) {
 	c.t.Helper()
-	d := c.getDeployment(name)
-	f(d)
-	d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
-	c.apply("update", d)
+	c.updateRetry(func() runtime.Object {
+		d := c.getDeployment(name)
+		f(d)
+		d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
+		return d
+	})
+}
+
+// updateRetry stores the object next returns, calling it again while the
+// update is a 409 Conflict.
+func (c *cluster) updateRetry(next func() runtime.Object) {
+	c.t.Helper()
+	for {
+		obj := next()
+		st, _ := c.object("update", obj)
+		switch {
+		case st.GetCode() == 409:
+			continue
+		case st.GetCode() >= 300 || st.GetStatus() == "Failure":
+			c.t.Fatalf("update %T: %d %s: %s", obj, st.GetCode(), st.GetReason(), st.GetMessage())
+		}
+		return
+	}
 }
 
 // replicaSetsOf lists the ReplicaSets of default whose controller has uid.
@@ -557,9 +579,12 @@ func TestDeploymentAdoptsAndReleasesReplicaSets(t *testing.T) {
 		t.Fatalf("the orphan was replaced (uid %s, was %s)", rs.UID, orphanUID)
 	}
 
-	rs.Labels = map[string]string{"app": "other"}
-	rs.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"}
-	c.apply("update", rs)
+	c.updateRetry(func() runtime.Object {
+		rs, _ := get[*apps.ReplicaSet](c, objects.ReplicaSets, "default", "web-orphan")
+		rs.Labels = map[string]string{"app": "other"}
+		rs.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"}
+		return rs
+	})
 	c.eventually("the relabelled ReplicaSet released", 30*time.Second, func() bool {
 		rs, ok := get[*apps.ReplicaSet](c, objects.ReplicaSets, "default", "web-orphan")
 		return ok && metav1.GetControllerOf(rs) == nil

@@ -317,7 +317,7 @@ func (r recorder) Eventf(obj runtime.Object, typ, reason, format string, args ..
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(r.c.baseCtx(), 5*time.Second)
 	defer cancel()
 	r.c.events.Record(ctx, "apps/v1", "Deployment", acc.GetNamespace(), acc.GetName(), string(acc.GetUID()), typ, reason, fmt.Sprintf(format, args...))
 }

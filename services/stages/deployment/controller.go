@@ -71,6 +71,7 @@ type Controller struct {
 
 	mu    sync.Mutex
 	cache map[string]*decoded // by kind and key: the last decoding of each object
+	ctx   context.Context     // Start's: Events are recorded under it
 }
 
 // decoded is a stored object decoded once per revision.
@@ -146,6 +147,9 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // Start runs the informers, the Lease and the workers on g; it returns
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
+	c.mu.Lock()
+	c.ctx = ctx
+	c.mu.Unlock()
 	var infs informer.Group
 	infs.Add(c.deps, c.sets, c.podInf)
 	return c.runner.Start(ctx, g, &infs)
@@ -163,6 +167,16 @@ func (c *Controller) keys() []string {
 		out = append(out, keyOf(u.GetMetadata()))
 	}
 	return out
+}
+
+// baseCtx is Start's context (Background before Start).
+func (c *Controller) baseCtx() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx == nil {
+		return context.Background()
+	}
+	return c.ctx
 }
 
 func (c *Controller) forget(k string) {
