@@ -13,7 +13,8 @@ import (
 // AVAILABLE, `set image` rolls out a second ReplicaSet, `rollout undo`
 // (kubectl's client-side rollback from the old ReplicaSet's template)
 // rolls back to the first image as revision 3, and `scale deployment`
-// scales it; `rollout pause`, `resume` and `restart` work as kube's.
+// scales it; `rollout pause`, `resume` and `restart` work as kube's, with
+// two replicas of the deployment stage (`podflow scale deployment=2`).
 func TestKubectlDeployment(t *testing.T) {
 	c := startCluster(t)
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
@@ -46,6 +47,12 @@ func TestKubectlDeployment(t *testing.T) {
 	}
 	runningPods(3)
 
+	// Two replicas of the stage share the work through their Leases.
+	c.mustPodflow("scale", "deployment=2")
+	eventually(t, 60*time.Second, "two deployment controller Leases", func() (bool, string) {
+		out, _, _ := k.run("get", "lease", "-n", "kube-system", "-l", "podflow.io/controller=deployment", "-o", "name")
+		return len(strings.Fields(out)) == 2, out
+	})
 	k.must("set", "image", "deployment/web", "busybox=busybox:1.36")
 	rolledOut()
 	if rs := images(); strings.Count(rs, ":busybox:1.36") != 1 || strings.Count(rs, "=3:busybox:1.36") != 1 || strings.Count(rs, "=0:busybox ") != 1 {
