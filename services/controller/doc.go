@@ -1,5 +1,5 @@
 // Package controller is the framework of podflow's workload controllers
-// (ReplicaSet and ReplicationController so far; Deployment, the garbage
+// (ReplicaSet, ReplicationController and Deployment so far; the garbage
 // collector, the disruption controller, Job, CronJob, DaemonSet and
 // StatefulSet are to be built the same way): controller stages that
 // consume no events (stage.Config.NoConsumer), watch the store through

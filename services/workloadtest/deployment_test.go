@@ -401,14 +401,16 @@ func TestDeploymentKilledReplicaConverges(t *testing.T) {
 	startReplicaSets(c, "rs-a")
 	a := startDeployments(c, "deploy-a")
 	b := startDeployments(c, "deploy-b")
-	created := c.apply("create", newDeployment("web", 6, "nginx:1", 2, 1))
+	dep := newDeployment("web", 6, "nginx:1", 2, 1)
+	dep.Spec.MinReadySeconds = 1 // a rollout of several seconds
+	created := c.apply("create", dep)
 	uid := created.GetMetadata().GetUid()
 	c.waitRolledOut("web")
 
 	ctx, cancel := context.WithCancel(c.runCtx)
 	defer cancel()
 	bd := c.watchBounds(ctx, uid, 8, 5)
-	c.kubelet.grace.Store(int64(300 * time.Millisecond)) // a slower rollout
+	c.kubelet.grace.Store(int64(300 * time.Millisecond))
 	c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
 	c.eventually("the rollout under way", 30*time.Second, func() bool { return len(c.replicaSetsOf(uid)) == 2 })
 	victim := a
@@ -416,6 +418,13 @@ func TestDeploymentKilledReplicaConverges(t *testing.T) {
 		victim = b
 	}
 	victim.Kill()
+	left := false
+	for _, rs := range c.replicaSetsOf(uid) {
+		left = left || (rs.Annotations[deploymentutil.RevisionAnnotation] == "1" && *rs.Spec.Replicas > 0)
+	}
+	if !left {
+		t.Fatal("the old ReplicaSet was scaled down before the kill: nothing was tested")
+	}
 	d := c.waitRolledOut("web")
 	if d.Annotations[deploymentutil.RevisionAnnotation] != "2" {
 		t.Errorf("revision %q", d.Annotations[deploymentutil.RevisionAnnotation])
