@@ -30,7 +30,7 @@ type Catalog struct {
 
 	inf *informer.Informer[*corev1.Unstructured]
 
-	mu   sync.Mutex              // serializes changes; readers use snap
+	mu   sync.Mutex               // serializes changes; readers use snap
 	snap atomic.Pointer[snapshot] // immutable
 	// syncing coalesces Sync calls: the callers of one in flight wait
 	// for it.

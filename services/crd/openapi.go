@@ -9,7 +9,7 @@ import (
 
 // openAPISpecs are a definition's OpenAPI documents, built once.
 type openAPISpecs struct {
-	v2  *spec.Swagger            // every served version, merged
+	v2  *spec.Swagger             // every served version, merged
 	v3  map[string]*spec3.OpenAPI // by served version
 	err error
 }

@@ -231,5 +231,3 @@ func statusOf(err error) *corev1.Status {
 // StatusOf converts an error of this package's callers' (a conversion, a
 // decode) to podflow's Status, as statusOf.
 func StatusOf(err error) *corev1.Status { return statusOf(err) }
-
-
