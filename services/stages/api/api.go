@@ -596,6 +596,9 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 			}
 			return st, obj
 		}
+		if kind.Generic {
+			return s.deleteGeneric(ctx, kind, ns, req.GetName())
+		}
 		if _, err := s.env.Store.Delete(ctx, kind, ns, req.GetName(), 0); errors.Is(err, raftstore.ErrNotFound) {
 			return stage.NotFound(kind.Resource, req.GetName()), nil
 		} else if err != nil {
@@ -724,6 +727,10 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		_, err = s.alloc.Update(ctx, s.env.Store, existing.(*corev1.Service), svc)
 	case isService:
 		_, err = s.alloc.Create(ctx, s.env.Store, svc)
+	case exists && stage.DeletedByUpdate(existing, obj):
+		// The last finalizer of an object being deleted went: the update
+		// deletes it, as kube-apiserver's generic store does.
+		_, err = s.env.Store.Delete(ctx, kind, md.GetNamespace(), md.GetName(), objects.Revision(existing))
 	case exists:
 		objects.SetRevision(obj, objects.Revision(existing))
 		_, err = s.env.Store.Update(ctx, obj)
