@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -521,5 +521,3 @@ func stored(def *apiextensionsv1.CustomResourceDefinition, rev int64) (*corev1.U
 	objects.SetRevision(u, rev)
 	return u, nil
 }
-
-
