@@ -23,6 +23,7 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
 )
@@ -67,6 +68,13 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	}
 	switch {
 	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"):
+	case req.res.cr != nil:
+		// A custom resource version's own subresources.
+		if !((req.sub == "status" && req.res.cr.HasStatus()) || (req.sub == "scale" && req.res.cr.HasScale())) ||
+			(req.verb != "get" && req.verb != "update" && req.verb != "patch") {
+			writeStatus(w, notFoundPath(r.URL.Path))
+			return
+		}
 	case req.res.generic() && req.res.store.HasSubresource(req.sub) && (req.verb == "get" || req.verb == "update" || req.verb == "patch"):
 		// A generic kind's status, scale, approval.
 	default:
@@ -76,6 +84,9 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	if req.res.metrics {
 		s.serveMetrics(w, r, req)
 		return
+	}
+	if req.res.cr != nil && req.res.cr.Warning != "" {
+		writeWarnings(w, []string{req.res.cr.Warning}) // a deprecated version
 	}
 	needsName := req.verb != "create" && req.verb != "list" && req.verb != "watch" && req.verb != "deletecollection"
 	if needsName != (req.name != "") || (req.res.readOnly && req.verb != "get" && req.verb != "list" && req.verb != "watch") ||
@@ -228,9 +239,12 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, code int, r
 type selector struct {
 	labels labels.Selector
 	fields fields.Selector
+	// cr is the custom resource version whose selectable fields the
+	// field selector is evaluated on (nil for the built-in kinds).
+	cr *crd.Version
 }
 
-func parseSelector(r *http.Request) (*selector, *corev1.Status) {
+func parseSelector(r *http.Request, res *resource) (*selector, *corev1.Status) {
 	q := r.URL.Query()
 	sel := &selector{labels: labels.Everything(), fields: fields.Everything()}
 	var err error
@@ -242,6 +256,11 @@ func parseSelector(r *http.Request) (*selector, *corev1.Status) {
 	if v := q.Get("fieldSelector"); v != "" {
 		if sel.fields, err = fields.ParseSelector(v); err != nil {
 			return nil, badRequest("invalid field selector: %v", err)
+		}
+		if res.cr != nil {
+			if st := sel.customResourceFields(res); st != nil {
+				return nil, st
+			}
 		}
 	}
 	return sel, nil
@@ -256,6 +275,10 @@ func (sel *selector) matches(k runtime.Object, raw []byte) bool {
 	}
 	if sel.fields.Empty() {
 		return true
+	}
+	if sel.cr != nil {
+		_, fs, err := sel.cr.Attrs(k)
+		return err == nil && sel.fields.Matches(fields.Set(fs))
 	}
 	set := fields.Set{}
 	var tree map[string]any
@@ -548,6 +571,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // namespace; its managedFields record manager's write through req.sub.
 func (s *Server) updated(req *request, current objects.Object, body []byte, ct, validation, manager string, force bool) (objects.Object, []string, *corev1.Status) {
 	var st *corev1.Status
+	var applyWarnings []string
 	ssa := req.verb == "patch" && strings.HasPrefix(ct, patchApply) && managesFields(req.res)
 	if ssa {
 		if current == nil {
@@ -557,8 +581,19 @@ func (s *Server) updated(req *request, current objects.Object, body []byte, ct, 
 				return nil, nil, auth.Forbidden(attrs, "")
 			}
 		}
+		patch := body
 		if body, st = applyConfiguration(req.res, req.sub, current, body, manager, force); st != nil {
 			return nil, nil, st
+		}
+		// Field validation of the applied configuration itself, as
+		// kube-apiserver's apply patcher: its duplicate keys.
+		if validation != validationIgnore {
+			if err := yaml.UnmarshalStrict(patch, &map[string]any{}); err != nil {
+				if validation == validationStrict {
+					return nil, nil, badRequest("error strict decoding patch: %v", err)
+				}
+				applyWarnings = append(applyWarnings, err.Error())
+			}
 		}
 	} else if req.verb == "patch" {
 		orig := []byte("{}")
@@ -597,7 +632,7 @@ func (s *Server) updated(req *request, current objects.Object, body []byte, ct, 
 			return nil, nil, st
 		}
 	}
-	return obj, warnings, nil
+	return obj, append(applyWarnings, warnings...), nil
 }
 
 // patchHasPrecondition reports whether a patch sets metadata.resourceVersion
@@ -769,7 +804,7 @@ func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // Objects deleted meanwhile by someone else are skipped; the first other
 // failure ends it.
 func (s *Server) deleteCollection(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
-	sel, st := parseSelector(r)
+	sel, st := parseSelector(r, req.res)
 	if st != nil {
 		writeStatus(w, st)
 		return

@@ -27,6 +27,7 @@ import (
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/apiserver/pki"
 	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
@@ -34,6 +35,7 @@ import (
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
+	"github.com/podflow/podflow/services/stages/crds"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
 )
@@ -370,14 +372,24 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, 
 	if err != nil {
 		return nil, err
 	}
-	cfg.Registry = reg
+	cat, err := crd.NewCatalog(crd.Config{Store: env.Store, Log: env.Log})
+	if err != nil {
+		return nil, err
+	}
+	crdc, err := crds.New(env, crds.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Registry = crd.Registry{Builtin: reg, Catalog: cat}
+	cfg.SyncKinds = cat.Sync
 	if hc.Printer == nil {
 		hc.Printer = reg
 	}
+	hc.CustomResources = cat
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
-	return stage.Compose(s, ns,
+	return stage.Compose(s, cat, ns, crdc,
 		&apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: tokens, Workers: cfg.Workers, Log: env.Log},
 		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Log: env.Log}), nil
 }

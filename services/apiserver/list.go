@@ -132,7 +132,7 @@ type listSnapshot struct {
 }
 
 func snapshotID(res *resource, prefix string, rev int64) string {
-	return res.groupVersion() + "|" + prefix + "|" + strconv.FormatInt(rev, 10)
+	return res.cacheKey() + "|" + prefix + "|" + strconv.FormatInt(rev, 10)
 }
 
 // page returns up to limit (0: all) items matching sel from the key
@@ -275,7 +275,7 @@ func gone410(msg string) *metav1.Status {
 // (Config.ListSnapshotTTL) so that every continue page comes from the same
 // revision, as from etcd.
 func (s *Server) list(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
-	sel, st := parseSelector(r)
+	sel, st := parseSelector(r, req.res)
 	if st == nil {
 		var o *listOptions
 		if o, st = parseListOptions(r.URL.Query()); st == nil {

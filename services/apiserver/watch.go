@@ -73,7 +73,7 @@ func (s *Server) waitForRevision(ctx context.Context, req *request, rev int64) *
 // BookmarkInterval. Selector semantics follow Kubernetes: an object that
 // stops matching is sent as DELETED.
 func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
-	sel, st := parseSelector(r)
+	sel, st := parseSelector(r, req.res)
 	if st != nil {
 		writeStatus(w, st)
 		return

@@ -14,6 +14,7 @@ import (
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/registry"
@@ -21,6 +22,7 @@ import (
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
+	"github.com/podflow/podflow/services/stages/crds"
 	"github.com/podflow/podflow/services/stages/endpoints"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
@@ -63,10 +65,12 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 }
 
 // APIProcess composes an api replica's process: the api stage, with
-// beside it the namespace controller (which empties and removes deleted
-// namespaces, with the api stage's identity), the node agents' token
-// signer (apiserver.NodeTokens) and, when o.HTTPS is set, the Kubernetes
-// REST front door (apiserver.FrontDoor) over the stage.
+// beside it the CustomResourceDefinitions' catalog (crd.Catalog), the
+// namespace controller (which empties and removes deleted namespaces,
+// with the api stage's identity), the CRD controller (services/stages/crds),
+// the node agents' token signer (apiserver.NodeTokens) and, when o.HTTPS
+// is set, the Kubernetes REST front door (apiserver.FrontDoor) over the
+// stage.
 func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	cfg, err := APIConfig(o)
 	if err != nil {
@@ -93,14 +97,27 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Registry = reg
+	// CustomResourceDefinitions: the catalog serves their objects through
+	// the stage and the front door; the CRD controller names, establishes
+	// and cleans them up.
+	cat, err := crd.NewCatalog(crd.Config{Store: env.Store, Log: env.Log})
+	if err != nil {
+		return nil, err
+	}
+	crdc, err := crds.New(env, crds.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Registry = crd.Registry{Builtin: reg, Catalog: cat}
+	cfg.SyncKinds = cat.Sync
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
-	parts := []stage.Starter{ns, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
+	parts := []stage.Starter{cat, ns, crdc, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
 	if o.HTTPS != nil {
 		https := *o.HTTPS
 		https.Printer = reg
+		https.CustomResources = cat
 		parts = append(parts, apiserver.FrontDoor{Config: https, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: cfg.Authn.BoundTokens, Log: env.Log})
 	}
 	return stage.Compose(s, parts...), nil

@@ -94,6 +94,10 @@ type Config struct {
 	// Registry prepares writes of generic kinds (generic.go); nil: they
 	// are refused.
 	Registry Registry
+	// SyncKinds, when set, is called when a request names a kind this
+	// process does not know, before it is refused: the CRD catalog's
+	// Sync, for a definition another replica has just accepted.
+	SyncKinds func(context.Context) error
 }
 
 // DefaultConfig returns the defaults.
@@ -562,6 +566,9 @@ func (s *Stage) object(ctx context.Context, req *apiv1.ObjectRequest) (*corev1.S
 // process).
 func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.ObjectRequest) (*corev1.Status, proto.Message) {
 	kind, err := objects.KindForResource(req.GetKind())
+	if err != nil && s.cfg.SyncKinds != nil && s.cfg.SyncKinds(ctx) == nil {
+		kind, err = objects.KindForResource(req.GetKind())
+	}
 	if err != nil {
 		return stage.Failure(404, eventsv1.ReasonNotFound, req.GetKind(), req.GetName(), "the server doesn't have a resource type %q", req.GetKind()), nil
 	}
