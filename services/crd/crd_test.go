@@ -367,3 +367,68 @@ func TestCatalogFollowsTheStore(t *testing.T) {
 		t.Errorf("the kind is still registered: %v", err)
 	}
 }
+
+// certManager is cert-manager's published Certificate definition
+// (testdata/cert-manager), accepted and established.
+func certManager(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	b, err := os.ReadFile("testdata/cert-manager/certificates.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, doc, _ := strings.Cut(string(b), "\n---\n") // past the licence header
+	c := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict([]byte(doc), c); err != nil {
+		t.Fatal(err)
+	}
+	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(c)
+	accept(c)
+	return c
+}
+
+// TestCertManagerCertificate: cert-manager's Certificate definition is
+// served, and its objects validate as kube-apiserver validates them:
+// a valid one is accepted, one without its required fields or with an
+// enum value the schema does not list is refused with kube-apiserver's
+// messages, and printer columns read its status.
+func TestCertManagerCertificate(t *testing.T) {
+	cat, _ := catalog(t, certManager(t))
+	reg := crd.Registry{Builtin: builtinsNone{t}, Catalog: cat}
+	const valid = `apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: web, namespace: shop}
+spec:
+  secretName: web-tls
+  dnsNames: [web.example.com]
+  duration: 2160h
+  privateKey: {algorithm: ECDSA, size: 256, rotationPolicy: Always}
+  issuerRef: {name: letsencrypt, kind: ClusterIssuer}
+`
+	if _, st := reg.PrepareCreate(context.Background(), nil, "", cr(t, valid)); st != nil {
+		t.Fatalf("a valid Certificate: %v", st)
+	}
+	_, st := reg.PrepareCreate(context.Background(), nil, "", cr(t, strings.Replace(valid, "  secretName: web-tls\n", "", 1)))
+	if st.GetCode() != 422 || !strings.Contains(st.GetMessage(), `spec.secretName: Required value`) {
+		t.Fatalf("no secretName: %v", st)
+	}
+	_, st = reg.PrepareCreate(context.Background(), nil, "", cr(t, strings.Replace(valid, "algorithm: ECDSA", "algorithm: DSA", 1)))
+	if st.GetCode() != 422 || !strings.Contains(st.GetMessage(), `spec.privateKey.algorithm: Unsupported value: "DSA": supported values: "RSA", "ECDSA", "Ed25519"`) {
+		t.Fatalf("a DSA key: %v", st)
+	}
+	v1, ok := cat.Lookup("cert-manager.io", "v1", "certificates")
+	if !ok {
+		t.Fatal("certificates not served")
+	}
+	var cols []string
+	for _, c := range v1.TableColumns() {
+		cols = append(cols, c.Name)
+	}
+	if strings.Join(cols, ",") != "Name,Ready,Secret,Issuer,Status,Expiration,Age" {
+		t.Fatalf("columns %v", cols)
+	}
+	u := kube(t, cr(t, valid+"status:\n  conditions: [{type: Ready, status: \"True\", message: issued}]\n"))
+	cells, err := v1.TableCells(u)
+	if err != nil || cells[1] != "True" || cells[2] != "web-tls" || cells[3] != "letsencrypt" || cells[4] != "issued" {
+		t.Fatalf("cells %v %v", cells, err)
+	}
+}
