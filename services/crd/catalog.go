@@ -93,16 +93,30 @@ func NewCatalog(cfg Config) (*Catalog, error) {
 	return c, nil
 }
 
-// Start follows the definitions on g until ctx is done; it returns once
-// the catalog holds every stored definition.
+// Start follows the definitions on g until ctx is done (then it
+// unregisters their kinds); it returns once the catalog holds every
+// stored definition.
 func (c *Catalog) Start(ctx context.Context, g *errgroup.Group) error {
 	g.Go(func() error {
+		defer c.stop()
 		if err := c.inf.Run(ctx); ctx.Err() == nil {
 			return err
 		}
 		return nil
 	})
 	return c.inf.WaitForSync(ctx)
+}
+
+// stop unregisters the kinds the catalog registered: the process no
+// longer follows their definitions.
+func (c *Catalog) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := c.snap.Load().clone()
+	for _, d := range next.byGR {
+		c.unpublish(next, d)
+	}
+	c.snap.Store(next)
 }
 
 // observe builds and publishes the definition u (as stored), unless the
