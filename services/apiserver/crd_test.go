@@ -335,3 +335,71 @@ func TestCustomResourceWatchAndPaging(t *testing.T) {
 	}
 	_ = json.Marshal
 }
+
+// TestCustomResourceRBACAndNamespaces: custom resources are authorized by
+// their group and resource as any kind (a user without a role is 403, a
+// Role on crontabs of stable.example.com lets her read them, not write
+// them, and not read another group's), and a deleted namespace takes its
+// custom resources with it.
+func TestCustomResourceRBACAndNamespaces(t *testing.T) {
+	s := startSystem(t, options{})
+	establish(t, s, cronTabsCRD(t))
+	admin, alice := s.client(t, adminToken), s.client(t, aliceToken)
+	tabs := s.url + "/apis/stable.example.com/v1/namespaces/team/crontabs"
+	if code, out, _ := do(t, admin, "POST", s.url+"/api/v1/namespaces", "application/json", `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team"}}`); code != 201 {
+		t.Fatalf("namespace: %d %v", code, out)
+	}
+	tab := `{"apiVersion":"stable.example.com/v1","kind":"CronTab","metadata":{"name":"t"},"spec":{"image":"x"}}`
+	if code, out, _ := do(t, admin, "POST", tabs, "application/json", tab); code != 201 {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	code, out, _ := do(t, alice, "GET", tabs, "", "")
+	if msg, _ := out["message"].(string); code != 403 || !strings.Contains(msg, `crontabs.stable.example.com is forbidden: User "alice" cannot list resource "crontabs" in API group "stable.example.com" in the namespace "team"`) {
+		t.Fatalf("alice without a role: %d %v", code, out)
+	}
+	role := `{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"tab-reader"},
+"rules":[{"apiGroups":["stable.example.com"],"resources":["crontabs"],"verbs":["get","list","watch"]}]}`
+	binding := `{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{"name":"alice-reads-tabs"},
+"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"tab-reader"},"subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"alice"}]}`
+	for p, b := range map[string]string{"roles": role, "rolebindings": binding} {
+		if code, out, _ := do(t, admin, "POST", s.url+"/apis/rbac.authorization.k8s.io/v1/namespaces/team/"+p, "application/json", b); code != 201 {
+			t.Fatalf("%s: %d %v", p, code, out)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second) // the RBAC cache follows the store
+	for {
+		code, out, _ = do(t, alice, "GET", tabs, "", "")
+		if code == 200 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code != 200 || len(out["items"].([]any)) != 1 {
+		t.Fatalf("alice with the role: %d %v", code, out)
+	}
+	if code, out, _ := do(t, alice, "DELETE", tabs+"/t", "", ""); code != 403 {
+		t.Fatalf("alice deletes: %d %v", code, out)
+	}
+	if code, _, _ := do(t, alice, "GET", s.url+"/apis/apps/v1/namespaces/team/deployments", "", ""); code != 403 {
+		t.Fatalf("alice reads another group: %d", code)
+	}
+
+	// The namespace goes, and its custom resources with it.
+	if code, out, _ := do(t, admin, "DELETE", s.url+"/api/v1/namespaces/team", "", ""); code != 200 {
+		t.Fatalf("delete the namespace: %d %v", code, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		if _, err := s.store.KV().Get(ctx, "/registry/namespaces/team"); err != nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the namespace was not removed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if v := storedValue(ctx, s, "/registry/stable.example.com/crontabs/team/t"); v != "" {
+		t.Fatal("the custom resource outlived its namespace")
+	}
+}
