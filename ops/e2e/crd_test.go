@@ -67,22 +67,68 @@ spec: {cronSpec: "0 3 * * *", image: backup, replicas: 2, unknownField: x}
 	if out := k.must("get", "crontab", "nightly", "-n", "tabs", "-o", "jsonpath={.status.replicas}/{.spec.image}/{.metadata.generation}"); out != "3/backup/1" {
 		t.Fatalf("after the status patch: %q", out)
 	}
+	// kubectl get -w lists, then watches from the list's resourceVersion.
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	var wout, werr syncBuffer
+	kw := k.cmd(watchCtx, "get", "crontabs", "-n", "tabs", "-w", "-v=6", "-o", `jsonpath={.metadata.name}:{.spec.image}{"\n"}`)
+	kw.Stdout, kw.Stderr = &wout, &werr
+	if err := kw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	watchDone := make(chan struct{})
+	go func() { _ = kw.Wait(); close(watchDone) }()
+	defer func() { stopWatch(); <-watchDone }()
+	eventually(t, 20*time.Second, "kubectl get crontabs -w to start watching", func() (bool, string) {
+		return strings.Contains(werr.String(), "watch=true") && strings.Contains(werr.String(), "resourceVersion="), werr.String()
+	})
 	k.must("patch", "crontab", "nightly", "-n", "tabs", "--type=merge", "-p", `{"status":{"replicas":9},"spec":{"image":"nightly-backup"}}`)
+	eventually(t, 20*time.Second, "the watch to show the patch", func() (bool, string) {
+		return strings.Contains(wout.String(), "nightly:backup\nnightly:nightly-backup\n"), wout.String()
+	})
+	stopWatch()
+	<-watchDone
 	if out := k.must("get", "crontab", "nightly", "-n", "tabs", "-o", "jsonpath={.status.replicas}/{.spec.image}/{.metadata.generation}"); out != "3/nightly-backup/2" {
 		t.Fatalf("after the spec patch: %q", out)
 	}
-	out := k.must("get", "crontabs", "-n", "tabs")
-	if !regexpLine(out, "NAME", "SPEC", "REPLICAS", "AGE") || !regexpLine(out, "nightly", "0 3 \\* \\* \\*", "2") {
-		t.Fatalf("get crontabs:\n%s", out)
+	// The printer columns are v1's; kubectl reads the preferred version,
+	// v2, which names none (NAME, AGE) unless asked for v1.
+	out := k.must("get", "crontabs.v1.stable.example.com", "-n", "tabs")
+	if !regexpLine(out, "NAME", "SPEC", "REPLICAS", "AGE") || !regexpLine(out, "nightly", "0", "3", "*", "*", "*", "2") {
+		t.Fatalf("get crontabs.v1:\n%s", out)
+	}
+	if out := k.must("get", "crontabs", "-n", "tabs"); !regexpLine(out, "NAME", "AGE") || strings.Contains(out, "SPEC") {
+		t.Fatalf("get crontabs (v2):\n%s", out)
+	}
+	// selectableFields are v1's.
+	if out := k.must("get", "crontabs.v1.stable.example.com", "-n", "tabs", "--field-selector=spec.color=blue", "-o", "name"); strings.TrimSpace(out) != "crontab.stable.example.com/nightly" {
+		t.Fatalf("field selector spec.color=blue: %q", out)
+	}
+	if out := k.must("get", "crontabs.v1.stable.example.com", "-n", "tabs", "--field-selector=spec.color!=blue", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Fatalf("field selector spec.color!=blue: %q", out)
+	}
+	if _, errs, code := k.run("get", "crontabs.v2.stable.example.com", "-n", "tabs", "--field-selector=spec.color=blue"); code == 0 ||
+		!strings.Contains(errs, `field label not supported: spec.color`) {
+		t.Fatalf("field selector on v2, which selects no fields: exit %d %q", code, errs)
 	}
 	if out := k.must("get", "batch-like", "-n", "tabs", "-o", "name"); strings.TrimSpace(out) != "crontab.stable.example.com/nightly" {
 		t.Fatalf("the category: %q", out)
 	}
-	if out := k.must("explain", "crontab.spec"); !strings.Contains(out, "What to run and when.") || !strings.Contains(out, "cronSpec") {
-		t.Fatalf("explain:\n%s", out)
+	// explain reads the OpenAPI v3 document of the version it is given;
+	// the descriptions are v1's.
+	if out := k.must("explain", "crontab.spec", "--api-version=stable.example.com/v1"); !strings.Contains(out, "What to run and when.") ||
+		!strings.Contains(out, "cronSpec\t<string>") || !strings.Contains(out, "The schedule, in cron format.") {
+		t.Fatalf("explain v1:\n%s", out)
 	}
-	if out := k.must("scale", "crontab", "nightly", "-n", "tabs", "--replicas=5"); !strings.Contains(out, "scaled") {
+	if out := k.must("explain", "crontab.spec"); !strings.Contains(out, "VERSION:    v2") || !strings.Contains(out, "cronSpec\t<string>") {
+		t.Fatalf("explain v2:\n%s", out)
+	}
+	// Only v1 has a scale subresource.
+	if out := k.must("scale", "crontabs.v1.stable.example.com", "nightly", "-n", "tabs", "--replicas=5"); !strings.Contains(out, "scaled") {
 		t.Fatalf("scale: %q", out)
+	}
+	if out := k.must("get", "crontab", "nightly", "-n", "tabs", "-o", "jsonpath={.spec.replicas}/{.metadata.generation}"); out != "5/3" {
+		t.Fatalf("after scale: %q", out)
 	}
 
 	// 5,000 objects, created in parallel through HTTPS, listed by kubectl
@@ -172,10 +218,18 @@ spec: {cronSpec: "0 3 * * *", image: backup, replicas: 2, unknownField: x}
 	if kvs, _, err := c.store.KV().List(ctx, "/registry/stable.example.com/crontabs/"); err != nil || len(kvs) != 0 {
 		t.Fatalf("%d objects outlived their definition (%v)", len(kvs), err)
 	}
+	// kubectl's discovery cache may still name the resource: then the
+	// server answers its list with 404, as kube-apiserver does; api-resources
+	// reads discovery afresh.
 	eventually(t, 20*time.Second, "the resource type to go", func() (bool, string) {
 		_, errs, code := k.run("get", "crontabs", "-A")
-		return code != 0 && strings.Contains(errs, `the server doesn't have a resource type "crontabs"`), errs
+		gone := strings.Contains(errs, `the server doesn't have a resource type "crontabs"`) ||
+			strings.Contains(errs, "the server could not find the requested resource")
+		return code != 0 && gone, errs
 	})
+	if out := k.must("api-resources", "--api-group=stable.example.com", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Fatalf("api-resources after the delete: %q", out)
+	}
 
 	// cert-manager's Certificate, from its published definition.
 	k.must("apply", "-f", filepath.Join(repoRoot, "services/crd/testdata/cert-manager/certificates.yaml"))
