@@ -252,15 +252,4 @@ spec:
 	if out := k.must("get", "certs", "-n", "tabs"); !regexpLine(out, "NAME", "READY", "SECRET", "AGE") || !regexpLine(out, "web", "web-tls") {
 		t.Fatalf("get certs:\n%s", out)
 	}
-
-}
-
-// mustIn is must with stdin.
-func (k *kubectl) mustIn(stdin string, args ...string) string {
-	k.t.Helper()
-	out, errs, code := k.runIn(stdin, args...)
-	if code != 0 {
-		k.t.Fatalf("kubectl %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
-	}
-	return out
 }

@@ -33,7 +33,7 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	switch r.Method {
 	case http.MethodGet:
 		switch {
-		case req.name == "" && (q.Get("watch") == "true" || q.Get("watch") == "1"):
+		case req.name == "" && queryBool(q, "watch"):
 			req.verb = "watch"
 		case req.name == "":
 			req.verb = "list"
@@ -66,8 +66,13 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		s.authorizedTokenRequest(w, r, req)
 		return
 	}
+	if req.res.name == "namespaces" && req.res.group == "" && req.sub == "finalize" && req.verb != "update" {
+		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path)) // finalize is PUT only
+		return
+	}
 	switch {
-	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"):
+	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"),
+		namespaceSubresource(req): // nssubresources.go
 	case req.res.cr != nil:
 		// A custom resource version's own subresources.
 		if !((req.sub == "status" && req.res.cr.HasStatus()) || (req.sub == "scale" && req.res.cr.HasScale())) ||
@@ -117,6 +122,14 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		Resource: req.res.name, Subresource: req.sub, Name: req.name}
 	if d := s.backend.Authorize(attrs); !d.Allowed {
 		writeStatus(w, auth.Forbidden(attrs, ""))
+		return
+	}
+	switch req.res.kind { // reviews.go
+	case "TokenReview":
+		s.tokenReview(w, r, req)
+		return
+	case "SubjectAccessReview", "LocalSubjectAccessReview":
+		s.subjectAccessReview(w, r, req)
 		return
 	}
 	if req.verb == "watch" {
@@ -261,14 +274,16 @@ func parseSelector(r *http.Request, res *resource) (*selector, *corev1.Status) {
 			if st := sel.customResourceFields(res); st != nil {
 				return nil, st
 			}
+		} else if sel.fields, err = convertFieldSelector(res, sel.fields); err != nil {
+			return nil, badRequest("%v", err)
 		}
 	}
 	return sel, nil
 }
 
-// matches evaluates the selectors on an object's Kubernetes form; field
-// selectors may name any field path ("spec.nodeName", "involvedObject.uid").
-func (sel *selector) matches(k runtime.Object, raw []byte) bool {
+// matches evaluates the selectors on an object's Kubernetes form: labels
+// on its labels, fields on the kind's selectable fields (fieldselect.go).
+func (sel *selector) matches(k runtime.Object) bool {
 	md := metaOf(k)
 	if !sel.labels.Empty() && !sel.labels.Matches(labels.Set(md.GetLabels())) {
 		return false
@@ -280,45 +295,7 @@ func (sel *selector) matches(k runtime.Object, raw []byte) bool {
 		_, fs, err := sel.cr.Attrs(k)
 		return err == nil && sel.fields.Matches(fields.Set(fs))
 	}
-	set := fields.Set{}
-	var tree map[string]any
-	for _, req := range sel.fields.Requirements() {
-		switch req.Field {
-		case "metadata.name":
-			set[req.Field] = md.GetName()
-		case "metadata.namespace":
-			set[req.Field] = md.GetNamespace()
-		default:
-			if tree == nil {
-				if raw == nil {
-					raw, _ = json.Marshal(k)
-				}
-				_ = json.Unmarshal(raw, &tree)
-			}
-			set[req.Field] = fieldValue(tree, req.Field)
-		}
-	}
-	return sel.fields.Matches(set)
-}
-
-func fieldValue(tree map[string]any, path string) string {
-	var cur any = tree
-	for _, p := range strings.Split(path, ".") {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return ""
-		}
-		cur = m[p]
-	}
-	switch v := cur.(type) {
-	case nil:
-		return ""
-	case string:
-		return v
-	default:
-		b, _ := json.Marshal(v)
-		return string(b)
-	}
+	return sel.fields.Matches(selectableFields(k))
 }
 
 func metaOf(k runtime.Object) metav1.Object {
@@ -341,7 +318,7 @@ func (s *Server) listKube(ctx context.Context, req *request, sel *selector) ([]k
 	}
 	items := make([]kubeItem, 0, len(snap.items))
 	for _, it := range snap.items {
-		if sel.matches(it.obj, it.raw) {
+		if sel.matches(it.obj) {
 			items = append(items, it)
 		}
 	}
@@ -383,6 +360,9 @@ func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	body, st := bodyJSON(r, body, kubeType(req.res))
+	if st == nil {
+		body, st = defaultTypeMeta(body, req.res)
+	}
 	if st != nil {
 		writeStatus(w, st)
 		return
@@ -501,7 +481,10 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	ssa := strings.HasPrefix(ct, patchApply)
 	var st *corev1.Status
 	if req.verb == "update" {
-		if body, st = bodyJSON(r, body, kubeType(req.res)); st != nil {
+		if body, st = bodyJSON(r, body, kubeType(req.res)); st == nil {
+			body, st = defaultTypeMeta(body, req.res)
+		}
+		if st != nil {
 			writeStatus(w, st)
 			return
 		}
@@ -515,7 +498,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		writeStatus(w, st)
 		return
 	}
-	force := ssa && r.URL.Query().Get("force") == "true"
+	force := ssa && queryBool(r.URL.Query(), "force")
 	if v := r.URL.Query().Get("force"); v != "" && !ssa {
 		writeStatus(w, invalid("PatchOptions.meta.k8s.io", "", []*corev1.StatusCause{{Type: "FieldValueForbidden", Field: "force",
 			Message: "Forbidden: may not be specified for non-apply patch"}},
@@ -553,6 +536,15 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if pod, ok := obj.(*corev1.Pod); ok {
 			writeWarnings(w, warnings)
 			st, out := s.updatePod(ctx, current.(*corev1.Pod), pod, dry)
+			s.respond(w, r, req.res, st, out)
+			return
+		}
+		if ns, ok := obj.(*corev1.Namespace); ok && req.sub != "" {
+			st, out := s.updateNamespaceSub(ctx, req, current.(*corev1.Namespace), ns, dry)
+			if retry && st.GetCode() == http.StatusConflict && attempt < maxPatchRetries && ctx.Err() == nil {
+				continue
+			}
+			writeWarnings(w, warnings)
 			s.respond(w, r, req.res, st, out)
 			return
 		}

@@ -146,7 +146,7 @@ func (sn *listSnapshot) page(start string, limit int64, sel *selector) ([]kubeIt
 		if limit > 0 && int64(len(out)) == limit {
 			break
 		}
-		if sel.matches(sn.items[i].obj, sn.items[i].raw) {
+		if sel.matches(sn.items[i].obj) {
 			out = append(out, sn.items[i])
 		}
 	}
