@@ -21,7 +21,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/apiserver/pki"
+	"github.com/podflow/podflow/services/objects"
 )
 
 // conversionWebhook is a ConversionReview server over TLS, as the e2e
@@ -48,6 +50,10 @@ func startConversionWebhook(t *testing.T, ca *pki.CA, hosts ...string) *conversi
 	}
 	wh := &conversionWebhook{addr: l.Addr().String()}
 	srv := &http.Server{Handler: http.HandlerFunc(wh.serve), ReadHeaderTimeout: 5 * time.Second}
+	// Each review on a new connection: the webhook client resolves the
+	// Service when it dials (as kube-apiserver's does), so a kept-alive
+	// connection would outlive the Service's deletion.
+	srv.SetKeepAlivesEnabled(false)
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return wh
@@ -188,7 +194,7 @@ func TestConversionWebhook(t *testing.T) {
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if v := storedValue(ctx, s, "/registry/stable.example.com/endpoints/default/b"); !strings.Contains(v, "stable.example.com/v1") || !strings.Contains(v, "web:80") {
+	if v := storedValue(ctx, s, "/registry/stable.example.com/endpoints/default/b"); storedAPIVersion(ctx, t, s, "/registry/stable.example.com/endpoints/default/b") != "stable.example.com/v1" || !strings.Contains(v, "web:80") {
 		t.Fatalf("stored %q", v)
 	}
 
@@ -210,8 +216,10 @@ func TestConversionWebhook(t *testing.T) {
 			metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		v := storedValue(ctx, s, "/registry/stable.example.com/endpoints/default/c")
-		if strings.Contains(v, "stable.example.com/v2") {
+		// The stored object's own apiVersion: its managedFields name v2
+		// whatever version it is stored in.
+		v := storedAPIVersion(ctx, t, s, "/registry/stable.example.com/endpoints/default/c")
+		if v == "stable.example.com/v2" {
 			break
 		}
 		if err := gvr("v2").Delete(ctx, "c", metav1.DeleteOptions{}); err != nil || ctx.Err() != nil {
@@ -233,10 +241,27 @@ func TestConversionWebhook(t *testing.T) {
 	}
 
 	// A webhook that cannot be reached fails the read with the error.
-	_ = cs.CoreV1().Services("default").Delete(ctx, "converter", metav1.DeleteOptions{})
-	if _, err := gvr("v1").Get(ctx, "c", metav1.GetOptions{}); err == nil || !strings.Contains(err.Error(), "conversion webhook") {
+	if err := cs.CoreV1().Services("default").Delete(ctx, "converter", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gvr("v1").Get(ctx, "c", metav1.GetOptions{}); err == nil || !strings.Contains(err.Error(), "conversion webhook") ||
+		!strings.Contains(err.Error(), `services "converter"`) {
 		t.Fatalf("read with the webhook's Service gone: %v", err)
 	}
+}
+
+// storedAPIVersion is the apiVersion of the object stored at key.
+func storedAPIVersion(ctx context.Context, t *testing.T, s *system, key string) string {
+	t.Helper()
+	kv, err := s.store.KV().Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u corev1.Unstructured
+	if err := objects.Decode(kv, &u); err != nil {
+		t.Fatal(err)
+	}
+	return u.GetApiVersion()
 }
 
 // storedValue is the stored bytes of key, as text ("" when missing).
