@@ -579,7 +579,10 @@ func TestStoreWritesByRole(t *testing.T) {
 }
 
 // TestStoreWriteACL: the policy itself, kind by kind; the api stage
-// writes generic kinds, those registered at run time too.
+// writes generic kinds, those registered at run time too, and custom
+// resources in kube-apiserver's layout (the store's process does not
+// know the CustomResourceDefinitions), nothing else the store does not
+// know.
 func TestStoreWriteACL(t *testing.T) {
 	runtimeKind, err := objects.Register(objects.GenericKind{Group: "acl.test.io", Version: "v1", Kind: "Widget", Resource: "widgets",
 		Namespaced: true, Prefix: "/registry/acl.test.io/widgets/"})
@@ -596,7 +599,14 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.StageRole(pipeline.API), objects.IPAddresses.Key("", "10.96.0.10"), true},
 		{pipeline.StageRole(pipeline.API), objects.CustomResourceDefinitions.Key("", "a.b.c"), true},
 		{pipeline.StageRole(pipeline.API), runtimeKind.Key("default", "w"), true},
-		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/default/w", false},
+		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/default/w", true},
+		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/w", true},
+		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/", false},
+		{pipeline.StageRole(pipeline.API), "/registry/nodots/things/default/w", false},
+		{pipeline.StageRole(pipeline.API), pipeline.PodCIDRPrefix + "10.244.1.0-24", false},
+		{pipeline.StageRole(pipeline.API), "/registry/.io/things/w", false},
+		{pipeline.StageRole(pipeline.API), "/other/a.io/things/w", false},
+		{pipeline.StageRole(pipeline.Scheduler), "/registry/unregistered.io/things/default/w", false},
 		{pipeline.StageRole(pipeline.Scheduler), objects.Deployments.Key("default", "web"), false},
 		{pipeline.StageRole(pipeline.Endpoints), runtimeKind.Key("default", "w"), false},
 		{pipeline.StageRole(pipeline.Persistence), pod, true},
