@@ -66,8 +66,11 @@ func New(store *objects.Store) *Factory {
 	}
 }
 
-// indexers are the typed informers' indexers: by namespace.
-var indexers = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+// indexers are a new informer's indexers: by namespace. Each informer
+// has its own map (AddIndexers adds to it).
+func indexers() cache.Indexers {
+	return cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+}
 
 // InformerFor returns the one informer of obj's type, made the first time
 // over the store; newFunc (a clientset's informer) is not used.
@@ -79,7 +82,7 @@ func (f *Factory) InformerFor(obj runtime.Object, _ internalinterfaces.NewInform
 		return inf
 	}
 	kind, err := kindOfKube(obj)
-	inf := cache.NewSharedIndexInformer(&listWatch{store: f.store, kind: kind, err: err}, obj, 0, indexers)
+	inf := cache.NewSharedIndexInformer(&listWatch{store: f.store, kind: kind, err: err}, obj, 0, indexers())
 	f.informers[t] = inf
 	return inf
 }
@@ -107,7 +110,7 @@ func (f *Factory) ForResource(gvr schema.GroupVersionResource) (informers.Generi
 	if !ok {
 		example := &unstructured.Unstructured{}
 		example.SetGroupVersionKind(schema.GroupVersionKind{Group: kind.APIGroup, Version: kind.Version, Kind: kind.Name})
-		inf = cache.NewSharedIndexInformer(&listWatch{store: f.store, kind: kind, unstructured: true}, example, 0, indexers)
+		inf = cache.NewSharedIndexInformer(&listWatch{store: f.store, kind: kind, unstructured: true}, example, 0, indexers())
 		f.dynamic[gvr] = inf
 	}
 	return genericInformer{inf, cache.NewGenericLister(inf.GetIndexer(), gr)}, nil
