@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 
+	k8scorev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -95,6 +96,7 @@ func fromAttrObject(in runtime.Object, orig objects.Object) (objects.Object, err
 			return nil, apierrors.NewInternalError(err)
 		}
 		ext.GetObjectKind().SetGroupVersionKind(gv.WithKind(k.Name))
+		normalize(ext)
 	}
 	if u, ok := ext.(*unstructured.Unstructured); ok && !manifest.HasGoType(u.GetAPIVersion(), u.GetKind()) {
 		if _, isGeneric := orig.(*corev1.Unstructured); !isGeneric {
@@ -182,5 +184,15 @@ func registerEquivalents(r runtime.EquivalentResourceRegistry) {
 				r.RegisterKindFor(gvr, sub, schema.GroupVersionKind{Group: g, Version: "v1", Kind: kind})
 			}
 		}
+	}
+}
+
+// normalize undoes what the conversion from the internal form adds that
+// podflow does not keep: a pod's deprecated spec.serviceAccount, which
+// the v1 conversion copies from spec.serviceAccountName (podflow refuses
+// the field by name when it is set on its own).
+func normalize(o runtime.Object) {
+	if p, ok := o.(*k8scorev1.Pod); ok && p.Spec.DeprecatedServiceAccount == p.Spec.ServiceAccountName {
+		p.Spec.DeprecatedServiceAccount = ""
 	}
 }
