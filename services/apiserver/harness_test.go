@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +22,6 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/bus/bustest"
-	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/apiserver"
@@ -34,6 +34,8 @@ import (
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
+	"github.com/podflow/podflow/services/stages/bootstrap"
+	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
 	webhookkube "github.com/podflow/podflow/services/webhook/kube"
@@ -134,9 +136,8 @@ func startSystem(t testing.TB, o options) *system {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := st.Create(ctx, &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: "default", Uid: "ns-default"}}); err != nil {
-		t.Fatal(err)
-	}
+	// The namespaces (default ...) and the bootstrap RBAC come from the
+	// api process's bootstrap controller, as in production.
 
 	// The bus topology.
 	topo, err := pipeline.Topology(bus.DefaultStreamsConfig())
@@ -363,8 +364,11 @@ func podJSON(name string, extra string) string {
 }
 
 // apiProcess is the api process as `podflow stage api` composes it
-// (ops/processes/roles.APIProcess): the api stage, the namespace controller, the
-// node token signer and the HTTPS front door hc.
+// (ops/processes/roles.APIProcess): the api stage, the namespace
+// controller, the bootstrap controller, the node token signer, the HTTPS
+// front door hc (with its pod network listeners) and the kubernetes
+// Service's controller; with webhooks, the admission webhooks and
+// policies.
 func apiProcess(env stage.Env, dir string, hc apiserver.Config, webhooks bool) (stage.Handler, error) {
 	tokens, err := auth.LoadBoundTokens(filepath.Join(dir, "sa.key")) // the TokenRequest API
 	if err != nil {
@@ -403,7 +407,23 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config, webhooks bool) (
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
-	return stage.Compose(s, append(parts, ns,
+	boot, err := bootstrap.New(env, bootstrap.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	ap, err := netip.ParseAddrPort(hc.Addr)
+	if err != nil {
+		return nil, err
+	}
+	pods := &apiserver.PodListeners{Store: env.Store, Port: int(ap.Port()), Fallback: ap, Interval: 200 * time.Millisecond, Log: env.Log}
+	kc := kubernetesservice.DefaultConfig()
+	kc.ServiceIPs, kc.Endpoint = nc.ServiceIPs, pods.Endpoint
+	kc.Interval = 500 * time.Millisecond // tests wait for it less
+	ks, err := kubernetesservice.New(env, kc)
+	if err != nil {
+		return nil, err
+	}
+	return stage.Compose(s, append(parts, ns, boot,
 		&apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: tokens, Workers: cfg.Workers, Log: env.Log},
-		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Log: env.Log})...), nil
+		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Pods: pods, Log: env.Log}, ks)...), nil
 }

@@ -39,6 +39,9 @@ var Outputs = map[string][]eventsv1.Type{
 	Scheduler:   {"PodScheduled", "PodUnschedulable", "PodDeleteRequested"}, // the victims of a preemption
 	Status:      {},
 	Endpoints:   {"EndpointsUpdated"},
+	// Controller stages write the store only.
+	ServiceAccount: nil,
+	RootCACert:     nil,
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -115,7 +118,10 @@ func stagePermissions(stage string) *bus.Permissions {
 	if err != nil {
 		panic(err) // Stages and Inputs are declared together
 	}
-	pub := cfg.PublishSubjects()
+	var pub []string
+	if !Controller(stage) { // a controller stage has no consumer
+		pub = cfg.PublishSubjects()
+	}
 	for _, t := range Outputs[stage] {
 		pub = append(pub, bus.TypeFilter(t))
 	}
@@ -194,6 +200,11 @@ func StoreReadACL(user, key string, prefix bool) bool {
 // the node that has it (written by Linux node agents).
 const PodCIDRPrefix = "/registry/podflow/podcidrs/"
 
+// MasterLeasePrefix holds one store key per live api replica address
+// (kube-apiserver's /masterleases/): the kubernetes Service's endpoints
+// (services/stages/kubernetesservice). Only the api stage writes it.
+const MasterLeasePrefix = "/registry/podflow/masterleases/"
+
 // RequestIDPrefix holds one store key per request id a stored pod holds
 // (persistence.RequestIDKey); its value is a reference to that pod. The
 // persistence stage creates it in the pod's own create transaction, on
@@ -206,12 +217,14 @@ const RequestIDPrefix = "/registry/podflow/requestids/"
 // time too (StoreWriteACL reads objects.Kinds for it); the others only
 // what their step of the lifecycle records.
 var storeWrites = map[string][]objects.Kind{
-	API:         nil,
-	Admission:   nil,
-	Persistence: {objects.Pods, objects.Events},
-	Scheduler:   {objects.Pods, objects.NodeAllocations, objects.Events},
-	Status:      {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
-	Endpoints:   {objects.EndpointSlices, objects.Events},
+	API:            nil,
+	Admission:      nil,
+	Persistence:    {objects.Pods, objects.Events},
+	Scheduler:      {objects.Pods, objects.NodeAllocations, objects.Events},
+	Status:         {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
+	Endpoints:      {objects.EndpointSlices, objects.Events},
+	ServiceAccount: {objects.ServiceAccounts, objects.Events},
+	RootCACert:     {objects.ConfigMaps, objects.Events},
 }
 
 // nodeWrites: a node agent records Events and allocates its pod CIDR (the
@@ -234,7 +247,8 @@ func StoreWriteACL(writer, key string) bool {
 		}
 		switch writer {
 		case StageRole(API):
-			kinds = objects.Kinds() // ClusterIPs' reservations are IPAddresses
+			kinds = objects.Kinds()                        // ClusterIPs' reservations are IPAddresses
+			prefixes = append(prefixes, MasterLeasePrefix) // the replicas' leases of default/kubernetes
 		case StageRole(Persistence):
 			prefixes = append(prefixes, RequestIDPrefix)
 		}

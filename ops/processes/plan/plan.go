@@ -145,6 +145,9 @@ type Options struct {
 	TLS bool
 	// APIArgs are extra flags of every api replica (the HTTPS front door).
 	APIArgs []string
+	// StageArgs are extra flags of every replica of a stage, by stage
+	// (the root CA publisher's --root-ca-file).
+	StageArgs map[string][]string
 	// ServiceCIDR is the one service CIDR (kube-apiserver's
 	// --service-cluster-ip-range): the api replicas allocate ClusterIPs
 	// from it and the Linux node agent's proxy routes it unreachable and
@@ -398,9 +401,14 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 	case pipeline.Status:
 		args = append(args, "--node-monitor-grace-period", p.Options.NodeGrace.String())
 	}
+	args = append(args, p.Options.StageArgs[stage]...)
+	ready := Check{Kind: CheckConsumer, Consumer: stage, Timeout: 60 * time.Second}
+	if pipeline.Controller(stage) {
+		ready = Check{} // no consumer: started is ready
+	}
 	return Process{Name: name, Kind: StageKind, Stage: stage, Index: i, Args: args, Metrics: addr,
 		Env:   []string{client.NATSConfigEnv + "=" + p.Layout.RoleConfig(pipeline.StageRole(stage))},
-		Ready: Check{Kind: CheckConsumer, Consumer: stage, Timeout: 60 * time.Second}}, nil
+		Ready: ready}, nil
 }
 
 // NodeAgentArgs are the node agent's arguments without its metrics
@@ -455,7 +463,7 @@ func (p *Plan) Processes() []Process {
 func (p *Plan) Consumers() []string {
 	out := []string{p.NodeRunner.Consumer}
 	for _, s := range pipeline.Stages {
-		if p.Options.Replicas[s] > 0 {
+		if p.Options.Replicas[s] > 0 && !pipeline.Controller(s) {
 			out = append(out, s)
 		}
 	}

@@ -26,7 +26,6 @@ import (
 	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/ops/processes/roles"
 	"github.com/podflow/podflow/ops/processes/supervisor"
-	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
@@ -102,7 +101,7 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 	if u.creds, err = bus.EnsureCredentials(u.layout.Credentials(), append(pipeline.Roles(), nodeRole)); err != nil {
 		return nil, err
 	}
-	if u.kube, err = ensureKube(dir, o.HTTPSPort); err != nil {
+	if u.kube, err = ensureKube(dir, o.HTTPSPort, o.ServiceCIDR); err != nil {
 		return nil, fmt.Errorf("kubernetes API certificates: %w", err)
 	}
 	storeUser, _ := u.creds.User(pipeline.RoleStore)
@@ -113,6 +112,7 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 		NATSRoutePeerAddrs: cl.NATSRoutePeerAddrs, NATSRouteAdvertise: cl.NATSRouteAdvertise, StoreUser: storeUser, Replicas: replicas, TLS: o.Cluster,
 		Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace, APIArgs: u.kube.stageArgs(),
 		ServiceCIDR: o.ServiceCIDR, PodSecurityDefault: o.PodSecurityDefault,
+		StageArgs: map[string][]string{pipeline.RootCACert: {"--root-ca-file", u.kube.CACert}},
 	})
 	if err != nil {
 		return u, err
@@ -274,15 +274,14 @@ func (u *up) startStore(ctx context.Context) error {
 	return nil
 }
 
-// bootstrap creates the admin's token, the objects a fresh cluster has,
-// and the client configuration every other command reads.
+// bootstrap creates the admin's token and the client configuration every
+// other command reads. The objects a fresh cluster has (system
+// namespaces, bootstrap RBAC, default ServiceAccounts, kube-root-ca.crt)
+// come from the stages' controllers, not from up.
 func (u *up) bootstrap(ctx context.Context) error {
 	token, err := adminToken(u.layout.Tokens())
 	if err != nil {
 		return err
-	}
-	if err := seed(ctx, u.store); err != nil {
-		return fmt.Errorf("seed the store: %w", err)
 	}
 	key, err := sealed.LoadOrCreate(u.layout.SealKey())
 	if err != nil {
@@ -399,7 +398,13 @@ func (u *up) startRegistry(ctx context.Context) (string, error) {
 
 // waitReady waits until every consumer of the plan has a replica pulling.
 func (u *up) waitReady(ctx context.Context) error {
-	return waitConsumers(ctx, u.conn, u.plan.Consumers(), 60*time.Second)
+	if err := waitConsumers(ctx, u.conn, u.plan.Consumers(), 60*time.Second); err != nil {
+		return err
+	}
+	if r := u.plan.Options.Replicas; r[pipeline.API] == 0 || r[pipeline.ServiceAccount] == 0 || r[pipeline.RootCACert] == 0 {
+		return nil // asked for a system without them
+	}
+	return waitBootstrapped(ctx, u.store, 60*time.Second)
 }
 
 func (u *up) printRunning() {
@@ -750,35 +755,4 @@ func adminToken(path string) (string, error) {
 	tok := hex.EncodeToString(b)
 	line := fmt.Sprintf("%s,admin,admin,\"%s\"\n", tok, auth.GroupMasters)
 	return tok, os.WriteFile(path, []byte(line), 0o600)
-}
-
-// seed creates what a fresh cluster has: the default namespaces with their
-// default ServiceAccount, and the bootstrap RBAC policy. Existing objects
-// are left alone.
-func seed(ctx context.Context, st *objects.Store) error {
-	var objs []objects.Object
-	now := nowTS()
-	for _, ns := range []string{"default", "kube-system", "kube-public"} {
-		objs = append(objs,
-			&corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: ns, Uid: newUID(), CreationTimestamp: now,
-				Labels: map[string]string{"kubernetes.io/metadata.name": ns}}, Status: &corev1.NamespaceStatus{Phase: "Active"}},
-			&corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Name: "default", Namespace: ns, Uid: newUID(), CreationTimestamp: now}})
-	}
-	roles, bindings := auth.BootstrapPolicy()
-	for _, r := range roles {
-		objs = append(objs, r)
-	}
-	for _, b := range bindings {
-		objs = append(objs, b)
-	}
-	for _, o := range objs {
-		md := objects.Meta(o)
-		if md.Uid == "" {
-			md.Uid, md.CreationTimestamp = newUID(), now
-		}
-		if _, err := st.Create(ctx, o); err != nil && !errors.Is(err, raftstore.ErrAlreadyExists) {
-			return err
-		}
-	}
-	return nil
 }
