@@ -29,14 +29,14 @@ import (
 // hookServer is a real HTTPS admission webhook: each path answers with its
 // handler's AdmissionResponse (uid filled in).
 type hookServer struct {
-	t   *testing.T
+	t   testing.TB
 	srv *httptest.Server
 	mu  sync.Mutex
 	h   map[string]func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 	got map[string][]*admissionv1.AdmissionRequest
 }
 
-func newHookServer(t *testing.T) *hookServer {
+func newHookServer(t testing.TB) *hookServer {
 	s := &hookServer{t: t, h: map[string]func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse{},
 		got: map[string][]*admissionv1.AdmissionRequest{}}
 	s.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -86,12 +86,12 @@ func (s *hookServer) config(path string) admissionregistrationv1.WebhookClientCo
 
 // env is a store with an Admission over it.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	store *objects.Store
 	adm   *kube.Admission
 }
 
-func newEnv(t *testing.T, authorize func(authAttrs) bool) *env {
+func newEnv(t testing.TB, authorize func(authAttrs) bool) *env {
 	t.Helper()
 	e := &env{t: t, store: objects.FromKV(objectstest.New())}
 	cfg := kube.Config{Store: e.store}
@@ -131,7 +131,7 @@ func (e *env) put(k runtime.Object) objects.Object {
 
 // eventually retries f until it holds: the plugins see a configuration
 // once their informers do.
-func eventually(t *testing.T, what string, f func() bool) {
+func eventually(t testing.TB, what string, f func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !f() {
