@@ -2,6 +2,7 @@ package storeclient_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,9 +61,12 @@ func TestInformersFollowTheStore(t *testing.T) {
 	f := storeclient.New(st)
 	nsLister := f.Core().V1().Namespaces().Lister()
 	hooks := f.Admissionregistration().V1().MutatingWebhookConfigurations()
+	var mu sync.Mutex
 	var deleted []string
 	if _, err := hooks.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(o any) {
+		mu.Lock()
 		deleted = append(deleted, o.(*admissionregistrationv1.MutatingWebhookConfiguration).Name)
+		mu.Unlock()
 	}}); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +92,9 @@ func TestInformersFollowTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the delete", func() bool { _, err := hooks.Lister().Get("inject"); return apierrors.IsNotFound(err) })
+	eventually(t, "the delete handler", func() bool { mu.Lock(); defer mu.Unlock(); return len(deleted) > 0 })
+	mu.Lock()
+	defer mu.Unlock()
 	if len(deleted) != 1 || deleted[0] != "inject" {
 		t.Fatalf("delete handler saw %v", deleted)
 	}
