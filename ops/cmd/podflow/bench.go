@@ -124,6 +124,7 @@ and stops it afterwards.`,
 	f.StringVar(&o.Replicas, "replicas", "", "stage replicas (when starting its own system), e.g. admission=2")
 	f.BoolVar(&o.Keep, "keep", false, "keep the temporary system's data directory")
 	f.StringVar(&o.CostJSON, "cost-json", "", "also write the cost table as JSON to this file")
+	f.BoolVar(&o.Webhooks, "webhooks", false, "register a local mutating and a local validating admission webhook for every pod first")
 	f.StringVar(&o.Profiles, "profile-dir", "", "every process of the system it starts writes a CPU profile of its life into this directory (<role>-<pid>.pprof; 'go tool pprof -top FILE')")
 	return cmd
 }
