@@ -117,9 +117,22 @@ func wrapObserver(cfg *rest.Config, err error) (*rest.Config, error) {
 		return nil, err
 	}
 	cfg = rest.CopyConfig(cfg)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return observer{rt} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		if t, ok := rt.(*http.Transport); ok && t.MaxIdleConnsPerHost < maxIdleConnsPerWebhook {
+			// client-go keeps 25 idle connections a host; a stage calls a
+			// webhook from up to its handlers' number of deliveries at
+			// once, and each connection past the pool would cost a TLS
+			// handshake per call.
+			t.MaxIdleConnsPerHost = maxIdleConnsPerWebhook
+		}
+		return observer{rt}
+	})
 	return cfg, nil
 }
+
+// maxIdleConnsPerWebhook is the idle connections kept to one webhook
+// host: a stage's concurrent deliveries (256 handlers).
+const maxIdleConnsPerWebhook = 256
 
 // maxReviewBytes bounds the AdmissionReview the observer reads to note the
 // verdict (the client reads the whole answer anyway).
