@@ -225,9 +225,10 @@ func (a *Admission) Mutate(ctx context.Context, r *webhook.Request) webhook.Resu
 	}
 	ctx, _, done := a.observe(ctx, &res, attrs)
 	err = a.mutating.Admit(ctx, attrs, a.ifaces)
-	if err == nil && attrs.GetReinvocationContext().ShouldReinvoke() {
+	if err == nil && attrs.GetReinvocationContext().ShouldReinvoke() && a.hooks.reinvocable() {
 		// kube-apiserver's reinvocation: the in-tree plugins, then the
-		// webhooks that asked for it, once more.
+		// webhooks that asked for it, once more (with none asking, the
+		// second pass would call no webhook).
 		if r.Reinvoke != nil {
 			err = a.reinvokeBuiltins(attrs, r)
 		}

@@ -3,6 +3,7 @@ package kube
 import (
 	"net/url"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
@@ -71,6 +72,21 @@ func (h hookIndex) mayMatch(k hookKind, r *webhook.Request) bool {
 	case policyHooks:
 		b, _ := h.bindings.List(labels.Everything())
 		return len(b) > 0
+	}
+	return false
+}
+
+// reinvocable reports whether a mutating webhook asks to be reinvoked
+// (reinvocationPolicy IfNeeded): only then is a second pass over the
+// built-in mutations and the webhooks worth its conversions.
+func (h hookIndex) reinvocable() bool {
+	cfgs, _ := h.mutating.List(labels.Everything())
+	for _, c := range cfgs {
+		for i := range c.Webhooks {
+			if p := c.Webhooks[i].ReinvocationPolicy; p != nil && *p == admissionregistrationv1.IfNeededReinvocationPolicy {
+				return true
+			}
+		}
 	}
 	return false
 }
