@@ -378,6 +378,7 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config, webhooks bool) (
 	cfg.TokenFile = filepath.Join(dir, "tokens.csv")
 	cfg.Authn.BoundTokens = tokens
 	nc := namespace.DefaultConfig()
+	nc.DeletionGrace = 0 // the tests here wait for the content's deletion, not kube's grace
 	if nc.ServiceIPs, err = ipalloc.New(cfg.Services); err != nil {
 		return nil, err
 	}

@@ -56,6 +56,8 @@ type up struct {
 	cc      client.Config
 	metrics map[string]string // process name → /metrics address
 	console string            // the web console's address
+	// consoleCode is the code of the one-time login link up prints.
+	consoleCode string
 }
 
 func (u *up) logf(format string, args ...any) {
@@ -95,6 +97,9 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 	}
 	cl, err := loadOrPickCluster(u.layout.Cluster(), o.StoreReplicas, o.NATSPort, o.Cluster)
 	if err != nil {
+		return nil, err
+	}
+	if err := cl.checkFree(o.Cluster); err != nil {
 		return nil, err
 	}
 	_, nodeRole := plan.NodeIdentity(o.Runtime)
@@ -417,7 +422,8 @@ func (u *up) printRunning() {
 	fmt.Fprintf(u.out, "up: export KUBECONFIG=%s   # kubectl, https://%s\n", u.kube.Kubeconfig, u.kube.Addr)
 	fmt.Fprintf(u.out, "up: metrics: http://%s/metrics (scheduler), every process's in %s\n", u.metrics["scheduler-1"], u.layout.Metrics())
 	if u.console != "" {
-		fmt.Fprintf(u.out, "up: console: http://%s/ (log in with the admin token of %s)\n", u.console, u.layout.ClientConfig())
+		fmt.Fprintf(u.out, "up: console: http://%s/login?code=%s (a one-time login link; then http://%s/ with the admin token of %s)\n",
+			u.console, u.consoleCode, u.console, u.layout.ClientConfig())
 	}
 	fmt.Fprintf(u.out, "up: logs in %s; Ctrl-C stops everything\n", u.layout.Logs())
 }
@@ -425,14 +431,34 @@ func (u *up) printRunning() {
 // startConsole serves the web console (ops/console) on a free loopback
 // port over up's own connection until ctx is done.
 func (u *up) startConsole(ctx context.Context) error {
+	// The address of the first start, kept in the data directory, so
+	// that a bookmark or an open tab survives a restart; a free one
+	// when it is taken.
 	l, err := console.Listen("127.0.0.1:0")
+	if b, rerr := os.ReadFile(u.layout.ConsoleAddr()); rerr == nil {
+		if kept, kerr := console.Listen(strings.TrimSpace(string(b))); kerr == nil {
+			l.Close()
+			l, err = kept, nil
+		} else if err == nil {
+			fmt.Fprintf(u.out, "up: console: %s is taken (%v): on a new address\n", strings.TrimSpace(string(b)), kerr)
+		}
+	}
 	if err != nil {
 		return err
 	}
 	u.console = l.Addr().String()
+	if err := os.WriteFile(u.layout.ConsoleAddr(), []byte(u.console+"\n"), 0o644); err != nil {
+		l.Close()
+		return err
+	}
+	links := console.NewLoginLinks(0)
+	if u.consoleCode, err = links.New(u.cc.Token); err != nil {
+		l.Close()
+		return err
+	}
 	src := &console.BusSource{Sess: u.session(), MetricsFile: u.layout.Metrics(), ChildrenFile: u.layout.Children()}
 	go func() {
-		if err := console.Serve(ctx, l, src, console.TokenFile(u.layout.Tokens())); err != nil {
+		if err := console.Serve(ctx, l, src, console.TokenFile(u.layout.Tokens()), links); err != nil {
 			fmt.Fprintf(u.out, "up: console: %v\n", err)
 		}
 	}()
@@ -755,4 +781,40 @@ func adminToken(path string) (string, error) {
 	tok := hex.EncodeToString(b)
 	line := fmt.Sprintf("%s,admin,admin,\"%s\"\n", tok, auth.GroupMasters)
 	return tok, os.WriteFile(path, []byte(line), 0o600)
+}
+
+// ErrPortInUse is returned by `up` when a port it must listen on is taken.
+var ErrPortInUse = errors.New("up: port in use")
+
+// checkFree tells at once when a port the system listens on is taken
+// (another `podflow up`, a NATS server), rather than letting the child
+// fail and be restarted until the start-up gives up.
+func (c ClusterFile) checkFree(cluster bool) error {
+	type port struct{ what, addr string }
+	var ports []port
+	if cluster {
+		for i, p := range c.ClusterClientPorts {
+			ports = append(ports, port{fmt.Sprintf("NATS server %d's client port", i+1), fmt.Sprintf("127.0.0.1:%d", p)})
+		}
+		for i, p := range c.ClusterRoutePorts {
+			ports = append(ports, port{fmt.Sprintf("NATS server %d's route port", i+1), fmt.Sprintf("127.0.0.1:%d", p)})
+		}
+	} else {
+		ports = append(ports, port{"the NATS port", fmt.Sprintf("127.0.0.1:%d", c.NATSPort)})
+	}
+	for i, a := range c.StoreAddrs {
+		ports = append(ports, port{fmt.Sprintf("store replica %d's raft port", i+1), a})
+	}
+	for _, p := range ports {
+		l, err := net.Listen("tcp", p.addr)
+		if err != nil {
+			hint := "stop what listens there"
+			if p.what == "the NATS port" {
+				hint += ", or choose another with --nats-port (0: a free one)"
+			}
+			return fmt.Errorf("%w: %s %s is in use (another podflow up, or a NATS server?): %s", ErrPortInUse, p.what, p.addr, hint)
+		}
+		l.Close()
+	}
+	return nil
 }
