@@ -73,7 +73,11 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer hooks.close()
+		defer func() {
+			if err := hooks.close(); err != nil {
+				fmt.Fprintf(out, "bench pipeline: %v\n", err)
+			}
+		}()
 		fmt.Fprintf(out, "bench pipeline: with a mutating and a validating admission webhook (%s)\n", hooks.srv.URL)
 	}
 	prefix := fmt.Sprintf("bench-%d-", time.Now().UnixNano()%1_000_000)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -21,7 +22,14 @@ import (
 // benchHooks is the pipeline bench's pair of local admission webhooks
 // (--webhooks): a mutating one that annotates each pod with a JSONPatch and
 // a validating one that allows it, served over HTTPS on loopback.
-type benchHooks struct{ srv *httptest.Server }
+type benchHooks struct {
+	srv   *httptest.Server
+	store *objects.Store
+	// registered are the configurations written to the store, removed by
+	// close: on a configured system a webhook left behind with
+	// failurePolicy Fail and no server would refuse every pod.
+	registered []objects.Object
+}
 
 // startBenchHooks starts the webhooks and registers them (every pod
 // CREATE) in the system's store.
@@ -54,7 +62,7 @@ func startBenchHooks(ctx context.Context, sess *client.Session) (*benchHooks, er
 	}
 	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
 	srv.StartTLS()
-	h := &benchHooks{srv: srv}
+	h := &benchHooks{srv: srv, store: sess.Store}
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	cc := func(path string) admissionregistrationv1.WebhookClientConfig {
 		u := srv.URL + path
@@ -87,10 +95,12 @@ func startBenchHooks(ctx context.Context, sess *client.Session) (*benchHooks, er
 			h.close()
 			return nil, err
 		}
-		if _, err := sess.Store.Apply(ctx, objs[0].Message.(objects.Object)); err != nil {
+		obj := objs[0].Message.(objects.Object)
+		if _, err := sess.Store.Apply(ctx, obj); err != nil {
 			h.close()
 			return nil, fmt.Errorf("register the bench's webhooks: %w", err)
 		}
+		h.registered = append(h.registered, obj)
 	}
 	// The stages' informers take them within a moment.
 	select {
@@ -100,4 +110,20 @@ func startBenchHooks(ctx context.Context, sess *client.Session) (*benchHooks, er
 	return h, nil
 }
 
-func (h *benchHooks) close() { h.srv.Close() }
+// close removes the configurations, then stops the server.
+func (h *benchHooks) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var errs []error
+	for _, obj := range h.registered {
+		k, err := objects.KindOf(obj)
+		if err == nil {
+			_, err = h.store.Delete(ctx, k, "", obj.GetMetadata().GetName(), 0)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("remove the bench's webhook configuration %q: %w", obj.GetMetadata().GetName(), err))
+		}
+	}
+	h.srv.Close()
+	return errors.Join(errs...)
+}
