@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,12 +36,14 @@ type hookServer struct {
 	mu  sync.Mutex
 	h   map[string]func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 	got map[string][]*admissionv1.AdmissionRequest
+	// conns counts the connections the webhooks were called over.
+	conns atomic.Int64
 }
 
 func newHookServer(t testing.TB) *hookServer {
 	s := &hookServer{t: t, h: map[string]func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse{},
 		got: map[string][]*admissionv1.AdmissionRequest{}}
-	s.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var review admissionv1.AdmissionReview
 		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
 			http.Error(w, "bad review", http.StatusBadRequest)
@@ -61,6 +65,12 @@ func newHookServer(t testing.TB) *hookServer {
 		review.Response, review.Request = resp, nil
 		_ = json.NewEncoder(w).Encode(&review)
 	}))
+	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.srv.StartTLS()
 	t.Cleanup(s.srv.Close)
 	return s
 }

@@ -117,12 +117,19 @@ func wrapObserver(cfg *rest.Config, err error) (*rest.Config, error) {
 		return nil, err
 	}
 	cfg = rest.CopyConfig(cfg)
+	if cfg.Proxy == nil {
+		// The default (the environment's proxy), set explicitly: a
+		// config with a Proxy gets a transport of its own from client-go
+		// rather than one shared from its TLS cache, so its idle pool can
+		// be sized below without touching a transport other clients use.
+		cfg.Proxy = http.ProxyFromEnvironment
+	}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		if t, ok := rt.(*http.Transport); ok && t.MaxIdleConnsPerHost < maxIdleConnsPerWebhook {
 			// client-go keeps 25 idle connections a host; a stage calls a
 			// webhook from up to its handlers' number of deliveries at
-			// once, and each connection past the pool would cost a TLS
-			// handshake per call.
+			// once (HTTP/1.1, a connection a call in flight), and each
+			// connection past the pool would cost a TLS handshake per call.
 			t.MaxIdleConnsPerHost = maxIdleConnsPerWebhook
 		}
 		return observer{rt}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -319,5 +320,34 @@ func TestConfigMapWebhook(t *testing.T) {
 	}
 	if res := e.adm.Validate(context.Background(), createPod(pod("p", nil))); !res.Allowed() || len(res.Calls) != 0 {
 		t.Fatalf("a pod reached the configmaps' webhook: %+v", res.Calls)
+	}
+}
+
+// TestWebhookConnectionsAreReused: a stage calls a webhook from many
+// deliveries at once; once those calls are done their connections serve
+// the next ones, rather than a TLS handshake a call.
+func TestWebhookConnectionsAreReused(t *testing.T) {
+	e := newEnv(t, nil)
+	hs := newHookServer(t)
+	hs.handle("/allow", allow)
+	e.put(&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "check"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{validatingHook("check.example.com", hs.config("/allow"))}})
+	ctx := context.Background()
+	eventually(t, "the webhook is called", func() bool { return len(e.adm.Validate(ctx, createPod(pod("p", nil))).Calls) == 1 })
+	const parallel, rounds = 64, 10
+	before := hs.conns.Load()
+	for range rounds {
+		var wg sync.WaitGroup
+		for range parallel {
+			wg.Go(func() {
+				if res := e.adm.Validate(ctx, createPod(pod("p", nil))); !res.Allowed() || len(res.Calls) != 1 {
+					t.Errorf("%v %+v", res.Status, res.Calls)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if n := hs.conns.Load() - before; n > parallel {
+		t.Fatalf("%d calls, %d at once, took %d new connections; want at most %d", parallel*rounds, parallel, n, parallel)
 	}
 }
