@@ -74,6 +74,7 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 			return err
 		}
 		defer func() {
+			fmt.Fprintf(out, "bench pipeline: the webhooks answered %d calls over %d connections\n", hooks.calls.Load(), hooks.conns.Load())
 			if err := hooks.close(); err != nil {
 				fmt.Fprintf(out, "bench pipeline: %v\n", err)
 			}

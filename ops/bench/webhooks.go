@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -29,6 +30,9 @@ type benchHooks struct {
 	// close: on a configured system a webhook left behind with
 	// failurePolicy Fail and no server would refuse every pod.
 	registered []objects.Object
+	// calls and conns count the webhooks' requests and the connections
+	// they came over (each a TLS handshake).
+	calls, conns atomic.Int64
 }
 
 // startBenchHooks starts the webhooks and registers them (every pod
@@ -60,9 +64,19 @@ func startBenchHooks(ctx context.Context, sess *client.Session) (*benchHooks, er
 	if err != nil {
 		return nil, err
 	}
-	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	h := &benchHooks{store: sess.Store}
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.calls.Add(1)
+		mux.ServeHTTP(w, r)
+	})
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				h.conns.Add(1)
+			}
+		}}}
 	srv.StartTLS()
-	h := &benchHooks{srv: srv, store: sess.Store}
+	h.srv = srv
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	cc := func(path string) admissionregistrationv1.WebhookClientConfig {
 		u := srv.URL + path
