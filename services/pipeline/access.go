@@ -40,9 +40,12 @@ var Outputs = map[string][]eventsv1.Type{
 	Scheduler:   {"PodScheduled", "PodUnschedulable", "PodDeleteRequested"}, // the victims of a preemption
 	Status:      {},
 	Endpoints:   {"EndpointsUpdated"},
-	// Controller stages write the store only.
-	ServiceAccount: nil,
-	RootCACert:     nil,
+	// Controller stages write the store; the workload controllers also
+	// hand the pods they delete to their nodes (stage.DeletePod).
+	ServiceAccount:        nil,
+	RootCACert:            nil,
+	ReplicaSet:            {"PodDeleteRequested", "PodDeleted"},
+	ReplicationController: {"PodDeleteRequested", "PodDeleted"},
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -127,11 +130,14 @@ func stagePermissions(stage string) *bus.Permissions {
 		pub = append(pub, bus.TypeFilter(t))
 	}
 	var sub []string
+	if ControllerAccount(stage) != "" {
+		pub = append(pub, ControllerPodsSubject(stage)) // its pods, asked of the api stage
+	}
 	switch stage {
 	case API:
 		// The front door (podflow.api.>), the nodes' token requests, the
-		// nodes' logs and exec sessions.
-		sub = append(sub, bus.APIPrefix+".>", TokenPrefix+".*")
+		// controllers' pod requests, the nodes' logs and exec sessions.
+		sub = append(sub, bus.APIPrefix+".>", TokenPrefix+".*", ControllerPodsPrefix+".*")
 		pub = append(pub, LogsPrefix+".*", ExecPrefix+".*", ExecPrefix+".*.*.in", MetricsPrefix+".*")
 		sub = append(sub, ExecPrefix+".*.*.out")
 		fallthrough
@@ -226,6 +232,10 @@ var storeWrites = map[string][]objects.Kind{
 	Endpoints:      {objects.EndpointSlices, objects.Endpoints, objects.Events},
 	ServiceAccount: {objects.ServiceAccounts, objects.Events},
 	RootCACert:     {objects.ConfigMaps, objects.Events},
+	// Workload controllers: their objects' status, their pods (adoption,
+	// deletion), the Leases their replicas share the work with.
+	ReplicaSet:            {objects.ReplicaSets, objects.Pods, objects.Events, objects.Leases},
+	ReplicationController: {objects.ReplicationControllers, objects.Pods, objects.Events, objects.Leases},
 }
 
 // nodeWrites: a node agent records Events and allocates its pod CIDR (the

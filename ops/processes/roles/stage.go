@@ -15,6 +15,7 @@ import (
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/controller"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/registry"
@@ -27,6 +28,7 @@ import (
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
+	"github.com/podflow/podflow/services/stages/replicaset"
 	"github.com/podflow/podflow/services/stages/rootcacert"
 	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/serviceaccount"
@@ -81,6 +83,8 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	pipeline.ServiceAccount: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return serviceaccount.New(env, serviceaccount.DefaultConfig())
 	},
+	pipeline.ReplicaSet:            replicaSetStage,
+	pipeline.ReplicationController: replicaSetStage,
 	pipeline.RootCACert: func(env stage.Env, o StageOptions) (stage.Handler, error) {
 		cfg := rootcacert.DefaultConfig()
 		if o.RootCAFile == "" {
@@ -92,6 +96,12 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		}
 		return rootcacert.New(env, cfg)
 	},
+}
+
+// replicaSetStage is a replica of the ReplicaSet or ReplicationController
+// controller (the stage's name says which).
+func replicaSetStage(env stage.Env, _ StageOptions) (stage.Handler, error) {
+	return replicaset.New(env, replicaset.DefaultConfig(env.Stage, env.Replica), controller.NATSRequester(env.NATS))
 }
 
 // APIProcess composes an api replica's process: the api stage, with
