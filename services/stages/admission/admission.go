@@ -10,6 +10,7 @@ import (
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/podsecurity"
 	"github.com/podflow/podflow/services/validate"
+	"github.com/podflow/podflow/services/webhook"
 )
 
 // ErrInvalidConfig is wrapped by Config.Validate.
@@ -22,6 +23,10 @@ type Config struct {
 	// Default LevelPrivileged, as Kubernetes. The zero value means the
 	// default.
 	DefaultLevel Level
+	// Webhooks, when set, runs the admission webhooks and policies
+	// (services/webhook/kube) around the built-in admission, as
+	// kube-apiserver orders them; nil: none.
+	Webhooks webhook.Admitter
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -99,14 +104,25 @@ func (r Result) Allowed() bool { return r.Status == nil }
 // Forbidden), Pod Security Standards (403 PolicyViolation), then the fields podflow
 // refuses (422 Invalid naming each, manifest.RefusedPodFields).
 func Admit(pod *corev1.Pod, s State) Result {
+	res := Mutate(pod, s)
+	if !res.Allowed() {
+		return res
+	}
+	res.Status = Validate(res.Pod, s)
+	return res
+}
+
+// Mutate runs mutating admission alone over a copy of pod (Admit's first
+// half): the result's Status is set only for a pod that cannot be
+// mutated (no pod, a bad Config, an unknown PriorityClass). Like Admit it
+// is pure and idempotent, so it may run again over its own output (a
+// webhook reinvocation).
+func Mutate(pod *corev1.Pod, s State) Result {
 	if pod == nil {
 		return Result{Status: &corev1.Status{Status: "Failure", Code: 400, Reason: eventsv1.ReasonBadRequest,
 			Message: "admission: no pod in request", Kind: "Pod"}}
 	}
-	cfg := s.Config
-	if cfg.DefaultLevel == "" {
-		cfg.DefaultLevel = DefaultConfig().DefaultLevel
-	}
+	cfg := s.config()
 	p := vt.Clone(pod)
 	if err := cfg.Validate(); err != nil {
 		return Result{Pod: p, Status: &corev1.Status{Status: "Failure", Code: 500, Reason: eventsv1.ReasonInternalError,
@@ -125,28 +141,37 @@ func Admit(pod *corev1.Pod, s State) Result {
 	m.defaults()
 	m.qos()
 	priority := m.resolvePriority(s.PriorityClasses)
+	return Result{Pod: p, Mutations: m.applied, Status: priority}
+}
 
-	res := Result{Pod: p, Mutations: m.applied}
-	if priority != nil {
-		res.Status = priority
-		return res
-	}
+// Validate runs validation alone over a mutated pod (Admit's second
+// half): nil when the pod is admitted, else the Status refusing it.
+func Validate(p *corev1.Pod, s State) *corev1.Status {
+	cfg := s.config()
+	ns := p.GetMetadata().GetNamespace()
 	if st := ValidatePod(p); st != nil {
-		res.Status = st
-		return res
+		return st
 	}
 	if st := checkLimitRanges(p, sortedByName(s.LimitRanges, ns)); st != nil {
-		res.Status = st
-		return res
+		return st
 	}
 	// The namespace's enforce level and version, else the cluster's default.
-	if res.Status = podsecurity.Check(p, podsecurity.Enforced(s.Namespace, cfg.DefaultLevel)); res.Status != nil {
-		return res
+	if st := podsecurity.Check(p, podsecurity.Enforced(s.Namespace, cfg.DefaultLevel)); st != nil {
+		return st
 	}
 	// Last: a pod Kubernetes would admit is still refused if it uses a
 	// field podflow cannot honour (issue 16), naming each.
 	if errs := manifest.RefusedPodFields(p); len(errs) > 0 {
-		res.Status = validate.InvalidStatus("Pod", p.GetMetadata().GetName(), errs)
+		return validate.InvalidStatus("Pod", p.GetMetadata().GetName(), errs)
 	}
-	return res
+	return nil
+}
+
+// config is s.Config with its defaults.
+func (s State) config() Config {
+	cfg := s.Config
+	if cfg.DefaultLevel == "" {
+		cfg.DefaultLevel = DefaultConfig().DefaultLevel
+	}
+	return cfg
 }
