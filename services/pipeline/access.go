@@ -42,6 +42,7 @@ var Outputs = map[string][]eventsv1.Type{
 	// Controller stages write the store only.
 	ServiceAccount: nil,
 	RootCACert:     nil,
+	ResourceQuota:  nil,
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -185,11 +186,13 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 // StoreReadACL is the store's read policy (raftstore.Config.ReadACL): the
 // api stage (tokens, the Kubernetes API) and node agents (secret volumes)
 // may ask for everything — a node agent is then shown only its part of
-// it, by StoreReadFilter; every other reader everything but Secrets —
+// it, by StoreReadFilter —, and so may the resourcequota controller (it
+// counts Secrets for the secrets quota, as kube's lists them); every
+// other reader everything but Secrets —
 // neither a Secret, nor a list or watch of a prefix that would include
 // them, nor a transaction comparing one.
 func StoreReadACL(user, key string, prefix bool) bool {
-	if user == StageRole(API) || strings.HasPrefix(user, NodeRolePrefix) || strings.HasPrefix(user, SimNodesRolePrefix) {
+	if user == StageRole(API) || user == StageRole(ResourceQuota) || strings.HasPrefix(user, NodeRolePrefix) || strings.HasPrefix(user, SimNodesRolePrefix) {
 		return true
 	}
 	secrets := objects.Secrets.Prefix("")
@@ -218,13 +221,14 @@ const RequestIDPrefix = "/registry/podflow/requestids/"
 // what their step of the lifecycle records.
 var storeWrites = map[string][]objects.Kind{
 	API:            nil,
-	Admission:      nil,
+	Admission:      {objects.ResourceQuotas}, // quota admission charges status.used
 	Persistence:    {objects.Pods, objects.Events},
 	Scheduler:      {objects.Pods, objects.NodeAllocations, objects.Events},
 	Status:         {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
 	Endpoints:      {objects.EndpointSlices, objects.Events},
 	ServiceAccount: {objects.ServiceAccounts, objects.Events},
 	RootCACert:     {objects.ConfigMaps, objects.Events},
+	ResourceQuota:  {objects.ResourceQuotas, objects.Events},
 }
 
 // nodeWrites: a node agent records Events and allocates its pod CIDR (the

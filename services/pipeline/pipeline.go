@@ -32,10 +32,11 @@ const (
 	// Controller stages (they consume no events: Controller).
 	ServiceAccount = "serviceaccount" // a "default" ServiceAccount in every namespace
 	RootCACert     = "rootcacert"     // kube-root-ca.crt in every namespace
+	ResourceQuota  = "resourcequota"  // every ResourceQuota's status.hard and status.used
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
-var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert}
+var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert, ResourceQuota}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -48,6 +49,7 @@ var Inputs = map[string][]eventsv1.Type{
 	Endpoints:      {"PodReady", "PodNotReady", "PodDeleted"},
 	ServiceAccount: nil,
 	RootCACert:     nil,
+	ResourceQuota:  nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no
