@@ -30,6 +30,7 @@ import (
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/quota"
 	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
@@ -38,6 +39,7 @@ import (
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
+	"github.com/podflow/podflow/services/stages/resourcequota"
 )
 
 // Tokens of the static token file every test system has.
@@ -68,6 +70,8 @@ type options struct {
 	// nodes are node agents' bus roles (pipeline.NodeAgentRole) the
 	// server has besides the admin's, for tests that connect as a node.
 	nodes []string
+	// resync is the controller stages' ResyncPeriod (0: none).
+	resync time.Duration
 }
 
 func freeAddr(t testing.TB) string {
@@ -186,14 +190,20 @@ func startSystem(t testing.TB, o options) *system {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := stage.Run(runCtx, c, env, h, stage.Config{Runner: rc}); err != nil && runCtx.Err() == nil {
+			cfg := stage.Config{Runner: rc, NoConsumer: pipeline.Controller(name), ResyncPeriod: o.resync}
+			if err := stage.Run(runCtx, c, env, h, cfg); err != nil && runCtx.Err() == nil {
 				t.Errorf("stage %s: %v", name, err)
 			}
 		}()
 	}
 	run(pipeline.API, func(env stage.Env) (stage.Handler, error) { return apiProcess(env, dir, hc) })
 	run(pipeline.Admission, func(env stage.Env) (stage.Handler, error) {
-		return admission.NewStage(env, admission.DefaultConfig())
+		cfg := admission.DefaultConfig()
+		cfg.Quota = quota.NewAdmission(env.Store)
+		return admission.NewStage(env, cfg)
+	})
+	run(pipeline.ResourceQuota, func(env stage.Env) (stage.Handler, error) {
+		return resourcequota.New(env, resourcequota.DefaultConfig())
 	})
 	run(pipeline.Persistence, func(env stage.Env) (stage.Handler, error) { return persistence.New(env), nil })
 	t.Cleanup(func() { stop(); wg.Wait() }) // before the connections close (cleanups run last-in first-out)
@@ -375,6 +385,7 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, 
 		return nil, err
 	}
 	cfg.Registry = reg
+	cfg.Quota = quota.NewAdmission(env.Store)
 	if hc.Printer == nil {
 		hc.Printer = reg
 	}

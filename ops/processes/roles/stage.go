@@ -17,6 +17,7 @@ import (
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/quota"
 	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
@@ -27,6 +28,7 @@ import (
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
+	"github.com/podflow/podflow/services/stages/resourcequota"
 	"github.com/podflow/podflow/services/stages/rootcacert"
 	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/serviceaccount"
@@ -44,6 +46,7 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		if err := cfg.Validate(); err != nil {
 			return nil, fmt.Errorf("--pod-security-default: %w", err)
 		}
+		cfg.Quota = quota.NewAdmission(env.Store)
 		return admission.NewStage(env, cfg)
 	},
 	pipeline.Persistence: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
@@ -64,6 +67,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.Endpoints: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return endpoints.NewStage(env)
+	},
+	pipeline.ResourceQuota: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return resourcequota.New(env, resourcequota.DefaultConfig())
 	},
 	pipeline.ServiceAccount: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return serviceaccount.New(env, serviceaccount.DefaultConfig())
@@ -116,6 +122,7 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 		return nil, err
 	}
 	cfg.Registry = reg
+	cfg.Quota = quota.NewAdmission(env.Store)
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
