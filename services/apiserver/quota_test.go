@@ -179,6 +179,11 @@ func TestQuotaPodRequestsCPU(t *testing.T) {
 		t.Fatalf("a pod filling requests.cpu exactly: %v", err)
 	}
 	waitUsed(t, ctx, admin, "team", "compute", map[string]string{"requests.cpu": "500m", "pods": "2"})
+	// Burstable without a cpu request: kube's "must specify".
+	mem := cpuPod("m1", "")
+	mem.Spec.Containers[0].Resources.Requests = k8scorev1.ResourceList{"memory": resource.MustParse("64Mi")}
+	_, err = pods.Create(ctx, mem, metav1.CreateOptions{})
+	wantForbidden(t, err, `pods "m1" is forbidden: failed quota: compute: must specify requests.cpu for: c`)
 	// A BestEffort pod is outside compute's scope, and besteffort's.
 	if _, err := pods.Create(ctx, cpuPod("be1", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("a BestEffort pod: %v", err)
