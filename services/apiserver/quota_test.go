@@ -275,3 +275,45 @@ func TestQuotaKubectl(t *testing.T) {
 		t.Fatalf("kubectl create over the quota: exit %d, %s", code, errs)
 	}
 }
+
+// TestQuotaOtherKinds: object counts of a generic kind
+// (count/deployments.apps), Secrets (legacy name), Services and their
+// NodePorts, each refused past its limit with kube's message.
+func TestQuotaOtherKinds(t *testing.T) {
+	s := startSystem(t, options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin, _ := tenant(t, ctx, s, "team")
+	createQuota(t, ctx, admin, "team", "kinds", k8scorev1.ResourceList{"count/deployments.apps": resource.MustParse("1"),
+		"secrets": resource.MustParse("1"), "services": resource.MustParse("2"), "services.nodeports": resource.MustParse("1")})
+	dep := webDeployment("d1")
+	if _, err := admin.AppsV1().Deployments("team").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := admin.AppsV1().Deployments("team").Create(ctx, webDeployment("d2"), metav1.CreateOptions{})
+	wantForbidden(t, err, `deployments.apps "d2" is forbidden: exceeded quota: kinds, requested: count/deployments.apps=1, used: count/deployments.apps=1, limited: count/deployments.apps=1`)
+
+	secret := func(n string) *k8scorev1.Secret {
+		return &k8scorev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n}, StringData: map[string]string{"k": "v"}}
+	}
+	if _, err := admin.CoreV1().Secrets("team").Create(ctx, secret("s1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.CoreV1().Secrets("team").Create(ctx, secret("s2"), metav1.CreateOptions{})
+	wantForbidden(t, err, `secrets "s2" is forbidden: exceeded quota: kinds, requested: secrets=1, used: secrets=1, limited: secrets=1`)
+
+	svc := func(n string, typ k8scorev1.ServiceType) *k8scorev1.Service {
+		return &k8scorev1.Service{ObjectMeta: metav1.ObjectMeta{Name: n}, Spec: k8scorev1.ServiceSpec{Type: typ,
+			Selector: map[string]string{"app": "web"}, Ports: []k8scorev1.ServicePort{{Port: 80}}}}
+	}
+	if _, err := admin.CoreV1().Services("team").Create(ctx, svc("np1", k8scorev1.ServiceTypeNodePort), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.CoreV1().Services("team").Create(ctx, svc("np2", k8scorev1.ServiceTypeNodePort), metav1.CreateOptions{})
+	wantForbidden(t, err, `services "np2" is forbidden: exceeded quota: kinds, requested: services.nodeports=1, used: services.nodeports=1, limited: services.nodeports=1`)
+	if _, err := admin.CoreV1().Services("team").Create(ctx, svc("c1", k8scorev1.ServiceTypeClusterIP), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.CoreV1().Services("team").Create(ctx, svc("c2", k8scorev1.ServiceTypeClusterIP), metav1.CreateOptions{})
+	wantForbidden(t, err, `services "c2" is forbidden: exceeded quota: kinds, requested: services=1, used: services=2, limited: services=2`)
+}
