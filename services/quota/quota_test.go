@@ -151,3 +151,51 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmitScopes: kube's scopes pick the pods a quota counts — the
+// PriorityClass scope selector, Terminating (activeDeadlineSeconds) —
+// and a pod outside a full quota's scope is admitted.
+func TestAdmitScopes(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := objects.New(c.Client(t))
+	q := quota.NewAdmission(st)
+	one := k8scorev1.ResourceList{"pods": resource.MustParse("1")}
+	for _, rq := range []*k8scorev1.ResourceQuota{
+		{ObjectMeta: metav1.ObjectMeta{Name: "high", Namespace: "team"}, Spec: k8scorev1.ResourceQuotaSpec{Hard: one,
+			ScopeSelector: &k8scorev1.ScopeSelector{MatchExpressions: []k8scorev1.ScopedResourceSelectorRequirement{
+				{ScopeName: k8scorev1.ResourceQuotaScopePriorityClass, Operator: k8scorev1.ScopeSelectorOpIn, Values: []string{"high"}}}}},
+			Status: k8scorev1.ResourceQuotaStatus{Hard: one, Used: one}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "batch", Namespace: "team"}, Spec: k8scorev1.ResourceQuotaSpec{Hard: one,
+			Scopes: []k8scorev1.ResourceQuotaScope{k8scorev1.ResourceQuotaScopeTerminating}},
+			Status: k8scorev1.ResourceQuotaStatus{Hard: one, Used: one}},
+	} {
+		u, err := quota.FromKube(rq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Create(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := int64(60)
+	for _, c := range []struct {
+		name, class string
+		deadline    *int64
+		want        string // "" admitted
+	}{
+		{"p-high", "high", nil, `pods "p-high" is forbidden: exceeded quota: high, requested: pods=1, used: pods=1, limited: pods=1`},
+		{"p-low", "low", nil, ""},
+		{"p-job", "", &deadline, `pods "p-job" is forbidden: exceeded quota: batch, requested: pods=1, used: pods=1, limited: pods=1`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: c.name, Namespace: "team"},
+				Spec: &corev1.PodSpec{PriorityClassName: c.class, ActiveDeadlineSeconds: c.deadline, Containers: []*corev1.Container{{Name: "c", Image: "i"}}}}
+			got := q.Admit(ctx, nil, objects.Pods, quota.Create, pod, nil)
+			if got.GetMessage() != c.want {
+				t.Fatalf("got %d %q, want %q", got.GetCode(), got.GetMessage(), c.want)
+			}
+		})
+	}
+}
