@@ -31,6 +31,7 @@ import (
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/quota"
 	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
@@ -40,6 +41,7 @@ import (
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
+	"github.com/podflow/podflow/services/stages/resourcequota"
 	webhookkube "github.com/podflow/podflow/services/webhook/kube"
 )
 
@@ -74,6 +76,8 @@ type options struct {
 	// webhooks runs the admission webhooks and policies
 	// (services/webhook/kube) in the api and admission stages.
 	webhooks bool
+	// resync is the controller stages' ResyncPeriod (0: none).
+	resync time.Duration
 }
 
 func freeAddr(t testing.TB) string {
@@ -192,7 +196,8 @@ func startSystem(t testing.TB, o options) *system {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := stage.Run(runCtx, c, env, h, stage.Config{Runner: rc}); err != nil && runCtx.Err() == nil {
+			cfg := stage.Config{Runner: rc, NoConsumer: pipeline.Controller(name), ResyncPeriod: o.resync}
+			if err := stage.Run(runCtx, c, env, h, cfg); err != nil && runCtx.Err() == nil {
 				t.Errorf("stage %s: %v", name, err)
 			}
 		}()
@@ -200,6 +205,7 @@ func startSystem(t testing.TB, o options) *system {
 	run(pipeline.API, func(env stage.Env) (stage.Handler, error) { return apiProcess(env, dir, hc, o.webhooks) })
 	run(pipeline.Admission, func(env stage.Env) (stage.Handler, error) {
 		cfg := admission.DefaultConfig()
+		cfg.Quota = quota.NewAdmission(env.Store)
 		if !o.webhooks {
 			return admission.NewStage(env, cfg)
 		}
@@ -213,6 +219,9 @@ func startSystem(t testing.TB, o options) *system {
 			return nil, err
 		}
 		return stage.Compose(st, hooks), nil
+	})
+	run(pipeline.ResourceQuota, func(env stage.Env) (stage.Handler, error) {
+		return resourcequota.New(env, resourcequota.DefaultConfig())
 	})
 	run(pipeline.Persistence, func(env stage.Env) (stage.Handler, error) { return persistence.New(env), nil })
 	t.Cleanup(func() { stop(); wg.Wait() }) // before the connections close (cleanups run last-in first-out)
@@ -404,6 +413,7 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config, webhooks bool) (
 	}
 	cfg.Registry = crd.Registry{Builtin: reg, Catalog: cat}
 	cfg.SyncKinds = cat.Sync
+	cfg.Quota = quota.NewAdmission(env.Store)
 	if hc.Printer == nil {
 		hc.Printer = reg
 	}

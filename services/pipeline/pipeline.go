@@ -38,11 +38,12 @@ const (
 	// the api stage (ControllerPodsSubject) and write their objects.
 	ReplicaSet            = "replicaset"            // ReplicaSets' pods
 	ReplicationController = "replicationcontroller" // ReplicationControllers' pods
+	ResourceQuota         = "resourcequota"         // every ResourceQuota's status.hard and status.used
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController}
+	ReplicaSet, ReplicationController, ResourceQuota}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -57,6 +58,7 @@ var Inputs = map[string][]eventsv1.Type{
 	RootCACert:            nil,
 	ReplicaSet:            nil,
 	ReplicationController: nil,
+	ResourceQuota:         nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no

@@ -19,6 +19,7 @@ import (
 	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/quota"
 	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
@@ -31,6 +32,7 @@ import (
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
 	"github.com/podflow/podflow/services/stages/replicaset"
+	"github.com/podflow/podflow/services/stages/resourcequota"
 	"github.com/podflow/podflow/services/stages/rootcacert"
 	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/serviceaccount"
@@ -57,6 +59,7 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 			return nil, err
 		}
 		cfg.Webhooks = hooks
+		cfg.Quota = quota.NewAdmission(env.Store)
 		st, err := admission.NewStage(env, cfg)
 		if err != nil {
 			return nil, err
@@ -81,6 +84,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.Endpoints: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return endpoints.NewStage(env)
+	},
+	pipeline.ResourceQuota: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return resourcequota.New(env, resourcequota.DefaultConfig())
 	},
 	pipeline.ServiceAccount: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return serviceaccount.New(env, serviceaccount.DefaultConfig())
@@ -162,6 +168,7 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 		return nil, err
 	}
 	cfg.Webhooks = hooks
+	cfg.Quota = quota.NewAdmission(env.Store)
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}

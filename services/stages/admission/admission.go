@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/services/manifest"
+	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/podsecurity"
 	"github.com/podflow/podflow/services/validate"
 	"github.com/podflow/podflow/services/webhook"
@@ -27,6 +29,19 @@ type Config struct {
 	// (services/webhook/kube) around the built-in admission, as
 	// kube-apiserver orders them; nil: none.
 	Webhooks webhook.Admitter
+	// Quota charges each admitted pod to its namespace's ResourceQuotas
+	// (services/quota's *Admission, which links k8s.io/kubernetes), after
+	// every other check, before the pod is published to persistence. Nil:
+	// ResourceQuotas are not enforced. Admit (the pure function) ignores
+	// it; the Stage calls it.
+	Quota Quota
+}
+
+// Quota is ResourceQuota admission of a pod: Admit charges pod's usage
+// to the quotas of its namespace, or refuses it (kube's 403 "exceeded
+// quota: ..."). The api stage's Quota interface is the same.
+type Quota interface {
+	Admit(ctx context.Context, user *corev1.UserInfo, kind objects.Kind, op string, obj, old objects.Object) *corev1.Status
 }
 
 // DefaultConfig returns the defaults documented on Config.

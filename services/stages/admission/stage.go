@@ -122,6 +122,17 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		st.Warnings = dyn.warnings
 		return stage.Reply(s.env, in.GetReplyTo(), st, res.Pod)
 	}
+	if s.cfg.Quota != nil {
+		// kube's ResourceQuota plugin, the last validating admission: the
+		// pod's usage is charged to the quotas (compare-and-swap) before
+		// persistence stores it.
+		if st := s.cfg.Quota.Admit(ctx, in.GetUser(), objects.Pods, "CREATE", res.Pod, nil); st != nil {
+			if st.GetCode() >= 500 {
+				return fmt.Errorf("admission: %s", st.GetMessage()) // the store: retried
+			}
+			return stage.Reject(ctx, s.env, d, st, in.GetReplyTo())
+		}
+	}
 	next := d.Next(&eventsv1.PodAdmitted{Pod: res.Pod, User: in.GetUser(), ReplyTo: in.GetReplyTo(), Mutations: res.Mutations,
 		Calls: dyn.calls, Warnings: dyn.warnings})
 	return s.env.Pub.Publish(ctx, next)

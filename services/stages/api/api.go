@@ -106,6 +106,18 @@ type Config struct {
 	// every write of an object (services/webhook/kube): mutating before
 	// validation, validating after, as kube-apiserver; nil: none.
 	Webhooks webhook.Admitter
+	// Quota charges writes to the namespace's ResourceQuotas before they
+	// are stored (services/quota's *Admission, which links
+	// k8s.io/kubernetes). Nil: ResourceQuotas are not enforced.
+	Quota Quota
+}
+
+// Quota is ResourceQuota admission (services/quota.Admission): Admit
+// charges the write of obj (op "CREATE", or "UPDATE" with old the stored
+// object) to the quotas of its namespace, or refuses it (kube's 403
+// "exceeded quota: ...").
+type Quota interface {
+	Admit(ctx context.Context, user *corev1.UserInfo, kind objects.Kind, op string, obj, old objects.Object) *corev1.Status
 }
 
 // DefaultConfig returns the defaults.
@@ -787,6 +799,17 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 			return withWarnings(stage.Success(200, kind.Resource, md.GetName()), warnings), obj
 		}
 		return withWarnings(stage.Success(201, kind.Resource, md.GetName()), warnings), obj
+	}
+	// ResourceQuota, last of admission as kube-apiserver orders it: the
+	// usage is charged (a compare-and-swap on each quota) before the write.
+	if s.cfg.Quota != nil && attrs.Subresource == "" {
+		op := "CREATE"
+		if exists {
+			op = "UPDATE"
+		}
+		if st := s.cfg.Quota.Admit(ctx, attrs.User, kind, op, obj, existing); st != nil {
+			return st, nil
+		}
 	}
 	svc, isService := obj.(*corev1.Service)
 	switch {
