@@ -21,7 +21,18 @@ type Config struct {
 	// Default LevelPrivileged, as Kubernetes. The zero value means the
 	// default.
 	DefaultLevel Level
+	// NotReadyTolerationSeconds and UnreachableTolerationSeconds are the
+	// tolerationSeconds of the tolerations of the node.kubernetes.io/not-ready
+	// and unreachable NoExecute taints added to every pod that has none
+	// (kube-apiserver's DefaultTolerationSeconds plugin and its
+	// --default-not-ready-toleration-seconds and
+	// --default-unreachable-toleration-seconds). nil: 300.
+	NotReadyTolerationSeconds, UnreachableTolerationSeconds *int64
 }
+
+// DefaultTolerationSeconds is the default of Config.NotReadyTolerationSeconds
+// and UnreachableTolerationSeconds, kube-apiserver's.
+const DefaultTolerationSeconds = int64(300)
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config { return Config{DefaultLevel: LevelPrivileged} }
@@ -122,6 +133,7 @@ func Admit(pod *corev1.Pod, s State) Result {
 		m.limitRange(lr)
 	}
 	m.defaults()
+	m.defaultTolerationSeconds(cfg.NotReadyTolerationSeconds, cfg.UnreachableTolerationSeconds)
 	m.qos()
 	priority := m.resolvePriority(s.PriorityClasses)
 
