@@ -37,7 +37,7 @@ var Outputs = map[string][]eventsv1.Type{
 	Admission:   {"PodAdmitted", "PodRejected"},
 	Persistence: {"PodPersisted", "PodRejected"},
 	Scheduler:   {"PodScheduled", "PodUnschedulable", "PodDeleteRequested"}, // the victims of a preemption
-	Status:      {},
+	Status:      {"PodDeleteRequested", "PodDeleted"},                       // evictions of its node lifecycle controller
 	Endpoints:   {"EndpointsUpdated"},
 }
 

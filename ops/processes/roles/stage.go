@@ -22,6 +22,7 @@ import (
 	"github.com/podflow/podflow/services/stages/api"
 	"github.com/podflow/podflow/services/stages/endpoints"
 	"github.com/podflow/podflow/services/stages/namespace"
+	"github.com/podflow/podflow/services/stages/nodelifecycle"
 	"github.com/podflow/podflow/services/stages/persistence"
 	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/status"
@@ -43,19 +44,36 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	pipeline.Scheduler: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return scheduler.NewStage(env, scheduler.DefaultStageConfig())
 	},
-	pipeline.Status: func(env stage.Env, o StageOptions) (stage.Handler, error) {
-		cfg := status.DefaultConfig()
-		if o.NodeGrace > 0 {
-			cfg.NodeMonitorGracePeriod = o.NodeGrace
-		}
-		if o.EventTTL > 0 {
-			cfg.EventTTL = o.EventTTL
-		}
-		return status.NewStage(env, cfg)
-	},
+	pipeline.Status: StatusProcess,
 	pipeline.Endpoints: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return endpoints.NewStage(env)
 	},
+}
+
+// StatusProcess composes a status replica's process: the status stage
+// and, beside it with its identity, the node lifecycle controller (nodes
+// that stop heartbeating go Unknown and are tainted; their pods are
+// marked not ready and evicted after their tolerationSeconds), as
+// kube-controller-manager runs it.
+func StatusProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
+	cfg := status.DefaultConfig()
+	if o.EventTTL > 0 {
+		cfg.EventTTL = o.EventTTL
+	}
+	s, err := status.NewStage(env, cfg)
+	if err != nil {
+		return nil, err
+	}
+	nc := nodelifecycle.DefaultConfig()
+	if o.NodeGrace > 0 {
+		nc.GracePeriod = o.NodeGrace
+		nc.MonitorPeriod = min(nc.MonitorPeriod, o.NodeGrace)
+	}
+	nl, err := nodelifecycle.New(env, nc)
+	if err != nil {
+		return nil, err
+	}
+	return stage.Compose(s, nl), nil
 }
 
 // APIProcess composes an api replica's process: the api stage, with
