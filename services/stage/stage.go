@@ -76,12 +76,19 @@ type Config struct {
 	Metrics *Metrics
 	// Tracing, when set, puts an OpenTelemetry span around each handling.
 	Tracing *Tracing
+	// NoConsumer runs a controller stage, which consumes no events: Run
+	// starts no runner (Runner is not used) and runs the stage's Start,
+	// its Reconcile every ResyncPeriod and the pings.
+	NoConsumer bool
 }
 
 // Validate checks the Config.
 func (c Config) Validate() error {
 	if c.ResyncPeriod < 0 {
 		return fmt.Errorf("stage: ResyncPeriod (%s) is negative", c.ResyncPeriod)
+	}
+	if c.NoConsumer {
+		return nil
 	}
 	return c.Runner.Validate()
 }
@@ -121,27 +128,31 @@ func Run(ctx context.Context, conn *bus.Conn, env Env, h Handler, cfg Config) er
 			cfg.OnMetrics(l.Addr().String())
 		}
 	}
-	if err := answerPings(gctx, g, conn.NATS(), env, m, time.Now()); err != nil {
-		return fail(err)
-	}
 	if s, ok := h.(Starter); ok {
 		if err := s.Start(gctx, g); err != nil {
 			return fail(fmt.Errorf("stage %s: start: %w", env.Stage, err))
 		}
 	}
-	handle := bus.Handler(h.Handle)
-	if cfg.Tracing != nil {
-		handle = cfg.Tracing.wrap(env.Stage, handle)
-	}
-	runner, err := bus.NewRunner(conn, cfg.Runner, handle)
-	if err != nil {
+	// Answered once started (caches synced, the api process's bootstrap
+	// pass made): `podflow up` takes an answer for ready.
+	if err := answerPings(gctx, g, conn.NATS(), env, m, time.Now()); err != nil {
 		return fail(err)
 	}
-	g.Go(func() error { return runner.Run(gctx) })
+	if !cfg.NoConsumer {
+		handle := bus.Handler(h.Handle)
+		if cfg.Tracing != nil {
+			handle = cfg.Tracing.wrap(env.Stage, handle)
+		}
+		runner, err := bus.NewRunner(conn, cfg.Runner, handle)
+		if err != nil {
+			return fail(err)
+		}
+		g.Go(func() error { return runner.Run(gctx) })
+	}
 	if r, ok := h.(Reconciler); ok {
 		g.Go(func() error { return reconcileLoop(gctx, r, cfg.ResyncPeriod, log.With("stage", env.Stage)) })
 	}
-	err = g.Wait()
+	err := g.Wait()
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
 		return nil
 	}
