@@ -37,8 +37,11 @@ var Outputs = map[string][]eventsv1.Type{
 	Admission:   {"PodAdmitted", "PodRejected"},
 	Persistence: {"PodPersisted", "PodRejected"},
 	Scheduler:   {"PodScheduled", "PodUnschedulable", "PodDeleteRequested"}, // the victims of a preemption
-	Status:      {"PodDeleteRequested", "PodDeleted"},                       // evictions of its node lifecycle controller
+	Status:      {},
 	Endpoints:   {"EndpointsUpdated"},
+	// Controller stages write the store; the node lifecycle controller
+	// also hands the pods it evicts to their nodes.
+	NodeLifecycle: {"PodDeleteRequested", "PodDeleted"},
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -115,7 +118,10 @@ func stagePermissions(stage string) *bus.Permissions {
 	if err != nil {
 		panic(err) // Stages and Inputs are declared together
 	}
-	pub := cfg.PublishSubjects()
+	var pub []string
+	if !Controller(stage) { // a controller stage has no consumer
+		pub = cfg.PublishSubjects()
+	}
 	for _, t := range Outputs[stage] {
 		pub = append(pub, bus.TypeFilter(t))
 	}
@@ -211,6 +217,9 @@ var storeWrites = map[string][]objects.Kind{
 	Scheduler:   {objects.Pods, objects.NodeAllocations, objects.Events},
 	Status:      {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
 	Endpoints:   {objects.EndpointSlices, objects.Events},
+	// Nodes' conditions and taints; pods' Ready, DisruptionTarget and
+	// deletion (an eviction).
+	NodeLifecycle: {objects.Nodes, objects.Pods, objects.Events},
 }
 
 // nodeWrites: a node agent records Events and allocates its pod CIDR (the

@@ -29,19 +29,31 @@ const (
 	Scheduler   = "scheduler"
 	Status      = "status"
 	Endpoints   = "endpoints"
+	// Controller stages (they consume no events: Controller).
+	NodeLifecycle = "nodelifecycle" // nodes that stop heartbeating: taints, evictions
 )
 
-// Stages lists every stage in lifecycle order.
-var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints}
+// Stages lists every stage in lifecycle order, then the controller stages.
+var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, NodeLifecycle}
 
-// Inputs are the event types each stage consumes.
+// Inputs are the event types each stage consumes; a controller stage
+// consumes none.
 var Inputs = map[string][]eventsv1.Type{
-	API:         {"PodRequested"},
-	Admission:   {"PodAuthorized"},
-	Persistence: {"PodAdmitted"},
-	Scheduler:   {"PodPersisted", "PodDeleted"},
-	Status:      {"PodStatusReport", "PodDeleted"},
-	Endpoints:   {"PodReady", "PodNotReady", "PodDeleted"},
+	API:           {"PodRequested"},
+	Admission:     {"PodAuthorized"},
+	Persistence:   {"PodAdmitted"},
+	Scheduler:     {"PodPersisted", "PodDeleted"},
+	Status:        {"PodStatusReport", "PodDeleted"},
+	Endpoints:     {"PodReady", "PodNotReady", "PodDeleted"},
+	NodeLifecycle: nil,
+}
+
+// Controller reports whether stage is a controller stage: it consumes no
+// events (no durable consumer), acting on the store from its own
+// informers and reconcile (stage.Config.NoConsumer).
+func Controller(stage string) bool {
+	in, ok := Inputs[stage]
+	return ok && len(in) == 0
 }
 
 // NodeAgentInputs are the event types a node agent consumes, addressed to
@@ -129,6 +141,9 @@ func SimNodesRunnerConfig(name string) bus.RunnerConfig {
 func Topology(streams bus.StreamsConfig) (bus.Topology, error) {
 	t := bus.Topology{Streams: bus.DefaultStreams(streams)}
 	for _, s := range Stages {
+		if Controller(s) {
+			continue // no consumer
+		}
 		cfg, err := RunnerConfig(s, "")
 		if err != nil {
 			return t, err

@@ -367,12 +367,16 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 	case pipeline.API:
 		args = append(args, "--token-file", p.Layout.Tokens(), "--seal-key", p.Layout.SealKey(), "--"+ServiceCIDRFlag, p.Options.serviceCIDR())
 		args = append(args, p.Options.APIArgs...)
-	case pipeline.Status:
+	case pipeline.NodeLifecycle:
 		args = append(args, "--node-monitor-grace-period", p.Options.NodeGrace.String())
+	}
+	ready := Check{Kind: CheckConsumer, Consumer: stage, Timeout: 60 * time.Second}
+	if pipeline.Controller(stage) {
+		ready = Check{} // no consumer: started is ready
 	}
 	return Process{Name: name, Kind: StageKind, Stage: stage, Index: i, Args: args, Metrics: addr,
 		Env:   []string{client.NATSConfigEnv + "=" + p.Layout.RoleConfig(pipeline.StageRole(stage))},
-		Ready: Check{Kind: CheckConsumer, Consumer: stage, Timeout: 60 * time.Second}}, nil
+		Ready: ready}, nil
 }
 
 // NodeAgentArgs are the node agent's arguments without its metrics
@@ -427,7 +431,7 @@ func (p *Plan) Processes() []Process {
 func (p *Plan) Consumers() []string {
 	out := []string{p.NodeRunner.Consumer}
 	for _, s := range pipeline.Stages {
-		if p.Options.Replicas[s] > 0 {
+		if p.Options.Replicas[s] > 0 && !pipeline.Controller(s) {
 			out = append(out, s)
 		}
 	}

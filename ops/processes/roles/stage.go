@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -44,36 +45,43 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	pipeline.Scheduler: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return scheduler.NewStage(env, scheduler.DefaultStageConfig())
 	},
-	pipeline.Status: StatusProcess,
+	pipeline.Status: func(env stage.Env, o StageOptions) (stage.Handler, error) {
+		cfg := status.DefaultConfig()
+		if o.EventTTL > 0 {
+			cfg.EventTTL = o.EventTTL
+		}
+		return status.NewStage(env, cfg)
+	},
 	pipeline.Endpoints: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return endpoints.NewStage(env)
 	},
+	pipeline.NodeLifecycle: NodeLifecycle,
 }
 
-// StatusProcess composes a status replica's process: the status stage
-// and, beside it with its identity, the node lifecycle controller (nodes
-// that stop heartbeating go Unknown and are tainted; their pods are
-// marked not ready and evicted after their tolerationSeconds), as
-// kube-controller-manager runs it.
-func StatusProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
-	cfg := status.DefaultConfig()
-	if o.EventTTL > 0 {
-		cfg.EventTTL = o.EventTTL
-	}
-	s, err := status.NewStage(env, cfg)
-	if err != nil {
-		return nil, err
-	}
-	nc := nodelifecycle.DefaultConfig()
+// NodeLifecycle is the node lifecycle controller stage: nodes that stop
+// heartbeating go Unknown and are tainted; their pods are marked not
+// ready and evicted after their tolerationSeconds, as
+// kube-controller-manager's node lifecycle and taint eviction
+// controllers. It consumes no events (pipeline.Controller).
+func NodeLifecycle(env stage.Env, o StageOptions) (stage.Handler, error) {
+	cfg := nodelifecycle.DefaultConfig()
 	if o.NodeGrace > 0 {
-		nc.GracePeriod = o.NodeGrace
-		nc.MonitorPeriod = min(nc.MonitorPeriod, o.NodeGrace)
+		cfg.GracePeriod = o.NodeGrace
+		cfg.MonitorPeriod = min(cfg.MonitorPeriod, o.NodeGrace)
 	}
-	nl, err := nodelifecycle.New(env, nc)
+	c, err := nodelifecycle.New(env, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return stage.Compose(s, nl), nil
+	return stage.Compose(controllerHandler{}, c), nil
+}
+
+// controllerHandler is the Handler of a controller stage, which consumes
+// no events: Handle is never called.
+type controllerHandler struct{}
+
+func (controllerHandler) Handle(context.Context, *bus.Delivery) error {
+	return bus.Permanent(errors.New("a controller stage consumes no events"))
 }
 
 // APIProcess composes an api replica's process: the api stage, with
@@ -230,7 +238,7 @@ func Stage(ctx context.Context, name string, o StageOptions) error {
 		defer tracing.Shutdown(context.WithoutCancel(ctx))
 		log.Info("exporting OpenTelemetry spans over OTLP")
 	}
-	err = stage.Run(ctx, sess.Bus, env, h, stage.Config{Runner: rc, ResyncPeriod: o.Resync, MetricsAddr: o.Metrics, Metrics: metrics, Tracing: tracing,
+	err = stage.Run(ctx, sess.Bus, env, h, stage.Config{Runner: rc, NoConsumer: pipeline.Controller(name), ResyncPeriod: o.Resync, MetricsAddr: o.Metrics, Metrics: metrics, Tracing: tracing,
 		OnMetrics: func(addr string) { log.Info("serving metrics", "addr", "http://"+addr+"/metrics") }})
 	log.Info("stage stopped", "err", err)
 	return err

@@ -38,7 +38,9 @@
 // compare-and-swap); kube elects one leader, which a Lease-based election
 // can add without changing a step.
 //
-// The caller (today the status stage's process, with its identity):
+// The caller (the nodelifecycle controller stage, pipeline.NodeLifecycle,
+// with its own identity: it writes Nodes, Pods and Events, and publishes
+// the deletion requests of the pods it evicts):
 //  1. creates a Controller with New and Starts it under its errgroup: it
 //     syncs its informers and then passes every MonitorPeriod until ctx
 //     ends;
