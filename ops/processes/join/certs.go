@@ -62,6 +62,11 @@ func Kinds(name string, agent bool) []string {
 	return kinds
 }
 
+// SimulatedKind is the certificate of a host's simulated cluster's bus
+// identity (pipeline.SimNodesRole): it may act for any node, so only a
+// request that says Simulated gets it.
+func SimulatedKind(name string) string { return BusKind(pipeline.SimNodesRole(name)) }
+
 // request is the certificate the join issues for kind to host name at
 // address advertise: its own names only.
 func request(kind, name, advertise string) (pki.Request, error) {

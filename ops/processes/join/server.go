@@ -41,6 +41,9 @@ type Request struct {
 	Advertise string `json:"advertise"`
 	// Agent: the host runs a node agent only.
 	Agent bool `json:"agent,omitempty"`
+	// Simulated: its node agent is a simulated cluster (testing), whose
+	// bus identity may act for any node (SimulatedKind).
+	Simulated bool `json:"simulated,omitempty"`
 	// CSRs are the certificate requests, PEM, by kind (Kinds).
 	CSRs map[string]string `json:"csrs"`
 }
@@ -211,6 +214,9 @@ func (s *Server) join(hr *http.Request) (*Response, error) {
 		return nil, refuse(CodeForbidden, "join token %q allows no join", tok.GetMetadata().GetName())
 	}
 	allowed := Kinds(r.Name, r.Agent)
+	if r.Simulated {
+		allowed = append(allowed, SimulatedKind(r.Name))
+	}
 	for kind := range r.CSRs {
 		if !slices.Contains(allowed, kind) {
 			what := "a server"

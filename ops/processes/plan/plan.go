@@ -210,6 +210,9 @@ type Plan struct {
 	NodeRole   bus.RoleSpec
 	// Streams are the streams to provision (R3 on a NATS cluster).
 	Streams bus.StreamsConfig
+	// Host is set on a plan of one host of several (NewHost).
+	Host          *HostOptions
+	hostAgentArgs []string
 }
 
 // NodeIdentity returns the node agents' consumer and bus role of runtime:
@@ -382,6 +385,9 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 // NodeAgentArgs are the node agent's arguments without its metrics
 // address: the Linux node's are also those of its decommissioning.
 func (p *Plan) NodeAgentArgs(registry string) []string {
+	if p.Host != nil {
+		return p.hostAgentArgs
+	}
 	if p.Options.Runtime == RuntimeLinux {
 		return []string{"nodeagent", "--runtime", "linux", "--node", LinuxNode, "--config", p.Layout.ProcessConfig(p.NodeRole.Role),
 			"--data-dir", p.Layout.Sub("nodes", LinuxNode), "--registry", registry, "--" + ServiceCIDRFlag, p.Options.serviceCIDR()}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/raftstore"
@@ -22,11 +23,20 @@ func NATS(ctx context.Context, cfg bus.EmbeddedConfig, clientConfig string, tlsF
 		return fmt.Errorf("--data-dir is required")
 	}
 	cfg.Roles = pipeline.Roles()
+	cfg.SystemPassword = os.Getenv(SystemPasswordEnv)
 	srv, err := bus.StartEmbedded(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer srv.Shutdown()
+	// Users added to the credentials file (a host joining a cluster of
+	// several machines) take effect without a restart.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.WatchCredentials(ctx, time.Second, func(err error) { fmt.Fprintf(os.Stderr, "nats: credentials: %v\n", err) })
+	}()
+	defer func() { <-done }() // ctx is done: the watch has stopped
 	if clientConfig != "" {
 		if err := os.MkdirAll(filepath.Dir(clientConfig), 0o755); err != nil {
 			return err
@@ -39,6 +49,11 @@ func NATS(ctx context.Context, cfg bus.EmbeddedConfig, clientConfig string, tlsF
 	<-ctx.Done()
 	return nil
 }
+
+// SystemPasswordEnv names the password of the system account's user
+// (bus.SystemUser) of a NATS server `podflow up` runs on a host of
+// several: it removes a retired server's JetStream peer.
+const SystemPasswordEnv = "PODFLOW_NATS_SYSTEM_PASSWORD"
 
 // NATSTLS is a NATS server's TLS: for clients any certificate of the CA
 // (their password names the user), for routes only the NATS servers'
