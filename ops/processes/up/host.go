@@ -197,7 +197,7 @@ func runHost(ctx context.Context, o *Options, out io.Writer) error {
 		return err
 	}
 	defer u.shutdown()
-	hs := &hostRun{up: u, h: h, creds: creds, sysPassword: sysPassword}
+	hs := &hostRun{up: u, h: h, creds: creds, sysPassword: sysPassword, streamsR3: h.SeedRetired}
 	return hs.run(ctx)
 }
 
@@ -220,6 +220,7 @@ type hostRun struct {
 	h           HostFile
 	creds       bus.Credentials
 	sysPassword string
+	streamsR3   bool // the streams are R3 (the first server, once three servers run)
 }
 
 func (r *hostRun) run(ctx context.Context) error {

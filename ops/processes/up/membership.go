@@ -90,7 +90,7 @@ func (r *hostRun) reconcileMembership(ctx context.Context) {
 }
 
 func (r *hostRun) membershipPass(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	hosts, err := r.hosts(ctx)
 	if err != nil {
@@ -136,8 +136,26 @@ func (r *hostRun) membershipPass(ctx context.Context) error {
 		fmt.Fprintf(r.out, "up: store: %s is a voter\n", name)
 	}
 	if len(answering) >= 3 && !r.h.SeedRetired {
-		return r.retireSeed(ctx)
+		if err := r.retireSeed(ctx); err != nil {
+			return err
+		}
 	}
+	if r.h.SeedRetired && !r.streamsR3 {
+		return r.makeStreamsR3(ctx)
+	}
+	return nil
+}
+
+// makeStreamsR3 makes every stream (and with it its consumers) R3 on the
+// three servers, placed anywhere.
+func (r *hostRun) makeStreamsR3(ctx context.Context) error {
+	streams := r.plan.Streams
+	streams.Replicas, streams.PlacementTags = 3, nil
+	if err := provisionRetry(ctx, r.conn, streams, 20*time.Second); err != nil {
+		return fmt.Errorf("make the streams R3: %w", err)
+	}
+	r.plan.Streams, r.streamsR3 = streams, true
+	fmt.Fprintln(r.out, "up: three servers: the streams are R3, the seed NATS server is retired")
 	return nil
 }
 
@@ -152,17 +170,7 @@ func (r *hostRun) retireSeed(ctx context.Context) error {
 	}
 	_ = os.RemoveAll(r.layout.Sub("nats-seed"))
 	r.h.SeedRetired = true
-	if err := writeHostFile(r.layout, r.h); err != nil {
-		return err
-	}
-	streams := r.plan.Streams
-	streams.Replicas, streams.PlacementTags = 3, nil
-	if err := provisionRetry(ctx, r.conn, streams, 60*time.Second); err != nil {
-		return fmt.Errorf("make the streams R3: %w", err)
-	}
-	r.plan.Streams = streams
-	fmt.Fprintln(r.out, "up: three servers: the streams are R3, the seed NATS server is retired")
-	return nil
+	return writeHostFile(r.layout, r.h)
 }
 
 // removeNATSPeer removes a gone server from the JetStream meta group, as
