@@ -146,6 +146,12 @@ func TestThreeHosts(t *testing.T) {
 			h.stop()
 			if t.Failed() {
 				t.Logf("%s's up:\n%s", h.name, h.output())
+				for _, log := range []string{"store", "nats", "join"} {
+					b, _ := os.ReadFile(filepath.Join(h.dir, "logs", log+".log"))
+					if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) > 0 {
+						t.Logf("%s's %s.log, last lines:\n%s", h.name, log, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+					}
+				}
 			}
 		}
 	})
@@ -159,7 +165,7 @@ func TestThreeHosts(t *testing.T) {
 		h.args = []string{"--join", "127.0.0.21", "--token", tok[1]}
 		h.start()
 	}
-	hosts[0].waitFor("the streams are R3", 60*time.Second)
+	hosts[0].waitFor("the streams are R3", 120*time.Second)
 	t.Logf("three hosts up, R3 and three voters in %s", time.Since(start).Round(time.Second))
 
 	// The cluster from the second host: the admin's bus and store.

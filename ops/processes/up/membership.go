@@ -96,7 +96,9 @@ func (r *hostRun) membershipPass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sts, err := r.kv.Status(ctx, time.Second)
+	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+	sts, err := r.kv.Status(sctx, time.Second)
+	scancel()
 	if err != nil {
 		return err
 	}
@@ -123,14 +125,22 @@ func (r *hostRun) membershipPass(ctx context.Context) error {
 		}
 	}
 	m := PlanMembership(config, answering)
+	// One change at a time, each bounded: a change that does not commit
+	// in time is tried again at the next pass, from the configuration
+	// then.
+	change := func(f func(context.Context, string, string) error, name string) error {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return f(cctx, name, raftAddr[name])
+	}
 	for _, name := range m.AddNonvoters {
-		if err := r.kv.AddNonvoter(ctx, name, raftAddr[name]); err != nil {
+		if err := change(r.kv.AddNonvoter, name); err != nil {
 			return fmt.Errorf("add %s to the store as a non-voter: %w", name, err)
 		}
 		fmt.Fprintf(r.out, "up: store: %s added as a non-voter\n", name)
 	}
 	for _, name := range m.Promote {
-		if err := r.kv.AddVoter(ctx, name, raftAddr[name]); err != nil {
+		if err := change(r.kv.AddVoter, name); err != nil {
 			return fmt.Errorf("promote %s to a store voter: %w", name, err)
 		}
 		fmt.Fprintf(r.out, "up: store: %s is a voter\n", name)
@@ -210,6 +220,9 @@ func (r *hostRun) removeNATSPeer(ctx context.Context, name string) error {
 					return nil // not a peer (any more)
 				}
 			}
+		}
+		if last == nil || err.Error() != last.Error() {
+			fmt.Fprintf(r.out, "up: remove the JetStream peer %s: %v; trying again\n", name, err)
 		}
 		last = err
 		select {
