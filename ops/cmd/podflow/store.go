@@ -164,7 +164,11 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	f.StringVar(&raftKey, "raft-tls-key", "", "key (PEM) of --raft-tls-cert")
 	f.StringVar(&bootstrap, "bootstrap", "", "initial voters id1=addr1,id2=addr2,... (used only on an empty data dir)")
 	f.StringVar(&peerAddrs, "peer-addrs", "", "dial these peers here instead of at their raft address, id1=addr1,... (podflow chaos routes each link through its fault-injecting relay)")
-	f.BoolVar(&cfg.Join, "join", false, "on an empty data dir, ask the running cluster to add this replica")
+	joinUsage := "on an empty data dir, ask the running cluster to add this replica"
+	deprecatedAlias(f, "join", "join-existing", func(f *pflag.FlagSet) {
+		f.BoolVar(&cfg.Join, "join-existing", false, joinUsage)
+		f.BoolVar(&cfg.Join, "join", false, joinUsage)
+	})
 	f.Int64Var(&cfg.HistoryRevisions, "history-revisions", cfg.HistoryRevisions, "revisions of change history kept for watches")
 	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "raft heartbeat timeout")
 	f.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "raft election timeout")
