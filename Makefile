@@ -11,6 +11,9 @@ PROTOC_GEN_GO := $(TOOLS)/protoc-gen-go
 PROTOC_GEN_GO_VTPROTO_VERSION := v0.6.0
 PROTOC_GEN_GO_VTPROTO := $(TOOLS)/protoc-gen-go-vtproto
 DATA ?= $(CURDIR)/.podflow
+# The Pod Security level of namespaces without a label (make run
+# POD_SECURITY=baseline on a shared machine; docs/security.md).
+POD_SECURITY ?= privileged
 # Packages run concurrently under -race. At -p 3 make test takes ~7 minutes
 # instead of ~10½ (most tests wait on processes, timers and the network),
 # but ops/e2e's TestLinuxServiceTraffic once lost its Service answers there
@@ -18,7 +21,7 @@ DATA ?= $(CURDIR)/.podflow
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run httpserver test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
+.PHONY: all build run httpserver busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
 
 all: build
 
@@ -28,20 +31,36 @@ build:
 
 ## run: the whole system with the example pod; real Linux pods when this
 ## machine allows (root, cgroups, network namespaces), else simulated nodes.
-run: build httpserver
-	$(BIN)/podflow up --data-dir $(DATA) --example --runtime auto
+## POD_SECURITY=baseline refuses privileged pods in unlabelled namespaces.
+## `podflow up` pushes the images it finds beside bin/podflow (the HTTP
+## server, busybox) into its registry: podflow/http:1, podflow/busybox:1
+## and busybox (library/busybox:latest).
+run: build httpserver busybox
+	$(BIN)/podflow up --data-dir $(DATA) --example --runtime auto --pod-security-default $(POD_SECURITY)
 
 httpserver:
 	cd images && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/httpserver ./httpserver
 
+## busybox: bin/busybox, the busybox of podflow's busybox images, built
+## from Debian's source package (trixie's, pinned) statically against musl
+## by images/busybox/build.sh: Debian's busybox-static cannot resolve a
+## name in a container (glibc's getaddrinfo needs libraries it has not),
+## and bookworm's segfaults on `wget -T`. About two minutes, once.
+BUSYBOX_VERSION ?= 1:1.37.0-6
+BUSYBOX := $(BIN)/busybox
+busybox: $(BUSYBOX)
+$(BUSYBOX): images/busybox/build.sh
+	@mkdir -p $(BIN)
+	images/busybox/build.sh '$(BUSYBOX_VERSION)' $(TOOLS)/busybox $(BUSYBOX)
+
 ## images: podflow's test images from images/ (no Docker). The HTTP server is
 ## built static beside bin/podflow; `podflow images push` packages it and
-## Debian's busybox-static as OCI images and pushes them: to REGISTRY
+## bin/busybox (make busybox) as OCI images and pushes them: to REGISTRY
 ## (host:port) when set, else into the registry data directory
 ## $(DATA)/registry, served in-process while pushing (`podflow up` serves it).
 .PHONY: images
-images: build deps-os httpserver
-	$(BIN)/podflow images push --httpserver $(BIN)/httpserver --busybox /bin/busybox \
+images: build httpserver busybox
+	$(BIN)/podflow images push --httpserver $(BIN)/httpserver --busybox $(BUSYBOX) \
 		$(if $(REGISTRY),--registry $(REGISTRY),--registry-dir $(DATA)/registry)
 
 ## tools: pinned generators. protoc comes from Debian (protobuf-compiler).
@@ -76,6 +95,10 @@ proto-check: proto
 ## the module proxy) from the Go types podflow serves.
 OPENAPI_PKGS := k8s.io/api/core/v1 k8s.io/api/discovery/v1 k8s.io/api/rbac/v1 k8s.io/api/events/v1 k8s.io/api/scheduling/v1 \
 	k8s.io/api/authentication/v1 k8s.io/api/authorization/v1 k8s.io/metrics/pkg/apis/metrics/v1beta1 \
+	k8s.io/api/apps/v1 k8s.io/api/batch/v1 k8s.io/api/policy/v1 k8s.io/api/autoscaling/v1 k8s.io/api/coordination/v1 \
+	k8s.io/api/node/v1 k8s.io/api/admissionregistration/v1 k8s.io/api/networking/v1 k8s.io/api/storage/v1 \
+	k8s.io/api/certificates/v1 k8s.io/api/flowcontrol/v1 k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1 \
+	k8s.io/api/scheduling/v1alpha3 \
 	k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/api/resource \
 	k8s.io/apimachinery/pkg/util/intstr k8s.io/apimachinery/pkg/version
 openapi:
@@ -118,7 +141,7 @@ lint: lint-docs lint-words
 ## starts them first (the run is as long as its longest package plus what
 ## cannot overlap it). The packages that failed are listed at the end.
 TEST_FIRST := ./ops/e2e ./nodeagent/linux ./services/apiserver ./nodeagent/linux/container ./services/pipeline ./raftstore ./services/stages/scheduler
-test: proto-check lint
+test: proto-check lint busybox
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	$(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FIRST) $(addprefix ./,$(addsuffix /...,$(MODULES))) 2>&1 | tee "$$log"; \
 	rc=$${PIPESTATUS[0]}; failed=$$(sed -n 's/^FAIL[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/p' "$$log" | sort -u); \
@@ -181,3 +204,69 @@ clean:
 ## own module outside go.work.
 bench-store:
 	cd raftstore/etcdbench && GOWORK=off $(GO) run . -duration 5s -runs 3
+
+## conformance: the upstream Kubernetes e2e suite's [Conformance] tests
+## (k8s.io/kubernetes v1.34.4, ops/conformance) against a fresh
+## `podflow up --runtime $(RUNTIME)`, one test per process, $(PROCS) at a
+## time, each interrupted after $(CONFORMANCE_TIMEOUT) ([Slow] ones after
+## $(CONFORMANCE_SLOW_TIMEOUT)); the table, causes
+## and JUnit XML go to _output/conformance/. FOCUS/SKIP select tests:
+##   make conformance FOCUS='\[sig-apps\]'
+##   make conformance RUNTIME=sim FOCUS='\[sig-api-machinery\].*\[Conformance\]'
+## docs/conformance.md has the details. Root, for the Linux runtime.
+CONFORMANCE := $(TOOLS)/conformance
+CONFORMANCE_MOD := ops/conformance
+CONFORMANCE_GOSUM := $(CONFORMANCE_MOD)/go.mod $(CONFORMANCE_MOD)/go.sum
+# The release of the suite (ops/conformance/go.mod); stamped into e2e.test and
+# kubectl as Kubernetes' own build does (hack/lib/version.sh): kubectl's
+# version tests parse it.
+CONFORMANCE_K8S_VERSION := $(shell sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\)$$|\1|p' $(CONFORMANCE_MOD)/go.mod)
+CONFORMANCE_K8S_MM := $(subst ., ,$(patsubst v%,%,$(CONFORMANCE_K8S_VERSION)))
+CONFORMANCE_LDFLAGS := $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-base/version,-X $(p).gitVersion=$(CONFORMANCE_K8S_VERSION) -X $(p).gitMajor=$(word 1,$(CONFORMANCE_K8S_MM)) -X $(p).gitMinor=$(word 2,$(CONFORMANCE_K8S_MM)))
+FOCUS ?= \[Conformance\]
+SKIP ?=
+RUNTIME ?= linux
+PROCS ?= 8
+CONFORMANCE_TIMEOUT ?= 5m
+CONFORMANCE_SLOW_TIMEOUT ?= 15m
+.PHONY: conformance conformance-tools conformance-check conformance-deps-os
+conformance: build httpserver deps-os conformance-deps-os conformance-tools
+	$(CONFORMANCE)/harness run --podflow $(BIN)/podflow --runtime $(RUNTIME) --out $(CURDIR)/_output/conformance \
+		--suite $(CONFORMANCE)/e2e.test --kubectl $(CONFORMANCE)/kubectl --agnhost $(CONFORMANCE)/agnhost \
+		--nnp $(CONFORMANCE)/nnp --busybox $(CONFORMANCE)/busybox --k8s-dir "$$(cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
+		--focus '$(FOCUS)' --skip '$(SKIP)' --procs $(PROCS) --timeout $(CONFORMANCE_TIMEOUT) --slow-timeout $(CONFORMANCE_SLOW_TIMEOUT)
+
+## conformance-tools: the suite, kubectl and agnhost of the suite's release,
+## Debian's busybox and the harness, cached in .tools/conformance/.
+conformance-tools: $(CONFORMANCE)/e2e.test $(CONFORMANCE)/kubectl $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp $(CONFORMANCE)/busybox
+	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) build -o $(CONFORMANCE)/harness.new . && mv $(CONFORMANCE)/harness.new $(CONFORMANCE)/harness
+# Each is written beside and renamed into place: a running test keeps its binary.
+$(CONFORMANCE)/e2e.test: $(CONFORMANCE_GOSUM) $(wildcard $(CONFORMANCE_MOD)/suite/*.go) Makefile
+	cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) test -c -vet=off -ldflags '$(CONFORMANCE_LDFLAGS)' -o $@.new ./suite && mv $@.new $@
+$(CONFORMANCE)/kubectl: $(CONFORMANCE_GOSUM) Makefile
+	cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) build -ldflags '$(CONFORMANCE_LDFLAGS)' -o $@.new k8s.io/kubernetes/cmd/kubectl && mv $@.new $@
+$(CONFORMANCE)/agnhost: $(CONFORMANCE_GOSUM)
+	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/kubernetes/test/images/agnhost && mv $@.new $@
+$(CONFORMANCE)/nnp: $(CONFORMANCE_GOSUM)
+	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/kubernetes/test/images/nonewprivs && mv $@.new $@
+# Debian's busybox (dynamically linked: busybox-static's wget crashes in a
+# container), unpacked from its package without installing it.
+$(CONFORMANCE)/busybox:
+	@mkdir -p $(CONFORMANCE)
+	d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && cd "$$d" && apt-get download busybox && \
+		dpkg-deb -x busybox_*.deb x && install -m 0755 x/bin/busybox $@
+
+## conformance-deps-os: the host programs copied into the agnhost image
+## (upstream's has them from Alpine).
+conformance-deps-os:
+	@command -v dig >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bind9-dnsutils; }
+	@command -v nc.openbsd >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq netcat-openbsd; }
+	@command -v curl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl; }
+
+## conformance-check: the harness's own tests: the JUnit parser and table,
+## and the e2e images' programs run in a chroot of each image (root).
+conformance-check: conformance-deps-os $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp $(CONFORMANCE)/busybox
+	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) vet ./... && \
+		CONFORMANCE_AGNHOST=$(CONFORMANCE)/agnhost CONFORMANCE_NNP=$(CONFORMANCE)/nnp CONFORMANCE_BUSYBOX=$(CONFORMANCE)/busybox \
+		CONFORMANCE_K8S_DIR="$$(cd $(CURDIR)/$(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
+		GOWORK=off $(GO) test -count=1 ./...

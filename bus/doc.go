@@ -127,9 +127,11 @@
 //
 // The embedded server authenticates every client. Its credentials file
 // holds the admin user (everything: the only identity that manages
-// streams and consumers), the client user (ask the api front door and
-// publish PodRequested) and the users of EmbeddedConfig.Roles, each
-// restricted by NATS subject permissions. The package knows how NATS and
+// streams and consumers), the users of EmbeddedConfig.Roles, and one user
+// per person or program of podflow (AddUser: user-<API user>, which may
+// ask the api front door and read its own inbox), each restricted by NATS
+// subject permissions; a running server takes added and removed users
+// from the file (WatchCredentials). The package knows how NATS and
 // JetStream name things (ConsumeSubjects, ReadStreamSubjects,
 // RunnerConfig.PublishSubjects); the policy — which role may do what — is
 // services/pipeline's. A connection that authenticates as a user gets the

@@ -193,9 +193,10 @@ func checkMutualTLS(field string, cfg *tls.Config, required bool) error {
 const (
 	// RoleAdmin may publish and subscribe to everything.
 	RoleAdmin = "admin"
-	// RoleClient is for users of podflow: it may only ask the api front
-	// door and publish PodRequested (see rolePermissions).
-	RoleClient = "client"
+	// legacyRoleClient was the one NATS user every user of podflow
+	// shared; each has its own now (UserRole). A credentials file that
+	// still has it loses it at the next start.
+	legacyRoleClient = "client"
 )
 
 // Credentials is the content of DataDir/creds.json: one entry per NATS
@@ -214,6 +215,9 @@ type UserCredential struct {
 	Password string `json:"password"`
 	// Permissions restrict the user; nil allows everything.
 	Permissions *Permissions `json:"permissions,omitempty"`
+	// APIUser, for a user of podflow (AddUser), is the API user the NATS
+	// user is bound to; its permissions are UserPermissions(APIUser).
+	APIUser string `json:"apiUser,omitempty"`
 }
 
 // Permissions are NATS subject permissions of a user.
@@ -306,10 +310,12 @@ func LoadCredentials(path string) (Credentials, error) {
 }
 
 // loadOrCreateCredentials returns the credentials in path, generating
-// and writing (mode 0600) a password for every role that has none: admin,
-// client and roles. The permissions of the built-in roles and of roles
-// are set from the code on every call, so a newer policy applies to users
-// created by an older one; users of undeclared roles are kept as they are.
+// and writing (mode 0600) a password for every role that has none: admin
+// and roles. The permissions of the built-in roles, of roles and of the
+// users of podflow (AddUser) are set from the code on every call, so a
+// newer policy applies to users created by an older one; users of
+// undeclared roles are kept as they are, but the shared client user of
+// older versions is removed.
 func loadOrCreateCredentials(path string, roles []RoleSpec) (Credentials, error) {
 	for _, r := range roles {
 		if err := r.validate(); err != nil {
@@ -320,9 +326,19 @@ func loadOrCreateCredentials(path string, roles []RoleSpec) (Credentials, error)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return c, err
 	}
-	want := []RoleSpec{{Role: RoleAdmin}, {Role: RoleClient, Permissions: rolePermissions(RoleClient)}}
-	want = append(want, roles...)
+	want := append([]RoleSpec{{Role: RoleAdmin}}, roles...)
 	changed := false
+	if i := slices.IndexFunc(c.Users, func(u UserCredential) bool { return u.Role == legacyRoleClient }); i >= 0 {
+		c.Users, changed = slices.Delete(c.Users, i, i+1), true
+	}
+	for i, u := range c.Users {
+		if u.APIUser == "" {
+			continue
+		}
+		if p := UserPermissions(u.APIUser); u.Role != UserRole(u.APIUser) || !reflect.DeepEqual(u.Permissions, p) {
+			c.Users[i].Role, c.Users[i].Permissions, changed = UserRole(u.APIUser), p, true
+		}
+	}
 	for _, r := range want {
 		i := slices.IndexFunc(c.Users, func(u UserCredential) bool { return u.Role == r.Role })
 		if i < 0 {
@@ -346,24 +362,6 @@ func loadOrCreateCredentials(path string, roles []RoleSpec) (Credentials, error)
 		}
 	}
 	return c, nil
-}
-
-// rolePermissions are the subject permissions of a role's user (nil: all).
-func rolePermissions(role string) *Permissions {
-	switch role {
-	case RoleClient:
-		// What a user of podflow may do on the bus: ask the api front door
-		// (request-reply) and publish PodRequested onto the stream, reading
-		// only its own replies. It cannot publish any other lifecycle event
-		// (a forged PodAdmitted or PodScheduled is refused by the server),
-		// cannot reach the store (podflow.store.>, Secrets included) and
-		// cannot manage streams or consumers.
-		return &Permissions{
-			Publish:   &SubjectPermission{Allow: []string{APIPrefix + ".>", PodPrefix + ".PodRequested.>"}},
-			Subscribe: &SubjectPermission{Allow: []string{InboxPrefix(RoleClient) + ".>"}},
-		}
-	}
-	return nil
 }
 
 func randomSecret() (string, error) {
@@ -432,13 +430,13 @@ func randomPassword() string {
 
 // Embedded is a running in-process nats-server with JetStream.
 type Embedded struct {
-	srv   *server.Server
-	creds Credentials
-	cfg   EmbeddedConfig
-	once  sync.Once
+	srv  *server.Server
+	cfg  EmbeddedConfig
+	once sync.Once
 
-	reloadMu sync.Mutex
-	opts     *server.Options // as started or last reloaded
+	mu    sync.Mutex      // guards what a reload changes
+	opts  *server.Options // as started or last reloaded
+	creds Credentials
 }
 
 // StartEmbedded starts a nats-server with JetStream in this process and
@@ -531,7 +529,11 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
 
 // Creds returns the server's credentials.
-func (e *Embedded) Creds() Credentials { return e.creds }
+func (e *Embedded) Creds() Credentials {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.creds
+}
 
 // CredsFile is the path of the credentials file.
 func (e *Embedded) CredsFile() string {
@@ -556,7 +558,7 @@ func (e *Embedded) ClientConfig(name string) Config {
 func (e *Embedded) ClientConfigAs(role, name string) (Config, error) {
 	c := DefaultConfig()
 	c.URLs = []string{e.ClientURL()}
-	u, ok := e.creds.User(role)
+	u, ok := e.Creds().User(role)
 	if !ok {
 		return c, invalidf("embedded: no user of role %q", role)
 	}

@@ -72,10 +72,9 @@ func TestMessageTooLarge(t *testing.T) {
 	srv := bustest.Server(t)
 	admin := bustest.Connect(t, srv, "admin")
 	bustest.Provision(t, admin)
-	client := bustest.ConnectAs(t, srv, bus.RoleClient, "cli")
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
-	js := client.JetStream()
+	js := admin.JetStream()
 	subj := "podflow.pod.PodRequested.default.junk"
 	_, err := js.PublishMsg(ctx, &nats.Msg{Subject: subj, Data: make([]byte, 4<<20)})
 	var apiErr *jetstream.APIError

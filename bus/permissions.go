@@ -119,8 +119,10 @@ func (r RoleSpec) validate() error {
 	switch {
 	case r.Role == "" || strings.ContainsAny(r.Role, ".*> \t\n"):
 		return invalidf("role %q is not a valid NATS token", r.Role)
-	case r.Role == RoleAdmin || r.Role == RoleClient:
+	case r.Role == RoleAdmin:
 		return invalidf("role %q is built in", r.Role)
+	case strings.HasPrefix(r.Role, UserRolePrefix):
+		return invalidf("role %q: the prefix %q is for users of podflow (AddUser)", r.Role, UserRolePrefix)
 	case r.Permissions == nil:
 		return invalidf("role %q has no permissions: only %q may do everything", r.Role, RoleAdmin)
 	}

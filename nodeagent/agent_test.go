@@ -715,6 +715,9 @@ func TestInitContainerFailure(t *testing.T) {
 		if st.GetPhase() != "Failed" || ic.GetState().GetTerminated().GetExitCode() != 2 || waiting(st) != "PodInitializing" {
 			t.Errorf("status = %v", st)
 		}
+		if ic.GetReady() || ic.Started == nil || ic.GetStarted() {
+			t.Errorf("a failed init container: ready %v, started %v; want neither (set)", ic.GetReady(), ic.Started)
+		}
 		if f := ofType(envs, "PodFailed")[0].GetPodFailed(); f.GetReason() != "Error" || f.GetContainer() != "setup" {
 			t.Errorf("PodFailed = %v", f)
 		}

@@ -96,6 +96,11 @@ type Config struct {
 	// tests and simulations may shrink it to run faster.
 	SpecSecond time.Duration
 
+	// Services, when set, gives containers their Service environment
+	// variables (servicelinks.go); a ServiceCache fed by the node's
+	// Service watch.
+	Services ServiceLister
+
 	// Clock is the time source; nil means the wall clock.
 	Clock Clock
 	// Logger receives the agent's logs; nil discards them.

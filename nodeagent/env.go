@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -18,9 +19,11 @@ import (
 // (pkg/kubelet/kubelet_pods.go makeEnvironmentVariables) and hands it to
 // the runtime: envFrom first (each key of the ConfigMap or Secret, with the
 // prefix), then env in order, a later variable replacing an earlier one.
-// A value may refer to variables defined before it as $(NAME); a valueFrom
-// (fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef) is taken as
-// is. Command and args are then expanded with the whole environment. A
+// A value may refer to variables defined before it, and to the Service
+// variables, as $(NAME); a valueFrom (fieldRef, resourceFieldRef,
+// configMapKeyRef, secretKeyRef) is taken as is. The Service variables
+// (servicelinks.go) the container does not define follow. Command, args
+// and subPathExpr are then expanded with the whole environment. A
 // source that cannot be read, unless optional, fails the container with
 // CreateContainerConfigError and kubelet's message.
 
@@ -40,7 +43,42 @@ func (w *worker) containerConfig(ctx context.Context, c *corev1.Container) (*cor
 	}
 	out.Command = expandAll(c.GetCommand(), env.vals)
 	out.Args = expandAll(c.GetArgs(), env.vals)
+	for _, vm := range out.GetVolumeMounts() {
+		if vm.GetSubPathExpr() == "" {
+			continue
+		}
+		sub, err := expandSubPath(vm.GetSubPathExpr(), env.vals)
+		if err != nil {
+			return nil, Errorf(CodeCreateContainerConfig, "%s", err.Error())
+		}
+		vm.SubPath, vm.SubPathExpr = sub, ""
+	}
 	return out, nil
+}
+
+// expandSubPath is kubelet's subPathExpr (ExpandContainerVolumeMounts and
+// makeMounts' checks): $(VAR) from the container's environment only, every
+// variable named defined and not empty, and the result a relative path
+// without "..".
+func expandSubPath(expr string, vals map[string]string) (string, error) {
+	missing := map[string]bool{}
+	sub := expandFunc(expr, func(name string) (string, bool) {
+		v, ok := vals[name]
+		if !ok || v == "" {
+			missing[name] = true
+		}
+		return v, true
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("missing value for %s", strings.Join(slices.Sorted(maps.Keys(missing)), ", "))
+	}
+	if strings.HasPrefix(sub, "/") {
+		return "", fmt.Errorf("error SubPath `%s` must not be an absolute path", sub)
+	}
+	if slices.Contains(strings.Split(sub, "/"), "..") {
+		return "", fmt.Errorf("unable to provision SubPath `%s`: must not contain '..'", sub)
+	}
+	return sub, nil
 }
 
 // envList is an ordered set of variables: the first definition fixes a
@@ -146,8 +184,12 @@ func (w *worker) makeEnv(ctx context.Context, c *corev1.Container) (*envList, er
 			env.set(ef.GetPrefix()+k, data[k])
 		}
 	}
+	svc, err := w.serviceEnv(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, e := range c.GetEnv() {
-		v, ok, err := w.envValue(ctx, src, c, e, env.vals)
+		v, ok, err := w.envValue(ctx, src, c, e, env.vals, svc)
 		if err != nil {
 			return nil, err
 		}
@@ -155,15 +197,28 @@ func (w *worker) makeEnv(ctx context.Context, c *corev1.Container) (*envList, er
 			env.set(e.GetName(), v)
 		}
 	}
+	for _, k := range slices.Sorted(maps.Keys(svc)) { // the container's own win
+		if _, ok := env.vals[k]; !ok {
+			env.set(k, svc[k])
+		}
+	}
 	return env, nil
 }
 
 // envValue is one variable's value; !ok means an optional source is
 // missing and the variable is not set.
-func (w *worker) envValue(ctx context.Context, src *envSources, c *corev1.Container, e *corev1.EnvVar, defined map[string]string) (string, bool, error) {
+func (w *worker) envValue(ctx context.Context, src *envSources, c *corev1.Container, e *corev1.EnvVar, defined, services map[string]string) (string, bool, error) {
 	from := e.GetValueFrom()
 	if e.GetValue() != "" || from == nil {
-		return expand(e.GetValue(), defined), true, nil
+		// kubelet's MappingFuncFor(tmpEnv, serviceEnv): the variables
+		// defined so far, then the Service variables.
+		return expandFunc(e.GetValue(), func(name string) (string, bool) {
+			if v, ok := defined[name]; ok {
+				return v, true
+			}
+			v, ok := services[name]
+			return v, ok
+		}), true, nil
 	}
 	switch {
 	case from.GetFieldRef() != nil:
@@ -342,6 +397,15 @@ func expandAll(in []string, vals map[string]string) []string {
 // as written when not; $$ is a literal $ (so $$(NAME) is the text
 // $(NAME)); a $ before anything else, or an unclosed $(, is kept.
 func expand(s string, vals map[string]string) string {
+	return expandFunc(s, func(name string) (string, bool) {
+		v, ok := vals[name]
+		return v, ok
+	})
+}
+
+// expandFunc is expand with the values from mapping (ok false: the
+// reference stays as written).
+func expandFunc(s string, mapping func(name string) (string, bool)) string {
 	if !strings.Contains(s, "$") {
 		return s
 	}
@@ -363,7 +427,7 @@ func expand(s string, vals map[string]string) string {
 				continue
 			}
 			name := s[i+2 : i+2+end]
-			if v, ok := vals[name]; ok {
+			if v, ok := mapping(name); ok {
 				b.WriteString(v)
 			} else {
 				b.WriteString("$(" + name + ")")

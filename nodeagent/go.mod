@@ -17,6 +17,7 @@ require (
 	github.com/moby/sys/capability v0.5.0
 	github.com/moby/sys/user v0.5.0
 	github.com/opencontainers/runtime-spec v1.3.0
+	github.com/opencontainers/selinux v1.11.1
 	github.com/podflow/podflow/proto v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/vishvananda/netlink v1.3.1
@@ -55,6 +56,7 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect

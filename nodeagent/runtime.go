@@ -136,6 +136,9 @@ type SandboxInfo struct {
 	Sandbox      Sandbox
 	VolumesReady bool
 	CreatedAt    time.Time
+	// Released: the sandbox of a finished pod, released (SandboxReleaser):
+	// it holds exited containers and their logs, nothing that runs.
+	Released bool
 }
 
 // ContainerInfo describes an existing container instance.

@@ -59,7 +59,10 @@ func TestSidecarsStartInOrderAndLetTheAppRun(t *testing.T) {
 		{"logger started", initStatus(st, "logger").GetStarted()},
 		{"regular init containers completed", initStatus(st, "setup").GetState().GetTerminated().GetReason() == "Completed" &&
 			initStatus(st, "migrate").GetState().GetTerminated().GetReason() == "Completed"},
-		{"a regular init container reports no started", initStatus(st, "setup").Started == nil},
+		// kubelet's prober manager: a regular init container that
+		// succeeded is ready, and not started (not running).
+		{"a completed regular init container is ready, not started", initStatus(st, "setup").Started != nil &&
+			!initStatus(st, "setup").GetStarted() && initStatus(st, "setup").GetReady() && initStatus(st, "migrate").GetReady()},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {

@@ -217,9 +217,16 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 			t.Message = headUTF8(t.Message, budget)
 		}
 	}
-	if !c.init || c.sidecar {
+	// kubelet's prober manager (UpdatePodStatus): every container, init
+	// ones too, says whether it has started (running, its startup probe
+	// passed); a regular init container is ready once it has succeeded.
+	if !c.ephemeral {
 		started := c.started
 		cs.Started = &started
+	}
+	if c.init && !c.sidecar {
+		t := c.state.GetTerminated()
+		cs.Ready = t != nil && t.GetExitCode() == 0
 	}
 	return cs
 }

@@ -46,6 +46,7 @@ func TestDownwardAPIVolumeFiles(t *testing.T) {
 		field("annotations", "metadata.annotations"), field("meta/app", "metadata.labels['app']"),
 		res("cpu_limit", "app", "limits.cpu", "1m"), res("cpu_cores", "app", "limits.cpu", ""),
 		res("mem_request", "app", "requests.memory", "1Mi"), res("mem_limit", "app", "limits.memory", "1Gi"),
+		res("cpu_zero", "app", "limits.cpu", "0"), // client-go's unset divisor
 	)
 	vols, err := downwardWorker(p).resolveVolumes(context.Background())
 	if err != nil {
@@ -55,7 +56,7 @@ func TestDownwardAPIVolumeFiles(t *testing.T) {
 		"name": "web", "namespace": "shop", "uid": "uid-1",
 		"labels":      "app=\"web\"\ntier=\"front\"",
 		"annotations": "build=\"42\"", "meta/app": "web",
-		"cpu_limit": "1500", "cpu_cores": "2", "mem_request": "64", "mem_limit": "8",
+		"cpu_limit": "1500", "cpu_cores": "2", "mem_request": "64", "mem_limit": "8", "cpu_zero": "2",
 	}
 	got := vols[0].Files
 	if len(got) != len(want) {

@@ -65,10 +65,11 @@ import (
 // Everything below done is touched only by the worker's goroutine; the
 // agent reads rep.Reported.
 type worker struct {
-	d   *workerDeps
-	pod *corev1.Pod
-	uid string
-	gen uint64 // the agent's start count at this worker's start (ListMark)
+	d     *workerDeps
+	pod   *corev1.Pod
+	uid   string
+	names podNames // the pod's container names, read by Agent.ReadLog
+	gen   uint64   // the agent's start count at this worker's start (ListMark)
 
 	deleteCh chan time.Duration // capacity 1: a pending delete and its grace
 	updateCh chan podUpdate     // capacity 1: the store's latest pod (update)
@@ -169,7 +170,7 @@ func (c *ctr) running() bool { return c.state.GetRunning() != nil }
 
 func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 	w := &worker{
-		d: d, pod: pod, uid: pod.GetMetadata().GetUid(),
+		d: d, pod: pod, uid: pod.GetMetadata().GetUid(), names: namesOf(pod),
 		deleteCh:     make(chan time.Duration, 1),
 		updateCh:     make(chan podUpdate, 1),
 		volSums:      map[string][sha256.Size]byte{},
@@ -320,10 +321,14 @@ func (w *worker) adopt(ctx context.Context) {
 	if w.rec == nil {
 		return
 	}
-	sb := w.rec.sandbox.Sandbox
-	w.sandbox = &sb
-	w.mounted = w.rec.sandbox.VolumesReady
-	w.exits = w.d.rt.ContainerExits(w.uid)
+	// A released sandbox (a finished pod's) is not taken: nothing runs in
+	// it, and a pod that must run again gets a new one.
+	if !w.rec.sandbox.Released {
+		sb := w.rec.sandbox.Sandbox
+		w.sandbox = &sb
+		w.mounted = w.rec.sandbox.VolumesReady
+		w.exits = w.d.rt.ContainerExits(w.uid)
+	}
 	now := w.now()
 	for _, info := range w.rec.containers {
 		c := w.byName(info.Name, info.Init)
@@ -394,7 +399,7 @@ func (w *worker) converge(ctx context.Context) time.Time {
 	}
 	if w.terminal() {
 		if w.sandbox != nil { // like kubelet, free the IP of a finished pod
-			if err := w.teardown(ctx); err != nil {
+			if err := w.release(ctx); err != nil {
 				return now.Add(w.d.cfg.PublishRetry)
 			}
 		}
@@ -843,6 +848,21 @@ func (w *worker) teardown(ctx context.Context) error {
 	}
 	if err := w.d.rt.RemovePodSandbox(ctx, w.uid); err != nil {
 		return fmt.Errorf("remove sandbox of pod %q: %w", podRef(w.pod), err)
+	}
+	w.sandbox, w.exits, w.rec = nil, nil, nil
+	return nil
+}
+
+// release frees the sandbox of a finished pod: its IP, cgroups and mounts,
+// keeping its exited containers' logs until the pod is deleted when the
+// runtime can (SandboxReleaser), else removing it whole.
+func (w *worker) release(ctx context.Context) error {
+	rel, ok := w.d.rt.(SandboxReleaser)
+	if !ok {
+		return w.teardown(ctx)
+	}
+	if err := rel.ReleasePodSandbox(ctx, w.uid); err != nil {
+		return fmt.Errorf("release sandbox of pod %q: %w", podRef(w.pod), err)
 	}
 	w.sandbox, w.exits, w.rec = nil, nil, nil
 	return nil

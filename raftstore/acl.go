@@ -26,12 +26,12 @@ func (v view) Get(key string) ([]byte, bool) {
 	if kv == nil {
 		return nil, false
 	}
-	return kv.Value, true
+	return v.f.plain(key, kv.Value), true
 }
 
 func (v view) Scan(prefix string, fn func(key string, value []byte) bool) {
 	v.f.keys.AscendGreaterOrEqual(prefix, func(k string) bool {
-		return strings.HasPrefix(k, prefix) && fn(k, v.f.kvs[k].Value)
+		return strings.HasPrefix(k, prefix) && fn(k, v.f.plain(k, v.f.kvs[k].Value))
 	})
 }
 
@@ -60,7 +60,7 @@ func (f *fsm) getKept(key string, keep keepFunc) (*storev1.KeyValue, int64, bool
 	}
 	var value []byte
 	if kv != nil {
-		value = kv.Value
+		value = f.plain(key, kv.Value)
 	}
 	return kv, f.rev, keep(key, value, view{f})
 }

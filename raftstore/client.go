@@ -83,9 +83,12 @@ func (c *Client) Get(ctx context.Context, key string, opts ...ReadOption) (*KV, 
 
 // List returns the keys starting with prefix, sorted by key, and the
 // revision the list was read at (watch from it to follow later changes).
+// However many and large they are, they are the key space at that one
+// revision: the replica streams the answer in chunks of a bus message at
+// most, and List assembles them (a chunk lost or late makes it ask again).
 func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([]*KV, int64, error) {
 	o := readOpts(opts)
-	resp, err := c.read(ctx, &storev1.ReadRequest{Key: prefix, Prefix: true, Stale: o.stale, Limit: int64(max(o.limit, 0)), ContinueAfter: o.after, MinRevision: o.minRev}, o.stale)
+	resp, err := c.readChunked(ctx, &storev1.ReadRequest{Key: prefix, Prefix: true, Stale: o.stale, Limit: int64(max(o.limit, 0)), ContinueAfter: o.after, MinRevision: o.minRev, Chunked: true}, o.stale)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -190,6 +193,28 @@ func (c *Client) admin(ctx context.Context, req *storev1.AdminRequest) error {
 	return c.do(ctx, c.subj.admin, data, &resp, false, func() *storev1.Error { return resp.Error })
 }
 
+// RewriteEncrypted has the leader rewrite every value under the store's
+// encryption configuration that is not sealed with its first provider's
+// key (see Encryption: the step of a key rotation before the old key is
+// dropped), and returns how many it rewrote. It waits for the whole
+// rewrite, within ctx (without a deadline: ClientConfig.Timeout); an
+// interrupted rewrite is completed by calling it again.
+func (c *Client) RewriteEncrypted(ctx context.Context) (int64, error) {
+	data, err := proto.Marshal(&storev1.AdminRequest{Action: &storev1.AdminRequest_RewriteEncrypted_{RewriteEncrypted: &storev1.AdminRequest_RewriteEncrypted{}}})
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	var resp storev1.AdminResponse
+	// One attempt may take the whole deadline: a rewrite of many keys
+	// outlasts AttemptTimeout, and a second one meanwhile would only
+	// compete with it.
+	err = c.doAttempts(ctx, c.subj.admin, data, &resp, false, time.Until(deadline), func() *storev1.Error { return resp.Error })
+	return resp.Rewritten, err
+}
+
 // Status collects every reachable replica's status: it waits until every
 // member of the configuration reported, or wait elapsed after the first
 // answer, or ctx ends. Sorted by ID.
@@ -287,6 +312,111 @@ func (c *Client) read(ctx context.Context, req *storev1.ReadRequest, stale bool)
 	return &resp, nil
 }
 
+// readChunked sends a chunked read (a list) and assembles its answer,
+// retrying as do does: no responders, NotLeader, Unavailable, and a chunk
+// missing, out of order or later than AttemptTimeout after the previous
+// one start the list again, until the deadline.
+func (c *Client) readChunked(ctx context.Context, req *storev1.ReadRequest, stale bool) (*storev1.ReadResponse, error) {
+	data, err := vt.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	subject := c.named(c.subj.read)
+	if stale {
+		subject = c.named(c.subj.stale)
+	}
+	if len(data) > int(c.nc.MaxPayload()) {
+		return nil, newError(storev1.Code_CODE_TOO_LARGE, "", "request is too large: %d bytes, more than the bus carries (%d)", len(data), c.nc.MaxPayload())
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	backoff := c.cfg.RetryBackoffMin
+	var last error
+	for ctx.Err() == nil {
+		resp, err := c.listAttempt(ctx, subject, data)
+		switch {
+		case err == nil:
+			return resp, nil
+		case errors.Is(err, ErrNotLeader), errors.Is(err, ErrUnavailable):
+			last = err
+		default:
+			return nil, err
+		}
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		backoff = min(2*backoff, c.cfg.RetryBackoffMax)
+	}
+	return nil, fmt.Errorf("%w: %w (last error: %v)", ErrUnavailable, ctx.Err(), last)
+}
+
+// listAttempt is one chunked read: its request on subject with a fresh
+// inbox as the reply subject, and the chunks gathered from that inbox.
+// Errors that are worth another attempt are ErrUnavailable or ErrNotLeader.
+func (c *Client) listAttempt(ctx context.Context, subject string, data []byte) (*storev1.ReadResponse, error) {
+	inbox := c.nc.NewInbox()
+	// The replica sends at most a window of chunks ahead of our
+	// acknowledgements, so a small channel holds them (SubscribeSync's
+	// would be 64k entries, allocated for every list: 10 times the cost
+	// of a small list). Were it full, the chunk is dropped and the gap
+	// starts the list again.
+	ch := make(chan *nats.Msg, 4*listWindowChunks)
+	sub, err := c.nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return nil, fmt.Errorf("%w: list subscribe: %w", ErrUnavailable, err)
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := c.nc.PublishRequest(subject, inbox, data); err != nil {
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return nil, newError(storev1.Code_CODE_UNAVAILABLE, "", "request %q: %v", subject, err)
+	}
+	var out *storev1.ReadResponse
+	for seq := uint64(1); ; seq++ {
+		var m *nats.Msg
+		t := time.NewTimer(c.cfg.AttemptTimeout)
+		select {
+		case m = <-ch:
+			t.Stop()
+		case <-t.C:
+			return nil, newError(storev1.Code_CODE_UNAVAILABLE, "", "no answer on %q within %s (chunk %d)", subject, c.cfg.AttemptTimeout, seq)
+		case <-ctx.Done():
+			t.Stop()
+			return nil, newError(storev1.Code_CODE_UNAVAILABLE, "", "list on %q: %v", subject, ctx.Err())
+		}
+		if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+			return nil, newError(storev1.Code_CODE_UNAVAILABLE, "", "no replica serves %q", subject)
+		}
+		var resp storev1.ReadResponse
+		if err := vt.Unmarshal(m.Data, &resp); err != nil {
+			return nil, newError(storev1.Code_CODE_INTERNAL, "", "decode response on %q: %v", subject, err)
+		}
+		if m.Reply != "" {
+			_ = m.Respond(nil) // the replica may send the next window
+		}
+		if werr := fromWire(resp.Error); werr != nil {
+			return nil, werr
+		}
+		if resp.Chunk != seq || (out != nil && resp.Revision != out.Revision) {
+			return nil, newError(storev1.Code_CODE_UNAVAILABLE, "", "list on %q: chunk %d at revision %d, want chunk %d (a message was lost)", subject, resp.Chunk, resp.Revision, seq)
+		}
+		if out == nil {
+			out = &resp
+		} else {
+			out.Kvs = append(out.Kvs, resp.Kvs...)
+			out.More = resp.More
+		}
+		if resp.Last {
+			return out, nil
+		}
+	}
+}
+
 func (c *Client) write(ctx context.Context, cmd *storev1.Command) (int64, error) {
 	if err := validateCommand(&storev1.Command{IdempotencyKey: "x", Compares: cmd.Compares, Ops: cmd.Ops}); err != nil {
 		return 0, err
@@ -316,13 +446,18 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 // attempt timeouts, and reports ErrIndeterminate if the deadline ends the
 // retries after the write may have been applied.
 func (c *Client) do(ctx context.Context, subject string, req []byte, resp proto.Message, write bool, wireErr func() *storev1.Error) error {
+	return c.doAttempts(ctx, subject, req, resp, write, c.cfg.AttemptTimeout, wireErr)
+}
+
+// doAttempts is do with attempts of the given timeout.
+func (c *Client) doAttempts(ctx context.Context, subject string, req []byte, resp proto.Message, write bool, attempt time.Duration, wireErr func() *storev1.Error) error {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	backoff := c.cfg.RetryBackoffMin
 	maybeApplied := false
 	var last error
 	for ctx.Err() == nil {
-		actx, acancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		actx, acancel := context.WithTimeout(ctx, attempt)
 		msg, err := c.nc.RequestWithContext(actx, subject, req)
 		acancel()
 		switch {
@@ -350,7 +485,7 @@ func (c *Client) do(ctx context.Context, subject string, req []byte, resp proto.
 			maybeApplied = maybeApplied || write
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 			maybeApplied = maybeApplied || write
-			last = newError(storev1.Code_CODE_UNAVAILABLE, "", "no answer on %q within %s", subject, c.cfg.AttemptTimeout)
+			last = newError(storev1.Code_CODE_UNAVAILABLE, "", "no answer on %q within %s", subject, attempt)
 		case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrBadSubscription):
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		default:

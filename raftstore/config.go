@@ -50,7 +50,8 @@ type Config struct {
 	// raft.db.migrated.
 	DataDir string
 	// RaftAddr is the TCP address the raft transport binds, host:port; port
-	// 0 picks a free port (see Node.RaftAddr).
+	// 0 picks a free port (see Node.RaftAddr). Loopback or not, the
+	// transport speaks mutual TLS only (Config.TLS).
 	RaftAddr string
 	// RaftListener, when set, is where the raft transport accepts instead
 	// of binding RaftAddr, which must be its address. Start takes it over:
@@ -68,14 +69,17 @@ type Config struct {
 	// configuration; peers it does not name are dialled as configured. It
 	// changes only this replica's outgoing connections, so each directed
 	// link can be routed on its own — through a fault-injecting proxy in
-	// `podflow chaos`. Like RaftAddr, an address off loopback requires TLS.
+	// `podflow chaos`.
 	PeerAddrs map[string]string
-	// TLS, when set, runs the raft transport over mutual TLS (see
-	// MutualTLS): every peer presents a certificate from the CA in
-	// ClientCAs, and this replica's dials verify the peer's against
-	// RootCAs, so a dialer without one cannot send raft RPCs. Nil: plain
-	// TCP, accepted only on a loopback RaftAddr (one machine); a RaftAddr
-	// on any other or the unspecified address requires TLS.
+	// TLS is the raft transport's mutual-TLS configuration (required; see
+	// MutualTLS): this replica's certificate (Certificates), the CA that
+	// signs every peer's (ClientCAs and RootCAs) and ClientAuth
+	// RequireAndVerifyClientCert. Every connection, accepted or dialled,
+	// completes a TLS 1.3 handshake in which the other side presents a
+	// certificate of that CA whose subject carries PeerGroup before raft
+	// reads a byte of it: raft's RPCs rewrite the store past every ACL, so
+	// only a replica may speak it, on loopback too (any local user can
+	// open a loopback port).
 	TLS *tls.Config
 	// Bootstrap lists the initial voters (including this replica). It is used
 	// only when DataDir holds no raft state. Leave empty with Join set to
@@ -159,6 +163,20 @@ type Config struct {
 	// <Subject>.write itself are not checked: the bus lets only the admin
 	// identity publish there. Nil: every write is allowed.
 	WriteACL func(user, key string) bool
+	// WriteFilter, when set, confines a named writer's changes within a
+	// key WriteACL lets it write: it returns the check of writer's puts and
+	// deletes of key (nil: WriteACL alone decides). The leader calls the
+	// check with the key's value as stored now (nil: not stored) and as the
+	// op leaves it (nil: a delete), both as readers see them (decrypted);
+	// an error refuses the write with CODE_FORBIDDEN and the error's text,
+	// nothing applied. A checked op is pinned to what the check saw: the
+	// leader adds a compare of the key's revision (0: absent) to the
+	// command, so a write racing with another change to the key fails with
+	// CODE_CONFLICT at apply instead of landing on a value no check saw.
+	// It runs on the leader's request path: it must be quick and must not
+	// call the store. The scheduler may bind a pod and nothing else of it,
+	// as kube-apiserver's binding subresource.
+	WriteFilter func(user, key string) WriteCheck
 	// ReadACL, when set, decides what a named reader may read: a get of
 	// key (prefix false) or a list or watch of every key starting with key
 	// (prefix true). A refused read or watch gets CODE_FORBIDDEN. Unnamed
@@ -173,11 +191,24 @@ type Config struct {
 	// store. Nil: ReadACL alone decides.
 	ReadFilter func(user, key string, value []byte, st State) bool
 
+	// Encryption, when set, encrypts values at rest as kube-apiserver's
+	// EncryptionConfiguration does (LoadEncryptionConfig, default: values
+	// under /registry/secrets/): the leader seals them before their write
+	// enters the raft log, so the log, snapshots and copies of them hold
+	// ciphertext, and every replica opens what it serves. Every replica
+	// needs every key a stored value may be sealed with: rotate as
+	// Encryption's documentation says. Nil: values are stored as written.
+	Encryption *Encryption
+
 	// LogOutput receives raft's log (default os.Stderr; io.Discard to mute).
 	LogOutput io.Writer
 	// LogLevel is raft's hclog level name (default "warn").
 	LogLevel string
 }
+
+// WriteCheck decides whether a named writer may change a key's value from
+// old to new (nil: absent; see Config.WriteFilter); an error refuses it.
+type WriteCheck func(old, new []byte) error
 
 // DefaultConfig returns a Config with production defaults; callers set ID,
 // DataDir, RaftAddr, Conn and Bootstrap or Join.
@@ -219,19 +250,18 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		add("DataDir is required")
 	}
-	if host, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
 		add("RaftAddr %q: %w", c.RaftAddr, err)
-	} else if c.TLS == nil && !isLoopback(host) {
-		add("RaftAddr %q is not a loopback address: raft off loopback needs TLS", c.RaftAddr)
+	}
+	if err := checkTLS(c.TLS); err != nil {
+		errs = append(errs, err)
 	}
 	if c.RaftListener != nil && c.RaftListener.Addr().String() != c.RaftAddr {
 		add("RaftAddr %q is not RaftListener's address %s", c.RaftAddr, c.RaftListener.Addr())
 	}
 	for id, a := range c.PeerAddrs {
-		if host, _, err := net.SplitHostPort(a); err != nil || id == "" {
+		if _, _, err := net.SplitHostPort(a); err != nil || id == "" {
 			add("PeerAddrs %q=%q: want a server ID and host:port", id, a)
-		} else if c.TLS == nil && !isLoopback(host) {
-			add("PeerAddrs %q=%q is not a loopback address: raft off loopback needs TLS", id, a)
 		}
 	}
 	if c.Conn == nil {
@@ -294,16 +324,6 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// isLoopback reports whether host (an IP or "localhost") is a loopback
-// address; the unspecified address and other names are not.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func (c Config) raftConfig() *raft.Config {

@@ -1,6 +1,8 @@
 package raftstore
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"strings"
 	"testing"
 
@@ -35,6 +37,7 @@ func TestConfigValidate(t *testing.T) {
 		c := DefaultConfig()
 		c.ID, c.DataDir, c.RaftAddr, c.Conn = "a", "/tmp/x", "127.0.0.1:0", &nats.Conn{}
 		c.Bootstrap = []Peer{{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}}
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{{}}, RootCAs: x509.NewCertPool(), ClientCAs: x509.NewCertPool(), ClientAuth: tls.RequireAndVerifyClientCert}
 		return c
 	}
 	if err := valid().Validate(); err != nil {
@@ -50,7 +53,9 @@ func TestConfigValidate(t *testing.T) {
 		{"self missing", func(c *Config) { c.ID = "z" }, "does not include this replica"},
 		{"join and bootstrap", func(c *Config) { c.Join = true }, "exclusive"},
 		{"duplicate peer", func(c *Config) { c.Bootstrap = append(c.Bootstrap, Peer{"a", "x:1"}) }, "listed twice"},
-		{"peer addr off loopback", func(c *Config) { c.PeerAddrs = map[string]string{"b": "10.0.0.1:7001"} }, "PeerAddrs"},
+		{"no TLS", func(c *Config) { c.TLS = nil }, "TLS is required"},
+		{"TLS without client verification", func(c *Config) { c.TLS.ClientAuth = tls.VerifyClientCertIfGiven }, "RequireAndVerifyClientCert"},
+		{"TLS without a CA", func(c *Config) { c.TLS.ClientCAs = nil }, "ClientCAs"},
 		{"peer addr not host:port", func(c *Config) { c.PeerAddrs = map[string]string{"b": "nope"} }, "PeerAddrs"},
 		{"wildcard subject", func(c *Config) { c.Subject = "a.*" }, "literal subject"},
 		{"no history", func(c *Config) { c.HistoryRevisions = 0 }, "HistoryRevisions"},

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
 )
 
 // Environment of the child replica of TestSIGKILLMidWriteRecoversLog.
@@ -224,6 +225,11 @@ func startNATS(t *testing.T) (url string, nc *nats.Conn) {
 func soloConfig(dir, addr string, nc *nats.Conn, bootstrap bool) raftstore.Config {
 	cfg := raftstore.DefaultConfig()
 	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Conn = "solo", dir, addr, nc
+	tlsCfg, err := raftstoretest.EphemeralPeerTLS()
+	if err != nil {
+		panic(err)
+	}
+	cfg.TLS = tlsCfg
 	if bootstrap {
 		cfg.Bootstrap = []raftstore.Peer{{ID: "solo", Address: addr}}
 	}

@@ -54,8 +54,19 @@
 // <prefix>.<op>.* too). When Config.ReadACL or Config.WriteACL is set, a
 // read, list or watch the user may not make, or a write with any op on a
 // key the user may not write, is refused with CODE_FORBIDDEN (nothing
-// applied). The bus's subject permissions are what make the name
+// applied). Config.WriteFilter confines a named writer within a key it
+// may write: its check sees the stored and the written value, refuses
+// what the writer may not change (CODE_FORBIDDEN), and pins what it
+// allowed to the revision it checked (a racing change makes the write
+// CODE_CONFLICT). The bus's subject permissions are what make the name
 // trustworthy: each user may publish to its own subjects only.
+//
+// Lists are chunked: a list's answer is streamed to the reader's inbox in
+// chunks of at most half the bus's max payload (2 MiB at most), every
+// chunk cut from one list taken under the state machine's read lock (the
+// key space at one revision), with at most four chunks sent ahead of the
+// reader's acknowledgements; Client.List assembles them, and a chunk lost
+// or late makes it list again. No object count or size breaks a list.
 //
 // Watches: a watch start goes to any replica (queue group), which streams
 // numbered messages to the client's inbox and sends a heartbeat request when
@@ -132,12 +143,27 @@
 // # Transport security
 //
 // Raft RPCs (AppendEntries, RequestVote, InstallSnapshot) rewrite the store
-// past every ACL, so whoever reaches the raft port must be a replica. With
-// Config.TLS (MutualTLS, group PeerGroup) the transport is a mutual-TLS
-// raft.StreamLayer: both sides present a certificate of the cluster's CA
-// whose subject carries PeerGroup, and a dialer without one fails at the
-// handshake before raft reads a byte. Without TLS, Validate accepts only a
-// loopback RaftAddr: one machine.
+// past every ACL, so whoever reaches the raft port must be a replica, on
+// loopback too (any local user can open a loopback port). The transport is
+// always a mutual-TLS raft.StreamLayer (Config.TLS is required; MutualTLS
+// builds it): both sides present a certificate of the cluster's CA whose
+// subject carries PeerGroup (checked by the store whatever else the given
+// configuration checks), and a dialer without one fails at the handshake
+// before raft reads a byte. Tests and production take the same path.
+//
+// # Data at rest
+//
+// A replica makes its data directory owner-only at start (directories
+// 0700, files 0600; each path repaired is logged once) and refuses one
+// holding another uid's files (ErrDataDirOwner); log segments and
+// snapshots are created owner-only. With Config.Encryption
+// (LoadEncryptionConfig: kube-apiserver's EncryptionConfiguration,
+// secretbox, aesgcm or identity providers) the leader encrypts the values
+// of the configured prefixes (/registry/secrets/) before proposing the
+// write, so the raft log and snapshots hold ciphertext with
+// kube-apiserver's "k8s:enc:<provider>:v1:<key>:" prefix; reads, lists,
+// watch events and Config.ReadFilter see plaintext. After a key rotation,
+// Client.RewriteEncrypted reseals the values sealed with an older key.
 //
 // # Caller obligations
 //

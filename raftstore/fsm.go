@@ -49,6 +49,23 @@ type fsm struct {
 	liveSize, historySize int64
 	// handed are the commands the leader decoded before proposing them.
 	handed handed
+	// enc opens values for ReadFilter and its State view (nil: stored as
+	// written). Set before the fsm is used; read-only after.
+	enc *Encryption
+}
+
+// plain is key's stored value as a reader sees it: decrypted when the
+// encryption configuration covers key; as stored when it cannot be
+// decrypted (a read policy then sees ciphertext, which parses as nothing).
+func (f *fsm) plain(key string, value []byte) []byte {
+	if f.enc == nil || value == nil {
+		return value
+	}
+	v, err := f.enc.decrypt(key, value)
+	if err != nil {
+		return value
+	}
+	return v
 }
 
 // kvSize is what a key and its value count against the quota.
@@ -136,16 +153,7 @@ func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
 		if kv := f.kvs[c.Key]; kv != nil {
 			have = kv.ModRevision
 		}
-		ok := false
-		switch {
-		case c.ModRevision == 0:
-			ok = have == 0
-		case c.ModRevision == -1:
-			ok = have != 0
-		default:
-			ok = have == c.ModRevision
-		}
-		if !ok {
+		if !compareHolds(c.ModRevision, have) {
 			return &storev1.WriteResult{Revision: f.rev, Error: toWire(compareError(cmd.Kind, c.Key, c.ModRevision, have))}
 		}
 	}
@@ -182,6 +190,19 @@ func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
 		f.rev = rev
 	}
 	return &storev1.WriteResult{Revision: f.rev}
+}
+
+// compareHolds reports whether a compare wanting revision want (0: absent,
+// -1: present) holds for a key at revision have (0: absent).
+func compareHolds(want, have int64) bool {
+	switch want {
+	case 0:
+		return have == 0
+	case -1:
+		return have != 0
+	default:
+		return have == want
+	}
 }
 
 // compareError names a failed compare the way the caller's operation expects.
@@ -256,6 +277,15 @@ func (f *fsm) remember(key string, r *storev1.WriteResult) {
 	}
 }
 
+// remembers reports whether the write of idempotency key key was applied
+// and its result is still remembered.
+func (f *fsm) remembers(key string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, ok := f.dedup[key]
+	return ok
+}
+
 // get returns the key's current KeyValue (nil if missing) and the revision.
 func (f *fsm) get(key string) (*storev1.KeyValue, int64) {
 	f.mu.RLock()
@@ -284,7 +314,7 @@ func (f *fsm) listKept(prefix, after string, limit int, keep keepFunc) ([]*store
 			return false
 		}
 		kv := f.kvs[k]
-		if keep != nil && !keep(k, kv.Value, view{f}) {
+		if keep != nil && !keep(k, f.plain(k, kv.Value), view{f}) {
 			return true
 		}
 		if limit > 0 && len(out) == limit {
@@ -372,7 +402,7 @@ func (f *fsm) eventsAfterKept(prefix string, from int64, max, maxBytes int, keep
 			covered = out[len(out)-1].Revision
 			break
 		}
-		if strings.HasPrefix(e.Kv.Key, prefix) && (keep == nil || keep(e.Kv.Key, e.Kv.Value, view{f})) {
+		if strings.HasPrefix(e.Kv.Key, prefix) && (keep == nil || keep(e.Kv.Key, f.plain(e.Kv.Key, e.Kv.Value), view{f})) {
 			out = append(out, e)
 			size += len(e.Kv.Key) + len(e.Kv.Value) + 32
 		}

@@ -63,7 +63,7 @@ func openLogStore(dataDir string, noSync bool, segmentBytes int, log hclog.Logge
 	case !errors.Is(boltErr, os.ErrNotExist):
 		return nil, fmt.Errorf("inspect %q: %w", bolt, boltErr)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, privateDirMode); err != nil {
 		return nil, fmt.Errorf("create %q: %w", dir, err)
 	}
 	return openWAL(dir, noSync, segmentBytes, log, mc)
@@ -83,7 +83,7 @@ func (s *walStore) Close() error {
 }
 
 func openWAL(dir string, noSync bool, segmentBytes int, log hclog.Logger, mc walmetrics.Collector) (*walStore, error) {
-	var vfs types.VFS = fs.New()
+	var vfs types.VFS = privateFS{fs.New()}
 	if noSync {
 		vfs = noSyncFS{vfs}
 	}
@@ -316,7 +316,7 @@ func migrateBolt(dataDir string, noSync bool, segmentBytes int, log hclog.Logger
 // wait forever for the other's lock). The kernel drops the lock when the
 // process dies, SIGKILL included; release unlocks it.
 func lockDataDir(dataDir string) (release func(), err error) {
-	f, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_RDWR|os.O_CREATE, privateFileMode)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}

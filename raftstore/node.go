@@ -2,10 +2,12 @@ package raftstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,10 +84,12 @@ func NewNode(cfg Config) (*Node, error) {
 	if level == "" {
 		level = "warn"
 	}
+	f := newFSM(cfg.HistoryRevisions, cfg.HistoryBytes, cfg.DedupEntries)
+	f.enc = cfg.Encryption
 	return &Node{
 		cfg:  cfg,
 		subj: subjectsFor(cfg.Subject),
-		fsm:  newFSM(cfg.HistoryRevisions, cfg.HistoryBytes, cfg.DedupEntries),
+		fsm:  f,
 		log:  hclog.New(&hclog.LoggerOptions{Name: "raftstore/" + cfg.ID, Output: out, Level: hclog.LevelFromString(level)}),
 		sem:  make(chan struct{}, cfg.MaxInFlight),
 		idle: make(chan func()),
@@ -109,8 +113,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			}
 		}
 	}()
-	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
+	if err := os.MkdirAll(n.cfg.DataDir, privateDirMode); err != nil {
 		return fmt.Errorf("raftstore: create data dir %q: %w", n.cfg.DataDir, err)
+	}
+	if err := securePrivateTree(n.cfg.DataDir, n.log, true); err != nil {
+		return fmt.Errorf("raftstore: data dir: %w", err)
 	}
 	if n.unlock, err = lockDataDir(n.cfg.DataDir); err != nil {
 		return fmt.Errorf("raftstore: %w", err)
@@ -120,9 +127,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("raftstore: open log store: %w", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, n.cfg.SnapshotRetain, n.log.Named("snapshots"))
+	files, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, n.cfg.SnapshotRetain, n.log.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("raftstore: open snapshot store: %w", err)
+	}
+	snaps := &privateSnapshots{FileSnapshotStore: files, dir: filepath.Join(n.cfg.DataDir, "snapshots"), log: n.log}
+	// raft-wal's meta database and raft's snapshots directory were just
+	// created with modes open to others: close them before anything is
+	// written there.
+	if err := securePrivateTree(n.cfg.DataDir, n.log, false); err != nil {
+		return fmt.Errorf("raftstore: data dir: %w", err)
 	}
 	var advertise net.Addr
 	if n.cfg.AdvertiseAddr != "" {
@@ -130,24 +144,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("raftstore: advertise address %q: %w", n.cfg.AdvertiseAddr, err)
 		}
 	}
-	var trans *raft.NetworkTransport
-	if n.cfg.TLS != nil || n.cfg.RaftListener != nil {
-		var stream raft.StreamLayer
-		if stream, err = n.streamLayer(advertise); err == nil {
-			trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-				Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
-				ServerAddressProvider: n.cfg.peerAddrs(),
-			})
-		}
-	} else {
-		trans, err = raft.NewTCPTransportWithConfig(n.cfg.RaftAddr, advertise, &raft.NetworkTransportConfig{
-			MaxPool: 4, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
-			ServerAddressProvider: n.cfg.peerAddrs(),
-		})
-	}
+	stream, err := n.streamLayer(advertise)
 	if err != nil {
 		return fmt.Errorf("raftstore: raft transport on %q: %w", n.cfg.RaftAddr, err)
 	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
+		ServerAddressProvider: n.cfg.peerAddrs(),
+	})
 	n.trans = &guardedTransport{NetworkTransport: trans}
 	existing, err := raft.HasExistingState(n.store, n.store, snaps)
 	if err != nil {
@@ -562,13 +566,27 @@ func (n *Node) handleWrite(m *nats.Msg) {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
 	}
-	if err := n.checkQuota(&cmd, len(m.Data)); err != nil {
+	pinned, err := n.confine(m.Subject, &cmd)
+	if err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
 	}
-	release := n.fsm.handed.hand(m.Data, &cmd)
-	f := n.raft.Apply(m.Data, n.cfg.ApplyTimeout)
-	err := f.Error()
+	data := m.Data
+	if pinned {
+		data = nil // encode again, with the compares added
+	}
+	data, err = n.seal(&cmd, data)
+	if err != nil {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
+		return
+	}
+	if err := n.checkQuota(&cmd, len(data)); err != nil {
+		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
+		return
+	}
+	release := n.fsm.handed.hand(data, &cmd)
+	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
+	err = f.Error()
 	release()
 	if err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(applyError(err))})
@@ -754,10 +772,22 @@ func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
 			n.respond(m, &storev1.ReadResponse{Revision: rev, Error: toWire(&Error{Code: storev1.Code_CODE_NOT_FOUND, Message: ErrNotFound.Message, Key: req.Key})})
 			return
 		}
-		n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: []*storev1.KeyValue{kv}})
+		if kv, err := n.openKV(kv); err != nil {
+			n.respond(m, &storev1.ReadResponse{Error: toWire(err)})
+		} else {
+			n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: []*storev1.KeyValue{kv}})
+		}
 		return
 	}
 	kvs, rev, more := n.fsm.listKept(req.Key, req.ContinueAfter, int(req.Limit), keep)
+	if req.Chunked {
+		n.streamList(m, kvs, rev, more)
+		return
+	}
+	if err := n.openKVs(kvs); err != nil {
+		n.respond(m, &storev1.ReadResponse{Error: toWire(err)})
+		return
+	}
 	n.respond(m, &storev1.ReadResponse{Revision: rev, Kvs: kvs, More: more})
 }
 
@@ -786,6 +816,10 @@ func (n *Node) handleAdmin(m *nats.Msg) {
 			return
 		}
 		f = n.raft.RemoveServer(raft.ServerID(a.RemoveServer.Id), 0, timeout)
+	case *storev1.AdminRequest_RewriteEncrypted_:
+		count, err := n.rewriteEncrypted()
+		n.respond(m, &storev1.AdminResponse{Rewritten: count, Error: toWire(err)})
+		return
 	default:
 		n.respond(m, &storev1.AdminResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "unknown admin action"))})
 		return
@@ -938,6 +972,9 @@ func (n *Node) IsLeader() bool { return n.servingTerm.Load() != 0 && n.raft.Stat
 // tests and tools. It returns nil when the key is missing, and the revision.
 func (n *Node) LocalGet(key string) (*KV, int64) {
 	kv, rev := n.fsm.get(key)
+	if open, err := n.openKV(kv); err == nil {
+		kv = open
+	}
 	return kvFromWire(kv), rev
 }
 
@@ -946,6 +983,9 @@ func (n *Node) LocalList(prefix string) ([]*KV, int64) {
 	kvs, rev, _ := n.fsm.list(prefix, "", 0)
 	out := make([]*KV, len(kvs))
 	for i, kv := range kvs {
+		if open, err := n.openKV(kv); err == nil {
+			kv = open
+		}
 		out[i] = kvFromWire(kv)
 	}
 	return out, rev
@@ -955,6 +995,198 @@ func (n *Node) LocalList(prefix string) ([]*KV, int64) {
 func (n *Node) Snapshot() error {
 	if err := n.raft.Snapshot().Error(); err != nil {
 		return fmt.Errorf("raftstore: snapshot: %w", err)
+	}
+	return nil
+}
+
+// rewriteEncrypted rewrites, as the leader, every value under the
+// encryption configuration's prefixes that is not in the form its first
+// provider writes (sealed with an older key, or plaintext from before
+// encryption), one key per raft entry with a compare on the revision it
+// was read at: a key written meanwhile is skipped, its new value being in
+// the current form already. It returns how many it rewrote.
+func (n *Node) rewriteEncrypted() (int64, error) {
+	e := n.cfg.Encryption
+	if e == nil {
+		return 0, newError(storev1.Code_CODE_INVALID, "", "replica %s has no encryption configuration (Config.Encryption): nothing to rewrite", n.cfg.ID)
+	}
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	id := fmt.Sprintf("rewrite-encrypted-%s-%x-", n.cfg.ID, idb)
+	var count, seq int64
+	for _, r := range e.rules {
+		for _, p := range r.prefixes {
+			for after, more := "", true; more; {
+				var kvs []*storev1.KeyValue
+				kvs, _, more = n.fsm.list(p, after, 256)
+				for _, kv := range kvs {
+					after = kv.Key
+					if n.ctx.Err() != nil {
+						return count, ErrNotLeader
+					}
+					if e.current(kv.Key, kv.Value) {
+						continue
+					}
+					plain, err := e.decrypt(kv.Key, kv.Value)
+					if err != nil {
+						return count, newError(storev1.Code_CODE_INTERNAL, kv.Key, "%v", err)
+					}
+					sealed, err := e.encrypt(kv.Key, plain)
+					if err != nil {
+						return count, newError(storev1.Code_CODE_INTERNAL, kv.Key, "encrypt: %v", err)
+					}
+					seq++
+					data, err := vt.Marshal(&storev1.Command{
+						IdempotencyKey: id + strconv.FormatInt(seq, 36), Kind: storev1.WriteKind_WRITE_KIND_TXN,
+						Compares: []*storev1.Compare{{Key: kv.Key, ModRevision: kv.ModRevision}},
+						Ops:      []*storev1.Op{{Type: storev1.OpType_OP_TYPE_PUT, Key: kv.Key, Value: sealed}},
+					})
+					if err != nil {
+						return count, newError(storev1.Code_CODE_INTERNAL, kv.Key, "encode: %v", err)
+					}
+					f := n.raft.Apply(data, n.cfg.ApplyTimeout)
+					if err := f.Error(); err != nil {
+						return count, applyError(err)
+					}
+					if res, ok := f.Response().(*storev1.WriteResult); ok && res.Error == nil {
+						count++
+					}
+				}
+			}
+		}
+	}
+	if count > 0 {
+		n.log.Info("rewrote encrypted values", "count", count)
+	}
+	return count, nil
+}
+
+// confine applies Config.WriteFilter to a named writer's command: each op
+// with a check is checked against the key's value now and, allowed,
+// pinned to it by a compare added to cmd. It reports whether it added one.
+func (n *Node) confine(subject string, cmd *storev1.Command) (bool, error) {
+	writer, named := n.requester(subject)
+	if !named || n.cfg.WriteFilter == nil || n.fsm.remembers(cmd.GetIdempotencyKey()) {
+		// A retry of a write applied already gets its first answer at
+		// apply; checked again against what it wrote, it could be refused.
+		return false, nil
+	}
+	pinned := false
+	for _, op := range cmd.GetOps() {
+		check := n.cfg.WriteFilter(writer, op.GetKey())
+		if check == nil {
+			continue
+		}
+		kv, _ := n.fsm.get(op.GetKey())
+		var old []byte
+		var rev int64
+		if kv != nil {
+			old, rev = n.fsm.plain(kv.Key, kv.Value), kv.ModRevision
+			if old == nil {
+				old = []byte{}
+			}
+		}
+		// A write whose own compare of the key fails now was decided on
+		// another value than the stored one (a stale read): it is a
+		// conflict, as it would be at apply, not a change to check.
+		for _, c := range cmd.GetCompares() {
+			if c.GetKey() == op.GetKey() && !compareHolds(c.GetModRevision(), rev) {
+				return false, compareError(cmd.GetKind(), c.GetKey(), c.GetModRevision(), rev)
+			}
+		}
+		var next []byte
+		if op.GetType() == storev1.OpType_OP_TYPE_PUT {
+			next = op.GetValue()
+			if next == nil {
+				next = []byte{}
+			}
+		}
+		if err := check(old, next); err != nil {
+			n.log.Warn("write refused", "writer", writer, "key", op.GetKey(), "by", "WriteFilter", "error", err)
+			return false, newError(storev1.Code_CODE_FORBIDDEN, op.GetKey(), "writer %q may not make this change to %q: %v", writer, op.GetKey(), err)
+		}
+		cmd.Compares = append(cmd.Compares, &storev1.Compare{Key: op.GetKey(), ModRevision: rev})
+		pinned = true
+	}
+	return pinned, nil
+}
+
+// seal encrypts, in place, the values of cmd's puts that the encryption
+// configuration covers, and returns the bytes to propose: data itself when
+// nothing was sealed, else cmd encoded again (always when data is nil). The leader seals before
+// proposing, so the raft log holds ciphertext only.
+func (n *Node) seal(cmd *storev1.Command, data []byte) ([]byte, error) {
+	e := n.cfg.Encryption
+	if e == nil && data != nil {
+		return data, nil
+	}
+	sealed := data == nil
+	for _, op := range cmd.GetOps() {
+		if e == nil || op.GetType() != storev1.OpType_OP_TYPE_PUT || !e.covers(op.GetKey()) {
+			continue
+		}
+		v, err := e.encrypt(op.GetKey(), op.GetValue())
+		if err != nil {
+			return nil, newError(storev1.Code_CODE_INTERNAL, op.GetKey(), "encrypt: %v", err)
+		}
+		op.Value, sealed = v, true
+	}
+	if !sealed {
+		return data, nil
+	}
+	out, err := vt.Marshal(cmd)
+	if err != nil {
+		return nil, newError(storev1.Code_CODE_INTERNAL, "", "encode sealed command: %v", err)
+	}
+	return out, nil
+}
+
+// openKV returns kv as a reader sees it: with its value decrypted when the
+// encryption configuration covers its key (a new record: stored ones are
+// immutable), else kv itself. A value it cannot decrypt is CODE_INTERNAL,
+// naming the key and why: never ciphertext passed off as a value.
+func (n *Node) openKV(kv *storev1.KeyValue) (*storev1.KeyValue, error) {
+	e := n.cfg.Encryption
+	if kv == nil || e == nil || !e.covers(kv.Key) {
+		return kv, nil
+	}
+	v, err := e.decrypt(kv.Key, kv.Value)
+	if err != nil {
+		n.log.Error("stored value cannot be decrypted", "key", kv.Key, "error", err)
+		return nil, newError(storev1.Code_CODE_INTERNAL, kv.Key, "%v", err)
+	}
+	return &storev1.KeyValue{Key: kv.Key, Value: v, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision}, nil
+}
+
+// openKVs replaces each of kvs by openKV's.
+func (n *Node) openKVs(kvs []*storev1.KeyValue) error {
+	if n.cfg.Encryption == nil {
+		return nil
+	}
+	for i, kv := range kvs {
+		open, err := n.openKV(kv)
+		if err != nil {
+			return err
+		}
+		kvs[i] = open
+	}
+	return nil
+}
+
+// openEvents replaces each of events whose value is encrypted by a copy
+// with the value decrypted.
+func (n *Node) openEvents(events []*storev1.Event) error {
+	if n.cfg.Encryption == nil {
+		return nil
+	}
+	for i, e := range events {
+		kv, err := n.openKV(e.Kv)
+		if err != nil {
+			return err
+		}
+		if kv != e.Kv {
+			events[i] = &storev1.Event{Type: e.Type, Kv: kv, Revision: e.Revision}
+		}
 	}
 	return nil
 }

@@ -42,15 +42,47 @@ var _ raft.StreamLayer = (*tlsStreamLayer)(nil)
 // connection.
 const handshakeTimeout = 10 * time.Second
 
-// streamLayer is the raft transport's stream layer over the replica's
-// listener (Config.RaftListener, else RaftAddr bound now): mutual TLS
-// when Config.TLS is set, else plain TCP. Peers dial advertise, or the
-// listener's address.
-func (n *Node) streamLayer(advertise net.Addr) (raft.StreamLayer, error) {
-	cfg, ln := n.cfg.TLS, n.cfg.RaftListener
-	if cfg != nil && (cfg.ClientAuth != tls.RequireAndVerifyClientCert || cfg.ClientCAs == nil || cfg.RootCAs == nil || len(cfg.Certificates) == 0) {
-		return nil, fmt.Errorf("%w: raft TLS needs a certificate, RootCAs, ClientCAs and ClientAuth RequireAndVerifyClientCert (see MutualTLS)", ErrTLSConfig)
+// checkTLS reports what makes cfg unusable as a raft transport's
+// mutual-TLS configuration (nil when it is usable).
+func checkTLS(cfg *tls.Config) error {
+	switch {
+	case cfg == nil:
+		return fmt.Errorf("%w: TLS is required: raft accepts only peers with a certificate of the cluster CA in group %q, on loopback too (see MutualTLS)", ErrTLSConfig, PeerGroup)
+	case cfg.ClientAuth != tls.RequireAndVerifyClientCert || cfg.ClientCAs == nil || cfg.RootCAs == nil || (len(cfg.Certificates) == 0 && cfg.GetCertificate == nil):
+		return fmt.Errorf("%w: raft TLS needs a certificate, RootCAs, ClientCAs and ClientAuth RequireAndVerifyClientCert (see MutualTLS)", ErrTLSConfig)
 	}
+	return nil
+}
+
+// peerTLS is cfg requiring, whatever else cfg checks, that the other side's
+// certificate carries PeerGroup: the CA signs the bus's and the Kubernetes
+// API's clients too, and none of those may speak raft.
+func peerTLS(cfg *tls.Config) *tls.Config {
+	cfg = cfg.Clone()
+	if cfg.MinVersion < tls.VersionTLS13 {
+		cfg.MinVersion = tls.VersionTLS13
+	}
+	inner := cfg.VerifyConnection
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if err := verifyPeerGroup(cs, PeerGroup); err != nil {
+			return err
+		}
+		if inner != nil {
+			return inner(cs)
+		}
+		return nil
+	}
+	return cfg
+}
+
+// streamLayer is the raft transport's stream layer, mutual TLS over the
+// replica's listener (Config.RaftListener, else RaftAddr bound now). Peers
+// dial advertise, or the listener's address.
+func (n *Node) streamLayer(advertise net.Addr) (raft.StreamLayer, error) {
+	if err := checkTLS(n.cfg.TLS); err != nil {
+		return nil, err
+	}
+	ln := n.cfg.RaftListener
 	if ln == nil {
 		var err error
 		if ln, err = net.Listen("tcp", n.cfg.RaftAddr); err != nil {
@@ -64,24 +96,7 @@ func (n *Node) streamLayer(advertise net.Addr) (raft.StreamLayer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("raftstore: advertise address %v is not a dialable IP address", advertise)
 	}
-	if cfg == nil {
-		return &tcpStreamLayer{Listener: ln, advertise: advertise}, nil
-	}
-	return newTLSStreamLayer(ln, advertise, cfg), nil
-}
-
-// tcpStreamLayer is raft.TCPStreamLayer over a listener it was given.
-type tcpStreamLayer struct {
-	net.Listener
-	advertise net.Addr
-}
-
-// Addr is the address peers dial (the advertise address).
-func (l *tcpStreamLayer) Addr() net.Addr { return l.advertise }
-
-// Dial opens a TCP connection to a peer within timeout.
-func (l *tcpStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return net.DialTimeout("tcp", string(address), timeout)
+	return newTLSStreamLayer(ln, advertise, peerTLS(n.cfg.TLS)), nil
 }
 
 // newTLSStreamLayer accepts on ln with cfg, which requires and verifies
@@ -205,12 +220,16 @@ func MutualTLSConfig(cert tls.Certificate, ca *x509.CertPool, group string) *tls
 		MinVersion:   tls.VersionTLS13,
 	}
 	if group != "" {
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 || !slices.Contains(cs.PeerCertificates[0].Subject.Organization, group) {
-				return fmt.Errorf("%w: the peer's certificate is not in group %q", ErrTLSConfig, group)
-			}
-			return nil
-		}
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error { return verifyPeerGroup(cs, group) }
 	}
 	return cfg
+}
+
+// verifyPeerGroup requires the other side's certificate subject to carry
+// group in its Organization.
+func verifyPeerGroup(cs tls.ConnectionState, group string) error {
+	if len(cs.PeerCertificates) == 0 || !slices.Contains(cs.PeerCertificates[0].Subject.Organization, group) {
+		return fmt.Errorf("%w: the peer's certificate is not in group %q", ErrTLSConfig, group)
+	}
+	return nil
 }

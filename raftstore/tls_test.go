@@ -3,6 +3,7 @@ package raftstore_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -119,23 +120,25 @@ func TestTLSTransportRefusesRoguePeers(t *testing.T) {
 	c.WaitForReplication(t)
 }
 
-func TestConfigRaftOffLoopbackNeedsTLS(t *testing.T) {
+// TestConfigRaftNeedsTLS: no raft address, loopback or not, is accepted
+// without mutual TLS, and with it any address is.
+func TestConfigRaftNeedsTLS(t *testing.T) {
 	ca := raftstoretest.NewCA(t, "podflow-ca")
 	for _, tc := range []struct {
 		addr    string
 		tls     bool
 		wantErr bool
 	}{
-		{"127.0.0.1:7001", false, false},
-		{"localhost:7001", false, false},
-		{"[::1]:7001", false, false},
+		{"127.0.0.1:7001", false, true},
+		{"localhost:7001", false, true},
+		{"[::1]:7001", false, true},
 		{"0.0.0.0:7001", false, true},
-		{":7001", false, true},
 		{"10.0.0.5:7001", false, true},
+		{"127.0.0.1:7001", true, false},
 		{"0.0.0.0:7001", true, false},
 		{"10.0.0.5:7001", true, false},
 	} {
-		t.Run(tc.addr, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s TLS %v", tc.addr, tc.tls), func(t *testing.T) {
 			cfg := raftstore.DefaultConfig()
 			cfg.ID, cfg.DataDir, cfg.RaftAddr = "r0", t.TempDir(), tc.addr
 			cfg.Conn = &nats.Conn{}
@@ -143,9 +146,36 @@ func TestConfigRaftOffLoopbackNeedsTLS(t *testing.T) {
 				cfg.TLS = raftstoretest.MutualTLS(t, ca, "r0", raftstore.PeerGroup)
 			}
 			err := cfg.Validate()
-			if tc.wantErr != (err != nil && strings.Contains(err.Error(), "needs TLS")) {
+			if tc.wantErr != (err != nil && strings.Contains(err.Error(), "TLS is required")) {
 				t.Fatalf("Validate() = %v, want error %v", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestTLSPeerGroupEnforced: a replica whose TLS configuration checks no
+// group (built by hand, not by MutualTLSConfig) still refuses a peer whose
+// certificate of the cluster CA is outside PeerGroup: the check is the
+// store's, not its caller's.
+func TestTLSPeerGroupEnforced(t *testing.T) {
+	ca := raftstoretest.NewCA(t, "podflow-ca")
+	lax := raftstoretest.MutualTLS(t, ca, "raft-peer", raftstore.PeerGroup)
+	lax.VerifyConnection = nil
+	c := raftstoretest.MakeCluster(t, 1, func(cfg *raftstore.Config) { cfg.TLS = lax })
+	leader := c.Node(c.Leader(t))
+	before := leader.Stats().Term
+	for _, groups := range [][]string{{"podflow:bus"}, {"system:masters"}, nil} {
+		tr := rogueTransport(t, raftstoretest.MutualTLS(t, ca, "client", groups...))
+		var resp raft.AppendEntriesResponse
+		err := tr.AppendEntries("rogue", raft.ServerAddress(leader.RaftAddr()), &raft.AppendEntriesRequest{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("rogue"), Addr: []byte(tr.LocalAddr())},
+			Term:      1 << 40, Leader: []byte(tr.LocalAddr()),
+		}, &resp)
+		if err == nil {
+			t.Fatalf("AppendEntries with a certificate in groups %v reached raft: %+v", groups, resp)
+		}
+	}
+	if after := leader.Stats().Term; after != before || !leader.IsLeader() {
+		t.Fatalf("leader term %d -> %d (leader %v): a rogue RPC reached raft", before, after, leader.IsLeader())
 	}
 }

@@ -167,8 +167,8 @@ func (w *Watch) stream(s *session) error {
 			}
 			seq = msg.Seq
 			if err := fromWire(msg.Error); err != nil {
-				if errors.Is(err, ErrGone) {
-					return err
+				if errors.Is(err, ErrGone) || errors.Is(err, ErrInternal) {
+					return err // another replica would say the same
 				}
 				return nil // Unavailable (replica shutting down) and others: resume
 			}

@@ -67,6 +67,10 @@ func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 			send(&storev1.WatchMessage{Error: toWire(err)})
 			return
 		}
+		if err := n.openEvents(events); err != nil {
+			send(&storev1.WatchMessage{Error: toWire(err)})
+			return
+		}
 		if len(events) > 0 {
 			if !send(&storev1.WatchMessage{Events: events, Revision: covered}) {
 				return

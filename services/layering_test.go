@@ -1,6 +1,7 @@
 package services
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
@@ -102,4 +103,113 @@ func TestStagesLiveTogether(t *testing.T) {
 			t.Errorf("stage %q has a folder beside the libraries (services/%s): it belongs in %s/", s, s, stagesDir)
 		}
 	}
+}
+
+// podWritersWithoutPodSecurity are the functions that rewrite a stored pod
+// without evaluating Pod Security, each with why it cannot add or change
+// a container. Every other function that rewrites a stored pod
+// (objects.Mutate with a *corev1.Pod) must call the check
+// (services/podsecurity, or the front door's checkPodSecurity), as
+// kube-apiserver's PodSecurity admission evaluates every pod write but
+// those on its ignoredPodSubresources (status, binding, eviction, ...).
+var podWritersWithoutPodSecurity = map[string]string{
+	"stage/deletion.go DeletePod":                "sets deletionTimestamp and the grace period (a DELETE, not evaluated)",
+	"stages/scheduler/stage.go markNotScheduled": "sets the PodScheduled condition (status)",
+}
+
+// TestPodWritesCheckPodSecurity: every path that rewrites a stored pod
+// evaluates Pod Security or is listed above with its reason (issue 38:
+// pods/ephemeralcontainers once skipped the check). A new pod subresource
+// that writes the spec without the check fails here.
+func TestPodWritesCheckPodSecurity(t *testing.T) {
+	fset := token.NewFileSet()
+	found := map[string]bool{}
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			writes, checks := false, false
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				name := calleeName(call.Fun)
+				if strings.Contains(strings.ToLower(name), "podsecurity") {
+					checks = true
+				}
+				if name == "Mutate" && mutatesPod(call) {
+					writes = true
+				}
+				return true
+			})
+			if !writes {
+				continue
+			}
+			key := filepath.ToSlash(path) + " " + fn.Name.Name
+			found[key] = true
+			if _, listed := podWritersWithoutPodSecurity[key]; !listed && !checks {
+				t.Errorf("%s rewrites a stored pod without evaluating Pod Security (call podsecurity.CheckUpdate, or list it in podWritersWithoutPodSecurity with why it cannot change a container)", key)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key := range podWritersWithoutPodSecurity {
+		if !found[key] {
+			t.Errorf("podWritersWithoutPodSecurity lists %s, which writes no pod any more: remove it", key)
+		}
+	}
+}
+
+// calleeName is the called function's or method's name.
+func calleeName(fun ast.Expr) string {
+	switch f := fun.(type) {
+	case *ast.Ident:
+		return f.Name
+	case *ast.SelectorExpr:
+		return f.Sel.Name
+	case *ast.IndexExpr: // Mutate[*corev1.Pod]
+		return calleeName(f.X)
+	case *ast.IndexListExpr:
+		return calleeName(f.X)
+	}
+	return ""
+}
+
+// mutatesPod reports whether a Mutate call is over a *corev1.Pod: its type
+// argument or its function's parameter.
+func mutatesPod(call *ast.CallExpr) bool {
+	isPod := func(e ast.Expr) bool {
+		star, ok := e.(*ast.StarExpr)
+		if !ok {
+			return false
+		}
+		sel, ok := star.X.(*ast.SelectorExpr)
+		return ok && sel.Sel.Name == "Pod"
+	}
+	if ix, ok := call.Fun.(*ast.IndexExpr); ok && isPod(ix.Index) {
+		return true
+	}
+	for _, a := range call.Args {
+		if lit, ok := a.(*ast.FuncLit); ok {
+			for _, p := range lit.Type.Params.List {
+				if isPod(p.Type) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

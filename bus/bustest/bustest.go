@@ -67,6 +67,19 @@ func ConnectAs(t testing.TB, srv *bus.Embedded, role, name string) *bus.Conn {
 	return conn
 }
 
+// ConnectUser gives apiUser its own bus user on srv (bus.AddUser, then a
+// reload of the server's credentials) and connects as it.
+func ConnectUser(t testing.TB, srv *bus.Embedded, apiUser, name string) *bus.Conn {
+	t.Helper()
+	if _, err := bus.AddUser(srv.CredsFile(), apiUser); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.ReloadCredentials(); err != nil {
+		t.Fatal(err)
+	}
+	return ConnectAs(t, srv, bus.UserRole(apiUser), name)
+}
+
 // Provision creates the default streams (single replica) and consumers.
 func Provision(t testing.TB, conn *bus.Conn, consumers ...bus.ConsumerSpec) {
 	t.Helper()

@@ -35,7 +35,13 @@ type nodeagentCfg struct{ node, cidr string }
 // store and publisher.
 func runAgent(t *testing.T, e *env) (*nodeagent.Agent, *nodeagenttest.Store, *nodeagenttest.Publisher) {
 	t.Helper()
-	store, pub := nodeagenttest.NewStore(), nodeagenttest.NewPublisher()
+	return runAgentWith(t, e, nodeagenttest.NewStore())
+}
+
+// runAgentWith is runAgent over store (an agent restarted on it).
+func runAgentWith(t *testing.T, e *env, store *nodeagenttest.Store) (*nodeagent.Agent, *nodeagenttest.Store, *nodeagenttest.Publisher) {
+	t.Helper()
+	pub := nodeagenttest.NewPublisher()
 	a, err := nodeagent.New(agentConfig(nodeagentCfg{e.cfg.NodeName, e.cfg.Network.PodCIDR}), e.rt, store, pub)
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +112,14 @@ func TestOnFailureRestartsWithBackoff(t *testing.T) {
 	if !backoff {
 		t.Error("no BackOff event recorded")
 	}
-	for _, n := range []string{"0.log", "1.log"} {
-		if got := readFile(filepath.Join(e.cfg.DataDir, "pods", uid, "logs", "main", n)); !strings.Contains(got, "stdout F run") {
-			t.Errorf("log %s = %q", n, got)
-		}
+	// The third start removed the first instance, with its log (kubelet's
+	// container GC keeps one exited instance); the second's remains.
+	logs := filepath.Join(e.cfg.DataDir, "pods", uid, "logs", "main")
+	if got := readFile(filepath.Join(logs, "1.log")); !strings.Contains(got, "stdout F run") {
+		t.Errorf("log 1.log = %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(logs, "0.log")); !os.IsNotExist(err) {
+		t.Errorf("the first instance's log remains after the third start: %v", err)
 	}
 }
 

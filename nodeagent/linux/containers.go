@@ -160,7 +160,14 @@ func (r *Runtime) startContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	}
 	r.trace(uid, "cgroup-container", t)
 
-	env := containerEnv(pd, c, img.Config)
+	hostname, _, err := podHostname(pd, r.clusterDomain())
+	if err != nil {
+		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "%w", err)
+	}
+	if pd.GetSpec().GetHostNetwork() { // the node's UTS namespace, and its name
+		hostname, _ = os.Hostname()
+	}
+	env := containerEnv(c, img.Config, hostname)
 	args := containerArgs(c, img.Config)
 	if len(args) == 0 {
 		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "no command specified for container %q", c.GetName())
@@ -178,9 +185,17 @@ func (r *Runtime) startContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 		return "", err
 	}
 	mounts = append(mounts, tm)
-	sec, err := containerSecurity(pd, c, img.Config.User, seccompOptions{defaultRuntime: r.cfg.SeccompDefault, root: r.cfg.SeccompProfileRoot})
+	sec, err := containerSecurity(pd, c, img.Config.User, seccompOptions{defaultRuntime: r.cfg.SeccompDefault, root: r.cfg.SeccompProfileRoot,
+		selinux: seLinuxEnabled()})
 	if err != nil {
 		return "", err
+	}
+	for _, m := range mounts {
+		if m.Volume {
+			if err := relabelVolume(m.Source, sec.MountLabel); err != nil {
+				return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "%w", err)
+			}
+		}
 	}
 	sysctls, err := nodeagent.PodSysctls(pd, r.cfg.AllowedUnsafeSysctls)
 	if err != nil {
@@ -198,7 +213,7 @@ func (r *Runtime) startContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	if err := container.WriteJSON(filepath.Join(dir, "meta.json"), meta); err != nil {
 		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "record container: %w", err)
 	}
-	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, Image: lower, LogPath: lp, Hostname: pd.GetMetadata().GetName(),
+	spec := container.Spec{ID: id, Dir: dir, Rootfs: rootfs, Image: lower, LogPath: lp, Hostname: hostname,
 		Args: args, Env: env, WorkingDir: wd, Mounts: mounts, NetnsPath: p.rec.Net.NetnsPath, Cgroups: cg.Paths(), Security: sec,
 		LogMaxSize: r.cfg.ContainerLogMaxSize, LogMaxFiles: r.cfg.ContainerLogMaxFiles,
 		Stdin: c.GetStdin(), StdinOnce: c.GetStdinOnce(), TTY: c.GetTty()}
@@ -233,9 +248,10 @@ func (r *Runtime) startContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	if err != nil {
 		r.log.Warn("record container start", "pod", uid, "err", err)
 	}
-	for _, s := range stale {
+	for _, s := range stale { // with its logs, as kubelet's container GC
 		s.c.Close()
 		_ = os.RemoveAll(ctrDir(p, s.meta.ID))
+		removeLog(logPath(p, s.meta.Name, s.meta.RestartCount))
 	}
 	return nodeagent.ContainerID(id), nil
 }
@@ -265,6 +281,14 @@ func (r *Runtime) staleLocked(p *pod, name string) []*ctr {
 	return dead[1:]
 }
 
+// removeLog removes a container instance's log and its rotated files.
+func removeLog(path string) {
+	rotated, _ := container.RotatedLogs(path)
+	for _, f := range append(rotated, path) {
+		_ = os.Remove(f)
+	}
+}
+
 // deleteCgroup removes an exited container's cgroup, waiting briefly for
 // the kernel to finish reaping its processes.
 func deleteCgroup(ctx context.Context, cg cgroups.Container) error {
@@ -282,10 +306,10 @@ func deleteCgroup(ctx context.Context, cg cgroups.Container) error {
 }
 
 // containerEnv is the image's environment, PATH when the image sets none,
-// HOSTNAME (as containerd's CRI sets it), then the container's variables
-// over them. The agent resolved and expanded those (see
-// nodeagent.Runtime.StartContainer); nothing is expanded here.
-func containerEnv(pd *corev1.Pod, c *corev1.Container, ic image.ImageConfig) []string {
+// HOSTNAME, the pod's hostname (as containerd's CRI sets it), then the
+// container's variables over them. The agent resolved and expanded those
+// (see nodeagent.Runtime.StartContainer); nothing is expanded here.
+func containerEnv(c *corev1.Container, ic image.ImageConfig, hostname string) []string {
 	var order []string
 	vals := map[string]string{}
 	set := func(k, v string) {
@@ -301,7 +325,7 @@ func containerEnv(pd *corev1.Pod, c *corev1.Container, ic image.ImageConfig) []s
 	if _, ok := vals["PATH"]; !ok {
 		set("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
-	set("HOSTNAME", pd.GetMetadata().GetName())
+	set("HOSTNAME", hostname)
 	for _, e := range c.GetEnv() {
 		set(e.GetName(), e.GetValue())
 	}

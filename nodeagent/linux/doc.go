@@ -36,9 +36,19 @@
 //     cumulative CPU, working set = usage - inactive_file) and reports the
 //     CPU rate since the previous Sample, kept per container instance, as
 //     cAdvisor and metrics-server do.
+//   - ReadLog (nodeagent.LogReader): a container instance's log, by
+//     the instance the agent picked from the pod's status.
+//   - ReleasePodSandbox (nodeagent.SandboxReleaser), for a finished pod:
+//     kill, then remove mounts, cgroups, the network namespace, the veth
+//     and the IP, the volumes and the containers' writable layers; the
+//     containers' records and logs stay until RemovePodSandbox.
 //   - StopPodSandbox and RemovePodSandbox: kill, then remove mounts,
 //     cgroups, the network namespace, the veth and the IP, and the pod's
 //     directory.
+//   - The container's hostname is kubelet's (spec.hostname or the pod's
+//     name, at most 63 characters), its /etc/hosts kubelet's managed
+//     file (FQDN with spec.subdomain, hostAliases); seLinuxOptions label
+//     its process where SELinux is enabled.
 //
 // The runtime is where pods meet the kernel libraries, which take plain
 // data and return their own sentinel errors: PlanPod turns a pod spec into

@@ -1,8 +1,11 @@
 package linux
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"strings"
 
 	"github.com/podflow/podflow/nodeagent/linux/cgroups"
 	"github.com/podflow/podflow/nodeagent/linux/container"
@@ -22,15 +25,71 @@ func (r *Runtime) podNetwork(ctx context.Context, pd *corev1.Pod) (network.Attac
 	return r.net.Setup(ctx, uid)
 }
 
-// hostsFile is the pod's /etc/hosts: kubelet's managed file, or for a
-// hostNetwork pod the node's own /etc/hosts.
-func hostsFile(pd *corev1.Pod, att network.Attachment) []byte {
-	if pd.GetSpec().GetHostNetwork() {
-		if b, err := os.ReadFile("/etc/hosts"); err == nil {
-			return b
+// maxHostname is the longest hostname the kernel takes (64 bytes with
+// the terminating NUL), kubelet's hostnameMaxLen.
+const maxHostname = 63
+
+// podHostname is kubelet's GeneratePodHostNameAndDomain: the pod's
+// hostname is spec.hostname, else its name, cut to 63 characters and of
+// any "-" or "." it then ends with (truncatePodHostnameIfNeeded); with
+// spec.subdomain its domain is <subdomain>.<namespace>.svc.<domain>.
+func podHostname(pd *corev1.Pod, clusterDomain string) (hostname, domain string, err error) {
+	name := pd.GetMetadata().GetName()
+	hostname = name
+	if h := pd.GetSpec().GetHostname(); h != "" {
+		hostname = h
+	}
+	if len(hostname) > maxHostname {
+		hostname = strings.TrimRight(hostname[:maxHostname], "-.")
+		if hostname == "" {
+			return "", "", fmt.Errorf("hostname for pod %q was invalid: %q", name, pd.GetSpec().GetHostname())
 		}
 	}
-	return []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + att.IP + "\t" + pd.GetMetadata().GetName() + "\n")
+	if sd := pd.GetSpec().GetSubdomain(); sd != "" {
+		domain = fmt.Sprintf("%s.%s.svc.%s", sd, pd.GetMetadata().GetNamespace(), clusterDomain)
+	}
+	return hostname, domain, nil
+}
+
+// Kubelet's /etc/hosts headers (managedHostsHeader,
+// managedHostsHeaderWithHostNetwork).
+const (
+	hostsHeader            = "# Kubernetes-managed hosts file.\n"
+	hostsHeaderHostNetwork = "# Kubernetes-managed hosts file (host network).\n"
+)
+
+// hostsFile is the pod's /etc/hosts as kubelet's ensureHostsFile writes
+// it: the managed file (localhost lines, then the pod's IP with its FQDN
+// and hostname, or its hostname alone without a subdomain), or for a
+// hostNetwork pod the node's own /etc/hosts under its header; then the
+// pod's hostAliases, one line per IP.
+func hostsFile(pd *corev1.Pod, ip, hostname, domain string) []byte {
+	var b bytes.Buffer
+	if pd.GetSpec().GetHostNetwork() {
+		node, _ := os.ReadFile("/etc/hosts")
+		b.WriteString(hostsHeaderHostNetwork)
+		b.Write(node)
+	} else {
+		b.WriteString(hostsHeader)
+		b.WriteString("127.0.0.1\tlocalhost\n")
+		b.WriteString("::1\tlocalhost ip6-localhost ip6-loopback\n")
+		b.WriteString("fe00::0\tip6-localnet\n")
+		b.WriteString("fe00::0\tip6-mcastprefix\n")
+		b.WriteString("fe00::1\tip6-allnodes\n")
+		b.WriteString("fe00::2\tip6-allrouters\n")
+		if domain != "" {
+			fmt.Fprintf(&b, "%s\t%s.%s\t%s\n", ip, hostname, domain, hostname)
+		} else {
+			fmt.Fprintf(&b, "%s\t%s\n", ip, hostname)
+		}
+	}
+	if aliases := pd.GetSpec().GetHostAliases(); len(aliases) > 0 {
+		b.WriteString("\n# Entries added by HostAliases.\n")
+		for _, a := range aliases {
+			fmt.Fprintf(&b, "%s\t%s\n", a.GetIp(), strings.Join(a.GetHostnames(), "\t"))
+		}
+	}
+	return b.Bytes()
 }
 
 // withPodNamespaces keeps the host's namespaces the pod asks for, as

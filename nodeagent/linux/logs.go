@@ -10,64 +10,57 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux/container"
 )
 
-// ErrNoLogs is returned by ReadLog when the pod or container is unknown
-// on this node.
+// ErrNoLogs is matched (errors.Is) by ReadLog's error when the pod or
+// container instance is unknown on this node; the error is a
+// nodeagent.Error with CodeNotFound and kubelet's words.
 var ErrNoLogs = errors.New("linux: no such pod or container on this node")
 
-// LogRequest asks for a container's log from Offset on.
-type LogRequest struct {
-	Namespace string `json:"namespace"`
-	Pod       string `json:"pod"`
-	Container string `json:"container,omitempty"` // "" = the pod's only (or first) container
-	Previous  bool   `json:"previous,omitempty"`  // the instance before the current one
-	Offset    int64  `json:"offset,omitempty"`    // byte offset in the CRI log file
-	// File identifies the file Offset is in (LogChunk.File of the last
-	// read); "" on the first read, which starts at the last TailLines
-	// lines (nil: all) written at or after SinceTime (Unix ns; 0: any).
-	// When the log was rotated since, reading goes on at the start of the
-	// current file, as kubelet's follow does.
-	File      string `json:"file,omitempty"`
-	TailLines *int64 `json:"tailLines,omitempty"`
-	SinceTime int64  `json:"sinceTime,omitempty"`
+// LogRequest asks for a container's log (nodeagent.LogRequest).
+type LogRequest = nodeagent.LogRequest
+
+// LogChunk is a piece of a container's log (nodeagent.LogChunk).
+type LogChunk = nodeagent.LogChunk
+
+var _ nodeagent.LogReader = (*Runtime)(nil)
+
+func noLogs(format string, args ...any) error {
+	return &nodeagent.Error{Code: nodeagent.CodeNotFound, Msg: fmt.Sprintf(format, args...), Err: ErrNoLogs}
 }
 
-// LogChunk is a piece of a CRI-format log (whole lines only) and where the
-// next read starts. Running says whether the instance still runs (a
-// follower stops once it does not and no data is left).
-type LogChunk struct {
-	Container string `json:"container"`
-	Data      []byte `json:"data"`
-	Offset    int64  `json:"offset"`
-	File      string `json:"file,omitempty"`
-	Running   bool   `json:"running"`
-}
-
-// ReadLog reads at most max bytes of a container's log (whole CRI lines)
-// starting at req.Offset.
+// ReadLog implements nodeagent.LogReader: at most max bytes of a
+// container instance's log (whole CRI lines) from req.Offset. The pod is
+// req.UID's, else the newest of that name; the instance is req.ID, else
+// the newest of req.Container (with req.Previous, the one before it; no
+// name: the newest app container's). The logs of a released pod's
+// containers are read as long as the pod is not removed.
 func (r *Runtime) ReadLog(req LogRequest, max int) (LogChunk, error) {
 	r.mu.Lock()
 	var p *pod
 	for _, q := range r.pods {
-		if q.rec.Namespace == req.Namespace && q.rec.Name == req.Pod {
+		if q.rec.Namespace != req.Namespace || q.rec.Name != req.Pod || (req.UID != "" && q.rec.UID != req.UID) {
+			continue
+		}
+		if p == nil || q.rec.CreatedAt.After(p.rec.CreatedAt) {
 			p = q
 		}
 	}
 	if p == nil {
 		r.mu.Unlock()
-		return LogChunk{}, fmt.Errorf("pod %s/%s: %w", req.Namespace, req.Pod, ErrNoLogs)
+		return LogChunk{}, noLogs("pod %q does not exist", req.Pod)
 	}
 	var inst []*ctr
 	for _, c := range p.ctrs {
-		if req.Container == "" || c.meta.Name == req.Container {
+		if (req.ID != "" && c.meta.ID == string(req.ID)) || (req.ID == "" && (req.Container == "" || c.meta.Name == req.Container)) {
 			inst = append(inst, c)
 		}
 	}
 	r.mu.Unlock()
 	sort.Slice(inst, func(i, j int) bool { return inst[i].meta.CreatedAt.After(inst[j].meta.CreatedAt) })
-	if req.Container == "" && len(inst) > 0 {
+	if req.Container == "" && req.ID == "" && len(inst) > 0 {
 		name := inst[0].meta.Name
 		for _, c := range inst { // prefer app containers, the newest first
 			if !c.meta.Init {
@@ -78,11 +71,11 @@ func (r *Runtime) ReadLog(req LogRequest, max int) (LogChunk, error) {
 		inst = filter(inst, name)
 	}
 	i := 0
-	if req.Previous {
+	if req.Previous && req.ID == "" {
 		i = 1
 	}
 	if i >= len(inst) {
-		return LogChunk{}, fmt.Errorf("container %q of pod %s/%s: %w", req.Container, req.Namespace, req.Pod, ErrNoLogs)
+		return LogChunk{}, noLogs("container %q not found in pod %q", req.Container, req.Pod)
 	}
 	c := inst[i]
 	out := LogChunk{Container: c.meta.Name, Offset: req.Offset}

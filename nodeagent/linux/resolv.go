@@ -53,10 +53,13 @@ type resolvConfig struct {
 // and searches appended (duplicates dropped), its options replacing those
 // of the same name; then the lists are cut to kubelet's limits.
 func (r *Runtime) resolvFile(pd *corev1.Pod) []byte {
-	path, domain := cmp.Or(r.cfg.ResolvConf, "/etc/resolv.conf"), cmp.Or(r.cfg.ClusterDomain, "cluster.local")
+	path, domain := cmp.Or(r.cfg.ResolvConf, "/etc/resolv.conf"), r.clusterDomain()
 	hostFile, _ := os.ReadFile(path) // none: no nameserver, as kubelet with --resolv-conf=""
 	return resolvConfFor(pd, r.cfg.ClusterDNS, domain, hostFile).render()
 }
+
+// clusterDomain is Config.ClusterDomain, cluster.local when unset.
+func (r *Runtime) clusterDomain() string { return cmp.Or(r.cfg.ClusterDomain, "cluster.local") }
 
 func resolvConfFor(pd *corev1.Pod, clusterDNS []string, domain string, hostFile []byte) resolvConfig {
 	spec := pd.GetSpec()

@@ -77,6 +77,9 @@ type podRecord struct {
 	// PIDNamespace is the holder of the pod's shared PID namespace
 	// (shareProcessNamespace), killed by StopPodSandbox.
 	PIDNamespace *container.PIDNamespace `json:"pidNamespace,omitempty"`
+	// Released: a finished pod's sandbox, released (ReleasePodSandbox):
+	// its containers' records and logs remain, nothing else.
+	Released bool `json:"released,omitempty"`
 }
 
 // ctrMeta is a container instance as persisted in containers/<id>/meta.json.
@@ -417,10 +420,18 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 	uid := md.GetUid()
 	r.mu.Lock()
 	if p, ok := r.pods[uid]; ok {
+		released := p.rec.Released
 		r.mu.Unlock()
-		return nodeagent.Sandbox{ID: p.rec.SandboxID, IP: p.rec.Net.IP}, nil
+		if !released {
+			return nodeagent.Sandbox{ID: p.rec.SandboxID, IP: p.rec.Net.IP}, nil
+		}
+		// A released sandbox runs nothing again: a new one replaces it.
+		if err := r.RemovePodSandbox(ctx, uid); err != nil {
+			return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "remove the released sandbox: %w", err)
+		}
+	} else {
+		r.mu.Unlock()
 	}
-	r.mu.Unlock()
 	if _, err := nodeagent.PodSysctls(pd, r.cfg.AllowedUnsafeSysctls); err != nil {
 		return nodeagent.Sandbox{}, err // SysctlForbidden, as kubelet's admission
 	}
@@ -452,7 +463,11 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pd *corev1.Pod) (nodeagent.
 			return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "pod directory: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "hosts"), hostsFile(pd, att), 0o644); err != nil {
+	hostname, domain, err := podHostname(pd, r.clusterDomain())
+	if err != nil {
+		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "%w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hosts"), hostsFile(pd, att.IP, hostname, domain), 0o644); err != nil {
 		return nodeagent.Sandbox{}, nodeagent.Errorf(nodeagent.CodeSandbox, "hosts file: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), r.resolvFile(pd), 0o644); err != nil {
@@ -544,6 +559,49 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, podUID string) error {
 	return nil
 }
 
+var _ nodeagent.SandboxReleaser = (*Runtime)(nil)
+
+// ReleasePodSandbox implements nodeagent.SandboxReleaser: it kills what
+// runs, then removes the volume mounts, cgroups and network (namespace,
+// veth, IP) as RemovePodSandbox does, and deletes the volumes and the
+// containers' writable layers; the pod's record, its containers' records
+// and their logs remain until RemovePodSandbox. Idempotent.
+func (r *Runtime) ReleasePodSandbox(ctx context.Context, podUID string) error {
+	if err := r.StopPodSandbox(ctx, podUID); err != nil {
+		return err
+	}
+	p := r.pod(podUID)
+	if p == nil {
+		return nil
+	}
+	r.mu.Lock()
+	rec := p.rec
+	ids := slices.Collect(maps.Keys(p.ctrs))
+	r.mu.Unlock()
+	if rec.Released {
+		return nil
+	}
+	if err := r.removePodParts(ctx, podUID, rec.QOS, rec.Mounts); err != nil {
+		return err
+	}
+	var errs []error
+	errs = append(errs, os.RemoveAll(filepath.Join(p.dir, "volumes")))
+	for _, id := range ids {
+		for _, d := range []string{"rootfs", "upper", "work"} {
+			errs = append(errs, os.RemoveAll(filepath.Join(ctrDir(p, string(id)), d)))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("release pod directory: %w", err)
+	}
+	r.mu.Lock()
+	p.rec.Released, p.rec.Mounts, p.rec.VolumesReady, p.rec.PIDNamespace = true, nil, false, nil
+	p.rec.Net = network.Attachment{}
+	err := r.savePod(p)
+	r.mu.Unlock()
+	return err
+}
+
 // removePodParts removes what the kernel holds for a pod: mounts, cgroups,
 // network. Idempotent.
 func (r *Runtime) removePodParts(ctx context.Context, uid, qos string, mounts []string) error {
@@ -578,7 +636,7 @@ func (r *Runtime) ListSandboxes(ctx context.Context) ([]nodeagent.SandboxInfo, e
 	for _, p := range r.pods {
 		out = append(out, nodeagent.SandboxInfo{PodUID: p.rec.UID, Namespace: p.rec.Namespace, Name: p.rec.Name,
 			Sandbox:      nodeagent.Sandbox{ID: p.rec.SandboxID, IP: p.rec.Net.IP},
-			VolumesReady: p.rec.VolumesReady, CreatedAt: p.rec.CreatedAt})
+			VolumesReady: p.rec.VolumesReady, CreatedAt: p.rec.CreatedAt, Released: p.rec.Released})
 	}
 	return out, ctx.Err()
 }

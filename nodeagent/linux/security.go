@@ -31,6 +31,7 @@ const (
 type seccompOptions struct {
 	defaultRuntime bool   // kubelet --seccomp-default
 	root           string // kubelet --seccomp-profile-root
+	selinux        bool   // SELinux is enabled on this machine (seLinuxEnabled)
 }
 
 // containerSecurity derives what container c of pd may do from
@@ -55,6 +56,9 @@ func containerSecurity(pd *corev1.Pod, c *corev1.Container, imageUser string, op
 	sec.ReadonlyRootfs = sc.GetReadOnlyRootFilesystem()
 	sec.NoNewPrivileges = noNewPrivileges(sc)
 	if err := withSeccomp(&sec, effectiveSeccomp(psc, sc), opts); err != nil {
+		return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "%w", err)
+	}
+	if err := withSELinux(&sec, effectiveSELinux(psc, sc), opts.selinux); err != nil {
 		return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "%w", err)
 	}
 	return &sec, nil
@@ -358,11 +362,13 @@ func setGroupBeneath(root *os.File, rel string, gid int, mask fs.FileMode) error
 	default:
 		return nil // devices, fifos, sockets, links: left alone
 	}
-	self := "/proc/self/fd/" + strconv.Itoa(fd) // the inode opened, not a path to resolve again
-	if err := os.Lchown(self, -1, gid); err != nil {
-		return err
+	// The inode opened, not a path resolved again: fchownat of the
+	// descriptor itself (an lchown of its /proc/self/fd link would change
+	// the link, not the file), and a chmod through the link, which follows it.
+	if err := unix.Fchownat(fd, "", -1, gid, unix.AT_EMPTY_PATH); err != nil {
+		return fmt.Errorf("chown %q in the volume: %w", rel, err)
 	}
-	return os.Chmod(self, fs.FileMode(mode&0o777)|modeBits(mode))
+	return os.Chmod("/proc/self/fd/"+strconv.Itoa(fd), fs.FileMode(mode&0o777)|modeBits(mode))
 }
 
 // modeBits is the setuid, setgid and sticky bits of a Unix mode as Go's.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/podflow/podflow/nodeagent"
@@ -214,6 +215,9 @@ func TestApplyFSGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	gid := int64(os.Getgid()) // a group this user may chown to without root
+	if os.Geteuid() == 0 {
+		gid = 4242 // another than the files': the change must show
+	}
 	if err := applyFSGroup(dir, &gid, "", false); err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +228,9 @@ func TestApplyFSGroup(t *testing.T) {
 		}
 		if fi.Mode() != want {
 			t.Errorf("%s mode = %v, want %v", p, fi.Mode(), want)
+		}
+		if g := fi.Sys().(*syscall.Stat_t).Gid; int64(g) != gid {
+			t.Errorf("%s group = %d, want %d", p, g, gid)
 		}
 	}
 	if err := applyFSGroup(dir, nil, "", false); err != nil {

@@ -71,3 +71,39 @@ func TestSubPathSymlinkStaysInTheVolume(t *testing.T) {
 		}
 	}
 }
+
+// TestSubPathExprMount: a subPathExpr is expanded from the container's
+// environment by the agent and mounted as that subPath of the volume
+// (made when missing): two pods' containers write into their own
+// $(POD_NAME) directory of one hostPath volume.
+func TestSubPathExprMount(t *testing.T) {
+	e := newEnv(t)
+	a, store, _ := runAgent(t, e)
+	ctx := ctxT(t, 40*time.Second)
+	hostDir, err := os.MkdirTemp("", "pf-subpathexpr-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostDir) })
+	var uids []string
+	for _, name := range []string{"writer-a", "writer-b"} {
+		pd := newPod(e.cfg.NodeName, name, "sh", "-c", "echo $POD_NAME > /logs/who")
+		pd.Spec.RestartPolicy = "Never"
+		pd.Spec.Volumes = []*corev1.Volume{{Name: "logs", HostPath: &corev1.HostPathVolumeSource{Path: hostDir}}}
+		c := pd.Spec.Containers[0]
+		c.Env = []*corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+		c.VolumeMounts = []*corev1.VolumeMount{{Name: "logs", MountPath: "/logs", SubPathExpr: "pods/$(POD_NAME)"}}
+		store.PutPod(pd)
+		if err := a.HandlePodBound(ctx, pd); err != nil {
+			t.Fatal(err)
+		}
+		uids = append(uids, pd.Metadata.Uid)
+	}
+	for i, uid := range uids {
+		waitPhase(t, a, uid, "Succeeded")
+		name := []string{"writer-a", "writer-b"}[i]
+		if got := readFile(filepath.Join(hostDir, "pods", name, "who")); got != name {
+			t.Errorf("%s wrote %q into its subPathExpr directory, want its name", name, got)
+		}
+	}
+}

@@ -298,7 +298,8 @@ func (r *Runtime) containerMounts(pd *corev1.Pod, c *corev1.Container, p *pod) (
 		case "/etc/resolv.conf":
 			resolv = false
 		}
-		out = append(out, container.Mount{Source: src, SubPath: sub, Destination: vm.GetMountPath(), ReadOnly: vm.GetReadOnly()})
+		out = append(out, container.Mount{Source: src, SubPath: sub, Destination: vm.GetMountPath(), ReadOnly: vm.GetReadOnly(),
+			Volume: v.GetHostPath() == nil})
 	}
 	if hosts {
 		out = append(out, container.Mount{Source: filepath.Join(p.dir, "hosts"), Destination: "/etc/hosts"})

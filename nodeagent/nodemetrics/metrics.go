@@ -122,6 +122,8 @@ var (
 	_ nodeagent.TerminationMessageReader = runtime{}
 	_ nodeagent.VolumeMeter              = runtime{}
 	_ nodeagent.EphemeralStarter         = runtime{}
+	_ nodeagent.SandboxReleaser          = runtime{}
+	_ nodeagent.LogReader                = runtime{}
 )
 
 func (r runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent.Sandbox, error) {
@@ -143,6 +145,32 @@ func (r runtime) RemovePodSandbox(ctx context.Context, uid string) error {
 	err := r.Runtime.RemovePodSandbox(ctx, uid)
 	r.m.observe("remove_podsandbox", t, err)
 	return err
+}
+
+// ReleasePodSandbox passes the optional release through, timed as
+// release_podsandbox (the sandbox stopped and removed whole when the
+// wrapped runtime keeps nothing of a finished pod, as the agent would).
+func (r runtime) ReleasePodSandbox(ctx context.Context, uid string) error {
+	rel, ok := r.Runtime.(nodeagent.SandboxReleaser)
+	if !ok {
+		if err := r.StopPodSandbox(ctx, uid); err != nil {
+			return err
+		}
+		return r.RemovePodSandbox(ctx, uid)
+	}
+	t := time.Now()
+	err := rel.ReleasePodSandbox(ctx, uid)
+	r.m.observe("release_podsandbox", t, err)
+	return err
+}
+
+// ReadLog passes the optional log reader through (an error when the
+// wrapped runtime keeps no logs).
+func (r runtime) ReadLog(req nodeagent.LogRequest, max int) (nodeagent.LogChunk, error) {
+	if lr, ok := r.Runtime.(nodeagent.LogReader); ok {
+		return lr.ReadLog(req, max)
+	}
+	return nodeagent.LogChunk{}, nodeagent.ErrNoLogReader
 }
 
 func (r runtime) MountVolumes(ctx context.Context, pod *corev1.Pod, vols []nodeagent.VolumeData) error {

@@ -15,8 +15,9 @@
 // The server (Server) is read-only and serves loopback only. It accepts the
 // bearer tokens of the Kubernetes API's static token file (DATA/tokens.csv,
 // by default only the admin's): in an Authorization header, or typed once
-// into the login form, which keeps it in an HttpOnly, SameSite=Strict
-// cookie. ServiceAccount tokens are refused: the console shows every
+// into the login form, which opens a server-side session (session.go)
+// whose id, never the token, is the HttpOnly, SameSite=Strict cookie;
+// logout revokes it, and it expires after SessionTTL. ServiceAccount tokens are refused: the console shows every
 // namespace, which only the token file's users may read.
 //
 // The page is static HTML, CSS and JavaScript embedded with embed: no

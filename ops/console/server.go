@@ -19,7 +19,7 @@ import (
 //go:embed static
 var static embed.FS
 
-// CookieName is the cookie the login form stores the token in.
+// CookieName is the cookie holding the console session's id (session.go).
 const CookieName = "podflow_console"
 
 // Checker reports whether a bearer token may use the console.
@@ -68,6 +68,17 @@ type Server struct {
 	Hub   *Hub
 	Src   Source
 	Allow Checker
+	// SessionTTL is how long a login lasts (default DefaultSessionTTL).
+	SessionTTL time.Duration
+
+	once     sync.Once
+	sessions *sessions
+}
+
+// store is the server's session store (made on first use).
+func (s *Server) store() *sessions {
+	s.once.Do(func() { s.sessions = newSessions(s.SessionTTL) })
+	return s.sessions
 }
 
 // Handler routes the console: the page, the login form, and the API
@@ -88,6 +99,9 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", func(w http.ResponseWriter, r *http.Request) {
+		if c, err := r.Cookie(CookieName); err == nil {
+			s.store().revoke(c.Value) // the session ends here, not only in this browser
+		}
 		http.SetCookie(w, &http.Cookie{Name: CookieName, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	})
@@ -97,18 +111,19 @@ func (s *Server) Handler() http.Handler {
 }
 
 // token is the request's bearer token: the Authorization header, else the
-// login cookie.
-func token(r *http.Request) string {
+// token of the live session its cookie names.
+func (s *Server) token(r *http.Request) string {
 	if t, ok := auth.ParseBearer(r.Header.Get("Authorization")); ok {
 		return t
 	}
 	if c, err := r.Cookie(CookieName); err == nil {
-		return c.Value
+		return s.store().token(c.Value)
 	}
 	return ""
 }
 
-func (s *Server) authed(r *http.Request) bool { return s.Allow != nil && s.Allow(token(r)) }
+// authed: the token (given, or the session's) is still in the token file.
+func (s *Server) authed(r *http.Request) bool { return s.Allow != nil && s.Allow(s.token(r)) }
 
 func (s *Server) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -134,7 +149,13 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		w.Write(b)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	id, err := s.store().open(tok)
+	if err != nil {
+		http.Error(w, "login: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		MaxAge: int(s.store().ttl / time.Second)})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 

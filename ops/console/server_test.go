@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func TestAuth(t *testing.T) {
 		{"journey without token", "/api/journey?namespace=a&name=b", "", "", http.StatusUnauthorized},
 		{"events with a wrong token", "/api/events", "Bearer nope-nope-nope-nope", "", http.StatusUnauthorized},
 		{"journey with the bearer token", "/api/journey?namespace=a&name=b", "Bearer " + testToken, "", http.StatusOK},
-		{"journey with the cookie", "/api/journey?namespace=a&name=b", "", testToken, http.StatusOK},
+		{"a cookie holding the token itself", "/api/journey?namespace=a&name=b", "", testToken, http.StatusUnauthorized},
 		{"journey without a name", "/api/journey", "Bearer " + testToken, "", http.StatusBadRequest},
 		{"static files need none", "/static/app.js", "", "", http.StatusOK},
 	} {
@@ -259,4 +260,90 @@ func TestListenLoopbackOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSessions: the login cookie is a server-side session's id, never the
+// token; it works until logout revokes it (the old cookie replayed is
+// refused), until it expires, or until its token leaves the token file.
+func TestSessions(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(testToken+",admin,admin,\"system:masters\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := &fakeSource{}
+	s := &Server{Hub: NewHub(src, time.Second), Src: src, Allow: TokenFile(tokens), SessionTTL: time.Hour}
+	now := time.Now()
+	var mu sync.Mutex
+	s.store().now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	login := func(t *testing.T) *http.Cookie {
+		t.Helper()
+		resp, err := noRedirect.PostForm(srv.URL+"/login", url.Values{"token": {testToken}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		c := resp.Cookies()
+		if resp.StatusCode != http.StatusSeeOther || len(c) != 1 {
+			t.Fatalf("login: %d %v", resp.StatusCode, c)
+		}
+		if strings.Contains(c[0].Value, testToken) || c[0].Value == "" || c[0].MaxAge != 3600 {
+			t.Fatalf("the cookie %+v holds the token, or no session id, or not the session's lifetime", c[0])
+		}
+		return c[0]
+	}
+	get := func(t *testing.T, c *http.Cookie) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/journey?namespace=a&name=b", nil)
+		req.AddCookie(c)
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	t.Run("logout revokes the session", func(t *testing.T) {
+		c := login(t)
+		if code := get(t, c); code != http.StatusOK {
+			t.Fatalf("with the session: %d", code)
+		}
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/logout", nil)
+		req.AddCookie(c)
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if code := get(t, c); code != http.StatusUnauthorized {
+			t.Fatalf("the old cookie after logout: %d, want 401", code)
+		}
+	})
+	t.Run("an expired session is refused", func(t *testing.T) {
+		c := login(t)
+		mu.Lock()
+		now = now.Add(time.Hour)
+		mu.Unlock()
+		if code := get(t, c); code != http.StatusUnauthorized {
+			t.Fatalf("an hour later: %d, want 401", code)
+		}
+	})
+	t.Run("a session ends with its token", func(t *testing.T) {
+		c := login(t)
+		time.Sleep(10 * time.Millisecond) // another modification time
+		if err := os.WriteFile(tokens, []byte("another-token-0123456789,bob,bob,\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code := get(t, c); code != http.StatusUnauthorized {
+			t.Fatalf("after its token left the file: %d, want 401", code)
+		}
+	})
+	t.Run("a made-up session id is refused", func(t *testing.T) {
+		if code := get(t, &http.Cookie{Name: CookieName, Value: "made-up"}); code != http.StatusUnauthorized {
+			t.Fatalf("%d, want 401", code)
+		}
+	})
 }

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -208,6 +212,50 @@ type: kubernetes.io/service-account-token
 		out, code := c.applyYAML(pod("anon-pod", "default", "x", "", ""), "--token", "not-a-real-token-at-all")
 		if code != 1 || !strings.Contains(out, "Error from server (Unauthorized)") {
 			t.Fatalf("bad token: exit %d: %s", code, out)
+		}
+	})
+
+	t.Run("a Secret is ciphertext in the store's files, which are its owner's", func(t *testing.T) {
+		c.t = t
+		value := fmt.Sprintf("e2e-secret-%d", time.Now().UnixNano())
+		if out, code := c.applyYAML(fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: at-rest}\ndata: {password: %s}\n",
+			base64.StdEncoding.EncodeToString([]byte(value)))); code != 0 {
+			t.Fatalf("apply a Secret: %s", out)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := objects.Get[*corev1.Secret](ctx, c.store, "default", "at-rest")
+		if err != nil || string(s.GetData()["password"]) != value {
+			t.Fatalf("the Secret reads back: %v, %v", s.GetData(), err)
+		}
+		if info, err := os.Stat(filepath.Join(c.dir, "encryption-config.yaml")); err != nil || info.Mode().Perm() != 0o600 {
+			t.Fatalf("up's key file: %v, %v; want mode 0600", info, err)
+		}
+		dirs, _ := filepath.Glob(filepath.Join(c.dir, "store-*"))
+		if len(dirs) == 0 {
+			t.Fatal("no store data directory")
+		}
+		var files int
+		for _, d := range dirs {
+			_ = filepath.WalkDir(d, func(path string, e fs.DirEntry, err error) error {
+				if err != nil {
+					return nil // a snapshot replaced meanwhile
+				}
+				if info, err := e.Info(); err == nil && info.Mode().Perm()&0o077 != 0 {
+					t.Errorf("%s: mode %04o, open to other users", path, info.Mode().Perm())
+				}
+				if !e.Type().IsRegular() {
+					return nil
+				}
+				files++
+				if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte(value)) {
+					t.Errorf("%s holds the Secret's value in clear", path)
+				}
+				return nil
+			})
+		}
+		if files == 0 {
+			t.Fatal("no file in the store's data directories")
 		}
 	})
 

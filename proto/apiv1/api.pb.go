@@ -110,7 +110,11 @@ type ObjectRequest struct {
 	// dry_run: every check a write passes (RBAC, validation, escalation),
 	// then the would-be object is answered and nothing is stored
 	// (kube-apiserver's ?dryRun=All).
-	DryRun        bool `protobuf:"varint,9,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	DryRun bool `protobuf:"varint,9,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// subresource is the subresource written through ("status", "scale",
+	// "approval"; empty for the object itself): RBAC checks it, and a
+	// generic kind's write goes through that subresource's strategy.
+	Subresource   string `protobuf:"bytes,10,opt,name=subresource,proto3" json:"subresource,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -206,6 +210,13 @@ func (x *ObjectRequest) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *ObjectRequest) GetSubresource() string {
+	if x != nil {
+		return x.Subresource
+	}
+	return ""
 }
 
 // NodeTokenRequest is a node agent's request for a projected
@@ -370,7 +381,7 @@ const file_apiv1_api_proto_rawDesc = "" +
 	"\bResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\v2\x17.podflow.core.v1.StatusR\x06status\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06object\x18\x03 \x01(\fR\x06object\"\xaf\x02\n" +
+	"\x06object\x18\x03 \x01(\fR\x06object\"\xd1\x02\n" +
 	"\rObjectRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
 	"\x04verb\x18\x02 \x01(\tR\x04verb\x12\x12\n" +
@@ -380,7 +391,9 @@ const file_apiv1_api_proto_rawDesc = "" +
 	"\x06object\x18\x06 \x01(\fR\x06object\x125\n" +
 	"\x14grace_period_seconds\x18\a \x01(\x03H\x00R\x12gracePeriodSeconds\x88\x01\x01\x12-\n" +
 	"\x04user\x18\b \x01(\v2\x19.podflow.core.v1.UserInfoR\x04user\x12\x17\n" +
-	"\adry_run\x18\t \x01(\bR\x06dryRunB\x17\n" +
+	"\adry_run\x18\t \x01(\bR\x06dryRun\x12 \n" +
+	"\vsubresource\x18\n" +
+	" \x01(\tR\vsubresourceB\x17\n" +
 	"\x15_grace_period_seconds\"\xd8\x01\n" +
 	"\x10NodeTokenRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x19\n" +

@@ -57,6 +57,7 @@ func (m *ObjectRequest) CloneVT() *ObjectRequest {
 	r.Name = m.Name
 	r.User = m.User.CloneVT()
 	r.DryRun = m.DryRun
+	r.Subresource = m.Subresource
 	if rhs := m.Object; rhs != nil {
 		tmpBytes := make([]byte, len(rhs))
 		copy(tmpBytes, rhs)
@@ -174,6 +175,9 @@ func (this *ObjectRequest) EqualVT(that *ObjectRequest) bool {
 		return false
 	}
 	if this.DryRun != that.DryRun {
+		return false
+	}
+	if this.Subresource != that.Subresource {
 		return false
 	}
 	return string(this.unknownFields) == string(that.unknownFields)
@@ -331,6 +335,13 @@ func (m *ObjectRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.Subresource) > 0 {
+		i -= len(m.Subresource)
+		copy(dAtA[i:], m.Subresource)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Subresource)))
+		i--
+		dAtA[i] = 0x52
 	}
 	if m.DryRun {
 		i--
@@ -596,6 +607,10 @@ func (m *ObjectRequest) SizeVT() (n int) {
 	}
 	if m.DryRun {
 		n += 2
+	}
+	l = len(m.Subresource)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1108,6 +1123,38 @@ func (m *ObjectRequest) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.DryRun = bool(v != 0)
+		case 10:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Subresource", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Subresource = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -949,11 +949,14 @@ func (x *ResourceRequirements) GetRequests() map[string]string {
 }
 
 type VolumeMount struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	ReadOnly      bool                   `protobuf:"varint,2,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
-	MountPath     string                 `protobuf:"bytes,3,opt,name=mount_path,json=mountPath,proto3" json:"mount_path,omitempty"`
-	SubPath       string                 `protobuf:"bytes,4,opt,name=sub_path,json=subPath,proto3" json:"sub_path,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ReadOnly  bool                   `protobuf:"varint,2,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	MountPath string                 `protobuf:"bytes,3,opt,name=mount_path,json=mountPath,proto3" json:"mount_path,omitempty"`
+	SubPath   string                 `protobuf:"bytes,4,opt,name=sub_path,json=subPath,proto3" json:"sub_path,omitempty"`
+	// sub_path_expr: sub_path with $(VAR) expanded from the container's
+	// environment (kubelet's subPathExpr); exclusive with sub_path.
+	SubPathExpr   string `protobuf:"bytes,5,opt,name=sub_path_expr,json=subPathExpr,proto3" json:"sub_path_expr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1012,6 +1015,13 @@ func (x *VolumeMount) GetMountPath() string {
 func (x *VolumeMount) GetSubPath() string {
 	if x != nil {
 		return x.SubPath
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetSubPathExpr() string {
+	if x != nil {
+		return x.SubPathExpr
 	}
 	return ""
 }
@@ -1766,6 +1776,76 @@ func (x *SeccompProfile) GetLocalhostProfile() string {
 	return ""
 }
 
+// SELinuxOptions are the SELinux labels of a container's processes and
+// files; the node applies them only where SELinux is enabled, as kubelet.
+type SELinuxOptions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	Type          string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Level         string                 `protobuf:"bytes,4,opt,name=level,proto3" json:"level,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SELinuxOptions) Reset() {
+	*x = SELinuxOptions{}
+	mi := &file_corev1_core_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SELinuxOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SELinuxOptions) ProtoMessage() {}
+
+func (x *SELinuxOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SELinuxOptions.ProtoReflect.Descriptor instead.
+func (*SELinuxOptions) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SELinuxOptions) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *SELinuxOptions) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *SELinuxOptions) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *SELinuxOptions) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
 type SecurityContext struct {
 	state                    protoimpl.MessageState `protogen:"open.v1"`
 	Privileged               *bool                  `protobuf:"varint,1,opt,name=privileged,proto3,oneof" json:"privileged,omitempty"`
@@ -1777,13 +1857,14 @@ type SecurityContext struct {
 	AllowPrivilegeEscalation *bool                  `protobuf:"varint,7,opt,name=allow_privilege_escalation,json=allowPrivilegeEscalation,proto3,oneof" json:"allow_privilege_escalation,omitempty"`
 	SeccompProfile           *SeccompProfile        `protobuf:"bytes,8,opt,name=seccomp_profile,json=seccompProfile,proto3" json:"seccomp_profile,omitempty"`
 	ProcMount                string                 `protobuf:"bytes,9,opt,name=proc_mount,json=procMount,proto3" json:"proc_mount,omitempty"`
+	SeLinuxOptions           *SELinuxOptions        `protobuf:"bytes,10,opt,name=se_linux_options,json=seLinuxOptions,proto3" json:"se_linux_options,omitempty"`
 	unknownFields            protoimpl.UnknownFields
 	sizeCache                protoimpl.SizeCache
 }
 
 func (x *SecurityContext) Reset() {
 	*x = SecurityContext{}
-	mi := &file_corev1_core_proto_msgTypes[26]
+	mi := &file_corev1_core_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1876,7 @@ func (x *SecurityContext) String() string {
 func (*SecurityContext) ProtoMessage() {}
 
 func (x *SecurityContext) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[26]
+	mi := &file_corev1_core_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1889,7 @@ func (x *SecurityContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecurityContext.ProtoReflect.Descriptor instead.
 func (*SecurityContext) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{26}
+	return file_corev1_core_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SecurityContext) GetPrivileged() bool {
@@ -1874,6 +1955,13 @@ func (x *SecurityContext) GetProcMount() string {
 	return ""
 }
 
+func (x *SecurityContext) GetSeLinuxOptions() *SELinuxOptions {
+	if x != nil {
+		return x.SeLinuxOptions
+	}
+	return nil
+}
+
 type PodSecurityContext struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	RunAsUser          *int64                 `protobuf:"varint,1,opt,name=run_as_user,json=runAsUser,proto3,oneof" json:"run_as_user,omitempty"`
@@ -1884,14 +1972,17 @@ type PodSecurityContext struct {
 	SeccompProfile     *SeccompProfile        `protobuf:"bytes,6,opt,name=seccomp_profile,json=seccompProfile,proto3" json:"seccomp_profile,omitempty"`
 	Sysctls            []*Sysctl              `protobuf:"bytes,7,rep,name=sysctls,proto3" json:"sysctls,omitempty"`
 	// fs_group_change_policy: OnRootMismatch or Always (the default).
-	FsGroupChangePolicy *string `protobuf:"bytes,8,opt,name=fs_group_change_policy,json=fsGroupChangePolicy,proto3,oneof" json:"fs_group_change_policy,omitempty"`
+	FsGroupChangePolicy *string         `protobuf:"bytes,8,opt,name=fs_group_change_policy,json=fsGroupChangePolicy,proto3,oneof" json:"fs_group_change_policy,omitempty"`
+	SeLinuxOptions      *SELinuxOptions `protobuf:"bytes,9,opt,name=se_linux_options,json=seLinuxOptions,proto3" json:"se_linux_options,omitempty"`
+	// se_linux_change_policy: MountOption or Recursive.
+	SeLinuxChangePolicy *string `protobuf:"bytes,10,opt,name=se_linux_change_policy,json=seLinuxChangePolicy,proto3,oneof" json:"se_linux_change_policy,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
 
 func (x *PodSecurityContext) Reset() {
 	*x = PodSecurityContext{}
-	mi := &file_corev1_core_proto_msgTypes[27]
+	mi := &file_corev1_core_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +1994,7 @@ func (x *PodSecurityContext) String() string {
 func (*PodSecurityContext) ProtoMessage() {}
 
 func (x *PodSecurityContext) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[27]
+	mi := &file_corev1_core_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2007,7 @@ func (x *PodSecurityContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSecurityContext.ProtoReflect.Descriptor instead.
 func (*PodSecurityContext) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{27}
+	return file_corev1_core_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PodSecurityContext) GetRunAsUser() int64 {
@@ -1975,6 +2066,20 @@ func (x *PodSecurityContext) GetFsGroupChangePolicy() string {
 	return ""
 }
 
+func (x *PodSecurityContext) GetSeLinuxOptions() *SELinuxOptions {
+	if x != nil {
+		return x.SeLinuxOptions
+	}
+	return nil
+}
+
+func (x *PodSecurityContext) GetSeLinuxChangePolicy() string {
+	if x != nil && x.SeLinuxChangePolicy != nil {
+		return *x.SeLinuxChangePolicy
+	}
+	return ""
+}
+
 type Sysctl struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1985,7 +2090,7 @@ type Sysctl struct {
 
 func (x *Sysctl) Reset() {
 	*x = Sysctl{}
-	mi := &file_corev1_core_proto_msgTypes[28]
+	mi := &file_corev1_core_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2102,7 @@ func (x *Sysctl) String() string {
 func (*Sysctl) ProtoMessage() {}
 
 func (x *Sysctl) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[28]
+	mi := &file_corev1_core_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2115,7 @@ func (x *Sysctl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sysctl.ProtoReflect.Descriptor instead.
 func (*Sysctl) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{28}
+	return file_corev1_core_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Sysctl) GetName() string {
@@ -2062,7 +2167,7 @@ type Container struct {
 
 func (x *Container) Reset() {
 	*x = Container{}
-	mi := &file_corev1_core_proto_msgTypes[29]
+	mi := &file_corev1_core_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2179,7 @@ func (x *Container) String() string {
 func (*Container) ProtoMessage() {}
 
 func (x *Container) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[29]
+	mi := &file_corev1_core_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2192,7 @@ func (x *Container) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Container.ProtoReflect.Descriptor instead.
 func (*Container) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{29}
+	return file_corev1_core_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Container) GetName() string {
@@ -2280,7 +2385,7 @@ type EphemeralContainer struct {
 
 func (x *EphemeralContainer) Reset() {
 	*x = EphemeralContainer{}
-	mi := &file_corev1_core_proto_msgTypes[30]
+	mi := &file_corev1_core_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2397,7 @@ func (x *EphemeralContainer) String() string {
 func (*EphemeralContainer) ProtoMessage() {}
 
 func (x *EphemeralContainer) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[30]
+	mi := &file_corev1_core_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2410,7 @@ func (x *EphemeralContainer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EphemeralContainer.ProtoReflect.Descriptor instead.
 func (*EphemeralContainer) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{30}
+	return file_corev1_core_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EphemeralContainer) GetName() string {
@@ -2480,7 +2585,7 @@ type KeyToPath struct {
 
 func (x *KeyToPath) Reset() {
 	*x = KeyToPath{}
-	mi := &file_corev1_core_proto_msgTypes[31]
+	mi := &file_corev1_core_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2597,7 @@ func (x *KeyToPath) String() string {
 func (*KeyToPath) ProtoMessage() {}
 
 func (x *KeyToPath) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[31]
+	mi := &file_corev1_core_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2610,7 @@ func (x *KeyToPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyToPath.ProtoReflect.Descriptor instead.
 func (*KeyToPath) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{31}
+	return file_corev1_core_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KeyToPath) GetKey() string {
@@ -2539,7 +2644,7 @@ type EmptyDirVolumeSource struct {
 
 func (x *EmptyDirVolumeSource) Reset() {
 	*x = EmptyDirVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[32]
+	mi := &file_corev1_core_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2656,7 @@ func (x *EmptyDirVolumeSource) String() string {
 func (*EmptyDirVolumeSource) ProtoMessage() {}
 
 func (x *EmptyDirVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[32]
+	mi := &file_corev1_core_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2669,7 @@ func (x *EmptyDirVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmptyDirVolumeSource.ProtoReflect.Descriptor instead.
 func (*EmptyDirVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{32}
+	return file_corev1_core_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EmptyDirVolumeSource) GetMedium() string {
@@ -2593,7 +2698,7 @@ type ConfigMapVolumeSource struct {
 
 func (x *ConfigMapVolumeSource) Reset() {
 	*x = ConfigMapVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[33]
+	mi := &file_corev1_core_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2710,7 @@ func (x *ConfigMapVolumeSource) String() string {
 func (*ConfigMapVolumeSource) ProtoMessage() {}
 
 func (x *ConfigMapVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[33]
+	mi := &file_corev1_core_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2723,7 @@ func (x *ConfigMapVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMapVolumeSource.ProtoReflect.Descriptor instead.
 func (*ConfigMapVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{33}
+	return file_corev1_core_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ConfigMapVolumeSource) GetName() string {
@@ -2661,7 +2766,7 @@ type SecretVolumeSource struct {
 
 func (x *SecretVolumeSource) Reset() {
 	*x = SecretVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[34]
+	mi := &file_corev1_core_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +2778,7 @@ func (x *SecretVolumeSource) String() string {
 func (*SecretVolumeSource) ProtoMessage() {}
 
 func (x *SecretVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[34]
+	mi := &file_corev1_core_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +2791,7 @@ func (x *SecretVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretVolumeSource.ProtoReflect.Descriptor instead.
 func (*SecretVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{34}
+	return file_corev1_core_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SecretVolumeSource) GetSecretName() string {
@@ -2727,7 +2832,7 @@ type HostPathVolumeSource struct {
 
 func (x *HostPathVolumeSource) Reset() {
 	*x = HostPathVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[35]
+	mi := &file_corev1_core_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2844,7 @@ func (x *HostPathVolumeSource) String() string {
 func (*HostPathVolumeSource) ProtoMessage() {}
 
 func (x *HostPathVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[35]
+	mi := &file_corev1_core_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2857,7 @@ func (x *HostPathVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPathVolumeSource.ProtoReflect.Descriptor instead.
 func (*HostPathVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{35}
+	return file_corev1_core_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HostPathVolumeSource) GetPath() string {
@@ -2782,7 +2887,7 @@ type DownwardAPIVolumeSource struct {
 
 func (x *DownwardAPIVolumeSource) Reset() {
 	*x = DownwardAPIVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[36]
+	mi := &file_corev1_core_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +2899,7 @@ func (x *DownwardAPIVolumeSource) String() string {
 func (*DownwardAPIVolumeSource) ProtoMessage() {}
 
 func (x *DownwardAPIVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[36]
+	mi := &file_corev1_core_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +2912,7 @@ func (x *DownwardAPIVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIVolumeSource.ProtoReflect.Descriptor instead.
 func (*DownwardAPIVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{36}
+	return file_corev1_core_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DownwardAPIVolumeSource) GetItems() []*DownwardAPIVolumeFile {
@@ -2836,7 +2941,7 @@ type DownwardAPIVolumeFile struct {
 
 func (x *DownwardAPIVolumeFile) Reset() {
 	*x = DownwardAPIVolumeFile{}
-	mi := &file_corev1_core_proto_msgTypes[37]
+	mi := &file_corev1_core_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +2953,7 @@ func (x *DownwardAPIVolumeFile) String() string {
 func (*DownwardAPIVolumeFile) ProtoMessage() {}
 
 func (x *DownwardAPIVolumeFile) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[37]
+	mi := &file_corev1_core_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +2966,7 @@ func (x *DownwardAPIVolumeFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIVolumeFile.ProtoReflect.Descriptor instead.
 func (*DownwardAPIVolumeFile) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{37}
+	return file_corev1_core_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DownwardAPIVolumeFile) GetPath() string {
@@ -2902,7 +3007,7 @@ type PersistentVolumeClaimVolumeSource struct {
 
 func (x *PersistentVolumeClaimVolumeSource) Reset() {
 	*x = PersistentVolumeClaimVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[38]
+	mi := &file_corev1_core_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2914,7 +3019,7 @@ func (x *PersistentVolumeClaimVolumeSource) String() string {
 func (*PersistentVolumeClaimVolumeSource) ProtoMessage() {}
 
 func (x *PersistentVolumeClaimVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[38]
+	mi := &file_corev1_core_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2927,7 +3032,7 @@ func (x *PersistentVolumeClaimVolumeSource) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use PersistentVolumeClaimVolumeSource.ProtoReflect.Descriptor instead.
 func (*PersistentVolumeClaimVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{38}
+	return file_corev1_core_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PersistentVolumeClaimVolumeSource) GetClaimName() string {
@@ -2960,7 +3065,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_corev1_core_proto_msgTypes[39]
+	mi := &file_corev1_core_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3077,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[39]
+	mi := &file_corev1_core_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3090,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{39}
+	return file_corev1_core_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Volume) GetName() string {
@@ -3058,7 +3163,7 @@ type ProjectedVolumeSource struct {
 
 func (x *ProjectedVolumeSource) Reset() {
 	*x = ProjectedVolumeSource{}
-	mi := &file_corev1_core_proto_msgTypes[40]
+	mi := &file_corev1_core_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3175,7 @@ func (x *ProjectedVolumeSource) String() string {
 func (*ProjectedVolumeSource) ProtoMessage() {}
 
 func (x *ProjectedVolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[40]
+	mi := &file_corev1_core_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3188,7 @@ func (x *ProjectedVolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectedVolumeSource.ProtoReflect.Descriptor instead.
 func (*ProjectedVolumeSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{40}
+	return file_corev1_core_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ProjectedVolumeSource) GetSources() []*VolumeProjection {
@@ -3114,7 +3219,7 @@ type VolumeProjection struct {
 
 func (x *VolumeProjection) Reset() {
 	*x = VolumeProjection{}
-	mi := &file_corev1_core_proto_msgTypes[41]
+	mi := &file_corev1_core_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3126,7 +3231,7 @@ func (x *VolumeProjection) String() string {
 func (*VolumeProjection) ProtoMessage() {}
 
 func (x *VolumeProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[41]
+	mi := &file_corev1_core_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3139,7 +3244,7 @@ func (x *VolumeProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeProjection.ProtoReflect.Descriptor instead.
 func (*VolumeProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{41}
+	return file_corev1_core_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *VolumeProjection) GetConfigMap() *ConfigMapProjection {
@@ -3186,7 +3291,7 @@ type ServiceAccountTokenProjection struct {
 
 func (x *ServiceAccountTokenProjection) Reset() {
 	*x = ServiceAccountTokenProjection{}
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3303,7 @@ func (x *ServiceAccountTokenProjection) String() string {
 func (*ServiceAccountTokenProjection) ProtoMessage() {}
 
 func (x *ServiceAccountTokenProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[42]
+	mi := &file_corev1_core_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3316,7 @@ func (x *ServiceAccountTokenProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccountTokenProjection.ProtoReflect.Descriptor instead.
 func (*ServiceAccountTokenProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{42}
+	return file_corev1_core_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ServiceAccountTokenProjection) GetAudience() string {
@@ -3246,7 +3351,7 @@ type ConfigMapProjection struct {
 
 func (x *ConfigMapProjection) Reset() {
 	*x = ConfigMapProjection{}
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3258,7 +3363,7 @@ func (x *ConfigMapProjection) String() string {
 func (*ConfigMapProjection) ProtoMessage() {}
 
 func (x *ConfigMapProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[43]
+	mi := &file_corev1_core_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3271,7 +3376,7 @@ func (x *ConfigMapProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMapProjection.ProtoReflect.Descriptor instead.
 func (*ConfigMapProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{43}
+	return file_corev1_core_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ConfigMapProjection) GetName() string {
@@ -3306,7 +3411,7 @@ type SecretProjection struct {
 
 func (x *SecretProjection) Reset() {
 	*x = SecretProjection{}
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3318,7 +3423,7 @@ func (x *SecretProjection) String() string {
 func (*SecretProjection) ProtoMessage() {}
 
 func (x *SecretProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[44]
+	mi := &file_corev1_core_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3331,7 +3436,7 @@ func (x *SecretProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretProjection.ProtoReflect.Descriptor instead.
 func (*SecretProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{44}
+	return file_corev1_core_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SecretProjection) GetName() string {
@@ -3364,7 +3469,7 @@ type DownwardAPIProjection struct {
 
 func (x *DownwardAPIProjection) Reset() {
 	*x = DownwardAPIProjection{}
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3376,7 +3481,7 @@ func (x *DownwardAPIProjection) String() string {
 func (*DownwardAPIProjection) ProtoMessage() {}
 
 func (x *DownwardAPIProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[45]
+	mi := &file_corev1_core_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3389,7 +3494,7 @@ func (x *DownwardAPIProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownwardAPIProjection.ProtoReflect.Descriptor instead.
 func (*DownwardAPIProjection) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{45}
+	return file_corev1_core_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DownwardAPIProjection) GetItems() []*DownwardAPIVolumeFile {
@@ -3412,7 +3517,7 @@ type Toleration struct {
 
 func (x *Toleration) Reset() {
 	*x = Toleration{}
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3424,7 +3529,7 @@ func (x *Toleration) String() string {
 func (*Toleration) ProtoMessage() {}
 
 func (x *Toleration) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[46]
+	mi := &file_corev1_core_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3437,7 +3542,7 @@ func (x *Toleration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Toleration.ProtoReflect.Descriptor instead.
 func (*Toleration) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{46}
+	return file_corev1_core_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Toleration) GetKey() string {
@@ -3486,7 +3591,7 @@ type NodeSelectorRequirement struct {
 
 func (x *NodeSelectorRequirement) Reset() {
 	*x = NodeSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3498,7 +3603,7 @@ func (x *NodeSelectorRequirement) String() string {
 func (*NodeSelectorRequirement) ProtoMessage() {}
 
 func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[47]
+	mi := &file_corev1_core_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3511,7 +3616,7 @@ func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*NodeSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{47}
+	return file_corev1_core_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeSelectorRequirement) GetKey() string {
@@ -3545,7 +3650,7 @@ type NodeSelectorTerm struct {
 
 func (x *NodeSelectorTerm) Reset() {
 	*x = NodeSelectorTerm{}
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +3662,7 @@ func (x *NodeSelectorTerm) String() string {
 func (*NodeSelectorTerm) ProtoMessage() {}
 
 func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[48]
+	mi := &file_corev1_core_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +3675,7 @@ func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorTerm.ProtoReflect.Descriptor instead.
 func (*NodeSelectorTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{48}
+	return file_corev1_core_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NodeSelectorTerm) GetMatchExpressions() []*NodeSelectorRequirement {
@@ -3596,7 +3701,7 @@ type NodeSelector struct {
 
 func (x *NodeSelector) Reset() {
 	*x = NodeSelector{}
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3713,7 @@ func (x *NodeSelector) String() string {
 func (*NodeSelector) ProtoMessage() {}
 
 func (x *NodeSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[49]
+	mi := &file_corev1_core_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3726,7 @@ func (x *NodeSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelector.ProtoReflect.Descriptor instead.
 func (*NodeSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{49}
+	return file_corev1_core_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NodeSelector) GetNodeSelectorTerms() []*NodeSelectorTerm {
@@ -3641,7 +3746,7 @@ type PreferredSchedulingTerm struct {
 
 func (x *PreferredSchedulingTerm) Reset() {
 	*x = PreferredSchedulingTerm{}
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3653,7 +3758,7 @@ func (x *PreferredSchedulingTerm) String() string {
 func (*PreferredSchedulingTerm) ProtoMessage() {}
 
 func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[50]
+	mi := &file_corev1_core_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3666,7 +3771,7 @@ func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreferredSchedulingTerm.ProtoReflect.Descriptor instead.
 func (*PreferredSchedulingTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{50}
+	return file_corev1_core_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PreferredSchedulingTerm) GetWeight() int32 {
@@ -3693,7 +3798,7 @@ type NodeAffinity struct {
 
 func (x *NodeAffinity) Reset() {
 	*x = NodeAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3810,7 @@ func (x *NodeAffinity) String() string {
 func (*NodeAffinity) ProtoMessage() {}
 
 func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[51]
+	mi := &file_corev1_core_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3823,7 @@ func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAffinity.ProtoReflect.Descriptor instead.
 func (*NodeAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{51}
+	return file_corev1_core_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *NodeAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() *NodeSelector {
@@ -3746,7 +3851,7 @@ type LabelSelectorRequirement struct {
 
 func (x *LabelSelectorRequirement) Reset() {
 	*x = LabelSelectorRequirement{}
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3758,7 +3863,7 @@ func (x *LabelSelectorRequirement) String() string {
 func (*LabelSelectorRequirement) ProtoMessage() {}
 
 func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[52]
+	mi := &file_corev1_core_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3771,7 +3876,7 @@ func (x *LabelSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*LabelSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{52}
+	return file_corev1_core_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *LabelSelectorRequirement) GetKey() string {
@@ -3808,7 +3913,7 @@ type LabelSelector struct {
 
 func (x *LabelSelector) Reset() {
 	*x = LabelSelector{}
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3820,7 +3925,7 @@ func (x *LabelSelector) String() string {
 func (*LabelSelector) ProtoMessage() {}
 
 func (x *LabelSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[53]
+	mi := &file_corev1_core_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3833,7 +3938,7 @@ func (x *LabelSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSelector.ProtoReflect.Descriptor instead.
 func (*LabelSelector) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{53}
+	return file_corev1_core_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *LabelSelector) GetMatchLabels() map[string]string {
@@ -3864,7 +3969,7 @@ type PodAffinityTerm struct {
 
 func (x *PodAffinityTerm) Reset() {
 	*x = PodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3876,7 +3981,7 @@ func (x *PodAffinityTerm) String() string {
 func (*PodAffinityTerm) ProtoMessage() {}
 
 func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[54]
+	mi := &file_corev1_core_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3889,7 +3994,7 @@ func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*PodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{54}
+	return file_corev1_core_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PodAffinityTerm) GetLabelSelector() *LabelSelector {
@@ -3944,7 +4049,7 @@ type WeightedPodAffinityTerm struct {
 
 func (x *WeightedPodAffinityTerm) Reset() {
 	*x = WeightedPodAffinityTerm{}
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3956,7 +4061,7 @@ func (x *WeightedPodAffinityTerm) String() string {
 func (*WeightedPodAffinityTerm) ProtoMessage() {}
 
 func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[55]
+	mi := &file_corev1_core_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3969,7 +4074,7 @@ func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightedPodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*WeightedPodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{55}
+	return file_corev1_core_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WeightedPodAffinityTerm) GetWeight() int32 {
@@ -3996,7 +4101,7 @@ type PodAffinity struct {
 
 func (x *PodAffinity) Reset() {
 	*x = PodAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4008,7 +4113,7 @@ func (x *PodAffinity) String() string {
 func (*PodAffinity) ProtoMessage() {}
 
 func (x *PodAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[56]
+	mi := &file_corev1_core_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4021,7 +4126,7 @@ func (x *PodAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinity.ProtoReflect.Descriptor instead.
 func (*PodAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{56}
+	return file_corev1_core_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PodAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -4048,7 +4153,7 @@ type PodAntiAffinity struct {
 
 func (x *PodAntiAffinity) Reset() {
 	*x = PodAntiAffinity{}
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4060,7 +4165,7 @@ func (x *PodAntiAffinity) String() string {
 func (*PodAntiAffinity) ProtoMessage() {}
 
 func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[57]
+	mi := &file_corev1_core_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4073,7 +4178,7 @@ func (x *PodAntiAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAntiAffinity.ProtoReflect.Descriptor instead.
 func (*PodAntiAffinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{57}
+	return file_corev1_core_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PodAntiAffinity) GetRequiredDuringSchedulingIgnoredDuringExecution() []*PodAffinityTerm {
@@ -4101,7 +4206,7 @@ type Affinity struct {
 
 func (x *Affinity) Reset() {
 	*x = Affinity{}
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4218,7 @@ func (x *Affinity) String() string {
 func (*Affinity) ProtoMessage() {}
 
 func (x *Affinity) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[58]
+	mi := &file_corev1_core_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4231,7 @@ func (x *Affinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Affinity.ProtoReflect.Descriptor instead.
 func (*Affinity) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{58}
+	return file_corev1_core_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Affinity) GetNodeAffinity() *NodeAffinity {
@@ -4166,7 +4271,7 @@ type TopologySpreadConstraint struct {
 
 func (x *TopologySpreadConstraint) Reset() {
 	*x = TopologySpreadConstraint{}
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4178,7 +4283,7 @@ func (x *TopologySpreadConstraint) String() string {
 func (*TopologySpreadConstraint) ProtoMessage() {}
 
 func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[59]
+	mi := &file_corev1_core_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4191,7 +4296,7 @@ func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologySpreadConstraint.ProtoReflect.Descriptor instead.
 func (*TopologySpreadConstraint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{59}
+	return file_corev1_core_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TopologySpreadConstraint) GetMaxSkew() int32 {
@@ -4259,7 +4364,7 @@ type PodSchedulingGate struct {
 
 func (x *PodSchedulingGate) Reset() {
 	*x = PodSchedulingGate{}
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4271,7 +4376,7 @@ func (x *PodSchedulingGate) String() string {
 func (*PodSchedulingGate) ProtoMessage() {}
 
 func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[60]
+	mi := &file_corev1_core_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4284,7 +4389,7 @@ func (x *PodSchedulingGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSchedulingGate.ProtoReflect.Descriptor instead.
 func (*PodSchedulingGate) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{60}
+	return file_corev1_core_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PodSchedulingGate) GetName() string {
@@ -4336,13 +4441,18 @@ type PodSpec struct {
 	// ephemeral_containers are added, never changed or removed, through the
 	// pod's ephemeralcontainers subresource.
 	EphemeralContainers []*EphemeralContainer `protobuf:"bytes,28,rep,name=ephemeral_containers,json=ephemeralContainers,proto3" json:"ephemeral_containers,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// subdomain: with hostname, the pod's FQDN
+	// <hostname>.<subdomain>.<namespace>.svc.<cluster domain>.
+	Subdomain string `protobuf:"bytes,40,opt,name=subdomain,proto3" json:"subdomain,omitempty"`
+	// host_aliases are added to the pod's /etc/hosts.
+	HostAliases   []*HostAlias `protobuf:"bytes,41,rep,name=host_aliases,json=hostAliases,proto3" json:"host_aliases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PodSpec) Reset() {
 	*x = PodSpec{}
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4354,7 +4464,7 @@ func (x *PodSpec) String() string {
 func (*PodSpec) ProtoMessage() {}
 
 func (x *PodSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[61]
+	mi := &file_corev1_core_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4367,7 +4477,7 @@ func (x *PodSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSpec.ProtoReflect.Descriptor instead.
 func (*PodSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{61}
+	return file_corev1_core_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PodSpec) GetVolumes() []*Volume {
@@ -4573,6 +4683,73 @@ func (x *PodSpec) GetEphemeralContainers() []*EphemeralContainer {
 	return nil
 }
 
+func (x *PodSpec) GetSubdomain() string {
+	if x != nil {
+		return x.Subdomain
+	}
+	return ""
+}
+
+func (x *PodSpec) GetHostAliases() []*HostAlias {
+	if x != nil {
+		return x.HostAliases
+	}
+	return nil
+}
+
+// HostAlias is one /etc/hosts line the pod adds: ip and its hostnames.
+type HostAlias struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ip            string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
+	Hostnames     []string               `protobuf:"bytes,2,rep,name=hostnames,proto3" json:"hostnames,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostAlias) Reset() {
+	*x = HostAlias{}
+	mi := &file_corev1_core_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostAlias) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostAlias) ProtoMessage() {}
+
+func (x *HostAlias) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostAlias.ProtoReflect.Descriptor instead.
+func (*HostAlias) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *HostAlias) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *HostAlias) GetHostnames() []string {
+	if x != nil {
+		return x.Hostnames
+	}
+	return nil
+}
+
 // PodDNSConfig is what a pod adds to (or, with dnsPolicy None, all of) its
 // resolv.conf.
 type PodDNSConfig struct {
@@ -4586,7 +4763,7 @@ type PodDNSConfig struct {
 
 func (x *PodDNSConfig) Reset() {
 	*x = PodDNSConfig{}
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4598,7 +4775,7 @@ func (x *PodDNSConfig) String() string {
 func (*PodDNSConfig) ProtoMessage() {}
 
 func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[62]
+	mi := &file_corev1_core_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4611,7 +4788,7 @@ func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfig.ProtoReflect.Descriptor instead.
 func (*PodDNSConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{62}
+	return file_corev1_core_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PodDNSConfig) GetNameservers() []string {
@@ -4645,7 +4822,7 @@ type PodDNSConfigOption struct {
 
 func (x *PodDNSConfigOption) Reset() {
 	*x = PodDNSConfigOption{}
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4657,7 +4834,7 @@ func (x *PodDNSConfigOption) String() string {
 func (*PodDNSConfigOption) ProtoMessage() {}
 
 func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[63]
+	mi := &file_corev1_core_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4670,7 +4847,7 @@ func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDNSConfigOption.ProtoReflect.Descriptor instead.
 func (*PodDNSConfigOption) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{63}
+	return file_corev1_core_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PodDNSConfigOption) GetName() string {
@@ -4701,7 +4878,7 @@ type PodCondition struct {
 
 func (x *PodCondition) Reset() {
 	*x = PodCondition{}
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4713,7 +4890,7 @@ func (x *PodCondition) String() string {
 func (*PodCondition) ProtoMessage() {}
 
 func (x *PodCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[64]
+	mi := &file_corev1_core_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4726,7 +4903,7 @@ func (x *PodCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodCondition.ProtoReflect.Descriptor instead.
 func (*PodCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{64}
+	return file_corev1_core_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *PodCondition) GetType() string {
@@ -4781,7 +4958,7 @@ type ContainerStateWaiting struct {
 
 func (x *ContainerStateWaiting) Reset() {
 	*x = ContainerStateWaiting{}
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4793,7 +4970,7 @@ func (x *ContainerStateWaiting) String() string {
 func (*ContainerStateWaiting) ProtoMessage() {}
 
 func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[65]
+	mi := &file_corev1_core_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4806,7 +4983,7 @@ func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateWaiting.ProtoReflect.Descriptor instead.
 func (*ContainerStateWaiting) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{65}
+	return file_corev1_core_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ContainerStateWaiting) GetReason() string {
@@ -4832,7 +5009,7 @@ type ContainerStateRunning struct {
 
 func (x *ContainerStateRunning) Reset() {
 	*x = ContainerStateRunning{}
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4844,7 +5021,7 @@ func (x *ContainerStateRunning) String() string {
 func (*ContainerStateRunning) ProtoMessage() {}
 
 func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[66]
+	mi := &file_corev1_core_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4857,7 +5034,7 @@ func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateRunning.ProtoReflect.Descriptor instead.
 func (*ContainerStateRunning) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{66}
+	return file_corev1_core_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ContainerStateRunning) GetStartedAt() *timestamppb.Timestamp {
@@ -4882,7 +5059,7 @@ type ContainerStateTerminated struct {
 
 func (x *ContainerStateTerminated) Reset() {
 	*x = ContainerStateTerminated{}
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4894,7 +5071,7 @@ func (x *ContainerStateTerminated) String() string {
 func (*ContainerStateTerminated) ProtoMessage() {}
 
 func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[67]
+	mi := &file_corev1_core_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4907,7 +5084,7 @@ func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateTerminated.ProtoReflect.Descriptor instead.
 func (*ContainerStateTerminated) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{67}
+	return file_corev1_core_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ContainerStateTerminated) GetExitCode() int32 {
@@ -4970,7 +5147,7 @@ type ContainerState struct {
 
 func (x *ContainerState) Reset() {
 	*x = ContainerState{}
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4982,7 +5159,7 @@ func (x *ContainerState) String() string {
 func (*ContainerState) ProtoMessage() {}
 
 func (x *ContainerState) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[68]
+	mi := &file_corev1_core_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4995,7 +5172,7 @@ func (x *ContainerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerState.ProtoReflect.Descriptor instead.
 func (*ContainerState) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{68}
+	return file_corev1_core_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ContainerState) GetWaiting() *ContainerStateWaiting {
@@ -5036,7 +5213,7 @@ type ContainerStatus struct {
 
 func (x *ContainerStatus) Reset() {
 	*x = ContainerStatus{}
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5048,7 +5225,7 @@ func (x *ContainerStatus) String() string {
 func (*ContainerStatus) ProtoMessage() {}
 
 func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[69]
+	mi := &file_corev1_core_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5061,7 +5238,7 @@ func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStatus.ProtoReflect.Descriptor instead.
 func (*ContainerStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{69}
+	return file_corev1_core_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ContainerStatus) GetName() string {
@@ -5136,7 +5313,7 @@ type PodIP struct {
 
 func (x *PodIP) Reset() {
 	*x = PodIP{}
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5148,7 +5325,7 @@ func (x *PodIP) String() string {
 func (*PodIP) ProtoMessage() {}
 
 func (x *PodIP) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[70]
+	mi := &file_corev1_core_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5161,7 +5338,7 @@ func (x *PodIP) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodIP.ProtoReflect.Descriptor instead.
 func (*PodIP) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{70}
+	return file_corev1_core_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *PodIP) GetIp() string {
@@ -5192,7 +5369,7 @@ type PodStatus struct {
 
 func (x *PodStatus) Reset() {
 	*x = PodStatus{}
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5204,7 +5381,7 @@ func (x *PodStatus) String() string {
 func (*PodStatus) ProtoMessage() {}
 
 func (x *PodStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[71]
+	mi := &file_corev1_core_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5217,7 +5394,7 @@ func (x *PodStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatus.ProtoReflect.Descriptor instead.
 func (*PodStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{71}
+	return file_corev1_core_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *PodStatus) GetPhase() string {
@@ -5322,7 +5499,7 @@ type Pod struct {
 
 func (x *Pod) Reset() {
 	*x = Pod{}
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5334,7 +5511,7 @@ func (x *Pod) String() string {
 func (*Pod) ProtoMessage() {}
 
 func (x *Pod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[72]
+	mi := &file_corev1_core_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5347,7 +5524,7 @@ func (x *Pod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pod.ProtoReflect.Descriptor instead.
 func (*Pod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{72}
+	return file_corev1_core_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Pod) GetMetadata() *ObjectMeta {
@@ -5383,7 +5560,7 @@ type Taint struct {
 
 func (x *Taint) Reset() {
 	*x = Taint{}
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5395,7 +5572,7 @@ func (x *Taint) String() string {
 func (*Taint) ProtoMessage() {}
 
 func (x *Taint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[73]
+	mi := &file_corev1_core_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5408,7 +5585,7 @@ func (x *Taint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taint.ProtoReflect.Descriptor instead.
 func (*Taint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{73}
+	return file_corev1_core_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *Taint) GetKey() string {
@@ -5452,7 +5629,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5464,7 +5641,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[74]
+	mi := &file_corev1_core_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5477,7 +5654,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{74}
+	return file_corev1_core_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *NodeSpec) GetPodCidr() string {
@@ -5529,7 +5706,7 @@ type NodeCondition struct {
 
 func (x *NodeCondition) Reset() {
 	*x = NodeCondition{}
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5541,7 +5718,7 @@ func (x *NodeCondition) String() string {
 func (*NodeCondition) ProtoMessage() {}
 
 func (x *NodeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[75]
+	mi := &file_corev1_core_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5554,7 +5731,7 @@ func (x *NodeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCondition.ProtoReflect.Descriptor instead.
 func (*NodeCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{75}
+	return file_corev1_core_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *NodeCondition) GetType() string {
@@ -5609,7 +5786,7 @@ type NodeAddress struct {
 
 func (x *NodeAddress) Reset() {
 	*x = NodeAddress{}
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5621,7 +5798,7 @@ func (x *NodeAddress) String() string {
 func (*NodeAddress) ProtoMessage() {}
 
 func (x *NodeAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[76]
+	mi := &file_corev1_core_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5634,7 +5811,7 @@ func (x *NodeAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAddress.ProtoReflect.Descriptor instead.
 func (*NodeAddress) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{76}
+	return file_corev1_core_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *NodeAddress) GetType() string {
@@ -5661,7 +5838,7 @@ type ContainerImage struct {
 
 func (x *ContainerImage) Reset() {
 	*x = ContainerImage{}
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5673,7 +5850,7 @@ func (x *ContainerImage) String() string {
 func (*ContainerImage) ProtoMessage() {}
 
 func (x *ContainerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[77]
+	mi := &file_corev1_core_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5686,7 +5863,7 @@ func (x *ContainerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerImage.ProtoReflect.Descriptor instead.
 func (*ContainerImage) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{77}
+	return file_corev1_core_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ContainerImage) GetNames() []string {
@@ -5718,7 +5895,7 @@ type NodeSystemInfo struct {
 
 func (x *NodeSystemInfo) Reset() {
 	*x = NodeSystemInfo{}
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5730,7 +5907,7 @@ func (x *NodeSystemInfo) String() string {
 func (*NodeSystemInfo) ProtoMessage() {}
 
 func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[78]
+	mi := &file_corev1_core_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5743,7 +5920,7 @@ func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSystemInfo.ProtoReflect.Descriptor instead.
 func (*NodeSystemInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{78}
+	return file_corev1_core_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *NodeSystemInfo) GetMachineId() string {
@@ -5810,7 +5987,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5822,7 +5999,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[79]
+	mi := &file_corev1_core_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5835,7 +6012,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{79}
+	return file_corev1_core_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *NodeStatus) GetCapacity() map[string]string {
@@ -5898,7 +6075,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5910,7 +6087,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[80]
+	mi := &file_corev1_core_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5923,7 +6100,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{80}
+	return file_corev1_core_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -5961,7 +6138,7 @@ type ServicePort struct {
 
 func (x *ServicePort) Reset() {
 	*x = ServicePort{}
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5973,7 +6150,7 @@ func (x *ServicePort) String() string {
 func (*ServicePort) ProtoMessage() {}
 
 func (x *ServicePort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[81]
+	mi := &file_corev1_core_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5986,7 +6163,7 @@ func (x *ServicePort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePort.ProtoReflect.Descriptor instead.
 func (*ServicePort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{81}
+	return file_corev1_core_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ServicePort) GetName() string {
@@ -6047,7 +6224,7 @@ type ServiceSpec struct {
 
 func (x *ServiceSpec) Reset() {
 	*x = ServiceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6059,7 +6236,7 @@ func (x *ServiceSpec) String() string {
 func (*ServiceSpec) ProtoMessage() {}
 
 func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[82]
+	mi := &file_corev1_core_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6072,7 +6249,7 @@ func (x *ServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceSpec.ProtoReflect.Descriptor instead.
 func (*ServiceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{82}
+	return file_corev1_core_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ServiceSpec) GetPorts() []*ServicePort {
@@ -6141,7 +6318,7 @@ type SessionAffinityConfig struct {
 
 func (x *SessionAffinityConfig) Reset() {
 	*x = SessionAffinityConfig{}
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6153,7 +6330,7 @@ func (x *SessionAffinityConfig) String() string {
 func (*SessionAffinityConfig) ProtoMessage() {}
 
 func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[83]
+	mi := &file_corev1_core_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6166,7 +6343,7 @@ func (x *SessionAffinityConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAffinityConfig.ProtoReflect.Descriptor instead.
 func (*SessionAffinityConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{83}
+	return file_corev1_core_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *SessionAffinityConfig) GetClientIp() *ClientIPConfig {
@@ -6188,7 +6365,7 @@ type ClientIPConfig struct {
 
 func (x *ClientIPConfig) Reset() {
 	*x = ClientIPConfig{}
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6200,7 +6377,7 @@ func (x *ClientIPConfig) String() string {
 func (*ClientIPConfig) ProtoMessage() {}
 
 func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[84]
+	mi := &file_corev1_core_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6213,7 +6390,7 @@ func (x *ClientIPConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientIPConfig.ProtoReflect.Descriptor instead.
 func (*ClientIPConfig) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{84}
+	return file_corev1_core_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ClientIPConfig) GetTimeoutSeconds() int32 {
@@ -6231,7 +6408,7 @@ type ServiceStatus struct {
 
 func (x *ServiceStatus) Reset() {
 	*x = ServiceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6243,7 +6420,7 @@ func (x *ServiceStatus) String() string {
 func (*ServiceStatus) ProtoMessage() {}
 
 func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[85]
+	mi := &file_corev1_core_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6256,7 +6433,7 @@ func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStatus.ProtoReflect.Descriptor instead.
 func (*ServiceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{85}
+	return file_corev1_core_proto_rawDescGZIP(), []int{87}
 }
 
 type Service struct {
@@ -6270,7 +6447,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6282,7 +6459,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[86]
+	mi := &file_corev1_core_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6295,7 +6472,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{86}
+	return file_corev1_core_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *Service) GetMetadata() *ObjectMeta {
@@ -6330,7 +6507,7 @@ type EndpointConditions struct {
 
 func (x *EndpointConditions) Reset() {
 	*x = EndpointConditions{}
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6342,7 +6519,7 @@ func (x *EndpointConditions) String() string {
 func (*EndpointConditions) ProtoMessage() {}
 
 func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[87]
+	mi := &file_corev1_core_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6355,7 +6532,7 @@ func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointConditions.ProtoReflect.Descriptor instead.
 func (*EndpointConditions) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{87}
+	return file_corev1_core_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *EndpointConditions) GetReady() bool {
@@ -6394,7 +6571,7 @@ type ObjectReference struct {
 
 func (x *ObjectReference) Reset() {
 	*x = ObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6406,7 +6583,7 @@ func (x *ObjectReference) String() string {
 func (*ObjectReference) ProtoMessage() {}
 
 func (x *ObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6419,7 +6596,7 @@ func (x *ObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReference.ProtoReflect.Descriptor instead.
 func (*ObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{88}
+	return file_corev1_core_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ObjectReference) GetKind() string {
@@ -6484,7 +6661,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6496,7 +6673,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6509,7 +6686,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{89}
+	return file_corev1_core_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *Endpoint) GetAddresses() []string {
@@ -6559,7 +6736,7 @@ type EndpointPort struct {
 
 func (x *EndpointPort) Reset() {
 	*x = EndpointPort{}
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6571,7 +6748,7 @@ func (x *EndpointPort) String() string {
 func (*EndpointPort) ProtoMessage() {}
 
 func (x *EndpointPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6584,7 +6761,7 @@ func (x *EndpointPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPort.ProtoReflect.Descriptor instead.
 func (*EndpointPort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{90}
+	return file_corev1_core_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *EndpointPort) GetName() string {
@@ -6628,7 +6805,7 @@ type EndpointSlice struct {
 
 func (x *EndpointSlice) Reset() {
 	*x = EndpointSlice{}
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6640,7 +6817,7 @@ func (x *EndpointSlice) String() string {
 func (*EndpointSlice) ProtoMessage() {}
 
 func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6653,7 +6830,7 @@ func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointSlice.ProtoReflect.Descriptor instead.
 func (*EndpointSlice) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{91}
+	return file_corev1_core_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *EndpointSlice) GetMetadata() *ObjectMeta {
@@ -6693,7 +6870,7 @@ type NamespaceSpec struct {
 
 func (x *NamespaceSpec) Reset() {
 	*x = NamespaceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6705,7 +6882,7 @@ func (x *NamespaceSpec) String() string {
 func (*NamespaceSpec) ProtoMessage() {}
 
 func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6718,7 +6895,7 @@ func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSpec.ProtoReflect.Descriptor instead.
 func (*NamespaceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{92}
+	return file_corev1_core_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *NamespaceSpec) GetFinalizers() []string {
@@ -6741,7 +6918,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6753,7 +6930,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6766,7 +6943,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{93}
+	return file_corev1_core_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *NamespaceStatus) GetPhase() string {
@@ -6796,7 +6973,7 @@ type NamespaceCondition struct {
 
 func (x *NamespaceCondition) Reset() {
 	*x = NamespaceCondition{}
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6808,7 +6985,7 @@ func (x *NamespaceCondition) String() string {
 func (*NamespaceCondition) ProtoMessage() {}
 
 func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6821,7 +6998,7 @@ func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCondition.ProtoReflect.Descriptor instead.
 func (*NamespaceCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+	return file_corev1_core_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *NamespaceCondition) GetType() string {
@@ -6870,7 +7047,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6882,7 +7059,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6895,7 +7072,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{95}
+	return file_corev1_core_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *Namespace) GetMetadata() *ObjectMeta {
@@ -6928,7 +7105,7 @@ type LocalObjectReference struct {
 
 func (x *LocalObjectReference) Reset() {
 	*x = LocalObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6940,7 +7117,7 @@ func (x *LocalObjectReference) String() string {
 func (*LocalObjectReference) ProtoMessage() {}
 
 func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6953,7 +7130,7 @@ func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalObjectReference.ProtoReflect.Descriptor instead.
 func (*LocalObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{96}
+	return file_corev1_core_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *LocalObjectReference) GetName() string {
@@ -6975,7 +7152,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6987,7 +7164,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7000,7 +7177,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{97}
+	return file_corev1_core_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ServiceAccount) GetMetadata() *ObjectMeta {
@@ -7043,7 +7220,7 @@ type ConfigMap struct {
 
 func (x *ConfigMap) Reset() {
 	*x = ConfigMap{}
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7055,7 +7232,7 @@ func (x *ConfigMap) String() string {
 func (*ConfigMap) ProtoMessage() {}
 
 func (x *ConfigMap) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7068,7 +7245,7 @@ func (x *ConfigMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMap.ProtoReflect.Descriptor instead.
 func (*ConfigMap) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{98}
+	return file_corev1_core_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ConfigMap) GetMetadata() *ObjectMeta {
@@ -7111,7 +7288,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7123,7 +7300,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7136,7 +7313,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{99}
+	return file_corev1_core_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *Secret) GetMetadata() *ObjectMeta {
@@ -7180,7 +7357,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7192,7 +7369,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7205,7 +7382,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{100}
+	return file_corev1_core_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *PolicyRule) GetVerbs() []string {
@@ -7253,7 +7430,7 @@ type Role struct {
 
 func (x *Role) Reset() {
 	*x = Role{}
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7265,7 +7442,7 @@ func (x *Role) String() string {
 func (*Role) ProtoMessage() {}
 
 func (x *Role) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7278,7 +7455,7 @@ func (x *Role) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Role.ProtoReflect.Descriptor instead.
 func (*Role) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{101}
+	return file_corev1_core_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *Role) GetMetadata() *ObjectMeta {
@@ -7305,7 +7482,7 @@ type ClusterRole struct {
 
 func (x *ClusterRole) Reset() {
 	*x = ClusterRole{}
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7317,7 +7494,7 @@ func (x *ClusterRole) String() string {
 func (*ClusterRole) ProtoMessage() {}
 
 func (x *ClusterRole) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7330,7 +7507,7 @@ func (x *ClusterRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRole.ProtoReflect.Descriptor instead.
 func (*ClusterRole) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{102}
+	return file_corev1_core_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ClusterRole) GetMetadata() *ObjectMeta {
@@ -7359,7 +7536,7 @@ type Subject struct {
 
 func (x *Subject) Reset() {
 	*x = Subject{}
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7371,7 +7548,7 @@ func (x *Subject) String() string {
 func (*Subject) ProtoMessage() {}
 
 func (x *Subject) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7384,7 +7561,7 @@ func (x *Subject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subject.ProtoReflect.Descriptor instead.
 func (*Subject) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{103}
+	return file_corev1_core_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *Subject) GetKind() string {
@@ -7426,7 +7603,7 @@ type RoleRef struct {
 
 func (x *RoleRef) Reset() {
 	*x = RoleRef{}
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7438,7 +7615,7 @@ func (x *RoleRef) String() string {
 func (*RoleRef) ProtoMessage() {}
 
 func (x *RoleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7451,7 +7628,7 @@ func (x *RoleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleRef.ProtoReflect.Descriptor instead.
 func (*RoleRef) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{104}
+	return file_corev1_core_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *RoleRef) GetApiGroup() string {
@@ -7486,7 +7663,7 @@ type RoleBinding struct {
 
 func (x *RoleBinding) Reset() {
 	*x = RoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7498,7 +7675,7 @@ func (x *RoleBinding) String() string {
 func (*RoleBinding) ProtoMessage() {}
 
 func (x *RoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7511,7 +7688,7 @@ func (x *RoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
 func (*RoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{105}
+	return file_corev1_core_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *RoleBinding) GetMetadata() *ObjectMeta {
@@ -7546,7 +7723,7 @@ type ClusterRoleBinding struct {
 
 func (x *ClusterRoleBinding) Reset() {
 	*x = ClusterRoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7558,7 +7735,7 @@ func (x *ClusterRoleBinding) String() string {
 func (*ClusterRoleBinding) ProtoMessage() {}
 
 func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7571,7 +7748,7 @@ func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRoleBinding.ProtoReflect.Descriptor instead.
 func (*ClusterRoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{106}
+	return file_corev1_core_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ClusterRoleBinding) GetMetadata() *ObjectMeta {
@@ -7605,7 +7782,7 @@ type EventSource struct {
 
 func (x *EventSource) Reset() {
 	*x = EventSource{}
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7617,7 +7794,7 @@ func (x *EventSource) String() string {
 func (*EventSource) ProtoMessage() {}
 
 func (x *EventSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7630,7 +7807,7 @@ func (x *EventSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
 func (*EventSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{107}
+	return file_corev1_core_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *EventSource) GetComponent() string {
@@ -7668,7 +7845,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7680,7 +7857,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7693,7 +7870,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{108}
+	return file_corev1_core_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *Event) GetMetadata() *ObjectMeta {
@@ -7802,7 +7979,7 @@ type LimitRangeItem struct {
 
 func (x *LimitRangeItem) Reset() {
 	*x = LimitRangeItem{}
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7814,7 +7991,7 @@ func (x *LimitRangeItem) String() string {
 func (*LimitRangeItem) ProtoMessage() {}
 
 func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7827,7 +8004,7 @@ func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeItem.ProtoReflect.Descriptor instead.
 func (*LimitRangeItem) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{109}
+	return file_corev1_core_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *LimitRangeItem) GetType() string {
@@ -7874,7 +8051,7 @@ type LimitRangeSpec struct {
 
 func (x *LimitRangeSpec) Reset() {
 	*x = LimitRangeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7886,7 +8063,7 @@ func (x *LimitRangeSpec) String() string {
 func (*LimitRangeSpec) ProtoMessage() {}
 
 func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7899,7 +8076,7 @@ func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeSpec.ProtoReflect.Descriptor instead.
 func (*LimitRangeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{110}
+	return file_corev1_core_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *LimitRangeSpec) GetLimits() []*LimitRangeItem {
@@ -7919,7 +8096,7 @@ type LimitRange struct {
 
 func (x *LimitRange) Reset() {
 	*x = LimitRange{}
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7931,7 +8108,7 @@ func (x *LimitRange) String() string {
 func (*LimitRange) ProtoMessage() {}
 
 func (x *LimitRange) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7944,7 +8121,7 @@ func (x *LimitRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRange.ProtoReflect.Descriptor instead.
 func (*LimitRange) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{111}
+	return file_corev1_core_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *LimitRange) GetMetadata() *ObjectMeta {
@@ -7975,7 +8152,7 @@ type SidecarPolicySpec struct {
 
 func (x *SidecarPolicySpec) Reset() {
 	*x = SidecarPolicySpec{}
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7987,7 +8164,7 @@ func (x *SidecarPolicySpec) String() string {
 func (*SidecarPolicySpec) ProtoMessage() {}
 
 func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8000,7 +8177,7 @@ func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicySpec.ProtoReflect.Descriptor instead.
 func (*SidecarPolicySpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{112}
+	return file_corev1_core_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *SidecarPolicySpec) GetSelector() map[string]string {
@@ -8041,7 +8218,7 @@ type SidecarPolicy struct {
 
 func (x *SidecarPolicy) Reset() {
 	*x = SidecarPolicy{}
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8053,7 +8230,7 @@ func (x *SidecarPolicy) String() string {
 func (*SidecarPolicy) ProtoMessage() {}
 
 func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8066,7 +8243,7 @@ func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicy.ProtoReflect.Descriptor instead.
 func (*SidecarPolicy) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{113}
+	return file_corev1_core_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *SidecarPolicy) GetMetadata() *ObjectMeta {
@@ -8096,7 +8273,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8108,7 +8285,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8121,7 +8298,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{114}
+	return file_corev1_core_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *StatusCause) GetType() string {
@@ -8150,21 +8327,25 @@ func (x *StatusCause) GetField() string {
 // machine-readable reason (Unauthorized, Forbidden, AlreadyExists, Invalid,
 // ...). Every error that crosses the bus is a Status.
 type Status struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"` // Success, Failure
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	Code          int32                  `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
-	Causes        []*StatusCause         `protobuf:"bytes,5,rep,name=causes,proto3" json:"causes,omitempty"`
-	Kind          string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"` // kind of the object the status is about
-	Name          string                 `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Status  string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"` // Success, Failure
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Reason  string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Code    int32                  `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
+	Causes  []*StatusCause         `protobuf:"bytes,5,rep,name=causes,proto3" json:"causes,omitempty"`
+	Kind    string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"` // kind of the object the status is about
+	Name    string                 `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
+	// warnings are kube-apiserver's warnings about an accepted request
+	// (deprecated fields, names that will not resolve, ...), answered to
+	// the client as Warning headers.
+	Warnings      []string `protobuf:"bytes,8,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8176,7 +8357,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8189,7 +8370,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{115}
+	return file_corev1_core_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *Status) GetStatus() string {
@@ -8241,6 +8422,88 @@ func (x *Status) GetName() string {
 	return ""
 }
 
+func (x *Status) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+// Unstructured is the stored form of every kind registered as data
+// (services/objects' generic kinds: apps/v1 Deployment, batch/v1 Job, ...
+// and, later, custom resources): metadata as every other kind's, so that
+// selectors, namespace deletion, owner references and the store's rules
+// treat it alike, and the rest of the object as its Kubernetes JSON.
+type Unstructured struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Metadata   *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	ApiVersion string                 `protobuf:"bytes,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"` // "apps/v1"
+	Kind       string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`                               // "Deployment"
+	// content is the object's Kubernetes JSON without apiVersion, kind and
+	// metadata: {"spec":{...},"status":{...}}.
+	Content       []byte `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Unstructured) Reset() {
+	*x = Unstructured{}
+	mi := &file_corev1_core_proto_msgTypes[118]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Unstructured) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Unstructured) ProtoMessage() {}
+
+func (x *Unstructured) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[118]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Unstructured.ProtoReflect.Descriptor instead.
+func (*Unstructured) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{118}
+}
+
+func (x *Unstructured) GetMetadata() *ObjectMeta {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Unstructured) GetApiVersion() string {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return ""
+}
+
+func (x *Unstructured) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Unstructured) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
 // UserInfo is an authenticated identity (authentication/v1 UserInfo).
 type UserInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -8253,7 +8516,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8265,7 +8528,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8278,7 +8541,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{116}
+	return file_corev1_core_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -8316,7 +8579,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8328,7 +8591,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8341,7 +8604,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{117}
+	return file_corev1_core_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -8372,7 +8635,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8384,7 +8647,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8397,7 +8660,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{118}
+	return file_corev1_core_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -8456,7 +8719,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8468,7 +8731,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8481,7 +8744,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{119}
+	return file_corev1_core_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -8621,13 +8884,14 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rRequestsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"x\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9c\x01\n" +
 	"\vVolumeMount\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tread_only\x18\x02 \x01(\bR\breadOnly\x12\x1d\n" +
 	"\n" +
 	"mount_path\x18\x03 \x01(\tR\tmountPath\x12\x19\n" +
-	"\bsub_path\x18\x04 \x01(\tR\asubPath\"&\n" +
+	"\bsub_path\x18\x04 \x01(\tR\asubPath\x12\"\n" +
+	"\rsub_path_expr\x18\x05 \x01(\tR\vsubPathExpr\"&\n" +
 	"\n" +
 	"ExecAction\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\"6\n" +
@@ -8685,7 +8949,12 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x04drop\x18\x02 \x03(\tR\x04drop\"Q\n" +
 	"\x0eSeccompProfile\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12+\n" +
-	"\x11localhost_profile\x18\x02 \x01(\tR\x10localhostProfile\"\xde\x04\n" +
+	"\x11localhost_profile\x18\x02 \x01(\tR\x10localhostProfile\"b\n" +
+	"\x0eSELinuxOptions\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x14\n" +
+	"\x05level\x18\x04 \x01(\tR\x05level\"\xa9\x05\n" +
 	"\x0fSecurityContext\x12#\n" +
 	"\n" +
 	"privileged\x18\x01 \x01(\bH\x00R\n" +
@@ -8699,13 +8968,15 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x1aallow_privilege_escalation\x18\a \x01(\bH\x05R\x18allowPrivilegeEscalation\x88\x01\x01\x12H\n" +
 	"\x0fseccomp_profile\x18\b \x01(\v2\x1f.podflow.core.v1.SeccompProfileR\x0eseccompProfile\x12\x1d\n" +
 	"\n" +
-	"proc_mount\x18\t \x01(\tR\tprocMountB\r\n" +
+	"proc_mount\x18\t \x01(\tR\tprocMount\x12I\n" +
+	"\x10se_linux_options\x18\n" +
+	" \x01(\v2\x1f.podflow.core.v1.SELinuxOptionsR\x0eseLinuxOptionsB\r\n" +
 	"\v_privilegedB\x0e\n" +
 	"\f_run_as_userB\x0f\n" +
 	"\r_run_as_groupB\x12\n" +
 	"\x10_run_as_non_rootB\x1c\n" +
 	"\x1a_read_only_root_filesystemB\x1d\n" +
-	"\x1b_allow_privilege_escalation\"\xf1\x03\n" +
+	"\x1b_allow_privilege_escalation\"\x91\x05\n" +
 	"\x12PodSecurityContext\x12#\n" +
 	"\vrun_as_user\x18\x01 \x01(\x03H\x00R\trunAsUser\x88\x01\x01\x12%\n" +
 	"\frun_as_group\x18\x02 \x01(\x03H\x01R\n" +
@@ -8715,12 +8986,16 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x13supplemental_groups\x18\x05 \x03(\x03R\x12supplementalGroups\x12H\n" +
 	"\x0fseccomp_profile\x18\x06 \x01(\v2\x1f.podflow.core.v1.SeccompProfileR\x0eseccompProfile\x121\n" +
 	"\asysctls\x18\a \x03(\v2\x17.podflow.core.v1.SysctlR\asysctls\x128\n" +
-	"\x16fs_group_change_policy\x18\b \x01(\tH\x04R\x13fsGroupChangePolicy\x88\x01\x01B\x0e\n" +
+	"\x16fs_group_change_policy\x18\b \x01(\tH\x04R\x13fsGroupChangePolicy\x88\x01\x01\x12I\n" +
+	"\x10se_linux_options\x18\t \x01(\v2\x1f.podflow.core.v1.SELinuxOptionsR\x0eseLinuxOptions\x128\n" +
+	"\x16se_linux_change_policy\x18\n" +
+	" \x01(\tH\x05R\x13seLinuxChangePolicy\x88\x01\x01B\x0e\n" +
 	"\f_run_as_userB\x0f\n" +
 	"\r_run_as_groupB\x12\n" +
 	"\x10_run_as_non_rootB\v\n" +
 	"\t_fs_groupB\x19\n" +
-	"\x17_fs_group_change_policy\"2\n" +
+	"\x17_fs_group_change_policyB\x19\n" +
+	"\x17_se_linux_change_policy\"2\n" +
 	"\x06Sysctl\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\xfe\a\n" +
@@ -8926,7 +9201,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x15_node_affinity_policyB\x15\n" +
 	"\x13_node_taints_policy\"'\n" +
 	"\x11PodSchedulingGate\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xf6\x0e\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xd3\x0f\n" +
 	"\aPodSpec\x121\n" +
 	"\avolumes\x18\x01 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x12C\n" +
 	"\x0finit_containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x12:\n" +
@@ -8961,7 +9236,9 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x11preemption_policy\x18\x1a \x01(\tH\x05R\x10preemptionPolicy\x88\x01\x01\x12;\n" +
 	"\x17active_deadline_seconds\x18\x1b \x01(\x03H\x06R\x15activeDeadlineSeconds\x88\x01\x01\x12S\n" +
 	"\x12image_pull_secrets\x18\x1d \x03(\v2%.podflow.core.v1.LocalObjectReferenceR\x10imagePullSecrets\x12V\n" +
-	"\x14ephemeral_containers\x18\x1c \x03(\v2#.podflow.core.v1.EphemeralContainerR\x13ephemeralContainers\x1a?\n" +
+	"\x14ephemeral_containers\x18\x1c \x03(\v2#.podflow.core.v1.EphemeralContainerR\x13ephemeralContainers\x12\x1c\n" +
+	"\tsubdomain\x18( \x01(\tR\tsubdomain\x12=\n" +
+	"\fhost_aliases\x18) \x03(\v2\x1a.podflow.core.v1.HostAliasR\vhostAliases\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
@@ -8971,7 +9248,10 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x15_enable_service_linksB\x1a\n" +
 	"\x18_share_process_namespaceB\x14\n" +
 	"\x12_preemption_policyB\x1a\n" +
-	"\x18_active_deadline_seconds\"\x8b\x01\n" +
+	"\x18_active_deadline_seconds\"9\n" +
+	"\tHostAlias\x12\x0e\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x1c\n" +
+	"\thostnames\x18\x02 \x03(\tR\thostnames\"\x8b\x01\n" +
 	"\fPodDNSConfig\x12 \n" +
 	"\vnameservers\x18\x01 \x03(\tR\vnameservers\x12\x1a\n" +
 	"\bsearches\x18\x02 \x03(\tR\bsearches\x12=\n" +
@@ -9320,7 +9600,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\vStatusCause\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"\xc4\x01\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xe0\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -9328,7 +9608,14 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x04code\x18\x04 \x01(\x05R\x04code\x124\n" +
 	"\x06causes\x18\x05 \x03(\v2\x1c.podflow.core.v1.StatusCauseR\x06causes\x12\x12\n" +
 	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\a \x01(\tR\x04name\"P\n" +
+	"\x04name\x18\a \x01(\tR\x04name\x12\x1a\n" +
+	"\bwarnings\x18\b \x03(\tR\bwarnings\"\x96\x01\n" +
+	"\fUnstructured\x127\n" +
+	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x12\x1f\n" +
+	"\vapi_version\x18\x02 \x01(\tR\n" +
+	"apiVersion\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x18\n" +
+	"\acontent\x18\x04 \x01(\fR\acontent\"P\n" +
 	"\bUserInfo\x12\x1a\n" +
 	"\busername\x18\x01 \x01(\tR\busername\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x16\n" +
@@ -9367,7 +9654,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 138)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 141)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -9395,130 +9682,133 @@ var file_corev1_core_proto_goTypes = []any{
 	(*Probe)(nil),                             // 23: podflow.core.v1.Probe
 	(*Capabilities)(nil),                      // 24: podflow.core.v1.Capabilities
 	(*SeccompProfile)(nil),                    // 25: podflow.core.v1.SeccompProfile
-	(*SecurityContext)(nil),                   // 26: podflow.core.v1.SecurityContext
-	(*PodSecurityContext)(nil),                // 27: podflow.core.v1.PodSecurityContext
-	(*Sysctl)(nil),                            // 28: podflow.core.v1.Sysctl
-	(*Container)(nil),                         // 29: podflow.core.v1.Container
-	(*EphemeralContainer)(nil),                // 30: podflow.core.v1.EphemeralContainer
-	(*KeyToPath)(nil),                         // 31: podflow.core.v1.KeyToPath
-	(*EmptyDirVolumeSource)(nil),              // 32: podflow.core.v1.EmptyDirVolumeSource
-	(*ConfigMapVolumeSource)(nil),             // 33: podflow.core.v1.ConfigMapVolumeSource
-	(*SecretVolumeSource)(nil),                // 34: podflow.core.v1.SecretVolumeSource
-	(*HostPathVolumeSource)(nil),              // 35: podflow.core.v1.HostPathVolumeSource
-	(*DownwardAPIVolumeSource)(nil),           // 36: podflow.core.v1.DownwardAPIVolumeSource
-	(*DownwardAPIVolumeFile)(nil),             // 37: podflow.core.v1.DownwardAPIVolumeFile
-	(*PersistentVolumeClaimVolumeSource)(nil), // 38: podflow.core.v1.PersistentVolumeClaimVolumeSource
-	(*Volume)(nil),                            // 39: podflow.core.v1.Volume
-	(*ProjectedVolumeSource)(nil),             // 40: podflow.core.v1.ProjectedVolumeSource
-	(*VolumeProjection)(nil),                  // 41: podflow.core.v1.VolumeProjection
-	(*ServiceAccountTokenProjection)(nil),     // 42: podflow.core.v1.ServiceAccountTokenProjection
-	(*ConfigMapProjection)(nil),               // 43: podflow.core.v1.ConfigMapProjection
-	(*SecretProjection)(nil),                  // 44: podflow.core.v1.SecretProjection
-	(*DownwardAPIProjection)(nil),             // 45: podflow.core.v1.DownwardAPIProjection
-	(*Toleration)(nil),                        // 46: podflow.core.v1.Toleration
-	(*NodeSelectorRequirement)(nil),           // 47: podflow.core.v1.NodeSelectorRequirement
-	(*NodeSelectorTerm)(nil),                  // 48: podflow.core.v1.NodeSelectorTerm
-	(*NodeSelector)(nil),                      // 49: podflow.core.v1.NodeSelector
-	(*PreferredSchedulingTerm)(nil),           // 50: podflow.core.v1.PreferredSchedulingTerm
-	(*NodeAffinity)(nil),                      // 51: podflow.core.v1.NodeAffinity
-	(*LabelSelectorRequirement)(nil),          // 52: podflow.core.v1.LabelSelectorRequirement
-	(*LabelSelector)(nil),                     // 53: podflow.core.v1.LabelSelector
-	(*PodAffinityTerm)(nil),                   // 54: podflow.core.v1.PodAffinityTerm
-	(*WeightedPodAffinityTerm)(nil),           // 55: podflow.core.v1.WeightedPodAffinityTerm
-	(*PodAffinity)(nil),                       // 56: podflow.core.v1.PodAffinity
-	(*PodAntiAffinity)(nil),                   // 57: podflow.core.v1.PodAntiAffinity
-	(*Affinity)(nil),                          // 58: podflow.core.v1.Affinity
-	(*TopologySpreadConstraint)(nil),          // 59: podflow.core.v1.TopologySpreadConstraint
-	(*PodSchedulingGate)(nil),                 // 60: podflow.core.v1.PodSchedulingGate
-	(*PodSpec)(nil),                           // 61: podflow.core.v1.PodSpec
-	(*PodDNSConfig)(nil),                      // 62: podflow.core.v1.PodDNSConfig
-	(*PodDNSConfigOption)(nil),                // 63: podflow.core.v1.PodDNSConfigOption
-	(*PodCondition)(nil),                      // 64: podflow.core.v1.PodCondition
-	(*ContainerStateWaiting)(nil),             // 65: podflow.core.v1.ContainerStateWaiting
-	(*ContainerStateRunning)(nil),             // 66: podflow.core.v1.ContainerStateRunning
-	(*ContainerStateTerminated)(nil),          // 67: podflow.core.v1.ContainerStateTerminated
-	(*ContainerState)(nil),                    // 68: podflow.core.v1.ContainerState
-	(*ContainerStatus)(nil),                   // 69: podflow.core.v1.ContainerStatus
-	(*PodIP)(nil),                             // 70: podflow.core.v1.PodIP
-	(*PodStatus)(nil),                         // 71: podflow.core.v1.PodStatus
-	(*Pod)(nil),                               // 72: podflow.core.v1.Pod
-	(*Taint)(nil),                             // 73: podflow.core.v1.Taint
-	(*NodeSpec)(nil),                          // 74: podflow.core.v1.NodeSpec
-	(*NodeCondition)(nil),                     // 75: podflow.core.v1.NodeCondition
-	(*NodeAddress)(nil),                       // 76: podflow.core.v1.NodeAddress
-	(*ContainerImage)(nil),                    // 77: podflow.core.v1.ContainerImage
-	(*NodeSystemInfo)(nil),                    // 78: podflow.core.v1.NodeSystemInfo
-	(*NodeStatus)(nil),                        // 79: podflow.core.v1.NodeStatus
-	(*Node)(nil),                              // 80: podflow.core.v1.Node
-	(*ServicePort)(nil),                       // 81: podflow.core.v1.ServicePort
-	(*ServiceSpec)(nil),                       // 82: podflow.core.v1.ServiceSpec
-	(*SessionAffinityConfig)(nil),             // 83: podflow.core.v1.SessionAffinityConfig
-	(*ClientIPConfig)(nil),                    // 84: podflow.core.v1.ClientIPConfig
-	(*ServiceStatus)(nil),                     // 85: podflow.core.v1.ServiceStatus
-	(*Service)(nil),                           // 86: podflow.core.v1.Service
-	(*EndpointConditions)(nil),                // 87: podflow.core.v1.EndpointConditions
-	(*ObjectReference)(nil),                   // 88: podflow.core.v1.ObjectReference
-	(*Endpoint)(nil),                          // 89: podflow.core.v1.Endpoint
-	(*EndpointPort)(nil),                      // 90: podflow.core.v1.EndpointPort
-	(*EndpointSlice)(nil),                     // 91: podflow.core.v1.EndpointSlice
-	(*NamespaceSpec)(nil),                     // 92: podflow.core.v1.NamespaceSpec
-	(*NamespaceStatus)(nil),                   // 93: podflow.core.v1.NamespaceStatus
-	(*NamespaceCondition)(nil),                // 94: podflow.core.v1.NamespaceCondition
-	(*Namespace)(nil),                         // 95: podflow.core.v1.Namespace
-	(*LocalObjectReference)(nil),              // 96: podflow.core.v1.LocalObjectReference
-	(*ServiceAccount)(nil),                    // 97: podflow.core.v1.ServiceAccount
-	(*ConfigMap)(nil),                         // 98: podflow.core.v1.ConfigMap
-	(*Secret)(nil),                            // 99: podflow.core.v1.Secret
-	(*PolicyRule)(nil),                        // 100: podflow.core.v1.PolicyRule
-	(*Role)(nil),                              // 101: podflow.core.v1.Role
-	(*ClusterRole)(nil),                       // 102: podflow.core.v1.ClusterRole
-	(*Subject)(nil),                           // 103: podflow.core.v1.Subject
-	(*RoleRef)(nil),                           // 104: podflow.core.v1.RoleRef
-	(*RoleBinding)(nil),                       // 105: podflow.core.v1.RoleBinding
-	(*ClusterRoleBinding)(nil),                // 106: podflow.core.v1.ClusterRoleBinding
-	(*EventSource)(nil),                       // 107: podflow.core.v1.EventSource
-	(*Event)(nil),                             // 108: podflow.core.v1.Event
-	(*LimitRangeItem)(nil),                    // 109: podflow.core.v1.LimitRangeItem
-	(*LimitRangeSpec)(nil),                    // 110: podflow.core.v1.LimitRangeSpec
-	(*LimitRange)(nil),                        // 111: podflow.core.v1.LimitRange
-	(*SidecarPolicySpec)(nil),                 // 112: podflow.core.v1.SidecarPolicySpec
-	(*SidecarPolicy)(nil),                     // 113: podflow.core.v1.SidecarPolicy
-	(*StatusCause)(nil),                       // 114: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 115: podflow.core.v1.Status
-	(*UserInfo)(nil),                          // 116: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 117: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 118: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 119: podflow.core.v1.PriorityClass
-	nil,                                       // 120: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 121: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 122: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 123: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 124: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 125: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 126: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 127: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 128: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 129: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 130: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 131: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 132: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 133: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 134: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 135: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 136: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 137: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 138: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 139: google.protobuf.Struct
+	(*SELinuxOptions)(nil),                    // 26: podflow.core.v1.SELinuxOptions
+	(*SecurityContext)(nil),                   // 27: podflow.core.v1.SecurityContext
+	(*PodSecurityContext)(nil),                // 28: podflow.core.v1.PodSecurityContext
+	(*Sysctl)(nil),                            // 29: podflow.core.v1.Sysctl
+	(*Container)(nil),                         // 30: podflow.core.v1.Container
+	(*EphemeralContainer)(nil),                // 31: podflow.core.v1.EphemeralContainer
+	(*KeyToPath)(nil),                         // 32: podflow.core.v1.KeyToPath
+	(*EmptyDirVolumeSource)(nil),              // 33: podflow.core.v1.EmptyDirVolumeSource
+	(*ConfigMapVolumeSource)(nil),             // 34: podflow.core.v1.ConfigMapVolumeSource
+	(*SecretVolumeSource)(nil),                // 35: podflow.core.v1.SecretVolumeSource
+	(*HostPathVolumeSource)(nil),              // 36: podflow.core.v1.HostPathVolumeSource
+	(*DownwardAPIVolumeSource)(nil),           // 37: podflow.core.v1.DownwardAPIVolumeSource
+	(*DownwardAPIVolumeFile)(nil),             // 38: podflow.core.v1.DownwardAPIVolumeFile
+	(*PersistentVolumeClaimVolumeSource)(nil), // 39: podflow.core.v1.PersistentVolumeClaimVolumeSource
+	(*Volume)(nil),                            // 40: podflow.core.v1.Volume
+	(*ProjectedVolumeSource)(nil),             // 41: podflow.core.v1.ProjectedVolumeSource
+	(*VolumeProjection)(nil),                  // 42: podflow.core.v1.VolumeProjection
+	(*ServiceAccountTokenProjection)(nil),     // 43: podflow.core.v1.ServiceAccountTokenProjection
+	(*ConfigMapProjection)(nil),               // 44: podflow.core.v1.ConfigMapProjection
+	(*SecretProjection)(nil),                  // 45: podflow.core.v1.SecretProjection
+	(*DownwardAPIProjection)(nil),             // 46: podflow.core.v1.DownwardAPIProjection
+	(*Toleration)(nil),                        // 47: podflow.core.v1.Toleration
+	(*NodeSelectorRequirement)(nil),           // 48: podflow.core.v1.NodeSelectorRequirement
+	(*NodeSelectorTerm)(nil),                  // 49: podflow.core.v1.NodeSelectorTerm
+	(*NodeSelector)(nil),                      // 50: podflow.core.v1.NodeSelector
+	(*PreferredSchedulingTerm)(nil),           // 51: podflow.core.v1.PreferredSchedulingTerm
+	(*NodeAffinity)(nil),                      // 52: podflow.core.v1.NodeAffinity
+	(*LabelSelectorRequirement)(nil),          // 53: podflow.core.v1.LabelSelectorRequirement
+	(*LabelSelector)(nil),                     // 54: podflow.core.v1.LabelSelector
+	(*PodAffinityTerm)(nil),                   // 55: podflow.core.v1.PodAffinityTerm
+	(*WeightedPodAffinityTerm)(nil),           // 56: podflow.core.v1.WeightedPodAffinityTerm
+	(*PodAffinity)(nil),                       // 57: podflow.core.v1.PodAffinity
+	(*PodAntiAffinity)(nil),                   // 58: podflow.core.v1.PodAntiAffinity
+	(*Affinity)(nil),                          // 59: podflow.core.v1.Affinity
+	(*TopologySpreadConstraint)(nil),          // 60: podflow.core.v1.TopologySpreadConstraint
+	(*PodSchedulingGate)(nil),                 // 61: podflow.core.v1.PodSchedulingGate
+	(*PodSpec)(nil),                           // 62: podflow.core.v1.PodSpec
+	(*HostAlias)(nil),                         // 63: podflow.core.v1.HostAlias
+	(*PodDNSConfig)(nil),                      // 64: podflow.core.v1.PodDNSConfig
+	(*PodDNSConfigOption)(nil),                // 65: podflow.core.v1.PodDNSConfigOption
+	(*PodCondition)(nil),                      // 66: podflow.core.v1.PodCondition
+	(*ContainerStateWaiting)(nil),             // 67: podflow.core.v1.ContainerStateWaiting
+	(*ContainerStateRunning)(nil),             // 68: podflow.core.v1.ContainerStateRunning
+	(*ContainerStateTerminated)(nil),          // 69: podflow.core.v1.ContainerStateTerminated
+	(*ContainerState)(nil),                    // 70: podflow.core.v1.ContainerState
+	(*ContainerStatus)(nil),                   // 71: podflow.core.v1.ContainerStatus
+	(*PodIP)(nil),                             // 72: podflow.core.v1.PodIP
+	(*PodStatus)(nil),                         // 73: podflow.core.v1.PodStatus
+	(*Pod)(nil),                               // 74: podflow.core.v1.Pod
+	(*Taint)(nil),                             // 75: podflow.core.v1.Taint
+	(*NodeSpec)(nil),                          // 76: podflow.core.v1.NodeSpec
+	(*NodeCondition)(nil),                     // 77: podflow.core.v1.NodeCondition
+	(*NodeAddress)(nil),                       // 78: podflow.core.v1.NodeAddress
+	(*ContainerImage)(nil),                    // 79: podflow.core.v1.ContainerImage
+	(*NodeSystemInfo)(nil),                    // 80: podflow.core.v1.NodeSystemInfo
+	(*NodeStatus)(nil),                        // 81: podflow.core.v1.NodeStatus
+	(*Node)(nil),                              // 82: podflow.core.v1.Node
+	(*ServicePort)(nil),                       // 83: podflow.core.v1.ServicePort
+	(*ServiceSpec)(nil),                       // 84: podflow.core.v1.ServiceSpec
+	(*SessionAffinityConfig)(nil),             // 85: podflow.core.v1.SessionAffinityConfig
+	(*ClientIPConfig)(nil),                    // 86: podflow.core.v1.ClientIPConfig
+	(*ServiceStatus)(nil),                     // 87: podflow.core.v1.ServiceStatus
+	(*Service)(nil),                           // 88: podflow.core.v1.Service
+	(*EndpointConditions)(nil),                // 89: podflow.core.v1.EndpointConditions
+	(*ObjectReference)(nil),                   // 90: podflow.core.v1.ObjectReference
+	(*Endpoint)(nil),                          // 91: podflow.core.v1.Endpoint
+	(*EndpointPort)(nil),                      // 92: podflow.core.v1.EndpointPort
+	(*EndpointSlice)(nil),                     // 93: podflow.core.v1.EndpointSlice
+	(*NamespaceSpec)(nil),                     // 94: podflow.core.v1.NamespaceSpec
+	(*NamespaceStatus)(nil),                   // 95: podflow.core.v1.NamespaceStatus
+	(*NamespaceCondition)(nil),                // 96: podflow.core.v1.NamespaceCondition
+	(*Namespace)(nil),                         // 97: podflow.core.v1.Namespace
+	(*LocalObjectReference)(nil),              // 98: podflow.core.v1.LocalObjectReference
+	(*ServiceAccount)(nil),                    // 99: podflow.core.v1.ServiceAccount
+	(*ConfigMap)(nil),                         // 100: podflow.core.v1.ConfigMap
+	(*Secret)(nil),                            // 101: podflow.core.v1.Secret
+	(*PolicyRule)(nil),                        // 102: podflow.core.v1.PolicyRule
+	(*Role)(nil),                              // 103: podflow.core.v1.Role
+	(*ClusterRole)(nil),                       // 104: podflow.core.v1.ClusterRole
+	(*Subject)(nil),                           // 105: podflow.core.v1.Subject
+	(*RoleRef)(nil),                           // 106: podflow.core.v1.RoleRef
+	(*RoleBinding)(nil),                       // 107: podflow.core.v1.RoleBinding
+	(*ClusterRoleBinding)(nil),                // 108: podflow.core.v1.ClusterRoleBinding
+	(*EventSource)(nil),                       // 109: podflow.core.v1.EventSource
+	(*Event)(nil),                             // 110: podflow.core.v1.Event
+	(*LimitRangeItem)(nil),                    // 111: podflow.core.v1.LimitRangeItem
+	(*LimitRangeSpec)(nil),                    // 112: podflow.core.v1.LimitRangeSpec
+	(*LimitRange)(nil),                        // 113: podflow.core.v1.LimitRange
+	(*SidecarPolicySpec)(nil),                 // 114: podflow.core.v1.SidecarPolicySpec
+	(*SidecarPolicy)(nil),                     // 115: podflow.core.v1.SidecarPolicy
+	(*StatusCause)(nil),                       // 116: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 117: podflow.core.v1.Status
+	(*Unstructured)(nil),                      // 118: podflow.core.v1.Unstructured
+	(*UserInfo)(nil),                          // 119: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 120: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 121: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 122: podflow.core.v1.PriorityClass
+	nil,                                       // 123: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 124: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 125: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 126: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 127: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 128: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 129: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 130: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 131: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 132: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 133: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 134: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 135: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 136: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 137: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 138: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 139: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 140: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 141: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 142: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	120, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	121, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	138, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	138, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	123, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	124, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	141, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	141, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	138, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	139, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	141, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	142, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -9526,8 +9816,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	5,   // 12: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	7,   // 13: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	8,   // 14: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	122, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	123, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	125, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	126, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	19,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	15,  // 18: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	19,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -9543,178 +9833,182 @@ var file_corev1_core_proto_depIdxs = []int32{
 	18,  // 29: podflow.core.v1.Probe.grpc:type_name -> podflow.core.v1.GRPCAction
 	24,  // 30: podflow.core.v1.SecurityContext.capabilities:type_name -> podflow.core.v1.Capabilities
 	25,  // 31: podflow.core.v1.SecurityContext.seccomp_profile:type_name -> podflow.core.v1.SeccompProfile
-	25,  // 32: podflow.core.v1.PodSecurityContext.seccomp_profile:type_name -> podflow.core.v1.SeccompProfile
-	28,  // 33: podflow.core.v1.PodSecurityContext.sysctls:type_name -> podflow.core.v1.Sysctl
-	11,  // 34: podflow.core.v1.Container.ports:type_name -> podflow.core.v1.ContainerPort
-	3,   // 35: podflow.core.v1.Container.env:type_name -> podflow.core.v1.EnvVar
-	12,  // 36: podflow.core.v1.Container.resources:type_name -> podflow.core.v1.ResourceRequirements
-	13,  // 37: podflow.core.v1.Container.volume_mounts:type_name -> podflow.core.v1.VolumeMount
-	23,  // 38: podflow.core.v1.Container.liveness_probe:type_name -> podflow.core.v1.Probe
-	23,  // 39: podflow.core.v1.Container.readiness_probe:type_name -> podflow.core.v1.Probe
-	23,  // 40: podflow.core.v1.Container.startup_probe:type_name -> podflow.core.v1.Probe
-	26,  // 41: podflow.core.v1.Container.security_context:type_name -> podflow.core.v1.SecurityContext
-	6,   // 42: podflow.core.v1.Container.env_from:type_name -> podflow.core.v1.EnvFromSource
-	22,  // 43: podflow.core.v1.Container.lifecycle:type_name -> podflow.core.v1.Lifecycle
-	11,  // 44: podflow.core.v1.EphemeralContainer.ports:type_name -> podflow.core.v1.ContainerPort
-	3,   // 45: podflow.core.v1.EphemeralContainer.env:type_name -> podflow.core.v1.EnvVar
-	12,  // 46: podflow.core.v1.EphemeralContainer.resources:type_name -> podflow.core.v1.ResourceRequirements
-	13,  // 47: podflow.core.v1.EphemeralContainer.volume_mounts:type_name -> podflow.core.v1.VolumeMount
-	23,  // 48: podflow.core.v1.EphemeralContainer.liveness_probe:type_name -> podflow.core.v1.Probe
-	23,  // 49: podflow.core.v1.EphemeralContainer.readiness_probe:type_name -> podflow.core.v1.Probe
-	23,  // 50: podflow.core.v1.EphemeralContainer.startup_probe:type_name -> podflow.core.v1.Probe
-	26,  // 51: podflow.core.v1.EphemeralContainer.security_context:type_name -> podflow.core.v1.SecurityContext
-	6,   // 52: podflow.core.v1.EphemeralContainer.env_from:type_name -> podflow.core.v1.EnvFromSource
-	22,  // 53: podflow.core.v1.EphemeralContainer.lifecycle:type_name -> podflow.core.v1.Lifecycle
-	31,  // 54: podflow.core.v1.ConfigMapVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
-	31,  // 55: podflow.core.v1.SecretVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
-	37,  // 56: podflow.core.v1.DownwardAPIVolumeSource.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
-	10,  // 57: podflow.core.v1.DownwardAPIVolumeFile.field_ref:type_name -> podflow.core.v1.ObjectFieldSelector
-	5,   // 58: podflow.core.v1.DownwardAPIVolumeFile.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
-	32,  // 59: podflow.core.v1.Volume.empty_dir:type_name -> podflow.core.v1.EmptyDirVolumeSource
-	33,  // 60: podflow.core.v1.Volume.config_map:type_name -> podflow.core.v1.ConfigMapVolumeSource
-	34,  // 61: podflow.core.v1.Volume.secret:type_name -> podflow.core.v1.SecretVolumeSource
-	35,  // 62: podflow.core.v1.Volume.host_path:type_name -> podflow.core.v1.HostPathVolumeSource
-	38,  // 63: podflow.core.v1.Volume.persistent_volume_claim:type_name -> podflow.core.v1.PersistentVolumeClaimVolumeSource
-	36,  // 64: podflow.core.v1.Volume.downward_api:type_name -> podflow.core.v1.DownwardAPIVolumeSource
-	40,  // 65: podflow.core.v1.Volume.projected:type_name -> podflow.core.v1.ProjectedVolumeSource
-	41,  // 66: podflow.core.v1.ProjectedVolumeSource.sources:type_name -> podflow.core.v1.VolumeProjection
-	43,  // 67: podflow.core.v1.VolumeProjection.config_map:type_name -> podflow.core.v1.ConfigMapProjection
-	44,  // 68: podflow.core.v1.VolumeProjection.secret:type_name -> podflow.core.v1.SecretProjection
-	45,  // 69: podflow.core.v1.VolumeProjection.downward_api:type_name -> podflow.core.v1.DownwardAPIProjection
-	42,  // 70: podflow.core.v1.VolumeProjection.service_account_token:type_name -> podflow.core.v1.ServiceAccountTokenProjection
-	31,  // 71: podflow.core.v1.ConfigMapProjection.items:type_name -> podflow.core.v1.KeyToPath
-	31,  // 72: podflow.core.v1.SecretProjection.items:type_name -> podflow.core.v1.KeyToPath
-	37,  // 73: podflow.core.v1.DownwardAPIProjection.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
-	47,  // 74: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
-	47,  // 75: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
-	48,  // 76: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
-	48,  // 77: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
-	49,  // 78: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
-	50,  // 79: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	124, // 80: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
-	52,  // 81: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
-	53,  // 82: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
-	53,  // 83: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
-	54,  // 84: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
-	54,  // 85: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	55,  // 86: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	54,  // 87: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
-	55,  // 88: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
-	51,  // 89: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
-	56,  // 90: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
-	57,  // 91: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
-	53,  // 92: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
-	39,  // 93: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
-	29,  // 94: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
-	29,  // 95: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	125, // 96: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
-	27,  // 97: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
-	58,  // 98: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
-	46,  // 99: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
-	59,  // 100: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
-	60,  // 101: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
-	62,  // 102: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
-	96,  // 103: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	30,  // 104: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
-	63,  // 105: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	138, // 106: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	138, // 107: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	138, // 108: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	138, // 109: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	138, // 110: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
-	65,  // 111: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
-	66,  // 112: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
-	67,  // 113: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
-	68,  // 114: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
-	68,  // 115: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
-	64,  // 116: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
-	70,  // 117: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	138, // 118: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
-	69,  // 119: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	69,  // 120: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	69,  // 121: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	1,   // 122: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
-	61,  // 123: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
-	71,  // 124: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	138, // 125: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	73,  // 126: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	138, // 127: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	138, // 128: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	126, // 129: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	127, // 130: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
-	75,  // 131: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
-	76,  // 132: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
-	78,  // 133: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
-	77,  // 134: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
-	1,   // 135: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
-	74,  // 136: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
-	79,  // 137: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
-	19,  // 138: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
-	81,  // 139: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	128, // 140: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
-	83,  // 141: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
-	84,  // 142: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
-	1,   // 143: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
-	82,  // 144: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
-	85,  // 145: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
-	87,  // 146: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
-	88,  // 147: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
-	1,   // 148: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
-	89,  // 149: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
-	90,  // 150: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
-	94,  // 151: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	138, // 152: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 153: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
-	92,  // 154: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
-	93,  // 155: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
-	1,   // 156: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
-	88,  // 157: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
-	96,  // 158: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	1,   // 159: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	129, // 160: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	130, // 161: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
-	1,   // 162: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	131, // 163: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
-	1,   // 164: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
-	100, // 165: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 166: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
-	100, // 167: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 168: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	103, // 169: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	104, // 170: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 171: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	103, // 172: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	104, // 173: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 174: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
-	88,  // 175: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
-	107, // 176: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	138, // 177: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	138, // 178: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	138, // 179: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	132, // 180: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	133, // 181: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	134, // 182: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	135, // 183: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
-	109, // 184: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
-	1,   // 185: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
-	110, // 186: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	136, // 187: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	29,  // 188: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
-	29,  // 189: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
-	39,  // 190: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
-	1,   // 191: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
-	112, // 192: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
-	114, // 193: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 194: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	137, // 195: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	11,  // 196: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 197: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	118, // 198: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	199, // [199:199] is the sub-list for method output_type
-	199, // [199:199] is the sub-list for method input_type
-	199, // [199:199] is the sub-list for extension type_name
-	199, // [199:199] is the sub-list for extension extendee
-	0,   // [0:199] is the sub-list for field type_name
+	26,  // 32: podflow.core.v1.SecurityContext.se_linux_options:type_name -> podflow.core.v1.SELinuxOptions
+	25,  // 33: podflow.core.v1.PodSecurityContext.seccomp_profile:type_name -> podflow.core.v1.SeccompProfile
+	29,  // 34: podflow.core.v1.PodSecurityContext.sysctls:type_name -> podflow.core.v1.Sysctl
+	26,  // 35: podflow.core.v1.PodSecurityContext.se_linux_options:type_name -> podflow.core.v1.SELinuxOptions
+	11,  // 36: podflow.core.v1.Container.ports:type_name -> podflow.core.v1.ContainerPort
+	3,   // 37: podflow.core.v1.Container.env:type_name -> podflow.core.v1.EnvVar
+	12,  // 38: podflow.core.v1.Container.resources:type_name -> podflow.core.v1.ResourceRequirements
+	13,  // 39: podflow.core.v1.Container.volume_mounts:type_name -> podflow.core.v1.VolumeMount
+	23,  // 40: podflow.core.v1.Container.liveness_probe:type_name -> podflow.core.v1.Probe
+	23,  // 41: podflow.core.v1.Container.readiness_probe:type_name -> podflow.core.v1.Probe
+	23,  // 42: podflow.core.v1.Container.startup_probe:type_name -> podflow.core.v1.Probe
+	27,  // 43: podflow.core.v1.Container.security_context:type_name -> podflow.core.v1.SecurityContext
+	6,   // 44: podflow.core.v1.Container.env_from:type_name -> podflow.core.v1.EnvFromSource
+	22,  // 45: podflow.core.v1.Container.lifecycle:type_name -> podflow.core.v1.Lifecycle
+	11,  // 46: podflow.core.v1.EphemeralContainer.ports:type_name -> podflow.core.v1.ContainerPort
+	3,   // 47: podflow.core.v1.EphemeralContainer.env:type_name -> podflow.core.v1.EnvVar
+	12,  // 48: podflow.core.v1.EphemeralContainer.resources:type_name -> podflow.core.v1.ResourceRequirements
+	13,  // 49: podflow.core.v1.EphemeralContainer.volume_mounts:type_name -> podflow.core.v1.VolumeMount
+	23,  // 50: podflow.core.v1.EphemeralContainer.liveness_probe:type_name -> podflow.core.v1.Probe
+	23,  // 51: podflow.core.v1.EphemeralContainer.readiness_probe:type_name -> podflow.core.v1.Probe
+	23,  // 52: podflow.core.v1.EphemeralContainer.startup_probe:type_name -> podflow.core.v1.Probe
+	27,  // 53: podflow.core.v1.EphemeralContainer.security_context:type_name -> podflow.core.v1.SecurityContext
+	6,   // 54: podflow.core.v1.EphemeralContainer.env_from:type_name -> podflow.core.v1.EnvFromSource
+	22,  // 55: podflow.core.v1.EphemeralContainer.lifecycle:type_name -> podflow.core.v1.Lifecycle
+	32,  // 56: podflow.core.v1.ConfigMapVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
+	32,  // 57: podflow.core.v1.SecretVolumeSource.items:type_name -> podflow.core.v1.KeyToPath
+	38,  // 58: podflow.core.v1.DownwardAPIVolumeSource.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
+	10,  // 59: podflow.core.v1.DownwardAPIVolumeFile.field_ref:type_name -> podflow.core.v1.ObjectFieldSelector
+	5,   // 60: podflow.core.v1.DownwardAPIVolumeFile.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
+	33,  // 61: podflow.core.v1.Volume.empty_dir:type_name -> podflow.core.v1.EmptyDirVolumeSource
+	34,  // 62: podflow.core.v1.Volume.config_map:type_name -> podflow.core.v1.ConfigMapVolumeSource
+	35,  // 63: podflow.core.v1.Volume.secret:type_name -> podflow.core.v1.SecretVolumeSource
+	36,  // 64: podflow.core.v1.Volume.host_path:type_name -> podflow.core.v1.HostPathVolumeSource
+	39,  // 65: podflow.core.v1.Volume.persistent_volume_claim:type_name -> podflow.core.v1.PersistentVolumeClaimVolumeSource
+	37,  // 66: podflow.core.v1.Volume.downward_api:type_name -> podflow.core.v1.DownwardAPIVolumeSource
+	41,  // 67: podflow.core.v1.Volume.projected:type_name -> podflow.core.v1.ProjectedVolumeSource
+	42,  // 68: podflow.core.v1.ProjectedVolumeSource.sources:type_name -> podflow.core.v1.VolumeProjection
+	44,  // 69: podflow.core.v1.VolumeProjection.config_map:type_name -> podflow.core.v1.ConfigMapProjection
+	45,  // 70: podflow.core.v1.VolumeProjection.secret:type_name -> podflow.core.v1.SecretProjection
+	46,  // 71: podflow.core.v1.VolumeProjection.downward_api:type_name -> podflow.core.v1.DownwardAPIProjection
+	43,  // 72: podflow.core.v1.VolumeProjection.service_account_token:type_name -> podflow.core.v1.ServiceAccountTokenProjection
+	32,  // 73: podflow.core.v1.ConfigMapProjection.items:type_name -> podflow.core.v1.KeyToPath
+	32,  // 74: podflow.core.v1.SecretProjection.items:type_name -> podflow.core.v1.KeyToPath
+	38,  // 75: podflow.core.v1.DownwardAPIProjection.items:type_name -> podflow.core.v1.DownwardAPIVolumeFile
+	48,  // 76: podflow.core.v1.NodeSelectorTerm.match_expressions:type_name -> podflow.core.v1.NodeSelectorRequirement
+	48,  // 77: podflow.core.v1.NodeSelectorTerm.match_fields:type_name -> podflow.core.v1.NodeSelectorRequirement
+	49,  // 78: podflow.core.v1.NodeSelector.node_selector_terms:type_name -> podflow.core.v1.NodeSelectorTerm
+	49,  // 79: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
+	50,  // 80: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
+	51,  // 81: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
+	127, // 82: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	53,  // 83: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
+	54,  // 84: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
+	54,  // 85: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
+	55,  // 86: podflow.core.v1.WeightedPodAffinityTerm.pod_affinity_term:type_name -> podflow.core.v1.PodAffinityTerm
+	55,  // 87: podflow.core.v1.PodAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	56,  // 88: podflow.core.v1.PodAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	55,  // 89: podflow.core.v1.PodAntiAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PodAffinityTerm
+	56,  // 90: podflow.core.v1.PodAntiAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.WeightedPodAffinityTerm
+	52,  // 91: podflow.core.v1.Affinity.node_affinity:type_name -> podflow.core.v1.NodeAffinity
+	57,  // 92: podflow.core.v1.Affinity.pod_affinity:type_name -> podflow.core.v1.PodAffinity
+	58,  // 93: podflow.core.v1.Affinity.pod_anti_affinity:type_name -> podflow.core.v1.PodAntiAffinity
+	54,  // 94: podflow.core.v1.TopologySpreadConstraint.label_selector:type_name -> podflow.core.v1.LabelSelector
+	40,  // 95: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
+	30,  // 96: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
+	30,  // 97: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
+	128, // 98: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	28,  // 99: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
+	59,  // 100: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
+	47,  // 101: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
+	60,  // 102: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
+	61,  // 103: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
+	64,  // 104: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
+	98,  // 105: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	31,  // 106: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
+	63,  // 107: podflow.core.v1.PodSpec.host_aliases:type_name -> podflow.core.v1.HostAlias
+	65,  // 108: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
+	141, // 109: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	141, // 110: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	141, // 111: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	141, // 112: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	141, // 113: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	67,  // 114: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
+	68,  // 115: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
+	69,  // 116: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
+	70,  // 117: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
+	70,  // 118: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
+	66,  // 119: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
+	72,  // 120: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
+	141, // 121: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	71,  // 122: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	71,  // 123: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	71,  // 124: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	1,   // 125: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
+	62,  // 126: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
+	73,  // 127: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
+	141, // 128: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	75,  // 129: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
+	141, // 130: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	141, // 131: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	129, // 132: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	130, // 133: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	77,  // 134: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
+	78,  // 135: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
+	80,  // 136: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
+	79,  // 137: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
+	1,   // 138: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
+	76,  // 139: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
+	81,  // 140: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
+	19,  // 141: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
+	83,  // 142: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
+	131, // 143: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	85,  // 144: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
+	86,  // 145: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
+	1,   // 146: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
+	84,  // 147: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
+	87,  // 148: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
+	89,  // 149: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
+	90,  // 150: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
+	1,   // 151: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
+	91,  // 152: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
+	92,  // 153: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
+	96,  // 154: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
+	141, // 155: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 156: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
+	94,  // 157: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
+	95,  // 158: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
+	1,   // 159: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
+	90,  // 160: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
+	98,  // 161: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	1,   // 162: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
+	132, // 163: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	133, // 164: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	1,   // 165: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
+	134, // 166: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	1,   // 167: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
+	102, // 168: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 169: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
+	102, // 170: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 171: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	105, // 172: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	106, // 173: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 174: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	105, // 175: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	106, // 176: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 177: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
+	90,  // 178: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
+	109, // 179: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
+	141, // 180: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	141, // 181: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	141, // 182: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	135, // 183: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	136, // 184: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	137, // 185: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	138, // 186: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	111, // 187: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
+	1,   // 188: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
+	112, // 189: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
+	139, // 190: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	30,  // 191: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
+	30,  // 192: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
+	40,  // 193: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
+	1,   // 194: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
+	114, // 195: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
+	116, // 196: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 197: podflow.core.v1.Unstructured.metadata:type_name -> podflow.core.v1.ObjectMeta
+	1,   // 198: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	140, // 199: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	11,  // 200: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 201: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	121, // 202: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	203, // [203:203] is the sub-list for method output_type
+	203, // [203:203] is the sub-list for method input_type
+	203, // [203:203] is the sub-list for extension type_name
+	203, // [203:203] is the sub-list for extension extendee
+	0,   // [0:203] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -9732,38 +10026,38 @@ func file_corev1_core_proto_init() {
 		(*IntOrString_StrVal)(nil),
 	}
 	file_corev1_core_proto_msgTypes[23].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[26].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[27].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[31].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[33].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[28].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[32].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[34].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[36].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[35].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[37].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[40].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[42].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[38].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[41].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[43].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[44].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[46].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[59].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[61].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[63].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[69].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[81].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[84].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[87].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[45].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[47].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[60].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[62].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[65].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[71].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[83].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[86].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[89].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[90].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[97].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[98].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[91].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[92].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[99].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[119].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[100].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[101].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[122].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   138,
+			NumMessages:   141,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -650,7 +650,13 @@ type ReadRequest struct {
 	// this revision (waiting, within the request's deadline); a replica that
 	// does not get there in time answers CODE_UNAVAILABLE. A stale read with
 	// it sees every write up to that revision.
-	MinRevision   int64 `protobuf:"varint,6,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	MinRevision int64 `protobuf:"varint,6,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	// chunked: the requester reads the answer as a stream of ReadResponse
+	// messages on the request's reply subject (its own inbox), numbered from
+	// chunk 1, the last one with last set, each at most about a bus message's
+	// worth of key-values; every chunk of one answer is read at one revision.
+	// Without it, the whole answer is one message.
+	Chunked       bool `protobuf:"varint,7,opt,name=chunked,proto3" json:"chunked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -727,13 +733,26 @@ func (x *ReadRequest) GetMinRevision() int64 {
 	return 0
 }
 
+func (x *ReadRequest) GetChunked() bool {
+	if x != nil {
+		return x.Chunked
+	}
+	return false
+}
+
 type ReadResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Error    *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Kvs      []*KeyValue            `protobuf:"bytes,2,rep,name=kvs,proto3" json:"kvs,omitempty"`
 	Revision int64                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	// more is true when a limited list stopped before the end of the prefix.
-	More          bool `protobuf:"varint,4,opt,name=more,proto3" json:"more,omitempty"`
+	More bool `protobuf:"varint,4,opt,name=more,proto3" json:"more,omitempty"`
+	// chunk numbers the messages of a chunked answer (from 1); last marks
+	// its final message (an error is always final). A chunk sent as a
+	// request wants an empty reply once the reader has it: the replica sends
+	// no more than a window of chunks ahead of the reader.
+	Chunk         uint64 `protobuf:"varint,5,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Last          bool   `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -792,6 +811,20 @@ func (x *ReadResponse) GetRevision() int64 {
 func (x *ReadResponse) GetMore() bool {
 	if x != nil {
 		return x.More
+	}
+	return false
+}
+
+func (x *ReadResponse) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *ReadResponse) GetLast() bool {
+	if x != nil {
+		return x.Last
 	}
 	return false
 }
@@ -1175,6 +1208,7 @@ type AdminRequest struct {
 	//
 	//	*AdminRequest_AddVoter_
 	//	*AdminRequest_RemoveServer_
+	//	*AdminRequest_RewriteEncrypted_
 	Action        isAdminRequest_Action `protobuf_oneof:"action"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1235,6 +1269,15 @@ func (x *AdminRequest) GetRemoveServer() *AdminRequest_RemoveServer {
 	return nil
 }
 
+func (x *AdminRequest) GetRewriteEncrypted() *AdminRequest_RewriteEncrypted {
+	if x != nil {
+		if x, ok := x.Action.(*AdminRequest_RewriteEncrypted_); ok {
+			return x.RewriteEncrypted
+		}
+	}
+	return nil
+}
+
 type isAdminRequest_Action interface {
 	isAdminRequest_Action()
 }
@@ -1247,14 +1290,22 @@ type AdminRequest_RemoveServer_ struct {
 	RemoveServer *AdminRequest_RemoveServer `protobuf:"bytes,2,opt,name=remove_server,json=removeServer,proto3,oneof"`
 }
 
+type AdminRequest_RewriteEncrypted_ struct {
+	RewriteEncrypted *AdminRequest_RewriteEncrypted `protobuf:"bytes,3,opt,name=rewrite_encrypted,json=rewriteEncrypted,proto3,oneof"`
+}
+
 func (*AdminRequest_AddVoter_) isAdminRequest_Action() {}
 
 func (*AdminRequest_RemoveServer_) isAdminRequest_Action() {}
 
+func (*AdminRequest_RewriteEncrypted_) isAdminRequest_Action() {}
+
 type AdminResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Error *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Index uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// rewritten counts the values a RewriteEncrypted rewrote.
+	Rewritten     int64 `protobuf:"varint,3,opt,name=rewritten,proto3" json:"rewritten,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1299,6 +1350,13 @@ func (x *AdminResponse) GetError() *Error {
 func (x *AdminResponse) GetIndex() uint64 {
 	if x != nil {
 		return x.Index
+	}
+	return 0
+}
+
+func (x *AdminResponse) GetRewritten() int64 {
+	if x != nil {
+		return x.Rewritten
 	}
 	return 0
 }
@@ -1838,6 +1896,46 @@ func (x *AdminRequest_RemoveServer) GetId() string {
 	return ""
 }
 
+// RewriteEncrypted rewrites every value under the encryption
+// configuration's prefixes that is not in the form its first provider
+// writes (after a key rotation), each at its own revision with a compare
+// on the revision it was read at.
+type AdminRequest_RewriteEncrypted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdminRequest_RewriteEncrypted) Reset() {
+	*x = AdminRequest_RewriteEncrypted{}
+	mi := &file_storev1_store_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdminRequest_RewriteEncrypted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdminRequest_RewriteEncrypted) ProtoMessage() {}
+
+func (x *AdminRequest_RewriteEncrypted) ProtoReflect() protoreflect.Message {
+	mi := &file_storev1_store_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdminRequest_RewriteEncrypted.ProtoReflect.Descriptor instead.
+func (*AdminRequest_RewriteEncrypted) Descriptor() ([]byte, []int) {
+	return file_storev1_store_proto_rawDescGZIP(), []int{14, 2}
+}
+
 var File_storev1_store_proto protoreflect.FileDescriptor
 
 const file_storev1_store_proto_rawDesc = "" +
@@ -1866,19 +1964,22 @@ const file_storev1_store_proto_rawDesc = "" +
 	"\x03ops\x18\x04 \x03(\v2\x14.podflow.store.v1.OpR\x03ops\"X\n" +
 	"\vWriteResult\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12-\n" +
-	"\x05error\x18\x02 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\"\xad\x01\n" +
+	"\x05error\x18\x02 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\"\xc7\x01\n" +
 	"\vReadRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
 	"\x05stale\x18\x03 \x01(\bR\x05stale\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12%\n" +
 	"\x0econtinue_after\x18\x05 \x01(\tR\rcontinueAfter\x12!\n" +
-	"\fmin_revision\x18\x06 \x01(\x03R\vminRevision\"\x9b\x01\n" +
+	"\fmin_revision\x18\x06 \x01(\x03R\vminRevision\x12\x18\n" +
+	"\achunked\x18\a \x01(\bR\achunked\"\xc5\x01\n" +
 	"\fReadResponse\x12-\n" +
 	"\x05error\x18\x01 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\x12,\n" +
 	"\x03kvs\x18\x02 \x03(\v2\x1a.podflow.store.v1.KeyValueR\x03kvs\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x12\n" +
-	"\x04more\x18\x04 \x01(\bR\x04more\"Z\n" +
+	"\x04more\x18\x04 \x01(\bR\x04more\x12\x14\n" +
+	"\x05chunk\x18\x05 \x01(\x04R\x05chunk\x12\x12\n" +
+	"\x04last\x18\x06 \x01(\bR\x04last\"Z\n" +
 	"\rWriteResponse\x12-\n" +
 	"\x05error\x18\x01 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"\x80\x01\n" +
@@ -1902,20 +2003,23 @@ const file_storev1_store_proto_rawDesc = "" +
 	"\x06Server\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
-	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\"\xa6\x02\n" +
+	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\"\x9a\x03\n" +
 	"\fAdminRequest\x12F\n" +
 	"\tadd_voter\x18\x01 \x01(\v2'.podflow.store.v1.AdminRequest.AddVoterH\x00R\baddVoter\x12R\n" +
-	"\rremove_server\x18\x02 \x01(\v2+.podflow.store.v1.AdminRequest.RemoveServerH\x00R\fremoveServer\x1aP\n" +
+	"\rremove_server\x18\x02 \x01(\v2+.podflow.store.v1.AdminRequest.RemoveServerH\x00R\fremoveServer\x12^\n" +
+	"\x11rewrite_encrypted\x18\x03 \x01(\v2/.podflow.store.v1.AdminRequest.RewriteEncryptedH\x00R\x10rewriteEncrypted\x1aP\n" +
 	"\bAddVoter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
 	"\bnonvoter\x18\x03 \x01(\bR\bnonvoter\x1a\x1e\n" +
 	"\fRemoveServer\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02idB\b\n" +
-	"\x06action\"T\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x1a\x12\n" +
+	"\x10RewriteEncryptedB\b\n" +
+	"\x06action\"r\n" +
 	"\rAdminResponse\x12-\n" +
 	"\x05error\x18\x01 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\x90\a\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x1c\n" +
+	"\trewritten\x18\x03 \x01(\x03R\trewritten\"\x90\a\n" +
 	"\rReplicaStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -2000,34 +2104,35 @@ func file_storev1_store_proto_rawDescGZIP() []byte {
 }
 
 var file_storev1_store_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_storev1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_storev1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_storev1_store_proto_goTypes = []any{
-	(Code)(0),                         // 0: podflow.store.v1.Code
-	(OpType)(0),                       // 1: podflow.store.v1.OpType
-	(WriteKind)(0),                    // 2: podflow.store.v1.WriteKind
-	(EventType)(0),                    // 3: podflow.store.v1.EventType
-	(*Error)(nil),                     // 4: podflow.store.v1.Error
-	(*KeyValue)(nil),                  // 5: podflow.store.v1.KeyValue
-	(*Compare)(nil),                   // 6: podflow.store.v1.Compare
-	(*Op)(nil),                        // 7: podflow.store.v1.Op
-	(*Command)(nil),                   // 8: podflow.store.v1.Command
-	(*WriteResult)(nil),               // 9: podflow.store.v1.WriteResult
-	(*ReadRequest)(nil),               // 10: podflow.store.v1.ReadRequest
-	(*ReadResponse)(nil),              // 11: podflow.store.v1.ReadResponse
-	(*WriteResponse)(nil),             // 12: podflow.store.v1.WriteResponse
-	(*Event)(nil),                     // 13: podflow.store.v1.Event
-	(*WatchRequest)(nil),              // 14: podflow.store.v1.WatchRequest
-	(*WatchResponse)(nil),             // 15: podflow.store.v1.WatchResponse
-	(*WatchMessage)(nil),              // 16: podflow.store.v1.WatchMessage
-	(*Server)(nil),                    // 17: podflow.store.v1.Server
-	(*AdminRequest)(nil),              // 18: podflow.store.v1.AdminRequest
-	(*AdminResponse)(nil),             // 19: podflow.store.v1.AdminResponse
-	(*ReplicaStatus)(nil),             // 20: podflow.store.v1.ReplicaStatus
-	(*StatusRequest)(nil),             // 21: podflow.store.v1.StatusRequest
-	(*SnapshotHeader)(nil),            // 22: podflow.store.v1.SnapshotHeader
-	(*SnapshotDedup)(nil),             // 23: podflow.store.v1.SnapshotDedup
-	(*AdminRequest_AddVoter)(nil),     // 24: podflow.store.v1.AdminRequest.AddVoter
-	(*AdminRequest_RemoveServer)(nil), // 25: podflow.store.v1.AdminRequest.RemoveServer
+	(Code)(0),                             // 0: podflow.store.v1.Code
+	(OpType)(0),                           // 1: podflow.store.v1.OpType
+	(WriteKind)(0),                        // 2: podflow.store.v1.WriteKind
+	(EventType)(0),                        // 3: podflow.store.v1.EventType
+	(*Error)(nil),                         // 4: podflow.store.v1.Error
+	(*KeyValue)(nil),                      // 5: podflow.store.v1.KeyValue
+	(*Compare)(nil),                       // 6: podflow.store.v1.Compare
+	(*Op)(nil),                            // 7: podflow.store.v1.Op
+	(*Command)(nil),                       // 8: podflow.store.v1.Command
+	(*WriteResult)(nil),                   // 9: podflow.store.v1.WriteResult
+	(*ReadRequest)(nil),                   // 10: podflow.store.v1.ReadRequest
+	(*ReadResponse)(nil),                  // 11: podflow.store.v1.ReadResponse
+	(*WriteResponse)(nil),                 // 12: podflow.store.v1.WriteResponse
+	(*Event)(nil),                         // 13: podflow.store.v1.Event
+	(*WatchRequest)(nil),                  // 14: podflow.store.v1.WatchRequest
+	(*WatchResponse)(nil),                 // 15: podflow.store.v1.WatchResponse
+	(*WatchMessage)(nil),                  // 16: podflow.store.v1.WatchMessage
+	(*Server)(nil),                        // 17: podflow.store.v1.Server
+	(*AdminRequest)(nil),                  // 18: podflow.store.v1.AdminRequest
+	(*AdminResponse)(nil),                 // 19: podflow.store.v1.AdminResponse
+	(*ReplicaStatus)(nil),                 // 20: podflow.store.v1.ReplicaStatus
+	(*StatusRequest)(nil),                 // 21: podflow.store.v1.StatusRequest
+	(*SnapshotHeader)(nil),                // 22: podflow.store.v1.SnapshotHeader
+	(*SnapshotDedup)(nil),                 // 23: podflow.store.v1.SnapshotDedup
+	(*AdminRequest_AddVoter)(nil),         // 24: podflow.store.v1.AdminRequest.AddVoter
+	(*AdminRequest_RemoveServer)(nil),     // 25: podflow.store.v1.AdminRequest.RemoveServer
+	(*AdminRequest_RewriteEncrypted)(nil), // 26: podflow.store.v1.AdminRequest.RewriteEncrypted
 }
 var file_storev1_store_proto_depIdxs = []int32{
 	0,  // 0: podflow.store.v1.Error.code:type_name -> podflow.store.v1.Code
@@ -2046,14 +2151,15 @@ var file_storev1_store_proto_depIdxs = []int32{
 	4,  // 13: podflow.store.v1.WatchMessage.error:type_name -> podflow.store.v1.Error
 	24, // 14: podflow.store.v1.AdminRequest.add_voter:type_name -> podflow.store.v1.AdminRequest.AddVoter
 	25, // 15: podflow.store.v1.AdminRequest.remove_server:type_name -> podflow.store.v1.AdminRequest.RemoveServer
-	4,  // 16: podflow.store.v1.AdminResponse.error:type_name -> podflow.store.v1.Error
-	17, // 17: podflow.store.v1.ReplicaStatus.servers:type_name -> podflow.store.v1.Server
-	9,  // 18: podflow.store.v1.SnapshotDedup.result:type_name -> podflow.store.v1.WriteResult
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	26, // 16: podflow.store.v1.AdminRequest.rewrite_encrypted:type_name -> podflow.store.v1.AdminRequest.RewriteEncrypted
+	4,  // 17: podflow.store.v1.AdminResponse.error:type_name -> podflow.store.v1.Error
+	17, // 18: podflow.store.v1.ReplicaStatus.servers:type_name -> podflow.store.v1.Server
+	9,  // 19: podflow.store.v1.SnapshotDedup.result:type_name -> podflow.store.v1.WriteResult
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_storev1_store_proto_init() }
@@ -2064,6 +2170,7 @@ func file_storev1_store_proto_init() {
 	file_storev1_store_proto_msgTypes[14].OneofWrappers = []any{
 		(*AdminRequest_AddVoter_)(nil),
 		(*AdminRequest_RemoveServer_)(nil),
+		(*AdminRequest_RewriteEncrypted_)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2071,7 +2178,7 @@ func file_storev1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storev1_store_proto_rawDesc), len(file_storev1_store_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

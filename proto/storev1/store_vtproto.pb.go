@@ -164,6 +164,7 @@ func (m *ReadRequest) CloneVT() *ReadRequest {
 	r.Limit = m.Limit
 	r.ContinueAfter = m.ContinueAfter
 	r.MinRevision = m.MinRevision
+	r.Chunked = m.Chunked
 	if len(m.unknownFields) > 0 {
 		r.unknownFields = make([]byte, len(m.unknownFields))
 		copy(r.unknownFields, m.unknownFields)
@@ -183,6 +184,8 @@ func (m *ReadResponse) CloneVT() *ReadResponse {
 	r.Error = m.Error.CloneVT()
 	r.Revision = m.Revision
 	r.More = m.More
+	r.Chunk = m.Chunk
+	r.Last = m.Last
 	if rhs := m.Kvs; rhs != nil {
 		tmpContainer := make([]*KeyValue, len(rhs))
 		for k, v := range rhs {
@@ -357,6 +360,22 @@ func (m *AdminRequest_RemoveServer) CloneMessageVT() proto.Message {
 	return m.CloneVT()
 }
 
+func (m *AdminRequest_RewriteEncrypted) CloneVT() *AdminRequest_RewriteEncrypted {
+	if m == nil {
+		return (*AdminRequest_RewriteEncrypted)(nil)
+	}
+	r := new(AdminRequest_RewriteEncrypted)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AdminRequest_RewriteEncrypted) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
 func (m *AdminRequest) CloneVT() *AdminRequest {
 	if m == nil {
 		return (*AdminRequest)(nil)
@@ -394,6 +413,15 @@ func (m *AdminRequest_RemoveServer_) CloneVT() isAdminRequest_Action {
 	return r
 }
 
+func (m *AdminRequest_RewriteEncrypted_) CloneVT() isAdminRequest_Action {
+	if m == nil {
+		return (*AdminRequest_RewriteEncrypted_)(nil)
+	}
+	r := new(AdminRequest_RewriteEncrypted_)
+	r.RewriteEncrypted = m.RewriteEncrypted.CloneVT()
+	return r
+}
+
 func (m *AdminResponse) CloneVT() *AdminResponse {
 	if m == nil {
 		return (*AdminResponse)(nil)
@@ -401,6 +429,7 @@ func (m *AdminResponse) CloneVT() *AdminResponse {
 	r := new(AdminResponse)
 	r.Error = m.Error.CloneVT()
 	r.Index = m.Index
+	r.Rewritten = m.Rewritten
 	if len(m.unknownFields) > 0 {
 		r.unknownFields = make([]byte, len(m.unknownFields))
 		copy(r.unknownFields, m.unknownFields)
@@ -721,6 +750,9 @@ func (this *ReadRequest) EqualVT(that *ReadRequest) bool {
 	if this.MinRevision != that.MinRevision {
 		return false
 	}
+	if this.Chunked != that.Chunked {
+		return false
+	}
 	return string(this.unknownFields) == string(that.unknownFields)
 }
 
@@ -761,6 +793,12 @@ func (this *ReadResponse) EqualVT(that *ReadResponse) bool {
 		return false
 	}
 	if this.More != that.More {
+		return false
+	}
+	if this.Chunk != that.Chunk {
+		return false
+	}
+	if this.Last != that.Last {
 		return false
 	}
 	return string(this.unknownFields) == string(that.unknownFields)
@@ -981,6 +1019,22 @@ func (this *AdminRequest_RemoveServer) EqualMessageVT(thatMsg proto.Message) boo
 	}
 	return this.EqualVT(that)
 }
+func (this *AdminRequest_RewriteEncrypted) EqualVT(that *AdminRequest_RewriteEncrypted) bool {
+	if this == that {
+		return true
+	} else if this == nil || that == nil {
+		return false
+	}
+	return string(this.unknownFields) == string(that.unknownFields)
+}
+
+func (this *AdminRequest_RewriteEncrypted) EqualMessageVT(thatMsg proto.Message) bool {
+	that, ok := thatMsg.(*AdminRequest_RewriteEncrypted)
+	if !ok {
+		return false
+	}
+	return this.EqualVT(that)
+}
 func (this *AdminRequest) EqualVT(that *AdminRequest) bool {
 	if this == that {
 		return true
@@ -1059,6 +1113,31 @@ func (this *AdminRequest_RemoveServer_) EqualVT(thatIface isAdminRequest_Action)
 	return true
 }
 
+func (this *AdminRequest_RewriteEncrypted_) EqualVT(thatIface isAdminRequest_Action) bool {
+	that, ok := thatIface.(*AdminRequest_RewriteEncrypted_)
+	if !ok {
+		return false
+	}
+	if this == that {
+		return true
+	}
+	if this == nil && that != nil || this != nil && that == nil {
+		return false
+	}
+	if p, q := this.RewriteEncrypted, that.RewriteEncrypted; p != q {
+		if p == nil {
+			p = &AdminRequest_RewriteEncrypted{}
+		}
+		if q == nil {
+			q = &AdminRequest_RewriteEncrypted{}
+		}
+		if !p.EqualVT(q) {
+			return false
+		}
+	}
+	return true
+}
+
 func (this *AdminResponse) EqualVT(that *AdminResponse) bool {
 	if this == that {
 		return true
@@ -1069,6 +1148,9 @@ func (this *AdminResponse) EqualVT(that *AdminResponse) bool {
 		return false
 	}
 	if this.Index != that.Index {
+		return false
+	}
+	if this.Rewritten != that.Rewritten {
 		return false
 	}
 	return string(this.unknownFields) == string(that.unknownFields)
@@ -1617,6 +1699,16 @@ func (m *ReadRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Chunked {
+		i--
+		if m.Chunked {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.MinRevision != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MinRevision))
 		i--
@@ -1693,6 +1785,21 @@ func (m *ReadResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Last {
+		i--
+		if m.Last {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x30
+	}
+	if m.Chunk != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Chunk))
+		i--
+		dAtA[i] = 0x28
 	}
 	if m.More {
 		i--
@@ -2158,6 +2265,39 @@ func (m *AdminRequest_RemoveServer) MarshalToSizedBufferVT(dAtA []byte) (int, er
 	return len(dAtA) - i, nil
 }
 
+func (m *AdminRequest_RewriteEncrypted) MarshalVT() (dAtA []byte, err error) {
+	if m == nil {
+		return nil, nil
+	}
+	size := m.SizeVT()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBufferVT(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *AdminRequest_RewriteEncrypted) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *AdminRequest_RewriteEncrypted) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	if m == nil {
+		return 0, nil
+	}
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if m.unknownFields != nil {
+		i -= len(m.unknownFields)
+		copy(dAtA[i:], m.unknownFields)
+	}
+	return len(dAtA) - i, nil
+}
+
 func (m *AdminRequest) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {
 		return nil, nil
@@ -2238,6 +2378,25 @@ func (m *AdminRequest_RemoveServer_) MarshalToSizedBufferVT(dAtA []byte) (int, e
 	}
 	return len(dAtA) - i, nil
 }
+func (m *AdminRequest_RewriteEncrypted_) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *AdminRequest_RewriteEncrypted_) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	if m.RewriteEncrypted != nil {
+		size, err := m.RewriteEncrypted.MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x1a
+	}
+	return len(dAtA) - i, nil
+}
 func (m *AdminResponse) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {
 		return nil, nil
@@ -2267,6 +2426,11 @@ func (m *AdminResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Rewritten != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Rewritten))
+		i--
+		dAtA[i] = 0x18
 	}
 	if m.Index != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Index))
@@ -2789,6 +2953,9 @@ func (m *ReadRequest) SizeVT() (n int) {
 	if m.MinRevision != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.MinRevision))
 	}
+	if m.Chunked {
+		n += 2
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2813,6 +2980,12 @@ func (m *ReadResponse) SizeVT() (n int) {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Revision))
 	}
 	if m.More {
+		n += 2
+	}
+	if m.Chunk != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Chunk))
+	}
+	if m.Last {
 		n += 2
 	}
 	n += len(m.unknownFields)
@@ -2981,6 +3154,16 @@ func (m *AdminRequest_RemoveServer) SizeVT() (n int) {
 	return n
 }
 
+func (m *AdminRequest_RewriteEncrypted) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	n += len(m.unknownFields)
+	return n
+}
+
 func (m *AdminRequest) SizeVT() (n int) {
 	if m == nil {
 		return 0
@@ -3018,6 +3201,18 @@ func (m *AdminRequest_RemoveServer_) SizeVT() (n int) {
 	}
 	return n
 }
+func (m *AdminRequest_RewriteEncrypted_) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.RewriteEncrypted != nil {
+		l = m.RewriteEncrypted.SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	return n
+}
 func (m *AdminResponse) SizeVT() (n int) {
 	if m == nil {
 		return 0
@@ -3030,6 +3225,9 @@ func (m *AdminResponse) SizeVT() (n int) {
 	}
 	if m.Index != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Index))
+	}
+	if m.Rewritten != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Rewritten))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -4160,6 +4358,26 @@ func (m *ReadRequest) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Chunked", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Chunked = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -4320,6 +4538,45 @@ func (m *ReadResponse) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.More = bool(v != 0)
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Chunk", wireType)
+			}
+			m.Chunk = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Chunk |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Last", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Last = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -5369,6 +5626,57 @@ func (m *AdminRequest_RemoveServer) UnmarshalVT(dAtA []byte) error {
 	}
 	return nil
 }
+func (m *AdminRequest_RewriteEncrypted) UnmarshalVT(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return protohelpers.ErrIntOverflow
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: AdminRequest_RewriteEncrypted: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: AdminRequest_RewriteEncrypted: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		default:
+			iNdEx = preIndex
+			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.unknownFields = append(m.unknownFields, dAtA[iNdEx:iNdEx+skippy]...)
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
 func (m *AdminRequest) UnmarshalVT(dAtA []byte) error {
 	l := len(dAtA)
 	iNdEx := 0
@@ -5480,6 +5788,47 @@ func (m *AdminRequest) UnmarshalVT(dAtA []byte) error {
 				m.Action = &AdminRequest_RemoveServer_{RemoveServer: v}
 			}
 			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RewriteEncrypted", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if oneof, ok := m.Action.(*AdminRequest_RewriteEncrypted_); ok {
+				if err := oneof.RewriteEncrypted.UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+			} else {
+				v := &AdminRequest_RewriteEncrypted{}
+				if err := v.UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+				m.Action = &AdminRequest_RewriteEncrypted_{RewriteEncrypted: v}
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -5582,6 +5931,25 @@ func (m *AdminResponse) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.Index |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Rewritten", wireType)
+			}
+			m.Rewritten = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Rewritten |= int64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}

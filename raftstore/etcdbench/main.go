@@ -57,6 +57,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -268,6 +269,9 @@ func startRaftstore(ctx context.Context, dir string, noSync bool) (*raftstoreTar
 		r.conns = append(r.conns, nc)
 		cfg := raftstore.DefaultConfig()
 		cfg.ID, cfg.RaftAddr, cfg.Bootstrap, cfg.Conn = peers[i].ID, peers[i].Address, peers, nc
+		if cfg.TLS, err = raftstoretest.EphemeralPeerTLS(); err != nil {
+			return nil, err
+		}
 		cfg.DataDir = filepath.Join(dir, peers[i].ID)
 		cfg.LogOutput = io.Discard
 		cfg.NoSync = noSync

@@ -1,6 +1,7 @@
 // Package raftstoretest runs real raftstore clusters inside a test: an
-// embedded nats-server and in-process replicas on raft TCP transports on
-// loopback, each with its own NATS connection and data directory, so a
+// embedded nats-server and in-process replicas on raft transports over
+// mutual TLS on loopback (PeerTLS, unless an Option sets another
+// Config.TLS), each with its own NATS connection and data directory, so a
 // replica can be killed and restarted on its disk.
 //
 // Callers:
@@ -64,7 +65,23 @@ func FastConfig(c *raftstore.Config) {
 // and waits for a leader. Everything stops at t's cleanup.
 func MakeCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	return makeCluster(t, n, 0, opts)
+}
+
+// BusMaxPayload is the max payload of podflow's bus (bus.EmbeddedConfig).
+const BusMaxPayload = 8 << 20
+
+// MakeBusCluster is MakeCluster on a NATS server whose max payload is
+// podflow's bus's (BusMaxPayload, not NATS's default 1 MiB): for values
+// and answers of a size only that bus carries.
+func MakeBusCluster(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	return makeCluster(t, n, BusMaxPayload, opts)
+}
+
+func makeCluster(t testing.TB, n int, maxPayload int32, opts []Option) *Cluster {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, MaxPayload: maxPayload})
 	if err != nil {
 		t.Fatalf("nats server: %v", err)
 	}
@@ -86,6 +103,7 @@ func MakeCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		cfg.RaftAddr = peers[i].Address
 		cfg.DataDir = filepath.Join(c.dir, cfg.ID)
 		cfg.Bootstrap = peers
+		cfg.TLS = PeerTLS(t)
 		for _, o := range opts {
 			o(&cfg)
 		}
@@ -249,6 +267,21 @@ func (c *Cluster) Crash(t testing.TB, i int) {
 	if err := n.Shutdown(); err != nil {
 		t.Errorf("shutdown replica %d: %v", i, err)
 	}
+}
+
+// Dir is the directory holding every replica's data directory (<Dir>/<ID>).
+func (c *Cluster) Dir() string { return c.dir }
+
+// Reconfigure changes killed replica i's Config for its next Restart (a
+// new encryption configuration, say).
+func (c *Cluster) Reconfigure(t testing.TB, i int, o Option) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes[i] != nil {
+		t.Fatalf("reconfigure replica %d: still running", i)
+	}
+	o(&c.cfgs[i])
 }
 
 // Restart starts killed replica i again on its data directory.

@@ -7,8 +7,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"math/big"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,16 +25,29 @@ type CA struct {
 	cert tls.Certificate // Leaf set
 }
 
-// NewCA creates a CA valid for an hour.
+// NewCA creates a CA valid for a day.
 func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
-	cert := sign(t, &x509.Certificate{
+	ca, err := NewEphemeralCA(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// NewEphemeralCA is NewCA for callers without a testing.TB (benchmark
+// programs, child processes).
+func NewEphemeralCA(name string) (*CA, error) {
+	cert, err := sign(&x509.Certificate{
 		Subject:  pkix.Name{CommonName: name},
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true,
 	}, nil)
+	if err != nil {
+		return nil, err
+	}
 	pool := x509.NewCertPool()
 	pool.AddCert(cert.Leaf)
-	return &CA{Pool: pool, cert: cert}
+	return &CA{Pool: pool, cert: cert}, nil
 }
 
 // Peer issues a certificate named name in groups (its subject's
@@ -40,7 +55,16 @@ func NewCA(t testing.TB, name string) *CA {
 // localhost.
 func (ca *CA) Peer(t testing.TB, name string, groups ...string) tls.Certificate {
 	t.Helper()
-	return sign(t, &x509.Certificate{
+	cert, err := ca.Issue(name, groups...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// Issue is Peer for callers without a testing.TB.
+func (ca *CA) Issue(name string, groups ...string) (tls.Certificate, error) {
+	return sign(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: name, Organization: groups},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
@@ -48,32 +72,69 @@ func (ca *CA) Peer(t testing.TB, name string, groups ...string) tls.Certificate 
 	}, ca)
 }
 
-// sign gives tmpl a fresh P-256 key, a serial and an hour of validity,
+// sign gives tmpl a fresh P-256 key, a serial and a day of validity,
 // and signs it with parent (itself when parent is nil).
-func sign(t testing.TB, tmpl *x509.Certificate, parent *CA) tls.Certificate {
-	t.Helper()
+func sign(tmpl *x509.Certificate, parent *CA) (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		t.Fatalf("key for %q: %v", tmpl.Subject.CommonName, err)
+		return tls.Certificate{}, fmt.Errorf("key for %q: %w", tmpl.Subject.CommonName, err)
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {
-		t.Fatal(err)
+		return tls.Certificate{}, err
 	}
-	tmpl.SerialNumber, tmpl.NotBefore, tmpl.NotAfter = serial, time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	tmpl.SerialNumber, tmpl.NotBefore, tmpl.NotAfter = serial, time.Now().Add(-time.Minute), time.Now().Add(24*time.Hour)
 	issuer, signer := tmpl, any(key)
 	if parent != nil {
 		issuer, signer = parent.cert.Leaf, parent.cert.PrivateKey
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, issuer, key.Public(), signer)
 	if err != nil {
-		t.Fatalf("certificate %q: %v", tmpl.Subject.CommonName, err)
+		return tls.Certificate{}, fmt.Errorf("certificate %q: %w", tmpl.Subject.CommonName, err)
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
-		t.Fatal(err)
+		return tls.Certificate{}, err
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+}
+
+// peerTLS is the raft transport configuration of PeerTLS, made once per
+// process: a CA and one peer certificate of it cost a few milliseconds,
+// and tests start hundreds of replicas.
+var peerTLS = sync.OnceValues(func() (*tls.Config, error) {
+	ca, err := NewEphemeralCA("podflow-test-ca")
+	if err != nil {
+		return nil, err
+	}
+	cert, err := ca.Issue("raft-peer", raftstore.PeerGroup)
+	if err != nil {
+		return nil, err
+	}
+	return raftstore.MutualTLSConfig(cert, ca.Pool, raftstore.PeerGroup), nil
+})
+
+// PeerTLS returns a raft transport configuration (raftstore.Config.TLS)
+// that every replica of this process may share: a peer certificate, in
+// raftstore.PeerGroup, of a CA made for this process alone. The raft
+// transport speaks nothing but mutual TLS, so every replica a test starts
+// needs one.
+func PeerTLS(t testing.TB) *tls.Config {
+	t.Helper()
+	cfg, err := peerTLS()
+	if err != nil {
+		t.Fatalf("raft peer TLS: %v", err)
+	}
+	return cfg.Clone()
+}
+
+// EphemeralPeerTLS is PeerTLS for callers without a testing.TB.
+func EphemeralPeerTLS() (*tls.Config, error) {
+	cfg, err := peerTLS()
+	if err != nil {
+		return nil, err
+	}
+	return cfg.Clone(), nil
 }
 
 // MutualTLS returns the raft transport configuration of a peer named name

@@ -57,13 +57,23 @@ func aggregatedDiscovery(core bool) *apidiscoveryv2.APIGroupDiscoveryList {
 				Resource: ar.Name, ResponseKind: &metav1.GroupVersionKind{Group: g, Version: version, Kind: ar.Kind},
 				Scope: scope, SingularResource: ar.SingularName, Verbs: ar.Verbs, ShortNames: ar.ShortNames, Categories: ar.Categories,
 			}
-			if g == "" && ar.Name == "pods" {
-				for _, sub := range []string{"status", "log"} {
-					rd.Subresources = append(rd.Subresources, apidiscoveryv2.APISubresourceDiscovery{Subresource: sub,
-						ResponseKind: &metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Verbs: []string{"get"}})
+			vd.Resources = append(vd.Resources, rd)
+		}
+		for _, ar := range apiResourceList(gv).APIResources {
+			res, sub, ok := strings.Cut(ar.Name, "/")
+			if !ok {
+				continue
+			}
+			kind := &metav1.GroupVersionKind{Group: g, Version: version, Kind: ar.Kind}
+			if ar.Version != "" {
+				kind.Group, kind.Version = ar.Group, ar.Version
+			}
+			for i := range vd.Resources {
+				if vd.Resources[i].Resource == res {
+					vd.Resources[i].Subresources = append(vd.Resources[i].Subresources,
+						apidiscoveryv2.APISubresourceDiscovery{Subresource: sub, ResponseKind: kind, Verbs: ar.Verbs})
 				}
 			}
-			vd.Resources = append(vd.Resources, rd)
 		}
 		l.Items = append(l.Items, apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: g},
 			Versions: []apidiscoveryv2.APIVersionDiscovery{vd}})

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"k8s.io/client-go/applyconfigurations"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"net/http"
 	"strconv"
 	"strings"
@@ -49,7 +50,7 @@ var applyScheme = sync.OnceValue(func() *runtime.Scheme {
 			if !managesFields(r) {
 				continue
 			}
-			sc.AddKnownTypeWithName(r.gvk(), kubeTypes[r.kind]())
+			sc.AddKnownTypeWithName(r.gvk(), kubeType(r)())
 		}
 	}
 	return sc
@@ -80,10 +81,12 @@ func (r *resource) gvk() schema.GroupVersionKind {
 }
 
 // managesFields reports whether r's writes record managedFields: the
-// stored Kubernetes kinds. podflow's own (SidecarPolicy) have no Go type
-// and no schema of their fields; an apply of one is a JSON merge patch.
+// stored Kubernetes kinds client-go has the field schema of. podflow's
+// own (SidecarPolicy) have no Go type and no schema of their fields, nor
+// has client-go apiextensions.k8s.io's; an apply of one is a JSON merge
+// patch.
 func managesFields(r *resource) bool {
-	return kubeTypes[r.kind] != nil && r.store.Name != "" && !r.readOnly
+	return kubeType(r) != nil && r.store.Name != "" && !r.readOnly && clientgoscheme.Scheme.Recognizes(r.gvk())
 }
 
 // fieldManager is the FieldManager of r's writes through subresource
@@ -150,7 +153,7 @@ func managerName(r *http.Request, apply bool, kind string) (string, *corev1.Stat
 // object of r's kind when there is none (a create).
 func liveKube(r *resource, current objects.Object) (runtime.Object, error) {
 	if current == nil {
-		obj := kubeTypes[r.kind]()
+		obj := kubeType(r)()
 		obj.GetObjectKind().SetGroupVersionKind(r.gvk())
 		return obj, nil
 	}

@@ -3,6 +3,12 @@ package apiserver
 import (
 	"fmt"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/podflow/podflow/services/podsecurity"
 )
 
 // Config configures the HTTPS server.
@@ -57,6 +63,15 @@ type Config struct {
 	// watch=1): long-running requests are exempt from MaxInFlight, as in
 	// kube-apiserver, but counted here: 429 beyond. Default 2000.
 	MaxWatches int
+	// MaxWatchesPerUser and MaxMutatingPerUser are each user's seats
+	// inside MaxWatches (long-running requests: watches, exec, attach,
+	// port-forward, followed logs) and MaxMutatingInFlight: 429 with
+	// Retry-After past them, so that one user cannot take a pool from
+	// the others (the idea of API Priority and Fairness; system:masters
+	// and system:nodes exempt). 0: a quarter of the pool (at least 1),
+	// 500 and 50 by default.
+	MaxWatchesPerUser  int
+	MaxMutatingPerUser int
 	// TooLargeResourceVersionWait is how long a watch from a revision the
 	// store has not reached yet waits for it before it is answered 504
 	// "Too large resource version" (kube-apiserver's watch cache waits 3s).
@@ -77,6 +92,27 @@ type Config struct {
 	// end after a random time in [MaxWatchTimeout/2, MaxWatchTimeout),
 	// so that clients reconnect spread over time. Default 30m.
 	MaxWatchTimeout time.Duration
+	// PodSecurityDefault is the Pod Security level enforced on pod
+	// updates (a new image, an ephemeral container) in a namespace
+	// without the pod-security.kubernetes.io/enforce label, as
+	// kube-apiserver's PodSecurity admission configuration
+	// defaults.enforce; the admission stage enforces the same level on
+	// creation. "" is privileged, Kubernetes' default.
+	PodSecurityDefault podsecurity.Level
+	// Printer prints the tables of generic kinds (kubectl get) with
+	// kube-apiserver's columns: services/registry's Registry. Nil: their
+	// tables have name and age only.
+	Printer Printer
+}
+
+// Printer is kube-apiserver's table printing of built-in kinds
+// (services/registry's Registry implements it). Safe for concurrent use.
+type Printer interface {
+	// TableColumns returns gvk's columns, every one with its priority;
+	// ok false when there is no printer for gvk.
+	TableColumns(gvk schema.GroupVersionKind) (cols []metav1.TableColumnDefinition, ok bool)
+	// TableCells returns the cells of obj's row, in TableColumns' order.
+	TableCells(obj runtime.Object) ([]any, error)
 }
 
 // OIDCConfig configures OpenID Connect ID token verification, as
@@ -146,6 +182,12 @@ func (c Config) Validate() error {
 	case c.MaxInFlight < 1 || c.MaxMutatingInFlight < 1 || c.MaxWatches < 1:
 		return fmt.Errorf("%w: MaxInFlight (%d), MaxMutatingInFlight (%d) and MaxWatches (%d) must be at least 1",
 			ErrInvalidConfig, c.MaxInFlight, c.MaxMutatingInFlight, c.MaxWatches)
+	case c.PodSecurityDefault != "" && !c.PodSecurityDefault.Valid():
+		return fmt.Errorf("%w: PodSecurityDefault %q is not one of privileged, baseline, restricted", ErrInvalidConfig, c.PodSecurityDefault)
+	case c.MaxWatchesPerUser < 0 || c.MaxWatchesPerUser > c.MaxWatches:
+		return fmt.Errorf("%w: MaxWatchesPerUser (%d) must be in [0, MaxWatches (%d)]", ErrInvalidConfig, c.MaxWatchesPerUser, c.MaxWatches)
+	case c.MaxMutatingPerUser < 0 || c.MaxMutatingPerUser > c.MaxMutatingInFlight:
+		return fmt.Errorf("%w: MaxMutatingPerUser (%d) must be in [0, MaxMutatingInFlight (%d)]", ErrInvalidConfig, c.MaxMutatingPerUser, c.MaxMutatingInFlight)
 	case c.CacheObjects < 1:
 		return fmt.Errorf("%w: CacheObjects (%d) must be at least 1", ErrInvalidConfig, c.CacheObjects)
 	case c.ListSnapshotTTL <= 0 || c.MaxListSnapshots < 1:

@@ -15,6 +15,7 @@ import (
 	k8scorev1 "k8s.io/api/core/v1"
 	k8sdiscoveryv1 "k8s.io/api/discovery/v1"
 	k8srbacv1 "k8s.io/api/rbac/v1"
+	k8sschedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
@@ -44,6 +45,20 @@ var kubeTypes = map[string]func() runtime.Object{
 	"ClusterRole":        func() runtime.Object { return &k8srbacv1.ClusterRole{} },
 	"RoleBinding":        func() runtime.Object { return &k8srbacv1.RoleBinding{} },
 	"ClusterRoleBinding": func() runtime.Object { return &k8srbacv1.ClusterRoleBinding{} },
+	"PriorityClass":      func() runtime.Object { return &k8sschedulingv1.PriorityClass{} },
+}
+
+// kubeType is the Go type of res's Kubernetes form (a new object of it,
+// with its apiVersion and kind for a generic kind); nil for podflow's own
+// kinds, which have none.
+func kubeType(res *resource) func() runtime.Object {
+	if !res.store.Generic {
+		return kubeTypes[res.kind]
+	}
+	if !manifest.HasGoType(res.groupVersion(), res.kind) {
+		return nil
+	}
+	return func() runtime.Object { return manifest.NewKube(res.groupVersion(), res.kind) }
 }
 
 // Field validation directives (the fieldValidation query parameter).
@@ -101,13 +116,13 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.
 func decodeObject(body []byte, res *resource, validation string, maxBytes int) (objects.Object, []string, *corev1.Status) {
 	objs, err := manifest.Decode(body, manifest.WithMaxBytes(maxBytes))
 	var warnings []string
-	if err != nil && validation != validationStrict && kubeTypes[res.kind] != nil &&
+	if err != nil && validation != validationStrict && kubeType(res) != nil &&
 		(errors.Is(err, manifest.ErrUnknownField) || errors.Is(err, manifest.ErrDuplicateField)) &&
 		!errors.Is(err, manifest.ErrTooLarge) {
 		if validation == validationWarn {
 			warnings = fieldWarnings(err)
 		}
-		obj := kubeTypes[res.kind]()
+		obj := kubeType(res)()
 		if uerr := yaml.Unmarshal(body, obj); uerr != nil {
 			return nil, nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, uerr)
 		}
@@ -226,7 +241,7 @@ func applyPatchType(original, patch []byte, contentType string, res *resource, l
 	ct, _, _ := strings.Cut(contentType, ";")
 	switch strings.TrimSpace(ct) {
 	case patchStrategic:
-		newT := kubeTypes[res.kind]
+		newT := kubeType(res)
 		if newT == nil {
 			return nil, stage415(ct, res)
 		}

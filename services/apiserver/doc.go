@@ -30,6 +30,18 @@
 //     read-only view of the EndpointSlices), selfsubjectaccessreviews
 //     (kubectl auth can-i), selfsubjectrulesreviews (kubectl auth can-i
 //     --list) and selfsubjectreviews (kubectl auth whoami).
+//   - Generic kinds (services/objects' kinds registered as data: apps/v1,
+//     batch/v1, policy/v1, admissionregistration, apiextensions, networking,
+//     storage, certificates, flowcontrol, coordination, node and core's
+//     ReplicationController, PodTemplate, ResourceQuota,
+//     PersistentVolume(Claim)): the same verbs, their status subresource
+//     (the kind's StatusStrategy in the api stage), scale (autoscaling/v1
+//     Scale of deployments, replicasets, statefulsets and
+//     replicationcontrollers: scale.go) and a CSR's approval; tables with
+//     kube-apiserver's columns (Config.Printer).
+//   - Kubernetes protobuf request bodies for every built-in kind, and
+//     protobuf answers (objects, lists, Scale) to clients that prefer them
+//     (protobuf.go); watches and errors are JSON.
 //   - metrics.k8s.io/v1beta1 pods and nodes (kubectl top), get and list,
 //     read from the nodes on each request through a MetricsBackend
 //     (services/podmetrics); a node that does not answer is left out.
@@ -77,7 +89,10 @@
 //   - Requests in flight: MaxInFlight read-only, MaxMutatingInFlight
 //     mutating, MaxWatches watches (429 with Retry-After past each). A
 //     watch is a GET with watch=true or watch=1; the parameter on any
-//     other method does not move a request out of its class.
+//     other method does not move a request out of its class. Inside the
+//     mutating and long-running pools each user has seats of its own
+//     (MaxMutatingPerUser, MaxWatchesPerUser; system:masters and
+//     system:nodes exempt: fairness.go), so one user cannot take a pool.
 //   - A watch from a resourceVersion the store has not reached waits
 //     TooLargeResourceVersionWait, then gets 504 Timeout "Too large
 //     resource version: X, current: Y" with retryAfterSeconds 1.

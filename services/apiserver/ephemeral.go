@@ -20,7 +20,8 @@ import (
 // kube-apiserver's: GET reads the pod; PUT and PATCH (any patch type a pod
 // takes) change only spec.ephemeralContainers — the rest of the object
 // sent is ignored — and may only add containers, never change or remove
-// one. The write's manager is recorded in managedFields with subresource
+// one. A new container must meet the namespace's Pod Security level, as
+// any container of the pod (services/podsecurity). The write's manager is recorded in managedFields with subresource
 // "ephemeralcontainers" (operation Update, or Apply), owning the fields it
 // wrote; one that adds nothing writes nothing. RBAC: the verb on
 // pods/ephemeralcontainers.
@@ -59,7 +60,7 @@ func (s *Server) serveEphemeral(w http.ResponseWriter, r *http.Request, req *req
 	ct := r.Header.Get("Content-Type")
 	var st *corev1.Status
 	if req.verb == "update" {
-		if body, st = bodyJSON(r, body, kubeTypes[req.res.kind]); st != nil {
+		if body, st = bodyJSON(r, body, kubeType(req.res)); st != nil {
 			writeStatus(w, st)
 			return
 		}
@@ -99,6 +100,10 @@ func (s *Server) serveEphemeral(w http.ResponseWriter, r *http.Request, req *req
 		}
 		out := proto.CloneOf(cur)
 		out.Spec.EphemeralContainers = next.GetSpec().GetEphemeralContainers()
+		if st := s.checkPodSecurity(ctx, cur, out); st != nil { // a container is added: its namespace's level
+			writeStatus(w, st)
+			return
+		}
 		if req.verb == "patch" && strings.HasPrefix(ct, patchApply) { // the apply's own entry
 			out.Metadata.ManagedFields = next.GetMetadata().GetManagedFields()
 		} else if st := manageFields(req.res, req.sub, cur, out, manager); st != nil { // of what is written, not of what was sent
@@ -209,6 +214,15 @@ func ValidateEphemeralUpdate(pod *corev1.Pod, next []*corev1.EphemeralContainer)
 		} {
 			if f.set {
 				add("FieldValueForbidden", path+"."+f.name, "Forbidden: cannot be set for an Ephemeral Container")
+			}
+		}
+		for j, vm := range c.GetVolumeMounts() { // subpaths leak bind mounts until the pod exits
+			vp := fmt.Sprintf("%s.volumeMounts[%d]", path, j)
+			if vm.GetSubPath() != "" {
+				add("FieldValueForbidden", vp+".subPath", "Forbidden: cannot be set for an Ephemeral Container")
+			}
+			if vm.GetSubPathExpr() != "" {
+				add("FieldValueForbidden", vp+".subPathExpr", "Forbidden: cannot be set for an Ephemeral Container")
 			}
 		}
 	}

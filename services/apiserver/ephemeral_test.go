@@ -75,13 +75,16 @@ func TestEphemeralContainers(t *testing.T) {
 			c.Resources.Limits = k8scorev1.ResourceList{"cpu": resource.MustParse("1")}
 		}, want: "spec.ephemeralContainers[2].resources: Forbidden: cannot be set for an Ephemeral Container"},
 		{name: "what podflow refuses in any container", ec: func(c *k8scorev1.EphemeralContainer) {
-			c.SecurityContext = &k8scorev1.SecurityContext{SELinuxOptions: &k8scorev1.SELinuxOptions{Level: "s0"}}
-		}, want: "seLinuxOptions"},
+			c.SecurityContext = &k8scorev1.SecurityContext{AppArmorProfile: &k8scorev1.AppArmorProfile{Type: "RuntimeDefault"}}
+		}, want: "appArmorProfile"},
 		{name: "a host port", ec: func(c *k8scorev1.EphemeralContainer) {
 			c.Ports = []k8scorev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
 		},
 			want: "spec.ephemeralContainers[2].ports[0].hostPort: Forbidden: podflow does not support host port mapping"},
 		{name: "no name", ec: func(c *k8scorev1.EphemeralContainer) { c.Name = "" }, want: "spec.ephemeralContainers[2].name: Required value"},
+		{name: "subPathExpr", ec: func(c *k8scorev1.EphemeralContainer) {
+			c.VolumeMounts = []k8scorev1.VolumeMount{{Name: "v", MountPath: "/v", SubPathExpr: "$(POD)"}}
+		}, want: "spec.ephemeralContainers[2].volumeMounts[0].subPathExpr: Forbidden: cannot be set for an Ephemeral Container"},
 		{name: "no image", ec: func(c *k8scorev1.EphemeralContainer) { c.Image = "" }, want: "spec.ephemeralContainers[2].image: Required value"},
 		{name: "liveness probe", ec: func(c *k8scorev1.EphemeralContainer) {
 			c.LivenessProbe = &k8scorev1.Probe{ProbeHandler: k8scorev1.ProbeHandler{Exec: &k8scorev1.ExecAction{Command: []string{"true"}}}}

@@ -67,6 +67,8 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	}
 	switch {
 	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"):
+	case req.res.generic() && req.res.store.HasSubresource(req.sub) && (req.verb == "get" || req.verb == "update" || req.verb == "patch"):
+		// A generic kind's status, scale, approval.
 	default:
 		writeStatus(w, notFoundPath(r.URL.Path))
 		return
@@ -112,6 +114,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
+	if req.sub == "scale" {
+		s.serveScale(ctx, w, r, req)
+		return
+	}
 	switch req.verb {
 	case "get":
 		s.get(ctx, w, r, req)
@@ -209,13 +215,13 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, code int, r
 		return
 	}
 	if wantsTable(r) {
-		t := newTable(res, true)
+		t := newTable(res, true, s.cfg.Printer)
 		t.addRow(res, k)
 		t.ResourceVersion = metaOf(k).GetResourceVersion()
 		writeJSON(w, code, t.Table)
 		return
 	}
-	writeJSON(w, code, k)
+	writeKube(w, r, code, k)
 }
 
 // selector is a request's label and field selectors.
@@ -353,7 +359,7 @@ func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	if !ok {
 		return
 	}
-	body, st := bodyJSON(r, body, kubeTypes[req.res.kind])
+	body, st := bodyJSON(r, body, kubeType(req.res))
 	if st != nil {
 		writeStatus(w, st)
 		return
@@ -416,8 +422,8 @@ func checkNamespace(md *corev1.ObjectMeta, req *request) *corev1.Status {
 }
 
 func (s *Server) object(ctx context.Context, req *request, verb string, obj objects.Object, grace *int64, dry bool) (*corev1.Status, proto.Message) {
-	or := &apiv1.ObjectRequest{Verb: verb, Kind: req.res.store.Name, Namespace: req.namespace, Name: req.name, GracePeriodSeconds: grace,
-		DryRun: dry}
+	or := &apiv1.ObjectRequest{Verb: verb, Kind: req.res.store.Qualified(), Namespace: req.namespace, Name: req.name, GracePeriodSeconds: grace,
+		DryRun: dry, Subresource: req.sub}
 	if obj != nil {
 		b, err := proto.Marshal(obj)
 		if err != nil {
@@ -434,6 +440,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, res *resource, 
 		writeStatus(w, st)
 		return
 	}
+	writeWarnings(w, st.GetWarnings())
 	code := int(st.GetCode())
 	if code == 0 {
 		code = http.StatusOK
@@ -471,7 +478,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	ssa := strings.HasPrefix(ct, patchApply)
 	var st *corev1.Status
 	if req.verb == "update" {
-		if body, st = bodyJSON(r, body, kubeTypes[req.res.kind]); st != nil {
+		if body, st = bodyJSON(r, body, kubeType(req.res)); st != nil {
 			writeStatus(w, st)
 			return
 		}
@@ -626,7 +633,9 @@ func patchHasPrecondition(patch []byte, contentType string) bool {
 // updatePod applies the changes Kubernetes allows on a pod: labels,
 // annotations, container images, added tolerations and removed
 // scheduling gates. Anything else in spec is refused with 422, as
-// kube-apiserver's validation refuses it; status is left alone.
+// kube-apiserver's validation refuses it; status is left alone. A new
+// image has the pod evaluated against its namespace's Pod Security level
+// (checkPodSecurity), as kube-apiserver's PodSecurity admission does.
 func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bool) (*corev1.Status, proto.Message) {
 	name := current.GetMetadata().GetName()
 	allowed := proto.CloneOf(current.GetSpec())
@@ -656,6 +665,11 @@ func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bo
 		p.Metadata.Annotations = pod.GetMetadata().GetAnnotations()
 		p.Metadata.ManagedFields = pod.GetMetadata().GetManagedFields()
 		p.Spec = proto.CloneOf(allowed)
+	}
+	next := proto.CloneOf(current)
+	apply(next)
+	if st := s.checkPodSecurity(ctx, current, next); st != nil { // an image changed: its namespace's level
+		return st, nil
 	}
 	if dry {
 		out := proto.CloneOf(current)
@@ -805,7 +819,22 @@ func (s *Server) deleteCollection(ctx context.Context, w http.ResponseWriter, r 
 		}
 		deleted = append(deleted, it)
 	}
-	writeJSON(w, http.StatusOK, newRawList(req.res, rev, deleted))
+	writeList(w, r, req.res, metav1.ListMeta{ResourceVersion: strconv.FormatInt(rev, 10)}, deleted)
+}
+
+// writeList writes a list of items: protobuf when the client prefers it
+// and the kind has a typed list, else JSON assembled from the items'
+// cached JSON.
+func writeList(w http.ResponseWriter, r *http.Request, res *resource, lm metav1.ListMeta, items []kubeItem) {
+	if wantsProtobuf(r) {
+		if list, ok := typedList(res, items, lm); ok {
+			writeKube(w, r, http.StatusOK, list)
+			return
+		}
+	}
+	l := newRawList(res, 0, items)
+	l.Metadata = lm
+	writeJSON(w, http.StatusOK, l)
 }
 
 // decodeReview reads an authorization review of kind into review (JSON or

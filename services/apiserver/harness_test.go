@@ -30,6 +30,7 @@ import (
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
@@ -101,6 +102,7 @@ func startSystem(t testing.TB, o options) *system {
 		scfg.NoSync = !o.fsync
 		scfg.ID, scfg.RaftAddr, scfg.DataDir, scfg.Bootstrap = p.ID, p.Address, filepath.Join(dir, p.ID), peers
 		scfg.RaftListener = ls[i]
+		scfg.TLS = raftstoretest.PeerTLS(t)
 		if o.history > 0 {
 			scfg.HistoryRevisions = o.history
 		}
@@ -363,8 +365,16 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, 
 		return nil, err
 	}
 	cfg.NamespaceDeleted = ns.Enqueue
-	s, err := api.New(env, cfg)
+	var s *api.Stage
+	reg, err := registry.New(registry.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) }})
 	if err != nil {
+		return nil, err
+	}
+	cfg.Registry = reg
+	if hc.Printer == nil {
+		hc.Printer = reg
+	}
+	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
 	return stage.Compose(s, ns,

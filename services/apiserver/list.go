@@ -303,7 +303,7 @@ func (s *Server) listPage(ctx context.Context, w http.ResponseWriter, r *http.Re
 		s.snapshots.put(sn, time.Now())
 	}
 	if wantsTable(r) {
-		t := newTable(req.res, true)
+		t := newTable(req.res, true, s.cfg.Printer)
 		for _, it := range items {
 			t.addRow(req.res, it.obj)
 		}
@@ -311,7 +311,5 @@ func (s *Server) listPage(ctx context.Context, w http.ResponseWriter, r *http.Re
 		writeJSON(w, http.StatusOK, t.Table)
 		return
 	}
-	l := newRawList(req.res, sn.rev, items)
-	l.Metadata = meta
-	writeJSON(w, http.StatusOK, l)
+	writeList(w, r, req.res, meta, items)
 }

@@ -86,6 +86,10 @@ func TestNamespaceDeletion(t *testing.T) {
 		"/apis/rbac.authorization.k8s.io/v1/namespaces/doomed/rolebindings": `{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{"name":"rb"},
 "subjects":[{"kind":"User","name":"alice","apiGroup":"rbac.authorization.k8s.io"}],"roleRef":{"kind":"Role","name":"r","apiGroup":"rbac.authorization.k8s.io"}}`,
 		"/api/v1/namespaces/doomed/pods": podJSON("pending", ""),
+		"/apis/apps/v1/namespaces/doomed/deployments": `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},
+"spec":{"selector":{"matchLabels":{"app":"d"}},"template":{"metadata":{"labels":{"app":"d"}},"spec":{"containers":[{"name":"c","image":"nginx"}]}}}}`,
+		"/apis/batch/v1/namespaces/doomed/jobs": `{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"j"},
+"spec":{"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"c","image":"busybox"}]}}}}`,
 	}
 	for p, body := range content {
 		if code, out, _ := do(t, admin, "POST", s.url+p, "application/json", body); code != 201 {

@@ -23,7 +23,7 @@ func TestCheckNodeReply(t *testing.T) {
 		{bus.InboxPrefix(pipeline.SimNodesRole("sim")) + ".abc", true},
 		{bus.InboxPrefix(pipeline.StageRole(pipeline.Scheduler)) + ".abc", false},
 		{bus.InboxPrefix(pipeline.RoleStore) + ".abc", false},
-		{bus.InboxPrefix(bus.RoleClient) + ".abc", false},
+		{bus.UserInbox("alice") + ".abc", false},
 		{"podflow.pods.x", false},
 		{"", false},
 	} {

@@ -24,7 +24,7 @@ import (
 
 // openAPIHash versions the OpenAPI documents (clients cache by it); bump it
 // when the served resources change.
-const openAPIHash = "podflow-4"
+const openAPIHash = "podflow-5"
 
 // openAPIRoot is /openapi/v3: one document per group version.
 func openAPIRoot() map[string]any {
@@ -198,7 +198,7 @@ func goType(r *resource) any {
 	case "metrics.k8s.io/v1beta1/NodeMetrics":
 		return &metricsv1beta1.NodeMetrics{}
 	}
-	if f := kubeTypes[r.kind]; f != nil {
+	if f := kubeType(r); f != nil {
 		return f()
 	}
 	return nil

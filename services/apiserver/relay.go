@@ -89,7 +89,12 @@ func (r NodeRelays) PodLogs(ctx context.Context, pod *corev1.Pod, opts LogOption
 	stream, err := nodelogs.Open(ctx, r.NATS, node, req, nodelogs.Options{
 		Follow: opts.Follow, Timestamps: opts.Timestamps, LimitBytes: opts.LimitBytes,
 	})
+	ne, refused := errors.AsType[*nodelogs.Error](err)
 	switch {
+	case refused && ne.Reason == nodelogs.ReasonBadRequest: // kubelet's 400, relayed as the apiserver does
+		return nil, stage.Failure(400, eventsv1.ReasonBadRequest, "pods", name, "%s", ne.Message)
+	case refused && ne.Reason == nodelogs.ReasonNotFound:
+		return nil, stage.Failure(404, eventsv1.ReasonNotFound, "pods", name, "%s", ne.Message)
 	case errors.Is(err, nodelogs.ErrNode):
 		return nil, stage.Failure(404, eventsv1.ReasonNotFound, "pods", name, "%v", err)
 	case err != nil:

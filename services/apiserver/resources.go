@@ -3,6 +3,7 @@ package apiserver
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -25,6 +26,7 @@ type resource struct {
 	kind           string // "Pod"
 	namespaced     bool
 	shortNames     []string
+	categories     []string
 	verbs          []string
 	store          objects.Kind // where it lives; zero for virtual resources
 	readOnly       bool         // a view of another resource (events.k8s.io)
@@ -41,16 +43,33 @@ func (r *resource) groupVersion() string {
 	return r.group + "/" + r.version
 }
 
+// generic reports whether r is a generic kind's (stored as Unstructured,
+// served with kube-apiserver's strategies, printers and subresources).
+func (r *resource) generic() bool { return r.store.Generic && !r.readOnly }
+
 var (
 	crudVerbs = []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 	readVerbs = []string{"get", "list", "watch"}
 )
 
-// The served resources, by group version then resource name.
+// The served resources, by group version then resource name. They are
+// the kinds objects registered when the package was initialised (a kind
+// registered later is not served).
 var resources = map[string]map[string]*resource{}
 
-// groupOrder is the order of /apis (core first in /api).
-var groupOrder = []string{"discovery.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "podflow.io", "metrics.k8s.io"}
+// kubeGroupOrder is kube-apiserver's order of /apis; groups it does not
+// name follow in alphabetical order, then podflow's own and metrics.
+var kubeGroupOrder = []string{"apiregistration.k8s.io", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io",
+	"autoscaling", "batch", "certificates.k8s.io", "networking.k8s.io", "policy", "rbac.authorization.k8s.io", "storage.k8s.io",
+	"admissionregistration.k8s.io", "apiextensions.k8s.io", "scheduling.k8s.io", "coordination.k8s.io", "node.k8s.io",
+	"discovery.k8s.io", "flowcontrol.apiserver.k8s.io"}
+
+// groupOrder is the order of /apis (core first in /api): every served
+// group.
+var groupOrder []string
+
+// groupVersions maps each served group to its one version.
+var groupVersions = map[string]string{}
 
 func addResource(r *resource) {
 	gv := r.groupVersion()
@@ -58,23 +77,16 @@ func addResource(r *resource) {
 		resources[gv] = map[string]*resource{}
 	}
 	resources[gv][r.name] = r
+	groupVersions[r.group] = r.version
 }
 
 func init() {
-	short := map[string][]string{
-		"pods": {"po"}, "nodes": {"no"}, "services": {"svc"}, "namespaces": {"ns"}, "serviceaccounts": {"sa"},
-		"configmaps": {"cm"}, "events": {"ev"}, "limitranges": {"limits"},
-	}
 	for _, k := range objects.Kinds() {
 		if k.Name == objects.NodeAllocations.Name {
 			continue // internal accounting, not an API
 		}
-		version := "v1"
-		if k.APIGroup == "podflow.io" {
-			version = "v1alpha1"
-		}
-		addResource(&resource{group: k.APIGroup, version: version, name: k.Resource, kind: k.Name,
-			namespaced: k.Namespaced, shortNames: short[k.Resource], verbs: crudVerbs, store: k})
+		addResource(&resource{group: k.APIGroup, version: k.Version, name: k.Resource, kind: k.Name,
+			namespaced: k.Namespaced, shortNames: k.ShortNames, categories: k.Categories, verbs: crudVerbs, store: k})
 	}
 	addResource(&resource{group: "events.k8s.io", version: "v1", name: "events", kind: "Event", namespaced: true,
 		shortNames: []string{"ev"}, verbs: readVerbs, store: objects.Events, readOnly: true, view: eventsV1})
@@ -91,11 +103,64 @@ func init() {
 		verbs: []string{"get", "list"}, readOnly: true, metrics: true})
 	addResource(&resource{group: "metrics.k8s.io", version: "v1beta1", name: "nodes", kind: "NodeMetrics",
 		verbs: []string{"get", "list"}, readOnly: true, metrics: true})
+	groupOrder = orderGroups(groupVersions)
+}
+
+// orderGroups lists the named groups of served in kube-apiserver's order.
+func orderGroups(served map[string]string) []string {
+	var out, rest []string
+	for _, g := range kubeGroupOrder {
+		if _, ok := served[g]; ok {
+			out = append(out, g)
+		}
+	}
+	for g := range served {
+		if g != "" && !slices.Contains(kubeGroupOrder, g) && g != "podflow.io" && g != "metrics.k8s.io" {
+			rest = append(rest, g)
+		}
+	}
+	sort.Strings(rest)
+	out = append(out, rest...)
+	for _, g := range []string{"podflow.io", "metrics.k8s.io"} {
+		if _, ok := served[g]; ok {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // lookupResource finds a resource by group version and name.
 func lookupResource(gv, name string) *resource {
 	return resources[gv][name]
+}
+
+// subresourceVerbs are the verbs of a generic kind's subresources.
+var subresourceVerbs = []string{"get", "patch", "update"}
+
+// subresources are r's subresources as discovery lists them: each one's
+// name ("deployments/scale"), the kind it answers with and its verbs.
+func (r *resource) subresources() []metav1.APIResource {
+	var out []metav1.APIResource
+	if r.name == "pods" && r.group == "" {
+		return []metav1.APIResource{
+			{Name: "pods/status", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}},
+			{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}},
+			{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: []string{"create", "get"}},
+			{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: []string{"create", "get"}},
+			{Name: "pods/ephemeralcontainers", Namespaced: true, Kind: "Pod", Verbs: []string{"get", "patch", "update"}},
+		}
+	}
+	if !r.generic() {
+		return nil
+	}
+	for _, sub := range r.store.Subresources {
+		ar := metav1.APIResource{Name: r.name + "/" + sub, Namespaced: r.namespaced, Kind: r.kind, Verbs: subresourceVerbs}
+		if sub == "scale" {
+			ar.Group, ar.Version, ar.Kind = "autoscaling", "v1", "Scale"
+		}
+		out = append(out, ar)
+	}
+	return out
 }
 
 // apiResourceList is the discovery document of one group version.
@@ -108,33 +173,19 @@ func apiResourceList(gv string) *metav1.APIResourceList {
 	sort.Strings(names)
 	for _, n := range names {
 		r := resources[gv][n]
-		var categories []string
-		if r.group == "" && (r.name == "pods" || r.name == "services") {
-			categories = []string{"all"} // kubectl get all
-		}
 		l.APIResources = append(l.APIResources, metav1.APIResource{
 			Name: r.name, SingularName: strings.ToLower(r.kind), Namespaced: r.namespaced, Kind: r.kind,
-			Verbs: r.verbs, ShortNames: r.shortNames, Categories: categories,
+			Verbs: r.verbs, ShortNames: r.shortNames, Categories: r.categories,
 		})
-		if r.name == "pods" && r.group == "" {
-			l.APIResources = append(l.APIResources,
-				metav1.APIResource{Name: "pods/status", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}},
-				metav1.APIResource{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: []string{"get"}},
-				metav1.APIResource{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: []string{"create", "get"}},
-				metav1.APIResource{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: []string{"create", "get"}},
-				metav1.APIResource{Name: "pods/ephemeralcontainers", Namespaced: true, Kind: "Pod", Verbs: []string{"get", "patch", "update"}})
-		}
+		l.APIResources = append(l.APIResources, r.subresources()...)
 	}
 	return l
 }
 
 func apiGroup(group string) metav1.APIGroup {
-	version := "v1"
-	switch group {
-	case "podflow.io":
-		version = "v1alpha1"
-	case "metrics.k8s.io":
-		version = "v1beta1"
+	version := groupVersions[group]
+	if version == "" {
+		version = "v1"
 	}
 	gvd := metav1.GroupVersionForDiscovery{GroupVersion: group + "/" + version, Version: version}
 	return metav1.APIGroup{TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}, Name: group,

@@ -88,6 +88,9 @@ type Server struct {
 	// inflight, mutating and watches bound the read-only requests, the
 	// mutating requests and the watches being served (429 beyond).
 	inflight, mutating, watches chan struct{}
+	// watchFlows and mutatingFlows are each user's seats inside watches
+	// and mutating (fairness.go).
+	watchFlows, mutatingFlows *flows
 
 	mu     sync.Mutex
 	srv    *http.Server
@@ -132,7 +135,8 @@ func New(cfg Config, backend Backend, store *objects.Store, log *slog.Logger) (*
 	s := &Server{cfg: cfg, backend: backend, store: store, log: log, tls: tc, cache: newKubeCache(cfg.CacheObjects),
 		snapshots: newSnapshots(cfg.MaxListSnapshots, cfg.ListSnapshotTTL),
 		clientCAs: tc.ClientCAs, inflight: make(chan struct{}, cfg.MaxInFlight),
-		mutating: make(chan struct{}, cfg.MaxMutatingInFlight), watches: make(chan struct{}, cfg.MaxWatches)}
+		mutating: make(chan struct{}, cfg.MaxMutatingInFlight), watches: make(chan struct{}, cfg.MaxWatches),
+		watchFlows: newFlows(seats(cfg.MaxWatchesPerUser, cfg.MaxWatches)), mutatingFlows: newFlows(seats(cfg.MaxMutatingPerUser, cfg.MaxMutatingInFlight))}
 	if cfg.OIDC.IssuerURL != "" {
 		if s.oidc, err = newOIDCVerifier(cfg.OIDC); err != nil {
 			return nil, err
@@ -279,6 +283,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if st != nil {
 		writeStatus(w, st)
 		return
+	}
+	if f := s.userFlows(slots); f != nil {
+		release, ok := f.acquire(user)
+		if !ok {
+			tooManyForUser(w, user, f.seats)
+			return
+		}
+		defer release()
 	}
 	s.route(w, r, user)
 }

@@ -44,6 +44,8 @@ func wantsTable(r *http.Request) bool {
 type table struct {
 	metav1.Table
 	now time.Time
+	// printer prints generic kinds' rows, when it has their columns.
+	printer Printer
 }
 
 func col(name, format, desc string, priority int32) metav1.TableColumnDefinition {
@@ -78,15 +80,23 @@ var columns = map[string][]metav1.TableColumnDefinition{
 		col("Message", "", "A human-readable description of the status of this event.", 0)},
 }
 
-func newTable(res *resource, withColumns bool) *table {
+func newTable(res *resource, withColumns bool, printer Printer) *table {
 	t := &table{now: time.Now()}
 	t.Kind, t.APIVersion = "Table", "meta.k8s.io/v1"
 	t.Rows = []metav1.TableRow{}
-	if withColumns {
-		cols, ok := columns[res.kind]
-		if !ok || res.group == "events.k8s.io" {
-			cols = []metav1.TableColumnDefinition{nameCol, ageCol}
+	cols, ok := columns[res.kind]
+	if res.generic() {
+		ok = false
+		if printer != nil {
+			if cols, ok = printer.TableColumns(res.gvk()); ok {
+				t.printer = printer
+			}
 		}
+	}
+	if !ok || res.group == "events.k8s.io" {
+		cols = []metav1.TableColumnDefinition{nameCol, ageCol}
+	}
+	if withColumns {
 		t.ColumnDefinitions = cols
 	}
 	return t
@@ -101,6 +111,31 @@ func (t *table) age(ts metav1.Time) string {
 
 func (t *table) addRow(res *resource, k runtime.Object) {
 	md := metaOf(k)
+	var cells []any
+	if t.printer != nil {
+		var err error
+		if cells, err = t.printer.TableCells(k); err != nil {
+			// Still a row of as many cells: its name, the rest empty.
+			cols, _ := t.printer.TableColumns(res.gvk())
+			cells = make([]any, max(len(cols), 1))
+			cells[0] = md.GetName()
+		}
+	} else {
+		cells = t.typedCells(res, k, md)
+	}
+	pom := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}}
+	if m, ok := md.(*metav1.ObjectMeta); ok {
+		pom.ObjectMeta = *m
+	} else {
+		pom.Name, pom.Namespace, pom.UID, pom.ResourceVersion = md.GetName(), md.GetNamespace(), md.GetUID(), md.GetResourceVersion()
+		pom.Labels, pom.Annotations, pom.CreationTimestamp = md.GetLabels(), md.GetAnnotations(), md.GetCreationTimestamp()
+	}
+	t.Rows = append(t.Rows, metav1.TableRow{Cells: cells, Object: runtime.RawExtension{Object: pom}})
+}
+
+// typedCells are the cells of podflow's own printers (the proto kinds
+// kubectl users look at most), name and age for any other.
+func (t *table) typedCells(res *resource, k runtime.Object, md metav1.Object) []any {
 	var cells []any
 	switch o := k.(type) {
 	case *k8scorev1.Pod:
@@ -133,17 +168,11 @@ func (t *table) addRow(res *resource, k runtime.Object) {
 		}
 		obj := strings.ToLower(o.InvolvedObject.Kind) + "/" + o.InvolvedObject.Name
 		cells = []any{t.age(last), o.Type, o.Reason, obj, strings.TrimSpace(o.Message)}
-	default:
+	}
+	if cells == nil || res.generic() {
 		cells = []any{md.GetName(), t.age(md.GetCreationTimestamp())}
 	}
-	pom := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}}
-	if m, ok := md.(*metav1.ObjectMeta); ok {
-		pom.ObjectMeta = *m
-	} else {
-		pom.Name, pom.Namespace, pom.UID, pom.ResourceVersion = md.GetName(), md.GetNamespace(), md.GetUID(), md.GetResourceVersion()
-		pom.Labels, pom.Annotations, pom.CreationTimestamp = md.GetLabels(), md.GetAnnotations(), md.GetCreationTimestamp()
-	}
-	t.Rows = append(t.Rows, metav1.TableRow{Cells: cells, Object: runtime.RawExtension{Object: pom}})
+	return cells
 }
 
 func orNone(s string) string {

@@ -129,7 +129,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 	send := func(typ string, k runtime.Object) bool {
 		var obj any = k
 		if asTable && typ != eventBookmark && typ != eventError {
-			t := newTable(req.res, !columnsSent)
+			t := newTable(req.res, !columnsSent, s.cfg.Printer)
 			columnsSent = true
 			t.addRow(req.res, k)
 			t.ResourceVersion = metaOf(k).GetResourceVersion()

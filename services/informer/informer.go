@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -46,6 +47,17 @@ func New[T objects.Object](s *objects.Store, ns string, h Handlers[T]) (*Informe
 		return nil, err
 	}
 	return &Informer[T]{store: s, kind: k, namespace: ns, h: h, dec: objects.Decode, items: map[string]T{}, synced: make(chan struct{})}, nil
+}
+
+// NewKind returns an Informer for a generic kind (objects.Kind.Generic,
+// stored as *corev1.Unstructured, which names no kind of its own) in
+// namespace ns ("" for all).
+func NewKind(s *objects.Store, k objects.Kind, ns string, h Handlers[*corev1.Unstructured]) (*Informer[*corev1.Unstructured], error) {
+	if !k.Generic {
+		return nil, fmt.Errorf("%w: %s is not a generic kind: use New", objects.ErrUnknownKind, k.Resource)
+	}
+	return &Informer[*corev1.Unstructured]{store: s, kind: k, namespace: ns, h: h, dec: objects.Decode, items: map[string]*corev1.Unstructured{},
+		synced: make(chan struct{})}, nil
 }
 
 // NewMeta is New for a cache of identities: its objects carry only their

@@ -222,3 +222,49 @@ func TestReuse(t *testing.T) {
 		t.Errorf("Reuse saw revisions %v, want the two puts'", revs)
 	}
 }
+
+// TestGenericKind: an informer of a generic kind caches its Unstructured
+// objects, and only that kind's.
+func TestGenericKind(t *testing.T) {
+	st, ctx := realStore(t)
+	obj := func(k objects.Kind, name string) objects.Object {
+		u := k.New().(*corev1.Unstructured)
+		u.Metadata, u.Content = &corev1.ObjectMeta{Namespace: "ns", Name: name}, []byte(`{"spec":{}}`)
+		return u
+	}
+	for _, o := range []objects.Object{obj(objects.Deployments, "a"), obj(objects.ReplicaSets, "b")} {
+		if _, err := st.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	added := make(chan string, 4)
+	inf, err := informer.NewKind(st, objects.Deployments, "", informer.Handlers[*corev1.Unstructured]{
+		OnAdd: func(u *corev1.Unstructured) { added <- u.GetKind() + "/" + u.GetMetadata().GetName() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, inf)
+	if err := inf.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, obj(objects.Deployments, "c")); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Deployment/a", "Deployment/c"} {
+		select {
+		case got := <-added:
+			if got != want {
+				t.Fatalf("added %s, want %s", got, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no add of %s", want)
+		}
+	}
+	if l := inf.List("ns"); len(l) != 2 || string(l[0].GetContent()) != `{"spec":{}}` {
+		t.Fatalf("List: %v", l)
+	}
+	if _, err := informer.NewKind(st, objects.Pods, "", informer.Handlers[*corev1.Unstructured]{}); !errors.Is(err, objects.ErrUnknownKind) {
+		t.Fatalf("NewKind(pods): %v", err)
+	}
+}

@@ -10,15 +10,18 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 )
 
-// Prefix holds one store key per allocated ClusterIP (Prefix + the IP);
-// its value is the IPAddress spec naming the Service that holds it, as
-// networking.k8s.io/v1 IPAddress objects are stored.
-const Prefix = "/registry/ipaddresses/"
+// Prefix holds one store key per allocated ClusterIP (Prefix + the IP):
+// the networking.k8s.io/v1 IPAddress naming the Service that holds it
+// (objects.IPAddresses), as kube-apiserver's allocator stores them.
+var Prefix = objects.IPAddresses.Prefix("")
 
 // None is spec.clusterIP of a headless Service.
 const None = "None"
@@ -201,17 +204,32 @@ func held(svc *corev1.Service) string {
 }
 
 type parentRef struct {
-	Group     string `json:"group"`
+	Group     string `json:"group,omitempty"`
 	Resource  string `json:"resource"`
-	Namespace string `json:"namespace"`
+	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name"`
 }
 
-func reservation(svc *corev1.Service) []byte {
-	b, _ := json.Marshal(struct {
-		ParentRef parentRef `json:"parentRef"`
-	}{parentRef{Resource: "services", Namespace: svc.GetMetadata().GetNamespace(), Name: svc.GetMetadata().GetName()}})
-	return b
+// ipAddressSpec is networking.k8s.io/v1 IPAddressSpec.
+type ipAddressSpec struct {
+	ParentRef parentRef `json:"parentRef"`
+}
+
+// reservation is the IPAddress object that reserves ip for svc, as
+// kube-apiserver's ClusterIP allocator writes it: served as
+// networking.k8s.io/v1 ipaddresses (objects.IPAddresses).
+func reservation(svc *corev1.Service, ip string) ([]byte, error) {
+	spec, err := json.Marshal(struct {
+		Spec ipAddressSpec `json:"spec"`
+	}{ipAddressSpec{parentRef{Resource: "services", Namespace: svc.GetMetadata().GetNamespace(), Name: svc.GetMetadata().GetName()}}})
+	if err != nil {
+		return nil, err
+	}
+	u := objects.IPAddresses.New().(*corev1.Unstructured)
+	u.Metadata = &corev1.ObjectMeta{Name: ip, Uid: uuid.NewString(), CreationTimestamp: timestamppb.Now(), Generation: 1,
+		Labels: map[string]string{"ipaddress.kubernetes.io/ip-family": "IPv4", "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"}}
+	u.Content = spec
+	return objects.Encode(u)
 }
 
 // Create stores svc, a new Service, with its ClusterIP reserved in the same
@@ -315,8 +333,12 @@ func (a *Allocator) commit(ctx context.Context, st *objects.Store, svc *corev1.S
 			Ops:      []raftstore.Op{{Type: raftstore.OpPut, Key: key, Value: b}},
 		}
 		if ip != "" && ip != prev {
+			r, err := reservation(svc, ip)
+			if err != nil {
+				return 0, err
+			}
 			t.Compares = append(t.Compares, raftstore.Compare{Key: Key(ip), ModRevision: objects.Absent})
-			t.Ops = append(t.Ops, raftstore.Op{Type: raftstore.OpPut, Key: Key(ip), Value: reservation(svc)})
+			t.Ops = append(t.Ops, raftstore.Op{Type: raftstore.OpPut, Key: Key(ip), Value: r})
 		}
 		if prev != "" && ip != prev {
 			t.Ops = append(t.Ops, raftstore.Op{Type: raftstore.OpDelete, Key: Key(prev)})
@@ -393,10 +415,13 @@ func Allocated(ctx context.Context, st *objects.Store) (map[string]string, error
 	out := make(map[string]string, len(kvs))
 	for _, kv := range kvs {
 		var v struct {
-			ParentRef parentRef `json:"parentRef"`
+			Spec ipAddressSpec `json:"spec"`
 		}
-		_ = json.Unmarshal(kv.Value, &v)
-		out[strings.TrimPrefix(kv.Key, Prefix)] = v.ParentRef.Namespace + "/" + v.ParentRef.Name
+		u := objects.IPAddresses.New()
+		if err := objects.Decode(kv, u); err == nil {
+			_ = json.Unmarshal(u.(*corev1.Unstructured).GetContent(), &v)
+		}
+		out[strings.TrimPrefix(kv.Key, Prefix)] = v.Spec.ParentRef.Namespace + "/" + v.Spec.ParentRef.Name
 	}
 	return out, nil
 }

@@ -275,3 +275,25 @@ func TestUpdateAllocatesForUnallocated(t *testing.T) {
 		t.Fatalf("reservations %v", held)
 	}
 }
+
+// TestReservationIsAnIPAddress: a ClusterIP's reservation is the
+// networking.k8s.io/v1 IPAddress kube-apiserver's allocator writes, read
+// back through the IPAddress kind.
+func TestReservationIsAnIPAddress(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAlloc(t, "10.96.0.0/16")
+	if _, err := a.Create(ctx, st, svc("web", "10.96.0.10")); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := st.GetKind(ctx, objects.IPAddresses, "", "10.96.0.10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := obj.(*corev1.Unstructured)
+	md := u.GetMetadata()
+	if u.GetApiVersion() != "networking.k8s.io/v1" || u.GetKind() != "IPAddress" || md.GetName() != "10.96.0.10" || md.GetUid() == "" ||
+		md.GetCreationTimestamp() == nil || md.GetLabels()["ipaddress.kubernetes.io/managed-by"] != "ipallocator.k8s.io" ||
+		string(u.GetContent()) != `{"spec":{"parentRef":{"resource":"services","namespace":"default","name":"web"}}}` {
+		t.Fatalf("reservation %v", u)
+	}
+}

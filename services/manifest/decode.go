@@ -195,6 +195,14 @@ func (d *decoder) object(j []byte, prefix string, inList bool) error {
 	}
 	k := kindByGVK[[2]string{e.APIVersion, e.Kind}]
 	if k == nil {
+		if gk, ok := genericKind(e.APIVersion, e.Kind); ok && gk.APIVersion() == e.APIVersion {
+			u, warnings, err := genericFromJSON(j, e.APIVersion, e.Kind, e)
+			if err != nil {
+				return err
+			}
+			d.out = append(d.out, Object{APIVersion: e.APIVersion, Kind: e.Kind, Message: u, Warnings: warnings})
+			return nil
+		}
 		return fail(ErrUnsupportedKind, fmt.Sprintf("apiVersion %q kind %q (supported: %s)",
 			e.APIVersion, e.Kind, strings.Join(Kinds(), ", ")))
 	}

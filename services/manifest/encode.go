@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	pf "github.com/podflow/podflow/proto/corev1"
 )
 
 // Format is a manifest encoding.
@@ -39,6 +41,13 @@ func Encode(m proto.Message, format Format) ([]byte, error) {
 	if format != FormatYAML && format != FormatJSON {
 		return nil, fmt.Errorf("%w: format %s", ErrMalformed, format)
 	}
+	if u, ok := m.(*pf.Unstructured); ok {
+		obj, err := genericToKube(u)
+		if err != nil {
+			return nil, err
+		}
+		return marshalManifest(obj, u.GetKind(), format)
+	}
 	k, err := kindOfMessage(m)
 	if err != nil {
 		return nil, err
@@ -51,9 +60,13 @@ func Encode(m proto.Message, format Format) ([]byte, error) {
 	} else if obj, err = kubeJSON(k, m); err != nil {
 		return nil, err
 	}
+	return marshalManifest(obj, k.kind, format)
+}
+
+func marshalManifest(obj any, kind string, format Format) ([]byte, error) {
 	j, err := json.MarshalIndent(obj, "", "    ")
 	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", k.kind, err)
+		return nil, fmt.Errorf("encode %s: %w", kind, err)
 	}
 	if format == FormatJSON {
 		return append(j, '\n'), nil
@@ -61,9 +74,15 @@ func Encode(m proto.Message, format Format) ([]byte, error) {
 	return yaml.JSONToYAML(j)
 }
 
-// ToKube converts m to its k8s.io/api object (*corev1.Pod for a Pod, ...),
-// with TypeMeta set. SidecarPolicy has no Kubernetes type: ErrUnsupportedKind.
+// ToKube converts m to its k8s.io/api object (*corev1.Pod for a Pod,
+// *appsv1.Deployment for a Deployment's Unstructured, ...), with TypeMeta
+// set; an Unstructured of a kind with no Go type becomes an
+// *unstructured.Unstructured. SidecarPolicy has no Kubernetes type:
+// ErrUnsupportedKind.
 func ToKube(m proto.Message) (runtime.Object, error) {
+	if u, ok := m.(*pf.Unstructured); ok {
+		return genericToKube(u)
+	}
 	k, err := kindOfMessage(m)
 	if err != nil {
 		return nil, err
@@ -75,14 +94,27 @@ func ToKube(m proto.Message) (runtime.Object, error) {
 }
 
 // FromKube converts a k8s.io/api object (a pointer, as client-go returns
-// them; TypeMeta may be empty) to its podflow proto. Fields podflow does not
-// keep are dropped silently; Decode reports them as warnings.
+// them; TypeMeta may be empty) to its podflow proto: a generic kind's
+// (services/objects) to its *corev1.Unstructured, where an
+// *unstructured.Unstructured must carry its apiVersion and kind. Fields
+// podflow does not keep are dropped silently; Decode reports them as
+// warnings.
 func FromKube(o runtime.Object) (proto.Message, error) {
 	if o == nil || reflect.ValueOf(o).IsNil() {
 		return nil, fmt.Errorf("%w: nil object", ErrUnsupportedKind)
 	}
 	k := kindByKube[reflect.TypeOf(o)]
 	if k == nil {
+		// A generic kind: its TypeMeta's, else its Go type's.
+		if gvk, ok := kubeGVK(o); ok {
+			if _, ok := genericKind(gvk.GroupVersion().String(), gvk.Kind); ok {
+				u, err := genericFromKube(o, gvk.GroupVersion().String(), gvk.Kind)
+				if err != nil {
+					return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, gvk.Kind, err)
+				}
+				return u, nil
+			}
+		}
 		return nil, fmt.Errorf("%w: Go type %T", ErrUnsupportedKind, o)
 	}
 	tree, err := kubeTree(o.DeepCopyObject())

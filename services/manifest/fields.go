@@ -84,6 +84,10 @@ const (
 	testEphemeral   = "services/apiserver/ephemeral_test.go services/stages/admission/validate_test.go"
 	testTermination = "nodeagent/termination_test.go nodeagent/linux/termination_kernel_test.go"
 	testStatus      = "services/stages/persistence/persistence_test.go nodeagent/reporter_test.go" // the system's: replaced on create, written by the node
+	testSELinux     = "nodeagent/linux/selinux_internal_test.go services/podsecurity/podsecurity_test.go services/stages/admission/validate_test.go"
+	testHostname    = "nodeagent/linux/hosts_internal_test.go nodeagent/linux/hostname_kernel_test.go services/stages/admission/validate_test.go"
+	testSubPathExpr = "nodeagent/subpathexpr_internal_test.go nodeagent/linux/subpath_kernel_test.go services/stages/admission/validate_test.go"
+	testServiceEnv  = "nodeagent/servicelinks_internal_test.go nodeagent/servicelinks_test.go"
 )
 
 // containerHonoured and containerRefused are relative to a container; they
@@ -135,6 +139,8 @@ var containerHonoured = map[string]string{
 	"securityContext.runAsNonRoot":             testSecurity,
 	"securityContext.runAsUser":                testSecurity,
 	"securityContext.seccompProfile":           testSecurity,
+	"securityContext.seLinuxOptions":           testSELinux,
+	"volumeMounts[*].subPathExpr":              testSubPathExpr,
 }
 
 var containerRefused = map[string]refusal{
@@ -148,12 +154,10 @@ var containerRefused = map[string]refusal{
 	"resources.claims":                     {what: "dynamic resource allocation (resources.claims)"},
 	"restartPolicyRules":                   {what: "container restart rules (restartPolicyRules)"},
 	"securityContext.appArmorProfile":      {what: "AppArmor profiles"},
-	"securityContext.seLinuxOptions":       {what: "SELinux options"},
 	"securityContext.windowsOptions":       {what: "Windows containers"},
 	"volumeDevices":                        {what: "raw block devices (volumeDevices)"},
 	"volumeMounts[*].mountPropagation":     {what: "mount propagation", allow: []string{"None"}},
 	"volumeMounts[*].recursiveReadOnly":    {what: "recursive read-only mounts", allow: []string{"Disabled"}},
-	"volumeMounts[*].subPathExpr":          {what: "subPathExpr"},
 	"volumeMounts[*].bindMountOptions":     {what: "bind mount options"},
 }
 
@@ -237,6 +241,12 @@ var podHonoured = map[string]string{
 	"spec.securityContext.seccompProfile":                                          testSecurity,
 	"spec.securityContext.supplementalGroups":                                      testSecurity,
 	"spec.securityContext.sysctls":                                                 testSecurity,
+	"spec.securityContext.seLinuxOptions":                                          testSELinux,
+	"spec.securityContext.seLinuxChangePolicy":                                     testSELinux,
+	"spec.hostname":                                                                testHostname,
+	"spec.subdomain":                                                               testHostname,
+	"spec.hostAliases":                                                             testHostname,
+	"spec.enableServiceLinks":                                                      testServiceEnv,
 }
 
 // podRefused is the refused list, container and probe fields expanded by
@@ -245,11 +255,8 @@ var podRefused = map[string]refusal{
 	"metadata.selfLink": {what: "selfLink"},
 
 	"spec.automountServiceAccountToken": {what: "mounting ServiceAccount tokens into containers", allow: []string{"false"}},
-	"spec.enableServiceLinks":           {what: "Service environment variables (enableServiceLinks)", allow: []string{"false"}},
 	"spec.evictionResponders":           {what: "eviction responders"},
-	"spec.hostAliases":                  {what: "hostAliases"},
 	"spec.hostUsers":                    {what: "user namespaces (hostUsers: false)", allow: []string{"true"}},
-	"spec.hostname":                     {what: "spec.hostname: a container's hostname is the pod's name"},
 	"spec.hostnameOverride":             {what: "hostnameOverride"},
 	"spec.os.name":                      {what: "operating systems other than linux", allow: []string{"linux"}},
 	"spec.overhead":                     {what: "pod overhead (RuntimeClass)"},
@@ -260,11 +267,8 @@ var podRefused = map[string]refusal{
 	"spec.schedulingGroup":              {what: "scheduling groups"},
 	"spec.serviceAccount":               {what: "the deprecated spec.serviceAccount: use serviceAccountName"},
 	"spec.setHostnameAsFQDN":            {what: "setHostnameAsFQDN", allow: []string{"false"}},
-	"spec.subdomain":                    {what: "subdomains"},
 
 	"spec.securityContext.appArmorProfile":          {what: "AppArmor profiles"},
-	"spec.securityContext.seLinuxChangePolicy":      {what: "SELinux"},
-	"spec.securityContext.seLinuxOptions":           {what: "SELinux options"},
 	"spec.securityContext.supplementalGroupsPolicy": {what: "supplementalGroupsPolicy other than Merge", allow: []string{"Merge"}},
 	"spec.securityContext.windowsOptions":           {what: "Windows pods"},
 

@@ -100,6 +100,9 @@ func KindOf(m proto.Message) (apiVersion, kind string) {
 	if m == nil {
 		return "", ""
 	}
+	if u, ok := m.(*pf.Unstructured); ok {
+		return u.GetApiVersion(), u.GetKind()
+	}
 	k := kindByProto[m.ProtoReflect().Descriptor().FullName()]
 	if k == nil {
 		return "", ""
@@ -114,5 +117,5 @@ func Kinds() []string {
 	for i, k := range kinds {
 		out[i] = k.apiVersion + "/" + k.kind
 	}
-	return out
+	return append(out, genericKinds()...)
 }

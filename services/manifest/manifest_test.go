@@ -354,7 +354,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"duplicate JSON field", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","name":"q"}}`,
 			nil, ErrDuplicateField, 0, "metadata.name", "Pod", "q"},
 		{"duplicate YAML key", "apiVersion: v1\nkind: Pod\nkind: Pod\n", nil, ErrDuplicateField, 0, "", "", ""},
-		{"unsupported kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n", nil, ErrUnsupportedKind, 0, "", "Deployment", "d"},
+		{"unsupported kind", "apiVersion: apps/v1beta1\nkind: Deployment\nmetadata: {name: d}\n", nil, ErrUnsupportedKind, 0, "", "Deployment", "d"},
 		{"wrong group for kind", "apiVersion: v1\nkind: EndpointSlice\n", nil, ErrUnsupportedKind, 0, "", "EndpointSlice", ""},
 		{"missing kind", "metadata: {name: x}\n", nil, ErrUnsupportedKind, 0, "", "", "x"},
 		{"wrong value type", "apiVersion: v1\nkind: Pod\nspec: {containers: [{name: 5, image: [x]}]}\n", nil, ErrMalformed, 0, "", "Pod", ""},

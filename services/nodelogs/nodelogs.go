@@ -45,7 +45,8 @@ type Request struct {
 const ChunkBytes = 64 << 10
 
 // Reply is a chunk of a CRI-format log (whole lines) and where the next
-// read starts; Error is set when the node could not serve it.
+// read starts; Error is set when the node could not serve it, with
+// Reason its class.
 type Reply struct {
 	Container string `json:"container"`
 	Data      []byte `json:"data"`
@@ -53,10 +54,33 @@ type Reply struct {
 	File      string `json:"file,omitempty"`
 	Running   bool   `json:"running"`
 	Error     string `json:"error,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // ErrNode is returned when the node answered with an error.
 var ErrNode = errors.New("nodelogs: the node could not serve the log")
+
+// Reasons of a node's refusal (Error.Reason), as kubelet's server answers
+// a log request: ReasonBadRequest for a container with no log to read
+// ("container "x" in pod "y" is waiting to start: ContainerCreating",
+// HTTP 400, which the apiserver relays as a BadRequest), ReasonNotFound
+// for a pod or container the node does not know (404).
+const (
+	ReasonBadRequest = "BadRequest"
+	ReasonNotFound   = "NotFound"
+)
+
+// Error is a node's refusal of a log request: the words the user sees
+// and their class. It matches ErrNode.
+type Error struct {
+	Reason  string // ReasonBadRequest, ReasonNotFound, or "" (another failure)
+	Message string
+}
+
+func (e *Error) Error() string { return ErrNode.Error() + ": " + e.Message }
+
+// Is makes an *Error match ErrNode.
+func (e *Error) Is(target error) bool { return target == ErrNode }
 
 // Ask makes one log request to node's agent.
 func Ask(ctx context.Context, nc *nats.Conn, node string, req Request) (Reply, error) {
@@ -73,7 +97,7 @@ func Ask(ctx context.Context, nc *nats.Conn, node string, req Request) (Reply, e
 		return rep, fmt.Errorf("nodelogs: decode: %w", err)
 	}
 	if rep.Error != "" {
-		return rep, fmt.Errorf("%w: %s", ErrNode, rep.Error)
+		return rep, &Error{Reason: rep.Reason, Message: rep.Error}
 	}
 	return rep, nil
 }

@@ -3,6 +3,7 @@ package nodelogs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"time"
 
@@ -113,16 +114,19 @@ func (s *Stream) text(cri []byte) []byte {
 }
 
 // Serve answers node's log requests on nc with read, each reply at most
-// ChunkBytes of data, from the moment it returns (bus.Subscribed, bounded
+// ChunkBytes of data (an *Error from read keeps its reason and message), from the moment it returns (bus.Subscribed, bounded
 // by ctx). The caller unsubscribes.
 func Serve(ctx context.Context, nc *nats.Conn, node string, read func(req Request, max int) (Reply, error)) (*nats.Subscription, error) {
 	sub, err := nc.Subscribe(Subject(node), func(msg *nats.Msg) {
 		var req Request
 		var rep Reply
 		if err := json.Unmarshal(msg.Data, &req); err != nil {
-			rep.Error = err.Error()
+			rep = Reply{Error: err.Error(), Reason: ReasonBadRequest}
 		} else if rep, err = read(req, ChunkBytes); err != nil {
 			rep = Reply{Error: err.Error()}
+			if e, ok := errors.AsType[*Error](err); ok {
+				rep.Error, rep.Reason = e.Message, e.Reason
+			}
 		}
 		b, _ := json.Marshal(rep)
 		_ = msg.Respond(b)

@@ -26,8 +26,11 @@ func TestStreamFollow(t *testing.T) {
 		if n == 3 && req.Offset == 0 { // written while the follower waits
 			rep.Data, rep.Offset = []byte(line), int64(len(line))
 		}
-		if req.Pod == "missing" {
+		switch req.Pod {
+		case "missing":
 			return rep, errors.New("no such pod")
+		case "waiting":
+			return rep, &nodelogs.Error{Reason: nodelogs.ReasonBadRequest, Message: `container "c" in pod "waiting" is waiting to start: ContainerCreating`}
 		}
 		return rep, nil
 	})
@@ -68,5 +71,11 @@ func TestStreamFollow(t *testing.T) {
 	}
 	if _, err := nodelogs.Open(ctx, conn.NATS(), "n1", nodelogs.Request{Pod: "missing"}, nodelogs.Options{}); !errors.Is(err, nodelogs.ErrNode) {
 		t.Fatalf("missing pod: %v, want ErrNode", err)
+	}
+	// A refusal keeps its class and its words across the bus.
+	_, err = nodelogs.Open(ctx, conn.NATS(), "n1", nodelogs.Request{Pod: "waiting"}, nodelogs.Options{})
+	if ne, ok := errors.AsType[*nodelogs.Error](err); !ok || !errors.Is(err, nodelogs.ErrNode) || ne.Reason != nodelogs.ReasonBadRequest ||
+		ne.Message != `container "c" in pod "waiting" is waiting to start: ContainerCreating` {
+		t.Fatalf("a refusal: %#v", err)
 	}
 }

@@ -31,6 +31,13 @@
 //	case errors.Is(err, raftstore.ErrConflict): // the pod moved on
 //	}
 //
+// Most built-in Kubernetes kinds are generic (Kind.Generic): registered
+// as data (GenericKind: group, version, kind, resource, store prefix,
+// discovery names, subresources) and stored as *corev1.Unstructured —
+// metadata as every kind's, the rest as the object's Kubernetes JSON
+// (services/manifest converts it to and from the k8s.io/api type).
+// Register adds one at run time; the registry is safe for concurrent use.
+//
 // A Store is safe for concurrent use; a Txn is a value (each method
 // returns a new one).
 package objects

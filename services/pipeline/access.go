@@ -5,7 +5,6 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/eventsv1"
-	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -15,7 +14,8 @@ import (
 // publishes another stage's events or pulls another stage's inputs:
 //
 //	admin             everything: provisions streams and consumers (up, the CLI)
-//	client            ask the api front door, publish PodRequested (bus.RoleClient)
+//	user-<api user>   one per person or program: ask the api front door,
+//	                  read its own inbox (bus.UserRole, bus.UserPermissions)
 //	stage-<stage>     pull its own consumer, publish its Outputs, use the store
 //	store             serve podflow.store.> and push watches
 //	node-<node>       pull its own consumer, publish NodeAgentOutputs and
@@ -25,7 +25,7 @@ import (
 //	                  (NodeAgentRole); a simulated cluster's agent (nodes-<name>)
 //	                  acts for any node
 //
-// Every role but client also answers pings, reads its own inbox only
+// Every role but the users also answers pings, reads its own inbox only
 // (bus.InboxPrefix) and may reply to requests it receives.
 
 // Outputs are the event types each stage publishes onto the events stream.
@@ -208,10 +208,11 @@ const PodCIDRPrefix = "/registry/podflow/podcidrs/"
 const RequestIDPrefix = "/registry/podflow/requestids/"
 
 // storeWrites are the kinds each stage writes to the store. The api stage
-// writes every kind (it applies users' objects); the others only what
-// their step of the lifecycle records.
+// writes every kind (it applies users' objects), those registered at run
+// time too (StoreWriteACL reads objects.Kinds for it); the others only
+// what their step of the lifecycle records.
 var storeWrites = map[string][]objects.Kind{
-	API:         objects.Kinds(),
+	API:         nil,
 	Admission:   nil,
 	Persistence: {objects.Pods, objects.Events},
 	Scheduler:   {objects.Pods, objects.NodeAllocations, objects.Events},
@@ -242,7 +243,7 @@ func StoreWriteACL(writer, key string) bool {
 		}
 		switch writer {
 		case StageRole(API):
-			prefixes = append(prefixes, ipalloc.Prefix) // Services' ClusterIPs
+			kinds = objects.Kinds() // ClusterIPs' reservations are IPAddresses
 		case StageRole(Persistence):
 			prefixes = append(prefixes, RequestIDPrefix)
 		}

@@ -481,8 +481,10 @@ func storeReplicas(t *testing.T, srv *bus.Embedded, n int) func(role, writer str
 		raftstoretest.FastConfig(&cfg)
 		cfg.ID, cfg.RaftAddr, cfg.RaftListener, cfg.DataDir = p.ID, p.Address, ls[i], t.TempDir()
 		cfg.Bootstrap = peers
+		cfg.TLS = raftstoretest.PeerTLS(t)
 		cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, p.ID).NATS()
 		cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
+		cfg.WriteFilter = pipeline.StoreWriteFilter
 		node, err := raftstore.NewNode(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -580,14 +582,27 @@ func TestStoreWritesByRole(t *testing.T) {
 	}
 }
 
-// TestStoreWriteACL: the policy itself, kind by kind.
+// TestStoreWriteACL: the policy itself, kind by kind; the api stage
+// writes generic kinds, those registered at run time too.
 func TestStoreWriteACL(t *testing.T) {
+	runtimeKind, err := objects.Register(objects.GenericKind{Group: "acl.test.io", Version: "v1", Kind: "Widget", Resource: "widgets",
+		Namespaced: true, Prefix: "/registry/acl.test.io/widgets/"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pod, node, crb := objects.Pods.Key("default", "p"), objects.Nodes.Key("", "n1"), objects.ClusterRoleBindings.Key("", "x")
 	for _, c := range []struct {
 		writer, key string
 		want        bool
 	}{
 		{pipeline.StageRole(pipeline.API), crb, true},
+		{pipeline.StageRole(pipeline.API), objects.Deployments.Key("default", "web"), true},
+		{pipeline.StageRole(pipeline.API), objects.IPAddresses.Key("", "10.96.0.10"), true},
+		{pipeline.StageRole(pipeline.API), objects.CustomResourceDefinitions.Key("", "a.b.c"), true},
+		{pipeline.StageRole(pipeline.API), runtimeKind.Key("default", "w"), true},
+		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/default/w", false},
+		{pipeline.StageRole(pipeline.Scheduler), objects.Deployments.Key("default", "web"), false},
+		{pipeline.StageRole(pipeline.Endpoints), runtimeKind.Key("default", "w"), false},
 		{pipeline.StageRole(pipeline.Persistence), pod, true},
 		{pipeline.StageRole(pipeline.Persistence), crb, false},
 		{pipeline.StageRole(pipeline.Persistence), pipeline.RequestIDPrefix + "ab12", true},
@@ -608,7 +623,7 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.SimNodesRole("sim"), objects.Nodes.Key("", "sim-node-0007"), true},
 		{pipeline.SimNodesRole("sim"), pod, false},
 		{pipeline.RoleStore, pod, false},
-		{bus.RoleClient, pod, false},
+		{bus.UserRole("alice"), pod, false},
 	} {
 		if got := pipeline.StoreWriteACL(c.writer, c.key); got != c.want {
 			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", c.writer, c.key, got, c.want)

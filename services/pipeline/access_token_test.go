@@ -25,7 +25,7 @@ func TestTokenSubjects(t *testing.T) {
 	}
 	publishers := map[string]*bus.Conn{
 		"node n2":   n2,
-		"client":    bustest.ConnectAs(t, srv, bus.RoleClient, "client"),
+		"a user":    bustest.ConnectUser(t, srv, "alice", "alice"),
 		"the store": bustest.ConnectAs(t, srv, pipeline.RoleStore, "store"),
 	}
 	for _, s := range pipeline.Stages {

@@ -20,8 +20,9 @@ import (
 //     pod returns its own; a get of a pod that is not stored is answered
 //     (not found), as the agent asks after pods it was told about;
 //   - of the Secrets (ServiceAccount tokens included) and ConfigMaps, those
-//     a pod bound to it references: a volume, an env source or (Secrets)
-//     its imagePullSecrets;
+//     a pod bound to it references (PodReferences): a volume, a projected
+//     volume's source, an env or envFrom source or (Secrets) its
+//     imagePullSecrets;
 //
 // and everything else StoreReadACL allows it. Every other reader is not
 // filtered, and neither is a simulated cluster's agent (SimNodesRole),
@@ -87,29 +88,69 @@ func referencedOnNode(st raftstore.State, node, ns string, k objects.Kind, name 
 }
 
 // PodReferences returns the names of the Secrets and ConfigMaps (of the
-// pod's namespace) that pod references: its volumes, and its containers'
-// env sources and its imagePullSecrets — the edges of the node
-// authorizer's graph.
+// pod's namespace) that pod references — the edges of the node
+// authorizer's graph, as Kubernetes' VisitPodSecretNames and
+// VisitPodConfigmapNames: its imagePullSecrets, every container's (init,
+// app, ephemeral) envFrom and env sources, its secret and configMap
+// volumes and the sources of its projected volumes. Empty names are
+// left out.
 func PodReferences(pod *corev1.Pod) (secrets, configMaps []string) {
 	spec := pod.GetSpec()
+	secret := func(name string) {
+		if name != "" {
+			secrets = append(secrets, name)
+		}
+	}
+	configMap := func(name string) {
+		if name != "" {
+			configMaps = append(configMaps, name)
+		}
+	}
 	for _, r := range spec.GetImagePullSecrets() {
-		secrets = append(secrets, r.GetName())
+		secret(r.GetName())
+	}
+	type envs interface {
+		GetEnvFrom() []*corev1.EnvFromSource
+		GetEnv() []*corev1.EnvVar
+	}
+	var cs []envs
+	for _, c := range append(append([]*corev1.Container(nil), spec.GetInitContainers()...), spec.GetContainers()...) {
+		cs = append(cs, c)
+	}
+	for _, c := range spec.GetEphemeralContainers() {
+		cs = append(cs, c)
+	}
+	for _, c := range cs {
+		for _, e := range c.GetEnvFrom() {
+			if r := e.GetSecretRef(); r != nil {
+				secret(r.GetName())
+			}
+			if r := e.GetConfigMapRef(); r != nil {
+				configMap(r.GetName())
+			}
+		}
+		for _, e := range c.GetEnv() {
+			if r := e.GetValueFrom().GetSecretKeyRef(); r != nil {
+				secret(r.GetName())
+			}
+			if r := e.GetValueFrom().GetConfigMapKeyRef(); r != nil {
+				configMap(r.GetName())
+			}
+		}
 	}
 	for _, v := range spec.GetVolumes() {
 		if s := v.GetSecret(); s != nil {
-			secrets = append(secrets, s.GetSecretName())
+			secret(s.GetSecretName())
 		}
 		if c := v.GetConfigMap(); c != nil {
-			configMaps = append(configMaps, c.GetName())
+			configMap(c.GetName())
 		}
-	}
-	for _, c := range append(append([]*corev1.Container(nil), spec.GetInitContainers()...), spec.GetContainers()...) {
-		for _, e := range c.GetEnv() {
-			if r := e.GetValueFrom().GetSecretKeyRef(); r != nil {
-				secrets = append(secrets, r.GetName())
+		for _, src := range v.GetProjected().GetSources() {
+			if s := src.GetSecret(); s != nil {
+				secret(s.GetName())
 			}
-			if r := e.GetValueFrom().GetConfigMapKeyRef(); r != nil {
-				configMaps = append(configMaps, r.GetName())
+			if c := src.GetConfigMap(); c != nil {
+				configMap(c.GetName())
 			}
 		}
 	}

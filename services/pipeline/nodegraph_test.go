@@ -37,6 +37,27 @@ func pullPod(name, node, secret string) *corev1.Pod {
 	}
 }
 
+// projectedPod is a pod bound to node whose projected volume takes Secret
+// secret and ConfigMap cm, and whose container takes its environment from
+// Secret envSecret and ConfigMap envCM (envFrom).
+func projectedPod(name, node, secret, cm, envSecret, envCM string) *corev1.Pod {
+	return &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Name: name, Namespace: "default", Uid: "uid-" + name},
+		Spec: &corev1.PodSpec{
+			NodeName: node,
+			Volumes: []*corev1.Volume{{Name: "all", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+				{Secret: &corev1.SecretProjection{Name: secret}},
+				{ConfigMap: &corev1.ConfigMapProjection{Name: cm}},
+				{DownwardApi: &corev1.DownwardAPIProjection{}},
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
+			}}}},
+			Containers: []*corev1.Container{{Name: "c", EnvFrom: []*corev1.EnvFromSource{
+				{SecretRef: &corev1.SecretEnvSource{Name: envSecret}}, {ConfigMapRef: &corev1.ConfigMapEnvSource{Name: envCM}},
+			}}},
+		},
+	}
+}
+
 // TestNodeAuthorizerGraph: against the real store with podflow's policies,
 // node n1's identity reads its own Node, the pods bound to it and the
 // Secrets and ConfigMaps they reference (imagePullSecrets too) — and is refused (CODE_FORBIDDEN)
@@ -57,6 +78,8 @@ func TestNodeAuthorizerGraph(t *testing.T) {
 		graphPod("p2", "n2", "s2", "c2"),
 		pullPod("p3", "n1", "pull1"),
 		pullPod("p4", "n2", "pull2"),
+		projectedPod("p5", "n1", "ps1", "pc1", "es1", "ec1"),
+		projectedPod("p6", "n2", "ps2", "pc2", "es2", "ec2"),
 		&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "pull1", Namespace: "default"}, Type: "kubernetes.io/dockerconfigjson"},
 		&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "pull2", Namespace: "default"}, Type: "kubernetes.io/dockerconfigjson"},
 		&corev1.Secret{Metadata: &corev1.ObjectMeta{Name: "s1", Namespace: "default"}, Data: map[string][]byte{"k": []byte("one")}},
@@ -66,6 +89,16 @@ func TestNodeAuthorizerGraph(t *testing.T) {
 		&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Name: "c2", Namespace: "default"}},
 	} {
 		if _, err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"ps1", "es1", "ps2", "es2"} {
+		if _, err := admin.Create(ctx, &corev1.Secret{Metadata: &corev1.ObjectMeta{Name: n, Namespace: "default"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"pc1", "ec1", "pc2", "ec2"} {
+		if _, err := admin.Create(ctx, &corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Name: n, Namespace: "default"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -92,6 +125,14 @@ func TestNodeAuthorizerGraph(t *testing.T) {
 		{objects.Secrets, "default", "pull2", true},  // only n2's p4 pulls with it
 		{objects.ConfigMaps, "default", "c1", false},
 		{objects.ConfigMaps, "default", "c2", true},
+		{objects.Secrets, "default", "ps1", false}, // p5's projected volume
+		{objects.ConfigMaps, "default", "pc1", false},
+		{objects.Secrets, "default", "es1", false}, // p5's envFrom
+		{objects.ConfigMaps, "default", "ec1", false},
+		{objects.Secrets, "default", "ps2", true}, // only n2's p6 projects it
+		{objects.ConfigMaps, "default", "pc2", true},
+		{objects.Secrets, "default", "es2", true},
+		{objects.ConfigMaps, "default", "ec2", true},
 	} {
 		err := get(c.kind, c.ns, c.name)
 		if c.forbidden && !errors.Is(err, raftstore.ErrForbidden) {
@@ -105,16 +146,16 @@ func TestNodeAuthorizerGraph(t *testing.T) {
 		t.Errorf("node n1 gets a pod that is not stored: %v, want not found", err)
 	}
 	pods, _, err := objects.List[*corev1.Pod](ctx, n1, "")
-	if err != nil || len(pods) != 2 || pods[0].GetMetadata().GetName() != "p1" || pods[1].GetMetadata().GetName() != "p3" {
-		t.Errorf("node n1 lists pods %v (%v), want its own p1 and p3 only", pods, err)
+	if err != nil || len(pods) != 3 || pods[0].GetMetadata().GetName() != "p1" || pods[1].GetMetadata().GetName() != "p3" || pods[2].GetMetadata().GetName() != "p5" {
+		t.Errorf("node n1 lists pods %v (%v), want its own p1, p3 and p5 only", pods, err)
 	}
 	secrets, _, err := objects.List[*corev1.Secret](ctx, n1, "")
 	var names []string
 	for _, s := range secrets {
 		names = append(names, s.GetMetadata().GetName())
 	}
-	if err != nil || !slices.Equal(names, []string{"pull1", "s1"}) {
-		t.Errorf("node n1 lists Secrets %v (%v), want pull1 and s1 only", names, err)
+	if err != nil || !slices.Equal(names, []string{"es1", "ps1", "pull1", "s1"}) {
+		t.Errorf("node n1 lists Secrets %v (%v), want es1, ps1, pull1 and s1 only", names, err)
 	}
 	_, err = n1raw.Txn(ctx, raftstore.Txn{
 		Compares: []raftstore.Compare{{Key: objects.Secrets.Key("default", "s2"), ModRevision: -1}},

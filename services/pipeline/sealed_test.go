@@ -20,9 +20,9 @@ import (
 )
 
 // TestNoTokenInTheStream: a client creates a pod through the api front
-// door with the admin's bearer token (what `podflow apply` does), and a
-// client publishes a PodRequested itself with the token sealed to the api
-// stage's public key (`podflow publish`). Reading the events stream's
+// door with the admin's bearer token (what `podflow apply` does), and the
+// bus admin publishes a PodRequested itself with the token sealed to the
+// api stage's public key (`podflow publish`). Reading the events stream's
 // messages by sequence — as node n1 and as the endpoints stage, who may —
 // yields no token: the api stage, running as stage-api, seals what it
 // republishes, and opens both.
@@ -57,7 +57,8 @@ func TestNoTokenInTheStream(t *testing.T) {
 		ci, err := cons.Info(ctx)
 		return err == nil && ci.NumWaiting > 0
 	})
-	user := bustest.ConnectAs(t, srv, bus.RoleClient, "user")
+	user := bustest.ConnectUser(t, srv, "admin", "user")    // the admin's own bus identity
+	publisher := bustest.Connect(t, srv, "podflow-publish") // users may not publish onto the stream: the bus admin
 	pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web"}, Spec: &corev1.PodSpec{}}
 	b, _ := proto.Marshal(&eventsv1.PodRequested{Pod: pod, Token: adminToken})
 	// The answer would come from admission, which does not run here: the
@@ -71,7 +72,7 @@ func TestNoTokenInTheStream(t *testing.T) {
 	}
 	direct := &eventsv1.Envelope{Namespace: "default", PodName: "direct", Stage: "client", RequestId: "direct-1",
 		Payload: &eventsv1.Envelope_PodRequested{PodRequested: &eventsv1.PodRequested{Pod: pod, Token: sealedToken}}}
-	if _, err := user.Publish(ctx, direct); err != nil {
+	if _, err := publisher.Publish(ctx, direct); err != nil {
 		t.Fatal(err)
 	}
 

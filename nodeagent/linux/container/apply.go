@@ -9,6 +9,7 @@ import (
 
 	"github.com/moby/sys/capability"
 	"github.com/moby/sys/user"
+	"github.com/opencontainers/selinux/go-selinux"
 	"golang.org/x/sys/unix"
 )
 
@@ -84,6 +85,11 @@ func applySecurity(s Security, id identity) error {
 	for _, rl := range s.Rlimits {
 		if err := unix.Setrlimit(rl.Resource, &unix.Rlimit{Cur: rl.Soft, Max: rl.Hard}); err != nil {
 			return fmt.Errorf("setrlimit %d: %w", rl.Resource, err)
+		}
+	}
+	if s.ProcessLabel != "" { // the label of what this thread execs, as runc
+		if err := selinux.SetExecLabel(s.ProcessLabel); err != nil {
+			return fmt.Errorf("SELinux exec label %q: %w", s.ProcessLabel, err)
 		}
 	}
 	if !s.NoNewPrivileges {

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/opencontainers/selinux/go-selinux/label"
 	"golang.org/x/sys/unix"
 )
 
@@ -136,7 +137,7 @@ func setupRootfs(spec Spec) error {
 				return fmt.Errorf("overlay directory: %w", err)
 			}
 		}
-		opts := "lowerdir=" + spec.Image + ",upperdir=" + upper + ",workdir=" + work
+		opts := label.FormatMountLabel("lowerdir="+spec.Image+",upperdir="+upper+",workdir="+work, sec.MountLabel)
 		if err := mount("podflow-overlay", root, "overlay", nodev, opts); err != nil {
 			return err
 		}

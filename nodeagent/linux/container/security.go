@@ -52,6 +52,11 @@ type Security struct {
 	Privileged bool `json:"privileged,omitempty"`
 	// Rlimits are set before exec; resources not listed are inherited.
 	Rlimits []Rlimit `json:"rlimits,omitempty"`
+	// ProcessLabel is the SELinux label the command is exec'd with, and
+	// MountLabel the file label of its root filesystem's overlay (""
+	// where SELinux is off: nothing is labeled).
+	ProcessLabel string `json:"processLabel,omitempty"`
+	MountLabel   string `json:"mountLabel,omitempty"`
 }
 
 // Device is a device node made in the container's /dev.

@@ -61,6 +61,9 @@ type Mount struct {
 	// volume never leads out of it), by the init in one openat2 call, and
 	// mounted through the resulting descriptor (no check-then-use race).
 	SubPath string `json:"subPath,omitempty"`
+	// Volume: Source is one of the pod's volumes that the node made
+	// (relabeled for SELinux), not a host path.
+	Volume bool `json:"volume,omitempty"`
 }
 
 // Spec is what to run. It is written to <Dir>/spec.json and read by the

@@ -11,6 +11,7 @@ import (
 	"github.com/podflow/podflow/ops/processes/roles"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/podsecurity"
 )
 
 func init() { register(newStageCmd) }
@@ -31,6 +32,9 @@ is redelivered to the others.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.HTTPS = https.config()
+			if o.HTTPS != nil {
+				o.HTTPS.PodSecurityDefault = podsecurity.Level(o.PodSecurityDefault)
+			}
 			return run(cmd.Context(), args[0], o)
 		},
 	}
@@ -44,7 +48,7 @@ is redelivered to the others.`,
 	f.Float64Var(&o.UserPodQPS, "user-pod-qps", 0, "api: pod creations per second per user, system:masters exempt (default 100; negative for no limit)")
 	f.StringVar(&o.ServiceCIDR, plan.ServiceCIDRFlag, "", "api: the service CIDR ClusterIPs are allocated from (default "+plan.DefaultServiceCIDR+"; the node agents' must be the same)")
 	f.IntVar(&o.UserPodBurst, "user-pod-burst", 0, "api: burst of a user's pod creations (default 200)")
-	f.StringVar(&o.PodSecurityDefault, "pod-security-default", "", "admission: Pod Security level of namespaces without the enforce label (privileged, baseline, restricted)")
+	f.StringVar(&o.PodSecurityDefault, plan.PodSecurityDefaultFlag, "", "api and admission: Pod Security level of namespaces without the enforce label (privileged, baseline, restricted; default privileged)")
 	f.DurationVar(&o.NodeGrace, "node-monitor-grace-period", 0, "nodelifecycle: a node silent this long is Unknown and tainted (default 40s)")
 	f.DurationVar(&o.EventTTL, "event-ttl", 0, "status: delete Events last seen longer ago than this (default 1h, as kube-apiserver's --event-ttl)")
 	f.BoolVar(&o.Provision, "provision", false, "declare the single-server streams and consumers before starting ('podflow up' does it for its stages)")

@@ -26,7 +26,7 @@ func init() {
 			Short: "Run and administer raftstore, podflow's replicated state store",
 		}
 		conn.add(cmd)
-		cmd.AddCommand(storeRunCmd(&conn), storeStatusCmd(&conn), storeAddVoterCmd(&conn), storeRemoveCmd(&conn))
+		cmd.AddCommand(storeRunCmd(&conn), storeStatusCmd(&conn), storeAddVoterCmd(&conn), storeRemoveCmd(&conn), storeRewriteEncryptedCmd(&conn))
 		return cmd
 	})
 }
@@ -116,13 +116,15 @@ func (f *storeConnFlags) client(ctx context.Context) (c *raftstore.Client, close
 
 func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	cfg := raftstore.DefaultConfig()
-	var bootstrap, peerAddrs, logLevel, raftCert, raftKey string
+	var bootstrap, peerAddrs, logLevel, raftCert, raftKey, raftCA, encConfig string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run one store replica until interrupted",
 		Example: `  podflow store run --id s1 --data-dir /var/lib/podflow/s1 --raft-addr 127.0.0.1:7001 \
+    --raft-tls-ca pki/ca.crt --raft-tls-cert pki/raft-s1.crt --raft-tls-key pki/raft-s1.key \
     --bootstrap s1=127.0.0.1:7001,s2=127.0.0.1:7002,s3=127.0.0.1:7003 --nats-url nats://127.0.0.1:4222
-  podflow store run --id s4 --data-dir /var/lib/podflow/s4 --raft-addr 127.0.0.1:7004 --join`,
+  podflow store run --id s4 --data-dir /var/lib/podflow/s4 --raft-addr 127.0.0.1:7004 --join \
+    --raft-tls-ca pki/ca.crt --raft-tls-cert pki/raft-s4.crt --raft-tls-key pki/raft-s4.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			peers, err := raftstore.ParsePeers(bootstrap)
@@ -141,8 +143,17 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 				cfg.PeerAddrs[p.ID] = p.Address
 			}
 			cfg.Subject = conn.subject
-			if raftCert != "" || raftKey != "" {
-				if cfg.TLS, err = raftstore.MutualTLS(raftstore.TLSFiles{CertFile: raftCert, KeyFile: raftKey, CAFile: conn.tls.CAFile}, raftstore.PeerGroup); err != nil {
+			if raftCA == "" {
+				raftCA = conn.tls.CAFile
+			}
+			if raftCert == "" || raftKey == "" || raftCA == "" {
+				return fmt.Errorf("--raft-tls-cert, --raft-tls-key and --raft-tls-ca (or --tls-ca) are required: raft speaks mutual TLS only, on loopback too (podflow pki issue --kind raft-peer)")
+			}
+			if cfg.TLS, err = raftstore.MutualTLS(raftstore.TLSFiles{CertFile: raftCert, KeyFile: raftKey, CAFile: raftCA}, raftstore.PeerGroup); err != nil {
+				return err
+			}
+			if encConfig != "" {
+				if cfg.Encryption, err = raftstore.LoadEncryptionConfig(encConfig); err != nil {
 					return err
 				}
 			}
@@ -160,8 +171,10 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory of the raft log, stable store and snapshots (required)")
 	f.StringVar(&cfg.RaftAddr, "raft-addr", "127.0.0.1:7001", "raft TCP bind address")
 	f.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "raft address peers dial (default: the bind address)")
-	f.StringVar(&raftCert, "raft-tls-cert", "", "raft peer certificate (PEM, group "+raftstore.PeerGroup+", server and client auth): mutual TLS between replicas, verified against --tls-ca; required off loopback")
-	f.StringVar(&raftKey, "raft-tls-key", "", "key (PEM) of --raft-tls-cert")
+	f.StringVar(&raftCert, "raft-tls-cert", "", "raft peer certificate (PEM, group "+raftstore.PeerGroup+", server and client auth): mutual TLS between replicas, verified against --raft-tls-ca (required)")
+	f.StringVar(&raftKey, "raft-tls-key", "", "key (PEM) of --raft-tls-cert (required)")
+	f.StringVar(&raftCA, "raft-tls-ca", "", "CA certificate (PEM) of the raft peers' certificates (default --tls-ca)")
+	f.StringVar(&encConfig, "encryption-provider-config", "", "EncryptionConfiguration file (kube-apiserver's, mode 0600): values of the resources it names (secrets) are encrypted at rest with its first provider's key (secretbox, aesgcm or identity); every replica needs the same file")
 	f.StringVar(&bootstrap, "bootstrap", "", "initial voters id1=addr1,id2=addr2,... (used only on an empty data dir)")
 	f.StringVar(&peerAddrs, "peer-addrs", "", "dial these peers here instead of at their raft address, id1=addr1,... (podflow chaos routes each link through its fault-injecting relay)")
 	joinUsage := "on an empty data dir, ask the running cluster to add this replica"
@@ -297,4 +310,34 @@ func storeRemoveCmd(conn *storeConnFlags) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func storeRewriteEncryptedCmd(conn *storeConnFlags) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "rewrite-encrypted",
+		Short: "Rewrite every value encrypted at rest with the first key of the replicas' encryption configuration",
+		Long: `Rewrite every value under the store's encryption configuration that is not
+sealed with its first provider's key: the step of a key rotation between making
+the new key first on every replica and dropping the old one (as kube-apiserver's
+"kubectl get secrets -A -o json | kubectl replace -f -").`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, closeConn, err := conn.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			n, err := c.RewriteEncrypted(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "rewrote %d values\n", n)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the rewrite")
+	return cmd
 }

@@ -194,7 +194,7 @@ func NewHost(o HostOptions, apiArgs []string) (*Plan, error) {
 		raft, nc := p.Layout.RaftTLS(o.Name), p.Layout.BusTLS(pipeline.RoleStore)
 		args := []string{"store", "run", "--id", o.Name, "--data-dir", p.Layout.Sub("store"), "--raft-addr", o.RaftAddr(),
 			"--tls-ca", raft.CAFile, "--raft-tls-cert", raft.CertFile, "--raft-tls-key", raft.KeyFile,
-			"--nats-tls-cert", nc.CertFile, "--nats-tls-key", nc.KeyFile}
+			"--nats-tls-cert", nc.CertFile, "--nats-tls-key", nc.KeyFile, "--encryption-provider-config", p.Layout.EncryptionConfig()}
 		if o.Bootstrap {
 			args = append(args, "--bootstrap", o.Name+"="+o.RaftAddr())
 		}

@@ -20,15 +20,27 @@ func (l Layout) NATSClientConfig() string { return filepath.Join(l.Dir, "nats", 
 // Credentials is the NATS credentials file every server shares.
 func (l Layout) Credentials() string { return filepath.Join(l.Dir, "nats", "creds.json") }
 
-// RoleConfig is the bus client file of role's NATS user: user.json for
-// the client identity users get, nats/roles/<role>.json for the processes
-// up runs.
+// RoleConfig is the bus client file of role's NATS user: nats/roles/<role>.json
+// for the processes up runs.
 func (l Layout) RoleConfig(role string) string {
-	if role == bus.RoleClient {
-		return filepath.Join(l.Dir, "nats", "user.json")
-	}
 	return filepath.Join(l.Dir, "nats", "roles", role+".json")
 }
+
+// UserBusConfig is the bus client file of apiUser's own NATS user
+// (`podflow config bus-user`): nats/users/user-<apiUser>.json.
+func (l Layout) UserBusConfig(apiUser string) string {
+	return filepath.Join(l.Dir, "nats", "users", bus.UserRole(apiUser)+".json")
+}
+
+// UserClientConfig is the client configuration of apiUser: its bus file
+// and the api stage's public key, no token (the user brings its own).
+func (l Layout) UserClientConfig(apiUser string) string {
+	return filepath.Join(l.Dir, "nats", "users", bus.UserRole(apiUser)+".config.json")
+}
+
+// LegacyUserConfig is the shared client identity's file of older
+// versions; up removes it.
+func (l Layout) LegacyUserConfig() string { return filepath.Join(l.Dir, "nats", "user.json") }
 
 // SealKey is the api stage's key pair for sealed bearer tokens (its
 // public half is in every client configuration).
@@ -83,6 +95,11 @@ func (l Layout) BusTLS(role string) bus.TLSFiles {
 func (l Layout) NATSServerTLS() bus.TLSFiles {
 	return bus.TLSFiles{CAFile: l.PKI("ca.crt"), CertFile: l.PKI("nats-server.crt"), KeyFile: l.PKI("nats-server.key")}
 }
+
+// EncryptionConfig is the store's encryption at rest configuration
+// (DATA/encryption-config.yaml, kube-apiserver's EncryptionConfiguration,
+// mode 0600): `up` writes it on first start and gives it to every replica.
+func (l Layout) EncryptionConfig() string { return filepath.Join(l.Dir, "encryption-config.yaml") }
 
 // RaftTLS are the TLS files of store replica id's raft transport
 // (DATA/pki/raft-<id>.crt: CN podflow:raft:<id>, group

@@ -13,6 +13,7 @@ import (
 	"github.com/podflow/podflow/ops/processes/supervisor"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/podsecurity"
 )
 
 // Kind is a process role.
@@ -149,9 +150,27 @@ type Options struct {
 	// from it and the Linux node agent's proxy routes it unreachable and
 	// programs rules only inside it. "" is DefaultServiceCIDR.
 	ServiceCIDR string
+	// PodSecurityDefault is the Pod Security level enforced in namespaces
+	// without the pod-security.kubernetes.io/enforce label (admission on
+	// create, the api's front door on updates): kube-apiserver's
+	// PodSecurity admission configuration defaults.enforce. "" is
+	// privileged, Kubernetes' default.
+	PodSecurityDefault string
 	// FreeAddr picks a loopback address for a process to listen on
 	// (metrics, the registry). Default: a port free right now.
 	FreeAddr func() (string, error)
+}
+
+// PodSecurityDefaultFlag names the cluster-wide default Pod Security level
+// flag of `podflow up` and of the api and admission stages.
+const PodSecurityDefaultFlag = "pod-security-default"
+
+// podSecurityArgs pass the default Pod Security level to a stage.
+func (o Options) podSecurityArgs() []string {
+	if o.PodSecurityDefault == "" {
+		return nil
+	}
+	return []string{"--" + PodSecurityDefaultFlag, o.PodSecurityDefault}
 }
 
 // DefaultServiceCIDR is Kubernetes' default service CIDR.
@@ -173,6 +192,9 @@ func (o Options) serviceCIDR() string {
 func (o Options) Validate() error {
 	if err := (ipalloc.Config{CIDR: o.serviceCIDR()}).Validate(); err != nil {
 		return fmt.Errorf("plan: --%s: %w", ServiceCIDRFlag, err)
+	}
+	if _, err := podsecurity.ParseLevel(o.PodSecurityDefault); err != nil {
+		return fmt.Errorf("plan: --%s: %w", PodSecurityDefaultFlag, err)
 	}
 	switch {
 	case o.Exe == "" || o.DataDir == "":
@@ -343,10 +365,13 @@ func (p *Plan) storeProcesses() []Process {
 			sort.Strings(peers)
 			args = append(args, "--peer-addrs", strings.Join(peers, ","))
 		}
+		// Raft is mutual TLS on one machine too (ensureRaftTLS in `up`).
+		raft := p.Layout.RaftTLS(name)
+		args = append(args, "--raft-tls-ca", raft.CAFile, "--raft-tls-cert", raft.CertFile, "--raft-tls-key", raft.KeyFile,
+			"--encryption-provider-config", p.Layout.EncryptionConfig())
 		if o.TLS {
-			raft, nc := p.Layout.RaftTLS(name), p.Layout.BusTLS(pipeline.RoleStore)
-			args = append(args, "--tls-ca", raft.CAFile, "--raft-tls-cert", raft.CertFile, "--raft-tls-key", raft.KeyFile,
-				"--nats-tls-cert", nc.CertFile, "--nats-tls-key", nc.KeyFile)
+			nc := p.Layout.BusTLS(pipeline.RoleStore)
+			args = append(args, "--tls-ca", nc.CAFile, "--nats-tls-cert", nc.CertFile, "--nats-tls-key", nc.KeyFile)
 		}
 		procs = append(procs, Process{Name: name, Kind: Store, Index: i + 1, Env: env, Args: args,
 			Ready: Check{Kind: CheckStore, Timeout: 60 * time.Second}})
@@ -370,6 +395,9 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 	case pipeline.API:
 		args = append(args, "--token-file", p.Layout.Tokens(), "--seal-key", p.Layout.SealKey(), "--"+ServiceCIDRFlag, p.Options.serviceCIDR())
 		args = append(args, p.Options.APIArgs...)
+		args = append(args, p.Options.podSecurityArgs()...)
+	case pipeline.Admission:
+		args = append(args, p.Options.podSecurityArgs()...)
 	case pipeline.NodeLifecycle:
 		args = append(args, "--node-monitor-grace-period", p.Options.NodeGrace.String())
 	}

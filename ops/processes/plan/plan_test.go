@@ -120,7 +120,7 @@ func TestProcessArgs(t *testing.T) {
 	}{
 		{"nats", "nats", "nats --data-dir /d/nats --port 4222 --client-config /d/nats/client.json", nil,
 			plan.Check{Kind: plan.CheckFile, Path: "/d/nats/client.json", Timeout: 20 * time.Second}},
-		{"store-2", "store", "store run --id store-2 --data-dir /d/store-2 --raft-addr 127.0.0.1:7002 --bootstrap store-1=127.0.0.1:7001,store-2=127.0.0.1:7002,store-3=127.0.0.1:7003",
+		{"store-2", "store", "store run --id store-2 --data-dir /d/store-2 --raft-addr 127.0.0.1:7002 --bootstrap store-1=127.0.0.1:7001,store-2=127.0.0.1:7002,store-3=127.0.0.1:7003 --raft-tls-ca /d/pki/ca.crt --raft-tls-cert /d/pki/raft-store-2.crt --raft-tls-key /d/pki/raft-store-2.key --encryption-provider-config /d/encryption-config.yaml",
 			[]string{"PODFLOW_NATS_URL=nats://127.0.0.1:4222", "PODFLOW_NATS_USER=store", "PODFLOW_NATS_PASSWORD=pw"},
 			plan.Check{Kind: plan.CheckStore, Timeout: 60 * time.Second}},
 		{"api-1", "stage/api", "stage api --replica api-1 --config /d/config/stage-api.json --metrics-addr 127.0.0.1:9001 --token-file /d/tokens.csv --seal-key /d/api-seal.key --service-cluster-ip-range 10.96.0.0/16 --https-addr 127.0.0.1:6443",
@@ -290,9 +290,11 @@ func TestStageIndex(t *testing.T) {
 	}
 }
 
-// TestClusterTLSArgs: with TLS every NATS server serves clients and routes
-// with the servers' certificate, and every store replica speaks raft with
-// its own raft certificate and dials NATS with the store role's client certificate.
+// TestClusterTLSArgs: every store replica speaks raft with its own raft
+// certificate, with TLS or without (raft is mutual TLS on loopback too);
+// with TLS every NATS server serves clients and routes with the servers'
+// certificate, and every store replica dials NATS with the store role's
+// client certificate.
 func TestClusterTLSArgs(t *testing.T) {
 	o := options()
 	o.Cluster, o.ClusterClientPorts, o.ClusterRoutePorts = true, []int{4001, 4002, 4003}, []int{6001, 6002, 6003}
@@ -300,9 +302,9 @@ func TestClusterTLSArgs(t *testing.T) {
 		tls              bool
 		wantNATS, wantSt string
 	}{
-		{false, "--creds /d/nats/creds.json", "--bootstrap store-1=127.0.0.1:7001,store-2=127.0.0.1:7002,store-3=127.0.0.1:7003"},
+		{false, "--creds /d/nats/creds.json", "--bootstrap store-1=127.0.0.1:7001,store-2=127.0.0.1:7002,store-3=127.0.0.1:7003 --raft-tls-ca /d/pki/ca.crt --raft-tls-cert /d/pki/raft-{name}.crt --raft-tls-key /d/pki/raft-{name}.key --encryption-provider-config /d/encryption-config.yaml"},
 		{true, "--creds /d/nats/creds.json --tls-ca /d/pki/ca.crt --tls-cert /d/pki/nats-server.crt --tls-key /d/pki/nats-server.key",
-			"--bootstrap store-1=127.0.0.1:7001,store-2=127.0.0.1:7002,store-3=127.0.0.1:7003 --tls-ca /d/pki/ca.crt --raft-tls-cert /d/pki/raft-{name}.crt --raft-tls-key /d/pki/raft-{name}.key --nats-tls-cert /d/pki/bus/store.crt --nats-tls-key /d/pki/bus/store.key"},
+			"--bootstrap store-1=127.0.0.1:7001,store-2=127.0.0.1:7002,store-3=127.0.0.1:7003 --raft-tls-ca /d/pki/ca.crt --raft-tls-cert /d/pki/raft-{name}.crt --raft-tls-key /d/pki/raft-{name}.key --encryption-provider-config /d/encryption-config.yaml --tls-ca /d/pki/ca.crt --nats-tls-cert /d/pki/bus/store.crt --nats-tls-key /d/pki/bus/store.key"},
 	} {
 		t.Run(fmt.Sprint("tls=", tc.tls), func(t *testing.T) {
 			o.TLS, o.FreeAddr = tc.tls, addrs()
@@ -346,6 +348,28 @@ func TestServiceCIDR(t *testing.T) {
 	}
 }
 
+// TestPodSecurityDefault: up's --pod-security-default reaches the api
+// stage (its front door checks pod updates) and admission (pod creation),
+// and nothing else; a level that does not exist is refused at plan time.
+func TestPodSecurityDefault(t *testing.T) {
+	o := options()
+	o.PodSecurityDefault = "baseline"
+	p, err := plan.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range p.Processes() {
+		has := strings.Contains(strings.Join(pr.Args, " "), "--pod-security-default baseline")
+		if want := pr.Stage == pipeline.API || pr.Stage == pipeline.Admission; has != want {
+			t.Errorf("%s: args %v carry the default level: %v, want %v", pr.Name, pr.Args, has, want)
+		}
+	}
+	o.PodSecurityDefault = "strict"
+	if _, err := plan.New(o); err == nil || !strings.Contains(err.Error(), "--pod-security-default") {
+		t.Fatalf("New with an unknown level = %v", err)
+	}
+}
+
 // TestStorePeerAddrs: a replica with dial overrides (podflow chaos's
 // relays) gets them as --peer-addrs, sorted; the others get none.
 func TestStorePeerAddrs(t *testing.T) {
@@ -359,7 +383,7 @@ func TestStorePeerAddrs(t *testing.T) {
 		got := strings.Join(pr.Args, " ")
 		switch pr.Name {
 		case "store-1":
-			if !strings.HasSuffix(got, " --peer-addrs store-2=127.0.0.1:8012,store-3=127.0.0.1:8013") {
+			if !strings.Contains(got, " --peer-addrs store-2=127.0.0.1:8012,store-3=127.0.0.1:8013 ") {
 				t.Errorf("store-1 args %s", got)
 			}
 		case "store-2", "store-3":

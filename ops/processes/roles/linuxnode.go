@@ -211,6 +211,8 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	// Kept back for the system and the agent, like kubelet's --system-reserved.
 	acfg.Reserved = map[string]string{"cpu": "100m", "memory": "256Mi", "pods": "0"}
 	acfg.Logger = log
+	serviceEnv := nodeagent.NewServiceCache() // containers' Service variables, fed by the Service watch below
+	acfg.Services = serviceEnv
 	acfg.Labels = map[string]string{"node.podflow.io/runtime": "linux", "kubernetes.io/hostname": node}
 	m := stage.NewMetrics("nodeagent")
 	nm, err := nodemetrics.New(m.Registry)
@@ -234,8 +236,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		log.Info("serving metrics", "addr", "http://"+addr+"/metrics")
 	}
 	sub, err := nodelogs.Serve(ctx, sess.Bus.NATS(), node, func(req nodelogs.Request, max int) (nodelogs.Reply, error) {
-		c, err := rt.ReadLog(linux.LogRequest(req), max)
-		return nodelogs.Reply{Container: c.Container, Data: c.Data, Offset: c.Offset, File: c.File, Running: c.Running}, err
+		return readLog(agent, req, max)
 	})
 	if err != nil {
 		return fmt.Errorf("serve logs: %w", err)
@@ -296,7 +297,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	// the cluster DNS, fed by one watch. Pods run without them when the
 	// kernel lacks nftables or port 53 is taken: ClusterIPs then stay
 	// unreachable, or names unresolved; nothing else changes.
-	var syncers wire.Syncers
+	syncers := wire.Syncers{serviceEnv}
 	if px, err := proxy.New(ctx, pcfg); err != nil {
 		log.Warn("no service proxy: ClusterIPs are unreachable on this node", "err", err)
 	} else {

@@ -29,8 +29,8 @@ func NATS(ctx context.Context, cfg bus.EmbeddedConfig, clientConfig string, tlsF
 		return err
 	}
 	defer srv.Shutdown()
-	// Users added to the credentials file (a host joining a cluster of
-	// several machines) take effect without a restart.
+	// Users added or removed (`podflow config bus-user`, a host joining a
+	// cluster of several machines) take effect without a restart.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -17,6 +17,7 @@ import (
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
@@ -36,6 +37,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		cfg := admission.DefaultConfig()
 		if o.PodSecurityDefault != "" {
 			cfg.DefaultLevel = admission.Level(o.PodSecurityDefault)
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("--pod-security-default: %w", err)
 		}
 		return admission.NewStage(env, cfg)
 	},
@@ -108,13 +112,22 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 		return nil, err
 	}
 	cfg.NamespaceDeleted = ns.Enqueue
-	s, err := api.New(env, cfg)
+	// kube-apiserver's strategies and printers for the generic kinds,
+	// authorizing what they check themselves with the stage's RBAC.
+	var s *api.Stage
+	reg, err := registry.New(registry.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) }})
 	if err != nil {
+		return nil, err
+	}
+	cfg.Registry = reg
+	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
 	parts := []stage.Starter{ns, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
 	if o.HTTPS != nil {
-		parts = append(parts, apiserver.FrontDoor{Config: *o.HTTPS, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: cfg.Authn.BoundTokens, Log: env.Log})
+		https := *o.HTTPS
+		https.Printer = reg
+		parts = append(parts, apiserver.FrontDoor{Config: https, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: cfg.Authn.BoundTokens, Log: env.Log})
 	}
 	return stage.Compose(s, parts...), nil
 }

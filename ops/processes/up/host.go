@@ -505,6 +505,10 @@ func initFirst(l plan.Layout, o *Options) (HostFile, error) {
 	if _, err := auth.LoadOrCreateSigningKey(l.PKI("sa.key")); err != nil {
 		return h, err
 	}
+	// Secrets are encrypted at rest with its key; every server gets it.
+	if _, err := raftstore.EnsureEncryptionConfig(l.EncryptionConfig()); err != nil {
+		return h, fmt.Errorf("store encryption key: %w", err)
+	}
 	if _, err := sealed.LoadOrCreate(l.SealKey()); err != nil {
 		return h, err
 	}
@@ -726,11 +730,13 @@ func (r *hostRun) admit(ctx context.Context, req *join.Request) (join.Bundle, er
 	if !req.Agent {
 		// A server's share of the cluster's secrets: every role's bus
 		// credentials, the tokens the api stage checks, the api stage's
-		// sealing key and the ServiceAccount token signing key.
+		// sealing key, the ServiceAccount token signing key and the
+		// store's encryption configuration.
 		b.Files = map[string][]byte{}
 		for rel, p := range map[string]string{
 			"nats/creds.json": r.layout.Credentials(), "tokens.csv": r.layout.Tokens(),
 			"api-seal.key": r.layout.SealKey(), "pki/sa.key": r.layout.PKI("sa.key"),
+			"encryption-config.yaml": r.layout.EncryptionConfig(),
 		} {
 			data, err := os.ReadFile(p)
 			if err != nil {

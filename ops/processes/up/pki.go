@@ -6,13 +6,31 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/processes/join"
+	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/services/apiserver/pki"
 )
 
 // certKinds are the certificates IssueCert makes, and whether one
 // needs --hosts (a peer's: its peers dial it).
 var certKinds = map[string]bool{join.KindNATSServer: true, join.KindRaftPeer: true, join.KindBusClient: false}
+
+// IssueBusClientCert issues, once, the bus client certificate of role
+// (CN podflow:bus:<role>) from the data directory's cluster CA, as up
+// issues the roles' own, and returns its files: for a user of the bus
+// added after up (podflow config bus-user) on a cluster with TLS.
+func IssueBusClientCert(l plan.Layout, role string) (bus.TLSFiles, error) {
+	ca, err := pki.LoadCA(l.PKI("ca.crt"), l.PKI("ca.key"))
+	if err != nil {
+		return bus.TLSFiles{}, fmt.Errorf("the cluster CA: %w", err)
+	}
+	if err := os.MkdirAll(l.PKI("bus"), 0o700); err != nil {
+		return bus.TLSFiles{}, err
+	}
+	f := l.BusTLS(role)
+	return f, issueOnce(ca, f.CertFile, f.KeyFile, certRequest("bus-client", role, nil))
+}
 
 // certRequest is the certificate of kind (a key of certKinds) for name.
 func certRequest(kind, name string, hosts []string) pki.Request {

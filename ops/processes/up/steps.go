@@ -112,19 +112,30 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 		StoreAddrs: cl.StoreAddrs, StorePeerAddrs: cl.StorePeerAddrs,
 		NATSRoutePeerAddrs: cl.NATSRoutePeerAddrs, NATSRouteAdvertise: cl.NATSRouteAdvertise, StoreUser: storeUser, Replicas: replicas, TLS: o.Cluster,
 		Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace, APIArgs: u.kube.stageArgs(),
-		ServiceCIDR: o.ServiceCIDR,
+		ServiceCIDR: o.ServiceCIDR, PodSecurityDefault: o.PodSecurityDefault,
 	})
-	if err != nil || !o.Cluster {
+	if err != nil {
 		return u, err
 	}
-	// More than one server: every NATS listener and raft transport speaks
-	// mutual TLS (docs/multi-machine.md does the same), each store replica
-	// with a raft certificate of its own.
+	// Every raft transport speaks mutual TLS, on loopback too, each store
+	// replica with a raft certificate of its own.
 	var replicaIDs []string
 	for _, p := range u.plan.Step(plan.Store).Processes {
 		replicaIDs = append(replicaIDs, p.Name)
 	}
-	if err := ensureClusterTLS(u.layout, u.kube.ca, u.creds, replicaIDs); err != nil {
+	if err := ensureRaftTLS(u.layout, u.kube.ca, replicaIDs); err != nil {
+		return nil, fmt.Errorf("store certificates: %w", err)
+	}
+	// Secrets are encrypted at rest with the key written on first start.
+	if _, err := raftstore.EnsureEncryptionConfig(u.layout.EncryptionConfig()); err != nil {
+		return nil, fmt.Errorf("store encryption key: %w", err)
+	}
+	if !o.Cluster {
+		return u, nil
+	}
+	// More than one server: every NATS listener speaks mutual TLS too
+	// (docs/multi-machine.md does the same).
+	if err := ensureClusterTLS(u.layout, u.kube.ca, u.creds); err != nil {
 		return nil, fmt.Errorf("bus and store certificates: %w", err)
 	}
 	return u, nil
@@ -208,10 +219,9 @@ func (u *up) startStep(ctx context.Context, kind plan.Kind, notReady string) err
 	return nil
 }
 
-// startBus starts NATS, writes every role's bus client file (users of the
-// bus get the locked-down client identity, user.json: they may ask the
-// api front door and publish PodRequested, nothing else), connects as
-// admin and provisions the streams.
+// startBus starts NATS, writes every role's bus client file (each user of
+// the bus has its own identity, given by `podflow config bus-user`),
+// connects as admin and provisions the streams.
 func (u *up) startBus(ctx context.Context) error {
 	natsCfg := u.layout.NATSClientConfig()
 	_ = os.Remove(natsCfg) // the single server writes it once listening
@@ -230,8 +240,9 @@ func (u *up) startBus(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(u.layout.RoleConfig(u.plan.NodeRole.Role)), 0o700); err != nil {
 		return err
 	}
+	_ = os.Remove(u.layout.LegacyUserConfig()) // the shared client identity is gone
 	for _, c := range u.creds.Users {
-		if c.Role == bus.RoleAdmin {
+		if c.Role == bus.RoleAdmin || c.APIUser != "" { // users' files: podflow config bus-user
 			continue
 		}
 		if err := bus.WriteClientConfigTLS(u.layout.RoleConfig(c.Role), bc.URLs, c, u.busTLS(c.Role)); err != nil {
@@ -367,9 +378,13 @@ func (u *up) startRegistry(ctx context.Context) (string, error) {
 	}
 	addr := strings.TrimSpace(string(b))
 	exe := u.plan.Options.Exe
-	busybox := "/bin/busybox"
-	if _, err := os.Stat(busybox); err != nil {
-		busybox = "-"
+	// bin/busybox (make busybox) beside podflow, else the system's.
+	busybox := "-"
+	for _, b := range []string{filepath.Join(filepath.Dir(exe), "busybox"), "/bin/busybox"} {
+		if _, err := os.Stat(b); err == nil {
+			busybox = b
+			break
+		}
 	}
 	httpserver := filepath.Join(filepath.Dir(exe), "httpserver")
 	if _, err := os.Stat(httpserver); err != nil {

@@ -38,7 +38,10 @@ func TestClusterTLSCertificates(t *testing.T) {
 	}
 	creds := bus.Credentials{Users: []bus.UserCredential{{Role: bus.RoleAdmin, User: "admin", Password: "pw"}, {Role: "store", User: "store", Password: "pw2"}}}
 	replicas := []string{"store-1", "store-2", "store-3"}
-	if err := ensureClusterTLS(l, ca, creds, replicas); err != nil {
+	if err := ensureRaftTLS(l, ca, replicas); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureClusterTLS(l, ca, creds); err != nil {
 		t.Fatal(err)
 	}
 	mutual := func(f bus.TLSFiles, group string) *tls.Config {

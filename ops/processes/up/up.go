@@ -9,6 +9,7 @@ import (
 	"github.com/podflow/podflow/nodeagent/linux"
 	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/services/ipalloc"
+	"github.com/podflow/podflow/services/podsecurity"
 )
 
 // Options configure `podflow up` (its flags).
@@ -26,6 +27,9 @@ type Options struct {
 	Cluster       bool          // 3 NATS servers over routes, R3 streams, mutual TLS everywhere
 	HTTPSPort     int           // Kubernetes API port (0: picked at first start, then kept)
 	ServiceCIDR   string        // the api's ClusterIPs and the node proxy's range
+	// PodSecurityDefault is the Pod Security level of namespaces without
+	// the enforce label ("" is privileged, Kubernetes' default).
+	PodSecurityDefault string
 
 	// A host of a cluster of several machines (runHost).
 	Init      bool          // the first server: a new cluster
@@ -92,6 +96,9 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 func (o *Options) Resolve(out io.Writer) error {
 	if err := (ipalloc.Config{CIDR: o.ServiceCIDR}).Validate(); err != nil {
 		return fmt.Errorf("--%s: %w", plan.ServiceCIDRFlag, err)
+	}
+	if _, err := podsecurity.ParseLevel(o.PodSecurityDefault); err != nil {
+		return fmt.Errorf("--%s: %w", plan.PodSecurityDefaultFlag, err)
 	}
 	if o.StoreReplicas < 1 || o.StoreReplicas%2 == 0 {
 		return fmt.Errorf("--store-replicas must be an odd number, got %d", o.StoreReplicas)

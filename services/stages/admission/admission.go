@@ -8,6 +8,7 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/services/manifest"
+	"github.com/podflow/podflow/services/podsecurity"
 	"github.com/podflow/podflow/services/validate"
 )
 
@@ -150,8 +151,8 @@ func Admit(pod *corev1.Pod, s State) Result {
 		res.Status = st
 		return res
 	}
-	level := LevelFor(s.Namespace, cfg)
-	if res.Status = CheckPodSecurity(p, level); res.Status != nil {
+	// The namespace's enforce level and version, else the cluster's default.
+	if res.Status = podsecurity.Check(p, podsecurity.Enforced(s.Namespace, cfg.DefaultLevel)); res.Status != nil {
 		return res
 	}
 	// Last: a pod Kubernetes would admit is still refused if it uses a

@@ -30,6 +30,8 @@
 //     State returns an equal pod and no mutations, so a redelivered event
 //     may be handled again.
 //
+// Pod Security is upstream's policy library, through services/podsecurity,
+// which the front door also calls on pod updates and ephemeral containers.
 // ValidatePod, CheckPodSecurity and LevelFor are exported for tools. The
 // pod rules admission shares with the node agent and the other stages (QoS
 // class, default pull policy) live in proto/podrules.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -99,4 +100,32 @@ func cmpQty(s string, q resource.Quantity) int {
 		return 0
 	}
 	return v.Cmp(q)
+}
+
+// containerAt is a container with its place in the pod spec.
+type containerAt struct {
+	c    *corev1.Container
+	init bool
+	i    int
+}
+
+// path returns the container's field path, e.g. "spec.containers[0]".
+func (ca containerAt) path() string {
+	if ca.init {
+		return "spec.initContainers[" + strconv.Itoa(ca.i) + "]"
+	}
+	return "spec.containers[" + strconv.Itoa(ca.i) + "]"
+}
+
+// containers are the pod's init and app containers, in that order.
+func containers(p *corev1.Pod) []containerAt {
+	spec := p.GetSpec()
+	out := make([]containerAt, 0, len(spec.GetInitContainers())+len(spec.GetContainers()))
+	for i, c := range spec.GetInitContainers() {
+		out = append(out, containerAt{c, true, i})
+	}
+	for i, c := range spec.GetContainers() {
+		out = append(out, containerAt{c, false, i})
+	}
+	return out
 }

@@ -20,11 +20,10 @@ func TestPodSecurity(t *testing.T) {
 	// baselineOnly drops what only restricted requires, so a baseline
 	// violation is reported alone at restricted too.
 	tests := []struct {
-		name   string
-		level  Level
-		given  []func(*corev1.Pod)
-		want   string   // the part after `violates PodSecurity "<level>:latest": `; "" = allowed
-		fields []string // cause fields
+		name  string
+		level Level
+		given []func(*corev1.Pod)
+		want  string // the part after `violates PodSecurity "<level>:latest": `; "" = allowed
 		// refused: for an allowed pod, the fields podflow then refuses
 		// (422, after Pod Security: manifest.RefusedPodFields).
 		refused []string
@@ -45,14 +44,29 @@ func TestPodSecurity(t *testing.T) {
 				app(p).SecurityContext.Privileged = proto.Bool(true)
 				app(p).SecurityContext.AllowPrivilegeEscalation = nil
 			}},
-			want:   `privileged (container "app" must not set securityContext.privileged=true)`,
-			fields: []string{"spec.containers[0].securityContext.privileged"},
+			want: `privileged (container "app" must not set securityContext.privileged=true)`,
+		},
+		{
+			name: "seLinuxOptions of the container types pass baseline", level: LevelBaseline,
+			given: []func(*corev1.Pod){sidecar, func(p *corev1.Pod) {
+				p.Spec.SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{Level: "s0:c123,c456"}
+				app(p).SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{Type: "container_init_t"}
+				side(p).SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{Type: "container_t", Level: "s0"}
+			}},
+		},
+		{
+			name: "seLinuxOptions", level: LevelRestricted,
+			given: []func(*corev1.Pod){sidecar, func(p *corev1.Pod) {
+				p.Spec.SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{User: "system_u"}
+				app(p).SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{Type: "spc_t", Role: "system_r"}
+				side(p).SecurityContext.SeLinuxOptions = &corev1.SELinuxOptions{Type: "unconfined_t"}
+			}},
+			want: `seLinuxOptions (pod and containers "app", "side" set forbidden securityContext.seLinuxOptions: types "spc_t", "unconfined_t"; user may not be set; role may not be set)`,
 		},
 		{
 			name: "host namespaces", level: LevelBaseline,
-			given:  []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.HostNetwork, p.Spec.HostPid, p.Spec.HostIpc = true, true, true }},
-			want:   `host namespaces (hostNetwork=true, hostPID=true, hostIPC=true)`,
-			fields: []string{"spec.hostNetwork", "spec.hostPID", "spec.hostIPC"},
+			given: []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.HostNetwork, p.Spec.HostPid, p.Spec.HostIpc = true, true, true }},
+			want:  `host namespaces (hostNetwork=true, hostPID=true, hostIPC=true)`,
 		},
 		{
 			name: "hostPath volumes at baseline", level: LevelBaseline,
@@ -63,16 +77,14 @@ func TestPodSecurity(t *testing.T) {
 					{Name: "sock", HostPath: &corev1.HostPathVolumeSource{Path: "/run/x.sock"}},
 				}
 			}},
-			want:   `hostPath volumes (volumes "root", "sock")`,
-			fields: []string{"spec.volumes[0].hostPath", "spec.volumes[2].hostPath"},
+			want: `hostPath volumes (volumes "root", "sock")`,
 		},
 		{
 			name: "hostPath volumes at restricted are restricted volume types", level: LevelRestricted,
 			given: []func(*corev1.Pod){func(p *corev1.Pod) {
 				p.Spec.Volumes = []*corev1.Volume{{Name: "root", HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}
 			}},
-			want:   `restricted volume types (volume "root" uses restricted volume type "hostPath")`,
-			fields: []string{"spec.volumes[0].hostPath"},
+			want: `restricted volume types (volume "root" uses restricted volume type "hostPath")`,
 		},
 		{
 			name: "restricted allows the common volume types", level: LevelRestricted,
@@ -92,16 +104,14 @@ func TestPodSecurity(t *testing.T) {
 				app(p).Ports = []*corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080, Protocol: "TCP"}, {ContainerPort: 443, HostPort: 8443, Protocol: "TCP"}}
 				side(p).Ports = []*corev1.ContainerPort{{ContainerPort: 9090, HostPort: 9090, Protocol: "TCP"}}
 			}},
-			want:   `hostPort (containers "app", "side" use hostPorts 8080, 8443, 9090)`,
-			fields: []string{"spec.containers[0].ports[0].hostPort", "spec.containers[0].ports[1].hostPort", "spec.containers[1].ports[0].hostPort"},
+			want: `hostPort (containers "app", "side" use hostPorts 8080, 8443, 9090)`,
 		},
 		{
 			name: "non-default capabilities at baseline", level: LevelBaseline,
 			given: []func(*corev1.Pod){func(p *corev1.Pod) {
 				app(p).SecurityContext.Capabilities = &corev1.Capabilities{Add: []string{"SYS_ADMIN", "CHOWN", "NET_ADMIN"}}
 			}},
-			want:   `non-default capabilities (container "app" must not include "NET_ADMIN", "SYS_ADMIN" in securityContext.capabilities.add)`,
-			fields: []string{"spec.containers[0].securityContext.capabilities.add"},
+			want: `non-default capabilities (container "app" must not include "NET_ADMIN", "SYS_ADMIN" in securityContext.capabilities.add)`,
 		},
 		{
 			name: "default capabilities allowed at baseline", level: LevelBaseline,
@@ -117,13 +127,11 @@ func TestPodSecurity(t *testing.T) {
 			}},
 			want: `unrestricted capabilities (container "app" must set securityContext.capabilities.drop=["ALL"]; ` +
 				`container "app" must not include "CHOWN" in securityContext.capabilities.add)`,
-			fields: []string{"spec.containers[0].securityContext.capabilities.drop", "spec.containers[0].securityContext.capabilities.add"},
 		},
 		{
 			name: "procMount", level: LevelBaseline,
-			given:  []func(*corev1.Pod){func(p *corev1.Pod) { app(p).SecurityContext.ProcMount = "Unmasked" }},
-			want:   `procMount (container "app" must not set securityContext.procMount to "Unmasked")`,
-			fields: []string{"spec.containers[0].securityContext.procMount"},
+			given: []func(*corev1.Pod){func(p *corev1.Pod) { app(p).SecurityContext.ProcMount = "Unmasked" }},
+			want:  `procMount (container "app" must not set securityContext.procMount to "Unmasked")`,
 		},
 		{
 			name: "procMount Default allowed", level: LevelRestricted,
@@ -135,9 +143,8 @@ func TestPodSecurity(t *testing.T) {
 				p.Spec.SecurityContext.SeccompProfile.Type = "Unconfined"
 				side(p).SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: "Unconfined"}
 			}},
-			want: `seccompProfile (pod must not set securityContext.seccompProfile.type to "Unconfined"; ` +
-				`container "side" must not set securityContext.seccompProfile.type to "Unconfined")`,
-			fields: []string{"spec.securityContext.seccompProfile.type", "spec.containers[1].securityContext.seccompProfile.type"},
+			// Upstream's wording (check_seccompProfile_baseline.go).
+			want: `seccompProfile (pod and container "side" must not set securityContext.seccompProfile.type to "Unconfined")`,
 		},
 		{
 			name: "seccomp unset is fine at baseline", level: LevelBaseline,
@@ -145,9 +152,8 @@ func TestPodSecurity(t *testing.T) {
 		},
 		{
 			name: "seccomp unset at restricted", level: LevelRestricted,
-			given:  []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.SecurityContext.SeccompProfile = nil }},
-			want:   `seccompProfile (pod or container "app" must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")`,
-			fields: []string{"spec.containers[0].securityContext.seccompProfile.type"},
+			given: []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.SecurityContext.SeccompProfile = nil }},
+			want:  `seccompProfile (pod or container "app" must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")`,
 		},
 		{
 			name: "seccomp on every container instead of the pod", level: LevelRestricted,
@@ -161,16 +167,14 @@ func TestPodSecurity(t *testing.T) {
 			given: []func(*corev1.Pod){func(p *corev1.Pod) {
 				app(p).SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: "Unconfined"}
 			}},
-			want:   `seccompProfile (container "app" must not set securityContext.seccompProfile.type to "Unconfined")`,
-			fields: []string{"spec.containers[0].securityContext.seccompProfile.type"},
+			want: `seccompProfile (container "app" must not set securityContext.seccompProfile.type to "Unconfined")`,
 		},
 		{
 			name: "sysctls", level: LevelBaseline,
 			given: []func(*corev1.Pod){func(p *corev1.Pod) {
 				p.Spec.SecurityContext.Sysctls = []*corev1.Sysctl{{Name: "net.ipv4.tcp_syncookies", Value: "1"}, {Name: "kernel.msgmax", Value: "1"}, {Name: "vm.swappiness", Value: "1"}}
 			}},
-			want:   `forbidden sysctls (kernel.msgmax, vm.swappiness)`,
-			fields: []string{"spec.securityContext.sysctls[1].name", "spec.securityContext.sysctls[2].name"},
+			want: `forbidden sysctls (kernel.msgmax, vm.swappiness)`,
 		},
 		{
 			name: "allowPrivilegeEscalation unset", level: LevelRestricted,
@@ -178,14 +182,12 @@ func TestPodSecurity(t *testing.T) {
 				p.Spec.InitContainers = []*corev1.Container{{Name: "init", Image: "i:1", SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []string{"ALL"}}}}}
 				app(p).SecurityContext.AllowPrivilegeEscalation = nil
 			}},
-			want:   `allowPrivilegeEscalation != false (containers "init", "app" must set securityContext.allowPrivilegeEscalation=false)`,
-			fields: []string{"spec.initContainers[0].securityContext.allowPrivilegeEscalation", "spec.containers[0].securityContext.allowPrivilegeEscalation"},
+			want: `allowPrivilegeEscalation != false (containers "init", "app" must set securityContext.allowPrivilegeEscalation=false)`,
 		},
 		{
 			name: "runAsNonRoot unset", level: LevelRestricted,
-			given:  []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.SecurityContext.RunAsNonRoot = nil }},
-			want:   `runAsNonRoot != true (pod or container "app" must set securityContext.runAsNonRoot=true)`,
-			fields: []string{"spec.containers[0].securityContext.runAsNonRoot"},
+			given: []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.SecurityContext.RunAsNonRoot = nil }},
+			want:  `runAsNonRoot != true (pod or container "app" must set securityContext.runAsNonRoot=true)`,
 		},
 		{
 			name: "runAsNonRoot on the container instead", level: LevelRestricted,
@@ -200,8 +202,7 @@ func TestPodSecurity(t *testing.T) {
 				p.Spec.SecurityContext.RunAsNonRoot = proto.Bool(false)
 				app(p).SecurityContext.RunAsNonRoot = proto.Bool(false)
 			}},
-			want:   `runAsNonRoot != true (pod and container "app" must not set securityContext.runAsNonRoot=false)`,
-			fields: []string{"spec.securityContext.runAsNonRoot", "spec.containers[0].securityContext.runAsNonRoot"},
+			want: `runAsNonRoot != true (pod and container "app" must not set securityContext.runAsNonRoot=false)`,
 		},
 		{
 			name: "runAsUser 0", level: LevelRestricted,
@@ -209,8 +210,7 @@ func TestPodSecurity(t *testing.T) {
 				p.Spec.SecurityContext.RunAsUser = proto.Int64(0)
 				app(p).SecurityContext.RunAsUser = proto.Int64(0)
 			}},
-			want:   `runAsUser=0 (pod and container "app" must not set runAsUser=0)`,
-			fields: []string{"spec.securityContext.runAsUser", "spec.containers[0].securityContext.runAsUser"},
+			want: `runAsUser=0 (pod and container "app" must not set runAsUser=0)`,
 		},
 		{
 			name: "runAsUser 1000 is fine", level: LevelRestricted,
@@ -226,12 +226,6 @@ func TestPodSecurity(t *testing.T) {
 				`unrestricted capabilities (container "app" must set securityContext.capabilities.drop=["ALL"]), ` +
 				`runAsNonRoot != true (pod or container "app" must set securityContext.runAsNonRoot=true), ` +
 				`seccompProfile (pod or container "app" must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")`,
-			fields: []string{
-				"spec.containers[0].securityContext.allowPrivilegeEscalation",
-				"spec.containers[0].securityContext.capabilities.drop",
-				"spec.containers[0].securityContext.runAsNonRoot",
-				"spec.containers[0].securityContext.seccompProfile.type",
-			},
 		},
 	}
 	for _, tc := range tests {
@@ -257,16 +251,6 @@ func TestPodSecurity(t *testing.T) {
 			want := `pods "web" is forbidden: violates PodSecurity "` + string(tc.level) + `:latest": ` + tc.want
 			if st.Message != want {
 				t.Fatalf("message\n got %s\nwant %s", st.Message, want)
-			}
-			var fields []string
-			for _, c := range st.Causes {
-				fields = append(fields, c.Field)
-				if c.Type != "FieldValueForbidden" || !strings.HasPrefix(c.Message, `PodSecurity "`+string(tc.level)+`:latest": `) {
-					t.Errorf("cause %v does not name the policy", c)
-				}
-			}
-			if !slices.Equal(fields, tc.fields) {
-				t.Fatalf("cause fields\n  %s\nwant\n  %s", strings.Join(fields, "\n  "), strings.Join(tc.fields, "\n  "))
 			}
 		})
 	}

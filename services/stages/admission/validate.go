@@ -30,6 +30,9 @@ var (
 	procMounts          = []string{"Default", "Unmasked"}
 	seccompTypes        = []string{"RuntimeDefault", "Localhost", "Unconfined"}
 	emptyDirMedia       = []string{"", "Memory"}
+
+	// seLinuxChangePolicies as validateSELinuxChangePolicy lists them.
+	seLinuxChangePolicies = []string{"MountOption", "Recursive"}
 )
 
 // standardResources skip the qualified-name check (a regexp) on the hot path.
@@ -114,6 +117,16 @@ func validateSpec(p *field.Path, spec *corev1.PodSpec) field.ErrorList {
 	}
 	if h := spec.GetHostname(); h != "" {
 		errs = append(errs, validate.DNS1123Label(p.Child("hostname"), h)...)
+	}
+	if sd := spec.GetSubdomain(); sd != "" {
+		errs = append(errs, validate.DNS1123Label(p.Child("subdomain"), sd)...)
+	}
+	for i, ha := range spec.GetHostAliases() { // ValidateHostAliases
+		hp := p.Child("hostAliases").Index(i)
+		errs = append(errs, validation.IsValidIPForLegacyField(hp.Child("ip"), ha.GetIp(), false, nil)...)
+		for j, h := range ha.GetHostnames() {
+			errs = append(errs, validate.DNS1123Subdomain(hp.Child("hostnames").Index(j), h)...)
+		}
 	}
 	errs = append(errs, labels(p.Child("nodeSelector"), spec.GetNodeSelector())...)
 	errs = append(errs, validatePodSecurityContext(p.Child("securityContext"), spec.GetSecurityContext())...)
@@ -267,6 +280,17 @@ func validateContainer(p *field.Path, c *corev1.Container, volumes, names map[st
 		mountPaths[vm.GetMountPath()] = true
 		if sp := vm.GetSubPath(); sp != "" && (strings.HasPrefix(sp, "/") || slices.Contains(strings.Split(sp, "/"), "..")) {
 			errs = append(errs, field.Invalid(mp.Child("subPath"), sp, "must be a relative path without '..'"))
+		}
+		if se := vm.GetSubPathExpr(); se != "" { // validateVolumeMounts' words
+			if vm.GetSubPath() != "" {
+				errs = append(errs, field.Invalid(mp.Child("subPathExpr"), se, "subPathExpr and subPath are mutually exclusive"))
+			}
+			if strings.HasPrefix(se, "/") {
+				errs = append(errs, field.Invalid(mp.Child("subPathExpr"), se, "must be a relative path"))
+			}
+			if slices.Contains(strings.Split(se, "/"), "..") {
+				errs = append(errs, field.Invalid(mp.Child("subPathExpr"), se, "must not contain '..'"))
+			}
 		}
 	}
 
@@ -460,6 +484,9 @@ func validatePodSecurityContext(p *field.Path, sc *corev1.PodSecurityContext) fi
 		for _, msg := range validation.IsValidGroupID(g) {
 			errs = append(errs, field.Invalid(p.Child("supplementalGroups").Index(i), g, msg))
 		}
+	}
+	if v := sc.SeLinuxChangePolicy; v != nil && !slices.Contains(seLinuxChangePolicies, *v) {
+		errs = append(errs, field.NotSupported(p.Child("seLinuxChangePolicy"), *v, seLinuxChangePolicies))
 	}
 	seen := map[string]bool{}
 	for i, s := range sc.GetSysctls() {

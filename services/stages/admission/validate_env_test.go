@@ -40,7 +40,12 @@ func TestEnvValueFrom(t *testing.T) {
 		{name: "resourceFieldRef unknown resource", from: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.gpu"}},
 			field: path + ".resourceFieldRef.resource", message: `Unsupported value: "limits.gpu": supported values: "limits.cpu", "limits.ephemeral-storage", "limits.memory", "requests.cpu", "requests.ephemeral-storage", "requests.memory"`},
 		{name: "resourceFieldRef bad divisor", from: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu", Divisor: "1Mi"}},
-			field: path + ".resourceFieldRef.divisor", message: `Invalid value: "1Mi": only divisor's values 1m and 1 are supported with the cpu resource`},
+			field: path + ".resourceFieldRef.divisor", message: `Invalid value: "limits.cpu": only divisor's values 1m and 1 are supported with the cpu resource`},
+		// client-go sends a divisor left out as "0": Kubernetes' unset.
+		{name: "resourceFieldRef divisor 0", from: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu", Divisor: "0"}}},
+		{name: "resourceFieldRef divisor 0Mi", from: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory", Divisor: "0Mi"}}},
+		{name: "resourceFieldRef divisor not a quantity", from: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu", Divisor: "one"}},
+			field: path + ".resourceFieldRef.divisor", message: `Invalid value: "one": must be a valid quantity, e.g. 100m or 128Mi`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

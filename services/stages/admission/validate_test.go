@@ -30,6 +30,32 @@ func TestValidatePod(t *testing.T) {
 		{"bad label", func(p *corev1.Pod) { p.Metadata.Labels["-bad"] = "x y" }, []string{"FieldValueInvalid metadata.labels", "FieldValueInvalid metadata.labels"}},
 		{"bad annotation key", func(p *corev1.Pod) { p.Metadata.Annotations = map[string]string{"a b": ""} }, []string{"FieldValueInvalid metadata.annotations"}},
 		{"no containers", func(p *corev1.Pod) { p.Spec.Containers = nil }, []string{"FieldValueRequired spec.containers"}},
+		{"hostname, subdomain, hostAliases", func(p *corev1.Pod) {
+			p.Spec.Hostname, p.Spec.Subdomain = "web-0", "web"
+			p.Spec.HostAliases = []*corev1.HostAlias{{Ip: "10.1.2.3", Hostnames: []string{"foo.local", "bar"}}, {Ip: "fd00::1", Hostnames: []string{"v6"}}}
+		}, nil},
+		{"bad hostname and subdomain", func(p *corev1.Pod) { p.Spec.Hostname, p.Spec.Subdomain = "web.0", "Web" },
+			[]string{"FieldValueInvalid spec.hostname", "FieldValueInvalid spec.subdomain"}},
+		{"bad hostAliases", func(p *corev1.Pod) {
+			p.Spec.HostAliases = []*corev1.HostAlias{{Ip: "10.1.2", Hostnames: []string{"ok", "Not_OK"}}}
+		}, []string{"FieldValueInvalid spec.hostAliases[0].ip", "FieldValueInvalid spec.hostAliases[0].hostnames[1]"}},
+		{"subPathExpr", func(p *corev1.Pod) {
+			p.Spec.Volumes = []*corev1.Volume{{Name: "v", EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+			app(p).VolumeMounts = []*corev1.VolumeMount{{Name: "v", MountPath: "/v", SubPathExpr: "$(POD_NAME)/logs"}}
+		}, nil},
+		{"bad subPathExpr", func(p *corev1.Pod) {
+			p.Spec.Volumes = []*corev1.Volume{{Name: "v", EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+			app(p).VolumeMounts = []*corev1.VolumeMount{{Name: "v", MountPath: "/a", SubPath: "x", SubPathExpr: "$(A)"},
+				{Name: "v", MountPath: "/b", SubPathExpr: "/abs"}, {Name: "v", MountPath: "/c", SubPathExpr: "$(A)/../x"}}
+		}, []string{"FieldValueInvalid spec.containers[0].volumeMounts[0].subPathExpr", "FieldValueInvalid spec.containers[0].volumeMounts[1].subPathExpr",
+			"FieldValueInvalid spec.containers[0].volumeMounts[2].subPathExpr"}},
+		{"seLinuxOptions and seLinuxChangePolicy", func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SeLinuxOptions: &corev1.SELinuxOptions{Level: "s0:c1,c2"}, SeLinuxChangePolicy: proto.String("MountOption")}
+			app(p).SecurityContext = &corev1.SecurityContext{SeLinuxOptions: &corev1.SELinuxOptions{Type: "container_t"}}
+		}, nil},
+		{"bad seLinuxChangePolicy", func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SeLinuxChangePolicy: proto.String("Sometimes")}
+		}, []string{"FieldValueNotSupported spec.securityContext.seLinuxChangePolicy"}},
 		{"ephemeral containers on create", func(p *corev1.Pod) {
 			p.Spec.EphemeralContainers = []*corev1.EphemeralContainer{{Name: "debugger", Image: "busybox"}}
 		}, []string{"FieldValueForbidden spec.ephemeralContainers"}},

@@ -157,18 +157,25 @@ func resourceSelector(p *field.Path, r *corev1.ResourceFieldSelector, volume boo
 	if err != nil {
 		return append(errs, field.Invalid(p.Child("divisor"), r.GetDivisor(), "must be a valid quantity, e.g. 100m or 128Mi"))
 	}
+	if q.IsZero() {
+		// Kubernetes' unset divisor: a client-go Pod without one sends
+		// "0"; the node divides by 1 (ExtractContainerResourceValue).
+		return errs
+	}
 	valid := func(set []string) bool {
 		return slices.ContainsFunc(set, func(s string) bool { return q.Cmp(resource.MustParse(s)) == 0 })
 	}
+	// As validateContainerResourceDivisor, the value named is the resource.
+	res := r.GetResource()
 	switch {
-	case strings.HasSuffix(r.GetResource(), ".cpu") && !valid(cpuDivisors):
-		errs = append(errs, field.Invalid(p.Child("divisor"), r.GetDivisor(), "only divisor's values 1m and 1 are supported with the cpu resource"))
-	case strings.HasSuffix(r.GetResource(), ".memory") && !valid(memoryDivisors):
-		errs = append(errs, field.Invalid(p.Child("divisor"), r.GetDivisor(), "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the memory resource"))
-	case strings.HasSuffix(r.GetResource(), ".ephemeral-storage") && !valid(memoryDivisors):
-		errs = append(errs, field.Invalid(p.Child("divisor"), r.GetDivisor(), "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the local ephemeral storage resource"))
-	case hugePages(r.GetResource()) && !valid(memoryDivisors):
-		errs = append(errs, field.Invalid(p.Child("divisor"), r.GetDivisor(), "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the hugepages resource"))
+	case strings.HasSuffix(res, ".cpu") && !valid(cpuDivisors):
+		errs = append(errs, field.Invalid(p.Child("divisor"), res, "only divisor's values 1m and 1 are supported with the cpu resource"))
+	case strings.HasSuffix(res, ".memory") && !valid(memoryDivisors):
+		errs = append(errs, field.Invalid(p.Child("divisor"), res, "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the memory resource"))
+	case strings.HasSuffix(res, ".ephemeral-storage") && !valid(memoryDivisors):
+		errs = append(errs, field.Invalid(p.Child("divisor"), res, "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the local ephemeral storage resource"))
+	case hugePages(res) && !valid(memoryDivisors):
+		errs = append(errs, field.Invalid(p.Child("divisor"), res, "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the hugepages resource"))
 	}
 	return errs
 }

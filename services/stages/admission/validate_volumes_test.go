@@ -59,6 +59,7 @@ func TestValidateFileVolumeItems(t *testing.T) {
 		{"downwardAPI unknown resource", downward(dres("gpu", "app", "limits.gpu", "")), []string{"FieldValueNotSupported " + d + "[0].resourceFieldRef.resource"}},
 		{"downwardAPI cpu divisor", downward(dres("cpu", "app", "limits.cpu", "1Mi")), []string{"FieldValueInvalid " + d + "[0].resourceFieldRef.divisor"}},
 		{"downwardAPI memory divisor", downward(dres("mem", "app", "limits.memory", "3")), []string{"FieldValueInvalid " + d + "[0].resourceFieldRef.divisor"}},
+		{"downwardAPI divisor 0 (unset)", downward(dres("cpu", "app", "limits.cpu", "0"), dres("mem", "app", "requests.memory", "0")), nil},
 		{"downwardAPI modes", func(p *corev1.Pod) {
 			f := dfield("x", "metadata.name")
 			f.Mode = i32(0o1000)

@@ -79,10 +79,21 @@ type Config struct {
 	// Default 100 per second, burst 200; UserPodQPS 0 disables it.
 	UserPodQPS   float64
 	UserPodBurst int
+	// MaxPodRequestBytes bounds a pod creation request on the bus (413
+	// past it, before it is decoded). Default 3 MiB, kube-apiserver's
+	// request body limit; 0 disables it.
+	MaxPodRequestBytes int
+	// UserEventsShare bounds the part of PODFLOW_EVENTS one user's pod
+	// creations may hold (intake.go): 429 past it. Default 0.1; 0
+	// disables it. system:masters is exempt.
+	UserEventsShare float64
 	// NamespaceDeleted, when set, is called with each namespace a DELETE
 	// marked (the namespace controller's Enqueue: its pass starts at
 	// once). Nil: the controller finds it through its informer.
 	NamespaceDeleted func(name string)
+	// Registry prepares writes of generic kinds (generic.go); nil: they
+	// are refused.
+	Registry Registry
 }
 
 // DefaultConfig returns the defaults.
@@ -92,6 +103,7 @@ func DefaultConfig() Config {
 		Services:        ipalloc.DefaultConfig(),
 		EventsHighWater: DefaultEventsHighWater, EventsInfoInterval: DefaultEventsInfoInterval,
 		UserPodQPS: DefaultUserPodQPS, UserPodBurst: DefaultUserPodBurst,
+		MaxPodRequestBytes: DefaultMaxPodRequestBytes, UserEventsShare: DefaultUserEventsShare,
 	}
 }
 
@@ -124,6 +136,7 @@ type Stage struct {
 
 	events  *eventsGauge // PODFLOW_EVENTS' fill, read by Start's connection
 	limiter *userLimiter // pod creations per user
+	intake  *intake      // the bus intake's bounds per user (intake.go)
 
 	namespaces *nslifecycle.Admission // NamespaceLifecycle
 
@@ -170,6 +183,7 @@ func New(env stage.Env, cfg Config) (*Stage, error) {
 		events:  &eventsGauge{interval: cfg.EventsInfoInterval, highWater: cfg.EventsHighWater},
 		limiter: newUserLimiter(cfg.UserPodQPS, cfg.UserPodBurst),
 	}
+	s.intake = newIntake(cfg, s.limiter)
 	if s.namespaces, err = nslifecycle.NewAdmission(env.Store, cfg.NamespaceDeleted); err != nil {
 		return nil, err
 	}
@@ -185,6 +199,7 @@ func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 			return fmt.Errorf("api: jetstream: %w", err)
 		}
 		s.events.read = jetStreamUsage(js)
+		s.intake.limits = jetStreamLimits(js)
 	}
 	if err := s.startCaches(ctx, g); err != nil {
 		return err
@@ -297,11 +312,10 @@ var serviceInboxes = []string{
 }
 
 // checkClientReply returns nil when a reply subject a client chose may be
-// answered: an inbox (stage.CheckReplySubject), and not a podflow
-// identity's. The api stage cannot know the requester's NATS user (core
-// NATS does not tell a subscriber who published), so it cannot check the
-// inbox is the requester's own; the bus lets each user subscribe only to
-// its own inbox, so an answer elsewhere reaches nobody the requester is.
+// answered before the requester is known (an error answer to a request
+// that does not decode or authenticate): an inbox
+// (stage.CheckReplySubject), and not a podflow identity's. Once the
+// requester is authenticated, checkUserReply decides.
 func checkClientReply(subject string) error {
 	if err := stage.CheckReplySubject(subject); err != nil {
 		return err
@@ -314,23 +328,81 @@ func checkClientReply(subject string) error {
 	return nil
 }
 
+// checkUserReply returns nil when subject is an inbox of user's own: below
+// bus.UserInbox(user) (the inboxes only user's own bus identity may read),
+// or the bus admin's inboxes (the admin's CLI, which may use any user's
+// token; only the bus admin reads them, and it may read every inbox
+// anyway). The api stage answers an authenticated request only there, so
+// no answer of one user's request goes into another user's inbox.
+// (Core NATS does not tell the api stage which bus user published a
+// request; the bus lets each user subscribe only to its own inbox, and
+// this check binds the inbox to the API user of the request's token.)
+func checkUserReply(subject string, user *corev1.UserInfo) error {
+	if err := stage.CheckReplySubject(subject); err != nil {
+		return err
+	}
+	if strings.HasPrefix(subject, bus.UserInbox(user.GetUsername())+".") {
+		return nil
+	}
+	if strings.HasPrefix(subject, bus.InboxPrefix(bus.RoleAdmin)+".") {
+		return nil
+	}
+	return fmt.Errorf("%w: %q is not an inbox of user %q (%s.>)", stage.ErrReplySubject, subject, user.GetUsername(), bus.UserInbox(user.GetUsername()))
+}
+
 // refuseReply logs a request whose reply subject is refused; the request
 // is dropped unanswered.
 func (s *Stage) refuseReply(subject string, m *nats.Msg, err error) {
 	s.env.Log.Warn("request dropped: bad reply subject", "subject", subject, "reply", m.Reply, "err", err)
 }
 
-// onCreatePod turns a request-reply pod creation into a PodRequested event
-// on the stream; whichever stage ends the request answers the requester.
+// onCreatePod is the bus intake of pod creations: a request-reply on
+// pipeline.CreatePodSubject becomes a PodRequested event on the stream
+// only once it is bounded and authenticated (intake.go): too large or
+// undecodable requests, bad tokens, a reply subject that is not the
+// requester's own inbox, a user past its share of the stream or its rate,
+// and a stream past its high-water mark are refused here, before the
+// stream; whichever stage ends an accepted request answers the requester.
 func (s *Stage) onCreatePod(ctx context.Context, m *nats.Msg) {
 	if err := checkClientReply(m.Reply); err != nil && m.Reply != "" {
 		s.refuseReply(pipeline.CreatePodSubject, m, err)
+		return
+	}
+	if st := s.intake.checkSize(len(m.Data)); st != nil {
+		s.reply(m, st, nil)
 		return
 	}
 	req := &eventsv1.PodRequested{}
 	var err error
 	if err = proto.Unmarshal(m.Data, req); err != nil {
 		s.reply(m, stage.Failure(400, eventsv1.ReasonBadRequest, "pods", "", "decode PodRequested: %v", err), nil)
+		return
+	}
+	name := req.GetPod().GetMetadata().GetName()
+	token, st := s.openRequest(req.GetToken())
+	var user *corev1.UserInfo
+	if st == nil {
+		user, st = s.authn.AuthenticateToken(token)
+	}
+	if st != nil {
+		st.Kind, st.Name = "pods", name
+		s.reply(m, st, nil)
+		return
+	}
+	if m.Reply != "" {
+		if err := checkUserReply(m.Reply, user); err != nil {
+			s.refuseReply(pipeline.CreatePodSubject, m, err)
+			return
+		}
+	}
+	ns := podrules.NamespaceOrDefault(req.GetPod().GetMetadata().GetNamespace())
+	if st := s.rbac.Check(auth.Attributes{User: user, Verb: "create", Namespace: ns, Resource: "pods"}); st != nil {
+		st.Kind, st.Name = "pods", name
+		s.reply(m, st, nil) // a user who may not create pods takes no room in the stream
+		return
+	}
+	if st := s.intake.admit(ctx, user, name, len(m.Data)); st != nil {
+		s.reply(m, st, nil)
 		return
 	}
 	req.ReplyTo = m.Reply
@@ -342,7 +414,7 @@ func (s *Stage) onCreatePod(ctx context.Context, m *nats.Msg) {
 	env := &eventsv1.Envelope{
 		RequestId:   uuid.NewString(),
 		Namespace:   req.GetPod().GetMetadata().GetNamespace(),
-		PodName:     req.GetPod().GetMetadata().GetName(),
+		PodName:     name,
 		Time:        timestamppb.Now(),
 		Stage:       "client",
 		Replica:     s.env.Replica,
@@ -379,12 +451,10 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		md.Name = md.GenerateName + suffix(d.Envelope.RequestId)
 	}
 	d.Envelope.Namespace, d.Envelope.PodName = md.Namespace, md.Name
-	if reply := req.GetReplyTo(); reply != "" {
+	reply := req.GetReplyTo()
+	if reply != "" {
 		if err := checkClientReply(reply); err != nil {
-			// Refused, and not answered: the reply subject is the attack.
-			s.env.Log.Warn("PodRequested refused: bad reply subject", "namespace", md.Namespace, "pod", md.Name, "err", err)
-			st := stage.Failure(400, eventsv1.ReasonBadRequest, "pods", md.Name, "replyTo %q is not an inbox of the requester", reply)
-			return stage.Reject(ctx, s.env, d, st, "")
+			return s.refuseStreamReply(ctx, d, md.Name, reply, err)
 		}
 	}
 
@@ -393,6 +463,11 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if st == nil {
 		user, st = s.authn.AuthenticateToken(token)
 	}
+	if st == nil && reply != "" {
+		if err := checkUserReply(reply, user); err != nil {
+			return s.refuseStreamReply(ctx, d, md.Name, reply, err)
+		}
+	}
 	if st == nil {
 		st = s.rbac.Check(auth.Attributes{User: user, Verb: "create", Namespace: md.Namespace, Resource: "pods"})
 	}
@@ -400,7 +475,9 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		st = s.namespaces.Admit(ctx, md.Namespace, "pods", md.Name)
 	}
 	if st == nil {
-		st = s.admitPod(ctx, user, md.Name)
+		// The stream's fill; the user's share and rate were bounded at the
+		// intake (onCreatePod), or the admin published it.
+		st = s.events.check(ctx, md.Name)
 	}
 	if st != nil {
 		st.Kind, st.Name = "pods", md.Name
@@ -410,6 +487,15 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	next := d.Next(&eventsv1.PodAuthorized{Pod: pod, User: user, ReplyTo: req.GetReplyTo(), DryRun: req.GetDryRun()})
 	next.PodUid = md.Uid
 	return s.env.Pub.Publish(ctx, next)
+}
+
+// refuseStreamReply rejects a PodRequested whose reply subject is not the
+// requester's inbox (400), answering nobody: the reply subject is the
+// attack.
+func (s *Stage) refuseStreamReply(ctx context.Context, d *bus.Delivery, pod, reply string, err error) error {
+	s.env.Log.Warn("PodRequested refused: bad reply subject", "namespace", d.Envelope.Namespace, "pod", pod, "err", err)
+	st := stage.Failure(400, eventsv1.ReasonBadRequest, "pods", pod, "replyTo %q is not an inbox of the requester", reply)
+	return stage.Reject(ctx, s.env, d, st, "")
 }
 
 // PodUID is the uid of the pod a PodRequested delivery creates. The
@@ -445,12 +531,24 @@ func (s *Stage) onObject(ctx context.Context, m *nats.Msg) {
 		s.reply(m, stage.Failure(400, eventsv1.ReasonBadRequest, "", "", "decode ObjectRequest: %v", err), nil)
 		return
 	}
+	user, st := s.authn.AuthenticateToken(req.GetToken())
+	if st != nil {
+		s.reply(m, st, nil)
+		return
+	}
+	if m.Reply != "" {
+		if err := checkUserReply(m.Reply, user); err != nil {
+			s.refuseReply(pipeline.ObjectSubject, m, err)
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	st, obj := s.object(ctx, req)
+	st, obj := s.objectAs(ctx, user, req)
 	s.reply(m, st, obj)
 }
 
+// object authenticates req's token and serves it.
 func (s *Stage) object(ctx context.Context, req *apiv1.ObjectRequest) (*corev1.Status, proto.Message) {
 	user, st := s.authn.AuthenticateToken(req.GetToken())
 	if st != nil {
@@ -474,7 +572,11 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 	if !kind.Namespaced {
 		ns = ""
 	}
-	attrs := auth.Attributes{User: user, Namespace: ns, APIGroup: kind.APIGroup, Resource: kind.Resource, Name: req.GetName()}
+	attrs := auth.Attributes{User: user, Namespace: ns, APIGroup: kind.APIGroup, Resource: kind.Resource, Name: req.GetName(),
+		Subresource: req.GetSubresource()}
+	if st := checkSubresource(kind, req.GetVerb(), attrs.Subresource, req.GetName()); st != nil {
+		return st, nil
+	}
 	switch req.GetVerb() {
 	case "delete":
 		attrs.Verb = "delete"
@@ -504,6 +606,9 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 		obj := kind.New()
 		if err := proto.Unmarshal(req.GetObject(), obj); err != nil {
 			return stage.Failure(400, eventsv1.ReasonBadRequest, kind.Resource, "", "decode %s: %v", kind.Name, err), nil
+		}
+		if st := checkGenericKind(kind, obj); st != nil {
+			return st, nil
 		}
 		md := objects.Meta(obj)
 		md.Namespace = ns
@@ -547,7 +652,8 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	if st := s.rbac.Check(attrs); st != nil {
 		return st, nil
 	}
-	if st := validate.Object(obj); st != nil { // names, ConfigMap and Secret sizes
+	generic, isGeneric := obj.(*corev1.Unstructured)
+	if st := validate.Object(obj); st != nil && !isGeneric { // names, ConfigMap and Secret sizes; the registry's for generic kinds
 		return st, nil
 	}
 	// NamespaceLifecycle: new content only in a namespace that exists and
@@ -571,11 +677,18 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		}
 	}
 	now := timestamppb.Now()
-	if exists {
+	var warnings []string
+	switch {
+	case isGeneric: // uid, creationTimestamp and generation are the strategy's
+		var st *corev1.Status
+		if warnings, st = s.prepareGeneric(ctx, attrs, generic, existing); st != nil {
+			return st, nil
+		}
+	case exists:
 		prev := existing.GetMetadata()
 		md.Uid, md.CreationTimestamp = prev.GetUid(), prev.GetCreationTimestamp()
 		md.Generation = prev.GetGeneration() + 1
-	} else {
+	default:
 		md.Uid, md.CreationTimestamp, md.Generation = uuid.NewString(), now, 1
 	}
 	var old proto.Message
@@ -588,6 +701,11 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	if st := s.rbac.CheckRBACWrite(attrs.User, obj, old, s.roleGetter(ctx)); st != nil {
 		return st, nil // a role or binding granting more than its writer holds
 	}
+	if exists { // after escalation, as kube-apiserver's binding storage checks it first
+		if st := validate.ObjectUpdate(obj, existing); st != nil { // immutable data, a binding's roleRef
+			return st, nil
+		}
+	}
 	if sec, ok := obj.(*corev1.Secret); ok {
 		prev, _ := existing.(*corev1.Secret)
 		if st := s.issueServiceAccountToken(ctx, sec, prev); st != nil {
@@ -596,9 +714,9 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	}
 	if dry { // every check passed; nothing is stored (?dryRun=All)
 		if exists {
-			return stage.Success(200, kind.Resource, md.GetName()), obj
+			return withWarnings(stage.Success(200, kind.Resource, md.GetName()), warnings), obj
 		}
-		return stage.Success(201, kind.Resource, md.GetName()), obj
+		return withWarnings(stage.Success(201, kind.Resource, md.GetName()), warnings), obj
 	}
 	svc, isService := obj.(*corev1.Service)
 	switch {
@@ -633,7 +751,7 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	if exists {
 		code = 200
 	}
-	return stage.Success(code, kind.Resource, md.GetName()), obj
+	return withWarnings(stage.Success(code, kind.Resource, md.GetName()), warnings), obj
 }
 
 // roleGetter resolves a binding's roleRef from the store (not the cache,

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
@@ -99,8 +100,23 @@ func testNamespace(name string) *corev1.Namespace {
 func requested(f *fixture, token string, pod *corev1.Pod) *eventsv1.Envelope {
 	return &eventsv1.Envelope{
 		RequestId: "req-1", Namespace: pod.GetMetadata().GetNamespace(), PodName: pod.GetMetadata().GetName(),
-		Payload: &eventsv1.Envelope_PodRequested{PodRequested: &eventsv1.PodRequested{Token: token, Pod: pod, ReplyTo: "_INBOX.req-1"}},
+		Payload: &eventsv1.Envelope_PodRequested{PodRequested: &eventsv1.PodRequested{Token: token, Pod: pod, ReplyTo: inboxOf(token) + ".req-1"}},
 	}
+}
+
+// tokenUsers are the API users of the fixture's tokens.
+var tokenUsers = map[string]string{
+	aliceToken: "alice", bobToken: "bob", malloryToken: "mallory", erinToken: "erin",
+	saToken: "system:serviceaccount:team:builder",
+}
+
+// inboxOf is the inbox prefix of the bus identity of token's user (any
+// inbox for a token that authenticates nobody).
+func inboxOf(token string) string {
+	if u, ok := tokenUsers[token]; ok {
+		return bus.UserInbox(u)
+	}
+	return "_INBOX.nobody"
 }
 
 // TestHandlePodRequested: a pod creation continues as PodAuthorized only
@@ -148,7 +164,7 @@ func TestHandlePodRequested(t *testing.T) {
 				if a == nil {
 					t.Fatalf("published %s %v, want PodAuthorized", e.Type(), e.GetPodRejected().GetStatus())
 				}
-				if a.GetUser().GetUsername() != tt.wantUser || a.GetReplyTo() != "_INBOX.req-1" || a.GetPod().GetMetadata().GetNamespace() != tt.wantNS {
+				if a.GetUser().GetUsername() != tt.wantUser || a.GetReplyTo() != inboxOf(tt.token)+".req-1" || a.GetPod().GetMetadata().GetNamespace() != tt.wantNS {
 					t.Errorf("PodAuthorized user %q replyTo %q namespace %q", a.GetUser().GetUsername(), a.GetReplyTo(), a.GetPod().GetMetadata().GetNamespace())
 				}
 				if len(f.pub.Replies()) != 0 {
@@ -161,7 +177,7 @@ func TestHandlePodRequested(t *testing.T) {
 				t.Errorf("rejected with %v, want code %d for pods web", st, tt.wantCode)
 			}
 			r := f.pub.Replies()
-			if len(r) != 1 || r[0].Subject != "_INBOX.req-1" || !proto.Equal(r[0].Response.GetStatus(), st) {
+			if len(r) != 1 || r[0].Subject != inboxOf(tt.token)+".req-1" || !proto.Equal(r[0].Response.GetStatus(), st) {
 				t.Errorf("replies %v, want the rejection to _INBOX.req-1", r)
 			}
 		})
@@ -205,14 +221,15 @@ func TestOnCreatePod(t *testing.T) {
 		Token: aliceToken, User: &corev1.UserInfo{Username: "system:admin"},
 		Pod: &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "web"}},
 	})
-	f.s.onCreatePod(ctx, &nats.Msg{Data: b, Reply: "_INBOX.x"})
+	reply := bus.UserInbox("alice") + ".x"
+	f.s.onCreatePod(ctx, &nats.Msg{Data: b, Reply: reply})
 	evs := f.pub.Events()
 	if len(evs) != 1 || evs[0].GetPodRequested() == nil {
 		t.Fatalf("published %v, want PodRequested", f.pub.Types())
 	}
 	req := evs[0].GetPodRequested()
-	if req.GetUser() != nil || req.GetReplyTo() != "_INBOX.x" || evs[0].GetRequestId() == "" || evs[0].GetPodName() != "web" {
-		t.Errorf("PodRequested user %v replyTo %q request %q pod %q; want no user, _INBOX.x, an id, web",
+	if req.GetUser() != nil || req.GetReplyTo() != reply || evs[0].GetRequestId() == "" || evs[0].GetPodName() != "web" {
+		t.Errorf("PodRequested user %v replyTo %q request %q pod %q; want no user, alice's inbox, an id, web",
 			req.GetUser(), req.GetReplyTo(), evs[0].GetRequestId(), evs[0].GetPodName())
 	}
 	f.s.onCreatePod(ctx, &nats.Msg{Data: []byte{0xff, 0xff}, Reply: "_INBOX.y"})

@@ -70,7 +70,7 @@ func (s *Stage) CreatePod(ctx context.Context, user *corev1.UserInfo, pod *corev
 	if st := s.namespaces.Admit(ctx, md.Namespace, "pods", md.Name); st != nil {
 		return st, nil
 	}
-	if st := s.admitPod(ctx, user, md.Name); st != nil {
+	if st := s.admitPod(ctx, user, md.Name, proto.Size(pod)); st != nil {
 		return st, nil
 	}
 	inbox, ch, release := s.replies.wait()

@@ -148,13 +148,14 @@ func exempt(u *corev1.UserInfo) bool {
 	return false
 }
 
-// admitPod is the backpressure on one new pod of user (nil before
-// authentication: the stream check only).
-func (s *Stage) admitPod(ctx context.Context, user *corev1.UserInfo, pod string) *corev1.Status {
+// admitPod is the backpressure on one new pod of user, of n bytes, from
+// the HTTPS front door: the stream's fill, the user's rate and its share
+// of the stream (intake.go).
+func (s *Stage) admitPod(ctx context.Context, user *corev1.UserInfo, pod string, n int) *corev1.Status {
 	if st := s.events.check(ctx, pod); st != nil {
 		return st
 	}
-	return s.limiter.allow(user, pod)
+	return s.intake.admit(ctx, user, pod, n)
 }
 
 // validateBackpressure checks the backpressure fields of c.
@@ -168,6 +169,10 @@ func (c Config) validateBackpressure() error {
 		return fmt.Errorf("api: UserPodQPS (%g) must not be negative", c.UserPodQPS)
 	case c.UserPodQPS > 0 && c.UserPodBurst < 1:
 		return fmt.Errorf("api: UserPodBurst (%d) must be at least 1 with UserPodQPS set", c.UserPodBurst)
+	case c.MaxPodRequestBytes < 0:
+		return fmt.Errorf("api: MaxPodRequestBytes (%d) must not be negative", c.MaxPodRequestBytes)
+	case c.UserEventsShare < 0 || c.UserEventsShare > 1:
+		return fmt.Errorf("api: UserEventsShare (%g) must be in [0, 1]", c.UserEventsShare)
 	}
 	return nil
 }

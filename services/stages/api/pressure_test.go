@@ -114,6 +114,13 @@ func TestBackpressureConfig(t *testing.T) {
 // busFixture is the api stage fixture on a real embedded NATS server with
 // a tiny PODFLOW_EVENTS (maxBytes), serving pipeline.CreatePodSubject.
 func busFixture(t *testing.T, maxBytes int64) (*fixture, *bus.Conn) {
+	f, conn, _ := busFixtureServer(t, maxBytes)
+	return f, conn
+}
+
+// busFixtureServer is busFixture with its server, to give users their
+// bus identities (bustest.ConnectUser).
+func busFixtureServer(t *testing.T, maxBytes int64) (*fixture, *bus.Conn, *bus.Embedded) {
 	t.Helper()
 	srv := bustest.Server(t)
 	conn := bustest.Connect(t, srv, "api-test")
@@ -128,10 +135,11 @@ func busFixture(t *testing.T, maxBytes int64) (*fixture, *bus.Conn) {
 	f.s.env.Pub, f.s.env.NATS = stage.NewPublisher(conn), conn.NATS()
 	f.s.events.interval = 50 * time.Millisecond
 	f.s.events.read = jetStreamUsage(conn.JetStream())
+	f.s.intake.limits = jetStreamLimits(conn.JetStream())
 	stagetest.Start(t, func(ctx context.Context, g *errgroup.Group) error {
 		return f.s.serve(ctx, g, pipeline.CreatePodSubject, f.s.onCreatePod)
 	})
-	return f, conn
+	return f, conn, srv
 }
 
 func streamState(t *testing.T, conn *bus.Conn) (msgs, bytes uint64) {
@@ -164,7 +172,9 @@ func inFlight(i int) *eventsv1.Envelope {
 // has room the next pod is accepted.
 func TestHighWaterRefusesNewPods(t *testing.T) {
 	const maxBytes = 64 << 10
-	f, conn := busFixture(t, maxBytes)
+	f, conn, srv := busFixtureServer(t, maxBytes)
+	f.s.intake.share = 0 // the stream's fill alone
+	alice := bustest.ConnectUser(t, srv, "alice", "alice")
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
 	accepted := 0
@@ -179,7 +189,7 @@ func TestHighWaterRefusesNewPods(t *testing.T) {
 	create := func(name string) (*apiv1.Response, time.Duration, error) {
 		b, _ := proto.Marshal(&eventsv1.PodRequested{Token: aliceToken, Pod: &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: name}}})
 		start := time.Now()
-		m, err := conn.NATS().Request(pipeline.CreatePodSubject, b, time.Second)
+		m, err := alice.NATS().Request(pipeline.CreatePodSubject, b, time.Second)
 		if err != nil {
 			return nil, time.Since(start), err
 		}
@@ -200,7 +210,7 @@ func TestHighWaterRefusesNewPods(t *testing.T) {
 
 	// A PodRequested that reached the stream anyway (fire-and-forget)
 	// is rejected rather than authorized: no further events for it.
-	reply := nats.NewInbox()
+	reply := bus.UserInbox("alice") + ".queued"
 	sub, err := conn.NATS().SubscribeSync(reply)
 	if err != nil {
 		t.Fatal(err)
@@ -249,48 +259,38 @@ func TestHighWaterRefusesNewPods(t *testing.T) {
 }
 
 // TestUserRateLimitOnBus: a user past their pod creation rate is refused
-// 429 (PodRejected TooManyRequests, answered over NATS) while another user
+// 429 at the intake, over NATS and before the stream, while another user
 // goes on creating pods.
 func TestUserRateLimitOnBus(t *testing.T) {
-	f, conn := busFixture(t, 1<<20)
-	f.s.limiter = newUserLimiter(0.001, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
-	defer cancel()
-	reply := nats.NewInbox()
-	sub, err := conn.NATS().SubscribeSync(reply)
-	if err != nil {
-		t.Fatal(err)
-	}
-	handle := func(token, name string) *eventsv1.Envelope {
-		e := requested(f, token, &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: name}, Spec: &corev1.PodSpec{}})
-		e.GetPodRequested().ReplyTo = reply
-		e.RequestId = name
-		if err := f.s.Handle(ctx, stagetest.Deliver(f.s.env, e)); err != nil {
-			t.Fatal(err)
+	f, conn, srv := busFixtureServer(t, 1<<20)
+	f.s.intake.limiter = newUserLimiter(0.001, 2)
+	alice := bustest.ConnectUser(t, srv, "alice", "alice")
+	builder := bustest.ConnectUser(t, srv, "system:serviceaccount:team:builder", "builder")
+	create := func(c *bus.Conn, token, name string) (*apiv1.Response, error) {
+		b, _ := proto.Marshal(&eventsv1.PodRequested{Token: token, Pod: &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: name}}})
+		m, err := c.NATS().Request(pipeline.CreatePodSubject, b, 500*time.Millisecond)
+		if err != nil {
+			return nil, err
 		}
-		return e
+		resp := &apiv1.Response{}
+		return resp, proto.Unmarshal(m.Data, resp)
 	}
-	handle(aliceToken, "a1")
-	handle(aliceToken, "a2")
-	start := time.Now()
-	handle(aliceToken, "a3")
-	m, err := sub.NextMsg(2 * time.Second)
+	for _, name := range []string{"a1", "a2"} {
+		if _, err := create(alice, aliceToken, name); !errors.Is(err, nats.ErrTimeout) {
+			t.Fatalf("%s: %v, want it accepted (no answer without the later stages)", name, err)
+		}
+	}
+	resp, err := create(alice, aliceToken, "a3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp := &apiv1.Response{}
-	if err := proto.Unmarshal(m.Data, resp); err != nil {
-		t.Fatal(err)
+	if st := resp.GetStatus(); st.GetCode() != 429 || st.GetReason() != eventsv1.ReasonTooManyRequests || st.GetName() != "a3" {
+		t.Fatalf("third creation: %v, want 429 for a3", st)
 	}
-	if st := resp.GetStatus(); st.GetCode() != 429 || st.GetReason() != eventsv1.ReasonTooManyRequests || st.GetName() != "a3" || time.Since(start) > time.Second {
-		t.Fatalf("third creation: %v, want a fast 429 for a3", st)
+	if _, err := create(builder, saToken, "b1"); !errors.Is(err, nats.ErrTimeout) { // another user
+		t.Fatalf("the ServiceAccount's creation: %v, want it accepted", err)
 	}
-	handle(saToken, "b1") // another user
-	if _, err := sub.NextMsg(200 * time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
-		t.Fatalf("the ServiceAccount's creation was answered (refused?): %v", err)
-	}
-	msgs, _ := streamState(t, conn)
-	if msgs != 4 { // a1, a2 and b1 authorized, a3 rejected
-		t.Fatalf("%d events on the stream, want 4", msgs)
+	if msgs, _ := streamState(t, conn); msgs != 3 { // a1, a2 and b1; a3 refused before the stream
+		t.Fatalf("%d events on the stream, want 3", msgs)
 	}
 }

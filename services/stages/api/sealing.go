@@ -49,6 +49,16 @@ func (s *Stage) openFromStream(token string) (string, *corev1.Status) {
 	return out, nil
 }
 
+// openRequest opens the token of a request-reply that has not been in the
+// stream: sealed (as clients send it) or in clear (core NATS request-reply
+// is not stored).
+func (s *Stage) openRequest(token string) (string, *corev1.Status) {
+	if s.cfg.SealKey != nil && !sealed.IsSealed(token) {
+		return token, nil
+	}
+	return s.openFromStream(token)
+}
+
 func unauthorized(msg string) *corev1.Status {
 	return stage.Failure(401, eventsv1.ReasonUnauthorized, "", "", "%s", msg)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/services/sealed"
@@ -29,7 +30,7 @@ func TestSealedTokens(t *testing.T) {
 	pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "web"}, Spec: &corev1.PodSpec{}}
 
 	b, _ := proto.Marshal(&eventsv1.PodRequested{Token: aliceToken, Pod: pod})
-	f.s.onCreatePod(ctx, &nats.Msg{Data: b, Reply: "_INBOX.x"})
+	f.s.onCreatePod(ctx, &nats.Msg{Data: b, Reply: bus.UserInbox("alice") + ".x"})
 	evs := f.pub.Events()
 	if len(evs) != 1 {
 		t.Fatalf("published %v, want PodRequested", f.pub.Types())
@@ -57,7 +58,9 @@ func TestSealedTokens(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f.pub.Reset()
-			if err := f.s.Handle(ctx, stagetest.Deliver(f.env, requested(f, tt.token, pod))); err != nil {
+			e := requested(f, tt.token, pod)
+			e.GetPodRequested().ReplyTo = bus.UserInbox("alice") + ".req-1" // every token here is alice's
+			if err := f.s.Handle(ctx, stagetest.Deliver(f.env, e)); err != nil {
 				t.Fatal(err)
 			}
 			evs := f.pub.Events()

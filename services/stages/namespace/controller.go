@@ -62,11 +62,10 @@ func (c Config) Validate() error {
 // next one, on this replica or another, and several replicas may run it
 // at once.
 type Controller struct {
-	env   stage.Env
-	cfg   Config
-	kinds []objects.Kind // the namespaced kinds, in the order they are deleted
-	inf   *informer.Informer[*corev1.Namespace]
-	now   func() time.Time
+	env stage.Env
+	cfg Config
+	inf *informer.Informer[*corev1.Namespace]
+	now func() time.Time
 
 	mu      sync.Mutex
 	pending map[string]bool
@@ -78,7 +77,7 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Controller{env: env, cfg: cfg, kinds: Content(), now: time.Now, pending: map[string]bool{}, wake: make(chan struct{}, 1)}
+	c := &Controller{env: env, cfg: cfg, now: time.Now, pending: map[string]bool{}, wake: make(chan struct{}, 1)}
 	enqueue := func(ns *corev1.Namespace) {
 		if ns.GetMetadata().GetDeletionTimestamp() != nil {
 			c.Enqueue(ns.GetMetadata().GetName())
@@ -314,7 +313,7 @@ type remainder struct {
 // namespace and counts what is still there afterwards (pods terminating
 // on their nodes, objects written meanwhile).
 func (c *Controller) deleteContent(ctx context.Context, ns string) (remaining []remainder, failures []error) {
-	for _, k := range c.kinds {
+	for _, k := range Content() { // kinds registered since start too
 		items, err := c.list(ctx, k, ns)
 		if err != nil {
 			failures = append(failures, err)

@@ -46,6 +46,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
@@ -191,6 +192,9 @@ func (e *Env) startStore(ctx context.Context) error {
 		e.storeConns = append(e.storeConns, conn)
 		cfg := raftstore.DefaultConfig()
 		cfg.ID, cfg.RaftAddr, cfg.RaftListener, cfg.Bootstrap, cfg.Conn = p.ID, p.Address, ls[i], peers, conn.NATS()
+		if cfg.TLS, err = raftstoretest.EphemeralPeerTLS(); err != nil {
+			return err
+		}
 		cfg.DataDir = filepath.Join(e.cfg.Dir, "store", p.ID)
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
 		cfg.CommitTimeout = 5 * time.Millisecond

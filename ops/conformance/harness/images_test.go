@@ -1,0 +1,141 @@
+package main
+
+import (
+	"archive/tar"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// TestImagesRun builds the e2e images and runs their programs in a chroot
+// of each image's filesystem: busybox's wget and nc, agnhost, and the
+// host tools copied into agnhost's image, which must find their shared
+// libraries there. Needs root (chroot) and the inputs make conformance
+// builds: CONFORMANCE_AGNHOST, CONFORMANCE_BUSYBOX, CONFORMANCE_K8S_DIR.
+func TestImagesRun(t *testing.T) {
+	in := imageInputs{
+		agnhost: os.Getenv("CONFORMANCE_AGNHOST"), busybox: os.Getenv("CONFORMANCE_BUSYBOX"), nnp: os.Getenv("CONFORMANCE_NNP"),
+		k8sDir: os.Getenv("CONFORMANCE_K8S_DIR"), hostTools: hostTools,
+	}
+	if in.agnhost == "" || in.busybox == "" || in.nnp == "" || in.k8sDir == "" {
+		t.Skip("CONFORMANCE_AGNHOST, CONFORMANCE_BUSYBOX, CONFORMANCE_NNP and CONFORMANCE_K8S_DIR not set (make conformance-check sets them)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("chroot needs root")
+	}
+	ctx := context.Background()
+	imgs, err := e2eImages(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{"e2e-test-images/agnhost:2.56", "e2e-test-images/busybox:1.37.0-1", "pause:3.10.1", "e2e-test-images/nginx:1.14-4"} {
+		if imgs[ref] == nil {
+			t.Fatalf("no image %s", ref)
+		}
+	}
+
+	// An HTTP server on loopback for wget and curl.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello from the host") })}
+	go srv.Serve(l)
+	defer srv.Close()
+	url := "http://" + l.Addr().String() + "/"
+
+	busybox := unpack(t, imgs["e2e-test-images/busybox:1.37.0-1"])
+	nonewprivs := unpack(t, imgs["e2e-test-images/nonewprivs:1.3"])
+	agnhost := unpack(t, imgs["e2e-test-images/agnhost:2.56"])
+	cases := []struct {
+		name, root string
+		argv       []string
+		want       string
+	}{
+		{"busybox wget", busybox, []string{"/bin/wget", "-q", "-O-", url}, "hello from the host"},
+		{"busybox sh", busybox, []string{"/bin/sh", "-c", "echo $((6*7))"}, "42"},
+		{"busybox nslookup of a file entry", busybox, []string{"/bin/sh", "-c", "echo '127.0.0.1 pf-test.local' > /etc/hosts; /bin/wget -q -O- http://pf-test.local:" + port(l) + "/"}, "hello from the host"},
+		{"agnhost", agnhost, []string{"/agnhost", "--help"}, "netexec"},
+		{"agnhost curl", agnhost, []string{"/usr/bin/curl", "-q", "-s", "--connect-timeout", "2", url}, "hello from the host"},
+		{"agnhost nc", agnhost, []string{"/bin/sh", "-c", "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 127.0.0.1 " + port(l)}, "hello from the host"},
+		{"agnhost dig", agnhost, []string{"/usr/bin/dig", "-v"}, "DiG"},
+		{"agnhost bash", agnhost, []string{"/usr/bin/bash", "-c", "echo ${BASH_VERSINFO[0]}"}, ""},
+		{"nonewprivs nnp", nonewprivs, []string{"/usr/local/bin/nnp"}, "Effective uid: 0"},
+		{"agnhost user", agnhost, []string{"/bin/sh", "-c", "id user-defined-in-image"}, "group-defined-in-image"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(c.argv[0], c.argv[1:]...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: c.root}
+			cmd.Dir = "/"
+			cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v: %v\n%s", c.argv, err, out)
+			}
+			if !strings.Contains(string(out), c.want) {
+				t.Fatalf("%v printed %q, want %q in it", c.argv, out, c.want)
+			}
+		})
+	}
+}
+
+func port(l net.Listener) string { return strings.TrimPrefix(l.Addr().String(), "127.0.0.1:") }
+
+// unpack writes img's single layer to a temporary directory.
+func unpack(t *testing.T, img v1.Image) string {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers: %d, %v", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	root := t.TempDir()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(root, h.Name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, os.FileMode(h.Mode)&os.ModePerm); err != nil {
+				t.Fatal(err)
+			}
+		case tar.TypeSymlink:
+			if err := os.Symlink(h.Linkname, p); err != nil {
+				t.Fatal(err)
+			}
+		case tar.TypeReg:
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, os.FileMode(h.Mode)&os.ModePerm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(f, tr); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+	}
+	return root
+}
