@@ -223,8 +223,13 @@ var storeWrites = map[string][]objects.Kind{
 	NodeLifecycle: {objects.Nodes, objects.Pods, objects.Events},
 }
 
+// NodeLeaseNamespace holds one Lease per node, named after it: the node's
+// heartbeat, renewed by its agent as kubelet's nodelease controller does.
+const NodeLeaseNamespace = "kube-node-lease"
+
 // nodeWrites: a node agent records Events and allocates its pod CIDR (the
-// key is the CIDR; the value names the node); its Node it writes alone.
+// key is the CIDR; the value names the node); its Node and its Lease it
+// writes alone.
 var nodeWrites = []string{objects.Events.Prefix(""), PodCIDRPrefix}
 
 // StoreWriteACL is the store's write policy (raftstore.Config.WriteACL):
@@ -254,9 +259,12 @@ func StoreWriteACL(writer, key string) bool {
 		if name, ok := strings.CutPrefix(key, objects.Nodes.Prefix("")); ok {
 			return NodeRole(name) == writer
 		}
+		if name, ok := strings.CutPrefix(key, objects.Leases.Prefix(NodeLeaseNamespace)); ok {
+			return NodeRole(name) == writer
+		}
 		prefixes = nodeWrites
 	case strings.HasPrefix(writer, SimNodesRolePrefix):
-		prefixes = append([]string{objects.Nodes.Prefix("")}, nodeWrites...)
+		prefixes = append([]string{objects.Nodes.Prefix(""), objects.Leases.Prefix(NodeLeaseNamespace)}, nodeWrites...)
 	}
 	for _, p := range prefixes {
 		if strings.HasPrefix(key, p) {

@@ -656,3 +656,25 @@ func TestStoreReadACL(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeLeaseACL: a node writes and reads its own Lease in
+// kube-node-lease only (kube's node authorizer and NodeRestriction); a
+// simulated cluster writes any node's.
+func TestNodeLeaseACL(t *testing.T) {
+	key := func(node string) string { return objects.Leases.Key(pipeline.NodeLeaseNamespace, node) }
+	n1 := pipeline.NodeRole("n1")
+	switch {
+	case !pipeline.StoreWriteACL(n1, key("n1")):
+		t.Error("a node may not renew its Lease")
+	case pipeline.StoreWriteACL(n1, key("n2")):
+		t.Error("a node may renew another node's Lease")
+	case pipeline.StoreWriteACL(n1, objects.Leases.Key("default", "n1")):
+		t.Error("a node may write a Lease outside kube-node-lease")
+	case !pipeline.StoreReadFilter(n1, key("n1"), nil, nil):
+		t.Error("a node may not read its Lease")
+	case pipeline.StoreReadFilter(n1, key("n2"), nil, nil):
+		t.Error("a node may read another node's Lease")
+	case !pipeline.StoreWriteACL(pipeline.SimNodesRole("sim"), key("sim-node-0001")):
+		t.Error("a simulated cluster may not renew its nodes' Leases")
+	}
+}

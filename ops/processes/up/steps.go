@@ -758,7 +758,7 @@ func adminToken(path string) (string, error) {
 func seed(ctx context.Context, st *objects.Store) error {
 	var objs []objects.Object
 	now := nowTS()
-	for _, ns := range []string{"default", "kube-system", "kube-public"} {
+	for _, ns := range []string{"default", "kube-system", "kube-public", pipeline.NodeLeaseNamespace} {
 		objs = append(objs,
 			&corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: ns, Uid: newUID(), CreationTimestamp: now,
 				Labels: map[string]string{"kubernetes.io/metadata.name": ns}}, Status: &corev1.NamespaceStatus{Phase: "Active"}},

@@ -2,6 +2,7 @@ package nodelifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,9 +59,10 @@ type Config struct {
 	// MonitorPeriod between passes (kube's --node-monitor-period).
 	// Default 5s.
 	MonitorPeriod time.Duration
-	// Leases, when set, gives the renewTime of node's Lease in
-	// kube-node-lease (false: none); a renewal counts as a sign of life
-	// as a status heartbeat does.
+	// Leases, when set, gives the renewTime of node's Lease (false:
+	// none); nil reads the Leases of NodeLeaseNamespace from the store at
+	// every pass. A renewal counts as a sign of life as a status
+	// heartbeat does.
 	Leases func(node string) (time.Time, bool)
 }
 
@@ -91,6 +93,7 @@ type Controller struct {
 	nodeRec  *events.Recorder
 	evictRec *events.Recorder
 	now      func() time.Time
+	leases   func(node string) (time.Time, bool) // of this pass
 }
 
 var _ stage.Starter = (*Controller)(nil)
@@ -142,9 +145,47 @@ func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	return nil
 }
 
+// NodeLeaseNamespace holds the nodes' Leases (kubelet's nodelease).
+const NodeLeaseNamespace = "kube-node-lease"
+
+// storeLeases reads the renewTime of every node Lease in
+// NodeLeaseNamespace (node → time); a Lease it cannot read is left out.
+func (c *Controller) storeLeases(ctx context.Context) map[string]time.Time {
+	kvs, _, err := c.env.Store.KV().List(ctx, objects.Leases.Prefix(NodeLeaseNamespace))
+	if err != nil {
+		c.env.Log.Warn("list node leases", "err", err)
+		return nil
+	}
+	out := map[string]time.Time{}
+	for _, kv := range kvs {
+		l, ok := objects.Leases.New().(*corev1.Unstructured)
+		if !ok || objects.Decode(kv, l) != nil {
+			continue
+		}
+		var spec struct {
+			Spec struct {
+				RenewTime string `json:"renewTime"`
+			} `json:"spec"`
+		}
+		if json.Unmarshal(l.GetContent(), &spec) != nil {
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339Nano, spec.Spec.RenewTime); err == nil {
+			out[l.GetMetadata().GetName()] = t
+		}
+	}
+	return out
+}
+
 // Pass is one pass over every node: health, taints, pods marked, evictions.
 func (c *Controller) Pass(ctx context.Context) error {
 	now := c.now()
+	if c.cfg.Leases == nil {
+		leases := c.storeLeases(ctx)
+		c.leases = func(node string) (time.Time, bool) { t, ok := leases[node]; return t, ok }
+	} else {
+		c.leases = c.cfg.Leases
+	}
 	byNode := map[string][]*corev1.Pod{}
 	for _, p := range c.pods.List("") {
 		if n := p.GetSpec().GetNodeName(); n != "" {
@@ -174,8 +215,8 @@ func (c *Controller) lastSeen(n *corev1.Node) time.Time {
 	if hb := podrules.NodeCondition(n, "Ready").GetLastHeartbeatTime(); hb != nil {
 		t = hb.AsTime()
 	}
-	if c.cfg.Leases != nil {
-		if r, ok := c.cfg.Leases(n.GetMetadata().GetName()); ok && r.After(t) {
+	if c.leases != nil {
+		if r, ok := c.leases(n.GetMetadata().GetName()); ok && r.After(t) {
 			t = r
 		}
 	}

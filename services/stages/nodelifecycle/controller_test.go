@@ -268,3 +268,53 @@ func TestEvictionTime(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseKeepsANodeAlive: a node whose status has not changed for a
+// minute but whose Lease in kube-node-lease its agent renewed is alive
+// (kubelet posts its status rarely and renews its Lease every 10 s); once
+// the Lease too is older than the grace period, it goes Unknown.
+func TestLeaseKeepsANodeAlive(t *testing.T) {
+	cl := raftstoretest.MakeCluster(t, 1)
+	st := objects.New(cl.Client(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if _, err := st.Create(ctx, node("quiet", t0.Add(-time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	lease := objects.Leases.New().(*corev1.Unstructured)
+	lease.Metadata = &corev1.ObjectMeta{Name: "quiet", Namespace: NodeLeaseNamespace, Uid: "l1", CreationTimestamp: timestamppb.New(t0)}
+	lease.Content = []byte(`{"spec":{"holderIdentity":"quiet","leaseDurationSeconds":40,"renewTime":"` + t0.UTC().Format("2006-01-02T15:04:05.000000Z07:00") + `"}}`)
+	if _, err := st.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(stage.Env{Store: st, Pub: &stagetest.Publisher{}, Stage: "nodelifecycle", Replica: "t"}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(runCtx)
+	if err := c.Start(gctx, g); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stop(); _ = g.Wait() }()
+	raftstoretest.WaitFor(t, 10*time.Second, "the informer to see the node", func() bool { return len(c.nodes.List("")) == 1 })
+	ready := func(at time.Duration) string {
+		t.Helper()
+		c.now = func() time.Time { return t0.Add(at) }
+		if err := c.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		n, err := objects.Get[*corev1.Node](ctx, st, "", "quiet")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return podrules.NodeCondition(n, "Ready").GetStatus()
+	}
+	if got := ready(time.Second); got != "True" {
+		t.Fatalf("a node with a fresh Lease is %s", got)
+	}
+	if got := ready(41 * time.Second); got != "Unknown" {
+		t.Fatalf("a node whose Lease is 41 s old is %s", got)
+	}
+}

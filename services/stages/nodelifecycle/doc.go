@@ -6,8 +6,9 @@
 // Every MonitorPeriod, for every node:
 //
 //  1. Health. A node whose last sign of life — its Ready condition's
-//     lastHeartbeatTime, or its Lease's renewTime when the controller is
-//     given its Leases (Config.Leases) — is older than GracePeriod gets
+//     lastHeartbeatTime, or its Lease's renewTime in kube-node-lease
+//     (renewed by its agent at every heartbeat, kubelet's nodelease) — is
+//     older than GracePeriod gets
 //     its Ready, MemoryPressure, DiskPressure and PIDPressure conditions
 //     set to Unknown, reason NodeStatusUnknown, "Kubelet stopped posting
 //     node status." (NodeStatusNeverUpdated for a node that never posted
