@@ -338,6 +338,21 @@ spec:
 		return err != nil
 	})
 	until(t, 30*time.Second, "three voters", func() bool { n, _ := voters(); return n == 3 })
+
+	// The third host leaves: stopped, then up --leave. The store has two
+	// voters, and the host and its node are gone.
+	hosts[2].stop()
+	leave := exec.Command(binary, "up", "--leave", "--data-dir", hosts[2].dir)
+	if out, err := leave.CombinedOutput(); err != nil || !strings.Contains(string(out), "h3 left the cluster") {
+		t.Fatalf("up --leave: %v\n%s", err, out)
+	}
+	until(t, 30*time.Second, "two voters", func() bool { n, _ := voters(); return n == 2 })
+	if _, err := objects.Get[*corev1.Node](ctx, st, "", "h3-sim-0001"); err == nil {
+		t.Error("the node of the host that left is still there")
+	}
+	if _, err := kv.Get(ctx, "/registry/podflow/hosts/h3"); err == nil {
+		t.Error("the host that left is still recorded")
+	}
 	t.Logf("whole test %s", time.Since(start).Round(time.Second))
 }
 

@@ -46,6 +46,7 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	f.BoolVar(&o.Agent, "agent", false, "with --join: run only a node agent (a worker), no NATS, store or stage")
 	f.StringVar(&o.Advertise, "advertise", "", "with --init or --join: the IP address the other hosts reach this one at (every listener binds it)")
 	f.StringVar(&o.Name, "name", "", "with --init or --join: this host's name, its node's and store replica's (default: the host name)")
+	f.BoolVar(&o.Leave, "leave", false, "remove this host, stopped, from its cluster of several machines (its store replica, NATS server and nodes), then exit")
 	f.DurationVar(&o.TokenTTL, "token-ttl", 24*time.Hour, "with --init: how long the join token it prints is valid (0: until deleted)")
 	return cmd
 }

@@ -332,6 +332,9 @@ func (r *hostRun) run(ctx context.Context) error {
 		if err := r.serveJoins(ctx, ca); err != nil {
 			return err
 		}
+		if err := r.serveNATSPeerRemovals(ctx); err != nil {
+			return err
+		}
 	}
 	if err := r.startStep(ctx, plan.StageKind, ""); err != nil {
 		return err

@@ -39,6 +39,7 @@ type Options struct {
 	Advertise string        // the IP the other hosts reach this one at
 	Name      string        // this host's name (default: the host name)
 	TokenTTL  time.Duration // how long the join token --init prints is valid (0: until deleted)
+	Leave     bool          // this stopped host leaves its cluster (RemoveHost), then up returns
 }
 
 // Run runs the system of o's plan (ops/processes/plan) under the supervisor until
@@ -47,6 +48,9 @@ type Options struct {
 func Run(ctx context.Context, o *Options, out io.Writer) error {
 	if err := o.Resolve(out); err != nil {
 		return err
+	}
+	if o.Leave {
+		return leave(ctx, o, out)
 	}
 	if o.Init || o.Join != "" || o.Agent || o.Advertise != "" {
 		return runHost(ctx, o, out)
