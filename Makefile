@@ -21,7 +21,7 @@ POD_SECURITY ?= privileged
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build run httpserver busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
+.PHONY: console-screenshots all build run httpserver busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
 
 all: build
 
@@ -78,6 +78,7 @@ deps-os:
 	@test -x /usr/lib/cni/bridge || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins; }
 	@command -v nft >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables; }
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@/usr/bin/python3 -c 'import kubernetes' 2>/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-kubernetes; }
 
 PROTO_FILES := $(shell cd proto && ls */*.proto)
 proto: tools deps-os
@@ -150,12 +151,17 @@ test: proto-check lint busybox
 	fi; \
 	echo "== make test: every package of $(words $(MODULES)) modules passed"
 
+## console-screenshots: docs/console-*.png, taken by TestConsoleInBrowser
+## (ops/console) in headless Chromium over 20,000 simulated pods.
+console-screenshots: deps-os
+	cd ops && CONSOLE_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run 'TestConsoleInBrowser$$' ./console/
+
 bench:
 	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done
 
 ## bench-pipeline: end-to-end pods/s and PodRequested→Running latency.
 bench-pipeline: build
-	$(BIN)/podflow bench pipeline --pods 10000 --rate 1500 --nodes 100
+	$(BIN)/podflow bench pipeline --own --pods 10000 --rate 1500 --nodes 100
 
 ## bench-scale: 1 vs 2 replicas of admission (0.02 CPU each) and of the
 ## scheduler (0.1 CPU each), every replica bounded in a cgroup of its own
@@ -169,7 +175,7 @@ bench-scale: build
 ## store leader is cut off from its followers, then a NATS server from the
 ## other two, twice, with every checker.
 chaos-partition: build
-	$(BIN)/podflow chaos --nemesis leader,partition --nemesis-target store,nats --targets stages,nats \
+	$(BIN)/podflow chaos --own --nemesis leader,partition --nemesis-target store,nats --targets stages,nats \
 		--pods 200 --duration 30s --kill-interval 6s --fault-for 5s --nodes 10 --settle 60s --seed 200
 
 ## chaos: a longer soak than the bounded runs in make test (bounded in pods
@@ -178,12 +184,12 @@ chaos-partition: build
 ## then every NATS route fault with kills of NATS servers during cuts,
 ## with the linearizability checker; then chaos-partition.
 chaos: build
-	$(BIN)/podflow chaos --pods 3000 --duration 5m --kill-interval 4s --targets stages,store,nodeagent,nats --pause --nodes 50
-	$(BIN)/podflow chaos --pods 1000 --duration 3m --kill-interval 7s --fault-for 4s --targets stages,store \
+	$(BIN)/podflow chaos --own --pods 3000 --duration 5m --kill-interval 4s --targets stages,store,nodeagent,nats --pause --nodes 50
+	$(BIN)/podflow chaos --own --pods 1000 --duration 3m --kill-interval 7s --fault-for 4s --targets stages,store \
 		--nemesis kill,pause,partition,leader,bridge,oneway,latency,flap,cutkill --nodes 20
-	$(BIN)/podflow chaos --pods 500 --duration 2m --kill-interval 6s --fault-for 4s --targets stages,nats \
+	$(BIN)/podflow chaos --own --pods 500 --duration 2m --kill-interval 6s --fault-for 4s --targets stages,nats \
 		--nemesis kill,partition,leader,bridge,latency,flap,cutkill --nemesis-target nats --nodes 20
-	@if [ "$$(id -u)" = 0 ]; then $(BIN)/podflow chaos --pods 300 --duration 90s --kill-interval 6s --fault-for 4s \
+	@if [ "$$(id -u)" = 0 ]; then $(BIN)/podflow chaos --own --pods 300 --duration 90s --kill-interval 6s --fault-for 4s \
 		--nemesis loss,leader,partition,kill --targets stages,store --nemesis-target store,nats --nodes 20; \
 	else echo "chaos: packet loss (--nemesis loss) needs root; skipped"; fi
 	$(MAKE) chaos-partition

@@ -15,6 +15,15 @@
 //	GET /alloc?mb=N        allocate and hold N more MiB (touched, so resident)
 //	GET /env               the environment
 //
+// As a client (the pods of tests that ask the API server from inside):
+//
+//	httpserver fetch URL [-ca FILE] [-token-file FILE] [-expect CODE]
+//
+// GETs URL, verifying the server with the CA bundle FILE (PEM) and sending
+// the bearer token read from -token-file, then prints "HTTP <code>" and
+// the body; it exits 0 once it has an answer (1 when -expect names
+// another status), 2 when it has none.
+//
 // Environment switches, read at start: FAIL_READINESS=1, FAIL_LIVENESS=1,
 // READY_AFTER=<duration> (readiness fails until then), CRASH_AFTER=<duration>
 // with CRASH_CODE=N (exit N after that long), ALLOC_MB=N (allocate at
@@ -50,6 +59,9 @@ type server struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "fetch" {
+		os.Exit(fetch(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	log.SetOutput(os.Stdout)
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds | log.LUTC)
 	s := newServer(os.Getenv, func(code int) { os.Exit(code) })

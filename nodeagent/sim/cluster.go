@@ -286,3 +286,9 @@ func (c *Cluster) HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace ti
 	}
 	return a.HandlePodDelete(ctx, pod, grace)
 }
+
+// HasNode reports whether the cluster simulates node.
+func (c *Cluster) HasNode(node string) bool {
+	_, ok := c.agents[node]
+	return ok
+}

@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"maps"
 	"net/netip"
 	"strconv"
@@ -75,6 +77,12 @@ type Config struct {
 	// AllowedUnsafeSysctls are sysctl patterns pods may set beyond the
 	// safe set, as the Linux runtime's (kubelet's --allowed-unsafe-sysctls).
 	AllowedUnsafeSysctls []string
+	// Programs, when set, chooses what containers run (program.go); nil:
+	// every container runs until stopped or as its annotations say.
+	Programs Programs
+	// LogMaxBytes bounds each container instance's log (logs.go); 0 is
+	// DefaultLogMaxBytes.
+	LogMaxBytes int
 }
 
 // DefaultConfig returns an instant runtime with 8 cpu, 32Gi and 110 pods.
@@ -97,6 +105,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("sim: negative delay %s", d)
 		}
 	}
+	if c.LogMaxBytes < 0 {
+		return fmt.Errorf("sim: negative LogMaxBytes %d", c.LogMaxBytes)
+	}
 	if err := nodeagent.ValidateSysctlPatterns(c.AllowedUnsafeSysctls); err != nil {
 		return fmt.Errorf("sim: AllowedUnsafeSysctls: %w", err)
 	}
@@ -110,7 +121,8 @@ type Runtime struct {
 	cfg   Config
 	clock nodeagent.Clock
 	ipam  *IPAM
-	done  chan struct{} // closed by Close
+	done  chan struct{}  // closed by Close
+	wg    sync.WaitGroup // programs and attach sessions' stdin copies
 
 	mu     sync.Mutex
 	closed bool
@@ -122,7 +134,15 @@ type Runtime struct {
 	// mounted is closed and replaced on every successful MountVolumes
 	// (WaitVolume waits on it).
 	mounted chan struct{}
+	// gone are the removed pods whose logs are still read (a finished
+	// pod's sandbox is removed at once, its logs are read after), by
+	// namespace/name, the oldest first out past maxGone.
+	gone      map[string]*simPod
+	goneOrder []string
 }
+
+// maxGone bounds the removed pods whose logs a runtime keeps.
+const maxGone = 256
 
 var (
 	_ nodeagent.Runtime                  = (*Runtime)(nil)
@@ -140,6 +160,9 @@ type simPod struct {
 	removed    chan struct{}
 	containers map[nodeagent.ContainerID]*simCtr
 	starts     map[string]int32 // container name -> instances started
+	// prevLogs are the logs of each container's previous instance
+	// (kubectl logs --previous).
+	prevLogs map[string]*prevLog
 }
 
 // simVolume is one volume as the agent last mounted it.
@@ -153,6 +176,18 @@ type simCtr struct {
 	info   nodeagent.ContainerInfo
 	timer  nodeagent.Timer       // natural exit, nil if none
 	target nodeagent.ContainerID // an ephemeral container's target, if any
+	log    *logBuf
+	// program: the instance runs a Program (cancel stops it; stdin, when
+	// the container has one, is what attach writes to).
+	program   bool
+	cancel    context.CancelFunc
+	stdin     *io.PipeWriter
+	stdinOnce bool
+	// why says which annotation made it exit (its synthetic exit line);
+	// probes is each probe kind's last result (logged when it changes).
+	why    string
+	probes map[nodeagent.ProbeKind]bool
+	spec   *corev1.Container // as the agent resolved it
 }
 
 // New returns a simulated runtime.
@@ -172,8 +207,8 @@ func New(cfg Config) (*Runtime, error) {
 // afterwards. Idempotent.
 func (r *Runtime) Close() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.closed {
+		r.mu.Unlock()
 		return
 	}
 	r.closed = true
@@ -183,8 +218,13 @@ func (r *Runtime) Close() {
 			if c.timer != nil {
 				c.timer.Stop()
 			}
+			if c.cancel != nil {
+				c.cancel()
+			}
 		}
 	}
+	r.mu.Unlock()
+	r.wg.Wait()
 }
 
 // IPAM exposes the runtime's address allocator (for inspection).
@@ -251,6 +291,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent
 		removed:    make(chan struct{}),
 		containers: map[nodeagent.ContainerID]*simCtr{},
 		starts:     map[string]int32{},
+		prevLogs:   map[string]*prevLog{},
 	}
 	r.pods[uid] = p
 	return p.sb, nil
@@ -281,6 +322,7 @@ func (r *Runtime) StopPodSandbox(ctx context.Context, podUID string) error {
 		now := r.clock.Now()
 		for _, c := range p.containers {
 			if c.info.Running {
+				c.why = "the pod's sandbox was stopped"
 				r.exitLocked(c, nodeagent.ContainerExit{ID: c.info.ID, ExitCode: ExitCodeSIGKILL, Signal: 9, FinishedAt: now})
 			}
 		}
@@ -310,6 +352,7 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, podUID string) error {
 		close(p.removed)
 		r.ipam.Release(p.ip)
 		delete(r.pods, podUID)
+		r.keepGoneLocked(p)
 	}
 	return nil
 }
@@ -445,6 +488,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 	var exitAfter time.Duration
 	var exitCode int64
 	exits := init && !sidecar
+	why := "" // the annotations that decide its exit, if any
 	switch {
 	case sidecar: // runs until stopped, or exits 1 as the annotation says
 		if s, ok := ann[AnnotationSidecarExitAfter]; ok {
@@ -452,7 +496,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 			if err != nil || d < 0 {
 				return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: annotation %s=%q is not a duration", AnnotationSidecarExitAfter, s)
 			}
-			exits, exitAfter, exitCode = true, d, 1
+			exits, exitAfter, exitCode, why = true, d, 1, AnnotationSidecarExitAfter
 		}
 	case init:
 		exitAfter = r.cfg.InitRunTime
@@ -461,7 +505,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 			if err != nil {
 				return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: annotation %s=%q is not an integer", AnnotationInitExitCode, s)
 			}
-			exitCode = code
+			exitCode, why = code, AnnotationInitExitCode
 		}
 	default:
 		s, ok := ann[AnnotationExitAfter]
@@ -476,9 +520,12 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 		if err != nil && ann[AnnotationExitCode] != "" {
 			return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: annotation %s=%q is not an integer", AnnotationExitCode, ann[AnnotationExitCode])
 		}
-		exits, exitAfter, exitCode = true, d, code
+		exits, exitAfter, exitCode, why = true, d, code, AnnotationExitAfter+"="+s
+		if ann[AnnotationExitCode] != "" {
+			why += ", " + AnnotationExitCode + "=" + ann[AnnotationExitCode]
+		}
 	}
-	return r.addContainer(pod, c, sb, init, "", exits, exitAfter, int32(exitCode))
+	return r.addContainer(pod, c, sb, init, "", exits, exitAfter, int32(exitCode), why)
 }
 
 // StartEphemeralContainer implements nodeagent.EphemeralStarter: the
@@ -505,7 +552,11 @@ func (r *Runtime) StartEphemeralContainer(ctx context.Context, pod *corev1.Pod, 
 			}
 		}
 	}
-	return r.addContainer(pod, c, sb, false, target, exits, exitAfter, int32(code))
+	why := ""
+	if exits {
+		why = AnnotationEphemeralExitAfter + "=" + s
+	}
+	return r.addContainer(pod, c, sb, false, target, exits, exitAfter, int32(code), why)
 }
 
 var _ nodeagent.EphemeralStarter = (*Runtime)(nil)
@@ -523,8 +574,10 @@ func (r *Runtime) EphemeralTarget(id nodeagent.ContainerID) nodeagent.ContainerI
 
 // addContainer records a started container; one that exits does so with
 // code after exitAfter. A target must be a running container of the pod.
+// A container whose exit no annotation decides (why) runs the Program
+// Config.Programs gives it, if any.
 func (r *Runtime) addContainer(pod *corev1.Pod, c *corev1.Container, sb nodeagent.Sandbox, init bool, target nodeagent.ContainerID,
-	exits bool, exitAfter time.Duration, exitCode int32) (nodeagent.ContainerID, error) {
+	exits bool, exitAfter time.Duration, exitCode int32, why string) (nodeagent.ContainerID, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -544,14 +597,25 @@ func (r *Runtime) addContainer(pod *corev1.Pod, c *corev1.Container, sb nodeagen
 		ID: id, PodUID: pod.GetMetadata().GetUid(), Name: c.GetName(), Image: c.GetImage(),
 		ImageID: r.images[c.GetImage()], Init: init, RestartCount: p.starts[c.GetName()],
 		Running: true, StartedAt: r.clock.Now(),
-	}, target: target}
+	}, target: target, log: newLogBuf(r.cfg.LogMaxBytes), why: why, spec: c}
 	for old, oc := range p.containers { // keep one dead instance per name, as kubelet does
 		if oc.info.Name == c.GetName() && !oc.info.Running {
+			p.prevLogs[c.GetName()] = &prevLog{id: oc.info.ID, log: oc.log} // kubectl logs --previous
 			delete(p.containers, old)
 		}
 	}
 	p.starts[c.GetName()]++
 	p.containers[id] = sc
+	var prog Program
+	if r.cfg.Programs != nil && why == "" {
+		prog = r.cfg.Programs.Program(pod, c, p.ip.String(), volumeFilesLocked(p))
+	}
+	if prog != nil {
+		sc.program = true
+		r.startProgramLocked(p, sc, c, prog)
+		return id, nil
+	}
+	r.startLinesLocked(pod, sc, c)
 	if exits {
 		sc.timer = r.clock.AfterFunc(exitAfter, func() { r.naturalExit(p, sc, exitCode) })
 	}
@@ -580,8 +644,17 @@ func (r *Runtime) exitLocked(c *simCtr, ex nodeagent.ContainerExit) {
 	if c.timer != nil {
 		c.timer.Stop()
 	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+	why := ""
+	if c.why != "" {
+		why = " (" + c.why + ")"
+	}
+	r.syntheticLocked(c, "%s", exitLine(ex, why))
 	c.info.Running = false
 	c.info.Exit = &ex
+	c.log.wake() // followers see that it exited
 }
 
 // StopContainer implements nodeagent.Runtime: the container exits with 143
@@ -603,6 +676,10 @@ func (r *Runtime) StopContainer(ctx context.Context, id nodeagent.ContainerID, g
 		c.timer.Stop() // it dies of the signal, not on its own
 	}
 	ignore := p.pod.GetMetadata().GetAnnotations()[AnnotationIgnoreSIGTERM] == "true"
+	c.why = "the grace period of " + grace.String() + " ended"
+	if ignore {
+		c.why = AnnotationIgnoreSIGTERM + "=true: " + c.why
+	}
 	r.mu.Unlock()
 	ex := nodeagent.ContainerExit{ID: id, ExitCode: ExitCodeSIGTERM, Signal: 15}
 	wait := r.cfg.StopDelay
@@ -649,10 +726,15 @@ func (r *Runtime) Probe(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 		nodeagent.ProbeStartup: AnnotationStartup, nodeagent.ProbeLiveness: AnnotationLiveness, nodeagent.ProbeReadiness: AnnotationReadiness,
 		nodeagent.HookPostStart: AnnotationPostStart, nodeagent.HookPreStop: AnnotationPreStop,
 	}[kind]
+	res := nodeagent.ProbeResult{OK: true}
 	if injected(pod, ann) {
-		return nodeagent.ProbeResult{Message: "sim: failure injected by " + ann}, nil
+		res = nodeagent.ProbeResult{Message: "sim: failure injected by " + ann}
 	}
-	return nodeagent.ProbeResult{OK: true}, ctx.Err()
+	r.probeLine(id, kind, p, res)
+	if !res.OK {
+		return res, nil
+	}
+	return res, ctx.Err()
 }
 
 // ListSandboxes implements nodeagent.Runtime.
@@ -710,16 +792,37 @@ func (r *Runtime) TerminationMessage(ctx context.Context, podUID string, id node
 }
 
 // LogTail implements nodeagent.TerminationMessageReader: the last lines
-// lines of the pod's log annotation, at most its last max bytes.
+// lines of what instance id logged (its program's output, or what the
+// log annotation says; never the runtime's synthetic lines), at most its
+// last max bytes.
 func (r *Runtime) LogTail(ctx context.Context, podUID string, id nodeagent.ContainerID, lines, max int) ([]byte, error) {
-	ann, err := r.containerAnnotation(podUID, id, AnnotationLog)
-	if err != nil || ann == nil {
-		return nil, err
+	r.mu.Lock()
+	var cri []byte
+	if p, ok := r.pods[podUID]; ok && p.containers[id] != nil {
+		cri, _ = p.containers[id].log.read(0, p.containers[id].log.max)
 	}
-	log := strings.TrimSuffix(*ann, "\n")
-	ls := strings.Split(log, "\n")
-	b := []byte(strings.Join(ls[len(ls)-min(len(ls), lines):], "\n") + "\n")
+	r.mu.Unlock()
+	var text []string
+	for _, line := range strings.Split(string(nodeLogText(cri)), "\n") {
+		if !strings.HasPrefix(line, SyntheticPrefix) {
+			text = append(text, line)
+		}
+	}
+	if len(text) > 0 && text[len(text)-1] == "" {
+		text = text[:len(text)-1]
+	}
+	if len(text) == 0 {
+		return nil, ctx.Err()
+	}
+	b := []byte(strings.Join(text[len(text)-min(len(text), lines):], "\n") + "\n")
 	return b[len(b)-min(len(b), max):], ctx.Err()
+}
+
+// nodeLogText is the text of CRI records, as kubectl logs prints it.
+func nodeLogText(cri []byte) []byte {
+	var b bytes.Buffer
+	_ = writeRecords(cri, &b, &b, true)
+	return b.Bytes()
 }
 
 // containerAnnotation returns the annotation ann of the pod of instance
@@ -736,4 +839,41 @@ func (r *Runtime) containerAnnotation(podUID string, id nodeagent.ContainerID, a
 		return nil, nil
 	}
 	return &v, nil
+}
+
+// probeLine logs a probe's first result and every change of it in the
+// container's synthetic log.
+func (r *Runtime) probeLine(id nodeagent.ContainerID, kind nodeagent.ProbeKind, p *corev1.Probe, res nodeagent.ProbeResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, _ := r.findLocked(id)
+	if c == nil || c.program {
+		return
+	}
+	if last, ok := c.probes[kind]; ok && last == res.OK {
+		return
+	}
+	if c.probes == nil {
+		c.probes = map[nodeagent.ProbeKind]bool{}
+	}
+	c.probes[kind] = res.OK
+	what := strings.ToLower(string(kind))
+	switch kind {
+	case nodeagent.HookPostStart, nodeagent.HookPreStop:
+		what += " hook"
+	default:
+		what += " probe"
+	}
+	if h := p.GetHttpGet(); h != nil {
+		what += fmt.Sprintf(" httpGet %s", h.GetPath())
+	} else if e := p.GetExec(); e != nil {
+		what += fmt.Sprintf(" exec %q", strings.Join(e.GetCommand(), " "))
+	} else if t := p.GetTcpSocket(); t != nil {
+		what += " tcpSocket"
+	}
+	if res.OK {
+		r.syntheticLocked(c, "%s succeeded", what)
+	} else {
+		r.syntheticLocked(c, "%s failed: %s", what, res.Message)
+	}
 }

@@ -24,7 +24,8 @@ import (
 
 // PipelineOptions configure RunPipeline (`podflow bench pipeline`).
 type PipelineOptions struct {
-	Config   string // the system's client configuration ("": start a system of its own)
+	Config   string // the system's client configuration ("": the configured one, else its own)
+	Own      bool   // start a system of its own even when one is configured
 	Pods     int    // pods to request in all
 	Rate     int    // PodRequested events per second
 	Nodes    int    // simulated nodes of its own system
@@ -42,6 +43,7 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 		if o.Config != "" {
 			return fmt.Errorf("--profile-dir profiles the system bench starts itself, not one given by --config")
 		}
+		o.Own = true // the system it starts itself
 		dir, err := filepath.Abs(o.Profiles)
 		if err != nil {
 			return err
@@ -53,7 +55,7 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 		os.Setenv(ProfileDirEnv, dir)
 		defer os.Unsetenv(ProfileDirEnv)
 	}
-	sess, ps, cleanup, err := up.SystemUnderTest(ctx, up.SystemOptions{Config: o.Config, Nodes: o.Nodes, Replicas: o.Replicas, Keep: o.Keep, Name: "podflow-bench"})
+	sess, ps, cleanup, err := up.SystemUnderTest(ctx, up.SystemOptions{Config: o.Config, Own: o.Own, Out: out, Nodes: o.Nodes, Replicas: o.Replicas, Keep: o.Keep, Name: "podflow-bench"})
 	if err != nil {
 		return err
 	}
@@ -69,6 +71,7 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(out, "bench pipeline: %d pods offered in %s; waiting for them to run\n", o.Pods, offered.Round(time.Millisecond))
 
 	// Wait until every pod ran, from its PodRunning alone (a step of the
 	// node's PodStatusReport: the bench reads only the reports, one
@@ -76,15 +79,17 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 	// not that of the bench watching it. The timelines are read after the
 	// cost sample.
 	deadline := time.Now().Add(time.Duration(o.Pods/10+60) * time.Second)
-	if _, err := waitRunning(ctx, sess, start, prefix, o.Pods, deadline); err != nil {
+	if _, err := waitRunning(ctx, sess, start, prefix, o.Pods, deadline, out); err != nil {
 		return err
 	}
+	fmt.Fprintf(out, "bench pipeline: all %d pods Running after %s; waiting for the consumers to drain\n", o.Pods, time.Since(start).Round(time.Millisecond))
 	quiesced := quiesce(ctx, sess, 30*time.Second)
 	after, err := takeCostSample(ctx, sess, ps)
 	if err != nil {
 		return fmt.Errorf("cost sample: %w", err)
 	}
 
+	fmt.Fprintf(out, "bench pipeline: reading the %d pods' timelines from the stream\n", o.Pods)
 	runs, err := readTimelines(ctx, sess, start, prefix, o.Pods, time.Now().Add(time.Duration(o.Pods/100+60)*time.Second))
 	if err != nil {
 		return err
@@ -146,7 +151,7 @@ func offerPods(ctx context.Context, sess *client.Session, prefix string, n, rate
 // waitRunning returns once n pods named prefix* have a PodRunning on the
 // stream since start (a message of its own or a step of a report), with
 // the latest time a pod of them reached Running (the PodRunning's own).
-func waitRunning(ctx context.Context, sess *client.Session, start time.Time, prefix string, n int, deadline time.Time) (time.Time, error) {
+func waitRunning(ctx context.Context, sess *client.Session, start time.Time, prefix string, n int, deadline time.Time, progress io.Writer) (time.Time, error) {
 	cons, err := sess.Bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.TypeFilter("PodStatusReport"), bus.TypeFilter("PodRunning")},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
@@ -162,9 +167,14 @@ func waitRunning(ctx context.Context, sess *client.Session, start time.Time, pre
 	}
 	defer it.Stop()
 	running := map[string]bool{}
+	said := time.Now()
 	for len(running) < n && time.Now().Before(deadline) {
 		if err := ctx.Err(); err != nil {
 			return last, err // interrupted: the bench stops now, not at the deadline
+		}
+		if progress != nil && time.Since(said) >= 5*time.Second {
+			said = time.Now()
+			fmt.Fprintf(progress, "bench pipeline: %d/%d pods Running after %s\n", len(running), n, time.Since(start).Round(time.Second))
 		}
 		m, err := it.Next(jetstream.NextMaxWait(2 * time.Second))
 		switch {

@@ -216,7 +216,7 @@ func runScaleOnce(ctx context.Context, o *ScaleOptions, groups *cpuGroups, n, ro
 		return r, err
 	}
 	fmt.Fprintf(out, "  %d replicas, run %d: %d pods offered in %s, waiting for them to run\n", n, round, o.Pods, offered.Round(time.Millisecond))
-	last, err := waitRunning(ctx, sess, start, prefix, o.Pods, time.Now().Add(time.Duration(o.Pods/10+60)*time.Second))
+	last, err := waitRunning(ctx, sess, start, prefix, o.Pods, time.Now().Add(time.Duration(o.Pods/10+60)*time.Second), nil)
 	samples := sampler.stop()
 	if err != nil {
 		return r, err

@@ -34,7 +34,8 @@ import (
 
 // Options configure Run (`podflow chaos`).
 type Options struct {
-	Config       string        // the system's client configuration ("": start one of its own)
+	Config       string        // the system's client configuration ("": the configured one, else its own)
+	Own          bool          // start a system of its own even when one is configured
 	Pods         int           // pods to request
 	Duration     time.Duration // how long the workload and the faults last
 	KillInterval time.Duration // time between two faults
@@ -254,6 +255,7 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 	if network && o.Config != "" {
 		return errors.New("--nemesis: network faults need chaos to start its own system: leave out --config")
 	}
+	own := o.Own || network // its own links to cut
 	netTargets, err := parseNetTargets(o.NetTargets, nemeses)
 	if err != nil {
 		return err
@@ -266,7 +268,7 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 			return extra, err
 		}
 	}
-	sess, _, cleanup, err := up.SystemUnderTest(ctx, up.SystemOptions{Config: o.Config, Nodes: o.Nodes, Replicas: "admission=2,persistence=2,scheduler=2", Keep: o.Keep, Name: "podflow-chaos", Prepare: prepare})
+	sess, _, cleanup, err := up.SystemUnderTest(ctx, up.SystemOptions{Config: o.Config, Own: own, Out: out, Nodes: o.Nodes, Replicas: "admission=2,persistence=2,scheduler=2", Keep: o.Keep, Name: "podflow-chaos", Prepare: prepare})
 	if faults != nil {
 		defer faults.Close() // after the system stopped: its replicas' links
 	}

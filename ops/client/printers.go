@@ -48,6 +48,8 @@ type Printer struct {
 	// ShowManagedFields keeps metadata.managedFields in json, yaml and
 	// jsonpath output (kubectl's --show-managed-fields; off by default).
 	ShowManagedFields bool
+	// kindPrefix names each row KIND/NAME (a get of several kinds).
+	kindPrefix bool
 }
 
 // NewPrinter parses an -o value: wide, json, yaml, name,

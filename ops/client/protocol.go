@@ -145,12 +145,28 @@ func (s *Session) ApplyObject(ctx context.Context, obj objects.Object, token str
 // failure was printed to errOut) if any did. namespace, when set,
 // overrides the manifests'.
 func (s *Session) ApplyFiles(ctx context.Context, files []string, token, namespace string, out, errOut io.Writer) error {
-	failed := 0
+	var all []manifest.Object
 	for _, f := range files {
-		objs, err := ReadManifest(f)
+		paths, err := ManifestFiles(f, false)
 		if err != nil {
 			return err
 		}
+		for _, p := range paths {
+			objs, err := ReadManifest(p)
+			if err != nil {
+				return err
+			}
+			all = append(all, objs...)
+		}
+	}
+	return s.ApplyObjects(ctx, all, token, namespace, out, errOut)
+}
+
+// ApplyObjects applies decoded manifests, going on after a failed object
+// as kubectl does, and fails at the end (a SilentError) if any did.
+func (s *Session) ApplyObjects(ctx context.Context, objs []manifest.Object, token, namespace string, out, errOut io.Writer) error {
+	failed := 0
+	{
 		for _, mo := range objs {
 			for _, w := range mo.Warnings {
 				fmt.Fprintf(errOut, "Warning: %s\n", w)

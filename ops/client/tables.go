@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,13 @@ func (p *Printer) printTable(kind objects.Kind, objs []objects.Object, header bo
 	}
 	for _, o := range objs {
 		r := row(o)
+		if p.kindPrefix && len(r) > 0 { // several kinds: pod/web, as kubectl
+			prefix := strings.ToLower(kind.Name)
+			if kind.APIGroup != "" {
+				prefix += "." + kind.APIGroup
+			}
+			r[0] = prefix + "/" + r[0]
+		}
 		if p.allNamespaces {
 			r = append([]string{o.GetMetadata().GetNamespace()}, r...)
 		}
@@ -328,4 +336,74 @@ func (s *Session) Get(ctx context.Context, o GetOptions, errOut io.Writer) error
 		return nil
 	}
 	return w.Err()
+}
+
+// GetKinds is Get for several kinds (kubectl get svc,pods): a table (or
+// names) per kind, a blank line between them; json, yaml and jsonpath
+// print one List of every object, kind after kind, as kubectl does.
+func (s *Session) GetKinds(ctx context.Context, kinds []objects.Kind, ns, name string, p *Printer, errOut io.Writer) error {
+	if len(kinds) == 1 {
+		return s.Get(ctx, GetOptions{Kind: kinds[0], Namespace: ns, Name: name, Printer: p}, errOut)
+	}
+	switch p.format {
+	case outputJSON, outputYAML, outputJSONPath:
+		var all []objects.Object
+		for _, kind := range kinds {
+			kvs, _, err := s.Store.Client().List(ctx, kind.Prefix(listNS(kind, ns)))
+			if err != nil {
+				return err
+			}
+			for _, kv := range kvs {
+				obj := kind.New()
+				if err := objects.Decode(kv, obj); err != nil {
+					return err
+				}
+				if name == "" || obj.GetMetadata().GetName() == name {
+					all = append(all, obj)
+				}
+			}
+		}
+		return p.Print(kinds[0], all, true, true)
+	}
+	var empty []string
+	printed := false
+	for _, kind := range kinds {
+		var buf, errs bytes.Buffer
+		if err := s.Get(ctx, GetOptions{Kind: kind, Namespace: listNS(kind, ns), Name: name, Printer: p.to(&buf)}, &errs); err != nil {
+			return err
+		}
+		if buf.Len() == 0 {
+			empty = append(empty, kind.Resource)
+			continue
+		}
+		if printed && p.format != outputName {
+			fmt.Fprintln(p.out)
+		}
+		p.out.Write(buf.Bytes())
+		printed = true
+	}
+	if !printed {
+		if ns == "" {
+			fmt.Fprintf(errOut, "No resources found\n")
+		} else {
+			fmt.Fprintf(errOut, "No resources found in %s namespace.\n", ns)
+		}
+	}
+	return nil
+}
+
+// listNS is the namespace a kind is listed in: none for a cluster-scoped
+// kind.
+func listNS(kind objects.Kind, ns string) string {
+	if !kind.Namespaced {
+		return ""
+	}
+	return ns
+}
+
+// to is a copy of p writing to w, naming each object with its kind.
+func (p *Printer) to(w io.Writer) *Printer {
+	c := *p
+	c.out, c.kindPrefix = w, true
+	return &c
 }

@@ -11,14 +11,19 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 )
 
-// Snapshot is what every viewer is sent, once a second while it changes.
+// Snapshot is what a Source reads at each poll. Its pods stay on the
+// server (Hub.Pods pages them); viewers get the rest, then deltas.
 type Snapshot struct {
 	Time   time.Time `json:"time"`
 	Stages []Stage   `json:"stages"`
-	Pods   []Pod     `json:"pods"`
-	// PodsTotal counts every pod; Pods holds the first MaxPodRows.
-	PodsTotal int    `json:"podsTotal"`
-	Nodes     []Node `json:"nodes"`
+	Pods   []Pod     `json:"pods,omitempty"`
+	// PodsTotal counts every pod, Summary counts them by namespace,
+	// stage, phase and reason, and PodsVersion changes when they do (the
+	// Hub sets the three).
+	PodsTotal   int         `json:"podsTotal"`
+	Summary     *PodSummary `json:"summary,omitempty"`
+	PodsVersion int64       `json:"podsVersion"`
+	Nodes       []Node      `json:"nodes"`
 	// Timeline is the pipeline's recent totals, Marks the process restarts
 	// and silences among them (the kills and pauses of `podflow chaos`).
 	Timeline []Point `json:"timeline"`
@@ -67,6 +72,7 @@ type Pod struct {
 	Verdict   string `json:"verdict"` // ops/trace's words
 	Node      string `json:"node"`
 	AgeSec    int64  `json:"ageSec"`
+	Created   int64  `json:"created,omitempty"` // Unix seconds: the browser ages it
 	Stuck     bool   `json:"stuck"`
 	Ready     bool   `json:"ready"`
 }
@@ -81,7 +87,8 @@ type Node struct {
 	MemFrac      float64 `json:"memFrac"`
 	Pods         int     `json:"pods"`
 	MaxPods      string  `json:"maxPods"`
-	HeartbeatSec int64   `json:"heartbeatAgeSec"` // -1: never
+	HeartbeatSec int64   `json:"-"`         // -1: never
+	Heartbeat    int64   `json:"heartbeat"` // Unix seconds of the last; 0: never
 	Unschedul    bool    `json:"unschedulable"`
 }
 
@@ -113,6 +120,7 @@ func buildPods(stored []*corev1.Pod, seen map[string]where, now time.Time) []Pod
 		row := Pod{Namespace: md.GetNamespace(), Name: md.GetName(), Phase: p.GetStatus().GetPhase(), Node: p.GetSpec().GetNodeName()}
 		if t := md.GetCreationTimestamp(); t != nil {
 			row.AgeSec = int64(now.Sub(t.AsTime()) / time.Second)
+			row.Created = t.AsTime().Unix()
 		}
 		row.Ready = podReady(p)
 		w, ok := seen[key]
@@ -286,6 +294,7 @@ func buildNodes(nodes []*corev1.Node, pods []*corev1.Pod, now time.Time) []Node 
 			}
 			if hb := c.GetLastHeartbeatTime(); hb != nil {
 				row.HeartbeatSec = int64(now.Sub(hb.AsTime()) / time.Second)
+				row.Heartbeat = hb.AsTime().Unix()
 			}
 		}
 		out = append(out, row)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -70,6 +71,8 @@ type Server struct {
 	Allow Checker
 	// SessionTTL is how long a login lasts (default DefaultSessionTTL).
 	SessionTTL time.Duration
+	// Links are the one-time login links it accepts (nil: none).
+	Links *LoginLinks
 
 	once     sync.Once
 	sessions *sessions
@@ -98,6 +101,7 @@ func (s *Server) Handler() http.Handler {
 		w.Write(b)
 	})
 	mux.HandleFunc("POST /login", s.login)
+	mux.HandleFunc("GET /login", s.loginLink)
 	mux.HandleFunc("POST /logout", func(w http.ResponseWriter, r *http.Request) {
 		if c, err := r.Cookie(CookieName); err == nil {
 			s.store().revoke(c.Value) // the session ends here, not only in this browser
@@ -107,6 +111,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.Handle("GET /api/events", s.guard(http.HandlerFunc(s.events)))
 	mux.Handle("GET /api/journey", s.guard(http.HandlerFunc(s.journey)))
+	mux.Handle("GET /api/pods", s.guard(http.HandlerFunc(s.pods)))
 	return loopbackOnly(securityHeaders(mux))
 }
 
@@ -159,6 +164,34 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
+// loginLink opens a session from a one-time link (GET /login?code=…):
+// the code is spent whatever happens, and the browser is sent on to the
+// page without it in the address.
+func (s *Server) loginLink(w http.ResponseWriter, r *http.Request) {
+	tok := s.Links.use(r.URL.Query().Get("code"))
+	if tok == "" || s.Allow == nil || !s.Allow(tok) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusUnauthorized)
+		b, _ := fs.ReadFile(static, "static/login.html")
+		w.Write(b)
+		return
+	}
+	id, err := s.store().open(tok)
+	if err != nil {
+		http.Error(w, "login: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		MaxAge: int(s.store().ttl / time.Second)})
+	// A page of the console's own moves on to it: the link came from
+	// another site (a terminal), and a SameSite=Strict cookie is sent on
+	// a same-site navigation only, not on a redirect of that one.
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	fmt.Fprint(w, `<!doctype html><meta http-equiv="refresh" content="0;url=/"><title>podflow console</title><a href="/">Open the console</a>`)
+}
+
 // events streams snapshots as server-sent events until the viewer leaves.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
@@ -181,8 +214,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
-		case b := <-ch:
-			if _, err := fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", b); err != nil {
+		case b, ok := <-ch:
+			if !ok {
+				return // too far behind: the browser reconnects for a fresh snapshot
+			}
+			if _, err := w.Write(b); err != nil {
 				return
 			}
 			fl.Flush()
@@ -191,6 +227,29 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			fl.Flush()
 		}
 	}
+}
+
+// pods answers a page of the pods a query selects (/api/pods?q=&namespace=
+// &stage=&phase=&reason=&node=&stuck=1&offset=&limit=).
+func (s *Server) pods(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	q := PodQuery{Q: v.Get("q"), Namespace: v.Get("namespace"), Stage: v.Get("stage"), Phase: v.Get("phase"),
+		Reason: v.Get("reason"), Node: v.Get("node"), Stuck: v.Get("stuck") == "1" || v.Get("stuck") == "true"}
+	var err error
+	for _, f := range []struct {
+		name string
+		into *int
+	}{{"offset", &q.Offset}, {"limit", &q.Limit}} {
+		if s := v.Get(f.name); s != "" {
+			if *f.into, err = strconv.Atoi(s); err != nil || *f.into < 0 {
+				http.Error(w, fmt.Sprintf("%s must be a non-negative integer, got %q", f.name, s), http.StatusBadRequest)
+				return
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(s.Hub.Pods(q))
 }
 
 func (s *Server) journey(w http.ResponseWriter, r *http.Request) {
@@ -253,8 +312,9 @@ func Listen(addr string) (net.Listener, error) {
 }
 
 // Serve runs a hub over src and serves the console on l until ctx is
-// done; both stop then.
-func Serve(ctx context.Context, l net.Listener, src Source, allow Checker) error {
+// done; both stop then. links, when given, are the one-time login links
+// it accepts.
+func Serve(ctx context.Context, l net.Listener, src Source, allow Checker, links ...*LoginLinks) error {
 	hub := NewHub(src, time.Second)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -263,7 +323,11 @@ func Serve(ctx context.Context, l net.Listener, src Source, allow Checker) error
 	}
 	done := make(chan struct{})
 	go func() { hub.Run(ctx); close(done) }()
-	srv := &http.Server{Handler: (&Server{Hub: hub, Src: src, Allow: allow}).Handler(), ReadHeaderTimeout: 10 * time.Second,
+	s := &Server{Hub: hub, Src: src, Allow: allow}
+	if len(links) > 0 {
+		s.Links = links[0]
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	go func() {
 		<-ctx.Done()

@@ -192,8 +192,20 @@ func TestEventsDeliversSnapshots(t *testing.T) {
 	if len(s.Stages) != 2 || s.Stages[1].Name != "scheduler" || !s.Stages[1].BackingUp {
 		t.Fatalf("stages: %+v", s.Stages)
 	}
-	if len(s.Pods) != 1 || s.Pods[0].Reason != "FailedScheduling" {
-		t.Fatalf("pods: %+v", s.Pods)
+	if len(s.Pods) != 0 || s.Summary == nil || s.Summary.Total != 1 || s.Summary.Stuck != 1 || s.Summary.ByReason["FailedScheduling"] != 1 {
+		t.Fatalf("pods in the snapshot %+v, summary %+v: want none, and one stuck counted", s.Pods, s.Summary)
+	}
+	req, _ := http.NewRequest("GET", srv.URL+"/api/pods?stage=scheduler&stuck=1", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page PodPage
+	err = json.NewDecoder(resp.Body).Decode(&page)
+	resp.Body.Close()
+	if err != nil || page.Total != 1 || page.Pods[0].Name != "web" {
+		t.Fatalf("/api/pods: %+v, %v", page, err)
 	}
 	t.Run("viewers share the poll", func(t *testing.T) {
 		before := hub.Polls()
@@ -346,4 +358,46 @@ func TestSessions(t *testing.T) {
 			t.Fatalf("%d, want 401", code)
 		}
 	})
+}
+
+// TestLoginLink: a one-time link opens a session once; the same link
+// again, an unknown code, or a link whose token left the token file,
+// does not.
+func TestLoginLink(t *testing.T) {
+	links := NewLoginLinks(time.Minute)
+	allowed := map[string]bool{"good": true}
+	s := &Server{Allow: func(tok string) bool { return allowed[tok] }, Links: links}
+	h := s.Handler()
+	code, err := links.New("good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string, cookie *http.Cookie) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", path, nil)
+		r.Host = "127.0.0.1:8089"
+		if cookie != nil {
+			r.AddCookie(cookie)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	w := get("/login?code="+code, nil)
+	cookies := w.Result().Cookies()
+	if w.Code != http.StatusOK || len(cookies) != 1 || cookies[0].Name != CookieName || cookies[0].SameSite != http.SameSiteStrictMode || strings.Contains(cookies[0].Value, code) {
+		t.Fatalf("first use: %d, cookies %v", w.Code, cookies)
+	}
+	if page := get("/", cookies[0]); !strings.Contains(page.Body.String(), "app.js") {
+		t.Fatalf("the session does not open the console: %s", page.Body.String())
+	}
+	if w := get("/login?code="+code, nil); w.Code != http.StatusUnauthorized || len(w.Result().Cookies()) != 0 {
+		t.Fatalf("second use: %d", w.Code)
+	}
+	if w := get("/login?code=nope", nil); w.Code != http.StatusUnauthorized {
+		t.Fatalf("unknown code: %d", w.Code)
+	}
+	code, _ = links.New("revoked")
+	if w := get("/login?code="+code, nil); w.Code != http.StatusUnauthorized {
+		t.Fatalf("a token no longer in the token file: %d", w.Code)
+	}
 }

@@ -111,16 +111,9 @@ func (s *BusSource) Snapshot(ctx context.Context) *Snapshot {
 	}
 	pods := s.pods.List("")
 	snap.Pods = buildPods(pods, s.seen, now)
-	snap.PodsTotal = len(snap.Pods)
-	if len(snap.Pods) > MaxPodRows {
-		snap.Pods = snap.Pods[:MaxPodRows]
-	}
 	snap.Nodes = buildNodes(s.nodes.List(""), pods, now)
 	return snap
 }
-
-// MaxPodRows bounds the pods a snapshot carries (the stuck ones first).
-const MaxPodRows = 1000
 
 // Start gives the source the context its store informers run under (they
 // start at the first snapshot, so a console nobody opens watches nothing).
@@ -264,10 +257,11 @@ func (s *BusSource) stages(ctx context.Context, now time.Time) ([]Stage, error) 
 			st.DeadLetters = dead["nodeagent"]
 		}
 		ci := infos[name]
-		if ci == nil {
-			st.Missing = true
-		} else {
+		switch {
+		case ci != nil:
 			st.Pending, st.AckPending, st.Redelivered, st.Waiting = ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting
+		case !pipeline.Controller(name): // a controller stage has no consumer
+			st.Missing = true
 		}
 		for _, p := range pongs {
 			if p.Stage == name || agentOf(p, name) {
@@ -319,35 +313,9 @@ func agentOf(p stage.Pong, name string) bool {
 	return p.Stage == "nodeagent" && (name == "nodeagent-"+r || name == "nodeagent-sim-"+r || name == p.Replica)
 }
 
-// Ping gathers every stage replica's Pong for wait.
+// Ping gathers every stage replica's Pong for wait (client.Ping).
 func Ping(ctx context.Context, nc *nats.Conn, wait time.Duration) []stage.Pong {
-	inbox := nc.NewRespInbox()
-	ch := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe(inbox, ch)
-	if err != nil {
-		return nil
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(stage.PingSubject, inbox, nil); err != nil {
-		return nil
-	}
-	var out []stage.Pong
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		select {
-		case m := <-ch:
-			var p stage.Pong
-			if json.Unmarshal(m.Data, &p) == nil {
-				out = append(out, p)
-			}
-		case <-timer.C:
-			sort.Slice(out, func(i, j int) bool { return out[i].Replica < out[j].Replica })
-			return out
-		case <-ctx.Done():
-			return out
-		}
-	}
+	return client.Ping(ctx, nc, wait)
 }
 
 // percentiles scrapes every stage replica's handling-time histogram and
@@ -464,6 +432,7 @@ func (s *BusSource) Journey(ctx context.Context, ns, name string) (*Journey, err
 		return nil, err
 	}
 	j := &Journey{Timeline: trace.Build(ns, name, recs, nil), Events: []PodEvent{}}
+	j.Entries = trace.Fold(j.Entries) // one row per step, a count per retry
 	if evs, _, err := objects.List[*corev1.Event](ctx, s.Sess.Store, ns); err == nil {
 		for _, e := range evs {
 			io := e.GetInvolvedObject()

@@ -55,7 +55,11 @@ func (tl *timeline) add(now time.Time, stages []Stage, kids []plan.Record, answe
 		for _, k := range kids {
 			cur[k.Name] = k
 			if old, ok := tl.kids[k.Name]; ok && (k.Restarts > old.Restarts || (k.PID != old.PID && old.PID != 0)) {
-				marks = append(marks, Mark{Time: now, Kind: "restarted", Process: k.Name})
+				at := now // when this poll saw it, unless the supervisor says when
+				if !k.Started.IsZero() && k.Started.Before(now) {
+					at = k.Started
+				}
+				marks = append(marks, Mark{Time: at, Kind: "restarted", Process: k.Name})
 			}
 		}
 		tl.kids = cur

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -89,7 +87,8 @@ func TestConsoleEvents(t *testing.T) {
 // created with kubectl appears and moves to Running, a pod with an
 // unsatisfiable nodeSelector shows as stuck in the scheduler with
 // FailedScheduling, and a pod's waterfall lists its stages in order.
-// With CONSOLE_SCREENSHOTS=DIR it saves the three main views there.
+// (TestConsoleInBrowser in ops/console drives it over 20,000 pods and
+// takes the docs' screenshots.)
 func TestConsoleBrowser(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -206,18 +205,4 @@ func TestConsoleBrowser(t *testing.T) {
 		run("marks", chromedp.Evaluate(`document.querySelector("#marks").textContent`, &marks))
 		t.Logf("marks: %s", marks)
 	})
-
-	if dir := os.Getenv("CONSOLE_SCREENSHOTS"); dir != "" {
-		time.Sleep(2500 * time.Millisecond) // the journey's last events
-		for _, v := range []struct{ file, sel string }{
-			{"console-pipeline.png", "#pipeline-view"}, {"console-pods.png", "#pods-view"}, {"console-journey.png", "#journey-view"},
-		} {
-			var png []byte
-			run("screenshot "+v.file, chromedp.Screenshot(v.sel, &png, chromedp.ByQuery))
-			if err := os.WriteFile(filepath.Join(dir, v.file), png, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		fmt.Fprintln(os.Stderr, "console screenshots written to", dir)
-	}
 }

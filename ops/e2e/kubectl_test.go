@@ -283,11 +283,10 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 	t.Run("refused fields", func(t *testing.T) { kubectlRefusedFields(t, k) })
 
 	t.Run("logs", func(t *testing.T) {
-		// The simulated runtime keeps no logs: kubectl shows the server's
-		// Status (TestLinuxRuntime reads real logs with kubectl).
-		_, errs, code := k.run("logs", "my-nginx-pod")
-		if code == 0 || !strings.Contains(errs, "does not serve logs") {
-			t.Fatalf("logs: exit %d %s", code, errs)
+		// A container that runs no program logs the runtime's lines.
+		out, errs, code := k.run("logs", "my-nginx-pod")
+		if code != 0 || !strings.Contains(out, `podflow-sim: container "nginx-container" started from image "nginx"`) {
+			t.Fatalf("logs: exit %d %q %s", code, out, errs)
 		}
 	})
 
@@ -296,6 +295,8 @@ roleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
 	t.Run("cp", func(t *testing.T) { testKubectlCp(t, k, "my-nginx-pod") })
 	t.Run("top", func(t *testing.T) { testKubectlTop(t, k, "my-nginx-pod") })
 	t.Run("exec ends with its pod", func(t *testing.T) { testKubectlExecPodGone(t, k) })
+	t.Run("sim node", func(t *testing.T) { testSimNode(t, k) })
+	t.Run("apply -k, delete -k", func(t *testing.T) { testKustomize(t, c, k) })
 
 	t.Run("paging and deletecollection", func(t *testing.T) {
 		for i := range 5 {
@@ -418,4 +419,36 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// testKustomize applies a kustomization with podflow apply -k (kubectl's
+// library builds it) and deletes it with kubectl delete -k, which deletes
+// the namespace first and then each object in it: as with
+// kube-apiserver, the namespace controller leaves the content alone for
+// its grace period, so each delete finds its object and kubectl exits 0.
+func testKustomize(t *testing.T, c *cluster, k *kubectl) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"kustomization.yaml": "namespace: kz\nresources: [ns.yaml, cm.yaml, pod.yaml]\ncommonLabels: {app: kz}\n",
+		"ns.yaml":            "apiVersion: v1\nkind: Namespace\nmetadata: {name: kz}\n",
+		"cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\ndata: {a: b}\n",
+		"pod.yaml":           "apiVersion: v1\nkind: Pod\nmetadata: {name: kzpod}\nspec: {containers: [{name: c, image: nginx}]}\n",
+	} {
+		if err := writeFile(filepath.Join(dir, name), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := c.mustPodflow("apply", "-k", dir)
+	for _, want := range []string{"namespace/kz created", "configmap/cfg created", "pod/kzpod created"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("apply -k: %q lacks %q", out, want)
+		}
+	}
+	if got := k.must("get", "configmap", "cfg", "-n", "kz", "-o", "jsonpath={.metadata.labels.app}"); got != "kz" {
+		t.Fatalf("the kustomization's label: %q", got)
+	}
+	out, errs, code := k.run("delete", "-k", dir)
+	if code != 0 || !strings.Contains(out, `configmap "cfg" deleted`) {
+		t.Fatalf("delete -k: exit %d, %s%s", code, out, errs)
+	}
 }

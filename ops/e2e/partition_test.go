@@ -45,7 +45,7 @@ func runChaosRun(t *testing.T, args []string, want ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, append([]string{"chaos"}, args...)...)
+	cmd := exec.CommandContext(ctx, binary, append([]string{"chaos", "--own"}, args...)...)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
 	b, err := cmd.CombinedOutput()

@@ -32,6 +32,34 @@ type Entry struct {
 	Redeliveries int32         `json:"redeliveries,omitempty"`
 	Detail       string        `json:"detail,omitempty"`
 	Seq          uint64        `json:"seq"`
+	// Repeats counts the identical entries Fold folded into this one
+	// (the scheduler's retries of a pod that fits nowhere), the last at
+	// Last.
+	Repeats int        `json:"repeats,omitempty"`
+	Last    *time.Time `json:"last,omitempty"`
+}
+
+// Fold folds each run of consecutive entries of one stage, event and
+// detail (a retry that changed nothing) into its first, with Repeats and
+// Last: a stuck pod's waterfall is a row per step, not per retry.
+func Fold(entries []Entry) []Entry {
+	out := make([]Entry, 0, len(entries))
+	for _, e := range entries {
+		if n := len(out); n > 0 {
+			p := &out[n-1]
+			if p.Stage == e.Stage && p.Event == e.Event && p.Detail == e.Detail {
+				if p.Repeats == 0 {
+					p.Repeats = 1
+				}
+				p.Repeats++
+				t := e.Time
+				p.Last = &t
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // Timeline is a pod's trace.
@@ -126,6 +154,9 @@ func verdict(e *eventsv1.Envelope, where, v string) (string, string) {
 		if p.GetAdded() {
 			return "endpoints", "Running and Ready; in service/" + p.GetService()
 		}
+		if v == "deleted" || v == "" {
+			return where, v // a deleted pod leaving its Services stays deleted
+		}
 		return "endpoints", v + "; left service/" + p.GetService()
 	case *eventsv1.PodDeleteRequested:
 		return "nodeagent", "Terminating"
@@ -196,6 +227,12 @@ func Detail(e *eventsv1.Envelope) string {
 // Verdict says where a pod is after event e alone, and what that means;
 // where is "" for events that do not move a pod (status reports, pulls).
 func Verdict(e *eventsv1.Envelope) (where, what string) { return verdict(e, "", "") }
+
+// Step is where a pod is after event e, when it was at where with verdict
+// what before it (the fold Build does): an event that says nothing new
+// of the pod (a deleted pod leaving its Services) keeps the pod where it
+// was.
+func Step(e *eventsv1.Envelope, where, what string) (string, string) { return verdict(e, where, what) }
 
 // Settled reports whether a verdict ends the pod's journey: Running and
 // Ready, rejected, or deleted. A pod not settled is waiting somewhere.

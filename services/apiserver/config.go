@@ -59,8 +59,8 @@ type Config struct {
 	// DELETE) served at once: 429 beyond, as kube-apiserver's
 	// --max-mutating-requests-inflight. Default 200.
 	MaxMutatingInFlight int
-	// MaxWatches bounds the watches open at once (GET with watch=true or
-	// watch=1): long-running requests are exempt from MaxInFlight, as in
+	// MaxWatches bounds the watches open at once (a GET with a watch
+	// parameter other than "0" or "false"): long-running requests are exempt from MaxInFlight, as in
 	// kube-apiserver, but counted here: 429 beyond. Default 2000.
 	MaxWatches int
 	// MaxWatchesPerUser and MaxMutatingPerUser are each user's seats

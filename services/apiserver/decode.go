@@ -152,8 +152,8 @@ func decodeObject(body []byte, res *resource, validation string, maxBytes int) (
 		return nil, nil, badRequest("the request body must hold exactly one %s, found %d objects", res.kind, len(objs))
 	}
 	o := objs[0]
-	if o.APIVersion != res.groupVersion() || o.Kind != res.kind {
-		return nil, nil, badRequest("the object in the request body is %s %s; %s %s expected", o.APIVersion, o.Kind, res.groupVersion(), res.kind)
+	if st := typeMetaMismatch(o.APIVersion, o.Kind, res); st != nil {
+		return nil, nil, st
 	}
 	obj, ok := o.Message.(objects.Object)
 	if !ok {

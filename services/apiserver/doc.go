@@ -23,13 +23,19 @@
 //     status, log, ephemeralcontainers: get, update and patch that only
 //     add ephemeral containers, validated as kube-apiserver, ephemeral.go),
 //     nodes,
-//     namespaces, services, endpointslices (discovery.k8s.io/v1), events
+//     namespaces (and their status and finalize subresources,
+//     nssubresources.go), services, endpointslices (discovery.k8s.io/v1), events
 //     (core/v1, and events.k8s.io/v1 as a read-only view), configmaps,
 //     secrets, serviceaccounts, limitranges, the RBAC kinds,
 //     sidecarpolicies (podflow.io/v1alpha1), core/v1 endpoints (a
 //     read-only view of the EndpointSlices), selfsubjectaccessreviews
 //     (kubectl auth can-i), selfsubjectrulesreviews (kubectl auth can-i
-//     --list) and selfsubjectreviews (kubectl auth whoami).
+//     --list), selfsubjectreviews (kubectl auth whoami), tokenreviews,
+//     subjectaccessreviews and localsubjectaccessreviews (reviews.go).
+//     A create or update body without apiVersion and kind takes the URL's
+//     (typemeta.go). pods/exec, attach, portforward and log speak every
+//     WebSocket subprotocol kube-apiserver accepts besides SPDY (exec.go,
+//     portforward_ws.go, logs.go).
 //   - Generic kinds (services/objects' kinds registered as data: apps/v1,
 //     batch/v1, policy/v1, admissionregistration, apiextensions, networking,
 //     storage, certificates, flowcontrol, coordination, node and core's
@@ -45,7 +51,8 @@
 //   - metrics.k8s.io/v1beta1 pods and nodes (kubectl top), get and list,
 //     read from the nodes on each request through a MetricsBackend
 //     (services/podmetrics); a node that does not answer is left out.
-//   - Lists with label and field selectors (any field path), paged with
+//   - Lists with label and field selectors (the kind's field labels, with
+//     kube's values: fieldselect.go), paged with
 //     limit and continue over the first page's snapshot (kept
 //     ListSnapshotTTL, then 410 Expired with a token to continue at the
 //     latest revision), resourceVersion and resourceVersionMatch (Exact,
@@ -88,11 +95,13 @@
 //     is decoded.
 //   - Requests in flight: MaxInFlight read-only, MaxMutatingInFlight
 //     mutating, MaxWatches watches (429 with Retry-After past each). A
-//     watch is a GET with watch=true or watch=1; the parameter on any
-//     other method does not move a request out of its class. Inside the
-//     mutating and long-running pools each user has seats of its own
-//     (MaxMutatingPerUser, MaxWatchesPerUser; system:masters and
-//     system:nodes exempt: fairness.go), so one user cannot take a pool.
+//     watch is a GET with a watch parameter other than 0 or false (any
+//     case), as kube-apiserver parses booleans (the Python client sends
+//     watch=True); the parameter on any other method does not move a
+//     request out of its class. Inside the mutating and long-running
+//     pools each user has seats of its own (MaxMutatingPerUser,
+//     MaxWatchesPerUser; system:masters and system:nodes exempt:
+//     fairness.go), so one user cannot take a pool.
 //   - A watch from a resourceVersion the store has not reached waits
 //     TooLargeResourceVersionWait, then gets 504 Timeout "Too large
 //     resource version: X, current: Y" with retryAfterSeconds 1.

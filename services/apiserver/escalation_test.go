@@ -28,11 +28,7 @@ func TestHTTPSEscalation(t *testing.T) {
 		{Verbs: []string{"create", "update", "patch", "get"}, ApiGroups: []string{auth.RBACGroup}, Resources: []string{"roles", "rolebindings"}},
 		{Verbs: []string{"get"}, ApiGroups: []string{""}, Resources: []string{"pods"}},
 	}}
-	seed := []objects.Object{writer}
-	crs, _ := auth.BootstrapPolicy() // the test system seeds no policy
-	for _, cr := range crs {
-		seed = append(seed, cr)
-	}
+	seed := []objects.Object{writer} // the bootstrap policy is the bootstrap controller's
 	for _, o := range append(seed,
 		&corev1.RoleBinding{Metadata: &corev1.ObjectMeta{Name: "alice-writes", Namespace: "default"},
 			RoleRef:  &corev1.RoleRef{Kind: auth.KindRole, Name: "rbac-writer", ApiGroup: auth.RBACGroup},

@@ -131,17 +131,17 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, req *reques
 	return true
 }
 
-// servePortForward serves kubectl port-forward over SPDY with the kubelet
-// streaming library, each forwarded connection a session to the node. A
-// WebSocket upgrade (kubectl ≥ 1.31 tunnels SPDY through one) is refused
-// before the handshake, so that kubectl falls back to SPDY.
+// servePortForward serves kubectl port-forward with the kubelet streaming
+// library, each forwarded connection a session to the node: over SPDY,
+// or over WebSocket (portforward_ws.go: SPDY tunneled through it, kubectl
+// ≥ 1.31's way, or the kubelet's channel protocol).
 func (s *Server) servePortForward(w http.ResponseWriter, r *http.Request, sb StreamBackend, pod *corev1.Pod) {
 	if p := pod.GetStatus().GetPhase(); p == "Succeeded" || p == "Failed" || pod.GetSpec().GetNodeName() == "" {
 		writeStatus(w, badRequest("pod %s is not running (phase %s, node %q)", pod.GetMetadata().GetName(), p, pod.GetSpec().GetNodeName()))
 		return
 	}
 	if wsstream.IsWebSocketRequest(r) {
-		writeStatus(w, badRequest("port-forward is served over SPDY only; upgrade with SPDY/3.1"))
+		s.servePortForwardWebSocket(w, r, portForwarder{sb, pod}, pod)
 		return
 	}
 	portforward.ServePortForward(w, r, portForwarder{sb, pod}, pod.GetMetadata().GetName(), pod.GetMetadata().GetUid(), nil,
@@ -162,7 +162,7 @@ func (f portForwarder) PortForward(ctx context.Context, _, _ string, port int32,
 // streamOptions are a session's streams, from PodExecOptions'
 // (PodAttachOptions') query; a terminal has no stderr, its output has it.
 func streamOptions(q url.Values) *remotecommand.Options {
-	on := func(k string) bool { v := q.Get(k); return v == "true" || v == "1" }
+	on := func(k string) bool { return queryBool(q, k) }
 	o := &remotecommand.Options{Stdin: on("stdin"), Stdout: on("stdout"), Stderr: on("stderr"), TTY: on("tty")}
 	if o.TTY {
 		o.Stderr = false
@@ -249,9 +249,21 @@ const (
 	wsResize
 )
 
-// serveWebSocketStream serves a session over WebSocket: v5.channel.k8s.io
-// (kubectl ≥ 1.30, with stdin's CLOSE signal) and v4.channel.k8s.io, the
-// framing wsstream's, the status as the kubelet writes it.
+// WebSocket subprotocols of exec and attach, as kube-apiserver serves them
+// (v5 itself, the older ones as the kubelet it proxies them to).
+const (
+	wsChannelV4       = "v4." + wsstream.ChannelWebSocketProtocol
+	wsBase64ChannelV4 = "v4." + wsstream.Base64ChannelWebSocketProtocol
+)
+
+// serveWebSocketStream serves a session over WebSocket in every
+// subprotocol kube-apiserver accepts: v5.channel.k8s.io (kubectl ≥ 1.30,
+// with stdin's CLOSE signal), v4.channel.k8s.io and
+// v4.base64.channel.k8s.io (the status as JSON), and the older
+// channel.k8s.io, base64.channel.k8s.io and no subprotocol (binary; the
+// error channel carries the failure's message only), with wsstream's
+// framing: a channel byte, then the data (base64 text frames for the
+// base64 protocols).
 func serveWebSocketStream(w http.ResponseWriter, r *http.Request, ex *podExecutor, opts *remotecommand.Options) {
 	ch := func(real bool, t wsstream.ChannelType) wsstream.ChannelType {
 		if real {
@@ -267,11 +279,15 @@ func serveWebSocketStream(w http.ResponseWriter, r *http.Request, ex *podExecuto
 		wsResize: wsstream.ReadChannel,
 	}
 	conn := wsstream.NewConn(map[string]wsstream.ChannelProtocolConfig{
-		remotecommand.StreamProtocolV5Name: {Binary: true, Channels: channels},
-		remotecommand.StreamProtocolV4Name: {Binary: true, Channels: channels},
+		remotecommand.StreamProtocolV5Name:      {Binary: true, Channels: channels},
+		wsChannelV4:                             {Binary: true, Channels: channels},
+		wsBase64ChannelV4:                       {Binary: false, Channels: channels},
+		wsstream.ChannelWebSocketProtocol:       {Binary: true, Channels: channels},
+		wsstream.Base64ChannelWebSocketProtocol: {Binary: false, Channels: channels},
+		"":                                      {Binary: true, Channels: channels},
 	})
 	conn.SetIdleTimeout(streamIdleTimeout)
-	_, streams, err := conn.Open(w, r)
+	protocol, streams, err := conn.Open(w, r)
 	if err != nil {
 		return // Open answered the client
 	}
@@ -305,8 +321,16 @@ func serveWebSocketStream(w http.ResponseWriter, r *http.Request, ex *podExecuto
 		}()
 	}
 	err = ex.run(r.Context(), streams[wsStdin], streams[wsStdout], streams[wsStderr], resize)
-	b, _ := json.Marshal(execStatus(err))
-	_, _ = streams[wsError].Write(b)
+	st := execStatus(err)
+	switch protocol {
+	case remotecommand.StreamProtocolV5Name, wsChannelV4, wsBase64ChannelV4:
+		b, _ := json.Marshal(st)
+		_, _ = streams[wsError].Write(b)
+	default: // before v4: the failure's message, nothing on success
+		if st.Status != metav1.StatusSuccess {
+			_, _ = streams[wsError].Write([]byte(st.Message))
+		}
+	}
 }
 
 // execStatus is the status a session ends with, as the kubelet's.

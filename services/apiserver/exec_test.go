@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +36,12 @@ import (
 // 80 echo.
 type fakeNode struct{}
 
+// nodeSessions counts the fake node's sessions in progress.
+var nodeSessions atomic.Int64
+
 func (fakeNode) Exec(ctx context.Context, req nodeexec.Request, st nodeexec.Streams) error {
+	nodeSessions.Add(1)
+	defer nodeSessions.Add(-1)
 	if req.Pod != "web" || (req.Port == 0 && req.Container != "c") {
 		return fmt.Errorf("%w: %s/%s", nodeexec.ErrNotFound, req.Pod, req.Container)
 	}

@@ -27,12 +27,18 @@ type FrontDoor struct {
 	// Tokens signs bound ServiceAccount tokens (TokenRequest, `kubectl
 	// create token`); nil: TokenRequest answers 404.
 	Tokens *auth.BoundTokens
-	Log    *slog.Logger
+	// Pods, when set, serves the front door also on the machine's pod
+	// network gateways (PodListeners), with Config.Addr's port.
+	Pods *PodListeners
+	Log  *slog.Logger
 }
 
 // Start listens on Config.Addr and serves until ctx is done, on g; it
 // returns once the server listens.
 func (f FrontDoor) Start(ctx context.Context, g *errgroup.Group) error {
+	if f.Pods != nil && (f.Pods.Port <= 0 || f.Pods.Port > 65535 || f.Pods.Store == nil) {
+		return fmt.Errorf("%w: PodListeners needs a Store and a Port, got port %d", ErrInvalidConfig, f.Pods.Port)
+	}
 	srv, err := New(f.Config, frontBackend{Backend: f.Backend, NodeRelays: NodeRelays{NATS: f.NATS}, tokens: f.Tokens}, f.Store, f.Log)
 	if err != nil {
 		return err
@@ -42,6 +48,9 @@ func (f FrontDoor) Start(ctx context.Context, g *errgroup.Group) error {
 		return fmt.Errorf("apiserver: listen %q: %w", f.Config.Addr, err)
 	}
 	g.Go(func() error { return srv.Serve(ctx, l) })
+	if f.Pods != nil {
+		f.Pods.run(ctx, g, srv)
+	}
 	return nil
 }
 
@@ -58,7 +67,17 @@ var (
 	_ LogBackend     = frontBackend{}
 	_ MetricsBackend = frontBackend{}
 	_ TokenIssuer    = frontBackend{}
+	_ TokenReviewer  = frontBackend{}
 )
+
+// ReviewToken implements TokenReviewer when the stage does.
+func (b frontBackend) ReviewToken(token string, audiences []string) (auth.TokenReviewResult, bool, error) {
+	tr, ok := b.Backend.(TokenReviewer)
+	if !ok {
+		return auth.TokenReviewResult{}, false, ErrNoTokenReviewer
+	}
+	return tr.ReviewToken(token, audiences)
+}
 
 // IssueServiceAccountToken implements TokenIssuer.
 func (b frontBackend) IssueServiceAccountToken(namespace, name, uid string, obj auth.BoundObject, audiences []string, expiration time.Duration) (string, time.Time, error) {

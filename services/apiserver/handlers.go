@@ -32,7 +32,7 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	switch r.Method {
 	case http.MethodGet:
 		switch {
-		case req.name == "" && (q.Get("watch") == "true" || q.Get("watch") == "1"):
+		case req.name == "" && queryBool(q, "watch"):
 			req.verb = "watch"
 		case req.name == "":
 			req.verb = "list"
@@ -65,8 +65,13 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		s.authorizedTokenRequest(w, r, req)
 		return
 	}
+	if req.res.name == "namespaces" && req.res.group == "" && req.sub == "finalize" && req.verb != "update" {
+		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path)) // finalize is PUT only
+		return
+	}
 	switch {
-	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"):
+	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"),
+		namespaceSubresource(req): // nssubresources.go
 	case req.res.generic() && req.res.store.HasSubresource(req.sub) && (req.verb == "get" || req.verb == "update" || req.verb == "patch"):
 		// A generic kind's status, scale, approval.
 	default:
@@ -106,6 +111,14 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		Resource: req.res.name, Subresource: req.sub, Name: req.name}
 	if d := s.backend.Authorize(attrs); !d.Allowed {
 		writeStatus(w, auth.Forbidden(attrs, ""))
+		return
+	}
+	switch req.res.kind { // reviews.go
+	case "TokenReview":
+		s.tokenReview(w, r, req)
+		return
+	case "SubjectAccessReview", "LocalSubjectAccessReview":
+		s.subjectAccessReview(w, r, req)
 		return
 	}
 	if req.verb == "watch" {
@@ -230,7 +243,7 @@ type selector struct {
 	fields fields.Selector
 }
 
-func parseSelector(r *http.Request) (*selector, *corev1.Status) {
+func parseSelector(r *http.Request, res *resource) (*selector, *corev1.Status) {
 	q := r.URL.Query()
 	sel := &selector{labels: labels.Everything(), fields: fields.Everything()}
 	var err error
@@ -243,59 +256,21 @@ func parseSelector(r *http.Request) (*selector, *corev1.Status) {
 		if sel.fields, err = fields.ParseSelector(v); err != nil {
 			return nil, badRequest("invalid field selector: %v", err)
 		}
+		if sel.fields, err = convertFieldSelector(res, sel.fields); err != nil {
+			return nil, badRequest("%v", err)
+		}
 	}
 	return sel, nil
 }
 
-// matches evaluates the selectors on an object's Kubernetes form; field
-// selectors may name any field path ("spec.nodeName", "involvedObject.uid").
-func (sel *selector) matches(k runtime.Object, raw []byte) bool {
+// matches evaluates the selectors on an object's Kubernetes form: labels
+// on its labels, fields on the kind's selectable fields (fieldselect.go).
+func (sel *selector) matches(k runtime.Object) bool {
 	md := metaOf(k)
 	if !sel.labels.Empty() && !sel.labels.Matches(labels.Set(md.GetLabels())) {
 		return false
 	}
-	if sel.fields.Empty() {
-		return true
-	}
-	set := fields.Set{}
-	var tree map[string]any
-	for _, req := range sel.fields.Requirements() {
-		switch req.Field {
-		case "metadata.name":
-			set[req.Field] = md.GetName()
-		case "metadata.namespace":
-			set[req.Field] = md.GetNamespace()
-		default:
-			if tree == nil {
-				if raw == nil {
-					raw, _ = json.Marshal(k)
-				}
-				_ = json.Unmarshal(raw, &tree)
-			}
-			set[req.Field] = fieldValue(tree, req.Field)
-		}
-	}
-	return sel.fields.Matches(set)
-}
-
-func fieldValue(tree map[string]any, path string) string {
-	var cur any = tree
-	for _, p := range strings.Split(path, ".") {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return ""
-		}
-		cur = m[p]
-	}
-	switch v := cur.(type) {
-	case nil:
-		return ""
-	case string:
-		return v
-	default:
-		b, _ := json.Marshal(v)
-		return string(b)
-	}
+	return sel.fields.Empty() || sel.fields.Matches(selectableFields(k))
 }
 
 func metaOf(k runtime.Object) metav1.Object {
@@ -318,7 +293,7 @@ func (s *Server) listKube(ctx context.Context, req *request, sel *selector) ([]k
 	}
 	items := make([]kubeItem, 0, len(snap.items))
 	for _, it := range snap.items {
-		if sel.matches(it.obj, it.raw) {
+		if sel.matches(it.obj) {
 			items = append(items, it)
 		}
 	}
@@ -360,6 +335,9 @@ func (s *Server) create(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	body, st := bodyJSON(r, body, kubeType(req.res))
+	if st == nil {
+		body, st = defaultTypeMeta(body, req.res)
+	}
 	if st != nil {
 		writeStatus(w, st)
 		return
@@ -478,7 +456,10 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	ssa := strings.HasPrefix(ct, patchApply)
 	var st *corev1.Status
 	if req.verb == "update" {
-		if body, st = bodyJSON(r, body, kubeType(req.res)); st != nil {
+		if body, st = bodyJSON(r, body, kubeType(req.res)); st == nil {
+			body, st = defaultTypeMeta(body, req.res)
+		}
+		if st != nil {
 			writeStatus(w, st)
 			return
 		}
@@ -492,7 +473,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		writeStatus(w, st)
 		return
 	}
-	force := ssa && r.URL.Query().Get("force") == "true"
+	force := ssa && queryBool(r.URL.Query(), "force")
 	if v := r.URL.Query().Get("force"); v != "" && !ssa {
 		writeStatus(w, invalid("PatchOptions.meta.k8s.io", "", []*corev1.StatusCause{{Type: "FieldValueForbidden", Field: "force",
 			Message: "Forbidden: may not be specified for non-apply patch"}},
@@ -530,6 +511,15 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if pod, ok := obj.(*corev1.Pod); ok {
 			writeWarnings(w, warnings)
 			st, out := s.updatePod(ctx, current.(*corev1.Pod), pod, dry)
+			s.respond(w, r, req.res, st, out)
+			return
+		}
+		if ns, ok := obj.(*corev1.Namespace); ok && req.sub != "" {
+			st, out := s.updateNamespaceSub(ctx, req, current.(*corev1.Namespace), ns, dry)
+			if retry && st.GetCode() == http.StatusConflict && attempt < maxPatchRetries && ctx.Err() == nil {
+				continue
+			}
+			writeWarnings(w, warnings)
 			s.respond(w, r, req.res, st, out)
 			return
 		}
@@ -769,7 +759,7 @@ func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // Objects deleted meanwhile by someone else are skipped; the first other
 // failure ends it.
 func (s *Server) deleteCollection(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
-	sel, st := parseSelector(r)
+	sel, st := parseSelector(r, req.res)
 	if st != nil {
 		writeStatus(w, st)
 		return

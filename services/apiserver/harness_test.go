@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +22,6 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/bus/bustest"
-	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/apiserver"
@@ -34,6 +34,8 @@ import (
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
+	"github.com/podflow/podflow/services/stages/bootstrap"
+	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
 )
@@ -130,9 +132,8 @@ func startSystem(t testing.TB, o options) *system {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := st.Create(ctx, &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: "default", Uid: "ns-default"}}); err != nil {
-		t.Fatal(err)
-	}
+	// The namespaces (default ...) and the bootstrap RBAC come from the
+	// api process's bootstrap controller, as in production.
 
 	// The bus topology.
 	topo, err := pipeline.Topology(bus.DefaultStreamsConfig())
@@ -346,8 +347,10 @@ func podJSON(name string, extra string) string {
 }
 
 // apiProcess is the api process as `podflow stage api` composes it
-// (ops/processes/roles.APIProcess): the api stage, the namespace controller, the
-// node token signer and the HTTPS front door hc.
+// (ops/processes/roles.APIProcess): the api stage, the namespace
+// controller, the bootstrap controller, the node token signer, the HTTPS
+// front door hc (with its pod network listeners) and the kubernetes
+// Service's controller.
 func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, error) {
 	tokens, err := auth.LoadBoundTokens(filepath.Join(dir, "sa.key")) // the TokenRequest API
 	if err != nil {
@@ -357,6 +360,7 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, 
 	cfg.TokenFile = filepath.Join(dir, "tokens.csv")
 	cfg.Authn.BoundTokens = tokens
 	nc := namespace.DefaultConfig()
+	nc.DeletionGrace = 0 // the tests here wait for the content's deletion, not kube's grace
 	if nc.ServiceIPs, err = ipalloc.New(cfg.Services); err != nil {
 		return nil, err
 	}
@@ -377,7 +381,23 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, 
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
-	return stage.Compose(s, ns,
+	boot, err := bootstrap.New(env, bootstrap.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	ap, err := netip.ParseAddrPort(hc.Addr)
+	if err != nil {
+		return nil, err
+	}
+	pods := &apiserver.PodListeners{Store: env.Store, Port: int(ap.Port()), Fallback: ap, Interval: 200 * time.Millisecond, Log: env.Log}
+	kc := kubernetesservice.DefaultConfig()
+	kc.ServiceIPs, kc.Endpoint = nc.ServiceIPs, pods.Endpoint
+	kc.Interval = 500 * time.Millisecond // tests wait for it less
+	ks, err := kubernetesservice.New(env, kc)
+	if err != nil {
+		return nil, err
+	}
+	return stage.Compose(s, ns, boot,
 		&apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: tokens, Workers: cfg.Workers, Log: env.Log},
-		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Log: env.Log}), nil
+		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Pods: pods, Log: env.Log}, ks), nil
 }

@@ -146,7 +146,7 @@ func (sn *listSnapshot) page(start string, limit int64, sel *selector) ([]kubeIt
 		if limit > 0 && int64(len(out)) == limit {
 			break
 		}
-		if sel.matches(sn.items[i].obj, sn.items[i].raw) {
+		if sel.matches(sn.items[i].obj) {
 			out = append(out, sn.items[i])
 		}
 	}
@@ -275,7 +275,7 @@ func gone410(msg string) *metav1.Status {
 // (Config.ListSnapshotTTL) so that every continue page comes from the same
 // revision, as from etcd.
 func (s *Server) list(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
-	sel, st := parseSelector(r)
+	sel, st := parseSelector(r, req.res)
 	if st == nil {
 		var o *listOptions
 		if o, st = parseListOptions(r.URL.Query()); st == nil {

@@ -2,10 +2,14 @@ package apiserver
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
@@ -37,6 +41,17 @@ func (s *Server) podLog(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		writeStatus(w, st)
 		return
 	}
+	if wsstream.IsWebSocketRequest(r) {
+		// As kube-apiserver streams a log to a WebSocket client: 101
+		// Switching Protocols, an empty message first, then the log in
+		// binary messages ("" or binary.k8s.io) or base64 text messages
+		// (base64.binary.k8s.io).
+		rd := wsstream.NewReader(&logReader{ctx: ctx, stream: stream}, true, wsstream.NewDefaultReaderProtocols())
+		if err := rd.Copy(w, r); err != nil {
+			s.log.Debug("pods/log over websocket", "pod", req.name, "err", err)
+		}
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
@@ -54,12 +69,35 @@ func (s *Server) podLog(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 }
 
+// logReader reads a LogStream as an io.Reader.
+type logReader struct {
+	ctx    context.Context
+	stream LogStream
+	buf    []byte
+}
+
+func (l *logReader) Read(p []byte) (int, error) {
+	for len(l.buf) == 0 {
+		text, err := l.stream.Next(l.ctx)
+		if err != nil {
+			if errors.Is(err, io.EOF) || l.ctx.Err() != nil {
+				return 0, io.EOF
+			}
+			return 0, err
+		}
+		l.buf = text
+	}
+	n := copy(p, l.buf)
+	l.buf = l.buf[n:]
+	return n, nil
+}
+
 // logOptions reads PodLogOptions from the query, validated as
 // Kubernetes validates them.
 func logOptions(q url.Values, now time.Time) (LogOptions, *corev1.Status) {
 	o := LogOptions{
-		Container: q.Get("container"), Previous: q.Get("previous") == "true",
-		Follow: q.Get("follow") == "true", Timestamps: q.Get("timestamps") == "true",
+		Container: q.Get("container"), Previous: queryBool(q, "previous"),
+		Follow: queryBool(q, "follow"), Timestamps: queryBool(q, "timestamps"),
 	}
 	num := func(name string, min int64) (*int64, *corev1.Status) {
 		v := q.Get(name)

@@ -32,8 +32,7 @@ func TestMetricsAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	crs, _ := auth.BootstrapPolicy()
-	seed := []objects.Object{
+	seed := []objects.Object{ // the bootstrap policy is the bootstrap controller's
 		&corev1.Node{Metadata: &corev1.ObjectMeta{Name: "n1", Labels: map[string]string{"zone": "a"}}},
 		&corev1.Node{Metadata: &corev1.ObjectMeta{Name: "n2"}}, // answers nothing
 		&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p1", Namespace: "default", Labels: map[string]string{"app": "web"}}, Spec: &corev1.PodSpec{NodeName: "n1"}},
@@ -42,9 +41,6 @@ func TestMetricsAPI(t *testing.T) {
 		&corev1.RoleBinding{Metadata: &corev1.ObjectMeta{Name: "alice-reads", Namespace: "default"},
 			RoleRef:  &corev1.RoleRef{Kind: auth.KindRole, Name: "pod-reader", ApiGroup: auth.RBACGroup},
 			Subjects: []*corev1.Subject{{Kind: auth.SubjectUser, Name: "alice"}}},
-	}
-	for _, cr := range crs {
-		seed = append(seed, cr)
 	}
 	for _, o := range seed {
 		if _, err := s.store.Create(ctx, o); err != nil {

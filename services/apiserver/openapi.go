@@ -185,6 +185,12 @@ func goType(r *resource) any {
 		return &k8seventsv1.Event{}
 	case "authorization.k8s.io/v1/SelfSubjectAccessReview":
 		return &authorizationv1.SelfSubjectAccessReview{}
+	case "authorization.k8s.io/v1/SubjectAccessReview":
+		return &authorizationv1.SubjectAccessReview{}
+	case "authorization.k8s.io/v1/LocalSubjectAccessReview":
+		return &authorizationv1.LocalSubjectAccessReview{}
+	case "authentication.k8s.io/v1/TokenReview":
+		return &authenticationv1.TokenReview{}
 	case "authorization.k8s.io/v1/SelfSubjectRulesReview":
 		return &authorizationv1.SelfSubjectRulesReview{}
 	case "authentication.k8s.io/v1/SelfSubjectReview":

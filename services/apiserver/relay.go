@@ -65,7 +65,7 @@ func (r NodeRelays) PodStream(ctx context.Context, pod *corev1.Pod, ps PodStream
 	}
 	err := nodeexec.Run(ctx, r.NATS, nodeexec.DefaultConfig(), req, st)
 	if errors.Is(err, nodeexec.ErrLost) && ctx.Err() == nil {
-		return fmt.Errorf("the node %q does not answer (simulated nodes exec only what they simulate): %w", req.Node, err)
+		return fmt.Errorf("the node %q does not answer: %w", req.Node, err)
 	}
 	return err
 }
@@ -99,7 +99,7 @@ func (r NodeRelays) PodLogs(ctx context.Context, pod *corev1.Pod, opts LogOption
 		return nil, stage.Failure(404, eventsv1.ReasonNotFound, "pods", name, "%v", err)
 	case err != nil:
 		return nil, stage.Failure(503, "ServiceUnavailable", "pods", name,
-			"the node %q does not serve logs (simulated nodes keep none): %v", node, err)
+			"the node %q does not serve logs: %v", node, err)
 	}
 	return stream, nil
 }

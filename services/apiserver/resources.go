@@ -94,6 +94,12 @@ func init() {
 		shortNames: []string{"ep"}, verbs: readVerbs, store: objects.EndpointSlices, readOnly: true, view: endpointsV1})
 	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "selfsubjectreviews",
 		kind: "SelfSubjectReview", verbs: []string{"create"}})
+	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "tokenreviews",
+		kind: "TokenReview", verbs: []string{"create"}})
+	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "subjectaccessreviews",
+		kind: "SubjectAccessReview", verbs: []string{"create"}})
+	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "localsubjectaccessreviews",
+		kind: "LocalSubjectAccessReview", namespaced: true, verbs: []string{"create"}})
 	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectaccessreviews",
 		kind: "SelfSubjectAccessReview", verbs: []string{"create"}})
 	addResource(&resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectrulesreviews",
@@ -148,6 +154,12 @@ func (r *resource) subresources() []metav1.APIResource {
 			{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: []string{"create", "get"}},
 			{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: []string{"create", "get"}},
 			{Name: "pods/ephemeralcontainers", Namespaced: true, Kind: "Pod", Verbs: []string{"get", "patch", "update"}},
+		}
+	}
+	if r.name == "namespaces" && r.group == "" {
+		return []metav1.APIResource{
+			{Name: "namespaces/finalize", Kind: "Namespace", Verbs: []string{"update"}},
+			{Name: "namespaces/status", Kind: "Namespace", Verbs: []string{"get", "patch", "update"}},
 		}
 	}
 	if !r.generic() {
@@ -228,6 +240,18 @@ func (r *resource) toKube(m proto.Message) (runtime.Object, error) {
 // podflow's stored objects may lack (kubectl describe service dereferences
 // every EndpointSlice port's name).
 func defaults(o runtime.Object) {
+	// kube's SetDefaults_Secret and SetDefaults_NamespaceStatus (field
+	// selectors read these values).
+	switch o := o.(type) {
+	case *k8scorev1.Secret:
+		if o.Type == "" {
+			o.Type = k8scorev1.SecretTypeOpaque
+		}
+	case *k8scorev1.Namespace:
+		if o.Status.Phase == "" {
+			o.Status.Phase = k8scorev1.NamespaceActive
+		}
+	}
 	if sl, ok := o.(*k8sdiscoveryv1.EndpointSlice); ok {
 		for i := range sl.Ports {
 			if sl.Ports[i].Name == nil {

@@ -181,6 +181,16 @@ func (s *Server) Run(ctx context.Context) error {
 // Serve serves on l (a plain TCP listener: Serve adds TLS) until ctx
 // ends.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	return s.serve(ctx, l, true)
+}
+
+// serveExtra serves on another listener l (PodListeners) until ctx ends;
+// Addr still names the first.
+func (s *Server) serveExtra(ctx context.Context, l net.Listener) error {
+	return s.serve(ctx, l, false)
+}
+
+func (s *Server) serve(ctx context.Context, l net.Listener, primary bool) error {
 	srv := &http.Server{
 		Handler:           s.handler,
 		TLSConfig:         s.tls,
@@ -196,7 +206,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		l.Close()
 		return nil
 	}
-	s.srv, s.addr = srv, l.Addr()
+	if primary {
+		s.srv, s.addr = srv, l.Addr()
+	}
 	s.mu.Unlock()
 	done := make(chan struct{})
 	stopped := make(chan struct{})
@@ -240,7 +252,8 @@ type request struct {
 
 // limiter is the in-flight limit a request counts under, as
 // kube-apiserver's max-in-flight filter classifies them: watches
-// (long-running: a GET with watch=true or watch=1, whatever else it asks)
+// (long-running: a GET whose watch parameter is true as queryBool reads
+// it, whatever else it asks)
 // and followed logs have their own limit, mutating requests theirs, the rest MaxInFlight. A
 // watch parameter on any other method changes nothing.
 func (s *Server) limiter(r *http.Request) chan struct{} {
@@ -249,10 +262,10 @@ func (s *Server) limiter(r *http.Request) chan struct{} {
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		if w := r.URL.Query().Get("watch"); w == "true" || w == "1" {
+		if queryBool(r.URL.Query(), "watch") {
 			return s.watches
 		}
-		if strings.HasSuffix(r.URL.Path, "/log") && r.URL.Query().Get("follow") == "true" {
+		if strings.HasSuffix(r.URL.Path, "/log") && queryBool(r.URL.Query(), "follow") {
 			return s.watches // a followed log is long-running too
 		}
 		return s.inflight
@@ -384,7 +397,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.User
 		return
 	}
 	req := &request{user: user, gv: gv}
-	if rest[0] == "namespaces" && len(rest) >= 3 {
+	// /api/v1/namespaces/NAME/{status,finalize} are the namespace's own
+	// subresources, not a namespaced resource.
+	nsSub := gv == "v1" && len(rest) == 3 && rest[0] == "namespaces" && (rest[2] == "status" || rest[2] == "finalize")
+	if rest[0] == "namespaces" && len(rest) >= 3 && !nsSub {
 		req.namespace, rest = rest[1], rest[2:]
 	}
 	req.res = lookupResource(gv, rest[0])

@@ -21,6 +21,10 @@ var versionInfo = &version.Info{
 	GoVersion: runtime.Version(), Compiler: runtime.Compiler,
 }
 
+// KubernetesVersion is the Kubernetes version podflow's API answers on
+// /version (GitVersion).
+func KubernetesVersion() string { return versionInfo.GitVersion }
+
 func apiVersions(r *http.Request) *metav1.APIVersions {
 	return &metav1.APIVersions{
 		TypeMeta: metav1.TypeMeta{Kind: "APIVersions"},

@@ -73,7 +73,7 @@ func (s *Server) waitForRevision(ctx context.Context, req *request, rev int64) *
 // BookmarkInterval. Selector semantics follow Kubernetes: an object that
 // stops matching is sent as DELETED.
 func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
-	sel, st := parseSelector(r)
+	sel, st := parseSelector(r, req.res)
 	if st != nil {
 		writeStatus(w, st)
 		return
@@ -98,7 +98,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 	// the current state as ADDED events whatever the resourceVersion (a
 	// linearizable read is never older than it), closed by a BOOKMARK
 	// annotated k8s.io/initial-events-end.
-	initialEvents := q.Get("sendInitialEvents") == "true"
+	initialEvents := queryBool(q, "sendInitialEvents")
 	switch rv := q.Get("resourceVersion"); {
 	case rv == "" || rv == "0" || initialEvents:
 		items, rev, st := s.listKube(ctx, req, sel)
@@ -175,7 +175,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 	}
 	defer wt.Stop()
 	var bookmarks <-chan time.Time
-	if q.Get("allowWatchBookmarks") == "true" {
+	if queryBool(q, "allowWatchBookmarks") {
 		t := time.NewTicker(s.cfg.BookmarkInterval)
 		defer t.Stop()
 		bookmarks = t.C
@@ -201,7 +201,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 				return
 			}
 			last = ev.Revision
-			k, raw, err := s.cache.convert(req.res, ev.KV)
+			k, _, err := s.cache.convert(req.res, ev.KV)
 			if err != nil {
 				sendStatus(stage.Internal(err))
 				return
@@ -215,11 +215,11 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *request) {
 			switch {
 			case ev.Type == raftstore.EventDelete:
 				typ = eventDeleted
-				if !sel.matches(k, raw) && !visible[key] {
+				if !sel.matches(k) && !visible[key] {
 					continue
 				}
 				delete(visible, key)
-			case sel.matches(k, raw):
+			case sel.matches(k):
 				// New, or entering the view of a watch that listed what it
 				// showed (a watch from a resourceVersion cannot tell).
 				if ev.KV.CreateRevision == ev.KV.ModRevision || (listed && !visible[key]) {

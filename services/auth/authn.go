@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -325,6 +326,12 @@ func (a *TokenAuthenticator) authenticateBound(token string) (*corev1.UserInfo, 
 	if err != nil {
 		return nil, Unauthorized()
 	}
+	return a.authenticateClaims(c, at)
+}
+
+// authenticateClaims checks a verified bound token's ServiceAccount and
+// bound object at time at.
+func (a *TokenAuthenticator) authenticateClaims(c BoundTokenClaims, at time.Time) (*corev1.UserInfo, *corev1.Status) {
 	a.mu.RLock()
 	uid, exists := a.accounts[c.Namespace+"/"+c.Name]
 	obj, objExists := a.bindable[c.Object.Kind+"/"+c.Namespace+"/"+c.Object.Name]
@@ -376,4 +383,83 @@ func withGroup(groups []string, g string) []string {
 
 func cloneUser(u *corev1.UserInfo) *corev1.UserInfo {
 	return &corev1.UserInfo{Username: u.Username, Uid: u.Uid, Groups: append([]string(nil), u.Groups...)}
+}
+
+// Extra keys of a pod-bound ServiceAccount token's user, as Kubernetes'
+// (pkg/serviceaccount).
+const (
+	ExtraPodName = "authentication.kubernetes.io/pod-name"
+	ExtraPodUID  = "authentication.kubernetes.io/pod-uid"
+)
+
+// TokenReviewResult is what a TokenReview learns of a token: the user it
+// authenticates as, that user's extra attributes, and the audiences it is
+// valid for among those asked.
+type TokenReviewResult struct {
+	User      *corev1.UserInfo
+	Extra     map[string][]string
+	Audiences []string
+}
+
+// ReviewToken authenticates token for audiences, as kube-apiserver's
+// TokenReview: no audiences means the server's own (BoundTokens'). A bound
+// token must name one of them (Audiences is the intersection; none is an
+// error worded as Kubernetes' "token audiences ... is invalid for the
+// target audiences ..."), and is checked as AuthenticateToken checks it
+// (its ServiceAccount and bound object). Static and legacy
+// ServiceAccount tokens carry no audience: they are valid for the asked
+// audiences that are the server's, and for none when there are none of
+// those. ok is false for a token that does not authenticate; err says
+// why when Kubernetes would say it.
+func (a *TokenAuthenticator) ReviewToken(token string, audiences []string) (r TokenReviewResult, ok bool, err error) {
+	var server []string
+	if a.cfg.BoundTokens != nil {
+		server = a.cfg.BoundTokens.Audiences()
+	}
+	if len(audiences) == 0 {
+		audiences = server
+	}
+	if a.cfg.BoundTokens != nil && strings.Count(token, ".") == 2 && wellFormed(token, a.cfg.MaxTokenBytes) {
+		now := time.Now
+		if a.cfg.Now != nil {
+			now = a.cfg.Now
+		}
+		c, verr := a.cfg.BoundTokens.VerifyFor(token, audiences, now())
+		if verr != nil {
+			if tokAuds, aerr := a.cfg.BoundTokens.TokenAudiences(token); aerr == nil && len(intersect(tokAuds, audiences)) == 0 {
+				return r, false, fmt.Errorf("token audiences %q is invalid for the target audiences %q", tokAuds, audiences)
+			}
+			return r, false, nil
+		}
+		u, st := a.authenticateClaims(c, now())
+		if st != nil {
+			return r, false, nil
+		}
+		r = TokenReviewResult{User: u, Audiences: intersect(c.Audiences, audiences), Extra: map[string][]string{}}
+		if c.Object.Kind == BoundKindPod {
+			r.Extra[ExtraPodName] = []string{c.Object.Name}
+			r.Extra[ExtraPodUID] = []string{c.Object.UID}
+		}
+		return r, true, nil
+	}
+	auds := intersect(server, audiences)
+	if len(server) > 0 && len(auds) == 0 {
+		return r, false, nil
+	}
+	u, st := a.AuthenticateToken(token)
+	if st != nil {
+		return r, false, nil
+	}
+	return TokenReviewResult{User: u, Audiences: auds}, true, nil
+}
+
+// intersect returns the elements of a that are in b, in a's order.
+func intersect(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if slices.Contains(b, x) && !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }

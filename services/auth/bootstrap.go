@@ -15,7 +15,13 @@ var (
 	writeVerbs = []string{"create", "delete", "deletecollection", "patch", "update"}
 )
 
-// BootstrapPolicy returns the RBAC objects podflow seeds at first start:
+// AnnotationAutoupdate on a bootstrap role or binding lets the bootstrap
+// controller add back what the policy has and the object lacks ("false":
+// leave it as the user made it), as kube-apiserver's bootstrap-roles hook.
+const AnnotationAutoupdate = "rbac.authorization.kubernetes.io/autoupdate"
+
+// BootstrapPolicy returns the RBAC objects the bootstrap controller
+// (services/stages/bootstrap) keeps in every cluster:
 //
 //   - cluster-admin: every verb on every resource, bound to the group
 //     system:masters by the ClusterRoleBinding "cluster-admin";
@@ -66,8 +72,9 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 	}
 	role := func(name string, rules []*corev1.PolicyRule) *corev1.ClusterRole {
 		return &corev1.ClusterRole{
-			Metadata: &corev1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/bootstrapping": "rbac-defaults"}},
-			Rules:    rules,
+			Metadata: &corev1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/bootstrapping": "rbac-defaults"},
+				Annotations: map[string]string{AnnotationAutoupdate: "true"}},
+			Rules: rules,
 		}
 	}
 	clusterRoles = []*corev1.ClusterRole{
@@ -80,7 +87,8 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 		role(ClusterRoleView, viewRules()),
 	}
 	clusterRoleBindings = []*corev1.ClusterRoleBinding{{
-		Metadata: &corev1.ObjectMeta{Name: ClusterRoleClusterAdmin, Labels: map[string]string{"kubernetes.io/bootstrapping": "rbac-defaults"}},
+		Metadata: &corev1.ObjectMeta{Name: ClusterRoleClusterAdmin, Labels: map[string]string{"kubernetes.io/bootstrapping": "rbac-defaults"},
+			Annotations: map[string]string{AnnotationAutoupdate: "true"}},
 		Subjects: []*corev1.Subject{{Kind: SubjectGroup, ApiGroup: "rbac.authorization.k8s.io", Name: GroupMasters}},
 		RoleRef:  &corev1.RoleRef{ApiGroup: "rbac.authorization.k8s.io", Kind: KindClusterRole, Name: ClusterRoleClusterAdmin},
 	}}

@@ -188,6 +188,12 @@ func (b *BoundTokens) Issue(namespace, name, uid string, obj BoundObject, audien
 // Audiences()) and validity times at now and returns its claims. It does
 // not check that the ServiceAccount exists: TokenAuthenticator does.
 func (b *BoundTokens) Verify(token string, now time.Time) (BoundTokenClaims, error) {
+	return b.VerifyFor(token, b.audiences, now)
+}
+
+// VerifyFor is Verify for a token that must name one of audiences (a
+// TokenReview's spec.audiences) instead of one of Audiences().
+func (b *BoundTokens) VerifyFor(token string, audiences []string, now time.Time) (BoundTokenClaims, error) {
 	tok, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{jose.ES256})
 	if err != nil {
 		return BoundTokenClaims{}, fmt.Errorf("%w: %w", ErrInvalidBoundToken, err)
@@ -196,7 +202,7 @@ func (b *BoundTokens) Verify(token string, now time.Time) (BoundTokenClaims, err
 	if err := tok.Claims(b.pub, &c); err != nil {
 		return BoundTokenClaims{}, fmt.Errorf("%w: %w", ErrInvalidBoundToken, err)
 	}
-	if err := c.Claims.ValidateWithLeeway(jwt.Expected{Issuer: b.issuer, AnyAudience: jwt.Audience(b.audiences), Time: now}, time.Minute); err != nil {
+	if err := c.Claims.ValidateWithLeeway(jwt.Expected{Issuer: b.issuer, AnyAudience: jwt.Audience(audiences), Time: now}, time.Minute); err != nil {
 		return BoundTokenClaims{}, fmt.Errorf("%w: %w", ErrInvalidBoundToken, err)
 	}
 	k := c.Kubernetes
@@ -218,6 +224,20 @@ func (b *BoundTokens) Verify(token string, now time.Time) (BoundTokenClaims, err
 	}
 	return BoundTokenClaims{Namespace: k.Namespace, Name: k.ServiceAccount.Name, UID: k.ServiceAccount.UID, Object: obj,
 		Audiences: c.Audience, Expiry: c.Expiry.Time()}, nil
+}
+
+// TokenAudiences returns the audiences a token signed by b names,
+// whatever they are (Verify checks them).
+func (b *BoundTokens) TokenAudiences(token string) ([]string, error) {
+	tok, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidBoundToken, err)
+	}
+	var c jwt.Claims
+	if err := tok.Claims(b.pub, &c); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidBoundToken, err)
+	}
+	return c.Audience, nil
 }
 
 // LoadOrCreateSigningKey reads the ECDSA P-256 ServiceAccount signing key

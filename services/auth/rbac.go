@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"google.golang.org/protobuf/proto"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	"github.com/podflow/podflow/proto/corev1"
 )
@@ -39,8 +40,10 @@ type Attributes struct {
 
 // Decision is the outcome of Authorize. Reason says which binding allowed
 // the request ("RBAC: allowed by RoleBinding \"x/y\" of Role \"r\" to User
-// \"alice\"") and is empty on denial, as in Kubernetes: RBAC denies by
-// having no rule that allows.
+// \"alice\""); on denial it names the roles bound to the user that do not
+// exist ("RBAC: role.rbac.authorization.k8s.io \"r\" not found") and is
+// empty otherwise, as in Kubernetes: RBAC denies by having no rule that
+// allows.
 type Decision struct {
 	Allowed bool
 	Reason  string
@@ -298,6 +301,7 @@ func (r *RBAC) Authorize(a Attributes) Decision {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	scopes := [2]string{"", a.Namespace}
+	var missing []error // roles bound to the user that do not exist
 	for i, ns := range scopes {
 		if i == 1 && ns == "" {
 			break // a cluster-scoped request: RoleBindings do not apply
@@ -306,25 +310,50 @@ func (r *RBAC) Authorize(a Attributes) Decision {
 		if bySub == nil {
 			continue
 		}
-		if d, ok := r.authorizeSubject(bySub, subjectKey{SubjectUser, a.User.GetUsername()}, a); ok {
+		if d, ok := r.authorizeSubject(bySub, subjectKey{SubjectUser, a.User.GetUsername()}, a, &missing); ok {
 			return d
 		}
 		for _, g := range a.User.GetGroups() {
-			if d, ok := r.authorizeSubject(bySub, subjectKey{SubjectGroup, g}, a); ok {
+			if d, ok := r.authorizeSubject(bySub, subjectKey{SubjectGroup, g}, a, &missing); ok {
 				return d
 			}
 		}
 	}
+	if len(missing) > 0 {
+		// As Kubernetes' RBAC authorizer: a denial names the bound roles
+		// it could not find.
+		slices.SortFunc(missing, func(x, y error) int { return strings.Compare(x.Error(), y.Error()) })
+		return Decision{Reason: fmt.Sprintf("RBAC: %v", utilerrors.NewAggregate(missing))}
+	}
 	return Decision{}
 }
 
-func (r *RBAC) authorizeSubject(bySub map[subjectKey]map[nsName]*binding, k subjectKey, a Attributes) (Decision, bool) {
+func (r *RBAC) authorizeSubject(bySub map[subjectKey]map[nsName]*binding, k subjectKey, a Attributes, missing *[]error) (Decision, bool) {
 	for _, b := range bySub[k] {
 		if r.bindingAllows(b, a) {
 			return Decision{Allowed: true, Reason: allowReason(b, k)}, true
 		}
+		if err := r.roleMissing(b); err != nil {
+			*missing = append(*missing, err)
+		}
 	}
 	return Decision{}, false
+}
+
+// roleMissing is Kubernetes' not-found error for the role b refers to
+// when it does not exist, nil otherwise.
+func (r *RBAC) roleMissing(b *binding) error {
+	switch ref := b.roleRef; {
+	case ref.GetKind() == KindClusterRole:
+		if _, ok := r.clusterRoles[ref.GetName()]; !ok {
+			return fmt.Errorf("clusterrole.rbac.authorization.k8s.io %q not found", ref.GetName())
+		}
+	case ref.GetKind() == KindRole && b.namespace != "":
+		if _, ok := r.roles[nsName{b.namespace, ref.GetName()}]; !ok {
+			return fmt.Errorf("role.rbac.authorization.k8s.io %q not found", ref.GetName())
+		}
+	}
+	return nil
 }
 
 // RulesFor lists the rules that apply to user in namespace, as

@@ -143,6 +143,27 @@ func TestAuthorizeReason(t *testing.T) {
 	}
 }
 
+// TestDenialReasonNamesMissingRoles: a denial names the roles bound to the
+// user that do not exist, as Kubernetes' RBAC authorizer's reason; other
+// denials have none.
+func TestDenialReasonNamesMissingRoles(t *testing.T) {
+	r := policy(t)
+	d := r.Authorize(Attributes{User: user("dave"), Verb: "get", Namespace: "default", Resource: "pods"})
+	if want := `RBAC: role.rbac.authorization.k8s.io "does-not-exist" not found`; d.Allowed || d.Reason != want {
+		t.Errorf("dave: %+v, want denied with %q", d, want)
+	}
+	r.UpsertClusterRoleBinding(&corev1.ClusterRoleBinding{Metadata: meta("", "dave-gone"),
+		Subjects: []*corev1.Subject{{Kind: SubjectUser, Name: "dave"}},
+		RoleRef:  &corev1.RoleRef{Kind: KindClusterRole, Name: "gone"}})
+	d = r.Authorize(Attributes{User: user("dave"), Verb: "get", Namespace: "default", Resource: "pods"})
+	if want := `RBAC: [clusterrole.rbac.authorization.k8s.io "gone" not found, role.rbac.authorization.k8s.io "does-not-exist" not found]`; d.Reason != want {
+		t.Errorf("dave with two missing roles: %q, want %q", d.Reason, want)
+	}
+	if d := r.Authorize(Attributes{User: user("nobody"), Verb: "get", Namespace: "default", Resource: "pods"}); d.Allowed || d.Reason != "" {
+		t.Errorf("nobody: %+v, want denied without a reason", d)
+	}
+}
+
 func TestUpsertDeleteReindex(t *testing.T) {
 	r := policy(t)
 	a := Attributes{User: user("alice"), Verb: "create", Namespace: "default", Resource: "pods"}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 
 	yaml3 "go.yaml.in/yaml/v3"
@@ -235,6 +236,13 @@ func (d *decoder) object(j []byte, prefix string, inList bool) error {
 		drops = nil // status only: the system's, replaced on create
 	}
 	warnings := PodWarnings(msg)
+	if k.newKube != nil {
+		// A field podflow does not keep, sent with its zero value, loses
+		// nothing: it is what podflow's own read returns for it (a Node's
+		// status.daemonEndpoints, nodeInfo.bootID, sent back by kubectl
+		// cordon, taint and drain), so it warrants no warning.
+		drops = slices.DeleteFunc(drops, func(d dropped) bool { return zeroTree(d.value) })
+	}
 	for _, p := range dropPaths(drops) {
 		if k.newKube == nil {
 			e.Field = p
@@ -369,4 +377,39 @@ func (c *aliasCounter) expanded(n *yaml3.Node) int {
 	delete(c.busy, n)
 	c.memo[n] = total
 	return total
+}
+
+// zeroTree reports whether every leaf of a decoded JSON value is its
+// type's zero value ("", 0, false, null, empty lists and objects).
+func zeroTree(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case string:
+		return x == ""
+	case bool:
+		return !x
+	case float64:
+		return x == 0
+	case int64:
+		return x == 0
+	case json.Number:
+		f, err := x.Float64()
+		return err == nil && f == 0
+	case []any:
+		for _, e := range x {
+			if !zeroTree(e) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		for _, e := range x {
+			if !zeroTree(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }

@@ -123,3 +123,32 @@ func Delete(ctx context.Context, st *objects.Store, name string) (*corev1.Status
 	}
 	return stage.Success(200, "namespaces", name), ns
 }
+
+// ErrNamespaceChanged is CreateIn's error when the namespace changed since
+// it was read (it may be being deleted now): read it again and retry.
+var ErrNamespaceChanged = errors.New("nslifecycle: the namespace changed since it was read")
+
+// CreateIn is a controller's create-if-absent of obj in the namespace ns,
+// as ns was read (at its resourceVersion): one store transaction that
+// writes obj only if ns is still at that revision and obj does not
+// exist, so that nothing is created in a namespace marked deleted since
+// it was read (kube-apiserver's NamespaceLifecycle admission, which
+// refuses such a create). created is false and err nil when obj exists
+// already — another replica's create, which is as good; err is
+// ErrNamespaceChanged when ns changed, and a 403 Status error is never
+// returned: a terminating ns creates nothing (false, nil).
+func CreateIn(ctx context.Context, st *objects.Store, ns *corev1.Namespace, obj objects.Object) (created bool, err error) {
+	if Terminating(ns) {
+		return false, nil
+	}
+	_, err = st.Commit(ctx, objects.Txn{}.Unchanged(ns).Compare(obj, objects.Absent).Put(obj))
+	switch {
+	case err == nil:
+		return true, nil
+	case objects.ConflictOn(err, obj):
+		return false, nil
+	case objects.ConflictOn(err, ns):
+		return false, ErrNamespaceChanged
+	}
+	return false, err
+}

@@ -41,7 +41,9 @@ var Outputs = map[string][]eventsv1.Type{
 	Endpoints:   {"EndpointsUpdated"},
 	// Controller stages write the store; the node lifecycle controller
 	// also hands the pods it evicts to their nodes.
-	NodeLifecycle: {"PodDeleteRequested", "PodDeleted"},
+	ServiceAccount: nil,
+	RootCACert:     nil,
+	NodeLifecycle:  {"PodDeleteRequested", "PodDeleted"},
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -200,6 +202,11 @@ func StoreReadACL(user, key string, prefix bool) bool {
 // the node that has it (written by Linux node agents).
 const PodCIDRPrefix = "/registry/podflow/podcidrs/"
 
+// MasterLeasePrefix holds one store key per live api replica address
+// (kube-apiserver's /masterleases/): the kubernetes Service's endpoints
+// (services/stages/kubernetesservice). Only the api stage writes it.
+const MasterLeasePrefix = "/registry/podflow/masterleases/"
+
 // RequestIDPrefix holds one store key per request id a stored pod holds
 // (persistence.RequestIDKey); its value is a reference to that pod. The
 // persistence stage creates it in the pod's own create transaction, on
@@ -212,12 +219,14 @@ const RequestIDPrefix = "/registry/podflow/requestids/"
 // time too (StoreWriteACL reads objects.Kinds for it); the others only
 // what their step of the lifecycle records.
 var storeWrites = map[string][]objects.Kind{
-	API:         nil,
-	Admission:   nil,
-	Persistence: {objects.Pods, objects.Events},
-	Scheduler:   {objects.Pods, objects.NodeAllocations, objects.Events},
-	Status:      {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
-	Endpoints:   {objects.EndpointSlices, objects.Events},
+	API:            nil,
+	Admission:      nil,
+	Persistence:    {objects.Pods, objects.Events},
+	Scheduler:      {objects.Pods, objects.NodeAllocations, objects.Events},
+	Status:         {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
+	Endpoints:      {objects.EndpointSlices, objects.Events},
+	ServiceAccount: {objects.ServiceAccounts, objects.Events},
+	RootCACert:     {objects.ConfigMaps, objects.Events},
 	// Nodes' conditions and taints; pods' Ready, DisruptionTarget and
 	// deletion (an eviction).
 	NodeLifecycle: {objects.Nodes, objects.Pods, objects.Events},
@@ -248,7 +257,8 @@ func StoreWriteACL(writer, key string) bool {
 		}
 		switch writer {
 		case StageRole(API):
-			kinds = objects.Kinds() // ClusterIPs' reservations are IPAddresses
+			kinds = objects.Kinds()                        // ClusterIPs' reservations are IPAddresses
+			prefixes = append(prefixes, MasterLeasePrefix) // the replicas' leases of default/kubernetes
 		case StageRole(Persistence):
 			prefixes = append(prefixes, RequestIDPrefix)
 		}

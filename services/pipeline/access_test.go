@@ -291,9 +291,11 @@ func TestStageRoles(t *testing.T) {
 			}
 			if pipeline.Controller(stage) {
 				// No consumer (management, below, may not make one); it
-				// publishes its outputs.
-				if got := accepted(conn, event(t, out, "controller")); len(got) != 1 {
-					t.Errorf("controller stage %s may not publish its output %s", stage, out)
+				// publishes its outputs, if it has any.
+				if out != "" {
+					if got := accepted(conn, event(t, out, "controller")); len(got) != 1 {
+						t.Errorf("controller stage %s may not publish its output %s", stage, out)
+					}
 				}
 			} else {
 				runOnce(t, admin, conn, cfg, pipeline.Inputs[stage][0], out)

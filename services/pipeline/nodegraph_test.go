@@ -177,3 +177,39 @@ func TestNodeAuthorizerGraph(t *testing.T) {
 		t.Errorf("the api stage reads n2's Secret: %v", err)
 	}
 }
+
+// TestPodReferences: the Secrets and ConfigMaps a pod references are
+// every one Kubernetes' node authorizer graph has as an edge — a
+// projected volume's sources (kube-api-access' kube-root-ca.crt),
+// envFrom, and ephemeral containers' env as well as volumes, env
+// valueFrom and imagePullSecrets — so that its node may read them and
+// nothing else.
+func TestPodReferences(t *testing.T) {
+	pod := &corev1.Pod{Spec: &corev1.PodSpec{
+		ImagePullSecrets: []*corev1.LocalObjectReference{{Name: "pull"}},
+		Volumes: []*corev1.Volume{
+			{Name: "s", Secret: &corev1.SecretVolumeSource{SecretName: "vol-secret"}},
+			{Name: "c", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "vol-cm"}},
+			{Name: "kube-api-access", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
+				{ConfigMap: &corev1.ConfigMapProjection{Name: "kube-root-ca.crt"}},
+				{Secret: &corev1.SecretProjection{Name: "projected-secret"}},
+			}}},
+		},
+		InitContainers: []*corev1.Container{{Name: "i", EnvFrom: []*corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{Name: "init-envfrom-cm"}}}}},
+		Containers: []*corev1.Container{{Name: "c",
+			Env:     []*corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.KeySelector{Name: "env-secret", Key: "x"}}}},
+			EnvFrom: []*corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{Name: "envfrom-secret"}}}}},
+		EphemeralContainers: []*corev1.EphemeralContainer{{Name: "debug",
+			Env: []*corev1.EnvVar{{Name: "Y", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.KeySelector{Name: "ephemeral-cm", Key: "y"}}}}}},
+	}}
+	secrets, configMaps := pipeline.PodReferences(pod)
+	slices.Sort(secrets)
+	slices.Sort(configMaps)
+	if want := []string{"env-secret", "envfrom-secret", "projected-secret", "pull", "vol-secret"}; !slices.Equal(secrets, want) {
+		t.Errorf("secrets %v, want %v", secrets, want)
+	}
+	if want := []string{"ephemeral-cm", "init-envfrom-cm", "kube-root-ca.crt", "vol-cm"}; !slices.Equal(configMaps, want) {
+		t.Errorf("configMaps %v, want %v", configMaps, want)
+	}
+}

@@ -30,22 +30,26 @@ const (
 	Status      = "status"
 	Endpoints   = "endpoints"
 	// Controller stages (they consume no events: Controller).
-	NodeLifecycle = "nodelifecycle" // nodes that stop heartbeating: taints, evictions
+	ServiceAccount = "serviceaccount" // a "default" ServiceAccount in every namespace
+	RootCACert     = "rootcacert"     // kube-root-ca.crt in every namespace
+	NodeLifecycle  = "nodelifecycle"  // nodes that stop heartbeating: taints, evictions
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
-var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, NodeLifecycle}
+var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert, NodeLifecycle}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
 var Inputs = map[string][]eventsv1.Type{
-	API:           {"PodRequested"},
-	Admission:     {"PodAuthorized"},
-	Persistence:   {"PodAdmitted"},
-	Scheduler:     {"PodPersisted", "PodDeleted"},
-	Status:        {"PodStatusReport", "PodDeleted"},
-	Endpoints:     {"PodReady", "PodNotReady", "PodDeleted"},
-	NodeLifecycle: nil,
+	API:            {"PodRequested"},
+	Admission:      {"PodAuthorized"},
+	Persistence:    {"PodAdmitted"},
+	Scheduler:      {"PodPersisted", "PodDeleted"},
+	Status:         {"PodStatusReport", "PodDeleted"},
+	Endpoints:      {"PodReady", "PodNotReady", "PodDeleted"},
+	ServiceAccount: nil,
+	RootCACert:     nil,
+	NodeLifecycle:  nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +39,19 @@ type Pong struct {
 	Redelivered  int64     `json:"redelivered"`
 	DeadLettered int64     `json:"deadLettered"`
 	Failed       int64     `json:"failed"`
+	// Version is the replica's podflow build (BuildVersion).
+	Version string `json:"version,omitempty"`
+}
+
+// BuildVersion is the running binary's podflow version: its main
+// module's version, or v0.0.0-dev for a development build, and the Go
+// release it was built with.
+func BuildVersion() string {
+	v := "v0.0.0-dev"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	return v + " (" + runtime.Version() + ")"
 }
 
 // Metrics are a stage replica's Prometheus metrics and running counts. It
@@ -137,6 +152,7 @@ func answerPings(ctx context.Context, g *errgroup.Group, nc *nats.Conn, env Env,
 		b, _ := json.Marshal(Pong{
 			Stage: env.Stage, Replica: env.Replica, PID: os.Getpid(), Started: started,
 			Handled: m.handled.Load(), Redelivered: m.redelivered.Load(), DeadLettered: m.deadLettered.Load(), Failed: m.failed.Load(),
+			Version: BuildVersion(),
 		})
 		_ = msg.Respond(b)
 	})

@@ -16,10 +16,20 @@
 //   - status: node agents' reports into the store;
 //   - endpoints: EndpointSlices from Ready pods.
 //
-// The controller stages, each a reconcile loop over the store:
+// The controller stages, each a reconcile loop over the store (informers,
+// a workqueue, a periodic resync; no consumer: pipeline.Controller,
+// stage.Config.NoConsumer):
 //
-//   - namespace: empties and removes deleted namespaces (run in the api
-//     process today, with the api stage's identity).
+//   - serviceaccount: a "default" ServiceAccount in every namespace;
+//   - rootcacert: the kube-root-ca.crt ConfigMap in every namespace.
+//
+// Controllers run in the api process, with the api stage's identity, as
+// kube-apiserver runs them:
+//
+//   - namespace: empties and removes deleted namespaces;
+//   - bootstrap: the system namespaces and the bootstrap RBAC policy;
+//   - kubernetesservice: default/kubernetes and its EndpointSlice (the api
+//     replicas' addresses).
 //
 // How a stage's replica is composed into a process (the handler, the
 // parts beside it, its bus identity) is the business of ops's process

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/spf13/cobra"
 
@@ -32,32 +31,44 @@ func (o *clientOptions) ns() string { return podrules.NamespaceOrDefault(o.names
 // returns the token to act with: --token, else the configuration's admin
 // token.
 func (o *clientOptions) session(ctx context.Context) (*client.Session, string, error) {
-	cli := client.DefaultCLI()
-	rt, err := client.ParseRequestTimeout(requestTimeout)
-	if err != nil {
-		return nil, "", err
-	}
-	cli.RequestTimeout = rt
-	sess, err := client.OpenCLI(ctx, o.config, "podflow-cli", cli)
+	sess, err := openCLI(ctx, o.config, "podflow-cli")
 	if err != nil {
 		return nil, "", err
 	}
 	return sess, sess.Token(o.token), nil
 }
 
+// openCLI is every client command's session: it gives up within the
+// connect timeout with the same message everywhere (client.OpenCLI), and
+// bounds each request by --request-timeout.
+func openCLI(ctx context.Context, config, name string) (*client.Session, error) {
+	cli := client.DefaultCLI()
+	rt, err := client.ParseRequestTimeout(requestTimeout)
+	if err != nil {
+		return nil, err
+	}
+	cli.RequestTimeout = rt
+	return client.OpenCLI(ctx, config, name, cli)
+}
+
 func newApplyCmd() *cobra.Command {
 	o := &clientOptions{}
 	var files []string
+	var kustomize string
+	var recursive bool
 	cmd := &cobra.Command{
-		Use:   "apply -f FILE",
+		Use:   "apply (-f FILE|DIR | -k DIR)",
 		Short: "Apply Kubernetes YAML (Pod, Service, Namespace, ServiceAccount, RBAC, ConfigMap, Secret, ...)",
 		Long: `Apply Kubernetes manifests. A Pod travels the whole lifecycle (api, admission,
 persistence) and apply returns once it is stored — like kubectl, "created"
 does not mean running. Other kinds are written through the api stage after
-authentication and RBAC. Multi-document YAML and "-" for stdin work.`,
+authentication and RBAC. Multi-document YAML and "-" for stdin work; a
+directory applies its .json, .yaml and .yml files (-R: and its
+subdirectories'); -k applies a kustomization, built as kubectl builds it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(files) == 0 {
-				return errors.New("must specify -f FILE")
+			objs, err := client.ReadSources(files, kustomize, recursive)
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			sess, token, err := o.session(ctx)
@@ -65,10 +76,12 @@ authentication and RBAC. Multi-document YAML and "-" for stdin work.`,
 				return err
 			}
 			defer sess.Close()
-			return sess.ApplyFiles(ctx, files, token, o.namespace, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return sess.ApplyObjects(ctx, objs, token, o.namespace, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	o.flags(cmd)
-	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file (or - for stdin); repeatable")
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file or directory (or - for stdin); repeatable")
+	cmd.Flags().StringVarP(&kustomize, "kustomize", "k", "", "apply the kustomization in this directory")
+	cmd.Flags().BoolVarP(&recursive, "recursive", "R", false, "with -f DIR, also the files of its subdirectories")
 	return cmd
 }

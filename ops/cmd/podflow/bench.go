@@ -109,15 +109,19 @@ counted by the system itself: the CPU time of every process (from
 JetStream messages stored, deliveries and acks (the NATS server's stream
 and consumer counters), the store requests, raft log entries and fsyncs and
 the watch events delivered (each store replica's status counters), from
-the first request until every consumer has drained. Without --config it starts its own
-` + "`podflow up`" + ` in a temporary directory (3 store replicas, --nodes simulated nodes)
-and stops it afterwards.`,
+the first request until every consumer has drained. It works on the
+configured system (--config, else $PODFLOW_CONFIG, ./.podflow/config.json,
+~/.podflow/config.json, as every command); with --own, or when none is
+configured, it starts its own ` + "`podflow up`" + ` in a temporary directory (3 store
+replicas, --nodes simulated nodes) and stops it afterwards. It says which,
+and prints its progress while it waits.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return bench.RunPipeline(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
 	configFlag(cmd, &o.Config)
 	f := cmd.Flags()
+	f.BoolVar(&o.Own, "own", false, "start a fresh system of its own, even when one is configured")
 	f.IntVar(&o.Pods, "pods", 2000, "pods to request in all")
 	f.IntVar(&o.Rate, "rate", 1000, "offered load, PodRequested events per second")
 	f.IntVar(&o.Nodes, "nodes", 50, "simulated nodes (when starting its own system)")

@@ -25,12 +25,15 @@ waits for the system to settle and checks, from the store and the streams:
 every pod Running and Ready; no pod bound twice; no node overcommitted; no
 pod IP given twice; every node's accounting matching its pods; the store
 replicas agreeing. It prints a report and exits 2 on any violation. Runs are
-seeded (--seed) so that a failing one replays. Without --config it starts
-its own ` + "`podflow up`" + ` in a temporary directory.`,
+seeded (--seed) so that a failing one replays. It works on the configured
+system (--config, else $PODFLOW_CONFIG, ./.podflow/config.json,
+~/.podflow/config.json); with --own, when none is configured, or for
+network faults, it starts its own ` + "`podflow up`" + ` in a temporary directory.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return chaos.Run(cmd.Context(), o, cmd.OutOrStdout()) },
 	}
 	configFlag(cmd, &o.Config)
 	f := cmd.Flags()
+	f.BoolVar(&o.Own, "own", false, "start a fresh system of its own, even when one is configured")
 	f.IntVar(&o.Pods, "pods", 300, "pods to request")
 	f.DurationVar(&o.Duration, "duration", time.Minute, "how long the workload and the kills last")
 	f.DurationVar(&o.KillInterval, "kill-interval", 5*time.Second, "time between two kills")

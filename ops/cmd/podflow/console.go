@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/spf13/cobra"
 
@@ -30,7 +31,12 @@ API's token file (DATA/tokens.csv; the admin's token is in config.json), sent
 as "Authorization: Bearer" or typed into its login form.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			sess, err := client.Open(ctx, o.config, "podflow-console")
+			// Fail fast when nothing answers, as every command; once
+			// connected, ride out restarts of the bus for as long as
+			// the console serves.
+			cli := client.DefaultCLI()
+			cli.MaxReconnects = math.MaxInt32
+			sess, err := client.OpenCLI(ctx, o.config, "podflow-console", cli)
 			if err != nil {
 				return err
 			}

@@ -17,7 +17,7 @@ func init() { register(newEventsCmd) }
 
 func newEventsCmd() *cobra.Command {
 	o := &clientOptions{}
-	var forObj string
+	var forObj, output string
 	var follow, all bool
 	cmd := &cobra.Command{
 		Use:   "events",
@@ -63,15 +63,16 @@ func newEventsCmd() *cobra.Command {
 			for _, e := range list {
 				sel = append(sel, e)
 			}
-			p, err := client.NewPrinter(cmd.OutOrStdout(), "", all)
+			p, err := client.NewPrinter(cmd.OutOrStdout(), output, all)
 			if err != nil {
 				return err
 			}
-			if len(sel) == 0 && !follow {
+			asList := output == "json" || output == "yaml" // one List, as kubectl events -o json
+			if len(sel) == 0 && !follow && !asList {
 				fmt.Fprintln(cmd.ErrOrStderr(), "No events found.")
 				return nil
 			}
-			if err := p.Print(objects.Events, sel, true, false); err != nil {
+			if err := p.Print(objects.Events, sel, true, asList); err != nil {
 				return err
 			}
 			if !follow {
@@ -105,5 +106,6 @@ func newEventsCmd() *cobra.Command {
 	cmd.Flags().StringVar(&forObj, "for", "", "only events about this object, e.g. pod/web")
 	cmd.Flags().BoolVarP(&follow, "follow", "w", false, "keep printing new events")
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "events of every namespace")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json, yaml, name, jsonpath=…, custom-columns=… (default: a table)")
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -20,9 +21,17 @@ func newGetCmd() *cobra.Command {
 		Short: "List pods, nodes, services, endpointslices, events, ... like kubectl get",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, err := objects.KindForResource(args[0])
-			if err != nil {
-				return fmt.Errorf(`the server doesn't have a resource type %q`, args[0])
+			var kinds []objects.Kind
+			for _, r := range strings.Split(args[0], ",") {
+				k, err := objects.KindForResource(r)
+				if err != nil {
+					return fmt.Errorf(`the server doesn't have a resource type %q`, r)
+				}
+				kinds = append(kinds, k)
+			}
+			kind := kinds[0]
+			if len(kinds) > 1 && watch {
+				return fmt.Errorf("you may only specify a single resource type")
 			}
 			p, err := client.NewPrinter(cmd.OutOrStdout(), output, all && kind.Namespaced)
 			if err != nil {
@@ -39,11 +48,19 @@ func newGetCmd() *cobra.Command {
 			if all || !kind.Namespaced {
 				ns = ""
 			}
-			g := client.GetOptions{Kind: kind, Namespace: ns, Watch: watch, Printer: p}
+			name := ""
 			if len(args) == 2 {
-				g.Name = args[1]
+				name = args[1]
 			}
-			return sess.Get(ctx, g, cmd.ErrOrStderr())
+			if len(kinds) > 1 {
+				if all {
+					ns = ""
+				} else {
+					ns = o.ns()
+				}
+				return sess.GetKinds(ctx, kinds, ns, name, p, cmd.ErrOrStderr())
+			}
+			return sess.Get(ctx, client.GetOptions{Kind: kind, Namespace: ns, Watch: watch, Printer: p, Name: name}, cmd.ErrOrStderr())
 		},
 	}
 	o.flags(cmd)

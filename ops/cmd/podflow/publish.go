@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,12 +17,24 @@ func newPublishCmd() *cobra.Command {
 	o := &clientOptions{}
 	var file string
 	var count int
+	var wait bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "publish -f FILE",
-		Short: "Publish PodRequested events straight onto the bus (fire-and-forget)",
+		Short: "Publish PodRequested events straight onto the bus; --wait reports each pod's fate",
 		Long: `Publish a PodRequested event for each Pod in FILE onto the JetStream events
-stream, without waiting for the outcome: follow it with ` + "`podflow get pods -w`" + `
-or the stream itself. With --count N, publishes N copies named NAME-0..N-1.`,
+stream. With --count N, publishes N copies named NAME-0..N-1.
+
+Without --wait it returns once the stream has the events, and says how to
+follow them (` + "`podflow trace pod NAME -f`" + `). With --wait it follows each pod
+through the pipeline until its fate is known, within --timeout:
+
+  pod/NAME scheduled to NODE                          created and placed: exit 0
+  Error from server (REASON): MESSAGE                 refused by a stage (the api's
+                                                      authorization, admission, ...): exit 1
+  pod/NAME created, unschedulable: FailedScheduling   stored, but no node fits it: exit 2
+
+A pod whose fate is not known by --timeout is reported and the exit is 1.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
 				return fmt.Errorf("must specify -f FILE")
@@ -38,7 +53,9 @@ or the stream itself. With --count N, publishes N copies named NAME-0..N-1.`,
 			if err != nil {
 				return err
 			}
+			out := cmd.OutOrStdout()
 			var futures []*bus.PubFuture
+			var keys []string
 			for _, mo := range objs {
 				pod, ok := mo.Message.(*corev1.Pod)
 				if !ok {
@@ -59,24 +76,41 @@ or the stream itself. With --count N, publishes N copies named NAME-0..N-1.`,
 						return err
 					}
 					futures = append(futures, f)
-					if count <= 0 {
-						fmt.Fprintf(cmd.OutOrStdout(), "pod/%s requested (request %s)\n", p.GetMetadata().GetName(), env.GetRequestId())
+					keys = append(keys, env.GetNamespace()+"/"+env.GetPodName())
+					if count <= 0 && !wait {
+						fmt.Fprintf(out, "pod/%s requested (request %s)\n", p.GetMetadata().GetName(), env.GetRequestId())
 					}
 				}
 			}
+			var first uint64
 			for _, f := range futures {
-				if _, err := f.Wait(ctx); err != nil {
+				ack, err := f.Wait(ctx)
+				if err != nil {
 					return err
 				}
+				if first == 0 || ack.Sequence < first {
+					first = ack.Sequence
+				}
 			}
-			if count > 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "%d PodRequested events published\n", len(futures))
+			if !wait {
+				if count > 0 {
+					fmt.Fprintf(out, "%d PodRequested events published\n", len(futures))
+				}
+				if len(keys) > 0 {
+					ns, name, _ := strings.Cut(keys[0], "/")
+					fmt.Fprintf(out, "follow with: podflow trace pod %s -f -n %s (or publish --wait)\n", name, ns)
+				}
+				return nil
 			}
-			return nil
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			return sess.WaitFates(wctx, first, keys, count > 0, out, cmd.ErrOrStderr())
 		},
 	}
 	o.flags(cmd)
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "manifest with one or more Pods")
 	cmd.Flags().IntVar(&count, "count", 0, "publish this many copies of each pod, suffixed -0, -1, ...")
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow each pod until it is scheduled, refused or found unschedulable, and exit non-zero unless scheduled")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "with --wait, how long to wait for the pods' fate")
 	return cmd
 }

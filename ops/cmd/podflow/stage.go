@@ -48,6 +48,7 @@ is redelivered to the others.`,
 	f.Float64Var(&o.UserPodQPS, "user-pod-qps", 0, "api: pod creations per second per user, system:masters exempt (default 100; negative for no limit)")
 	f.StringVar(&o.ServiceCIDR, plan.ServiceCIDRFlag, "", "api: the service CIDR ClusterIPs are allocated from (default "+plan.DefaultServiceCIDR+"; the node agents' must be the same)")
 	f.IntVar(&o.UserPodBurst, "user-pod-burst", 0, "api: burst of a user's pod creations (default 200)")
+	f.StringVar(&o.RootCAFile, "root-ca-file", "", "rootcacert: the CA bundle (PEM) published as kube-root-ca.crt in every namespace")
 	f.StringVar(&o.PodSecurityDefault, plan.PodSecurityDefaultFlag, "", "api and admission: Pod Security level of namespaces without the enforce label (privileged, baseline, restricted; default privileged)")
 	f.DurationVar(&o.NodeGrace, "node-monitor-grace-period", 0, "nodelifecycle: a node silent this long is Unknown and tainted (default 40s)")
 	f.DurationVar(&o.EventTTL, "event-ttl", 0, "status: delete Events last seen longer ago than this (default 1h, as kube-apiserver's --event-ttl)")

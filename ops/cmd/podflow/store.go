@@ -97,7 +97,7 @@ func (f *storeConnFlags) client(ctx context.Context) (c *raftstore.Client, close
 		}
 		closeFn = nc.Close
 	} else {
-		sess, err := client.Open(ctx, f.config, name)
+		sess, err := openCLI(ctx, f.config, name)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -194,11 +194,15 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 
 func storeStatusCmd(conn *storeConnFlags) *cobra.Command {
 	var wait time.Duration
+	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the leader, term, commit and applied indexes and every replica's state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.validate(); err != nil {
+				return err
+			}
 			c, closeConn, err := conn.client(cmd.Context())
 			if err != nil {
 				return err
@@ -208,6 +212,9 @@ func storeStatusCmd(conn *storeConnFlags) *cobra.Command {
 			defer cancel()
 			sts, err := c.Status(ctx, wait)
 			if err != nil {
+				return err
+			}
+			if done, err := output.print(cmd.OutOrStdout(), map[string]any{"replicas": sts}); done {
 				return err
 			}
 			var leader *raftstore.Status
@@ -257,6 +264,7 @@ func storeStatusCmd(conn *storeConnFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&wait, "timeout", 500*time.Millisecond, "how long to wait for every replica to answer")
+	outputFlag(cmd, &output)
 	deprecatedAlias(cmd.Flags(), "wait", "timeout", func(f *pflag.FlagSet) { f.DurationVar(&wait, "wait", 500*time.Millisecond, "") })
 	return cmd
 }

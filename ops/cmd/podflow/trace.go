@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -22,7 +21,7 @@ func init() { register(newTraceCmd) }
 func newTraceCmd() *cobra.Command {
 	o := &clientOptions{}
 	var follow bool
-	var output string
+	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "trace pod NAME",
 		Short: "A pod's lifecycle rebuilt from the JetStream stream alone",
@@ -34,6 +33,9 @@ is now and why. With --follow, keep printing as events arrive.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if args[0] != "pod" && args[0] != "pods" && args[0] != "po" {
 				return fmt.Errorf("trace supports pods (got %q)", args[0])
+			}
+			if err := output.validate(); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			sess, _, err := o.session(ctx)
@@ -47,11 +49,11 @@ is now and why. With --follow, keep printing as events arrive.`,
 	}
 	o.flags(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the pod's events")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json")
+	outputFlag(cmd, &output)
 	return cmd
 }
 
-func runTrace(ctx context.Context, sess *client.Session, ns, name string, follow bool, output string, out io.Writer) error {
+func runTrace(ctx context.Context, sess *client.Session, ns, name string, follow bool, output dataOutput, out io.Writer) error {
 	cons, err := sess.Bus.JetStream().OrderedConsumer(ctx, bus.EventsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.PodFilter(ns, name)},
 	})
@@ -80,10 +82,8 @@ func runTrace(ctx context.Context, sess *client.Session, ns, name string, follow
 		pending -= n
 	}
 	tl := trace.Build(ns, name, recs, nil)
-	if output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(tl)
+	if done, err := output.print(out, tl); done {
+		return err
 	}
 	if len(tl.Entries) == 0 && !follow {
 		return fmt.Errorf("no events for pod %s/%s in stream %s", ns, name, bus.EventsStream)

@@ -23,17 +23,23 @@ type PodWatch struct {
 	inf  *informer.Informer[*corev1.Pod]
 	ctx  context.Context // Run's, set before the informer runs
 	a    Agent
-	node string
+	owns func(node string) bool
 	log  *slog.Logger
 }
 
 // NewPodWatch returns the watch of node's pods over st for a; log may be
 // nil.
 func NewPodWatch(st *objects.Store, a Agent, node string, log *slog.Logger) (*PodWatch, error) {
+	return NewPodWatchOf(st, a, func(n string) bool { return n == node }, log)
+}
+
+// NewPodWatchOf is NewPodWatch for an agent of several nodes (a simulated
+// cluster): owns says which.
+func NewPodWatchOf(st *objects.Store, a Agent, owns func(node string) bool, log *slog.Logger) (*PodWatch, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w := &PodWatch{a: a, node: node, log: log}
+	w := &PodWatch{a: a, owns: owns, log: log}
 	inf, err := informer.New(st, "", informer.Handlers[*corev1.Pod]{OnUpdate: w.onUpdate})
 	if err != nil {
 		return nil, err
@@ -57,7 +63,7 @@ func (w *PodWatch) Run(ctx context.Context) error {
 func (w *PodWatch) WaitForSync(ctx context.Context) error { return w.inf.WaitForSync(ctx) }
 
 func (w *PodWatch) onUpdate(old, pod *corev1.Pod) {
-	if !ephemeralAdded(w.node, old, pod) {
+	if !ephemeralAdded(w.owns, old, pod) {
 		return
 	}
 	err := w.a.HandlePodBound(w.ctx, pod)
@@ -66,10 +72,10 @@ func (w *PodWatch) onUpdate(old, pod *corev1.Pod) {
 	}
 }
 
-// ephemeralAdded reports whether pod, bound to node and not being
+// ephemeralAdded reports whether pod, bound to a node owns, and not being
 // deleted, has more ephemeral containers than old (the list only grows).
-func ephemeralAdded(node string, old, pod *corev1.Pod) bool {
-	return pod.GetSpec().GetNodeName() == node && pod.GetMetadata().GetDeletionTimestamp() == nil &&
+func ephemeralAdded(owns func(string) bool, old, pod *corev1.Pod) bool {
+	return owns(pod.GetSpec().GetNodeName()) && pod.GetMetadata().GetDeletionTimestamp() == nil &&
 		old.GetMetadata().GetUid() == pod.GetMetadata().GetUid() &&
 		len(pod.GetSpec().GetEphemeralContainers()) > len(old.GetSpec().GetEphemeralContainers())
 }

@@ -158,7 +158,9 @@ func NewHost(o HostOptions, apiArgs []string) (*Plan, error) {
 	}
 	p := &Plan{Layout: Layout{Dir: o.DataDir}, Streams: bus.DefaultStreamsConfig()}
 	p.Options = Options{Exe: o.Exe, DataDir: o.DataDir, Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace,
-		ServiceCIDR: o.ServiceCIDR, FreeAddr: o.FreeAddr, TLS: true, Replicas: map[string]int{}, APIArgs: apiArgs}
+		ServiceCIDR: o.ServiceCIDR, FreeAddr: o.FreeAddr, TLS: true, Replicas: map[string]int{}, APIArgs: apiArgs,
+		// The cluster CA signed every host's API serving certificate.
+		StageArgs: map[string][]string{pipeline.RootCACert: {"--root-ca-file", p.Layout.PKI("ca.crt")}}}
 	p.Supervisor = supervisor.DefaultConfig()
 	p.Supervisor.LogDir = p.Layout.Logs()
 	p.NodeRunner, p.NodeRole = HostNodeRole(o.Name, o.Runtime)

@@ -70,6 +70,10 @@ func (l Layout) Metrics() string { return filepath.Join(l.Dir, "metrics.json") }
 // Cluster is cluster.json, the addresses chosen at first start.
 func (l Layout) Cluster() string { return filepath.Join(l.Dir, "cluster.json") }
 
+// ConsoleAddr is where `up` keeps its console's address, so that it is
+// the same after a restart.
+func (l Layout) ConsoleAddr() string { return filepath.Join(l.Dir, "console.addr") }
+
 // RegistryAddr is the file the registry writes its address to.
 func (l Layout) RegistryAddr() string { return filepath.Join(l.Dir, "registry.addr") }
 

@@ -145,6 +145,9 @@ type Options struct {
 	TLS bool
 	// APIArgs are extra flags of every api replica (the HTTPS front door).
 	APIArgs []string
+	// StageArgs are extra flags of every replica of a stage, by stage
+	// (the root CA publisher's --root-ca-file).
+	StageArgs map[string][]string
 	// ServiceCIDR is the one service CIDR (kube-apiserver's
 	// --service-cluster-ip-range): the api replicas allocate ClusterIPs
 	// from it and the Linux node agent's proxy routes it unreachable and
@@ -401,6 +404,7 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 	case pipeline.NodeLifecycle:
 		args = append(args, "--node-monitor-grace-period", p.Options.NodeGrace.String())
 	}
+	args = append(args, p.Options.StageArgs[stage]...)
 	ready := Check{Kind: CheckConsumer, Consumer: stage, Timeout: 60 * time.Second}
 	if pipeline.Controller(stage) {
 		ready = Check{} // no consumer: started is ready

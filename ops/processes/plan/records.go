@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/podflow/podflow/ops/processes/supervisor"
 )
@@ -17,6 +18,9 @@ type Record struct {
 	Role     string `json:"role"`
 	PID      int    `json:"pid"`
 	Restarts int    `json:"restarts"`
+	// Started is when its current process started (after a kill: when
+	// the supervisor brought it back).
+	Started time.Time `json:"started,omitzero"`
 }
 
 // Kind is the process role of r ("stage/scheduler" → StageKind).
@@ -43,7 +47,7 @@ func TargetKind(target string) (Kind, bool) {
 func Records(kids []supervisor.Child) []Record {
 	recs := make([]Record, 0, len(kids))
 	for _, k := range kids {
-		recs = append(recs, Record{Name: k.Spec.Name, Role: k.Spec.Role, PID: k.PID, Restarts: k.Restarts})
+		recs = append(recs, Record{Name: k.Spec.Name, Role: k.Spec.Role, PID: k.PID, Restarts: k.Restarts, Started: k.Started})
 	}
 	return recs
 }

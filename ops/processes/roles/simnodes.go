@@ -56,14 +56,19 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 	if err != nil {
 		return err
 	}
-	cc := sim.DefaultClusterConfig(o.Nodes)
+	// The nodes run what the built-in shell can of each container's
+	// command, and answer exec, attach and logs as nodes do (simexec.go).
+	node := newSimNode(nil, simNet{sess.Store})
+	ccfg := sim.DefaultClusterConfig(o.Nodes)
+	ccfg.Runtime.Programs = node
 	if o.Prefix != "" {
-		cc.NamePrefix = o.Prefix
+		ccfg.NamePrefix = o.Prefix
 	}
-	cl, err := sim.NewCluster(cc, wire.NewStore(sess.Store).WithTokens(sess.Bus.NATS()), nm.Publisher(wire.NewPublisher(sess.Bus)))
+	cl, err := sim.NewCluster(ccfg, wire.NewStore(sess.Store).WithTokens(sess.Bus.NATS()), nm.Publisher(wire.NewPublisher(sess.Bus)))
 	if err != nil {
 		return err
 	}
+	node.cl = cl
 	if err := cl.Start(ctx); err != nil {
 		cl.Stop()
 		return err
@@ -81,11 +86,30 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 	if err := stage.AnswerPings(ctx, sess.Bus, stage.Env{Stage: "nodeagent", Replica: rc.Consumer}, m); err != nil {
 		return err
 	}
-	execs, err := nodeexec.Serve(sess.Bus.NATS(), nodeexec.DefaultConfig(), "", newSimExec(cl), log)
+	execs, err := nodeexec.Serve(sess.Bus.NATS(), nodeexec.DefaultConfig(), "", node, log)
 	if err != nil {
 		return err
 	}
 	defer execs.Stop()
+	logs, err := node.serveLogs(ctx, sess.Bus.NATS())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logs.Unsubscribe() }()
+	// kubectl debug's ephemeral containers, at once (no event announces them).
+	pw, err := wire.NewPodWatchOf(sess.Store, cl, cl.HasNode, log)
+	if err != nil {
+		return err
+	}
+	pctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if err := pw.Run(pctx); err != nil {
+			log.Warn("pod watch stopped: ephemeral containers wait for the next reconcile", "err", err)
+		}
+	}()
+	defer func() { stopWatch(); <-watched }()
 	readings, err := podmetrics.Serve(ctx, sess.Bus.NATS(), "", func(node string) (podmetrics.Reading, error) {
 		return simReading(cl, node, time.Now())
 	})

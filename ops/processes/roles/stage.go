@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -22,11 +23,15 @@ import (
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
+	"github.com/podflow/podflow/services/stages/bootstrap"
 	"github.com/podflow/podflow/services/stages/endpoints"
+	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/nodelifecycle"
 	"github.com/podflow/podflow/services/stages/persistence"
+	"github.com/podflow/podflow/services/stages/rootcacert"
 	"github.com/podflow/podflow/services/stages/scheduler"
+	"github.com/podflow/podflow/services/stages/serviceaccount"
 	"github.com/podflow/podflow/services/stages/status"
 )
 
@@ -59,6 +64,20 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	pipeline.Endpoints: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return endpoints.NewStage(env)
 	},
+	pipeline.ServiceAccount: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return serviceaccount.New(env, serviceaccount.DefaultConfig())
+	},
+	pipeline.RootCACert: func(env stage.Env, o StageOptions) (stage.Handler, error) {
+		cfg := rootcacert.DefaultConfig()
+		if o.RootCAFile == "" {
+			return nil, fmt.Errorf("%s: --root-ca-file is required", pipeline.RootCACert)
+		}
+		var err error
+		if cfg.RootCA, err = os.ReadFile(o.RootCAFile); err != nil {
+			return nil, fmt.Errorf("%s: %w", pipeline.RootCACert, err)
+		}
+		return rootcacert.New(env, cfg)
+	},
 	pipeline.NodeLifecycle: NodeLifecycle,
 }
 
@@ -90,9 +109,12 @@ func (controllerHandler) Handle(context.Context, *bus.Delivery) error {
 
 // APIProcess composes an api replica's process: the api stage, with
 // beside it the namespace controller (which empties and removes deleted
-// namespaces, with the api stage's identity), the node agents' token
-// signer (apiserver.NodeTokens) and, when o.HTTPS is set, the Kubernetes
-// REST front door (apiserver.FrontDoor) over the stage.
+// namespaces, with the api stage's identity), the bootstrap controller
+// (system namespaces, bootstrap RBAC), the node agents' token signer
+// (apiserver.NodeTokens) and, when o.HTTPS is set, the Kubernetes REST
+// front door (apiserver.FrontDoor, also on the machine's pod network
+// gateways) over the stage and the kubernetes Service's controller (its
+// endpoints are the front doors' addresses), as kube-apiserver runs these.
 func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	cfg, err := APIConfig(o)
 	if err != nil {
@@ -123,13 +145,39 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
-	parts := []stage.Starter{ns, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
+	boot, err := bootstrap.New(env, bootstrap.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	parts := []stage.Starter{ns, boot, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
 	if o.HTTPS != nil {
+		pods, err := podListeners(env, o.HTTPS.Addr)
+		if err != nil {
+			return nil, err
+		}
+		kc := kubernetesservice.DefaultConfig()
+		kc.ServiceIPs, kc.Endpoint = nc.ServiceIPs, pods.Endpoint
+		ks, err := kubernetesservice.New(env, kc)
+		if err != nil {
+			return nil, err
+		}
 		https := *o.HTTPS
 		https.Printer = reg
-		parts = append(parts, apiserver.FrontDoor{Config: https, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: cfg.Authn.BoundTokens, Log: env.Log})
+		parts = append(parts,
+			apiserver.FrontDoor{Config: https, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: cfg.Authn.BoundTokens, Pods: pods, Log: env.Log},
+			ks)
 	}
 	return stage.Compose(s, parts...), nil
+}
+
+// podListeners serves the front door at addr's port on the machine's pod
+// network gateways too; addr itself is the endpoint while there is none.
+func podListeners(env stage.Env, addr string) (*apiserver.PodListeners, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("api: --https-addr %q must be IP:port: %w", addr, err)
+	}
+	return &apiserver.PodListeners{Store: env.Store, Port: int(ap.Port()), Fallback: ap, Log: env.Log}, nil
 }
 
 // APIConfig is the api stage's configuration of o.
@@ -193,6 +241,9 @@ type StageOptions struct {
 	// ServiceCIDR (api) is the service CIDR ClusterIPs are allocated
 	// from, kube-apiserver's --service-cluster-ip-range ("": 10.96.0.0/16).
 	ServiceCIDR string
+	// RootCAFile (rootcacert) is the PEM CA bundle published as
+	// kube-root-ca.crt (kube-controller-manager's --root-ca-file).
+	RootCAFile string
 	// PodSecurityDefault (admission) is the Pod Security level of
 	// namespaces without the enforce label.
 	PodSecurityDefault string

@@ -7,19 +7,13 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/trace"
 	"github.com/podflow/podflow/proto/corev1"
 )
-
-func nowTS() *timestamppb.Timestamp { return timestamppb.Now() }
-
-func newUID() string { return uuid.NewString() }
 
 // RunExample applies the seed's pod and Service and prints the pod's way
 // through the stages until it is Ready and in its Service's endpoints.

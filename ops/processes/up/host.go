@@ -316,9 +316,6 @@ func (r *hostRun) run(ctx context.Context) error {
 	r.logf("up: store replica %s at %s", h.Name, r.plan.Host.RaftAddr())
 	var tok join.Token
 	if h.First {
-		if err := seed(ctx, r.store); err != nil {
-			return fmt.Errorf("seed the store: %w", err)
-		}
 		if err := r.record(ctx, HostRecord{Name: h.Name, Advertise: h.Advertise, NATSURL: ownURL[0], Route: r.plan.Host.RouteAddr(), Raft: r.plan.Host.RaftAddr(), Joined: time.Now()}); err != nil {
 			return err
 		}

@@ -35,10 +35,11 @@ func (k *KubeFiles) stageArgs() []string {
 }
 
 // ensureKube creates, at first start, the cluster CA (DATA/pki/ca.crt,
-// ca.key), the serving certificate for 127.0.0.1/localhost, the admin
+// ca.key), the serving certificate for 127.0.0.1/localhost and the
+// kubernetes Service (servingHosts), the admin
 // client certificate (CN=admin, O=system:masters) and DATA/kubeconfig;
 // later starts reuse them. port 0 picks a free port once and remembers it.
-func ensureKube(dir string, port int) (*KubeFiles, error) {
+func ensureKube(dir string, port int, serviceCIDR string) (*KubeFiles, error) {
 	k, saved, err := KubePaths(dir)
 	if err != nil {
 		return nil, err
@@ -81,8 +82,12 @@ func ensureKube(dir string, port int) (*KubeFiles, error) {
 	if _, err := auth.LoadOrCreateSigningKey(k.SAKey); err != nil {
 		return nil, err
 	}
+	hosts := servingHosts(serviceCIDR)
+	if !certCovers(k.ServingCert, hosts) {
+		_ = os.Remove(k.ServingCert) // issued again, with the kubernetes Service's names
+	}
 	if err := issueOnce(ca, k.ServingCert, k.ServingKey, pki.Request{CommonName: "podflow-apiserver",
-		Hosts: []string{"127.0.0.1", "localhost", "::1"}, Server: true}); err != nil {
+		Hosts: hosts, Server: true}); err != nil {
 		return nil, err
 	}
 	if err := issueOnce(ca, k.AdminCert, k.AdminKey, pki.Request{CommonName: "admin", Groups: []string{"system:masters"}}); err != nil {

@@ -26,7 +26,6 @@ import (
 	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/ops/processes/roles"
 	"github.com/podflow/podflow/ops/processes/supervisor"
-	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
@@ -57,6 +56,8 @@ type up struct {
 	cc      client.Config
 	metrics map[string]string // process name → /metrics address
 	console string            // the web console's address
+	// consoleCode is the code of the one-time login link up prints.
+	consoleCode string
 }
 
 func (u *up) logf(format string, args ...any) {
@@ -98,11 +99,14 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := cl.checkFree(o.Cluster); err != nil {
+		return nil, err
+	}
 	_, nodeRole := plan.NodeIdentity(o.Runtime)
 	if u.creds, err = bus.EnsureCredentials(u.layout.Credentials(), append(pipeline.Roles(), nodeRole)); err != nil {
 		return nil, err
 	}
-	if u.kube, err = ensureKube(dir, o.HTTPSPort); err != nil {
+	if u.kube, err = ensureKube(dir, o.HTTPSPort, o.ServiceCIDR); err != nil {
 		return nil, fmt.Errorf("kubernetes API certificates: %w", err)
 	}
 	storeUser, _ := u.creds.User(pipeline.RoleStore)
@@ -113,6 +117,7 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 		NATSRoutePeerAddrs: cl.NATSRoutePeerAddrs, NATSRouteAdvertise: cl.NATSRouteAdvertise, StoreUser: storeUser, Replicas: replicas, TLS: o.Cluster,
 		Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace, APIArgs: u.kube.stageArgs(),
 		ServiceCIDR: o.ServiceCIDR, PodSecurityDefault: o.PodSecurityDefault,
+		StageArgs: map[string][]string{pipeline.RootCACert: {"--root-ca-file", u.kube.CACert}},
 	})
 	if err != nil {
 		return u, err
@@ -274,15 +279,14 @@ func (u *up) startStore(ctx context.Context) error {
 	return nil
 }
 
-// bootstrap creates the admin's token, the objects a fresh cluster has,
-// and the client configuration every other command reads.
+// bootstrap creates the admin's token and the client configuration every
+// other command reads. The objects a fresh cluster has (system
+// namespaces, bootstrap RBAC, default ServiceAccounts, kube-root-ca.crt)
+// come from the stages' controllers, not from up.
 func (u *up) bootstrap(ctx context.Context) error {
 	token, err := adminToken(u.layout.Tokens())
 	if err != nil {
 		return err
-	}
-	if err := seed(ctx, u.store); err != nil {
-		return fmt.Errorf("seed the store: %w", err)
 	}
 	key, err := sealed.LoadOrCreate(u.layout.SealKey())
 	if err != nil {
@@ -399,7 +403,13 @@ func (u *up) startRegistry(ctx context.Context) (string, error) {
 
 // waitReady waits until every consumer of the plan has a replica pulling.
 func (u *up) waitReady(ctx context.Context) error {
-	return waitConsumers(ctx, u.conn, u.plan.Consumers(), 60*time.Second)
+	if err := waitConsumers(ctx, u.conn, u.plan.Consumers(), 60*time.Second); err != nil {
+		return err
+	}
+	if r := u.plan.Options.Replicas; r[pipeline.API] == 0 || r[pipeline.ServiceAccount] == 0 || r[pipeline.RootCACert] == 0 {
+		return nil // asked for a system without them
+	}
+	return waitBootstrapped(ctx, u.store, 60*time.Second)
 }
 
 func (u *up) printRunning() {
@@ -412,7 +422,8 @@ func (u *up) printRunning() {
 	fmt.Fprintf(u.out, "up: export KUBECONFIG=%s   # kubectl, https://%s\n", u.kube.Kubeconfig, u.kube.Addr)
 	fmt.Fprintf(u.out, "up: metrics: http://%s/metrics (scheduler), every process's in %s\n", u.metrics["scheduler-1"], u.layout.Metrics())
 	if u.console != "" {
-		fmt.Fprintf(u.out, "up: console: http://%s/ (log in with the admin token of %s)\n", u.console, u.layout.ClientConfig())
+		fmt.Fprintf(u.out, "up: console: http://%s/login?code=%s (a one-time login link; then http://%s/ with the admin token of %s)\n",
+			u.console, u.consoleCode, u.console, u.layout.ClientConfig())
 	}
 	fmt.Fprintf(u.out, "up: logs in %s; Ctrl-C stops everything\n", u.layout.Logs())
 }
@@ -420,14 +431,34 @@ func (u *up) printRunning() {
 // startConsole serves the web console (ops/console) on a free loopback
 // port over up's own connection until ctx is done.
 func (u *up) startConsole(ctx context.Context) error {
+	// The address of the first start, kept in the data directory, so
+	// that a bookmark or an open tab survives a restart; a free one
+	// when it is taken.
 	l, err := console.Listen("127.0.0.1:0")
+	if b, rerr := os.ReadFile(u.layout.ConsoleAddr()); rerr == nil {
+		if kept, kerr := console.Listen(strings.TrimSpace(string(b))); kerr == nil {
+			l.Close()
+			l, err = kept, nil
+		} else if err == nil {
+			fmt.Fprintf(u.out, "up: console: %s is taken (%v): on a new address\n", strings.TrimSpace(string(b)), kerr)
+		}
+	}
 	if err != nil {
 		return err
 	}
 	u.console = l.Addr().String()
+	if err := os.WriteFile(u.layout.ConsoleAddr(), []byte(u.console+"\n"), 0o644); err != nil {
+		l.Close()
+		return err
+	}
+	links := console.NewLoginLinks(0)
+	if u.consoleCode, err = links.New(u.cc.Token); err != nil {
+		l.Close()
+		return err
+	}
 	src := &console.BusSource{Sess: u.session(), MetricsFile: u.layout.Metrics(), ChildrenFile: u.layout.Children()}
 	go func() {
-		if err := console.Serve(ctx, l, src, console.TokenFile(u.layout.Tokens())); err != nil {
+		if err := console.Serve(ctx, l, src, console.TokenFile(u.layout.Tokens()), links); err != nil {
 			fmt.Fprintf(u.out, "up: console: %v\n", err)
 		}
 	}()
@@ -752,33 +783,38 @@ func adminToken(path string) (string, error) {
 	return tok, os.WriteFile(path, []byte(line), 0o600)
 }
 
-// seed creates what a fresh cluster has: the default namespaces with their
-// default ServiceAccount, and the bootstrap RBAC policy. Existing objects
-// are left alone.
-func seed(ctx context.Context, st *objects.Store) error {
-	var objs []objects.Object
-	now := nowTS()
-	for _, ns := range []string{"default", "kube-system", "kube-public", pipeline.NodeLeaseNamespace} {
-		objs = append(objs,
-			&corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: ns, Uid: newUID(), CreationTimestamp: now,
-				Labels: map[string]string{"kubernetes.io/metadata.name": ns}}, Status: &corev1.NamespaceStatus{Phase: "Active"}},
-			&corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Name: "default", Namespace: ns, Uid: newUID(), CreationTimestamp: now}})
-	}
-	roles, bindings := auth.BootstrapPolicy()
-	for _, r := range roles {
-		objs = append(objs, r)
-	}
-	for _, b := range bindings {
-		objs = append(objs, b)
-	}
-	for _, o := range objs {
-		md := objects.Meta(o)
-		if md.Uid == "" {
-			md.Uid, md.CreationTimestamp = newUID(), now
+// ErrPortInUse is returned by `up` when a port it must listen on is taken.
+var ErrPortInUse = errors.New("up: port in use")
+
+// checkFree tells at once when a port the system listens on is taken
+// (another `podflow up`, a NATS server), rather than letting the child
+// fail and be restarted until the start-up gives up.
+func (c ClusterFile) checkFree(cluster bool) error {
+	type port struct{ what, addr string }
+	var ports []port
+	if cluster {
+		for i, p := range c.ClusterClientPorts {
+			ports = append(ports, port{fmt.Sprintf("NATS server %d's client port", i+1), fmt.Sprintf("127.0.0.1:%d", p)})
 		}
-		if _, err := st.Create(ctx, o); err != nil && !errors.Is(err, raftstore.ErrAlreadyExists) {
-			return err
+		for i, p := range c.ClusterRoutePorts {
+			ports = append(ports, port{fmt.Sprintf("NATS server %d's route port", i+1), fmt.Sprintf("127.0.0.1:%d", p)})
 		}
+	} else {
+		ports = append(ports, port{"the NATS port", fmt.Sprintf("127.0.0.1:%d", c.NATSPort)})
+	}
+	for i, a := range c.StoreAddrs {
+		ports = append(ports, port{fmt.Sprintf("store replica %d's raft port", i+1), a})
+	}
+	for _, p := range ports {
+		l, err := net.Listen("tcp", p.addr)
+		if err != nil {
+			hint := "stop what listens there"
+			if p.what == "the NATS port" {
+				hint += ", or choose another with --nats-port (0: a free one)"
+			}
+			return fmt.Errorf("%w: %s %s is in use (another podflow up, or a NATS server?): %s", ErrPortInUse, p.what, p.addr, hint)
+		}
+		l.Close()
 	}
 	return nil
 }

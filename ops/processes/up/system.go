@@ -2,7 +2,10 @@ package up
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +19,14 @@ import (
 
 // SystemOptions say which system SystemUnderTest works on.
 type SystemOptions struct {
-	// Config is an existing system's client configuration; "": start one
-	// of its own.
+	// Config is an existing system's client configuration; "": the
+	// configured one (client.Candidates: $PODFLOW_CONFIG,
+	// ./.podflow/config.json, ~/.podflow/config.json), else one of its own.
 	Config string
+	// Own starts a system of its own even when one is configured.
+	Own bool
+	// Out, when set, is told which system it works on.
+	Out io.Writer
 	// Nodes (simulated) and Replicas (stage replicas, "admission=2") of
 	// its own system.
 	Nodes    int
@@ -47,6 +55,28 @@ type Procs struct {
 // session and stops what it started.
 func SystemUnderTest(ctx context.Context, o SystemOptions) (_ *client.Session, _ Procs, cleanup func(), _ error) {
 	configPath, name := o.Config, o.Name
+	say := func(format string, a ...any) {
+		if o.Out != nil {
+			fmt.Fprintf(o.Out, format+"\n", a...)
+		}
+	}
+	if o.Own && configPath != "" {
+		return nil, Procs{}, func() {}, fmt.Errorf("--own starts a system of its own; --config names an existing one: give one of them")
+	}
+	if !o.Own && configPath == "" {
+		for _, c := range client.Candidates("") {
+			if _, err := os.Stat(c); err == nil {
+				configPath = c
+				break
+			}
+		}
+		if configPath == "" {
+			say("%s: no system configured (%s); starting one of its own", name, strings.Join(client.Candidates(""), ", "))
+		}
+	}
+	if configPath != "" {
+		say("%s: on the system of %s (--own starts a fresh one)", name, configPath)
+	}
 	var ps Procs
 	var undo []func()
 	cleanup = func() {
@@ -77,7 +107,20 @@ func SystemUnderTest(ctx context.Context, o SystemOptions) (_ *client.Session, _
 		undo = append(undo, stop)
 		configPath, ps.UpPID = filepath.Join(dir, "config.json"), pid
 	}
-	sess, err := client.Open(ctx, configPath, name)
+	var sess *client.Session
+	var err error
+	if ps.UpPID == 0 {
+		// An existing system: fail fast when it does not answer, as
+		// every command; then ride out its restarts (chaos kills).
+		cli := client.DefaultCLI()
+		cli.MaxReconnects = math.MaxInt32
+		sess, err = client.OpenCLI(ctx, configPath, name, cli)
+		if errors.Is(err, client.ErrUnreachable) {
+			err = fmt.Errorf("%w (--own starts a fresh system)", err)
+		}
+	} else {
+		sess, err = client.Open(ctx, configPath, name)
+	}
 	if err != nil {
 		cleanup()
 		return nil, ps, nil, err

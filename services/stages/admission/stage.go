@@ -17,15 +17,16 @@ import (
 )
 
 // Stage is one replica of the admission stage: it reads the pod's
-// Namespace, ServiceAccount, LimitRanges and SidecarPolicies from
-// informers over the store, runs Admit, and publishes PodAdmitted or PodRejected (the seed's
+// Namespace, ServiceAccount and SidecarPolicies from informers over the
+// store and its LimitRanges from the store itself (freshReads: a
+// LimitRange written just before the pod applies to it), runs Admit, and publishes PodAdmitted or PodRejected (the seed's
 // failure 2). Handling is a pure function of the event and the store's
 // policy objects, so a redelivered event is admitted alike.
 type Stage struct {
 	env        stage.Env
 	cfg        Config
 	namespaces *informer.Informer[*corev1.Namespace]
-	limits     *informer.Informer[*corev1.LimitRange]
+	limits     *freshReads[*corev1.LimitRange] // from the store, not a cache
 	sidecars   *informer.Informer[*corev1.SidecarPolicy]
 	priorities *informer.Informer[*corev1.PriorityClass]
 	accounts   *informer.Informer[*corev1.ServiceAccount]
@@ -43,9 +44,10 @@ func NewStage(env stage.Env, cfg Config) (*Stage, error) {
 	if s.namespaces, err = informer.New[*corev1.Namespace](env.Store, "", informer.Handlers[*corev1.Namespace]{}); err != nil {
 		return nil, err
 	}
-	if s.limits, err = informer.New[*corev1.LimitRange](env.Store, "", informer.Handlers[*corev1.LimitRange]{}); err != nil {
-		return nil, err
-	}
+	s.limits = newFreshReads(func(ctx context.Context, ns string) ([]*corev1.LimitRange, error) {
+		lrs, _, err := objects.List[*corev1.LimitRange](ctx, env.Store, ns)
+		return lrs, err
+	})
 	if s.sidecars, err = informer.New[*corev1.SidecarPolicy](env.Store, "", informer.Handlers[*corev1.SidecarPolicy]{}); err != nil {
 		return nil, err
 	}
@@ -61,7 +63,7 @@ func NewStage(env stage.Env, cfg Config) (*Stage, error) {
 // Start runs the informers and waits for their first list.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.namespaces, s.limits, s.sidecars, s.priorities, s.accounts)
+	infs.Add(s.namespaces, s.sidecars, s.priorities, s.accounts)
 	return infs.Start(ctx, g)
 }
 
@@ -89,10 +91,14 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return err
 	}
+	limits, err := s.limits.get(ctx, ns)
+	if err != nil {
+		return err
+	}
 	res := Admit(in.GetPod(), State{
 		Namespace:       nsObj,
 		ServiceAccount:  sa,
-		LimitRanges:     s.limits.List(ns),
+		LimitRanges:     limits,
 		SidecarPolicies: s.sidecars.List(ns),
 		PriorityClasses: s.priorities.List(""),
 		Config:          s.cfg,

@@ -33,7 +33,15 @@ import (
 	"github.com/podflow/podflow/services/stage"
 )
 
-var _ apiserver.Backend = (*Stage)(nil)
+var (
+	_ apiserver.Backend       = (*Stage)(nil)
+	_ apiserver.TokenReviewer = (*Stage)(nil)
+)
+
+// ReviewToken implements apiserver.TokenReviewer (TokenReview).
+func (s *Stage) ReviewToken(token string, audiences []string) (auth.TokenReviewResult, bool, error) {
+	return s.authn.ReviewToken(token, audiences)
+}
 
 // AuthenticateToken implements apiserver.Backend.
 func (s *Stage) AuthenticateToken(token string) (*corev1.UserInfo, *corev1.Status) {

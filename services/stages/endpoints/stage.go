@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -133,7 +134,9 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		return err
 	}
 	ns := env.GetNamespace()
-	svcs := s.services.List(ns)
+	// Services without a selector (default/kubernetes) have their slices
+	// kept by their owner: a namespace with only those needs no read.
+	svcs := slices.DeleteFunc(s.services.List(ns), func(svc *corev1.Service) bool { return !selects(svc) })
 	if len(svcs) == 0 {
 		return nil
 	}
@@ -174,6 +177,11 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	return errors.Join(errs...)
 }
 
+// selects reports whether the stage keeps svc's slice: a Service without
+// a selector has its endpoints kept by whoever made it, as kube's
+// EndpointSlice controller leaves it.
+func selects(svc *corev1.Service) bool { return len(svc.GetSpec().GetSelector()) > 0 }
+
 // Reconcile syncs every Service and removes slices of deleted Services.
 func (s *Stage) Reconcile(ctx context.Context) error {
 	var errs []error
@@ -182,11 +190,11 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	slices, _, err := objects.List[*corev1.EndpointSlice](ctx, s.env.Store, "")
+	sls, _, err := objects.List[*corev1.EndpointSlice](ctx, s.env.Store, "")
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	for _, sl := range slices {
+	for _, sl := range sls {
 		if err := s.removeOrphan(ctx, sl); err != nil {
 			errs = append(errs, err)
 		}
@@ -216,6 +224,9 @@ func (s *Stage) removeOrphan(ctx context.Context, sl *corev1.EndpointSlice) erro
 // sync brings svc's slice to its desired state; d is the event that caused
 // the sync (nil from Reconcile).
 func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) error {
+	if !selects(svc) {
+		return nil // its slices are its owner's (default/kubernetes: the api replicas')
+	}
 	ns, name := svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()
 	mu, _ := s.locks.LoadOrStore(ns+"/"+name, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()

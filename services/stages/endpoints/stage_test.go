@@ -354,3 +354,39 @@ func sliceEmpty(ctx context.Context, f *fixture) bool {
 	sl, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", SliceName("web"))
 	return err == nil && len(sl.GetEndpoints()) == 0
 }
+
+// TestSelectorlessServiceLeftAlone: a Service without a selector (the api
+// replicas' default/kubernetes) has its slice kept by its owner: a pod
+// event in its namespace reads nothing (a store behind the event is no
+// reason to retry) and writes nothing, and a sync leaves the owner's slice
+// as it is.
+func TestSelectorlessServiceLeftAlone(t *testing.T) {
+	kube := svc(nil, &corev1.ServicePort{Name: "https", Port: 443})
+	owned := &corev1.EndpointSlice{Metadata: &corev1.ObjectMeta{Name: "web", Namespace: "default",
+		Labels: map[string]string{LabelServiceName: "web"}}, AddressType: "IPv4",
+		Endpoints: []*corev1.Endpoint{{Addresses: []string{"10.244.1.1"}}}}
+	a := reported(pod("a", "10.0.0.1", map[string]string{"app": "web"}, true, nil), 1)
+	f := newFixture(t, kube, owned, a)
+	ctx := context.Background()
+	reads := 0
+	f.kv.Hook(func(method, key string) error {
+		if method == "Get" || method == "List" {
+			reads++
+		}
+		return nil
+	})
+	// An event the store has not caught up with yet: no retry either.
+	if err := f.s.Handle(ctx, stagetest.Deliver(f.env, podEvent(f.env, "PodReady", a, 5))); err != nil {
+		t.Fatalf("Handle = %v", err)
+	}
+	if reads != 0 {
+		t.Errorf("%d store reads for a namespace whose only Service has no selector", reads)
+	}
+	f.kv.Hook(nil)
+	if err := f.s.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sl := slice(t, f); len(sl.GetEndpoints()) != 1 || sl.GetEndpoints()[0].GetAddresses()[0] != "10.244.1.1" {
+		t.Errorf("the owner's slice was rewritten: %v", sl)
+	}
+}

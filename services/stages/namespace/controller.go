@@ -37,6 +37,13 @@ type Config struct {
 	// (pods still terminating on their nodes, a failed delete) waits
 	// before the next pass. Default 1s.
 	RetryInterval time.Duration
+	// DeletionGrace is how long after its deletion a namespace's content
+	// is left alone, kube-controller-manager's namespaceDeletionGracePeriod
+	// (5s): the deletes of the client that deleted the namespace (kubectl
+	// delete -k: the namespace first, then what is in it) find their
+	// objects there, as with kube-apiserver, instead of a NotFound. 0: no
+	// wait. Default 5s.
+	DeletionGrace time.Duration
 	// ServiceIPs, when set, deletes a terminating namespace's Services
 	// with their ClusterIPs (the api stage's allocator: the same service
 	// CIDR). Nil: a Service is deleted as any other object, at its
@@ -45,12 +52,17 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{RetryInterval: time.Second} }
+func DefaultConfig() Config {
+	return Config{RetryInterval: time.Second, DeletionGrace: 5 * time.Second}
+}
 
 // Validate checks the Config.
 func (c Config) Validate() error {
 	if c.RetryInterval <= 0 {
 		return fmt.Errorf("namespace: RetryInterval (%s) must be positive", c.RetryInterval)
+	}
+	if c.DeletionGrace < 0 {
+		return fmt.Errorf("namespace: DeletionGrace (%s) must not be negative", c.DeletionGrace)
 	}
 	return nil
 }
@@ -239,6 +251,9 @@ func (c *Controller) Sync(ctx context.Context, name string) (done bool, err erro
 	}
 	if !slices.Contains(ns.GetSpec().GetFinalizers(), nslifecycle.FinalizerKubernetes) {
 		return false, nil // another finalizer's owner has work left
+	}
+	if c.now().Sub(ns.GetMetadata().GetDeletionTimestamp().AsTime()) < c.cfg.DeletionGrace {
+		return false, nil // kube's grace: the next pass, after RetryInterval
 	}
 	remaining, failures := c.deleteContent(ctx, name)
 	if ns, err = c.mutate(ctx, name, uid, func(ns *corev1.Namespace) error {

@@ -86,8 +86,12 @@ type controller struct {
 }
 
 func (w *world) startController(replica string) *controller {
+	return w.startControllerWith(replica, namespace.Config{RetryInterval: 50 * time.Millisecond})
+}
+
+func (w *world) startControllerWith(replica string, cfg namespace.Config) *controller {
 	w.t.Helper()
-	c, err := namespace.New(w.env(pipeline.API, replica), namespace.Config{RetryInterval: 50 * time.Millisecond})
+	c, err := namespace.New(w.env(pipeline.API, replica), cfg)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -258,4 +262,37 @@ func TestControllerFinishesFinalizedNamespace(t *testing.T) {
 		got, err := nslifecycle.Get(ctx, w.store, "half")
 		return err == nil && got == nil
 	})
+}
+
+// TestControllerLeavesContentDuringGrace: as kube-controller-manager's
+// namespaceDeletionGracePeriod, a namespace just deleted is Terminating
+// while its content stays for DeletionGrace, so that the client that
+// deleted it (kubectl delete -k: the namespace, then what is in it)
+// deletes its objects itself rather than finding them gone.
+func TestControllerLeavesContentDuringGrace(t *testing.T) {
+	w := newWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ns = "kz"
+	nsObj := &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: ns, Uid: "ns-kz"}}
+	nslifecycle.PrepareForCreate(nsObj)
+	if _, err := w.store.Create(ctx, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: ns, Name: "cfg", Uid: "uid-cfg"}}
+	if _, err := w.store.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	w.startControllerWith("api-1", namespace.Config{RetryInterval: 50 * time.Millisecond, DeletionGrace: time.Hour})
+	if st, _ := nslifecycle.Delete(ctx, w.store, ns); st.GetCode() != 200 {
+		t.Fatalf("delete: %v", st)
+	}
+	bustest.Eventually(t, "the namespace Terminating", func() bool {
+		got, err := nslifecycle.Get(ctx, w.store, ns)
+		return err == nil && got.GetStatus().GetPhase() == nslifecycle.PhaseTerminating
+	})
+	time.Sleep(500 * time.Millisecond) // ten passes of the controller
+	if left := w.count(ctx, ns); left["configmaps"] != 1 {
+		t.Fatalf("content deleted within the grace: %v", left)
+	}
 }
