@@ -129,8 +129,8 @@ func podflowAt(t *testing.T, dir string, args ...string) (string, error) {
 // re-elects, publishes and applies made meanwhile succeed and no
 // acknowledged PodRequested is lost, the dead host's node goes NotReady
 // and its pod is evicted after its tolerationSeconds; the host comes back
-// and finishes the eviction. (TestThreeLinuxHosts does the same with real
-// Linux pods in network namespaces.)
+// and finishes the eviction. Then the third host leaves (up --leave):
+// the store has two voters, its node and its host record are gone.
 func TestThreeHosts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-host test in -short mode")
