@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,6 +94,9 @@ func startClusterRouted(t *testing.T, routes func(i, j, port int) string) ([]*bu
 			t.Fatal(err)
 		}
 	}
+	// Servers 1 and 2 start at once and arrive in either order: server i
+	// (n<i>, whose routes routes(i, …) placed) is servers[i].
+	slices.SortFunc(servers, func(a, b *bus.Embedded) int { return strings.Compare(a.Server().Name(), b.Server().Name()) })
 	t.Cleanup(func() {
 		for _, s := range servers {
 			s.Shutdown()
