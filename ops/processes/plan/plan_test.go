@@ -438,3 +438,32 @@ func TestControllerStage(t *testing.T) {
 		t.Errorf("ready %+v, consumers %v: a controller stage has no consumer to wait for", nl.Ready, p.Consumers())
 	}
 }
+
+// TestNewHostRunsEveryStage: a server of a cluster of several machines
+// runs a replica of every stage, named after the host; the root CA
+// publisher publishes the cluster CA (without --root-ca-file it refuses
+// to start) and the node lifecycle controller gets the grace period.
+func TestNewHostRunsEveryStage(t *testing.T) {
+	p, err := plan.NewHost(plan.HostOptions{Exe: "/bin/podflow", DataDir: "/var/lib/podflow", Name: "h2", Advertise: "10.0.0.2",
+		Runtime: plan.RuntimeSim, ServerURLs: []string{"nats://10.0.0.2:4222"}, NodeGrace: 20 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := map[string]string{}
+	for _, pr := range p.Processes() {
+		if pr.Kind == plan.StageKind {
+			args[pr.Stage] = strings.Join(pr.Args, " ")
+		}
+	}
+	for _, s := range pipeline.Stages {
+		if !strings.Contains(args[s], "--replica "+s+"-h2") {
+			t.Errorf("stage %s: args %q, want its replica %s-h2", s, args[s], s)
+		}
+	}
+	if got, want := args[pipeline.RootCACert], "--root-ca-file "+p.Layout.PKI("ca.crt"); !strings.Contains(got, want) {
+		t.Errorf("rootcacert: args %q, want %q", got, want)
+	}
+	if got := args[pipeline.NodeLifecycle]; !strings.Contains(got, "--node-monitor-grace-period 20s") {
+		t.Errorf("nodelifecycle: args %q, want the grace period", got)
+	}
+}
