@@ -154,6 +154,7 @@ func TestKubectl(t *testing.T) {
 	})
 
 	t.Run("the podflow CLI like kubectl", func(t *testing.T) { testPodflowLikeKubectl(t, c, k) })
+	t.Run("publish --wait and stuck pods", func(t *testing.T) { testPodflowFates(t, c, k) })
 
 	t.Run("auth", func(t *testing.T) {
 		if out := k.must("auth", "can-i", "create", "pods"); strings.TrimSpace(out) != "yes" {

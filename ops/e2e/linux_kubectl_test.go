@@ -117,9 +117,13 @@ spec:
 			if code != 3 || !strings.Contains(out, "hi from sh") || !strings.Contains(out, `pod "`+name+`" deleted`) {
 				t.Fatalf("kubectl run %s --rm: exit %d (want 3)\nstdout %q\nstderr %q", flag, code, out, errs)
 			}
-			if _, errs, code := k.run("get", "pod", name); code == 0 || !strings.Contains(errs, "NotFound") {
-				t.Errorf("pod %s after run --rm: exit %d, %s", name, code, errs)
-			}
+			// kubectl run --rm deletes without waiting (its delete flags
+			// default to --wait=false): the node confirms the pod's end, then
+			// it is gone.
+			eventually(t, 30*time.Second, "the pod gone after run --rm", func() (bool, string) {
+				_, errs, code := k.run("get", "pod", name)
+				return code != 0 && strings.Contains(errs, "NotFound"), errs
+			})
 		})
 	}
 

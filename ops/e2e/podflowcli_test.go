@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -76,4 +80,73 @@ func testPodflowLikeKubectl(t *testing.T, c *cluster, k *kubectl) {
 			t.Fatalf("podflow store status:\n%s", out)
 		}
 	})
+}
+
+// testPodflowFates: `podflow publish --wait` tells each pod's fate with
+// its exit code (scheduled 0, refused 1, unschedulable 2), and `podflow
+// streams` names the unschedulable pod as stuck in the scheduler — its
+// retries are no progress — and never a pod already deleted.
+func testPodflowFates(t *testing.T, c *cluster, k *kubectl) {
+	pod := func(name, extra string) string {
+		f := filepath.Join(t.TempDir(), name+".yaml")
+		m := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\nspec:\n  containers:\n  - name: c\n    image: busybox\n" + extra
+		if err := os.WriteFile(f, []byte(m), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	publish := func(file string) (string, int) {
+		t.Helper()
+		return c.podflowTimeout(90*time.Second, "publish", "--wait", "--timeout", "60s", "-f", file)
+	}
+
+	out, code := publish(pod("fate-created", ""))
+	if code != 0 || !regexp.MustCompile(`(?m)^pod/fate-created scheduled to sim-node-\d+$`).MatchString(out) {
+		t.Fatalf("publish --wait of a pod that fits: exit %d\n%s", code, out)
+	}
+
+	// Admission's validation refuses a container name that is no DNS label.
+	out, code = publish(pod("fate-refused", "  - name: Not_A_Label\n    image: busybox\n"))
+	if code != 1 || !strings.Contains(out, "Error from server (Invalid)") || !strings.Contains(out, "Not_A_Label") {
+		t.Fatalf("publish --wait of an invalid pod: exit %d (want 1)\n%s", code, out)
+	}
+	if _, errs, kcode := k.run("get", "pod", "fate-refused"); kcode != 1 || !strings.Contains(errs, "NotFound") {
+		t.Fatalf("the refused pod was stored: exit %d %s", kcode, errs)
+	}
+
+	out, code = publish(pod("fate-unschedulable", "    resources:\n      requests:\n        cpu: \"100000\"\n"))
+	if code != 2 || !strings.Contains(out, "pod/fate-unschedulable created, unschedulable: FailedScheduling") {
+		t.Fatalf("publish --wait of a pod no node fits: exit %d (want 2)\n%s", code, out)
+	}
+
+	out, code = publish(pod("fate-deleted", ""))
+	if code != 0 {
+		t.Fatalf("publish --wait: exit %d\n%s", code, out)
+	}
+	k.must("delete", "pod", "fate-deleted", "--wait=true")
+
+	// The scheduler retries fate-unschedulable every few seconds: with a
+	// budget of 3 s it is stuck all the same.
+	eventually(t, 60*time.Second, "streams to name fate-unschedulable stuck in the scheduler", func() (bool, string) {
+		out := c.mustPodflow("streams", "--budget", "3s", "-o", "json")
+		var rep struct {
+			Stuck struct {
+				Pods []struct{ Name, Stage, Reason string } `json:"pods"`
+			} `json:"StuckPods"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("streams -o json does not parse: %v\n%s", err, out)
+		}
+		found := false
+		for _, p := range rep.Stuck.Pods {
+			switch p.Name {
+			case "fate-deleted", "fate-refused":
+				t.Fatalf("streams names %s stuck:\n%s", p.Name, out)
+			case "fate-unschedulable":
+				found = p.Stage == "scheduler" && strings.Contains(p.Reason, "FailedScheduling")
+			}
+		}
+		return found, out
+	})
+	k.must("delete", "pod", "fate-created", "fate-unschedulable", "--wait=true")
 }
