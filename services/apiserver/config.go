@@ -1,7 +1,9 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,6 +94,11 @@ type Config struct {
 	// end after a random time in [MaxWatchTimeout/2, MaxWatchTimeout),
 	// so that clients reconnect spread over time. Default 30m.
 	MaxWatchTimeout time.Duration
+	// ProxyDialContext dials the pods that pods/proxy and services/proxy
+	// reach, once the address has been checked to be a pod's (proxy.go).
+	// Default: a net.Dialer with a 30s timeout. Tests point it at
+	// loopback.
+	ProxyDialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// PodSecurityDefault is the Pod Security level enforced on pod
 	// updates (a new image, an ephemeral container) in a namespace
 	// without the pod-security.kubernetes.io/enforce label, as

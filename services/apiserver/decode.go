@@ -34,6 +34,7 @@ var kubeTypes = map[string]func() runtime.Object{
 	"Pod":                func() runtime.Object { return &k8scorev1.Pod{} },
 	"Node":               func() runtime.Object { return &k8scorev1.Node{} },
 	"Service":            func() runtime.Object { return &k8scorev1.Service{} },
+	"Endpoints":          func() runtime.Object { return &k8scorev1.Endpoints{} },
 	"Namespace":          func() runtime.Object { return &k8scorev1.Namespace{} },
 	"ServiceAccount":     func() runtime.Object { return &k8scorev1.ServiceAccount{} },
 	"ConfigMap":          func() runtime.Object { return &k8scorev1.ConfigMap{} },

@@ -90,8 +90,6 @@ func init() {
 	}
 	addResource(&resource{group: "events.k8s.io", version: "v1", name: "events", kind: "Event", namespaced: true,
 		shortNames: []string{"ev"}, verbs: readVerbs, store: objects.Events, readOnly: true, view: eventsV1})
-	addResource(&resource{group: "", version: "v1", name: "endpoints", kind: "Endpoints", namespaced: true,
-		shortNames: []string{"ep"}, verbs: readVerbs, store: objects.EndpointSlices, readOnly: true, view: endpointsV1})
 	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "selfsubjectreviews",
 		kind: "SelfSubjectReview", verbs: []string{"create"}})
 	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "tokenreviews",
@@ -154,7 +152,11 @@ func (r *resource) subresources() []metav1.APIResource {
 			{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: []string{"create", "get"}},
 			{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: []string{"create", "get"}},
 			{Name: "pods/ephemeralcontainers", Namespaced: true, Kind: "Pod", Verbs: []string{"get", "patch", "update"}},
+			{Name: "pods/proxy", Namespaced: true, Kind: "PodProxyOptions", Verbs: proxyVerbs},
 		}
+	}
+	if r.name == "services" && r.group == "" {
+		return []metav1.APIResource{{Name: "services/proxy", Namespaced: true, Kind: "ServiceProxyOptions", Verbs: proxyVerbs}}
 	}
 	if r.name == "namespaces" && r.group == "" {
 		return []metav1.APIResource{
@@ -297,49 +299,6 @@ func eventsV1(o runtime.Object) (runtime.Object, error) {
 	}
 	if e.Series != nil {
 		out.Series = &k8seventsv1.EventSeries{Count: e.Series.Count, LastObservedTime: e.Series.LastObservedTime}
-	}
-	return out, nil
-}
-
-// endpointsV1 presents an EndpointSlice (podflow keeps one per Service,
-// named after it) as the Service's core/v1 Endpoints, which kubectl
-// describe service reads.
-func endpointsV1(o runtime.Object) (runtime.Object, error) {
-	sl, ok := o.(*k8sdiscoveryv1.EndpointSlice)
-	if !ok {
-		return nil, fmt.Errorf("endpointsV1: %T is not an EndpointSlice", o)
-	}
-	out := &k8scorev1.Endpoints{TypeMeta: metav1.TypeMeta{Kind: "Endpoints", APIVersion: "v1"}, ObjectMeta: sl.ObjectMeta}
-	out.OwnerReferences = nil
-	if svc := sl.Labels[k8sdiscoveryv1.LabelServiceName]; svc != "" {
-		out.Name = svc
-	}
-	var sub k8scorev1.EndpointSubset
-	for _, e := range sl.Endpoints {
-		for _, a := range e.Addresses {
-			addr := k8scorev1.EndpointAddress{IP: a, NodeName: e.NodeName, TargetRef: e.TargetRef}
-			if e.Conditions.Ready == nil || *e.Conditions.Ready {
-				sub.Addresses = append(sub.Addresses, addr)
-			} else {
-				sub.NotReadyAddresses = append(sub.NotReadyAddresses, addr)
-			}
-		}
-	}
-	for _, p := range sl.Ports {
-		ep := k8scorev1.EndpointPort{AppProtocol: p.AppProtocol}
-		if p.Name != nil {
-			ep.Name = *p.Name
-		}
-		if p.Port != nil {
-			ep.Port = *p.Port
-		}
-		if p.Protocol != nil {
-			ep.Protocol = *p.Protocol
-		}
-		sub.Ports = append(sub.Ports, ep)
-	}
-	if len(sub.Addresses)+len(sub.NotReadyAddresses) > 0 {
-		out.Subsets = []k8scorev1.EndpointSubset{sub}
 	}
 	return out, nil
 }

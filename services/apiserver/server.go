@@ -85,6 +85,8 @@ type Server struct {
 	handler   http.Handler
 	// clientCAs verify client certificates (nil: none accepted).
 	clientCAs *x509.CertPool
+	// proxyTransport carries pods/proxy and services/proxy (proxy.go).
+	proxyTransport http.RoundTripper
 	// inflight, mutating and watches bound the read-only requests, the
 	// mutating requests and the watches being served (429 beyond).
 	inflight, mutating, watches chan struct{}
@@ -136,7 +138,8 @@ func New(cfg Config, backend Backend, store *objects.Store, log *slog.Logger) (*
 		snapshots: newSnapshots(cfg.MaxListSnapshots, cfg.ListSnapshotTTL),
 		clientCAs: tc.ClientCAs, inflight: make(chan struct{}, cfg.MaxInFlight),
 		mutating: make(chan struct{}, cfg.MaxMutatingInFlight), watches: make(chan struct{}, cfg.MaxWatches),
-		watchFlows: newFlows(seats(cfg.MaxWatchesPerUser, cfg.MaxWatches)), mutatingFlows: newFlows(seats(cfg.MaxMutatingPerUser, cfg.MaxMutatingInFlight))}
+		watchFlows: newFlows(seats(cfg.MaxWatchesPerUser, cfg.MaxWatches)), mutatingFlows: newFlows(seats(cfg.MaxMutatingPerUser, cfg.MaxMutatingInFlight)),
+		proxyTransport: newProxyTransport(cfg.ProxyDialContext)}
 	if cfg.OIDC.IssuerURL != "" {
 		if s.oidc, err = newOIDCVerifier(cfg.OIDC); err != nil {
 			return nil, err
@@ -347,6 +350,10 @@ func (s *Server) impersonate(r *http.Request, user *corev1.UserInfo) (*corev1.Us
 }
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.UserInfo) {
+	if pr, ok := parseProxy(r.URL.Path); ok { // pods/proxy, services/proxy: proxy.go
+		s.serveProxy(w, r, user, pr)
+		return
+	}
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	switch {
 	case path == "/version":

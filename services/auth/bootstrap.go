@@ -57,7 +57,7 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 	editRules := func() []*corev1.PolicyRule {
 		rw := all(readVerbs, writeVerbs)
 		return append(viewRules(),
-			core(rw, "pods", "services", "configmaps", "secrets", "serviceaccounts"),
+			core(rw, "pods", "services", "endpoints", "configmaps", "secrets", "serviceaccounts"),
 			core([]string{"create"}, "serviceaccounts/token"),
 			group("discovery.k8s.io", rw, "endpointslices"),
 		)

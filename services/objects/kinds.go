@@ -93,6 +93,7 @@ var (
 	Nodes               = newKind("Node", "nodes", "", false, "/registry/minions/", func() Object { return &corev1.Node{} }, "no")
 	Services            = newKind("Service", "services", "", true, "/registry/services/specs/", func() Object { return &corev1.Service{} }, "svc")
 	EndpointSlices      = newKind("EndpointSlice", "endpointslices", "discovery.k8s.io", true, "/registry/endpointslices/", func() Object { return &corev1.EndpointSlice{} })
+	Endpoints           = newKind("Endpoints", "endpoints", "", true, "/registry/services/endpoints/", func() Object { return &corev1.Endpoints{} }, "ep")
 	Namespaces          = newKind("Namespace", "namespaces", "", false, "/registry/namespaces/", func() Object { return &corev1.Namespace{} }, "ns")
 	ServiceAccounts     = newKind("ServiceAccount", "serviceaccounts", "", true, "/registry/serviceaccounts/", func() Object { return &corev1.ServiceAccount{} }, "sa")
 	ConfigMaps          = newKind("ConfigMap", "configmaps", "", true, "/registry/configmaps/", func() Object { return &corev1.ConfigMap{} }, "cm")

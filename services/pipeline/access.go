@@ -5,6 +5,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -224,7 +225,7 @@ var storeWrites = map[string][]objects.Kind{
 	Persistence:    {objects.Pods, objects.Events},
 	Scheduler:      {objects.Pods, objects.NodeAllocations, objects.Events},
 	Status:         {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
-	Endpoints:      {objects.EndpointSlices, objects.Events},
+	Endpoints:      {objects.EndpointSlices, objects.Endpoints, objects.Events},
 	ServiceAccount: {objects.ServiceAccounts, objects.Events},
 	RootCACert:     {objects.ConfigMaps, objects.Events},
 	// Nodes' conditions and taints; pods' Ready, DisruptionTarget and
@@ -257,8 +258,8 @@ func StoreWriteACL(writer, key string) bool {
 		}
 		switch writer {
 		case StageRole(API):
-			kinds = objects.Kinds()                        // ClusterIPs' reservations are IPAddresses
-			prefixes = append(prefixes, MasterLeasePrefix) // the replicas' leases of default/kubernetes
+			kinds = objects.Kinds()                                                // ClusterIPs' reservations are IPAddresses
+			prefixes = append(prefixes, MasterLeasePrefix, ipalloc.NodePortPrefix) // the replicas' leases of default/kubernetes, Services' node ports
 		case StageRole(Persistence):
 			prefixes = append(prefixes, RequestIDPrefix)
 		}

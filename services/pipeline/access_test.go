@@ -21,6 +21,7 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
+	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 )
@@ -610,6 +611,11 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.StageRole(pipeline.Persistence), pipeline.RequestIDPrefix + "ab12", true},
 		{pipeline.StageRole(pipeline.API), pipeline.RequestIDPrefix + "ab12", false},
 		{pipeline.StageRole(pipeline.Status), pipeline.RequestIDPrefix + "ab12", false},
+		{pipeline.StageRole(pipeline.API), ipalloc.NodePortKey(30080), true},
+		{pipeline.StageRole(pipeline.Endpoints), ipalloc.NodePortKey(30080), false},
+		{pipeline.StageRole(pipeline.Endpoints), objects.Endpoints.Key("default", "web"), true},
+		{pipeline.StageRole(pipeline.Scheduler), objects.Endpoints.Key("default", "web"), false},
+		{pipeline.NodeRole("n1"), ipalloc.NodePortKey(30080), false},
 		{pipeline.StageRole(pipeline.Scheduler), objects.NodeAllocations.Key("", "n1"), true},
 		{pipeline.StageRole(pipeline.Scheduler), node, false},
 		{pipeline.StageRole(pipeline.Status), node, true},

@@ -44,7 +44,7 @@ type LinuxNodeOptions struct {
 	NodeCIDRMaskSize int
 	ServiceCIDR      string   // the service CIDR the proxy routes unreachable and programs inside ("": proxy's default)
 	Registry         string   // registry standing in for docker.io (empty: docker.io)
-	HostIP           string   // the node's InternalIP
+	HostIP           string   // the node's InternalIP ("": its bridge's gateway, the pod CIDR's first address)
 	HostPaths        []string // host directories hostPath volumes may use
 	Decommission     bool     // remove every pod, the bridge and the cgroups, then return
 	// SeccompDefault makes RuntimeDefault the profile of containers that
@@ -185,8 +185,17 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	// ClusterFirst pods ask the node's cluster DNS, on the bridge's gateway.
 	rcfg.ClusterDNS = []string{gatewayOf(podCIDR).String()}
 	rcfg.HostPathPrefixes = lo.HostPaths
-	if lo.HostIP != "" {
-		rcfg.NodeIP = lo.HostIP
+	// The node's address is its bridge's gateway unless told otherwise:
+	// reachable from its pods and from the host, where its NodePort
+	// Services and hostPorts answer (kube-proxy serves no node port on
+	// loopback).
+	hostIP := lo.HostIP
+	if hostIP == "" {
+		hostIP = gatewayOf(podCIDR).String()
+	}
+	rcfg.NodeIP = hostIP
+	if a, err := netip.ParseAddr(hostIP); err == nil && a.Is4() && !a.IsLoopback() && !a.IsUnspecified() && a != gatewayOf(podCIDR) {
+		rcfg.Network.HostIPs = []string{hostIP} // hostPorts answer there too
 	}
 	rcfg.SeccompDefault = lo.SeccompDefault
 	if lo.SeccompProfileRoot != "" {
@@ -205,7 +214,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		return err
 	}
 	defer rt.Close()
-	pcfg := proxyConfig(node, podCIDR, lo.ServiceCIDR, rcfg)
+	pcfg := proxyConfig(node, podCIDR, lo.ServiceCIDR, hostIP, rcfg)
 	if lo.Decommission {
 		if err := errors.Join(rt.Decommission(ctx), proxy.Remove(pcfg)); err != nil {
 			return err
@@ -216,7 +225,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	log.Info("linux runtime ready", "podCIDR", podCIDR, "dataDir", dataDir, "instance", linux.InstanceOf(dataDir), "bridge", rcfg.Network.BridgeName)
 
 	acfg := nodeagent.DefaultConfig(node, podCIDR)
-	acfg.HostIP = lo.HostIP
+	acfg.HostIP = hostIP
 	// Kept back for the system and the agent, like kubelet's --system-reserved.
 	acfg.Reserved = map[string]string{"cpu": "100m", "memory": "256Mi", "pods": "0"}
 	acfg.Logger = log
@@ -376,11 +385,15 @@ func startClusterDNS(podCIDR string, rcfg linux.Config) (*dns.Server, error) {
 
 // proxyConfig is the node proxy's: the service CIDR ("" keeps the
 // default), the node's bridge, its gateway (the pod CIDR's first address)
-// and its policy routing table.
-func proxyConfig(node, podCIDR, serviceCIDR string, rcfg linux.Config) proxy.Config {
+// and its policy routing table; node ports on the gateway and on hostIP,
+// the node's InternalIP, unless that is a loopback address.
+func proxyConfig(node, podCIDR, serviceCIDR, hostIP string, rcfg linux.Config) proxy.Config {
 	cfg := proxy.DefaultConfig(node, rcfg.Network.BridgeName, gatewayOf(podCIDR).String())
 	if serviceCIDR != "" {
 		cfg.ServiceCIDR = serviceCIDR
+	}
+	if a, err := netip.ParseAddr(hostIP); err == nil && a.Is4() && !a.IsLoopback() && !a.IsUnspecified() && hostIP != cfg.Gateway {
+		cfg.NodeIPs = append(cfg.NodeIPs, hostIP)
 	}
 	cfg.PodCIDR, cfg.RouteTable = podCIDR, rcfg.Network.RouteTable
 	return cfg

@@ -656,6 +656,12 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	if st := validate.Object(obj); st != nil && !isGeneric { // names, ConfigMap and Secret sizes; the registry's for generic kinds
 		return st, nil
 	}
+	if svc, ok := obj.(*corev1.Service); ok { // kube-apiserver's defaults and validation
+		old, _ := existing.(*corev1.Service)
+		if st := validate.Service(svc, old); st != nil {
+			return st, nil
+		}
+	}
 	// NamespaceLifecycle: new content only in a namespace that exists and
 	// is not being terminated, read from the store; the write below
 	// compares the namespace's revision, so a DELETE of the namespace
@@ -798,7 +804,7 @@ func allocStatus(err error, name string) *corev1.Status {
 	switch {
 	case errors.As(err, &e):
 		return stage.Failure(422, eventsv1.ReasonInvalid, "services", name, "Service %q is invalid: %v", name, e)
-	case errors.Is(err, ipalloc.ErrFull):
+	case errors.Is(err, ipalloc.ErrFull), errors.Is(err, ipalloc.ErrPortsFull):
 		return stage.Failure(500, "InternalError", "services", name, "Internal error occurred: %v", err)
 	}
 	return nil
