@@ -48,7 +48,13 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 	viewRules := func() []*corev1.PolicyRule {
 		return []*corev1.PolicyRule{
 			core(readVerbs, "pods", "pods/log", "pods/status", "services", "endpoints",
-				"configmaps", "serviceaccounts", "events", "limitranges", "namespaces"),
+				"configmaps", "serviceaccounts", "events", "limitranges", "namespaces",
+				"replicationcontrollers", "replicationcontrollers/scale", "replicationcontrollers/status"),
+			group("apps", readVerbs, "controllerrevisions", "daemonsets", "daemonsets/status", "deployments", "deployments/scale",
+				"deployments/status", "replicasets", "replicasets/scale", "replicasets/status", "statefulsets", "statefulsets/scale",
+				"statefulsets/status"),
+			group("batch", readVerbs, "cronjobs", "cronjobs/status", "jobs", "jobs/status"),
+			group("policy", readVerbs, "poddisruptionbudgets", "poddisruptionbudgets/status"),
 			group("discovery.k8s.io", readVerbs, "endpointslices"),
 			group("events.k8s.io", readVerbs, "events"),
 			group("podflow.io", readVerbs, "sidecarpolicies"),
@@ -57,8 +63,13 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 	editRules := func() []*corev1.PolicyRule {
 		rw := all(readVerbs, writeVerbs)
 		return append(viewRules(),
-			core(rw, "pods", "services", "endpoints", "configmaps", "secrets", "serviceaccounts"),
-			core([]string{"create"}, "serviceaccounts/token"),
+			core(rw, "pods", "services", "endpoints", "configmaps", "secrets", "serviceaccounts",
+				"replicationcontrollers", "replicationcontrollers/scale"),
+			core([]string{"create"}, "serviceaccounts/token", "pods/eviction"),
+			group("apps", rw, "daemonsets", "deployments", "deployments/rollback", "deployments/scale", "replicasets",
+				"replicasets/scale", "statefulsets", "statefulsets/scale"),
+			group("batch", rw, "cronjobs", "jobs"),
+			group("policy", rw, "poddisruptionbudgets"),
 			group("discovery.k8s.io", rw, "endpointslices"),
 		)
 	}
@@ -92,5 +103,46 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 		Subjects: []*corev1.Subject{{Kind: SubjectGroup, ApiGroup: "rbac.authorization.k8s.io", Name: GroupMasters}},
 		RoleRef:  &corev1.RoleRef{ApiGroup: "rbac.authorization.k8s.io", Kind: KindClusterRole, Name: ClusterRoleClusterAdmin},
 	}}
+	for _, c := range controllerPolicy(core, group) {
+		name := ControllerRolePrefix + c.account
+		clusterRoles = append(clusterRoles, role(name, c.rules))
+		clusterRoleBindings = append(clusterRoleBindings, &corev1.ClusterRoleBinding{
+			Metadata: &corev1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/bootstrapping": "rbac-defaults"},
+				Annotations: map[string]string{AnnotationAutoupdate: "true"}},
+			Subjects: []*corev1.Subject{{Kind: SubjectServiceAccount, Name: c.account, Namespace: "kube-system"}},
+			RoleRef:  &corev1.RoleRef{ApiGroup: "rbac.authorization.k8s.io", Kind: KindClusterRole, Name: name},
+		})
+	}
 	return clusterRoles, clusterRoleBindings
+}
+
+// ControllerRolePrefix begins the names of the workload controllers'
+// ClusterRoles and their bindings, as kube's bootstrap policy names them
+// ("system:controller:replicaset-controller").
+const ControllerRolePrefix = "system:controller:"
+
+type controllerRole struct {
+	account string // the controller's ServiceAccount in kube-system
+	rules   []*corev1.PolicyRule
+}
+
+// controllerPolicy is kube's bootstrap policy of the workload controllers
+// podflow runs (the ReplicaSet and ReplicationController controllers so
+// far) (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
+// controller_policy.go): what each controller's ServiceAccount may do.
+func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group func(string, []string, ...string) *corev1.PolicyRule) []controllerRole {
+	events := core([]string{"create", "patch", "update"}, "events")
+	eventsV1 := group("events.k8s.io", []string{"create", "patch", "update"}, "events")
+	return []controllerRole{
+		{"replicaset-controller", []*corev1.PolicyRule{
+			group("apps", []string{"get", "list", "watch", "update"}, "replicasets"),
+			group("apps", []string{"update"}, "replicasets/status", "replicasets/finalizers"),
+			core([]string{"list", "watch", "patch", "create", "delete"}, "pods"), events, eventsV1,
+		}},
+		{"replication-controller", []*corev1.PolicyRule{
+			core([]string{"get", "list", "watch", "update"}, "replicationcontrollers"),
+			core([]string{"update"}, "replicationcontrollers/status", "replicationcontrollers/finalizers"),
+			core([]string{"list", "watch", "patch", "create", "delete"}, "pods"), events, eventsV1,
+		}},
+	}
 }

@@ -40,11 +40,14 @@ var Outputs = map[string][]eventsv1.Type{
 	Scheduler:   {"PodScheduled", "PodUnschedulable", "PodDeleteRequested"}, // the victims of a preemption
 	Status:      {},
 	Endpoints:   {"EndpointsUpdated"},
-	// Controller stages write the store; the node lifecycle controller
-	// also hands the pods it evicts to their nodes.
-	ServiceAccount: nil,
-	RootCACert:     nil,
-	NodeLifecycle:  {"PodDeleteRequested", "PodDeleted"},
+	// Controller stages write the store; the workload controllers also
+	// hand the pods they delete to their nodes (stage.DeletePod), and the node lifecycle controller the pods it
+	// evicts.
+	ServiceAccount:        nil,
+	RootCACert:            nil,
+	ReplicaSet:            {"PodDeleteRequested", "PodDeleted"},
+	ReplicationController: {"PodDeleteRequested", "PodDeleted"},
+	NodeLifecycle:         {"PodDeleteRequested", "PodDeleted"},
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -129,11 +132,14 @@ func stagePermissions(stage string) *bus.Permissions {
 		pub = append(pub, bus.TypeFilter(t))
 	}
 	var sub []string
+	if ControllerAccount(stage) != "" {
+		pub = append(pub, ControllerPodsSubject(stage)) // its pods, asked of the api stage
+	}
 	switch stage {
 	case API:
 		// The front door (podflow.api.>), the nodes' token requests, the
-		// nodes' logs and exec sessions.
-		sub = append(sub, bus.APIPrefix+".>", TokenPrefix+".*")
+		// controllers' pod requests, the nodes' logs and exec sessions.
+		sub = append(sub, bus.APIPrefix+".>", TokenPrefix+".*", ControllerPodsPrefix+".*")
 		pub = append(pub, LogsPrefix+".*", ExecPrefix+".*", ExecPrefix+".*.*.in", MetricsPrefix+".*")
 		sub = append(sub, ExecPrefix+".*.*.out")
 		fallthrough
@@ -228,6 +234,10 @@ var storeWrites = map[string][]objects.Kind{
 	Endpoints:      {objects.EndpointSlices, objects.Endpoints, objects.Events},
 	ServiceAccount: {objects.ServiceAccounts, objects.Events},
 	RootCACert:     {objects.ConfigMaps, objects.Events},
+	// Workload controllers: their objects' status, their pods (adoption,
+	// deletion), the Leases their replicas share the work with.
+	ReplicaSet:            {objects.ReplicaSets, objects.Pods, objects.Events, objects.Leases},
+	ReplicationController: {objects.ReplicationControllers, objects.Pods, objects.Events, objects.Leases},
 	// Nodes' conditions and taints; pods' Ready, DisruptionTarget and
 	// deletion (an eviction).
 	NodeLifecycle: {objects.Nodes, objects.Pods, objects.Events},

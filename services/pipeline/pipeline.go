@@ -15,9 +15,11 @@ package pipeline
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 )
 
@@ -32,24 +34,31 @@ const (
 	// Controller stages (they consume no events: Controller).
 	ServiceAccount = "serviceaccount" // a "default" ServiceAccount in every namespace
 	RootCACert     = "rootcacert"     // kube-root-ca.crt in every namespace
-	NodeLifecycle  = "nodelifecycle"  // nodes that stop heartbeating: taints, evictions
+	// Workload controllers (services/controller): they create pods through
+	// the api stage (ControllerPodsSubject) and write their objects.
+	ReplicaSet            = "replicaset"            // ReplicaSets' pods
+	ReplicationController = "replicationcontroller" // ReplicationControllers' pods
+	NodeLifecycle         = "nodelifecycle"         // nodes that stop heartbeating: taints, evictions
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
-var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert, NodeLifecycle}
+var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
+	ReplicaSet, ReplicationController, NodeLifecycle}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
 var Inputs = map[string][]eventsv1.Type{
-	API:            {"PodRequested"},
-	Admission:      {"PodAuthorized"},
-	Persistence:    {"PodAdmitted"},
-	Scheduler:      {"PodPersisted", "PodDeleted"},
-	Status:         {"PodStatusReport", "PodDeleted"},
-	Endpoints:      {"PodReady", "PodNotReady", "PodDeleted"},
-	ServiceAccount: nil,
-	RootCACert:     nil,
-	NodeLifecycle:  nil,
+	API:                   {"PodRequested"},
+	Admission:             {"PodAuthorized"},
+	Persistence:           {"PodAdmitted"},
+	Scheduler:             {"PodPersisted", "PodDeleted"},
+	Status:                {"PodStatusReport", "PodDeleted"},
+	Endpoints:             {"PodReady", "PodNotReady", "PodDeleted"},
+	ServiceAccount:        nil,
+	RootCACert:            nil,
+	ReplicaSet:            nil,
+	ReplicationController: nil,
+	NodeLifecycle:         nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no
@@ -72,7 +81,61 @@ const (
 	// ObjectSubject takes an apiv1.ObjectRequest (apply, delete of any
 	// kind, pod deletion included).
 	ObjectSubject = bus.APIPrefix + ".objects"
+	// ControllerPodsPrefix: a controller stage asks the api stage for a
+	// pod on ControllerPodsPrefix.<stage> (ControllerPodsSubject).
+	ControllerPodsPrefix = "podflow.ops.pods"
 )
+
+// ControllerPodsSubject is where the controller stage asks the api stage
+// to create a pod: request-reply of an eventsv1.Envelope holding a
+// PodRequested; the answer is the request's apiv1.Response. Only the
+// stage's bus identity may publish there and only the api stage
+// subscribes, so the subject names the controller as the bus
+// authenticated it, as TokenPrefix names a node: the api stage gives the
+// request the controller's Kubernetes identity (ControllerUser).
+func ControllerPodsSubject(stage string) string { return ControllerPodsPrefix + "." + stage }
+
+// controllerAccounts are the ServiceAccounts of kube-system whose
+// identity each workload controller stage acts with, as
+// kube-controller-manager's controllers with
+// --use-service-account-credentials.
+var controllerAccounts = map[string]string{
+	ReplicaSet:            "replicaset-controller",
+	ReplicationController: "replication-controller",
+}
+
+// ControllerAccount is the kube-system ServiceAccount name a controller
+// stage acts as ("" for a stage that is not a workload controller).
+func ControllerAccount(stage string) string { return controllerAccounts[stage] }
+
+// ControllerUser is the user a controller stage's pod requests are made
+// as: its ServiceAccount's (system:serviceaccount:kube-system:NAME, in the
+// groups system:serviceaccounts, system:serviceaccounts:kube-system and
+// system:authenticated); nil for a stage that is not a workload
+// controller.
+func ControllerUser(stage string) *corev1.UserInfo {
+	sa := controllerAccounts[stage]
+	if sa == "" {
+		return nil
+	}
+	return &corev1.UserInfo{Username: "system:serviceaccount:kube-system:" + sa,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+}
+
+// ControllerOfUser is the controller stage whose identity username is
+// (ControllerUser), if any.
+func ControllerOfUser(username string) (string, bool) {
+	sa, ok := strings.CutPrefix(username, "system:serviceaccount:kube-system:")
+	if !ok {
+		return "", false
+	}
+	for stage, name := range controllerAccounts {
+		if name == sa {
+			return stage, true
+		}
+	}
+	return "", false
+}
 
 // Known reports whether name is a stage.
 func Known(name string) bool {

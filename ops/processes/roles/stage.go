@@ -16,6 +16,7 @@ import (
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/controller"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/registry"
@@ -29,6 +30,7 @@ import (
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/nodelifecycle"
 	"github.com/podflow/podflow/services/stages/persistence"
+	"github.com/podflow/podflow/services/stages/replicaset"
 	"github.com/podflow/podflow/services/stages/rootcacert"
 	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/serviceaccount"
@@ -67,6 +69,8 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	pipeline.ServiceAccount: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return serviceaccount.New(env, serviceaccount.DefaultConfig())
 	},
+	pipeline.ReplicaSet:            replicaSetStage,
+	pipeline.ReplicationController: replicaSetStage,
 	pipeline.RootCACert: func(env stage.Env, o StageOptions) (stage.Handler, error) {
 		cfg := rootcacert.DefaultConfig()
 		if o.RootCAFile == "" {
@@ -105,6 +109,12 @@ type controllerHandler struct{}
 
 func (controllerHandler) Handle(context.Context, *bus.Delivery) error {
 	return bus.Permanent(errors.New("a controller stage consumes no events"))
+}
+
+// replicaSetStage is a replica of the ReplicaSet or ReplicationController
+// controller (the stage's name says which).
+func replicaSetStage(env stage.Env, _ StageOptions) (stage.Handler, error) {
+	return replicaset.New(env, replicaset.DefaultConfig(env.Stage, env.Replica), controller.NATSRequester(env.NATS))
 }
 
 // APIProcess composes an api replica's process: the api stage, with

@@ -57,8 +57,11 @@ type Config struct {
 	TokenFile string
 	Authn     auth.AuthenticatorConfig
 	RBAC      auth.RBACConfig
-	// Workers serve the request-reply subjects.
-	Workers int
+	// Workers serve the request-reply subjects; ControllerWorkers the
+	// controllers' pod requests (controllers.go), which come in bursts of
+	// hundreds (default 256).
+	Workers           int
+	ControllerWorkers int
 	// SealKey, when set, is the key bearer tokens on the bus are sealed
 	// to (see sealing.go): the stream then never holds one in clear, and
 	// a PodRequested with a token in clear is refused. Nil: tokens travel
@@ -99,7 +102,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Authn: auth.DefaultAuthenticatorConfig(), RBAC: auth.DefaultRBACConfig(), Workers: 16,
+		Authn: auth.DefaultAuthenticatorConfig(), RBAC: auth.DefaultRBACConfig(), Workers: 16, ControllerWorkers: 256,
 		Services:        ipalloc.DefaultConfig(),
 		EventsHighWater: DefaultEventsHighWater, EventsInfoInterval: DefaultEventsInfoInterval,
 		UserPodQPS: DefaultUserPodQPS, UserPodBurst: DefaultUserPodBurst,
@@ -109,8 +112,8 @@ func DefaultConfig() Config {
 
 // Validate checks the Config.
 func (c Config) Validate() error {
-	if c.Workers < 1 {
-		return fmt.Errorf("api: Workers (%d) must be at least 1", c.Workers)
+	if c.Workers < 1 || c.ControllerWorkers < 1 {
+		return fmt.Errorf("api: Workers (%d) and ControllerWorkers (%d) must be at least 1", c.Workers, c.ControllerWorkers)
 	}
 	if err := c.Authn.Validate(); err != nil {
 		return err
@@ -209,6 +212,9 @@ func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	}
 	if err := s.serve(ctx, g, pipeline.ObjectSubject, s.onObject); err != nil {
 		return err
+	}
+	if err := stage.Serve(ctx, g, s.env.NATS, pipeline.ControllerPodsPrefix+".*", pipeline.API, s.cfg.ControllerWorkers, s.onControllerPod); err != nil {
+		return fmt.Errorf("api: %w", err)
 	}
 	mux, err := newReplyMux(s.env.NATS)
 	if err != nil {
@@ -452,19 +458,28 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	d.Envelope.Namespace, d.Envelope.PodName = md.Namespace, md.Name
 	reply := req.GetReplyTo()
-	if reply != "" {
+	// A user instead of a token: a request a front door authenticated (the
+	// controller intake, controllers.go). Only the api stage and the admin
+	// may publish PodRequested on the stream, so the user is theirs.
+	trusted := req.GetUser() != nil && req.GetToken() == ""
+	if reply != "" && !trusted {
 		if err := checkClientReply(reply); err != nil {
 			return s.refuseStreamReply(ctx, d, md.Name, reply, err)
 		}
 	}
 
-	token, st := s.openFromStream(req.GetToken())
 	var user *corev1.UserInfo
-	if st == nil {
-		user, st = s.authn.AuthenticateToken(token)
+	var st *corev1.Status
+	if trusted {
+		user = req.GetUser()
+	} else {
+		var token string
+		if token, st = s.openFromStream(req.GetToken()); st == nil {
+			user, st = s.authn.AuthenticateToken(token)
+		}
 	}
 	if st == nil && reply != "" {
-		if err := checkUserReply(reply, user); err != nil {
+		if err := checkReplyOf(reply, user); err != nil {
 			return s.refuseStreamReply(ctx, d, md.Name, reply, err)
 		}
 	}

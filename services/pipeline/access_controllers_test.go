@@ -1,0 +1,67 @@
+package pipeline_test
+
+import (
+	"testing"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/bus/bustest"
+	"github.com/podflow/podflow/services/pipeline"
+)
+
+// TestControllerPodsSubjects: a workload controller stage asks the api
+// stage for pods on ControllerPodsSubject(itself) only, and only the api
+// stage receives those requests: another controller, any other stage, a
+// node, a user and the store cannot publish there (and so cannot make
+// pods as the controller), and no controller can listen there.
+func TestControllerPodsSubjects(t *testing.T) {
+	srv, admin := lockedDown(t)
+	api := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.API), "api")
+	rs := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.ReplicaSet), "rs")
+	subject := pipeline.ControllerPodsSubject(pipeline.ReplicaSet)
+
+	if err := serves(t, api, rs, subject); err != nil {
+		t.Fatalf("the api stage does not answer the replicaset controller: %v", err)
+	}
+	publishers := map[string]*bus.Conn{
+		"node n1":   bustest.ConnectAs(t, srv, pipeline.NodeRole("n1"), "n1"),
+		"a user":    bustest.ConnectUser(t, srv, "alice", "alice"),
+		"the store": bustest.ConnectAs(t, srv, pipeline.RoleStore, "store"),
+	}
+	for _, s := range pipeline.Stages {
+		if s != pipeline.API && s != pipeline.ReplicaSet {
+			publishers["stage "+s] = bustest.ConnectAs(t, srv, pipeline.StageRole(s), s)
+		}
+	}
+	for name, c := range publishers {
+		t.Run(name+" publishes on the replicaset controller's subject", func(t *testing.T) {
+			if delivers(t, c, admin, subject) {
+				t.Errorf("%s may ask for pods as the replicaset controller on %s", name, subject)
+			}
+		})
+	}
+	if !subscribeRefused(t, rs, pipeline.ControllerPodsPrefix+".*") {
+		t.Errorf("a controller may listen to the controllers' pod requests")
+	}
+}
+
+// TestControllerUsers: every workload controller has a ServiceAccount
+// identity, and the user names map back to their stage.
+func TestControllerUsers(t *testing.T) {
+	for _, s := range []string{pipeline.ReplicaSet, pipeline.ReplicationController} {
+		u := pipeline.ControllerUser(s)
+		if u == nil {
+			t.Fatalf("%s has no user", s)
+		}
+		if got, ok := pipeline.ControllerOfUser(u.GetUsername()); !ok || got != s {
+			t.Errorf("ControllerOfUser(%q) = %q, %v", u.GetUsername(), got, ok)
+		}
+	}
+	for _, u := range []string{"system:serviceaccount:kube-system:default", "system:serviceaccount:other:replicaset-controller", "admin"} {
+		if s, ok := pipeline.ControllerOfUser(u); ok {
+			t.Errorf("%q is taken for controller %s", u, s)
+		}
+	}
+	if pipeline.ControllerUser(pipeline.API) != nil {
+		t.Error("the api stage has a controller user")
+	}
+}
