@@ -294,7 +294,7 @@ func TestStageRoles(t *testing.T) {
 				// No consumer (management, below, may not make one); it
 				// publishes its outputs, if it has any.
 				if out != "" {
-					if got := accepted(conn, event(t, out, "controller")); len(got) != 1 {
+					if got := accepted(conn, event(t, out, stage)); len(got) != 1 { // one pod per stage: no deduplication
 						t.Errorf("controller stage %s may not publish its output %s", stage, out)
 					}
 				}
