@@ -41,12 +41,14 @@ var Outputs = map[string][]eventsv1.Type{
 	Status:      {},
 	Endpoints:   {"EndpointsUpdated"},
 	// Controller stages write the store; the workload controllers also
-	// hand the pods they delete to their nodes (stage.DeletePod).
+	// hand the pods they delete to their nodes (stage.DeletePod), and the node lifecycle controller the pods it
+	// evicts.
 	ServiceAccount:        nil,
 	RootCACert:            nil,
 	ReplicaSet:            {"PodDeleteRequested", "PodDeleted"},
 	ReplicationController: {"PodDeleteRequested", "PodDeleted"},
 	ResourceQuota:         nil,
+	NodeLifecycle:         {"PodDeleteRequested", "PodDeleted"},
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -240,10 +242,18 @@ var storeWrites = map[string][]objects.Kind{
 	ReplicaSet:            {objects.ReplicaSets, objects.Pods, objects.Events, objects.Leases},
 	ReplicationController: {objects.ReplicationControllers, objects.Pods, objects.Events, objects.Leases},
 	ResourceQuota:         {objects.ResourceQuotas, objects.Events},
+	// Nodes' conditions and taints; pods' Ready, DisruptionTarget and
+	// deletion (an eviction).
+	NodeLifecycle: {objects.Nodes, objects.Pods, objects.Events},
 }
 
+// NodeLeaseNamespace holds one Lease per node, named after it: the node's
+// heartbeat, renewed by its agent as kubelet's nodelease controller does.
+const NodeLeaseNamespace = "kube-node-lease"
+
 // nodeWrites: a node agent records Events and allocates its pod CIDR (the
-// key is the CIDR; the value names the node); its Node it writes alone.
+// key is the CIDR; the value names the node); its Node and its Lease it
+// writes alone.
 var nodeWrites = []string{objects.Events.Prefix(""), PodCIDRPrefix}
 
 // CustomResourceKey reports whether key is where kube-apiserver's layout
@@ -292,9 +302,12 @@ func StoreWriteACL(writer, key string) bool {
 		if name, ok := strings.CutPrefix(key, objects.Nodes.Prefix("")); ok {
 			return NodeRole(name) == writer
 		}
+		if name, ok := strings.CutPrefix(key, objects.Leases.Prefix(NodeLeaseNamespace)); ok {
+			return NodeRole(name) == writer
+		}
 		prefixes = nodeWrites
 	case strings.HasPrefix(writer, SimNodesRolePrefix):
-		prefixes = append([]string{objects.Nodes.Prefix("")}, nodeWrites...)
+		prefixes = append([]string{objects.Nodes.Prefix(""), objects.Leases.Prefix(NodeLeaseNamespace)}, nodeWrites...)
 	}
 	for _, p := range prefixes {
 		if strings.HasPrefix(key, p) {

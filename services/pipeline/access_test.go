@@ -290,7 +290,15 @@ func TestStageRoles(t *testing.T) {
 			if o := pipeline.Outputs[stage]; len(o) > 0 {
 				out = o[0]
 			}
-			if !pipeline.Controller(stage) { // a controller stage has no consumer (management, below, may not make one)
+			if pipeline.Controller(stage) {
+				// No consumer (management, below, may not make one); it
+				// publishes its outputs, if it has any.
+				if out != "" {
+					if got := accepted(conn, event(t, out, stage)); len(got) != 1 { // one pod per stage: no deduplication
+						t.Errorf("controller stage %s may not publish its output %s", stage, out)
+					}
+				}
+			} else {
 				runOnce(t, admin, conn, cfg, pipeline.Inputs[stage][0], out)
 			}
 
@@ -354,10 +362,9 @@ func checkStream(t *testing.T, admin *bus.Conn) {
 	}
 	want := uint64(0)
 	for _, s := range pipeline.Stages {
-		if pipeline.Controller(s) {
-			continue // nothing consumed, nothing published
+		if !pipeline.Controller(s) {
+			want++ // its input
 		}
-		want++
 		if len(pipeline.Outputs[s]) > 0 {
 			want++
 		}
@@ -667,5 +674,27 @@ func TestStoreReadACL(t *testing.T) {
 		if got := pipeline.StoreReadACL(c.user, c.key, c.prefix); got != c.want {
 			t.Errorf("StoreReadACL(%q, %q, prefix=%v) = %v, want %v", c.user, c.key, c.prefix, got, c.want)
 		}
+	}
+}
+
+// TestNodeLeaseACL: a node writes and reads its own Lease in
+// kube-node-lease only (kube's node authorizer and NodeRestriction); a
+// simulated cluster writes any node's.
+func TestNodeLeaseACL(t *testing.T) {
+	key := func(node string) string { return objects.Leases.Key(pipeline.NodeLeaseNamespace, node) }
+	n1 := pipeline.NodeRole("n1")
+	switch {
+	case !pipeline.StoreWriteACL(n1, key("n1")):
+		t.Error("a node may not renew its Lease")
+	case pipeline.StoreWriteACL(n1, key("n2")):
+		t.Error("a node may renew another node's Lease")
+	case pipeline.StoreWriteACL(n1, objects.Leases.Key("default", "n1")):
+		t.Error("a node may write a Lease outside kube-node-lease")
+	case !pipeline.StoreReadFilter(n1, key("n1"), nil, nil):
+		t.Error("a node may not read its Lease")
+	case pipeline.StoreReadFilter(n1, key("n2"), nil, nil):
+		t.Error("a node may read another node's Lease")
+	case !pipeline.StoreWriteACL(pipeline.SimNodesRole("sim"), key("sim-node-0001")):
+		t.Error("a simulated cluster may not renew its nodes' Leases")
 	}
 }

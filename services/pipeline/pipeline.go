@@ -39,11 +39,12 @@ const (
 	ReplicaSet            = "replicaset"            // ReplicaSets' pods
 	ReplicationController = "replicationcontroller" // ReplicationControllers' pods
 	ResourceQuota         = "resourcequota"         // every ResourceQuota's status.hard and status.used
+	NodeLifecycle         = "nodelifecycle"         // nodes that stop heartbeating: taints, evictions
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, ResourceQuota}
+	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -59,6 +60,7 @@ var Inputs = map[string][]eventsv1.Type{
 	ReplicaSet:            nil,
 	ReplicationController: nil,
 	ResourceQuota:         nil,
+	NodeLifecycle:         nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no

@@ -177,7 +177,11 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	f.StringVar(&encConfig, "encryption-provider-config", "", "EncryptionConfiguration file (kube-apiserver's, mode 0600): values of the resources it names (secrets) are encrypted at rest with its first provider's key (secretbox, aesgcm or identity); every replica needs the same file")
 	f.StringVar(&bootstrap, "bootstrap", "", "initial voters id1=addr1,id2=addr2,... (used only on an empty data dir)")
 	f.StringVar(&peerAddrs, "peer-addrs", "", "dial these peers here instead of at their raft address, id1=addr1,... (podflow chaos routes each link through its fault-injecting relay)")
-	f.BoolVar(&cfg.Join, "join", false, "on an empty data dir, ask the running cluster to add this replica")
+	joinUsage := "on an empty data dir, ask the running cluster to add this replica"
+	deprecatedAlias(f, "join", "join-existing", func(f *pflag.FlagSet) {
+		f.BoolVar(&cfg.Join, "join-existing", false, joinUsage)
+		f.BoolVar(&cfg.Join, "join", false, joinUsage)
+	})
 	f.Int64Var(&cfg.HistoryRevisions, "history-revisions", cfg.HistoryRevisions, "revisions of change history kept for watches")
 	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "raft heartbeat timeout")
 	f.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "raft election timeout")
@@ -266,23 +270,34 @@ func storeStatusCmd(conn *storeConnFlags) *cobra.Command {
 }
 
 func storeAddVoterCmd(conn *storeConnFlags) *cobra.Command {
-	return &cobra.Command{
+	var nonvoter bool
+	cmd := &cobra.Command{
 		Use:   "add-voter ID ADDR",
-		Short: "Add a voting replica (its raft address host:port) to the cluster",
-		Args:  cobra.ExactArgs(2),
+		Short: "Add a voting replica (its raft address host:port) to the cluster, or promote a non-voter",
+		Long: `Add a voting replica, or promote a non-voter. With --nonvoter, add a non-voter
+(it gets every write and serves stale reads, but neither votes nor counts for
+a quorum), as etcd's learners: a replica that catches up before it votes, or
+a fourth or sixth replica beyond an odd number of voters.`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, closeConn, err := conn.client(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer closeConn()
-			if err := c.AddVoter(cmd.Context(), args[0], args[1]); err != nil {
+			add, what := c.AddVoter, "voter"
+			if nonvoter {
+				add, what = c.AddNonvoter, "non-voter"
+			}
+			if err := add(cmd.Context(), args[0], args[1]); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "added voter %s at %s\n", args[0], args[1])
+			fmt.Fprintf(cmd.OutOrStdout(), "added %s %s at %s\n", what, args[0], args[1])
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&nonvoter, "nonvoter", false, "add a non-voter (it does not vote nor count for a quorum)")
+	return cmd
 }
 
 func storeRemoveCmd(conn *storeConnFlags) *cobra.Command {

@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -30,6 +31,7 @@ import (
 	"github.com/podflow/podflow/services/stages/endpoints"
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
+	"github.com/podflow/podflow/services/stages/nodelifecycle"
 	"github.com/podflow/podflow/services/stages/persistence"
 	"github.com/podflow/podflow/services/stages/replicaset"
 	"github.com/podflow/podflow/services/stages/resourcequota"
@@ -74,9 +76,6 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.Status: func(env stage.Env, o StageOptions) (stage.Handler, error) {
 		cfg := status.DefaultConfig()
-		if o.NodeGrace > 0 {
-			cfg.NodeMonitorGracePeriod = o.NodeGrace
-		}
 		if o.EventTTL > 0 {
 			cfg.EventTTL = o.EventTTL
 		}
@@ -104,6 +103,33 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		}
 		return rootcacert.New(env, cfg)
 	},
+	pipeline.NodeLifecycle: NodeLifecycle,
+}
+
+// NodeLifecycle is the node lifecycle controller stage: nodes that stop
+// heartbeating go Unknown and are tainted; their pods are marked not
+// ready and evicted after their tolerationSeconds, as
+// kube-controller-manager's node lifecycle and taint eviction
+// controllers. It consumes no events (pipeline.Controller).
+func NodeLifecycle(env stage.Env, o StageOptions) (stage.Handler, error) {
+	cfg := nodelifecycle.DefaultConfig()
+	if o.NodeGrace > 0 {
+		cfg.GracePeriod = o.NodeGrace
+		cfg.MonitorPeriod = min(cfg.MonitorPeriod, o.NodeGrace)
+	}
+	c, err := nodelifecycle.New(env, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return stage.Compose(controllerHandler{}, c), nil
+}
+
+// controllerHandler is the Handler of a controller stage, which consumes
+// no events: Handle is never called.
+type controllerHandler struct{}
+
+func (controllerHandler) Handle(context.Context, *bus.Delivery) error {
+	return bus.Permanent(errors.New("a controller stage consumes no events"))
 }
 
 // replicaSetStage is a replica of the ReplicaSet or ReplicationController

@@ -25,6 +25,13 @@ type Config struct {
 	// Default LevelPrivileged, as Kubernetes. The zero value means the
 	// default.
 	DefaultLevel Level
+	// NotReadyTolerationSeconds and UnreachableTolerationSeconds are the
+	// tolerationSeconds of the tolerations of the node.kubernetes.io/not-ready
+	// and unreachable NoExecute taints added to every pod that has none
+	// (kube-apiserver's DefaultTolerationSeconds plugin and its
+	// --default-not-ready-toleration-seconds and
+	// --default-unreachable-toleration-seconds). nil: 300.
+	NotReadyTolerationSeconds, UnreachableTolerationSeconds *int64
 	// Webhooks, when set, runs the admission webhooks and policies
 	// (services/webhook/kube) around the built-in admission, as
 	// kube-apiserver orders them; nil: none.
@@ -43,6 +50,10 @@ type Config struct {
 type Quota interface {
 	Admit(ctx context.Context, user *corev1.UserInfo, kind objects.Kind, op string, obj, old objects.Object) *corev1.Status
 }
+
+// DefaultTolerationSeconds is the default of Config.NotReadyTolerationSeconds
+// and UnreachableTolerationSeconds, kube-apiserver's.
+const DefaultTolerationSeconds = int64(300)
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config { return Config{DefaultLevel: LevelPrivileged} }
@@ -154,6 +165,7 @@ func Mutate(pod *corev1.Pod, s State) Result {
 		m.limitRange(lr)
 	}
 	m.defaults()
+	m.defaultTolerationSeconds(cfg.NotReadyTolerationSeconds, cfg.UnreachableTolerationSeconds)
 	m.qos()
 	priority := m.resolvePriority(s.PriorityClasses)
 	return Result{Pod: p, Mutations: m.applied, Status: priority}
