@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -217,50 +216,7 @@ func storeStatusCmd(conn *storeConnFlags) *cobra.Command {
 			if done, err := output.print(cmd.OutOrStdout(), map[string]any{"replicas": sts}); done {
 				return err
 			}
-			var leader *raftstore.Status
-			for _, s := range sts {
-				if s.State == "Leader" {
-					leader = s
-				}
-			}
-			out := cmd.OutOrStdout()
-			if leader != nil {
-				fmt.Fprintf(out, "leader %s  term %d  commit index %d  applied index %d  revision %d  compacted %d\n\n",
-					leader.ID, leader.Term, leader.CommitIndex, leader.AppliedIndex, leader.Revision, leader.CompactRevision)
-			} else {
-				fmt.Fprintln(out, "no leader among the replicas that answered")
-			}
-			seen := map[string]*raftstore.Status{}
-			for _, s := range sts {
-				seen[s.ID] = s
-			}
-			members := sts[0].Servers
-			if leader != nil {
-				members = leader.Servers
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tSUFFRAGE\tSTATE\tTERM\tLAST LOG\tCOMMIT\tAPPLIED\tBEHIND LEADER\tLAST CONTACT")
-			for _, m := range members {
-				s, ok := seen[m.ID]
-				if !ok {
-					fmt.Fprintf(tw, "%s\t%s\t%s\tunreachable\t\t\t\t\t\t\n", m.ID, m.Address, m.Suffrage)
-					continue
-				}
-				delete(seen, m.ID)
-				behind := "-"
-				if leader != nil && leader.LastLogIndex >= s.LastLogIndex {
-					behind = fmt.Sprint(leader.LastLogIndex - s.LastLogIndex)
-				}
-				contact := "never"
-				if s.LastContact >= 0 {
-					contact = s.LastContact.Round(time.Millisecond).String()
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", s.ID, s.Address, m.Suffrage, s.State, s.Term, s.LastLogIndex, s.CommitIndex, s.AppliedIndex, behind, contact)
-			}
-			for _, s := range seen {
-				fmt.Fprintf(tw, "%s\t%s\tnot a member\t%s\t%d\t%d\t%d\t%d\t-\t-\n", s.ID, s.Address, s.State, s.Term, s.LastLogIndex, s.CommitIndex, s.AppliedIndex)
-			}
-			return tw.Flush()
+			return client.PrintStoreStatus(cmd.OutOrStdout(), sts)
 		},
 	}
 	cmd.Flags().DurationVar(&wait, "timeout", 500*time.Millisecond, "how long to wait for every replica to answer")
