@@ -43,6 +43,9 @@ type Config struct {
 	ReconnectBufSize int
 	// PublishTimeout bounds a Publish whose ctx has no deadline. Default 10s.
 	PublishTimeout time.Duration
+	// PublishAttemptTimeout bounds one attempt of a Publish: an attempt
+	// no stream answered in that time is sent again (Publish). Default 3s.
+	PublishAttemptTimeout time.Duration
 	// AsyncMaxPending bounds PublishAsync messages awaiting a PubAck.
 	// Default 4096.
 	AsyncMaxPending int
@@ -68,15 +71,16 @@ type TLSFiles struct {
 // DefaultConfig returns the defaults; URLs and credentials are left empty.
 func DefaultConfig() Config {
 	return Config{
-		Role:             RoleAdmin,
-		ConnectTimeout:   5 * time.Second,
-		ReconnectWait:    250 * time.Millisecond,
-		MaxReconnectWait: 5 * time.Second,
-		MaxReconnects:    -1,
-		ReconnectBufSize: 8 << 20,
-		PublishTimeout:   10 * time.Second,
-		AsyncMaxPending:  4096,
-		DrainTimeout:     10 * time.Second,
+		Role:                  RoleAdmin,
+		ConnectTimeout:        5 * time.Second,
+		ReconnectWait:         250 * time.Millisecond,
+		MaxReconnectWait:      5 * time.Second,
+		MaxReconnects:         -1,
+		ReconnectBufSize:      8 << 20,
+		PublishTimeout:        10 * time.Second,
+		PublishAttemptTimeout: 3 * time.Second,
+		AsyncMaxPending:       4096,
+		DrainTimeout:          10 * time.Second,
 	}
 }
 
@@ -97,6 +101,8 @@ func (c Config) Validate() error {
 		return invalidf("config: MaxReconnects (%d) must be -1 or more", c.MaxReconnects)
 	case c.PublishTimeout <= 0:
 		return invalidf("config: PublishTimeout (%s) must be positive", c.PublishTimeout)
+	case c.PublishAttemptTimeout <= 0:
+		return invalidf("config: PublishAttemptTimeout (%s) must be positive", c.PublishAttemptTimeout)
 	case c.AsyncMaxPending <= 0:
 		return invalidf("config: AsyncMaxPending (%d) must be positive", c.AsyncMaxPending)
 	case c.DrainTimeout <= 0:

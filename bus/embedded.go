@@ -83,6 +83,14 @@ type EmbeddedConfig struct {
 	// of the same CA cannot open a route. Required for a cluster on a
 	// non-loopback Host.
 	ClusterTLS *tls.Config
+	// SystemPassword, when set, adds the user SystemUser to the system
+	// account ($SYS), whose requests manage the cluster (a JetStream peer's
+	// removal). Kept out of the credentials file: the process that starts
+	// the server chooses it.
+	SystemPassword string
+	// Tags are the server's tags (nats-server's server_tags): a stream
+	// with placement tags is placed on servers with every one of them.
+	Tags []string
 	// ClientTLS is the client side that ClientConfig and ClientConfigAs
 	// hand out for a server with TLS (in-process clients and tests).
 	ClientTLS *tls.Config
@@ -400,6 +408,26 @@ func writeJSON0600(path string, v any) error {
 // seconds (nats-server's unit).
 const tlsTimeout = 5
 
+// SystemUser is the user of the system account (EmbeddedConfig.SystemPassword).
+const SystemUser = "sys"
+
+// nobodyUser is who a client without credentials is on a server with a
+// system user: allowed nothing.
+const nobodyUser = "podflow-nobody"
+
+func nobody() *server.User {
+	deny := &server.SubjectPermission{Deny: []string{">"}}
+	return &server.User{Username: nobodyUser, Password: randomPassword(), Permissions: &server.Permissions{Publish: deny, Subscribe: deny}}
+}
+
+func randomPassword() string {
+	s, err := randomSecret()
+	if err != nil {
+		panic(err) // crypto/rand does not fail
+	}
+	return s
+}
+
 // Embedded is a running in-process nats-server with JetStream.
 type Embedded struct {
 	srv  *server.Server
@@ -444,9 +472,20 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		NoSigs:             true,
 		NoLog:              !cfg.Log,
 		MaxPayload:         8 << 20,
+		Tags:               cfg.Tags,
 	}
 	if opts.JetStreamMaxStore == 0 {
 		opts.JetStreamMaxStore = -1
+	}
+	if cfg.SystemPassword != "" {
+		sys := server.NewAccount(server.DEFAULT_SYSTEM_ACCOUNT)
+		opts.Accounts, opts.SystemAccount = []*server.Account{sys}, server.DEFAULT_SYSTEM_ACCOUNT
+		opts.Users = append(opts.Users, &server.User{Username: SystemUser, Password: cfg.SystemPassword, Account: sys}, nobody())
+		// With only the global and the system account, nats-server would
+		// add a user without password and without limits to the global
+		// account (its no_auth_user); one of ours, allowed nothing, takes
+		// that place.
+		opts.NoAuthUser = nobodyUser
 	}
 	if cfg.TLS != nil {
 		opts.TLS, opts.TLSVerify, opts.TLSConfig, opts.TLSTimeout = true, true, cfg.TLS, tlsTimeout

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -82,8 +83,10 @@ func prepare(env *eventsv1.Envelope, opts []PublishOption) (*nats.Msg, []jetstre
 // event is deduplicated: the PubAck then says Duplicate) and env.Time
 // with the current time when unset; env is modified in place.
 //
-// A ctx without deadline is bounded by Config.PublishTimeout. Failures
-// to reach a stream match ErrStreamUnavailable; retrying them is safe.
+// A ctx without deadline is bounded by Config.PublishTimeout. A publish
+// no stream answers is retried until ctx is done (see publishRetry), so a
+// stream electing a new leader, or a server failing over, is not seen;
+// what still fails to reach a stream by then matches ErrStreamUnavailable.
 func (c *Conn) Publish(ctx context.Context, env *eventsv1.Envelope, opts ...PublishOption) (*jetstream.PubAck, error) {
 	m, jsOpts, err := prepare(env, opts)
 	if err != nil {
@@ -94,11 +97,54 @@ func (c *Conn) Publish(ctx context.Context, env *eventsv1.Envelope, opts ...Publ
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.PublishTimeout)
 		defer cancel()
 	}
-	ack, err := c.js.PublishMsg(ctx, m, jsOpts...)
-	if err != nil {
-		return nil, publishError(m.Subject, err)
+	return c.publishRetry(ctx, m, jsOpts)
+}
+
+// Backoff between the attempts of a publish or request that found nobody
+// to answer (publishRetry, Request): doubled from the first up to the cap.
+const (
+	retryBackoffMin = 50 * time.Millisecond
+	retryBackoffMax = time.Second
+)
+
+// publishRetry publishes m until a stream acknowledges it or ctx is done.
+// A publish that no stream answered (ErrStreamUnavailable: the stream has
+// no leader while its replicas elect one, the client's server is gone
+// and it reconnects to another) is sent again after a backoff, each
+// attempt bounded by Config.PublishAttemptTimeout: m's Nats-Msg-Id makes
+// an attempt that was stored after all a duplicate, not a second event.
+// Any other failure returns at once.
+func (c *Conn) publishRetry(ctx context.Context, m *nats.Msg, jsOpts []jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	wait := retryBackoffMin
+	for {
+		actx, cancel := context.WithTimeout(ctx, c.cfg.PublishAttemptTimeout)
+		ack, err := c.js.PublishMsg(actx, m, jsOpts...)
+		cancel()
+		if err == nil {
+			return ack, nil
+		}
+		perr := publishError(m.Subject, err)
+		if !errors.Is(perr, ErrStreamUnavailable) || !sleepCtx(ctx, wait) {
+			return nil, perr
+		}
+		wait = min(2*wait, retryBackoffMax)
 	}
-	return ack, nil
+}
+
+// sleepCtx waits d, or less when ctx ends first; it reports whether ctx
+// still leaves time for another attempt.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		d = time.Until(dl)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return ctx.Err() == nil
+	}
 }
 
 // publishError classifies a publish failure: "nobody stored it" becomes
@@ -148,15 +194,32 @@ func StreamFullRefusals() int64 { return streamFullRefusals.Load() }
 type PubFuture struct {
 	subject string
 	f       jetstream.PubAckFuture
+	conn    *Conn
+	opts    []jetstream.PublishOpt
 }
 
 // Wait blocks until the PubAck arrives, the publish fails, or ctx is done.
+// A publish that no stream answered is sent again, as Publish does, until
+// a stream acknowledges it or ctx is done (without a deadline, for
+// Config.PublishTimeout more).
 func (p *PubFuture) Wait(ctx context.Context) (*jetstream.PubAck, error) {
 	select {
 	case ack := <-p.f.Ok():
 		return ack, nil
 	case err := <-p.f.Err():
-		return nil, publishError(p.subject, err)
+		perr := publishError(p.subject, err)
+		if !errors.Is(perr, ErrStreamUnavailable) {
+			return nil, perr
+		}
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, p.conn.cfg.PublishTimeout)
+			defer cancel()
+		}
+		if !sleepCtx(ctx, retryBackoffMin) {
+			return nil, perr
+		}
+		return p.conn.publishRetry(ctx, p.f.Msg(), p.opts)
 	case <-ctx.Done():
 		return nil, publishError(p.subject, ctx.Err())
 	}
@@ -172,12 +235,11 @@ func (c *Conn) PublishAsync(env *eventsv1.Envelope, opts ...PublishOption) (*Pub
 	if err != nil {
 		return nil, err
 	}
-	jsOpts = append(jsOpts, jetstream.WithStallWait(c.cfg.PublishTimeout))
-	f, err := c.js.PublishMsgAsync(m, jsOpts...)
+	f, err := c.js.PublishMsgAsync(m, append(slices.Clip(jsOpts), jetstream.WithStallWait(c.cfg.PublishTimeout))...)
 	if err != nil {
 		return nil, publishError(m.Subject, err)
 	}
-	return &PubFuture{subject: m.Subject, f: f}, nil
+	return &PubFuture{subject: m.Subject, f: f, conn: c, opts: jsOpts}, nil
 }
 
 // PublishAsyncComplete waits until every PublishAsync of this connection
@@ -221,4 +283,32 @@ func timeOf(t time.Time) *timestamppb.Timestamp {
 		return nil
 	}
 	return timestamppb.New(t)
+}
+
+// Request sends data on subject and waits for the first answer, as nats'
+// RequestWithContext, bounded by ctx. While nobody serves the subject
+// (nats.ErrNoResponders: the servers are failing over, or the only
+// replicas of a service restart) it sends the request again after a
+// backoff until ctx is done: nobody received it, so a second send is
+// never a second request. Any other failure returns at once.
+func (c *Conn) Request(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
+	wait := retryBackoffMin
+	var noResponders error
+	for {
+		msg, err := c.nc.RequestWithContext(ctx, subject, data)
+		switch {
+		case err == nil:
+			return msg, nil
+		case errors.Is(err, nats.ErrNoResponders):
+			noResponders = err
+			if !sleepCtx(ctx, wait) {
+				return nil, err
+			}
+			wait = min(2*wait, retryBackoffMax)
+		case noResponders != nil && ctx.Err() != nil:
+			return nil, noResponders // ctx ended while sending again
+		default:
+			return nil, err
+		}
+	}
 }

@@ -3,8 +3,11 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/bus/bustest"
@@ -129,22 +132,28 @@ func TestPublishErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
 
-	// Nothing is provisioned yet: no stream captures the subject.
-	if _, err := conn.Publish(ctx, podEvent("u1", "web", 1)); !errors.Is(err, bus.ErrStreamUnavailable) {
+	// Nothing is provisioned yet: no stream captures the subject. A
+	// publish is sent again until its deadline, then fails.
+	short := func() context.Context {
+		c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		t.Cleanup(cancel)
+		return c
+	}
+	if _, err := conn.Publish(short(), podEvent("u1", "web", 1)); !errors.Is(err, bus.ErrStreamUnavailable) {
 		t.Fatalf("publish without stream: %v, want ErrStreamUnavailable", err)
 	}
 	f, err := conn.PublishAsync(podEvent("u1", "web", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Wait(ctx); !errors.Is(err, bus.ErrStreamUnavailable) {
+	if _, err := f.Wait(short()); !errors.Is(err, bus.ErrStreamUnavailable) {
 		t.Fatalf("async publish without stream: %v, want ErrStreamUnavailable", err)
 	}
 
 	bustest.Provision(t, conn)
 	// Reserved request-reply prefixes are never captured by a stream.
 	for _, subj := range []string{bus.APIPrefix + ".create", bus.StorePrefix + ".get"} {
-		if _, err := conn.Publish(ctx, podEvent("u1", "web", 1), bus.WithSubject(subj)); !errors.Is(err, bus.ErrStreamUnavailable) {
+		if _, err := conn.Publish(short(), podEvent("u1", "web", 1), bus.WithSubject(subj)); !errors.Is(err, bus.ErrStreamUnavailable) {
 			t.Errorf("publish on %q: %v, want ErrStreamUnavailable", subj, err)
 		}
 	}
@@ -262,5 +271,65 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	}
 	if err := r.Run(ctx); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Fatalf("runner over a missing consumer: %v, want ErrConsumerNotFound", err)
+	}
+}
+
+// TestPublishWaitsForTheStream: a publish, synchronous or not, made while
+// no stream captures its subject is sent again until one does (as while a
+// stream elects a leader), within its deadline; the event is stored once.
+func TestPublishWaitsForTheStream(t *testing.T) {
+	srv := bustest.Server(t)
+	conn := bustest.Connect(t, srv, "pub-wait")
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	f, err := conn.PublishAsync(podEvent("u2", "web", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	go func() { _, err := conn.Publish(ctx, podEvent("u1", "web", 1)); done <- err }()
+	go func() { _, err := f.Wait(ctx); done <- err }()
+	time.Sleep(500 * time.Millisecond) // both found no stream, at least once
+	bustest.Provision(t, conn)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatalf("publish made before the stream existed: %v", err)
+		}
+	}
+	st, _ := conn.JetStream().Stream(ctx, bus.EventsStream)
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 2 {
+		t.Fatalf("the stream holds %v messages (%v), want 2", info.State.Msgs, err)
+	}
+}
+
+// TestRequestWaitsForAResponder: a request nobody serves yet is sent again
+// until a responder subscribes, within its deadline; without one by then
+// it fails with no responders, not a timeout of its own.
+func TestRequestWaitsForAResponder(t *testing.T) {
+	srv := bustest.Server(t)
+	conn := bustest.Connect(t, srv, "req-wait")
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if _, err := conn.Request(short, "podflow.api.test", []byte("x")); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("request with nobody serving: %v, want no responders", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		m, err := conn.Request(ctx, "podflow.api.test", []byte("ping"))
+		if err == nil && string(m.Data) != "pong" {
+			err = fmt.Errorf("answer %q", m.Data)
+		}
+		got <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	sub, err := conn.NATS().Subscribe("podflow.api.test", func(m *nats.Msg) { _ = m.Respond([]byte("pong")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := <-got; err != nil {
+		t.Fatalf("request made before the responder: %v", err)
 	}
 }

@@ -32,6 +32,9 @@ type StreamSpec struct {
 	MaxMsgSize int32
 	// Duplicates is the Nats-Msg-Id deduplication window.
 	Duplicates time.Duration
+	// PlacementTags, when set, place the stream on servers with every one
+	// of these tags (EmbeddedConfig.Tags) only.
+	PlacementTags []string
 }
 
 // ConsumerSpec declares a durable pull consumer with explicit acks.
@@ -86,6 +89,9 @@ type StreamsConfig struct {
 	// PODFLOW_ADVISORIES (oldest dead letters evicted first).
 	DLQMaxAge   time.Duration
 	DLQMaxBytes int64
+	// PlacementTags, when set, place every stream on servers with these
+	// tags only (StreamSpec.PlacementTags).
+	PlacementTags []string
 }
 
 // DefaultStreamsConfig: single replica, file storage, events kept 24h
@@ -132,6 +138,14 @@ func (c StreamsConfig) Validate() error {
 // PODFLOW_ADVISORIES (max-deliveries advisories) and PODFLOW_DLQ
 // (podflow.dlq.>).
 func DefaultStreams(cfg StreamsConfig) []StreamSpec {
+	specs := defaultStreams(cfg)
+	for i := range specs {
+		specs[i].PlacementTags = cfg.PlacementTags
+	}
+	return specs
+}
+
+func defaultStreams(cfg StreamsConfig) []StreamSpec {
 	return []StreamSpec{
 		{
 			Name:        EventsStream,
@@ -213,7 +227,12 @@ func (s StreamSpec) config() jetstream.StreamConfig {
 	if msgSize == 0 {
 		msgSize = -1
 	}
+	var placement *jetstream.Placement
+	if len(s.PlacementTags) > 0 {
+		placement = &jetstream.Placement{Tags: s.PlacementTags}
+	}
 	return jetstream.StreamConfig{
+		Placement:         placement,
 		Name:              s.Name,
 		Description:       s.Description,
 		Subjects:          s.Subjects,

@@ -100,7 +100,13 @@ func (e *Embedded) ReloadCredentials() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	opts := e.opts.Clone()
-	opts.Users = creds.serverUsers()
+	users := creds.serverUsers()
+	for _, u := range opts.Users { // the system user and nobody are not in the file
+		if u.Username == SystemUser && u.Account != nil || u.Username == nobodyUser {
+			users = append(users, u)
+		}
+	}
+	opts.Users = users
 	if err := e.srv.ReloadOptions(opts); err != nil {
 		return fmt.Errorf("bus: reload credentials: %w", err)
 	}

@@ -45,6 +45,13 @@ type NodeStore interface {
 	GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 }
 
+// LeaseRenewer is an optional NodeStore capability: renewing the node's
+// Lease in kube-node-lease (holder the node, renewTime now, duration),
+// kubelet's heartbeat since node leases (its nodelease controller).
+type LeaseRenewer interface {
+	RenewNodeLease(ctx context.Context, node string, duration time.Duration, now time.Time) error
+}
+
 // PodLister is an optional NodeStore capability: listing the pods of every
 // node at once. sim.Cluster uses it, when its store has it, to reconcile all
 // its nodes with one list instead of one per node.
@@ -376,10 +383,11 @@ func (a *Agent) Heartbeat(ctx context.Context) error {
 	}
 	pctx, cancel := publishContext(ctx, a.cfg.PublishTimeout)
 	defer cancel()
-	return errors.Join(
-		a.pub.Publish(pctx, env),
-		a.store.UpdateNodeStatus(ctx, a.cfg.NodeName, st),
-	)
+	errs := []error{a.pub.Publish(pctx, env), a.store.UpdateNodeStatus(ctx, a.cfg.NodeName, st)}
+	if lr, ok := a.store.(LeaseRenewer); ok {
+		errs = append(errs, lr.RenewNodeLease(ctx, a.cfg.NodeName, a.cfg.LeaseDuration, now))
+	}
+	return errors.Join(errs...)
 }
 
 // startWorkerLocked starts the pod's worker, with a delete queued when grace

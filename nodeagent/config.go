@@ -61,6 +61,10 @@ type Config struct {
 	// Taints are the node's spec.taints.
 	Taints []*corev1.Taint
 
+	// LeaseDuration is the node Lease's leaseDurationSeconds (kubelet's
+	// --node-lease-duration-seconds): the Lease is renewed at every
+	// heartbeat. Default 40s.
+	LeaseDuration time.Duration
 	// HeartbeatInterval is how often Run publishes a NodeHeartbeat and
 	// updates the node's status.
 	HeartbeatInterval time.Duration
@@ -114,6 +118,7 @@ func DefaultConfig(node, podCIDR string) Config {
 		PodCIDR:            podCIDR,
 		HostIP:             "127.0.0.1",
 		HeartbeatInterval:  10 * time.Second,
+		LeaseDuration:      40 * time.Second,
 		ResyncPeriod:       time.Minute,
 		SyncPeriod:         time.Minute,
 		EvictionPeriod:     10 * time.Second,

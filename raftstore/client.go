@@ -171,6 +171,13 @@ func (c *Client) AddVoter(ctx context.Context, id, addr string) error {
 	return c.admin(ctx, &storev1.AdminRequest{Action: &storev1.AdminRequest_AddVoter_{AddVoter: &storev1.AdminRequest_AddVoter{Id: id, Address: addr}}})
 }
 
+// AddNonvoter adds a non-voting replica (it receives the log and serves
+// stale reads, but does not vote nor count for a quorum), or keeps one;
+// a voter stays a voter. AddVoter promotes it.
+func (c *Client) AddNonvoter(ctx context.Context, id, addr string) error {
+	return c.admin(ctx, &storev1.AdminRequest{Action: &storev1.AdminRequest_AddVoter_{AddVoter: &storev1.AdminRequest_AddVoter{Id: id, Address: addr, Nonvoter: true}}})
+}
+
 // RemoveServer removes a replica from the cluster.
 func (c *Client) RemoveServer(ctx context.Context, id string) error {
 	return c.admin(ctx, &storev1.AdminRequest{Action: &storev1.AdminRequest_RemoveServer_{RemoveServer: &storev1.AdminRequest_RemoveServer{Id: id}}})

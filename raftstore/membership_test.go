@@ -115,6 +115,44 @@ func TestMembership(t *testing.T) {
 	}
 }
 
+// TestNonvoter: a replica added as a non-voter gets every write, and
+// does not count for a quorum — a one-voter store with a non-voter goes on
+// writing with the non-voter gone, as with one server — until it is
+// promoted to a voter.
+func TestNonvoter(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 1)
+	cl := c.Client(t)
+	ctx := testCtx(t)
+	writeN(t, cl, "/n/", 0, 10)
+	r1 := c.AddWaiting(t, "r1")
+	if err := cl.AddNonvoter(ctx, "r1", c.Node(r1).RaftAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if got := members(t, c); !slices.Equal(got, []string{"r0/Voter", "r1/Nonvoter"}) {
+		t.Fatalf("members = %v", got)
+	}
+	writeN(t, cl, "/n/", 10, 10)
+	sameState(t, c, "/n/", 20)
+	c.Kill(t, r1)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cl.Create(wctx, "/n/without-r1", nil); err != nil {
+		t.Fatalf("a write with the non-voter gone: %v", err)
+	}
+	c.Restart(t, r1)
+	// Adding it again as a non-voter keeps it one; AddVoter promotes it.
+	if err := cl.AddNonvoter(ctx, "r1", c.Node(r1).RaftAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.AddVoter(ctx, "r1", c.Node(r1).RaftAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if got := members(t, c); !slices.Equal(got, []string{"r0/Voter", "r1/Voter"}) {
+		t.Fatalf("members after promotion = %v", got)
+	}
+	sameState(t, c, "/n/", 21)
+}
+
 // TestLargeSnapshot: 50k keys survive a snapshot, log truncation, a
 // follower brought back by InstallSnapshot and a restart from the local
 // snapshot.

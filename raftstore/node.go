@@ -805,7 +805,11 @@ func (n *Node) handleAdmin(m *nats.Msg) {
 			n.respond(m, &storev1.AdminResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "add voter needs an id and an address"))})
 			return
 		}
-		f = n.raft.AddVoter(raft.ServerID(a.AddVoter.Id), raft.ServerAddress(a.AddVoter.Address), 0, timeout)
+		if a.AddVoter.Nonvoter {
+			f = n.raft.AddNonvoter(raft.ServerID(a.AddVoter.Id), raft.ServerAddress(a.AddVoter.Address), 0, timeout)
+		} else {
+			f = n.raft.AddVoter(raft.ServerID(a.AddVoter.Id), raft.ServerAddress(a.AddVoter.Address), 0, timeout)
+		}
 	case *storev1.AdminRequest_RemoveServer_:
 		if a.RemoveServer.Id == "" {
 			n.respond(m, &storev1.AdminResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "remove server needs an id"))})

@@ -219,6 +219,10 @@ type CLI struct {
 // DefaultConnectTimeout is how long a command tries to reach the bus.
 const DefaultConnectTimeout = 3 * time.Second
 
+// DefaultRequestTimeout bounds a command's request, or publish, when
+// neither its context nor --request-timeout does.
+const DefaultRequestTimeout = 30 * time.Second
+
 // DefaultCLI returns the defaults of a command's session.
 func DefaultCLI() CLI {
 	return CLI{ConnectTimeout: DefaultConnectTimeout, MaxReconnects: 2}
@@ -257,10 +261,14 @@ func OpenCLI(ctx context.Context, path, name string, o CLI) (*Session, error) {
 	bc.ConnectTimeout = min(bc.ConnectTimeout, o.ConnectTimeout)
 	bc.MaxReconnectWait = max(min(bc.MaxReconnectWait, o.ConnectTimeout/4), bc.ReconnectWait)
 	sc := StoreClientConfig(bc.User)
+	// A publish waits as long as a request does: long enough to ride out
+	// a stream electing a new leader (bus.Conn.Publish retries).
+	bc.PublishTimeout = DefaultRequestTimeout
 	if o.RequestTimeout > 0 {
 		sc.Timeout = o.RequestTimeout
 		sc.AttemptTimeout = min(sc.AttemptTimeout, o.RequestTimeout)
 		bc.PublishTimeout = o.RequestTimeout
+		bc.PublishAttemptTimeout = min(bc.PublishAttemptTimeout, o.RequestTimeout)
 	}
 	cctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
 	defer cancel()

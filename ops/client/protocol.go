@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
@@ -56,15 +55,17 @@ func (e SilentError) Unwrap() error { return e.Err }
 
 // Request sends a request-reply to the api stage's front door on the bus
 // (subject pipeline.CreatePodSubject or pipeline.ObjectSubject), bounded
-// by the session's request timeout (default 30s).
+// by the session's request timeout (default 30s). While no api replica
+// answers (they restart, the bus fails over) the request is sent again
+// within that bound (bus.Conn.Request).
 func (s *Session) Request(ctx context.Context, subject string, req proto.Message) (*apiv1.Response, error) {
 	b, err := proto.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.RequestContext(ctx, 30*time.Second)
+	ctx, cancel := s.RequestContext(ctx, DefaultRequestTimeout)
 	defer cancel()
-	msg, err := s.Bus.NATS().RequestWithContext(ctx, subject, b)
+	msg, err := s.Bus.Request(ctx, subject, b) // nobody answering yet is retried within ctx
 	if err != nil {
 		return nil, fmt.Errorf("request to %s: %w", subject, err)
 	}

@@ -74,6 +74,17 @@ func testPodflowLikeKubectl(t *testing.T, c *cluster, k *kubectl) {
 			t.Fatalf("podflow: exit %d %q; kubectl: exit %d %q", code, out, kcode, kerr)
 		}
 	})
+	t.Run("events and version", func(t *testing.T) {
+		if out := c.mustPodflow("events", "--for", "pod/my-nginx-pod"); !regexpLine(out, "Normal", "Scheduled", "pod/my-nginx-pod") {
+			t.Fatalf("podflow events --for pod/my-nginx-pod:\n%s", out)
+		}
+		if out := c.mustPodflow("events", "--for", "pod/no-such-pod"); strings.Contains(out, "my-nginx-pod") {
+			t.Fatalf("podflow events --for pod/no-such-pod lists another pod's events:\n%s", out)
+		}
+		if out := c.mustPodflow("version"); !strings.Contains(out, "Server Version: podflow") || !regexpLine(out, "api", "api-1") {
+			t.Fatalf("podflow version:\n%s", out)
+		}
+	})
 	t.Run("store status", func(t *testing.T) {
 		out := c.mustPodflow("store", "status")
 		if !strings.Contains(out, "leader store-") || !regexpLine(out, "store-1", "Voter") {

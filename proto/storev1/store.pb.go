@@ -1790,9 +1790,13 @@ func (x *SnapshotDedup) GetResult() *WriteResult {
 }
 
 type AdminRequest_AddVoter struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// nonvoter adds the replica as a non-voter (a learner: it gets the
+	// log but does not vote), or keeps it one; without it, a non-voter is
+	// promoted.
+	Nonvoter      bool `protobuf:"varint,3,opt,name=nonvoter,proto3" json:"nonvoter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1839,6 +1843,13 @@ func (x *AdminRequest_AddVoter) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *AdminRequest_AddVoter) GetNonvoter() bool {
+	if x != nil {
+		return x.Nonvoter
+	}
+	return false
 }
 
 type AdminRequest_RemoveServer struct {
@@ -1992,14 +2003,15 @@ const file_storev1_store_proto_rawDesc = "" +
 	"\x06Server\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
-	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\"\xfe\x02\n" +
+	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\"\x9a\x03\n" +
 	"\fAdminRequest\x12F\n" +
 	"\tadd_voter\x18\x01 \x01(\v2'.podflow.store.v1.AdminRequest.AddVoterH\x00R\baddVoter\x12R\n" +
 	"\rremove_server\x18\x02 \x01(\v2+.podflow.store.v1.AdminRequest.RemoveServerH\x00R\fremoveServer\x12^\n" +
-	"\x11rewrite_encrypted\x18\x03 \x01(\v2/.podflow.store.v1.AdminRequest.RewriteEncryptedH\x00R\x10rewriteEncrypted\x1a4\n" +
+	"\x11rewrite_encrypted\x18\x03 \x01(\v2/.podflow.store.v1.AdminRequest.RewriteEncryptedH\x00R\x10rewriteEncrypted\x1aP\n" +
 	"\bAddVoter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\x1a\x1e\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
+	"\bnonvoter\x18\x03 \x01(\bR\bnonvoter\x1a\x1e\n" +
 	"\fRemoveServer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x1a\x12\n" +
 	"\x10RewriteEncryptedB\b\n" +

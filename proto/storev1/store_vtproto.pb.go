@@ -331,6 +331,7 @@ func (m *AdminRequest_AddVoter) CloneVT() *AdminRequest_AddVoter {
 	r := new(AdminRequest_AddVoter)
 	r.Id = m.Id
 	r.Address = m.Address
+	r.Nonvoter = m.Nonvoter
 	if len(m.unknownFields) > 0 {
 		r.unknownFields = make([]byte, len(m.unknownFields))
 		copy(r.unknownFields, m.unknownFields)
@@ -984,6 +985,9 @@ func (this *AdminRequest_AddVoter) EqualVT(that *AdminRequest_AddVoter) bool {
 		return false
 	}
 	if this.Address != that.Address {
+		return false
+	}
+	if this.Nonvoter != that.Nonvoter {
 		return false
 	}
 	return string(this.unknownFields) == string(that.unknownFields)
@@ -2194,6 +2198,16 @@ func (m *AdminRequest_AddVoter) MarshalToSizedBufferVT(dAtA []byte) (int, error)
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Nonvoter {
+		i--
+		if m.Nonvoter {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x18
+	}
 	if len(m.Address) > 0 {
 		i -= len(m.Address)
 		copy(dAtA[i:], m.Address)
@@ -3118,6 +3132,9 @@ func (m *AdminRequest_AddVoter) SizeVT() (n int) {
 	l = len(m.Address)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Nonvoter {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -5484,6 +5501,26 @@ func (m *AdminRequest_AddVoter) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Address = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Nonvoter", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Nonvoter = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -294,6 +294,19 @@ func (c *Cluster) Restart(t testing.TB, i int) {
 // returns its index.
 func (c *Cluster) Add(t testing.TB, id string) int {
 	t.Helper()
+	return c.add(t, id, true)
+}
+
+// AddWaiting starts a new empty replica that does not ask to join: it
+// waits until a client adds it (AddVoter, AddNonvoter). It returns its
+// index.
+func (c *Cluster) AddWaiting(t testing.TB, id string) int {
+	t.Helper()
+	return c.add(t, id, false)
+}
+
+func (c *Cluster) add(t testing.TB, id string, join bool) int {
+	t.Helper()
 	c.mu.Lock()
 	cfg := c.cfgs[0]
 	cfg.ID = id
@@ -301,7 +314,7 @@ func (c *Cluster) Add(t testing.TB, id string) int {
 	cfg.RaftAddr = l.Addr().String()
 	cfg.DataDir = filepath.Join(c.dir, id)
 	cfg.Bootstrap = nil
-	cfg.Join = true
+	cfg.Join = join
 	c.cfgs = append(c.cfgs, cfg)
 	c.nodes = append(c.nodes, nil)
 	c.conns = append(c.conns, nil)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/podsecurity"
 )
 
@@ -110,6 +111,10 @@ type Config struct {
 	// kube-apiserver's columns: services/registry's Registry. Nil: their
 	// tables have name and age only.
 	Printer Printer
+	// CustomResources serves CustomResourceDefinitions' objects beside
+	// the built-in kinds (customresources.go): the process's catalog,
+	// which its api stage writes through too. Nil: none.
+	CustomResources *crd.Catalog
 }
 
 // Printer is kube-apiserver's table printing of built-in kinds

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -34,6 +36,9 @@ type resource struct {
 	// view converts the stored object's Kubernetes form for this
 	// resource's group version (events.k8s.io/v1 from core/v1 Events).
 	view func(runtime.Object) (runtime.Object, error)
+	// cr is the served version of a custom resource (customresources.go);
+	// nil for the built-in kinds.
+	cr *crd.Version
 }
 
 func (r *resource) groupVersion() string {
@@ -41,6 +46,16 @@ func (r *resource) groupVersion() string {
 		return r.version
 	}
 	return r.group + "/" + r.version
+}
+
+// cacheKey names r's Kubernetes forms in caches: its group version, and
+// for a custom resource the revision of its definition too (a new
+// default or schema changes what a stored object reads as).
+func (r *resource) cacheKey() string {
+	if r.cr != nil {
+		return r.groupVersion() + "@" + strconv.FormatInt(r.cr.Definition().Revision, 10)
+	}
+	return r.groupVersion()
 }
 
 // generic reports whether r is a generic kind's (stored as Unstructured,
@@ -155,6 +170,9 @@ func (r *resource) subresources() []metav1.APIResource {
 			{Name: "pods/proxy", Namespaced: true, Kind: "PodProxyOptions", Verbs: proxyVerbs},
 		}
 	}
+	if r.cr != nil {
+		return r.crSubresources()
+	}
 	if r.name == "services" && r.group == "" {
 		return []metav1.APIResource{{Name: "services/proxy", Namespaced: true, Kind: "ServiceProxyOptions", Verbs: proxyVerbs}}
 	}
@@ -216,6 +234,13 @@ func apiGroupList() *metav1.APIGroupList {
 
 // toKube converts a stored object to its Kubernetes form for r.
 func (r *resource) toKube(m proto.Message) (runtime.Object, error) {
+	if r.cr != nil {
+		om, ok := m.(objectMessage)
+		if !ok {
+			return nil, fmt.Errorf("apiserver: a custom resource stored as %T", m)
+		}
+		return r.crToKube(om)
+	}
 	var obj runtime.Object
 	var err error
 	if obj, err = manifest.ToKube(m); err != nil {

@@ -11,6 +11,7 @@ import (
 	k8scorev1 "k8s.io/api/core/v1"
 	k8sdiscoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 )
@@ -86,6 +87,12 @@ func newTable(res *resource, withColumns bool, printer Printer) *table {
 	t := &table{now: time.Now()}
 	t.Kind, t.APIVersion = "Table", "meta.k8s.io/v1"
 	t.Rows = []metav1.TableRow{}
+	if res.cr != nil { // the definition's printer columns
+		if withColumns {
+			t.ColumnDefinitions = res.cr.TableColumns()
+		}
+		return t
+	}
 	cols, ok := columns[res.kind]
 	if res.generic() {
 		ok = false
@@ -114,7 +121,13 @@ func (t *table) age(ts metav1.Time) string {
 func (t *table) addRow(res *resource, k runtime.Object) {
 	md := metaOf(k)
 	var cells []any
-	if t.printer != nil {
+	if u, ok := k.(*unstructured.Unstructured); ok && res.cr != nil {
+		var err error
+		if cells, err = res.cr.TableCells(u); err != nil {
+			cells = make([]any, len(res.cr.TableColumns()))
+			cells[0] = md.GetName()
+		}
+	} else if t.printer != nil {
 		var err error
 		if cells, err = t.printer.TableCells(k); err != nil {
 			// Still a row of as many cells: its name, the rest empty.

@@ -41,11 +41,14 @@ var Outputs = map[string][]eventsv1.Type{
 	Status:      {},
 	Endpoints:   {"EndpointsUpdated"},
 	// Controller stages write the store; the workload controllers also
-	// hand the pods they delete to their nodes (stage.DeletePod).
+	// hand the pods they delete to their nodes (stage.DeletePod), and the node lifecycle controller the pods it
+	// evicts.
 	ServiceAccount:        nil,
 	RootCACert:            nil,
 	ReplicaSet:            {"PodDeleteRequested", "PodDeleted"},
 	ReplicationController: {"PodDeleteRequested", "PodDeleted"},
+	ResourceQuota:         nil,
+	NodeLifecycle:         {"PodDeleteRequested", "PodDeleted"},
 	Deployment:            nil,
 }
 
@@ -193,11 +196,13 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 // StoreReadACL is the store's read policy (raftstore.Config.ReadACL): the
 // api stage (tokens, the Kubernetes API) and node agents (secret volumes)
 // may ask for everything — a node agent is then shown only its part of
-// it, by StoreReadFilter; every other reader everything but Secrets —
+// it, by StoreReadFilter —, and so may the resourcequota controller (it
+// counts Secrets for the secrets quota, as kube's lists them); every
+// other reader everything but Secrets —
 // neither a Secret, nor a list or watch of a prefix that would include
 // them, nor a transaction comparing one.
 func StoreReadACL(user, key string, prefix bool) bool {
-	if user == StageRole(API) || strings.HasPrefix(user, NodeRolePrefix) || strings.HasPrefix(user, SimNodesRolePrefix) {
+	if user == StageRole(API) || user == StageRole(ResourceQuota) || strings.HasPrefix(user, NodeRolePrefix) || strings.HasPrefix(user, SimNodesRolePrefix) {
 		return true
 	}
 	secrets := objects.Secrets.Prefix("")
@@ -226,7 +231,7 @@ const RequestIDPrefix = "/registry/podflow/requestids/"
 // what their step of the lifecycle records.
 var storeWrites = map[string][]objects.Kind{
 	API:            nil,
-	Admission:      nil,
+	Admission:      {objects.ResourceQuotas}, // quota admission charges status.used
 	Persistence:    {objects.Pods, objects.Events},
 	Scheduler:      {objects.Pods, objects.NodeAllocations, objects.Events},
 	Status:         {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
@@ -237,19 +242,43 @@ var storeWrites = map[string][]objects.Kind{
 	// deletion), the Leases their replicas share the work with.
 	ReplicaSet:            {objects.ReplicaSets, objects.Pods, objects.Events, objects.Leases},
 	ReplicationController: {objects.ReplicationControllers, objects.Pods, objects.Events, objects.Leases},
+	ResourceQuota:         {objects.ResourceQuotas, objects.Events},
+	// Nodes' conditions and taints; pods' Ready, DisruptionTarget and
+	// deletion (an eviction).
+	NodeLifecycle: {objects.Nodes, objects.Pods, objects.Events},
 	// The Deployment controller: its ReplicaSets, its Deployments'
 	// status (and a rollback's template), no pods.
 	Deployment: {objects.Deployments, objects.ReplicaSets, objects.Events, objects.Leases},
 }
 
+// NodeLeaseNamespace holds one Lease per node, named after it: the node's
+// heartbeat, renewed by its agent as kubelet's nodelease controller does.
+const NodeLeaseNamespace = "kube-node-lease"
+
 // nodeWrites: a node agent records Events and allocates its pod CIDR (the
-// key is the CIDR; the value names the node); its Node it writes alone.
+// key is the CIDR; the value names the node); its Node and its Lease it
+// writes alone.
 var nodeWrites = []string{objects.Events.Prefix(""), PodCIDRPrefix}
+
+// CustomResourceKey reports whether key is where kube-apiserver's layout
+// keeps custom resources: /registry/<group>/<resource>/..., the group a
+// DNS name with a dot (as every CustomResourceDefinition's group must be),
+// the resource and the rest non-empty.
+func CustomResourceKey(key string) bool {
+	rest, ok := strings.CutPrefix(key, "/registry/")
+	if !ok {
+		return false
+	}
+	parts := strings.SplitN(rest, "/", 3)
+	return len(parts) == 3 && strings.Contains(parts[0], ".") && parts[1] != "" && parts[2] != "" &&
+		!strings.Contains(parts[2], "//") && !strings.HasPrefix(parts[0], ".")
+}
 
 // StoreWriteACL is the store's write policy (raftstore.Config.WriteACL):
 // writer is the NATS user the write came from (the bus lets each user
 // name only itself), key a key it writes. Stages write the kinds their
-// step records, a node agent its own Node (a simulated cluster any Node)
+// step records (the api stage every kind, custom resources included:
+// CustomResourceKey), a node agent its own Node (a simulated cluster any Node)
 // and pod CIDRs, the store and unknown writers nothing. The admin writes
 // unnamed and is not checked.
 func StoreWriteACL(writer, key string) bool {
@@ -264,6 +293,9 @@ func StoreWriteACL(writer, key string) bool {
 		case StageRole(API):
 			kinds = objects.Kinds()                                                // ClusterIPs' reservations are IPAddresses
 			prefixes = append(prefixes, MasterLeasePrefix, ipalloc.NodePortPrefix) // the replicas' leases of default/kubernetes, Services' node ports
+			if CustomResourceKey(key) {
+				return true // a CustomResourceDefinition's objects, which the store's process does not know
+			}
 		case StageRole(Persistence):
 			prefixes = append(prefixes, RequestIDPrefix)
 		}
@@ -274,9 +306,12 @@ func StoreWriteACL(writer, key string) bool {
 		if name, ok := strings.CutPrefix(key, objects.Nodes.Prefix("")); ok {
 			return NodeRole(name) == writer
 		}
+		if name, ok := strings.CutPrefix(key, objects.Leases.Prefix(NodeLeaseNamespace)); ok {
+			return NodeRole(name) == writer
+		}
 		prefixes = nodeWrites
 	case strings.HasPrefix(writer, SimNodesRolePrefix):
-		prefixes = append([]string{objects.Nodes.Prefix("")}, nodeWrites...)
+		prefixes = append([]string{objects.Nodes.Prefix(""), objects.Leases.Prefix(NodeLeaseNamespace)}, nodeWrites...)
 	}
 	for _, p := range prefixes {
 		if strings.HasPrefix(key, p) {

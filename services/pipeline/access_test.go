@@ -290,7 +290,15 @@ func TestStageRoles(t *testing.T) {
 			if o := pipeline.Outputs[stage]; len(o) > 0 {
 				out = o[0]
 			}
-			if !pipeline.Controller(stage) { // a controller stage has no consumer (management, below, may not make one)
+			if pipeline.Controller(stage) {
+				// No consumer (management, below, may not make one); it
+				// publishes its outputs, if it has any.
+				if out != "" {
+					if got := accepted(conn, event(t, out, stage)); len(got) != 1 { // one pod per stage: no deduplication
+						t.Errorf("controller stage %s may not publish its output %s", stage, out)
+					}
+				}
+			} else {
 				runOnce(t, admin, conn, cfg, pipeline.Inputs[stage][0], out)
 			}
 
@@ -354,10 +362,9 @@ func checkStream(t *testing.T, admin *bus.Conn) {
 	}
 	want := uint64(0)
 	for _, s := range pipeline.Stages {
-		if pipeline.Controller(s) {
-			continue // nothing consumed, nothing published
+		if !pipeline.Controller(s) {
+			want++ // its input
 		}
-		want++
 		if len(pipeline.Outputs[s]) > 0 {
 			want++
 		}
@@ -579,7 +586,10 @@ func TestStoreWritesByRole(t *testing.T) {
 }
 
 // TestStoreWriteACL: the policy itself, kind by kind; the api stage
-// writes generic kinds, those registered at run time too.
+// writes generic kinds, those registered at run time too, and custom
+// resources in kube-apiserver's layout (the store's process does not
+// know the CustomResourceDefinitions), nothing else the store does not
+// know.
 func TestStoreWriteACL(t *testing.T) {
 	runtimeKind, err := objects.Register(objects.GenericKind{Group: "acl.test.io", Version: "v1", Kind: "Widget", Resource: "widgets",
 		Namespaced: true, Prefix: "/registry/acl.test.io/widgets/"})
@@ -596,7 +606,14 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.StageRole(pipeline.API), objects.IPAddresses.Key("", "10.96.0.10"), true},
 		{pipeline.StageRole(pipeline.API), objects.CustomResourceDefinitions.Key("", "a.b.c"), true},
 		{pipeline.StageRole(pipeline.API), runtimeKind.Key("default", "w"), true},
-		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/default/w", false},
+		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/default/w", true},
+		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/w", true},
+		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/", false},
+		{pipeline.StageRole(pipeline.API), "/registry/nodots/things/default/w", false},
+		{pipeline.StageRole(pipeline.API), pipeline.PodCIDRPrefix + "10.244.1.0-24", false},
+		{pipeline.StageRole(pipeline.API), "/registry/.io/things/w", false},
+		{pipeline.StageRole(pipeline.API), "/other/a.io/things/w", false},
+		{pipeline.StageRole(pipeline.Scheduler), "/registry/unregistered.io/things/default/w", false},
 		{pipeline.StageRole(pipeline.Scheduler), objects.Deployments.Key("default", "web"), false},
 		{pipeline.StageRole(pipeline.Endpoints), runtimeKind.Key("default", "w"), false},
 		{pipeline.StageRole(pipeline.Persistence), pod, true},
@@ -650,10 +667,34 @@ func TestStoreReadACL(t *testing.T) {
 		{pipeline.StageRole(pipeline.Admission), objects.Secrets.Prefix("default"), true, false},
 		{pipeline.StageRole(pipeline.Endpoints), "/registry/", true, false},
 		{pipeline.StageRole(pipeline.Status), "/", true, false},
+		{pipeline.StageRole(pipeline.ResourceQuota), "/registry/", true, true}, // counts Secrets
+		{pipeline.StageRole(pipeline.ServiceAccount), secret, false, false},
 		{pipeline.RoleStore, secret, false, false},
 	} {
 		if got := pipeline.StoreReadACL(c.user, c.key, c.prefix); got != c.want {
 			t.Errorf("StoreReadACL(%q, %q, prefix=%v) = %v, want %v", c.user, c.key, c.prefix, got, c.want)
 		}
+	}
+}
+
+// TestNodeLeaseACL: a node writes and reads its own Lease in
+// kube-node-lease only (kube's node authorizer and NodeRestriction); a
+// simulated cluster writes any node's.
+func TestNodeLeaseACL(t *testing.T) {
+	key := func(node string) string { return objects.Leases.Key(pipeline.NodeLeaseNamespace, node) }
+	n1 := pipeline.NodeRole("n1")
+	switch {
+	case !pipeline.StoreWriteACL(n1, key("n1")):
+		t.Error("a node may not renew its Lease")
+	case pipeline.StoreWriteACL(n1, key("n2")):
+		t.Error("a node may renew another node's Lease")
+	case pipeline.StoreWriteACL(n1, objects.Leases.Key("default", "n1")):
+		t.Error("a node may write a Lease outside kube-node-lease")
+	case !pipeline.StoreReadFilter(n1, key("n1"), nil, nil):
+		t.Error("a node may not read its Lease")
+	case pipeline.StoreReadFilter(n1, key("n2"), nil, nil):
+		t.Error("a node may read another node's Lease")
+	case !pipeline.StoreWriteACL(pipeline.SimNodesRole("sim"), key("sim-node-0001")):
+		t.Error("a simulated cluster may not renew its nodes' Leases")
 	}
 }

@@ -39,6 +39,9 @@ func StoreReadFilter(user, key string, value []byte, st raftstore.State) bool {
 	if name, ok := strings.CutPrefix(key, objects.Nodes.Prefix("")); ok {
 		return name == node
 	}
+	if name, ok := strings.CutPrefix(key, objects.Leases.Prefix(NodeLeaseNamespace)); ok {
+		return name == node // its own heartbeat only
+	}
 	if _, ok := strings.CutPrefix(key, objects.Pods.Prefix("")); ok {
 		return value == nil || boundTo(value, node)
 	}

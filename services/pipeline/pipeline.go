@@ -38,13 +38,15 @@ const (
 	// the api stage (ControllerPodsSubject) and write their objects.
 	ReplicaSet            = "replicaset"            // ReplicaSets' pods
 	ReplicationController = "replicationcontroller" // ReplicationControllers' pods
+	ResourceQuota         = "resourcequota"         // every ResourceQuota's status.hard and status.used
+	NodeLifecycle         = "nodelifecycle"         // nodes that stop heartbeating: taints, evictions
 	// The Deployment controller makes and scales ReplicaSets, no pods.
 	Deployment = "deployment"
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, Deployment}
+	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Deployment}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -59,6 +61,8 @@ var Inputs = map[string][]eventsv1.Type{
 	RootCACert:            nil,
 	ReplicaSet:            nil,
 	ReplicationController: nil,
+	ResourceQuota:         nil,
+	NodeLifecycle:         nil,
 	Deployment:            nil,
 }
 

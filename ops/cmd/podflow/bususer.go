@@ -23,7 +23,7 @@ func newConfigCmd() *cobra.Command {
 		Use:   "config",
 		Short: "Manage the configurations of podflow's users",
 	}
-	cmd.AddCommand(newBusUserCmd())
+	cmd.AddCommand(newBusUserCmd(), newConfigRoleCmd(), newConfigKubeconfigCmd(), newConfigSealKeyCmd())
 	return cmd
 }
 

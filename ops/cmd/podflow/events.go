@@ -9,7 +9,6 @@ import (
 
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -45,23 +44,9 @@ func newEventsCmd() *cobra.Command {
 				}
 				kind, name = kk.Name, n
 			}
-			match := func(e *corev1.Event) bool {
-				return (kind == "" || e.GetInvolvedObject().GetKind() == kind) && (name == "" || e.GetInvolvedObject().GetName() == name)
-			}
-			evs, rev, err := objects.List[*corev1.Event](ctx, sess.Store, ns)
+			sel, rev, err := sess.EventsFor(ctx, ns, kind, name)
 			if err != nil {
 				return err
-			}
-			var sel []objects.Object
-			var list []*corev1.Event
-			for _, e := range evs {
-				if match(e) {
-					list = append(list, e)
-				}
-			}
-			client.SortEvents(list)
-			for _, e := range list {
-				sel = append(sel, e)
 			}
 			p, err := client.NewPrinter(cmd.OutOrStdout(), output, all)
 			if err != nil {
@@ -78,28 +63,10 @@ func newEventsCmd() *cobra.Command {
 			if !follow {
 				return nil
 			}
-			w, err := sess.Store.Client().Watch(ctx, objects.Events.Prefix(ns), rev)
-			if err != nil {
-				return err
-			}
-			defer w.Stop()
-			for ev := range w.Events() {
-				if ev.Type != raftstore.EventPut {
-					continue
-				}
-				e := &corev1.Event{}
-				if objects.Decode(ev.KV, e) != nil || !match(e) {
-					continue
-				}
+			return sess.FollowEvents(ctx, ns, kind, name, rev, func(e *corev1.Event) error {
 				p.Now = time.Now()
-				if err := p.Print(objects.Events, []objects.Object{e}, false, false); err != nil {
-					return err
-				}
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			return w.Err()
+				return p.Print(objects.Events, []objects.Object{e}, false, false)
+			})
 		},
 	}
 	o.flags(cmd)

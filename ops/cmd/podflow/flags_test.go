@@ -68,6 +68,7 @@ func TestOneMeaningPerFlagName(t *testing.T) {
 		{[]string{"bench", "scale", "--replicas", "1,3"}, "replica-counts", "replicas", "1,3"},
 		{[]string{"bench", "scheduler", "--replicas", "4"}, "scheduler-replicas", "replicas", "4"},
 		{[]string{"store", "status", "--wait", "2s"}, "timeout", "wait", "2s"},
+		{[]string{"store", "run", "--join"}, "join-existing", "join", "true"}, // up --join ADDR joins a cluster
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			root := newRoot()

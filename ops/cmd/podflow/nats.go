@@ -15,7 +15,7 @@ func init() { register(newNATSCmd) }
 // that `podflow up` can supervise it and chaos can kill it like any role.
 func newNATSCmd() *cobra.Command {
 	cfg := bus.DefaultEmbeddedConfig("")
-	var clientConfig, routes string
+	var clientConfig, routes, tags string
 	var tlsFiles bus.TLSFiles
 	cmd := &cobra.Command{
 		Use:   "nats",
@@ -27,6 +27,9 @@ credentials for other podflow processes.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if routes != "" {
 				cfg.Routes = strings.Split(routes, ",")
+			}
+			if tags != "" {
+				cfg.Tags = strings.Split(tags, ",")
 			}
 			if tlsFiles != (bus.TLSFiles{}) {
 				var err error
@@ -47,6 +50,7 @@ credentials for other podflow processes.`,
 	f.IntVar(&cfg.ClusterPort, "cluster-port", 0, "port for route connections from the other servers")
 	f.StringVar(&routes, "routes", "", "the other servers' routes, e.g. nats-route://127.0.0.1:6223,nats-route://127.0.0.1:6224")
 	f.StringVar(&cfg.ClusterAdvertise, "cluster-advertise", "", "the route address told to the other servers (dialled only when they learn of this one by gossip); podflow chaos sets one that refuses, so that every route runs through its relays")
+	f.StringVar(&tags, "tags", "", "server tags (comma-separated): streams placed by tag land only on servers with them")
 	f.StringVar(&cfg.CredsPath, "creds", "", "credentials file shared by the servers of a cluster (default DATA-DIR/creds.json)")
 	f.BoolVar(&cfg.Log, "log", true, "log to stderr (start-up, and every publish or subscription a user's permissions refuse)")
 	f.StringVar(&clientConfig, "client-config", "", "write the client configuration (URL, admin credentials) to this file")

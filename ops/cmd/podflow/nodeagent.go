@@ -17,7 +17,7 @@ func newNodeAgentCmd() *cobra.Command { return nodeAgentCmd(roles.LinuxNode) }
 // nodeAgentCmd is `podflow nodeagent`, running a Linux node with linux.
 func nodeAgentCmd(linux func(ctx context.Context, o roles.LinuxNodeOptions) error) *cobra.Command {
 	var o roles.NodeAgentOptions
-	var runtime, name string
+	var runtime, name, prefix string
 	var nodes int
 	var lo *roles.LinuxNodeOptions // --runtime linux flags
 	cmd := &cobra.Command{
@@ -34,7 +34,7 @@ package documentation). The simulated nodes share one durable consumer.`,
 				lo.NodeAgentOptions = o
 				return linux(cmd.Context(), *lo)
 			case "sim":
-				return roles.SimNodes(cmd.Context(), roles.SimNodesOptions{NodeAgentOptions: o, Name: name, Nodes: nodes,
+				return roles.SimNodes(cmd.Context(), roles.SimNodesOptions{NodeAgentOptions: o, Name: name, Nodes: nodes, Prefix: prefix,
 					ClusterCIDR: lo.ClusterCIDR, NodeCIDRMaskSize: lo.NodeCIDRMaskSize})
 			}
 			return fmt.Errorf("--runtime %q is unknown: use sim or linux", runtime)
@@ -47,6 +47,7 @@ package documentation). The simulated nodes share one durable consumer.`,
 	f.StringVar(&runtime, "runtime", "sim", "runtime: sim (simulated nodes) or linux (one real node: needs root, cgroups and network namespaces)")
 	f.IntVar(&nodes, "nodes", 3, "number of simulated nodes")
 	f.StringVar(&name, "name", "sim", "name of this simulated cluster (its durable consumer)")
+	f.StringVar(&prefix, "node-prefix", "sim-node-", "simulated nodes are named this, then 0001, 0002, ...")
 	f.BoolVar(&o.Provision, "provision", true, "declare the agent's durable consumer before starting (needs the admin identity; 'podflow up' does it and runs agents with the node identity)")
 	return cmd
 }

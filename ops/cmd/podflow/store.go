@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -177,7 +176,11 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	f.StringVar(&encConfig, "encryption-provider-config", "", "EncryptionConfiguration file (kube-apiserver's, mode 0600): values of the resources it names (secrets) are encrypted at rest with its first provider's key (secretbox, aesgcm or identity); every replica needs the same file")
 	f.StringVar(&bootstrap, "bootstrap", "", "initial voters id1=addr1,id2=addr2,... (used only on an empty data dir)")
 	f.StringVar(&peerAddrs, "peer-addrs", "", "dial these peers here instead of at their raft address, id1=addr1,... (podflow chaos routes each link through its fault-injecting relay)")
-	f.BoolVar(&cfg.Join, "join", false, "on an empty data dir, ask the running cluster to add this replica")
+	joinUsage := "on an empty data dir, ask the running cluster to add this replica"
+	deprecatedAlias(f, "join", "join-existing", func(f *pflag.FlagSet) {
+		f.BoolVar(&cfg.Join, "join-existing", false, joinUsage)
+		f.BoolVar(&cfg.Join, "join", false, joinUsage)
+	})
 	f.Int64Var(&cfg.HistoryRevisions, "history-revisions", cfg.HistoryRevisions, "revisions of change history kept for watches")
 	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "raft heartbeat timeout")
 	f.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "raft election timeout")
@@ -213,50 +216,7 @@ func storeStatusCmd(conn *storeConnFlags) *cobra.Command {
 			if done, err := output.print(cmd.OutOrStdout(), map[string]any{"replicas": sts}); done {
 				return err
 			}
-			var leader *raftstore.Status
-			for _, s := range sts {
-				if s.State == "Leader" {
-					leader = s
-				}
-			}
-			out := cmd.OutOrStdout()
-			if leader != nil {
-				fmt.Fprintf(out, "leader %s  term %d  commit index %d  applied index %d  revision %d  compacted %d\n\n",
-					leader.ID, leader.Term, leader.CommitIndex, leader.AppliedIndex, leader.Revision, leader.CompactRevision)
-			} else {
-				fmt.Fprintln(out, "no leader among the replicas that answered")
-			}
-			seen := map[string]*raftstore.Status{}
-			for _, s := range sts {
-				seen[s.ID] = s
-			}
-			members := sts[0].Servers
-			if leader != nil {
-				members = leader.Servers
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tSUFFRAGE\tSTATE\tTERM\tLAST LOG\tCOMMIT\tAPPLIED\tBEHIND LEADER\tLAST CONTACT")
-			for _, m := range members {
-				s, ok := seen[m.ID]
-				if !ok {
-					fmt.Fprintf(tw, "%s\t%s\t%s\tunreachable\t\t\t\t\t\t\n", m.ID, m.Address, m.Suffrage)
-					continue
-				}
-				delete(seen, m.ID)
-				behind := "-"
-				if leader != nil && leader.LastLogIndex >= s.LastLogIndex {
-					behind = fmt.Sprint(leader.LastLogIndex - s.LastLogIndex)
-				}
-				contact := "never"
-				if s.LastContact >= 0 {
-					contact = s.LastContact.Round(time.Millisecond).String()
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", s.ID, s.Address, m.Suffrage, s.State, s.Term, s.LastLogIndex, s.CommitIndex, s.AppliedIndex, behind, contact)
-			}
-			for _, s := range seen {
-				fmt.Fprintf(tw, "%s\t%s\tnot a member\t%s\t%d\t%d\t%d\t%d\t-\t-\n", s.ID, s.Address, s.State, s.Term, s.LastLogIndex, s.CommitIndex, s.AppliedIndex)
-			}
-			return tw.Flush()
+			return client.PrintStoreStatus(cmd.OutOrStdout(), sts)
 		},
 	}
 	cmd.Flags().DurationVar(&wait, "timeout", 500*time.Millisecond, "how long to wait for every replica to answer")
@@ -266,23 +226,34 @@ func storeStatusCmd(conn *storeConnFlags) *cobra.Command {
 }
 
 func storeAddVoterCmd(conn *storeConnFlags) *cobra.Command {
-	return &cobra.Command{
+	var nonvoter bool
+	cmd := &cobra.Command{
 		Use:   "add-voter ID ADDR",
-		Short: "Add a voting replica (its raft address host:port) to the cluster",
-		Args:  cobra.ExactArgs(2),
+		Short: "Add a voting replica (its raft address host:port) to the cluster, or promote a non-voter",
+		Long: `Add a voting replica, or promote a non-voter. With --nonvoter, add a non-voter
+(it gets every write and serves stale reads, but neither votes nor counts for
+a quorum), as etcd's learners: a replica that catches up before it votes, or
+a fourth or sixth replica beyond an odd number of voters.`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, closeConn, err := conn.client(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer closeConn()
-			if err := c.AddVoter(cmd.Context(), args[0], args[1]); err != nil {
+			add, what := c.AddVoter, "voter"
+			if nonvoter {
+				add, what = c.AddNonvoter, "non-voter"
+			}
+			if err := add(cmd.Context(), args[0], args[1]); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "added voter %s at %s\n", args[0], args[1])
+			fmt.Fprintf(cmd.OutOrStdout(), "added %s %s at %s\n", what, args[0], args[1])
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&nonvoter, "nonvoter", false, "add a non-voter (it does not vote nor count for a quorum)")
+	return cmd
 }
 
 func storeRemoveCmd(conn *storeConnFlags) *cobra.Command {

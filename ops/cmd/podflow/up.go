@@ -1,10 +1,12 @@
 package main
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/podflow/podflow/ops/processes/join"
 	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/ops/processes/up"
 )
@@ -40,5 +42,13 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	f.IntVar(&o.NodeCIDRMaskSize, plan.NodeCIDRMaskSizeFlag, 0, "prefix length of each node's pod CIDR, as kube-controller-manager's flag (default 24)")
 	f.StringVar(&o.PodSecurityDefault, plan.PodSecurityDefaultFlag, "privileged", "Pod Security level enforced in namespaces without the pod-security.kubernetes.io/enforce label: privileged (Kubernetes' default: no checks), baseline (no privileged containers, host namespaces, hostPath or added capabilities: the choice for a shared machine) or restricted; kube-apiserver's PodSecurity admission defaults.enforce")
 	f.IntVar(&o.HTTPSPort, "https-port", 0, "Kubernetes API (HTTPS) port on 127.0.0.1 (default: a free port picked at first start, then kept)")
+	f.BoolVar(&o.Init, "init", false, "start a cluster of several machines on this host, its first server: prints the join token of the others")
+	f.StringVar(&o.Join, "join", "", "join the cluster of the server at this address (host or host:port, port "+strconv.Itoa(join.DefaultPort)+" by default) as a server, with --token")
+	f.StringVar(&o.Token, "token", "", "the join token (K10<CA hash>::<id>.<secret>) printed by up --init or podflow token create")
+	f.BoolVar(&o.Agent, "agent", false, "with --join: run only a node agent (a worker), no NATS, store or stage")
+	f.StringVar(&o.Advertise, "advertise", "", "with --init or --join: the IP address the other hosts reach this one at (every listener binds it)")
+	f.StringVar(&o.Name, "name", "", "with --init or --join: this host's name, its node's and store replica's (default: the host name)")
+	f.BoolVar(&o.Leave, "leave", false, "remove this host, stopped, from its cluster of several machines (its store replica, NATS server and nodes), then exit")
+	f.DurationVar(&o.TokenTTL, "token-ttl", 24*time.Hour, "with --init: how long the join token it prints is valid (0: until deleted)")
 	return cmd
 }

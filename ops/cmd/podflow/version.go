@@ -1,9 +1,7 @@
 package main
 
 import (
-	"fmt"
 	"runtime"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,27 +13,6 @@ import (
 )
 
 func init() { register(newVersionCmd) }
-
-// versionReport is what `podflow version` prints.
-type versionReport struct {
-	Client     versionInfo     `json:"clientVersion"`
-	Server     *versionInfo    `json:"serverVersion,omitempty"`
-	Components []componentInfo `json:"components,omitempty"`
-}
-
-type versionInfo struct {
-	Podflow    string `json:"podflow"`
-	Kubernetes string `json:"kubernetes"`
-	Platform   string `json:"platform"`
-}
-
-type componentInfo struct {
-	Stage   string    `json:"stage"`
-	Replica string    `json:"replica"`
-	PID     int       `json:"pid"`
-	Version string    `json:"version"`
-	Started time.Time `json:"started"`
-}
 
 func newVersionCmd() *cobra.Command {
 	var clientOnly bool
@@ -54,7 +31,7 @@ the system.`,
 			if err := output.validate(); err != nil {
 				return err
 			}
-			rep := versionReport{Client: versionInfo{Podflow: stage.BuildVersion(), Kubernetes: apiserver.KubernetesVersion(), Platform: runtime.GOOS + "/" + runtime.GOARCH}}
+			rep := client.VersionReport{Client: client.VersionInfo{Podflow: stage.BuildVersion(), Kubernetes: apiserver.KubernetesVersion(), Platform: runtime.GOOS + "/" + runtime.GOARCH}}
 			var sysErr error
 			if !clientOnly {
 				ctx := cmd.Context()
@@ -64,9 +41,9 @@ the system.`,
 				} else {
 					defer sess.Close()
 					for _, p := range console.Ping(ctx, sess.Bus.NATS(), 500*time.Millisecond) {
-						rep.Components = append(rep.Components, componentInfo{Stage: p.Stage, Replica: p.Replica, PID: p.PID, Version: p.Version, Started: p.Started})
+						rep.Components = append(rep.Components, client.ComponentInfo{Stage: p.Stage, Replica: p.Replica, PID: p.PID, Version: p.Version, Started: p.Started})
 						if p.Stage == "api" && rep.Server == nil {
-							rep.Server = &versionInfo{Podflow: p.Version, Kubernetes: apiserver.KubernetesVersion(), Platform: rep.Client.Platform}
+							rep.Server = &client.VersionInfo{Podflow: p.Version, Kubernetes: apiserver.KubernetesVersion(), Platform: rep.Client.Platform}
 						}
 					}
 				}
@@ -78,18 +55,8 @@ the system.`,
 				}
 				return err
 			}
-			fmt.Fprintf(out, "Client Version: podflow %s, Kubernetes API %s, %s\n", rep.Client.Podflow, rep.Client.Kubernetes, rep.Client.Platform)
-			if rep.Server != nil {
-				fmt.Fprintf(out, "Server Version: podflow %s, Kubernetes API %s\n", rep.Server.Podflow, rep.Server.Kubernetes)
-			}
-			if len(rep.Components) > 0 {
-				fmt.Fprintln(out)
-				tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "STAGE\tREPLICA\tPID\tVERSION\tUP")
-				for _, c := range rep.Components {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", c.Stage, c.Replica, c.PID, c.Version, client.HumanDuration(time.Since(c.Started)))
-				}
-				tw.Flush()
+			if err := rep.Print(out); err != nil {
+				return err
 			}
 			return sysErr
 		},

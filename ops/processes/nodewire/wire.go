@@ -25,6 +25,7 @@ package nodewire
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/google/uuid"
@@ -301,4 +302,55 @@ func boundAt(pod *corev1.Pod, env *eventsv1.Envelope, rev int64) bool {
 	md := pod.GetMetadata()
 	return md.GetNamespace() == env.GetNamespace() && md.GetName() == env.GetPodName() && md.GetUid() == env.GetPodUid() &&
 		pod.GetSpec().GetNodeName() == env.GetNodeName() && objects.Revision(pod) >= rev
+}
+
+var _ nodeagent.LeaseRenewer = (*Store)(nil)
+
+// leaseSpec is the content of a coordination.k8s.io/v1 Lease that a node
+// writes (its spec), as kubelet's nodelease controller fills it.
+type leaseSpec struct {
+	Spec struct {
+		HolderIdentity       string `json:"holderIdentity"`
+		LeaseDurationSeconds int32  `json:"leaseDurationSeconds"`
+		RenewTime            string `json:"renewTime"`
+	} `json:"spec"`
+}
+
+// RenewNodeLease implements nodeagent.LeaseRenewer: the node's Lease in
+// kube-node-lease, created at the first heartbeat, its renewTime set to
+// now (kube's MicroTime) at every one, with compare-and-swap.
+func (s *Store) RenewNodeLease(ctx context.Context, node string, duration time.Duration, now time.Time) error {
+	if duration <= 0 {
+		duration = 40 * time.Second
+	}
+	var spec leaseSpec
+	spec.Spec.HolderIdentity, spec.Spec.LeaseDurationSeconds = node, int32(duration/time.Second)
+	spec.Spec.RenewTime = now.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+	content, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	for {
+		obj, err := s.s.GetKind(ctx, objects.Leases, pipeline.NodeLeaseNamespace, node)
+		if errors.Is(err, raftstore.ErrNotFound) {
+			lease := objects.Leases.New().(*corev1.Unstructured)
+			lease.Metadata = &corev1.ObjectMeta{Name: node, Namespace: pipeline.NodeLeaseNamespace, Uid: uuid.NewString(), CreationTimestamp: timestamppb.New(now)}
+			lease.Content = content
+			_, err = s.s.Create(ctx, lease)
+			if errors.Is(err, raftstore.ErrAlreadyExists) {
+				continue
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		lease := obj.(*corev1.Unstructured)
+		lease.Content = content
+		_, err = s.s.Update(ctx, lease)
+		if errors.Is(err, raftstore.ErrConflict) {
+			continue
+		}
+		return err
+	}
 }

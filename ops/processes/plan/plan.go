@@ -267,6 +267,9 @@ type Plan struct {
 	NodeRole   bus.RoleSpec
 	// Streams are the streams to provision (R3 on a NATS cluster).
 	Streams bus.StreamsConfig
+	// Host is set on a plan of one host of several (NewHost).
+	Host          *HostOptions
+	hostAgentArgs []string
 }
 
 // NodeIdentity returns the node agents' consumer and bus role of runtime:
@@ -430,7 +433,7 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 		args = append(args, p.Options.podSecurityArgs()...)
 	case pipeline.Admission:
 		args = append(args, p.Options.podSecurityArgs()...)
-	case pipeline.Status:
+	case pipeline.NodeLifecycle:
 		args = append(args, "--node-monitor-grace-period", p.Options.NodeGrace.String())
 	}
 	args = append(args, p.Options.StageArgs[stage]...)
@@ -446,6 +449,9 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 // NodeAgentArgs are the node agent's arguments without its metrics
 // address: the Linux node's are also those of its decommissioning.
 func (p *Plan) NodeAgentArgs(registry string) []string {
+	if p.Host != nil {
+		return p.hostAgentArgs
+	}
 	if p.Options.Runtime == RuntimeLinux {
 		args := []string{"nodeagent", "--runtime", "linux", "--node", LinuxNode, "--config", p.Layout.ProcessConfig(p.NodeRole.Role),
 			"--data-dir", p.Layout.Sub("nodes", LinuxNode), "--registry", registry, "--" + ServiceCIDRFlag, p.Options.serviceCIDR()}

@@ -129,7 +129,7 @@ func TestProcessArgs(t *testing.T) {
 		{"admission-2", "stage/admission", "stage admission --replica admission-2 --config /d/config/stage-admission.json --metrics-addr 127.0.0.1:9003",
 			[]string{"PODFLOW_NATS_CONFIG=/d/nats/roles/stage-admission.json"},
 			plan.Check{Kind: plan.CheckConsumer, Consumer: "admission", Timeout: 60 * time.Second}},
-		{"status-1", "stage/status", "stage status --replica status-1 --config /d/config/stage-status.json --metrics-addr 127.0.0.1:9006 --node-monitor-grace-period 40s",
+		{"status-1", "stage/status", "stage status --replica status-1 --config /d/config/stage-status.json --metrics-addr 127.0.0.1:9006",
 			[]string{"PODFLOW_NATS_CONFIG=/d/nats/roles/stage-status.json"},
 			plan.Check{Kind: plan.CheckConsumer, Consumer: "status", Timeout: 60 * time.Second}},
 		{"nodeagent-sim", "nodeagent", "nodeagent --runtime sim --name sim --nodes 3 --config /d/config/" + p.NodeRole.Role + ".json --metrics-addr 127.0.0.1:9007 --provision=false",
@@ -435,5 +435,61 @@ func TestClusterRouteRelays(t *testing.T) {
 	nats2 := p.Step(plan.NATS).Processes[1]
 	if got, want := strings.Join(nats2.Args, " "), "nats --data-dir /d/nats-2 --port 4002 --server-name nats-2 --cluster-name podflow --cluster-port 6002 --routes nats-route://127.0.0.1:7721,nats-route://127.0.0.1:7723 --creds /d/nats/creds.json --cluster-advertise 127.0.0.1:7700"; got != want {
 		t.Errorf("nats-2 args\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestControllerStage: a controller stage's replica (the node lifecycle
+// controller) gets the node grace period, is ready once started (it has
+// no consumer) and is no consumer the system waits for.
+func TestControllerStage(t *testing.T) {
+	o := options()
+	o.Replicas[pipeline.NodeLifecycle] = 1
+	p, err := plan.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nl *plan.Process
+	for _, pr := range p.Processes() {
+		if pr.Stage == pipeline.NodeLifecycle {
+			nl = &pr
+		}
+	}
+	if nl == nil {
+		t.Fatal("no node lifecycle replica in the plan")
+	}
+	if got := strings.Join(nl.Args, " "); !strings.HasSuffix(got, "--node-monitor-grace-period 40s") {
+		t.Errorf("args %s: want the grace period", got)
+	}
+	if nl.Ready != (plan.Check{}) || slices.Contains(p.Consumers(), pipeline.NodeLifecycle) {
+		t.Errorf("ready %+v, consumers %v: a controller stage has no consumer to wait for", nl.Ready, p.Consumers())
+	}
+}
+
+// TestNewHostRunsEveryStage: a server of a cluster of several machines
+// runs a replica of every stage, named after the host; the root CA
+// publisher publishes the cluster CA (without --root-ca-file it refuses
+// to start) and the node lifecycle controller gets the grace period.
+func TestNewHostRunsEveryStage(t *testing.T) {
+	p, err := plan.NewHost(plan.HostOptions{Exe: "/bin/podflow", DataDir: "/var/lib/podflow", Name: "h2", Advertise: "10.0.0.2",
+		Runtime: plan.RuntimeSim, ServerURLs: []string{"nats://10.0.0.2:4222"}, NodeGrace: 20 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := map[string]string{}
+	for _, pr := range p.Processes() {
+		if pr.Kind == plan.StageKind {
+			args[pr.Stage] = strings.Join(pr.Args, " ")
+		}
+	}
+	for _, s := range pipeline.Stages {
+		if !strings.Contains(args[s], "--replica "+s+"-h2") {
+			t.Errorf("stage %s: args %q, want its replica %s-h2", s, args[s], s)
+		}
+	}
+	if got, want := args[pipeline.RootCACert], "--root-ca-file "+p.Layout.PKI("ca.crt"); !strings.Contains(got, want) {
+		t.Errorf("rootcacert: args %q, want %q", got, want)
+	}
+	if got := args[pipeline.NodeLifecycle]; !strings.Contains(got, "--node-monitor-grace-period 20s") {
+		t.Errorf("nodelifecycle: args %q, want the grace period", got)
 	}
 }

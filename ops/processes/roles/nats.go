@@ -23,13 +23,14 @@ func NATS(ctx context.Context, cfg bus.EmbeddedConfig, clientConfig string, tlsF
 		return fmt.Errorf("--data-dir is required")
 	}
 	cfg.Roles = pipeline.Roles()
+	cfg.SystemPassword = os.Getenv(SystemPasswordEnv)
 	srv, err := bus.StartEmbedded(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer srv.Shutdown()
-	// Users added or removed by `podflow config bus-user` take effect
-	// without a restart.
+	// Users added or removed (`podflow config bus-user`, a host joining a
+	// cluster of several machines) take effect without a restart.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -48,6 +49,11 @@ func NATS(ctx context.Context, cfg bus.EmbeddedConfig, clientConfig string, tlsF
 	<-ctx.Done()
 	return nil
 }
+
+// SystemPasswordEnv names the password of the system account's user
+// (bus.SystemUser) of a NATS server `podflow up` runs on a host of
+// several: it removes a retired server's JetStream peer.
+const SystemPasswordEnv = "PODFLOW_NATS_SYSTEM_PASSWORD"
 
 // NATSTLS is a NATS server's TLS: for clients any certificate of the CA
 // (their password names the user), for routes only the NATS servers'

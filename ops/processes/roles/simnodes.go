@@ -33,6 +33,8 @@ type SimNodesOptions struct {
 	NodeAgentOptions
 	Name  string // the simulated cluster's name (its durable consumer)
 	Nodes int    // how many nodes it simulates
+	// Prefix names the nodes, Prefix + "0001" on ("": sim-node-).
+	Prefix string
 	// ClusterCIDR and NodeCIDRMaskSize are where the nodes' pod CIDRs come
 	// from ("": sim.SizedClusterCIDR; 0: sim.DefaultNodeCIDRMaskSize).
 	ClusterCIDR      string
@@ -75,6 +77,9 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 	// command, and answer exec, attach and logs as nodes do (simexec.go).
 	node := newSimNode(nil, simNet{sess.Store})
 	cfg.Runtime.Programs = node
+	if o.Prefix != "" {
+		cfg.NamePrefix = o.Prefix
+	}
 	cl, err := sim.NewCluster(cfg, wire.NewStore(sess.Store).WithTokens(sess.Bus.NATS()), nm.Publisher(wire.NewPublisher(sess.Bus)))
 	if err != nil {
 		return err
@@ -151,10 +156,21 @@ func provisionAgent(ctx context.Context, sess *client.Session, rc bus.RunnerConf
 // ProvisionNodeAgent declares a node agent's consumers (as admin: `podflow
 // up` for the agents it runs, or an agent run with --provision).
 func ProvisionNodeAgent(ctx context.Context, conn *bus.Conn, rc bus.RunnerConfig) error {
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := bus.Provision(pctx, conn.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()}); err != nil {
-		return fmt.Errorf("provision the node agent's consumer %q: %w", rc.Consumer, err)
+	for {
+		// Each attempt is bounded: a server that joined a cluster a moment
+		// ago may not pass its request to the meta leader yet.
+		actx, c := context.WithTimeout(pctx, 5*time.Second)
+		err := bus.Provision(actx, conn.JetStream(), bus.Topology{Consumers: rc.ConsumerSpecs()})
+		c()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-pctx.Done():
+			return fmt.Errorf("provision the node agent's consumer %q: %w", rc.Consumer, err)
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	return nil
 }

@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -16,24 +17,30 @@ import (
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/controller"
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/quota"
 	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
 	"github.com/podflow/podflow/services/stages/bootstrap"
+	"github.com/podflow/podflow/services/stages/crds"
 	"github.com/podflow/podflow/services/stages/deployment"
 	"github.com/podflow/podflow/services/stages/endpoints"
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
+	"github.com/podflow/podflow/services/stages/nodelifecycle"
 	"github.com/podflow/podflow/services/stages/persistence"
 	"github.com/podflow/podflow/services/stages/replicaset"
+	"github.com/podflow/podflow/services/stages/resourcequota"
 	"github.com/podflow/podflow/services/stages/rootcacert"
 	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/serviceaccount"
 	"github.com/podflow/podflow/services/stages/status"
+	webhookkube "github.com/podflow/podflow/services/webhook/kube"
 )
 
 // stageBuilders build a stage's handler.
@@ -47,7 +54,20 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		if err := cfg.Validate(); err != nil {
 			return nil, fmt.Errorf("--pod-security-default: %w", err)
 		}
-		return admission.NewStage(env, cfg)
+		// The admission webhooks and policies, kube-apiserver's plugins
+		// over the store. matchConditions' authorizer has no RBAC here:
+		// its checks are denied (docs/admission.md).
+		hooks, err := webhookkube.New(webhookkube.Config{Store: env.Store})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Webhooks = hooks
+		cfg.Quota = quota.NewAdmission(env.Store)
+		st, err := admission.NewStage(env, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return stage.Compose(st, hooks), nil
 	},
 	pipeline.Persistence: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return persistence.New(env), nil
@@ -57,9 +77,6 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.Status: func(env stage.Env, o StageOptions) (stage.Handler, error) {
 		cfg := status.DefaultConfig()
-		if o.NodeGrace > 0 {
-			cfg.NodeMonitorGracePeriod = o.NodeGrace
-		}
 		if o.EventTTL > 0 {
 			cfg.EventTTL = o.EventTTL
 		}
@@ -67,6 +84,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.Endpoints: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return endpoints.NewStage(env)
+	},
+	pipeline.ResourceQuota: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return resourcequota.New(env, resourcequota.DefaultConfig())
 	},
 	pipeline.ServiceAccount: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return serviceaccount.New(env, serviceaccount.DefaultConfig())
@@ -87,6 +107,33 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		}
 		return rootcacert.New(env, cfg)
 	},
+	pipeline.NodeLifecycle: NodeLifecycle,
+}
+
+// NodeLifecycle is the node lifecycle controller stage: nodes that stop
+// heartbeating go Unknown and are tainted; their pods are marked not
+// ready and evicted after their tolerationSeconds, as
+// kube-controller-manager's node lifecycle and taint eviction
+// controllers. It consumes no events (pipeline.Controller).
+func NodeLifecycle(env stage.Env, o StageOptions) (stage.Handler, error) {
+	cfg := nodelifecycle.DefaultConfig()
+	if o.NodeGrace > 0 {
+		cfg.GracePeriod = o.NodeGrace
+		cfg.MonitorPeriod = min(cfg.MonitorPeriod, o.NodeGrace)
+	}
+	c, err := nodelifecycle.New(env, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return stage.Compose(controllerHandler{}, c), nil
+}
+
+// controllerHandler is the Handler of a controller stage, which consumes
+// no events: Handle is never called.
+type controllerHandler struct{}
+
+func (controllerHandler) Handle(context.Context, *bus.Delivery) error {
+	return bus.Permanent(errors.New("a controller stage consumes no events"))
 }
 
 // replicaSetStage is a replica of the ReplicaSet or ReplicationController
@@ -96,13 +143,15 @@ func replicaSetStage(env stage.Env, _ StageOptions) (stage.Handler, error) {
 }
 
 // APIProcess composes an api replica's process: the api stage, with
-// beside it the namespace controller (which empties and removes deleted
-// namespaces, with the api stage's identity), the bootstrap controller
-// (system namespaces, bootstrap RBAC), the node agents' token signer
-// (apiserver.NodeTokens) and, when o.HTTPS is set, the Kubernetes REST
-// front door (apiserver.FrontDoor, also on the machine's pod network
-// gateways) over the stage and the kubernetes Service's controller (its
-// endpoints are the front doors' addresses), as kube-apiserver runs these.
+// beside it the CustomResourceDefinitions' catalog (crd.Catalog), the
+// namespace controller (which empties and removes deleted namespaces,
+// with the api stage's identity), the CRD controller (services/stages/crds),
+// the bootstrap controller (system namespaces, bootstrap RBAC), the node
+// agents' token signer (apiserver.NodeTokens) and, when o.HTTPS is set,
+// the Kubernetes REST front door (apiserver.FrontDoor, also on the
+// machine's pod network gateways) over the stage and the kubernetes
+// Service's controller (its endpoints are the front doors' addresses), as
+// kube-apiserver runs these.
 func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	cfg, err := APIConfig(o)
 	if err != nil {
@@ -129,7 +178,27 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Registry = reg
+	// CustomResourceDefinitions: the catalog serves their objects through
+	// the stage and the front door; the CRD controller names, establishes
+	// and cleans them up.
+	cat, err := crd.NewCatalog(crd.Config{Store: env.Store, Log: env.Log})
+	if err != nil {
+		return nil, err
+	}
+	crdc, err := crds.New(env, crds.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Registry = crd.Registry{Builtin: reg, Catalog: cat}
+	cfg.SyncKinds = cat.Sync
+	// The admission webhooks and policies on every write of an object
+	// (pods: the admission stage's), authorizing with the stage's RBAC.
+	hooks, err := webhookkube.New(webhookkube.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) }})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Webhooks = hooks
+	cfg.Quota = quota.NewAdmission(env.Store)
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
@@ -137,7 +206,7 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts := []stage.Starter{ns, boot, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
+	parts := []stage.Starter{cat, hooks, ns, crdc, boot, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
 	if o.HTTPS != nil {
 		pods, err := podListeners(env, o.HTTPS.Addr)
 		if err != nil {
@@ -151,6 +220,7 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 		}
 		https := *o.HTTPS
 		https.Printer = reg
+		https.CustomResources = cat
 		parts = append(parts,
 			apiserver.FrontDoor{Config: https, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: cfg.Authn.BoundTokens, Pods: pods, Log: env.Log},
 			ks)

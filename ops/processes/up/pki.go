@@ -7,22 +7,14 @@ import (
 	"path/filepath"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/ops/processes/join"
 	"github.com/podflow/podflow/ops/processes/plan"
-	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/apiserver/pki"
 )
 
-// certKinds are the certificates IssueCert makes: what each proves and
-// to whom (see docs/multi-machine.md).
-var certKinds = map[string]struct {
-	prefix string
-	group  string
-	peer   bool
-}{
-	"nats-server": {"podflow:nats:", bus.ServerGroup, true},     // a NATS server: clients and routes
-	"raft-peer":   {"podflow:raft:", raftstore.PeerGroup, true}, // a store replica's raft transport
-	"bus-client":  {"podflow:bus:", "", false},                  // a process's NATS client (CN its role)
-}
+// certKinds are the certificates IssueCert makes, and whether one
+// needs --hosts (a peer's: its peers dial it).
+var certKinds = map[string]bool{join.KindNATSServer: true, join.KindRaftPeer: true, join.KindBusClient: false}
 
 // IssueBusClientCert issues, once, the bus client certificate of role
 // (CN podflow:bus:<role>) from the data directory's cluster CA, as up
@@ -42,11 +34,7 @@ func IssueBusClientCert(l plan.Layout, role string) (bus.TLSFiles, error) {
 
 // certRequest is the certificate of kind (a key of certKinds) for name.
 func certRequest(kind, name string, hosts []string) pki.Request {
-	k := certKinds[kind]
-	r := pki.Request{CommonName: k.prefix + name, Hosts: hosts, Server: k.peer, Peer: k.peer}
-	if k.group != "" {
-		r.Groups = []string{k.group}
-	}
+	r, _ := join.CertRequest(kind, name, hosts)
 	return r
 }
 
@@ -56,14 +44,14 @@ func certRequest(kind, name string, hosts []string) pki.Request {
 // and out.key, kept when they exist (`podflow pki issue`). It returns
 // what it issued.
 func IssueCert(caDir string, initCA bool, kind, name string, hosts []string, out string) (pki.Request, error) {
-	k, ok := certKinds[kind]
+	peer, ok := certKinds[kind]
 	if !ok {
 		return pki.Request{}, fmt.Errorf("--kind %q: want nats-server, raft-peer or bus-client", kind)
 	}
 	if name == "" || out == "" {
 		return pki.Request{}, errors.New("--name and --out are required")
 	}
-	if k.peer && len(hosts) == 0 {
+	if peer && len(hosts) == 0 {
 		return pki.Request{}, fmt.Errorf("a %s certificate needs --hosts (the addresses its peers dial)", kind)
 	}
 	certFile, keyFile := filepath.Join(caDir, "ca.crt"), filepath.Join(caDir, "ca.key")

@@ -34,6 +34,16 @@ type Options struct {
 	// PodSecurityDefault is the Pod Security level of namespaces without
 	// the enforce label ("" is privileged, Kubernetes' default).
 	PodSecurityDefault string
+
+	// A host of a cluster of several machines (runHost).
+	Init      bool          // the first server: a new cluster
+	Join      string        // a server's join address (host[:port]) to join its cluster
+	Token     string        // the join token (--join)
+	Agent     bool          // with Join: a node agent only
+	Advertise string        // the IP the other hosts reach this one at
+	Name      string        // this host's name (default: the host name)
+	TokenTTL  time.Duration // how long the join token --init prints is valid (0: until deleted)
+	Leave     bool          // this stopped host leaves its cluster (RemoveHost), then up returns
 }
 
 // Run runs the system of o's plan (ops/processes/plan) under the supervisor until
@@ -42,6 +52,12 @@ type Options struct {
 func Run(ctx context.Context, o *Options, out io.Writer) error {
 	if err := o.Resolve(out); err != nil {
 		return err
+	}
+	if o.Leave {
+		return leave(ctx, o, out)
+	}
+	if o.Init || o.Join != "" || o.Agent || o.Advertise != "" {
+		return runHost(ctx, o, out)
 	}
 	u, err := newUp(o, out) // data dir, its lock, addresses, credentials, the plan
 	if err != nil {
@@ -112,7 +128,11 @@ func (o *Options) Resolve(out io.Writer) error {
 		}
 		// Another podflow system's node (make run, a second clone) is
 		// never torn down by this one: refuse before starting anything.
-		return linux.NodeInUse(linux.DefaultLockDir, plan.LinuxNode)
+		node := plan.LinuxNode
+		if o.Name != "" {
+			node = o.Name
+		}
+		return linux.NodeInUse(linux.DefaultLockDir, node)
 	}
 	return nil
 }

@@ -153,6 +153,20 @@ func (ca *CA) Issue(r Request) (certPEM, privPEM []byte, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if certPEM, err = ca.Sign(r, key.Public()); err != nil {
+		return nil, nil, err
+	}
+	kb, err := keyPEM(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return certPEM, kb, nil
+}
+
+// Sign issues the certificate r describes for pub, a key whose private
+// half stays with its holder (a host joining the cluster sends only a
+// certificate request), and returns it in PEM.
+func (ca *CA) Sign(r Request, pub crypto.PublicKey) (certPEM []byte, err error) {
 	nb := r.NotBefore
 	if nb.IsZero() {
 		nb = time.Now().Add(-time.Hour)
@@ -182,16 +196,16 @@ func (ca *CA) Issue(r Request) (certPEM, privPEM []byte, err error) {
 			}
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	kb, err := keyPEM(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), kb, nil
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
+
+// KeyPEM encodes a private key as PKCS#8 PEM, as Issue and WriteFiles
+// write keys.
+func KeyPEM(k crypto.Signer) ([]byte, error) { return keyPEM(k) }
 
 func keyPEM(k crypto.Signer) ([]byte, error) {
 	der, err := x509.MarshalPKCS8PrivateKey(k)

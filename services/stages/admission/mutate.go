@@ -246,6 +246,43 @@ func (m *mutator) defaults() {
 	})
 }
 
+// The taints of a node that is not ready, or that the node lifecycle
+// controller cannot reach (k8s.io/api/core/v1 TaintNodeNotReady,
+// TaintNodeUnreachable).
+const (
+	TaintNodeNotReady    = "node.kubernetes.io/not-ready"
+	TaintNodeUnreachable = "node.kubernetes.io/unreachable"
+)
+
+// defaultTolerationSeconds adds, as kube-apiserver's DefaultTolerationSeconds
+// plugin, a toleration of the not-ready and of the unreachable NoExecute
+// taints, each for notReady and unreachable seconds (nil: 300), unless the
+// pod tolerates that taint already (a toleration of the key, or of every
+// key, with effect NoExecute or every effect): so a pod on a node that
+// died is evicted after five minutes, and the pod may say otherwise.
+func (m *mutator) defaultTolerationSeconds(notReady, unreachable *int64) {
+	spec := m.spec()
+	tolerates := func(key string) bool {
+		return slices.ContainsFunc(spec.Tolerations, func(t *corev1.Toleration) bool {
+			return (t.GetKey() == key || t.GetKey() == "") && (t.GetEffect() == "NoExecute" || t.GetEffect() == "")
+		})
+	}
+	for _, d := range []struct {
+		key     string
+		seconds *int64
+	}{{TaintNodeNotReady, notReady}, {TaintNodeUnreachable, unreachable}} {
+		if tolerates(d.key) {
+			continue
+		}
+		secs := DefaultTolerationSeconds
+		if d.seconds != nil {
+			secs = *d.seconds
+		}
+		spec.Tolerations = append(spec.Tolerations, &corev1.Toleration{Key: d.key, Operator: "Exists", Effect: "NoExecute", TolerationSeconds: proto.Int64(secs)})
+		m.record("defaulttolerationseconds: tolerate %s:NoExecute for %ds", d.key, secs)
+	}
+}
+
 // defaultVolumeModes sets each file volume's missing defaultMode to
 // DefaultVolumeMode and says which it set.
 func defaultVolumeModes(vols []*corev1.Volume) []string {

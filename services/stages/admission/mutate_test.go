@@ -319,6 +319,8 @@ func TestMutationOrderIsDeterministic(t *testing.T) {
 		"limitrange/a: set requests.cpu=1 on container app",
 		"defaults: set restartPolicy=Always, terminationGracePeriodSeconds=30",
 		"defaults: set imagePullPolicy=IfNotPresent, terminationMessagePath=/dev/termination-log, terminationMessagePolicy=File on container app",
+		"defaulttolerationseconds: tolerate node.kubernetes.io/not-ready:NoExecute for 300s",
+		"defaulttolerationseconds: tolerate node.kubernetes.io/unreachable:NoExecute for 300s",
 		"qos: set status.qosClass=Burstable",
 	}
 	if !slices.Equal(res.Mutations, want) {
@@ -355,4 +357,51 @@ func expect[T comparable](got, want T) string {
 		return "got " + strings.TrimSpace(strings.ReplaceAll(fmtv(got), "\n", " ")) + ", want " + fmtv(want) + "; "
 	}
 	return ""
+}
+
+// TestDefaultTolerationSeconds: as kube-apiserver's DefaultTolerationSeconds
+// plugin, a pod gets a 300 s toleration of the not-ready and of the
+// unreachable NoExecute taint unless it tolerates that taint already (by
+// key or every key, with NoExecute or every effect); the configuration
+// sets other seconds.
+func TestDefaultTolerationSeconds(t *testing.T) {
+	tol := func(key, effect string, secs ...int64) *corev1.Toleration {
+		t := &corev1.Toleration{Key: key, Operator: "Exists", Effect: effect}
+		if len(secs) > 0 {
+			t.TolerationSeconds = proto.Int64(secs[0])
+		}
+		if key == "" {
+			t.Operator = "Exists"
+		}
+		return t
+	}
+	thirty := int64(30)
+	for _, tc := range []struct {
+		name  string
+		given []*corev1.Toleration
+		cfg   Config
+		want  []*corev1.Toleration
+	}{
+		{"none", nil, Config{}, []*corev1.Toleration{tol(TaintNodeNotReady, "NoExecute", 300), tol(TaintNodeUnreachable, "NoExecute", 300)}},
+		{"configured", nil, Config{NotReadyTolerationSeconds: &thirty},
+			[]*corev1.Toleration{tol(TaintNodeNotReady, "NoExecute", 30), tol(TaintNodeUnreachable, "NoExecute", 300)}},
+		{"own unreachable kept", []*corev1.Toleration{tol(TaintNodeUnreachable, "NoExecute", 5)}, Config{},
+			[]*corev1.Toleration{tol(TaintNodeUnreachable, "NoExecute", 5), tol(TaintNodeNotReady, "NoExecute", 300)}},
+		{"every key, every effect", []*corev1.Toleration{tol("", "")}, Config{}, []*corev1.Toleration{tol("", "")}},
+		{"NoSchedule only is not NoExecute", []*corev1.Toleration{tol(TaintNodeNotReady, "NoSchedule")}, Config{},
+			[]*corev1.Toleration{tol(TaintNodeNotReady, "NoSchedule"), tol(TaintNodeNotReady, "NoExecute", 300), tol(TaintNodeUnreachable, "NoExecute", 300)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := mustAdmit(t, pod(func(p *corev1.Pod) { p.Spec.Tolerations = tc.given }), State{Config: tc.cfg})
+			got := res.Pod.Spec.Tolerations
+			if len(got) != len(tc.want) {
+				t.Fatalf("tolerations %v, want %v", got, tc.want)
+			}
+			for i := range got {
+				if !proto.Equal(got[i], tc.want[i]) {
+					t.Errorf("toleration %d: %v, want %v", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
 }

@@ -7,9 +7,10 @@
 // applied), together with the report's Kubernetes Events, in one store
 // transaction. A PodDeleted from a node that finished stopping a pod
 // removes the pod and releases what it held in the node's allocation, in
-// one transaction. Its Reconcile marks nodes whose heartbeats stopped
-// NotReady (the node lifecycle controller's grace period) and deletes
-// Events older than Config.EventTTL. The node agents publish PodReady and
+// one transaction. Its Reconcile deletes Events older than
+// Config.EventTTL. Nodes whose heartbeats stopped are the node lifecycle
+// controller's (services/stages/nodelifecycle), which the status stage's
+// process runs beside it with its identity. The node agents publish PodReady and
 // PodNotReady themselves; the endpoints stage consumes them.
 //
 // NodeRestriction: a node speaks only for pods bound to it. An event whose
@@ -23,11 +24,8 @@
 //  1. creates one Stage per replica with NewStage and runs it with
 //     stage.Run under the status stage's bus identity (replicas share one
 //     durable consumer and split the reports);
-//  2. lets stage.Run call Start before the first event (the node informer
-//     syncs) and Reconcile periodically (a positive
-//     stage.Config.ResyncPeriod), or nodes are never marked NotReady;
-//  3. keeps Config.NodeMonitorGracePeriod longer than the node agents'
-//     heartbeat interval.
+//  2. lets stage.Run call Reconcile periodically (a positive
+//     stage.Config.ResyncPeriod), or expired Events stay.
 //
 // Usage:
 //

@@ -8,26 +8,18 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/events"
-	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
 )
 
 // Config configures the status stage.
 type Config struct {
-	// NodeMonitorGracePeriod: a Ready node whose lastHeartbeatTime is older
-	// than this is marked NotReady (Ready=Unknown, NodeStatusUnknown), as
-	// Kubernetes' node lifecycle controller does. Default 40s.
-	NodeMonitorGracePeriod time.Duration
 	// EventTTL: Events last seen longer ago than this are deleted, as
 	// kube-apiserver's --event-ttl. Default 1h.
 	EventTTL time.Duration
@@ -38,14 +30,12 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{NodeMonitorGracePeriod: 40 * time.Second, EventTTL: events.DefaultTTL, EventCollectInterval: time.Minute}
+	return Config{EventTTL: events.DefaultTTL, EventCollectInterval: time.Minute}
 }
 
 // Validate checks the Config.
 func (c Config) Validate() error {
 	switch {
-	case c.NodeMonitorGracePeriod <= 0:
-		return fmt.Errorf("status: NodeMonitorGracePeriod (%s) must be positive", c.NodeMonitorGracePeriod)
 	case c.EventTTL <= 0:
 		return fmt.Errorf("status: EventTTL (%s) must be positive", c.EventTTL)
 	case c.EventCollectInterval <= 0:
@@ -58,44 +48,29 @@ func (c Config) Validate() error {
 // status reports to the stored pods with compare-and-swap, records their
 // Kubernetes Events (DeadlineExceeded once per pod, see onceEvents),
 // removes pods their node finished deleting (releasing the node's
-// accounted resources in the same transaction), and marks nodes whose
-// heartbeats stopped NotReady.
+// accounted resources in the same transaction), and collects expired
+// Events.
 type Stage struct {
-	env   stage.Env
-	cfg   Config
-	rec   *events.Recorder
-	nodes *informer.Informer[*corev1.Node]
-	now   func() time.Time
+	env stage.Env
+	cfg Config
+	rec *events.Recorder
+	now func() time.Time
 
 	mu          sync.Mutex
 	lastCollect time.Time // of expired Events
 }
 
-var (
-	_ stage.Starter    = (*Stage)(nil)
-	_ stage.Reconciler = (*Stage)(nil)
-)
+var _ stage.Reconciler = (*Stage)(nil)
 
 // NewStage returns a status stage replica.
 func NewStage(env stage.Env, cfg Config) (*Stage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	nodes, err := informer.New[*corev1.Node](env.Store, "", informer.Handlers[*corev1.Node]{})
-	if err != nil {
-		return nil, err
-	}
 	return &Stage{
-		env: env, cfg: cfg, nodes: nodes, now: time.Now,
+		env: env, cfg: cfg, now: time.Now,
 		rec: &events.Recorder{Store: env.Store, Component: "kubelet", Instance: env.Replica},
 	}, nil
-}
-
-// Start runs the node informer.
-func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
-	var infs informer.Group
-	infs.Add(s.nodes)
-	return infs.Start(ctx, g)
 }
 
 // Handle applies one node report. NodeRestriction: an event is applied
@@ -247,36 +222,11 @@ func (s *Stage) finalizeDeletion(ctx context.Context, d *bus.Delivery) error {
 	}
 }
 
-// Reconcile marks nodes whose heartbeats stopped NotReady and, every
-// EventCollectInterval, deletes the Events older than EventTTL.
+// Reconcile deletes, every EventCollectInterval, the Events older than
+// EventTTL. (Nodes whose heartbeats stopped are the node lifecycle
+// controller's, services/stages/nodelifecycle, run beside the stage.)
 func (s *Stage) Reconcile(ctx context.Context) error {
-	now := s.now()
-	var errs []error
-	if err := s.collectEvents(ctx, now); err != nil {
-		errs = append(errs, err)
-	}
-	for _, n := range s.nodes.List("") {
-		ready := podrules.NodeCondition(n, podrules.NodeReady)
-		if ready == nil || ready.GetStatus() != "True" || ready.GetLastHeartbeatTime() == nil {
-			continue
-		}
-		if now.Sub(ready.GetLastHeartbeatTime().AsTime()) <= s.cfg.NodeMonitorGracePeriod {
-			continue
-		}
-		_, err := objects.Mutate(ctx, s.env.Store, "", n.GetMetadata().GetName(), func(n *corev1.Node) error {
-			c := podrules.NodeCondition(n, podrules.NodeReady)
-			if c == nil || c.GetStatus() != "True" || now.Sub(c.GetLastHeartbeatTime().AsTime()) <= s.cfg.NodeMonitorGracePeriod {
-				return objects.ErrNoChange
-			}
-			c.Status, c.Reason, c.Message = "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."
-			c.LastTransitionTime = timestamppb.New(now)
-			return nil
-		})
-		if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return s.collectEvents(ctx, s.now())
 }
 
 func (s *Stage) collectEvents(ctx context.Context, now time.Time) error {

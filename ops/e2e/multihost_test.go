@@ -1,0 +1,371 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+)
+
+// host is one `podflow up --init` or `--join`: a machine of a cluster of
+// several, on its own loopback address.
+type host struct {
+	t    *testing.T
+	name string
+	ip   string
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan struct{}
+}
+
+func (h *host) start() {
+	h.t.Helper()
+	h.out = &bytes.Buffer{}
+	h.cmd = exec.Command(binary, append([]string{"up", "--data-dir", h.dir, "--name", h.name, "--advertise", h.ip,
+		"--nodes", "1", "--node-monitor-grace-period", "10s"}, h.args...)...)
+	h.cmd.Dir = repoRoot
+	h.cmd.Stdout, h.cmd.Stderr = lockedWriter{h.out}, lockedWriter{h.out}
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := h.cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	h.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(h.cmd, h.done)
+	h.waitFor("podflow is running", 150*time.Second)
+}
+
+func (h *host) output() string { return syncBufString(h.out) }
+
+// waitFor waits until the host's output says what.
+func (h *host) waitFor(what string, timeout time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(h.output(), what) {
+		select {
+		case <-h.done:
+			h.t.Fatalf("%s: podflow up exited:\n%s", h.name, h.output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s: no %q in %s:\n%s", h.name, what, timeout, h.output())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop ends the host's up (SIGTERM: it stops its processes).
+func (h *host) stop() {
+	if h.cmd == nil || h.cmd.Process == nil {
+		return
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.done:
+	case <-time.After(60 * time.Second):
+		killTree(h.cmd.Process.Pid)
+		<-h.done
+	}
+}
+
+// kill SIGKILLs every process of the host at once: its up and every
+// descendant (NATS, the store replica, the stages, the node agent).
+func (h *host) kill() {
+	killTree(h.cmd.Process.Pid)
+	<-h.done
+}
+
+// killTree SIGKILLs pid and its descendants, found in /proc.
+func killTree(pid int) {
+	pids := []int{pid}
+	for i := 0; i < len(pids); i++ {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			child, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ppid ...: comm may hold spaces.
+			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+			if len(f) > 1 && f[1] == strconv.Itoa(pids[i]) {
+				pids = append(pids, child)
+			}
+		}
+	}
+	for _, p := range pids {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+}
+
+// podflowAt runs a podflow command with the client configuration of dir.
+func podflowAt(t *testing.T, dir string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"--config", filepath.Join(dir, "config.json")}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestThreeHosts (issue 39): three hosts on loopback addresses of their
+// own run the real binaries with up --init and up --join, the simulated
+// runtime for nodes: the third server makes the streams R3 and the store
+// three voters. Every process of the first host is killed: the store
+// re-elects, publishes and applies made meanwhile succeed and no
+// acknowledged PodRequested is lost, the dead host's node goes NotReady
+// and its pod is evicted after its tolerationSeconds; the host comes back
+// and finishes the eviction. Then the third host leaves (up --leave):
+// the store has two voters, its node and its host record are gone.
+func TestThreeHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-host test in -short mode")
+	}
+	base := t.TempDir()
+	hosts := []*host{
+		{t: t, name: "h1", ip: "127.0.0.21", dir: filepath.Join(base, "h1"), args: []string{"--init"}},
+		{t: t, name: "h2", ip: "127.0.0.22", dir: filepath.Join(base, "h2")},
+		{t: t, name: "h3", ip: "127.0.0.23", dir: filepath.Join(base, "h3")},
+	}
+	t.Cleanup(func() {
+		for _, h := range hosts {
+			h.stop()
+			if t.Failed() {
+				t.Logf("%s's up:\n%s", h.name, h.output())
+				for _, log := range []string{"store", "nats", "join"} {
+					b, _ := os.ReadFile(filepath.Join(h.dir, "logs", log+".log"))
+					if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) > 0 {
+						t.Logf("%s's %s.log, last lines:\n%s", h.name, log, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+					}
+				}
+			}
+		}
+	})
+	start := time.Now()
+	hosts[0].start()
+	tok := regexp.MustCompile(`--token (K10\S+)`).FindStringSubmatch(hosts[0].output())
+	if tok == nil {
+		t.Fatalf("no join token in:\n%s", hosts[0].output())
+	}
+	for _, h := range hosts[1:] {
+		h.args = []string{"--join", "127.0.0.21", "--token", tok[1]}
+		h.start()
+	}
+	hosts[0].waitFor("the streams are R3", 120*time.Second)
+	t.Logf("three hosts up, R3 and three voters in %s", time.Since(start).Round(time.Second))
+
+	// The cluster from the second host: the admin's bus and store.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bc, err := bus.ReadClientConfig(filepath.Join(hosts[1].dir, "nats", "client.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc.Name = "e2e-three-hosts"
+	conn, err := bus.Connect(ctx, bc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	kv, err := raftstore.NewClient(conn.NATS(), raftstore.DefaultClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := objects.New(kv)
+	voters := func() (n int, leader string) {
+		sts, err := kv.Status(ctx, time.Second)
+		if err != nil {
+			return 0, ""
+		}
+		for _, s := range sts {
+			if s.State == "Leader" {
+				leader = s.ID
+				for _, srv := range s.Servers {
+					if srv.Suffrage == "Voter" {
+						n++
+					}
+				}
+			}
+		}
+		return n, leader
+	}
+	until(t, 30*time.Second, "three store voters", func() bool { n, _ := voters(); return n == 3 })
+	// Every stream on the three servers, its replicas caught up.
+	for _, name := range []string{bus.EventsStream, bus.NodesStream, bus.DLQStream} {
+		until(t, 60*time.Second, name+" on three current replicas", func() bool {
+			s, err := conn.JetStream().Stream(ctx, name)
+			if err != nil {
+				return false
+			}
+			info := s.CachedInfo()
+			if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+				return false
+			}
+			for _, r := range info.Cluster.Replicas {
+				if !r.Current {
+					return false
+				}
+			}
+			// And its consumers.
+			n := 0
+			for ci := range s.ListConsumers(ctx).Info() {
+				n++
+				if ci.Cluster == nil || len(ci.Cluster.Replicas) != 2 {
+					t.Logf("consumer %s of %s: cluster %+v", ci.Name, name, ci.Cluster)
+					return false
+				}
+				for _, r := range ci.Cluster.Replicas {
+					if !r.Current {
+						return false
+					}
+				}
+			}
+			return true
+		})
+	}
+
+	manifest := filepath.Join(base, "pods.yaml")
+	writePods := func(name string) {
+		if err := os.WriteFile(manifest, []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: `+name+`}
+spec:
+  tolerations:
+  - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+  containers: [{name: c, image: nginx}]
+`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePods("before")
+	if out, err := podflowAt(t, hosts[1].dir, "publish", "-f", manifest, "--count", "6"); err != nil {
+		t.Fatalf("publish: %v\n%s", err, out)
+	}
+	acked := []string{"before-0", "before-1", "before-2", "before-3", "before-4", "before-5"}
+	onH1 := ""
+	until(t, 60*time.Second, "six running pods, one on each host's node", func() bool {
+		pods, _, err := objects.List[*corev1.Pod](ctx, st, "default")
+		running, nodes := 0, map[string]bool{}
+		for _, p := range pods {
+			if p.GetStatus().GetPhase() == "Running" {
+				running++
+				nodes[p.GetSpec().GetNodeName()] = true
+				if p.GetSpec().GetNodeName() == "h1-sim-0001" {
+					onH1 = p.GetMetadata().GetName()
+				}
+			}
+		}
+		return err == nil && running == 6 && len(nodes) == 3
+	})
+
+	// Every process of the first host, at once: the raft leader, a NATS
+	// server, a replica of every stage and a node.
+	_, leaderBefore := voters()
+	hosts[0].kill()
+	killed := time.Now()
+	writePods("during")
+	out, err := podflowAt(t, hosts[1].dir, "publish", "-f", manifest, "--count", "3")
+	if err != nil {
+		t.Fatalf("publish with the first host dead: %v\n%s", err, out)
+	}
+	acked = append(acked, "during-0", "during-1", "during-2")
+	writePods("applied")
+	// A pod's way through the stages waits for the consumers the dead
+	// host led to elect new leaders: --request-timeout bounds it.
+	applyStart := time.Now()
+	if out, err := podflowAt(t, hosts[2].dir, "--request-timeout", "2m", "apply", "-f", manifest); err != nil {
+		t.Fatalf("apply with the first host dead: %v\n%s", err, out)
+	}
+	acked = append(acked, "applied")
+	t.Logf("published and applied %s after the first host died (the apply took %s)", time.Since(killed).Round(time.Millisecond), time.Since(applyStart).Round(time.Millisecond))
+	until(t, 30*time.Second, "a store leader on a live host", func() bool {
+		n, leader := voters()
+		return n == 3 && leader != "" && leader != "h1"
+	})
+	_, leaderAfter := voters()
+	t.Logf("store leader %s before, %s after", leaderBefore, leaderAfter)
+	for _, name := range acked {
+		until(t, 30*time.Second, "acknowledged pod "+name+" stored", func() bool {
+			_, err := objects.Get[*corev1.Pod](ctx, st, "default", name)
+			return err == nil
+		})
+	}
+	until(t, 90*time.Second, "the dead host's pod "+onH1+" evicted", func() bool {
+		p, err := objects.Get[*corev1.Pod](ctx, st, "default", onH1)
+		if err != nil {
+			return false
+		}
+		for _, c := range p.GetStatus().GetConditions() {
+			if c.GetType() == "DisruptionTarget" && c.GetReason() == "DeletionByTaintManager" {
+				return p.GetMetadata().GetDeletionTimestamp() != nil
+			}
+		}
+		return false
+	})
+	n, err := objects.Get[*corev1.Node](ctx, st, "", "h1-sim-0001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := taintKeys(n); !strings.Contains(got, "node.kubernetes.io/unreachable:NoExecute") {
+		t.Fatalf("the dead host's node has taints %q", got)
+	}
+	t.Logf("evicted %s after the host died", time.Since(killed).Round(time.Second))
+
+	// The host comes back: its node is Ready and untainted, the pods it
+	// held are gone, the store has its three voters.
+	hosts[0].args = []string{"--init"}
+	hosts[0].start()
+	until(t, 60*time.Second, "the first host's node back, its evicted pod gone", func() bool {
+		n, err := objects.Get[*corev1.Node](ctx, st, "", "h1-sim-0001")
+		if err != nil || taintKeys(n) != "" {
+			return false
+		}
+		_, err = objects.Get[*corev1.Pod](ctx, st, "default", onH1)
+		return err != nil
+	})
+	until(t, 30*time.Second, "three voters", func() bool { n, _ := voters(); return n == 3 })
+
+	// The third host leaves: stopped, then up --leave. The store has two
+	// voters, and the host and its node are gone.
+	hosts[2].stop()
+	leave := exec.Command(binary, "up", "--leave", "--data-dir", hosts[2].dir)
+	if out, err := leave.CombinedOutput(); err != nil || !strings.Contains(string(out), "h3 left the cluster") {
+		t.Fatalf("up --leave: %v\n%s", err, out)
+	}
+	until(t, 30*time.Second, "two voters", func() bool { n, _ := voters(); return n == 2 })
+	if _, err := objects.Get[*corev1.Node](ctx, st, "", "h3-sim-0001"); err == nil {
+		t.Error("the node of the host that left is still there")
+	}
+	if _, err := kv.Get(ctx, "/registry/podflow/hosts/h3"); err == nil {
+		t.Error("the host that left is still recorded")
+	}
+	t.Logf("whole test %s", time.Since(start).Round(time.Second))
+}
+
+func taintKeys(n *corev1.Node) string {
+	var keys []string
+	for _, t := range n.GetSpec().GetTaints() {
+		keys = append(keys, t.GetKey()+":"+t.GetEffect())
+	}
+	return strings.Join(keys, " ")
+}
+
+// until polls cond until it holds or timeout passes.
+func until(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	eventually(t, timeout, what, func() (bool, string) { return cond(), "" })
+}

@@ -1,0 +1,482 @@
+package nodelifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/events"
+	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
+)
+
+// Taint keys the controller manages (k8s.io/api/core/v1).
+const (
+	TaintNodeNotReady    = "node.kubernetes.io/not-ready"
+	TaintNodeUnreachable = "node.kubernetes.io/unreachable"
+)
+
+// Taint effects.
+const (
+	EffectNoExecute  = "NoExecute"
+	EffectNoSchedule = "NoSchedule"
+)
+
+// Condition texts, as kube-controller-manager writes them.
+const (
+	ReasonNodeStatusUnknown      = "NodeStatusUnknown"
+	ReasonNodeStatusNeverUpdated = "NodeStatusNeverUpdated"
+	MessageStoppedPosting        = "Kubelet stopped posting node status."
+	MessageNeverPosted           = "Kubelet never posted node status."
+	ReasonDeletionByTaintManager = "DeletionByTaintManager"
+	MessageDeletionByTaint       = "Taint manager: deleting due to NoExecute taint"
+	// DisruptionTarget is the pod condition of a pod about to be deleted
+	// by a disruption.
+	DisruptionTarget = "DisruptionTarget"
+)
+
+// monitoredConditions are set to Unknown when a node goes silent
+// (nodeConditionTypes of the node lifecycle controller).
+var monitoredConditions = []string{"Ready", "MemoryPressure", "DiskPressure", "PIDPressure"}
+
+// Config configures the controller.
+type Config struct {
+	// GracePeriod: a node silent for longer is Unknown (kube's
+	// --node-monitor-grace-period). Default 40s.
+	GracePeriod time.Duration
+	// MonitorPeriod between passes (kube's --node-monitor-period).
+	// Default 5s.
+	MonitorPeriod time.Duration
+	// Leases, when set, gives the renewTime of node's Lease (false:
+	// none); nil reads the Leases of NodeLeaseNamespace from the store at
+	// every pass. A renewal counts as a sign of life as a status
+	// heartbeat does.
+	Leases func(node string) (time.Time, bool)
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{GracePeriod: 40 * time.Second, MonitorPeriod: 5 * time.Second}
+}
+
+// Validate checks the Config.
+func (c Config) Validate() error {
+	switch {
+	case c.GracePeriod <= 0:
+		return fmt.Errorf("nodelifecycle: GracePeriod (%s) must be positive", c.GracePeriod)
+	case c.MonitorPeriod <= 0:
+		return fmt.Errorf("nodelifecycle: MonitorPeriod (%s) must be positive", c.MonitorPeriod)
+	case c.MonitorPeriod > c.GracePeriod:
+		return fmt.Errorf("nodelifecycle: MonitorPeriod (%s) cannot be longer than GracePeriod (%s)", c.MonitorPeriod, c.GracePeriod)
+	}
+	return nil
+}
+
+// Controller is the node lifecycle and taint eviction controller.
+type Controller struct {
+	env      stage.Env
+	cfg      Config
+	nodes    *informer.Informer[*corev1.Node]
+	pods     *informer.Informer[*corev1.Pod]
+	nodeRec  *events.Recorder
+	evictRec *events.Recorder
+	now      func() time.Time
+	leases   func(node string) (time.Time, bool) // of this pass
+}
+
+var _ stage.Starter = (*Controller)(nil)
+
+// New returns a controller acting with env's identity.
+func New(env stage.Env, cfg Config) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if env.Log == nil {
+		env.Log = slog.New(slog.DiscardHandler)
+	}
+	nodes, err := informer.New[*corev1.Node](env.Store, "", informer.Handlers[*corev1.Node]{})
+	if err != nil {
+		return nil, err
+	}
+	pods, err := informer.New[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{})
+	if err != nil {
+		return nil, err
+	}
+	return &Controller{env: env, cfg: cfg, nodes: nodes, pods: pods, now: time.Now,
+		nodeRec:  &events.Recorder{Store: env.Store, Component: "node-controller", Instance: env.Replica},
+		evictRec: &events.Recorder{Store: env.Store, Component: "taint-eviction-controller", Instance: env.Replica},
+	}, nil
+}
+
+// Start syncs the informers and passes every MonitorPeriod until ctx ends.
+func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
+	var infs informer.Group
+	infs.Add(c.nodes)
+	infs.Add(c.pods)
+	if err := infs.Start(ctx, g); err != nil {
+		return err
+	}
+	g.Go(func() error {
+		t := time.NewTicker(c.cfg.MonitorPeriod)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
+				c.env.Log.Warn("node lifecycle pass", "err", err)
+			}
+		}
+	})
+	return nil
+}
+
+// NodeLeaseNamespace holds the nodes' Leases (kubelet's nodelease).
+const NodeLeaseNamespace = "kube-node-lease"
+
+// storeLeases reads the renewTime of every node Lease in
+// NodeLeaseNamespace (node → time); a Lease it cannot read is left out.
+func (c *Controller) storeLeases(ctx context.Context) map[string]time.Time {
+	kvs, _, err := c.env.Store.KV().List(ctx, objects.Leases.Prefix(NodeLeaseNamespace))
+	if err != nil {
+		c.env.Log.Warn("list node leases", "err", err)
+		return nil
+	}
+	out := map[string]time.Time{}
+	for _, kv := range kvs {
+		l, ok := objects.Leases.New().(*corev1.Unstructured)
+		if !ok || objects.Decode(kv, l) != nil {
+			continue
+		}
+		var spec struct {
+			Spec struct {
+				RenewTime string `json:"renewTime"`
+			} `json:"spec"`
+		}
+		if json.Unmarshal(l.GetContent(), &spec) != nil {
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339Nano, spec.Spec.RenewTime); err == nil {
+			out[l.GetMetadata().GetName()] = t
+		}
+	}
+	return out
+}
+
+// Pass is one pass over every node: health, taints, pods marked, evictions.
+func (c *Controller) Pass(ctx context.Context) error {
+	now := c.now()
+	if c.cfg.Leases == nil {
+		leases := c.storeLeases(ctx)
+		c.leases = func(node string) (time.Time, bool) { t, ok := leases[node]; return t, ok }
+	} else {
+		c.leases = c.cfg.Leases
+	}
+	byNode := map[string][]*corev1.Pod{}
+	for _, p := range c.pods.List("") {
+		if n := p.GetSpec().GetNodeName(); n != "" {
+			byNode[n] = append(byNode[n], p)
+		}
+	}
+	var errs []error
+	for _, n := range c.nodes.List("") {
+		node, err := c.monitor(ctx, n, now)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		pods := byNode[node.GetMetadata().GetName()]
+		if podrules.NodeCondition(node, "Ready").GetStatus() != podrules.ConditionTrue {
+			errs = append(errs, c.markPodsNotReady(ctx, node, pods))
+		}
+		errs = append(errs, c.evict(ctx, node, pods, now))
+	}
+	return errors.Join(errs...)
+}
+
+// lastSeen is the node's last sign of life: its Ready heartbeat or its
+// Lease's renewal, whichever is later (zero: never).
+func (c *Controller) lastSeen(n *corev1.Node) time.Time {
+	var t time.Time
+	if hb := podrules.NodeCondition(n, "Ready").GetLastHeartbeatTime(); hb != nil {
+		t = hb.AsTime()
+	}
+	if c.leases != nil {
+		if r, ok := c.leases(n.GetMetadata().GetName()); ok && r.After(t) {
+			t = r
+		}
+	}
+	if t.IsZero() && n.GetMetadata().GetCreationTimestamp() != nil {
+		return n.GetMetadata().GetCreationTimestamp().AsTime() // as kube's probeTimestamp starts
+	}
+	return t
+}
+
+// monitor marks a silent node's conditions Unknown and reconciles its
+// taints with its Ready condition, with compare-and-swap on a fresh read;
+// it returns the node as stored.
+func (c *Controller) monitor(ctx context.Context, n *corev1.Node, now time.Time) (*corev1.Node, error) {
+	name := n.GetMetadata().GetName()
+	var wentUnknown bool
+	out, err := objects.Mutate(ctx, c.env.Store, "", name, func(n *corev1.Node) error {
+		wentUnknown = false
+		changed := false
+		if now.Sub(c.lastSeen(n)) > c.cfg.GracePeriod {
+			wentUnknown, changed = MarkUnknown(n, now)
+		}
+		if ReconcileTaints(n, now) {
+			changed = true
+		}
+		if !changed {
+			return objects.ErrNoChange
+		}
+		return nil
+	})
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return n, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node %q: %w", name, err)
+	}
+	if wentUnknown {
+		ref := &corev1.ObjectReference{Kind: "Node", Name: name, Uid: out.GetMetadata().GetUid()}
+		_ = c.nodeRec.Record(ctx, ref, podrules.EventNormal, "NodeNotReady", fmt.Sprintf("Node %s status is now: NodeNotReady", name), "")
+		c.env.Log.Info("node stopped posting status", "node", name, "lastSeen", c.lastSeen(n))
+	}
+	return out, nil
+}
+
+// MarkUnknown sets the node's monitored conditions to Unknown, as the node
+// lifecycle controller does for a node silent past the grace period; it
+// reports whether Ready went from known to Unknown, and whether anything
+// changed.
+func MarkUnknown(n *corev1.Node, now time.Time) (wentUnknown, changed bool) {
+	ts := timestamppb.New(now)
+	if n.Status == nil {
+		n.Status = &corev1.NodeStatus{}
+	}
+	for _, typ := range monitoredConditions {
+		c := podrules.NodeCondition(n, typ)
+		if c == nil {
+			n.Status.Conditions = append(n.Status.Conditions, &corev1.NodeCondition{Type: typ, Status: podrules.ConditionUnknown,
+				Reason: ReasonNodeStatusNeverUpdated, Message: MessageNeverPosted, LastHeartbeatTime: ts, LastTransitionTime: ts})
+			changed = true
+			wentUnknown = wentUnknown || typ == "Ready"
+			continue
+		}
+		if c.GetStatus() == podrules.ConditionUnknown {
+			continue
+		}
+		c.Status, c.Reason, c.Message, c.LastTransitionTime = podrules.ConditionUnknown, ReasonNodeStatusUnknown, MessageStoppedPosting, ts
+		changed = true
+		wentUnknown = wentUnknown || typ == "Ready"
+	}
+	return wentUnknown, changed
+}
+
+// WantedTaints are the taints the Ready condition calls for: not-ready
+// for False, unreachable for Unknown, each NoExecute and NoSchedule;
+// none for True.
+func WantedTaints(n *corev1.Node) []*corev1.Taint {
+	var key string
+	switch podrules.NodeCondition(n, "Ready").GetStatus() {
+	case podrules.ConditionFalse:
+		key = TaintNodeNotReady
+	case podrules.ConditionUnknown:
+		key = TaintNodeUnreachable
+	default:
+		return nil
+	}
+	return []*corev1.Taint{{Key: key, Effect: EffectNoExecute}, {Key: key, Effect: EffectNoSchedule}}
+}
+
+// managed reports whether t is a taint the controller sets from the
+// Ready condition.
+func managed(t *corev1.Taint) bool {
+	return (t.GetKey() == TaintNodeNotReady || t.GetKey() == TaintNodeUnreachable) &&
+		(t.GetEffect() == EffectNoExecute || t.GetEffect() == EffectNoSchedule)
+}
+
+// ReconcileTaints makes the node's managed taints WantedTaints: a taint
+// kept keeps its timeAdded, one added gets now. It reports a change.
+func ReconcileTaints(n *corev1.Node, now time.Time) bool {
+	want := WantedTaints(n)
+	if n.Spec == nil {
+		n.Spec = &corev1.NodeSpec{}
+	}
+	same := func(a, b *corev1.Taint) bool { return a.GetKey() == b.GetKey() && a.GetEffect() == b.GetEffect() }
+	changed := false
+	kept := n.Spec.Taints[:0:0]
+	for _, t := range n.Spec.Taints {
+		if managed(t) && !slices.ContainsFunc(want, func(w *corev1.Taint) bool { return same(w, t) }) {
+			changed = true
+			continue
+		}
+		kept = append(kept, t)
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(kept, func(t *corev1.Taint) bool { return same(w, t) }) {
+			w.TimeAdded = timestamppb.New(now)
+			kept = append(kept, w)
+			changed = true
+		}
+	}
+	if changed {
+		n.Spec.Taints = kept
+	}
+	return changed
+}
+
+// markPodsNotReady sets the Ready condition of every pod of node that has
+// one to False, as MarkPodsNotReady does.
+func (c *Controller) markPodsNotReady(ctx context.Context, node *corev1.Node, pods []*corev1.Pod) error {
+	var errs []error
+	for _, p := range pods {
+		if cond := podrules.PodCondition(p.GetStatus(), podrules.PodReady); cond == nil || cond.GetStatus() == podrules.ConditionFalse {
+			continue
+		}
+		md := p.GetMetadata()
+		marked := false
+		_, err := objects.Mutate(ctx, c.env.Store, md.GetNamespace(), md.GetName(), func(p *corev1.Pod) error {
+			cond := podrules.PodCondition(p.GetStatus(), podrules.PodReady)
+			if p.GetMetadata().GetUid() != md.GetUid() || p.GetSpec().GetNodeName() != node.GetMetadata().GetName() || cond == nil || cond.GetStatus() == podrules.ConditionFalse {
+				return objects.ErrNoChange
+			}
+			cond.Status, cond.LastTransitionTime = podrules.ConditionFalse, timestamppb.New(c.now())
+			marked = true
+			return nil
+		})
+		if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("mark pod %s/%s not ready: %w", md.GetNamespace(), md.GetName(), err))
+			continue
+		}
+		if marked {
+			ref := &corev1.ObjectReference{Kind: "Pod", Namespace: md.GetNamespace(), Name: md.GetName(), Uid: md.GetUid()}
+			_ = c.nodeRec.Record(ctx, ref, podrules.EventWarning, "NodeNotReady", "Node is not ready", "")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// EvictionTime says when a pod with tolerations is to be evicted from a
+// node with taints: at once (zero time, true) when it does not tolerate
+// every NoExecute taint; at the earliest timeAdded plus the smallest
+// tolerationSeconds of the tolerations that match them; never (false)
+// when none of those says how long, or there is no NoExecute taint.
+func EvictionTime(tols []*corev1.Toleration, taints []*corev1.Taint) (time.Time, bool) {
+	var at time.Time
+	found := false
+	for _, t := range taints {
+		if t.GetEffect() != EffectNoExecute {
+			continue
+		}
+		secs := int64(math.MaxInt64)
+		tolerated := false
+		for _, tol := range tols {
+			if !toleratesTaint(tol, t) {
+				continue
+			}
+			tolerated = true
+			if tol.TolerationSeconds != nil {
+				secs = min(secs, max(*tol.TolerationSeconds, 0))
+			}
+		}
+		if !tolerated {
+			return time.Time{}, true
+		}
+		if secs == math.MaxInt64 {
+			continue // tolerated forever
+		}
+		added := t.GetTimeAdded().AsTime()
+		if t.GetTimeAdded() == nil {
+			added = time.Time{}
+		}
+		when := added.Add(time.Duration(secs) * time.Second)
+		if !found || when.Before(at) {
+			at, found = when, true
+		}
+	}
+	return at, found
+}
+
+// toleratesTaint is Kubernetes' Toleration.ToleratesTaint: an empty
+// effect matches every effect, an empty key (operator Exists) every key,
+// an empty operator is Equal.
+func toleratesTaint(tol *corev1.Toleration, t *corev1.Taint) bool {
+	if e := tol.GetEffect(); e != "" && e != t.GetEffect() {
+		return false
+	}
+	if k := tol.GetKey(); k != "" && k != t.GetKey() {
+		return false
+	}
+	switch tol.GetOperator() {
+	case "", "Equal":
+		return tol.GetValue() == t.GetValue()
+	case "Exists":
+		return true
+	}
+	return false
+}
+
+// evict evicts the pods of node whose time has come.
+func (c *Controller) evict(ctx context.Context, node *corev1.Node, pods []*corev1.Pod, now time.Time) error {
+	var errs []error
+	for _, p := range pods {
+		if p.GetMetadata().GetDeletionTimestamp() != nil {
+			continue
+		}
+		at, ok := EvictionTime(p.GetSpec().GetTolerations(), node.GetSpec().GetTaints())
+		if !ok || now.Before(at) {
+			continue
+		}
+		if err := c.evictPod(ctx, p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// evictPod deletes p as the taint eviction controller does: the condition
+// DisruptionTarget, then a graceful deletion, and an Event.
+func (c *Controller) evictPod(ctx context.Context, p *corev1.Pod) error {
+	md := p.GetMetadata()
+	_, err := objects.Mutate(ctx, c.env.Store, md.GetNamespace(), md.GetName(), func(p *corev1.Pod) error {
+		if p.GetMetadata().GetUid() != md.GetUid() {
+			return raftstore.ErrNotFound
+		}
+		if p.Status == nil {
+			p.Status = &corev1.PodStatus{}
+		}
+		if !podrules.MarkPodCondition(p.Status, DisruptionTarget, podrules.ConditionTrue, ReasonDeletionByTaintManager, MessageDeletionByTaint, timestamppb.New(c.now())) {
+			return objects.ErrNoChange
+		}
+		return nil
+	})
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("evict pod %s/%s: %w", md.GetNamespace(), md.GetName(), err)
+	}
+	if _, err := stage.DeletePod(ctx, c.env, md.GetNamespace(), md.GetName(), nil); err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+		return fmt.Errorf("evict pod %s/%s: %w", md.GetNamespace(), md.GetName(), err)
+	}
+	ref := &corev1.ObjectReference{Kind: "Pod", Namespace: md.GetNamespace(), Name: md.GetName(), Uid: md.GetUid()}
+	_ = c.evictRec.Record(ctx, ref, podrules.EventNormal, "TaintManagerEviction", fmt.Sprintf("Marking for deletion Pod %s/%s", md.GetNamespace(), md.GetName()), "")
+	c.env.Log.Info("evicted a pod from a tainted node", "pod", md.GetNamespace()+"/"+md.GetName(), "node", p.GetSpec().GetNodeName())
+	return nil
+}

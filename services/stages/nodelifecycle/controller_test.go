@@ -1,0 +1,320 @@
+package nodelifecycle
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stage/stagetest"
+)
+
+func node(name string, heartbeat time.Time) *corev1.Node {
+	return &corev1.Node{
+		Metadata: &corev1.ObjectMeta{Name: name, Uid: "uid-" + name, CreationTimestamp: timestamppb.New(heartbeat)},
+		Spec:     &corev1.NodeSpec{Taints: []*corev1.Taint{{Key: "dedicated", Value: "ml", Effect: EffectNoSchedule}}},
+		Status: &corev1.NodeStatus{Conditions: []*corev1.NodeCondition{
+			{Type: "Ready", Status: "True", Reason: "KubeletReady", LastHeartbeatTime: timestamppb.New(heartbeat)},
+			{Type: "MemoryPressure", Status: "False", LastHeartbeatTime: timestamppb.New(heartbeat)},
+		}},
+	}
+}
+
+func tolerate(key string, secs ...int64) *corev1.Toleration {
+	t := &corev1.Toleration{Key: key, Operator: "Exists", Effect: EffectNoExecute}
+	if len(secs) > 0 {
+		t.TolerationSeconds = proto.Int64(secs[0])
+	}
+	return t
+}
+
+func pod(name, node string, tols ...*corev1.Toleration) *corev1.Pod {
+	return &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Name: name, Namespace: "default", Uid: "uid-" + name, CreationTimestamp: timestamppb.Now()},
+		Spec:     &corev1.PodSpec{NodeName: node, Tolerations: tols, Containers: []*corev1.Container{{Name: "c", Image: "busybox"}}},
+		Status: &corev1.PodStatus{Phase: "Running", Conditions: []*corev1.PodCondition{
+			{Type: podrules.PodReady, Status: podrules.ConditionTrue}}},
+	}
+}
+
+// TestDeadNodeTaintedAndEvicted (issue 39, item 4): against a real
+// 3-replica store, a node silent past the grace period goes Unknown with
+// kube's reason and message, gets the unreachable NoExecute and
+// NoSchedule taints (its own taint kept), its pods' Ready goes False; a
+// pod that does not tolerate the taint is evicted at once, one tolerating
+// it for 5 s after 5 s, the admission default (300 s) after 300 s, one
+// tolerating it forever never — each eviction a DisruptionTarget
+// condition and a graceful deletion handed to the node. A node that
+// heartbeats is untouched, and the dead node's taints go once it
+// heartbeats again.
+func TestDeadNodeTaintedAndEvicted(t *testing.T) {
+	cl := raftstoretest.MakeCluster(t, 3)
+	st := objects.New(cl.Client(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	objs := []objects.Object{
+		node("dead", t0.Add(-time.Minute)), node("alive", t0.Add(-time.Second)),
+		pod("intolerant", "dead"),
+		pod("short", "dead", tolerate(TaintNodeUnreachable, 5), tolerate(TaintNodeNotReady, 5)),
+		pod("default", "dead", tolerate(TaintNodeNotReady, 300), tolerate(TaintNodeUnreachable, 300)),
+		pod("forever", "dead", &corev1.Toleration{Operator: "Exists"}),
+		pod("elsewhere", "alive"),
+	}
+	for _, o := range objs {
+		if _, err := st.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub := &stagetest.Publisher{}
+	c, err := New(stage.Env{Store: st, Pub: pub, Stage: "status", Replica: "status-test", Log: slog.New(slog.DiscardHandler)}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	c.now = func() time.Time { return now }
+	runCtx, stop := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(runCtx)
+	if err := c.Start(gctx, g); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stop()
+		if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+			t.Error(err)
+		}
+	}()
+	getNode := func(name string) *corev1.Node {
+		t.Helper()
+		n, err := objects.Get[*corev1.Node](ctx, st, "", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	getPod := func(name string) *corev1.Pod {
+		t.Helper()
+		p, err := objects.Get[*corev1.Pod](ctx, st, "default", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	synced := func() {
+		t.Helper()
+		nodes, _, err := objects.List[*corev1.Node](ctx, st, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods, _, err := objects.List[*corev1.Pod](ctx, st, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		latest := func(objs ...objects.Object) (r int64) {
+			for _, o := range objs {
+				r = max(r, objects.Revision(o))
+			}
+			return r
+		}
+		var all []objects.Object
+		for _, p := range pods {
+			all = append(all, p)
+		}
+		podRev := latest(all...)
+		nodeRev := latest(nodes[0], nodes[1])
+		raftstoretest.WaitFor(t, 10*time.Second, "the informers to catch up", func() bool {
+			return c.nodes.Revision() >= nodeRev && c.pods.Revision() >= podRev && len(c.pods.List("")) == 5
+		})
+	}
+	evicted := func() map[string]bool {
+		out := map[string]bool{}
+		for _, name := range []string{"intolerant", "short", "default", "forever", "elsewhere"} {
+			p := getPod(name)
+			if p.GetMetadata().GetDeletionTimestamp() != nil {
+				d := podrules.PodCondition(p.GetStatus(), DisruptionTarget)
+				if d.GetStatus() != "True" || d.GetReason() != ReasonDeletionByTaintManager || d.GetMessage() != MessageDeletionByTaint {
+					t.Errorf("%s deleted with DisruptionTarget %v", name, d)
+				}
+				out[name] = true
+			}
+		}
+		return out
+	}
+	pass := func(at time.Duration) map[string]bool {
+		t.Helper()
+		// The live node's agent heartbeats.
+		if _, err := objects.Mutate(ctx, st, "", "alive", func(n *corev1.Node) error {
+			n.Status = node("alive", t0.Add(at)).Status
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		synced()
+		now = t0.Add(at)
+		if err := c.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return evicted()
+	}
+
+	got := pass(0)
+	dead := getNode("dead")
+	for _, typ := range []string{"Ready", "MemoryPressure"} {
+		cond := podrules.NodeCondition(dead, typ)
+		if cond.GetStatus() != "Unknown" || cond.GetReason() != ReasonNodeStatusUnknown || cond.GetMessage() != MessageStoppedPosting {
+			t.Errorf("dead node's %s: %v", typ, cond)
+		}
+	}
+	var keys []string
+	for _, tn := range dead.GetSpec().GetTaints() {
+		keys = append(keys, tn.GetKey()+":"+tn.GetEffect())
+		if managed(tn) && !tn.GetTimeAdded().AsTime().Equal(t0) {
+			t.Errorf("taint %v added at %v, want %v", tn, tn.GetTimeAdded().AsTime(), t0)
+		}
+	}
+	if want := "dedicated:NoSchedule " + TaintNodeUnreachable + ":NoExecute " + TaintNodeUnreachable + ":NoSchedule"; joined(keys) != want {
+		t.Errorf("dead node's taints %q, want %q", joined(keys), want)
+	}
+	for _, name := range []string{"short", "default", "forever"} {
+		if podrules.IsPodReady(getPod(name)) {
+			t.Errorf("pod %s on the dead node is still Ready", name)
+		}
+	}
+	alive := getNode("alive")
+	if podrules.NodeCondition(alive, "Ready").GetStatus() != "True" || len(alive.GetSpec().GetTaints()) != 1 || !podrules.IsPodReady(getPod("elsewhere")) {
+		t.Errorf("the live node or its pod changed: %v, %v", alive, getPod("elsewhere").GetStatus())
+	}
+	if !got["intolerant"] || len(got) != 1 {
+		t.Fatalf("evicted at once: %v, want only the pod without a toleration", got)
+	}
+	if ty := pub.Types(); len(ty) != 1 || ty[0] != "PodDeleteRequested" {
+		t.Fatalf("published %v, want one PodDeleteRequested for the node", ty)
+	}
+	if got := pass(4 * time.Second); len(got) != 1 {
+		t.Fatalf("after 4 s evicted %v", got)
+	}
+	if got := pass(6 * time.Second); !got["short"] || len(got) != 2 {
+		t.Fatalf("after 6 s evicted %v, want the 5 s toleration's pod too", got)
+	}
+	if got := pass(299 * time.Second); len(got) != 2 {
+		t.Fatalf("after 299 s evicted %v", got)
+	}
+	if got := pass(301 * time.Second); !got["default"] || got["forever"] || got["elsewhere"] {
+		t.Fatalf("after 301 s evicted %v, want the default's pod, never the one tolerating forever nor the live node's", got)
+	}
+
+	// The node heartbeats again: Ready, untainted but for its own taint.
+	if _, err := objects.Mutate(ctx, st, "", "dead", func(n *corev1.Node) error {
+		n.Status = node("dead", t0.Add(302*time.Second)).Status
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pass(303 * time.Second)
+	if ts := getNode("dead").GetSpec().GetTaints(); len(ts) != 1 || ts[0].GetKey() != "dedicated" {
+		t.Fatalf("a node back to Ready keeps taints %v", ts)
+	}
+}
+
+func joined(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += " "
+		}
+		out += x
+	}
+	return out
+}
+
+// TestEvictionTime: kube's taint manager's arithmetic.
+func TestEvictionTime(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	unreach := &corev1.Taint{Key: TaintNodeUnreachable, Effect: EffectNoExecute, TimeAdded: timestamppb.New(t0)}
+	other := &corev1.Taint{Key: "gpu", Value: "x", Effect: EffectNoExecute, TimeAdded: timestamppb.New(t0.Add(time.Minute))}
+	sched := &corev1.Taint{Key: "s", Effect: EffectNoSchedule}
+	for _, tc := range []struct {
+		name   string
+		tols   []*corev1.Toleration
+		taints []*corev1.Taint
+		at     time.Time
+		ok     bool
+	}{
+		{"no NoExecute taint", nil, []*corev1.Taint{sched}, time.Time{}, false},
+		{"not tolerated", nil, []*corev1.Taint{unreach}, time.Time{}, true},
+		{"one of two not tolerated", []*corev1.Toleration{tolerate(TaintNodeUnreachable, 30)}, []*corev1.Taint{unreach, other}, time.Time{}, true},
+		{"tolerated 30 s", []*corev1.Toleration{tolerate(TaintNodeUnreachable, 30)}, []*corev1.Taint{unreach}, t0.Add(30 * time.Second), true},
+		{"smallest of matching", []*corev1.Toleration{tolerate(TaintNodeUnreachable, 30), tolerate("", 10)}, []*corev1.Taint{unreach}, t0.Add(10 * time.Second), true},
+		{"forever", []*corev1.Toleration{tolerate(TaintNodeUnreachable)}, []*corev1.Taint{unreach}, time.Time{}, false},
+		{"negative is now", []*corev1.Toleration{tolerate(TaintNodeUnreachable, -5)}, []*corev1.Taint{unreach}, t0, true},
+		{"earliest taint", []*corev1.Toleration{{Operator: "Exists", Effect: EffectNoExecute, TolerationSeconds: proto.Int64(60)}}, []*corev1.Taint{other, unreach}, t0.Add(time.Minute), true},
+		{"Equal needs the value", []*corev1.Toleration{{Key: "gpu", Value: "y", Effect: EffectNoExecute}}, []*corev1.Taint{other}, time.Time{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at, ok := EvictionTime(tc.tols, tc.taints)
+			if ok != tc.ok || !at.Equal(tc.at) {
+				t.Fatalf("EvictionTime = %v, %v; want %v, %v", at, ok, tc.at, tc.ok)
+			}
+		})
+	}
+}
+
+// TestLeaseKeepsANodeAlive: a node whose status has not changed for a
+// minute but whose Lease in kube-node-lease its agent renewed is alive
+// (kubelet posts its status rarely and renews its Lease every 10 s); once
+// the Lease too is older than the grace period, it goes Unknown.
+func TestLeaseKeepsANodeAlive(t *testing.T) {
+	cl := raftstoretest.MakeCluster(t, 1)
+	st := objects.New(cl.Client(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if _, err := st.Create(ctx, node("quiet", t0.Add(-time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	lease := objects.Leases.New().(*corev1.Unstructured)
+	lease.Metadata = &corev1.ObjectMeta{Name: "quiet", Namespace: NodeLeaseNamespace, Uid: "l1", CreationTimestamp: timestamppb.New(t0)}
+	lease.Content = []byte(`{"spec":{"holderIdentity":"quiet","leaseDurationSeconds":40,"renewTime":"` + t0.UTC().Format("2006-01-02T15:04:05.000000Z07:00") + `"}}`)
+	if _, err := st.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(stage.Env{Store: st, Pub: &stagetest.Publisher{}, Stage: "nodelifecycle", Replica: "t"}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(runCtx)
+	if err := c.Start(gctx, g); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stop(); _ = g.Wait() }()
+	raftstoretest.WaitFor(t, 10*time.Second, "the informer to see the node", func() bool { return len(c.nodes.List("")) == 1 })
+	ready := func(at time.Duration) string {
+		t.Helper()
+		c.now = func() time.Time { return t0.Add(at) }
+		if err := c.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		n, err := objects.Get[*corev1.Node](ctx, st, "", "quiet")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return podrules.NodeCondition(n, "Ready").GetStatus()
+	}
+	if got := ready(time.Second); got != "True" {
+		t.Fatalf("a node with a fresh Lease is %s", got)
+	}
+	if got := ready(41 * time.Second); got != "Unknown" {
+		t.Fatalf("a node whose Lease is 41 s old is %s", got)
+	}
+}
