@@ -615,3 +615,26 @@ func TestDeploymentAdoptsAndReleasesReplicaSets(t *testing.T) {
 		return false
 	})
 }
+
+// BenchmarkDeploymentRollout: one operation is a Deployment of N
+// replicas created and rolled out, then rolled out again with a new
+// image (25% surge and unavailability), with one replica of each
+// controller and the test kubelet readying pods at once.
+func BenchmarkDeploymentRollout(b *testing.B) {
+	for _, n := range []int32{100, 1000} {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			c := newCluster(b)
+			startReplicaSets(c, "rs-a")
+			startDeployments(c, "deploy-a")
+			for i := 0; b.Loop(); i++ {
+				name := fmt.Sprintf("web-%d", i)
+				dep := newDeployment(name, n, "nginx:1", 0, 0)
+				dep.Spec.Strategy.RollingUpdate = nil
+				c.apply("create", dep)
+				c.waitRolledOut(name)
+				c.updateDeployment(name, func(d *apps.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
+				c.waitRolledOut(name)
+			}
+		})
+	}
+}
