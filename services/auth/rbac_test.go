@@ -432,3 +432,44 @@ func TestRulesFor(t *testing.T) {
 		t.Errorf("rules of no user: %v", got)
 	}
 }
+
+// TestDeploymentControllerRole: kube's
+// system:controller:deployment-controller lets the deployment
+// controller's ServiceAccount manage ReplicaSets and its Deployments'
+// status, and nothing it does not need: no pod creation or deletion, no
+// Secrets, no other workload's status.
+func TestDeploymentControllerRole(t *testing.T) {
+	r, err := NewRBAC(RBACConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crs, crbs := BootstrapPolicy()
+	for _, cr := range crs {
+		r.UpsertClusterRole(cr)
+	}
+	for _, crb := range crbs {
+		r.UpsertClusterRoleBinding(crb)
+	}
+	sa := user("system:serviceaccount:kube-system:deployment-controller", "system:serviceaccounts", "system:serviceaccounts:kube-system")
+	for _, c := range []struct {
+		verb, group, resource, sub string
+		want                       bool
+	}{
+		{"update", "apps", "deployments", "", true},
+		{"update", "apps", "deployments", "status", true},
+		{"create", "apps", "replicasets", "", true},
+		{"delete", "apps", "replicasets", "", true},
+		{"patch", "apps", "replicasets", "", true},
+		{"list", "", "pods", "", true},
+		{"create", "", "pods", "", false},
+		{"delete", "", "pods", "", false},
+		{"get", "", "secrets", "", false},
+		{"update", "apps", "replicasets", "status", false},
+		{"create", "apps", "deployments", "", false},
+	} {
+		got := r.Authorize(Attributes{User: sa, Verb: c.verb, Namespace: "default", APIGroup: c.group, Resource: c.resource, Subresource: c.sub}).Allowed
+		if got != c.want {
+			t.Errorf("%s %s/%s/%s: allowed %v, want %v", c.verb, c.group, c.resource, c.sub, got, c.want)
+		}
+	}
+}
