@@ -14,7 +14,8 @@ import (
 // (kubectl's client-side rollback from the old ReplicaSet's template)
 // rolls back to the first image as revision 3, and `scale deployment`
 // scales it; `rollout pause`, `resume` and `restart` work as kube's, with
-// two replicas of the deployment stage (`podflow scale deployment=2`).
+// two replicas of the deployment stage (`podflow scale deployment=2`);
+// a stuck rollout exceeds its progress deadline.
 func TestKubectlDeployment(t *testing.T) {
 	c := startCluster(t)
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
@@ -106,5 +107,15 @@ func TestKubectlDeployment(t *testing.T) {
 	rolledOut()
 	if after := len(strings.Fields(images())); after != before+1 {
 		t.Errorf("%d ReplicaSets after rollout restart, want %d: %s", after, before+1, images())
+	}
+
+	// A template whose pods never become ready (the simulated runtime fails
+	// their readiness probe) exceeds progressDeadlineSeconds, and
+	// `kubectl rollout status` says so.
+	k.must("patch", "deployment", "web", "-p", `{"spec":{"progressDeadlineSeconds":3,"template":{"metadata":{"annotations":{"sim.podflow.io/readiness":"fail"}},`+
+		`"spec":{"containers":[{"name":"busybox","readinessProbe":{"exec":{"command":["true"]},"periodSeconds":1}}]}}}}`)
+	out, errOut, code := k.run("rollout", "status", "deployment/web", "--timeout=90s")
+	if code == 0 || !strings.Contains(errOut, `deployment "web" exceeded its progress deadline`) {
+		t.Errorf("rollout status of a stuck rollout: exit %d: %s %s", code, out, errOut)
 	}
 }
