@@ -45,6 +45,7 @@ var Outputs = map[string][]eventsv1.Type{
 	RootCACert:            nil,
 	ReplicaSet:            {"PodDeleteRequested", "PodDeleted"},
 	ReplicationController: {"PodDeleteRequested", "PodDeleted"},
+	Job:                   {"PodDeleteRequested", "PodDeleted"},
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -235,6 +236,7 @@ var storeWrites = map[string][]objects.Kind{
 	// deletion), the Leases their replicas share the work with.
 	ReplicaSet:            {objects.ReplicaSets, objects.Pods, objects.Events, objects.Leases},
 	ReplicationController: {objects.ReplicationControllers, objects.Pods, objects.Events, objects.Leases},
+	Job:                   {objects.Jobs, objects.Pods, objects.Events, objects.Leases},
 }
 
 // nodeWrites: a node agent records Events and allocates its pod CIDR (the

@@ -38,11 +38,12 @@ const (
 	// the api stage (ControllerPodsSubject) and write their objects.
 	ReplicaSet            = "replicaset"            // ReplicaSets' pods
 	ReplicationController = "replicationcontroller" // ReplicationControllers' pods
+	Job                   = "job"                   // Jobs' pods, counted once each
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController}
+	ReplicaSet, ReplicationController, Job}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -57,6 +58,7 @@ var Inputs = map[string][]eventsv1.Type{
 	RootCACert:            nil,
 	ReplicaSet:            nil,
 	ReplicationController: nil,
+	Job:                   nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no
@@ -100,6 +102,7 @@ func ControllerPodsSubject(stage string) string { return ControllerPodsPrefix + 
 var controllerAccounts = map[string]string{
 	ReplicaSet:            "replicaset-controller",
 	ReplicationController: "replication-controller",
+	Job:                   "job-controller",
 }
 
 // ControllerAccount is the kube-system ServiceAccount name a controller
