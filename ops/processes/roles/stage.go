@@ -25,6 +25,7 @@ import (
 	"github.com/podflow/podflow/services/stages/api"
 	"github.com/podflow/podflow/services/stages/bootstrap"
 	"github.com/podflow/podflow/services/stages/endpoints"
+	"github.com/podflow/podflow/services/stages/job"
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
@@ -72,6 +73,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.ReplicaSet:            replicaSetStage,
 	pipeline.ReplicationController: replicaSetStage,
+	pipeline.Job: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return job.New(env, job.DefaultConfig(env.Replica), controller.NATSRequester(env.NATS))
+	},
 	pipeline.RootCACert: func(env stage.Env, o StageOptions) (stage.Handler, error) {
 		cfg := rootcacert.DefaultConfig()
 		if o.RootCAFile == "" {
