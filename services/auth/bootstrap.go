@@ -127,7 +127,7 @@ type controllerRole struct {
 }
 
 // controllerPolicy is kube's bootstrap policy of the workload controllers
-// podflow runs (the ReplicaSet, ReplicationController and Job
+// podflow runs (the ReplicaSet, ReplicationController, Job and CronJob
 // controllers so far) (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
 // controller_policy.go): what each controller's ServiceAccount may do.
 func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group func(string, []string, ...string) *corev1.PolicyRule) []controllerRole {
@@ -148,6 +148,12 @@ func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group f
 			group("batch", []string{"get", "list", "watch", "update", "patch"}, "jobs"),
 			group("batch", []string{"update"}, "jobs/status", "jobs/finalizers"),
 			core([]string{"list", "watch", "create", "delete", "patch"}, "pods"), events, eventsV1,
+		}},
+		{"cronjob-controller", []*corev1.PolicyRule{
+			group("batch", []string{"get", "list", "watch", "update"}, "cronjobs"),
+			group("batch", []string{"get", "list", "watch", "create", "update", "delete", "patch"}, "jobs"),
+			group("batch", []string{"update"}, "cronjobs/status", "cronjobs/finalizers"),
+			core([]string{"list", "delete"}, "pods"), events, eventsV1,
 		}},
 	}
 }

@@ -46,6 +46,7 @@ var Outputs = map[string][]eventsv1.Type{
 	ReplicaSet:            {"PodDeleteRequested", "PodDeleted"},
 	ReplicationController: {"PodDeleteRequested", "PodDeleted"},
 	Job:                   {"PodDeleteRequested", "PodDeleted"},
+	CronJob:               {"PodDeleteRequested", "PodDeleted"}, // the pods of the Jobs it deletes
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -237,6 +238,7 @@ var storeWrites = map[string][]objects.Kind{
 	ReplicaSet:            {objects.ReplicaSets, objects.Pods, objects.Events, objects.Leases},
 	ReplicationController: {objects.ReplicationControllers, objects.Pods, objects.Events, objects.Leases},
 	Job:                   {objects.Jobs, objects.Pods, objects.Events, objects.Leases},
+	CronJob:               {objects.CronJobs, objects.Jobs, objects.Pods, objects.Events, objects.Leases},
 }
 
 // nodeWrites: a node agent records Events and allocates its pod CIDR (the

@@ -39,11 +39,12 @@ const (
 	ReplicaSet            = "replicaset"            // ReplicaSets' pods
 	ReplicationController = "replicationcontroller" // ReplicationControllers' pods
 	Job                   = "job"                   // Jobs' pods, counted once each
+	CronJob               = "cronjob"               // CronJobs' Jobs, on schedule
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, Job}
+	ReplicaSet, ReplicationController, Job, CronJob}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -59,6 +60,7 @@ var Inputs = map[string][]eventsv1.Type{
 	ReplicaSet:            nil,
 	ReplicationController: nil,
 	Job:                   nil,
+	CronJob:               nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no
@@ -103,6 +105,7 @@ var controllerAccounts = map[string]string{
 	ReplicaSet:            "replicaset-controller",
 	ReplicationController: "replication-controller",
 	Job:                   "job-controller",
+	CronJob:               "cronjob-controller",
 }
 
 // ControllerAccount is the kube-system ServiceAccount name a controller
