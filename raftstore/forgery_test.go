@@ -133,9 +133,7 @@ func TestRaftForgeryFromAnotherUID(t *testing.T) {
 		}
 	}
 	c.WaitForReplication(t)
-	leaderIdx := c.Leader(t)
-	leader := c.Node(leaderIdx)
-	before := leader.Stats()
+	before := c.Node(c.Leader(t)).Stats()
 
 	const forged = "/registry/clusterrolebindings/forged-admin"
 	var targets []forgeTarget
@@ -204,8 +202,12 @@ func TestRaftForgeryFromAnotherUID(t *testing.T) {
 			t.Errorf("replica %s holds the forged key %s = %q", c.Node(i).ID(), forged, kv.Value)
 		}
 	}
-	after := c.Node(leaderIdx).Stats()
-	if !c.Node(leaderIdx).IsLeader() || after.Term != before.Term {
-		t.Errorf("leader %s: term %d -> %d, leader now %q: the forged RPCs reached raft", before.ID, before.Term, after.Term, after.LeaderID)
+	// The forged RPCs carry a term 1,000 above the replicas': a replica
+	// that decoded one would have taken that term. Elections under load may
+	// raise the term by a few, never by 1,000.
+	for _, i := range c.Live() {
+		if after := c.Node(i).Stats(); after.Term >= before.Term+1000 {
+			t.Errorf("replica %s: term %d -> %d: the forged RPCs reached raft", after.ID, before.Term, after.Term)
+		}
 	}
 }

@@ -16,13 +16,21 @@ import (
 // podNetwork is the pod's network: for hostNetwork the host's (no
 // namespace, veth or address of its own; the pod IP is Config.NodeIP, as
 // kubelet reports status.hostIP), otherwise a namespace, veth and IP of
-// its own.
+// its own, and its hostPorts published on the node.
 func (r *Runtime) podNetwork(ctx context.Context, pd *corev1.Pod) (network.Attachment, error) {
 	uid := pd.GetMetadata().GetUid()
 	if pd.GetSpec().GetHostNetwork() {
 		return network.Attachment{PodUID: uid, IP: r.cfg.NodeIP}, nil
 	}
-	return r.net.Setup(ctx, uid)
+	att, err := r.net.Setup(ctx, uid)
+	if err != nil {
+		return att, err
+	}
+	// Its hostPorts, as the CNI portmap plugin after the bridge plugin.
+	if err := r.net.SetHostPorts(uid, att.IP, hostPorts(pd)); err != nil {
+		return network.Attachment{}, err
+	}
+	return att, nil
 }
 
 // maxHostname is the longest hostname the kernel takes (64 bytes with

@@ -21,10 +21,14 @@ type ClusterConfig struct {
 	Nodes int
 	// NamePrefix names node i (from 1) NamePrefix + "%04d": sim-node-0001.
 	NamePrefix string
-	// PodCIDRBase is the /24 that node i's pod CIDR is counted from: node i
-	// gets the i-th /24 after it (10.244.0.0/24 -> 10.244.1.0/24, ...,
-	// 10.245.0.0/24 for node 256). Every CIDR must stay inside the base's /8.
-	PodCIDRBase string
+	// ClusterCIDR holds every node's pod CIDR (kube-controller-manager's
+	// --cluster-cidr), cut into blocks of NodeCIDRMaskSize bits
+	// (--node-cidr-mask-size): node i gets block i, the first block being
+	// left out as the Linux node's allocator does (10.244.0.0/16 with /24:
+	// sim-node-0001 has 10.244.1.0/24). It must hold Nodes blocks after the
+	// first; SizedClusterCIDR picks one that does.
+	ClusterCIDR      string
+	NodeCIDRMaskSize int
 	// HostIPBase is counted from the same way, one address per node.
 	HostIPBase string
 	// Labels and Taints are applied to every node; Runtime and Agent are
@@ -38,18 +42,55 @@ type ClusterConfig struct {
 	Parallelism int
 }
 
+// DefaultClusterCIDR and DefaultNodeCIDRMaskSize are where simulated
+// nodes' pod CIDRs come from when the cluster fits: kind's pod subnet and
+// kube-controller-manager's default IPv4 mask.
+const (
+	DefaultClusterCIDR      = "10.244.0.0/16"
+	DefaultNodeCIDRMaskSize = 24
+)
+
+// SizedClusterCIDR returns DefaultClusterCIDR, widened one bit at a time
+// (10.244.0.0/15, /14, 10.240.0.0/13, …) until it holds nodes blocks of
+// mask bits after the first: 10.244.0.0/16 up to 255 nodes of /24,
+// 10.224.0.0/11 for 5,000. It never goes past 10.0.0.0/8; Validate says
+// when even that is too small.
+func SizedClusterCIDR(nodes, mask int) string {
+	p := netip.MustParsePrefix(DefaultClusterCIDR)
+	for p.Bits() > 8 && p.Bits() <= mask && mask-p.Bits() < 31 && nodes > 1<<(mask-p.Bits())-1 {
+		p = netip.PrefixFrom(p.Addr(), p.Bits()-1).Masked()
+	}
+	return p.String()
+}
+
+// WithCIDRs returns c with its pod CIDRs from cluster in blocks of mask
+// bits: "" sizes the cluster CIDR for c.Nodes (SizedClusterCIDR), 0 keeps
+// c's mask.
+func (c ClusterConfig) WithCIDRs(cluster string, mask int) ClusterConfig {
+	if mask != 0 {
+		c.NodeCIDRMaskSize = mask
+	}
+	c.ClusterCIDR = cluster
+	if cluster == "" {
+		c.ClusterCIDR = SizedClusterCIDR(c.Nodes, c.NodeCIDRMaskSize)
+	}
+	return c
+}
+
 // DefaultClusterConfig returns n instant nodes of 8 cpu, 32Gi and 110 pods
-// with the kubelet's timings.
+// with the kubelet's timings, their pod CIDRs /24s of a cluster CIDR sized
+// for n (SizedClusterCIDR).
 func DefaultClusterConfig(n int) ClusterConfig {
 	return ClusterConfig{
-		Nodes:       n,
-		NamePrefix:  "sim-node-",
-		PodCIDRBase: "10.244.0.0/24",
-		HostIPBase:  "172.16.0.0",
-		Labels:      map[string]string{"type": "sim"},
-		Runtime:     DefaultConfig(""),
-		Agent:       nodeagent.DefaultConfig("", ""),
-		Parallelism: 16,
+		Nodes:            n,
+		NamePrefix:       "sim-node-",
+		ClusterCIDR:      SizedClusterCIDR(n, DefaultNodeCIDRMaskSize),
+		NodeCIDRMaskSize: DefaultNodeCIDRMaskSize,
+		HostIPBase:       "172.16.0.0",
+		Labels:           map[string]string{"type": "sim"},
+		Runtime:          DefaultConfig(""),
+		Agent:            nodeagent.DefaultConfig("", ""),
+		Parallelism:      16,
 	}
 }
 
@@ -68,16 +109,27 @@ func (c ClusterConfig) Validate() error {
 	return c.node(1).agent.Validate()
 }
 
+// NodePodCIDR is node i's (from 1) pod CIDR: block i of the cluster CIDR.
+func (c ClusterConfig) NodePodCIDR(i int) (netip.Prefix, error) { return c.podCIDR(i) }
+
 func (c ClusterConfig) podCIDR(i int) (netip.Prefix, error) {
-	base, err := netip.ParsePrefix(c.PodCIDRBase)
-	if err != nil || base.Bits() != 24 || !base.Addr().Is4() {
-		return netip.Prefix{}, fmt.Errorf("sim: cluster: PodCIDRBase %q is not an IPv4 /24", c.PodCIDRBase)
+	cluster, err := netip.ParsePrefix(c.ClusterCIDR)
+	if err != nil || !cluster.Addr().Is4() || cluster.Masked() != cluster {
+		return netip.Prefix{}, fmt.Errorf("sim: cluster: cluster CIDR %q is not an IPv4 network address/prefix", c.ClusterCIDR)
 	}
-	a, err := offset(base.Addr(), uint32(i)<<8)
+	mask := c.NodeCIDRMaskSize
+	if mask < cluster.Bits() || mask > 30 {
+		return netip.Prefix{}, fmt.Errorf("sim: cluster: node CIDR mask size %d must lie between the cluster CIDR's %d and 30", mask, cluster.Bits())
+	}
+	if blocks := uint64(1) << (mask - cluster.Bits()); uint64(i) >= blocks {
+		return netip.Prefix{}, fmt.Errorf("sim: cluster: cluster CIDR %s holds %d node CIDRs of /%d after the first, fewer than node %d: give a wider cluster CIDR or a longer node CIDR mask",
+			cluster, blocks-1, mask, i)
+	}
+	a, err := offset(cluster.Addr(), uint32(i)<<(32-mask))
 	if err != nil {
 		return netip.Prefix{}, fmt.Errorf("sim: cluster: pod CIDR of node %d: %w", i, err)
 	}
-	return netip.PrefixFrom(a, 24), nil
+	return netip.PrefixFrom(a, mask), nil
 }
 
 func (c ClusterConfig) hostIP(i int) (netip.Addr, error) {

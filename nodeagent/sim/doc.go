@@ -36,9 +36,9 @@
 //
 // Callers must:
 //
-//  1. Give each runtime its own pod CIDR (Cluster does: node i gets the i-th
-//     /24 after ClusterConfig.PodCIDRBase, so sim-node-0001 has
-//     10.244.1.0/24).
+//  1. Give each runtime its own pod CIDR (Cluster does: node i gets block i
+//     of ClusterConfig.ClusterCIDR cut into NodeCIDRMaskSize blocks, so
+//     with 10.244.0.0/16 and /24 sim-node-0001 has 10.244.1.0/24).
 //  2. Close a Runtime (or Stop a Cluster) when done, so that pending
 //     simulated exits are cancelled.
 //

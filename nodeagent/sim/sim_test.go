@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,14 +125,66 @@ func TestRuntimeInjectionAndExits(t *testing.T) {
 	}
 }
 
-func TestClusterConfig(t *testing.T) {
-	cfg := sim.DefaultClusterConfig(2000)
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
+func podCIDR(cfg sim.ClusterConfig, i int) string {
+	p, err := cfg.NodePodCIDR(i)
+	if err != nil {
+		return err.Error()
 	}
-	cfg.Nodes = 4000 // 10.244 + 4000/256 leaves 10.0.0.0/8
-	if err := cfg.Validate(); err == nil {
-		t.Error("4000 nodes from 10.244.0.0/24 accepted")
+	return p.String()
+}
+
+func TestClusterConfig(t *testing.T) {
+	for _, tc := range []struct {
+		nodes   int
+		cluster string
+		first   string // sim-node-0001's pod CIDR
+		last    string // the last node's
+	}{
+		{1, "10.244.0.0/16", "10.244.1.0/24", "10.244.1.0/24"},
+		{255, "10.244.0.0/16", "10.244.1.0/24", "10.244.255.0/24"},
+		{256, "10.244.0.0/15", "10.244.1.0/24", "10.245.0.0/24"},
+		{5000, "10.224.0.0/11", "10.224.1.0/24", "10.243.136.0/24"},
+		{65535, "10.0.0.0/8", "10.0.1.0/24", "10.255.255.0/24"},
+	} {
+		cfg := sim.DefaultClusterConfig(tc.nodes)
+		if cfg.ClusterCIDR != tc.cluster {
+			t.Errorf("%d nodes: cluster CIDR %s, want %s", tc.nodes, cfg.ClusterCIDR, tc.cluster)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%d nodes: %v", tc.nodes, err)
+			continue
+		}
+		if first, last := podCIDR(cfg, 1), podCIDR(cfg, tc.nodes); first != tc.first || last != tc.last {
+			t.Errorf("%d nodes: pod CIDRs %s … %s, want %s … %s", tc.nodes, first, last, tc.first, tc.last)
+		}
+	}
+	// Too many nodes for the cluster CIDR: refused, naming both.
+	cfg := sim.DefaultClusterConfig(5000)
+	cfg.ClusterCIDR = "10.244.0.0/16"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "10.244.0.0/16 holds 255 node CIDRs of /24") {
+		t.Errorf("5000 nodes in 10.244.0.0/16: %v", err)
+	}
+	// A longer mask fits them: /29s (6 pod addresses each).
+	cfg.NodeCIDRMaskSize = 29
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("5000 /29s in 10.244.0.0/16: %v", err)
+	}
+	if got := podCIDR(cfg, 5000); got != "10.244.156.64/29" {
+		t.Errorf("node 5000's /29: %s", got)
+	}
+	for _, bad := range []struct {
+		cidr string
+		mask int
+	}{{"10.244.0.0/16", 15}, {"10.244.0.0/16", 31}, {"10.244.0.1/16", 24}, {"fd00::/64", 120}, {"x", 24}} {
+		cfg := sim.DefaultClusterConfig(3)
+		cfg.ClusterCIDR, cfg.NodeCIDRMaskSize = bad.cidr, bad.mask
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("cluster CIDR %s with /%d accepted", bad.cidr, bad.mask)
+		}
+	}
+	// Past 10.0.0.0/8 the sizing stops and Validate refuses.
+	if err := sim.DefaultClusterConfig(1 << 16).Validate(); err == nil {
+		t.Error("65536 /24s in 10.0.0.0/8 accepted")
 	}
 	cfg = sim.DefaultClusterConfig(0)
 	if err := cfg.Validate(); err == nil {

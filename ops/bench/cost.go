@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,6 +36,7 @@ type costSample struct {
 type procCPU struct {
 	name, role string
 	ms         float64
+	rss, hwm   uint64 // resident set and its peak, in bytes (VmRSS, VmHWM)
 }
 
 type consumerCount struct{ delivered, ackFloor uint64 }
@@ -50,6 +52,32 @@ func listProcs(p up.Procs) []plan.Record {
 		recs = append(recs, plan.Record{Name: "up", Role: "up", PID: p.UpPID})
 	}
 	return append(recs, plan.Record{Name: "bench", Role: "bench (the load, not in the total)", PID: os.Getpid()})
+}
+
+// readRSS returns the resident set of pid and its peak, in bytes, from
+// /proc/<pid>/status (VmRSS, VmHWM).
+func readRSS(pid int) (rss, hwm uint64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[2] != "kB" {
+			continue
+		}
+		v, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch f[0] {
+		case "VmRSS:":
+			rss = v << 10
+		case "VmHWM:":
+			hwm = v << 10
+		}
+	}
+	return rss, hwm
 }
 
 // readCPU returns the user+system CPU time of pid in milliseconds.
@@ -80,7 +108,8 @@ func takeCostSample(ctx context.Context, sess *client.Session, ps up.Procs) (*co
 			continue
 		}
 		if ms, err := readCPU(r.PID); err == nil {
-			s.cpu[r.PID] = procCPU{name: r.Name, role: r.Role, ms: ms}
+			rss, hwm := readRSS(r.PID)
+			s.cpu[r.PID] = procCPU{name: r.Name, role: r.Role, ms: ms, rss: rss, hwm: hwm}
 		}
 	}
 	js := sess.Bus.JetStream()
@@ -181,12 +210,24 @@ func (c *CostReport) StoreRequests() uint64 {
 	return c.Store.WriteRequests + c.Store.ReadRequests + c.Store.StaleReadRequests + c.Store.WatchRequests
 }
 
-// ProcessCost is one process's CPU time over the run.
+// ProcessCost is one process's CPU time over the run and its memory.
 type ProcessCost struct {
 	Name  string  `json:"name"`
 	Role  string  `json:"role"`
 	PID   int     `json:"pid"`
 	CPUms float64 `json:"cpuMs"`
+	// RSSBefore and RSSAfter are its resident set before the first
+	// request and at the end; PeakRSS the most it ever held (VmHWM), all
+	// in bytes.
+	RSSBefore uint64 `json:"rssBefore"`
+	RSSAfter  uint64 `json:"rssAfter"`
+	PeakRSS   uint64 `json:"peakRss"`
+}
+
+// RSSGrowthPerPod is what the process's resident set grew by over the run,
+// per pod the run stored, in bytes.
+func (p ProcessCost) RSSGrowthPerPod(pods int) float64 {
+	return (float64(p.RSSAfter) - float64(p.RSSBefore)) / float64(max(pods, 1))
 }
 
 // since returns the counts of s less those of before. A replica restarted
@@ -199,7 +240,7 @@ func (s *costSample) since(before *costSample, pods, minEvents int, quiesced boo
 		if !ok || b.name != c.name {
 			continue
 		}
-		r.Processes = append(r.Processes, ProcessCost{Name: c.name, Role: c.role, PID: pid, CPUms: c.ms - b.ms})
+		r.Processes = append(r.Processes, ProcessCost{Name: c.name, Role: c.role, PID: pid, CPUms: c.ms - b.ms, RSSBefore: b.rss, RSSAfter: c.rss, PeakRSS: c.hwm})
 		if c.name != "bench" {
 			r.TotalCPU += c.ms - b.ms
 		}
@@ -269,7 +310,30 @@ func (r *CostReport) print(out io.Writer) {
 	row("raft log fsyncs (all replicas)", r.Store.LogAppends)
 	row("watch events delivered", r.Store.WatchEventsSent)
 	tw.Flush()
+	r.printMemory(out)
 }
+
+// printMemory writes each process's memory: its resident set at the end,
+// its peak, and its growth over the run per pod the run stored (what the
+// process keeps per pod it caches, with the garbage GOGC lets it hold).
+func (r *CostReport) printMemory(out io.Writer) {
+	procs := slices.Clone(r.Processes)
+	sort.Slice(procs, func(i, j int) bool { return procs[i].RSSAfter > procs[j].RSSAfter })
+	fmt.Fprintf(out, "\nmemory (resident set, from /proc/<pid>/status; per pod: its growth over the run / %d pods)\n", r.Pods)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "process\tMiB before\tMiB after\tpeak MiB\tKB/pod\t")
+	var total, peak uint64
+	for _, p := range procs {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.1f\t\n", p.Name, mib(p.RSSBefore), mib(p.RSSAfter), mib(p.PeakRSS), p.RSSGrowthPerPod(r.Pods)/1000)
+		if p.Name != "bench" {
+			total, peak = total+p.RSSAfter, peak+p.PeakRSS
+		}
+	}
+	fmt.Fprintf(tw, "total\t\t%.0f\t%.0f\t\t\n", mib(total), mib(peak))
+	tw.Flush()
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 func (r *CostReport) writeJSON(path string) error {
 	b, err := json.MarshalIndent(r, "", "  ")

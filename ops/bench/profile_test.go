@@ -42,3 +42,16 @@ func TestStartProfile(t *testing.T) {
 		t.Fatalf("profile %s: %v (empty: the profile was not written)", want, err)
 	}
 }
+
+// TestReadRSS: the resident set of this process, and its peak, read from
+// /proc: non-zero, the peak no less than the current; nothing for a PID
+// that does not exist.
+func TestReadRSS(t *testing.T) {
+	rss, hwm := readRSS(os.Getpid())
+	if rss == 0 || hwm < rss {
+		t.Errorf("readRSS(self) = %d, %d; want rss > 0 and peak ≥ rss", rss, hwm)
+	}
+	if rss, hwm := readRSS(1 << 30); rss != 0 || hwm != 0 {
+		t.Errorf("readRSS(no such pid) = %d, %d; want 0, 0", rss, hwm)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -23,6 +24,9 @@ func TestBenchPipelineCost(t *testing.T) {
 		t.Fatalf("bench pipeline: exit %d\n%s", code, out)
 	}
 	t.Log(out)
+	if !strings.Contains(out, "memory (resident set") {
+		t.Errorf("bench pipeline printed no memory table")
+	}
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +40,8 @@ func TestBenchPipelineCost(t *testing.T) {
 			Role  string  `json:"role"`
 			PID   int     `json:"pid"`
 			CPUms float64 `json:"cpuMs"`
+			RSS   uint64  `json:"rssAfter"`
+			Peak  uint64  `json:"peakRss"`
 		} `json:"processes"`
 		TotalCPU   float64 `json:"totalCpuMs"`
 		Messages   uint64  `json:"messages"`
@@ -71,6 +77,7 @@ func TestBenchPipelineCost(t *testing.T) {
 	roles := map[string]int{}
 	for _, p := range r.Processes {
 		check(p.PID > 0 && p.CPUms >= 0, "process %s: pid %d, %v ms", p.Name, p.PID, p.CPUms)
+		check(p.RSS > 0 && p.Peak >= p.RSS, "process %s: resident set %d bytes, peak %d", p.Name, p.RSS, p.Peak)
 		roles[p.Role]++
 	}
 	check(roles["store"] == 3 && roles["nats"] >= 1 && len(r.Processes) >= 10, "processes by role %v", roles)

@@ -6218,8 +6218,26 @@ type ServiceSpec struct {
 	SessionAffinity          string                 `protobuf:"bytes,6,opt,name=session_affinity,json=sessionAffinity,proto3" json:"session_affinity,omitempty"` // None (default) or ClientIP
 	PublishNotReadyAddresses bool                   `protobuf:"varint,7,opt,name=publish_not_ready_addresses,json=publishNotReadyAddresses,proto3" json:"publish_not_ready_addresses,omitempty"`
 	SessionAffinityConfig    *SessionAffinityConfig `protobuf:"bytes,8,opt,name=session_affinity_config,json=sessionAffinityConfig,proto3" json:"session_affinity_config,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// external_name is the CNAME of an ExternalName Service.
+	ExternalName string   `protobuf:"bytes,9,opt,name=external_name,json=externalName,proto3" json:"external_name,omitempty"`
+	ExternalIps  []string `protobuf:"bytes,10,rep,name=external_ips,json=externalIps,proto3" json:"external_ips,omitempty"`
+	// ip_families (IPv4, IPv6) and ip_family_policy (SingleStack,
+	// PreferDualStack, RequireDualStack) as core/v1's; podflow allocates
+	// IPv4 only, so a defaulted Service is SingleStack [IPv4].
+	IpFamilies     []string `protobuf:"bytes,11,rep,name=ip_families,json=ipFamilies,proto3" json:"ip_families,omitempty"`
+	IpFamilyPolicy *string  `protobuf:"bytes,12,opt,name=ip_family_policy,json=ipFamilyPolicy,proto3,oneof" json:"ip_family_policy,omitempty"`
+	// internal_traffic_policy and external_traffic_policy: Cluster or
+	// Local (the latter only for NodePort and LoadBalancer Services).
+	InternalTrafficPolicy         *string  `protobuf:"bytes,13,opt,name=internal_traffic_policy,json=internalTrafficPolicy,proto3,oneof" json:"internal_traffic_policy,omitempty"`
+	ExternalTrafficPolicy         string   `protobuf:"bytes,14,opt,name=external_traffic_policy,json=externalTrafficPolicy,proto3" json:"external_traffic_policy,omitempty"`
+	HealthCheckNodePort           int32    `protobuf:"varint,15,opt,name=health_check_node_port,json=healthCheckNodePort,proto3" json:"health_check_node_port,omitempty"`
+	LoadBalancerIp                string   `protobuf:"bytes,16,opt,name=load_balancer_ip,json=loadBalancerIp,proto3" json:"load_balancer_ip,omitempty"`
+	LoadBalancerSourceRanges      []string `protobuf:"bytes,17,rep,name=load_balancer_source_ranges,json=loadBalancerSourceRanges,proto3" json:"load_balancer_source_ranges,omitempty"`
+	AllocateLoadBalancerNodePorts *bool    `protobuf:"varint,18,opt,name=allocate_load_balancer_node_ports,json=allocateLoadBalancerNodePorts,proto3,oneof" json:"allocate_load_balancer_node_ports,omitempty"`
+	LoadBalancerClass             *string  `protobuf:"bytes,19,opt,name=load_balancer_class,json=loadBalancerClass,proto3,oneof" json:"load_balancer_class,omitempty"`
+	TrafficDistribution           *string  `protobuf:"bytes,20,opt,name=traffic_distribution,json=trafficDistribution,proto3,oneof" json:"traffic_distribution,omitempty"`
+	unknownFields                 protoimpl.UnknownFields
+	sizeCache                     protoimpl.SizeCache
 }
 
 func (x *ServiceSpec) Reset() {
@@ -6306,6 +6324,90 @@ func (x *ServiceSpec) GetSessionAffinityConfig() *SessionAffinityConfig {
 		return x.SessionAffinityConfig
 	}
 	return nil
+}
+
+func (x *ServiceSpec) GetExternalName() string {
+	if x != nil {
+		return x.ExternalName
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetExternalIps() []string {
+	if x != nil {
+		return x.ExternalIps
+	}
+	return nil
+}
+
+func (x *ServiceSpec) GetIpFamilies() []string {
+	if x != nil {
+		return x.IpFamilies
+	}
+	return nil
+}
+
+func (x *ServiceSpec) GetIpFamilyPolicy() string {
+	if x != nil && x.IpFamilyPolicy != nil {
+		return *x.IpFamilyPolicy
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetInternalTrafficPolicy() string {
+	if x != nil && x.InternalTrafficPolicy != nil {
+		return *x.InternalTrafficPolicy
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetExternalTrafficPolicy() string {
+	if x != nil {
+		return x.ExternalTrafficPolicy
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetHealthCheckNodePort() int32 {
+	if x != nil {
+		return x.HealthCheckNodePort
+	}
+	return 0
+}
+
+func (x *ServiceSpec) GetLoadBalancerIp() string {
+	if x != nil {
+		return x.LoadBalancerIp
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetLoadBalancerSourceRanges() []string {
+	if x != nil {
+		return x.LoadBalancerSourceRanges
+	}
+	return nil
+}
+
+func (x *ServiceSpec) GetAllocateLoadBalancerNodePorts() bool {
+	if x != nil && x.AllocateLoadBalancerNodePorts != nil {
+		return *x.AllocateLoadBalancerNodePorts
+	}
+	return false
+}
+
+func (x *ServiceSpec) GetLoadBalancerClass() string {
+	if x != nil && x.LoadBalancerClass != nil {
+		return *x.LoadBalancerClass
+	}
+	return ""
+}
+
+func (x *ServiceSpec) GetTrafficDistribution() string {
+	if x != nil && x.TrafficDistribution != nil {
+		return *x.TrafficDistribution
+	}
+	return ""
 }
 
 // SessionAffinityConfig mirrors core/v1's: the ClientIP affinity's settings.
@@ -6861,6 +6963,259 @@ func (x *EndpointSlice) GetPorts() []*EndpointPort {
 	return nil
 }
 
+// Endpoints mirrors core/v1 Endpoints: written by the endpoints stage for
+// a Service with a selector, by its owner for one without (the stage then
+// mirrors it into EndpointSlices).
+type Endpoints struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Metadata      *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Subsets       []*EndpointSubset      `protobuf:"bytes,2,rep,name=subsets,proto3" json:"subsets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Endpoints) Reset() {
+	*x = Endpoints{}
+	mi := &file_corev1_core_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Endpoints) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Endpoints) ProtoMessage() {}
+
+func (x *Endpoints) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Endpoints.ProtoReflect.Descriptor instead.
+func (*Endpoints) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *Endpoints) GetMetadata() *ObjectMeta {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Endpoints) GetSubsets() []*EndpointSubset {
+	if x != nil {
+		return x.Subsets
+	}
+	return nil
+}
+
+type EndpointSubset struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Addresses         []*EndpointAddress     `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	NotReadyAddresses []*EndpointAddress     `protobuf:"bytes,2,rep,name=not_ready_addresses,json=notReadyAddresses,proto3" json:"not_ready_addresses,omitempty"`
+	Ports             []*EndpointsPort       `protobuf:"bytes,3,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *EndpointSubset) Reset() {
+	*x = EndpointSubset{}
+	mi := &file_corev1_core_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointSubset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointSubset) ProtoMessage() {}
+
+func (x *EndpointSubset) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointSubset.ProtoReflect.Descriptor instead.
+func (*EndpointSubset) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *EndpointSubset) GetAddresses() []*EndpointAddress {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *EndpointSubset) GetNotReadyAddresses() []*EndpointAddress {
+	if x != nil {
+		return x.NotReadyAddresses
+	}
+	return nil
+}
+
+func (x *EndpointSubset) GetPorts() []*EndpointsPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+type EndpointAddress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ip            string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
+	Hostname      string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	NodeName      *string                `protobuf:"bytes,3,opt,name=node_name,json=nodeName,proto3,oneof" json:"node_name,omitempty"`
+	TargetRef     *ObjectReference       `protobuf:"bytes,4,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndpointAddress) Reset() {
+	*x = EndpointAddress{}
+	mi := &file_corev1_core_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointAddress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointAddress) ProtoMessage() {}
+
+func (x *EndpointAddress) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointAddress.ProtoReflect.Descriptor instead.
+func (*EndpointAddress) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *EndpointAddress) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *EndpointAddress) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *EndpointAddress) GetNodeName() string {
+	if x != nil && x.NodeName != nil {
+		return *x.NodeName
+	}
+	return ""
+}
+
+func (x *EndpointAddress) GetTargetRef() *ObjectReference {
+	if x != nil {
+		return x.TargetRef
+	}
+	return nil
+}
+
+// EndpointsPort is core/v1's EndpointPort (EndpointPort is the
+// EndpointSlice's).
+type EndpointsPort struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Port          int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	Protocol      string                 `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	AppProtocol   *string                `protobuf:"bytes,4,opt,name=app_protocol,json=appProtocol,proto3,oneof" json:"app_protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndpointsPort) Reset() {
+	*x = EndpointsPort{}
+	mi := &file_corev1_core_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointsPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointsPort) ProtoMessage() {}
+
+func (x *EndpointsPort) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointsPort.ProtoReflect.Descriptor instead.
+func (*EndpointsPort) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *EndpointsPort) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EndpointsPort) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EndpointsPort) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *EndpointsPort) GetAppProtocol() string {
+	if x != nil && x.AppProtocol != nil {
+		return *x.AppProtocol
+	}
+	return ""
+}
+
 type NamespaceSpec struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Finalizers    []string               `protobuf:"bytes,1,rep,name=finalizers,proto3" json:"finalizers,omitempty"`
@@ -6870,7 +7225,7 @@ type NamespaceSpec struct {
 
 func (x *NamespaceSpec) Reset() {
 	*x = NamespaceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6882,7 +7237,7 @@ func (x *NamespaceSpec) String() string {
 func (*NamespaceSpec) ProtoMessage() {}
 
 func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6895,7 +7250,7 @@ func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSpec.ProtoReflect.Descriptor instead.
 func (*NamespaceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+	return file_corev1_core_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *NamespaceSpec) GetFinalizers() []string {
@@ -6918,7 +7273,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6930,7 +7285,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6943,7 +7298,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{95}
+	return file_corev1_core_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *NamespaceStatus) GetPhase() string {
@@ -6973,7 +7328,7 @@ type NamespaceCondition struct {
 
 func (x *NamespaceCondition) Reset() {
 	*x = NamespaceCondition{}
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6985,7 +7340,7 @@ func (x *NamespaceCondition) String() string {
 func (*NamespaceCondition) ProtoMessage() {}
 
 func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6998,7 +7353,7 @@ func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCondition.ProtoReflect.Descriptor instead.
 func (*NamespaceCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{96}
+	return file_corev1_core_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *NamespaceCondition) GetType() string {
@@ -7047,7 +7402,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7059,7 +7414,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7072,7 +7427,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{97}
+	return file_corev1_core_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *Namespace) GetMetadata() *ObjectMeta {
@@ -7105,7 +7460,7 @@ type LocalObjectReference struct {
 
 func (x *LocalObjectReference) Reset() {
 	*x = LocalObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7117,7 +7472,7 @@ func (x *LocalObjectReference) String() string {
 func (*LocalObjectReference) ProtoMessage() {}
 
 func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7130,7 +7485,7 @@ func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalObjectReference.ProtoReflect.Descriptor instead.
 func (*LocalObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{98}
+	return file_corev1_core_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *LocalObjectReference) GetName() string {
@@ -7152,7 +7507,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7164,7 +7519,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7177,7 +7532,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{99}
+	return file_corev1_core_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ServiceAccount) GetMetadata() *ObjectMeta {
@@ -7220,7 +7575,7 @@ type ConfigMap struct {
 
 func (x *ConfigMap) Reset() {
 	*x = ConfigMap{}
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7232,7 +7587,7 @@ func (x *ConfigMap) String() string {
 func (*ConfigMap) ProtoMessage() {}
 
 func (x *ConfigMap) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7245,7 +7600,7 @@ func (x *ConfigMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMap.ProtoReflect.Descriptor instead.
 func (*ConfigMap) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{100}
+	return file_corev1_core_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ConfigMap) GetMetadata() *ObjectMeta {
@@ -7288,7 +7643,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7300,7 +7655,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7313,7 +7668,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{101}
+	return file_corev1_core_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *Secret) GetMetadata() *ObjectMeta {
@@ -7357,7 +7712,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7369,7 +7724,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7382,7 +7737,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{102}
+	return file_corev1_core_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *PolicyRule) GetVerbs() []string {
@@ -7430,7 +7785,7 @@ type Role struct {
 
 func (x *Role) Reset() {
 	*x = Role{}
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7442,7 +7797,7 @@ func (x *Role) String() string {
 func (*Role) ProtoMessage() {}
 
 func (x *Role) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7455,7 +7810,7 @@ func (x *Role) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Role.ProtoReflect.Descriptor instead.
 func (*Role) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{103}
+	return file_corev1_core_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *Role) GetMetadata() *ObjectMeta {
@@ -7482,7 +7837,7 @@ type ClusterRole struct {
 
 func (x *ClusterRole) Reset() {
 	*x = ClusterRole{}
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7494,7 +7849,7 @@ func (x *ClusterRole) String() string {
 func (*ClusterRole) ProtoMessage() {}
 
 func (x *ClusterRole) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7507,7 +7862,7 @@ func (x *ClusterRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRole.ProtoReflect.Descriptor instead.
 func (*ClusterRole) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{104}
+	return file_corev1_core_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ClusterRole) GetMetadata() *ObjectMeta {
@@ -7536,7 +7891,7 @@ type Subject struct {
 
 func (x *Subject) Reset() {
 	*x = Subject{}
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7548,7 +7903,7 @@ func (x *Subject) String() string {
 func (*Subject) ProtoMessage() {}
 
 func (x *Subject) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7561,7 +7916,7 @@ func (x *Subject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subject.ProtoReflect.Descriptor instead.
 func (*Subject) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{105}
+	return file_corev1_core_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *Subject) GetKind() string {
@@ -7603,7 +7958,7 @@ type RoleRef struct {
 
 func (x *RoleRef) Reset() {
 	*x = RoleRef{}
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7615,7 +7970,7 @@ func (x *RoleRef) String() string {
 func (*RoleRef) ProtoMessage() {}
 
 func (x *RoleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7628,7 +7983,7 @@ func (x *RoleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleRef.ProtoReflect.Descriptor instead.
 func (*RoleRef) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{106}
+	return file_corev1_core_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *RoleRef) GetApiGroup() string {
@@ -7663,7 +8018,7 @@ type RoleBinding struct {
 
 func (x *RoleBinding) Reset() {
 	*x = RoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7675,7 +8030,7 @@ func (x *RoleBinding) String() string {
 func (*RoleBinding) ProtoMessage() {}
 
 func (x *RoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7688,7 +8043,7 @@ func (x *RoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
 func (*RoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{107}
+	return file_corev1_core_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *RoleBinding) GetMetadata() *ObjectMeta {
@@ -7723,7 +8078,7 @@ type ClusterRoleBinding struct {
 
 func (x *ClusterRoleBinding) Reset() {
 	*x = ClusterRoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7735,7 +8090,7 @@ func (x *ClusterRoleBinding) String() string {
 func (*ClusterRoleBinding) ProtoMessage() {}
 
 func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7748,7 +8103,7 @@ func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRoleBinding.ProtoReflect.Descriptor instead.
 func (*ClusterRoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{108}
+	return file_corev1_core_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ClusterRoleBinding) GetMetadata() *ObjectMeta {
@@ -7782,7 +8137,7 @@ type EventSource struct {
 
 func (x *EventSource) Reset() {
 	*x = EventSource{}
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7794,7 +8149,7 @@ func (x *EventSource) String() string {
 func (*EventSource) ProtoMessage() {}
 
 func (x *EventSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7807,7 +8162,7 @@ func (x *EventSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
 func (*EventSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{109}
+	return file_corev1_core_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *EventSource) GetComponent() string {
@@ -7845,7 +8200,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7857,7 +8212,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7870,7 +8225,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{110}
+	return file_corev1_core_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *Event) GetMetadata() *ObjectMeta {
@@ -7979,7 +8334,7 @@ type LimitRangeItem struct {
 
 func (x *LimitRangeItem) Reset() {
 	*x = LimitRangeItem{}
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7991,7 +8346,7 @@ func (x *LimitRangeItem) String() string {
 func (*LimitRangeItem) ProtoMessage() {}
 
 func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8004,7 +8359,7 @@ func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeItem.ProtoReflect.Descriptor instead.
 func (*LimitRangeItem) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{111}
+	return file_corev1_core_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *LimitRangeItem) GetType() string {
@@ -8051,7 +8406,7 @@ type LimitRangeSpec struct {
 
 func (x *LimitRangeSpec) Reset() {
 	*x = LimitRangeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8063,7 +8418,7 @@ func (x *LimitRangeSpec) String() string {
 func (*LimitRangeSpec) ProtoMessage() {}
 
 func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8076,7 +8431,7 @@ func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeSpec.ProtoReflect.Descriptor instead.
 func (*LimitRangeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{112}
+	return file_corev1_core_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *LimitRangeSpec) GetLimits() []*LimitRangeItem {
@@ -8096,7 +8451,7 @@ type LimitRange struct {
 
 func (x *LimitRange) Reset() {
 	*x = LimitRange{}
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8108,7 +8463,7 @@ func (x *LimitRange) String() string {
 func (*LimitRange) ProtoMessage() {}
 
 func (x *LimitRange) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8121,7 +8476,7 @@ func (x *LimitRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRange.ProtoReflect.Descriptor instead.
 func (*LimitRange) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{113}
+	return file_corev1_core_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *LimitRange) GetMetadata() *ObjectMeta {
@@ -8152,7 +8507,7 @@ type SidecarPolicySpec struct {
 
 func (x *SidecarPolicySpec) Reset() {
 	*x = SidecarPolicySpec{}
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8164,7 +8519,7 @@ func (x *SidecarPolicySpec) String() string {
 func (*SidecarPolicySpec) ProtoMessage() {}
 
 func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8177,7 +8532,7 @@ func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicySpec.ProtoReflect.Descriptor instead.
 func (*SidecarPolicySpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{114}
+	return file_corev1_core_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *SidecarPolicySpec) GetSelector() map[string]string {
@@ -8218,7 +8573,7 @@ type SidecarPolicy struct {
 
 func (x *SidecarPolicy) Reset() {
 	*x = SidecarPolicy{}
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8230,7 +8585,7 @@ func (x *SidecarPolicy) String() string {
 func (*SidecarPolicy) ProtoMessage() {}
 
 func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8243,7 +8598,7 @@ func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarPolicy.ProtoReflect.Descriptor instead.
 func (*SidecarPolicy) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{115}
+	return file_corev1_core_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *SidecarPolicy) GetMetadata() *ObjectMeta {
@@ -8273,7 +8628,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8285,7 +8640,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8298,7 +8653,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{116}
+	return file_corev1_core_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *StatusCause) GetType() string {
@@ -8345,7 +8700,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8357,7 +8712,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8370,7 +8725,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{117}
+	return file_corev1_core_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *Status) GetStatus() string {
@@ -8448,7 +8803,7 @@ type Unstructured struct {
 
 func (x *Unstructured) Reset() {
 	*x = Unstructured{}
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8460,7 +8815,7 @@ func (x *Unstructured) String() string {
 func (*Unstructured) ProtoMessage() {}
 
 func (x *Unstructured) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8473,7 +8828,7 @@ func (x *Unstructured) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unstructured.ProtoReflect.Descriptor instead.
 func (*Unstructured) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{118}
+	return file_corev1_core_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *Unstructured) GetMetadata() *ObjectMeta {
@@ -8516,7 +8871,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8528,7 +8883,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8541,7 +8896,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{119}
+	return file_corev1_core_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -8579,7 +8934,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[120]
+	mi := &file_corev1_core_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8591,7 +8946,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[120]
+	mi := &file_corev1_core_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8604,7 +8959,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{120}
+	return file_corev1_core_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -8635,7 +8990,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[121]
+	mi := &file_corev1_core_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8647,7 +9002,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[121]
+	mi := &file_corev1_core_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8660,7 +9015,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{121}
+	return file_corev1_core_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -8719,7 +9074,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[122]
+	mi := &file_corev1_core_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8731,7 +9086,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[122]
+	mi := &file_corev1_core_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8744,7 +9099,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{122}
+	return file_corev1_core_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -9390,7 +9745,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"targetPort\x12\x1b\n" +
 	"\tnode_port\x18\x05 \x01(\x05R\bnodePort\x12&\n" +
 	"\fapp_protocol\x18\x06 \x01(\tH\x00R\vappProtocol\x88\x01\x01B\x0f\n" +
-	"\r_app_protocol\"\xe4\x03\n" +
+	"\r_app_protocol\"\xd3\t\n" +
 	"\vServiceSpec\x122\n" +
 	"\x05ports\x18\x01 \x03(\v2\x1c.podflow.core.v1.ServicePortR\x05ports\x12F\n" +
 	"\bselector\x18\x02 \x03(\v2*.podflow.core.v1.ServiceSpec.SelectorEntryR\bselector\x12\x1d\n" +
@@ -9401,10 +9756,29 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x04type\x18\x05 \x01(\tR\x04type\x12)\n" +
 	"\x10session_affinity\x18\x06 \x01(\tR\x0fsessionAffinity\x12=\n" +
 	"\x1bpublish_not_ready_addresses\x18\a \x01(\bR\x18publishNotReadyAddresses\x12^\n" +
-	"\x17session_affinity_config\x18\b \x01(\v2&.podflow.core.v1.SessionAffinityConfigR\x15sessionAffinityConfig\x1a;\n" +
+	"\x17session_affinity_config\x18\b \x01(\v2&.podflow.core.v1.SessionAffinityConfigR\x15sessionAffinityConfig\x12#\n" +
+	"\rexternal_name\x18\t \x01(\tR\fexternalName\x12!\n" +
+	"\fexternal_ips\x18\n" +
+	" \x03(\tR\vexternalIps\x12\x1f\n" +
+	"\vip_families\x18\v \x03(\tR\n" +
+	"ipFamilies\x12-\n" +
+	"\x10ip_family_policy\x18\f \x01(\tH\x00R\x0eipFamilyPolicy\x88\x01\x01\x12;\n" +
+	"\x17internal_traffic_policy\x18\r \x01(\tH\x01R\x15internalTrafficPolicy\x88\x01\x01\x126\n" +
+	"\x17external_traffic_policy\x18\x0e \x01(\tR\x15externalTrafficPolicy\x123\n" +
+	"\x16health_check_node_port\x18\x0f \x01(\x05R\x13healthCheckNodePort\x12(\n" +
+	"\x10load_balancer_ip\x18\x10 \x01(\tR\x0eloadBalancerIp\x12=\n" +
+	"\x1bload_balancer_source_ranges\x18\x11 \x03(\tR\x18loadBalancerSourceRanges\x12M\n" +
+	"!allocate_load_balancer_node_ports\x18\x12 \x01(\bH\x02R\x1dallocateLoadBalancerNodePorts\x88\x01\x01\x123\n" +
+	"\x13load_balancer_class\x18\x13 \x01(\tH\x03R\x11loadBalancerClass\x88\x01\x01\x126\n" +
+	"\x14traffic_distribution\x18\x14 \x01(\tH\x04R\x13trafficDistribution\x88\x01\x01\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x13\n" +
+	"\x11_ip_family_policyB\x1a\n" +
+	"\x18_internal_traffic_policyB$\n" +
+	"\"_allocate_load_balancer_node_portsB\x16\n" +
+	"\x14_load_balancer_classB\x17\n" +
+	"\x15_traffic_distribution\"U\n" +
 	"\x15SessionAffinityConfig\x12<\n" +
 	"\tclient_ip\x18\x01 \x01(\v2\x1f.podflow.core.v1.ClientIPConfigR\bclientIp\"R\n" +
 	"\x0eClientIPConfig\x12,\n" +
@@ -9458,7 +9832,28 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x12!\n" +
 	"\faddress_type\x18\x02 \x01(\tR\vaddressType\x127\n" +
 	"\tendpoints\x18\x03 \x03(\v2\x19.podflow.core.v1.EndpointR\tendpoints\x123\n" +
-	"\x05ports\x18\x04 \x03(\v2\x1d.podflow.core.v1.EndpointPortR\x05ports\"/\n" +
+	"\x05ports\x18\x04 \x03(\v2\x1d.podflow.core.v1.EndpointPortR\x05ports\"\x7f\n" +
+	"\tEndpoints\x127\n" +
+	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x129\n" +
+	"\asubsets\x18\x02 \x03(\v2\x1f.podflow.core.v1.EndpointSubsetR\asubsets\"\xd8\x01\n" +
+	"\x0eEndpointSubset\x12>\n" +
+	"\taddresses\x18\x01 \x03(\v2 .podflow.core.v1.EndpointAddressR\taddresses\x12P\n" +
+	"\x13not_ready_addresses\x18\x02 \x03(\v2 .podflow.core.v1.EndpointAddressR\x11notReadyAddresses\x124\n" +
+	"\x05ports\x18\x03 \x03(\v2\x1e.podflow.core.v1.EndpointsPortR\x05ports\"\xae\x01\n" +
+	"\x0fEndpointAddress\x12\x0e\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x1a\n" +
+	"\bhostname\x18\x02 \x01(\tR\bhostname\x12 \n" +
+	"\tnode_name\x18\x03 \x01(\tH\x00R\bnodeName\x88\x01\x01\x12?\n" +
+	"\n" +
+	"target_ref\x18\x04 \x01(\v2 .podflow.core.v1.ObjectReferenceR\ttargetRefB\f\n" +
+	"\n" +
+	"_node_name\"\x8c\x01\n" +
+	"\rEndpointsPort\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\x12&\n" +
+	"\fapp_protocol\x18\x04 \x01(\tH\x00R\vappProtocol\x88\x01\x01B\x0f\n" +
+	"\r_app_protocol\"/\n" +
 	"\rNamespaceSpec\x12\x1e\n" +
 	"\n" +
 	"finalizers\x18\x01 \x03(\tR\n" +
@@ -9654,7 +10049,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 141)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 145)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -9750,65 +10145,69 @@ var file_corev1_core_proto_goTypes = []any{
 	(*Endpoint)(nil),                          // 91: podflow.core.v1.Endpoint
 	(*EndpointPort)(nil),                      // 92: podflow.core.v1.EndpointPort
 	(*EndpointSlice)(nil),                     // 93: podflow.core.v1.EndpointSlice
-	(*NamespaceSpec)(nil),                     // 94: podflow.core.v1.NamespaceSpec
-	(*NamespaceStatus)(nil),                   // 95: podflow.core.v1.NamespaceStatus
-	(*NamespaceCondition)(nil),                // 96: podflow.core.v1.NamespaceCondition
-	(*Namespace)(nil),                         // 97: podflow.core.v1.Namespace
-	(*LocalObjectReference)(nil),              // 98: podflow.core.v1.LocalObjectReference
-	(*ServiceAccount)(nil),                    // 99: podflow.core.v1.ServiceAccount
-	(*ConfigMap)(nil),                         // 100: podflow.core.v1.ConfigMap
-	(*Secret)(nil),                            // 101: podflow.core.v1.Secret
-	(*PolicyRule)(nil),                        // 102: podflow.core.v1.PolicyRule
-	(*Role)(nil),                              // 103: podflow.core.v1.Role
-	(*ClusterRole)(nil),                       // 104: podflow.core.v1.ClusterRole
-	(*Subject)(nil),                           // 105: podflow.core.v1.Subject
-	(*RoleRef)(nil),                           // 106: podflow.core.v1.RoleRef
-	(*RoleBinding)(nil),                       // 107: podflow.core.v1.RoleBinding
-	(*ClusterRoleBinding)(nil),                // 108: podflow.core.v1.ClusterRoleBinding
-	(*EventSource)(nil),                       // 109: podflow.core.v1.EventSource
-	(*Event)(nil),                             // 110: podflow.core.v1.Event
-	(*LimitRangeItem)(nil),                    // 111: podflow.core.v1.LimitRangeItem
-	(*LimitRangeSpec)(nil),                    // 112: podflow.core.v1.LimitRangeSpec
-	(*LimitRange)(nil),                        // 113: podflow.core.v1.LimitRange
-	(*SidecarPolicySpec)(nil),                 // 114: podflow.core.v1.SidecarPolicySpec
-	(*SidecarPolicy)(nil),                     // 115: podflow.core.v1.SidecarPolicy
-	(*StatusCause)(nil),                       // 116: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 117: podflow.core.v1.Status
-	(*Unstructured)(nil),                      // 118: podflow.core.v1.Unstructured
-	(*UserInfo)(nil),                          // 119: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 120: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 121: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 122: podflow.core.v1.PriorityClass
-	nil,                                       // 123: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 124: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 125: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 126: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 127: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 128: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 129: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 130: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 131: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 132: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 133: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 134: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 135: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 136: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 137: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 138: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 139: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 140: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 141: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 142: google.protobuf.Struct
+	(*Endpoints)(nil),                         // 94: podflow.core.v1.Endpoints
+	(*EndpointSubset)(nil),                    // 95: podflow.core.v1.EndpointSubset
+	(*EndpointAddress)(nil),                   // 96: podflow.core.v1.EndpointAddress
+	(*EndpointsPort)(nil),                     // 97: podflow.core.v1.EndpointsPort
+	(*NamespaceSpec)(nil),                     // 98: podflow.core.v1.NamespaceSpec
+	(*NamespaceStatus)(nil),                   // 99: podflow.core.v1.NamespaceStatus
+	(*NamespaceCondition)(nil),                // 100: podflow.core.v1.NamespaceCondition
+	(*Namespace)(nil),                         // 101: podflow.core.v1.Namespace
+	(*LocalObjectReference)(nil),              // 102: podflow.core.v1.LocalObjectReference
+	(*ServiceAccount)(nil),                    // 103: podflow.core.v1.ServiceAccount
+	(*ConfigMap)(nil),                         // 104: podflow.core.v1.ConfigMap
+	(*Secret)(nil),                            // 105: podflow.core.v1.Secret
+	(*PolicyRule)(nil),                        // 106: podflow.core.v1.PolicyRule
+	(*Role)(nil),                              // 107: podflow.core.v1.Role
+	(*ClusterRole)(nil),                       // 108: podflow.core.v1.ClusterRole
+	(*Subject)(nil),                           // 109: podflow.core.v1.Subject
+	(*RoleRef)(nil),                           // 110: podflow.core.v1.RoleRef
+	(*RoleBinding)(nil),                       // 111: podflow.core.v1.RoleBinding
+	(*ClusterRoleBinding)(nil),                // 112: podflow.core.v1.ClusterRoleBinding
+	(*EventSource)(nil),                       // 113: podflow.core.v1.EventSource
+	(*Event)(nil),                             // 114: podflow.core.v1.Event
+	(*LimitRangeItem)(nil),                    // 115: podflow.core.v1.LimitRangeItem
+	(*LimitRangeSpec)(nil),                    // 116: podflow.core.v1.LimitRangeSpec
+	(*LimitRange)(nil),                        // 117: podflow.core.v1.LimitRange
+	(*SidecarPolicySpec)(nil),                 // 118: podflow.core.v1.SidecarPolicySpec
+	(*SidecarPolicy)(nil),                     // 119: podflow.core.v1.SidecarPolicy
+	(*StatusCause)(nil),                       // 120: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 121: podflow.core.v1.Status
+	(*Unstructured)(nil),                      // 122: podflow.core.v1.Unstructured
+	(*UserInfo)(nil),                          // 123: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 124: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 125: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 126: podflow.core.v1.PriorityClass
+	nil,                                       // 127: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 128: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 129: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 130: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 131: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 132: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 133: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 134: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 135: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 136: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 137: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 138: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 139: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 140: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 141: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 142: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 143: podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	nil,                                       // 144: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 145: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 146: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	123, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	124, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	141, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	141, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	127, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	128, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	145, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	145, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	141, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	142, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	145, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	146, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -9816,8 +10215,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	5,   // 12: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	7,   // 13: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	8,   // 14: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	125, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	126, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	129, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	130, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	19,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	15,  // 18: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	19,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -9883,7 +10282,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	49,  // 79: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
 	50,  // 80: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
 	51,  // 81: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	127, // 82: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	131, // 82: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
 	53,  // 83: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
 	54,  // 84: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
 	54,  // 85: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
@@ -9899,22 +10298,22 @@ var file_corev1_core_proto_depIdxs = []int32{
 	40,  // 95: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
 	30,  // 96: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
 	30,  // 97: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	128, // 98: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	132, // 98: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
 	28,  // 99: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
 	59,  // 100: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
 	47,  // 101: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
 	60,  // 102: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
 	61,  // 103: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
 	64,  // 104: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
-	98,  // 105: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	102, // 105: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
 	31,  // 106: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
 	63,  // 107: podflow.core.v1.PodSpec.host_aliases:type_name -> podflow.core.v1.HostAlias
 	65,  // 108: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	141, // 109: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	141, // 110: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	141, // 111: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	141, // 112: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	141, // 113: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	145, // 109: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	145, // 110: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	145, // 111: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	145, // 112: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	145, // 113: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	67,  // 114: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
 	68,  // 115: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
 	69,  // 116: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
@@ -9922,19 +10321,19 @@ var file_corev1_core_proto_depIdxs = []int32{
 	70,  // 118: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
 	66,  // 119: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
 	72,  // 120: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	141, // 121: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	145, // 121: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	71,  // 122: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	71,  // 123: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	71,  // 124: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	1,   // 125: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
 	62,  // 126: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
 	73,  // 127: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	141, // 128: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	145, // 128: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
 	75,  // 129: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	141, // 130: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	141, // 131: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	129, // 132: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	130, // 133: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	145, // 130: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	145, // 131: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	133, // 132: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	134, // 133: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
 	77,  // 134: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
 	78,  // 135: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
 	80,  // 136: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
@@ -9944,7 +10343,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	81,  // 140: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
 	19,  // 141: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
 	83,  // 142: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	131, // 143: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	135, // 143: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
 	85,  // 144: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
 	86,  // 145: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
 	1,   // 146: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
@@ -9955,60 +10354,66 @@ var file_corev1_core_proto_depIdxs = []int32{
 	1,   // 151: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
 	91,  // 152: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
 	92,  // 153: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
-	96,  // 154: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	141, // 155: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 156: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
-	94,  // 157: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
-	95,  // 158: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
-	1,   // 159: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
-	90,  // 160: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
-	98,  // 161: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	1,   // 162: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	132, // 163: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	133, // 164: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
-	1,   // 165: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	134, // 166: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
-	1,   // 167: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
-	102, // 168: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 169: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
-	102, // 170: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 171: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	105, // 172: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	106, // 173: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 174: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	105, // 175: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	106, // 176: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 177: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
-	90,  // 178: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
-	109, // 179: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	141, // 180: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	141, // 181: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	141, // 182: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	135, // 183: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	136, // 184: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	137, // 185: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	138, // 186: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
-	111, // 187: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
-	1,   // 188: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
-	112, // 189: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	139, // 190: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	30,  // 191: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
-	30,  // 192: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
-	40,  // 193: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
-	1,   // 194: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
-	114, // 195: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
-	116, // 196: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 197: podflow.core.v1.Unstructured.metadata:type_name -> podflow.core.v1.ObjectMeta
-	1,   // 198: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	140, // 199: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	11,  // 200: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 201: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	121, // 202: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	203, // [203:203] is the sub-list for method output_type
-	203, // [203:203] is the sub-list for method input_type
-	203, // [203:203] is the sub-list for extension type_name
-	203, // [203:203] is the sub-list for extension extendee
-	0,   // [0:203] is the sub-list for field type_name
+	1,   // 154: podflow.core.v1.Endpoints.metadata:type_name -> podflow.core.v1.ObjectMeta
+	95,  // 155: podflow.core.v1.Endpoints.subsets:type_name -> podflow.core.v1.EndpointSubset
+	96,  // 156: podflow.core.v1.EndpointSubset.addresses:type_name -> podflow.core.v1.EndpointAddress
+	96,  // 157: podflow.core.v1.EndpointSubset.not_ready_addresses:type_name -> podflow.core.v1.EndpointAddress
+	97,  // 158: podflow.core.v1.EndpointSubset.ports:type_name -> podflow.core.v1.EndpointsPort
+	90,  // 159: podflow.core.v1.EndpointAddress.target_ref:type_name -> podflow.core.v1.ObjectReference
+	100, // 160: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
+	145, // 161: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 162: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
+	98,  // 163: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
+	99,  // 164: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
+	1,   // 165: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
+	90,  // 166: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
+	102, // 167: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	1,   // 168: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
+	136, // 169: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	137, // 170: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	1,   // 171: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
+	138, // 172: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	1,   // 173: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
+	106, // 174: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 175: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
+	106, // 176: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 177: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	109, // 178: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	110, // 179: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 180: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	109, // 181: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	110, // 182: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 183: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
+	90,  // 184: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
+	113, // 185: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
+	145, // 186: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	145, // 187: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	145, // 188: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	139, // 189: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	140, // 190: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	141, // 191: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	142, // 192: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	115, // 193: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
+	1,   // 194: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
+	116, // 195: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
+	143, // 196: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
+	30,  // 197: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
+	30,  // 198: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
+	40,  // 199: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
+	1,   // 200: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
+	118, // 201: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
+	120, // 202: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 203: podflow.core.v1.Unstructured.metadata:type_name -> podflow.core.v1.ObjectMeta
+	1,   // 204: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	144, // 205: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	11,  // 206: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 207: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	125, // 208: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	209, // [209:209] is the sub-list for method output_type
+	209, // [209:209] is the sub-list for method input_type
+	209, // [209:209] is the sub-list for extension type_name
+	209, // [209:209] is the sub-list for extension extendee
+	0,   // [0:209] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -10043,21 +10448,24 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[65].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[71].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[83].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[84].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[86].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[89].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[91].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[92].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[99].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[100].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[101].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[122].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[96].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[97].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[103].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[104].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[105].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[126].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   141,
+			NumMessages:   145,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -44,45 +44,59 @@ func aggregatedDiscovery(core bool) *apidiscoveryv2.APIGroupDiscoveryList {
 		if g == "" {
 			version = "v1"
 		}
-		vd := apidiscoveryv2.APIVersionDiscovery{Version: version, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent}
-		for _, ar := range apiResourceList(gv).APIResources {
-			if strings.Contains(ar.Name, "/") {
-				continue // subresources are listed under their resource
-			}
-			scope := apidiscoveryv2.ScopeCluster
-			if ar.Namespaced {
-				scope = apidiscoveryv2.ScopeNamespace
-			}
-			rd := apidiscoveryv2.APIResourceDiscovery{
-				Resource: ar.Name, ResponseKind: &metav1.GroupVersionKind{Group: g, Version: version, Kind: ar.Kind},
-				Scope: scope, SingularResource: ar.SingularName, Verbs: ar.Verbs, ShortNames: ar.ShortNames, Categories: ar.Categories,
-			}
-			vd.Resources = append(vd.Resources, rd)
-		}
-		for _, ar := range apiResourceList(gv).APIResources {
-			res, sub, ok := strings.Cut(ar.Name, "/")
-			if !ok {
-				continue
-			}
-			kind := &metav1.GroupVersionKind{Group: g, Version: version, Kind: ar.Kind}
-			if ar.Version != "" {
-				kind.Group, kind.Version = ar.Group, ar.Version
-			}
-			for i := range vd.Resources {
-				if vd.Resources[i].Resource == res {
-					vd.Resources[i].Subresources = append(vd.Resources[i].Subresources,
-						apidiscoveryv2.APISubresourceDiscovery{Subresource: sub, ResponseKind: kind, Verbs: ar.Verbs})
-				}
-			}
-		}
+		vd := versionDiscovery(g, version, apiResourceList(gv))
 		l.Items = append(l.Items, apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: g},
 			Versions: []apidiscoveryv2.APIVersionDiscovery{vd}})
 	}
 	return l
 }
 
-func writeAggregated(w http.ResponseWriter, core bool) {
-	b, err := json.Marshal(aggregatedDiscovery(core))
+// versionDiscovery is the aggregated discovery of one group version
+// whose legacy discovery document is l.
+func versionDiscovery(g, version string, l *metav1.APIResourceList) apidiscoveryv2.APIVersionDiscovery {
+	vd := apidiscoveryv2.APIVersionDiscovery{Version: version, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent}
+	for _, ar := range l.APIResources {
+		if strings.Contains(ar.Name, "/") {
+			continue // subresources are listed under their resource
+		}
+		scope := apidiscoveryv2.ScopeCluster
+		if ar.Namespaced {
+			scope = apidiscoveryv2.ScopeNamespace
+		}
+		rd := apidiscoveryv2.APIResourceDiscovery{
+			Resource: ar.Name, ResponseKind: &metav1.GroupVersionKind{Group: g, Version: version, Kind: ar.Kind},
+			Scope: scope, SingularResource: ar.SingularName, Verbs: ar.Verbs, ShortNames: ar.ShortNames, Categories: ar.Categories,
+		}
+		vd.Resources = append(vd.Resources, rd)
+	}
+	for _, ar := range l.APIResources {
+		res, sub, ok := strings.Cut(ar.Name, "/")
+		if !ok {
+			continue
+		}
+		kind := &metav1.GroupVersionKind{Group: g, Version: version, Kind: ar.Kind}
+		if ar.Version != "" {
+			kind.Group, kind.Version = ar.Group, ar.Version
+		}
+		for i := range vd.Resources {
+			if vd.Resources[i].Resource == res {
+				vd.Resources[i].Subresources = append(vd.Resources[i].Subresources,
+					apidiscoveryv2.APISubresourceDiscovery{Subresource: sub, ResponseKind: kind, Verbs: ar.Verbs})
+			}
+		}
+	}
+	return vd
+}
+
+// writeAggregated writes the aggregated discovery of the core group (for
+// /api) or of every named group (for /apis): the built-in groups, then
+// the custom resources' groups.
+func (s *Server) writeAggregated(w http.ResponseWriter, core bool) {
+	l := aggregatedDiscovery(core)
+	if crs := s.customResources(); crs != nil && !core {
+		l.Items = append(l.Items, crs.customAggregated()...)
+	}
+	b, err := json.Marshal(l)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

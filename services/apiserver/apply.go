@@ -86,6 +86,9 @@ func (r *resource) gvk() schema.GroupVersionKind {
 // has client-go apiextensions.k8s.io's; an apply of one is a JSON merge
 // patch.
 func managesFields(r *resource) bool {
+	if r.cr != nil {
+		return true
+	}
 	return kubeType(r) != nil && r.store.Name != "" && !r.readOnly && clientgoscheme.Scheme.Recognizes(r.gvk())
 }
 
@@ -94,6 +97,9 @@ func managesFields(r *resource) bool {
 func fieldManager(r *resource, subresource string) (*managedfields.FieldManager, error) {
 	if !managesFields(r) {
 		return nil, nil
+	}
+	if r.cr != nil {
+		return r.cr.FieldManager(subresource)
 	}
 	key := managerKey{r.gvk(), subresource}
 	if fm, ok := fieldManagers.Load(key); ok {
@@ -153,6 +159,11 @@ func managerName(r *http.Request, apply bool, kind string) (string, *corev1.Stat
 // object of r's kind when there is none (a create).
 func liveKube(r *resource, current objects.Object) (runtime.Object, error) {
 	if current == nil {
+		if r.cr != nil {
+			u := &unstructured.Unstructured{Object: map[string]any{}}
+			u.SetGroupVersionKind(r.gvk())
+			return u, nil
+		}
 		obj := kubeType(r)()
 		obj.GetObjectKind().SetGroupVersionKind(r.gvk())
 		return obj, nil

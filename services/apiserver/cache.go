@@ -37,7 +37,7 @@ func newKubeCache(max int) *kubeCache {
 // convert returns kv's Kubernetes form for res, from the cache when it
 // holds kv's revision.
 func (c *kubeCache) convert(res *resource, kv *raftstore.KV) (runtime.Object, []byte, error) {
-	key := res.groupVersion() + "|" + kv.Key
+	key := res.cacheKey() + "|" + kv.Key
 	c.mu.Lock()
 	e, ok := c.m[key]
 	c.mu.Unlock()
@@ -73,7 +73,7 @@ func (c *kubeCache) convert(res *resource, kv *raftstore.KV) (runtime.Object, []
 // forget drops a deleted key's entries.
 func (c *kubeCache) forget(res *resource, key string) {
 	c.mu.Lock()
-	delete(c.m, res.groupVersion()+"|"+key)
+	delete(c.m, res.cacheKey()+"|"+key)
 	c.mu.Unlock()
 }
 

@@ -1,13 +1,16 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/podsecurity"
 )
 
@@ -92,6 +95,11 @@ type Config struct {
 	// end after a random time in [MaxWatchTimeout/2, MaxWatchTimeout),
 	// so that clients reconnect spread over time. Default 30m.
 	MaxWatchTimeout time.Duration
+	// ProxyDialContext dials the pods that pods/proxy and services/proxy
+	// reach, once the address has been checked to be a pod's (proxy.go).
+	// Default: a net.Dialer with a 30s timeout. Tests point it at
+	// loopback.
+	ProxyDialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// PodSecurityDefault is the Pod Security level enforced on pod
 	// updates (a new image, an ephemeral container) in a namespace
 	// without the pod-security.kubernetes.io/enforce label, as
@@ -103,6 +111,10 @@ type Config struct {
 	// kube-apiserver's columns: services/registry's Registry. Nil: their
 	// tables have name and age only.
 	Printer Printer
+	// CustomResources serves CustomResourceDefinitions' objects beside
+	// the built-in kinds (customresources.go): the process's catalog,
+	// which its api stage writes through too. Nil: none.
+	CustomResources *crd.Catalog
 }
 
 // Printer is kube-apiserver's table printing of built-in kinds

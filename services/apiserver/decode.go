@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,7 @@ var kubeTypes = map[string]func() runtime.Object{
 	"Pod":                func() runtime.Object { return &k8scorev1.Pod{} },
 	"Node":               func() runtime.Object { return &k8scorev1.Node{} },
 	"Service":            func() runtime.Object { return &k8scorev1.Service{} },
+	"Endpoints":          func() runtime.Object { return &k8scorev1.Endpoints{} },
 	"Namespace":          func() runtime.Object { return &k8scorev1.Namespace{} },
 	"ServiceAccount":     func() runtime.Object { return &k8scorev1.ServiceAccount{} },
 	"ConfigMap":          func() runtime.Object { return &k8scorev1.ConfigMap{} },
@@ -114,6 +116,12 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.
 // bounded by readBody; manifest's limits refuse YAML alias bombs before
 // they expand.
 func decodeObject(body []byte, res *resource, validation string, maxBytes int) (objects.Object, []string, *corev1.Status) {
+	if res.cr != nil {
+		if len(body) > maxBytes {
+			return nil, nil, tooLarge(int64(maxBytes))
+		}
+		return decodeCustomResource(body, res, validation)
+	}
 	objs, err := manifest.Decode(body, manifest.WithMaxBytes(maxBytes))
 	var warnings []string
 	if err != nil && validation != validationStrict && kubeType(res) != nil &&
@@ -239,6 +247,9 @@ func applyPatch(original, patch []byte, contentType string, res *resource, lim p
 
 func applyPatchType(original, patch []byte, contentType string, res *resource, lim patchLimits) ([]byte, *corev1.Status) {
 	ct, _, _ := strings.Cut(contentType, ";")
+	if res.cr != nil && !slices.Contains(crPatchTypes, strings.TrimSpace(ct)) {
+		return nil, unsupportedPatch(crPatchTypes) // a custom resource has no strategic merge patch
+	}
 	switch strings.TrimSpace(ct) {
 	case patchStrategic:
 		newT := kubeType(res)

@@ -80,7 +80,7 @@ func TestEphemeralContainers(t *testing.T) {
 		{name: "a host port", ec: func(c *k8scorev1.EphemeralContainer) {
 			c.Ports = []k8scorev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
 		},
-			want: "spec.ephemeralContainers[2].ports[0].hostPort: Forbidden: podflow does not support host port mapping"},
+			want: "spec.ephemeralContainers[2].ports: Forbidden: cannot be set for an Ephemeral Container"},
 		{name: "no name", ec: func(c *k8scorev1.EphemeralContainer) { c.Name = "" }, want: "spec.ephemeralContainers[2].name: Required value"},
 		{name: "subPathExpr", ec: func(c *k8scorev1.EphemeralContainer) {
 			c.VolumeMounts = []k8scorev1.VolumeMount{{Name: "v", MountPath: "/v", SubPathExpr: "$(POD)"}}

@@ -23,6 +23,7 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
 )
@@ -72,6 +73,13 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	switch {
 	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"),
 		namespaceSubresource(req): // nssubresources.go
+	case req.res.cr != nil:
+		// A custom resource version's own subresources.
+		if !((req.sub == "status" && req.res.cr.HasStatus()) || (req.sub == "scale" && req.res.cr.HasScale())) ||
+			(req.verb != "get" && req.verb != "update" && req.verb != "patch") {
+			writeStatus(w, notFoundPath(r.URL.Path))
+			return
+		}
 	case req.res.generic() && req.res.store.HasSubresource(req.sub) && (req.verb == "get" || req.verb == "update" || req.verb == "patch"):
 		// A generic kind's status, scale, approval.
 	default:
@@ -81,6 +89,9 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	if req.res.metrics {
 		s.serveMetrics(w, r, req)
 		return
+	}
+	if req.res.cr != nil && req.res.cr.Warning != "" {
+		writeWarnings(w, []string{req.res.cr.Warning}) // a deprecated version
 	}
 	needsName := req.verb != "create" && req.verb != "list" && req.verb != "watch" && req.verb != "deletecollection"
 	if needsName != (req.name != "") || (req.res.readOnly && req.verb != "get" && req.verb != "list" && req.verb != "watch") ||
@@ -241,6 +252,9 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, code int, r
 type selector struct {
 	labels labels.Selector
 	fields fields.Selector
+	// cr is the custom resource version whose selectable fields the
+	// field selector is evaluated on (nil for the built-in kinds).
+	cr *crd.Version
 }
 
 func parseSelector(r *http.Request, res *resource) (*selector, *corev1.Status) {
@@ -256,7 +270,11 @@ func parseSelector(r *http.Request, res *resource) (*selector, *corev1.Status) {
 		if sel.fields, err = fields.ParseSelector(v); err != nil {
 			return nil, badRequest("invalid field selector: %v", err)
 		}
-		if sel.fields, err = convertFieldSelector(res, sel.fields); err != nil {
+		if res.cr != nil {
+			if st := sel.customResourceFields(res); st != nil {
+				return nil, st
+			}
+		} else if sel.fields, err = convertFieldSelector(res, sel.fields); err != nil {
 			return nil, badRequest("%v", err)
 		}
 	}
@@ -270,7 +288,14 @@ func (sel *selector) matches(k runtime.Object) bool {
 	if !sel.labels.Empty() && !sel.labels.Matches(labels.Set(md.GetLabels())) {
 		return false
 	}
-	return sel.fields.Empty() || sel.fields.Matches(selectableFields(k))
+	if sel.fields.Empty() {
+		return true
+	}
+	if sel.cr != nil {
+		_, fs, err := sel.cr.Attrs(k)
+		return err == nil && sel.fields.Matches(fields.Set(fs))
+	}
+	return sel.fields.Matches(selectableFields(k))
 }
 
 func metaOf(k runtime.Object) metav1.Object {
@@ -538,6 +563,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // namespace; its managedFields record manager's write through req.sub.
 func (s *Server) updated(req *request, current objects.Object, body []byte, ct, validation, manager string, force bool) (objects.Object, []string, *corev1.Status) {
 	var st *corev1.Status
+	var applyWarnings []string
 	ssa := req.verb == "patch" && strings.HasPrefix(ct, patchApply) && managesFields(req.res)
 	if ssa {
 		if current == nil {
@@ -547,8 +573,19 @@ func (s *Server) updated(req *request, current objects.Object, body []byte, ct, 
 				return nil, nil, auth.Forbidden(attrs, "")
 			}
 		}
+		patch := body
 		if body, st = applyConfiguration(req.res, req.sub, current, body, manager, force); st != nil {
 			return nil, nil, st
+		}
+		// Field validation of the applied configuration itself, as
+		// kube-apiserver's apply patcher: its duplicate keys.
+		if validation != validationIgnore {
+			if err := yaml.UnmarshalStrict(patch, &map[string]any{}); err != nil {
+				if validation == validationStrict {
+					return nil, nil, badRequest("error strict decoding patch: %v", err)
+				}
+				applyWarnings = append(applyWarnings, err.Error())
+			}
 		}
 	} else if req.verb == "patch" {
 		orig := []byte("{}")
@@ -587,7 +624,7 @@ func (s *Server) updated(req *request, current objects.Object, body []byte, ct, 
 			return nil, nil, st
 		}
 	}
-	return obj, warnings, nil
+	return obj, append(applyWarnings, warnings...), nil
 }
 
 // patchHasPrecondition reports whether a patch sets metadata.resourceVersion

@@ -27,6 +27,7 @@ import (
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/apiserver/pki"
 	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
@@ -35,6 +36,7 @@ import (
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
 	"github.com/podflow/podflow/services/stages/bootstrap"
+	"github.com/podflow/podflow/services/stages/crds"
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
@@ -347,8 +349,8 @@ func podJSON(name string, extra string) string {
 }
 
 // apiProcess is the api process as `podflow stage api` composes it
-// (ops/processes/roles.APIProcess): the api stage, the namespace
-// controller, the bootstrap controller, the node token signer, the HTTPS
+// (ops/processes/roles.APIProcess): the api stage, the CRD catalog, the
+// namespace controller, the CRD controller, the bootstrap controller, the node token signer, the HTTPS
 // front door hc (with its pod network listeners) and the kubernetes
 // Service's controller.
 func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, error) {
@@ -374,10 +376,20 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, 
 	if err != nil {
 		return nil, err
 	}
-	cfg.Registry = reg
+	cat, err := crd.NewCatalog(crd.Config{Store: env.Store, Log: env.Log})
+	if err != nil {
+		return nil, err
+	}
+	crdc, err := crds.New(env, crds.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Registry = crd.Registry{Builtin: reg, Catalog: cat}
+	cfg.SyncKinds = cat.Sync
 	if hc.Printer == nil {
 		hc.Printer = reg
 	}
+	hc.CustomResources = cat
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
@@ -397,7 +409,7 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, 
 	if err != nil {
 		return nil, err
 	}
-	return stage.Compose(s, ns, boot,
+	return stage.Compose(s, cat, ns, crdc, boot,
 		&apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: tokens, Workers: cfg.Workers, Log: env.Log},
 		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Pods: pods, Log: env.Log}, ks), nil
 }

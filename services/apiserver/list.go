@@ -132,7 +132,7 @@ type listSnapshot struct {
 }
 
 func snapshotID(res *resource, prefix string, rev int64) string {
-	return res.groupVersion() + "|" + prefix + "|" + strconv.FormatInt(rev, 10)
+	return res.cacheKey() + "|" + prefix + "|" + strconv.FormatInt(rev, 10)
 }
 
 // page returns up to limit (0: all) items matching sel from the key

@@ -227,18 +227,31 @@ var openAPIV3Served = sync.OnceValues(func() (map[string][]byte, error) {
 })
 
 // serveOpenAPI answers /openapi/v2 (openapi_v2.go), /openapi/v3 and
-// /openapi/v3/<gv path>.
-func serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) bool {
+// /openapi/v3/<gv path>: the built-in kinds' documents and those of the
+// established custom resources' group versions.
+func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) bool {
 	if path == "/openapi/v2" {
-		serveOpenAPIV2(w, r)
+		s.serveOpenAPIV2(w, r)
 		return true
 	}
 	rest, ok := strings.CutPrefix(path, "/openapi/v3")
 	if !ok {
 		return false
 	}
+	crs := s.customResources()
 	if rest == "" {
-		writeJSON(w, http.StatusOK, openAPIRoot())
+		root := openAPIRoot()
+		if crs != nil {
+			paths := root["paths"].(map[string]any)
+			for gv := range crs.discovered {
+				if _, builtin := resources[gv]; builtin {
+					continue
+				}
+				doc := crs.crOpenAPIV3(gv)
+				paths[gvPath(gv)] = map[string]string{"serverRelativeURL": "/openapi/v3/" + gvPath(gv) + "?hash=" + doc.hash}
+			}
+		}
+		writeJSON(w, http.StatusOK, root)
 		return true
 	}
 	rest = strings.TrimPrefix(rest, "/")
@@ -250,7 +263,24 @@ func serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) bool {
 		gv = strings.TrimPrefix(rest, "apis/")
 	}
 	if _, ok := resources[gv]; !ok {
-		writeStatus(w, notFoundPath(r.URL.Path))
+		if crs == nil || crs.discovered[gv] == nil {
+			writeStatus(w, notFoundPath(r.URL.Path))
+			return true
+		}
+		doc := crs.crOpenAPIV3(gv)
+		if doc.err != nil {
+			writeStatus(w, stage.Internal(doc.err))
+			return true
+		}
+		if r.URL.Query().Get("hash") == doc.hash {
+			w.Header().Set("Cache-Control", "public, immutable")
+		} else {
+			w.Header().Set("Cache-Control", "no-cache, private")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Etag", fmt.Sprintf("%q", doc.hash))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(doc.body)
 		return true
 	}
 	docs, err := openAPIV3Served()

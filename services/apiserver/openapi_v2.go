@@ -43,6 +43,11 @@ var openAPIV2 = sync.OnceValue(func() openAPIV2Served {
 	if err != nil {
 		return openAPIV2Served{err: err}
 	}
+	return encodeOpenAPIV2(doc)
+})
+
+// encodeOpenAPIV2 encodes a Swagger 2.0 document in both encodings.
+func encodeOpenAPIV2(doc map[string]any) openAPIV2Served {
 	j, err := json.Marshal(doc)
 	if err != nil {
 		return openAPIV2Served{err: err}
@@ -56,7 +61,7 @@ var openAPIV2 = sync.OnceValue(func() openAPIV2Served {
 		return openAPIV2Served{err: err}
 	}
 	return openAPIV2Served{json: j, proto: p, etag: fmt.Sprintf("%q", fmt.Sprintf("%X", sha512.Sum512(j)))}
-})
+}
 
 // openAPIV2Doc is the Swagger 2.0 document of every group version served:
 // the definitions kube-openapi's v2 builder makes of the generated ones
@@ -138,9 +143,13 @@ func v3PathToV2(p string, item map[string]any) map[string]any {
 
 // serveOpenAPIV2 answers /openapi/v2 in the media type asked for (JSON
 // when any will do; 406 Not Acceptable when neither), with an ETag clients
-// revalidate against.
-func serveOpenAPIV2(w http.ResponseWriter, r *http.Request) {
+// revalidate against. With custom resources it is the built-in document
+// merged with theirs (crOpenAPIV2).
+func (s *Server) serveOpenAPIV2(w http.ResponseWriter, r *http.Request) {
 	doc := openAPIV2()
+	if crs := s.customResources(); crs != nil && doc.err == nil && len(crs.discovered) > 0 {
+		doc = crs.crOpenAPIV2()
+	}
 	if doc.err != nil {
 		writeStatus(w, stage.Internal(doc.err))
 		return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -34,6 +36,9 @@ type resource struct {
 	// view converts the stored object's Kubernetes form for this
 	// resource's group version (events.k8s.io/v1 from core/v1 Events).
 	view func(runtime.Object) (runtime.Object, error)
+	// cr is the served version of a custom resource (customresources.go);
+	// nil for the built-in kinds.
+	cr *crd.Version
 }
 
 func (r *resource) groupVersion() string {
@@ -41,6 +46,16 @@ func (r *resource) groupVersion() string {
 		return r.version
 	}
 	return r.group + "/" + r.version
+}
+
+// cacheKey names r's Kubernetes forms in caches: its group version, and
+// for a custom resource the revision of its definition too (a new
+// default or schema changes what a stored object reads as).
+func (r *resource) cacheKey() string {
+	if r.cr != nil {
+		return r.groupVersion() + "@" + strconv.FormatInt(r.cr.Definition().Revision, 10)
+	}
+	return r.groupVersion()
 }
 
 // generic reports whether r is a generic kind's (stored as Unstructured,
@@ -90,8 +105,6 @@ func init() {
 	}
 	addResource(&resource{group: "events.k8s.io", version: "v1", name: "events", kind: "Event", namespaced: true,
 		shortNames: []string{"ev"}, verbs: readVerbs, store: objects.Events, readOnly: true, view: eventsV1})
-	addResource(&resource{group: "", version: "v1", name: "endpoints", kind: "Endpoints", namespaced: true,
-		shortNames: []string{"ep"}, verbs: readVerbs, store: objects.EndpointSlices, readOnly: true, view: endpointsV1})
 	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "selfsubjectreviews",
 		kind: "SelfSubjectReview", verbs: []string{"create"}})
 	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "tokenreviews",
@@ -154,7 +167,14 @@ func (r *resource) subresources() []metav1.APIResource {
 			{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: []string{"create", "get"}},
 			{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: []string{"create", "get"}},
 			{Name: "pods/ephemeralcontainers", Namespaced: true, Kind: "Pod", Verbs: []string{"get", "patch", "update"}},
+			{Name: "pods/proxy", Namespaced: true, Kind: "PodProxyOptions", Verbs: proxyVerbs},
 		}
+	}
+	if r.cr != nil {
+		return r.crSubresources()
+	}
+	if r.name == "services" && r.group == "" {
+		return []metav1.APIResource{{Name: "services/proxy", Namespaced: true, Kind: "ServiceProxyOptions", Verbs: proxyVerbs}}
 	}
 	if r.name == "namespaces" && r.group == "" {
 		return []metav1.APIResource{
@@ -214,6 +234,13 @@ func apiGroupList() *metav1.APIGroupList {
 
 // toKube converts a stored object to its Kubernetes form for r.
 func (r *resource) toKube(m proto.Message) (runtime.Object, error) {
+	if r.cr != nil {
+		om, ok := m.(objectMessage)
+		if !ok {
+			return nil, fmt.Errorf("apiserver: a custom resource stored as %T", m)
+		}
+		return r.crToKube(om)
+	}
 	var obj runtime.Object
 	var err error
 	if obj, err = manifest.ToKube(m); err != nil {
@@ -297,49 +324,6 @@ func eventsV1(o runtime.Object) (runtime.Object, error) {
 	}
 	if e.Series != nil {
 		out.Series = &k8seventsv1.EventSeries{Count: e.Series.Count, LastObservedTime: e.Series.LastObservedTime}
-	}
-	return out, nil
-}
-
-// endpointsV1 presents an EndpointSlice (podflow keeps one per Service,
-// named after it) as the Service's core/v1 Endpoints, which kubectl
-// describe service reads.
-func endpointsV1(o runtime.Object) (runtime.Object, error) {
-	sl, ok := o.(*k8sdiscoveryv1.EndpointSlice)
-	if !ok {
-		return nil, fmt.Errorf("endpointsV1: %T is not an EndpointSlice", o)
-	}
-	out := &k8scorev1.Endpoints{TypeMeta: metav1.TypeMeta{Kind: "Endpoints", APIVersion: "v1"}, ObjectMeta: sl.ObjectMeta}
-	out.OwnerReferences = nil
-	if svc := sl.Labels[k8sdiscoveryv1.LabelServiceName]; svc != "" {
-		out.Name = svc
-	}
-	var sub k8scorev1.EndpointSubset
-	for _, e := range sl.Endpoints {
-		for _, a := range e.Addresses {
-			addr := k8scorev1.EndpointAddress{IP: a, NodeName: e.NodeName, TargetRef: e.TargetRef}
-			if e.Conditions.Ready == nil || *e.Conditions.Ready {
-				sub.Addresses = append(sub.Addresses, addr)
-			} else {
-				sub.NotReadyAddresses = append(sub.NotReadyAddresses, addr)
-			}
-		}
-	}
-	for _, p := range sl.Ports {
-		ep := k8scorev1.EndpointPort{AppProtocol: p.AppProtocol}
-		if p.Name != nil {
-			ep.Name = *p.Name
-		}
-		if p.Port != nil {
-			ep.Port = *p.Port
-		}
-		if p.Protocol != nil {
-			ep.Protocol = *p.Protocol
-		}
-		sub.Ports = append(sub.Ports, ep)
-	}
-	if len(sub.Addresses)+len(sub.NotReadyAddresses) > 0 {
-		out.Subsets = []k8scorev1.EndpointSubset{sub}
 	}
 	return out, nil
 }

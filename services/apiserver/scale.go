@@ -18,7 +18,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	k8scorev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
@@ -63,6 +66,13 @@ func scaleOf(res *resource, obj objects.Object) (*autoscalingv1.Scale, *corev1.S
 	if err != nil {
 		return nil, stage.Internal(err)
 	}
+	if res.cr != nil { // a custom resource's replicas paths
+		sc, _, err := res.cr.Scale(k.(*unstructured.Unstructured))
+		if err != nil {
+			return nil, crd.StatusOf(apierrors.NewBadRequest(err.Error()))
+		}
+		return sc, nil
+	}
 	replicas, statusReplicas, selector, err := replicasOf(k)
 	if err != nil {
 		return nil, stage.Internal(err)
@@ -85,6 +95,16 @@ func withReplicas(res *resource, obj objects.Object, n int32) (objects.Object, *
 		return nil, stage.Internal(err)
 	}
 	k = k.DeepCopyObject()
+	if res.cr != nil {
+		if err := res.cr.SetReplicas(k.(*unstructured.Unstructured), n); err != nil {
+			return nil, crd.StatusOf(apierrors.NewBadRequest(err.Error()))
+		}
+		m, err := manifest.FromKube(k)
+		if err != nil {
+			return nil, stage.Internal(err)
+		}
+		return m.(objects.Object), nil
+	}
 	replicas, _, _, err := replicasOf(k)
 	if err != nil {
 		return nil, stage.Internal(err)
@@ -106,6 +126,9 @@ func (s *Server) serveScale(ctx context.Context, w http.ResponseWriter, r *http.
 		var sc *autoscalingv1.Scale
 		if st == nil {
 			sc, st = scaleOf(req.res, current)
+		}
+		if st == nil && req.res.cr != nil && !crReplicasSet(req.res, current) {
+			st = crd.StatusOf(req.res.cr.ScaleReplicasMissing(true))
 		}
 		if st != nil {
 			writeStatus(w, st)
@@ -218,4 +241,16 @@ func (s *Server) scaleRequested(req *request, old *autoscalingv1.Scale, body []b
 		return nil, badRequest("the object in the request body is %s %s; autoscaling/v1 Scale expected", sc.APIVersion, sc.Kind)
 	}
 	return sc, nil
+}
+
+// crReplicasSet reports whether a custom resource has its
+// specReplicasPath set (a Scale GET of one that has not is
+// kube-apiserver's 500).
+func crReplicasSet(res *resource, obj objects.Object) bool {
+	k, err := res.toKube(obj)
+	if err != nil {
+		return false
+	}
+	_, found, err := res.cr.Scale(k.(*unstructured.Unstructured))
+	return err == nil && found
 }

@@ -12,11 +12,13 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
@@ -85,12 +87,17 @@ type Server struct {
 	handler   http.Handler
 	// clientCAs verify client certificates (nil: none accepted).
 	clientCAs *x509.CertPool
+	// proxyTransport carries pods/proxy and services/proxy (proxy.go).
+	proxyTransport http.RoundTripper
 	// inflight, mutating and watches bound the read-only requests, the
 	// mutating requests and the watches being served (429 beyond).
 	inflight, mutating, watches chan struct{}
 	// watchFlows and mutatingFlows are each user's seats inside watches
 	// and mutating (fairness.go).
 	watchFlows, mutatingFlows *flows
+	// crs is the custom resources' surface of the catalog's last
+	// generation (customresources.go).
+	crs atomic.Pointer[crSurface]
 
 	mu     sync.Mutex
 	srv    *http.Server
@@ -136,7 +143,8 @@ func New(cfg Config, backend Backend, store *objects.Store, log *slog.Logger) (*
 		snapshots: newSnapshots(cfg.MaxListSnapshots, cfg.ListSnapshotTTL),
 		clientCAs: tc.ClientCAs, inflight: make(chan struct{}, cfg.MaxInFlight),
 		mutating: make(chan struct{}, cfg.MaxMutatingInFlight), watches: make(chan struct{}, cfg.MaxWatches),
-		watchFlows: newFlows(seats(cfg.MaxWatchesPerUser, cfg.MaxWatches)), mutatingFlows: newFlows(seats(cfg.MaxMutatingPerUser, cfg.MaxMutatingInFlight))}
+		watchFlows: newFlows(seats(cfg.MaxWatchesPerUser, cfg.MaxWatches)), mutatingFlows: newFlows(seats(cfg.MaxMutatingPerUser, cfg.MaxMutatingInFlight)),
+		proxyTransport: newProxyTransport(cfg.ProxyDialContext)}
 	if cfg.OIDC.IssuerURL != "" {
 		if s.oidc, err = newOIDCVerifier(cfg.OIDC); err != nil {
 			return nil, err
@@ -347,6 +355,10 @@ func (s *Server) impersonate(r *http.Request, user *corev1.UserInfo) (*corev1.Us
 }
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.UserInfo) {
+	if pr, ok := parseProxy(r.URL.Path); ok { // pods/proxy, services/proxy: proxy.go
+		s.serveProxy(w, r, user, pr)
+		return
+	}
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	switch {
 	case path == "/version":
@@ -357,16 +369,20 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.User
 		_, _ = w.Write([]byte("ok"))
 		return
 	case (path == "/api" || path == "/apis") && wantsAggregated(r):
-		writeAggregated(w, path == "/api")
+		if path == "/apis" {
+			s.syncCustomResources(r.Context())
+		}
+		s.writeAggregated(w, path == "/api")
 		return
 	case path == "/api":
 		writeJSON(w, http.StatusOK, apiVersions(r))
 		return
 	case path == "/apis":
-		writeJSON(w, http.StatusOK, apiGroupList())
+		s.syncCustomResources(r.Context())
+		writeJSON(w, http.StatusOK, s.apiGroupList())
 		return
 	}
-	if serveOpenAPI(w, r, path) {
+	if s.serveOpenAPI(w, r, path) {
 		return
 	}
 	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
@@ -381,19 +397,31 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.User
 			writeJSON(w, http.StatusOK, &g)
 			return
 		}
+		if g, ok := s.customGroup(r.Context(), parts[1]); ok {
+			writeJSON(w, http.StatusOK, &g)
+			return
+		}
 	case len(parts) >= 3 && parts[0] == "apis":
 		gv, rest = parts[1]+"/"+parts[2], parts[3:]
 	}
-	if _, ok := resources[gv]; !ok {
-		writeStatus(w, notFoundPath(r.URL.Path))
-		return
-	}
+	_, builtin := resources[gv]
 	if len(rest) == 0 {
+		var l *metav1.APIResourceList
+		switch {
+		case builtin:
+			l = apiResourceList(gv)
+		case gv != "":
+			l = s.customResourceList(r.Context(), gv)
+		}
+		if l == nil {
+			writeStatus(w, notFoundPath(r.URL.Path))
+			return
+		}
 		if r.Method != http.MethodGet {
 			writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
 			return
 		}
-		writeJSON(w, http.StatusOK, apiResourceList(gv))
+		writeJSON(w, http.StatusOK, l)
 		return
 	}
 	req := &request{user: user, gv: gv}
@@ -403,7 +431,12 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.User
 	if rest[0] == "namespaces" && len(rest) >= 3 && !nsSub {
 		req.namespace, rest = rest[1], rest[2:]
 	}
-	req.res = lookupResource(gv, rest[0])
+	if builtin {
+		req.res = lookupResource(gv, rest[0])
+	}
+	if req.res == nil && gv != "" && len(rest) <= 3 {
+		req.res = s.lookupCustomResource(r.Context(), gv, rest[0])
+	}
 	if req.res == nil || len(rest) > 3 {
 		writeStatus(w, notFoundPath(r.URL.Path))
 		return

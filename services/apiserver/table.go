@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	k8scorev1 "k8s.io/api/core/v1"
 	k8sdiscoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 )
@@ -73,6 +75,7 @@ var columns = map[string][]metav1.TableColumnDefinition{
 	"Service": {nameCol, col("Type", "", "The type of the service", 0), col("Cluster-IP", "", "The cluster IP of the service", 0),
 		col("External-IP", "", "The external IP of the service", 0), col("Port(s)", "", "The ports of the service", 0), ageCol,
 		col("Selector", "", "The selector of the service", 1)},
+	"Endpoints": {nameCol, col("Endpoints", "", "Endpoints of the service", 0), ageCol},
 	"EndpointSlice": {nameCol, col("AddressType", "", "Type of address carried by this EndpointSlice", 0),
 		col("Ports", "", "Ports served by this EndpointSlice", 0), col("Endpoints", "", "Endpoints in this EndpointSlice", 0), ageCol},
 	"Event": {col("Last Seen", "", "Time when this event was last seen.", 0), col("Type", "", "Type of this event.", 0),
@@ -84,6 +87,12 @@ func newTable(res *resource, withColumns bool, printer Printer) *table {
 	t := &table{now: time.Now()}
 	t.Kind, t.APIVersion = "Table", "meta.k8s.io/v1"
 	t.Rows = []metav1.TableRow{}
+	if res.cr != nil { // the definition's printer columns
+		if withColumns {
+			t.ColumnDefinitions = res.cr.TableColumns()
+		}
+		return t
+	}
 	cols, ok := columns[res.kind]
 	if res.generic() {
 		ok = false
@@ -112,7 +121,13 @@ func (t *table) age(ts metav1.Time) string {
 func (t *table) addRow(res *resource, k runtime.Object) {
 	md := metaOf(k)
 	var cells []any
-	if t.printer != nil {
+	if u, ok := k.(*unstructured.Unstructured); ok && res.cr != nil {
+		var err error
+		if cells, err = res.cr.TableCells(u); err != nil {
+			cells = make([]any, len(res.cr.TableColumns()))
+			cells[0] = md.GetName()
+		}
+	} else if t.printer != nil {
 		var err error
 		if cells, err = t.printer.TableCells(k); err != nil {
 			// Still a row of as many cells: its name, the rest empty.
@@ -161,6 +176,24 @@ func (t *table) typedCells(res *resource, k runtime.Object, md metav1.Object) []
 			eps = strings.Join(addrs[:3], ",") + fmt.Sprintf(" + %d more...", len(addrs)-3)
 		}
 		cells = []any{o.Name, string(o.AddressType), orNone(strings.Join(ports, ",")), orNone(eps), t.age(o.CreationTimestamp)}
+	case *k8scorev1.Endpoints:
+		// kubectl's: ip:port for every address and port, 3 at most.
+		var eps []string
+		for _, ss := range o.Subsets {
+			for _, a := range ss.Addresses {
+				for _, p := range ss.Ports {
+					eps = append(eps, net.JoinHostPort(a.IP, fmt.Sprint(p.Port)))
+				}
+				if len(ss.Ports) == 0 {
+					eps = append(eps, a.IP)
+				}
+			}
+		}
+		list := strings.Join(eps, ",")
+		if len(eps) > 3 {
+			list = strings.Join(eps[:3], ",") + fmt.Sprintf(" + %d more...", len(eps)-3)
+		}
+		cells = []any{o.Name, orNone(list), t.age(o.CreationTimestamp)}
 	case *k8scorev1.Event:
 		last := o.LastTimestamp
 		if last.IsZero() {
@@ -286,7 +319,17 @@ func (t *table) serviceCells(s *k8scorev1.Service) []any {
 		sel = append(sel, k+"="+v)
 	}
 	sort.Strings(sel)
+	// kube's getServiceExternalIP: an ExternalName Service's name, a
+	// LoadBalancer's address or <pending>, else the external IPs.
 	ext := strings.Join(s.Spec.ExternalIPs, ",")
+	switch s.Spec.Type {
+	case k8scorev1.ServiceTypeExternalName:
+		ext = s.Spec.ExternalName
+	case k8scorev1.ServiceTypeLoadBalancer:
+		if ext == "" {
+			ext = "<pending>"
+		}
+	}
 	typ := string(s.Spec.Type)
 	if typ == "" {
 		typ = "ClusterIP"

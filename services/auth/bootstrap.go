@@ -63,7 +63,7 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 	editRules := func() []*corev1.PolicyRule {
 		rw := all(readVerbs, writeVerbs)
 		return append(viewRules(),
-			core(rw, "pods", "services", "configmaps", "secrets", "serviceaccounts",
+			core(rw, "pods", "services", "endpoints", "configmaps", "secrets", "serviceaccounts",
 				"replicationcontrollers", "replicationcontrollers/scale"),
 			core([]string{"create"}, "serviceaccounts/token", "pods/eviction"),
 			group("apps", rw, "daemonsets", "deployments", "deployments/rollback", "deployments/scale", "replicasets",

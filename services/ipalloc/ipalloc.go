@@ -1,6 +1,7 @@
 package ipalloc
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
@@ -26,7 +28,7 @@ var Prefix = objects.IPAddresses.Prefix("")
 // None is spec.clusterIP of a headless Service.
 const None = "None"
 
-// Sentinel errors; an *Error wraps the first four.
+// Sentinel errors; an *Error wraps the first four and the node port ones.
 var (
 	// ErrAllocated: a requested IP is held by another Service.
 	ErrAllocated = errors.New("provided IP is already allocated")
@@ -39,26 +41,38 @@ var (
 	ErrInvalid = errors.New("invalid cluster IP")
 	// ErrFull: no free IP is left in the service CIDR.
 	ErrFull = errors.New("ipalloc: range is full")
+	// ErrPortAllocated: a requested node port is held by another Service
+	// (kube-apiserver's portallocator.ErrAllocated).
+	ErrPortAllocated = errors.New("provided port is already allocated")
+	// ErrPortNotInRange: a requested node port is outside the node port
+	// range.
+	ErrPortNotInRange = errors.New("provided port is not in the valid range")
+	// ErrPortsFull: no free node port is left.
+	ErrPortsFull = errors.New("ipalloc: node port range is full")
 )
 
-// Error is a refused spec.clusterIP(s), worded as kube-apiserver words it.
+// Error is a refused spec.clusterIP(s) or node port, worded as
+// kube-apiserver words it.
 type Error struct {
-	Field string   // "spec.clusterIPs"
-	Value []string // the requested IPs
-	Err   error    // ErrAllocated, ErrNotInRange, ErrImmutable or ErrInvalid
+	Field string // "spec.clusterIPs", "spec.ports[0].nodePort"
+	Value any    // the requested IPs ([]string) or port (int32)
+	Err   error  // ErrAllocated, ErrNotInRange, ErrImmutable, ErrInvalid, ErrPortAllocated or ErrPortNotInRange
 	CIDR  netip.Prefix
+	Ports PortRange // the node port range (ErrPortNotInRange)
 }
 
 func (e *Error) Error() string {
-	v := fmt.Sprintf("%#v", e.Value)
-	switch e.Err {
-	case ErrAllocated:
-		return fmt.Sprintf("%s: Invalid value: %s: failed to allocate IP %s: %v", e.Field, v, e.Value[0], e.Err)
-	case ErrNotInRange:
-		return fmt.Sprintf("%s: Invalid value: %s: failed to allocate IP %s: the provided IP (%s) is not in the valid range. The range of valid IPs is %s",
-			e.Field, v, e.Value[0], e.Value[0], e.CIDR)
+	msg := e.Err.Error()
+	ips, _ := e.Value.([]string)
+	switch {
+	case e.Err == ErrAllocated && len(ips) > 0:
+		msg = fmt.Sprintf("failed to allocate IP %s: %v", ips[0], e.Err)
+	case e.Err == ErrNotInRange && len(ips) > 0:
+		msg = fmt.Sprintf("failed to allocate IP %s: the provided IP (%s) is not in the valid range. The range of valid IPs is %s", ips[0], ips[0], e.CIDR)
+	case e.Err == ErrPortNotInRange:
+		msg = fmt.Sprintf("%v. The range of valid ports is %s", e.Err, e.Ports)
 	}
-	return fmt.Sprintf("%s: Invalid value: %s: %v", e.Field, v, e.Err)
+	return field.Invalid(field.NewPath(e.Field), e.Value, msg).Error()
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -68,13 +82,24 @@ type Config struct {
 	// CIDR is the service CIDR ClusterIPs come from (IPv4, /8 to /28), as
 	// kube-apiserver's --service-cluster-ip-range.
 	CIDR string
+	// NodePorts is the range node ports come from, "min-max" inclusive
+	// (kube-apiserver's --service-node-port-range); "" is the default,
+	// 30000-32767.
+	NodePorts string
 }
 
-// DefaultConfig returns Kubernetes' default service CIDR, 10.96.0.0/16.
-func DefaultConfig() Config { return Config{CIDR: "10.96.0.0/16"} }
+// DefaultNodePorts is kube-apiserver's default node port range.
+const DefaultNodePorts = "30000-32767"
+
+// DefaultConfig returns Kubernetes' default service CIDR, 10.96.0.0/16,
+// and node port range, 30000-32767.
+func DefaultConfig() Config { return Config{CIDR: "10.96.0.0/16", NodePorts: DefaultNodePorts} }
 
 // Validate checks the Config.
 func (c Config) Validate() error {
+	if _, err := ParsePortRange(cmp.Or(c.NodePorts, DefaultNodePorts)); err != nil {
+		return err
+	}
 	p, err := netip.ParsePrefix(c.CIDR)
 	if err != nil {
 		return fmt.Errorf("ipalloc: CIDR %q: %w", c.CIDR, err)
@@ -98,6 +123,7 @@ type Allocator struct {
 	base   uint32 // the network address
 	size   uint32 // addresses in the CIDR
 	static uint32 // offsets 1..static are the band for requested IPs
+	ports  PortRange
 }
 
 // New returns an Allocator for cfg.
@@ -108,6 +134,7 @@ func New(cfg Config) (*Allocator, error) {
 	p := netip.MustParsePrefix(cfg.CIDR)
 	a := &Allocator{cidr: p, base: u32(p.Addr()), size: 1 << (32 - p.Bits())}
 	a.static = min(max(a.size/16, 16), 256)
+	a.ports, _ = ParsePortRange(cmp.Or(cfg.NodePorts, DefaultNodePorts))
 	return a, nil
 }
 
@@ -232,22 +259,30 @@ func reservation(svc *corev1.Service, ip string) ([]byte, error) {
 	return objects.Encode(u)
 }
 
-// Create stores svc, a new Service, with its ClusterIP reserved in the same
-// transaction, and sets spec.clusterIP(s) and its resourceVersion. A
-// Service already stored is raftstore.ErrConflict on its key.
+// Create stores svc, a new Service, with its ClusterIP and node ports
+// reserved in the same transaction, and sets spec.clusterIP(s), the node
+// ports and its resourceVersion. A Service already stored is
+// raftstore.ErrConflict on its key.
 func (a *Allocator) Create(ctx context.Context, st *objects.Store, svc *corev1.Service) (int64, error) {
 	req, err := a.request(svc)
 	if err != nil {
 		return 0, err
 	}
-	return a.commit(ctx, st, svc, objects.Absent, req, "")
+	ports, err := a.planNodePorts(svc, nil)
+	if err != nil {
+		return 0, err
+	}
+	return a.commit(ctx, st, svc, objects.Absent, req, "", ports)
 }
 
 // Update replaces old (as read from the store) with svc at old's revision.
 // An empty spec.clusterIP(s) keeps old's (as kube-apiserver carries
 // allocated values forward); a different one is ErrImmutable. A Service
 // that held no IP (stored before allocation, or turning from ExternalName)
-// gets one; one turning into ExternalName releases its IP.
+// gets one; one turning into ExternalName releases its IP. Node ports
+// svc asks for that old did not hold are reserved (a port of 0 that
+// needs one gets one), those old held and svc no longer names are
+// released.
 func (a *Allocator) Update(ctx context.Context, st *objects.Store, old, svc *corev1.Service) (int64, error) {
 	prev := held(old)
 	if svc.GetSpec().GetType() != "ExternalName" && svc.GetSpec().GetClusterIp() == "" && len(svc.GetSpec().GetClusterIps()) == 0 {
@@ -273,11 +308,15 @@ func (a *Allocator) Update(ctx context.Context, st *objects.Store, old, svc *cor
 			return 0, &Error{Field: "spec.clusterIPs", Value: []string{newIP}, Err: ErrImmutable, CIDR: a.cidr}
 		}
 	}
-	return a.commit(ctx, st, svc, objects.Revision(old), req, prev)
+	ports, err := a.planNodePorts(svc, old)
+	if err != nil {
+		return 0, err
+	}
+	return a.commit(ctx, st, svc, objects.Revision(old), req, prev, ports)
 }
 
 // Delete deletes svc (as read from the store) at its revision, releasing
-// its ClusterIP in the same transaction.
+// its ClusterIP and node ports in the same transaction.
 func (a *Allocator) Delete(ctx context.Context, st *objects.Store, svc *corev1.Service) (int64, error) {
 	key, err := objects.KeyOf(svc)
 	if err != nil {
@@ -290,25 +329,31 @@ func (a *Allocator) Delete(ctx context.Context, st *objects.Store, svc *corev1.S
 	if ip := held(svc); ip != "" {
 		t.Ops = append(t.Ops, raftstore.Op{Type: raftstore.OpDelete, Key: Key(ip)})
 	}
+	for _, p := range heldPorts(svc) {
+		t.Ops = append(t.Ops, raftstore.Op{Type: raftstore.OpDelete, Key: NodePortKey(p)})
+	}
 	return st.KV().Txn(ctx, t)
 }
 
-// maxProbes is how many random free-looking IPs commit tries before it
-// lists the reservations to find a free one.
+// maxProbes is how many random free-looking IPs (or node ports) commit
+// tries before it lists the reservations to find a free one.
 const maxProbes = 8
 
 // commit writes svc at revision rev (objects.Absent: a create) with req's
 // IP reserved and prev (an IP svc held, "" for none) released when it is
-// not kept. An allocation that loses a race for an IP tries another.
-func (a *Allocator) commit(ctx context.Context, st *objects.Store, svc *corev1.Service, rev int64, req request, prev string) (int64, error) {
+// not kept, and the node ports of ports reserved and released. An
+// allocation that loses a race for an IP or a port tries another.
+func (a *Allocator) commit(ctx context.Context, st *objects.Store, svc *corev1.Service, rev int64, req request, prev string, ports *portPlan) (int64, error) {
 	key, err := objects.KeyOf(svc)
 	if err != nil {
 		return 0, err
 	}
-	var taken map[uint32]bool // the reservations, once listed
+	var taken map[uint32]bool     // the IP reservations, once listed
+	var takenPorts map[int32]bool // the node port reservations, once listed
+	portProbes := 0               // node port picks that lost
+	ip := req.ip                  // the IP this attempt reserves
 	for probe := 0; ; probe++ {
-		ip := req.ip
-		if !req.none && ip == "" {
+		if !req.none && req.ip == "" && (probe == 0 || ip == "") {
 			if probe >= maxProbes && taken == nil {
 				if taken, err = a.list(ctx, st); err != nil {
 					return 0, err
@@ -322,6 +367,39 @@ func (a *Allocator) commit(ctx context.Context, st *objects.Store, svc *corev1.S
 				taken[off] = true
 			}
 			ip = a.addr(off).String()
+		}
+		picked := map[int32]bool{}
+		for _, slot := range ports.reserve {
+			if slot.fixed {
+				picked[slot.port] = true
+			}
+		}
+		for _, slot := range ports.reserve {
+			if slot.fixed || (slot.port != 0 && !picked[slot.port]) {
+				setPort(svc, slot)
+				picked[slot.port] = true
+				continue
+			}
+			if portProbes >= maxProbes && takenPorts == nil {
+				if takenPorts, err = a.listPorts(ctx, st); err != nil {
+					return 0, err
+				}
+			}
+			for {
+				p, ok := a.pickPort(takenPorts)
+				if !ok {
+					return 0, fmt.Errorf("%w: failed to allocate a nodePort: range is full", ErrPortsFull)
+				}
+				if takenPorts != nil {
+					takenPorts[p] = true
+				}
+				if !picked[p] && !ports.keep[p] {
+					slot.port = p
+					break
+				}
+			}
+			picked[slot.port] = true
+			setPort(svc, slot)
 		}
 		set(svc, ip)
 		b, err := objects.Encode(svc)
@@ -343,16 +421,49 @@ func (a *Allocator) commit(ctx context.Context, st *objects.Store, svc *corev1.S
 		if prev != "" && ip != prev {
 			t.Ops = append(t.Ops, raftstore.Op{Type: raftstore.OpDelete, Key: Key(prev)})
 		}
+		for _, slot := range ports.reserve {
+			t.Compares = append(t.Compares, raftstore.Compare{Key: NodePortKey(slot.port), ModRevision: objects.Absent})
+			t.Ops = append(t.Ops, raftstore.Op{Type: raftstore.OpPut, Key: NodePortKey(slot.port), Value: nodePortReservation(svc)})
+		}
+		for _, p := range ports.release {
+			t.Ops = append(t.Ops, raftstore.Op{Type: raftstore.OpDelete, Key: NodePortKey(p)})
+		}
 		newRev, err := st.KV().Txn(ctx, t)
 		var se *raftstore.Error
-		if errors.As(err, &se) && errors.Is(err, raftstore.ErrConflict) && se.Key == Key(ip) {
-			if req.ip != "" {
-				return 0, &Error{Field: "spec.clusterIPs", Value: []string{ip}, Err: ErrAllocated, CIDR: a.cidr}
-			}
+		if errors.As(err, &se) && errors.Is(err, raftstore.ErrConflict) && se.Key != key {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
-			continue // lost a race (or probed a held IP): try another
+			if se.Key == Key(ip) {
+				if req.ip != "" {
+					return 0, &Error{Field: "spec.clusterIPs", Value: []string{ip}, Err: ErrAllocated, CIDR: a.cidr}
+				}
+				ip = "" // lost a race (or probed a held IP): try another
+				continue
+			}
+			lost := false
+			for _, slot := range ports.reserve {
+				if NodePortKey(slot.port) != se.Key {
+					continue
+				}
+				lost = true
+				if slot.fixed {
+					field := fmt.Sprintf("spec.ports[%d].nodePort", slot.members[0])
+					if slot.members[0] < 0 {
+						field = "spec.healthCheckNodePort"
+					}
+					return 0, &Error{Field: field, Value: slot.port, Err: ErrPortAllocated, Ports: a.ports}
+				}
+				if takenPorts != nil {
+					takenPorts[slot.port] = true
+				}
+				slot.port = 0 // pick again
+				portProbes++
+			}
+			if !lost {
+				return 0, fmt.Errorf("commit service %q: %w", key, err)
+			}
+			continue
 		}
 		if err != nil {
 			return 0, fmt.Errorf("commit service %q: %w", key, err)
@@ -424,4 +535,22 @@ func Allocated(ctx context.Context, st *objects.Store) (map[string]string, error
 		out[strings.TrimPrefix(kv.Key, Prefix)] = v.Spec.ParentRef.Namespace + "/" + v.Spec.ParentRef.Name
 	}
 	return out, nil
+}
+
+// nodePortReservation is the value of a node port's key: the Service
+// that holds it.
+func nodePortReservation(svc *corev1.Service) []byte {
+	b, _ := json.Marshal(struct {
+		ParentRef parentRef `json:"parentRef"`
+	}{parentRef{Resource: "services", Namespace: svc.GetMetadata().GetNamespace(), Name: svc.GetMetadata().GetName()}})
+	return b
+}
+
+// parentOf reads the Service ("ns/name") a node port reservation names.
+func parentOf(value []byte) string {
+	var v struct {
+		ParentRef parentRef `json:"parentRef"`
+	}
+	_ = json.Unmarshal(value, &v)
+	return v.ParentRef.Namespace + "/" + v.ParentRef.Name
 }

@@ -131,7 +131,7 @@ func TestRequestedIPAlreadyAllocated(t *testing.T) {
 	if !errors.Is(err, ipalloc.ErrAllocated) {
 		t.Fatalf("second Create = %v, want ErrAllocated", err)
 	}
-	want := `spec.clusterIPs: Invalid value: []string{"10.96.0.10"}: failed to allocate IP 10.96.0.10: provided IP is already allocated`
+	want := `spec.clusterIPs: Invalid value: ["10.96.0.10"]: failed to allocate IP 10.96.0.10: provided IP is already allocated`
 	if err.Error() != want {
 		t.Fatalf("message %q\nwant    %q", err, want)
 	}

@@ -174,7 +174,15 @@ func (d *decoder) object(j []byte, prefix string, inList bool) error {
 		e.Name, _ = meta["name"].(string)
 		e.Namespace, _ = meta["namespace"].(string)
 	}
-	if err := fieldErrors(e, ErrDuplicateField, strict); err != nil {
+	// A built-in generic kind's typed decoding reports its duplicate and
+	// unknown fields together, in document order, as kube-apiserver's
+	// strict decoder does (genericFromJSON); any other kind's duplicates
+	// are reported here.
+	typedGeneric := false
+	if gk, ok := genericKind(e.APIVersion, e.Kind); ok && gk.APIVersion() == e.APIVersion && HasGoType(e.APIVersion, e.Kind) {
+		typedGeneric = true
+	}
+	if err := fieldErrors(e, ErrDuplicateField, strict); err != nil && !typedGeneric {
 		return err
 	}
 	if e.Kind == "List" && (e.APIVersion == "v1" || e.APIVersion == "") && !inList {
@@ -260,6 +268,9 @@ func fieldErrors(base *Error, sentinel error, strict []error) error {
 	for _, s := range strict {
 		e := *base
 		e.Err = sentinel
+		if strings.HasPrefix(s.Error(), "duplicate field") {
+			e.Err = ErrDuplicateField
+		}
 		var fe sigsjson.FieldError
 		if errors.As(s, &fe) {
 			e.Field = joinPath(base.Field, fe.FieldPath())

@@ -20,12 +20,12 @@
 // type: it is decoded strictly against its proto, with Kubernetes field
 // names for its containers and volumes.
 //
-// Kinds: v1 Pod, Node, Service, Namespace, ServiceAccount, ConfigMap,
-// Secret, Event and LimitRange; discovery.k8s.io/v1 EndpointSlice;
-// rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding and
-// ClusterRoleBinding; podflow.io/v1alpha1 SidecarPolicy. A v1 List (or a
-// JSON array) stands for its items. A Secret's stringData is merged into
-// data, as the API server does.
+// Kinds: v1 Pod, Node, Service, Endpoints, Namespace, ServiceAccount,
+// ConfigMap, Secret, Event and LimitRange; discovery.k8s.io/v1
+// EndpointSlice; rbac.authorization.k8s.io/v1 Role, ClusterRole,
+// RoleBinding and ClusterRoleBinding; podflow.io/v1alpha1 SidecarPolicy.
+// A v1 List (or a JSON array) stands for its items. A Secret's stringData
+// is merged into data, as the API server does.
 //
 // Callers must:
 //

@@ -88,6 +88,7 @@ const (
 	testHostname    = "nodeagent/linux/hosts_internal_test.go nodeagent/linux/hostname_kernel_test.go services/stages/admission/validate_test.go"
 	testSubPathExpr = "nodeagent/subpathexpr_internal_test.go nodeagent/linux/subpath_kernel_test.go services/stages/admission/validate_test.go"
 	testServiceEnv  = "nodeagent/servicelinks_internal_test.go nodeagent/servicelinks_test.go"
+	testHostPort    = "nodeagent/linux/network/hostports_test.go nodeagent/linux/hostports_test.go services/stages/scheduler/filters_test.go ops/e2e/linux_nodeport_test.go"
 )
 
 // containerHonoured and containerRefused are relative to a container; they
@@ -112,6 +113,8 @@ var containerHonoured = map[string]string{
 	"ports[*].containerPort": testSchema,
 	"ports[*].name":          testSchema,
 	"ports[*].protocol":      testSchema,
+	"ports[*].hostPort":      testHostPort,
+	"ports[*].hostIP":        testHostPort,
 
 	"env":                                      testEnv,
 	"env[*].name":                              testEnv,
@@ -144,9 +147,6 @@ var containerHonoured = map[string]string{
 }
 
 var containerRefused = map[string]refusal{
-	"ports[*].hostPort": {what: "host port mapping: use hostNetwork: true (the scheduler then keeps two pods on one port apart) or a Service",
-		okIf: func(p *pf.Pod) bool { return p.GetSpec().GetHostNetwork() }},
-	"ports[*].hostIP":                      {what: "host port mapping (hostIP)"},
 	"env[*].valueFrom.fieldRef.apiVersion": {what: "fieldRef apiVersions other than v1", allow: []string{"v1"}},
 	"env[*].valueFrom.fileKeyRef":          {what: "environment variables from files (fileKeyRef)"},
 	"lifecycle.stopSignal":                 {what: "a custom stop signal (lifecycle.stopSignal)"},

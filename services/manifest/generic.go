@@ -77,7 +77,7 @@ func genericFromJSON(j []byte, apiVersion, kind string, e *Error) (*pf.Unstructu
 			return nil, nil, e
 		}
 	} else {
-		strict, err := sigsjson.UnmarshalStrict(j, obj, sigsjson.DisallowUnknownFields)
+		strict, err := sigsjson.UnmarshalStrict(j, obj, sigsjson.DisallowUnknownFields, sigsjson.DisallowDuplicateFields)
 		if err != nil {
 			e.Err, e.Detail = ErrMalformed, err.Error()
 			return nil, nil, e

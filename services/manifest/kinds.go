@@ -58,6 +58,7 @@ var kinds = []*kind{
 	kubeKind[*pf.Pod, corev1.Pod]("v1", "Pod", func() *pf.Pod { return new(pf.Pod) }),
 	kubeKind[*pf.Node, corev1.Node]("v1", "Node", func() *pf.Node { return new(pf.Node) }),
 	kubeKind[*pf.Service, corev1.Service]("v1", "Service", func() *pf.Service { return new(pf.Service) }),
+	kubeKind[*pf.Endpoints, corev1.Endpoints]("v1", "Endpoints", func() *pf.Endpoints { return new(pf.Endpoints) }),
 	kubeKind[*pf.EndpointSlice, discoveryv1.EndpointSlice]("discovery.k8s.io/v1", "EndpointSlice", func() *pf.EndpointSlice { return new(pf.EndpointSlice) }),
 	kubeKind[*pf.Namespace, corev1.Namespace]("v1", "Namespace", func() *pf.Namespace { return new(pf.Namespace) }),
 	kubeKind[*pf.ServiceAccount, corev1.ServiceAccount]("v1", "ServiceAccount", func() *pf.ServiceAccount { return new(pf.ServiceAccount) }),

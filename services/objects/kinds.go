@@ -39,6 +39,10 @@ type Kind struct {
 	Subresources []string
 	prefix       string // store key prefix, ending in '/'
 	newFn        func() Object
+	// replaceable kinds were registered with Replace (a
+	// CustomResourceDefinition's): Replace and Unregister may change or
+	// remove them; the others are there for the process's life.
+	replaceable bool
 }
 
 // New returns an empty object of the kind (for a generic kind, an
@@ -63,6 +67,10 @@ func (k Kind) Qualified() string {
 	}
 	return k.Resource + "." + k.APIGroup
 }
+
+// Replaceable reports whether k was registered by Replace (a
+// CustomResourceDefinition's kind), so that it may change or go.
+func (k Kind) Replaceable() bool { return k.replaceable }
 
 // HasSubresource reports whether sub is one of the kind's subresources.
 func (k Kind) HasSubresource(sub string) bool { return slices.Contains(k.Subresources, sub) }
@@ -93,6 +101,7 @@ var (
 	Nodes               = newKind("Node", "nodes", "", false, "/registry/minions/", func() Object { return &corev1.Node{} }, "no")
 	Services            = newKind("Service", "services", "", true, "/registry/services/specs/", func() Object { return &corev1.Service{} }, "svc")
 	EndpointSlices      = newKind("EndpointSlice", "endpointslices", "discovery.k8s.io", true, "/registry/endpointslices/", func() Object { return &corev1.EndpointSlice{} })
+	Endpoints           = newKind("Endpoints", "endpoints", "", true, "/registry/services/endpoints/", func() Object { return &corev1.Endpoints{} }, "ep")
 	Namespaces          = newKind("Namespace", "namespaces", "", false, "/registry/namespaces/", func() Object { return &corev1.Namespace{} }, "ns")
 	ServiceAccounts     = newKind("ServiceAccount", "serviceaccounts", "", true, "/registry/serviceaccounts/", func() Object { return &corev1.ServiceAccount{} }, "sa")
 	ConfigMaps          = newKind("ConfigMap", "configmaps", "", true, "/registry/configmaps/", func() Object { return &corev1.ConfigMap{} }, "cm")
@@ -189,7 +198,8 @@ var registry = struct {
 	byQualified: map[string]Kind{}, byPrefix: map[string]Kind{},
 }
 
-// shortNames maps short names to resources, lower case, first wins.
+// shortNames maps short names to resources, lower case, first wins
+// (guarded by registry.mu).
 var shortNames = map[string]string{"limits": "limitranges", "endpointslice": "endpointslices", "ep": "endpointslices"}
 
 func newKind(name, resource, group string, namespaced bool, prefix string, newFn func() Object, short ...string) Kind {
@@ -222,6 +232,15 @@ func mustRegister(g GenericKind) Kind {
 // another kind's, and its names must be lower case. It is safe for
 // concurrent use with every other function of the package.
 func Register(g GenericKind) (Kind, error) {
+	k, err := newGeneric(g)
+	if err != nil {
+		return Kind{}, err
+	}
+	return k, add(k, "")
+}
+
+// newGeneric checks g and makes its Kind.
+func newGeneric(g GenericKind) (Kind, error) {
 	switch {
 	case g.Kind == "" || g.Resource == "" || g.Version == "":
 		return Kind{}, fmt.Errorf("%w: generic kind %+v needs a kind, resource and version", ErrInvalid, g)
@@ -237,13 +256,98 @@ func Register(g GenericKind) (Kind, error) {
 	k := Kind{Name: g.Kind, Resource: g.Resource, APIGroup: g.Group, Version: g.Version, Namespaced: g.Namespaced, Generic: true,
 		ShortNames: g.ShortNames, Categories: g.Categories, Subresources: g.Subresources, prefix: g.Prefix}
 	k.newFn = func() Object { return &corev1.Unstructured{ApiVersion: apiVersion, Kind: g.Kind} }
-	return k, add(k, "")
+	return k, nil
 }
 
-func add(k Kind, msg protoreflect.FullName) error {
+// CustomResourcePrefix is the store prefix of a custom resource's objects,
+// kube-apiserver's: /registry/<group>/<resource>/.
+func CustomResourcePrefix(group, resource string) string {
+	return "/registry/" + group + "/" + resource + "/"
+}
+
+// Replace registers a generic kind that may later change or go (a
+// CustomResourceDefinition's: its storage version, names and
+// subresources change with the definition): a kind registered by Replace
+// with the same group and kind, or the same resource and group, is
+// replaced; any other clash is refused as Register refuses it. It is safe
+// for concurrent use.
+func Replace(g GenericKind) (Kind, error) {
 	r := &registry
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var old []Kind
+	for _, k := range r.kinds {
+		if k.APIGroup == g.Group && (k.Name == g.Kind || k.Resource == g.Resource) {
+			if !k.replaceable {
+				return Kind{}, fmt.Errorf("%w: %s is a built-in kind", ErrInvalid, k.Qualified())
+			}
+			old = append(old, k)
+		}
+	}
+	for _, k := range old {
+		removeLocked(k)
+	}
+	k, err := newGeneric(g)
+	if err == nil {
+		k.replaceable = true
+		err = addLocked(k, "")
+	}
+	if err != nil {
+		for _, k := range old { // put back what was there
+			_ = addLocked(k, "")
+		}
+		return Kind{}, err
+	}
+	return k, nil
+}
+
+// Unregister removes the kind of group and kind registered by Replace; it
+// reports whether there was one. It is safe for concurrent use.
+func Unregister(group, kind string) bool {
+	r := &registry
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k, ok := r.byGK[[2]string{group, kind}]
+	if !ok || !k.replaceable {
+		return false
+	}
+	removeLocked(k)
+	return true
+}
+
+// removeLocked drops k from every index (registry.mu held).
+func removeLocked(k Kind) {
+	r := &registry
+	delete(r.byGK, [2]string{k.APIGroup, k.Name})
+	delete(r.byQualified, k.Qualified())
+	delete(r.byPrefix, k.prefix)
+	r.kinds = slices.DeleteFunc(r.kinds, func(o Kind) bool { return o.Qualified() == k.Qualified() })
+	if cur, ok := r.byResource[k.Resource]; ok && cur.Qualified() == k.Qualified() {
+		delete(r.byResource, k.Resource)
+		for _, o := range r.kinds { // the next registered of that name
+			if o.Resource == k.Resource {
+				r.byResource[k.Resource] = o
+				break
+			}
+		}
+	}
+	for s, q := range shortNames {
+		if q == k.Qualified() {
+			delete(shortNames, s)
+		}
+	}
+	r.gen.Add(1)
+}
+
+func add(k Kind, msg protoreflect.FullName) error {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	return addLocked(k, msg)
+}
+
+// addLocked indexes k (registry.mu held).
+func addLocked(k Kind, msg protoreflect.FullName) error {
+	r := &registry
 	if _, dup := r.byQualified[k.Qualified()]; dup {
 		return fmt.Errorf("%w: %s is registered already", ErrInvalid, k.Qualified())
 	}

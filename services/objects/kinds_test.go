@@ -157,3 +157,51 @@ func TestRegisterConcurrent(t *testing.T) {
 		t.Fatalf("widgets7: %s %v", k.Prefix("ns"), err)
 	}
 }
+
+// TestReplaceAndUnregister: a kind registered by Replace changes with a
+// new Replace (its version, names and subresources) and goes with
+// Unregister, its resource and short names with it; a built-in kind is
+// neither replaced nor removed.
+func TestReplaceAndUnregister(t *testing.T) {
+	g := objects.GenericKind{Group: "replace.test.io", Version: "v1", Kind: "Gadget", Resource: "gadgets", Namespaced: true,
+		Prefix: objects.CustomResourcePrefix("replace.test.io", "gadgets"), ShortNames: []string{"gdg"}}
+	k, err := objects.Replace(g)
+	if err != nil || !k.Replaceable() {
+		t.Fatalf("Replace: %v %v", k, err)
+	}
+	if got, err := objects.KindForResource("gdg"); err != nil || got.Name != "Gadget" {
+		t.Fatalf("short name: %v %v", got, err)
+	}
+	g.Version, g.ShortNames, g.Subresources = "v2", []string{"gd"}, []string{"status"}
+	if k, err = objects.Replace(g); err != nil || k.Version != "v2" || !k.HasSubresource("status") {
+		t.Fatalf("second Replace: %v %v", k, err)
+	}
+	if _, err := objects.KindForResource("gdg"); err == nil {
+		t.Error("the replaced kind's short name still resolves")
+	}
+	u := &corev1.Unstructured{ApiVersion: "replace.test.io/v1", Kind: "Gadget"}
+	if got, err := objects.KindOf(u); err != nil || got.Version != "v2" {
+		t.Fatalf("KindOf after replace: %v %v", got, err)
+	}
+	if !objects.Unregister("replace.test.io", "Gadget") {
+		t.Fatal("Unregister found nothing")
+	}
+	if _, err := objects.KindOf(u); !errors.Is(err, objects.ErrUnknownKind) {
+		t.Errorf("KindOf after Unregister: %v", err)
+	}
+	if _, err := objects.KindForResource("gadgets.replace.test.io"); err == nil {
+		t.Error("the resource still resolves after Unregister")
+	}
+	if objects.Unregister("apps", "Deployment") {
+		t.Error("Unregister removed a built-in kind")
+	}
+	if _, err := objects.Replace(objects.GenericKind{Group: "apps", Version: "v1", Kind: "Deployment", Resource: "deployments",
+		Prefix: objects.CustomResourcePrefix("apps", "deployments")}); !errors.Is(err, objects.ErrInvalid) {
+		t.Errorf("Replace of a built-in kind: %v", err)
+	}
+	// A prefix that overlaps another kind's is refused, and nothing changes.
+	if _, err := objects.Replace(objects.GenericKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "Thing", Resource: "customresourcedefinitions",
+		Prefix: objects.CustomResourcePrefix("apiextensions.k8s.io", "customresourcedefinitions")}); !errors.Is(err, objects.ErrInvalid) {
+		t.Errorf("Replace over the CRD prefix: %v", err)
+	}
+}

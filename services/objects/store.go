@@ -133,6 +133,25 @@ func List[T Object](ctx context.Context, s *Store, ns string, opts ...raftstore.
 	return out, rev, nil
 }
 
+// ListKind reads every object of kind k in namespace ns ("" for all),
+// sorted by key, and the revision the list was read at: List for callers
+// that know the kind only at run time.
+func (s *Store) ListKind(ctx context.Context, k Kind, ns string, opts ...raftstore.ReadOption) ([]Object, int64, error) {
+	kvs, rev, err := s.kv.List(ctx, k.Prefix(ns), opts...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list %s: %w", k.Resource, err)
+	}
+	out := make([]Object, 0, len(kvs))
+	for _, kv := range kvs {
+		obj := k.New()
+		if err := Decode(kv, obj); err != nil {
+			return nil, 0, err
+		}
+		out = append(out, obj)
+	}
+	return out, rev, nil
+}
+
 // Create stores a new object (raftstore.ErrAlreadyExists if present) and
 // sets its resourceVersion.
 func (s *Store) Create(ctx context.Context, obj Object) (int64, error) {

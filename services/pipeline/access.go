@@ -5,6 +5,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -230,7 +231,7 @@ var storeWrites = map[string][]objects.Kind{
 	Persistence:    {objects.Pods, objects.Events},
 	Scheduler:      {objects.Pods, objects.NodeAllocations, objects.Events},
 	Status:         {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
-	Endpoints:      {objects.EndpointSlices, objects.Events},
+	Endpoints:      {objects.EndpointSlices, objects.Endpoints, objects.Events},
 	ServiceAccount: {objects.ServiceAccounts, objects.Events},
 	RootCACert:     {objects.ConfigMaps, objects.Events},
 	// Workload controllers: their objects' status, their pods (adoption,
@@ -245,10 +246,25 @@ var storeWrites = map[string][]objects.Kind{
 // key is the CIDR; the value names the node); its Node it writes alone.
 var nodeWrites = []string{objects.Events.Prefix(""), PodCIDRPrefix}
 
+// CustomResourceKey reports whether key is where kube-apiserver's layout
+// keeps custom resources: /registry/<group>/<resource>/..., the group a
+// DNS name with a dot (as every CustomResourceDefinition's group must be),
+// the resource and the rest non-empty.
+func CustomResourceKey(key string) bool {
+	rest, ok := strings.CutPrefix(key, "/registry/")
+	if !ok {
+		return false
+	}
+	parts := strings.SplitN(rest, "/", 3)
+	return len(parts) == 3 && strings.Contains(parts[0], ".") && parts[1] != "" && parts[2] != "" &&
+		!strings.Contains(parts[2], "//") && !strings.HasPrefix(parts[0], ".")
+}
+
 // StoreWriteACL is the store's write policy (raftstore.Config.WriteACL):
 // writer is the NATS user the write came from (the bus lets each user
 // name only itself), key a key it writes. Stages write the kinds their
-// step records, a node agent its own Node (a simulated cluster any Node)
+// step records (the api stage every kind, custom resources included:
+// CustomResourceKey), a node agent its own Node (a simulated cluster any Node)
 // and pod CIDRs, the store and unknown writers nothing. The admin writes
 // unnamed and is not checked.
 func StoreWriteACL(writer, key string) bool {
@@ -261,8 +277,11 @@ func StoreWriteACL(writer, key string) bool {
 		}
 		switch writer {
 		case StageRole(API):
-			kinds = objects.Kinds()                        // ClusterIPs' reservations are IPAddresses
-			prefixes = append(prefixes, MasterLeasePrefix) // the replicas' leases of default/kubernetes
+			kinds = objects.Kinds()                                                // ClusterIPs' reservations are IPAddresses
+			prefixes = append(prefixes, MasterLeasePrefix, ipalloc.NodePortPrefix) // the replicas' leases of default/kubernetes, Services' node ports
+			if CustomResourceKey(key) {
+				return true // a CustomResourceDefinition's objects, which the store's process does not know
+			}
 		case StageRole(Persistence):
 			prefixes = append(prefixes, RequestIDPrefix)
 		}

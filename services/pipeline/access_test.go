@@ -21,6 +21,7 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
+	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 )
@@ -578,7 +579,10 @@ func TestStoreWritesByRole(t *testing.T) {
 }
 
 // TestStoreWriteACL: the policy itself, kind by kind; the api stage
-// writes generic kinds, those registered at run time too.
+// writes generic kinds, those registered at run time too, and custom
+// resources in kube-apiserver's layout (the store's process does not
+// know the CustomResourceDefinitions), nothing else the store does not
+// know.
 func TestStoreWriteACL(t *testing.T) {
 	runtimeKind, err := objects.Register(objects.GenericKind{Group: "acl.test.io", Version: "v1", Kind: "Widget", Resource: "widgets",
 		Namespaced: true, Prefix: "/registry/acl.test.io/widgets/"})
@@ -595,7 +599,14 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.StageRole(pipeline.API), objects.IPAddresses.Key("", "10.96.0.10"), true},
 		{pipeline.StageRole(pipeline.API), objects.CustomResourceDefinitions.Key("", "a.b.c"), true},
 		{pipeline.StageRole(pipeline.API), runtimeKind.Key("default", "w"), true},
-		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/default/w", false},
+		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/default/w", true},
+		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/w", true},
+		{pipeline.StageRole(pipeline.API), "/registry/unregistered.io/things/", false},
+		{pipeline.StageRole(pipeline.API), "/registry/nodots/things/default/w", false},
+		{pipeline.StageRole(pipeline.API), pipeline.PodCIDRPrefix + "10.244.1.0-24", false},
+		{pipeline.StageRole(pipeline.API), "/registry/.io/things/w", false},
+		{pipeline.StageRole(pipeline.API), "/other/a.io/things/w", false},
+		{pipeline.StageRole(pipeline.Scheduler), "/registry/unregistered.io/things/default/w", false},
 		{pipeline.StageRole(pipeline.Scheduler), objects.Deployments.Key("default", "web"), false},
 		{pipeline.StageRole(pipeline.Endpoints), runtimeKind.Key("default", "w"), false},
 		{pipeline.StageRole(pipeline.Persistence), pod, true},
@@ -603,6 +614,11 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.StageRole(pipeline.Persistence), pipeline.RequestIDPrefix + "ab12", true},
 		{pipeline.StageRole(pipeline.API), pipeline.RequestIDPrefix + "ab12", false},
 		{pipeline.StageRole(pipeline.Status), pipeline.RequestIDPrefix + "ab12", false},
+		{pipeline.StageRole(pipeline.API), ipalloc.NodePortKey(30080), true},
+		{pipeline.StageRole(pipeline.Endpoints), ipalloc.NodePortKey(30080), false},
+		{pipeline.StageRole(pipeline.Endpoints), objects.Endpoints.Key("default", "web"), true},
+		{pipeline.StageRole(pipeline.Scheduler), objects.Endpoints.Key("default", "web"), false},
+		{pipeline.NodeRole("n1"), ipalloc.NodePortKey(30080), false},
 		{pipeline.StageRole(pipeline.Scheduler), objects.NodeAllocations.Key("", "n1"), true},
 		{pipeline.StageRole(pipeline.Scheduler), node, false},
 		{pipeline.StageRole(pipeline.Status), node, true},

@@ -35,8 +35,10 @@ var nameRules = map[string]nameRule{
 // before anything else: the name (by the kind's rule, nameRules; DNS-1123
 // subdomain by default), the namespace of a namespaced object (a DNS-1123
 // label), and for ConfigMaps and Secrets their data keys and total size
-// (at most MaxDataBytes), and Events as Event. It returns nil when obj is valid, else a 422
-// Invalid Status with one cause per problem and Kubernetes' message, e.g.
+// (at most MaxDataBytes), Events as Event, and Endpoints' subsets (their
+// port protocols defaulted to TCP first). It returns nil when obj is
+// valid, else a 422 Invalid Status with one cause per problem and
+// Kubernetes' message, e.g.
 //
 //	ConfigMap "a/b" is invalid: metadata.name: Invalid value: "a/b": a lowercase RFC 1123 subdomain must consist of ...
 //
@@ -79,6 +81,8 @@ func Object(obj objects.Object) *corev1.Status {
 		if total > MaxDataBytes {
 			errs = append(errs, field.TooLong(field.NewPath(""), "", MaxDataBytes))
 		}
+	case *corev1.Endpoints:
+		errs = append(errs, endpointsErrors(o)...)
 	case *corev1.Event:
 		errs = append(errs, Event(o)...)
 	case *corev1.Secret:

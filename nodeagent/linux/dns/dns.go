@@ -63,8 +63,10 @@ func (c Config) Validate() error {
 
 // records is one immutable snapshot of the zone.
 type records struct {
-	a   map[string][]netip.Addr // fqdn -> addresses
-	srv map[string][]*dns.SRV   // fqdn -> SRV answers
+	a     map[string][]netip.Addr // fqdn -> addresses
+	srv   map[string][]*dns.SRV   // fqdn -> SRV answers
+	cname map[string]string       // fqdn of an ExternalName Service -> its externalName (fqdn)
+	ptr   map[string][]string     // <reversed ip>.in-addr.arpa. -> fqdns
 }
 
 // Server answers cluster DNS queries.
@@ -98,70 +100,144 @@ func (s *Server) Sync(_ context.Context, services []*corev1.Service, slices_ []*
 	return true, nil
 }
 
+// build computes the zone as CoreDNS's kubernetes plugin answers it from
+// Services and EndpointSlices (the Ready endpoints):
+//   - <svc>.<ns>.svc A: the ClusterIP; for a headless Service every
+//     endpoint's address (none: the name does not exist);
+//   - <endpoint>.<svc>.<ns>.svc A: an endpoint's address, <endpoint> being
+//     its hostname (a pod's spec.hostname under its subdomain's Service)
+//     or its address with dashes;
+//   - _<port>._<proto>.<svc>.<ns>.svc SRV for each named port: the
+//     Service's name and port, or for a headless Service each endpoint's
+//     name and port, weights spread as CoreDNS spreads them;
+//   - <svc>.<ns>.svc CNAME for an ExternalName Service;
+//   - PTR for a ClusterIP (the Service's name) and for an endpoint's
+//     address (the endpoint's name).
 func build(domain string, services []*corev1.Service, sls []*corev1.EndpointSlice) *records {
-	z := &records{a: map[string][]netip.Addr{}, srv: map[string][]*dns.SRV{}}
+	z := &records{a: map[string][]netip.Addr{}, srv: map[string][]*dns.SRV{}, cname: map[string]string{}, ptr: map[string][]string{}}
 	byService := map[string][]*corev1.EndpointSlice{}
 	for _, sl := range sls {
+		if t := sl.GetAddressType(); t != "" && t != "IPv4" {
+			continue
+		}
 		key := sl.GetMetadata().GetNamespace() + "/" + sl.GetMetadata().GetLabels()[LabelServiceName]
 		byService[key] = append(byService[key], sl)
 	}
+	addPTR := func(ptr map[string][]string, ip netip.Addr, name string) {
+		rev, err := dns.ReverseAddr(ip.String())
+		if err == nil && !slices.Contains(ptr[rev], name) {
+			ptr[rev] = append(ptr[rev], name)
+		}
+	}
+	endpointPTR := map[string][]string{} // a ClusterIP's PTR wins over these
 	for _, svc := range services {
 		ns, name := svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()
 		fqdn := strings.ToLower(name + "." + ns + ".svc." + domain)
-		headless := svc.GetSpec().GetClusterIp() == "None"
-		if headless {
-			z.a[fqdn] = readyIPs(byService[ns+"/"+name])
-		} else if ip, err := netip.ParseAddr(svc.GetSpec().GetClusterIp()); err == nil && ip.Is4() {
-			z.a[fqdn] = []netip.Addr{ip}
-		} else {
-			continue // ExternalName, not allocated
+		spec := svc.GetSpec()
+		if spec.GetType() == "ExternalName" {
+			// A name, not an address (CoreDNS serves no record for an IP).
+			if ext := spec.GetExternalName(); ext != "" && net.ParseIP(ext) == nil {
+				z.cname[fqdn] = dns.Fqdn(ext)
+			}
+			continue
 		}
-		for _, sp := range svc.GetSpec().GetPorts() {
+		headless := spec.GetClusterIp() == "None"
+		cip, err := netip.ParseAddr(spec.GetClusterIp())
+		if !headless && (err != nil || !cip.Is4()) {
+			continue // not allocated
+		}
+		eps := readyEndpoints(byService[ns+"/"+name])
+		if headless {
+			for _, ep := range eps {
+				if !slices.Contains(z.a[fqdn], ep.ip) {
+					z.a[fqdn] = append(z.a[fqdn], ep.ip)
+				}
+			}
+			slices.SortFunc(z.a[fqdn], netip.Addr.Compare)
+		} else {
+			z.a[fqdn] = []netip.Addr{cip}
+			addPTR(z.ptr, cip, fqdn)
+		}
+		for _, ep := range eps {
+			epName := ep.name + "." + fqdn
+			if !slices.Contains(z.a[epName], ep.ip) {
+				z.a[epName] = append(z.a[epName], ep.ip)
+			}
+			addPTR(endpointPTR, ep.ip, epName)
+		}
+		for _, sp := range spec.GetPorts() {
 			if sp.GetName() == "" {
 				continue
 			}
-			port := sp.GetPort()
-			if headless {
-				port = slicePort(byService[ns+"/"+name], sp.GetName())
-			}
-			if port <= 0 || port > 65535 {
+			proto := cmp.Or(sp.GetProtocol(), "TCP")
+			q := strings.ToLower("_" + sp.GetName() + "._" + proto + "." + fqdn)
+			if !headless {
+				if p := sp.GetPort(); p > 0 && p <= 65535 {
+					z.srv[q] = append(z.srv[q], &dns.SRV{Port: uint16(p), Target: fqdn})
+				}
 				continue
 			}
-			q := strings.ToLower("_" + sp.GetName() + "._" + cmp.Or(sp.GetProtocol(), "TCP") + "." + fqdn)
-			z.srv[q] = append(z.srv[q], &dns.SRV{Priority: 0, Weight: 100, Port: uint16(port), Target: fqdn})
+			for _, ep := range eps {
+				if p, ok := ep.ports[sp.GetName()+"/"+proto]; ok {
+					z.srv[q] = append(z.srv[q], &dns.SRV{Port: uint16(p), Target: ep.name + "." + fqdn})
+				}
+			}
 		}
+	}
+	for rev, names := range endpointPTR {
+		if _, isCluster := z.ptr[rev]; !isCluster {
+			slices.Sort(names)
+			z.ptr[rev] = names
+		}
+	}
+	for q, rrs := range z.srv {
+		slices.SortFunc(rrs, func(a, b *dns.SRV) int { return cmp.Or(cmp.Compare(a.Target, b.Target), cmp.Compare(a.Port, b.Port)) })
+		// CoreDNS's weights: 100 shared among the records of a priority.
+		for _, rr := range rrs {
+			rr.Weight = uint16(100 / len(rrs))
+		}
+		z.srv[q] = rrs
 	}
 	return z
 }
 
-func readyIPs(sls []*corev1.EndpointSlice) []netip.Addr {
-	var out []netip.Addr
+// endpoint is one Ready address of a Service: its DNS name (hostname, or
+// the address with dashes) and its ports by "name/protocol".
+type endpoint struct {
+	ip    netip.Addr
+	name  string
+	ports map[string]int32
+}
+
+func readyEndpoints(sls []*corev1.EndpointSlice) []endpoint {
+	var out []endpoint
 	for _, sl := range sls {
+		ports := map[string]int32{}
+		for _, p := range sl.GetPorts() {
+			if p.GetPort() > 0 && p.GetPort() <= 65535 {
+				ports[p.GetName()+"/"+cmp.Or(p.GetProtocol(), "TCP")] = p.GetPort()
+			}
+		}
 		for _, ep := range sl.GetEndpoints() {
 			c := ep.GetConditions()
 			if c != nil && c.Ready != nil && !c.GetReady() {
 				continue
 			}
 			for _, a := range ep.GetAddresses() {
-				if ip, err := netip.ParseAddr(a); err == nil && ip.Is4() {
-					out = append(out, ip)
+				ip, err := netip.ParseAddr(a)
+				if err != nil || !ip.Is4() {
+					continue
 				}
+				name := strings.ToLower(ep.GetHostname())
+				if name == "" {
+					name = strings.ReplaceAll(ip.String(), ".", "-")
+				}
+				out = append(out, endpoint{ip: ip, name: name, ports: ports})
 			}
 		}
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
-}
-
-func slicePort(sls []*corev1.EndpointSlice, name string) int32 {
-	for _, sl := range sls {
-		for _, p := range sl.GetPorts() {
-			if p.GetName() == name {
-				return p.GetPort()
-			}
-		}
-	}
-	return 0
+	slices.SortFunc(out, func(a, b endpoint) int { return cmp.Or(a.ip.Compare(b.ip), cmp.Compare(a.name, b.name)) })
+	return out
 }
 
 // ServeDNS answers one query from the current records.
@@ -176,17 +252,42 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	q := req.Question[0]
 	name := dns.CanonicalName(q.Name)
-	if !dns.IsSubDomain(s.domain, name) || q.Qclass != dns.ClassINET {
-		m.Authoritative = false
-		m.SetRcode(req, dns.RcodeRefused) // never forwarded
-		_ = w.WriteMsg(m)
-		return
-	}
 	s.mu.RLock()
 	z := s.zone
 	s.mu.RUnlock()
-	hdr := func(t uint16) dns.RR_Header {
-		return dns.RR_Header{Name: q.Name, Rrtype: t, Class: dns.ClassINET, Ttl: uint32(s.cfg.TTL / time.Second)}
+	ttl := uint32(s.cfg.TTL / time.Second)
+	hdr := func(owner string, t uint16) dns.RR_Header {
+		return dns.RR_Header{Name: owner, Rrtype: t, Class: dns.ClassINET, Ttl: ttl}
+	}
+	refuse := func() {
+		m.Authoritative = false
+		m.SetRcode(req, dns.RcodeRefused) // never forwarded
+		_ = w.WriteMsg(m)
+	}
+	if q.Qclass != dns.ClassINET {
+		refuse()
+		return
+	}
+	if dns.IsSubDomain("in-addr.arpa.", name) {
+		// The reverse names of the cluster's addresses; any other is
+		// not this server's to answer (CoreDNS falls through to its
+		// upstream, and this server has none).
+		ptrs, ok := z.ptr[name]
+		if !ok {
+			refuse()
+			return
+		}
+		if q.Qtype == dns.TypePTR || q.Qtype == dns.TypeANY {
+			for _, p := range ptrs {
+				m.Answer = append(m.Answer, &dns.PTR{Hdr: hdr(q.Name, dns.TypePTR), Ptr: p})
+			}
+		}
+		_ = w.WriteMsg(m)
+		return
+	}
+	if !dns.IsSubDomain(s.domain, name) {
+		refuse()
+		return
 	}
 	addrs, isName := z.a[name]
 	if !isName {
@@ -194,24 +295,32 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 			addrs, isName = []netip.Addr{ip}, true
 		}
 	}
+	target, isCNAME := z.cname[name]
 	srvs, isSRV := z.srv[name]
 	switch {
+	case isCNAME:
+		m.Answer = append(m.Answer, &dns.CNAME{Hdr: hdr(q.Name, dns.TypeCNAME), Target: target})
+		if q.Qtype != dns.TypeCNAME {
+			// A target inside the cluster domain is resolved here, as
+			// CoreDNS resolves it through itself; any other is left to
+			// the client: this server never asks another.
+			m.Answer = append(m.Answer, s.chase(z, target, q.Qtype, ttl)...)
+		}
 	case isSRV:
 		if q.Qtype == dns.TypeSRV || q.Qtype == dns.TypeANY {
 			for _, r := range srvs {
 				rr := *r
-				rr.Hdr = hdr(dns.TypeSRV)
+				rr.Hdr = hdr(q.Name, dns.TypeSRV)
 				m.Answer = append(m.Answer, &rr)
 				for _, ip := range z.a[rr.Target] {
-					m.Extra = append(m.Extra, &dns.A{Hdr: dns.RR_Header{Name: rr.Target, Rrtype: dns.TypeA, Class: dns.ClassINET,
-						Ttl: uint32(s.cfg.TTL / time.Second)}, A: ip.AsSlice()})
+					m.Extra = append(m.Extra, &dns.A{Hdr: hdr(rr.Target, dns.TypeA), A: ip.AsSlice()})
 				}
 			}
 		}
-	case isName:
+	case isName && len(addrs) > 0:
 		if q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY {
 			for _, ip := range addrs {
-				m.Answer = append(m.Answer, &dns.A{Hdr: hdr(dns.TypeA), A: ip.AsSlice()})
+				m.Answer = append(m.Answer, &dns.A{Hdr: hdr(q.Name, dns.TypeA), A: ip.AsSlice()})
 			}
 		}
 	default:
@@ -221,6 +330,39 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		m.Ns = []dns.RR{s.soa()}
 	}
 	_ = w.WriteMsg(m)
+}
+
+// maxChase bounds the CNAMEs followed for one answer.
+const maxChase = 8
+
+// chase answers qtype for target, a CNAME's target, when it lies inside
+// the cluster domain: its own CNAMEs, then its addresses.
+func (s *Server) chase(z *records, target string, qtype uint16, ttl uint32) []dns.RR {
+	var out []dns.RR
+	for range maxChase {
+		name := dns.CanonicalName(target)
+		if !dns.IsSubDomain(s.domain, name) {
+			return out
+		}
+		if next, ok := z.cname[name]; ok {
+			out = append(out, &dns.CNAME{Hdr: dns.RR_Header{Name: target, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: ttl}, Target: next})
+			target = next
+			continue
+		}
+		addrs := z.a[name]
+		if len(addrs) == 0 {
+			if ip, ok := s.podIP(name); ok {
+				addrs = []netip.Addr{ip}
+			}
+		}
+		if qtype == dns.TypeA || qtype == dns.TypeANY {
+			for _, ip := range addrs {
+				out = append(out, &dns.A{Hdr: dns.RR_Header{Name: target, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: ip.AsSlice()})
+			}
+		}
+		return out
+	}
+	return out
 }
 
 // podIP parses <a-b-c-d>.<ns>.pod.<domain>.

@@ -24,12 +24,16 @@ func start(t *testing.T) *Server {
 			Ports: []*corev1.ServicePort{{Name: "http", Protocol: "TCP", Port: 80}}}},
 		{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "peers"}, Spec: &corev1.ServiceSpec{ClusterIp: "None",
 			Ports: []*corev1.ServicePort{{Name: "http", Protocol: "TCP", Port: 80}}}},
+		{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "empty"}, Spec: &corev1.ServiceSpec{ClusterIp: "None",
+			Ports: []*corev1.ServicePort{{Name: "http", Protocol: "TCP", Port: 80}}}},
+		{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "ext"}, Spec: &corev1.ServiceSpec{Type: "ExternalName", ExternalName: "db.example.com"}},
+		{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "alias"}, Spec: &corev1.ServiceSpec{Type: "ExternalName", ExternalName: "web.default.svc.cluster.local"}},
 	}
 	sls := []*corev1.EndpointSlice{{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "peers-1", Labels: map[string]string{LabelServiceName: "peers"}},
 		Ports: []*corev1.EndpointPort{{Name: &name, Port: &port}},
 		Endpoints: []*corev1.Endpoint{
 			{Addresses: []string{"10.244.1.12"}, Conditions: &corev1.EndpointConditions{Ready: proto.Bool(true)}},
-			{Addresses: []string{"10.244.1.11"}, Conditions: &corev1.EndpointConditions{Ready: proto.Bool(true)}},
+			{Addresses: []string{"10.244.1.11"}, Conditions: &corev1.EndpointConditions{Ready: proto.Bool(true)}, Hostname: proto.String("host-a")},
 			{Addresses: []string{"10.244.1.13"}, Conditions: &corev1.EndpointConditions{Ready: proto.Bool(false)}},
 		}}}
 	if _, err := s.Sync(context.Background(), svcs, sls); err != nil {
@@ -62,8 +66,19 @@ func TestQueries(t *testing.T) {
 		{"headless: every Ready pod", "peers.team.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeSuccess, []string{"10.244.1.11", "10.244.1.12"}},
 		{"SRV of a named port", "_http._tcp.web.default.svc.cluster.local.", dns.TypeSRV, "udp", dns.RcodeSuccess,
 			[]string{"0 100 80 web.default.svc.cluster.local."}},
-		{"headless SRV: the endpoints' port", "_http._tcp.peers.team.svc.cluster.local.", dns.TypeSRV, "udp", dns.RcodeSuccess,
-			[]string{"0 100 8080 peers.team.svc.cluster.local."}},
+		{"headless SRV: each endpoint by name, its port, the weight shared", "_http._tcp.peers.team.svc.cluster.local.", dns.TypeSRV, "udp", dns.RcodeSuccess,
+			[]string{"0 50 8080 10-244-1-12.peers.team.svc.cluster.local.", "0 50 8080 host-a.peers.team.svc.cluster.local."}},
+		{"a pod's hostname under its subdomain's Service", "host-a.peers.team.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeSuccess, []string{"10.244.1.11"}},
+		{"an endpoint without a hostname: its address dashed", "10-244-1-12.peers.team.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeSuccess, []string{"10.244.1.12"}},
+		{"a not-ready endpoint has no name", "10-244-1-13.peers.team.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeNameError, nil},
+		{"headless without endpoints", "empty.team.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeNameError, nil},
+		{"ExternalName CNAME", "ext.default.svc.cluster.local.", dns.TypeCNAME, "udp", dns.RcodeSuccess, []string{"CNAME db.example.com."}},
+		{"ExternalName A: the CNAME, never forwarded", "ext.default.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeSuccess, []string{"CNAME db.example.com."}},
+		{"ExternalName inside the cluster: chased", "alias.default.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeSuccess,
+			[]string{"10.96.0.10", "CNAME web.default.svc.cluster.local."}},
+		{"PTR of a ClusterIP", "10.0.96.10.in-addr.arpa.", dns.TypePTR, "udp", dns.RcodeSuccess, []string{"PTR web.default.svc.cluster.local."}},
+		{"PTR of an endpoint", "11.1.244.10.in-addr.arpa.", dns.TypePTR, "udp", dns.RcodeSuccess, []string{"PTR host-a.peers.team.svc.cluster.local."}},
+		{"PTR of an unknown address: refused, never forwarded", "9.9.9.9.in-addr.arpa.", dns.TypePTR, "udp", dns.RcodeRefused, nil},
 		{"pod A", "10-244-1-7.team.pod.cluster.local.", dns.TypeA, "udp", dns.RcodeSuccess, []string{"10.244.1.7"}},
 		{"AAAA of a service: no data", "web.default.svc.cluster.local.", dns.TypeAAAA, "udp", dns.RcodeSuccess, nil},
 		{"unknown service", "nope.default.svc.cluster.local.", dns.TypeA, "udp", dns.RcodeNameError, nil},
@@ -89,6 +104,10 @@ func TestQueries(t *testing.T) {
 					got = append(got, rr.A.String())
 				case *dns.SRV:
 					got = append(got, rr.String()[len(rr.Hdr.String()):])
+				case *dns.CNAME:
+					got = append(got, "CNAME "+rr.Target)
+				case *dns.PTR:
+					got = append(got, "PTR "+rr.Ptr)
 				}
 			}
 			slices.Sort(got)

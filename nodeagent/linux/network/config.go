@@ -63,6 +63,9 @@ type Config struct {
 	// RulePriority is the priority of the "iif <bridge> lookup RouteTable"
 	// rule; it must come before the main table's 32766 (default 32000).
 	RulePriority int
+	// HostIPs are the node's addresses besides the gateway (its
+	// InternalIP), where hostPorts are published too; never loopback.
+	HostIPs []string
 }
 
 // DefaultConfig returns the configuration of node with podCIDR and dataDir
@@ -125,6 +128,11 @@ func (c Config) Validate() error {
 	}
 	if c.RouteTable < 256 || c.RouteTable > 0x7fffffff {
 		return bad("RouteTable %d is outside 256..2147483647 (lower tables are reserved)", c.RouteTable)
+	}
+	for _, ip := range c.HostIPs {
+		if a, err := netip.ParseAddr(ip); err != nil || !a.Is4() || a.IsLoopback() || a.IsUnspecified() {
+			return bad("HostIPs: %q is not a non-loopback IPv4 address", ip)
+		}
 	}
 	if c.RulePriority <= 0 || c.RulePriority >= 32766 {
 		return bad("RulePriority %d must be in 1..32765, before the main table", c.RulePriority)

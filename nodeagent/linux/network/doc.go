@@ -30,8 +30,22 @@
 // EnsureBridge until RemoveBridge or Close. A policy rule sends what
 // arrives on the bridge to the bridge's own routing table, which holds
 // routes to peer podflow bridges (AddPeerRoute) and an unreachable
-// default. Nothing a pod sends can be forwarded off the machine; there is
-// no masquerading, and bridges only ever get veth ports.
+// default, and the node's own pod CIDR via the bridge (for a packet DNATed
+// back onto it). Nothing a pod sends can be forwarded off the machine;
+// there is no masquerading, and bridges only ever get veth ports, in
+// hairpin mode (kubelet's hairpin-veth: a pod reaching itself through its
+// node gets its packets back).
+//
+// hostPorts (SetHostPorts, as the CNI portmap plugin): a pod's container
+// ports are DNATed from the node's addresses (the gateway and
+// Config.HostIPs; a loopback hostIP for the host's own connections only,
+// route_localnet is never set) in a table of the node's own,
+// "podflow-hostport-<bridge>", rebuilt in one transaction from every
+// pod's mappings, which are kept under DataDir/hostports. They are
+// matched for packets arriving on a podflow bridge ("pf*") and for the
+// host's own, never from another interface; a connection DNATed back
+// onto the bridge gets the gateway as its source (hairpin SNAT). Teardown
+// removes a pod's mappings, RemoveBridge the table.
 //
 // Caller's obligations:
 //

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -117,6 +118,9 @@ func requireBridgeGone(t testing.TB, m *Manager) {
 	}
 	if len(routes) > 0 {
 		t.Errorf("table %d still has %v", m.cfg.RouteTable, routes)
+	}
+	if out, err := exec.Command("nft", "list", "table", "ip", m.cfg.HostPortTable()).CombinedOutput(); err == nil {
+		t.Errorf("hostport table %s remains:\n%s", m.cfg.HostPortTable(), out)
 	}
 }
 

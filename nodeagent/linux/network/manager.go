@@ -67,6 +67,7 @@ type Manager struct {
 	closed  atomic.Bool
 	mu      sync.Mutex     // serialises EnsureBridge, AddPeerRoute, RemoveBridge
 	keeper  *forwardKeeper // under mu; runs from EnsureBridge to RemoveBridge or Close
+	hpMu    sync.Mutex     // serialises changes of the hostport table (hostports.go)
 }
 
 // New returns a Manager for cfg. It opens a netlink handle on the network
@@ -388,6 +389,19 @@ func (m *Manager) ensureConfinement(br netlink.Link) error {
 	if err := m.host.RouteReplace(unreachable); err != nil {
 		return fmt.Errorf("add unreachable default in table %d: %w", m.cfg.RouteTable, err)
 	}
+	// The node's own pods, for a packet DNATed back onto the bridge it
+	// came from (a pod reaching a hostPort of its node): routed, where a
+	// pod's packet to a neighbour is otherwise bridged. It adds no
+	// destination a pod could not reach on the bridge already.
+	own := &netlink.Route{
+		LinkIndex: br.Attrs().Index,
+		Dst:       &net.IPNet{IP: m.subnet.Addr().AsSlice(), Mask: net.CIDRMask(m.subnet.Bits(), 32)},
+		Scope:     netlink.SCOPE_LINK,
+		Table:     m.cfg.RouteTable,
+	}
+	if err := m.host.RouteReplace(own); err != nil {
+		return fmt.Errorf("add route %s dev %s in table %d: %w", m.subnet, m.cfg.BridgeName, m.cfg.RouteTable, err)
+	}
 	return m.startForwardKeeper()
 }
 
@@ -410,6 +424,9 @@ func (m *Manager) RemoveBridge(ctx context.Context) error {
 	defer m.mu.Unlock()
 	m.stopForwardKeeper()
 	var errs []error
+	if err := m.removeHostPorts(); err != nil {
+		errs = append(errs, fmt.Errorf("hostports: %w", err))
+	}
 	for {
 		if err := m.host.RuleDel(m.rule()); err != nil {
 			if !errors.Is(err, unix.ENOENT) {
@@ -578,6 +595,12 @@ func (m *Manager) Setup(ctx context.Context, podUID string) (Attachment, error) 
 			_ = m.host.LinkDel(veth)
 		}
 	}()
+	// Hairpin mode (kubelet's hairpin-veth): a frame may leave the port
+	// it came in by, so a pod reaching itself through its node — a
+	// hostPort, a Service — gets its packet back.
+	if err := m.host.LinkSetHairpin(veth, true); err != nil {
+		return Attachment{}, sandboxErr(err, "hairpin mode on %q", att.HostVeth)
+	}
 	clock.done(PhaseVeth)
 	if err := m.configurePod(pod, ip, !vethCreated); err != nil {
 		return Attachment{}, sandboxErr(err, "configure netns %q", att.NetnsName)
@@ -698,8 +721,8 @@ func (m *Manager) configurePod(pod *netlink.Handle, ip netip.Addr, reused bool) 
 	return nil
 }
 
-// Teardown removes the pod's veth pair and network namespace and releases
-// its address. Processes still in the namespace keep it alive but
+// Teardown removes the pod's veth pair and network namespace, its
+// hostPorts (SetHostPorts) and releases its address. Processes still in the namespace keep it alive but
 // unreachable. Idempotent.
 func (m *Manager) Teardown(ctx context.Context, podUID string) error {
 	if err := validUID(podUID); err != nil {
@@ -715,6 +738,9 @@ func (m *Manager) Teardown(ctx context.Context, podUID string) error {
 		}
 	}
 	if err := deleteNetns(att.NetnsName); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	if err := m.clearHostPorts(podUID); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
 	if err := m.ipam.release(podUID); err != nil {

@@ -39,12 +39,23 @@ type Config struct {
 	// NetNS, when set, is the path of the network namespace to program
 	// (tests); "" is the caller's.
 	NetNS string
+	// NodeName is the node's name: an endpoint on it is local (the
+	// internalTrafficPolicy Local of a Service).
+	NodeName string
+	// NodeIPs are the node's own addresses, where NodePort Services
+	// answer (kube-proxy's --nodeport-addresses primary: the node's
+	// address, never loopback): default the bridge's gateway. A node
+	// port is proxied for packets to them arriving on a podflow bridge
+	// ("pf*": from pods of any node of the machine) and for the host's
+	// own, never for anything from another interface.
+	NodeIPs []string
 }
 
 // DefaultConfig returns the configuration of node's proxy on bridge with
-// gateway.
+// gateway, the node's address.
 func DefaultConfig(node, bridge, gateway string) Config {
-	return Config{Table: TableFor(node), Bridge: bridge, Gateway: gateway, ServiceCIDR: "10.96.0.0/16"}
+	return Config{Table: TableFor(node), Bridge: bridge, Gateway: gateway, ServiceCIDR: "10.96.0.0/16",
+		NodeName: node, NodeIPs: []string{gateway}}
 }
 
 // TableFor returns the default table of node's proxy.
@@ -67,6 +78,11 @@ func (c Config) Validate() error {
 	p, err := netip.ParsePrefix(c.ServiceCIDR)
 	if err != nil || !p.Addr().Is4() || p.Masked() != p || p.Bits() < 8 {
 		return fmt.Errorf("%w: ServiceCIDR %q must be an IPv4 CIDR of /8 or longer", ErrConfig, c.ServiceCIDR)
+	}
+	for _, ip := range c.NodeIPs {
+		if a, err := netip.ParseAddr(ip); err != nil || !a.Is4() || a.IsLoopback() || a.IsUnspecified() {
+			return fmt.Errorf("%w: NodeIPs: %q must be an IPv4 address, not loopback (kube-proxy serves no localhost node ports)", ErrConfig, ip)
+		}
 	}
 	if c.RouteTable != 0 {
 		if p, err := netip.ParsePrefix(c.PodCIDR); err != nil || !p.Addr().Is4() || p.Masked() != p {

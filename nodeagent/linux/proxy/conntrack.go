@@ -21,18 +21,46 @@ import (
 // whose Service is gone) loses its flows too: podflow programs no reject
 // rule for it, so the flush is what sends the client's next packet to the
 // unreachable route.
+//
+// Node ports alike: a flow to one of the node's addresses and a UDP node
+// port of the plan or of the one before it (any other port of the node's
+// addresses is not the proxy's: a hostPort, a host's server) is stale
+// when the port has no rule any more or was DNATed to an address that no
+// longer serves it.
 type staleUDP struct {
-	cidr    netip.Prefix
-	serving map[netip.AddrPort][]netip.Addr // ClusterIP:port → serving IPs
+	cidr      netip.Prefix
+	nodeIPs   []netip.Addr
+	nodePorts map[uint16]bool                 // UDP node ports of the plan and the previous one
+	serving   map[netip.AddrPort][]netip.Addr // ClusterIP:port or node IP:node port → serving IPs
 }
 
 var _ netlink.CustomConntrackFilter = (*staleUDP)(nil)
 
-func newStaleUDP(serviceCIDR netip.Prefix, plan Plan) *staleUDP {
-	f := &staleUDP{cidr: serviceCIDR, serving: map[netip.AddrPort][]netip.Addr{}}
+// newStaleUDP is the filter of plan's stale flows; prev is the plan
+// programmed before it (the zero Plan for none).
+func newStaleUDP(serviceCIDR netip.Prefix, nodeIPs []string, plan, prev Plan) *staleUDP {
+	f := &staleUDP{cidr: serviceCIDR, nodePorts: map[uint16]bool{}, serving: map[netip.AddrPort][]netip.Addr{}}
+	for _, s := range nodeIPs {
+		if a, err := netip.ParseAddr(s); err == nil {
+			f.nodeIPs = append(f.nodeIPs, a)
+		}
+	}
+	for _, sp := range prev.Ports {
+		if sp.Protocol == "UDP" && sp.External {
+			f.nodePorts[sp.Port] = true
+		}
+	}
 	for _, sp := range plan.Ports {
-		if sp.Protocol == "UDP" {
+		if sp.Protocol != "UDP" {
+			continue
+		}
+		if !sp.External {
 			f.serving[netip.AddrPortFrom(sp.IP, sp.Port)] = sp.Serving
+			continue
+		}
+		f.nodePorts[sp.Port] = true
+		for _, ip := range f.nodeIPs {
+			f.serving[netip.AddrPortFrom(ip, sp.Port)] = sp.Serving
 		}
 	}
 	return f
@@ -50,19 +78,21 @@ func (f *staleUDP) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 		return false
 	}
 	dst, replySrc := addrOf(flow.Forward.DstIP), addrOf(flow.Reverse.SrcIP)
-	if !f.cidr.Contains(dst) || replySrc == dst { // not to a ClusterIP, or not DNATed
+	toNodePort := slices.Contains(f.nodeIPs, dst) && f.nodePorts[flow.Forward.DstPort]
+	if (!f.cidr.Contains(dst) && !toNodePort) || replySrc == dst { // not to a ClusterIP or node port, or not DNATed
 		return false
 	}
 	serving, ok := f.serving[netip.AddrPortFrom(dst, flow.Forward.DstPort)]
 	return !ok || !slices.Contains(serving, replySrc)
 }
 
-// flushStaleUDP deletes the stale UDP flows of plan (after its rules are
+// flushStaleUDP deletes the stale UDP flows of plan, prev the plan before
+// it (after its rules are
 // programmed, so that no new flow is DNATed by the old ones) and reports
 // how many went.
-func (p *Proxy) flushStaleUDP(plan Plan) (uint, error) {
+func (p *Proxy) flushStaleUDP(plan, prev Plan) (uint, error) {
 	n, err := p.link.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET,
-		newStaleUDP(netip.MustParsePrefix(p.cfg.ServiceCIDR), plan))
+		newStaleUDP(netip.MustParsePrefix(p.cfg.ServiceCIDR), p.cfg.NodeIPs, plan, prev))
 	if err != nil {
 		return n, fmt.Errorf("%w: flush stale UDP conntrack entries: %w", ErrKernel, err)
 	}

@@ -72,6 +72,7 @@ func newNode(t *testing.T, podIPs ...string) *node {
 		ipcmd(t, "netns", "add", ns)
 		ipcmd(t, "-n", n.ns, "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns)
 		ipcmd(t, "-n", n.ns, "link", "set", host, "master", n.bridge, "up")
+		ipcmd(t, "-n", n.ns, "link", "set", host, "type", "bridge_slave", "hairpin", "on") // as network.Manager's veths
 		ipcmd(t, "-n", ns, "addr", "add", ip+"/24", "dev", "eth0")
 		ipcmd(t, "-n", ns, "link", "set", "eth0", "up")
 		ipcmd(t, "-n", ns, "link", "set", "lo", "up")
@@ -270,13 +271,17 @@ func TestKernelFigures(t *testing.T) {
 	t.Logf("slice change → rules programmed, 100 changes: p50 %v, p99 %v", lat[49], lat[98])
 
 	// Alternating rounds after a warm-up, so neither side pays for the
-	// other's start.
+	// other's start. Each path has a client pod of its own: a connection
+	// straight to s1:8080 from a source port that a ClusterIP connection
+	// (DNATed to s1:8080) still holds in conntrack would clash with its
+	// reply tuple, and the kernel drops the clashing SYN.
 	counts := map[string]int{}
 	const round = 250 * time.Millisecond
+	from := map[string]string{vip + ":80": client, s1 + ":8080": client2}
 	for i := range 9 {
 		for _, addr := range []string{vip + ":80", s1 + ":8080"} {
 			for start := time.Now(); time.Since(start) < round; {
-				if _, err := n.ask(client, addr); err != nil {
+				if _, err := n.ask(from[addr], addr); err != nil {
 					t.Fatalf("ask %s: %v", addr, err)
 				}
 				if i > 0 { // the first pass warms up
@@ -575,5 +580,105 @@ func TestKernelServiceCIDR(t *testing.T) {
 	}
 	if ok, _ := UnreachableRoute(h, cfg.ServiceCIDR); ok {
 		t.Fatalf("unreachable route for %s left after Close", cidr)
+	}
+}
+
+// TestKernelNodePort: a NodePort Service answers on the node's address
+// and its node port, from a pod and from the host (the node's namespace),
+// from every Ready endpoint; the same address and port reached from an
+// interface that is not a podflow bridge is not proxied (nothing listens
+// there: refused); the node port goes with the Service.
+func TestKernelNodePort(t *testing.T) {
+	n, p, _, _ := startProxy(t)
+	ctx := context.Background()
+	np := proto.Clone(svc).(*corev1.Service)
+	np.Spec.Type = "NodePort"
+	np.Spec.Ports[0].NodePort = 30080
+	nodePort := n.gateway + ":30080"
+	if who, err := n.ask(client, nodePort); err == nil {
+		t.Fatalf("node port answered (%s) before any rule", who)
+	}
+	if _, err := p.Sync(ctx, []*corev1.Service{np}, eps(true)); err != nil {
+		t.Fatal(err)
+	}
+	if seen := n.askN(t, client, nodePort, 40); len(seen) != 2 || seen[s1] == 0 || seen[s2] == 0 {
+		t.Fatalf("answers from a pod %v, want both %s and %s", seen, s1, s2)
+	}
+	// The host: a process in the node's namespace.
+	seen := map[string]int{}
+	for range 40 {
+		who, err := n.askFrom(n.ns, nodePort)
+		if err != nil {
+			t.Fatalf("connect %s from the host: %v", nodePort, err)
+		}
+		seen[who]++
+	}
+	if len(seen) != 2 || seen[s1] == 0 || seen[s2] == 0 {
+		t.Fatalf("answers from the host %v, want both %s and %s", seen, s1, s2)
+	}
+	// From another interface: a namespace on a veth that is no podflow
+	// bridge, routed to the node's address.
+	outside := "pfpx-o-" + n.ns[len("pfpx-n-"):]
+	hostEnd := "xo" + n.ns[len("pfpx-n-"):]
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", outside).Run() })
+	ipcmd(t, "netns", "add", outside)
+	ipcmd(t, "-n", n.ns, "link", "add", hostEnd, "type", "veth", "peer", "name", "eth0", "netns", outside)
+	ipcmd(t, "-n", n.ns, "addr", "add", "10.251.0.1/24", "dev", hostEnd)
+	ipcmd(t, "-n", n.ns, "link", "set", hostEnd, "up")
+	ipcmd(t, "-n", outside, "addr", "add", "10.251.0.2/24", "dev", "eth0")
+	ipcmd(t, "-n", outside, "link", "set", "eth0", "up")
+	ipcmd(t, "-n", outside, "route", "add", "default", "via", "10.251.0.1")
+	// Forwarded, and replies from the pods could reach it: only the
+	// rules keep it out.
+	ipcmd(t, "-n", n.ns, "route", "add", "10.251.0.0/24", "dev", hostEnd, "table", "7777")
+	if out, err := exec.Command("ip", "netns", "exec", n.ns, "sysctl", "-qw", "net.ipv4.conf."+hostEnd+".forwarding=1").CombinedOutput(); err != nil {
+		t.Fatalf("forwarding: %v: %s", err, out)
+	}
+	if who, err := n.askFrom(outside, s1+":8080"); err != nil || who != s1 {
+		t.Fatalf("the outside namespace does not reach the pods (%s, %v): the check below proves nothing", who, err)
+	}
+	if who, err := n.askFrom(outside, nodePort); err == nil {
+		t.Fatalf("node port proxied for a packet from a non-podflow interface: answered by %s", who)
+	}
+	if who, err := n.askFrom(outside, n.gateway+":1"); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("the outside namespace does not reach the node (%s, %v): the check above proves nothing", who, err)
+	}
+
+	if _, err := p.Sync(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if who, err := n.ask(client, nodePort); err == nil {
+		t.Fatalf("deleted NodePort Service answered by %s", who)
+	}
+}
+
+// askFrom connects from the namespace ns to addr and returns who answered.
+func (n *node) askFrom(ns, addr string) (string, error) {
+	var c net.Conn
+	err := networktest.Do("/run/netns/"+ns, func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, 300*time.Millisecond)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+// TestKernelHairpin: an endpoint reaching itself through its Service's
+// ClusterIP is answered (by itself): the hairpin SNAT to the gateway,
+// which would not match on the input interface with br_netfilter loaded.
+func TestKernelHairpin(t *testing.T) {
+	n, p, _, _ := startProxy(t)
+	if _, err := p.Sync(context.Background(), []*corev1.Service{svc}, eps(false)); err != nil { // s1 alone
+		t.Fatal(err)
+	}
+	for range 5 {
+		if who, err := n.ask(s1, vip+":80"); err != nil || who != s1 {
+			t.Fatalf("%s → its own Service: %q, %v; want itself", s1, who, err)
+		}
 	}
 }

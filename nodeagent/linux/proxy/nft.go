@@ -38,6 +38,31 @@ func matchIf(key expr.MetaKey, name string) []expr.Any {
 	}
 }
 
+// matchIfPrefix matches an interface name starting with prefix (nft's
+// iifname "prefix*": a compare of the prefix's bytes alone).
+func matchIfPrefix(key expr.MetaKey, prefix string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(prefix)},
+	}
+}
+
+// dstMatch is pre (an interface match, or nil) then "ip daddr ip meta
+// l4proto proto th dport port goto chain".
+func dstMatch(pre []expr.Any, ip netip.Addr, proto string, port uint16, chain string) []expr.Any {
+	a := ip.As4()
+	m := append(pre,
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+	)
+	m = append(m, matchProto(proto)...)
+	return append(m,
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+		&expr.Verdict{Kind: expr.VerdictGoto, Chain: chain},
+	)
+}
+
 func matchProto(p string) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
@@ -63,7 +88,9 @@ func program(c *nftables.Conn, cfg Config, plan Plan) error {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
 	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
-	wantChains := map[string]*nftables.Chain{pre.Name: pre, post.Name: post}
+	out := c.AddChain(&nftables.Chain{Name: "output", Table: table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest})
+	wantChains := map[string]*nftables.Chain{pre.Name: pre, post.Name: post, out.Name: out}
 	wantSets := map[string]*nftables.Set{}
 	var setID uint32 // unique within the transaction
 	for _, sp := range plan.Ports {
@@ -83,7 +110,7 @@ func program(c *nftables.Conn, cfg Config, plan Plan) error {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(wantChains)) {
-		if name != pre.Name && name != post.Name {
+		if name != pre.Name && name != post.Name && name != out.Name {
 			c.AddChain(wantChains[name])
 		}
 	}
@@ -107,6 +134,25 @@ func program(c *nftables.Conn, cfg Config, plan Plan) error {
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1},
 	)
 	c.AddRule(&nftables.Rule{Table: table, Chain: post, Exprs: hairpin})
+	// An endpoint reaching itself through a Service: SNATed to the
+	// gateway (kube-proxy masquerades this hairpin), or it would get its
+	// own address back as a source. Matched on the addresses: the input
+	// interface is not known at postrouting when br_netfilter is loaded.
+	for _, ep := range plan.endpointIPs() {
+		a := ep.As4()
+		c.AddRule(&nftables.Rule{Table: table, Chain: post, Exprs: []expr.Any{
+			saddr(),
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+			&expr.Immediate{Register: 1, Data: gw[:]},
+			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1},
+		}})
+	}
 
 	for _, sp := range plan.Ports {
 		svc := wantChains[sp.serviceChain()]
@@ -149,18 +195,17 @@ func program(c *nftables.Conn, cfg Config, plan Plan) error {
 			&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: true, SetName: vmap.Name, SetID: vmap.ID},
 		}})
 
-		ip := sp.IP.As4()
-		match := append(matchIf(expr.MetaKeyIIFNAME, cfg.Bridge),
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ip[:]},
-		)
-		match = append(match, matchProto(sp.Protocol)...)
-		match = append(match,
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(sp.Port)},
-			&expr.Verdict{Kind: expr.VerdictGoto, Chain: svc.Name},
-		)
-		c.AddRule(&nftables.Rule{Table: table, Chain: pre, Exprs: match})
+		if !sp.External {
+			c.AddRule(&nftables.Rule{Table: table, Chain: pre,
+				Exprs: dstMatch(matchIf(expr.MetaKeyIIFNAME, cfg.Bridge), sp.IP, sp.Protocol, sp.Port, svc.Name)})
+			continue
+		}
+		for _, s := range cfg.NodeIPs {
+			ip := netip.MustParseAddr(s) // Validate checked it
+			c.AddRule(&nftables.Rule{Table: table, Chain: pre,
+				Exprs: dstMatch(matchIfPrefix(expr.MetaKeyIIFNAME, bridgePrefix), ip, sp.Protocol, sp.Port, svc.Name)})
+			c.AddRule(&nftables.Rule{Table: table, Chain: out, Exprs: dstMatch(nil, ip, sp.Protocol, sp.Port, svc.Name)})
+		}
 	}
 	for name := range haveChains {
 		if wantChains[name] == nil {

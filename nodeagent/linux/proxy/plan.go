@@ -13,6 +13,11 @@ import (
 	corev1 "github.com/podflow/podflow/proto/corev1"
 )
 
+// bridgePrefix starts the name of every podflow bridge (and of nothing
+// else podflow makes that packets arrive on): node ports are proxied for
+// packets arriving on "pf*".
+const bridgePrefix = "pf"
+
 // LabelServiceName names an EndpointSlice's Service.
 const LabelServiceName = "kubernetes.io/service-name"
 
@@ -33,14 +38,18 @@ type Plan struct {
 	Ports []ServicePort
 }
 
-// ServicePort is one ClusterIP:port of a Service and the endpoints its
-// connections are spread over.
+// ServicePort is one ClusterIP:port of a Service, or one node port of
+// it, and the endpoints its connections are spread over.
 type ServicePort struct {
-	Service   string // "ns/name"
-	Name      string // the port's name ("" when the Service has one port)
-	IP        netip.Addr
-	Protocol  string // "TCP" or "UDP"
-	Port      uint16
+	Service  string // "ns/name"
+	Name     string // the port's name ("" when the Service has one port)
+	IP       netip.Addr
+	Protocol string // "TCP" or "UDP"
+	Port     uint16 // the service port, or the node port when External
+	// External marks the node port of a NodePort or LoadBalancer
+	// Service: matched on the node's addresses (Config.NodeIPs), IP is
+	// the Service's ClusterIP.
+	External  bool
 	Endpoints []netip.AddrPort // sorted
 	// Affinity, when not 0, is the ClientIP session affinity timeout: a
 	// client keeps the endpoint it last opened a connection to until it
@@ -53,10 +62,31 @@ type ServicePort struct {
 	Serving []netip.Addr
 }
 
-// Build computes the plan for services and their EndpointSlices. Headless
-// and ExternalName Services, ports of other protocols and service ports
-// without a usable endpoint get no rules.
+// Build computes the plan for services and their EndpointSlices, for a
+// node of no known name (BuildFor("", ...)).
 func Build(services []*corev1.Service, slices_ []*corev1.EndpointSlice) Plan {
+	return BuildFor("", services, slices_)
+}
+
+// Service types and traffic policies the plan reads.
+const (
+	typeNodePort     = "NodePort"
+	typeLoadBalancer = "LoadBalancer"
+	policyLocal      = "Local"
+)
+
+// BuildFor computes node's plan for services and their EndpointSlices.
+// Headless and ExternalName Services, ports of other protocols and
+// service ports without a usable endpoint get no rules. A NodePort or
+// LoadBalancer Service's node ports get an External entry each, with the
+// same endpoints as its ClusterIP: every client of a node port is a pod
+// or the host itself (nothing from off the machine is proxied), and
+// kube-proxy sends those to every endpoint whatever the
+// externalTrafficPolicy ("short-circuit pod traffic", "short-circuit
+// local traffic"). An internalTrafficPolicy of Local keeps ClusterIP
+// traffic on node's own endpoints (none: no rule); with node "" it is
+// not applied.
+func BuildFor(node string, services []*corev1.Service, slices_ []*corev1.EndpointSlice) Plan {
 	byService := map[string][]*corev1.EndpointSlice{}
 	for _, s := range slices_ {
 		if s.GetAddressType() != "" && s.GetAddressType() != "IPv4" {
@@ -77,16 +107,32 @@ func Build(services []*corev1.Service, slices_ []*corev1.EndpointSlice) Plan {
 			if (proto != "TCP" && proto != "UDP") || sp.GetPort() <= 0 || sp.GetPort() > 65535 {
 				continue
 			}
-			eps, serving := endpoints(byService[key], sp.GetName(), proto)
+			eps, serving := endpoints(byService[key], sp.GetName(), proto, "")
 			if len(eps) == 0 {
 				continue
 			}
-			plan.Ports = append(plan.Ports, ServicePort{Service: key, Name: sp.GetName(), IP: ip, Protocol: proto,
-				Port: uint16(sp.GetPort()), Endpoints: eps, Affinity: affinity(svc.GetSpec()), Serving: serving})
+			internal := eps
+			if node != "" && svc.GetSpec().GetInternalTrafficPolicy() == policyLocal {
+				internal, _ = endpoints(byService[key], sp.GetName(), proto, node)
+			}
+			if len(internal) > 0 {
+				plan.Ports = append(plan.Ports, ServicePort{Service: key, Name: sp.GetName(), IP: ip, Protocol: proto,
+					Port: uint16(sp.GetPort()), Endpoints: internal, Affinity: affinity(svc.GetSpec()), Serving: serving})
+			}
+			if t := svc.GetSpec().GetType(); (t == typeNodePort || t == typeLoadBalancer) && sp.GetNodePort() > 0 && sp.GetNodePort() <= 65535 {
+				plan.Ports = append(plan.Ports, ServicePort{Service: key, Name: sp.GetName(), IP: ip, Protocol: proto,
+					Port: uint16(sp.GetNodePort()), External: true, Endpoints: eps, Affinity: affinity(svc.GetSpec()), Serving: serving})
+			}
 		}
 	}
 	slices.SortFunc(plan.Ports, func(a, b ServicePort) int {
-		return cmp.Or(a.IP.Compare(b.IP), cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
+		ext := func(sp ServicePort) int {
+			if sp.External {
+				return 1
+			}
+			return 0
+		}
+		return cmp.Or(cmp.Compare(ext(a), ext(b)), a.IP.Compare(b.IP), cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
 	})
 	return plan
 }
@@ -107,10 +153,11 @@ func affinity(spec *corev1.ServiceSpec) time.Duration {
 	return d
 }
 
-// endpoints returns the addresses serving the service port called name:
-// the Ready ones, or when there are none the Serving and Terminating ones;
-// and the IPs of every serving one.
-func endpoints(sls []*corev1.EndpointSlice, name, proto string) (_ []netip.AddrPort, serving []netip.Addr) {
+// endpoints returns the addresses serving the service port called name
+// (only those on node, unless node is ""): the Ready ones, or when there
+// are none the Serving and Terminating ones; and the IPs of every serving
+// one.
+func endpoints(sls []*corev1.EndpointSlice, name, proto, node string) (_ []netip.AddrPort, serving []netip.Addr) {
 	var ready, terminating []netip.AddrPort
 	for _, s := range sls {
 		var port uint16
@@ -127,7 +174,7 @@ func endpoints(sls []*corev1.EndpointSlice, name, proto string) (_ []netip.AddrP
 			// A nil ready is "unknown", which consumers treat as ready.
 			isReady := c == nil || c.Ready == nil || c.GetReady()
 			fallback := !isReady && c.GetServing() && c.GetTerminating()
-			if !isReady && !fallback {
+			if (!isReady && !fallback) || (node != "" && ep.GetNodeName() != node) {
 				continue
 			}
 			for _, a := range ep.GetAddresses() {
@@ -170,8 +217,20 @@ func (p Plan) Within(cidr netip.Prefix) Plan {
 func (p Plan) Equal(q Plan) bool {
 	return slices.EqualFunc(p.Ports, q.Ports, func(a, b ServicePort) bool {
 		return a.Service == b.Service && a.Name == b.Name && a.IP == b.IP && a.Protocol == b.Protocol &&
-			a.Port == b.Port && slices.Equal(a.Endpoints, b.Endpoints) && a.Affinity == b.Affinity
+			a.Port == b.Port && a.External == b.External && slices.Equal(a.Endpoints, b.Endpoints) && a.Affinity == b.Affinity
 	})
+}
+
+// endpointIPs are the distinct addresses of every endpoint of p, sorted.
+func (p Plan) endpointIPs() []netip.Addr {
+	var out []netip.Addr
+	for _, sp := range p.Ports {
+		for _, ep := range sp.Endpoints {
+			out = append(out, ep.Addr())
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // chainID is a short stable hash, as kube-proxy's chain names carry.
@@ -180,15 +239,25 @@ func chainID(s string) string {
 	return base32.StdEncoding.EncodeToString(h[:5])
 }
 
+// id names a service port in chain and set names: the node port of a
+// Service is "ext" to it.
+func (sp ServicePort) id() string {
+	kind := ""
+	if sp.External {
+		kind = "ext/"
+	}
+	return fmt.Sprintf("%s/%s%s/%d", sp.Service, kind, strings.ToLower(sp.Protocol), sp.Port)
+}
+
 // serviceChain names the chain of a service port.
 func (sp ServicePort) serviceChain() string {
-	id := fmt.Sprintf("%s/%s/%d", sp.Service, strings.ToLower(sp.Protocol), sp.Port)
+	id := sp.id()
 	return truncate("svc-" + chainID(id) + "-" + id)
 }
 
 // endpointChain names the chain of one endpoint of a service port.
 func (sp ServicePort) endpointChain(ep netip.AddrPort) string {
-	id := fmt.Sprintf("%s/%s/%d__%s", sp.Service, strings.ToLower(sp.Protocol), sp.Port, ep)
+	id := fmt.Sprintf("%s__%s", sp.id(), ep)
 	return truncate("ep-" + chainID(id) + "-" + id)
 }
 
@@ -196,7 +265,7 @@ func (sp ServicePort) endpointChain(ep netip.AddrPort) string {
 // service port: the clients that last reached it, each until the timeout
 // (which is part of the name, so a changed timeout is a new set).
 func (sp ServicePort) affinitySet(ep netip.AddrPort) string {
-	id := fmt.Sprintf("%s/%s/%d__%s/%s", sp.Service, strings.ToLower(sp.Protocol), sp.Port, ep, sp.Affinity)
+	id := fmt.Sprintf("%s__%s/%s", sp.id(), ep, sp.Affinity)
 	return "aff-" + chainID(id)
 }
 
@@ -214,11 +283,31 @@ func (p Plan) Rules(cfg Config) string {
 	fmt.Fprintf(&b, "table ip %s {\n", cfg.Table)
 	fmt.Fprintf(&b, "\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat;\n")
 	for _, sp := range p.Ports {
-		fmt.Fprintf(&b, "\t\tiifname %q ip daddr %s meta l4proto %s th dport %d goto %q\n",
-			cfg.Bridge, sp.IP, strings.ToLower(sp.Protocol), sp.Port, sp.serviceChain())
+		if !sp.External {
+			fmt.Fprintf(&b, "\t\tiifname %q ip daddr %s meta l4proto %s th dport %d goto %q\n",
+				cfg.Bridge, sp.IP, strings.ToLower(sp.Protocol), sp.Port, sp.serviceChain())
+			continue
+		}
+		for _, ip := range cfg.NodeIPs {
+			fmt.Fprintf(&b, "\t\tiifname \"%s*\" ip daddr %s meta l4proto %s th dport %d goto %q\n",
+				bridgePrefix, ip, strings.ToLower(sp.Protocol), sp.Port, sp.serviceChain())
+		}
+	}
+	fmt.Fprintf(&b, "\t}\n\tchain output {\n\t\ttype nat hook output priority dstnat;\n")
+	for _, sp := range p.Ports {
+		if sp.External {
+			for _, ip := range cfg.NodeIPs {
+				fmt.Fprintf(&b, "\t\tip daddr %s meta l4proto %s th dport %d goto %q\n",
+					ip, strings.ToLower(sp.Protocol), sp.Port, sp.serviceChain())
+			}
+		}
 	}
 	fmt.Fprintf(&b, "\t}\n\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat;\n")
-	fmt.Fprintf(&b, "\t\tiifname %q oifname %q ct status dnat snat ip to %s\n\t}\n", cfg.Bridge, cfg.Bridge, cfg.Gateway)
+	fmt.Fprintf(&b, "\t\tiifname %q oifname %q ct status dnat snat ip to %s\n", cfg.Bridge, cfg.Bridge, cfg.Gateway)
+	for _, ep := range p.endpointIPs() {
+		fmt.Fprintf(&b, "\t\tip saddr %s ip daddr %s ct status dnat snat ip to %s\n", ep, ep, cfg.Gateway)
+	}
+	fmt.Fprintf(&b, "\t}\n")
 	for _, sp := range p.Ports {
 		if sp.Affinity == 0 {
 			continue

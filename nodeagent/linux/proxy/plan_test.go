@@ -218,3 +218,69 @@ func TestRulesAffinity(t *testing.T) {
 		t.Error("plans of different timeouts are Equal")
 	}
 }
+
+// TestBuildNodePort: a NodePort Service's port gets its ClusterIP entry
+// and an External one on its node port, with the same endpoints; a
+// ClusterIP Service's stray nodePort gets none; internalTrafficPolicy
+// Local keeps the ClusterIP on the node's own endpoints (none: no
+// ClusterIP entry, the node port stays); the rules match the node port on
+// the node's addresses from podflow bridges ("pf*") and the host, and
+// masquerade nothing.
+func TestBuildNodePort(t *testing.T) {
+	np := service("web", "10.96.0.10", &corev1.ServicePort{Protocol: "TCP", Port: 80, NodePort: 30080})
+	np.Spec.Type = "NodePort"
+	web := []*corev1.EndpointSlice{slice("web", []*corev1.EndpointPort{sport("", "TCP", 8080)},
+		ep{"10.244.1.11", true, true, false}, ep{"10.244.2.11", true, true, false})}
+	web[0].Endpoints[0].NodeName = proto.String("node-1")
+	web[0].Endpoints[1].NodeName = proto.String("node-2")
+	both := addrs("10.244.1.11:8080", "10.244.2.11:8080")
+	vip := netip.MustParseAddr("10.96.0.10")
+	got := BuildFor("node-1", []*corev1.Service{np}, web)
+	want := Plan{Ports: []ServicePort{
+		{Service: "default/web", IP: vip, Protocol: "TCP", Port: 80, Endpoints: both},
+		{Service: "default/web", IP: vip, Protocol: "TCP", Port: 30080, External: true, Endpoints: both},
+	}}
+	if !got.Equal(want) {
+		t.Fatalf("BuildFor =\n%+v\nwant\n%+v", got.Ports, want.Ports)
+	}
+
+	cip := service("web", "10.96.0.10", &corev1.ServicePort{Protocol: "TCP", Port: 80, NodePort: 30080})
+	if got := BuildFor("node-1", []*corev1.Service{cip}, web); len(got.Ports) != 1 || got.Ports[0].External {
+		t.Fatalf("a ClusterIP Service's plan %+v, want its ClusterIP only", got.Ports)
+	}
+
+	local := proto.Clone(np).(*corev1.Service)
+	local.Spec.InternalTrafficPolicy = proto.String("Local")
+	got = BuildFor("node-1", []*corev1.Service{local}, web)
+	if len(got.Ports) != 2 || !slices.Equal(got.Ports[0].Endpoints, addrs("10.244.1.11:8080")) || !slices.Equal(got.Ports[1].Endpoints, both) {
+		t.Fatalf("internalTrafficPolicy Local on node-1: %+v", got.Ports)
+	}
+	got = BuildFor("node-3", []*corev1.Service{local}, web)
+	if len(got.Ports) != 1 || !got.Ports[0].External {
+		t.Fatalf("internalTrafficPolicy Local on a node without endpoints: %+v, want the node port only", got.Ports)
+	}
+
+	cfg := DefaultConfig("node-1", "pf0", "10.244.1.1")
+	cfg.NodeIPs = append(cfg.NodeIPs, "192.168.7.2")
+	rules := BuildFor("node-1", []*corev1.Service{np}, web).Rules(cfg)
+	for _, want := range []string{
+		`iifname "pf*" ip daddr 10.244.1.1 meta l4proto tcp th dport 30080 goto "svc-`,
+		`iifname "pf*" ip daddr 192.168.7.2 meta l4proto tcp th dport 30080 goto "svc-`,
+		"chain output {\n\t\ttype nat hook output priority dstnat;\n\t\tip daddr 10.244.1.1 meta l4proto tcp th dport 30080 goto \"svc-",
+		`iifname "pf0" ip daddr 10.96.0.10 meta l4proto tcp th dport 80 goto "svc-`,
+	} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("rules lack %q:\n%s", want, rules)
+		}
+	}
+	if strings.Contains(rules, "masquerade") {
+		t.Errorf("rules masquerade:\n%s", rules)
+	}
+	for _, bad := range []string{"127.0.0.1", "0.0.0.0", "fd00::1"} {
+		c := cfg
+		c.NodeIPs = []string{bad}
+		if err := c.Validate(); err == nil {
+			t.Errorf("NodeIPs [%s] accepted", bad)
+		}
+	}
+}

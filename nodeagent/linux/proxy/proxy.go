@@ -146,11 +146,15 @@ func (p *Proxy) Sync(ctx context.Context, services []*corev1.Service, slices []*
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	plan := Build(services, slices).Within(netip.MustParsePrefix(p.cfg.ServiceCIDR))
+	plan := BuildFor(p.cfg.NodeName, services, slices).Within(netip.MustParsePrefix(p.cfg.ServiceCIDR))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false, ErrClosed
+	}
+	var prev Plan
+	if p.last != nil {
+		prev = *p.last
 	}
 	changed := p.last == nil || !p.last.Equal(plan)
 	if changed {
@@ -158,7 +162,7 @@ func (p *Proxy) Sync(ctx context.Context, services []*corev1.Service, slices []*
 			return true, err
 		}
 	}
-	_, err := p.flushStaleUDP(plan)
+	_, err := p.flushStaleUDP(plan, prev)
 	return changed, err
 }
 

@@ -34,7 +34,8 @@ package documentation). The simulated nodes share one durable consumer.`,
 				lo.NodeAgentOptions = o
 				return linux(cmd.Context(), *lo)
 			case "sim":
-				return roles.SimNodes(cmd.Context(), roles.SimNodesOptions{NodeAgentOptions: o, Name: name, Nodes: nodes})
+				return roles.SimNodes(cmd.Context(), roles.SimNodesOptions{NodeAgentOptions: o, Name: name, Nodes: nodes,
+					ClusterCIDR: lo.ClusterCIDR, NodeCIDRMaskSize: lo.NodeCIDRMaskSize})
 			}
 			return fmt.Errorf("--runtime %q is unknown: use sim or linux", runtime)
 		},
@@ -55,11 +56,12 @@ func linuxFlags(cmd *cobra.Command) *roles.LinuxNodeOptions {
 	f := cmd.Flags()
 	f.StringVar(&o.Node, "node", "", "--runtime linux: this node's name (default: the host name)")
 	f.StringVar(&o.DataDir, "data-dir", "", "--runtime linux: the node's directory: pods, images, IPAM (default .podflow/nodes/NODE)")
-	f.StringVar(&o.PodCIDR, "pod-cidr", "", "--runtime linux: this node's pod CIDR (default: the next free /24 of --cluster-cidr, recorded in the store)")
-	f.StringVar(&o.ClusterCIDR, "cluster-cidr", "10.244.0.0/16", "--runtime linux: where pod CIDRs are allocated from")
+	f.StringVar(&o.PodCIDR, "pod-cidr", "", "--runtime linux: this node's pod CIDR (default: the next free block of --cluster-cidr, recorded in the store)")
+	f.StringVar(&o.ClusterCIDR, plan.ClusterCIDRFlag, "", "where pod CIDRs are allocated from, as kube-controller-manager's flag (default 10.244.0.0/16; with --runtime sim widened until it holds --nodes node CIDRs: 10.224.0.0/11 for 5,000)")
+	f.IntVar(&o.NodeCIDRMaskSize, plan.NodeCIDRMaskSizeFlag, 24, "prefix length of each node's pod CIDR, as kube-controller-manager's flag")
 	f.StringVar(&o.ServiceCIDR, plan.ServiceCIDRFlag, plan.DefaultServiceCIDR, "--runtime linux: the service CIDR: routed unreachable, proxy rules only inside it (the api stage's must be the same)")
 	f.StringVar(&o.Registry, "registry", "", "--runtime linux: registry standing in for docker.io, e.g. 127.0.0.1:5000 (empty: docker.io)")
-	f.StringVar(&o.HostIP, "host-ip", "127.0.0.1", "--runtime linux: the node's InternalIP")
+	f.StringVar(&o.HostIP, "host-ip", "", "--runtime linux: the node's InternalIP, where NodePort Services and hostPorts also answer (default: its address on its pod bridge, the pod CIDR's first address)")
 	f.StringSliceVar(&o.HostPaths, "allow-host-path", nil, "--runtime linux: host directories hostPath volumes may use")
 	f.BoolVar(&o.SeccompDefault, "seccomp-default", false, "--runtime linux: RuntimeDefault is the seccomp profile of containers that name none (as kubelet's)")
 	f.StringVar(&o.SeccompProfileRoot, "seccomp-profile-root", "", "--runtime linux: directory of Localhost seccomp profiles (default DATA_DIR/seccomp)")

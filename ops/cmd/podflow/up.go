@@ -36,6 +36,8 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	f.BoolVar(&o.Cluster, "cluster", false, "run 3 NATS servers clustered over routes on loopback, with R3 streams; every NATS listener and raft transport speaks mutual TLS (certificates in DATA/pki)")
 	f.DurationVar(&o.NodeGrace, "node-monitor-grace-period", 40*time.Second, "mark a node NotReady after this long without heartbeats")
 	f.StringVar(&o.ServiceCIDR, plan.ServiceCIDRFlag, plan.DefaultServiceCIDR, "the service CIDR (IPv4, /8 to /28): the api stage allocates ClusterIPs from it and the node agent routes it unreachable and programs its proxy rules inside it, as kube-apiserver's flag")
+	f.StringVar(&o.ClusterCIDR, plan.ClusterCIDRFlag, "", "where the nodes' pod CIDRs come from, as kube-controller-manager's flag (default 10.244.0.0/16; for simulated nodes widened until it holds --nodes node CIDRs: 10.224.0.0/11 for 5,000)")
+	f.IntVar(&o.NodeCIDRMaskSize, plan.NodeCIDRMaskSizeFlag, 0, "prefix length of each node's pod CIDR, as kube-controller-manager's flag (default 24)")
 	f.StringVar(&o.PodSecurityDefault, plan.PodSecurityDefaultFlag, "privileged", "Pod Security level enforced in namespaces without the pod-security.kubernetes.io/enforce label: privileged (Kubernetes' default: no checks), baseline (no privileged containers, host namespaces, hostPath or added capabilities: the choice for a shared machine) or restricted; kube-apiserver's PodSecurity admission defaults.enforce")
 	f.IntVar(&o.HTTPSPort, "https-port", 0, "Kubernetes API (HTTPS) port on 127.0.0.1 (default: a free port picked at first start, then kept)")
 	return cmd

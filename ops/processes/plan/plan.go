@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/nodeagent/sim"
 	"github.com/podflow/podflow/ops/client"
 	"github.com/podflow/podflow/ops/processes/supervisor"
 	"github.com/podflow/podflow/services/ipalloc"
@@ -153,6 +154,12 @@ type Options struct {
 	// from it and the Linux node agent's proxy routes it unreachable and
 	// programs rules only inside it. "" is DefaultServiceCIDR.
 	ServiceCIDR string
+	// ClusterCIDR and NodeCIDRMaskSize are where the node agents' pod
+	// CIDRs come from (kube-controller-manager's --cluster-cidr and
+	// --node-cidr-mask-size); "" and 0 leave the agent's defaults:
+	// 10.244.0.0/16, widened for the simulated nodes' count, and /24.
+	ClusterCIDR      string
+	NodeCIDRMaskSize int
 	// PodSecurityDefault is the Pod Security level enforced in namespaces
 	// without the pod-security.kubernetes.io/enforce label (admission on
 	// create, the api's front door on updates): kube-apiserver's
@@ -178,6 +185,25 @@ func (o Options) podSecurityArgs() []string {
 
 // DefaultServiceCIDR is Kubernetes' default service CIDR.
 const DefaultServiceCIDR = "10.96.0.0/16"
+
+// ClusterCIDRFlag and NodeCIDRMaskSizeFlag name the pod CIDR flags of
+// `podflow up` and the node agent (kube-controller-manager's).
+const (
+	ClusterCIDRFlag      = "cluster-cidr"
+	NodeCIDRMaskSizeFlag = "node-cidr-mask-size"
+)
+
+// nodeCIDRArgs pass the pod CIDR options to the node agent.
+func (o Options) nodeCIDRArgs() []string {
+	var args []string
+	if o.ClusterCIDR != "" {
+		args = append(args, "--"+ClusterCIDRFlag, o.ClusterCIDR)
+	}
+	if o.NodeCIDRMaskSize != 0 {
+		args = append(args, "--"+NodeCIDRMaskSizeFlag, strconv.Itoa(o.NodeCIDRMaskSize))
+	}
+	return args
+}
 
 // ServiceCIDRFlag names the service CIDR flag of `podflow up`, the api
 // stage and the node agent (kube-apiserver's).
@@ -208,6 +234,12 @@ func (o Options) Validate() error {
 		return errors.New("plan: a NATS cluster needs 3 client and 3 route ports")
 	case o.Runtime != RuntimeSim && o.Runtime != RuntimeLinux:
 		return fmt.Errorf("plan: runtime %q: want %s or %s", o.Runtime, RuntimeSim, RuntimeLinux)
+	}
+	if o.Runtime == RuntimeSim {
+		cfg := sim.DefaultClusterConfig(max(o.Nodes, 1)).WithCIDRs(o.ClusterCIDR, o.NodeCIDRMaskSize)
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("plan: --%s %s --%s %d for %d nodes: %w", ClusterCIDRFlag, cfg.ClusterCIDR, NodeCIDRMaskSizeFlag, cfg.NodeCIDRMaskSize, o.Nodes, err)
+		}
 	}
 	for s, n := range o.Replicas {
 		if !pipeline.Known(s) || n < 0 || n > MaxReplicas {
@@ -415,10 +447,12 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 // address: the Linux node's are also those of its decommissioning.
 func (p *Plan) NodeAgentArgs(registry string) []string {
 	if p.Options.Runtime == RuntimeLinux {
-		return []string{"nodeagent", "--runtime", "linux", "--node", LinuxNode, "--config", p.Layout.ProcessConfig(p.NodeRole.Role),
+		args := []string{"nodeagent", "--runtime", "linux", "--node", LinuxNode, "--config", p.Layout.ProcessConfig(p.NodeRole.Role),
 			"--data-dir", p.Layout.Sub("nodes", LinuxNode), "--registry", registry, "--" + ServiceCIDRFlag, p.Options.serviceCIDR()}
+		return append(args, p.Options.nodeCIDRArgs()...)
 	}
-	return []string{"nodeagent", "--runtime", "sim", "--name", "sim", "--nodes", strconv.Itoa(p.Options.Nodes), "--config", p.Layout.ProcessConfig(p.NodeRole.Role)}
+	args := []string{"nodeagent", "--runtime", "sim", "--name", "sim", "--nodes", strconv.Itoa(p.Options.Nodes), "--config", p.Layout.ProcessConfig(p.NodeRole.Role)}
+	return append(args, p.Options.nodeCIDRArgs()...)
 }
 
 func (p *Plan) nodeAgent(registry string) (Process, error) {

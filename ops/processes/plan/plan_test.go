@@ -348,6 +348,32 @@ func TestServiceCIDR(t *testing.T) {
 	}
 }
 
+// TestNodeCIDRs: up's --cluster-cidr and --node-cidr-mask-size reach the
+// node agent alone; a cluster CIDR too small for the simulated nodes is
+// refused before anything starts, naming both flags.
+func TestNodeCIDRs(t *testing.T) {
+	o := options()
+	o.Nodes, o.ClusterCIDR, o.NodeCIDRMaskSize = 5000, "10.0.0.0/12", 25
+	p, err := plan.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range p.Processes() {
+		has := strings.Contains(strings.Join(pr.Args, " "), "--cluster-cidr 10.0.0.0/12 --node-cidr-mask-size 25")
+		if want := pr.Kind == plan.NodeAgent; has != want {
+			t.Errorf("%s: args %v carry the pod CIDRs: %v, want %v", pr.Name, pr.Args, has, want)
+		}
+	}
+	o.Nodes, o.ClusterCIDR, o.NodeCIDRMaskSize = 5000, "", 0 // sized for the nodes
+	if _, err := plan.New(o); err != nil {
+		t.Errorf("5000 nodes, default CIDRs: %v", err)
+	}
+	o.ClusterCIDR = "10.244.0.0/16"
+	if _, err := plan.New(o); err == nil || !strings.Contains(err.Error(), "--cluster-cidr 10.244.0.0/16 --node-cidr-mask-size 24 for 5000 nodes") {
+		t.Errorf("5000 /24s in a /16: %v", err)
+	}
+}
+
 // TestPodSecurityDefault: up's --pod-security-default reaches the api
 // stage (its front door checks pod updates) and admission (pod creation),
 // and nothing else; a level that does not exist is refused at plan time.

@@ -35,15 +35,18 @@ import (
 // linux`).
 type LinuxNodeOptions struct {
 	NodeAgentOptions
-	Node         string   // the node's name (default: the host name)
-	DataDir      string   // pods, images, IPAM (default .podflow/nodes/NODE)
-	PodCIDR      string   // default: the next free /24 of ClusterCIDR, recorded in the store
-	ClusterCIDR  string   // where pod CIDRs are allocated from
-	ServiceCIDR  string   // the service CIDR the proxy routes unreachable and programs inside ("": proxy's default)
-	Registry     string   // registry standing in for docker.io (empty: docker.io)
-	HostIP       string   // the node's InternalIP
-	HostPaths    []string // host directories hostPath volumes may use
-	Decommission bool     // remove every pod, the bridge and the cgroups, then return
+	Node        string // the node's name (default: the host name)
+	DataDir     string // pods, images, IPAM (default .podflow/nodes/NODE)
+	PodCIDR     string // default: the next free block of ClusterCIDR, recorded in the store
+	ClusterCIDR string // where pod CIDRs are allocated from ("": 10.244.0.0/16)
+	// NodeCIDRMaskSize is the prefix length of an allocated pod CIDR
+	// (kube-controller-manager's --node-cidr-mask-size; 0: 24).
+	NodeCIDRMaskSize int
+	ServiceCIDR      string   // the service CIDR the proxy routes unreachable and programs inside ("": proxy's default)
+	Registry         string   // registry standing in for docker.io (empty: docker.io)
+	HostIP           string   // the node's InternalIP ("": its bridge's gateway, the pod CIDR's first address)
+	HostPaths        []string // host directories hostPath volumes may use
+	Decommission     bool     // remove every pod, the bridge and the cgroups, then return
 	// SeccompDefault makes RuntimeDefault the profile of containers that
 	// name none (kubelet --seccomp-default).
 	SeccompDefault bool
@@ -69,10 +72,10 @@ func podCIDRKey(p netip.Prefix) string {
 }
 
 // allocatePodCIDR returns node's pod CIDR: the one it holds already, the
-// one asked for (if free or its own), or the first free /24 of cluster
-// that overlaps none of local (the pod CIDRs other node agents on this
-// machine serve, perhaps another podflow system's).
-func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, cluster string, local []netip.Prefix) (string, error) {
+// one asked for (if free or its own), or the first free block of mask bits
+// of cluster that overlaps none of local (the pod CIDRs other node agents
+// on this machine serve, perhaps another podflow system's).
+func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, cluster string, mask int, local []netip.Prefix) (string, error) {
 	claim := func(p netip.Prefix) (bool, error) {
 		_, err := kv.Create(ctx, podCIDRKey(p), []byte(node))
 		if err == nil {
@@ -111,15 +114,15 @@ func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, clus
 		}
 	}
 	cl, err := netip.ParsePrefix(cluster)
-	if err != nil || cl.Bits() > 24 || !cl.Addr().Is4() {
-		return "", fmt.Errorf("--cluster-cidr %q must be an IPv4 prefix of /24 or wider", cluster)
+	if err != nil || !cl.Addr().Is4() || mask < cl.Bits() || mask > 29 {
+		return "", fmt.Errorf("--cluster-cidr %q must be an IPv4 prefix of /%d or wider, and --node-cidr-mask-size %d at most 29", cluster, mask, mask)
 	}
-	// Node i gets the i-th /24; the first is left out (as kube-controller
+	// Node i gets the i-th block; the first is left out (as kube-controller
 	// manager's allocator starts after the network address).
 	base := cl.Masked().Addr().As4()
-	for i := 1; i < 1<<(24-cl.Bits()); i++ {
-		n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 + uint32(i)<<8
-		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), 0}), 24)
+	for i := 1; i < 1<<min(mask-cl.Bits(), 24); i++ {
+		n := (uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])) + uint32(i)<<(32-mask)
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}), mask)
 		if slices.ContainsFunc(local, p.Overlaps) {
 			continue
 		}
@@ -131,7 +134,7 @@ func allocatePodCIDR(ctx context.Context, kv *raftstore.Client, node, want, clus
 			return p.String(), nil
 		}
 	}
-	return "", fmt.Errorf("no free /24 left in %s", cl)
+	return "", fmt.Errorf("no free /%d left in %s", mask, cl)
 }
 
 // LinuxNode runs one real node until ctx is done: the Linux runtime, the
@@ -167,7 +170,13 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	if err != nil {
 		return err
 	}
-	podCIDR, err := allocatePodCIDR(ctx, sess.Store.Client(), node, lo.PodCIDR, lo.ClusterCIDR, local)
+	if lo.ClusterCIDR == "" {
+		lo.ClusterCIDR = "10.244.0.0/16"
+	}
+	if lo.NodeCIDRMaskSize == 0 {
+		lo.NodeCIDRMaskSize = 24
+	}
+	podCIDR, err := allocatePodCIDR(ctx, sess.Store.Client(), node, lo.PodCIDR, lo.ClusterCIDR, lo.NodeCIDRMaskSize, local)
 	if err != nil {
 		return err
 	}
@@ -176,8 +185,17 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	// ClusterFirst pods ask the node's cluster DNS, on the bridge's gateway.
 	rcfg.ClusterDNS = []string{gatewayOf(podCIDR).String()}
 	rcfg.HostPathPrefixes = lo.HostPaths
-	if lo.HostIP != "" {
-		rcfg.NodeIP = lo.HostIP
+	// The node's address is its bridge's gateway unless told otherwise:
+	// reachable from its pods and from the host, where its NodePort
+	// Services and hostPorts answer (kube-proxy serves no node port on
+	// loopback).
+	hostIP := lo.HostIP
+	if hostIP == "" {
+		hostIP = gatewayOf(podCIDR).String()
+	}
+	rcfg.NodeIP = hostIP
+	if a, err := netip.ParseAddr(hostIP); err == nil && a.Is4() && !a.IsLoopback() && !a.IsUnspecified() && a != gatewayOf(podCIDR) {
+		rcfg.Network.HostIPs = []string{hostIP} // hostPorts answer there too
 	}
 	rcfg.SeccompDefault = lo.SeccompDefault
 	if lo.SeccompProfileRoot != "" {
@@ -196,7 +214,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 		return err
 	}
 	defer rt.Close()
-	pcfg := proxyConfig(node, podCIDR, lo.ServiceCIDR, rcfg)
+	pcfg := proxyConfig(node, podCIDR, lo.ServiceCIDR, hostIP, rcfg)
 	if lo.Decommission {
 		if err := errors.Join(rt.Decommission(ctx), proxy.Remove(pcfg)); err != nil {
 			return err
@@ -207,7 +225,7 @@ func LinuxNode(ctx context.Context, lo LinuxNodeOptions) error {
 	log.Info("linux runtime ready", "podCIDR", podCIDR, "dataDir", dataDir, "instance", linux.InstanceOf(dataDir), "bridge", rcfg.Network.BridgeName)
 
 	acfg := nodeagent.DefaultConfig(node, podCIDR)
-	acfg.HostIP = lo.HostIP
+	acfg.HostIP = hostIP
 	// Kept back for the system and the agent, like kubelet's --system-reserved.
 	acfg.Reserved = map[string]string{"cpu": "100m", "memory": "256Mi", "pods": "0"}
 	acfg.Logger = log
@@ -367,11 +385,15 @@ func startClusterDNS(podCIDR string, rcfg linux.Config) (*dns.Server, error) {
 
 // proxyConfig is the node proxy's: the service CIDR ("" keeps the
 // default), the node's bridge, its gateway (the pod CIDR's first address)
-// and its policy routing table.
-func proxyConfig(node, podCIDR, serviceCIDR string, rcfg linux.Config) proxy.Config {
+// and its policy routing table; node ports on the gateway and on hostIP,
+// the node's InternalIP, unless that is a loopback address.
+func proxyConfig(node, podCIDR, serviceCIDR, hostIP string, rcfg linux.Config) proxy.Config {
 	cfg := proxy.DefaultConfig(node, rcfg.Network.BridgeName, gatewayOf(podCIDR).String())
 	if serviceCIDR != "" {
 		cfg.ServiceCIDR = serviceCIDR
+	}
+	if a, err := netip.ParseAddr(hostIP); err == nil && a.Is4() && !a.IsLoopback() && !a.IsUnspecified() && hostIP != cfg.Gateway {
+		cfg.NodeIPs = append(cfg.NodeIPs, hostIP)
 	}
 	cfg.PodCIDR, cfg.RouteTable = podCIDR, rcfg.Network.RouteTable
 	return cfg

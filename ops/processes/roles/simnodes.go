@@ -33,11 +33,28 @@ type SimNodesOptions struct {
 	NodeAgentOptions
 	Name  string // the simulated cluster's name (its durable consumer)
 	Nodes int    // how many nodes it simulates
+	// ClusterCIDR and NodeCIDRMaskSize are where the nodes' pod CIDRs come
+	// from ("": sim.SizedClusterCIDR; 0: sim.DefaultNodeCIDRMaskSize).
+	ClusterCIDR      string
+	NodeCIDRMaskSize int
+}
+
+// clusterConfig is o's simulated cluster.
+func (o SimNodesOptions) clusterConfig() (sim.ClusterConfig, error) {
+	cfg := sim.DefaultClusterConfig(o.Nodes).WithCIDRs(o.ClusterCIDR, o.NodeCIDRMaskSize)
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("--cluster-cidr %s --node-cidr-mask-size %d for --nodes %d: %w", cfg.ClusterCIDR, cfg.NodeCIDRMaskSize, o.Nodes, err)
+	}
+	return cfg, nil
 }
 
 // SimNodes runs simulated nodes until ctx is done: one process, one
 // durable consumer, every node registered and heartbeating.
 func SimNodes(ctx context.Context, o SimNodesOptions) error {
+	cfg, err := o.clusterConfig()
+	if err != nil {
+		return err
+	}
 	sess, err := client.Open(ctx, o.Config, "nodeagent-"+o.Name)
 	if err != nil {
 		return err
@@ -57,9 +74,8 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 	// The nodes run what the built-in shell can of each container's
 	// command, and answer exec, attach and logs as nodes do (simexec.go).
 	node := newSimNode(nil, simNet{sess.Store})
-	ccfg := sim.DefaultClusterConfig(o.Nodes)
-	ccfg.Runtime.Programs = node
-	cl, err := sim.NewCluster(ccfg, wire.NewStore(sess.Store).WithTokens(sess.Bus.NATS()), nm.Publisher(wire.NewPublisher(sess.Bus)))
+	cfg.Runtime.Programs = node
+	cl, err := sim.NewCluster(cfg, wire.NewStore(sess.Store).WithTokens(sess.Bus.NATS()), nm.Publisher(wire.NewPublisher(sess.Bus)))
 	if err != nil {
 		return err
 	}
@@ -69,7 +85,7 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 		return err
 	}
 	defer cl.Stop()
-	log.Info("simulated nodes registered", "nodes", o.Nodes)
+	log.Info("simulated nodes registered", "nodes", o.Nodes, "clusterCIDR", cfg.ClusterCIDR, "nodeCIDRMaskSize", cfg.NodeCIDRMaskSize)
 	rc.Observer = m
 	if o.Metrics != "" {
 		addr, err := stage.ServeMetrics(ctx, o.Metrics, m)

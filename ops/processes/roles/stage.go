@@ -16,6 +16,7 @@ import (
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/controller"
+	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/registry"
@@ -24,6 +25,7 @@ import (
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
 	"github.com/podflow/podflow/services/stages/bootstrap"
+	"github.com/podflow/podflow/services/stages/crds"
 	"github.com/podflow/podflow/services/stages/cronjob"
 	"github.com/podflow/podflow/services/stages/endpoints"
 	"github.com/podflow/podflow/services/stages/job"
@@ -100,13 +102,15 @@ func replicaSetStage(env stage.Env, _ StageOptions) (stage.Handler, error) {
 }
 
 // APIProcess composes an api replica's process: the api stage, with
-// beside it the namespace controller (which empties and removes deleted
-// namespaces, with the api stage's identity), the bootstrap controller
-// (system namespaces, bootstrap RBAC), the node agents' token signer
-// (apiserver.NodeTokens) and, when o.HTTPS is set, the Kubernetes REST
-// front door (apiserver.FrontDoor, also on the machine's pod network
-// gateways) over the stage and the kubernetes Service's controller (its
-// endpoints are the front doors' addresses), as kube-apiserver runs these.
+// beside it the CustomResourceDefinitions' catalog (crd.Catalog), the
+// namespace controller (which empties and removes deleted namespaces,
+// with the api stage's identity), the CRD controller (services/stages/crds),
+// the bootstrap controller (system namespaces, bootstrap RBAC), the node
+// agents' token signer (apiserver.NodeTokens) and, when o.HTTPS is set,
+// the Kubernetes REST front door (apiserver.FrontDoor, also on the
+// machine's pod network gateways) over the stage and the kubernetes
+// Service's controller (its endpoints are the front doors' addresses), as
+// kube-apiserver runs these.
 func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	cfg, err := APIConfig(o)
 	if err != nil {
@@ -133,7 +137,19 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Registry = reg
+	// CustomResourceDefinitions: the catalog serves their objects through
+	// the stage and the front door; the CRD controller names, establishes
+	// and cleans them up.
+	cat, err := crd.NewCatalog(crd.Config{Store: env.Store, Log: env.Log})
+	if err != nil {
+		return nil, err
+	}
+	crdc, err := crds.New(env, crds.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Registry = crd.Registry{Builtin: reg, Catalog: cat}
+	cfg.SyncKinds = cat.Sync
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
@@ -141,7 +157,7 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts := []stage.Starter{ns, boot, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
+	parts := []stage.Starter{cat, ns, crdc, boot, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
 	if o.HTTPS != nil {
 		pods, err := podListeners(env, o.HTTPS.Addr)
 		if err != nil {
@@ -155,6 +171,7 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 		}
 		https := *o.HTTPS
 		https.Printer = reg
+		https.CustomResources = cat
 		parts = append(parts,
 			apiserver.FrontDoor{Config: https, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: cfg.Authn.BoundTokens, Pods: pods, Log: env.Log},
 			ks)

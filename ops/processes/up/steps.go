@@ -117,6 +117,7 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 		NATSRoutePeerAddrs: cl.NATSRoutePeerAddrs, NATSRouteAdvertise: cl.NATSRouteAdvertise, StoreUser: storeUser, Replicas: replicas, TLS: o.Cluster,
 		Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace, APIArgs: u.kube.stageArgs(),
 		ServiceCIDR: o.ServiceCIDR, PodSecurityDefault: o.PodSecurityDefault,
+		ClusterCIDR: o.ClusterCIDR, NodeCIDRMaskSize: o.NodeCIDRMaskSize,
 		StageArgs: map[string][]string{pipeline.RootCACert: {"--root-ca-file", u.kube.CACert}},
 	})
 	if err != nil {

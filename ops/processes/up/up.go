@@ -27,6 +27,10 @@ type Options struct {
 	Cluster       bool          // 3 NATS servers over routes, R3 streams, mutual TLS everywhere
 	HTTPSPort     int           // Kubernetes API port (0: picked at first start, then kept)
 	ServiceCIDR   string        // the api's ClusterIPs and the node proxy's range
+	// ClusterCIDR and NodeCIDRMaskSize: where node agents' pod CIDRs come
+	// from ("" and 0: the agent's defaults, see plan.Options).
+	ClusterCIDR      string
+	NodeCIDRMaskSize int
 	// PodSecurityDefault is the Pod Security level of namespaces without
 	// the enforce label ("" is privileged, Kubernetes' default).
 	PodSecurityDefault string

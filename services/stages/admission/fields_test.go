@@ -15,7 +15,7 @@ import (
 // (podflow apply, a proto client, the HTTPS door) with a field the proto
 // holds but podflow does not honour is refused 422 naming the field path;
 // the same fields at their Kubernetes default, or where podflow honours
-// them (hostPort with hostNetwork), are admitted.
+// them (hostPort), are admitted.
 func TestRefusedFieldsOnTheBus(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -26,9 +26,9 @@ func TestRefusedFieldsOnTheBus(t *testing.T) {
 		{"persistentVolumeClaim", func(p *corev1.Pod) {
 			p.Spec.Volumes = []*corev1.Volume{{Name: "d", PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "pvc"}}}
 		}, []string{"spec.volumes[0].persistentVolumeClaim"}, "spec.volumes[0].persistentVolumeClaim: Forbidden: podflow does not support PersistentVolumeClaims: podflow has no storage provisioner"},
-		{"hostPort without hostNetwork", func(p *corev1.Pod) {
-			app(p).Ports = []*corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080, Protocol: "TCP"}}
-		}, []string{"spec.containers[0].ports[0].hostPort"}, "podflow does not support host port mapping"},
+		{"hostPort without hostNetwork (honoured: the node's nftables)", func(p *corev1.Pod) {
+			app(p).Ports = []*corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080, Protocol: "TCP", HostIp: "127.0.0.1"}}
+		}, nil, ""},
 		{"hostPort with hostNetwork", func(p *corev1.Pod) {
 			p.Spec.HostNetwork = true
 			app(p).Ports = []*corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080, Protocol: "TCP"}}

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net"
@@ -103,6 +104,7 @@ func validateSpec(p *field.Path, spec *corev1.PodSpec) field.ErrorList {
 	for i, c := range spec.GetContainers() {
 		errs = append(errs, validateContainer(p.Child("containers").Index(i), c, volumes, names, spec.GetHostNetwork(), false)...)
 	}
+	errs = append(errs, hostPortConflicts(p.Child("containers"), spec.GetContainers())...)
 
 	errs = append(errs, oneOf(p, spec.GetRestartPolicy(), restartPolicies, "restartPolicy")...)
 	errs = append(errs, validateDNS(p, spec)...)
@@ -750,6 +752,26 @@ func validateDNS(p *field.Path, spec *corev1.PodSpec) field.ErrorList {
 	}
 	if n := len(dc.GetSearches()); n > 32 {
 		errs = append(errs, field.Invalid(p.Child("dnsConfig", "searches"), dc.GetSearches(), "must not have more than 32 search paths"))
+	}
+	return errs
+}
+
+// hostPortConflicts refuses two ports of the pod's containers on one
+// protocol, host IP and host port (kube's AccumulateUniqueHostPorts).
+func hostPortConflicts(p *field.Path, containers []*corev1.Container) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for ci, c := range containers {
+		for pi, port := range c.GetPorts() {
+			if port.GetHostPort() == 0 {
+				continue
+			}
+			key := fmt.Sprintf("%s/%s/%d", cmp.Or(port.GetProtocol(), "TCP"), port.GetHostIp(), port.GetHostPort())
+			if seen[key] {
+				errs = append(errs, field.Duplicate(p.Index(ci).Child("ports").Index(pi).Child("hostPort"), key))
+			}
+			seen[key] = true
+		}
 	}
 	return errs
 }

@@ -112,6 +112,14 @@ func TestValidatePod(t *testing.T) {
 			"FieldValueInvalid spec.containers[0].ports[2].hostPort",
 			"FieldValueNotSupported spec.containers[0].ports[2].protocol",
 		}},
+		{"one host port, protocol and host IP twice", func(p *corev1.Pod) {
+			app(p).Ports = []*corev1.ContainerPort{
+				{ContainerPort: 80, HostPort: 8080, Protocol: "TCP"},
+				{ContainerPort: 81, HostPort: 8080, Protocol: "UDP"},
+				{ContainerPort: 82, HostPort: 8080, Protocol: "TCP", HostIp: "127.0.0.1"},
+				{ContainerPort: 83, HostPort: 8080, Protocol: "TCP"},
+			}
+		}, []string{"FieldValueDuplicate spec.containers[0].ports[3].hostPort"}},
 		{"hostNetwork needs hostPort = containerPort", func(p *corev1.Pod) {
 			p.Spec.HostNetwork = true
 			app(p).Ports = []*corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080, Protocol: "TCP"}}

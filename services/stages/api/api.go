@@ -97,6 +97,10 @@ type Config struct {
 	// Registry prepares writes of generic kinds (generic.go); nil: they
 	// are refused.
 	Registry Registry
+	// SyncKinds, when set, is called when a request names a kind this
+	// process does not know, before it is refused: the CRD catalog's
+	// Sync, for a definition another replica has just accepted.
+	SyncKinds func(context.Context) error
 }
 
 // DefaultConfig returns the defaults.
@@ -577,6 +581,9 @@ func (s *Stage) object(ctx context.Context, req *apiv1.ObjectRequest) (*corev1.S
 // process).
 func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.ObjectRequest) (*corev1.Status, proto.Message) {
 	kind, err := objects.KindForResource(req.GetKind())
+	if err != nil && s.cfg.SyncKinds != nil && s.cfg.SyncKinds(ctx) == nil {
+		kind, err = objects.KindForResource(req.GetKind())
+	}
 	if err != nil {
 		return stage.Failure(404, eventsv1.ReasonNotFound, req.GetKind(), req.GetName(), "the server doesn't have a resource type %q", req.GetKind()), nil
 	}
@@ -610,6 +617,9 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 				return st, nil
 			}
 			return st, obj
+		}
+		if kind.Generic {
+			return s.deleteGeneric(ctx, kind, ns, req.GetName())
 		}
 		if _, err := s.env.Store.Delete(ctx, kind, ns, req.GetName(), 0); errors.Is(err, raftstore.ErrNotFound) {
 			return stage.NotFound(kind.Resource, req.GetName()), nil
@@ -670,6 +680,12 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	generic, isGeneric := obj.(*corev1.Unstructured)
 	if st := validate.Object(obj); st != nil && !isGeneric { // names, ConfigMap and Secret sizes; the registry's for generic kinds
 		return st, nil
+	}
+	if svc, ok := obj.(*corev1.Service); ok { // kube-apiserver's defaults and validation
+		old, _ := existing.(*corev1.Service)
+		if st := validate.Service(svc, old); st != nil {
+			return st, nil
+		}
 	}
 	// NamespaceLifecycle: new content only in a namespace that exists and
 	// is not being terminated, read from the store; the write below
@@ -739,6 +755,10 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		_, err = s.alloc.Update(ctx, s.env.Store, existing.(*corev1.Service), svc)
 	case isService:
 		_, err = s.alloc.Create(ctx, s.env.Store, svc)
+	case exists && stage.DeletedByUpdate(existing, obj):
+		// The last finalizer of an object being deleted went: the update
+		// deletes it, as kube-apiserver's generic store does.
+		_, err = s.env.Store.Delete(ctx, kind, md.GetNamespace(), md.GetName(), objects.Revision(existing))
 	case exists:
 		objects.SetRevision(obj, objects.Revision(existing))
 		_, err = s.env.Store.Update(ctx, obj)
@@ -813,7 +833,7 @@ func allocStatus(err error, name string) *corev1.Status {
 	switch {
 	case errors.As(err, &e):
 		return stage.Failure(422, eventsv1.ReasonInvalid, "services", name, "Service %q is invalid: %v", name, e)
-	case errors.Is(err, ipalloc.ErrFull):
+	case errors.Is(err, ipalloc.ErrFull), errors.Is(err, ipalloc.ErrPortsFull):
 		return stage.Failure(500, "InternalError", "services", name, "Internal error occurred: %v", err)
 	}
 	return nil

@@ -24,8 +24,8 @@ func TestControllerReplySubjects(t *testing.T) {
 	}
 	hostile := []string{
 		bus.InboxPrefix(pipeline.StageRole(pipeline.ReplicationController)) + ".abc", // another controller's
-		bus.UserInbox("alice") + ".abc", // a user's
-		"podflow.events.pods",           // not an inbox
+		bus.UserInbox("alice") + ".abc",                                              // a user's
+		"podflow.events.pods",                                                        // not an inbox
 		"",
 	}
 	for _, s := range hostile {

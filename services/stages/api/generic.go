@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
@@ -62,11 +63,16 @@ func withWarnings(st *corev1.Status, warnings []string) *corev1.Status {
 
 // checkGenericKind refuses a generic object whose apiVersion and kind are
 // not those of the kind the request names: authorized for one kind, it
-// would be stored as another.
+// would be stored as another. A custom resource may be in any version of
+// its group (its definition's Registry converts it to the storage
+// version).
 func checkGenericKind(kind objects.Kind, obj objects.Object) *corev1.Status {
 	u, ok := obj.(*corev1.Unstructured)
 	if !ok || (u.GetApiVersion() == kind.APIVersion() && u.GetKind() == kind.Name) {
 		return nil
+	}
+	if group, _, found := strings.Cut(u.GetApiVersion(), "/"); kind.Replaceable() && found && group == kind.APIGroup && u.GetKind() == kind.Name {
+		return nil // a custom resource in any of its versions: the registry checks it is served
 	}
 	return stage.Failure(400, eventsv1.ReasonBadRequest, kind.Resource, u.GetMetadata().GetName(),
 		"the object is %s %s; %s %s expected", u.GetApiVersion(), u.GetKind(), kind.APIVersion(), kind.Name)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -82,7 +83,7 @@ func TestServiceClusterIP(t *testing.T) {
 			}
 		}},
 		{name: "taken IP refused", verb: "create", obj: svc("db2", "10.96.0.53"), wantCode: 422,
-			wantMsg: `Service "db2" is invalid: spec.clusterIPs: Invalid value: []string{"10.96.0.53"}: failed to allocate IP 10.96.0.53: provided IP is already allocated`},
+			wantMsg: `Service "db2" is invalid: spec.clusterIPs: Invalid value: ["10.96.0.53"]: failed to allocate IP 10.96.0.53: provided IP is already allocated`},
 		{name: "out of range refused", verb: "create", obj: svc("db3", "192.168.0.1"), wantCode: 422},
 		{name: "change refused", verb: "apply", obj: svc("db", "10.96.0.54"), wantCode: 422},
 		{name: "headless", verb: "create", obj: svc("peers", "None"), wantCode: 201},
@@ -109,5 +110,70 @@ func TestServiceClusterIP(t *testing.T) {
 				tt.check(t, got)
 			}
 		})
+	}
+}
+
+// TestServiceDefaultsValidationNodePorts: the api stage — where both
+// front doors create Services — stores a Service defaulted as
+// kube-apiserver does, refuses an invalid one with kube-apiserver's 422,
+// allocates node ports for a NodePort Service (refusing a taken one) and
+// releases them when the Service turns ClusterIP.
+func TestServiceDefaultsValidationNodePorts(t *testing.T) {
+	s, env := newServiceFixture(t)
+	ctx := context.Background()
+	do := func(verb string, svc *corev1.Service) (*corev1.Status, *corev1.Service) {
+		st, obj := s.object(ctx, objectReq(aliceToken, verb, "services", "team", svc))
+		got, _ := obj.(*corev1.Service)
+		return st, got
+	}
+	st, _ := do("create", &corev1.Service{Metadata: &corev1.ObjectMeta{Name: "web"}, Spec: &corev1.ServiceSpec{
+		Selector: map[string]string{"app": "web"}, Ports: []*corev1.ServicePort{{Port: 80}}}})
+	if st.GetCode() != 201 {
+		t.Fatalf("create: %v", st)
+	}
+	stored, err := objects.Get[*corev1.Service](ctx, env.Store, "team", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := stored.GetSpec()
+	if sp.GetType() != "ClusterIP" || sp.GetSessionAffinity() != "None" || sp.GetIpFamilyPolicy() != "SingleStack" ||
+		len(sp.GetIpFamilies()) != 1 || sp.GetIpFamilies()[0] != "IPv4" || sp.GetInternalTrafficPolicy() != "Cluster" ||
+		sp.GetPorts()[0].GetProtocol() != "TCP" || sp.GetPorts()[0].GetTargetPort().GetIntVal() != 80 {
+		t.Fatalf("stored spec not defaulted as kube-apiserver does: %v", sp)
+	}
+
+	st, _ = do("create", &corev1.Service{Metadata: &corev1.ObjectMeta{Name: "bad"}, Spec: &corev1.ServiceSpec{
+		Ports: []*corev1.ServicePort{{Port: 80, Protocol: "HTTP"}}}})
+	if want := `Service "bad" is invalid: spec.ports[0].protocol: Unsupported value: "HTTP": supported values: "SCTP", "TCP", "UDP"`; st.GetCode() != 422 || st.GetMessage() != want {
+		t.Fatalf("invalid Service: %v\nwant 422 %q", st, want)
+	}
+	if _, err := objects.Get[*corev1.Service](ctx, env.Store, "team", "bad"); err == nil {
+		t.Fatal("an invalid Service was stored")
+	}
+
+	np := func(name string, nodePort int32) *corev1.Service {
+		return &corev1.Service{Metadata: &corev1.ObjectMeta{Name: name}, Spec: &corev1.ServiceSpec{Type: "NodePort",
+			Selector: map[string]string{"app": name}, Ports: []*corev1.ServicePort{{Port: 80, NodePort: nodePort}}}}
+	}
+	st, got := do("create", np("np", 0))
+	if st.GetCode() != 201 || got.GetSpec().GetPorts()[0].GetNodePort() < 30000 || got.GetSpec().GetExternalTrafficPolicy() != "Cluster" {
+		t.Fatalf("NodePort create: %v %v", st, got.GetSpec())
+	}
+	taken := got.GetSpec().GetPorts()[0].GetNodePort()
+	st, _ = do("create", np("np2", taken))
+	if want := fmt.Sprintf(`Service "np2" is invalid: spec.ports[0].nodePort: Invalid value: %d: provided port is already allocated`, taken); st.GetCode() != 422 || st.GetMessage() != want {
+		t.Fatalf("taken node port: %v\nwant 422 %q", st, want)
+	}
+	// Re-applying the manifest without the node port keeps it.
+	if st, got = do("apply", np("np", 0)); st.GetCode() != 200 || got.GetSpec().GetPorts()[0].GetNodePort() != taken {
+		t.Fatalf("re-apply: %v %v", st, got.GetSpec())
+	}
+	cur, _ := objects.Get[*corev1.Service](ctx, env.Store, "team", "np")
+	cur.Spec.Type = "ClusterIP"
+	if st, got = do("update", cur); st.GetCode() != 200 || got.GetSpec().GetPorts()[0].GetNodePort() != 0 {
+		t.Fatalf("to ClusterIP: %v %v", st, got.GetSpec())
+	}
+	if held, _ := ipalloc.AllocatedNodePorts(ctx, env.Store); len(held) != 0 {
+		t.Fatalf("node ports held after the Service turned ClusterIP: %v", held)
 	}
 }

@@ -15,8 +15,49 @@ import (
 const (
 	LabelServiceName = "kubernetes.io/service-name"
 	LabelManagedBy   = "endpointslice.kubernetes.io/managed-by"
-	ManagedBy        = "endpointslice-controller.podflow.io"
+	// ManagedBy is kube-controller-manager's EndpointSlice controller's
+	// name, which podflow's endpoints stage takes (clients select the
+	// controller's slices by it).
+	ManagedBy = "endpointslice-controller.k8s.io"
+	// LegacyManagedBy marked podflow's slices before it took ManagedBy;
+	// such a slice is still the stage's own (rewritten, or removed with
+	// its Service).
+	LegacyManagedBy = "endpointslice-controller.podflow.io"
+	// LabelHeadless marks the slices of a headless Service.
+	LabelHeadless = "service.kubernetes.io/headless"
 )
+
+// Managed reports whether the endpoints stage manages sl.
+func Managed(sl *corev1.EndpointSlice) bool {
+	m := sl.GetMetadata().GetLabels()[LabelManagedBy]
+	return m == ManagedBy || m == LegacyManagedBy
+}
+
+// HasSlice reports whether the endpoints stage keeps a slice for svc:
+// not for an ExternalName Service, nor for one without a selector (its
+// slices are its owner's, as kube-controller-manager leaves them).
+func HasSlice(svc *corev1.Service) bool {
+	return svc.GetSpec().GetType() != "ExternalName" && len(svc.GetSpec().GetSelector()) > 0
+}
+
+// sliceLabels are the labels of svc's slice, as kube's EndpointSlice
+// controller sets them: the Service's own (but the reserved ones), the
+// headless label for a Service without a cluster IP, the Service's name
+// and the manager.
+func sliceLabels(svc *corev1.Service) map[string]string {
+	out := map[string]string{}
+	for k, v := range svc.GetMetadata().GetLabels() {
+		if k != LabelServiceName && k != LabelManagedBy && k != LabelHeadless {
+			out[k] = v
+		}
+	}
+	if ip := svc.GetSpec().GetClusterIp(); ip == "" || ip == "None" {
+		out[LabelHeadless] = ""
+	}
+	out[LabelServiceName] = svc.GetMetadata().GetName()
+	out[LabelManagedBy] = ManagedBy
+	return out
+}
 
 // SliceName is the name of the one EndpointSlice podflow keeps per Service.
 func SliceName(svc string) string { return svc }
@@ -59,7 +100,7 @@ func Desired(svc *corev1.Service, pods []*corev1.Pod) *corev1.EndpointSlice {
 		Metadata: &corev1.ObjectMeta{
 			Name:      SliceName(name),
 			Namespace: ns,
-			Labels:    map[string]string{LabelServiceName: name, LabelManagedBy: ManagedBy},
+			Labels:    sliceLabels(svc),
 			OwnerReferences: []*corev1.OwnerReference{{
 				ApiVersion: "v1", Kind: "Service", Name: name, Uid: svc.GetMetadata().GetUid(),
 				Controller: true, BlockOwnerDeletion: true,
@@ -72,20 +113,28 @@ func Desired(svc *corev1.Service, pods []*corev1.Pod) *corev1.EndpointSlice {
 		if in, _ := Membership(svc, pod); !in {
 			continue
 		}
-		ready := Ready(pod)
 		if first == nil {
 			first = pod
 		}
+		// kube's podToEndpoint: serving is the pod's Ready condition,
+		// ready is serving and not terminating, or published anyway.
+		serving := podrules.IsPodReady(pod)
 		terminating := pod.GetMetadata().GetDeletionTimestamp() != nil
+		ready := svc.GetSpec().GetPublishNotReadyAddresses() || (serving && !terminating)
 		ep := &corev1.Endpoint{
 			Addresses: []string{pod.GetStatus().GetPodIp()},
 			Conditions: &corev1.EndpointConditions{
-				Ready: proto.Bool(ready), Serving: proto.Bool(ready), Terminating: proto.Bool(terminating),
+				Ready: proto.Bool(ready), Serving: proto.Bool(serving), Terminating: proto.Bool(terminating),
 			},
 			TargetRef: podrules.EndpointRef(pod, ns),
 		}
 		if n := pod.GetSpec().GetNodeName(); n != "" {
 			ep.NodeName = proto.String(n)
+		}
+		// kube's ShouldSetHostname: the pod's DNS name under its
+		// subdomain's (headless) Service.
+		if h := pod.GetSpec().GetHostname(); h != "" && pod.GetSpec().GetSubdomain() == name {
+			ep.Hostname = proto.String(h)
 		}
 		slice.Endpoints = append(slice.Endpoints, ep)
 	}

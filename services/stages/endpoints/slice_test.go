@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"maps"
 	"testing"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -99,11 +100,14 @@ func TestDesired(t *testing.T) {
 	}
 }
 
+// TestPublishNotReadyAddresses: a Service that publishes not-ready
+// addresses lists its unready pods as ready (and not serving), as kube's
+// podToEndpoint does: DNS and the proxy use them.
 func TestPublishNotReadyAddresses(t *testing.T) {
 	s := svc(map[string]string{"app": "web"}, &corev1.ServicePort{Port: 80})
 	s.Spec.PublishNotReadyAddresses = true
 	got := Desired(s, []*corev1.Pod{pod("a", "10.0.0.2", map[string]string{"app": "web"}, false, nil)})
-	if len(got.Endpoints) != 1 || got.Endpoints[0].Conditions.GetReady() {
+	if len(got.Endpoints) != 1 || !got.Endpoints[0].Conditions.GetReady() || got.Endpoints[0].Conditions.GetServing() {
 		t.Fatalf("endpoints %v", got.Endpoints)
 	}
 }
@@ -147,5 +151,41 @@ func TestMembership(t *testing.T) {
 				t.Errorf("Desired lists the pod: %v; Membership says %v", in, endpoint)
 			}
 		})
+	}
+}
+
+// TestDesiredHostnameAndLabels: an endpoint carries its pod's hostname
+// when the pod's subdomain names the Service (kube's ShouldSetHostname),
+// and the slice the Service's labels, the headless label of a Service
+// without a cluster IP, the Service's name and the EndpointSlice
+// controller's manager name.
+func TestDesiredHostnameAndLabels(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	s := svc(app, &corev1.ServicePort{Port: 80})
+	s.Metadata.Labels = map[string]string{"tier": "front", LabelManagedBy: "someone-else"}
+	s.Spec.ClusterIp = "None"
+	sub := pod("a", "10.0.0.1", app, true, nil)
+	sub.Spec.Hostname, sub.Spec.Subdomain = "host-a", "web"
+	elsewhere := pod("b", "10.0.0.2", app, true, nil)
+	elsewhere.Spec.Hostname, elsewhere.Spec.Subdomain = "host-b", "other"
+	bare := pod("c", "10.0.0.3", app, true, nil)
+	bare.Spec.Hostname = "host-c"
+	sl := Desired(s, []*corev1.Pod{sub, elsewhere, bare})
+	for _, ep := range sl.Endpoints {
+		want := ""
+		if ep.Addresses[0] == "10.0.0.1" {
+			want = "host-a"
+		}
+		if ep.GetHostname() != want {
+			t.Errorf("endpoint %s has hostname %q, want %q", ep.Addresses[0], ep.GetHostname(), want)
+		}
+	}
+	want := map[string]string{"tier": "front", LabelHeadless: "", LabelServiceName: "web", LabelManagedBy: "endpointslice-controller.k8s.io"}
+	if got := sl.GetMetadata().GetLabels(); !maps.Equal(got, want) {
+		t.Errorf("labels %v, want %v", got, want)
+	}
+	s.Spec.ClusterIp = "10.96.0.10"
+	if _, headless := Desired(s, nil).GetMetadata().GetLabels()[LabelHeadless]; headless {
+		t.Error("a Service with a cluster IP has the headless label")
 	}
 }

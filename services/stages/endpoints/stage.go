@@ -27,15 +27,18 @@ var ErrStoreBehind = errors.New("endpoints: store does not reflect the event yet
 
 // Stage is one replica of the endpoints stage: it keeps one EndpointSlice
 // per Service listing the Ready pods its selector matches (the seed's
-// failure 5 is a pod missing from it). Every sync computes the slice from
+// failure 5 is a pod missing from it), and the Service's core/v1
+// Endpoints; a Service without a selector has its user's Endpoints
+// mirrored into slices (legacy.go). Every sync computes the slice from
 // a linearizable read of the namespace's pods and writes it with
 // compare-and-swap, so replicas and retries never overwrite a fresher
 // slice with a staler one.
 type Stage struct {
 	env      stage.Env
 	services *informer.Informer[*corev1.Service]
-	pods     *informer.Informer[*corev1.Pod] // identities and labels only (NewMetaLabels), for label changes; syncs read pods from the store
-	locks    sync.Map                        // service key -> *sync.Mutex: one sync per service at a time in this replica
+	pods     *informer.Informer[*corev1.Pod]       // identities and labels only (NewMetaLabels), for label changes; syncs read pods from the store
+	eps      *informer.Informer[*corev1.Endpoints] // core/v1 Endpoints, whose changes queue their Service (legacy.go)
+	locks    sync.Map                              // service key -> *sync.Mutex: one sync per service at a time in this replica
 	queue    serviceQueue
 }
 
@@ -71,6 +74,22 @@ func NewStage(env stage.Env) (*Stage, error) {
 			}
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
+	// A user's Endpoints for a Service without a selector are mirrored:
+	// a change of an Endpoints queues its Service — but not the stage's
+	// own writes (skip-mirror), which would only sync the Service again;
+	// a deletion always (the stage's own are written again).
+	enqueueEps := func(e *corev1.Endpoints) { s.queue.add(e.GetMetadata().GetNamespace(), e.GetMetadata().GetName()) }
+	users := func(e *corev1.Endpoints) {
+		if e.GetMetadata().GetLabels()[LabelSkipMirror] != "true" {
+			enqueueEps(e)
+		}
+	}
+	s.eps, err = informer.New[*corev1.Endpoints](env.Store, "", informer.Handlers[*corev1.Endpoints]{
+		OnAdd: users, OnUpdate: func(_, e *corev1.Endpoints) { users(e) }, OnDelete: enqueueEps,
+	})
 	return s, err
 }
 
@@ -80,7 +99,7 @@ func NewStage(env stage.Env) (*Stage, error) {
 // present at start are Reconcile's).
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.services, s.pods)
+	infs.Add(s.services, s.pods, s.eps)
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}
@@ -115,6 +134,9 @@ func (s *Stage) syncKey(ctx context.Context, ns, name string) error {
 	if svc, ok := s.services.Get(ns, name); ok {
 		return s.sync(ctx, nil, svc)
 	}
+	if err := s.removeLegacy(ctx, ns, name); err != nil {
+		return err
+	}
 	sl, err := objects.Get[*corev1.EndpointSlice](ctx, s.env.Store, ns, SliceName(name))
 	if errors.Is(err, raftstore.ErrNotFound) {
 		return nil
@@ -136,7 +158,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	ns := env.GetNamespace()
 	// Services without a selector (default/kubernetes) have their slices
 	// kept by their owner: a namespace with only those needs no read.
-	svcs := slices.DeleteFunc(s.services.List(ns), func(svc *corev1.Service) bool { return !selects(svc) })
+	svcs := slices.DeleteFunc(s.services.List(ns), func(svc *corev1.Service) bool { return !HasSlice(svc) })
 	if len(svcs) == 0 {
 		return nil
 	}
@@ -177,12 +199,8 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	return errors.Join(errs...)
 }
 
-// selects reports whether the stage keeps svc's slice: a Service without
-// a selector has its endpoints kept by whoever made it, as kube's
-// EndpointSlice controller leaves it.
-func selects(svc *corev1.Service) bool { return len(svc.GetSpec().GetSelector()) > 0 }
-
-// Reconcile syncs every Service and removes slices of deleted Services.
+// Reconcile syncs every Service and removes the slices, Endpoints and
+// mirrored slices of deleted Services.
 func (s *Stage) Reconcile(ctx context.Context) error {
 	var errs []error
 	for _, svc := range s.services.List("") {
@@ -194,9 +212,25 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	gone := map[[2]string]bool{} // Services whose Endpoints or mirrored slices may be left (legacy.go)
 	for _, sl := range sls {
 		if err := s.removeOrphan(ctx, sl); err != nil {
 			errs = append(errs, err)
+		}
+		if md := sl.GetMetadata(); Mirrored(sl) {
+			gone[[2]string{md.GetNamespace(), md.GetLabels()[LabelServiceName]}] = true
+		}
+	}
+	for _, e := range s.eps.List("") {
+		if md := e.GetMetadata(); md.GetLabels()[LabelSkipMirror] == "true" {
+			gone[[2]string{md.GetNamespace(), md.GetName()}] = true
+		}
+	}
+	for k := range gone {
+		if _, ok := s.services.Get(k[0], k[1]); !ok {
+			if err := s.removeLegacy(ctx, k[0], k[1]); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -206,7 +240,7 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 // gone (from the cache and from the store).
 func (s *Stage) removeOrphan(ctx context.Context, sl *corev1.EndpointSlice) error {
 	md := sl.GetMetadata()
-	if md.GetLabels()[LabelManagedBy] != ManagedBy {
+	if !Managed(sl) {
 		return nil
 	}
 	if _, ok := s.services.Get(md.GetNamespace(), md.GetLabels()[LabelServiceName]); ok {
@@ -224,13 +258,15 @@ func (s *Stage) removeOrphan(ctx context.Context, sl *corev1.EndpointSlice) erro
 // sync brings svc's slice to its desired state; d is the event that caused
 // the sync (nil from Reconcile).
 func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) error {
-	if !selects(svc) {
-		return nil // its slices are its owner's (default/kubernetes: the api replicas')
-	}
 	ns, name := svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()
 	mu, _ := s.locks.LoadOrStore(ns+"/"+name, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
+	if !HasSlice(svc) {
+		// Its slices are its owner's (default/kubernetes: the api
+		// replicas'); its owner's Endpoints are mirrored (legacy.go).
+		return s.mirror(ctx, svc)
+	}
 	for {
 		// Read the slice first, then the pods: a pod change after the
 		// list triggers another sync, and a concurrent writer's change of
@@ -247,10 +283,10 @@ func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) 
 		}
 		want := Desired(svc, pods)
 		if Equal(cur, want) {
-			return nil
+			return s.syncEndpoints(ctx, svc, want)
 		}
 		if cur == nil {
-			_, err = s.env.Store.Create(ctx, want)
+			_, err = s.env.Store.Create(ctx, stamped(want))
 		} else {
 			want.Metadata.Uid = cur.GetMetadata().GetUid()
 			want.Metadata.CreationTimestamp = cur.GetMetadata().GetCreationTimestamp()
@@ -264,7 +300,10 @@ func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) 
 		if err != nil {
 			return err
 		}
-		return s.announce(ctx, d, svc, cur, want)
+		if err := s.announce(ctx, d, svc, cur, want); err != nil {
+			return err
+		}
+		return s.syncEndpoints(ctx, svc, want)
 	}
 }
 

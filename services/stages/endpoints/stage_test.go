@@ -205,6 +205,8 @@ func TestReconcileRemovesOrphans(t *testing.T) {
 	f := newFixture(t, svc(app, &corev1.ServicePort{Port: 80}), reported(pod("a", "10.0.0.1", app, true, nil), 1),
 		&corev1.EndpointSlice{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "gone", Labels: managed}},
 		&corev1.EndpointSlice{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "by-hand", Labels: map[string]string{LabelServiceName: "gone"}}},
+		&corev1.EndpointSlice{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "legacy",
+			Labels: map[string]string{LabelManagedBy: LegacyManagedBy, LabelServiceName: "also-gone"}}},
 	)
 	ctx := context.Background()
 	if err := f.s.Reconcile(ctx); err != nil {
@@ -216,11 +218,42 @@ func TestReconcileRemovesOrphans(t *testing.T) {
 	if _, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", "gone"); !errors.Is(err, raftstore.ErrNotFound) {
 		t.Errorf("orphaned managed slice: %v, want it deleted", err)
 	}
+	if _, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", "legacy"); !errors.Is(err, raftstore.ErrNotFound) {
+		t.Errorf("orphaned slice under podflow's former manager label: %v, want it deleted", err)
+	}
 	if _, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", "by-hand"); err != nil {
 		t.Errorf("hand-made slice: %v, want it kept", err)
 	}
 	if len(f.pub.Events()) != 0 {
 		t.Errorf("Reconcile announced %v; only events announce", f.pub.Types())
+	}
+}
+
+// TestNoSliceWithoutSelector: a Service without a selector, or of type
+// ExternalName, gets no slice from the stage (kube's EndpointSlice
+// controller leaves them to their owner), and a slice made for it by
+// hand is left as it is.
+func TestNoSliceWithoutSelector(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	bare := svc(nil, &corev1.ServicePort{Port: 80})
+	ext := svc(app)
+	ext.Metadata.Name, ext.Spec.Type, ext.Spec.ExternalName = "ext", "ExternalName", "db.example.com"
+	own := &corev1.EndpointSlice{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web-custom",
+		Labels: map[string]string{LabelServiceName: "web", LabelManagedBy: "someone"}}, AddressType: "IPv4",
+		Endpoints: []*corev1.Endpoint{{Addresses: []string{"10.0.0.7"}}}}
+	f := newFixture(t, bare, ext, own, reported(pod("a", "10.0.0.1", app, true, nil), 1))
+	ctx := context.Background()
+	if err := f.s.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"web", "ext"} {
+		if _, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", SliceName(name)); !errors.Is(err, raftstore.ErrNotFound) {
+			t.Errorf("slice %s: %v, want none", name, err)
+		}
+	}
+	got, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", "web-custom")
+	if err != nil || !slices.Equal(addrs(got), []string{"10.0.0.7"}) {
+		t.Errorf("the owner's slice: %v %v, want it untouched", got, err)
 	}
 }
 

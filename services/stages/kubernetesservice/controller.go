@@ -283,6 +283,9 @@ func (c *Controller) reconcileSlice(ctx context.Context, port uint16) error {
 	if len(addrs) == 0 {
 		return nil // never erase every endpoint (kube refuses to)
 	}
+	if err := c.reconcileEndpoints(ctx, addrs, port); err != nil { // core/v1, beside the slice (endpoints.go)
+		return err
+	}
 	want := desiredSlice(addrs, port)
 	if cur == nil {
 		md := want.Metadata

@@ -94,6 +94,16 @@ func TestKubernetesService(t *testing.T) {
 	if sl.GetMetadata().GetLabels()["kubernetes.io/service-name"] != ServiceName || sl.GetPorts()[0].GetPort() != 6443 || sl.GetAddressType() != "IPv4" {
 		t.Errorf("slice %v", sl)
 	}
+	// The core/v1 Endpoints too, as kube-apiserver's reconciler writes
+	// them (skip-mirror: their slice is the one above).
+	eps, err := objects.Get[*corev1.Endpoints](ctx, st, Namespace, ServiceName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ss := eps.GetSubsets(); len(ss) != 1 || len(ss[0].GetAddresses()) != 2 || ss[0].GetAddresses()[1].GetIp() != "10.244.2.1" ||
+		ss[0].GetPorts()[0].GetPort() != 6443 || ss[0].GetPorts()[0].GetName() != "https" || eps.GetMetadata().GetLabels()[LabelSkipMirror] != "true" {
+		t.Errorf("endpoints %v", eps)
+	}
 
 	// b stops: its lease and address go at once.
 	bctx, stopB := context.WithCancel(ctx)
