@@ -21,7 +21,7 @@ POD_SECURITY ?= privileged
 TEST_P ?= 2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: console-screenshots all build run httpserver busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
+.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
 
 all: build
 
@@ -40,6 +40,10 @@ run: build httpserver busybox
 
 httpserver:
 	cd images && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/httpserver ./httpserver
+
+## sidecar-injector: the example mutating admission webhook (docs/admission.md).
+sidecar-injector:
+	cd images && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/sidecar-injector ./sidecar-injector
 
 ## busybox: bin/busybox, the busybox of podflow's busybox images, built
 ## from Debian's source package (trixie's, pinned) statically against musl

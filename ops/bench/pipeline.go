@@ -33,6 +33,9 @@ type PipelineOptions struct {
 	Keep     bool   // keep its own system's data directory
 	CostJSON string // also write the cost table as JSON here
 	Profiles string // every process of its own system writes a CPU profile here
+	// Webhooks registers a local mutating and a local validating
+	// admission webhook for every pod before the run.
+	Webhooks bool
 }
 
 func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
@@ -65,6 +68,19 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 		return fmt.Errorf("cost sample: %w", err)
 	}
 
+	if o.Webhooks {
+		hooks, err := startBenchHooks(ctx, sess)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			fmt.Fprintf(out, "bench pipeline: the webhooks answered %d calls over %d connections\n", hooks.calls.Load(), hooks.conns.Load())
+			if err := hooks.close(); err != nil {
+				fmt.Fprintf(out, "bench pipeline: %v\n", err)
+			}
+		}()
+		fmt.Fprintf(out, "bench pipeline: with a mutating and a validating admission webhook (%s)\n", hooks.srv.URL)
+	}
 	prefix := fmt.Sprintf("bench-%d-", time.Now().UnixNano()%1_000_000)
 	fmt.Fprintf(out, "bench pipeline: %d pods at %d/s offered\n", o.Pods, o.Rate)
 	start, offered, err := offerPods(ctx, sess, prefix, o.Pods, o.Rate)

@@ -119,10 +119,51 @@ func Build(ns, name string, recs []Record, uidOf func(requestID string) string) 
 				en.Waited = hs.AsTime().Sub(in)
 			}
 		}
+		tl.Entries = append(tl.Entries, callEntries(e, first, r.Seq)...)
 		tl.Entries = append(tl.Entries, en)
 		tl.Where, tl.Verdict = verdict(e, tl.Where, tl.Verdict)
 	}
 	return tl
+}
+
+// admissionCalls are the webhook calls and policy evaluations an
+// admission outcome carries.
+func admissionCalls(e *eventsv1.Envelope) []*eventsv1.AdmissionCall {
+	if a := e.GetPodAdmitted(); a != nil {
+		return a.GetCalls()
+	}
+	return e.GetPodRejected().GetCalls()
+}
+
+// callEntries are admission's sub-steps: one entry per webhook call or
+// policy evaluation, before the outcome they led to, each with its
+// latency (Took) and verdict.
+func callEntries(e *eventsv1.Envelope, first time.Time, seq uint64) []Entry {
+	calls := admissionCalls(e)
+	out := make([]Entry, 0, len(calls))
+	for _, c := range calls {
+		t := c.GetStart().AsTime()
+		out = append(out, Entry{Time: t, Elapsed: t.Sub(first), Stage: e.GetStage(), Replica: e.GetReplica(), Event: "  " + c.GetPlugin(),
+			Took: time.Duration(c.GetLatencyNanos()), Detail: CallDetail(c), Seq: seq})
+	}
+	return out
+}
+
+// CallDetail is a one-line summary of an admission call: the webhook or
+// policy, its configuration, the verdict and the message.
+func CallDetail(c *eventsv1.AdmissionCall) string {
+	s := c.GetName()
+	if s == "" {
+		s = "(policies)"
+	}
+	if c.GetConfiguration() != "" {
+		s += " (" + c.GetConfiguration() + ")"
+	}
+	s += ": " + c.GetVerdict()
+	if c.GetMessage() != "" {
+		s += ": " + c.GetMessage()
+	}
+	return s
 }
 
 // verdict updates where the pod is after event e.

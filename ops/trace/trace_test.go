@@ -83,3 +83,37 @@ func TestBuildFromHTTPS(t *testing.T) {
 		t.Fatalf("entries %d request %q uid %q where %q", len(tl.Entries), tl.RequestID, tl.UID, tl.Where)
 	}
 }
+
+// TestAdmissionCallsAreSubSteps: each webhook call and policy evaluation
+// an admission outcome carries is an entry of its own before it, with its
+// latency and verdict; a rejection names the webhook.
+func TestAdmissionCallsAreSubSteps(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	denial := `admission webhook "labels.example.com" denied the request: label forbidden=yes is not allowed`
+	recs := []Record{
+		env("b", "", "api", "r1", "", t0, 0, 1*ms, &eventsv1.PodAuthorized{}),
+		env("c", "b", "admission", "r1", "", t0.Add(9*ms), 0, 8*ms, &eventsv1.PodRejected{
+			Status: &corev1.Status{Code: 400, Reason: "BadRequest", Message: denial},
+			Calls: []*eventsv1.AdmissionCall{
+				{Plugin: "MutatingAdmissionWebhook", Name: "inject.example.com", Configuration: "injector", Start: timestamppb.New(t0.Add(2 * ms)),
+					LatencyNanos: int64(2 * ms), Verdict: "Patched"},
+				{Plugin: "ValidatingAdmissionWebhook", Name: "labels.example.com", Configuration: "checks", Start: timestamppb.New(t0.Add(5 * ms)),
+					LatencyNanos: int64(3 * ms), Verdict: "Denied", Message: "label forbidden=yes is not allowed"},
+			}}),
+	}
+	tl := Build("default", "x", recs, nil)
+	if len(tl.Entries) != 4 {
+		t.Fatalf("entries: %+v", tl.Entries)
+	}
+	inj, deny := tl.Entries[1], tl.Entries[2]
+	if inj.Event != "  MutatingAdmissionWebhook" || inj.Took != 2*ms || inj.Elapsed != 2*ms || inj.Detail != "inject.example.com (injector): Patched" {
+		t.Fatalf("the mutating call: %+v", inj)
+	}
+	if deny.Took != 3*ms || deny.Detail != "labels.example.com (checks): Denied: label forbidden=yes is not allowed" || deny.Stage != "admission" {
+		t.Fatalf("the validating call: %+v", deny)
+	}
+	if tl.Entries[3].Event != "PodRejected" || tl.Verdict != "rejected by admission: 400 BadRequest: "+denial {
+		t.Fatalf("outcome %+v, verdict %q", tl.Entries[3], tl.Verdict)
+	}
+}

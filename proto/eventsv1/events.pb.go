@@ -780,8 +780,14 @@ type PodAdmitted struct {
 	User    *corev1.UserInfo       `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
 	ReplyTo string                 `protobuf:"bytes,3,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
 	// mutations lists what mutating admission changed, in order.
-	Mutations     []string `protobuf:"bytes,4,rep,name=mutations,proto3" json:"mutations,omitempty"`
-	DryRun        bool     `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Mutations []string `protobuf:"bytes,4,rep,name=mutations,proto3" json:"mutations,omitempty"`
+	DryRun    bool     `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// calls are the admission webhooks called and the admission policies
+	// evaluated, in order: admission's sub-steps.
+	Calls []*AdmissionCall `protobuf:"bytes,6,rep,name=calls,proto3" json:"calls,omitempty"`
+	// warnings for the client (the webhooks' and policies'), passed on to
+	// its reply as Warning headers.
+	Warnings      []string `protobuf:"bytes,7,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -851,6 +857,119 @@ func (x *PodAdmitted) GetDryRun() bool {
 	return false
 }
 
+func (x *PodAdmitted) GetCalls() []*AdmissionCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+func (x *PodAdmitted) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+// AdmissionCall is one admission webhook call or admission policy
+// evaluation of a pod's admission.
+type AdmissionCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// plugin is MutatingAdmissionWebhook, ValidatingAdmissionWebhook or
+	// ValidatingAdmissionPolicy.
+	Plugin string `protobuf:"bytes,1,opt,name=plugin,proto3" json:"plugin,omitempty"`
+	// name is the webhook's or the policy's; configuration its webhook
+	// configuration's, or the policy's binding.
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Configuration string                 `protobuf:"bytes,3,opt,name=configuration,proto3" json:"configuration,omitempty"`
+	Start         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=start,proto3" json:"start,omitempty"`
+	LatencyNanos  int64                  `protobuf:"varint,5,opt,name=latency_nanos,json=latencyNanos,proto3" json:"latency_nanos,omitempty"`
+	// verdict: Allowed, Patched, Denied, Error, FailedOpen, Warned.
+	Verdict       string `protobuf:"bytes,6,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmissionCall) Reset() {
+	*x = AdmissionCall{}
+	mi := &file_eventsv1_events_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmissionCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmissionCall) ProtoMessage() {}
+
+func (x *AdmissionCall) ProtoReflect() protoreflect.Message {
+	mi := &file_eventsv1_events_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmissionCall.ProtoReflect.Descriptor instead.
+func (*AdmissionCall) Descriptor() ([]byte, []int) {
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AdmissionCall) GetPlugin() string {
+	if x != nil {
+		return x.Plugin
+	}
+	return ""
+}
+
+func (x *AdmissionCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AdmissionCall) GetConfiguration() string {
+	if x != nil {
+		return x.Configuration
+	}
+	return ""
+}
+
+func (x *AdmissionCall) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *AdmissionCall) GetLatencyNanos() int64 {
+	if x != nil {
+		return x.LatencyNanos
+	}
+	return 0
+}
+
+func (x *AdmissionCall) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *AdmissionCall) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type PodPersisted struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pod           *corev1.Pod            `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
@@ -861,7 +980,7 @@ type PodPersisted struct {
 
 func (x *PodPersisted) Reset() {
 	*x = PodPersisted{}
-	mi := &file_eventsv1_events_proto_msgTypes[4]
+	mi := &file_eventsv1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +992,7 @@ func (x *PodPersisted) String() string {
 func (*PodPersisted) ProtoMessage() {}
 
 func (x *PodPersisted) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[4]
+	mi := &file_eventsv1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +1005,7 @@ func (x *PodPersisted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodPersisted.ProtoReflect.Descriptor instead.
 func (*PodPersisted) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{4}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PodPersisted) GetPod() *corev1.Pod {
@@ -922,7 +1041,7 @@ type PodScheduled struct {
 
 func (x *PodScheduled) Reset() {
 	*x = PodScheduled{}
-	mi := &file_eventsv1_events_proto_msgTypes[5]
+	mi := &file_eventsv1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1053,7 @@ func (x *PodScheduled) String() string {
 func (*PodScheduled) ProtoMessage() {}
 
 func (x *PodScheduled) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[5]
+	mi := &file_eventsv1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1066,7 @@ func (x *PodScheduled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodScheduled.ProtoReflect.Descriptor instead.
 func (*PodScheduled) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{5}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PodScheduled) GetNodeName() string {
@@ -1010,7 +1129,7 @@ type NodeVerdict struct {
 
 func (x *NodeVerdict) Reset() {
 	*x = NodeVerdict{}
-	mi := &file_eventsv1_events_proto_msgTypes[6]
+	mi := &file_eventsv1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1141,7 @@ func (x *NodeVerdict) String() string {
 func (*NodeVerdict) ProtoMessage() {}
 
 func (x *NodeVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[6]
+	mi := &file_eventsv1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1154,7 @@ func (x *NodeVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeVerdict.ProtoReflect.Descriptor instead.
 func (*NodeVerdict) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{6}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeVerdict) GetNode() string {
@@ -1063,7 +1182,7 @@ type PodUnschedulable struct {
 
 func (x *PodUnschedulable) Reset() {
 	*x = PodUnschedulable{}
-	mi := &file_eventsv1_events_proto_msgTypes[7]
+	mi := &file_eventsv1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1194,7 @@ func (x *PodUnschedulable) String() string {
 func (*PodUnschedulable) ProtoMessage() {}
 
 func (x *PodUnschedulable) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[7]
+	mi := &file_eventsv1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1207,7 @@ func (x *PodUnschedulable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodUnschedulable.ProtoReflect.Descriptor instead.
 func (*PodUnschedulable) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{7}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PodUnschedulable) GetReason() string {
@@ -1122,7 +1241,7 @@ type PodSchedulingConflict struct {
 
 func (x *PodSchedulingConflict) Reset() {
 	*x = PodSchedulingConflict{}
-	mi := &file_eventsv1_events_proto_msgTypes[8]
+	mi := &file_eventsv1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1253,7 @@ func (x *PodSchedulingConflict) String() string {
 func (*PodSchedulingConflict) ProtoMessage() {}
 
 func (x *PodSchedulingConflict) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[8]
+	mi := &file_eventsv1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1266,7 @@ func (x *PodSchedulingConflict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSchedulingConflict.ProtoReflect.Descriptor instead.
 func (*PodSchedulingConflict) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{8}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PodSchedulingConflict) GetNodeName() string {
@@ -1175,7 +1294,7 @@ type PodSandboxReady struct {
 
 func (x *PodSandboxReady) Reset() {
 	*x = PodSandboxReady{}
-	mi := &file_eventsv1_events_proto_msgTypes[9]
+	mi := &file_eventsv1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1306,7 @@ func (x *PodSandboxReady) String() string {
 func (*PodSandboxReady) ProtoMessage() {}
 
 func (x *PodSandboxReady) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[9]
+	mi := &file_eventsv1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1319,7 @@ func (x *PodSandboxReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSandboxReady.ProtoReflect.Descriptor instead.
 func (*PodSandboxReady) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{9}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PodSandboxReady) GetSandboxId() string {
@@ -1234,7 +1353,7 @@ type ImagePulling struct {
 
 func (x *ImagePulling) Reset() {
 	*x = ImagePulling{}
-	mi := &file_eventsv1_events_proto_msgTypes[10]
+	mi := &file_eventsv1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1365,7 @@ func (x *ImagePulling) String() string {
 func (*ImagePulling) ProtoMessage() {}
 
 func (x *ImagePulling) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[10]
+	mi := &file_eventsv1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1378,7 @@ func (x *ImagePulling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImagePulling.ProtoReflect.Descriptor instead.
 func (*ImagePulling) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{10}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ImagePulling) GetContainer() string {
@@ -1290,7 +1409,7 @@ type ImagePulled struct {
 
 func (x *ImagePulled) Reset() {
 	*x = ImagePulled{}
-	mi := &file_eventsv1_events_proto_msgTypes[11]
+	mi := &file_eventsv1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1421,7 @@ func (x *ImagePulled) String() string {
 func (*ImagePulled) ProtoMessage() {}
 
 func (x *ImagePulled) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[11]
+	mi := &file_eventsv1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1434,7 @@ func (x *ImagePulled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImagePulled.ProtoReflect.Descriptor instead.
 func (*ImagePulled) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{11}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ImagePulled) GetContainer() string {
@@ -1372,7 +1491,7 @@ type ContainerStarted struct {
 
 func (x *ContainerStarted) Reset() {
 	*x = ContainerStarted{}
-	mi := &file_eventsv1_events_proto_msgTypes[12]
+	mi := &file_eventsv1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1503,7 @@ func (x *ContainerStarted) String() string {
 func (*ContainerStarted) ProtoMessage() {}
 
 func (x *ContainerStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[12]
+	mi := &file_eventsv1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1516,7 @@ func (x *ContainerStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStarted.ProtoReflect.Descriptor instead.
 func (*ContainerStarted) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{12}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ContainerStarted) GetContainer() string {
@@ -1442,7 +1561,7 @@ type ContainerExited struct {
 
 func (x *ContainerExited) Reset() {
 	*x = ContainerExited{}
-	mi := &file_eventsv1_events_proto_msgTypes[13]
+	mi := &file_eventsv1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1573,7 @@ func (x *ContainerExited) String() string {
 func (*ContainerExited) ProtoMessage() {}
 
 func (x *ContainerExited) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[13]
+	mi := &file_eventsv1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1586,7 @@ func (x *ContainerExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerExited.ProtoReflect.Descriptor instead.
 func (*ContainerExited) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{13}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ContainerExited) GetContainer() string {
@@ -1522,7 +1641,7 @@ type PodRunning struct {
 
 func (x *PodRunning) Reset() {
 	*x = PodRunning{}
-	mi := &file_eventsv1_events_proto_msgTypes[14]
+	mi := &file_eventsv1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1653,7 @@ func (x *PodRunning) String() string {
 func (*PodRunning) ProtoMessage() {}
 
 func (x *PodRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[14]
+	mi := &file_eventsv1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1666,7 @@ func (x *PodRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodRunning.ProtoReflect.Descriptor instead.
 func (*PodRunning) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{14}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PodRunning) GetPodIp() string {
@@ -1572,7 +1691,7 @@ type PodReady struct {
 
 func (x *PodReady) Reset() {
 	*x = PodReady{}
-	mi := &file_eventsv1_events_proto_msgTypes[15]
+	mi := &file_eventsv1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1703,7 @@ func (x *PodReady) String() string {
 func (*PodReady) ProtoMessage() {}
 
 func (x *PodReady) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[15]
+	mi := &file_eventsv1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1716,7 @@ func (x *PodReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodReady.ProtoReflect.Descriptor instead.
 func (*PodReady) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{15}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{16}
 }
 
 type PodNotReady struct {
@@ -1611,7 +1730,7 @@ type PodNotReady struct {
 
 func (x *PodNotReady) Reset() {
 	*x = PodNotReady{}
-	mi := &file_eventsv1_events_proto_msgTypes[16]
+	mi := &file_eventsv1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1742,7 @@ func (x *PodNotReady) String() string {
 func (*PodNotReady) ProtoMessage() {}
 
 func (x *PodNotReady) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[16]
+	mi := &file_eventsv1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1755,7 @@ func (x *PodNotReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodNotReady.ProtoReflect.Descriptor instead.
 func (*PodNotReady) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{16}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PodNotReady) GetReason() string {
@@ -1673,7 +1792,7 @@ type EndpointsUpdated struct {
 
 func (x *EndpointsUpdated) Reset() {
 	*x = EndpointsUpdated{}
-	mi := &file_eventsv1_events_proto_msgTypes[17]
+	mi := &file_eventsv1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1804,7 @@ func (x *EndpointsUpdated) String() string {
 func (*EndpointsUpdated) ProtoMessage() {}
 
 func (x *EndpointsUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[17]
+	mi := &file_eventsv1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1817,7 @@ func (x *EndpointsUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointsUpdated.ProtoReflect.Descriptor instead.
 func (*EndpointsUpdated) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{17}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EndpointsUpdated) GetService() string {
@@ -1733,16 +1852,19 @@ func (x *EndpointsUpdated) GetAdded() bool {
 // and reason (Unauthorized, Forbidden, Invalid, PolicyViolation,
 // AlreadyExists) and the causes.
 type PodRejected struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        *corev1.Status         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	ReplyTo       string                 `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Status  *corev1.Status         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	ReplyTo string                 `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	// calls are the admission webhooks and policies that ran before the
+	// rejection (admission only).
+	Calls         []*AdmissionCall `protobuf:"bytes,3,rep,name=calls,proto3" json:"calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PodRejected) Reset() {
 	*x = PodRejected{}
-	mi := &file_eventsv1_events_proto_msgTypes[18]
+	mi := &file_eventsv1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1876,7 @@ func (x *PodRejected) String() string {
 func (*PodRejected) ProtoMessage() {}
 
 func (x *PodRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[18]
+	mi := &file_eventsv1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1889,7 @@ func (x *PodRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodRejected.ProtoReflect.Descriptor instead.
 func (*PodRejected) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{18}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PodRejected) GetStatus() *corev1.Status {
@@ -1782,6 +1904,13 @@ func (x *PodRejected) GetReplyTo() string {
 		return x.ReplyTo
 	}
 	return ""
+}
+
+func (x *PodRejected) GetCalls() []*AdmissionCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
 }
 
 // PodFailed reports a problem on the node side that keeps the pod from
@@ -1800,7 +1929,7 @@ type PodFailed struct {
 
 func (x *PodFailed) Reset() {
 	*x = PodFailed{}
-	mi := &file_eventsv1_events_proto_msgTypes[19]
+	mi := &file_eventsv1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1941,7 @@ func (x *PodFailed) String() string {
 func (*PodFailed) ProtoMessage() {}
 
 func (x *PodFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[19]
+	mi := &file_eventsv1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1954,7 @@ func (x *PodFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodFailed.ProtoReflect.Descriptor instead.
 func (*PodFailed) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{19}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PodFailed) GetReason() string {
@@ -1878,7 +2007,7 @@ type PodStatusReport struct {
 
 func (x *PodStatusReport) Reset() {
 	*x = PodStatusReport{}
-	mi := &file_eventsv1_events_proto_msgTypes[20]
+	mi := &file_eventsv1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2019,7 @@ func (x *PodStatusReport) String() string {
 func (*PodStatusReport) ProtoMessage() {}
 
 func (x *PodStatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[20]
+	mi := &file_eventsv1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2032,7 @@ func (x *PodStatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatusReport.ProtoReflect.Descriptor instead.
 func (*PodStatusReport) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{20}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PodStatusReport) GetStatus() *corev1.PodStatus {
@@ -1945,7 +2074,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_eventsv1_events_proto_msgTypes[21]
+	mi := &file_eventsv1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1957,7 +2086,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[21]
+	mi := &file_eventsv1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1970,7 +2099,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{21}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EventRecord) GetType() string {
@@ -2006,7 +2135,7 @@ type PodDeleteRequested struct {
 
 func (x *PodDeleteRequested) Reset() {
 	*x = PodDeleteRequested{}
-	mi := &file_eventsv1_events_proto_msgTypes[22]
+	mi := &file_eventsv1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2147,7 @@ func (x *PodDeleteRequested) String() string {
 func (*PodDeleteRequested) ProtoMessage() {}
 
 func (x *PodDeleteRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[22]
+	mi := &file_eventsv1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2160,7 @@ func (x *PodDeleteRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDeleteRequested.ProtoReflect.Descriptor instead.
 func (*PodDeleteRequested) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{22}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PodDeleteRequested) GetToken() string {
@@ -2071,7 +2200,7 @@ type PodTerminating struct {
 
 func (x *PodTerminating) Reset() {
 	*x = PodTerminating{}
-	mi := &file_eventsv1_events_proto_msgTypes[23]
+	mi := &file_eventsv1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2212,7 @@ func (x *PodTerminating) String() string {
 func (*PodTerminating) ProtoMessage() {}
 
 func (x *PodTerminating) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[23]
+	mi := &file_eventsv1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2225,7 @@ func (x *PodTerminating) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodTerminating.ProtoReflect.Descriptor instead.
 func (*PodTerminating) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{23}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PodTerminating) GetGracePeriodSeconds() int64 {
@@ -2115,7 +2244,7 @@ type PodKilled struct {
 
 func (x *PodKilled) Reset() {
 	*x = PodKilled{}
-	mi := &file_eventsv1_events_proto_msgTypes[24]
+	mi := &file_eventsv1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2256,7 @@ func (x *PodKilled) String() string {
 func (*PodKilled) ProtoMessage() {}
 
 func (x *PodKilled) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[24]
+	mi := &file_eventsv1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2269,7 @@ func (x *PodKilled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodKilled.ProtoReflect.Descriptor instead.
 func (*PodKilled) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{24}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PodKilled) GetContainers() []string {
@@ -2159,7 +2288,7 @@ type PodDeleted struct {
 
 func (x *PodDeleted) Reset() {
 	*x = PodDeleted{}
-	mi := &file_eventsv1_events_proto_msgTypes[25]
+	mi := &file_eventsv1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2300,7 @@ func (x *PodDeleted) String() string {
 func (*PodDeleted) ProtoMessage() {}
 
 func (x *PodDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[25]
+	mi := &file_eventsv1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2313,7 @@ func (x *PodDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDeleted.ProtoReflect.Descriptor instead.
 func (*PodDeleted) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{25}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PodDeleted) GetRevision() int64 {
@@ -2204,7 +2333,7 @@ type NodeHeartbeat struct {
 
 func (x *NodeHeartbeat) Reset() {
 	*x = NodeHeartbeat{}
-	mi := &file_eventsv1_events_proto_msgTypes[26]
+	mi := &file_eventsv1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2345,7 @@ func (x *NodeHeartbeat) String() string {
 func (*NodeHeartbeat) ProtoMessage() {}
 
 func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[26]
+	mi := &file_eventsv1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2358,7 @@ func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeat.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeat) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{26}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeHeartbeat) GetConditions() []*corev1.NodeCondition {
@@ -2263,7 +2392,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_eventsv1_events_proto_msgTypes[27]
+	mi := &file_eventsv1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2404,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_eventsv1_events_proto_msgTypes[27]
+	mi := &file_eventsv1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2417,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_eventsv1_events_proto_rawDescGZIP(), []int{27}
+	return file_eventsv1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeadLetter) GetStream() string {
@@ -2415,13 +2544,23 @@ const file_eventsv1_events_proto_rawDesc = "" +
 	"\x03pod\x18\x01 \x01(\v2\x14.podflow.core.v1.PodR\x03pod\x12-\n" +
 	"\x04user\x18\x02 \x01(\v2\x19.podflow.core.v1.UserInfoR\x04user\x12\x19\n" +
 	"\breply_to\x18\x03 \x01(\tR\areplyTo\x12\x17\n" +
-	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\xb6\x01\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\x8a\x02\n" +
 	"\vPodAdmitted\x12&\n" +
 	"\x03pod\x18\x01 \x01(\v2\x14.podflow.core.v1.PodR\x03pod\x12-\n" +
 	"\x04user\x18\x02 \x01(\v2\x19.podflow.core.v1.UserInfoR\x04user\x12\x19\n" +
 	"\breply_to\x18\x03 \x01(\tR\areplyTo\x12\x1c\n" +
 	"\tmutations\x18\x04 \x03(\tR\tmutations\x12\x17\n" +
-	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"R\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x126\n" +
+	"\x05calls\x18\x06 \x03(\v2 .podflow.events.v1.AdmissionCallR\x05calls\x12\x1a\n" +
+	"\bwarnings\x18\a \x03(\tR\bwarnings\"\xec\x01\n" +
+	"\rAdmissionCall\x12\x16\n" +
+	"\x06plugin\x18\x01 \x01(\tR\x06plugin\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12$\n" +
+	"\rconfiguration\x18\x03 \x01(\tR\rconfiguration\x120\n" +
+	"\x05start\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12#\n" +
+	"\rlatency_nanos\x18\x05 \x01(\x03R\flatencyNanos\x12\x18\n" +
+	"\averdict\x18\x06 \x01(\tR\averdict\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\"R\n" +
 	"\fPodPersisted\x12&\n" +
 	"\x03pod\x18\x01 \x01(\v2\x14.podflow.core.v1.PodR\x03pod\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"\xf0\x01\n" +
@@ -2487,10 +2626,11 @@ const file_eventsv1_events_proto_rawDesc = "" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05slice\x18\x02 \x01(\tR\x05slice\x12'\n" +
 	"\x0fready_endpoints\x18\x03 \x01(\x05R\x0ereadyEndpoints\x12\x14\n" +
-	"\x05added\x18\x04 \x01(\bR\x05added\"Y\n" +
+	"\x05added\x18\x04 \x01(\bR\x05added\"\x91\x01\n" +
 	"\vPodRejected\x12/\n" +
 	"\x06status\x18\x01 \x01(\v2\x17.podflow.core.v1.StatusR\x06status\x12\x19\n" +
-	"\breply_to\x18\x02 \x01(\tR\areplyTo\"q\n" +
+	"\breply_to\x18\x02 \x01(\tR\areplyTo\x126\n" +
+	"\x05calls\x18\x03 \x03(\v2 .podflow.events.v1.AdmissionCallR\x05calls\"q\n" +
 	"\tPodFailed\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
@@ -2551,92 +2691,96 @@ func file_eventsv1_events_proto_rawDescGZIP() []byte {
 	return file_eventsv1_events_proto_rawDescData
 }
 
-var file_eventsv1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_eventsv1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_eventsv1_events_proto_goTypes = []any{
 	(*Envelope)(nil),              // 0: podflow.events.v1.Envelope
 	(*PodRequested)(nil),          // 1: podflow.events.v1.PodRequested
 	(*PodAuthorized)(nil),         // 2: podflow.events.v1.PodAuthorized
 	(*PodAdmitted)(nil),           // 3: podflow.events.v1.PodAdmitted
-	(*PodPersisted)(nil),          // 4: podflow.events.v1.PodPersisted
-	(*PodScheduled)(nil),          // 5: podflow.events.v1.PodScheduled
-	(*NodeVerdict)(nil),           // 6: podflow.events.v1.NodeVerdict
-	(*PodUnschedulable)(nil),      // 7: podflow.events.v1.PodUnschedulable
-	(*PodSchedulingConflict)(nil), // 8: podflow.events.v1.PodSchedulingConflict
-	(*PodSandboxReady)(nil),       // 9: podflow.events.v1.PodSandboxReady
-	(*ImagePulling)(nil),          // 10: podflow.events.v1.ImagePulling
-	(*ImagePulled)(nil),           // 11: podflow.events.v1.ImagePulled
-	(*ContainerStarted)(nil),      // 12: podflow.events.v1.ContainerStarted
-	(*ContainerExited)(nil),       // 13: podflow.events.v1.ContainerExited
-	(*PodRunning)(nil),            // 14: podflow.events.v1.PodRunning
-	(*PodReady)(nil),              // 15: podflow.events.v1.PodReady
-	(*PodNotReady)(nil),           // 16: podflow.events.v1.PodNotReady
-	(*EndpointsUpdated)(nil),      // 17: podflow.events.v1.EndpointsUpdated
-	(*PodRejected)(nil),           // 18: podflow.events.v1.PodRejected
-	(*PodFailed)(nil),             // 19: podflow.events.v1.PodFailed
-	(*PodStatusReport)(nil),       // 20: podflow.events.v1.PodStatusReport
-	(*EventRecord)(nil),           // 21: podflow.events.v1.EventRecord
-	(*PodDeleteRequested)(nil),    // 22: podflow.events.v1.PodDeleteRequested
-	(*PodTerminating)(nil),        // 23: podflow.events.v1.PodTerminating
-	(*PodKilled)(nil),             // 24: podflow.events.v1.PodKilled
-	(*PodDeleted)(nil),            // 25: podflow.events.v1.PodDeleted
-	(*NodeHeartbeat)(nil),         // 26: podflow.events.v1.NodeHeartbeat
-	(*DeadLetter)(nil),            // 27: podflow.events.v1.DeadLetter
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
-	(*corev1.Pod)(nil),            // 29: podflow.core.v1.Pod
-	(*corev1.UserInfo)(nil),       // 30: podflow.core.v1.UserInfo
-	(*corev1.Status)(nil),         // 31: podflow.core.v1.Status
-	(*corev1.PodStatus)(nil),      // 32: podflow.core.v1.PodStatus
-	(*corev1.NodeCondition)(nil),  // 33: podflow.core.v1.NodeCondition
+	(*AdmissionCall)(nil),         // 4: podflow.events.v1.AdmissionCall
+	(*PodPersisted)(nil),          // 5: podflow.events.v1.PodPersisted
+	(*PodScheduled)(nil),          // 6: podflow.events.v1.PodScheduled
+	(*NodeVerdict)(nil),           // 7: podflow.events.v1.NodeVerdict
+	(*PodUnschedulable)(nil),      // 8: podflow.events.v1.PodUnschedulable
+	(*PodSchedulingConflict)(nil), // 9: podflow.events.v1.PodSchedulingConflict
+	(*PodSandboxReady)(nil),       // 10: podflow.events.v1.PodSandboxReady
+	(*ImagePulling)(nil),          // 11: podflow.events.v1.ImagePulling
+	(*ImagePulled)(nil),           // 12: podflow.events.v1.ImagePulled
+	(*ContainerStarted)(nil),      // 13: podflow.events.v1.ContainerStarted
+	(*ContainerExited)(nil),       // 14: podflow.events.v1.ContainerExited
+	(*PodRunning)(nil),            // 15: podflow.events.v1.PodRunning
+	(*PodReady)(nil),              // 16: podflow.events.v1.PodReady
+	(*PodNotReady)(nil),           // 17: podflow.events.v1.PodNotReady
+	(*EndpointsUpdated)(nil),      // 18: podflow.events.v1.EndpointsUpdated
+	(*PodRejected)(nil),           // 19: podflow.events.v1.PodRejected
+	(*PodFailed)(nil),             // 20: podflow.events.v1.PodFailed
+	(*PodStatusReport)(nil),       // 21: podflow.events.v1.PodStatusReport
+	(*EventRecord)(nil),           // 22: podflow.events.v1.EventRecord
+	(*PodDeleteRequested)(nil),    // 23: podflow.events.v1.PodDeleteRequested
+	(*PodTerminating)(nil),        // 24: podflow.events.v1.PodTerminating
+	(*PodKilled)(nil),             // 25: podflow.events.v1.PodKilled
+	(*PodDeleted)(nil),            // 26: podflow.events.v1.PodDeleted
+	(*NodeHeartbeat)(nil),         // 27: podflow.events.v1.NodeHeartbeat
+	(*DeadLetter)(nil),            // 28: podflow.events.v1.DeadLetter
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*corev1.Pod)(nil),            // 30: podflow.core.v1.Pod
+	(*corev1.UserInfo)(nil),       // 31: podflow.core.v1.UserInfo
+	(*corev1.Status)(nil),         // 32: podflow.core.v1.Status
+	(*corev1.PodStatus)(nil),      // 33: podflow.core.v1.PodStatus
+	(*corev1.NodeCondition)(nil),  // 34: podflow.core.v1.NodeCondition
 }
 var file_eventsv1_events_proto_depIdxs = []int32{
-	28, // 0: podflow.events.v1.Envelope.time:type_name -> google.protobuf.Timestamp
-	28, // 1: podflow.events.v1.Envelope.handled_start:type_name -> google.protobuf.Timestamp
-	28, // 2: podflow.events.v1.Envelope.handled_end:type_name -> google.protobuf.Timestamp
+	29, // 0: podflow.events.v1.Envelope.time:type_name -> google.protobuf.Timestamp
+	29, // 1: podflow.events.v1.Envelope.handled_start:type_name -> google.protobuf.Timestamp
+	29, // 2: podflow.events.v1.Envelope.handled_end:type_name -> google.protobuf.Timestamp
 	1,  // 3: podflow.events.v1.Envelope.pod_requested:type_name -> podflow.events.v1.PodRequested
 	2,  // 4: podflow.events.v1.Envelope.pod_authorized:type_name -> podflow.events.v1.PodAuthorized
 	3,  // 5: podflow.events.v1.Envelope.pod_admitted:type_name -> podflow.events.v1.PodAdmitted
-	4,  // 6: podflow.events.v1.Envelope.pod_persisted:type_name -> podflow.events.v1.PodPersisted
-	5,  // 7: podflow.events.v1.Envelope.pod_scheduled:type_name -> podflow.events.v1.PodScheduled
-	7,  // 8: podflow.events.v1.Envelope.pod_unschedulable:type_name -> podflow.events.v1.PodUnschedulable
-	9,  // 9: podflow.events.v1.Envelope.pod_sandbox_ready:type_name -> podflow.events.v1.PodSandboxReady
-	11, // 10: podflow.events.v1.Envelope.image_pulled:type_name -> podflow.events.v1.ImagePulled
-	12, // 11: podflow.events.v1.Envelope.container_started:type_name -> podflow.events.v1.ContainerStarted
-	13, // 12: podflow.events.v1.Envelope.container_exited:type_name -> podflow.events.v1.ContainerExited
-	14, // 13: podflow.events.v1.Envelope.pod_running:type_name -> podflow.events.v1.PodRunning
-	15, // 14: podflow.events.v1.Envelope.pod_ready:type_name -> podflow.events.v1.PodReady
-	16, // 15: podflow.events.v1.Envelope.pod_not_ready:type_name -> podflow.events.v1.PodNotReady
-	17, // 16: podflow.events.v1.Envelope.endpoints_updated:type_name -> podflow.events.v1.EndpointsUpdated
-	18, // 17: podflow.events.v1.Envelope.pod_rejected:type_name -> podflow.events.v1.PodRejected
-	19, // 18: podflow.events.v1.Envelope.pod_failed:type_name -> podflow.events.v1.PodFailed
-	22, // 19: podflow.events.v1.Envelope.pod_delete_requested:type_name -> podflow.events.v1.PodDeleteRequested
-	23, // 20: podflow.events.v1.Envelope.pod_terminating:type_name -> podflow.events.v1.PodTerminating
-	25, // 21: podflow.events.v1.Envelope.pod_deleted:type_name -> podflow.events.v1.PodDeleted
-	20, // 22: podflow.events.v1.Envelope.pod_status_report:type_name -> podflow.events.v1.PodStatusReport
-	26, // 23: podflow.events.v1.Envelope.node_heartbeat:type_name -> podflow.events.v1.NodeHeartbeat
-	10, // 24: podflow.events.v1.Envelope.image_pulling:type_name -> podflow.events.v1.ImagePulling
-	8,  // 25: podflow.events.v1.Envelope.pod_scheduling_conflict:type_name -> podflow.events.v1.PodSchedulingConflict
-	24, // 26: podflow.events.v1.Envelope.pod_killed:type_name -> podflow.events.v1.PodKilled
-	27, // 27: podflow.events.v1.Envelope.dead_letter:type_name -> podflow.events.v1.DeadLetter
-	29, // 28: podflow.events.v1.PodRequested.pod:type_name -> podflow.core.v1.Pod
-	30, // 29: podflow.events.v1.PodRequested.user:type_name -> podflow.core.v1.UserInfo
-	29, // 30: podflow.events.v1.PodAuthorized.pod:type_name -> podflow.core.v1.Pod
-	30, // 31: podflow.events.v1.PodAuthorized.user:type_name -> podflow.core.v1.UserInfo
-	29, // 32: podflow.events.v1.PodAdmitted.pod:type_name -> podflow.core.v1.Pod
-	30, // 33: podflow.events.v1.PodAdmitted.user:type_name -> podflow.core.v1.UserInfo
-	29, // 34: podflow.events.v1.PodPersisted.pod:type_name -> podflow.core.v1.Pod
-	29, // 35: podflow.events.v1.PodScheduled.pod:type_name -> podflow.core.v1.Pod
-	6,  // 36: podflow.events.v1.PodUnschedulable.verdicts:type_name -> podflow.events.v1.NodeVerdict
-	31, // 37: podflow.events.v1.PodRejected.status:type_name -> podflow.core.v1.Status
-	32, // 38: podflow.events.v1.PodStatusReport.status:type_name -> podflow.core.v1.PodStatus
-	21, // 39: podflow.events.v1.PodStatusReport.events:type_name -> podflow.events.v1.EventRecord
-	0,  // 40: podflow.events.v1.PodStatusReport.steps:type_name -> podflow.events.v1.Envelope
-	30, // 41: podflow.events.v1.PodDeleteRequested.user:type_name -> podflow.core.v1.UserInfo
-	33, // 42: podflow.events.v1.NodeHeartbeat.conditions:type_name -> podflow.core.v1.NodeCondition
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	5,  // 6: podflow.events.v1.Envelope.pod_persisted:type_name -> podflow.events.v1.PodPersisted
+	6,  // 7: podflow.events.v1.Envelope.pod_scheduled:type_name -> podflow.events.v1.PodScheduled
+	8,  // 8: podflow.events.v1.Envelope.pod_unschedulable:type_name -> podflow.events.v1.PodUnschedulable
+	10, // 9: podflow.events.v1.Envelope.pod_sandbox_ready:type_name -> podflow.events.v1.PodSandboxReady
+	12, // 10: podflow.events.v1.Envelope.image_pulled:type_name -> podflow.events.v1.ImagePulled
+	13, // 11: podflow.events.v1.Envelope.container_started:type_name -> podflow.events.v1.ContainerStarted
+	14, // 12: podflow.events.v1.Envelope.container_exited:type_name -> podflow.events.v1.ContainerExited
+	15, // 13: podflow.events.v1.Envelope.pod_running:type_name -> podflow.events.v1.PodRunning
+	16, // 14: podflow.events.v1.Envelope.pod_ready:type_name -> podflow.events.v1.PodReady
+	17, // 15: podflow.events.v1.Envelope.pod_not_ready:type_name -> podflow.events.v1.PodNotReady
+	18, // 16: podflow.events.v1.Envelope.endpoints_updated:type_name -> podflow.events.v1.EndpointsUpdated
+	19, // 17: podflow.events.v1.Envelope.pod_rejected:type_name -> podflow.events.v1.PodRejected
+	20, // 18: podflow.events.v1.Envelope.pod_failed:type_name -> podflow.events.v1.PodFailed
+	23, // 19: podflow.events.v1.Envelope.pod_delete_requested:type_name -> podflow.events.v1.PodDeleteRequested
+	24, // 20: podflow.events.v1.Envelope.pod_terminating:type_name -> podflow.events.v1.PodTerminating
+	26, // 21: podflow.events.v1.Envelope.pod_deleted:type_name -> podflow.events.v1.PodDeleted
+	21, // 22: podflow.events.v1.Envelope.pod_status_report:type_name -> podflow.events.v1.PodStatusReport
+	27, // 23: podflow.events.v1.Envelope.node_heartbeat:type_name -> podflow.events.v1.NodeHeartbeat
+	11, // 24: podflow.events.v1.Envelope.image_pulling:type_name -> podflow.events.v1.ImagePulling
+	9,  // 25: podflow.events.v1.Envelope.pod_scheduling_conflict:type_name -> podflow.events.v1.PodSchedulingConflict
+	25, // 26: podflow.events.v1.Envelope.pod_killed:type_name -> podflow.events.v1.PodKilled
+	28, // 27: podflow.events.v1.Envelope.dead_letter:type_name -> podflow.events.v1.DeadLetter
+	30, // 28: podflow.events.v1.PodRequested.pod:type_name -> podflow.core.v1.Pod
+	31, // 29: podflow.events.v1.PodRequested.user:type_name -> podflow.core.v1.UserInfo
+	30, // 30: podflow.events.v1.PodAuthorized.pod:type_name -> podflow.core.v1.Pod
+	31, // 31: podflow.events.v1.PodAuthorized.user:type_name -> podflow.core.v1.UserInfo
+	30, // 32: podflow.events.v1.PodAdmitted.pod:type_name -> podflow.core.v1.Pod
+	31, // 33: podflow.events.v1.PodAdmitted.user:type_name -> podflow.core.v1.UserInfo
+	4,  // 34: podflow.events.v1.PodAdmitted.calls:type_name -> podflow.events.v1.AdmissionCall
+	29, // 35: podflow.events.v1.AdmissionCall.start:type_name -> google.protobuf.Timestamp
+	30, // 36: podflow.events.v1.PodPersisted.pod:type_name -> podflow.core.v1.Pod
+	30, // 37: podflow.events.v1.PodScheduled.pod:type_name -> podflow.core.v1.Pod
+	7,  // 38: podflow.events.v1.PodUnschedulable.verdicts:type_name -> podflow.events.v1.NodeVerdict
+	32, // 39: podflow.events.v1.PodRejected.status:type_name -> podflow.core.v1.Status
+	4,  // 40: podflow.events.v1.PodRejected.calls:type_name -> podflow.events.v1.AdmissionCall
+	33, // 41: podflow.events.v1.PodStatusReport.status:type_name -> podflow.core.v1.PodStatus
+	22, // 42: podflow.events.v1.PodStatusReport.events:type_name -> podflow.events.v1.EventRecord
+	0,  // 43: podflow.events.v1.PodStatusReport.steps:type_name -> podflow.events.v1.Envelope
+	31, // 44: podflow.events.v1.PodDeleteRequested.user:type_name -> podflow.core.v1.UserInfo
+	34, // 45: podflow.events.v1.NodeHeartbeat.conditions:type_name -> podflow.core.v1.NodeCondition
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_eventsv1_events_proto_init() }
@@ -2671,14 +2815,14 @@ func file_eventsv1_events_proto_init() {
 		(*Envelope_PodKilled)(nil),
 		(*Envelope_DeadLetter)(nil),
 	}
-	file_eventsv1_events_proto_msgTypes[22].OneofWrappers = []any{}
+	file_eventsv1_events_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_eventsv1_events_proto_rawDesc), len(file_eventsv1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

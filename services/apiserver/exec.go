@@ -93,6 +93,10 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, req *reques
 		return true
 	}
 	pod := obj.(*corev1.Pod)
+	if st := s.admitConnect(r, req, pod); st != nil {
+		writeStatus(w, st)
+		return true
+	}
 	if req.sub == "portforward" {
 		s.servePortForward(w, r, sb, pod)
 		return true

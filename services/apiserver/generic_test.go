@@ -175,6 +175,26 @@ func TestGenericKindsCRUD(t *testing.T) {
 			if created.GetUID() == "" || created.GetResourceVersion() == "" || created.GetCreationTimestamp().Time.IsZero() {
 				t.Fatalf("created %v", created.Object["metadata"])
 			}
+			want := "[ADDED MODIFIED DELETED]"
+			if k.Resource == "resourcequotas" {
+				// The resourcequota controller fills in status.hard and
+				// status.used: one more MODIFIED, waited for so that the
+				// update below does not race it.
+				want = "[ADDED MODIFIED MODIFIED DELETED]"
+				for {
+					q, err := ri.Get(ctx, name, metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if hard, _, _ := unstructured.NestedMap(q.Object, "status", "hard"); len(hard) > 0 {
+						break
+					}
+					if ctx.Err() != nil {
+						t.Fatalf("the quota's status was not filled in: %v", q.Object["status"])
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
 			if _, err := ri.Create(ctx, obj, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
 				t.Fatalf("second create: %v, want AlreadyExists", err)
 			}
@@ -229,7 +249,7 @@ func TestGenericKindsCRUD(t *testing.T) {
 			if async && len(events) > 3 && events[2] == watch.Modified {
 				events = append(events[:2], watch.Deleted) // the marks on the way
 			}
-			if fmt.Sprint(events) != "[ADDED MODIFIED DELETED]" {
+			if fmt.Sprint(events) != want {
 				t.Fatalf("watch saw %v", events)
 			}
 		})

@@ -535,7 +535,7 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		if pod, ok := obj.(*corev1.Pod); ok {
 			writeWarnings(w, warnings)
-			st, out := s.updatePod(ctx, current.(*corev1.Pod), pod, dry)
+			st, out := s.updatePod(ctx, req.user, current.(*corev1.Pod), pod, dry)
 			s.respond(w, r, req.res, st, out)
 			return
 		}
@@ -663,8 +663,13 @@ func patchHasPrecondition(patch []byte, contentType string) bool {
 // kube-apiserver's validation refuses it; status is left alone. A new
 // image has the pod evaluated against its namespace's Pod Security level
 // (checkPodSecurity), as kube-apiserver's PodSecurity admission does.
-func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bool) (*corev1.Status, proto.Message) {
+func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, pod *corev1.Pod, dry bool) (*corev1.Status, proto.Message) {
 	name := current.GetMetadata().GetName()
+	pod, warnings, st := s.mutatePodUpdate(ctx, user, current, pod, dry) // the mutating webhooks, first
+	if st != nil {
+		st.Warnings = append(warnings, st.Warnings...)
+		return st, nil
+	}
 	allowed := proto.CloneOf(current.GetSpec())
 	for i, c := range pod.GetSpec().GetContainers() {
 		if i < len(allowed.GetContainers()) {
@@ -698,10 +703,18 @@ func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bo
 	if st := s.checkPodSecurity(ctx, current, next); st != nil { // an image changed: its namespace's level
 		return st, nil
 	}
+	w, st := s.validatePodUpdate(ctx, user, current, next, dry) // the policies and validating webhooks, last
+	warnings = append(warnings, w...)
+	if st != nil {
+		st.Warnings = append(warnings, st.Warnings...)
+		return st, nil
+	}
+	ok := stage.Success(200, "pods", name)
+	ok.Warnings = warnings
 	if dry {
 		out := proto.CloneOf(current)
 		apply(out)
-		return stage.Success(200, "pods", name), out
+		return ok, out
 	}
 	out, err := objects.Mutate(ctx, s.store, current.GetMetadata().GetNamespace(), name, func(p *corev1.Pod) error {
 		before := proto.CloneOf(p)
@@ -714,7 +727,7 @@ func (s *Server) updatePod(ctx context.Context, current, pod *corev1.Pod, dry bo
 	if err != nil {
 		return storeStatus(err, lookupResource("v1", "pods"), name), nil
 	}
-	return stage.Success(200, "pods", name), out
+	return ok, out
 }
 
 // gatesRemoved reports whether next is current with gates removed (or

@@ -31,6 +31,7 @@ import (
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/quota"
 	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
@@ -40,6 +41,8 @@ import (
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
+	"github.com/podflow/podflow/services/stages/resourcequota"
+	webhookkube "github.com/podflow/podflow/services/webhook/kube"
 )
 
 // Tokens of the static token file every test system has.
@@ -70,6 +73,11 @@ type options struct {
 	// nodes are node agents' bus roles (pipeline.NodeAgentRole) the
 	// server has besides the admin's, for tests that connect as a node.
 	nodes []string
+	// webhooks runs the admission webhooks and policies
+	// (services/webhook/kube) in the api and admission stages.
+	webhooks bool
+	// resync is the controller stages' ResyncPeriod (0: none).
+	resync time.Duration
 }
 
 func freeAddr(t testing.TB) string {
@@ -188,14 +196,32 @@ func startSystem(t testing.TB, o options) *system {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := stage.Run(runCtx, c, env, h, stage.Config{Runner: rc}); err != nil && runCtx.Err() == nil {
+			cfg := stage.Config{Runner: rc, NoConsumer: pipeline.Controller(name), ResyncPeriod: o.resync}
+			if err := stage.Run(runCtx, c, env, h, cfg); err != nil && runCtx.Err() == nil {
 				t.Errorf("stage %s: %v", name, err)
 			}
 		}()
 	}
-	run(pipeline.API, func(env stage.Env) (stage.Handler, error) { return apiProcess(env, dir, hc) })
+	run(pipeline.API, func(env stage.Env) (stage.Handler, error) { return apiProcess(env, dir, hc, o.webhooks) })
 	run(pipeline.Admission, func(env stage.Env) (stage.Handler, error) {
-		return admission.NewStage(env, admission.DefaultConfig())
+		cfg := admission.DefaultConfig()
+		cfg.Quota = quota.NewAdmission(env.Store)
+		if !o.webhooks {
+			return admission.NewStage(env, cfg)
+		}
+		hooks, err := webhookkube.New(webhookkube.Config{Store: env.Store})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Webhooks = hooks
+		st, err := admission.NewStage(env, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return stage.Compose(st, hooks), nil
+	})
+	run(pipeline.ResourceQuota, func(env stage.Env) (stage.Handler, error) {
+		return resourcequota.New(env, resourcequota.DefaultConfig())
 	})
 	run(pipeline.Persistence, func(env stage.Env) (stage.Handler, error) { return persistence.New(env), nil })
 	t.Cleanup(func() { stop(); wg.Wait() }) // before the connections close (cleanups run last-in first-out)
@@ -352,8 +378,9 @@ func podJSON(name string, extra string) string {
 // (ops/processes/roles.APIProcess): the api stage, the CRD catalog, the
 // namespace controller, the CRD controller, the bootstrap controller, the node token signer, the HTTPS
 // front door hc (with its pod network listeners) and the kubernetes
-// Service's controller.
-func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, error) {
+// Service's controller; with webhooks, the admission webhooks and
+// policies.
+func apiProcess(env stage.Env, dir string, hc apiserver.Config, webhooks bool) (stage.Handler, error) {
 	tokens, err := auth.LoadBoundTokens(filepath.Join(dir, "sa.key")) // the TokenRequest API
 	if err != nil {
 		return nil, err
@@ -386,10 +413,20 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, 
 	}
 	cfg.Registry = crd.Registry{Builtin: reg, Catalog: cat}
 	cfg.SyncKinds = cat.Sync
+	cfg.Quota = quota.NewAdmission(env.Store)
 	if hc.Printer == nil {
 		hc.Printer = reg
 	}
 	hc.CustomResources = cat
+	var parts []stage.Starter
+	if webhooks {
+		hooks, err := webhookkube.New(webhookkube.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) }})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Webhooks = hooks
+		parts = append(parts, hooks)
+	}
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
@@ -409,7 +446,7 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config) (stage.Handler, 
 	if err != nil {
 		return nil, err
 	}
-	return stage.Compose(s, cat, ns, crdc, boot,
+	return stage.Compose(s, append(parts, cat, ns, crdc, boot,
 		&apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: tokens, Workers: cfg.Workers, Log: env.Log},
-		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Pods: pods, Log: env.Log}, ks), nil
+		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Pods: pods, Log: env.Log}, ks)...), nil
 }

@@ -46,6 +46,7 @@ var Outputs = map[string][]eventsv1.Type{
 	RootCACert:            nil,
 	ReplicaSet:            {"PodDeleteRequested", "PodDeleted"},
 	ReplicationController: {"PodDeleteRequested", "PodDeleted"},
+	ResourceQuota:         nil,
 	Job:                   {"PodDeleteRequested", "PodDeleted"},
 	CronJob:               {"PodDeleteRequested", "PodDeleted"}, // the pods of the Jobs it deletes
 }
@@ -194,11 +195,13 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 // StoreReadACL is the store's read policy (raftstore.Config.ReadACL): the
 // api stage (tokens, the Kubernetes API) and node agents (secret volumes)
 // may ask for everything — a node agent is then shown only its part of
-// it, by StoreReadFilter; every other reader everything but Secrets —
+// it, by StoreReadFilter —, and so may the resourcequota controller (it
+// counts Secrets for the secrets quota, as kube's lists them); every
+// other reader everything but Secrets —
 // neither a Secret, nor a list or watch of a prefix that would include
 // them, nor a transaction comparing one.
 func StoreReadACL(user, key string, prefix bool) bool {
-	if user == StageRole(API) || strings.HasPrefix(user, NodeRolePrefix) || strings.HasPrefix(user, SimNodesRolePrefix) {
+	if user == StageRole(API) || user == StageRole(ResourceQuota) || strings.HasPrefix(user, NodeRolePrefix) || strings.HasPrefix(user, SimNodesRolePrefix) {
 		return true
 	}
 	secrets := objects.Secrets.Prefix("")
@@ -227,7 +230,7 @@ const RequestIDPrefix = "/registry/podflow/requestids/"
 // what their step of the lifecycle records.
 var storeWrites = map[string][]objects.Kind{
 	API:            nil,
-	Admission:      nil,
+	Admission:      {objects.ResourceQuotas}, // quota admission charges status.used
 	Persistence:    {objects.Pods, objects.Events},
 	Scheduler:      {objects.Pods, objects.NodeAllocations, objects.Events},
 	Status:         {objects.Pods, objects.Events, objects.Nodes, objects.NodeAllocations},
@@ -238,6 +241,7 @@ var storeWrites = map[string][]objects.Kind{
 	// deletion), the Leases their replicas share the work with.
 	ReplicaSet:            {objects.ReplicaSets, objects.Pods, objects.Events, objects.Leases},
 	ReplicationController: {objects.ReplicationControllers, objects.Pods, objects.Events, objects.Leases},
+	ResourceQuota:         {objects.ResourceQuotas, objects.Events},
 	Job:                   {objects.Jobs, objects.Pods, objects.Events, objects.Leases},
 	CronJob:               {objects.CronJobs, objects.Jobs, objects.Pods, objects.Events, objects.Leases},
 }

@@ -660,6 +660,8 @@ func TestStoreReadACL(t *testing.T) {
 		{pipeline.StageRole(pipeline.Admission), objects.Secrets.Prefix("default"), true, false},
 		{pipeline.StageRole(pipeline.Endpoints), "/registry/", true, false},
 		{pipeline.StageRole(pipeline.Status), "/", true, false},
+		{pipeline.StageRole(pipeline.ResourceQuota), "/registry/", true, true}, // counts Secrets
+		{pipeline.StageRole(pipeline.ServiceAccount), secret, false, false},
 		{pipeline.RoleStore, secret, false, false},
 	} {
 		if got := pipeline.StoreReadACL(c.user, c.key, c.prefix); got != c.want {

@@ -38,13 +38,14 @@ const (
 	// the api stage (ControllerPodsSubject) and write their objects.
 	ReplicaSet            = "replicaset"            // ReplicaSets' pods
 	ReplicationController = "replicationcontroller" // ReplicationControllers' pods
+	ResourceQuota         = "resourcequota"         // every ResourceQuota's status.hard and status.used
 	Job                   = "job"                   // Jobs' pods, counted once each
 	CronJob               = "cronjob"               // CronJobs' Jobs, on schedule
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, Job, CronJob}
+	ReplicaSet, ReplicationController, ResourceQuota, Job, CronJob}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -59,6 +60,7 @@ var Inputs = map[string][]eventsv1.Type{
 	RootCACert:            nil,
 	ReplicaSet:            nil,
 	ReplicationController: nil,
+	ResourceQuota:         nil,
 	Job:                   nil,
 	CronJob:               nil,
 }

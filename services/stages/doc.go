@@ -21,7 +21,9 @@
 // stage.Config.NoConsumer):
 //
 //   - serviceaccount: a "default" ServiceAccount in every namespace;
-//   - rootcacert: the kube-root-ca.crt ConfigMap in every namespace.
+//   - rootcacert: the kube-root-ca.crt ConfigMap in every namespace;
+//   - resourcequota: every ResourceQuota's status.hard and status.used,
+//     recounted from the store (quota admission charges them).
 //
 // Controllers run in the api process, with the api stage's identity, as
 // kube-apiserver runs them:

@@ -19,6 +19,7 @@ import (
 	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/ipalloc"
 	"github.com/podflow/podflow/services/pipeline"
+	"github.com/podflow/podflow/services/quota"
 	"github.com/podflow/podflow/services/registry"
 	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
@@ -33,10 +34,12 @@ import (
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
 	"github.com/podflow/podflow/services/stages/replicaset"
+	"github.com/podflow/podflow/services/stages/resourcequota"
 	"github.com/podflow/podflow/services/stages/rootcacert"
 	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/serviceaccount"
 	"github.com/podflow/podflow/services/stages/status"
+	webhookkube "github.com/podflow/podflow/services/webhook/kube"
 )
 
 // stageBuilders build a stage's handler.
@@ -50,7 +53,20 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		if err := cfg.Validate(); err != nil {
 			return nil, fmt.Errorf("--pod-security-default: %w", err)
 		}
-		return admission.NewStage(env, cfg)
+		// The admission webhooks and policies, kube-apiserver's plugins
+		// over the store. matchConditions' authorizer has no RBAC here:
+		// its checks are denied (docs/admission.md).
+		hooks, err := webhookkube.New(webhookkube.Config{Store: env.Store})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Webhooks = hooks
+		cfg.Quota = quota.NewAdmission(env.Store)
+		st, err := admission.NewStage(env, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return stage.Compose(st, hooks), nil
 	},
 	pipeline.Persistence: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return persistence.New(env), nil
@@ -70,6 +86,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.Endpoints: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return endpoints.NewStage(env)
+	},
+	pipeline.ResourceQuota: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return resourcequota.New(env, resourcequota.DefaultConfig())
 	},
 	pipeline.ServiceAccount: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return serviceaccount.New(env, serviceaccount.DefaultConfig())
@@ -150,6 +169,14 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	}
 	cfg.Registry = crd.Registry{Builtin: reg, Catalog: cat}
 	cfg.SyncKinds = cat.Sync
+	// The admission webhooks and policies on every write of an object
+	// (pods: the admission stage's), authorizing with the stage's RBAC.
+	hooks, err := webhookkube.New(webhookkube.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) }})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Webhooks = hooks
+	cfg.Quota = quota.NewAdmission(env.Store)
 	if s, err = api.New(env, cfg); err != nil {
 		return nil, err
 	}
@@ -157,7 +184,7 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts := []stage.Starter{cat, ns, crdc, boot, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
+	parts := []stage.Starter{cat, hooks, ns, crdc, boot, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
 	if o.HTTPS != nil {
 		pods, err := podListeners(env, o.HTTPS.Addr)
 		if err != nil {

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -8,8 +9,10 @@ import (
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/services/manifest"
+	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/podsecurity"
 	"github.com/podflow/podflow/services/validate"
+	"github.com/podflow/podflow/services/webhook"
 )
 
 // ErrInvalidConfig is wrapped by Config.Validate.
@@ -22,6 +25,23 @@ type Config struct {
 	// Default LevelPrivileged, as Kubernetes. The zero value means the
 	// default.
 	DefaultLevel Level
+	// Webhooks, when set, runs the admission webhooks and policies
+	// (services/webhook/kube) around the built-in admission, as
+	// kube-apiserver orders them; nil: none.
+	Webhooks webhook.Admitter
+	// Quota charges each admitted pod to its namespace's ResourceQuotas
+	// (services/quota's *Admission, which links k8s.io/kubernetes), after
+	// every other check, before the pod is published to persistence. Nil:
+	// ResourceQuotas are not enforced. Admit (the pure function) ignores
+	// it; the Stage calls it.
+	Quota Quota
+}
+
+// Quota is ResourceQuota admission of a pod: Admit charges pod's usage
+// to the quotas of its namespace, or refuses it (kube's 403 "exceeded
+// quota: ..."). The api stage's Quota interface is the same.
+type Quota interface {
+	Admit(ctx context.Context, user *corev1.UserInfo, kind objects.Kind, op string, obj, old objects.Object) *corev1.Status
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -99,14 +119,25 @@ func (r Result) Allowed() bool { return r.Status == nil }
 // Forbidden), Pod Security Standards (403 PolicyViolation), then the fields podflow
 // refuses (422 Invalid naming each, manifest.RefusedPodFields).
 func Admit(pod *corev1.Pod, s State) Result {
+	res := Mutate(pod, s)
+	if !res.Allowed() {
+		return res
+	}
+	res.Status = Validate(res.Pod, s)
+	return res
+}
+
+// Mutate runs mutating admission alone over a copy of pod (Admit's first
+// half): the result's Status is set only for a pod that cannot be
+// mutated (no pod, a bad Config, an unknown PriorityClass). Like Admit it
+// is pure and idempotent, so it may run again over its own output (a
+// webhook reinvocation).
+func Mutate(pod *corev1.Pod, s State) Result {
 	if pod == nil {
 		return Result{Status: &corev1.Status{Status: "Failure", Code: 400, Reason: eventsv1.ReasonBadRequest,
 			Message: "admission: no pod in request", Kind: "Pod"}}
 	}
-	cfg := s.Config
-	if cfg.DefaultLevel == "" {
-		cfg.DefaultLevel = DefaultConfig().DefaultLevel
-	}
+	cfg := s.config()
 	p := vt.Clone(pod)
 	if err := cfg.Validate(); err != nil {
 		return Result{Pod: p, Status: &corev1.Status{Status: "Failure", Code: 500, Reason: eventsv1.ReasonInternalError,
@@ -125,28 +156,37 @@ func Admit(pod *corev1.Pod, s State) Result {
 	m.defaults()
 	m.qos()
 	priority := m.resolvePriority(s.PriorityClasses)
+	return Result{Pod: p, Mutations: m.applied, Status: priority}
+}
 
-	res := Result{Pod: p, Mutations: m.applied}
-	if priority != nil {
-		res.Status = priority
-		return res
-	}
+// Validate runs validation alone over a mutated pod (Admit's second
+// half): nil when the pod is admitted, else the Status refusing it.
+func Validate(p *corev1.Pod, s State) *corev1.Status {
+	cfg := s.config()
+	ns := p.GetMetadata().GetNamespace()
 	if st := ValidatePod(p); st != nil {
-		res.Status = st
-		return res
+		return st
 	}
 	if st := checkLimitRanges(p, sortedByName(s.LimitRanges, ns)); st != nil {
-		res.Status = st
-		return res
+		return st
 	}
 	// The namespace's enforce level and version, else the cluster's default.
-	if res.Status = podsecurity.Check(p, podsecurity.Enforced(s.Namespace, cfg.DefaultLevel)); res.Status != nil {
-		return res
+	if st := podsecurity.Check(p, podsecurity.Enforced(s.Namespace, cfg.DefaultLevel)); st != nil {
+		return st
 	}
 	// Last: a pod Kubernetes would admit is still refused if it uses a
 	// field podflow cannot honour (issue 16), naming each.
 	if errs := manifest.RefusedPodFields(p); len(errs) > 0 {
-		res.Status = validate.InvalidStatus("Pod", p.GetMetadata().GetName(), errs)
+		return validate.InvalidStatus("Pod", p.GetMetadata().GetName(), errs)
 	}
-	return res
+	return nil
+}
+
+// config is s.Config with its defaults.
+func (s State) config() Config {
+	cfg := s.Config
+	if cfg.DefaultLevel == "" {
+		cfg.DefaultLevel = DefaultConfig().DefaultLevel
+	}
+	return cfg
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
@@ -14,6 +17,7 @@ import (
 	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/webhook"
 )
 
 // Stage is one replica of the admission stage: it reads the pod's
@@ -95,22 +99,144 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return err
 	}
-	res := Admit(in.GetPod(), State{
+	state := State{
 		Namespace:       nsObj,
 		ServiceAccount:  sa,
 		LimitRanges:     limits,
 		SidecarPolicies: s.sidecars.List(ns),
 		PriorityClasses: s.priorities.List(""),
 		Config:          s.cfg,
-	})
+	}
+	var res Result
+	var dyn dynamic
+	if s.cfg.Webhooks == nil {
+		res = Admit(in.GetPod(), state)
+	} else {
+		res, dyn = s.admitDynamic(ctx, d, in, state)
+	}
 	if !res.Allowed() {
-		return stage.Reject(ctx, s.env, d, res.Status, in.GetReplyTo())
+		return s.reject(ctx, d, res.Status, in.GetReplyTo(), dyn.calls)
 	}
 	if in.GetDryRun() {
-		return stage.Reply(s.env, in.GetReplyTo(), stage.Success(201, "pods", res.Pod.GetMetadata().GetName()), res.Pod)
+		st := stage.Success(201, "pods", res.Pod.GetMetadata().GetName())
+		st.Warnings = dyn.warnings
+		return stage.Reply(s.env, in.GetReplyTo(), st, res.Pod)
 	}
-	next := d.Next(&eventsv1.PodAdmitted{Pod: res.Pod, User: in.GetUser(), ReplyTo: in.GetReplyTo(), Mutations: res.Mutations})
+	if s.cfg.Quota != nil {
+		// kube's ResourceQuota plugin, the last validating admission: the
+		// pod's usage is charged to the quotas (compare-and-swap) before
+		// persistence stores it.
+		if st := s.cfg.Quota.Admit(ctx, in.GetUser(), objects.Pods, "CREATE", res.Pod, nil); st != nil {
+			if st.GetCode() >= 500 {
+				return fmt.Errorf("admission: %s", st.GetMessage()) // the store: retried
+			}
+			return stage.Reject(ctx, s.env, d, st, in.GetReplyTo())
+		}
+	}
+	next := d.Next(&eventsv1.PodAdmitted{Pod: res.Pod, User: in.GetUser(), ReplyTo: in.GetReplyTo(), Mutations: res.Mutations,
+		Calls: dyn.calls, Warnings: dyn.warnings})
 	return s.env.Pub.Publish(ctx, next)
+}
+
+// dynamic is what the webhooks and policies said of a pod.
+type dynamic struct {
+	calls    []*eventsv1.AdmissionCall
+	warnings []string
+}
+
+func (dy *dynamic) add(r webhook.Result) {
+	for _, c := range r.Calls {
+		dy.calls = append(dy.calls, &eventsv1.AdmissionCall{Plugin: c.Plugin, Name: c.Name, Configuration: c.Configuration,
+			Start: timestamppb.New(c.Start), LatencyNanos: int64(c.Latency), Verdict: string(c.Verdict), Message: c.Message})
+	}
+	dy.warnings = append(dy.warnings, r.Warnings...)
+}
+
+// admitDynamic admits a pod with the webhooks and policies, in
+// kube-apiserver's order: the built-in mutations (Mutate), the mutating
+// webhooks (reinvoking the built-ins when a webhook asks for it), the
+// built-ins once more over what the webhooks changed (defaults for an
+// injected container, its QoS class) and validation (Admit), then the
+// policies and the validating webhooks.
+func (s *Stage) admitDynamic(ctx context.Context, d *bus.Delivery, in *eventsv1.PodAuthorized, state State) (Result, dynamic) {
+	var dyn dynamic
+	res := Mutate(in.GetPod(), state)
+	if !res.Allowed() {
+		return res, dyn
+	}
+	stop := s.keepAlive(ctx, d)
+	defer stop()
+	md := res.Pod.GetMetadata()
+	req := &webhook.Request{Operation: webhook.Create, Kind: objects.Pods, Namespace: md.GetNamespace(), Name: md.GetName(),
+		Object: res.Pod, DryRun: in.GetDryRun(), User: in.GetUser(),
+		Reinvoke: func(o objects.Object) (objects.Object, *corev1.Status) {
+			r := Mutate(o.(*corev1.Pod), state)
+			return r.Pod, r.Status
+		}}
+	mut := s.cfg.Webhooks.Mutate(ctx, req)
+	dyn.add(mut)
+	if !mut.Allowed() {
+		return Result{Pod: res.Pod, Status: mut.Status}, dyn
+	}
+	mutations := res.Mutations
+	for _, c := range mut.Calls {
+		if c.Verdict == webhook.Patched {
+			mutations = append(mutations, fmt.Sprintf("webhook %s", c.Name))
+		}
+	}
+	pod, ok := mut.Object.(*corev1.Pod)
+	if !ok {
+		return Result{Pod: res.Pod, Status: stage.Internal(fmt.Errorf("admission: the webhooks returned a %T", mut.Object))}, dyn
+	}
+	res = Admit(pod, state)
+	res.Mutations = append(mutations, res.Mutations...)
+	if !res.Allowed() {
+		return res, dyn
+	}
+	req.Object, req.Reinvoke = res.Pod, nil
+	val := s.cfg.Webhooks.Validate(ctx, req)
+	dyn.add(val)
+	res.Status = val.Status
+	return res, dyn
+}
+
+// keepAlive tells the bus the delivery is still being handled while the
+// webhooks are called (each may take up to 30 s, past the consumer's
+// AckWait), until the returned stop is called.
+func (s *Stage) keepAlive(ctx context.Context, d *bus.Delivery) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(keepAliveEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = d.InProgress()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// keepAliveEvery is how often a delivery waiting on webhooks is reported
+// in progress: well inside the consumer's AckWait (30 s).
+const keepAliveEvery = 5 * time.Second
+
+// reject publishes PodRejected, with the admission calls made, and
+// answers the requester.
+func (s *Stage) reject(ctx context.Context, d *bus.Delivery, st *corev1.Status, replyTo string, calls []*eventsv1.AdmissionCall) error {
+	if len(calls) == 0 {
+		return stage.Reject(ctx, s.env, d, st, replyTo)
+	}
+	if err := s.env.Pub.Publish(ctx, d.Next(&eventsv1.PodRejected{Status: st, ReplyTo: replyTo, Calls: calls})); err != nil {
+		return err
+	}
+	return stage.Reply(s.env, replyTo, st, nil)
 }
 
 // namespace returns the pod's Namespace from the informer, or from a

@@ -48,6 +48,7 @@ import (
 	"github.com/podflow/podflow/services/sealed"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/validate"
+	"github.com/podflow/podflow/services/webhook"
 )
 
 // Config configures the api stage.
@@ -101,6 +102,22 @@ type Config struct {
 	// process does not know, before it is refused: the CRD catalog's
 	// Sync, for a definition another replica has just accepted.
 	SyncKinds func(context.Context) error
+	// Webhooks, when set, runs the admission webhooks and policies on
+	// every write of an object (services/webhook/kube): mutating before
+	// validation, validating after, as kube-apiserver; nil: none.
+	Webhooks webhook.Admitter
+	// Quota charges writes to the namespace's ResourceQuotas before they
+	// are stored (services/quota's *Admission, which links
+	// k8s.io/kubernetes). Nil: ResourceQuotas are not enforced.
+	Quota Quota
+}
+
+// Quota is ResourceQuota admission (services/quota.Admission): Admit
+// charges the write of obj (op "CREATE", or "UPDATE" with old the stored
+// object) to the quotas of its namespace, or refuses it (kube's 403
+// "exceeded quota: ...").
+type Quota interface {
+	Admit(ctx context.Context, user *corev1.UserInfo, kind objects.Kind, op string, obj, old objects.Object) *corev1.Status
 }
 
 // DefaultConfig returns the defaults.
@@ -605,28 +622,15 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 		if st := s.rbac.Check(attrs); st != nil {
 			return st, nil
 		}
-		if kind.Name == objects.Pods.Name {
-			return s.deletePod(ctx, ns, req.GetName(), req.GracePeriodSeconds)
+		warnings, st := s.admitDelete(ctx, kind, ns, req.GetName(), attrs)
+		if st != nil {
+			return withWarnings(st, warnings), nil
 		}
-		if kind.Name == objects.Services.Name {
-			return s.deleteService(ctx, ns, req.GetName())
+		st, obj := s.delete(ctx, kind, ns, req)
+		if st != nil {
+			st = withWarnings(st, warnings)
 		}
-		if kind.Name == objects.Namespaces.Name {
-			st, obj := s.namespaces.Delete(ctx, req.GetName())
-			if obj == nil {
-				return st, nil
-			}
-			return st, obj
-		}
-		if kind.Generic {
-			return s.deleteGeneric(ctx, kind, ns, req.GetName())
-		}
-		if _, err := s.env.Store.Delete(ctx, kind, ns, req.GetName(), 0); errors.Is(err, raftstore.ErrNotFound) {
-			return stage.NotFound(kind.Resource, req.GetName()), nil
-		} else if err != nil {
-			return stage.Internal(err), nil
-		}
-		return stage.Success(200, kind.Resource, req.GetName()), nil
+		return st, obj
 	case "create", "apply", "update":
 		obj := kind.New()
 		if err := proto.Unmarshal(req.GetObject(), obj); err != nil {
@@ -647,6 +651,33 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 		return s.apply(ctx, kind, obj, attrs, req.GetVerb(), req.GetDryRun())
 	}
 	return stage.Failure(405, "MethodNotAllowed", kind.Resource, req.GetName(), "verb %q is not supported", req.GetVerb()), nil
+}
+
+// delete deletes ns/name of kind: a pod gracefully, a Service with its
+// ClusterIP, a namespace through its lifecycle.
+func (s *Stage) delete(ctx context.Context, kind objects.Kind, ns string, req *apiv1.ObjectRequest) (*corev1.Status, proto.Message) {
+	if kind.Name == objects.Pods.Name {
+		return s.deletePod(ctx, ns, req.GetName(), req.GracePeriodSeconds)
+	}
+	if kind.Name == objects.Services.Name {
+		return s.deleteService(ctx, ns, req.GetName())
+	}
+	if kind.Name == objects.Namespaces.Name {
+		st, obj := s.namespaces.Delete(ctx, req.GetName())
+		if obj == nil {
+			return st, nil
+		}
+		return st, obj
+	}
+	if kind.Generic {
+		return s.deleteGeneric(ctx, kind, ns, req.GetName())
+	}
+	if _, err := s.env.Store.Delete(ctx, kind, ns, req.GetName(), 0); errors.Is(err, raftstore.ErrNotFound) {
+		return stage.NotFound(kind.Resource, req.GetName()), nil
+	} else if err != nil {
+		return stage.Internal(err), nil
+	}
+	return stage.Success(200, kind.Resource, req.GetName()), nil
 }
 
 // apply creates obj (verb create), or replaces it when it exists (apply,
@@ -676,6 +707,18 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	}
 	if st := s.rbac.Check(attrs); st != nil {
 		return st, nil
+	}
+	var warnings []string
+	dynReq := s.webhookRequest(kind, attrs, obj, existing, exists, dry)
+	if dynReq != nil { // the mutating webhooks, before validation
+		res := s.cfg.Webhooks.Mutate(ctx, dynReq)
+		warnings = append(warnings, res.Warnings...)
+		if !res.Allowed() {
+			return withWarnings(res.Status, warnings), nil
+		}
+		name, namespace := md.GetName(), md.GetNamespace()
+		obj, md = res.Object, res.Object.GetMetadata()
+		md.Name, md.Namespace = name, namespace // a webhook renames nothing
 	}
 	generic, isGeneric := obj.(*corev1.Unstructured)
 	if st := validate.Object(obj); st != nil && !isGeneric { // names, ConfigMap and Secret sizes; the registry's for generic kinds
@@ -708,12 +751,12 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 		}
 	}
 	now := timestamppb.Now()
-	var warnings []string
 	switch {
 	case isGeneric: // uid, creationTimestamp and generation are the strategy's
-		var st *corev1.Status
-		if warnings, st = s.prepareGeneric(ctx, attrs, generic, existing); st != nil {
-			return st, nil
+		w, st := s.prepareGeneric(ctx, attrs, generic, existing)
+		warnings = append(warnings, w...)
+		if st != nil {
+			return withWarnings(st, warnings), nil
 		}
 	case exists:
 		prev := existing.GetMetadata()
@@ -743,11 +786,30 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 			return st, nil
 		}
 	}
+	if dynReq != nil { // the policies and validating webhooks, on the object as it will be stored
+		dynReq.Object, dynReq.Reinvoke = obj, nil
+		res := s.cfg.Webhooks.Validate(ctx, dynReq)
+		warnings = append(warnings, res.Warnings...)
+		if !res.Allowed() {
+			return withWarnings(res.Status, warnings), nil
+		}
+	}
 	if dry { // every check passed; nothing is stored (?dryRun=All)
 		if exists {
 			return withWarnings(stage.Success(200, kind.Resource, md.GetName()), warnings), obj
 		}
 		return withWarnings(stage.Success(201, kind.Resource, md.GetName()), warnings), obj
+	}
+	// ResourceQuota, last of admission as kube-apiserver orders it: the
+	// usage is charged (a compare-and-swap on each quota) before the write.
+	if s.cfg.Quota != nil && attrs.Subresource == "" {
+		op := "CREATE"
+		if exists {
+			op = "UPDATE"
+		}
+		if st := s.cfg.Quota.Admit(ctx, attrs.User, kind, op, obj, existing); st != nil {
+			return st, nil
+		}
 	}
 	svc, isService := obj.(*corev1.Service)
 	switch {

@@ -110,7 +110,9 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if err := s.env.Pub.Publish(ctx, next); err != nil {
 		return err
 	}
-	return stage.Reply(s.env, in.GetReplyTo(), stage.Success(201, "pods", md.GetName()), pod)
+	ok := stage.Success(201, "pods", md.GetName())
+	ok.Warnings = in.GetWarnings() // the admission webhooks' and policies', for the client
+	return stage.Reply(s.env, in.GetReplyTo(), ok, pod)
 }
 
 // create stores pod (its uid set) and the key of requestID naming it, in
