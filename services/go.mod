@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674
 	github.com/podflow/podflow/raftstore v0.0.0-00010101000000-000000000000
+	github.com/robfig/cron/v3 v3.0.1
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/time v0.16.0
 	google.golang.org/protobuf v1.36.12
@@ -13,10 +14,7 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require (
-	github.com/robfig/cron/v3 v3.0.1 // indirect
-	k8s.io/pod-security-admission v0.37.2 // indirect
-)
+require k8s.io/pod-security-admission v0.37.2 // indirect
 
 require (
 	cel.dev/expr v0.25.2 // indirect
@@ -46,6 +44,7 @@ require (
 	github.com/go-openapi/swag/yamlutils v0.28.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/cel-go v0.29.2 // indirect
+	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.3 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
