@@ -49,6 +49,8 @@ var Outputs = map[string][]eventsv1.Type{
 	ReplicationController: {"PodDeleteRequested", "PodDeleted"},
 	ResourceQuota:         nil,
 	NodeLifecycle:         {"PodDeleteRequested", "PodDeleted"},
+	Job:                   {"PodDeleteRequested", "PodDeleted"},
+	CronJob:               {"PodDeleteRequested", "PodDeleted"}, // the pods of the Jobs it deletes
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -245,6 +247,8 @@ var storeWrites = map[string][]objects.Kind{
 	// Nodes' conditions and taints; pods' Ready, DisruptionTarget and
 	// deletion (an eviction).
 	NodeLifecycle: {objects.Nodes, objects.Pods, objects.Events},
+	Job:           {objects.Jobs, objects.Pods, objects.Events, objects.Leases},
+	CronJob:       {objects.CronJobs, objects.Jobs, objects.Pods, objects.Events, objects.Leases},
 }
 
 // NodeLeaseNamespace holds one Lease per node, named after it: the node's

@@ -40,11 +40,13 @@ const (
 	ReplicationController = "replicationcontroller" // ReplicationControllers' pods
 	ResourceQuota         = "resourcequota"         // every ResourceQuota's status.hard and status.used
 	NodeLifecycle         = "nodelifecycle"         // nodes that stop heartbeating: taints, evictions
+	Job                   = "job"                   // Jobs' pods, counted once each
+	CronJob               = "cronjob"               // CronJobs' Jobs, on schedule
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle}
+	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -61,6 +63,8 @@ var Inputs = map[string][]eventsv1.Type{
 	ReplicationController: nil,
 	ResourceQuota:         nil,
 	NodeLifecycle:         nil,
+	Job:                   nil,
+	CronJob:               nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no
@@ -104,6 +108,8 @@ func ControllerPodsSubject(stage string) string { return ControllerPodsPrefix + 
 var controllerAccounts = map[string]string{
 	ReplicaSet:            "replicaset-controller",
 	ReplicationController: "replication-controller",
+	Job:                   "job-controller",
+	CronJob:               "cronjob-controller",
 }
 
 // ControllerAccount is the kube-system ServiceAccount name a controller
