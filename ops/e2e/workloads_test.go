@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -83,4 +84,93 @@ func TestKubectlReplicaSet(t *testing.T) {
 	if n := strings.Count(owners, "ReplicationController/legacy"); n != 3 {
 		t.Errorf("%d pods owned by ReplicationController/legacy, want 3: %s", n, owners)
 	}
+}
+
+const indexedJobYAML = `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: indexed
+spec:
+  completions: 5
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: work
+        image: busybox
+        command: ["sh", "-c", "echo $JOB_COMPLETION_INDEX"]
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: failing
+spec:
+  backoffLimit: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: work
+        image: busybox
+        command: ["sh", "-c", "exit 3"]
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+spec:
+  schedule: "0 3 * * *"
+  timeZone: Europe/Paris
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers:
+          - name: work
+            image: busybox
+            command: ["echo", "backup"]
+`
+
+// TestKubectlJob: against `podflow up`, the stock kubectl creates Jobs
+// the Job controller stage runs to the end: `kubectl create job` and
+// `kubectl wait --for=condition=complete`, an Indexed Job (completedIndexes
+// 0-4), a failing Job that `kubectl wait --for=condition=failed` sees stop
+// at its backoffLimit, and `kubectl create job --from=cronjob/...`.
+func TestKubectlJob(t *testing.T) {
+	c := startCluster(t)
+	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
+	if out := k.must("create", "job", "hello", "--image=busybox", "--", "echo", "done"); !strings.Contains(out, "job.batch/hello created") {
+		t.Fatalf("create job: %q", out)
+	}
+	manifest := filepath.Join(t.TempDir(), "jobs.yaml")
+	if err := os.WriteFile(manifest, []byte(indexedJobYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k.must("create", "-f", manifest)
+	if out := k.must("wait", "--for=condition=complete", "job/hello", "job/indexed", "--timeout=120s"); !strings.Contains(out, "job.batch/hello condition met") {
+		t.Fatalf("wait complete: %q", out)
+	}
+	// kube omits zero counts (omitempty).
+	if st := k.must("get", "job", "hello", "-o", "jsonpath={.status.succeeded}/{.status.failed}/{.status.active}"); st != "1//" {
+		t.Errorf("hello status %q, want 1//", st)
+	}
+	if st := k.must("get", "job", "indexed", "-o", "jsonpath={.status.succeeded}/{.status.completedIndexes}"); st != "5/0-4" {
+		t.Errorf("indexed status %q, want 5/0-4", st)
+	}
+	// Each pod printed its JOB_COMPLETION_INDEX.
+	logs := strings.Fields(k.must("logs", "-l", "batch.kubernetes.io/job-name=indexed"))
+	slices.Sort(logs)
+	if !slices.Equal(logs, []string{"0", "1", "2", "3", "4"}) {
+		t.Errorf("the indexed pods printed %q, want their five indexes", logs)
+	}
+	k.must("wait", "--for=condition=failed", "job/failing", "--timeout=120s")
+	reason := k.must("get", "job", "failing", "-o", `jsonpath={.status.conditions[?(@.type=="Failed")].reason}/{.status.failed}`)
+	if reason != "BackoffLimitExceeded/2" {
+		t.Errorf("failing Job: %q, want BackoffLimitExceeded/2", reason)
+	}
+	k.must("create", "job", "manual", "--from=cronjob/nightly")
+	k.must("wait", "--for=condition=complete", "job/manual", "--timeout=120s")
 }

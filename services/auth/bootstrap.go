@@ -127,8 +127,8 @@ type controllerRole struct {
 }
 
 // controllerPolicy is kube's bootstrap policy of the workload controllers
-// podflow runs (the ReplicaSet, ReplicationController and Deployment controllers so
-// far) (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
+// podflow runs (the ReplicaSet, ReplicationController, Job, CronJob and
+// Deployment controllers so far) (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
 // controller_policy.go): what each controller's ServiceAccount may do.
 func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group func(string, []string, ...string) *corev1.PolicyRule) []controllerRole {
 	events := core([]string{"create", "patch", "update"}, "events")
@@ -149,6 +149,17 @@ func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group f
 			core([]string{"get", "list", "watch", "update"}, "replicationcontrollers"),
 			core([]string{"update"}, "replicationcontrollers/status", "replicationcontrollers/finalizers"),
 			core([]string{"list", "watch", "patch", "create", "delete"}, "pods"), events, eventsV1,
+		}},
+		{"job-controller", []*corev1.PolicyRule{
+			group("batch", []string{"get", "list", "watch", "update", "patch"}, "jobs"),
+			group("batch", []string{"update"}, "jobs/status", "jobs/finalizers"),
+			core([]string{"list", "watch", "create", "delete", "patch"}, "pods"), events, eventsV1,
+		}},
+		{"cronjob-controller", []*corev1.PolicyRule{
+			group("batch", []string{"get", "list", "watch", "update"}, "cronjobs"),
+			group("batch", []string{"get", "list", "watch", "create", "update", "delete", "patch"}, "jobs"),
+			group("batch", []string{"update"}, "cronjobs/status", "cronjobs/finalizers"),
+			core([]string{"list", "delete"}, "pods"), events, eventsV1,
 		}},
 	}
 }

@@ -49,6 +49,8 @@ var Outputs = map[string][]eventsv1.Type{
 	ReplicationController: {"PodDeleteRequested", "PodDeleted"},
 	ResourceQuota:         nil,
 	NodeLifecycle:         {"PodDeleteRequested", "PodDeleted"},
+	Job:                   {"PodDeleteRequested", "PodDeleted"},
+	CronJob:               {"PodDeleteRequested", "PodDeleted"}, // the pods of the Jobs it deletes
 	Deployment:            nil,
 }
 
@@ -246,6 +248,8 @@ var storeWrites = map[string][]objects.Kind{
 	// Nodes' conditions and taints; pods' Ready, DisruptionTarget and
 	// deletion (an eviction).
 	NodeLifecycle: {objects.Nodes, objects.Pods, objects.Events},
+	Job:           {objects.Jobs, objects.Pods, objects.Events, objects.Leases},
+	CronJob:       {objects.CronJobs, objects.Jobs, objects.Pods, objects.Events, objects.Leases},
 	// The Deployment controller: its ReplicaSets, its Deployments'
 	// status (and a rollback's template), no pods.
 	Deployment: {objects.Deployments, objects.ReplicaSets, objects.Events, objects.Leases},

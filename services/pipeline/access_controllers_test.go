@@ -48,7 +48,7 @@ func TestControllerPodsSubjects(t *testing.T) {
 // TestControllerUsers: every workload controller has a ServiceAccount
 // identity, and the user names map back to their stage.
 func TestControllerUsers(t *testing.T) {
-	for _, s := range []string{pipeline.ReplicaSet, pipeline.ReplicationController, pipeline.Deployment} {
+	for _, s := range []string{pipeline.ReplicaSet, pipeline.ReplicationController, pipeline.Job, pipeline.CronJob, pipeline.Deployment} {
 		u := pipeline.ControllerUser(s)
 		if u == nil {
 			t.Fatalf("%s has no user", s)

@@ -40,13 +40,15 @@ const (
 	ReplicationController = "replicationcontroller" // ReplicationControllers' pods
 	ResourceQuota         = "resourcequota"         // every ResourceQuota's status.hard and status.used
 	NodeLifecycle         = "nodelifecycle"         // nodes that stop heartbeating: taints, evictions
+	Job                   = "job"                   // Jobs' pods, counted once each
+	CronJob               = "cronjob"               // CronJobs' Jobs, on schedule
 	// The Deployment controller makes and scales ReplicaSets, no pods.
 	Deployment = "deployment"
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Deployment}
+	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -63,6 +65,8 @@ var Inputs = map[string][]eventsv1.Type{
 	ReplicationController: nil,
 	ResourceQuota:         nil,
 	NodeLifecycle:         nil,
+	Job:                   nil,
+	CronJob:               nil,
 	Deployment:            nil,
 }
 
@@ -107,12 +111,14 @@ func ControllerPodsSubject(stage string) string { return ControllerPodsPrefix + 
 var controllerAccounts = map[string]string{
 	ReplicaSet:            "replicaset-controller",
 	ReplicationController: "replication-controller",
+	Job:                   "job-controller",
+	CronJob:               "cronjob-controller",
 	Deployment:            "deployment-controller",
 }
 
 // podMakers are the workload controllers that create pods (through
 // ControllerPodsSubject); the others act on the store only.
-var podMakers = map[string]bool{ReplicaSet: true, ReplicationController: true}
+var podMakers = map[string]bool{ReplicaSet: true, ReplicationController: true, Job: true}
 
 // MakesPods reports whether a workload controller stage creates pods.
 func MakesPods(stage string) bool { return podMakers[stage] }

@@ -148,12 +148,23 @@ func (r *Registry) PrepareUpdate(ctx context.Context, user *corev1.UserInfo, sub
 	if err != nil {
 		return nil, statusOf(err)
 	}
+	// An update without a resourceVersion is unconditional where the
+	// kind's strategy allows it: kube-apiserver's generic store gives it
+	// the stored object's version before validating (elsewhere validation
+	// refuses it: "must be specified for an update").
+	ctx, rec := requestContext(ctx, user, subresource, "update", obj)
+	if strategy.AllowUnconditionalUpdate(ctx) {
+		if m, err := meta.Accessor(in); err == nil && m.GetResourceVersion() == "" {
+			if om, err := meta.Accessor(oldIn); err == nil {
+				m.SetResourceVersion(om.GetResourceVersion())
+			}
+		}
+	}
 	if subresource == "scale" {
 		if err := validateScale(in); err != nil {
 			return nil, statusOf(err)
 		}
 	}
-	ctx, rec := requestContext(ctx, user, subresource, "update", obj)
 	if err := rest.BeforeUpdate(strategy, ctx, in, oldIn); err != nil {
 		return nil, statusOf(err)
 	}

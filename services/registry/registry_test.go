@@ -159,6 +159,18 @@ func TestUpdateGenerationAndStatus(t *testing.T) {
 			got.Generation, *got.Spec.Replicas, got.Status.ReadyReplicas, got.Labels)
 	}
 
+	// An update without a resourceVersion is unconditional (the
+	// Deployment strategy allows it): it takes the stored version.
+	blind := proto.CloneOf(old)
+	blind.Metadata.ResourceVersion = ""
+	blind.Metadata.Labels = map[string]string{"tier": "back"}
+	if old.GetMetadata().GetResourceVersion() == "" {
+		t.Fatal("the stored deployment has no resourceVersion: the unconditional update proves nothing")
+	}
+	if _, st := r.PrepareUpdate(ctx, nil, "", blind, old); st != nil || blind.GetMetadata().GetResourceVersion() != old.GetMetadata().GetResourceVersion() {
+		t.Errorf("update without resourceVersion: %v, resourceVersion %q", st, blind.GetMetadata().GetResourceVersion())
+	}
+
 	// A changed uid is refused, as kube-apiserver refuses it.
 	moved := proto.CloneOf(old)
 	moved.Metadata.Uid = "other"

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kubecontroller "k8s.io/kubernetes/pkg/controller"
 	deploymentutil "k8s.io/kubernetes/pkg/controller/deployment/util"
+	"k8s.io/utils/ptr"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/controller"
@@ -372,7 +373,7 @@ func TestDeploymentScaleMidRollout(t *testing.T) {
 	if got := c.replicasOf(uid); len(got) != 2 || got[old] != 3 {
 		t.Fatalf("replicas %v, want the old set at 3 and the new at 2", got)
 	}
-	c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Replicas = ptr(int32(8)) })
+	c.updateDeployment("web", func(d *apps.Deployment) { d.Spec.Replicas = ptr.To(int32(8)) })
 	var scaled map[string]int32
 	c.eventually("proportional scaling to 6 old and 4 new", 60*time.Second, func() bool {
 		scaled = c.replicasOf(uid)
@@ -389,8 +390,6 @@ func TestDeploymentScaleMidRollout(t *testing.T) {
 		t.Errorf("status replicas %d", d.Status.Replicas)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // TestDeploymentKilledReplicaConverges: the Deployment controller replica
 // syncing a rollout is killed mid-way (no Lease release); the other takes
@@ -512,8 +511,8 @@ func TestDeploymentPausedHistoryDeadline(t *testing.T) {
 	startReplicaSets(c, "rs-a")
 	startDeployments(c, "deploy-a")
 	dep := newDeployment("web", 2, "nginx:1", 1, 0)
-	dep.Spec.RevisionHistoryLimit = ptr(int32(1))
-	dep.Spec.ProgressDeadlineSeconds = ptr(int32(2))
+	dep.Spec.RevisionHistoryLimit = ptr.To(int32(1))
+	dep.Spec.ProgressDeadlineSeconds = ptr.To(int32(2))
 	created := c.apply("create", dep)
 	uid := created.GetMetadata().GetUid()
 	c.waitRolledOut("web")

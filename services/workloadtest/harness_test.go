@@ -454,6 +454,9 @@ func (k *kubelet) handle(ctx context.Context, ns, name string) {
 		}()
 		return
 	}
+	if ph := p.GetStatus().GetPhase(); ph == "Succeeded" || ph == "Failed" {
+		return // its containers ended (a Job's pod): nothing more to run
+	}
 	wantReady := !k.held(p)
 	ready := false
 	for _, c := range p.GetStatus().GetConditions() {
@@ -465,7 +468,7 @@ func (k *kubelet) handle(ctx context.Context, ns, name string) {
 		return
 	}
 	_, _ = objects.Mutate(ctx, k.store, ns, name, func(p *corev1.Pod) error {
-		if p.GetMetadata().GetDeletionTimestamp() != nil {
+		if ph := p.GetStatus().GetPhase(); p.GetMetadata().GetDeletionTimestamp() != nil || ph == "Succeeded" || ph == "Failed" {
 			return objects.ErrNoChange
 		}
 		if p.Spec.NodeName == "" {

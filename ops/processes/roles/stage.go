@@ -28,8 +28,10 @@ import (
 	"github.com/podflow/podflow/services/stages/api"
 	"github.com/podflow/podflow/services/stages/bootstrap"
 	"github.com/podflow/podflow/services/stages/crds"
+	"github.com/podflow/podflow/services/stages/cronjob"
 	"github.com/podflow/podflow/services/stages/deployment"
 	"github.com/podflow/podflow/services/stages/endpoints"
+	"github.com/podflow/podflow/services/stages/job"
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/nodelifecycle"
@@ -93,6 +95,12 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.ReplicaSet:            replicaSetStage,
 	pipeline.ReplicationController: replicaSetStage,
+	pipeline.CronJob: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return cronjob.New(env, cronjob.DefaultConfig(env.Replica))
+	},
+	pipeline.Job: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return job.New(env, job.DefaultConfig(env.Replica), controller.NATSRequester(env.NATS))
+	},
 	pipeline.Deployment: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return deployment.New(env, deployment.DefaultConfig(env.Replica))
 	},
