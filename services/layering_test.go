@@ -113,8 +113,16 @@ func TestStagesLiveTogether(t *testing.T) {
 // kube-apiserver's PodSecurity admission evaluates every pod write but
 // those on its ignoredPodSubresources (status, binding, eviction, ...).
 var podWritersWithoutPodSecurity = map[string]string{
-	"stage/deletion.go DeletePod":                "sets deletionTimestamp and the grace period (a DELETE, not evaluated)",
-	"stages/scheduler/stage.go markNotScheduled": "sets the PodScheduled condition (status)",
+	"stage/deletion.go DeletePod":                         "sets deletionTimestamp and the grace period (a DELETE, not evaluated)",
+	"stages/scheduler/stage.go markNotScheduled":          "sets the PodScheduled condition (status)",
+	"stages/nodelifecycle/controller.go evictPod":         "sets the DisruptionTarget condition (status), then deletes the pod (an eviction)",
+	"stages/nodelifecycle/controller.go markPodsNotReady": "sets the Ready condition False (status)",
+	// Metadata only: kube's PodSecurity admission skips a pod update that
+	// leaves the spec as it was.
+	"controller/kube.go AdoptPod":              "adds the controller's ownerReference (metadata)",
+	"controller/kube.go ReleasePod":            "removes an ownerReference (metadata)",
+	"stages/job/controller.go removeFinalizer": "removes the Job's tracking finalizer (metadata)",
+	"stages/job/controller.go release":         "removes the Job's ownerReference and tracking finalizer (metadata)",
 }
 
 // TestPodWritesCheckPodSecurity: every path that rewrites a stored pod
