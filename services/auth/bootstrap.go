@@ -128,7 +128,8 @@ type controllerRole struct {
 
 // controllerPolicy is kube's bootstrap policy of the workload controllers
 // podflow runs (the ReplicaSet, ReplicationController, Job, CronJob and
-// Deployment controllers so far) (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
+// Deployment controllers and the garbage collector so far)
+// (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
 // controller_policy.go): what each controller's ServiceAccount may do.
 func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group func(string, []string, ...string) *corev1.PolicyRule) []controllerRole {
 	events := core([]string{"create", "patch", "update"}, "events")
@@ -160,6 +161,9 @@ func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group f
 			group("batch", []string{"get", "list", "watch", "create", "update", "delete", "patch"}, "jobs"),
 			group("batch", []string{"update"}, "cronjobs/status", "cronjobs/finalizers"),
 			core([]string{"list", "delete"}, "pods"), events, eventsV1,
+		}},
+		{"generic-garbage-collector", []*corev1.PolicyRule{
+			group("*", []string{"get", "list", "watch", "patch", "update", "delete"}, "*"), events, eventsV1,
 		}},
 	}
 }

@@ -52,6 +52,7 @@ var Outputs = map[string][]eventsv1.Type{
 	Job:                   {"PodDeleteRequested", "PodDeleted"},
 	CronJob:               {"PodDeleteRequested", "PodDeleted"}, // the pods of the Jobs it deletes
 	Deployment:            nil,
+	GarbageCollector:      {"PodDeleteRequested", "PodDeleted"}, // the pods it deletes
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -199,12 +200,15 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 // api stage (tokens, the Kubernetes API) and node agents (secret volumes)
 // may ask for everything — a node agent is then shown only its part of
 // it, by StoreReadFilter —, and so may the resourcequota controller (it
-// counts Secrets for the secrets quota, as kube's lists them); every
+// counts Secrets for the secrets quota, as kube's lists them), and so may
+// the garbage collector (it watches every object for deletions, a watch of
+// /registry/ includes Secrets, and kube's generic-garbage-collector may
+// get, list and watch every resource); every
 // other reader everything but Secrets —
 // neither a Secret, nor a list or watch of a prefix that would include
 // them, nor a transaction comparing one.
 func StoreReadACL(user, key string, prefix bool) bool {
-	if user == StageRole(API) || user == StageRole(ResourceQuota) || strings.HasPrefix(user, NodeRolePrefix) || strings.HasPrefix(user, SimNodesRolePrefix) {
+	if user == StageRole(API) || user == StageRole(ResourceQuota) || user == StageRole(GarbageCollector) || strings.HasPrefix(user, NodeRolePrefix) || strings.HasPrefix(user, SimNodesRolePrefix) {
 		return true
 	}
 	secrets := objects.Secrets.Prefix("")
@@ -253,7 +257,19 @@ var storeWrites = map[string][]objects.Kind{
 	// The Deployment controller: its ReplicaSets, its Deployments'
 	// status (and a rollback's template), no pods.
 	Deployment: {objects.Deployments, objects.ReplicaSets, objects.Events, objects.Leases},
+	// The garbage collector: the dependents it deletes
+	// (GarbageCollectorDependents); StoreWriteFilter lets it change only
+	// their ownerReferences and deletion.
+	GarbageCollector: gcDependents,
 }
+
+// gcDependents are the kinds whose objects the garbage collector deletes
+// when their owners are gone.
+var gcDependents = []objects.Kind{objects.Pods, objects.ReplicaSets, objects.Jobs}
+
+// GarbageCollectorDependents are the kinds the garbage collector scans for
+// objects whose owners are gone, and deletes.
+func GarbageCollectorDependents() []objects.Kind { return append([]objects.Kind(nil), gcDependents...) }
 
 // NodeLeaseNamespace holds one Lease per node, named after it: the node's
 // heartbeat, renewed by its agent as kubelet's nodelease controller does.

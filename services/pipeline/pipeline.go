@@ -44,11 +44,13 @@ const (
 	CronJob               = "cronjob"               // CronJobs' Jobs, on schedule
 	// The Deployment controller makes and scales ReplicaSets, no pods.
 	Deployment = "deployment"
+	// The garbage collector deletes the dependents of deleted owners.
+	GarbageCollector = "garbagecollector"
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment}
+	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment, GarbageCollector}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -68,6 +70,7 @@ var Inputs = map[string][]eventsv1.Type{
 	Job:                   nil,
 	CronJob:               nil,
 	Deployment:            nil,
+	GarbageCollector:      nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no
@@ -114,6 +117,7 @@ var controllerAccounts = map[string]string{
 	Job:                   "job-controller",
 	CronJob:               "cronjob-controller",
 	Deployment:            "deployment-controller",
+	GarbageCollector:      "generic-garbage-collector",
 }
 
 // podMakers are the workload controllers that create pods (through

@@ -21,8 +21,18 @@ import (
 // binding subresource and not the pod; the status stage, which writes what
 // nodes report, a pod's status and nothing else of it, and deletes only a
 // pod being deleted (statusPodWrite), as NodeRestriction confines kubelet.
+// The garbage collector changes only its dependents' ownerReferences
+// (dropping some) and deletion (gcWrite).
 // Other writers and keys: StoreWriteACL alone.
 func StoreWriteFilter(user, key string) raftstore.WriteCheck {
+	if user == StageRole(GarbageCollector) {
+		for _, k := range gcDependents {
+			if strings.HasPrefix(key, k.Prefix("")) {
+				return gcWrite(k)
+			}
+		}
+		return nil
+	}
 	if !strings.HasPrefix(key, objects.Pods.Prefix("")) {
 		return nil
 	}
@@ -133,4 +143,48 @@ func bindingFree(p *corev1.Pod) *corev1.Pod {
 		}
 	}
 	return p
+}
+
+// gcWrite allows the garbage collector's changes to a dependent of kind
+// k: its deletion (the object removed, or marked: deletionTimestamp and
+// deletionGracePeriodSeconds set where none was) and the removal of some
+// of its ownerReferences. It creates nothing and changes nothing else.
+func gcWrite(k objects.Kind) raftstore.WriteCheck {
+	return func(old, new []byte) error {
+		if old == nil {
+			return errors.New("the garbage collector creates nothing")
+		}
+		if new == nil {
+			return nil
+		}
+		was, is := k.New(), k.New()
+		if err := proto.Unmarshal(old, was); err != nil {
+			return fmt.Errorf("stored %s: %w", k.Name, err)
+		}
+		if err := proto.Unmarshal(new, is); err != nil {
+			return fmt.Errorf("written %s: %w", k.Name, err)
+		}
+		wm, im := was.GetMetadata(), is.GetMetadata()
+		if wm.GetDeletionTimestamp() != nil && !proto.Equal(wm.GetDeletionTimestamp(), im.GetDeletionTimestamp()) {
+			return errors.New("the garbage collector may not change a deletion under way")
+		}
+		for _, ref := range im.GetOwnerReferences() {
+			if !slices.ContainsFunc(wm.GetOwnerReferences(), func(r *corev1.OwnerReference) bool { return proto.Equal(r, ref) }) {
+				return errors.New("the garbage collector may only remove ownerReferences")
+			}
+		}
+		if !proto.Equal(gcFree(was), gcFree(is)) {
+			return errors.New("the garbage collector may change only ownerReferences and deletion")
+		}
+		return nil
+	}
+}
+
+// gcFree is obj without what the garbage collector may write.
+func gcFree(obj objects.Object) proto.Message {
+	obj = proto.Clone(obj).(objects.Object)
+	if md := obj.GetMetadata(); md != nil {
+		md.OwnerReferences, md.DeletionTimestamp, md.DeletionGracePeriodSeconds = nil, nil, nil
+	}
+	return obj
 }

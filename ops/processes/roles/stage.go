@@ -31,6 +31,7 @@ import (
 	"github.com/podflow/podflow/services/stages/cronjob"
 	"github.com/podflow/podflow/services/stages/deployment"
 	"github.com/podflow/podflow/services/stages/endpoints"
+	"github.com/podflow/podflow/services/stages/garbagecollector"
 	"github.com/podflow/podflow/services/stages/job"
 	"github.com/podflow/podflow/services/stages/kubernetesservice"
 	"github.com/podflow/podflow/services/stages/namespace"
@@ -89,6 +90,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.ResourceQuota: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return resourcequota.New(env, resourcequota.DefaultConfig())
+	},
+	pipeline.GarbageCollector: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return garbagecollector.New(env, garbagecollector.DefaultConfig())
 	},
 	pipeline.ServiceAccount: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return serviceaccount.New(env, serviceaccount.DefaultConfig())
