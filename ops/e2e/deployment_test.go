@@ -15,7 +15,8 @@ import (
 // rolls back to the first image as revision 3, and `scale deployment`
 // scales it; `rollout pause`, `resume` and `restart` work as kube's, with
 // two replicas of the deployment stage (`podflow scale deployment=2`);
-// a stuck rollout exceeds its progress deadline.
+// a stuck rollout exceeds its progress deadline; `delete deployment`
+// leaves no ReplicaSet or pod of it (the garbage collector).
 func TestKubectlDeployment(t *testing.T) {
 	c := startCluster(t)
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
@@ -118,4 +119,15 @@ func TestKubectlDeployment(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, `deployment "web" exceeded its progress deadline`) {
 		t.Errorf("rollout status of a stuck rollout: exit %d: %s %s", code, out, errOut)
 	}
+
+	// `kubectl delete deployment`: the garbage collector deletes its
+	// ReplicaSets (every revision's), then their pods.
+	if out := k.must("delete", "deployment", "web"); !strings.Contains(out, `deployment.apps "web" deleted`) {
+		t.Fatalf("delete: %q", out)
+	}
+	eventually(t, 120*time.Second, "the ReplicaSets and pods of web gone", func() (bool, string) {
+		rs, _, _ := k.run("get", "rs", "-l", "app=web", "-o", "name")
+		pods, _, _ := k.run("get", "pods", "-l", "app=web", "-o", "name")
+		return strings.TrimSpace(rs+pods) == "", rs + pods
+	})
 }
