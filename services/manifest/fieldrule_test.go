@@ -1,6 +1,8 @@
 package manifest
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"os"
@@ -251,6 +253,9 @@ func TestExamplesUseNoRefusedField(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// sidecar-injector.yaml's caBundle is a placeholder its comment
+			// tells the user to fill (base64 of the server's certificate).
+			b = bytes.ReplaceAll(b, []byte("CA_BUNDLE"), []byte(base64.StdEncoding.EncodeToString([]byte("-----BEGIN CERTIFICATE-----"))))
 			objs, err := Decode(b)
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
