@@ -290,13 +290,10 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 
-// followLog writes what instance c logs from now on to out and errOut
+// followLog writes what instance c logs from offset off on to out and errOut
 // (CRI records turned into text; everything to out with tty) until it
 // exits (nil) or ctx ends (ctx's error).
-func (r *Runtime) followLog(ctx context.Context, c *simCtr, out, errOut io.Writer, tty bool) error {
-	r.mu.Lock()
-	off := c.log.end()
-	r.mu.Unlock()
+func (r *Runtime) followLog(ctx context.Context, c *simCtr, off int64, out, errOut io.Writer, tty bool) error {
 	for {
 		r.mu.Lock()
 		data, next := c.log.read(off, 64<<10)

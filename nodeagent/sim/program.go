@@ -113,6 +113,11 @@ func (r *Runtime) Attach(ctx context.Context, namespace, pod, uid, container str
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The output is followed from here, before stdin is connected: what
+	// the program answers to the session's first input is not missed.
+	r.mu.Lock()
+	off := c.log.end()
+	r.mu.Unlock()
 	if st.Stdin != nil && c.stdin != nil {
 		r.wg.Add(1)
 		go func() {
@@ -123,7 +128,7 @@ func (r *Runtime) Attach(ctx context.Context, namespace, pod, uid, container str
 			}
 		}()
 	}
-	err := r.followLog(ctx, c, st.Stdout, st.Stderr, st.TTY)
+	err := r.followLog(ctx, c, off, st.Stdout, st.Stderr, st.TTY)
 	if errors.Is(err, context.Canceled) {
 		return nil // the client left
 	}
