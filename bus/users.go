@@ -128,7 +128,15 @@ func (e *Embedded) WatchCredentials(ctx context.Context, interval time.Duration,
 		}
 		return fi.ModTime(), fi.Size()
 	}
+	// The file may have changed between the server's start and this
+	// watch's: the first stamp is followed by a reload, so nothing written
+	// before it is missed.
 	mt, size := stamp()
+	if size >= 0 {
+		if err := e.ReloadCredentials(); err != nil && onError != nil {
+			onError(err)
+		}
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
