@@ -361,7 +361,7 @@ func (n *Node) leadership() {
 		leader := n.raft.State() == raft.Leader
 		switch {
 		case leader && n.servingTerm.Load() != term:
-			if err := n.raft.Barrier(n.cfg.ElectionTimeout * 5).Error(); err != nil {
+			if err := n.waitFuture(n.raft.Barrier(n.cfg.ElectionTimeout * 5)); err != nil {
 				n.log.Warn("barrier after election failed", "term", term, "error", err)
 				continue
 			}
@@ -377,6 +377,23 @@ func (n *Node) leadership() {
 			n.servingTerm.Store(0)
 			n.unsubscribeLeader()
 		}
+	}
+}
+
+// waitFuture waits for f until the node shuts down. hashicorp/raft leaves
+// a barrier unanswered when it shuts down after committing it and before
+// its FSM goroutine took it (the future has no shutdown channel), and
+// Shutdown waits for the goroutine that asked: so the answer is awaited
+// apart, and given up with the node. That waiter then stays parked on the
+// dead future, once, as the node ends.
+func (n *Node) waitFuture(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-n.ctx.Done():
+		return n.ctx.Err()
 	}
 }
 
