@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsinstall "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/install"
 	"k8s.io/apiextensions-apiserver/pkg/registry/customresourcedefinition"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -117,7 +118,7 @@ func builtins(authz authorizer.UnconditionalAuthorizer, st *objects.Store) map[s
 	})
 	vap := validatingadmissionpolicy.NewStrategy(authz, resolve)
 	vapb := validatingadmissionpolicybinding.NewStrategy(authz, policyGetter{st}, resolve)
-	crd := customresourcedefinition.NewStrategy(apiextensionsScheme)
+	crd := crdStrategy{customresourcedefinition.NewStrategy(apiextensionsScheme)}
 	crdStatus := customresourcedefinition.NewStatusStrategy(apiextensionsScheme)
 	gk := func(k objects.Kind) schema.GroupKind { return schema.GroupKind{Group: k.APIGroup, Kind: k.Name} }
 	return map[schema.GroupKind]*strategies{
@@ -183,3 +184,27 @@ func (g policyGetter) GetValidatingAdmissionPolicy(ctx context.Context, name str
 type noKind struct{ gvk schema.GroupVersionKind }
 
 func (e *noKind) Error() string { return "no resource is registered for " + e.gvk.String() }
+
+// crdStrategy is kube-apiserver's CustomResourceDefinition strategy
+// with one difference: a new definition's status.conditions is an empty
+// list, not null. kube-apiserver's naming and establishing controllers
+// add the conditions within milliseconds, so `kubectl apply` followed by
+// `kubectl wait --for condition=established` never sees the null (on
+// which kubectl wait fails instead of waiting); podflow's crds stage
+// takes one bus round trip longer, so the empty list keeps that wait
+// waiting.
+type crdStrategy struct {
+	crdUpdateCreate
+}
+
+type crdUpdateCreate interface {
+	rest.RESTCreateStrategy
+	rest.RESTUpdateStrategy
+}
+
+func (s crdStrategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
+	s.crdUpdateCreate.PrepareForCreate(ctx, obj)
+	if crd, ok := obj.(*apiextensions.CustomResourceDefinition); ok && crd.Status.Conditions == nil {
+		crd.Status.Conditions = []apiextensions.CustomResourceDefinitionCondition{}
+	}
+}

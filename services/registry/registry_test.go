@@ -2,6 +2,8 @@ package registry_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -343,5 +345,33 @@ func TestImmutableMessagesAreUpstream(t *testing.T) {
 		if tc.ours.GetMessage() != tc.upstream.Error() {
 			t.Errorf("ours:     %s\nupstream: %s", tc.ours.GetMessage(), tc.upstream.Error())
 		}
+	}
+}
+
+// TestNewDefinitionWaitsForEstablished: a new CustomResourceDefinition's
+// status.conditions is an empty list, so `kubectl wait --for
+// condition=established` right after `kubectl apply` waits for the crds
+// stage instead of failing on a null ("<nil> is of the type <nil>").
+func TestNewDefinitionWaitsForEstablished(t *testing.T) {
+	r := registry.Default()
+	y, err := os.ReadFile("../crd/testdata/crontabs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := decode(t, string(y))
+	if _, st := r.PrepareCreate(ctx, alice, "", u); st != nil {
+		t.Fatalf("PrepareCreate: %v", st)
+	}
+	var got struct {
+		Status map[string]json.RawMessage `json:"status"`
+	}
+	if err := json.Unmarshal(u.GetContent(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if c := string(got.Status["conditions"]); c != "[]" {
+		t.Fatalf("status.conditions of a new definition: %s, want []", c)
+	}
+	if v := string(got.Status["storedVersions"]); v != `["v1"]` {
+		t.Fatalf("status.storedVersions: %s", v)
 	}
 }
