@@ -127,8 +127,8 @@ type controllerRole struct {
 }
 
 // controllerPolicy is kube's bootstrap policy of the workload controllers
-// podflow runs (the ReplicaSet, ReplicationController, Job, CronJob and
-// Deployment controllers and the garbage collector so far)
+// podflow runs (the ReplicaSet, ReplicationController, Job, CronJob,
+// Deployment and StatefulSet controllers and the garbage collector so far)
 // (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
 // controller_policy.go): what each controller's ServiceAccount may do.
 func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group func(string, []string, ...string) *corev1.PolicyRule) []controllerRole {
@@ -161,6 +161,18 @@ func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group f
 			group("batch", []string{"get", "list", "watch", "create", "update", "delete", "patch"}, "jobs"),
 			group("batch", []string{"update"}, "cronjobs/status", "cronjobs/finalizers"),
 			core([]string{"list", "delete"}, "pods"), events, eventsV1,
+		}},
+		{"statefulset-controller", []*corev1.PolicyRule{
+			core([]string{"list", "watch"}, "pods"),
+			group("apps", []string{"get", "list", "watch"}, "statefulsets"),
+			group("apps", []string{"update"}, "statefulsets/status"),
+			group("apps", []string{"update"}, "statefulsets/finalizers"),
+			core([]string{"get", "create", "delete", "update", "patch"}, "pods"),
+			group("apps", []string{"get", "create", "delete", "update", "patch", "list", "watch"}, "controllerrevisions"),
+			core([]string{"get", "create", "list", "watch"}, "persistentvolumeclaims"),
+			core([]string{"update", "delete"}, "persistentvolumeclaims"),
+			core([]string{"update"}, "pods/finalizers"),
+			events, eventsV1,
 		}},
 		{"generic-garbage-collector", []*corev1.PolicyRule{
 			group("*", []string{"get", "list", "watch", "patch", "update", "delete"}, "*"), events, eventsV1,

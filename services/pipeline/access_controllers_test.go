@@ -48,7 +48,7 @@ func TestControllerPodsSubjects(t *testing.T) {
 // TestControllerUsers: every workload controller has a ServiceAccount
 // identity, and the user names map back to their stage.
 func TestControllerUsers(t *testing.T) {
-	for _, s := range []string{pipeline.ReplicaSet, pipeline.ReplicationController, pipeline.Job, pipeline.CronJob, pipeline.Deployment} {
+	for _, s := range []string{pipeline.ReplicaSet, pipeline.ReplicationController, pipeline.Job, pipeline.CronJob, pipeline.Deployment, pipeline.StatefulSet} {
 		u := pipeline.ControllerUser(s)
 		if u == nil {
 			t.Fatalf("%s has no user", s)
@@ -88,6 +88,41 @@ func TestDeploymentControllerAuthority(t *testing.T) {
 		objects.Deployments.Key("default", "d"):                   true,
 		objects.ReplicaSets.Key("default", "d-1"):                 true,
 		objects.Leases.Key("kube-system", "podflow-deployment-x"): true,
+	} {
+		if got := pipeline.StoreWriteACL(writer, key); got != want {
+			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", writer, key, got, want)
+		}
+	}
+}
+
+// TestStatefulSetControllerAuthority: the StatefulSet controller asks the
+// api stage for pods on its own subject only, publishes its pods'
+// deletions, and may write StatefulSets, ControllerRevisions, pods,
+// Events and Leases — not Deployments, ReplicaSets, Secrets or
+// PersistentVolumeClaims (podflow makes none).
+func TestStatefulSetControllerAuthority(t *testing.T) {
+	srv, admin := lockedDown(t)
+	api := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.API), "api")
+	sc := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.StatefulSet), "statefulset")
+	if err := serves(t, api, sc, pipeline.ControllerPodsSubject(pipeline.StatefulSet)); err != nil {
+		t.Fatalf("the api stage does not answer the statefulset controller: %v", err)
+	}
+	if delivers(t, sc, admin, pipeline.ControllerPodsSubject(pipeline.ReplicaSet)) {
+		t.Errorf("the statefulset controller may ask for pods as the replicaset controller")
+	}
+	if !pipeline.MakesPods(pipeline.StatefulSet) || pipeline.ControllerAccount(pipeline.StatefulSet) != "statefulset-controller" {
+		t.Errorf("MakesPods %v, account %q", pipeline.MakesPods(pipeline.StatefulSet), pipeline.ControllerAccount(pipeline.StatefulSet))
+	}
+	writer := pipeline.StageRole(pipeline.StatefulSet)
+	for key, want := range map[string]bool{
+		objects.StatefulSets.Key("default", "web"):                  true,
+		objects.ControllerRevisions.Key("default", "web-1"):         true,
+		objects.Pods.Key("default", "web-0"):                        true,
+		objects.Leases.Key("kube-system", "podflow-statefulset-x"):  true,
+		objects.Deployments.Key("default", "d"):                     false,
+		objects.ReplicaSets.Key("default", "d-1"):                   false,
+		objects.Secrets.Key("default", "s"):                         false,
+		objects.PersistentVolumeClaims.Key("default", "data-web-0"): false,
 	} {
 		if got := pipeline.StoreWriteACL(writer, key); got != want {
 			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", writer, key, got, want)
