@@ -124,7 +124,7 @@ func builtins(authz authorizer.UnconditionalAuthorizer, st *objects.Store) map[s
 	return map[schema.GroupKind]*strategies{
 		gk(objects.Deployments):                       main(deployment.Strategy, "status", deployment.StatusStrategy),
 		gk(objects.ReplicaSets):                       main(replicaset.Strategy, "status", replicaset.StatusStrategy),
-		gk(objects.StatefulSets):                      main(statefulset.Strategy, "status", statefulset.StatusStrategy),
+		gk(objects.StatefulSets):                      main(statefulSetStrategy{statefulset.Strategy}, "status", statefulset.StatusStrategy),
 		gk(objects.DaemonSets):                        main(daemonset.Strategy, "status", daemonset.StatusStrategy),
 		gk(objects.ControllerRevisions):               main(controllerrevision.Strategy),
 		gk(objects.Jobs):                              main(job.Strategy, "status", job.StatusStrategy),
