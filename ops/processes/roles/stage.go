@@ -42,6 +42,7 @@ import (
 	"github.com/podflow/podflow/services/stages/rootcacert"
 	"github.com/podflow/podflow/services/stages/scheduler"
 	"github.com/podflow/podflow/services/stages/serviceaccount"
+	"github.com/podflow/podflow/services/stages/statefulset"
 	"github.com/podflow/podflow/services/stages/status"
 	webhookkube "github.com/podflow/podflow/services/webhook/kube"
 )
@@ -107,6 +108,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.Deployment: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return deployment.New(env, deployment.DefaultConfig(env.Replica))
+	},
+	pipeline.StatefulSet: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return statefulset.New(env, statefulset.DefaultConfig(env.Replica), controller.NATSRequester(env.NATS))
 	},
 	pipeline.RootCACert: func(env stage.Env, o StageOptions) (stage.Handler, error) {
 		cfg := rootcacert.DefaultConfig()
