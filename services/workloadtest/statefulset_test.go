@@ -397,3 +397,58 @@ func TestStatefulSetKilledReplicaConverges(t *testing.T) {
 		t.Errorf("%d ControllerRevisions, want 1", len(kvs))
 	}
 }
+
+// TestStatefulSetHealsPods: the controller keeps each pod's identity and
+// replaces what is lost, as kube's does: an identity label removed is
+// written back (the pod kept), a deleted pod comes back under its name,
+// and a Failed pod (evicted, rejected by its node) is deleted and made
+// again.
+func TestStatefulSetHealsPods(t *testing.T) {
+	c := newCluster(t)
+	startStatefulSets(c, "sts-a")
+	c.apply("create", newStatefulSet("web", 3, "busybox"))
+	c.eventually("3 ready replicas", 60*time.Second, func() bool { return c.getStatefulSet("web").Status.ReadyReplicas == 3 })
+	uid := func(name string) string {
+		for _, p := range c.pods("default") {
+			if p.GetMetadata().GetName() == name {
+				return p.GetMetadata().GetUid()
+			}
+		}
+		return ""
+	}
+	ctx := context.Background()
+
+	before := uid("web-1")
+	if _, err := objects.Mutate(ctx, c.store, "default", "web-1", func(p *corev1.Pod) error {
+		delete(p.Metadata.Labels, apps.StatefulSetPodNameLabel)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually("web-1's pod-name label back", 30*time.Second, func() bool {
+		p, err := objects.Get[*corev1.Pod](ctx, c.store, "default", "web-1")
+		return err == nil && p.GetMetadata().GetLabels()[apps.StatefulSetPodNameLabel] == "web-1"
+	})
+	if uid("web-1") != before {
+		t.Error("web-1 was replaced, not relabelled")
+	}
+
+	before = uid("web-2")
+	if _, err := c.store.Delete(ctx, objects.Pods, "default", "web-2", 0); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually("web-2 back", 30*time.Second, func() bool { u := uid("web-2"); return u != "" && u != before })
+
+	before = uid("web-0")
+	if _, err := objects.Mutate(ctx, c.store, "default", "web-0", func(p *corev1.Pod) error {
+		p.Status.Phase = "Failed"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually("web-0 made again", 30*time.Second, func() bool { u := uid("web-0"); return u != "" && u != before })
+	c.eventually("3 ready replicas again", 30*time.Second, func() bool {
+		s := c.getStatefulSet("web")
+		return s.Status.ReadyReplicas == 3 && s.Status.Replicas == 3
+	})
+}
