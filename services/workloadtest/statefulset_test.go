@@ -452,3 +452,28 @@ func TestStatefulSetHealsPods(t *testing.T) {
 		return s.Status.ReadyReplicas == 3 && s.Status.Replicas == 3
 	})
 }
+
+// BenchmarkStatefulSetScaleUp creates a StatefulSet and waits for all
+// its pods Ready: OrderedReady makes them one at a time, each after the
+// one before is Ready (a pipeline round trip and a stand-in kubelet's
+// readying per pod), Parallel all at once.
+func BenchmarkStatefulSetScaleUp(b *testing.B) {
+	for _, tc := range []struct {
+		policy apps.PodManagementPolicyType
+		n      int32
+	}{{apps.OrderedReadyPodManagement, 20}, {apps.ParallelPodManagement, 100}} {
+		b.Run(fmt.Sprintf("%s/replicas=%d", tc.policy, tc.n), func(b *testing.B) {
+			c := newCluster(b)
+			startStatefulSets(c, "sts-a")
+			for i := 0; b.Loop(); i++ {
+				name := fmt.Sprintf("web%d", i)
+				s := newStatefulSet(name, tc.n, "busybox")
+				s.Spec.PodManagementPolicy = tc.policy
+				c.apply("create", s)
+				c.eventually(name+" ready", 5*time.Minute, func() bool {
+					return c.getStatefulSet(name).Status.ReadyReplicas == tc.n
+				})
+			}
+		})
+	}
+}
