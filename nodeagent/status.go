@@ -160,12 +160,12 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 		w.setCond(now, "Ready", false, eventsv1.ReasonContainersNotReady, msg)
 	}
 	for _, t := range []string{"PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"} {
-		st.Conditions = append(st.Conditions, vt.Clone(w.conds[t]))
+		st.Conditions = append(st.Conditions, w.conds[t]) // immutable: see setCond
 	}
 	if w.rejected != nil && w.rejected.reason == eventsv1.ReasonEvicted {
 		// kubelet's evictPod: the pod's disruption, with its message.
 		w.setCond(now, "DisruptionTarget", true, "TerminationByKubelet", w.rejected.message)
-		st.Conditions = append(st.Conditions, vt.Clone(w.conds["DisruptionTarget"]))
+		st.Conditions = append(st.Conditions, w.conds["DisruptionTarget"])
 	}
 	return st
 }
@@ -185,12 +185,17 @@ func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string)
 		if old := podrules.PodCondition(w.pod.GetStatus(), typ); old.GetStatus() == status {
 			c.Status, c.LastTransitionTime = status, old.GetLastTransitionTime()
 		}
-		w.conds[typ] = c
+	} else if c.Status == status && c.LastTransitionTime != nil && c.Reason == reason && c.Message == msg {
+		return
 	}
-	if c.Status != status || c.LastTransitionTime == nil {
-		c.Status, c.LastTransitionTime = status, timestamppb.New(now)
+	// Copy on write: a condition in w.conds is never changed once stored,
+	// so the statuses built from them (the reporter's last, read by other
+	// goroutines) share them instead of holding clones.
+	next := &corev1.PodCondition{Type: typ, Status: c.Status, LastTransitionTime: c.LastTransitionTime, Reason: reason, Message: msg}
+	if next.Status != status || next.LastTransitionTime == nil {
+		next.Status, next.LastTransitionTime = status, timestamppb.New(now)
 	}
-	c.Reason, c.Message = reason, msg
+	w.conds[typ] = next
 }
 
 func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerStatus {

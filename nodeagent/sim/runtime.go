@@ -286,8 +286,11 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent
 	}
 	p := &simPod{
 		pod: pod, ip: ip, created: r.clock.Now(),
-		sb:         nodeagent.Sandbox{ID: r.newID("sandbox"), IP: ip.String()},
-		exits:      make(chan nodeagent.ContainerExit, 16),
+		sb: nodeagent.Sandbox{ID: r.newID("sandbox"), IP: ip.String()},
+		// One slot: naturalExit's send waits for the worker (or the
+		// sandbox's removal), so a longer buffer only costs memory, ~1.5 KB
+		// a pod at 16.
+		exits:      make(chan nodeagent.ContainerExit, 1),
 		removed:    make(chan struct{}),
 		containers: map[nodeagent.ContainerID]*simCtr{},
 		starts:     map[string]int32{},

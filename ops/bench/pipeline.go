@@ -33,6 +33,8 @@ type PipelineOptions struct {
 	Keep     bool   // keep its own system's data directory
 	CostJSON string // also write the cost table as JSON here
 	Profiles string // every process of its own system writes a CPU profile here
+	// HeapProfiles: every process of its own system writes heap profiles here.
+	HeapProfiles string
 	// Webhooks registers a local mutating and a local validating
 	// admission webhook for every pod before the run.
 	Webhooks bool
@@ -42,12 +44,18 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 	if o.Pods < 1 || o.Rate < 1 {
 		return fmt.Errorf("--pods and --rate must be positive")
 	}
-	if o.Profiles != "" {
+	for _, p := range []struct{ flag, dir, env string }{
+		{"--profile-dir", o.Profiles, ProfileDirEnv},
+		{"--heap-profile-dir", o.HeapProfiles, HeapProfileDirEnv},
+	} {
+		if p.dir == "" {
+			continue
+		}
 		if o.Config != "" {
-			return fmt.Errorf("--profile-dir profiles the system bench starts itself, not one given by --config")
+			return fmt.Errorf("%s profiles the system bench starts itself, not one given by --config", p.flag)
 		}
 		o.Own = true // the system it starts itself
-		dir, err := filepath.Abs(o.Profiles)
+		dir, err := filepath.Abs(p.dir)
 		if err != nil {
 			return err
 		}
@@ -55,8 +63,8 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 			return err
 		}
 		// up.SystemUnderTest's `podflow up` and every child it starts inherit it.
-		os.Setenv(ProfileDirEnv, dir)
-		defer os.Unsetenv(ProfileDirEnv)
+		os.Setenv(p.env, dir)
+		defer os.Unsetenv(p.env)
 	}
 	sess, ps, cleanup, err := up.SystemUnderTest(ctx, up.SystemOptions{Config: o.Config, Own: o.Own, Out: out, Nodes: o.Nodes, Replicas: o.Replicas, Keep: o.Keep, Name: "podflow-bench"})
 	if err != nil {

@@ -3,8 +3,11 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestProfileName(t *testing.T) {
@@ -30,6 +33,7 @@ func TestProfileName(t *testing.T) {
 func TestStartProfile(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(ProfileDirEnv, "")
+	t.Setenv(HeapProfileDirEnv, "")
 	StartProfile([]string{"nats"})()
 	t.Setenv(ProfileDirEnv, dir)
 	StartProfile([]string{"nats"})()
@@ -40,6 +44,49 @@ func TestStartProfile(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(dir, want)); err != nil || fi.Size() == 0 {
 		t.Fatalf("profile %s: %v (empty: the profile was not written)", want, err)
+	}
+}
+
+// TestStartHeapProfile: with PODFLOW_HEAPPROFILE_DIR set a process writes
+// a heap profile and its memory figures named after its role and PID while
+// it runs; without it, nothing.
+func TestStartHeapProfile(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(ProfileDirEnv, "")
+	t.Setenv(HeapProfileDirEnv, "")
+	StartProfile([]string{"nats"})()
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("without %s the dir holds %v", HeapProfileDirEnv, ents)
+	}
+	t.Setenv(HeapProfileDirEnv, dir)
+	want := filepath.Join(dir, "nats-"+strconv.Itoa(os.Getpid())+".heap")
+	stop := startHeapProfile([]string{"nats"}, time.Millisecond)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		if fi, err := os.Stat(want); err == nil && fi.Size() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatalf("no heap profile %s written while running", want)
+		}
+	}
+	stop()
+	stop() // idempotent
+	b, err := os.ReadFile(want)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b { // pprof's gzipped protobuf
+		t.Fatalf("heap profile %s: %v, starts %x: not a pprof profile", want, err, b[:min(len(b), 2)])
+	}
+	var names []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	stats := strings.TrimSuffix(filepath.Base(want), ".heap") + ".memstats"
+	if !slices.Equal(names, []string{filepath.Base(want), stats}) {
+		t.Fatalf("profile dir holds %q, want only %s and %s", names, filepath.Base(want), stats)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, stats)); !strings.Contains(string(b), "heap_inuse ") {
+		t.Fatalf("%s = %q, want a heap_inuse line", stats, b)
 	}
 }
 

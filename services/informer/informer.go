@@ -77,6 +77,15 @@ func NewMetaLabels[T objects.Object](s *objects.Store, ns string, h Handlers[T])
 	return newDecoding(s, ns, h, objects.DecodeMetaLabels)
 }
 
+// NewDecoding is New whose objects are decoded by dec, for a cache that
+// keeps only the fields its handlers read (nodewire.PodWatch's pods: the
+// identity, node and ephemeral containers). dec must set what
+// objects.Decode sets of the metadata: name, namespace, uid and
+// resourceVersion.
+func NewDecoding[T objects.Object](s *objects.Store, ns string, h Handlers[T], dec func(*raftstore.KV, objects.Object) error) (*Informer[T], error) {
+	return newDecoding(s, ns, h, dec)
+}
+
 func newDecoding[T objects.Object](s *objects.Store, ns string, h Handlers[T], dec func(*raftstore.KV, objects.Object) error) (*Informer[T], error) {
 	inf, err := New(s, ns, h)
 	if err != nil {

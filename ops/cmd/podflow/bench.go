@@ -129,6 +129,7 @@ and prints its progress while it waits.`,
 	f.BoolVar(&o.Keep, "keep", false, "keep the temporary system's data directory")
 	f.StringVar(&o.CostJSON, "cost-json", "", "also write the cost table as JSON to this file")
 	f.BoolVar(&o.Webhooks, "webhooks", false, "register a local mutating and a local validating admission webhook for every pod first (served by bench on 127.0.0.1: the system must run on this machine; removed at the end)")
+	f.StringVar(&o.HeapProfiles, "heap-profile-dir", "", "every process of the system it starts writes a heap profile into this directory every 10s and when it stops (<role>-<pid>.heap; 'go tool pprof -sample_index=inuse_space -top FILE')")
 	f.StringVar(&o.Profiles, "profile-dir", "", "every process of the system it starts writes a CPU profile of its life into this directory (<role>-<pid>.pprof; 'go tool pprof -top FILE')")
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/podflow/podflow/nodeagent"
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -19,8 +20,13 @@ import (
 // reconcile. As Kubernetes' NodeRestriction, the node acts only on its
 // own pods: a pod of another node, one being deleted (PodDeleteRequested
 // owns that) and a pod's first sight (PodScheduled owns that) are ignored.
+//
+// Its cache holds every pod of the cluster, so it keeps of each only what
+// it compares (watchedPod); the agent is handed the pod read again from
+// the store.
 type PodWatch struct {
 	inf  *informer.Informer[*corev1.Pod]
+	st   *objects.Store
 	ctx  context.Context // Run's, set before the informer runs
 	a    Agent
 	owns func(node string) bool
@@ -39,8 +45,8 @@ func NewPodWatchOf(st *objects.Store, a Agent, owns func(node string) bool, log 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w := &PodWatch{a: a, owns: owns, log: log}
-	inf, err := informer.New(st, "", informer.Handlers[*corev1.Pod]{OnUpdate: w.onUpdate})
+	w := &PodWatch{st: st, a: a, owns: owns, log: log}
+	inf, err := informer.NewDecoding(st, "", informer.Handlers[*corev1.Pod]{OnUpdate: w.onUpdate}, decodeWatched)
 	if err != nil {
 		return nil, err
 	}
@@ -66,10 +72,33 @@ func (w *PodWatch) onUpdate(old, pod *corev1.Pod) {
 	if !ephemeralAdded(w.owns, old, pod) {
 		return
 	}
-	err := w.a.HandlePodBound(w.ctx, pod)
-	if err != nil && !errors.Is(err, nodeagent.ErrStopped) && w.ctx.Err() == nil {
-		w.log.Warn("hand a pod update to the agent", "pod", pod.GetMetadata().GetNamespace()+"/"+pod.GetMetadata().GetName(), "err", err)
+	md := pod.GetMetadata()
+	full, err := objects.Get[*corev1.Pod](w.ctx, w.st, md.GetNamespace(), md.GetName())
+	switch {
+	case errors.Is(err, raftstore.ErrNotFound) || (err == nil && full.GetMetadata().GetUid() != md.GetUid()):
+		return // deleted since: PodDeleteRequested owns that
+	case err == nil:
+		err = w.a.HandlePodBound(w.ctx, full)
 	}
+	if err != nil && !errors.Is(err, nodeagent.ErrStopped) && w.ctx.Err() == nil {
+		w.log.Warn("hand a pod update to the agent", "pod", md.GetNamespace()+"/"+md.GetName(), "err", err)
+	}
+}
+
+// decodeWatched decodes a pod keeping what onUpdate compares: its
+// identity, deletionTimestamp, node and ephemeral containers
+// (BenchmarkPodWatchCache measures the difference).
+func decodeWatched(kv *raftstore.KV, obj objects.Object) error {
+	if err := objects.Decode(kv, obj); err != nil {
+		return err
+	}
+	p := obj.(*corev1.Pod)
+	md, spec := p.GetMetadata(), p.GetSpec()
+	p.Metadata = &corev1.ObjectMeta{Name: md.GetName(), Namespace: md.GetNamespace(), Uid: md.GetUid(),
+		ResourceVersion: md.GetResourceVersion(), DeletionTimestamp: md.GetDeletionTimestamp()}
+	p.Spec = &corev1.PodSpec{NodeName: spec.GetNodeName(), EphemeralContainers: spec.GetEphemeralContainers()}
+	p.Status = nil
+	return nil
 }
 
 // ephemeralAdded reports whether pod, bound to a node owns, and not being

@@ -76,8 +76,10 @@ func TestWatchPodsHandsEphemeralContainersOver(t *testing.T) {
 	update(mine, debug)
 	select {
 	case got := <-a.bound:
-		if got.GetMetadata().GetName() != "mine" || len(got.GetSpec().GetEphemeralContainers()) != 1 {
-			t.Errorf("handed over %v, want mine with its ephemeral container", got)
+		// The whole pod, as stored: not the watch's trimmed copy.
+		if got.GetMetadata().GetName() != "mine" || len(got.GetSpec().GetEphemeralContainers()) != 1 ||
+			len(got.GetSpec().GetContainers()) != 1 || got.GetSpec().GetContainers()[0].GetImage() != "nginx" || got.GetMetadata().GetLabels()["probe"] != "2" {
+			t.Errorf("handed over %v, want the whole of mine with its ephemeral container", got)
 		}
 	case <-ctx.Done():
 		t.Fatal("the ephemeral container never reached the agent")

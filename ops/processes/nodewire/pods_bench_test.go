@@ -1,0 +1,88 @@
+package nodewire
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/vt"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// benchPod is a pod as the pipeline bench leaves it: admitted (default
+// tolerations, service account volume), bound and Running.
+func benchPod(i int) *corev1.Pod {
+	now := timestamppb.New(time.Unix(1_800_000_000, 0))
+	name := fmt.Sprintf("bench-%06d", i)
+	conds := []*corev1.PodCondition{}
+	for _, c := range []string{"PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"} {
+		conds = append(conds, &corev1.PodCondition{Type: c, Status: "True", LastTransitionTime: now})
+	}
+	return &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Name: name, Namespace: "bench", Uid: fmt.Sprintf("0b7e4d6c-1f2a-4c3b-9d8e-%012d", i),
+			CreationTimestamp: now, Labels: map[string]string{"app": "bench", "run": "20000"}},
+		Spec: &corev1.PodSpec{NodeName: fmt.Sprintf("sim-node-%04d", i%5000), ServiceAccountName: "default", RestartPolicy: "Always",
+			SchedulerName: "default-scheduler", DnsPolicy: "ClusterFirst", TerminationGracePeriodSeconds: ptr(int64(30)),
+			Containers: []*corev1.Container{{Name: "app", Image: "registry.local/pause:3.10", ImagePullPolicy: "IfNotPresent",
+				TerminationMessagePath: "/dev/termination-log", TerminationMessagePolicy: "File",
+				Resources: &corev1.ResourceRequirements{Requests: map[string]string{"cpu": "10m", "memory": "16Mi"}}}},
+			Tolerations: []*corev1.Toleration{
+				{Key: "node.kubernetes.io/not-ready", Operator: "Exists", Effect: "NoExecute", TolerationSeconds: ptr(int64(300))},
+				{Key: "node.kubernetes.io/unreachable", Operator: "Exists", Effect: "NoExecute", TolerationSeconds: ptr(int64(300))}}},
+		Status: &corev1.PodStatus{Phase: "Running", Conditions: conds, HostIp: "172.16.3.7", PodIp: "10.224.3.9", StartTime: now,
+			QosClass: "Burstable",
+			ContainerStatuses: []*corev1.ContainerStatus{{Name: "app", Ready: true, Image: "registry.local/pause:3.10",
+				ImageId: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", ContainerId: "sim://" + name + "-app",
+				State: &corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}},
+	}
+}
+
+// BenchmarkPodWatchCache: the heap a PodWatch's cache holds per pod, as
+// objects.Decode (every field) and as decodeWatched (what the watch
+// compares) leave it. The scale goal is at most 10 KB per pod for a whole
+// process that caches pods; "bytes/pod" is this cache's share.
+func BenchmarkPodWatchCache(b *testing.B) {
+	const pods = 2000
+	kvs := make([]*raftstore.KV, pods)
+	for i := range kvs {
+		v, err := vt.Marshal(benchPod(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		kvs[i] = &raftstore.KV{Key: fmt.Sprintf("/pods/bench/bench-%06d", i), Value: v, ModRevision: int64(i + 1)}
+	}
+	for _, bb := range []struct {
+		name string
+		dec  func(*raftstore.KV, objects.Object) error
+	}{{"full", objects.Decode}, {"watched", decodeWatched}} {
+		b.Run(bb.name, func(b *testing.B) {
+			var held float64
+			for b.Loop() {
+				before := liveHeap()
+				cache := make([]*corev1.Pod, pods)
+				for i, kv := range kvs {
+					cache[i] = &corev1.Pod{}
+					if err := bb.dec(kv, cache[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				held = float64(liveHeap()-before) / pods
+				runtime.KeepAlive(cache)
+			}
+			b.ReportMetric(held, "bytes/pod")
+		})
+	}
+}
+
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+func ptr[T any](v T) *T { return &v }
