@@ -63,6 +63,11 @@ type BusSource struct {
 	// ChildrenFile is DATA/children.json (the supervisor's processes);
 	// empty: no restart marks.
 	ChildrenFile string
+	// Journals are the journals the history's marks come from
+	// (DATA/processes.log, DATA/faults.log); none: no marks.
+	Journals []string
+	// HistoryLimits bound one read of the stream's history.
+	HistoryLimits HistoryLimits
 
 	life     context.Context
 	pods     *informer.Informer[*corev1.Pod]
@@ -482,4 +487,26 @@ func ReadPod(ctx context.Context, js jetstream.JetStream, ns, name string) ([]tr
 		pending -= n
 	}
 	return recs, nil
+}
+
+// History reads the events stream over q's range and marks what the
+// journals recorded in it.
+func (s *BusSource) History(ctx context.Context, q HistoryQuery) (*History, error) {
+	h, err := ReadHistory(ctx, s.Sess.Bus.JetStream(), q, s.HistoryLimits)
+	if err != nil {
+		return nil, err
+	}
+	for _, path := range s.Journals {
+		hs, err := plan.ReadJournal(path, q.From, q.To)
+		if err != nil {
+			h.Errors = append(h.Errors, "marks: "+err.Error())
+		}
+		for _, x := range hs {
+			if x.Kind != plan.HappeningStarted {
+				h.Marks = append(h.Marks, Mark{Time: x.Time, Kind: x.Kind, Process: x.Process, Detail: x.Detail})
+			}
+		}
+	}
+	sort.SliceStable(h.Marks, func(a, b int) bool { return h.Marks[a].Time.Before(h.Marks[b].Time) })
+	return h, nil
 }

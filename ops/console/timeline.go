@@ -22,10 +22,15 @@ type Point struct {
 // Mark is something that happened to a process between two polls: it was
 // restarted (killed: what `podflow chaos` does), it stopped answering the
 // ping (paused with SIGSTOP, or hung), or it answers again.
+//
+// The history's marks (History.Marks) come from the journals instead, at
+// the time each thing happened: killed, exited, restarted, stopped (the
+// supervisor's), paused, resumed, fault, healed (`podflow chaos`'s).
 type Mark struct {
 	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"` // restarted, silent, answering
+	Kind    string    `json:"kind"` // restarted, silent, answering; or a plan.Happening kind
 	Process string    `json:"process"`
+	Detail  string    `json:"detail,omitempty"`
 }
 
 // timeline is the recent history the Snapshot carries.
