@@ -243,7 +243,7 @@ func TestTimelineAPI(t *testing.T) {
 		h plan.Happening
 	}{
 		{procs, plan.Happening{Time: start.Add(-time.Hour), Kind: plan.HappeningKilled, Process: "api-1", Detail: "killed"}}, // out of range
-		{procs, plan.Happening{Time: start.Add(-2 * time.Second), Kind: plan.HappeningStarted, Process: "scheduler-1"}},     // a first start: no mark
+		{procs, plan.Happening{Time: start.Add(-2 * time.Second), Kind: plan.HappeningStarted, Process: "scheduler-1"}},      // a first start: no mark
 		{procs, plan.Happening{Time: start.Add(-time.Second), Kind: plan.HappeningKilled, Process: "scheduler-1", Detail: "killed"}},
 		{procs, plan.Happening{Time: start.Add(-time.Second + 300*time.Millisecond), Kind: plan.HappeningRestarted, Process: "scheduler-1"}},
 		{faults, plan.Happening{Time: start.Add(-time.Second + 100*time.Millisecond), Kind: plan.HappeningPaused, Process: "admission-0", Detail: "SIGSTOP"}},
