@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -327,58 +328,47 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, q HistoryQuery, li
 	}
 	rctx, cancel := context.WithTimeout(ctx, lim.MaxWait)
 	defer cancel()
+	info, err := cons.Info(rctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the events stream: %w", err)
+	}
 	var readTo time.Time
 	messages, truncated := 0, false
-	done := false
-	for !done {
-		if messages >= lim.MaxMessages || rctx.Err() != nil {
-			truncated = true
-			break
-		}
-		batch, err := cons.FetchNoWait(min(1000, lim.MaxMessages-messages))
+	if info.NumPending > 0 {
+		// A continuous pull keeps batches in flight while these are counted.
+		it, err := cons.Messages(jetstream.PullMaxMessages(2000))
 		if err != nil {
 			return nil, fmt.Errorf("read the events stream: %w", err)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
+		stop := context.AfterFunc(rctx, it.Stop) // the time limit ends a wait for the next message
+		defer stop()
+		defer it.Stop()
+		for {
+			if messages >= lim.MaxMessages {
+				truncated = true
+				break
+			}
+			m, err := it.Next()
+			if err != nil {
+				if rctx.Err() != nil && ctx.Err() == nil {
+					truncated = true // the time limit
+					break
+				}
+				return nil, fmt.Errorf("read the events stream: %w", err)
+			}
 			meta, err := m.Metadata()
 			if err != nil {
 				continue
 			}
 			messages++
 			if !meta.Timestamp.Before(q.To) {
-				done = true
-				continue // the rest of the batch is later still
+				break // the rest is later still
 			}
 			readTo = meta.Timestamp
+			countMessage(h, meta.Timestamp, m.Data())
 			if meta.NumPending == 0 {
-				done = true
+				break // the end of the stream
 			}
-			envs, err := bus.DecodeEvents(m.Data())
-			if err != nil {
-				continue
-			}
-			var took time.Duration
-			if hs, he := envs[0].GetHandledStart(), envs[0].GetHandledEnd(); hs != nil && he != nil {
-				took = he.AsTime().Sub(hs.AsTime())
-			}
-			if len(envs) > 1 {
-				envs = envs[1:] // a status report counts as the steps it carries
-			}
-			for i, env := range envs {
-				d := took
-				if i > 0 {
-					d = 0 // one handling time per message
-				}
-				h.add(meta.Timestamp, env.GetStage(), string(env.Type()), d)
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("read the events stream: %w", err)
-		}
-		if n == 0 {
-			break // nothing more stored
 		}
 	}
 	out := h.history()
@@ -387,4 +377,150 @@ func ReadHistory(ctx context.Context, js jetstream.JetStream, q HistoryQuery, li
 		out.Truncated, out.ReadTo = true, readTo
 	}
 	return out, nil
+}
+
+// countMessage counts one message of the stream stored at t: a node's
+// status report counts as the steps it carries, with the report's
+// handling time once.
+func countMessage(h *histogram, t time.Time, data []byte) {
+	envs, err := bus.DecodeEvents(data)
+	if err != nil {
+		return
+	}
+	var took time.Duration
+	if hs, he := envs[0].GetHandledStart(), envs[0].GetHandledEnd(); hs != nil && he != nil {
+		took = he.AsTime().Sub(hs.AsTime())
+	}
+	if len(envs) > 1 {
+		envs = envs[1:]
+	}
+	for i, env := range envs {
+		if i > 0 {
+			took = 0
+		}
+		h.add(t, env.GetStage(), string(env.Type()), took)
+	}
+}
+
+// HistoryCache keeps the finished buckets of earlier reads, so that a
+// timeline refreshed every few seconds reads only what the stream stored
+// since: a bucket is finished once the read went past its end and the
+// end is Settle in the past. It holds at most MaxHistoryBuckets*4 buckets
+// of each of at most 8 steps. Read is safe for concurrent use; reads run
+// one at a time.
+type HistoryCache struct {
+	// Settle is how long after a bucket's end events may still be stored
+	// in it (default 2 s).
+	Settle time.Duration
+
+	mu    sync.Mutex
+	steps map[time.Duration]*stepCache
+}
+
+type stepCache struct {
+	buckets map[int64]Bucket // by start, Unix nanoseconds
+	used    time.Time
+}
+
+const (
+	cacheStepsMax   = 8
+	cacheBucketsMax = 4 * MaxHistoryBuckets
+)
+
+// Read answers q from the cache and the stream after it.
+func (c *HistoryCache) Read(ctx context.Context, js jetstream.JetStream, q HistoryQuery, lim HistoryLimits, now time.Time) (*History, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	settle := c.Settle
+	if settle <= 0 {
+		settle = 2 * time.Second
+	}
+	if c.steps == nil {
+		c.steps = map[time.Duration]*stepCache{}
+	}
+	sc := c.steps[q.Step]
+	if sc == nil {
+		sc = &stepCache{buckets: map[int64]Bucket{}}
+		c.steps[q.Step] = sc
+		c.evictSteps()
+	}
+	sc.used = now
+	// The buckets of the range the cache has, from the first on: the
+	// stream is read from the first it lacks. Only whole buckets are
+	// cached, so the range must start on a bucket boundary to use them.
+	read := q
+	var cached []Bucket
+	if q.From.Equal(q.From.Truncate(q.Step)) {
+		for t := q.From; t.Before(q.To); t = t.Add(q.Step) {
+			b, ok := sc.buckets[t.UnixNano()]
+			if !ok || t.Add(q.Step).After(q.To) {
+				break
+			}
+			cached = append(cached, b)
+			read.From = t.Add(q.Step)
+		}
+	}
+	var h *History
+	if read.From.Before(q.To) {
+		var err error
+		if h, err = ReadHistory(ctx, js, read, lim); err != nil {
+			return nil, err
+		}
+	} else {
+		h = &History{Marks: []Mark{}}
+	}
+	// Keep what is finished: read past, and settled.
+	until := q.To
+	if h.Truncated {
+		until = h.ReadTo
+	}
+	if s := now.Add(-settle); s.Before(until) {
+		until = s
+	}
+	for _, b := range h.Buckets {
+		if !b.Start.Add(q.Step).After(until) {
+			sc.buckets[b.Start.UnixNano()] = b
+		}
+	}
+	if n := len(sc.buckets) - cacheBucketsMax; n > 0 {
+		starts := make([]int64, 0, len(sc.buckets))
+		for s := range sc.buckets {
+			starts = append(starts, s)
+		}
+		sort.Slice(starts, func(a, b int) bool { return starts[a] < starts[b] })
+		for _, s := range starts[:n] {
+			delete(sc.buckets, s)
+		}
+	}
+	// The answer: the cached buckets, then the ones read.
+	h.From, h.To, h.StepSec = q.From, q.To, int64(q.Step/time.Second)
+	h.Buckets = append(cached, h.Buckets...)
+	stages, types := map[string]bool{}, map[string]bool{}
+	h.Events = 0
+	for _, b := range h.Buckets {
+		h.Events += b.Total
+		for st, ts := range b.Counts {
+			stages[st] = true
+			for t := range ts {
+				types[t] = true
+			}
+		}
+	}
+	h.Stages, h.Types = sortedKeys(stages), sortedKeys(types)
+	return h, nil
+}
+
+// evictSteps forgets the least recently used steps past cacheStepsMax.
+func (c *HistoryCache) evictSteps() {
+	for len(c.steps) > cacheStepsMax {
+		var oldest time.Duration
+		var at time.Time
+		first := true
+		for s, sc := range c.steps {
+			if first || sc.used.Before(at) {
+				oldest, at, first = s, sc.used, false
+			}
+		}
+		delete(c.steps, oldest)
+	}
 }

@@ -68,6 +68,7 @@ type BusSource struct {
 	Journals []string
 	// HistoryLimits bound one read of the stream's history.
 	HistoryLimits HistoryLimits
+	history       HistoryCache
 
 	life     context.Context
 	pods     *informer.Informer[*corev1.Pod]
@@ -492,7 +493,7 @@ func ReadPod(ctx context.Context, js jetstream.JetStream, ns, name string) ([]tr
 // History reads the events stream over q's range and marks what the
 // journals recorded in it.
 func (s *BusSource) History(ctx context.Context, q HistoryQuery) (*History, error) {
-	h, err := ReadHistory(ctx, s.Sess.Bus.JetStream(), q, s.HistoryLimits)
+	h, err := s.history.Read(ctx, s.Sess.Bus.JetStream(), q, s.HistoryLimits, time.Now())
 	if err != nil {
 		return nil, err
 	}
