@@ -235,8 +235,9 @@ func TestHistoryCache(t *testing.T) {
 	defer cancel()
 	js := conn.JetStream()
 	from := time.Now().Truncate(time.Second).Add(-time.Minute)
-	first := publishEvents(t, ctx, conn, "a-", 4)                                         // 4 admitted, 2 scheduled, 1 report of 2 steps
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond))) // their bucket ends
+	// 4 admitted, 2 scheduled, 1 report of 2 steps; then their bucket ends.
+	first := publishEvents(t, ctx, conn, "a-", 4)
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
 	c := &HistoryCache{Settle: time.Millisecond}
 	now := time.Now()
 	h, err := c.Read(ctx, js, HistoryQuery{From: from, To: now, Step: time.Second}, HistoryLimits{}, now)

@@ -60,9 +60,6 @@ type BusSource struct {
 	// Window is how far back in the events stream the first poll reads.
 	Window time.Duration
 
-	// ChildrenFile is DATA/children.json (the supervisor's processes);
-	// empty: no restart marks.
-	ChildrenFile string
 	// Journals are the journals the history's marks come from
 	// (DATA/processes.log, DATA/faults.log); none: no marks.
 	Journals []string
@@ -74,7 +71,7 @@ type BusSource struct {
 	pods     *informer.Informer[*corev1.Pod]
 	nodes    *informer.Informer[*corev1.Node]
 	cons     jetstream.Consumer
-	tl       timeline
+	pings    pings
 	seen     map[string]where
 	prev     map[string]counters
 	prevAt   time.Time
@@ -105,12 +102,8 @@ func (s *BusSource) Snapshot(ctx context.Context) *Snapshot {
 		fail("consumers", err)
 	}
 	snap.Stages = stages
-	var kids []plan.Record
-	if s.ChildrenFile != "" {
-		kids, _ = plan.ReadRecords(s.ChildrenFile)
-	}
-	s.tl.add(now, stages, kids, s.answered)
-	snap.Timeline, snap.Marks = s.tl.points, s.tl.marks
+	s.pings.add(now, s.answered)
+	snap.Marks = s.pings.marks
 	if err := s.informers(ctx); err != nil {
 		fail("store", err)
 		return snap

@@ -338,9 +338,7 @@
       for (const g of d.gone || []) by.delete(g);
       snap.nodes = [...by.values()].sort((a, b) => a.name < b.name ? -1 : 1);
     }
-    if (d.points) snap.timeline = (snap.timeline || []).concat(d.points).slice(-180);
-    if (d.marks) snap.marks = (snap.marks || []).concat(d.marks);
-    if (snap.timeline.length) snap.marks = (snap.marks || []).filter((m) => Date.parse(m.time) >= Date.parse(snap.timeline[0].time));
+    if (d.marks) snap.marks = (snap.marks || []).concat(d.marks).slice(-200);
     if (d.summary) snap.summary = d.summary;
     if (d.podsTotal !== undefined) snap.podsTotal = d.podsTotal;
     if (d.podsVersion) snap.podsVersion = d.podsVersion;

@@ -460,7 +460,7 @@ func (u *up) startConsole(ctx context.Context) error {
 		l.Close()
 		return err
 	}
-	src := &console.BusSource{Sess: u.session(), MetricsFile: u.layout.Metrics(), ChildrenFile: u.layout.Children(),
+	src := &console.BusSource{Sess: u.session(), MetricsFile: u.layout.Metrics(),
 		Journals: []string{u.layout.Processes(), u.layout.Faults()}}
 	go func() {
 		if err := console.Serve(ctx, l, src, console.TokenFile(u.layout.Tokens()), links); err != nil {
