@@ -277,6 +277,18 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 	}
 	defer cleanup()
 	cfg := sess.Config
+	// The faults go into the system's journal too, at the time they
+	// happen: the console's timeline marks them (kills and restarts the
+	// supervisor records itself).
+	var faultLog *plan.Journal
+	if cfg.DataDir != "" {
+		faultLog = &plan.Journal{Path: plan.Layout{Dir: cfg.DataDir}.Faults()}
+	}
+	record := func(kind, process string, pid int, detail string) {
+		if faultLog != nil {
+			_ = faultLog.Append(plan.Happening{Time: time.Now(), Kind: kind, Process: process, PID: pid, Detail: detail})
+		}
+	}
 	fmt.Fprintf(out, "chaos: seed %d, %d pods over %s, a fault every %s among %s (targets %s)\n", o.Seed, o.Pods, o.Duration, o.KillInterval, strings.Join(nemeses, ","), o.Targets)
 
 	prefix := fmt.Sprintf("chaos-%d-", o.Seed%100000)
@@ -383,9 +395,11 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 			if kind == "pause" {
 				if err := syscall.Kill(victim.PID, syscall.SIGSTOP); err == nil {
 					pauses++
+					record(plan.HappeningPaused, victim.Name, victim.PID, "SIGSTOP")
 					fmt.Fprintf(out, "  %6s  SIGSTOP %s (pid %d) for %s\n", elapsed(), victim.Name, victim.PID, o.PauseFor)
 					sleepCtx(ctx, o.PauseFor)
 					_ = syscall.Kill(victim.PID, syscall.SIGCONT)
+					record(plan.HappeningResumed, victim.Name, victim.PID, "SIGCONT")
 				}
 				continue
 			}
@@ -409,7 +423,9 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 			netFaults++
 			if flap {
 				fmt.Fprintf(out, "  %6s  flap %s every 400ms for %s\n", elapsed(), f, o.FaultFor)
+				record(plan.HappeningFault, target, 0, fmt.Sprintf("flap %s", f))
 				n, err := nn.Flap(ctx, f, 400*time.Millisecond, o.FaultFor)
+				record(plan.HappeningHealed, target, 0, fmt.Sprintf("after %d flaps", n))
 				if err != nil && ctx.Err() == nil {
 					return fmt.Errorf("nemesis: %w", err)
 				}
@@ -420,6 +436,7 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 			if err := nn.Apply(f); err != nil {
 				return fmt.Errorf("nemesis: %w", err)
 			}
+			record(plan.HappeningFault, target, 0, fmt.Sprint(f))
 			fmt.Fprintf(out, "  %6s  %s for %s\n", elapsed(), f, o.FaultFor)
 			if kind == "cutkill" {
 				sleepCtx(ctx, o.FaultFor/2)
@@ -443,6 +460,7 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 			if target == "nats" {
 				what = "events stream leader"
 			}
+			record(plan.HappeningHealed, target, 0, fmt.Sprint(f))
 			fmt.Fprintf(out, "  %6s  healed (%s before the heal: %q)\n", elapsed(), what, during)
 			restartWatches(watchers)
 		}

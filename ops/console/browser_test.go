@@ -32,6 +32,24 @@ func (bigSource) Journey(_ context.Context, ns, name string) (*Journey, error) {
 		Events: []PodEvent{}}, nil
 }
 
+// History is a stream's history over q: every bucket counts admission's
+// and the scheduler's events; the scheduler was killed a third of the
+// way in and restarted a second later.
+func (bigSource) History(_ context.Context, q HistoryQuery) (*History, error) {
+	h := newHistogram(q)
+	for i, b := range h.buckets {
+		for range i%5 + 1 {
+			h.add(b.Start, "admission", "PodAdmitted", 2*time.Millisecond)
+		}
+		h.add(b.Start, "scheduler", "PodScheduled", 30*time.Millisecond)
+	}
+	out := h.history()
+	kill := q.From.Add(q.To.Sub(q.From) / 3)
+	out.Marks = []Mark{{Time: kill, Kind: "killed", Process: "scheduler-1", Detail: "killed"},
+		{Time: kill.Add(time.Second), Kind: "restarted", Process: "scheduler-1"}}
+	return out, nil
+}
+
 // TestConsoleInBrowser drives the console in headless Chromium over
 // 20,000 pods: it logs in by the one-time link, finds a pod by search,
 // opens a pod's journey by its address, drills into the stage a stuck
@@ -124,6 +142,23 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	t.Run("the backlog", func(t *testing.T) {
 		poll("admission backs up", `document.querySelector('.stage[data-stage="admission"]').classList.contains("backing")`)
+	})
+
+	t.Run("the timeline's axes, range and marks", func(t *testing.T) {
+		run("the default view", chromedp.Navigate(base+"/"))
+		poll("bars on a time axis and a count axis", `document.querySelectorAll("#timeline g.bucket").length >= 90 &&
+			document.querySelectorAll("#timeline text.tick").length >= 6 &&
+			Array.from(document.querySelectorAll("#timeline text.tick")).some(e => e.textContent === "0") &&
+			document.querySelector("#tl-step").textContent === "10 s" && document.querySelector("#range").value === "15m"`)
+		poll("the kill and the restart", `document.querySelectorAll("#timeline line.m-killed").length === 1 &&
+			document.querySelectorAll("#timeline line.m-restarted").length === 1 && /scheduler-1 killed/.test(document.querySelector("#marks").textContent)`)
+		run("an hour", chromedp.SetValue("#range", "1h", chromedp.ByID),
+			chromedp.Evaluate(`document.querySelector("#range").dispatchEvent(new Event("change"))`, nil))
+		poll("the hour in minutes, in the address", `document.querySelector("#tl-step").textContent === "1 min" && location.hash.includes("range=1h") &&
+			document.querySelectorAll("#timeline g.bucket").length >= 60`)
+		run("reload", chromedp.Reload())
+		poll("the range kept", `document.querySelector("#range").value === "1h" && document.querySelector("#tl-step").textContent === "1 min"`)
+		run("back to the default", chromedp.Navigate(base+"/"))
 	})
 
 	t.Run("fits 1280 px", func(t *testing.T) {

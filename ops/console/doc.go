@@ -12,6 +12,15 @@
 // to every viewer. A pod's waterfall (ops/trace) is rebuilt on demand and
 // cached for a second per pod, so viewers add no load of their own.
 //
+// The timeline (/api/timeline, history.go) is the events stream's own
+// history over a range, not what the polls saw: ReadHistory counts the
+// messages an ordered consumer delivers from the range's start time per
+// bucket, stage and event type, bounded by messages and time, and
+// HistoryCache keeps the finished buckets so that a refresh reads only
+// what is new. Its marks come from the journals of the data directory
+// (DATA/processes.log from up's supervisor, DATA/faults.log from
+// `podflow chaos`; ops/processes/plan.Journal).
+//
 // The server (Server) is read-only and serves loopback only. It accepts the
 // bearer tokens of the Kubernetes API's static token file (DATA/tokens.csv,
 // by default only the admin's): in an Authorization header, or typed once

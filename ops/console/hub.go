@@ -19,8 +19,7 @@ import (
 //     timeline, a summary of the pods (counts by namespace, stage, phase
 //     and reason) and the pods' version — never the pods themselves;
 //   - then, after each poll, a "delta" event with only what changed: the
-//     stages, the nodes that changed or went, the new timeline points and
-//     marks, the summary, the pods' version. When nothing changes it is
+//     stages, the nodes that changed or went, the new marks, the summary, the pods' version. When nothing changes it is
 //     a few dozen bytes.
 //
 // The pods are read a page at a time (Pods: server-side search, filters
@@ -178,8 +177,7 @@ type Delta struct {
 	// that went.
 	Nodes []Node   `json:"nodes,omitempty"`
 	Gone  []string `json:"gone,omitempty"`
-	// Points and Marks are the timeline's new points and marks.
-	Points      []Point     `json:"points,omitempty"`
+	// Marks are the polls' new marks.
 	Marks       []Mark      `json:"marks,omitempty"`
 	Summary     *PodSummary `json:"summary,omitempty"`
 	PodsTotal   *int        `json:"podsTotal,omitempty"`
@@ -211,15 +209,6 @@ func delta(a, b *Snapshot) Delta {
 		d.Gone = append(d.Gone, name)
 	}
 	sort.Strings(d.Gone)
-	var lastT time.Time
-	if len(a.Timeline) > 0 {
-		lastT = a.Timeline[len(a.Timeline)-1].Time
-	}
-	for _, p := range b.Timeline {
-		if p.Time.After(lastT) {
-			d.Points = append(d.Points, p)
-		}
-	}
 	seen := make(map[Mark]bool, len(a.Marks))
 	for _, m := range a.Marks {
 		seen[m] = true

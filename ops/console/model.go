@@ -24,10 +24,10 @@ type Snapshot struct {
 	Summary     *PodSummary `json:"summary,omitempty"`
 	PodsVersion int64       `json:"podsVersion"`
 	Nodes       []Node      `json:"nodes"`
-	// Timeline is the pipeline's recent totals, Marks the process restarts
-	// and silences among them (the kills and pauses of `podflow chaos`).
-	Timeline []Point `json:"timeline"`
-	Marks    []Mark  `json:"marks"`
+	// Marks are the replicas that stopped or resumed answering the
+	// polls' ping in the last MarksKeep (the timeline's own history is
+	// read from the stream: /api/timeline).
+	Marks []Mark `json:"marks"`
 	// Errors are the sources that could not be read this time.
 	Errors []string `json:"errors,omitempty"`
 }

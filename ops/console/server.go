@@ -85,7 +85,8 @@ func (s *Server) store() *sessions {
 }
 
 // Handler routes the console: the page, the login form, and the API
-// (/api/events: server-sent snapshots; /api/journey: one pod's waterfall).
+// (/api/events: server-sent snapshots; /api/journey: one pod's waterfall;
+// /api/pods: a page of pods; /api/timeline: the stream's history).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	files, _ := fs.Sub(static, "static")
@@ -112,6 +113,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/events", s.guard(http.HandlerFunc(s.events)))
 	mux.Handle("GET /api/journey", s.guard(http.HandlerFunc(s.journey)))
 	mux.Handle("GET /api/pods", s.guard(http.HandlerFunc(s.pods)))
+	mux.Handle("GET /api/timeline", s.guard(http.HandlerFunc(s.timeline)))
 	return loopbackOnly(securityHeaders(mux))
 }
 
@@ -250,6 +252,37 @@ func (s *Server) pods(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(s.Hub.Pods(q))
+}
+
+// HistorySource is a Source that reads the events stream's history
+// (BusSource): the timeline over a range.
+type HistorySource interface {
+	History(ctx context.Context, q HistoryQuery) (*History, error)
+}
+
+// timeline answers the events stream's history over a range
+// (/api/timeline?range=15m or from=&to=, step=): ParseHistoryQuery.
+func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
+	hs, ok := s.Src.(HistorySource)
+	if !ok {
+		http.Error(w, "this console reads no stream history", http.StatusNotImplemented)
+		return
+	}
+	q, err := ParseHistoryQuery(r.URL.Query().Get, time.Now())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), DefaultHistoryMaxWait+5*time.Second)
+	defer cancel()
+	h, err := hs.History(ctx, q)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(h)
 }
 
 func (s *Server) journey(w http.ResponseWriter, r *http.Request) {

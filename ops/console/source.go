@@ -60,15 +60,18 @@ type BusSource struct {
 	// Window is how far back in the events stream the first poll reads.
 	Window time.Duration
 
-	// ChildrenFile is DATA/children.json (the supervisor's processes);
-	// empty: no restart marks.
-	ChildrenFile string
+	// Journals are the journals the history's marks come from
+	// (DATA/processes.log, DATA/faults.log); none: no marks.
+	Journals []string
+	// HistoryLimits bound one read of the stream's history.
+	HistoryLimits HistoryLimits
+	history       HistoryCache
 
 	life     context.Context
 	pods     *informer.Informer[*corev1.Pod]
 	nodes    *informer.Informer[*corev1.Node]
 	cons     jetstream.Consumer
-	tl       timeline
+	pings    pings
 	seen     map[string]where
 	prev     map[string]counters
 	prevAt   time.Time
@@ -99,12 +102,8 @@ func (s *BusSource) Snapshot(ctx context.Context) *Snapshot {
 		fail("consumers", err)
 	}
 	snap.Stages = stages
-	var kids []plan.Record
-	if s.ChildrenFile != "" {
-		kids, _ = plan.ReadRecords(s.ChildrenFile)
-	}
-	s.tl.add(now, stages, kids, s.answered)
-	snap.Timeline, snap.Marks = s.tl.points, s.tl.marks
+	s.pings.add(now, s.answered)
+	snap.Marks = s.pings.marks
 	if err := s.informers(ctx); err != nil {
 		fail("store", err)
 		return snap
@@ -482,4 +481,26 @@ func ReadPod(ctx context.Context, js jetstream.JetStream, ns, name string) ([]tr
 		pending -= n
 	}
 	return recs, nil
+}
+
+// History reads the events stream over q's range and marks what the
+// journals recorded in it.
+func (s *BusSource) History(ctx context.Context, q HistoryQuery) (*History, error) {
+	h, err := s.history.Read(ctx, s.Sess.Bus.JetStream(), q, s.HistoryLimits, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	for _, path := range s.Journals {
+		hs, err := plan.ReadJournal(path, q.From, q.To)
+		if err != nil {
+			h.Errors = append(h.Errors, "marks: "+err.Error())
+		}
+		for _, x := range hs {
+			if x.Kind != plan.HappeningStarted {
+				h.Marks = append(h.Marks, Mark{Time: x.Time, Kind: x.Kind, Process: x.Process, Detail: x.Detail})
+			}
+		}
+	}
+	sort.SliceStable(h.Marks, func(a, b int) bool { return h.Marks[a].Time.Before(h.Marks[b].Time) })
+	return h, nil
 }

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,6 +82,100 @@ func TestConsoleEvents(t *testing.T) {
 		return
 	}
 	t.Fatalf("no snapshot: %v", sc.Err())
+}
+
+// TestConsoleTimeline starts a console after the events happened: pods
+// published and a stage replica killed before it ran. Its timeline
+// (/api/timeline), read from the events stream, counts every one of them
+// and marks the kill and the restart.
+func TestConsoleTimeline(t *testing.T) {
+	c := startCluster(t)
+	const n = 12
+	c.mustPodflow("publish", "-f", writeTemp(t, pod("tl", "default", "tl", "", "")), "--count", fmt.Sprint(n))
+	eventually(t, 60*time.Second, "the pods Running", func() (bool, string) {
+		running, total := c.runningPods("tl-")
+		return running == n, fmt.Sprintf("%d of %d Running", running, total)
+	})
+	var victim childRecord
+	for _, k := range c.children() {
+		if k.Role == "stage/"+pipeline.Persistence {
+			victim = k
+		}
+	}
+	if victim.PID == 0 {
+		t.Fatalf("no persistence replica among %+v", c.children())
+	}
+	if err := syscall.Kill(victim.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the replica restarted", func() (bool, string) {
+		for _, k := range c.children() {
+			if k.Name == victim.Name && k.PID != 0 && k.PID != victim.PID {
+				return true, ""
+			}
+		}
+		return false, "not yet"
+	})
+
+	// A console of its own, started now.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "console", "--config", c.config, "--listen", "127.0.0.1:0")
+	cmd.Dir = repoRoot
+	out := &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = cmd.Wait() }()
+	var url string
+	eventually(t, 20*time.Second, "the console's address", func() (bool, string) {
+		m := regexp.MustCompile(`console: (http://\S+/)`).FindStringSubmatch(out.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil, out.String()
+	})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"api/timeline?range=5m", nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h console.History
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d: %v", resp.StatusCode, err)
+	}
+	got := map[string]int{}
+	for _, b := range h.Buckets {
+		for st, types := range b.Counts {
+			for typ, k := range types {
+				got[st+"/"+typ] += k
+			}
+		}
+	}
+	// What the stream holds, counted message by message.
+	for _, x := range []struct{ stage, typ string }{{pipeline.Admission, "PodAdmitted"}, {pipeline.Persistence, "PodPersisted"}, {pipeline.Scheduler, "PodScheduled"}} {
+		want := 0
+		for _, k := range c.streamCounts(x.typ, "") {
+			want += k
+		}
+		if want < n || got[x.stage+"/"+x.typ] != want {
+			t.Errorf("%s/%s: the timeline counts %d, the stream holds %d (at least %d published)", x.stage, x.typ, got[x.stage+"/"+x.typ], want, n)
+		}
+	}
+	var marks []string
+	for _, m := range h.Marks {
+		if m.Process == victim.Name {
+			marks = append(marks, m.Kind)
+		}
+	}
+	if fmt.Sprint(marks) != "[killed restarted]" {
+		t.Errorf("marks of %s: %v, want [killed restarted]; all: %+v", victim.Name, marks, h.Marks)
+	}
+	t.Logf("%d events in %d buckets of %ds, %d marks", h.Events, len(h.Buckets), h.StepSec, len(h.Marks))
 }
 
 // TestConsoleBrowser drives the web console of `podflow up` in headless

@@ -61,6 +61,7 @@ func runConsole(ctx context.Context, sess *client.Session, listen, tokens string
 		tokens = layout.Tokens()
 	}
 	fmt.Fprintf(out, "console: http://%s/ (log in with a token of %s)\n", l.Addr(), tokens)
-	src := &console.BusSource{Sess: sess, MetricsFile: layout.Metrics(), ChildrenFile: layout.Children()}
+	src := &console.BusSource{Sess: sess, MetricsFile: layout.Metrics(),
+		Journals: []string{layout.Processes(), layout.Faults()}}
 	return console.Serve(ctx, l, src, console.TokenFile(tokens))
 }

@@ -12,7 +12,7 @@
   let snap = null, selected = null, lastJourney = "";
   // The view's state lives in the address (#q=…&ns=…&stage=…&pod=ns/name),
   // so a pod, a stage or a node can be linked, bookmarked and reloaded.
-  const state = { q: "", ns: "", stage: "", phase: "", reason: "", node: "", stuck: "", page: 0, pod: "" };
+  const state = { q: "", ns: "", stage: "", phase: "", reason: "", node: "", stuck: "", page: 0, pod: "", range: "" };
   const PAGE = 100;
   let page = null, podsVersion = -1, podsQuery = "";
   const now = () => Date.now() / 1000;
@@ -75,54 +75,103 @@
   const podStage = (card) => card.startsWith("nodeagent") ? "nodeagent" : card;
 
   const SVG = "http://www.w3.org/2000/svg";
-  // renderTimeline draws the last three minutes on a fixed time axis:
-  // a line breaks where no poll saw the pipeline (no page was open), and
-  // each mark is at the time it happened.
-  function renderTimeline(points, marks) {
-    const svg = $("#timeline");
+  const svgEl = (tag, attrs, text) => {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  };
+  const RANGES = ["5m", "15m", "1h", "6h", "24h"];
+  const COLORS = ["#4aa3ff", "#e5c07b", "#98c379", "#c678dd", "#56b6c2", "#d19a66", "#e06c75", "#8394a5", "#61afef", "#b5bd68"];
+  let hist = null, historyBusy = false, historyAt = 0;
+
+  // niceMax rounds a count up to 1, 2 or 5 times a power of ten.
+  const niceMax = (v) => {
+    const p = Math.pow(10, Math.floor(Math.log10(Math.max(v, 1))));
+    return [1, 2, 5, 10].map((m) => m * p).find((n) => n >= v);
+  };
+  const clockOf = (ms, step) => {
+    const d = new Date(ms), two = (n) => String(n).padStart(2, "0");
+    return two(d.getHours()) + ":" + two(d.getMinutes()) + (step < 60 ? ":" + two(d.getSeconds()) : "");
+  };
+
+  // loadHistory reads the stream's history over the chosen range: every
+  // 5 s for an hour or less, every 30 s beyond, and when the range changes.
+  async function loadHistory(force) {
+    const range = state.range || "15m";
+    const every = /h$/.test(range) && range !== "1h" ? 30e3 : 5e3;
+    if (historyBusy || (!force && Date.now() - historyAt < every)) return;
+    historyBusy = true;
+    try {
+      const r = await fetch("/api/timeline?range=" + encodeURIComponent(range));
+      if (!r.ok) { $("#marks").textContent = "timeline: " + (await r.text()); return; }
+      hist = await r.json();
+      historyAt = Date.now();
+      renderTimeline();
+    } finally { historyBusy = false; }
+  }
+
+  // renderTimeline draws the events the stream stored per bucket, stacked
+  // by the stage that produced them, on a time axis and a count axis, with
+  // a line at each kill, restart and fault where it happened.
+  function renderTimeline() {
+    const h = hist, svg = $("#timeline");
+    if (!h) return;
     svg.replaceChildren();
-    if (!points.length) return;
-    const t1 = Date.parse(points[points.length - 1].time), t0 = t1 - 180e3;
-    const x = (t) => ((Date.parse(t) - t0) / 180e3 * 1000).toFixed(1);
-    const shown = points.filter((p) => Date.parse(p.time) >= t0);
-    const max = Math.max(1, ...shown.map((p) => Math.max(p.redelivered, p.ackPending, p.pending)));
-    const y = (v) => (76 - v / max * 72).toFixed(1);
-    for (let s = 30; s < 180; s += 30) {
-      const g = document.createElementNS(SVG, "line");
-      g.setAttribute("class", "grid");
-      g.setAttribute("x1", s / 180 * 1000); g.setAttribute("x2", s / 180 * 1000);
-      g.setAttribute("y1", "0"); g.setAttribute("y2", "80");
+    const L = 46, R = 992, T = 8, B = 150, W = R - L, Hh = B - T;
+    const t0 = Date.parse(h.from), t1 = Date.parse(h.to), stepMs = h.stepSec * 1000;
+    const x = (ms) => L + (ms - t0) / (t1 - t0) * W;
+    const top = niceMax(Math.max(1, ...h.buckets.map((b) => b.total)));
+    const y = (v) => B - v / top * Hh;
+    // The count axis: 0, half, top.
+    for (const v of [0, top / 2, top]) {
+      svg.append(svgEl("line", { class: "grid", x1: L, x2: R, y1: y(v), y2: y(v) }));
+      svg.append(svgEl("text", { class: "tick", x: L - 4, y: y(v) + 4, "text-anchor": "end" }, String(v)));
+    }
+    // The time axis: at most eight labelled ticks at round times.
+    const iv = [10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200]
+      .find((s) => s * 8 * 1000 >= t1 - t0 && s % h.stepSec === 0) || h.stepSec * Math.ceil(h.buckets.length / 8);
+    for (let ms = Math.ceil(t0 / (iv * 1000)) * iv * 1000; ms < t1; ms += iv * 1000) {
+      svg.append(svgEl("line", { class: "grid", x1: x(ms), x2: x(ms), y1: T, y2: B + 4 }));
+      svg.append(svgEl("text", { class: "tick", x: x(ms), y: B + 16, "text-anchor": "middle" }, clockOf(ms, iv)));
+    }
+    svg.append(svgEl("line", { class: "axis-line", x1: L, x2: R, y1: B, y2: B }));
+    const color = (st) => COLORS[Math.max(0, h.stages.indexOf(st)) % COLORS.length];
+    for (const b of h.buckets) {
+      if (!b.total) continue;
+      const ms = Date.parse(b.start), bx = x(Math.max(ms, t0)), bw = Math.max(1, x(Math.min(ms + stepMs, t1)) - bx - 1);
+      const g = svgEl("g", { class: "bucket" });
+      g.dataset.total = b.total;
+      let acc = 0;
+      const lines = [clockOf(ms, 1) + "  " + b.total + " events"];
+      for (const st of h.stages) {
+        const types = (b.counts || {})[st];
+        if (!types) continue;
+        const n = Object.values(types).reduce((a, c) => a + c, 0);
+        g.append(svgEl("rect", { x: bx, width: bw, y: y(acc + n), height: y(acc) - y(acc + n), fill: color(st) }));
+        acc += n;
+        const lat = (b.latency || {})[st];
+        lines.push(st + ": " + Object.entries(types).map(([t, c]) => t + " " + c).join(", ") +
+          (lat ? "  (handling p50 " + lat.p50Ms.toFixed(1) + " ms, p99 " + lat.p99Ms.toFixed(1) + " ms)" : ""));
+      }
+      g.append(svgEl("title", {}, lines.join("\n")));
       svg.append(g);
     }
-    // Runs of points no more than 5 s apart: a gap is drawn as a gap.
-    const runs = [];
-    for (const p of shown) {
-      const last = runs.length && runs[runs.length - 1];
-      if (last && Date.parse(p.time) - Date.parse(last[last.length - 1].time) <= 5000) last.push(p);
-      else runs.push([p]);
-    }
-    for (const run of runs) {
-      for (const [cls, f] of [["pending", (p) => p.pending], ["ack", (p) => p.ackPending], ["redelivered", (p) => p.redelivered]]) {
-        const line = document.createElementNS(SVG, "polyline");
-        line.setAttribute("class", cls);
-        line.setAttribute("points", run.map((p) => x(p.time) + "," + y(f(p))).join(" "));
-        svg.append(line);
-      }
-    }
-    const inRange = marks.filter((m) => Date.parse(m.time) >= t0);
-    for (const m of inRange) {
-      const l = document.createElementNS(SVG, "line");
-      l.setAttribute("class", "m-" + m.kind);
-      l.setAttribute("x1", x(m.time)); l.setAttribute("x2", x(m.time));
-      l.setAttribute("y1", "0"); l.setAttribute("y2", "80");
-      const title = document.createElementNS(SVG, "title");
-      title.textContent = m.kind + " " + m.process + " at " + new Date(m.time).toLocaleTimeString();
-      l.append(title);
+    // Marks: the journals' (kills, restarts, faults) and the polls'
+    // (a replica that stopped or resumed answering the ping).
+    const polled = ((snap && snap.marks) || []).filter((m) => m.kind === "silent" || m.kind === "answering");
+    const marks = h.marks.concat(polled).filter((m) => Date.parse(m.time) >= t0 && Date.parse(m.time) < t1)
+      .sort((a, b) => Date.parse(a.time) - Date.parse(b.time));
+    for (const m of marks) {
+      const l = svgEl("line", { class: "m-" + m.kind, x1: x(Date.parse(m.time)), x2: x(Date.parse(m.time)), y1: T, y2: B });
+      l.append(svgEl("title", {}, m.kind + " " + m.process + (m.detail ? " (" + m.detail + ")" : "") + " at " + new Date(m.time).toLocaleTimeString()));
       svg.append(l);
     }
-    const clock = (t) => new Date(t).toLocaleTimeString();
-    $("#axis").textContent = clock(t0) + " · gridlines every 30 s · " + clock(t1) + "   (top of the scale: " + max + ")";
-    $("#marks").textContent = inRange.slice(-6).map((m) => new Date(m.time).toLocaleTimeString() + " " + m.process + " " + m.kind).join(" · ");
+    $("#tl-step").textContent = h.stepSec < 60 ? h.stepSec + " s" : h.stepSec / 60 + " min";
+    $("#tl-total").textContent = h.events + " events" + (h.truncated ? ", read up to " + new Date(h.readTo).toLocaleTimeString() + " (the limit)" : "");
+    const legend = $("#tl-legend");
+    legend.replaceChildren(...h.stages.map((st) => { const k = el("span", "key", st); k.style.setProperty("--c", color(st)); return k; }));
+    $("#marks").textContent = marks.length ? marks.slice(-8).map((m) => new Date(m.time).toLocaleTimeString() + " " + m.process + " " + m.kind).join(" · ") : "no kills, restarts or faults in this range";
   }
 
   function podsURL() {
@@ -183,6 +232,7 @@
       sel.value = state[key];
     }
     $("#stuck").checked = state.stuck === "1";
+    $("#range").value = state.range || "15m";
     $("#node-filter").textContent = state.node ? "node " + state.node + " ✕" : "";
   }
 
@@ -270,7 +320,7 @@
     $("#status").className = "status live";
     $("#pods-total").textContent = snap.summary ? snap.summary.total + " pods, " + snap.summary.stuck + " stuck" : "";
     renderPipeline(snap.stages || []);
-    renderTimeline(snap.timeline || [], snap.marks || []);
+    loadHistory(false);
     renderNodes(snap.nodes || []);
     syncControls();
     $("#errors").textContent = (snap.errors || []).join("; ");
@@ -288,9 +338,7 @@
       for (const g of d.gone || []) by.delete(g);
       snap.nodes = [...by.values()].sort((a, b) => a.name < b.name ? -1 : 1);
     }
-    if (d.points) snap.timeline = (snap.timeline || []).concat(d.points).slice(-180);
-    if (d.marks) snap.marks = (snap.marks || []).concat(d.marks);
-    if (snap.timeline.length) snap.marks = (snap.marks || []).filter((m) => Date.parse(m.time) >= Date.parse(snap.timeline[0].time));
+    if (d.marks) snap.marks = (snap.marks || []).concat(d.marks).slice(-200);
     if (d.summary) snap.summary = d.summary;
     if (d.podsTotal !== undefined) snap.podsTotal = d.podsTotal;
     if (d.podsVersion) snap.podsVersion = d.podsVersion;
@@ -311,14 +359,21 @@
   for (const [id, key] of [["#ns", "ns"], ["#phase", "phase"], ["#reason", "reason"], ["#stage", "stage"]]) {
     $(id).addEventListener("change", () => setState({ [key]: $(id).value }));
   }
+  $("#range").replaceChildren(...RANGES.map((r) => { const o = el("option", "", "last " + r); o.value = r; return o; }));
+  $("#range").addEventListener("change", () => {
+    state.range = $("#range").value === "15m" ? "" : $("#range").value;
+    writeHash();
+    loadHistory(true);
+  });
   $("#stuck").addEventListener("change", () => setState({ stuck: $("#stuck").checked ? "1" : "" }));
   $("#node-filter").addEventListener("click", () => setState({ node: "" }));
   $("#prev").addEventListener("click", () => setState({ page: Math.max(0, state.page - 1) }, true));
   $("#next").addEventListener("click", () => setState({ page: state.page + 1 }, true));
-  window.addEventListener("hashchange", () => { readHash(); syncControls(); lastJourney = ""; loadPods(true); loadJourney(); });
+  window.addEventListener("hashchange", () => { readHash(); syncControls(); lastJourney = ""; loadPods(true); loadJourney(); loadHistory(true); });
   readHash();
   syncControls();
   loadPods(true);
   loadJourney();
+  loadHistory(true);
   connect();
 })();

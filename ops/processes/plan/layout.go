@@ -64,6 +64,14 @@ func (l Layout) Log(name string) string { return filepath.Join(l.Logs(), name+".
 // Children is children.json, the processes running now (see Record).
 func (l Layout) Children() string { return filepath.Join(l.Dir, "children.json") }
 
+// Processes is processes.log, the supervisor's journal: every start,
+// exit (a kill) and restart of a process at the time it happened.
+func (l Layout) Processes() string { return filepath.Join(l.Dir, "processes.log") }
+
+// Faults is faults.log, the journal of the faults `podflow chaos`
+// injected (pauses, network faults) at the time it injected them.
+func (l Layout) Faults() string { return filepath.Join(l.Dir, "faults.log") }
+
 // Metrics is metrics.json: process name → /metrics address.
 func (l Layout) Metrics() string { return filepath.Join(l.Dir, "metrics.json") }
 

@@ -111,8 +111,13 @@ type Event struct {
 	Name     string
 	PID      int
 	ExitCode int
+	// Signal is the signal that ended the process ("killed": SIGKILL),
+	// empty when it exited by itself.
+	Signal   string
 	Err      error
 	Restarts int
+	// Time is when it happened.
+	Time time.Time
 }
 
 // Child is a snapshot of one supervised child.
@@ -280,18 +285,21 @@ func (s *Supervisor) watch(c *child) {
 	for {
 		s.mu.Lock()
 		c.pid, c.started = c.cmd.Process.Pid, time.Now()
-		cmd, restarts, stopping := c.cmd, c.restarts, c.stopping
+		cmd, restarts, stopping, started := c.cmd, c.restarts, c.stopping, c.started
 		s.mu.Unlock()
 		if stopping {
 			// Stop ran while this process was being forked: it saw no pid.
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
-		s.emit(Event{Kind: EventStarted, Name: c.spec.Name, PID: cmd.Process.Pid, Restarts: restarts})
+		s.emit(Event{Kind: EventStarted, Name: c.spec.Name, PID: cmd.Process.Pid, Restarts: restarts, Time: started})
 
 		err := cmd.Wait()
-		code := -1
+		code, sig := -1, ""
 		if cmd.ProcessState != nil {
 			code = cmd.ProcessState.ExitCode()
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				sig = ws.Signal().String()
+			}
 		}
 
 		s.mu.Lock()
@@ -307,10 +315,10 @@ func (s *Supervisor) watch(c *child) {
 		s.mu.Unlock()
 
 		if stopping {
-			s.emit(Event{Kind: EventStopped, Name: c.spec.Name, PID: pid, ExitCode: code, Err: err, Restarts: restarts})
+			s.emit(Event{Kind: EventStopped, Name: c.spec.Name, PID: pid, ExitCode: code, Signal: sig, Err: err, Restarts: restarts})
 			return
 		}
-		s.emit(Event{Kind: EventExited, Name: c.spec.Name, PID: pid, ExitCode: code, Err: err, Restarts: restarts})
+		s.emit(Event{Kind: EventExited, Name: c.spec.Name, PID: pid, ExitCode: code, Signal: sig, Err: err, Restarts: restarts})
 
 		t := time.NewTimer(delay)
 		select {
@@ -402,6 +410,9 @@ func (s *Supervisor) List() []Child {
 }
 
 func (s *Supervisor) emit(e Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
 	if s.cfg.OnEvent != nil {
 		s.cfg.OnEvent(e)
 	}

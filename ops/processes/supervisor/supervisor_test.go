@@ -113,6 +113,7 @@ func TestRestartAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := rec.wait(t, EventStarted, "a")
+	killed := time.Now()
 	if _, err := s.Signal("a", syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -120,9 +121,14 @@ func TestRestartAfterKill(t *testing.T) {
 	if exit.PID != first.PID {
 		t.Fatalf("exit of pid %d, want %d", exit.PID, first.PID)
 	}
+	// The events say when, and that a signal ended it (the console's
+	// timeline marks the kill there).
+	if exit.Signal != "killed" || exit.Time.Before(killed) || exit.Time.After(time.Now()) || first.Time.After(killed) {
+		t.Fatalf("exit: signal %q at %s (killed at %s, started at %s)", exit.Signal, exit.Time, killed, first.Time)
+	}
 	second := rec.wait(t, EventStarted, "a")
-	if second.PID == first.PID || second.Restarts != 1 {
-		t.Fatalf("restart: pid %d (first %d), restarts %d", second.PID, first.PID, second.Restarts)
+	if second.PID == first.PID || second.Restarts != 1 || second.Time.Before(exit.Time) {
+		t.Fatalf("restart: pid %d (first %d), restarts %d at %s", second.PID, first.PID, second.Restarts, second.Time)
 	}
 	if got := s.List(); len(got) != 1 || got[0].PID != second.PID {
 		t.Fatalf("List() = %+v", got)
@@ -142,7 +148,7 @@ func TestStopIsFinal(t *testing.T) {
 	if err := s.Stop("b"); err != nil {
 		t.Fatal(err)
 	}
-	if e := rec.wait(t, EventStopped, "b"); e.ExitCode != 0 {
+	if e := rec.wait(t, EventStopped, "b"); e.ExitCode != 0 || e.Signal != "" {
 		t.Fatalf("graceful stop exit code %d, want 0", e.ExitCode)
 	}
 	if alive(st.PID) {

@@ -148,14 +148,17 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 }
 
 // startSupervisor runs the supervisor with the plan's restart policy,
-// recording its children in children.json at every change.
+// recording its children in children.json at every change and what
+// happened to them in processes.log.
 func (u *up) startSupervisor() error {
 	cfg := u.plan.Supervisor
 	var mu sync.Mutex
+	journal := &plan.Journal{Path: u.layout.Processes()}
 	cfg.OnEvent = func(e supervisor.Event) {
 		mu.Lock()
 		_ = plan.WriteRecords(u.layout.Children(), plan.Records(u.sup.List()))
 		mu.Unlock()
+		_ = journal.Append(plan.HappeningOf(e)) // the console's timeline marks; best effort
 		switch e.Kind {
 		case supervisor.EventExited:
 			fmt.Fprintf(u.out, "up: %s (pid %d) exited with code %d; restarting (log: %s)\n", e.Name, e.PID, e.ExitCode, u.layout.Log(e.Name))
@@ -457,7 +460,8 @@ func (u *up) startConsole(ctx context.Context) error {
 		l.Close()
 		return err
 	}
-	src := &console.BusSource{Sess: u.session(), MetricsFile: u.layout.Metrics(), ChildrenFile: u.layout.Children()}
+	src := &console.BusSource{Sess: u.session(), MetricsFile: u.layout.Metrics(),
+		Journals: []string{u.layout.Processes(), u.layout.Faults()}}
 	go func() {
 		if err := console.Serve(ctx, l, src, console.TokenFile(u.layout.Tokens()), links); err != nil {
 			fmt.Fprintf(u.out, "up: console: %v\n", err)
