@@ -142,7 +142,7 @@ func bindingFree(p *corev1.Pod) *corev1.Pod {
 
 // gcWrite allows the garbage collector's changes to the object at key:
 // the removal of some of its ownerReferences (orphaning; a dependent
-// keeping a live owner), the addition or removal of its own finalizers
+// keeping a live owner) or turning their blockOwnerDeletion off, the addition or removal of its own finalizers
 // ("orphan", "foregroundDeletion"), its deletion when it is a dependent
 // (it has ownerReferences) or is marked for deletion (its last finalizer
 // went), and marking it deleted (deletionTimestamp and
@@ -179,8 +179,8 @@ func gcWrite(key string) raftstore.WriteCheck {
 			return errors.New("the garbage collector may not change a deletion under way")
 		}
 		for _, ref := range im.GetOwnerReferences() {
-			if !slices.ContainsFunc(wm.GetOwnerReferences(), func(r *corev1.OwnerReference) bool { return proto.Equal(r, ref) }) {
-				return errors.New("the garbage collector may only remove ownerReferences")
+			if !slices.ContainsFunc(wm.GetOwnerReferences(), func(r *corev1.OwnerReference) bool { return sameOrUnblocked(r, ref) }) {
+				return errors.New("the garbage collector may only remove ownerReferences or make them non-blocking")
 			}
 		}
 		if !slices.Equal(withoutGCFinalizers(wm.GetFinalizers()), withoutGCFinalizers(im.GetFinalizers())) {
@@ -195,6 +195,21 @@ func gcWrite(key string) raftstore.WriteCheck {
 		}
 		return nil
 	}
+}
+
+// sameOrUnblocked reports whether ownerReference is is was, or was with
+// blockOwnerDeletion turned off (kube's collector does so to break a
+// cycle of foreground deletions).
+func sameOrUnblocked(was, is *corev1.OwnerReference) bool {
+	if proto.Equal(was, is) {
+		return true
+	}
+	if !was.GetBlockOwnerDeletion() || is.GetBlockOwnerDeletion() {
+		return false
+	}
+	was = proto.CloneOf(was)
+	was.BlockOwnerDeletion = false
+	return proto.Equal(was, is)
 }
 
 // gcDecoder is how the object at key decodes: as the stored kind whose

@@ -66,6 +66,8 @@ func TestGarbageCollectorConfinedToOwnerRefsAndDeletion(t *testing.T) {
 			p.Metadata.OwnerReferences = append(p.Metadata.OwnerReferences, &corev1.OwnerReference{Kind: "ConfigMap", Name: "c", Uid: "uc"})
 		}},
 		{name: "rewrite a reference", old: old, change: func(p *corev1.Pod) { p.Metadata.OwnerReferences[0].Controller = true }},
+		{name: "make a reference blocking", old: old, change: func(p *corev1.Pod) { p.Metadata.OwnerReferences[0].BlockOwnerDeletion = true }},
+		{name: "make a reference non-blocking", old: encodePod(t, withBlocking(stored)), change: func(p *corev1.Pod) {}, ok: true},
 		{name: "change the image", old: old, change: func(p *corev1.Pod) { p.Spec.Containers[0].Image = "evil" }},
 		{name: "change a label", old: old, change: func(p *corev1.Pod) { p.Metadata.Labels["app"] = "other" }},
 		{name: "undo a deletion", old: encodePod(t, marked), change: func(p *corev1.Pod) { p.Metadata.DeletionTimestamp = nil }},
@@ -125,5 +127,11 @@ func TestGarbageCollectorConfinedToOwnerRefsAndDeletion(t *testing.T) {
 func withFinalizers(p *corev1.Pod, fins ...string) *corev1.Pod {
 	p = vt.Clone(p)
 	p.Metadata.Finalizers = fins
+	return p
+}
+
+func withBlocking(p *corev1.Pod) *corev1.Pod {
+	p = vt.Clone(p)
+	p.Metadata.OwnerReferences[0].BlockOwnerDeletion = true
 	return p
 }

@@ -410,7 +410,16 @@ func (s *pass) foreground(ctx context.Context, it item) error {
 			continue
 		}
 		gone := false
-		if md.GetDeletionTimestamp() == nil {
+		switch {
+		case md.GetDeletionTimestamp() != nil: // its deletion is under way
+		case len(s.byOwner[md.GetUid()]) > 0 && d.kind.Name != objects.Pods.Name:
+			// It has dependents of its own: deleted in the foreground
+			// too, so the owner waits for them as well.
+			if mine, err = s.foregroundDependent(ctx, d, uid); err != nil {
+				return err
+			}
+			s.c.logged("deleting in the foreground: its owner is deleted in the foreground", d)
+		default:
 			if gone, err = s.c.deleteDependent(ctx, d); err != nil {
 				return err
 			}
@@ -424,6 +433,43 @@ func (s *pass) foreground(ctx context.Context, it item) error {
 		return nil // a dependent's deletion (watched) syncs again
 	}
 	return s.c.removeFinalizer(ctx, it, stage.FinalizerForeground)
+}
+
+// foregroundDependent deletes dependent d of a foreground owner (uid
+// owner) in the foreground, as kube's attemptToDeleteItem does for a
+// dependent with dependents: first, when one of its dependents waits for
+// its own dependents too (a cycle, perhaps), its references to owners
+// waiting for their dependents are made non-blocking
+// (blockOwnerDeletion false), so that neither waits for the other; then
+// it is marked with foregroundDeletion (stage.DeleteObjectWith), with a
+// compare-and-swap on the revision read. It returns d's reference to
+// owner as it is left.
+func (s *pass) foregroundDependent(ctx context.Context, d item, owner string) (*corev1.OwnerReference, error) {
+	obj := proto.Clone(d.obj).(objects.Object)
+	md := obj.GetMetadata()
+	cycle := slices.ContainsFunc(s.byOwner[md.GetUid()], func(dd item) bool { return gcFinalizer(dd.meta()) == stage.FinalizerForeground })
+	if cycle {
+		for _, ref := range md.GetOwnerReferences() {
+			st, err := s.owner(ctx, md.GetNamespace(), ref)
+			if err != nil {
+				return nil, err
+			}
+			if ref.GetUid() == owner || st.waiting {
+				ref.BlockOwnerDeletion = false
+			}
+		}
+	}
+	policy := stage.PropagationForeground
+	if _, _, err := stage.DeleteObjectWith(ctx, s.c.env.Store, d.kind, obj, &stage.DeleteOptions{PropagationPolicy: &policy}); err != nil &&
+		!errors.Is(err, raftstore.ErrNotFound) {
+		return nil, err
+	}
+	for _, ref := range md.GetOwnerReferences() {
+		if ref.GetUid() == owner {
+			return ref, nil
+		}
+	}
+	return nil, nil
 }
 
 // owner is what is known of the owner ref names, for a dependent in ns.

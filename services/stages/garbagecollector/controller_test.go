@@ -260,3 +260,54 @@ func TestServiceNotCollected(t *testing.T) {
 		t.Fatal("the foreground owner is held back by a Service")
 	}
 }
+
+// TestForegroundTransitive: a foreground owner's dependent that has
+// dependents of its own is deleted in the foreground too, so the owner
+// waits for the whole tree (a Deployment for its ReplicaSet's pods).
+func TestForegroundTransitive(t *testing.T) {
+	f := newFixture(t)
+	d := f.create(objects.Deployments, "a", "web")
+	rs := f.create(objects.ReplicaSets, "a", "web-1", ref(objects.Deployments, d, true))
+	f.create(objects.Pods, "a", "web-1-a", ref(objects.ReplicaSets, rs, true))
+	f.mark(objects.Deployments, d, stage.FinalizerForeground)
+	f.sync("a")
+	got := f.get(objects.ReplicaSets, "a", "web-1")
+	if got == nil || gcFinalizer(got.GetMetadata()) != stage.FinalizerForeground {
+		t.Fatalf("the ReplicaSet is not deleted in the foreground: %v", got)
+	}
+	f.sync("a") // the ReplicaSet marked: its pod is deleted
+	if p := f.get(objects.Pods, "a", "web-1-a"); p == nil || p.GetMetadata().GetDeletionTimestamp() == nil {
+		t.Fatalf("the pod is not being deleted: %v", p)
+	}
+	if f.get(objects.Deployments, "a", "web") == nil || f.get(objects.ReplicaSets, "a", "web-1") == nil {
+		t.Fatal("an owner went before the pod")
+	}
+	if _, err := f.st.Delete(f.ctx, objects.Pods, "a", "web-1-a", 0); err != nil {
+		t.Fatal(err)
+	}
+	f.sync("a")
+	f.sync("a")
+	if f.get(objects.ReplicaSets, "a", "web-1") != nil || f.get(objects.Deployments, "a", "web") != nil {
+		t.Fatal("the owners stay with no pod left")
+	}
+}
+
+// TestForegroundCycle: two objects owning each other, blocking, one
+// deleted in the foreground: the references are made non-blocking and
+// both go, instead of waiting for each other forever.
+func TestForegroundCycle(t *testing.T) {
+	f := newFixture(t)
+	a := f.create(objects.ConfigMaps, "a", "a")
+	b := f.create(objects.ConfigMaps, "a", "b", ref(objects.ConfigMaps, a, true))
+	a.GetMetadata().OwnerReferences = []*corev1.OwnerReference{ref(objects.ConfigMaps, b, true)}
+	if _, err := f.st.Update(f.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	f.mark(objects.ConfigMaps, a, stage.FinalizerForeground)
+	for i := 0; i < 3; i++ {
+		f.sync("a")
+	}
+	if f.get(objects.ConfigMaps, "a", "a") != nil || f.get(objects.ConfigMaps, "a", "b") != nil {
+		t.Fatalf("the cycle is stuck: %v %v", f.get(objects.ConfigMaps, "a", "a"), f.get(objects.ConfigMaps, "a", "b"))
+	}
+}

@@ -16,9 +16,12 @@
 //     collector deletes its dependents — one with another owner that
 //     exists and is not itself waiting for its dependents only loses the
 //     reference — and removes the finalizer once no dependent with
-//     blockOwnerDeletion is left. Dependents are deleted with their own
-//     policy (their finalizers; else background), so the owner waits for
-//     its direct dependents only.
+//     blockOwnerDeletion is left. A dependent with dependents of its own
+//     (not a pod) is deleted in the foreground too, so the owner waits
+//     for the whole tree; when one of those waits for its dependents as
+//     well (a cycle, perhaps), its references to waiting owners are first
+//     made non-blocking, as kube's collector does. Other dependents are
+//     deleted with their own finalizers, else in the background.
 //
 // Owners and dependents are of every stored kind but Events (which take
 // no part, and are the most numerous): the built-in kinds, custom
@@ -50,6 +53,6 @@
 // collection finalizers (the api stage deletes them as before, their
 // dependents in the background); Services, Namespaces and
 // CustomResourceDefinitions are not deleted as dependents (their deletion
-// is the api stage's: a foreground owner releases them instead); and
-// foreground deletion is not transitive.
+// is the api stage's: a foreground owner releases them instead); and a
+// pod with dependents is deleted as any pod, not in the foreground.
 package garbagecollector
