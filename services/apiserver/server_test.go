@@ -249,7 +249,7 @@ func TestPods(t *testing.T) {
 		// Bad options: kube-apiserver's ValidateDeleteOptions, 422.
 		for _, bad := range []struct{ body, query, msg string }{
 			{body: `{"propagationPolicy":"Sideways"}`, msg: `propagationPolicy: Unsupported value: "Sideways"`},
-			{body: `{"propagationPolicy":"Orphan","orphanDependents":true}`, msg: "OrphanDependents and DeletionPropagation cannot be both set"},
+			{body: `{"propagationPolicy":"Orphan","orphanDependents":true}`, msg: "orphanDependents and deletionPropagation cannot be both set"},
 			{query: "?propagationPolicy=Sideways", msg: `propagationPolicy: Unsupported value: "Sideways"`},
 		} {
 			code, body, _ := do(t, admin, "DELETE", cms+"/owner"+bad.query, "application/json", bad.body)

@@ -74,19 +74,19 @@ func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	return nil
 }
 
-// clusterScope is the queue key of the cluster-scoped objects (no
-// namespace is named "/").
-const clusterScope = "/"
+// The queue keys besides a namespace's name (no namespace has either
+// name): the cluster-scoped objects, and the namespaced objects of every
+// namespace in one sync (a resync: one list of each kind, however many
+// namespaces there are).
+const (
+	clusterScope  = "/"
+	allNamespaces = "*"
+)
 
-// Reconcile queues every namespace and the cluster-scoped objects.
-func (c *Controller) Reconcile(ctx context.Context) error {
-	nss, _, err := objects.List[*corev1.Namespace](ctx, c.env.Store, "")
-	if err != nil {
-		return err
-	}
-	for _, ns := range nss {
-		c.queue.Add(ns.GetMetadata().GetName())
-	}
+// Reconcile queues the objects of every namespace and the cluster-scoped
+// ones.
+func (c *Controller) Reconcile(context.Context) error {
+	c.queue.Add(allNamespaces)
 	c.queue.Add(clusterScope)
 	return nil
 }
@@ -284,8 +284,8 @@ func (s *pass) index(items []item) {
 	}
 }
 
-// Sync collects the garbage of namespace ns (clusterScope: of the
-// cluster-scoped objects). First the owners marked for deletion with the
+// Sync collects the garbage of namespace key (clusterScope: of the
+// cluster-scoped objects; allNamespaces: of every namespace). First the owners marked for deletion with the
 // collector's finalizers: an orphaning owner's dependents lose their
 // reference to it, then it loses its "orphan" finalizer; a foreground
 // owner's dependents are deleted (those with another, live owner only
@@ -296,7 +296,7 @@ func (s *pass) index(items []item) {
 func (c *Controller) Sync(ctx context.Context, key string) error {
 	s := &pass{c: c, ns: key, owners: map[string]ownerState{}}
 	namespaced := key != clusterScope
-	if !namespaced {
+	if key == clusterScope || key == allNamespaces {
 		s.ns = ""
 	}
 	var err error

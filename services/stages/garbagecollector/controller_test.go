@@ -311,3 +311,38 @@ func TestForegroundCycle(t *testing.T) {
 		t.Fatalf("the cycle is stuck: %v %v", f.get(objects.ConfigMaps, "a", "a"), f.get(objects.ConfigMaps, "a", "b"))
 	}
 }
+
+// TestResyncAllNamespaces: a resync judges every namespace in one sync
+// (one list of each kind); Reconcile queues it and the cluster scope.
+func TestResyncAllNamespaces(t *testing.T) {
+	f := newFixture(t)
+	for _, ns := range []string{"a", "b"} {
+		owner := f.create(objects.ConfigMaps, ns, "owner")
+		f.create(objects.Secrets, ns, "dep", ref(objects.ConfigMaps, owner, false))
+		f.create(objects.Secrets, ns, "kept", ref(objects.ConfigMaps, owner, false))
+		if _, err := f.st.Delete(f.ctx, objects.ConfigMaps, ns, "owner", 0); err != nil {
+			t.Fatal(err)
+		}
+		live := f.create(objects.ConfigMaps, ns, "live")
+		kept := f.get(objects.Secrets, ns, "kept")
+		kept.GetMetadata().OwnerReferences = append(kept.GetMetadata().OwnerReferences, ref(objects.ConfigMaps, live, false))
+		if _, err := f.st.Update(f.ctx, kept); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.c.Reconcile(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.c.queue.Len(); n != 2 {
+		t.Fatalf("Reconcile queued %d keys, want 2 (every namespace, the cluster scope)", n)
+	}
+	f.sync(allNamespaces)
+	for _, ns := range []string{"a", "b"} {
+		if f.get(objects.Secrets, ns, "dep") != nil {
+			t.Errorf("%s/dep is still there", ns)
+		}
+		if k := f.get(objects.Secrets, ns, "kept"); k == nil || len(k.GetMetadata().GetOwnerReferences()) != 1 {
+			t.Errorf("%s/kept: %v", ns, k)
+		}
+	}
+}
