@@ -37,8 +37,10 @@
 // The stage syncs a namespace when an object of it is deleted or marked
 // with one of the collector's finalizers (a watch of the whole store), the
 // cluster-scoped objects when such an object is cluster-scoped (every
-// namespace, too, when one is deleted), and all of them on each resync (a
-// dependent made with an owner already gone, a watch that broke). A sync
+// namespace, too, when one is deleted), and on each resync every
+// namespace in one sync (one list of each kind) and the cluster-scoped
+// objects (a dependent made with an owner already gone, a watch that
+// broke). A sync
 // lists the objects of its scope, reads each owner with a linearizable
 // read, and writes with a compare-and-swap on the revision it read: a
 // deletion that meets a changed dependent fails the sync, which is retried
