@@ -93,10 +93,12 @@ metadata:
 	k.must("delete", "rs", "front", "--cascade=foreground", "--wait=false")
 	eventually(t, 60*time.Second, "the pods of front gone, front still there, marked", func() (bool, string) {
 		pods, _, _ := k.run("get", "pods", "-l", "set=front", "-o", "name")
-		rs, errs, _ := k.run("get", "rs", "front", "-o", "jsonpath={.metadata.deletionTimestamp} {.metadata.finalizers}")
-		marked := strings.Contains(rs, "foregroundDeletion") && !strings.HasPrefix(rs, " ")
-		if !marked {
+		rs, errs, code := k.run("get", "rs", "front", "-o", "jsonpath={.metadata.deletionTimestamp} {.metadata.finalizers}")
+		switch marked := strings.Contains(rs, "foregroundDeletion") && !strings.HasPrefix(rs, " "); {
+		case strings.Contains(errs, "NotFound") || code == 0 && !marked:
 			t.Fatalf("rs front while its dependents go: %q %s", rs, errs)
+		case code != 0:
+			return false, errs
 		}
 		return strings.TrimSpace(pods) == "", pods + rs
 	})
