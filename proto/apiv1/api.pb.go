@@ -114,9 +114,16 @@ type ObjectRequest struct {
 	// subresource is the subresource written through ("status", "scale",
 	// "approval"; empty for the object itself): RBAC checks it, and a
 	// generic kind's write goes through that subresource's strategy.
-	Subresource   string `protobuf:"bytes,10,opt,name=subresource,proto3" json:"subresource,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Subresource string `protobuf:"bytes,10,opt,name=subresource,proto3" json:"subresource,omitempty"`
+	// propagation_policy is a delete's DeleteOptions.propagationPolicy
+	// ("Orphan", "Background", "Foreground"; unset: the kind's default),
+	// orphan_dependents its deprecated orphanDependents: the api stage
+	// records them as the garbage collector's finalizers ("orphan",
+	// "foregroundDeletion"), as kube-apiserver's generic store does.
+	PropagationPolicy *string `protobuf:"bytes,11,opt,name=propagation_policy,json=propagationPolicy,proto3,oneof" json:"propagation_policy,omitempty"`
+	OrphanDependents  *bool   `protobuf:"varint,12,opt,name=orphan_dependents,json=orphanDependents,proto3,oneof" json:"orphan_dependents,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ObjectRequest) Reset() {
@@ -217,6 +224,20 @@ func (x *ObjectRequest) GetSubresource() string {
 		return x.Subresource
 	}
 	return ""
+}
+
+func (x *ObjectRequest) GetPropagationPolicy() string {
+	if x != nil && x.PropagationPolicy != nil {
+		return *x.PropagationPolicy
+	}
+	return ""
+}
+
+func (x *ObjectRequest) GetOrphanDependents() bool {
+	if x != nil && x.OrphanDependents != nil {
+		return *x.OrphanDependents
+	}
+	return false
 }
 
 // NodeTokenRequest is a node agent's request for a projected
@@ -381,7 +402,7 @@ const file_apiv1_api_proto_rawDesc = "" +
 	"\bResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\v2\x17.podflow.core.v1.StatusR\x06status\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06object\x18\x03 \x01(\fR\x06object\"\xd1\x02\n" +
+	"\x06object\x18\x03 \x01(\fR\x06object\"\xe4\x03\n" +
 	"\rObjectRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
 	"\x04verb\x18\x02 \x01(\tR\x04verb\x12\x12\n" +
@@ -393,8 +414,12 @@ const file_apiv1_api_proto_rawDesc = "" +
 	"\x04user\x18\b \x01(\v2\x19.podflow.core.v1.UserInfoR\x04user\x12\x17\n" +
 	"\adry_run\x18\t \x01(\bR\x06dryRun\x12 \n" +
 	"\vsubresource\x18\n" +
-	" \x01(\tR\vsubresourceB\x17\n" +
-	"\x15_grace_period_seconds\"\xd8\x01\n" +
+	" \x01(\tR\vsubresource\x122\n" +
+	"\x12propagation_policy\x18\v \x01(\tH\x01R\x11propagationPolicy\x88\x01\x01\x120\n" +
+	"\x11orphan_dependents\x18\f \x01(\bH\x02R\x10orphanDependents\x88\x01\x01B\x17\n" +
+	"\x15_grace_period_secondsB\x15\n" +
+	"\x13_propagation_policyB\x14\n" +
+	"\x12_orphan_dependents\"\xd8\x01\n" +
 	"\x10NodeTokenRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x19\n" +
 	"\bpod_name\x18\x02 \x01(\tR\apodName\x12\x17\n" +

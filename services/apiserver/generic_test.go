@@ -218,7 +218,11 @@ func TestGenericKindsCRUD(t *testing.T) {
 			if err != nil || len(l.Items) != 1 {
 				t.Fatalf("list by label: %v %v", l, err)
 			}
-			if err := ri.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			// Background: with no policy a ReplicationController (v1) or a
+			// Job (batch/v1) would only be marked with the orphan finalizer,
+			// their kinds' default (TestDeletePropagationPolicy).
+			background := metav1.DeletePropagationBackground
+			if err := ri.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &background}); err != nil {
 				t.Fatalf("delete: %v", err)
 			}
 			// A CustomResourceDefinition is deleted asynchronously: marked

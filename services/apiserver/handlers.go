@@ -13,6 +13,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +27,7 @@ import (
 	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/validate"
 )
 
 func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *request) {
@@ -437,6 +439,18 @@ func (s *Server) object(ctx context.Context, req *request, verb string, obj obje
 	return s.backend.Object(ctx, req.user, or)
 }
 
+// deleteObject asks the api stage to delete req's object with opts'
+// grace period and garbage collection policy.
+func (s *Server) deleteObject(ctx context.Context, req *request, opts *metav1.DeleteOptions) (*corev1.Status, proto.Message) {
+	or := &apiv1.ObjectRequest{Verb: "delete", Kind: req.res.store.Qualified(), Namespace: req.namespace, Name: req.name,
+		GracePeriodSeconds: opts.GracePeriodSeconds, Subresource: req.sub,
+		OrphanDependents: opts.OrphanDependents} //nolint:staticcheck // SA1019: honoured as kube-apiserver does
+	if p := opts.PropagationPolicy; p != nil {
+		or.PropagationPolicy = proto.String(string(*p))
+	}
+	return s.backend.Object(ctx, req.user, or)
+}
+
 // respond writes a backend outcome: the object on success, else the Status.
 func (s *Server) respond(w http.ResponseWriter, r *http.Request, res *resource, st *corev1.Status, obj proto.Message) {
 	if st.GetStatus() == "Failure" || st.GetCode() >= 300 {
@@ -767,6 +781,22 @@ func (s *Server) deleteOptions(w http.ResponseWriter, r *http.Request) (*metav1.
 		}
 		opts.GracePeriodSeconds = &g
 	}
+	if v := r.URL.Query().Get("propagationPolicy"); st == nil && v != "" {
+		p := metav1.DeletionPropagation(v)
+		opts.PropagationPolicy = &p
+	}
+	if v := r.URL.Query().Get("orphanDependents"); st == nil && v != "" {
+		o, err := strconv.ParseBool(v)
+		if err != nil {
+			st = badRequest("orphanDependents %q is not a boolean", v)
+		}
+		opts.OrphanDependents = &o //nolint:staticcheck // SA1019: honoured as kube-apiserver does
+	}
+	if st == nil { // rest.BeforeDelete's check, with its error
+		if errs := metav1validation.ValidateDeleteOptions(&opts); len(errs) > 0 {
+			st = validate.InvalidStatus("DeleteOptions.meta.k8s.io", "", errs)
+		}
+	}
 	if st != nil {
 		writeStatus(w, st)
 		return nil, false
@@ -791,7 +821,7 @@ func (s *Server) delete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return
 		}
 	}
-	st, out := s.object(ctx, req, "delete", nil, opts.GracePeriodSeconds, false)
+	st, out := s.deleteObject(ctx, req, opts)
 	if st.GetCode() < 300 && out == nil {
 		k := kubeStatus(st)
 		k.Status = metav1.StatusSuccess
@@ -837,7 +867,7 @@ func (s *Server) deleteCollection(ctx context.Context, w http.ResponseWriter, r 
 		if req.namespace == "" {
 			one.namespace = metaOf(it.obj).GetNamespace()
 		}
-		st, out := s.object(ctx, &one, "delete", nil, opts.GracePeriodSeconds, false)
+		st, out := s.deleteObject(ctx, &one, opts)
 		switch {
 		case st.GetCode() == http.StatusNotFound:
 			continue

@@ -241,6 +241,42 @@ func TestPods(t *testing.T) {
 		}
 	})
 
+	t.Run("delete options", func(t *testing.T) {
+		cms := strings.TrimSuffix(pods, "/pods") + "/configmaps"
+		if code, body, _ := do(t, admin, "POST", cms, "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"owner"}}`); code != 201 {
+			t.Fatalf("create: %d %v", code, body)
+		}
+		// Bad options: kube-apiserver's ValidateDeleteOptions, 422.
+		for _, bad := range []struct{ body, query, msg string }{
+			{body: `{"propagationPolicy":"Sideways"}`, msg: `propagationPolicy: Unsupported value: "Sideways"`},
+			{body: `{"propagationPolicy":"Orphan","orphanDependents":true}`, msg: "orphanDependents and deletionPropagation cannot be both set"},
+			{query: "?propagationPolicy=Sideways", msg: `propagationPolicy: Unsupported value: "Sideways"`},
+		} {
+			code, body, _ := do(t, admin, "DELETE", cms+"/owner"+bad.query, "application/json", bad.body)
+			if code != 422 || !strings.Contains(fmt.Sprint(body["message"]), bad.msg) || !strings.HasPrefix(fmt.Sprint(body["message"]), `DeleteOptions.meta.k8s.io "" is invalid`) {
+				t.Fatalf("delete with %s%s: %d %v", bad.body, bad.query, code, body)
+			}
+		}
+		// Orphan, as a query parameter: the object is only marked, with
+		// the orphan finalizer, until the garbage collector is done.
+		code, body, _ := do(t, admin, "DELETE", cms+"/owner?propagationPolicy=Orphan", "", "")
+		if code != 200 {
+			t.Fatalf("delete orphan: %d %v", code, body)
+		}
+		code, body, _ = do(t, admin, "GET", cms+"/owner", "", "")
+		md, _ := body["metadata"].(map[string]any)
+		if code != 200 || md["deletionTimestamp"] == nil || fmt.Sprint(md["finalizers"]) != "[orphan]" {
+			t.Fatalf("after an orphaning delete: %d %v", code, body)
+		}
+		// Background turns it into a deletion.
+		if code, body, _ := do(t, admin, "DELETE", cms+"/owner", "application/json", `{"propagationPolicy":"Background"}`); code != 200 {
+			t.Fatalf("delete background: %d %v", code, body)
+		}
+		if code, body, _ := do(t, admin, "GET", cms+"/owner", "", ""); code != 404 {
+			t.Fatalf("after a background delete: %d %v", code, body)
+		}
+	})
+
 	t.Run("log", func(t *testing.T) {
 		// No scheduler runs here, so the pod has no node: like Kubernetes,
 		// 400 (the Linux e2e test reads real logs with kubectl).

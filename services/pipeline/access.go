@@ -262,19 +262,11 @@ var storeWrites = map[string][]objects.Kind{
 	// ControllerRevisions, their pods (identity labels, adoption,
 	// deletion).
 	StatefulSet: {objects.StatefulSets, objects.ControllerRevisions, objects.Pods, objects.Events, objects.Leases},
-	// The garbage collector: the dependents it deletes
-	// (GarbageCollectorDependents); StoreWriteFilter lets it change only
-	// their ownerReferences and deletion.
-	GarbageCollector: gcDependents,
+	// The garbage collector: every kind (StoreWriteACL), custom
+	// resources too; StoreWriteFilter lets it change only ownerReferences,
+	// its own finalizers and deletion.
+	GarbageCollector: nil,
 }
-
-// gcDependents are the kinds whose objects the garbage collector deletes
-// when their owners are gone.
-var gcDependents = []objects.Kind{objects.Pods, objects.ReplicaSets, objects.Jobs, objects.ControllerRevisions}
-
-// GarbageCollectorDependents are the kinds the garbage collector scans for
-// objects whose owners are gone, and deletes.
-func GarbageCollectorDependents() []objects.Kind { return append([]objects.Kind(nil), gcDependents...) }
 
 // NodeLeaseNamespace holds one Lease per node, named after it: the node's
 // heartbeat, renewed by its agent as kubelet's nodelease controller does.
@@ -320,6 +312,11 @@ func StoreWriteACL(writer, key string) bool {
 			prefixes = append(prefixes, MasterLeasePrefix, ipalloc.NodePortPrefix) // the replicas' leases of default/kubernetes, Services' node ports
 			if CustomResourceKey(key) {
 				return true // a CustomResourceDefinition's objects, which the store's process does not know
+			}
+		case StageRole(GarbageCollector):
+			kinds = objects.Kinds() // kube's generic-garbage-collector may update and delete every resource
+			if CustomResourceKey(key) {
+				return true
 			}
 		case StageRole(Persistence):
 			prefixes = append(prefixes, RequestIDPrefix)

@@ -26,12 +26,7 @@ import (
 // Other writers and keys: StoreWriteACL alone.
 func StoreWriteFilter(user, key string) raftstore.WriteCheck {
 	if user == StageRole(GarbageCollector) {
-		for _, k := range gcDependents {
-			if strings.HasPrefix(key, k.Prefix("")) {
-				return gcWrite(k)
-			}
-		}
-		return nil
+		return gcWrite(key)
 	}
 	if !strings.HasPrefix(key, objects.Pods.Prefix("")) {
 		return nil
@@ -145,39 +140,101 @@ func bindingFree(p *corev1.Pod) *corev1.Pod {
 	return p
 }
 
-// gcWrite allows the garbage collector's changes to a dependent of kind
-// k: its deletion (the object removed, or marked: deletionTimestamp and
-// deletionGracePeriodSeconds set where none was) and the removal of some
-// of its ownerReferences. It creates nothing and changes nothing else.
-func gcWrite(k objects.Kind) raftstore.WriteCheck {
+// gcWrite allows the garbage collector's changes to the object at key:
+// the removal of some of its ownerReferences (orphaning; a dependent
+// keeping a live owner) or turning their blockOwnerDeletion off, the addition or removal of its own finalizers
+// ("orphan", "foregroundDeletion"), its deletion when it is a dependent
+// (it has ownerReferences) or is marked for deletion (its last finalizer
+// went), and marking it deleted (deletionTimestamp and
+// deletionGracePeriodSeconds set where none was, the generation bumped
+// by one as kube-apiserver's markAsDeleting does). It creates nothing and
+// changes nothing else. The object is decoded as its kind (by the key's
+// prefix), a custom resource as Unstructured; another key is refused.
+func gcWrite(key string) raftstore.WriteCheck {
+	newObj, ok := gcDecoder(key)
+	if !ok {
+		return func([]byte, []byte) error { return errors.New("the garbage collector writes only stored objects") }
+	}
 	return func(old, new []byte) error {
 		if old == nil {
 			return errors.New("the garbage collector creates nothing")
 		}
+		was := newObj()
+		if err := proto.Unmarshal(old, was); err != nil {
+			return fmt.Errorf("stored object: %w", err)
+		}
+		wm := was.GetMetadata()
 		if new == nil {
+			if wm.GetDeletionTimestamp() == nil && len(wm.GetOwnerReferences()) == 0 {
+				return errors.New("the garbage collector deletes only dependents and objects marked for deletion")
+			}
 			return nil
 		}
-		was, is := k.New(), k.New()
-		if err := proto.Unmarshal(old, was); err != nil {
-			return fmt.Errorf("stored %s: %w", k.Name, err)
-		}
+		is := newObj()
 		if err := proto.Unmarshal(new, is); err != nil {
-			return fmt.Errorf("written %s: %w", k.Name, err)
+			return fmt.Errorf("written object: %w", err)
 		}
-		wm, im := was.GetMetadata(), is.GetMetadata()
+		im := is.GetMetadata()
 		if wm.GetDeletionTimestamp() != nil && !proto.Equal(wm.GetDeletionTimestamp(), im.GetDeletionTimestamp()) {
 			return errors.New("the garbage collector may not change a deletion under way")
 		}
 		for _, ref := range im.GetOwnerReferences() {
-			if !slices.ContainsFunc(wm.GetOwnerReferences(), func(r *corev1.OwnerReference) bool { return proto.Equal(r, ref) }) {
-				return errors.New("the garbage collector may only remove ownerReferences")
+			if !slices.ContainsFunc(wm.GetOwnerReferences(), func(r *corev1.OwnerReference) bool { return sameOrUnblocked(r, ref) }) {
+				return errors.New("the garbage collector may only remove ownerReferences or make them non-blocking")
 			}
 		}
+		if !slices.Equal(withoutGCFinalizers(wm.GetFinalizers()), withoutGCFinalizers(im.GetFinalizers())) {
+			return errors.New("the garbage collector may add or remove only the orphan and foregroundDeletion finalizers")
+		}
+		marking := wm.GetDeletionTimestamp() == nil && im.GetDeletionTimestamp() != nil
+		if g := im.GetGeneration(); g != wm.GetGeneration() && !(marking && g == wm.GetGeneration()+1) {
+			return errors.New("the garbage collector may change the generation only when it marks an object deleted")
+		}
 		if !proto.Equal(gcFree(was), gcFree(is)) {
-			return errors.New("the garbage collector may change only ownerReferences and deletion")
+			return errors.New("the garbage collector may change only ownerReferences, its finalizers and deletion")
 		}
 		return nil
 	}
+}
+
+// sameOrUnblocked reports whether ownerReference is is was, or was with
+// blockOwnerDeletion turned off (kube's collector does so to break a
+// cycle of foreground deletions).
+func sameOrUnblocked(was, is *corev1.OwnerReference) bool {
+	if proto.Equal(was, is) {
+		return true
+	}
+	if !was.GetBlockOwnerDeletion() || is.GetBlockOwnerDeletion() {
+		return false
+	}
+	was = proto.CloneOf(was)
+	was.BlockOwnerDeletion = false
+	return proto.Equal(was, is)
+}
+
+// gcDecoder is how the object at key decodes: as the stored kind whose
+// prefix is the longest one key has, or as a custom resource.
+func gcDecoder(key string) (func() objects.Object, bool) {
+	var best objects.Kind
+	for _, k := range objects.Kinds() {
+		if p := k.Prefix(""); strings.HasPrefix(key, p) && len(p) > len(best.Prefix("")) {
+			best = k
+		}
+	}
+	if best.Name != "" {
+		return best.New, true
+	}
+	if CustomResourceKey(key) {
+		return func() objects.Object { return &corev1.Unstructured{} }, true
+	}
+	return nil, false
+}
+
+// gcFinalizers are the garbage collector's own finalizers.
+var gcFinalizers = []string{"orphan", "foregroundDeletion"}
+
+func withoutGCFinalizers(fins []string) []string {
+	return slices.DeleteFunc(slices.Clone(fins), func(f string) bool { return slices.Contains(gcFinalizers, f) })
 }
 
 // gcFree is obj without what the garbage collector may write.
@@ -185,6 +242,10 @@ func gcFree(obj objects.Object) proto.Message {
 	obj = proto.Clone(obj).(objects.Object)
 	if md := obj.GetMetadata(); md != nil {
 		md.OwnerReferences, md.DeletionTimestamp, md.DeletionGracePeriodSeconds = nil, nil, nil
+		md.Finalizers, md.Generation = withoutGCFinalizers(md.Finalizers), 0
+		if len(md.Finalizers) == 0 {
+			md.Finalizers = nil
+		}
 	}
 	return obj
 }

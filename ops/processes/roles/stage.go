@@ -93,7 +93,18 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 		return resourcequota.New(env, resourcequota.DefaultConfig())
 	},
 	pipeline.GarbageCollector: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
-		return garbagecollector.New(env, garbagecollector.DefaultConfig())
+		gc, err := garbagecollector.New(env, garbagecollector.DefaultConfig())
+		if err != nil {
+			return nil, err
+		}
+		// The CustomResourceDefinitions' catalog registers their kinds in
+		// the process, so that custom resources are owners and dependents
+		// like built-in objects.
+		cat, err := crd.NewCatalog(crd.Config{Store: env.Store, Log: env.Log})
+		if err != nil {
+			return nil, err
+		}
+		return stage.Compose(gc, cat), nil
 	},
 	pipeline.ServiceAccount: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return serviceaccount.New(env, serviceaccount.DefaultConfig())

@@ -654,7 +654,11 @@ func (s *Stage) objectAs(ctx context.Context, user *corev1.UserInfo, req *apiv1.
 }
 
 // delete deletes ns/name of kind: a pod gracefully, a Service with its
-// ClusterIP, a namespace through its lifecycle.
+// ClusterIP, a namespace through its lifecycle, any other object as
+// kube-apiserver's generic store does, with the request's garbage
+// collection policy (deleteGeneric). Pods, Services and Namespaces take
+// no garbage collection finalizers: their dependents go in the
+// background whatever the policy.
 func (s *Stage) delete(ctx context.Context, kind objects.Kind, ns string, req *apiv1.ObjectRequest) (*corev1.Status, proto.Message) {
 	if kind.Name == objects.Pods.Name {
 		return s.deletePod(ctx, ns, req.GetName(), req.GracePeriodSeconds)
@@ -669,15 +673,9 @@ func (s *Stage) delete(ctx context.Context, kind objects.Kind, ns string, req *a
 		}
 		return st, obj
 	}
-	if kind.Generic {
-		return s.deleteGeneric(ctx, kind, ns, req.GetName())
-	}
-	if _, err := s.env.Store.Delete(ctx, kind, ns, req.GetName(), 0); errors.Is(err, raftstore.ErrNotFound) {
-		return stage.NotFound(kind.Resource, req.GetName()), nil
-	} else if err != nil {
-		return stage.Internal(err), nil
-	}
-	return stage.Success(200, kind.Resource, req.GetName()), nil
+	return s.deleteGeneric(ctx, kind, ns, req.GetName(), stage.DeleteOptions{
+		PropagationPolicy: req.PropagationPolicy, OrphanDependents: req.OrphanDependents,
+	})
 }
 
 // apply creates obj (verb create), or replaces it when it exists (apply,

@@ -21,15 +21,17 @@ import (
 // when the object moved on between the read and the write.
 const maxDeleteRetries = 16
 
-// deleteGeneric deletes an object of a generic kind as kube-apiserver's
-// generic store does (stage.DeleteObject): one with finalizers is marked
-// for deletion and answered as marked (200 with the object), one without
-// is deleted. A CustomResourceDefinition is first marked as
+// deleteGeneric deletes an object as kube-apiserver's generic store does
+// (stage.DeleteObjectWith): the garbage collector's finalizers are set as
+// opts and the kind's default policy ask ("orphan" for
+// propagationPolicy Orphan, "foregroundDeletion" for Foreground); one
+// with finalizers is then marked for deletion and answered as marked (200
+// with the object), one without is deleted. A CustomResourceDefinition is first marked as
 // apiextensions-apiserver's REST does on the first DELETE: the
 // customresourcecleanup finalizer, deletionTimestamp and the Terminating
 // condition, so that the CRD controller deletes its objects before it
 // goes.
-func (s *Stage) deleteGeneric(ctx context.Context, kind objects.Kind, ns, name string) (*corev1.Status, proto.Message) {
+func (s *Stage) deleteGeneric(ctx context.Context, kind objects.Kind, ns, name string, opts stage.DeleteOptions) (*corev1.Status, proto.Message) {
 	for attempt := 0; ; attempt++ {
 		obj, err := s.env.Store.GetKind(ctx, kind, ns, name)
 		if errors.Is(err, raftstore.ErrNotFound) {
@@ -50,7 +52,7 @@ func (s *Stage) deleteGeneric(ctx context.Context, kind objects.Kind, ns, name s
 				}
 			}
 		} else {
-			out, gone, err = stage.DeleteObject(ctx, s.env.Store, kind, obj)
+			out, gone, err = stage.DeleteObjectWith(ctx, s.env.Store, kind, obj, &opts)
 		}
 		switch {
 		case errors.Is(err, raftstore.ErrConflict) && attempt < maxDeleteRetries && ctx.Err() == nil:

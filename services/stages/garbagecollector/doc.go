@@ -1,27 +1,60 @@
 // Package garbagecollector is the garbage collector stage, as
-// kube-controller-manager's (pkg/controller/garbagecollector), for the
-// core of it: background propagation. A dependent — a pod, ReplicaSet or
-// Job (pipeline's garbage collector write kinds, Dependents) — whose
-// metadata.ownerReferences name an owner that no longer exists (no object
-// of that kind, namespace and name, or one with another uid) loses that
-// reference; a dependent left with no owner is deleted: a pod gracefully
-// (stage.DeletePod, as the ReplicaSet controller deletes its pods), any
-// other object as the api stage deletes it (stage.DeleteObject: an object
-// with finalizers is only marked). Deleting a ReplicaSet so deletes its
-// pods in turn. An owner of a kind the store does not know is taken to
-// exist (kube's collector cannot resolve it either and deletes nothing).
+// kube-controller-manager's (pkg/controller/garbagecollector): it cascades
+// the deletion of an owner to its dependents — the objects whose
+// metadata.ownerReferences name it — in the three propagation modes of a
+// DELETE (DeleteOptions.propagationPolicy):
 //
-// The stage syncs a namespace when an object of it is deleted (a watch of
-// the whole store), every namespace when a cluster-scoped object is, and
-// every namespace on each resync (a dependent made with an owner already
-// gone, a watch that broke). A sync reads its dependents, then each owner
-// with a linearizable read, and writes with a compare-and-swap on the
-// revision it read: a dependent changed meanwhile is read and judged
-// again. It is idempotent — an object already gone is fine — so replicas,
-// and a replica killed mid-sync and started again, agree.
+//  1. Background. A dependent whose owners are all gone (no object of
+//     that kind, namespace and name, or one with another uid) is deleted;
+//     one with an owner left loses the references to the gone ones.
+//  2. Orphan. The api stage marks the owner with the "orphan" finalizer
+//     (stage.DeleteObjectWith); the collector removes the owner's
+//     reference from every dependent, then the finalizer, and the owner
+//     goes (an object marked for deletion left with no finalizer is
+//     deleted, as kube-apiserver's store does on that update).
+//  3. Foreground. The owner is marked with "foregroundDeletion"; the
+//     collector deletes its dependents — one with another owner that
+//     exists and is not itself waiting for its dependents only loses the
+//     reference — and removes the finalizer once no dependent with
+//     blockOwnerDeletion is left. A dependent with dependents of its own
+//     (not a pod) is deleted in the foreground too, so the owner waits
+//     for the whole tree; when one of those waits for its dependents as
+//     well (a cycle, perhaps), its references to waiting owners are first
+//     made non-blocking, as kube's collector does. Other dependents are
+//     deleted with their own finalizers, else in the background.
 //
-// Orphan and foreground propagation are not implemented: the api stage
-// does not record a delete's propagationPolicy (kube's "orphan" and
-// "foregroundDeletion" finalizers), so `kubectl delete --cascade=orphan`
-// deletes the dependents in the background as well.
+// Owners and dependents are of every stored kind but Events (which take
+// no part, and are the most numerous): the built-in kinds, custom
+// resources (the process runs a crd.Catalog beside the stage, which
+// registers their kinds), and cluster-scoped owners, whose dependents may
+// be in any namespace. A pod is deleted gracefully (marked terminating,
+// then stage.RequestDeletion, as the ReplicaSet controller deletes its
+// pods), any other object as the api stage deletes it (stage.DeleteObject:
+// an object with finalizers is only marked). An owner of a kind the
+// process does not know is taken to exist (kube's collector cannot
+// resolve it either and deletes nothing).
+//
+// The stage syncs a namespace when an object of it is deleted or marked
+// with one of the collector's finalizers (a watch of the whole store), the
+// cluster-scoped objects when such an object is cluster-scoped (every
+// namespace, too, when one is deleted), and on each resync every
+// namespace in one sync (one list of each kind) and the cluster-scoped
+// objects (a dependent made with an owner already gone, a watch that
+// broke). A sync
+// lists the objects of its scope, reads each owner with a linearizable
+// read, and writes with a compare-and-swap on the revision it read: a
+// deletion that meets a changed dependent fails the sync, which is retried
+// and judges the dependent again; a reference or finalizer removal is
+// applied again to a fresh read. It is idempotent — an object already
+// gone is fine — so replicas, and a replica killed mid-sync and started
+// again, agree. The store lets the stage change nothing but
+// ownerReferences, its two finalizers and deletion
+// (pipeline.StoreWriteFilter).
+//
+// Not implemented: pods, Services and Namespaces take no garbage
+// collection finalizers (the api stage deletes them as before, their
+// dependents in the background); Services, Namespaces and
+// CustomResourceDefinitions are not deleted as dependents (their deletion
+// is the api stage's: a foreground owner releases them instead); and a
+// pod with dependents is deleted as any pod, not in the foreground.
 package garbagecollector

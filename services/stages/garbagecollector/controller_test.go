@@ -1,0 +1,348 @@
+package garbagecollector
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stage/stagetest"
+)
+
+// fixture is a collector over an in-memory store.
+type fixture struct {
+	t   *testing.T
+	ctx context.Context
+	c   *Controller
+	st  *objects.Store
+}
+
+func newFixture(t *testing.T) *fixture {
+	env, _, _ := stagetest.NewEnv("garbagecollector")
+	c, err := New(env, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, ctx: context.Background(), c: c, st: env.Store}
+}
+
+// create stores obj of kind k in ns with uid and refs; it returns obj as stored.
+func (f *fixture) create(k objects.Kind, ns, name string, refs ...*corev1.OwnerReference) objects.Object {
+	f.t.Helper()
+	obj := k.New()
+	md := objects.Meta(obj)
+	md.Namespace, md.Name, md.Uid, md.OwnerReferences = ns, name, "uid-"+k.Name+"-"+name, refs
+	if p, ok := obj.(*corev1.Pod); ok { // bound: it stays until its node is done
+		p.Spec = &corev1.PodSpec{NodeName: "n1", Containers: []*corev1.Container{{Name: "c", Image: "i"}}}
+	}
+	if _, err := f.st.Create(f.ctx, obj); err != nil {
+		f.t.Fatal(err)
+	}
+	return obj
+}
+
+// mark marks obj for deletion with finalizer fin, as the api stage does.
+func (f *fixture) mark(k objects.Kind, obj objects.Object, fin string) {
+	f.t.Helper()
+	md := obj.GetMetadata()
+	md.DeletionTimestamp, md.Finalizers = timestamppb.Now(), append(md.Finalizers, fin)
+	if _, err := f.st.Update(f.ctx, obj); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) get(k objects.Kind, ns, name string) objects.Object {
+	f.t.Helper()
+	o, err := f.st.GetKind(f.ctx, k, ns, name)
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return o
+}
+
+func (f *fixture) sync(key string) {
+	f.t.Helper()
+	if err := f.c.Sync(f.ctx, key); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func ref(k objects.Kind, obj objects.Object, block bool) *corev1.OwnerReference {
+	md := obj.GetMetadata()
+	return &corev1.OwnerReference{ApiVersion: k.APIVersion(), Kind: k.Name, Name: md.GetName(), Uid: md.GetUid(), Controller: true, BlockOwnerDeletion: block}
+}
+
+// TestOrphan: an owner marked with the orphan finalizer loses it (and so
+// goes) after each dependent — of any kind — lost its reference to it;
+// the dependents stay, with their other owners.
+func TestOrphan(t *testing.T) {
+	f := newFixture(t)
+	rs := f.create(objects.ReplicaSets, "a", "web")
+	other := f.create(objects.ConfigMaps, "a", "keeper")
+	f.create(objects.Pods, "a", "web-1", ref(objects.ReplicaSets, rs, true))
+	f.create(objects.ConfigMaps, "a", "web-cm", ref(objects.ReplicaSets, rs, true), ref(objects.ConfigMaps, other, false))
+	f.mark(objects.ReplicaSets, rs, stage.FinalizerOrphan)
+	f.sync("a")
+	if f.get(objects.ReplicaSets, "a", "web") != nil {
+		t.Fatal("the orphaning ReplicaSet is still there")
+	}
+	pod := f.get(objects.Pods, "a", "web-1")
+	if pod == nil || pod.GetMetadata().GetDeletionTimestamp() != nil || len(pod.GetMetadata().GetOwnerReferences()) != 0 {
+		t.Fatalf("pod after orphaning: %v", pod)
+	}
+	cm := f.get(objects.ConfigMaps, "a", "web-cm")
+	if cm == nil || len(cm.GetMetadata().GetOwnerReferences()) != 1 || cm.GetMetadata().GetOwnerReferences()[0].GetName() != "keeper" {
+		t.Fatalf("configmap after orphaning: %v", cm)
+	}
+}
+
+// TestForeground: an owner marked foregroundDeletion has its dependents
+// deleted and stays until the ones blocking it (blockOwnerDeletion) are
+// gone; a dependent with another live owner only loses the reference.
+func TestForeground(t *testing.T) {
+	f := newFixture(t)
+	rs := f.create(objects.ReplicaSets, "a", "web")
+	keeper := f.create(objects.ReplicationControllers, "a", "keeper")
+	f.create(objects.Pods, "a", "web-1", ref(objects.ReplicaSets, rs, true))
+	f.create(objects.Pods, "a", "shared", ref(objects.ReplicaSets, rs, true), ref(objects.ReplicationControllers, keeper, false))
+	f.create(objects.ConfigMaps, "a", "loose", ref(objects.ReplicaSets, rs, false))
+	f.mark(objects.ReplicaSets, rs, stage.FinalizerForeground)
+	f.sync("a")
+	owner := f.get(objects.ReplicaSets, "a", "web")
+	if owner == nil || !slices.Contains(owner.GetMetadata().GetFinalizers(), stage.FinalizerForeground) {
+		t.Fatalf("the owner went before its blocking pod: %v", owner)
+	}
+	if p := f.get(objects.Pods, "a", "web-1"); p == nil || p.GetMetadata().GetDeletionTimestamp() == nil {
+		t.Fatalf("the blocking pod is not being deleted: %v", p)
+	}
+	if f.get(objects.ConfigMaps, "a", "loose") != nil {
+		t.Fatal("the non-blocking ConfigMap is still there")
+	}
+	shared := f.get(objects.Pods, "a", "shared")
+	if shared == nil || shared.GetMetadata().GetDeletionTimestamp() != nil || len(shared.GetMetadata().GetOwnerReferences()) != 1 ||
+		shared.GetMetadata().GetOwnerReferences()[0].GetName() != "keeper" {
+		t.Fatalf("the pod with a live owner: %v", shared)
+	}
+	// Again: nothing changes while the pod terminates.
+	f.sync("a")
+	if f.get(objects.ReplicaSets, "a", "web") == nil {
+		t.Fatal("the owner went while its pod terminates")
+	}
+	// Its node is done: the pod goes, and so does the owner.
+	if _, err := f.st.Delete(f.ctx, objects.Pods, "a", "web-1", 0); err != nil {
+		t.Fatal(err)
+	}
+	f.sync("a")
+	if o := f.get(objects.ReplicaSets, "a", "web"); o != nil {
+		t.Fatalf("the owner stays with no dependent left: %v", o)
+	}
+}
+
+// TestBackgroundEveryKind: dependents of any kind — a ConfigMap, a Secret,
+// a custom resource — whose owners are gone are deleted, whether the
+// owner was a ConfigMap, a custom resource or a cluster-scoped object.
+func TestBackgroundEveryKind(t *testing.T) {
+	crKind, err := objects.Replace(objects.GenericKind{Group: "gc.example.com", Version: "v1", Kind: "Widget", Resource: "widgets",
+		Namespaced: true, Prefix: objects.CustomResourcePrefix("gc.example.com", "widgets")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { objects.Unregister("gc.example.com", "Widget") })
+	f := newFixture(t)
+	cr := f.create(crKind, "a", "w")
+	cm := f.create(objects.ConfigMaps, "a", "owner")
+	pv := f.create(objects.PersistentVolumes, "", "pv")
+	f.create(objects.ConfigMaps, "a", "of-cr", ref(crKind, cr, false))
+	f.create(objects.Secrets, "a", "of-cm", ref(objects.ConfigMaps, cm, false))
+	f.create(crKind, "a", "of-pv", ref(objects.PersistentVolumes, pv, false))
+	f.create(objects.ConfigMaps, "a", "unknown-owner", &corev1.OwnerReference{ApiVersion: "nowhere.example.com/v1", Kind: "Thing", Name: "x", Uid: "ux"})
+	f.sync("a")
+	for _, o := range []struct {
+		k    objects.Kind
+		name string
+	}{{objects.ConfigMaps, "of-cr"}, {objects.Secrets, "of-cm"}, {crKind, "of-pv"}} {
+		if f.get(o.k, "a", o.name) == nil {
+			t.Fatalf("%s %s deleted while its owner exists", o.k.Name, o.name)
+		}
+	}
+	for _, del := range []struct {
+		k    objects.Kind
+		ns   string
+		name string
+	}{{crKind, "a", "w"}, {objects.ConfigMaps, "a", "owner"}, {objects.PersistentVolumes, "", "pv"}} {
+		if _, err := f.st.Delete(f.ctx, del.k, del.ns, del.name, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.sync("a")
+	for _, o := range []struct {
+		k    objects.Kind
+		name string
+	}{{objects.ConfigMaps, "of-cr"}, {objects.Secrets, "of-cm"}, {crKind, "of-pv"}} {
+		if got := f.get(o.k, "a", o.name); got != nil {
+			t.Errorf("%s %s is still there after its owner went", o.k.Name, o.name)
+		}
+	}
+	if f.get(objects.ConfigMaps, "a", "unknown-owner") == nil {
+		t.Error("a dependent of an owner of an unknown kind was deleted")
+	}
+}
+
+// TestClusterScopedOwnerOrphan: a cluster-scoped owner marked orphan
+// releases its dependents in every namespace before it goes.
+func TestClusterScopedOwnerOrphan(t *testing.T) {
+	f := newFixture(t)
+	pv := f.create(objects.PersistentVolumes, "", "pv")
+	f.create(objects.ConfigMaps, "a", "one", ref(objects.PersistentVolumes, pv, true))
+	f.create(objects.ConfigMaps, "b", "two", ref(objects.PersistentVolumes, pv, true))
+	f.mark(objects.PersistentVolumes, pv, stage.FinalizerOrphan)
+	f.sync(clusterScope)
+	if f.get(objects.PersistentVolumes, "", "pv") != nil {
+		t.Fatal("the orphaning PersistentVolume is still there")
+	}
+	for _, ns := range []string{"a", "b"} {
+		for _, cm := range []string{"one", "two"} {
+			if o := f.get(objects.ConfigMaps, ns, cm); o != nil && len(o.GetMetadata().GetOwnerReferences()) != 0 {
+				t.Errorf("%s/%s keeps its reference: %v", ns, cm, o)
+			}
+		}
+	}
+	if f.get(objects.ConfigMaps, "a", "one") == nil || f.get(objects.ConfigMaps, "b", "two") == nil {
+		t.Fatal("an orphaned dependent was deleted")
+	}
+}
+
+// TestIdempotent: a second sync of the same state changes nothing, and a
+// sync of an owner already gone is fine.
+func TestIdempotent(t *testing.T) {
+	f := newFixture(t)
+	rs := f.create(objects.ReplicaSets, "a", "web")
+	f.create(objects.Pods, "a", "web-1", ref(objects.ReplicaSets, rs, true))
+	f.mark(objects.ReplicaSets, rs, stage.FinalizerOrphan)
+	f.sync("a")
+	rev := f.get(objects.Pods, "a", "web-1").GetMetadata().GetResourceVersion()
+	f.sync("a")
+	if got := f.get(objects.Pods, "a", "web-1").GetMetadata().GetResourceVersion(); got != rev {
+		t.Fatalf("a second sync wrote the pod again: %s → %s", rev, got)
+	}
+}
+
+// TestServiceNotCollected: a Service whose owner is gone is left (its
+// ClusterIP is released only by the api stage's deletion); one blocking a
+// foreground owner is released instead, so the owner goes.
+func TestServiceNotCollected(t *testing.T) {
+	f := newFixture(t)
+	gone := f.create(objects.ConfigMaps, "a", "gone")
+	fg := f.create(objects.ConfigMaps, "a", "fg")
+	f.create(objects.Services, "a", "orphan-svc", ref(objects.ConfigMaps, gone, true))
+	f.create(objects.Services, "a", "blocking-svc", ref(objects.ConfigMaps, fg, true))
+	if _, err := f.st.Delete(f.ctx, objects.ConfigMaps, "a", "gone", 0); err != nil {
+		t.Fatal(err)
+	}
+	f.mark(objects.ConfigMaps, fg, stage.FinalizerForeground)
+	f.sync("a")
+	if f.get(objects.Services, "a", "orphan-svc") == nil {
+		t.Fatal("the collector deleted a Service")
+	}
+	if svc := f.get(objects.Services, "a", "blocking-svc"); svc == nil || len(svc.GetMetadata().GetOwnerReferences()) != 0 {
+		t.Fatalf("the blocking Service: %v", svc)
+	}
+	if f.get(objects.ConfigMaps, "a", "fg") != nil {
+		t.Fatal("the foreground owner is held back by a Service")
+	}
+}
+
+// TestForegroundTransitive: a foreground owner's dependent that has
+// dependents of its own is deleted in the foreground too, so the owner
+// waits for the whole tree (a Deployment for its ReplicaSet's pods).
+func TestForegroundTransitive(t *testing.T) {
+	f := newFixture(t)
+	d := f.create(objects.Deployments, "a", "web")
+	rs := f.create(objects.ReplicaSets, "a", "web-1", ref(objects.Deployments, d, true))
+	f.create(objects.Pods, "a", "web-1-a", ref(objects.ReplicaSets, rs, true))
+	f.mark(objects.Deployments, d, stage.FinalizerForeground)
+	f.sync("a")
+	got := f.get(objects.ReplicaSets, "a", "web-1")
+	if got == nil || gcFinalizer(got.GetMetadata()) != stage.FinalizerForeground {
+		t.Fatalf("the ReplicaSet is not deleted in the foreground: %v", got)
+	}
+	f.sync("a") // the ReplicaSet marked: its pod is deleted
+	if p := f.get(objects.Pods, "a", "web-1-a"); p == nil || p.GetMetadata().GetDeletionTimestamp() == nil {
+		t.Fatalf("the pod is not being deleted: %v", p)
+	}
+	if f.get(objects.Deployments, "a", "web") == nil || f.get(objects.ReplicaSets, "a", "web-1") == nil {
+		t.Fatal("an owner went before the pod")
+	}
+	if _, err := f.st.Delete(f.ctx, objects.Pods, "a", "web-1-a", 0); err != nil {
+		t.Fatal(err)
+	}
+	f.sync("a")
+	f.sync("a")
+	if f.get(objects.ReplicaSets, "a", "web-1") != nil || f.get(objects.Deployments, "a", "web") != nil {
+		t.Fatal("the owners stay with no pod left")
+	}
+}
+
+// TestForegroundCycle: two objects owning each other, blocking, one
+// deleted in the foreground: the references are made non-blocking and
+// both go, instead of waiting for each other forever.
+func TestForegroundCycle(t *testing.T) {
+	f := newFixture(t)
+	a := f.create(objects.ConfigMaps, "a", "a")
+	b := f.create(objects.ConfigMaps, "a", "b", ref(objects.ConfigMaps, a, true))
+	a.GetMetadata().OwnerReferences = []*corev1.OwnerReference{ref(objects.ConfigMaps, b, true)}
+	if _, err := f.st.Update(f.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	f.mark(objects.ConfigMaps, a, stage.FinalizerForeground)
+	for i := 0; i < 3; i++ {
+		f.sync("a")
+	}
+	if f.get(objects.ConfigMaps, "a", "a") != nil || f.get(objects.ConfigMaps, "a", "b") != nil {
+		t.Fatalf("the cycle is stuck: %v %v", f.get(objects.ConfigMaps, "a", "a"), f.get(objects.ConfigMaps, "a", "b"))
+	}
+}
+
+// TestResyncAllNamespaces: a resync judges every namespace in one sync
+// (one list of each kind); Reconcile queues it and the cluster scope.
+func TestResyncAllNamespaces(t *testing.T) {
+	f := newFixture(t)
+	for _, ns := range []string{"a", "b"} {
+		owner := f.create(objects.ConfigMaps, ns, "owner")
+		f.create(objects.Secrets, ns, "dep", ref(objects.ConfigMaps, owner, false))
+		f.create(objects.Secrets, ns, "kept", ref(objects.ConfigMaps, owner, false))
+		if _, err := f.st.Delete(f.ctx, objects.ConfigMaps, ns, "owner", 0); err != nil {
+			t.Fatal(err)
+		}
+		live := f.create(objects.ConfigMaps, ns, "live")
+		kept := f.get(objects.Secrets, ns, "kept")
+		kept.GetMetadata().OwnerReferences = append(kept.GetMetadata().OwnerReferences, ref(objects.ConfigMaps, live, false))
+		if _, err := f.st.Update(f.ctx, kept); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.c.Reconcile(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.c.queue.Len(); n != 2 {
+		t.Fatalf("Reconcile queued %d keys, want 2 (every namespace, the cluster scope)", n)
+	}
+	f.sync(allNamespaces)
+	for _, ns := range []string{"a", "b"} {
+		if f.get(objects.Secrets, ns, "dep") != nil {
+			t.Errorf("%s/dep is still there", ns)
+		}
+		if k := f.get(objects.Secrets, ns, "kept"); k == nil || len(k.GetMetadata().GetOwnerReferences()) != 1 {
+			t.Errorf("%s/kept: %v", ns, k)
+		}
+	}
+}
