@@ -89,6 +89,7 @@ type Elector struct {
 	lock *LeaseLock
 
 	mu      sync.Mutex
+	round   int             // elections run
 	leading context.Context // nil while not leading
 }
 
@@ -120,13 +121,21 @@ func (e *Elector) Leading() (context.Context, bool) {
 func (e *Elector) Run(ctx context.Context) {
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(e.cfg.Log.Handler()))
 	for ctx.Err() == nil {
+		// client-go calls OnStartedLeading on a goroutine of its own: one
+		// late from an election before never overwrites this one's.
+		e.mu.Lock()
+		e.round++
+		round := e.round
+		e.mu.Unlock()
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: e.lock, LeaseDuration: e.cfg.LeaseDuration, RenewDeadline: e.cfg.RenewDeadline,
 			RetryPeriod: e.cfg.RetryPeriod, ReleaseOnCancel: true, Name: e.cfg.Name,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
 					e.mu.Lock()
-					e.leading = lctx
+					if e.round == round {
+						e.leading = lctx
+					}
 					e.mu.Unlock()
 					e.cfg.Log.Info("leading", "lease", e.lock.Describe(), "identity", e.cfg.Identity)
 				},
