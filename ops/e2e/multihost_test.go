@@ -346,8 +346,12 @@ spec:
 	if got := taintKeys(n); !strings.Contains(got, "node.kubernetes.io/unreachable:NoExecute") {
 		t.Fatalf("the dead host's node has taints %q", got)
 	}
+	holderAfter := leaseHolder(ctx, st, "podflow-nodelifecycle")
 	t.Logf("evicted %s after the host died; the node lifecycle controller's leader %s before, %s after",
-		time.Since(killed).Round(time.Second), holderBefore, leaseHolder(ctx, st, "podflow-nodelifecycle"))
+		time.Since(killed).Round(time.Second), holderBefore, holderAfter)
+	if strings.HasPrefix(holderAfter, "nodelifecycle-h1_") || holderAfter == "" {
+		t.Errorf("the node lifecycle controller's Lease is held by %q, not a live host's replica", holderAfter)
+	}
 	// The ReplicaSet's pod was evicted too, and its controller made
 	// another on a live host.
 	replacement := ""
