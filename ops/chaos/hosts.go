@@ -30,7 +30,11 @@ const hostIPBase = 51
 // its own.
 type chaosHost struct {
 	name, ip, dir string
-	args          []string
+	// cidr is the host's --cluster-cidr: each host's simulated nodes
+	// number their pod CIDRs from the start of it, so two hosts with one
+	// cluster CIDR would give the same pod IPs.
+	cidr string
+	args []string
 
 	cmd  *exec.Cmd
 	log  *os.File
@@ -47,7 +51,8 @@ func (h *chaosHost) start(ctx context.Context, exe string, nodes int) error {
 		return err
 	}
 	off, _ := logf.Seek(0, io.SeekEnd)
-	args := append([]string{"up", "--data-dir", h.dir, "--name", h.name, "--advertise", h.ip, "--nodes", strconv.Itoa(nodes)}, h.args...)
+	args := append([]string{"up", "--data-dir", h.dir, "--name", h.name, "--advertise", h.ip, "--nodes", strconv.Itoa(nodes),
+		"--cluster-cidr", h.cidr}, h.args...)
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -150,7 +155,8 @@ var joinToken = regexp.MustCompile(`--token (K10\S+)`)
 
 // runHosts is Run with Options.Hosts: a cluster of that many hosts on
 // loopback addresses (`podflow up --init` on the first, `--join` on the
-// others, each with Options.Nodes simulated nodes), pods published over
+// others, each with Options.Nodes simulated nodes and a cluster CIDR of
+// its own: 10.244.0.0/16, 10.245.0.0/16, ...), pods published over
 // Options.Duration through the second host while, every KillInterval, a
 // random host has every process SIGKILLed at once and is started again
 // FaultFor later (at most MaxHostKills times); then the invariants.
@@ -180,7 +186,8 @@ func runHosts(ctx context.Context, o *Options, out io.Writer, rng *rand.Rand) er
 	hosts := make([]*chaosHost, o.Hosts)
 	for i := range hosts {
 		name := fmt.Sprintf("h%d", i+1)
-		hosts[i] = &chaosHost{name: name, ip: fmt.Sprintf("127.0.0.%d", hostIPBase+i), dir: filepath.Join(base, name)}
+		hosts[i] = &chaosHost{name: name, ip: fmt.Sprintf("127.0.0.%d", hostIPBase+i), dir: filepath.Join(base, name),
+			cidr: fmt.Sprintf("10.%d.0.0/16", 244+i)}
 	}
 	var stopOnce sync.Once
 	stopAll := func() {
