@@ -188,7 +188,7 @@ chaos-partition: build
 ## 20 s every process of a random host is SIGKILLed, the host started again
 ## 10 s later, three times; 150 pods meanwhile, then every invariant.
 chaos-hosts: build
-	$(BIN)/podflow chaos --hosts 3 --pods 150 --duration 90s --kill-interval 20s --fault-for 10s --max-host-kills 3 \
+	$(BIN)/podflow chaos --host-count 3 --pods 150 --duration 90s --kill-interval 20s --fault-for 10s --max-host-kills 3 \
 		--nodes 2 --settle 2m --lin-clients 0
 
 ## chaos: a longer soak than the bounded runs in make test (bounded in pods

@@ -21,11 +21,11 @@ import (
 	"github.com/podflow/podflow/ops/client"
 )
 
-// hostIPBase is the first loopback address of a --hosts run's hosts
+// hostIPBase is the first loopback address of a --host-count run's hosts
 // (127.0.0.51, .52, ...): distinct from the e2e tests' 127.0.0.21-23.
 const hostIPBase = 51
 
-// chaosHost is one host of a --hosts run: a `podflow up --init` or
+// chaosHost is one host of a --host-count run: a `podflow up --init` or
 // `--join` process and every process it started, on a loopback address of
 // its own.
 type chaosHost struct {
@@ -162,13 +162,13 @@ var joinToken = regexp.MustCompile(`--token (K10\S+)`)
 // FaultFor later (at most MaxHostKills times); then the invariants.
 func runHosts(ctx context.Context, o *Options, out io.Writer, rng *rand.Rand) error {
 	if o.Hosts != 3 {
-		return fmt.Errorf("--hosts %d: the run is of 3 hosts, each a store voter and a NATS server", o.Hosts)
+		return fmt.Errorf("--host-count %d: the run is of 3 hosts, each a store voter and a NATS server", o.Hosts)
 	}
 	if o.Config != "" {
-		return errors.New("--hosts: chaos starts the hosts itself: leave out --config")
+		return errors.New("--host-count: chaos starts the hosts itself: leave out --config")
 	}
 	if o.LinClients > 0 {
-		fmt.Fprintln(out, "chaos: --hosts runs no register workload (its HTTPS clients would follow one host); --lin-clients ignored")
+		fmt.Fprintln(out, "chaos: --host-count runs no register workload (its HTTPS clients would follow one host); --lin-clients ignored")
 	}
 	exe, err := os.Executable()
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestHostsOptions: a --hosts run that cannot be made says why before it
+// TestHostsOptions: a --host-count run that cannot be made says why before it
 // starts anything.
 func TestHostsOptions(t *testing.T) {
 	for _, tc := range []struct {
@@ -15,9 +15,9 @@ func TestHostsOptions(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{"two hosts", Options{Hosts: 2}, "--hosts 2: the run is of 3 hosts"},
-		{"four hosts", Options{Hosts: 4}, "--hosts 4: the run is of 3 hosts"},
-		{"with --config", Options{Hosts: 3, Config: "/x/config.json"}, "--hosts: chaos starts the hosts itself"},
+		{"two hosts", Options{Hosts: 2}, "--host-count 2: the run is of 3 hosts"},
+		{"four hosts", Options{Hosts: 4}, "--host-count 4: the run is of 3 hosts"},
+		{"with --config", Options{Hosts: 3, Config: "/x/config.json"}, "--host-count: chaos starts the hosts itself"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
