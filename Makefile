@@ -23,7 +23,7 @@ TEST_P ?= 2
 # runs 10 to 13 minutes on 2 busy cores.
 TEST_TIMEOUT ?= 25m
 
-.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition fuzz clean
+.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition chaos-hosts fuzz clean
 
 all: build
 
@@ -184,11 +184,18 @@ chaos-partition: build
 	$(BIN)/podflow chaos --own --nemesis leader,partition --nemesis-target store,nats --targets stages,nats \
 		--pods 200 --duration 30s --kill-interval 6s --fault-for 5s --nodes 10 --settle 60s --seed 200
 
+## chaos-hosts: three hosts on 127.0.0.51-53 (up --init, up --join); every
+## 20 s every process of a random host is SIGKILLed, the host started again
+## 10 s later, three times; 150 pods meanwhile, then every invariant.
+chaos-hosts: build
+	$(BIN)/podflow chaos --host-count 3 --pods 150 --duration 90s --kill-interval 20s --fault-for 10s --max-host-kills 3 \
+		--nodes 2 --settle 2m --lin-clients 0
+
 ## chaos: a longer soak than the bounded runs in make test (bounded in pods
 ## and time; stops by itself): process kills and pauses, then every
 ## nemesis — kills, pauses and network faults between the store replicas —
 ## then every NATS route fault with kills of NATS servers during cuts,
-## with the linearizability checker; then chaos-partition.
+## with the linearizability checker; then chaos-partition and chaos-hosts.
 chaos: build
 	$(BIN)/podflow chaos --own --pods 3000 --duration 5m --kill-interval 4s --targets stages,store,nodeagent,nats --pause --nodes 50
 	$(BIN)/podflow chaos --own --pods 1000 --duration 3m --kill-interval 7s --fault-for 4s --targets stages,store \
@@ -199,6 +206,7 @@ chaos: build
 		--nemesis loss,leader,partition,kill --targets stages,store --nemesis-target store,nats --nodes 20; \
 	else echo "chaos: packet loss (--nemesis loss) needs root; skipped"; fi
 	$(MAKE) chaos-partition
+	$(MAKE) chaos-hosts
 
 fuzz:
 	cd proto && $(GO) test -run '^$$' -fuzz FuzzEnvelopeDecode -fuzztime 30s ./eventsv1/

@@ -51,6 +51,8 @@ type Options struct {
 	LinClients   int           // HTTPS clients of the linearizability checker (0: none)
 	LinKeys      int           // ConfigMaps those clients share
 	Keep         bool          // keep its own system's data directory
+	Hosts        int           // a cluster of this many hosts, whole hosts killed (0: one host; hosts.go)
+	MaxHostKills int           // with Hosts: at most this many host kills (0: as many as Duration allows)
 }
 
 // violationsError is Run's error when an invariant broke: the command
@@ -237,6 +239,9 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed>>1|1))
+	if o.Hosts > 0 {
+		return runHosts(ctx, o, out, rng)
+	}
 	targets := map[plan.Kind]bool{}
 	for _, t := range strings.Split(o.Targets, ",") {
 		if t = strings.TrimSpace(t); t == "" {

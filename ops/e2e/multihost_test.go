@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,8 +129,10 @@ func podflowAt(t *testing.T, dir string, args ...string) (string, error) {
 // three voters. Every process of the first host is killed: the store
 // re-elects, publishes and applies made meanwhile succeed and no
 // acknowledged PodRequested is lost, the dead host's node goes NotReady
-// and its pod is evicted after its tolerationSeconds; the host comes back
-// and finishes the eviction. Then the third host leaves (up --leave):
+// and its pods are evicted after their tolerationSeconds (by the node
+// lifecycle controller's leader, elected again if it was on the dead
+// host); a ReplicaSet's pod that was there is re-created on a live host;
+// the host comes back and finishes the evictions. Then the third host leaves (up --leave):
 // the store has two voters, its node and its host record are gone.
 func TestThreeHosts(t *testing.T) {
 	if testing.Short() {
@@ -272,9 +275,29 @@ spec:
 		return err == nil && running == 6 && len(nodes) == 3
 	})
 
+	// A ReplicaSet whose one pod prefers the first host's node.
+	rsManifest := filepath.Join(base, "rs.yaml")
+	if err := os.WriteFile(rsManifest, []byte(keepReplicaSetYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := podflowAt(t, hosts[1].dir, "apply", "-f", rsManifest); err != nil {
+		t.Fatalf("apply the ReplicaSet: %v\n%s", err, out)
+	}
+	keepOnH1 := ""
+	until(t, 60*time.Second, "the ReplicaSet's pod running on the first host's node", func() bool {
+		keepOnH1 = ""
+		for _, p := range replicaSetPods(ctx, t, st, "keep") {
+			if p.GetStatus().GetPhase() == "Running" && p.GetSpec().GetNodeName() == "h1-sim-0001" {
+				keepOnH1 = p.GetMetadata().GetName()
+			}
+		}
+		return keepOnH1 != ""
+	})
+
 	// Every process of the first host, at once: the raft leader, a NATS
 	// server, a replica of every stage and a node.
 	_, leaderBefore := voters()
+	holderBefore := leaseHolder(ctx, st, "podflow-nodelifecycle")
 	hosts[0].kill()
 	killed := time.Now()
 	writePods("during")
@@ -323,7 +346,31 @@ spec:
 	if got := taintKeys(n); !strings.Contains(got, "node.kubernetes.io/unreachable:NoExecute") {
 		t.Fatalf("the dead host's node has taints %q", got)
 	}
-	t.Logf("evicted %s after the host died", time.Since(killed).Round(time.Second))
+	holderAfter := leaseHolder(ctx, st, "podflow-nodelifecycle")
+	t.Logf("evicted %s after the host died; the node lifecycle controller's leader %s before, %s after",
+		time.Since(killed).Round(time.Second), holderBefore, holderAfter)
+	if strings.HasPrefix(holderAfter, "nodelifecycle-h1_") || holderAfter == "" {
+		t.Errorf("the node lifecycle controller's Lease is held by %q, not a live host's replica", holderAfter)
+	}
+	// The ReplicaSet's pod was evicted too, and its controller made
+	// another on a live host.
+	replacement := ""
+	until(t, 60*time.Second, "the ReplicaSet's pod re-created on a live host", func() bool {
+		replacement = ""
+		for _, p := range replicaSetPods(ctx, t, st, "keep") {
+			if p.GetMetadata().GetName() == keepOnH1 {
+				if p.GetMetadata().GetDeletionTimestamp() == nil {
+					return false // not evicted yet
+				}
+				continue
+			}
+			if p.GetStatus().GetPhase() == "Running" && p.GetMetadata().GetDeletionTimestamp() == nil && p.GetSpec().GetNodeName() != "h1-sim-0001" {
+				replacement = p.GetMetadata().GetName() + " on " + p.GetSpec().GetNodeName()
+			}
+		}
+		return replacement != ""
+	})
+	t.Logf("the ReplicaSet's pod %s was re-created as %s, %s after the host died", keepOnH1, replacement, time.Since(killed).Round(time.Second))
 
 	// The host comes back: its node is Ready and untainted, the pods it
 	// held are gone, the store has its three voters.
@@ -354,6 +401,66 @@ spec:
 		t.Error("the host that left is still recorded")
 	}
 	t.Logf("whole test %s", time.Since(start).Round(time.Second))
+}
+
+// keepReplicaSetYAML is a ReplicaSet of one pod that prefers the first
+// host's node and tolerates its unreachability for 5 s.
+const keepReplicaSetYAML = `apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: keep}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: keep}
+  template:
+    metadata:
+      labels: {app: keep}
+    spec:
+      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            preference:
+              matchFields: [{key: metadata.name, operator: In, values: [h1-sim-0001]}]
+      tolerations:
+      - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+      containers: [{name: c, image: nginx}]
+`
+
+// replicaSetPods are the pods of default owned by ReplicaSet name.
+func replicaSetPods(ctx context.Context, t *testing.T, st *objects.Store, name string) []*corev1.Pod {
+	t.Helper()
+	pods, _, err := objects.List[*corev1.Pod](ctx, st, "default")
+	if err != nil {
+		return nil
+	}
+	var out []*corev1.Pod
+	for _, p := range pods {
+		for _, o := range p.GetMetadata().GetOwnerReferences() {
+			if o.GetKind() == "ReplicaSet" && o.GetName() == name {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// leaseHolder is the holderIdentity of Lease kube-system/name ("" if
+// none).
+func leaseHolder(ctx context.Context, st *objects.Store, name string) string {
+	obj, err := st.GetKind(ctx, objects.Leases, "kube-system", name)
+	if err != nil {
+		return ""
+	}
+	var c struct {
+		Spec struct {
+			HolderIdentity string `json:"holderIdentity"`
+		} `json:"spec"`
+	}
+	if u, ok := obj.(*corev1.Unstructured); !ok || json.Unmarshal(u.GetContent(), &c) != nil {
+		return ""
+	}
+	return c.Spec.HolderIdentity
 }
 
 func taintKeys(n *corev1.Node) string {

@@ -251,7 +251,8 @@ var storeWrites = map[string][]objects.Kind{
 	ReplicationController: {objects.ReplicationControllers, objects.Pods, objects.Events, objects.Leases},
 	ResourceQuota:         {objects.ResourceQuotas, objects.Events},
 	// Nodes' conditions and taints; pods' Ready, DisruptionTarget and
-	// deletion (an eviction).
+	// deletion (an eviction). Its leader election's Lease:
+	// ControllerLeasePrefixes.
 	NodeLifecycle: {objects.Nodes, objects.Pods, objects.Events},
 	Job:           {objects.Jobs, objects.Pods, objects.Events, objects.Leases},
 	CronJob:       {objects.CronJobs, objects.Jobs, objects.Pods, objects.Events, objects.Leases},
@@ -267,6 +268,11 @@ var storeWrites = map[string][]objects.Kind{
 	// its own finalizers and deletion.
 	GarbageCollector: nil,
 }
+
+// ControllerLeaseNamespace holds the controller stages' Leases: their
+// replicas' (services/controller.Members) and the node lifecycle
+// controller's leader election's, "podflow-nodelifecycle".
+const ControllerLeaseNamespace = "kube-system"
 
 // NodeLeaseNamespace holds one Lease per node, named after it: the node's
 // heartbeat, renewed by its agent as kubelet's nodelease controller does.
@@ -320,6 +326,12 @@ func StoreWriteACL(writer, key string) bool {
 			}
 		case StageRole(Persistence):
 			prefixes = append(prefixes, RequestIDPrefix)
+		case StageRole(NodeLifecycle):
+			// Its leader election's Lease, not the nodes' Leases of
+			// kube-node-lease (a node's heartbeat is its own).
+			if key == objects.Leases.Key(ControllerLeaseNamespace, "podflow-"+NodeLifecycle) {
+				return true
+			}
 		}
 		for _, k := range kinds {
 			prefixes = append(prefixes, k.Prefix(""))

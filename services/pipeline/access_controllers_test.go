@@ -129,3 +129,22 @@ func TestStatefulSetControllerAuthority(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeLifecycleLeaseAuthority: the node lifecycle controller writes
+// its leader election's Lease, and no other: not a node's heartbeat in
+// kube-node-lease, not another controller's.
+func TestNodeLifecycleLeaseAuthority(t *testing.T) {
+	writer := pipeline.StageRole(pipeline.NodeLifecycle)
+	for key, want := range map[string]bool{
+		objects.Leases.Key("kube-system", "podflow-nodelifecycle"):   true,
+		objects.Leases.Key(pipeline.NodeLeaseNamespace, "n1"):        false,
+		objects.Leases.Key("kube-system", "podflow-nodelifecycle-x"): false,
+		objects.Leases.Key("kube-system", "podflow-deployment"):      false,
+		objects.Leases.Key("default", "podflow-nodelifecycle"):       false,
+		objects.Nodes.Key("", "n1"):                                  true,
+	} {
+		if got := pipeline.StoreWriteACL(writer, key); got != want {
+			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", writer, key, got, want)
+		}
+	}
+}

@@ -28,7 +28,9 @@ replicas agreeing. It prints a report and exits 2 on any violation. Runs are
 seeded (--seed) so that a failing one replays. It works on the configured
 system (--config, else $PODFLOW_CONFIG, ./.podflow/config.json,
 ~/.podflow/config.json); with --own, when none is configured, or for
-network faults, it starts its own ` + "`podflow up`" + ` in a temporary directory.`,
+network faults, it starts its own ` + "`podflow up`" + ` in a temporary directory.
+With --host-count 3 it starts three hosts of its own instead (` + "`up --init`" + `, ` + "`up --join`" + `)
+and kills whole hosts, then checks the same invariants.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return chaos.Run(cmd.Context(), o, cmd.OutOrStdout()) },
 	}
 	configFlag(cmd, &o.Config)
@@ -48,6 +50,8 @@ network faults, it starts its own ` + "`podflow up`" + ` in a temporary director
 	f.DurationVar(&o.FaultFor, "fault-for", 5*time.Second, "how long a network fault lasts before it heals")
 	f.IntVar(&o.LinClients, "lin-clients", 4, "concurrent HTTPS clients of the linearizability checker (0: none)")
 	f.IntVar(&o.LinKeys, "lin-keys", 5, "ConfigMaps those clients share")
+	f.IntVar(&o.Hosts, "host-count", 0, "run a cluster of 3 hosts on loopback addresses 127.0.0.51-53 (up --init, up --join) and kill whole hosts: every process of one, every --kill-interval, started again --fault-for later (0: one host, the usual run)")
+	f.IntVar(&o.MaxHostKills, "max-host-kills", 0, "with --host-count: at most this many host kills (0: as many as --duration allows)")
 	f.BoolVar(&o.Keep, "keep", false, "keep the temporary system's data directory (its processes' logs), to read after a failed run")
 	return cmd
 }

@@ -70,6 +70,12 @@ type HostOptions struct {
 	Nodes       int    // simulated nodes (RuntimeSim)
 	NodeGrace   time.Duration
 	ServiceCIDR string
+	// ClusterCIDR and NodeCIDRMaskSize: where this host's simulated
+	// nodes take their pod CIDRs from (Options); each host numbers its
+	// own from the start, so hosts with simulated nodes need distinct
+	// ones. A Linux node agent takes its pod CIDR from the store.
+	ClusterCIDR      string
+	NodeCIDRMaskSize int
 	// FreeAddr picks a loopback address for metrics and the registry.
 	FreeAddr func() (string, error)
 }
@@ -158,7 +164,8 @@ func NewHost(o HostOptions, apiArgs []string) (*Plan, error) {
 	}
 	p := &Plan{Layout: Layout{Dir: o.DataDir}, Streams: bus.DefaultStreamsConfig()}
 	p.Options = Options{Exe: o.Exe, DataDir: o.DataDir, Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace,
-		ServiceCIDR: o.ServiceCIDR, FreeAddr: o.FreeAddr, TLS: true, Replicas: map[string]int{}, APIArgs: apiArgs,
+		ServiceCIDR: o.ServiceCIDR, ClusterCIDR: o.ClusterCIDR, NodeCIDRMaskSize: o.NodeCIDRMaskSize,
+		FreeAddr: o.FreeAddr, TLS: true, Replicas: map[string]int{}, APIArgs: apiArgs,
 		// The cluster CA signed every host's API serving certificate.
 		StageArgs: map[string][]string{pipeline.RootCACert: {"--root-ca-file", p.Layout.PKI("ca.crt")}}}
 	p.Supervisor = supervisor.DefaultConfig()
@@ -246,8 +253,8 @@ func NewHost(o HostOptions, apiArgs []string) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	agentArgs := []string{"nodeagent", "--runtime", "sim", "--name", o.Name, "--node-prefix", o.Name + "-sim-", "--nodes", strconv.Itoa(o.Nodes),
-		"--config", p.Layout.ProcessConfig(p.NodeRole.Role)}
+	agentArgs := append([]string{"nodeagent", "--runtime", "sim", "--name", o.Name, "--node-prefix", o.Name + "-sim-", "--nodes", strconv.Itoa(o.Nodes),
+		"--config", p.Layout.ProcessConfig(p.NodeRole.Role)}, p.Options.nodeCIDRArgs()...)
 	name := "nodeagent-sim"
 	if o.Runtime == RuntimeLinux {
 		name = "nodeagent-" + o.Name

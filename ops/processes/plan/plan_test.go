@@ -468,18 +468,28 @@ func TestControllerStage(t *testing.T) {
 // TestNewHostRunsEveryStage: a server of a cluster of several machines
 // runs a replica of every stage, named after the host; the root CA
 // publisher publishes the cluster CA (without --root-ca-file it refuses
-// to start) and the node lifecycle controller gets the grace period.
+// to start), the node lifecycle controller gets the grace period and the
+// simulated node agent the host's --cluster-cidr.
 func TestNewHostRunsEveryStage(t *testing.T) {
 	p, err := plan.NewHost(plan.HostOptions{Exe: "/bin/podflow", DataDir: "/var/lib/podflow", Name: "h2", Advertise: "10.0.0.2",
-		Runtime: plan.RuntimeSim, ServerURLs: []string{"nats://10.0.0.2:4222"}, NodeGrace: 20 * time.Second}, nil)
+		Runtime: plan.RuntimeSim, ServerURLs: []string{"nats://10.0.0.2:4222"}, NodeGrace: 20 * time.Second, ClusterCIDR: "10.245.0.0/16"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := map[string]string{}
+	agent := ""
 	for _, pr := range p.Processes() {
 		if pr.Kind == plan.StageKind {
 			args[pr.Stage] = strings.Join(pr.Args, " ")
 		}
+		if pr.Kind == plan.NodeAgent {
+			agent = strings.Join(pr.Args, " ")
+		}
+	}
+	// The host's simulated nodes take their pod CIDRs from its own
+	// cluster CIDR, not from the one every host would number from.
+	if !strings.Contains(agent, "--cluster-cidr 10.245.0.0/16") {
+		t.Errorf("node agent: args %q, want the host's cluster CIDR", agent)
 	}
 	for _, s := range pipeline.Stages {
 		if !strings.Contains(args[s], "--replica "+s+"-h2") {

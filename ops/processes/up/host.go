@@ -172,7 +172,8 @@ func runHost(ctx context.Context, o *Options, out io.Writer) error {
 	storeUser, _ := creds.User(pipeline.RoleStore)
 	ho := plan.HostOptions{Exe: exe, DataDir: dir, Name: h.Name, Advertise: h.Advertise, Agent: h.Agent, NATSPort: o.NATSPort,
 		Routes: h.Routes, Seed: h.First && !h.SeedRetired, Bootstrap: h.First, ServerURLs: h.ServerURLs, StoreUser: storeUser,
-		Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace, ServiceCIDR: o.ServiceCIDR}
+		Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace, ServiceCIDR: o.ServiceCIDR,
+		ClusterCIDR: o.ClusterCIDR, NodeCIDRMaskSize: o.NodeCIDRMaskSize}
 	if ho.NATSPort == 4222 || ho.NATSPort == 0 {
 		ho.NATSPort = plan.DefaultHostNATSPort
 	}

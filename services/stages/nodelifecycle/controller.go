@@ -10,12 +10,14 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/controller"
 	"github.com/podflow/podflow/services/events"
 	"github.com/podflow/podflow/services/informer"
 	"github.com/podflow/podflow/services/objects"
@@ -64,12 +66,23 @@ type Config struct {
 	// every pass. A renewal counts as a sign of life as a status
 	// heartbeat does.
 	Leases func(node string) (time.Time, bool)
+	// Election: the replicas elect one leader over a Lease in kube-system
+	// (kube-controller-manager's --leader-elect); only the leader passes,
+	// the others stand by and take over within LeaseDuration of its death
+	// (controller.DefaultElectionConfig: 15s, renew deadline 10s, retry
+	// 2s). Its Identity is set from the replica's name when empty.
+	Election controller.ElectionConfig
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{GracePeriod: 40 * time.Second, MonitorPeriod: 5 * time.Second}
+	el := controller.DefaultElectionConfig(LeaseStage, "")
+	el.Identity = "" // New: the replica's
+	return Config{GracePeriod: 40 * time.Second, MonitorPeriod: 5 * time.Second, Election: el}
 }
+
+// LeaseStage names the election's Lease: kube-system/podflow-nodelifecycle.
+const LeaseStage = "nodelifecycle"
 
 // Validate checks the Config.
 func (c Config) Validate() error {
@@ -80,6 +93,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("nodelifecycle: MonitorPeriod (%s) must be positive", c.MonitorPeriod)
 	case c.MonitorPeriod > c.GracePeriod:
 		return fmt.Errorf("nodelifecycle: MonitorPeriod (%s) cannot be longer than GracePeriod (%s)", c.MonitorPeriod, c.GracePeriod)
+	}
+	el := c.Election
+	if el.Identity == "" {
+		el.Identity = "replica" // New sets it from the replica's name
+	}
+	if err := el.Validate(); err != nil {
+		return fmt.Errorf("nodelifecycle: %w", err)
 	}
 	return nil
 }
@@ -94,6 +114,8 @@ type Controller struct {
 	evictRec *events.Recorder
 	now      func() time.Time
 	leases   func(node string) (time.Time, bool) // of this pass
+	elector  *controller.Elector
+	passed   func(start, end time.Time) // tests: each pass made
 }
 
 var _ stage.Starter = (*Controller)(nil)
@@ -106,6 +128,16 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	if env.Log == nil {
 		env.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Election.Identity == "" {
+		cfg.Election.Identity = env.Replica + "_" + uuid.NewString()
+	}
+	if cfg.Election.Log == nil {
+		cfg.Election.Log = env.Log
+	}
+	el, err := controller.NewElector(env.Store, cfg.Election)
+	if err != nil {
+		return nil, fmt.Errorf("nodelifecycle: %w", err)
+	}
 	nodes, err := informer.New[*corev1.Node](env.Store, "", informer.Handlers[*corev1.Node]{})
 	if err != nil {
 		return nil, err
@@ -114,13 +146,15 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{env: env, cfg: cfg, nodes: nodes, pods: pods, now: time.Now,
+	return &Controller{env: env, cfg: cfg, nodes: nodes, pods: pods, now: time.Now, elector: el,
 		nodeRec:  &events.Recorder{Store: env.Store, Component: "node-controller", Instance: env.Replica},
 		evictRec: &events.Recorder{Store: env.Store, Component: "taint-eviction-controller", Instance: env.Replica},
 	}, nil
 }
 
-// Start syncs the informers and passes every MonitorPeriod until ctx ends.
+// Start syncs the informers, campaigns for the Lease and, while this
+// replica leads, passes every MonitorPeriod until ctx ends. The Lease is
+// released only after the last pass ended.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
 	infs.Add(c.nodes)
@@ -128,7 +162,13 @@ func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}
+	electCtx, stopElection := context.WithCancel(context.WithoutCancel(ctx))
 	g.Go(func() error {
+		c.elector.Run(electCtx)
+		return nil
+	})
+	g.Go(func() error {
+		defer stopElection()
 		t := time.NewTicker(c.cfg.MonitorPeriod)
 		defer t.Stop()
 		for {
@@ -137,12 +177,30 @@ func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 				return nil
 			case <-t.C:
 			}
-			if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
+			lctx, leading := c.elector.Leading()
+			if !leading {
+				continue
+			}
+			pctx, cancel := context.WithCancel(lctx)
+			stop := context.AfterFunc(ctx, cancel)
+			start := time.Now()
+			if err := c.Pass(pctx); err != nil && pctx.Err() == nil {
 				c.env.Log.Warn("node lifecycle pass", "err", err)
 			}
+			if c.passed != nil {
+				c.passed(start, time.Now())
+			}
+			stop()
+			cancel()
 		}
 	})
 	return nil
+}
+
+// Leading reports whether this replica holds the Lease now.
+func (c *Controller) Leading() bool {
+	_, ok := c.elector.Leading()
+	return ok
 }
 
 // NodeLeaseNamespace holds the nodes' Leases (kubelet's nodelease).

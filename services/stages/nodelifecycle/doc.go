@@ -33,18 +33,28 @@
 //     or the node is removed; its controllers no longer count it and
 //     create replacements.
 //
-// It does I/O: informers of the nodes and the pods, compare-and-swap
-// writes, deletion requests on the bus. Every step reads fresh state and
-// is idempotent, so replicas may run at once (each write is a
-// compare-and-swap); kube elects one leader, which a Lease-based election
-// can add without changing a step.
+// One replica acts. The replicas elect a leader as
+// kube-controller-manager's --leader-elect does: client-go's
+// leaderelection over the Lease kube-system/podflow-nodelifecycle
+// (controller.Elector; holderIdentity the replica's name and a random
+// suffix). Only the leader passes; the others stand by and take the
+// Lease once it was not renewed for LeaseDuration (15 s), measured on
+// their own clocks. A leader that cannot renew for RenewDeadline (10 s)
+// stops passing before that, so two replicas never act at once; a
+// replica stopped cleanly releases the Lease after its last pass, and a
+// standby takes over at once. Every step still reads fresh state and is
+// idempotent, each write a compare-and-swap, so a pass cut short by a
+// lost Lease leaves nothing half done that the next leader cannot finish.
+//
+// It does I/O: informers of the nodes and the pods, the Lease,
+// compare-and-swap writes, deletion requests on the bus.
 //
 // The caller (the nodelifecycle controller stage, pipeline.NodeLifecycle,
-// with its own identity: it writes Nodes, Pods and Events, and publishes
+// with its own identity: it writes Nodes, Pods, Events and its Lease, and publishes
 // the deletion requests of the pods it evicts):
 //  1. creates a Controller with New and Starts it under its errgroup: it
-//     syncs its informers and then passes every MonitorPeriod until ctx
-//     ends;
+//     syncs its informers, campaigns, and while it leads passes every
+//     MonitorPeriod until ctx ends;
 //  2. keeps GracePeriod longer than the node agents' heartbeat interval.
 //
 // Usage:
