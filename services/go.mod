@@ -14,7 +14,10 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require k8s.io/pod-security-admission v0.37.2 // indirect
+require (
+	k8s.io/component-helpers v0.37.2
+	k8s.io/pod-security-admission v0.37.2 // indirect
+)
 
 require (
 	cel.dev/expr v0.25.2 // indirect
@@ -133,7 +136,7 @@ require (
 
 require (
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
-	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/logr v1.4.4
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
@@ -143,7 +146,7 @@ require (
 	golang.org/x/net v0.60.0
 	golang.org/x/text v0.43.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
-	k8s.io/klog/v2 v2.140.0 // indirect
+	k8s.io/klog/v2 v2.140.0
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730
