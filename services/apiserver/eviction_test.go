@@ -331,4 +331,3 @@ func TestEvictionDiscovery(t *testing.T) {
 	}
 	t.Fatal("discovery does not list pods/eviction")
 }
-
