@@ -166,13 +166,18 @@ func (c *cluster) updateStatus(p *policy.PodDisruptionBudget) {
 	}
 }
 
-// TestDisruptionFailSafe: a percentage budget over pods whose controller
-// has no scale cannot be computed; the sync fails safe (disruptionsAllowed 0,
+// TestDisruptionFailSafe: a budget over no pods is processed and allows
+// nothing; a percentage budget over pods whose controller has no scale
+// cannot be computed; the sync fails safe (disruptionsAllowed 0,
 // DisruptionAllowed False with reason SyncFailed), an integer minAvailable
 // works.
 func TestDisruptionFailSafe(t *testing.T) {
 	c := newCluster(t)
 	startDisruption(c, "pdb-a")
+	// A budget over no pods is processed (observedGeneration), allowing
+	// nothing.
+	c.apply("create", budget("none", ptr.To(intstr.FromString("1%")), nil))
+	c.waitBudget("none", pdbStatus{0, 0, 0, 0, policy.InsufficientPodsReason})
 	// A pod whose controller is a kind without a scale subresource.
 	c.apply("create", budget("job", ptr.To(intstr.FromString("50%")), nil))
 	for i := range 2 {
