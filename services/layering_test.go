@@ -117,6 +117,7 @@ var podWritersWithoutPodSecurity = map[string]string{
 	"stages/scheduler/stage.go markNotScheduled":          "sets the PodScheduled condition (status)",
 	"stages/nodelifecycle/controller.go evictPod":         "sets the DisruptionTarget condition (status), then deletes the pod (an eviction)",
 	"stages/nodelifecycle/controller.go markPodsNotReady": "sets the Ready condition False (status)",
+	"stages/api/eviction.go addConditionAndDeletePod":     "sets the DisruptionTarget condition (status) and deletionTimestamp (pods/eviction, ignored by PodSecurity)",
 	// Metadata only: kube's PodSecurity admission skips a pod update that
 	// leaves the spec as it was.
 	"controller/kube.go AdoptPod":              "adds the controller's ownerReference (metadata)",

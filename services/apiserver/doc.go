@@ -21,7 +21,9 @@
 //     protobuf, by Accept).
 //   - Resources: pods (create, get, list, watch, update, patch, delete,
 //     status, log, ephemeralcontainers: get, update and patch that only
-//     add ephemeral containers, validated as kube-apiserver, ephemeral.go),
+//     add ephemeral containers, validated as kube-apiserver, ephemeral.go;
+//     eviction: create, the PodDisruptionBudget check done by the api
+//     stage, eviction.go),
 //     nodes,
 //     namespaces (and their status and finalize subresources,
 //     nssubresources.go), services, endpointslices (discovery.k8s.io/v1), events

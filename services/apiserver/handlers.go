@@ -68,6 +68,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		s.authorizedTokenRequest(w, r, req)
 		return
 	}
+	if isEviction(req) { // pods/eviction: eviction.go
+		s.authorizedEviction(w, r, req)
+		return
+	}
 	if req.res.name == "namespaces" && req.res.group == "" && req.sub == "finalize" && req.verb != "update" {
 		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path)) // finalize is PUT only
 		return

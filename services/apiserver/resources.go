@@ -163,6 +163,7 @@ func (r *resource) subresources() []metav1.APIResource {
 			{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: []string{"create", "get"}},
 			{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: []string{"create", "get"}},
 			{Name: "pods/ephemeralcontainers", Namespaced: true, Kind: "Pod", Verbs: []string{"get", "patch", "update"}},
+			{Name: "pods/eviction", Namespaced: true, Group: "policy", Version: "v1", Kind: "Eviction", Verbs: []string{"create"}},
 			{Name: "pods/proxy", Namespaced: true, Kind: "PodProxyOptions", Verbs: proxyVerbs},
 		}
 	}

@@ -126,7 +126,8 @@ type controllerRole struct {
 
 // controllerPolicy is kube's bootstrap policy of the workload controllers
 // podflow runs (the ReplicaSet, ReplicationController, Job, CronJob,
-// Deployment and StatefulSet controllers and the garbage collector so far)
+// Deployment and StatefulSet controllers, the garbage collector and the
+// disruption controller so far)
 // (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
 // controller_policy.go): what each controller's ServiceAccount may do.
 func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group func(string, []string, ...string) *corev1.PolicyRule) []controllerRole {
@@ -171,6 +172,16 @@ func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group f
 			core([]string{"update", "delete"}, "persistentvolumeclaims"),
 			core([]string{"update"}, "pods/finalizers"),
 			events, eventsV1,
+		}},
+		{"disruption-controller", []*corev1.PolicyRule{
+			{Verbs: []string{"get", "list", "watch"}, ApiGroups: []string{"extensions", "apps"}, Resources: []string{"deployments"}},
+			{Verbs: []string{"get", "list", "watch"}, ApiGroups: []string{"apps", "extensions"}, Resources: []string{"replicasets"}},
+			core([]string{"get", "list", "watch"}, "replicationcontrollers"),
+			group("policy", []string{"get", "list", "watch"}, "poddisruptionbudgets"),
+			group("apps", []string{"get", "list", "watch"}, "statefulsets"),
+			group("policy", []string{"update"}, "poddisruptionbudgets/status"),
+			core([]string{"patch", "update"}, "pods/status"),
+			group("*", []string{"get"}, "*/scale"), events, eventsV1,
 		}},
 		{"generic-garbage-collector", []*corev1.PolicyRule{
 			group("*", []string{"get", "list", "watch", "patch", "update", "delete"}, "*"), events, eventsV1,

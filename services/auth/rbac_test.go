@@ -473,3 +473,46 @@ func TestDeploymentControllerRole(t *testing.T) {
 		}
 	}
 }
+
+// TestDisruptionControllerRole: kube's
+// system:controller:disruption-controller lets the disruption
+// controller's ServiceAccount read budgets and the workloads whose scale
+// it counts and write budgets' status, and nothing else: no budget spec,
+// no pod deletion or eviction, no Secrets.
+func TestDisruptionControllerRole(t *testing.T) {
+	r, err := NewRBAC(RBACConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crs, crbs := BootstrapPolicy()
+	for _, cr := range crs {
+		r.UpsertClusterRole(cr)
+	}
+	for _, crb := range crbs {
+		r.UpsertClusterRoleBinding(crb)
+	}
+	sa := user("system:serviceaccount:kube-system:disruption-controller", "system:serviceaccounts", "system:serviceaccounts:kube-system")
+	for _, c := range []struct {
+		verb, group, resource, sub string
+		want                       bool
+	}{
+		{"list", "policy", "poddisruptionbudgets", "", true},
+		{"update", "policy", "poddisruptionbudgets", "status", true},
+		{"get", "apps", "deployments", "", true},
+		{"get", "extensions", "replicasets", "", true},
+		{"watch", "apps", "statefulsets", "", true},
+		{"list", "", "replicationcontrollers", "", true},
+		{"get", "apps", "deployments", "scale", true},
+		{"update", "", "pods", "status", true},
+		{"update", "policy", "poddisruptionbudgets", "", false},
+		{"delete", "", "pods", "", false},
+		{"create", "", "pods", "eviction", false},
+		{"get", "", "secrets", "", false},
+		{"update", "apps", "deployments", "scale", false},
+	} {
+		got := r.Authorize(Attributes{User: sa, Verb: c.verb, Namespace: "default", APIGroup: c.group, Resource: c.resource, Subresource: c.sub}).Allowed
+		if got != c.want {
+			t.Errorf("%s %s/%s/%s: allowed %v, want %v", c.verb, c.group, c.resource, c.sub, got, c.want)
+		}
+	}
+}

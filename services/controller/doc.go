@@ -1,6 +1,6 @@
 // Package controller is the framework of podflow's workload controllers
-// (ReplicaSet, ReplicationController, Deployment, Job and CronJob so far;
-// the garbage collector, the disruption controller, DaemonSet and
+// (ReplicaSet, ReplicationController, Deployment, Job, CronJob and the
+// disruption controller so far; the garbage collector, DaemonSet and
 // StatefulSet are to be built the same way): controller stages that
 // consume no events (stage.Config.NoConsumer), watch the store through
 // informers, and act by writing the store and by creating pods through

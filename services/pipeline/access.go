@@ -54,6 +54,7 @@ var Outputs = map[string][]eventsv1.Type{
 	Deployment:            nil,
 	StatefulSet:           {"PodDeleteRequested", "PodDeleted"},
 	GarbageCollector:      {"PodDeleteRequested", "PodDeleted"}, // the pods it deletes
+	Disruption:            nil,
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -267,6 +268,8 @@ var storeWrites = map[string][]objects.Kind{
 	// resources too; StoreWriteFilter lets it change only ownerReferences,
 	// its own finalizers and deletion.
 	GarbageCollector: nil,
+	// The disruption controller: its PodDisruptionBudgets' status.
+	Disruption: {objects.PodDisruptionBudgets, objects.Events, objects.Leases},
 }
 
 // ControllerLeaseNamespace holds the controller stages' Leases: their

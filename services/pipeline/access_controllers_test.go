@@ -48,7 +48,7 @@ func TestControllerPodsSubjects(t *testing.T) {
 // TestControllerUsers: every workload controller has a ServiceAccount
 // identity, and the user names map back to their stage.
 func TestControllerUsers(t *testing.T) {
-	for _, s := range []string{pipeline.ReplicaSet, pipeline.ReplicationController, pipeline.Job, pipeline.CronJob, pipeline.Deployment, pipeline.StatefulSet} {
+	for _, s := range []string{pipeline.ReplicaSet, pipeline.ReplicationController, pipeline.Job, pipeline.CronJob, pipeline.Deployment, pipeline.StatefulSet, pipeline.Disruption} {
 		u := pipeline.ControllerUser(s)
 		if u == nil {
 			t.Fatalf("%s has no user", s)
@@ -142,6 +142,35 @@ func TestNodeLifecycleLeaseAuthority(t *testing.T) {
 		objects.Leases.Key("kube-system", "podflow-deployment"):      false,
 		objects.Leases.Key("default", "podflow-nodelifecycle"):       false,
 		objects.Nodes.Key("", "n1"):                                  true,
+	} {
+		if got := pipeline.StoreWriteACL(writer, key); got != want {
+			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", writer, key, got, want)
+		}
+	}
+}
+
+// TestDisruptionControllerAuthority: the disruption controller writes
+// PodDisruptionBudgets (their status), Events and its Leases, nothing
+// else: no pods, no workloads, no Secrets; it cannot ask for pods nor
+// publish pod deletions.
+func TestDisruptionControllerAuthority(t *testing.T) {
+	srv, admin := lockedDown(t)
+	dc := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.Disruption), "disruption")
+	for _, subject := range []string{pipeline.ControllerPodsSubject(pipeline.Disruption), pipeline.ControllerPodsSubject(pipeline.ReplicaSet),
+		bus.TypeFilter("PodDeleteRequested"), bus.TypeFilter("PodDeleted")} {
+		if delivers(t, dc, admin, subject) {
+			t.Errorf("the disruption controller may publish on %s", subject)
+		}
+	}
+	writer := pipeline.StageRole(pipeline.Disruption)
+	for key, want := range map[string]bool{
+		objects.Pods.Key("default", "p"):                          false,
+		objects.Secrets.Key("default", "s"):                       false,
+		objects.Deployments.Key("default", "d"):                   false,
+		objects.ReplicaSets.Key("default", "rs"):                  false,
+		objects.PodDisruptionBudgets.Key("default", "web"):        true,
+		objects.Events.Key("default", "e"):                        true,
+		objects.Leases.Key("kube-system", "podflow-disruption-x"): true,
 	} {
 		if got := pipeline.StoreWriteACL(writer, key); got != want {
 			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", writer, key, got, want)

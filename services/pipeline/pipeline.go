@@ -48,11 +48,13 @@ const (
 	StatefulSet = "statefulset"
 	// The garbage collector deletes the dependents of deleted owners.
 	GarbageCollector = "garbagecollector"
+	// The disruption controller computes PodDisruptionBudgets' status.
+	Disruption = "disruption"
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment, StatefulSet, GarbageCollector}
+	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment, StatefulSet, GarbageCollector, Disruption}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -74,6 +76,7 @@ var Inputs = map[string][]eventsv1.Type{
 	Deployment:            nil,
 	StatefulSet:           nil,
 	GarbageCollector:      nil,
+	Disruption:            nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no
@@ -122,6 +125,7 @@ var controllerAccounts = map[string]string{
 	Deployment:            "deployment-controller",
 	StatefulSet:           "statefulset-controller",
 	GarbageCollector:      "generic-garbage-collector",
+	Disruption:            "disruption-controller",
 }
 
 // podMakers are the workload controllers that create pods (through

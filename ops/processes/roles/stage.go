@@ -30,6 +30,7 @@ import (
 	"github.com/podflow/podflow/services/stages/crds"
 	"github.com/podflow/podflow/services/stages/cronjob"
 	"github.com/podflow/podflow/services/stages/deployment"
+	"github.com/podflow/podflow/services/stages/disruption"
 	"github.com/podflow/podflow/services/stages/endpoints"
 	"github.com/podflow/podflow/services/stages/garbagecollector"
 	"github.com/podflow/podflow/services/stages/job"
@@ -122,6 +123,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.StatefulSet: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return statefulset.New(env, statefulset.DefaultConfig(env.Replica), controller.NATSRequester(env.NATS))
+	},
+	pipeline.Disruption: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return disruption.New(env, disruption.DefaultConfig(env.Replica))
 	},
 	pipeline.RootCACert: func(env stage.Env, o StageOptions) (stage.Handler, error) {
 		cfg := rootcacert.DefaultConfig()
