@@ -127,8 +127,8 @@ type controllerRole struct {
 }
 
 // controllerPolicy is kube's bootstrap policy of the workload controllers
-// podflow runs (the ReplicaSet, ReplicationController, Job, CronJob and
-// Deployment controllers and the garbage collector so far)
+// podflow runs (the ReplicaSet, ReplicationController, Job, CronJob,
+// Deployment and DaemonSet controllers and the garbage collector so far)
 // (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
 // controller_policy.go): what each controller's ServiceAccount may do.
 func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group func(string, []string, ...string) *corev1.PolicyRule) []controllerRole {
@@ -161,6 +161,16 @@ func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group f
 			group("batch", []string{"get", "list", "watch", "create", "update", "delete", "patch"}, "jobs"),
 			group("batch", []string{"update"}, "cronjobs/status", "cronjobs/finalizers"),
 			core([]string{"list", "delete"}, "pods"), events, eventsV1,
+		}},
+		{"daemon-set-controller", []*corev1.PolicyRule{
+			group("apps", []string{"get", "list", "watch"}, "daemonsets"),
+			group("apps", []string{"update"}, "daemonsets/status"),
+			group("apps", []string{"update"}, "daemonsets/finalizers"),
+			core([]string{"list", "watch"}, "nodes"),
+			core([]string{"list", "watch", "create", "delete", "patch"}, "pods"),
+			core([]string{"create"}, "pods/binding"),
+			group("apps", []string{"get", "list", "watch", "create", "delete", "update", "patch"}, "controllerrevisions"),
+			events, eventsV1,
 		}},
 		{"generic-garbage-collector", []*corev1.PolicyRule{
 			group("*", []string{"get", "list", "watch", "patch", "update", "delete"}, "*"), events, eventsV1,

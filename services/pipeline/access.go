@@ -52,6 +52,7 @@ var Outputs = map[string][]eventsv1.Type{
 	Job:                   {"PodDeleteRequested", "PodDeleted"},
 	CronJob:               {"PodDeleteRequested", "PodDeleted"}, // the pods of the Jobs it deletes
 	Deployment:            nil,
+	DaemonSet:             {"PodDeleteRequested", "PodDeleted"},
 	GarbageCollector:      {"PodDeleteRequested", "PodDeleted"}, // the pods it deletes
 }
 
@@ -257,6 +258,9 @@ var storeWrites = map[string][]objects.Kind{
 	// The Deployment controller: its ReplicaSets, its Deployments'
 	// status (and a rollback's template), no pods.
 	Deployment: {objects.Deployments, objects.ReplicaSets, objects.Events, objects.Leases},
+	// The DaemonSet controller: its DaemonSets' status, their
+	// ControllerRevisions, their pods (adoption, deletion).
+	DaemonSet: {objects.DaemonSets, objects.ControllerRevisions, objects.Pods, objects.Events, objects.Leases},
 	// The garbage collector: the dependents it deletes
 	// (GarbageCollectorDependents); StoreWriteFilter lets it change only
 	// their ownerReferences and deletion.
@@ -265,7 +269,7 @@ var storeWrites = map[string][]objects.Kind{
 
 // gcDependents are the kinds whose objects the garbage collector deletes
 // when their owners are gone.
-var gcDependents = []objects.Kind{objects.Pods, objects.ReplicaSets, objects.Jobs}
+var gcDependents = []objects.Kind{objects.Pods, objects.ReplicaSets, objects.Jobs, objects.ControllerRevisions}
 
 // GarbageCollectorDependents are the kinds the garbage collector scans for
 // objects whose owners are gone, and deletes.

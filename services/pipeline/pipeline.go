@@ -44,13 +44,15 @@ const (
 	CronJob               = "cronjob"               // CronJobs' Jobs, on schedule
 	// The Deployment controller makes and scales ReplicaSets, no pods.
 	Deployment = "deployment"
+	// The DaemonSet controller: one pod of each DaemonSet per eligible node.
+	DaemonSet = "daemonset"
 	// The garbage collector deletes the dependents of deleted owners.
 	GarbageCollector = "garbagecollector"
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment, GarbageCollector}
+	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment, DaemonSet, GarbageCollector}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -70,6 +72,7 @@ var Inputs = map[string][]eventsv1.Type{
 	Job:                   nil,
 	CronJob:               nil,
 	Deployment:            nil,
+	DaemonSet:             nil,
 	GarbageCollector:      nil,
 }
 
@@ -117,12 +120,13 @@ var controllerAccounts = map[string]string{
 	Job:                   "job-controller",
 	CronJob:               "cronjob-controller",
 	Deployment:            "deployment-controller",
+	DaemonSet:             "daemon-set-controller",
 	GarbageCollector:      "generic-garbage-collector",
 }
 
 // podMakers are the workload controllers that create pods (through
 // ControllerPodsSubject); the others act on the store only.
-var podMakers = map[string]bool{ReplicaSet: true, ReplicationController: true, Job: true}
+var podMakers = map[string]bool{ReplicaSet: true, ReplicationController: true, Job: true, DaemonSet: true}
 
 // MakesPods reports whether a workload controller stage creates pods.
 func MakesPods(stage string) bool { return podMakers[stage] }
