@@ -14,7 +14,10 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require k8s.io/pod-security-admission v0.37.2 // indirect
+require (
+	k8s.io/component-helpers v0.37.2
+	k8s.io/pod-security-admission v0.37.2 // indirect
+)
 
 require (
 	cel.dev/expr v0.25.2 // indirect

@@ -1,7 +1,7 @@
 // Package controller is the framework of podflow's workload controllers
-// (ReplicaSet, ReplicationController, Deployment, Job and CronJob so far;
-// the garbage collector, the disruption controller, DaemonSet and
-// StatefulSet are to be built the same way): controller stages that
+// (ReplicaSet, ReplicationController, Deployment, Job, CronJob and
+// DaemonSet so far; the disruption controller and StatefulSet are to be
+// built the same way): controller stages that
 // consume no events (stage.Config.NoConsumer), watch the store through
 // informers, and act by writing the store and by creating pods through
 // the pipeline. It gives each one what kube-controller-manager's
