@@ -491,3 +491,130 @@ func (h *harness) dump(ctx context.Context) string {
 	}
 	return b.String()
 }
+
+// kubelet stands in for the nodes: every live pod of ns not yet ready is
+// made Running and Ready 100ms after its creation (Failed instead if
+// failed(pod)), until ctx ends.
+func (h *harness) kubelet(ctx context.Context, ns string, failed func(*corev1.Pod) bool) {
+	go func() {
+		for ctx.Err() == nil {
+			ps, _, err := objects.List[*corev1.Pod](ctx, h.st, ns)
+			if err != nil {
+				continue
+			}
+			for _, p := range ps {
+				if p.GetMetadata().GetDeletionTimestamp() != nil || p.GetStatus().GetPhase() != "" ||
+					time.Since(p.GetMetadata().GetCreationTimestamp().AsTime()) < 100*time.Millisecond {
+					continue // a pod takes 100ms to start, so a rollout's steps can be seen
+				}
+				_, _ = objects.Mutate(ctx, h.st, ns, p.GetMetadata().GetName(), func(p *corev1.Pod) error {
+					if p.Status == nil {
+						p.Status = &corev1.PodStatus{}
+					}
+					if p.Status.Phase != "" {
+						return objects.ErrNoChange
+					}
+					if failed != nil && failed(p) {
+						p.Status.Phase = "Failed"
+						return nil
+					}
+					now := timestamppb.Now()
+					p.Status.Phase = "Running"
+					p.Status.StartTime = now
+					p.Status.Conditions = []*corev1.PodCondition{{Type: "Ready", Status: "True", LastTransitionTime: now}}
+					return nil
+				})
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+}
+
+// TestSurgeKeepsEveryNodeServed: with maxSurge 1 and maxUnavailable 0, a
+// rolling update starts each new pod beside the old one and deletes the
+// old one only once the new one is available: at every observed step
+// each node has an available pod and at most one new pod beside an old
+// one is not yet available.
+func TestSurgeKeepsEveryNodeServed(t *testing.T) {
+	ctx := t.Context()
+	h := newHarness(t)
+	for _, n := range []string{"a", "b", "c"} {
+		h.node(ctx, n, nil)
+	}
+	h.kubelet(ctx, "default", nil)
+	h.replica(ctx, "r1")
+	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
+	h.createDS(ctx, &apps.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent"}, Spec: apps.DaemonSetSpec{
+		UpdateStrategy: apps.DaemonSetUpdateStrategy{Type: apps.RollingUpdateDaemonSetStrategyType,
+			RollingUpdate: &apps.RollingUpdateDaemonSet{MaxSurge: &one, MaxUnavailable: &zero}}}})
+	eventually(t, "three available pods", func() (bool, string) {
+		st := h.getDS(ctx, "default", "agent").Status
+		return st.NumberAvailable == 3 && st.UpdatedNumberScheduled == 3, fmt.Sprintf("%+v", st)
+	})
+	h.mutateDS(ctx, "default", "agent", func(ds *apps.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = "busybox:1.36" })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		byNode := h.podsByNode(ctx, "default")
+		surging, updated := 0, 0
+		for _, n := range []string{"a", "b", "c"} {
+			ready, waiting := 0, 0
+			for _, p := range byNode[n] {
+				running := p.GetStatus().GetPhase() == "Running"
+				if running {
+					ready++
+				} else if len(byNode[n]) > 1 {
+					waiting++ // a new pod beside an old one, not yet available
+				}
+				if p.GetSpec().GetContainers()[0].GetImage() == "busybox:1.36" && running && len(byNode[n]) == 1 {
+					updated++
+				}
+			}
+			if ready == 0 {
+				t.Fatalf("node %s has no available pod: %s", n, nodesOf(byNode))
+			}
+			surging += waiting
+		}
+		if surging > 1 {
+			t.Fatalf("%d surge pods not yet available at once (maxSurge 1): %s", surging, nodesOf(byNode))
+		}
+		if updated == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rollout not done: %s\n%s", nodesOf(byNode), h.dump(ctx))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestFailedPodReplaced: a daemon pod that fails is deleted and replaced
+// (kube's upstream "should retry creating failed daemon pods").
+func TestFailedPodReplaced(t *testing.T) {
+	ctx := t.Context()
+	h := newHarness(t)
+	h.node(ctx, "a", nil)
+	var mu sync.Mutex
+	var failedUID string
+	h.kubelet(ctx, "default", func(p *corev1.Pod) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if failedUID == "" {
+			failedUID = p.GetMetadata().GetUid()
+		}
+		return failedUID == p.GetMetadata().GetUid()
+	})
+	h.replica(ctx, "r1")
+	h.createDS(ctx, &apps.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent"}})
+	eventually(t, "a running replacement", func() (bool, string) {
+		ps := h.podsByNode(ctx, "default")["a"]
+		if len(ps) != 1 || ps[0].GetStatus().GetPhase() != "Running" {
+			return false, nodesOf(h.podsByNode(ctx, "default"))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return ps[0].GetMetadata().GetUid() != failedUID, ps[0].GetMetadata().GetUid()
+	})
+	if n := h.req.count(); n != 2 {
+		t.Errorf("%d pods created, want 2 (the failed one and its replacement)", n)
+	}
+}
