@@ -10,8 +10,8 @@ import (
 // TestKubectlDaemonSet: against `podflow up` with three simulated nodes,
 // the stock kubectl's DaemonSet workflow: a DaemonSet runs one pod per
 // node, each bound to its node through node affinity as kube's controller
-// binds it, and `rollout status` completes with the status numbers kube
-// computes; a node added (a Node object) gets its pod, a node tainted
+// binds it, its trace beginning with the daemonset stage's PodRequested,
+// and `rollout status` completes with the status numbers kube computes; a node added (a Node object) gets its pod, a node tainted
 // NoSchedule that the pods do not tolerate gets none, and the pod of a
 // node removed goes; `set image` rolls out one node at a time
 // (maxUnavailable 1) to a second ControllerRevision, `rollout history`
@@ -71,6 +71,12 @@ spec:
 	// NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE
 	if len(fields) < 6 || strings.Join(fields[:6], " ") != "agent 3 3 3 3 3" {
 		t.Errorf("get ds: %v, want agent 3 3 3 3 3", fields)
+	}
+	// A daemon pod travels the pipeline as a ReplicaSet's: its trace
+	// begins with the controller's PodRequested.
+	first := strings.Fields(k.must("get", "pods", "-l", "app=agent", "-o", "jsonpath={.items[0].metadata.name}"))[0]
+	if tr := c.mustPodflow("trace", "pod", first); !strings.Contains(tr, "daemonset") || !strings.Contains(tr, "PodRequested") || !strings.Contains(tr, "PodScheduled") {
+		t.Errorf("trace of %s lacks the daemonset stage's PodRequested or the scheduling:\n%s", first, tr)
 	}
 	tolerations := k.must("get", "pods", "-l", "app=agent", "-o", "jsonpath={.items[0].spec.tolerations[*].key}")
 	for _, want := range []string{"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable", "node.kubernetes.io/disk-pressure",
