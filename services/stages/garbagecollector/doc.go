@@ -1,7 +1,8 @@
 // Package garbagecollector is the garbage collector stage, as
 // kube-controller-manager's (pkg/controller/garbagecollector), for the
-// core of it: background propagation. A dependent — a pod, ReplicaSet or
-// Job (pipeline's garbage collector write kinds, Dependents) — whose
+// core of it: background propagation. A dependent — a pod, ReplicaSet,
+// Job or ControllerRevision (pipeline's garbage collector write kinds,
+// Dependents) — whose
 // metadata.ownerReferences name an owner that no longer exists (no object
 // of that kind, namespace and name, or one with another uid) loses that
 // reference; a dependent left with no owner is deleted: a pod gracefully
