@@ -123,6 +123,7 @@ var podWritersWithoutPodSecurity = map[string]string{
 	"controller/kube.go ReleasePod":            "removes an ownerReference (metadata)",
 	"stages/job/controller.go removeFinalizer": "removes the Job's tracking finalizer (metadata)",
 	"stages/job/controller.go release":         "removes the Job's ownerReference and tracking finalizer (metadata)",
+	"stages/daemonset/client.go Patch":         "sets a pod's labels, kube's dedupCurHistories relabelling (metadata)",
 }
 
 // TestPodWritesCheckPodSecurity: every path that rewrites a stored pod
