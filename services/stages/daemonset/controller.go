@@ -209,8 +209,29 @@ func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	c.mu.Unlock()
 	var infs informer.Group
 	infs.Add(c.dsInf, c.crInf, c.podInf, c.nodeInf)
-	return c.runner.Start(ctx, g, &infs)
+	if err := c.runner.Start(ctx, g, &infs); err != nil {
+		return err
+	}
+	// kube's backoff GC: forget the failed-pod backoffs of nodes quiet for
+	// twice the longest backoff.
+	g.Go(func() error {
+		t := time.NewTicker(BackoffGCInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				c.failedPodsBackoff.GC()
+			}
+		}
+	})
+	return nil
 }
+
+// BackoffGCInterval is how often the failed-pod backoffs are collected
+// (kube's).
+const BackoffGCInterval = time.Minute
 
 // Reconcile queues every DaemonSet.
 func (c *Controller) Reconcile(ctx context.Context) error { return c.runner.Reconcile(ctx) }
