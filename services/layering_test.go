@@ -125,6 +125,7 @@ var podWritersWithoutPodSecurity = map[string]string{
 	"stages/job/controller.go removeFinalizer": "removes the Job's tracking finalizer (metadata)",
 	"stages/job/controller.go release":         "removes the Job's ownerReference and tracking finalizer (metadata)",
 	"stages/statefulset/client.go UpdatePod":   "sets the StatefulSet's identity labels (metadata)",
+	"stages/daemonset/client.go Patch":         "sets a pod's labels, kube's dedupCurHistories relabelling (metadata)",
 }
 
 // TestPodWritesCheckPodSecurity: every path that rewrites a stored pod

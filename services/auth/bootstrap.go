@@ -126,8 +126,8 @@ type controllerRole struct {
 
 // controllerPolicy is kube's bootstrap policy of the workload controllers
 // podflow runs (the ReplicaSet, ReplicationController, Job, CronJob,
-// Deployment and StatefulSet controllers, the garbage collector and the
-// disruption controller so far)
+// Deployment, StatefulSet and DaemonSet controllers, the garbage collector
+// and the disruption controller so far)
 // (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
 // controller_policy.go): what each controller's ServiceAccount may do.
 func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group func(string, []string, ...string) *corev1.PolicyRule) []controllerRole {
@@ -182,6 +182,16 @@ func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group f
 			group("policy", []string{"update"}, "poddisruptionbudgets/status"),
 			core([]string{"patch", "update"}, "pods/status"),
 			group("*", []string{"get"}, "*/scale"), events, eventsV1,
+		}},
+		{"daemon-set-controller", []*corev1.PolicyRule{
+			group("apps", []string{"get", "list", "watch"}, "daemonsets"),
+			group("apps", []string{"update"}, "daemonsets/status"),
+			group("apps", []string{"update"}, "daemonsets/finalizers"),
+			core([]string{"list", "watch"}, "nodes"),
+			core([]string{"list", "watch", "create", "delete", "patch"}, "pods"),
+			core([]string{"create"}, "pods/binding"),
+			group("apps", []string{"get", "list", "watch", "create", "delete", "update", "patch"}, "controllerrevisions"),
+			events, eventsV1,
 		}},
 		{"generic-garbage-collector", []*corev1.PolicyRule{
 			group("*", []string{"get", "list", "watch", "patch", "update", "delete"}, "*"), events, eventsV1,

@@ -1,7 +1,6 @@
 // Package controller is the framework of podflow's workload controllers
-// (ReplicaSet, ReplicationController, Deployment, Job, CronJob and the
-// disruption controller so far; the garbage collector, DaemonSet and
-// StatefulSet are to be built the same way): controller stages that
+// (ReplicaSet, ReplicationController, Deployment, Job, CronJob,
+// StatefulSet, DaemonSet and the disruption controller): controller stages that
 // consume no events (stage.Config.NoConsumer), watch the store through
 // informers, and act by writing the store and by creating pods through
 // the pipeline. It gives each one what kube-controller-manager's

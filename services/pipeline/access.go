@@ -53,6 +53,7 @@ var Outputs = map[string][]eventsv1.Type{
 	CronJob:               {"PodDeleteRequested", "PodDeleted"}, // the pods of the Jobs it deletes
 	Deployment:            nil,
 	StatefulSet:           {"PodDeleteRequested", "PodDeleted"},
+	DaemonSet:             {"PodDeleteRequested", "PodDeleted"},
 	GarbageCollector:      {"PodDeleteRequested", "PodDeleted"}, // the pods it deletes
 	Disruption:            nil,
 }
@@ -264,6 +265,9 @@ var storeWrites = map[string][]objects.Kind{
 	// ControllerRevisions, their pods (identity labels, adoption,
 	// deletion).
 	StatefulSet: {objects.StatefulSets, objects.ControllerRevisions, objects.Pods, objects.Events, objects.Leases},
+	// The DaemonSet controller: its DaemonSets' status, their
+	// ControllerRevisions, their pods (adoption, deletion).
+	DaemonSet: {objects.DaemonSets, objects.ControllerRevisions, objects.Pods, objects.Events, objects.Leases},
 	// The garbage collector: every kind (StoreWriteACL), custom
 	// resources too; StoreWriteFilter lets it change only ownerReferences,
 	// its own finalizers and deletion.

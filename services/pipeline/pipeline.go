@@ -46,6 +46,8 @@ const (
 	Deployment = "deployment"
 	// The StatefulSet controller: ordinal pods, their ControllerRevisions.
 	StatefulSet = "statefulset"
+	// The DaemonSet controller: one pod of each DaemonSet per eligible node.
+	DaemonSet = "daemonset"
 	// The garbage collector deletes the dependents of deleted owners.
 	GarbageCollector = "garbagecollector"
 	// The disruption controller computes PodDisruptionBudgets' status.
@@ -54,7 +56,7 @@ const (
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment, StatefulSet, GarbageCollector, Disruption}
+	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment, StatefulSet, DaemonSet, GarbageCollector, Disruption}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -75,6 +77,7 @@ var Inputs = map[string][]eventsv1.Type{
 	CronJob:               nil,
 	Deployment:            nil,
 	StatefulSet:           nil,
+	DaemonSet:             nil,
 	GarbageCollector:      nil,
 	Disruption:            nil,
 }
@@ -124,13 +127,14 @@ var controllerAccounts = map[string]string{
 	CronJob:               "cronjob-controller",
 	Deployment:            "deployment-controller",
 	StatefulSet:           "statefulset-controller",
+	DaemonSet:             "daemon-set-controller",
 	GarbageCollector:      "generic-garbage-collector",
 	Disruption:            "disruption-controller",
 }
 
 // podMakers are the workload controllers that create pods (through
 // ControllerPodsSubject); the others act on the store only.
-var podMakers = map[string]bool{ReplicaSet: true, ReplicationController: true, Job: true, StatefulSet: true}
+var podMakers = map[string]bool{ReplicaSet: true, ReplicationController: true, Job: true, StatefulSet: true, DaemonSet: true}
 
 // MakesPods reports whether a workload controller stage creates pods.
 func MakesPods(stage string) bool { return podMakers[stage] }

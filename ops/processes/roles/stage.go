@@ -29,6 +29,7 @@ import (
 	"github.com/podflow/podflow/services/stages/bootstrap"
 	"github.com/podflow/podflow/services/stages/crds"
 	"github.com/podflow/podflow/services/stages/cronjob"
+	"github.com/podflow/podflow/services/stages/daemonset"
 	"github.com/podflow/podflow/services/stages/deployment"
 	"github.com/podflow/podflow/services/stages/disruption"
 	"github.com/podflow/podflow/services/stages/endpoints"
@@ -126,6 +127,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.Disruption: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return disruption.New(env, disruption.DefaultConfig(env.Replica))
+	},
+	pipeline.DaemonSet: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return daemonset.New(env, daemonset.DefaultConfig(env.Replica), controller.NATSRequester(env.NATS))
 	},
 	pipeline.RootCACert: func(env stage.Env, o StageOptions) (stage.Handler, error) {
 		cfg := rootcacert.DefaultConfig()
