@@ -128,7 +128,8 @@ type controllerRole struct {
 
 // controllerPolicy is kube's bootstrap policy of the workload controllers
 // podflow runs (the ReplicaSet, ReplicationController, Job, CronJob and
-// Deployment controllers and the garbage collector so far)
+// Deployment controllers, the garbage collector and the
+// TTL-after-finished controller so far)
 // (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
 // controller_policy.go): what each controller's ServiceAccount may do.
 func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group func(string, []string, ...string) *corev1.PolicyRule) []controllerRole {
@@ -164,6 +165,9 @@ func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group f
 		}},
 		{"generic-garbage-collector", []*corev1.PolicyRule{
 			group("*", []string{"get", "list", "watch", "patch", "update", "delete"}, "*"), events, eventsV1,
+		}},
+		{"ttl-after-finished-controller", []*corev1.PolicyRule{
+			group("batch", []string{"get", "list", "watch", "delete"}, "jobs"), events, eventsV1,
 		}},
 	}
 }

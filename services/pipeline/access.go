@@ -53,6 +53,7 @@ var Outputs = map[string][]eventsv1.Type{
 	CronJob:               {"PodDeleteRequested", "PodDeleted"}, // the pods of the Jobs it deletes
 	Deployment:            nil,
 	GarbageCollector:      {"PodDeleteRequested", "PodDeleted"}, // the pods it deletes
+	TTLAfterFinished:      nil,
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -261,6 +262,8 @@ var storeWrites = map[string][]objects.Kind{
 	// (GarbageCollectorDependents); StoreWriteFilter lets it change only
 	// their ownerReferences and deletion.
 	GarbageCollector: gcDependents,
+	// The TTL-after-finished controller: the finished Jobs it deletes.
+	TTLAfterFinished: {objects.Jobs, objects.Events, objects.Leases},
 }
 
 // gcDependents are the kinds whose objects the garbage collector deletes

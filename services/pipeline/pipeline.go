@@ -46,11 +46,14 @@ const (
 	Deployment = "deployment"
 	// The garbage collector deletes the dependents of deleted owners.
 	GarbageCollector = "garbagecollector"
+	// TTLAfterFinished deletes finished Jobs once their
+	// ttlSecondsAfterFinished ran out.
+	TTLAfterFinished = "ttlafterfinished"
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment, GarbageCollector}
+	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment, GarbageCollector, TTLAfterFinished}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -71,6 +74,7 @@ var Inputs = map[string][]eventsv1.Type{
 	CronJob:               nil,
 	Deployment:            nil,
 	GarbageCollector:      nil,
+	TTLAfterFinished:      nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no
@@ -118,6 +122,7 @@ var controllerAccounts = map[string]string{
 	CronJob:               "cronjob-controller",
 	Deployment:            "deployment-controller",
 	GarbageCollector:      "generic-garbage-collector",
+	TTLAfterFinished:      "ttl-after-finished-controller",
 }
 
 // podMakers are the workload controllers that create pods (through
