@@ -468,7 +468,7 @@ func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstruct
 		target = cond.DeepCopy()
 	} else if msg := failJobMessage(job, pods, kp); msg != nil {
 		target = newCondition(batch.JobFailureTarget, batch.JobReasonPodFailurePolicy, *msg, now)
-	} else if failed > ptrOr(job.Spec.BackoffLimit, 6) {
+	} else if failed > ptrOr(job.Spec.BackoffLimit, 6) || pastBackoffLimitOnFailure(job, pods) {
 		target = newCondition(batch.JobFailureTarget, batch.JobReasonBackoffLimitExceeded, "Job has reached the specified backoff limit", now)
 	} else if pastDeadline(job, now) {
 		target = newCondition(batch.JobFailureTarget, batch.JobReasonDeadlineExceeded, "Job was active longer than specified deadline", now)
@@ -575,6 +575,28 @@ func newCondition(t batch.JobConditionType, reason, msg string, now time.Time) *
 func newConditionStatus(t batch.JobConditionType, st v1.ConditionStatus, reason, msg string, now time.Time) *batch.JobCondition {
 	return &batch.JobCondition{Type: t, Status: st, Reason: reason, Message: msg,
 		LastProbeTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now)}
+}
+
+// pastBackoffLimitOnFailure is kube's: under restartPolicy OnFailure the
+// restarts of the running and pending pods' containers count against
+// backoffLimit (any restart when it is 0).
+func pastBackoffLimitOnFailure(job *batch.Job, pods []*corev1.Pod) bool {
+	if job.Spec.Template.Spec.RestartPolicy != v1.RestartPolicyOnFailure {
+		return false
+	}
+	result := int32(0)
+	for _, p := range pods {
+		if ph := p.GetStatus().GetPhase(); ph == string(v1.PodRunning) || ph == string(v1.PodPending) {
+			for _, cs := range slices.Concat(p.GetStatus().GetInitContainerStatuses(), p.GetStatus().GetContainerStatuses()) {
+				result += cs.GetRestartCount()
+			}
+		}
+	}
+	limit := ptrOr(job.Spec.BackoffLimit, 6)
+	if limit == 0 {
+		return result > 0
+	}
+	return result >= limit
 }
 
 func pastDeadline(job *batch.Job, now time.Time) bool {

@@ -51,9 +51,11 @@
 // FailureTarget, a FailJob rule, backoffLimit, activeDeadlineSeconds,
 // maxFailedIndexes and failed indexes, successPolicy, completions.
 //
-// Not done (yet): restarts of restartPolicy OnFailure pods do not count
-// against backoffLimit. ttlSecondsAfterFinished is the ttlafterfinished
-// stage's.
+//   - restartPolicy OnFailure: the restarts of the running pods'
+//     containers count against backoffLimit (kube's
+//     pastBackoffLimitOnFailure).
+//
+// ttlSecondsAfterFinished is the ttlafterfinished stage's.
 //
 // # Every finished pod counted exactly once
 //

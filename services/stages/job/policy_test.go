@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/objects"
 )
 
 func index(p *corev1.Pod) int {
@@ -226,5 +227,48 @@ func TestFailIndexAction(t *testing.T) {
 	if ptr.Deref(j.Status.FailedIndexes, "<nil>") != "1" || j.Status.CompletedIndexes != "0" || j.Status.Failed != 1 || j.Status.Succeeded != 1 || h.req.count() != 2 {
 		t.Errorf("failedIndexes %v completedIndexes %q failed %d succeeded %d created %d; want 1, 0, 1, 1, 2",
 			ptr.Deref(j.Status.FailedIndexes, "<nil>"), j.Status.CompletedIndexes, j.Status.Failed, j.Status.Succeeded, h.req.count())
+	}
+}
+
+// TestRestartsCountUnderOnFailure: under restartPolicy OnFailure a pod
+// that keeps restarting its container in place (never Failed) reaches
+// backoffLimit 2 on its restarts: BackoffLimitExceeded, as kube's
+// pastBackoffLimitOnFailure.
+func TestRestartsCountUnderOnFailure(t *testing.T) {
+	ctx := t.Context()
+	h := newHarness(t)
+	h.replica(ctx, "r0", nil)
+	h.createJob(ctx, &batch.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "onf"}, Spec: batch.JobSpec{
+		Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](2),
+		Template: v1.PodTemplateSpec{Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyOnFailure}}}})
+	var name string
+	waitFor(t, "the pod", 30*time.Second, func() bool {
+		ps := h.pods(ctx, "ns")
+		if len(ps) == 1 {
+			name = ps[0].GetMetadata().GetName()
+		}
+		return name != ""
+	})
+	restart := func(n int32) {
+		t.Helper()
+		if _, err := objects.Mutate(ctx, h.st, "ns", name, func(p *corev1.Pod) error {
+			p.Status = &corev1.PodStatus{Phase: string(v1.PodRunning), ContainerStatuses: []*corev1.ContainerStatus{{Name: "c", RestartCount: n}}}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restart(1)
+	time.Sleep(300 * time.Millisecond) // time for a wrong end
+	if condition(h.getJob(ctx, "ns", "onf"), batch.JobFailureTarget) != nil {
+		t.Fatal("the Job failed after one restart, backoffLimit is 2")
+	}
+	restart(2)
+	waitFor(t, "the Job to fail", 30*time.Second, func() bool {
+		return condition(h.getJob(ctx, "ns", "onf"), batch.JobFailureTarget) != nil
+	})
+	j := h.getJob(ctx, "ns", "onf")
+	if c := condition(j, batch.JobFailureTarget); c.Reason != batch.JobReasonBackoffLimitExceeded {
+		t.Errorf("FailureTarget reason %q", c.Reason)
 	}
 }
