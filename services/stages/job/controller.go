@@ -733,21 +733,7 @@ func (c *Controller) track(ctx context.Context, key string, u *corev1.Unstructur
 // it (0 when it is gone).
 func removeFinalizer(ctx context.Context, st *objects.Store, p *corev1.Pod) (int64, error) {
 	md := p.GetMetadata()
-	out, err := objects.Mutate(ctx, st, md.GetNamespace(), md.GetName(), func(q *corev1.Pod) error {
-		qm := q.GetMetadata()
-		if qm.GetUid() != md.GetUid() || !slices.Contains(qm.Finalizers, TrackingFinalizer) {
-			return objects.ErrNoChange
-		}
-		qm.Finalizers = slices.DeleteFunc(qm.Finalizers, func(f string) bool { return f == TrackingFinalizer })
-		return nil
-	})
-	switch {
-	case errors.Is(err, raftstore.ErrNotFound):
-		return 0, nil
-	case err != nil:
-		return 0, err
-	}
-	return objects.Revision(out), nil
+	return stage.RemovePodFinalizer(ctx, st, md.GetNamespace(), md.GetName(), md.GetUid(), TrackingFinalizer)
 }
 
 // removeFinalizers lets every pod of a finished Job go.
@@ -802,7 +788,14 @@ func (c *Controller) release(ctx context.Context, key, ns, name, uid string) err
 	if err != nil {
 		return err
 	}
-	c.runner.Expect(key, objects.Revision(p))
+	rev := objects.Revision(p)
+	if md := p.GetMetadata(); len(md.GetFinalizers()) == 0 && md.DeletionTimestamp != nil && md.DeletionGracePeriodSeconds != nil && *md.DeletionGracePeriodSeconds == 0 {
+		// Held for the finalizer it lost: gone now (stage.RemovePodFinalizer).
+		if rev, err = c.env.Store.Delete(ctx, objects.Pods, ns, name, rev); err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+			return err
+		}
+	}
+	c.runner.Expect(key, rev)
 	return nil
 }
 

@@ -81,6 +81,8 @@
 // shows it). A replica killed between any two steps leaves a state the
 // next owner finishes.
 //
-// The store does not yet hold a pod with finalizers back from deletion:
-// a finished pod deleted by a user before step 1 is not counted.
+// A pod deleted before step 1 is held by its finalizer: once its node is
+// done the status stage keeps it (stage.HoldForFinalizers: grace 0,
+// Failed unless it Succeeded), and step 2 deletes it
+// (stage.RemovePodFinalizer), so it is counted like any other.
 package job
