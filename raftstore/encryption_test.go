@@ -51,7 +51,7 @@ func TestResourcePrefix(t *testing.T) {
 		"secrets":                         "/registry/secrets/",
 		"deployments.apps":                "/registry/deployments/",
 		"roles.rbac.authorization.k8s.io": "/registry/roles/",
-		"sidecarpolicies.podflow.io":      "/registry/podflow.io/sidecarpolicies/",
+		"crontabs.stable.example.com":     "/registry/stable.example.com/crontabs/",
 		"/registry/custom/":               "/registry/custom/",
 	} {
 		if got, err := resourcePrefix(in); err != nil || got != want {

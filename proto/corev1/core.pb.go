@@ -8493,128 +8493,6 @@ func (x *LimitRange) GetSpec() *LimitRangeSpec {
 	return nil
 }
 
-// SidecarPolicy (podflow.io/v1alpha1) injects containers into pods whose
-// labels match selector, in the mutating admission stage.
-type SidecarPolicySpec struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Selector       map[string]string      `protobuf:"bytes,1,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Containers     []*Container           `protobuf:"bytes,2,rep,name=containers,proto3" json:"containers,omitempty"`
-	InitContainers []*Container           `protobuf:"bytes,3,rep,name=init_containers,json=initContainers,proto3" json:"init_containers,omitempty"`
-	Volumes        []*Volume              `protobuf:"bytes,4,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
-}
-
-func (x *SidecarPolicySpec) Reset() {
-	*x = SidecarPolicySpec{}
-	mi := &file_corev1_core_proto_msgTypes[118]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SidecarPolicySpec) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SidecarPolicySpec) ProtoMessage() {}
-
-func (x *SidecarPolicySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[118]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SidecarPolicySpec.ProtoReflect.Descriptor instead.
-func (*SidecarPolicySpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{118}
-}
-
-func (x *SidecarPolicySpec) GetSelector() map[string]string {
-	if x != nil {
-		return x.Selector
-	}
-	return nil
-}
-
-func (x *SidecarPolicySpec) GetContainers() []*Container {
-	if x != nil {
-		return x.Containers
-	}
-	return nil
-}
-
-func (x *SidecarPolicySpec) GetInitContainers() []*Container {
-	if x != nil {
-		return x.InitContainers
-	}
-	return nil
-}
-
-func (x *SidecarPolicySpec) GetVolumes() []*Volume {
-	if x != nil {
-		return x.Volumes
-	}
-	return nil
-}
-
-type SidecarPolicy struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Metadata      *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
-	Spec          *SidecarPolicySpec     `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SidecarPolicy) Reset() {
-	*x = SidecarPolicy{}
-	mi := &file_corev1_core_proto_msgTypes[119]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SidecarPolicy) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SidecarPolicy) ProtoMessage() {}
-
-func (x *SidecarPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[119]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SidecarPolicy.ProtoReflect.Descriptor instead.
-func (*SidecarPolicy) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{119}
-}
-
-func (x *SidecarPolicy) GetMetadata() *ObjectMeta {
-	if x != nil {
-		return x.Metadata
-	}
-	return nil
-}
-
-func (x *SidecarPolicy) GetSpec() *SidecarPolicySpec {
-	if x != nil {
-		return x.Spec
-	}
-	return nil
-}
-
 // StatusCause names one reason a request failed, with the field path when
 // the cause is a field (meta/v1 StatusCause).
 type StatusCause struct {
@@ -8628,7 +8506,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[120]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8640,7 +8518,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[120]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8653,7 +8531,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{120}
+	return file_corev1_core_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *StatusCause) GetType() string {
@@ -8700,7 +8578,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[121]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8712,7 +8590,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[121]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8725,7 +8603,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{121}
+	return file_corev1_core_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *Status) GetStatus() string {
@@ -8803,7 +8681,7 @@ type Unstructured struct {
 
 func (x *Unstructured) Reset() {
 	*x = Unstructured{}
-	mi := &file_corev1_core_proto_msgTypes[122]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8815,7 +8693,7 @@ func (x *Unstructured) String() string {
 func (*Unstructured) ProtoMessage() {}
 
 func (x *Unstructured) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[122]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8828,7 +8706,7 @@ func (x *Unstructured) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unstructured.ProtoReflect.Descriptor instead.
 func (*Unstructured) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{122}
+	return file_corev1_core_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *Unstructured) GetMetadata() *ObjectMeta {
@@ -8871,7 +8749,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[123]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8883,7 +8761,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[123]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8896,7 +8774,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{123}
+	return file_corev1_core_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -8934,7 +8812,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[124]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8946,7 +8824,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[124]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8959,7 +8837,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{124}
+	return file_corev1_core_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -8990,7 +8868,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[125]
+	mi := &file_corev1_core_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9002,7 +8880,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[125]
+	mi := &file_corev1_core_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9015,7 +8893,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{125}
+	return file_corev1_core_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -9074,7 +8952,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[126]
+	mi := &file_corev1_core_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9086,7 +8964,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[126]
+	mi := &file_corev1_core_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9099,7 +8977,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{126}
+	return file_corev1_core_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -9978,20 +9856,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\n" +
 	"LimitRange\x127\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x123\n" +
-	"\x04spec\x18\x02 \x01(\v2\x1f.podflow.core.v1.LimitRangeSpecR\x04spec\"\xd2\x02\n" +
-	"\x11SidecarPolicySpec\x12L\n" +
-	"\bselector\x18\x01 \x03(\v20.podflow.core.v1.SidecarPolicySpec.SelectorEntryR\bselector\x12:\n" +
-	"\n" +
-	"containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\n" +
-	"containers\x12C\n" +
-	"\x0finit_containers\x18\x03 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x121\n" +
-	"\avolumes\x18\x04 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x1a;\n" +
-	"\rSelectorEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
-	"\rSidecarPolicy\x127\n" +
-	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x126\n" +
-	"\x04spec\x18\x02 \x01(\v2\".podflow.core.v1.SidecarPolicySpecR\x04spec\"Q\n" +
+	"\x04spec\x18\x02 \x01(\v2\x1f.podflow.core.v1.LimitRangeSpecR\x04spec\"Q\n" +
 	"\vStatusCause\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
@@ -10049,7 +9914,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 145)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 142)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -10169,45 +10034,42 @@ var file_corev1_core_proto_goTypes = []any{
 	(*LimitRangeItem)(nil),                    // 115: podflow.core.v1.LimitRangeItem
 	(*LimitRangeSpec)(nil),                    // 116: podflow.core.v1.LimitRangeSpec
 	(*LimitRange)(nil),                        // 117: podflow.core.v1.LimitRange
-	(*SidecarPolicySpec)(nil),                 // 118: podflow.core.v1.SidecarPolicySpec
-	(*SidecarPolicy)(nil),                     // 119: podflow.core.v1.SidecarPolicy
-	(*StatusCause)(nil),                       // 120: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 121: podflow.core.v1.Status
-	(*Unstructured)(nil),                      // 122: podflow.core.v1.Unstructured
-	(*UserInfo)(nil),                          // 123: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 124: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 125: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 126: podflow.core.v1.PriorityClass
-	nil,                                       // 127: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 128: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 129: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 130: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 131: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 132: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 133: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 134: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 135: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 136: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 137: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 138: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 139: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 140: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 141: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 142: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 143: podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	nil,                                       // 144: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 145: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 146: google.protobuf.Struct
+	(*StatusCause)(nil),                       // 118: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 119: podflow.core.v1.Status
+	(*Unstructured)(nil),                      // 120: podflow.core.v1.Unstructured
+	(*UserInfo)(nil),                          // 121: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 122: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 123: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 124: podflow.core.v1.PriorityClass
+	nil,                                       // 125: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 126: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 127: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 128: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 129: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 130: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 131: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 132: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 133: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 134: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 135: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 136: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 137: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 138: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 139: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 140: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 141: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 142: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 143: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	127, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	128, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	145, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	145, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	125, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	126, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	142, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	142, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	145, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	146, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	142, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	143, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -10215,8 +10077,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	5,   // 12: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	7,   // 13: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	8,   // 14: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	129, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	130, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	127, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	128, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	19,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	15,  // 18: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	19,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -10282,7 +10144,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	49,  // 79: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
 	50,  // 80: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
 	51,  // 81: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	131, // 82: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	129, // 82: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
 	53,  // 83: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
 	54,  // 84: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
 	54,  // 85: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
@@ -10298,7 +10160,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	40,  // 95: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
 	30,  // 96: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
 	30,  // 97: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	132, // 98: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	130, // 98: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
 	28,  // 99: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
 	59,  // 100: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
 	47,  // 101: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
@@ -10309,11 +10171,11 @@ var file_corev1_core_proto_depIdxs = []int32{
 	31,  // 106: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
 	63,  // 107: podflow.core.v1.PodSpec.host_aliases:type_name -> podflow.core.v1.HostAlias
 	65,  // 108: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	145, // 109: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	145, // 110: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	145, // 111: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	145, // 112: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	145, // 113: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	142, // 109: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	142, // 110: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	142, // 111: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	142, // 112: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	142, // 113: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	67,  // 114: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
 	68,  // 115: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
 	69,  // 116: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
@@ -10321,19 +10183,19 @@ var file_corev1_core_proto_depIdxs = []int32{
 	70,  // 118: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
 	66,  // 119: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
 	72,  // 120: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	145, // 121: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	142, // 121: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	71,  // 122: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	71,  // 123: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	71,  // 124: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	1,   // 125: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
 	62,  // 126: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
 	73,  // 127: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	145, // 128: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	142, // 128: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
 	75,  // 129: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	145, // 130: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	145, // 131: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	133, // 132: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	134, // 133: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	142, // 130: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	142, // 131: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	131, // 132: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	132, // 133: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
 	77,  // 134: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
 	78,  // 135: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
 	80,  // 136: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
@@ -10343,7 +10205,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	81,  // 140: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
 	19,  // 141: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
 	83,  // 142: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	135, // 143: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	133, // 143: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
 	85,  // 144: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
 	86,  // 145: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
 	1,   // 146: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
@@ -10361,7 +10223,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	97,  // 158: podflow.core.v1.EndpointSubset.ports:type_name -> podflow.core.v1.EndpointsPort
 	90,  // 159: podflow.core.v1.EndpointAddress.target_ref:type_name -> podflow.core.v1.ObjectReference
 	100, // 160: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	145, // 161: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	142, // 161: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 162: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
 	98,  // 163: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
 	99,  // 164: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
@@ -10369,10 +10231,10 @@ var file_corev1_core_proto_depIdxs = []int32{
 	90,  // 166: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
 	102, // 167: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
 	1,   // 168: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	136, // 169: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	137, // 170: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	134, // 169: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	135, // 170: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
 	1,   // 171: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	138, // 172: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	136, // 172: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
 	1,   // 173: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
 	106, // 174: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
 	1,   // 175: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
@@ -10386,34 +10248,28 @@ var file_corev1_core_proto_depIdxs = []int32{
 	1,   // 183: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
 	90,  // 184: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
 	113, // 185: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	145, // 186: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	145, // 187: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	145, // 188: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	139, // 189: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	140, // 190: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	141, // 191: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	142, // 192: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	142, // 186: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	142, // 187: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	142, // 188: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	137, // 189: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	138, // 190: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	139, // 191: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	140, // 192: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
 	115, // 193: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
 	1,   // 194: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
 	116, // 195: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	143, // 196: podflow.core.v1.SidecarPolicySpec.selector:type_name -> podflow.core.v1.SidecarPolicySpec.SelectorEntry
-	30,  // 197: podflow.core.v1.SidecarPolicySpec.containers:type_name -> podflow.core.v1.Container
-	30,  // 198: podflow.core.v1.SidecarPolicySpec.init_containers:type_name -> podflow.core.v1.Container
-	40,  // 199: podflow.core.v1.SidecarPolicySpec.volumes:type_name -> podflow.core.v1.Volume
-	1,   // 200: podflow.core.v1.SidecarPolicy.metadata:type_name -> podflow.core.v1.ObjectMeta
-	118, // 201: podflow.core.v1.SidecarPolicy.spec:type_name -> podflow.core.v1.SidecarPolicySpec
-	120, // 202: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 203: podflow.core.v1.Unstructured.metadata:type_name -> podflow.core.v1.ObjectMeta
-	1,   // 204: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	144, // 205: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	11,  // 206: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 207: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	125, // 208: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	209, // [209:209] is the sub-list for method output_type
-	209, // [209:209] is the sub-list for method input_type
-	209, // [209:209] is the sub-list for extension type_name
-	209, // [209:209] is the sub-list for extension extendee
-	0,   // [0:209] is the sub-list for field type_name
+	118, // 196: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 197: podflow.core.v1.Unstructured.metadata:type_name -> podflow.core.v1.ObjectMeta
+	1,   // 198: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	141, // 199: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	11,  // 200: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 201: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	123, // 202: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	203, // [203:203] is the sub-list for method output_type
+	203, // [203:203] is the sub-list for method input_type
+	203, // [203:203] is the sub-list for extension type_name
+	203, // [203:203] is the sub-list for extension extendee
+	0,   // [0:203] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -10458,14 +10314,14 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[103].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[104].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[105].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[126].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[124].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   145,
+			NumMessages:   142,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -81,10 +81,9 @@ func (r *resource) gvk() schema.GroupVersionKind {
 }
 
 // managesFields reports whether r's writes record managedFields: the
-// stored Kubernetes kinds client-go has the field schema of. podflow's
-// own (SidecarPolicy) have no Go type and no schema of their fields, nor
-// has client-go apiextensions.k8s.io's; an apply of one is a JSON merge
-// patch.
+// stored Kubernetes kinds client-go has the field schema of. client-go
+// has no schema of apiextensions.k8s.io's; an apply of one is a JSON
+// merge patch.
 func managesFields(r *resource) bool {
 	if r.cr != nil {
 		return true

@@ -294,21 +294,22 @@ func TestServerSideApplyClientGo(t *testing.T) {
 	}
 }
 
-// TestServerSideApplyOwnKind: podflow's own kinds (SidecarPolicy) have no
-// Go type to type their fields by: an apply of one is a JSON merge patch,
-// recording no managedFields, and still names its manager.
+// TestServerSideApplyOwnKind: client-go has no field schema of
+// apiextensions.k8s.io's kinds: an apply of a CustomResourceDefinition is
+// a JSON merge patch, recording no managedFields, and still names its
+// manager.
 func TestServerSideApplyOwnKind(t *testing.T) {
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
-	u := s.url + "/apis/podflow.io/v1alpha1/namespaces/default/sidecarpolicies/mesh"
-	sp := `{"apiVersion":"podflow.io/v1alpha1","kind":"SidecarPolicy","metadata":{"name":"mesh"},"spec":{"selector":{"mesh":"%s"},"containers":[{"name":"proxy","image":"envoy"}]}}`
-	if code, body, _ := do(t, admin, "PATCH", u+"?fieldManager=a", "application/apply-patch+yaml", strings.Replace(sp, "%s", "on", 1)); code != 201 || path(body, "metadata.managedFields") != nil {
+	u := s.url + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/tabs.example.com"
+	crd := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"tabs.example.com"},"spec":{"group":"example.com","scope":"Namespaced","names":{"plural":"tabs","kind":"Tab","shortNames":["%s"]},"versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}`
+	if code, body, _ := do(t, admin, "PATCH", u+"?fieldManager=a", "application/apply-patch+yaml", strings.Replace(crd, "%s", "ta", 1)); code != 201 || path(body, "metadata.managedFields") != nil {
 		t.Fatalf("apply (create): %d %v", code, body)
 	}
-	if code, body, _ := do(t, admin, "PATCH", u+"?fieldManager=b", "application/apply-patch+yaml", strings.Replace(sp, "%s", "yes", 1)); code != 200 || path(body, "spec.selector.mesh") != "yes" {
+	if code, body, _ := do(t, admin, "PATCH", u+"?fieldManager=b", "application/apply-patch+yaml", strings.Replace(crd, "%s", "tb", 1)); code != 200 || fmt.Sprint(path(body, "spec.names.shortNames")) != "[tb]" {
 		t.Fatalf("apply (update): %d %v", code, body)
 	}
-	if code, _, _ := do(t, admin, "PATCH", u, "application/apply-patch+yaml", strings.Replace(sp, "%s", "no", 1)); code != 422 {
+	if code, _, _ := do(t, admin, "PATCH", u, "application/apply-patch+yaml", strings.Replace(crd, "%s", "tc", 1)); code != 422 {
 		t.Fatalf("apply without a field manager: %d, want 422", code)
 	}
 }

@@ -27,7 +27,7 @@
 //     nssubresources.go), services, endpointslices (discovery.k8s.io/v1), events
 //     (core/v1, and events.k8s.io/v1 as a read-only view), configmaps,
 //     secrets, serviceaccounts, limitranges, the RBAC kinds,
-//     sidecarpolicies (podflow.io/v1alpha1), core/v1 endpoints (a
+//     core/v1 endpoints (a
 //     read-only view of the EndpointSlices), selfsubjectaccessreviews
 //     (kubectl auth can-i), selfsubjectrulesreviews (kubectl auth can-i
 //     --list), selfsubjectreviews (kubectl auth whoami), tokenreviews,

@@ -591,7 +591,7 @@ func TestDiscoveryGroups(t *testing.T) {
 	}
 	want := "apps,events.k8s.io,authentication.k8s.io,authorization.k8s.io,batch,certificates.k8s.io,networking.k8s.io,policy," +
 		"rbac.authorization.k8s.io,storage.k8s.io,admissionregistration.k8s.io,apiextensions.k8s.io,scheduling.k8s.io,coordination.k8s.io," +
-		"node.k8s.io,discovery.k8s.io,flowcontrol.apiserver.k8s.io,podflow.io,metrics.k8s.io"
+		"node.k8s.io,discovery.k8s.io,flowcontrol.apiserver.k8s.io,metrics.k8s.io"
 	if code != 200 || strings.Join(groups, ",") != want {
 		t.Fatalf("/apis: %d\n got %s\nwant %s", code, strings.Join(groups, ","), want)
 	}

@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -13,7 +12,6 @@ import (
 	k8sdiscoveryv1 "k8s.io/api/discovery/v1"
 	k8seventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/podflow/podflow/services/crd"
@@ -134,16 +132,14 @@ func orderGroups(served map[string]string) []string {
 		}
 	}
 	for g := range served {
-		if g != "" && !slices.Contains(kubeGroupOrder, g) && g != "podflow.io" && g != "metrics.k8s.io" {
+		if g != "" && !slices.Contains(kubeGroupOrder, g) && g != "metrics.k8s.io" {
 			rest = append(rest, g)
 		}
 	}
 	sort.Strings(rest)
 	out = append(out, rest...)
-	for _, g := range []string{"podflow.io", "metrics.k8s.io"} {
-		if _, ok := served[g]; ok {
-			out = append(out, g)
-		}
+	if _, ok := served["metrics.k8s.io"]; ok {
+		out = append(out, "metrics.k8s.io")
 	}
 	return out
 }
@@ -241,20 +237,9 @@ func (r *resource) toKube(m proto.Message) (runtime.Object, error) {
 		}
 		return r.crToKube(om)
 	}
-	var obj runtime.Object
-	var err error
-	if obj, err = manifest.ToKube(m); err != nil {
-		// podflow's own kinds (SidecarPolicy) have no Go type: go through
-		// their manifest JSON.
-		b, err2 := manifest.Encode(m, manifest.FormatJSON)
-		if err2 != nil {
-			return nil, err
-		}
-		u := &unstructured.Unstructured{}
-		if err := json.Unmarshal(b, &u.Object); err != nil {
-			return nil, err
-		}
-		return u, nil
+	obj, err := manifest.ToKube(m)
+	if err != nil {
+		return nil, err
 	}
 	defaults(obj)
 	if r.view != nil {

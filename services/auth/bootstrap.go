@@ -57,7 +57,6 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 			group("policy", readVerbs, "poddisruptionbudgets", "poddisruptionbudgets/status"),
 			group("discovery.k8s.io", readVerbs, "endpointslices"),
 			group("events.k8s.io", readVerbs, "events"),
-			group("podflow.io", readVerbs, "sidecarpolicies"),
 		}
 	}
 	editRules := func() []*corev1.PolicyRule {
@@ -78,7 +77,6 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 		return append(editRules(),
 			group("rbac.authorization.k8s.io", rw, "roles", "rolebindings"),
 			core(rw, "limitranges"),
-			group("podflow.io", rw, "sidecarpolicies"),
 		)
 	}
 	role := func(name string, rules []*corev1.PolicyRule) *corev1.ClusterRole {

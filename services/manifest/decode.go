@@ -216,20 +216,16 @@ func (d *decoder) object(j []byte, prefix string, inList bool) error {
 			e.APIVersion, e.Kind, strings.Join(Kinds(), ", ")))
 	}
 
-	var tree any
-	if k.newKube != nil {
-		obj := k.newKube()
-		strict, err := sigsjson.UnmarshalStrict(j, obj, sigsjson.DisallowUnknownFields)
-		if err != nil {
-			return fail(ErrMalformed, err.Error())
-		}
-		if err := fieldErrors(e, ErrUnknownField, strict); err != nil {
-			return err
-		}
-		if tree, err = kubeTree(obj); err != nil {
-			return fail(ErrMalformed, err.Error())
-		}
-	} else if tree, err = jsonTree(j); err != nil {
+	obj := k.newKube()
+	strict, err = sigsjson.UnmarshalStrict(j, obj, sigsjson.DisallowUnknownFields)
+	if err != nil {
+		return fail(ErrMalformed, err.Error())
+	}
+	if err := fieldErrors(e, ErrUnknownField, strict); err != nil {
+		return err
+	}
+	tree, err := kubeTree(obj)
+	if err != nil {
 		return fail(ErrMalformed, err.Error())
 	}
 
@@ -244,18 +240,12 @@ func (d *decoder) object(j []byte, prefix string, inList bool) error {
 		drops = nil // status only: the system's, replaced on create
 	}
 	warnings := PodWarnings(msg)
-	if k.newKube != nil {
-		// A field podflow does not keep, sent with its zero value, loses
-		// nothing: it is what podflow's own read returns for it (a Node's
-		// status.daemonEndpoints, nodeInfo.bootID, sent back by kubectl
-		// cordon, taint and drain), so it warrants no warning.
-		drops = slices.DeleteFunc(drops, func(d dropped) bool { return zeroTree(d.value) })
-	}
+	// A field podflow does not keep, sent with its zero value, loses
+	// nothing: it is what podflow's own read returns for it (a Node's
+	// status.daemonEndpoints, nodeInfo.bootID, sent back by kubectl
+	// cordon, taint and drain), so it warrants no warning.
+	drops = slices.DeleteFunc(drops, func(d dropped) bool { return zeroTree(d.value) })
 	for _, p := range dropPaths(drops) {
-		if k.newKube == nil {
-			e.Field = p
-			return fail(ErrUnknownField, "")
-		}
 		warnings = append(warnings, fmt.Sprintf("field %q is not supported by podflow and was dropped", p))
 	}
 	d.out = append(d.out, Object{APIVersion: k.apiVersion, Kind: k.kind, Message: msg, Warnings: warnings})

@@ -16,14 +16,12 @@
 // one of the two lists of fields.go, honoured or refused, and
 // RefusedPodFields refuses the fields the proto keeps but podflow does not
 // honour (admission calls it). Fields of other kinds that podflow does not
-// keep are dropped with a warning. SidecarPolicy (podflow.io/v1alpha1) has no Kubernetes
-// type: it is decoded strictly against its proto, with Kubernetes field
-// names for its containers and volumes.
+// keep are dropped with a warning.
 //
 // Kinds: v1 Pod, Node, Service, Endpoints, Namespace, ServiceAccount,
 // ConfigMap, Secret, Event and LimitRange; discovery.k8s.io/v1
 // EndpointSlice; rbac.authorization.k8s.io/v1 Role, ClusterRole,
-// RoleBinding and ClusterRoleBinding; podflow.io/v1alpha1 SidecarPolicy.
+// RoleBinding and ClusterRoleBinding; scheduling.k8s.io/v1 PriorityClass.
 // A v1 List (or a JSON array) stands for its items. A Secret's stringData
 // is merged into data, as the API server does.
 //

@@ -52,12 +52,8 @@ func Encode(m proto.Message, format Format) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var obj any
-	if k.newKube != nil {
-		if obj, err = toKubeObject(k, m); err != nil {
-			return nil, err
-		}
-	} else if obj, err = kubeJSON(k, m); err != nil {
+	obj, err := toKubeObject(k, m)
+	if err != nil {
 		return nil, err
 	}
 	return marshalManifest(obj, k.kind, format)
@@ -77,8 +73,7 @@ func marshalManifest(obj any, kind string, format Format) ([]byte, error) {
 // ToKube converts m to its k8s.io/api object (*corev1.Pod for a Pod,
 // *appsv1.Deployment for a Deployment's Unstructured, ...), with TypeMeta
 // set; an Unstructured of a kind with no Go type becomes an
-// *unstructured.Unstructured. SidecarPolicy has no Kubernetes type:
-// ErrUnsupportedKind.
+// *unstructured.Unstructured.
 func ToKube(m proto.Message) (runtime.Object, error) {
 	if u, ok := m.(*pf.Unstructured); ok {
 		return genericToKube(u)
@@ -86,9 +81,6 @@ func ToKube(m proto.Message) (runtime.Object, error) {
 	k, err := kindOfMessage(m)
 	if err != nil {
 		return nil, err
-	}
-	if k.newKube == nil {
-		return nil, fmt.Errorf("%w: %q has no Kubernetes type", ErrUnsupportedKind, k.apiVersion+"/"+k.kind)
 	}
 	return toKubeObject(k, m)
 }

@@ -22,7 +22,7 @@ func FuzzDecode(f *testing.F) {
 		"apiVersion: v1\nkind: Pod\nkind: Pod\n",
 		`{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Secret","stringData":{"a":"b"}}]}`,
 		`[{"apiVersion":"v1","kind":"Service","spec":{"ports":[{"port":1,"targetPort":"x"}]}}]`,
-		"apiVersion: podflow.io/v1alpha1\nkind: SidecarPolicy\nspec: {containers: [{name: p, livenessProbe: {tcpSocket: {port: 1e2}}}]}\n",
+		"apiVersion: v1\nkind: Pod\nspec: {containers: [{name: p, livenessProbe: {tcpSocket: {port: 1e2}}}]}\n",
 		"apiVersion: v1\nkind: Event\neventTime: 2026-01-01T00:00:00.123456Z\nmetadata: {creationTimestamp: 2026-01-01T00:00:00Z}\n",
 		"a: [\n",
 		"{\"apiVersion\": ",

@@ -9,36 +9,18 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	pf "github.com/podflow/podflow/proto/corev1"
 )
-
-// SidecarPolicyAPIVersion is the apiVersion of podflow's own kinds.
-const SidecarPolicyAPIVersion = "podflow.io/v1alpha1"
 
 // kind ties a manifest apiVersion/kind to its proto message and, for
 // Kubernetes kinds, its k8s.io/api type.
 type kind struct {
 	apiVersion, kind string
 	newProto         func() proto.Message
-	newKube          func() runtime.Object // nil: no Kubernetes type exists
-	shape            reflect.Type          // Go struct whose json tags name the fields
-}
-
-// sidecarPolicyShape gives SidecarPolicy Kubernetes field names (hostIP,
-// podIP, ...) for its embedded Kubernetes structures. It is never decoded
-// into: SidecarPolicy is decoded strictly against the proto.
-type sidecarPolicyShape struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata"`
-	Spec              struct {
-		Selector       map[string]string  `json:"selector"`
-		Containers     []corev1.Container `json:"containers"`
-		InitContainers []corev1.Container `json:"initContainers"`
-		Volumes        []corev1.Volume    `json:"volumes"`
-	} `json:"spec"`
+	newKube          func() runtime.Object
+	shape            reflect.Type // Go struct whose json tags name the fields
 }
 
 func kubeKind[P proto.Message, K any, KP interface {
@@ -71,12 +53,6 @@ var kinds = []*kind{
 	kubeKind[*pf.Event, corev1.Event]("v1", "Event", func() *pf.Event { return new(pf.Event) }),
 	kubeKind[*pf.LimitRange, corev1.LimitRange]("v1", "LimitRange", func() *pf.LimitRange { return new(pf.LimitRange) }),
 	kubeKind[*pf.PriorityClass, schedulingv1.PriorityClass]("scheduling.k8s.io/v1", "PriorityClass", func() *pf.PriorityClass { return new(pf.PriorityClass) }),
-	{
-		apiVersion: SidecarPolicyAPIVersion,
-		kind:       "SidecarPolicy",
-		newProto:   func() proto.Message { return new(pf.SidecarPolicy) },
-		shape:      reflect.TypeFor[sidecarPolicyShape](),
-	},
 }
 
 var (
@@ -112,7 +88,7 @@ func KindOf(m proto.Message) (apiVersion, kind string) {
 }
 
 // Kinds lists the apiVersion/kind pairs Decode accepts, as
-// "apiVersion/Kind" ("v1/Pod", "podflow.io/v1alpha1/SidecarPolicy").
+// "apiVersion/Kind" ("v1/Pod", "rbac.authorization.k8s.io/v1/Role").
 func Kinds() []string {
 	out := make([]string, len(kinds))
 	for i, k := range kinds {

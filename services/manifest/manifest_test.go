@@ -312,11 +312,6 @@ func TestKinds(t *testing.T) {
 			&pf.Event{Metadata: &pf.ObjectMeta{Name: "e", Namespace: "dev"}, InvolvedObject: &pf.ObjectReference{Kind: "Pod", Name: "p", FieldPath: "spec.containers{web}"}, Reason: "Pulled", Message: "ok", Type: "Normal", Count: 3, Source: &pf.EventSource{Component: "nodeagent"}}},
 		{"LimitRange", `{apiVersion: v1, kind: LimitRange, metadata: {name: l}, spec: {limits: [{type: Container, default: {cpu: 500m}, defaultRequest: {cpu: 100m}, max: {memory: 1Gi}}]}}`,
 			&pf.LimitRange{Metadata: &pf.ObjectMeta{Name: "l"}, Spec: &pf.LimitRangeSpec{Limits: []*pf.LimitRangeItem{{Type: "Container", Default: map[string]string{"cpu": "500m"}, DefaultRequest: map[string]string{"cpu": "100m"}, Max: map[string]string{"memory": "1Gi"}}}}}},
-		{"SidecarPolicy", `{apiVersion: podflow.io/v1alpha1, kind: SidecarPolicy, metadata: {name: mesh}, spec: {selector: {mesh: "on"}, containers: [{name: proxy, image: envoy, ports: [{containerPort: 15001, hostIP: 127.0.0.1}], readinessProbe: {httpGet: {port: 15021}}}], volumes: [{name: certs, emptyDir: {}}]}}`,
-			&pf.SidecarPolicy{Metadata: &pf.ObjectMeta{Name: "mesh"}, Spec: &pf.SidecarPolicySpec{Selector: map[string]string{"mesh": "on"},
-				Containers: []*pf.Container{{Name: "proxy", Image: "envoy", Ports: []*pf.ContainerPort{{ContainerPort: 15001, HostIp: "127.0.0.1"}},
-					ReadinessProbe: &pf.Probe{HttpGet: &pf.HTTPGetAction{Port: &pf.IntOrString{Value: &pf.IntOrString_IntVal{IntVal: 15021}}}}}},
-				Volumes: []*pf.Volume{{Name: "certs", EmptyDir: &pf.EmptyDirVolumeSource{}}}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -349,8 +344,6 @@ func TestDecodeErrors(t *testing.T) {
 			nil, ErrUnknownField, 0, "dta", "ConfigMap", "c"},
 		{"unknown field in second document", "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: b, lables: {}}\n",
 			nil, ErrUnknownField, 1, "metadata.lables", "Namespace", "b"},
-		{"unknown field in SidecarPolicy", "apiVersion: podflow.io/v1alpha1\nkind: SidecarPolicy\nmetadata: {name: s}\nspec:\n  containers: [{name: c, resizePolicy: [{resourceName: cpu, restartPolicy: NotRequired}]}]\n",
-			nil, ErrUnknownField, 0, "spec.containers[0].resizePolicy", "SidecarPolicy", "s"},
 		{"duplicate JSON field", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","name":"q"}}`,
 			nil, ErrDuplicateField, 0, "metadata.name", "Pod", "q"},
 		{"duplicate YAML key", "apiVersion: v1\nkind: Pod\nkind: Pod\n", nil, ErrDuplicateField, 0, "", "", ""},
@@ -358,7 +351,6 @@ func TestDecodeErrors(t *testing.T) {
 		{"wrong group for kind", "apiVersion: v1\nkind: EndpointSlice\n", nil, ErrUnsupportedKind, 0, "", "EndpointSlice", ""},
 		{"missing kind", "metadata: {name: x}\n", nil, ErrUnsupportedKind, 0, "", "", "x"},
 		{"wrong value type", "apiVersion: v1\nkind: Pod\nspec: {containers: [{name: 5, image: [x]}]}\n", nil, ErrMalformed, 0, "", "Pod", ""},
-		{"wrong type in SidecarPolicy", "apiVersion: podflow.io/v1alpha1\nkind: SidecarPolicy\nspec: {selector: [a]}\n", nil, ErrMalformed, 0, "", "SidecarPolicy", ""},
 		{"not an object", "- a\n- b\n", nil, ErrMalformed, 0, "", "", ""},
 		{"bad YAML", "a: [\n", nil, ErrMalformed, 0, "", "", ""},
 		{"bad JSON", `{"apiVersion": "v1",`, nil, ErrMalformed, 0, "", "", ""},
@@ -532,8 +524,8 @@ func TestKubeBridges(t *testing.T) {
 		t.Errorf("FromKube(service) = %v", ps)
 	}
 
-	if _, err := ToKube(&pf.SidecarPolicy{}); !errors.Is(err, ErrUnsupportedKind) {
-		t.Errorf("ToKube(SidecarPolicy) = %v, want ErrUnsupportedKind", err)
+	if _, err := ToKube(&pf.Status{}); !errors.Is(err, ErrUnsupportedKind) {
+		t.Errorf("ToKube(Status) = %v, want ErrUnsupportedKind", err)
 	}
 	if _, err := FromKube(&corev1.PodList{}); !errors.Is(err, ErrUnsupportedKind) {
 		t.Errorf("FromKube(PodList) = %v, want ErrUnsupportedKind", err)

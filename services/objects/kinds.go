@@ -112,7 +112,6 @@ var (
 	ClusterRoleBindings = newKind("ClusterRoleBinding", "clusterrolebindings", "rbac.authorization.k8s.io", false, "/registry/clusterrolebindings/", func() Object { return &corev1.ClusterRoleBinding{} })
 	Events              = newKind("Event", "events", "", true, "/registry/events/", func() Object { return &corev1.Event{} }, "ev")
 	LimitRanges         = newKind("LimitRange", "limitranges", "", true, "/registry/limitranges/", func() Object { return &corev1.LimitRange{} }, "limits")
-	SidecarPolicies     = newKind("SidecarPolicy", "sidecarpolicies", "podflow.io", true, "/registry/podflow.io/sidecarpolicies/", func() Object { return &corev1.SidecarPolicy{} })
 	PriorityClasses     = newKind("PriorityClass", "priorityclasses", "scheduling.k8s.io", false, "/registry/priorityclasses/", func() Object { return &corev1.PriorityClass{} }, "pc")
 	NodeAllocations     = newKind("NodeAllocation", "nodeallocations", "podflow.io", false, "/registry/podflow.io/nodeallocations/", func() Object { return &corev1.NodeAllocation{} })
 )
@@ -203,11 +202,7 @@ var registry = struct {
 var shortNames = map[string]string{"limits": "limitranges", "endpointslice": "endpointslices", "ep": "endpointslices"}
 
 func newKind(name, resource, group string, namespaced bool, prefix string, newFn func() Object, short ...string) Kind {
-	version := "v1"
-	if group == "podflow.io" {
-		version = "v1alpha1"
-	}
-	k := Kind{Name: name, Resource: resource, APIGroup: group, Version: version, Namespaced: namespaced, ShortNames: short,
+	k := Kind{Name: name, Resource: resource, APIGroup: group, Version: "v1", Namespaced: namespaced, ShortNames: short,
 		prefix: prefix, newFn: newFn}
 	if name == "Pod" || name == "Service" {
 		k.Categories = all

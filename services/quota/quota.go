@@ -195,15 +195,9 @@ func List(ctx context.Context, st *objects.Store, kind objects.Kind, ns string) 
 	return out, nil
 }
 
-// toKube converts obj to its Kubernetes type; a kind without one
-// (SidecarPolicy) becomes its metadata, which is all an object count
-// needs.
+// toKube converts obj to its Kubernetes type.
 func toKube(obj objects.Object) (runtime.Object, error) {
-	ko, err := manifest.ToKube(obj)
-	if errors.Is(err, manifest.ErrUnsupportedKind) {
-		return &metav1.PartialObjectMetadata{ObjectMeta: manifest.MetaToKube(obj.GetMetadata())}, nil
-	}
-	return ko, err
+	return manifest.ToKube(obj)
 }
 
 // evaluatorFor returns kube's evaluator of gr: the pods', services' and

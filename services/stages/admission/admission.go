@@ -76,8 +76,6 @@ type State struct {
 	Namespace *corev1.Namespace
 	// LimitRanges of the pod's namespace, applied in name order.
 	LimitRanges []*corev1.LimitRange
-	// SidecarPolicies of the pod's namespace, applied in name order.
-	SidecarPolicies []*corev1.SidecarPolicy
 	// ServiceAccount is the pod's ServiceAccount (spec.serviceAccountName,
 	// "default" when unset, in the pod's namespace); nil when there is
 	// none. Its imagePullSecrets are copied into a pod that sets none, as
@@ -118,13 +116,11 @@ func (r Result) Allowed() bool { return r.Status == nil }
 // mutations), so a handler may run twice.
 //
 // Mutation order: ServiceAccount defaulting (the name, and the
-// ServiceAccount's imagePullSecrets into a pod without any), sidecar injection, requests
+// ServiceAccount's imagePullSecrets into a pod without any), requests
 // from limits, LimitRange defaults, field defaults, QoS class, priority
 // (spec.priority from spec.priorityClassName or the global default
 // PriorityClass; an unknown class or a conflicting spec.priority is 403
-// Forbidden, before validation, as Kubernetes' Priority plugin). Sidecars are
-// injected before resource defaults so that injected containers get the
-// namespace's defaults in the same pass (otherwise a second pass would).
+// Forbidden, before validation, as Kubernetes' Priority plugin).
 // Validation, each step only for a pod that passed the previous one: the
 // schema (422 Invalid), LimitRange min and max per container (403
 // Forbidden), Pod Security Standards (403 PolicyViolation), then the fields podflow
@@ -157,9 +153,6 @@ func Mutate(pod *corev1.Pod, s State) Result {
 	ns := p.GetMetadata().GetNamespace()
 	m := &mutator{pod: p}
 	m.serviceAccount(s.ServiceAccount)
-	for _, sp := range sortedByName(s.SidecarPolicies, ns) {
-		m.injectSidecars(sp)
-	}
 	m.requestsFromLimits()
 	for _, lr := range sortedByName(s.LimitRanges, ns) {
 		m.limitRange(lr)

@@ -10,8 +10,8 @@ import (
 )
 
 // typical is a realistic pod and namespace state: two containers with
-// ports, probes, env and mounts, a mesh sidecar policy, a LimitRange and a
-// restricted namespace.
+// ports, probes, env and mounts, a mesh sidecar and its init container (as
+// an injector webhook adds them), a LimitRange and a restricted namespace.
 func typical() (*corev1.Pod, State) {
 	restricted := func() *corev1.SecurityContext {
 		return &corev1.SecurityContext{AllowPrivilegeEscalation: proto.Bool(false),
@@ -22,7 +22,10 @@ func typical() (*corev1.Pod, State) {
 		p.Spec.Volumes = []*corev1.Volume{
 			{Name: "config", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "shop-config"}},
 			{Name: "cache", EmptyDir: &corev1.EmptyDirVolumeSource{Medium: "Memory", SizeLimit: "64Mi"}},
+			{Name: "mesh-certs", Secret: &corev1.SecretVolumeSource{SecretName: "mesh-certs"}},
 		}
+		p.Spec.InitContainers = []*corev1.Container{{Name: "proxy-init", Image: "mesh/init:1.9", SecurityContext: restricted(),
+			VolumeMounts: []*corev1.VolumeMount{{Name: "mesh-certs", MountPath: "/certs"}}}}
 		c := app(p)
 		c.Image = "registry.local/shop/web:2.4.1"
 		c.Ports = []*corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "metrics", ContainerPort: 9090}}
@@ -34,7 +37,7 @@ func typical() (*corev1.Pod, State) {
 		p.Spec.Containers = append(p.Spec.Containers, &corev1.Container{
 			Name: "worker", Image: "registry.local/shop/worker", Args: []string{"--queue=orders"},
 			SecurityContext: restricted(),
-		})
+		}, &corev1.Container{Name: "proxy", Image: "mesh/proxy:1.9", Ports: []*corev1.ContainerPort{{ContainerPort: 15001}}, SecurityContext: restricted()})
 		p.Spec.Tolerations = []*corev1.Toleration{{Key: "dedicated", Operator: "Equal", Value: "shop", Effect: "NoSchedule"}}
 		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []*corev1.NodeSelectorTerm{{
@@ -45,14 +48,6 @@ func typical() (*corev1.Pod, State) {
 		LimitRanges: []*corev1.LimitRange{{Metadata: &corev1.ObjectMeta{Name: "defaults", Namespace: "default"},
 			Spec: &corev1.LimitRangeSpec{Limits: []*corev1.LimitRangeItem{{Type: "Container",
 				Default: map[string]string{"cpu": "1", "memory": "256Mi"}, DefaultRequest: map[string]string{"cpu": "100m", "memory": "128Mi"}}}}}},
-		SidecarPolicies: []*corev1.SidecarPolicy{{Metadata: &corev1.ObjectMeta{Name: "mesh", Namespace: "default"},
-			Spec: &corev1.SidecarPolicySpec{
-				Selector:   map[string]string{"tier": "web"},
-				Containers: []*corev1.Container{{Name: "proxy", Image: "mesh/proxy:1.9", Ports: []*corev1.ContainerPort{{ContainerPort: 15001}}, SecurityContext: restricted()}},
-				InitContainers: []*corev1.Container{{Name: "proxy-init", Image: "mesh/init:1.9", SecurityContext: restricted(),
-					VolumeMounts: []*corev1.VolumeMount{{Name: "mesh-certs", MountPath: "/certs"}}}},
-				Volumes: []*corev1.Volume{{Name: "mesh-certs", Secret: &corev1.SecretVolumeSource{SecretName: "mesh-certs"}}},
-			}}},
 	}
 	return p, s
 }

@@ -1,6 +1,6 @@
 // Package admission is the decision core of podflow's admission stage:
 // mutating admission (ServiceAccount: the name and, for a pod naming
-// none, the account's imagePullSecrets; sidecar injection, LimitRange
+// none, the account's imagePullSecrets; LimitRange
 // defaults, Kubernetes field defaults — restartPolicy,
 // terminationGracePeriodSeconds, each container's imagePullPolicy,
 // terminationMessagePath and terminationMessagePolicy, port protocols,
@@ -16,8 +16,8 @@
 //
 // Callers' obligations:
 //
-//  1. Read the pod's Namespace, its ServiceAccount, its LimitRanges and
-//     its SidecarPolicies into a State (objects of other namespaces are ignored); set
+//  1. Read the pod's Namespace, its ServiceAccount and its LimitRanges
+//     into a State (objects of other namespaces are ignored); set
 //     State.Config to the cluster's Config, validated once at start-up with
 //     Config.Validate.
 //  2. Publish Result.Pod (a copy: the input pod is never modified) with
@@ -45,7 +45,6 @@
 //	res := admission.Admit(req.GetPod(), admission.State{
 //		Namespace:       ns,
 //		LimitRanges:     limitRanges,
-//		SidecarPolicies: sidecars,
 //		Config:          cfg,
 //	})
 //	if !res.Allowed() {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
-	"github.com/podflow/podflow/proto/vt"
 )
 
 // Defaults applied by mutating admission, as Kubernetes' API defaulting.
@@ -71,44 +70,6 @@ func (m *mutator) serviceAccount(sa *corev1.ServiceAccount) {
 		names = append(names, ref.GetName())
 	}
 	m.record("serviceaccount: set imagePullSecrets=%s from serviceaccount %s", strings.Join(names, ","), spec.ServiceAccountName)
-}
-
-// injectSidecars adds the policy's containers, init containers and volumes
-// when its selector matches the pod's labels (an empty selector matches
-// every pod, as an empty LabelSelector does). Each is added only if the pod
-// has none of that name, so injection is idempotent, and a user's own
-// container of that name wins.
-func (m *mutator) injectSidecars(sp *corev1.SidecarPolicy) {
-	labels := m.pod.GetMetadata().GetLabels()
-	for k, v := range sp.GetSpec().GetSelector() {
-		if got, ok := labels[k]; !ok || got != v {
-			return
-		}
-	}
-	spec := m.spec()
-	who := "sidecar/" + sp.GetMetadata().GetName()
-	for _, c := range sp.GetSpec().GetInitContainers() {
-		if !hasContainer(spec.InitContainers, c.GetName()) && !hasContainer(spec.Containers, c.GetName()) {
-			spec.InitContainers = append(spec.InitContainers, vt.Clone(c))
-			m.record("%s: injected initContainer %s", who, c.GetName())
-		}
-	}
-	for _, c := range sp.GetSpec().GetContainers() {
-		if !hasContainer(spec.InitContainers, c.GetName()) && !hasContainer(spec.Containers, c.GetName()) {
-			spec.Containers = append(spec.Containers, vt.Clone(c))
-			m.record("%s: injected container %s", who, c.GetName())
-		}
-	}
-	for _, v := range sp.GetSpec().GetVolumes() {
-		if !slices.ContainsFunc(spec.Volumes, func(have *corev1.Volume) bool { return have.GetName() == v.GetName() }) {
-			spec.Volumes = append(spec.Volumes, vt.Clone(v))
-			m.record("%s: injected volume %s", who, v.GetName())
-		}
-	}
-}
-
-func hasContainer(cs []*corev1.Container, name string) bool {
-	return slices.ContainsFunc(cs, func(c *corev1.Container) bool { return c.GetName() == name })
 }
 
 // eachContainer visits init containers, then containers, with the word

@@ -12,15 +12,6 @@ import (
 )
 
 func TestMutations(t *testing.T) {
-	mesh := &corev1.SidecarPolicy{
-		Metadata: &corev1.ObjectMeta{Name: "mesh", Namespace: "default"},
-		Spec: &corev1.SidecarPolicySpec{
-			Selector:       map[string]string{"app": "web"},
-			InitContainers: []*corev1.Container{{Name: "proxy-init", Image: "mesh/init:1"}},
-			Containers:     []*corev1.Container{{Name: "proxy", Image: "mesh/proxy:1"}},
-			Volumes:        []*corev1.Volume{{Name: "mesh-certs", EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		},
-	}
 	lr := &corev1.LimitRange{
 		Metadata: &corev1.ObjectMeta{Name: "defaults", Namespace: "default"},
 		Spec: &corev1.LimitRangeSpec{Limits: []*corev1.LimitRangeItem{{
@@ -113,33 +104,15 @@ func TestMutations(t *testing.T) {
 			},
 		},
 		{
-			name:  "sidecar injected, then defaulted by the LimitRange",
-			given: pod(),
-			state: State{SidecarPolicies: []*corev1.SidecarPolicy{mesh}, LimitRanges: []*corev1.LimitRange{lr}},
+			name: "every container defaulted by the LimitRange, an injected sidecar too",
+			given: pod(func(p *corev1.Pod) {
+				p.Spec.Containers = append(p.Spec.Containers, &corev1.Container{Name: "proxy", Image: "mesh/proxy:1"})
+			}),
+			state: State{LimitRanges: []*corev1.LimitRange{lr}},
 			want: []string{
-				"sidecar/mesh: injected initContainer proxy-init",
-				"sidecar/mesh: injected container proxy",
-				"sidecar/mesh: injected volume mesh-certs",
+				"limitrange/defaults: set limits.cpu=500m on container app",
 				"limitrange/defaults: set limits.cpu=500m on container proxy",
 			},
-			check: func(p *corev1.Pod) string {
-				return expect(names(p.Spec.InitContainers)+"|"+names(p.Spec.Containers)+"|"+p.Spec.Volumes[0].Name,
-					"proxy-init|app,proxy|mesh-certs")
-			},
-		},
-		{
-			name:  "sidecar not injected when the selector does not match",
-			given: pod(func(p *corev1.Pod) { p.Metadata.Labels = map[string]string{"app": "db"} }),
-			state: State{SidecarPolicies: []*corev1.SidecarPolicy{mesh}},
-			check: func(p *corev1.Pod) string { return expect(names(p.Spec.Containers), "app") },
-		},
-		{
-			name: "sidecar not injected over an existing container of that name",
-			given: pod(func(p *corev1.Pod) {
-				p.Spec.Containers = append(p.Spec.Containers, &corev1.Container{Name: "proxy", Image: "mine:2"})
-			}),
-			state: State{SidecarPolicies: []*corev1.SidecarPolicy{mesh}},
-			check: func(p *corev1.Pod) string { return expect(p.Spec.Containers[1].Image, "mine:2") },
 		},
 		{
 			name:  "field defaults",
@@ -293,15 +266,14 @@ func TestMutations(t *testing.T) {
 }
 
 func TestAdmitDoesNotAliasPolicies(t *testing.T) {
-	sp := &corev1.SidecarPolicy{Metadata: &corev1.ObjectMeta{Name: "mesh"}, Spec: &corev1.SidecarPolicySpec{
-		Containers: []*corev1.Container{{Name: "proxy", Image: "mesh/proxy"}}}}
-	before := proto.Clone(sp)
-	res := mustAdmit(t, pod(), State{SidecarPolicies: []*corev1.SidecarPolicy{sp}})
-	if !proto.Equal(before, sp) {
-		t.Fatal("defaulting the injected container modified the SidecarPolicy")
-	}
-	if got := res.Pod.Spec.Containers[1].ImagePullPolicy; got != "Always" {
-		t.Fatalf("injected container imagePullPolicy = %q, want Always", got)
+	lr := &corev1.LimitRange{Metadata: &corev1.ObjectMeta{Name: "defaults", Namespace: "default"},
+		Spec: &corev1.LimitRangeSpec{Limits: []*corev1.LimitRangeItem{{Type: "Container",
+			Default: map[string]string{"cpu": "500m"}, DefaultRequest: map[string]string{"cpu": "100m"}}}}}
+	before := proto.Clone(lr)
+	res := mustAdmit(t, pod(), State{LimitRanges: []*corev1.LimitRange{lr}})
+	res.Pod.Spec.Containers[0].Resources.Limits["cpu"] = "9"
+	if !proto.Equal(before, lr) {
+		t.Fatal("the admitted pod shares its resource maps with the LimitRange")
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 )
 
 // Stage is one replica of the admission stage: it reads the pod's
-// Namespace, ServiceAccount and SidecarPolicies from informers over the
+// Namespace, ServiceAccount and PriorityClasses from informers over the
 // store and its LimitRanges from the store itself (freshReads: a
 // LimitRange written just before the pod applies to it), runs Admit, and publishes PodAdmitted or PodRejected (the seed's
 // failure 2). Handling is a pure function of the event and the store's
@@ -31,7 +31,6 @@ type Stage struct {
 	cfg        Config
 	namespaces *informer.Informer[*corev1.Namespace]
 	limits     *freshReads[*corev1.LimitRange] // from the store, not a cache
-	sidecars   *informer.Informer[*corev1.SidecarPolicy]
 	priorities *informer.Informer[*corev1.PriorityClass]
 	accounts   *informer.Informer[*corev1.ServiceAccount]
 }
@@ -52,9 +51,6 @@ func NewStage(env stage.Env, cfg Config) (*Stage, error) {
 		lrs, _, err := objects.List[*corev1.LimitRange](ctx, env.Store, ns)
 		return lrs, err
 	})
-	if s.sidecars, err = informer.New[*corev1.SidecarPolicy](env.Store, "", informer.Handlers[*corev1.SidecarPolicy]{}); err != nil {
-		return nil, err
-	}
 	if s.priorities, err = informer.New[*corev1.PriorityClass](env.Store, "", informer.Handlers[*corev1.PriorityClass]{}); err != nil {
 		return nil, err
 	}
@@ -67,7 +63,7 @@ func NewStage(env stage.Env, cfg Config) (*Stage, error) {
 // Start runs the informers and waits for their first list.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.namespaces, s.sidecars, s.priorities, s.accounts)
+	infs.Add(s.namespaces, s.priorities, s.accounts)
 	return infs.Start(ctx, g)
 }
 
@@ -103,7 +99,6 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		Namespace:       nsObj,
 		ServiceAccount:  sa,
 		LimitRanges:     limits,
-		SidecarPolicies: s.sidecars.List(ns),
 		PriorityClasses: s.priorities.List(""),
 		Config:          s.cfg,
 	}

@@ -22,12 +22,9 @@ import (
 // toAttrObject is a stored object as kube-apiserver's admission sees it:
 // its internal form, from its k8s.io/api form with the version's defaults
 // (what kube-apiserver decodes a request into); a kind without an internal
-// type (custom resources, podflow's own) as *unstructured.Unstructured.
+// type (custom resources) as *unstructured.Unstructured.
 func toAttrObject(obj objects.Object) (runtime.Object, error) {
 	ext, err := manifest.ToKube(obj)
-	if errors.Is(err, manifest.ErrUnsupportedKind) {
-		return viaManifest(obj)
-	}
 	if err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
@@ -35,20 +32,6 @@ func toAttrObject(obj objects.Object) (runtime.Object, error) {
 		return u, nil
 	}
 	return toInternal(ext, ext.GetObjectKind().GroupVersionKind())
-}
-
-// viaManifest is a kind without a Kubernetes Go type (SidecarPolicy) as
-// unstructured, through its manifest JSON.
-func viaManifest(obj objects.Object) (runtime.Object, error) {
-	b, err := manifest.Encode(obj, manifest.FormatJSON)
-	if err != nil {
-		return nil, apierrors.NewBadRequest(err.Error())
-	}
-	u := &unstructured.Unstructured{}
-	if err := json.Unmarshal(b, &u.Object); err != nil {
-		return nil, apierrors.NewBadRequest(err.Error())
-	}
-	return u, nil
 }
 
 // toInternal defaults ext (of kind gvk) and converts it to its internal
