@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
 	batch "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/stage"
 )
 
 func index(p *corev1.Pod) int {
@@ -273,42 +271,4 @@ func TestRestartsCountUnderOnFailure(t *testing.T) {
 	if c := condition(j, batch.JobFailureTarget); c.Reason != batch.JobReasonBackoffLimitExceeded {
 		t.Errorf("FailureTarget reason %q", c.Reason)
 	}
-}
-
-// TestDeletedBeforeCountedIsCountedOnce: a pod that succeeded and was
-// deleted while no replica ran is held by its tracking finalizer (what
-// the status stage does once its node is done: grace 0); the next replica
-// counts it — succeeded 1, no replacement — and removing the finalizer
-// deletes it.
-func TestDeletedBeforeCountedIsCountedOnce(t *testing.T) {
-	ctx := t.Context()
-	h := newHarness(t)
-	stop := h.replica(ctx, "r0", nil)
-	h.createJob(ctx, &batch.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "del"}, Spec: batch.JobSpec{Completions: ptr.To[int32](1)}})
-	var name string
-	waitFor(t, "the pod", 30*time.Second, func() bool {
-		if ps := h.pods(ctx, "ns"); len(ps) == 1 {
-			name = ps[0].GetMetadata().GetName()
-		}
-		return name != ""
-	})
-	stop()
-	if _, err := objects.Mutate(ctx, h.st, "ns", name, func(p *corev1.Pod) error {
-		p.Status = &corev1.PodStatus{Phase: string(v1.PodSucceeded)}
-		p.Metadata.DeletionTimestamp = timestamppb.Now()
-		stage.HoldForFinalizers(p)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	h.replica(ctx, "r1", nil)
-	var j *batch.Job
-	waitFor(t, "the Job to complete", 30*time.Second, func() bool {
-		j = h.getJob(ctx, "ns", "del")
-		return condition(j, batch.JobComplete) != nil
-	})
-	if j.Status.Succeeded != 1 || j.Status.Failed != 0 || h.req.count() != 1 {
-		t.Errorf("succeeded %d failed %d created %d; want 1, 0, 1", j.Status.Succeeded, j.Status.Failed, h.req.count())
-	}
-	waitFor(t, "the held pod deleted", 10*time.Second, func() bool { return len(h.pods(ctx, "ns")) == 0 })
 }
