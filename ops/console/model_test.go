@@ -86,7 +86,7 @@ func TestBuildNodes(t *testing.T) {
 
 func TestStageConsumers(t *testing.T) {
 	got := strings.Join(stageConsumers([]string{"status", "nodeagent-sim-n2", "nodeagent-sim-n1", "api"}), " ")
-	if want := "api admission persistence scheduler nodeagent-sim-n1 nodeagent-sim-n2 status endpoints serviceaccount rootcacert replicaset replicationcontroller resourcequota nodelifecycle job cronjob deployment statefulset daemonset garbagecollector disruption"; got != want {
+	if want := "api admission persistence scheduler nodeagent-sim-n1 nodeagent-sim-n2 status endpoints serviceaccount rootcacert replicaset replicationcontroller resourcequota nodelifecycle job cronjob deployment statefulset daemonset garbagecollector disruption ttlafterfinished"; got != want {
 		t.Fatalf("%s, want %s", got, want)
 	}
 }

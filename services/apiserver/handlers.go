@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/yaml"
 
 	"github.com/podflow/podflow/proto/apiv1"
@@ -710,10 +712,20 @@ func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, 
 			Message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image` or `spec.tolerations` (only additions to existing tolerations)"}},
 			"Pod %q is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image` or `spec.tolerations` (only additions to existing tolerations)", name), nil
 	}
+	if current.GetMetadata().GetDeletionTimestamp() != nil {
+		// kube's ValidateObjectMetaUpdate: finalizers may only go.
+		extra := sets.New(pod.GetMetadata().GetFinalizers()...).Difference(sets.New(current.GetMetadata().GetFinalizers()...))
+		if extra.Len() > 0 {
+			msg := fmt.Sprintf("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers %#v", sets.List(extra))
+			return invalid("Pod", name, []*corev1.StatusCause{{Type: "FieldValueForbidden", Field: "metadata.finalizers", Message: msg}},
+				"Pod %q is invalid: metadata.finalizers: %s", name, msg), nil
+		}
+	}
 	apply := func(p *corev1.Pod) {
 		p.Metadata.Labels = pod.GetMetadata().GetLabels()
 		p.Metadata.Annotations = pod.GetMetadata().GetAnnotations()
 		p.Metadata.ManagedFields = pod.GetMetadata().GetManagedFields()
+		p.Metadata.Finalizers = pod.GetMetadata().GetFinalizers()
 		p.Spec = proto.CloneOf(allowed)
 	}
 	next := proto.CloneOf(current)
@@ -744,6 +756,14 @@ func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, 
 	})
 	if err != nil {
 		return storeStatus(err, lookupResource("v1", "pods"), name), nil
+	}
+	if md := out.GetMetadata(); len(md.GetFinalizers()) == 0 && md.GetDeletionTimestamp() != nil && md.DeletionGracePeriodSeconds != nil && *md.DeletionGracePeriodSeconds == 0 {
+		// Held for the finalizers this update removed (its node is done,
+		// stage.HoldForFinalizers): the update deletes it, as
+		// kube-apiserver's generic store does.
+		if _, err := s.store.Delete(ctx, objects.Pods, md.GetNamespace(), name, objects.Revision(out)); err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+			return storeStatus(err, lookupResource("v1", "pods"), name), nil
+		}
 	}
 	return ok, out
 }

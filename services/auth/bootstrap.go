@@ -126,8 +126,8 @@ type controllerRole struct {
 
 // controllerPolicy is kube's bootstrap policy of the workload controllers
 // podflow runs (the ReplicaSet, ReplicationController, Job, CronJob,
-// Deployment, StatefulSet and DaemonSet controllers, the garbage collector
-// and the disruption controller so far)
+// Deployment, StatefulSet and DaemonSet controllers, the garbage collector,
+// the disruption and the TTL-after-finished controllers)
 // (plugin/pkg/auth/authorizer/rbac/bootstrappolicy
 // controller_policy.go): what each controller's ServiceAccount may do.
 func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group func(string, []string, ...string) *corev1.PolicyRule) []controllerRole {
@@ -195,6 +195,9 @@ func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group f
 		}},
 		{"generic-garbage-collector", []*corev1.PolicyRule{
 			group("*", []string{"get", "list", "watch", "patch", "update", "delete"}, "*"), events, eventsV1,
+		}},
+		{"ttl-after-finished-controller", []*corev1.PolicyRule{
+			group("batch", []string{"get", "list", "watch", "delete"}, "jobs"), events, eventsV1,
 		}},
 	}
 }

@@ -516,3 +516,41 @@ func TestDisruptionControllerRole(t *testing.T) {
 		}
 	}
 }
+
+// TestTTLAfterFinishedControllerRole: kube's
+// system:controller:ttl-after-finished-controller lets the controller's
+// ServiceAccount read and delete Jobs and nothing else: no pods, no
+// update of a Job, no CronJobs, no Secrets.
+func TestTTLAfterFinishedControllerRole(t *testing.T) {
+	r, err := NewRBAC(RBACConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crs, crbs := BootstrapPolicy()
+	for _, cr := range crs {
+		r.UpsertClusterRole(cr)
+	}
+	for _, crb := range crbs {
+		r.UpsertClusterRoleBinding(crb)
+	}
+	sa := user("system:serviceaccount:kube-system:ttl-after-finished-controller", "system:serviceaccounts", "system:serviceaccounts:kube-system")
+	for _, c := range []struct {
+		verb, group, resource string
+		want                  bool
+	}{
+		{"get", "batch", "jobs", true},
+		{"watch", "batch", "jobs", true},
+		{"delete", "batch", "jobs", true},
+		{"create", "", "events", true},
+		{"update", "batch", "jobs", false},
+		{"create", "batch", "jobs", false},
+		{"delete", "batch", "cronjobs", false},
+		{"delete", "", "pods", false},
+		{"get", "", "secrets", false},
+	} {
+		got := r.Authorize(Attributes{User: sa, Verb: c.verb, Namespace: "default", APIGroup: c.group, Resource: c.resource}).Allowed
+		if got != c.want {
+			t.Errorf("%s %s/%s: allowed %v, want %v", c.verb, c.group, c.resource, got, c.want)
+		}
+	}
+}

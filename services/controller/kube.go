@@ -48,15 +48,28 @@ func KubePod(p *corev1.Pod) *v1.Pod {
 	}
 	for _, c := range st.GetConditions() {
 		kp.Status.Conditions = append(kp.Status.Conditions, v1.PodCondition{Type: v1.PodConditionType(c.GetType()),
-			Status: v1.ConditionStatus(c.GetStatus()), LastTransitionTime: kubeTime(c.GetLastTransitionTime()), Reason: c.GetReason()})
+			Status: v1.ConditionStatus(c.GetStatus()), LastTransitionTime: kubeTime(c.GetLastTransitionTime()), Reason: c.GetReason(), Message: c.GetMessage()})
 	}
 	for _, c := range st.GetContainerStatuses() {
-		kp.Status.ContainerStatuses = append(kp.Status.ContainerStatuses, v1.ContainerStatus{Name: c.GetName(), Ready: c.GetReady(), RestartCount: c.GetRestartCount()})
+		kp.Status.ContainerStatuses = append(kp.Status.ContainerStatuses, kubeContainerStatus(c))
 	}
 	for _, c := range st.GetInitContainerStatuses() {
-		kp.Status.InitContainerStatuses = append(kp.Status.InitContainerStatuses, v1.ContainerStatus{Name: c.GetName(), Ready: c.GetReady(), RestartCount: c.GetRestartCount()})
+		kp.Status.InitContainerStatuses = append(kp.Status.InitContainerStatuses, kubeContainerStatus(c))
 	}
 	return kp
+}
+
+// kubeContainerStatus converts a container's status: its name,
+// readiness, restarts and, for a container that ended, how (exit code,
+// reason, when) — what kube's Job controller matches a podFailurePolicy
+// on.
+func kubeContainerStatus(c *corev1.ContainerStatus) v1.ContainerStatus {
+	out := v1.ContainerStatus{Name: c.GetName(), Ready: c.GetReady(), RestartCount: c.GetRestartCount()}
+	if t := c.GetState().GetTerminated(); t != nil {
+		out.State.Terminated = &v1.ContainerStateTerminated{ExitCode: t.GetExitCode(), Signal: t.GetSignal(), Reason: t.GetReason(),
+			Message: t.GetMessage(), StartedAt: kubeTime(t.GetStartedAt()), FinishedAt: kubeTime(t.GetFinishedAt())}
+	}
+	return out
 }
 
 func kubeTime(t *timestamppb.Timestamp) metav1.Time {

@@ -56,6 +56,7 @@ var Outputs = map[string][]eventsv1.Type{
 	DaemonSet:             {"PodDeleteRequested", "PodDeleted"},
 	GarbageCollector:      {"PodDeleteRequested", "PodDeleted"}, // the pods it deletes
 	Disruption:            nil,
+	TTLAfterFinished:      nil,
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
@@ -274,6 +275,8 @@ var storeWrites = map[string][]objects.Kind{
 	GarbageCollector: nil,
 	// The disruption controller: its PodDisruptionBudgets' status.
 	Disruption: {objects.PodDisruptionBudgets, objects.Events, objects.Leases},
+	// The TTL-after-finished controller: the finished Jobs it deletes.
+	TTLAfterFinished: {objects.Jobs, objects.Events, objects.Leases},
 }
 
 // ControllerLeaseNamespace holds the controller stages' Leases: their

@@ -177,3 +177,34 @@ func TestDisruptionControllerAuthority(t *testing.T) {
 		}
 	}
 }
+
+// TestTTLAfterFinishedAuthority: the TTL-after-finished controller only
+// deletes Jobs: it cannot ask the api stage for pods, publish pod
+// deletions or write pods, CronJobs or Secrets in the store; it may write
+// Jobs, Events and Leases, and acts as kube's ServiceAccount.
+func TestTTLAfterFinishedAuthority(t *testing.T) {
+	srv, admin := lockedDown(t)
+	ttl := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.TTLAfterFinished), "ttl")
+	for _, subject := range []string{pipeline.ControllerPodsSubject(pipeline.TTLAfterFinished), pipeline.ControllerPodsSubject(pipeline.Job),
+		bus.TypeFilter("PodDeleteRequested"), bus.TypeFilter("PodDeleted")} {
+		if delivers(t, ttl, admin, subject) {
+			t.Errorf("the ttlafterfinished controller may publish on %s", subject)
+		}
+	}
+	writer := pipeline.StageRole(pipeline.TTLAfterFinished)
+	for key, want := range map[string]bool{
+		objects.Pods.Key("default", "p"):                                false,
+		objects.Secrets.Key("default", "s"):                             false,
+		objects.CronJobs.Key("default", "c"):                            false,
+		objects.Jobs.Key("default", "j"):                                true,
+		objects.Events.Key("default", "e"):                              true,
+		objects.Leases.Key("kube-system", "podflow-ttlafterfinished-x"): true,
+	} {
+		if got := pipeline.StoreWriteACL(writer, key); got != want {
+			t.Errorf("StoreWriteACL(%q, %q) = %v, want %v", writer, key, got, want)
+		}
+	}
+	if u := pipeline.ControllerUser(pipeline.TTLAfterFinished); u.GetUsername() != "system:serviceaccount:kube-system:ttl-after-finished-controller" {
+		t.Errorf("user %q", u.GetUsername())
+	}
+}

@@ -52,11 +52,14 @@ const (
 	GarbageCollector = "garbagecollector"
 	// The disruption controller computes PodDisruptionBudgets' status.
 	Disruption = "disruption"
+	// TTLAfterFinished deletes finished Jobs once their
+	// ttlSecondsAfterFinished ran out.
+	TTLAfterFinished = "ttlafterfinished"
 )
 
 // Stages lists every stage in lifecycle order, then the controller stages.
 var Stages = []string{API, Admission, Persistence, Scheduler, Status, Endpoints, ServiceAccount, RootCACert,
-	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment, StatefulSet, DaemonSet, GarbageCollector, Disruption}
+	ReplicaSet, ReplicationController, ResourceQuota, NodeLifecycle, Job, CronJob, Deployment, StatefulSet, DaemonSet, GarbageCollector, Disruption, TTLAfterFinished}
 
 // Inputs are the event types each stage consumes; a controller stage
 // consumes none.
@@ -80,6 +83,7 @@ var Inputs = map[string][]eventsv1.Type{
 	DaemonSet:             nil,
 	GarbageCollector:      nil,
 	Disruption:            nil,
+	TTLAfterFinished:      nil,
 }
 
 // Controller reports whether stage is a controller stage: it consumes no
@@ -130,6 +134,7 @@ var controllerAccounts = map[string]string{
 	DaemonSet:             "daemon-set-controller",
 	GarbageCollector:      "generic-garbage-collector",
 	Disruption:            "disruption-controller",
+	TTLAfterFinished:      "ttl-after-finished-controller",
 }
 
 // podMakers are the workload controllers that create pods (through

@@ -43,7 +43,9 @@ func StoreWriteFilter(user, key string) raftstore.WriteCheck {
 // statusPodWrite allows the status stage's changes to a stored pod: its
 // status and the annotation recording the last report applied
 // (podrules.AnnotationStatusSeq), and the deletion of a pod being deleted
-// (its node finished with it). It creates no pod.
+// (its node finished with it), or, for such a pod with finalizers,
+// deletionGracePeriodSeconds 0 (kubelet's final delete: the pod is held
+// for its finalizers, stage.HoldForFinalizers). It creates no pod.
 func statusPodWrite(old, new []byte) error {
 	if old == nil {
 		return errors.New("the status stage creates no pods")
@@ -62,7 +64,11 @@ func statusPodWrite(old, new []byte) error {
 	if err := vt.Unmarshal(new, &is); err != nil {
 		return fmt.Errorf("written pod: %w", err)
 	}
-	if !proto.Equal(statusFree(&was), statusFree(&is)) {
+	free := statusFree(&is)
+	if g := is.GetMetadata().DeletionGracePeriodSeconds; was.GetMetadata().GetDeletionTimestamp() != nil && g != nil && *g == 0 {
+		free.Metadata.DeletionGracePeriodSeconds = was.GetMetadata().DeletionGracePeriodSeconds
+	}
+	if !proto.Equal(statusFree(&was), free) {
 		return errors.New("the status stage may change only a pod's status")
 	}
 	return nil

@@ -149,6 +149,10 @@ func TestStatusStageConfinedToStatus(t *testing.T) {
 			p.Status = &corev1.PodStatus{Phase: "Running"}
 			p.Spec.HostNetwork = true
 		}},
+		{"grace 0 on a pod nobody deleted", func(p *corev1.Pod) {
+			zero := int64(0)
+			p.Metadata.DeletionGracePeriodSeconds = &zero
+		}},
 	} {
 		p := vt.Clone(pod)
 		tc.change(p)
@@ -173,6 +177,19 @@ func TestStatusStageConfinedToStatus(t *testing.T) {
 	terminating.Metadata.DeletionTimestamp, terminating.Metadata.DeletionGracePeriodSeconds = timestamppb.Now(), &grace
 	if rev, err = admin.Update(ctx, key, encodePod(t, terminating), rev); err != nil {
 		t.Fatal(err)
+	}
+	shorter := vt.Clone(terminating)
+	five := int64(5)
+	shorter.Metadata.DeletionGracePeriodSeconds = &five
+	if _, err := st.Update(ctx, key, encodePod(t, shorter), rev); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("the status stage changes a terminating pod's grace to 5: %v, want ErrForbidden", err)
+	}
+	held := vt.Clone(terminating)
+	zero := int64(0)
+	held.Metadata.DeletionGracePeriodSeconds = &zero
+	held.Status.Phase = "Failed"
+	if rev, err = st.Update(ctx, key, encodePod(t, held), rev); err != nil {
+		t.Fatalf("the status stage holds a terminating pod for its finalizers (grace 0): %v", err)
 	}
 	if _, err := st.Delete(ctx, key, rev); err != nil {
 		t.Fatalf("the status stage finalizes a terminating pod: %v", err)

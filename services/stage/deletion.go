@@ -9,6 +9,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -70,7 +71,8 @@ func DeletePod(ctx context.Context, env Env, ns, name string, grace *int64) (*co
 }
 
 // RequestDeletion continues the deletion of a pod marked terminating: an
-// unbound pod is removed from the store at once (PodDeleted); a bound pod
+// unbound pod is removed from the store at once (PodDeleted), or, with
+// finalizers, held for them (HoldForFinalizers); a bound pod
 // is handed to its node (PodDeleteRequested), whose agent stops its
 // containers and reports PodDeleted, after which the status stage removes
 // it. It is idempotent and is also what reconciliation calls for a
@@ -83,7 +85,17 @@ func RequestDeletion(ctx context.Context, env Env, pod *corev1.Pod) error {
 		Traceparent: bus.NewTraceparent(),
 	}
 	if pod.GetSpec().GetNodeName() == "" {
-		rev, err := env.Store.Delete(ctx, objects.Pods, md.GetNamespace(), md.GetName(), objects.Revision(pod))
+		var rev int64
+		var err error
+		if len(md.GetFinalizers()) > 0 {
+			// Held for its finalizers: the writer of the last one deletes it.
+			held := vt.Clone(pod)
+			if HoldForFinalizers(held) {
+				rev, err = env.Store.Update(ctx, held)
+			}
+		} else {
+			rev, err = env.Store.Delete(ctx, objects.Pods, md.GetNamespace(), md.GetName(), objects.Revision(pod))
+		}
 		if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
 			return err
 		}

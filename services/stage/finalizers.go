@@ -2,9 +2,13 @@ package stage
 
 import (
 	"context"
+	"errors"
+	"slices"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 )
 
@@ -75,4 +79,60 @@ func DeleteObjectWith(ctx context.Context, st *objects.Store, k objects.Kind, ob
 // written (kube-apiserver's generic store deletes it during the update).
 func DeletedByUpdate(prev, next objects.Object) bool {
 	return prev != nil && prev.GetMetadata().GetDeletionTimestamp() != nil && len(next.GetMetadata().GetFinalizers()) == 0
+}
+
+// HoldForFinalizers marks, in the object, a pod whose deletion its node
+// (or, unbound, the api stage) has finished while finalizers remain, as
+// kube-apiserver keeps it after kubelet's final delete:
+// deletionGracePeriodSeconds 0, and phase Failed unless it Succeeded or
+// Failed (kubelet's phase of a pod stopped by its deletion). It returns
+// false, changing nothing, for a pod already held.
+func HoldForFinalizers(p *corev1.Pod) bool {
+	md := p.GetMetadata()
+	ph := p.GetStatus().GetPhase()
+	if md.GetDeletionGracePeriodSeconds() == 0 && md.DeletionGracePeriodSeconds != nil && (ph == "Succeeded" || ph == "Failed") {
+		return false
+	}
+	zero := int64(0)
+	md.DeletionGracePeriodSeconds = &zero
+	if ph != "Succeeded" && ph != "Failed" {
+		if p.Status == nil {
+			p.Status = &corev1.PodStatus{}
+		}
+		p.Status.Phase = "Failed"
+	}
+	return true
+}
+
+// RemovePodFinalizer removes finalizer from the pod ns/name of uid (read
+// fresh, written comparing its revision, retried on a conflict); a pod
+// held for its finalizers (HoldForFinalizers) that loses its last one is
+// deleted, as kube-apiserver deletes it. It returns the store revision of
+// the write, 0 when there was nothing to do (the pod is gone, another
+// one, or without the finalizer).
+func RemovePodFinalizer(ctx context.Context, st *objects.Store, ns, name, uid, finalizer string) (int64, error) {
+	for {
+		p, err := objects.Get[*corev1.Pod](ctx, st, ns, name)
+		if errors.Is(err, raftstore.ErrNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		md := p.GetMetadata()
+		if md.GetUid() != uid || !slices.Contains(md.Finalizers, finalizer) {
+			return 0, nil
+		}
+		md.Finalizers = slices.DeleteFunc(md.Finalizers, func(f string) bool { return f == finalizer })
+		var rev int64
+		if len(md.Finalizers) == 0 && md.DeletionTimestamp != nil && md.DeletionGracePeriodSeconds != nil && *md.DeletionGracePeriodSeconds == 0 {
+			rev, err = st.Delete(ctx, objects.Pods, ns, name, objects.Revision(p))
+		} else {
+			rev, err = st.Update(ctx, p)
+		}
+		if errors.Is(err, raftstore.ErrConflict) {
+			continue
+		}
+		return rev, err
+	}
 }

@@ -46,6 +46,7 @@ import (
 	"github.com/podflow/podflow/services/stages/serviceaccount"
 	"github.com/podflow/podflow/services/stages/statefulset"
 	"github.com/podflow/podflow/services/stages/status"
+	"github.com/podflow/podflow/services/stages/ttlafterfinished"
 	webhookkube "github.com/podflow/podflow/services/webhook/kube"
 )
 
@@ -118,6 +119,9 @@ var stageBuilders = map[string]func(env stage.Env, o StageOptions) (stage.Handle
 	},
 	pipeline.Job: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return job.New(env, job.DefaultConfig(env.Replica), controller.NATSRequester(env.NATS))
+	},
+	pipeline.TTLAfterFinished: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
+		return ttlafterfinished.New(env, ttlafterfinished.DefaultConfig(env.Replica))
 	},
 	pipeline.Deployment: func(env stage.Env, _ StageOptions) (stage.Handler, error) {
 		return deployment.New(env, deployment.DefaultConfig(env.Replica))

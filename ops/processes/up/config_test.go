@@ -29,7 +29,7 @@ func TestProcessConfigsHoldNoAdminToken(t *testing.T) {
 				Replicas: map[string]int{pipeline.API: 1, pipeline.Admission: 1, pipeline.Persistence: 1,
 					pipeline.Scheduler: 1, pipeline.Status: 1, pipeline.Endpoints: 1, pipeline.ServiceAccount: 1, pipeline.RootCACert: 1,
 					pipeline.ReplicaSet: 1, pipeline.ReplicationController: 1, pipeline.ResourceQuota: 1, pipeline.Job: 1, pipeline.CronJob: 1, pipeline.Deployment: 1,
-					pipeline.GarbageCollector: 1, pipeline.Disruption: 1},
+					pipeline.GarbageCollector: 1, pipeline.Disruption: 1, pipeline.TTLAfterFinished: 1},
 				Runtime: runtime, Nodes: 1, NodeGrace: 40 * time.Second,
 				FreeAddr: func() (string, error) { n++; return fmt.Sprintf("127.0.0.1:%d", n), nil },
 			}

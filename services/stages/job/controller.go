@@ -248,18 +248,40 @@ func terminal(p *corev1.Pod) bool {
 func active(p *corev1.Pod) bool { return !terminal(p) && p.GetMetadata().GetDeletionTimestamp() == nil }
 
 // outcome is a pod's end as the Job counts it: succeeded, failed (a
-// Failed pod, or one being deleted before it succeeded, as kube's
-// isPodFailed), or not finished.
-func outcome(p *corev1.Pod) (succeeded, failed bool) {
+// Failed pod, or one being deleted before it succeeded unless the Job
+// replaces only Failed pods, as kube's isPodFailed), or not finished.
+func outcome(p *corev1.Pod, job *batch.Job) (succeeded, failed bool) {
 	switch ph := p.GetStatus().GetPhase(); {
 	case ph == string(v1.PodSucceeded):
 		return true, false
 	case ph == string(v1.PodFailed):
 		return false, true
-	case p.GetMetadata().GetDeletionTimestamp() != nil:
+	case p.GetMetadata().GetDeletionTimestamp() != nil && !onlyReplaceFailedPods(job):
 		return false, true
 	}
 	return false, false
+}
+
+// onlyReplaceFailedPods is kube's: podReplacementPolicy Failed (the
+// default of a Job with a podFailurePolicy) waits for a terminating pod
+// to fail before replacing it.
+func onlyReplaceFailedPods(job *batch.Job) bool {
+	return job.Spec.PodReplacementPolicy != nil && *job.Spec.PodReplacementPolicy == batch.Failed
+}
+
+func hasBackoffLimitPerIndex(job *batch.Job) bool { return job.Spec.BackoffLimitPerIndex != nil }
+
+// kubePods converts pods to kube's once per sync, for the policies' pure
+// functions.
+type kubePods map[*corev1.Pod]*v1.Pod
+
+func (k kubePods) of(p *corev1.Pod) *v1.Pod {
+	kp, ok := k[p]
+	if !ok {
+		kp = controller.KubePod(p)
+		k[p] = kp
+	}
+	return kp
 }
 
 // sync is kube's syncJob for one key.
@@ -330,6 +352,22 @@ func finishedCondition(job *batch.Job) batch.JobConditionType {
 	return ""
 }
 
+// failJobMessage is kube's getFailJobMessage: the message of the first
+// failed pod a FailJob rule of the podFailurePolicy matches.
+func failJobMessage(job *batch.Job, pods []*corev1.Pod, kp kubePods) *string {
+	if job.Spec.PodFailurePolicy == nil {
+		return nil
+	}
+	for _, p := range pods {
+		if _, f := outcome(p, job); f {
+			if msg, _, _ := matchPodFailurePolicy(job.Spec.PodFailurePolicy, kp.of(p)); msg != nil {
+				return msg
+			}
+		}
+	}
+	return nil
+}
+
 func findCondition(job *batch.Job, t batch.JobConditionType) *batch.JobCondition {
 	for i := range job.Status.Conditions {
 		if c := &job.Status.Conditions[i]; c.Type == t && c.Status == v1.ConditionTrue {
@@ -354,6 +392,7 @@ func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstruct
 	terminating := int32(0)
 	ready := int32(0)
 	var newSucc, newFail []*corev1.Pod
+	kp := kubePods{}
 	fresh := c.podInf.Revision() < objects.Revision(u)
 	for _, p := range pods {
 		if active(p) {
@@ -364,7 +403,7 @@ func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstruct
 		} else if !terminal(p) {
 			terminating++
 		}
-		s, f := outcome(p)
+		s, f := outcome(p, job)
 		puid := types.UID(p.GetMetadata().GetUid())
 		if !(s || f) || !hasFinalizer(p) || uncSucc[puid] || uncFail[puid] {
 			continue
@@ -400,6 +439,20 @@ func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstruct
 		}
 		succeeded = int32(len(succeededIndexes))
 	}
+	// A failure an Ignore rule of the podFailurePolicy matches is not
+	// counted: its pod is let go (step 2) without entering the counters.
+	var ignored []*corev1.Pod
+	if job.Spec.PodFailurePolicy != nil {
+		counted := newFail[:0:0]
+		for _, p := range newFail {
+			if _, count, _ := matchPodFailurePolicy(job.Spec.PodFailurePolicy, kp.of(p)); count {
+				counted = append(counted, p)
+			} else {
+				ignored = append(ignored, p)
+			}
+		}
+		newFail = counted
+	}
 	failed := job.Status.Failed + int32(len(newFail)+len(uncFail))
 
 	if job.Status.StartTime == nil && !suspended(job) {
@@ -407,18 +460,46 @@ func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstruct
 		job.Status.StartTime = &t
 	}
 
-	// The end: a condition found before, or reached now.
+	// The end: a condition found before, or reached now, in kube's order.
 	var target *batch.JobCondition
 	if cond := findCondition(job, batch.JobSuccessCriteriaMet); cond != nil {
 		target = cond.DeepCopy()
 	} else if cond := findCondition(job, batch.JobFailureTarget); cond != nil {
 		target = cond.DeepCopy()
-	} else if failed > ptrOr(job.Spec.BackoffLimit, 6) {
+	} else if msg := failJobMessage(job, pods, kp); msg != nil {
+		target = newCondition(batch.JobFailureTarget, batch.JobReasonPodFailurePolicy, *msg, now)
+	} else if failed > ptrOr(job.Spec.BackoffLimit, 6) || pastBackoffLimitOnFailure(job, pods) {
 		target = newCondition(batch.JobFailureTarget, batch.JobReasonBackoffLimitExceeded, "Job has reached the specified backoff limit", now)
 	} else if pastDeadline(job, now) {
 		target = newCondition(batch.JobFailureTarget, batch.JobReasonDeadlineExceeded, "Job was active longer than specified deadline", now)
 	} else if job.Spec.ActiveDeadlineSeconds != nil && !suspended(job) && job.Status.StartTime != nil {
 		c.runner.AddAfter(key, job.Status.StartTime.Add(time.Duration(*job.Spec.ActiveDeadlineSeconds)*time.Second).Sub(now))
+	}
+	var pi *perIndex
+	if isIndexed(job) && hasBackoffLimitPerIndex(job) {
+		pi = newPerIndex(job, pods, activePods, succeededIndexes, kp)
+		total := pi.failed.total()
+		if target == nil {
+			if job.Spec.MaxFailedIndexes != nil && total > int(*job.Spec.MaxFailedIndexes) {
+				target = newCondition(batch.JobFailureTarget, batch.JobReasonMaxFailedIndexesExceeded, "Job has exceeded the specified maximal number of failed indexes", now)
+			} else if total > 0 && total+len(succeededIndexes) >= int(*job.Spec.Completions) {
+				target = newCondition(batch.JobFailureTarget, batch.JobReasonFailedIndexes, "Job has failed indexes", now)
+			}
+		}
+		failedIndexes := pi.failed.String()
+		job.Status.FailedIndexes = &failedIndexes
+	}
+	if target == nil && isIndexed(job) {
+		if msg, met := matchSuccessPolicy(job.Spec.SuccessPolicy, *job.Spec.Completions, succeededIndexes.intervals()); met {
+			target = newCondition(batch.JobSuccessCriteriaMet, batch.JobReasonSuccessPolicy, msg, now)
+		}
+	}
+	if pi != nil && target == nil && job.DeletionTimestamp == nil {
+		// A failed pod whose index gets a replacement keeps its finalizer
+		// until the replacement exists (it carries the index's failure
+		// count on): it is counted then.
+		newFail = slices.DeleteFunc(newFail, pi.delayed)
+		ignored = slices.DeleteFunc(ignored, pi.delayed)
 	}
 
 	nActive := int32(len(activePods))
@@ -432,7 +513,7 @@ func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstruct
 		final = deleted == len(activePods) && needsSync
 	} else {
 		if needsSync && job.DeletionTimestamp == nil {
-			nActive, manageErr = c.manage(ctx, key, &u, job, pods, activePods, succeeded, succeededIndexes, now, started)
+			nActive, manageErr = c.manage(ctx, key, &u, job, pods, activePods, succeeded, succeededIndexes, pi, terminating, now, started)
 		} else if !needsSync {
 			c.runner.AddAfter(key, time.Second) // in case no pod event comes
 		}
@@ -453,7 +534,7 @@ func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstruct
 	if isIndexed(job) {
 		job.Status.CompletedIndexes = succeededIndexes.String()
 	}
-	if err := c.track(ctx, key, u, job, pods, newSucc, newFail, target, final && terminating == 0, now); err != nil {
+	if err := c.track(ctx, key, u, job, pods, newSucc, newFail, ignored, target, final && terminating == 0, now); err != nil {
 		return fmt.Errorf("tracking status: %w", err)
 	}
 	return manageErr
@@ -496,6 +577,28 @@ func newConditionStatus(t batch.JobConditionType, st v1.ConditionStatus, reason,
 		LastProbeTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now)}
 }
 
+// pastBackoffLimitOnFailure is kube's: under restartPolicy OnFailure the
+// restarts of the running and pending pods' containers count against
+// backoffLimit (any restart when it is 0).
+func pastBackoffLimitOnFailure(job *batch.Job, pods []*corev1.Pod) bool {
+	if job.Spec.Template.Spec.RestartPolicy != v1.RestartPolicyOnFailure {
+		return false
+	}
+	result := int32(0)
+	for _, p := range pods {
+		if ph := p.GetStatus().GetPhase(); ph == string(v1.PodRunning) || ph == string(v1.PodPending) {
+			for _, cs := range slices.Concat(p.GetStatus().GetInitContainerStatuses(), p.GetStatus().GetContainerStatuses()) {
+				result += cs.GetRestartCount()
+			}
+		}
+	}
+	limit := ptrOr(job.Spec.BackoffLimit, 6)
+	if limit == 0 {
+		return result > 0
+	}
+	return result >= limit
+}
+
 func pastDeadline(job *batch.Job, now time.Time) bool {
 	if job.Spec.ActiveDeadlineSeconds == nil || job.Status.StartTime == nil || suspended(job) {
 		return false
@@ -524,7 +627,7 @@ func (c *Controller) stillTracked(ctx context.Context, p *corev1.Pod) (bool, err
 // target is the end the Job reached (an interim condition), final
 // whether it may now take its terminal condition.
 func (c *Controller) track(ctx context.Context, key string, u *corev1.Unstructured, job *batch.Job, pods []*corev1.Pod,
-	newSucc, newFail []*corev1.Pod, target *batch.JobCondition, final bool, now time.Time) error {
+	newSucc, newFail, ignored []*corev1.Pod, target *batch.JobCondition, final bool, now time.Time) error {
 	unc := job.Status.UncountedTerminatedPods
 	for _, p := range newSucc {
 		unc.Succeeded = append(unc.Succeeded, types.UID(p.GetMetadata().GetUid()))
@@ -568,6 +671,19 @@ func (c *Controller) track(ctx context.Context, key string, u *corev1.Unstructur
 			}
 			c.runner.Expect(key, rev)
 			released[id] = true
+			return nil
+		})
+	}
+	for _, p := range ignored { // let go, never counted
+		g.Go(func() error {
+			rev, err := removeFinalizer(gctx, c.env.Store, p)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				rmErr = errors.Join(rmErr, err)
+				return nil
+			}
+			c.runner.Expect(key, rev)
 			return nil
 		})
 	}
@@ -617,21 +733,7 @@ func (c *Controller) track(ctx context.Context, key string, u *corev1.Unstructur
 // it (0 when it is gone).
 func removeFinalizer(ctx context.Context, st *objects.Store, p *corev1.Pod) (int64, error) {
 	md := p.GetMetadata()
-	out, err := objects.Mutate(ctx, st, md.GetNamespace(), md.GetName(), func(q *corev1.Pod) error {
-		qm := q.GetMetadata()
-		if qm.GetUid() != md.GetUid() || !slices.Contains(qm.Finalizers, TrackingFinalizer) {
-			return objects.ErrNoChange
-		}
-		qm.Finalizers = slices.DeleteFunc(qm.Finalizers, func(f string) bool { return f == TrackingFinalizer })
-		return nil
-	})
-	switch {
-	case errors.Is(err, raftstore.ErrNotFound):
-		return 0, nil
-	case err != nil:
-		return 0, err
-	}
-	return objects.Revision(out), nil
+	return stage.RemovePodFinalizer(ctx, st, md.GetNamespace(), md.GetName(), md.GetUid(), TrackingFinalizer)
 }
 
 // removeFinalizers lets every pod of a finished Job go.
@@ -686,7 +788,14 @@ func (c *Controller) release(ctx context.Context, key, ns, name, uid string) err
 	if err != nil {
 		return err
 	}
-	c.runner.Expect(key, objects.Revision(p))
+	rev := objects.Revision(p)
+	if md := p.GetMetadata(); len(md.GetFinalizers()) == 0 && md.DeletionTimestamp != nil && md.DeletionGracePeriodSeconds != nil && *md.DeletionGracePeriodSeconds == 0 {
+		// Held for the finalizer it lost: gone now (stage.RemovePodFinalizer).
+		if rev, err = c.env.Store.Delete(ctx, objects.Pods, ns, name, rev); err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+			return err
+		}
+	}
+	c.runner.Expect(key, rev)
 	return nil
 }
 
@@ -713,7 +822,7 @@ func ref(job *batch.Job) *corev1.OwnerReference {
 // manage creates and deletes pods so that as many run as the Job wants
 // (kube's manageJob) and returns how many are active.
 func (c *Controller) manage(ctx context.Context, key string, u **corev1.Unstructured, job *batch.Job, pods, activePods []*corev1.Pod, succeeded int32,
-	succeededIndexes indexSet, now time.Time, started time.Time) (int32, error) {
+	succeededIndexes indexSet, pi *perIndex, terminating int32, now time.Time, started time.Time) (int32, error) {
 	nActive := int32(len(activePods))
 	if suspended(job) {
 		deleted, err := c.deletePods(ctx, key, u, job, activePods)
@@ -755,17 +864,22 @@ func (c *Controller) manage(ctx context.Context, key string, u **corev1.Unstruct
 		return nActive - int32(deleted), err
 	}
 	diff := int(want) - int(nActive) - len(pending)
+	if onlyReplaceFailedPods(job) {
+		diff -= int(terminating)
+	}
 	if diff <= 0 && len(pending) == 0 {
 		return nActive, nil
 	}
-	if wait := c.backoff(pods, now); wait > 0 && len(pending) == 0 {
-		c.runner.AddAfter(key, wait)
-		return nActive, nil
+	if pi == nil { // with backoffLimitPerIndex each index waits on its own
+		if wait := c.backoff(pods, now); wait > 0 && len(pending) == 0 {
+			c.runner.AddAfter(key, wait)
+			return nActive, nil
+		}
 	}
 	diff = min(max(diff, 0), c.cfg.MaxPodsPerSync)
-	names, err := c.newNames(job, pods, activePods, pending, diff, succeededIndexes)
-	if err != nil {
-		return nActive, err
+	names, wait := c.newNames(job, pods, activePods, pending, diff, succeededIndexes, pi, now)
+	if wait > 0 {
+		c.runner.AddAfter(key, wait)
 	}
 	ok, err := controller.SlowStart(ctx, len(names), c.cfg.MaxInFlight, func() bool { return c.runner.Owns(key) }, func(ctx context.Context, i int) error {
 		return c.createOne(ctx, key, job, names[i], started)
@@ -773,15 +887,21 @@ func (c *Controller) manage(ctx context.Context, key string, u **corev1.Unstruct
 	return nActive + int32(ok), err
 }
 
-// podName is a pending creation: its name and, for an Indexed Job, index.
+// podName is a pending creation: its name and, for an Indexed Job, index
+// and (with backoffLimitPerIndex) the failure counts it carries.
 type podName struct {
-	name  string
-	index int
+	name            string
+	index           int
+	failures        int32 // -1: no annotation
+	ignoredFailures int32
 }
 
 // newNames are the pending names, then n new names in the lowest free
 // slots (of the lowest indexes without a pod, for an Indexed Job).
-func (c *Controller) newNames(job *batch.Job, pods, activePods []*corev1.Pod, pending []string, n int, succeededIndexes indexSet) ([]podName, error) {
+// With backoffLimitPerIndex an index whose last pod failed waits its own
+// backoff; the second result is the least wait of the indexes left out.
+func (c *Controller) newNames(job *batch.Job, pods, activePods []*corev1.Pod, pending []string, n int, succeededIndexes indexSet,
+	pi *perIndex, now time.Time) ([]podName, time.Duration) {
 	taken := map[string]bool{}
 	for _, p := range pods {
 		taken[p.GetMetadata().GetName()] = true
@@ -800,9 +920,16 @@ func (c *Controller) newNames(job *batch.Job, pods, activePods []*corev1.Pod, pe
 			busy[i] = true
 		}
 	}
+	if onlyReplaceFailedPods(job) {
+		for _, p := range pods {
+			if i, ok := podIndex(p, int(ptrOr(job.Spec.Completions, 0))); ok && !active(p) && !terminal(p) {
+				busy[i] = true
+			}
+		}
+	}
 	for _, name := range pending {
 		taken[name] = true
-		pn := podName{name: name, index: -1}
+		pn := podName{name: name, index: -1, failures: -1}
 		if isIndexed(job) {
 			i, ok := indexOfName(job.Name, name)
 			if !ok {
@@ -810,24 +937,41 @@ func (c *Controller) newNames(job *batch.Job, pods, activePods []*corev1.Pod, pe
 			}
 			pn.index = i
 			busy[i] = true
+			if pi != nil {
+				pn.failures, pn.ignoredFailures = getNewIndexFailureCounts(job, pi.replacedOf(i))
+			}
 		}
 		out = append(out, pn)
 	}
 	if !isIndexed(job) {
 		for _, name := range controller.FreeNames(job.Name+"-", string(job.UID), n, isTaken) {
-			out = append(out, podName{name: name, index: -1})
+			out = append(out, podName{name: name, index: -1, failures: -1})
 		}
-		return out, nil
+		return out, 0
 	}
+	var wait time.Duration
 	for i := 0; i < int(*job.Spec.Completions) && n > 0; i++ {
 		if succeededIndexes[i] || busy[i] {
 			continue
 		}
-		base := fmt.Sprintf("%s-%d-", job.Name, i)
-		out = append(out, podName{name: controller.FreeNames(base, string(job.UID), 1, isTaken)[0], index: i})
+		pn := podName{index: i, failures: -1}
+		if pi != nil {
+			if pi.failed.has(i) {
+				continue
+			}
+			if w := pi.remaining(i, c.cfg.BackoffBase, c.cfg.BackoffMax, now); w > 0 {
+				if wait == 0 || w < wait {
+					wait = w
+				}
+				continue
+			}
+			pn.failures, pn.ignoredFailures = getNewIndexFailureCounts(job, pi.replacedOf(i))
+		}
+		pn.name = controller.FreeNames(fmt.Sprintf("%s-%d-", job.Name, i), string(job.UID), 1, isTaken)[0]
+		out = append(out, pn)
 		n--
 	}
-	return out, nil
+	return out, wait
 }
 
 // indexOfName parses the index of an Indexed Job's pod name
@@ -858,7 +1002,7 @@ func (c *Controller) unobservedPending(key, ns string) []string {
 }
 
 func (c *Controller) createOne(ctx context.Context, key string, job *batch.Job, pn podName, started time.Time) error {
-	pod, err := podFor(job, pn.index)
+	pod, err := podFor(job, pn)
 	if err != nil {
 		c.events.Record(ctx, jobKind.APIVersion(), jobKind.Name, job.Namespace, job.Name, string(job.UID), "Warning", "FailedCreate", "Error creating: "+err.Error())
 		return err
@@ -895,7 +1039,8 @@ func (c *Controller) createOne(ctx context.Context, key string, job *batch.Job, 
 // podFor is the pod of job's template (index -1 for a NonIndexed Job):
 // the tracking finalizer, and for an index its annotation, label,
 // JOB_COMPLETION_INDEX and hostname, as kube's job controller makes it.
-func podFor(job *batch.Job, index int) (*corev1.Pod, error) {
+func podFor(job *batch.Job, pn podName) (*corev1.Pod, error) {
+	index := pn.index
 	tmpl := job.Spec.Template.DeepCopy()
 	tmpl.Finalizers = append(tmpl.Finalizers, TrackingFinalizer)
 	if index >= 0 {
@@ -904,6 +1049,12 @@ func podFor(job *batch.Job, index int) (*corev1.Pod, error) {
 			tmpl.Annotations = map[string]string{}
 		}
 		tmpl.Annotations[batch.JobCompletionIndexAnnotation] = idx
+		if pn.failures >= 0 { // kube's addIndexFailureCountAnnotation
+			tmpl.Annotations[batch.JobIndexFailureCountAnnotation] = strconv.Itoa(int(pn.failures))
+			if pn.ignoredFailures > 0 {
+				tmpl.Annotations[batch.JobIndexIgnoredFailureCountAnnotation] = strconv.Itoa(int(pn.ignoredFailures))
+			}
+		}
 		if tmpl.Labels == nil {
 			tmpl.Labels = map[string]string{}
 		}

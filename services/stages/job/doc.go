@@ -27,11 +27,35 @@
 //     is counted — what `kubectl wait --for=condition=complete` waits for.
 //   - adoption of orphans matching the selector and release of pods that
 //     stopped matching (controller.ClaimOf).
+//   - podFailurePolicy: a failed pod matching a FailJob rule fails the Job
+//     (FailureTarget, then Failed, reason PodFailurePolicy, kube's
+//     message); one matching Ignore is let go without being counted; Count
+//     counts it; FailIndex fails its index. The rules are kube's pure
+//     functions (policy.go, copied from pkg/controller/job).
+//   - podReplacementPolicy Failed (the default with a podFailurePolicy): a
+//     terminating pod is neither failed nor replaced until it is Failed.
+//   - successPolicy (Indexed): the first rule of succeededIndexes or
+//     succeededCount met is SuccessCriteriaMet, reason SuccessPolicy; the
+//     running pods are deleted, then Complete.
+//   - backoffLimitPerIndex and maxFailedIndexes (Indexed): each pod of an
+//     index carries the index's failure counts in the annotations
+//     batch.kubernetes.io/job-index-failure-count and
+//     job-index-ignored-failure-count; a failed pod keeps its finalizer (is
+//     not counted yet) until its replacement exists, so the count is
+//     carried on; an index past its limit (or failing a FailIndex rule)
+//     enters status.failedIndexes, written before its pod's finalizer is
+//     removed; each index waits its own backoff. The Job fails with
+//     MaxFailedIndexesExceeded, or FailedIndexes once every index ended.
 //
-// Not done (yet): podFailurePolicy, successPolicy, backoffLimitPerIndex,
-// podReplacementPolicy and ttlSecondsAfterFinished are stored and served
-// but the controller does not act on them; a Job using the first three is
-// run as if they were unset.
+// The order of the ends is kube's: an earlier SuccessCriteriaMet or
+// FailureTarget, a FailJob rule, backoffLimit, activeDeadlineSeconds,
+// maxFailedIndexes and failed indexes, successPolicy, completions.
+//
+//   - restartPolicy OnFailure: the restarts of the running pods'
+//     containers count against backoffLimit (kube's
+//     pastBackoffLimitOnFailure).
+//
+// ttlSecondsAfterFinished is the ttlafterfinished stage's.
 //
 // # Every finished pod counted exactly once
 //
@@ -57,6 +81,8 @@
 // shows it). A replica killed between any two steps leaves a state the
 // next owner finishes.
 //
-// The store does not yet hold a pod with finalizers back from deletion:
-// a finished pod deleted by a user before step 1 is not counted.
+// A pod deleted before step 1 is held by its finalizer: once its node is
+// done the status stage keeps it (stage.HoldForFinalizers: grace 0,
+// Failed unless it Succeeded), and step 2 deletes it
+// (stage.RemovePodFinalizer), so it is counted like any other.
 package job

@@ -40,30 +40,17 @@ func parseIndexes(s string, completions int) indexSet {
 }
 
 // String is the set as kube writes completedIndexes: sorted, runs of
-// consecutive indexes as intervals ("1,3-5,7").
-func (s indexSet) String() string {
+// three or more consecutive indexes as intervals ("1,3-5,7,8").
+func (s indexSet) String() string { return s.intervals().String() }
+
+// intervals is the set as kube's orderedIntervals.
+func (s indexSet) intervals() orderedIntervals {
 	idx := make([]int, 0, len(s))
 	for i := range s {
 		idx = append(idx, i)
 	}
 	slices.Sort(idx)
-	var b strings.Builder
-	for i := 0; i < len(idx); {
-		j := i
-		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(idx[i]))
-		if j > i {
-			b.WriteByte('-')
-			b.WriteString(strconv.Itoa(idx[j]))
-		}
-		i = j + 1
-	}
-	return b.String()
+	return orderedIntervals(nil).withOrderedIndexes(idx)
 }
 
 // podIndex is a pod's completion index (its annotation), if valid for a

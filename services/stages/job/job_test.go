@@ -80,6 +80,8 @@ type harness struct {
 	t   *testing.T
 	st  *objects.Store
 	req *storeRequester
+	// exitCode is the exit code of a failing pod's container (default 1).
+	exitCode func(p *corev1.Pod) int32
 }
 
 func newHarness(t *testing.T) *harness {
@@ -224,6 +226,15 @@ func (h *harness) kubelet(ctx context.Context, ns string, end func(p *corev1.Pod
 					}
 					q.Status.Phase = to
 					q.Status.Conditions = []*corev1.PodCondition{{Type: "Ready", Status: "False", LastTransitionTime: timestamppb.Now()}}
+					code := int32(0)
+					if to == string(v1.PodFailed) {
+						code = 1
+						if h.exitCode != nil {
+							code = h.exitCode(p)
+						}
+					}
+					q.Status.ContainerStatuses = []*corev1.ContainerStatus{{Name: "c", State: &corev1.ContainerState{
+						Terminated: &corev1.ContainerStateTerminated{ExitCode: code, FinishedAt: timestamppb.Now()}}}}
 					return nil
 				})
 			}

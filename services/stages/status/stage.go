@@ -182,6 +182,11 @@ var onceEvents = map[string]bool{eventsv1.ReasonDeadlineExceeded: true}
 // finalizeDeletion removes a pod its node has finished with, and releases
 // what the pod held in its node's allocation, in one transaction: only a
 // pod bound to the node that reports it, and only once it is being deleted.
+// A pod that still has finalizers stays, as kubelet's final delete (grace
+// 0) leaves it to kube-apiserver: deletionGracePeriodSeconds 0 records
+// that its node is done, a pod that was not Succeeded is Failed, and the
+// writer that removes its last finalizer deletes it
+// (stage.RemovePodFinalizer).
 func (s *Stage) finalizeDeletion(ctx context.Context, d *bus.Delivery) error {
 	ns, name, uid := d.Envelope.GetNamespace(), d.Envelope.GetPodName(), d.Envelope.GetPodUid()
 	for {
@@ -202,6 +207,13 @@ func (s *Stage) finalizeDeletion(ctx context.Context, d *bus.Delivery) error {
 			return err
 		}
 		txn := objects.Txn{}.Unchanged(pod).Delete(pod)
+		if len(pod.GetMetadata().GetFinalizers()) > 0 {
+			if !stage.HoldForFinalizers(pod) {
+				txn = objects.Txn{}
+			} else {
+				txn = objects.Txn{}.Unchanged(pod).Put(pod)
+			}
+		}
 		if node := pod.GetSpec().GetNodeName(); node != "" {
 			alloc, err := objects.Get[*corev1.NodeAllocation](ctx, s.env.Store, "", node)
 			switch {
@@ -213,6 +225,9 @@ func (s *Stage) finalizeDeletion(ctx context.Context, d *bus.Delivery) error {
 			case !errors.Is(err, raftstore.ErrNotFound):
 				return err
 			}
+		}
+		if txn.Empty() {
+			return nil
 		}
 		_, err = s.env.Store.Commit(ctx, txn)
 		if errors.Is(err, raftstore.ErrConflict) {
