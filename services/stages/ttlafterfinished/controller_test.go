@@ -3,6 +3,7 @@ package ttlafterfinished_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,20 +44,30 @@ func createJob(ctx context.Context, t *testing.T, st *objects.Store, name string
 	}
 }
 
-func exists(ctx context.Context, t *testing.T, st *objects.Store, name string) bool {
+// alive reports whether Job name is stored and not being deleted; one
+// being deleted must be so in the foreground (kube's TTL controller's
+// propagation), which the garbage collector then finishes.
+func alive(ctx context.Context, t *testing.T, st *objects.Store, name string) bool {
 	t.Helper()
-	_, err := st.GetKind(ctx, objects.Jobs, "ns", name)
+	o, err := st.GetKind(ctx, objects.Jobs, "ns", name)
 	if errors.Is(err, raftstore.ErrNotFound) {
 		return false
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return true
+	md := o.GetMetadata()
+	if md.GetDeletionTimestamp() == nil {
+		return true
+	}
+	if !slices.Contains(md.GetFinalizers(), metav1.FinalizerDeleteDependents) {
+		t.Fatalf("Job %s deleted with finalizers %v, want %q (foreground)", name, md.GetFinalizers(), metav1.FinalizerDeleteDependents)
+	}
+	return false
 }
 
 // TestDeletesFinishedJobsAfterTheirTTL: a Complete Job with TTL 1s and a
-// Failed one whose TTL ran out long ago are deleted; a running Job with a
+// Failed one whose TTL ran out long ago are deleted in the foreground; a running Job with a
 // TTL, a finished one without, and one whose TTL is an hour stay.
 func TestDeletesFinishedJobsAfterTheirTTL(t *testing.T) {
 	ctx := t.Context()
@@ -84,9 +95,9 @@ func TestDeletesFinishedJobsAfterTheirTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for exists(ctx, t, st, "done-ttl1") || exists(ctx, t, st, "failed-expired") {
+	for alive(ctx, t, st, "done-ttl1") || alive(ctx, t, st, "failed-expired") {
 		if time.Now().After(deadline) {
-			t.Fatalf("expired Jobs not deleted: done-ttl1 %v, failed-expired %v", exists(ctx, t, st, "done-ttl1"), exists(ctx, t, st, "failed-expired"))
+			t.Fatalf("expired Jobs not deleted: done-ttl1 %v, failed-expired %v", alive(ctx, t, st, "done-ttl1"), alive(ctx, t, st, "failed-expired"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -94,7 +105,7 @@ func TestDeletesFinishedJobsAfterTheirTTL(t *testing.T) {
 		t.Errorf("done-ttl1 deleted %s after it finished, before its TTL of 1s", d)
 	}
 	for _, name := range []string{"running", "done-no-ttl", "done-ttl-hour"} {
-		if !exists(ctx, t, st, name) {
+		if !alive(ctx, t, st, name) {
 			t.Errorf("Job %s was deleted", name)
 		}
 	}

@@ -16,12 +16,9 @@
 //     a Job replaced by another of the same name is never deleted by
 //     mistake.
 //
-// The deletion is background propagation: the Job goes at once and the
-// garbage collector stage deletes its pods, whose controller reference
-// names a Job that no longer exists (kube deletes with foreground
-// propagation, which podflow does not record yet; the end state is the
-// same). A Job with finalizers is only marked deleted
-// (stage.DeleteObject), as the API server does.
+// The deletion is foreground propagation, as kube's controller deletes
+// (stage.DeleteObjectWith): the Job is marked with the foregroundDeletion
+// finalizer and stays until the garbage collector stage deleted its pods.
 //
 // Replicas share the Jobs through the Runner's Leases, as every workload
 // controller does; a sync is idempotent, so a replica killed mid-sync and
