@@ -146,11 +146,12 @@ func Desired(svc *corev1.Service, pods []*corev1.Pod) *corev1.EndpointSlice {
 		if port == 0 {
 			continue
 		}
-		ep := &corev1.EndpointPort{Port: proto.Int32(port), Protocol: proto.String(protocol(sp.GetProtocol()))}
-		if sp.GetName() != "" {
-			ep.Name = proto.String(sp.GetName())
-		}
-		slice.Ports = append(slice.Ports, ep)
+		// The name is set even when empty, as kube's EndpointSlice
+		// controller sets it (getEndpointPorts): kube-apiserver's
+		// webhook and aggregator resolvers match a Service's unnamed
+		// port against a slice port named "", and skip a nil name.
+		slice.Ports = append(slice.Ports, &corev1.EndpointPort{Name: proto.String(sp.GetName()),
+			Port: proto.Int32(port), Protocol: proto.String(protocol(sp.GetProtocol()))})
 	}
 	return slice
 }

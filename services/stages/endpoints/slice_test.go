@@ -5,8 +5,12 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1k "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apiserver/pkg/util/proxy"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/manifest"
 )
 
 func svc(sel map[string]string, ports ...*corev1.ServicePort) *corev1.Service {
@@ -187,5 +191,24 @@ func TestDesiredHostnameAndLabels(t *testing.T) {
 	s.Spec.ClusterIp = "10.96.0.10"
 	if _, headless := Desired(s, nil).GetMetadata().GetLabels()[LabelHeadless]; headless {
 		t.Error("a Service with a cluster IP has the headless label")
+	}
+}
+
+// TestUnnamedPortResolves: a Service's unnamed port is a slice port named
+// "" (not a missing name), as kube's EndpointSlice controller writes it:
+// kube-apiserver's resolver for webhooks and aggregated APIs
+// (proxy.RandomEndpoint) finds the endpoint through it.
+func TestUnnamedPortResolves(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	unnamed := &corev1.ServicePort{Port: 443, TargetPort: &corev1.IntOrString{Value: &corev1.IntOrString_IntVal{IntVal: 8444}}}
+	sl := Desired(svc(app, unnamed), []*corev1.Pod{pod("a", "10.0.0.1", app, true, nil)})
+	sl.Metadata = &corev1.ObjectMeta{Name: "web", Namespace: "default"}
+	k, err := manifest.ToKube(sl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := proxy.RandomEndpoint("web", []*discoveryv1.EndpointSlice{k.(*discoveryv1.EndpointSlice)}, "", corev1k.IPv4Protocol, nil)
+	if err != nil || got != "10.0.0.1:8444" {
+		t.Fatalf("RandomEndpoint = %q, %v; want 10.0.0.1:8444", got, err)
 	}
 }
