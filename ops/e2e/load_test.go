@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
 )
 
 // runningPods counts the stored pods whose name starts with prefix and
@@ -206,8 +208,7 @@ func TestChaos(t *testing.T) {
 	for _, kind := range []string{"SIGKILL stage", "SIGKILL store-", "SIGKILL nodeagent", "SIGKILL nats"} {
 		name := strings.TrimPrefix(kind, "SIGKILL ")
 		if name == "stage" {
-			if !strings.Contains(out, "SIGKILL admission") && !strings.Contains(out, "SIGKILL persistence") && !strings.Contains(out, "SIGKILL scheduler") &&
-				!strings.Contains(out, "SIGKILL api") && !strings.Contains(out, "SIGKILL status") && !strings.Contains(out, "SIGKILL endpoints") {
+			if !slices.ContainsFunc(pipeline.Stages, func(s string) bool { return strings.Contains(out, "SIGKILL "+s+"-") }) {
 				t.Errorf("no stage replica was killed")
 			}
 			continue
