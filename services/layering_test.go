@@ -122,7 +122,6 @@ var podWritersWithoutPodSecurity = map[string]string{
 	// leaves the spec as it was.
 	"controller/kube.go AdoptPod":              "adds the controller's ownerReference (metadata)",
 	"controller/kube.go ReleasePod":            "removes an ownerReference (metadata)",
-	"stages/job/controller.go removeFinalizer": "removes the Job's tracking finalizer (metadata)",
 	"stages/job/controller.go release":         "removes the Job's ownerReference and tracking finalizer (metadata)",
 	"stages/statefulset/client.go UpdatePod":   "sets the StatefulSet's identity labels (metadata)",
 	"stages/daemonset/client.go Patch":         "sets a pod's labels, kube's dedupCurHistories relabelling (metadata)",

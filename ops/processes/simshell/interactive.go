@@ -159,9 +159,13 @@ func (e *cmdEnv) interactive(ctx context.Context) int {
 			status = 2
 			continue
 		}
+		// The watcher takes an interrupt typed while the command runs.
+		// It is waited for once the command is done, so that it cannot
+		// take the interrupt meant for the next command.
 		cctx, ccancel := context.WithCancel(ctx)
-		done := make(chan struct{})
+		done, watched := make(chan struct{}), make(chan struct{})
 		go func() {
+			defer close(watched)
 			select {
 			case <-in.intr:
 				ccancel()
@@ -179,6 +183,7 @@ func (e *cmdEnv) interactive(ctx context.Context) int {
 			}
 		}
 		close(done)
+		<-watched
 		if cctx.Err() != nil && ctx.Err() == nil {
 			status = 130
 		}

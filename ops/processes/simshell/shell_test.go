@@ -91,6 +91,9 @@ func TestShellTerminal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Type once the prompt is there, as a user does: what is typed before
+	// it is echoed before it, as a terminal's line discipline echoes.
+	waitFor(t, &out, "/ # ")
 	write("echo hi\r")
 	waitFor(t, &out, "/ # echo hi\r\nhi\r\n/ # ")
 	write("sleep 1000\r")
