@@ -450,7 +450,9 @@ func (k *kubelet) handle(ctx context.Context, ns, name string) {
 				case <-ctx.Done():
 				}
 			}
-			_, _ = k.store.Delete(ctx, objects.Pods, ns, name, 0)
+			if _, err := k.store.Delete(ctx, objects.Pods, ns, name, 0); err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+				k.retry(ctx, ns, name)
+			}
 		}()
 		return
 	}
@@ -467,7 +469,7 @@ func (k *kubelet) handle(ctx context.Context, ns, name string) {
 	if p.GetSpec().GetNodeName() != "" && p.GetStatus().GetPhase() == "Running" && ready == wantReady {
 		return
 	}
-	_, _ = objects.Mutate(ctx, k.store, ns, name, func(p *corev1.Pod) error {
+	_, err := objects.Mutate(ctx, k.store, ns, name, func(p *corev1.Pod) error {
 		if ph := p.GetStatus().GetPhase(); p.GetMetadata().GetDeletionTimestamp() != nil || ph == "Succeeded" || ph == "Failed" {
 			return objects.ErrNoChange
 		}
@@ -487,5 +489,22 @@ func (k *kubelet) handle(ctx context.Context, ns, name string) {
 			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, &corev1.ContainerStatus{Name: ctr.GetName(), Ready: wantReady})
 		}
 		return nil
+	})
+	if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+		k.retry(ctx, ns, name)
+	}
+}
+
+// retry handles pod ns/name again shortly, as kubelet retries a status
+// update the API server did not take (a conflict, a store busy electing):
+// the informer sends no new event for a write that did not happen.
+func (k *kubelet) retry(ctx context.Context, ns, name string) {
+	time.AfterFunc(100*time.Millisecond, func() {
+		if ctx.Err() == nil {
+			select {
+			case k.work <- ns + "/" + name:
+			default:
+			}
+		}
 	})
 }
