@@ -120,11 +120,11 @@ var podWritersWithoutPodSecurity = map[string]string{
 	"stages/api/eviction.go addConditionAndDeletePod":     "sets the DisruptionTarget condition (status) and deletionTimestamp (pods/eviction, ignored by PodSecurity)",
 	// Metadata only: kube's PodSecurity admission skips a pod update that
 	// leaves the spec as it was.
-	"controller/kube.go AdoptPod":              "adds the controller's ownerReference (metadata)",
-	"controller/kube.go ReleasePod":            "removes an ownerReference (metadata)",
-	"stages/job/controller.go release":         "removes the Job's ownerReference and tracking finalizer (metadata)",
-	"stages/statefulset/client.go UpdatePod":   "sets the StatefulSet's identity labels (metadata)",
-	"stages/daemonset/client.go Patch":         "sets a pod's labels, kube's dedupCurHistories relabelling (metadata)",
+	"controller/kube.go AdoptPod":            "adds the controller's ownerReference (metadata)",
+	"controller/kube.go ReleasePod":          "removes an ownerReference (metadata)",
+	"stages/job/controller.go release":       "removes the Job's ownerReference and tracking finalizer (metadata)",
+	"stages/statefulset/client.go UpdatePod": "sets the StatefulSet's identity labels (metadata)",
+	"stages/daemonset/client.go Patch":       "sets a pod's labels, kube's dedupCurHistories relabelling (metadata)",
 }
 
 // TestPodWritesCheckPodSecurity: every path that rewrites a stored pod
