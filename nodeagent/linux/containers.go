@@ -250,6 +250,7 @@ func (r *Runtime) startContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	}
 	for _, s := range stale { // with its logs, as kubelet's container GC
 		s.c.Close()
+		_ = container.RemoveDeviceCgroup(s.meta.ID)
 		_ = os.RemoveAll(ctrDir(p, s.meta.ID))
 		removeLog(logPath(p, s.meta.Name, s.meta.RestartCount))
 	}

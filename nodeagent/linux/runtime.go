@@ -545,6 +545,9 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, podUID string) error {
 	}
 	for _, c := range p.ctrs {
 		c.c.Close()
+		if err := container.RemoveDeviceCgroup(c.meta.ID); err != nil {
+			r.log.Warn("remove the container's device cgroup", "pod", podUID, "container", c.meta.Name, "err", err)
+		}
 	}
 	if err := r.removePodParts(ctx, podUID, p.rec.QOS, p.rec.Mounts); err != nil {
 		return err

@@ -207,6 +207,19 @@ func deviceCgroupDirV1(spec Spec) string {
 	return filepath.Join(devicesRootV1, "podflow-dev-"+spec.ID)
 }
 
+// RemoveDeviceCgroup removes container id's device cgroup (cgroup v1)
+// if it is still there. The shim removes it when the container exits; a
+// shim that was SIGKILLed leaves it behind, so the node agent calls this
+// when it removes the container. A cgroup that still holds a process
+// stays (the kernel refuses), as does nothing on cgroup v2.
+func RemoveDeviceCgroup(id string) error {
+	err := os.Remove(deviceCgroupDirV1(Spec{ID: id}))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
 // joinCgroup returns cgroups with sub → dir added (a copy).
 func joinCgroup(cgroups map[string]string, sub, dir string) map[string]string {
 	out := maps.Clone(cgroups)
