@@ -1,11 +1,19 @@
 package controller_test
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 
+	"golang.org/x/sync/errgroup"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/controller"
+	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/objects"
 )
 
 // TestDecodeCacheOncePerRevision: a revision is decoded once and its value
@@ -89,4 +97,51 @@ func TestDecodeCacheConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestRunnerContextAndInformerKeys: a Runner's Context is Background
+// before Start and Start's context after it; InformerKeys lists the key of
+// every object of an informer, of every namespace.
+func TestRunnerContextAndInformerKeys(t *testing.T) {
+	st := objects.New(raftstoretest.MakeCluster(t, 1).Client(t))
+	ctx := t.Context()
+	for _, p := range []*corev1.Pod{
+		{Metadata: &corev1.ObjectMeta{Namespace: "a", Name: "p1"}},
+		{Metadata: &corev1.ObjectMeta{Namespace: "b", Name: "p2"}},
+	} {
+		if _, err := st.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pods, err := informer.New[*corev1.Pod](st, "", informer.Handlers[*corev1.Pod]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := controller.DefaultConfig("testctl", "r1")
+	controller.FastConfig(&cfg)
+	r, err := controller.New(st, cfg, func(context.Context, string) error { return nil },
+		func() []string { return controller.InformerKeys(pods) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Context() != context.Background() {
+		t.Fatalf("Context before Start: %v, want Background", r.Context())
+	}
+	type marker struct{}
+	sctx, cancel := context.WithCancel(context.WithValue(ctx, marker{}, "start's"))
+	g, gctx := errgroup.WithContext(sctx)
+	t.Cleanup(func() { cancel(); _ = g.Wait() })
+	var infs informer.Group
+	infs.Add(pods)
+	if err := r.Start(gctx, g, &infs); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Context().Value(marker{}); got != "start's" {
+		t.Fatalf("Context after Start carries %v, want Start's context", got)
+	}
+	keys := controller.InformerKeys(pods)
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"a/p1", "b/p2"}) {
+		t.Fatalf("InformerKeys: %v, want [a/p1 b/p2]", keys)
+	}
 }
