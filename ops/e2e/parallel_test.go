@@ -10,23 +10,23 @@ import (
 // The e2e tests run concurrently. Each starts its own `podflow up` (or
 // `podflow chaos --own`, `podflow bench`) on free ports, in a data
 // directory of its own, and spends most of its time waiting on processes,
-// timers and the network, so a few at a time share two cores well. Three
-// kinds of test take turns among themselves instead:
+// timers and the network, so a few at a time share two cores well. The
+// tests run in three lanes side by side:
 //
-//   - linuxNode: the Linux-runtime tests. There is one linux-node-1 per
-//     machine (its cgroup root, its bridge, port 53 on its node IP), and
-//     TestLinuxRuntime checks that a second one is refused. They run one
-//     after another, beside the others, in a turn of their own that takes
-//     no simulated-cluster slot: they are the longest chain.
-//   - heavy: the tests that keep both cores busy for minutes (thousands of
-//     pods, chaos runs with fault schedules and a settle deadline): one at
-//     a time, each also taking a slot.
+//   - linuxNode: the Linux-runtime tests, one after another. There is one
+//     linux-node-1 per machine (its cgroup root, its bridge, port 53 on
+//     its node IP), and TestLinuxRuntime checks that a second one is
+//     refused.
+//   - heavy: the tests that keep the cores busy for minutes (thousands of
+//     pods, chaos runs with fault schedules and a settle deadline), one
+//     after another. Together they are the longest chain, so they start
+//     at once and take no cluster slot.
 //   - any other test takes one of clusterSlots.
 //
 // A test waiting for its turn holds no slot: -parallel is raised in
-// TestMain so that every test is released at once, and the turns below
-// bound what runs.
-const defaultClusterSlots = 3
+// TestMain so that every test is released at once, and the lanes bound
+// what runs.
+const defaultClusterSlots = 2
 
 // Test kinds for parallel.
 const (
@@ -71,7 +71,6 @@ func parallel(t *testing.T, kind int) {
 		take(t, linuxNode)
 	case heavyLoad:
 		take(t, heavy)
-		take(t, clusterSlots)
 	default:
 		take(t, clusterSlots)
 	}
