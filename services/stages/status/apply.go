@@ -7,10 +7,14 @@ import (
 	"github.com/podflow/podflow/proto/vt"
 )
 
+// terminal reports whether phase is one a pod never leaves.
+func terminal(phase string) bool { return phase == "Failed" || phase == "Succeeded" }
+
 // ApplyReport folds node's status report into pod and reports whether pod
 // changed. A report is applied only when it comes from the node the pod is
 // bound to and is newer than the last applied one. The node owns the
-// status except the PodScheduled condition, which the scheduler wrote.
+// status except the PodScheduled condition, which the scheduler wrote, and
+// a terminal phase, which no report undoes.
 func ApplyReport(pod *corev1.Pod, node string, rep *eventsv1.PodStatusReport) bool {
 	if rep.GetStatus() == nil || pod.GetSpec().GetNodeName() != node || rep.GetSeq() <= podrules.AppliedSeq(pod) {
 		return false
@@ -21,6 +25,11 @@ func ApplyReport(pod *corev1.Pod, node string, rep *eventsv1.PodStatusReport) bo
 	}
 	if next.QosClass == "" {
 		next.QosClass = pod.GetStatus().GetQosClass()
+	}
+	if was := pod.GetStatus().GetPhase(); terminal(was) && !terminal(next.GetPhase()) {
+		// A terminal phase written through pods/status stays, as kubelet
+		// keeps it ("API phase was terminal, updating phase to match").
+		next.Phase = was
 	}
 	pod.Status = next
 	podrules.SetAppliedSeq(pod, rep.GetSeq())

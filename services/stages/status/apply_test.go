@@ -55,3 +55,21 @@ func TestApplyReport(t *testing.T) {
 		t.Fatal("ignored reports changed the pod")
 	}
 }
+
+// TestApplyReportKeepsTerminalPhase: a pod whose phase was set Failed
+// through pods/status stays Failed when its node still reports it Running
+// (kubelet: "API phase was terminal, updating phase to match"); the rest
+// of the report applies.
+func TestApplyReportKeepsTerminalPhase(t *testing.T) {
+	p := boundPod()
+	p.Status.Phase = "Failed"
+	if !ApplyReport(p, "n1", report(4, "Running")) {
+		t.Fatal("report not applied")
+	}
+	if p.Status.Phase != "Failed" || p.Status.PodIp != "10.244.1.5" {
+		t.Fatalf("phase %q ip %q, want Failed and the report's ip", p.Status.Phase, p.Status.PodIp)
+	}
+	if !ApplyReport(p, "n1", report(5, "Succeeded")) || p.Status.Phase != "Succeeded" {
+		t.Fatalf("a terminal report: phase %q", p.Status.Phase)
+	}
+}
