@@ -73,3 +73,27 @@ func TestApplyReportKeepsTerminalPhase(t *testing.T) {
 		t.Fatalf("a terminal report: phase %q", p.Status.Phase)
 	}
 }
+
+// TestApplyReportKeepsOthersConditions: conditions the node does not own
+// survive its reports, as kubelet's mergePodStatus keeps them: the
+// eviction's DisruptionTarget (a Job's podFailurePolicy matches on it once
+// the pod has failed) and a readiness gate's; the node's own Ready is the
+// report's.
+func TestApplyReportKeepsOthersConditions(t *testing.T) {
+	p := boundPod()
+	p.Status.Conditions = append(p.Status.Conditions,
+		&corev1.PodCondition{Type: "DisruptionTarget", Status: "True", Reason: "EvictionByEvictionAPI"},
+		&corev1.PodCondition{Type: "example.com/gate", Status: "True"},
+		&corev1.PodCondition{Type: "Ready", Status: "False"})
+	if !ApplyReport(p, "n1", report(2, "Failed")) {
+		t.Fatal("report not applied")
+	}
+	for typ, want := range map[string]string{"PodScheduled": "True", "DisruptionTarget": "True", "example.com/gate": "True", "Ready": "True"} {
+		if c := podrules.PodCondition(p.Status, typ); c.GetStatus() != want {
+			t.Errorf("condition %s: %v, want status %s", typ, c, want)
+		}
+	}
+	if c := podrules.PodCondition(p.Status, "DisruptionTarget"); c.GetReason() != "EvictionByEvictionAPI" {
+		t.Errorf("DisruptionTarget reason %q", c.GetReason())
+	}
+}
