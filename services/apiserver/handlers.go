@@ -80,6 +80,7 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	}
 	switch {
 	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"),
+		isPodStatusWrite(req),     // podstatus.go
 		namespaceSubresource(req): // nssubresources.go
 	case req.res.cr != nil:
 		// A custom resource version's own subresources.
@@ -552,6 +553,18 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 				s.writeObject(w, r, http.StatusOK, req.res, current)
 				return
 			}
+		}
+		if pod, ok := obj.(*corev1.Pod); ok && req.sub == "status" {
+			// An update without a resourceVersion is unconditional, as
+			// for kube-apiserver's pods: a conflict is retried.
+			unconditional := req.verb == "update" && pod.GetMetadata().GetResourceVersion() == ""
+			st, out := s.updatePodStatus(ctx, current.(*corev1.Pod), pod, dry)
+			if (retry || unconditional) && st.GetCode() == http.StatusConflict && attempt < maxPatchRetries && ctx.Err() == nil {
+				continue
+			}
+			writeWarnings(w, warnings)
+			s.respond(w, r, req.res, st, out)
+			return
 		}
 		if pod, ok := obj.(*corev1.Pod); ok {
 			writeWarnings(w, warnings)
