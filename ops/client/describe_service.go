@@ -26,15 +26,18 @@ func (s *Session) DescribeService(ctx context.Context, w io.Writer, ns, name str
 	if err != nil {
 		return err
 	}
-	sl, err := objects.Get[*corev1.EndpointSlice](ctx, s.Store, ns, endpoints.SliceName(name))
-	if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+	all, _, err := objects.List[*corev1.EndpointSlice](ctx, s.Store, ns)
+	if err != nil {
 		return err
 	}
+	sls := slices.DeleteFunc(all, func(sl *corev1.EndpointSlice) bool {
+		return sl.GetMetadata().GetLabels()[endpoints.LabelServiceName] != name
+	})
 	pods, _, err := objects.List[*corev1.Pod](ctx, s.Store, ns)
 	if err != nil {
 		return err
 	}
-	describeService(w, svc, sl, pods)
+	describeService(w, svc, sls, pods)
 	return nil
 }
 
@@ -42,7 +45,7 @@ func (s *Session) DescribeService(ctx context.Context, w io.Writer, ns, name str
 // ports, endpoints from the slice) and, for each pod the selector
 // selects, whether it is an endpoint and why (endpoints.Membership): the
 // "Running but not receiving traffic" question answered.
-func describeService(w io.Writer, svc *corev1.Service, sl *corev1.EndpointSlice, pods []*corev1.Pod) {
+func describeService(w io.Writer, svc *corev1.Service, sls []*corev1.EndpointSlice, pods []*corev1.Pod) {
 	md, sp := svc.GetMetadata(), svc.GetSpec()
 	kv := func(k, v string) { fmt.Fprintf(w, "%-18s%s\n", k+":", v) }
 	kv("Name", md.GetName())
@@ -53,11 +56,13 @@ func describeService(w io.Writer, svc *corev1.Service, sl *corev1.EndpointSlice,
 	kv("IP", OrNone(sp.GetClusterIp()))
 	kv("IPs", OrNone(strings.Join(sp.GetClusterIps(), ",")))
 	var ready, notReady []string
-	for _, ep := range sl.GetEndpoints() {
-		if c := ep.GetConditions(); c == nil || c.Ready == nil || c.GetReady() {
-			ready = append(ready, ep.GetAddresses()...)
-		} else {
-			notReady = append(notReady, ep.GetAddresses()...)
+	for _, sl := range sls {
+		for _, ep := range sl.GetEndpoints() {
+			if c := ep.GetConditions(); c == nil || c.Ready == nil || c.GetReady() {
+				ready = append(ready, ep.GetAddresses()...)
+			} else {
+				notReady = append(notReady, ep.GetAddresses()...)
+			}
 		}
 	}
 	for _, p := range sp.GetPorts() {
@@ -68,11 +73,23 @@ func describeService(w io.Writer, svc *corev1.Service, sl *corev1.EndpointSlice,
 			target = fmt.Sprint(p.GetPort())
 		}
 		kv("TargetPort", target+"/"+proto)
-		port := slicePort(sl, p.GetName())
+		// Each slice's ready addresses with its own number for the port
+		// (a named targetPort may resolve differently per pod).
 		var eps []string
-		for _, a := range ready {
-			eps = append(eps, fmt.Sprintf("%s:%d", a, port))
+		for _, sl := range sls {
+			port := slicePort(sl, p.GetName())
+			if port == 0 {
+				continue
+			}
+			for _, ep := range sl.GetEndpoints() {
+				if c := ep.GetConditions(); c == nil || c.Ready == nil || c.GetReady() {
+					for _, a := range ep.GetAddresses() {
+						eps = append(eps, fmt.Sprintf("%s:%d", a, port))
+					}
+				}
+			}
 		}
+		slices.Sort(eps)
 		kv("Endpoints", OrNone(strings.Join(eps, ",")))
 	}
 	if len(notReady) > 0 {

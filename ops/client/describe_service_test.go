@@ -25,9 +25,9 @@ func TestDescribeService(t *testing.T) {
 		mkPod("web-a", "10.244.1.2", app, "True", ""),
 		mkPod("db", "10.244.1.4", map[string]string{"app": "db"}, "True", ""),
 	}
-	sl := endpoints.Desired(svc, pods)
+	sls := endpoints.Desired(svc, pods)
 	var b strings.Builder
-	describeService(&b, svc, sl, pods)
+	describeService(&b, svc, sls, pods)
 	out := b.String()
 	for _, want := range []string{
 		"IP:               10.96.200.7\n",
@@ -49,11 +49,26 @@ func TestDescribeService(t *testing.T) {
 	t.Run("no endpoints, not-ready listed", func(t *testing.T) {
 		sl := &corev1.EndpointSlice{Endpoints: []*corev1.Endpoint{{Addresses: []string{"10.244.1.3"}, Conditions: &corev1.EndpointConditions{Ready: proto.Bool(false)}}}}
 		var b strings.Builder
-		describeService(&b, svc, sl, nil)
+		describeService(&b, svc, []*corev1.EndpointSlice{sl}, nil)
 		for _, want := range []string{"Endpoints:        <none>\n", "Not Ready:        10.244.1.3\n", "<none> selected"} {
 			if !strings.Contains(b.String(), want) {
 				t.Errorf("describe lacks %q:\n%s", want, b.String())
 			}
+		}
+	})
+
+	// A named targetPort resolved to two numbers: each address with its
+	// own slice's port.
+	t.Run("a port per slice", func(t *testing.T) {
+		named := proto.CloneOf(svc)
+		named.Spec.Ports[0].TargetPort = &corev1.IntOrString{Value: &corev1.IntOrString_StrVal{StrVal: "web"}}
+		a, b := mkPod("web-a", "10.244.1.2", app, "True", ""), mkPod("web-b", "10.244.1.3", app, "True", "")
+		a.Spec.Containers[0].Ports = []*corev1.ContainerPort{{Name: "web", ContainerPort: 8080}}
+		b.Spec.Containers[0].Ports = []*corev1.ContainerPort{{Name: "web", ContainerPort: 9090}}
+		var out strings.Builder
+		describeService(&out, named, endpoints.Desired(named, []*corev1.Pod{a, b}), []*corev1.Pod{a, b})
+		if want := "Endpoints:        10.244.1.2:8080,10.244.1.3:9090\n"; !strings.Contains(out.String(), want) {
+			t.Errorf("describe lacks %q:\n%s", want, out.String())
 		}
 	})
 }

@@ -6502,8 +6502,12 @@ func (x *ClientIPConfig) GetTimeoutSeconds() int32 {
 	return 0
 }
 
+// ServiceStatus is core/v1 ServiceStatus: what a load balancer reports
+// and the Service's conditions, written through services/status.
 type ServiceStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	LoadBalancer  *LoadBalancerStatus    `protobuf:"bytes,1,opt,name=load_balancer,json=loadBalancer,proto3" json:"load_balancer,omitempty"`
+	Conditions    []*Condition           `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6538,6 +6542,277 @@ func (*ServiceStatus) Descriptor() ([]byte, []int) {
 	return file_corev1_core_proto_rawDescGZIP(), []int{87}
 }
 
+func (x *ServiceStatus) GetLoadBalancer() *LoadBalancerStatus {
+	if x != nil {
+		return x.LoadBalancer
+	}
+	return nil
+}
+
+func (x *ServiceStatus) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+type LoadBalancerStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ingress       []*LoadBalancerIngress `protobuf:"bytes,1,rep,name=ingress,proto3" json:"ingress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadBalancerStatus) Reset() {
+	*x = LoadBalancerStatus{}
+	mi := &file_corev1_core_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadBalancerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadBalancerStatus) ProtoMessage() {}
+
+func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
+func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *LoadBalancerStatus) GetIngress() []*LoadBalancerIngress {
+	if x != nil {
+		return x.Ingress
+	}
+	return nil
+}
+
+type LoadBalancerIngress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ip            string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
+	Hostname      string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	IpMode        *string                `protobuf:"bytes,3,opt,name=ip_mode,json=ipMode,proto3,oneof" json:"ip_mode,omitempty"` // VIP, Proxy
+	Ports         []*PortStatus          `protobuf:"bytes,4,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadBalancerIngress) Reset() {
+	*x = LoadBalancerIngress{}
+	mi := &file_corev1_core_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadBalancerIngress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadBalancerIngress) ProtoMessage() {}
+
+func (x *LoadBalancerIngress) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadBalancerIngress.ProtoReflect.Descriptor instead.
+func (*LoadBalancerIngress) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *LoadBalancerIngress) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *LoadBalancerIngress) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *LoadBalancerIngress) GetIpMode() string {
+	if x != nil && x.IpMode != nil {
+		return *x.IpMode
+	}
+	return ""
+}
+
+func (x *LoadBalancerIngress) GetPorts() []*PortStatus {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+type PortStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Port          int32                  `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	Protocol      string                 `protobuf:"bytes,2,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Error         *string                `protobuf:"bytes,3,opt,name=error,proto3,oneof" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortStatus) Reset() {
+	*x = PortStatus{}
+	mi := &file_corev1_core_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortStatus) ProtoMessage() {}
+
+func (x *PortStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortStatus.ProtoReflect.Descriptor instead.
+func (*PortStatus) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *PortStatus) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *PortStatus) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *PortStatus) GetError() string {
+	if x != nil && x.Error != nil {
+		return *x.Error
+	}
+	return ""
+}
+
+// Condition is meta/v1 Condition.
+type Condition struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Type               string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Status             string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // True, False, Unknown
+	ObservedGeneration int64                  `protobuf:"varint,3,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
+	LastTransitionTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
+	Reason             string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message            string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_corev1_core_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *Condition) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Condition) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Condition) GetObservedGeneration() int64 {
+	if x != nil {
+		return x.ObservedGeneration
+	}
+	return 0
+}
+
+func (x *Condition) GetLastTransitionTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTransitionTime
+	}
+	return nil
+}
+
+func (x *Condition) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Condition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type Service struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Metadata      *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
@@ -6549,7 +6824,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6561,7 +6836,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[88]
+	mi := &file_corev1_core_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6574,7 +6849,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{88}
+	return file_corev1_core_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *Service) GetMetadata() *ObjectMeta {
@@ -6609,7 +6884,7 @@ type EndpointConditions struct {
 
 func (x *EndpointConditions) Reset() {
 	*x = EndpointConditions{}
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6621,7 +6896,7 @@ func (x *EndpointConditions) String() string {
 func (*EndpointConditions) ProtoMessage() {}
 
 func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[89]
+	mi := &file_corev1_core_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6634,7 +6909,7 @@ func (x *EndpointConditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointConditions.ProtoReflect.Descriptor instead.
 func (*EndpointConditions) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{89}
+	return file_corev1_core_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *EndpointConditions) GetReady() bool {
@@ -6673,7 +6948,7 @@ type ObjectReference struct {
 
 func (x *ObjectReference) Reset() {
 	*x = ObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6685,7 +6960,7 @@ func (x *ObjectReference) String() string {
 func (*ObjectReference) ProtoMessage() {}
 
 func (x *ObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[90]
+	mi := &file_corev1_core_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6698,7 +6973,7 @@ func (x *ObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReference.ProtoReflect.Descriptor instead.
 func (*ObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{90}
+	return file_corev1_core_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ObjectReference) GetKind() string {
@@ -6763,7 +7038,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6775,7 +7050,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[91]
+	mi := &file_corev1_core_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6788,7 +7063,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{91}
+	return file_corev1_core_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *Endpoint) GetAddresses() []string {
@@ -6838,7 +7113,7 @@ type EndpointPort struct {
 
 func (x *EndpointPort) Reset() {
 	*x = EndpointPort{}
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6850,7 +7125,7 @@ func (x *EndpointPort) String() string {
 func (*EndpointPort) ProtoMessage() {}
 
 func (x *EndpointPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[92]
+	mi := &file_corev1_core_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6863,7 +7138,7 @@ func (x *EndpointPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPort.ProtoReflect.Descriptor instead.
 func (*EndpointPort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{92}
+	return file_corev1_core_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *EndpointPort) GetName() string {
@@ -6907,7 +7182,7 @@ type EndpointSlice struct {
 
 func (x *EndpointSlice) Reset() {
 	*x = EndpointSlice{}
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6919,7 +7194,7 @@ func (x *EndpointSlice) String() string {
 func (*EndpointSlice) ProtoMessage() {}
 
 func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[93]
+	mi := &file_corev1_core_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6932,7 +7207,7 @@ func (x *EndpointSlice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointSlice.ProtoReflect.Descriptor instead.
 func (*EndpointSlice) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{93}
+	return file_corev1_core_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *EndpointSlice) GetMetadata() *ObjectMeta {
@@ -6976,7 +7251,7 @@ type Endpoints struct {
 
 func (x *Endpoints) Reset() {
 	*x = Endpoints{}
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6988,7 +7263,7 @@ func (x *Endpoints) String() string {
 func (*Endpoints) ProtoMessage() {}
 
 func (x *Endpoints) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[94]
+	mi := &file_corev1_core_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7001,7 +7276,7 @@ func (x *Endpoints) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoints.ProtoReflect.Descriptor instead.
 func (*Endpoints) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{94}
+	return file_corev1_core_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *Endpoints) GetMetadata() *ObjectMeta {
@@ -7029,7 +7304,7 @@ type EndpointSubset struct {
 
 func (x *EndpointSubset) Reset() {
 	*x = EndpointSubset{}
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7041,7 +7316,7 @@ func (x *EndpointSubset) String() string {
 func (*EndpointSubset) ProtoMessage() {}
 
 func (x *EndpointSubset) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[95]
+	mi := &file_corev1_core_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7054,7 +7329,7 @@ func (x *EndpointSubset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointSubset.ProtoReflect.Descriptor instead.
 func (*EndpointSubset) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{95}
+	return file_corev1_core_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *EndpointSubset) GetAddresses() []*EndpointAddress {
@@ -7090,7 +7365,7 @@ type EndpointAddress struct {
 
 func (x *EndpointAddress) Reset() {
 	*x = EndpointAddress{}
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7102,7 +7377,7 @@ func (x *EndpointAddress) String() string {
 func (*EndpointAddress) ProtoMessage() {}
 
 func (x *EndpointAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[96]
+	mi := &file_corev1_core_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7115,7 +7390,7 @@ func (x *EndpointAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointAddress.ProtoReflect.Descriptor instead.
 func (*EndpointAddress) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{96}
+	return file_corev1_core_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *EndpointAddress) GetIp() string {
@@ -7160,7 +7435,7 @@ type EndpointsPort struct {
 
 func (x *EndpointsPort) Reset() {
 	*x = EndpointsPort{}
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7172,7 +7447,7 @@ func (x *EndpointsPort) String() string {
 func (*EndpointsPort) ProtoMessage() {}
 
 func (x *EndpointsPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[97]
+	mi := &file_corev1_core_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7185,7 +7460,7 @@ func (x *EndpointsPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointsPort.ProtoReflect.Descriptor instead.
 func (*EndpointsPort) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{97}
+	return file_corev1_core_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *EndpointsPort) GetName() string {
@@ -7225,7 +7500,7 @@ type NamespaceSpec struct {
 
 func (x *NamespaceSpec) Reset() {
 	*x = NamespaceSpec{}
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7237,7 +7512,7 @@ func (x *NamespaceSpec) String() string {
 func (*NamespaceSpec) ProtoMessage() {}
 
 func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[98]
+	mi := &file_corev1_core_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7250,7 +7525,7 @@ func (x *NamespaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSpec.ProtoReflect.Descriptor instead.
 func (*NamespaceSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{98}
+	return file_corev1_core_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *NamespaceSpec) GetFinalizers() []string {
@@ -7273,7 +7548,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7285,7 +7560,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[99]
+	mi := &file_corev1_core_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7298,7 +7573,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{99}
+	return file_corev1_core_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *NamespaceStatus) GetPhase() string {
@@ -7328,7 +7603,7 @@ type NamespaceCondition struct {
 
 func (x *NamespaceCondition) Reset() {
 	*x = NamespaceCondition{}
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7340,7 +7615,7 @@ func (x *NamespaceCondition) String() string {
 func (*NamespaceCondition) ProtoMessage() {}
 
 func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[100]
+	mi := &file_corev1_core_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7353,7 +7628,7 @@ func (x *NamespaceCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCondition.ProtoReflect.Descriptor instead.
 func (*NamespaceCondition) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{100}
+	return file_corev1_core_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *NamespaceCondition) GetType() string {
@@ -7402,7 +7677,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7414,7 +7689,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[101]
+	mi := &file_corev1_core_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7427,7 +7702,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{101}
+	return file_corev1_core_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *Namespace) GetMetadata() *ObjectMeta {
@@ -7460,7 +7735,7 @@ type LocalObjectReference struct {
 
 func (x *LocalObjectReference) Reset() {
 	*x = LocalObjectReference{}
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7472,7 +7747,7 @@ func (x *LocalObjectReference) String() string {
 func (*LocalObjectReference) ProtoMessage() {}
 
 func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[102]
+	mi := &file_corev1_core_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7485,7 +7760,7 @@ func (x *LocalObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalObjectReference.ProtoReflect.Descriptor instead.
 func (*LocalObjectReference) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{102}
+	return file_corev1_core_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *LocalObjectReference) GetName() string {
@@ -7507,7 +7782,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7519,7 +7794,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[103]
+	mi := &file_corev1_core_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7532,7 +7807,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{103}
+	return file_corev1_core_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ServiceAccount) GetMetadata() *ObjectMeta {
@@ -7575,7 +7850,7 @@ type ConfigMap struct {
 
 func (x *ConfigMap) Reset() {
 	*x = ConfigMap{}
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7587,7 +7862,7 @@ func (x *ConfigMap) String() string {
 func (*ConfigMap) ProtoMessage() {}
 
 func (x *ConfigMap) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[104]
+	mi := &file_corev1_core_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7600,7 +7875,7 @@ func (x *ConfigMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMap.ProtoReflect.Descriptor instead.
 func (*ConfigMap) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{104}
+	return file_corev1_core_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ConfigMap) GetMetadata() *ObjectMeta {
@@ -7643,7 +7918,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7655,7 +7930,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[105]
+	mi := &file_corev1_core_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7668,7 +7943,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{105}
+	return file_corev1_core_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *Secret) GetMetadata() *ObjectMeta {
@@ -7712,7 +7987,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7724,7 +7999,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[106]
+	mi := &file_corev1_core_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7737,7 +8012,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{106}
+	return file_corev1_core_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *PolicyRule) GetVerbs() []string {
@@ -7785,7 +8060,7 @@ type Role struct {
 
 func (x *Role) Reset() {
 	*x = Role{}
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7797,7 +8072,7 @@ func (x *Role) String() string {
 func (*Role) ProtoMessage() {}
 
 func (x *Role) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[107]
+	mi := &file_corev1_core_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7810,7 +8085,7 @@ func (x *Role) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Role.ProtoReflect.Descriptor instead.
 func (*Role) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{107}
+	return file_corev1_core_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *Role) GetMetadata() *ObjectMeta {
@@ -7837,7 +8112,7 @@ type ClusterRole struct {
 
 func (x *ClusterRole) Reset() {
 	*x = ClusterRole{}
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7849,7 +8124,7 @@ func (x *ClusterRole) String() string {
 func (*ClusterRole) ProtoMessage() {}
 
 func (x *ClusterRole) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[108]
+	mi := &file_corev1_core_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7862,7 +8137,7 @@ func (x *ClusterRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRole.ProtoReflect.Descriptor instead.
 func (*ClusterRole) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{108}
+	return file_corev1_core_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ClusterRole) GetMetadata() *ObjectMeta {
@@ -7891,7 +8166,7 @@ type Subject struct {
 
 func (x *Subject) Reset() {
 	*x = Subject{}
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7903,7 +8178,7 @@ func (x *Subject) String() string {
 func (*Subject) ProtoMessage() {}
 
 func (x *Subject) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[109]
+	mi := &file_corev1_core_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7916,7 +8191,7 @@ func (x *Subject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subject.ProtoReflect.Descriptor instead.
 func (*Subject) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{109}
+	return file_corev1_core_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *Subject) GetKind() string {
@@ -7958,7 +8233,7 @@ type RoleRef struct {
 
 func (x *RoleRef) Reset() {
 	*x = RoleRef{}
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7970,7 +8245,7 @@ func (x *RoleRef) String() string {
 func (*RoleRef) ProtoMessage() {}
 
 func (x *RoleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[110]
+	mi := &file_corev1_core_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7983,7 +8258,7 @@ func (x *RoleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleRef.ProtoReflect.Descriptor instead.
 func (*RoleRef) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{110}
+	return file_corev1_core_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *RoleRef) GetApiGroup() string {
@@ -8018,7 +8293,7 @@ type RoleBinding struct {
 
 func (x *RoleBinding) Reset() {
 	*x = RoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8030,7 +8305,7 @@ func (x *RoleBinding) String() string {
 func (*RoleBinding) ProtoMessage() {}
 
 func (x *RoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[111]
+	mi := &file_corev1_core_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8043,7 +8318,7 @@ func (x *RoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
 func (*RoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{111}
+	return file_corev1_core_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *RoleBinding) GetMetadata() *ObjectMeta {
@@ -8078,7 +8353,7 @@ type ClusterRoleBinding struct {
 
 func (x *ClusterRoleBinding) Reset() {
 	*x = ClusterRoleBinding{}
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8090,7 +8365,7 @@ func (x *ClusterRoleBinding) String() string {
 func (*ClusterRoleBinding) ProtoMessage() {}
 
 func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[112]
+	mi := &file_corev1_core_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8103,7 +8378,7 @@ func (x *ClusterRoleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRoleBinding.ProtoReflect.Descriptor instead.
 func (*ClusterRoleBinding) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{112}
+	return file_corev1_core_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *ClusterRoleBinding) GetMetadata() *ObjectMeta {
@@ -8137,7 +8412,7 @@ type EventSource struct {
 
 func (x *EventSource) Reset() {
 	*x = EventSource{}
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8149,7 +8424,7 @@ func (x *EventSource) String() string {
 func (*EventSource) ProtoMessage() {}
 
 func (x *EventSource) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[113]
+	mi := &file_corev1_core_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8162,7 +8437,7 @@ func (x *EventSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
 func (*EventSource) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{113}
+	return file_corev1_core_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *EventSource) GetComponent() string {
@@ -8200,7 +8475,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8212,7 +8487,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[114]
+	mi := &file_corev1_core_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8225,7 +8500,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{114}
+	return file_corev1_core_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *Event) GetMetadata() *ObjectMeta {
@@ -8334,7 +8609,7 @@ type LimitRangeItem struct {
 
 func (x *LimitRangeItem) Reset() {
 	*x = LimitRangeItem{}
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8346,7 +8621,7 @@ func (x *LimitRangeItem) String() string {
 func (*LimitRangeItem) ProtoMessage() {}
 
 func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[115]
+	mi := &file_corev1_core_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8359,7 +8634,7 @@ func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeItem.ProtoReflect.Descriptor instead.
 func (*LimitRangeItem) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{115}
+	return file_corev1_core_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *LimitRangeItem) GetType() string {
@@ -8406,7 +8681,7 @@ type LimitRangeSpec struct {
 
 func (x *LimitRangeSpec) Reset() {
 	*x = LimitRangeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8418,7 +8693,7 @@ func (x *LimitRangeSpec) String() string {
 func (*LimitRangeSpec) ProtoMessage() {}
 
 func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[116]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8431,7 +8706,7 @@ func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeSpec.ProtoReflect.Descriptor instead.
 func (*LimitRangeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{116}
+	return file_corev1_core_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *LimitRangeSpec) GetLimits() []*LimitRangeItem {
@@ -8451,7 +8726,7 @@ type LimitRange struct {
 
 func (x *LimitRange) Reset() {
 	*x = LimitRange{}
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8463,7 +8738,7 @@ func (x *LimitRange) String() string {
 func (*LimitRange) ProtoMessage() {}
 
 func (x *LimitRange) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[117]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8476,7 +8751,7 @@ func (x *LimitRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRange.ProtoReflect.Descriptor instead.
 func (*LimitRange) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{117}
+	return file_corev1_core_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *LimitRange) GetMetadata() *ObjectMeta {
@@ -8506,7 +8781,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8518,7 +8793,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[118]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8531,7 +8806,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{118}
+	return file_corev1_core_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *StatusCause) GetType() string {
@@ -8578,7 +8853,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8590,7 +8865,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8603,7 +8878,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{119}
+	return file_corev1_core_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *Status) GetStatus() string {
@@ -8681,7 +8956,7 @@ type Unstructured struct {
 
 func (x *Unstructured) Reset() {
 	*x = Unstructured{}
-	mi := &file_corev1_core_proto_msgTypes[120]
+	mi := &file_corev1_core_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8693,7 +8968,7 @@ func (x *Unstructured) String() string {
 func (*Unstructured) ProtoMessage() {}
 
 func (x *Unstructured) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[120]
+	mi := &file_corev1_core_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8706,7 +8981,7 @@ func (x *Unstructured) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unstructured.ProtoReflect.Descriptor instead.
 func (*Unstructured) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{120}
+	return file_corev1_core_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *Unstructured) GetMetadata() *ObjectMeta {
@@ -8749,7 +9024,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[121]
+	mi := &file_corev1_core_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8761,7 +9036,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[121]
+	mi := &file_corev1_core_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8774,7 +9049,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{121}
+	return file_corev1_core_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -8812,7 +9087,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[122]
+	mi := &file_corev1_core_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8824,7 +9099,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[122]
+	mi := &file_corev1_core_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8837,7 +9112,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{122}
+	return file_corev1_core_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -8868,7 +9143,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[123]
+	mi := &file_corev1_core_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8880,7 +9155,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[123]
+	mi := &file_corev1_core_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8893,7 +9168,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{123}
+	return file_corev1_core_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -8952,7 +9227,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[124]
+	mi := &file_corev1_core_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8964,7 +9239,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[124]
+	mi := &file_corev1_core_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8977,7 +9252,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{124}
+	return file_corev1_core_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -9661,8 +9936,34 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\tclient_ip\x18\x01 \x01(\v2\x1f.podflow.core.v1.ClientIPConfigR\bclientIp\"R\n" +
 	"\x0eClientIPConfig\x12,\n" +
 	"\x0ftimeout_seconds\x18\x01 \x01(\x05H\x00R\x0etimeoutSeconds\x88\x01\x01B\x12\n" +
-	"\x10_timeout_seconds\"\x0f\n" +
-	"\rServiceStatus\"\xac\x01\n" +
+	"\x10_timeout_seconds\"\x95\x01\n" +
+	"\rServiceStatus\x12H\n" +
+	"\rload_balancer\x18\x01 \x01(\v2#.podflow.core.v1.LoadBalancerStatusR\floadBalancer\x12:\n" +
+	"\n" +
+	"conditions\x18\x02 \x03(\v2\x1a.podflow.core.v1.ConditionR\n" +
+	"conditions\"T\n" +
+	"\x12LoadBalancerStatus\x12>\n" +
+	"\aingress\x18\x01 \x03(\v2$.podflow.core.v1.LoadBalancerIngressR\aingress\"\x9e\x01\n" +
+	"\x13LoadBalancerIngress\x12\x0e\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x1a\n" +
+	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x1c\n" +
+	"\aip_mode\x18\x03 \x01(\tH\x00R\x06ipMode\x88\x01\x01\x121\n" +
+	"\x05ports\x18\x04 \x03(\v2\x1b.podflow.core.v1.PortStatusR\x05portsB\n" +
+	"\n" +
+	"\b_ip_mode\"a\n" +
+	"\n" +
+	"PortStatus\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\x05R\x04port\x12\x1a\n" +
+	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x19\n" +
+	"\x05error\x18\x03 \x01(\tH\x00R\x05error\x88\x01\x01B\b\n" +
+	"\x06_error\"\xe8\x01\n" +
+	"\tCondition\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12/\n" +
+	"\x13observed_generation\x18\x03 \x01(\x03R\x12observedGeneration\x12L\n" +
+	"\x14last_transition_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"\xac\x01\n" +
 	"\aService\x127\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x120\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1c.podflow.core.v1.ServiceSpecR\x04spec\x126\n" +
@@ -9914,7 +10215,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 142)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 146)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -10004,72 +10305,76 @@ var file_corev1_core_proto_goTypes = []any{
 	(*SessionAffinityConfig)(nil),             // 85: podflow.core.v1.SessionAffinityConfig
 	(*ClientIPConfig)(nil),                    // 86: podflow.core.v1.ClientIPConfig
 	(*ServiceStatus)(nil),                     // 87: podflow.core.v1.ServiceStatus
-	(*Service)(nil),                           // 88: podflow.core.v1.Service
-	(*EndpointConditions)(nil),                // 89: podflow.core.v1.EndpointConditions
-	(*ObjectReference)(nil),                   // 90: podflow.core.v1.ObjectReference
-	(*Endpoint)(nil),                          // 91: podflow.core.v1.Endpoint
-	(*EndpointPort)(nil),                      // 92: podflow.core.v1.EndpointPort
-	(*EndpointSlice)(nil),                     // 93: podflow.core.v1.EndpointSlice
-	(*Endpoints)(nil),                         // 94: podflow.core.v1.Endpoints
-	(*EndpointSubset)(nil),                    // 95: podflow.core.v1.EndpointSubset
-	(*EndpointAddress)(nil),                   // 96: podflow.core.v1.EndpointAddress
-	(*EndpointsPort)(nil),                     // 97: podflow.core.v1.EndpointsPort
-	(*NamespaceSpec)(nil),                     // 98: podflow.core.v1.NamespaceSpec
-	(*NamespaceStatus)(nil),                   // 99: podflow.core.v1.NamespaceStatus
-	(*NamespaceCondition)(nil),                // 100: podflow.core.v1.NamespaceCondition
-	(*Namespace)(nil),                         // 101: podflow.core.v1.Namespace
-	(*LocalObjectReference)(nil),              // 102: podflow.core.v1.LocalObjectReference
-	(*ServiceAccount)(nil),                    // 103: podflow.core.v1.ServiceAccount
-	(*ConfigMap)(nil),                         // 104: podflow.core.v1.ConfigMap
-	(*Secret)(nil),                            // 105: podflow.core.v1.Secret
-	(*PolicyRule)(nil),                        // 106: podflow.core.v1.PolicyRule
-	(*Role)(nil),                              // 107: podflow.core.v1.Role
-	(*ClusterRole)(nil),                       // 108: podflow.core.v1.ClusterRole
-	(*Subject)(nil),                           // 109: podflow.core.v1.Subject
-	(*RoleRef)(nil),                           // 110: podflow.core.v1.RoleRef
-	(*RoleBinding)(nil),                       // 111: podflow.core.v1.RoleBinding
-	(*ClusterRoleBinding)(nil),                // 112: podflow.core.v1.ClusterRoleBinding
-	(*EventSource)(nil),                       // 113: podflow.core.v1.EventSource
-	(*Event)(nil),                             // 114: podflow.core.v1.Event
-	(*LimitRangeItem)(nil),                    // 115: podflow.core.v1.LimitRangeItem
-	(*LimitRangeSpec)(nil),                    // 116: podflow.core.v1.LimitRangeSpec
-	(*LimitRange)(nil),                        // 117: podflow.core.v1.LimitRange
-	(*StatusCause)(nil),                       // 118: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 119: podflow.core.v1.Status
-	(*Unstructured)(nil),                      // 120: podflow.core.v1.Unstructured
-	(*UserInfo)(nil),                          // 121: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 122: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 123: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 124: podflow.core.v1.PriorityClass
-	nil,                                       // 125: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 126: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 127: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 128: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 129: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 130: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 131: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 132: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 133: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 134: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 135: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 136: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 137: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 138: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 139: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 140: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 141: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 142: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 143: google.protobuf.Struct
+	(*LoadBalancerStatus)(nil),                // 88: podflow.core.v1.LoadBalancerStatus
+	(*LoadBalancerIngress)(nil),               // 89: podflow.core.v1.LoadBalancerIngress
+	(*PortStatus)(nil),                        // 90: podflow.core.v1.PortStatus
+	(*Condition)(nil),                         // 91: podflow.core.v1.Condition
+	(*Service)(nil),                           // 92: podflow.core.v1.Service
+	(*EndpointConditions)(nil),                // 93: podflow.core.v1.EndpointConditions
+	(*ObjectReference)(nil),                   // 94: podflow.core.v1.ObjectReference
+	(*Endpoint)(nil),                          // 95: podflow.core.v1.Endpoint
+	(*EndpointPort)(nil),                      // 96: podflow.core.v1.EndpointPort
+	(*EndpointSlice)(nil),                     // 97: podflow.core.v1.EndpointSlice
+	(*Endpoints)(nil),                         // 98: podflow.core.v1.Endpoints
+	(*EndpointSubset)(nil),                    // 99: podflow.core.v1.EndpointSubset
+	(*EndpointAddress)(nil),                   // 100: podflow.core.v1.EndpointAddress
+	(*EndpointsPort)(nil),                     // 101: podflow.core.v1.EndpointsPort
+	(*NamespaceSpec)(nil),                     // 102: podflow.core.v1.NamespaceSpec
+	(*NamespaceStatus)(nil),                   // 103: podflow.core.v1.NamespaceStatus
+	(*NamespaceCondition)(nil),                // 104: podflow.core.v1.NamespaceCondition
+	(*Namespace)(nil),                         // 105: podflow.core.v1.Namespace
+	(*LocalObjectReference)(nil),              // 106: podflow.core.v1.LocalObjectReference
+	(*ServiceAccount)(nil),                    // 107: podflow.core.v1.ServiceAccount
+	(*ConfigMap)(nil),                         // 108: podflow.core.v1.ConfigMap
+	(*Secret)(nil),                            // 109: podflow.core.v1.Secret
+	(*PolicyRule)(nil),                        // 110: podflow.core.v1.PolicyRule
+	(*Role)(nil),                              // 111: podflow.core.v1.Role
+	(*ClusterRole)(nil),                       // 112: podflow.core.v1.ClusterRole
+	(*Subject)(nil),                           // 113: podflow.core.v1.Subject
+	(*RoleRef)(nil),                           // 114: podflow.core.v1.RoleRef
+	(*RoleBinding)(nil),                       // 115: podflow.core.v1.RoleBinding
+	(*ClusterRoleBinding)(nil),                // 116: podflow.core.v1.ClusterRoleBinding
+	(*EventSource)(nil),                       // 117: podflow.core.v1.EventSource
+	(*Event)(nil),                             // 118: podflow.core.v1.Event
+	(*LimitRangeItem)(nil),                    // 119: podflow.core.v1.LimitRangeItem
+	(*LimitRangeSpec)(nil),                    // 120: podflow.core.v1.LimitRangeSpec
+	(*LimitRange)(nil),                        // 121: podflow.core.v1.LimitRange
+	(*StatusCause)(nil),                       // 122: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 123: podflow.core.v1.Status
+	(*Unstructured)(nil),                      // 124: podflow.core.v1.Unstructured
+	(*UserInfo)(nil),                          // 125: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 126: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 127: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 128: podflow.core.v1.PriorityClass
+	nil,                                       // 129: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 130: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 131: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 132: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 133: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 134: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 135: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 136: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 137: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 138: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 139: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 140: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 141: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 142: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 143: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 144: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 145: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 146: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 147: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	125, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	126, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	142, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	142, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	129, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	130, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	146, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	146, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	142, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	143, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	146, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	147, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -10077,8 +10382,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	5,   // 12: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	7,   // 13: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	8,   // 14: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	127, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	128, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	131, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	132, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	19,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	15,  // 18: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	19,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -10144,7 +10449,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	49,  // 79: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
 	50,  // 80: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
 	51,  // 81: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	129, // 82: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	133, // 82: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
 	53,  // 83: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
 	54,  // 84: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
 	54,  // 85: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
@@ -10160,22 +10465,22 @@ var file_corev1_core_proto_depIdxs = []int32{
 	40,  // 95: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
 	30,  // 96: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
 	30,  // 97: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	130, // 98: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	134, // 98: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
 	28,  // 99: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
 	59,  // 100: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
 	47,  // 101: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
 	60,  // 102: podflow.core.v1.PodSpec.topology_spread_constraints:type_name -> podflow.core.v1.TopologySpreadConstraint
 	61,  // 103: podflow.core.v1.PodSpec.scheduling_gates:type_name -> podflow.core.v1.PodSchedulingGate
 	64,  // 104: podflow.core.v1.PodSpec.dns_config:type_name -> podflow.core.v1.PodDNSConfig
-	102, // 105: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	106, // 105: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
 	31,  // 106: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
 	63,  // 107: podflow.core.v1.PodSpec.host_aliases:type_name -> podflow.core.v1.HostAlias
 	65,  // 108: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	142, // 109: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	142, // 110: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	142, // 111: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	142, // 112: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	142, // 113: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	146, // 109: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	146, // 110: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	146, // 111: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	146, // 112: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	146, // 113: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	67,  // 114: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
 	68,  // 115: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
 	69,  // 116: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
@@ -10183,19 +10488,19 @@ var file_corev1_core_proto_depIdxs = []int32{
 	70,  // 118: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
 	66,  // 119: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
 	72,  // 120: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	142, // 121: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	146, // 121: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	71,  // 122: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	71,  // 123: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	71,  // 124: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	1,   // 125: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
 	62,  // 126: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
 	73,  // 127: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	142, // 128: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	146, // 128: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
 	75,  // 129: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	142, // 130: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	142, // 131: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	131, // 132: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	132, // 133: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	146, // 130: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	146, // 131: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	135, // 132: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	136, // 133: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
 	77,  // 134: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
 	78,  // 135: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
 	80,  // 136: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
@@ -10205,71 +10510,76 @@ var file_corev1_core_proto_depIdxs = []int32{
 	81,  // 140: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
 	19,  // 141: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
 	83,  // 142: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	133, // 143: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	137, // 143: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
 	85,  // 144: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
 	86,  // 145: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
-	1,   // 146: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
-	84,  // 147: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
-	87,  // 148: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
-	89,  // 149: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
-	90,  // 150: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
-	1,   // 151: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
-	91,  // 152: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
-	92,  // 153: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
-	1,   // 154: podflow.core.v1.Endpoints.metadata:type_name -> podflow.core.v1.ObjectMeta
-	95,  // 155: podflow.core.v1.Endpoints.subsets:type_name -> podflow.core.v1.EndpointSubset
-	96,  // 156: podflow.core.v1.EndpointSubset.addresses:type_name -> podflow.core.v1.EndpointAddress
-	96,  // 157: podflow.core.v1.EndpointSubset.not_ready_addresses:type_name -> podflow.core.v1.EndpointAddress
-	97,  // 158: podflow.core.v1.EndpointSubset.ports:type_name -> podflow.core.v1.EndpointsPort
-	90,  // 159: podflow.core.v1.EndpointAddress.target_ref:type_name -> podflow.core.v1.ObjectReference
-	100, // 160: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	142, // 161: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 162: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
-	98,  // 163: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
-	99,  // 164: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
-	1,   // 165: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
-	90,  // 166: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
-	102, // 167: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	1,   // 168: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	134, // 169: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	135, // 170: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
-	1,   // 171: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	136, // 172: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
-	1,   // 173: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
-	106, // 174: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 175: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
-	106, // 176: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 177: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	109, // 178: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	110, // 179: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 180: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	109, // 181: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	110, // 182: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 183: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
-	90,  // 184: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
-	113, // 185: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	142, // 186: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	142, // 187: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	142, // 188: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	137, // 189: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	138, // 190: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	139, // 191: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	140, // 192: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
-	115, // 193: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
-	1,   // 194: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
-	116, // 195: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	118, // 196: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 197: podflow.core.v1.Unstructured.metadata:type_name -> podflow.core.v1.ObjectMeta
-	1,   // 198: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	141, // 199: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	11,  // 200: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 201: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	123, // 202: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	203, // [203:203] is the sub-list for method output_type
-	203, // [203:203] is the sub-list for method input_type
-	203, // [203:203] is the sub-list for extension type_name
-	203, // [203:203] is the sub-list for extension extendee
-	0,   // [0:203] is the sub-list for field type_name
+	88,  // 146: podflow.core.v1.ServiceStatus.load_balancer:type_name -> podflow.core.v1.LoadBalancerStatus
+	91,  // 147: podflow.core.v1.ServiceStatus.conditions:type_name -> podflow.core.v1.Condition
+	89,  // 148: podflow.core.v1.LoadBalancerStatus.ingress:type_name -> podflow.core.v1.LoadBalancerIngress
+	90,  // 149: podflow.core.v1.LoadBalancerIngress.ports:type_name -> podflow.core.v1.PortStatus
+	146, // 150: podflow.core.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 151: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
+	84,  // 152: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
+	87,  // 153: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
+	93,  // 154: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
+	94,  // 155: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
+	1,   // 156: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
+	95,  // 157: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
+	96,  // 158: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
+	1,   // 159: podflow.core.v1.Endpoints.metadata:type_name -> podflow.core.v1.ObjectMeta
+	99,  // 160: podflow.core.v1.Endpoints.subsets:type_name -> podflow.core.v1.EndpointSubset
+	100, // 161: podflow.core.v1.EndpointSubset.addresses:type_name -> podflow.core.v1.EndpointAddress
+	100, // 162: podflow.core.v1.EndpointSubset.not_ready_addresses:type_name -> podflow.core.v1.EndpointAddress
+	101, // 163: podflow.core.v1.EndpointSubset.ports:type_name -> podflow.core.v1.EndpointsPort
+	94,  // 164: podflow.core.v1.EndpointAddress.target_ref:type_name -> podflow.core.v1.ObjectReference
+	104, // 165: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
+	146, // 166: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 167: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
+	102, // 168: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
+	103, // 169: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
+	1,   // 170: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
+	94,  // 171: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
+	106, // 172: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	1,   // 173: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
+	138, // 174: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	139, // 175: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	1,   // 176: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
+	140, // 177: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	1,   // 178: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
+	110, // 179: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 180: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
+	110, // 181: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 182: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	113, // 183: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	114, // 184: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 185: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	113, // 186: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	114, // 187: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 188: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
+	94,  // 189: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
+	117, // 190: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
+	146, // 191: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	146, // 192: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	146, // 193: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	141, // 194: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	142, // 195: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	143, // 196: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	144, // 197: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	119, // 198: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
+	1,   // 199: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
+	120, // 200: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
+	122, // 201: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 202: podflow.core.v1.Unstructured.metadata:type_name -> podflow.core.v1.ObjectMeta
+	1,   // 203: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	145, // 204: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	11,  // 205: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 206: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	127, // 207: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	208, // [208:208] is the sub-list for method output_type
+	208, // [208:208] is the sub-list for method input_type
+	208, // [208:208] is the sub-list for extension type_name
+	208, // [208:208] is the sub-list for extension extendee
+	0,   // [0:208] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -10307,21 +10617,23 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[84].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[86].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[89].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[91].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[92].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[90].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[93].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[95].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[96].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[97].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[103].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[104].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[105].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[124].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[100].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[101].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[107].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[108].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[109].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[128].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   142,
+			NumMessages:   146,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

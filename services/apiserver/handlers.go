@@ -81,7 +81,8 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	switch {
 	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"),
 		isPodStatusWrite(req),     // podstatus.go
-		namespaceSubresource(req): // nssubresources.go
+		namespaceSubresource(req), // nssubresources.go
+		serviceStatusRequest(req): // servicestatus.go
 	case req.res.cr != nil:
 		// A custom resource version's own subresources.
 		if !((req.sub == "status" && req.res.cr.HasStatus()) || (req.sub == "scale" && req.res.cr.HasScale())) ||
@@ -574,6 +575,15 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		if ns, ok := obj.(*corev1.Namespace); ok && req.sub != "" {
 			st, out := s.updateNamespaceSub(ctx, req, current.(*corev1.Namespace), ns, dry)
+			if retry && st.GetCode() == http.StatusConflict && attempt < maxPatchRetries && ctx.Err() == nil {
+				continue
+			}
+			writeWarnings(w, warnings)
+			s.respond(w, r, req.res, st, out)
+			return
+		}
+		if svc, ok := obj.(*corev1.Service); ok && req.sub == "status" {
+			st, out := s.updateServiceStatus(ctx, req, current.(*corev1.Service), svc, dry)
 			if retry && st.GetCode() == http.StatusConflict && attempt < maxPatchRetries && ctx.Err() == nil {
 				continue
 			}

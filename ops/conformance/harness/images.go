@@ -31,9 +31,10 @@ type imageInputs struct {
 }
 
 // hostTools stand in for the Alpine packages of upstream's agnhost image
-// (bind-tools, curl, netcat-openbsd, iproute2, bash); a missing one is
-// left out with a warning.
-var hostTools = []string{"/usr/bin/curl", "/usr/bin/dig", "/usr/bin/nslookup", "/usr/bin/host", "/usr/bin/nc.openbsd", "/usr/bin/bash", "/usr/sbin/ip"}
+// (bind-tools, curl, netcat-openbsd, iproute2, bash, and musl-utils'
+// getent) and for jessie-dnsutils' dnsutils and libc-bin; a missing one
+// is left out with a warning.
+var hostTools = []string{"/usr/bin/curl", "/usr/bin/dig", "/usr/bin/nslookup", "/usr/bin/host", "/usr/bin/nc.openbsd", "/usr/bin/bash", "/usr/sbin/ip", "/usr/bin/getent"}
 
 // e2eImages returns the images of the suite's image list
 // (test/utils/image/manifest.go) that podflow provides, by
@@ -151,7 +152,10 @@ func e2eImages(ctx context.Context, in imageInputs) (map[string]v1.Image, error)
 		"e2e-test-images/nginx:1.14-4":     web,
 		"e2e-test-images/nginx:1.15-4":     web,
 		"e2e-test-images/kitten:1.7":       {rootfs: "kitten", entrypoint: []string{"/agnhost"}, cmd: []string{"test-webserver"}},
-		"e2e-test-images/nautilus:1.7":     {rootfs: "nautilus", entrypoint: []string{"/agnhost"}, cmd: []string{"test-webserver"}},
+		// jessie-dnsutils: the DNS tests' prober runs "sh -c" with dig,
+		// getent, seq and awk, all in the agnhost image.
+		"e2e-test-images/jessie-dnsutils:1.7": {rootfs: "agnhost", cmd: []string{"sh"}},
+		"e2e-test-images/nautilus:1.7":        {rootfs: "nautilus", entrypoint: []string{"/agnhost"}, cmd: []string{"test-webserver"}},
 		// registry.k8s.io/pause, for tests that name it: agnhost's pause
 		// does what /pause does.
 		"pause:3.10.1": {rootfs: "agnhost", entrypoint: []string{"/agnhost", "pause"}},

@@ -37,7 +37,7 @@ func TestImagesRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ref := range []string{"e2e-test-images/agnhost:2.56", "e2e-test-images/busybox:1.37.0-1", "pause:3.10.1", "e2e-test-images/nginx:1.14-4"} {
+	for _, ref := range []string{"e2e-test-images/agnhost:2.56", "e2e-test-images/busybox:1.37.0-1", "pause:3.10.1", "e2e-test-images/nginx:1.14-4", "e2e-test-images/jessie-dnsutils:1.7"} {
 		if imgs[ref] == nil {
 			t.Fatalf("no image %s", ref)
 		}
@@ -77,6 +77,7 @@ func TestImagesRun(t *testing.T) {
 	httpdScript := "for i in 1 2 3 4 5 6 7 8 9 10; do " + get + " && break; sleep 0.2; done; " +
 		"mv -v /usr/local/apache2/htdocs/index.html /tmp/ && { " + get + " || echo gone; }; " +
 		"mv -v /tmp/index.html /usr/local/apache2/htdocs/ && " + get
+	dnsutils := unpack(t, imgs["e2e-test-images/jessie-dnsutils:1.7"])
 	cases := []struct {
 		name, root string
 		argv       []string
@@ -90,6 +91,9 @@ func TestImagesRun(t *testing.T) {
 		{"agnhost nc", agnhost, []string{"/bin/sh", "-c", "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 127.0.0.1 " + port(l)}, "hello from the host"},
 		{"agnhost dig", agnhost, []string{"/usr/bin/dig", "-v"}, "DiG"},
 		{"agnhost bash", agnhost, []string{"/usr/bin/bash", "-c", "echo ${BASH_VERSINFO[0]}"}, ""},
+		// The DNS tests' probe: dig, and getent reading the pod's /etc/hosts.
+		{"jessie-dnsutils dig", dnsutils, []string{"/bin/sh", "-c", "dig -v 2>&1"}, "DiG"},
+		{"jessie-dnsutils getent", dnsutils, []string{"/bin/sh", "-c", "echo '10.1.2.3 pf-test.local' > /etc/hosts; test -n \"$(getent hosts pf-test.local)\" && echo OK; for i in `seq 1 2`; do echo $i; done | awk '{s+=$1} END {print s}'"}, "OK\n3"},
 		{"nonewprivs nnp", nonewprivs, []string{"/usr/local/bin/nnp"}, "Effective uid: 0"},
 		{"httpd serves htdocs", httpd, []string{"/bin/sh", "-c", httpdScript},
 			"It works!</h1></body></html>\n'/usr/local/apache2/htdocs/index.html' -> '/tmp/index.html'\nwget: server returned error: HTTP/1.1 404 Not Found\ngone\n'/tmp/index.html' -> '/usr/local/apache2/htdocs/index.html'\n<html><body><h1>It works!"},

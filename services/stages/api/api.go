@@ -724,6 +724,14 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	}
 	if svc, ok := obj.(*corev1.Service); ok { // kube-apiserver's defaults and validation
 		old, _ := existing.(*corev1.Service)
+		// The status is the status subresource's (the front door's
+		// services/status): kube's service strategy resets it on create
+		// and keeps the stored one on update.
+		if old != nil {
+			svc.Status = proto.CloneOf(old.GetStatus())
+		} else {
+			svc.Status = &corev1.ServiceStatus{}
+		}
 		if st := validate.Service(svc, old); st != nil {
 			return st, nil
 		}

@@ -1,12 +1,12 @@
 // Package endpoints is the endpoints stage, Kubernetes' EndpointSlice
-// controller: it keeps one EndpointSlice per Service listing the Ready
-// pods the Service's selector matches, which the node proxies and the
-// cluster DNS read.
+// controller: it keeps the EndpointSlices of each Service listing the
+// Ready pods the Service's selector matches, a slice per set of resolved
+// ports, which the node proxies and the cluster DNS read.
 //
 // It consumes PodReady, PodNotReady and PodDeleted from the node agents,
 // and watches Services and pods' labels through informers. Every sync
-// computes a Service's slice from a linearizable read of its namespace's
-// pods and writes it with compare-and-swap, so replicas and retries never
+// computes a Service's slices from a linearizable read of its namespace's
+// pods and writes them with compare-and-swap, so replicas and retries never
 // overwrite a fresher slice with a staler one; a change caused by a pod's
 // event is announced as EndpointsUpdated, so the pod's trace shows it
 // joining or leaving the Service. An event the store does not reflect yet

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -39,12 +40,14 @@ const (
 )
 
 // DesiredEndpoints is the core/v1 Endpoints of svc, a Service with a
-// selector whose slice is sl, as kube's endpoints controller writes it:
+// selector whose slices are sls, as kube's endpoints controller writes it:
 // named after the Service, with its labels, the headless label for a
-// Service without a cluster IP and skip-mirror; one subset of the ready
-// addresses, the not-ready ones and the slice's ports (none without an
-// address).
-func DesiredEndpoints(svc *corev1.Service, sl *corev1.EndpointSlice) *corev1.Endpoints {
+// Service without a cluster IP and skip-mirror; one subset per set of
+// resolved ports (a slice) with its ready addresses, its not-ready ones
+// and its ports, ordered by ports (RepackSubsets). An endpoint none of
+// whose ports resolved is left out, unless the Service has no ports (a
+// headless Service's addresses alone); no subset without an address.
+func DesiredEndpoints(svc *corev1.Service, sls []*corev1.EndpointSlice) *corev1.Endpoints {
 	labels := map[string]string{}
 	for k, v := range svc.GetMetadata().GetLabels() {
 		labels[k] = v
@@ -56,23 +59,38 @@ func DesiredEndpoints(svc *corev1.Service, sl *corev1.EndpointSlice) *corev1.End
 	eps := &corev1.Endpoints{Metadata: &corev1.ObjectMeta{
 		Name: svc.GetMetadata().GetName(), Namespace: svc.GetMetadata().GetNamespace(), Labels: labels,
 	}}
-	var sub corev1.EndpointSubset
-	for _, e := range sl.GetEndpoints() {
-		for _, a := range e.GetAddresses() {
-			addr := &corev1.EndpointAddress{Ip: a, Hostname: e.GetHostname(), NodeName: e.NodeName, TargetRef: e.GetTargetRef()}
-			if c := e.GetConditions(); c == nil || c.Ready == nil || c.GetReady() {
-				sub.Addresses = append(sub.Addresses, addr)
-			} else {
-				sub.NotReadyAddresses = append(sub.NotReadyAddresses, addr)
+	type subset struct {
+		key string
+		sub *corev1.EndpointSubset
+	}
+	var subs []subset
+	for _, sl := range sls {
+		if len(sl.GetPorts()) == 0 && len(svc.GetSpec().GetPorts()) > 0 {
+			continue
+		}
+		sub := &corev1.EndpointSubset{}
+		for _, e := range sl.GetEndpoints() {
+			for _, a := range e.GetAddresses() {
+				addr := &corev1.EndpointAddress{Ip: a, Hostname: e.GetHostname(), NodeName: e.NodeName, TargetRef: e.GetTargetRef()}
+				if c := e.GetConditions(); c == nil || c.Ready == nil || c.GetReady() {
+					sub.Addresses = append(sub.Addresses, addr)
+				} else {
+					sub.NotReadyAddresses = append(sub.NotReadyAddresses, addr)
+				}
 			}
 		}
+		if len(sub.Addresses)+len(sub.NotReadyAddresses) == 0 {
+			continue
+		}
+		for _, p := range sl.GetPorts() {
+			sub.Ports = append(sub.Ports, &corev1.EndpointsPort{Name: p.GetName(), Port: p.GetPort(),
+				Protocol: cmp.Or(p.GetProtocol(), "TCP"), AppProtocol: p.AppProtocol})
+		}
+		subs = append(subs, subset{portsKey(sl.GetPorts()), sub})
 	}
-	for _, p := range sl.GetPorts() {
-		sub.Ports = append(sub.Ports, &corev1.EndpointsPort{Name: p.GetName(), Port: p.GetPort(),
-			Protocol: cmp.Or(p.GetProtocol(), "TCP"), AppProtocol: p.AppProtocol})
-	}
-	if len(sub.Addresses)+len(sub.NotReadyAddresses) > 0 {
-		eps.Subsets = []*corev1.EndpointSubset{&sub}
+	slices.SortFunc(subs, func(a, b subset) int { return cmp.Compare(a.key, b.key) })
+	for _, s := range subs {
+		eps.Subsets = append(eps.Subsets, s.sub)
 	}
 	return eps
 }
@@ -150,10 +168,10 @@ func stamped[T objects.Object](o T) T {
 	return o
 }
 
-// syncEndpoints writes svc's Endpoints for its slice sl, when they
+// syncEndpoints writes svc's Endpoints for its slices sls, when they
 // differ from the stored ones (compare-and-swap; a conflict reads again).
-func (s *Stage) syncEndpoints(ctx context.Context, svc *corev1.Service, sl *corev1.EndpointSlice) error {
-	want := DesiredEndpoints(svc, sl)
+func (s *Stage) syncEndpoints(ctx context.Context, svc *corev1.Service, sls []*corev1.EndpointSlice) error {
+	want := DesiredEndpoints(svc, sls)
 	for {
 		cur, err := objects.Get[*corev1.Endpoints](ctx, s.env.Store, want.Metadata.Namespace, want.Metadata.Name)
 		switch {

@@ -1,7 +1,9 @@
 package endpoints
 
 import (
+	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -38,12 +40,23 @@ func pod(name, ip string, labels map[string]string, ready bool, port *corev1.Con
 	return p
 }
 
-func addrs(s *corev1.EndpointSlice) []string {
+func addrs(sls ...*corev1.EndpointSlice) []string {
 	var out []string
-	for _, e := range s.Endpoints {
-		out = append(out, e.Addresses...)
+	for _, s := range sls {
+		for _, e := range s.Endpoints {
+			out = append(out, e.Addresses...)
+		}
 	}
 	return out
+}
+
+// only is the one slice of sls.
+func only(t *testing.T, sls []*corev1.EndpointSlice) *corev1.EndpointSlice {
+	t.Helper()
+	if len(sls) != 1 {
+		t.Fatalf("%d slices, want 1: %v", len(sls), sls)
+	}
+	return sls[0]
 }
 
 func TestDesired(t *testing.T) {
@@ -71,13 +84,18 @@ func TestDesired(t *testing.T) {
 		{"labels not matching are absent", svc(app, numbered), []*corev1.Pod{
 			pod("a", "10.0.0.2", other, true, nil), pod("b", "10.0.0.3", app, true, nil),
 		}, []string{"10.0.0.3"}, 9090},
-		{"named port not exposed", svc(app, named), []*corev1.Pod{pod("a", "10.0.0.2", app, true, nil)}, nil, 0},
+		// FindPort: the port is left out of the endpoint, not the pod.
+		{"named port not exposed", svc(app, named), []*corev1.Pod{pod("a", "10.0.0.2", app, true, nil)}, []string{"10.0.0.2"}, 0},
 		{"terminating pod is absent", svc(app, named), []*corev1.Pod{terminating}, nil, 0},
-		{"no selector selects nothing", svc(nil, numbered), []*corev1.Pod{pod("a", "10.0.0.2", app, true, nil)}, nil, 9090},
+		// No endpoint: one slice without ports (kube's placeholder).
+		{"no selector selects nothing", svc(nil, numbered), []*corev1.Pod{pod("a", "10.0.0.2", app, true, nil)}, nil, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Desired(tt.svc, tt.pods)
+			got := only(t, Desired(tt.svc, tt.pods))
+			if got.GetMetadata().GetName() != "web" {
+				t.Fatalf("slice %q, want web", got.GetMetadata().GetName())
+			}
 			if a := addrs(got); len(a) != len(tt.wantAddrs) {
 				t.Fatalf("addresses %v, want %v", a, tt.wantAddrs)
 			} else {
@@ -97,7 +115,7 @@ func TestDesired(t *testing.T) {
 			if got.Metadata.Labels[LabelServiceName] != "web" {
 				t.Fatalf("labels %v", got.Metadata.Labels)
 			}
-			if !Equal(got, Desired(tt.svc, tt.pods)) {
+			if !Equal(got, only(t, Desired(tt.svc, tt.pods))) {
 				t.Fatal("Desired is not deterministic")
 			}
 		})
@@ -110,7 +128,7 @@ func TestDesired(t *testing.T) {
 func TestPublishNotReadyAddresses(t *testing.T) {
 	s := svc(map[string]string{"app": "web"}, &corev1.ServicePort{Port: 80})
 	s.Spec.PublishNotReadyAddresses = true
-	got := Desired(s, []*corev1.Pod{pod("a", "10.0.0.2", map[string]string{"app": "web"}, false, nil)})
+	got := only(t, Desired(s, []*corev1.Pod{pod("a", "10.0.0.2", map[string]string{"app": "web"}, false, nil)}))
 	if len(got.Endpoints) != 1 || !got.Endpoints[0].Conditions.GetReady() || got.Endpoints[0].Conditions.GetServing() {
 		t.Fatalf("endpoints %v", got.Endpoints)
 	}
@@ -143,7 +161,7 @@ func TestMembership(t *testing.T) {
 		{"terminating", svc(app, named), terminating, false, "terminating"},
 		{"terminating, published", publish, terminating, true, "Terminating"},
 		{"not ready, published", publish, pod("a", "10.0.0.2", app, false, http), true, "not Ready (published: publishNotReadyAddresses)"},
-		{"named port not exposed", svc(app, named), pod("a", "10.0.0.2", app, true, nil), false, `exposes no port named "http"`},
+		{"named port not exposed", svc(app, named), pod("a", "10.0.0.2", app, true, nil), true, `Ready; exposes no port named "http"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -151,7 +169,7 @@ func TestMembership(t *testing.T) {
 			if endpoint != tt.endpoint || why != tt.why {
 				t.Errorf("Membership = %v %q, want %v %q", endpoint, why, tt.endpoint, tt.why)
 			}
-			if in := len(addrs(Desired(tt.svc, []*corev1.Pod{tt.pod}))) == 1; in != endpoint {
+			if in := len(addrs(Desired(tt.svc, []*corev1.Pod{tt.pod})...)) == 1; in != endpoint {
 				t.Errorf("Desired lists the pod: %v; Membership says %v", in, endpoint)
 			}
 		})
@@ -174,7 +192,7 @@ func TestDesiredHostnameAndLabels(t *testing.T) {
 	elsewhere.Spec.Hostname, elsewhere.Spec.Subdomain = "host-b", "other"
 	bare := pod("c", "10.0.0.3", app, true, nil)
 	bare.Spec.Hostname = "host-c"
-	sl := Desired(s, []*corev1.Pod{sub, elsewhere, bare})
+	sl := only(t, Desired(s, []*corev1.Pod{sub, elsewhere, bare}))
 	for _, ep := range sl.Endpoints {
 		want := ""
 		if ep.Addresses[0] == "10.0.0.1" {
@@ -189,7 +207,7 @@ func TestDesiredHostnameAndLabels(t *testing.T) {
 		t.Errorf("labels %v, want %v", got, want)
 	}
 	s.Spec.ClusterIp = "10.96.0.10"
-	if _, headless := Desired(s, nil).GetMetadata().GetLabels()[LabelHeadless]; headless {
+	if _, headless := only(t, Desired(s, nil)).GetMetadata().GetLabels()[LabelHeadless]; headless {
 		t.Error("a Service with a cluster IP has the headless label")
 	}
 }
@@ -201,7 +219,7 @@ func TestDesiredHostnameAndLabels(t *testing.T) {
 func TestUnnamedPortResolves(t *testing.T) {
 	app := map[string]string{"app": "web"}
 	unnamed := &corev1.ServicePort{Port: 443, TargetPort: &corev1.IntOrString{Value: &corev1.IntOrString_IntVal{IntVal: 8444}}}
-	sl := Desired(svc(app, unnamed), []*corev1.Pod{pod("a", "10.0.0.1", app, true, nil)})
+	sl := only(t, Desired(svc(app, unnamed), []*corev1.Pod{pod("a", "10.0.0.1", app, true, nil)}))
 	sl.Metadata = &corev1.ObjectMeta{Name: "web", Namespace: "default"}
 	k, err := manifest.ToKube(sl)
 	if err != nil {
@@ -210,5 +228,115 @@ func TestUnnamedPortResolves(t *testing.T) {
 	got, err := proxy.RandomEndpoint("web", []*discoveryv1.EndpointSlice{k.(*discoveryv1.EndpointSlice)}, "", corev1k.IPv4Protocol, nil)
 	if err != nil || got != "10.0.0.1:8444" {
 		t.Fatalf("RandomEndpoint = %q, %v; want 10.0.0.1:8444", got, err)
+	}
+}
+
+func named(svcPort, target string, port int32) *corev1.ServicePort {
+	return &corev1.ServicePort{Name: svcPort, Port: port, Protocol: "TCP",
+		TargetPort: &corev1.IntOrString{Value: &corev1.IntOrString_StrVal{StrVal: target}}}
+}
+
+// slicePorts is each slice's "name:port" list and addresses.
+func slicePorts(sls []*corev1.EndpointSlice) map[string]string {
+	out := map[string]string{}
+	for _, sl := range sls {
+		var ps []string
+		for _, p := range sl.Ports {
+			ps = append(ps, fmt.Sprintf("%s:%d", p.GetName(), p.GetPort()))
+		}
+		out[strings.Join(addrs(sl), ",")] = strings.Join(ps, ",")
+	}
+	return out
+}
+
+// TestDesiredGroupsByResolvedPorts: a named targetPort resolves per pod,
+// and the endpoints whose ports resolve alike share a slice, as kube's
+// EndpointSlice reconciler groups them (the conformance tests "should
+// create Endpoints and EndpointSlices for Pods matching a Service" and
+// "should serve multiport endpoints from pods"): a pod serving port 3000
+// and one serving 3001 under the same name are in two slices, and a pod
+// serving only one of a Service's two named ports is an endpoint of that
+// port alone. The largest group keeps the Service's name; the Endpoints
+// has one subset per group.
+func TestDesiredGroupsByResolvedPorts(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	p1 := pod("pod1", "10.0.0.1", app, true, &corev1.ContainerPort{Name: "example-name", ContainerPort: 3000})
+	p2 := pod("pod2", "10.0.0.2", app, true, &corev1.ContainerPort{Name: "example-name", ContainerPort: 3001})
+	p2.Spec.Containers[0].Ports = append(p2.Spec.Containers[0].Ports, &corev1.ContainerPort{Name: "other-port", ContainerPort: 3002})
+	p3 := pod("pod3", "10.0.0.3", app, true, &corev1.ContainerPort{Name: "example-name", ContainerPort: 3000})
+
+	s := svc(app, named("http", "example-name", 80))
+	got := Desired(s, []*corev1.Pod{p1, p2, p3})
+	if want := map[string]string{"10.0.0.1,10.0.0.3": "http:3000", "10.0.0.2": "http:3001"}; !maps.Equal(slicePorts(got), want) {
+		t.Fatalf("slices %v, want %v", slicePorts(got), want)
+	}
+	names := map[string]string{}
+	for _, sl := range got {
+		names[strings.Join(addrs(sl), ",")] = sl.GetMetadata().GetName()
+		if sl.GetMetadata().GetLabels()[LabelServiceName] != "web" || !Managed(sl) {
+			t.Errorf("slice %s labels %v", sl.GetMetadata().GetName(), sl.GetMetadata().GetLabels())
+		}
+	}
+	if names["10.0.0.1,10.0.0.3"] != "web" || !strings.HasPrefix(names["10.0.0.2"], "web-") {
+		t.Errorf("slice names %v: the largest group is web, the other web-<hash>", names)
+	}
+	again := Desired(s, []*corev1.Pod{p3, p2, p1})
+	for i := range got {
+		if !Equal(got[i], again[i]) || got[i].GetMetadata().GetName() != again[i].GetMetadata().GetName() {
+			t.Fatal("Desired is not deterministic")
+		}
+	}
+	eps := DesiredEndpoints(s, got)
+	if len(eps.Subsets) != 2 || len(eps.Subsets[0].Addresses) != 2 || eps.Subsets[0].Ports[0].GetPort() != 3000 ||
+		len(eps.Subsets[1].Addresses) != 1 || eps.Subsets[1].Ports[0].GetPort() != 3001 {
+		t.Errorf("Endpoints subsets %v", eps.Subsets)
+	}
+
+	multi := svc(app, named("portname1", "svc1", 80), named("portname2", "svc2", 81))
+	m1 := pod("pod1", "10.0.0.1", app, true, &corev1.ContainerPort{Name: "svc1", ContainerPort: 100})
+	m2 := pod("pod2", "10.0.0.2", app, true, &corev1.ContainerPort{Name: "svc2", ContainerPort: 101})
+	if got, want := slicePorts(Desired(multi, []*corev1.Pod{m1})), map[string]string{"10.0.0.1": "portname1:100"}; !maps.Equal(got, want) {
+		t.Errorf("pod1 alone: slices %v, want %v", got, want)
+	}
+	if got, want := slicePorts(Desired(multi, []*corev1.Pod{m1, m2})), map[string]string{"10.0.0.1": "portname1:100", "10.0.0.2": "portname2:101"}; !maps.Equal(got, want) {
+		t.Errorf("pod1 and pod2: slices %v, want %v", got, want)
+	}
+	// An endpoint with no port resolved is in a slice, not in the
+	// Endpoints (kube's endpoints controller skips the port, then the
+	// address has none).
+	bare := pod("bare", "10.0.0.9", app, true, nil)
+	if eps := DesiredEndpoints(multi, Desired(multi, []*corev1.Pod{bare})); len(eps.Subsets) != 0 {
+		t.Errorf("Endpoints of a pod with no port: %v", eps.Subsets)
+	}
+}
+
+// TestDesiredPlaceholder: a Service with no endpoint has one slice with
+// neither endpoints nor ports, and Endpoints without subsets.
+func TestDesiredPlaceholder(t *testing.T) {
+	s := svc(map[string]string{"app": "web"}, &corev1.ServicePort{Name: "p", Port: 80,
+		TargetPort: &corev1.IntOrString{Value: &corev1.IntOrString_IntVal{IntVal: 8080}}})
+	sl := only(t, Desired(s, nil))
+	if sl.GetMetadata().GetName() != "web" || len(sl.Endpoints) != 0 || len(sl.Ports) != 0 {
+		t.Fatalf("placeholder %v", sl)
+	}
+	if eps := DesiredEndpoints(s, []*corev1.EndpointSlice{sl}); len(eps.Subsets) != 0 {
+		t.Fatalf("Endpoints %v", eps.Subsets)
+	}
+}
+
+// TestSidecarPortResolves: a named targetPort resolves against a
+// sidecar's ports (an init container that restarts always), not a plain
+// init container's, as kube's FindPort.
+func TestSidecarPortResolves(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	s := svc(app, named("http", "side", 80))
+	p := pod("a", "10.0.0.1", app, true, nil)
+	p.Spec.InitContainers = []*corev1.Container{{Name: "init", Ports: []*corev1.ContainerPort{{Name: "side", ContainerPort: 7000}}}}
+	if got := slicePorts(Desired(s, []*corev1.Pod{p})); got["10.0.0.1"] != "" {
+		t.Fatalf("a plain init container's port resolved: %v", got)
+	}
+	p.Spec.InitContainers[0].RestartPolicy = "Always"
+	if got := slicePorts(Desired(s, []*corev1.Pod{p})); got["10.0.0.1"] != "http:7000" {
+		t.Fatalf("sidecar port: %v", got)
 	}
 }

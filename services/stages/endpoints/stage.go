@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,20 +26,21 @@ import (
 // a pod fact the store does not reflect yet.
 var ErrStoreBehind = errors.New("endpoints: store does not reflect the event yet")
 
-// Stage is one replica of the endpoints stage: it keeps one EndpointSlice
-// per Service listing the Ready pods its selector matches (the seed's
-// failure 5 is a pod missing from it), and the Service's core/v1
-// Endpoints; a Service without a selector has its user's Endpoints
-// mirrored into slices (legacy.go). Every sync computes the slice from
-// a linearizable read of the namespace's pods and writes it with
-// compare-and-swap, so replicas and retries never overwrite a fresher
-// slice with a staler one.
+// Stage is one replica of the endpoints stage: it keeps the EndpointSlices
+// of each Service listing the Ready pods its selector matches, a slice per
+// set of resolved ports (the seed's failure 5 is a pod missing from them),
+// and the Service's core/v1 Endpoints; a Service without a selector has
+// its user's Endpoints mirrored into slices (legacy.go). Every sync
+// computes the slices from a linearizable read of the namespace's pods and
+// writes them with compare-and-swap, so replicas and retries never
+// overwrite a fresher slice with a staler one.
 type Stage struct {
 	env      stage.Env
 	services *informer.Informer[*corev1.Service]
-	pods     *informer.Informer[*corev1.Pod]       // identities and labels only (NewMetaLabels), for label changes; syncs read pods from the store
-	eps      *informer.Informer[*corev1.Endpoints] // core/v1 Endpoints, whose changes queue their Service (legacy.go)
-	locks    sync.Map                              // service key -> *sync.Mutex: one sync per service at a time in this replica
+	pods     *informer.Informer[*corev1.Pod]           // identities and labels only (NewMetaLabels), for label changes; syncs read pods from the store
+	eps      *informer.Informer[*corev1.Endpoints]     // core/v1 Endpoints, whose changes queue their Service (legacy.go)
+	slices   *informer.Informer[*corev1.EndpointSlice] // identities and labels only: a deleted managed slice queues its Service
+	locks    sync.Map                                  // service key -> *sync.Mutex: one sync per service at a time in this replica
 	queue    serviceQueue
 }
 
@@ -90,16 +92,29 @@ func NewStage(env stage.Env) (*Stage, error) {
 	s.eps, err = informer.New[*corev1.Endpoints](env.Store, "", informer.Handlers[*corev1.Endpoints]{
 		OnAdd: users, OnUpdate: func(_, e *corev1.Endpoints) { users(e) }, OnDelete: enqueueEps,
 	})
+	if err != nil {
+		return nil, err
+	}
+	// A managed slice deleted by someone else is written again at once,
+	// as kube's EndpointSlice controller does (its own deletions queue
+	// a sync that finds nothing to do).
+	s.slices, err = informer.NewMetaLabels[*corev1.EndpointSlice](env.Store, "", informer.Handlers[*corev1.EndpointSlice]{
+		OnDelete: func(sl *corev1.EndpointSlice) {
+			if Managed(sl) {
+				s.queue.add(sl.GetMetadata().GetNamespace(), sl.GetMetadata().GetLabels()[LabelServiceName])
+			}
+		},
+	})
 	return s, err
 }
 
-// Start runs the Service and Pod informers and, once they have synced,
-// the worker that syncs a Service's slice as soon as the Service is
-// created, changed or deleted, or a pod's labels change (the Services
-// present at start are Reconcile's).
+// Start runs the informers and, once they have synced, the worker that
+// syncs a Service's slices as soon as the Service is created, changed or
+// deleted, a pod's labels change, or one of its slices is deleted (the
+// Services present at start are Reconcile's).
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.services, s.pods, s.eps)
+	infs.Add(s.services, s.pods, s.eps, s.slices)
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}
@@ -137,13 +152,15 @@ func (s *Stage) syncKey(ctx context.Context, ns, name string) error {
 	if err := s.removeLegacy(ctx, ns, name); err != nil {
 		return err
 	}
-	sl, err := objects.Get[*corev1.EndpointSlice](ctx, s.env.Store, ns, SliceName(name))
-	if errors.Is(err, raftstore.ErrNotFound) {
-		return nil
-	} else if err != nil {
+	sls, err := s.managedSlices(ctx, ns, name)
+	if err != nil {
 		return err
 	}
-	return s.removeOrphan(ctx, sl)
+	var errs []error
+	for _, sl := range sls {
+		errs = append(errs, s.removeOrphan(ctx, sl))
+	}
+	return errors.Join(errs...)
 }
 
 // Handle reacts to a pod becoming Ready, NotReady, or deleted. It acts
@@ -255,8 +272,8 @@ func (s *Stage) removeOrphan(ctx context.Context, sl *corev1.EndpointSlice) erro
 	return nil
 }
 
-// sync brings svc's slice to its desired state; d is the event that caused
-// the sync (nil from Reconcile).
+// sync brings svc's slices to their desired state; d is the event that
+// caused the sync (nil from Reconcile).
 func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) error {
 	ns, name := svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()
 	mu, _ := s.locks.LoadOrStore(ns+"/"+name, &sync.Mutex{})
@@ -268,13 +285,11 @@ func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) 
 		return s.mirror(ctx, svc)
 	}
 	for {
-		// Read the slice first, then the pods: a pod change after the
+		// Read the slices first, then the pods: a pod change after the
 		// list triggers another sync, and a concurrent writer's change of
-		// the slice makes our compare-and-swap fail.
-		cur, err := objects.Get[*corev1.EndpointSlice](ctx, s.env.Store, ns, SliceName(name))
-		if errors.Is(err, raftstore.ErrNotFound) {
-			cur = nil
-		} else if err != nil {
+		// a slice makes our compare-and-swap fail.
+		cur, err := s.managedSlices(ctx, ns, name)
+		if err != nil {
 			return err
 		}
 		pods, _, err := objects.List[*corev1.Pod](ctx, s.env.Store, ns)
@@ -282,59 +297,129 @@ func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) 
 			return err
 		}
 		want := Desired(svc, pods)
-		if Equal(cur, want) {
-			return s.syncEndpoints(ctx, svc, want)
-		}
-		if cur == nil {
-			_, err = s.env.Store.Create(ctx, stamped(want))
-		} else {
-			want.Metadata.Uid = cur.GetMetadata().GetUid()
-			want.Metadata.CreationTimestamp = cur.GetMetadata().GetCreationTimestamp()
-			want.Metadata.Generation = cur.GetMetadata().GetGeneration() + 1
-			objects.SetRevision(want, objects.Revision(cur))
-			_, err = s.env.Store.Update(ctx, want)
-		}
+		changed, err := s.writeSlices(ctx, cur, want)
 		if errors.Is(err, raftstore.ErrConflict) || errors.Is(err, raftstore.ErrAlreadyExists) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		if err := s.announce(ctx, d, svc, cur, want); err != nil {
-			return err
+		if changed {
+			if err := s.announce(ctx, d, svc, cur, want); err != nil {
+				return err
+			}
 		}
 		return s.syncEndpoints(ctx, svc, want)
 	}
 }
 
+// managedSlices reads the slices the stage keeps for the Service ns/name.
+func (s *Stage) managedSlices(ctx context.Context, ns, name string) ([]*corev1.EndpointSlice, error) {
+	all, _, err := objects.List[*corev1.EndpointSlice](ctx, s.env.Store, ns)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(sl *corev1.EndpointSlice) bool {
+		return !Managed(sl) || sl.GetMetadata().GetLabels()[LabelServiceName] != name
+	}), nil
+}
+
+// writeSlices makes the stored slices cur exactly want (stamped with
+// what the store keeps: uid, creation time, generation): the new ones
+// created (one of the same name it does not manage is written over), the
+// changed ones updated (compare-and-swap), then the others
+// deleted, as kube's reconciler orders its writes (a reader may see an
+// endpoint twice for a moment, never miss one that stays).
+func (s *Stage) writeSlices(ctx context.Context, cur, want []*corev1.EndpointSlice) (changed bool, err error) {
+	have := map[string]*corev1.EndpointSlice{}
+	for _, sl := range cur {
+		have[sl.GetMetadata().GetName()] = sl
+	}
+	for _, w := range want {
+		c, ok := have[w.Metadata.Name]
+		delete(have, w.Metadata.Name)
+		if !ok {
+			// A slice of that name the stage does not manage (yet) is
+			// taken over, as the one slice named after its Service was.
+			c, err = objects.Get[*corev1.EndpointSlice](ctx, s.env.Store, w.Metadata.Namespace, w.Metadata.Name)
+			switch {
+			case err == nil:
+				ok = true
+			case !errors.Is(err, raftstore.ErrNotFound):
+				return changed, err
+			}
+		}
+		switch {
+		case !ok:
+			_, err = s.env.Store.Create(ctx, stamped(w))
+		case Equal(c, w):
+			continue
+		default:
+			w.Metadata.Uid = c.GetMetadata().GetUid()
+			w.Metadata.CreationTimestamp = c.GetMetadata().GetCreationTimestamp()
+			w.Metadata.Generation = c.GetMetadata().GetGeneration() + 1
+			objects.SetRevision(w, objects.Revision(c))
+			_, err = s.env.Store.Update(ctx, w)
+		}
+		if err != nil {
+			return changed, err
+		}
+		changed = true
+	}
+	for _, sl := range have {
+		_, err := s.env.Store.Delete(ctx, objects.EndpointSlices, sl.GetMetadata().GetNamespace(), sl.GetMetadata().GetName(), objects.Revision(sl))
+		if errors.Is(err, raftstore.ErrNotFound) {
+			err = raftstore.ErrConflict // gone under us: read again
+		}
+		if err != nil {
+			return changed, err
+		}
+		changed = true
+	}
+	return changed, nil
+}
+
 // announce publishes EndpointsUpdated for the pod whose event caused the
 // change, so the pod's trace shows it joining or leaving the Service.
-func (s *Stage) announce(ctx context.Context, d *bus.Delivery, svc *corev1.Service, before, after *corev1.EndpointSlice) error {
+func (s *Stage) announce(ctx context.Context, d *bus.Delivery, svc *corev1.Service, before, after []*corev1.EndpointSlice) error {
 	if d == nil {
 		return nil
 	}
 	uid := d.Envelope.GetPodUid()
-	in := func(sl *corev1.EndpointSlice) bool {
-		for _, e := range sl.GetEndpoints() {
-			if e.GetTargetRef().GetUid() == uid {
-				return true
+	in := func(sls []*corev1.EndpointSlice) *corev1.EndpointSlice {
+		for _, sl := range sls {
+			for _, e := range sl.GetEndpoints() {
+				if e.GetTargetRef().GetUid() == uid {
+					return sl
+				}
 			}
 		}
-		return false
+		return nil
 	}
 	was, is := in(before), in(after)
-	if was == is {
+	if (was != nil) == (is != nil) {
 		return nil
 	}
 	ready := 0
-	for _, e := range after.GetEndpoints() {
-		if e.GetConditions().GetReady() {
-			ready++
+	for _, sl := range after {
+		for _, e := range sl.GetEndpoints() {
+			if e.GetConditions().GetReady() {
+				ready++
+			}
+		}
+	}
+	// The slice the pod joined or left; its generation orders the
+	// announcements of one slice.
+	sl := cmp.Or(is, was)
+	gen := sl.GetMetadata().GetGeneration()
+	for _, a := range after {
+		if a.GetMetadata().GetName() == sl.GetMetadata().GetName() {
+			gen = a.GetMetadata().GetGeneration()
 		}
 	}
 	next := d.Next(&eventsv1.EndpointsUpdated{
-		Service: svc.GetMetadata().GetName(), Slice: after.GetMetadata().GetName(), ReadyEndpoints: int32(ready), Added: is,
+		Service: svc.GetMetadata().GetName(), Slice: sl.GetMetadata().GetName(), ReadyEndpoints: int32(ready), Added: is != nil,
 	})
-	next.Generation = after.GetMetadata().GetGeneration()
+	next.Generation = gen
 	return s.env.Pub.Publish(ctx, next)
 }

@@ -3,6 +3,7 @@ package endpoints
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -421,5 +422,64 @@ func TestSelectorlessServiceLeftAlone(t *testing.T) {
 	}
 	if sl := slice(t, f); len(sl.GetEndpoints()) != 1 || sl.GetEndpoints()[0].GetAddresses()[0] != "10.244.1.1" {
 		t.Errorf("the owner's slice was rewritten: %v", sl)
+	}
+}
+
+// TestSlicePerResolvedPorts: pods whose named targetPort resolves to
+// different numbers get a slice each (and the Endpoints a subset each);
+// a managed slice deleted by someone else is written again without
+// Reconcile, as kube's controller does on the slice's deletion (the
+// conformance test deletes them and waits); a group that empties has
+// its slice removed.
+func TestSlicePerResolvedPorts(t *testing.T) {
+	app := map[string]string{"app": "web"}
+	p1 := reported(pod("pod1", "10.0.0.1", app, true, &corev1.ContainerPort{Name: "example-name", ContainerPort: 3000}), 1)
+	p2 := reported(pod("pod2", "10.0.0.2", app, true, &corev1.ContainerPort{Name: "example-name", ContainerPort: 3001}), 1)
+	f := newFixture(t, svc(app, named("http", "example-name", 80)), p1, p2)
+	ctx := context.Background()
+	if err := f.s.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	managed := func() []*corev1.EndpointSlice {
+		sls, err := f.s.managedSlices(ctx, "default", "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sls
+	}
+	sls := managed()
+	if got, want := slicePorts(sls), map[string]string{"10.0.0.1": "http:3000", "10.0.0.2": "http:3001"}; len(sls) != 2 || !maps.Equal(got, want) {
+		t.Fatalf("slices %v, want %v", got, want)
+	}
+	eps, err := objects.Get[*corev1.Endpoints](ctx, f.env.Store, "default", "web")
+	if err != nil || len(eps.GetSubsets()) != 2 {
+		t.Fatalf("Endpoints %v, %v: want two subsets", eps, err)
+	}
+
+	var other *corev1.EndpointSlice
+	for _, sl := range sls {
+		if sl.GetMetadata().GetName() != SliceName("web") {
+			other = sl
+		}
+	}
+	if _, err := f.env.Store.Delete(ctx, objects.EndpointSlices, "default", other.GetMetadata().GetName(), 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second) // liveness, not speed: the worker's sync after the informer's event
+	for len(managed()) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted slice was not written again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	if _, err := f.env.Store.Delete(ctx, objects.Pods, "default", "pod2", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := slicePorts(managed()); len(got) != 1 || got["10.0.0.1"] != "http:3000" {
+		t.Fatalf("after pod2 left: slices %v", got)
 	}
 }

@@ -157,12 +157,16 @@ type lease struct {
 	Holder  string    `json:"holder"` // the replica that renewed it last
 }
 
-// Pass makes one pass: the Service, this replica's lease, the slice
+// Pass makes one pass: the Service, the default ServiceCIDR, this
+// replica's lease, the slice
 // (not a stage.Reconciler: Start runs it on its own ticker, once at a
 // time).
 func (c *Controller) Pass(ctx context.Context) error {
 	if err := c.ensureService(ctx); err != nil {
 		return fmt.Errorf("service: %w", err)
+	}
+	if err := c.ensureServiceCIDR(ctx); err != nil {
+		return fmt.Errorf("default ServiceCIDR: %w", err)
 	}
 	ep, ok := c.cfg.Endpoint()
 	if !ok {

@@ -10,11 +10,15 @@
 // Each api replica runs one Controller. Every Interval it:
 //  1. creates the Service when it is missing (its ClusterIP reserved in the
 //     same store transaction, services/ipalloc);
-//  2. renews its lease: a store key under LeasePrefix named after its
+//  2. creates the default ServiceCIDR "kubernetes" (the service CIDR,
+//     condition Ready) when it is missing, and makes it Ready when it has
+//     no Ready condition, as kube-apiserver's default-servicecidr
+//     controller does;
+//  3. renews its lease: a store key under LeasePrefix named after its
 //     address (Config.Endpoint: the address pods reach it at), holding the
 //     port and the time it expires (LeaseTTL from now) — kube's
 //     /masterleases/ keys;
-//  3. lists the leases, deletes the expired ones, and makes the
+//  4. lists the leases, deletes the expired ones, and makes the
 //     EndpointSlice list the addresses of the live ones (never none: with
 //     no live lease it leaves the slice as it is, as kube refuses to erase
 //     every endpoint).
