@@ -45,7 +45,7 @@ func TestConcurrentCreateAlreadyExists(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				_, errs[i] = cs.RbacV1().RoleBindings("kube-system").Create(ctx, rb, metav1.CreateOptions{})
+				_, errs[i] = cs.RbacV1().RoleBindings("kube-system").Create(ctx, rb.DeepCopy(), metav1.CreateOptions{}) // client-go sets its kind
 			}()
 		}
 		close(start)
