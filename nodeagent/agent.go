@@ -118,7 +118,7 @@ func New(cfg Config, rt Runtime, store NodeStore, pub Publisher) (*Agent, error)
 	}
 	a.deps = &workerDeps{cfg: cfg, rt: rt, volumes: store, pub: pub, clock: a.clock, log: a.log,
 		allocatable: func() map[string]string { return allocatable(a.capacity(), a.cfg.Reserved) },
-		retire:      func(w *worker) { a.retire(w, true) }}
+		retire:      func(w *worker) { a.retire(w, true) }, ports: newHostPorts()}
 	return a, nil
 }
 
@@ -417,6 +417,7 @@ func (a *Agent) retire(w *worker, deleted bool) {
 	defer a.mu.Unlock()
 	if a.workers[w.uid] == w {
 		delete(a.workers, w.uid)
+		a.deps.ports.release(w.uid)
 	}
 	if deleted {
 		a.deleted.add(w.uid, a.clock.Now())

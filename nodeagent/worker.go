@@ -137,6 +137,8 @@ type workerDeps struct {
 	// that a redelivered bind or delete is a no-op. It is called once the
 	// pod is torn down, before its PodDeleted is published.
 	retire func(w *worker)
+	// ports is the host ports of the pods the node admitted (hostports.go).
+	ports *hostPorts
 }
 
 // ctr is one container of the pod and its current instance.
@@ -324,6 +326,7 @@ func (w *worker) adopt(ctx context.Context) {
 	// A released sandbox (a finished pod's) is not taken: nothing runs in
 	// it, and a pod that must run again gets a new one.
 	if !w.rec.sandbox.Released {
+		w.d.ports.hold(w.uid, w.pod) // admitted by the agent before
 		sb := w.rec.sandbox.Sandbox
 		w.sandbox = &sb
 		w.mounted = w.rec.sandbox.VolumesReady
@@ -398,6 +401,8 @@ func (w *worker) converge(ctx context.Context) time.Time {
 		w.stopSidecars(ctx) // sidecars do not keep a finished pod running
 	}
 	if w.terminal() {
+		// A finished pod holds no host port.
+		w.d.ports.release(w.uid)
 		if w.sandbox != nil { // like kubelet, free the IP of a finished pod
 			if err := w.release(ctx); err != nil {
 				return now.Add(w.d.cfg.PublishRetry)
@@ -507,6 +512,10 @@ func (w *worker) ensureSandbox(ctx context.Context, now time.Time) (wake time.Ti
 	}
 	if !w.sandboxRetry.Ready(now) {
 		return w.sandboxRetry.At(), false
+	}
+	if !w.d.ports.admit(w.uid, w.pod) { // kubelet's admission: NodePorts
+		w.reject(reasonNodePorts, msgNodePorts)
+		return time.Time{}, false
 	}
 	sb, err := w.d.rt.RunPodSandbox(ctx, w.pod)
 	if err != nil {

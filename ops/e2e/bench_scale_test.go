@@ -61,6 +61,7 @@ func benchScale(t *testing.T, limit time.Duration, args ...string) string {
 // from the kernel while the replica ran — and no cgroup of it is left
 // when the bench ends. No throughput is asserted.
 func TestBenchScaleCgroups(t *testing.T) {
+	parallel(t, simulated)
 	file := filepath.Join(t.TempDir(), "scale.json")
 	out := benchScale(t, 5*time.Minute, "--replica-counts", "1,2", "--runs", "1", "--pods", "20", "--rate", "50", "--nodes", "2",
 		"--stage-cpu", "0.5", "--json", file)
@@ -117,6 +118,7 @@ func TestBenchScaleCgroups(t *testing.T) {
 // the pods to run (its scheduler bounded so tightly that the wait would
 // last minutes) — stops its system at once and removes its cgroups.
 func TestBenchScaleInterrupted(t *testing.T) {
+	parallel(t, heavyLoad)
 	for _, tc := range []struct {
 		name, when string
 		args       []string

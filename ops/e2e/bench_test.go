@@ -15,6 +15,7 @@ import (
 // input for every pod, the store wrote at least the create and the bind of
 // every pod into its raft log, and every process podflow runs has CPU time.
 func TestBenchPipelineCost(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t, "--nodes", "2")
 	const pods = 20
 	file := filepath.Join(t.TempDir(), "cost.json")

@@ -17,6 +17,7 @@ import (
 // `kubectl get nodes --field-selector spec.unschedulable=false`, finds the
 // nodes.
 func TestClusterBootstrap(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t, "--nodes", "2")
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 

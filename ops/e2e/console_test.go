@@ -34,6 +34,7 @@ func consoleURL(t *testing.T, c *cluster) string {
 // TestConsoleEvents reads the console's event stream as a program would:
 // refused without a token, a snapshot of every stage and node with one.
 func TestConsoleEvents(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t)
 	url := consoleURL(t, c)
 	resp, err := http.Get(url + "api/events")
@@ -89,6 +90,7 @@ func TestConsoleEvents(t *testing.T) {
 // (/api/timeline), read from the events stream, counts every one of them
 // and marks the kill and the restart.
 func TestConsoleTimeline(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t)
 	const n = 12
 	c.mustPodflow("publish", "-f", writeTemp(t, pod("tl", "default", "tl", "", "")), "--count", fmt.Sprint(n))
@@ -186,6 +188,7 @@ func TestConsoleTimeline(t *testing.T) {
 // (TestConsoleInBrowser in ops/console drives it over 20,000 pods and
 // takes the docs' screenshots.)
 func TestConsoleBrowser(t *testing.T) {
+	parallel(t, simulated)
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Skip("chromium is not on the PATH: the console's browser test drives headless Chromium (Debian package chromium; `make deps-os` installs it)")

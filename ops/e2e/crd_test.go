@@ -29,6 +29,7 @@ import (
 // cert-manager's published Certificate definition is served and
 // validates its objects as kube-apiserver does.
 func TestKubectlCustomResources(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t, "--replicas", "api=2")
 	kubeconfig := filepath.Join(c.dir, "kubeconfig")
 	k := newKubectl(t, kubeconfig)

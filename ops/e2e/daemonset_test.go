@@ -18,6 +18,7 @@ import (
 // lists both and `rollout undo` goes back; `delete daemonset` leaves no
 // pod or ControllerRevision of it (the garbage collector).
 func TestKubectlDaemonSet(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t, "--nodes", "3")
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	nodes := strings.Fields(k.must("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"))

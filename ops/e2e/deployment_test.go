@@ -18,6 +18,7 @@ import (
 // a stuck rollout exceeds its progress deadline; `delete deployment`
 // leaves no ReplicaSet or pod of it (the garbage collector).
 func TestKubectlDeployment(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t)
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	if out := k.must("create", "deployment", "web", "--image=busybox", "--replicas=3", "--", "sleep", "3600"); !strings.Contains(out, "deployment.apps/web created") {

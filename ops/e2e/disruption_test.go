@@ -42,6 +42,7 @@ spec:
 // others with kube's 429 until its --timeout, and drains the node once
 // the budget allows it.
 func TestKubectlDrainRespectsBudget(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t, "--nodes", "1")
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	manifest := filepath.Join(t.TempDir(), "budget.yaml")

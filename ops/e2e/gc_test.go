@@ -50,6 +50,7 @@ spec:
 // deleted ConfigMap, are collected; a custom resource deleted with
 // --cascade=orphan leaves its dependent ConfigMap without the reference.
 func TestKubectlCascadingDeletion(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t)
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	k.mustIn(gcSetsYAML, "apply", "-f", "-")

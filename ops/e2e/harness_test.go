@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("e2e: skipped in -short mode")
 		os.Exit(0)
 	}
+	setParallel()
 	dir, err := os.MkdirTemp("", "podflow-e2e-bin-")
 	if err != nil {
 		panic(err)

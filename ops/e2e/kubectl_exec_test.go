@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,8 +60,13 @@ func testKubectlExec(t *testing.T, k *kubectl, pod string) {
 		{name: "over SPDY", args: []string{"exec", pod, "--", "echo", "spdy"}, stdout: "spdy\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			k := k
 			if c.name == "over SPDY" {
-				t.Setenv("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+				// In kubectl's environment only: t.Setenv is refused in a
+				// parallel test.
+				spdy := *k
+				spdy.env = append(slices.Clip(k.env), "KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false")
+				k = &spdy
 			}
 			out, errs, code := k.runIn(c.stdin, c.args...)
 			if code != c.code || out != c.stdout || !strings.Contains(errs, c.stderr) {

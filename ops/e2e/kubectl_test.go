@@ -25,6 +25,7 @@ type kubectl struct {
 	path       string
 	kubeconfig string
 	cacheDir   string
+	env        []string // more environment for each kubectl run
 }
 
 func newKubectl(t *testing.T, kubeconfig string) *kubectl {
@@ -38,7 +39,7 @@ func newKubectl(t *testing.T, kubeconfig string) *kubectl {
 
 func (k *kubectl) cmd(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, k.path, append([]string{"--kubeconfig", k.kubeconfig, "--cache-dir", k.cacheDir, "--request-timeout", "30s"}, args...)...)
-	cmd.Env = append(os.Environ(), "HOME="+k.cacheDir, "KUBECONFIG="+k.kubeconfig)
+	cmd.Env = append(append(os.Environ(), "HOME="+k.cacheDir, "KUBECONFIG="+k.kubeconfig), k.env...)
 	cmd.Dir = repoRoot
 	return cmd
 }
@@ -62,6 +63,7 @@ func (k *kubectl) must(args ...string) string {
 // describe, apply, delete, RBAC and auth can-i. (client-go is exercised
 // in services/apiserver, against the real api stage.)
 func TestKubectl(t *testing.T) {
+	parallel(t, simulated)
 	// Two api replicas share the HTTPS port (SO_REUSEPORT).
 	c := startCluster(t, "--replicas", "api=2")
 	kubeconfig := filepath.Join(c.dir, "kubeconfig")

@@ -124,6 +124,7 @@ func pod(name, ns, app, annotations, extra string) string {
 // TestLifecycle walks the seeds' journey and each of their five failure
 // scenarios against one running system.
 func TestLifecycle(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t, "--nodes", "3")
 
 	t.Run("the seed pod runs, is Ready and joins its Service", func(t *testing.T) {

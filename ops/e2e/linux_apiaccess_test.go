@@ -26,6 +26,7 @@ func TestLinuxPodReachesAPI(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces, nftables and port 53 (CI runs as root)")
 	}
+	parallel(t, linuxRuntime)
 	c := startCluster(t, "--runtime", "linux")
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	k.must("create", "rolebinding", "default-view", "--clusterrole=view", "--serviceaccount=default:default")

@@ -32,6 +32,7 @@ func TestLinuxKubectl(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces and mounts (CI runs as root)")
 	}
+	parallel(t, linuxRuntime)
 	before := kernelObjects(t, "linux-node-1")
 	c := startCluster(t, "--runtime", "linux")
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))

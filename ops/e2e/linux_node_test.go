@@ -27,6 +27,7 @@ func TestLinuxNodeKubelet(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(binary), "busybox")); err != nil {
 		t.Skip("needs bin/busybox, the busybox of the busybox images: make busybox (make test builds it)")
 	}
+	parallel(t, linuxRuntime)
 	c := startCluster(t, "--runtime", "linux", "--example") // as make run: the example pod and its Service
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	// A Service and its server first: the pods after it get its variables.

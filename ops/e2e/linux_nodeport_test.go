@@ -36,6 +36,7 @@ func TestLinuxNodePortHostPortAndDNS(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces and nftables (CI runs as root)")
 	}
+	parallel(t, linuxRuntime)
 	c := startCluster(t, "--runtime", "linux")
 	const hostPort = 38081
 	server := func(name, labels, port string) string {

@@ -34,6 +34,7 @@ func TestLinuxServiceTraffic(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces, nftables and port 53 (CI runs as root)")
 	}
+	parallel(t, linuxRuntime)
 	before := serviceKernelState(t)
 	if strings.Contains(before, "podflow") {
 		t.Fatalf("podflow service state before the test:\n%s", before)

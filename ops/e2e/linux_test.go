@@ -26,6 +26,7 @@ func TestLinuxRuntime(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces and mounts (CI runs as root)")
 	}
+	parallel(t, linuxRuntime)
 	before := kernelObjects(t, "linux-node-1")
 	c := startCluster(t, "--runtime", "linux")
 	c.mustPodflow("apply", "-f", filepath.Join("examples", "nginx-service.yaml"), "-f", filepath.Join("examples", "nginx-pod.yaml"))
@@ -190,6 +191,7 @@ func TestLinuxPodToPodAcrossNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces and mounts (CI runs as root)")
 	}
+	parallel(t, linuxRuntime)
 	c := startCluster(t, "--runtime", "linux")
 	reg, err := os.ReadFile(filepath.Join(c.dir, "registry.addr"))
 	if err != nil {

@@ -98,6 +98,7 @@ func (c *cluster) assertEachOnce(prefix string, n int, types ...string) {
 // TestThousandPods publishes 1,000 PodRequested events on the bus: every
 // pod reaches Running, and each passes every stage exactly once.
 func TestThousandPods(t *testing.T) {
+	parallel(t, heavyLoad)
 	c := startCluster(t, "--nodes", "20")
 	const n = 1000
 	f := writeTemp(t, pod("bulk", "default", "bulk", "", ""))
@@ -116,6 +117,7 @@ func TestThousandPods(t *testing.T) {
 // while a burst is in flight: the supervisor restarts it, what it had not
 // acked is redelivered, and every pod still runs, persisted exactly once.
 func TestStageKilledMidBurst(t *testing.T) {
+	parallel(t, heavyLoad)
 	c := startCluster(t, "--nodes", "10", "--replicas", "admission=2,persistence=2")
 	const n = 400
 	f := writeTemp(t, pod("burst", "default", "burst", "", ""))
@@ -167,6 +169,7 @@ func TestStageKilledMidBurst(t *testing.T) {
 // bursts: the new replicas take work from the shared consumer, removed ones
 // drain, and every pod is admitted exactly once.
 func TestScaleLive(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t, "--nodes", "10")
 	out := c.mustPodflow("scale", "admission=3")
 	if !strings.Contains(out, "stage/admission scaled to 3 (admission-1, admission-2, admission-3)") {
@@ -198,6 +201,7 @@ func TestScaleLive(t *testing.T) {
 // paused; podflow chaos checks the invariants and exits non-zero on any
 // violation. `make chaos` soaks longer.
 func TestChaos(t *testing.T) {
+	parallel(t, heavyLoad)
 	c := startCluster(t, "--cluster", "--nodes", "20", "--replicas", "admission=2,persistence=2,scheduler=2")
 	out, code := c.podflowTimeout(6*time.Minute, "chaos", "--config", c.config, "--pods", "300", "--duration", "45s",
 		"--kill-interval", "3s", "--targets", "stages,store,nodeagent,nats", "--pause", "--seed", "42")

@@ -25,6 +25,7 @@ import (
 // history is linearizable (porcupine). `make chaos` runs the whole matrix
 // of nemeses.
 func TestPartitionedLeader(t *testing.T) {
+	parallel(t, heavyLoad)
 	runChaosRun(t, []string{"--nemesis", "leader,partition", "--nemesis-target", "store,nats", "--targets", "stages,nats",
 		"--pods", "200", "--duration", "30s", "--kill-interval", "6s", "--fault-for", "5s", "--nodes", "10", "--settle", "60s", "--seed", "200"},
 		"isolate store-", "(the leader) for 5s", "healed (store leader before the heal", "partition [nats-", "healed (events stream leader",
@@ -78,6 +79,7 @@ func runChaosRun(t *testing.T, args []string, want ...string) {
 // acknowledged PodRequested lost, consumers drained, replicas agreeing,
 // watches, linearizability) and that no route bypassed the relays.
 func TestPartitionedNATSServer(t *testing.T) {
+	parallel(t, heavyLoad)
 	runChaosRun(t, []string{"--nemesis", "leader,partition,cutkill,bridge,latency,flap", "--nemesis-target", "nats", "--targets", "nats,stages",
 		"--pods", "40", "--duration", "34s", "--kill-interval", "4s", "--fault-for", "4s", "--nodes", "5", "--settle", "60s", "--seed", "43"},
 		// The faults come one after another (each begins once the last has

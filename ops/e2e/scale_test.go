@@ -37,6 +37,7 @@ import (
 // or node acts on them, so the test costs what listing costs, not what
 // 20,000 pods through the pipeline cost.
 func TestFiveThousandNodes(t *testing.T) {
+	parallel(t, heavyLoad)
 	const nodes, pods, perTxn = 5000, 20000, 200
 	c := startCluster(t, "--nodes", fmt.Sprint(nodes))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -119,6 +119,7 @@ func orderViolations(set string, events []watchedPod) []string {
 // deletes its pods and revisions; a set with volumeClaimTemplates is
 // refused naming the field.
 func TestKubectlStatefulSet(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t)
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	k.mustIn(statefulSetYAML, "apply", "-f", "-")

@@ -24,6 +24,7 @@ import (
 //     its answer (403: the account may do nothing), and another user's
 //     bus identity may not subscribe to its inbox.
 func TestTrust(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t, "--pod-security-default", "baseline")
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 

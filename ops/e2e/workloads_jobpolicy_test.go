@@ -68,6 +68,7 @@ spec:
 // ttlSecondsAfterFinished 1 deleted after it completed, its pods with it
 // (the ttlafterfinished and garbagecollector stages).
 func TestKubectlJobPolicies(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t)
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	manifest := filepath.Join(t.TempDir(), "jobs.yaml")

@@ -47,6 +47,7 @@ spec:
 // their pods through the pipeline until the status shows them ready, and
 // `kubectl scale` (the scale subresource) scales them down and up.
 func TestKubectlReplicaSet(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t)
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	manifest := filepath.Join(t.TempDir(), "sets.yaml")
@@ -140,6 +141,7 @@ spec:
 // 0-4), a failing Job that `kubectl wait --for=condition=failed` sees stop
 // at its backoffLimit, and `kubectl create job --from=cronjob/...`.
 func TestKubectlJob(t *testing.T) {
+	parallel(t, simulated)
 	c := startCluster(t)
 	k := newKubectl(t, filepath.Join(c.dir, "kubeconfig"))
 	if out := k.must("create", "job", "hello", "--image=busybox", "--", "echo", "done"); !strings.Contains(out, "job.batch/hello created") {

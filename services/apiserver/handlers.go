@@ -80,6 +80,7 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	}
 	switch {
 	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"),
+		isPodStatusWrite(req),     // podstatus.go
 		namespaceSubresource(req): // nssubresources.go
 	case req.res.cr != nil:
 		// A custom resource version's own subresources.
@@ -553,6 +554,18 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 				return
 			}
 		}
+		if pod, ok := obj.(*corev1.Pod); ok && req.sub == "status" {
+			// An update without a resourceVersion is unconditional, as
+			// for kube-apiserver's pods: a conflict is retried.
+			unconditional := req.verb == "update" && pod.GetMetadata().GetResourceVersion() == ""
+			st, out := s.updatePodStatus(ctx, current.(*corev1.Pod), pod, dry)
+			if (retry || unconditional) && st.GetCode() == http.StatusConflict && attempt < maxPatchRetries && ctx.Err() == nil {
+				continue
+			}
+			writeWarnings(w, warnings)
+			s.respond(w, r, req.res, st, out)
+			return
+		}
 		if pod, ok := obj.(*corev1.Pod); ok {
 			writeWarnings(w, warnings)
 			st, out := s.updatePod(ctx, req.user, current.(*corev1.Pod), pod, dry)
@@ -678,7 +691,7 @@ func patchHasPrecondition(patch []byte, contentType string) bool {
 }
 
 // updatePod applies the changes Kubernetes allows on a pod: labels,
-// annotations, container images, added tolerations and removed
+// annotations, ownerReferences, finalizers, container images, added tolerations and removed
 // scheduling gates. Anything else in spec is refused with 422, as
 // kube-apiserver's validation refuses it; status is left alone. A new
 // image has the pod evaluated against its namespace's Pod Security level
@@ -724,6 +737,7 @@ func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, 
 	apply := func(p *corev1.Pod) {
 		p.Metadata.Labels = pod.GetMetadata().GetLabels()
 		p.Metadata.Annotations = pod.GetMetadata().GetAnnotations()
+		p.Metadata.OwnerReferences = pod.GetMetadata().GetOwnerReferences()
 		p.Metadata.ManagedFields = pod.GetMetadata().GetManagedFields()
 		p.Metadata.Finalizers = pod.GetMetadata().GetFinalizers()
 		p.Spec = proto.CloneOf(allowed)

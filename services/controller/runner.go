@@ -29,6 +29,7 @@ type Runner struct {
 	keys    func() []string
 
 	mu      sync.Mutex
+	ctx     context.Context            // Start's
 	expect  map[string]int64           // key -> store revision its informers must reach
 	pending map[string]map[string]bool // key -> pod names asked whose outcome is unknown
 }
@@ -69,6 +70,9 @@ func (r *Runner) AddAfter(key string, d time.Duration) { r.queue.AddAfter(key, d
 // and runs the workers until ctx ends; the Lease is released after the
 // last sync returned, so the other replicas take its keys at once.
 func (r *Runner) Start(ctx context.Context, g *errgroup.Group, infs *informer.Group) error {
+	r.mu.Lock()
+	r.ctx = ctx
+	r.mu.Unlock()
 	infs.Add(r.members.inf)
 	if err := infs.Start(ctx, g); err != nil {
 		return err
@@ -91,6 +95,28 @@ func (r *Runner) Start(ctx context.Context, g *errgroup.Group, infs *informer.Gr
 		return nil
 	})
 	return nil
+}
+
+// Context is Start's context (Background before Start): the context of a
+// controller's work outside a sync, such as an Event it records from an
+// informer's handler.
+func (r *Runner) Context() context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx == nil {
+		return context.Background()
+	}
+	return r.ctx
+}
+
+// InformerKeys returns the key ("namespace/name") of every object inf
+// holds: what a controller's keys function (New) lists.
+func InformerKeys[T objects.Object](inf *informer.Informer[T]) []string {
+	var out []string
+	for _, o := range inf.List("") {
+		out = append(out, Key(o.GetMetadata().GetNamespace(), o.GetMetadata().GetName()))
+	}
+	return out
 }
 
 // Reconcile queues every key.

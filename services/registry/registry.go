@@ -18,6 +18,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/kubernetes/pkg/capabilities"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/auth"
@@ -30,6 +31,9 @@ var (
 	// ErrNoStrategy: the kind is not one the registry has kube-apiserver's
 	// strategies for (a kind registered at run time).
 	ErrNoStrategy = errors.New("registry: no strategy for the kind")
+	// ErrCapabilities: kube's process-wide capabilities were initialized
+	// before the first Registry, without AllowPrivileged.
+	ErrCapabilities = errors.New("registry: kube capabilities initialized without AllowPrivileged before the registry")
 )
 
 // Config configures a Registry.
@@ -61,11 +65,32 @@ func New(cfg Config) (*Registry, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := allowPrivileged(); err != nil {
+		return nil, err
+	}
 	var authz authorizer.UnconditionalAuthorizer
 	if cfg.Authorize != nil {
 		authz = authorizerFunc(cfg.Authorize)
 	}
 	return &Registry{cfg: cfg, kinds: builtins(authz, cfg.Store)}, nil
+}
+
+// allowPrivileged sets up kube's process-wide capabilities as
+// kube-apiserver does with --allow-privileged=true (every conformant
+// cluster's setting): the pod template validation of the strategies then
+// accepts securityContext.privileged and hostProcess containers instead of
+// refusing them as "disallowed by cluster policy". Whether a privileged pod
+// may run is Pod Security admission's decision (the namespace's
+// pod-security.kubernetes.io/enforce label), as in Kubernetes.
+// capabilities.Setup takes effect once per process: if kube's validation
+// ran before it (capabilities.Get initializes them to kube's defaults), the
+// setting did not take and New says so rather than refuse privileged pods.
+func allowPrivileged() error {
+	capabilities.Setup(true, 0)
+	if !capabilities.Get().AllowPrivileged {
+		return ErrCapabilities
+	}
+	return nil
 }
 
 var defaultRegistry = sync.OnceValue(func() *Registry {

@@ -375,3 +375,15 @@ func TestNewDefinitionWaitsForEstablished(t *testing.T) {
 		t.Fatalf("status.storedVersions: %s", v)
 	}
 }
+
+// TestPrivilegedTemplateAllowed: a Job whose pod template sets
+// securityContext.privileged is valid, as in a kube-apiserver with
+// --allow-privileged=true; Pod Security admission decides whether its
+// pods may run (services/workloadtest TestPrivilegedJobGatedByPodSecurity).
+func TestPrivilegedTemplateAllowed(t *testing.T) {
+	const job = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: priv, namespace: ns}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n" +
+		"      containers: [{name: c, image: busybox, securityContext: {privileged: true}}]\n"
+	if _, st := registry.Default().PrepareCreate(ctx, alice, "", decode(t, job)); st != nil {
+		t.Fatalf("privileged template refused: %v", st)
+	}
+}

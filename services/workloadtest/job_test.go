@@ -19,6 +19,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/controller"
 	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/nslifecycle"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
@@ -283,5 +284,59 @@ func TestJobControllerKilledCountsEachCompletionOnce(t *testing.T) {
 	}
 	if unc := j.Status.UncountedTerminatedPods; unc != nil && len(unc.Succeeded)+len(unc.Failed) > 0 {
 		t.Errorf("pods left uncounted: %+v", unc)
+	}
+}
+
+// TestPrivilegedJobGatedByPodSecurity: a Job whose template runs a
+// privileged container is accepted (kube-apiserver with
+// --allow-privileged=true); Pod Security admission decides by the
+// namespace's label whether its pods may run. In a namespace enforcing
+// privileged the Job's pod is created; in one enforcing baseline the pod
+// is refused with kube's PodSecurity message, which the Job controller
+// records as a FailedCreate Event.
+func TestPrivilegedJobGatedByPodSecurity(t *testing.T) {
+	c := newCluster(t)
+	startJobs(c, "job-a")
+	for _, level := range []string{"privileged", "baseline"} {
+		ns := &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: "psa-" + level, Uid: "ns-" + level,
+			Labels: map[string]string{"pod-security.kubernetes.io/enforce": level}}}
+		nslifecycle.PrepareForCreate(ns)
+		if _, err := c.store.Create(context.Background(), ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	privileged := func(ns string) *batch.Job {
+		j := newJob(ns, "priv", batch.JobSpec{BackoffLimit: ptr.To[int32](0)})
+		j.Spec.Template.Spec.Containers[0].SecurityContext = &v1.SecurityContext{Privileged: ptr.To(true)}
+		return j
+	}
+	okUID := c.apply("create", privileged("psa-privileged")).GetMetadata().GetUid()
+	refusedUID := c.apply("create", privileged("psa-baseline")).GetMetadata().GetUid()
+
+	c.eventually("the privileged namespace's Job pod", 30*time.Second, func() bool {
+		for _, p := range c.pods("psa-privileged") {
+			if ref := controller.ControllerOf(p.GetMetadata()); ref != nil && ref.GetUid() == okUID {
+				return true
+			}
+		}
+		return false
+	})
+	const want = `Error creating: pods "priv-` // then the generated suffix
+	const violation = `" is forbidden: violates PodSecurity "baseline:latest": privileged (container "work" must not set securityContext.privileged=true)`
+	c.eventually("the baseline namespace's FailedCreate Event", 30*time.Second, func() bool {
+		evs, _, err := objects.List[*corev1.Event](context.Background(), c.store, "psa-baseline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if e.GetReason() == "FailedCreate" && e.GetInvolvedObject().GetUid() == refusedUID &&
+				strings.HasPrefix(e.GetMessage(), want) && strings.HasSuffix(e.GetMessage(), violation) {
+				return true
+			}
+		}
+		return false
+	})
+	if ps := c.pods("psa-baseline"); len(ps) != 0 {
+		t.Errorf("%d pods in the baseline namespace, want none", len(ps))
 	}
 }

@@ -123,6 +123,9 @@ func e2eImages(ctx context.Context, in imageInputs) (map[string]v1.Image, error)
 		"nonewprivs": append(slices.Clone(busybox), imagebuild.File("usr/local/bin/nnp", 0o4755, nnp)),
 		"nautilus": append(slices.Clone(agnhost),
 			imagebuild.File("nautilus.jpg", 0o644, nautilus), imagebuild.File("data.json", 0o644, nautilusJSON)),
+		// httpd: upstream's document root and default page over agnhost.
+		"httpd": append(slices.Clone(agnhost), imagebuild.Dir("usr/local/apache2", 0o755),
+			imagebuild.Dir(httpdDocs, 0o755), imagebuild.File(httpdDocs+"/index.html", 0o644, []byte(httpdIndex))),
 	}
 	type spec struct {
 		rootfs     string // key of rootfs
@@ -130,17 +133,21 @@ func e2eImages(ctx context.Context, in imageInputs) (map[string]v1.Image, error)
 		cmd        []string
 		user       string
 	}
-	// The web servers (httpd, nginx) are agnhost's netexec on port 80:
-	// the tests need an HTTP server there that answers GET /.
+	// The web servers (httpd, nginx) answer GET / on port 80. nginx is
+	// agnhost's netexec; httpd is busybox's httpd serving upstream's
+	// document root, /usr/local/apache2/htdocs, with its index.html: the
+	// StatefulSet tests make a pod unready by moving index.html out of it
+	// (its readiness probe then gets 404) and ready again by moving it back.
 	web := spec{rootfs: "agnhost", entrypoint: []string{"/agnhost", "netexec", "--http-port=80", "--udp-port=-1"}}
+	httpd := spec{rootfs: "httpd", entrypoint: []string{"/bin/httpd", "-f", "-p", "80", "-h", "/" + httpdDocs}}
 	bbox := spec{rootfs: "busybox", cmd: []string{"sh"}}
 	specs := map[string]spec{
 		"e2e-test-images/agnhost:2.56":     {rootfs: "agnhost", entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}},
 		"e2e-test-images/busybox:1.37.0-1": bbox,
 		"e2e-test-images/nonroot:1.4":      {rootfs: "busybox", cmd: []string{"sh"}, user: "1234"},
 		"e2e-test-images/nonewprivs:1.3":   {rootfs: "nonewprivs", cmd: []string{"nnp"}},
-		"e2e-test-images/httpd:2.4.38-4":   web,
-		"e2e-test-images/httpd:2.4.39-4":   web,
+		"e2e-test-images/httpd:2.4.38-4":   httpd,
+		"e2e-test-images/httpd:2.4.39-4":   httpd,
 		"e2e-test-images/nginx:1.14-4":     web,
 		"e2e-test-images/nginx:1.15-4":     web,
 		"e2e-test-images/kitten:1.7":       {rootfs: "kitten", entrypoint: []string{"/agnhost"}, cmd: []string{"test-webserver"}},
@@ -172,6 +179,13 @@ func e2eImages(ctx context.Context, in imageInputs) (map[string]v1.Image, error)
 	}
 	return out, nil
 }
+
+// httpdDocs is the httpd images' document root (upstream's), and
+// httpdIndex its index.html (upstream's default page).
+const (
+	httpdDocs  = "usr/local/apache2/htdocs"
+	httpdIndex = "<html><body><h1>It works!</h1></body></html>\n"
+)
 
 // base is the directories a runtime mounts over, and a passwd and group
 // with root, nobody and extra (a passwd line).

@@ -56,6 +56,27 @@ func TestImagesRun(t *testing.T) {
 	busybox := unpack(t, imgs["e2e-test-images/busybox:1.37.0-1"])
 	nonewprivs := unpack(t, imgs["e2e-test-images/nonewprivs:1.3"])
 	agnhost := unpack(t, imgs["e2e-test-images/agnhost:2.56"])
+	httpd := unpack(t, imgs["e2e-test-images/httpd:2.4.38-4"])
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp := port(free)
+	free.Close()
+	// The httpd image's web server as its entrypoint runs it, on a free
+	// loopback port; the case below makes the StatefulSet tests' moves of
+	// index.html: 200, 404, 200.
+	srvCmd := exec.Command("/bin/httpd", "-f", "-p", "127.0.0.1:"+hp, "-h", "/usr/local/apache2/htdocs")
+	srvCmd.SysProcAttr = &syscall.SysProcAttr{Chroot: httpd}
+	srvCmd.Dir = "/"
+	if err := srvCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srvCmd.Process.Kill(); _ = srvCmd.Wait() }()
+	get := "wget -q -O- http://127.0.0.1:" + hp + "/index.html"
+	httpdScript := "for i in 1 2 3 4 5 6 7 8 9 10; do " + get + " && break; sleep 0.2; done; " +
+		"mv -v /usr/local/apache2/htdocs/index.html /tmp/ && { " + get + " || echo gone; }; " +
+		"mv -v /tmp/index.html /usr/local/apache2/htdocs/ && " + get
 	cases := []struct {
 		name, root string
 		argv       []string
@@ -70,6 +91,8 @@ func TestImagesRun(t *testing.T) {
 		{"agnhost dig", agnhost, []string{"/usr/bin/dig", "-v"}, "DiG"},
 		{"agnhost bash", agnhost, []string{"/usr/bin/bash", "-c", "echo ${BASH_VERSINFO[0]}"}, ""},
 		{"nonewprivs nnp", nonewprivs, []string{"/usr/local/bin/nnp"}, "Effective uid: 0"},
+		{"httpd serves htdocs", httpd, []string{"/bin/sh", "-c", httpdScript},
+			"It works!</h1></body></html>\n'/usr/local/apache2/htdocs/index.html' -> '/tmp/index.html'\nwget: server returned error: HTTP/1.1 404 Not Found\ngone\n'/tmp/index.html' -> '/usr/local/apache2/htdocs/index.html'\n<html><body><h1>It works!"},
 		{"agnhost user", agnhost, []string{"/bin/sh", "-c", "id user-defined-in-image"}, "group-defined-in-image"},
 	}
 	for _, c := range cases {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -109,15 +108,8 @@ type Controller struct {
 	failedPodsBackoff *flowcontrol.Backoff
 	burstReplicas     int
 
-	mu    sync.Mutex
-	cache map[string]*decoded // by kind and key: the last decoding of each object
-	ctx   context.Context     // Start's: Events are recorded under it
-}
-
-// decoded is a stored object decoded once per revision.
-type decoded struct {
-	rev int64
-	obj any // *apps.DaemonSet or *apps.ControllerRevision
+	daemonSets controller.DecodeCache[*apps.DaemonSet]
+	revisions  controller.DecodeCache[*apps.ControllerRevision]
 }
 
 var (
@@ -140,7 +132,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		cfg.Controller.Log = log
 	}
 	c := &Controller{env: env, cfg: cfg, reg: registry.Default(), log: log, pods: controller.NewPods(env, req),
-		cache: map[string]*decoded{}, burstReplicas: cfg.BurstReplicas,
+		burstReplicas:     cfg.BurstReplicas,
 		failedPodsBackoff: flowcontrol.NewBackOff(cfg.FailedPodBackoff, cfg.FailedPodMaxBackoff)}
 	c.kubeClient, c.crControl, c.historyLister, c.nodeLister, c.podLister = kubeClient{c}, crControl{c}, historyLister{c}, nodeLister{c}, podLister{c}
 	c.eventRecorder, c.expectations, c.consistencyStore = recorder{c}, expectations{c}, consistencyStore{c}
@@ -154,7 +146,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		OnUpdate: func(_, u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
 		OnDelete: func(u *corev1.Unstructured) {
 			key := keyOf(u.GetMetadata())
-			c.forget("ds/" + key)
+			c.daemonSets.Forget(key)
 			for _, k := range []objects.Kind{objects.DaemonSets, objects.ControllerRevisions, objects.Pods} {
 				c.runner.Forget(expectKey(key, k))
 			}
@@ -168,7 +160,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		OnUpdate: func(old, u *corev1.Unstructured) { c.historyChanged(old, u) },
 		OnDelete: func(u *corev1.Unstructured) {
 			c.historyChanged(u, nil)
-			c.forget("cr/" + keyOf(u.GetMetadata()))
+			c.revisions.Forget(keyOf(u.GetMetadata()))
 		},
 	}); err != nil {
 		return nil, err
@@ -204,9 +196,6 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // Start runs the informers, the Lease and the workers on g; it returns
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
-	c.mu.Lock()
-	c.ctx = ctx
-	c.mu.Unlock()
 	var infs informer.Group
 	infs.Add(c.dsInf, c.crInf, c.podInf, c.nodeInf)
 	if err := c.runner.Start(ctx, g, &infs); err != nil {
@@ -239,13 +228,7 @@ func (c *Controller) Reconcile(ctx context.Context) error { return c.runner.Reco
 // Runner is the replica's Runner (tests read its Members).
 func (c *Controller) Runner() *controller.Runner { return c.runner }
 
-func (c *Controller) keys() []string {
-	var out []string
-	for _, u := range c.dsInf.List("") {
-		out = append(out, keyOf(u.GetMetadata()))
-	}
-	return out
-}
+func (c *Controller) keys() []string { return controller.InformerKeys(c.dsInf) }
 
 func (c *Controller) queueAll() {
 	for _, k := range c.keys() {
@@ -254,51 +237,33 @@ func (c *Controller) queueAll() {
 }
 
 // baseCtx is Start's context (Background before Start).
-func (c *Controller) baseCtx() context.Context {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ctx == nil {
-		return context.Background()
-	}
-	return c.ctx
-}
+func (c *Controller) baseCtx() context.Context { return c.runner.Context() }
 
-func (c *Controller) forget(k string) {
-	c.mu.Lock()
-	delete(c.cache, k)
-	c.mu.Unlock()
-}
-
-// decode returns u decoded into a new object of newObj, once per
-// revision (shared: the caller copies before it changes it); nil when it
-// does not decode.
-func (c *Controller) decode(prefix string, u *corev1.Unstructured, newObj func() runtime.Object) any {
-	k, rev := prefix+keyOf(u.GetMetadata()), objects.Revision(u)
-	c.mu.Lock()
-	d := c.cache[k]
-	c.mu.Unlock()
-	if d != nil && d.rev == rev {
-		return d.obj
-	}
-	o := newObj()
-	if err := fromStored(u, o); err != nil {
-		c.log.Warn("undecodable object", "key", k, "err", err)
+// decode returns u decoded into a new T through cache, once per revision
+// (shared: the caller copies before it changes it); nil when it does not
+// decode.
+func decode[T any, P interface {
+	*T
+	runtime.Object
+}](c *Controller, cache *controller.DecodeCache[P], kind string, u *corev1.Unstructured) P {
+	key := keyOf(u.GetMetadata())
+	obj, err := cache.Decode(key, objects.Revision(u), func() (P, error) {
+		obj := P(new(T))
+		return obj, fromStored(u, obj)
+	})
+	if err != nil {
+		c.log.Warn("undecodable "+kind, "key", key, "err", err)
 		return nil
 	}
-	c.mu.Lock()
-	c.cache[k] = &decoded{rev: rev, obj: o}
-	c.mu.Unlock()
-	return o
+	return obj
 }
 
 func (c *Controller) decodeDS(u *corev1.Unstructured) *apps.DaemonSet {
-	ds, _ := c.decode("ds/", u, func() runtime.Object { return &apps.DaemonSet{} }).(*apps.DaemonSet)
-	return ds
+	return decode(c, &c.daemonSets, "DaemonSet", u)
 }
 
 func (c *Controller) decodeCR(u *corev1.Unstructured) *apps.ControllerRevision {
-	cr, _ := c.decode("cr/", u, func() runtime.Object { return &apps.ControllerRevision{} }).(*apps.ControllerRevision)
-	return cr
+	return decode(c, &c.revisions, "ControllerRevision", u)
 }
 
 // daemonSet returns the DaemonSet ns/name from the informer.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -14,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kubecontroller "k8s.io/kubernetes/pkg/controller"
 
@@ -69,15 +69,8 @@ type Controller struct {
 	rsControl     rsControl
 	eventRecorder recorder
 
-	mu    sync.Mutex
-	cache map[string]*decoded // by kind and key: the last decoding of each object
-	ctx   context.Context     // Start's: Events are recorded under it
-}
-
-// decoded is a stored object decoded once per revision.
-type decoded struct {
-	rev int64
-	obj any // *apps.Deployment or *apps.ReplicaSet
+	deployments controller.DecodeCache[*apps.Deployment]
+	replicaSets controller.DecodeCache[*apps.ReplicaSet]
 }
 
 var (
@@ -98,7 +91,7 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	if cfg.Controller.Log == nil {
 		cfg.Controller.Log = log
 	}
-	c := &Controller{env: env, cfg: cfg, reg: registry.Default(), log: log, cache: map[string]*decoded{}}
+	c := &Controller{env: env, cfg: cfg, reg: registry.Default(), log: log}
 	c.client, c.rsLister, c.rsControl, c.eventRecorder = kubeClient{c}, rsLister{c}, rsControl{c}, recorder{c}
 	c.events = &controller.Events{Recorder: &events.Recorder{Store: env.Store, Component: "deployment-controller", Instance: env.Replica}}
 	var err error
@@ -110,7 +103,7 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 		OnUpdate: func(_, u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
 		OnDelete: func(u *corev1.Unstructured) {
 			key := keyOf(u.GetMetadata())
-			c.forget("d/" + key)
+			c.deployments.Forget(key)
 			c.runner.Forget(expectKey(key, objects.Deployments))
 			c.runner.Forget(expectKey(key, objects.ReplicaSets))
 		},
@@ -122,7 +115,7 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 		OnUpdate: func(old, u *corev1.Unstructured) { c.setChanged(old, u) },
 		OnDelete: func(u *corev1.Unstructured) {
 			c.setChanged(u, nil)
-			c.forget("rs/" + keyOf(u.GetMetadata()))
+			c.replicaSets.Forget(keyOf(u.GetMetadata()))
 		},
 	}); err != nil {
 		return nil, err
@@ -147,9 +140,6 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // Start runs the informers, the Lease and the workers on g; it returns
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
-	c.mu.Lock()
-	c.ctx = ctx
-	c.mu.Unlock()
 	var infs informer.Group
 	infs.Add(c.deps, c.sets, c.podInf)
 	return c.runner.Start(ctx, g, &infs)
@@ -161,75 +151,38 @@ func (c *Controller) Reconcile(ctx context.Context) error { return c.runner.Reco
 // Runner is the replica's Runner (tests read its Members).
 func (c *Controller) Runner() *controller.Runner { return c.runner }
 
-func (c *Controller) keys() []string {
-	var out []string
-	for _, u := range c.deps.List("") {
-		out = append(out, keyOf(u.GetMetadata()))
-	}
-	return out
-}
+func (c *Controller) keys() []string { return controller.InformerKeys(c.deps) }
 
 // baseCtx is Start's context (Background before Start).
-func (c *Controller) baseCtx() context.Context {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ctx == nil {
-		return context.Background()
-	}
-	return c.ctx
-}
-
-func (c *Controller) forget(k string) {
-	c.mu.Lock()
-	delete(c.cache, k)
-	c.mu.Unlock()
-}
-
-// cached returns the decoding of u kept for its revision, if any.
-func (c *Controller) cached(k string, rev int64) any {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d := c.cache[k]; d != nil && d.rev == rev {
-		return d.obj
-	}
-	return nil
-}
-
-func (c *Controller) keep(k string, rev int64, obj any) {
-	c.mu.Lock()
-	c.cache[k] = &decoded{rev: rev, obj: obj}
-	c.mu.Unlock()
-}
+func (c *Controller) baseCtx() context.Context { return c.runner.Context() }
 
 // decodeRS returns u as a ReplicaSet, decoded once per revision (shared:
 // the caller copies before it changes it); nil when it does not decode.
 func (c *Controller) decodeRS(u *corev1.Unstructured) *apps.ReplicaSet {
-	k, rev := "rs/"+keyOf(u.GetMetadata()), objects.Revision(u)
-	if rs, ok := c.cached(k, rev).(*apps.ReplicaSet); ok {
-		return rs
-	}
-	rs := &apps.ReplicaSet{}
-	if err := fromStored(u, rs); err != nil {
-		c.log.Warn("undecodable ReplicaSet", "key", k, "err", err)
-		return nil
-	}
-	c.keep(k, rev, rs)
-	return rs
+	return decode(c, &c.replicaSets, "ReplicaSet", u)
 }
 
 // decodeDeployment is decodeRS for a Deployment.
 func (c *Controller) decodeDeployment(u *corev1.Unstructured) *apps.Deployment {
-	k, rev := "d/"+keyOf(u.GetMetadata()), objects.Revision(u)
-	if d, ok := c.cached(k, rev).(*apps.Deployment); ok {
-		return d
-	}
-	d := &apps.Deployment{}
-	if err := fromStored(u, d); err != nil {
-		c.log.Warn("undecodable Deployment", "key", k, "err", err)
+	return decode(c, &c.deployments, "Deployment", u)
+}
+
+// decode returns u decoded into a new T through cache; nil when it does
+// not decode.
+func decode[T any, P interface {
+	*T
+	runtime.Object
+}](c *Controller, cache *controller.DecodeCache[P], kind string, u *corev1.Unstructured) P {
+	key := keyOf(u.GetMetadata())
+	obj, err := cache.Decode(key, objects.Revision(u), func() (P, error) {
+		obj := P(new(T))
+		return obj, fromStored(u, obj)
+	})
+	if err != nil {
+		c.log.Warn("undecodable "+kind, "key", key, "err", err)
 		return nil
 	}
-	c.keep(k, rev, d)
-	return d
+	return obj
 }
 
 // deployment returns the Deployment ns/name from the informer.

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	policy "k8s.io/api/policy/v1"
@@ -42,20 +41,13 @@ import (
 // accessors carry the names kube's listers give them (ReplicaSets,
 // Deployments, ...); each returns the same namespace lister.
 type kindLister[T runtime.Object] struct {
-	inf *informer.Informer[*corev1.Unstructured]
-	gr  schema.GroupResource
-
-	mu    sync.Mutex
-	cache map[string]decoded[T]
-}
-
-type decoded[T runtime.Object] struct {
-	rev int64
-	obj T
+	inf   *informer.Informer[*corev1.Unstructured]
+	gr    schema.GroupResource
+	cache controller.DecodeCache[T]
 }
 
 func newLister[T runtime.Object](inf *informer.Informer[*corev1.Unstructured], k objects.Kind) *kindLister[T] {
-	return &kindLister[T]{inf: inf, gr: schema.GroupResource{Group: k.APIGroup, Resource: k.Resource}, cache: map[string]decoded[T]{}}
+	return &kindLister[T]{inf: inf, gr: schema.GroupResource{Group: k.APIGroup, Resource: k.Resource}}
 }
 
 // nsLister is a kindLister's view of one namespace.
@@ -97,29 +89,11 @@ func (n nsLister[T]) List() []T {
 }
 
 func (l *kindLister[T]) decode(u *corev1.Unstructured) (T, error) {
-	var zero T
-	key, rev := controller.Key(u.GetMetadata().GetNamespace(), u.GetMetadata().GetName()), objects.Revision(u)
-	l.mu.Lock()
-	d, ok := l.cache[key]
-	l.mu.Unlock()
-	if ok && d.rev == rev {
-		return d.obj, nil
-	}
-	obj, err := fromStored[T](u)
-	if err != nil {
-		return zero, err
-	}
-	l.mu.Lock()
-	l.cache[key] = decoded[T]{rev: rev, obj: obj}
-	l.mu.Unlock()
-	return obj, nil
+	key := controller.Key(u.GetMetadata().GetNamespace(), u.GetMetadata().GetName())
+	return l.cache.Decode(key, objects.Revision(u), func() (T, error) { return fromStored[T](u) })
 }
 
-func (l *kindLister[T]) forget(ns, name string) {
-	l.mu.Lock()
-	delete(l.cache, controller.Key(ns, name))
-	l.mu.Unlock()
-}
+func (l *kindLister[T]) forget(ns, name string) { l.cache.Forget(controller.Key(ns, name)) }
 
 // fromStored decodes a stored generic object into T, its resourceVersion
 // the store revision.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -73,9 +72,6 @@ type Controller struct {
 	clock      realClock
 	kubeClient kubeClient
 	getUpdater func() updater
-
-	mu  sync.Mutex
-	ctx context.Context // Start's: Events are recorded under it
 }
 
 var (
@@ -165,9 +161,6 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // Start runs the informers, the Lease and the workers on g; it returns
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
-	c.mu.Lock()
-	c.ctx = ctx
-	c.mu.Unlock()
 	var infs informer.Group
 	infs.Add(c.pdbInf, c.podInf, c.rsLister.inf, c.dLister.inf, c.ssLister.inf, c.rcLister.inf)
 	return c.runner.Start(ctx, g, &infs)
@@ -179,22 +172,10 @@ func (c *Controller) Reconcile(ctx context.Context) error { return c.runner.Reco
 // Runner is the replica's Runner (tests read its Members).
 func (c *Controller) Runner() *controller.Runner { return c.runner }
 
-func (c *Controller) keys() []string {
-	var out []string
-	for _, u := range c.pdbInf.List("") {
-		out = append(out, keyOf(u.GetMetadata()))
-	}
-	return out
-}
+func (c *Controller) keys() []string { return controller.InformerKeys(c.pdbInf) }
 
-func (c *Controller) baseCtx() context.Context {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ctx == nil {
-		return context.Background()
-	}
-	return c.ctx
-}
+// baseCtx is Start's context (Background before Start).
+func (c *Controller) baseCtx() context.Context { return c.runner.Context() }
 
 func (c *Controller) now() time.Time {
 	if c.cfg.Now != nil {

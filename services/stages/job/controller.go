@@ -84,6 +84,13 @@ type Controller struct {
 
 	mu      sync.Mutex
 	decoded map[string]*decodedJob
+	// used is, by Job, the names of the pods this replica has seen owned
+	// by it: a replacement pod does not take the name of one that was
+	// there before (kube's generateName gives each pod a new name;
+	// clients wait for a failed or evicted pod's name to be gone). Only
+	// names of pods that existed count, so replicas choose alike unless
+	// one saw a pod the other never did (a pod gone before it started).
+	used map[string]*usedNames // by Job key
 }
 
 type decodedJob struct {
@@ -294,6 +301,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	u, ok := c.jobs.Get(ns, name)
 	if !ok {
 		c.runner.Forget(key)
+		c.forgetNames(ns, name)
 		return c.releaseGone(ctx, ns, name)
 	}
 	d := c.decode(u)
@@ -318,6 +326,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		switch controller.ClaimOf(p, uid, d.sel, job.DeletionTimestamp != nil || finished) {
 		case controller.Owned:
 			pods = append(pods, p)
+			c.useName(job, md.GetName())
 		case controller.Adopt:
 			if !needsSync {
 				continue
@@ -907,7 +916,7 @@ func (c *Controller) newNames(job *batch.Job, pods, activePods []*corev1.Pod, pe
 		taken[p.GetMetadata().GetName()] = true
 	}
 	isTaken := func(name string) bool {
-		if taken[name] {
+		if taken[name] || c.nameUsed(job, name) {
 			return true
 		}
 		_, ok := c.podInf.Get(job.Namespace, name) // another controller's pod
@@ -972,6 +981,44 @@ func (c *Controller) newNames(job *batch.Job, pods, activePods []*corev1.Pod, pe
 		n--
 	}
 	return out, wait
+}
+
+// usedNames is the pod names seen or created for the Job of uid.
+type usedNames struct {
+	uid   string
+	names map[string]bool
+}
+
+// useName records name as the name of a pod job owns (see
+// Controller.used).
+func (c *Controller) useName(job *batch.Job, name string) {
+	key := job.Namespace + "/" + job.Name
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.used == nil {
+		c.used = map[string]*usedNames{}
+	}
+	u := c.used[key]
+	if u == nil || u.uid != string(job.UID) { // a new Job of the name
+		u = &usedNames{uid: string(job.UID), names: map[string]bool{}}
+		c.used[key] = u
+	}
+	u.names[name] = true
+}
+
+// nameUsed reports whether name was a pod name of job.
+func (c *Controller) nameUsed(job *batch.Job, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u := c.used[job.Namespace+"/"+job.Name]
+	return u != nil && u.uid == string(job.UID) && u.names[name]
+}
+
+// forgetNames drops the names of Job ns/name, deleted.
+func (c *Controller) forgetNames(ns, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.used, ns+"/"+name)
 }
 
 // indexOfName parses the index of an Indexed Job's pod name

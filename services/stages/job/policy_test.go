@@ -272,3 +272,45 @@ func TestRestartsCountUnderOnFailure(t *testing.T) {
 		t.Errorf("FailureTarget reason %q", c.Reason)
 	}
 }
+
+// TestReplacementTakesANewName: the pod of index 0 disappears while it
+// runs (deleted, as an eviction ends); its replacement gets a name of its
+// own, as kube's generateName gives, not the name of the pod it replaces:
+// clients (kube's e2e) wait for an evicted pod's name to be gone.
+func TestReplacementTakesANewName(t *testing.T) {
+	ctx := t.Context()
+	h := newHarness(t)
+	h.replica(ctx, "r0", nil)
+	h.kubelet(ctx, "ns", func(p *corev1.Pod) string {
+		if h.req.count() < 2 {
+			return "" // the first pod runs until deleted
+		}
+		return string(v1.PodSucceeded)
+	})
+	h.createJob(ctx, &batch.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "evict"}, Spec: batch.JobSpec{
+		Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](3), CompletionMode: ptr.To(batch.IndexedCompletion)}})
+	var first string
+	waitFor(t, "the first pod", 30*time.Second, func() bool {
+		ps := h.pods(ctx, "ns")
+		if len(ps) == 1 {
+			first = ps[0].GetMetadata().GetName()
+		}
+		return first != ""
+	})
+	if _, err := h.st.Delete(ctx, objects.Pods, "ns", first, 0); err != nil {
+		t.Fatal(err)
+	}
+	var second string
+	waitFor(t, "the replacement pod", 30*time.Second, func() bool {
+		for _, p := range h.pods(ctx, "ns") {
+			second = p.GetMetadata().GetName()
+		}
+		return h.req.count() >= 2 && second != ""
+	})
+	if second == first || index(h.pods(ctx, "ns")[0]) != 0 {
+		t.Fatalf("replacement %q of %q: want a new name for index 0", second, first)
+	}
+	waitFor(t, "the Job to complete", 30*time.Second, func() bool {
+		return condition(h.getJob(ctx, "ns", "evict"), batch.JobComplete) != nil
+	})
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -14,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	kubecontroller "k8s.io/kubernetes/pkg/controller"
 	kubests "k8s.io/kubernetes/pkg/controller/statefulset"
 
@@ -68,15 +68,8 @@ type Controller struct {
 
 	control kubests.StatefulSetControlInterface
 
-	mu    sync.Mutex
-	cache map[string]*decoded // by kind and key: the last decoding of each object
-	ctx   context.Context     // Start's: Events and the history's writes run under it
-}
-
-// decoded is a stored object decoded once per revision.
-type decoded struct {
-	rev int64
-	obj any // *apps.StatefulSet or *apps.ControllerRevision
+	statefulSets controller.DecodeCache[*apps.StatefulSet]
+	revisions    controller.DecodeCache[*apps.ControllerRevision]
 }
 
 var (
@@ -98,7 +91,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	if cfg.Controller.Log == nil {
 		cfg.Controller.Log = log
 	}
-	c := &Controller{env: env, cfg: cfg, reg: registry.Default(), pods: controller.NewPods(env, req), log: log, cache: map[string]*decoded{}}
+	c := &Controller{env: env, cfg: cfg, reg: registry.Default(), pods: controller.NewPods(env, req), log: log}
 	c.events = &controller.Events{Recorder: &events.Recorder{Store: env.Store, Component: "statefulset-controller", Instance: env.Replica}}
 	rec := recorder{c}
 	c.control = kubests.NewDefaultStatefulSetControl(kubests.NewStatefulPodControlFromManager(podManager{c}, rec), statusUpdater{c}, history{c})
@@ -111,7 +104,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		OnUpdate: func(_, u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
 		OnDelete: func(u *corev1.Unstructured) {
 			key := keyOf(u.GetMetadata())
-			c.forget("sts/" + key)
+			c.statefulSets.Forget(key)
 			for _, k := range expectKinds {
 				c.runner.Forget(expectKey(key, k))
 			}
@@ -124,7 +117,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		OnUpdate: func(_, u *corev1.Unstructured) { c.revisionChanged(u) },
 		OnDelete: func(u *corev1.Unstructured) {
 			c.revisionChanged(u)
-			c.forget("cr/" + keyOf(u.GetMetadata()))
+			c.revisions.Forget(keyOf(u.GetMetadata()))
 		},
 	}); err != nil {
 		return nil, err
@@ -149,9 +142,6 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // Start runs the informers, the Lease and the workers on g; it returns
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
-	c.mu.Lock()
-	c.ctx = ctx
-	c.mu.Unlock()
 	var infs informer.Group
 	infs.Add(c.sets, c.revs, c.podInf)
 	return c.runner.Start(ctx, g, &infs)
@@ -163,75 +153,40 @@ func (c *Controller) Reconcile(ctx context.Context) error { return c.runner.Reco
 // Runner is the replica's Runner (tests read its Members).
 func (c *Controller) Runner() *controller.Runner { return c.runner }
 
-func (c *Controller) keys() []string {
-	var out []string
-	for _, u := range c.sets.List("") {
-		out = append(out, keyOf(u.GetMetadata()))
-	}
-	return out
-}
+func (c *Controller) keys() []string { return controller.InformerKeys(c.sets) }
 
-// baseCtx is Start's context (Background before Start).
-func (c *Controller) baseCtx() context.Context {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ctx == nil {
-		return context.Background()
-	}
-	return c.ctx
-}
-
-func (c *Controller) forget(k string) {
-	c.mu.Lock()
-	delete(c.cache, k)
-	c.mu.Unlock()
-}
-
-func (c *Controller) cached(k string, rev int64) any {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d := c.cache[k]; d != nil && d.rev == rev {
-		return d.obj
-	}
-	return nil
-}
-
-func (c *Controller) keep(k string, rev int64, obj any) {
-	c.mu.Lock()
-	c.cache[k] = &decoded{rev: rev, obj: obj}
-	c.mu.Unlock()
-}
+// baseCtx is Start's context (Background before Start): Events and the
+// history's writes run under it.
+func (c *Controller) baseCtx() context.Context { return c.runner.Context() }
 
 // decodeSet returns u as a StatefulSet, decoded once per revision
 // (shared: the caller copies before it changes it); nil when it does not
 // decode.
 func (c *Controller) decodeSet(u *corev1.Unstructured) *apps.StatefulSet {
-	k, rev := "sts/"+keyOf(u.GetMetadata()), objects.Revision(u)
-	if s, ok := c.cached(k, rev).(*apps.StatefulSet); ok {
-		return s
-	}
-	s := &apps.StatefulSet{}
-	if err := fromStored(u, s); err != nil {
-		c.log.Warn("undecodable StatefulSet", "key", k, "err", err)
-		return nil
-	}
-	c.keep(k, rev, s)
-	return s
+	return decode(c, &c.statefulSets, "StatefulSet", u)
 }
 
 // decodeRevision is decodeSet for a ControllerRevision.
 func (c *Controller) decodeRevision(u *corev1.Unstructured) *apps.ControllerRevision {
-	k, rev := "cr/"+keyOf(u.GetMetadata()), objects.Revision(u)
-	if r, ok := c.cached(k, rev).(*apps.ControllerRevision); ok {
-		return r
-	}
-	r := &apps.ControllerRevision{}
-	if err := fromStored(u, r); err != nil {
-		c.log.Warn("undecodable ControllerRevision", "key", k, "err", err)
+	return decode(c, &c.revisions, "ControllerRevision", u)
+}
+
+// decode returns u decoded into a new T through cache; nil when it does
+// not decode.
+func decode[T any, P interface {
+	*T
+	runtime.Object
+}](c *Controller, cache *controller.DecodeCache[P], kind string, u *corev1.Unstructured) P {
+	key := keyOf(u.GetMetadata())
+	obj, err := cache.Decode(key, objects.Revision(u), func() (P, error) {
+		obj := P(new(T))
+		return obj, fromStored(u, obj)
+	})
+	if err != nil {
+		c.log.Warn("undecodable "+kind, "key", key, "err", err)
 		return nil
 	}
-	c.keep(k, rev, r)
-	return r
+	return obj
 }
 
 // set returns StatefulSet ns/name from the informer.
