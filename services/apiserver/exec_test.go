@@ -84,7 +84,13 @@ func (f *fixedSize) Next() *remotecommand.TerminalSize {
 // sessions and pod web on it, and an admin client.
 func startExecSystem(t *testing.T) (*system, *rest.Config, *kubernetes.Clientset) {
 	t.Helper()
-	s := startSystem(t, options{})
+	return startExecSystemWith(t, options{})
+}
+
+// startExecSystemWith is startExecSystem with o's options.
+func startExecSystemWith(t *testing.T, o options) (*system, *rest.Config, *kubernetes.Clientset) {
+	t.Helper()
+	s := startSystem(t, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	srv, err := nodeexec.Serve(s.conn.NATS(), nodeexec.DefaultConfig(), "n1", fakeNode{}, nil)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/webhook"
 )
 
 // FrontDoor runs the HTTPS server of an api process over its api stage
@@ -68,7 +69,18 @@ var (
 	_ MetricsBackend = frontBackend{}
 	_ TokenIssuer    = frontBackend{}
 	_ TokenReviewer  = frontBackend{}
+	_ WebhookBackend = frontBackend{}
 )
+
+// Webhooks implements WebhookBackend with the stage's dynamic admission
+// (nil when the stage has none): the CONNECTs and pod updates the front
+// door admits itself go through the same webhooks and policies.
+func (b frontBackend) Webhooks() webhook.Admitter {
+	if wb, ok := b.Backend.(WebhookBackend); ok {
+		return wb.Webhooks()
+	}
+	return nil
+}
 
 // ReviewToken implements TokenReviewer when the stage does.
 func (b frontBackend) ReviewToken(token string, audiences []string) (auth.TokenReviewResult, bool, error) {

@@ -420,7 +420,8 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config, webhooks bool) (
 	hc.CustomResources = cat
 	var parts []stage.Starter
 	if webhooks {
-		hooks, err := webhookkube.New(webhookkube.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) }})
+		hooks, err := webhookkube.New(webhookkube.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) },
+			CustomResources: cat})
 		if err != nil {
 			return nil, err
 		}

@@ -232,7 +232,8 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	cfg.SyncKinds = cat.Sync
 	// The admission webhooks and policies on every write of an object
 	// (pods: the admission stage's), authorizing with the stage's RBAC.
-	hooks, err := webhookkube.New(webhookkube.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) }})
+	hooks, err := webhookkube.New(webhookkube.Config{Store: env.Store, Authorize: func(a auth.Attributes) auth.Decision { return s.Authorize(a) },
+		CustomResources: cat})
 	if err != nil {
 		return nil, err
 	}

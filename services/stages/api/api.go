@@ -841,6 +841,12 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	if st := allocStatus(err, md.GetName()); st != nil {
 		return st, nil
 	}
+	if createOnly && (errors.Is(err, raftstore.ErrAlreadyExists) || objects.ConflictOn(err, obj)) {
+		// Another create of the same name won the race since the read
+		// above: kube-apiserver's 409 AlreadyExists, which clients that
+		// tolerate an existing object (IsAlreadyExists) pass over.
+		return stage.AlreadyExists(kind.Resource, md.GetName()), nil
+	}
 	if errors.Is(err, raftstore.ErrConflict) || errors.Is(err, raftstore.ErrAlreadyExists) {
 		return conflict(kind.Resource, md.GetName()), nil
 	}

@@ -49,6 +49,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
@@ -87,6 +88,12 @@ type Config struct {
 	// ServiceResolver resolves a webhook's clientConfig.service to a URL.
 	// Nil: a Ready endpoint of the Service, from the store.
 	ServiceResolver webhookutil.ServiceResolver
+	// CustomResources are the CustomResourceDefinitions the process
+	// serves (crd.Catalog): a write of a custom resource is admitted in
+	// the version of its request, converted between versions by its
+	// definition. Nil: custom resources are admitted in the version they
+	// are written in, and one stored in another version cannot be.
+	CustomResources CustomResources
 }
 
 // Validate reports a Config that cannot work.
@@ -218,13 +225,13 @@ func (a *Admission) Mutate(ctx context.Context, r *webhook.Request) webhook.Resu
 	if !a.hooks.mayMatch(mutatingHooks, r) {
 		return res
 	}
-	attrs, err := a.attributes(r)
+	attrs, ifaces, err := a.attributes(r)
 	if err != nil {
 		res.Status = statusOf(err)
 		return res
 	}
 	ctx, _, done := a.observe(ctx, &res, attrs)
-	err = a.mutating.Admit(ctx, attrs, a.ifaces)
+	err = a.mutating.Admit(ctx, attrs, ifaces)
 	if err == nil && attrs.GetReinvocationContext().ShouldReinvoke() && a.hooks.reinvocable() {
 		// kube-apiserver's reinvocation: the in-tree plugins, then the
 		// webhooks that asked for it, once more (with none asking, the
@@ -234,7 +241,7 @@ func (a *Admission) Mutate(ctx context.Context, r *webhook.Request) webhook.Resu
 		}
 		if err == nil {
 			attrs.GetReinvocationContext().SetIsReinvoke()
-			err = a.mutating.Admit(ctx, attrs, a.ifaces)
+			err = a.mutating.Admit(ctx, attrs, ifaces)
 		}
 	}
 	done(err)
@@ -257,7 +264,7 @@ func (a *Admission) Validate(ctx context.Context, r *webhook.Request) webhook.Re
 	if !policies && !webhooks {
 		return res
 	}
-	attrs, err := a.attributes(r)
+	attrs, ifaces, err := a.attributes(r)
 	if err != nil {
 		res.Status = statusOf(err)
 		return res
@@ -265,11 +272,11 @@ func (a *Admission) Validate(ctx context.Context, r *webhook.Request) webhook.Re
 	ctx, w, done := a.observe(ctx, &res, attrs)
 	if policies {
 		start := time.Now()
-		err = a.policies.Validate(ctx, attrs, a.ifaces)
+		err = a.policies.Validate(ctx, attrs, ifaces)
 		res.Calls = append(res.Calls, policyCalls(start, time.Since(start), err, w.snapshot(), attrs)...)
 	}
 	if err == nil && webhooks {
-		err = a.validating.Validate(ctx, attrs, a.ifaces)
+		err = a.validating.Validate(ctx, attrs, ifaces)
 	}
 	done(err)
 	if err != nil {
@@ -318,22 +325,40 @@ func (w *warnings) AddWarning(_, text string) {
 	w.list = append(w.list, text)
 }
 
-// attributes builds the plugins' view of r.
-func (a *Admission) attributes(r *webhook.Request) (*recordingAttributes, error) {
+// attributes builds the plugins' view of r and the object interfaces
+// they convert with. A custom resource is seen in the version of the
+// request's object (the old object converted to it, as kube-apiserver's
+// custom resource handler reads it), with its definition's converter.
+func (a *Admission) attributes(r *webhook.Request) (*recordingAttributes, admission.ObjectInterfaces, error) {
 	var obj, old runtime.Object
 	var err error
 	if r.Object != nil {
 		if obj, err = toAttrObject(r.Object); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if r.OldObject != nil {
 		if old, err = toAttrObject(r.OldObject); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	gvk := schema.GroupVersionKind{Group: r.Kind.APIGroup, Version: r.Kind.Version, Kind: r.Kind.Name}
 	gvr := schema.GroupVersionResource{Group: r.Kind.APIGroup, Version: r.Kind.Version, Resource: r.Kind.Resource}
+	ifaces := a.ifaces
+	if d := a.customResource(r.Kind, r.Object, r.OldObject); d != nil {
+		ifaces = crInterfaces{d: d, equiv: a.equiv}
+		for _, o := range []runtime.Object{obj, old} { // the request's version: its object's
+			if u, ok := o.(*unstructured.Unstructured); ok && u != nil {
+				gvk.Version, gvr.Version = u.GroupVersionKind().Version, u.GroupVersionKind().Version
+				break
+			}
+		}
+		if old != nil {
+			if old, err = toVersion(d, old, gvk.Version); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
 	var opts runtime.Object
 	switch r.Operation {
 	case webhook.Create:
@@ -344,17 +369,18 @@ func (a *Admission) attributes(r *webhook.Request) (*recordingAttributes, error)
 		opts = &metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "DeleteOptions"}}
 	case webhook.Connect:
 		if r.ConnectOptions == nil {
-			return nil, fmt.Errorf("webhook/kube: a CONNECT without options")
+			return nil, nil, fmt.Errorf("webhook/kube: a CONNECT without options")
 		}
 		if gvk, err = kindOf(r.ConnectOptions); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		// The options are the object; a CONNECT has no operation options
+		// (kube-apiserver's connect handler).
 		if obj, err = toInternal(r.ConnectOptions, gvk); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		opts = obj
 	default:
-		return nil, fmt.Errorf("webhook/kube: unknown operation %q", r.Operation)
+		return nil, nil, fmt.Errorf("webhook/kube: unknown operation %q", r.Operation)
 	}
 	if r.Subresource == "scale" {
 		gvk = schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}
@@ -367,7 +393,7 @@ func (a *Admission) attributes(r *webhook.Request) (*recordingAttributes, error)
 		u = &user.DefaultInfo{Name: r.User.GetUsername(), UID: r.User.GetUid(), Groups: r.User.GetGroups()}
 	}
 	rec := admission.NewAttributesRecord(obj, old, gvk, r.Namespace, r.Name, gvr, r.Subresource, admission.Operation(r.Operation), opts, r.DryRun, u)
-	return &recordingAttributes{Attributes: rec}, nil
+	return &recordingAttributes{Attributes: rec}, ifaces, nil
 }
 
 func setDryRun(opts runtime.Object) {

@@ -40,8 +40,10 @@ func newHookIndex(f *storeclient.Factory) hookIndex {
 }
 
 // mayMatch reports whether a webhook of kind k has a rule matching r's
-// operation and resource (selectors and conditions are the plugins'), or,
-// for policies, whether any binding exists.
+// operation and resource in any version (selectors, conditions and
+// matchPolicy are the plugins': a request to one version of a custom
+// resource is sent to a webhook listing another), or, for policies,
+// whether any binding exists.
 func (h hookIndex) mayMatch(k hookKind, r *webhook.Request) bool {
 	attrs := admission.NewAttributesRecord(nil, nil, schema.GroupVersionKind{}, r.Namespace, r.Name,
 		schema.GroupVersionResource{Group: r.Kind.APIGroup, Version: r.Kind.Version, Resource: r.Kind.Resource}, r.Subresource,
@@ -52,7 +54,7 @@ func (h hookIndex) mayMatch(k hookKind, r *webhook.Request) bool {
 		for _, c := range cfgs {
 			for i := range c.Webhooks {
 				for _, rule := range c.Webhooks[i].Rules {
-					if (&rules.Matcher{Rule: rule, Attr: attrs}).Matches() {
+					if anyVersion(rule, attrs) {
 						return true
 					}
 				}
@@ -63,7 +65,7 @@ func (h hookIndex) mayMatch(k hookKind, r *webhook.Request) bool {
 		for _, c := range cfgs {
 			for i := range c.Webhooks {
 				for _, rule := range c.Webhooks[i].Rules {
-					if (&rules.Matcher{Rule: rule, Attr: attrs}).Matches() {
+					if anyVersion(rule, attrs) {
 						return true
 					}
 				}
@@ -74,6 +76,12 @@ func (h hookIndex) mayMatch(k hookKind, r *webhook.Request) bool {
 		return len(b) > 0
 	}
 	return false
+}
+
+// anyVersion reports whether rule matches attrs in any version.
+func anyVersion(rule admissionregistrationv1.RuleWithOperations, attrs admission.Attributes) bool {
+	rule.APIVersions = []string{"*"}
+	return (&rules.Matcher{Rule: rule, Attr: attrs}).Matches()
 }
 
 // reinvocable reports whether a mutating webhook asks to be reinvoked
