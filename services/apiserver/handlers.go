@@ -107,6 +107,14 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
 		return
 	}
+	virtual := req.res.store.Name == "" && !req.res.metrics // the reviews: no table convertor
+	switch req.res.kind {
+	case "SelfSubjectAccessReview", "SelfSubjectRulesReview", "SelfSubjectReview":
+		if st := notAcceptableTable(r); virtual && st != nil { // kube-apiserver's negotiation, before the body is read
+			writeStatus(w, st)
+			return
+		}
+	}
 	switch req.res.kind {
 	case "SelfSubjectAccessReview":
 		s.selfSubjectAccessReview(w, r, req)
@@ -130,6 +138,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		Resource: req.res.name, Subresource: req.sub, Name: req.name}
 	if d := s.backend.Authorize(attrs); !d.Allowed {
 		writeStatus(w, auth.Forbidden(attrs, ""))
+		return
+	}
+	if st := notAcceptableTable(r); virtual && st != nil {
+		writeStatus(w, st)
 		return
 	}
 	switch req.res.kind { // reviews.go
