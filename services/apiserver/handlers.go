@@ -207,16 +207,16 @@ func (s *Server) read(ctx context.Context, res *resource, ns, name string, opts 
 	return obj, nil
 }
 
-// get reads one object: the latest without a resourceVersion, any with
-// "0" (a replica's local state), one not older than a given revision
-// otherwise (waiting for the store to reach it, as a watch does).
+// get reads one object: the latest without a resourceVersion or with "0"
+// ("any, the newest preferred": a client that reads with "0" right after
+// its own write expects that write, as kube-apiserver's watch cache gives
+// it in practice, and one object's read is cheap; a follower's local state
+// may be behind it), one not older than a given revision otherwise
+// (waiting for the store to reach it, as a watch does).
 func (s *Server) get(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
-	var opts []raftstore.ReadOption
 	var atLeast int64
 	switch rv := r.URL.Query().Get("resourceVersion"); rv {
-	case "":
-	case "0":
-		opts = append(opts, raftstore.Stale())
+	case "", "0":
 	default:
 		n, err := strconv.ParseInt(rv, 10, 64)
 		if err != nil || n < 0 {
@@ -225,7 +225,7 @@ func (s *Server) get(ctx context.Context, w http.ResponseWriter, r *http.Request
 		}
 		atLeast = n
 	}
-	obj, st := s.read(ctx, req.res, req.namespace, req.name, opts...)
+	obj, st := s.read(ctx, req.res, req.namespace, req.name)
 	var rev int64
 	if st == nil {
 		rev = objects.Revision(obj)
@@ -698,7 +698,7 @@ func patchHasPrecondition(patch []byte, contentType string) bool {
 }
 
 // updatePod applies the changes Kubernetes allows on a pod: labels,
-// annotations, container images, added tolerations and removed
+// annotations, ownerReferences, finalizers, container images, added tolerations and removed
 // scheduling gates. Anything else in spec is refused with 422, as
 // kube-apiserver's validation refuses it; status is left alone. A new
 // image has the pod evaluated against its namespace's Pod Security level
@@ -744,6 +744,7 @@ func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, 
 	apply := func(p *corev1.Pod) {
 		p.Metadata.Labels = pod.GetMetadata().GetLabels()
 		p.Metadata.Annotations = pod.GetMetadata().GetAnnotations()
+		p.Metadata.OwnerReferences = pod.GetMetadata().GetOwnerReferences()
 		p.Metadata.ManagedFields = pod.GetMetadata().GetManagedFields()
 		p.Metadata.Finalizers = pod.GetMetadata().GetFinalizers()
 		p.Spec = proto.CloneOf(allowed)
