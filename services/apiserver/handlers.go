@@ -109,6 +109,14 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
 		return
 	}
+	virtual := req.res.store.Name == "" && !req.res.metrics // the reviews: no table convertor
+	switch req.res.kind {
+	case "SelfSubjectAccessReview", "SelfSubjectRulesReview", "SelfSubjectReview":
+		if st := notAcceptableTable(r); virtual && st != nil { // kube-apiserver's negotiation, before the body is read
+			writeStatus(w, st)
+			return
+		}
+	}
 	switch req.res.kind {
 	case "SelfSubjectAccessReview":
 		s.selfSubjectAccessReview(w, r, req)
@@ -132,6 +140,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		Resource: req.res.name, Subresource: req.sub, Name: req.name}
 	if d := s.backend.Authorize(attrs); !d.Allowed {
 		writeStatus(w, auth.Forbidden(attrs, ""))
+		return
+	}
+	if st := notAcceptableTable(r); virtual && st != nil {
+		writeStatus(w, st)
 		return
 	}
 	switch req.res.kind { // reviews.go
@@ -483,8 +495,9 @@ func writeWarnings(w http.ResponseWriter, warnings []string) {
 	}
 }
 
-// maxPatchRetries bounds how often a patch without a resourceVersion
-// precondition is re-applied to a newer stored object after a conflict.
+// maxPatchRetries bounds how often a patch or update without a
+// resourceVersion precondition is re-applied to a newer stored object
+// after a conflict.
 const maxPatchRetries = 16
 
 // update serves PUT and PATCH: the new object is decoded (from the body,
@@ -493,7 +506,8 @@ const maxPatchRetries = 16
 // fields Kubernetes lets a pod update change). A patch without a
 // resourceVersion precondition is re-applied to the newer object when
 // another write came first, as kube-apiserver's GuaranteedUpdate does, so
-// it never fails with 409 (kubectl cordon, label, annotate).
+// it never fails with 409 (kubectl cordon, label, annotate); so is an
+// update (PUT) whose object has no resourceVersion.
 func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
 	dry, validation, body, ok := s.mutation(w, r)
 	if !ok {
@@ -544,10 +558,16 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			s.createObject(ctx, w, r, req, obj, dry)
 			return
 		}
-		if rv := obj.GetMetadata().GetResourceVersion(); rv != "" && rv != current.GetMetadata().GetResourceVersion() {
+		rv := obj.GetMetadata().GetResourceVersion()
+		if rv != "" && rv != current.GetMetadata().GetResourceVersion() {
 			writeStatus(w, conflict(req.res.name, req.name))
 			return
 		}
+		// An update without a resourceVersion is unconditional (where the
+		// kind allows it; the registry refuses it elsewhere): a write that
+		// lost a race to another is applied again to what that one stored,
+		// as kube-apiserver's GuaranteedUpdate does.
+		retry := retry || (req.verb == "update" && rv == "")
 		if keepUnchanged(current, obj) {
 			if _, isPod := obj.(*corev1.Pod); !isPod { // a pod: updatePod writes nothing
 				writeWarnings(w, warnings)

@@ -145,16 +145,10 @@ func TestNamespaceDeletion(t *testing.T) {
 		}
 	})
 
-	t.Run("the content goes, the bound pod waits for its node", func(t *testing.T) {
-		bustest.Eventually(t, "every object but the bound pod deleted, the conditions saying so", func() bool {
-			for p := range content {
-				if p == "/api/v1/namespaces/doomed/pods" {
-					continue
-				}
-				if code, out, _ := do(t, admin, "GET", s.url+p, "", ""); code != 200 || len(out["items"].([]any)) != 0 {
-					return false
-				}
-			}
+	t.Run("the pods go first, the rest waits for the bound pod", func(t *testing.T) {
+		// Kubernetes' OrderedNamespaceDeletion: nothing but pods is
+		// deleted while a pod remains.
+		bustest.Eventually(t, "the conditions saying the bound pod remains", func() bool {
 			code, out, _ := do(t, admin, "GET", base, "", "")
 			if code != 200 {
 				return false
@@ -169,6 +163,14 @@ func TestNamespaceDeletion(t *testing.T) {
 			}
 			return false
 		})
+		for p := range content {
+			if p == "/api/v1/namespaces/doomed/pods" {
+				continue
+			}
+			if code, out, _ := do(t, admin, "GET", s.url+p, "", ""); code != 200 || len(out["items"].([]any)) == 0 {
+				t.Errorf("%s deleted while a pod remains: %d %v", p, code, out)
+			}
+		}
 		code, out, _ := do(t, admin, "GET", base+"/pods/running", "", "")
 		if code != 200 || path(out, "metadata.deletionTimestamp") == nil {
 			t.Fatalf("bound pod: %d, deletionTimestamp %v; want it terminating", code, path(out, "metadata.deletionTimestamp"))

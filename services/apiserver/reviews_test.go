@@ -186,3 +186,35 @@ func TestSubjectAccessReview(t *testing.T) {
 		t.Errorf("alice without create on localsubjectaccessreviews: %d %v", code, body)
 	}
 }
+
+// TestReviewsRefuseTable: the reviews are created, never stored, and have
+// no table convertor, so a create that accepts only a Table is refused
+// with kube-apiserver's 406 (the conformance test "should return a 406
+// for a backend which does not implement metadata"); an Accept header
+// that falls back to JSON gets the review.
+func TestReviewsRefuseTable(t *testing.T) {
+	s := startSystem(t, options{})
+	admin := s.client(t, adminToken)
+	const table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+	for _, c := range []struct{ name, url, body string }{
+		{"SelfSubjectAccessReview", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+			`{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","spec":{"nonResourceAttributes":{"path":"/","verb":"get"}}}`},
+		{"SubjectAccessReview", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+			`{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":"alice","nonResourceAttributes":{"path":"/","verb":"get"}}}`},
+		{"TokenReview", "/apis/authentication.k8s.io/v1/tokenreviews",
+			`{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"` + aliceToken + `"}}`},
+		{"SelfSubjectReview", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+			`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, body, _ := do(t, admin, "POST", s.url+c.url, "application/json", c.body, "Accept", table)
+			if code != 406 || body["reason"] != "NotAcceptable" ||
+				body["message"] != "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf" {
+				t.Errorf("Accept: Table only: %d %v", code, body)
+			}
+			if code, body, _ := do(t, admin, "POST", s.url+c.url, "application/json", c.body, "Accept", table+", application/json"); code != 201 || body["kind"] != c.name {
+				t.Errorf("Accept: Table, then JSON: %d %v", code, body)
+			}
+		})
+	}
+}

@@ -14,6 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/services/stage"
 )
 
 // wantsTable reports whether the client asked for meta.k8s.io Table, as
@@ -41,6 +44,48 @@ func wantsTable(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// mediaTypes are the media types the API serves objects as, in
+// kube-apiserver's words when it refuses an Accept header.
+const mediaTypes = "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+
+// acceptsObject reports whether the Accept header of r takes the object
+// itself (no "as=" transformation): no header, or an entry whose type is
+// one the API serves or a wildcard. kube-apiserver's negotiation falls
+// back to such an entry when a transformation (as=Table) is not served.
+func acceptsObject(r *http.Request) bool {
+	accept := strings.TrimSpace(r.Header.Get("Accept"))
+	if accept == "" {
+		return true
+	}
+	for _, a := range strings.Split(accept, ",") {
+		params := strings.Split(a, ";")
+		transformed := false
+		for _, p := range params[1:] {
+			if k, _, _ := strings.Cut(strings.TrimSpace(p), "="); k == "as" {
+				transformed = true
+			}
+		}
+		if transformed {
+			continue
+		}
+		switch strings.ToLower(strings.TrimSpace(params[0])) {
+		case "*/*", "application/*", "application/json", "application/yaml", "application/vnd.kubernetes.protobuf":
+			return true
+		}
+	}
+	return false
+}
+
+// notAcceptableTable is kube-apiserver's 406 for a request that accepts
+// only a Table from a resource without a table convertor (the reviews:
+// create-only, not stored).
+func notAcceptableTable(r *http.Request) *corev1.Status {
+	if !wantsTable(r) || acceptsObject(r) {
+		return nil
+	}
+	return stage.Failure(http.StatusNotAcceptable, "NotAcceptable", "", "", "only the following media types are accepted: %s", mediaTypes)
 }
 
 type table struct {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	kscheme "k8s.io/client-go/kubernetes/scheme"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	sigsjson "sigs.k8s.io/json"
 
 	pf "github.com/podflow/podflow/proto/corev1"
@@ -31,10 +32,10 @@ import (
 )
 
 // Scheme knows the Go types of the built-in kinds: client-go's (every
-// k8s.io/api type) and apiextensions.k8s.io/v1's.
+// k8s.io/api type), apiextensions.k8s.io/v1's and apiregistration.k8s.io/v1's.
 var Scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	if err := errors.Join(kscheme.AddToScheme(s), apiextensionsv1.AddToScheme(s)); err != nil {
+	if err := errors.Join(kscheme.AddToScheme(s), apiextensionsv1.AddToScheme(s), apiregistrationv1.AddToScheme(s)); err != nil {
 		panic(err)
 	}
 	return s

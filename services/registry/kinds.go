@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/registry/rest"
+	apiregistrationinstall "k8s.io/kube-aggregator/pkg/apis/apiregistration/install"
+	"k8s.io/kube-aggregator/pkg/registry/apiservice"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	admissionregistrationapi "k8s.io/kubernetes/pkg/apis/admissionregistration"
 	_ "k8s.io/kubernetes/pkg/apis/admissionregistration/install"
@@ -90,6 +92,14 @@ var apiextensionsScheme = func() *runtime.Scheme {
 	return s
 }()
 
+// apiregistrationScheme holds apiregistration.k8s.io's internal, v1 and
+// v1beta1 types (kube-aggregator's, as the APIService registry is).
+var apiregistrationScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	apiregistrationinstall.Install(s)
+	return s
+}()
+
 // both is a strategy serving creates and updates.
 type both interface {
 	createStrategy
@@ -120,6 +130,7 @@ func builtins(authz authorizer.UnconditionalAuthorizer, st *objects.Store) map[s
 	vapb := validatingadmissionpolicybinding.NewStrategy(authz, policyGetter{st}, resolve)
 	crd := crdStrategy{customresourcedefinition.NewStrategy(apiextensionsScheme)}
 	crdStatus := customresourcedefinition.NewStatusStrategy(apiextensionsScheme)
+	apiServiceStrategy := apiservice.NewStrategy(apiregistrationScheme)
 	gk := func(k objects.Kind) schema.GroupKind { return schema.GroupKind{Group: k.APIGroup, Kind: k.Name} }
 	return map[schema.GroupKind]*strategies{
 		gk(objects.Deployments):                       main(deployment.Strategy, "status", deployment.StatusStrategy),
@@ -157,6 +168,8 @@ func builtins(authz authorizer.UnconditionalAuthorizer, st *objects.Store) map[s
 		gk(objects.FlowSchemas):                main(flowschema.Strategy, "status", flowschema.StatusStrategy),
 		gk(objects.PriorityLevelConfigurations): main(prioritylevelconfiguration.Strategy, "status",
 			prioritylevelconfiguration.StatusStrategy),
+		gk(objects.APIServices): {scheme: apiregistrationScheme, create: apiServiceStrategy,
+			update: map[string]updateStrategy{"": apiServiceStrategy, "status": apiservice.NewStatusStrategy(apiregistrationScheme)}},
 	}
 }
 

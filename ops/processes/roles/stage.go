@@ -186,7 +186,8 @@ func replicaSetStage(env stage.Env, _ StageOptions) (stage.Handler, error) {
 // namespace controller (which empties and removes deleted namespaces,
 // with the api stage's identity), the CRD controller (services/stages/crds),
 // the bootstrap controller (system namespaces, bootstrap RBAC), the node
-// agents' token signer (apiserver.NodeTokens) and, when o.HTTPS is set,
+// agents' token signer (apiserver.NodeTokens), the local APIServices
+// (apiserver.LocalAPIServices) and, when o.HTTPS is set,
 // the Kubernetes REST front door (apiserver.FrontDoor, also on the
 // machine's pod network gateways) over the stage and the kubernetes
 // Service's controller (its endpoints are the front doors' addresses), as
@@ -246,7 +247,8 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts := []stage.Starter{cat, hooks, ns, crdc, boot, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log}}
+	parts := []stage.Starter{cat, hooks, ns, crdc, boot, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.Workers, Log: env.Log},
+		&apiserver.LocalAPIServices{Store: env.Store, Log: env.Log}}
 	if o.HTTPS != nil {
 		pods, err := podListeners(env, o.HTTPS.Addr)
 		if err != nil {

@@ -219,7 +219,8 @@ func (c *Controller) Reconcile(context.Context) error {
 
 // Sync makes one pass over the namespace name, kube-controller-manager's
 // namespace deleter: phase Terminating; every object of every namespaced
-// kind deleted (pods gracefully); the conditions set from what remains;
+// kind deleted (pods gracefully, and first: nothing else while one
+// remains); the conditions set from what remains;
 // once nothing does, the "kubernetes" finalizer removed and the namespace
 // with it. done is true when there is nothing left to do (the namespace
 // is gone, or is not being deleted).
@@ -326,9 +327,15 @@ type remainder struct {
 
 // deleteContent deletes every object of every content kind in the
 // namespace and counts what is still there afterwards (pods terminating
-// on their nodes, objects written meanwhile).
+// on their nodes, objects written meanwhile). Pods go first, and while
+// any remains nothing else is deleted (kube-controller-manager's
+// OrderedNamespaceDeletion, on by default since 1.34: a pod's volumes,
+// Secrets, ConfigMaps and NetworkPolicies outlive it).
 func (c *Controller) deleteContent(ctx context.Context, ns string) (remaining []remainder, failures []error) {
 	for _, k := range Content() { // kinds registered since start too
+		if k.Name != objects.Pods.Name && slices.ContainsFunc(remaining, func(r remainder) bool { return r.kind.Name == objects.Pods.Name }) {
+			return remaining, failures // the next pass, once the pods are gone
+		}
 		items, err := c.list(ctx, k, ns)
 		if err != nil {
 			failures = append(failures, err)

@@ -167,11 +167,12 @@ func condition(ns *corev1.Namespace, typ string) *corev1.NamespaceCondition {
 }
 
 // TestControllerRestart: the namespace controller, run by two replicas at
-// once, deletes one object of every namespaced kind of the registry and
-// waits for a pod bound to a node; killed while it waits, the namespace
-// stays Terminating with its finalizer; a controller started afterwards
-// (a restart: nothing is queued but what the store says) finishes it once
-// the node has stopped the pod.
+// once, deletes the pods of a namespace holding one object of every
+// namespaced kind of the registry, and leaves the rest while a pod bound
+// to a node is being stopped (OrderedNamespaceDeletion); killed while it
+// waits, the namespace stays Terminating with its finalizer; a controller
+// started afterwards (a restart: nothing is queued but what the store
+// says) finishes it once the node has stopped the pod.
 func TestControllerRestart(t *testing.T) {
 	w := newWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -203,15 +204,22 @@ func TestControllerRestart(t *testing.T) {
 	if st, _ := nslifecycle.Delete(ctx, w.store, ns); st.GetCode() != 200 {
 		t.Fatalf("delete: %v", st)
 	}
-	bustest.Eventually(t, "everything but the bound pod deleted, and the conditions saying why the namespace stays", func() bool {
-		left := w.count(ctx, ns)
-		if len(left) != 1 || left["pods"] != 1 {
+	bustest.Eventually(t, "the pods deleted first: the unbound one gone, the bound one terminating, the conditions saying why the namespace stays", func() bool {
+		if left := w.count(ctx, ns); len(left) != len(kinds) || left["pods"] != 1 {
+			return false
+		}
+		pod, err := objects.Get[*corev1.Pod](ctx, w.store, ns, "bound")
+		if err != nil || pod.GetMetadata().GetDeletionTimestamp() == nil {
 			return false
 		}
 		got, err := nslifecycle.Get(ctx, w.store, ns)
 		c := condition(got, namespace.ConditionContentRemaining)
 		return err == nil && c.GetStatus() == "True" && c.GetMessage() == "Some resources are remaining: pods. has 1 resource instances"
 	})
+	time.Sleep(300 * time.Millisecond) // passes of both controllers
+	if left := w.count(ctx, ns); len(left) != len(kinds) {
+		t.Fatalf("content deleted while a pod remains: %v", left)
+	}
 	if err := a1.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -231,15 +239,65 @@ func TestControllerRestart(t *testing.T) {
 		t.Errorf("%s: %v", namespace.ConditionContentFailure, c)
 	}
 	w.nodeFinishes(ctx, "n1", ns)
-	bustest.Eventually(t, "the status stage removing the pod its node finished", func() bool { return len(w.count(ctx, ns)) == 0 })
+	bustest.Eventually(t, "the status stage removing the pod its node finished", func() bool { return w.count(ctx, ns)["pods"] == 0 })
 	if got, err := nslifecycle.Get(ctx, w.store, ns); err != nil || got == nil {
 		t.Fatalf("namespace removed with no controller running: %v %v", got, err)
 	}
 
 	w.startController("api-1") // restarted
-	bustest.Eventually(t, "the restarted controller removing the namespace", func() bool {
+	bustest.Eventually(t, "the restarted controller emptying and removing the namespace", func() bool {
 		got, err := nslifecycle.Get(ctx, w.store, ns)
-		return err == nil && got == nil
+		return err == nil && got == nil && len(w.count(ctx, ns)) == 0
+	})
+}
+
+// TestControllerDeletesPodsFirst: Kubernetes' OrderedNamespaceDeletion
+// (the conformance test "namespace deletion should delete pod first"): a
+// pod held by a finalizer is marked deleted and holds the namespace's
+// ConfigMap with it; once its finalizer is removed the pod goes, then the
+// ConfigMap, then the namespace.
+func TestControllerDeletesPodsFirst(t *testing.T) {
+	w := newWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ns = "ordered"
+	nsObj := &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: ns, Uid: "ns-ordered"}}
+	nslifecycle.PrepareForCreate(nsObj)
+	if _, err := w.store.Create(ctx, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: ns, Name: "held", Uid: "uid-held", Finalizers: []string{"e2e.example.com/finalizer"}},
+		Spec: &corev1.PodSpec{}}
+	cm := &corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: ns, Name: "cfg", Uid: "uid-cfg"}}
+	for _, o := range []objects.Object{pod, cm} {
+		if _, err := w.store.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.startController("api-1")
+	if st, _ := nslifecycle.Delete(ctx, w.store, ns); st.GetCode() != 200 {
+		t.Fatalf("delete: %v", st)
+	}
+	bustest.Eventually(t, "the pod marked deleted, held by its finalizer", func() bool {
+		got, err := nslifecycle.Get(ctx, w.store, ns)
+		c := condition(got, namespace.ConditionFinalizersRemaining)
+		p, perr := objects.Get[*corev1.Pod](ctx, w.store, ns, "held")
+		return err == nil && perr == nil && p.GetMetadata().GetDeletionTimestamp() != nil && c.GetStatus() == "True" &&
+			c.GetMessage() == "Some content in the namespace has finalizers remaining: e2e.example.com/finalizer in 1 resource instances"
+	})
+	time.Sleep(300 * time.Millisecond) // passes of the controller
+	if left := w.count(ctx, ns); left["configmaps"] != 1 || left["pods"] != 1 {
+		t.Fatalf("content while the pod is held: %v, want the pod and the ConfigMap", left)
+	}
+	if _, err := objects.Mutate(ctx, w.store, ns, "held", func(p *corev1.Pod) error {
+		p.Metadata.Finalizers = nil
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, "the pod, the ConfigMap and the namespace removed", func() bool {
+		got, err := nslifecycle.Get(ctx, w.store, ns)
+		return err == nil && got == nil && len(w.count(ctx, ns)) == 0
 	})
 }
 

@@ -5,8 +5,9 @@
 // A namespace DELETE (services/nslifecycle) only marks the namespace:
 // deletionTimestamp, phase Terminating, the "kubernetes" finalizer. The
 // Controller then deletes every namespaced kind of the registry (Content),
-// pods through graceful deletion (stage.DeletePod: a bound pod is stopped
-// by its node, then removed by the status stage), sets the
+// pods first, through graceful deletion (stage.DeletePod: a bound pod is
+// stopped by its node, then removed by the status stage), and the rest
+// only once no pod remains (Kubernetes' OrderedNamespaceDeletion), sets the
 // NamespaceDeletionContentFailure, NamespaceContentRemaining and
 // NamespaceFinalizersRemaining conditions as Kubernetes words them, then
 // removes the finalizer and the namespace. It does I/O: an informer of
