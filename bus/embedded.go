@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,15 +56,23 @@ type EmbeddedConfig struct {
 	// clustering: streams with Replicas 3 survive the loss of a server).
 	// Empty ClusterName: a single server.
 	ClusterName string
-	// ClusterPort is the port the server takes routes on (loopback).
+	// ClusterPort is the port the server takes routes on (on Host).
 	ClusterPort int
 	// Routes are the other servers' route URLs, e.g. "nats-route://127.0.0.1:6223".
 	Routes []string
-	// ClusterAdvertise, when set, is the route address this server tells
-	// the others (nats-server's cluster advertise) instead of its own; the
-	// others dial it only when they learn of this server by gossip, not
-	// through Routes. `podflow chaos` sets an address that refuses, so
-	// that every route runs through the relay its Routes name.
+	// ClusterAdvertise is the route address this server tells the others
+	// (nats-server's cluster advertise); they dial it when they learn of
+	// this server by gossip, not through Routes. Default: Host and
+	// ClusterPort, unless Host is unspecified (0.0.0.0, ::). Without an
+	// advertised address, a server that accepts a route would gossip the
+	// dialler's source address with its route port, an address the
+	// dialler need not listen on: servers on several loopback addresses
+	// dial out from 127.0.0.1, a machine with several addresses from the
+	// one its routing table picks. A server that learnt such an address
+	// dials it once and gives up, so the pair is never routed: no full
+	// mesh, and the JetStream meta group loses their messages. `podflow
+	// chaos` sets an address that refuses, so that every route runs
+	// through the relay its Routes name.
 	ClusterAdvertise string
 	// Roles are NATS users to provision besides the built-in admin and
 	// client, each restricted by its permissions (see RoleSpec).
@@ -165,6 +174,11 @@ func (c EmbeddedConfig) withDefaults() EmbeddedConfig {
 	}
 	if c.Port == 0 {
 		c.Port = -1
+	}
+	if c.ClusterName != "" && c.ClusterAdvertise == "" {
+		if ip := net.ParseIP(c.Host); ip == nil || !ip.IsUnspecified() {
+			c.ClusterAdvertise = net.JoinHostPort(c.Host, strconv.Itoa(c.ClusterPort))
+		}
 	}
 	return c
 }
