@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
@@ -424,6 +425,22 @@ const tlsTimeout = 5
 
 // SystemUser is the user of the system account (EmbeddedConfig.SystemPassword).
 const SystemUser = "sys"
+
+// JetStreamPeerID is the JetStream peer ID of the NATS server named name:
+// nats-server's node name, eight base-62 digits of the name's SHA-256.
+// $JS.API.SERVER.REMOVE takes it as peer_id; unlike the server's name, it
+// needs no knowledge of the server on the meta leader's side (a leader
+// that never heard from a server that is gone cannot find it by name,
+// and answers that it is no member).
+func JetStreamPeerID(name string) string {
+	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	sum := sha256.Sum256([]byte(name))
+	id := make([]byte, 8)
+	for i := range id {
+		id[i] = digits[int(sum[i]%byte(len(digits)))]
+	}
+	return string(id)
+}
 
 // nobodyUser is who a client without credentials is on a server with a
 // system user: allowed nothing.
