@@ -678,7 +678,7 @@ func patchHasPrecondition(patch []byte, contentType string) bool {
 }
 
 // updatePod applies the changes Kubernetes allows on a pod: labels,
-// annotations, container images, added tolerations and removed
+// annotations, ownerReferences, finalizers, container images, added tolerations and removed
 // scheduling gates. Anything else in spec is refused with 422, as
 // kube-apiserver's validation refuses it; status is left alone. A new
 // image has the pod evaluated against its namespace's Pod Security level
@@ -724,6 +724,7 @@ func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, 
 	apply := func(p *corev1.Pod) {
 		p.Metadata.Labels = pod.GetMetadata().GetLabels()
 		p.Metadata.Annotations = pod.GetMetadata().GetAnnotations()
+		p.Metadata.OwnerReferences = pod.GetMetadata().GetOwnerReferences()
 		p.Metadata.ManagedFields = pod.GetMetadata().GetManagedFields()
 		p.Metadata.Finalizers = pod.GetMetadata().GetFinalizers()
 		p.Spec = proto.CloneOf(allowed)

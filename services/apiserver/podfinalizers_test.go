@@ -56,3 +56,48 @@ func TestPodFinalizersUpdate(t *testing.T) {
 		t.Errorf("the held pod after its last finalizer went: %v, want it deleted", err)
 	}
 }
+
+// TestPodOwnerReferencesPatch: a pod's ownerReferences change with an
+// update, as any object's do in kube-apiserver: a strategic merge patch
+// adds a reference beside the ones the pod has (merged by uid), a merge
+// patch replaces them (the garbage collector's conformance tests make
+// pods owned by each other, or by a second ReplicationController, so).
+func TestPodOwnerReferencesPatch(t *testing.T) {
+	s := startSystem(t, options{})
+	admin := s.client(t, adminToken)
+	ctx := context.Background()
+	code, body, _ := do(t, admin, "POST", s.url+"/api/v1/namespaces/default/pods", "application/json",
+		`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"owned","ownerReferences":[{"apiVersion":"v1","kind":"ReplicationController","name":"rc1","uid":"u1","controller":true}]},"spec":{"containers":[{"name":"c","image":"nginx"}]}}`)
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, body)
+	}
+	url := s.url + "/api/v1/namespaces/default/pods/owned"
+	refs := func() []string {
+		t.Helper()
+		got, err := objects.Get[*corev1.Pod](ctx, s.store, "default", "owned")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range got.GetMetadata().GetOwnerReferences() {
+			out = append(out, r.GetName()+"/"+r.GetUid())
+		}
+		return out
+	}
+	code, body, _ = do(t, admin, "PATCH", url, "application/strategic-merge-patch+json",
+		`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ReplicationController","name":"rc2","uid":"u2"}]}}`)
+	if code != 200 {
+		t.Fatalf("strategic merge patch: %d %v", code, body)
+	}
+	if got := strings.Join(refs(), ","); got != "rc2/u2,rc1/u1" && got != "rc1/u1,rc2/u2" {
+		t.Fatalf("ownerReferences after the strategic merge patch: %s, want rc1/u1 and rc2/u2", got)
+	}
+	code, body, _ = do(t, admin, "PATCH", url, "application/merge-patch+json",
+		`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"other","uid":"u3","blockOwnerDeletion":true}]}}`)
+	if code != 200 {
+		t.Fatalf("merge patch: %d %v", code, body)
+	}
+	if got := strings.Join(refs(), ","); got != "other/u3" {
+		t.Fatalf("ownerReferences after the merge patch: %s, want other/u3", got)
+	}
+}

@@ -3,6 +3,7 @@ package garbagecollector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -343,6 +344,90 @@ func TestResyncAllNamespaces(t *testing.T) {
 		}
 		if k := f.get(objects.Secrets, ns, "kept"); k == nil || len(k.GetMetadata().GetOwnerReferences()) != 1 {
 			t.Errorf("%s/kept: %v", ns, k)
+		}
+	}
+}
+
+// TestPodCircle: three pods owning each other in a circle, each
+// reference blocking (the conformance test "should not be blocked by
+// dependency circle"): once one is deleted, the collector deletes the
+// next, and so on round the circle until none is left. Pods take no
+// collector finalizers, so the first goes as any pod does.
+func TestPodCircle(t *testing.T) {
+	f := newFixture(t)
+	p1 := f.create(objects.Pods, "a", "pod1")
+	p2 := f.create(objects.Pods, "a", "pod2", ref(objects.Pods, p1, true))
+	p3 := f.create(objects.Pods, "a", "pod3", ref(objects.Pods, p2, true))
+	p1 = f.get(objects.Pods, "a", "pod1")
+	p1.GetMetadata().OwnerReferences = []*corev1.OwnerReference{ref(objects.Pods, p3, true)}
+	if _, err := f.st.Update(f.ctx, p1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Delete(f.ctx, objects.Pods, "a", "pod1", 0); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 4; round++ {
+		f.sync("a")
+		// Their node is done with the pods being deleted.
+		for _, name := range []string{"pod2", "pod3"} {
+			if p := f.get(objects.Pods, "a", name); p != nil && p.GetMetadata().GetDeletionTimestamp() != nil {
+				if _, err := f.st.Delete(f.ctx, objects.Pods, "a", name, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, name := range []string{"pod2", "pod3"} {
+		if p := f.get(objects.Pods, "a", name); p != nil {
+			t.Errorf("%s is left: %v", name, p.GetMetadata())
+		}
+	}
+}
+
+// TestForegroundKeepsPodsWithLiveOwner: an owner deleted in the
+// foreground whose pods half have a second, live owner (not a controller,
+// not blocking; the conformance test "should not delete dependents that
+// have both valid owner and owner that's waiting for dependents to be
+// deleted"): those keep living with only the live owner's reference, the
+// others are deleted, and the owner goes once they are.
+func TestForegroundKeepsPodsWithLiveOwner(t *testing.T) {
+	f := newFixture(t)
+	rc1 := f.create(objects.ReplicationControllers, "a", "to-be-deleted")
+	rc2 := f.create(objects.ReplicationControllers, "a", "to-stay")
+	const n = 6
+	for i := range n {
+		refs := []*corev1.OwnerReference{ref(objects.ReplicationControllers, rc1, true)}
+		if i%2 == 0 {
+			second := ref(objects.ReplicationControllers, rc2, false)
+			second.Controller = false
+			refs = append(refs, second)
+		}
+		f.create(objects.Pods, "a", fmt.Sprintf("p%d", i), refs...)
+	}
+	f.mark(objects.ReplicationControllers, rc1, stage.FinalizerForeground)
+	for round := 0; round < 3; round++ {
+		f.sync("a")
+		for i := range n {
+			name := fmt.Sprintf("p%d", i)
+			if p := f.get(objects.Pods, "a", name); p != nil && p.GetMetadata().GetDeletionTimestamp() != nil {
+				if _, err := f.st.Delete(f.ctx, objects.Pods, "a", name, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if o := f.get(objects.ReplicationControllers, "a", "to-be-deleted"); o != nil {
+		t.Fatalf("the owner stays: %v", o.GetMetadata())
+	}
+	for i := range n {
+		p := f.get(objects.Pods, "a", fmt.Sprintf("p%d", i))
+		switch {
+		case i%2 == 1 && p != nil:
+			t.Errorf("p%d (only the deleted owner) is left", i)
+		case i%2 == 0 && (p == nil || p.GetMetadata().GetDeletionTimestamp() != nil):
+			t.Errorf("p%d (a live owner too) was deleted: %v", i, p)
+		case i%2 == 0 && (len(p.GetMetadata().GetOwnerReferences()) != 1 || p.GetMetadata().GetOwnerReferences()[0].GetName() != "to-stay"):
+			t.Errorf("p%d keeps references %v, want only to-stay's", i, p.GetMetadata().GetOwnerReferences())
 		}
 	}
 }

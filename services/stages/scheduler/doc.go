@@ -239,9 +239,10 @@
 // Callers' obligations (the Scheduler and the cache, without the Stage):
 //
 //  1. Feed the Cache every node and bound-pod event (AddNode, UpdateNode,
-//     RemoveNode; AddPod, UpdatePod, RemovePod) and namespace
-//     (SetNamespace, RemoveNamespace). Objects passed in are retained and
-//     must not be modified afterwards.
+//     RemoveNode; AddPod, UpdatePod, RemovePod), namespace
+//     (SetNamespace, RemoveNamespace) and PodDisruptionBudget (SetPDB,
+//     RemovePDB). Objects passed in are retained and must not be
+//     modified afterwards.
 //  2. After choosing a node, AssumePod the pod onto it before the next
 //     cycle, so the next pods see its resources as taken; when the bind
 //     transaction fails, ForgetPod it. The bound-pod event confirms it.

@@ -12,6 +12,7 @@ import (
 	"github.com/podflow/podflow/services/stages/scheduler/framework"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
+	klabels "k8s.io/apimachinery/pkg/labels"
 
 	"github.com/podflow/podflow/proto/corev1"
 )
@@ -229,5 +230,137 @@ func TestNominatedPodWaitsForItsVictims(t *testing.T) {
 	}
 	if res, err := newTestScheduler(t).Schedule(mkPod("p", "4", "", prio(10), nominatedTo("n1")), c.Snapshot()); err != nil || res.Node != "n1" {
 		t.Errorf("after the victim left: %v %v, want n1", res.Node, err)
+	}
+}
+
+// budget is a PodDisruptionBudget of namespace "default" selecting
+// app=<app> with allowed disruptions left.
+func budget(app string, allowed int32, disrupted ...string) *framework.PDB {
+	b := &framework.PDB{Namespace: "default", Name: app, Selector: klabels.SelectorFromSet(klabels.Set{"app": app}), DisruptionsAllowed: allowed}
+	for _, d := range disrupted {
+		if b.DisruptedPods == nil {
+			b.DisruptedPods = map[string]bool{}
+		}
+		b.DisruptedPods[d] = true
+	}
+	return b
+}
+
+// TestPreemptionPodDisruptionBudgets follows kube-scheduler's
+// DefaultPreemption with PodDisruptionBudgets: the node with the fewest
+// victims that violate a budget wins before any priority criterion; on a
+// node, the victims that would violate a budget are reprieved first; a
+// budget's allowed disruptions are spent by the most important pods it
+// guards first, a pod it already counts as disrupted spends none; and a
+// budget is best effort — a violating victim is still taken when nothing
+// else makes room.
+func TestPreemptionPodDisruptionBudgets(t *testing.T) {
+	nodes := []*corev1.Node{mkNode("n1", "4", "16Gi"), mkNode("n2", "4", "16Gi")}
+	tests := []struct {
+		name        string
+		pods        []*corev1.Pod
+		pdbs        []*framework.PDB
+		nodes       []*corev1.Node
+		pod         *corev1.Pod
+		wantNode    string
+		wantVictims []string
+	}{
+		{
+			name: "fewest budget violations before the lowest priority",
+			pods: []*corev1.Pod{
+				mkPod("guarded", "4", "", onNode("n1"), prio(0), podLabels("app", "db")),
+				mkPod("free", "4", "", onNode("n2"), prio(5), podLabels("app", "web")),
+			},
+			pdbs: []*framework.PDB{budget("db", 0)},
+			pod:  mkPod("p", "4", "", prio(100)), wantNode: "n2", wantVictims: []string{"free"},
+		},
+		{
+			name: "a budget with disruptions allowed is not violated",
+			pods: []*corev1.Pod{
+				mkPod("guarded", "4", "", onNode("n1"), prio(0), podLabels("app", "db")),
+				mkPod("free", "4", "", onNode("n2"), prio(5), podLabels("app", "web")),
+			},
+			pdbs: []*framework.PDB{budget("db", 1)},
+			pod:  mkPod("p", "4", "", prio(100)), wantNode: "n1", wantVictims: []string{"guarded"},
+		},
+		{
+			name: "a pod the budget counts as disrupted already spends nothing",
+			pods: []*corev1.Pod{
+				mkPod("guarded", "4", "", onNode("n1"), prio(0), podLabels("app", "db")),
+				mkPod("free", "4", "", onNode("n2"), prio(5), podLabels("app", "web")),
+			},
+			pdbs: []*framework.PDB{budget("db", 0, "guarded")},
+			pod:  mkPod("p", "4", "", prio(100)), wantNode: "n1", wantVictims: []string{"guarded"},
+		},
+		{
+			name: "a budget of another namespace guards nothing here",
+			pods: []*corev1.Pod{
+				mkPod("guarded", "4", "", onNode("n1"), prio(0), podLabels("app", "db")),
+				mkPod("free", "4", "", onNode("n2"), prio(5), podLabels("app", "web")),
+			},
+			pdbs: []*framework.PDB{{Namespace: "other", Name: "db", Selector: klabels.SelectorFromSet(klabels.Set{"app": "db"})}},
+			pod:  mkPod("p", "4", "", prio(100)), wantNode: "n1", wantVictims: []string{"guarded"},
+		},
+		{
+			name:  "on a node the violating victims are reprieved first",
+			nodes: []*corev1.Node{mkNode("n1", "4", "16Gi")},
+			pods: []*corev1.Pod{
+				mkPod("guarded", "2", "", onNode("n1"), prio(1), podLabels("app", "db")),
+				mkPod("free", "2", "", onNode("n1"), prio(2), podLabels("app", "web")),
+			},
+			pdbs: []*framework.PDB{budget("db", 0)},
+			pod:  mkPod("p", "2", "", prio(100)), wantNode: "n1", wantVictims: []string{"free"},
+		},
+		{
+			name:  "the allowance goes to the most important guarded pod",
+			nodes: []*corev1.Node{mkNode("n1", "4", "16Gi")},
+			pods: []*corev1.Pod{
+				mkPod("db-high", "2", "", onNode("n1"), prio(3), podLabels("app", "db")),
+				mkPod("db-low", "2", "", onNode("n1"), prio(1), podLabels("app", "db")),
+			},
+			// db-high spends the one disruption allowed; db-low violates,
+			// so it is reprieved first and db-high goes.
+			pdbs: []*framework.PDB{budget("db", 1)},
+			pod:  mkPod("p", "2", "", prio(100)), wantNode: "n1", wantVictims: []string{"db-high"},
+		},
+		{
+			name:  "best effort: a violating victim goes when nothing else makes room",
+			nodes: []*corev1.Node{mkNode("n1", "4", "16Gi")},
+			pods: []*corev1.Pod{
+				mkPod("guarded", "4", "", onNode("n1"), prio(0), podLabels("app", "db")),
+			},
+			pdbs: []*framework.PDB{budget("db", 0)},
+			pod:  mkPod("p", "4", "", prio(100)), wantNode: "n1", wantVictims: []string{"guarded"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := nodes
+			if tc.nodes != nil {
+				ns = tc.nodes
+			}
+			c := cacheWith(t, ns, tc.pods...)
+			for _, b := range tc.pdbs {
+				c.SetPDB(b)
+			}
+			fe := preemptionOf(t, c, tc.pod)
+			if fe.Nomination == nil {
+				t.Fatalf("no nomination: %v", fe)
+			}
+			if got := fe.Nomination.NominatedNode; got != tc.wantNode {
+				t.Errorf("node %s, want %s", got, tc.wantNode)
+			}
+			if got := victimNames(fe.Nomination); !slices.Equal(got, tc.wantVictims) {
+				t.Errorf("victims %v, want %v", got, tc.wantVictims)
+			}
+		})
+	}
+	// A budget removed from the cache no longer counts.
+	c := cacheWith(t, nodes, mkPod("guarded", "4", "", onNode("n1"), prio(0), podLabels("app", "db")),
+		mkPod("free", "4", "", onNode("n2"), prio(5), podLabels("app", "web")))
+	c.SetPDB(budget("db", 0))
+	c.RemovePDB("default", "db")
+	if fe := preemptionOf(t, c, mkPod("p", "4", "", prio(100))); fe.Nomination == nil || fe.Nomination.NominatedNode != "n1" {
+		t.Errorf("after RemovePDB: %v, want n1", fe.Nomination)
 	}
 }

@@ -123,6 +123,9 @@ type Stage struct {
 	// services feed the cache the Services' selectors, for
 	// PodTopologySpread's default constraints.
 	services *informer.Informer[*corev1.Service]
+	// pdbs feed the cache the PodDisruptionBudgets, which preemption
+	// prefers not to violate.
+	pdbs *informer.Informer[*corev1.Unstructured]
 
 	podRev   revWaiter                     // revision the pod informer (so the cache) reached
 	known    allocations                   // allocations newer than the informer's
@@ -283,6 +286,25 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 			s.cache.RemoveService(svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName())
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
+	setPDB := func(u *corev1.Unstructured) {
+		b, err := pdbOf(u)
+		if err != nil {
+			logErr("decode PodDisruptionBudget", err)
+			s.cache.RemovePDB(u.GetMetadata().GetNamespace(), u.GetMetadata().GetName())
+			return
+		}
+		s.cache.SetPDB(b)
+	}
+	s.pdbs, err = informer.NewKind(env.Store, objects.PodDisruptionBudgets, "", informer.Handlers[*corev1.Unstructured]{
+		OnAdd:    setPDB,
+		OnUpdate: func(_, u *corev1.Unstructured) { setPDB(u) },
+		OnDelete: func(u *corev1.Unstructured) {
+			s.cache.RemovePDB(u.GetMetadata().GetNamespace(), u.GetMetadata().GetName())
+		},
+	})
 	return s, err
 }
 
@@ -304,7 +326,7 @@ func readyStatus(n *corev1.Node) string {
 // retry loop of unschedulable pods.
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.nodes, s.pods, s.allocs, s.namespaces, s.services)
+	infs.Add(s.nodes, s.pods, s.allocs, s.namespaces, s.services, s.pdbs)
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}

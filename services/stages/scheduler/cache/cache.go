@@ -51,6 +51,11 @@ type Cache struct {
 	// PodTopologySpread's default constraints); replaced, never
 	// modified, on change.
 	services map[string]map[string]map[string]string
+	// pdbs holds the PodDisruptionBudgets preemption reads, by
+	// namespace/name; pdbList the same in that order, replaced, never
+	// modified, on change.
+	pdbs    map[string]*framework.PDB
+	pdbList []*framework.PDB
 	// nominated are the unbound pods whose status.nominatedNodeName names
 	// a node (preemptors waiting for their victims to go), by node;
 	// replaced, never modified, on change. nominatedOn maps a pod's key
@@ -455,6 +460,39 @@ func (c *Cache) removeServiceLocked(ns, name string) {
 		next[ns] = byName
 	}
 	c.services = next
+}
+
+// SetPDB records a PodDisruptionBudget, which preemption prefers not to
+// violate (kube-scheduler's pdbLister).
+func (c *Cache) SetPDB(b *framework.PDB) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pdbs == nil {
+		c.pdbs = map[string]*framework.PDB{}
+	}
+	c.pdbs[b.Namespace+"/"+b.Name] = b
+	c.listPDBsLocked()
+}
+
+// RemovePDB forgets a PodDisruptionBudget.
+func (c *Cache) RemovePDB(namespace, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := namespace + "/" + name
+	if _, ok := c.pdbs[key]; !ok {
+		return
+	}
+	delete(c.pdbs, key)
+	c.listPDBsLocked()
+}
+
+func (c *Cache) listPDBsLocked() {
+	keys := slices.Sorted(maps.Keys(c.pdbs))
+	list := make([]*framework.PDB, len(keys))
+	for i, k := range keys {
+		list[i] = c.pdbs[k]
+	}
+	c.pdbList = list
 }
 
 // Nominate records that pod, unbound, is nominated to node

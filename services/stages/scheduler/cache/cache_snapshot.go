@@ -61,6 +61,6 @@ func (c *Cache) UpdateSnapshot(s *framework.Snapshot) {
 		s.ImagesGen = c.imagesGeneration
 	}
 	s.PodsWithAffinity, s.PodsWithRequiredAnti, s.Namespaces = c.podsWithAffinity, c.podsWithRequiredAnti, c.namespaces
-	s.Nominated, s.Services = c.nominated, c.services
+	s.Nominated, s.Services, s.PDBs = c.nominated, c.services, c.pdbList
 	s.Gen = c.generation
 }

@@ -12,9 +12,9 @@
 //
 // The caller:
 //  1. feeds every node and bound-pod event (AddNode, UpdateNode,
-//     RemoveNode; AddPod, UpdatePod, RemovePod) and namespace and Service
-//     (SetNamespace, SetService); objects passed in are retained and must
-//     not be modified afterwards;
+//     RemoveNode; AddPod, UpdatePod, RemovePod), namespace, Service and
+//     PodDisruptionBudget (SetNamespace, SetService, SetPDB); objects
+//     passed in are retained and must not be modified afterwards;
 //  2. AssumePod a pod onto the node chosen for it before the next cycle,
 //     and ForgetPod it when its bind fails;
 //  3. brings a cycle's Snapshot up to date with UpdateSnapshot from the

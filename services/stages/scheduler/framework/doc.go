@@ -85,9 +85,12 @@
 // by topology.kubernetes.io/zone, ScheduleAnyway) over the pods the
 // Services selecting it select (Cache.SetService; the stage watches
 // Services). Not modelled: default constraints from ReplicaSets,
-// StatefulSets and ReplicationControllers (podflow serves none),
-// PodDisruptionBudgets (likewise), and updating PodTopologySpread's and
-// InterPodAffinity's counts during the preemption dry run.
+// StatefulSets and ReplicationControllers (podflow serves none), and
+// updating PodTopologySpread's and InterPodAffinity's counts during the
+// preemption dry run. PodDisruptionBudgets (Snapshot.PDBs, from
+// Cache.SetPDB; the stage watches them) make preemption spare the
+// victims that would violate one first, and prefer the node with the
+// fewest such victims before any priority criterion.
 //
 // Plugin timing: scheduler_plugin_execution_duration_seconds{plugin,
 // extension_point, status} (pluginmetrics.go; Scheduler.SetPluginMetrics,

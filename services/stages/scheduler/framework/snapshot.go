@@ -21,6 +21,7 @@ type Snapshot struct {
 	Namespaces                             map[string]map[string]string            // read-only
 	Services                               map[string]map[string]map[string]string // read-only: Cache.services
 	Nominated                              map[string][]*PodEntry                  // read-only: Cache.nominated
+	PDBs                                   []*PDB                                  // read-only: Cache.pdbList
 }
 
 // NewSnapshot returns an empty snapshot for Cache.UpdateSnapshot to fill.

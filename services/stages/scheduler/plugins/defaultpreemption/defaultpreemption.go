@@ -41,13 +41,16 @@ const (
 // removing pods), selectVictimsOnNode takes every pod of lower priority
 // off a copy of the node, checks that the pod then passes the filters
 // (with the pods nominated to the node counted), and reprieves the
-// potential victims one by one, the most important first (higher
-// priority, then earlier start), keeping each whose return still lets the
-// pod fit. Among the candidate nodes, pickOneNodeForPreemption prefers the
-// lowest highest-priority victim, then the lowest sum of priorities, then
-// the fewest victims, then the latest start among the highest-priority
-// victims. podflow serves no PodDisruptionBudgets, so every candidate
-// violates none (kube-scheduler's first criterion never decides).
+// potential victims one by one, keeping each whose return still lets the
+// pod fit: first those whose deletion would violate a
+// PodDisruptionBudget (the snapshot's, from the store), then the others,
+// each group the most important first (higher priority, then earlier
+// start). Among the candidate nodes, pickOneNodeForPreemption prefers the
+// fewest victims that violate a budget, then the lowest highest-priority
+// victim, then the lowest sum of priorities, then the fewest victims,
+// then the latest start among the highest-priority victims. As in
+// kube-scheduler, budgets are best effort: a victim that violates one is
+// still deleted when no other choice makes the pod fit.
 //
 // Not modelled: the dry run does not update PodTopologySpread's and
 // InterPodAffinity's per-cycle counts for the removed pods
@@ -101,14 +104,14 @@ func (pl *defaultPreemption) preempt(state *framework.CycleState, pod *corev1.Po
 		offset := pl.rng.IntN(len(potential))
 		for i := range potential {
 			n := potential[(offset+i)%len(potential)]
-			victims, st := selectVictimsOnNode(state, pod, n, h)
+			victims, violating, st := selectVictimsOnNode(state, pod, n, h, snap.PDBs)
 			switch {
 			case st.Code() == framework.Error:
 				return nil, st
 			case !st.IsSuccess():
 				dry.NodeReasons[n.Name()] = st.Reasons()
 			case len(victims) > 0: // none: it fits as it is (a nomination moved meanwhile)
-				candidates = append(candidates, candidate{node: n.Name(), victims: victims})
+				candidates = append(candidates, candidate{node: n.Name(), victims: victims, pdbViolations: violating})
 			}
 			if len(candidates) >= want {
 				break
@@ -150,11 +153,13 @@ func eligibleToPreempt(pod *corev1.Pod, snap *framework.Snapshot, statuses map[s
 	return true, ""
 }
 
-// candidate is a node where preemption makes the pod fit, and its victims
-// (most important first).
+// candidate is a node where preemption makes the pod fit, its victims
+// (most important first), and how many of them violate a
+// PodDisruptionBudget.
 type candidate struct {
-	node    string
-	victims []*framework.PodMeta
+	node          string
+	victims       []*framework.PodMeta
+	pdbViolations int
 }
 
 // moreImportant is kube-scheduler's MoreImportantPod as a sort order:
@@ -168,10 +173,12 @@ func moreImportant(a, b *framework.PodMeta) int {
 
 // selectVictimsOnNode finds the fewest, least important pods of lower
 // priority than pod whose deletion lets it pass the filters on n (a copy
-// of n is modified, never n). A node with no lower-priority pods is
+// of n is modified, never n), sparing first the pods whose deletion would
+// violate one of pdbs; it returns the victims, most important first, and
+// how many of them violate a budget. A node with no lower-priority pods is
 // UnschedulableAndUnresolvable; one where the pod does not fit even
 // without them returns the filters' rejection.
-func selectVictimsOnNode(state *framework.CycleState, pod *corev1.Pod, n *framework.NodeInfo, h framework.Handle) ([]*framework.PodMeta, *framework.Status) {
+func selectVictimsOnNode(state *framework.CycleState, pod *corev1.Pod, n *framework.NodeInfo, h framework.Handle, pdbs []*framework.PDB) ([]*framework.PodMeta, int, *framework.Status) {
 	prio := pod.GetSpec().GetPriority()
 	var potential []*framework.PodMeta
 	for _, p := range n.Pods() {
@@ -180,37 +187,91 @@ func selectVictimsOnNode(state *framework.CycleState, pod *corev1.Pod, n *framew
 		}
 	}
 	if len(potential) == 0 {
-		return nil, framework.NewStatus(framework.UnschedulableAndUnresolvable, ReasonNoVictims)
+		return nil, 0, framework.NewStatus(framework.UnschedulableAndUnresolvable, ReasonNoVictims)
 	}
 	c := n.Clone()
 	for _, p := range potential {
 		c.RemovePod(p.Entry)
 	}
 	if st := h.RunFilters(state, pod, c); !st.IsSuccess() {
-		return nil, st
+		return nil, 0, st
 	}
 	slices.SortStableFunc(potential, moreImportant)
+	violating, nonViolating := filterPodsWithPDBViolation(potential, pdbs)
 	var victims []*framework.PodMeta
-	for _, p := range potential {
+	reprieve := func(p *framework.PodMeta) (bool, *framework.Status) {
 		c.AddPod(p.Entry)
 		switch st := h.RunFilters(state, pod, c); {
 		case st.Code() == framework.Error:
-			return nil, st
+			return false, st
 		case !st.IsSuccess():
 			c.RemovePod(p.Entry)
 			victims = append(victims, p)
+			return false, nil
+		}
+		return true, nil
+	}
+	numViolating := 0
+	for _, p := range violating {
+		fits, st := reprieve(p)
+		if st != nil {
+			return nil, 0, st
+		}
+		if !fits {
+			numViolating++
 		}
 	}
-	return victims, nil
+	for _, p := range nonViolating {
+		if _, st := reprieve(p); st != nil {
+			return nil, 0, st
+		}
+	}
+	if len(violating) != 0 && len(nonViolating) != 0 {
+		slices.SortStableFunc(victims, moreImportant)
+	}
+	return victims, numViolating, nil
 }
 
-// pickOneNodeForPreemption is kube-scheduler's: the candidate whose
+// filterPodsWithPDBViolation is kube-scheduler's: it splits pods (most
+// important first) into those whose deletion would violate a budget and
+// the others. Each budget's status.disruptionsAllowed is spent by the
+// pods it guards in that order; a pod already in its disruptedPods (being
+// evicted) spends nothing, and a pod that takes a budget below zero
+// violates it.
+func filterPodsWithPDBViolation(pods []*framework.PodMeta, pdbs []*framework.PDB) (violating, nonViolating []*framework.PodMeta) {
+	allowed := make([]int32, len(pdbs))
+	for i, b := range pdbs {
+		allowed[i] = b.DisruptionsAllowed
+	}
+	for _, p := range pods {
+		violated := false
+		for i, b := range pdbs {
+			if !b.Guards(p.Namespace, p.Labels) || b.DisruptedPods[p.Entry.Name] {
+				continue
+			}
+			allowed[i]--
+			if allowed[i] < 0 {
+				violated = true
+			}
+		}
+		if violated {
+			violating = append(violating, p)
+		} else {
+			nonViolating = append(nonViolating, p)
+		}
+	}
+	return violating, nonViolating
+}
+
+// pickOneNodeForPreemption is kube-scheduler's: the candidate with the
+// fewest victims that violate a PodDisruptionBudget, then the one whose
 // highest-priority victim is lowest, then the lowest sum of priorities
 // (each shifted by 2^31 so that negative priorities count), then the
 // fewest victims, then the latest earliest start among the
 // highest-priority victims, then the first.
 func pickOneNodeForPreemption(cands []candidate) candidate {
 	scores := []func(c candidate) int64{
+		func(c candidate) int64 { return -int64(c.pdbViolations) },
 		func(c candidate) int64 { return -int64(c.victims[0].Priority) },
 		func(c candidate) int64 {
 			var sum int64
