@@ -24,7 +24,7 @@ TEST_P ?= 2
 # podflow build on 2 cores at load 35-95 (docs/benchmarks.md).
 TEST_TIMEOUT ?= 25m
 
-.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition chaos-hosts test-multihost fuzz clean
+.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition chaos-hosts fuzz clean
 
 all: build
 
@@ -190,11 +190,6 @@ chaos-partition: build
 ## chaos-hosts: three hosts on 127.0.0.51-53 (up --init, up --join); every
 ## 20 s every process of a random host is SIGKILLed, the host started again
 ## 10 s later, three times; 150 pods meanwhile, then every invariant.
-## test-multihost: TestThreeHosts, three hosts joined with up --init and
-## up --join on loopback addresses (about 2 minutes).
-test-multihost: build
-	cd ops && PODFLOW_MULTIHOST=1 $(GO) test -count=1 -timeout 10m -run 'TestThreeHosts$$' ./e2e/
-
 chaos-hosts: build
 	$(BIN)/podflow chaos --host-count 3 --pods 150 --duration 90s --kill-interval 20s --fault-for 10s --max-host-kills 3 \
 		--nodes 2 --settle 2m --lin-clients 0

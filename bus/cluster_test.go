@@ -299,3 +299,75 @@ func (r *relay) Cut() {
 	}
 	r.conns = nil
 }
+
+// TestClusterMeshAcrossAddresses (issue 39): servers on loopback
+// addresses of their own, joined as `podflow up --join` joins hosts (the
+// first server has no routes, each later one a route to the first only),
+// find each other by gossip: every server routes to every other, and R3
+// streams are placed on the three. A server dials out from 127.0.0.1,
+// where nobody listens on the route port (held here without listening):
+// a server that gossiped the dialler's source address instead of its
+// advertised one would leave the two later servers unrouted for good.
+func TestClusterMeshAcrossAddresses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test in -short mode")
+	}
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "creds.json")
+	// One route port for the three addresses; on 127.0.0.1 it is bound
+	// and refuses.
+	port, _ := reservePort(t)
+	hosts := []string{"127.0.0.31", "127.0.0.32", "127.0.0.33"}
+	var servers []*bus.Embedded
+	for i, host := range hosts {
+		cfg := bus.DefaultEmbeddedConfig(filepath.Join(dir, fmt.Sprintf("n%d", i)))
+		cfg.Host, cfg.ServerName, cfg.ClusterName, cfg.ClusterPort, cfg.CredsPath = host, fmt.Sprintf("n%d", i), "podflow", port, creds
+		cfg.StartTimeout = 30 * time.Second
+		if i > 0 {
+			cfg.Routes = []string{"nats-route://" + net.JoinHostPort(hosts[0], strconv.Itoa(port))}
+		}
+		e, err := bus.StartEmbedded(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Shutdown)
+		servers = append(servers, e)
+	}
+	routedTo := func(e *bus.Embedded) []string {
+		rz, err := e.Server().Routez(nil)
+		if err != nil {
+			return nil
+		}
+		var names []string
+		for _, r := range rz.Routes {
+			if !slices.Contains(names, r.RemoteName) {
+				names = append(names, r.RemoteName)
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	for i, e := range servers {
+		var want []string
+		for j := range servers {
+			if j != i {
+				want = append(want, fmt.Sprintf("n%d", j))
+			}
+		}
+		bustest.Eventually(t, fmt.Sprintf("n%d routed to %v", i, want), func() bool { return slices.Equal(routedTo(e), want) })
+	}
+	conn := connectTo(t, servers[1], servers[1])
+	sc := bus.DefaultStreamsConfig()
+	sc.Replicas = 3
+	bustest.Eventually(t, "the R3 streams provisioned", func() bool {
+		pctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return bus.Provision(pctx, conn.JetStream(), bus.Topology{Streams: bus.DefaultStreams(sc)}) == nil
+	})
+	if err := publishRequested(conn, 0, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if info := streamInfo(t, conn); info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+		t.Fatalf("events stream cluster %+v, want a leader and two replicas", info.Cluster)
+	}
+}

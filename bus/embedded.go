@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,15 +57,23 @@ type EmbeddedConfig struct {
 	// clustering: streams with Replicas 3 survive the loss of a server).
 	// Empty ClusterName: a single server.
 	ClusterName string
-	// ClusterPort is the port the server takes routes on (loopback).
+	// ClusterPort is the port the server takes routes on (on Host).
 	ClusterPort int
 	// Routes are the other servers' route URLs, e.g. "nats-route://127.0.0.1:6223".
 	Routes []string
-	// ClusterAdvertise, when set, is the route address this server tells
-	// the others (nats-server's cluster advertise) instead of its own; the
-	// others dial it only when they learn of this server by gossip, not
-	// through Routes. `podflow chaos` sets an address that refuses, so
-	// that every route runs through the relay its Routes name.
+	// ClusterAdvertise is the route address this server tells the others
+	// (nats-server's cluster advertise); they dial it when they learn of
+	// this server by gossip, not through Routes. Default: Host and
+	// ClusterPort, unless Host is unspecified (0.0.0.0, ::). Without an
+	// advertised address, a server that accepts a route would gossip the
+	// dialler's source address with its route port, an address the
+	// dialler need not listen on: servers on several loopback addresses
+	// dial out from 127.0.0.1, a machine with several addresses from the
+	// one its routing table picks. A server that learnt such an address
+	// dials it once and gives up, so the pair is never routed: no full
+	// mesh, and the JetStream meta group loses their messages. `podflow
+	// chaos` sets an address that refuses, so that every route runs
+	// through the relay its Routes name.
 	ClusterAdvertise string
 	// Roles are NATS users to provision besides the built-in admin and
 	// client, each restricted by its permissions (see RoleSpec).
@@ -165,6 +175,11 @@ func (c EmbeddedConfig) withDefaults() EmbeddedConfig {
 	}
 	if c.Port == 0 {
 		c.Port = -1
+	}
+	if c.ClusterName != "" && c.ClusterAdvertise == "" {
+		if ip := net.ParseIP(c.Host); ip == nil || !ip.IsUnspecified() {
+			c.ClusterAdvertise = net.JoinHostPort(c.Host, strconv.Itoa(c.ClusterPort))
+		}
 	}
 	return c
 }
@@ -410,6 +425,22 @@ const tlsTimeout = 5
 
 // SystemUser is the user of the system account (EmbeddedConfig.SystemPassword).
 const SystemUser = "sys"
+
+// JetStreamPeerID is the JetStream peer ID of the NATS server named name:
+// nats-server's node name, eight base-62 digits of the name's SHA-256.
+// $JS.API.SERVER.REMOVE takes it as peer_id; unlike the server's name, it
+// needs no knowledge of the server on the meta leader's side (a leader
+// that never heard from a server that is gone cannot find it by name,
+// and answers that it is no member).
+func JetStreamPeerID(name string) string {
+	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	sum := sha256.Sum256([]byte(name))
+	id := make([]byte, 8)
+	for i := range id {
+		id[i] = digits[int(sum[i]%byte(len(digits)))]
+	}
+	return string(id)
+}
 
 // nobodyUser is who a client without credentials is on a server with a
 // system user: allowed nothing.

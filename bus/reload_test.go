@@ -77,3 +77,16 @@ func TestSystemUserAndReload(t *testing.T) {
 		nc.Close()
 	}
 }
+
+// TestJetStreamPeerID: the peer ID computed from a server's name is the
+// one nats-server gives that server's JetStream meta group node.
+func TestJetStreamPeerID(t *testing.T) {
+	for _, name := range []string{"h1-seed", "podflow-host-with-a-longer-name"} {
+		cfg := bus.DefaultEmbeddedConfig(t.TempDir())
+		cfg.Port, cfg.ServerName, cfg.SystemPassword = -1, name, "s3cret"
+		srv := bustest.ServerAt(t, cfg)
+		if got, want := bus.JetStreamPeerID(name), srv.Server().Node(); got != want || len(got) != 8 {
+			t.Errorf("JetStreamPeerID(%q) = %q, the server's node is %q", name, got, want)
+		}
+	}
+}

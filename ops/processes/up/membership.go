@@ -3,7 +3,9 @@ package up
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -146,7 +148,7 @@ func (r *hostRun) membershipPass(ctx context.Context) error {
 		fmt.Fprintf(r.out, "up: store: %s is a voter\n", name)
 	}
 	if len(answering) >= 3 && !r.h.SeedRetired {
-		if err := r.retireSeed(ctx); err != nil {
+		if err := r.retireSeed(ctx, answering); err != nil {
 			return err
 		}
 	}
@@ -169,13 +171,32 @@ func (r *hostRun) makeStreamsR3(ctx context.Context) error {
 	return nil
 }
 
-// retireSeed stops the first server's seed NATS server, removes its
-// JetStream peer, and makes the streams R3 on the three servers.
-func (r *hostRun) retireSeed(ctx context.Context) error {
+// retireSeed stops the first server's seed NATS server and removes its
+// JetStream peer, once the meta group has a quorum without it: until the
+// seed is removed the group counts it, so every one of servers must be
+// current with the meta leader before the seed stops (else a group of
+// four with one gone and one behind has no quorum, and nothing removes
+// the seed). Until then it returns an error and the next pass checks
+// again.
+func (r *hostRun) retireSeed(ctx context.Context, servers []string) error {
+	sys, err := r.systemConn(ctx)
+	if err != nil {
+		return err
+	}
+	defer sys.Close()
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	mg, err := metaGroupOf(mctx, sys)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("retire the seed NATS server: the JetStream meta group: %w", err)
+	}
+	if behind := mg.notCurrent(servers); len(behind) > 0 {
+		return fmt.Errorf("retire the seed NATS server: waiting for %s to be current in the JetStream meta group (leader %s)", strings.Join(behind, ", "), mg.Leader)
+	}
 	if err := r.sup.Stop("nats-seed"); err != nil && !strings.Contains(err.Error(), "no such child") {
 		return fmt.Errorf("stop the seed NATS server: %w", err)
 	}
-	if err := r.removeNATSPeer(ctx, r.plan.Host.SeedName()); err != nil {
+	if err := removeNATSPeer(ctx, sys, r.plan.Host.SeedName(), r.out); err != nil {
 		return err
 	}
 	_ = os.RemoveAll(r.layout.Sub("nats-seed"))
@@ -183,21 +204,87 @@ func (r *hostRun) retireSeed(ctx context.Context) error {
 	return writeHostFile(r.layout, r.h)
 }
 
-// removeNATSPeer removes a gone server from the JetStream meta group, as
-// the system account's $JS.API.SERVER.REMOVE (nats server raft peer-remove).
-func (r *hostRun) removeNATSPeer(ctx context.Context, name string) error {
+// systemConn connects to this server's NATS as the system account's user.
+func (r *hostRun) systemConn(ctx context.Context) (*bus.Conn, error) {
 	bc, err := bus.ReadClientConfig(r.layout.NATSClientConfig())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bc.URLs = []string{r.plan.Host.NATSURL()}
 	bc.User, bc.Password, bc.Name = bus.SystemUser, r.sysPassword, "podflow-up-system"
 	sys, err := bus.Connect(ctx, bc)
 	if err != nil {
-		return fmt.Errorf("connect to the system account: %w", err)
+		return nil, fmt.Errorf("connect to the system account: %w", err)
 	}
-	defer sys.Close()
-	req, _ := json.Marshal(map[string]string{"peer": name})
+	return sys, nil
+}
+
+// metaGroup is the JetStream meta group as its leader reports it
+// (nats-server's MetaClusterInfo).
+type metaGroup struct {
+	Leader   string `json:"leader"`
+	Replicas []struct {
+		Name    string `json:"name"`
+		Current bool   `json:"current"`
+		Offline bool   `json:"offline"`
+	} `json:"replicas"`
+}
+
+// notCurrent are the servers neither leading the group nor current with
+// its leader.
+func (m metaGroup) notCurrent(servers []string) []string {
+	var out []string
+	for _, name := range servers {
+		ok := name == m.Leader
+		for _, p := range m.Replicas {
+			if p.Name == name && p.Current && !p.Offline {
+				ok = true
+			}
+		}
+		if !ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// metaGroupOf asks the meta leader for the meta group ($SYS JSZ, leader
+// only).
+func metaGroupOf(ctx context.Context, sys *bus.Conn) (metaGroup, error) {
+	msg, err := sys.NATS().RequestWithContext(ctx, "$SYS.REQ.SERVER.PING.JSZ", []byte(`{"leader_only":true}`))
+	if err != nil {
+		return metaGroup{}, err
+	}
+	var resp struct {
+		Data struct {
+			Meta *metaGroup `json:"meta_cluster"`
+		} `json:"data"`
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	switch err := json.Unmarshal(msg.Data, &resp); {
+	case err != nil:
+		return metaGroup{}, err
+	case resp.Error != nil:
+		return metaGroup{}, errors.New(resp.Error.Description)
+	case resp.Data.Meta == nil:
+		return metaGroup{}, errors.New("no meta group in the answer")
+	}
+	return *resp.Data.Meta, nil
+}
+
+// errNotMember is nats-server's JSClusterServerNotMemberErr: the peer
+// to remove is no member of the meta group.
+const errNotMember = 10044
+
+// removeNATSPeer removes a gone server from the JetStream meta group, as
+// the system account's $JS.API.SERVER.REMOVE (nats server raft
+// peer-remove), by its peer ID: the meta leader need not have heard of
+// it. Only "no member" ends it early; any other refusal (a membership
+// change in flight, no meta leader) is tried again until ctx ends.
+func removeNATSPeer(ctx context.Context, sys *bus.Conn, name string, out io.Writer) error {
+	req, _ := json.Marshal(map[string]string{"peer": name, "peer_id": bus.JetStreamPeerID(name)})
 	var last error
 	for {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -207,7 +294,7 @@ func (r *hostRun) removeNATSPeer(ctx context.Context, name string) error {
 			var resp struct {
 				Success bool `json:"success"`
 				Error   *struct {
-					Code        int    `json:"code"`
+					ErrCode     int    `json:"err_code"`
 					Description string `json:"description"`
 				} `json:"error"`
 			}
@@ -216,13 +303,13 @@ func (r *hostRun) removeNATSPeer(ctx context.Context, name string) error {
 					return nil
 				}
 				err = fmt.Errorf("%s", msg.Data)
-				if resp.Error != nil && resp.Error.Code == 400 {
+				if resp.Error != nil && resp.Error.ErrCode == errNotMember {
 					return nil // not a peer (any more)
 				}
 			}
 		}
 		if last == nil || err.Error() != last.Error() {
-			fmt.Fprintf(r.out, "up: remove the JetStream peer %s: %v; trying again\n", name, err)
+			fmt.Fprintf(out, "up: remove the JetStream peer %s: %v; trying again\n", name, err)
 		}
 		last = err
 		select {

@@ -1,6 +1,7 @@
 package up
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
 )
@@ -38,6 +39,32 @@ func TestPlanMembership(t *testing.T) {
 			m := PlanMembership(tc.config, tc.answering)
 			if !slices.Equal(m.AddNonvoters, tc.add) || !slices.Equal(m.Promote, tc.prom) {
 				t.Fatalf("PlanMembership = add %v promote %v; want %v, %v", m.AddNonvoters, m.Promote, tc.add, tc.prom)
+			}
+		})
+	}
+}
+
+// TestMetaGroupNotCurrent: the seed is retired only when every server
+// leads the JetStream meta group or is current with its leader (the
+// leader's JSZ answer, as nats-server encodes it).
+func TestMetaGroupNotCurrent(t *testing.T) {
+	for _, tc := range []struct {
+		name, jsz string
+		want      []string
+	}{
+		{"all current", `{"leader":"h1-seed","replicas":[{"name":"h1","current":true},{"name":"h2","current":true},{"name":"h3","current":true}]}`, nil},
+		{"leader among the servers", `{"leader":"h2","replicas":[{"name":"h1","current":true},{"name":"h1-seed","current":true},{"name":"h3","current":true}]}`, nil},
+		{"one behind", `{"leader":"h1","replicas":[{"name":"h1-seed","current":true},{"name":"h2","current":true},{"name":"h3","current":false}]}`, []string{"h3"}},
+		{"one offline", `{"leader":"h1","replicas":[{"name":"h2","current":true,"offline":true},{"name":"h3","current":true}]}`, []string{"h2"}},
+		{"one unknown", `{"leader":"h1","replicas":[{"name":"h1-seed","current":true},{"name":"h2","current":true}]}`, []string{"h3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var m metaGroup
+			if err := json.Unmarshal([]byte(tc.jsz), &m); err != nil {
+				t.Fatal(err)
+			}
+			if got := m.notCurrent([]string{"h1", "h2", "h3"}); !slices.Equal(got, tc.want) {
+				t.Errorf("notCurrent = %v, want %v", got, tc.want)
 			}
 		})
 	}

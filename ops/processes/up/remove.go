@@ -32,7 +32,12 @@ func (r *hostRun) serveNATSPeerRemovals(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		resp := "ok"
-		if err := r.removeNATSPeer(rctx, string(m.Data)); err != nil {
+		sys, err := r.systemConn(rctx)
+		if err == nil {
+			err = removeNATSPeer(rctx, sys, string(m.Data), r.out)
+			sys.Close()
+		}
+		if err != nil {
 			resp = err.Error()
 		}
 		_ = m.Respond([]byte(resp))
