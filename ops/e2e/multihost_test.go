@@ -144,6 +144,9 @@ func TestThreeHosts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-host test in -short mode")
 	}
+	// Three whole hosts and a host kill: a heavy test. Its fixed ports are
+	// on 127.0.0.21-23, where no other test listens.
+	parallel(t, heavyLoad)
 	base := t.TempDir()
 	hosts := []*host{
 		{t: t, name: "h1", ip: "127.0.0.21", dir: filepath.Join(base, "h1"), args: []string{"--init"}},
