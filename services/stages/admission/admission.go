@@ -78,8 +78,10 @@ type State struct {
 	LimitRanges []*corev1.LimitRange
 	// ServiceAccount is the pod's ServiceAccount (spec.serviceAccountName,
 	// "default" when unset, in the pod's namespace); nil when there is
-	// none. Its imagePullSecrets are copied into a pod that sets none, as
-	// Kubernetes' ServiceAccount admission plugin does.
+	// none. Its imagePullSecrets are copied into a pod that sets none, and
+	// its token is mounted unless the pod or the account opts out
+	// (automountServiceAccountToken: false), as Kubernetes' ServiceAccount
+	// admission plugin does.
 	ServiceAccount *corev1.ServiceAccount
 	// PriorityClasses are the cluster's PriorityClass objects, which
 	// resolve spec.priorityClassName into spec.priority (the built-in
@@ -115,8 +117,9 @@ func (r Result) Allowed() bool { return r.Status == nil }
 // nothing (Admit(Admit(p).Pod) leaves the pod equal and lists no
 // mutations), so a handler may run twice.
 //
-// Mutation order: ServiceAccount defaulting (the name, and the
-// ServiceAccount's imagePullSecrets into a pod without any), requests
+// Mutation order: ServiceAccount defaulting (the name, the
+// ServiceAccount's imagePullSecrets into a pod without any, and the
+// kube-api-access- token volume mounted in every container), requests
 // from limits, LimitRange defaults, field defaults, QoS class, priority
 // (spec.priority from spec.priorityClassName or the global default
 // PriorityClass; an unknown class or a conflicting spec.priority is 403
@@ -153,6 +156,7 @@ func Mutate(pod *corev1.Pod, s State) Result {
 	ns := p.GetMetadata().GetNamespace()
 	m := &mutator{pod: p}
 	m.serviceAccount(s.ServiceAccount)
+	m.serviceAccountToken(s.ServiceAccount)
 	m.requestsFromLimits()
 	for _, lr := range sortedByName(s.LimitRanges, ns) {
 		m.limitRange(lr)

@@ -248,14 +248,10 @@ func (s *Stage) namespace(ctx context.Context, name string) (*corev1.Namespace, 
 }
 
 // serviceAccount returns the pod's ServiceAccount, for its
-// imagePullSecrets: from the informer, or, when the informer has not seen
-// it (just created, or there is none), from a linearizable read, as
-// Kubernetes' plugin looks a cache miss up live. A pod with its own
-// imagePullSecrets needs none (nil).
+// imagePullSecrets and its token: from the informer, or, when the
+// informer has not seen it (just created, or there is none), from a
+// linearizable read, as Kubernetes' plugin looks a cache miss up live.
 func (s *Stage) serviceAccount(ctx context.Context, pod *corev1.Pod) (*corev1.ServiceAccount, error) {
-	if len(pod.GetSpec().GetImagePullSecrets()) > 0 {
-		return nil, nil
-	}
 	ns, name := pod.GetMetadata().GetNamespace(), pod.GetSpec().GetServiceAccountName()
 	if name == "" {
 		name = DefaultServiceAccount
