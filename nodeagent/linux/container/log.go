@@ -126,7 +126,11 @@ func RotatedLogs(path string) ([]string, error) {
 	return out, nil
 }
 
-// copy reads r line by line until EOF and records each line.
+// copy reads r line by line until EOF and records each line. Output left
+// without a newline at EOF is a partial record, as containerd's CRI log
+// redirection writes it, so that readers (kubectl logs, a
+// FallbackToLogsOnError termination message) add no newline the
+// container did not write.
 func (w *logWriter) copy(stream string, r io.Reader) {
 	br := bufio.NewReaderSize(r, maxLogLine)
 	for {
@@ -138,7 +142,7 @@ func (w *logWriter) copy(stream string, r io.Reader) {
 			w.record(stream, line, true)
 		default:
 			if len(line) > 0 {
-				w.record(stream, line, false)
+				w.record(stream, line, true)
 			}
 			return
 		}

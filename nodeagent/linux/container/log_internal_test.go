@@ -102,3 +102,35 @@ func TestLogStart(t *testing.T) {
 		t.Fatalf("after an overlong line: %d", got)
 	}
 }
+
+// TestLogCopyUnterminated: output without a final newline is kept as a
+// partial record, so that reading the log back gives exactly what the
+// container wrote (the FallbackToLogsOnError conformance test's
+// "echo -n DONE" is "DONE", not "DONE\n").
+func TestLogCopyUnterminated(t *testing.T) {
+	for _, tc := range []struct{ name, written string }{
+		{"no newline", "DONE"},
+		{"lines then none", "a\nb\nDONE"},
+		{"newline", "a\nDONE\n"},
+		{"empty line last", "a\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "0.log")
+			w, err := openLog(path, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.copy("stdout", strings.NewReader(tc.written))
+			if err := w.close(); err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if err := CopyLog(t.Context(), &got, path, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != tc.written {
+				t.Errorf("read back %q, written %q", got.String(), tc.written)
+			}
+		})
+	}
+}
