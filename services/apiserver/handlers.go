@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -19,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
 	"github.com/podflow/podflow/proto/apiv1"
@@ -80,7 +83,8 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	}
 	switch {
 	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"),
-		namespaceSubresource(req): // nssubresources.go
+		namespaceSubresource(req), // nssubresources.go
+		podStatusSubresource(req): // podstatus.go
 	case req.res.cr != nil:
 		// A custom resource version's own subresources.
 		if !((req.sub == "status" && req.res.cr.HasStatus()) || (req.sub == "scale" && req.res.cr.HasScale())) ||
@@ -537,6 +541,10 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			writeStatus(w, st)
 			return
 		}
+		if current == nil && podStatusSubresource(req) { // an apply to the status of no pod
+			writeStatus(w, stage.NotFound(req.res.name, req.name))
+			return
+		}
 		if current == nil {
 			writeWarnings(w, warnings)
 			s.createObject(ctx, w, r, req, obj, dry)
@@ -552,6 +560,15 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 				s.writeObject(w, r, http.StatusOK, req.res, current)
 				return
 			}
+		}
+		if pod, ok := obj.(*corev1.Pod); ok && req.sub == "status" {
+			st, out := s.updatePodStatus(ctx, req, current.(*corev1.Pod), pod, dry)
+			if retry && st.GetCode() == http.StatusConflict && attempt < maxPatchRetries && ctx.Err() == nil {
+				continue
+			}
+			writeWarnings(w, warnings)
+			s.respond(w, r, req.res, st, out)
+			return
 		}
 		if pod, ok := obj.(*corev1.Pod); ok {
 			writeWarnings(w, warnings)
@@ -707,10 +724,14 @@ func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, 
 	if gatesRemoved(current.GetSpec().GetSchedulingGates(), pod.GetSpec().GetSchedulingGates()) {
 		allowed.SchedulingGates = pod.GetSpec().GetSchedulingGates()
 	}
+	if errs := activeDeadlineUpdate(current.GetSpec().ActiveDeadlineSeconds, pod.GetSpec().ActiveDeadlineSeconds); len(errs) > 0 {
+		return validate.InvalidStatus("Pod", name, errs), nil
+	}
+	allowed.ActiveDeadlineSeconds = pod.GetSpec().ActiveDeadlineSeconds
 	if !proto.Equal(allowed, pod.GetSpec()) {
 		return invalid("Pod", name, []*corev1.StatusCause{{Type: "FieldValueForbidden", Field: "spec",
-			Message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image` or `spec.tolerations` (only additions to existing tolerations)"}},
-			"Pod %q is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image` or `spec.tolerations` (only additions to existing tolerations)", name), nil
+			Message: "Forbidden: pod updates may not change fields other than " + updatablePodSpecFields}},
+			"Pod %q is invalid: spec: Forbidden: pod updates may not change fields other than %s", name, updatablePodSpecFields), nil
 	}
 	if current.GetMetadata().GetDeletionTimestamp() != nil {
 		// kube's ValidateObjectMetaUpdate: finalizers may only go.
@@ -766,6 +787,30 @@ func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, 
 		}
 	}
 	return ok, out
+}
+
+// updatablePodSpecFields names what a pod update may change (kube's
+// list, but for terminationGracePeriodSeconds, which podflow never
+// stores negative).
+const updatablePodSpecFields = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`," +
+	"`spec.tolerations` (only additions to existing tolerations)"
+
+// activeDeadlineUpdate checks a change of spec.activeDeadlineSeconds as
+// kube's ValidatePodUpdate: it may be set where there was none, or
+// lowered, never raised or removed.
+func activeDeadlineUpdate(old, next *int64) field.ErrorList {
+	p := field.NewPath("spec", "activeDeadlineSeconds")
+	switch {
+	case next == nil && old != nil:
+		return field.ErrorList{field.Invalid(p, next, "must not update from a positive integer to nil value")}
+	case next == nil:
+		return nil
+	case *next < 0 || *next > math.MaxInt32:
+		return field.ErrorList{field.Invalid(p, *next, utilvalidation.InclusiveRangeError(0, math.MaxInt32))}
+	case old != nil && *old < *next:
+		return field.ErrorList{field.Invalid(p, *next, "must be less than or equal to previous value")}
+	}
+	return nil
 }
 
 // gatesRemoved reports whether next is current with gates removed (or
