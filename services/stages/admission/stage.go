@@ -95,7 +95,12 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return err
 	}
+	rc, err := s.runtimeClass(ctx, in.GetPod())
+	if err != nil {
+		return err
+	}
 	state := State{
+		RuntimeClass:    rc,
 		Namespace:       nsObj,
 		ServiceAccount:  sa,
 		LimitRanges:     limits,
@@ -245,6 +250,29 @@ func (s *Stage) namespace(ctx context.Context, name string) (*corev1.Namespace, 
 		return nil, nil
 	}
 	return ns, err
+}
+
+// runtimeClass returns the RuntimeClass the pod names, read from the
+// store (a linearizable read, so a class just created or deleted is
+// seen, as kube's plugin looks a lister miss up live); nil when it names
+// none or there is none by that name.
+func (s *Stage) runtimeClass(ctx context.Context, pod *corev1.Pod) (*RuntimeClass, error) {
+	name := pod.GetSpec().GetRuntimeClassName()
+	if name == "" {
+		return nil, nil
+	}
+	obj, err := s.env.Store.GetKind(ctx, objects.RuntimeClasses, "", name)
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	u, ok := obj.(*corev1.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("admission: RuntimeClass %q is stored as %T", name, obj)
+	}
+	return RuntimeClassFromStore(u)
 }
 
 // serviceAccount returns the pod's ServiceAccount, for its
