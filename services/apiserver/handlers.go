@@ -747,6 +747,9 @@ func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, 
 		p.Metadata.Annotations = pod.GetMetadata().GetAnnotations()
 		p.Metadata.ManagedFields = pod.GetMetadata().GetManagedFields()
 		p.Metadata.Finalizers = pod.GetMetadata().GetFinalizers()
+		if !proto.Equal(p.GetSpec(), allowed) {
+			p.Metadata.Generation++ // kube's updatePodGeneration
+		}
 		p.Spec = proto.CloneOf(allowed)
 	}
 	next := proto.CloneOf(current)

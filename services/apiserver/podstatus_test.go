@@ -64,8 +64,8 @@ func TestPodStatusSubresource(t *testing.T) {
 	for _, c := range updated.Status.Conditions {
 		found = found || (c.Type == "StatusUpdated" && c.Status == k8scorev1.ConditionTrue)
 	}
-	if !found || updated.Spec.Containers[0].Image != "nginx" {
-		t.Errorf("updated: conditions %v image %q", updated.Status.Conditions, updated.Spec.Containers[0].Image)
+	if !found || updated.Spec.Containers[0].Image != "nginx" || updated.Generation != 1 {
+		t.Errorf("updated: conditions %v image %q generation %d", updated.Status.Conditions, updated.Spec.Containers[0].Image, updated.Generation)
 	}
 	// An update from a stale read is a conflict.
 	if _, err := pods.UpdateStatus(ctx, got, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
@@ -105,21 +105,23 @@ func TestPodActiveDeadlineUpdate(t *testing.T) {
 		return pods.Update(ctx, p, metav1.UpdateOptions{})
 	}
 	for _, step := range []struct {
-		value *int64
-		err   string // "" = accepted
+		value      *int64
+		err        string // "" = accepted
+		generation int64  // after an accepted step: each spec change bumps it
 	}{
-		{ptr.To[int64](30), ""},
-		{ptr.To[int64](5), ""},
-		{ptr.To[int64](10), "spec.activeDeadlineSeconds: Invalid value: 10: must be less than or equal to previous value"},
-		{ptr.To[int64](-1), "spec.activeDeadlineSeconds: Invalid value: -1: must be between 0 and 2147483647, inclusive"},
-		{nil, "spec.activeDeadlineSeconds: Invalid value: null: must not update from a positive integer to nil value"},
+		{ptr.To[int64](30), "", 2},
+		{ptr.To[int64](5), "", 3},
+		{ptr.To[int64](5), "", 3},
+		{ptr.To[int64](10), "spec.activeDeadlineSeconds: Invalid value: 10: must be less than or equal to previous value", 0},
+		{ptr.To[int64](-1), "spec.activeDeadlineSeconds: Invalid value: -1: must be between 0 and 2147483647, inclusive", 0},
+		{nil, "spec.activeDeadlineSeconds: Invalid value: null: must not update from a positive integer to nil value", 0},
 	} {
 		p, err := set(step.value)
 		switch {
 		case step.err == "" && err != nil:
 			t.Errorf("set %v: %v", step.value, err)
-		case step.err == "" && *p.Spec.ActiveDeadlineSeconds != *step.value:
-			t.Errorf("set %d: stored %v", *step.value, p.Spec.ActiveDeadlineSeconds)
+		case step.err == "" && (*p.Spec.ActiveDeadlineSeconds != *step.value || p.Generation != step.generation):
+			t.Errorf("set %d: stored %v, generation %d (want %d)", *step.value, p.Spec.ActiveDeadlineSeconds, p.Generation, step.generation)
 		case step.err != "" && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), step.err)):
 			t.Errorf("set %v: %v, want Invalid %q", step.value, err, step.err)
 		}
