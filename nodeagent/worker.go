@@ -161,6 +161,12 @@ type ctr struct {
 
 	crash     retry // CrashLoopBackOff: when the container may start again
 	inBackoff bool  // waiting state already says why it is not started
+	// configRetry: after a CreateContainerConfigError, when to make the
+	// container's configuration again. No instance was created, so there
+	// is no crash back-off: kubelet's pod worker syncs again after its
+	// backOffPeriod (CrashLoopBackOff.Initial, 10s), and at once on a pod
+	// update (onMeta resets it).
+	configRetry time.Time
 	pull      retry // ImagePullBackOff: when the image may be pulled again
 
 	probes []*probeState
@@ -594,6 +600,9 @@ func (w *worker) ensureVolumes(ctx context.Context, now time.Time) (wake time.Ti
 // it returns when to sync again.
 func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time.Time {
 	name, image := c.spec.GetName(), c.spec.GetImage()
+	if now.Before(c.configRetry) {
+		return c.configRetry
+	}
 	if !c.crash.Ready(now) {
 		if !c.inBackoff {
 			c.inBackoff = true
@@ -666,7 +675,13 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 		}
 		reason := string(CodeOf(err, CodeRunContainer))
 		msg := message(err)
-		at := c.crash.Next(now)
+		var at time.Time
+		if CodeOf(err, CodeRunContainer) == CodeCreateContainerConfig {
+			c.configRetry = now.Add(w.d.cfg.CrashLoopBackOff.Initial)
+			at = c.configRetry
+		} else {
+			at = c.crash.Next(now)
+		}
 		c.inBackoff = true
 		c.setWaiting(reason, msg)
 		w.rep.Warn("Failed", "Error: "+msg)
