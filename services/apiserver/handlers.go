@@ -106,7 +106,7 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		writeWarnings(w, []string{req.res.cr.Warning}) // a deprecated version
 	}
 	needsName := req.verb != "create" && req.verb != "list" && req.verb != "watch" && req.verb != "deletecollection"
-	if needsName != (req.name != "") || (req.res.readOnly && req.verb != "get" && req.verb != "list" && req.verb != "watch") ||
+	if needsName != (req.name != "") || (req.res.readOnly && req.res.unview == nil && req.verb != "get" && req.verb != "list" && req.verb != "watch") ||
 		(req.res.store.Name == "" && req.verb != "create") {
 		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
 		return
