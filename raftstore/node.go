@@ -172,7 +172,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("raftstore: bootstrap: %w", err)
 		}
 	}
-	logs, err := raft.NewLogCache(4096, n.store)
+	logs, err := newLogCache(logCacheEntries, logCacheBytes, n.store)
 	if err != nil {
 		return fmt.Errorf("raftstore: log cache: %w", err)
 	}

@@ -199,16 +199,16 @@ func (s *Server) read(ctx context.Context, res *resource, ns, name string, opts 
 	return obj, nil
 }
 
-// get reads one object: the latest without a resourceVersion, any with
-// "0" (a replica's local state), one not older than a given revision
-// otherwise (waiting for the store to reach it, as a watch does).
+// get reads one object: the latest without a resourceVersion or with "0"
+// ("any, the newest preferred": a client that reads with "0" right after
+// its own write expects that write, as kube-apiserver's watch cache gives
+// it in practice, and one object's read is cheap; a follower's local state
+// may be behind it), one not older than a given revision otherwise
+// (waiting for the store to reach it, as a watch does).
 func (s *Server) get(ctx context.Context, w http.ResponseWriter, r *http.Request, req *request) {
-	var opts []raftstore.ReadOption
 	var atLeast int64
 	switch rv := r.URL.Query().Get("resourceVersion"); rv {
-	case "":
-	case "0":
-		opts = append(opts, raftstore.Stale())
+	case "", "0":
 	default:
 		n, err := strconv.ParseInt(rv, 10, 64)
 		if err != nil || n < 0 {
@@ -217,7 +217,7 @@ func (s *Server) get(ctx context.Context, w http.ResponseWriter, r *http.Request
 		}
 		atLeast = n
 	}
-	obj, st := s.read(ctx, req.res, req.namespace, req.name, opts...)
+	obj, st := s.read(ctx, req.res, req.namespace, req.name)
 	var rev int64
 	if st == nil {
 		rev = objects.Revision(obj)

@@ -1,16 +1,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/podflow/podflow/bus"
-	"github.com/podflow/podflow/ops/client"
-	"github.com/podflow/podflow/ops/processes/plan"
 	"github.com/podflow/podflow/ops/processes/up"
 )
 
@@ -49,48 +44,20 @@ certificate of the cluster CA: hand them to NAME, who runs podflow with
 --remove deletes the user, and the server disconnects it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cc, err := client.LoadConfig(cfgPath)
+			cc, l, err := adminLayout(cfgPath)
 			if err != nil {
 				return err
 			}
-			if cc.DataDir == "" {
-				return errors.New("the client configuration names no data directory: run this as the admin, with the configuration `podflow up` wrote")
-			}
-			l := plan.Layout{Dir: cc.DataDir}
 			name := args[0]
 			if remove {
-				if err := bus.RemoveUser(l.Credentials(), name); err != nil {
+				if err := up.RemoveBusUser(l, name); err != nil {
 					return err
 				}
-				_ = os.Remove(l.UserBusConfig(name))
-				_ = os.Remove(l.UserClientConfig(name))
-				tls := l.BusTLS(bus.UserRole(name))
-				_ = os.Remove(tls.CertFile)
-				_ = os.Remove(tls.KeyFile)
 				fmt.Fprintf(cmd.OutOrStdout(), "bus user %s removed\n", bus.UserRole(name))
 				return nil
 			}
-			admin, err := bus.ReadClientConfig(cc.NATS)
+			u, err := up.AddBusUser(l, cc, name)
 			if err != nil {
-				return err
-			}
-			u, err := bus.AddUser(l.Credentials(), name)
-			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(filepath.Dir(l.UserBusConfig(name)), 0o700); err != nil {
-				return err
-			}
-			var files bus.TLSFiles
-			if admin.TLSFiles.CAFile != "" { // up --cluster: a client certificate of the cluster CA too
-				if files, err = up.IssueBusClientCert(l, u.Role); err != nil {
-					return err
-				}
-			}
-			if err := bus.WriteClientConfigTLS(l.UserBusConfig(name), admin.URLs, u, files); err != nil {
-				return err
-			}
-			if err := client.WriteConfig(l.UserClientConfig(name), client.Config{NATS: l.UserBusConfig(name), SealKey: cc.SealKey}); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "bus user %s for %q\n  bus credentials:      %s\n  client configuration: %s\n",

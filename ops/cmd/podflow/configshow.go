@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -41,15 +40,7 @@ hand. It holds the role's password: keep it as the process's own file.`,
 			if err != nil {
 				return err
 			}
-			b, err := os.ReadFile(l.RoleConfig(args[0]))
-			if errors.Is(err, os.ErrNotExist) {
-				entries, _ := filepath.Glob(l.RoleConfig("*"))
-				var roles []string
-				for _, e := range entries {
-					roles = append(roles, filepath.Base(e[:len(e)-len(".json")]))
-				}
-				return fmt.Errorf("no role %q here; the roles are %v", args[0], roles)
-			}
+			b, err := l.ReadRoleConfig(args[0])
 			if err != nil {
 				return err
 			}
@@ -73,7 +64,7 @@ func newConfigKubeconfigCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := os.ReadFile(filepath.Join(l.Dir, "kubeconfig"))
+			b, err := os.ReadFile(l.Kubeconfig())
 			if errors.Is(err, os.ErrNotExist) {
 				return errors.New("no kubeconfig here: the first server of a cluster of several holds the admin's")
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -66,22 +67,13 @@ func (f *storeConnFlags) explicit() bool {
 	return pf.Changed("nats-url") || pf.Changed("nats-user") || os.Getenv("PODFLOW_NATS_URL") != "" || os.Getenv("PODFLOW_NATS_USER") != ""
 }
 
-func (f *storeConnFlags) connect(name string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
-	if f.user != "" {
-		opts = append(opts, nats.UserInfo(f.user, f.password), nats.CustomInboxPrefix(bus.InboxPrefix(f.user)))
-	}
-	if f.tls.CAFile != "" {
-		opts = append(opts, nats.RootCAs(f.tls.CAFile))
-		if f.tls.CertFile != "" {
-			opts = append(opts, nats.ClientCert(f.tls.CertFile, f.tls.KeyFile))
-		}
-	}
-	nc, err := nats.Connect(f.url, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %q: %w", f.url, err)
-	}
-	return nc, nil
+// connect dials the bus the flags name, trying for up to ten seconds.
+func (f *storeConnFlags) connect(ctx context.Context, name string) (*bus.Conn, error) {
+	cfg := bus.DefaultConfig()
+	cfg.Name, cfg.URLs, cfg.User, cfg.Password, cfg.TLSFiles = name, strings.Split(f.url, ","), f.user, f.password, f.tls
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return bus.Connect(ctx, cfg)
 }
 
 // client connects a store client for the administration commands; closeFn
@@ -91,10 +83,11 @@ func (f *storeConnFlags) client(ctx context.Context) (c *raftstore.Client, close
 	var nc *nats.Conn
 	sc := raftstore.DefaultClientConfig()
 	if f.explicit() {
-		if nc, err = f.connect(name); err != nil {
+		bc, err := f.connect(ctx, name)
+		if err != nil {
 			return nil, nil, err
 		}
-		closeFn = nc.Close
+		nc, closeFn = bc.NATS(), bc.Close
 	} else {
 		sess, err := openCLI(ctx, f.config, name)
 		if err != nil {
@@ -157,12 +150,13 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 				}
 			}
 			cfg.LogLevel = logLevel
-			nc, err := conn.connect("podflow store " + cfg.ID)
+			bc, err := conn.connect(cmd.Context(), "podflow store "+cfg.ID)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			return roles.StoreReplica(cmd.Context(), cfg, nc, cmd.ErrOrStderr())
+			// A replica that stops has nothing to flush: its writes are in raft.
+			defer bc.NATS().Close()
+			return roles.StoreReplica(cmd.Context(), cfg, bc.NATS(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()

@@ -1,7 +1,11 @@
 package plan
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/podflow/podflow/bus"
 )
@@ -25,6 +29,25 @@ func (l Layout) Credentials() string { return filepath.Join(l.Dir, "nats", "cred
 func (l Layout) RoleConfig(role string) string {
 	return filepath.Join(l.Dir, "nats", "roles", role+".json")
 }
+
+// ReadRoleConfig reads role's bus client file; for a role that has none
+// the error names the roles there are.
+func (l Layout) ReadRoleConfig(role string) ([]byte, error) {
+	b, err := os.ReadFile(l.RoleConfig(role))
+	if errors.Is(err, os.ErrNotExist) {
+		entries, _ := filepath.Glob(l.RoleConfig("*"))
+		roles := make([]string, 0, len(entries))
+		for _, e := range entries {
+			roles = append(roles, strings.TrimSuffix(filepath.Base(e), ".json"))
+		}
+		return nil, fmt.Errorf("no role %q here; the roles are %v", role, roles)
+	}
+	return b, err
+}
+
+// Kubeconfig is the admin's kubeconfig, held by the first server of a
+// cluster.
+func (l Layout) Kubeconfig() string { return filepath.Join(l.Dir, "kubeconfig") }
 
 // UserBusConfig is the bus client file of apiUser's own NATS user
 // (`podflow config bus-user`): nats/users/user-<apiUser>.json.
