@@ -167,7 +167,7 @@ type ctr struct {
 	// backOffPeriod (CrashLoopBackOff.Initial, 10s), and at once on a pod
 	// update (onMeta resets it).
 	configRetry time.Time
-	pull      retry // ImagePullBackOff: when the image may be pulled again
+	pull        retry // ImagePullBackOff: when the image may be pulled again
 
 	probes []*probeState
 }
