@@ -131,6 +131,23 @@ func TestLogCopyUnterminated(t *testing.T) {
 			if got.String() != tc.written {
 				t.Errorf("read back %q, written %q", got.String(), tc.written)
 			}
+			// The last line, newline or not, is the tail of one line
+			// (FallbackToLogsOnError reads the log's end so).
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			off, err := LogStart(f, 1, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(path)
+			lines := strings.SplitAfter(strings.TrimSuffix(tc.written, "\n"), "\n")
+			last := lines[len(lines)-1]
+			if off < 0 || !strings.HasSuffix(string(b[off:]), last+"\n") || strings.Count(string(b[off:]), "\n") != 1 {
+				t.Errorf("tail 1 starts at %d: %q, want the record of %q", off, b[max(off, 0):], last)
+			}
 		})
 	}
 }
