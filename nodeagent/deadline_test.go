@@ -7,6 +7,7 @@ import (
 	"github.com/podflow/podflow/nodeagent/sim"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -93,6 +94,31 @@ func TestActiveDeadlineSeconds(t *testing.T) {
 		e := newEnv(t)
 		p := newPod("deadline-pull", activeDeadline(20), annotate(sim.AnnotationImagePull, sim.Fail))
 		e.bind(p)
+		failedByDeadline(t, e, p)
+	})
+
+	t.Run("set on a running pod", func(t *testing.T) {
+		// The API lets an update set the deadline (conformance: "Pods
+		// should allow activeDeadlineSeconds to be updated"); the worker
+		// of the running pod takes it.
+		e := newEnv(t)
+		p := newPod("deadline-updated")
+		e.bind(p)
+		e.waitStatus(p.Metadata.Uid, "Running", runningReady)
+		updated := proto.CloneOf(p)
+		activeDeadline(30)(updated)
+		e.bind(updated)
+		failedByDeadline(t, e, p)
+	})
+
+	t.Run("an update without one keeps it", func(t *testing.T) {
+		e := newEnv(t)
+		p := newPod("deadline-kept", activeDeadline(30))
+		e.bind(p)
+		e.waitStatus(p.Metadata.Uid, "Running", runningReady)
+		stale := proto.CloneOf(p)
+		stale.Spec.ActiveDeadlineSeconds = nil
+		e.bind(stale)
 		failedByDeadline(t, e, p)
 	})
 

@@ -173,7 +173,9 @@ func (w *worker) nextVolumeSync(now time.Time) time.Time {
 // onMeta takes a pod update's metadata as kubelet's pod worker does: of
 // what may change on a running pod, the labels and annotations are what
 // the worker shows (downwardAPI volumes, and the environment of
-// containers started from now on); a change re-syncs the volumes at once.
+// containers started from now on); a change re-syncs the volumes at once
+// and configures a container waiting in CreateContainerConfigError again
+// at once (its subPathExpr may name an annotation that has just come).
 func (w *worker) onMeta(md *corev1.ObjectMeta) {
 	cur := w.pod.GetMetadata()
 	if cur == nil || (maps.Equal(cur.GetLabels(), md.GetLabels()) && maps.Equal(cur.GetAnnotations(), md.GetAnnotations())) {
@@ -181,6 +183,9 @@ func (w *worker) onMeta(md *corev1.ObjectMeta) {
 	}
 	cur.Labels, cur.Annotations = md.GetLabels(), md.GetAnnotations()
 	w.remount = true
+	for _, c := range w.all() { // a fieldRef may read them: configure again at once
+		c.configRetry = time.Time{}
+	}
 }
 
 // refreshVolumes is kubelet's remount on sync (the volume manager's

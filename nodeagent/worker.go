@@ -163,7 +163,13 @@ type ctr struct {
 
 	crash     retry // CrashLoopBackOff: when the container may start again
 	inBackoff bool  // waiting state already says why it is not started
-	pull      retry // ImagePullBackOff: when the image may be pulled again
+	// configRetry: after a CreateContainerConfigError, when to make the
+	// container's configuration again. No instance was created, so there
+	// is no crash back-off: kubelet's pod worker syncs again after its
+	// backOffPeriod (CrashLoopBackOff.Initial, 10s), and at once on a pod
+	// update (onMeta resets it).
+	configRetry time.Time
+	pull        retry // ImagePullBackOff: when the image may be pulled again
 
 	probes []*probeState
 }
@@ -201,12 +207,14 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 // podUpdate is what a pod update (a redelivered bind, a reconcile) brings
 // the worker of a running pod: of what may change on a pod, its metadata
 // (the labels and annotations: onMeta), its containers' images (the one
-// container field an update may change: onImages) and its ephemeral
-// containers (added by kubectl debug: onEphemeral).
+// container field an update may change: onImages), its ephemeral
+// containers (added by kubectl debug: onEphemeral) and its
+// activeDeadlineSeconds (set or lowered: onDeadline).
 type podUpdate struct {
-	md     *corev1.ObjectMeta
-	images podImages
-	ephs   []*corev1.EphemeralContainer
+	md       *corev1.ObjectMeta
+	images   podImages
+	ephs     []*corev1.EphemeralContainer
+	deadline *int64
 }
 
 // update hands the worker the store's current pod. An update the worker
@@ -215,7 +223,8 @@ type podUpdate struct {
 // read) keeps the one pending. The agent calls update with its mutex
 // held: one sender at a time, so the send after the drain never blocks.
 func (w *worker) update(pod *corev1.Pod) {
-	u := podUpdate{md: vt.Clone(pod.GetMetadata()), images: imagesOf(pod), ephs: pod.GetSpec().GetEphemeralContainers()}
+	u := podUpdate{md: vt.Clone(pod.GetMetadata()), images: imagesOf(pod), ephs: pod.GetSpec().GetEphemeralContainers(),
+		deadline: pod.GetSpec().ActiveDeadlineSeconds}
 	select {
 	case pending := <-w.updateCh:
 		if len(u.ephs) == 0 {
@@ -234,6 +243,23 @@ func (w *worker) onUpdate(u podUpdate) {
 	w.onMeta(u.md)
 	w.onImages(u.images)
 	w.onEphemeral(u.ephs)
+	w.onDeadline(u.deadline)
+}
+
+// onDeadline takes the pod's new spec.activeDeadlineSeconds, as kubelet's
+// activeDeadlineHandler reads the current pod: the API lets an update set
+// it or lower it, and the next sync fails the pod once it has run that
+// long (counted from status.startTime). An update without one keeps the
+// current one: it may not be removed.
+func (w *worker) onDeadline(s *int64) {
+	cur := w.pod.GetSpec().ActiveDeadlineSeconds
+	if s == nil || (cur != nil && *cur == *s) {
+		return
+	}
+	spec := vt.Clone(w.pod.GetSpec())
+	v := *s
+	spec.ActiveDeadlineSeconds = &v
+	w.pod.Spec = spec
 }
 
 func (w *worker) newCtr(spec *corev1.Container, init bool) *ctr {
@@ -583,6 +609,9 @@ func (w *worker) ensureVolumes(ctx context.Context, now time.Time) (wake time.Ti
 // it returns when to sync again.
 func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time.Time {
 	name, image := c.spec.GetName(), c.spec.GetImage()
+	if now.Before(c.configRetry) {
+		return c.configRetry
+	}
 	if !c.crash.Ready(now) {
 		if !c.inBackoff {
 			c.inBackoff = true
@@ -655,7 +684,13 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 		}
 		reason := string(CodeOf(err, CodeRunContainer))
 		msg := message(err)
-		at := c.crash.Next(now)
+		var at time.Time
+		if CodeOf(err, CodeRunContainer) == CodeCreateContainerConfig {
+			c.configRetry = now.Add(w.d.cfg.CrashLoopBackOff.Initial)
+			at = c.configRetry
+		} else {
+			at = c.crash.Next(now)
+		}
 		c.inBackoff = true
 		c.setWaiting(reason, msg)
 		w.rep.Warn("Failed", "Error: "+msg)

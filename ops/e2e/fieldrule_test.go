@@ -16,8 +16,8 @@ func kubectlRefusedFields(t *testing.T, k *kubectl) {
 	tests := []struct {
 		name, spec, want string
 	}{
-		{"decode", "  overhead: {cpu: 10m}\n",
-			`The Pod "refused" is invalid: spec.overhead: Forbidden: podflow does not support pod overhead (RuntimeClass)`},
+		{"decode", "  resources: {limits: {cpu: 10m}}\n",
+			`The Pod "refused" is invalid: spec.resources: Forbidden: podflow does not support pod-level resources`},
 		{"admission", "  volumes:\n  - name: d\n    persistentVolumeClaim: {claimName: data}\n",
 			`The Pod "refused" is invalid: spec.volumes[0].persistentVolumeClaim: Forbidden: podflow does not support PersistentVolumeClaims`},
 	}
@@ -56,8 +56,8 @@ func podflowApplyRefusedFields(t *testing.T, c *cluster) {
 		name, spec string
 		want       []string
 	}{
-		{"decode", "  overhead: {cpu: 10m}\n",
-			[]string{`The Pod "refused" is invalid: spec.overhead: Forbidden: podflow does not support pod overhead (RuntimeClass)`}},
+		{"decode", "  resources: {limits: {cpu: 10m}}\n",
+			[]string{`The Pod "refused" is invalid: spec.resources: Forbidden: podflow does not support pod-level resources`}},
 		{"admission", "  volumes:\n  - name: d\n    persistentVolumeClaim: {claimName: data}\n",
 			[]string{"(Invalid)", "spec.volumes[0].persistentVolumeClaim: Forbidden: podflow does not support PersistentVolumeClaims"}},
 	}

@@ -4445,7 +4445,14 @@ type PodSpec struct {
 	// <hostname>.<subdomain>.<namespace>.svc.<cluster domain>.
 	Subdomain string `protobuf:"bytes,40,opt,name=subdomain,proto3" json:"subdomain,omitempty"`
 	// host_aliases are added to the pod's /etc/hosts.
-	HostAliases   []*HostAlias `protobuf:"bytes,41,rep,name=host_aliases,json=hostAliases,proto3" json:"host_aliases,omitempty"`
+	HostAliases []*HostAlias `protobuf:"bytes,41,rep,name=host_aliases,json=hostAliases,proto3" json:"host_aliases,omitempty"`
+	// runtime_class_name names a node.k8s.io RuntimeClass; admission
+	// refuses a pod naming none that exists and applies its overhead and
+	// scheduling.
+	RuntimeClassName string `protobuf:"bytes,45,opt,name=runtime_class_name,json=runtimeClassName,proto3" json:"runtime_class_name,omitempty"`
+	// overhead: the RuntimeClass's podFixed overhead, set by admission
+	// (resource name -> quantity).
+	Overhead      map[string]string `protobuf:"bytes,46,rep,name=overhead,proto3" json:"overhead,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4693,6 +4700,20 @@ func (x *PodSpec) GetSubdomain() string {
 func (x *PodSpec) GetHostAliases() []*HostAlias {
 	if x != nil {
 		return x.HostAliases
+	}
+	return nil
+}
+
+func (x *PodSpec) GetRuntimeClassName() string {
+	if x != nil {
+		return x.RuntimeClassName
+	}
+	return ""
+}
+
+func (x *PodSpec) GetOverhead() map[string]string {
+	if x != nil {
+		return x.Overhead
 	}
 	return nil
 }
@@ -8469,8 +8490,11 @@ type Event struct {
 	Action             string                 `protobuf:"bytes,11,opt,name=action,proto3" json:"action,omitempty"`
 	ReportingComponent string                 `protobuf:"bytes,12,opt,name=reporting_component,json=reportingComponent,proto3" json:"reporting_component,omitempty"`
 	ReportingInstance  string                 `protobuf:"bytes,13,opt,name=reporting_instance,json=reportingInstance,proto3" json:"reporting_instance,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// series: the recurrence of an event (core/v1 EventSeries).
+	Series        *EventSeries     `protobuf:"bytes,14,opt,name=series,proto3" json:"series,omitempty"`
+	Related       *ObjectReference `protobuf:"bytes,15,opt,name=related,proto3" json:"related,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
@@ -8594,6 +8618,72 @@ func (x *Event) GetReportingInstance() string {
 	return ""
 }
 
+func (x *Event) GetSeries() *EventSeries {
+	if x != nil {
+		return x.Series
+	}
+	return nil
+}
+
+func (x *Event) GetRelated() *ObjectReference {
+	if x != nil {
+		return x.Related
+	}
+	return nil
+}
+
+type EventSeries struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Count            int32                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	LastObservedTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=last_observed_time,json=lastObservedTime,proto3" json:"last_observed_time,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *EventSeries) Reset() {
+	*x = EventSeries{}
+	mi := &file_corev1_core_proto_msgTypes[119]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventSeries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventSeries) ProtoMessage() {}
+
+func (x *EventSeries) ProtoReflect() protoreflect.Message {
+	mi := &file_corev1_core_proto_msgTypes[119]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventSeries.ProtoReflect.Descriptor instead.
+func (*EventSeries) Descriptor() ([]byte, []int) {
+	return file_corev1_core_proto_rawDescGZIP(), []int{119}
+}
+
+func (x *EventSeries) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *EventSeries) GetLastObservedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastObservedTime
+	}
+	return nil
+}
+
 // LimitRange carries namespace default requests and limits applied by the
 // mutating admission stage (core/v1 LimitRange, Container type only).
 type LimitRangeItem struct {
@@ -8609,7 +8699,7 @@ type LimitRangeItem struct {
 
 func (x *LimitRangeItem) Reset() {
 	*x = LimitRangeItem{}
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8621,7 +8711,7 @@ func (x *LimitRangeItem) String() string {
 func (*LimitRangeItem) ProtoMessage() {}
 
 func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[119]
+	mi := &file_corev1_core_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8634,7 +8724,7 @@ func (x *LimitRangeItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeItem.ProtoReflect.Descriptor instead.
 func (*LimitRangeItem) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{119}
+	return file_corev1_core_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *LimitRangeItem) GetType() string {
@@ -8681,7 +8771,7 @@ type LimitRangeSpec struct {
 
 func (x *LimitRangeSpec) Reset() {
 	*x = LimitRangeSpec{}
-	mi := &file_corev1_core_proto_msgTypes[120]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8693,7 +8783,7 @@ func (x *LimitRangeSpec) String() string {
 func (*LimitRangeSpec) ProtoMessage() {}
 
 func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[120]
+	mi := &file_corev1_core_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8706,7 +8796,7 @@ func (x *LimitRangeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRangeSpec.ProtoReflect.Descriptor instead.
 func (*LimitRangeSpec) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{120}
+	return file_corev1_core_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *LimitRangeSpec) GetLimits() []*LimitRangeItem {
@@ -8726,7 +8816,7 @@ type LimitRange struct {
 
 func (x *LimitRange) Reset() {
 	*x = LimitRange{}
-	mi := &file_corev1_core_proto_msgTypes[121]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8738,7 +8828,7 @@ func (x *LimitRange) String() string {
 func (*LimitRange) ProtoMessage() {}
 
 func (x *LimitRange) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[121]
+	mi := &file_corev1_core_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8751,7 +8841,7 @@ func (x *LimitRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitRange.ProtoReflect.Descriptor instead.
 func (*LimitRange) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{121}
+	return file_corev1_core_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *LimitRange) GetMetadata() *ObjectMeta {
@@ -8781,7 +8871,7 @@ type StatusCause struct {
 
 func (x *StatusCause) Reset() {
 	*x = StatusCause{}
-	mi := &file_corev1_core_proto_msgTypes[122]
+	mi := &file_corev1_core_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8793,7 +8883,7 @@ func (x *StatusCause) String() string {
 func (*StatusCause) ProtoMessage() {}
 
 func (x *StatusCause) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[122]
+	mi := &file_corev1_core_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8806,7 +8896,7 @@ func (x *StatusCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusCause.ProtoReflect.Descriptor instead.
 func (*StatusCause) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{122}
+	return file_corev1_core_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *StatusCause) GetType() string {
@@ -8853,7 +8943,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_corev1_core_proto_msgTypes[123]
+	mi := &file_corev1_core_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8865,7 +8955,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[123]
+	mi := &file_corev1_core_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8878,7 +8968,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{123}
+	return file_corev1_core_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *Status) GetStatus() string {
@@ -8956,7 +9046,7 @@ type Unstructured struct {
 
 func (x *Unstructured) Reset() {
 	*x = Unstructured{}
-	mi := &file_corev1_core_proto_msgTypes[124]
+	mi := &file_corev1_core_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8968,7 +9058,7 @@ func (x *Unstructured) String() string {
 func (*Unstructured) ProtoMessage() {}
 
 func (x *Unstructured) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[124]
+	mi := &file_corev1_core_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8981,7 +9071,7 @@ func (x *Unstructured) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unstructured.ProtoReflect.Descriptor instead.
 func (*Unstructured) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{124}
+	return file_corev1_core_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *Unstructured) GetMetadata() *ObjectMeta {
@@ -9024,7 +9114,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_corev1_core_proto_msgTypes[125]
+	mi := &file_corev1_core_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9036,7 +9126,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[125]
+	mi := &file_corev1_core_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9049,7 +9139,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{125}
+	return file_corev1_core_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -9087,7 +9177,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_corev1_core_proto_msgTypes[126]
+	mi := &file_corev1_core_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9099,7 +9189,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[126]
+	mi := &file_corev1_core_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9112,7 +9202,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{126}
+	return file_corev1_core_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *NodeAllocation) GetMetadata() *ObjectMeta {
@@ -9143,7 +9233,7 @@ type AllocatedPod struct {
 
 func (x *AllocatedPod) Reset() {
 	*x = AllocatedPod{}
-	mi := &file_corev1_core_proto_msgTypes[127]
+	mi := &file_corev1_core_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9155,7 +9245,7 @@ func (x *AllocatedPod) String() string {
 func (*AllocatedPod) ProtoMessage() {}
 
 func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[127]
+	mi := &file_corev1_core_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9168,7 +9258,7 @@ func (x *AllocatedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocatedPod.ProtoReflect.Descriptor instead.
 func (*AllocatedPod) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{127}
+	return file_corev1_core_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *AllocatedPod) GetNamespace() string {
@@ -9227,7 +9317,7 @@ type PriorityClass struct {
 
 func (x *PriorityClass) Reset() {
 	*x = PriorityClass{}
-	mi := &file_corev1_core_proto_msgTypes[128]
+	mi := &file_corev1_core_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9239,7 +9329,7 @@ func (x *PriorityClass) String() string {
 func (*PriorityClass) ProtoMessage() {}
 
 func (x *PriorityClass) ProtoReflect() protoreflect.Message {
-	mi := &file_corev1_core_proto_msgTypes[128]
+	mi := &file_corev1_core_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9252,7 +9342,7 @@ func (x *PriorityClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityClass.ProtoReflect.Descriptor instead.
 func (*PriorityClass) Descriptor() ([]byte, []int) {
-	return file_corev1_core_proto_rawDescGZIP(), []int{128}
+	return file_corev1_core_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *PriorityClass) GetMetadata() *ObjectMeta {
@@ -9709,7 +9799,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x15_node_affinity_policyB\x15\n" +
 	"\x13_node_taints_policy\"'\n" +
 	"\x11PodSchedulingGate\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xd3\x0f\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x82\x11\n" +
 	"\aPodSpec\x121\n" +
 	"\avolumes\x18\x01 \x03(\v2\x17.podflow.core.v1.VolumeR\avolumes\x12C\n" +
 	"\x0finit_containers\x18\x02 \x03(\v2\x1a.podflow.core.v1.ContainerR\x0einitContainers\x12:\n" +
@@ -9746,8 +9836,13 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x12image_pull_secrets\x18\x1d \x03(\v2%.podflow.core.v1.LocalObjectReferenceR\x10imagePullSecrets\x12V\n" +
 	"\x14ephemeral_containers\x18\x1c \x03(\v2#.podflow.core.v1.EphemeralContainerR\x13ephemeralContainers\x12\x1c\n" +
 	"\tsubdomain\x18( \x01(\tR\tsubdomain\x12=\n" +
-	"\fhost_aliases\x18) \x03(\v2\x1a.podflow.core.v1.HostAliasR\vhostAliases\x1a?\n" +
+	"\fhost_aliases\x18) \x03(\v2\x1a.podflow.core.v1.HostAliasR\vhostAliases\x12,\n" +
+	"\x12runtime_class_name\x18- \x01(\tR\x10runtimeClassName\x12B\n" +
+	"\boverhead\x18. \x03(\v2&.podflow.core.v1.PodSpec.OverheadEntryR\boverhead\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
+	"\rOverheadEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
 	"!_termination_grace_period_secondsB\v\n" +
@@ -10117,7 +10212,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\brole_ref\x18\x03 \x01(\v2\x18.podflow.core.v1.RoleRefR\aroleRef\"?\n" +
 	"\vEventSource\x12\x1c\n" +
 	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x12\n" +
-	"\x04host\x18\x02 \x01(\tR\x04host\"\xd8\x04\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\"\xca\x05\n" +
 	"\x05Event\x127\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x12I\n" +
 	"\x0finvolved_object\x18\x02 \x01(\v2 .podflow.core.v1.ObjectReferenceR\x0einvolvedObject\x12\x16\n" +
@@ -10133,7 +10228,12 @@ const file_corev1_core_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\teventTime\x12\x16\n" +
 	"\x06action\x18\v \x01(\tR\x06action\x12/\n" +
 	"\x13reporting_component\x18\f \x01(\tR\x12reportingComponent\x12-\n" +
-	"\x12reporting_instance\x18\r \x01(\tR\x11reportingInstance\"\xb1\x04\n" +
+	"\x12reporting_instance\x18\r \x01(\tR\x11reportingInstance\x124\n" +
+	"\x06series\x18\x0e \x01(\v2\x1c.podflow.core.v1.EventSeriesR\x06series\x12:\n" +
+	"\arelated\x18\x0f \x01(\v2 .podflow.core.v1.ObjectReferenceR\arelated\"m\n" +
+	"\vEventSeries\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x05R\x05count\x12H\n" +
+	"\x12last_observed_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x10lastObservedTime\"\xb1\x04\n" +
 	"\x0eLimitRangeItem\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12F\n" +
 	"\adefault\x18\x02 \x03(\v2,.podflow.core.v1.LimitRangeItem.DefaultEntryR\adefault\x12\\\n" +
@@ -10215,7 +10315,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 146)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 148)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -10336,45 +10436,47 @@ var file_corev1_core_proto_goTypes = []any{
 	(*ClusterRoleBinding)(nil),                // 116: podflow.core.v1.ClusterRoleBinding
 	(*EventSource)(nil),                       // 117: podflow.core.v1.EventSource
 	(*Event)(nil),                             // 118: podflow.core.v1.Event
-	(*LimitRangeItem)(nil),                    // 119: podflow.core.v1.LimitRangeItem
-	(*LimitRangeSpec)(nil),                    // 120: podflow.core.v1.LimitRangeSpec
-	(*LimitRange)(nil),                        // 121: podflow.core.v1.LimitRange
-	(*StatusCause)(nil),                       // 122: podflow.core.v1.StatusCause
-	(*Status)(nil),                            // 123: podflow.core.v1.Status
-	(*Unstructured)(nil),                      // 124: podflow.core.v1.Unstructured
-	(*UserInfo)(nil),                          // 125: podflow.core.v1.UserInfo
-	(*NodeAllocation)(nil),                    // 126: podflow.core.v1.NodeAllocation
-	(*AllocatedPod)(nil),                      // 127: podflow.core.v1.AllocatedPod
-	(*PriorityClass)(nil),                     // 128: podflow.core.v1.PriorityClass
-	nil,                                       // 129: podflow.core.v1.ObjectMeta.LabelsEntry
-	nil,                                       // 130: podflow.core.v1.ObjectMeta.AnnotationsEntry
-	nil,                                       // 131: podflow.core.v1.ResourceRequirements.LimitsEntry
-	nil,                                       // 132: podflow.core.v1.ResourceRequirements.RequestsEntry
-	nil,                                       // 133: podflow.core.v1.LabelSelector.MatchLabelsEntry
-	nil,                                       // 134: podflow.core.v1.PodSpec.NodeSelectorEntry
-	nil,                                       // 135: podflow.core.v1.NodeStatus.CapacityEntry
-	nil,                                       // 136: podflow.core.v1.NodeStatus.AllocatableEntry
-	nil,                                       // 137: podflow.core.v1.ServiceSpec.SelectorEntry
-	nil,                                       // 138: podflow.core.v1.ConfigMap.DataEntry
-	nil,                                       // 139: podflow.core.v1.ConfigMap.BinaryDataEntry
-	nil,                                       // 140: podflow.core.v1.Secret.DataEntry
-	nil,                                       // 141: podflow.core.v1.LimitRangeItem.DefaultEntry
-	nil,                                       // 142: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	nil,                                       // 143: podflow.core.v1.LimitRangeItem.MaxEntry
-	nil,                                       // 144: podflow.core.v1.LimitRangeItem.MinEntry
-	nil,                                       // 145: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 146: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 147: google.protobuf.Struct
+	(*EventSeries)(nil),                       // 119: podflow.core.v1.EventSeries
+	(*LimitRangeItem)(nil),                    // 120: podflow.core.v1.LimitRangeItem
+	(*LimitRangeSpec)(nil),                    // 121: podflow.core.v1.LimitRangeSpec
+	(*LimitRange)(nil),                        // 122: podflow.core.v1.LimitRange
+	(*StatusCause)(nil),                       // 123: podflow.core.v1.StatusCause
+	(*Status)(nil),                            // 124: podflow.core.v1.Status
+	(*Unstructured)(nil),                      // 125: podflow.core.v1.Unstructured
+	(*UserInfo)(nil),                          // 126: podflow.core.v1.UserInfo
+	(*NodeAllocation)(nil),                    // 127: podflow.core.v1.NodeAllocation
+	(*AllocatedPod)(nil),                      // 128: podflow.core.v1.AllocatedPod
+	(*PriorityClass)(nil),                     // 129: podflow.core.v1.PriorityClass
+	nil,                                       // 130: podflow.core.v1.ObjectMeta.LabelsEntry
+	nil,                                       // 131: podflow.core.v1.ObjectMeta.AnnotationsEntry
+	nil,                                       // 132: podflow.core.v1.ResourceRequirements.LimitsEntry
+	nil,                                       // 133: podflow.core.v1.ResourceRequirements.RequestsEntry
+	nil,                                       // 134: podflow.core.v1.LabelSelector.MatchLabelsEntry
+	nil,                                       // 135: podflow.core.v1.PodSpec.NodeSelectorEntry
+	nil,                                       // 136: podflow.core.v1.PodSpec.OverheadEntry
+	nil,                                       // 137: podflow.core.v1.NodeStatus.CapacityEntry
+	nil,                                       // 138: podflow.core.v1.NodeStatus.AllocatableEntry
+	nil,                                       // 139: podflow.core.v1.ServiceSpec.SelectorEntry
+	nil,                                       // 140: podflow.core.v1.ConfigMap.DataEntry
+	nil,                                       // 141: podflow.core.v1.ConfigMap.BinaryDataEntry
+	nil,                                       // 142: podflow.core.v1.Secret.DataEntry
+	nil,                                       // 143: podflow.core.v1.LimitRangeItem.DefaultEntry
+	nil,                                       // 144: podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	nil,                                       // 145: podflow.core.v1.LimitRangeItem.MaxEntry
+	nil,                                       // 146: podflow.core.v1.LimitRangeItem.MinEntry
+	nil,                                       // 147: podflow.core.v1.NodeAllocation.PodsEntry
+	(*timestamppb.Timestamp)(nil),             // 148: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 149: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
-	129, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
-	130, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	146, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	146, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	130, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
+	131, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
+	148, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	148, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	146, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	147, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	148, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	149, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -10382,8 +10484,8 @@ var file_corev1_core_proto_depIdxs = []int32{
 	5,   // 12: podflow.core.v1.EnvVarSource.resource_field_ref:type_name -> podflow.core.v1.ResourceFieldSelector
 	7,   // 13: podflow.core.v1.EnvFromSource.config_map_ref:type_name -> podflow.core.v1.ConfigMapEnvSource
 	8,   // 14: podflow.core.v1.EnvFromSource.secret_ref:type_name -> podflow.core.v1.SecretEnvSource
-	131, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
-	132, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
+	132, // 15: podflow.core.v1.ResourceRequirements.limits:type_name -> podflow.core.v1.ResourceRequirements.LimitsEntry
+	133, // 16: podflow.core.v1.ResourceRequirements.requests:type_name -> podflow.core.v1.ResourceRequirements.RequestsEntry
 	19,  // 17: podflow.core.v1.HTTPGetAction.port:type_name -> podflow.core.v1.IntOrString
 	15,  // 18: podflow.core.v1.HTTPGetAction.http_headers:type_name -> podflow.core.v1.HTTPHeader
 	19,  // 19: podflow.core.v1.TCPSocketAction.port:type_name -> podflow.core.v1.IntOrString
@@ -10449,7 +10551,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	49,  // 79: podflow.core.v1.PreferredSchedulingTerm.preference:type_name -> podflow.core.v1.NodeSelectorTerm
 	50,  // 80: podflow.core.v1.NodeAffinity.required_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.NodeSelector
 	51,  // 81: podflow.core.v1.NodeAffinity.preferred_during_scheduling_ignored_during_execution:type_name -> podflow.core.v1.PreferredSchedulingTerm
-	133, // 82: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
+	134, // 82: podflow.core.v1.LabelSelector.match_labels:type_name -> podflow.core.v1.LabelSelector.MatchLabelsEntry
 	53,  // 83: podflow.core.v1.LabelSelector.match_expressions:type_name -> podflow.core.v1.LabelSelectorRequirement
 	54,  // 84: podflow.core.v1.PodAffinityTerm.label_selector:type_name -> podflow.core.v1.LabelSelector
 	54,  // 85: podflow.core.v1.PodAffinityTerm.namespace_selector:type_name -> podflow.core.v1.LabelSelector
@@ -10465,7 +10567,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	40,  // 95: podflow.core.v1.PodSpec.volumes:type_name -> podflow.core.v1.Volume
 	30,  // 96: podflow.core.v1.PodSpec.init_containers:type_name -> podflow.core.v1.Container
 	30,  // 97: podflow.core.v1.PodSpec.containers:type_name -> podflow.core.v1.Container
-	134, // 98: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
+	135, // 98: podflow.core.v1.PodSpec.node_selector:type_name -> podflow.core.v1.PodSpec.NodeSelectorEntry
 	28,  // 99: podflow.core.v1.PodSpec.security_context:type_name -> podflow.core.v1.PodSecurityContext
 	59,  // 100: podflow.core.v1.PodSpec.affinity:type_name -> podflow.core.v1.Affinity
 	47,  // 101: podflow.core.v1.PodSpec.tolerations:type_name -> podflow.core.v1.Toleration
@@ -10475,111 +10577,115 @@ var file_corev1_core_proto_depIdxs = []int32{
 	106, // 105: podflow.core.v1.PodSpec.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
 	31,  // 106: podflow.core.v1.PodSpec.ephemeral_containers:type_name -> podflow.core.v1.EphemeralContainer
 	63,  // 107: podflow.core.v1.PodSpec.host_aliases:type_name -> podflow.core.v1.HostAlias
-	65,  // 108: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	146, // 109: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	146, // 110: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	146, // 111: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	146, // 112: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	146, // 113: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
-	67,  // 114: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
-	68,  // 115: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
-	69,  // 116: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
-	70,  // 117: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
-	70,  // 118: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
-	66,  // 119: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
-	72,  // 120: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	146, // 121: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
-	71,  // 122: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	71,  // 123: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	71,  // 124: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
-	1,   // 125: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
-	62,  // 126: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
-	73,  // 127: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	146, // 128: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	75,  // 129: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	146, // 130: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	146, // 131: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	135, // 132: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
-	136, // 133: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
-	77,  // 134: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
-	78,  // 135: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
-	80,  // 136: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
-	79,  // 137: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
-	1,   // 138: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
-	76,  // 139: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
-	81,  // 140: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
-	19,  // 141: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
-	83,  // 142: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
-	137, // 143: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
-	85,  // 144: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
-	86,  // 145: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
-	88,  // 146: podflow.core.v1.ServiceStatus.load_balancer:type_name -> podflow.core.v1.LoadBalancerStatus
-	91,  // 147: podflow.core.v1.ServiceStatus.conditions:type_name -> podflow.core.v1.Condition
-	89,  // 148: podflow.core.v1.LoadBalancerStatus.ingress:type_name -> podflow.core.v1.LoadBalancerIngress
-	90,  // 149: podflow.core.v1.LoadBalancerIngress.ports:type_name -> podflow.core.v1.PortStatus
-	146, // 150: podflow.core.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 151: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
-	84,  // 152: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
-	87,  // 153: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
-	93,  // 154: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
-	94,  // 155: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
-	1,   // 156: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
-	95,  // 157: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
-	96,  // 158: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
-	1,   // 159: podflow.core.v1.Endpoints.metadata:type_name -> podflow.core.v1.ObjectMeta
-	99,  // 160: podflow.core.v1.Endpoints.subsets:type_name -> podflow.core.v1.EndpointSubset
-	100, // 161: podflow.core.v1.EndpointSubset.addresses:type_name -> podflow.core.v1.EndpointAddress
-	100, // 162: podflow.core.v1.EndpointSubset.not_ready_addresses:type_name -> podflow.core.v1.EndpointAddress
-	101, // 163: podflow.core.v1.EndpointSubset.ports:type_name -> podflow.core.v1.EndpointsPort
-	94,  // 164: podflow.core.v1.EndpointAddress.target_ref:type_name -> podflow.core.v1.ObjectReference
-	104, // 165: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	146, // 166: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 167: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
-	102, // 168: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
-	103, // 169: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
-	1,   // 170: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
-	94,  // 171: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
-	106, // 172: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
-	1,   // 173: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
-	138, // 174: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
-	139, // 175: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
-	1,   // 176: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
-	140, // 177: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
-	1,   // 178: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
-	110, // 179: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 180: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
-	110, // 181: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
-	1,   // 182: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	113, // 183: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	114, // 184: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 185: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
-	113, // 186: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
-	114, // 187: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
-	1,   // 188: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
-	94,  // 189: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
-	117, // 190: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	146, // 191: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	146, // 192: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	146, // 193: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	141, // 194: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
-	142, // 195: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
-	143, // 196: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
-	144, // 197: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
-	119, // 198: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
-	1,   // 199: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
-	120, // 200: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
-	122, // 201: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
-	1,   // 202: podflow.core.v1.Unstructured.metadata:type_name -> podflow.core.v1.ObjectMeta
-	1,   // 203: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
-	145, // 204: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
-	11,  // 205: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 206: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	127, // 207: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	208, // [208:208] is the sub-list for method output_type
-	208, // [208:208] is the sub-list for method input_type
-	208, // [208:208] is the sub-list for extension type_name
-	208, // [208:208] is the sub-list for extension extendee
-	0,   // [0:208] is the sub-list for field type_name
+	136, // 108: podflow.core.v1.PodSpec.overhead:type_name -> podflow.core.v1.PodSpec.OverheadEntry
+	65,  // 109: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
+	148, // 110: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	148, // 111: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	148, // 112: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	148, // 113: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	148, // 114: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	67,  // 115: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
+	68,  // 116: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
+	69,  // 117: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
+	70,  // 118: podflow.core.v1.ContainerStatus.state:type_name -> podflow.core.v1.ContainerState
+	70,  // 119: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
+	66,  // 120: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
+	72,  // 121: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
+	148, // 122: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	71,  // 123: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	71,  // 124: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	71,  // 125: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
+	1,   // 126: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
+	62,  // 127: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
+	73,  // 128: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
+	148, // 129: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	75,  // 130: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
+	148, // 131: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	148, // 132: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	137, // 133: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
+	138, // 134: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
+	77,  // 135: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
+	78,  // 136: podflow.core.v1.NodeStatus.addresses:type_name -> podflow.core.v1.NodeAddress
+	80,  // 137: podflow.core.v1.NodeStatus.node_info:type_name -> podflow.core.v1.NodeSystemInfo
+	79,  // 138: podflow.core.v1.NodeStatus.images:type_name -> podflow.core.v1.ContainerImage
+	1,   // 139: podflow.core.v1.Node.metadata:type_name -> podflow.core.v1.ObjectMeta
+	76,  // 140: podflow.core.v1.Node.spec:type_name -> podflow.core.v1.NodeSpec
+	81,  // 141: podflow.core.v1.Node.status:type_name -> podflow.core.v1.NodeStatus
+	19,  // 142: podflow.core.v1.ServicePort.target_port:type_name -> podflow.core.v1.IntOrString
+	83,  // 143: podflow.core.v1.ServiceSpec.ports:type_name -> podflow.core.v1.ServicePort
+	139, // 144: podflow.core.v1.ServiceSpec.selector:type_name -> podflow.core.v1.ServiceSpec.SelectorEntry
+	85,  // 145: podflow.core.v1.ServiceSpec.session_affinity_config:type_name -> podflow.core.v1.SessionAffinityConfig
+	86,  // 146: podflow.core.v1.SessionAffinityConfig.client_ip:type_name -> podflow.core.v1.ClientIPConfig
+	88,  // 147: podflow.core.v1.ServiceStatus.load_balancer:type_name -> podflow.core.v1.LoadBalancerStatus
+	91,  // 148: podflow.core.v1.ServiceStatus.conditions:type_name -> podflow.core.v1.Condition
+	89,  // 149: podflow.core.v1.LoadBalancerStatus.ingress:type_name -> podflow.core.v1.LoadBalancerIngress
+	90,  // 150: podflow.core.v1.LoadBalancerIngress.ports:type_name -> podflow.core.v1.PortStatus
+	148, // 151: podflow.core.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 152: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
+	84,  // 153: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
+	87,  // 154: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
+	93,  // 155: podflow.core.v1.Endpoint.conditions:type_name -> podflow.core.v1.EndpointConditions
+	94,  // 156: podflow.core.v1.Endpoint.target_ref:type_name -> podflow.core.v1.ObjectReference
+	1,   // 157: podflow.core.v1.EndpointSlice.metadata:type_name -> podflow.core.v1.ObjectMeta
+	95,  // 158: podflow.core.v1.EndpointSlice.endpoints:type_name -> podflow.core.v1.Endpoint
+	96,  // 159: podflow.core.v1.EndpointSlice.ports:type_name -> podflow.core.v1.EndpointPort
+	1,   // 160: podflow.core.v1.Endpoints.metadata:type_name -> podflow.core.v1.ObjectMeta
+	99,  // 161: podflow.core.v1.Endpoints.subsets:type_name -> podflow.core.v1.EndpointSubset
+	100, // 162: podflow.core.v1.EndpointSubset.addresses:type_name -> podflow.core.v1.EndpointAddress
+	100, // 163: podflow.core.v1.EndpointSubset.not_ready_addresses:type_name -> podflow.core.v1.EndpointAddress
+	101, // 164: podflow.core.v1.EndpointSubset.ports:type_name -> podflow.core.v1.EndpointsPort
+	94,  // 165: podflow.core.v1.EndpointAddress.target_ref:type_name -> podflow.core.v1.ObjectReference
+	104, // 166: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
+	148, // 167: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 168: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
+	102, // 169: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
+	103, // 170: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
+	1,   // 171: podflow.core.v1.ServiceAccount.metadata:type_name -> podflow.core.v1.ObjectMeta
+	94,  // 172: podflow.core.v1.ServiceAccount.secrets:type_name -> podflow.core.v1.ObjectReference
+	106, // 173: podflow.core.v1.ServiceAccount.image_pull_secrets:type_name -> podflow.core.v1.LocalObjectReference
+	1,   // 174: podflow.core.v1.ConfigMap.metadata:type_name -> podflow.core.v1.ObjectMeta
+	140, // 175: podflow.core.v1.ConfigMap.data:type_name -> podflow.core.v1.ConfigMap.DataEntry
+	141, // 176: podflow.core.v1.ConfigMap.binary_data:type_name -> podflow.core.v1.ConfigMap.BinaryDataEntry
+	1,   // 177: podflow.core.v1.Secret.metadata:type_name -> podflow.core.v1.ObjectMeta
+	142, // 178: podflow.core.v1.Secret.data:type_name -> podflow.core.v1.Secret.DataEntry
+	1,   // 179: podflow.core.v1.Role.metadata:type_name -> podflow.core.v1.ObjectMeta
+	110, // 180: podflow.core.v1.Role.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 181: podflow.core.v1.ClusterRole.metadata:type_name -> podflow.core.v1.ObjectMeta
+	110, // 182: podflow.core.v1.ClusterRole.rules:type_name -> podflow.core.v1.PolicyRule
+	1,   // 183: podflow.core.v1.RoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	113, // 184: podflow.core.v1.RoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	114, // 185: podflow.core.v1.RoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 186: podflow.core.v1.ClusterRoleBinding.metadata:type_name -> podflow.core.v1.ObjectMeta
+	113, // 187: podflow.core.v1.ClusterRoleBinding.subjects:type_name -> podflow.core.v1.Subject
+	114, // 188: podflow.core.v1.ClusterRoleBinding.role_ref:type_name -> podflow.core.v1.RoleRef
+	1,   // 189: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
+	94,  // 190: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
+	117, // 191: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
+	148, // 192: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	148, // 193: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	148, // 194: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	119, // 195: podflow.core.v1.Event.series:type_name -> podflow.core.v1.EventSeries
+	94,  // 196: podflow.core.v1.Event.related:type_name -> podflow.core.v1.ObjectReference
+	148, // 197: podflow.core.v1.EventSeries.last_observed_time:type_name -> google.protobuf.Timestamp
+	143, // 198: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
+	144, // 199: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
+	145, // 200: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
+	146, // 201: podflow.core.v1.LimitRangeItem.min:type_name -> podflow.core.v1.LimitRangeItem.MinEntry
+	120, // 202: podflow.core.v1.LimitRangeSpec.limits:type_name -> podflow.core.v1.LimitRangeItem
+	1,   // 203: podflow.core.v1.LimitRange.metadata:type_name -> podflow.core.v1.ObjectMeta
+	121, // 204: podflow.core.v1.LimitRange.spec:type_name -> podflow.core.v1.LimitRangeSpec
+	123, // 205: podflow.core.v1.Status.causes:type_name -> podflow.core.v1.StatusCause
+	1,   // 206: podflow.core.v1.Unstructured.metadata:type_name -> podflow.core.v1.ObjectMeta
+	1,   // 207: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
+	147, // 208: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
+	11,  // 209: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
+	1,   // 210: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	128, // 211: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	212, // [212:212] is the sub-list for method output_type
+	212, // [212:212] is the sub-list for method input_type
+	212, // [212:212] is the sub-list for extension type_name
+	212, // [212:212] is the sub-list for extension extendee
+	0,   // [0:212] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -10626,14 +10732,14 @@ func file_corev1_core_proto_init() {
 	file_corev1_core_proto_msgTypes[107].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[108].OneofWrappers = []any{}
 	file_corev1_core_proto_msgTypes[109].OneofWrappers = []any{}
-	file_corev1_core_proto_msgTypes[128].OneofWrappers = []any{}
+	file_corev1_core_proto_msgTypes[129].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   146,
+			NumMessages:   148,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

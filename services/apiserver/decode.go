@@ -15,6 +15,7 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	k8scorev1 "k8s.io/api/core/v1"
 	k8sdiscoveryv1 "k8s.io/api/discovery/v1"
+	k8seventsv1 "k8s.io/api/events/v1"
 	k8srbacv1 "k8s.io/api/rbac/v1"
 	k8sschedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -54,6 +55,9 @@ var kubeTypes = map[string]func() runtime.Object{
 // with its apiVersion and kind for a generic kind); nil for podflow's own
 // kinds, which have none.
 func kubeType(res *resource) func() runtime.Object {
+	if res.unview != nil && res.group == "events.k8s.io" {
+		return func() runtime.Object { return &k8seventsv1.Event{} }
+	}
 	if !res.store.Generic {
 		return kubeTypes[res.kind]
 	}
@@ -116,6 +120,16 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.
 // bounded by readBody; manifest's limits refuse YAML alias bombs before
 // they expand.
 func decodeObject(body []byte, res *resource, validation string, maxBytes int) (objects.Object, []string, *corev1.Status) {
+	if res.unview != nil { // a view's write: the stored kind's form
+		if len(body) > maxBytes {
+			return nil, nil, tooLarge(int64(maxBytes))
+		}
+		b, err := res.unview(body)
+		if err != nil {
+			return nil, nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, err)
+		}
+		body, res = b, lookupResource(res.store.Version, res.store.Resource)
+	}
 	if res.cr != nil {
 		if len(body) > maxBytes {
 			return nil, nil, tooLarge(int64(maxBytes))

@@ -27,7 +27,7 @@
 //     nodes,
 //     namespaces (and their status and finalize subresources,
 //     nssubresources.go), services, endpointslices (discovery.k8s.io/v1), events
-//     (core/v1, and events.k8s.io/v1 as a read-only view), configmaps,
+//     (core/v1, and events.k8s.io/v1 as a view that converts writes), configmaps,
 //     secrets, serviceaccounts, limitranges, the RBAC kinds,
 //     core/v1 endpoints (a
 //     read-only view of the EndpointSlices), selfsubjectaccessreviews

@@ -100,6 +100,9 @@ func (s *Server) serveEphemeral(w http.ResponseWriter, r *http.Request, req *req
 		}
 		out := proto.CloneOf(cur)
 		out.Spec.EphemeralContainers = next.GetSpec().GetEphemeralContainers()
+		if !proto.Equal(out.GetSpec(), cur.GetSpec()) {
+			out.Metadata.Generation++ // kube's updatePodGeneration
+		}
 		if st := s.checkPodSecurity(ctx, cur, out); st != nil { // a container is added: its namespace's level
 			writeStatus(w, st)
 			return
@@ -126,6 +129,7 @@ func (s *Server) serveEphemeral(w http.ResponseWriter, r *http.Request, req *req
 			}
 			p.Spec.EphemeralContainers = out.GetSpec().GetEphemeralContainers()
 			p.Metadata.ManagedFields = out.GetMetadata().GetManagedFields()
+			p.Metadata.Generation++ // the spec changed: kube's updatePodGeneration
 			return nil
 		})
 		if errors.Is(err, errChanged) && attempt < maxPatchRetries && ctx.Err() == nil {

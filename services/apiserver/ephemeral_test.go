@@ -36,12 +36,22 @@ func TestEphemeralContainers(t *testing.T) {
 	debugger := k8scorev1.EphemeralContainer{EphemeralContainerCommon: k8scorev1.EphemeralContainerCommon{
 		Name: "debugger", Image: "busybox", Stdin: true, TTY: true, TerminationMessagePolicy: "File", ImagePullPolicy: "IfNotPresent"},
 		TargetContainerName: "c"}
+	before, err := pods.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pod, err := patch(t, cs, debugger)
 	if err != nil {
 		t.Fatalf("add: %v", err)
 	}
 	if ecs := pod.Spec.EphemeralContainers; len(ecs) != 1 || ecs[0].Name != "debugger" || ecs[0].TargetContainerName != "c" || !ecs[0].TTY {
 		t.Fatalf("ephemeral containers after the patch: %+v", ecs)
+	}
+	// The spec changed: the generation goes up by one, as kube's
+	// updatePodGeneration (conformance: "Ephemeral Containers will start
+	// an ephemeral container in an existing pod" expects 1 then 2).
+	if pod.Generation != before.Generation+1 {
+		t.Errorf("generation %d after adding an ephemeral container, want %d", pod.Generation, before.Generation+1)
 	}
 	got, err := pods.Get(ctx, "web", metav1.GetOptions{})
 	if err != nil || len(got.Spec.EphemeralContainers) != 1 || len(got.Spec.Containers) != 1 {
@@ -55,8 +65,8 @@ func TestEphemeralContainers(t *testing.T) {
 	if pod, err = pods.UpdateEphemeralContainers(ctx, "web", got, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("update: %v", err)
 	}
-	if len(pod.Spec.EphemeralContainers) != 2 || pod.Labels["sneaked"] != "" {
-		t.Fatalf("after the update: %d ephemeral containers, labels %v", len(pod.Spec.EphemeralContainers), pod.Labels)
+	if len(pod.Spec.EphemeralContainers) != 2 || pod.Labels["sneaked"] != "" || pod.Generation != before.Generation+2 {
+		t.Fatalf("after the update: %d ephemeral containers, labels %v, generation %d", len(pod.Spec.EphemeralContainers), pod.Labels, pod.Generation)
 	}
 
 	for _, tc := range []struct {

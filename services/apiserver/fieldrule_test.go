@@ -19,8 +19,8 @@ func TestRefusedPodFieldsHTTPS(t *testing.T) {
 		name, query, spec, container string
 		field, message               string
 	}{
-		{name: "not in the proto", spec: `"overhead":{"cpu":"10m"},`,
-			field: "spec.overhead", message: `Pod "p" is invalid: spec.overhead: Forbidden: podflow does not support pod overhead (RuntimeClass)`},
+		{name: "not in the proto", spec: `"resources":{"limits":{"cpu":"10m"}},`,
+			field: "spec.resources", message: `Pod "p" is invalid: spec.resources: Forbidden: podflow does not support pod-level resources`},
 		{name: "not in the proto, Strict", query: "?fieldValidation=Strict", spec: `"readinessGates":[{"conditionType":"example.com/ready"}],`,
 			field: "spec.readinessGates", message: "podflow does not support readiness gates"},
 		{name: "with an unknown field too, Warn", query: "?fieldValidation=Warn", spec: `"hostnameOverride":"h",`, container: `,"imagePullPolcy":"Always"`,

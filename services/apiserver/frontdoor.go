@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	jose "github.com/go-jose/go-jose/v4"
 	"log/slog"
 	"time"
 
@@ -64,12 +65,13 @@ type frontBackend struct {
 }
 
 var (
-	_ StreamBackend  = frontBackend{}
-	_ LogBackend     = frontBackend{}
-	_ MetricsBackend = frontBackend{}
-	_ TokenIssuer    = frontBackend{}
-	_ TokenReviewer  = frontBackend{}
-	_ WebhookBackend = frontBackend{}
+	_ StreamBackend   = frontBackend{}
+	_ LogBackend      = frontBackend{}
+	_ MetricsBackend  = frontBackend{}
+	_ TokenIssuer     = frontBackend{}
+	_ TokenReviewer   = frontBackend{}
+	_ WebhookBackend  = frontBackend{}
+	_ IssuerPublisher = frontBackend{}
 )
 
 // Webhooks implements WebhookBackend with the stage's dynamic admission
@@ -89,6 +91,15 @@ func (b frontBackend) ReviewToken(token string, audiences []string) (auth.TokenR
 		return auth.TokenReviewResult{}, false, ErrNoTokenReviewer
 	}
 	return tr.ReviewToken(token, audiences)
+}
+
+// ServiceAccountIssuer implements IssuerPublisher.
+func (b frontBackend) ServiceAccountIssuer() (string, jose.JSONWebKeySet, error) {
+	if b.tokens == nil {
+		return "", jose.JSONWebKeySet{}, ErrNoTokenIssuer
+	}
+	keys, err := b.tokens.KeySet()
+	return b.tokens.Issuer(), keys, err
 }
 
 // IssueServiceAccountToken implements TokenIssuer.

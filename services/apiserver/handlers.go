@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -19,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
 	"github.com/podflow/podflow/proto/apiv1"
@@ -104,7 +107,7 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		writeWarnings(w, []string{req.res.cr.Warning}) // a deprecated version
 	}
 	needsName := req.verb != "create" && req.verb != "list" && req.verb != "watch" && req.verb != "deletecollection"
-	if needsName != (req.name != "") || (req.res.readOnly && req.verb != "get" && req.verb != "list" && req.verb != "watch") ||
+	if needsName != (req.name != "") || (req.res.readOnly && req.res.unview == nil && req.verb != "get" && req.verb != "list" && req.verb != "watch") ||
 		(req.res.store.Name == "" && req.verb != "create") {
 		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
 		return
@@ -553,6 +556,10 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			writeStatus(w, st)
 			return
 		}
+		if current == nil && isPodStatusWrite(req) { // an apply to the status of no pod
+			writeStatus(w, stage.NotFound(req.res.name, req.name))
+			return
+		}
 		if current == nil {
 			writeWarnings(w, warnings)
 			s.createObject(ctx, w, r, req, obj, dry)
@@ -750,10 +757,14 @@ func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, 
 	if gatesRemoved(current.GetSpec().GetSchedulingGates(), pod.GetSpec().GetSchedulingGates()) {
 		allowed.SchedulingGates = pod.GetSpec().GetSchedulingGates()
 	}
+	if errs := activeDeadlineUpdate(current.GetSpec().ActiveDeadlineSeconds, pod.GetSpec().ActiveDeadlineSeconds); len(errs) > 0 {
+		return validate.InvalidStatus("Pod", name, errs), nil
+	}
+	allowed.ActiveDeadlineSeconds = pod.GetSpec().ActiveDeadlineSeconds
 	if !proto.Equal(allowed, pod.GetSpec()) {
 		return invalid("Pod", name, []*corev1.StatusCause{{Type: "FieldValueForbidden", Field: "spec",
-			Message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image` or `spec.tolerations` (only additions to existing tolerations)"}},
-			"Pod %q is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image` or `spec.tolerations` (only additions to existing tolerations)", name), nil
+			Message: "Forbidden: pod updates may not change fields other than " + updatablePodSpecFields}},
+			"Pod %q is invalid: spec: Forbidden: pod updates may not change fields other than %s", name, updatablePodSpecFields), nil
 	}
 	if current.GetMetadata().GetDeletionTimestamp() != nil {
 		// kube's ValidateObjectMetaUpdate: finalizers may only go.
@@ -770,6 +781,9 @@ func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, 
 		p.Metadata.OwnerReferences = pod.GetMetadata().GetOwnerReferences()
 		p.Metadata.ManagedFields = pod.GetMetadata().GetManagedFields()
 		p.Metadata.Finalizers = pod.GetMetadata().GetFinalizers()
+		if !proto.Equal(p.GetSpec(), allowed) {
+			p.Metadata.Generation++ // kube's updatePodGeneration
+		}
 		p.Spec = proto.CloneOf(allowed)
 	}
 	next := proto.CloneOf(current)
@@ -810,6 +824,30 @@ func (s *Server) updatePod(ctx context.Context, user *corev1.UserInfo, current, 
 		}
 	}
 	return ok, out
+}
+
+// updatablePodSpecFields names what a pod update may change (kube's
+// list, but for terminationGracePeriodSeconds, which podflow never
+// stores negative).
+const updatablePodSpecFields = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`," +
+	"`spec.tolerations` (only additions to existing tolerations)"
+
+// activeDeadlineUpdate checks a change of spec.activeDeadlineSeconds as
+// kube's ValidatePodUpdate: it may be set where there was none, or
+// lowered, never raised or removed.
+func activeDeadlineUpdate(old, next *int64) field.ErrorList {
+	p := field.NewPath("spec", "activeDeadlineSeconds")
+	switch {
+	case next == nil && old != nil:
+		return field.ErrorList{field.Invalid(p, next, "must not update from a positive integer to nil value")}
+	case next == nil:
+		return nil
+	case *next < 0 || *next > math.MaxInt32:
+		return field.ErrorList{field.Invalid(p, *next, utilvalidation.InclusiveRangeError(0, math.MaxInt32))}
+	case old != nil && *old < *next:
+		return field.ErrorList{field.Invalid(p, *next, "must be less than or equal to previous value")}
+	}
+	return nil
 }
 
 // gatesRemoved reports whether next is current with gates removed (or

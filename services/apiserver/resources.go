@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -34,6 +35,10 @@ type resource struct {
 	// view converts the stored object's Kubernetes form for this
 	// resource's group version (events.k8s.io/v1 from core/v1 Events).
 	view func(runtime.Object) (runtime.Object, error)
+	// unview converts a written body of this resource's group version to
+	// the stored kind's Kubernetes form (events.k8s.io/v1 to core/v1), so
+	// that a view takes writes; nil: a view is read-only.
+	unview func(body []byte) ([]byte, error)
 	// cr is the served version of a custom resource (customresources.go);
 	// nil for the built-in kinds.
 	cr *crd.Version
@@ -102,7 +107,7 @@ func init() {
 			namespaced: k.Namespaced, shortNames: k.ShortNames, categories: k.Categories, verbs: crudVerbs, store: k})
 	}
 	addResource(&resource{group: "events.k8s.io", version: "v1", name: "events", kind: "Event", namespaced: true,
-		shortNames: []string{"ev"}, verbs: readVerbs, store: objects.Events, readOnly: true, view: eventsV1})
+		shortNames: []string{"ev"}, verbs: crudVerbs, store: objects.Events, readOnly: true, view: eventsV1, unview: eventsFromV1})
 	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "selfsubjectreviews",
 		kind: "SelfSubjectReview", verbs: []string{"create"}})
 	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "tokenreviews",
@@ -276,6 +281,36 @@ func defaults(o runtime.Object) {
 			}
 		}
 	}
+}
+
+// eventsFromV1 converts an events.k8s.io/v1 Event's JSON to core/v1, as
+// the API server's conversion (Convert_v1_Event_To_core_Event) does.
+func eventsFromV1(body []byte) ([]byte, error) {
+	var in k8seventsv1.Event
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, err
+	}
+	out := &k8scorev1.Event{
+		TypeMeta:            metav1.TypeMeta{Kind: "Event", APIVersion: "v1"},
+		ObjectMeta:          in.ObjectMeta,
+		InvolvedObject:      in.Regarding,
+		Reason:              in.Reason,
+		Message:             in.Note,
+		Source:              in.DeprecatedSource,
+		FirstTimestamp:      in.DeprecatedFirstTimestamp,
+		LastTimestamp:       in.DeprecatedLastTimestamp,
+		Count:               in.DeprecatedCount,
+		Type:                in.Type,
+		EventTime:           in.EventTime,
+		Related:             in.Related,
+		Action:              in.Action,
+		ReportingController: in.ReportingController,
+		ReportingInstance:   in.ReportingInstance,
+	}
+	if in.Series != nil {
+		out.Series = &k8scorev1.EventSeries{Count: in.Series.Count, LastObservedTime: in.Series.LastObservedTime}
+	}
+	return json.Marshal(out)
 }
 
 // eventsV1 converts a core/v1 Event to events.k8s.io/v1, as the API

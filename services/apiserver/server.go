@@ -385,6 +385,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.User
 	if s.serveOpenAPI(w, r, path) {
 		return
 	}
+	if s.serveOIDC(w, r, path) { // oidc.go
+		return
+	}
 	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
 	var gv string
 	var rest []string

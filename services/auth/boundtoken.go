@@ -4,7 +4,9 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -292,4 +294,20 @@ func LoadBoundTokens(path string) (*BoundTokens, error) {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	return NewBoundTokens(key, ServiceAccountIssuer, nil)
+}
+
+// Issuer is the iss of the tokens b issues.
+func (b *BoundTokens) Issuer() string { return b.issuer }
+
+// KeySet is the public key that verifies b's tokens as a JSON Web Key Set,
+// what kube-apiserver serves at /openid/v1/jwks: one ES256 signing key
+// whose key id is kube's (the base64url SHA-256 of the key's DER form).
+func (b *BoundTokens) KeySet() (jose.JSONWebKeySet, error) {
+	der, err := x509.MarshalPKIXPublicKey(b.pub)
+	if err != nil {
+		return jose.JSONWebKeySet{}, fmt.Errorf("auth: encode the signing key: %w", err)
+	}
+	sum := sha256.Sum256(der)
+	return jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: b.pub, KeyID: base64.RawURLEncoding.EncodeToString(sum[:]),
+		Algorithm: string(jose.ES256), Use: "sig"}}}, nil
 }

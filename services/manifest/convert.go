@@ -19,8 +19,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 const intOrStringName protoreflect.FullName = "podflow.core.v1.IntOrString"
@@ -279,9 +281,29 @@ func scalarOrMessageToKube(v any, fd protoreflect.FieldDescriptor, t reflect.Typ
 		}
 		return json.Number("0") // unset: Kubernetes' zero IntOrString
 	case md.FullName().Parent() == "google.protobuf":
-		return v
+		return microTime(v, t)
 	}
 	return toKube(v, md, t)
+}
+
+var microTimeType = reflect.TypeFor[metav1.MicroTime]()
+
+// microTime writes a Timestamp for a metav1.MicroTime field (an Event's
+// eventTime, series.lastObservedTime) in the form MicroTime reads, six
+// fractional digits always: protojson leaves them out for a whole second.
+func microTime(v any, t reflect.Type) any {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	s, ok := v.(string)
+	if t != microTimeType || !ok {
+		return v
+	}
+	ts, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return v
+	}
+	return ts.UTC().Format(metav1.RFC3339Micro)
 }
 
 // isEmpty reports whether a dropped value carries no information: null, an

@@ -132,7 +132,8 @@ func TestDecodeRefusesPodFields(t *testing.T) {
 		name, spec, container string
 		refused               []string // nil: accepted
 	}{
-		{name: "overhead", spec: "overhead: {cpu: 10m}", refused: []string{"spec.overhead"}},
+		{name: "pod-level resources", spec: "resources: {limits: {cpu: 10m}}", refused: []string{"spec.resources"}},
+		{name: "runtimeClassName and overhead are honoured", spec: "runtimeClassName: kata\n  overhead: {cpu: 10m}"},
 		{name: "shareProcessNamespace is honoured", spec: "shareProcessNamespace: true"},
 		{name: "scheduling fields are honoured", spec: "topologySpreadConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]\n  schedulingGates: [{name: wait}]\n  affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{topologyKey: zone}]}}"},
 		{name: "volumes", spec: "volumes: [{name: a, projected: {sources: [{serviceAccountToken: {path: t}}]}}, {name: b, nfs: {server: s, path: /}}, {name: c, downwardAPI: {items: [{path: podname, fieldRef: {fieldPath: metadata.name}, user: 1000}]}}]",
@@ -285,11 +286,11 @@ items:
 - apiVersion: v1
   kind: Pod
   metadata: {name: bad}
-  spec: {overhead: {cpu: 10m}, containers: [{name: c, image: i}]}
+  spec: {resources: {limits: {cpu: 10m}}, containers: [{name: c, image: i}]}
 `
 	_, err := Decode([]byte(list))
 	name, errs, ok := RefusedFields(err)
-	if !ok || name != "bad" || len(errs) != 1 || errs[0].Field != "items[1].spec.overhead" {
+	if !ok || name != "bad" || len(errs) != 1 || errs[0].Field != "items[1].spec.resources" {
 		t.Fatalf("Decode: %v; refused %q %v", err, name, errs)
 	}
 	if _, err := Decode([]byte(list[:strings.Index(list, "- apiVersion: v1\n  kind: Pod\n  metadata: {name: bad}")])); err != nil {

@@ -126,7 +126,11 @@ func RotatedLogs(path string) ([]string, error) {
 	return out, nil
 }
 
-// copy reads r line by line until EOF and records each line.
+// copy reads r line by line until EOF and records each line. Output left
+// without a newline at EOF is a partial record, as containerd's CRI log
+// redirection writes it, so that readers (kubectl logs, a
+// FallbackToLogsOnError termination message) add no newline the
+// container did not write.
 func (w *logWriter) copy(stream string, r io.Reader) {
 	br := bufio.NewReaderSize(r, maxLogLine)
 	for {
@@ -138,7 +142,7 @@ func (w *logWriter) copy(stream string, r io.Reader) {
 			w.record(stream, line, true)
 		default:
 			if len(line) > 0 {
-				w.record(stream, line, false)
+				w.record(stream, line, true)
 			}
 			return
 		}
@@ -231,7 +235,21 @@ func LogStart(r io.Reader, tail int64, since time.Time) (int64, error) {
 		off, line int64   // current offset, start of the current line
 		br        = bufio.NewReaderSize(r, maxLogLine+64)
 		sinceOff  = int64(-1)
+		partial   time.Time // the time of a last line's partial records, not yet ended by a full one
 	)
+	add := func(at time.Time) { // a line starts at line
+		if sinceOff < 0 && (since.IsZero() || !at.Before(since)) {
+			sinceOff = line
+		}
+		if sinceOff >= 0 && tail > 0 {
+			if len(starts) < keep {
+				starts = append(starts, line)
+			} else {
+				starts[next] = line
+				next = (next + 1) % keep
+			}
+		}
+	}
 	for {
 		b, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) { // not a record of ours: skip it whole
@@ -248,21 +266,21 @@ func LogStart(r io.Reader, tail int64, since time.Time) (int64, error) {
 		}
 		rec, ok := ParseLogRecord(b[:len(b)-1])
 		off += int64(len(b))
-		if !ok || rec.Partial {
+		if !ok {
 			continue
 		}
-		if sinceOff < 0 && (since.IsZero() || !rec.Time.Before(since)) {
-			sinceOff = line
-		}
-		if sinceOff >= 0 && tail > 0 {
-			if len(starts) < keep {
-				starts = append(starts, line)
-			} else {
-				starts[next] = line
-				next = (next + 1) % keep
+		if rec.Partial {
+			if partial.IsZero() {
+				partial = rec.Time
 			}
+			continue
 		}
+		add(rec.Time)
+		partial = time.Time{}
 		line = off
+	}
+	if !partial.IsZero() { // output the container left without a final newline is a line too
+		add(partial)
 	}
 	switch {
 	case sinceOff < 0:

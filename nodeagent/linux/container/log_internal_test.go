@@ -102,3 +102,52 @@ func TestLogStart(t *testing.T) {
 		t.Fatalf("after an overlong line: %d", got)
 	}
 }
+
+// TestLogCopyUnterminated: output without a final newline is kept as a
+// partial record, so that reading the log back gives exactly what the
+// container wrote (the FallbackToLogsOnError conformance test's
+// "echo -n DONE" is "DONE", not "DONE\n").
+func TestLogCopyUnterminated(t *testing.T) {
+	for _, tc := range []struct{ name, written string }{
+		{"no newline", "DONE"},
+		{"lines then none", "a\nb\nDONE"},
+		{"newline", "a\nDONE\n"},
+		{"empty line last", "a\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "0.log")
+			w, err := openLog(path, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.copy("stdout", strings.NewReader(tc.written))
+			if err := w.close(); err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if err := CopyLog(t.Context(), &got, path, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != tc.written {
+				t.Errorf("read back %q, written %q", got.String(), tc.written)
+			}
+			// The last line, newline or not, is the tail of one line
+			// (FallbackToLogsOnError reads the log's end so).
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			off, err := LogStart(f, 1, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(path)
+			lines := strings.SplitAfter(strings.TrimSuffix(tc.written, "\n"), "\n")
+			last := lines[len(lines)-1]
+			if off < 0 || !strings.HasSuffix(string(b[off:]), last+"\n") || strings.Count(string(b[off:]), "\n") != 1 {
+				t.Errorf("tail 1 starts at %d: %q, want the record of %q", off, b[max(off, 0):], last)
+			}
+		})
+	}
+}

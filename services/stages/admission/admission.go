@@ -78,13 +78,20 @@ type State struct {
 	LimitRanges []*corev1.LimitRange
 	// ServiceAccount is the pod's ServiceAccount (spec.serviceAccountName,
 	// "default" when unset, in the pod's namespace); nil when there is
-	// none. Its imagePullSecrets are copied into a pod that sets none, as
-	// Kubernetes' ServiceAccount admission plugin does.
+	// none. Its imagePullSecrets are copied into a pod that sets none, and
+	// its token is mounted unless the pod or the account opts out
+	// (automountServiceAccountToken: false), as Kubernetes' ServiceAccount
+	// admission plugin does.
 	ServiceAccount *corev1.ServiceAccount
 	// PriorityClasses are the cluster's PriorityClass objects, which
 	// resolve spec.priorityClassName into spec.priority (the built-in
 	// system-cluster-critical and system-node-critical need none).
 	PriorityClasses []*corev1.PriorityClass
+	// RuntimeClass is the RuntimeClass the pod names
+	// (spec.runtimeClassName); nil when it names none or none exists by
+	// that name (the pod is then refused, as Kubernetes' RuntimeClass
+	// admission plugin refuses it).
+	RuntimeClass *RuntimeClass
 	// Config is the cluster-wide configuration; its zero value means
 	// DefaultConfig().
 	Config Config
@@ -115,12 +122,15 @@ func (r Result) Allowed() bool { return r.Status == nil }
 // nothing (Admit(Admit(p).Pod) leaves the pod equal and lists no
 // mutations), so a handler may run twice.
 //
-// Mutation order: ServiceAccount defaulting (the name, and the
-// ServiceAccount's imagePullSecrets into a pod without any), requests
+// Mutation order: ServiceAccount defaulting (the name, the
+// ServiceAccount's imagePullSecrets into a pod without any, and the
+// kube-api-access- token volume mounted in every container), requests
 // from limits, LimitRange defaults, field defaults, QoS class, priority
 // (spec.priority from spec.priorityClassName or the global default
 // PriorityClass; an unknown class or a conflicting spec.priority is 403
-// Forbidden, before validation, as Kubernetes' Priority plugin).
+// Forbidden, before validation, as Kubernetes' Priority plugin), then the
+// RuntimeClass (its overhead, node selector and tolerations; an unknown
+// class is 403 Forbidden, as Kubernetes' RuntimeClass plugin).
 // Validation, each step only for a pod that passed the previous one: the
 // schema (422 Invalid), LimitRange min and max per container (403
 // Forbidden), Pod Security Standards (403 PolicyViolation), then the fields podflow
@@ -153,6 +163,7 @@ func Mutate(pod *corev1.Pod, s State) Result {
 	ns := p.GetMetadata().GetNamespace()
 	m := &mutator{pod: p}
 	m.serviceAccount(s.ServiceAccount)
+	m.serviceAccountToken(s.ServiceAccount)
 	m.requestsFromLimits()
 	for _, lr := range sortedByName(s.LimitRanges, ns) {
 		m.limitRange(lr)
@@ -160,8 +171,11 @@ func Mutate(pod *corev1.Pod, s State) Result {
 	m.defaults()
 	m.defaultTolerationSeconds(cfg.NotReadyTolerationSeconds, cfg.UnreachableTolerationSeconds)
 	m.qos()
-	priority := m.resolvePriority(s.PriorityClasses)
-	return Result{Pod: p, Mutations: m.applied, Status: priority}
+	st := m.resolvePriority(s.PriorityClasses)
+	if st == nil {
+		st = m.runtimeClass(s.RuntimeClass)
+	}
+	return Result{Pod: p, Mutations: m.applied, Status: st}
 }
 
 // Validate runs validation alone over a mutated pod (Admit's second
@@ -170,6 +184,9 @@ func Validate(p *corev1.Pod, s State) *corev1.Status {
 	cfg := s.config()
 	ns := p.GetMetadata().GetNamespace()
 	if st := ValidatePod(p); st != nil {
+		return st
+	}
+	if st := validateOverhead(p, s.RuntimeClass); st != nil {
 		return st
 	}
 	if st := checkLimitRanges(p, sortedByName(s.LimitRanges, ns)); st != nil {

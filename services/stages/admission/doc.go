@@ -1,6 +1,8 @@
 // Package admission is the decision core of podflow's admission stage:
-// mutating admission (ServiceAccount: the name and, for a pod naming
-// none, the account's imagePullSecrets; LimitRange
+// mutating admission (ServiceAccount: the name, for a pod naming
+// none the account's imagePullSecrets, and the account's token as the
+// projected kube-api-access- volume at
+// /var/run/secrets/kubernetes.io/serviceaccount; LimitRange
 // defaults, Kubernetes field defaults — restartPolicy,
 // terminationGracePeriodSeconds, each container's imagePullPolicy,
 // terminationMessagePath and terminationMessagePolicy, port protocols,

@@ -36,11 +36,11 @@ func TestRefusedFieldsOnTheBus(t *testing.T) {
 		{"emptyDir sizeLimit (honoured)", func(p *corev1.Pod) {
 			p.Spec.Volumes = []*corev1.Volume{{Name: "d", EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: "1Gi"}}}
 		}, nil, ""},
-		{"automountServiceAccountToken true (enableServiceLinks true is honoured)", func(p *corev1.Pod) {
+		{"automountServiceAccountToken and enableServiceLinks true (honoured)", func(p *corev1.Pod) {
 			p.Spec.EnableServiceLinks = proto.Bool(true)
 			p.Spec.AutomountServiceAccountToken = proto.Bool(true)
-		}, []string{"spec.automountServiceAccountToken"}, "podflow does not support mounting ServiceAccount tokens into containers"},
-		{"their false is what podflow does", func(p *corev1.Pod) {
+		}, nil, ""},
+		{"their false (honoured)", func(p *corev1.Pod) {
 			p.Spec.EnableServiceLinks = proto.Bool(false)
 			p.Spec.AutomountServiceAccountToken = proto.Bool(false)
 			p.Spec.Priority = proto.Int32(0)

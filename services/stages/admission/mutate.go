@@ -2,6 +2,7 @@ package admission
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"fmt"
 	"maps"
 	"slices"
@@ -70,6 +71,110 @@ func (m *mutator) serviceAccount(sa *corev1.ServiceAccount) {
 		names = append(names, ref.GetName())
 	}
 	m.record("serviceaccount: set imagePullSecrets=%s from serviceaccount %s", strings.Join(names, ","), spec.ServiceAccountName)
+}
+
+// The token volume of Kubernetes' ServiceAccount admission plugin
+// (plugin/pkg/admission/serviceaccount): a projected volume named
+// ServiceAccountVolumePrefix plus a 5-character suffix with the pod's
+// token, the cluster CA and its namespace, mounted read-only at
+// DefaultAPITokenMountPath in every container.
+const (
+	ServiceAccountVolumePrefix = "kube-api-access-"
+	DefaultAPITokenMountPath   = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// RootCAConfigMap is the ConfigMap the root CA publisher keeps in
+	// every namespace (services/stages/rootcacert).
+	RootCAConfigMap = "kube-root-ca.crt"
+	// ServiceAccountTokenExpirationSeconds is the token's lifetime,
+	// kube's WarnOnlyBoundTokenExpirationSeconds.
+	ServiceAccountTokenExpirationSeconds = int64(3607)
+)
+
+// shouldAutomount is kube's: the pod's automountServiceAccountToken, else
+// its ServiceAccount's, else true.
+func shouldAutomount(sa *corev1.ServiceAccount, pod *corev1.Pod) bool {
+	if v := pod.GetSpec().AutomountServiceAccountToken; v != nil {
+		return *v
+	}
+	if v := sa.AutomountServiceAccountToken; v != nil {
+		return *v
+	}
+	return true
+}
+
+// serviceAccountToken mounts the pod's API token, as Kubernetes'
+// ServiceAccount admission plugin does, when the pod's ServiceAccount sa
+// exists (nil: no such account; the pod is admitted without a token, as
+// before accounts were mounted) and neither the pod nor the account opts
+// out. A container that already mounts something at
+// DefaultAPITokenMountPath is left alone; a pod that already has a
+// kube-api-access- volume keeps it (so admitting twice changes nothing).
+// The volume's suffix is derived from the pod's uid (else its name), so
+// that a redelivered request admits the same pod.
+func (m *mutator) serviceAccountToken(sa *corev1.ServiceAccount) {
+	spec := m.spec()
+	if sa.GetMetadata().GetName() != spec.ServiceAccountName || sa.GetMetadata().GetNamespace() != m.pod.GetMetadata().GetNamespace() ||
+		!shouldAutomount(sa, m.pod) {
+		return
+	}
+	name := ""
+	for _, v := range spec.Volumes {
+		if strings.HasPrefix(v.GetName(), ServiceAccountVolumePrefix) {
+			name = v.GetName()
+			break
+		}
+	}
+	hasVolume := name != ""
+	if !hasVolume {
+		md := m.pod.GetMetadata()
+		seed := md.GetUid()
+		if seed == "" {
+			seed = md.GetNamespace() + "/" + md.GetName() + "/" + md.GetGenerateName()
+		}
+		name = ServiceAccountVolumePrefix + nameSuffix(seed)
+	}
+	needed := false
+	m.eachContainer(func(kind string, c *corev1.Container) {
+		for _, vm := range c.VolumeMounts {
+			if vm.GetMountPath() == DefaultAPITokenMountPath {
+				return
+			}
+		}
+		c.VolumeMounts = append(c.VolumeMounts, &corev1.VolumeMount{Name: name, ReadOnly: true, MountPath: DefaultAPITokenMountPath})
+		needed = true
+		m.record("serviceaccount: mounted volume %s at %s on %s %s", name, DefaultAPITokenMountPath, kind, c.GetName())
+	})
+	if hasVolume || !needed {
+		return
+	}
+	spec.Volumes = append(spec.Volumes, TokenVolume(name))
+	m.record("serviceaccount: added volume %s (token of serviceaccount %s)", name, spec.ServiceAccountName)
+}
+
+// TokenVolume is the projected volume name of a mounted ServiceAccount
+// token, kube's TokenVolumeSource: the token (path "token"), ca.crt from
+// RootCAConfigMap and the pod's namespace, mode 0644.
+func TokenVolume(name string) *corev1.Volume {
+	return &corev1.Volume{Name: name, Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: proto.Int32(DefaultVolumeMode),
+		Sources: []*corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: proto.Int64(ServiceAccountTokenExpirationSeconds)}},
+			{ConfigMap: &corev1.ConfigMapProjection{Name: RootCAConfigMap, Items: []*corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardApi: &corev1.DownwardAPIProjection{Items: []*corev1.DownwardAPIVolumeFile{
+				{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+		},
+	}}
+}
+
+// nameSuffix is a 5-character suffix in Kubernetes' generateName
+// alphabet, derived from seed.
+func nameSuffix(seed string) string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	sum := sha256.Sum256([]byte(seed))
+	var b strings.Builder
+	for i := range 5 {
+		b.WriteByte(alphabet[int(sum[i])%len(alphabet)])
+	}
+	return b.String()
 }
 
 // eachContainer visits init containers, then containers, with the word

@@ -95,7 +95,12 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return err
 	}
+	rc, err := s.runtimeClass(ctx, in.GetPod())
+	if err != nil {
+		return err
+	}
 	state := State{
+		RuntimeClass:    rc,
 		Namespace:       nsObj,
 		ServiceAccount:  sa,
 		LimitRanges:     limits,
@@ -247,15 +252,34 @@ func (s *Stage) namespace(ctx context.Context, name string) (*corev1.Namespace, 
 	return ns, err
 }
 
-// serviceAccount returns the pod's ServiceAccount, for its
-// imagePullSecrets: from the informer, or, when the informer has not seen
-// it (just created, or there is none), from a linearizable read, as
-// Kubernetes' plugin looks a cache miss up live. A pod with its own
-// imagePullSecrets needs none (nil).
-func (s *Stage) serviceAccount(ctx context.Context, pod *corev1.Pod) (*corev1.ServiceAccount, error) {
-	if len(pod.GetSpec().GetImagePullSecrets()) > 0 {
+// runtimeClass returns the RuntimeClass the pod names, read from the
+// store (a linearizable read, so a class just created or deleted is
+// seen, as kube's plugin looks a lister miss up live); nil when it names
+// none or there is none by that name.
+func (s *Stage) runtimeClass(ctx context.Context, pod *corev1.Pod) (*RuntimeClass, error) {
+	name := pod.GetSpec().GetRuntimeClassName()
+	if name == "" {
 		return nil, nil
 	}
+	obj, err := s.env.Store.GetKind(ctx, objects.RuntimeClasses, "", name)
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	u, ok := obj.(*corev1.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("admission: RuntimeClass %q is stored as %T", name, obj)
+	}
+	return RuntimeClassFromStore(u)
+}
+
+// serviceAccount returns the pod's ServiceAccount, for its
+// imagePullSecrets and its token: from the informer, or, when the
+// informer has not seen it (just created, or there is none), from a
+// linearizable read, as Kubernetes' plugin looks a cache miss up live.
+func (s *Stage) serviceAccount(ctx context.Context, pod *corev1.Pod) (*corev1.ServiceAccount, error) {
 	ns, name := pod.GetMetadata().GetNamespace(), pod.GetSpec().GetServiceAccountName()
 	if name == "" {
 		name = DefaultServiceAccount

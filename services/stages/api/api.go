@@ -771,6 +771,9 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 	default:
 		md.Uid, md.CreationTimestamp, md.Generation = uuid.NewString(), now, 1
 	}
+	if kind.Name == objects.Events.Name {
+		md.Generation = 0 // kube's event strategy keeps none
+	}
 	var old proto.Message
 	if exists {
 		old = existing
