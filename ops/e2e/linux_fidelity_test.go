@@ -232,9 +232,17 @@ func subset(path string, sent, got any, diffs *[]string) {
 		}
 	case []any:
 		g, ok := got.([]any)
-		if !ok || len(g) != len(s) {
+		if !ok || len(g) < len(s) {
 			*diffs = append(*diffs, fmt.Sprintf("%s: sent %d elements, got %v", path, len(s), got))
 			return
+		}
+		// Only ServiceAccount admission adds elements, at the end, as
+		// kube's does: the token volume and its mount in every container.
+		for _, extra := range g[len(s):] {
+			name, _ := lookup(extra, "name").(string)
+			if !strings.HasPrefix(name, "kube-api-access-") {
+				*diffs = append(*diffs, fmt.Sprintf("%s: sent %d elements, got %d: %v added", path, len(s), len(g), extra))
+			}
 		}
 		for i := range s {
 			subset(fmt.Sprintf("%s[%d]", path, i), s[i], g[i], diffs)

@@ -239,6 +239,9 @@ metadata: {name: client}
 spec:
   nodeSelector: {kubernetes.io/hostname: linux-node-2}
   restartPolicy: Never
+  # linux-node-2 runs with the admin's bus identity, not a node's: the api
+  # stage issues ServiceAccount tokens only to a node agent's inbox.
+  automountServiceAccountToken: false
   containers:
   - name: wget
     image: podflow/busybox:1
