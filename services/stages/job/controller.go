@@ -1059,6 +1059,9 @@ func (c *Controller) createOne(ctx context.Context, key string, job *batch.Job, 
 	var se *controller.StatusError
 	switch {
 	case err == nil:
+		// The pod existed: its name is used even if it is gone before this
+		// replica's informer shows it.
+		c.useName(job, pn.name)
 		c.runner.SetPending(key, pn.name, false)
 		c.runner.Expect(key, objects.Revision(created))
 		c.events.Record(ctx, jobKind.APIVersion(), jobKind.Name, job.Namespace, job.Name, string(job.UID), "Normal", "SuccessfulCreate", "Created pod: "+pn.name)
@@ -1067,6 +1070,7 @@ func (c *Controller) createOne(ctx context.Context, key string, job *batch.Job, 
 		c.runner.SetPending(key, pn.name, false)
 		kv, gerr := c.env.Store.KV().Get(ctx, objects.Pods.Key(job.Namespace, pn.name))
 		if gerr == nil {
+			c.useName(job, pn.name)
 			c.runner.Expect(key, kv.ModRevision)
 		} else if !errors.Is(gerr, raftstore.ErrNotFound) {
 			return gerr

@@ -300,15 +300,19 @@ func TestReplacementTakesANewName(t *testing.T) {
 	if _, err := h.st.Delete(ctx, objects.Pods, "ns", first, 0); err != nil {
 		t.Fatal(err)
 	}
-	var second string
+	// The replacement is the pod not being deleted: the first may still be
+	// listed, held for the Job's tracking finalizer.
+	var second *corev1.Pod
 	waitFor(t, "the replacement pod", 30*time.Second, func() bool {
 		for _, p := range h.pods(ctx, "ns") {
-			second = p.GetMetadata().GetName()
+			if p.GetMetadata().GetDeletionTimestamp() == nil {
+				second = p
+			}
 		}
-		return h.req.count() >= 2 && second != ""
+		return h.req.count() >= 2 && second != nil
 	})
-	if second == first || index(h.pods(ctx, "ns")[0]) != 0 {
-		t.Fatalf("replacement %q of %q: want a new name for index 0", second, first)
+	if name := second.GetMetadata().GetName(); name == first || index(second) != 0 {
+		t.Fatalf("replacement %q of %q: want a new name for index 0", name, first)
 	}
 	waitFor(t, "the Job to complete", 30*time.Second, func() bool {
 		return condition(h.getJob(ctx, "ns", "evict"), batch.JobComplete) != nil
