@@ -113,3 +113,48 @@ func TestServiceCIDRRefused(t *testing.T) {
 		t.Fatalf("default: %v", err)
 	}
 }
+
+// TestAllowHostPathReachesTheNode: `podflow up --allow-host-path` reaches
+// the Linux node agent through its command line (the only directories its
+// hostPath volumes may use, and create under for DirectoryOrCreate); up
+// refuses it for simulated nodes, a host of several, or a relative path.
+func TestAllowHostPathReachesTheNode(t *testing.T) {
+	n := 9200
+	p, err := plan.New(plan.Options{
+		Exe: "/bin/podflow", DataDir: t.TempDir(), NATSPort: 4222,
+		StoreAddrs: []string{"127.0.0.1:7001"}, StoreUser: bus.UserCredential{User: "store", Password: "pw"},
+		Replicas: map[string]int{pipeline.API: 1}, Runtime: plan.RuntimeLinux, NodeGrace: 40 * time.Second,
+		HostPaths: []string{"/tmp/job-e2e", "/srv/data"},
+		FreeAddr:  func() (string, error) { n++; return fmt.Sprintf("127.0.0.1:%d", n), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodeArgs []string
+	for _, pr := range p.Processes() {
+		if pr.Kind == plan.NodeAgent {
+			nodeArgs = pr.Args
+		}
+	}
+	var lo roles.LinuxNodeOptions
+	ncmd := nodeAgentCmd(func(_ context.Context, o roles.LinuxNodeOptions) error { lo = o; return nil })
+	ncmd.SetArgs(nodeArgs[1:])
+	ncmd.SetOut(io.Discard)
+	if err := ncmd.Execute(); err != nil {
+		t.Fatalf("nodeagent %v: %v", nodeArgs, err)
+	}
+	if fmt.Sprint(lo.HostPaths) != "[/tmp/job-e2e /srv/data]" {
+		t.Fatalf("the node agent's hostPath directories: %v", lo.HostPaths)
+	}
+
+	for name, o := range map[string]*up.Options{
+		"simulated nodes": {Runtime: plan.RuntimeSim, HostPaths: []string{"/tmp/x"}},
+		"a joining host":  {Runtime: plan.RuntimeSim, Join: "10.0.0.1", HostPaths: []string{"/tmp/x"}},
+		"a relative path": {Runtime: plan.RuntimeLinux, HostPaths: []string{"tmp/x"}},
+	} {
+		o.ServiceCIDR, o.StoreReplicas = plan.DefaultServiceCIDR, 3
+		if err := o.Resolve(io.Discard); err == nil || !strings.Contains(err.Error(), "--allow-host-path") {
+			t.Errorf("%s: Resolve = %v, want an error naming --allow-host-path", name, err)
+		}
+	}
+}

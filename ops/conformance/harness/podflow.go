@@ -24,6 +24,9 @@ type podflowProc struct {
 // runningLine is what `podflow up` prints once every process is ready.
 const runningLine = "up: podflow is running"
 
+// jobHostPathDir is the hostPath directory of the suite's Job tests.
+const jobHostPathDir = "/tmp/job-e2e"
+
 // startPodflow starts `podflow up` in a fresh data directory, in its own
 // process group (a Ctrl-C on the terminal reaches the harness, which
 // stops podflow by its PID), and waits until it is running.
@@ -37,6 +40,12 @@ func startPodflow(ctx context.Context, o *runOptions) (*podflowProc, error) {
 		return nil, err
 	}
 	args := []string{"up", "--data-dir", o.dataDir, "--runtime", o.runtime, "--nats-port", "0"}
+	if o.runtime == "linux" {
+		// The suite's Job tests keep a file across a Job's pods in a
+		// hostPath DirectoryOrCreate under this scratch directory
+		// (test/e2e/framework/job NewTestJobOnNode); no other hostPath.
+		args = append(args, "--allow-host-path", jobHostPathDir)
+	}
 	cmd := exec.Command(o.podflow, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -89,6 +98,7 @@ func startPodflow(ctx context.Context, o *runOptions) (*podflowProc, error) {
 // down) and waits; after 3 minutes it kills podflow's process group.
 func (p *podflowProc) stop() {
 	defer p.log.Close()
+	defer os.RemoveAll(jobHostPathDir) // the Job tests' scratch files, once no pod uses them
 	select {
 	case err := <-p.done: // already exited
 		p.done <- err

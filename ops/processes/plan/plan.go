@@ -166,6 +166,9 @@ type Options struct {
 	// PodSecurity admission configuration defaults.enforce. "" is
 	// privileged, Kubernetes' default.
 	PodSecurityDefault string
+	// HostPaths are the host directories hostPath volumes may use on the
+	// Linux node (the node agent's --allow-host-path); none by default.
+	HostPaths []string
 	// FreeAddr picks a loopback address for a process to listen on
 	// (metrics, the registry). Default: a port free right now.
 	FreeAddr func() (string, error)
@@ -181,6 +184,19 @@ func (o Options) podSecurityArgs() []string {
 		return nil
 	}
 	return []string{"--" + PodSecurityDefaultFlag, o.PodSecurityDefault}
+}
+
+// AllowHostPathFlag names the hostPath directories flag of `podflow up`
+// and the Linux node agent.
+const AllowHostPathFlag = "allow-host-path"
+
+// hostPathArgs pass the allowed hostPath directories to a Linux node agent.
+func (o Options) hostPathArgs() []string {
+	var args []string
+	for _, d := range o.HostPaths {
+		args = append(args, "--"+AllowHostPathFlag, d)
+	}
+	return args
 }
 
 // DefaultServiceCIDR is Kubernetes' default service CIDR.
@@ -455,7 +471,7 @@ func (p *Plan) NodeAgentArgs(registry string) []string {
 	if p.Options.Runtime == RuntimeLinux {
 		args := []string{"nodeagent", "--runtime", "linux", "--node", LinuxNode, "--config", p.Layout.ProcessConfig(p.NodeRole.Role),
 			"--data-dir", p.Layout.Sub("nodes", LinuxNode), "--registry", registry, "--" + ServiceCIDRFlag, p.Options.serviceCIDR()}
-		return append(args, p.Options.nodeCIDRArgs()...)
+		return append(append(args, p.Options.nodeCIDRArgs()...), p.Options.hostPathArgs()...)
 	}
 	args := []string{"nodeagent", "--runtime", "sim", "--name", "sim", "--nodes", strconv.Itoa(p.Options.Nodes), "--config", p.Layout.ProcessConfig(p.NodeRole.Role)}
 	return append(args, p.Options.nodeCIDRArgs()...)

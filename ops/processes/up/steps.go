@@ -116,7 +116,7 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 		StoreAddrs: cl.StoreAddrs, StorePeerAddrs: cl.StorePeerAddrs,
 		NATSRoutePeerAddrs: cl.NATSRoutePeerAddrs, NATSRouteAdvertise: cl.NATSRouteAdvertise, StoreUser: storeUser, Replicas: replicas, TLS: o.Cluster,
 		Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace, APIArgs: u.kube.stageArgs(),
-		ServiceCIDR: o.ServiceCIDR, PodSecurityDefault: o.PodSecurityDefault,
+		ServiceCIDR: o.ServiceCIDR, PodSecurityDefault: o.PodSecurityDefault, HostPaths: o.HostPaths,
 		ClusterCIDR: o.ClusterCIDR, NodeCIDRMaskSize: o.NodeCIDRMaskSize,
 		StageArgs: map[string][]string{pipeline.RootCACert: {"--root-ca-file", u.kube.CACert}},
 	})

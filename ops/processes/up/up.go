@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/podflow/podflow/nodeagent/linux"
@@ -34,6 +35,9 @@ type Options struct {
 	// PodSecurityDefault is the Pod Security level of namespaces without
 	// the enforce label ("" is privileged, Kubernetes' default).
 	PodSecurityDefault string
+	// HostPaths are the host directories hostPath volumes may use on the
+	// Linux node (none by default).
+	HostPaths []string
 
 	// A host of a cluster of several machines (runHost).
 	Init      bool          // the first server: a new cluster
@@ -121,6 +125,14 @@ func (o *Options) Resolve(out io.Writer) error {
 		}
 	default:
 		return fmt.Errorf("--runtime %q: want sim, linux or auto", o.Runtime)
+	}
+	if len(o.HostPaths) > 0 && (o.Runtime != plan.RuntimeLinux || o.Init || o.Join != "") {
+		return fmt.Errorf("--%s: hostPath volumes are for the Linux node of a single-host up (--runtime linux, without --init or --join)", plan.AllowHostPathFlag)
+	}
+	for _, d := range o.HostPaths {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("--%s %q: not an absolute path", plan.AllowHostPathFlag, d)
+		}
 	}
 	if o.Runtime == plan.RuntimeLinux {
 		if err := linux.Check(); err != nil {
