@@ -77,13 +77,7 @@ func TestServiceCIDROneSetting(t *testing.T) {
 	}
 
 	// The node agent, as `podflow nodeagent` parses its arguments.
-	var lo roles.LinuxNodeOptions
-	ncmd := nodeAgentCmd(func(_ context.Context, o roles.LinuxNodeOptions) error { lo = o; return nil })
-	ncmd.SetArgs(nodeArgs[1:])
-	ncmd.SetOut(io.Discard)
-	if err := ncmd.Execute(); err != nil {
-		t.Fatalf("nodeagent %v: %v", nodeArgs, err)
-	}
+	lo := parseNodeAgentArgs(t, nodeArgs)
 	if lo.ServiceCIDR != cidr {
 		t.Fatalf("node agent's service CIDR %q, want %q", lo.ServiceCIDR, cidr)
 	}
@@ -136,13 +130,7 @@ func TestAllowHostPathReachesTheNode(t *testing.T) {
 			nodeArgs = pr.Args
 		}
 	}
-	var lo roles.LinuxNodeOptions
-	ncmd := nodeAgentCmd(func(_ context.Context, o roles.LinuxNodeOptions) error { lo = o; return nil })
-	ncmd.SetArgs(nodeArgs[1:])
-	ncmd.SetOut(io.Discard)
-	if err := ncmd.Execute(); err != nil {
-		t.Fatalf("nodeagent %v: %v", nodeArgs, err)
-	}
+	lo := parseNodeAgentArgs(t, nodeArgs)
 	if fmt.Sprint(lo.HostPaths) != "[/tmp/job-e2e /srv/data]" {
 		t.Fatalf("the node agent's hostPath directories: %v", lo.HostPaths)
 	}
@@ -157,4 +145,18 @@ func TestAllowHostPathReachesTheNode(t *testing.T) {
 			t.Errorf("%s: Resolve = %v, want an error naming --allow-host-path", name, err)
 		}
 	}
+}
+
+// parseNodeAgentArgs parses args (`nodeagent …`) as `podflow nodeagent`
+// does, into the Linux node's options.
+func parseNodeAgentArgs(t *testing.T, args []string) roles.LinuxNodeOptions {
+	t.Helper()
+	var lo roles.LinuxNodeOptions
+	ncmd := nodeAgentCmd(func(_ context.Context, o roles.LinuxNodeOptions) error { lo = o; return nil })
+	ncmd.SetArgs(args[1:])
+	ncmd.SetOut(io.Discard)
+	if err := ncmd.Execute(); err != nil {
+		t.Fatalf("nodeagent %v: %v", args, err)
+	}
+	return lo
 }
