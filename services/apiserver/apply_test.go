@@ -14,8 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
 // stockKubectl runs the kubectl on the PATH against s as the admin.
@@ -252,10 +250,7 @@ func TestServerSideApplyRefusals(t *testing.T) {
 // owned field is a Conflict, Force takes it over.
 func TestServerSideApplyClientGo(t *testing.T) {
 	s := startSystem(t, options{})
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := s.adminClientset(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cms := cs.CoreV1().ConfigMaps("default")

@@ -12,8 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
 // TestEventUpdateKeepsWhatWasWritten: an Event updated with a series
@@ -22,10 +20,7 @@ import (
 // event" compares the whole object.
 func TestEventUpdateKeepsWhatWasWritten(t *testing.T) {
 	s := startSystem(t, options{})
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := s.adminClientset(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	events := cs.CoreV1().Events("default")
@@ -64,10 +59,7 @@ func TestEventUpdateKeepsWhatWasWritten(t *testing.T) {
 // deleted, and listed" and "should delete a collection of events").
 func TestEventsV1Writes(t *testing.T) {
 	s := startSystem(t, options{})
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := s.adminClientset(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := cs.EventsV1().Events("default")

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"log/slog"
 	"net"
 	"net/http"
@@ -451,4 +453,14 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config, webhooks bool) (
 		&apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: tokens, Workers: cfg.Workers, Log: env.Log},
 		&apiserver.LocalAPIServices{Store: env.Store, Log: env.Log, Period: 200 * time.Millisecond},
 		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Pods: pods, Log: env.Log}, ks)...), nil
+}
+
+// adminClientset is a client-go clientset of the admin, over HTTPS.
+func (s *system) adminClientset(t testing.TB) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }

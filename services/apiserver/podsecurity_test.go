@@ -11,8 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -34,10 +32,7 @@ func TestPodSecurityOnEveryPodWrite(t *testing.T) {
 	s := startSystem(t, options{https: func(c *apiserver.Config) { c.PodSecurityDefault = podsecurity.LevelBaseline }})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := s.adminClientset(t)
 	levels := map[string]string{"locked": "baseline", "open": "privileged"}
 	for name := range levels {
 		if _, err := s.store.Create(ctx, &corev1.Namespace{Metadata: &corev1.ObjectMeta{Name: name, Uid: "ns-" + name}}); err != nil {

@@ -10,8 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/podflow/podflow/proto/corev1"
@@ -99,10 +97,7 @@ func TestPodStatusWrite(t *testing.T) {
 // does not.
 func TestPodStatusSubresource(t *testing.T) {
 	s := startSystem(t, options{})
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := s.adminClientset(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pods := cs.CoreV1().Pods("default")
@@ -159,10 +154,7 @@ func TestPodStatusSubresource(t *testing.T) {
 // updated").
 func TestPodActiveDeadlineUpdate(t *testing.T) {
 	s := startSystem(t, options{})
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := s.adminClientset(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pods := cs.CoreV1().Pods("default")
