@@ -184,10 +184,14 @@ func (e *cmdEnv) interactive(ctx context.Context) int {
 		}
 		close(done)
 		<-watched
-		if cctx.Err() != nil && ctx.Err() == nil {
-			status = 130
-		}
+		// An interrupt ends the line, not the shell, though the
+		// interpreter counts a cancelled context as a fatal exit.
+		interrupted := cctx.Err() != nil && ctx.Err() == nil
 		ccancel()
+		if interrupted {
+			status = 130
+			continue
+		}
 		if r.Exited() {
 			return status
 		}

@@ -100,6 +100,15 @@ func TestShellTerminal(t *testing.T) {
 	waitFor(t, &out, "sleep 1000\r\n")
 	write("\x03")
 	waitFor(t, &out, "^C\r\n/ # ")
+	// An interrupt ends the whole line, not the shell: what follows the
+	// interrupted command does not run, and the prompt comes back.
+	write("sleep 1000 || echo after\r")
+	waitFor(t, &out, "sleep 1000 || echo after\r\n")
+	write("\x03")
+	waitFor(t, &out, "echo after\r\n^C\r\n/ # ")
+	if strings.Contains(out.String(), "\r\nafter\r\n") {
+		t.Fatalf("the rest of an interrupted line ran: %q", out.String())
+	}
 	write("exit 7\r")
 	select {
 	case code := <-done:
