@@ -85,7 +85,8 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	case req.sub == "" || (req.res.name == "pods" && req.res.group == "" && (req.sub == "status" || req.sub == "log") && req.verb == "get"),
 		isPodStatusWrite(req),     // podstatus.go
 		namespaceSubresource(req), // nssubresources.go
-		serviceStatusRequest(req): // servicestatus.go
+		serviceStatusRequest(req), // servicestatus.go
+		nodeStatusRequest(req):    // nodestatus.go
 	case req.res.cr != nil:
 		// A custom resource version's own subresources.
 		if !((req.sub == "status" && req.res.cr.HasStatus()) || (req.sub == "scale" && req.res.cr.HasScale())) ||
@@ -611,6 +612,15 @@ func (s *Server) update(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		if svc, ok := obj.(*corev1.Service); ok && req.sub == "status" {
 			st, out := s.updateServiceStatus(ctx, req, current.(*corev1.Service), svc, dry)
+			if retry && st.GetCode() == http.StatusConflict && attempt < maxPatchRetries && ctx.Err() == nil {
+				continue
+			}
+			writeWarnings(w, warnings)
+			s.respond(w, r, req.res, st, out)
+			return
+		}
+		if node, ok := obj.(*corev1.Node); ok && req.sub == "status" {
+			st, out := s.updateNodeStatus(ctx, req, current.(*corev1.Node), node, dry)
 			if retry && st.GetCode() == http.StatusConflict && attempt < maxPatchRetries && ctx.Err() == nil {
 				continue
 			}
