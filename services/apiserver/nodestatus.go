@@ -51,6 +51,9 @@ func (s *Server) updateNodeStatus(ctx context.Context, req *request, current, ne
 	md, cur := objects.Meta(out), current.GetMetadata()
 	md.Uid, md.CreationTimestamp, md.DeletionTimestamp = cur.GetUid(), cur.GetCreationTimestamp(), cur.GetDeletionTimestamp()
 	md.DeletionGracePeriodSeconds, md.Generation = cur.DeletionGracePeriodSeconds, cur.GetGeneration()
+	if md.GetResourceVersion() == "" { // an unconditional update: of what was read
+		md.ResourceVersion = cur.GetResourceVersion()
+	}
 	if errs := validateNodeStatus(out, current); len(errs) > 0 {
 		return validate.InvalidStatus("Node", name, errs), nil
 	}

@@ -91,6 +91,21 @@ func TestNodeStatusExtendedResource(t *testing.T) {
 		t.Errorf("a fractional extended resource: %v", err)
 	}
 
+	// The pod overhead e2e test's UpdateStatus: resourceVersion "0" is
+	// none, so a write since the read is no conflict.
+	stale, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, "n1", types.StrategicMergePatchType, []byte(`{"metadata":{"labels":{"moved":"on"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stale.ResourceVersion = "0"
+	stale.Status.Capacity["example.com/beardsecond"] = resource.MustParse("1000")
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, stale, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("UpdateStatus with resourceVersion 0: %v", err)
+	}
+
 	// e2enode.RemoveExtendedResource: Get, delete, UpdateStatus.
 	n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 	if err != nil {
