@@ -337,14 +337,30 @@ func fileName(name string) string {
 	return s
 }
 
+// waitsOutPodStart are tests not tagged [Slow] that take the suite's whole
+// pod start timeout (5 minutes) by design, on any cluster: the
+// SchedulerPredicates hostPort conflict test waits that long for its
+// unschedulable pod5 to leave Pending (createHostPortPodOnNode:
+// e2epod.WaitForPodNotPending, its error ignored), so the default
+// per-test timeout always interrupts it first.
+var waitsOutPodStart = []string{
+	"[sig-scheduling] SchedulerPredicates [Serial] validates that there exists conflict between pods with same hostPort and protocol but one using 0.0.0.0 hostIP [Conformance]",
+}
+
+// testTimeout is the per-test timeout of the test name: slow for [Slow]
+// tests and those that wait out the pod start timeout, else timeout.
+func testTimeout(name string, timeout, slow time.Duration) time.Duration {
+	if strings.Contains(name, "[Slow]") || slices.Contains(waitsOutPodStart, name) {
+		return slow
+	}
+	return timeout
+}
+
 // runOne runs one test in its own process of the suite: ginkgo
 // interrupts it at the timeout and runs its cleanup; the process is
 // killed if it is still there after the grace period.
 func (r *runner) runOne(ctx context.Context, name string) report.Result {
-	timeout := r.o.timeout
-	if strings.Contains(name, "[Slow]") {
-		timeout = r.o.slow
-	}
+	timeout := testTimeout(name, r.o.timeout, r.o.slow)
 	base := fileName(name)
 	junit := filepath.Join(r.o.out, "junit", base+".xml")
 	logf := filepath.Join(r.o.out, "logs", base+".log")
