@@ -149,7 +149,8 @@ func RunWorkload(ctx context.Context, o *WorkloadOptions, out io.Writer) error {
 		o.Replicas, o.MaxSurge, surge, o.MaxUnavailable, unavail, o.Runs)
 	var runs []workloadRun
 	for i := range o.Runs {
-		r, err := workloadRound(ctx, cs, sess, ps, o, i, out)
+		name := fmt.Sprintf("bench-wl-%d-%d", time.Now().UnixNano()%1_000_000, i)
+		r, err := workloadRound(ctx, cs, sess, ps, o, name, i, out)
 		if err != nil {
 			return err
 		}
@@ -157,6 +158,9 @@ func RunWorkload(ctx context.Context, o *WorkloadOptions, out io.Writer) error {
 		fmt.Fprintf(out, "run %d: created %s, ready %s, available %s; rollout %s (available ≥ %d, pods ≤ %d)\n",
 			i+1, r.created.Round(time.Millisecond), r.ready.Round(time.Millisecond), r.available.Round(time.Millisecond),
 			r.rollout.Round(time.Millisecond), r.minAvailable, r.maxPods)
+		if err := deleteWorkload(ctx, cs, name); err != nil {
+			return err
+		}
 	}
 	med := func(f func(workloadRun) time.Duration) time.Duration {
 		var ds []time.Duration
@@ -184,10 +188,9 @@ func RunWorkload(ctx context.Context, o *WorkloadOptions, out io.Writer) error {
 	return nil
 }
 
-// workloadRound creates, rolls out and deletes one Deployment.
-func workloadRound(ctx context.Context, cs kubernetes.Interface, sess *client.Session, ps up.Procs, o *WorkloadOptions, i int, out io.Writer) (workloadRun, error) {
+// workloadRound creates and rolls out one Deployment.
+func workloadRound(ctx context.Context, cs kubernetes.Interface, sess *client.Session, ps up.Procs, o *WorkloadOptions, name string, i int, out io.Writer) (workloadRun, error) {
 	var r workloadRun
-	name := fmt.Sprintf("bench-wl-%d-%d", time.Now().UnixNano()%1_000_000, i)
 	d := workloadDeployment(name, int32(o.Replicas), o.MaxSurge, o.MaxUnavailable)
 	if o.NoToken {
 		d.Spec.Template.Spec.AutomountServiceAccountToken = new(false)
@@ -258,21 +261,26 @@ func workloadRound(ctx context.Context, cs kubernetes.Interface, sess *client.Se
 		return r, fmt.Errorf("cost sample: %w", err)
 	}
 	r.rolloutCost = end.since(mid, o.Replicas, 0, quiesced)
+	return r, nil
+}
 
-	// Untimed: the Deployment and its pods gone before the next round.
+// deleteWorkload deletes the Deployment and waits, untimed, until its pods
+// are gone (before the next round).
+func deleteWorkload(ctx context.Context, cs kubernetes.Interface, name string) error {
+	deps := cs.AppsV1().Deployments("default")
 	bg := metav1.DeletePropagationBackground
 	if err := deps.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
-		return r, fmt.Errorf("delete deployment %q: %w", name, err)
+		return fmt.Errorf("delete deployment %q: %w", name, err)
 	}
 	sel := "app=" + name
 	for {
 		l, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: 1})
 		if err == nil && len(l.Items) == 0 {
-			return r, nil
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return r, fmt.Errorf("the pods of deployment %q not gone: %w", name, ctx.Err())
+			return fmt.Errorf("the pods of deployment %q not gone: %w", name, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}
