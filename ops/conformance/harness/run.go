@@ -29,6 +29,7 @@ var errTestsFailed = errors.New("conformance: tests failed")
 type runOptions struct {
 	podflow   string
 	runtime   string
+	nodes     int // real nodes of the Linux runtime (podflow up --linux-nodes)
 	dataDir   string
 	out       string
 	suite     string
@@ -52,6 +53,7 @@ func runRun(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.StringVar(&o.podflow, "podflow", "bin/podflow", "the podflow binary")
 	fs.StringVar(&o.runtime, "runtime", "linux", "podflow up --runtime: linux (real containers; root) or sim (API-only groups)")
+	fs.IntVar(&o.nodes, "linux-nodes", 2, "with --runtime linux: real nodes on this machine (podflow up --linux-nodes); the suite's multi-node tests want two")
 	fs.StringVar(&o.out, "out", "_output/conformance", "output directory: table, JUnit, logs (emptied first)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "podflow's data directory, removed first (default OUT/podflow)")
 	fs.StringVar(&o.suite, "suite", ".tools/conformance/e2e.test", "the e2e test binary (ops/conformance/suite)")
@@ -77,6 +79,9 @@ func runRun(ctx context.Context, args []string) error {
 	}
 	if o.runtime != "linux" && o.runtime != "sim" {
 		return fmt.Errorf("run: --runtime %q: want linux or sim", o.runtime)
+	}
+	if o.nodes < 1 {
+		return fmt.Errorf("run: --linux-nodes %d: want at least 1", o.nodes)
 	}
 	if o.procs < 1 || o.timeout <= 0 || o.slow <= 0 {
 		return errors.New("run: --procs must be at least 1, --timeout and --slow-timeout positive")
