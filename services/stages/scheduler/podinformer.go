@@ -5,6 +5,7 @@ import (
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/scheduler/framework"
 )
 
@@ -27,7 +28,8 @@ func decodeInformedPod(kv *raftstore.KV, o objects.Object) error {
 
 // compactBound keeps, in place, only what the scheduler reads of a bound
 // pod: its identity, labels, generation, creation and deletion (cache
-// entry, deletion requests); its node, scheduler name, priority, affinity,
+// entry, deletion requests) and its trace annotations (the PodScheduled
+// announced for a pod found bound continues its trace); its node, scheduler name, priority, affinity,
 // overhead and its containers' names, resources, ports and restart policy
 // (requests, host ports, sidecars, pod affinity); its phase, start time,
 // nomination and the PodScheduled and DisruptionTarget conditions
@@ -40,6 +42,14 @@ func compactBound(p *corev1.Pod) {
 		Name: md.GetName(), Namespace: md.GetNamespace(), Uid: md.GetUid(), ResourceVersion: md.GetResourceVersion(),
 		Generation: md.GetGeneration(), Labels: md.GetLabels(), CreationTimestamp: md.GetCreationTimestamp(),
 		DeletionTimestamp: md.GetDeletionTimestamp(), DeletionGracePeriodSeconds: md.DeletionGracePeriodSeconds,
+	}
+	for _, k := range []string{stage.AnnotationTraceparent, stage.AnnotationRequestID} {
+		if v, ok := md.GetAnnotations()[k]; ok {
+			if p.Metadata.Annotations == nil {
+				p.Metadata.Annotations = make(map[string]string, 2)
+			}
+			p.Metadata.Annotations[k] = v
+		}
 	}
 	p.Spec = &corev1.PodSpec{
 		NodeName: spec.GetNodeName(), SchedulerName: spec.GetSchedulerName(), Priority: spec.Priority,

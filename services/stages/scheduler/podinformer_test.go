@@ -13,10 +13,11 @@ import (
 	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/scheduler/framework"
 )
 
-// informedPod is a pod as the pipeline bench leaves it: admitted (default
+// informedPod is a pod as the pipeline bench leaves it: traced, admitted (default
 // tolerations, the service account's token volume), bound and Running;
 // unbound when node is "".
 func informedPod(i int, node string) *corev1.Pod {
@@ -30,6 +31,7 @@ func informedPod(i int, node string) *corev1.Pod {
 	return &corev1.Pod{
 		Metadata: &corev1.ObjectMeta{Name: name, Namespace: "bench", Uid: fmt.Sprintf("0b7e4d6c-1f2a-4c3b-9d8e-%012d", i),
 			CreationTimestamp: now, Labels: map[string]string{"app": "bench", "run": "20000"}, Generation: 1,
+			Annotations:   map[string]string{stage.AnnotationTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", stage.AnnotationRequestID: "0f3c9a2e-7d41-4b8e-a5c6-" + fmt.Sprintf("%012d", i)},
 			ManagedFields: []*corev1.ManagedFieldsEntry{{Manager: "kubectl", Operation: "Update"}}},
 		Spec: &corev1.PodSpec{NodeName: node, ServiceAccountName: "default", RestartPolicy: "Always",
 			SchedulerName: "default-scheduler", DnsPolicy: "ClusterFirst", TerminationGracePeriodSeconds: &thirty, Priority: &prio,
@@ -63,8 +65,9 @@ func storedPod(t testing.TB, p *corev1.Pod, rev int64) *raftstore.KV {
 // TestInformedPodDecoding: an unbound pod is cached whole (the scheduler
 // binds by writing it back); a bound one keeps everything the scheduler
 // reads of a bound pod — its cache entry, its identity, deletion and
-// nomination, the conditions preemption and retries read — and loses the
-// rest: images, env, mounts, volumes, tolerations, annotations, owners,
+// nomination, the conditions preemption and retries read, the trace's
+// annotations — and loses the rest: images, env, mounts, volumes,
+// tolerations, other annotations, owners,
 // container statuses, managed fields.
 func TestInformedPodDecoding(t *testing.T) {
 	unbound := informedPod(1, "")
@@ -83,7 +86,8 @@ func TestInformedPodDecoding(t *testing.T) {
 
 	bound := informedPod(2, "sim-node-0002")
 	bound.Metadata.DeletionTimestamp = timestamppb.New(time.Unix(1_800_000_100, 0))
-	bound.Metadata.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}"}
+	bound.Metadata.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}",
+		stage.AnnotationTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", stage.AnnotationRequestID: "req-1"}
 	bound.Metadata.OwnerReferences = []*corev1.OwnerReference{{Kind: "ReplicaSet", Name: "web"}}
 	bound.Status.NominatedNodeName = "sim-node-0003"
 	bound.Status.Conditions = append(bound.Status.Conditions, &corev1.PodCondition{Type: framework.ConditionDisruptionTarget, Status: "True", Reason: framework.ReasonPreemptionByScheduler})
@@ -112,7 +116,8 @@ func TestInformedPodDecoding(t *testing.T) {
 	}
 	if !proto.Equal(compact.Metadata, func() *corev1.ObjectMeta {
 		m := proto.CloneOf(bound.Metadata)
-		m.ManagedFields, m.Annotations, m.OwnerReferences = nil, nil, nil
+		m.ManagedFields, m.OwnerReferences = nil, nil
+		delete(m.Annotations, "kubectl.kubernetes.io/last-applied-configuration") // the trace's stay
 		objects.SetRevision(&corev1.Pod{Metadata: m}, 9)
 		return m
 	}()) {
