@@ -82,7 +82,6 @@ func managers(obj map[string]any) []string {
 // its owner) until one forces; re-applying an unchanged ConfigMap or Pod
 // writes nothing (same resourceVersion); managedFields are served.
 func TestServerSideApplyKubectl(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	k := newStockKubectl(t, s)
 	admin := s.client(t, adminToken)
@@ -191,7 +190,6 @@ func TestServerSideApplyKubectl(t *testing.T) {
 // using them gets its managedFields, and a second manager's apply of one
 // conflicts by name.
 func TestServerSideApplyNewerFields(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	u := s.url + "/api/v1/namespaces/default/pods/side"
@@ -218,7 +216,6 @@ func TestServerSideApplyNewerFields(t *testing.T) {
 // force is for applies only, and managedFields may not be sent in an
 // applied configuration.
 func TestServerSideApplyRefusals(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	u := s.url + "/api/v1/namespaces/default/configmaps/c"
@@ -252,7 +249,6 @@ func TestServerSideApplyRefusals(t *testing.T) {
 // client-go: the apply creates the object, a second manager's apply of an
 // owned field is a Conflict, Force takes it over.
 func TestServerSideApplyClientGo(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	cs := s.adminClientset(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -298,7 +294,6 @@ func TestServerSideApplyClientGo(t *testing.T) {
 // a JSON merge patch, recording no managedFields, and still names its
 // manager.
 func TestServerSideApplyOwnKind(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	u := s.url + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/tabs.example.com"

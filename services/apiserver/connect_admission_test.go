@@ -21,7 +21,6 @@ import (
 // webhook's message, as the upstream "should be able to deny attaching
 // pod" asserts. A container the webhook lets through still attaches.
 func TestConnectAdmission(t *testing.T) {
-	t.Parallel()
 	s, _, cs := startExecSystemWith(t, options{webhooks: true})
 	k := newStockKubectl(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

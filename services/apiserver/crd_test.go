@@ -73,7 +73,6 @@ func establish(t testing.TB, s *system, def *apiextensionsv1.CustomResourceDefin
 // version converted, printer columns, selectable fields, strategic
 // merge patches refused — and deleting it deletes its objects.
 func TestCustomResourceLifecycle(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -273,7 +272,6 @@ status: {replicas: 5}
 // watch from its resourceVersion sees every later change, in the version
 // it asked for.
 func TestCustomResourceWatchAndPaging(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -353,7 +351,6 @@ func TestCustomResourceWatchAndPaging(t *testing.T) {
 // them, and not read another group's), and a deleted namespace takes its
 // custom resources with it.
 func TestCustomResourceRBACAndNamespaces(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	establish(t, s, cronTabsCRD(t))
 	admin, alice := s.client(t, adminToken), s.client(t, aliceToken)

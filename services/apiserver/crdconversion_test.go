@@ -138,7 +138,6 @@ func conversionCRD(cc apiextensionsv1.WebhookClientConfig) *apiextensionsv1.Cust
 // version, written in it, and a list of objects stored in both versions
 // (the storage version changed between them) read in one.
 func TestConversionWebhook(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

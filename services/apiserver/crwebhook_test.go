@@ -26,7 +26,6 @@ import (
 // at v1 (matchPolicy Equivalent, the object converted by the definition)
 // and its patch lands in the v2 answer.
 func TestWebhookCustomResourceVersions(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{webhooks: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -113,7 +113,6 @@ func unstructuredOf(t *testing.T, y string) *unstructured.Unstructured {
 // HTTPS — create, get, list, watch, update, delete with client-go's
 // dynamic client — and discovered as kube-apiserver lists it.
 func TestGenericKindsCRUD(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	cfg := restConfig(s)
 	dc, err := dynamic.NewForConfig(cfg)
@@ -298,7 +297,6 @@ func webDeployment(name string) *appsv1.Deployment {
 // by a spec update and spec kept by a status update, the generation
 // counting spec changes only, and its scale subresource.
 func TestDeploymentSemantics(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	cs, err := kubernetes.NewForConfig(restConfig(s))
 	if err != nil {
@@ -433,7 +431,6 @@ func unstructuredJob(t *testing.T) *batchv1.Job {
 // TestGenericWarnings: a strategy's warnings reach the client as Warning
 // headers, as kube-apiserver's.
 func TestGenericWarnings(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	d := webDeployment("warned")
 	d.Spec.Template.Annotations = map[string]string{"seccomp.security.alpha.kubernetes.io/pod": "runtime/default"}
@@ -449,7 +446,6 @@ func TestGenericWarnings(t *testing.T) {
 // answers) creates and reads a Deployment and a PriorityClass, and the
 // answers are protobuf.
 func TestProtobufBodies(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	cfg := restConfig(s)
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
@@ -527,7 +523,6 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // TestDeploymentServerSideApply: two managers apply a Deployment; the
 // second conflicts over replicas until it forces.
 func TestDeploymentServerSideApply(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	url := s.url + "/apis/apps/v1/namespaces/default/deployments/ssa"
@@ -560,7 +555,6 @@ func TestDeploymentServerSideApply(t *testing.T) {
 // TestKubectlDeployments drives the stock kubectl: create deployment, get
 // deploy (kube-apiserver's columns), scale, explain.
 func TestKubectlDeployments(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	k := newStockKubectl(t, s)
 	if out := k.must("", "create", "deployment", "web", "--image=nginx", "--replicas=2"); !strings.Contains(out, "deployment.apps/web created") {
@@ -594,7 +588,6 @@ func TestKubectlDeployments(t *testing.T) {
 // order (scheduling.k8s.io included), legacy and aggregated; aggregated
 // discovery lists a Deployment's subresources with their kinds.
 func TestDiscoveryGroups(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	code, body, _ := do(t, admin, "GET", s.url+"/apis", "", "")
@@ -641,7 +634,6 @@ func TestDiscoveryGroups(t *testing.T) {
 // through /approval (kube-apiserver's approval strategy), never through
 // the object itself, which records the requester.
 func TestCSRApproval(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	cs, err := kubernetes.NewForConfig(restConfig(s))
 	if err != nil {
@@ -681,7 +673,6 @@ func TestCSRApproval(t *testing.T) {
 // unknown and duplicate fields are refused together, in document order,
 // worded as kube-apiserver's (the FieldValidation conformance test).
 func TestGenericStrictFields(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{})
 	body := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"my-dep","labels":{"app":"nginx"}},
 "spec":{"unknownField":"foo","replicas":2,"replicas":3,"selector":{"matchLabels":{"app":"nginx"}},

@@ -101,7 +101,6 @@ func hookRules(resource string, ops ...admissionregistrationv1.OperationType) []
 // timeout; a timeout of 31 s and side effects are refused at
 // registration.
 func TestWebhooksOnThePipeline(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{webhooks: true})
 	warn := &warningsSeen{}
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM},
@@ -258,7 +257,6 @@ func TestWebhooksOnThePipeline(t *testing.T) {
 // registered through the API, denies a Deployment written through the api
 // stage, and one bound with Warn only warns.
 func TestPolicyOnThePipeline(t *testing.T) {
-	t.Parallel()
 	s := startSystem(t, options{webhooks: true})
 	warn := &warningsSeen{}
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM},
