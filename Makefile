@@ -144,17 +144,23 @@ lint: lint-docs lint-words
 	@cd raftstore/etcdbench && GOWORK=off $(GO) list -deps . >/dev/null || \
 		{ echo "raftstore/etcdbench (make bench-store) is behind the modules it replaces: cd raftstore/etcdbench && GOWORK=off go mod tidy"; exit 1; }
 
-## test: every module's tests in one `go test`, so that packages of different
-## modules share the slots; the longest packages are named first, which
-## starts them first (the run is as long as its longest package plus what
-## cannot overlap it). The packages that failed are listed at the end.
+## test: ops/e2e in a `go test` of its own, beside one `go test -p TEST_P`
+## of every other package of every module. ops/e2e schedules its own tests
+## in lanes and mostly waits on the processes it starts; in the slots it
+## held one of two for its whole run and nothing else, not even a compile,
+## could use it. In the slots the longest packages are named first, which
+## starts them first. The packages that failed are listed at the end.
 ## -vet=off: lint has just run go vet, every analyzer, over every module;
 ## go test's own vet pass would repeat a subset on each test package.
-TEST_FIRST := ./ops/e2e ./nodeagent/linux ./services/apiserver ./nodeagent/linux/container ./services/pipeline ./raftstore ./services/stages/scheduler
+TEST_ALONE := ./ops/e2e
+TEST_FIRST := ./nodeagent/linux ./services/apiserver ./raftstore ./services/pipeline ./nodeagent/linux/container ./services/stages/scheduler
 test: proto-check lint busybox
-	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
-	$(GO) test -race -count=1 -vet=off -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FIRST) $(addprefix ./,$(addsuffix /...,$(MODULES))) 2>&1 | tee "$$log"; \
-	rc=$${PIPESTATUS[0]}; failed=$$(sed -n 's/^FAIL[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/p' "$$log" | sort -u); \
+	@set -o pipefail; log=$$(mktemp); alone=$$(mktemp); trap 'rm -f "$$log" "$$alone"' EXIT; \
+	$(GO) test -race -count=1 -vet=off -timeout $(TEST_TIMEOUT) $(TEST_ALONE) >"$$alone" 2>&1 & pid=$$!; \
+	pkgs=$$($(GO) list $(addprefix ./,$(addsuffix /...,$(MODULES))) | grep -vxF "$$($(GO) list $(TEST_ALONE))") || { kill $$pid; exit 1; }; \
+	$(GO) test -race -count=1 -vet=off -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FIRST) $$pkgs 2>&1 | tee "$$log"; \
+	rc=$${PIPESTATUS[0]}; wait $$pid; rca=$$?; tee -a "$$log" <"$$alone"; (( rc == 0 )) && rc=$$rca; \
+	failed=$$(sed -n 's/^FAIL[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/p' "$$log" | sort -u); \
 	if (( rc != 0 )); then \
 		echo "== make test failed (exit $$rc); failed packages:"; echo "$${failed:-  (none reported: a build or vet error above)}"; exit 1; \
 	fi; \

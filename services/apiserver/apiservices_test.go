@@ -19,6 +19,7 @@ import (
 // (podflow proxies to no extension server); kube-aggregator's validation
 // refuses a bad one; status is written through /status only.
 func TestAPIServices(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	base := s.url + "/apis/apiregistration.k8s.io/v1/apiservices"

@@ -54,6 +54,7 @@ func patchBomb(n int) string {
 }
 
 func TestAttackPatch(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	cm := configMap(t, s, admin)
@@ -82,6 +83,7 @@ func TestAttackPatch(t *testing.T) {
 // TestAttackSlowBody: a client that sends its headers and then dribbles
 // its body gets 408 after BodyReadTimeout, not a held in-flight slot.
 func TestAttackSlowBody(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{https: func(c *apiserver.Config) { c.BodyReadTimeout = time.Second }})
 	admin := s.client(t, adminToken)
 	cm := configMap(t, s, admin)
@@ -111,6 +113,7 @@ func TestAttackSlowBody(t *testing.T) {
 // not reached is answered 504 "Too large resource version" (as
 // kube-apiserver words it) after TooLargeResourceVersionWait.
 func TestAttackFutureResourceVersion(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{https: func(c *apiserver.Config) { c.TooLargeResourceVersionWait = 500 * time.Millisecond }})
 	admin := s.client(t, adminToken)
 	cm := configMap(t, s, admin)
@@ -137,6 +140,7 @@ func TestAttackFutureResourceVersion(t *testing.T) {
 // TestAttackWatches: watches have their own limit (429 past MaxWatches),
 // which a slot freed by a closed watch gives back; reads are not held up.
 func TestAttackWatches(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{https: func(c *apiserver.Config) { c.MaxWatches = 2 }})
 	admin := s.client(t, adminToken)
 	cm := configMap(t, s, admin)
@@ -184,6 +188,7 @@ func TestAttackWatches(t *testing.T) {
 // ConfigMaps or Secrets past 1 MiB of data get 422 naming the rule, over
 // REST and over the bus's object path; nothing is stored.
 func TestAttackObjects(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	cm := configMap(t, s, admin)

@@ -20,6 +20,7 @@ import (
 // (JSON and protobuf) and a shared pod informer — against the real api
 // stage's HTTPS front door.
 func TestClientGo(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	cfg := &rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}}
 	cs, err := kubernetes.NewForConfig(cfg)

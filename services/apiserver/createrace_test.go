@@ -20,6 +20,7 @@ import (
 // 409 AlreadyExists — never "the object has been modified", which a client
 // tolerating an existing object does not pass over.
 func TestConcurrentCreateAlreadyExists(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	cfg := &rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM},
 		QPS: 100, Burst: 100}

@@ -22,6 +22,7 @@ import (
 // lifecycle of an Endpoint"; an invalid one is refused with
 // kube-apiserver's message.
 func TestEndpointsLifecycle(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken,
 		TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}})
@@ -100,6 +101,7 @@ func TestEndpointsLifecycle(t *testing.T) {
 // ExternalName Service's name and a LoadBalancer's <pending>, as
 // kube-apiserver's printer says.
 func TestServiceTableExternalIP(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	for _, body := range []string{

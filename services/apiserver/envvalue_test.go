@@ -10,6 +10,7 @@ import (
 // valueFrom is only a resourceFieldRef is created, and valueFrom's one-of
 // is refused 422 with Kubernetes' messages.
 func TestEnvValueFromHTTPS(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	pods := s.url + "/api/v1/namespaces/default/pods"

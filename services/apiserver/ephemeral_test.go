@@ -21,6 +21,7 @@ import (
 // changes, the fields ephemeral containers may not have are refused as
 // kube-apiserver refuses them, and RBAC is on the subresource.
 func TestEphemeralContainers(t *testing.T) {
+	t.Parallel()
 	s, cfg, cs := startExecSystem(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -179,6 +180,7 @@ func TestEphemeralContainers(t *testing.T) {
 // along); the creator's entry and the main resource's managers stay
 // apart.
 func TestEphemeralContainersManagedFields(t *testing.T) {
+	t.Parallel()
 	_, _, cs := startExecSystem(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -21,6 +21,7 @@ import (
 // cluster-admin or escalate on roles; each refusal is kube-apiserver's
 // 403 "is attempting to grant RBAC permissions not currently held".
 func TestHTTPSEscalation(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

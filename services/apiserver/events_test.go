@@ -19,6 +19,7 @@ import (
 // none) — the conformance test "Events should manage the lifecycle of an
 // event" compares the whole object.
 func TestEventUpdateKeepsWhatWasWritten(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	cs := s.adminClientset(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -58,6 +59,7 @@ func TestEventUpdateKeepsWhatWasWritten(t *testing.T) {
 // tests "Events API should ensure that an event can be fetched, patched,
 // deleted, and listed" and "should delete a collection of events").
 func TestEventsV1Writes(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	cs := s.adminClientset(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -151,6 +151,7 @@ func wantTooManyRequests(t *testing.T, err error, want string) {
 // DisruptionTarget condition, spends the disruption and records the pod
 // in disruptedPods; the next eviction is refused with kube's 429.
 func TestEvictionSpendsTheBudget(t *testing.T) {
+	t.Parallel()
 	f := newEvictionFixture(t)
 	f.pod("web-1", "Running", true)
 	f.pod("web-2", "Running", true)
@@ -210,6 +211,7 @@ func findCondition(cs []metav1.Condition, typ string) *metav1.Condition {
 
 // TestEvictionRefusals: what kube-apiserver refuses, refused the same way.
 func TestEvictionRefusals(t *testing.T) {
+	t.Parallel()
 	f := newEvictionFixture(t)
 	f.pod("web-1", "Running", true)
 	f.pod("web-2", "Running", true)
@@ -271,6 +273,7 @@ func TestEvictionRefusals(t *testing.T) {
 // TestEvictionOfPodsNoDisruption: a Pending pod is evicted whatever the
 // budget; a not Ready pod as unhealthyPodEvictionPolicy says.
 func TestEvictionOfPodsNoDisruption(t *testing.T) {
+	t.Parallel()
 	f := newEvictionFixture(t)
 	f.pod("pending", "Pending", false)
 	f.pod("unready", "Running", false)
@@ -316,6 +319,7 @@ func TestEvictionOfPodsNoDisruption(t *testing.T) {
 // TestEvictionDiscovery: kubectl drain evicts only when discovery lists
 // pods/eviction as policy's Eviction (else it deletes).
 func TestEvictionDiscovery(t *testing.T) {
+	t.Parallel()
 	f := newEvictionFixture(t)
 	l, err := f.admin.Discovery().ServerResourcesForGroupVersion("v1")
 	if err != nil {

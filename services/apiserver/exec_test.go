@@ -117,6 +117,7 @@ func startExecSystemWith(t *testing.T, o options) (*system, *rest.Config, *kuber
 // forwarder (kubectl port-forward, SPDY) to the fake node, which echoes
 // port 80 and refuses others.
 func TestPortForward(t *testing.T) {
+	t.Parallel()
 	_, cfg, cs := startExecSystem(t)
 	transport, upgrader, err := spdy.RoundTripperFor(cfg)
 	if err != nil {
@@ -170,6 +171,7 @@ func TestPortForward(t *testing.T) {
 // WebSocket (v5.channel.k8s.io) and SPDY — through the api stage to a
 // fake node over NATS.
 func TestExec(t *testing.T) {
+	t.Parallel()
 	s, cfg, cs := startExecSystem(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -30,6 +30,7 @@ import (
 // namespaced user, still watches, execs into a pod and creates an object,
 // and the admin (system:masters, exempt) still watches.
 func TestFairnessPerUser(t *testing.T) {
+	t.Parallel()
 	s, cfg, _ := startExecSystem(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -135,6 +136,7 @@ func TestFairnessPerUser(t *testing.T) {
 // bodies never finish) gets 429 for a third, while another user and the
 // admin still write.
 func TestFairnessMutating(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{https: func(c *apiserver.Config) { c.MaxMutatingInFlight, c.MaxMutatingPerUser = 8, 2 }})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 // fieldValidation) or holds it and admission refuses it — and is not
 // stored; Kubernetes defaults of refused fields are accepted.
 func TestRefusedPodFieldsHTTPS(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	pods := s.url + "/api/v1/namespaces/default/pods"

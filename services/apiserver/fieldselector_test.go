@@ -19,6 +19,7 @@ func sortedNames(body map[string]any) []string {
 // spec.unschedulable=false` is what the e2e suite's BeforeSuite runs), and
 // a label the kind does not support is refused with kube-apiserver's 400.
 func TestFieldSelectors(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	post := func(url, body string) {

@@ -99,6 +99,7 @@ func FuzzPatch(f *testing.F) {
 }
 
 func TestParseKeysPEM(t *testing.T) {
+	t.Parallel()
 	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.MarshalPKIXPublicKey(k.Public())
 	keys, err := ParseKeys(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
@@ -115,6 +116,7 @@ func TestParseKeysPEM(t *testing.T) {
 }
 
 func TestWantsTable(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		accept string
 		want   bool
@@ -134,6 +136,7 @@ func TestWantsTable(t *testing.T) {
 }
 
 func TestMergePatch(t *testing.T) {
+	t.Parallel()
 	out, st := applyPatch([]byte(`{"a":{"b":1,"c":2},"d":[1]}`), []byte(`{"a":{"b":null,"e":3},"d":[2]}`), patchMerge, lookupResource("v1", "configmaps"), testPatchLimits)
 	if st != nil || string(out) != `{"a":{"c":2,"e":3},"d":[2]}` {
 		t.Fatalf("merge patch: %s %v", out, st)

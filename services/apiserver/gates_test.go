@@ -7,6 +7,7 @@ import (
 // TestSchedulingGatesRemovedNotAdded: an update may remove a pod's
 // scheduling gates (the scheduler then takes it), never add one.
 func TestSchedulingGatesRemovedNotAdded(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	pods := s.url + "/api/v1/namespaces/default/pods"

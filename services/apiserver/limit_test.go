@@ -59,6 +59,7 @@ func newTestServer(t *testing.T, mod func(*Config)) *Server {
 // TestTooManyRequests: past MaxInFlight, requests get 429 with
 // Retry-After; watches are not counted.
 func TestTooManyRequests(t *testing.T) {
+	t.Parallel()
 	s := newTestServer(t, func(c *Config) { c.MaxInFlight = 2 })
 	s.inflight <- struct{}{}
 	s.inflight <- struct{}{}
@@ -78,6 +79,7 @@ func TestTooManyRequests(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	for name, mod := range map[string]func(*Config){
 		"no addr":       func(c *Config) { c.Addr = "" },
 		"no cert":       func(c *Config) { c.CertFile = "" },

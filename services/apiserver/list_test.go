@@ -38,6 +38,7 @@ func createConfigMaps(t *testing.T, s *system, ns string, n int, labels string) 
 // Kubernetes' base64 JSON {v, rv, start}; an expired snapshot gets 410
 // Expired with a token to continue at the latest revision.
 func TestListPaging(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{https: func(c *apiserver.Config) { c.ListSnapshotTTL, c.TooLargeResourceVersionWait = 2e9, 2e8 }})
 	admin := s.client(t, adminToken)
 	cms := s.url + "/api/v1/namespaces/default/configmaps"
@@ -176,6 +177,7 @@ func TestListPaging(t *testing.T) {
 // TestDeleteCollection: DELETE on a collection deletes what its selectors
 // match (kubectl delete -l, client-go DeleteCollection) and lists it.
 func TestDeleteCollection(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	cms := s.url + "/api/v1/namespaces/default/configmaps"
@@ -220,6 +222,7 @@ func TestDeleteCollection(t *testing.T) {
 // what they found, so a read from a lagging follower left a taint the
 // suite had just added on the node for good.
 func TestGetAnyVersionSeesOwnWrite(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{replicas: 3})
 	admin := s.client(t, adminToken)
 	cm := s.url + "/api/v1/namespaces/default/configmaps"

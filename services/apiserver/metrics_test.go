@@ -17,6 +17,7 @@ import (
 // by namespace and label selector, gets by name, leaves out a node that does not answer, and
 // RBAC guards it as its own group (get pods in core/v1 is not enough).
 func TestMetricsAPI(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -59,6 +59,7 @@ func (s *system) busCreatePod(t *testing.T, ns, name string) *corev1.Status {
 // namespace's conditions, and removes the namespace once it is empty. The
 // built-in namespaces cannot be deleted.
 func TestNamespaceDeletion(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{replicas: 3})
 	admin := s.client(t, adminToken)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -15,6 +15,7 @@ import (
 // token goes to no one but a node. (The NodeRestriction checks and the
 // token's binding are attacked in services/apiserver/nodetoken_test.go.)
 func TestCheckNodeReply(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		reply string
 		ok    bool

@@ -23,6 +23,7 @@ import (
 // pod that authenticates over HTTPS as the pod's ServiceAccount — until
 // the pod is deleted.
 func TestNodeServiceAccountToken(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{nodes: []string{"n1", "n2"}})
 	admin := s.client(t, adminToken)
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)

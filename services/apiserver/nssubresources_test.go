@@ -15,6 +15,7 @@ import (
 // through finalize lets the namespace controller remove it (how a stuck
 // namespace is released); each needs update on its subresource.
 func TestNamespaceSubresources(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin, alice := s.client(t, adminToken), s.client(t, aliceToken)
 	ns := s.url + "/api/v1/namespaces"

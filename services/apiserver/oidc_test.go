@@ -17,6 +17,7 @@ import (
 // should support OIDC discovery of service account issuer" verifies its
 // pod's token so, with go-oidc).
 func TestServiceAccountIssuerDiscovery(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	sas := s.url + "/api/v1/namespaces/default/serviceaccounts"

@@ -22,6 +22,7 @@ import (
 // restartPolicy, its containers' resizePolicy, …): the schemas are those
 // of the types served, not of an older release.
 func TestOpenAPIFields(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	for _, c := range []struct {

@@ -7,6 +7,7 @@ import "testing"
 // not given fails the whole of /openapi/v3; OPENAPI_PKGS in the
 // Makefile), and so does /openapi/v2.
 func TestOpenAPIEveryGroupVersion(t *testing.T) {
+	t.Parallel()
 	for gv := range resources {
 		if _, err := openAPIDoc(gv); err != nil {
 			t.Errorf("%s: %v", gv, err)

@@ -10,6 +10,7 @@ import (
 // schema for each kind served, found by its group, version and kind as
 // kubectl explain finds it.
 func TestOpenAPISchemas(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	code, root, _ := do(t, admin, "GET", s.url+"/openapi/v3", "", "")
@@ -80,6 +81,7 @@ func TestOpenAPISchemas(t *testing.T) {
 // documents (its default) and from /openapi/v2 (--output plaintext-openapiv2):
 // a sidecar's restartPolicy, which older embedded schemas lack, included.
 func TestOpenAPIExplainKubectl(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	k := newStockKubectl(t, s)
 	for _, c := range []struct {

@@ -41,6 +41,7 @@ func get(t *testing.T, c *http.Client, url string, hdr ...string) (int, []byte, 
 // path finds it) whose references resolve; client-go reads its protobuf
 // form; other media types are 406 and an unchanged document 304.
 func TestOpenAPIV2(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	code, b, hdr := get(t, admin, s.url+"/openapi/v2", "Accept", "application/json")

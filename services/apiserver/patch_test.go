@@ -11,6 +11,7 @@ import (
 // cordon and label during a node's status updates), and none is lost; a
 // patch with a stale resourceVersion precondition still gets its 409.
 func TestPatchRetriesConflicts(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	node := s.url + "/api/v1/nodes/n1"

@@ -26,6 +26,7 @@ func tooManyOps(n int) string {
 }
 
 func TestPatchLimits(t *testing.T) {
+	t.Parallel()
 	orig := []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"k":"v"}}`)
 	res := lookupResource("v1", "configmaps")
 	for _, c := range []struct {
@@ -62,6 +63,7 @@ func TestPatchLimits(t *testing.T) {
 // TestInFlightClasses: each class of request counts under its own limit,
 // and a watch parameter on a write does not move it out of its class.
 func TestInFlightClasses(t *testing.T) {
+	t.Parallel()
 	s := newTestServer(t, func(c *Config) { c.MaxInFlight, c.MaxMutatingInFlight, c.MaxWatches = 1, 1, 1 })
 	for _, c := range []struct {
 		name, method, url string

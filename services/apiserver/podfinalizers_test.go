@@ -20,6 +20,7 @@ import (
 // as kube-apiserver does; a pod being deleted may not gain a finalizer
 // (422, kube's message).
 func TestPodFinalizersUpdate(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	ctx := context.Background()
@@ -63,6 +64,7 @@ func TestPodFinalizersUpdate(t *testing.T) {
 // patch replaces them (the garbage collector's conformance tests make
 // pods owned by each other, or by a second ReplicationController, so).
 func TestPodOwnerReferencesPatch(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	ctx := context.Background()

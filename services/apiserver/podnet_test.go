@@ -28,6 +28,7 @@ import (
 // the benchmarking range (198.18.0.0/15): nothing is routed off the
 // machine.
 func TestPodListeners(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to add a bridge")
 	}
@@ -115,6 +116,7 @@ func TestPodListeners(t *testing.T) {
 // a pod network on the machine the endpoint is the front door's own
 // address.
 func TestKubernetesServiceServed(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(s.url, "https://"))

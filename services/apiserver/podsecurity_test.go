@@ -29,6 +29,7 @@ import (
 // (Config.PodSecurityDefault, here baseline) holds in a namespace without
 // the label, and a namespace labelled privileged is not checked.
 func TestPodSecurityOnEveryPodWrite(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{https: func(c *apiserver.Config) { c.PodSecurityDefault = podsecurity.LevelBaseline }})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -26,6 +26,7 @@ import (
 // and the qosClass cannot be changed; a user with `update pods` but not
 // `update pods/status` is forbidden.
 func TestPodStatusWrite(t *testing.T) {
+	t.Parallel()
 	s, cfg, cs := startExecSystem(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -96,6 +97,7 @@ func TestPodStatusWrite(t *testing.T) {
 // PodStatus"): the status and labels and annotations change, the spec
 // does not.
 func TestPodStatusSubresource(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	cs := s.adminClientset(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -153,6 +155,7 @@ func TestPodStatusSubresource(t *testing.T) {
 // conformance test "Pods should allow activeDeadlineSeconds to be
 // updated").
 func TestPodActiveDeadlineUpdate(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	cs := s.adminClientset(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

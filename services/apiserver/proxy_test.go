@@ -73,6 +73,7 @@ func (b *backends) serve(t *testing.T, addr, who string) {
 // pod CIDR allocated to the pod's node is ever dialled ("address not
 // allowed"), nor a Service endpoint that is not that pod's address.
 func TestPodAndServiceProxy(t *testing.T) {
+	t.Parallel()
 	b := &backends{byAddr: map[string]string{}}
 	s := startSystem(t, options{https: func(c *apiserver.Config) { c.ProxyDialContext = b.dial }})
 	ctx := context.Background()

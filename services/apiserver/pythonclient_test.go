@@ -17,6 +17,7 @@ const debianPython = "/usr/bin/python3"
 // with limit/_continue, watch.Watch().stream() seeing ADDED, MODIFIED,
 // DELETED (it sends watch=True) — testdata/python_client.py.
 func TestPythonClient(t *testing.T) {
+	t.Parallel()
 	if err := exec.Command(debianPython, "-c", "import kubernetes").Run(); err != nil {
 		t.Skipf("needs %s with python3-kubernetes (make deps-os): %v", debianPython, err)
 	}

@@ -113,6 +113,7 @@ func wantForbidden(t *testing.T, err error, msg string) {
 // message; deleting one frees its usage (the controller recomputes
 // status.used) and the next create fits again.
 func TestQuotaConfigMapsFillNamespace(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -157,6 +158,7 @@ func cpuPod(name, cpu string) *k8scorev1.Pod {
 // without a cpu request is refused (kube's "must specify"), and a
 // BestEffort-scoped quota counts only BestEffort pods.
 func TestQuotaPodRequestsCPU(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -204,6 +206,7 @@ func TestQuotaPodRequestsCPU(t *testing.T) {
 // with a compare-and-swap on the quota, so exactly 5 and 4 are stored,
 // never more, and status.used says so.
 func TestQuotaConcurrentCreates(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -253,6 +256,7 @@ func count(t *testing.T, mu *sync.Mutex, created map[string]int, what string, er
 // TestQuotaKubectl: stock kubectl creates a quota and describes it with
 // its Used and Hard columns, as against kube-apiserver.
 func TestQuotaKubectl(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	k := newStockKubectl(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -280,6 +284,7 @@ func TestQuotaKubectl(t *testing.T) {
 // (count/deployments.apps), Secrets (legacy name), Services and their
 // NodePorts, each refused past its limit with kube's message.
 func TestQuotaOtherKinds(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

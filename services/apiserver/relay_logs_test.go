@@ -16,6 +16,7 @@ import (
 // a pod the node does not know; another failure is a 404 naming the node's
 // error.
 func TestPodLogsRefusals(t *testing.T) {
+	t.Parallel()
 	srv := bustest.Server(t)
 	conn := bustest.Connect(t, srv, "api-logs")
 	node := bustest.Connect(t, srv, "node")

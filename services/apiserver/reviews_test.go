@@ -15,6 +15,7 @@ import (
 // token for other audiences is not authenticated and says why; an unknown
 // token is not authenticated. Creating one needs create on tokenreviews.
 func TestTokenReview(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin, alice := s.client(t, adminToken), s.client(t, aliceToken)
 	reviews := s.url + "/apis/authentication.k8s.io/v1/tokenreviews"
@@ -110,6 +111,7 @@ func TestTokenReview(t *testing.T) {
 // evaluationError of a selector that does not parse, kube-apiserver's 422
 // for an invalid spec, and need create on their resource.
 func TestSubjectAccessReview(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin, alice := s.client(t, adminToken), s.client(t, aliceToken)
 	sar := s.url + "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -193,6 +195,7 @@ func TestSubjectAccessReview(t *testing.T) {
 // for a backend which does not implement metadata"); an Accept header
 // that falls back to JSON gets the review.
 func TestReviewsRefuseTable(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	const table = "application/json;as=Table;v=v1;g=meta.k8s.io"

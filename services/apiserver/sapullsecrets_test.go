@@ -10,6 +10,7 @@ import (
 // Kubernetes' ServiceAccount admission plugin copies them); a pod with
 // its own keeps its own.
 func TestServiceAccountPullSecretsHTTPS(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	base := s.url + "/api/v1/namespaces/default/"

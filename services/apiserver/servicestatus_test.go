@@ -13,6 +13,7 @@ import (
 // adds a condition; a status kube's ValidateServiceStatusUpdate refuses
 // is 422; a plain update keeps the status; it needs its own permission.
 func TestServiceStatusSubresource(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin, alice := s.client(t, adminToken), s.client(t, aliceToken)
 	svcs := s.url + "/api/v1/namespaces/default/services"

@@ -30,6 +30,7 @@ func (s *system) whoami(t *testing.T, token string) (int, any) {
 // refused; the token stops authenticating once the account is deleted,
 // and a recreated account (another uid) does not revive it.
 func TestTokenRequest(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin, alice := s.client(t, adminToken), s.client(t, aliceToken)
 	sas := s.url + "/api/v1/namespaces/default/serviceaccounts"
@@ -98,6 +99,7 @@ func TestTokenRequest(t *testing.T) {
 // running as another ServiceAccount (400) and a kind that cannot be bound
 // (400).
 func TestTokenRequestBoundObject(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)

@@ -12,6 +12,7 @@ import (
 // kube-apiserver decodes with the URL's kind as the default; a body of
 // another kind or version is refused with kube-apiserver's message.
 func TestTypeMetaDefaulted(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	cms := s.url + "/api/v1/namespaces/default/configmaps"
@@ -57,6 +58,7 @@ func TestTypeMetaDefaulted(t *testing.T) {
 // empty value are watches, as kube-apiserver parses booleans; false and 0
 // (any case) are lists.
 func TestWatchParameter(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	cms := s.url + "/api/v1/namespaces/default/configmaps"

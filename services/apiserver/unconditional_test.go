@@ -24,6 +24,7 @@ import (
 // round's twelve writers lose at most eleven races each, under the retry
 // bound.
 func TestUnconditionalUpdatesRace(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

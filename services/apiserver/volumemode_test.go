@@ -9,6 +9,7 @@ import (
 // default, 0644 (420), a secret's too, so a GET shows it; a mode given is
 // kept.
 func TestVolumeDefaultModeHTTPS(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	pods := s.url + "/api/v1/namespaces/default/pods"

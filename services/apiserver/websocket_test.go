@@ -94,6 +94,7 @@ func byChannel(ms []wsMessage) map[byte]string {
 // base64.channel.k8s.io and none (the failure's message only) — with
 // wsstream's framing (a channel byte; base64 text for the base64 ones).
 func TestExecWebSocketProtocols(t *testing.T) {
+	t.Parallel()
 	s, _, _ := startExecSystem(t)
 	exec := func(cmd ...string) string {
 		q := "?container=c&stdout=true&stderr=true"
@@ -144,6 +145,7 @@ func TestExecWebSocketProtocols(t *testing.T) {
 // first, then the text in binary messages (binary.k8s.io, or no
 // subprotocol) or base64 text messages (base64.binary.k8s.io).
 func TestLogsWebSocket(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	ctx := context.Background()
 	if _, err := s.store.Create(ctx, &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "small", Uid: "u-small"},

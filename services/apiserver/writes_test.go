@@ -11,6 +11,7 @@ import (
 // admission's TestLimitRangeFromTheStore holds its caches back and proves
 // the LimitRanges are read from the store.)
 func TestLimitRangeAppliedAtOnce(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	for i := range 5 {
@@ -41,6 +42,7 @@ func TestLimitRangeAppliedAtOnce(t *testing.T) {
 // is about (kube-apiserver's ValidateEventCreate for v1), on both the
 // create and the update.
 func TestEventValidation(t *testing.T) {
+	t.Parallel()
 	s := startSystem(t, options{})
 	admin := s.client(t, adminToken)
 	events := s.url + "/api/v1/namespaces/default/events"

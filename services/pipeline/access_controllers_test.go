@@ -15,6 +15,7 @@ import (
 // node, a user and the store cannot publish there (and so cannot make
 // pods as the controller), and no controller can listen there.
 func TestControllerPodsSubjects(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	api := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.API), "api")
 	rs := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.ReplicaSet), "rs")
@@ -35,6 +36,7 @@ func TestControllerPodsSubjects(t *testing.T) {
 	}
 	for name, c := range publishers {
 		t.Run(name+" publishes on the replicaset controller's subject", func(t *testing.T) {
+			t.Parallel()
 			if delivers(t, c, admin, subject) {
 				t.Errorf("%s may ask for pods as the replicaset controller on %s", name, subject)
 			}
@@ -48,6 +50,7 @@ func TestControllerPodsSubjects(t *testing.T) {
 // TestControllerUsers: every workload controller has a ServiceAccount
 // identity, and the user names map back to their stage.
 func TestControllerUsers(t *testing.T) {
+	t.Parallel()
 	for _, s := range []string{pipeline.ReplicaSet, pipeline.ReplicationController, pipeline.Job, pipeline.CronJob, pipeline.Deployment, pipeline.StatefulSet, pipeline.Disruption} {
 		u := pipeline.ControllerUser(s)
 		if u == nil {
@@ -72,6 +75,7 @@ func TestControllerUsers(t *testing.T) {
 // its own subject), cannot write pods in the store or publish pod
 // deletions, and may write Deployments, ReplicaSets, Events and Leases.
 func TestDeploymentControllerAuthority(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	dc := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.Deployment), "deployment")
 	for _, subject := range []string{pipeline.ControllerPodsSubject(pipeline.Deployment), pipeline.ControllerPodsSubject(pipeline.ReplicaSet),
@@ -101,6 +105,7 @@ func TestDeploymentControllerAuthority(t *testing.T) {
 // Events and Leases — not Deployments, ReplicaSets, Secrets or
 // PersistentVolumeClaims (podflow makes none).
 func TestStatefulSetControllerAuthority(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	api := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.API), "api")
 	sc := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.StatefulSet), "statefulset")
@@ -134,6 +139,7 @@ func TestStatefulSetControllerAuthority(t *testing.T) {
 // its leader election's Lease, and no other: not a node's heartbeat in
 // kube-node-lease, not another controller's.
 func TestNodeLifecycleLeaseAuthority(t *testing.T) {
+	t.Parallel()
 	writer := pipeline.StageRole(pipeline.NodeLifecycle)
 	for key, want := range map[string]bool{
 		objects.Leases.Key("kube-system", "podflow-nodelifecycle"):   true,
@@ -154,6 +160,7 @@ func TestNodeLifecycleLeaseAuthority(t *testing.T) {
 // else: no pods, no workloads, no Secrets; it cannot ask for pods nor
 // publish pod deletions.
 func TestDisruptionControllerAuthority(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	dc := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.Disruption), "disruption")
 	for _, subject := range []string{pipeline.ControllerPodsSubject(pipeline.Disruption), pipeline.ControllerPodsSubject(pipeline.ReplicaSet),
@@ -183,6 +190,7 @@ func TestDisruptionControllerAuthority(t *testing.T) {
 // deletions or write pods, CronJobs or Secrets in the store; it may write
 // Jobs, Events and Leases, and acts as kube's ServiceAccount.
 func TestTTLAfterFinishedAuthority(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	ttl := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.TTLAfterFinished), "ttl")
 	for _, subject := range []string{pipeline.ControllerPodsSubject(pipeline.TTLAfterFinished), pipeline.ControllerPodsSubject(pipeline.Job),

@@ -1,6 +1,8 @@
 package pipeline_test
 
 import (
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,9 +11,22 @@ import (
 	"github.com/podflow/podflow/services/pipeline"
 )
 
+// frames numbers the messages delivers publishes.
+var frames atomic.Int64
+
 // delivers reports whether a message pub publishes on subject reaches
-// sub, subscribed to it.
+// sub, subscribed to it, within a second. The message is one of its own,
+// so that calls on one subject may run side by side (parallel subtests,
+// each waiting its second for a refused message at once).
 func delivers(t *testing.T, pub, sub *bus.Conn, subject string) bool {
+	t.Helper()
+	return deliversWithin(t, pub, sub, subject, time.Second)
+}
+
+// deliversWithin is delivers waiting up to d: a message that must arrive
+// is waited for as long as a loaded machine may take (bustest.Timeout),
+// one that must not for a second.
+func deliversWithin(t *testing.T, pub, sub *bus.Conn, subject string, d time.Duration) bool {
 	t.Helper()
 	s, err := sub.NATS().SubscribeSync(subject)
 	if err != nil {
@@ -21,20 +36,30 @@ func delivers(t *testing.T, pub, sub *bus.Conn, subject string) bool {
 	if err := sub.NATS().Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if err := pub.NATS().Publish(subject, []byte("frame")); err != nil {
+	frame := fmt.Sprintf("frame %d", frames.Add(1))
+	if err := pub.NATS().Publish(subject, []byte(frame)); err != nil {
 		return false
 	}
 	if err := pub.NATS().Flush(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.NextMsg(time.Second)
-	return err == nil
+	deadline := time.Now().Add(d)
+	for {
+		m, err := s.NextMsg(time.Until(deadline))
+		if err != nil {
+			return false
+		}
+		if string(m.Data) == frame {
+			return true
+		}
+	}
 }
 
 // TestExecSubjects: the api stage opens exec sessions on any node and
 // sends their input; a node agent accepts sessions, reads their input and
 // sends their output only for its own node.
 func TestExecSubjects(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	api := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.API), "api")
 	n1 := bustest.ConnectAs(t, srv, pipeline.NodeRole("n1"), "n1")
@@ -56,7 +81,7 @@ func TestExecSubjects(t *testing.T) {
 			{"n1's session to api", n1, api, out("n1")},
 		} {
 			t.Run(c.name, func(t *testing.T) {
-				if !delivers(t, c.pub, c.sub, c.subject) {
+				if !deliversWithin(t, c.pub, c.sub, c.subject, bustest.Timeout) {
 					t.Errorf("%s is not delivered", c.subject)
 				}
 			})

@@ -277,6 +277,7 @@ func runOnce(t *testing.T, admin, conn *bus.Conn, cfg bus.RunnerConfig, in event
 // matters: another stage's events, another stage's consumer, managing
 // streams and consumers, and reading other identities' replies.
 func TestStageRoles(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	for _, stage := range pipeline.Stages {
 		t.Run(stage, func(t *testing.T) {
@@ -379,6 +380,7 @@ func checkStream(t *testing.T, admin *bus.Conn) {
 // them, pull a stage's or another node's consumer, report for another node
 // (its pods' events, its heartbeat, its logs) or create a consumer.
 func TestNodeRole(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	n1 := pipeline.NodeAgentRunnerConfig("n1")
 	conn := bustest.ConnectAs(t, srv, pipeline.NodeRole("n1"), "n1")
@@ -441,6 +443,7 @@ func TestNodeRole(t *testing.T) {
 // TestStoreRole: the store serves podflow.store.> and answers to anybody's
 // inbox, but publishes no lifecycle event and reads no stream.
 func TestStoreRole(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	conn := bustest.ConnectAs(t, srv, pipeline.RoleStore, "store-1")
 	if err := serves(t, conn, admin, bus.StorePrefix+".get"); err != nil {
@@ -534,6 +537,7 @@ func storeReplicas(t *testing.T, srv *bus.Embedded, n int, opts ...raftstoretest
 // off as another writer: the bus refuses its publish on another's write
 // subject. The admin's writes are not checked.
 func TestStoreWritesByRole(t *testing.T) {
+	t.Parallel()
 	srv, _ := lockedDown(t)
 	client := storeWithPolicy(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
@@ -594,6 +598,7 @@ func TestStoreWritesByRole(t *testing.T) {
 // know the CustomResourceDefinitions), nothing else the store does not
 // know.
 func TestStoreWriteACL(t *testing.T) {
+	t.Parallel()
 	runtimeKind, err := objects.Register(objects.GenericKind{Group: "acl.test.io", Version: "v1", Kind: "Widget", Resource: "widgets",
 		Namespaced: true, Prefix: "/registry/acl.test.io/widgets/"})
 	if err != nil {
@@ -654,6 +659,7 @@ func TestStoreWriteACL(t *testing.T) {
 
 // TestStoreReadACL: only the api stage and node agents read Secrets.
 func TestStoreReadACL(t *testing.T) {
+	t.Parallel()
 	secret, pod := objects.Secrets.Key("default", "token"), objects.Pods.Key("default", "p")
 	for _, c := range []struct {
 		user, key string
@@ -684,6 +690,7 @@ func TestStoreReadACL(t *testing.T) {
 // kube-node-lease only (kube's node authorizer and NodeRestriction); a
 // simulated cluster writes any node's.
 func TestNodeLeaseACL(t *testing.T) {
+	t.Parallel()
 	key := func(node string) string { return objects.Leases.Key(pipeline.NodeLeaseNamespace, node) }
 	n1 := pipeline.NodeRole("n1")
 	switch {

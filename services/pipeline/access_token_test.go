@@ -14,6 +14,7 @@ import (
 // publish on a node's token subject, and no node can listen on one (and
 // so read another node's requests).
 func TestTokenSubjects(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	api := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.API), "api")
 	n1 := bustest.ConnectAs(t, srv, pipeline.NodeRole("n1"), "n1")
@@ -35,6 +36,7 @@ func TestTokenSubjects(t *testing.T) {
 	}
 	for name, c := range publishers {
 		t.Run(name+" publishes on n1's subject", func(t *testing.T) {
+			t.Parallel()
 			if delivers(t, c, admin, subject) {
 				t.Errorf("%s may ask for n1's tokens on %s", name, subject)
 			}

@@ -66,6 +66,7 @@ func projectedPod(name, node, secret, cm, envSecret, envCM string) *corev1.Pod {
 // its list of every pod (the agent's reconcile) and of every Secret
 // returns its own only. The api stage still reads everything.
 func TestNodeAuthorizerGraph(t *testing.T) {
+	t.Parallel()
 	srv, _ := lockedDown(t)
 	client := storeWithPolicy(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
@@ -185,6 +186,7 @@ func TestNodeAuthorizerGraph(t *testing.T) {
 // valueFrom and imagePullSecrets — so that its node may read them and
 // nothing else.
 func TestPodReferences(t *testing.T) {
+	t.Parallel()
 	pod := &corev1.Pod{Spec: &corev1.PodSpec{
 		ImagePullSecrets: []*corev1.LocalObjectReference{{Name: "pull"}},
 		Volumes: []*corev1.Volume{

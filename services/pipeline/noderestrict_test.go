@@ -64,6 +64,7 @@ func runStage(t *testing.T, conn *bus.Conn, env stage.Env, h stage.Handler) {
 // bus.CodeForbidden and its reason) and the store keeps the pods as they
 // were; n1's report on its own pod is applied.
 func TestNodeRestrictionOnTheBus(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()

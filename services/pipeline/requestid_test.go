@@ -33,6 +33,7 @@ import (
 // events again (a redelivery) changes nothing in the store and ends each
 // the same way.
 func TestConcurrentRequestsWithOneRequestID(t *testing.T) {
+	t.Parallel()
 	const n = 8
 	srv, admin := lockedDown(t)
 	storeClient := storeReplicas(t, srv, 3)

@@ -27,6 +27,7 @@ import (
 // yields no token: the api stage, running as stage-api, seals what it
 // republishes, and opens both.
 func TestNoTokenInTheStream(t *testing.T) {
+	t.Parallel()
 	srv, _ := lockedDown(t)
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()

@@ -20,6 +20,7 @@ import (
 // deletion is refused. Red without the collector's case in
 // StoreWriteFilter (StoreWriteACL lets it write every kind).
 func TestGarbageCollectorConfinedToOwnerRefsAndDeletion(t *testing.T) {
+	t.Parallel()
 	gc := pipeline.StageRole(pipeline.GarbageCollector)
 	refA := &corev1.OwnerReference{ApiVersion: "v1", Kind: "ConfigMap", Name: "a", Uid: "ua"}
 	refB := &corev1.OwnerReference{ApiVersion: "v1", Kind: "ConfigMap", Name: "b", Uid: "ub"}

@@ -42,6 +42,7 @@ func encodePod(t *testing.T, p *corev1.Pod) []byte {
 // victim terminating — pass. Red without StoreWriteFilter: StoreWriteACL
 // lets the scheduler write any pod.
 func TestSchedulerConfinedToBinding(t *testing.T) {
+	t.Parallel()
 	srv, _ := lockedDown(t)
 	client := storeWithPolicy(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
@@ -133,6 +134,7 @@ func TestSchedulerConfinedToBinding(t *testing.T) {
 // annotation) and finalizing a terminating pod pass. Red without
 // StoreWriteFilter: StoreWriteACL lets the status stage write any pod.
 func TestStatusStageConfinedToStatus(t *testing.T) {
+	t.Parallel()
 	srv, _ := lockedDown(t)
 	client := storeWithPolicy(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
