@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// TestListsLargerThanABusMessage: a namespace holding four times the bus's
+// TestListsLargerThanABusMessage: a namespace holding more than the bus's
 // largest message (8 MiB) in ConfigMaps is listed whole over HTTPS,
 // protobuf and JSON, an informer syncs every object from its relist, and a
 // collection DELETE removes them all: the store streams lists in chunks,
@@ -40,7 +40,7 @@ func TestListsLargerThanABusMessage(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &k8scorev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "big"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	const n, size = 36, 900 << 10 // 36 × 900 KiB ≈ 32 MiB
+	const n, size = 12, 900 << 10 // 12 × 900 KiB ≈ 10.5 MiB
 	value := func(i int) string { return string(bytes.Repeat([]byte{'a' + byte(i%26)}, size)) }
 	for i := range n {
 		cm := &k8scorev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%02d", i)}, Data: map[string]string{"v": value(i)}}
