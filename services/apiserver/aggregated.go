@@ -36,17 +36,15 @@ func aggregatedDiscovery(core bool) *apidiscoveryv2.APIGroupDiscoveryList {
 		groups = []string{""}
 	}
 	for _, g := range groups {
-		gv := "v1"
-		if g != "" {
-			gv = apiGroup(g).PreferredVersion.GroupVersion
-		}
-		_, version, _ := strings.Cut(gv, "/")
+		gd := apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: g}}
 		if g == "" {
-			version = "v1"
+			gd.Versions = []apidiscoveryv2.APIVersionDiscovery{versionDiscovery(g, "v1", apiResourceList("v1"))}
+		} else {
+			for _, v := range apiGroup(g).Versions { // the preferred first, as kube-apiserver
+				gd.Versions = append(gd.Versions, versionDiscovery(g, v.Version, apiResourceList(v.GroupVersion)))
+			}
 		}
-		vd := versionDiscovery(g, version, apiResourceList(gv))
-		l.Items = append(l.Items, apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: g},
-			Versions: []apidiscoveryv2.APIVersionDiscovery{vd}})
+		l.Items = append(l.Items, gd)
 	}
 	return l
 }
