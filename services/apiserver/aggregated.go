@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -88,11 +89,14 @@ func versionDiscovery(g, version string, l *metav1.APIResourceList) apidiscovery
 
 // writeAggregated writes the aggregated discovery of the core group (for
 // /api) or of every named group (for /apis): the built-in groups, then
-// the custom resources' groups.
-func (s *Server) writeAggregated(w http.ResponseWriter, core bool) {
+// the custom resources' groups, then the extension API servers'.
+func (s *Server) writeAggregated(w http.ResponseWriter, ctx context.Context, core bool) {
 	l := aggregatedDiscovery(core)
 	if crs := s.customResources(); crs != nil && !core {
 		l.Items = append(l.Items, crs.customAggregated()...)
+	}
+	if !core {
+		l.Items = append(l.Items, s.remoteAggregated(ctx)...) // aggregator.go
 	}
 	b, err := json.Marshal(l)
 	if err != nil {

@@ -28,6 +28,12 @@ type Config struct {
 	// accepted (CN = user name, O = groups). Empty disables X.509 client
 	// authentication.
 	ClientCAFile string
+	// ProxyClientCertFile and ProxyClientKeyFile are the front-proxy
+	// client certificate presented to extension API servers behind
+	// APIServices (kube-apiserver's --proxy-client-cert-file and
+	// --proxy-client-key-file); the servers trust it through the
+	// requestheader client CA. Empty: none is presented.
+	ProxyClientCertFile, ProxyClientKeyFile string
 	// OIDC enables OpenID Connect ID token authentication when IssuerURL
 	// is set.
 	OIDC OIDCConfig
@@ -179,6 +185,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Addr is empty", ErrInvalidConfig)
 	case c.CertFile == "" || c.KeyFile == "":
 		return fmt.Errorf("%w: CertFile and KeyFile are required", ErrInvalidConfig)
+	case (c.ProxyClientCertFile == "") != (c.ProxyClientKeyFile == ""):
+		return fmt.Errorf("%w: ProxyClientCertFile and ProxyClientKeyFile go together", ErrInvalidConfig)
 	case c.MaxBodyBytes < 1024:
 		return fmt.Errorf("%w: MaxBodyBytes (%d) must be at least 1024", ErrInvalidConfig, c.MaxBodyBytes)
 	case c.JSONPatchMaxCopyBytes < 1:
