@@ -328,3 +328,106 @@ func (s *Server) remoteResourceList(ctx context.Context, as *apiregistrationv1.A
 	}
 	return &l, nil
 }
+
+// checkAPIServices sets the Available condition of every APIService
+// naming a Service, every APIServiceCheckPeriod until ctx ends, as
+// kube-aggregator's remote availability controller: False while the
+// Service, its port or a Ready endpoint is missing or its server does
+// not answer discovery with a 2xx; True (Passed) otherwise. Every api
+// replica runs it; each write is a compare-and-swap from a fresh read.
+func (s *Server) checkAPIServices(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, byGroup := s.remoteAPIServices(ctx)
+		for _, vs := range byGroup {
+			for _, as := range vs {
+				cond := s.apiServiceAvailable(ctx, as)
+				if err := s.setAPIServiceCondition(ctx, as.Name, cond); err != nil && ctx.Err() == nil {
+					s.log.Warn("aggregator: apiservice status", "apiservice", as.Name, "err", err)
+				}
+			}
+		}
+		t.Reset(s.cfg.APIServiceCheckPeriod)
+	}
+}
+
+// apiServiceAvailable is as's Available condition, with kube's reasons
+// and messages.
+func (s *Server) apiServiceAvailable(ctx context.Context, as *apiregistrationv1.APIService) apiregistrationv1.APIServiceCondition {
+	ref := as.Spec.Service
+	cond := apiregistrationv1.APIServiceCondition{Type: apiregistrationv1.Available, Status: apiregistrationv1.ConditionFalse}
+	svc, err := objects.Get[*corev1.Service](ctx, s.store, ref.Namespace, ref.Name)
+	switch {
+	case errors.Is(err, raftstore.ErrNotFound):
+		cond.Reason, cond.Message = "ServiceNotFound", fmt.Sprintf("service/%s in %q is not present", ref.Name, ref.Namespace)
+		return cond
+	case err != nil:
+		cond.Reason, cond.Message = "ServiceAccessError", fmt.Sprintf("service/%s in %q cannot be checked due to: %v", ref.Name, ref.Namespace, err)
+		return cond
+	}
+	port := int32(443)
+	if ref.Port != nil {
+		port = *ref.Port
+	}
+	if svc.GetSpec().GetType() != "ExternalName" {
+		if !slices.ContainsFunc(svc.GetSpec().GetPorts(), func(p *corev1.ServicePort) bool { return p.GetPort() == port }) {
+			cond.Reason, cond.Message = "ServicePortError", fmt.Sprintf("service/%s in %q is not listening on port %d", ref.Name, ref.Namespace, port)
+			return cond
+		}
+	}
+	if _, err := s.remoteResourceList(ctx, as); err != nil {
+		cond.Reason, cond.Message = "FailedDiscoveryCheck", fmt.Sprintf("failing or missing response from %s: %v", as.Name, err)
+		return cond
+	}
+	cond.Status, cond.Reason, cond.Message = apiregistrationv1.ConditionTrue, "Passed", "all checks passed"
+	return cond
+}
+
+// setAPIServiceCondition writes cond into the APIService name's status
+// unless it says that already.
+func (s *Server) setAPIServiceCondition(ctx context.Context, name string, cond apiregistrationv1.APIServiceCondition) error {
+	for {
+		obj, err := s.store.GetKind(ctx, objects.APIServices, "", name)
+		if errors.Is(err, raftstore.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		as, err := fromStored(obj)
+		if err != nil {
+			return err
+		}
+		if as.Spec.Service == nil {
+			return nil // made local meanwhile
+		}
+		cond.LastTransitionTime = metav1.Now()
+		i := slices.IndexFunc(as.Status.Conditions, func(c apiregistrationv1.APIServiceCondition) bool { return c.Type == cond.Type })
+		switch {
+		case i < 0:
+			as.Status.Conditions = append(as.Status.Conditions, cond)
+		case as.Status.Conditions[i].Status == cond.Status && as.Status.Conditions[i].Reason == cond.Reason &&
+			as.Status.Conditions[i].Message == cond.Message:
+			return nil
+		default:
+			if as.Status.Conditions[i].Status == cond.Status {
+				cond.LastTransitionTime = as.Status.Conditions[i].LastTransitionTime
+			}
+			as.Status.Conditions[i] = cond
+		}
+		u, err := toStored(as)
+		if err != nil {
+			return err
+		}
+		if _, err = s.store.Update(ctx, u); errors.Is(err, raftstore.ErrConflict) {
+			continue
+		}
+		return err
+	}
+}

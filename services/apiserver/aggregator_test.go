@@ -82,6 +82,7 @@ func TestAggregatorProxy(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "proxy.key"), pk)
 	s := startSystem(t, options{https: func(c *apiserver.Config) {
 		c.ProxyClientCertFile, c.ProxyClientKeyFile = filepath.Join(dir, "proxy.crt"), filepath.Join(dir, "proxy.key")
+		c.APIServiceCheckPeriod = 100 * time.Millisecond
 	}})
 	serverCA, err := pki.NewCA("wardle-ca")
 	if err != nil {
@@ -132,6 +133,8 @@ func TestAggregatorProxy(t *testing.T) {
 		body["path"] != "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders" || body["query"] != "limit=5" {
 		t.Fatalf("the extension server saw %v", body)
 	}
+
+	waitAvailable(ctx, t, agg, as.Name, apiregistrationv1.ConditionTrue, "Passed")
 
 	// alice has no RBAC on the group: refused before the proxy.
 	before := seen.Load()
@@ -202,6 +205,28 @@ func TestAggregatorProxy(t *testing.T) {
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("with a wrong caBundle: %d %v", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitAvailable(ctx, t, agg, as.Name, apiregistrationv1.ConditionFalse, "FailedDiscoveryCheck")
+}
+
+// waitAvailable waits for the APIService name's Available condition to
+// have status and reason.
+func waitAvailable(ctx context.Context, t *testing.T, agg *aggregatorclient.Clientset, name string, status apiregistrationv1.ConditionStatus, reason string) {
+	t.Helper()
+	for {
+		as, err := agg.ApiregistrationV1().APIServices().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range as.Status.Conditions {
+			if c.Type == apiregistrationv1.Available && c.Status == status && c.Reason == reason {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("APIService %s: conditions %+v, want Available=%s (%s)", name, as.Status.Conditions, status, reason)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
