@@ -75,6 +75,15 @@ func (s *Server) remoteAPIService(ctx context.Context, gv string) (*apiregistrat
 	return as, nil
 }
 
+// servesCustom reports whether p ("group/version/...") is under a group
+// version served for custom resources, which no extension API server
+// takes over (an APIService of such a group version is a local one).
+func (s *Server) servesCustom(p string) bool {
+	parts := strings.SplitN(p, "/", 3)
+	crs := s.customResources()
+	return crs != nil && len(parts) >= 2 && crs.served[parts[0]+"/"+parts[1]] != nil
+}
+
 // serveAggregated authorizes user's request and proxies it to as's
 // Service.
 func (s *Server) serveAggregated(w http.ResponseWriter, r *http.Request, user *corev1.UserInfo, as *apiregistrationv1.APIService) {

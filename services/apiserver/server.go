@@ -402,7 +402,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.User
 	}
 	if g, ok := strings.CutPrefix(path, "/apis/"); ok && g != "" {
 		// An extension API server's group version: aggregator.go.
-		if _, builtin := groupVersions[strings.Split(g, "/")[0]]; !builtin && strings.Count(g, "/") >= 1 {
+		if _, builtin := groupVersions[strings.Split(g, "/")[0]]; !builtin && strings.Count(g, "/") >= 1 && !s.servesCustom(g) {
 			gv := strings.Join(strings.SplitN(g, "/", 3)[:2], "/")
 			as, err := s.remoteAPIService(r.Context(), gv)
 			if err != nil {
