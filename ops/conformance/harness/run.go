@@ -29,6 +29,7 @@ var errTestsFailed = errors.New("conformance: tests failed")
 type runOptions struct {
 	podflow   string
 	runtime   string
+	nodes     int // real nodes of the Linux runtime (podflow up --linux-nodes)
 	dataDir   string
 	out       string
 	suite     string
@@ -52,6 +53,7 @@ func runRun(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.StringVar(&o.podflow, "podflow", "bin/podflow", "the podflow binary")
 	fs.StringVar(&o.runtime, "runtime", "linux", "podflow up --runtime: linux (real containers; root) or sim (API-only groups)")
+	fs.IntVar(&o.nodes, "linux-nodes", 2, "with --runtime linux: real nodes on this machine (podflow up --linux-nodes); the suite's multi-node tests want two")
 	fs.StringVar(&o.out, "out", "_output/conformance", "output directory: table, JUnit, logs (emptied first)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "podflow's data directory, removed first (default OUT/podflow)")
 	fs.StringVar(&o.suite, "suite", ".tools/conformance/e2e.test", "the e2e test binary (ops/conformance/suite)")
@@ -77,6 +79,9 @@ func runRun(ctx context.Context, args []string) error {
 	}
 	if o.runtime != "linux" && o.runtime != "sim" {
 		return fmt.Errorf("run: --runtime %q: want linux or sim", o.runtime)
+	}
+	if o.nodes < 1 {
+		return fmt.Errorf("run: --linux-nodes %d: want at least 1", o.nodes)
 	}
 	if o.procs < 1 || o.timeout <= 0 || o.slow <= 0 {
 		return errors.New("run: --procs must be at least 1, --timeout and --slow-timeout positive")
@@ -332,14 +337,30 @@ func fileName(name string) string {
 	return s
 }
 
+// waitsOutPodStart are tests not tagged [Slow] that take the suite's whole
+// pod start timeout (5 minutes) by design, on any cluster: the
+// SchedulerPredicates hostPort conflict test waits that long for its
+// unschedulable pod5 to leave Pending (createHostPortPodOnNode:
+// e2epod.WaitForPodNotPending, its error ignored), so the default
+// per-test timeout always interrupts it first.
+var waitsOutPodStart = []string{
+	"[sig-scheduling] SchedulerPredicates [Serial] validates that there exists conflict between pods with same hostPort and protocol but one using 0.0.0.0 hostIP [Conformance]",
+}
+
+// testTimeout is the per-test timeout of the test name: slow for [Slow]
+// tests and those that wait out the pod start timeout, else timeout.
+func testTimeout(name string, timeout, slow time.Duration) time.Duration {
+	if strings.Contains(name, "[Slow]") || slices.Contains(waitsOutPodStart, name) {
+		return slow
+	}
+	return timeout
+}
+
 // runOne runs one test in its own process of the suite: ginkgo
 // interrupts it at the timeout and runs its cleanup; the process is
 // killed if it is still there after the grace period.
 func (r *runner) runOne(ctx context.Context, name string) report.Result {
-	timeout := r.o.timeout
-	if strings.Contains(name, "[Slow]") {
-		timeout = r.o.slow
-	}
+	timeout := testTimeout(name, r.o.timeout, r.o.slow)
 	base := fileName(name)
 	junit := filepath.Join(r.o.out, "junit", base+".xml")
 	logf := filepath.Join(r.o.out, "logs", base+".log")

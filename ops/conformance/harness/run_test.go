@@ -44,3 +44,16 @@ func TestLongestFirst(t *testing.T) {
 		t.Errorf("got %q, want %q", names, want)
 	}
 }
+
+func TestTestTimeout(t *testing.T) {
+	const timeout, slow = 5 * time.Minute, 15 * time.Minute
+	for name, want := range map[string]time.Duration{
+		"[sig-apps] CronJob should not schedule jobs when suspended [Slow] [Conformance]": slow,
+		waitsOutPodStart[0]: slow,
+		"[sig-scheduling] SchedulerPredicates [Serial] validates that NodeSelector is respected if matching [Conformance]": timeout,
+	} {
+		if got := testTimeout(name, timeout, slow); got != want {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
+	}
+}
