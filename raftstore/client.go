@@ -279,6 +279,16 @@ func (c *Client) status(ctx context.Context, wait time.Duration, body []byte) ([
 	return out, nil
 }
 
+// ack acknowledges a replica's message that asks for it: an empty message
+// to its reply subject, when that is one of the store's acknowledgement
+// subjects (acks.go). Any other reply subject is left alone, so whoever
+// can publish into the client's inbox cannot make it publish elsewhere.
+func (c *Client) ack(m *nats.Msg) {
+	if strings.HasPrefix(m.Reply, c.subj.ack+".") {
+		_ = m.Respond(nil)
+	}
+}
+
 func readOpts(opts []ReadOption) readOptions {
 	var o readOptions
 	for _, f := range opts {
@@ -396,9 +406,7 @@ func (c *Client) listAttempt(ctx context.Context, subject string, data []byte) (
 		if err := vt.Unmarshal(m.Data, &resp); err != nil {
 			return nil, newError(storev1.Code_CODE_INTERNAL, "", "decode response on %q: %v", subject, err)
 		}
-		if m.Reply != "" {
-			_ = m.Respond(nil) // the replica may send the next window
-		}
+		c.ack(m) // the replica may send the next window
 		if werr := fromWire(resp.Error); werr != nil {
 			return nil, werr
 		}

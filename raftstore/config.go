@@ -155,6 +155,10 @@ type Config struct {
 	WatchMissedHeartbeats int
 	// WatchBatch is the maximum number of events per watch message.
 	WatchBatch int
+	// ListChunkBytes bounds the key-values of one chunk of a list's
+	// answer; 0 is half the bus's max payload, at most 2 MiB. Four chunks
+	// go ahead of the reader's acknowledgement.
+	ListChunkBytes int
 
 	// WriteACL, when set, decides which keys a named writer may write:
 	// clients that set ClientConfig.User send their writes to
@@ -309,6 +313,9 @@ func (c Config) Validate() error {
 	if c.MaxInFlight < 1 {
 		add("MaxInFlight (%d) must be at least 1", c.MaxInFlight)
 	}
+	if c.ListChunkBytes < 0 {
+		add("ListChunkBytes (%d) must not be negative", c.ListChunkBytes)
+	}
 	if c.WatchHeartbeat <= 0 || c.WatchMissedHeartbeats < 1 || c.WatchBatch < 1 {
 		add("WatchHeartbeat (%s), WatchMissedHeartbeats (%d) and WatchBatch (%d) must be positive", c.WatchHeartbeat, c.WatchMissedHeartbeats, c.WatchBatch)
 	}
@@ -400,7 +407,7 @@ func (c ClientConfig) Validate() error {
 
 // subjects are the NATS subjects of one store.
 type subjects struct {
-	write, read, stale, watch, admin, status string
+	write, read, stale, watch, admin, status, ack string
 }
 
 func subjectsFor(prefix string) subjects {
@@ -411,5 +418,6 @@ func subjectsFor(prefix string) subjects {
 		watch:  prefix + ".watch",  // every replica, queue group
 		admin:  prefix + ".admin",  // leader only: membership
 		status: prefix + ".status", // every replica, no queue: scatter-gather
+		ack:    prefix + ".ack",    // <replica token>.<stream>-<n>[.<user>]: a client's acknowledgements (acks.go)
 	}
 }

@@ -68,6 +68,13 @@
 // reader's acknowledgements; Client.List assembles them, and a chunk lost
 // or late makes it list again. No object count or size breaks a list.
 //
+// Acknowledgements (list windows, watch heartbeats) go to a subject of the
+// store's, <prefix>.ack.<replica token>.<stream id>-<n>.<requester>, never
+// to a replica's inbox, so they need no dynamic reply permission of the
+// bus (which a NATS server drops at every reload of its users); the bus
+// lets each user publish only its own name's, and a replica counts one
+// only on the exact subject it chose (acks.go).
+//
 // Watches: a watch start goes to any replica (queue group), which streams
 // numbered messages to the client's inbox and sends a heartbeat request when
 // idle; the client answers heartbeats, and the replica drops a watch whose

@@ -21,8 +21,9 @@ import (
 // answer is the key space at one revision, however long the sending takes.
 //
 // Flow control: once a window of bytes is sent and not acknowledged, the
-// next chunk goes as a request, and the replica waits (listAckTimeout at
-// most) for the reader's empty reply before sending more, so a slow reader
+// next chunk goes with an acknowledgement subject of the store's as its
+// reply (acks.go), and the replica waits (listAckTimeout at most) for the
+// reader's empty acknowledgement there before sending more, so a slow reader
 // holds at most about a window in the bus's buffers and its own. A reader
 // that went away (no responders) or stays silent ends the stream.
 const (
@@ -33,9 +34,12 @@ const (
 
 // listChunkBytes is the bytes of key-values per chunk on this replica's
 // connection: half its max payload (room for encoding), at most
-// maxListChunkBytes.
+// Config.ListChunkBytes or else maxListChunkBytes.
 func (n *Node) listChunkBytes() int {
 	limit := maxListChunkBytes
+	if n.cfg.ListChunkBytes > 0 {
+		limit = n.cfg.ListChunkBytes
+	}
 	if p := int(n.cfg.Conn.MaxPayload()); p > 0 {
 		limit = min(limit, p/2)
 	}
@@ -49,6 +53,7 @@ func (n *Node) streamList(m *nats.Msg, kvs []*storev1.KeyValue, rev int64, more 
 		return
 	}
 	budget, window := n.listChunkBytes(), 0
+	acks := n.ackStream(m.Subject)
 	var seq uint64
 	send := func(resp *storev1.ReadResponse) error {
 		seq++
@@ -62,10 +67,7 @@ func (n *Node) streamList(m *nats.Msg, kvs []*storev1.KeyValue, rev int64, more 
 			return n.cfg.Conn.Publish(m.Reply, data)
 		}
 		window = 0
-		ctx, cancel := context.WithTimeout(n.ctx, listAckTimeout)
-		defer cancel()
-		_, err = n.cfg.Conn.RequestWithContext(ctx, m.Reply, data)
-		return err
+		return acks.request(n.ctx, m.Reply, data, listAckTimeout)
 	}
 	for start := 0; ; {
 		end, size := start, 0

@@ -55,6 +55,10 @@ type Node struct {
 	reqMu     sync.RWMutex
 	reqClosed bool
 	verify    *verifier
+	// ackPrefix is where this replica receives its streams'
+	// acknowledgements (acks.go), routed by acks.
+	ackPrefix string
+	acks      acks
 
 	mu         sync.Mutex
 	subs       []*nats.Subscription // served by every replica
@@ -86,13 +90,16 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	f := newFSM(cfg.HistoryRevisions, cfg.HistoryBytes, cfg.DedupEntries)
 	f.enc = cfg.Encryption
+	subj := subjectsFor(cfg.Subject)
 	return &Node{
-		cfg:  cfg,
-		subj: subjectsFor(cfg.Subject),
-		fsm:  f,
-		log:  hclog.New(&hclog.LoggerOptions{Name: "raftstore/" + cfg.ID, Output: out, Level: hclog.LevelFromString(level)}),
-		sem:  make(chan struct{}, cfg.MaxInFlight),
-		idle: make(chan func()),
+		cfg:       cfg,
+		subj:      subj,
+		fsm:       f,
+		log:       hclog.New(&hclog.LoggerOptions{Name: "raftstore/" + cfg.ID, Output: out, Level: hclog.LevelFromString(level)}),
+		sem:       make(chan struct{}, cfg.MaxInFlight),
+		idle:      make(chan func()),
+		ackPrefix: newAckPrefix(subj),
+		acks:      acks{waiting: map[string]chan *nats.Msg{}},
 	}, nil
 }
 
@@ -191,6 +198,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		{n.subj.watch, queueGroup, n.async(n.handleWatch)},
 		{n.subj.watch + ".*", queueGroup, n.async(n.handleWatch)},
 		{n.subj.status, "", n.handleStatus},
+		{n.ackPrefix + ".>", "", n.acks.deliver},
 	} {
 		sub, err := n.cfg.Conn.QueueSubscribe(s.subject, s.queue, s.h)
 		if err != nil {

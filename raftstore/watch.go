@@ -86,9 +86,7 @@ func (w *Watch) open() (*session, error) {
 	s := &session{msgs: make(chan *nats.Msg, w.c.cfg.WatchBuffer), lost: make(chan struct{})}
 	inbox := w.c.nc.NewInbox()
 	sub, err := w.c.nc.Subscribe(inbox, func(m *nats.Msg) {
-		if m.Reply != "" {
-			_ = m.Respond(nil)
-		}
+		w.c.ack(m)
 		select {
 		case s.msgs <- m:
 		default:

@@ -58,6 +58,7 @@ func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 	defer hb.Stop()
 	cursor, missed := req.FromRevision, 0
 	keep := n.keeper(subject)
+	acks := n.ackStream(subject)
 	for {
 		if n.ctx.Err() != nil {
 			return
@@ -90,11 +91,11 @@ func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 		case <-hb.C:
 			seq++
 			data, _ := proto.Marshal(&storev1.WatchMessage{Seq: seq, Revision: cursor})
-			_, err := nc.Request(req.Inbox, data, n.cfg.WatchHeartbeat)
+			err := acks.request(n.ctx, req.Inbox, data, n.cfg.WatchHeartbeat)
 			switch {
 			case err == nil:
 				missed = 0
-			case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrConnectionClosed):
+			case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrConnectionClosed), n.ctx.Err() != nil:
 				return
 			default:
 				if missed++; missed >= n.cfg.WatchMissedHeartbeats {

@@ -52,7 +52,17 @@ configured system (--config, else $PODFLOW_CONFIG, ./.podflow/config.json,
 ~/.podflow/config.json, as every command); with --own, or when none is
 configured, it starts its own ` + "`podflow up`" + ` in a temporary directory (3 store
 replicas, --nodes simulated nodes) and stops it afterwards. It says which,
-and prints its progress while it waits.`
+and prints its progress while it waits.
+
+With --slo a second pass follows, as a client of the Kubernetes API sees
+the system: --slo-pods pods created with stock client-go through the HTTPS
+API at --slo-rate per second (default: 80% of the pods/s the first pass
+reached, so offer the first pass more than the system takes), watched by a
+client-go informer until Running, then deleted at the same rate. It prints
+Kubernetes' scalability SLOs beside their limits: mutating API call latency
+(POST and DELETE pods, each call's round trip, p99 ≤ 1s) and pod startup
+latency (from sending the create to the watch seeing the pod Running, p99
+≤ 5s).`
 
 // ScaleHelp is the help of `podflow bench scale` (RunScale).
 const ScaleHelp = `Run the whole system (as ` + "`podflow bench pipeline`" + ` does: its own ` + "`podflow up`" + `

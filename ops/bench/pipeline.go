@@ -38,11 +38,25 @@ type PipelineOptions struct {
 	// Webhooks registers a local mutating and a local validating
 	// admission webhook for every pod before the run.
 	Webhooks bool
+	// SLO adds a pass after the pipeline's: SLOPods pods created with
+	// client-go through the HTTPS API at SLORate per second (0: 80% of
+	// the pipeline pass's pods/s), measured as Kubernetes' SLOs measure
+	// them (slo.go); SLOJSON also writes the figures as JSON.
+	SLO     bool
+	SLOPods int
+	SLORate int
+	SLOJSON string
 }
 
 func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 	if o.Pods < 1 || o.Rate < 1 {
 		return fmt.Errorf("--pods and --rate must be positive")
+	}
+	if o.SLOPods < 0 || o.SLORate < 0 {
+		return fmt.Errorf("--slo-pods and --slo-rate must not be negative")
+	}
+	if !o.SLO && (o.SLOPods > 0 || o.SLORate > 0 || o.SLOJSON != "") {
+		return fmt.Errorf("--slo-pods, --slo-rate and --slo-json need --slo")
 	}
 	for _, p := range []struct{ flag, dir, env string }{
 		{"--profile-dir", o.Profiles, ProfileDirEnv},
@@ -118,7 +132,7 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	report(out, runs, start, offered)
+	podsPerSec := report(out, runs, start, offered)
 	minEvents := 0
 	for _, tl := range runs {
 		if n := len(tl.messages); minEvents == 0 || n < minEvents {
@@ -128,7 +142,36 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 	cost := after.since(before, o.Pods, minEvents, quiesced)
 	cost.print(out)
 	if o.CostJSON != "" {
-		return cost.writeJSON(o.CostJSON)
+		if err := cost.writeJSON(o.CostJSON); err != nil {
+			return err
+		}
+	}
+	if o.SLO {
+		return runSLOPass(ctx, sess, o, podsPerSec, out)
+	}
+	return nil
+}
+
+// runSLOPass is --slo: the SLO pass at o.SLORate, else at 80% of the
+// pipeline pass's pods/s, printed after the pipeline's figures.
+func runSLOPass(ctx context.Context, sess *client.Session, o *PipelineOptions, podsPerSec float64, out io.Writer) error {
+	n, rate := o.SLOPods, o.SLORate
+	if n == 0 {
+		n = o.Pods
+	}
+	if rate == 0 {
+		rate = max(int(0.8*podsPerSec), 1)
+	}
+	res, err := runSLO(ctx, sess, n, rate, time.Now().Add(time.Duration(n/rate+n/10+60)*time.Second), out)
+	if err != nil {
+		return err
+	}
+	if o.SLORate == 0 {
+		res.Saturated = podsPerSec
+	}
+	res.print(out)
+	if o.SLOJSON != "" {
+		return res.writeJSON(o.SLOJSON)
 	}
 	return nil
 }
@@ -317,7 +360,8 @@ func (tl *podTimeline) stageSample(outType string) (wait, handle time.Duration, 
 	return e.GetHandledStart().AsTime().Sub(in), e.GetHandledEnd().AsTime().Sub(e.GetHandledStart().AsTime()), true
 }
 
-func report(out io.Writer, runs map[string]*podTimeline, start time.Time, offered time.Duration) {
+// report prints the pipeline pass's figures and returns its pods/s.
+func report(out io.Writer, runs map[string]*podTimeline, start time.Time, offered time.Duration) float64 {
 	var lat []time.Duration
 	var last time.Time
 	for _, tl := range runs {
@@ -332,7 +376,8 @@ func report(out io.Writer, runs map[string]*podTimeline, start time.Time, offere
 	}
 	elapsed := last.Sub(start)
 	fmt.Fprintf(out, "offered for %s; the last pod was Running %s after the first request\n", offered.Round(time.Millisecond), elapsed.Round(time.Millisecond))
-	fmt.Fprintf(out, "%.0f pods/s\n", float64(len(lat))/elapsed.Seconds())
+	podsPerSec := float64(len(lat)) / elapsed.Seconds()
+	fmt.Fprintf(out, "%.0f pods/s\n", podsPerSec)
 	fmt.Fprintf(out, "PodRequested→Running: p50 %s  p99 %s  max %s  (n=%d)\n", pct(lat, 50), pct(lat, 99), pct(lat, 100), len(lat))
 	fmt.Fprintf(out, "%-12s %-16s %12s %12s %12s %12s\n", "stage", "output", "wait p50", "wait p99", "handle p50", "handle p99")
 	for _, s := range []struct{ stage, out string }{
@@ -353,6 +398,7 @@ func report(out io.Writer, runs map[string]*podTimeline, start time.Time, offere
 		}
 	}
 	fmt.Fprintf(out, "%-12s %-16s %12s %12s   (PodScheduled→PodRunning)\n", "nodeagent", "PodRunning", pct(node, 50), pct(node, 99))
+	return podsPerSec
 }
 
 func pct(ds []time.Duration, p int) string {

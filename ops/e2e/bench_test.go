@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,13 +15,17 @@ import (
 // every pod's events are stored messages, every stage acknowledged its
 // input for every pod, the store wrote at least the create and the bind of
 // every pod into its raft log, and every process podflow runs has CPU time.
+// Its --slo pass then creates, watches and deletes pods with client-go
+// through the HTTPS API and reports every call and every pod's startup.
 func TestBenchPipelineCost(t *testing.T) {
 	parallel(t, simulated)
 	c := startCluster(t, "--nodes", "2")
-	const pods = 20
+	const pods, sloPods = 20, 15
 	file := filepath.Join(t.TempDir(), "cost.json")
+	sloFile := filepath.Join(t.TempDir(), "slo.json")
 	out, code := c.podflowTimeout(3*time.Minute, "bench", "pipeline", "--config", c.config,
-		"--pods", "20", "--rate", "50", "--cost-json", file)
+		"--pods", "20", "--rate", "50", "--cost-json", file,
+		"--slo", "--slo-pods", fmt.Sprint(sloPods), "--slo-rate", "30", "--slo-json", sloFile)
 	if code != 0 {
 		t.Fatalf("bench pipeline: exit %d\n%s", code, out)
 	}
@@ -83,4 +88,30 @@ func TestBenchPipelineCost(t *testing.T) {
 	}
 	check(roles["store"] == 3 && roles["nats"] >= 1 && len(r.Processes) >= 10, "processes by role %v", roles)
 	check(r.TotalCPU > 0, "total CPU %v ms", r.TotalCPU)
+
+	b, err = os.ReadFile(sloFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type summary struct {
+		N                   int
+		P50ms, P99ms, MaxMs float64
+		Errors, Missing     int
+	}
+	var slo struct {
+		Pods                    int
+		Rate                    int
+		Create, Delete, Startup summary
+	}
+	if err := json.Unmarshal(b, &slo); err != nil {
+		t.Fatal(err)
+	}
+	check(slo.Pods == sloPods && slo.Rate == 30, "slo pass: %d pods at %d/s, want %d at 30/s", slo.Pods, slo.Rate, sloPods)
+	for what, s := range map[string]summary{"create": slo.Create, "delete": slo.Delete, "startup": slo.Startup} {
+		check(s.N == sloPods && s.Errors == 0 && s.Missing == 0, "slo %s: %d measured, %d errors, %d never Running; want %d, 0, 0", what, s.N, s.Errors, s.Missing, sloPods)
+		check(0 < s.P50ms && s.P50ms <= s.P99ms && s.P99ms <= s.MaxMs, "slo %s: p50 %v ms, p99 %v, max %v", what, s.P50ms, s.P99ms, s.MaxMs)
+	}
+	for _, key := range []string{"POST pods (create)", "DELETE pods", "pod startup: created → Running (watched)"} {
+		check(strings.Contains(out, key), "bench pipeline --slo printed no %q line", key)
+	}
 }

@@ -27,7 +27,8 @@ import (
 //	                  acts for any node
 //
 // Every role but the users also answers pings, reads its own inbox only
-// (bus.InboxPrefix) and may reply to requests it receives.
+// (bus.InboxPrefix), acknowledges its own store streams
+// (StoreAckSubjects) and may reply to requests it receives.
 
 // Outputs are the event types each stage publishes onto the events stream.
 // A stage's NATS user may publish these and nothing else there.
@@ -113,15 +114,23 @@ func Roles() []bus.RoleSpec {
 	return out
 }
 
+// StoreAckSubjects are the store's acknowledgement subjects of the streams
+// user asked for (a watch's heartbeats, a list's windows: raftstore's
+// acks.go), <store>.ack.<replica>.<stream>.<user>: a role acknowledges its
+// own streams by a permission of its name, not by the NATS server's
+// dynamic reply grant, which a reload of the bus's users drops.
+func StoreAckSubjects(user string) string { return bus.StorePrefix + ".ack.*.*." + user }
+
 // service is what every podflow process needs: its own inbox, the store
 // as a client (reads, watches and writes named after itself: see
-// StoreReadACL and StoreWriteACL), pings, and replies to requests it
-// receives.
+// StoreReadACL and StoreWriteACL; the acknowledgements of its streams:
+// StoreAckSubjects), pings, and replies to requests it receives.
 func service(user string) *bus.Permissions {
 	store := bus.StorePrefix + "."
 	return &bus.Permissions{
 		Publish: &bus.SubjectPermission{Allow: []string{
 			store + "read." + user, store + "stale." + user, store + "watch." + user, store + "write." + user, store + "status",
+			StoreAckSubjects(user),
 		}},
 		Subscribe:      &bus.SubjectPermission{Allow: []string{bus.InboxPrefix(user) + ".>", PingSubject}},
 		AllowResponses: true,

@@ -470,7 +470,7 @@ func storeWithPolicy(t *testing.T, srv *bus.Embedded) func(role, writer string) 
 // function that connects a client as role, reading and writing as writer
 // (the admin: unnamed). It returns once the store has elected a leader
 // and holds Namespace default.
-func storeReplicas(t *testing.T, srv *bus.Embedded, n int) func(role, writer string) *raftstore.Client {
+func storeReplicas(t *testing.T, srv *bus.Embedded, n int, opts ...raftstoretest.Option) func(role, writer string) *raftstore.Client {
 	t.Helper()
 	ls := raftstoretest.Listeners(t, n)
 	var peers []raftstore.Peer
@@ -488,6 +488,9 @@ func storeReplicas(t *testing.T, srv *bus.Embedded, n int) func(role, writer str
 		cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, p.ID).NATS()
 		cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
 		cfg.WriteFilter = pipeline.StoreWriteFilter
+		for _, o := range opts {
+			o(&cfg)
+		}
 		node, err := raftstore.NewNode(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,18 +29,47 @@ func (e *TokenRefusedError) Error() string { return e.Status.GetMessage() }
 // Code is the refusal's HTTP status code.
 func (e *TokenRefusedError) Code() int32 { return e.Status.GetCode() }
 
+// ErrNotNodeIdentity: the connection a token is asked over is not a node
+// agent's bus identity (NodeRole, SimNodesRole), e.g. a node agent started
+// with the admin's bus configuration. The api stage answers a token
+// request only into a node role's inbox and drops any other, so the
+// request is not sent: it would only time out.
+var ErrNotNodeIdentity = errors.New("not a node's bus identity")
+
+// checkNodeIdentity returns ErrNotNodeIdentity, naming nc's bus user,
+// unless nc is a node role's connection (its inboxes are that role's).
+func checkNodeIdentity(nc *nats.Conn) error {
+	inbox := nc.NewInbox()
+	for _, p := range []string{bus.InboxPrefix(NodeRolePrefix), bus.InboxPrefix(SimNodesRolePrefix)} {
+		if strings.HasPrefix(inbox, p) {
+			return nil
+		}
+	}
+	user := "an unnamed user"
+	if rest, ok := strings.CutPrefix(inbox, bus.InboxPrefix("")+"."); ok {
+		if i := strings.IndexByte(rest, '.'); i > 0 {
+			user = fmt.Sprintf("%q", rest[:i])
+		}
+	}
+	return fmt.Errorf("%w: this node agent is connected to the bus as %s, not with its node's identity (%s<node>), and the api stage gives ServiceAccount tokens only to a node agent: start it with its node's bus configuration (podflow join)", ErrNotNodeIdentity, user, NodeRolePrefix)
+}
+
 // TokenSubject is the subject node's agent asks for tokens on.
 func TokenSubject(node string) string { return TokenPrefix + "." + bus.EncodeToken(node) }
 
 // RequestNodeToken asks the api stage, as node's agent over nc, for the
-// token req describes (see apiv1.NodeTokenRequest). A refusal is a
-// *TokenRefusedError; no answer before ctx's deadline (default
+// token req describes (see apiv1.NodeTokenRequest). A connection that is
+// not a node agent's identity fails at once with ErrNotNodeIdentity. A
+// refusal is a *TokenRefusedError; no answer before ctx's deadline (default
 // DefaultTokenRequestTimeout) is the context's error.
 func RequestNodeToken(ctx context.Context, nc *nats.Conn, node string, req *apiv1.NodeTokenRequest) (string, time.Time, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTokenRequestTimeout)
 		defer cancel()
+	}
+	if err := checkNodeIdentity(nc); err != nil {
+		return "", time.Time{}, err
 	}
 	data, err := proto.Marshal(req)
 	if err != nil {

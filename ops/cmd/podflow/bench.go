@@ -86,6 +86,10 @@ func newBenchPipelineCmd() *cobra.Command {
 	f.BoolVar(&o.Webhooks, "webhooks", false, "register a local mutating and a local validating admission webhook for every pod first (served by bench on 127.0.0.1: the system must run on this machine; removed at the end)")
 	f.StringVar(&o.HeapProfiles, "heap-profile-dir", "", "every process of the system it starts writes a heap profile into this directory every 10s and when it stops (<role>-<pid>.heap; 'go tool pprof -sample_index=inuse_space -top FILE')")
 	f.StringVar(&o.Profiles, "profile-dir", "", "every process of the system it starts writes a CPU profile of its life into this directory (<role>-<pid>.pprof; 'go tool pprof -top FILE')")
+	f.BoolVar(&o.SLO, "slo", false, "then create pods with client-go through the HTTPS API and report Kubernetes' SLOs: mutating API call latency and pod startup latency (created → Running, watched), p50/p99")
+	f.IntVar(&o.SLOPods, "slo-pods", 0, "pods the --slo pass creates (default: --pods)")
+	f.IntVar(&o.SLORate, "slo-rate", 0, "creates per second of the --slo pass (default: 80% of the pods/s the pipeline pass reached)")
+	f.StringVar(&o.SLOJSON, "slo-json", "", "also write the --slo figures as JSON to this file")
 	return cmd
 }
 

@@ -5,8 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/bus/bustest"
@@ -14,6 +18,7 @@ import (
 	"github.com/podflow/podflow/nodeagent/sim"
 	"github.com/podflow/podflow/ops/processes/nodewire"
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/apiserver"
 	"github.com/podflow/podflow/services/auth"
@@ -129,4 +134,76 @@ func TestProjectedServiceAccountToken(t *testing.T) {
 		_, st := apiStage.AuthenticateToken(token)
 		return st.GetCode() == 401
 	})
+}
+
+// TestTokenWithoutNodeIdentity: a node agent started with the admin's bus
+// identity instead of its node's cannot get its pods' ServiceAccount
+// tokens (the api stage answers only a node agent). Its pod does not wait
+// in ContainerCreating silently: the mount fails at once with kubelet's
+// FailedMount wording, naming the cause (the bus user it runs as).
+func TestTokenWithoutNodeIdentity(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := bustest.ServerAt(t, bus.DefaultEmbeddedConfig(t.TempDir()))
+	admin := bustest.Connect(t, srv, "nodeagent-"+node)
+	topo, err := pipeline.Topology(bus.DefaultStreamsConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Provision(ctx, admin.JetStream(), topo); err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan *eventsv1.PodFailed, 16)
+	if _, err := admin.NATS().Subscribe(bus.PodPrefix+".PodFailed.>", func(m *nats.Msg) {
+		var env eventsv1.Envelope
+		if proto.Unmarshal(m.Data, &env) == nil && env.GetPodFailed() != nil {
+			failed <- env.GetPodFailed()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cluster := raftstoretest.MakeCluster(t, 1)
+	store := objects.New(cluster.Client(t))
+	rt, err := sim.New(sim.DefaultConfig("10.244.1.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	cfg := nodeagent.DefaultConfig(node, "10.244.1.0/24")
+	cfg.SpecSecond = 10 * time.Millisecond
+	agent, err := nodeagent.New(cfg, rt, nodewire.NewStore(store).WithTokens(admin.NATS()), nodewire.NewPublisher(admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agent.Stop)
+	if err := agent.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web", Uid: "uid-web"},
+		Spec: &corev1.PodSpec{NodeName: node, ServiceAccountName: "default",
+			Containers: []*corev1.Container{{Name: "app", Image: "busybox"}},
+			Volumes: []*corev1.Volume{{Name: "kube-api-access-x1", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}},
+	}
+	if _, err := store.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := agent.HandlePodBound(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-failed:
+		want := `MountVolume.SetUp failed for volume "kube-api-access-x1" : failed to fetch token: not a node's bus identity: this node agent is connected to the bus as "admin", not with its node's identity (node-<node>)`
+		if f.GetReason() != "FailedMount" || !strings.HasPrefix(f.GetMessage(), want) {
+			t.Fatalf("PodFailed %s: %q, want FailedMount: %q…", f.GetReason(), f.GetMessage(), want)
+		}
+		// Not the token request's timeout: the agent never asked.
+		if d := time.Since(start); d >= pipeline.DefaultTokenRequestTimeout {
+			t.Errorf("the mount failed after %s, the token request's timeout", d)
+		}
+	case <-ctx.Done():
+		t.Fatal("the pod waits with no FailedMount")
+	}
 }

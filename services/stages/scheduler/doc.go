@@ -28,7 +28,11 @@
 // each replica keeps its own Cache, fed by store watches (nodes, pods,
 // NodeAllocations) through informers, and decides under its own lock, one
 // pod at a time, assuming the pod onto the chosen node before the next
-// decision. Replicas do not talk to each other: the store arbitrates.
+// decision. Replicas do not talk to each other: the store arbitrates. The
+// pod informer keeps an unbound pod whole (it is scheduled and written
+// back from that copy) and a bound one with only what scheduling reads
+// of it (podinformer.go: requests, ports, labels, affinity, priority,
+// identity, deletion, phase, nomination).
 //
 // The bind transaction. Binding is one raftstore transaction that
 //

@@ -211,7 +211,8 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 		return nil, err
 	}
 	bound := func(p *corev1.Pod) bool { return p.GetSpec().GetNodeName() != "" }
-	s.pods, err = informer.New[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
+	// Bound pods are cached with what scheduling reads of them only.
+	s.pods, err = informer.NewDecoding[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
 		OnAdd: func(p *corev1.Pod) {
 			if bound(p) {
 				logErr("add pod", s.cache.AddPod(p))
@@ -248,7 +249,7 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 			s.forget(p.GetMetadata().GetUid())
 			s.podRev.advance(s.pods.Revision())
 		},
-	})
+	}, decodeInformedPod)
 	if err != nil {
 		return nil, err
 	}
