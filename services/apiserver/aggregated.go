@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -36,17 +37,15 @@ func aggregatedDiscovery(core bool) *apidiscoveryv2.APIGroupDiscoveryList {
 		groups = []string{""}
 	}
 	for _, g := range groups {
-		gv := "v1"
-		if g != "" {
-			gv = apiGroup(g).PreferredVersion.GroupVersion
-		}
-		_, version, _ := strings.Cut(gv, "/")
+		gd := apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: g}}
 		if g == "" {
-			version = "v1"
+			gd.Versions = []apidiscoveryv2.APIVersionDiscovery{versionDiscovery(g, "v1", apiResourceList("v1"))}
+		} else {
+			for _, v := range apiGroup(g).Versions { // the preferred first, as kube-apiserver
+				gd.Versions = append(gd.Versions, versionDiscovery(g, v.Version, apiResourceList(v.GroupVersion)))
+			}
 		}
-		vd := versionDiscovery(g, version, apiResourceList(gv))
-		l.Items = append(l.Items, apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: g},
-			Versions: []apidiscoveryv2.APIVersionDiscovery{vd}})
+		l.Items = append(l.Items, gd)
 	}
 	return l
 }
@@ -90,11 +89,14 @@ func versionDiscovery(g, version string, l *metav1.APIResourceList) apidiscovery
 
 // writeAggregated writes the aggregated discovery of the core group (for
 // /api) or of every named group (for /apis): the built-in groups, then
-// the custom resources' groups.
-func (s *Server) writeAggregated(w http.ResponseWriter, core bool) {
+// the custom resources' groups, then the extension API servers'.
+func (s *Server) writeAggregated(w http.ResponseWriter, ctx context.Context, core bool) {
 	l := aggregatedDiscovery(core)
 	if crs := s.customResources(); crs != nil && !core {
 		l.Items = append(l.Items, crs.customAggregated()...)
+	}
+	if !core {
+		l.Items = append(l.Items, s.remoteAggregated(ctx)...) // aggregator.go
 	}
 	b, err := json.Marshal(l)
 	if err != nil {

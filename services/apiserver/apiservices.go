@@ -6,9 +6,9 @@ package apiserver
 // and status subresource); LocalAPIServices is the part of the
 // aggregator that writes them: its autoregister controller (one APIService
 // per built-in group version, created at start) and its availability
-// controller for local services (Available=True, reason Local). podflow
-// proxies to no extension API server: an APIService naming a Service is
-// stored, and is not made Available.
+// controller for local services (Available=True, reason Local). An
+// APIService naming a Service is an extension API server's: proxied and
+// checked by aggregator.go.
 
 import (
 	"context"

@@ -53,6 +53,9 @@ var applyScheme = sync.OnceValue(func() *runtime.Scheme {
 			sc.AddKnownTypeWithName(r.gvk(), kubeType(r)())
 		}
 	}
+	if err := addHPAConversions(sc); err != nil { // autoscaling.go
+		panic(err)
+	}
 	return sc
 })
 

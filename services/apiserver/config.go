@@ -28,6 +28,16 @@ type Config struct {
 	// accepted (CN = user name, O = groups). Empty disables X.509 client
 	// authentication.
 	ClientCAFile string
+	// ProxyClientCertFile and ProxyClientKeyFile are the front-proxy
+	// client certificate presented to extension API servers behind
+	// APIServices (kube-apiserver's --proxy-client-cert-file and
+	// --proxy-client-key-file); the servers trust it through the
+	// requestheader client CA. Empty: none is presented.
+	ProxyClientCertFile, ProxyClientKeyFile string
+	// APIServiceCheckPeriod is the time between two checks of the
+	// extension API servers behind APIServices, which set their
+	// Available condition (aggregator.go). Default 10s.
+	APIServiceCheckPeriod time.Duration
 	// OIDC enables OpenID Connect ID token authentication when IssuerURL
 	// is set.
 	OIDC OIDCConfig
@@ -162,6 +172,7 @@ func DefaultConfig() Config {
 		BookmarkInterval:            10 * time.Second,
 		MaxWatchTimeout:             30 * time.Minute,
 		CacheObjects:                100_000,
+		APIServiceCheckPeriod:       10 * time.Second,
 		ListSnapshotTTL:             5 * time.Minute,
 		MaxListSnapshots:            64,
 		MaxInFlight:                 400,
@@ -179,6 +190,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Addr is empty", ErrInvalidConfig)
 	case c.CertFile == "" || c.KeyFile == "":
 		return fmt.Errorf("%w: CertFile and KeyFile are required", ErrInvalidConfig)
+	case c.APIServiceCheckPeriod <= 0:
+		return fmt.Errorf("%w: APIServiceCheckPeriod (%s) must be positive", ErrInvalidConfig, c.APIServiceCheckPeriod)
+	case (c.ProxyClientCertFile == "") != (c.ProxyClientKeyFile == ""):
+		return fmt.Errorf("%w: ProxyClientCertFile and ProxyClientKeyFile go together", ErrInvalidConfig)
 	case c.MaxBodyBytes < 1024:
 		return fmt.Errorf("%w: MaxBodyBytes (%d) must be at least 1024", ErrInvalidConfig, c.MaxBodyBytes)
 	case c.JSONPatchMaxCopyBytes < 1:

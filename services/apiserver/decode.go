@@ -128,7 +128,7 @@ func decodeObject(body []byte, res *resource, validation string, maxBytes int) (
 		if err != nil {
 			return nil, nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, err)
 		}
-		body, res = b, lookupResource(res.store.Version, res.store.Resource)
+		body, res = b, lookupResource(res.store.APIVersion(), res.store.Resource)
 	}
 	if res.cr != nil {
 		if len(body) > maxBytes {

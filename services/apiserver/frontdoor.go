@@ -50,6 +50,7 @@ func (f FrontDoor) Start(ctx context.Context, g *errgroup.Group) error {
 		return fmt.Errorf("apiserver: listen %q: %w", f.Config.Addr, err)
 	}
 	g.Go(func() error { return srv.Serve(ctx, l) })
+	g.Go(func() error { srv.checkAPIServices(ctx); return nil }) // aggregator.go
 	if f.Pods != nil {
 		f.Pods.run(ctx, g, srv)
 	}

@@ -86,6 +86,8 @@ var minimalObjects = map[string]string{
 		"spec: {priorityLevelConfiguration: {name: x}, matchingPrecedence: 1000}\n",
 	"prioritylevelconfigurations.flowcontrol.apiserver.k8s.io": "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: PriorityLevelConfiguration\n" +
 		"metadata: {name: x}\nspec: {type: Limited, limited: {nominalConcurrencyShares: 10, limitResponse: {type: Reject}}}\n",
+	"horizontalpodautoscalers.autoscaling": "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: x}\n" +
+		"spec: {scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: x}, maxReplicas: 3}\n",
 	"apiservices.apiregistration.k8s.io": "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1.x.example.com}\n" +
 		"spec: {group: x.example.com, version: v1, groupPriorityMinimum: 100, versionPriority: 10, insecureSkipTLSVerify: true, service: {namespace: default, name: x}}\n",
 }
@@ -595,7 +597,7 @@ func TestDiscoveryGroups(t *testing.T) {
 	for _, g := range body["groups"].([]any) {
 		groups = append(groups, g.(map[string]any)["name"].(string))
 	}
-	want := "apiregistration.k8s.io,apps,events.k8s.io,authentication.k8s.io,authorization.k8s.io,batch,certificates.k8s.io,networking.k8s.io,policy," +
+	want := "apiregistration.k8s.io,apps,events.k8s.io,authentication.k8s.io,authorization.k8s.io,autoscaling,batch,certificates.k8s.io,networking.k8s.io,policy," +
 		"rbac.authorization.k8s.io,storage.k8s.io,admissionregistration.k8s.io,apiextensions.k8s.io,scheduling.k8s.io,coordination.k8s.io," +
 		"node.k8s.io,discovery.k8s.io,flowcontrol.apiserver.k8s.io,metrics.k8s.io"
 	if code != 200 || strings.Join(groups, ",") != want {

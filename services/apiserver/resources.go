@@ -14,6 +14,7 @@ import (
 	k8seventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/version"
 
 	"github.com/podflow/podflow/services/crd"
 	"github.com/podflow/podflow/services/manifest"
@@ -86,8 +87,9 @@ var kubeGroupOrder = []string{"apiregistration.k8s.io", "apps", "events.k8s.io",
 // group.
 var groupOrder []string
 
-// groupVersions maps each served group to its one version.
-var groupVersions = map[string]string{}
+// groupVersions maps each served group to its versions, the preferred
+// first (kube's order: v2 before v1 before v1beta1).
+var groupVersions = map[string][]string{}
 
 func addResource(r *resource) {
 	gv := r.groupVersion()
@@ -95,7 +97,12 @@ func addResource(r *resource) {
 		resources[gv] = map[string]*resource{}
 	}
 	resources[gv][r.name] = r
-	groupVersions[r.group] = r.version
+	vs := groupVersions[r.group]
+	if !slices.Contains(vs, r.version) {
+		vs = append(vs, r.version)
+		sort.SliceStable(vs, func(i, j int) bool { return version.CompareKubeAwareVersionStrings(vs[i], vs[j]) > 0 })
+		groupVersions[r.group] = vs
+	}
 }
 
 func init() {
@@ -108,6 +115,7 @@ func init() {
 	}
 	addResource(&resource{group: "events.k8s.io", version: "v1", name: "events", kind: "Event", namespaced: true,
 		shortNames: []string{"ev"}, verbs: crudVerbs, store: objects.Events, readOnly: true, view: eventsV1, unview: eventsFromV1})
+	addResource(hpaV1()) // autoscaling.go
 	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "selfsubjectreviews",
 		kind: "SelfSubjectReview", verbs: []string{"create"}})
 	addResource(&resource{group: "authentication.k8s.io", version: "v1", name: "tokenreviews",
@@ -129,7 +137,7 @@ func init() {
 }
 
 // orderGroups lists the named groups of served in kube-apiserver's order.
-func orderGroups(served map[string]string) []string {
+func orderGroups(served map[string][]string) []string {
 	var out, rest []string
 	for _, g := range kubeGroupOrder {
 		if _, ok := served[g]; ok {
@@ -219,14 +227,19 @@ func apiResourceList(gv string) *metav1.APIResourceList {
 	return l
 }
 
+// apiGroup is group's discovery document: its versions, the preferred
+// first.
 func apiGroup(group string) metav1.APIGroup {
-	version := groupVersions[group]
-	if version == "" {
-		version = "v1"
+	vs := groupVersions[group]
+	if len(vs) == 0 {
+		vs = []string{"v1"}
 	}
-	gvd := metav1.GroupVersionForDiscovery{GroupVersion: group + "/" + version, Version: version}
-	return metav1.APIGroup{TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}, Name: group,
-		Versions: []metav1.GroupVersionForDiscovery{gvd}, PreferredVersion: gvd}
+	g := metav1.APIGroup{TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}, Name: group}
+	for _, v := range vs {
+		g.Versions = append(g.Versions, metav1.GroupVersionForDiscovery{GroupVersion: group + "/" + v, Version: v})
+	}
+	g.PreferredVersion = g.Versions[0]
+	return g
 }
 
 func apiGroupList() *metav1.APIGroupList {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,6 +90,11 @@ type Server struct {
 	clientCAs *x509.CertPool
 	// proxyTransport carries pods/proxy and services/proxy (proxy.go).
 	proxyTransport http.RoundTripper
+	// proxyClientCert is the front-proxy client certificate presented to
+	// extension API servers (aggregator.go); nil: none.
+	proxyClientCert *tls.Certificate
+	// aggTransports are the extension API servers' transports.
+	aggTransports apiServiceTransports
 	// inflight, mutating and watches bound the read-only requests, the
 	// mutating requests and the watches being served (429 beyond).
 	inflight, mutating, watches chan struct{}
@@ -145,6 +151,13 @@ func New(cfg Config, backend Backend, store *objects.Store, log *slog.Logger) (*
 		mutating: make(chan struct{}, cfg.MaxMutatingInFlight), watches: make(chan struct{}, cfg.MaxWatches),
 		watchFlows: newFlows(seats(cfg.MaxWatchesPerUser, cfg.MaxWatches)), mutatingFlows: newFlows(seats(cfg.MaxMutatingPerUser, cfg.MaxMutatingInFlight)),
 		proxyTransport: newProxyTransport(cfg.ProxyDialContext)}
+	if cfg.ProxyClientCertFile != "" {
+		pc, err := tls.LoadX509KeyPair(cfg.ProxyClientCertFile, cfg.ProxyClientKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("apiserver: front-proxy client certificate: %w", err)
+		}
+		s.proxyClientCert = &pc
+	}
 	if cfg.OIDC.IssuerURL != "" {
 		if s.oidc, err = newOIDCVerifier(cfg.OIDC); err != nil {
 			return nil, err
@@ -372,15 +385,44 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.User
 		if path == "/apis" {
 			s.syncCustomResources(r.Context())
 		}
-		s.writeAggregated(w, path == "/api")
+		s.writeAggregated(w, r.Context(), path == "/api")
 		return
 	case path == "/api":
 		writeJSON(w, http.StatusOK, apiVersions(r))
 		return
 	case path == "/apis":
 		s.syncCustomResources(r.Context())
-		writeJSON(w, http.StatusOK, s.apiGroupList())
+		l := s.apiGroupList()
+		groups, byGroup := s.remoteAPIServices(r.Context()) // aggregator.go
+		for _, g := range groups {
+			l.Groups = append(l.Groups, remoteGroup(g, byGroup[g]))
+		}
+		writeJSON(w, http.StatusOK, l)
 		return
+	}
+	if g, ok := strings.CutPrefix(path, "/apis/"); ok && g != "" {
+		// An extension API server's group version: aggregator.go.
+		if _, builtin := groupVersions[strings.Split(g, "/")[0]]; !builtin && strings.Count(g, "/") >= 1 && !s.servesCustom(g) {
+			gv := strings.Join(strings.SplitN(g, "/", 3)[:2], "/")
+			as, err := s.remoteAPIService(r.Context(), gv)
+			if err != nil {
+				writeStatus(w, storeStatus(err, lookupResource("apiregistration.k8s.io/v1", "apiservices"), gv))
+				return
+			}
+			if as != nil {
+				s.serveAggregated(w, r, user, as)
+				return
+			}
+		} else if !builtin && r.Method == http.MethodGet {
+			if _, custom := s.customGroup(r.Context(), g); !custom {
+				groups, byGroup := s.remoteAPIServices(r.Context())
+				if slices.Contains(groups, g) {
+					doc := remoteGroup(g, byGroup[g])
+					writeJSON(w, http.StatusOK, &doc)
+					return
+				}
+			}
+		}
 	}
 	if s.serveOpenAPI(w, r, path) {
 		return

@@ -54,6 +54,7 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 				"deployments/status", "replicasets", "replicasets/scale", "replicasets/status", "statefulsets", "statefulsets/scale",
 				"statefulsets/status"),
 			group("batch", readVerbs, "cronjobs", "cronjobs/status", "jobs", "jobs/status"),
+			group("autoscaling", readVerbs, "horizontalpodautoscalers", "horizontalpodautoscalers/status"),
 			group("policy", readVerbs, "poddisruptionbudgets", "poddisruptionbudgets/status"),
 			group("discovery.k8s.io", readVerbs, "endpointslices"),
 			group("events.k8s.io", readVerbs, "events"),
@@ -68,6 +69,7 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 			group("apps", rw, "daemonsets", "deployments", "deployments/rollback", "deployments/scale", "replicasets",
 				"replicasets/scale", "statefulsets", "statefulsets/scale"),
 			group("batch", rw, "cronjobs", "jobs"),
+			group("autoscaling", rw, "horizontalpodautoscalers"),
 			group("policy", rw, "poddisruptionbudgets"),
 			group("discovery.k8s.io", rw, "endpointslices"),
 		)
@@ -94,6 +96,12 @@ func BootstrapPolicy() (clusterRoles []*corev1.ClusterRole, clusterRoleBindings 
 		role(ClusterRoleAdmin, adminRules()),
 		role(ClusterRoleEdit, editRules()),
 		role(ClusterRoleView, viewRules()),
+		// What an extension API server delegates to the api server:
+		// authentication and authorization of its requests.
+		role("system:auth-delegator", []*corev1.PolicyRule{
+			group("authentication.k8s.io", []string{"create"}, "tokenreviews"),
+			group("authorization.k8s.io", []string{"create"}, "subjectaccessreviews"),
+		}),
 	}
 	clusterRoleBindings = []*corev1.ClusterRoleBinding{{
 		Metadata: &corev1.ObjectMeta{Name: ClusterRoleClusterAdmin, Labels: map[string]string{"kubernetes.io/bootstrapping": "rbac-defaults"},

@@ -554,3 +554,42 @@ func TestTTLAfterFinishedControllerRole(t *testing.T) {
 		}
 	}
 }
+
+// TestBootstrapRolesAutoscalingAndDelegation: view reads and edit writes
+// HorizontalPodAutoscalers, and system:auth-delegator lets an extension
+// API server review tokens and access, as kube's bootstrap policy.
+func TestBootstrapRolesAutoscalingAndDelegation(t *testing.T) {
+	crs, _ := BootstrapPolicy()
+	r, err := NewRBAC(RBACConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cr := range crs {
+		r.UpsertClusterRole(cr)
+	}
+	bind := func(role, subject string) {
+		r.UpsertClusterRoleBinding(&corev1.ClusterRoleBinding{Metadata: &corev1.ObjectMeta{Name: role + "-" + subject},
+			Subjects: []*corev1.Subject{{Kind: SubjectUser, ApiGroup: "rbac.authorization.k8s.io", Name: subject}},
+			RoleRef:  &corev1.RoleRef{ApiGroup: "rbac.authorization.k8s.io", Kind: KindClusterRole, Name: role}})
+	}
+	bind(ClusterRoleView, "viewer")
+	bind(ClusterRoleEdit, "editor")
+	bind("system:auth-delegator", "wardle")
+	tests := []struct {
+		given Attributes
+		want  bool
+	}{
+		{Attributes{User: user("viewer"), Verb: "list", Namespace: "ns", APIGroup: "autoscaling", Resource: "horizontalpodautoscalers"}, true},
+		{Attributes{User: user("viewer"), Verb: "get", Namespace: "ns", APIGroup: "autoscaling", Resource: "horizontalpodautoscalers", Subresource: "status"}, true},
+		{Attributes{User: user("viewer"), Verb: "create", Namespace: "ns", APIGroup: "autoscaling", Resource: "horizontalpodautoscalers"}, false},
+		{Attributes{User: user("editor"), Verb: "create", Namespace: "ns", APIGroup: "autoscaling", Resource: "horizontalpodautoscalers"}, true},
+		{Attributes{User: user("wardle"), Verb: "create", APIGroup: "authentication.k8s.io", Resource: "tokenreviews"}, true},
+		{Attributes{User: user("wardle"), Verb: "create", APIGroup: "authorization.k8s.io", Resource: "subjectaccessreviews"}, true},
+		{Attributes{User: user("wardle"), Verb: "list", Namespace: "ns", Resource: "secrets"}, false},
+	}
+	for _, tc := range tests {
+		if got := r.Authorize(tc.given).Allowed; got != tc.want {
+			t.Errorf("%s %s %s/%s: allowed %t, want %t", tc.given.User.GetUsername(), tc.given.Verb, tc.given.Resource, tc.given.Subresource, got, tc.want)
+		}
+	}
+}

@@ -164,6 +164,7 @@ var (
 	CertificateSigningRequests        = mustRegister(GenericKind{Group: "certificates.k8s.io", Version: "v1", Kind: "CertificateSigningRequest", Resource: "certificatesigningrequests", Prefix: "/registry/certificatesigningrequests/", ShortNames: []string{"csr"}, Subresources: []string{"status", "approval"}})
 	FlowSchemas                       = mustRegister(GenericKind{Group: flowcontrolGroup, Version: "v1", Kind: "FlowSchema", Resource: "flowschemas", Prefix: "/registry/flowschemas/", Subresources: status})
 	PriorityLevelConfigurations       = mustRegister(GenericKind{Group: flowcontrolGroup, Version: "v1", Kind: "PriorityLevelConfiguration", Resource: "prioritylevelconfigurations", Prefix: "/registry/prioritylevelconfigurations/", Subresources: status})
+	HorizontalPodAutoscalers          = mustRegister(GenericKind{Group: "autoscaling", Version: "v2", Kind: "HorizontalPodAutoscaler", Resource: "horizontalpodautoscalers", Namespaced: true, Prefix: "/registry/horizontalpodautoscalers/", ShortNames: []string{"hpa"}, Categories: all, Subresources: status})
 	APIServices                       = mustRegister(GenericKind{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService", Resource: "apiservices", Prefix: "/registry/apiregistration.k8s.io/apiservices/", Categories: apiExtensions, Subresources: status})
 )
 

@@ -39,6 +39,7 @@ import (
 	"k8s.io/kubernetes/pkg/registry/apps/deployment"
 	"k8s.io/kubernetes/pkg/registry/apps/replicaset"
 	"k8s.io/kubernetes/pkg/registry/apps/statefulset"
+	"k8s.io/kubernetes/pkg/registry/autoscaling/horizontalpodautoscaler"
 	"k8s.io/kubernetes/pkg/registry/batch/cronjob"
 	"k8s.io/kubernetes/pkg/registry/batch/job"
 	"k8s.io/kubernetes/pkg/registry/certificates/certificates"
@@ -133,13 +134,15 @@ func builtins(authz authorizer.UnconditionalAuthorizer, st *objects.Store) map[s
 	apiServiceStrategy := apiservice.NewStrategy(apiregistrationScheme)
 	gk := func(k objects.Kind) schema.GroupKind { return schema.GroupKind{Group: k.APIGroup, Kind: k.Name} }
 	return map[schema.GroupKind]*strategies{
-		gk(objects.Deployments):                       main(deployment.Strategy, "status", deployment.StatusStrategy),
-		gk(objects.ReplicaSets):                       main(replicaset.Strategy, "status", replicaset.StatusStrategy),
-		gk(objects.StatefulSets):                      main(statefulSetStrategy{statefulset.Strategy}, "status", statefulset.StatusStrategy),
-		gk(objects.DaemonSets):                        main(daemonset.Strategy, "status", daemonset.StatusStrategy),
-		gk(objects.ControllerRevisions):               main(controllerrevision.Strategy),
-		gk(objects.Jobs):                              main(job.Strategy, "status", job.StatusStrategy),
-		gk(objects.CronJobs):                          main(cronjob.Strategy, "status", cronjob.StatusStrategy),
+		gk(objects.Deployments):         main(deployment.Strategy, "status", deployment.StatusStrategy),
+		gk(objects.ReplicaSets):         main(replicaset.Strategy, "status", replicaset.StatusStrategy),
+		gk(objects.StatefulSets):        main(statefulSetStrategy{statefulset.Strategy}, "status", statefulset.StatusStrategy),
+		gk(objects.DaemonSets):          main(daemonset.Strategy, "status", daemonset.StatusStrategy),
+		gk(objects.ControllerRevisions): main(controllerrevision.Strategy),
+		gk(objects.Jobs):                main(job.Strategy, "status", job.StatusStrategy),
+		gk(objects.CronJobs):            main(cronjob.Strategy, "status", cronjob.StatusStrategy),
+		gk(objects.HorizontalPodAutoscalers): main(horizontalpodautoscaler.Strategy, "status",
+			horizontalpodautoscaler.StatusStrategy),
 		gk(objects.PodDisruptionBudgets):              main(poddisruptionbudget.Strategy, "status", poddisruptionbudget.StatusStrategy),
 		gk(objects.ReplicationControllers):            main(replicationcontroller.Strategy, "status", replicationcontroller.StatusStrategy),
 		gk(objects.PodTemplates):                      main(podtemplate.Strategy),
