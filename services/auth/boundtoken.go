@@ -15,6 +15,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"github.com/google/uuid"
 )
 
 // ErrInvalidBoundToken is wrapped by BoundTokens.Verify for a token it
@@ -25,7 +26,8 @@ var ErrInvalidBoundToken = errors.New("auth: invalid bound service account token
 // Bound ServiceAccount tokens (the TokenRequest API, `kubectl create
 // token`): JWTs signed ES256 by the cluster's ServiceAccount key, with
 // Kubernetes' claims — iss, sub system:serviceaccount:<ns>:<name>, aud,
-// exp, iat, nbf and kubernetes.io.{namespace, serviceaccount.{name, uid}},
+// exp, iat, nbf, jti (a random UUID: the token's credential id) and
+// kubernetes.io.{namespace, serviceaccount.{name, uid}},
 // and for a token bound to an object kubernetes.io.pod or
 // kubernetes.io.secret {name, uid}. A token authenticates only until it
 // expires and only while its ServiceAccount — and the object it is bound
@@ -89,6 +91,9 @@ type BoundTokenClaims struct {
 	Object    BoundObject
 	Audiences []string
 	Expiry    time.Time
+	// ID is the token's jti, its credential id ("" for a token issued
+	// before tokens carried one).
+	ID string
 }
 
 // Kinds of object a token may be bound to (TokenRequest
@@ -178,6 +183,7 @@ func (b *BoundTokens) Issue(namespace, name, uid string, obj BoundObject, audien
 	c := boundClaims{Claims: jwt.Claims{
 		Issuer: b.issuer, Subject: ServiceAccountUsername(namespace, name), Audience: jwt.Audience(audiences),
 		Expiry: jwt.NewNumericDate(exp), IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
+		ID: uuid.NewString(),
 	}, Kubernetes: k}
 	tok, err := jwt.Signed(b.signer).Claims(c).Serialize()
 	if err != nil {
@@ -225,7 +231,7 @@ func (b *BoundTokens) VerifyFor(token string, audiences []string, now time.Time)
 		return BoundTokenClaims{}, fmt.Errorf("%w: a bound %s without a name or uid", ErrInvalidBoundToken, obj.Kind)
 	}
 	return BoundTokenClaims{Namespace: k.Namespace, Name: k.ServiceAccount.Name, UID: k.ServiceAccount.UID, Object: obj,
-		Audiences: c.Audience, Expiry: c.Expiry.Time()}, nil
+		Audiences: c.Audience, Expiry: c.Expiry.Time(), ID: c.ID}, nil
 }
 
 // TokenAudiences returns the audiences a token signed by b names,
