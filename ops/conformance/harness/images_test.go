@@ -85,6 +85,10 @@ func TestImagesRun(t *testing.T) {
 	}{
 		{"busybox wget", busybox, []string{"/bin/wget", "-q", "-O-", url}, "hello from the host"},
 		{"busybox sh", busybox, []string{"/bin/sh", "-c", "echo $((6*7))"}, "42"},
+		// A ConfigMap key as a variable name (envFrom): the shell passes it
+		// on as upstream's busybox does, so `sh -c env` prints it.
+		{"busybox sh -c env", busybox, []string{"/bin/env", "data-1=value-1", "p-data-1=value-1", "/bin/sh", "-c",
+			"/bin/sh -c env | grep -x data-1=value-1; /bin/sh -c env | grep -x p-data-1=value-1"}, "data-1=value-1\np-data-1=value-1"},
 		{"busybox nslookup of a file entry", busybox, []string{"/bin/sh", "-c", "echo '127.0.0.1 pf-test.local' > /etc/hosts; /bin/wget -q -O- http://pf-test.local:" + port(l) + "/"}, "hello from the host"},
 		{"agnhost", agnhost, []string{"/agnhost", "--help"}, "netexec"},
 		{"agnhost curl", agnhost, []string{"/usr/bin/curl", "-q", "-s", "--connect-timeout", "2", url}, "hello from the host"},
