@@ -57,7 +57,7 @@ func runRun(ctx context.Context, args []string) error {
 	fs.StringVar(&o.suite, "suite", ".tools/conformance/e2e.test", "the e2e test binary (ops/conformance/suite)")
 	fs.StringVar(&o.kubectl, "kubectl", ".tools/conformance/kubectl", "kubectl of the suite's release, for the sig-cli tests")
 	fs.StringVar(&o.images.agnhost, "agnhost", ".tools/conformance/agnhost", "static agnhost binary")
-	fs.StringVar(&o.images.busybox, "busybox", ".tools/conformance/busybox", "Debian's busybox binary")
+	fs.StringVar(&o.images.busybox, "busybox", "bin/busybox", "podflow's busybox binary (make busybox)")
 	fs.StringVar(&o.images.nnp, "nnp", ".tools/conformance/nnp", "static nnp binary (test/images/nonewprivs)")
 	fs.StringVar(&o.images.k8sDir, "k8s-dir", "", "k8s.io/kubernetes module directory (test image data files)")
 	fs.StringVar(&o.focus, "focus", `\[Conformance\]`, "ginkgo focus: a regular expression over the tests' full names")
@@ -332,14 +332,30 @@ func fileName(name string) string {
 	return s
 }
 
+// longTests are Conformance tests not tagged [Slow] whose own waits are
+// longer than the default per-test timeout by design. "monotonically
+// increasing restart count" waits for five restarts through kubelet's
+// crash-loop back-off (10 s doubling): the fifth comes about six and a
+// half minutes after the pod starts, within the test's own 14-minute
+// budget (2 min of back-off, 4 min of observation, 2 min per restart).
+var longTests = []string{
+	"[sig-node] Probing container should have monotonically increasing restart count [NodeConformance] [Conformance]",
+}
+
+// testTimeout is the per-test timeout of name: slow for [Slow] tests and
+// longTests, else def.
+func testTimeout(name string, def, slow time.Duration) time.Duration {
+	if strings.Contains(name, "[Slow]") || slices.Contains(longTests, name) {
+		return slow
+	}
+	return def
+}
+
 // runOne runs one test in its own process of the suite: ginkgo
 // interrupts it at the timeout and runs its cleanup; the process is
 // killed if it is still there after the grace period.
 func (r *runner) runOne(ctx context.Context, name string) report.Result {
-	timeout := r.o.timeout
-	if strings.Contains(name, "[Slow]") {
-		timeout = r.o.slow
-	}
+	timeout := testTimeout(name, r.o.timeout, r.o.slow)
 	base := fileName(name)
 	junit := filepath.Join(r.o.out, "junit", base+".xml")
 	logf := filepath.Join(r.o.out, "logs", base+".log")
