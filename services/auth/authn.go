@@ -407,6 +407,10 @@ const (
 	// ExtraCredentialID is a bound token's credential id, "JTI=<jti>"
 	// (k8s.io/apiserver's user.CredentialIDKey).
 	ExtraCredentialID = "authentication.kubernetes.io/credential-id"
+	// ExtraNodeName and ExtraNodeUID name the node of a pod-bound
+	// token's pod (its kubernetes.io.node claim).
+	ExtraNodeName = "authentication.kubernetes.io/node-name"
+	ExtraNodeUID  = "authentication.kubernetes.io/node-uid"
 )
 
 // TokenReviewResult is what a TokenReview learns of a token: the user it
@@ -456,6 +460,12 @@ func (a *TokenAuthenticator) ReviewToken(token string, audiences []string) (r To
 		if c.Object.Kind == BoundKindPod {
 			r.Extra[ExtraPodName] = []string{c.Object.Name}
 			r.Extra[ExtraPodUID] = []string{c.Object.UID}
+			if c.Object.NodeName != "" {
+				r.Extra[ExtraNodeName] = []string{c.Object.NodeName}
+				if c.Object.NodeUID != "" {
+					r.Extra[ExtraNodeUID] = []string{c.Object.NodeUID}
+				}
+			}
 		}
 		if c.ID != "" {
 			r.Extra[ExtraCredentialID] = []string{"JTI=" + c.ID}

@@ -106,7 +106,10 @@ const (
 
 // BoundObject is the object a token is bound to: BoundKindPod or
 // BoundKindSecret, its name and its uid. The zero value binds to nothing.
-type BoundObject struct{ Kind, Name, UID string }
+// A pod's token also names the node the pod was bound to when it was
+// issued (NodeName, and NodeUID when that Node was stored), as Kubernetes'
+// kubernetes.io.node claim: information, not a binding.
+type BoundObject struct{ Kind, Name, UID, NodeName, NodeUID string }
 
 type objectRef struct {
 	Name string `json:"name"`
@@ -118,6 +121,14 @@ type k8sClaims struct {
 	ServiceAccount objectRef  `json:"serviceaccount"`
 	Pod            *objectRef `json:"pod,omitempty"`
 	Secret         *objectRef `json:"secret,omitempty"`
+	Node           *nodeRef   `json:"node,omitempty"`
+}
+
+// nodeRef is the kubernetes.io.node claim: a uid only when the Node was
+// stored (Kubernetes' ref, both fields omitempty).
+type nodeRef struct {
+	Name string `json:"name,omitempty"`
+	UID  string `json:"uid,omitempty"`
 }
 
 type boundClaims struct {
@@ -160,8 +171,13 @@ func (b *BoundTokens) Issue(namespace, name, uid string, obj BoundObject, audien
 	case obj == BoundObject{}:
 	case obj.Name == "" || obj.UID == "":
 		return "", time.Time{}, fmt.Errorf("%w: a bound object needs a name and a uid", ErrInvalidBoundToken)
+	case obj.Kind != BoundKindPod && (obj.NodeName != "" || obj.NodeUID != ""):
+		return "", time.Time{}, fmt.Errorf("%w: only a pod's token names a node", ErrInvalidBoundToken)
 	case obj.Kind == BoundKindPod:
 		k.Pod = ref
+		if obj.NodeName != "" {
+			k.Node = &nodeRef{Name: obj.NodeName, UID: obj.NodeUID}
+		}
 	case obj.Kind == BoundKindSecret:
 		k.Secret = ref
 	default:
@@ -224,6 +240,9 @@ func (b *BoundTokens) VerifyFor(token string, audiences []string, now time.Time)
 		return BoundTokenClaims{}, fmt.Errorf("%w: bound to a pod and a secret", ErrInvalidBoundToken)
 	case k.Pod != nil:
 		obj = BoundObject{Kind: BoundKindPod, Name: k.Pod.Name, UID: k.Pod.UID}
+		if k.Node != nil {
+			obj.NodeName, obj.NodeUID = k.Node.Name, k.Node.UID
+		}
 	case k.Secret != nil:
 		obj = BoundObject{Kind: BoundKindSecret, Name: k.Secret.Name, UID: k.Secret.UID}
 	}
