@@ -20,7 +20,9 @@
 # source package; dpkg-source unpacks it, with Debian's patches less the
 # two that drop oddly named environment variables (below); the build
 # takes Debian's static configuration, less the two options that need
-# glibc's GNU regex API (CONFIG_EXTRA_COMPAT, CONFIG_FEATURE_VI_REGEX_SEARCH),
+# glibc's GNU regex API (CONFIG_EXTRA_COMPAT, CONFIG_FEATURE_VI_REGEX_SEARCH)
+# and the two that make the shell prefer its applets to what PATH finds
+# (CONFIG_FEATURE_PREFER_APPLETS, CONFIG_FEATURE_SH_STANDALONE),
 # and compiles with musl-gcc (Debian's musl-tools), the kernel headers of
 # linux-libc-dev beside musl's. Nothing is installed but those Debian
 # packages when missing. The result must answer `wget -T 1` on a closed
@@ -90,6 +92,8 @@ cd "$src/tree"
 cp debian/config/pkg/static .config
 sed -i -e 's/^CONFIG_EXTRA_COMPAT=y/# CONFIG_EXTRA_COMPAT is not set/' \
 	-e 's/^CONFIG_FEATURE_VI_REGEX_SEARCH=y/# CONFIG_FEATURE_VI_REGEX_SEARCH is not set/' \
+	-e 's/^CONFIG_FEATURE_PREFER_APPLETS=y/# CONFIG_FEATURE_PREFER_APPLETS is not set/' \
+	-e 's/^CONFIG_FEATURE_SH_STANDALONE=y/# CONFIG_FEATURE_SH_STANDALONE is not set/' \
 	-e '/FEATURE_DI_ENV_HACK/d' .config
 cc="musl-gcc -isystem $kh"
 export KCONFIG_NOTIMESTAMP=1
@@ -101,6 +105,17 @@ rc=0
 ./busybox wget -T 1 -q -O /dev/null http://127.0.0.1:1/ 2>/dev/null || rc=$?
 if [ "$rc" -ne 1 ]; then
 	echo "busybox: wget -T on a closed port exited $rc (want 1, connection refused)" >&2
+	exit 1
+fi
+# The shell runs what PATH finds, as upstream's busybox (its defconfig):
+# Debian's static configuration prefers its own applets (a rescue shell),
+# so in an image with another nc in /usr/bin, `sh -c 'nc …'` ran busybox's.
+bin=$(mktemp -d)
+printf '#!/bin/sh\necho nc-from-path\n' >"$bin/nc" && chmod +x "$bin/nc"
+got=$(env -i PATH="$bin" ./busybox sh -c nc 2>&1 || true)
+rm -rf "$bin"
+if [ "$got" != nc-from-path ]; then
+	echo "busybox: sh -c nc ran $got, not the nc PATH finds (FEATURE_PREFER_APPLETS, FEATURE_SH_STANDALONE)" >&2
 	exit 1
 fi
 if [ "$(env -i 'data-1=value-1' ./busybox sh -c env | grep -c '^data-1=value-1$')" != 1 ]; then

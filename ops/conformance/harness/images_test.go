@@ -93,6 +93,9 @@ func TestImagesRun(t *testing.T) {
 		{"agnhost", agnhost, []string{"/agnhost", "--help"}, "netexec"},
 		{"agnhost curl", agnhost, []string{"/usr/bin/curl", "-q", "-s", "--connect-timeout", "2", url}, "hello from the host"},
 		{"agnhost nc", agnhost, []string{"/bin/sh", "-c", "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 127.0.0.1 " + port(l)}, "hello from the host"},
+		// The Services tests' probe: the shell runs the nc PATH finds
+		// (netcat-openbsd, which has -t), not busybox's applet.
+		{"agnhost nc -t", agnhost, []string{"/bin/sh", "-c", "command -v nc; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -v -t -w 2 127.0.0.1 " + port(l)}, "/usr/bin/nc\n"},
 		{"agnhost dig", agnhost, []string{"/usr/bin/dig", "-v"}, "DiG"},
 		{"agnhost bash", agnhost, []string{"/usr/bin/bash", "-c", "echo ${BASH_VERSINFO[0]}"}, ""},
 		// The DNS tests' probe: dig, and getent reading the pod's /etc/hosts.
