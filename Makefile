@@ -24,7 +24,7 @@ TEST_P ?= 2
 # podflow build on 2 cores at load 35-95 (docs/benchmarks.md).
 TEST_TIMEOUT ?= 25m
 
-.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale chaos chaos-partition chaos-hosts fuzz clean
+.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale bench-workload chaos chaos-partition chaos-hosts fuzz clean
 
 all: build
 
@@ -171,6 +171,11 @@ bench:
 ## bench-pipeline: end-to-end pods/s and PodRequested→Running latency.
 bench-pipeline: build
 	$(BIN)/podflow bench pipeline --own --pods 10000 --rate 1500 --nodes 100
+
+## bench-workload: a Deployment of 10,000 replicas on 100 simulated nodes,
+## timed until available and through a rolling update, 3 runs (docs/workloads.md).
+bench-workload: build
+	$(BIN)/podflow bench workload --own --replicas 10000 --nodes 100 --runs 3
 
 ## bench-scale: 1 vs 2 replicas of admission (0.02 CPU each) and of the
 ## scheduler (0.1 CPU each), every replica bounded in a cgroup of its own

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/nodeagent/linux/network"
+	"github.com/podflow/podflow/nodeagent/linux/proxy"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -183,87 +184,130 @@ func kernelObjects(t *testing.T, node string) string {
 	return strings.Join(parts, " ")
 }
 
-// TestLinuxPodToPodAcrossNodes runs a second Linux node agent on this
-// machine beside the one `podflow up` runs: a pod on one node reaches a
-// pod on the other by its pod IP (the agents route between their pod
-// CIDRs through the host, without NAT).
-func TestLinuxPodToPodAcrossNodes(t *testing.T) {
+// nftTables lists the nftables tables of node's proxy and hostPorts
+// (named after the node and its bridge).
+func nftTables(t *testing.T, node string) string {
+	t.Helper()
+	out, err := exec.Command("nft", "list", "tables").CombinedOutput()
+	if err != nil {
+		t.Skipf("nft list tables: %v\n%s (the nft command is needed to check the node's tables)", err, out)
+	}
+	var mine []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, proxy.TableFor(node)) || strings.Contains(l, network.BridgeNameFor(node)) {
+			mine = append(mine, strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(mine, ", ")
+}
+
+// TestLinuxTwoNodes runs two real nodes on this machine with one `podflow
+// up --runtime linux --linux-nodes 2`: both are Ready, each with its own
+// pod CIDR, bridge, cgroup root and nftables tables; a pod on
+// linux-node-2 (with its node's ServiceAccount token: each agent runs as
+// its own node) reaches a pod on linux-node-1 by its pod IP and through
+// its Service's ClusterIP (the agents route between their pod CIDRs
+// through the host, without NAT); and once podflow stops, no kernel
+// object of either node is left.
+func TestLinuxTwoNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups, network namespaces and mounts (CI runs as root)")
 	}
 	parallel(t, linuxRuntime)
-	c := startCluster(t, "--runtime", "linux")
-	reg, err := os.ReadFile(filepath.Join(c.dir, "registry.addr"))
-	if err != nil {
-		t.Fatal(err)
+	nodes := []string{"linux-node-1", "linux-node-2"}
+	var before []string
+	for _, n := range nodes {
+		before = append(before, kernelObjects(t, n)+" | "+nftTables(t, n))
 	}
-	args := []string{"nodeagent", "--runtime", "linux", "--node", "linux-node-2", "--config", c.config,
-		"--data-dir", filepath.Join(c.dir, "nodes", "linux-node-2"), "--registry", strings.TrimSpace(string(reg))}
-	agent := exec.Command(binary, args...)
-	agent.Dir = repoRoot
-	var agentOut lockedBuf
-	agent.Stdout, agent.Stderr = &agentOut, &agentOut
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
+	c := startCluster(t, "--runtime", "linux", "--linux-nodes", "2")
+	if !strings.Contains(c.output(), "2 Linux nodes (linux-node-1, linux-node-2)") {
+		t.Errorf("up's running line does not name both nodes:\n%s", c.output())
 	}
-	t.Cleanup(func() {
-		_ = agent.Process.Signal(os.Interrupt)
-		_ = agent.Wait()
-		out, err := exec.Command(binary, append(args, "--decommission")...).CombinedOutput()
-		if err != nil {
-			t.Errorf("decommission linux-node-2: %v\n%s", err, out)
+	ctx := context.Background()
+	cidrs := map[string]bool{}
+	for _, name := range nodes {
+		eventually(t, 30*time.Second, name+" Ready", func() (bool, string) {
+			n, err := objects.Get[*corev1.Node](ctx, c.store, "", name)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, cond := range n.GetStatus().GetConditions() {
+				if cond.GetType() == "Ready" && cond.GetStatus() == "True" && n.GetSpec().GetPodCidr() != "" {
+					cidrs[n.GetSpec().GetPodCidr()] = true
+					return len(n.GetSpec().GetTaints()) == 0, fmt.Sprint(n.GetSpec().GetTaints())
+				}
+			}
+			return false, fmt.Sprint(n.GetStatus().GetConditions())
+		})
+		if tables := nftTables(t, name); !strings.Contains(tables, proxy.TableFor(name)) {
+			t.Errorf("%s's proxy table %s not among %q", name, proxy.TableFor(name), tables)
 		}
-		if t.Failed() {
-			t.Logf("linux-node-2:\n%s", agentOut.String())
-		}
-	})
-	eventually(t, 30*time.Second, "linux-node-2 Ready", func() (bool, string) {
-		out, _ := c.podflow("get", "nodes")
-		return strings.Contains(out, "linux-node-2   Ready"), out
-	})
+	}
+	if len(cidrs) != 2 {
+		t.Fatalf("pod CIDRs %v: want one of its own per node", cidrs)
+	}
 	c.mustPodflow("apply", "-f", writeTemp(t, `apiVersion: v1
 kind: Pod
-metadata: {name: server}
+metadata: {name: server, labels: {app: server}}
 spec:
   nodeSelector: {kubernetes.io/hostname: linux-node-1}
   containers:
   - name: http
     image: podflow/http:1
+---
+apiVersion: v1
+kind: Service
+metadata: {name: server}
+spec:
+  selector: {app: server}
+  ports: [{port: 80, targetPort: 8080}]
 `))
 	server := c.waitPod("default", "server", "Running and Ready", func(p *corev1.Pod) bool {
 		return p.GetStatus().GetPhase() == "Running" && ready(p)
 	})
+	eventually(t, 20*time.Second, "the server in its EndpointSlice", func() (bool, string) {
+		return contains(c.sliceAddrs("default", "server"), server.GetStatus().GetPodIp()), ""
+	})
+	svc, err := objects.Get[*corev1.Service](ctx, c.store, "default", "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Exits 0 only on a 200 from the server pod, first by its pod IP, then
+	// through its Service. (busybox-static's wget crashes without NSS
+	// files in the image; nc does the request.)
+	get := `for i in $(seq 1 30); do printf 'GET /healthz HTTP/1.0\r\n\r\n' | nc -w 2 %[1]s %[2]d | grep -q '200 OK' && break; [ $i = 30 ] && { echo no answer from %[1]s:%[2]d; exit 1; }; sleep 1; done; echo ok %[1]s:%[2]d; `
 	c.mustPodflow("apply", "-f", writeTemp(t, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: client}
 spec:
   nodeSelector: {kubernetes.io/hostname: linux-node-2}
   restartPolicy: Never
-  # linux-node-2 runs with the admin's bus identity, not a node's: the api
-  # stage issues ServiceAccount tokens only to a node agent's inbox.
-  automountServiceAccountToken: false
   containers:
-  - name: wget
+  - name: nc
     image: podflow/busybox:1
-    command: [sh, -c, "for i in $(seq 1 30); do printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' | nc -w 2 %s 8080 | grep -q '200 OK' && exit 0; sleep 1; done; exit 1"]
-`, server.GetStatus().GetPodIp())))
-	client := c.waitPodFor(60*time.Second, "default", "client", "Succeeded", func(p *corev1.Pod) bool {
+    command: [sh, -c, %q]
+`, fmt.Sprintf(get, server.GetStatus().GetPodIp(), 8080)+fmt.Sprintf(get, svc.GetSpec().GetClusterIp(), 80)+"test -s /var/run/secrets/kubernetes.io/serviceaccount/token")))
+	client := c.waitPodFor(90*time.Second, "default", "client", "Succeeded", func(p *corev1.Pod) bool {
 		return p.GetStatus().GetPhase() == "Succeeded" || p.GetStatus().GetPhase() == "Failed"
 	})
-	// The client exits 0 only on a 200 from the server pod. (busybox-static's
-	// wget crashes without NSS files in the image; nc does the request.)
 	if client.GetStatus().GetPhase() != "Succeeded" {
-		t.Fatalf("client pod on linux-node-2 ended %s: %v", client.GetStatus().GetPhase(), client.GetStatus().GetContainerStatuses())
+		out, _ := c.podflow("logs", "client")
+		t.Fatalf("client pod on linux-node-2 ended %s: %v\n%s", client.GetStatus().GetPhase(), client.GetStatus().GetContainerStatuses(), out)
 	}
 	if client.GetSpec().GetNodeName() != "linux-node-2" || server.GetSpec().GetNodeName() != "linux-node-1" {
 		t.Fatalf("pods on %s and %s", client.GetSpec().GetNodeName(), server.GetSpec().GetNodeName())
 	}
 	// Each node keeps its pods' cgroups under a root of its own: node 2's
-	// recovery never takes node 1's pods for orphans, and the server still
-	// answers after node 2 started.
+	// recovery never takes node 1's pods for orphans.
 	v1, _ := filepath.Glob("/sys/fs/cgroup/memory/podflow-linux-node-1/*/pod" + server.GetMetadata().GetUid())
 	v2, _ := filepath.Glob("/sys/fs/cgroup/podflow-linux-node-1/*/pod" + server.GetMetadata().GetUid())
 	if cgs := append(v1, v2...); len(cgs) != 1 {
 		t.Errorf("the server pod's cgroup under podflow-linux-node-1: %v", cgs)
+	}
+	c.stop()
+	for i, n := range nodes {
+		if after := kernelObjects(t, n) + " | " + nftTables(t, n); after != before[i] {
+			t.Errorf("%s's kernel objects left behind:\nbefore: %s\nafter:  %s", n, before[i], after)
+		}
 	}
 }

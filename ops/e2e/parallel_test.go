@@ -14,9 +14,9 @@ import (
 // tests run in three lanes side by side:
 //
 //   - linuxNode: the Linux-runtime tests, one after another. There is one
-//     linux-node-1 per machine (its cgroup root, its bridge, port 53 on
-//     its node IP), and TestLinuxRuntime checks that a second one is
-//     refused.
+//     linux-node-1 (and linux-node-2) per machine (its cgroup root, its
+//     bridge, port 53 on its node IP), and TestLinuxRuntime checks that a
+//     second one is refused.
 //   - heavy: the tests that keep the cores busy for minutes (thousands of
 //     pods, chaos runs with fault schedules and a settle deadline), one
 //     after another. Together they are the longest chain, so they start

@@ -51,13 +51,17 @@ func SetPodCondition(st *corev1.PodStatus, c *corev1.PodCondition) {
 		}
 	}
 	st.Conditions = append(st.Conditions, c)
+	// Only c moves, back past the conditions kubelet reports after it:
+	// the others keep their stored order (a writer allowed to add one
+	// condition, as the scheduler its DisruptionTarget, changes no other).
 	for i := len(st.Conditions) - 1; i > 0; i-- {
 		a, b := st.Conditions[i-1], st.Conditions[i]
 		oa, okA := conditionOrder[a.GetType()]
 		ob, okB := conditionOrder[b.GetType()]
-		if okA && okB && oa > ob {
-			st.Conditions[i-1], st.Conditions[i] = b, a
+		if !okA || !okB || oa <= ob {
+			break
 		}
+		st.Conditions[i-1], st.Conditions[i] = b, a
 	}
 }
 

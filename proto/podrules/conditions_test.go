@@ -44,6 +44,32 @@ func TestSetPodConditionOrder(t *testing.T) {
 			[]string{PodScheduled, "DisruptionTarget", PodReady}},
 		{"replacing keeps the place", []string{PodReady, PodScheduled, PodReady}, []string{PodReady, PodScheduled}},
 	}
+	// Conditions stored out of kubelet's order (PodScheduled first, as the
+	// scheduler wrote it before the node reported): a new one moves into
+	// place, the others stay where they are.
+	stored := func() *corev1.PodStatus {
+		st := &corev1.PodStatus{}
+		for _, typ := range []string{PodScheduled, PodReadyToStartContainers, PodInitialized, ContainersReady, PodReady} {
+			st.Conditions = append(st.Conditions, &corev1.PodCondition{Type: typ, Status: ConditionTrue})
+		}
+		return st
+	}
+	for _, tc := range []struct {
+		add  string
+		want []string
+	}{
+		{"DisruptionTarget", []string{PodScheduled, PodReadyToStartContainers, PodInitialized, ContainersReady, PodReady, "DisruptionTarget"}},
+	} {
+		st := stored()
+		SetPodCondition(st, &corev1.PodCondition{Type: tc.add, Status: ConditionTrue})
+		var got []string
+		for _, c := range st.GetConditions() {
+			got = append(got, c.GetType())
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("add %s to a stored order: %v, want %v", tc.add, got, tc.want)
+		}
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &corev1.PodStatus{}

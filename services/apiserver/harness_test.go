@@ -44,6 +44,7 @@ import (
 	"github.com/podflow/podflow/services/stages/namespace"
 	"github.com/podflow/podflow/services/stages/persistence"
 	"github.com/podflow/podflow/services/stages/resourcequota"
+	"github.com/podflow/podflow/services/stages/scheduler"
 	webhookkube "github.com/podflow/podflow/services/webhook/kube"
 )
 
@@ -80,6 +81,9 @@ type options struct {
 	webhooks bool
 	// resync is the controller stages' ResyncPeriod (0: none).
 	resync time.Duration
+	// scheduler runs the scheduler stage too: pods are bound to the
+	// nodes the tests create (no node agent runs them).
+	scheduler bool
 }
 
 func freeAddr(t testing.TB) string {
@@ -226,6 +230,13 @@ func startSystem(t testing.TB, o options) *system {
 		return resourcequota.New(env, resourcequota.DefaultConfig())
 	})
 	run(pipeline.Persistence, func(env stage.Env) (stage.Handler, error) { return persistence.New(env), nil })
+	pulling := []string{pipeline.Admission, pipeline.Persistence}
+	if o.scheduler {
+		run(pipeline.Scheduler, func(env stage.Env) (stage.Handler, error) {
+			return scheduler.NewStage(env, scheduler.DefaultStageConfig())
+		})
+		pulling = append(pulling, pipeline.Scheduler)
+	}
 	t.Cleanup(func() { stop(); wg.Wait() }) // before the connections close (cleanups run last-in first-out)
 
 	s := &system{url: "https://" + hc.Addr, dir: dir, ca: ca, store: st, conn: conn, srv: srv}
@@ -245,7 +256,7 @@ func startSystem(t testing.TB, o options) *system {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The stages' consumers must be pulling before the first request.
-	for _, name := range []string{pipeline.Admission, pipeline.Persistence} {
+	for _, name := range pulling {
 		for {
 			cons, err := conn.JetStream().Consumer(ctx, bus.EventsStream, name)
 			if err == nil {

@@ -178,6 +178,9 @@ func (r *resource) subresources() []metav1.APIResource {
 	if r.name == "services" && r.group == "" {
 		return []metav1.APIResource{{Name: "services/proxy", Namespaced: true, Kind: "ServiceProxyOptions", Verbs: proxyVerbs}}
 	}
+	if r.name == "nodes" && r.group == "" {
+		return []metav1.APIResource{{Name: "nodes/status", Kind: "Node", Verbs: []string{"get", "patch", "update"}}}
+	}
 	if r.name == "namespaces" && r.group == "" {
 		return []metav1.APIResource{
 			{Name: "namespaces/finalize", Kind: "Namespace", Verbs: []string{"update"}},

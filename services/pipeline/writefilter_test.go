@@ -105,8 +105,19 @@ func TestSchedulerConfinedToBinding(t *testing.T) {
 	if _, err := sched.Update(ctx, key, encodePod(t, rebound), rev); !errors.Is(err, raftstore.ErrForbidden) {
 		t.Errorf("the scheduler rebinds a bound pod: %v, want ErrForbidden", err)
 	}
-	// A preemption's victim: marked terminating, DisruptionTarget.
-	victim := vt.Clone(bound)
+	// The node reports it running: its conditions follow PodScheduled, out
+	// of kubelet's order (as stored once the status stage added them).
+	running := vt.Clone(bound)
+	running.Status.Phase = "Running"
+	for _, typ := range []string{podrules.PodReadyToStartContainers, podrules.PodInitialized, podrules.ContainersReady, podrules.PodReady} {
+		running.Status.Conditions = append(running.Status.Conditions, &corev1.PodCondition{Type: typ, Status: podrules.ConditionTrue, LastTransitionTime: now})
+	}
+	if rev, err = admin.Update(ctx, key, encodePod(t, running), rev); err != nil {
+		t.Fatal(err)
+	}
+	// A preemption's victim: marked terminating, DisruptionTarget, its
+	// other conditions where they were.
+	victim := vt.Clone(running)
 	grace := int64(30)
 	victim.Metadata.DeletionTimestamp, victim.Metadata.DeletionGracePeriodSeconds = now, &grace
 	podrules.MarkPodCondition(victim.Status, "DisruptionTarget", podrules.ConditionTrue, "PreemptionByScheduler", "preempted", now)

@@ -26,8 +26,8 @@ type roleRef struct {
 // ObjectUpdate checks what kube-apiserver's update validation of a kind
 // refuses to change, for the proto kinds: an immutable ConfigMap's or
 // Secret's data (and the immutable flag itself), a Secret's type, a role
-// binding's roleRef. old is the stored object. It returns nil when the
-// update is allowed, else a 422 Invalid Status with kube-apiserver's
+// binding's roleRef, a PriorityClass's value and preemptionPolicy. old
+// is the stored object. It returns nil when the update is allowed, else a 422 Invalid Status with kube-apiserver's
 // messages, e.g.
 //
 //	ConfigMap "settings" is invalid: data: Forbidden: field is immutable when `immutable` is set
@@ -66,6 +66,9 @@ func ObjectUpdate(obj, old objects.Object) *corev1.Status {
 	case *corev1.ClusterRoleBinding:
 		p, _ := old.(*corev1.ClusterRoleBinding)
 		errs = append(errs, roleRefUnchanged(o.GetRoleRef(), p.GetRoleRef())...)
+	case *corev1.PriorityClass:
+		p, _ := old.(*corev1.PriorityClass)
+		errs = append(errs, priorityClassUpdate(o, p)...)
 	}
 	if len(errs) == 0 {
 		return nil
@@ -84,6 +87,28 @@ func secretType(s *corev1.Secret) string {
 		return t
 	}
 	return "Opaque"
+}
+
+// priorityClassUpdate is kube's ValidatePriorityClassUpdate
+// (pkg/apis/scheduling/validation) past the metadata: value and
+// preemptionPolicy are immutable. An unset preemptionPolicy is the
+// PreemptLowerPriority kube's defaulting gives it.
+func priorityClassUpdate(pc, old *corev1.PriorityClass) field.ErrorList {
+	var errs field.ErrorList
+	if pc.GetValue() != old.GetValue() {
+		errs = append(errs, field.Forbidden(field.NewPath("value"), "may not be changed in an update."))
+	}
+	if policy := preemptionPolicy(pc); policy != preemptionPolicy(old) {
+		errs = append(errs, field.Invalid(field.NewPath("preemptionPolicy"), policy, "field is immutable"))
+	}
+	return errs
+}
+
+func preemptionPolicy(pc *corev1.PriorityClass) string {
+	if pc.PreemptionPolicy == nil {
+		return "PreemptLowerPriority"
+	}
+	return pc.GetPreemptionPolicy()
 }
 
 func roleRefUnchanged(ref, old *corev1.RoleRef) field.ErrorList {

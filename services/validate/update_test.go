@@ -21,6 +21,10 @@ func TestObjectUpdate(t *testing.T) {
 	ref := func(kind, name string) *corev1.RoleRef {
 		return &corev1.RoleRef{ApiGroup: "rbac.authorization.k8s.io", Kind: kind, Name: name}
 	}
+	never := "Never"
+	pc := func(value int32, policy *string, desc string) *corev1.PriorityClass {
+		return &corev1.PriorityClass{Metadata: &corev1.ObjectMeta{Name: "p"}, Value: value, PreemptionPolicy: policy, Description: desc}
+	}
 	rb := func(r *corev1.RoleRef) *corev1.RoleBinding {
 		return &corev1.RoleBinding{Metadata: &corev1.ObjectMeta{Name: "b"}, RoleRef: r}
 	}
@@ -47,6 +51,11 @@ func TestObjectUpdate(t *testing.T) {
 		{"cluster roleRef", &corev1.ClusterRoleBinding{Metadata: &corev1.ObjectMeta{Name: "b"}, RoleRef: ref("ClusterRole", "x")},
 			&corev1.ClusterRoleBinding{Metadata: &corev1.ObjectMeta{Name: "b"}, RoleRef: ref("ClusterRole", "y")},
 			"ClusterRoleBinding.rbac.authorization.k8s.io \"b\" is invalid: roleRef: Invalid value: {\"APIGroup\":\"rbac.authorization.k8s.io\",\"Kind\":\"ClusterRole\",\"Name\":\"x\"}: field is immutable"},
+		{"PriorityClass description", pc(1, nil, "new"), pc(1, nil, "old"), ""},
+		{"PriorityClass value", pc(10, nil, ""), pc(1, nil, ""),
+			"PriorityClass.scheduling.k8s.io \"p\" is invalid: value: Forbidden: may not be changed in an update."},
+		{"PriorityClass preemptionPolicy", pc(1, &never, ""), pc(1, nil, ""),
+			"PriorityClass.scheduling.k8s.io \"p\" is invalid: preemptionPolicy: Invalid value: \"Never\": field is immutable"},
 	} {
 		st := validate.ObjectUpdate(tc.obj, tc.old)
 		if st.GetMessage() != tc.want || (tc.want != "" && st.GetCode() != 422) {

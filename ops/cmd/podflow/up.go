@@ -32,6 +32,7 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	f.StringVar(&o.Replicas, "replicas", "", "replicas per stage, e.g. admission=2,scheduler=2 (default 1 each)")
 	f.StringVar(&o.Runtime, "runtime", "sim", "node runtime: sim (simulated nodes), linux (one real node on this machine: root, cgroups, netns), or auto (linux when possible, else sim)")
 	f.IntVar(&o.Nodes, "nodes", 3, "simulated nodes (with --runtime sim)")
+	f.IntVar(&o.LinuxNodes, plan.LinuxNodesFlag, 1, "real nodes on this machine (with --runtime linux): linux-node-1, linux-node-2, …, each with its own pod CIDR, bridge, cgroups and nftables tables")
 	f.BoolVar(&o.Example, "example", false, "apply the seed's example pod and Service and follow the pod to Ready")
 	f.StringVar(&o.ExampleDir, "example-dir", "examples", "directory of the example manifests")
 	f.BoolVarP(&o.Quiet, "quiet", "q", false, "print only the essentials")

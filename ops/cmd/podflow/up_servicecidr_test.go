@@ -160,3 +160,23 @@ func parseNodeAgentArgs(t *testing.T, args []string) roles.LinuxNodeOptions {
 	}
 	return lo
 }
+
+// TestLinuxNodesRefused: --linux-nodes beyond one is for the Linux runtime
+// of a single-host up, and bounded; up refuses otherwise before starting
+// anything, naming the flag.
+func TestLinuxNodesRefused(t *testing.T) {
+	for name, o := range map[string]*up.Options{
+		"simulated nodes": {Runtime: plan.RuntimeSim, LinuxNodes: 2},
+		"a joining host":  {Runtime: plan.RuntimeLinux, Join: "10.0.0.1", LinuxNodes: 2},
+		"the first host":  {Runtime: plan.RuntimeLinux, Init: true, LinuxNodes: 2},
+		"too many":        {Runtime: plan.RuntimeLinux, LinuxNodes: plan.MaxLinuxNodes + 1},
+		"negative":        {Runtime: plan.RuntimeLinux, LinuxNodes: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o.ServiceCIDR, o.StoreReplicas = plan.DefaultServiceCIDR, 3
+			if err := o.Resolve(io.Discard); err == nil || !strings.Contains(err.Error(), "--linux-nodes") {
+				t.Fatalf("Resolve = %v, want an error naming --linux-nodes", err)
+			}
+		})
+	}
+}

@@ -140,7 +140,14 @@ func e2eImages(ctx context.Context, in imageInputs) (map[string]v1.Image, error)
 	// StatefulSet tests make a pod unready by moving index.html out of it
 	// (its readiness probe then gets 404) and ready again by moving it back.
 	web := spec{rootfs: "agnhost", entrypoint: []string{"/agnhost", "netexec", "--http-port=80", "--udp-port=-1"}}
-	httpd := spec{rootfs: "httpd", entrypoint: []string{"/bin/httpd", "-f", "-p", "80", "-h", "/" + httpdDocs}}
+	//
+	// busybox's httpd installs no SIGTERM handler, and the kernel drops a
+	// signal without one sent to a PID namespace's init: as the
+	// container's PID 1 it would outlive every graceful deletion until
+	// the SIGKILL at the end of the grace period (30s), where upstream's
+	// Apache stops at once. A shell with a trap is PID 1 instead: SIGTERM
+	// ends it with 0, as it ends Apache, and the kernel then kills httpd.
+	httpd := spec{rootfs: "httpd", entrypoint: []string{"/bin/sh", "-c", httpdInit}}
 	bbox := spec{rootfs: "busybox", cmd: []string{"sh"}}
 	specs := map[string]spec{
 		"e2e-test-images/agnhost:2.56":     {rootfs: "agnhost", entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}},
@@ -184,9 +191,11 @@ func e2eImages(ctx context.Context, in imageInputs) (map[string]v1.Image, error)
 	return out, nil
 }
 
-// httpdDocs is the httpd images' document root (upstream's), and
-// httpdIndex its index.html (upstream's default page).
+// httpdInit is the httpd images' entrypoint script (see e2eImages),
+// httpdDocs their document root (upstream's), and httpdIndex its
+// index.html (upstream's default page).
 const (
+	httpdInit  = "trap 'exit 0' TERM; /bin/httpd -f -p 80 -h /" + httpdDocs + " & wait $!"
 	httpdDocs  = "usr/local/apache2/htdocs"
 	httpdIndex = "<html><body><h1>It works!</h1></body></html>\n"
 )

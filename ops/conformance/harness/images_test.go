@@ -3,15 +3,19 @@ package main
 import (
 	"archive/tar"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -74,6 +78,7 @@ func TestImagesRun(t *testing.T) {
 	}
 	defer func() { _ = srvCmd.Process.Kill(); _ = srvCmd.Wait() }()
 	get := "wget -q -O- http://127.0.0.1:" + hp + "/index.html"
+	t.Run("httpd stops on SIGTERM as PID 1", func(t *testing.T) { httpdStops(t, imgs["e2e-test-images/httpd:2.4.38-4"], httpd) })
 	httpdScript := "for i in 1 2 3 4 5 6 7 8 9 10; do " + get + " && break; sleep 0.2; done; " +
 		"mv -v /usr/local/apache2/htdocs/index.html /tmp/ && { " + get + " || echo gone; }; " +
 		"mv -v /tmp/index.html /usr/local/apache2/htdocs/ && " + get
@@ -172,4 +177,57 @@ func unpack(t *testing.T, img v1.Image) string {
 		}
 	}
 	return root
+}
+
+// httpdStops runs the httpd image's entrypoint as PID 1 of a new PID and
+// network namespace, as a container's init, and sends it SIGTERM, as a
+// graceful deletion does: it must exit 0 (upstream's Apache stops on
+// SIGTERM). busybox's httpd alone as PID 1 ignores SIGTERM and would run
+// until it is killed.
+func httpdStops(t *testing.T, img v1.Image, root string) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append(slices.Clone(cf.Config.Entrypoint), cf.Config.Cmd...)
+	// A container has /dev/null (the shell opens it for a background
+	// job's stdin; without it busybox's ash fails the job at once).
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(filepath.Join(root, "dev", "null"), syscall.S_IFCHR|0o666, 1<<8|3 /* makedev(1, 3) */); err != nil && !errors.Is(err, os.ErrExist) {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET}
+	cmd.Dir = "/"
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// Signalled once the init started httpd (a child of its own), so that
+	// it has had the time to set up its signal handling.
+	children := fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid)
+	for i := 0; i < 100; i++ {
+		if b, _ := os.ReadFile(children); len(strings.TrimSpace(string(b))) > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("%v after SIGTERM: %v (%s); want exit 0", argv, err, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("%v still running 20s after SIGTERM (%s)", argv, out.String())
+	}
 }

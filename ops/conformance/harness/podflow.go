@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +53,9 @@ func startPodflow(ctx context.Context, o *runOptions) (*podflowProc, error) {
 		// hostPath: read-only here (the test only reads it). No other
 		// hostPath.
 		args = append(args, "--allow-host-path", jobHostPathDir, "--allow-host-path", etcHostsHostPath)
+		// Two nodes at least: the suite's multi-node tests (two untainted
+		// nodes, a DaemonSet's rollback, pod-to-pod across nodes) need them.
+		args = append(args, "--linux-nodes", strconv.Itoa(o.nodes))
 	}
 	cmd := exec.Command(o.podflow, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
@@ -63,7 +67,7 @@ func startPodflow(ctx context.Context, o *runOptions) (*podflowProc, error) {
 	}
 	p := &podflowProc{cmd: cmd, done: make(chan error, 1), log: lf, kubeconfig: filepath.Join(o.dataDir, "kubeconfig")}
 	go func() { p.done <- cmd.Wait() }()
-	fmt.Printf("conformance: podflow up --runtime %s (pid %d), log %s\n", o.runtime, cmd.Process.Pid, logPath)
+	fmt.Printf("conformance: %s (pid %d), log %s\n", strings.Join(append([]string{"podflow"}, args...), " "), cmd.Process.Pid, logPath)
 
 	deadline := time.NewTimer(o.upTimeout)
 	defer deadline.Stop()

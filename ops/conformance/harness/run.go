@@ -29,6 +29,7 @@ var errTestsFailed = errors.New("conformance: tests failed")
 type runOptions struct {
 	podflow   string
 	runtime   string
+	nodes     int // real nodes of the Linux runtime (podflow up --linux-nodes)
 	dataDir   string
 	out       string
 	suite     string
@@ -52,6 +53,7 @@ func runRun(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.StringVar(&o.podflow, "podflow", "bin/podflow", "the podflow binary")
 	fs.StringVar(&o.runtime, "runtime", "linux", "podflow up --runtime: linux (real containers; root) or sim (API-only groups)")
+	fs.IntVar(&o.nodes, "linux-nodes", 2, "with --runtime linux: real nodes on this machine (podflow up --linux-nodes); the suite's multi-node tests want two")
 	fs.StringVar(&o.out, "out", "_output/conformance", "output directory: table, JUnit, logs (emptied first)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "podflow's data directory, removed first (default OUT/podflow)")
 	fs.StringVar(&o.suite, "suite", ".tools/conformance/e2e.test", "the e2e test binary (ops/conformance/suite)")
@@ -77,6 +79,9 @@ func runRun(ctx context.Context, args []string) error {
 	}
 	if o.runtime != "linux" && o.runtime != "sim" {
 		return fmt.Errorf("run: --runtime %q: want linux or sim", o.runtime)
+	}
+	if o.nodes < 1 {
+		return fmt.Errorf("run: --linux-nodes %d: want at least 1", o.nodes)
 	}
 	if o.procs < 1 || o.timeout <= 0 || o.slow <= 0 {
 		return errors.New("run: --procs must be at least 1, --timeout and --slow-timeout positive")
@@ -332,23 +337,34 @@ func fileName(name string) string {
 	return s
 }
 
-// longTests are Conformance tests not tagged [Slow] whose own waits are
-// longer than the default per-test timeout by design. "monotonically
-// increasing restart count" waits for five restarts through kubelet's
-// crash-loop back-off (10 s doubling): the fifth comes about six and a
-// half minutes after the pod starts, within the test's own 14-minute
-// budget (2 min of back-off, 4 min of observation, 2 min per restart).
-var longTests = []string{
+// waitsOutPodStart are tests not tagged [Slow] that take the suite's whole
+// pod start timeout (5 minutes) by design, on any cluster: the
+// SchedulerPredicates hostPort conflict test waits that long for its
+// unschedulable pod5 to leave Pending (createHostPortPodOnNode:
+// e2epod.WaitForPodNotPending, its error ignored), so the default
+// per-test timeout always interrupts it first.
+var waitsOutPodStart = []string{
+	"[sig-scheduling] SchedulerPredicates [Serial] validates that there exists conflict between pods with same hostPort and protocol but one using 0.0.0.0 hostIP [Conformance]",
+}
+
+// waitsOutBackOff are tests not tagged [Slow] whose own waits are longer
+// than the default per-test timeout by design. "monotonically increasing
+// restart count" waits for five restarts through kubelet's crash-loop
+// back-off (10 s doubling): the fifth comes about six and a half minutes
+// after the pod starts, within the test's own 14-minute budget (2 min of
+// back-off, 4 min of observation, 2 min per restart).
+var waitsOutBackOff = []string{
 	"[sig-node] Probing container should have monotonically increasing restart count [NodeConformance] [Conformance]",
 }
 
-// testTimeout is the per-test timeout of name: slow for [Slow] tests and
-// longTests, else def.
-func testTimeout(name string, def, slow time.Duration) time.Duration {
-	if strings.Contains(name, "[Slow]") || slices.Contains(longTests, name) {
+// testTimeout is the per-test timeout of the test name: slow for [Slow]
+// tests and those that wait out the pod start timeout or kubelet's
+// back-off, else timeout.
+func testTimeout(name string, timeout, slow time.Duration) time.Duration {
+	if strings.Contains(name, "[Slow]") || slices.Contains(waitsOutPodStart, name) || slices.Contains(waitsOutBackOff, name) {
 		return slow
 	}
-	return def
+	return timeout
 }
 
 // runOne runs one test in its own process of the suite: ginkgo

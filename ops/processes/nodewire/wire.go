@@ -141,13 +141,37 @@ func (s *Store) RegisterNode(ctx context.Context, node *corev1.Node) error {
 	}
 }
 
-// UpdateNodeStatus implements nodeagent.NodeStore.
+// UpdateNodeStatus implements nodeagent.NodeStore. The agent's status
+// replaces the stored one, except for the resources others advertise
+// through nodes/status (an extended resource such as example.com/gpu):
+// see keepAdvertised.
 func (s *Store) UpdateNodeStatus(ctx context.Context, name string, st *corev1.NodeStatus) error {
 	_, err := objects.Mutate(ctx, s.s, "", name, func(n *corev1.Node) error {
-		n.Status = st
+		next := proto.CloneOf(st)
+		keepAdvertised(next, n.GetStatus())
+		n.Status = next
 		return nil
 	})
 	return notFound(err)
+}
+
+// keepAdvertised keeps in next the capacity old has and the agent does
+// not report, as kubelet's MachineInfo setter does (it sets the resources
+// it knows and leaves the others): their allocatable is their capacity,
+// and an allocatable whose capacity went (a client removed it) goes too.
+func keepAdvertised(next, old *corev1.NodeStatus) {
+	for res, q := range old.GetCapacity() {
+		if _, ours := next.GetCapacity()[res]; ours {
+			continue
+		}
+		if next.Capacity == nil {
+			next.Capacity = map[string]string{}
+		}
+		if next.Allocatable == nil {
+			next.Allocatable = map[string]string{}
+		}
+		next.Capacity[res], next.Allocatable[res] = q, q
+	}
 }
 
 var _ nodeagent.PodLister = (*Store)(nil)

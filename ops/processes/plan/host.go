@@ -171,6 +171,10 @@ func NewHost(o HostOptions, apiArgs []string) (*Plan, error) {
 	p.Supervisor = supervisor.DefaultConfig()
 	p.Supervisor.LogDir = p.Layout.Logs()
 	p.NodeRunner, p.NodeRole = HostNodeRole(o.Name, o.Runtime)
+	p.Nodes = []NodeAgentIdentity{{Runner: p.NodeRunner, Role: p.NodeRole}}
+	if o.Runtime == RuntimeLinux {
+		p.Nodes[0].Node = o.Name
+	}
 	p.Streams.PlacementTags = []string{ServerTag}
 	natsTLS := p.Layout.NATSServerTLS()
 	tlsArgs := []string{"--tls-ca", natsTLS.CAFile, "--tls-cert", natsTLS.CertFile, "--tls-key", natsTLS.KeyFile}

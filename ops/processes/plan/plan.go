@@ -39,8 +39,19 @@ const (
 	RuntimeLinux = "linux"
 )
 
-// LinuxNode is the name of the one real node of the Linux runtime.
+// LinuxNode is the name of the first real node of the Linux runtime.
 const LinuxNode = "linux-node-1"
+
+// MaxLinuxNodes bounds the real nodes one machine runs (each has its own
+// /24 of the cluster CIDR, bridge, cgroup subtree and nftables tables).
+const MaxLinuxNodes = 8
+
+// LinuxNodeName is the name of the i-th (1-based) real node of the Linux
+// runtime: linux-node-1, linux-node-2, …
+func LinuxNodeName(i int) string { return fmt.Sprintf("linux-node-%d", i) }
+
+// LinuxNodesFlag names `podflow up`'s count of real nodes.
+const LinuxNodesFlag = "linux-nodes"
 
 // MaxReplicas bounds a stage's replicas.
 const MaxReplicas = 64
@@ -135,10 +146,13 @@ type Options struct {
 	// StoreUser is the store's NATS user (from the shared credentials).
 	StoreUser bus.UserCredential
 	// Replicas per stage; a stage absent has none.
-	Replicas  map[string]int
-	Runtime   string // RuntimeSim or RuntimeLinux
-	Nodes     int    // simulated nodes
-	NodeGrace time.Duration
+	Replicas map[string]int
+	Runtime  string // RuntimeSim or RuntimeLinux
+	Nodes    int    // simulated nodes
+	// LinuxNodes is how many real nodes the Linux runtime runs on this
+	// machine (0: 1), each a node agent of its own (LinuxNodeName).
+	LinuxNodes int
+	NodeGrace  time.Duration
 	// TLS runs every NATS listener (clients and routes) and every raft
 	// transport over mutual TLS with the certificates of Layout's PKI
 	// (NATSServerTLS, RaftTLS of each replica, BusTLS): `up --cluster`. False: plain TCP
@@ -250,6 +264,10 @@ func (o Options) Validate() error {
 		return errors.New("plan: a NATS cluster needs 3 client and 3 route ports")
 	case o.Runtime != RuntimeSim && o.Runtime != RuntimeLinux:
 		return fmt.Errorf("plan: runtime %q: want %s or %s", o.Runtime, RuntimeSim, RuntimeLinux)
+	case o.LinuxNodes < 0 || o.LinuxNodes > MaxLinuxNodes:
+		return fmt.Errorf("plan: --%s %d: want 1..%d", LinuxNodesFlag, o.LinuxNodes, MaxLinuxNodes)
+	case o.LinuxNodes > 1 && o.Runtime != RuntimeLinux:
+		return fmt.Errorf("plan: --%s %d: more than one real node needs --runtime %s", LinuxNodesFlag, o.LinuxNodes, RuntimeLinux)
 	}
 	if o.Runtime == RuntimeSim {
 		cfg := sim.DefaultClusterConfig(max(o.Nodes, 1)).WithCIDRs(o.ClusterCIDR, o.NodeCIDRMaskSize)
@@ -277,10 +295,13 @@ type Plan struct {
 	// that exits is restarted with backoff (supervisor.Config), stopped
 	// with SIGTERM then SIGKILL after the grace period.
 	Supervisor supervisor.Config
-	// NodeRunner and NodeRole are the node agent's consumer and bus
-	// identity: the simulated cluster's, or the real node's.
+	// NodeRunner and NodeRole are the (first) node agent's consumer and
+	// bus identity: the simulated cluster's, or the real node's.
 	NodeRunner bus.RunnerConfig
 	NodeRole   bus.RoleSpec
+	// Nodes are every node agent's identities, NodeRunner's first: one
+	// per real node of the Linux runtime.
+	Nodes []NodeAgentIdentity
 	// Streams are the streams to provision (R3 on a NATS cluster).
 	Streams bus.StreamsConfig
 	// Host is set on a plan of one host of several (NewHost).
@@ -288,15 +309,37 @@ type Plan struct {
 	hostAgentArgs []string
 }
 
+// NodeAgentIdentity is one node agent process's identity: the node it
+// runs ("" for the simulated cluster), its consumer and its bus role.
+type NodeAgentIdentity struct {
+	Node   string
+	Runner bus.RunnerConfig
+	Role   bus.RoleSpec
+}
+
 // NodeIdentity returns the node agents' consumer and bus role of runtime:
 // one simulated cluster "sim" may act for any node, the real node only
 // for itself. Up creates the role's credentials before any server starts.
 func NodeIdentity(runtime string) (bus.RunnerConfig, bus.RoleSpec) {
-	rc, node := pipeline.SimNodesRunnerConfig("sim"), ""
-	if runtime == RuntimeLinux {
-		rc, node = pipeline.NodeAgentRunnerConfig(LinuxNode), LinuxNode
+	ids := NodeIdentities(runtime, 1)
+	return ids[0].Runner, ids[0].Role
+}
+
+// NodeIdentities returns the identities of runtime's node agents: the
+// simulated cluster's, or one per real node (linuxNodes of them, 0 is 1),
+// each of which may act only for itself.
+func NodeIdentities(runtime string, linuxNodes int) []NodeAgentIdentity {
+	if runtime != RuntimeLinux {
+		rc := pipeline.SimNodesRunnerConfig("sim")
+		return []NodeAgentIdentity{{Runner: rc, Role: pipeline.NodeAgentRole(rc, "")}}
 	}
-	return rc, pipeline.NodeAgentRole(rc, node)
+	var ids []NodeAgentIdentity
+	for i := 1; i <= max(linuxNodes, 1); i++ {
+		node := LinuxNodeName(i)
+		rc := pipeline.NodeAgentRunnerConfig(node)
+		ids = append(ids, NodeAgentIdentity{Node: node, Runner: rc, Role: pipeline.NodeAgentRole(rc, node)})
+	}
+	return ids
 }
 
 // New builds the plan of o.
@@ -310,7 +353,8 @@ func New(o Options) (*Plan, error) {
 	p := &Plan{Options: o, Layout: Layout{Dir: o.DataDir}, Streams: bus.DefaultStreamsConfig()}
 	p.Supervisor = supervisor.DefaultConfig()
 	p.Supervisor.LogDir = p.Layout.Logs()
-	p.NodeRunner, p.NodeRole = NodeIdentity(o.Runtime)
+	p.Nodes = NodeIdentities(o.Runtime, o.LinuxNodes)
+	p.NodeRunner, p.NodeRole = p.Nodes[0].Runner, p.Nodes[0].Role
 	if o.Cluster {
 		p.Streams.Replicas = 3
 	}
@@ -337,11 +381,15 @@ func New(o Options) (*Plan, error) {
 			"registry", "--data-dir", p.Layout.Sub("registry"), "--addr", addr, "--addr-file", p.Layout.RegistryAddr(),
 		}, Ready: Check{Kind: CheckFile, Path: p.Layout.RegistryAddr(), Timeout: 20 * time.Second}}}})
 	}
-	na, err := p.nodeAgent(registry)
-	if err != nil {
-		return nil, err
+	var agents []Process
+	for _, id := range p.Nodes {
+		na, err := p.nodeAgent(id, registry)
+		if err != nil {
+			return nil, err
+		}
+		agents = append(agents, na)
 	}
-	p.Steps = append(p.Steps, Step{Kind: NodeAgent, Processes: []Process{na}})
+	p.Steps = append(p.Steps, Step{Kind: NodeAgent, Processes: agents})
 	return p, nil
 }
 
@@ -462,36 +510,43 @@ func (p *Plan) StageProcess(stage string, i int) (Process, error) {
 		Ready: ready}, nil
 }
 
-// NodeAgentArgs are the node agent's arguments without its metrics
-// address: the Linux node's are also those of its decommissioning.
+// NodeAgentArgs are the (first) node agent's arguments without its
+// metrics address: the Linux node's are also those of its
+// decommissioning.
 func (p *Plan) NodeAgentArgs(registry string) []string {
+	return p.NodeAgentArgsOf(p.Nodes[0], registry)
+}
+
+// NodeAgentArgsOf are the arguments of the node agent of id, without its
+// metrics address: a Linux node's are also those of its decommissioning.
+func (p *Plan) NodeAgentArgsOf(id NodeAgentIdentity, registry string) []string {
 	if p.Host != nil {
 		return p.hostAgentArgs
 	}
 	if p.Options.Runtime == RuntimeLinux {
-		args := []string{"nodeagent", "--runtime", "linux", "--node", LinuxNode, "--config", p.Layout.ProcessConfig(p.NodeRole.Role),
-			"--data-dir", p.Layout.Sub("nodes", LinuxNode), "--registry", registry, "--" + ServiceCIDRFlag, p.Options.serviceCIDR()}
+		args := []string{"nodeagent", "--runtime", "linux", "--node", id.Node, "--config", p.Layout.ProcessConfig(id.Role.Role),
+			"--data-dir", p.Layout.Sub("nodes", id.Node), "--registry", registry, "--" + ServiceCIDRFlag, p.Options.serviceCIDR()}
 		return append(append(args, p.Options.nodeCIDRArgs()...), p.Options.hostPathArgs()...)
 	}
 	args := []string{"nodeagent", "--runtime", "sim", "--name", "sim", "--nodes", strconv.Itoa(p.Options.Nodes), "--config", p.Layout.ProcessConfig(p.NodeRole.Role)}
 	return append(args, p.Options.nodeCIDRArgs()...)
 }
 
-func (p *Plan) nodeAgent(registry string) (Process, error) {
+func (p *Plan) nodeAgent(id NodeAgentIdentity, registry string) (Process, error) {
 	addr, err := p.Options.FreeAddr()
 	if err != nil {
 		return Process{}, err
 	}
 	name := "nodeagent-sim"
 	if p.Options.Runtime == RuntimeLinux {
-		name = "nodeagent-" + LinuxNode
+		name = "nodeagent-" + id.Node
 	}
 	// Up provisions the agent's consumer as admin; the agent runs with
 	// the node identity, which may not.
-	args := append(p.NodeAgentArgs(registry), "--metrics-addr", addr, "--provision=false")
+	args := append(p.NodeAgentArgsOf(id, registry), "--metrics-addr", addr, "--provision=false")
 	return Process{Name: name, Kind: NodeAgent, Args: args, Metrics: addr,
-		Env:   []string{client.NATSConfigEnv + "=" + p.Layout.RoleConfig(p.NodeRole.Role)},
-		Ready: Check{Kind: CheckConsumer, Consumer: p.NodeRunner.Consumer, Timeout: 60 * time.Second}}, nil
+		Env:   []string{client.NATSConfigEnv + "=" + p.Layout.RoleConfig(id.Role.Role)},
+		Ready: Check{Kind: CheckConsumer, Consumer: id.Runner.Consumer, Timeout: 60 * time.Second}}, nil
 }
 
 // Step returns the step of kind (empty when the plan has none).
@@ -514,10 +569,13 @@ func (p *Plan) Processes() []Process {
 }
 
 // Consumers are the durable consumers that must have a replica pulling
-// before the system is ready: the node agent's, then every stage's with
+// before the system is ready: the node agents', then every stage's with
 // replicas.
 func (p *Plan) Consumers() []string {
-	out := []string{p.NodeRunner.Consumer}
+	var out []string
+	for _, id := range p.Nodes {
+		out = append(out, id.Runner.Consumer)
+	}
 	for _, s := range pipeline.Stages {
 		if p.Options.Replicas[s] > 0 && !pipeline.Controller(s) {
 			out = append(out, s)

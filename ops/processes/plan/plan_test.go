@@ -201,6 +201,45 @@ func TestClusterAndLinuxArgs(t *testing.T) {
 	}
 }
 
+// TestTwoLinuxNodes: --linux-nodes 2 runs two node agents, each its own
+// node with its own identity, configuration, data directory and consumer,
+// and up waits for both.
+func TestTwoLinuxNodes(t *testing.T) {
+	o := options()
+	o.Runtime, o.LinuxNodes = plan.RuntimeLinux, 2
+	p, err := plan.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := p.Step(plan.NodeAgent).Processes
+	if len(agents) != 2 || len(p.Nodes) != 2 {
+		t.Fatalf("%d node agents, %d identities: want 2", len(agents), len(p.Nodes))
+	}
+	for i, na := range agents {
+		node := plan.LinuxNodeName(i + 1)
+		id := p.Nodes[i]
+		if id.Node != node || id.Runner.Consumer != pipeline.NodeAgentRunnerConfig(node).Consumer || id.Role.Role != pipeline.NodeRole(node) {
+			t.Errorf("identity %d: %+v", i, id)
+		}
+		args := strings.Join(na.Args, " ")
+		for _, want := range []string{"--node " + node + " ", "--config /d/config/node-" + node + ".json ", "--data-dir /d/nodes/" + node + " "} {
+			if !strings.Contains(args, want) {
+				t.Errorf("%s args %q lack %q", na.Name, args, want)
+			}
+		}
+		if na.Name != "nodeagent-"+node || na.Ready.Consumer != id.Runner.Consumer ||
+			!slices.Equal(na.Env, []string{"PODFLOW_NATS_CONFIG=/d/nats/roles/" + id.Role.Role + ".json"}) {
+			t.Errorf("%s: env %v ready %+v", na.Name, na.Env, na.Ready)
+		}
+		if got := strings.Join(p.NodeAgentArgsOf(id, "r:5000"), " "); !strings.Contains(got, "--node "+node+" ") {
+			t.Errorf("decommission args of %s: %s", node, got)
+		}
+	}
+	if c := p.Consumers(); len(c) < 2 || c[0] != p.Nodes[0].Runner.Consumer || c[1] != p.Nodes[1].Runner.Consumer {
+		t.Errorf("consumers %v: want both nodes' first", c)
+	}
+}
+
 func TestNewInvalid(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -212,6 +251,9 @@ func TestNewInvalid(t *testing.T) {
 		{"unknown stage", func(o *plan.Options) { o.Replicas["kubelet"] = 1 }},
 		{"too many replicas", func(o *plan.Options) { o.Replicas[pipeline.Scheduler] = plan.MaxReplicas + 1 }},
 		{"cluster without ports", func(o *plan.Options) { o.Cluster = true }},
+		{"two real nodes on the simulated runtime", func(o *plan.Options) { o.LinuxNodes = 2 }},
+		{"too many real nodes", func(o *plan.Options) { o.Runtime, o.LinuxNodes = plan.RuntimeLinux, plan.MaxLinuxNodes+1 }},
+		{"negative real nodes", func(o *plan.Options) { o.Runtime, o.LinuxNodes = plan.RuntimeLinux, -1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := options()

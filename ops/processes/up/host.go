@@ -370,7 +370,7 @@ func (r *hostRun) runAgent(ctx context.Context) error {
 			return err
 		}
 		args := append(r.plan.NodeAgentArgs(registry), "--decommission")
-		r.decommission = func() { r.decommissionNode(args) }
+		r.decommission = func() { r.decommissionNode(r.plan.Nodes[0].Node, args) }
 	}
 	if err := r.startStep(ctx, plan.NodeAgent, ""); err != nil {
 		return err

@@ -102,8 +102,11 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 	if err := cl.checkFree(o.Cluster); err != nil {
 		return nil, err
 	}
-	_, nodeRole := plan.NodeIdentity(o.Runtime)
-	if u.creds, err = bus.EnsureCredentials(u.layout.Credentials(), append(pipeline.Roles(), nodeRole)); err != nil {
+	busRoles := pipeline.Roles()
+	for _, id := range plan.NodeIdentities(o.Runtime, o.LinuxNodes) {
+		busRoles = append(busRoles, id.Role)
+	}
+	if u.creds, err = bus.EnsureCredentials(u.layout.Credentials(), busRoles); err != nil {
 		return nil, err
 	}
 	if u.kube, err = ensureKube(dir, o.HTTPSPort, o.ServiceCIDR); err != nil {
@@ -115,7 +118,7 @@ func newUp(o *Options, out io.Writer) (_ *up, err error) {
 		ClusterClientPorts: cl.ClusterClientPorts, ClusterRoutePorts: cl.ClusterRoutePorts,
 		StoreAddrs: cl.StoreAddrs, StorePeerAddrs: cl.StorePeerAddrs,
 		NATSRoutePeerAddrs: cl.NATSRoutePeerAddrs, NATSRouteAdvertise: cl.NATSRouteAdvertise, StoreUser: storeUser, Replicas: replicas, TLS: o.Cluster,
-		Runtime: o.Runtime, Nodes: o.Nodes, NodeGrace: o.NodeGrace, APIArgs: u.kube.stageArgs(),
+		Runtime: o.Runtime, Nodes: o.Nodes, LinuxNodes: o.LinuxNodes, NodeGrace: o.NodeGrace, APIArgs: u.kube.stageArgs(),
 		ServiceCIDR: o.ServiceCIDR, PodSecurityDefault: o.PodSecurityDefault, HostPaths: o.HostPaths,
 		ClusterCIDR: o.ClusterCIDR, NodeCIDRMaskSize: o.NodeCIDRMaskSize,
 		StageArgs: map[string][]string{pipeline.RootCACert: {"--root-ca-file", u.kube.CACert}},
@@ -312,7 +315,10 @@ func (u *up) bootstrap(ctx context.Context) error {
 // and the api stage's public key, never the admin's token or bus
 // credentials — those stay in the user's configuration.
 func writeProcessConfigs(l plan.Layout, p *plan.Plan, sealKey string) error {
-	roles := []string{p.NodeRole.Role}
+	var roles []string
+	for _, id := range p.Nodes {
+		roles = append(roles, id.Role.Role)
+	}
 	for _, s := range pipeline.Stages {
 		roles = append(roles, pipeline.StageRole(s))
 	}
@@ -328,13 +334,15 @@ func writeProcessConfigs(l plan.Layout, p *plan.Plan, sealKey string) error {
 	return nil
 }
 
-// startNodes provisions the node agent's consumer as admin (the agent's
-// node identity may not), starts the registry and pushes podflow's images
-// on the Linux runtime, then the node agent, and records every process's
+// startNodes provisions the node agents' consumers as admin (a node
+// identity may not), starts the registry and pushes podflow's images on
+// the Linux runtime, then the node agents, and records every process's
 // metrics address.
 func (u *up) startNodes(ctx context.Context) error {
-	if err := roles.ProvisionNodeAgent(ctx, u.conn, u.plan.NodeRunner); err != nil {
-		return err
+	for _, id := range u.plan.Nodes {
+		if err := roles.ProvisionNodeAgent(ctx, u.conn, id.Runner); err != nil {
+			return err
+		}
 	}
 	if u.plan.Options.Runtime == plan.RuntimeLinux {
 		registry, err := u.startRegistry(ctx)
@@ -342,8 +350,16 @@ func (u *up) startNodes(ctx context.Context) error {
 			return err
 		}
 		u.logf("up: OCI registry at %s with podflow's images", registry)
-		args := append(u.plan.NodeAgentArgs(registry), "--decommission")
-		u.decommission = func() { u.decommissionNode(args) }
+		ids := u.plan.Nodes
+		u.decommission = func() {
+			// Each node's kernel objects are its own: decommission them at once.
+			var wg sync.WaitGroup
+			for _, id := range ids {
+				args := append(u.plan.NodeAgentArgsOf(id, registry), "--decommission")
+				wg.Go(func() { u.decommissionNode(id.Node, args) })
+			}
+			wg.Wait()
+		}
 	}
 	if err := u.startStep(ctx, plan.NodeAgent, ""); err != nil {
 		return err
@@ -356,7 +372,7 @@ func (u *up) startNodes(ctx context.Context) error {
 // agent has exited, until it succeeds or two minutes pass: it succeeds
 // only once the kernel holds nothing of the node (no pod namespace, veth,
 // cgroup, bridge), so `up` never returns from a stop with those left.
-func (u *up) decommissionNode(args []string) {
+func (u *up) decommissionNode(node string, args []string) {
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for try, wait := 1, 500*time.Millisecond; ; try, wait = try+1, min(2*wait, 10*time.Second) {
@@ -365,11 +381,11 @@ func (u *up) decommissionNode(args []string) {
 			return
 		}
 		if try == 1 {
-			fmt.Fprintf(u.out, "up: decommission %s failed, retrying for up to 2m: %v\n%s", plan.LinuxNode, err, b)
+			fmt.Fprintf(u.out, "up: decommission %s failed, retrying for up to 2m: %v\n%s", node, err, b)
 		}
 		select {
 		case <-dctx.Done():
-			fmt.Fprintf(u.out, "up: decommission %s: %v\n%s", plan.LinuxNode, err, b)
+			fmt.Fprintf(u.out, "up: decommission %s: %v\n%s", node, err, b)
 			return
 		case <-time.After(wait):
 		}
@@ -423,7 +439,15 @@ func (u *up) waitReady(ctx context.Context) error {
 func (u *up) printRunning() {
 	nodes := fmt.Sprintf("%d simulated nodes", u.o.Nodes)
 	if u.plan.Options.Runtime == plan.RuntimeLinux {
-		nodes = "1 Linux node (" + plan.LinuxNode + ")"
+		var names []string
+		for _, id := range u.plan.Nodes {
+			names = append(names, id.Node)
+		}
+		nodes = fmt.Sprintf("%d Linux node", len(names))
+		if len(names) > 1 {
+			nodes += "s"
+		}
+		nodes += " (" + strings.Join(names, ", ") + ")"
 	}
 	fmt.Fprintf(u.out, "up: podflow is running: %d stages, %d store replicas, %s\n", len(pipeline.Stages), u.o.StoreReplicas, nodes)
 	fmt.Fprintf(u.out, "up: export PODFLOW_CONFIG=%s\n", u.layout.ClientConfig())

@@ -21,6 +21,7 @@ type Options struct {
 	Replicas      string        // replicas per stage, "admission=2,scheduler=2" ("": 1 each)
 	Runtime       string        // plan.RuntimeSim, plan.RuntimeLinux or "auto"
 	Nodes         int           // simulated nodes (RuntimeSim)
+	LinuxNodes    int           // real nodes on this machine (RuntimeLinux; 0: 1)
 	Example       bool          // apply the example pod and Service and follow the pod to Ready
 	ExampleDir    string        // directory of the example manifests
 	Quiet         bool          // print only the essentials
@@ -134,17 +135,26 @@ func (o *Options) Resolve(out io.Writer) error {
 			return fmt.Errorf("--%s %q: not an absolute path", plan.AllowHostPathFlag, d)
 		}
 	}
+	if o.LinuxNodes < 0 || o.LinuxNodes > plan.MaxLinuxNodes {
+		return fmt.Errorf("--%s %d: want 1..%d", plan.LinuxNodesFlag, o.LinuxNodes, plan.MaxLinuxNodes)
+	}
+	if o.LinuxNodes > 1 && (o.Runtime != plan.RuntimeLinux || o.Init || o.Join != "" || o.Agent || o.Advertise != "") {
+		return fmt.Errorf("--%s %d: several real nodes are for a single-host up with --runtime linux (a host of several machines runs one)", plan.LinuxNodesFlag, o.LinuxNodes)
+	}
 	if o.Runtime == plan.RuntimeLinux {
 		if err := linux.Check(); err != nil {
 			return err
 		}
 		// Another podflow system's node (make run, a second clone) is
 		// never torn down by this one: refuse before starting anything.
-		node := plan.LinuxNode
 		if o.Name != "" {
-			node = o.Name
+			return linux.NodeInUse(linux.DefaultLockDir, o.Name)
 		}
-		return linux.NodeInUse(linux.DefaultLockDir, node)
+		for _, id := range plan.NodeIdentities(o.Runtime, o.LinuxNodes) {
+			if err := linux.NodeInUse(linux.DefaultLockDir, id.Node); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

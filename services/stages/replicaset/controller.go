@@ -79,6 +79,18 @@ type Controller struct {
 
 	mu      sync.Mutex
 	decoded map[string]*set // by key: the last decoding of each object
+
+	kubeMu   sync.Mutex
+	kubePods map[string]kubePod // by pod key: the last conversion of each pod
+}
+
+// kubePod is a pod of the informer (src) converted to kube's type once:
+// every sync of a set looks at all its pods, and converting 10,000 of them
+// on each was most of the stage's CPU (with the garbage it made) while a
+// Deployment of 10,000 replicas came up.
+type kubePod struct {
+	src *corev1.Pod
+	pod *v1.Pod
 }
 
 // set is a decoded ReplicaSet (a ReplicationController converted to one,
@@ -109,7 +121,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		cfg.Controller.Log = log
 	}
 	c := &Controller{env: env, cfg: cfg, kind: kinds[cfg.Controller.Stage], pods: controller.NewPods(env, req), log: log,
-		decoded: map[string]*set{}}
+		decoded: map[string]*set{}, kubePods: map[string]kubePod{}}
 	component := "replicaset-controller"
 	if c.kind.Name == objects.ReplicationControllers.Name {
 		component = "replication-controller"
@@ -135,7 +147,10 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	if c.podInf, err = informer.New[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
 		OnAdd:    func(p *corev1.Pod) { c.podChanged(nil, p) },
 		OnUpdate: func(old, p *corev1.Pod) { c.podChanged(old, p) },
-		OnDelete: func(p *corev1.Pod) { c.podChanged(p, nil) },
+		OnDelete: func(p *corev1.Pod) {
+			c.forgetKubePod(p)
+			c.podChanged(p, nil)
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -143,6 +158,34 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 }
 
 func keyOf(md *corev1.ObjectMeta) string { return controller.Key(md.GetNamespace(), md.GetName()) }
+
+// kubePod returns p as kube's Pod, converted once per object the
+// informer holds (an update is a new object). The result is shared:
+// callers read it, never change it.
+func (c *Controller) kubePod(p *corev1.Pod) *v1.Pod {
+	key := keyOf(p.GetMetadata())
+	c.kubeMu.Lock()
+	k, ok := c.kubePods[key]
+	c.kubeMu.Unlock()
+	if ok && k.src == p {
+		return k.pod
+	}
+	kp := controller.KubePod(p)
+	c.kubeMu.Lock()
+	c.kubePods[key] = kubePod{src: p, pod: kp}
+	c.kubeMu.Unlock()
+	return kp
+}
+
+// forgetKubePod drops the conversion of a deleted pod.
+func (c *Controller) forgetKubePod(p *corev1.Pod) {
+	key := keyOf(p.GetMetadata())
+	c.kubeMu.Lock()
+	if k, ok := c.kubePods[key]; ok && k.src.GetMetadata().GetUid() == p.GetMetadata().GetUid() {
+		delete(c.kubePods, key)
+	}
+	c.kubeMu.Unlock()
+}
 
 // Handle is never called: the stage consumes no events.
 func (c *Controller) Handle(context.Context, *bus.Delivery) error {
@@ -298,7 +341,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return claimErr
 	}
 	for _, p := range owned {
-		activeKube = append(activeKube, controller.KubePod(p))
+		activeKube = append(activeKube, c.kubePod(p))
 	}
 	var manageErr error
 	if needsSync && rs.DeletionTimestamp == nil {
@@ -310,7 +353,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	now := time.Now()
 	terminatingKube := make([]*v1.Pod, 0, len(terminating))
 	for _, p := range terminating {
-		terminatingKube = append(terminatingKube, controller.KubePod(p))
+		terminatingKube = append(terminatingKube, c.kubePod(p))
 	}
 	st := calculateStatus(rs, activeKube, terminatingKube, manageErr, c.kind.Name == objects.ReplicaSets.Name, now)
 	updated, err := c.writeStatus(ctx, u, rs, st)
@@ -499,7 +542,7 @@ func (c *Controller) relatedPods(rs *apps.ReplicaSet) []*v1.Pod {
 	for _, p := range c.podInf.List(rs.Namespace) {
 		for _, sel := range sels {
 			if sel.Matches(labels.Set(p.GetMetadata().GetLabels())) {
-				out = append(out, controller.KubePod(p))
+				out = append(out, c.kubePod(p))
 				break
 			}
 		}

@@ -170,6 +170,47 @@ func TestFilterNodeResourcesFit(t *testing.T) {
 	})
 }
 
+// TestFilterExtendedResources: scalar resources (an extended resource a
+// client advertised through nodes/status, hugepages) are filtered as
+// kube-scheduler's NodeResourcesFit does: a node that does not offer one
+// has none; the node's pods' requests count; the limit stands in for a
+// missing request; after the standard reasons, in name order.
+func TestFilterExtendedResources(t *testing.T) {
+	const fake = "example.com/fakecpu"
+	offers := func(kv ...string) nodeOpt {
+		return func(n *corev1.Node) {
+			for i := 0; i+1 < len(kv); i += 2 {
+				n.Status.Allocatable[kv[i]] = kv[i+1]
+			}
+		}
+	}
+	wants := func(kv ...string) podOpt {
+		return func(p *corev1.Pod) {
+			for i := 0; i+1 < len(kv); i += 2 {
+				p.Spec.Containers[0].Resources.Requests[kv[i]] = kv[i+1]
+			}
+		}
+	}
+	limits := func(name, q string) podOpt {
+		return func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Limits = map[string]string{name: q} }
+	}
+	n := mkNode("n", "2", "2Gi", offers(fake, "1k", "hugepages-2Mi", "4Mi"))
+	runFilterCases(t, []filterCase{
+		{"fits", n, nil, mkPod("p", "", "", wants(fake, "1k")), nil},
+		{"not offered", mkNode("n", "2", "2Gi"), nil, mkPod("p", "", "", wants(fake, "1")), []string{"Insufficient " + fake}},
+		{"too much", n, nil, mkPod("p", "", "", wants(fake, "1001")), []string{"Insufficient " + fake}},
+		{"taken by the node's pods", n, []*corev1.Pod{mkPod("a", "", "", onNode("n"), wants(fake, "600"))},
+			mkPod("p", "", "", wants(fake, "500")), []string{"Insufficient " + fake}},
+		{"the rest fits", n, []*corev1.Pod{mkPod("a", "", "", onNode("n"), wants(fake, "600"))},
+			mkPod("p", "", "", wants(fake, "400")), nil},
+		{"limit stands in for the request", n, nil, mkPod("p", "", "", limits(fake, "2k")), []string{"Insufficient " + fake}},
+		{"hugepages", n, nil, mkPod("p", "", "", wants("hugepages-2Mi", "6Mi")), []string{"Insufficient hugepages-2Mi"}},
+		{"after the standard reasons, in name order", n, nil, mkPod("p", "3", "", wants(fake, "2k", "hugepages-2Mi", "6Mi")),
+			[]string{"Insufficient cpu", "Insufficient " + fake, "Insufficient hugepages-2Mi"}},
+		{"an unprefixed unknown resource is not scalar", mkNode("n", "2", "2Gi"), nil, mkPod("p", "", "", wants("widgets", "5")), nil},
+	})
+}
+
 func TestFilterNodeName(t *testing.T) {
 	runFilterCases(t, []filterCase{
 		{"matching spec.nodeName", mkNode("n", "1", "1Gi"), nil, mkPod("p", "", "", onNode("n")), nil},

@@ -112,6 +112,10 @@ type NodeInfo struct {
 	// podsWithAffinity counts the pods with pod affinity or anti-affinity,
 	// podsWithRequiredAnti those with required anti-affinity.
 	podsWithAffinity, podsWithRequiredAnti int32
+	// scalarAllocatable and scalarRequested are the scalar resources
+	// (extended resources, hugepages), read by a pod requesting any:
+	// immutable, copy on write.
+	scalarAllocatable, scalarRequested Scalars
 }
 
 // NodeImage is an image a node has. id is the cache's number for the name
@@ -132,7 +136,11 @@ func (n *NodeInfo) SetNode(node *corev1.Node) error {
 	if err != nil {
 		return err
 	}
-	n.node, n.name, n.allocatable = node, name, alloc
+	scalars, err := NodeScalars(node)
+	if err != nil {
+		return fmt.Errorf("node %q allocatable: %w", name, err)
+	}
+	n.node, n.name, n.allocatable, n.scalarAllocatable = node, name, alloc, scalars
 	n.labels = node.GetMetadata().GetLabels()
 	n.unschedulable = node.GetSpec().GetUnschedulable()
 
@@ -201,6 +209,14 @@ func (n *NodeInfo) Allocatable() Resources { return n.allocatable }
 // Requested returns the sum of the requests of the node's pods.
 func (n *NodeInfo) Requested() Resources { return n.requested }
 
+// ScalarAllocatable returns the scalar resources the node offers;
+// read-only.
+func (n *NodeInfo) ScalarAllocatable() Scalars { return n.scalarAllocatable }
+
+// ScalarRequested returns the sum of the scalar resources the node's pods
+// request; read-only.
+func (n *NodeInfo) ScalarRequested() Scalars { return n.scalarRequested }
+
 // NonZeroRequested returns Requested with the scoring defaults for
 // containers that request no cpu or memory.
 func (n *NodeInfo) NonZeroRequested() Resources { return n.nonZeroRequested }
@@ -261,7 +277,7 @@ func (n *NodeInfo) SetGeneration(g int64) { n.generation = g }
 // taints, allocatable, images, readiness) and its generation, keeping the
 // accounting of its pods: a node removed while pods are still bound to it.
 func (n *NodeInfo) Reset(name string) {
-	*n = NodeInfo{name: name, requested: n.requested, nonZeroRequested: n.nonZeroRequested,
+	*n = NodeInfo{name: name, requested: n.requested, nonZeroRequested: n.nonZeroRequested, scalarRequested: n.scalarRequested,
 		numPods: n.numPods, usedPorts: n.usedPorts, pods: n.pods,
 		podsWithAffinity: n.podsWithAffinity, podsWithRequiredAnti: n.podsWithRequiredAnti}
 }
@@ -289,6 +305,7 @@ func (n *NodeInfo) Clone() *NodeInfo {
 // AddPod accounts for a pod on the node.
 func (n *NodeInfo) AddPod(p *PodEntry) {
 	n.requested.Add(p.Req)
+	n.scalarRequested = n.scalarRequested.plus(p.Scalar, false)
 	n.nonZeroRequested.Add(p.NonZero)
 	n.numPods++
 	if n.pods == nil {
@@ -310,6 +327,7 @@ func (n *NodeInfo) AddPod(p *PodEntry) {
 // RemovePod undoes AddPod.
 func (n *NodeInfo) RemovePod(p *PodEntry) {
 	n.requested.Sub(p.Req)
+	n.scalarRequested = n.scalarRequested.plus(p.Scalar, true)
 	n.nonZeroRequested.Sub(p.NonZero)
 	n.numPods--
 	pods := make([]*PodMeta, 0, len(n.pods))
@@ -360,6 +378,7 @@ type PodEntry struct {
 	Key, Namespace, Name string
 	Node                 string
 	Req, NonZero         Resources
+	Scalar               Scalars // scalar resource requests (nil: none)
 	Ports                []HostPort
 	Assumed              bool
 	Meta                 PodMeta
@@ -379,6 +398,10 @@ func NewPodEntry(pod *corev1.Pod, node string) (*PodEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod %q: %w", PodName(pod), err)
 	}
+	scalars, err := PodScalars(pod)
+	if err != nil {
+		return nil, fmt.Errorf("pod %q: %w", PodName(pod), err)
+	}
 	p := &PodEntry{
 		Key:       PodKey(pod),
 		Namespace: pod.GetMetadata().GetNamespace(),
@@ -386,6 +409,7 @@ func NewPodEntry(pod *corev1.Pod, node string) (*PodEntry, error) {
 		Node:      node,
 		Req:       req,
 		NonZero:   nonZero,
+		Scalar:    scalars,
 		Ports:     PodHostPorts(pod),
 		Meta:      NewPodMeta(pod),
 	}

@@ -2,6 +2,7 @@ package noderesourcesfit
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/podflow/podflow/services/stages/scheduler/framework"
 
@@ -37,8 +38,12 @@ var (
 )
 
 // PodResources is the pod's requests, and its requests with the scoring
-// defaults for containers that name no cpu or memory.
-type PodResources struct{ Req, nonZero framework.Resources }
+// defaults for containers that name no cpu or memory; Scalar its requests
+// of the scalar resources (extended resources, hugepages).
+type PodResources struct {
+	Req, nonZero framework.Resources
+	Scalar       framework.Scalars
+}
 
 var PodResourcesKey = framework.NewStateKey("PodResources")
 
@@ -50,7 +55,11 @@ func ReadPodResources(state *framework.CycleState, pod *corev1.Pod) (*PodResourc
 		if err != nil {
 			return nil, fmt.Errorf("pod %q: %w", framework.PodName(pod), err)
 		}
-		return &PodResources{Req: req, nonZero: nonZero}, nil
+		scalars, err := framework.PodScalars(pod)
+		if err != nil {
+			return nil, fmt.Errorf("pod %q: %w", framework.PodName(pod), err)
+		}
+		return &PodResources{Req: req, nonZero: nonZero, Scalar: scalars}, nil
 	})
 }
 
@@ -89,7 +98,7 @@ func (Fit) Filter(state *framework.CycleState, _ *corev1.Pod, n *framework.NodeI
 	if p == nil {
 		return framework.AsStatus(fmt.Errorf("scheduler: %s Filter without PreFilter", NodeResourcesFitName))
 	}
-	return Fits(&p.Req, n)
+	return withScalars(Fits(&p.Req, n), p.Scalar, n)
 }
 
 func (Fit) FilterNodes(state *framework.CycleState, _ *corev1.Pod, nodes []*framework.NodeInfo, statuses []*framework.Status) {
@@ -106,6 +115,10 @@ func (Fit) FilterNodes(state *framework.CycleState, _ *corev1.Pod, nodes []*fram
 	r := p.Req // a copy the loop keeps in registers
 	for i, n := range nodes {
 		if statuses[i] != nil {
+			continue
+		}
+		if len(p.Scalar) > 0 {
+			statuses[i] = withScalars(Fits(&r, n), p.Scalar, n)
 			continue
 		}
 		// Most nodes fit: say so without a call; fits spells out why not.
@@ -138,6 +151,24 @@ func Fits(r *framework.Resources, n *framework.NodeInfo) *framework.Status {
 		bits |= fitEphemeralStorage
 	}
 	return fitStatuses[bits]
+}
+
+// withScalars adds to st (Fits' verdict) an "Insufficient <name>" for each
+// scalar resource in req that n has too little of, as kube-scheduler's
+// fitsRequest does for its ScalarResources (a node that does not offer
+// the resource has none), in name order.
+func withScalars(st *framework.Status, req framework.Scalars, n *framework.NodeInfo) *framework.Status {
+	var short []string
+	for name, q := range req {
+		if q > 0 && q > n.ScalarAllocatable()[name]-n.ScalarRequested()[name] {
+			short = append(short, "Insufficient "+name)
+		}
+	}
+	if len(short) == 0 {
+		return st
+	}
+	slices.Sort(short)
+	return framework.NewStatus(framework.Unschedulable, append(slices.Clone(st.Reasons()), short...)...)
 }
 
 func (Fit) PreScore(state *framework.CycleState, pod *corev1.Pod, _ []*framework.NodeInfo) *framework.Status {

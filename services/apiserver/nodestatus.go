@@ -1,0 +1,100 @@
+package apiserver
+
+// nodes/status (get, update, patch), as kube-apiserver's node StatusREST:
+// a status write changes the status (and metadata) and keeps the spec
+// (nodeStatusStrategy.PrepareForUpdate), validated by kube's
+// ValidateNodeUpdate (metadata update rules, resource names and
+// quantities, duplicate addresses). A client advertises an extended
+// resource this way (the scheduler's e2e tests give a node
+// example.com/fakecpu); the node agent's heartbeat keeps what it does not
+// manage (ops/processes/nodewire), as kubelet does. RBAC authorizes the
+// nodes/status resource; a node agent writes its own Node through the
+// store, whose write policy lets it write no other (services/pipeline).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"google.golang.org/protobuf/proto"
+	k8scorev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	api "k8s.io/kubernetes/pkg/apis/core"
+	apiv1 "k8s.io/kubernetes/pkg/apis/core/v1"
+	"k8s.io/kubernetes/pkg/apis/core/validation"
+
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/manifest"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/validate"
+)
+
+// nodeStatusRequest reports whether req is a nodes/status request this
+// file serves.
+func nodeStatusRequest(req *request) bool {
+	return req.res.name == "nodes" && req.res.group == "" && req.name != "" && req.sub == "status" &&
+		(req.verb == "get" || req.verb == "update" || req.verb == "patch")
+}
+
+// updateNodeStatus writes next (built from current by the request) as the
+// status subresource does: the spec stays current's, compare-and-swap at
+// the revision the request was built from.
+func (s *Server) updateNodeStatus(ctx context.Context, req *request, current, next *corev1.Node, dry bool) (*corev1.Status, proto.Message) {
+	name := current.GetMetadata().GetName()
+	out := proto.CloneOf(next)
+	out.Spec = proto.CloneOf(current.GetSpec()) // nodeStatusStrategy.PrepareForUpdate
+	// System fields are the server's (ValidateObjectMetaUpdate refuses
+	// changing them; a client sends them as it read them, to the second).
+	md, cur := objects.Meta(out), current.GetMetadata()
+	md.Uid, md.CreationTimestamp, md.DeletionTimestamp = cur.GetUid(), cur.GetCreationTimestamp(), cur.GetDeletionTimestamp()
+	md.DeletionGracePeriodSeconds, md.Generation = cur.DeletionGracePeriodSeconds, cur.GetGeneration()
+	if md.GetResourceVersion() == "" { // an unconditional update: of what was read
+		md.ResourceVersion = cur.GetResourceVersion()
+	}
+	if errs := validateNodeStatus(out, current); len(errs) > 0 {
+		return validate.InvalidStatus("Node", name, errs), nil
+	}
+	if dry {
+		return stage.Success(http.StatusOK, "nodes", name), out
+	}
+	if _, err := s.store.Update(ctx, out); err != nil {
+		if errors.Is(err, raftstore.ErrConflict) {
+			return conflict("nodes", name), nil
+		}
+		return storeStatus(err, req.res, name), nil
+	}
+	return stage.Success(http.StatusOK, "nodes", name), out
+}
+
+// validateNodeStatus is kube's ValidateNodeUpdate over the internal forms
+// of node and old.
+func validateNodeStatus(node, old *corev1.Node) field.ErrorList {
+	in, err := internalNode(node)
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
+	}
+	prev, err := internalNode(old)
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
+	}
+	return validation.ValidateNodeUpdate(in, prev)
+}
+
+func internalNode(node *corev1.Node) (*api.Node, error) {
+	k, err := manifest.ToKube(node)
+	if err != nil {
+		return nil, err
+	}
+	v1node, ok := k.(*k8scorev1.Node)
+	if !ok {
+		return nil, fmt.Errorf("a Node converts to %T", k)
+	}
+	out := &api.Node{}
+	if err := apiv1.Convert_v1_Node_To_core_Node(v1node, out, nil); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
