@@ -264,15 +264,17 @@ PROCS ?= 8
 CONFORMANCE_TIMEOUT ?= 5m
 CONFORMANCE_SLOW_TIMEOUT ?= 15m
 .PHONY: conformance conformance-tools conformance-check conformance-deps-os
-conformance: build httpserver deps-os conformance-deps-os conformance-tools
+conformance: build httpserver busybox deps-os conformance-deps-os conformance-tools
 	$(CONFORMANCE)/harness run --podflow $(BIN)/podflow --runtime $(RUNTIME) --out $(CURDIR)/_output/conformance \
 		--suite $(CONFORMANCE)/e2e.test --kubectl $(CONFORMANCE)/kubectl --agnhost $(CONFORMANCE)/agnhost \
-		--nnp $(CONFORMANCE)/nnp --busybox $(CONFORMANCE)/busybox --k8s-dir "$$(cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
+		--nnp $(CONFORMANCE)/nnp --busybox $(BUSYBOX) --k8s-dir "$$(cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
 		--focus '$(FOCUS)' --skip '$(SKIP)' --procs $(PROCS) --timeout $(CONFORMANCE_TIMEOUT) --slow-timeout $(CONFORMANCE_SLOW_TIMEOUT)
 
-## conformance-tools: the suite, kubectl and agnhost of the suite's release,
-## Debian's busybox and the harness, cached in .tools/conformance/.
-conformance-tools: $(CONFORMANCE)/e2e.test $(CONFORMANCE)/kubectl $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp $(CONFORMANCE)/busybox
+## conformance-tools: the suite, kubectl and agnhost of the suite's release
+## and the harness, cached in .tools/conformance/. The e2e busybox images
+## hold podflow's busybox (bin/busybox, make busybox): upstream's ash, whose
+## `sh -c env` prints variables named like a ConfigMap key (data-1).
+conformance-tools: $(CONFORMANCE)/e2e.test $(CONFORMANCE)/kubectl $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp
 	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) build -o $(CONFORMANCE)/harness.new . && mv $(CONFORMANCE)/harness.new $(CONFORMANCE)/harness
 # Each is written beside and renamed into place: a running test keeps its binary.
 $(CONFORMANCE)/e2e.test: $(CONFORMANCE_GOSUM) $(wildcard $(CONFORMANCE_MOD)/suite/*.go) Makefile
@@ -283,12 +285,6 @@ $(CONFORMANCE)/agnhost: $(CONFORMANCE_GOSUM)
 	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/kubernetes/test/images/agnhost && mv $@.new $@
 $(CONFORMANCE)/nnp: $(CONFORMANCE_GOSUM)
 	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/kubernetes/test/images/nonewprivs && mv $@.new $@
-# Debian's busybox (dynamically linked: busybox-static's wget crashes in a
-# container), unpacked from its package without installing it.
-$(CONFORMANCE)/busybox:
-	@mkdir -p $(CONFORMANCE)
-	d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && cd "$$d" && apt-get download busybox && \
-		dpkg-deb -x busybox_*.deb x && install -m 0755 x/bin/busybox $@
 
 ## conformance-deps-os: the host programs copied into the agnhost image
 ## (upstream's has them from Alpine).
@@ -299,8 +295,8 @@ conformance-deps-os:
 
 ## conformance-check: the harness's own tests: the JUnit parser and table,
 ## and the e2e images' programs run in a chroot of each image (root).
-conformance-check: conformance-deps-os $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp $(CONFORMANCE)/busybox
+conformance-check: conformance-deps-os busybox $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp
 	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) vet ./... && \
-		CONFORMANCE_AGNHOST=$(CONFORMANCE)/agnhost CONFORMANCE_NNP=$(CONFORMANCE)/nnp CONFORMANCE_BUSYBOX=$(CONFORMANCE)/busybox \
+		CONFORMANCE_AGNHOST=$(CONFORMANCE)/agnhost CONFORMANCE_NNP=$(CONFORMANCE)/nnp CONFORMANCE_BUSYBOX=$(BUSYBOX) \
 		CONFORMANCE_K8S_DIR="$$(cd $(CURDIR)/$(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
 		GOWORK=off $(GO) test -count=1 ./...

@@ -17,13 +17,17 @@
 #
 # What it does: apt (with an index of its own under WORKDIR, the machine's
 # Debian archive as its source, apt's signature checks) downloads the
-# source package; dpkg-source unpacks it with Debian's patches; the build
+# source package; dpkg-source unpacks it, with Debian's patches less the
+# two that drop oddly named environment variables (below); the build
 # takes Debian's static configuration, less the two options that need
-# glibc's GNU regex API (CONFIG_EXTRA_COMPAT, CONFIG_FEATURE_VI_REGEX_SEARCH),
+# glibc's GNU regex API (CONFIG_EXTRA_COMPAT, CONFIG_FEATURE_VI_REGEX_SEARCH)
+# and the two that make the shell prefer its applets to what PATH finds
+# (CONFIG_FEATURE_PREFER_APPLETS, CONFIG_FEATURE_SH_STANDALONE),
 # and compiles with musl-gcc (Debian's musl-tools), the kernel headers of
 # linux-libc-dev beside musl's. Nothing is installed but those Debian
 # packages when missing. The result must answer `wget -T 1` on a closed
-# loopback port with a refusal (exit 1), not a crash.
+# loopback port with a refusal (exit 1), not a crash, and `sh -c env` must
+# print a variable named data-1.
 set -euo pipefail
 
 version=$1 work=$2 out=$3
@@ -36,6 +40,7 @@ command -v dpkg-source >/dev/null || need+=(dpkg-dev)
 command -v bzip2 >/dev/null || need+=(bzip2)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v make >/dev/null || need+=(make)
+command -v patch >/dev/null || need+=(patch)
 [ -e /usr/include/linux/version.h ] || need+=(linux-libc-dev)
 if ((${#need[@]})); then
 	apt-get update -qq
@@ -62,7 +67,20 @@ if ! (cd "$src" && apt-get "${opts[@]}" source --download-only "busybox=$version
 	echo "busybox: Debian trixie has no busybox source $version any more: set BUSYBOX_VERSION (apt-cache showsrc busybox)" >&2
 	exit 1
 fi
-(cd "$src" && dpkg-source -x --no-check ./*.dsc tree >/dev/null)
+(cd "$src" && dpkg-source -x --no-check --skip-patches ./*.dsc tree >/dev/null)
+
+# Debian's patches, less two: Debian reverts upstream's 9c143ce52 ("ash:
+# retain envvars with bad names in initial environment", busybox 1.28) for
+# debian-installer, so its ash drops every variable whose name is not a
+# shell identifier (data-1, a ConfigMap key) from what it passes on: `sh -c
+# env` does not print it. Upstream's busybox (the Kubernetes e2e image's)
+# passes them on unchanged; so does podflow's.
+skip=" revert-9c143ce52da11ec3d21a3491c3749841d3dc10f0.patch temp-deb-installer-hack.patch "
+while read -r p _; do
+	case "$p" in "" | "#"*) continue ;; esac
+	[[ "$skip" == *" $p "* ]] && continue
+	patch -d "$src/tree" -p1 -s -N <"$src/tree/debian/patches/$p"
+done <"$src/tree/debian/patches/series"
 
 # Kernel headers beside musl's own (musl-gcc leaves /usr/include out).
 kh="$work/kernel-headers"
@@ -73,7 +91,10 @@ ln -sfn "/usr/include/$(gcc -dumpmachine)/asm" "$kh/asm"
 cd "$src/tree"
 cp debian/config/pkg/static .config
 sed -i -e 's/^CONFIG_EXTRA_COMPAT=y/# CONFIG_EXTRA_COMPAT is not set/' \
-	-e 's/^CONFIG_FEATURE_VI_REGEX_SEARCH=y/# CONFIG_FEATURE_VI_REGEX_SEARCH is not set/' .config
+	-e 's/^CONFIG_FEATURE_VI_REGEX_SEARCH=y/# CONFIG_FEATURE_VI_REGEX_SEARCH is not set/' \
+	-e 's/^CONFIG_FEATURE_PREFER_APPLETS=y/# CONFIG_FEATURE_PREFER_APPLETS is not set/' \
+	-e 's/^CONFIG_FEATURE_SH_STANDALONE=y/# CONFIG_FEATURE_SH_STANDALONE is not set/' \
+	-e '/FEATURE_DI_ENV_HACK/d' .config
 cc="musl-gcc -isystem $kh"
 export KCONFIG_NOTIMESTAMP=1
 make CC="$cc" oldconfig < <(yes "") >/dev/null
@@ -84,6 +105,21 @@ rc=0
 ./busybox wget -T 1 -q -O /dev/null http://127.0.0.1:1/ 2>/dev/null || rc=$?
 if [ "$rc" -ne 1 ]; then
 	echo "busybox: wget -T on a closed port exited $rc (want 1, connection refused)" >&2
+	exit 1
+fi
+# The shell runs what PATH finds, as upstream's busybox (its defconfig):
+# Debian's static configuration prefers its own applets (a rescue shell),
+# so in an image with another nc in /usr/bin, `sh -c 'nc …'` ran busybox's.
+bin=$(mktemp -d)
+printf '#!/bin/sh\necho nc-from-path\n' >"$bin/nc" && chmod +x "$bin/nc"
+got=$(env -i PATH="$bin" ./busybox sh -c nc 2>&1 || true)
+rm -rf "$bin"
+if [ "$got" != nc-from-path ]; then
+	echo "busybox: sh -c nc ran $got, not the nc PATH finds (FEATURE_PREFER_APPLETS, FEATURE_SH_STANDALONE)" >&2
+	exit 1
+fi
+if [ "$(env -i 'data-1=value-1' ./busybox sh -c env | grep -c '^data-1=value-1$')" != 1 ]; then
+	echo "busybox: sh -c env does not print a variable named data-1 (ash drops names that are not identifiers)" >&2
 	exit 1
 fi
 install -m 0755 busybox "$out.tmp"

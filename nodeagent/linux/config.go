@@ -75,8 +75,11 @@ type Config struct {
 	// ResolvConf is the node's resolv.conf, the one of dnsPolicy Default
 	// pods (kubelet's --resolv-conf, default /etc/resolv.conf).
 	ResolvConf string
-	// HostPathPrefixes are the only host directories hostPath volumes may
-	// name (or lie below). Empty: hostPath volumes are refused.
+	// HostPathPrefixes are the only host directories (or files) hostPath
+	// volumes may name (or lie below). Empty: hostPath volumes are
+	// refused. An entry ending in HostPathReadOnlySuffix ("/etc/hosts:ro")
+	// allows read-only mounts only: a volumeMount of it is read-only
+	// whatever it asks, and DirectoryOrCreate creates nothing under it.
 	HostPathPrefixes []string
 	// SeccompDefault makes RuntimeDefault the seccomp profile of
 	// containers that name none, as kubelet's --seccomp-default (false,
@@ -114,6 +117,10 @@ type Config struct {
 
 // DefaultLockDir is Config.LockDir's default.
 const DefaultLockDir = "/run/podflow"
+
+// HostPathReadOnlySuffix ends an entry of Config.HostPathPrefixes that
+// allows read-only mounts only.
+const HostPathReadOnlySuffix = ":ro"
 
 // DefaultConfig returns the configuration of node with podCIDR, keeping
 // everything under dataDir; images come from mirror ("" = docker.io).
@@ -170,8 +177,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: StopTimeout (%s) must be positive", ErrInvalidConfig, c.StopTimeout)
 	}
 	for _, p := range c.HostPathPrefixes {
-		if !filepath.IsAbs(p) || filepath.Clean(p) == "/" {
-			return fmt.Errorf("%w: HostPathPrefixes: %q must be an absolute path other than /", ErrInvalidConfig, p)
+		if path, _ := SplitHostPathPrefix(p); !filepath.IsAbs(path) || path == "/" {
+			return fmt.Errorf("%w: HostPathPrefixes: %q must be an absolute path other than / (optionally with %s)", ErrInvalidConfig, p, HostPathReadOnlySuffix)
 		}
 	}
 	for _, ip := range c.ClusterDNS {

@@ -140,7 +140,7 @@ func (r *Runtime) mountVolume(p *pod, vd nodeagent.VolumeData, psc *corev1.PodSe
 		}
 		return applyFSGroup(dir, fsGroup, policy, true)
 	case v.GetHostPath() != nil:
-		_, err := r.hostPath(v.GetHostPath())
+		_, _, err := r.hostPath(v.GetHostPath())
 		return err
 	default:
 		return errors.New("unsupported volume type (podflow supports emptyDir, configMap, secret, downwardAPI, projected, hostPath)")
@@ -148,32 +148,49 @@ func (r *Runtime) mountVolume(p *pod, vd nodeagent.VolumeData, psc *corev1.PodSe
 }
 
 // hostPath checks a hostPath volume against the allowed prefixes (after
-// resolving symlinks) and creates it for type DirectoryOrCreate.
-func (r *Runtime) hostPath(src *corev1.HostPathVolumeSource) (string, error) {
+// resolving symlinks) and creates it for type DirectoryOrCreate. readOnly
+// is true when only read-only prefixes (HostPathReadOnlySuffix) allow it:
+// every mount of it is then read-only, and nothing is created under them.
+func (r *Runtime) hostPath(src *corev1.HostPathVolumeSource) (real string, readOnly bool, err error) {
 	path := filepath.Clean(src.GetPath())
 	if !filepath.IsAbs(path) {
-		return "", fmt.Errorf("hostPath %q is not absolute", src.GetPath())
+		return "", false, fmt.Errorf("hostPath %q is not absolute", src.GetPath())
 	}
-	if src.GetType() == "DirectoryOrCreate" && r.allowed(path) {
+	if ok, ro := r.allowed(path); src.GetType() == "DirectoryOrCreate" && ok && !ro {
 		if err := os.MkdirAll(path, 0o755); err != nil {
-			return "", err
+			return "", false, err
 		}
 	}
-	real, err := filepath.EvalSymlinks(path)
+	real, err = filepath.EvalSymlinks(path)
 	if err != nil {
-		return "", fmt.Errorf("hostPath %q: %w", path, err)
+		return "", false, fmt.Errorf("hostPath %q: %w", path, err)
 	}
-	if !r.allowed(real) {
-		return "", fmt.Errorf("hostPath %q: %w (allowed: %v)", path, ErrHostPathNotAllowed, r.cfg.HostPathPrefixes)
+	ok, ro := r.allowed(real)
+	if !ok {
+		return "", false, fmt.Errorf("hostPath %q: %w (allowed: %v)", path, ErrHostPathNotAllowed, r.cfg.HostPathPrefixes)
 	}
-	return real, nil
+	return real, ro, nil
 }
 
-func (r *Runtime) allowed(path string) bool {
-	return slices.ContainsFunc(r.cfg.HostPathPrefixes, func(pre string) bool {
-		pre = filepath.Clean(pre)
-		return path == pre || strings.HasPrefix(path, pre+"/")
-	})
+// allowed reports whether a prefix of HostPathPrefixes allows path, and
+// whether only read-only ones do.
+func (r *Runtime) allowed(path string) (ok, readOnly bool) {
+	readOnly = true
+	for _, entry := range r.cfg.HostPathPrefixes {
+		pre, ro := SplitHostPathPrefix(entry)
+		if path == pre || strings.HasPrefix(path, pre+"/") {
+			ok, readOnly = true, readOnly && ro
+		}
+	}
+	return ok, ok && readOnly
+}
+
+// SplitHostPathPrefix splits an entry of Config.HostPathPrefixes into its
+// cleaned path and whether it allows read-only mounts only (the entry ends
+// in HostPathReadOnlySuffix).
+func SplitHostPathPrefix(entry string) (path string, readOnly bool) {
+	path, readOnly = strings.CutSuffix(entry, HostPathReadOnlySuffix)
+	return filepath.Clean(path), readOnly
 }
 
 // tmpfsOptions are the mount options of a volume's tmpfs: a directory of
@@ -270,12 +287,13 @@ func (r *Runtime) containerMounts(pd *corev1.Pod, c *corev1.Container, p *pod) (
 			return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "volumeMount %q: no such volume", vm.GetName())
 		}
 		src := r.volumeDir(p, v.GetName())
+		readOnly := vm.GetReadOnly()
 		if hp := v.GetHostPath(); hp != nil {
-			real, err := r.hostPath(hp)
+			real, ro, err := r.hostPath(hp)
 			if err != nil {
 				return nil, nodeagent.Errorf(nodeagent.CodeCreateContainer, "volumeMount %q: %w", vm.GetName(), err)
 			}
-			src = real
+			src, readOnly = real, readOnly || ro
 		}
 		var sub string
 		if sp := vm.GetSubPath(); sp != "" {
@@ -298,7 +316,7 @@ func (r *Runtime) containerMounts(pd *corev1.Pod, c *corev1.Container, p *pod) (
 		case "/etc/resolv.conf":
 			resolv = false
 		}
-		out = append(out, container.Mount{Source: src, SubPath: sub, Destination: vm.GetMountPath(), ReadOnly: vm.GetReadOnly(),
+		out = append(out, container.Mount{Source: src, SubPath: sub, Destination: vm.GetMountPath(), ReadOnly: readOnly,
 			Volume: v.GetHostPath() == nil})
 	}
 	if hosts {

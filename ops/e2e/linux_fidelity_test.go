@@ -78,6 +78,9 @@ spec:
 			"SEC_password=s3cret",
 			"SEC_token=t0k",
 			"TIER=e2e",
+			// A variable whose name is no shell identifier, as the shell's
+			// env prints it (busybox's ash passes it on, as upstream's).
+			"env: CFG_greeting.txt=hello from a configmap",
 			"uid=1234 gid=2345",
 			"touch: /rootfile: Read-only file system",
 			"/etc/cfg/greet/hello.txt 604 hello from a configmap",

@@ -160,8 +160,15 @@ func (n *NodeTokens) nodeToken(ctx context.Context, node string, req *apiv1.Node
 	if a := req.GetAudience(); a != "" {
 		aud = []string{a}
 	}
-	tok, exp, err := n.Tokens.Issue(ns, name, sa.GetMetadata().GetUid(),
-		auth.BoundObject{Kind: auth.BoundKindPod, Name: podName, UID: pod.GetMetadata().GetUid()},
+	obj := auth.BoundObject{Kind: auth.BoundKindPod, Name: podName, UID: pod.GetMetadata().GetUid(), NodeName: node}
+	switch nd, err := objects.Get[*corev1.Node](ctx, n.Store, "", node); {
+	case errors.Is(err, raftstore.ErrNotFound): // the node's name alone, as kube-apiserver
+	case err != nil:
+		return stage.Internal(err), "", time.Time{}
+	default:
+		obj.NodeUID = nd.GetMetadata().GetUid()
+	}
+	tok, exp, err := n.Tokens.Issue(ns, name, sa.GetMetadata().GetUid(), obj,
 		aud, time.Duration(req.GetExpirationSeconds())*time.Second, time.Now())
 	if err != nil {
 		return stage.Internal(err), "", time.Time{}

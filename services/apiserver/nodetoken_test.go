@@ -3,6 +3,7 @@ package apiserver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -79,13 +80,44 @@ func TestNodeServiceAccountToken(t *testing.T) {
 		})
 	}
 
+	// Node n2 is stored, n1 is not: a pod's token names its node, with the
+	// Node's uid when there is one (kube-apiserver's
+	// ServiceAccountTokenPodNodeInfo).
+	if _, err := s.store.Create(ctx, &corev1.Node{Metadata: &corev1.ObjectMeta{Name: "n2", Uid: "uid-n2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.Create(ctx, pod("web2", "uid-web2", "n2", "robot")); err != nil {
+		t.Fatal(err)
+	}
+	n2 := bustest.ConnectAs(t, s.srv, pipeline.NodeRole("n2"), "n2")
+	tok2, _, err := pipeline.RequestNodeToken(ctx, n2.NATS(), "n2", &apiv1.NodeTokenRequest{
+		Namespace: "default", PodName: "web2", PodUid: "uid-web2", ServiceAccount: "robot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, _ := jwtClaims(t, tok2)["kubernetes.io"].(map[string]any)
+	if path(k2, "node.name") != "n2" || path(k2, "node.uid") != "uid-n2" {
+		t.Errorf("claims %v: want node n2 (uid-n2)", k2)
+	}
+	reviews := s.url + "/apis/authentication.k8s.io/v1/tokenreviews"
+	bustest.Eventually(t, "a TokenReview of n2's pod token gives the pod, its node and the credential id", func() bool {
+		code, body, _ := do(t, admin, "POST", reviews, "application/json",
+			fmt.Sprintf(`{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":%q}}`, tok2))
+		extra := fmt.Sprint(path(body, "status.user.extra"))
+		return code == http.StatusCreated && strings.Contains(extra, "authentication.kubernetes.io/node-name:[n2]") &&
+			strings.Contains(extra, "authentication.kubernetes.io/node-uid:[uid-n2]") &&
+			strings.Contains(extra, "authentication.kubernetes.io/pod-name:[web2]") &&
+			strings.Contains(extra, "authentication.kubernetes.io/credential-id:[JTI=")
+	})
+
 	tok, err := ask("web", "uid-web", "robot", 3600)
 	if err != nil || tok == "" {
 		t.Fatalf("n1's token for its pod web: %q, %v", tok, err)
 	}
 	claims := jwtClaims(t, tok)
 	k8s, _ := claims["kubernetes.io"].(map[string]any)
-	if path(k8s, "pod.name") != "web" || path(k8s, "pod.uid") != "uid-web" || path(k8s, "serviceaccount.name") != "robot" {
+	if path(k8s, "pod.name") != "web" || path(k8s, "pod.uid") != "uid-web" || path(k8s, "serviceaccount.name") != "robot" ||
+		path(k8s, "node.name") != "n1" || path(k8s, "node.uid") != nil {
 		t.Errorf("claims %v: want bound to pod web (uid-web) of serviceaccount robot", claims)
 	}
 	if exp, iat := path(claims, "exp"), path(claims, "iat"); exp == nil || iat == nil || exp.(float64)-iat.(float64) != 3600 {

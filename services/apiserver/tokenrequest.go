@@ -139,7 +139,22 @@ func (s *Server) boundObject(ctx context.Context, req *request, ref *authenticat
 			"Operation cannot be fulfilled on %s %q: the UID in the bound object reference (%s) does not match the UID in record (%s). The object might have been deleted and then recreated",
 			gvk.Kind, ref.Name, ref.UID, uid)
 	}
-	return auth.BoundObject{Kind: gvk.Kind, Name: ref.Name, UID: uid}, nil
+	bound := auth.BoundObject{Kind: gvk.Kind, Name: ref.Name, UID: uid}
+	// A pod's token names the pod's node too (kube-apiserver's
+	// ServiceAccountTokenPodNodeInfo): its uid when the Node is stored,
+	// its name alone when not.
+	if p, ok := obj.(*corev1.Pod); ok && p.GetSpec().GetNodeName() != "" {
+		bound.NodeName = p.GetSpec().GetNodeName()
+		node, st := s.read(ctx, lookupResource("v1", "nodes"), "", bound.NodeName)
+		switch {
+		case st != nil && st.GetCode() == http.StatusNotFound:
+		case st != nil:
+			return auth.BoundObject{}, st
+		default:
+			bound.NodeUID = objects.Meta(node).GetUid()
+		}
+	}
+	return bound, nil
 }
 
 // PodServiceAccount is the ServiceAccount pod runs as: its

@@ -109,7 +109,8 @@ func TestTokenRequestBoundObject(t *testing.T) {
 		t.Fatalf("create ServiceAccount: %d %v", code, body)
 	}
 	for _, o := range []objects.Object{
-		&corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web", Uid: "pod-uid-1"}, Spec: &corev1.PodSpec{ServiceAccountName: "robot"}},
+		&corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web", Uid: "pod-uid-1"}, Spec: &corev1.PodSpec{ServiceAccountName: "robot", NodeName: "node-a"}},
+		&corev1.Node{Metadata: &corev1.ObjectMeta{Name: "node-a", Uid: "node-uid-a"}},
 		&corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "other", Uid: "pod-uid-2"}, Spec: &corev1.PodSpec{ServiceAccountName: "default"}},
 		&corev1.Secret{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "creds", Uid: "secret-uid-1"}},
 	} {
@@ -163,6 +164,11 @@ func TestTokenRequestBoundObject(t *testing.T) {
 			wantUID := map[string]string{"web": "pod-uid-1", "creds": "secret-uid-1"}[tc.name]
 			if path(k8s, tc.claim+".name") != tc.name || path(k8s, tc.claim+".uid") != wantUID {
 				t.Errorf("claims %v, want kubernetes.io.%s {%s, %s}", claims, tc.claim, tc.name, wantUID)
+			}
+			// A pod's token names the pod's node (ServiceAccountTokenPodNodeInfo).
+			if wantNode := map[string]any{"Pod": "node-a"}[tc.kind]; path(k8s, "node.name") != wantNode ||
+				(wantNode != nil && path(k8s, "node.uid") != "node-uid-a") {
+				t.Errorf("claims %v, want kubernetes.io.node %v", claims, wantNode)
 			}
 			bustest.Eventually(t, "the bound token authenticates", func() bool {
 				code, user := s.whoami(t, token)

@@ -59,6 +59,14 @@ type AuthenticatorConfig struct {
 	// Now is the clock bound tokens are checked against (default
 	// time.Now; tests set it).
 	Now func() time.Time
+	// LookupServiceAccount, when set, reads a ServiceAccount from the
+	// store when a verified bound token names one the cache fed by
+	// UpsertServiceAccount does not hold (yet), or holds with another uid:
+	// a token issued for an account created a moment ago authenticates at
+	// once, as
+	// kube-apiserver's ServiceAccount getter falls back from its informer
+	// to a live read. It returns the account's uid, or found false.
+	LookupServiceAccount func(namespace, name string) (uid string, found bool, err error)
 }
 
 // DefaultAuthenticatorConfig returns the defaults documented on
@@ -336,6 +344,12 @@ func (a *TokenAuthenticator) authenticateClaims(c BoundTokenClaims, at time.Time
 	uid, exists := a.accounts[c.Namespace+"/"+c.Name]
 	obj, objExists := a.bindable[c.Object.Kind+"/"+c.Namespace+"/"+c.Object.Name]
 	a.mu.RUnlock()
+	if (!exists || uid != c.UID) && a.cfg.LookupServiceAccount != nil {
+		var err error
+		if uid, exists, err = a.cfg.LookupServiceAccount(c.Namespace, c.Name); err != nil {
+			return nil, Unauthorized()
+		}
+	}
 	if !exists || uid != c.UID {
 		return nil, Unauthorized()
 	}
@@ -385,11 +399,18 @@ func cloneUser(u *corev1.UserInfo) *corev1.UserInfo {
 	return &corev1.UserInfo{Username: u.Username, Uid: u.Uid, Groups: append([]string(nil), u.Groups...)}
 }
 
-// Extra keys of a pod-bound ServiceAccount token's user, as Kubernetes'
-// (pkg/serviceaccount).
+// Extra keys of a bound ServiceAccount token's user, as Kubernetes'
+// (pkg/serviceaccount, k8s.io/apiserver's serviceaccount.UserInfo).
 const (
 	ExtraPodName = "authentication.kubernetes.io/pod-name"
 	ExtraPodUID  = "authentication.kubernetes.io/pod-uid"
+	// ExtraCredentialID is a bound token's credential id, "JTI=<jti>"
+	// (k8s.io/apiserver's user.CredentialIDKey).
+	ExtraCredentialID = "authentication.kubernetes.io/credential-id"
+	// ExtraNodeName and ExtraNodeUID name the node of a pod-bound
+	// token's pod (its kubernetes.io.node claim).
+	ExtraNodeName = "authentication.kubernetes.io/node-name"
+	ExtraNodeUID  = "authentication.kubernetes.io/node-uid"
 )
 
 // TokenReviewResult is what a TokenReview learns of a token: the user it
@@ -439,6 +460,15 @@ func (a *TokenAuthenticator) ReviewToken(token string, audiences []string) (r To
 		if c.Object.Kind == BoundKindPod {
 			r.Extra[ExtraPodName] = []string{c.Object.Name}
 			r.Extra[ExtraPodUID] = []string{c.Object.UID}
+			if c.Object.NodeName != "" {
+				r.Extra[ExtraNodeName] = []string{c.Object.NodeName}
+				if c.Object.NodeUID != "" {
+					r.Extra[ExtraNodeUID] = []string{c.Object.NodeUID}
+				}
+			}
+		}
+		if c.ID != "" {
+			r.Extra[ExtraCredentialID] = []string{"JTI=" + c.ID}
 		}
 		return r, true, nil
 	}

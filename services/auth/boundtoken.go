@@ -15,6 +15,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"github.com/google/uuid"
 )
 
 // ErrInvalidBoundToken is wrapped by BoundTokens.Verify for a token it
@@ -25,7 +26,8 @@ var ErrInvalidBoundToken = errors.New("auth: invalid bound service account token
 // Bound ServiceAccount tokens (the TokenRequest API, `kubectl create
 // token`): JWTs signed ES256 by the cluster's ServiceAccount key, with
 // Kubernetes' claims — iss, sub system:serviceaccount:<ns>:<name>, aud,
-// exp, iat, nbf and kubernetes.io.{namespace, serviceaccount.{name, uid}},
+// exp, iat, nbf, jti (a random UUID: the token's credential id) and
+// kubernetes.io.{namespace, serviceaccount.{name, uid}},
 // and for a token bound to an object kubernetes.io.pod or
 // kubernetes.io.secret {name, uid}. A token authenticates only until it
 // expires and only while its ServiceAccount — and the object it is bound
@@ -89,6 +91,9 @@ type BoundTokenClaims struct {
 	Object    BoundObject
 	Audiences []string
 	Expiry    time.Time
+	// ID is the token's jti, its credential id ("" for a token issued
+	// before tokens carried one).
+	ID string
 }
 
 // Kinds of object a token may be bound to (TokenRequest
@@ -101,7 +106,10 @@ const (
 
 // BoundObject is the object a token is bound to: BoundKindPod or
 // BoundKindSecret, its name and its uid. The zero value binds to nothing.
-type BoundObject struct{ Kind, Name, UID string }
+// A pod's token also names the node the pod was bound to when it was
+// issued (NodeName, and NodeUID when that Node was stored), as Kubernetes'
+// kubernetes.io.node claim: information, not a binding.
+type BoundObject struct{ Kind, Name, UID, NodeName, NodeUID string }
 
 type objectRef struct {
 	Name string `json:"name"`
@@ -113,6 +121,14 @@ type k8sClaims struct {
 	ServiceAccount objectRef  `json:"serviceaccount"`
 	Pod            *objectRef `json:"pod,omitempty"`
 	Secret         *objectRef `json:"secret,omitempty"`
+	Node           *nodeRef   `json:"node,omitempty"`
+}
+
+// nodeRef is the kubernetes.io.node claim: a uid only when the Node was
+// stored (Kubernetes' ref, both fields omitempty).
+type nodeRef struct {
+	Name string `json:"name,omitempty"`
+	UID  string `json:"uid,omitempty"`
 }
 
 type boundClaims struct {
@@ -155,8 +171,13 @@ func (b *BoundTokens) Issue(namespace, name, uid string, obj BoundObject, audien
 	case obj == BoundObject{}:
 	case obj.Name == "" || obj.UID == "":
 		return "", time.Time{}, fmt.Errorf("%w: a bound object needs a name and a uid", ErrInvalidBoundToken)
+	case obj.Kind != BoundKindPod && (obj.NodeName != "" || obj.NodeUID != ""):
+		return "", time.Time{}, fmt.Errorf("%w: only a pod's token names a node", ErrInvalidBoundToken)
 	case obj.Kind == BoundKindPod:
 		k.Pod = ref
+		if obj.NodeName != "" {
+			k.Node = &nodeRef{Name: obj.NodeName, UID: obj.NodeUID}
+		}
 	case obj.Kind == BoundKindSecret:
 		k.Secret = ref
 	default:
@@ -178,6 +199,7 @@ func (b *BoundTokens) Issue(namespace, name, uid string, obj BoundObject, audien
 	c := boundClaims{Claims: jwt.Claims{
 		Issuer: b.issuer, Subject: ServiceAccountUsername(namespace, name), Audience: jwt.Audience(audiences),
 		Expiry: jwt.NewNumericDate(exp), IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
+		ID: uuid.NewString(),
 	}, Kubernetes: k}
 	tok, err := jwt.Signed(b.signer).Claims(c).Serialize()
 	if err != nil {
@@ -218,6 +240,9 @@ func (b *BoundTokens) VerifyFor(token string, audiences []string, now time.Time)
 		return BoundTokenClaims{}, fmt.Errorf("%w: bound to a pod and a secret", ErrInvalidBoundToken)
 	case k.Pod != nil:
 		obj = BoundObject{Kind: BoundKindPod, Name: k.Pod.Name, UID: k.Pod.UID}
+		if k.Node != nil {
+			obj.NodeName, obj.NodeUID = k.Node.Name, k.Node.UID
+		}
 	case k.Secret != nil:
 		obj = BoundObject{Kind: BoundKindSecret, Name: k.Secret.Name, UID: k.Secret.UID}
 	}
@@ -225,7 +250,7 @@ func (b *BoundTokens) VerifyFor(token string, audiences []string, now time.Time)
 		return BoundTokenClaims{}, fmt.Errorf("%w: a bound %s without a name or uid", ErrInvalidBoundToken, obj.Kind)
 	}
 	return BoundTokenClaims{Namespace: k.Namespace, Name: k.ServiceAccount.Name, UID: k.ServiceAccount.UID, Object: obj,
-		Audiences: c.Audience, Expiry: c.Expiry.Time()}, nil
+		Audiences: c.Audience, Expiry: c.Expiry.Time(), ID: c.ID}, nil
 }
 
 // TokenAudiences returns the audiences a token signed by b names,

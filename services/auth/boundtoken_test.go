@@ -217,3 +217,91 @@ func TestCheckTokenExpiration(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundTokenCredentialID: every bound token carries its own jti, and a
+// TokenReview of it returns Kubernetes' single credential-id extra
+// "JTI=<jti>" (the sig-auth conformance test "should mount an API token
+// into pods" asks for exactly one, starting with JTI=).
+func TestBoundTokenCredentialID(t *testing.T) {
+	now := time.Now()
+	clock := now
+	b, a := boundAuthenticator(t, &clock)
+	a.UpsertServiceAccount(&corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "robot", Uid: "sa-uid"}})
+	ids := map[string]bool{}
+	for range 2 {
+		tok, _, err := b.Issue("team", "robot", "sa-uid", BoundObject{}, nil, time.Hour, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.Verify(tok, now)
+		if err != nil || c.ID == "" || ids[c.ID] {
+			t.Fatalf("verify: jti %q (seen %v), %v; want a fresh jti", c.ID, ids[c.ID], err)
+		}
+		ids[c.ID] = true
+		r, ok, err := a.ReviewToken(tok, nil)
+		if !ok || err != nil {
+			t.Fatalf("review: %v %v", ok, err)
+		}
+		if got := r.Extra[ExtraCredentialID]; len(got) != 1 || got[0] != "JTI="+c.ID {
+			t.Fatalf("credential-id extra %q, want [JTI=%s]", got, c.ID)
+		}
+	}
+}
+
+// TestBoundTokenAccountLookup: a verified token whose ServiceAccount the
+// cache has not seen (created a moment ago) or holds with an older uid is
+// checked against the store (LookupServiceAccount), as kube-apiserver's
+// getter falls back to a live read; an account the store does not hold,
+// holds with another uid, or cannot be read still refuses the token.
+func TestBoundTokenAccountLookup(t *testing.T) {
+	now := time.Now()
+	b := boundTokens(t, "https://podflow.local")
+	stored := map[string]string{}
+	var readErr error
+	reads := 0
+	cfg := DefaultAuthenticatorConfig()
+	cfg.BoundTokens = b
+	cfg.LookupServiceAccount = func(ns, name string) (string, bool, error) {
+		reads++
+		uid, ok := stored[ns+"/"+name]
+		return uid, ok, readErr
+	}
+	a, err := NewTokenAuthenticator(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := b.Issue("team", "robot", "sa-uid", BoundObject{}, nil, time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		setup     func()
+		ok        bool
+		wantReads int
+	}{
+		{"not in the store", nil, false, 1},
+		{"stored, not cached yet", func() { stored["team/robot"] = "sa-uid" }, true, 1},
+		{"store unreadable", func() { readErr = errors.New("no quorum") }, false, 1},
+		{"stored with another uid", func() { readErr = nil; stored["team/robot"] = "sa-uid-2" }, false, 1},
+		{"cached: no read", func() {
+			a.UpsertServiceAccount(&corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "robot", Uid: "sa-uid"}})
+		}, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.setup != nil {
+				tc.setup()
+			}
+			reads = 0
+			if _, st := a.AuthenticateToken(tok); (st == nil) != tc.ok {
+				t.Fatalf("authenticated %v (%v), want %v", st == nil, st, tc.ok)
+			}
+			if _, ok, _ := a.ReviewToken(tok, nil); ok != tc.ok {
+				t.Fatalf("review authenticated %v, want %v", ok, tc.ok)
+			}
+			if reads != 2*tc.wantReads {
+				t.Fatalf("%d store reads, want %d", reads, 2*tc.wantReads)
+			}
+		})
+	}
+}

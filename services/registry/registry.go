@@ -242,7 +242,11 @@ func toInternal(sc *runtime.Scheme, u *corev1.Unstructured) (runtime.Object, err
 	return in, nil
 }
 
-// fromInternal converts in back to u's version and replaces u with it.
+// fromInternal converts in back to u's version, defaulted, and replaces
+// u with it. kube-apiserver's storage defaults every object it decodes, so
+// what a strategy cleared reads back defaulted: a new
+// PersistentVolumeClaim's status (PrepareForCreate resets it) has phase
+// Pending; podflow stores the object as it will be read.
 func fromInternal(sc *runtime.Scheme, in runtime.Object, u *corev1.Unstructured) error {
 	gv, err := schema.ParseGroupVersion(u.GetApiVersion())
 	if err != nil {
@@ -252,6 +256,7 @@ func fromInternal(sc *runtime.Scheme, in runtime.Object, u *corev1.Unstructured)
 	if err != nil {
 		return err
 	}
+	sc.Default(ext)
 	ext.GetObjectKind().SetGroupVersionKind(gv.WithKind(u.GetKind()))
 	m, err := manifest.FromKube(ext)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	k8scorev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -82,6 +83,43 @@ func TestCreateDefaultsAndPrepares(t *testing.T) {
 	}
 	if d.UID == "" || d.CreationTimestamp.IsZero() || d.Generation != 1 || d.Status.Replicas != 0 {
 		t.Errorf("system fields: uid %q created %v generation %d status %+v", d.UID, d.CreationTimestamp, d.Generation, d.Status)
+	}
+}
+
+// TestCreatePersistentVolumeClaimPending: a new PersistentVolumeClaim
+// reads back with status.phase Pending, a PersistentVolume with Pending,
+// as from kube-apiserver (its PVC strategy clears the status, its storage
+// defaults the phase on every read); the sig-storage conformance test
+// "should apply changes to a pv/pvc status" reads both.
+func TestCreatePersistentVolumeClaimPending(t *testing.T) {
+	r := registry.Default()
+	pvc := decode(t, `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: team}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+status: {phase: Bound}
+`)
+	if _, st := r.PrepareCreate(ctx, alice, "", pvc); st != nil {
+		t.Fatalf("PrepareCreate: %v", st)
+	}
+	if got := kube[*k8scorev1.PersistentVolumeClaim](t, pvc).Status.Phase; got != k8scorev1.ClaimPending {
+		t.Errorf("a new claim's phase %q, want Pending", got)
+	}
+	pv := decode(t, `apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv1}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  csi: {driver: e2e-driver, volumeHandle: h}
+`)
+	if _, st := r.PrepareCreate(ctx, alice, "", pv); st != nil {
+		t.Fatalf("PrepareCreate: %v", st)
+	}
+	if got := kube[*k8scorev1.PersistentVolume](t, pv).Status.Phase; got != k8scorev1.VolumePending {
+		t.Errorf("a new volume's phase %q, want Pending", got)
 	}
 }
 

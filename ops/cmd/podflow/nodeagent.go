@@ -63,7 +63,7 @@ func linuxFlags(cmd *cobra.Command) *roles.LinuxNodeOptions {
 	f.StringVar(&o.ServiceCIDR, plan.ServiceCIDRFlag, plan.DefaultServiceCIDR, "--runtime linux: the service CIDR: routed unreachable, proxy rules only inside it (the api stage's must be the same)")
 	f.StringVar(&o.Registry, "registry", "", "--runtime linux: registry standing in for docker.io, e.g. 127.0.0.1:5000 (empty: docker.io)")
 	f.StringVar(&o.HostIP, "host-ip", "", "--runtime linux: the node's InternalIP, where NodePort Services and hostPorts also answer (default: its address on its pod bridge, the pod CIDR's first address)")
-	f.StringSliceVar(&o.HostPaths, plan.AllowHostPathFlag, nil, "--runtime linux: host directories hostPath volumes may use")
+	f.StringSliceVar(&o.HostPaths, plan.AllowHostPathFlag, nil, "--runtime linux: host directories hostPath volumes may use; <path>:ro allows read-only mounts only")
 	f.BoolVar(&o.SeccompDefault, "seccomp-default", false, "--runtime linux: RuntimeDefault is the seccomp profile of containers that name none (as kubelet's)")
 	f.StringVar(&o.SeccompProfileRoot, "seccomp-profile-root", "", "--runtime linux: directory of Localhost seccomp profiles (default DATA_DIR/seccomp)")
 	f.StringSliceVar(&o.AllowedUnsafeSysctls, "allowed-unsafe-sysctls", nil, "--runtime linux: sysctl patterns (e.g. 'net.core.*') pods may set beyond the safe set (as kubelet's)")

@@ -42,7 +42,7 @@ DATA-DIR/config.json, where every other podflow command finds it.`,
 	f.StringVar(&o.ClusterCIDR, plan.ClusterCIDRFlag, "", "where the nodes' pod CIDRs come from, as kube-controller-manager's flag (default 10.244.0.0/16; for simulated nodes widened until it holds --nodes node CIDRs: 10.224.0.0/11 for 5,000)")
 	f.IntVar(&o.NodeCIDRMaskSize, plan.NodeCIDRMaskSizeFlag, 0, "prefix length of each node's pod CIDR, as kube-controller-manager's flag (default 24)")
 	f.StringVar(&o.PodSecurityDefault, plan.PodSecurityDefaultFlag, "privileged", "Pod Security level enforced in namespaces without the pod-security.kubernetes.io/enforce label: privileged (Kubernetes' default: no checks), baseline (no privileged containers, host namespaces, hostPath or added capabilities: the choice for a shared machine) or restricted; kube-apiserver's PodSecurity admission defaults.enforce")
-	f.StringSliceVar(&o.HostPaths, plan.AllowHostPathFlag, nil, "--runtime linux: host directories hostPath volumes may use (none by default; also what a DirectoryOrCreate hostPath may create under)")
+	f.StringSliceVar(&o.HostPaths, plan.AllowHostPathFlag, nil, "--runtime linux: host directories hostPath volumes may use (none by default; also what a DirectoryOrCreate hostPath may create under); <path>:ro allows read-only mounts only")
 	f.IntVar(&o.HTTPSPort, "https-port", 0, "Kubernetes API (HTTPS) port on 127.0.0.1 (default: a free port picked at first start, then kept)")
 	f.BoolVar(&o.Init, "init", false, "start a cluster of several machines on this host, its first server: prints the join token of the others")
 	f.StringVar(&o.Join, "join", "", "join the cluster of the server at this address (host or host:port, port "+strconv.Itoa(join.DefaultPort)+" by default) as a server, with --token")

@@ -23,7 +23,7 @@ import (
 type imageInputs struct {
 	agnhost string // static agnhost, built from k8s.io/kubernetes/test/images/agnhost
 	nnp     string // static nnp, built from k8s.io/kubernetes/test/images/nonewprivs
-	busybox string // Debian's busybox (the dynamically linked build)
+	busybox string // podflow's busybox (bin/busybox, make busybox)
 	k8sDir  string // k8s.io/kubernetes module directory: test/images data files
 	// hostTools are host programs copied with their shared libraries into
 	// the agnhost image, where upstream's Alpine base has them.
@@ -68,7 +68,7 @@ func e2eImages(ctx context.Context, in imageInputs) (map[string]v1.Image, error)
 		return nil, fmt.Errorf("test image data of k8s.io/kubernetes: %w", err)
 	}
 
-	// busybox: Debian's busybox with the C library it links.
+	// busybox: podflow's busybox with the C library it links, if any.
 	busybox := append(base(""), bb...)
 	libs, err := sharedLibraries(ctx, in.busybox)
 	if err != nil {
@@ -294,7 +294,7 @@ func runImages(ctx context.Context, args []string) error {
 	registry := fs.String("registry", "", "registry address (127.0.0.1:PORT)")
 	registryFile := fs.String("registry-file", "", "read the registry address from this file (DATA/registry.addr of podflow up)")
 	fs.StringVar(&in.agnhost, "agnhost", "", "static agnhost binary (required)")
-	fs.StringVar(&in.busybox, "busybox", "", "Debian's busybox binary (required)")
+	fs.StringVar(&in.busybox, "busybox", "", "podflow's busybox binary (make busybox; required)")
 	fs.StringVar(&in.nnp, "nnp", "", "static nnp binary of test/images/nonewprivs (required)")
 	fs.StringVar(&in.k8sDir, "k8s-dir", "", "k8s.io/kubernetes module directory (required)")
 	repoListOut := fs.String("repo-list", "", "also write the KUBE_TEST_REPO_LIST file for this registry here")

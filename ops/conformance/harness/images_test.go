@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -89,10 +90,17 @@ func TestImagesRun(t *testing.T) {
 	}{
 		{"busybox wget", busybox, []string{"/bin/wget", "-q", "-O-", url}, "hello from the host"},
 		{"busybox sh", busybox, []string{"/bin/sh", "-c", "echo $((6*7))"}, "42"},
+		// A ConfigMap key as a variable name (envFrom): the shell passes it
+		// on as upstream's busybox does, so `sh -c env` prints it.
+		{"busybox sh -c env", busybox, []string{"/bin/env", "data-1=value-1", "p-data-1=value-1", "/bin/sh", "-c",
+			"/bin/sh -c env | grep -x data-1=value-1; /bin/sh -c env | grep -x p-data-1=value-1"}, "data-1=value-1\np-data-1=value-1"},
 		{"busybox nslookup of a file entry", busybox, []string{"/bin/sh", "-c", "echo '127.0.0.1 pf-test.local' > /etc/hosts; /bin/wget -q -O- http://pf-test.local:" + port(l) + "/"}, "hello from the host"},
 		{"agnhost", agnhost, []string{"/agnhost", "--help"}, "netexec"},
 		{"agnhost curl", agnhost, []string{"/usr/bin/curl", "-q", "-s", "--connect-timeout", "2", url}, "hello from the host"},
 		{"agnhost nc", agnhost, []string{"/bin/sh", "-c", "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 127.0.0.1 " + port(l)}, "hello from the host"},
+		// The Services tests' probe: the shell runs the nc PATH finds
+		// (netcat-openbsd, which has -t), not busybox's applet.
+		{"agnhost nc -t", agnhost, []string{"/bin/sh", "-c", "command -v nc; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -v -t -w 2 127.0.0.1 " + port(l)}, "/usr/bin/nc\n"},
 		{"agnhost dig", agnhost, []string{"/usr/bin/dig", "-v"}, "DiG"},
 		{"agnhost bash", agnhost, []string{"/usr/bin/bash", "-c", "echo ${BASH_VERSINFO[0]}"}, ""},
 		// The DNS tests' probe: dig, and getent reading the pod's /etc/hosts.
@@ -182,6 +190,14 @@ func httpdStops(t *testing.T, img v1.Image, root string) {
 		t.Fatal(err)
 	}
 	argv := append(slices.Clone(cf.Config.Entrypoint), cf.Config.Cmd...)
+	// A container has /dev/null (the shell opens it for a background
+	// job's stdin; without it busybox's ash fails the job at once).
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(filepath.Join(root, "dev", "null"), syscall.S_IFCHR|0o666, 1<<8|3 /* makedev(1, 3) */); err != nil && !errors.Is(err, os.ErrExist) {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET}
 	cmd.Dir = "/"

@@ -28,6 +28,10 @@ const runningLine = "up: podflow is running"
 // jobHostPathDir is the hostPath directory of the suite's Job tests.
 const jobHostPathDir = "/tmp/job-e2e"
 
+// etcHostsHostPath allows the host's /etc/hosts as a hostPath volume,
+// read-only (the node agent's "<path>:ro" allowlist entry).
+const etcHostsHostPath = "/etc/hosts:ro"
+
 // startPodflow starts `podflow up` in a fresh data directory, in its own
 // process group (a Ctrl-C on the terminal reaches the harness, which
 // stops podflow by its PID), and waits until it is running.
@@ -44,8 +48,11 @@ func startPodflow(ctx context.Context, o *runOptions) (*podflowProc, error) {
 	if o.runtime == "linux" {
 		// The suite's Job tests keep a file across a Job's pods in a
 		// hostPath DirectoryOrCreate under this scratch directory
-		// (test/e2e/framework/job NewTestJobOnNode); no other hostPath.
-		args = append(args, "--allow-host-path", jobHostPathDir)
+		// (test/e2e/framework/job NewTestJobOnNode); KubeletManagedEtcHosts
+		// compares the pods' /etc/hosts with the host's, mounted by
+		// hostPath: read-only here (the test only reads it). No other
+		// hostPath.
+		args = append(args, "--allow-host-path", jobHostPathDir, "--allow-host-path", etcHostsHostPath)
 		// Two nodes at least: the suite's multi-node tests (two untainted
 		// nodes, a DaemonSet's rollback, pod-to-pod across nodes) need them.
 		args = append(args, "--linux-nodes", strconv.Itoa(o.nodes))

@@ -59,7 +59,7 @@ func runRun(ctx context.Context, args []string) error {
 	fs.StringVar(&o.suite, "suite", ".tools/conformance/e2e.test", "the e2e test binary (ops/conformance/suite)")
 	fs.StringVar(&o.kubectl, "kubectl", ".tools/conformance/kubectl", "kubectl of the suite's release, for the sig-cli tests")
 	fs.StringVar(&o.images.agnhost, "agnhost", ".tools/conformance/agnhost", "static agnhost binary")
-	fs.StringVar(&o.images.busybox, "busybox", ".tools/conformance/busybox", "Debian's busybox binary")
+	fs.StringVar(&o.images.busybox, "busybox", "bin/busybox", "podflow's busybox binary (make busybox)")
 	fs.StringVar(&o.images.nnp, "nnp", ".tools/conformance/nnp", "static nnp binary (test/images/nonewprivs)")
 	fs.StringVar(&o.images.k8sDir, "k8s-dir", "", "k8s.io/kubernetes module directory (test image data files)")
 	fs.StringVar(&o.focus, "focus", `\[Conformance\]`, "ginkgo focus: a regular expression over the tests' full names")
@@ -347,10 +347,21 @@ var waitsOutPodStart = []string{
 	"[sig-scheduling] SchedulerPredicates [Serial] validates that there exists conflict between pods with same hostPort and protocol but one using 0.0.0.0 hostIP [Conformance]",
 }
 
+// waitsOutBackOff are tests not tagged [Slow] whose own waits are longer
+// than the default per-test timeout by design. "monotonically increasing
+// restart count" waits for five restarts through kubelet's crash-loop
+// back-off (10 s doubling): the fifth comes about six and a half minutes
+// after the pod starts, within the test's own 14-minute budget (2 min of
+// back-off, 4 min of observation, 2 min per restart).
+var waitsOutBackOff = []string{
+	"[sig-node] Probing container should have monotonically increasing restart count [NodeConformance] [Conformance]",
+}
+
 // testTimeout is the per-test timeout of the test name: slow for [Slow]
-// tests and those that wait out the pod start timeout, else timeout.
+// tests and those that wait out the pod start timeout or kubelet's
+// back-off, else timeout.
 func testTimeout(name string, timeout, slow time.Duration) time.Duration {
-	if strings.Contains(name, "[Slow]") || slices.Contains(waitsOutPodStart, name) {
+	if strings.Contains(name, "[Slow]") || slices.Contains(waitsOutPodStart, name) || slices.Contains(waitsOutBackOff, name) {
 		return slow
 	}
 	return timeout

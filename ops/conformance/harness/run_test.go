@@ -45,12 +45,16 @@ func TestLongestFirst(t *testing.T) {
 	}
 }
 
+// TestTestTimeout: [Slow] tests and the long ones the suite does not tag
+// get the slow timeout, every other test the default one.
 func TestTestTimeout(t *testing.T) {
 	const timeout, slow = 5 * time.Minute, 15 * time.Minute
 	for name, want := range map[string]time.Duration{
 		"[sig-apps] CronJob should not schedule jobs when suspended [Slow] [Conformance]": slow,
 		waitsOutPodStart[0]: slow,
-		"[sig-scheduling] SchedulerPredicates [Serial] validates that NodeSelector is respected if matching [Conformance]": timeout,
+		"[sig-node] Probing container should have monotonically increasing restart count [NodeConformance] [Conformance]":            slow,
+		"[sig-scheduling] SchedulerPredicates [Serial] validates that NodeSelector is respected if matching [Conformance]":           timeout,
+		"[sig-node] Probing container should *not* be restarted with a /healthz http liveness probe [NodeConformance] [Conformance]": timeout,
 	} {
 		if got := testTimeout(name, timeout, slow); got != want {
 			t.Errorf("%s: %v, want %v", name, got, want)

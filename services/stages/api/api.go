@@ -190,7 +190,11 @@ func New(env stage.Env, cfg Config) (*Stage, error) {
 			return nil, fmt.Errorf("api: token file %q: %w", cfg.TokenFile, err)
 		}
 	}
-	authn, err := auth.NewTokenAuthenticator(cfg.Authn, static)
+	acfg := cfg.Authn
+	if env.Store != nil {
+		acfg.LookupServiceAccount = lookupServiceAccount(env.Store)
+	}
+	authn, err := auth.NewTokenAuthenticator(acfg, static)
 	if err != nil {
 		return nil, err
 	}
@@ -248,6 +252,27 @@ func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 		return nil
 	})
 	return nil
+}
+
+// serviceAccountLookupTimeout bounds the store read of a ServiceAccount
+// the token cache does not hold yet.
+const serviceAccountLookupTimeout = 5 * time.Second
+
+// lookupServiceAccount reads a ServiceAccount's uid from st, for a bound
+// token whose account the informer-fed cache has not seen (yet).
+func lookupServiceAccount(st *objects.Store) func(namespace, name string) (string, bool, error) {
+	return func(namespace, name string) (string, bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), serviceAccountLookupTimeout)
+		defer cancel()
+		sa, err := objects.Get[*corev1.ServiceAccount](ctx, st, namespace, name)
+		if errors.Is(err, raftstore.ErrNotFound) {
+			return "", false, nil
+		}
+		if err != nil {
+			return "", false, err
+		}
+		return sa.GetMetadata().GetUid(), true, nil
+	}
 }
 
 // startCaches runs the informers feeding the RBAC and token caches and

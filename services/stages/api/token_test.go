@@ -2,12 +2,17 @@ package api
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/stage/stagetest"
 )
 
 // TestServiceAccountTokens: only the server issues ServiceAccount tokens.
@@ -77,4 +82,54 @@ func TestServiceAccountTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	authenticates(issued, false)
+}
+
+// TestBoundTokenOfNewServiceAccount: a token issued for a ServiceAccount
+// the stage's cache has not seen yet (created a moment ago; here the
+// caches never start) authenticates and passes a TokenReview, read from
+// the store, with its credential id; once the account is deleted from the
+// store it does not. (The sig-auth conformance test "should create a
+// serviceAccountToken and ensure a successful TokenReview" creates the
+// account, a token and the review within milliseconds.)
+func TestBoundTokenOfNewServiceAccount(t *testing.T) {
+	env, _, _ := stagetest.NewEnv("api")
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "fresh", Uid: "fresh-uid"}}
+	if _, err := env.Store.Create(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound, err := auth.NewBoundTokens(key, auth.ServiceAccountIssuer, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Authn.BoundTokens = bound
+	s, err := New(env, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := bound.Issue("team", "fresh", "fresh-uid", auth.BoundObject{}, nil, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok, err := s.ReviewToken(tok, nil)
+	if !ok || err != nil || r.User.GetUsername() != "system:serviceaccount:team:fresh" {
+		t.Fatalf("review of a new account's token: %v %v %+v", ok, err, r.User)
+	}
+	if id := r.Extra[auth.ExtraCredentialID]; len(id) != 1 || !strings.HasPrefix(id[0], "JTI=") {
+		t.Fatalf("credential-id %q, want one JTI=…", id)
+	}
+	if _, err := env.Store.Delete(ctx, objects.ServiceAccounts, "team", "fresh", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.ReviewToken(tok, nil); ok {
+		t.Fatal("a deleted account's token passes a TokenReview")
+	}
+	if _, st := s.authn.AuthenticateToken(tok); st == nil {
+		t.Fatal("a deleted account's token authenticates")
+	}
 }
