@@ -194,6 +194,14 @@ type Config struct {
 	// under the replica's read lock: it must be quick and must not call the
 	// store. Nil: ReadACL alone decides.
 	ReadFilter func(user, key string, value []byte, st State) bool
+	// ReplyACL, when set, decides where a named requester may have the
+	// store send to: a request's reply subject and a watch's inbox. The
+	// store publishes to any subject a requester names, so without it a
+	// reader could have answers and watch streams pushed into another
+	// user's inbox. A request with a refused reply subject is dropped
+	// unanswered; a watch with a refused inbox gets CODE_FORBIDDEN.
+	// Unnamed requests are not checked. Nil: every subject is allowed.
+	ReplyACL func(user, subject string) bool
 
 	// Encryption, when set, encrypts values at rest as kube-apiserver's
 	// EncryptionConfiguration does (LoadEncryptionConfig, default: values

@@ -194,9 +194,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		h              func(*nats.Msg)
 	}{
 		{n.subj.stale, queueGroup, n.async(n.handleStaleRead)},
-		{n.subj.stale + ".*", queueGroup, n.async(n.handleStaleRead)}, // named readers
+		{n.subj.stale + ".*", queueGroup, n.async(n.ownReplies(n.handleStaleRead))}, // named readers
 		{n.subj.watch, queueGroup, n.async(n.handleWatch)},
-		{n.subj.watch + ".*", queueGroup, n.async(n.handleWatch)},
+		{n.subj.watch + ".*", queueGroup, n.async(n.ownReplies(n.handleWatch))},
 		{n.subj.status, "", n.handleStatus},
 		{n.ackPrefix + ".>", "", n.acks.deliver},
 	} {
@@ -416,9 +416,9 @@ func (n *Node) subscribeLeader() error {
 		h       func(*nats.Msg)
 	}{
 		{n.subj.write, n.async(n.handleWrite)},
-		{n.subj.write + ".*", n.async(n.handleWrite)}, // named writers
+		{n.subj.write + ".*", n.async(n.ownReplies(n.handleWrite))}, // named writers
 		{n.subj.read, n.async(n.handleRead)},
-		{n.subj.read + ".*", n.async(n.handleRead)},
+		{n.subj.read + ".*", n.async(n.ownReplies(n.handleRead))},
 		{n.subj.admin, n.async(n.handleAdmin)},
 	} {
 		sub, err := n.cfg.Conn.QueueSubscribe(s.subject, queueGroup, s.h)
@@ -665,6 +665,32 @@ func (n *Node) requester(subject string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// ownReplies drops, unanswered, a named request whose reply subject
+// Config.ReplyACL refuses: the store answers only into the requester's own
+// inboxes.
+func (n *Node) ownReplies(h func(*nats.Msg)) func(*nats.Msg) {
+	if n.cfg.ReplyACL == nil {
+		return h
+	}
+	return func(m *nats.Msg) {
+		if user, named := n.requester(m.Subject); named && m.Reply != "" && !n.cfg.ReplyACL(user, m.Reply) {
+			n.log.Warn("reply subject refused", "requester", user, "reply", m.Reply)
+			return
+		}
+		h(m)
+	}
+}
+
+// checkInbox applies Config.ReplyACL to a named watch's inbox.
+func (n *Node) checkInbox(subject, inbox string) error {
+	user, named := n.requester(subject)
+	if !named || n.cfg.ReplyACL == nil || n.cfg.ReplyACL(user, inbox) {
+		return nil
+	}
+	n.log.Warn("watch inbox refused", "requester", user, "inbox", inbox)
+	return newError(storev1.Code_CODE_FORBIDDEN, "", "requester %q may not have a watch sent to %q", user, inbox)
 }
 
 // checkRead applies Config.ReadACL to a named read or watch.

@@ -24,6 +24,10 @@ func (n *Node) handleWatch(m *nats.Msg) {
 		n.respond(m, &storev1.WatchResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "bad watch request"))})
 		return
 	}
+	if err := n.checkInbox(m.Subject, req.Inbox); err != nil {
+		n.respond(m, &storev1.WatchResponse{Replica: n.cfg.ID, Error: toWire(err)})
+		return
+	}
 	if err := n.checkRead(m.Subject, req.Prefix, true); err != nil {
 		n.respond(m, &storev1.WatchResponse{Replica: n.cfg.ID, Error: toWire(err)})
 		return

@@ -228,6 +228,13 @@ func StoreReadACL(user, key string, prefix bool) bool {
 	return !strings.HasPrefix(key, secrets) && !(prefix && strings.HasPrefix(secrets, key))
 }
 
+// StoreReplyACL is the store's reply policy (raftstore.Config.ReplyACL):
+// a role has answers and watch streams sent only to its own inboxes
+// (bus.InboxPrefix), which only its connections may subscribe to.
+func StoreReplyACL(user, subject string) bool {
+	return strings.HasPrefix(subject, bus.InboxPrefix(user)+".")
+}
+
 // PodCIDRPrefix holds one store key per allocated pod CIDR; its value is
 // the node that has it (written by Linux node agents).
 const PodCIDRPrefix = "/registry/podflow/podcidrs/"

@@ -490,7 +490,7 @@ func storeReplicas(t *testing.T, srv *bus.Embedded, n int, opts ...raftstoretest
 		cfg.TLS = raftstoretest.PeerTLS(t)
 		cfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, p.ID).NATS()
 		cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
-		cfg.WriteFilter = pipeline.StoreWriteFilter
+		cfg.WriteFilter, cfg.ReplyACL = pipeline.StoreWriteFilter, pipeline.StoreReplyACL
 		for _, o := range opts {
 			o(&cfg)
 		}

@@ -376,3 +376,75 @@ func TestStoreAckForgery(t *testing.T) {
 		t.Fatalf("the list has %d keys, want %d", got, keys)
 	}
 }
+
+// TestStoreRepliesOnlyToOwnInbox: a stage names another stage's inbox as a
+// read's reply subject and as a watch's inbox. The store publishes to any
+// subject, so without raftstore.Config.ReplyACL the victim's inbox gets
+// the answer and the watch stream; with it the read is dropped, the watch
+// refused with CODE_FORBIDDEN, and the same read into the stage's own
+// inbox is answered.
+func TestStoreRepliesOnlyToOwnInbox(t *testing.T) {
+	srv, _ := lockedDown(t)
+	client := storeReplicas(t, srv, 1)
+	admin := client(bus.RoleAdmin, "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const key = "/registry/configmaps/default/own-inbox"
+	rev, err := admin.Create(ctx, key, []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	attacker := pipeline.StageRole(pipeline.DaemonSet)
+	a := bustest.ConnectAs(t, srv, attacker, "daemonset-1").NATS()
+	victim := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.Endpoints), "endpoints-1").NATS()
+	victimInbox := victim.NewInbox()
+	stolen := make(chan *nats.Msg, 16)
+	if _, err := victim.ChanSubscribe(victimInbox, stolen); err != nil {
+		t.Fatal(err)
+	}
+	if err := victim.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	read, err := proto.Marshal(&storev1.ReadRequest{Key: key, Stale: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PublishRequest(bus.StorePrefix+".stale."+attacker, victimInbox, read); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := proto.Marshal(&storev1.WatchRequest{Prefix: "/registry/configmaps/", Inbox: victimInbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := a.Request(bus.StorePrefix+".watch."+attacker, watch, bustest.Timeout)
+	if err != nil {
+		t.Fatalf("watch into another's inbox: %v", err)
+	}
+	var wr storev1.WatchResponse
+	if err := proto.Unmarshal(m.Data, &wr); err != nil {
+		t.Fatal(err)
+	}
+	if wr.GetError().GetCode() != storev1.Code_CODE_FORBIDDEN {
+		t.Fatalf("watch into another's inbox answered %v, want CODE_FORBIDDEN", wr.GetError())
+	}
+	// The same read into the attacker's own inbox is answered: the store
+	// has served every request above by the time it answers this one.
+	m, err = a.Request(bus.StorePrefix+".stale."+attacker, read, bustest.Timeout)
+	if err != nil {
+		t.Fatalf("read into its own inbox: %v", err)
+	}
+	var rr storev1.ReadResponse
+	if err := proto.Unmarshal(m.Data, &rr); err != nil || rr.GetError() != nil || len(rr.GetKvs()) != 1 {
+		t.Fatalf("read into its own inbox: %v %v", err, rr.GetError())
+	}
+	if _, err := admin.Update(ctx, key, []byte("changed"), rev); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-stolen:
+		t.Fatalf("the victim's inbox got %d bytes from the store", len(m.Data))
+	case <-time.After(time.Second):
+	}
+}

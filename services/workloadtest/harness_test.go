@@ -87,7 +87,7 @@ func newCluster(t testing.TB) *cluster {
 		scfg.RaftListener = ls[i]
 		scfg.TLS = raftstoretest.PeerTLS(t)
 		scfg.WriteACL, scfg.ReadACL, scfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
-		scfg.WriteFilter = pipeline.StoreWriteFilter
+		scfg.WriteFilter, scfg.ReplyACL = pipeline.StoreWriteFilter, pipeline.StoreReplyACL
 		scfg.Conn = bustest.ConnectAs(t, srv, pipeline.RoleStore, fmt.Sprintf("store-%d", i)).NATS()
 		node, err := raftstore.NewNode(scfg)
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 func StoreReplica(ctx context.Context, cfg raftstore.Config, nc *nats.Conn, stderr io.Writer) error {
 	cfg.Conn = nc
 	cfg.WriteACL, cfg.ReadACL, cfg.ReadFilter = pipeline.StoreWriteACL, pipeline.StoreReadACL, pipeline.StoreReadFilter
-	cfg.WriteFilter = pipeline.StoreWriteFilter
+	cfg.WriteFilter, cfg.ReplyACL = pipeline.StoreWriteFilter, pipeline.StoreReplyACL
 	node, err := raftstore.NewNode(cfg)
 	if err != nil {
 		return err
