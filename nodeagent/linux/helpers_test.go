@@ -173,8 +173,11 @@ func (e *env) startPod(t testing.TB, ctx context.Context, pd *corev1.Pod) (nodea
 // its output; the probe must succeed.
 func (e *env) execProbe(t testing.TB, ctx context.Context, pd *corev1.Pod, id nodeagent.ContainerID, cmd ...string) string {
 	t.Helper()
+	// A command run to read what the container sees, not a probe under
+	// test: it gets the time it needs on a loaded machine, where the
+	// default one second (runtime_test's "exec times out") is too short.
 	res, err := e.rt.Probe(ctx, pd, pd.Spec.Containers[0], id, nodeagent.ProbeLiveness, &corev1.Probe{
-		Exec: &corev1.ExecAction{Command: cmd}})
+		Exec: &corev1.ExecAction{Command: cmd}, TimeoutSeconds: 30})
 	if err != nil || !res.OK {
 		t.Fatalf("probe %q: %+v %v", cmd, res, err)
 	}
