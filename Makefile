@@ -181,7 +181,7 @@ bench-pipeline: build
 ## bench-workload: a Deployment of 10,000 replicas on 100 simulated nodes,
 ## timed until available and through a rolling update, 3 runs (docs/workloads.md).
 bench-workload: build
-	$(BIN)/podflow bench workload --own --replicas 10000 --nodes 100 --runs 3
+	$(BIN)/podflow bench workload --own --pods 10000 --nodes 100 --runs 3
 
 ## bench-scale: 1 vs 2 replicas of admission (0.02 CPU each) and of the
 ## scheduler (0.1 CPU each), every replica bounded in a cgroup of its own

@@ -27,7 +27,7 @@ import (
 )
 
 // WorkloadHelp is the help of `podflow bench workload` (RunWorkload).
-const WorkloadHelp = `Create one Deployment of --replicas pods on a podflow system with simulated
+const WorkloadHelp = `Create one Deployment of --pods pods on a podflow system with simulated
 nodes and time it until every pod is available; then change its pod template
 (an annotation) and time the RollingUpdate (--max-surge, --max-unavailable)
 until the rollout is complete as ` + "`kubectl rollout status`" + ` decides it; then
@@ -68,7 +68,7 @@ type WorkloadOptions struct {
 // Validate checks the options.
 func (o *WorkloadOptions) Validate() error {
 	if o.Replicas < 1 || o.Runs < 1 {
-		return errors.New("bench workload: --replicas and --runs must be positive")
+		return errors.New("bench workload: --pods and --runs must be positive")
 	}
 	if o.Timeout <= 0 {
 		return errors.New("bench workload: --timeout must be positive")

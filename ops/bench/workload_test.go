@@ -15,8 +15,8 @@ func TestWorkloadOptionsValidate(t *testing.T) {
 		change func(*WorkloadOptions)
 		want   string
 	}{
-		{func(o *WorkloadOptions) { o.Replicas = 0 }, "--replicas and --runs must be positive"},
-		{func(o *WorkloadOptions) { o.Runs = 0 }, "--replicas and --runs must be positive"},
+		{func(o *WorkloadOptions) { o.Replicas = 0 }, "--pods and --runs must be positive"},
+		{func(o *WorkloadOptions) { o.Runs = 0 }, "--pods and --runs must be positive"},
 		{func(o *WorkloadOptions) { o.Timeout = 0 }, "--timeout must be positive"},
 		{func(o *WorkloadOptions) { o.MaxSurge = "lots" }, `--max-surge "lots": want a count or a percentage`},
 		{func(o *WorkloadOptions) { o.MaxUnavailable = "-1" }, `--max-unavailable "-1": negative`},

@@ -15,7 +15,7 @@ func newBenchWorkloadCmd() *cobra.Command {
 	o := &bench.WorkloadOptions{}
 	cmd := &cobra.Command{
 		Use:   "workload",
-		Short: "A Deployment of N replicas: time until available, then a rolling update until complete",
+		Short: "A Deployment of N pods: time until available, then a rolling update until complete",
 		Long:  bench.WorkloadHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return bench.RunWorkload(cmd.Context(), o, cmd.OutOrStdout())
@@ -24,10 +24,10 @@ func newBenchWorkloadCmd() *cobra.Command {
 	configFlag(cmd, &o.Config)
 	f := cmd.Flags()
 	f.BoolVar(&o.Own, "own", false, "start a fresh system of its own, even when one is configured")
-	f.IntVar(&o.Replicas, "replicas", 10000, "replicas of the Deployment")
+	f.IntVar(&o.Replicas, "pods", 10000, "pods of the Deployment (its spec.replicas)")
 	f.IntVar(&o.Nodes, "nodes", 100, "simulated nodes (when starting its own system)")
 	f.IntVar(&o.Runs, "runs", 3, "rounds of create, rollout and delete")
-	f.StringVar(&o.StageReplicas, "stage-replicas", "", "stage replicas (when starting its own system), e.g. replicaset=2")
+	f.StringVar(&o.StageReplicas, "replicas", "", "stage replicas (when starting its own system), e.g. admission=2,replicaset=2")
 	f.StringVar(&o.MaxSurge, "max-surge", "25%", "the Deployment's rollingUpdate.maxSurge")
 	f.StringVar(&o.MaxUnavailable, "max-unavailable", "25%", "the Deployment's rollingUpdate.maxUnavailable")
 	f.BoolVar(&o.Keep, "keep", false, "keep the temporary system's data directory")
