@@ -26,6 +26,13 @@ const reconnectPoll = 100 * time.Millisecond
 // waits for it, as long as ctx allows; a process that needs the bus to
 // serve waits for the bus. On failure it unsubscribes sub.
 func Subscribed(ctx context.Context, nc *nats.Conn, sub *nats.Subscription) error {
+	// A flush under a done context may still see its pong first (the
+	// select between them picks either when both are ready): a caller
+	// that gave up gets its error whatever the race.
+	if err := ctx.Err(); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("bus: subscribe %s: %w", sub.Subject, err)
+	}
 	for {
 		fctx, cancel := context.WithTimeout(ctx, SubscribeTimeout)
 		err := nc.FlushWithContext(fctx)
