@@ -13,9 +13,7 @@ package apiserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 
 	"google.golang.org/protobuf/proto"
 	k8scorev1 "k8s.io/api/core/v1"
@@ -25,10 +23,7 @@ import (
 	"k8s.io/kubernetes/pkg/apis/core/validation"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/manifest"
-	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/validate"
 )
 
@@ -46,27 +41,11 @@ func (s *Server) updateNodeStatus(ctx context.Context, req *request, current, ne
 	name := current.GetMetadata().GetName()
 	out := proto.CloneOf(next)
 	out.Spec = proto.CloneOf(current.GetSpec()) // nodeStatusStrategy.PrepareForUpdate
-	// System fields are the server's (ValidateObjectMetaUpdate refuses
-	// changing them; a client sends them as it read them, to the second).
-	md, cur := objects.Meta(out), current.GetMetadata()
-	md.Uid, md.CreationTimestamp, md.DeletionTimestamp = cur.GetUid(), cur.GetCreationTimestamp(), cur.GetDeletionTimestamp()
-	md.DeletionGracePeriodSeconds, md.Generation = cur.DeletionGracePeriodSeconds, cur.GetGeneration()
-	if md.GetResourceVersion() == "" { // an unconditional update: of what was read
-		md.ResourceVersion = cur.GetResourceVersion()
-	}
+	keepSystemFields(out, current)
 	if errs := validateNodeStatus(out, current); len(errs) > 0 {
 		return validate.InvalidStatus("Node", name, errs), nil
 	}
-	if dry {
-		return stage.Success(http.StatusOK, "nodes", name), out
-	}
-	if _, err := s.store.Update(ctx, out); err != nil {
-		if errors.Is(err, raftstore.ErrConflict) {
-			return conflict("nodes", name), nil
-		}
-		return storeStatus(err, req.res, name), nil
-	}
-	return stage.Success(http.StatusOK, "nodes", name), out
+	return s.writeSubresource(ctx, req, "nodes", name, out, dry)
 }
 
 // validateNodeStatus is kube's ValidateNodeUpdate over the internal forms

@@ -11,8 +11,6 @@ package apiserver
 
 import (
 	"context"
-	"errors"
-	"net/http"
 	"slices"
 	"strings"
 
@@ -21,9 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/validate"
 )
 
@@ -51,12 +47,9 @@ var standardFinalizers = []string{"kubernetes", "orphan", "foregroundDeletion"}
 func (s *Server) updateNamespaceSub(ctx context.Context, req *request, current, next *corev1.Namespace, dry bool) (*corev1.Status, proto.Message) {
 	name := current.GetMetadata().GetName()
 	out := proto.CloneOf(next)
-	md, cur := objects.Meta(out), current.GetMetadata()
-	// System fields are the server's (ValidateObjectMetaUpdate refuses
-	// changing them; a client sends them as it read them).
-	md.Uid, md.CreationTimestamp, md.DeletionTimestamp = cur.GetUid(), cur.GetCreationTimestamp(), cur.GetDeletionTimestamp()
-	md.DeletionGracePeriodSeconds, md.Generation = cur.DeletionGracePeriodSeconds, cur.GetGeneration()
-	md.ResourceVersion = cur.GetResourceVersion()
+	keepSystemFields(out, current)
+	md := objects.Meta(out)
+	md.ResourceVersion = current.GetMetadata().GetResourceVersion()
 	var errs field.ErrorList
 	switch req.sub {
 	case "status": // namespaceStatusStrategy, ValidateNamespaceStatusUpdate
@@ -82,14 +75,5 @@ func (s *Server) updateNamespaceSub(ctx context.Context, req *request, current, 
 	if len(errs) > 0 {
 		return validate.InvalidStatus("Namespace", name, errs), nil
 	}
-	if dry {
-		return stage.Success(http.StatusOK, "namespaces", name), out
-	}
-	if _, err := s.store.Update(ctx, out); err != nil {
-		if errors.Is(err, raftstore.ErrConflict) {
-			return conflict("namespaces", name), nil
-		}
-		return storeStatus(err, req.res, name), nil
-	}
-	return stage.Success(http.StatusOK, "namespaces", name), out
+	return s.writeSubresource(ctx, req, "namespaces", name, out, dry)
 }

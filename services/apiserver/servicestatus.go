@@ -10,9 +10,7 @@ package apiserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 
 	"google.golang.org/protobuf/proto"
 	k8scorev1 "k8s.io/api/core/v1"
@@ -22,10 +20,7 @@ import (
 	"k8s.io/kubernetes/pkg/apis/core/validation"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/manifest"
-	"github.com/podflow/podflow/services/objects"
-	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/validate"
 )
 
@@ -42,25 +37,12 @@ func (s *Server) updateServiceStatus(ctx context.Context, req *request, current,
 	name := current.GetMetadata().GetName()
 	out := proto.CloneOf(next)
 	out.Spec = proto.CloneOf(current.GetSpec()) // serviceStatusStrategy.PrepareForUpdate
-	// System fields are the server's (ValidateObjectMetaUpdate refuses
-	// changing them; a client sends them as it read them, to the second).
-	md, cur := objects.Meta(out), current.GetMetadata()
-	md.Uid, md.CreationTimestamp, md.DeletionTimestamp = cur.GetUid(), cur.GetCreationTimestamp(), cur.GetDeletionTimestamp()
-	md.DeletionGracePeriodSeconds, md.Generation = cur.DeletionGracePeriodSeconds, cur.GetGeneration()
+	keepSystemFields(out, current)
 	defaultIngressIPMode(out)
 	if errs := validateServiceStatus(out, current); len(errs) > 0 {
 		return validate.InvalidStatus("Service", name, errs), nil
 	}
-	if dry {
-		return stage.Success(http.StatusOK, "services", name), out
-	}
-	if _, err := s.store.Update(ctx, out); err != nil {
-		if errors.Is(err, raftstore.ErrConflict) {
-			return conflict("services", name), nil
-		}
-		return storeStatus(err, req.res, name), nil
-	}
-	return stage.Success(http.StatusOK, "services", name), out
+	return s.writeSubresource(ctx, req, "services", name, out, dry)
 }
 
 // validateServiceStatus is kube's ValidateServiceStatusUpdate over the
