@@ -357,7 +357,7 @@ func (s *Server) checkAPIServices(ctx context.Context) {
 		for _, vs := range byGroup {
 			for _, as := range vs {
 				cond := s.apiServiceAvailable(ctx, as)
-				if err := s.setAPIServiceCondition(ctx, as.Name, cond); err != nil && ctx.Err() == nil {
+				if err := s.writeAPIServiceCondition(ctx, as.Name, cond); err != nil && ctx.Err() == nil {
 					s.log.Warn("aggregator: apiservice status", "apiservice", as.Name, "err", err)
 				}
 			}
@@ -398,45 +398,14 @@ func (s *Server) apiServiceAvailable(ctx context.Context, as *apiregistrationv1.
 	return cond
 }
 
-// setAPIServiceCondition writes cond into the APIService name's status
+// writeAPIServiceCondition writes cond into the APIService name's status
 // unless it says that already.
-func (s *Server) setAPIServiceCondition(ctx context.Context, name string, cond apiregistrationv1.APIServiceCondition) error {
-	for {
-		obj, err := s.store.GetKind(ctx, objects.APIServices, "", name)
-		if errors.Is(err, raftstore.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		as, err := fromStored(obj)
-		if err != nil {
-			return err
-		}
+func (s *Server) writeAPIServiceCondition(ctx context.Context, name string, cond apiregistrationv1.APIServiceCondition) error {
+	return updateAPIService(ctx, s.store, name, func(as *apiregistrationv1.APIService) bool {
 		if as.Spec.Service == nil {
-			return nil // made local meanwhile
+			return false // made local meanwhile
 		}
 		cond.LastTransitionTime = metav1.Now()
-		i := slices.IndexFunc(as.Status.Conditions, func(c apiregistrationv1.APIServiceCondition) bool { return c.Type == cond.Type })
-		switch {
-		case i < 0:
-			as.Status.Conditions = append(as.Status.Conditions, cond)
-		case as.Status.Conditions[i].Status == cond.Status && as.Status.Conditions[i].Reason == cond.Reason &&
-			as.Status.Conditions[i].Message == cond.Message:
-			return nil
-		default:
-			if as.Status.Conditions[i].Status == cond.Status {
-				cond.LastTransitionTime = as.Status.Conditions[i].LastTransitionTime
-			}
-			as.Status.Conditions[i] = cond
-		}
-		u, err := toStored(as)
-		if err != nil {
-			return err
-		}
-		if _, err = s.store.Update(ctx, u); errors.Is(err, raftstore.ErrConflict) {
-			continue
-		}
-		return err
-	}
+		return setAPIServiceCondition(as, cond)
+	})
 }

@@ -236,8 +236,18 @@ func (l *LocalAPIServices) register(ctx context.Context, gv schema.GroupVersion)
 // makeAvailable sets Available=True (Local) on the APIService name if it
 // names no Service, as kube-aggregator's availability controller.
 func (l *LocalAPIServices) makeAvailable(ctx context.Context, name string) error {
+	return updateAPIService(ctx, l.Store, name, func(as *apiregistrationv1.APIService) bool {
+		return as.Spec.Service == nil && setLocalAvailable(as, l.clock())
+	})
+}
+
+// updateAPIService applies change to the stored APIService name and
+// writes it back, compare-and-swap, again from a fresh read on a
+// conflict; nothing is written when change reports no change, and an
+// APIService that is gone is no error.
+func updateAPIService(ctx context.Context, st *objects.Store, name string, change func(*apiregistrationv1.APIService) bool) error {
 	for {
-		obj, err := l.Store.GetKind(ctx, objects.APIServices, "", name)
+		obj, err := st.GetKind(ctx, objects.APIServices, "", name)
 		if errors.Is(err, raftstore.ErrNotFound) {
 			return nil
 		}
@@ -248,14 +258,14 @@ func (l *LocalAPIServices) makeAvailable(ctx context.Context, name string) error
 		if err != nil {
 			return err
 		}
-		if as.Spec.Service != nil || !setLocalAvailable(as, l.clock()) {
+		if !change(as) {
 			return nil
 		}
 		u, err := toStored(as)
 		if err != nil {
 			return err
 		}
-		if _, err = l.Store.Update(ctx, u); errors.Is(err, raftstore.ErrConflict) {
+		if _, err = st.Update(ctx, u); errors.Is(err, raftstore.ErrConflict) {
 			continue
 		}
 		return err
@@ -265,8 +275,13 @@ func (l *LocalAPIServices) makeAvailable(ctx context.Context, name string) error
 // setLocalAvailable sets as's Available condition to True, reason Local;
 // it reports whether anything changed.
 func setLocalAvailable(as *apiregistrationv1.APIService, now time.Time) bool {
-	want := apiregistrationv1.APIServiceCondition{Type: apiregistrationv1.Available, Status: apiregistrationv1.ConditionTrue,
-		Reason: localReason, Message: localMessage, LastTransitionTime: metav1.NewTime(now)}
+	return setAPIServiceCondition(as, apiregistrationv1.APIServiceCondition{Type: apiregistrationv1.Available,
+		Status: apiregistrationv1.ConditionTrue, Reason: localReason, Message: localMessage, LastTransitionTime: metav1.NewTime(now)})
+}
+
+// setAPIServiceCondition sets want on as; a condition whose status stays
+// keeps its transition time. It reports whether anything changed.
+func setAPIServiceCondition(as *apiregistrationv1.APIService, want apiregistrationv1.APIServiceCondition) bool {
 	i := slices.IndexFunc(as.Status.Conditions, func(c apiregistrationv1.APIServiceCondition) bool { return c.Type == want.Type })
 	if i < 0 {
 		as.Status.Conditions = append(as.Status.Conditions, want)
