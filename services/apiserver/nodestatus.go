@@ -13,17 +13,13 @@ package apiserver
 
 import (
 	"context"
-	"fmt"
 
 	"google.golang.org/protobuf/proto"
-	k8scorev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	api "k8s.io/kubernetes/pkg/apis/core"
 	apiv1 "k8s.io/kubernetes/pkg/apis/core/v1"
 	"k8s.io/kubernetes/pkg/apis/core/validation"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/validate"
 )
 
@@ -51,29 +47,5 @@ func (s *Server) updateNodeStatus(ctx context.Context, req *request, current, ne
 // validateNodeStatus is kube's ValidateNodeUpdate over the internal forms
 // of node and old.
 func validateNodeStatus(node, old *corev1.Node) field.ErrorList {
-	in, err := internalNode(node)
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
-	}
-	prev, err := internalNode(old)
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
-	}
-	return validation.ValidateNodeUpdate(in, prev)
-}
-
-func internalNode(node *corev1.Node) (*api.Node, error) {
-	k, err := manifest.ToKube(node)
-	if err != nil {
-		return nil, err
-	}
-	v1node, ok := k.(*k8scorev1.Node)
-	if !ok {
-		return nil, fmt.Errorf("a Node converts to %T", k)
-	}
-	out := &api.Node{}
-	if err := apiv1.Convert_v1_Node_To_core_Node(v1node, out, nil); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return validateInternalUpdate(node, old, apiv1.Convert_v1_Node_To_core_Node, validation.ValidateNodeUpdate)
 }

@@ -10,17 +10,13 @@ package apiserver
 
 import (
 	"context"
-	"fmt"
 
 	"google.golang.org/protobuf/proto"
-	k8scorev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	api "k8s.io/kubernetes/pkg/apis/core"
 	apiv1 "k8s.io/kubernetes/pkg/apis/core/v1"
 	"k8s.io/kubernetes/pkg/apis/core/validation"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/validate"
 )
 
@@ -48,31 +44,7 @@ func (s *Server) updateServiceStatus(ctx context.Context, req *request, current,
 // validateServiceStatus is kube's ValidateServiceStatusUpdate over the
 // internal forms of svc and old.
 func validateServiceStatus(svc, old *corev1.Service) field.ErrorList {
-	in, err := internalService(svc)
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
-	}
-	prev, err := internalService(old)
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
-	}
-	return validation.ValidateServiceStatusUpdate(in, prev)
-}
-
-func internalService(svc *corev1.Service) (*api.Service, error) {
-	k, err := manifest.ToKube(svc)
-	if err != nil {
-		return nil, err
-	}
-	v1svc, ok := k.(*k8scorev1.Service)
-	if !ok {
-		return nil, fmt.Errorf("a Service converts to %T", k)
-	}
-	out := &api.Service{}
-	if err := apiv1.Convert_v1_Service_To_core_Service(v1svc, out, nil); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return validateInternalUpdate(svc, old, apiv1.Convert_v1_Service_To_core_Service, validation.ValidateServiceStatusUpdate)
 }
 
 // defaultIngressIPMode is kube's SetDefaults_Service for the status: a

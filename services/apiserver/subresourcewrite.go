@@ -3,12 +3,16 @@ package apiserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/conversion"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
 )
@@ -40,4 +44,36 @@ func (s *Server) writeSubresource(ctx context.Context, req *request, resource, n
 		return storeStatus(err, req.res, name), nil
 	}
 	return stage.Success(http.StatusOK, resource, name), out
+}
+
+// validateInternalUpdate runs kube's update validation (validate) over the
+// internal forms of next and old, converted from their kube v1 type V by
+// convert (k8s.io/kubernetes's generated conversion).
+func validateInternalUpdate[V, I any](next, old objects.Object, convert func(*V, *I, conversion.Scope) error, validate func(next, old *I) field.ErrorList) field.ErrorList {
+	in, err := internalOf(next, convert)
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
+	}
+	prev, err := internalOf(old, convert)
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
+	}
+	return validate(in, prev)
+}
+
+// internalOf is obj in kube's internal type I, through its v1 type V.
+func internalOf[V, I any](obj objects.Object, convert func(*V, *I, conversion.Scope) error) (*I, error) {
+	k, err := manifest.ToKube(obj)
+	if err != nil {
+		return nil, err
+	}
+	v, ok := any(k).(*V)
+	if !ok {
+		return nil, fmt.Errorf("a %T converts to %T", obj, k)
+	}
+	out := new(I)
+	if err := convert(v, out, nil); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
