@@ -94,8 +94,11 @@ var minimalObjects = map[string]string{
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
 
+// restConfig is the admin's client-go configuration, without client-go's
+// client-side rate limit (5 requests a second, bursts of 10: a test of a
+// few dozen requests would wait on it for seconds, not on the server).
 func restConfig(s *system) *rest.Config {
-	return &rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}}
+	return &rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}, QPS: -1}
 }
 
 func unstructuredOf(t *testing.T, y string) *unstructured.Unstructured {
