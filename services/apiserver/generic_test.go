@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +199,28 @@ func TestGenericKindsCRUD(t *testing.T) {
 					}
 					if ctx.Err() != nil {
 						t.Fatalf("the quota's status was not filled in: %v", q.Object["status"])
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			if k.Name == "CustomResourceDefinition" {
+				// The CRD controller accepts the names, then sets
+				// Established, its last write: waited for so that the
+				// update below does not race it.
+				for {
+					d, err := ri.Get(ctx, name, metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					conds, _, _ := unstructured.NestedSlice(d.Object, "status", "conditions")
+					if slices.ContainsFunc(conds, func(c any) bool {
+						m, _ := c.(map[string]any)
+						return m["type"] == "Established" && m["status"] == "True"
+					}) {
+						break
+					}
+					if ctx.Err() != nil {
+						t.Fatalf("the definition was not established: %v", d.Object["status"])
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
