@@ -92,8 +92,25 @@ func runJob(ctx context.Context, s *scenarioRun) ([]string, error) {
 	if err != nil {
 		violations = append(violations, checkFinalizers(left)...)
 	}
-	if j, err := jobs.Get(ctx, name, metav1.GetOptions{}); err == nil {
-		final = j
+	// Fences: a write to the Job and to a pod after the end, each waited
+	// for in its watch, so that the history holds every earlier version.
+	fence := []byte(fmt.Sprintf(fenceWrite, time.Now().UnixNano()))
+	j, err := jobs.Patch(ctx, name, types.MergePatchType, fence, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("fence: %w", err)
+	}
+	final = j
+	if err := rec.fence(ctx, 1, j.ResourceVersion, time.Minute); err != nil {
+		return nil, err
+	}
+	if len(left) > 0 {
+		p, err := pods.Patch(ctx, left[0].Name, types.MergePatchType, fence, metav1.PatchOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("fence: %w", err)
+		}
+		if err := rec.fence(ctx, 0, p.ResourceVersion, time.Minute); err != nil {
+			return nil, err
+		}
 	}
 	hist, err := rec.history()
 	if err != nil {

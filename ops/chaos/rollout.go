@@ -112,9 +112,44 @@ func runRollout(ctx context.Context, s *scenarioRun) ([]string, error) {
 		}
 		return live == int(*d.Spec.Replicas) && len(final) == live, fmt.Sprintf("%d pods, %d live, want %d", len(final), live, *d.Spec.Replicas), nil
 	})
+	if finalDep == nil {
+		return nil, fmt.Errorf("deployment %s: %s", name, last)
+	}
 	var violations []string
 	if err != nil {
 		violations = append(violations, fmt.Sprintf("deployment %s: the pods did not settle in %s: %s", name, s.o.Settle, last))
+	}
+	// Fences: a write to a pod, a ReplicaSet and the Deployment after the
+	// end, each waited for in its watch, so that the history holds every
+	// earlier version.
+	fence := []byte(fmt.Sprintf(fenceWrite, time.Now().UnixNano()))
+	var rvs [3]string
+	if len(final) > 0 {
+		p, err := pods.Patch(ctx, final[0].Name, types.MergePatchType, fence, metav1.PatchOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("fence: %w", err)
+		}
+		rvs[0] = p.ResourceVersion
+	}
+	if len(finalRS) > 0 {
+		r, err := rss.Patch(ctx, finalRS[0].Name, types.MergePatchType, fence, metav1.PatchOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("fence: %w", err)
+		}
+		rvs[1] = r.ResourceVersion
+	}
+	d, err := deps.Patch(ctx, name, types.MergePatchType, fence, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("fence: %w", err)
+	}
+	rvs[2] = d.ResourceVersion
+	for i, rv := range rvs {
+		if rv == "" {
+			continue
+		}
+		if err := rec.fence(ctx, i, rv, time.Minute); err != nil {
+			return nil, err
+		}
 	}
 	hist, err := rec.history()
 	if err != nil {

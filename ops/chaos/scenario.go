@@ -195,6 +195,7 @@ type watched struct {
 type recorder struct {
 	mu   sync.Mutex
 	evs  []watched
+	seen []int64 // the last revision each watch delivered
 	err  error
 	wg   sync.WaitGroup
 	stop context.CancelFunc
@@ -203,8 +204,8 @@ type recorder struct {
 // watchFrom starts one watch per lister from resourceVersion rv.
 func newRecorder(ctx context.Context, rv string, watchers ...cache.WatcherWithContext) (*recorder, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &recorder{stop: cancel}
-	for _, w := range watchers {
+	r := &recorder{stop: cancel, seen: make([]int64, len(watchers))}
+	for i, w := range watchers {
 		rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, w)
 		if err != nil {
 			cancel()
@@ -224,7 +225,7 @@ func newRecorder(ctx context.Context, rv string, watchers ...cache.WatcherWithCo
 						r.fail(errors.New("a watch ended"))
 						return
 					}
-					r.add(ev)
+					r.add(i, ev)
 				}
 			}
 		}()
@@ -240,7 +241,7 @@ func (r *recorder) fail(err error) {
 	}
 }
 
-func (r *recorder) add(ev watch.Event) {
+func (r *recorder) add(i int, ev watch.Event) {
 	switch ev.Type {
 	case watch.Added, watch.Modified, watch.Deleted:
 	case watch.Error:
@@ -261,8 +262,32 @@ func (r *recorder) add(ev watch.Event) {
 	}
 	r.mu.Lock()
 	r.evs = append(r.evs, watched{rv: rv, deleted: ev.Type == watch.Deleted, obj: ev.Object})
+	r.seen[i] = max(r.seen[i], rv)
 	r.mu.Unlock()
 }
+
+// fence waits until watch i delivered revision rv, written after
+// everything the checks need: a watch delivers in revision order, so it
+// then delivered every earlier version too.
+func (r *recorder) fence(ctx context.Context, i int, rv string, limit time.Duration) error {
+	want, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil {
+		return fmt.Errorf("resourceVersion %q: %w", rv, err)
+	}
+	_, err = poll(ctx, limit, func() (bool, string, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.seen[i] >= want, "", r.err
+	})
+	if err != nil {
+		return fmt.Errorf("watch %d did not reach revision %d: %w", i, want, err)
+	}
+	return nil
+}
+
+// fenceWrite is a metadata-only write to an object (an annotation) whose
+// resourceVersion a recorder then waits for (fence).
+const fenceWrite = `{"metadata":{"annotations":{"chaos.podflow.io/fence":"%d"}}}`
 
 // history stops the watches and returns what they saw, in revision order.
 func (r *recorder) history() ([]watched, error) {
