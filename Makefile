@@ -209,7 +209,7 @@ chaos-hosts: build
 ## 200 to 2,000 replicas on 30 simulated nodes while replicas of the
 ## deployment and replicaset controllers are SIGKILLed every 4 s (at most 30).
 chaos-rollout: build
-	$(BIN)/podflow chaos --own --scenario rollout --replicas 2000 --nodes 30 --kill-interval 4s --max-kills 30 --duration 2m --settle 5m
+	$(BIN)/podflow chaos --own --scenario rollout --scale-to 2000 --nodes 30 --kill-interval 4s --max-kills 30 --duration 2m --settle 5m
 
 ## chaos-job: issue #37's chaos: a Job of 1,000 completions, then an Indexed
 ## one, while replicas of the job controller are SIGKILLed every 3 s.

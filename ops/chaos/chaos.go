@@ -55,7 +55,7 @@ type Options struct {
 	MaxHostKills int           // with Hosts: at most this many host kills (0: as many as Duration allows)
 	Scenario     string        // the workload (ScenarioNames; "" or pods: the pod workload)
 	MaxKills     int           // rollout, job: at most this many controller kills (0: as many as Duration allows)
-	Replicas     int           // rollout: the replicas the Deployment is scaled to during its rollout
+	ScaleTo      int           // rollout: the spec.replicas the Deployment is scaled to during its rollout
 	Completions  int           // job: the Job's completions
 	Parallelism  int           // job: the Job's parallelism
 	Indexed      bool          // job: an Indexed Job

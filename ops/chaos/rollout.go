@@ -14,8 +14,8 @@ import (
 )
 
 // runRollout is the rollout scenario: a Deployment of a tenth of
-// o.Replicas (at least 10) created and rolled out, then a new template
-// (a rollout) and, while it rolls, a scale to o.Replicas, all while the
+// o.ScaleTo (at least 10) created and rolled out, then a new template
+// (a rollout) and, while it rolls, a scale to o.ScaleTo, all while the
 // kill loop kills the deployment and replicaset controllers' replicas.
 // Then the rollout must finish as `kubectl rollout status` decides it,
 // and the checks run over every version of the Deployment, its
@@ -25,7 +25,7 @@ func runRollout(ctx context.Context, s *scenarioRun) ([]string, error) {
 	name := fmt.Sprintf("chaos-rollout-%d", s.o.Seed%100000)
 	const ns = "default"
 	sel := "app=" + name
-	initial := int32(max(s.o.Replicas/10, 10))
+	initial := int32(max(s.o.ScaleTo/10, 10))
 	pods, rss, deps := s.cs.CoreV1().Pods(ns), s.cs.AppsV1().ReplicaSets(ns), s.cs.AppsV1().Deployments(ns)
 	l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
@@ -74,11 +74,11 @@ func runRollout(ctx context.Context, s *scenarioRun) ([]string, error) {
 	s.say("new template: rolling out")
 	s.startKills()
 	sleepCtx(ctx, 2*time.Second)
-	scale := fmt.Sprintf(`{"spec":{"replicas":%d}}`, s.o.Replicas)
+	scale := fmt.Sprintf(`{"spec":{"replicas":%d}}`, s.o.ScaleTo)
 	if _, err := deps.Patch(ctx, name, types.StrategicMergePatchType, []byte(scale), metav1.PatchOptions{}); err != nil {
 		return nil, fmt.Errorf("scale deployment %s: %w", name, err)
 	}
-	s.say("scaled to %d replicas during the rollout", s.o.Replicas)
+	s.say("scaled to %d replicas during the rollout", s.o.ScaleTo)
 	err = rolledOut(s.o.Duration + s.o.Settle)
 	s.stopKills()
 	if err != nil {

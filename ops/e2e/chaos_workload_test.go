@@ -37,7 +37,7 @@ func chaosScenario(t *testing.T, stages []string, args ...string) {
 // unit tests attack them with broken histories).
 func TestChaosRollout(t *testing.T) {
 	parallel(t, simulated)
-	chaosScenario(t, []string{"deployment", "replicaset"}, "--scenario", "rollout", "--replicas", "200", "--seed", "36")
+	chaosScenario(t, []string{"deployment", "replicaset"}, "--scenario", "rollout", "--scale-to", "200", "--seed", "36")
 }
 
 // TestChaosJob: issue #37's chaos, bounded: an Indexed Job of 100

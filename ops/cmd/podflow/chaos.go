@@ -32,7 +32,7 @@ network faults, it starts its own ` + "`podflow up`" + ` in a temporary director
 With --host-count 3 it starts three hosts of its own instead (` + "`up --init`" + `, ` + "`up --join`" + `)
 and kills whole hosts, then checks the same invariants.
 
---scenario rollout rolls a Deployment out and scales it to --replicas while
+--scenario rollout rolls a Deployment out and scales it to --scale-to while
 SIGKILLing replicas of the deployment and replicaset controllers, and checks
 that its ReplicaSets never ask for more than replicas + maxSurge pods, that no
 ReplicaSet has more live pods than it was asked for, that the rollout
@@ -64,7 +64,7 @@ batch.kubernetes.io/job-tracking finalizer. Both stop after --duration or
 	f.IntVar(&o.MaxHostKills, "max-host-kills", 0, "with --host-count: at most this many host kills (0: as many as --duration allows)")
 	f.StringVar(&o.Scenario, "scenario", "pods", "the workload: "+strings.Join(chaos.ScenarioNames, ", ")+"; rollout and job kill the replicas of their controllers (deployment and replicaset; job) and check their own invariants")
 	f.IntVar(&o.MaxKills, "max-kills", 0, "with --scenario rollout or job: at most this many kills (0: as many as --duration allows)")
-	f.IntVar(&o.Replicas, "replicas", 2000, "with --scenario rollout: the replicas the Deployment is scaled to during its rollout (it starts at a tenth)")
+	f.IntVar(&o.ScaleTo, "scale-to", 2000, "with --scenario rollout: the spec.replicas the Deployment is scaled to during its rollout (it starts at a tenth)")
 	f.IntVar(&o.Completions, "completions", 1000, "with --scenario job: the Job's completions")
 	f.IntVar(&o.Parallelism, "parallelism", 50, "with --scenario job: the Job's parallelism")
 	f.BoolVar(&o.Indexed, "indexed", false, "with --scenario job: an Indexed Job (each index must complete once)")
