@@ -82,7 +82,7 @@ type Controller struct {
 	windows map[string]createWindow // by key: where the next sync's creations start
 
 	kubeMu   sync.Mutex
-	kubePods map[string]kubePod // by pod key: the last conversion of each pod
+	kubePods map[string]kubePod // by pod uid: the last conversion of each pod
 }
 
 // kubePod is a pod of the informer (src) converted to kube's type once:
@@ -175,9 +175,10 @@ func keyOf(md *corev1.ObjectMeta) string { return controller.Key(md.GetNamespace
 
 // kubePod returns p as kube's Pod, converted once per object the
 // informer holds (an update is a new object). The result is shared:
-// callers read it, never change it.
+// callers read it, never change it. The cache is keyed by uid, which every
+// stored pod has: no key is built for each pod of each sync.
 func (c *Controller) kubePod(p *corev1.Pod) *v1.Pod {
-	key := keyOf(p.GetMetadata())
+	key := kubePodKey(p)
 	c.kubeMu.Lock()
 	k, ok := c.kubePods[key]
 	c.kubeMu.Unlock()
@@ -191,13 +192,17 @@ func (c *Controller) kubePod(p *corev1.Pod) *v1.Pod {
 	return kp
 }
 
+func kubePodKey(p *corev1.Pod) string {
+	if uid := p.GetMetadata().GetUid(); uid != "" {
+		return uid
+	}
+	return keyOf(p.GetMetadata())
+}
+
 // forgetKubePod drops the conversion of a deleted pod.
 func (c *Controller) forgetKubePod(p *corev1.Pod) {
-	key := keyOf(p.GetMetadata())
 	c.kubeMu.Lock()
-	if k, ok := c.kubePods[key]; ok && k.src.GetMetadata().GetUid() == p.GetMetadata().GetUid() {
-		delete(c.kubePods, key)
-	}
+	delete(c.kubePods, kubePodKey(p))
 	c.kubeMu.Unlock()
 }
 
