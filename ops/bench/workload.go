@@ -45,7 +45,9 @@ configured system, or with --own (or when none is configured) starts its
 own ` + "`podflow up`" + ` with --nodes simulated nodes; --profile-dir has every
 process of that system write a CPU profile of its life. --no-token sets the
 pods' automountServiceAccountToken to false (no ServiceAccount token volume:
-the node agents then request no token per pod).`
+the node agents then request no token per pod). It notes at the start when
+the schedulable nodes hold fewer pods than replicas + maxSurge: the
+rollout's new pods then wait for old ones to terminate.`
 
 // WorkloadOptions configure RunWorkload (`podflow bench workload`).
 type WorkloadOptions struct {
@@ -147,6 +149,10 @@ func RunWorkload(ctx context.Context, o *WorkloadOptions, out io.Writer) error {
 	unavail, _ := scaledValue(o.MaxUnavailable, o.Replicas)
 	fmt.Fprintf(out, "bench workload: a Deployment of %d replicas (maxSurge %s = %d, maxUnavailable %s = %d), %d runs\n",
 		o.Replicas, o.MaxSurge, surge, o.MaxUnavailable, unavail, o.Runs)
+	if nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil && podSlots(nodes.Items) < o.Replicas+surge {
+		fmt.Fprintf(out, "bench workload: note: the nodes hold %d pods, fewer than replicas + maxSurge (%d): the rollout's new pods wait for old ones to terminate\n",
+			podSlots(nodes.Items), o.Replicas+surge)
+	}
 	var runs []workloadRun
 	for i := range o.Runs {
 		name := fmt.Sprintf("bench-wl-%d-%d", time.Now().UnixNano()%1_000_000, i)
@@ -262,6 +268,18 @@ func workloadRound(ctx context.Context, cs kubernetes.Interface, sess *client.Se
 	}
 	r.rolloutCost = end.since(mid, o.Replicas, 0, quiesced)
 	return r, nil
+}
+
+// podSlots is how many pods the schedulable nodes hold (the sum of
+// their allocatable pods).
+func podSlots(nodes []v1.Node) int {
+	n := 0
+	for _, nd := range nodes {
+		if !nd.Spec.Unschedulable {
+			n += int(nd.Status.Allocatable.Pods().Value())
+		}
+	}
+	return n
 }
 
 // deleteWorkload deletes the Deployment and waits, untimed, until its pods

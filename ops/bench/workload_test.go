@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func TestWorkloadOptionsValidate(t *testing.T) {
@@ -48,5 +51,19 @@ func TestScaledValue(t *testing.T) {
 	}
 	if got, _ := scaledValue("25%", 7); got != 2 {
 		t.Errorf("25%% of 7 = %d, want 2 (rounded up)", got)
+	}
+}
+
+// TestPodSlots: the pods the schedulable nodes hold, the cordoned ones
+// left out.
+func TestPodSlots(t *testing.T) {
+	node := func(pods string, cordoned bool) v1.Node {
+		return v1.Node{
+			Spec:   v1.NodeSpec{Unschedulable: cordoned},
+			Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourcePods: resource.MustParse(pods)}},
+		}
+	}
+	if got := podSlots([]v1.Node{node("110", false), node("110", false), node("50", true), {}}); got != 220 {
+		t.Errorf("podSlots = %d, want 220", got)
 	}
 }

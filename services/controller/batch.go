@@ -13,6 +13,17 @@ import (
 // more and waits for the calls in flight. It returns how many succeeded
 // and the first error.
 func SlowStart(ctx context.Context, n, maxInFlight int, proceed func() bool, fn func(ctx context.Context, i int) error) (int, error) {
+	ok, _, err := SlowStartFrom(ctx, n, 1, maxInFlight, proceed, fn)
+	return ok, err
+}
+
+// SlowStartFrom is SlowStart with a window of start calls at first
+// (bounded to [1, maxInFlight]). It also returns the window it reached,
+// 1 after a failure: a controller that creates an object's pods over
+// several syncs (at most a burst each) passes the window one sync reached
+// to the next, so that the creations ramp up once rather than from one
+// call at every sync, and start from one call again after a failure.
+func SlowStartFrom(ctx context.Context, n, start, maxInFlight int, proceed func() bool, fn func(ctx context.Context, i int) error) (int, int, error) {
 	if maxInFlight < 1 {
 		maxInFlight = 1
 	}
@@ -22,7 +33,7 @@ func SlowStart(ctx context.Context, n, maxInFlight int, proceed func() bool, fn 
 		ok       int
 		firstErr error
 	)
-	window := 1
+	window := min(max(start, 1), maxInFlight)
 	inFlight := 0
 	cond := sync.NewCond(&mu)
 	next := 0
@@ -68,5 +79,8 @@ func SlowStart(ctx context.Context, n, maxInFlight int, proceed func() bool, fn 
 	if firstErr == nil && ctx.Err() != nil {
 		firstErr = ctx.Err()
 	}
-	return ok, firstErr
+	if firstErr != nil {
+		window = 1
+	}
+	return ok, window, firstErr
 }

@@ -114,6 +114,48 @@ func TestSlowStart(t *testing.T) {
 	}
 }
 
+// TestSlowStartFrom: a window carried from an earlier batch starts that
+// many calls at once (each call here waits for the eighth to start, which
+// one call at first would never reach); the window reached is returned,
+// and is 1 after a failure.
+func TestSlowStartFrom(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var started atomic.Int32
+	all := make(chan struct{})
+	n, window, err := controller.SlowStartFrom(ctx, 20, 8, 16, nil, func(ctx context.Context, i int) error {
+		if started.Add(1) == 8 {
+			close(all)
+		}
+		select {
+		case <-all:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("call %d: the first 8 calls were not in flight at once: %w", i, ctx.Err())
+		}
+	})
+	if n != 20 || window != 16 || err != nil {
+		t.Fatalf("SlowStartFrom(20 calls, from 8, at most 16) = %d, window %d, %v; want 20, 16, nil", n, window, err)
+	}
+
+	_, window, err = controller.SlowStartFrom(ctx, 5, 100, 4, nil, func(context.Context, int) error { return nil })
+	if window != 4 || err != nil {
+		t.Errorf("a start above maxInFlight: window %d, %v; want 4, nil", window, err)
+	}
+
+	// Failing calls from a window of 3: the 3 start, no more after
+	// (none succeeds to grow the window), and the next batch starts at 1.
+	boom := errors.New("boom")
+	var calls atomic.Int32
+	n, window, err = controller.SlowStartFrom(ctx, 100, 3, 8, nil, func(context.Context, int) error {
+		calls.Add(1)
+		return boom
+	})
+	if n != 0 || !errors.Is(err, boom) || window != 1 || calls.Load() != 3 {
+		t.Errorf("failing calls: %d succeeded of %d calls, window %d, %v; want 0 of 3, window 1, boom", n, calls.Load(), window, err)
+	}
+}
+
 // TestClaimOf: kube's ClaimObject decisions.
 func TestClaimOf(t *testing.T) {
 	sel := labels.SelectorFromSet(labels.Set{"app": "web"})

@@ -32,11 +32,12 @@ type Informer[T objects.Object] struct {
 	dec       func(*raftstore.KV, objects.Object) error
 	reuse     func(*raftstore.KV) (T, bool)
 
-	mu     sync.RWMutex
-	items  map[string]T // store key -> object
-	rev    int64        // revision the cache reflects
-	synced chan struct{}
-	once   sync.Once
+	mu      sync.RWMutex
+	items   map[string]T // store key -> object
+	rev     int64        // revision the cache reflects
+	indexes map[string]*index[T]
+	synced  chan struct{}
+	once    sync.Once
 }
 
 // New returns an Informer for kind T in namespace ns ("" for all).
@@ -170,6 +171,9 @@ func (inf *Informer[T]) replace(kvs []*raftstore.KV, rev int64) {
 	inf.mu.Lock()
 	old := inf.items
 	inf.items, inf.rev = fresh, rev
+	for _, ix := range inf.indexes {
+		ix.rebuild(fresh)
+	}
 	inf.mu.Unlock()
 	for _, k := range sortedKeys(fresh) {
 		obj := fresh[k]
@@ -197,6 +201,12 @@ func (inf *Informer[T]) apply(ev raftstore.WatchEvent) {
 		inf.mu.Lock()
 		prev, existed := inf.items[key]
 		inf.items[key], inf.rev = obj, ev.Revision
+		for _, ix := range inf.indexes {
+			if existed {
+				ix.remove(key, prev)
+			}
+			ix.add(key, obj)
+		}
 		inf.mu.Unlock()
 		if existed {
 			if inf.h.OnUpdate != nil {
@@ -210,6 +220,11 @@ func (inf *Informer[T]) apply(ev raftstore.WatchEvent) {
 		prev, existed := inf.items[key]
 		delete(inf.items, key)
 		inf.rev = ev.Revision
+		if existed {
+			for _, ix := range inf.indexes {
+				ix.remove(key, prev)
+			}
+		}
 		inf.mu.Unlock()
 		if existed {
 			call1(inf.h.OnDelete, prev)

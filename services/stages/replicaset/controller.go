@@ -78,10 +78,11 @@ type Controller struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	decoded map[string]*set // by key: the last decoding of each object
+	decoded map[string]*set         // by key: the last decoding of each object
+	windows map[string]createWindow // by key: where the next sync's creations start
 
 	kubeMu   sync.Mutex
-	kubePods map[string]kubePod // by pod key: the last conversion of each pod
+	kubePods map[string]kubePod // by pod uid: the last conversion of each pod
 }
 
 // kubePod is a pod of the informer (src) converted to kube's type once:
@@ -91,6 +92,15 @@ type Controller struct {
 type kubePod struct {
 	src *corev1.Pod
 	pod *v1.Pod
+}
+
+// createWindow is how many creations of a set the next sync starts at
+// once: the window the last sync's slow start reached, for the set's
+// generation (a new template ramps up from one again, as it may be
+// refused).
+type createWindow struct {
+	generation int64
+	n          int
 }
 
 // set is a decoded ReplicaSet (a ReplicationController converted to one,
@@ -121,7 +131,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		cfg.Controller.Log = log
 	}
 	c := &Controller{env: env, cfg: cfg, kind: kinds[cfg.Controller.Stage], pods: controller.NewPods(env, req), log: log,
-		decoded: map[string]*set{}, kubePods: map[string]kubePod{}}
+		decoded: map[string]*set{}, windows: map[string]createWindow{}, kubePods: map[string]kubePod{}}
 	component := "replicaset-controller"
 	if c.kind.Name == objects.ReplicationControllers.Name {
 		component = "replication-controller"
@@ -138,6 +148,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 			key := keyOf(u.GetMetadata())
 			c.mu.Lock()
 			delete(c.decoded, key)
+			delete(c.windows, key)
 			c.mu.Unlock()
 			c.runner.Forget(key)
 		},
@@ -154,6 +165,9 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	}); err != nil {
 		return nil, err
 	}
+	// A sync looks at its set's pods and the namespace's orphans only,
+	// not at every pod of the namespace (kube's pod controller index).
+	controller.AddPodControllerIndex(c.podInf)
 	return c, nil
 }
 
@@ -161,9 +175,10 @@ func keyOf(md *corev1.ObjectMeta) string { return controller.Key(md.GetNamespace
 
 // kubePod returns p as kube's Pod, converted once per object the
 // informer holds (an update is a new object). The result is shared:
-// callers read it, never change it.
+// callers read it, never change it. The cache is keyed by uid, which every
+// stored pod has: no key is built for each pod of each sync.
 func (c *Controller) kubePod(p *corev1.Pod) *v1.Pod {
-	key := keyOf(p.GetMetadata())
+	key := kubePodKey(p)
 	c.kubeMu.Lock()
 	k, ok := c.kubePods[key]
 	c.kubeMu.Unlock()
@@ -177,13 +192,17 @@ func (c *Controller) kubePod(p *corev1.Pod) *v1.Pod {
 	return kp
 }
 
+func kubePodKey(p *corev1.Pod) string {
+	if uid := p.GetMetadata().GetUid(); uid != "" {
+		return uid
+	}
+	return keyOf(p.GetMetadata())
+}
+
 // forgetKubePod drops the conversion of a deleted pod.
 func (c *Controller) forgetKubePod(p *corev1.Pod) {
-	key := keyOf(p.GetMetadata())
 	c.kubeMu.Lock()
-	if k, ok := c.kubePods[key]; ok && k.src.GetMetadata().GetUid() == p.GetMetadata().GetUid() {
-		delete(c.kubePods, key)
-	}
+	delete(c.kubePods, kubePodKey(p))
 	c.kubeMu.Unlock()
 }
 
@@ -304,7 +323,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	var owned, terminating []*corev1.Pod
 	var activeKube []*v1.Pod
 	var claimErr error
-	for _, p := range c.podInf.List(ns) {
+	for _, p := range controller.PodsOf(c.podInf, ns, c.kind.Name, rs.Name, string(rs.UID), true) {
 		md := p.GetMetadata()
 		ref := controller.ControllerOf(md)
 		if ref != nil && ref.GetUid() != string(rs.UID) {
@@ -448,9 +467,22 @@ func (c *Controller) create(ctx context.Context, key string, rs *apps.ReplicaSet
 		isPending[p] = true
 	}
 	names := append(pending, controller.FreeNames(rs.Name+"-", string(rs.UID), n, func(name string) bool { return taken(name) || isPending[name] })...)
-	_, err = controller.SlowStart(ctx, len(names), c.cfg.MaxInFlight, func() bool { return c.runner.Owns(key) }, func(ctx context.Context, i int) error {
+	// A set of more than a burst is created over several syncs: each
+	// starts at the window the last one reached, so the creations ramp up
+	// once (one round trip through the pipeline per doubling), not at
+	// every burst; a failure starts the next from one again.
+	c.mu.Lock()
+	start := 1
+	if w, ok := c.windows[key]; ok && w.generation == rs.Generation {
+		start = w.n
+	}
+	c.mu.Unlock()
+	_, reached, err := controller.SlowStartFrom(ctx, len(names), start, c.cfg.MaxInFlight, func() bool { return c.runner.Owns(key) }, func(ctx context.Context, i int) error {
 		return c.createOne(ctx, key, rs, tmpl, names[i], started)
 	})
+	c.mu.Lock()
+	c.windows[key] = createWindow{generation: rs.Generation, n: reached}
+	c.mu.Unlock()
 	return err
 }
 
