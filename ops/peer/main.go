@@ -149,7 +149,9 @@ func printRun(out io.Writer, n int, r run) {
 	fmt.Fprintf(out, "run %d (load %.1f → %.1f)\n", n, r.Load[0], r.Load[1])
 	printSide(out, "podflow", r.Podflow)
 	printSide(out, "peer", r.Peer)
-	fmt.Fprintf(out, "  %-8s %.1f× the pods/s, %.1f× less CPU per pod\n", "ratio", speed, cpu)
+	if r.Podflow.Pods > 0 {
+		fmt.Fprintf(out, "  %-8s %.1f× the pods/s, %.1f× less CPU per pod\n", "ratio", speed, cpu)
+	}
 }
 
 func printSide(out io.Writer, name string, s side) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/retry"
 )
 
 // peerOptions are what one run of the peer needs.
@@ -114,6 +116,9 @@ func runPeer(ctx context.Context, o peerOptions) (res side, err error) {
 	if err := waitNodesReady(ctx, cs, o.Nodes, alive); err != nil {
 		return res, err
 	}
+	if err := untaint(ctx, cs, o.Nodes); err != nil {
+		return res, err
+	}
 	fmt.Fprintf(o.Progress, "peer: %d etcd members, kube-apiserver, kube-scheduler and KWOK up; %d nodes Ready\n", o.Members, o.Nodes)
 	return load(ctx, cs, &ps, o, alive)
 }
@@ -198,6 +203,30 @@ func waitNodesReady(ctx context.Context, cs kubernetes.Interface, n int, alive [
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// untaint removes the node.kubernetes.io/not-ready taint the apiserver's
+// TaintNodesByCondition admission put on each new node, once KWOK has made
+// it Ready: kube-controller-manager's node lifecycle controller does it in
+// a cluster, and it does not run here (nothing else of it is needed).
+func untaint(ctx context.Context, cs kubernetes.Interface, nodes int) error {
+	for i := range nodes {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := cs.CoreV1().Nodes().Get(ctx, fakeNode(i).Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+				return t.Key == corev1.TaintNodeNotReady
+			})
+			_, err = cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("untaint node %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // load creates the pods at o.Rate and times each from its create to the
