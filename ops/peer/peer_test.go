@@ -173,7 +173,7 @@ stage        output           wait p50
 func TestParsePodflow(t *testing.T) {
 	cost, _ := json.Marshal(map[string]any{
 		"pods": 3000, "totalCpuMs": 5100.0,
-		"processes": []map[string]any{{"name": "nats", "cpuMs": 1300.0}, {"name": "store-1", "cpuMs": 500.0}},
+		"processes": []map[string]any{{"name": "nats", "cpuMs": 1300.0}, {"name": "store-1", "cpuMs": 500.0}, {"name": "bench", "cpuMs": 99.0}},
 	})
 	s, err := parsePodflow(strings.NewReader(podflowOut), cost)
 	if err != nil {
@@ -181,6 +181,9 @@ func TestParsePodflow(t *testing.T) {
 	}
 	if s.PodsPerSec != 937 || s.P50 != 1234560*time.Microsecond || s.P99 != 1987650*time.Microsecond {
 		t.Errorf("parsed %v pods/s, p50 %v, p99 %v", s.PodsPerSec, s.P50, s.P99)
+	}
+	if _, ok := s.ByProcess["bench"]; ok {
+		t.Errorf("the bench's own load is listed as podflow's: %v", s.ByProcess)
 	}
 	if s.Pods != 3000 || s.cpuPerPod() != 1.7 || s.ByProcess["nats"] != 1300 {
 		t.Errorf("parsed %d pods, %v CPU ms/pod, %v", s.Pods, s.cpuPerPod(), s.ByProcess)

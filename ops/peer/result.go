@@ -193,6 +193,9 @@ func parsePodflow(out io.Reader, costJSON []byte) (side, error) {
 	s.Pods, s.CPUms = cost.Pods, cost.TotalCPU
 	s.ByProcess = map[string]float64{}
 	for _, p := range cost.Processes {
+		if p.Name == "bench" {
+			continue // the load, not in podflow's total
+		}
 		s.ByProcess[p.Name] = p.CPUms
 	}
 	return s, nil
