@@ -24,7 +24,7 @@ TEST_P ?= 2
 # podflow build on 2 cores at load 35-95 (docs/benchmarks.md).
 TEST_TIMEOUT ?= 25m
 
-.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale bench-workload chaos chaos-partition chaos-hosts chaos-rollout chaos-job fuzz clean
+.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-peer bench-scale bench-workload chaos chaos-partition chaos-hosts chaos-rollout chaos-job fuzz clean
 
 all: build
 
@@ -177,6 +177,36 @@ bench:
 ## bench-pipeline: end-to-end pods/s and PodRequested→Running latency.
 bench-pipeline: build
 	$(BIN)/podflow bench pipeline --own --pods 10000 --rate 1500 --nodes 100
+
+## bench-peer: podflow's bench pipeline and a Kubernetes v1.34 control
+## plane (3 fsynced etcd members, kube-apiserver, kube-scheduler) with 100
+## KWOK nodes, 3,000 pods each, 3 alternating runs on this machine: both
+## sides' pods/s, latency, CPU per pod and the ratio (docs/benchmarks.md).
+## The peer is built from the module proxy into .tools/peer (peer-tools;
+## large, built on demand, never by build or test). Root not needed.
+PEER := $(TOOLS)/peer
+PEER_MOD := ops/peer
+PEER_GOSUM := $(PEER_MOD)/go.mod $(PEER_MOD)/go.sum
+PEER_K8S_VERSION := $(shell sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\).*$$|\1|p' $(PEER_MOD)/go.mod)
+PEER_K8S_MM := $(subst ., ,$(patsubst v%,%,$(PEER_K8S_VERSION)))
+PEER_LDFLAGS := $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-base/version,-X $(p).gitVersion=$(PEER_K8S_VERSION) -X $(p).gitMajor=$(word 1,$(PEER_K8S_MM)) -X $(p).gitMinor=$(word 2,$(PEER_K8S_MM)))
+KWOK_VERSION := v0.7.0
+.PHONY: bench-peer peer-tools peer-check
+bench-peer: build peer-tools
+	$(PEER)/bench-peer --podflow $(BIN)/podflow --tools $(PEER) --pods 3000 --nodes 100 --rate 2000 --runs 3
+peer-tools: $(PEER)/kube-apiserver $(PEER)/kube-scheduler $(PEER)/etcd $(PEER)/kwok $(PEER)/bench-peer
+$(PEER)/kube-apiserver $(PEER)/kube-scheduler: $(PEER_GOSUM) Makefile
+	cd $(PEER_MOD) && GOWORK=off $(GO) build -ldflags '$(PEER_LDFLAGS)' -o $@.new k8s.io/kubernetes/cmd/$(notdir $@) && mv $@.new $@
+$(PEER)/etcd: $(PEER_GOSUM) $(PEER_MOD)/etcd/main.go
+	cd $(PEER_MOD) && GOWORK=off $(GO) build -o $@.new ./etcd && mv $@.new $@
+# KWOK's own module graph (its go.mod has no replaces), from the module proxy.
+$(PEER)/kwok: Makefile
+	mkdir -p $(PEER)/kwok.bin && cd $(PEER_MOD) && GOWORK=off GOBIN=$(PEER)/kwok.bin $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION) && mv $(PEER)/kwok.bin/kwok $@ && rmdir $(PEER)/kwok.bin
+$(PEER)/bench-peer: $(PEER_GOSUM) $(wildcard $(PEER_MOD)/*.go)
+	cd $(PEER_MOD) && GOWORK=off $(GO) build -o $@.new . && mv $@.new $@
+## peer-check: bench-peer's own unit tests (arguments, certificates, math).
+peer-check:
+	cd $(PEER_MOD) && GOWORK=off $(GO) vet . ./etcd && GOWORK=off $(GO) test -count=1 .
 
 ## bench-workload: a Deployment of 10,000 replicas on 100 simulated nodes,
 ## timed until available and through a rolling update, 3 runs (docs/workloads.md).
