@@ -59,8 +59,9 @@ type PodLister interface {
 	ListPods(ctx context.Context) ([]*corev1.Pod, error)
 }
 
-// Agent is one node's kubelet: it registers and heartbeats its Node and runs
-// one worker goroutine per pod bound to the node.
+// Agent is one node's kubelet: it registers and heartbeats its Node and
+// keeps one worker per pod bound to the node, whose steps its Pool runs
+// (no goroutine per pod).
 type Agent struct {
 	cfg   Config
 	rt    Runtime
@@ -74,7 +75,7 @@ type Agent struct {
 
 	ctx    context.Context // cancelled by Stop; parent of every worker
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // workers and Run's loops
+	steps  steps // the workers queued or running in the pool
 	closed atomic.Bool
 
 	mu        sync.Mutex
@@ -116,7 +117,12 @@ func New(cfg Config, rt Runtime, store NodeStore, pub Publisher) (*Agent, error)
 		workers: map[string]*worker{}, deleted: agentTombstones(cfg),
 		recovered: map[string]*recovered{},
 	}
-	a.deps = &workerDeps{cfg: cfg, rt: rt, volumes: store, pub: pub, clock: a.clock, log: a.log,
+	pool := cfg.Pool
+	if pool == nil {
+		pool = NewPool(0)
+	}
+	a.deps = &workerDeps{ctx: ctx, pool: pool, steps: &a.steps, finish: func(w *worker) { a.retire(w, false) },
+		cfg: cfg, rt: rt, volumes: store, pub: pub, clock: a.clock, log: a.log,
 		allocatable: func() map[string]string { return allocatable(a.capacity(), a.cfg.Reserved) },
 		retire:      func(w *worker) { a.retire(w, true) }, ports: newHostPorts()}
 	return a, nil
@@ -188,11 +194,12 @@ func (a *Agent) Run(ctx context.Context) error {
 // runtime, as containers outlive a kubelet restart; a new agent adopts them.
 // Stop is idempotent.
 func (a *Agent) Stop() {
-	a.mu.Lock() // orders Stop after any startWorkerLocked's wg.Add
+	a.mu.Lock() // orders Stop after any startWorkerLocked
 	a.closed.Store(true)
 	a.mu.Unlock()
+	a.steps.stop() // no worker is queued from here on
 	a.cancel()
-	a.wg.Wait()
+	a.steps.wait()
 }
 
 // HandlePodBound starts the pod's worker. It is idempotent: when the pod
@@ -216,6 +223,7 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 	}
 	if w, ok := a.workers[uid]; ok {
 		w.update(pod) // its labels and annotations, images and ephemeral containers may change
+		w.kick()
 		return nil
 	}
 	if a.deleted.has(uid) { // its deletion was carried out: a late bind (a stale read) starts nothing
@@ -259,6 +267,7 @@ func (a *Agent) HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace time
 	a.mu.Unlock()
 	select {
 	case w.deleteCh <- grace:
+		w.kick()
 	default:
 		// A delete is already queued; a shorter grace than the queued one
 		// is not honoured (Kubernetes only ever shortens it).
@@ -402,12 +411,7 @@ func (a *Agent) startWorkerLocked(pod *corev1.Pod, grace *time.Duration) {
 	}
 	delete(a.recovered, uid)
 	a.workers[uid] = w
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		w.run(a.ctx)
-		a.retire(w, false)
-	}()
+	w.kick()
 }
 
 // retire removes w from the workers; deleted leaves a tombstone so that a

@@ -3,6 +3,7 @@ package nodeagent_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -71,4 +72,71 @@ func BenchmarkPodToReady(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pods/s")
 	b.ReportMetric(float64(envs)/float64(b.N), "envelopes/pod")
+}
+
+// BenchmarkPodMemory: what one agent holds per Running pod with nothing
+// happening to it, on the simulated runtime: "bytes/pod" of live heap
+// (the worker, its containers, the reported status, the runtime's
+// sandbox), "stack-bytes/pod" (goroutine stacks) and "goroutines/pod"
+// (0: the pod workers have no goroutine of their own; it was 1). The
+// scale goal is at most 10 KB per pod for the whole simulated-node
+// process.
+func BenchmarkPodMemory(b *testing.B) {
+	const pods = 2000
+	ctx := context.Background()
+	var bytes, stack, goroutines float64
+	for b.Loop() {
+		rt, err := sim.New(sim.DefaultConfig("10.128.0.0/16"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		pub := &readyCounter{}
+		pub.cond = sync.NewCond(&pub.mu)
+		a, err := nodeagent.New(nodeagent.DefaultConfig(node, "10.128.0.0/16"), rt, nodeagenttest.NewStore(), pub)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := a.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		heap0, stack0, g0 := liveHeap(), stackInUse(), runtime.NumGoroutine()
+		for i := range pods {
+			if err := a.HandlePodBound(ctx, newPod(fmt.Sprintf("p%d", i))); err != nil {
+				b.Fatal(err)
+			}
+		}
+		pub.mu.Lock()
+		for pub.ready < pods {
+			pub.cond.Wait()
+		}
+		pub.mu.Unlock()
+		// The pool's goroutines end once no step is due.
+		for range 500 {
+			if runtime.NumGoroutine()-g0 < pods/100 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		bytes = float64(liveHeap()-heap0) / pods
+		stack = float64(stackInUse()-stack0) / pods
+		goroutines = float64(runtime.NumGoroutine()-g0) / pods
+		a.Stop()
+		rt.Close()
+	}
+	b.ReportMetric(bytes, "bytes/pod")
+	b.ReportMetric(stack, "stack-bytes/pod")
+	b.ReportMetric(goroutines, "goroutines/pod")
+}
+
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+func stackInUse() int64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.StackInuse)
 }

@@ -105,6 +105,11 @@ type Config struct {
 	// Service watch.
 	Services ServiceLister
 
+	// Pool runs the agent's pod workers; nil gives the agent its own of
+	// DefaultPoolSize. Agents in one process may share one (sim.Cluster
+	// does): it bounds the pods being worked on at once across them all.
+	Pool *Pool
+
 	// Clock is the time source; nil means the wall clock.
 	Clock Clock
 	// Logger receives the agent's logs; nil discards them.

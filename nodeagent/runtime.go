@@ -55,6 +55,12 @@ type Runtime interface {
 	// The runtime never closes it; the agent must keep receiving while the
 	// sandbox exists.
 	ContainerExits(podUID string) <-chan ContainerExit
+	// NotifyExits has the runtime call notify each time it has put an
+	// exit on the pod's ContainerExits channel, until the sandbox is
+	// removed; a later call replaces notify. notify never blocks and may
+	// run on any goroutine: the agent's pod workers have no goroutine of
+	// their own to wait on the channel.
+	NotifyExits(podUID string, notify func())
 	// Probe runs one probe of container c. A probe that ran and failed is
 	// (ProbeResult{OK: false, ...}, nil); an error means it could not run.
 	Probe(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id ContainerID, kind ProbeKind, p *corev1.Probe) (ProbeResult, error)

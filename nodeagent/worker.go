@@ -15,11 +15,14 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// A worker owns one pod, in one goroutine (run), the way kubelet's pod
-// workers do (pkg/kubelet/pod_workers.go). It moves the pod through three
-// states, each with its step:
+// A worker owns one pod, as kubelet's pod workers do
+// (pkg/kubelet/pod_workers.go), but without a goroutine of its own: its
+// Pool runs one step of it at a time (step) when an event arrives (a
+// container exit, a pod update, a delete) or its timer fires, so a node
+// agent holding thousands of idle pods holds no goroutine for them. It
+// moves the pod through three states, each with its step:
 //
-//	            newWorker, run (adopting what an earlier agent left)
+//	            newWorker, the first step (adopting what an earlier agent left)
 //	               │
 //	               ▼
 //	 ┌──────▶  syncing  ─── syncPod: sandbox, volumes, image pulls, init
@@ -55,15 +58,16 @@ import (
 //	              │         (IP, volumes, cgroups), the last status report,
 //	              │         the agent forgets the pod (a tombstone), then
 //	              ▼         PodDeleted.
-//	            gone: run returns.
+//	            gone: the worker is finished.
 //
 // A pending delete wins over further syncing. After every step the worker
-// flushes its reporter (the pod's status and events). When ctx ends (the
-// agent stops) run returns in whatever state: the pod keeps running in the
+// flushes its reporter (the pod's status and events). When the agent
+// stops, the worker stops in whatever state: the pod keeps running in the
 // runtime and the next agent adopts it, or finishes its termination.
 //
-// Everything below done is touched only by the worker's goroutine; the
-// agent reads rep.Reported.
+// Everything below sched is touched only by the worker's steps, one at a
+// time (the pool's mutex orders one step before the next); the agent
+// reads rep.Reported.
 type worker struct {
 	d     *workerDeps
 	pod   *corev1.Pod
@@ -73,7 +77,10 @@ type worker struct {
 
 	deleteCh chan time.Duration // capacity 1: a pending delete and its grace
 	updateCh chan podUpdate     // capacity 1: the store's latest pod (update)
-	done     chan struct{}      // closed when run returns
+	sched    schedState         // guarded by the pool's mutex
+
+	begun bool  // the first step ran
+	timer Timer // kicks the worker when syncPod wants to run again
 
 	rep       *reporter
 	state     workState
@@ -124,6 +131,11 @@ const (
 // workerDeps is what a pod worker uses of its node: built once by the
 // agent and shared, read-only, by all its workers.
 type workerDeps struct {
+	ctx   context.Context // the agent's: ends when it stops
+	pool  *Pool           // runs the workers' steps
+	steps *steps          // the agent's workers queued or running
+	// finish makes the agent forget a worker whose pod is gone.
+	finish  func(w *worker)
 	cfg     Config
 	rt      Runtime
 	volumes volumeSource
@@ -182,7 +194,6 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 		deleteCh:     make(chan time.Duration, 1),
 		updateCh:     make(chan podUpdate, 1),
 		volSums:      map[string][sha256.Size]byte{},
-		done:         make(chan struct{}),
 		rep:          newReporter(d, pod),
 		rec:          rec,
 		qos:          podrules.QOSClass(pod),
@@ -267,42 +278,91 @@ func (w *worker) newCtr(spec *corev1.Container, init bool) *ctr {
 		crash: newRetry(w.d.cfg.CrashLoopBackOff), pull: newRetry(w.d.cfg.ImagePullBackOff)}
 }
 
-// run drives the pod through its states until it is gone or ctx ends.
-func (w *worker) run(ctx context.Context) {
-	defer close(w.done)
-	w.startTime = w.now()
-	if st := w.pod.GetStatus().GetStartTime(); st != nil {
-		w.startTime = st.AsTime()
+// step is one turn of the worker, run by its Pool: on the first, the
+// pod's start time and what an earlier agent left (adopt); then the
+// container exits the runtime delivered and the pending pod update; then
+// either the pending delete (terminating and terminated, to the end) or
+// one syncPod and a flush, with a timer set for when syncPod wants to run
+// again. It reports whether the worker is finished: the pod is gone, or
+// the agent stopped (the pod keeps running in the runtime and the next
+// agent adopts it, or finishes its termination).
+func (w *worker) step() (finished bool) {
+	ctx := w.d.ctx
+	if ctx.Err() != nil {
+		w.arm(time.Time{})
+		return true
 	}
-	w.adopt(ctx)
-	timer := w.d.clock.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		select { // a pending delete wins over further progress
-		case grace := <-w.deleteCh:
-			w.terminate(ctx, grace)
-			return
-		default:
+	if !w.begun {
+		w.begun = true
+		w.startTime = w.now()
+		if st := w.pod.GetStatus().GetStartTime(); st != nil {
+			w.startTime = st.AsTime()
 		}
-		wake := w.syncPod(ctx)
-		wake = earliest(wake, w.flush(ctx))
-		timer.Stop()
-		if !wake.IsZero() {
-			timer.Reset(max(wake.Sub(w.now()), 0))
-		}
+		w.adopt(ctx)
+	}
+	w.takeExits(ctx)
+	select {
+	case u := <-w.updateCh:
+		w.onUpdate(u)
+	default:
+	}
+	select { // a pending delete wins over further progress
+	case grace := <-w.deleteCh:
+		w.arm(time.Time{})
+		w.terminate(ctx, grace)
+		w.d.finish(w)
+		return true
+	default:
+	}
+	wake := w.syncPod(ctx)
+	w.arm(earliest(wake, w.flush(ctx)))
+	return ctx.Err() != nil
+}
+
+// kick asks the pool for a step of the worker.
+func (w *worker) kick() { w.d.pool.kick(w) }
+
+// takeExits handles the container exits the runtime has delivered.
+func (w *worker) takeExits(ctx context.Context) {
+	for w.exits != nil {
 		select {
-		case <-ctx.Done():
-			return
-		case grace := <-w.deleteCh:
-			w.terminate(ctx, grace)
-			return
 		case ex := <-w.exits:
 			w.onExit(ctx, ex)
-		case u := <-w.updateCh:
-			w.onUpdate(u)
-		case <-timer.C():
+		default:
+			return
 		}
 	}
+}
+
+// watchExits takes the pod's exit channel from the runtime and has the
+// runtime kick the worker on each exit.
+func (w *worker) watchExits() {
+	w.exits = w.d.rt.ContainerExits(w.uid)
+	w.d.rt.NotifyExits(w.uid, w.kick)
+}
+
+// arm sets the worker's timer for wake (zero: none). A wake already due
+// asks for another step at once.
+func (w *worker) arm(wake time.Time) {
+	if wake.IsZero() {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		return
+	}
+	d := wake.Sub(w.now())
+	if d <= 0 {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		w.kick()
+		return
+	}
+	if w.timer == nil {
+		w.timer = w.d.clock.AfterFunc(d, w.kick)
+		return
+	}
+	w.timer.Reset(d)
 }
 
 // terminate runs the last two steps in order. Each gives up only when ctx
@@ -356,7 +416,7 @@ func (w *worker) adopt(ctx context.Context) {
 		sb := w.rec.sandbox.Sandbox
 		w.sandbox = &sb
 		w.mounted = w.rec.sandbox.VolumesReady
-		w.exits = w.d.rt.ContainerExits(w.uid)
+		w.watchExits()
 	}
 	now := w.now()
 	for _, info := range w.rec.containers {
@@ -560,7 +620,7 @@ func (w *worker) ensureSandbox(ctx context.Context, now time.Time) (wake time.Ti
 	}
 	w.sandbox = &sb
 	w.sandboxRetry.Reset()
-	w.exits = w.d.rt.ContainerExits(w.uid)
+	w.watchExits()
 	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodSandboxReady{PodSandboxReady: &eventsv1.PodSandboxReady{
 		SandboxId: sb.ID, PodIp: sb.IP, HostIp: w.d.cfg.HostIP}}})
 	return time.Time{}, true

@@ -99,6 +99,7 @@ type pod struct {
 	dir     string
 	rec     podRecord
 	exits   chan nodeagent.ContainerExit
+	notify  func() // NotifyExits; guarded by Runtime.mu
 	removed chan struct{}
 	ctrs    map[nodeagent.ContainerID]*ctr
 }
@@ -398,7 +399,15 @@ func (r *Runtime) watch(p *pod, c *ctr) {
 	select {
 	case p.exits <- ex:
 	case <-p.removed:
+		return
 	case <-r.done:
+		return
+	}
+	r.mu.Lock()
+	notify := p.notify
+	r.mu.Unlock()
+	if notify != nil {
+		notify()
 	}
 }
 
@@ -629,6 +638,15 @@ func (r *Runtime) ContainerExits(podUID string) <-chan nodeagent.ContainerExit {
 		return p.exits
 	}
 	return nil
+}
+
+// NotifyExits implements nodeagent.Runtime.
+func (r *Runtime) NotifyExits(podUID string, notify func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.pods[podUID]; p != nil {
+		p.notify = notify
+	}
 }
 
 // ListSandboxes implements nodeagent.Runtime.

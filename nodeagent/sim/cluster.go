@@ -188,10 +188,19 @@ type Cluster struct {
 	once   sync.Once
 }
 
+// ClusterPoolSize is the most pod workers' steps a Cluster runs at once
+// across all its nodes when ClusterConfig.Agent.Pool is nil.
+const ClusterPoolSize = 4 * nodeagent.DefaultPoolSize
+
 // NewCluster builds the nodes; nothing runs until Start.
 func NewCluster(cfg ClusterConfig, store nodeagent.NodeStore, pub nodeagent.Publisher) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Agent.Pool == nil {
+		// One pool for every node: the pods worked on at once, across
+		// the whole cluster; an idle pod holds no goroutine.
+		cfg.Agent.Pool = nodeagent.NewPool(ClusterPoolSize)
 	}
 	c := &Cluster{cfg: cfg, store: store, agents: map[string]*nodeagent.Agent{}, rts: map[string]*Runtime{}}
 	for i := 1; i <= cfg.Nodes; i++ {

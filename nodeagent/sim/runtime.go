@@ -157,6 +157,7 @@ type simPod struct {
 	mounted    bool
 	volumes    map[string]*simVolume // by volume name: what MountVolumes got
 	exits      chan nodeagent.ContainerExit
+	notify     func() // NotifyExits; guarded by Runtime.mu
 	removed    chan struct{}
 	containers map[nodeagent.ContainerID]*simCtr
 	starts     map[string]int32 // container name -> instances started
@@ -639,7 +640,15 @@ func (r *Runtime) naturalExit(p *simPod, c *simCtr, code int32) {
 	select {
 	case p.exits <- ex:
 	case <-p.removed:
+		return
 	case <-r.done:
+		return
+	}
+	r.mu.Lock()
+	notify := p.notify
+	r.mu.Unlock()
+	if notify != nil {
+		notify()
 	}
 }
 
@@ -709,6 +718,15 @@ func (r *Runtime) findLocked(id nodeagent.ContainerID) (*simCtr, *simPod) {
 		}
 	}
 	return nil, nil
+}
+
+// NotifyExits implements nodeagent.Runtime.
+func (r *Runtime) NotifyExits(podUID string, notify func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.pods[podUID]; ok {
+		p.notify = notify
+	}
 }
 
 // ContainerExits implements nodeagent.Runtime.
