@@ -189,8 +189,11 @@ type Cluster struct {
 }
 
 // ClusterPoolSize is the most pod workers' steps a Cluster runs at once
-// across all its nodes when ClusterConfig.Agent.Pool is nil.
-const ClusterPoolSize = 4 * nodeagent.DefaultPoolSize
+// across all its nodes when ClusterConfig.Agent.Pool is nil. A step
+// waits for its reports' publish acknowledgements, so the bound, not the
+// CPU, would limit pods/s under a slow bus were it small; the pool's
+// goroutines exist only while steps are due.
+const ClusterPoolSize = 16 * nodeagent.DefaultPoolSize
 
 // NewCluster builds the nodes; nothing runs until Start.
 func NewCluster(cfg ClusterConfig, store nodeagent.NodeStore, pub nodeagent.Publisher) (*Cluster, error) {
