@@ -190,10 +190,10 @@ type Cluster struct {
 
 // ClusterPoolSize is the most pod workers' steps a Cluster runs at once
 // across all its nodes when ClusterConfig.Agent.Pool is nil. A step
-// waits for its reports' publish acknowledgements, so the bound, not the
-// CPU, would limit pods/s under a slow bus were it small; the pool's
-// goroutines exist only while steps are due.
-const ClusterPoolSize = 16 * nodeagent.DefaultPoolSize
+// waits for its reports' publish acknowledgements, so a small bound would
+// let a slow bus, not the CPU, cap pods/s; the pool's goroutines exist
+// only while steps are due.
+const ClusterPoolSize = 4 * nodeagent.DefaultPoolSize
 
 // NewCluster builds the nodes; nothing runs until Start.
 func NewCluster(cfg ClusterConfig, store nodeagent.NodeStore, pub nodeagent.Publisher) (*Cluster, error) {
