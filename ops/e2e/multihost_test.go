@@ -29,16 +29,24 @@ type host struct {
 	ip   string
 	dir  string
 	args []string
-	cmd  *exec.Cmd
-	out  *bytes.Buffer
-	done chan struct{}
+	// netns: the host is this network namespace (nsenter --net, the
+	// mount namespace shared), its node a Linux node.
+	netns string
+	cmd   *exec.Cmd
+	out   *bytes.Buffer
+	done  chan struct{}
 }
 
 func (h *host) start() {
 	h.t.Helper()
 	h.out = &bytes.Buffer{}
-	h.cmd = exec.Command(binary, append([]string{"up", "--data-dir", h.dir, "--name", h.name, "--advertise", h.ip,
-		"--nodes", "1", "--node-monitor-grace-period", "10s"}, h.args...)...)
+	args := append([]string{"up", "--data-dir", h.dir, "--name", h.name, "--advertise", h.ip,
+		"--nodes", "1", "--node-monitor-grace-period", "10s"}, h.args...)
+	h.cmd = exec.Command(binary, args...)
+	if h.netns != "" {
+		args[7], args[8] = "--runtime", "linux"
+		h.cmd = exec.Command("nsenter", append([]string{"--net=" + filepath.Join("/run/netns", h.netns), binary}, args...)...)
+	}
 	h.cmd.Dir = repoRoot
 	h.cmd.Stdout, h.cmd.Stderr = lockedWriter{h.out}, lockedWriter{h.out}
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

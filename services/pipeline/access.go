@@ -239,6 +239,14 @@ func StoreReplyACL(user, subject string) bool {
 // the node that has it (written by Linux node agents).
 const PodCIDRPrefix = "/registry/podflow/podcidrs/"
 
+// HostPrefix holds one store key per host of a cluster of several
+// machines (podflow up --init/--join), by name; its value is a JSON
+// record with the host's advertised address. Only the admin (the first
+// server) writes it; node agents read it for their host-gw routes (a pod
+// CIDR of a node on another host is routed via that host's address, and
+// only via the address of a host recorded here).
+const HostPrefix = "/registry/podflow/hosts/"
+
 // MasterLeasePrefix holds one store key per live api replica address
 // (kube-apiserver's /masterleases/): the kubernetes Service's endpoints
 // (services/stages/kubernetesservice). Only the api stage writes it.

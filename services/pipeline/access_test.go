@@ -645,6 +645,7 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.NodeRole("n1"), objects.Nodes.Key("", "n1-other"), false},
 		{pipeline.NodeRole("n1"), pipeline.PodCIDRPrefix + "10.244.1.0-24", true},
 		{pipeline.NodeRole("n1"), pod, false},
+		{pipeline.NodeRole("n1"), pipeline.HostPrefix + "h1", false}, // the hosts it routes via: the admin's
 		{pipeline.NodeRole("n.1"), objects.Nodes.Key("", "n.1"), true},
 		{pipeline.SimNodesRole("sim"), objects.Nodes.Key("", "sim-node-0007"), true},
 		{pipeline.SimNodesRole("sim"), pod, false},
@@ -679,6 +680,7 @@ func TestStoreReadACL(t *testing.T) {
 		{pipeline.StageRole(pipeline.ResourceQuota), "/registry/", true, true}, // counts Secrets
 		{pipeline.StageRole(pipeline.ServiceAccount), secret, false, false},
 		{pipeline.RoleStore, secret, false, false},
+		{pipeline.NodeRole("n1"), pipeline.HostPrefix, true, true}, // host-gw routes
 	} {
 		if got := pipeline.StoreReadACL(c.user, c.key, c.prefix); got != c.want {
 			t.Errorf("StoreReadACL(%q, %q, prefix=%v) = %v, want %v", c.user, c.key, c.prefix, got, c.want)
@@ -706,5 +708,21 @@ func TestNodeLeaseACL(t *testing.T) {
 		t.Error("a node may read another node's Lease")
 	case !pipeline.StoreWriteACL(pipeline.SimNodesRole("sim"), key("sim-node-0001")):
 		t.Error("a simulated cluster may not renew its nodes' Leases")
+	}
+}
+
+// TestNodesReadHosts: every node reads every host's record (the
+// addresses its host-gw routes go via) and writes none.
+func TestNodesReadHosts(t *testing.T) {
+	t.Parallel()
+	n1 := pipeline.NodeRole("n1")
+	for _, host := range []string{"n1", "h2"} {
+		key := pipeline.HostPrefix + host
+		if !pipeline.StoreReadACL(n1, key, false) || !pipeline.StoreReadFilter(n1, key, []byte(`{"name":"`+host+`"}`), nil) {
+			t.Errorf("node n1 may not read %s", key)
+		}
+		if pipeline.StoreWriteACL(n1, key) {
+			t.Errorf("node n1 may write %s", key)
+		}
 	}
 }

@@ -31,6 +31,10 @@ var (
 	// not served by another podflow bridge on this machine: podflow never
 	// routes pod traffic off the machine.
 	ErrPeerNotLocal = errors.New("network: peer CIDR is not on a local podflow bridge")
+	// ErrHostRouteRefused is returned by SetHostRoutes for a route that
+	// is not to a pod CIDR of the cluster through a neighbouring host of
+	// the cluster.
+	ErrHostRouteRefused = errors.New("network: host route refused")
 	// ErrCIDRInUse is returned by EnsureBridge for a pod CIDR that
 	// overlaps the subnet of another podflow bridge on the machine.
 	ErrCIDRInUse = errors.New("network: pod CIDR in use on this machine")

@@ -31,8 +31,11 @@
 // arrives on the bridge to the bridge's own routing table, which holds
 // routes to peer podflow bridges (AddPeerRoute) and an unreachable
 // default, and the node's own pod CIDR via the bridge (for a packet DNATed
-// back onto it). Nothing a pod sends can be forwarded off the machine;
-// there is no masquerading, and bridges only ever get veth ports, in
+// back onto it). Nothing a pod sends can be forwarded off the machine,
+// except by a host-gw route (SetHostRoutes): a pod CIDR of the cluster
+// CIDR via the address of another host of the cluster, a neighbour on a
+// connected subnet of an interface other than podflow's; there is no
+// masquerading, and bridges only ever get veth ports, in
 // hairpin mode (kubelet's hairpin-veth: a pod reaching itself through its
 // node gets its packets back).
 //
@@ -52,7 +55,8 @@
 //  1. Run as root in the host network namespace.
 //  2. EnsureBridge once at start (and after anything removed the bridge),
 //     before Setup. Call AddPeerRoute for every other node agent's CIDR on
-//     the machine, on both sides.
+//     the machine, on both sides, and SetHostRoutes with those of nodes on
+//     other hosts.
 //  3. Drive one pod from one goroutine at a time; different pods may be set
 //     up concurrently.
 //  4. At start, List and Teardown what the store no longer knows: the

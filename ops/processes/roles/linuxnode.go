@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/podflow/podflow/nodeagent/nodemetrics"
@@ -399,35 +400,53 @@ func proxyConfig(node, podCIDR, serviceCIDR, hostIP string, rcfg linux.Config) p
 	return cfg
 }
 
-// peerRoutes keeps a route to the pod CIDR of every other Linux node agent
-// on this machine, so that pods reach each other across nodes (through the
-// host, never off the machine). It re-checks every few seconds, so a node
-// that starts later, or whose bridge was recreated, is routed to. It reads
-// the pod CIDR allocations (only Linux node agents make them), not the
-// Nodes: a node's identity reads only its own Node (pipeline.StoreReadFilter).
+// peerRoutes keeps a route to the pod CIDR of every other Linux node
+// agent, so that pods reach each other across nodes without NAT: to the
+// pod CIDR of a node on this machine through the host (its bridge), and
+// to that of a node on another host of the cluster via that host's
+// address (host-gw, network.Manager.SetHostRoutes). It re-checks every
+// few seconds, so a node that starts later, whose bridge was recreated or
+// whose host joined or left, is routed to. It reads the pod CIDR
+// allocations (only Linux node agents make them) and the hosts' records
+// (only the first server writes them), not the Nodes: a node's identity
+// reads only its own Node (pipeline.StoreReadFilter).
 func peerRoutes(ctx context.Context, sess *client.Session, rt *linux.Runtime, self string, log *slog.Logger) {
 	routed := map[string]bool{}
+	var lastErr string
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
 	for {
 		allocs, _, err := sess.Store.Client().List(ctx, podCIDRPrefix, raftstore.Stale())
+		var hostKVs []*raftstore.KV
 		if err == nil {
+			hostKVs, _, err = sess.Store.Client().List(ctx, pipeline.HostPrefix, raftstore.Stale())
+		}
+		if err == nil {
+			var remote []podCIDRAlloc
 			for _, kv := range allocs {
-				node := string(kv.Value)
-				cidr := strings.ReplaceAll(strings.TrimPrefix(kv.Key, podCIDRPrefix), "-", "/")
-				if node == self {
+				a := podCIDRAlloc{node: string(kv.Value), cidr: strings.ReplaceAll(strings.TrimPrefix(kv.Key, podCIDRPrefix), "-", "/")}
+				if a.node == self {
 					continue
 				}
-				if err := rt.Network().AddPeerRoute(ctx, cidr, ""); err != nil {
-					if routed[cidr] || ctx.Err() != nil {
-						continue
-					}
-					log.Debug("peer route", "node", node, "cidr", cidr, "err", err)
+				if err := rt.Network().AddPeerRoute(ctx, a.cidr, ""); err != nil {
+					remote = append(remote, a)
 					continue
 				}
-				if !routed[cidr] {
-					log.Info("routing to a peer node's pods", "node", node, "cidr", cidr)
-					routed[cidr] = true
+				if !routed[a.cidr] {
+					log.Info("routing to a peer node's pods", "node", a.node, "cidr", a.cidr)
+					routed[a.cidr] = true
+				}
+			}
+			routes, hosts := hostGWRoutes(remote, hostKVs, self)
+			err := rt.Network().SetHostRoutes(ctx, routes, hosts)
+			if msg := fmt.Sprint(err); err != nil && msg != lastErr && ctx.Err() == nil {
+				log.Warn("host-gw routes", "err", err)
+			}
+			lastErr = fmt.Sprint(err)
+			for _, r := range routes {
+				if key := r.String(); !routed[key] {
+					log.Info("routing to a node's pods on another host", "route", key)
+					routed[key] = true
 				}
 			}
 		}
@@ -437,4 +456,49 @@ func peerRoutes(ctx context.Context, sess *client.Session, rt *linux.Runtime, se
 		case <-t.C:
 		}
 	}
+}
+
+// podCIDRAlloc is one pod CIDR allocation: its CIDR and the node that
+// holds it.
+type podCIDRAlloc struct{ node, cidr string }
+
+// hostRecord is what a node agent reads of a host's record (under
+// pipeline.HostPrefix; up.HostRecord).
+type hostRecord struct {
+	Name      string `json:"name"`
+	Advertise string `json:"advertise"`
+}
+
+// hostGWRoutes returns the host-gw routes of node self for the
+// allocations not on this machine: a node named as a host of the cluster
+// (up --init/--join run one node, named after the host) other than
+// self is reached via that host's advertised address. It also returns
+// every host's address: the only gateways SetHostRoutes accepts.
+// Allocations of nodes that are no host, and unreadable records, are
+// left out.
+func hostGWRoutes(remote []podCIDRAlloc, hostKVs []*raftstore.KV, self string) ([]network.HostRoute, []netip.Addr) {
+	byName := map[string]netip.Addr{}
+	var hosts []netip.Addr
+	for _, kv := range hostKVs {
+		var h hostRecord
+		if json.Unmarshal(kv.Value, &h) != nil || h.Name != strings.TrimPrefix(kv.Key, pipeline.HostPrefix) {
+			continue
+		}
+		a, err := netip.ParseAddr(h.Advertise)
+		if err != nil || !a.Is4() {
+			continue
+		}
+		byName[h.Name] = a
+		hosts = append(hosts, a)
+	}
+	var routes []network.HostRoute
+	for _, a := range remote {
+		via, ok := byName[a.node]
+		cidr, err := netip.ParsePrefix(a.cidr)
+		if !ok || a.node == self || err != nil {
+			continue
+		}
+		routes = append(routes, network.HostRoute{CIDR: cidr, Via: via})
+	}
+	return routes, hosts
 }

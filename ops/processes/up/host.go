@@ -51,7 +51,8 @@ type HostFile struct {
 }
 
 // HostRecord is one host of the cluster, in the store under
-// HostPrefix (only the admin reads and writes it).
+// HostPrefix (only the admin writes it; node agents read it for their
+// host-gw routes).
 type HostRecord struct {
 	Name      string    `json:"name"`
 	Advertise string    `json:"advertise"`
@@ -67,7 +68,7 @@ type HostRecord struct {
 }
 
 // HostPrefix holds the cluster's hosts (HostRecord), by name.
-const HostPrefix = "/registry/podflow/hosts/"
+const HostPrefix = pipeline.HostPrefix
 
 // clusterInfo is what a joiner gets besides its certificates
 // (join.Bundle.Cluster).
