@@ -24,7 +24,7 @@ TEST_P ?= 2
 # podflow build on 2 cores at load 35-95 (docs/benchmarks.md).
 TEST_TIMEOUT ?= 25m
 
-.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale bench-workload chaos chaos-partition chaos-hosts fuzz clean
+.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-scale bench-workload chaos chaos-partition chaos-hosts chaos-rollout chaos-job fuzz clean
 
 all: build
 
@@ -205,11 +205,24 @@ chaos-hosts: build
 	$(BIN)/podflow chaos --host-count 3 --pods 150 --duration 90s --kill-interval 20s --fault-for 10s --max-host-kills 3 \
 		--nodes 2 --settle 2m --lin-clients 0
 
+## chaos-rollout: issue #36's chaos: a Deployment rolled out and scaled from
+## 200 to 2,000 replicas on 30 simulated nodes while replicas of the
+## deployment and replicaset controllers are SIGKILLed every 4 s (at most 30).
+chaos-rollout: build
+	$(BIN)/podflow chaos --own --scenario rollout --scale-to 2000 --nodes 30 --kill-interval 4s --max-kills 30 --duration 2m --settle 5m
+
+## chaos-job: issue #37's chaos: a Job of 1,000 completions, then an Indexed
+## one, while replicas of the job controller are SIGKILLed every 3 s.
+chaos-job: build
+	$(BIN)/podflow chaos --own --scenario job --completions 1000 --parallelism 50 --nodes 20 --kill-interval 3s --max-kills 30 --duration 2m --settle 5m
+	$(BIN)/podflow chaos --own --scenario job --completions 1000 --parallelism 50 --indexed --nodes 20 --kill-interval 3s --max-kills 30 --duration 2m --settle 5m
+
 ## chaos: a longer soak than the bounded runs in make test (bounded in pods
 ## and time; stops by itself): process kills and pauses, then every
 ## nemesis — kills, pauses and network faults between the store replicas —
 ## then every NATS route fault with kills of NATS servers during cuts,
-## with the linearizability checker; then chaos-partition and chaos-hosts.
+## with the linearizability checker; then chaos-partition, chaos-hosts,
+## chaos-rollout and chaos-job.
 chaos: build
 	$(BIN)/podflow chaos --own --pods 3000 --duration 5m --kill-interval 4s --targets stages,store,nodeagent,nats --pause --nodes 50
 	$(BIN)/podflow chaos --own --pods 1000 --duration 3m --kill-interval 7s --fault-for 4s --targets stages,store \
@@ -221,6 +234,8 @@ chaos: build
 	else echo "chaos: packet loss (--nemesis loss) needs root; skipped"; fi
 	$(MAKE) chaos-partition
 	$(MAKE) chaos-hosts
+	$(MAKE) chaos-rollout
+	$(MAKE) chaos-job
 
 fuzz:
 	cd proto && $(GO) test -run '^$$' -fuzz FuzzEnvelopeDecode -fuzztime 30s ./eventsv1/

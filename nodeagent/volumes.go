@@ -63,6 +63,8 @@ func (w *worker) resolveVolumes(ctx context.Context) ([]VolumeData, error) {
 				return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
 			}
 			vd.Files, vd.Modes = files, modes
+		case v.GetCsi() != nil:
+			return nil, csiMountError(v)
 		}
 		if v.GetSecret() != nil || v.GetDownwardApi() != nil || v.GetProjected() != nil {
 			// kubelet wraps these in a memory emptyDir (wrappedVolumeSpec),

@@ -225,7 +225,10 @@ func filesHolding(t *testing.T, root string, needle []byte) []string {
 func TestSecretsEncryptedAtRest(t *testing.T) {
 	for _, encrypted := range []bool{true, false} {
 		t.Run(fmt.Sprint("encrypted=", encrypted), func(t *testing.T) {
-			var opts []raftstoretest.Option
+			// Small log segments: the search below reads every file
+			// whole, and each replica's first segment is preallocated
+			// (64 MiB by default).
+			opts := []raftstoretest.Option{func(c *raftstore.Config) { c.LogSegmentBytes = 1 << 20 }}
 			if encrypted {
 				e := encConfig(t, "secretbox:key1:"+newKey(t), "identity")
 				opts = append(opts, func(c *raftstore.Config) { c.Encryption = e })

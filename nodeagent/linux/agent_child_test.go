@@ -162,6 +162,7 @@ func (p *agentProc) await(t *testing.T, what string, cond func(*eventsv1.Envelop
 // process), the new agent adopts it with its restart count unchanged, and
 // nothing is duplicated.
 func TestAgentSIGKILLKeepsContainersRunning(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	_ = e.rt.Close() // the child processes own the node now; cleanup reopens it
 	e.rt = nil

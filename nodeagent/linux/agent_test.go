@@ -76,6 +76,7 @@ func times(envs []*eventsv1.Envelope, typ eventsv1.Type) []time.Time {
 // A container exiting 1 under OnFailure is restarted, with a growing
 // delay (CrashLoopBackOff); each run has its own log.
 func TestOnFailureRestartsWithBackoff(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, store, pub := runAgent(t, e)
 	pd := newPod(e.cfg.NodeName, "crasher", "sh", "-c", "echo run; exit 1")
@@ -126,6 +127,7 @@ func TestOnFailureRestartsWithBackoff(t *testing.T) {
 // A readiness probe follows the container's health: the test takes the
 // served file away and back through a hostPath volume.
 func TestReadinessFlips(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, store, pub := runAgent(t, e)
 	www := t.TempDir()

@@ -22,6 +22,7 @@ import (
 // netns add` by someone else runs while the pod exists, and Decommission
 // still leaves nothing of the node on the machine, nor its lock file.
 func TestAgentsShareAHost(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	pd := newPod(e.cfg.NodeName, "coexist", "sleep", "3600")
@@ -92,6 +93,7 @@ func TestAgentsShareAHost(t *testing.T) {
 // agent, so the next agent of the node kills its processes and removes
 // its cgroups, namespace, veth and address.
 func TestOrphanedPodIsReapedCompletely(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	pd := newPod(e.cfg.NodeName, "orphan", "sleep", "3600")

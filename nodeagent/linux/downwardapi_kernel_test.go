@@ -16,6 +16,7 @@ import (
 // MountVolumes with new labels (the refresh) is seen by the running
 // container through the same mount, ..data swapped under it.
 func TestDownwardAPIVolumeInContainer(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	mode := int32(0o640)

@@ -16,6 +16,7 @@ import (
 // past it. A disk emptyDir's usage is what a container wrote, counted as
 // du counts it (a hard link once).
 func TestEmptyDirSizeAndUsage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	mem := &corev1.Volume{Name: "scratch", EmptyDir: &corev1.EmptyDirVolumeSource{Medium: "Memory", SizeLimit: "8Mi"}}

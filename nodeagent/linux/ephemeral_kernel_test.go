@@ -16,6 +16,7 @@ import (
 // target sees its; without a target it has a PID namespace of its own.
 // A target that has exited is refused.
 func TestEphemeralContainerTarget(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	for _, targeted := range []bool{true, false} {
@@ -38,8 +39,11 @@ func TestEphemeralContainerTarget(t *testing.T) {
 			if err != nil {
 				t.Fatalf("StartEphemeralContainer: %v", err)
 			}
+			// A command that reads what the debugger sees, not a probe
+			// under test: the time it needs on a loaded machine (as
+			// execProbe gives), not the default one second.
 			res, err := e.rt.Probe(ctx, pd, dbg, did, nodeagent.ProbeLiveness, &corev1.Probe{
-				Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "ps -o pid,args; cat /proc/net/dev"}}})
+				Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "ps -o pid,args; cat /proc/net/dev"}}, TimeoutSeconds: 30})
 			if err != nil || !res.OK {
 				t.Fatalf("exec in the ephemeral container: %+v %v", res, err)
 			}

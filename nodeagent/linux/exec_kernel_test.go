@@ -18,6 +18,7 @@ import (
 // pod: streams, only this node's pods, a connection to the pod's loopback,
 // and the end of the command when its pod goes.
 func TestExecIn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	pd := newPod(e.cfg.NodeName, "web", "sh", "-c", "while true; do echo hello from the pod | nc -l -p 8080 127.0.0.1; done")

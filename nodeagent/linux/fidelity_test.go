@@ -17,6 +17,7 @@ import (
 // the app, the postStart hook run in the container, and the preStop hook
 // run before SIGTERM.
 func TestEnvSidecarAndHooksOnTheKernel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, store, pub := runAgent(t, e)
 	out := t.TempDir()

@@ -18,6 +18,7 @@ import (
 // emptyDir is group 1001, setgid, group-writable, so what the container
 // makes there is group 1001 too; a hostPath volume is left alone.
 func TestFSGroupOwnsVolumes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, store, _ := runAgent(t, e)
 	ctx := ctxT(t, 40*time.Second)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,9 +54,21 @@ type env struct {
 	cgroups string // cgroup root, "podflow-test-…"
 }
 
+// podSubnets hands each test node its own pod CIDR among
+// 10.244.200.0/24 … 10.244.249.0/24, from a random start (so that two
+// test processes seldom pick the same): tests run in parallel, and two
+// bridges of one /24 would route each other's pod IPs.
+var podSubnets = struct {
+	sync.Mutex
+	next int
+}{next: mrand.IntN(50)}
+
 func newConfig(t testing.TB, reg *imagetest.Registry) linux.Config {
 	node := "pf-test-" + randHex(4)
-	cidr := fmt.Sprintf("10.244.%d.0/24", 200+mrand.IntN(50))
+	podSubnets.Lock()
+	cidr := fmt.Sprintf("10.244.%d.0/24", 200+podSubnets.next%50)
+	podSubnets.next++
+	podSubnets.Unlock()
 	cfg := linux.DefaultConfig(node, cidr, t.TempDir(), reg.Addr)
 	cfg.Cgroups.Root = "podflow-test-" + randHex(4)
 	cfg.LockDir = t.TempDir()

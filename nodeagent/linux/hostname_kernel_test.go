@@ -13,6 +13,7 @@ import (
 // its hostname (kubelet's truncatePodHostnameIfNeeded); sethostname
 // refused the whole name before.
 func TestLongPodNameHostname(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
 	name := "long-" + strings.Repeat("n", 60) + "-named" // 71 characters
@@ -32,6 +33,7 @@ func TestLongPodNameHostname(t *testing.T) {
 // (hostname.subdomain.namespace.svc.cluster.local) and the hostAliases;
 // seLinuxOptions are accepted, and ignored where SELinux is off.
 func TestHostnameSubdomainHostAliases(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
 	pd := newPod(e.cfg.NodeName, "web-7f9c", "sleep", "1000")

@@ -13,6 +13,7 @@ import (
 // hostNetwork, hostPID and hostIPC put the container in the host's
 // namespaces; without them it sees none of the host's.
 func TestHostNamespaces(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	hostInit := strings.ReplaceAll(readFile("/proc/1/cmdline"), "\x00", " ")
@@ -51,6 +52,7 @@ func TestHostNamespaces(t *testing.T) {
 // holder lives in the pod's cgroup, so a pod whose cgroups are gone after
 // RemovePodSandbox has no holder left.
 func TestShareProcessNamespace(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	for _, shared := range []bool{true, false} {

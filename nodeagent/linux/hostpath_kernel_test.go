@@ -17,6 +17,7 @@ import (
 // is mounted read-only though the volumeMount asks for read-write: the
 // container reads it, its write fails, the host's file is unchanged.
 func TestHostPathReadOnlyAllowed(t *testing.T) {
+	t.Parallel()
 	host := filepath.Join(t.TempDir(), "hosts")
 	if err := os.WriteFile(host, []byte("127.0.0.1 pf-host\n"), 0o644); err != nil {
 		t.Fatal(err)

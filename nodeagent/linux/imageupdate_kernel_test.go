@@ -19,6 +19,7 @@ import (
 // it (restartCount 1); the other container keeps running, never
 // restarted.
 func TestImageUpdateOnTheKernel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	img, err := imagebuild.Busybox(context.Background(), containertest.Busybox)
 	if err != nil {

@@ -50,6 +50,7 @@ func waitPhase(t *testing.T, a *nodeagent.Agent, uid, phase string) *corev1.PodS
 // a finished pod's), yet its container's log is served until the pod is
 // deleted, as kubelet keeps exited containers; deleting removes it.
 func TestLogsOfFinishedPod(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, store, _ := runAgent(t, e)
 	pd := newPod(e.cfg.NodeName, "done", "sh", "-c", "echo one; echo two")
@@ -107,6 +108,7 @@ func TestLogsOfFinishedPod(t *testing.T) {
 // instance removes the first one's log (kubelet keeps one exited
 // instance).
 func TestLogsPrevious(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, store, _ := runAgent(t, e)
 	pd := newPod(e.cfg.NodeName, "again", "sh", "-c",
@@ -147,6 +149,7 @@ func TestLogsPrevious(t *testing.T) {
 // TestLogsOfWaitingContainer: a container that never started has no log;
 // the node says why in kubelet's words.
 func TestLogsOfWaitingContainer(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, store, _ := runAgent(t, e)
 	pd := newPod(e.cfg.NodeName, "nopull", "true")

@@ -16,6 +16,7 @@ import (
 // them, and a refresh (a changed Secret) swaps ..data under the running
 // container.
 func TestProjectedVolumeInContainer(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	vol := &corev1.Volume{Name: "all", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{

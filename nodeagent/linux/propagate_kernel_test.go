@@ -17,6 +17,7 @@ import (
 // in its downwardAPI volume; a subPath mount of the ConfigMap keeps the
 // content it was started with (kubelet's documented behaviour).
 func TestVolumeUpdatesReachRunningContainer(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, store, pub := runAgent(t, e)
 	ctx := ctxT(t, 60*time.Second)

@@ -20,6 +20,7 @@ import (
 // kubernetes.io/dockerconfigjson Secret exists in the pod's namespace
 // the next pull has its credentials and the pod runs.
 func TestImagePullSecretsOnTheKernel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	private := imagetest.NewRegistry(t)
 	img, err := imagebuild.Busybox(context.Background(), containertest.Busybox)

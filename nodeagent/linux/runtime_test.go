@@ -40,6 +40,7 @@ func intOrString(n int) *corev1.IntOrString {
 // the memory limit its cgroup holds, eth0 with the pod IP inside, HTTP from
 // the host to the pod IP, probes, volumes, and nothing left after removal.
 func TestPodOnTheKernel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	pd := newPod(e.cfg.NodeName, "web", "sh", "-c",
@@ -93,7 +94,7 @@ func TestPodOnTheKernel(t *testing.T) {
 	})
 	t.Run("container sees eth0 with the pod IP", func(t *testing.T) {
 		res, err := e.rt.Probe(ctx, pd, c, id, nodeagent.ProbeLiveness, &corev1.Probe{
-			Exec: &corev1.ExecAction{Command: []string{"ip", "-o", "-4", "addr", "show", "eth0"}}})
+			Exec: &corev1.ExecAction{Command: []string{"ip", "-o", "-4", "addr", "show", "eth0"}}, TimeoutSeconds: 30})
 		if err != nil || !res.OK {
 			t.Fatalf("exec ip addr: %+v %v", res, err)
 		}
@@ -141,7 +142,7 @@ func TestPodOnTheKernel(t *testing.T) {
 	})
 	t.Run("volumes", func(t *testing.T) {
 		res, err := e.rt.Probe(ctx, pd, c, id, nodeagent.ProbeLiveness, &corev1.Probe{Exec: &corev1.ExecAction{Command: []string{"sh", "-c",
-			`stat -L -c '%a %n' /cfg/index.html /var/run/tok/token; grep -c tmpfs /proc/mounts; (echo x > /cfg/new) 2>&1 | grep -q Read-only && echo ro`}}})
+			`stat -L -c '%a %n' /cfg/index.html /var/run/tok/token; grep -c tmpfs /proc/mounts; (echo x > /cfg/new) 2>&1 | grep -q Read-only && echo ro`}}, TimeoutSeconds: 30})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 // A pod's securityContext reaches the kernel; runAsNonRoot with a root
 // image is refused with kubelet's reason and message.
 func TestSecurityContextOnTheKernel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	uid, gid := int64(1000), int64(2000)

@@ -14,6 +14,7 @@ import (
 // ../..) resolves inside the volume, for emptyDir and hostPath alike: the
 // container sees the volume's etc, never the host's.
 func TestSubPathSymlinkStaysInTheVolume(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	hostDir, err := os.MkdirTemp("", "pf-subpath-")
@@ -77,6 +78,7 @@ func TestSubPathSymlinkStaysInTheVolume(t *testing.T) {
 // (made when missing): two pods' containers write into their own
 // $(POD_NAME) directory of one hostPath volume.
 func TestSubPathExprMount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, store, _ := runAgent(t, e)
 	ctx := ctxT(t, 40*time.Second)

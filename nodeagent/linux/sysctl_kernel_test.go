@@ -14,6 +14,7 @@ import (
 // A pod's sysctls are set in its own network and IPC namespaces, never on
 // the host; an unsafe one is refused unless the agent allows it.
 func TestSysctlsOnTheKernel(t *testing.T) {
+	t.Parallel()
 	e := newEnvWith(t, func(c *linux.Config) { c.AllowedUnsafeSysctls = []string{"kernel.msgmax"} })
 	ctx := ctxT(t, 60*time.Second)
 	files := []string{"/proc/sys/net/ipv4/ip_local_port_range", "/proc/sys/kernel/shm_rmid_forced", "/proc/sys/kernel/msgmax"}

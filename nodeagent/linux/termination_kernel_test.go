@@ -49,6 +49,7 @@ func runToTermination(t *testing.T, e *env, pd *corev1.Pod) *corev1.ContainerSta
 // message to /dev/termination-log and exits 1: the terminated state
 // carries it; a custom terminationMessagePath works the same.
 func TestTerminationMessageFileOnTheKernel(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, path string }{{"default path", ""}, {"custom path", "/tmp/why/msg"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -72,6 +73,7 @@ func TestTerminationMessageFileOnTheKernel(t *testing.T) {
 // FallbackToLogsOnError: a container that fails without writing its
 // message gets the end of its log (here its last 80 of 100 lines).
 func TestTerminationMessageFallbackToLogsOnTheKernel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	pd := newPod(e.cfg.NodeName, "termlog", "sh", "-c", `i=1; while [ $i -le 100 ]; do echo "line $i"; i=$((i+1)); done; echo "panic: boom" >&2; exit 2`)
 	pd.Spec.Containers[0].TerminationMessagePolicy = "FallbackToLogsOnError"

@@ -19,6 +19,7 @@ import (
 // rate and a working set above 0, an idle one no CPU to speak of, and the
 // node (its cgroup root) at least some; the first Sample has no rate.
 func TestMeterUsage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 90*time.Second)
 	burn := newPod(e.cfg.NodeName, "burn", "sh", "-c", "while :; do :; done")

@@ -18,6 +18,7 @@ import (
 // take the stored defaultMode (admission stores Kubernetes' 0644); a
 // secret stored before admission did (no defaultMode) keeps 0400.
 func TestFileVolumeTmpfsSizeAndModes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)
 	mode := func(m int32) *int32 { return &m }

@@ -53,6 +53,12 @@ type Options struct {
 	Keep         bool          // keep its own system's data directory
 	Hosts        int           // a cluster of this many hosts, whole hosts killed (0: one host; hosts.go)
 	MaxHostKills int           // with Hosts: at most this many host kills (0: as many as Duration allows)
+	Scenario     string        // the workload (ScenarioNames; "" or pods: the pod workload)
+	MaxKills     int           // rollout, job: at most this many controller kills (0: as many as Duration allows)
+	ScaleTo      int           // rollout: the spec.replicas the Deployment is scaled to during its rollout
+	Completions  int           // job: the Job's completions
+	Parallelism  int           // job: the Job's parallelism
+	Indexed      bool          // job: an Indexed Job
 }
 
 // violationsError is Run's error when an invariant broke: the command
@@ -241,6 +247,9 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed>>1|1))
 	if o.Hosts > 0 {
 		return runHosts(ctx, o, out, rng)
+	}
+	if o.Scenario != "" && o.Scenario != "pods" {
+		return runScenario(ctx, o, out, rng)
 	}
 	targets := map[plan.Kind]bool{}
 	for _, t := range strings.Split(o.Targets, ",") {

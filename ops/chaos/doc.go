@@ -17,6 +17,13 @@
 // the register history linearizable (porcupine); every faulted link
 // relayed. Runs are seeded, so a failing one replays.
 //
+// With Options.Scenario rollout or job (scenario.go), the workload is a
+// Deployment rolled out and scaled, or a Job of many completions, driven
+// over the Kubernetes API while replicas of its controllers are killed;
+// watches record every version of its objects and the scenario's
+// checkers replay them (rollout.go: checkRollout, checkOwners; job.go:
+// checkJob, checkFinalizers).
+//
 // It does I/O of every kind: child processes, signals, network relays,
 // the bus, the store and the HTTPS API.
 //

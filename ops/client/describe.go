@@ -220,6 +220,8 @@ func volumeType(v *corev1.Volume) string {
 		return "HostPath (bare host directory volume)\n    Path: " + v.GetHostPath().GetPath()
 	case v.GetPersistentVolumeClaim() != nil:
 		return "PersistentVolumeClaim\n    ClaimName: " + v.GetPersistentVolumeClaim().GetClaimName()
+	case v.GetCsi() != nil:
+		return "CSI (a Container Storage Interface (CSI) volume source)\n    Driver: " + v.GetCsi().GetDriver()
 	}
 	return "<unknown>"
 }

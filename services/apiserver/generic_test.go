@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,8 +95,11 @@ var minimalObjects = map[string]string{
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
 
+// restConfig is the admin's client-go configuration, without client-go's
+// client-side rate limit (5 requests a second, bursts of 10: a test of a
+// few dozen requests would wait on it for seconds, not on the server).
 func restConfig(s *system) *rest.Config {
-	return &rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}}
+	return &rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}, QPS: -1}
 }
 
 func unstructuredOf(t *testing.T, y string) *unstructured.Unstructured {
@@ -195,6 +199,28 @@ func TestGenericKindsCRUD(t *testing.T) {
 					}
 					if ctx.Err() != nil {
 						t.Fatalf("the quota's status was not filled in: %v", q.Object["status"])
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			if k.Name == "CustomResourceDefinition" {
+				// The CRD controller accepts the names, then sets
+				// Established, its last write: waited for so that the
+				// update below does not race it.
+				for {
+					d, err := ri.Get(ctx, name, metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					conds, _, _ := unstructured.NestedSlice(d.Object, "status", "conditions")
+					if slices.ContainsFunc(conds, func(c any) bool {
+						m, _ := c.(map[string]any)
+						return m["type"] == "Established" && m["status"] == "True"
+					}) {
+						break
+					}
+					if ctx.Err() != nil {
+						t.Fatalf("the definition was not established: %v", d.Object["status"])
 					}
 					time.Sleep(20 * time.Millisecond)
 				}

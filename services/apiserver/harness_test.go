@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"log/slog"
 	"net"
 	"net/http"
@@ -466,10 +465,11 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config, webhooks bool) (
 		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Pods: pods, Log: env.Log}, ks)...), nil
 }
 
-// adminClientset is a client-go clientset of the admin, over HTTPS.
+// adminClientset is a client-go clientset of the admin, over HTTPS
+// (restConfig: no client-side rate limit).
 func (s *system) adminClientset(t testing.TB) *kubernetes.Clientset {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM}})
+	cs, err := kubernetes.NewForConfig(restConfig(s))
 	if err != nil {
 		t.Fatal(err)
 	}

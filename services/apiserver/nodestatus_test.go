@@ -163,3 +163,59 @@ func waitPod(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, what s
 		t.Fatalf("pod never %s: %+v", what, last)
 	}
 }
+
+// TestNodeUpdateKeepsStatus: a PUT on nodes changes the spec and metadata
+// and keeps the stored status, as kube's nodeStrategy.PrepareForUpdate;
+// only nodes/status changes it.
+func TestNodeUpdateKeepsStatus(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t, options{})
+	cs := s.adminClientset(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	four := k8scorev1.ResourceList{k8scorev1.ResourceCPU: resource.MustParse("4")}
+	node := &k8scorev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "keep"},
+		Status: k8scorev1.NodeStatus{Capacity: four, Allocatable: four}}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, "keep", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels = map[string]string{"updated": "yes"}
+	n.Spec.Unschedulable = true
+	n.Status.Capacity = k8scorev1.ResourceList{k8scorev1.ResourceCPU: resource.MustParse("64")}
+	n.Status.Allocatable = n.Status.Capacity
+	n.Status.Conditions = []k8scorev1.NodeCondition{{Type: k8scorev1.NodeReady, Status: k8scorev1.ConditionTrue}}
+	got, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels["updated"] != "yes" || !got.Spec.Unschedulable {
+		t.Errorf("the update lost its spec or labels: %v %+v", got.Labels, got.Spec)
+	}
+	for _, n := range []*k8scorev1.Node{got, mustGetNode(ctx, t, cs, "keep")} {
+		if q := n.Status.Capacity[k8scorev1.ResourceCPU]; q.String() != "4" || len(n.Status.Conditions) != 0 {
+			t.Errorf("a PUT on nodes changed the status: capacity %v, conditions %v", n.Status.Capacity, n.Status.Conditions)
+		}
+	}
+	// nodes/status does change it.
+	n = mustGetNode(ctx, t, cs, "keep")
+	n.Status.Capacity = k8scorev1.ResourceList{k8scorev1.ResourceCPU: resource.MustParse("64")}
+	if got, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if q := got.Status.Capacity[k8scorev1.ResourceCPU]; q.String() != "64" {
+		t.Errorf("UpdateStatus: capacity %v", got.Status.Capacity)
+	}
+}
+
+func mustGetNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) *k8scorev1.Node {
+	t.Helper()
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

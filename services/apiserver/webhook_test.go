@@ -104,7 +104,7 @@ func TestWebhooksOnThePipeline(t *testing.T) {
 	s := startSystem(t, options{webhooks: true})
 	warn := &warningsSeen{}
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM},
-		WarningHandler: warn, Timeout: 60 * time.Second})
+		WarningHandler: warn, Timeout: 60 * time.Second, QPS: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestPolicyOnThePipeline(t *testing.T) {
 	s := startSystem(t, options{webhooks: true})
 	warn := &warningsSeen{}
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca.CertPEM},
-		WarningHandler: warn})
+		WarningHandler: warn, QPS: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

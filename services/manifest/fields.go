@@ -88,6 +88,7 @@ const (
 	testHostname    = "nodeagent/linux/hosts_internal_test.go nodeagent/linux/hostname_kernel_test.go services/stages/admission/validate_test.go"
 	testSubPathExpr = "nodeagent/subpathexpr_internal_test.go nodeagent/linux/subpath_kernel_test.go services/stages/admission/validate_test.go"
 	testServiceEnv  = "nodeagent/servicelinks_internal_test.go nodeagent/servicelinks_test.go"
+	testCSI         = "services/manifest/fields_test.go services/stages/admission/validate_volumes_test.go services/pipeline/nodegraph_test.go services/podsecurity/podsecurity_test.go nodeagent/csi_test.go"
 	testHostPort    = "nodeagent/linux/network/hostports_test.go nodeagent/linux/hostports_test.go services/stages/scheduler/filters_test.go ops/e2e/linux_nodeport_test.go"
 )
 
@@ -189,6 +190,7 @@ var podHonoured = map[string]string{
 	"spec.volumes[*].emptyDir.medium":                                              testVolumes,
 	"spec.volumes[*].emptyDir.sizeLimit":                                           testEmptyDir,
 	"spec.volumes[*].hostPath":                                                     testVolumes,
+	"spec.volumes[*].csi":                                                          testCSI,
 	"spec.volumes[*].downwardAPI.defaultMode":                                      testDownwardAPI + " " + testVolumeModes,
 	"spec.volumes[*].downwardAPI.items[*].path":                                    testDownwardAPI,
 	"spec.volumes[*].downwardAPI.items[*].mode":                                    testDownwardAPI,
@@ -294,7 +296,7 @@ var podRefused = map[string]refusal{
 }
 
 // networkVolumes are the volume sources of network storage and cloud disks.
-var networkVolumes = []string{"awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "csi",
+var networkVolumes = []string{"awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder",
 	"fc", "flexVolume", "flocker", "gcePersistentDisk", "gitRepo", "glusterfs", "iscsi", "nfs",
 	"photonPersistentDisk", "portworxVolume", "quobyte", "rbd", "scaleIO", "storageos", "vsphereVolume"}
 

@@ -264,3 +264,64 @@ func TestAttachFields(t *testing.T) {
 		t.Errorf("RefusedPodFields: %v, want none", errs)
 	}
 }
+
+const csiPod = `apiVersion: v1
+kind: Pod
+metadata: {name: csi-inline}
+spec:
+  containers: [{name: app, image: busybox, volumeMounts: [{name: vol2, mountPath: /mnt/vol2}]}]
+  volumes:
+  - name: vol1
+    csi: {driver: e2e.example.com}
+  - name: vol2
+    csi:
+      driver: e2e.example.com
+      readOnly: true
+      fsType: ext4
+      volumeAttributes: {size: 1Gi}
+      nodePublishSecretRef: {name: publish}
+`
+
+// TestCSIVolumeFields: inline csi volumes (the CSIInlineVolumes
+// conformance test's) reach the proto, go back to k8s.io/api unchanged and
+// are not refused.
+func TestCSIVolumeFields(t *testing.T) {
+	pod := decodeOne(t, []byte(csiPod)).Message.(*pf.Pod)
+	v1, v2 := pod.GetSpec().GetVolumes()[0].GetCsi(), pod.GetSpec().GetVolumes()[1].GetCsi()
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"driver", v1.GetDriver(), "e2e.example.com"},
+		{"readOnly unset", v1.ReadOnly == nil && v1.FsType == nil, true},
+		{"readOnly", v2.GetReadOnly(), true},
+		{"fsType", v2.GetFsType(), "ext4"},
+		{"volumeAttributes", v2.GetVolumeAttributes()["size"], "1Gi"},
+		{"nodePublishSecretRef", v2.GetNodePublishSecretRef().GetName(), "publish"},
+	}
+	for _, tc := range checks {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmpDiff(tc.want, tc.got); diff != "" {
+				t.Errorf("%s", diff)
+			}
+		})
+	}
+	for _, f := range []Format{FormatYAML, FormatJSON} {
+		t.Run("round trip "+f.String(), func(t *testing.T) { roundTrip(t, pod, f) })
+	}
+	t.Run("k8s.io/api both ways", func(t *testing.T) {
+		ko, err := ToKube(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv := ko.(*corev1.Pod).Spec.Volumes[1].CSI
+		if kv == nil || kv.Driver != "e2e.example.com" || kv.ReadOnly == nil || !*kv.ReadOnly || kv.FSType == nil || *kv.FSType != "ext4" ||
+			kv.NodePublishSecretRef == nil || kv.NodePublishSecretRef.Name != "publish" || kv.VolumeAttributes["size"] != "1Gi" {
+			t.Fatalf("csi = %+v", kv)
+		}
+		fromKubeIs(t, ko, pod)
+	})
+	if errs := RefusedPodFields(pod); len(errs) != 0 {
+		t.Errorf("refused %v, want none", errs)
+	}
+}

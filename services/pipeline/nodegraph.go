@@ -95,8 +95,8 @@ func referencedOnNode(st raftstore.State, node, ns string, k objects.Kind, name 
 // authorizer's graph, as Kubernetes' VisitPodSecretNames and
 // VisitPodConfigmapNames: its imagePullSecrets, every container's (init,
 // app, ephemeral) envFrom and env sources, its secret and configMap
-// volumes and the sources of its projected volumes. Empty names are
-// left out.
+// volumes, its csi volumes' nodePublishSecretRef and the sources of its
+// projected volumes. Empty names are left out.
 func PodReferences(pod *corev1.Pod) (secrets, configMaps []string) {
 	spec := pod.GetSpec()
 	secret := func(name string) {
@@ -147,6 +147,9 @@ func PodReferences(pod *corev1.Pod) (secrets, configMaps []string) {
 		}
 		if c := v.GetConfigMap(); c != nil {
 			configMap(c.GetName())
+		}
+		if r := v.GetCsi().GetNodePublishSecretRef(); r != nil { // VisitPodSecretNames
+			secret(r.GetName())
 		}
 		for _, src := range v.GetProjected().GetSources() {
 			if s := src.GetSecret(); s != nil {

@@ -192,6 +192,7 @@ func TestPodReferences(t *testing.T) {
 		Volumes: []*corev1.Volume{
 			{Name: "s", Secret: &corev1.SecretVolumeSource{SecretName: "vol-secret"}},
 			{Name: "c", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "vol-cm"}},
+			{Name: "inline", Csi: &corev1.CSIVolumeSource{Driver: "d.example.com", NodePublishSecretRef: &corev1.LocalObjectReference{Name: "csi-publish"}}},
 			{Name: "kube-api-access", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
 				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
 				{ConfigMap: &corev1.ConfigMapProjection{Name: "kube-root-ca.crt"}},
@@ -208,7 +209,7 @@ func TestPodReferences(t *testing.T) {
 	secrets, configMaps := pipeline.PodReferences(pod)
 	slices.Sort(secrets)
 	slices.Sort(configMaps)
-	if want := []string{"env-secret", "envfrom-secret", "projected-secret", "pull", "vol-secret"}; !slices.Equal(secrets, want) {
+	if want := []string{"csi-publish", "env-secret", "envfrom-secret", "projected-secret", "pull", "vol-secret"}; !slices.Equal(secrets, want) {
 		t.Errorf("secrets %v, want %v", secrets, want)
 	}
 	if want := []string{"ephemeral-cm", "init-envfrom-cm", "kube-root-ca.crt", "vol-cm"}; !slices.Equal(configMaps, want) {

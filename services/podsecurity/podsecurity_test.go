@@ -117,3 +117,30 @@ func BenchmarkCheck(b *testing.B) {
 		})
 	}
 }
+
+// TestCSIVolumes: restricted (and so baseline) allows inline csi volumes,
+// as upstream's restrictedVolumes check; a hostPath volume beside it is
+// still refused, and the refusal names only it.
+func TestCSIVolumes(t *testing.T) {
+	p := pod(func(p *corev1.Pod) {
+		p.Spec.InitContainers = nil
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: proto.Bool(true),
+			SeccompProfile: &corev1.SeccompProfile{Type: "RuntimeDefault"}}
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: proto.Bool(false),
+			Capabilities: &corev1.Capabilities{Drop: []string{"ALL"}}}
+		p.Spec.Volumes = []*corev1.Volume{{Name: "inline", Csi: &corev1.CSIVolumeSource{Driver: "e2e.example.com",
+			NodePublishSecretRef: &corev1.LocalObjectReference{Name: "publish"}}}}
+	})
+	for _, level := range []Level{LevelBaseline, LevelRestricted} {
+		if st := Check(p, Latest(level)); st != nil {
+			t.Errorf("%s refused a csi volume: %s", level, st.GetMessage())
+		}
+	}
+	p.Spec.Volumes = append(p.Spec.Volumes, &corev1.Volume{Name: "host", HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}})
+	st := Check(p, Latest(LevelRestricted))
+	want := `pods "web" is forbidden: violates PodSecurity "restricted:latest": ` +
+		`restricted volume types (volume "host" uses restricted volume type "hostPath")`
+	if st.GetMessage() != want {
+		t.Errorf("message\n got %s\nwant %s", st.GetMessage(), want)
+	}
+}

@@ -30,7 +30,17 @@ system (--config, else $PODFLOW_CONFIG, ./.podflow/config.json,
 ~/.podflow/config.json); with --own, when none is configured, or for
 network faults, it starts its own ` + "`podflow up`" + ` in a temporary directory.
 With --host-count 3 it starts three hosts of its own instead (` + "`up --init`" + `, ` + "`up --join`" + `)
-and kills whole hosts, then checks the same invariants.`,
+and kills whole hosts, then checks the same invariants.
+
+--scenario rollout rolls a Deployment out and scales it to --scale-to while
+SIGKILLing replicas of the deployment and replicaset controllers, and checks
+that its ReplicaSets never ask for more than replicas + maxSurge pods, that no
+ReplicaSet has more live pods than it was asked for, that the rollout
+finishes (kubectl rollout status) and that no orphan is left. --scenario job
+runs a Job of --completions while SIGKILLing replicas of the job controller,
+and checks that each completion is counted once and no pod keeps the
+batch.kubernetes.io/job-tracking finalizer. Both stop after --duration or
+--max-kills kills.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return chaos.Run(cmd.Context(), o, cmd.OutOrStdout()) },
 	}
 	configFlag(cmd, &o.Config)
@@ -52,6 +62,12 @@ and kills whole hosts, then checks the same invariants.`,
 	f.IntVar(&o.LinKeys, "lin-keys", 5, "ConfigMaps those clients share")
 	f.IntVar(&o.Hosts, "host-count", 0, "run a cluster of 3 hosts on loopback addresses 127.0.0.51-53 (up --init, up --join) and kill whole hosts: every process of one, every --kill-interval, started again --fault-for later (0: one host, the usual run)")
 	f.IntVar(&o.MaxHostKills, "max-host-kills", 0, "with --host-count: at most this many host kills (0: as many as --duration allows)")
+	f.StringVar(&o.Scenario, "scenario", "pods", "the workload: "+strings.Join(chaos.ScenarioNames, ", ")+"; rollout and job kill the replicas of their controllers (deployment and replicaset; job) and check their own invariants")
+	f.IntVar(&o.MaxKills, "max-kills", 0, "with --scenario rollout or job: at most this many kills (0: as many as --duration allows)")
+	f.IntVar(&o.ScaleTo, "scale-to", 2000, "with --scenario rollout: the spec.replicas the Deployment is scaled to during its rollout (it starts at a tenth)")
+	f.IntVar(&o.Completions, "completions", 1000, "with --scenario job: the Job's completions")
+	f.IntVar(&o.Parallelism, "parallelism", 50, "with --scenario job: the Job's parallelism")
+	f.BoolVar(&o.Indexed, "indexed", false, "with --scenario job: an Indexed Job (each index must complete once)")
 	f.BoolVar(&o.Keep, "keep", false, "keep the temporary system's data directory (its processes' logs), to read after a failed run")
 	return cmd
 }

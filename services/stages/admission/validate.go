@@ -187,6 +187,10 @@ func validateVolumes(p *field.Path, vols []*corev1.Volume) (map[string]bool, fie
 				errs = append(errs, field.Required(vp.Child("hostPath", "path"), ""))
 			}
 		}
+		if s := v.GetCsi(); s != nil {
+			sources = append(sources, "csi")
+			errs = append(errs, validateCSIVolumeSource(vp.Child("csi"), s)...)
+		}
 		if s := v.GetPersistentVolumeClaim(); s != nil {
 			sources = append(sources, "persistentVolumeClaim")
 			errs = append(errs, requiredName(vp.Child("persistentVolumeClaim", "claimName"), s.GetClaimName())...)
@@ -199,6 +203,39 @@ func validateVolumes(p *field.Path, vols []*corev1.Volume) (map[string]bool, fie
 		}
 	}
 	return names, errs
+}
+
+// validateCSIVolumeSource is kube's: the driver's name (ValidateCSIDriverName)
+// and the nodePublishSecretRef's (a Secret's name; kube names its error
+// csi.name).
+func validateCSIVolumeSource(p *field.Path, csi *corev1.CSIVolumeSource) field.ErrorList {
+	errs := validateCSIDriverName(p.Child("driver"), csi.GetDriver())
+	if ref := csi.GetNodePublishSecretRef(); ref != nil {
+		if ref.GetName() == "" {
+			errs = append(errs, field.Required(p.Child("nodePublishSecretRef", "name"), ""))
+		} else {
+			for _, msg := range validation.IsDNS1123Subdomain(ref.GetName()) {
+				errs = append(errs, field.Invalid(p.Child("name"), ref.GetName(), msg))
+			}
+		}
+	}
+	return errs
+}
+
+// validateCSIDriverName is kube's ValidateCSIDriverName: required, at most
+// 63 characters, a DNS subdomain in any case.
+func validateCSIDriverName(p *field.Path, name string) field.ErrorList {
+	var errs field.ErrorList
+	if name == "" {
+		errs = append(errs, field.Required(p, ""))
+	}
+	if len(name) > 63 {
+		errs = append(errs, field.TooLong(p, "", 63))
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(strings.ToLower(name)) {
+		errs = append(errs, field.Invalid(p, name, msg))
+	}
+	return errs
 }
 
 func validateContainer(p *field.Path, c *corev1.Container, volumes, names map[string]bool, hostNetwork, init bool) field.ErrorList {

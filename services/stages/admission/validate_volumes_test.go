@@ -128,3 +128,58 @@ func TestValidateFileVolumeItems(t *testing.T) {
 		t.Errorf("message\n got %s\nwant %s", st.GetMessage(), want)
 	}
 }
+
+// csi volumes are accepted and checked as kube-apiserver checks them
+// (validateCSIVolumeSource): the driver's name, the nodePublishSecretRef's.
+func TestValidateCSIVolumes(t *testing.T) {
+	csi := func(src *corev1.CSIVolumeSource) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Volumes = []*corev1.Volume{{Name: "inline", Csi: src}}
+			p.Spec.Containers[0].VolumeMounts = []*corev1.VolumeMount{{Name: "inline", MountPath: "/mnt/inline"}}
+		}
+	}
+	ro, fs := true, "ext4"
+	const c = "spec.volumes[0].csi"
+	tests := []struct {
+		name  string
+		given func(*corev1.Pod)
+		want  []string
+	}{
+		{"the conformance test's", csi(&corev1.CSIVolumeSource{Driver: "e2e.example.com"}), nil},
+		{"every field", csi(&corev1.CSIVolumeSource{Driver: "Hostpath.CSI.k8s.io", ReadOnly: &ro, FsType: &fs,
+			VolumeAttributes: map[string]string{"size": "1Gi"}, NodePublishSecretRef: &corev1.LocalObjectReference{Name: "publish"}}), nil},
+		{"no driver", csi(&corev1.CSIVolumeSource{}), []string{"FieldValueRequired " + c + ".driver", "FieldValueInvalid " + c + ".driver"}},
+		{"driver not a DNS subdomain", csi(&corev1.CSIVolumeSource{Driver: "e2e_example"}), []string{"FieldValueInvalid " + c + ".driver"}},
+		{"driver too long", csi(&corev1.CSIVolumeSource{Driver: strings.Repeat("d", 64)}), []string{"FieldValueTooLong " + c + ".driver"}},
+		{"secret ref without a name", csi(&corev1.CSIVolumeSource{Driver: "d.example.com", NodePublishSecretRef: &corev1.LocalObjectReference{}}),
+			[]string{"FieldValueRequired " + c + ".nodePublishSecretRef.name"}},
+		{"secret ref bad name", csi(&corev1.CSIVolumeSource{Driver: "d.example.com", NodePublishSecretRef: &corev1.LocalObjectReference{Name: "Bad_Name"}}),
+			[]string{"FieldValueInvalid " + c + ".name"}},
+		{"csi and emptyDir", func(p *corev1.Pod) {
+			csi(&corev1.CSIVolumeSource{Driver: "d.example.com"})(p)
+			p.Spec.Volumes[0].EmptyDir = &corev1.EmptyDirVolumeSource{}
+		}, []string{"FieldValueForbidden " + c}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := Admit(pod(tc.given), State{})
+			if len(tc.want) == 0 {
+				if res.Status != nil {
+					t.Fatalf("rejected: %s", res.Status.Message)
+				}
+				return
+			}
+			if res.Status.GetCode() != 422 || res.Status.GetReason() != eventsv1.ReasonInvalid {
+				t.Fatalf("status = %v, want 422 Invalid", res.Status)
+			}
+			if got := causeFields(res.Status); !slices.Equal(got, tc.want) {
+				t.Fatalf("causes\n  %s\nwant\n  %s\nmessage: %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "), res.Status.Message)
+			}
+		})
+	}
+	st := Admit(pod(csi(&corev1.CSIVolumeSource{Driver: "e2e_example"})), State{}).Status
+	want := `Pod "web" is invalid: spec.volumes[0].csi.driver: Invalid value: "e2e_example": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`
+	if st.GetMessage() != want {
+		t.Errorf("message\n got %s\nwant %s", st.GetMessage(), want)
+	}
+}

@@ -761,6 +761,11 @@ func (s *Stage) apply(ctx context.Context, kind objects.Kind, obj objects.Object
 			return st, nil
 		}
 	}
+	if node, ok := obj.(*corev1.Node); ok && exists {
+		// kube's nodeStrategy.PrepareForUpdate: only nodes/status (the
+		// front door's) and the node agent change a node's status.
+		node.Status = proto.CloneOf(existing.(*corev1.Node).GetStatus())
+	}
 	// NamespaceLifecycle: new content only in a namespace that exists and
 	// is not being terminated, read from the store; the write below
 	// compares the namespace's revision, so a DELETE of the namespace

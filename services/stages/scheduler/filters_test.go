@@ -170,6 +170,33 @@ func TestFilterNodeResourcesFit(t *testing.T) {
 	})
 }
 
+// TestFilterPodOverhead: a pod's overhead (its RuntimeClass's, copied into
+// spec.overhead by admission) counts with its requests, as kube-scheduler's
+// resourcehelper.PodRequests adds it: for the pod being placed and for the
+// node's pods alike, extended resources included.
+func TestFilterPodOverhead(t *testing.T) {
+	const fake = "example.com/fakecpu"
+	n := mkNode("n", "2", "2Gi", func(n *corev1.Node) { n.Status.Allocatable[fake] = "10" })
+	overhead := func(kv ...string) podOpt {
+		return func(p *corev1.Pod) {
+			p.Spec.Overhead = map[string]string{}
+			for i := 0; i+1 < len(kv); i += 2 {
+				p.Spec.Overhead[kv[i]] = kv[i+1]
+			}
+		}
+	}
+	half := []*corev1.Pod{mkPod("a", "1", "1Gi", onNode("n"))}
+	runFilterCases(t, []filterCase{
+		{"fits without its overhead", n, half, mkPod("p", "1", "1Gi"), nil},
+		{"its overhead does not fit", n, half, mkPod("p", "1", "1Gi", overhead("cpu", "250m", "memory", "120Mi")),
+			[]string{"Insufficient cpu", "Insufficient memory"}},
+		{"an overhead alone", n, half, mkPod("p", "", "", overhead("cpu", "1001m")), []string{"Insufficient cpu"}},
+		{"the node's pods' overhead counts", n, []*corev1.Pod{mkPod("a", "1", "1Gi", onNode("n"), overhead("cpu", "500m"))},
+			mkPod("p", "600m", ""), []string{"Insufficient cpu"}},
+		{"an extended resource overhead", n, nil, mkPod("p", "", "", overhead(fake, "11")), []string{"Insufficient " + fake}},
+	})
+}
+
 // TestFilterExtendedResources: scalar resources (an extended resource a
 // client advertised through nodes/status, hugepages) are filtered as
 // kube-scheduler's NodeResourcesFit does: a node that does not offer one

@@ -39,6 +39,28 @@ func TestMergeAndReleaseAllocation(t *testing.T) {
 	}
 }
 
+// TestAllocationCountsOverhead: the node's record, which binds check and
+// update in one transaction, holds a pod's requests with its overhead, so
+// that a pod whose overhead does not fit is refused.
+func TestAllocationCountsOverhead(t *testing.T) {
+	withOverhead := func(p *corev1.Pod) { p.Spec.Overhead = map[string]string{"cpu": "250m", "memory": "64Mi"} }
+	a, _, err := MergeAllocation(nil, "n1", mkPod("kata", "250m", "64Mi", withOverhead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Pods["uid-kata"]; got.GetMilliCpu() != 500 || got.GetMemoryBytes() != 128<<20 {
+		t.Fatalf("accounted %v, want 500m and 128Mi", got)
+	}
+	node := mkNode("n1", "1", "1Gi")
+	got, err := CheckAllocationFit(node, a, mkPod("p", "400m", "", withOverhead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"Insufficient cpu"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("CheckAllocationFit = %q, want %q", got, want)
+	}
+}
+
 func TestCheckAllocationFit(t *testing.T) {
 	node := mkNode("n1", "2", "4Gi", maxPods("3"))
 	alloc, _, _ := MergeAllocation(nil, "n1", mkPod("a", "1500m", "1Gi", hostPort(80, "TCP", "")))

@@ -36,15 +36,22 @@ var nonMissing = podrules.PodResourcesOptions{
 // (podrules.PodRequests): the larger of the sum over its containers (plus
 // sidecars, init containers with restartPolicy Always) and, for each
 // resource, the largest init container (plus the sidecars started before
-// it). nonZero is the same computation with each container's missing cpu
-// and memory requests taken as DefaultMilliCPURequest and
-// DefaultMemoryRequest, which the scoring uses. A quantity that does not
-// parse is ErrInvalidObject.
+// it), plus the pod's overhead (spec.overhead, its RuntimeClass's), as
+// kube-scheduler's resourcehelper.PodRequests adds it for the fit and the
+// node's accounting alike. nonZero is the same computation with each
+// container's missing cpu and memory requests taken as
+// DefaultMilliCPURequest and DefaultMemoryRequest, which the scoring uses.
+// A quantity that does not parse is ErrInvalidObject.
 func PodRequests(pod *corev1.Pod) (req, nonZero Resources, err error) {
+	over, err := podOverhead(pod)
+	if err != nil {
+		return req, nonZero, err
+	}
 	r, err := podrules.PodRequests(pod, podrules.PodResourcesOptions{})
 	if err != nil {
 		return req, nonZero, fmt.Errorf("%w: %w", ErrInvalidObject, err)
 	}
+	r.Add(over)
 	if namesCPUAndMemory(pod) {
 		// No request is missing: the second pass would parse every
 		// quantity again for the same sums.
@@ -54,7 +61,23 @@ func PodRequests(pod *corev1.Pod) (req, nonZero Resources, err error) {
 	if err != nil {
 		return req, nonZero, fmt.Errorf("%w: %w", ErrInvalidObject, err)
 	}
+	nz.Add(over)
 	return r, nz, nil
+}
+
+// podOverhead is pod's spec.overhead of cpu, memory and ephemeral-storage
+// (admission copies it from the pod's RuntimeClass).
+func podOverhead(pod *corev1.Pod) (Resources, error) {
+	o := pod.GetSpec().GetOverhead()
+	if len(o) == 0 {
+		return Resources{}, nil
+	}
+	r, err := podrules.ParseResourceList(o)
+	if err != nil {
+		return Resources{}, fmt.Errorf("%w: overhead: %w", ErrInvalidObject, err)
+	}
+	r.Pods = 0 // a pod counts once, whatever its overhead says
+	return r, nil
 }
 
 // namesCPUAndMemory reports whether every container and init container

@@ -88,7 +88,8 @@ func containerScalars(c *corev1.Container) (Scalars, error) {
 
 // PodScalars is PodRequests for the scalar resources: the larger of the
 // sum over the containers (plus sidecars) and, per resource, the largest
-// init container (plus the sidecars started before it).
+// init container (plus the sidecars started before it), plus the pod's
+// overhead.
 func PodScalars(pod *corev1.Pod) (Scalars, error) {
 	var req Scalars
 	add := func(into, r Scalars) Scalars {
@@ -138,7 +139,8 @@ func PodScalars(pod *corev1.Pod) (Scalars, error) {
 			req[k] = v
 		}
 	}
-	return req, nil
+	// The pod's overhead, as PodRequests adds it.
+	return scalarList(req, spec.GetOverhead(), true)
 }
 
 // plus returns s with o added (sub: subtracted), as a new map: s is never
