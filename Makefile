@@ -296,6 +296,12 @@ bench-store:
 CONFORMANCE := $(TOOLS)/conformance
 CONFORMANCE_MOD := ops/conformance
 CONFORMANCE_GOSUM := $(CONFORMANCE_MOD)/go.mod $(CONFORMANCE_MOD)/go.sum
+# The extension API server images' programs (the Aggregator test's
+# sample-apiserver and etcd), from their own module (ops/conformance/extra):
+# k8s.io/sample-apiserver of the suite's release and etcd's server.
+CONFORMANCE_EXTRA := $(TOOLS)/conformance-extra
+CONFORMANCE_EXTRA_MOD := $(CONFORMANCE_MOD)/extra
+CONFORMANCE_EXTRA_GOSUM := $(CONFORMANCE_EXTRA_MOD)/go.mod $(CONFORMANCE_EXTRA_MOD)/go.sum
 # The release of the suite (ops/conformance/go.mod); stamped into e2e.test and
 # kubectl as Kubernetes' own build does (hack/lib/version.sh): kubectl's
 # version tests parse it.
@@ -312,14 +318,15 @@ CONFORMANCE_SLOW_TIMEOUT ?= 15m
 conformance: build httpserver busybox deps-os conformance-deps-os conformance-tools
 	$(CONFORMANCE)/harness run --podflow $(BIN)/podflow --runtime $(RUNTIME) --out $(CURDIR)/_output/conformance \
 		--suite $(CONFORMANCE)/e2e.test --kubectl $(CONFORMANCE)/kubectl --agnhost $(CONFORMANCE)/agnhost \
-		--nnp $(CONFORMANCE)/nnp --busybox $(BUSYBOX) --k8s-dir "$$(cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
+		--nnp $(CONFORMANCE)/nnp --sample-apiserver $(CONFORMANCE_EXTRA)/sample-apiserver --etcd $(CONFORMANCE_EXTRA)/etcd --busybox $(BUSYBOX) --k8s-dir "$$(cd $(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
 		--focus '$(FOCUS)' --skip '$(SKIP)' --procs $(PROCS) --timeout $(CONFORMANCE_TIMEOUT) --slow-timeout $(CONFORMANCE_SLOW_TIMEOUT)
 
 ## conformance-tools: the suite, kubectl and agnhost of the suite's release
 ## and the harness, cached in .tools/conformance/. The e2e busybox images
 ## hold podflow's busybox (bin/busybox, make busybox): upstream's ash, whose
 ## `sh -c env` prints variables named like a ConfigMap key (data-1).
-conformance-tools: $(CONFORMANCE)/e2e.test $(CONFORMANCE)/kubectl $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp
+conformance-tools: $(CONFORMANCE)/e2e.test $(CONFORMANCE)/kubectl $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp \
+		$(CONFORMANCE_EXTRA)/sample-apiserver $(CONFORMANCE_EXTRA)/etcd
 	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) build -o $(CONFORMANCE)/harness.new . && mv $(CONFORMANCE)/harness.new $(CONFORMANCE)/harness
 # Each is written beside and renamed into place: a running test keeps its binary.
 $(CONFORMANCE)/e2e.test: $(CONFORMANCE_GOSUM) $(wildcard $(CONFORMANCE_MOD)/suite/*.go) Makefile
@@ -330,6 +337,13 @@ $(CONFORMANCE)/agnhost: $(CONFORMANCE_GOSUM)
 	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/kubernetes/test/images/agnhost && mv $@.new $@
 $(CONFORMANCE)/nnp: $(CONFORMANCE_GOSUM)
 	cd $(CONFORMANCE_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/kubernetes/test/images/nonewprivs && mv $@.new $@
+# The Aggregator test's sample-apiserver and etcd (CONFORMANCE_EXTRA).
+$(CONFORMANCE_EXTRA)/sample-apiserver: $(CONFORMANCE_EXTRA_GOSUM)
+	@mkdir -p $(@D)
+	cd $(CONFORMANCE_EXTRA_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new k8s.io/sample-apiserver && mv $@.new $@
+$(CONFORMANCE_EXTRA)/etcd: $(CONFORMANCE_EXTRA_GOSUM) $(CONFORMANCE_EXTRA_MOD)/etcd/main.go
+	@mkdir -p $(@D)
+	cd $(CONFORMANCE_EXTRA_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@.new ./etcd && mv $@.new $@
 
 ## conformance-deps-os: the host programs copied into the agnhost image
 ## (upstream's has them from Alpine).
@@ -340,8 +354,9 @@ conformance-deps-os:
 
 ## conformance-check: the harness's own tests: the JUnit parser and table,
 ## and the e2e images' programs run in a chroot of each image (root).
-conformance-check: conformance-deps-os busybox $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp
+conformance-check: conformance-deps-os busybox $(CONFORMANCE)/agnhost $(CONFORMANCE)/nnp $(CONFORMANCE_EXTRA)/sample-apiserver $(CONFORMANCE_EXTRA)/etcd
 	cd $(CONFORMANCE_MOD)/harness && GOWORK=off $(GO) vet ./... && \
 		CONFORMANCE_AGNHOST=$(CONFORMANCE)/agnhost CONFORMANCE_NNP=$(CONFORMANCE)/nnp CONFORMANCE_BUSYBOX=$(BUSYBOX) \
+		CONFORMANCE_SAMPLE_APISERVER=$(CONFORMANCE_EXTRA)/sample-apiserver CONFORMANCE_ETCD=$(CONFORMANCE_EXTRA)/etcd \
 		CONFORMANCE_K8S_DIR="$$(cd $(CURDIR)/$(CONFORMANCE_MOD) && GOWORK=off $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
 		GOWORK=off $(GO) test -count=1 ./...

@@ -11,6 +11,10 @@ package apiserver
 // extension API server trusts through its requestheader client CA. The
 // user's own credentials (Authorization, Impersonate-*) never leave.
 //
+// A request to an APIService whose Available condition is not True gets
+// kube-aggregator's plain-text 503 "service unavailable" (after
+// authorization: a user without access gets 403 first).
+//
 // The Service is resolved to a Ready endpoint that is a pod podflow
 // placed (kube-apiserver's --enable-aggregator-routing), or for an
 // ExternalName Service to its name, as kube's ResolveEndpoint.
@@ -105,6 +109,12 @@ func (s *Server) serveAggregated(w http.ResponseWriter, r *http.Request, user *c
 		writeStatus(w, methodNotAllowed(r.Method, r.URL.Path))
 		return
 	}
+	// Only to a server the availability check passed, as kube-aggregator's
+	// proxy handler: its plain-text 503 otherwise.
+	if !apiServiceAvailable(as) {
+		http.Error(w, "service unavailable", http.StatusServiceUnavailable)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	loc, st := s.apiServiceLocation(ctx, as)
 	cancel()
@@ -133,6 +143,13 @@ func (s *Server) serveAggregated(w http.ResponseWriter, r *http.Request, user *c
 	h := proxy.NewUpgradeAwareHandler(loc, transport.NewAuthProxyRoundTripper(user.GetUsername(), user.GetUid(), user.GetGroups(), nil, rt),
 		true, upgrade, proxyErrors{})
 	h.ServeHTTP(w, out)
+}
+
+// apiServiceAvailable reports whether as's Available condition is True.
+func apiServiceAvailable(as *apiregistrationv1.APIService) bool {
+	return slices.ContainsFunc(as.Status.Conditions, func(c apiregistrationv1.APIServiceCondition) bool {
+		return c.Type == apiregistrationv1.Available && c.Status == apiregistrationv1.ConditionTrue
+	})
 }
 
 func stage500(format string, args ...any) *corev1.Status {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -119,16 +120,29 @@ func TestAggregatorProxy(t *testing.T) {
 
 	admin, alice := s.client(t, adminToken), s.client(t, aliceToken)
 	flunders := s.url + "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders?limit=5"
-	// The aggregator reads APIServices as an informer would: eventually.
+	// Proxied once the availability check passed (503 before).
+	waitAvailable(ctx, t, agg, as.Name, apiregistrationv1.ConditionTrue, "Passed")
 	var body map[string]any
 	for {
-		var code int
-		code, body, _ = do(t, admin, "GET", flunders, "", "", "X-Remote-User", "mallory", "X-Remote-Group", "system:masters")
-		if code == http.StatusOK {
+		// A replica may read the APIService from a store replica that
+		// has not seen the condition yet: its plain-text 503 then.
+		req, _ := http.NewRequestWithContext(ctx, "GET", flunders, nil)
+		req.Header.Set("X-Remote-User", "mallory")
+		req.Header.Set("X-Remote-Group", "system:masters")
+		resp, err := admin.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			if err := json.Unmarshal(b, &body); err != nil {
+				t.Fatalf("admin's list: %q: %v", b, err)
+			}
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("admin's list: %d %v", code, body)
+			t.Fatalf("admin's list: %d %q", resp.StatusCode, b)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -137,8 +151,6 @@ func TestAggregatorProxy(t *testing.T) {
 		body["path"] != "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders" || body["query"] != "limit=5" {
 		t.Fatalf("the extension server saw %v", body)
 	}
-
-	waitAvailable(ctx, t, agg, as.Name, apiregistrationv1.ConditionTrue, "Passed")
 
 	// alice has no RBAC on the group: refused before the proxy.
 	before := seen.Load()
@@ -202,17 +214,15 @@ func TestAggregatorProxy(t *testing.T) {
 	if _, err := agg.ApiregistrationV1().APIServices().Update(ctx, as, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		code, body, _ = do(t, admin, "GET", flunders, "", "")
-		if code == http.StatusServiceUnavailable {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("with a wrong caBundle: %d %v", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	waitAvailable(ctx, t, agg, as.Name, apiregistrationv1.ConditionFalse, "FailedDiscoveryCheck")
+	resp, err := admin.Get(flunders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("with a wrong caBundle: %d, want 503", resp.StatusCode)
+	}
 }
 
 // waitAvailable waits for the APIService name's Available condition to
@@ -244,4 +254,96 @@ func anyStrings(v any) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// TestAggregatorUnavailable: a request to an APIService whose Available
+// condition is False gets kube-aggregator's plain-text 503 "service
+// unavailable" and never reaches the server, even one that would answer
+// it (here one whose discovery fails, so its check does not pass); a user
+// without RBAC on the group gets 403 first.
+func TestAggregatorUnavailable(t *testing.T) {
+	frontProxyCA, err := pki.NewCA("front-proxy-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, pk, err := frontProxyCA.Issue(pki.Request{CommonName: "front-proxy-client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "proxy.crt"), pc)
+	writeFile(t, filepath.Join(dir, "proxy.key"), pk)
+	s := startSystem(t, options{https: func(c *apiserver.Config) {
+		c.ProxyClientCertFile, c.ProxyClientKeyFile = filepath.Join(dir, "proxy.crt"), filepath.Join(dir, "proxy.key")
+		c.APIServiceCheckPeriod = 100 * time.Millisecond
+	}})
+	serverCA, err := pki.NewCA("wardle-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key, err := serverCA.Issue(pki.Request{CommonName: "wardle", Hosts: []string{"wardle.default.svc"}, Server: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen atomic.Int64
+	ext := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/flunders") {
+			seen.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"kind":"FlunderList","apiVersion":"wardle.example.com/v1alpha1","items":[]}`))
+			return
+		}
+		http.Error(w, "discovery is broken", http.StatusInternalServerError)
+	}))
+	ext.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	ext.StartTLS()
+	t.Cleanup(ext.Close)
+	_, portStr, _ := net.SplitHostPort(strings.TrimPrefix(ext.URL, "https://"))
+	port, _ := strconv.Atoi(portStr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs := s.adminClientset(t)
+	if _, err := cs.CoreV1().Services("default").Create(ctx, &k8scorev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "wardle"},
+		Spec: k8scorev1.ServiceSpec{Type: k8scorev1.ServiceTypeExternalName, ExternalName: "localhost"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	agg, err := aggregatorclient.NewForConfig(restConfig(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := int32(port)
+	as := &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: "v1alpha1.wardle.example.com"},
+		Spec: apiregistrationv1.APIServiceSpec{Group: "wardle.example.com", Version: "v1alpha1", CABundle: serverCA.CertPEM,
+			Service:              &apiregistrationv1.ServiceReference{Namespace: "default", Name: "wardle", Port: &p},
+			GroupPriorityMinimum: 2000, VersionPriority: 200}}
+	if _, err := agg.ApiregistrationV1().APIServices().Create(ctx, as, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("apiservice: %v", err)
+	}
+	waitAvailable(ctx, t, agg, as.Name, apiregistrationv1.ConditionFalse, "FailedDiscoveryCheck")
+
+	flunders := s.url + "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders"
+	get := func(c *http.Client) (int, string, http.Header) {
+		resp, err := c.Get(flunders)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	code, body, hdr := get(s.client(t, adminToken))
+	if code != http.StatusServiceUnavailable || body != "service unavailable\n" || !strings.HasPrefix(hdr.Get("Content-Type"), "text/plain") {
+		t.Fatalf("admin's list of an unavailable APIService: %d %q %v", code, body, hdr)
+	}
+	if code, body, _ = get(s.client(t, aliceToken)); code != http.StatusForbidden {
+		t.Fatalf("alice's list of an unavailable APIService: %d %q, want 403", code, body)
+	}
+	if n := seen.Load(); n != 0 {
+		t.Fatalf("%d requests reached the unavailable extension server", n)
+	}
 }

@@ -34,6 +34,14 @@ type Config struct {
 	// --proxy-client-key-file); the servers trust it through the
 	// requestheader client CA. Empty: none is presented.
 	ProxyClientCertFile, ProxyClientKeyFile string
+	// RequestHeaderClientCAFile is the front-proxy CA (PEM) that signs
+	// the proxy client certificate, and RequestHeaderAllowedNames its
+	// common names (kube-apiserver's --requestheader-client-ca-file and
+	// --requestheader-allowed-names): published, with ClientCAFile, in
+	// kube-system/extension-apiserver-authentication for extension API
+	// servers (services/stages/authtrust). Empty: not published.
+	RequestHeaderClientCAFile string
+	RequestHeaderAllowedNames []string
 	// APIServiceCheckPeriod is the time between two checks of the
 	// extension API servers behind APIServices, which set their
 	// Available condition (aggregator.go). Default 10s.

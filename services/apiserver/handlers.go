@@ -8,12 +8,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apipath "k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/fields"
@@ -141,7 +143,7 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		return
 	}
 	attrs := auth.Attributes{User: req.user, Verb: req.verb, Namespace: req.namespace, APIGroup: req.res.group,
-		Resource: req.res.name, Subresource: req.sub, Name: req.name}
+		Resource: req.res.name, Subresource: req.sub, Name: selectedName(req, q)}
 	if d := s.backend.Authorize(attrs); !d.Allowed {
 		writeStatus(w, auth.Forbidden(attrs, ""))
 		return
@@ -1107,4 +1109,22 @@ func randomSuffix() string {
 		b[i] = alphabet[rand.IntN(len(alphabet))]
 	}
 	return string(b)
+}
+
+// selectedName is the name a request is authorized for: its own, or for a
+// list or watch the name its field selector requires exactly
+// (metadata.name=NAME), as kube's RequestInfoFactory: a rule with
+// resourceNames then allows listing and watching that one object.
+func selectedName(req *request, q url.Values) string {
+	if req.name != "" || (req.verb != "list" && req.verb != "watch") {
+		return req.name
+	}
+	sel, err := fields.ParseSelector(q.Get("fieldSelector"))
+	if err != nil {
+		return "" // refused as a bad request after authorization
+	}
+	if name, ok := sel.RequiresExactMatch("metadata.name"); ok && len(apipath.IsValidPathSegmentName(name)) == 0 {
+		return name
+	}
+	return ""
 }

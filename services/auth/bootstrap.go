@@ -209,3 +209,28 @@ func controllerPolicy(core func([]string, ...string) *corev1.PolicyRule, group f
 		}},
 	}
 }
+
+// ExtensionAPIServerAuthentication is the kube-system ConfigMap the api
+// server publishes its client CA and front-proxy (requestheader)
+// settings in, for extension API servers, as kube-apiserver's
+// ClientCARegistrationHook; RoleExtensionAuthReader is the bootstrap
+// Role that may read it.
+const (
+	ExtensionAPIServerAuthentication = "extension-apiserver-authentication"
+	RoleExtensionAuthReader          = "extension-apiserver-authentication-reader"
+)
+
+// BootstrapNamespaceRoles returns the namespaced Roles of the bootstrap
+// policy, as kube's NewBootstrapNamespaceRoles: in kube-system,
+// extension-apiserver-authentication-reader, which may read the
+// extension-apiserver-authentication ConfigMap (an extension API server
+// is bound to it to learn whom to trust). Fresh on each call.
+func BootstrapNamespaceRoles() []*corev1.Role {
+	return []*corev1.Role{{
+		Metadata: &corev1.ObjectMeta{Name: RoleExtensionAuthReader, Namespace: "kube-system",
+			Labels:      map[string]string{"kubernetes.io/bootstrapping": "rbac-defaults"},
+			Annotations: map[string]string{AnnotationAutoupdate: "true"}},
+		Rules: []*corev1.PolicyRule{{Verbs: []string{"get", "list", "watch"}, ApiGroups: []string{""},
+			Resources: []string{"configmaps"}, ResourceNames: []string{ExtensionAPIServerAuthentication}}},
+	}}
+}

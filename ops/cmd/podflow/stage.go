@@ -60,6 +60,10 @@ is redelivered to the others.`,
 	f.StringVar(&h.certFile, "tls-cert-file", "", "api: HTTPS serving certificate (PEM)")
 	f.StringVar(&h.keyFile, "tls-private-key-file", "", "api: HTTPS serving key (PEM)")
 	f.StringVar(&h.clientCA, "client-ca-file", "", "api: accept client certificates signed by these CAs (CN = user, O = groups)")
+	f.StringVar(&h.proxyCert, "proxy-client-cert-file", "", "api: the front-proxy client certificate (PEM) the aggregator presents to extension API servers")
+	f.StringVar(&h.proxyKey, "proxy-client-key-file", "", "api: the front-proxy client certificate's key (PEM)")
+	f.StringVar(&h.requestHeaderCA, "requestheader-client-ca-file", "", "api: the front-proxy CA (PEM), published for extension API servers in kube-system/extension-apiserver-authentication")
+	f.StringSliceVar(&h.allowedNames, "requestheader-allowed-names", nil, "api: the front-proxy client certificates' common names, published with the front-proxy CA")
 	f.StringVar(&h.oidc.IssuerURL, "oidc-issuer-url", "", "api: accept OIDC ID tokens from this issuer")
 	f.StringVar(&h.oidc.ClientID, "oidc-client-id", "", "api: the audience OIDC ID tokens must carry")
 	f.StringVar(&h.oidc.KeysFile, "oidc-keys-file", "", "api: the OIDC issuer's signing keys (JWKS JSON or PEM public keys)")
@@ -76,6 +80,9 @@ is redelivered to the others.`,
 // kube-apiserver names them.
 type httpsOptions struct {
 	addr, certFile, keyFile, clientCA string
+	proxyCert, proxyKey               string
+	requestHeaderCA                   string
+	allowedNames                      []string
 	oidc                              apiserver.OIDCConfig
 	anonymous                         bool
 	maxBodyBytes                      int64
@@ -89,6 +96,8 @@ func (h *httpsOptions) config() *apiserver.Config {
 	c := apiserver.DefaultConfig()
 	c.Addr, c.CertFile, c.KeyFile, c.ClientCAFile, c.Anonymous = h.addr, h.certFile, h.keyFile, h.clientCA, h.anonymous
 	c.OIDC = h.oidc
+	c.ProxyClientCertFile, c.ProxyClientKeyFile = h.proxyCert, h.proxyKey
+	c.RequestHeaderClientCAFile, c.RequestHeaderAllowedNames = h.requestHeaderCA, h.allowedNames
 	if h.maxBodyBytes > 0 {
 		c.MaxBodyBytes = h.maxBodyBytes
 	}

@@ -25,6 +25,10 @@ type imageInputs struct {
 	nnp     string // static nnp, built from k8s.io/kubernetes/test/images/nonewprivs
 	busybox string // podflow's busybox (bin/busybox, make busybox)
 	k8sDir  string // k8s.io/kubernetes module directory: test/images data files
+	// sampleAPIServer and etcd are the static programs of the Aggregator
+	// test's images (k8s.io/sample-apiserver and etcd's server, built in
+	// ops/conformance/extra); either empty leaves both images out.
+	sampleAPIServer, etcd string
 	// hostTools are host programs copied with their shared libraries into
 	// the agnhost image, where upstream's Alpine base has them.
 	hostTools []string
@@ -171,6 +175,25 @@ func e2eImages(ctx context.Context, in imageInputs) (map[string]v1.Image, error)
 		"library/busybox:latest": bbox,
 		"library/nginx:latest":   web,
 	}
+	// The Aggregator test's extension API server: upstream's
+	// sample-apiserver image runs /sample-apiserver, and its etcd image
+	// has /usr/local/bin/etcd (the test names it as the command). Both
+	// are static Go programs, over busybox for a shell to debug with.
+	if in.sampleAPIServer != "" && in.etcd != "" {
+		sample, err := os.ReadFile(in.sampleAPIServer)
+		if err != nil {
+			return nil, fmt.Errorf("sample-apiserver binary: %w", err)
+		}
+		etcd, err := os.ReadFile(in.etcd)
+		if err != nil {
+			return nil, fmt.Errorf("etcd binary: %w", err)
+		}
+		rootfs["sample-apiserver"] = append(slices.Clone(busybox), imagebuild.File("sample-apiserver", 0o755, sample))
+		rootfs["etcd"] = append(slices.Clone(busybox), imagebuild.File("usr/local/bin/etcd", 0o755, etcd),
+			imagebuild.Dir("var/lib/etcd", 0o700))
+		specs["e2e-test-images/sample-apiserver:1.29.2"] = spec{rootfs: "sample-apiserver", entrypoint: []string{"/sample-apiserver"}}
+		specs["etcd:3.6.4-0"] = spec{rootfs: "etcd", entrypoint: []string{"/usr/local/bin/etcd"}}
+	}
 	layers := map[string]v1.Layer{}
 	for k, entries := range rootfs {
 		if layers[k], err = imagebuild.Layer(entries); err != nil {
@@ -297,6 +320,8 @@ func runImages(ctx context.Context, args []string) error {
 	fs.StringVar(&in.busybox, "busybox", "", "podflow's busybox binary (make busybox; required)")
 	fs.StringVar(&in.nnp, "nnp", "", "static nnp binary of test/images/nonewprivs (required)")
 	fs.StringVar(&in.k8sDir, "k8s-dir", "", "k8s.io/kubernetes module directory (required)")
+	fs.StringVar(&in.sampleAPIServer, "sample-apiserver", "", "static sample-apiserver binary (k8s.io/sample-apiserver; with --etcd, the Aggregator test's images)")
+	fs.StringVar(&in.etcd, "etcd", "", "static etcd binary (go.etcd.io/etcd/server/v3)")
 	repoListOut := fs.String("repo-list", "", "also write the KUBE_TEST_REPO_LIST file for this registry here")
 	if err := fs.Parse(args); err != nil {
 		return err

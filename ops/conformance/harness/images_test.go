@@ -29,6 +29,7 @@ func TestImagesRun(t *testing.T) {
 	in := imageInputs{
 		agnhost: os.Getenv("CONFORMANCE_AGNHOST"), busybox: os.Getenv("CONFORMANCE_BUSYBOX"), nnp: os.Getenv("CONFORMANCE_NNP"),
 		k8sDir: os.Getenv("CONFORMANCE_K8S_DIR"), hostTools: hostTools,
+		sampleAPIServer: os.Getenv("CONFORMANCE_SAMPLE_APISERVER"), etcd: os.Getenv("CONFORMANCE_ETCD"),
 	}
 	if in.agnhost == "" || in.busybox == "" || in.nnp == "" || in.k8sDir == "" {
 		t.Skip("CONFORMANCE_AGNHOST, CONFORMANCE_BUSYBOX, CONFORMANCE_NNP and CONFORMANCE_K8S_DIR not set (make conformance-check sets them)")
@@ -110,6 +111,23 @@ func TestImagesRun(t *testing.T) {
 		{"httpd serves htdocs", httpd, []string{"/bin/sh", "-c", httpdScript},
 			"It works!</h1></body></html>\n'/usr/local/apache2/htdocs/index.html' -> '/tmp/index.html'\nwget: server returned error: HTTP/1.1 404 Not Found\ngone\n'/tmp/index.html' -> '/usr/local/apache2/htdocs/index.html'\n<html><body><h1>It works!"},
 		{"agnhost user", agnhost, []string{"/bin/sh", "-c", "id user-defined-in-image"}, "group-defined-in-image"},
+	}
+	// The Aggregator test's images, when their programs are given: the
+	// entrypoint of sample-apiserver's, and the etcd command the test runs.
+	if in.sampleAPIServer != "" && in.etcd != "" {
+		sample := unpack(t, imgs["e2e-test-images/sample-apiserver:1.29.2"])
+		etcd := unpack(t, imgs["etcd:3.6.4-0"])
+		cases = append(cases,
+			struct {
+				name, root string
+				argv       []string
+				want       string
+			}{"sample-apiserver", sample, []string{"/sample-apiserver", "--help"}, "--etcd-servers"},
+			struct {
+				name, root string
+				argv       []string
+				want       string
+			}{"etcd", etcd, []string{"/usr/local/bin/etcd", "--version"}, "etcd Version: 3.6."})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

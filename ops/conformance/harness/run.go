@@ -62,6 +62,8 @@ func runRun(ctx context.Context, args []string) error {
 	fs.StringVar(&o.images.busybox, "busybox", "bin/busybox", "podflow's busybox binary (make busybox)")
 	fs.StringVar(&o.images.nnp, "nnp", ".tools/conformance/nnp", "static nnp binary (test/images/nonewprivs)")
 	fs.StringVar(&o.images.k8sDir, "k8s-dir", "", "k8s.io/kubernetes module directory (test image data files)")
+	fs.StringVar(&o.images.sampleAPIServer, "sample-apiserver", "", "static sample-apiserver binary (k8s.io/sample-apiserver; with --etcd, the Aggregator test's images; none: left out)")
+	fs.StringVar(&o.images.etcd, "etcd", "", "static etcd binary (go.etcd.io/etcd/server/v3), the Aggregator test's etcd image")
 	fs.StringVar(&o.focus, "focus", `\[Conformance\]`, "ginkgo focus: a regular expression over the tests' full names")
 	fs.StringVar(&o.skip, "skip", "", "ginkgo skip: a regular expression over the tests' full names")
 	fs.IntVar(&o.procs, "procs", 8, "tests run at once ([Serial] tests run alone, after the others)")
@@ -89,7 +91,10 @@ func runRun(ctx context.Context, args []string) error {
 	if o.dataDir == "" {
 		o.dataDir = filepath.Join(o.out, "podflow")
 	}
-	for _, p := range []*string{&o.podflow, &o.suite, &o.kubectl, &o.out, &o.dataDir, &o.images.agnhost, &o.images.busybox, &o.images.nnp} {
+	for _, p := range []*string{&o.podflow, &o.suite, &o.kubectl, &o.out, &o.dataDir, &o.images.agnhost, &o.images.busybox, &o.images.nnp, &o.images.sampleAPIServer, &o.images.etcd} {
+		if *p == "" {
+			continue // an optional image's program, not given
+		}
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			return err

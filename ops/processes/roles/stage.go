@@ -26,6 +26,7 @@ import (
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stages/admission"
 	"github.com/podflow/podflow/services/stages/api"
+	"github.com/podflow/podflow/services/stages/authtrust"
 	"github.com/podflow/podflow/services/stages/bootstrap"
 	"github.com/podflow/podflow/services/stages/crds"
 	"github.com/podflow/podflow/services/stages/cronjob"
@@ -266,8 +267,32 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 		parts = append(parts,
 			apiserver.FrontDoor{Config: https, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: cfg.Authn.BoundTokens, Pods: pods, Log: env.Log},
 			ks)
+		if https.ClientCAFile != "" {
+			trust, err := authTrust(env, https)
+			if err != nil {
+				return nil, err
+			}
+			parts = append(parts, trust)
+		}
 	}
 	return stage.Compose(s, parts...), nil
+}
+
+// authTrust is the controller publishing the api server's client CA and
+// front-proxy settings (kube-system/extension-apiserver-authentication).
+func authTrust(env stage.Env, https apiserver.Config) (*authtrust.Controller, error) {
+	c := authtrust.DefaultConfig()
+	var err error
+	if c.ClientCA, err = os.ReadFile(https.ClientCAFile); err != nil {
+		return nil, fmt.Errorf("--client-ca-file: %w", err)
+	}
+	if https.RequestHeaderClientCAFile != "" {
+		if c.RequestHeaderCA, err = os.ReadFile(https.RequestHeaderClientCAFile); err != nil {
+			return nil, fmt.Errorf("--requestheader-client-ca-file: %w", err)
+		}
+		c.AllowedNames = https.RequestHeaderAllowedNames
+	}
+	return authtrust.New(env, c)
 }
 
 // podListeners serves the front door at addr's port on the machine's pod

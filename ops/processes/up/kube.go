@@ -23,16 +23,28 @@ type KubeFiles struct {
 	ServingCert, ServingKey string
 	AdminCert, AdminKey     string
 	Kubeconfig              string
-	SAKey                   string  // signs bound ServiceAccount tokens (TokenRequest)
-	ca                      *pki.CA // the cluster CA, which also signs the bus's and the store's certificates
+	SAKey                   string // signs bound ServiceAccount tokens (TokenRequest)
+	// FrontProxyCACert is the front-proxy CA (its own, as kube's: what it
+	// signs may name any user to an extension API server), and
+	// ProxyClientCert the aggregator's client certificate it signs (CN
+	// FrontProxyClientName).
+	FrontProxyCACert, FrontProxyCAKey string
+	ProxyClientCert, ProxyClientKey   string
+	ca                                *pki.CA // the cluster CA, which also signs the bus's and the store's certificates
 }
 
 // stageArgs are the api stage's HTTPS flags. Every api replica binds the
 // same address (SO_REUSEPORT): one kubeconfig server for all of them.
 func (k *KubeFiles) stageArgs() []string {
 	return []string{"--https-addr", k.Addr, "--tls-cert-file", k.ServingCert, "--tls-private-key-file", k.ServingKey,
-		"--client-ca-file", k.CACert, "--service-account-signing-key-file", k.SAKey}
+		"--client-ca-file", k.CACert, "--service-account-signing-key-file", k.SAKey,
+		"--proxy-client-cert-file", k.ProxyClientCert, "--proxy-client-key-file", k.ProxyClientKey,
+		"--requestheader-client-ca-file", k.FrontProxyCACert, "--requestheader-allowed-names", FrontProxyClientName}
 }
+
+// FrontProxyClientName is the common name of the aggregator's front-proxy
+// client certificate (kubeadm's), the requestheader allowed name.
+const FrontProxyClientName = "front-proxy-client"
 
 // ensureKube creates, at first start, the cluster CA (DATA/pki/ca.crt,
 // ca.key), the serving certificate for 127.0.0.1/localhost and the
@@ -90,6 +102,18 @@ func ensureKube(dir string, port int, serviceCIDR string) (*KubeFiles, error) {
 		Hosts: hosts, Server: true}); err != nil {
 		return nil, err
 	}
+	fp, err := pki.LoadCA(k.FrontProxyCACert, k.FrontProxyCAKey)
+	if errors.Is(err, os.ErrNotExist) {
+		if fp, err = pki.NewCA("podflow-front-proxy-ca"); err == nil {
+			err = fp.WriteFiles(k.FrontProxyCACert, k.FrontProxyCAKey)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("front-proxy CA: %w", err)
+	}
+	if err := issueOnce(fp, k.ProxyClientCert, k.ProxyClientKey, pki.Request{CommonName: FrontProxyClientName}); err != nil {
+		return nil, err
+	}
 	if err := issueOnce(ca, k.AdminCert, k.AdminKey, pki.Request{CommonName: "admin", Groups: []string{"system:masters"}}); err != nil {
 		return nil, err
 	}
@@ -121,6 +145,8 @@ func KubePaths(dir string) (k *KubeFiles, addr string, err error) {
 		ServingCert: filepath.Join(pdir, "apiserver.crt"), ServingKey: filepath.Join(pdir, "apiserver.key"),
 		AdminCert: filepath.Join(pdir, "admin.crt"), AdminKey: filepath.Join(pdir, "admin.key"),
 		Kubeconfig: filepath.Join(dir, "kubeconfig"), SAKey: filepath.Join(pdir, "sa.key"),
+		FrontProxyCACert: filepath.Join(pdir, "front-proxy-ca.crt"), FrontProxyCAKey: filepath.Join(pdir, "front-proxy-ca.key"),
+		ProxyClientCert: filepath.Join(pdir, "front-proxy-client.crt"), ProxyClientKey: filepath.Join(pdir, "front-proxy-client.key"),
 	}
 	var saved struct {
 		Addr string `json:"addr"`

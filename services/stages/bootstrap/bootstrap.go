@@ -125,6 +125,11 @@ func (c *Controller) Pass(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("clusterrolebinding %q: %w", b.GetMetadata().GetName(), err))
 		}
 	}
+	for _, r := range auth.BootstrapNamespaceRoles() {
+		if err := c.ensureRole(ctx, r); err != nil {
+			errs = append(errs, fmt.Errorf("role %s/%s: %w", r.GetMetadata().GetNamespace(), r.GetMetadata().GetName(), err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -199,6 +204,28 @@ func (c *Controller) ensureClusterRole(ctx context.Context, want *corev1.Cluster
 	}
 	next := proto.CloneOf(cur)
 	changed := mergeMeta(next.Metadata, want.GetMetadata())
+	if covered, missing := auth.Covers(cur.GetRules(), want.GetRules()); !covered {
+		next.Rules, changed = append(next.Rules, missing...), true
+	}
+	if !changed {
+		return nil
+	}
+	_, err = c.env.Store.Update(ctx, next)
+	return err
+}
+
+// ensureRole is ensureClusterRole for a namespaced Role.
+func (c *Controller) ensureRole(ctx context.Context, want *corev1.Role) error {
+	md := want.GetMetadata()
+	cur, err := objects.Get[*corev1.Role](ctx, c.env.Store, md.GetNamespace(), md.GetName())
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return c.create(ctx, want)
+	}
+	if err != nil || !autoupdate(cur.GetMetadata()) {
+		return err
+	}
+	next := proto.CloneOf(cur)
+	changed := mergeMeta(next.Metadata, md)
 	if covered, missing := auth.Covers(cur.GetRules(), want.GetRules()); !covered {
 		next.Rules, changed = append(next.Rules, missing...), true
 	}

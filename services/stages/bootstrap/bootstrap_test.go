@@ -72,6 +72,17 @@ func TestSystemNamespacesAndPolicy(t *testing.T) {
 			t.Errorf("clusterrolebinding %s: %v", b.GetMetadata().GetName(), err)
 		}
 	}
+	// kube's namespaced bootstrap Role: an extension API server bound to
+	// it may read the authentication ConfigMap, and only that one.
+	reader, err := objects.Get[*corev1.Role](ctx, st, "kube-system", auth.RoleExtensionAuthReader)
+	if err != nil {
+		t.Fatalf("role kube-system/%s: %v", auth.RoleExtensionAuthReader, err)
+	}
+	wantRule := &corev1.PolicyRule{Verbs: []string{"get", "list", "watch"}, ApiGroups: []string{""}, Resources: []string{"configmaps"},
+		ResourceNames: []string{"extension-apiserver-authentication"}}
+	if len(reader.GetRules()) != 1 || !proto.Equal(reader.GetRules()[0], wantRule) {
+		t.Errorf("role %s rules: %v", auth.RoleExtensionAuthReader, reader.GetRules())
+	}
 
 	// kube-node-lease is not immortal: deleted, it comes back.
 	if _, err := st.Delete(ctx, objects.Namespaces, "", "kube-node-lease", 0); err != nil {
@@ -125,8 +136,21 @@ func TestPolicyReconciled(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	reader, err := objects.Get[*corev1.Role](ctx, st, "kube-system", auth.RoleExtensionAuthReader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader.Rules = nil
+	if _, err := st.Update(ctx, reader); err != nil {
+		t.Fatal(err)
+	}
+
 	if err := cs[0].Pass(ctx); err != nil {
 		t.Fatal(err)
+	}
+	reader, _ = objects.Get[*corev1.Role](ctx, st, "kube-system", auth.RoleExtensionAuthReader)
+	if covered, missing := auth.Covers(reader.GetRules(), auth.BootstrapNamespaceRoles()[0].GetRules()); !covered {
+		t.Errorf("%s after a pass misses %v", auth.RoleExtensionAuthReader, missing)
 	}
 	edit, _ = objects.Get[*corev1.ClusterRole](ctx, st, "", auth.ClusterRoleEdit)
 	roles, _ := auth.BootstrapPolicy()
