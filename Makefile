@@ -221,7 +221,7 @@ bench-scale: build
 	$(BIN)/podflow bench scale --stage admission --replica-counts 1,2 --stage-cpu 0.02 --pods 3000 --rate 1200 --nodes 100 --runs 3
 	$(BIN)/podflow bench scale --stage scheduler --replica-counts 1,2 --stage-cpu 0.1 --pods 3000 --rate 1200 --nodes 100 --runs 3
 
-## chaos-partition: issue #22's bounded run (≤ 90 s): 200 pods while the
+## chaos-partition: a bounded run (≤ 90 s): 200 pods while the
 ## store leader is cut off from its followers, then a NATS server from the
 ## other two, twice, with every checker.
 chaos-partition: build
@@ -235,13 +235,13 @@ chaos-hosts: build
 	$(BIN)/podflow chaos --host-count 3 --pods 150 --duration 90s --kill-interval 20s --fault-for 10s --max-host-kills 3 \
 		--nodes 2 --settle 2m --lin-clients 0
 
-## chaos-rollout: issue #36's chaos: a Deployment rolled out and scaled from
+## chaos-rollout: a Deployment rolled out and scaled from
 ## 200 to 2,000 replicas on 30 simulated nodes while replicas of the
 ## deployment and replicaset controllers are SIGKILLed every 4 s (at most 30).
 chaos-rollout: build
 	$(BIN)/podflow chaos --own --scenario rollout --scale-to 2000 --nodes 30 --kill-interval 4s --max-kills 30 --duration 2m --settle 5m
 
-## chaos-job: issue #37's chaos: a Job of 1,000 completions, then an Indexed
+## chaos-job: a Job of 1,000 completions, then an Indexed
 ## one, while replicas of the job controller are SIGKILLed every 3 s.
 chaos-job: build
 	$(BIN)/podflow chaos --own --scenario job --completions 1000 --parallelism 50 --nodes 20 --kill-interval 3s --max-kills 30 --duration 2m --settle 5m
