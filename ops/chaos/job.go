@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 )
 
 // jobTrackingFinalizer is the finalizer the job controller puts on every
@@ -30,18 +29,7 @@ func runJob(ctx context.Context, s *scenarioRun) ([]string, error) {
 	const ns = "default"
 	sel := "chaos.podflow.io/job=" + name
 	pods, jobs := s.cs.CoreV1().Pods(ns), s.cs.BatchV1().Jobs(ns)
-	l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
-		return nil, err
-	}
-	with := func(o metav1.ListOptions) metav1.ListOptions { o.LabelSelector = sel; return o }
-	rec, err := newRecorder(ctx, l.ResourceVersion,
-		lw(func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return pods.Watch(ctx, with(o))
-		}),
-		lw(func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return jobs.Watch(ctx, with(o))
-		}))
+	rec, err := recordSelected(ctx, sel, pods, jobs.Watch)
 	if err != nil {
 		return nil, err
 	}

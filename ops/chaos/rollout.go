@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 )
 
 // runRollout is the rollout scenario: a Deployment of a tenth of
@@ -27,21 +26,7 @@ func runRollout(ctx context.Context, s *scenarioRun) ([]string, error) {
 	sel := "app=" + name
 	initial := int32(max(s.o.ScaleTo/10, 10))
 	pods, rss, deps := s.cs.CoreV1().Pods(ns), s.cs.AppsV1().ReplicaSets(ns), s.cs.AppsV1().Deployments(ns)
-	l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
-		return nil, err
-	}
-	with := func(o metav1.ListOptions) metav1.ListOptions { o.LabelSelector = sel; return o }
-	rec, err := newRecorder(ctx, l.ResourceVersion,
-		lw(func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return pods.Watch(ctx, with(o))
-		}),
-		lw(func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return rss.Watch(ctx, with(o))
-		}),
-		lw(func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return deps.Watch(ctx, with(o))
-		}))
+	rec, err := recordSelected(ctx, sel, pods, rss.Watch, deps.Watch)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -305,6 +306,24 @@ type lw func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error)
 
 func (f lw) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 	return f(ctx, o)
+}
+
+// recordSelected starts a recorder over the objects labelled sel: the
+// pods and the kinds whose watches are given, from the revision of a list
+// of the pods (so no version after it is missed).
+func recordSelected(ctx context.Context, sel string, pods corev1client.PodInterface, watches ...lw) (*recorder, error) {
+	l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, err
+	}
+	var ws []cache.WatcherWithContext
+	for _, w := range append([]lw{pods.Watch}, watches...) {
+		ws = append(ws, lw(func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel
+			return w(ctx, o)
+		}))
+	}
+	return newRecorder(ctx, l.ResourceVersion, ws...)
 }
 
 // poll calls f every 500ms until it reports done, ctx ends or limit
