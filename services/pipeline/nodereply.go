@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 
@@ -15,9 +17,9 @@ import (
 // drops every connection's grants whenever it reloads its users (`podflow
 // config bus-user`), and an answer in flight was then refused. Instead the
 // requester names a reply subject under its own inbox that says which node
-// answers,
+// answers (mux: the requesting connection's, id: the request's),
 //
-//	_INBOX.<requester>.node.<node>.<id>
+//	_INBOX.<requester>.node.<node>.<mux>.<id>
 //
 // and the node's role may publish there (NodeReplySubjects), for its own
 // node and the roles that ask nodes (NodeRequesters) only. Only the
@@ -59,27 +61,109 @@ func nodeReplySubjects(token string) []string {
 // answers (see NodeReplyPrefix), not through a dynamic reply grant. As
 // nats.Conn.RequestWithContext: nats.ErrNoResponders when no agent
 // listens on subject, ctx's error when none answers in time.
+//
+// The answers of every node come to one subscription per connection,
+// NodeReplyPrefix(<requester>, *).<mux>.*, as nats.go's requests share
+// one; an answer counts only on the exact subject its request named, so
+// a node that may publish under its own prefix cannot answer for another
+// node with the same request id.
 func AskNode(ctx context.Context, nc *nats.Conn, subject, node string, data []byte) (*nats.Msg, error) {
+	m, err := nodeRepliesOf(nc)
+	if err != nil {
+		return nil, err
+	}
+	reply, ch := m.expect(node)
+	defer m.forget(reply)
+	if err := nc.PublishRequest(subject, reply, data); err != nil {
+		return nil, err
+	}
+	select {
+	case msg := <-ch:
+		if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
+			return nil, nats.ErrNoResponders
+		}
+		return msg, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// nodeReplies is a connection's subscription to its nodes' answers and
+// the requests waiting for one, by reply subject.
+type nodeReplies struct {
+	nc     *nats.Conn
+	prefix string // the connection's inbox prefix
+	mux    string // this subscription's token: <prefix>.node.*.<mux>.*
+	sub    *nats.Subscription
+
+	mu      sync.Mutex
+	next    uint64
+	waiting map[string]chan *nats.Msg
+}
+
+// nodeRepliesByConn holds each connection's nodeReplies; those of closed
+// connections are dropped whenever one is added.
+var nodeRepliesByConn = struct {
+	sync.Mutex
+	m map[*nats.Conn]*nodeReplies
+}{m: map[*nats.Conn]*nodeReplies{}}
+
+// nodeRepliesOf returns nc's nodeReplies, subscribing when nc has none
+// (or its subscription ended).
+func nodeRepliesOf(nc *nats.Conn) (*nodeReplies, error) {
+	all := &nodeRepliesByConn
+	all.Lock()
+	defer all.Unlock()
+	if m := all.m[nc]; m != nil && m.sub.IsValid() {
+		return m, nil
+	}
+	for c := range all.m {
+		if c.IsClosed() {
+			delete(all.m, c)
+		}
+	}
 	prefix := nc.Opts.InboxPrefix
 	if prefix == "" {
 		prefix = bus.InboxPrefix("")
 	}
 	inbox := nc.NewInbox() // <prefix>.<nuid>: its last token is unique
-	reply := prefix + "." + nodeReplyToken + "." + bus.EncodeToken(node) + "." + inbox[strings.LastIndexByte(inbox, '.')+1:]
-	sub, err := nc.SubscribeSync(reply)
+	m := &nodeReplies{nc: nc, prefix: prefix, mux: inbox[strings.LastIndexByte(inbox, '.')+1:], waiting: map[string]chan *nats.Msg{}}
+	sub, err := nc.Subscribe(prefix+"."+nodeReplyToken+".*."+m.mux+".*", m.deliver)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(subject, reply, data); err != nil {
-		return nil, err
+	m.sub = sub
+	all.m[nc] = m
+	return m, nil
+}
+
+// expect registers a request to node and returns its reply subject and
+// the channel its answer comes on.
+func (m *nodeReplies) expect(node string) (string, chan *nats.Msg) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.next++
+	reply := m.prefix + "." + nodeReplyToken + "." + bus.EncodeToken(node) + "." + m.mux + "." + strconv.FormatUint(m.next, 36)
+	ch := make(chan *nats.Msg, 1)
+	m.waiting[reply] = ch
+	return reply, ch
+}
+
+// forget drops the request of reply (answered or given up).
+func (m *nodeReplies) forget(reply string) {
+	m.mu.Lock()
+	delete(m.waiting, reply)
+	m.mu.Unlock()
+}
+
+// deliver hands an answer to the request that named its exact subject
+// (the first answer: a request takes one).
+func (m *nodeReplies) deliver(msg *nats.Msg) {
+	m.mu.Lock()
+	ch := m.waiting[msg.Subject]
+	delete(m.waiting, msg.Subject)
+	m.mu.Unlock()
+	if ch != nil {
+		ch <- msg
 	}
-	msg, err := sub.NextMsgWithContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
-		return nil, nats.ErrNoResponders
-	}
-	return msg, nil
 }

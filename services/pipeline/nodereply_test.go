@@ -150,7 +150,8 @@ func TestNodeRepliesSurviveAuthReload(t *testing.T) {
 // not into another node's answers (a forged log chunk in n2's place), not
 // into the requester's other inboxes (the store's answers to the api
 // stage), not into an identity's that never asks nodes. Nor may it read
-// another node's answers.
+// another node's answers. An answer under its own prefix with another
+// node's request id is not taken for that node's.
 func TestNodeReplySubjects(t *testing.T) {
 	srv, admin := lockedDown(t)
 	api := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.API), "api")
@@ -235,6 +236,13 @@ func TestNodeReplySubjects(t *testing.T) {
 		if err := n1.NATS().Publish(reply, forged); err != nil {
 			t.Fatal(err)
 		}
+		// The same request id under n1's own answers, which the bus lets
+		// n1 publish to and the api stage's subscription receives: not the
+		// subject the request named.
+		own := strings.Replace(reply, ".node.n2.", ".node.n1.", 1)
+		if err := n1.NATS().Publish(own, forged); err != nil {
+			t.Fatal(err)
+		}
 		if err := n1.NATS().Flush(); err != nil {
 			t.Fatal(err)
 		}
@@ -263,5 +271,46 @@ func TestAskNodeNoResponders(t *testing.T) {
 	_, err := pipeline.AskNode(ctx, api.NATS(), nodelogs.Subject("n2"), "n2", nil)
 	if !errors.Is(err, nats.ErrNoResponders) {
 		t.Errorf("AskNode of a node nobody serves: %v, want %v", err, nats.ErrNoResponders)
+	}
+}
+
+// BenchmarkAskNode compares a node request answered into an explicit
+// reply subject (AskNode: a subscription per request) with nats.go's
+// request over its shared reply subscription (the dynamic reply grant),
+// over the embedded server with podflow's roles.
+func BenchmarkAskNode(b *testing.B) {
+	srv, _ := lockedDown(b)
+	api := bustest.ConnectAs(b, srv, pipeline.StageRole(pipeline.API), "api")
+	n1 := bustest.ConnectAs(b, srv, pipeline.NodeRole("n1"), "n1")
+	sub, err := n1.NATS().Subscribe(nodelogs.Subject("n1"), func(m *nats.Msg) { _ = m.Respond(m.Data) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := n1.NATS().Flush(); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	data := []byte(`{"namespace":"default","pod":"p"}`)
+	for _, c := range []struct {
+		name string
+		ask  func() error
+	}{
+		{"explicit-reply", func() error {
+			_, err := pipeline.AskNode(ctx, api.NATS(), nodelogs.Subject("n1"), "n1", data)
+			return err
+		}},
+		{"reply-grant", func() error {
+			_, err := api.NATS().Request(nodelogs.Subject("n1"), data, bustest.Timeout)
+			return err
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := c.ask(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
