@@ -153,6 +153,7 @@ func TestNodeRepliesSurviveAuthReload(t *testing.T) {
 // another node's answers. An answer under its own prefix with another
 // node's request id is not taken for that node's.
 func TestNodeReplySubjects(t *testing.T) {
+	t.Parallel()
 	srv, admin := lockedDown(t)
 	api := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.API), "api")
 	n1 := bustest.ConnectAs(t, srv, pipeline.NodeRole("n1"), "n1")
@@ -264,6 +265,7 @@ func TestNodeReplySubjects(t *testing.T) {
 // TestAskNodeNoResponders: a request to a node no agent serves fails at
 // once with nats.ErrNoResponders, as a NATS request does.
 func TestAskNodeNoResponders(t *testing.T) {
+	t.Parallel()
 	srv, _ := lockedDown(t)
 	api := bustest.ConnectAs(t, srv, pipeline.StageRole(pipeline.API), "api")
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
