@@ -20,8 +20,9 @@ import (
 //	stage-<stage>     pull its own consumer, publish its Outputs, use the store
 //	store             serve podflow.store.> and push watches
 //	node-<node>       pull its own consumer, publish NodeAgentOutputs and
-//	                  heartbeats for its node only, answer its node's log
-//	                  requests and exec sessions, ask the api stage for its pods'
+//	                  heartbeats for its node only, answer its node's log,
+//	                  exec and metrics requests (into the requesters' node
+//	                  reply inboxes, NodeReplyPrefix), ask the api stage for its pods'
 //	                  ServiceAccount tokens (TokenPrefix.<node>), use the store
 //	                  (NodeAgentRole); a simulated cluster's agent (nodes-<name>)
 //	                  acts for any node
@@ -202,6 +203,7 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 		pub = append(pub, bus.PodPrefix+"."+string(t)+"."+token+".>")
 	}
 	pub = append(pub, bus.NodePrefix+"."+token+".>", ExecPrefix+"."+token+".*.out", TokenPrefix+"."+token)
+	pub = append(pub, nodeReplySubjects(token)...) // its answers (nodereply.go)
 	sub := []string{LogsPrefix + "." + token, ExecPrefix + "." + token, ExecPrefix + "." + token + ".*.in", MetricsPrefix + "." + token}
 	return bus.RoleSpec{Role: role, Permissions: service(role).Merge(&bus.Permissions{
 		Publish:   &bus.SubjectPermission{Allow: pub},

@@ -46,7 +46,7 @@ func event(t *testing.T, typ eventsv1.Type, id string) *eventsv1.Envelope {
 
 // lockedDown is a server with podflow's roles, its streams and every
 // stage's consumers, plus the node agents of nodes n1 and n2.
-func lockedDown(t *testing.T) (*bus.Embedded, *bus.Conn) {
+func lockedDown(t testing.TB) (*bus.Embedded, *bus.Conn) {
 	t.Helper()
 	cfg := bus.DefaultEmbeddedConfig(t.TempDir())
 	cfg.Roles = pipeline.Roles()
