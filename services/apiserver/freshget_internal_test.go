@@ -12,9 +12,8 @@ import (
 	"github.com/podflow/podflow/services/objects/objectstest"
 )
 
-// behindKV answers stale reads (a Get with read options: freshGet passes
-// raftstore.Stale() and nothing else) from behind, a replica that lags,
-// and linearizable ones from the KV itself; it counts the latter.
+// behindKV answers stale reads from behind, a replica that lags, and
+// linearizable ones from the KV itself; it counts the latter.
 type behindKV struct {
 	*objectstest.KV
 	behind       *objectstest.KV
@@ -22,7 +21,7 @@ type behindKV struct {
 }
 
 func (k *behindKV) Get(ctx context.Context, key string, opts ...raftstore.ReadOption) (*raftstore.KV, error) {
-	if len(opts) > 0 {
+	if raftstore.IsStale(opts...) {
 		return k.behind.Get(ctx, key)
 	}
 	k.linearizable.Add(1)
