@@ -190,13 +190,7 @@ func runSLOPass(ctx context.Context, sess *client.Session, o *PipelineOptions, p
 // all; it returns when the first was offered and how long offering took.
 // Without tokenVolume the pods' automountServiceAccountToken is false.
 func offerPods(ctx context.Context, sess *client.Session, prefix string, n, rate int, tokenVolume bool) (start time.Time, offered time.Duration, err error) {
-	template := &corev1.Pod{
-		Metadata: &corev1.ObjectMeta{Namespace: "default", Labels: map[string]string{"app": "bench"}},
-		Spec:     &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "podflow/http:1"}}},
-	}
-	if !tokenVolume {
-		template.Spec.AutomountServiceAccountToken = proto.Bool(false)
-	}
+	template := benchPod(tokenVolume)
 	token, err := sess.Config.BusToken(sess.Config.Token) // never in clear on the stream
 	if err != nil {
 		return start, 0, err
@@ -226,6 +220,19 @@ func offerPods(ctx context.Context, sess *client.Session, prefix string, n, rate
 		}
 	}
 	return start, time.Since(start), nil
+}
+
+// benchPod is the pod the bench offers, but for its name; without
+// tokenVolume its automountServiceAccountToken is false.
+func benchPod(tokenVolume bool) *corev1.Pod {
+	p := &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Namespace: "default", Labels: map[string]string{"app": "bench"}},
+		Spec:     &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "podflow/http:1"}}},
+	}
+	if !tokenVolume {
+		p.Spec.AutomountServiceAccountToken = proto.Bool(false)
+	}
+	return p
 }
 
 // waitRunning returns once n pods named prefix* have a PodRunning on the
