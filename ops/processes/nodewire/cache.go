@@ -17,9 +17,10 @@ import (
 // pod that references it and started by the first, stopped when the last
 // one goes. A read of a referenced object waits until its watch's first
 // read (a linearizable list of its key) is in, then answers from the
-// cache; a read of an object no registered pod references goes to the
-// store. A watch that ends (a compaction, a leader change) reads the
-// object again and watches from there.
+// cache; a read of an object no registered pod references, or whose first
+// read is not in within cacheSyncWait, goes to the store. A watch that
+// ends (a compaction, a leader change) reads the object again and watches
+// from there.
 type objectCache struct {
 	kv  objects.KV
 	ctx context.Context // the cache's life: every watch ends with it
@@ -27,18 +28,17 @@ type objectCache struct {
 	mu    sync.Mutex
 	items map[string]*cacheItem // by store key
 	pods  map[string][]string   // by pod uid: the keys it registered
-	wg    sync.WaitGroup        // the watches' goroutines
 }
 
 // cacheItem is one referenced object.
 type cacheItem struct {
 	refs   int
 	cancel context.CancelFunc
-	synced chan struct{} // closed by the first read
+	synced chan struct{}   // closed by the first read
+	done   <-chan struct{} // closed when its watch stops
 
-	mu  sync.Mutex
-	kv  *raftstore.KV // nil: not found
-	err error         // the last read's error while none has succeeded
+	mu sync.Mutex
+	kv *raftstore.KV // nil: not found
 }
 
 // cacheRetry is how long a watch that failed to start waits to read
@@ -78,13 +78,9 @@ func (c *objectCache) register(pod *corev1.Pod) {
 		it := c.items[k]
 		if it == nil {
 			ctx, cancel := context.WithCancel(c.ctx)
-			it = &cacheItem{cancel: cancel, synced: make(chan struct{})}
+			it = &cacheItem{cancel: cancel, synced: make(chan struct{}), done: ctx.Done()}
 			c.items[k] = it
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
-				c.watch(ctx, k, it)
-			}()
+			go c.watch(ctx, k, it) // ends with ctx: unregister or the cache's end
 		}
 		it.refs++
 	}
@@ -112,8 +108,14 @@ func (c *objectCache) unregister(uid string) {
 	}
 }
 
+// cacheSyncWait is how long a read waits for an object's first read to be
+// in (kubelet's watch-based manager waits a second) before it reads the
+// store itself.
+const cacheSyncWait = time.Second
+
 // get returns the cached object of key (nil: not found) once its first
-// read is in; ok is false when no registered pod references key.
+// read is in; ok is false when no registered pod references key, or its
+// first read is not in after cacheSyncWait: the caller reads the store.
 func (c *objectCache) get(ctx context.Context, key string) (kv *raftstore.KV, ok bool, err error) {
 	c.mu.Lock()
 	it := c.items[key]
@@ -123,13 +125,18 @@ func (c *objectCache) get(ctx context.Context, key string) (kv *raftstore.KV, ok
 	}
 	select {
 	case <-it.synced:
-	case <-ctx.Done():
-		it.mu.Lock()
-		defer it.mu.Unlock()
-		if it.err != nil {
-			return nil, true, it.err
+	default:
+		t := time.NewTimer(cacheSyncWait)
+		defer t.Stop()
+		select {
+		case <-it.synced:
+		case <-t.C:
+			return nil, false, nil
+		case <-it.done:
+			return nil, false, nil
+		case <-ctx.Done():
+			return nil, true, ctx.Err()
 		}
-		return nil, true, ctx.Err()
 	}
 	it.mu.Lock()
 	defer it.mu.Unlock()
@@ -144,11 +151,6 @@ func (c *objectCache) watch(ctx context.Context, key string, it *cacheItem) {
 	for ctx.Err() == nil {
 		kvs, rev, err := c.kv.List(ctx, key)
 		if err != nil {
-			if first {
-				it.mu.Lock()
-				it.err = err
-				it.mu.Unlock()
-			}
 			c.pause(ctx)
 			continue
 		}
@@ -159,7 +161,7 @@ func (c *objectCache) watch(ctx context.Context, key string, it *cacheItem) {
 			}
 		}
 		it.mu.Lock()
-		it.kv, it.err = cur, nil
+		it.kv = cur
 		it.mu.Unlock()
 		if first {
 			first = false
@@ -194,6 +196,3 @@ func (c *objectCache) pause(ctx context.Context) {
 	case <-ctx.Done():
 	}
 }
-
-// wait returns once every watch has ended (after the cache's context).
-func (c *objectCache) wait() { c.wg.Wait() }

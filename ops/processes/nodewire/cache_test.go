@@ -134,3 +134,32 @@ func TestObjectCacheWatchesReferencedObjects(t *testing.T) {
 		t.Errorf("%d store gets for an unreferenced ConfigMap, want 1", gets-gets0)
 	}
 }
+
+// stuckListKV is a real store whose lists never answer.
+type stuckListKV struct{ objects.KV }
+
+func (stuckListKV) List(ctx context.Context, _ string, _ ...raftstore.ReadOption) ([]*raftstore.KV, int64, error) {
+	<-ctx.Done()
+	return nil, 0, ctx.Err()
+}
+
+// TestObjectCacheReadsTheStoreWhenItsWatchIsNotIn: a referenced object
+// whose watch has not made its first read within a second (a store
+// replica slow to answer) is read from the store, so a pod's mount never
+// waits on the cache.
+func TestObjectCacheReadsTheStoreWhenItsWatchIsNotIn(t *testing.T) {
+	cluster := raftstoretest.MakeCluster(t, 1)
+	real := objects.FromKV(stuckListKV{objects.New(cluster.Client(t)).KV()})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := nodewire.NewStore(real).WithObjectCache(ctx)
+	if _, err := real.Create(ctx, &corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "app"}, Data: map[string]string{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	store.RegisterPod(&corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "p", Uid: "u"},
+		Spec: &corev1.PodSpec{Volumes: []*corev1.Volume{{Name: "v", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "app"}}}}})
+	got, err := store.GetConfigMap(ctx, "default", "app")
+	if err != nil || got.GetData()["k"] != "v" {
+		t.Fatalf("GetConfigMap: %v, %v; want the stored ConfigMap", got, err)
+	}
+}
