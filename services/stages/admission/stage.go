@@ -22,7 +22,7 @@ import (
 
 // Stage is one replica of the admission stage: it reads the pod's
 // Namespace, ServiceAccount and PriorityClasses from informers over the
-// store and its LimitRanges from the store itself (freshReads: a
+// store and its LimitRanges from the store itself (objects.FreshReads: a
 // LimitRange written just before the pod applies to it), runs Admit, and publishes PodAdmitted or PodRejected (the seed's
 // failure 2). Handling is a pure function of the event and the store's
 // policy objects, so a redelivered event is admitted alike.
@@ -30,7 +30,7 @@ type Stage struct {
 	env        stage.Env
 	cfg        Config
 	namespaces *informer.Informer[*corev1.Namespace]
-	limits     *freshReads[*corev1.LimitRange] // from the store, not a cache
+	limits     *objects.FreshReads[*corev1.LimitRange] // from the store, not a cache
 	priorities *informer.Informer[*corev1.PriorityClass]
 	accounts   *informer.Informer[*corev1.ServiceAccount]
 }
@@ -47,7 +47,7 @@ func NewStage(env stage.Env, cfg Config) (*Stage, error) {
 	if s.namespaces, err = informer.New[*corev1.Namespace](env.Store, "", informer.Handlers[*corev1.Namespace]{}); err != nil {
 		return nil, err
 	}
-	s.limits = newFreshReads(func(ctx context.Context, ns string) ([]*corev1.LimitRange, error) {
+	s.limits = objects.NewFreshReads(func(ctx context.Context, ns string) ([]*corev1.LimitRange, error) {
 		lrs, _, err := objects.List[*corev1.LimitRange](ctx, env.Store, ns)
 		return lrs, err
 	})
@@ -91,7 +91,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return err
 	}
-	limits, err := s.limits.get(ctx, ns)
+	limits, err := s.limits.Get(ctx, ns)
 	if err != nil {
 		return err
 	}

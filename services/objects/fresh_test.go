@@ -1,4 +1,4 @@
-package admission
+package objects
 
 import (
 	"context"
@@ -16,7 +16,7 @@ func TestFreshReadsNeverJoinARunningRead(t *testing.T) {
 	var calls atomic.Int32
 	var value atomic.Int32 // "the store"
 	release := make(chan struct{})
-	f := newFreshReads(func(ctx context.Context, ns string) ([]int32, error) {
+	f := NewFreshReads(func(ctx context.Context, ns string) ([]int32, error) {
 		n := calls.Add(1)
 		v := value.Load()
 		if n == 1 {
@@ -26,7 +26,7 @@ func TestFreshReadsNeverJoinARunningRead(t *testing.T) {
 	})
 	ctx := context.Background()
 	first := make(chan []int32)
-	go func() { got, _ := f.get(ctx, "ns"); first <- got }()
+	go func() { got, _ := f.Get(ctx, "ns"); first <- got }()
 	for calls.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
@@ -34,7 +34,7 @@ func TestFreshReadsNeverJoinARunningRead(t *testing.T) {
 	var wg sync.WaitGroup
 	later := make([][]int32, 5)
 	for i := range later {
-		wg.Go(func() { later[i], _ = f.get(ctx, "ns") })
+		wg.Go(func() { later[i], _ = f.Get(ctx, "ns") })
 	}
 	wg.Wait() // served while the first read still runs
 	for i, got := range later {
@@ -56,7 +56,7 @@ func TestFreshReadsNeverJoinARunningRead(t *testing.T) {
 func TestFreshReadsBounded(t *testing.T) {
 	var running, most, calls atomic.Int32
 	release := make(chan struct{})
-	f := newFreshReads(func(ctx context.Context, ns string) ([]int32, error) {
+	f := NewFreshReads(func(ctx context.Context, ns string) ([]int32, error) {
 		calls.Add(1)
 		n := running.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
@@ -67,7 +67,7 @@ func TestFreshReadsBounded(t *testing.T) {
 	})
 	var wg sync.WaitGroup
 	for range 20 {
-		wg.Go(func() { _, _ = f.get(context.Background(), "ns") })
+		wg.Go(func() { _, _ = f.Get(context.Background(), "ns") })
 	}
 	time.Sleep(100 * time.Millisecond) // every caller is waiting
 	close(release)

@@ -1,4 +1,4 @@
-package admission
+package objects
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// freshReadTimeout bounds one store read of freshReads.
+// freshReadTimeout bounds one store read of FreshReads.
 const freshReadTimeout = 10 * time.Second
 
 // freshReadsPerNamespace bounds the reads of one namespace in flight: a
@@ -15,7 +15,7 @@ const freshReadTimeout = 10 * time.Second
 // pod.
 const freshReadsPerNamespace = 4
 
-// freshReads reads a namespace's objects from the store so that a read
+// FreshReads reads a namespace's objects from the store so that a read
 // sees every write acknowledged before it was asked for (a linearizable
 // list: a pod created right after a LimitRange gets its defaults, which
 // an informer's cache, a moment behind, would miss), while handlers that
@@ -24,7 +24,7 @@ const freshReadsPerNamespace = 4
 // already running (it may have been served before the caller's writes).
 // A read starts at once while fewer than freshReadsPerNamespace run, else
 // when one of them ends.
-type freshReads[T any] struct {
+type FreshReads[T any] struct {
 	list func(ctx context.Context, ns string) ([]T, error)
 
 	mu      sync.Mutex
@@ -38,12 +38,13 @@ type freshRead[T any] struct {
 	err   error
 }
 
-func newFreshReads[T any](list func(ctx context.Context, ns string) ([]T, error)) *freshReads[T] {
-	return &freshReads[T]{list: list, pending: map[string]*freshRead[T]{}, running: map[string]int{}}
+// NewFreshReads shares the reads of list, one namespace at a time.
+func NewFreshReads[T any](list func(ctx context.Context, ns string) ([]T, error)) *FreshReads[T] {
+	return &FreshReads[T]{list: list, pending: map[string]*freshRead[T]{}, running: map[string]int{}}
 }
 
-// get returns ns's objects as the store holds them now (or later).
-func (f *freshReads[T]) get(ctx context.Context, ns string) ([]T, error) {
+// Get returns ns's objects as the store holds them now (or later).
+func (f *FreshReads[T]) Get(ctx context.Context, ns string) ([]T, error) {
 	f.mu.Lock()
 	r := f.pending[ns]
 	if r == nil {
@@ -67,7 +68,7 @@ func (f *freshReads[T]) get(ctx context.Context, ns string) ([]T, error) {
 // run performs r, then the read waiting for its slot, if any. A read is
 // bounded by its own timeout, not by one caller's context (others share
 // it).
-func (f *freshReads[T]) run(ns string, r *freshRead[T]) {
+func (f *FreshReads[T]) run(ns string, r *freshRead[T]) {
 	for r != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), freshReadTimeout)
 		r.items, r.err = f.list(ctx, ns)
