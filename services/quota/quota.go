@@ -53,10 +53,18 @@ var legacyAliases = map[schema.GroupResource]k8scorev1.ResourceName{
 // admission plugin does. It is safe for concurrent use.
 type Admission struct {
 	store *objects.Store
+	// reads are the namespaces' ResourceQuotas, linearizable (the charge
+	// is compared against exactly the revisions read) and shared by the
+	// writes of one namespace that ask at once.
+	reads *objects.FreshReads[objects.Object]
 }
 
 // NewAdmission returns the quota admission over st.
-func NewAdmission(st *objects.Store) *Admission { return &Admission{store: st} }
+func NewAdmission(st *objects.Store) *Admission {
+	return &Admission{store: st, reads: objects.NewFreshReads(func(ctx context.Context, ns string) ([]objects.Object, error) {
+		return List(ctx, st, objects.ResourceQuotas, ns)
+	})}
+}
 
 // Admit checks the write of obj of kind (op Create, or Update with old
 // the stored object) against the ResourceQuotas of obj's namespace and
@@ -66,6 +74,15 @@ func NewAdmission(st *objects.Store) *Admission { return &Admission{store: st} }
 func (q *Admission) Admit(ctx context.Context, u *corev1.UserInfo, kind objects.Kind, op string, obj, old objects.Object) *corev1.Status {
 	ns := obj.GetMetadata().GetNamespace()
 	if !kind.Namespaced || ns == "" {
+		return nil
+	}
+	// Most namespaces have no quota, which the read says before the
+	// object is converted to its Kubernetes form.
+	stored, err := q.reads.Get(ctx, ns)
+	if err != nil {
+		return internal(err)
+	}
+	if len(stored) == 0 {
 		return nil
 	}
 	gr := schema.GroupResource{Group: kind.APIGroup, Resource: kind.Resource}
@@ -87,7 +104,12 @@ func (q *Admission) Admit(ctx context.Context, u *corev1.UserInfo, kind objects.
 		return nil
 	}
 	for attempt := range chargeAttempts {
-		stored, quotas, err := q.quotas(ctx, ns)
+		if attempt > 0 {
+			if stored, err = q.reads.Get(ctx, ns); err != nil {
+				return internal(err)
+			}
+		}
+		quotas, err := kubeQuotas(stored)
 		if err != nil {
 			return internal(err)
 		}
@@ -130,25 +152,22 @@ func (q *Admission) Admit(ctx context.Context, u *corev1.UserInfo, kind objects.
 		Name: obj.GetMetadata().GetName(), Message: fmt.Sprintf("Operation cannot be fulfilled on resourcequotas: the quotas of namespace %s changed %d times while charging this request; try again", ns, chargeAttempts)}
 }
 
-// quotas reads ns's ResourceQuotas from the store (a linearizable read:
-// the charge is compared against exactly these revisions).
-func (q *Admission) quotas(ctx context.Context, ns string) ([]*corev1.Unstructured, []k8scorev1.ResourceQuota, error) {
-	stored, err := List(ctx, q.store, objects.ResourceQuotas, ns)
-	if err != nil {
-		return nil, nil, err
-	}
-	us := make([]*corev1.Unstructured, 0, len(stored))
+// kubeQuotas converts stored ResourceQuotas to kube's type (copies: the
+// stored objects are shared with other writes).
+func kubeQuotas(stored []objects.Object) ([]k8scorev1.ResourceQuota, error) {
 	out := make([]k8scorev1.ResourceQuota, 0, len(stored))
 	for _, o := range stored {
-		u := o.(*corev1.Unstructured)
+		u, ok := o.(*corev1.Unstructured)
+		if !ok {
+			return nil, fmt.Errorf("quota: a stored ResourceQuota decodes to %T", o)
+		}
 		rq, err := ToKubeQuota(u)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		us = append(us, u)
 		out = append(out, *rq)
 	}
-	return us, out, nil
+	return out, nil
 }
 
 // ToKubeQuota converts a stored ResourceQuota to kube's type.
