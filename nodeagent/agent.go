@@ -52,6 +52,16 @@ type LeaseRenewer interface {
 	RenewNodeLease(ctx context.Context, node string, duration time.Duration, now time.Time) error
 }
 
+// PodRegistrar is an optional NodeStore capability: keeping the
+// ConfigMaps and Secrets of the node's pods at hand, as kubelet's
+// ConfigMap and Secret managers do (RegisterPod, UnregisterPod). The agent
+// registers each pod before its worker's first step and unregisters it
+// (by uid) when the worker is gone.
+type PodRegistrar interface {
+	RegisterPod(pod *corev1.Pod)
+	UnregisterPod(uid string)
+}
+
 // PodLister is an optional NodeStore capability: listing the pods of every
 // node at once. sim.Cluster uses it, when its store has it, to reconcile all
 // its nodes with one list instead of one per node.
@@ -411,6 +421,9 @@ func (a *Agent) startWorkerLocked(pod *corev1.Pod, grace *time.Duration) {
 	}
 	delete(a.recovered, uid)
 	a.workers[uid] = w
+	if r, ok := a.store.(PodRegistrar); ok {
+		r.RegisterPod(pod)
+	}
 	w.kick()
 }
 
@@ -422,6 +435,9 @@ func (a *Agent) retire(w *worker, deleted bool) {
 	if a.workers[w.uid] == w {
 		delete(a.workers, w.uid)
 		a.deps.ports.release(w.uid)
+		if r, ok := a.store.(PodRegistrar); ok {
+			r.UnregisterPod(w.uid)
+		}
 	}
 	if deleted {
 		a.deleted.add(w.uid, a.clock.Now())

@@ -54,6 +54,11 @@ configured, it starts its own ` + "`podflow up`" + ` in a temporary directory (3
 replicas, --nodes simulated nodes) and stops it afterwards. It says which,
 and prints its progress while it waits.
 
+The pods keep Kubernetes' default automountServiceAccountToken: each mounts
+a projected volume with a bound token of its ServiceAccount and the
+kube-root-ca.crt ConfigMap, so the node asks the api stage for a token per
+pod. --token-volume=false sets automountServiceAccountToken to false.
+
 With --slo a second pass follows, as a client of the Kubernetes API sees
 the system: --slo-pods pods created with stock client-go through the HTTPS
 API at --slo-rate per second (default: 80% of the pods/s the first pass

@@ -46,6 +46,11 @@ type PipelineOptions struct {
 	SLOPods int
 	SLORate int
 	SLOJSON string
+	// NoTokenVolume sets the pods' automountServiceAccountToken to false:
+	// no projected ServiceAccount token volume (the kube-root-ca.crt
+	// ConfigMap and a bound token per pod). The default keeps Kubernetes'
+	// automount, as most pods do.
+	NoTokenVolume bool
 }
 
 func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
@@ -104,8 +109,12 @@ func RunPipeline(ctx context.Context, o *PipelineOptions, out io.Writer) error {
 		fmt.Fprintf(out, "bench pipeline: with a mutating and a validating admission webhook (%s)\n", hooks.srv.URL)
 	}
 	prefix := fmt.Sprintf("bench-%d-", time.Now().UnixNano()%1_000_000)
-	fmt.Fprintf(out, "bench pipeline: %d pods at %d/s offered\n", o.Pods, o.Rate)
-	start, offered, err := offerPods(ctx, sess, prefix, o.Pods, o.Rate)
+	tokens := "with"
+	if o.NoTokenVolume {
+		tokens = "without"
+	}
+	fmt.Fprintf(out, "bench pipeline: %d pods at %d/s offered, %s a ServiceAccount token volume\n", o.Pods, o.Rate, tokens)
+	start, offered, err := offerPods(ctx, sess, prefix, o.Pods, o.Rate, !o.NoTokenVolume)
 	if err != nil {
 		return err
 	}
@@ -179,11 +188,9 @@ func runSLOPass(ctx context.Context, sess *client.Session, o *PipelineOptions, p
 // offerPods publishes n PodRequested events for pods named prefix0,
 // prefix1, ... at rate per second and waits for the stream to store them
 // all; it returns when the first was offered and how long offering took.
-func offerPods(ctx context.Context, sess *client.Session, prefix string, n, rate int) (start time.Time, offered time.Duration, err error) {
-	template := &corev1.Pod{
-		Metadata: &corev1.ObjectMeta{Namespace: "default", Labels: map[string]string{"app": "bench"}},
-		Spec:     &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "podflow/http:1"}}},
-	}
+// Without tokenVolume the pods' automountServiceAccountToken is false.
+func offerPods(ctx context.Context, sess *client.Session, prefix string, n, rate int, tokenVolume bool) (start time.Time, offered time.Duration, err error) {
+	template := benchPod(tokenVolume)
 	token, err := sess.Config.BusToken(sess.Config.Token) // never in clear on the stream
 	if err != nil {
 		return start, 0, err
@@ -213,6 +220,19 @@ func offerPods(ctx context.Context, sess *client.Session, prefix string, n, rate
 		}
 	}
 	return start, time.Since(start), nil
+}
+
+// benchPod is the pod the bench offers, but for its name; without
+// tokenVolume its automountServiceAccountToken is false.
+func benchPod(tokenVolume bool) *corev1.Pod {
+	p := &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Namespace: "default", Labels: map[string]string{"app": "bench"}},
+		Spec:     &corev1.PodSpec{Containers: []*corev1.Container{{Name: "app", Image: "podflow/http:1"}}},
+	}
+	if !tokenVolume {
+		p.Spec.AutomountServiceAccountToken = proto.Bool(false)
+	}
+	return p
 }
 
 // waitRunning returns once n pods named prefix* have a PodRunning on the

@@ -210,7 +210,7 @@ func runScaleOnce(ctx context.Context, o *ScaleOptions, groups *cpuGroups, n, ro
 
 	sampler := startConsumerSampler(ctx, sess, o.Sample)
 	prefix := fmt.Sprintf("scale-%d-%d-", n, round)
-	start, offered, err := offerPods(ctx, sess, prefix, o.Pods, o.Rate)
+	start, offered, err := offerPods(ctx, sess, prefix, o.Pods, o.Rate, true)
 	if err != nil {
 		sampler.stop()
 		return r, err

@@ -9315,8 +9315,11 @@ type AllocatedPod struct {
 	MemoryBytes           int64                  `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
 	HostPorts             []*ContainerPort       `protobuf:"bytes,5,rep,name=host_ports,json=hostPorts,proto3" json:"host_ports,omitempty"`
 	EphemeralStorageBytes int64                  `protobuf:"varint,6,opt,name=ephemeral_storage_bytes,json=ephemeralStorageBytes,proto3" json:"ephemeral_storage_bytes,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The scalar resources it requests (extended resources, hugepages-*,
+	// attachable-volumes-*), in units, by resource name; none when empty.
+	ScalarResources map[string]int64 `protobuf:"bytes,7,rep,name=scalar_resources,json=scalarResources,proto3" json:"scalar_resources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AllocatedPod) Reset() {
@@ -9389,6 +9392,13 @@ func (x *AllocatedPod) GetEphemeralStorageBytes() int64 {
 		return x.EphemeralStorageBytes
 	}
 	return 0
+}
+
+func (x *AllocatedPod) GetScalarResources() map[string]int64 {
+	if x != nil {
+		return x.ScalarResources
+	}
+	return nil
 }
 
 // PriorityClass is scheduling.k8s.io/v1 PriorityClass.
@@ -10388,7 +10398,7 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\x04pods\x18\x02 \x03(\v2).podflow.core.v1.NodeAllocation.PodsEntryR\x04pods\x1aV\n" +
 	"\tPodsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
-	"\x05value\x18\x02 \x01(\v2\x1d.podflow.core.v1.AllocatedPodR\x05value:\x028\x01\"\xf7\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x1d.podflow.core.v1.AllocatedPodR\x05value:\x028\x01\"\x9a\x03\n" +
 	"\fAllocatedPod\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -10396,7 +10406,11 @@ const file_corev1_core_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\x04 \x01(\x03R\vmemoryBytes\x12=\n" +
 	"\n" +
 	"host_ports\x18\x05 \x03(\v2\x1e.podflow.core.v1.ContainerPortR\thostPorts\x126\n" +
-	"\x17ephemeral_storage_bytes\x18\x06 \x01(\x03R\x15ephemeralStorageBytes\"\xef\x01\n" +
+	"\x17ephemeral_storage_bytes\x18\x06 \x01(\x03R\x15ephemeralStorageBytes\x12]\n" +
+	"\x10scalar_resources\x18\a \x03(\v22.podflow.core.v1.AllocatedPod.ScalarResourcesEntryR\x0fscalarResources\x1aB\n" +
+	"\x14ScalarResourcesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xef\x01\n" +
 	"\rPriorityClass\x127\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x1b.podflow.core.v1.ObjectMetaR\bmetadata\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value\x12%\n" +
@@ -10417,7 +10431,7 @@ func file_corev1_core_proto_rawDescGZIP() []byte {
 	return file_corev1_core_proto_rawDescData
 }
 
-var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 150)
+var file_corev1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 151)
 var file_corev1_core_proto_goTypes = []any{
 	(*OwnerReference)(nil),                    // 0: podflow.core.v1.OwnerReference
 	(*ObjectMeta)(nil),                        // 1: podflow.core.v1.ObjectMeta
@@ -10569,18 +10583,19 @@ var file_corev1_core_proto_goTypes = []any{
 	nil,                                       // 147: podflow.core.v1.LimitRangeItem.MaxEntry
 	nil,                                       // 148: podflow.core.v1.LimitRangeItem.MinEntry
 	nil,                                       // 149: podflow.core.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),             // 150: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                   // 151: google.protobuf.Struct
+	nil,                                       // 150: podflow.core.v1.AllocatedPod.ScalarResourcesEntry
+	(*timestamppb.Timestamp)(nil),             // 151: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                   // 152: google.protobuf.Struct
 }
 var file_corev1_core_proto_depIdxs = []int32{
 	131, // 0: podflow.core.v1.ObjectMeta.labels:type_name -> podflow.core.v1.ObjectMeta.LabelsEntry
 	132, // 1: podflow.core.v1.ObjectMeta.annotations:type_name -> podflow.core.v1.ObjectMeta.AnnotationsEntry
-	150, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	150, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	151, // 2: podflow.core.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	151, // 3: podflow.core.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	0,   // 4: podflow.core.v1.ObjectMeta.owner_references:type_name -> podflow.core.v1.OwnerReference
 	2,   // 5: podflow.core.v1.ObjectMeta.managed_fields:type_name -> podflow.core.v1.ManagedFieldsEntry
-	150, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
-	151, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
+	151, // 6: podflow.core.v1.ManagedFieldsEntry.time:type_name -> google.protobuf.Timestamp
+	152, // 7: podflow.core.v1.ManagedFieldsEntry.fields_v1:type_name -> google.protobuf.Struct
 	4,   // 8: podflow.core.v1.EnvVar.value_from:type_name -> podflow.core.v1.EnvVarSource
 	9,   // 9: podflow.core.v1.EnvVarSource.config_map_key_ref:type_name -> podflow.core.v1.KeySelector
 	9,   // 10: podflow.core.v1.EnvVarSource.secret_key_ref:type_name -> podflow.core.v1.KeySelector
@@ -10686,11 +10701,11 @@ var file_corev1_core_proto_depIdxs = []int32{
 	64,  // 110: podflow.core.v1.PodSpec.host_aliases:type_name -> podflow.core.v1.HostAlias
 	138, // 111: podflow.core.v1.PodSpec.overhead:type_name -> podflow.core.v1.PodSpec.OverheadEntry
 	66,  // 112: podflow.core.v1.PodDNSConfig.options:type_name -> podflow.core.v1.PodDNSConfigOption
-	150, // 113: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	150, // 114: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	150, // 115: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	150, // 116: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	150, // 117: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	151, // 113: podflow.core.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	151, // 114: podflow.core.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	151, // 115: podflow.core.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	151, // 116: podflow.core.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	151, // 117: podflow.core.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	68,  // 118: podflow.core.v1.ContainerState.waiting:type_name -> podflow.core.v1.ContainerStateWaiting
 	69,  // 119: podflow.core.v1.ContainerState.running:type_name -> podflow.core.v1.ContainerStateRunning
 	70,  // 120: podflow.core.v1.ContainerState.terminated:type_name -> podflow.core.v1.ContainerStateTerminated
@@ -10698,17 +10713,17 @@ var file_corev1_core_proto_depIdxs = []int32{
 	71,  // 122: podflow.core.v1.ContainerStatus.last_termination_state:type_name -> podflow.core.v1.ContainerState
 	67,  // 123: podflow.core.v1.PodStatus.conditions:type_name -> podflow.core.v1.PodCondition
 	73,  // 124: podflow.core.v1.PodStatus.pod_ips:type_name -> podflow.core.v1.PodIP
-	150, // 125: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	151, // 125: podflow.core.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	72,  // 126: podflow.core.v1.PodStatus.init_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	72,  // 127: podflow.core.v1.PodStatus.container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	72,  // 128: podflow.core.v1.PodStatus.ephemeral_container_statuses:type_name -> podflow.core.v1.ContainerStatus
 	1,   // 129: podflow.core.v1.Pod.metadata:type_name -> podflow.core.v1.ObjectMeta
 	63,  // 130: podflow.core.v1.Pod.spec:type_name -> podflow.core.v1.PodSpec
 	74,  // 131: podflow.core.v1.Pod.status:type_name -> podflow.core.v1.PodStatus
-	150, // 132: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	151, // 132: podflow.core.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
 	76,  // 133: podflow.core.v1.NodeSpec.taints:type_name -> podflow.core.v1.Taint
-	150, // 134: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	150, // 135: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	151, // 134: podflow.core.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	151, // 135: podflow.core.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	139, // 136: podflow.core.v1.NodeStatus.capacity:type_name -> podflow.core.v1.NodeStatus.CapacityEntry
 	140, // 137: podflow.core.v1.NodeStatus.allocatable:type_name -> podflow.core.v1.NodeStatus.AllocatableEntry
 	78,  // 138: podflow.core.v1.NodeStatus.conditions:type_name -> podflow.core.v1.NodeCondition
@@ -10727,7 +10742,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	92,  // 151: podflow.core.v1.ServiceStatus.conditions:type_name -> podflow.core.v1.Condition
 	90,  // 152: podflow.core.v1.LoadBalancerStatus.ingress:type_name -> podflow.core.v1.LoadBalancerIngress
 	91,  // 153: podflow.core.v1.LoadBalancerIngress.ports:type_name -> podflow.core.v1.PortStatus
-	150, // 154: podflow.core.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	151, // 154: podflow.core.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 155: podflow.core.v1.Service.metadata:type_name -> podflow.core.v1.ObjectMeta
 	85,  // 156: podflow.core.v1.Service.spec:type_name -> podflow.core.v1.ServiceSpec
 	88,  // 157: podflow.core.v1.Service.status:type_name -> podflow.core.v1.ServiceStatus
@@ -10743,7 +10758,7 @@ var file_corev1_core_proto_depIdxs = []int32{
 	102, // 167: podflow.core.v1.EndpointSubset.ports:type_name -> podflow.core.v1.EndpointsPort
 	95,  // 168: podflow.core.v1.EndpointAddress.target_ref:type_name -> podflow.core.v1.ObjectReference
 	105, // 169: podflow.core.v1.NamespaceStatus.conditions:type_name -> podflow.core.v1.NamespaceCondition
-	150, // 170: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	151, // 170: podflow.core.v1.NamespaceCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 171: podflow.core.v1.Namespace.metadata:type_name -> podflow.core.v1.ObjectMeta
 	103, // 172: podflow.core.v1.Namespace.spec:type_name -> podflow.core.v1.NamespaceSpec
 	104, // 173: podflow.core.v1.Namespace.status:type_name -> podflow.core.v1.NamespaceStatus
@@ -10768,12 +10783,12 @@ var file_corev1_core_proto_depIdxs = []int32{
 	1,   // 192: podflow.core.v1.Event.metadata:type_name -> podflow.core.v1.ObjectMeta
 	95,  // 193: podflow.core.v1.Event.involved_object:type_name -> podflow.core.v1.ObjectReference
 	118, // 194: podflow.core.v1.Event.source:type_name -> podflow.core.v1.EventSource
-	150, // 195: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	150, // 196: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	150, // 197: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	151, // 195: podflow.core.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	151, // 196: podflow.core.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	151, // 197: podflow.core.v1.Event.event_time:type_name -> google.protobuf.Timestamp
 	120, // 198: podflow.core.v1.Event.series:type_name -> podflow.core.v1.EventSeries
 	95,  // 199: podflow.core.v1.Event.related:type_name -> podflow.core.v1.ObjectReference
-	150, // 200: podflow.core.v1.EventSeries.last_observed_time:type_name -> google.protobuf.Timestamp
+	151, // 200: podflow.core.v1.EventSeries.last_observed_time:type_name -> google.protobuf.Timestamp
 	145, // 201: podflow.core.v1.LimitRangeItem.default:type_name -> podflow.core.v1.LimitRangeItem.DefaultEntry
 	146, // 202: podflow.core.v1.LimitRangeItem.default_request:type_name -> podflow.core.v1.LimitRangeItem.DefaultRequestEntry
 	147, // 203: podflow.core.v1.LimitRangeItem.max:type_name -> podflow.core.v1.LimitRangeItem.MaxEntry
@@ -10786,13 +10801,14 @@ var file_corev1_core_proto_depIdxs = []int32{
 	1,   // 210: podflow.core.v1.NodeAllocation.metadata:type_name -> podflow.core.v1.ObjectMeta
 	149, // 211: podflow.core.v1.NodeAllocation.pods:type_name -> podflow.core.v1.NodeAllocation.PodsEntry
 	11,  // 212: podflow.core.v1.AllocatedPod.host_ports:type_name -> podflow.core.v1.ContainerPort
-	1,   // 213: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
-	129, // 214: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
-	215, // [215:215] is the sub-list for method output_type
-	215, // [215:215] is the sub-list for method input_type
-	215, // [215:215] is the sub-list for extension type_name
-	215, // [215:215] is the sub-list for extension extendee
-	0,   // [0:215] is the sub-list for field type_name
+	150, // 213: podflow.core.v1.AllocatedPod.scalar_resources:type_name -> podflow.core.v1.AllocatedPod.ScalarResourcesEntry
+	1,   // 214: podflow.core.v1.PriorityClass.metadata:type_name -> podflow.core.v1.ObjectMeta
+	129, // 215: podflow.core.v1.NodeAllocation.PodsEntry.value:type_name -> podflow.core.v1.AllocatedPod
+	216, // [216:216] is the sub-list for method output_type
+	216, // [216:216] is the sub-list for method input_type
+	216, // [216:216] is the sub-list for extension type_name
+	216, // [216:216] is the sub-list for extension extendee
+	0,   // [0:216] is the sub-list for field type_name
 }
 
 func init() { file_corev1_core_proto_init() }
@@ -10847,7 +10863,7 @@ func file_corev1_core_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corev1_core_proto_rawDesc), len(file_corev1_core_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   150,
+			NumMessages:   151,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -19,6 +19,9 @@ package apiserver
 //
 // The token is bound to the pod (boundObjectRef Pod with its uid): it
 // stops authenticating once the pod is gone (auth.TokenAuthenticator).
+// The pod, ServiceAccount and Node are read as kube-apiserver reads them
+// from its watch cache: from any replica, with a read from the leader
+// whenever that copy does not hold what the request names (freshGet).
 
 import (
 	"context"
@@ -131,7 +134,12 @@ func (n *NodeTokens) nodeToken(ctx context.Context, node string, req *apiv1.Node
 		return st, "", time.Time{}
 	}
 	ns, podName := req.GetNamespace(), req.GetPodName()
-	pod, err := objects.Get[*corev1.Pod](ctx, n.Store, ns, podName)
+	// The pod's uid, node and ServiceAccount never change, so a copy with
+	// the uid asked for, bound to the node, decides; any other answer is
+	// read again from the leader (see freshGet).
+	pod, err := freshGet(ctx, n.Store, ns, podName, func(p *corev1.Pod) bool {
+		return p.GetMetadata().GetUid() == req.GetPodUid() && p.GetSpec().GetNodeName() == node && PodServiceAccount(p) == name
+	})
 	switch {
 	case errors.Is(err, raftstore.ErrNotFound):
 		return stage.Failure(404, eventsv1.ReasonNotFound, "pods", podName, "pods %q not found", podName), "", time.Time{}
@@ -149,7 +157,7 @@ func (n *NodeTokens) nodeToken(ctx context.Context, node string, req *apiv1.Node
 	if sa := PodServiceAccount(pod); sa != name {
 		return nodeForbidden(node, ns, name, "no relationship found between node '"+node+"' and this object: pod "+podName+" runs as serviceaccount "+sa), "", time.Time{}
 	}
-	sa, err := objects.Get[*corev1.ServiceAccount](ctx, n.Store, ns, name)
+	sa, err := freshGet(ctx, n.Store, ns, name, func(*corev1.ServiceAccount) bool { return true })
 	switch {
 	case errors.Is(err, raftstore.ErrNotFound):
 		return stage.Failure(404, eventsv1.ReasonNotFound, "serviceaccounts", name, "serviceaccounts %q not found", name), "", time.Time{}
@@ -161,7 +169,7 @@ func (n *NodeTokens) nodeToken(ctx context.Context, node string, req *apiv1.Node
 		aud = []string{a}
 	}
 	obj := auth.BoundObject{Kind: auth.BoundKindPod, Name: podName, UID: pod.GetMetadata().GetUid(), NodeName: node}
-	switch nd, err := objects.Get[*corev1.Node](ctx, n.Store, "", node); {
+	switch nd, err := freshGet(ctx, n.Store, "", node, func(*corev1.Node) bool { return true }); {
 	case errors.Is(err, raftstore.ErrNotFound): // the node's name alone, as kube-apiserver
 	case err != nil:
 		return stage.Internal(err), "", time.Time{}
@@ -174,6 +182,23 @@ func (n *NodeTokens) nodeToken(ctx context.Context, node string, req *apiv1.Node
 		return stage.Internal(err), "", time.Time{}
 	}
 	return nil, tok, exp
+}
+
+// freshGet reads an object for a token request as kube-apiserver does,
+// from what is already replicated: a stale read, served by any replica
+// without a round through the leader. A copy that decides is taken; one
+// that does not (decides false), an object not found and a failed read
+// are read again, linearizably, and that answer stands. So a replica
+// behind (a pod just bound or recreated, a ServiceAccount just created)
+// never refuses a request, and a copy is accepted only when it holds what
+// the request names: a pod's uid, node and ServiceAccount never change,
+// and a token bound to a pod or ServiceAccount deleted meanwhile does not
+// authenticate (auth.TokenAuthenticator checks both uids).
+func freshGet[T objects.Object](ctx context.Context, s *objects.Store, ns, name string, decides func(T) bool) (T, error) {
+	if o, err := objects.Get[T](ctx, s, ns, name, raftstore.Stale()); err == nil && decides(o) {
+		return o, nil
+	}
+	return objects.Get[T](ctx, s, ns, name)
 }
 
 // checkTokenRequest validates the request's fields as kube-apiserver

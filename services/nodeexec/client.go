@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/podflow/podflow/services/pipeline"
 )
 
 // Streams are a session's ends: nil ones are not used. Resize, when set,
@@ -117,7 +119,7 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, req Request) error {
 	}
 	octx, cancel := context.WithTimeout(ctx, cfg.OpenTimeout)
 	defer cancel()
-	msg, err := nc.RequestWithContext(octx, OpenSubject(req.Node), b)
+	msg, err := pipeline.AskNode(octx, nc, OpenSubject(req.Node), req.Node, b)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("%w: node %q does not answer: %v", ErrLost, req.Node, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/bus/bustest"
 	"github.com/podflow/podflow/services/nodeexec"
+	"github.com/podflow/podflow/services/pipeline"
 )
 
 // echo is a fake node: "cat" copies stdin to stdout, "exit N" exits N,
@@ -51,10 +52,14 @@ func (e *echo) Exec(ctx context.Context, req nodeexec.Request, st nodeexec.Strea
 	return errors.New("unknown command")
 }
 
-// warm makes conn's first request: its response subscription lives as
-// long as the connection, so it is there before goleak's snapshot.
+// warm makes conn's first request and its first request to a node
+// (pipeline.AskNode): their response subscriptions live as long as the
+// connection, so they are there before goleak's snapshot.
 func warm(t *testing.T, conn *bus.Conn) {
 	_, _ = conn.NATS().Request("warm", nil, 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, _ = pipeline.AskNode(ctx, conn.NATS(), "warm", "warm", nil) // its answers' subscription
 }
 
 func fastConfig() nodeexec.Config {

@@ -89,7 +89,7 @@ func Ask(ctx context.Context, nc *nats.Conn, node string, req Request) (Reply, e
 	if err != nil {
 		return rep, err
 	}
-	msg, err := nc.RequestWithContext(ctx, Subject(node), b)
+	msg, err := pipeline.AskNode(ctx, nc, Subject(node), node, b)
 	if err != nil {
 		return rep, fmt.Errorf("nodelogs: ask node %q: %w", node, err)
 	}

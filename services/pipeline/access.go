@@ -20,8 +20,9 @@ import (
 //	stage-<stage>     pull its own consumer, publish its Outputs, use the store
 //	store             serve podflow.store.> and push watches
 //	node-<node>       pull its own consumer, publish NodeAgentOutputs and
-//	                  heartbeats for its node only, answer its node's log
-//	                  requests and exec sessions, ask the api stage for its pods'
+//	                  heartbeats for its node only, answer its node's log,
+//	                  exec and metrics requests (into the requesters' node
+//	                  reply inboxes, NodeReplyPrefix), ask the api stage for its pods'
 //	                  ServiceAccount tokens (TokenPrefix.<node>), use the store
 //	                  (NodeAgentRole); a simulated cluster's agent (nodes-<name>)
 //	                  acts for any node
@@ -202,6 +203,7 @@ func NodeAgentRole(rc bus.RunnerConfig, node string) bus.RoleSpec {
 		pub = append(pub, bus.PodPrefix+"."+string(t)+"."+token+".>")
 	}
 	pub = append(pub, bus.NodePrefix+"."+token+".>", ExecPrefix+"."+token+".*.out", TokenPrefix+"."+token)
+	pub = append(pub, nodeReplySubjects(token)...) // its answers (nodereply.go)
 	sub := []string{LogsPrefix + "." + token, ExecPrefix + "." + token, ExecPrefix + "." + token + ".*.in", MetricsPrefix + "." + token}
 	return bus.RoleSpec{Role: role, Permissions: service(role).Merge(&bus.Permissions{
 		Publish:   &bus.SubjectPermission{Allow: pub},
@@ -336,7 +338,7 @@ func CustomResourceKey(key string) bool {
 // name only itself), key a key it writes. Stages write the kinds their
 // step records (the api stage every kind, custom resources included:
 // CustomResourceKey), a node agent its own Node (a simulated cluster any Node)
-// and pod CIDRs, the store and unknown writers nothing. The admin writes
+// and pod CIDRs (StoreWriteFilter: its own only), the store and unknown writers nothing. The admin writes
 // unnamed and is not checked.
 func StoreWriteACL(writer, key string) bool {
 	var prefixes []string
@@ -379,7 +381,10 @@ func StoreWriteACL(writer, key string) bool {
 		}
 		prefixes = nodeWrites
 	case strings.HasPrefix(writer, SimNodesRolePrefix):
-		prefixes = append([]string{objects.Nodes.Prefix(""), objects.Leases.Prefix(NodeLeaseNamespace)}, nodeWrites...)
+		// Simulated nodes take their pod CIDRs from their cluster's
+		// configuration and record none: no record of theirs may steal a
+		// real node's routes.
+		prefixes = []string{objects.Nodes.Prefix(""), objects.Leases.Prefix(NodeLeaseNamespace), objects.Events.Prefix("")}
 	}
 	for _, p := range prefixes {
 		if strings.HasPrefix(key, p) {

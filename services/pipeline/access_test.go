@@ -46,7 +46,7 @@ func event(t *testing.T, typ eventsv1.Type, id string) *eventsv1.Envelope {
 
 // lockedDown is a server with podflow's roles, its streams and every
 // stage's consumers, plus the node agents of nodes n1 and n2.
-func lockedDown(t *testing.T) (*bus.Embedded, *bus.Conn) {
+func lockedDown(t testing.TB) (*bus.Embedded, *bus.Conn) {
 	t.Helper()
 	cfg := bus.DefaultEmbeddedConfig(t.TempDir())
 	cfg.Roles = pipeline.Roles()
@@ -649,6 +649,8 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.NodeRole("n.1"), objects.Nodes.Key("", "n.1"), true},
 		{pipeline.SimNodesRole("sim"), objects.Nodes.Key("", "sim-node-0007"), true},
 		{pipeline.SimNodesRole("sim"), pod, false},
+		{pipeline.SimNodesRole("sim"), pipeline.PodCIDRPrefix + "10.244.1.0-24", false},
+		{pipeline.SimNodesRole("sim"), objects.Events.Key("default", "e"), true},
 		{pipeline.RoleStore, pod, false},
 		{bus.UserRole("alice"), pod, false},
 	} {

@@ -68,7 +68,7 @@ var ErrNode = errors.New("podmetrics: the node could not measure")
 // Ask asks node's agent for its reading.
 func Ask(ctx context.Context, nc *nats.Conn, node string) (Reading, error) {
 	var rd Reading
-	msg, err := nc.RequestWithContext(ctx, Subject(node), nil)
+	msg, err := pipeline.AskNode(ctx, nc, Subject(node), node, nil)
 	if err != nil {
 		return rd, fmt.Errorf("podmetrics: ask node %q: %w", node, err)
 	}

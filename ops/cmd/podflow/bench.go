@@ -66,11 +66,13 @@ func newBenchSchedulerCmd() *cobra.Command {
 // newBenchPipelineCmd is `podflow bench pipeline`.
 func newBenchPipelineCmd() *cobra.Command {
 	o := &bench.PipelineOptions{}
+	tokenVolume := true
 	cmd := &cobra.Command{
 		Use:   "pipeline",
 		Short: "End-to-end pods/s and PodRequested→Running latency, with the time spent per stage",
 		Long:  bench.PipelineHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.NoTokenVolume = !tokenVolume
 			return bench.RunPipeline(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
@@ -90,6 +92,7 @@ func newBenchPipelineCmd() *cobra.Command {
 	f.IntVar(&o.SLOPods, "slo-pods", 0, "pods the --slo pass creates (default: --pods)")
 	f.IntVar(&o.SLORate, "slo-rate", 0, "creates per second of the --slo pass (default: 80% of the pods/s the pipeline pass reached)")
 	f.StringVar(&o.SLOJSON, "slo-json", "", "also write the --slo figures as JSON to this file")
+	f.BoolVar(&tokenVolume, "token-volume", true, "the pods keep Kubernetes' default automountServiceAccountToken: each mounts a projected volume with its ServiceAccount's bound token and the kube-root-ca.crt ConfigMap (false: automountServiceAccountToken false, no such volume)")
 	return cmd
 }
 

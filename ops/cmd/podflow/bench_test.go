@@ -14,3 +14,23 @@ func TestBenchScaleCommandFlags(t *testing.T) {
 		t.Fatalf("flags: stage %s replicas %s stage-cpu %s pods %s rate %s runs %s", get("stage"), get("replicas"), get("stage-cpu"), get("pods"), get("rate"), get("runs"))
 	}
 }
+
+// TestBenchPipelineTokenVolumeFlag: the pods mount a token volume unless
+// --token-volume=false.
+func TestBenchPipelineTokenVolumeFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "true"},
+		{[]string{"--token-volume=false"}, "false"},
+	} {
+		cmd := newBenchPipelineCmd()
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := cmd.Flags().Lookup("token-volume").Value.String(); got != tc.want {
+			t.Errorf("%v: --token-volume %s, want %s", tc.args, got, tc.want)
+		}
+	}
+}

@@ -64,8 +64,9 @@ func (p *Publisher) Publish(ctx context.Context, env *eventsv1.Envelope) error {
 // Store is the agent's view of the replicated store (and, WithTokens,
 // of the api stage's token requests).
 type Store struct {
-	s  *objects.Store
-	nc *nats.Conn // token requests; nil: none
+	s     *objects.Store
+	nc    *nats.Conn   // token requests; nil: none
+	cache *objectCache // the referenced ConfigMaps and Secrets; nil: none
 }
 
 var (
@@ -79,7 +80,54 @@ func NewStore(s *objects.Store) *Store { return &Store{s: s} }
 // WithTokens returns the Store asking the api stage for projected
 // serviceAccountTokens over nc (the node agent's own connection: the bus
 // lets it ask only for its node).
-func (s *Store) WithTokens(nc *nats.Conn) *Store { return &Store{s: s.s, nc: nc} }
+func (s *Store) WithTokens(nc *nats.Conn) *Store { return &Store{s: s.s, nc: nc, cache: s.cache} }
+
+var _ nodeagent.PodRegistrar = (*Store)(nil)
+
+// WithObjectCache returns the Store keeping the ConfigMaps and Secrets its
+// agents' pods reference in a watch-based cache until ctx ends, as
+// kubelet's ConfigMap and Secret managers do (see objectCache): a pod's
+// volumes and environment are then read from the cache, not the store.
+// The agents register each pod (nodeagent.PodRegistrar).
+func (s *Store) WithObjectCache(ctx context.Context) *Store {
+	return &Store{s: s.s, nc: s.nc, cache: newObjectCache(ctx, s.s.KV())}
+}
+
+// RegisterPod implements nodeagent.PodRegistrar.
+func (s *Store) RegisterPod(pod *corev1.Pod) {
+	if s.cache != nil {
+		s.cache.register(pod)
+	}
+}
+
+// UnregisterPod implements nodeagent.PodRegistrar.
+func (s *Store) UnregisterPod(uid string) {
+	if s.cache != nil {
+		s.cache.unregister(uid)
+	}
+}
+
+// cached is the object of kind k, ns/name, from the cache when a
+// registered pod references it; ok is false otherwise.
+func cached[T objects.Object](ctx context.Context, s *Store, k objects.Kind, ns, name string, obj T) (T, bool, error) {
+	var zero T
+	if s.cache == nil {
+		return zero, false, nil
+	}
+	kv, ok, err := s.cache.get(ctx, k.Key(ns, name))
+	switch {
+	case !ok:
+		return zero, false, nil
+	case err != nil:
+		return zero, true, err
+	case kv == nil:
+		return zero, true, fmt.Errorf("%w: %s %q", nodeagent.ErrNotFound, k.Resource, ns+"/"+name)
+	}
+	if err := objects.Decode(kv, obj); err != nil {
+		return zero, true, err
+	}
+	return obj, true, nil
+}
 
 // RequestServiceAccountToken implements nodeagent.TokenRequester, for the
 // node pod is bound to.
@@ -200,12 +248,18 @@ func (s *Store) ListNodePods(ctx context.Context, node string) ([]*corev1.Pod, e
 
 // GetConfigMap implements nodeagent.NodeStore.
 func (s *Store) GetConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	if cm, ok, err := cached(ctx, s, objects.ConfigMaps, ns, name, &corev1.ConfigMap{}); ok {
+		return cm, err
+	}
 	cm, err := objects.Get[*corev1.ConfigMap](ctx, s.s, ns, name)
 	return cm, notFound(err)
 }
 
 // GetSecret implements nodeagent.NodeStore.
 func (s *Store) GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	if sec, ok, err := cached(ctx, s, objects.Secrets, ns, name, &corev1.Secret{}); ok {
+		return sec, err
+	}
 	sec, err := objects.Get[*corev1.Secret](ctx, s.s, ns, name)
 	return sec, notFound(err)
 }

@@ -80,7 +80,7 @@ func SimNodes(ctx context.Context, o SimNodesOptions) error {
 	if o.Prefix != "" {
 		cfg.NamePrefix = o.Prefix
 	}
-	cl, err := sim.NewCluster(cfg, wire.NewStore(sess.Store).WithTokens(sess.Bus.NATS()), nm.Publisher(wire.NewPublisher(sess.Bus)))
+	cl, err := sim.NewCluster(cfg, wire.NewStore(sess.Store).WithObjectCache(ctx).WithTokens(sess.Bus.NATS()), nm.Publisher(wire.NewPublisher(sess.Bus)))
 	if err != nil {
 		return err
 	}

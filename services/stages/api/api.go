@@ -63,6 +63,10 @@ type Config struct {
 	// hundreds (default 256).
 	Workers           int
 	ControllerWorkers int
+	// TokenWorkers serve node agents' projected token requests
+	// (apiserver.NodeTokens), which come in bursts of hundreds when pods
+	// are bound faster than nodes start them (default 256).
+	TokenWorkers int
 	// SealKey, when set, is the key bearer tokens on the bus are sealed
 	// to (see sealing.go): the stream then never holds one in clear, and
 	// a PodRequested with a token in clear is refused. Nil: tokens travel
@@ -123,7 +127,7 @@ type Quota interface {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Authn: auth.DefaultAuthenticatorConfig(), RBAC: auth.DefaultRBACConfig(), Workers: 16, ControllerWorkers: 256,
+		Authn: auth.DefaultAuthenticatorConfig(), RBAC: auth.DefaultRBACConfig(), Workers: 16, ControllerWorkers: 256, TokenWorkers: 256,
 		Services:        ipalloc.DefaultConfig(),
 		EventsHighWater: DefaultEventsHighWater, EventsInfoInterval: DefaultEventsInfoInterval,
 		UserPodQPS: DefaultUserPodQPS, UserPodBurst: DefaultUserPodBurst,
@@ -133,8 +137,8 @@ func DefaultConfig() Config {
 
 // Validate checks the Config.
 func (c Config) Validate() error {
-	if c.Workers < 1 || c.ControllerWorkers < 1 {
-		return fmt.Errorf("api: Workers (%d) and ControllerWorkers (%d) must be at least 1", c.Workers, c.ControllerWorkers)
+	if c.Workers < 1 || c.ControllerWorkers < 1 || c.TokenWorkers < 1 {
+		return fmt.Errorf("api: Workers (%d), ControllerWorkers (%d) and TokenWorkers (%d) must be at least 1", c.Workers, c.ControllerWorkers, c.TokenWorkers)
 	}
 	if err := c.Authn.Validate(); err != nil {
 		return err

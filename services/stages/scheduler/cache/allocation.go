@@ -18,10 +18,15 @@ import (
 )
 
 // AllocatedPodFor returns the accounting record of pod for a
-// NodeAllocation: its requests (as PodRequests computes them) and the host
-// ports of its containers.
+// NodeAllocation: its requests (as PodRequests and PodScalars compute
+// them: cpu, memory, ephemeral-storage and the scalar resources) and the
+// host ports of its containers.
 func AllocatedPodFor(pod *corev1.Pod) (*corev1.AllocatedPod, error) {
 	req, _, err := framework.PodRequests(pod)
+	if err != nil {
+		return nil, fmt.Errorf("pod %q: %w", framework.PodName(pod), err)
+	}
+	scalars, err := framework.PodScalars(pod)
 	if err != nil {
 		return nil, fmt.Errorf("pod %q: %w", framework.PodName(pod), err)
 	}
@@ -31,6 +36,7 @@ func AllocatedPodFor(pod *corev1.Pod) (*corev1.AllocatedPod, error) {
 		MilliCpu:              req.MilliCPU,
 		MemoryBytes:           req.Memory,
 		EphemeralStorageBytes: req.EphemeralStorage,
+		ScalarResources:       scalars,
 	}
 	for _, c := range pod.GetSpec().GetContainers() {
 		for _, p := range c.GetPorts() {
@@ -183,7 +189,8 @@ func Unreserve(alloc *corev1.NodeAllocation, uid string) (out *corev1.NodeAlloca
 
 // CheckAllocationFit re-checks, against the stored record of what node's
 // pods request, that pod fits: the pod count, cpu, memory,
-// ephemeral-storage and host ports (NodeResourcesFit and NodePorts), with
+// ephemeral-storage, the scalar resources (extended resources, hugepages)
+// and host ports (NodeResourcesFit and NodePorts), with
 // the room reserved for nominated pods of at least pod's priority counted
 // as taken (not pod's own reservation: it is the room made for it). It
 // returns the reasons it does not, in Kubernetes' words, or none. A pod the
@@ -201,6 +208,7 @@ func CheckAllocationFit(node *corev1.Node, alloc *corev1.NodeAllocation, pod *co
 	// ports per pod, as the shared NodeInfo of a snapshot needs.
 	add := func(ap *corev1.AllocatedPod) {
 		n.AccountPod(framework.Resources{MilliCPU: ap.GetMilliCpu(), Memory: ap.GetMemoryBytes(), EphemeralStorage: ap.GetEphemeralStorageBytes()})
+		n.AccountScalars(ap.GetScalarResources())
 		for _, p := range ap.GetHostPorts() {
 			n.AccountPort(framework.NewHostPort(p))
 		}
@@ -221,8 +229,12 @@ func CheckAllocationFit(node *corev1.Node, alloc *corev1.NodeAllocation, pod *co
 	if err != nil {
 		return nil, fmt.Errorf("pod %q: %w", framework.PodName(pod), err)
 	}
+	scalars, err := framework.PodScalars(pod)
+	if err != nil {
+		return nil, fmt.Errorf("pod %q: %w", framework.PodName(pod), err)
+	}
 	if st := nodeports.PortsFit(framework.PodHostPorts(pod), n.UsedPorts()); st != nil {
 		return st.Reasons(), nil
 	}
-	return noderesourcesfit.Fits(&req, &n).Reasons(), nil
+	return noderesourcesfit.WithScalars(noderesourcesfit.Fits(&req, &n), scalars, &n).Reasons(), nil
 }

@@ -154,3 +154,61 @@ func TestReservations(t *testing.T) {
 		t.Errorf("released: %q, want fits", got)
 	}
 }
+
+// TestAllocationCountsScalarResources: the node's record holds what each
+// pod requests of the scalar resources (an extended resource, hugepages),
+// so that the bind's re-check refuses the pod that would take more than
+// the node offers, also of the room reserved for a nominee.
+func TestAllocationCountsScalarResources(t *testing.T) {
+	const dongle = "example.com/dongle"
+	wants := func(q string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Requests[dongle] = q
+			p.Spec.Containers[0].Resources.Limits = map[string]string{dongle: q}
+		}
+	}
+	offers := func(q string) func(*corev1.Node) {
+		return func(n *corev1.Node) { n.Status.Allocatable[dongle] = q }
+	}
+	node := mkNode("n1", "8", "32Gi", offers("2"))
+	a, _, err := MergeAllocation(nil, "n1", mkPod("a", "100m", "", wants("1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Pods["uid-a"].GetScalarResources(); !reflect.DeepEqual(got, map[string]int64{dongle: 1}) {
+		t.Fatalf("accounted %v, want 1 %s", got, dongle)
+	}
+	full, _, _ := MergeAllocation(a, "n1", mkPod("b", "100m", "", wants("1")))
+	prio := func(p *corev1.Pod, v int32) *corev1.Pod { p.Spec.Priority = &v; return p }
+	reserved, _, err := ReserveAllocation(a, "n1", prio(mkPod("nominee", "", "", wants("1")), 1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	insufficient := []string{"Insufficient " + dongle}
+	tests := []struct {
+		name  string
+		node  *corev1.Node
+		alloc *corev1.NodeAllocation
+		pod   *corev1.Pod
+		want  []string
+	}{
+		{"the last unit fits", node, a, mkPod("p", "", "", wants("1")), nil},
+		{"one more than is left", node, a, mkPod("p", "", "", wants("2")), insufficient},
+		{"every unit taken", node, full, mkPod("p", "", "", wants("1")), insufficient},
+		{"a pod wanting none fits", node, full, mkPod("p", "", ""), nil},
+		{"a node that offers none has none", mkNode("n1", "8", "32Gi"), nil, mkPod("p", "", "", wants("1")), insufficient},
+		{"the nominee's reserved unit is taken", node, reserved, mkPod("p", "", "", wants("1")), insufficient},
+		{"already accounted (a repeated bind) fits", node, full, mkPod("b", "100m", "", wants("1")), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := CheckAllocationFit(tt.node, tt.alloc, tt.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("CheckAllocationFit = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

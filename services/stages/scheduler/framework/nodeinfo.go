@@ -290,6 +290,12 @@ func (n *NodeInfo) AccountPod(req Resources) {
 	n.numPods++
 }
 
+// AccountScalars adds a pod's scalar resource requests to n's sums, as
+// AccountPod its other requests (for a NodeInfo of one's own).
+func (n *NodeInfo) AccountScalars(req Scalars) {
+	n.scalarRequested = n.scalarRequested.plus(req, false)
+}
+
 // AccountPort adds a host port a pod binds to n's used ports, in place:
 // for a NodeInfo of one's own, as AccountPod.
 func (n *NodeInfo) AccountPort(p HostPort) { n.usedPorts = append(n.usedPorts, p) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/podflow/podflow/services/stages/scheduler/cache"
@@ -104,7 +106,8 @@ const markerKey = "/registry/schedsim/marker"
 //   - a pod's spec.nodeName is set once and never changes (no double
 //     binding), in every revision of the history;
 //   - every NodeAllocation ever written fits its node's allocatable (cpu,
-//     memory, pod count) — no overcommit at any revision;
+//     memory, pod count, the scalar resources such as extended resources)
+//     — no overcommit at any revision;
 //   - finally, the pods bound to each node fit it, each node's
 //     NodeAllocation accounts for exactly the pods bound to it, with their
 //     requests, and no pod is accounted on two nodes;
@@ -135,14 +138,18 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	alloc := map[string]framework.Resources{}
+	scalarAlloc := map[string]framework.Scalars{}
 	for _, n := range nodes {
 		a, err := framework.NodeAllocatable(n)
 		if err != nil {
 			return nil, err
 		}
 		alloc[n.GetMetadata().GetName()] = a
+		if scalarAlloc[n.GetMetadata().GetName()], err = framework.NodeScalars(n); err != nil {
+			return nil, err
+		}
 	}
-	if err := e.verifyHistory(ctx, rep, alloc); err != nil {
+	if err := e.verifyHistory(ctx, rep, alloc, scalarAlloc); err != nil {
 		return nil, err
 	}
 
@@ -173,6 +180,8 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 		}
 	}
 	used := map[string]framework.Resources{}
+	usedScalars := map[string]framework.Scalars{}
+	podScalars := map[string]framework.Scalars{}          // uid -> scalar requests
 	onNode := map[string]map[string]framework.Resources{} // node -> uid -> requests
 	for _, p := range pods {
 		rep.Pods++
@@ -190,6 +199,12 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 		u := used[node]
 		u.MilliCPU, u.Memory, u.Pods = u.MilliCPU+req.MilliCPU, u.Memory+req.Memory, u.Pods+1
 		used[node] = u
+		scalars, err := framework.PodScalars(p)
+		if err != nil {
+			return nil, err
+		}
+		usedScalars[node] = addScalars(usedScalars[node], scalars)
+		podScalars[uid] = scalars
 		if onNode[node] == nil {
 			onNode[node] = map[string]framework.Resources{}
 		}
@@ -211,6 +226,11 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 			rep.violate("node %s overcommitted: pods request %+v of allocatable %+v", node, u, a)
 		}
 	}
+	for node, u := range usedScalars {
+		if over := scalarsOver(u, scalarAlloc[node]); over != "" {
+			rep.violate("node %s overcommitted: pods request %s", node, over)
+		}
+	}
 	accounted := map[string]string{} // uid -> node
 	for _, a := range allocs {
 		node := a.GetMetadata().GetName()
@@ -226,6 +246,9 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 			}
 			if req.MilliCPU != ap.GetMilliCpu() || req.Memory != ap.GetMemoryBytes() {
 				rep.violate("NodeAllocation %s accounts pod uid %s as %dm/%d, it requests %dm/%d", node, uid, ap.GetMilliCpu(), ap.GetMemoryBytes(), req.MilliCPU, req.Memory)
+			}
+			if !maps.Equal(ap.GetScalarResources(), podScalars[uid]) {
+				rep.violate("NodeAllocation %s accounts pod uid %s as %v of the scalar resources, it requests %v", node, uid, ap.GetScalarResources(), podScalars[uid])
 			}
 		}
 	}
@@ -273,6 +296,29 @@ func verifyReservations(rep *Report, pods []*corev1.Pod, allocs []*corev1.NodeAl
 	return nil
 }
 
+// addScalars returns into (allocated when nil) with s added.
+func addScalars(into framework.Scalars, s map[string]int64) framework.Scalars {
+	for k, v := range s {
+		if into == nil {
+			into = framework.Scalars{}
+		}
+		into[k] += v
+	}
+	return into
+}
+
+// scalarsOver names, in name order, the scalar resources used asks more of
+// than allocatable offers ("" when none).
+func scalarsOver(used, allocatable framework.Scalars) string {
+	var over []string
+	for _, k := range slices.Sorted(maps.Keys(used)) {
+		if used[k] > allocatable[k] {
+			over = append(over, fmt.Sprintf("%d %s of %d", used[k], k, allocatable[k]))
+		}
+	}
+	return strings.Join(over, ", ")
+}
+
 func fits(used, allocatable framework.Resources) bool {
 	return used.MilliCPU <= allocatable.MilliCPU && used.Memory <= allocatable.Memory && used.Pods <= allocatable.Pods
 }
@@ -282,7 +328,7 @@ func podKey(p *corev1.Pod) string {
 }
 
 // verifyHistory replays every write since Start.
-func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[string]framework.Resources) error {
+func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[string]framework.Resources, scalarAlloc map[string]framework.Scalars) error {
 	kv := e.Store.Client()
 	marker, err := kv.Txn(ctx, raftstore.Txn{Ops: []raftstore.Op{{Type: raftstore.OpPut, Key: markerKey, Value: []byte("x")}}})
 	if err != nil {
@@ -385,11 +431,18 @@ func (e *Env) verifyHistory(ctx context.Context, rep *Report, allocatable map[st
 			}
 			rep.AllocationWrites++
 			var u framework.Resources
+			var us framework.Scalars
 			for _, ap := range a.GetPods() {
 				u.MilliCPU, u.Memory, u.Pods = u.MilliCPU+ap.GetMilliCpu(), u.Memory+ap.GetMemoryBytes(), u.Pods+1
+				us = addScalars(us, ap.GetScalarResources())
 			}
 			if al, ok := allocatable[a.GetMetadata().GetName()]; ok && !fits(u, al) {
 				rep.violate("NodeAllocation %s at revision %d overcommits: %+v of %+v", a.GetMetadata().GetName(), ev.Revision, u, al)
+			}
+			if _, ok := allocatable[a.GetMetadata().GetName()]; ok {
+				if over := scalarsOver(us, scalarAlloc[a.GetMetadata().GetName()]); over != "" {
+					rep.violate("NodeAllocation %s at revision %d overcommits: %s", a.GetMetadata().GetName(), ev.Revision, over)
+				}
 			}
 		}
 	}

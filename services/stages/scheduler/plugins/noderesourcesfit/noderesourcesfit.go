@@ -98,7 +98,7 @@ func (Fit) Filter(state *framework.CycleState, _ *corev1.Pod, n *framework.NodeI
 	if p == nil {
 		return framework.AsStatus(fmt.Errorf("scheduler: %s Filter without PreFilter", NodeResourcesFitName))
 	}
-	return withScalars(Fits(&p.Req, n), p.Scalar, n)
+	return WithScalars(Fits(&p.Req, n), p.Scalar, n)
 }
 
 func (Fit) FilterNodes(state *framework.CycleState, _ *corev1.Pod, nodes []*framework.NodeInfo, statuses []*framework.Status) {
@@ -118,7 +118,7 @@ func (Fit) FilterNodes(state *framework.CycleState, _ *corev1.Pod, nodes []*fram
 			continue
 		}
 		if len(p.Scalar) > 0 {
-			statuses[i] = withScalars(Fits(&r, n), p.Scalar, n)
+			statuses[i] = WithScalars(Fits(&r, n), p.Scalar, n)
 			continue
 		}
 		// Most nodes fit: say so without a call; fits spells out why not.
@@ -153,11 +153,11 @@ func Fits(r *framework.Resources, n *framework.NodeInfo) *framework.Status {
 	return fitStatuses[bits]
 }
 
-// withScalars adds to st (Fits' verdict) an "Insufficient <name>" for each
+// WithScalars adds to st (Fits' verdict) an "Insufficient <name>" for each
 // scalar resource in req that n has too little of, as kube-scheduler's
 // fitsRequest does for its ScalarResources (a node that does not offer
 // the resource has none), in name order.
-func withScalars(st *framework.Status, req framework.Scalars, n *framework.NodeInfo) *framework.Status {
+func WithScalars(st *framework.Status, req framework.Scalars, n *framework.NodeInfo) *framework.Status {
 	var short []string
 	for name, q := range req {
 		if q > 0 && q > n.ScalarAllocatable()[name]-n.ScalarRequested()[name] {

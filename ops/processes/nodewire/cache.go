@@ -1,0 +1,198 @@
+package nodewire
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
+)
+
+// objectCache is kubelet's watch-based ConfigMap and Secret managers
+// (pkg/kubelet/util/manager/watch_based_manager.go): the objects the
+// node's pods reference are kept by one watch per object, shared by every
+// pod that references it and started by the first, stopped when the last
+// one goes. A read of a referenced object waits until its watch's first
+// read (a linearizable list of its key) is in, then answers from the
+// cache; a read of an object no registered pod references, or whose first
+// read is not in within cacheSyncWait, goes to the store. A watch that
+// ends (a compaction, a leader change) reads the object again and watches
+// from there.
+type objectCache struct {
+	kv  objects.KV
+	ctx context.Context // the cache's life: every watch ends with it
+
+	mu    sync.Mutex
+	items map[string]*cacheItem // by store key
+	pods  map[string][]string   // by pod uid: the keys it registered
+}
+
+// cacheItem is one referenced object.
+type cacheItem struct {
+	refs   int
+	cancel context.CancelFunc
+	synced chan struct{}   // closed by the first read
+	done   <-chan struct{} // closed when its watch stops
+
+	mu sync.Mutex
+	kv *raftstore.KV // nil: not found
+}
+
+// cacheRetry is how long a watch that failed to start waits to read
+// again.
+const cacheRetry = time.Second
+
+func newObjectCache(ctx context.Context, kv objects.KV) *objectCache {
+	return &objectCache{kv: kv, ctx: ctx, items: map[string]*cacheItem{}, pods: map[string][]string{}}
+}
+
+// podKeys are the store keys of the ConfigMaps and Secrets pod references.
+func podKeys(pod *corev1.Pod) []string {
+	ns := pod.GetMetadata().GetNamespace()
+	secrets, configMaps := pipeline.PodReferences(pod)
+	var keys []string
+	for _, n := range secrets {
+		keys = append(keys, objects.Secrets.Key(ns, n))
+	}
+	for _, n := range configMaps {
+		keys = append(keys, objects.ConfigMaps.Key(ns, n))
+	}
+	return keys
+}
+
+// register adds pod's references (once per pod uid), starting a watch
+// for each object no other pod references.
+func (c *objectCache) register(pod *corev1.Pod) {
+	uid := pod.GetMetadata().GetUid()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.pods[uid]; ok || c.ctx.Err() != nil {
+		return
+	}
+	keys := podKeys(pod)
+	c.pods[uid] = keys
+	for _, k := range keys {
+		it := c.items[k]
+		if it == nil {
+			ctx, cancel := context.WithCancel(c.ctx)
+			it = &cacheItem{cancel: cancel, synced: make(chan struct{}), done: ctx.Done()}
+			c.items[k] = it
+			go c.watch(ctx, k, it) // ends with ctx: unregister or the cache's end
+		}
+		it.refs++
+	}
+}
+
+// unregister drops pod's references; an object no pod references any
+// more has its watch stopped and is forgotten.
+func (c *objectCache) unregister(uid string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys, ok := c.pods[uid]
+	if !ok {
+		return
+	}
+	delete(c.pods, uid)
+	for _, k := range keys {
+		it := c.items[k]
+		if it == nil {
+			continue
+		}
+		if it.refs--; it.refs <= 0 {
+			it.cancel()
+			delete(c.items, k)
+		}
+	}
+}
+
+// cacheSyncWait is how long a read waits for an object's first read to be
+// in (kubelet's watch-based manager waits a second) before it reads the
+// store itself.
+const cacheSyncWait = time.Second
+
+// get returns the cached object of key (nil: not found) once its first
+// read is in; ok is false when no registered pod references key, or its
+// first read is not in after cacheSyncWait: the caller reads the store.
+func (c *objectCache) get(ctx context.Context, key string) (kv *raftstore.KV, ok bool, err error) {
+	c.mu.Lock()
+	it := c.items[key]
+	c.mu.Unlock()
+	if it == nil {
+		return nil, false, nil
+	}
+	select {
+	case <-it.synced:
+	default:
+		t := time.NewTimer(cacheSyncWait)
+		defer t.Stop()
+		select {
+		case <-it.synced:
+		case <-t.C:
+			return nil, false, nil
+		case <-it.done:
+			return nil, false, nil
+		case <-ctx.Done():
+			return nil, true, ctx.Err()
+		}
+	}
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.kv, true, nil
+}
+
+// watch keeps it up to date with key until ctx ends: a linearizable list
+// of the key, then a watch from the list's revision; when the watch ends,
+// again.
+func (c *objectCache) watch(ctx context.Context, key string, it *cacheItem) {
+	first := true
+	for ctx.Err() == nil {
+		kvs, rev, err := c.kv.List(ctx, key)
+		if err != nil {
+			c.pause(ctx)
+			continue
+		}
+		var cur *raftstore.KV
+		for _, kv := range kvs {
+			if kv.Key == key {
+				cur = kv
+			}
+		}
+		it.mu.Lock()
+		it.kv = cur
+		it.mu.Unlock()
+		if first {
+			first = false
+			close(it.synced)
+		}
+		w, err := c.kv.Watch(ctx, key, rev) // the changes after rev
+		if err != nil {
+			c.pause(ctx)
+			continue
+		}
+		for ev := range w.Events() {
+			if ev.KV == nil || ev.KV.Key != key { // another key with this prefix
+				continue
+			}
+			it.mu.Lock()
+			if ev.Type == raftstore.EventDelete {
+				it.kv = nil
+			} else {
+				it.kv = ev.KV
+			}
+			it.mu.Unlock()
+		}
+		w.Stop()
+	}
+}
+
+func (c *objectCache) pause(ctx context.Context) {
+	t := time.NewTimer(cacheRetry)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
