@@ -33,6 +33,11 @@
 //     persistence, the same trace and limits as a user's pod) and
 //     graceful deletion (stage.DeletePod). PodName and FreeNames name a
 //     pod by its slot: every replica derives the same name for a slot.
+//   - NewPodInformer and NewPodSpecInformer: a controller's pod informer
+//     that decodes only what the controller reads — another kind of
+//     controller's pods as metadata alone, or each pod with its spec cut
+//     to the fields named — since every controller stage receives every
+//     pod write.
 //   - SlowStart, KubePod, ClaimOf, AdoptPod, ReleasePod, Events: kube's
 //     slow start, the pod fields its ranking and availability helpers read
 //     (k8s.io/kubernetes/pkg/controller), ownerReference adoption and

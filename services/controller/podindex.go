@@ -3,6 +3,7 @@ package controller
 import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/objects"
 )
 
 // PodControllerIndex is the name of a pod informer's index by controller
@@ -41,4 +42,20 @@ func PodsOf(inf *informer.Informer[*corev1.Pod], ns, kind, name, uid string, orp
 		out = append(out, inf.ByIndex(PodControllerIndex, PodControllerIndexKey(ns, nil))...)
 	}
 	return out
+}
+
+// NewPodInformer returns the pod informer of a controller whose objects
+// are of kind (a ReplicaSet's "ReplicaSet"): a pod another kind of
+// controller controls is kept with its metadata only (identity,
+// deletionTimestamp, labels and owner references; informer.NewFiltered),
+// since kube's controllers look at such a pod only to see that it is not
+// theirs (ClaimOf's Ignore, resolveControllerRef's nil). Its own kind's
+// pods and orphans, which it may adopt, are decoded in full. In a cluster
+// of ReplicaSets' pods the other controllers' informers so skip decoding
+// nearly every pod write.
+func NewPodInformer(st *objects.Store, kind string, h informer.Handlers[*corev1.Pod]) (*informer.Informer[*corev1.Pod], error) {
+	return informer.NewFiltered(st, "", h, func(md *corev1.ObjectMeta) bool {
+		ref := ControllerOf(md)
+		return ref == nil || ref.GetKind() == kind
+	})
 }

@@ -83,3 +83,57 @@ func TestPodsOf(t *testing.T) {
 		return slices.Equal(got(false), []string{"mine-2"}) && slices.Equal(got(true), []string{"mine-1", "mine-2", "orphan", "owned-not-controlled"})
 	})
 }
+
+// TestNewPodInformer: a controller's pod informer keeps whole its own
+// kind's pods and orphans (a non-controller owner makes no controller),
+// and another kind's pods with their identity, labels and owners only;
+// the controller index and PodsOf work over both.
+func TestNewPodInformer(t *testing.T) {
+	st := objects.FromKV(objectstest.New())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pod := func(name string, refs ...*corev1.OwnerReference) *corev1.Pod {
+		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "a", Name: name, Labels: map[string]string{"app": "x"}, OwnerReferences: refs},
+			Spec: &corev1.PodSpec{NodeName: "n1"}, Status: &corev1.PodStatus{Phase: "Running"}}
+	}
+	ref := func(kind, uid string, ctl bool) *corev1.OwnerReference {
+		return &corev1.OwnerReference{Kind: kind, Name: "x", Uid: uid, Controller: ctl}
+	}
+	for _, p := range []*corev1.Pod{
+		pod("job-pod", ref("Job", "j1", true)),
+		pod("rs-pod", ref("ReplicaSet", "r1", true)),
+		pod("orphan"),
+		pod("owned-not-controlled", ref("ReplicaSet", "r1", false)),
+	} {
+		if _, err := st.Apply(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inf, err := controller.NewPodInformer(st, "Job", informer.Handlers[*corev1.Pod]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	controller.AddPodControllerIndex(inf)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	if err := inf.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, whole := range map[string]bool{"job-pod": true, "orphan": true, "owned-not-controlled": true, "rs-pod": false} {
+		p, ok := inf.Get("a", name)
+		if !ok {
+			t.Fatalf("%s not cached", name)
+		}
+		if got := p.GetSpec().GetNodeName() == "n1" && p.GetStatus().GetPhase() == "Running"; got != whole {
+			t.Errorf("%s: whole = %v, want %v", name, got, whole)
+		}
+		if owners := map[bool]int{true: 1}[name != "orphan"]; p.GetMetadata().GetLabels()["app"] != "x" || len(p.GetMetadata().GetOwnerReferences()) != owners {
+			t.Errorf("%s: labels or owners lost: %v", name, p.GetMetadata())
+		}
+	}
+	if got := controller.PodsOf(inf, "a", "ReplicaSet", "x", "r1", false); len(got) != 1 || got[0].GetMetadata().GetName() != "rs-pod" {
+		t.Errorf("PodsOf the ReplicaSet = %v, want rs-pod", got)
+	}
+}

@@ -28,6 +28,12 @@
 // decodes only that: NewMeta keeps identities (name, namespace, uid,
 // deletionTimestamp, resourceVersion; the api stage's pods), NewMetaLabels
 // identities and labels (the endpoints stage's pods, for selectors).
+// NewFiltered decodes in full only the objects a predicate of their
+// metadata accepts and keeps the others as identity, labels and owner
+// references (a controller's pods: those another kind of controller
+// controls are only looked at to see whose they are); NewDecoding takes a
+// decoder of the caller's (a pod cut to the spec fields a controller
+// reads, services/controller.NewPodSpecInformer).
 //
 // Handlers are called from Run's goroutine, in revision order; a slow
 // handler delays the cache, so hand heavy work to a queue.

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
@@ -85,6 +87,32 @@ func NewMetaLabels[T objects.Object](s *objects.Store, ns string, h Handlers[T])
 // resourceVersion.
 func NewDecoding[T objects.Object](s *objects.Store, ns string, h Handlers[T], dec func(*raftstore.KV, objects.Object) error) (*Informer[T], error) {
 	return newDecoding(s, ns, h, dec)
+}
+
+// NewFiltered is New for a cache whose readers look in full only at the
+// objects relevant accepts: every object is first decoded as far as
+// objects.DecodeMetaOwners goes (identity, deletionTimestamp, labels and
+// owner references, all the metadata relevant may read), and only one
+// relevant accepts is decoded in full. The others stay in the cache, with
+// their handlers called, as that metadata alone — kube's controllers
+// look at a pod another controller controls only to see whose it is. An
+// object that turns relevant (released by its controller) is decoded in
+// full from its next write on. relevant must be a pure function of the
+// metadata it is given.
+func NewFiltered[T objects.Object](s *objects.Store, ns string, h Handlers[T], relevant func(md *corev1.ObjectMeta) bool) (*Informer[T], error) {
+	if relevant == nil {
+		return nil, errors.New("informer: NewFiltered needs a relevant function")
+	}
+	return newDecoding(s, ns, h, func(kv *raftstore.KV, obj objects.Object) error {
+		if err := objects.DecodeMetaOwners(kv, obj); err != nil {
+			return err
+		}
+		if relevant(obj.GetMetadata()) {
+			proto.Reset(obj)
+			return objects.Decode(kv, obj)
+		}
+		return nil
+	})
 }
 
 func newDecoding[T objects.Object](s *objects.Store, ns string, h Handlers[T], dec func(*raftstore.KV, objects.Object) error) (*Informer[T], error) {

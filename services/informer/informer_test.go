@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,6 +172,76 @@ func TestNewMetaLabelsCachesLabels(t *testing.T) {
 	u := <-updated
 	identityAndLabels(u[0], "v1")
 	identityAndLabels(u[1], "v2")
+}
+
+// TestNewFilteredDecodesRelevantOnly: a NewFiltered informer over a real
+// store keeps in full, through the list and the watch, the pods its
+// function finds relevant, and the others with their identity, labels
+// and owner references alone; a pod that turns relevant on an update is
+// whole from then on, and its handlers see both states.
+func TestNewFilteredDecodesRelevantOnly(t *testing.T) {
+	st, ctx := realStore(t)
+	pod := func(name, owner string) *corev1.Pod {
+		p := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "a", Name: name, Uid: "uid-" + name, Labels: map[string]string{"app": "web"},
+			Annotations: map[string]string{"x": "y"}}, Spec: &corev1.PodSpec{NodeName: "n1"}, Status: &corev1.PodStatus{Phase: "Running"}}
+		if owner != "" {
+			p.Metadata.OwnerReferences = []*corev1.OwnerReference{{ApiVersion: "v1", Kind: owner, Name: "o", Uid: "o-1", Controller: true}}
+		}
+		return p
+	}
+	if _, err := st.Create(ctx, pod("listed-mine", "Mine")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, pod("listed-other", "Other")); err != nil {
+		t.Fatal(err)
+	}
+	added := make(chan *corev1.Pod, 8)
+	updated := make(chan [2]*corev1.Pod, 8)
+	inf, err := informer.NewFiltered[*corev1.Pod](st, "", informer.Handlers[*corev1.Pod]{
+		OnAdd:    func(p *corev1.Pod) { added <- p },
+		OnUpdate: func(old, p *corev1.Pod) { updated <- [2]*corev1.Pod{old, p} },
+	}, func(md *corev1.ObjectMeta) bool {
+		return len(md.GetOwnerReferences()) == 1 && md.GetOwnerReferences()[0].GetKind() == "Mine"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, inf)
+	if _, err := st.Create(ctx, pod("watched-mine", "Mine")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, pod("watched-other", "Other")); err != nil {
+		t.Fatal(err)
+	}
+	check := func(p *corev1.Pod, whole bool) {
+		t.Helper()
+		md := p.GetMetadata()
+		if md.GetUid() != "uid-"+md.GetName() || objects.Revision(p) == 0 || md.GetLabels()["app"] != "web" || len(md.GetOwnerReferences()) != 1 {
+			t.Errorf("pod %v: want its identity, revision, labels and owners", p)
+		}
+		if got := md.Annotations != nil && p.GetSpec().GetNodeName() == "n1" && p.GetStatus().GetPhase() == "Running"; got != whole {
+			t.Errorf("pod %s whole = %v, want %v: %v", md.GetName(), got, whole, p)
+		}
+	}
+	for range 4 {
+		p := <-added
+		check(p, strings.HasSuffix(p.GetMetadata().GetName(), "-mine"))
+	}
+	adopted := pod("watched-other", "Mine")
+	stored, _ := inf.Get("a", "watched-other")
+	objects.SetRevision(adopted, objects.Revision(stored))
+	if _, err := st.Update(ctx, adopted); err != nil {
+		t.Fatal(err)
+	}
+	u := <-updated
+	check(u[0], false)
+	check(u[1], true)
+	if p, _ := inf.Get("a", "watched-other"); p != u[1] {
+		t.Errorf("the cache holds %v, not the update's object", p)
+	}
+	if _, err := informer.NewFiltered[*corev1.Pod](st, "", informer.Handlers[*corev1.Pod]{}, nil); err == nil {
+		t.Error("NewFiltered without a function: no error")
+	}
 }
 
 // TestReuse: for a key-value Reuse's function claims, the informer caches

@@ -10,17 +10,19 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 )
 
 // ObjectMeta's field numbers DecodeMeta reads, from the descriptor.
-var metaFields = func() (f struct{ name, namespace, uid, deletion, labels protowire.Number }) {
+var metaFields = func() (f struct{ name, namespace, uid, deletion, labels, owners protowire.Number }) {
 	d := (&corev1.ObjectMeta{}).ProtoReflect().Descriptor().Fields()
 	f.name = d.ByName("name").Number()
 	f.namespace = d.ByName("namespace").Number()
 	f.uid = d.ByName("uid").Number()
 	f.deletion = d.ByName("deletion_timestamp").Number()
 	f.labels = d.ByName("labels").Number()
+	f.owners = d.ByName("owner_references").Number()
 	return f
 }()
 
@@ -30,15 +32,29 @@ var metaFields = func() (f struct{ name, namespace, uid, deletion, labels protow
 // status, labels, annotations and managed fields are skipped unparsed: a
 // cache that only tracks which objects exist (bound tokens name them)
 // pays a fraction of a full decode per write.
-func DecodeMeta(kv *raftstore.KV, obj Object) error { return decodeMeta(kv, obj, false) }
+func DecodeMeta(kv *raftstore.KV, obj Object) error { return decodeMeta(kv, obj, 0) }
 
 // DecodeMetaLabels is DecodeMeta that keeps the metadata's labels too:
 // for a cache that follows which objects exist and how they are labelled
 // (the endpoints stage's pods, for Service selectors), at a fraction of a
 // full decode per write.
-func DecodeMetaLabels(kv *raftstore.KV, obj Object) error { return decodeMeta(kv, obj, true) }
+func DecodeMetaLabels(kv *raftstore.KV, obj Object) error { return decodeMeta(kv, obj, metaLabels) }
 
-func decodeMeta(kv *raftstore.KV, obj Object, labels bool) error {
+// DecodeMetaOwners is DecodeMetaLabels that keeps the metadata's owner
+// references too: what a controller reads of an object it does not
+// control and will not adopt (its controller reference says whose it is,
+// its labels which selectors match it).
+func DecodeMetaOwners(kv *raftstore.KV, obj Object) error {
+	return decodeMeta(kv, obj, metaLabels|metaOwners)
+}
+
+// The optional parts of the metadata decodeMeta keeps.
+const (
+	metaLabels = 1 << iota
+	metaOwners
+)
+
+func decodeMeta(kv *raftstore.KV, obj Object, parts int) error {
 	m := obj.ProtoReflect()
 	fd := m.Descriptor().Fields().ByName("metadata")
 	if fd == nil || fd.Kind() != protoreflect.MessageKind {
@@ -57,7 +73,7 @@ func decodeMeta(kv *raftstore.KV, obj Object, labels bool) error {
 			if n < 0 {
 				return fmt.Errorf("objects: decode %q: %w", kv.Key, protowire.ParseError(n))
 			}
-			if err := decodeMetaFields(v, md, labels); err != nil { // a repeated field merges, as proto.Unmarshal
+			if err := decodeMetaFields(v, md, parts); err != nil { // a repeated field merges, as proto.Unmarshal
 				return fmt.Errorf("objects: decode %q: %w", kv.Key, err)
 			}
 			found, b = true, b[n:]
@@ -77,7 +93,7 @@ func decodeMeta(kv *raftstore.KV, obj Object, labels bool) error {
 	return nil
 }
 
-func decodeMetaFields(b []byte, md *corev1.ObjectMeta, labels bool) error {
+func decodeMetaFields(b []byte, md *corev1.ObjectMeta, parts int) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -85,7 +101,7 @@ func decodeMetaFields(b []byte, md *corev1.ObjectMeta, labels bool) error {
 		}
 		b = b[n:]
 		if typ == protowire.BytesType && (num == metaFields.name || num == metaFields.namespace || num == metaFields.uid || num == metaFields.deletion ||
-			labels && num == metaFields.labels) {
+			parts&metaLabels != 0 && num == metaFields.labels || parts&metaOwners != 0 && num == metaFields.owners) {
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return protowire.ParseError(n)
@@ -107,6 +123,12 @@ func decodeMetaFields(b []byte, md *corev1.ObjectMeta, labels bool) error {
 					md.Labels = map[string]string{}
 				}
 				md.Labels[k] = val // a repeated key: the last wins, as proto.Unmarshal
+			case metaFields.owners:
+				ref := &corev1.OwnerReference{}
+				if err := vt.Unmarshal(v, ref); err != nil {
+					return err
+				}
+				md.OwnerReferences = append(md.OwnerReferences, ref)
 			default:
 				if md.DeletionTimestamp == nil {
 					md.DeletionTimestamp = &timestamppb.Timestamp{}

@@ -140,3 +140,58 @@ func TestDecodeMetaLabelsAsUnmarshal(t *testing.T) {
 		t.Error("torn label entry: no error")
 	}
 }
+
+// TestDecodeMetaOwners: DecodeMetaOwners yields DecodeMetaLabels' fields
+// and the owner references, each as proto.Unmarshal reads it (several,
+// the controller's flag, metadata split in two merged), and nothing else
+// of the object; a torn owner reference is an error.
+func TestDecodeMetaOwners(t *testing.T) {
+	owners := []*corev1.OwnerReference{
+		{ApiVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Uid: "rs-1", Controller: true},
+		{ApiVersion: "v1", Kind: "ConfigMap", Name: "cm", Uid: "cm-1"},
+	}
+	full := &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Name: "web", Namespace: "prod", Uid: "u-1", Labels: map[string]string{"app": "web"},
+			Annotations: map[string]string{"a": "b"}, Finalizers: []string{"f"}, OwnerReferences: owners},
+		Spec:   &corev1.PodSpec{NodeName: "n1", Containers: []*corev1.Container{{Name: "app", Image: "nginx"}}},
+		Status: &corev1.PodStatus{Phase: "Running"},
+	}
+	val := mustMarshal(t, full)
+	got := &corev1.Pod{}
+	if err := objects.DecodeMetaOwners(&raftstore.KV{Key: "k", Value: val, ModRevision: 9}, got); err != nil {
+		t.Fatal(err)
+	}
+	want := &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "web", Namespace: "prod", Uid: "u-1", Labels: map[string]string{"app": "web"},
+		OwnerReferences: owners, ResourceVersion: "9"}}
+	if !proto.Equal(got, want) {
+		t.Fatalf("DecodeMetaOwners = %v, want %v", got, want)
+	}
+
+	// Metadata split in two on the wire: the references of both halves.
+	first := mustMarshal(t, &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", OwnerReferences: owners[:1]}})
+	second := mustMarshal(t, &corev1.Pod{Metadata: &corev1.ObjectMeta{OwnerReferences: owners[1:]}})
+	split, merged := append(first, second...), &corev1.Pod{}
+	if err := proto.Unmarshal(split, merged); err != nil {
+		t.Fatal(err)
+	}
+	got = &corev1.Pod{}
+	if err := objects.DecodeMetaOwners(&raftstore.KV{Key: "k", Value: split}, got); err != nil {
+		t.Fatal(err)
+	}
+	if g, w := got.GetMetadata().GetOwnerReferences(), merged.GetMetadata().GetOwnerReferences(); len(g) != 2 || !proto.Equal(g[0], w[0]) || !proto.Equal(g[1], w[1]) {
+		t.Fatalf("split metadata: owners %v, proto.Unmarshal's %v", g, w)
+	}
+
+	// A torn reference: the metadata's length is whole, the reference's is not.
+	ref := protowire.AppendBytes(protowire.AppendTag(nil, 10, protowire.BytesType), // ObjectMeta.owner_references
+		protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "v1")[:3])
+	torn := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), ref)
+	if err := objects.DecodeMetaOwners(&raftstore.KV{Key: "k", Value: torn}, &corev1.Pod{}); err == nil {
+		t.Error("torn owner reference: no error")
+	}
+	// DecodeMetaLabels still skips the references.
+	labelsOnly := &corev1.Pod{}
+	if err := objects.DecodeMetaLabels(&raftstore.KV{Key: "k", Value: val}, labelsOnly); err != nil || labelsOnly.GetMetadata().OwnerReferences != nil {
+		t.Fatalf("DecodeMetaLabels: owners %v, err %v", labelsOnly.GetMetadata().GetOwnerReferences(), err)
+	}
+}

@@ -33,6 +33,7 @@ func newBenchWorkloadCmd() *cobra.Command {
 	f.BoolVar(&o.Keep, "keep", false, "keep the temporary system's data directory")
 	f.StringVar(&o.Profiles, "profile-dir", "", "every process of the system it starts writes a CPU profile of its life into this directory (<role>-<pid>.pprof; 'go tool pprof -top FILE')")
 	f.BoolVar(&o.NoToken, "no-token", false, "automountServiceAccountToken: false in the pods (no token volume, no token request per pod)")
+	f.BoolVar(&o.NoRollout, "no-rollout", false, "skip the rolling update: time the create until available only")
 	f.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	return cmd
 }

@@ -122,9 +122,9 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	}
 	// Pods: a Recreate rollout waits for the old ones to stop (kube's
 	// deletePod).
-	if c.podInf, err = informer.New[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
+	if c.podInf, err = controller.NewPodSpecInformer(env.Store, informer.Handlers[*corev1.Pod]{
 		OnDelete: c.podDeleted,
-	}); err != nil {
+	}, controller.KubePodSpecFields...); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -114,11 +114,12 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	c.pdbLister = pdbLister{newLister[*policy.PodDisruptionBudget](c.pdbInf, objects.PodDisruptionBudgets)}
 	// Pods: a change queues the budgets covering the pod, before and after
 	// (kube's addPod, updatePod and deletePod queue one of them).
-	if c.podInf, err = informer.New[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
+	// They are read as controller.KubePod only.
+	if c.podInf, err = controller.NewPodSpecInformer(env.Store, informer.Handlers[*corev1.Pod]{
 		OnAdd:    func(p *corev1.Pod) { c.podChanged(nil, p) },
 		OnUpdate: func(old, p *corev1.Pod) { c.podChanged(old, p) },
 		OnDelete: func(p *corev1.Pod) { c.podChanged(p, nil) },
-	}); err != nil {
+	}, controller.KubePodSpecFields...); err != nil {
 		return nil, err
 	}
 	// The pods' controllers, read for their scale (kube's listers).

@@ -142,7 +142,8 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	pods, err := informer.New[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{})
+	// Of a pod's spec the controller reads its node and tolerations only.
+	pods, err := controller.NewPodSpecInformer(env.Store, informer.Handlers[*corev1.Pod]{}, "node_name", "tolerations")
 	if err != nil {
 		return nil, err
 	}

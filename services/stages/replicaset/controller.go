@@ -155,14 +155,25 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	}); err != nil {
 		return nil, err
 	}
-	if c.podInf, err = informer.New[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
+	podHandlers := informer.Handlers[*corev1.Pod]{
 		OnAdd:    func(p *corev1.Pod) { c.podChanged(nil, p) },
 		OnUpdate: func(old, p *corev1.Pod) { c.podChanged(old, p) },
 		OnDelete: func(p *corev1.Pod) {
 			c.forgetKubePod(p)
 			c.podChanged(p, nil)
 		},
-	}); err != nil {
+	}
+	// A ReplicaSet of a Deployment ranks its pods for deletion by the
+	// nodes of every pod its Deployment's sets select, whoever controls
+	// them (relatedPods), so its stage keeps every pod whole. The
+	// ReplicationController stage looks in full at its own kind's pods
+	// and orphans only: in a cluster of Deployments it decodes no pod.
+	if c.kind.Name == objects.ReplicaSets.Name {
+		c.podInf, err = informer.New[*corev1.Pod](env.Store, "", podHandlers)
+	} else {
+		c.podInf, err = controller.NewPodInformer(env.Store, c.kind.Name, podHandlers)
+	}
+	if err != nil {
 		return nil, err
 	}
 	// A sync looks at its set's pods and the namespace's orphans only,

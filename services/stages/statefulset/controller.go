@@ -122,7 +122,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	}); err != nil {
 		return nil, err
 	}
-	if c.podInf, err = informer.New[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
+	if c.podInf, err = controller.NewPodInformer(env.Store, controllerKind.Kind, informer.Handlers[*corev1.Pod]{
 		OnAdd:    func(p *corev1.Pod) { c.podChanged(nil, p) },
 		OnUpdate: func(old, p *corev1.Pod) { c.podChanged(old, p) },
 		OnDelete: func(p *corev1.Pod) { c.podChanged(p, nil) },
