@@ -116,6 +116,9 @@ func startSystem(t testing.TB, o options) *system {
 	for i, p := range peers {
 		scfg := raftstore.DefaultConfig()
 		raftstoretest.FastConfig(&scfg)
+		if n == 1 {
+			raftstoretest.SoloConfig(&scfg)
+		}
 		scfg.NoSync = !o.fsync
 		scfg.ID, scfg.RaftAddr, scfg.DataDir, scfg.Bootstrap = p.ID, p.Address, filepath.Join(dir, p.ID), peers
 		scfg.RaftListener = ls[i]
