@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -22,6 +23,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 )
+
+// DefaultMaxPayload is the largest bus message by default: 8 MiB.
+const DefaultMaxPayload = 8 << 20
 
 // EmbeddedConfig configures an in-process nats-server with JetStream.
 type EmbeddedConfig struct {
@@ -101,6 +105,10 @@ type EmbeddedConfig struct {
 	// Tags are the server's tags (nats-server's server_tags): a stream
 	// with placement tags is placed on servers with every one of them.
 	Tags []string
+	// MaxPayload is the largest message the server takes, in bytes.
+	// Default 8 MiB (DefaultMaxPayload). Every server of a cluster must
+	// agree on it; store lists larger than a message are chunked.
+	MaxPayload int32
 	// ClientTLS is the client side that ClientConfig and ClientConfigAs
 	// hand out for a server with TLS (in-process clients and tests).
 	ClientTLS *tls.Config
@@ -502,7 +510,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		Users:              creds.serverUsers(),
 		NoSigs:             true,
 		NoLog:              !cfg.Log,
-		MaxPayload:         8 << 20,
+		MaxPayload:         cmp.Or(cfg.MaxPayload, DefaultMaxPayload),
 		Tags:               cfg.Tags,
 	}
 	if opts.JetStreamMaxStore == 0 {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -87,7 +86,12 @@ func getFrom(nsPath, addr string) (string, error) {
 }
 
 // netnsPod is what the test knows of a pod.
-type netnsPod struct{ name, uid, node, ip, phase string }
+// phase is "" before the pod has one, deleting whether it is being
+// deleted (then it is not "Running" to the checks).
+type netnsPod struct {
+	name, uid, node, ip, phase string
+	deleting                   bool
+}
 
 // TestHostsInNetns (issue 39): three hosts as network namespaces on one
 // bridge, each its own address, run the real binaries with up --init and
@@ -95,11 +99,14 @@ type netnsPod struct{ name, uid, node, ip, phase string }
 // across hosts by pod IP without NAT and through a Service (host-gw
 // routes: each node routes the other nodes' pod CIDRs via their hosts).
 // Every process of the third host is killed: the cluster goes on (a new
-// pod runs), pods on the two others still reach each other, the dead
+// pod runs, and every PodRequested published meanwhile and acknowledged
+// becomes a pod: running, or evicted from the dead host's node if the
+// scheduler placed it there before the node was found unreachable), pods on the two others still reach each other, the dead
 // host's pod is evicted and a ReplicaSet's pod that was there is
 // re-created on a live host. The host comes back with the same command and
-// its new pods are reached from the others. Nothing is left once the
-// hosts stopped.
+// its new pods are reached from the others. It dies again for good:
+// nothing of any host is left once the others stopped and it was swept
+// (stopHosts).
 func TestHostsInNetns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-host test in -short mode")
@@ -116,21 +123,7 @@ func TestHostsInNetns(t *testing.T) {
 		hosts = append(hosts, &host{t: t, name: fmt.Sprintf("mh%s-%d", suffix, i+1), ip: ips[i], dir: filepath.Join(base, fmt.Sprint(i+1)), netns: ns[i]})
 	}
 	hosts[0].args = []string{"--init"}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, h := range hosts {
-			wg.Go(h.stop)
-		}
-		wg.Wait()
-		for _, h := range hosts {
-			if t.Failed() {
-				t.Logf("%s's up:\n%s", h.name, h.output())
-			}
-			if left := kernelObjects(t, h.name); left != "" {
-				t.Errorf("%s left %s", h.name, left)
-			}
-		}
-	})
+	t.Cleanup(func() { stopHosts(t, hosts) })
 	start := time.Now()
 	hosts[0].start()
 	tok := regexp.MustCompile(`--token (K10\S+)`).FindStringSubmatch(hosts[0].output())
@@ -150,15 +143,17 @@ func TestHostsInNetns(t *testing.T) {
 		return string(out), err
 	}
 	pods := func() map[string]netnsPod {
-		out, err := kubectl(0, "get", "pods", "-o", `jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.spec.nodeName} {.status.podIP} {.status.phase}{.metadata.deletionTimestamp}{"\n"}{end}`)
+		out, err := kubectl(0, "get", "pods", "-o", `jsonpath={range .items[*]}{.metadata.name}{"\t"}{.metadata.uid}{"\t"}{.spec.nodeName}{"\t"}{.status.podIP}{"\t"}{.status.phase}{"\t"}{.metadata.deletionTimestamp}{"\n"}{end}`)
 		m := map[string]netnsPod{}
 		if err != nil {
 			return m
 		}
-		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			f := strings.Fields(l)
-			if len(f) == 5 {
-				m[f[0]] = netnsPod{name: f[0], uid: f[1], node: f[2], ip: f[3], phase: f[4]}
+		for _, l := range strings.Split(out, "\n") {
+			// Tab-separated, not trimmed: a pod not bound yet, or without
+			// a phase or a deletionTimestamp, is listed too.
+			f := strings.Split(l, "\t")
+			if len(f) == 6 {
+				m[f[0]] = netnsPod{name: f[0], uid: f[1], node: f[2], ip: f[3], phase: f[4], deleting: f[5] != ""}
 			}
 		}
 		return m
@@ -168,7 +163,7 @@ func TestHostsInNetns(t *testing.T) {
 		eventually(t, 120*time.Second, fmt.Sprint(names, " running"), func() (bool, string) {
 			ps = pods()
 			for _, n := range names {
-				if ps[n].phase != "Running" {
+				if ps[n].phase != "Running" || ps[n].deleting {
 					return false, fmt.Sprint(ps)
 				}
 			}
@@ -252,7 +247,7 @@ spec:
 	var rsPod netnsPod
 	eventually(t, 60*time.Second, "the ReplicaSet's pod running", func() (bool, string) {
 		for _, p := range pods() {
-			if strings.HasPrefix(p.name, "rs-") && p.phase == "Running" {
+			if strings.HasPrefix(p.name, "rs-") && p.phase == "Running" && !p.deleting {
 				rsPod = p
 				return true, ""
 			}
@@ -266,14 +261,81 @@ spec:
 	if out, err := kubectl(0, "apply", "-f", writeTemp(t, pod("pd", hosts[1].name, ""))); err != nil {
 		t.Fatalf("apply after the kill: %v\n%s", err, out)
 	}
+	// PodRequested published on the bus from the second host while the
+	// third is dead: publish exits 0 only with a PubAck for each, and each
+	// one acknowledged becomes a pod — running on a live host, or, bound
+	// by the scheduler to the dead host's node before the node lifecycle
+	// controller found it unreachable (as kube-scheduler does within
+	// --node-monitor-grace-period), evicted from it after its
+	// tolerationSeconds and gone once the host is back.
+	published := writeTemp(t, `apiVersion: v1
+kind: Pod
+metadata: {name: during}
+spec:
+  tolerations: [{key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 2}]
+  containers: [{name: http, image: podflow/http:1}]
+`)
+	podflowIn := func(at int, args ...string) (string, error) {
+		out, err := exec.Command("nsenter", append([]string{"--net=" + filepath.Join("/run/netns", ns[at]), binary,
+			"--config", filepath.Join(hosts[at].dir, "config.json")}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	pubOut, err := podflowIn(1, "publish", "-f", published, "--count", "3")
+	if err != nil {
+		t.Fatalf("publish with the third host dead: %v\n%s", err, pubOut)
+	}
+	t.Logf("publish with the third host dead:\n%s", pubOut)
+	during := []string{"during-0", "during-1", "during-2"}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, name := range during {
+			out, err := podflowIn(1, "trace", "pod", name)
+			t.Logf("podflow trace pod %s: %v\n%s", name, err, out)
+		}
+		out, err := podflowIn(1, "streams")
+		t.Logf("podflow streams: %v\n%s", err, out)
+		// What every process of every host logged of them.
+		for _, h := range hosts {
+			logs, _ := filepath.Glob(filepath.Join(h.dir, "logs", "*.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.Contains(line, "during-") {
+						t.Logf("%s %s: %s", h.name, filepath.Base(l), line)
+					}
+				}
+			}
+		}
+	})
 	pd := running("pd")["pd"]
+	onDead := map[string]bool{}
+	eventually(t, 120*time.Second, fmt.Sprint(during, " running on a live host or evicted from the dead one"), func() (bool, string) {
+		ps := pods()
+		for _, n := range during {
+			p, ok := ps[n]
+			switch {
+			case !ok:
+				return false, n + " not stored yet: " + fmt.Sprint(ps)
+			case p.node == hosts[2].name && !p.deleting:
+				return false, n + " on the dead host, not evicted yet: " + fmt.Sprint(ps)
+			case p.node == hosts[2].name:
+				onDead[n] = true
+			case p.phase != "Running" || p.deleting:
+				return false, n + " not running: " + fmt.Sprint(ps)
+			}
+		}
+		return true, ""
+	})
+	t.Logf("published during the kill: %d of %v scheduled to the dead host and evicted, the others running", len(onDead), during)
 	reach(pa, pd)
 	reach(pd, pa)
 	eventually(t, 90*time.Second, "pc evicted and the ReplicaSet's pod on a live host", func() (bool, string) {
 		ps := pods()
 		live := 0
 		for _, p := range ps {
-			if strings.HasPrefix(p.name, "rs-") && p.phase == "Running" && p.node != hosts[2].name {
+			if strings.HasPrefix(p.name, "rs-") && p.phase == "Running" && !p.deleting && p.node != hosts[2].name {
 				live++
 			}
 		}
@@ -290,9 +352,20 @@ spec:
 	pe := running("pe")["pe"]
 	reach(pa, pe)
 	reach(pe, pb)
-	eventually(t, 60*time.Second, "pc gone", func() (bool, string) {
-		_, ok := pods()["pc"]
-		return !ok, ""
+	eventually(t, 60*time.Second, "pc and the pods evicted with it gone", func() (bool, string) {
+		ps := pods()
+		if _, ok := ps["pc"]; ok {
+			return false, "pc"
+		}
+		for n := range onDead {
+			if _, ok := ps[n]; ok {
+				return false, n
+			}
+		}
+		return true, ""
 	})
 	t.Logf("kill, eviction and rejoin in %s in all", time.Since(start).Round(time.Second))
+	// The third host dies for good, its pod pe running: stopHosts sweeps
+	// what it left in the kernel, as after a test that fails midway.
+	hosts[2].kill()
 }

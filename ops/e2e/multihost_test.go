@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,8 @@ import (
 	"time"
 
 	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/nodeagent/linux/network"
+	"github.com/podflow/podflow/nodeagent/linux/proxy"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
@@ -35,6 +39,9 @@ type host struct {
 	cmd   *exec.Cmd
 	out   *bytes.Buffer
 	done  chan struct{}
+	// killed: kill ended the host's processes and start has not run
+	// since; nothing of it cleaned up after itself.
+	killed bool
 }
 
 func (h *host) start() {
@@ -53,7 +60,7 @@ func (h *host) start() {
 	if err := h.cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}
-	h.done = make(chan struct{})
+	h.done, h.killed = make(chan struct{}), false
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(h.cmd, h.done)
 	h.waitFor("podflow is running", 150*time.Second)
 }
@@ -96,6 +103,168 @@ func (h *host) stop() {
 func (h *host) kill() {
 	killTree(h.cmd.Process.Pid)
 	<-h.done
+	h.killed = true
+}
+
+// stopHosts stops every host at once (each stops its processes in turn;
+// a Linux node decommissions itself), logs each one's output and the ends
+// of its logs when t failed, and leaves nothing of a Linux host in the
+// kernel: a host killed and not started again (a test that failed midway)
+// is swept (sweepHost), and what a host that stopped left behind is an
+// error, swept as well.
+func stopHosts(t *testing.T, hosts []*host) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		wg.Go(h.stop)
+	}
+	wg.Wait()
+	for _, h := range hosts {
+		if t.Failed() && h.out != nil {
+			t.Logf("%s's up:\n%s", h.name, h.output())
+			for _, log := range []string{"store", "nats", "join"} {
+				b, _ := os.ReadFile(filepath.Join(h.dir, "logs", log+".log"))
+				if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) > 0 {
+					t.Logf("%s's %s.log, last lines:\n%s", h.name, log, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+				}
+			}
+		}
+	}
+	// What a host left in the kernel; the data directories share one
+	// temporary root, so the killed hosts are swept before the others are
+	// checked.
+	left := func(h *host) string {
+		l := kernelObjects(t, h.name)
+		if tables := netnsTables(h); tables != "" {
+			l += " nftables " + tables
+		}
+		return strings.TrimSpace(l)
+	}
+	sweep := func(h *host) {
+		if err := sweepHost(h); err != nil {
+			t.Errorf("sweep %s: %v", h.name, err)
+		}
+		if l := left(h); l != "" {
+			t.Errorf("%s swept, still left: %s", h.name, l)
+		}
+	}
+	for _, h := range hosts {
+		if h.netns != "" && h.killed {
+			if l := left(h); l != "" {
+				t.Logf("%s was killed; sweeping %s", h.name, l)
+				sweep(h)
+			}
+		}
+	}
+	for _, h := range hosts {
+		if h.netns != "" && !h.killed {
+			if l := left(h); l != "" {
+				t.Errorf("%s left %s", h.name, l)
+				sweep(h)
+			}
+		}
+	}
+}
+
+// netnsTables lists the nftables tables of the node of h in h's network
+// namespace (its proxy's and hostPorts', named after the node and its
+// bridge), "" without the nft command.
+func netnsTables(h *host) string {
+	out, err := exec.Command("ip", "netns", "exec", h.netns, "nft", "list", "tables").Output()
+	if err != nil {
+		return ""
+	}
+	var mine []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "table" &&
+			(strings.Contains(f[2], proxy.TableFor(h.name)) || strings.Contains(f[2], network.BridgeNameFor(h.name))) {
+			mine = append(mine, f[1]+" "+f[2])
+		}
+	}
+	return strings.Join(mine, ", ")
+}
+
+// sweepHost removes what the Linux node of a host whose processes are
+// gone left in the kernel, as its node agent's decommission would have:
+// the processes left in its cgroups (killed) and the cgroups, the mounts
+// under its data directory and its pods' network namespaces, and in the
+// host's network namespace its bridge, veths and nftables tables.
+func sweepHost(h *host) error {
+	var errs []error
+	bridge := network.BridgeNameFor(h.name)
+	// Cgroups, in every hierarchy, deepest first, once their processes
+	// are gone.
+	roots, _ := filepath.Glob("/sys/fs/cgroup/podflow-" + h.name)
+	more, _ := filepath.Glob("/sys/fs/cgroup/*/podflow-" + h.name)
+	for _, root := range append(roots, more...) {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			for range 50 {
+				b, _ := os.ReadFile(filepath.Join(dirs[i], "cgroup.procs"))
+				pids := strings.Fields(string(b))
+				for _, p := range pids {
+					if pid, err := strconv.Atoi(p); err == nil {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+				if err := os.Remove(dirs[i]); err == nil || os.IsNotExist(err) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if _, err := os.Stat(dirs[i]); err == nil {
+				errs = append(errs, fmt.Errorf("cgroup %s stays", dirs[i]))
+			}
+		}
+	}
+	// Mounts under its data directory or of its pods, deepest first.
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var mounts []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 &&
+			(strings.HasPrefix(f[4], h.dir+"/") || strings.Contains(f[4], "podflow-"+bridge+"-") || strings.Contains(f[4], "podflow-"+h.name)) {
+			mounts = append(mounts, f[4])
+		}
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if err := syscall.Unmount(mounts[i], syscall.MNT_DETACH); err != nil && err != syscall.EINVAL && err != syscall.ENOENT {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mounts[i], err))
+		}
+	}
+	// Its pods' network namespaces.
+	pns, _ := filepath.Glob(filepath.Join(network.NetnsDir, "podflow-"+bridge+"-*"))
+	for _, p := range pns {
+		if out, err := exec.Command("ip", "netns", "delete", filepath.Base(p)).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("ip netns delete %s: %v: %s", filepath.Base(p), err, out))
+		}
+	}
+	// In the host's namespace: the bridge and its ports, the tables.
+	if out, err := exec.Command("ip", "-n", h.netns, "-o", "link", "show", "master", bridge).Output(); err == nil {
+		for _, l := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(l); len(f) > 1 {
+				name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+				_ = exec.Command("ip", "-n", h.netns, "link", "delete", name).Run()
+			}
+		}
+	}
+	_ = exec.Command("ip", "-n", h.netns, "link", "delete", bridge).Run()
+	for _, tbl := range strings.Split(netnsTables(h), ", ") {
+		if f := strings.Fields(tbl); len(f) == 2 {
+			if out, err := exec.Command("ip", "netns", "exec", h.netns, "nft", "delete", "table", f[0], f[1]).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("nft delete table %s: %v: %s", tbl, err, out))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // killTree SIGKILLs pid and its descendants, found in /proc.
@@ -135,7 +304,8 @@ func podflowAt(t *testing.T, dir string, args ...string) (string, error) {
 // TestThreeHosts (issue 39): three hosts on loopback addresses of their
 // own run the real binaries with up --init and up --join, the simulated
 // runtime for nodes: the third server makes the streams R3 and the store
-// three voters. Every process of the first host is killed: the store
+// three voters, and the aggregator proxies through every server's API
+// (aggregatorOnEveryHost). Every process of the first host is killed: the store
 // re-elects, publishes and applies made meanwhile succeed and no
 // acknowledged PodRequested is lost, the dead host's node goes NotReady
 // and its pods are evicted after their tolerationSeconds (by the node
@@ -161,25 +331,7 @@ func TestThreeHosts(t *testing.T) {
 		{t: t, name: "h2", ip: "127.0.0.22", dir: filepath.Join(base, "h2")},
 		{t: t, name: "h3", ip: "127.0.0.23", dir: filepath.Join(base, "h3")},
 	}
-	t.Cleanup(func() {
-		// The hosts stop at once: each stops its processes in turn.
-		var wg sync.WaitGroup
-		for _, h := range hosts {
-			wg.Go(h.stop)
-		}
-		wg.Wait()
-		for _, h := range hosts {
-			if t.Failed() {
-				t.Logf("%s's up:\n%s", h.name, h.output())
-				for _, log := range []string{"store", "nats", "join"} {
-					b, _ := os.ReadFile(filepath.Join(h.dir, "logs", log+".log"))
-					if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) > 0 {
-						t.Logf("%s's %s.log, last lines:\n%s", h.name, log, strings.Join(lines[max(0, len(lines)-25):], "\n"))
-					}
-				}
-			}
-		}
-	})
+	t.Cleanup(func() { stopHosts(t, hosts) })
 	start := time.Now()
 	hosts[0].start()
 	tok := regexp.MustCompile(`--token (K10\S+)`).FindStringSubmatch(hosts[0].output())
@@ -262,6 +414,9 @@ func TestThreeHosts(t *testing.T) {
 			return true
 		})
 	}
+
+	// The aggregator on every server's api replica.
+	aggregatorOnEveryHost(t, hosts)
 
 	manifest := filepath.Join(base, "pods.yaml")
 	writePods := func(name string) {

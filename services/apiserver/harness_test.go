@@ -83,6 +83,8 @@ type options struct {
 	// scheduler runs the scheduler stage too: pods are bound to the
 	// nodes the tests create (no node agent runs them).
 	scheduler bool
+	// maxPayload is the bus's largest message (0: bus.DefaultMaxPayload).
+	maxPayload int32
 }
 
 func freeAddr(t testing.TB) string {
@@ -98,6 +100,7 @@ func startSystem(t testing.TB, o options) *system {
 	t.Helper()
 	dir := t.TempDir()
 	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
+	bcfg.MaxPayload = o.maxPayload
 	for _, n := range o.nodes {
 		bcfg.Roles = append(bcfg.Roles, pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(n), n))
 	}

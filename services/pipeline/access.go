@@ -336,7 +336,7 @@ func CustomResourceKey(key string) bool {
 // name only itself), key a key it writes. Stages write the kinds their
 // step records (the api stage every kind, custom resources included:
 // CustomResourceKey), a node agent its own Node (a simulated cluster any Node)
-// and pod CIDRs, the store and unknown writers nothing. The admin writes
+// and pod CIDRs (StoreWriteFilter: its own only), the store and unknown writers nothing. The admin writes
 // unnamed and is not checked.
 func StoreWriteACL(writer, key string) bool {
 	var prefixes []string
@@ -379,7 +379,10 @@ func StoreWriteACL(writer, key string) bool {
 		}
 		prefixes = nodeWrites
 	case strings.HasPrefix(writer, SimNodesRolePrefix):
-		prefixes = append([]string{objects.Nodes.Prefix(""), objects.Leases.Prefix(NodeLeaseNamespace)}, nodeWrites...)
+		// Simulated nodes take their pod CIDRs from their cluster's
+		// configuration and record none: no record of theirs may steal a
+		// real node's routes.
+		prefixes = []string{objects.Nodes.Prefix(""), objects.Leases.Prefix(NodeLeaseNamespace), objects.Events.Prefix("")}
 	}
 	for _, p := range prefixes {
 		if strings.HasPrefix(key, p) {

@@ -652,6 +652,8 @@ func TestStoreWriteACL(t *testing.T) {
 		{pipeline.NodeRole("n.1"), objects.Nodes.Key("", "n.1"), true},
 		{pipeline.SimNodesRole("sim"), objects.Nodes.Key("", "sim-node-0007"), true},
 		{pipeline.SimNodesRole("sim"), pod, false},
+		{pipeline.SimNodesRole("sim"), pipeline.PodCIDRPrefix + "10.244.1.0-24", false},
+		{pipeline.SimNodesRole("sim"), objects.Events.Key("default", "e"), true},
 		{pipeline.RoleStore, pod, false},
 		{bus.UserRole("alice"), pod, false},
 	} {

@@ -23,10 +23,16 @@ import (
 // pod being deleted (statusPodWrite), as NodeRestriction confines kubelet.
 // The garbage collector changes only its dependents' ownerReferences
 // (dropping some) and deletion (gcWrite).
+// A node agent writes only pod CIDR records naming its own node
+// (nodePodCIDRWrite), as NodeRestriction lets kubelet write only its own
+// Node: other hosts route a pod CIDR to the host of the node it names.
 // Other writers and keys: StoreWriteACL alone.
 func StoreWriteFilter(user, key string) raftstore.WriteCheck {
 	if user == StageRole(GarbageCollector) {
 		return gcWrite(key)
+	}
+	if strings.HasPrefix(user, NodeRolePrefix) && strings.HasPrefix(key, PodCIDRPrefix) {
+		return nodePodCIDRWrite(user)
 	}
 	if !strings.HasPrefix(key, objects.Pods.Prefix("")) {
 		return nil
@@ -254,4 +260,21 @@ func gcFree(obj objects.Object) proto.Message {
 		}
 	}
 	return obj
+}
+
+// nodePodCIDRWrite confines node role writer to the pod CIDR records of
+// its own node: it creates one naming itself and deletes or rewrites only
+// one that names itself. A record naming another node would have every
+// other host route that node's pods' traffic to the writer's host.
+func nodePodCIDRWrite(writer string) raftstore.WriteCheck {
+	own := func(value []byte) bool { return NodeRole(string(value)) == writer }
+	return func(old, new []byte) error {
+		if old != nil && !own(old) {
+			return fmt.Errorf("%s may not change the pod CIDR of node %q", writer, old)
+		}
+		if new != nil && !own(new) {
+			return fmt.Errorf("%s may not record a pod CIDR for node %q", writer, new)
+		}
+		return nil
+	}
 }

@@ -208,3 +208,55 @@ func TestStatusStageConfinedToStatus(t *testing.T) {
 		t.Fatalf("the status stage finalizes a terminating pod: %v", err)
 	}
 }
+
+// TestNodeWritesOnlyItsOwnPodCIDR (issue 39): a node's identity may record
+// a pod CIDR only for its own node. With n1's bus credentials, a store
+// write that records a pod CIDR naming n2 (every other host would route
+// n2's pods' traffic to n1's host), rewrites n2's record to name n1, or
+// deletes it, is refused with ErrForbidden and leaves n2's record as it
+// was; n1 records, rewrites and releases its own. Red without
+// StoreWriteFilter's pod CIDR check: StoreWriteACL lets a node write any
+// key under the pod CIDR prefix.
+func TestNodeWritesOnlyItsOwnPodCIDR(t *testing.T) {
+	t.Parallel()
+	srv, _ := lockedDown(t)
+	client := storeWithPolicy(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	n1 := client(pipeline.NodeRole("n1"), pipeline.NodeRole("n1"))
+	n2 := client(pipeline.NodeRole("n2"), pipeline.NodeRole("n2"))
+	n2Key := pipeline.PodCIDRPrefix + "10.244.2.0-24"
+	n2Rev, err := n2.Create(ctx, n2Key, []byte("n2"))
+	if err != nil {
+		t.Fatalf("n2 records its own pod CIDR: %v", err)
+	}
+
+	if _, err := n1.Create(ctx, pipeline.PodCIDRPrefix+"10.244.3.0-24", []byte("n2")); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("n1 records a pod CIDR naming n2: %v, want ErrForbidden", err)
+	}
+	if _, err := n1.Update(ctx, n2Key, []byte("n1"), n2Rev); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("n1 takes n2's pod CIDR: %v, want ErrForbidden", err)
+	}
+	if _, err := n1.Delete(ctx, n2Key, n2Rev); !errors.Is(err, raftstore.ErrForbidden) {
+		t.Errorf("n1 deletes n2's pod CIDR: %v, want ErrForbidden", err)
+	}
+	if kv, err := n2.Get(ctx, n2Key); err != nil || string(kv.Value) != "n2" || kv.ModRevision != n2Rev {
+		t.Fatalf("n2's pod CIDR after n1's writes: %v, %v; want it unchanged at revision %d", kv, err, n2Rev)
+	}
+	if _, err := n1.Get(ctx, pipeline.PodCIDRPrefix+"10.244.3.0-24"); !errors.Is(err, raftstore.ErrNotFound) {
+		t.Errorf("the pod CIDR n1 recorded for n2: %v, want ErrNotFound", err)
+	}
+
+	// n1's own: recorded, rewritten, released.
+	own := pipeline.PodCIDRPrefix + "10.244.1.0-24"
+	rev, err := n1.Create(ctx, own, []byte("n1"))
+	if err != nil {
+		t.Fatalf("n1 records its own pod CIDR: %v", err)
+	}
+	if rev, err = n1.Update(ctx, own, []byte("n1"), rev); err != nil {
+		t.Fatalf("n1 rewrites its own pod CIDR: %v", err)
+	}
+	if _, err := n1.Delete(ctx, own, rev); err != nil {
+		t.Fatalf("n1 releases its own pod CIDR: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -74,12 +75,25 @@ func runTrace(ctx context.Context, sess *client.Session, ns, name string, follow
 	if err != nil {
 		return err
 	}
+	// The backlog: every message pending when the consumer was made. A
+	// fetch that brings nothing (the ordered consumer made again after its
+	// stream's leader moved, a loaded server) is tried again until a
+	// request's timeout passes without progress; then that is the answer,
+	// not an empty or partial trace.
+	patience, progress := cmp.Or(sess.RequestTimeout, client.DefaultRequestTimeout), time.Now()
 	for pending := int(info.NumPending); pending > 0; {
 		n, err := read(2 * time.Second)
-		if err != nil && n == 0 {
-			break
-		}
 		pending -= n
+		if n > 0 {
+			progress = time.Now()
+			continue
+		}
+		if ctx.Err() != nil || time.Since(progress) >= patience {
+			if err == nil {
+				err = cmp.Or(ctx.Err(), context.DeadlineExceeded)
+			}
+			return fmt.Errorf("reading pod %s/%s's events from stream %s: %d not read: %w", ns, name, bus.EventsStream, pending, err)
+		}
 	}
 	tl := trace.Build(ns, name, recs, nil)
 	if done, err := output.print(out, tl); done {

@@ -178,9 +178,21 @@ func runHost(ctx context.Context, o *Options, out io.Writer) error {
 	if ho.NATSPort == 4222 || ho.NATSPort == 0 {
 		ho.NATSPort = plan.DefaultHostNATSPort
 	}
+	if h.First {
+		// Also for a data directory made before the first server had them.
+		if err := ensureFrontProxy(u.layout); err != nil {
+			return err
+		}
+	}
 	apiArgs := []string{"--https-addr", net.JoinHostPort(h.Advertise, strconv.Itoa(hostHTTPSPort(o))),
 		"--tls-cert-file", u.layout.PKI("apiserver.crt"), "--tls-private-key-file", u.layout.PKI("apiserver.key"),
 		"--client-ca-file", u.layout.PKI("ca.crt"), "--service-account-signing-key-file", u.layout.PKI("sa.key")}
+	if _, err := os.Stat(u.layout.PKI(frontProxyClientCert)); err == nil {
+		// The aggregator's, as the single-host up's (KubeFiles.stageArgs).
+		apiArgs = append(apiArgs, "--proxy-client-cert-file", u.layout.PKI(frontProxyClientCert),
+			"--proxy-client-key-file", u.layout.PKI(frontProxyClientKey),
+			"--requestheader-client-ca-file", u.layout.PKI(frontProxyCACert), "--requestheader-allowed-names", FrontProxyClientName)
+	}
 	if u.plan, err = plan.NewHost(ho, apiArgs); err != nil {
 		return err
 	}
@@ -507,6 +519,9 @@ func initFirst(l plan.Layout, o *Options) (HostFile, error) {
 	if _, err := auth.LoadOrCreateSigningKey(l.PKI("sa.key")); err != nil {
 		return h, err
 	}
+	if err := ensureFrontProxy(l); err != nil {
+		return h, err
+	}
 	// Secrets are encrypted at rest with its key; every server gets it.
 	if _, err := raftstore.EnsureEncryptionConfig(l.EncryptionConfig()); err != nil {
 		return h, fmt.Errorf("store encryption key: %w", err)
@@ -732,13 +747,19 @@ func (r *hostRun) admit(ctx context.Context, req *join.Request) (join.Bundle, er
 	if !req.Agent {
 		// A server's share of the cluster's secrets: every role's bus
 		// credentials, the tokens the api stage checks, the api stage's
-		// sealing key, the ServiceAccount token signing key and the
-		// store's encryption configuration.
+		// sealing key, the ServiceAccount token signing key, the
+		// store's encryption configuration and the aggregator's
+		// front-proxy files.
 		b.Files = map[string][]byte{}
 		for rel, p := range map[string]string{
 			"nats/creds.json": r.layout.Credentials(), "tokens.csv": r.layout.Tokens(),
 			"api-seal.key": r.layout.SealKey(), "pki/sa.key": r.layout.PKI("sa.key"),
 			"encryption-config.yaml": r.layout.EncryptionConfig(),
+			// The aggregator's client certificate and the CA that
+			// extension API servers check it against; the CA's key stays
+			// on the first server.
+			"pki/" + frontProxyCACert: r.layout.PKI(frontProxyCACert), "pki/" + frontProxyClientCert: r.layout.PKI(frontProxyClientCert),
+			"pki/" + frontProxyClientKey: r.layout.PKI(frontProxyClientKey),
 		} {
 			data, err := os.ReadFile(p)
 			if err != nil {

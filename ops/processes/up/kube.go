@@ -42,6 +42,30 @@ func (k *KubeFiles) stageArgs() []string {
 		"--requestheader-client-ca-file", k.FrontProxyCACert, "--requestheader-allowed-names", FrontProxyClientName}
 }
 
+// The front-proxy files in DATA/pki, as kubeadm names them.
+const (
+	frontProxyCACert, frontProxyCAKey         = "front-proxy-ca.crt", "front-proxy-ca.key"
+	frontProxyClientCert, frontProxyClientKey = "front-proxy-client.crt", "front-proxy-client.key"
+)
+
+// ensureFrontProxy creates, once, the first server of a cluster of
+// several machines' front-proxy CA and the aggregator's client
+// certificate it signs (CN FrontProxyClientName); the joins hand the CA
+// certificate and the client certificate to every other server, so each
+// api replica proxies to extension API servers as the single-host up's do.
+func ensureFrontProxy(l plan.Layout) error {
+	fp, err := pki.LoadCA(l.PKI(frontProxyCACert), l.PKI(frontProxyCAKey))
+	if errors.Is(err, os.ErrNotExist) {
+		if fp, err = pki.NewCA("podflow-front-proxy-ca"); err == nil {
+			err = fp.WriteFiles(l.PKI(frontProxyCACert), l.PKI(frontProxyCAKey))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("front-proxy CA: %w", err)
+	}
+	return issueOnce(fp, l.PKI(frontProxyClientCert), l.PKI(frontProxyClientKey), pki.Request{CommonName: FrontProxyClientName})
+}
+
 // FrontProxyClientName is the common name of the aggregator's front-proxy
 // client certificate (kubeadm's), the requestheader allowed name.
 const FrontProxyClientName = "front-proxy-client"
@@ -145,8 +169,8 @@ func KubePaths(dir string) (k *KubeFiles, addr string, err error) {
 		ServingCert: filepath.Join(pdir, "apiserver.crt"), ServingKey: filepath.Join(pdir, "apiserver.key"),
 		AdminCert: filepath.Join(pdir, "admin.crt"), AdminKey: filepath.Join(pdir, "admin.key"),
 		Kubeconfig: filepath.Join(dir, "kubeconfig"), SAKey: filepath.Join(pdir, "sa.key"),
-		FrontProxyCACert: filepath.Join(pdir, "front-proxy-ca.crt"), FrontProxyCAKey: filepath.Join(pdir, "front-proxy-ca.key"),
-		ProxyClientCert: filepath.Join(pdir, "front-proxy-client.crt"), ProxyClientKey: filepath.Join(pdir, "front-proxy-client.key"),
+		FrontProxyCACert: filepath.Join(pdir, frontProxyCACert), FrontProxyCAKey: filepath.Join(pdir, frontProxyCAKey),
+		ProxyClientCert: filepath.Join(pdir, frontProxyClientCert), ProxyClientKey: filepath.Join(pdir, frontProxyClientKey),
 	}
 	var saved struct {
 		Addr string `json:"addr"`

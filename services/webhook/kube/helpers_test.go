@@ -36,8 +36,10 @@ type hookServer struct {
 	mu  sync.Mutex
 	h   map[string]func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 	got map[string][]*admissionv1.AdmissionRequest
-	// conns counts the connections the webhooks were called over.
-	conns atomic.Int64
+	// conns counts the connections the webhooks were called over, closed
+	// those of them that ended (the client hung up: the server sets no
+	// idle timeout).
+	conns, closed atomic.Int64
 }
 
 func newHookServer(t testing.TB) *hookServer {
@@ -66,8 +68,11 @@ func newHookServer(t testing.TB) *hookServer {
 		_ = json.NewEncoder(w).Encode(&review)
 	}))
 	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
+		switch st {
+		case http.StateNew:
 			s.conns.Add(1)
+		case http.StateClosed:
+			s.closed.Add(1)
 		}
 	}
 	s.srv.StartTLS()
