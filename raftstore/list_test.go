@@ -35,12 +35,13 @@ func TestListAnySize(t *testing.T) {
 	}
 	sizes := map[string]int{}
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for w := range 4 { // 4 writers: the 20,000 creates in a reasonable time
+	const writers = 16 // each create waits on a raft commit: many at once share one
+	errs := make(chan error, writers)
+	for w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := w; i < total; i += 4 {
+			for i := w; i < total; i += writers {
 				key, v := fmt.Sprintf("%sc%05d", prefix, i), []byte(fmt.Sprintf("small value %d", i))
 				if i%(total/large) == 0 {
 					v = big

@@ -120,7 +120,7 @@ func TestMembership(t *testing.T) {
 // writing with the non-voter gone, as with one server — until it is
 // promoted to a voter.
 func TestNonvoter(t *testing.T) {
-	c := raftstoretest.MakeCluster(t, 1)
+	c := raftstoretest.MakeCluster(t, 1, raftstoretest.FastConfig) // it grows: not SoloConfig
 	cl := c.Client(t)
 	ctx := testCtx(t)
 	writeN(t, cl, "/n/", 0, 10)

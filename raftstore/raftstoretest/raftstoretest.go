@@ -61,8 +61,24 @@ func FastConfig(c *raftstore.Config) {
 	c.LogOutput = io.Discard
 }
 
+// SoloConfig shortens what a store of one voter waits before it elects
+// itself: raft's follower waits HeartbeatTimeout to twice that for a
+// leader before standing, and a lone voter has no peer to hear from nor
+// to lose contact with, so a short wait there cannot cause a spurious
+// election. Apply it after FastConfig, to a store that stays one replica:
+// with peers, a leader that misses their answers for 50ms would step down.
+// MakeCluster applies it to a cluster of one; a test that adds replicas to
+// one passes FastConfig as its first option.
+func SoloConfig(c *raftstore.Config) {
+	c.HeartbeatTimeout = soloHeartbeat
+	c.LeaderLeaseTimeout = soloHeartbeat
+}
+
+const soloHeartbeat = 50 * time.Millisecond
+
 // MakeCluster starts an embedded nats-server and n bootstrapped replicas
 // and waits for a leader. Everything stops at t's cleanup.
+// A cluster of one gets SoloConfig (it elects itself at once).
 func MakeCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	return makeCluster(t, n, 0, opts)
@@ -99,6 +115,9 @@ func makeCluster(t testing.TB, n int, maxPayload int32, opts []Option) *Cluster 
 	for i := range n {
 		cfg := raftstore.DefaultConfig()
 		FastConfig(&cfg)
+		if n == 1 {
+			SoloConfig(&cfg)
+		}
 		cfg.ID = peers[i].ID
 		cfg.RaftAddr = peers[i].Address
 		cfg.DataDir = filepath.Join(c.dir, cfg.ID)
@@ -309,6 +328,10 @@ func (c *Cluster) add(t testing.TB, id string, join bool) int {
 	t.Helper()
 	c.mu.Lock()
 	cfg := c.cfgs[0]
+	if cfg.HeartbeatTimeout <= soloHeartbeat {
+		c.mu.Unlock()
+		t.Fatal("raftstoretest: replicas added to a cluster of one with SoloConfig's timeouts: start it with MakeCluster(t, 1, FastConfig)")
+	}
 	cfg.ID = id
 	l := Listeners(t, 1)[0]
 	cfg.RaftAddr = l.Addr().String()

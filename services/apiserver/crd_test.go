@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -282,11 +283,27 @@ func TestCustomResourceWatchAndPaging(t *testing.T) {
 	}
 	tabs := dyn.Resource(cronTabsGVR).Namespace("default")
 	const n = 250
-	for i := range n {
-		if _, err := tabs.Create(ctx, unstructuredOf(t, fmt.Sprintf("apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata: {name: t%03d}\nspec: {image: x}\n", i)),
-			metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	objs := make([]*unstructured.Unstructured, n)
+	for i := range objs {
+		objs[i] = unstructuredOf(t, fmt.Sprintf("apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata: {name: t%03d}\nspec: {image: x}\n", i))
+	}
+	// 8 writers: each create waits on the pipeline, not on the CPU.
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				if _, err := tabs.Create(ctx, objs[i], metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("create t%03d: %w", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 	var names []string
 	opts := metav1.ListOptions{Limit: 100}

@@ -119,6 +119,9 @@ func startSystem(t testing.TB, o options) *system {
 	for i, p := range peers {
 		scfg := raftstore.DefaultConfig()
 		raftstoretest.FastConfig(&scfg)
+		if n == 1 {
+			raftstoretest.SoloConfig(&scfg)
+		}
 		scfg.NoSync = !o.fsync
 		scfg.ID, scfg.RaftAddr, scfg.DataDir, scfg.Bootstrap = p.ID, p.Address, filepath.Join(dir, p.ID), peers
 		scfg.RaftListener = ls[i]
@@ -346,9 +349,19 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // do sends a request and returns the status code and decoded JSON body.
 func do(t testing.TB, c *http.Client, method, url, contentType, body string, hdr ...string) (int, map[string]any, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	code, out, h, err := tryDo(c, method, url, contentType, body, hdr...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return code, out, h
+}
+
+// tryDo is do for any goroutine: it returns what fails instead of
+// failing the test.
+func tryDo(c *http.Client, method, url, contentType, body string, hdr ...string) (int, map[string]any, http.Header, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
@@ -358,17 +371,17 @@ func do(t testing.TB, c *http.Client, method, url, contentType, body string, hdr
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		return 0, nil, nil, fmt.Errorf("%s %s: %v", method, url, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	var out map[string]any
 	if len(bytes.TrimSpace(b)) > 0 {
 		if err := json.Unmarshal(b, &out); err != nil {
-			t.Fatalf("%s %s: %d: not JSON: %q", method, url, resp.StatusCode, b)
+			return 0, nil, nil, fmt.Errorf("%s %s: %d: not JSON: %q", method, url, resp.StatusCode, b)
 		}
 	}
-	return resp.StatusCode, out, resp.Header
+	return resp.StatusCode, out, resp.Header, nil
 }
 
 // path returns the value at a dotted path of a JSON tree.

@@ -485,6 +485,9 @@ func storeReplicas(t *testing.T, srv *bus.Embedded, n int, opts ...raftstoretest
 	for i, p := range peers {
 		cfg := raftstore.DefaultConfig()
 		raftstoretest.FastConfig(&cfg)
+		if n == 1 {
+			raftstoretest.SoloConfig(&cfg)
+		}
 		cfg.ID, cfg.RaftAddr, cfg.RaftListener, cfg.DataDir = p.ID, p.Address, ls[i], t.TempDir()
 		cfg.Bootstrap = peers
 		cfg.TLS = raftstoretest.PeerTLS(t)
