@@ -76,8 +76,40 @@ func (q *Admission) Admit(ctx context.Context, u *corev1.UserInfo, kind objects.
 	if !kind.Namespaced || ns == "" {
 		return nil
 	}
-	// Most namespaces have no quota, which the read says before the
-	// object is converted to its Kubernetes form.
+	gr := schema.GroupResource{Group: kind.APIGroup, Resource: kind.Resource}
+	ev := evaluatorFor(gr, nil)
+	// attrs converts obj (and old) to their Kubernetes form, and whether
+	// the kind's evaluator charges this write.
+	attrs := func() (admission.Attributes, *corev1.Status) {
+		kobj, err := toKube(obj)
+		if err != nil {
+			return nil, internal(err)
+		}
+		var kold runtime.Object
+		if old != nil {
+			if kold, err = toKube(old); err != nil {
+				return nil, internal(err)
+			}
+		}
+		gvk := schema.GroupVersionKind{Group: kind.APIGroup, Version: kind.Version, Kind: kind.Name}
+		a := admission.NewAttributesRecord(kobj, kold, gvk, ns, obj.GetMetadata().GetName(), gr.WithVersion(kind.Version), "",
+			admission.Operation(op), nil, false, userOf(u))
+		if !ev.Handles(a) {
+			return nil, nil
+		}
+		return a, nil
+	}
+	var a admission.Attributes
+	if op != Create {
+		// Whether an update is charged depends on the objects (a pod's
+		// scope, a claim's size): known before any read of the quotas.
+		var st *corev1.Status
+		if a, st = attrs(); a == nil {
+			return st
+		}
+	}
+	// Most namespaces have no quota, which the read says before a created
+	// object (every evaluator charges creations) is converted.
 	stored, err := q.reads.Get(ctx, ns)
 	if err != nil {
 		return internal(err)
@@ -85,23 +117,11 @@ func (q *Admission) Admit(ctx context.Context, u *corev1.UserInfo, kind objects.
 	if len(stored) == 0 {
 		return nil
 	}
-	gr := schema.GroupResource{Group: kind.APIGroup, Resource: kind.Resource}
-	ev := evaluatorFor(gr, nil)
-	kobj, err := toKube(obj)
-	if err != nil {
-		return internal(err)
-	}
-	var kold runtime.Object
-	if old != nil {
-		if kold, err = toKube(old); err != nil {
-			return internal(err)
+	if a == nil {
+		var st *corev1.Status
+		if a, st = attrs(); a == nil {
+			return st
 		}
-	}
-	gvk := schema.GroupVersionKind{Group: kind.APIGroup, Version: kind.Version, Kind: kind.Name}
-	attrs := admission.NewAttributesRecord(kobj, kold, gvk, ns, obj.GetMetadata().GetName(), gr.WithVersion(kind.Version), "",
-		admission.Operation(op), nil, false, userOf(u))
-	if !ev.Handles(attrs) {
-		return nil
 	}
 	for attempt := range chargeAttempts {
 		if attempt > 0 {
@@ -116,7 +136,7 @@ func (q *Admission) Admit(ctx context.Context, u *corev1.UserInfo, kind objects.
 		if len(quotas) == 0 {
 			return nil
 		}
-		out, err := resourcequota.CheckRequest(quotas, attrs, ev, nil)
+		out, err := resourcequota.CheckRequest(quotas, a, ev, nil)
 		if err != nil {
 			return statusOf(err)
 		}
