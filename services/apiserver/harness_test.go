@@ -96,6 +96,12 @@ func freeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
+// startTimeout bounds a system's start (its store's election, the
+// stages' consumers pulling, the HTTPS server answering): a hang ends the
+// test, not a slow machine — with three replicas under -race on two
+// loaded cores a start has taken more than 20 s.
+const startTimeout = time.Minute
+
 func startSystem(t testing.TB, o options) *system {
 	t.Helper()
 	dir := t.TempDir()
@@ -106,7 +112,7 @@ func startSystem(t testing.TB, o options) *system {
 	}
 	srv := bustest.ServerAt(t, bcfg)
 	conn := bustest.Connect(t, srv, "test")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 
 	// The store: o.replicas raft replicas (default 1) on loopback.
@@ -246,7 +252,7 @@ func startSystem(t testing.TB, o options) *system {
 
 	s := &system{url: "https://" + hc.Addr, dir: dir, ca: ca, store: st, conn: conn, srv: srv}
 	c := s.client(t, adminToken)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(startTimeout)
 	for {
 		resp, err := c.Get(s.url + "/healthz")
 		if err == nil {
