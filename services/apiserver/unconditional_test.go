@@ -26,7 +26,9 @@ import (
 func TestUnconditionalUpdatesRace(t *testing.T) {
 	t.Parallel()
 	s := startSystem(t, options{})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// A bound on a hang: 72 updates, each retried by the server as long as
+	// it loses races, took over a minute under -race at load 60.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cs := kubernetes.NewForConfigOrDie(restConfig(s))
 	const writers, rounds = 12, 3
