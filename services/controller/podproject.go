@@ -63,40 +63,46 @@ func projectSpec(b []byte, specNum protowire.Number, keep map[protowire.Number]b
 	var spec []byte
 	hasSpec := false
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return nil, protowire.ParseError(m)
+		num, typ, tag, n, err := nextField(b)
+		if err != nil {
+			return nil, err
 		}
 		if num != specNum || typ != protowire.BytesType {
-			out = append(out, b[:n+m]...)
-			b = b[n+m:]
+			out = append(out, b[:n]...)
+			b = b[n:]
 			continue
 		}
-		v, _ := protowire.ConsumeBytes(b[n:])
+		v, _ := protowire.ConsumeBytes(b[tag:n])
 		hasSpec = true
 		for len(v) > 0 {
-			fnum, ftyp, fn := protowire.ConsumeTag(v)
-			if fn < 0 {
-				return nil, protowire.ParseError(fn)
-			}
-			fm := protowire.ConsumeFieldValue(fnum, ftyp, v[fn:])
-			if fm < 0 {
-				return nil, protowire.ParseError(fm)
+			fnum, _, _, fn, err := nextField(v)
+			if err != nil {
+				return nil, err
 			}
 			if keep[fnum] {
-				spec = append(spec, v[:fn+fm]...)
+				spec = append(spec, v[:fn]...)
 			}
-			v = v[fn+fm:]
+			v = v[fn:]
 		}
-		b = b[n+m:]
+		b = b[n:]
 	}
 	if hasSpec {
 		out = protowire.AppendTag(out, specNum, protowire.BytesType)
 		out = protowire.AppendBytes(out, spec)
 	}
 	return out, nil
+}
+
+// nextField reads the field that b starts with: its number, its type, the
+// length of its tag and its whole length, tag included.
+func nextField(b []byte) (num protowire.Number, typ protowire.Type, tag, n int, err error) {
+	num, typ, tag = protowire.ConsumeTag(b)
+	if tag < 0 {
+		return 0, 0, 0, 0, protowire.ParseError(tag)
+	}
+	m := protowire.ConsumeFieldValue(num, typ, b[tag:])
+	if m < 0 {
+		return 0, 0, 0, 0, protowire.ParseError(m)
+	}
+	return num, typ, tag, tag + m, nil
 }

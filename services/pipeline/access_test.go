@@ -731,3 +731,36 @@ func TestNodesReadHosts(t *testing.T) {
 		}
 	}
 }
+
+// reloadUsers adds and removes a user of srv and reloads its credentials
+// back to back, counting the reloads, until stop, which returns the first
+// error of the reloads (they end at it).
+func reloadUsers(srv *bus.Embedded) (reloads *atomic.Int64, stop func() error) {
+	reloads = new(atomic.Int64)
+	done, reloaded := make(chan struct{}), make(chan error, 1)
+	go func() {
+		defer close(reloaded)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for _, change := range []func(string, string) error{
+				func(f, u string) error { _, err := bus.AddUser(f, u); return err },
+				bus.RemoveUser,
+			} {
+				if err := change(srv.CredsFile(), "reloader"); err != nil {
+					reloaded <- err
+					return
+				}
+				if err := srv.ReloadCredentials(); err != nil {
+					reloaded <- err
+					return
+				}
+				reloads.Add(1)
+			}
+		}
+	}()
+	return reloads, func() error { close(done); return <-reloaded }
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,33 +79,7 @@ func TestNodeRepliesSurviveAuthReload(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	stop := make(chan struct{})
-	var reloads atomic.Int64
-	reloaded := make(chan error, 1)
-	go func() {
-		defer close(reloaded)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for _, change := range []func(string, string) error{
-				func(f, u string) error { _, err := bus.AddUser(f, u); return err },
-				bus.RemoveUser,
-			} {
-				if err := change(srv.CredsFile(), "reloader"); err != nil {
-					reloaded <- err
-					return
-				}
-				if err := srv.ReloadCredentials(); err != nil {
-					reloaded <- err
-					return
-				}
-				reloads.Add(1)
-			}
-		}
-	}()
+	reloads, stopReloads := reloadUsers(srv)
 
 	const streams, chunks = 4, 150
 	var wg sync.WaitGroup
@@ -131,8 +104,7 @@ func TestNodeRepliesSurviveAuthReload(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	close(stop)
-	if err := <-reloaded; err != nil {
+	if err := stopReloads(); err != nil {
 		t.Fatal(err)
 	}
 	close(fail)

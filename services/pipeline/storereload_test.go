@@ -130,36 +130,7 @@ func TestStoreStreamsSurviveAuthReload(t *testing.T) {
 	}
 
 	// Reload the bus's users back to back until the streams are done.
-	stop := make(chan struct{})
-	var reloads atomic.Int64
-	reloaded := make(chan error, 1)
-	go func() {
-		defer close(reloaded)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := bus.AddUser(srv.CredsFile(), "reloader"); err != nil {
-				reloaded <- err
-				return
-			}
-			if err := srv.ReloadCredentials(); err != nil {
-				reloaded <- err
-				return
-			}
-			if err := bus.RemoveUser(srv.CredsFile(), "reloader"); err != nil {
-				reloaded <- err
-				return
-			}
-			if err := srv.ReloadCredentials(); err != nil {
-				reloaded <- err
-				return
-			}
-			reloads.Add(2)
-		}
-	}()
+	reloads, stopReloads := reloadUsers(srv)
 
 	// Paged lists and writes while the watches idle on heartbeats.
 	var (
@@ -222,8 +193,7 @@ func TestStoreStreamsSurviveAuthReload(t *testing.T) {
 			}
 		}
 	}
-	close(stop)
-	if err := <-reloaded; err != nil {
+	if err := stopReloads(); err != nil {
 		t.Fatal(err)
 	}
 
