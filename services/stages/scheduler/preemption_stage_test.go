@@ -271,6 +271,9 @@ func TestReservationSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the deleted nominee's reservation released", func() bool { return len(reserved()) == 0 })
+	// The replica counts a release once its commit has returned: the
+	// store shows the release a moment before the counter does.
+	waitUntil(t, "the release counted", func() bool { return r.Stage.Counters.ReservationsReleased.Load() >= 2 })
 	if n := r.Stage.Counters.ReservationsReleased.Load(); n != 2 {
 		t.Errorf("%d reservations released, want 2", n)
 	}

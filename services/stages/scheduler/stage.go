@@ -56,6 +56,12 @@ type StageConfig struct {
 	// pod (each lost race is one); past it the event is retried later
 	// with the runner's backoff. Default 16.
 	MaxAttempts int
+	// InProgressEvery is how often a delivery still being handled is
+	// reported in progress, resetting its AckWait: keep it well inside
+	// the consumer's AckWait (30s), or a handling slowed past AckWait
+	// (a loaded store) has its event delivered again meanwhile, and each
+	// such delivery uses one of the consumer's MaxDeliver. Default 5s.
+	InProgressEvery time.Duration
 }
 
 // DefaultStageConfig returns kube-scheduler's backoffs (1s to 10s).
@@ -63,7 +69,7 @@ func DefaultStageConfig() StageConfig {
 	return StageConfig{
 		Scheduler: DefaultConfig(), SchedulerName: "default-scheduler",
 		InitialBackoff: time.Second, MaxBackoff: 10 * time.Second, OrphanAge: time.Minute,
-		CacheSyncTimeout: 2 * time.Second, MaxAttempts: 16,
+		CacheSyncTimeout: 2 * time.Second, MaxAttempts: 16, InProgressEvery: 5 * time.Second,
 	}
 }
 
@@ -72,8 +78,8 @@ func (c StageConfig) Validate() error {
 	if c.InitialBackoff <= 0 || c.MaxBackoff < c.InitialBackoff || c.OrphanAge <= 0 {
 		return fmt.Errorf("scheduler: stage config: backoff [%s, %s] and orphan age %s must be positive and ordered", c.InitialBackoff, c.MaxBackoff, c.OrphanAge)
 	}
-	if c.CacheSyncTimeout <= 0 || c.MaxAttempts < 1 {
-		return fmt.Errorf("scheduler: stage config: CacheSyncTimeout (%s) must be positive and MaxAttempts (%d) at least 1", c.CacheSyncTimeout, c.MaxAttempts)
+	if c.CacheSyncTimeout <= 0 || c.MaxAttempts < 1 || c.InProgressEvery <= 0 {
+		return fmt.Errorf("scheduler: stage config: CacheSyncTimeout (%s) and InProgressEvery (%s) must be positive and MaxAttempts (%d) at least 1", c.CacheSyncTimeout, c.InProgressEvery, c.MaxAttempts)
 	}
 	if c.SchedulerName == "" {
 		return errors.New("scheduler: stage config: SchedulerName is required")
@@ -135,7 +141,7 @@ type Stage struct {
 	// bind of its predecessor still in flight goes uncompared).
 	writer    string
 	bindLocks bindLocks
-	inflight  sync.Map // uid -> struct{}: an attempt of this replica is running
+	inflight  sync.Map // uid -> chan struct{}: an attempt of this replica is running until it is closed
 
 	qmu     sync.Mutex
 	waiting map[string]*waitingPod // unschedulable pods by uid
@@ -169,8 +175,9 @@ var (
 	_ stage.Reconciler = (*Stage)(nil)
 )
 
-// errInFlight: the pod is being scheduled by another attempt of this
-// replica (a redelivery overtook the first delivery); retried later.
+// errInFlight: the pod was still being scheduled by another attempt of
+// this replica (a redelivery overtook the first delivery) when the
+// handling's ctx ended; retried later.
 var errInFlight = errors.New("scheduler: pod is already being scheduled by this replica")
 
 // errTooManyAttempts: every attempt of one handling lost a race.
@@ -361,7 +368,40 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 			objects.SetRevision(hint, in.GetRevision())
 		}
 	}
+	defer keepAlive(d, s.cfg.InProgressEvery)()
 	return s.schedulePod(ctx, env.GetNamespace(), env.GetPodName(), env.GetPodUid(), hint, d)
+}
+
+// keepAlive reports d in progress every interval until the returned stop
+// is called: the event of a handling that outlasts the consumer's AckWait
+// (binds queued on a loaded store) is not delivered again while it runs —
+// to this replica, where it would only fail with errInFlight and use up
+// a delivery, or to another, which would duplicate the work. A replica
+// that dies stops reporting, and its events come back after AckWait.
+// A timer, not a goroutine: most handlings end before it fires.
+func keepAlive(d *bus.Delivery, every time.Duration) (stop func()) {
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		_ = d.InProgress() // a lost report only risks a redelivery
+		t.Reset(every)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // schedulePod runs scheduling attempts for ns/name (of uid, when set)
@@ -377,14 +417,27 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 // then waiting for the cache to hold the pods it accounts for).
 func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *corev1.Pod, d *bus.Delivery) error {
 	if uid != "" {
-		if _, busy := s.inflight.LoadOrStore(uid, struct{}{}); busy {
-			if d != nil {
-				return fmt.Errorf("%w: %q", errInFlight, ns+"/"+name)
+		done := make(chan struct{})
+		for {
+			running, busy := s.inflight.LoadOrStore(uid, done)
+			if !busy {
+				break
 			}
-			s.retrySoon(uid)
-			return nil
+			if d == nil {
+				s.retrySoon(uid)
+				return nil
+			}
+			// A redelivery overtook the delivery being handled: wait
+			// for that attempt (its outcome is usually the bound pod,
+			// which this delivery then only reports) rather than fail,
+			// which would use up one of the event's deliveries each time.
+			select {
+			case <-running.(chan struct{}):
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %q: %w", errInFlight, ns+"/"+name, ctx.Err())
+			}
 		}
-		defer s.inflight.Delete(uid)
+		defer func() { s.inflight.Delete(uid); close(done) }()
 		s.tried.Store(uid, time.Now())
 	}
 	var conflicts int32

@@ -151,6 +151,12 @@ func TestReplicaKilledMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := replicas[0]
+	// Killed at work: once it has bound pods too (under load a replica's
+	// first binds can come after a third of the pods are bound by the
+	// others). A run that ends first fails below.
+	for victim.Stage.Counters.Scheduled.Load() == 0 && env.Scheduled.Len() < numPods && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
 	victim.Kill()
 	killedAt := env.Scheduled.Len()
 	if err := <-published; err != nil {

@@ -284,7 +284,11 @@ func (e *Env) StartReplica(ctx context.Context, name string) (*Replica, error) {
 		return nil, err
 	}
 	env := stage.NewEnv(conn, objects.New(kv), pipeline.Scheduler, name, e.cfg.Log.With("replica", name))
-	st, err := scheduler.NewStage(env, e.cfg.Stage)
+	sc := e.cfg.Stage
+	// Well inside AckWait, which tests shorten so that a killed
+	// replica's events come back soon.
+	sc.InProgressEvery = min(sc.InProgressEvery, e.cfg.AckWait/3)
+	st, err := scheduler.NewStage(env, sc)
 	if err != nil {
 		conn.Close()
 		return nil, err
