@@ -196,7 +196,19 @@ func sweepHost(h *host) error {
 	// are gone.
 	roots, _ := filepath.Glob("/sys/fs/cgroup/podflow-" + h.name)
 	more, _ := filepath.Glob("/sys/fs/cgroup/*/podflow-" + h.name)
-	for _, root := range append(roots, more...) {
+	roots = append(roots, more...)
+	// On cgroup v1 each container also has a device cgroup of its own,
+	// named by its id (its pod directory's containers/<id>), which the
+	// shim or the node agent would have removed.
+	for _, pattern := range []string{"/nodes/*/pods/*/containers/*", "/*/nodes/*/pods/*/containers/*"} {
+		ctrs, _ := filepath.Glob(h.dir + pattern)
+		for _, c := range ctrs {
+			if dev := filepath.Join("/sys/fs/cgroup/devices", "podflow-dev-"+filepath.Base(c)); dirExists(dev) {
+				roots = append(roots, dev)
+			}
+		}
+	}
+	for _, root := range roots {
 		var dirs []string
 		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
@@ -652,4 +664,9 @@ func taintKeys(n *corev1.Node) string {
 func until(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	eventually(t, timeout, what, func() (bool, string) { return cond(), "" })
+}
+
+func dirExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }
