@@ -19,6 +19,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/services/controller"
 	"github.com/podflow/podflow/services/informer"
+	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
@@ -152,12 +153,22 @@ func (c *cluster) watchBounds(ctx context.Context, uid string, maxPods int32, mi
 		if ref == nil || ref.GetUid() != uid {
 			return
 		}
-		rs, ok := get[*apps.ReplicaSet](c, objects.ReplicaSets, "default", u.GetMetadata().GetName())
+		// Each ReplicaSet as its event shows it, not as the store holds
+		// it now: a read now of this one summed with another's kept from
+		// an earlier event mixes two moments. The new set grows only
+		// after the old one shrank, so a late new plus an early old adds
+		// up to a state that never was (new 4 + old 2 of 4+1).
+		ko, err := manifest.ToKube(u)
+		if err != nil {
+			c.t.Error(err)
+			return
+		}
+		rs := ko.(*apps.ReplicaSet)
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		setUIDs[u.GetMetadata().GetUid()] = true
-		if gone || !ok {
-			delete(b.sets, u.GetMetadata().GetName())
+		if gone {
+			delete(b.sets, rs.Name)
 		} else {
 			b.sets[rs.Name] = *rs.Spec.Replicas
 		}
