@@ -71,7 +71,10 @@ func newCluster(t testing.TB) *cluster {
 	bcfg.Roles = pipeline.Roles()
 	srv := bustest.ServerAt(t, bcfg)
 	admin := bustest.Connect(t, srv, "admin")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A bound on a hang, not on the start's speed: three store replicas
+	// and the stages under -race on two loaded cores have needed more
+	// than 30 s.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
 	ls := raftstoretest.Listeners(t, 3)
