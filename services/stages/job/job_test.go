@@ -488,7 +488,9 @@ func TestKilledReplicasCountEachCompletionOnce(t *testing.T) {
 		Completions: ptr.To[int32](completions), Parallelism: ptr.To[int32](20), BackoffLimit: ptr.To[int32](1000)}})
 	killer, cancelKiller := context.WithCancel(ctx)
 	killed := 0
+	killerDone := make(chan struct{})
 	go func() {
+		defer close(killerDone)
 		for i := 0; killer.Err() == nil; i++ {
 			time.Sleep(time.Duration(150+rand.IntN(200)) * time.Millisecond)
 			if killer.Err() != nil {
@@ -506,6 +508,7 @@ func TestKilledReplicasCountEachCompletionOnce(t *testing.T) {
 		return condition(j, batch.JobComplete) != nil
 	})
 	cancelKiller()
+	<-killerDone // its last replica started before the test's context ends
 	succeeded, failed := 0, 0
 	for _, p := range h.pods(ctx, "ns") {
 		switch p.GetStatus().GetPhase() {
@@ -518,7 +521,7 @@ func TestKilledReplicasCountEachCompletionOnce(t *testing.T) {
 			t.Errorf("pod %s still holds the tracking finalizer", p.GetMetadata().GetName())
 		}
 	}
-	t.Logf("%d replica kills; %d pods succeeded, %d failed", killed, succeeded, failed)
+	t.Logf("%d replica kills; %d pods succeeded, %d failed; %d created, %d listed", killed, succeeded, failed, h.req.count(), len(h.pods(ctx, "ns")))
 	if int(j.Status.Succeeded) != succeeded || int(j.Status.Failed) != failed {
 		t.Errorf("status counts succeeded %d failed %d, the pods say %d and %d", j.Status.Succeeded, j.Status.Failed, succeeded, failed)
 	}
