@@ -313,7 +313,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if job.Status.UncountedTerminatedPods == nil {
 		job.Status.UncountedTerminatedPods = &batch.UncountedTerminatedPods{}
 	}
-	needsSync := c.runner.Satisfied(key, c.podInf.Revision())
+	// The pods are read after the informer's revision: they show at
+	// least every change up to podRev.
+	podRev := c.podInf.Revision()
+	needsSync := c.runner.Satisfied(key, podRev)
 	finished := finishedCondition(job) != ""
 
 	var pods []*corev1.Pod
@@ -349,7 +352,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		// A finished Job only lets its pods go.
 		return c.removeFinalizers(ctx, key, pods)
 	}
-	return c.syncJob(ctx, key, u, job, pods, needsSync, started)
+	return c.syncJob(ctx, key, u, job, pods, podRev, needsSync, started)
 }
 
 func finishedCondition(job *batch.Job) batch.JobConditionType {
@@ -392,7 +395,7 @@ func isIndexed(job *batch.Job) bool {
 
 func suspended(job *batch.Job) bool { return job.Spec.Suspend != nil && *job.Spec.Suspend }
 
-func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstructured, job *batch.Job, pods []*corev1.Pod, needsSync bool, started time.Time) error {
+func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstructured, job *batch.Job, pods []*corev1.Pod, podRev int64, needsSync bool, started time.Time) error {
 	now := c.now()
 	unc := job.Status.UncountedTerminatedPods
 	uncSucc, uncFail := uidSet(unc.Succeeded), uidSet(unc.Failed)
@@ -402,7 +405,7 @@ func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstruct
 	ready := int32(0)
 	var newSucc, newFail []*corev1.Pod
 	kp := kubePods{}
-	fresh := c.podInf.Revision() < objects.Revision(u)
+	fresh := podRev < objects.Revision(u)
 	for _, p := range pods {
 		if active(p) {
 			activePods = append(activePods, p)
@@ -515,14 +518,14 @@ func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstruct
 	var manageErr error
 	final := false
 	if target != nil {
-		deleted, err := c.deletePods(ctx, key, &u, job, activePods)
+		deleted, err := c.deletePods(ctx, key, &u, job, activePods, podRev)
 		manageErr = err
 		nActive -= int32(deleted)
 		terminating += int32(deleted)
 		final = deleted == len(activePods) && needsSync
 	} else {
 		if needsSync && job.DeletionTimestamp == nil {
-			nActive, manageErr = c.manage(ctx, key, &u, job, pods, activePods, succeeded, succeededIndexes, pi, terminating, now, started)
+			nActive, manageErr = c.manage(ctx, key, &u, job, pods, activePods, podRev, succeeded, succeededIndexes, pi, terminating, now, started)
 		} else if !needsSync {
 			c.runner.AddAfter(key, time.Second) // in case no pod event comes
 		}
@@ -543,7 +546,7 @@ func (c *Controller) syncJob(ctx context.Context, key string, u *corev1.Unstruct
 	if isIndexed(job) {
 		job.Status.CompletedIndexes = succeededIndexes.String()
 	}
-	if err := c.track(ctx, key, u, job, pods, newSucc, newFail, ignored, target, final && terminating == 0, now); err != nil {
+	if err := c.track(ctx, key, u, job, pods, podRev, newSucc, newFail, ignored, target, final && terminating == 0, now); err != nil {
 		return fmt.Errorf("tracking status: %w", err)
 	}
 	return manageErr
@@ -635,9 +638,10 @@ func (c *Controller) stillTracked(ctx context.Context, p *corev1.Pod) (bool, err
 // removed, then the uncounted uids whose pods let go into the counters.
 // target is the end the Job reached (an interim condition), final
 // whether it may now take its terminal condition.
-func (c *Controller) track(ctx context.Context, key string, u *corev1.Unstructured, job *batch.Job, pods []*corev1.Pod,
+func (c *Controller) track(ctx context.Context, key string, u *corev1.Unstructured, job *batch.Job, pods []*corev1.Pod, podRev int64,
 	newSucc, newFail, ignored []*corev1.Pod, target *batch.JobCondition, final bool, now time.Time) error {
 	unc := job.Status.UncountedTerminatedPods
+	behind := podRev < objects.Revision(u)
 	for _, p := range newSucc {
 		unc.Succeeded = append(unc.Succeeded, types.UID(p.GetMetadata().GetUid()))
 	}
@@ -656,6 +660,16 @@ func (c *Controller) track(ctx context.Context, key string, u *corev1.Unstructur
 	byUID := make(map[types.UID]*corev1.Pod, len(pods))
 	for _, p := range pods {
 		byUID[types.UID(p.GetMetadata().GetUid())] = p
+	}
+	if behind {
+		// An uncounted uid without a pod in the informer is a pod gone,
+		// unless the informer has not yet shown its creation: every such
+		// pod was created before the Job revision that lists it. Ask the
+		// store then, or the pod would be counted now with its finalizer
+		// and a second time once it shows up.
+		if err := c.findAbsent(ctx, job.Namespace, slices.Concat(unc.Succeeded, unc.Failed), byUID); err != nil {
+			return err
+		}
 	}
 	released := map[types.UID]bool{}
 	var rmErr error
@@ -735,6 +749,24 @@ func (c *Controller) track(ctx context.Context, key string, u *corev1.Unstructur
 		return err
 	}
 	return rmErr
+}
+
+// findAbsent adds to byUID the pods of ids it lacks, read from the store.
+func (c *Controller) findAbsent(ctx context.Context, ns string, ids []types.UID, byUID map[types.UID]*corev1.Pod) error {
+	if !slices.ContainsFunc(ids, func(id types.UID) bool { return byUID[id] == nil }) {
+		return nil
+	}
+	pods, _, err := objects.List[*corev1.Pod](ctx, c.env.Store, ns)
+	if err != nil {
+		return err
+	}
+	want := uidSet(ids)
+	for _, p := range pods {
+		if id := types.UID(p.GetMetadata().GetUid()); want[id] && byUID[id] == nil {
+			byUID[id] = p
+		}
+	}
+	return nil
 }
 
 // removeFinalizer removes the tracking finalizer from p (the same pod,
@@ -830,11 +862,11 @@ func ref(job *batch.Job) *corev1.OwnerReference {
 
 // manage creates and deletes pods so that as many run as the Job wants
 // (kube's manageJob) and returns how many are active.
-func (c *Controller) manage(ctx context.Context, key string, u **corev1.Unstructured, job *batch.Job, pods, activePods []*corev1.Pod, succeeded int32,
+func (c *Controller) manage(ctx context.Context, key string, u **corev1.Unstructured, job *batch.Job, pods, activePods []*corev1.Pod, podRev int64, succeeded int32,
 	succeededIndexes indexSet, pi *perIndex, terminating int32, now time.Time, started time.Time) (int32, error) {
 	nActive := int32(len(activePods))
 	if suspended(job) {
-		deleted, err := c.deletePods(ctx, key, u, job, activePods)
+		deleted, err := c.deletePods(ctx, key, u, job, activePods, podRev)
 		return nActive - int32(deleted), err
 	}
 	pending := c.unobservedPending(key, job.Namespace)
@@ -869,7 +901,7 @@ func (c *Controller) manage(ctx context.Context, key string, u **corev1.Unstruct
 	if rm := int(nActive) + len(pending) - int(want); rm > 0 || len(extra) > 0 {
 		victims := append(extra, rankForDeletion(activePods, max(0, rm-len(extra)))...)
 		victims = victims[:min(len(victims), c.cfg.MaxPodsPerSync)]
-		deleted, err := c.deletePods(ctx, key, u, job, victims)
+		deleted, err := c.deletePods(ctx, key, u, job, victims, podRev)
 		return nActive - int32(deleted), err
 	}
 	diff := int(want) - int(nActive) - len(pending)
@@ -890,10 +922,38 @@ func (c *Controller) manage(ctx context.Context, key string, u **corev1.Unstruct
 	if wait > 0 {
 		c.runner.AddAfter(key, wait)
 	}
+	if len(names) > 0 {
+		// A creation is not undone by a failed status write: decide it on
+		// the Job as stored. The Job informer can be behind the pod
+		// informer (a pod already let go by a status this copy does not
+		// show yet would look like a free slot).
+		if cur, err := c.current(ctx, *u); err != nil || !cur {
+			return nActive, err
+		}
+	}
 	ok, err := controller.SlowStart(ctx, len(names), c.cfg.MaxInFlight, func() bool { return c.runner.Owns(key) }, func(ctx context.Context, i int) error {
 		return c.createOne(ctx, key, job, names[i], started)
 	})
 	return nActive + int32(ok), err
+}
+
+// current reports whether u is the Job as stored now; if not, the
+// informer's newer copy queues the key again (and so does this, should
+// that event have come already).
+func (c *Controller) current(ctx context.Context, u *corev1.Unstructured) (bool, error) {
+	md := u.GetMetadata()
+	kv, err := c.env.Store.KV().Get(ctx, jobKind.Key(md.GetNamespace(), md.GetName()))
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if kv.ModRevision != objects.Revision(u) {
+		c.runner.Add(keyOf(md))
+		return false, nil
+	}
+	return true, nil
 }
 
 // podName is a pending creation: its name and, for an Indexed Job, index
@@ -1131,14 +1191,26 @@ func podFor(job *batch.Job, pn podName) (*corev1.Pod, error) {
 // before it succeeded; the store does not hold a pod back for its
 // finalizer yet, so its uid goes into uncountedTerminatedPods.failed
 // first (a write of the Job, *u after it), and it is counted once gone.
-func (c *Controller) deletePods(ctx context.Context, key string, u **corev1.Unstructured, job *batch.Job, pods []*corev1.Pod) (int, error) {
+func (c *Controller) deletePods(ctx context.Context, key string, u **corev1.Unstructured, job *batch.Job, pods []*corev1.Pod, podRev int64) (int, error) {
 	if len(pods) == 0 {
 		return 0, nil
 	}
 	unc := job.Status.UncountedTerminatedPods
 	known := uidSet(slices.Concat(unc.Succeeded, unc.Failed))
+	handled := 0
+	if podRev < objects.Revision(*u) {
+		// The informer may show as running a pod that finished, and was
+		// even counted, by the Job revision read: decide on the pods as
+		// stored.
+		var err error
+		var running []*corev1.Pod
+		if running, err = c.stillRunning(ctx, pods); err != nil {
+			return 0, err
+		}
+		handled, pods = len(pods)-len(running), running
+	}
 	for _, p := range pods {
-		if id := types.UID(p.GetMetadata().GetUid()); !known[id] {
+		if id := types.UID(p.GetMetadata().GetUid()); !known[id] && hasFinalizer(p) {
 			unc.Failed = append(unc.Failed, id)
 		}
 	}
@@ -1169,7 +1241,27 @@ func (c *Controller) deletePods(ctx context.Context, key string, u **corev1.Unst
 		})
 	}
 	err = g.Wait()
-	return n, err
+	return n + handled, err
+}
+
+// stillRunning reads pods fresh and returns those still active and held
+// by the tracking finalizer, as stored.
+func (c *Controller) stillRunning(ctx context.Context, pods []*corev1.Pod) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		md := p.GetMetadata()
+		f, err := objects.Get[*corev1.Pod](ctx, c.env.Store, md.GetNamespace(), md.GetName())
+		if errors.Is(err, raftstore.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if f.GetMetadata().GetUid() == md.GetUid() && active(f) && hasFinalizer(f) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
 }
 
 // rankForDeletion returns the n active pods kube deletes first

@@ -73,12 +73,26 @@
 // Step 1 only takes a pod that still has the finalizer, step 3 only a uid
 // whose pod lost it (or is gone), and a finalizer never comes back; the
 // Job's writes are compare-and-swap, so two replicas (a handover) cannot
-// both count. The one stale read that could count twice — a Job whose
-// counters already hold a uid read with a pod informer that does not yet
-// show the pod's finalizer removed — is ruled out by reading such a pod
-// fresh from the store whenever the pod informer is behind the Job's
-// revision (the removal precedes the count, so a read after the Job's
-// shows it). A replica killed between any two steps leaves a state the
+// both count. The Job and its pods come from two informers, either of
+// which can be behind the other, and three stale reads could count a pod
+// twice or make one too many; each is ruled out by asking the store
+// whenever the pod informer's revision (read before its pods) is behind
+// the Job's:
+//
+//   - a Job whose counters already hold a uid, with a pod that does not
+//     yet show its finalizer removed: such a pod is read fresh before
+//     step 1 (the removal precedes the count);
+//   - an uncounted uid whose pod the informer does not show yet: step 3
+//     would take it for a pod gone; the namespace's pods are listed
+//     fresh instead;
+//   - an active pod that finished, and was counted, by the Job's
+//     revision: a pod to delete is recorded as failed only if the store
+//     still shows it running.
+//
+// And a Job informer behind the pods (a pod already let go by a status
+// this copy does not show) would look like a free slot: pods are
+// created only after a read of the Job as stored finds the same
+// revision. A replica killed between any two steps leaves a state the
 // next owner finishes.
 //
 // A pod deleted before step 1 is held by its finalizer: once its node is
