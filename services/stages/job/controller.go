@@ -618,18 +618,27 @@ func pastDeadline(job *batch.Job, now time.Time) bool {
 	return now.Sub(job.Status.StartTime.Time) >= time.Duration(*job.Spec.ActiveDeadlineSeconds)*time.Second
 }
 
-// stillTracked reads p fresh: it is still there, the same pod, and holds
-// the finalizer.
-func (c *Controller) stillTracked(ctx context.Context, p *corev1.Pod) (bool, error) {
+// stored reads p fresh: the pod as stored, or nil when it is gone or
+// another pod of the name.
+func (c *Controller) stored(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
 	md := p.GetMetadata()
 	f, err := objects.Get[*corev1.Pod](ctx, c.env.Store, md.GetNamespace(), md.GetName())
 	if errors.Is(err, raftstore.ErrNotFound) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	return f.GetMetadata().GetUid() == md.GetUid() && hasFinalizer(f), nil
+	if f.GetMetadata().GetUid() != md.GetUid() {
+		return nil, nil
+	}
+	return f, nil
+}
+
+// stillTracked reads p fresh: it is still there and holds the finalizer.
+func (c *Controller) stillTracked(ctx context.Context, p *corev1.Pod) (bool, error) {
+	f, err := c.stored(ctx, p)
+	return f != nil && hasFinalizer(f), err
 }
 
 // track counts finished pods exactly once (the package doc's three
@@ -1249,15 +1258,11 @@ func (c *Controller) deletePods(ctx context.Context, key string, u **corev1.Unst
 func (c *Controller) stillRunning(ctx context.Context, pods []*corev1.Pod) ([]*corev1.Pod, error) {
 	var out []*corev1.Pod
 	for _, p := range pods {
-		md := p.GetMetadata()
-		f, err := objects.Get[*corev1.Pod](ctx, c.env.Store, md.GetNamespace(), md.GetName())
-		if errors.Is(err, raftstore.ErrNotFound) {
-			continue
-		}
+		f, err := c.stored(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		if f.GetMetadata().GetUid() == md.GetUid() && active(f) && hasFinalizer(f) {
+		if f != nil && active(f) && hasFinalizer(f) {
 			out = append(out, f)
 		}
 	}
