@@ -66,11 +66,18 @@ func TestPodFailurePolicyIgnore(t *testing.T) {
 	h := newHarness(t)
 	h.exitCode = func(*corev1.Pod) int32 { return 42 }
 	h.replica(ctx, "r0", nil)
-	h.kubelet(ctx, "ns", func(*corev1.Pod) string {
-		if h.req.count() <= 2 {
-			return string(v1.PodFailed)
+	// The first two pods the kubelet sees fail (not "while two were
+	// created": the store shows a pod before its request returns).
+	fate := map[string]string{}
+	h.kubelet(ctx, "ns", func(p *corev1.Pod) string {
+		uid := p.GetMetadata().GetUid()
+		if _, ok := fate[uid]; !ok {
+			fate[uid] = string(v1.PodSucceeded)
+			if len(fate) <= 2 {
+				fate[uid] = string(v1.PodFailed)
+			}
 		}
-		return string(v1.PodSucceeded)
+		return fate[uid]
 	})
 	h.createJob(ctx, &batch.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ign"}, Spec: batch.JobSpec{
 		Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](0),
