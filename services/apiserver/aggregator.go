@@ -60,12 +60,17 @@ var aggregatorRequestInfo = &genericapirequest.RequestInfoFactory{
 
 // remoteAPIService is the APIService of group version gv ("group/version")
 // when it names a Service (an extension API server's); nil otherwise.
-func (s *Server) remoteAPIService(ctx context.Context, gv string) (*apiregistrationv1.APIService, error) {
+// stale reads it from any store replica.
+func (s *Server) remoteAPIService(ctx context.Context, gv string, stale bool) (*apiregistrationv1.APIService, error) {
 	group, version, ok := strings.Cut(gv, "/")
 	if !ok || group == "" || version == "" || s.store == nil {
 		return nil, nil
 	}
-	obj, err := s.store.GetKind(ctx, objects.APIServices, "", version+"."+group, raftstore.Stale())
+	var opts []raftstore.ReadOption
+	if stale {
+		opts = append(opts, raftstore.Stale())
+	}
+	obj, err := s.store.GetKind(ctx, objects.APIServices, "", version+"."+group, opts...)
 	if errors.Is(err, raftstore.ErrNotFound) {
 		return nil, nil
 	}
@@ -110,10 +115,17 @@ func (s *Server) serveAggregated(w http.ResponseWriter, r *http.Request, user *c
 		return
 	}
 	// Only to a server the availability check passed, as kube-aggregator's
-	// proxy handler: its plain-text 503 otherwise.
+	// proxy handler: its plain-text 503 otherwise. as was read from any
+	// store replica: one behind may not show yet the Available condition
+	// a client has seen (its last request was proxied); the leader's
+	// copy decides a refusal.
 	if !apiServiceAvailable(as) {
-		http.Error(w, "service unavailable", http.StatusServiceUnavailable)
-		return
+		fresh, err := s.remoteAPIService(r.Context(), as.Spec.Group+"/"+as.Spec.Version, false)
+		if err != nil || fresh == nil || !apiServiceAvailable(fresh) {
+			http.Error(w, "service unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		as = fresh
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	loc, st := s.apiServiceLocation(ctx, as)
@@ -407,12 +419,38 @@ func (s *Server) apiServiceAvailable(ctx context.Context, as *apiregistrationv1.
 			return cond
 		}
 	}
-	if _, err := s.remoteResourceList(ctx, as); err != nil {
+	if err := s.discoveryCheck(ctx, as); err != nil {
 		cond.Reason, cond.Message = "FailedDiscoveryCheck", fmt.Sprintf("failing or missing response from %s: %v", as.Name, err)
 		return cond
 	}
 	cond.Status, cond.Reason, cond.Message = apiregistrationv1.ConditionTrue, "Passed", "all checks passed"
 	return cond
+}
+
+// discoveryAttempts is how many discovery requests one check of an
+// APIService sends at once (kube-aggregator's available controller: 5).
+const discoveryAttempts = 5
+
+// discoveryCheck reads as's discovery document with discoveryAttempts
+// requests at once, as kube's available controller: one answer is a
+// pass, so a single lost or slow request on a busy server does not make
+// the APIService unavailable (and its clients' requests 503s). The
+// error is the last attempt's when none answers.
+func (s *Server) discoveryCheck(ctx context.Context, as *apiregistrationv1.APIService) error {
+	results := make(chan error, discoveryAttempts) // the others finish on their own
+	for range discoveryAttempts {
+		go func() {
+			_, err := s.remoteResourceList(ctx, as)
+			results <- err
+		}()
+	}
+	var err error
+	for range discoveryAttempts {
+		if err = <-results; err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // writeAPIServiceCondition writes cond into the APIService name's status

@@ -256,12 +256,12 @@ func anyStrings(v any) []string {
 	return out
 }
 
-// TestAggregatorUnavailable: a request to an APIService whose Available
-// condition is False gets kube-aggregator's plain-text 503 "service
-// unavailable" and never reaches the server, even one that would answer
-// it (here one whose discovery fails, so its check does not pass); a user
-// without RBAC on the group gets 403 first.
-func TestAggregatorUnavailable(t *testing.T) {
+// wardleServer starts a system checking APIServices every 100ms and an
+// extension server answering with h, behind the ExternalName Service
+// default/wardle and the APIService v1alpha1.wardle.example.com. ctx ends
+// with the test, after a minute at most.
+func wardleServer(t *testing.T, h http.HandlerFunc) (*system, *aggregatorclient.Clientset, *apiregistrationv1.APIService, context.Context) {
+	t.Helper()
 	frontProxyCA, err := pki.NewCA("front-proxy-ca")
 	if err != nil {
 		t.Fatal(err)
@@ -289,24 +289,15 @@ func TestAggregatorUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen atomic.Int64
-	ext := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "/flunders") {
-			seen.Add(1)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"kind":"FlunderList","apiVersion":"wardle.example.com/v1alpha1","items":[]}`))
-			return
-		}
-		http.Error(w, "discovery is broken", http.StatusInternalServerError)
-	}))
+	ext := httptest.NewUnstartedServer(h)
 	ext.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
 	ext.StartTLS()
 	t.Cleanup(ext.Close)
 	_, portStr, _ := net.SplitHostPort(strings.TrimPrefix(ext.URL, "https://"))
 	port, _ := strconv.Atoi(portStr)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
 	cs := s.adminClientset(t)
 	if _, err := cs.CoreV1().Services("default").Create(ctx, &k8scorev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "wardle"},
 		Spec: k8scorev1.ServiceSpec{Type: k8scorev1.ServiceTypeExternalName, ExternalName: "localhost"}}, metav1.CreateOptions{}); err != nil {
@@ -324,6 +315,25 @@ func TestAggregatorUnavailable(t *testing.T) {
 	if _, err := agg.ApiregistrationV1().APIServices().Create(ctx, as, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("apiservice: %v", err)
 	}
+	return s, agg, as, ctx
+}
+
+// TestAggregatorUnavailable: a request to an APIService whose Available
+// condition is False gets kube-aggregator's plain-text 503 "service
+// unavailable" and never reaches the server, even one that would answer
+// it (here one whose discovery fails, so its check does not pass); a user
+// without RBAC on the group gets 403 first.
+func TestAggregatorUnavailable(t *testing.T) {
+	var seen atomic.Int64
+	s, agg, as, ctx := wardleServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/flunders") {
+			seen.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"kind":"FlunderList","apiVersion":"wardle.example.com/v1alpha1","items":[]}`))
+			return
+		}
+		http.Error(w, "discovery is broken", http.StatusInternalServerError)
+	})
 	waitAvailable(ctx, t, agg, as.Name, apiregistrationv1.ConditionFalse, "FailedDiscoveryCheck")
 
 	flunders := s.url + "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders"
@@ -345,5 +355,37 @@ func TestAggregatorUnavailable(t *testing.T) {
 	}
 	if n := seen.Load(); n != 0 {
 		t.Fatalf("%d requests reached the unavailable extension server", n)
+	}
+}
+
+// TestAggregatorCheckPassesOnOneAnswer: an extension server that fails
+// four discovery requests of every five stays Available, as under kube's
+// available controller (five attempts per check, one answer passes):
+// a busy server losing a request does not turn its clients' requests
+// into 503s. With one attempt per check, four checks of five fail.
+func TestAggregatorCheckPassesOnOneAnswer(t *testing.T) {
+	const attempts = 5 // kube's, per check
+	var discovery atomic.Int64
+	_, agg, as, ctx := wardleServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if discovery.Add(1)%attempts != 0 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"wardle.example.com/v1alpha1",` +
+			`"resources":[{"name":"flunders","namespaced":true,"kind":"Flunder","verbs":["get","list"]}]}`))
+	})
+	waitAvailable(ctx, t, agg, as.Name, apiregistrationv1.ConditionTrue, "Passed")
+	// 20 more checks (every 100ms): none may fail.
+	for start := discovery.Load(); discovery.Load() < start+20*attempts; time.Sleep(50 * time.Millisecond) {
+		got, err := agg.ApiregistrationV1().APIServices().Get(ctx, as.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiregistrationv1.Available && c.Status != apiregistrationv1.ConditionTrue {
+				t.Fatalf("after %d discovery requests: Available=%s (%s: %s)", discovery.Load(), c.Status, c.Reason, c.Message)
+			}
+		}
 	}
 }

@@ -404,7 +404,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, user *corev1.User
 		// An extension API server's group version: aggregator.go.
 		if _, builtin := groupVersions[strings.Split(g, "/")[0]]; !builtin && strings.Count(g, "/") >= 1 && !s.servesCustom(g) {
 			gv := strings.Join(strings.SplitN(g, "/", 3)[:2], "/")
-			as, err := s.remoteAPIService(r.Context(), gv)
+			as, err := s.remoteAPIService(r.Context(), gv, true)
 			if err != nil {
 				writeStatus(w, storeStatus(err, lookupResource("apiregistration.k8s.io/v1", "apiservices"), gv))
 				return
