@@ -3,6 +3,7 @@ package nodeagent_test
 import (
 	"testing"
 
+	"github.com/podflow/podflow/nodeagent/sim"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 )
@@ -57,4 +58,23 @@ func TestHostPortConflictRejected(t *testing.T) {
 	again := newPod("again", hostPortOn(21017, "TCP"))
 	e.bind(again)
 	e.waitStatus(again.Metadata.Uid, "the port's next pod Running and Ready", runningReady)
+}
+
+// TestFinishedPodFreesItsHostPort: a pod that Succeeded or Failed holds
+// no host port, as kubelet's admission counts only its active pods
+// (filterOutInactivePods): the next pod asking for the port runs beside
+// the finished one, which is not deleted.
+func TestFinishedPodFreesItsHostPort(t *testing.T) {
+	for _, tc := range []struct{ phase, code string }{{"Succeeded", "0"}, {"Failed", "1"}} {
+		t.Run(tc.phase, func(t *testing.T) {
+			e := newEnv(t)
+			done := newPod("done", hostPortOn(21018, "TCP"), restartPolicy("Never"),
+				annotate(sim.AnnotationExitAfter, "10ms", sim.AnnotationExitCode, tc.code))
+			e.bind(done)
+			e.waitStatus(done.Metadata.Uid, tc.phase, func(st *corev1.PodStatus) bool { return st.GetPhase() == tc.phase })
+			next := newPod("next", hostPortOn(21018, "TCP"))
+			e.bind(next)
+			e.waitStatus(next.Metadata.Uid, "the port's next pod Running and Ready", runningReady)
+		})
+	}
 }

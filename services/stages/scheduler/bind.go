@@ -363,11 +363,24 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	informed, _ := s.allocs.Get("", req.node)
 	alloc, allocRev := s.known.get(informed, req.node)
 
-	reasons, err := cache.CheckAllocationFit(node, alloc, req.pod)
+	admits, err := allocationAdmits(node, alloc, allocRev, req, s.cache.Terminated)
+	pruned := false
+	if err == nil && !admits {
+		// A pod that finished counts on no node. The status stage
+		// releases it with the write that makes it terminal; one made
+		// terminal by another writer (a client's pods/status) is
+		// released here, in this bind's transaction, which compares the
+		// record. Looked for only when the record refuses the pod: the
+		// common bind takes no lock for it.
+		if done := s.cache.TerminatedIn(alloc.GetPods()); len(done) > 0 {
+			alloc, pruned = cache.ReleaseAllocation(alloc, done...)
+			admits, err = allocationAdmits(node, alloc, allocRev, req, s.cache.Terminated)
+		}
+	}
 	if err != nil {
 		return 0, 0, err
 	}
-	if len(reasons) > 0 || !decisionSawAllocation(alloc, allocRev, req, s.cache.Terminated) {
+	if !admits {
 		// Our cache let the pod in, the allocation does not, or it
 		// accounts for pods the decision did not see (the allocation
 		// informer is ahead of the pod informer): someone bound pods our
@@ -378,6 +391,7 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	if err != nil {
 		return 0, 0, err
 	}
+	changed = changed || pruned // a pruned record is this bind's own copy
 	if un, ok := cache.Unreserve(next, framework.PodKey(req.pod)); ok {
 		next, changed = un, true // the room made for the pod is its own now
 	}
@@ -523,6 +537,18 @@ func (s *Stage) guardDomains(txn objects.Txn, req bindRequest, labels map[string
 	return txn, domain, bound
 }
 
+// allocationAdmits reports whether node's allocation record alloc (at
+// revision allocRev) lets req's pod in: the pod fits it
+// (CheckAllocationFit) and the decision saw every pod it accounts for
+// (decisionSawAllocation).
+func allocationAdmits(node *corev1.Node, alloc *corev1.NodeAllocation, allocRev int64, req bindRequest, terminated func(key string) bool) (bool, error) {
+	reasons, err := cache.CheckAllocationFit(node, alloc, req.pod)
+	if err != nil || len(reasons) > 0 {
+		return false, err
+	}
+	return decisionSawAllocation(alloc, allocRev, req, terminated), nil
+}
+
 // decisionSawAllocation reports whether the decision of req saw every pod
 // alloc (at revision allocRev) accounts for. An allocation no newer than
 // req.decidedAt accounts only for pods bound at or before that revision
@@ -535,7 +561,7 @@ func decisionSawAllocation(alloc *corev1.NodeAllocation, allocRev int64, req bin
 
 // sawAllocated reports whether the decision saw every pod alloc accounts
 // for on the node, pod itself and the pods terminated reports finished
-// aside (a Succeeded pod keeps its allocation until it is deleted; the
+// aside (a finished pod the record still holds, not yet released; the
 // cache, as kube-scheduler's, drops it, and without this a node with one
 // was a lost race for every bind). The fit is re-checked against the
 // allocation, but InterPodAffinity and PodTopologySpread read the pods'

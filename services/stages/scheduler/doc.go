@@ -47,6 +47,13 @@
 //     well, when it binds elsewhere), and the pod's Scheduled Event (named
 //     after the pod's uid and node, so it needs no read).
 //
+// A pod that Succeeded or Failed counts on no node, as kube-scheduler's
+// informer lists no terminal pod: the cache drops it, the status stage
+// releases it from its node's record with the report that finishes it,
+// and a bind the record refuses releases, in its own transaction, the
+// finished pods the record still holds (made terminal by another writer,
+// a client's pods/status).
+//
 // So a pod is bound at most once (a second bind's pod compare fails) and a
 // node is never overcommitted (every bind to it compares the record it
 // checked). The first attempt reads nothing: the pod comes from the event

@@ -84,10 +84,11 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *framework.Pos
 		case err != nil:
 			return 0, err
 		case vp.GetMetadata().GetUid() != v.UID || vp.GetSpec().GetNodeName() != node ||
-			(vp.GetMetadata().GetDeletionTimestamp() != nil && !v.Terminating):
+			(vp.GetMetadata().GetDeletionTimestamp() != nil && !v.Terminating) || cache.Terminal(vp):
 			// The decision was taken on a cache behind the store (another
 			// preemption took this victim, and nominated its preemptor in
-			// the same transaction): decide again once the cache has it.
+			// the same transaction; or it finished, and holds nothing on
+			// the node any more): decide again once the cache has it.
 			_, err := s.podRev.wait(ctx, objects.Revision(vp), s.cfg.CacheSyncTimeout)
 			return victimsGone, err
 		case vp.GetMetadata().GetDeletionTimestamp() != nil:
@@ -113,6 +114,10 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *framework.Pos
 	if err != nil {
 		return 0, err
 	}
+	// Finished pods the record still holds (made terminal by a writer
+	// other than the status stage) count on no node: released in this
+	// transaction, as a bind releases them.
+	alloc, pruned := cache.ReleaseAllocation(alloc, s.cache.TerminatedIn(alloc.GetPods())...)
 	if fits, err := s.fitsAfterEviction(node, alloc, pod, res.Victims); err != nil || !fits {
 		// The record says the victims do not make room: the decision
 		// was taken on a cache behind it (a nomination of at least the
@@ -127,7 +132,7 @@ func (s *Stage) preempt(ctx context.Context, pod *corev1.Pod, res *framework.Pos
 	if err != nil {
 		return 0, err
 	}
-	if changed {
+	if changed = changed || pruned; changed {
 		txn = txn.Unchanged(reserved).Put(reserved)
 	}
 	txn, released, err := s.unreserveElsewhere(ctx, txn, pod, node)

@@ -460,7 +460,9 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		if uid != "" && pod.GetMetadata().GetUid() != uid {
 			return nil // another pod of that name now
 		}
-		if pod.GetMetadata().GetDeletionTimestamp() != nil || !s.responsible(pod) {
+		if pod.GetMetadata().GetDeletionTimestamp() != nil || cache.Terminal(pod) || !s.responsible(pod) {
+			// Being deleted, or finished (kube-scheduler's informer lists
+			// no Succeeded or Failed pod): nothing to schedule.
 			s.forget(uid)
 			return nil
 		}
@@ -874,7 +876,7 @@ func (s *Stage) Reconcile(ctx context.Context) error {
 	now := time.Now()
 	errs := []error{s.sweepReservations(ctx, nil)}
 	for _, p := range s.pods.List("") {
-		if p.GetSpec().GetNodeName() != "" || p.GetMetadata().GetDeletionTimestamp() != nil || !s.responsible(p) {
+		if p.GetSpec().GetNodeName() != "" || p.GetMetadata().GetDeletionTimestamp() != nil || cache.Terminal(p) || !s.responsible(p) {
 			continue
 		}
 		uid := p.GetMetadata().GetUid()

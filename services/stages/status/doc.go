@@ -5,7 +5,10 @@
 // folded into the stored pod with compare-and-swap (ApplyReport: only
 // from the node the pod is bound to, only when newer than the last report
 // applied), together with the report's Kubernetes Events, in one store
-// transaction. A PodDeleted from a node that finished stopping a pod
+// transaction; a report that leaves the pod Succeeded or Failed also
+// releases it from its node's allocation in that transaction (a finished
+// pod holds nothing on its node, as kubelet and kube-scheduler count it).
+// A PodDeleted from a node that finished stopping a pod
 // removes the pod and releases what it held in the node's allocation, in
 // one transaction. Its Reconcile deletes Events older than
 // Config.EventTTL. Nodes whose heartbeats stopped are the node lifecycle

@@ -142,6 +142,14 @@ func (s *Stage) report(ctx context.Context, d *bus.Delivery) error {
 		if applied {
 			txn = txn.Put(pod)
 		}
+		if applied && terminal(pod.GetStatus().GetPhase()) {
+			// A pod that finished holds nothing on its node (kubelet's
+			// admission and kube-scheduler count no Succeeded or Failed
+			// pod): its node's allocation releases it in this write.
+			if txn, err = s.releaseAllocated(ctx, txn, pod); err != nil {
+				return err
+			}
+		}
 		ref := podrules.PodRef(pod)
 		seen := map[string]bool{}
 		for i, er := range rep.GetEvents() {
@@ -214,17 +222,8 @@ func (s *Stage) finalizeDeletion(ctx context.Context, d *bus.Delivery) error {
 				txn = objects.Txn{}.Unchanged(pod).Put(pod)
 			}
 		}
-		if node := pod.GetSpec().GetNodeName(); node != "" {
-			alloc, err := objects.Get[*corev1.NodeAllocation](ctx, s.env.Store, "", node)
-			switch {
-			case err == nil:
-				if _, held := alloc.GetPods()[uid]; held {
-					delete(alloc.Pods, uid)
-					txn = txn.Unchanged(alloc).Put(alloc)
-				}
-			case !errors.Is(err, raftstore.ErrNotFound):
-				return err
-			}
+		if txn, err = s.releaseAllocated(ctx, txn, pod); err != nil {
+			return err
 		}
 		if txn.Empty() {
 			return nil
@@ -235,6 +234,34 @@ func (s *Stage) finalizeDeletion(ctx context.Context, d *bus.Delivery) error {
 		}
 		return err
 	}
+}
+
+// releaseAllocated adds to txn the release of pod from its node's
+// NodeAllocation, compared at the revision read, when the record holds it.
+// The record is read linearizably even on a report's first attempt: a
+// stale copy without the pod (a replica behind its bind) would let the
+// write go without the release. txn writes the pod too, so the
+// allocation changes at a revision that writes a pod, as every scheduler
+// expects (its pod informer reaching the revision has seen the change);
+// the pod's phase never leaves Succeeded or Failed, so the release is
+// made once and never undone.
+func (s *Stage) releaseAllocated(ctx context.Context, txn objects.Txn, pod *corev1.Pod) (objects.Txn, error) {
+	node, uid := pod.GetSpec().GetNodeName(), pod.GetMetadata().GetUid()
+	if node == "" {
+		return txn, nil
+	}
+	alloc, err := objects.Get[*corev1.NodeAllocation](ctx, s.env.Store, "", node)
+	switch {
+	case errors.Is(err, raftstore.ErrNotFound):
+		return txn, nil
+	case err != nil:
+		return txn, err
+	}
+	if _, held := alloc.GetPods()[uid]; !held {
+		return txn, nil
+	}
+	delete(alloc.Pods, uid)
+	return txn.Unchanged(alloc).Put(alloc), nil
 }
 
 // Reconcile deletes, every EventCollectInterval, the Events older than

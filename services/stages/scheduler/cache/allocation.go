@@ -67,15 +67,21 @@ func MergeAllocation(alloc *corev1.NodeAllocation, node string, pod *corev1.Pod)
 	return out, true, nil
 }
 
-// ReleaseAllocation returns a copy of alloc without the pod keyed podKey;
-// changed is false (and alloc returned) when it was not accounted for.
-func ReleaseAllocation(alloc *corev1.NodeAllocation, podKey string) (out *corev1.NodeAllocation, changed bool) {
-	if _, ok := alloc.GetPods()[podKey]; !ok {
-		return alloc, false
+// ReleaseAllocation returns a copy of alloc without the pods keyed
+// podKeys; changed is false (and alloc returned) when none of them was
+// accounted for. Releasing a pod twice is releasing it once.
+func ReleaseAllocation(alloc *corev1.NodeAllocation, podKeys ...string) (out *corev1.NodeAllocation, changed bool) {
+	out = alloc
+	for _, k := range podKeys {
+		if _, ok := out.GetPods()[k]; !ok {
+			continue
+		}
+		if !changed {
+			out, changed = copyAllocation(alloc, alloc.GetMetadata().GetName()), true
+		}
+		delete(out.Pods, k)
 	}
-	out = copyAllocation(alloc, alloc.GetMetadata().GetName())
-	delete(out.Pods, podKey)
-	return out, true
+	return out, changed
 }
 
 // copyAllocation copies the record's metadata and pod map; the

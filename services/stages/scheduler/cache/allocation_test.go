@@ -1,8 +1,13 @@
 package cache
 
 import (
+	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
+
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
 
 	"github.com/podflow/podflow/proto/corev1"
 )
@@ -210,5 +215,61 @@ func TestAllocationCountsScalarResources(t *testing.T) {
 				t.Errorf("CheckAllocationFit = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestReleaseTerminated: the pods of a record the cache saw finish
+// (TerminatedIn, whichever of the two sets is smaller) are released in
+// one copy; a pod deleted since is no longer among them, nor is a running
+// one, and releasing the same pods again changes nothing.
+func TestReleaseTerminated(t *testing.T) {
+	node := mkNode("n1", "4", "8Gi")
+	run, done, failed, gone := mkPod("run", "1", "", onNode("n1")), mkPod("done", "1", "", onNode("n1")),
+		mkPod("failed", "1", "", onNode("n1")), mkPod("gone", "1", "", onNode("n1"))
+	var alloc *corev1.NodeAllocation
+	for _, p := range []*corev1.Pod{run, done, failed, gone} {
+		var err error
+		if alloc, _, err = MergeAllocation(alloc, "n1", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := cacheWith(t, []*corev1.Node{node}, run, done, failed, gone)
+	done.Status = &corev1.PodStatus{Phase: "Succeeded"}
+	failed.Status = &corev1.PodStatus{Phase: "Failed"}
+	gone.Status = &corev1.PodStatus{Phase: "Succeeded"}
+	for _, p := range []*corev1.Pod{done, failed, gone} {
+		if err := c.UpdatePod(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Deleted: its entry went when it finished, its key goes now.
+	if err := c.RemovePod(gone); !errors.Is(err, framework.ErrPodNotFound) {
+		t.Fatalf("remove a finished pod: %v, want ErrPodNotFound", err)
+	}
+	// More finished pods elsewhere than the record holds: the other way round.
+	for i := range 5 {
+		p := mkPod(fmt.Sprintf("elsewhere-%d", i), "1", "", onNode("n2"))
+		p.Status = &corev1.PodStatus{Phase: "Succeeded"}
+		if err := c.AddPod(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := c.TerminatedIn(alloc.GetPods())
+	slices.Sort(keys)
+	if want := []string{"uid-done", "uid-failed"}; !slices.Equal(keys, want) {
+		t.Fatalf("TerminatedIn = %v, want %v", keys, want)
+	}
+	out, changed := ReleaseAllocation(alloc, keys...)
+	if !changed || len(out.Pods) != 2 || out.Pods["uid-run"] == nil || out.Pods["uid-gone"] == nil || len(alloc.Pods) != 4 {
+		t.Fatalf("release: %v (old %v) changed %v", out.Pods, alloc.Pods, changed)
+	}
+	if again, changed := ReleaseAllocation(out, keys...); changed || again != out {
+		t.Error("releasing released pods changed the record")
+	}
+	if got := c.TerminatedIn(out.GetPods()); len(got) != 0 {
+		t.Errorf("TerminatedIn of the released record = %v, want none", got)
+	}
+	if n, _ := c.NodeInfo("n1"); n.NumPods() != 1 {
+		t.Errorf("n1 counts %d pods, want the running one only", n.NumPods())
 	}
 }

@@ -29,8 +29,11 @@ type Cache struct {
 	present []*nodeItem
 	pods    map[string]*framework.PodEntry
 	// terminated holds the keys of bound pods seen Succeeded or Failed and
-	// not yet deleted: they hold their node's allocation until the status
-	// stage removes them, and a bind must not take them for pods it missed.
+	// not yet deleted. They count on no node, as kube-scheduler's pod
+	// informer lists no terminal pod; the status stage releases them from
+	// their node's stored allocation with the write that makes them
+	// terminal, and a bind releases any a write through another path left
+	// there (TerminatedIn).
 	terminated map[string]bool
 	// generation numbers every change; listGeneration is the generation
 	// of the last change to the present set, imagesGeneration of the last
@@ -242,6 +245,9 @@ func (c *Cache) removeEntry(p *framework.PodEntry) {
 	}
 }
 
+// Terminal reports whether pod's phase is Succeeded or Failed: it has
+// finished, for good, and holds no resources on its node (kube-scheduler's
+// pod informer lists only pods not in either phase).
 func Terminal(pod *corev1.Pod) bool {
 	phase := pod.GetStatus().GetPhase()
 	return phase == "Succeeded" || phase == "Failed"
@@ -285,6 +291,30 @@ func (c *Cache) Terminated(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.terminated[key]
+}
+
+// TerminatedIn returns the keys of pods, as a NodeAllocation keys them,
+// that the cache saw finish (Succeeded or Failed, as stored) and not yet
+// deleted. A pod's phase never leaves Succeeded or Failed, so each of them
+// may be released from the allocation. One lock for the whole set.
+func (c *Cache) TerminatedIn(pods map[string]*corev1.AllocatedPod) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	if len(c.terminated) < len(pods) {
+		for k := range c.terminated {
+			if _, ok := pods[k]; ok {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	for k := range pods {
+		if c.terminated[k] {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // UpdatePod is AddPod: the cache keys pods by uid and replaces the entry.

@@ -110,7 +110,10 @@ const markerKey = "/registry/schedsim/marker"
 //     — no overcommit at any revision;
 //   - finally, the pods bound to each node fit it, each node's
 //     NodeAllocation accounts for exactly the pods bound to it, with their
-//     requests, and no pod is accounted on two nodes;
+//     requests, and no pod is accounted on two nodes; a pod that
+//     Succeeded or Failed counts on no node (its record may still hold
+//     it, until the next bind there, when another writer than the status
+//     stage made it terminal);
 //   - every bound pod has exactly one Scheduled Event, and the
 //     PodScheduled events in the stream name the node it is bound to;
 //   - every binding in the history passes the pod's required pod
@@ -183,6 +186,7 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 	usedScalars := map[string]framework.Scalars{}
 	podScalars := map[string]framework.Scalars{}          // uid -> scalar requests
 	onNode := map[string]map[string]framework.Resources{} // node -> uid -> requests
+	finished := map[string]string{}                       // uid -> node of the bound pods that Succeeded or Failed
 	for _, p := range pods {
 		rep.Pods++
 		node := p.GetSpec().GetNodeName()
@@ -192,6 +196,21 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 			continue
 		}
 		rep.Bound++
+		if n := scheduledEvents[uid]; n != 1 {
+			rep.violate("pod %s (uid %s) bound to %s has %d Scheduled Events", podKey(p), uid, node, n)
+		}
+		if e.Scheduled != nil {
+			for _, env := range e.Scheduled.Events(uid) {
+				if got := env.GetPodScheduled().GetNodeName(); got != node {
+					rep.violate("pod %s bound to %s in the store, PodScheduled says %s", podKey(p), node, got)
+				}
+				e.verifyCarried(rep, p, env.GetPodScheduled())
+			}
+		}
+		if ph := p.GetStatus().GetPhase(); ph == "Succeeded" || ph == "Failed" {
+			finished[uid] = node
+			continue
+		}
 		req, _, err := framework.PodRequests(p)
 		if err != nil {
 			return nil, err
@@ -209,17 +228,6 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 			onNode[node] = map[string]framework.Resources{}
 		}
 		onNode[node][uid] = req
-		if n := scheduledEvents[uid]; n != 1 {
-			rep.violate("pod %s (uid %s) bound to %s has %d Scheduled Events", podKey(p), uid, node, n)
-		}
-		if e.Scheduled != nil {
-			for _, env := range e.Scheduled.Events(uid) {
-				if got := env.GetPodScheduled().GetNodeName(); got != node {
-					rep.violate("pod %s bound to %s in the store, PodScheduled says %s", podKey(p), node, got)
-				}
-				e.verifyCarried(rep, p, env.GetPodScheduled())
-			}
-		}
 	}
 	for node, u := range used {
 		if a, ok := alloc[node]; ok && !fits(u, a) {
@@ -240,6 +248,9 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 			}
 			accounted[uid] = node
 			req, ok := onNode[node][uid]
+			if !ok && finished[uid] == node {
+				continue
+			}
 			if !ok {
 				rep.violate("NodeAllocation %s accounts pod %s/%s (uid %s) that is not bound to it", node, ap.GetNamespace(), ap.GetName(), uid)
 				continue
