@@ -98,12 +98,14 @@ type attachHub struct {
 	clients map[*attachClient]struct{}
 	closed  bool
 	joined  chan *attachClient // tests: told of each client accepted
+	drainBy time.Time          // set by close: when senders stop waiting for clients to leave
 	wg      sync.WaitGroup
 }
 
 type attachClient struct {
-	conn net.Conn
-	out  chan []byte // framed chunks; closed by the hub
+	conn     net.Conn
+	out      chan []byte   // framed chunks; closed by the hub
+	received chan struct{} // closed when receive returns
 }
 
 // serveAttach listens on dir's attach socket. stdin (nil: none) is what
@@ -137,7 +139,7 @@ func (h *attachHub) accept() {
 		if err != nil {
 			return // closed
 		}
-		c := &attachClient{conn: conn, out: make(chan []byte, attachQueue)}
+		c := &attachClient{conn: conn, out: make(chan []byte, attachQueue), received: make(chan struct{})}
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
@@ -156,7 +158,13 @@ func (h *attachHub) accept() {
 	}
 }
 
-// send writes c's queued output until the hub closes its queue.
+// send writes c's queued output until the hub closes its queue, then ends
+// the connection in order: a half-close (the client reads the output, then
+// EOF), and the close itself only once receive has read to the client's
+// own end (or the hub's wait is over). Closing a unix stream socket with
+// data still unread in its receive queue — stdin the client sent while the
+// container exited — makes the client's read fail with ECONNRESET instead
+// of EOF, as a TCP reset would.
 func (h *attachHub) send(c *attachClient) {
 	defer h.wg.Done()
 	defer c.conn.Close()
@@ -169,11 +177,27 @@ func (h *attachHub) send(c *attachClient) {
 			return
 		}
 	}
+	// Dropped, the connection is closed already and these fail; closed by
+	// the hub, drainBy is set.
+	if uc, ok := c.conn.(*net.UnixConn); ok {
+		_ = uc.CloseWrite()
+	}
+	h.mu.Lock()
+	by := h.drainBy
+	h.mu.Unlock()
+	_ = c.conn.SetReadDeadline(by)
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-c.received:
+	case <-t.C: // receive may be stuck writing to the stdin
+	}
 }
 
 // receive reads c's frames until it leaves.
 func (h *attachHub) receive(c *attachClient) {
 	defer h.wg.Done()
+	defer close(c.received)
 	withStdin := false
 	defer func() {
 		h.drop(c)
@@ -273,16 +297,18 @@ func (f writerFunc) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// close stops accepting, flushes every client's output and disconnects
-// it, waiting at most wait for slow ones.
+// close stops accepting, flushes every client's output, ends it with EOF
+// and disconnects the client once it has left (see send), waiting at most
+// wait for slow ones.
 func (h *attachHub) close(wait time.Duration) {
 	h.mu.Lock()
 	h.closed = true
+	h.drainBy = time.Now().Add(wait)
 	_ = h.ln.Close()
 	for c := range h.clients {
 		delete(h.clients, c)
 		close(c.out)
-		// the sender flushes, then closes conn (ending receive)
+		// the sender flushes, half-closes, waits for receive, closes conn
 	}
 	h.mu.Unlock()
 	done := make(chan struct{})
