@@ -26,7 +26,8 @@ import (
 // attachSock is the shim's attach socket in the container directory.
 const attachSock = "attach.sock"
 
-// Frame types.
+// Frame types. The shim's first frame is a hello too: it will end the
+// attach with frameExit (a shim of an older podflow sends neither).
 const (
 	frameHello  = 0 // client → shim: data[0] = 1 when the client streams stdin
 	frameStdin  = 1 // client → shim
@@ -34,6 +35,7 @@ const (
 	frameResize = 3 // client → shim: width, height (2 bytes each)
 	frameStdout = 4 // shim → client
 	frameStderr = 5 // shim → client
+	frameExit   = 6 // shim → client: the container exited, its output is all sent
 )
 
 // maxFrame bounds a frame's data.
@@ -46,6 +48,10 @@ const attachQueue = 256
 // ErrNoAttach: the container's shim serves no attach socket (it has exited,
 // or was started before shims served one).
 var ErrNoAttach = errors.New("container: the container serves no attach")
+
+// ErrAttachCut: the attach ended before the container exited — the shim
+// dropped it (it read the output too slowly) or went away.
+var ErrAttachCut = errors.New("container: the attach ended before the container exited")
 
 func writeFrame(w io.Writer, typ byte, data []byte) error {
 	b := make([]byte, 5+len(data))
@@ -140,6 +146,7 @@ func (h *attachHub) accept() {
 			return // closed
 		}
 		c := &attachClient{conn: conn, out: make(chan []byte, attachQueue), received: make(chan struct{})}
+		c.out <- []byte{frameHello, 0, 0, 0, 0}
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
@@ -297,16 +304,22 @@ func (f writerFunc) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// close stops accepting, flushes every client's output, ends it with EOF
-// and disconnects the client once it has left (see send), waiting at most
-// wait for slow ones.
+// close is the container's exit: it stops accepting, flushes every
+// client's output and a frameExit, ends it with EOF and disconnects the
+// client once it has left (see send), waiting at most wait for slow ones.
 func (h *attachHub) close(wait time.Duration) {
 	h.mu.Lock()
 	h.closed = true
 	h.drainBy = time.Now().Add(wait)
 	_ = h.ln.Close()
+	exit := []byte{frameExit, 0, 0, 0, 0}
 	for c := range h.clients {
 		delete(h.clients, c)
+		select {
+		case c.out <- exit:
+		default: // too far behind: cut, without the exit
+			_ = c.conn.Close()
+		}
 		close(c.out)
 		// the sender flushes, half-closes, waits for receive, closes conn
 	}
@@ -326,7 +339,9 @@ func (h *attachHub) close(wait time.Duration) {
 // container's stdin is closed if Spec.StdinOnce, else kept for the next
 // attach. Resizes go to the container's terminal. Attach returns nil when
 // the container exits (its output copied) and ctx's error when ctx ends
-// first; ErrNoAttach when the container serves no attach.
+// first; ErrNoAttach when the container serves no attach, and an error
+// matching ErrAttachCut when the attach ends before the container exits
+// (a client too slow to read the output is dropped).
 func (c *Container) Attach(ctx context.Context, stdio Stdio) error {
 	if c.State().Status != StatusRunning {
 		return ErrNoAttach
@@ -397,19 +412,40 @@ func (c *Container) Attach(ctx context.Context, stdio Stdio) error {
 			}
 		}()
 	}
+	if err := copyOutput(conn, stdio); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("container: attach %q: %w", c.ID, err)
+	}
+	return nil
+}
+
+// copyOutput copies the output frames read from conn to stdio until the
+// frameExit: nil. An end of the connection before it is ErrAttachCut (or,
+// a reset, the read's error); what follows it does not matter. A shim of
+// an older podflow sends neither hello nor exit: its EOF is the exit.
+func copyOutput(conn io.Reader, stdio Stdio) error {
+	endsWithExit := false
 	for {
 		typ, data, err := readFrame(conn)
+		if errors.Is(err, io.EOF) && !endsWithExit {
+			return nil
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return ErrAttachCut
+		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("container: attach %q: %w", c.ID, err)
+			return err
 		}
 		w := stdio.Stdout
-		if typ == frameStderr && !stdio.TTY {
+		switch {
+		case typ == frameHello:
+			endsWithExit = true
+			continue
+		case typ == frameExit:
+			return nil
+		case typ == frameStderr && !stdio.TTY:
 			w = stdio.Stderr
 		}
 		if w != nil {

@@ -1,10 +1,12 @@
 package container
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +46,9 @@ func TestAttachSlowClientDropped(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d clients still attached, want the slow one dropped", n)
 	}
+	if err := copyOutput(conn, Stdio{}); !errors.Is(err, ErrAttachCut) {
+		t.Errorf("the dropped client reads to %v, want ErrAttachCut", err)
+	}
 }
 
 // blockedStdin is a container stdin nobody reads: a write blocks until
@@ -62,9 +67,9 @@ func (b *blockedStdin) Write(p []byte) (int, error) {
 
 func (b *blockedStdin) Close() error { return nil }
 
-// TestAttachEndsWithEOF: when the container's output ends while stdin the
-// client sent is still unread in the shim's socket (the container exited
-// without reading it), the client gets the whole output and then EOF, not
+// TestAttachEndsWithEOF: when the container exits while stdin the client
+// sent is still unread in the shim's socket (the container did not read
+// it), the client gets the whole output, the exit and then EOF, not
 // ECONNRESET, which closing a unix socket with unread data gives its peer.
 func TestAttachEndsWithEOF(t *testing.T) {
 	dir := t.TempDir()
@@ -106,7 +111,11 @@ func TestAttachEndsWithEOF(t *testing.T) {
 		<-closed
 	}()
 
+	if typ, data, err := readFrame(conn); err != nil || typ != frameHello {
+		t.Fatalf("first frame %d %q, %v; want the shim's hello", typ, data, err)
+	}
 	var out []byte
+	exited := false
 	for {
 		typ, data, err := readFrame(conn)
 		if errors.Is(err, io.EOF) {
@@ -115,12 +124,51 @@ func TestAttachEndsWithEOF(t *testing.T) {
 		if err != nil {
 			t.Fatalf("read after %q: %v, want EOF", out, err)
 		}
-		if typ != frameStdout {
-			t.Fatalf("frame type %d", typ)
+		switch {
+		case typ == frameStdout && !exited:
+			out = append(out, data...)
+		case typ == frameExit && !exited:
+			exited = true
+		default:
+			t.Fatalf("frame type %d (exit read: %v)", typ, exited)
 		}
-		out = append(out, data...)
 	}
-	if string(out) != "last line\n" {
-		t.Errorf("output %q, want %q", out, "last line\n")
+	if string(out) != "last line\n" || !exited {
+		t.Errorf("output %q, exit read %v; want %q and the exit", out, exited, "last line\n")
+	}
+}
+
+// TestCopyOutput: an attach succeeds at the shim's exit frame (what
+// follows it does not matter), is cut if the stream ends before it, and
+// with a shim of an older podflow (no hello, no exit) ends at EOF.
+func TestCopyOutput(t *testing.T) {
+	frame := func(typ byte, data string) string {
+		var b bytes.Buffer
+		_ = writeFrame(&b, typ, []byte(data))
+		return b.String()
+	}
+	hello, exit := frame(frameHello, ""), frame(frameExit, "")
+	out, errOut := frame(frameStdout, "out\n"), frame(frameStderr, "err\n")
+	for _, tc := range []struct {
+		name, stream string
+		wantErr      error
+		wantOut      string
+	}{
+		{"exit", hello + out + errOut + exit, nil, "out\n"},
+		{"after the exit", hello + out + exit + "\x07garbage", nil, "out\n"},
+		{"cut", hello + out, ErrAttachCut, "out\n"},
+		{"cut in a frame", hello + out + errOut[:7], ErrAttachCut, "out\n"},
+		{"older shim", out + errOut, nil, "out\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := copyOutput(strings.NewReader(tc.stream), Stdio{Stdout: &stdout, Stderr: &stderr})
+			if !errors.Is(err, tc.wantErr) {
+				t.Errorf("copyOutput = %v, want %v", err, tc.wantErr)
+			}
+			if stdout.String() != tc.wantOut {
+				t.Errorf("stdout %q, want %q", stdout.String(), tc.wantOut)
+			}
+		})
 	}
 }
