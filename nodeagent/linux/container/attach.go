@@ -26,7 +26,8 @@ import (
 // attachSock is the shim's attach socket in the container directory.
 const attachSock = "attach.sock"
 
-// Frame types.
+// Frame types. The shim's first frame is a hello too: it will end the
+// attach with frameExit (a shim of an older podflow sends neither).
 const (
 	frameHello  = 0 // client → shim: data[0] = 1 when the client streams stdin
 	frameStdin  = 1 // client → shim
@@ -34,6 +35,7 @@ const (
 	frameResize = 3 // client → shim: width, height (2 bytes each)
 	frameStdout = 4 // shim → client
 	frameStderr = 5 // shim → client
+	frameExit   = 6 // shim → client: the container exited, its output is all sent
 )
 
 // maxFrame bounds a frame's data.
@@ -46,6 +48,10 @@ const attachQueue = 256
 // ErrNoAttach: the container's shim serves no attach socket (it has exited,
 // or was started before shims served one).
 var ErrNoAttach = errors.New("container: the container serves no attach")
+
+// ErrAttachCut: the attach ended before the container exited — the shim
+// dropped it (it read the output too slowly) or went away.
+var ErrAttachCut = errors.New("container: the attach ended before the container exited")
 
 func writeFrame(w io.Writer, typ byte, data []byte) error {
 	b := make([]byte, 5+len(data))
@@ -98,12 +104,14 @@ type attachHub struct {
 	clients map[*attachClient]struct{}
 	closed  bool
 	joined  chan *attachClient // tests: told of each client accepted
+	drainBy time.Time          // set by close: when senders stop waiting for clients to leave
 	wg      sync.WaitGroup
 }
 
 type attachClient struct {
-	conn net.Conn
-	out  chan []byte // framed chunks; closed by the hub
+	conn     net.Conn
+	out      chan []byte   // framed chunks; closed by the hub
+	received chan struct{} // closed when receive returns
 }
 
 // serveAttach listens on dir's attach socket. stdin (nil: none) is what
@@ -137,7 +145,8 @@ func (h *attachHub) accept() {
 		if err != nil {
 			return // closed
 		}
-		c := &attachClient{conn: conn, out: make(chan []byte, attachQueue)}
+		c := &attachClient{conn: conn, out: make(chan []byte, attachQueue), received: make(chan struct{})}
+		c.out <- []byte{frameHello, 0, 0, 0, 0}
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
@@ -156,7 +165,13 @@ func (h *attachHub) accept() {
 	}
 }
 
-// send writes c's queued output until the hub closes its queue.
+// send writes c's queued output until the hub closes its queue, then ends
+// the connection in order: a half-close (the client reads the output, then
+// EOF), and the close itself only once receive has read to the client's
+// own end (or the hub's wait is over). Closing a unix stream socket with
+// data still unread in its receive queue — stdin the client sent while the
+// container exited — makes the client's read fail with ECONNRESET instead
+// of EOF, as a TCP reset would.
 func (h *attachHub) send(c *attachClient) {
 	defer h.wg.Done()
 	defer c.conn.Close()
@@ -169,11 +184,27 @@ func (h *attachHub) send(c *attachClient) {
 			return
 		}
 	}
+	// Dropped, the connection is closed already and these fail; closed by
+	// the hub, drainBy is set.
+	if uc, ok := c.conn.(*net.UnixConn); ok {
+		_ = uc.CloseWrite()
+	}
+	h.mu.Lock()
+	by := h.drainBy
+	h.mu.Unlock()
+	_ = c.conn.SetReadDeadline(by)
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-c.received:
+	case <-t.C: // receive may be stuck writing to the stdin
+	}
 }
 
 // receive reads c's frames until it leaves.
 func (h *attachHub) receive(c *attachClient) {
 	defer h.wg.Done()
+	defer close(c.received)
 	withStdin := false
 	defer func() {
 		h.drop(c)
@@ -273,16 +304,24 @@ func (f writerFunc) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// close stops accepting, flushes every client's output and disconnects
-// it, waiting at most wait for slow ones.
+// close is the container's exit: it stops accepting, flushes every
+// client's output and a frameExit, ends it with EOF and disconnects the
+// client once it has left (see send), waiting at most wait for slow ones.
 func (h *attachHub) close(wait time.Duration) {
 	h.mu.Lock()
 	h.closed = true
+	h.drainBy = time.Now().Add(wait)
 	_ = h.ln.Close()
+	exit := []byte{frameExit, 0, 0, 0, 0}
 	for c := range h.clients {
 		delete(h.clients, c)
+		select {
+		case c.out <- exit:
+		default: // too far behind: cut, without the exit
+			_ = c.conn.Close()
+		}
 		close(c.out)
-		// the sender flushes, then closes conn (ending receive)
+		// the sender flushes, half-closes, waits for receive, closes conn
 	}
 	h.mu.Unlock()
 	done := make(chan struct{})
@@ -300,7 +339,9 @@ func (h *attachHub) close(wait time.Duration) {
 // container's stdin is closed if Spec.StdinOnce, else kept for the next
 // attach. Resizes go to the container's terminal. Attach returns nil when
 // the container exits (its output copied) and ctx's error when ctx ends
-// first; ErrNoAttach when the container serves no attach.
+// first; ErrNoAttach when the container serves no attach, and an error
+// matching ErrAttachCut when the attach ends before the container exits
+// (a client too slow to read the output is dropped).
 func (c *Container) Attach(ctx context.Context, stdio Stdio) error {
 	if c.State().Status != StatusRunning {
 		return ErrNoAttach
@@ -371,19 +412,40 @@ func (c *Container) Attach(ctx context.Context, stdio Stdio) error {
 			}
 		}()
 	}
+	if err := copyOutput(conn, stdio); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("container: attach %q: %w", c.ID, err)
+	}
+	return nil
+}
+
+// copyOutput copies the output frames read from conn to stdio until the
+// frameExit: nil. An end of the connection before it is ErrAttachCut (or,
+// a reset, the read's error); what follows it does not matter. A shim of
+// an older podflow sends neither hello nor exit: its EOF is the exit.
+func copyOutput(conn io.Reader, stdio Stdio) error {
+	endsWithExit := false
 	for {
 		typ, data, err := readFrame(conn)
+		if errors.Is(err, io.EOF) && !endsWithExit {
+			return nil
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return ErrAttachCut
+		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("container: attach %q: %w", c.ID, err)
+			return err
 		}
 		w := stdio.Stdout
-		if typ == frameStderr && !stdio.TTY {
+		switch {
+		case typ == frameHello:
+			endsWithExit = true
+			continue
+		case typ == frameExit:
+			return nil
+		case typ == frameStderr && !stdio.TTY:
 			w = stdio.Stderr
 		}
 		if w != nil {

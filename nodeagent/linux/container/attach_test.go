@@ -118,6 +118,39 @@ func TestAttachStdinStaysOpen(t *testing.T) {
 	}
 }
 
+// TestAttachUnreadStdin: a container that exits while the attach still
+// sends it stdin (here without end) leaves that stdin unread in the shim;
+// the attach still gets the whole output and then an orderly end (were the
+// shim to close its socket with the stdin unread, the attach would read
+// ECONNRESET), and the exit code is the container's.
+func TestAttachUnreadStdin(t *testing.T) {
+	spec := newSpec(t, "sh", "-c", "head -c 100000 >/dev/null; echo done; exit 3")
+	spec.Stdin = true
+	c := start(t, spec)
+	ctx := ctx20(t)
+	var out syncBuf
+	if err := c.Attach(ctx, container.Stdio{Stdin: endless{}, Stdout: &out}); err != nil {
+		t.Fatalf("Attach: %v (output %q)", err, out.String())
+	}
+	if out.String() != "done\n" {
+		t.Errorf("output %q, want %q", out.String(), "done\n")
+	}
+	st, err := c.Wait(ctx)
+	if err != nil || st.ExitCode != 3 {
+		t.Fatalf("Wait = %+v, %v; want exit code 3", st, err)
+	}
+}
+
+// endless is a stdin that never ends.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'x'
+	}
+	return len(p), nil
+}
+
 // TestAttachTTY attaches to a container on a terminal held by the shim
 // (kubectl run -it): the command's stdin and stdout are a terminal whose
 // size follows the attach's resizes.

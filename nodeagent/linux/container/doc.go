@@ -33,7 +33,12 @@
 // dialled through /proc/self/fd of the directory, so its length does not
 // matter): Container.Attach gets the live output and writes stdin, from
 // any process, also after the agent that started the container is gone.
-// Spec.StdinOnce closes stdin when the first attach's stdin ends.
+// Spec.StdinOnce closes stdin when the first attach's stdin ends. At the
+// container's exit the shim sends the rest of the output and an exit
+// frame, half-closes and reads what the client still sends until it
+// leaves (closing a unix socket with data unread would reset the client's
+// read); an attach that ends without the exit frame was cut
+// (ErrAttachCut).
 //
 // Privileges: Spec.Security (nil: DefaultSecurity, containerd's and
 // runc's defaults) says what the process may do. The init applies it in
