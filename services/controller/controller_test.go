@@ -318,3 +318,62 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestKeyRefusedDuringALapseIsSyncedAfter: a key queued while the
+// replica's own Lease has lapsed (a renewal slower than RenewDeadline) is
+// refused, and synced once a renewal ends the lapse, though the live set
+// never changed: nothing else would queue it again before the next
+// resync (none runs here).
+func TestKeyRefusedDuringALapseIsSyncedAfter(t *testing.T) {
+	cl := raftstoretest.MakeCluster(t, 1)
+	st := objects.New(cl.Client(t))
+	var offset atomic.Int64 // the replica's clock runs this far ahead
+	cfg := controller.DefaultConfig("testctl", "r1")
+	controller.FastConfig(&cfg)
+	cfg.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	var syncs atomic.Int64
+	r, err := controller.New(st, cfg, func(context.Context, string) error {
+		syncs.Add(1)
+		return nil
+	}, func() []string { return []string{"ns/k"} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g, gctx := errgroup.WithContext(ctx)
+	t.Cleanup(func() {
+		cancel()
+		_ = g.Wait()
+	})
+	// Renewals as the test sees them: the lapse starts just after one,
+	// once the replica saw it too, so that no recompute of the live set
+	// (each renewal and its watch echo make one) notices it.
+	renewed := make(chan struct{}, 1)
+	leases, err := informer.NewKind(st, objects.Leases, cfg.LeaseNamespace, informer.Handlers[*corev1.Unstructured]{
+		OnUpdate: func(_, _ *corev1.Unstructured) {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var infs informer.Group
+	infs.Add(leases)
+	if err := r.Start(gctx, g, &infs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first sync", func() bool { return syncs.Load() > 0 })
+
+	// The renewal is now older than RenewDeadline on the replica's
+	// clock: the key is refused until the next renewal.
+	<-renewed
+	<-renewed
+	time.Sleep(60 * time.Millisecond)
+	before := syncs.Load()
+	offset.Add(int64(2 * cfg.RenewDeadline))
+	r.Add("ns/k")
+	waitFor(t, "the refused key synced after the lapse", func() bool { return syncs.Load() > before })
+}

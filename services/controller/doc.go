@@ -70,7 +70,8 @@
 //     for the previous owner to see the change, and a long sync checks
 //     Runner.Owns between its steps (SlowStart's proceed). A replica
 //     that cannot renew its Lease for RenewDeadline (shorter than
-//     LeaseDuration) owns nothing: it stops before the others start.
+//     LeaseDuration) owns nothing: it stops before the others start. The
+//     keys it refused meanwhile are queued again once it renewed.
 //  2. A pod's name is its idempotency key. Names are derived from the
 //     controller object's uid and a slot (PodName); the lowest free slots
 //     are taken. Persistence creates a pod only if its name is free, so

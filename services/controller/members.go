@@ -51,7 +51,8 @@ type Members struct {
 	renewed   time.Time // our last successful renewal
 	ownRev    int64     // our Lease's revision
 	acquired  time.Time
-	onChange  func() // called (outside mu) when the live set changed
+	lapsed    bool   // Owns refused a key while our own Lease had lapsed
+	onChange  func() // called (outside mu) when the live set changed, or keys were refused during a lapse that ended
 }
 
 // leaseState is what Members knows of one Lease.
@@ -245,7 +246,15 @@ func (m *Members) Owns(key string) (bool, time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	if !m.healthyLocked(now) || Owner(m.cur, key) != m.self {
+	if !m.healthyLocked(now) {
+		// Our Lease lapsed (a renewal slower than RenewDeadline): the key
+		// waits until we renewed, when every key is queued again. The
+		// live set need not change meanwhile (no recompute saw the
+		// lapse), so nothing else would queue it.
+		m.lapsed = true
+		return false, 0
+	}
+	if Owner(m.cur, key) != m.self {
 		return false, 0
 	}
 	prev := Owner(m.prev, key)
@@ -302,6 +311,9 @@ func (m *Members) renew(ctx context.Context) error {
 	m.mu.Lock()
 	m.ownRev, m.acquired, m.renewed = objects.Revision(u), acquired, now
 	changed := m.recomputeLocked()
+	if m.lapsed && m.healthyLocked(m.now()) {
+		m.lapsed, changed = false, true // queue what the lapse refused
+	}
 	m.mu.Unlock()
 	m.changed(changed)
 	return nil

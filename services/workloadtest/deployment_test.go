@@ -263,6 +263,14 @@ func (c *cluster) waitRolledOut(name string) *apps.Deployment {
 			for _, rs := range c.replicaSetsOf(string(d.UID)) {
 				c.t.Logf("ReplicaSet %s: replicas %d, status %+v", rs.Name, *rs.Spec.Replicas, rs.Status)
 			}
+			// Which layer is behind: a pod the stand-in kubelet never
+			// readied, or a status that does not show a ready pod.
+			for _, p := range c.pods("default") {
+				md := p.GetMetadata()
+				c.t.Logf("pod %s: revision %s, controller %s, terminating %t, node %q, phase %q, conditions %v", md.GetName(),
+					md.GetResourceVersion(), controller.ControllerOf(md).GetName(), md.GetDeletionTimestamp() != nil,
+					p.GetSpec().GetNodeName(), p.GetStatus().GetPhase(), p.GetStatus().GetConditions())
+			}
 			c.t.Fatalf("deployment %s not rolled out after 90s: generation %d, status %+v", name, d.Generation, d.Status)
 		}
 		time.Sleep(50 * time.Millisecond)

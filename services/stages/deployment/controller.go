@@ -306,14 +306,18 @@ func (c *Controller) syncKey(ctx context.Context, key string) error {
 	if err != nil {
 		return nil
 	}
+	// The informers' revisions are read before anything is read from
+	// them: a Deployment read first could be older than a revision read
+	// after it, and satisfy an expectation it does not show.
+	depRev, setRev := c.deps.Revision(), c.sets.Revision()
 	deployment := c.deployment(ns, name)
 	if deployment == nil {
 		c.runner.Forget(expectKey(key, objects.Deployments))
 		c.runner.Forget(expectKey(key, objects.ReplicaSets))
 		return nil
 	}
-	if !c.runner.Satisfied(expectKey(key, objects.Deployments), c.deps.Revision()) ||
-		!c.runner.Satisfied(expectKey(key, objects.ReplicaSets), c.sets.Revision()) {
+	if !c.runner.Satisfied(expectKey(key, objects.Deployments), depRev) ||
+		!c.runner.Satisfied(expectKey(key, objects.ReplicaSets), setRev) {
 		c.runner.AddAfter(key, time.Second) // in case no informer event comes
 		return nil
 	}
