@@ -193,6 +193,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return nil
 	}
+	// The informers' revisions are read before the objects: a CronJob read
+	// first could be older than a revision read after it, and satisfy an
+	// expectation it does not show.
+	jobsRev, cjsRev := c.jobs.Revision(), c.cjs.Revision()
 	u, ok := c.cjs.Get(ns, name)
 	if !ok {
 		return nil
@@ -205,7 +209,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	// The Jobs informer must show the Jobs a sync made or deleted, the
 	// CronJobs informer the status it wrote (each informer's revision
 	// moves only with its own kind's changes: two expectations).
-	if jobsSeen, statusSeen := c.runner.Satisfied(key, c.jobs.Revision()), c.runner.Satisfied(statusKey(key), c.cjs.Revision()); !jobsSeen || !statusSeen {
+	if jobsSeen, statusSeen := c.runner.Satisfied(key, jobsRev), c.runner.Satisfied(statusKey(key), cjsRev); !jobsSeen || !statusSeen {
 		c.runner.AddAfter(key, time.Second)
 		return nil
 	}

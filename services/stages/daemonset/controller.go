@@ -413,6 +413,9 @@ func (c *Controller) syncKey(ctx context.Context, key string) error {
 	if err != nil {
 		return nil
 	}
+	// The informers' revisions are read before the objects (see the
+	// check below).
+	dsRev, crRev := c.dsInf.Revision(), c.crInf.Revision()
 	ds := c.daemonSet(ns, name)
 	if ds == nil {
 		for _, k := range []objects.Kind{objects.DaemonSets, objects.ControllerRevisions, objects.Pods} {
@@ -422,8 +425,8 @@ func (c *Controller) syncKey(ctx context.Context, key string) error {
 	}
 	// kube's consistencyStore.EnsureReady: our writes of the DaemonSet and
 	// its history must be in the informers before we decide from them.
-	if !c.runner.Satisfied(expectKey(key, objects.DaemonSets), c.dsInf.Revision()) ||
-		!c.runner.Satisfied(expectKey(key, objects.ControllerRevisions), c.crInf.Revision()) {
+	if !c.runner.Satisfied(expectKey(key, objects.DaemonSets), dsRev) ||
+		!c.runner.Satisfied(expectKey(key, objects.ControllerRevisions), crRev) {
 		c.runner.AddAfter(key, time.Second) // in case no informer event comes
 		return nil
 	}

@@ -319,6 +319,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return nil
 	}
+	// The informers' revisions are checked before the StatefulSet is read:
+	// one read first could be older than a revision read after it, and
+	// satisfy an expectation it does not show.
+	seen := c.satisfied(key)
 	u, ok := c.sets.Get(ns, name)
 	if !ok {
 		for _, k := range expectKinds {
@@ -326,7 +330,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		}
 		return nil
 	}
-	if !c.satisfied(key) {
+	if !seen {
 		c.runner.AddAfter(key, time.Second) // in case no informer event comes
 		return nil
 	}
