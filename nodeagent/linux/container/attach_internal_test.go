@@ -23,16 +23,7 @@ func TestAttachSlowClientDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.close(time.Second)
-	joined := make(chan *attachClient, 1)
-	h.mu.Lock()
-	h.joined = joined
-	h.mu.Unlock()
-	conn, err := net.Dial("unix", filepath.Join(dir, attachSock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	<-joined
+	conn := dialAttach(t, h, dir)
 	w := h.writer(frameStdout)
 	chunk := make([]byte, maxFrame)
 	for range 4 * attachQueue { // far beyond the socket's buffer and the queue
@@ -78,16 +69,7 @@ func TestAttachEndsWithEOF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	joined := make(chan *attachClient, 1)
-	h.mu.Lock()
-	h.joined = joined
-	h.mu.Unlock()
-	conn, err := net.Dial("unix", filepath.Join(dir, attachSock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	<-joined
+	conn := dialAttach(t, h, dir)
 	for _, f := range []struct {
 		typ  byte
 		data string
@@ -171,4 +153,21 @@ func TestCopyOutput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dialAttach connects to h, serving in dir, and returns once h has
+// accepted the connection (closed when the test ends).
+func dialAttach(t *testing.T, h *attachHub, dir string) net.Conn {
+	t.Helper()
+	joined := make(chan *attachClient, 1)
+	h.mu.Lock()
+	h.joined = joined
+	h.mu.Unlock()
+	conn, err := net.Dial("unix", filepath.Join(dir, attachSock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	<-joined
+	return conn
 }
