@@ -207,7 +207,7 @@ func (e *Env) Verify(ctx context.Context) (*Report, error) {
 				e.verifyCarried(rep, p, env.GetPodScheduled())
 			}
 		}
-		if ph := p.GetStatus().GetPhase(); ph == "Succeeded" || ph == "Failed" {
+		if cache.Terminal(p) {
 			finished[uid] = node
 			continue
 		}
