@@ -155,6 +155,11 @@ type Config struct {
 	WatchMissedHeartbeats int
 	// WatchBatch is the maximum number of events per watch message.
 	WatchBatch int
+	// WatchCacheBytes bounds the encoded events this replica's watch
+	// streams share (each event is encoded once for them all): two
+	// generations of about this many bytes each. 0 turns the sharing off:
+	// every stream encodes its own messages.
+	WatchCacheBytes int
 	// ListChunkBytes bounds the key-values of one chunk of a list's
 	// answer; 0 is half the bus's max payload, at most 2 MiB. Four chunks
 	// go ahead of the reader's acknowledgement.
@@ -247,6 +252,7 @@ func DefaultConfig() Config {
 		WatchHeartbeat:        time.Second,
 		WatchMissedHeartbeats: 3,
 		WatchBatch:            256,
+		WatchCacheBytes:       4 << 20,
 		LogOutput:             os.Stderr,
 		LogLevel:              "warn",
 	}
@@ -323,6 +329,9 @@ func (c Config) Validate() error {
 	}
 	if c.ListChunkBytes < 0 {
 		add("ListChunkBytes (%d) must not be negative", c.ListChunkBytes)
+	}
+	if c.WatchCacheBytes < 0 {
+		add("WatchCacheBytes (%d) must not be negative", c.WatchCacheBytes)
 	}
 	if c.WatchHeartbeat <= 0 || c.WatchMissedHeartbeats < 1 || c.WatchBatch < 1 {
 		add("WatchHeartbeat (%s), WatchMissedHeartbeats (%d) and WatchBatch (%d) must be positive", c.WatchHeartbeat, c.WatchMissedHeartbeats, c.WatchBatch)

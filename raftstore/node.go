@@ -41,13 +41,15 @@ type Node struct {
 	walStats *walmetrics.AtomicCollector
 	unlock   func() // releases the data dir's LOCK
 	count    counters
-	trans    *guardedTransport
-	raft     *raft.Raft
-	ctx      context.Context // cancelled by Shutdown
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup // every goroutine the node starts but request handlers
-	sem      chan struct{}  // bounds in-flight requests
-	idle     chan func()    // request workers waiting for a request (dispatch)
+	// wire holds the encodings of recent events for the watch streams.
+	wire   wireCache
+	trans  *guardedTransport
+	raft   *raft.Raft
+	ctx    context.Context // cancelled by Shutdown
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the node starts but request handlers
+	sem    chan struct{}  // bounds in-flight requests
+	idle   chan func()    // request workers waiting for a request (dispatch)
 	// reqs counts request handlers; Shutdown waits for them while raft still
 	// runs, because raft leaves futures buffered in its apply channel
 	// (BatchApplyCh) unanswered forever once it is shut down.
@@ -1220,24 +1222,6 @@ func (n *Node) openKVs(kvs []*storev1.KeyValue) error {
 			return err
 		}
 		kvs[i] = open
-	}
-	return nil
-}
-
-// openEvents replaces each of events whose value is encrypted by a copy
-// with the value decrypted.
-func (n *Node) openEvents(events []*storev1.Event) error {
-	if n.cfg.Encryption == nil {
-		return nil
-	}
-	for i, e := range events {
-		kv, err := n.openKV(e.Kv)
-		if err != nil {
-			return err
-		}
-		if kv != e.Kv {
-			events[i] = &storev1.Event{Type: e.Type, Kv: kv, Revision: e.Revision}
-		}
 	}
 	return nil
 }

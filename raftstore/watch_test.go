@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,5 +246,85 @@ func TestWatchGoneAfterCompaction(t *testing.T) {
 	}
 	if ev := collect(t, w, 1)[0]; ev.Revision != r {
 		t.Fatalf("live watch after the compaction: event at %d, want %d", ev.Revision, r)
+	}
+}
+
+// TestWatchersShareEncodings runs watchers of one prefix on one replica,
+// which share each event's encoding: started before, during and after a
+// stream of writes, at different revisions, one reading only once the
+// writes are done, one of a narrower prefix. With a cache far smaller than
+// the writes (its generations turn over many times, so the late watchers
+// catch up past what it holds) and with the default one, each must get
+// exactly the events after its revision under its prefix, in order, the
+// two events of one revision included.
+func TestWatchersShareEncodings(t *testing.T) {
+	for _, cache := range []int{512, raftstore.DefaultConfig().WatchCacheBytes} {
+		t.Run(fmt.Sprint("cache=", cache), func(t *testing.T) {
+			c := raftstoretest.MakeCluster(t, 1, func(cfg *raftstore.Config) { cfg.WatchCacheBytes = cache })
+			cl := c.Client(t)
+			ctx := testCtx(t)
+			const writes = 150
+			type expected struct {
+				w    *raftstore.Watch
+				from int64
+				pre  string
+			}
+			var watchers []expected
+			start := func(pre string, from int64) {
+				w, err := cl.Watch(ctx, pre, from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(w.Stop)
+				watchers = append(watchers, expected{w, from, pre})
+			}
+			var all []string // every event, as eventString
+			var revs []int64
+			start("/s/", 0)
+			start("/s/", 0)
+			start("/s/odd/", 0)
+			for i := range writes {
+				key := fmt.Sprintf("/s/even/%d", i)
+				if i%2 == 1 {
+					key = fmt.Sprintf("/s/odd/%d", i)
+				}
+				r, err := cl.Create(ctx, key, []byte(fmt.Sprintf("value %d %0100d", i, i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				revs = append(revs, r)
+				all = append(all, fmt.Sprintf("PUT %s=%q c=%d m=%d @%d", key, fmt.Sprintf("value %d %0100d", i, i), r, r, r))
+				if i == writes/3 {
+					start("/s/", revs[writes/6])
+				}
+			}
+			// Two events at one revision: the sharing tells events apart, not revisions.
+			if _, err := cl.Txn(ctx, raftstore.Txn{Ops: []raftstore.Op{
+				{Type: raftstore.OpPut, Key: "/s/odd/x", Value: []byte("x")},
+				{Type: raftstore.OpDelete, Key: "/s/odd/1"},
+			}}); err != nil {
+				t.Fatal(err)
+			}
+			start("/s/", revs[writes/2])
+			start("/s/", 0)
+			for i, x := range watchers {
+				var want []string
+				for j, e := range all {
+					if revs[j] > x.from && strings.HasPrefix(strings.Fields(e)[1], x.pre) {
+						want = append(want, e)
+					}
+				}
+				got := collect(t, x.w, len(want))
+				for j := range want {
+					if s := eventString(got[j]); s != want[j] {
+						t.Fatalf("watcher %d (%s from %d): event %d = %s, want %s", i, x.pre, x.from, j, s, want[j])
+					}
+				}
+				last := collect(t, x.w, 2) // the txn, after the writes
+				if last[0].KV.Key != "/s/odd/x" || last[1].Type != raftstore.EventDelete || last[1].KV.Key != "/s/odd/1" || last[0].Revision != last[1].Revision {
+					t.Fatalf("watcher %d: after the writes got %s, %s; want the txn's put and delete", i, eventString(last[0]), eventString(last[1]))
+				}
+			}
+		})
 	}
 }

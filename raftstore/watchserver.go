@@ -2,11 +2,13 @@ package raftstore
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/proto/storev1"
 	"github.com/podflow/podflow/proto/vt"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -58,6 +60,8 @@ func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 		}
 		return nc.Publish(req.Inbox, data) == nil
 	}
+	// buf is the stream's message buffer: Publish copies what it is given.
+	var buf []byte
 	hb := time.NewTicker(n.cfg.WatchHeartbeat)
 	defer hb.Stop()
 	cursor, missed := req.FromRevision, 0
@@ -72,15 +76,23 @@ func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 			send(&storev1.WatchMessage{Error: toWire(err)})
 			return
 		}
-		if err := n.openEvents(events); err != nil {
-			send(&storev1.WatchMessage{Error: toWire(err)})
-			return
-		}
 		if len(events) > 0 {
-			if !send(&storev1.WatchMessage{Events: events, Revision: covered}) {
+			buf, err = n.appendWatchEvents(buf[:0], seq+1, events, covered)
+			if err != nil {
+				var open *Error
+				if errors.As(err, &open) { // a value that cannot be decrypted
+					send(&storev1.WatchMessage{Error: toWire(err)})
+				}
+				return
+			}
+			seq++
+			if nc.Publish(req.Inbox, buf) != nil {
 				return
 			}
 			n.count.watchEvents.Add(uint64(len(events)))
+			if cap(buf) > maxWatchBytes<<1 {
+				buf = nil // one oversized event: do not hold its buffer
+			}
 		}
 		more := covered > cursor && len(events) > 0
 		cursor = max(cursor, covered)
@@ -108,4 +120,93 @@ func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 			}
 		}
 	}
+}
+
+// WatchMessage's field numbers, for appendWatchEvents.
+const (
+	watchMessageSeq      protowire.Number = 1
+	watchMessageEvents   protowire.Number = 2
+	watchMessageRevision protowire.Number = 3
+)
+
+// appendWatchEvents appends to b the WatchMessage{Seq: seq, Events:
+// events, Revision: revision} as vt.Marshal encodes it, the events opened
+// (decrypted) for the watcher. It fails with an *Error when a value cannot
+// be decrypted, another error when an event cannot be encoded. A stored event's encoding comes from the
+// replica's wireCache, so an event is encoded once however many streams
+// carry it; an opened copy is encoded for this message alone.
+func (n *Node) appendWatchEvents(b []byte, seq uint64, events []*storev1.Event, revision int64) ([]byte, error) {
+	b = protowire.AppendTag(b, watchMessageSeq, protowire.VarintType)
+	b = protowire.AppendVarint(b, seq)
+	for _, e := range events {
+		kv, err := n.openKV(e.Kv)
+		if err != nil {
+			return b, err
+		}
+		var enc []byte
+		if kv == e.Kv {
+			enc, err = n.wire.get(e, n.cfg.WatchCacheBytes)
+		} else {
+			enc, err = vt.Marshal(&storev1.Event{Type: e.Type, Kv: kv, Revision: e.Revision})
+		}
+		if err != nil {
+			return b, err
+		}
+		b = protowire.AppendTag(b, watchMessageEvents, protowire.BytesType)
+		b = protowire.AppendBytes(b, enc)
+	}
+	if revision != 0 {
+		b = protowire.AppendTag(b, watchMessageRevision, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(revision))
+	}
+	return b, nil
+}
+
+// wireCache holds the encodings of recent stored events, keyed by the
+// (immutable) stored event: every watch stream of a replica that carries
+// an event shares its one encoding. It keeps two generations of about
+// wireCacheBytes each: when the current one is full it becomes the
+// previous and the oldest is dropped, so watchers near the head (nearly
+// all) hit and a watcher catching up from far behind encodes for itself.
+// Keys are stored events, kept alive by the cache: an address is never
+// reused while it is a key.
+type wireCache struct {
+	mu        sync.Mutex
+	cur, prev map[*storev1.Event][]byte
+	size      int // bytes in cur
+}
+
+// get returns e's encoding, encoding it on a miss, with generations of
+// limit bytes (0: no cache).
+func (c *wireCache) get(e *storev1.Event, limit int) ([]byte, error) {
+	if limit <= 0 {
+		return vt.Marshal(e)
+	}
+	c.mu.Lock()
+	b, ok := c.cur[e]
+	if !ok {
+		if b, ok = c.prev[e]; ok {
+			c.putLocked(e, b, limit)
+		}
+	}
+	c.mu.Unlock()
+	if ok {
+		return b, nil
+	}
+	b, err := vt.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.putLocked(e, b, limit)
+	c.mu.Unlock()
+	return b, nil
+}
+
+func (c *wireCache) putLocked(e *storev1.Event, b []byte, limit int) {
+	if c.cur == nil || c.size+len(b) > limit {
+		c.prev, c.cur, c.size = c.cur, make(map[*storev1.Event][]byte), 0
+	}
+	c.cur[e] = b
+	c.size += len(b)
 }
