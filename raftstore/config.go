@@ -160,6 +160,11 @@ type Config struct {
 	// generations of about this many bytes each. 0 turns the sharing off:
 	// every stream encodes its own messages.
 	WatchCacheBytes int
+	// WatchCoalesce is how long watch streams let changes gather after a
+	// commit before they look: a burst of commits then goes to each
+	// watcher in one message rather than one per commit. It delays each
+	// watch event by up to this long. 0 wakes the streams at every commit.
+	WatchCoalesce time.Duration
 	// ListChunkBytes bounds the key-values of one chunk of a list's
 	// answer; 0 is half the bus's max payload, at most 2 MiB. Four chunks
 	// go ahead of the reader's acknowledgement.
@@ -253,6 +258,7 @@ func DefaultConfig() Config {
 		WatchMissedHeartbeats: 3,
 		WatchBatch:            256,
 		WatchCacheBytes:       4 << 20,
+		WatchCoalesce:         time.Millisecond,
 		LogOutput:             os.Stderr,
 		LogLevel:              "warn",
 	}
@@ -332,6 +338,9 @@ func (c Config) Validate() error {
 	}
 	if c.WatchCacheBytes < 0 {
 		add("WatchCacheBytes (%d) must not be negative", c.WatchCacheBytes)
+	}
+	if c.WatchCoalesce < 0 || c.WatchCoalesce > c.WatchHeartbeat {
+		add("WatchCoalesce (%s) must be between 0 and WatchHeartbeat (%s)", c.WatchCoalesce, c.WatchHeartbeat)
 	}
 	if c.WatchHeartbeat <= 0 || c.WatchMissedHeartbeats < 1 || c.WatchBatch < 1 {
 		add("WatchHeartbeat (%s), WatchMissedHeartbeats (%d) and WatchBatch (%d) must be positive", c.WatchHeartbeat, c.WatchMissedHeartbeats, c.WatchBatch)

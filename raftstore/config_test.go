@@ -61,6 +61,8 @@ func TestConfigValidate(t *testing.T) {
 		{"no history", func(c *Config) { c.HistoryRevisions = 0 }, "HistoryRevisions"},
 		{"tiny segments", func(c *Config) { c.LogSegmentBytes = 4096 }, "LogSegmentBytes"},
 		{"raft lease", func(c *Config) { c.LeaderLeaseTimeout = 2 * c.HeartbeatTimeout }, "LeaderLeaseTimeout"},
+		{"negative watch cache", func(c *Config) { c.WatchCacheBytes = -1 }, "WatchCacheBytes"},
+		{"coalescing past the heartbeat", func(c *Config) { c.WatchCoalesce = 2 * c.WatchHeartbeat }, "WatchCoalesce"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()

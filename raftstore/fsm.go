@@ -371,6 +371,13 @@ func (f *fsm) waitRevision(ctx context.Context, rev int64) error {
 	}
 }
 
+// changes returns a channel closed at the next change.
+func (f *fsm) changes() <-chan struct{} {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.changed
+}
+
 // revisions returns the current and compacted revisions.
 func (f *fsm) revisions() (rev, compactRev int64) {
 	f.mu.RLock()

@@ -42,7 +42,9 @@ type Node struct {
 	unlock   func() // releases the data dir's LOCK
 	count    counters
 	// wire holds the encodings of recent events for the watch streams.
-	wire   wireCache
+	wire wireCache
+	// wake wakes the watch streams (watchWake).
+	wake   wake
 	trans  *guardedTransport
 	raft   *raft.Raft
 	ctx    context.Context // cancelled by Shutdown
@@ -190,6 +192,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("raftstore: start raft: %w", err)
 	}
 	n.verify = &verifier{r: n.raft, goFunc: n.goFunc}
+	if n.cfg.WatchCoalesce > 0 { // before any watch stream starts
+		next := n.fsm.changes()
+		n.goFunc(func() { n.coalesceWakes(next) })
+	}
 
 	for _, s := range []struct {
 		subject, queue string

@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"cmp"
 	"errors"
 	"sync"
 	"time"
@@ -71,6 +72,7 @@ func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 		if n.ctx.Err() != nil {
 			return
 		}
+		wake := n.watchWake() // before the scan: a later change closes it
 		events, covered, changed, err := n.fsm.eventsAfterKept(req.Prefix, cursor, n.cfg.WatchBatch, maxWatchBytes, keep)
 		if err != nil {
 			send(&storev1.WatchMessage{Error: toWire(err)})
@@ -103,7 +105,7 @@ func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 		case <-n.ctx.Done():
 			send(&storev1.WatchMessage{Error: toWire(newError(storev1.Code_CODE_UNAVAILABLE, "", "replica %q shutting down", n.cfg.ID))})
 			return
-		case <-changed:
+		case <-cmp.Or(wake, changed):
 		case <-hb.C:
 			seq++
 			data, _ := proto.Marshal(&storev1.WatchMessage{Seq: seq, Revision: cursor})
@@ -209,4 +211,55 @@ func (c *wireCache) putLocked(e *storev1.Event, b []byte, limit int) {
 	}
 	c.cur[e] = b
 	c.size += len(b)
+}
+
+// wake is the channel coalesceWakes closes a while after each change.
+type wake struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// watchWake returns a channel closed a while (Config.WatchCoalesce) after
+// the next change, or nil when streams wake at every change.
+func (n *Node) watchWake() <-chan struct{} {
+	if n.cfg.WatchCoalesce <= 0 {
+		return nil
+	}
+	n.wake.mu.Lock()
+	defer n.wake.mu.Unlock()
+	if n.wake.ch == nil {
+		n.wake.ch = make(chan struct{})
+	}
+	return n.wake.ch
+}
+
+// coalesceWakes wakes the watch streams WatchCoalesce after a change, once
+// for all the changes meanwhile: one goroutine and one timer for the
+// replica instead of a wake-up per commit for each stream. It takes the
+// next change's channel before it wakes the streams, so a change after
+// that wakes them again, and one before is seen by their scan. next, the
+// first change's channel, is taken before any stream takes a wake channel.
+func (n *Node) coalesceWakes(next <-chan struct{}) {
+	t := time.NewTimer(n.cfg.WatchCoalesce)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-next:
+		}
+		t.Reset(n.cfg.WatchCoalesce)
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		next = n.fsm.changes()
+		n.wake.mu.Lock()
+		if n.wake.ch != nil {
+			close(n.wake.ch)
+			n.wake.ch = nil
+		}
+		n.wake.mu.Unlock()
+	}
 }

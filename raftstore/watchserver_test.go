@@ -2,9 +2,11 @@ package raftstore
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -125,5 +127,54 @@ func TestWireCacheGenerations(t *testing.T) {
 	var off wireCache
 	if _, err := off.get(events[0], 0); err != nil || off.cur != nil {
 		t.Fatalf("limit 0 cached: %v %v", off.cur, err)
+	}
+}
+
+// coalescingNode is a Node with just what coalesceWakes needs, running it.
+func coalescingNode(t *testing.T, d time.Duration) *Node {
+	n := &Node{fsm: newFSM(1000, 0, 10), cfg: Config{WatchCoalesce: d}}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	next := n.fsm.changes()
+	n.goFunc(func() { n.coalesceWakes(next) })
+	t.Cleanup(func() { n.cancel(); n.wg.Wait() })
+	return n
+}
+
+// TestWatchWakeCoalesces: commits within WatchCoalesce of the first wake
+// the streams once, not at each commit.
+func TestWatchWakeCoalesces(t *testing.T) {
+	n := coalescingNode(t, time.Hour)
+	wake := n.watchWake()
+	for i := range 5 {
+		apply(t, n.fsm, put(fmt.Sprint("/k/", i), "v", ""))
+	}
+	select {
+	case <-wake:
+		t.Fatal("streams woken before the coalescing delay passed")
+	default:
+	}
+	if n.watchWake() != wake {
+		t.Fatal("a stream looking now waits on another wake-up than the commits'")
+	}
+}
+
+// TestWatchWakeMissesNoChange: a stream that takes its wake channel
+// before it scans is woken for every change after it, the first change
+// after the replica starts included, and changes falling at various
+// points of the coalescing goroutine's cycle. A lost wake-up fails this
+// test; in a replica the watch heartbeat would only hide it as delay.
+func TestWatchWakeMissesNoChange(t *testing.T) {
+	n := coalescingNode(t, 50*time.Microsecond)
+	for i := range 2000 {
+		wake := n.watchWake()
+		if i%3 == 0 {
+			time.Sleep(time.Duration(i%7) * 20 * time.Microsecond)
+		}
+		apply(t, n.fsm, put("/k", fmt.Sprint(i), ""))
+		select {
+		case <-wake:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("change %d woke no stream", i)
+		}
 	}
 }
