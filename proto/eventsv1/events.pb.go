@@ -707,13 +707,20 @@ func (x *PodRequested) GetUser() *corev1.UserInfo {
 }
 
 type PodAuthorized struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pod           *corev1.Pod            `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
-	User          *corev1.UserInfo       `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
-	ReplyTo       string                 `protobuf:"bytes,3,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
-	DryRun        bool                   `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Pod     *corev1.Pod            `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	User    *corev1.UserInfo       `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	ReplyTo string                 `protobuf:"bytes,3,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	DryRun  bool                   `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// admission_revision is the store revision the api stage's admission
+	// configurations (webhook configurations, admission policies and their
+	// bindings) had reached when it accepted the pod: the admission stage
+	// calls the webhooks only once its own have reached it, so a webhook
+	// registered before the request is called. 0 (an older api stage, or
+	// one without dynamic admission): no wait.
+	AdmissionRevision int64 `protobuf:"varint,5,opt,name=admission_revision,json=admissionRevision,proto3" json:"admission_revision,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PodAuthorized) Reset() {
@@ -772,6 +779,13 @@ func (x *PodAuthorized) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *PodAuthorized) GetAdmissionRevision() int64 {
+	if x != nil {
+		return x.AdmissionRevision
+	}
+	return 0
 }
 
 type PodAdmitted struct {
@@ -2539,12 +2553,13 @@ const file_eventsv1_events_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x19\n" +
 	"\breply_to\x18\x03 \x01(\tR\areplyTo\x12\x17\n" +
 	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12-\n" +
-	"\x04user\x18\x05 \x01(\v2\x19.podflow.core.v1.UserInfoR\x04user\"\x9a\x01\n" +
+	"\x04user\x18\x05 \x01(\v2\x19.podflow.core.v1.UserInfoR\x04user\"\xc9\x01\n" +
 	"\rPodAuthorized\x12&\n" +
 	"\x03pod\x18\x01 \x01(\v2\x14.podflow.core.v1.PodR\x03pod\x12-\n" +
 	"\x04user\x18\x02 \x01(\v2\x19.podflow.core.v1.UserInfoR\x04user\x12\x19\n" +
 	"\breply_to\x18\x03 \x01(\tR\areplyTo\x12\x17\n" +
-	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\x8a\x02\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12-\n" +
+	"\x12admission_revision\x18\x05 \x01(\x03R\x11admissionRevision\"\x8a\x02\n" +
 	"\vPodAdmitted\x12&\n" +
 	"\x03pod\x18\x01 \x01(\v2\x14.podflow.core.v1.PodR\x03pod\x12-\n" +
 	"\x04user\x18\x02 \x01(\v2\x19.podflow.core.v1.UserInfoR\x04user\x12\x19\n" +

@@ -312,6 +312,7 @@ func (m *PodAuthorized) CloneVT() *PodAuthorized {
 	r.User = m.User.CloneVT()
 	r.ReplyTo = m.ReplyTo
 	r.DryRun = m.DryRun
+	r.AdmissionRevision = m.AdmissionRevision
 	if len(m.unknownFields) > 0 {
 		r.unknownFields = make([]byte, len(m.unknownFields))
 		copy(r.unknownFields, m.unknownFields)
@@ -1635,6 +1636,9 @@ func (this *PodAuthorized) EqualVT(that *PodAuthorized) bool {
 		return false
 	}
 	if this.DryRun != that.DryRun {
+		return false
+	}
+	if this.AdmissionRevision != that.AdmissionRevision {
 		return false
 	}
 	return string(this.unknownFields) == string(that.unknownFields)
@@ -3234,6 +3238,11 @@ func (m *PodAuthorized) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.AdmissionRevision != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.AdmissionRevision))
+		i--
+		dAtA[i] = 0x28
 	}
 	if m.DryRun {
 		i--
@@ -5233,6 +5242,9 @@ func (m *PodAuthorized) SizeVT() (n int) {
 	}
 	if m.DryRun {
 		n += 2
+	}
+	if m.AdmissionRevision != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.AdmissionRevision))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -7777,6 +7789,25 @@ func (m *PodAuthorized) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.DryRun = bool(v != 0)
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field AdmissionRevision", wireType)
+			}
+			m.AdmissionRevision = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.AdmissionRevision |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

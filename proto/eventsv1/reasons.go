@@ -14,6 +14,9 @@ const (
 	ReasonTooManyRequests = "TooManyRequests"
 	ReasonInternalError   = "InternalError"
 	ReasonBadRequest      = "BadRequest"
+	// ReasonServiceUnavailable: a stage cannot admit the pod now (its
+	// webhook configurations lag the api stage's); the client may retry.
+	ReasonServiceUnavailable = "ServiceUnavailable"
 
 	// Scheduling.
 	ReasonScheduled        = "Scheduled"

@@ -85,6 +85,12 @@ type options struct {
 	scheduler bool
 	// maxPayload is the bus's largest message (0: bus.DefaultMaxPayload).
 	maxPayload int32
+	// admissionKV, when set, wraps the store the admission stage's
+	// webhooks and policies (webhookkube) read, to hold its informers
+	// behind the api's.
+	admissionKV func(objects.KV) objects.KV
+	// admission adjusts the admission stage's Config.
+	admission func(*admission.Config)
 }
 
 func freeAddr(t testing.TB) string {
@@ -223,10 +229,17 @@ func startSystem(t testing.TB, o options) *system {
 	run(pipeline.Admission, func(env stage.Env) (stage.Handler, error) {
 		cfg := admission.DefaultConfig()
 		cfg.Quota = quota.NewAdmission(env.Store)
+		if o.admission != nil {
+			o.admission(&cfg)
+		}
 		if !o.webhooks {
 			return admission.NewStage(env, cfg)
 		}
-		hooks, err := webhookkube.New(webhookkube.Config{Store: env.Store})
+		hookStore := env.Store
+		if o.admissionKV != nil {
+			hookStore = objects.FromKV(o.admissionKV(env.Store.KV()))
+		}
+		hooks, err := webhookkube.New(webhookkube.Config{Store: hookStore})
 		if err != nil {
 			return nil, err
 		}

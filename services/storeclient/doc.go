@@ -26,7 +26,12 @@
 //     Start;
 //  3. stops the informers by closing the stop channel (cancelling the
 //     context) and calls Shutdown, which waits for their goroutines;
-//  4. treats the cached objects as read-only (they are shared).
+//  4. treats the cached objects as read-only (they are shared);
+//  5. to know when another process's view has reached this one's, calls
+//     Track for the kinds concerned before asking for their informers,
+//     then Revision (the revision to hand over) and WaitForRevision (to
+//     wait, in the other process, until every event handler of those
+//     informers has been given the changes up to it).
 //
 // Example:
 //

@@ -50,6 +50,7 @@ type Factory struct {
 	informers map[reflect.Type]cache.SharedIndexInformer
 	dynamic   map[schema.GroupVersionResource]cache.SharedIndexInformer // kinds without a Go type
 	started   map[cache.SharedIndexInformer]bool
+	tracked   map[reflect.Type]*tracked // Track's types (nil until made)
 	shutdown  bool
 	wg        sync.WaitGroup
 }
@@ -82,7 +83,8 @@ func (f *Factory) InformerFor(obj runtime.Object, _ internalinterfaces.NewInform
 		return inf
 	}
 	kind, err := kindOfKube(obj)
-	inf := cache.NewSharedIndexInformer(&listWatch{store: f.store, kind: kind, err: err}, obj, 0, indexers())
+	lw := &listWatch{store: f.store, kind: kind, err: err}
+	inf := f.track(t, lw, cache.NewSharedIndexInformer(lw, obj, 0, indexers()))
 	f.informers[t] = inf
 	return inf
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,21 @@ type listWatch struct {
 	kind         objects.Kind
 	err          error // the kind cannot be served: every list fails with it
 	unstructured bool  // objects as *unstructured.Unstructured
+	// received, when set, is raised to the revision of each list and
+	// watch event given to the informer (Factory.Track).
+	received *atomic.Int64
+}
+
+func (lw *listWatch) receive(rev int64) {
+	if lw.received == nil {
+		return
+	}
+	for {
+		cur := lw.received.Load()
+		if rev <= cur || lw.received.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
 }
 
 var _ cache.ListerWatcherWithContext = (*listWatch)(nil)
@@ -57,6 +73,7 @@ func (lw *listWatch) ListWithContext(ctx context.Context, _ metav1.ListOptions) 
 		return nil, fmt.Errorf("storeclient: list %s: %w", lw.kind.Resource, err)
 	}
 	list := &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatInt(rev, 10)}}
+	defer lw.receive(rev) // once returned to the reflector
 	list.Items = make([]runtime.RawExtension, 0, len(kvs))
 	for _, kv := range kvs {
 		obj, err := lw.decode(kv)
@@ -155,6 +172,7 @@ func (sw *storeWatch) run(ctx context.Context, lw *listWatch, w objects.Watch) {
 		obj, err := lw.decode(ev.KV)
 		if err != nil {
 			utilruntime.HandleError(err)
+			lw.receive(ev.Revision) // the informer will never have it
 			continue
 		}
 		t := watch.Modified
@@ -167,6 +185,7 @@ func (sw *storeWatch) run(ctx context.Context, lw *listWatch, w objects.Watch) {
 		if !send(watch.Event{Type: t, Object: obj}) {
 			return
 		}
+		lw.receive(ev.Revision)
 	}
 	if err := w.Err(); err != nil && ctx.Err() == nil {
 		st := apierrors.NewInternalError(err).ErrStatus

@@ -141,3 +141,18 @@ type Admitter interface {
 	// validating webhooks that match r.
 	Validate(ctx context.Context, r *Request) Result
 }
+
+// Revisioned is implemented by an Admitter whose configurations (webhook
+// configurations, policies and their bindings) are cached from the store:
+// a process that admits a request after another process admitted a
+// related one (the api stage, then the admission stage, for a pod) makes
+// the second see at least what the first saw.
+type Revisioned interface {
+	// ConfigRevision returns the store revision the cached configurations
+	// have reached: every change up to it has been seen.
+	ConfigRevision() int64
+	// WaitForConfigRevision blocks until every change to the
+	// configurations up to store revision rev is in use, or ctx is done
+	// (an error wrapping its cause).
+	WaitForConfigRevision(ctx context.Context, rev int64) error
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
@@ -36,6 +37,14 @@ type Config struct {
 	// (services/webhook/kube) around the built-in admission, as
 	// kube-apiserver orders them; nil: none.
 	Webhooks webhook.Admitter
+	// WebhookConfigWait bounds how long a pod waits for the stage's
+	// webhook configurations and policies to reach the store revision the
+	// api stage's had reached when it accepted the pod
+	// (PodAuthorized.admission_revision; Webhooks implementing
+	// webhook.Revisioned). Past it the pod is refused with 503
+	// ServiceUnavailable rather than admitted without a webhook the api
+	// already calls. 0: DefaultWebhookConfigWait.
+	WebhookConfigWait time.Duration
 	// Quota charges each admitted pod to its namespace's ResourceQuotas
 	// (services/quota's *Admission, which links k8s.io/kubernetes), after
 	// every other check, before the pod is published to persistence. Nil:
@@ -55,11 +64,19 @@ type Quota interface {
 // and UnreachableTolerationSeconds, kube-apiserver's.
 const DefaultTolerationSeconds = int64(300)
 
+// DefaultWebhookConfigWait is the default of Config.WebhookConfigWait:
+// informers over the store follow a write within milliseconds; ten
+// seconds behind means the stage cannot watch the store.
+const DefaultWebhookConfigWait = 10 * time.Second
+
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config { return Config{DefaultLevel: LevelPrivileged} }
 
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {
+	if c.WebhookConfigWait < 0 {
+		return fmt.Errorf("%w: WebhookConfigWait %s is negative", ErrInvalidConfig, c.WebhookConfigWait)
+	}
 	switch c.DefaultLevel {
 	case "", LevelPrivileged, LevelBaseline, LevelRestricted:
 		return nil

@@ -112,6 +112,12 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if s.cfg.Webhooks == nil {
 		res = Admit(in.GetPod(), state)
 	} else {
+		if st, err := s.awaitConfigs(ctx, d, in); err != nil || st != nil {
+			if err != nil {
+				return err
+			}
+			return stage.Reject(ctx, s.env, d, st, in.GetReplyTo())
+		}
 		res, dyn = s.admitDynamic(ctx, d, in, state)
 	}
 	if !res.Allowed() {
@@ -136,6 +142,44 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	next := d.Next(&eventsv1.PodAdmitted{Pod: res.Pod, User: in.GetUser(), ReplyTo: in.GetReplyTo(), Mutations: res.Mutations,
 		Calls: dyn.calls, Warnings: dyn.warnings})
 	return s.env.Pub.Publish(ctx, next)
+}
+
+// awaitConfigs waits until the stage's webhook configurations and
+// policies have reached the store revision the api stage's had reached
+// when it accepted the pod (in.AdmissionRevision), so that a webhook
+// registered before the pod's request — one the api process already
+// calls — is called for it, as it would be by the one kube-apiserver that
+// admits both. Past Config.WebhookConfigWait the pod is refused with 503
+// ServiceUnavailable; a store error is returned (the event is retried).
+// An event without the revision (from an older api stage) does not wait.
+func (s *Stage) awaitConfigs(ctx context.Context, d *bus.Delivery, in *eventsv1.PodAuthorized) (*corev1.Status, error) {
+	rev := in.GetAdmissionRevision()
+	r, ok := s.cfg.Webhooks.(webhook.Revisioned)
+	if rev == 0 || !ok {
+		return nil, nil
+	}
+	wait := s.cfg.WebhookConfigWait
+	if wait == 0 {
+		wait = DefaultWebhookConfigWait
+	}
+	stop := s.keepAlive(ctx, d)
+	defer stop()
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err := r.WaitForConfigRevision(wctx, rev)
+	switch {
+	case err == nil:
+		return nil, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		name := in.GetPod().GetMetadata().GetName()
+		return stage.Failure(503, eventsv1.ReasonServiceUnavailable, "pods", name,
+			"the admission webhook configurations have not reached revision %d in %s, so the webhooks registered before this request cannot be called yet: %v",
+			rev, wait, err), nil
+	default:
+		return nil, fmt.Errorf("admission: webhook configurations at revision %d: %w", rev, err)
+	}
 }
 
 // dynamic is what the webhooks and policies said of a pod.

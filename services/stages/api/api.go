@@ -549,7 +549,8 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		return stage.Reject(ctx, s.env, d, st, req.GetReplyTo())
 	}
 	md.Uid = PodUID(d)
-	next := d.Next(&eventsv1.PodAuthorized{Pod: pod, User: user, ReplyTo: req.GetReplyTo(), DryRun: req.GetDryRun()})
+	next := d.Next(&eventsv1.PodAuthorized{Pod: pod, User: user, ReplyTo: req.GetReplyTo(), DryRun: req.GetDryRun(),
+		AdmissionRevision: s.admissionRevision()})
 	next.PodUid = md.Uid
 	return s.env.Pub.Publish(ctx, next)
 }

@@ -83,6 +83,7 @@ func (s *Stage) CreatePod(ctx context.Context, user *corev1.UserInfo, pod *corev
 	}
 	inbox, ch, release := s.replies.wait()
 	defer release()
+	authorized := &eventsv1.PodAuthorized{Pod: pod, User: user, ReplyTo: inbox, DryRun: dryRun, AdmissionRevision: s.admissionRevision()}
 	env := &eventsv1.Envelope{
 		PodUid:      md.Uid,
 		RequestId:   requestID,
@@ -93,7 +94,7 @@ func (s *Stage) CreatePod(ctx context.Context, user *corev1.UserInfo, pod *corev
 		Replica:     s.env.Replica,
 		Attempt:     1,
 		Traceparent: bus.NewTraceparent(),
-		Payload:     &eventsv1.Envelope_PodAuthorized{PodAuthorized: &eventsv1.PodAuthorized{Pod: pod, User: user, ReplyTo: inbox, DryRun: dryRun}},
+		Payload:     &eventsv1.Envelope_PodAuthorized{PodAuthorized: authorized},
 	}
 	if err := s.env.Pub.Publish(ctx, env); err != nil {
 		return stage.Failure(503, "ServiceUnavailable", "pods", md.Name, "publish PodAuthorized: %v", err), nil

@@ -32,6 +32,18 @@ func (s *Stage) webhookRequest(kind objects.Kind, attrs auth.Attributes, obj, ex
 	return r
 }
 
+// admissionRevision is the store revision the stage's webhook
+// configurations and policies have reached, for PodAuthorized: the
+// admission stage calls a pod's webhooks once its own have reached it, so
+// a webhook this process already calls (a marker ConfigMap admitted
+// through it) is called for the pod too. 0 without dynamic admission.
+func (s *Stage) admissionRevision() int64 {
+	if r, ok := s.cfg.Webhooks.(webhook.Revisioned); ok {
+		return r.ConfigRevision()
+	}
+	return 0
+}
+
 // admitDelete runs the webhooks and policies on a DELETE of ns/name, with
 // the stored object as the old one. An object that is not stored is left
 // to the delete itself (404).

@@ -48,6 +48,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/sync/errgroup"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -121,7 +122,10 @@ type Admission struct {
 	stopOnce sync.Once
 }
 
-var _ webhook.Admitter = (*Admission)(nil)
+var (
+	_ webhook.Admitter   = (*Admission)(nil)
+	_ webhook.Revisioned = (*Admission)(nil)
+)
 
 // New returns an Admission over cfg.Store; Start it before use.
 func New(cfg Config) (*Admission, error) {
@@ -129,6 +133,9 @@ func New(cfg Config) (*Admission, error) {
 		return nil, err
 	}
 	a := &Admission{cfg: cfg, factory: storeclient.New(cfg.Store), stop: make(chan struct{}), equiv: runtime.NewEquivalentResourceRegistry()}
+	// The configurations' informers are followed (WaitForConfigRevision).
+	a.factory.Track(&admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{})
 	a.calls = newCallRecorder()
 	a.tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(a.calls), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	sc := legacyscheme.Scheme
@@ -217,6 +224,21 @@ func (a *Admission) Start(ctx context.Context, g *errgroup.Group) error {
 		}
 	}
 	return nil
+}
+
+// ConfigRevision implements webhook.Revisioned: the store revision the
+// informers of the webhook configurations, the policies and their
+// bindings have listed or watched up to.
+func (a *Admission) ConfigRevision() int64 { return a.factory.Revision() }
+
+// WaitForConfigRevision implements webhook.Revisioned: it returns once
+// every change to the webhook configurations, policies and bindings up to
+// store revision rev has reached the plugins' sources (the webhook
+// configuration managers, the policy source's informers) and the listers,
+// or with ctx's error. The policy source compiles what changed on its own
+// refresh (kube-apiserver's: a second), as in Kubernetes.
+func (a *Admission) WaitForConfigRevision(ctx context.Context, rev int64) error {
+	return a.factory.WaitForRevision(ctx, rev)
 }
 
 // Mutate implements webhook.Admitter.
