@@ -70,19 +70,22 @@ func statusPodWrite(old, new []byte) error {
 	if err := vt.Unmarshal(new, &is); err != nil {
 		return fmt.Errorf("written pod: %w", err)
 	}
-	free := statusFree(&is)
 	if g := is.GetMetadata().DeletionGracePeriodSeconds; was.GetMetadata().GetDeletionTimestamp() != nil && g != nil && *g == 0 {
-		free.Metadata.DeletionGracePeriodSeconds = was.GetMetadata().DeletionGracePeriodSeconds
+		is.Metadata.DeletionGracePeriodSeconds = was.GetMetadata().DeletionGracePeriodSeconds
 	}
-	if !proto.Equal(statusFree(&was), free) {
+	stripStatus(&was)
+	stripStatus(&is)
+	if !was.EqualVT(&is) {
 		return errors.New("the status stage may change only a pod's status")
 	}
 	return nil
 }
 
-// statusFree is p without what the status stage may write.
-func statusFree(p *corev1.Pod) *corev1.Pod {
-	p = vt.Clone(p)
+// stripStatus removes from p, a pod decoded for the check, what the status
+// stage may write. The checks strip their own copies in place and compare
+// them with vtproto's EqualVT (presence kept, as proto.Equal, without
+// reflection): they run on the store leader for every write of the stage.
+func stripStatus(p *corev1.Pod) {
 	p.Status = nil
 	if p.Metadata != nil && p.Metadata.Annotations != nil {
 		delete(p.Metadata.Annotations, podrules.AnnotationStatusSeq)
@@ -90,7 +93,6 @@ func statusFree(p *corev1.Pod) *corev1.Pod {
 			p.Metadata.Annotations = nil
 		}
 	}
-	return p
 }
 
 // disruptionTarget is the condition the scheduler sets on a preemption's
@@ -122,18 +124,20 @@ func schedulerPodWrite(old, new []byte) error {
 	if n := was.GetSpec().GetNodeName(); n != "" && is.GetSpec().GetNodeName() != n {
 		return fmt.Errorf("pod %s/%s is already assigned to node %q", was.GetMetadata().GetNamespace(), was.GetMetadata().GetName(), n)
 	}
-	if was.GetMetadata().GetDeletionTimestamp() != nil && !proto.Equal(was.GetMetadata(), is.GetMetadata()) {
+	if was.GetMetadata().GetDeletionTimestamp() != nil && !was.GetMetadata().EqualVT(is.GetMetadata()) {
 		return errors.New("the scheduler may not change a terminating pod's metadata")
 	}
-	if !proto.Equal(bindingFree(&was), bindingFree(&is)) {
+	stripBinding(&was)
+	stripBinding(&is)
+	if !was.EqualVT(&is) {
 		return errors.New("the scheduler may change only a pod's binding (spec.nodeName, status.nominatedNodeName, the PodScheduled and DisruptionTarget conditions) and mark a victim terminating")
 	}
 	return nil
 }
 
-// bindingFree is p without what the scheduler may write.
-func bindingFree(p *corev1.Pod) *corev1.Pod {
-	p = vt.Clone(p)
+// stripBinding removes from p, a pod decoded for the check, what the
+// scheduler may write (in place, as stripStatus).
+func stripBinding(p *corev1.Pod) {
 	if p.Spec != nil {
 		p.Spec.NodeName = ""
 	}
@@ -145,11 +149,10 @@ func bindingFree(p *corev1.Pod) *corev1.Pod {
 		p.Status.Conditions = slices.DeleteFunc(p.Status.Conditions, func(c *corev1.PodCondition) bool {
 			return c.GetType() == podrules.PodScheduled || c.GetType() == disruptionTarget
 		})
-		if proto.Equal(p.Status, &corev1.PodStatus{}) {
+		if p.Status.EqualVT(&corev1.PodStatus{}) {
 			p.Status = nil
 		}
 	}
-	return p
 }
 
 // gcWrite allows the garbage collector's changes to the object at key:
