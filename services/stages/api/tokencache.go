@@ -12,8 +12,9 @@ package api
 // store whenever a cached copy does not hold what a request names.
 //
 // Pods are decoded as far as that needs (decodePodBinding): the identity,
-// deletionTimestamp, spec.nodeName and spec.serviceAccountName; Nodes as
-// their identity alone.
+// deletionTimestamp, spec.nodeName and spec.serviceAccountName, the spec
+// shared by the pods of a node and ServiceAccount; Nodes as their
+// identity alone.
 
 import (
 	"fmt"
@@ -81,34 +82,50 @@ var podBindingFields = func() (f struct{ spec, nodeName, serviceAccount protowir
 	return f
 }()
 
-// podBindingDecoder returns decodePodBinding with names interned: a
-// few hundred distinct node and ServiceAccount names are shared by every
-// pod. The decoder is called by one informer's goroutine alone.
+// podBindingDecoder returns decodePodBinding with what pods share
+// interned: a few hundred distinct node and ServiceAccount names, and
+// the specs holding them (one per node and ServiceAccount pair, shared
+// by every pod of the pair, as the informer's objects are never
+// modified), so a cached pod costs its metadata alone. The decoder is
+// called by one informer's goroutine alone.
 func podBindingDecoder() func(*raftstore.KV, objects.Object) error {
+	type binding struct{ node, account string }
 	names := map[string]string{}
-	intern := func(b []byte) string {
-		if s, ok := names[string(b)]; ok {
+	specs := map[binding]*corev1.PodSpec{}
+	intern := func(node, account []byte) *corev1.PodSpec {
+		if len(names) >= maxInterned || len(specs) >= maxInterned {
+			clear(names)
+			clear(specs)
+		}
+		name := func(b []byte) string {
+			if s, ok := names[string(b)]; ok {
+				return s
+			}
+			s := string(b)
+			names[s] = s
 			return s
 		}
-		if len(names) >= maxInterned {
-			clear(names)
+		k := binding{name(node), name(account)}
+		spec, ok := specs[k]
+		if !ok {
+			spec = &corev1.PodSpec{NodeName: k.node, ServiceAccountName: k.account}
+			specs[k] = spec
 		}
-		s := string(b)
-		names[s] = s
-		return s
+		return spec
 	}
 	return func(kv *raftstore.KV, obj objects.Object) error { return decodePodBinding(kv, obj, intern) }
 }
 
-// maxInterned bounds podBindingDecoder's names (it starts again past it).
+// maxInterned bounds podBindingDecoder's names and specs (it starts
+// again past it).
 const maxInterned = 1 << 14
 
 // decodePodBinding is objects.DecodeMeta (the identity and
 // deletionTimestamp) of a pod that keeps spec.nodeName and
-// spec.serviceAccountName too, as intern returns them: what the
-// authenticator and a node's token request read of a pod, at a fraction
-// of a full decode.
-func decodePodBinding(kv *raftstore.KV, obj objects.Object, intern func([]byte) string) error {
+// spec.serviceAccountName too, in the spec intern returns for them: what
+// the authenticator and a node's token request read of a pod, at a
+// fraction of a full decode.
+func decodePodBinding(kv *raftstore.KV, obj objects.Object, intern func(node, account []byte) *corev1.PodSpec) error {
 	if err := objects.DecodeMeta(kv, obj); err != nil {
 		return err
 	}
@@ -116,7 +133,7 @@ func decodePodBinding(kv *raftstore.KV, obj objects.Object, intern func([]byte) 
 	if !ok {
 		return fmt.Errorf("api: decode %q: %T is not a Pod", kv.Key, obj)
 	}
-	spec := &corev1.PodSpec{}
+	var node, account []byte
 	for b := kv.Value; len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -135,15 +152,17 @@ func decodePodBinding(kv *raftstore.KV, obj objects.Object, intern func([]byte) 
 			return fmt.Errorf("api: decode %q: %w", kv.Key, protowire.ParseError(n))
 		}
 		b = b[n:]
-		if err := decodeSpecBinding(v, spec, intern); err != nil { // a repeated field merges, as proto.Unmarshal
+		// A repeated spec merges, as proto.Unmarshal: the last of each
+		// field set wins.
+		if err := decodeSpecBinding(v, &node, &account); err != nil {
 			return fmt.Errorf("api: decode %q: %w", kv.Key, err)
 		}
 	}
-	p.Spec = spec
+	p.Spec = intern(node, account)
 	return nil
 }
 
-func decodeSpecBinding(b []byte, spec *corev1.PodSpec, intern func([]byte) string) error {
+func decodeSpecBinding(b []byte, node, account *[]byte) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -157,9 +176,9 @@ func decodeSpecBinding(b []byte, spec *corev1.PodSpec, intern func([]byte) strin
 			}
 			b = b[n:]
 			if num == podBindingFields.nodeName {
-				spec.NodeName = intern(v)
+				*node = v
 			} else {
-				spec.ServiceAccountName = intern(v)
+				*account = v
 			}
 			continue
 		}

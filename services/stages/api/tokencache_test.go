@@ -16,7 +16,8 @@ import (
 
 // TestDecodePodBinding: a pod's binding decodes to its identity,
 // deletionTimestamp, node and ServiceAccount, as the full decode has
-// them, and nothing else; the names are shared between pods.
+// them, and nothing else; pods of one node and ServiceAccount share a
+// spec, and names are shared.
 func TestDecodePodBinding(t *testing.T) {
 	full := &corev1.Pod{
 		Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "web", Uid: "uid-web", Labels: map[string]string{"app": "web"},
@@ -47,8 +48,20 @@ func TestDecodePodBinding(t *testing.T) {
 	if spec.GetNodeName() != "n1" || spec.GetServiceAccountName() != "robot" || spec.GetHostname() != "" || spec.GetContainers() != nil || p.GetStatus() != nil {
 		t.Errorf("pod %v: want spec.nodeName and spec.serviceAccountName alone", p)
 	}
-	if a, b := pods[0].GetSpec().GetNodeName(), pods[1].GetSpec().GetNodeName(); unsafe.StringData(a) != unsafe.StringData(b) {
-		t.Errorf("node names of two pods are two copies, want one")
+	if pods[0].GetSpec() != pods[1].GetSpec() {
+		t.Errorf("two pods of one node and ServiceAccount have two specs, want one")
+	}
+	other := &corev1.Pod{}
+	full.Spec.NodeName = "n2"
+	if raw, err = vt.Marshal(full); err != nil {
+		t.Fatal(err)
+	}
+	if err := dec(&raftstore.KV{Key: kv.Key, Value: raw, ModRevision: 8}, other); err != nil {
+		t.Fatal(err)
+	}
+	if other.GetSpec().GetNodeName() != "n2" || other.GetSpec().GetServiceAccountName() != "robot" || p.GetSpec().GetNodeName() != "n1" ||
+		unsafe.StringData(other.GetSpec().GetServiceAccountName()) != unsafe.StringData(p.GetSpec().GetServiceAccountName()) {
+		t.Errorf("a pod on n2: spec %v (the n1 pod's %v); want its own spec sharing the ServiceAccount's name", other.GetSpec(), p.GetSpec())
 	}
 	if err := dec(&raftstore.KV{Key: kv.Key, Value: []byte{0xff}}, &corev1.Pod{}); err == nil {
 		t.Errorf("a malformed pod decoded")
