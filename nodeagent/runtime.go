@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -170,13 +171,15 @@ type RuntimeVersioner interface {
 }
 
 // Version is podflow's version as the running binary was built: its main
-// module's version, or v0.0.0-dev for a development build.
-func Version() string {
+// module's version, or v0.0.0-dev for a development build. It is read
+// once: debug.ReadBuildInfo parses the binary's whole module list, and
+// every node status names the version.
+var Version = sync.OnceValue(func() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
 	return "v0.0.0-dev"
-}
+})
 
 // SecretPuller is implemented by runtimes that pull with registry
 // credentials. For a pod with spec.imagePullSecrets the agent calls it

@@ -495,7 +495,7 @@ func apiProcess(env stage.Env, dir string, hc apiserver.Config, webhooks bool) (
 		return nil, err
 	}
 	return stage.Compose(s, append(parts, cat, ns, crdc, boot,
-		&apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: tokens, Workers: cfg.Workers, Log: env.Log},
+		&apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: tokens, Workers: cfg.Workers, Log: env.Log, Cache: s},
 		&apiserver.LocalAPIServices{Store: env.Store, Log: env.Log, Period: 200 * time.Millisecond},
 		apiserver.FrontDoor{Config: hc, Backend: s, Store: env.Store, NATS: env.NATS, Tokens: tokens, Pods: pods, Log: env.Log}, ks)...), nil
 }

@@ -19,9 +19,11 @@ package apiserver
 //
 // The token is bound to the pod (boundObjectRef Pod with its uid): it
 // stops authenticating once the pod is gone (auth.TokenAuthenticator).
-// The pod, ServiceAccount and Node are read as kube-apiserver reads them
-// from its watch cache: from any replica, with a read from the leader
-// whenever that copy does not hold what the request names (freshGet).
+// The pod, ServiceAccount and Node are read as kube-apiserver's
+// NodeRestriction admission reads the pod and node, from informers: from
+// the api process's caches (NodeTokens.Cache) when they hold what the
+// request names, else from any replica, with a read from the leader
+// whenever that copy does not hold it either (freshGet).
 
 import (
 	"context"
@@ -59,6 +61,24 @@ type NodeTokens struct {
 	// Workers serve the requests (at least 1).
 	Workers int
 	Log     *slog.Logger
+	// Cache, when set, holds the pods, ServiceAccounts and Nodes the
+	// api process follows with informers: a request whose pod the cache
+	// holds with the uid, node and ServiceAccount the request names is
+	// decided without a store read (see cachedGet). Nil: every object
+	// is read from the store.
+	Cache TokenCache
+}
+
+// TokenCache is what NodeTokens reads from the api process's informers
+// (services/stages/api's Stage). Each method returns the cached object
+// or false; the objects may be partial, but a pod holds at least its
+// identity (name, namespace, uid), spec.nodeName and
+// spec.serviceAccountName, a ServiceAccount and a Node their identity.
+// The objects are shared: not modified. Safe for concurrent use.
+type TokenCache interface {
+	CachedPod(namespace, name string) (*corev1.Pod, bool)
+	CachedServiceAccount(namespace, name string) (*corev1.ServiceAccount, bool)
+	CachedNode(name string) (*corev1.Node, bool)
 }
 
 // Start serves the requests until ctx is done, on g; it returns once the
@@ -137,7 +157,7 @@ func (n *NodeTokens) nodeToken(ctx context.Context, node string, req *apiv1.Node
 	// The pod's uid, node and ServiceAccount never change, so a copy with
 	// the uid asked for, bound to the node, decides; any other answer is
 	// read again from the leader (see freshGet).
-	pod, err := freshGet(ctx, n.Store, ns, podName, func(p *corev1.Pod) bool {
+	pod, err := cachedGet(ctx, n.Store, n.cachedPod, ns, podName, func(p *corev1.Pod) bool {
 		return p.GetMetadata().GetUid() == req.GetPodUid() && p.GetSpec().GetNodeName() == node && PodServiceAccount(p) == name
 	})
 	switch {
@@ -157,7 +177,7 @@ func (n *NodeTokens) nodeToken(ctx context.Context, node string, req *apiv1.Node
 	if sa := PodServiceAccount(pod); sa != name {
 		return nodeForbidden(node, ns, name, "no relationship found between node '"+node+"' and this object: pod "+podName+" runs as serviceaccount "+sa), "", time.Time{}
 	}
-	sa, err := freshGet(ctx, n.Store, ns, name, func(*corev1.ServiceAccount) bool { return true })
+	sa, err := cachedGet(ctx, n.Store, n.cachedServiceAccount, ns, name, func(*corev1.ServiceAccount) bool { return true })
 	switch {
 	case errors.Is(err, raftstore.ErrNotFound):
 		return stage.Failure(404, eventsv1.ReasonNotFound, "serviceaccounts", name, "serviceaccounts %q not found", name), "", time.Time{}
@@ -169,7 +189,7 @@ func (n *NodeTokens) nodeToken(ctx context.Context, node string, req *apiv1.Node
 		aud = []string{a}
 	}
 	obj := auth.BoundObject{Kind: auth.BoundKindPod, Name: podName, UID: pod.GetMetadata().GetUid(), NodeName: node}
-	switch nd, err := freshGet(ctx, n.Store, "", node, func(*corev1.Node) bool { return true }); {
+	switch nd, err := cachedGet(ctx, n.Store, n.cachedNode, "", node, func(*corev1.Node) bool { return true }); {
 	case errors.Is(err, raftstore.ErrNotFound): // the node's name alone, as kube-apiserver
 	case err != nil:
 		return stage.Internal(err), "", time.Time{}
@@ -199,6 +219,47 @@ func freshGet[T objects.Object](ctx context.Context, s *objects.Store, ns, name 
 		return o, nil
 	}
 	return objects.Get[T](ctx, s, ns, name)
+}
+
+// cachedGet is freshGet that first looks in the api process's cache
+// (cached, nil when there is none): a cached copy that decides is taken
+// as a stale read's would be, anything else is read from the store. The
+// cache follows the store's watch, so it is never newer than the store
+// and no staler than a replica behind: a pod it has seen deleted is not
+// in it (the store then answers 404), one deleted and recreated holds
+// its new uid (the node's old uid does not decide, and the store answers
+// 409), and a copy holding the uid the node names holds that pod's node
+// and ServiceAccount, which never change.
+func cachedGet[T objects.Object](ctx context.Context, s *objects.Store, cached func(ns, name string) (T, bool), ns, name string, decides func(T) bool) (T, error) {
+	if cached != nil {
+		if o, ok := cached(ns, name); ok && decides(o) {
+			return o, nil
+		}
+	}
+	return freshGet(ctx, s, ns, name, decides)
+}
+
+// cachedPod, cachedServiceAccount and cachedNode are n.Cache's readers,
+// nil without a cache.
+func (n *NodeTokens) cachedPod(ns, name string) (*corev1.Pod, bool) {
+	if n.Cache == nil {
+		return nil, false
+	}
+	return n.Cache.CachedPod(ns, name)
+}
+
+func (n *NodeTokens) cachedServiceAccount(ns, name string) (*corev1.ServiceAccount, bool) {
+	if n.Cache == nil {
+		return nil, false
+	}
+	return n.Cache.CachedServiceAccount(ns, name)
+}
+
+func (n *NodeTokens) cachedNode(_, name string) (*corev1.Node, bool) {
+	if n.Cache == nil {
+		return nil, false
+	}
+	return n.Cache.CachedNode(name)
 }
 
 // checkTokenRequest validates the request's fields as kube-apiserver

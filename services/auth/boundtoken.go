@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -80,7 +81,6 @@ type BoundTokens struct {
 	// (kube-apiserver's --api-audiences); a TokenRequest without
 	// audiences gets them all.
 	audiences []string
-	signer    jose.Signer
 }
 
 // BoundTokenClaims are what a bound token asserts.
@@ -145,11 +145,10 @@ func NewBoundTokens(key *ecdsa.PrivateKey, issuer string, audiences []string) (*
 	if len(audiences) == 0 {
 		audiences = []string{issuer}
 	}
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithType("JWT"))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	if key.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("%w: bound tokens are signed ES256: the key must be a P-256 key", ErrInvalidConfig)
 	}
-	return &BoundTokens{key: key, pub: &key.PublicKey, issuer: issuer, audiences: append([]string(nil), audiences...), signer: signer}, nil
+	return &BoundTokens{key: key, pub: &key.PublicKey, issuer: issuer, audiences: append([]string(nil), audiences...)}, nil
 }
 
 // Audiences are the audiences this server accepts (and a TokenRequest
@@ -201,11 +200,43 @@ func (b *BoundTokens) Issue(namespace, name, uid string, obj BoundObject, audien
 		Expiry: jwt.NewNumericDate(exp), IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
 		ID: uuid.NewString(),
 	}, Kubernetes: k}
-	tok, err := jwt.Signed(b.signer).Claims(c).Serialize()
+	tok, err := b.sign(&c)
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("auth: sign bound token: %w", err)
 	}
 	return tok, exp, nil
+}
+
+// jwtHeader is the encoded JOSE header of every token: ES256, type JWT
+// (what go-jose's signer, WithType("JWT"), writes).
+var jwtHeader = base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"ES256","typ":"JWT"}`))
+
+// sign serializes c as a JWS compact ES256 token (RFC 7515, 7518 3.4):
+// the header, the claims' JSON and the signature r||s, each base64url.
+// It is what go-jose's jwt.Signed(...).Claims(c).Serialize() makes, in
+// one buffer and without go-jose's JSON round trip of the claims.
+func (b *BoundTokens) sign(c *boundClaims) (string, error) {
+	payload, err := json.Marshal(c)
+	if err != nil {
+		return "", err
+	}
+	enc := base64.RawURLEncoding
+	const sigLen = 64 // P-256: r and s of 32 bytes each
+	buf := make([]byte, 0, len(jwtHeader)+1+enc.EncodedLen(len(payload))+1+enc.EncodedLen(sigLen))
+	buf = append(buf, jwtHeader...)
+	buf = append(buf, '.')
+	buf = enc.AppendEncode(buf, payload)
+	digest := sha256.Sum256(buf)
+	r, s, err := ecdsa.Sign(rand.Reader, b.key, digest[:])
+	if err != nil {
+		return "", err
+	}
+	var sig [sigLen]byte
+	r.FillBytes(sig[:sigLen/2])
+	s.FillBytes(sig[sigLen/2:])
+	buf = append(buf, '.')
+	buf = enc.AppendEncode(buf, sig[:])
+	return string(buf), nil
 }
 
 // Verify checks a token's signature, issuer, audience (one of

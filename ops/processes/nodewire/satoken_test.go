@@ -65,7 +65,7 @@ func TestProjectedServiceAccountToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer := &apiserver.NodeTokens{NATS: env.NATS, Store: store, Tokens: tokens, Workers: 1, Log: env.Log}
+	signer := &apiserver.NodeTokens{NATS: env.NATS, Store: store, Tokens: tokens, Workers: 1, Log: env.Log, Cache: apiStage}
 	rc, err := pipeline.RunnerConfig(pipeline.API, env.Replica)
 	if err != nil {
 		t.Fatal(err)

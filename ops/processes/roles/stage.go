@@ -248,7 +248,7 @@ func APIProcess(env stage.Env, o StageOptions) (stage.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts := []stage.Starter{cat, hooks, ns, crdc, boot, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.TokenWorkers, Log: env.Log},
+	parts := []stage.Starter{cat, hooks, ns, crdc, boot, &apiserver.NodeTokens{NATS: env.NATS, Store: env.Store, Tokens: cfg.Authn.BoundTokens, Workers: cfg.TokenWorkers, Log: env.Log, Cache: s},
 		&apiserver.LocalAPIServices{Store: env.Store, Log: env.Log}}
 	if o.HTTPS != nil {
 		pods, err := podListeners(env, o.HTTPS.Addr)

@@ -168,6 +168,12 @@ type Stage struct {
 
 	namespaces *nslifecycle.Admission // NamespaceLifecycle
 
+	// The informers the bound tokens' objects come from (tokencache.go),
+	// made by New and run by Start.
+	pods     *informer.Informer[*corev1.Pod]
+	accounts *informer.Informer[*corev1.ServiceAccount]
+	nodes    *informer.Informer[*corev1.Node]
+
 	openerOnce sync.Once
 	opener     *sealed.Opener // Config.SealKey's, remembering the tokens it opened (made on first use)
 }
@@ -216,6 +222,9 @@ func New(env stage.Env, cfg Config) (*Stage, error) {
 		limiter: newUserLimiter(cfg.UserPodQPS, cfg.UserPodBurst),
 	}
 	s.intake = newIntake(cfg, s.limiter)
+	if err := s.newTokenCaches(); err != nil {
+		return nil, err
+	}
 	if s.namespaces, err = nslifecycle.NewAdmission(env.Store, cfg.NamespaceDeleted); err != nil {
 		return nil, err
 	}
@@ -290,27 +299,16 @@ func (s *Stage) startCaches(ctx context.Context, g *errgroup.Group) error {
 		md := o.(*corev1.Secret).GetMetadata()
 		s.authn.DeleteSecret(md.GetNamespace(), md.GetName())
 	}
-	saUp := func(o proto.Message) { s.authn.UpsertServiceAccount(o.(*corev1.ServiceAccount)) }
-	saDel := func(o proto.Message) {
-		md := o.(*corev1.ServiceAccount).GetMetadata()
-		s.authn.DeleteServiceAccount(md.GetNamespace(), md.GetName())
-	}
-	podUp := func(o proto.Message) { s.authn.UpsertPod(o.(*corev1.Pod)) }
-	podDel := func(o proto.Message) {
-		md := o.(*corev1.Pod).GetMetadata()
-		s.authn.DeletePod(md.GetNamespace(), md.GetName())
-	}
 	if err := errors.Join(
 		feed[*corev1.Role](&infs, s.env.Store, up, del),
 		feed[*corev1.ClusterRole](&infs, s.env.Store, up, del),
 		feed[*corev1.RoleBinding](&infs, s.env.Store, up, del),
 		feed[*corev1.ClusterRoleBinding](&infs, s.env.Store, up, del),
 		feed[*corev1.Secret](&infs, s.env.Store, secretUp, secretDel),
-		feed[*corev1.ServiceAccount](&infs, s.env.Store, saUp, saDel),
-		feedMeta(&infs, s.env.Store, podUp, podDel), // the objects bound tokens name: identities only
 	); err != nil {
 		return err
 	}
+	infs.Add(s.accounts, s.pods, s.nodes) // tokencache.go
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}
@@ -320,13 +318,6 @@ func (s *Stage) startCaches(ctx context.Context, g *errgroup.Group) error {
 // feed adds to infs an informer for T feeding up/del.
 func feed[T objects.Object](infs *informer.Group, st *objects.Store, up, del func(proto.Message)) error {
 	return add(infs, informer.New[T], st, up, del)
-}
-
-// feedMeta is feed of pods decoded as identities alone (informer.NewMeta):
-// every pod write reaches this cache, and a bound token needs only the
-// pod's uid and deletionTimestamp.
-func feedMeta(infs *informer.Group, st *objects.Store, up, del func(proto.Message)) error {
-	return add(infs, informer.NewMeta[*corev1.Pod], st, up, del)
 }
 
 func add[T objects.Object](infs *informer.Group, newInf func(*objects.Store, string, informer.Handlers[T]) (*informer.Informer[T], error),

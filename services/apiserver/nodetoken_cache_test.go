@@ -1,0 +1,179 @@
+package apiserver_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/podflow/podflow/bus"
+	"github.com/podflow/podflow/bus/bustest"
+	"github.com/podflow/podflow/proto/apiv1"
+	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/raftstore/raftstoretest"
+	"github.com/podflow/podflow/services/apiserver"
+	"github.com/podflow/podflow/services/auth"
+	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/pipeline"
+)
+
+// fakeTokenCache is an apiserver.TokenCache the test sets, as stale as it
+// likes.
+type fakeTokenCache struct {
+	mu   sync.Mutex
+	objs map[string]objects.Object // kind/ns/name
+}
+
+func (c *fakeTokenCache) set(kind, ns, name string, o objects.Object) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o == nil {
+		delete(c.objs, kind+"/"+ns+"/"+name)
+		return
+	}
+	c.objs[kind+"/"+ns+"/"+name] = o
+}
+
+func (c *fakeTokenCache) get(kind, ns, name string) (objects.Object, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.objs[kind+"/"+ns+"/"+name]
+	return o, ok
+}
+
+func (c *fakeTokenCache) CachedPod(ns, name string) (*corev1.Pod, bool) {
+	o, ok := c.get("pod", ns, name)
+	p, _ := o.(*corev1.Pod)
+	return p, ok
+}
+
+func (c *fakeTokenCache) CachedServiceAccount(ns, name string) (*corev1.ServiceAccount, bool) {
+	o, ok := c.get("sa", ns, name)
+	sa, _ := o.(*corev1.ServiceAccount)
+	return sa, ok
+}
+
+func (c *fakeTokenCache) CachedNode(name string) (*corev1.Node, bool) {
+	o, ok := c.get("node", "", name)
+	n, _ := o.(*corev1.Node)
+	return n, ok
+}
+
+// TestNodeTokensCache attacks NodeTokens' cache (NodeTokens.Cache, the
+// api process's informers): the cache may lag the store, but a node gets
+// no token for a pod the store holds with another uid, on another node or
+// of another ServiceAccount, nor for one deleted, whatever the cache
+// holds — a cached copy decides only when it holds the uid, node and
+// ServiceAccount the request names (which never change for a uid, so a
+// cache that lags holds either them or no node yet), and anything else
+// is read from the store. A request the cache decides needs no store read: its token names
+// the cached node's uid.
+func TestNodeTokensCache(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
+	for _, n := range []string{"n1", "n2"} {
+		bcfg.Roles = append(bcfg.Roles, pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(n), n))
+	}
+	srv := bustest.ServerAt(t, bcfg)
+	apiConn := bustest.Connect(t, srv, "api")
+	store := objects.New(raftstoretest.MakeCluster(t, 1).Client(t))
+	tokens, err := auth.LoadBoundTokens(filepath.Join(t.TempDir(), "sa.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := &fakeTokenCache{objs: map[string]objects.Object{}}
+	g, gctx := errgroup.WithContext(ctx)
+	nt := &apiserver.NodeTokens{NATS: apiConn.NATS(), Store: store, Tokens: tokens, Workers: 2, Cache: cache,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := nt.Start(gctx, g); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = g.Wait() })
+
+	pod := func(uid, node, sa string) *corev1.Pod {
+		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web", Uid: uid},
+			Spec: &corev1.PodSpec{NodeName: node, ServiceAccountName: sa}}
+	}
+	robot := &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "robot", Uid: "uid-robot"}}
+	// The store: web was deleted and recreated on n2 (uid-new); robot
+	// exists, and so does default.
+	for _, o := range []objects.Object{pod("uid-new", "n2", "robot"), robot,
+		&corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "default", Uid: "uid-default"}}} {
+		if _, err := store.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conns := map[string]*bus.Conn{"n1": bustest.ConnectAs(t, srv, pipeline.NodeRole("n1"), "n1"), "n2": bustest.ConnectAs(t, srv, pipeline.NodeRole("n2"), "n2")}
+	ask := func(node, uid, sa string) (string, error) {
+		tok, _, err := pipeline.RequestNodeToken(ctx, conns[node].NATS(), node, &apiv1.NodeTokenRequest{
+			Namespace: "default", PodName: "web", PodUid: uid, ServiceAccount: sa})
+		return tok, err
+	}
+
+	for _, tc := range []struct {
+		name    string
+		cached  *corev1.Pod // nil: the cache does not hold web
+		node    string
+		uid, sa string
+		code    int32
+		words   string
+	}{
+		{"the cache lags the recreation: the new uid from the old node", pod("uid-old", "n1", "robot"), "n1", "uid-new", "robot", 403, "scheduled on a different node"},
+		{"the cache lags the recreation: the new pod from its node", pod("uid-old", "n1", "robot"), "n2", "uid-new", "robot", 0, ""},
+		{"the cache is current: the old uid from the old node", pod("uid-new", "n2", "robot"), "n1", "uid-old", "robot", 409, "does not match the UID in record (uid-new)"},
+		{"the cache is current: another node asks", pod("uid-new", "n2", "robot"), "n1", "uid-new", "robot", 403, "scheduled on a different node"},
+		{"the cache is current: another ServiceAccount", pod("uid-new", "n2", "robot"), "n2", "uid-new", "default", 403, "runs as serviceaccount robot"},
+		{"the cache saw no pod", nil, "n2", "uid-new", "robot", 0, ""},
+		{"the cache is current: the pod's node asks", pod("uid-new", "n2", "robot"), "n2", "uid-new", "robot", 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache.set("pod", "default", "web", nil)
+			if tc.cached != nil {
+				cache.set("pod", "default", "web", tc.cached)
+			}
+			cache.set("sa", "default", "robot", robot)
+			cache.set("node", "", "n2", &corev1.Node{Metadata: &corev1.ObjectMeta{Name: "n2", Uid: "uid-n2-cached"}})
+			tok, err := ask(tc.node, tc.uid, tc.sa)
+			if tc.code != 0 {
+				var refused *pipeline.TokenRefusedError
+				if !errors.As(err, &refused) || refused.Code() != tc.code || !strings.Contains(err.Error(), tc.words) || tok != "" {
+					t.Fatalf("got %q, %v; want a %d refusal containing %q", tok, err, tc.code, tc.words)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, _ := jwtClaims(t, tok)["kubernetes.io"].(map[string]any)
+			if path(k, "pod.uid") != "uid-new" || path(k, "node.name") != "n2" || path(k, "serviceaccount.uid") != "uid-robot" {
+				t.Errorf("claims %v: want pod uid-new on n2 of robot (uid-robot)", k)
+			}
+			if got := path(k, "node.uid") == "uid-n2-cached"; got != true {
+				t.Errorf("node uid %v: want the cached node's", path(k, "node.uid"))
+			}
+		})
+	}
+
+	// Deleted: whatever the cache still holds with another uid, the
+	// store has no web.
+	if _, err := store.Delete(ctx, objects.Pods, "default", "web", 0); err != nil {
+		t.Fatal(err)
+	}
+	cache.set("pod", "default", "web", pod("uid-old", "n1", "robot"))
+	var refused *pipeline.TokenRefusedError
+	if tok, err := ask("n2", "uid-new", "robot"); !errors.As(err, &refused) || refused.Code() != 404 {
+		t.Errorf("a deleted pod: got %q, %v; want 404", tok, err)
+	}
+	cache.set("pod", "default", "web", nil)
+	if tok, err := ask("n2", "uid-new", "robot"); !errors.As(err, &refused) || refused.Code() != 404 {
+		t.Errorf("a deleted pod the cache saw deleted: got %q, %v; want 404", tok, err)
+	}
+}
