@@ -82,7 +82,7 @@ func runShim(dir string) error {
 		return fail(err)
 	}
 	if devCg != "" {
-		defer removeCgroupDir(devCg)
+		defer removeDeviceCgroupDir(devCg)
 	}
 	if v2, ok := spec.Cgroups[""]; ok {
 		if err := attachDeviceProgramV2(v2, spec.security()); err != nil {
@@ -156,8 +156,13 @@ func runShim(dir string) error {
 
 	werr := cmd.Wait()
 	st.FinishedAt = time.Now()
-	if spec.PIDNamespace != nil {
+	if spec.PIDNamespace != nil || spec.HostPID {
 		killLeftovers(spec.Cgroups)
+	}
+	if devCg != "" {
+		// Now: what the init left in it (in the pod's or the host's PID
+		// namespace) would hold its output pipes open.
+		removeDeviceCgroupDir(devCg)
 	}
 	// The init was PID 1 of its namespace (or, in a shared one, what it
 	// left was killed): everything in it is gone, so the pipes reach EOF;
