@@ -29,7 +29,7 @@ const shimSpecFD = 4
 // The init's file descriptors: fd 3 is the exec pipe (close-on-exec in the
 // init, so EOF without data means the command was exec'd; data is the
 // error), fd 4 (cgroup v1 only) the go pipe the init waits on until the shim
-// has placed it in its cgroups.
+// has placed it in its cgroups and written goByte.
 const (
 	initExecFD = 3
 	initGoFD   = 4
@@ -107,7 +107,11 @@ func runShim(dir string) error {
 				return fail(fmt.Errorf("join %s cgroup %q: %w", sub, cg, err))
 			}
 		}
-		_ = pipes.goW.Close()
+		if err := sendGo(pipes.goW); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return fail(fmt.Errorf("let the init go: %w", err))
+		}
 	}
 	// EOF on the exec pipe: exec'd (the pipe was close-on-exec); data: the
 	// init's error.
@@ -302,6 +306,7 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 			return nil, p, err
 		}
 		cmd.ExtraFiles = append(cmd.ExtraFiles, goR)
+		cmd.Env = append(cmd.Env, envGo+"=1")
 		p.goW = goW
 	}
 	var nss []Namespace
