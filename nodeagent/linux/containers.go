@@ -224,6 +224,17 @@ func (r *Runtime) startContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 		}
 	}
 	t = time.Now()
+	r.mu.Lock()
+	r.starting[id] = true // until registered below, or failed
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.starting, id)
+		r.mu.Unlock()
+	}()
+	if err := r.noteDeviceCgroup(id); err != nil {
+		return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "%w", err)
+	}
 	var h *container.Container
 	if r.spares != nil {
 		h, err = r.spares.Start(ctx, spec)
@@ -231,6 +242,9 @@ func (r *Runtime) startContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 		h, err = container.Start(ctx, r.cfg.Container, spec)
 	}
 	if err != nil {
+		if rerr := r.releaseDeviceCgroup(id); rerr != nil {
+			r.log.Warn("device cgroup left for the next sweep", "pod", uid, "err", rerr)
+		}
 		code := nodeagent.CodeCreateContainer
 		if errors.Is(err, container.ErrExec) {
 			code = nodeagent.CodeRunContainer
@@ -250,7 +264,9 @@ func (r *Runtime) startContainer(ctx context.Context, pd *corev1.Pod, c *corev1.
 	}
 	for _, s := range stale { // with its logs, as kubelet's container GC
 		s.c.Close()
-		_ = container.RemoveDeviceCgroup(s.meta.ID)
+		if err := r.releaseDeviceCgroup(s.meta.ID); err != nil {
+			r.log.Warn("device cgroup left for the next sweep", "pod", uid, "err", err)
+		}
 		_ = os.RemoveAll(ctrDir(p, s.meta.ID))
 		removeLog(logPath(p, s.meta.Name, s.meta.RestartCount))
 	}

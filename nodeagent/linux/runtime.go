@@ -58,6 +58,7 @@ type Runtime struct {
 	mu        sync.Mutex
 	pods      map[string]*pod
 	unpacking map[string]*sync.Mutex // image rootfs dir → its unpack lock
+	starting  map[string]bool        // ids of containers being started (devcgroups.go)
 }
 
 var _ nodeagent.Runtime = (*Runtime)(nil)
@@ -132,7 +133,7 @@ func New(cfg Config) (*Runtime, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Runtime{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), pods: map[string]*pod{},
-		unpacking: map[string]*sync.Mutex{}}
+		unpacking: map[string]*sync.Mutex{}, starting: map[string]bool{}}
 	var err error
 	ok := false
 	defer func() {
@@ -173,6 +174,8 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	ok = true
+	r.wg.Add(1)
+	go r.deviceCgroupGC()
 	return r, nil
 }
 
@@ -330,6 +333,7 @@ func (r *Runtime) recover(ctx context.Context) error {
 			}
 		}
 	}
+	r.sweepDeviceCgroups()
 	stray, err := r.net.RemoveStrayPorts(ctx, slices.Collect(maps.Keys(r.pods)))
 	if len(stray) > 0 {
 		r.log.Warn("removed stray bridge ports", "links", stray)
@@ -554,7 +558,7 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, podUID string) error {
 	}
 	for _, c := range p.ctrs {
 		c.c.Close()
-		if err := container.RemoveDeviceCgroup(c.meta.ID); err != nil {
+		if err := r.releaseDeviceCgroup(c.meta.ID); err != nil {
 			r.log.Warn("remove the container's device cgroup", "pod", podUID, "container", c.meta.Name, "err", err)
 		}
 	}

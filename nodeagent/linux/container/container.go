@@ -152,8 +152,7 @@ func start(ctx context.Context, cfg Config, spec Spec, sp *shimProc) (*Container
 	c := newContainer(spec.ID, spec.Dir, sp.cmd.Process, pidfd)
 	line, err := readLine(ctx, sp.ready)
 	if err != nil {
-		_ = sp.cmd.Process.Kill()
-		c.Close()
+		c.abandon(spec)
 		return nil, fmt.Errorf("container %q: waiting for the shim: %w", spec.ID, err)
 	}
 	if msg, ok := strings.CutPrefix(line, "error "); ok || !strings.HasPrefix(line, "ok ") {
@@ -171,6 +170,25 @@ func start(ctx context.Context, cfg Config, spec Spec, sp *shimProc) (*Container
 	}
 	c.setState(st)
 	return c, nil
+}
+
+// abandon ends a start that ran out of time before the shim reported: it
+// SIGKILLs the shim, which then cannot clean up after itself, waits for
+// its exit and removes what it may have made: the device cgroup, with
+// whatever of the container is already in it (the init joins it before
+// anything runs). The caller's ctx has ended: the wait has its own bound.
+func (c *Container) abandon(spec Spec) {
+	_ = c.proc.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), deviceCgroupRemoveTimeout)
+	defer cancel()
+	select {
+	case <-c.done: // the watcher reaped the shim
+	case <-ctx.Done():
+	}
+	c.Close()
+	if err := removeCgroupDir(ctx, deviceCgroupDirV1(spec)); err != nil {
+		fmt.Fprintf(os.Stderr, "container %q: device cgroup left for the node agent: %v\n", spec.ID, err)
+	}
 }
 
 func shimTail(dir string) string {
@@ -192,6 +210,9 @@ func readLine(ctx context.Context, r *os.File) (string, error) {
 	if err != nil && line == "" {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) { // the deadline, before ctx's own timer
+			return "", context.DeadlineExceeded
 		}
 		return "", nil // EOF: the shim died before reporting
 	}

@@ -1,12 +1,14 @@
 package container
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -208,10 +210,11 @@ func deviceCgroupDirV1(spec Spec) string {
 }
 
 // RemoveDeviceCgroup removes container id's device cgroup (cgroup v1)
-// if it is still there. The shim removes it when the container exits; a
-// shim that was SIGKILLed leaves it behind, so the node agent calls this
-// when it removes the container. A cgroup that still holds a process
-// stays (the kernel refuses), as does nothing on cgroup v2.
+// if it is still there. The shim removes it when the container exits (and
+// Start when it gave up on the shim); a shim that was SIGKILLed leaves it
+// behind, so the node agent calls this for the containers it no longer
+// runs. A cgroup that still holds a process stays (the kernel refuses:
+// EBUSY); on cgroup v2 there is nothing to remove.
 func RemoveDeviceCgroup(id string) error {
 	err := os.Remove(deviceCgroupDirV1(Spec{ID: id}))
 	if errors.Is(err, os.ErrNotExist) {
@@ -230,13 +233,118 @@ func joinCgroup(cgroups map[string]string, sub, dir string) map[string]string {
 	return out
 }
 
-// removeCgroupDir removes an emptied cgroup, waiting briefly for the
-// kernel to finish with its last process.
-func removeCgroupDir(dir string) {
-	for i := 0; i < 100; i++ {
-		if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+// deviceCgroupRemoveTimeout bounds how long the shim waits for the
+// processes left in a device cgroup to exit after SIGKILL. A killed
+// process exits as soon as it runs again; only one in uninterruptible
+// sleep (a hung filesystem) outlasts this, and then the node agent's
+// sweep removes the cgroup later (RemoveDeviceCgroup).
+const deviceCgroupRemoveTimeout = 30 * time.Second
+
+// removeDeviceCgroupDir is the shim's removeCgroupDir of the container's
+// device cgroup dir: idempotent, bounded by deviceCgroupRemoveTimeout, a
+// failure logged (the node agent removes what is left).
+func removeDeviceCgroupDir(dir string) {
+	ctx, cancel := context.WithTimeout(context.Background(), deviceCgroupRemoveTimeout)
+	defer cancel()
+	if err := removeCgroupDir(ctx, dir); err != nil {
+		fmt.Fprintf(os.Stderr, "device cgroup left for the node agent: %v\n", err)
 	}
+}
+
+// removeCgroupDir removes the container's cgroup v1 directory dir once its
+// init has exited. What is still in it belongs to the container (only the
+// init, its descendants and exec'd commands join it): a process the init
+// left where its exit does not end the PID namespace (the pod's shared one
+// or the host's), or one still being taken down. Those are killed and
+// waited for (emptyCgroup), then the directory is removed. ctx bounds the
+// wait.
+func removeCgroupDir(ctx context.Context, dir string) error {
+	for {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("remove cgroup %q: %w", dir, err)
+		}
+		if werr := emptyCgroup(ctx, dir); werr != nil {
+			return fmt.Errorf("remove cgroup %q: %w (%w)", dir, err, werr)
+		}
+	}
+}
+
+// emptyCgroup SIGKILLs the processes in the cgroup v1 directory dir and
+// waits until they have exited. Each is named by a pidfd opened while its
+// pid is listed in dir and checked to be listed still once opened, so a
+// pid reused by a process outside dir is never signalled. The kernel takes
+// an exiting task out of its cgroup before it notifies the task's pidfd,
+// so once every pidfd is readable dir is empty, unless something was
+// forked meanwhile, which the caller's next pass finds. With nothing
+// listed (the kernel still holds a task that is leaving), it waits a
+// moment and returns.
+func emptyCgroup(ctx context.Context, dir string) error {
+	procs := filepath.Join(dir, "cgroup.procs")
+	pids, err := readPIDs(procs)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // removed meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	if len(pids) == 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+			return nil
+		}
+	}
+	fds := make(map[int]*os.File, len(pids))
+	defer func() {
+		for _, f := range fds {
+			f.Close()
+		}
+	}()
+	for _, pid := range pids {
+		if f, err := openProcess(pid, 0); err == nil {
+			fds[pid] = f
+		}
+	}
+	still, err := readPIDs(procs)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, pid := range still {
+		if f := fds[pid]; f != nil {
+			if err := sendSignal(f, unix.SIGKILL); err != nil && !errors.Is(err, ErrNotRunning) {
+				return fmt.Errorf("kill %d: %w", pid, err)
+			}
+		}
+	}
+	for _, pid := range still {
+		if f := fds[pid]; f != nil {
+			if err := waitExit(ctx, f); err != nil {
+				return fmt.Errorf("wait for %d: %w", pid, err)
+			}
+		}
+	}
+	return nil
+}
+
+// readPIDs reads a cgroup.procs file.
+func readPIDs(file string) ([]int, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
 }

@@ -52,7 +52,8 @@
 // CompileSeccomp) last — or, without no_new_privs, first, since loading it
 // then needs CAP_SYS_ADMIN. The device cgroup denies every device but
 // those: on cgroup v1 the shim places the init in a device cgroup of its
-// own ("podflow-dev-<id>", removed when the container exits); for a
+// own ("podflow-dev-<id>"; when the init exits the shim kills what is left
+// in it, waits for those to exit and removes it); for a
 // container placed in a cgroup v2 directory it attaches the same rules as
 // an eBPF device program (containerd's cgroup2.DeviceFilter) to that
 // directory before the init is cloned into it.

@@ -175,6 +175,7 @@ func (c *Container) ExecStdio(ctx context.Context, args, env []string, dir strin
 		defer w.Close()
 		goW = w
 		cmd.ExtraFiles = append(cmd.ExtraFiles, goR)
+		cmd.Env = append(cmd.Env, envGo+"=1")
 	}
 	nss := []Namespace{{Path: nsDir + "ipc", Kind: NSIPC}, {Path: nsDir + "uts", Kind: NSUTS}, {Path: nsDir + "net", Kind: NSNet}, {Path: nsDir + "pid", Kind: NSPID}}
 	if err := OnThreadIn(nss, cmd.Start); err != nil { // pid namespace: for the children of this thread
@@ -197,7 +198,11 @@ func (c *Container) ExecStdio(ctx context.Context, args, env []string, dir strin
 				return 0, fmt.Errorf("exec in container %q: join %s cgroup %q: %w", c.ID, sub, cg, err)
 			}
 		}
-		goW.Close()
+		if err := sendGo(goW); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return 0, fmt.Errorf("exec in container %q: %w", c.ID, err)
+		}
 	}
 	// EOF without data: the command was exec'd; data: why not.
 	msg, _ := io.ReadAll(execR)
@@ -250,10 +255,10 @@ func runExec(dir string) {
 type errNotFound struct{ error }
 
 func execInContainer(dir string) error {
-	if _, err := unix.FcntlInt(execGoFD, unix.F_GETFD, 0); err == nil {
-		goPipe := os.NewFile(execGoFD, "go")
-		_, _ = io.Copy(io.Discard, goPipe)
-		goPipe.Close()
+	if os.Getenv(envGo) != "" {
+		if err := awaitGo(os.NewFile(execGoFD, "go")); err != nil {
+			return err
+		}
 	}
 	spec, err := ReadSpec(dir) // on the host, before joining the mount namespace
 	if err != nil {

@@ -11,6 +11,9 @@ import (
 const (
 	envRole = "_PODFLOW_CONTAINER_ROLE"
 	envDir  = "_PODFLOW_CONTAINER_DIR"
+	// envGo set: the init or exec helper has a go pipe (cgroup v1) to
+	// wait on (awaitGo), on initGoFD or execGoFD.
+	envGo = "_PODFLOW_CONTAINER_GO"
 
 	roleShim = "shim"
 	roleInit = "init"

@@ -28,12 +28,37 @@ func runInit(dir string) {
 	}
 }
 
+// goByte is what the parent writes on a go pipe once it has placed the
+// child in its cgroups; EOF without it means the parent died first (a shim
+// SIGKILLed by an abandoned Start), and the child must not run unplaced.
+const goByte = 'g'
+
+// awaitGo reads the go pipe f to EOF and closes it: nil when the parent
+// wrote goByte.
+func awaitGo(f *os.File) error {
+	b, err := io.ReadAll(f)
+	f.Close()
+	if err != nil || len(b) != 1 || b[0] != goByte {
+		return fmt.Errorf("not placed in the container's cgroups: the parent went away (%q, %v)", b, err)
+	}
+	return nil
+}
+
+// sendGo lets the child waiting on the go pipe w go on.
+func sendGo(w *os.File) error {
+	_, err := w.Write([]byte{goByte})
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 func initContainer(dir string) error {
-	if _, err := unix.FcntlInt(initGoFD, unix.F_GETFD, 0); err == nil {
-		// cgroup v1: wait until the shim has placed us (it then closes).
-		goPipe := os.NewFile(initGoFD, "go")
-		_, _ = io.Copy(io.Discard, goPipe)
-		goPipe.Close()
+	if os.Getenv(envGo) != "" {
+		// cgroup v1: wait until the shim has placed us.
+		if err := awaitGo(os.NewFile(initGoFD, "go")); err != nil {
+			return err
+		}
 	}
 	spec, err := ReadSpec(dir)
 	if err != nil {

@@ -197,10 +197,11 @@ func holderSetup(dir string) error {
 }
 
 // killLeftovers kills what is left in the container's cgroups once its
-// init has exited in a shared PID namespace, where, not being PID 1, its
-// exit takes nothing with it: runc does the same for a container without a
-// PID namespace of its own. Best effort: a process that forks as it is
-// read is caught by the next pass.
+// init has exited in a shared PID namespace or the host's, where, not being
+// PID 1, its exit takes nothing with it: containerd's shim does the same
+// (runc kill --all) for a container without a PID namespace of its own.
+// Best effort: a process that forks as it is read is caught by the next
+// pass.
 func killLeftovers(cgroups map[string]string) {
 	for range 3 {
 		found := false

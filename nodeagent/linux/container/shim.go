@@ -29,7 +29,7 @@ const shimSpecFD = 4
 // The init's file descriptors: fd 3 is the exec pipe (close-on-exec in the
 // init, so EOF without data means the command was exec'd; data is the
 // error), fd 4 (cgroup v1 only) the go pipe the init waits on until the shim
-// has placed it in its cgroups.
+// has placed it in its cgroups and written goByte.
 const (
 	initExecFD = 3
 	initGoFD   = 4
@@ -82,7 +82,7 @@ func runShim(dir string) error {
 		return fail(err)
 	}
 	if devCg != "" {
-		defer removeCgroupDir(devCg)
+		defer removeDeviceCgroupDir(devCg)
 	}
 	if v2, ok := spec.Cgroups[""]; ok {
 		if err := attachDeviceProgramV2(v2, spec.security()); err != nil {
@@ -107,7 +107,11 @@ func runShim(dir string) error {
 				return fail(fmt.Errorf("join %s cgroup %q: %w", sub, cg, err))
 			}
 		}
-		_ = pipes.goW.Close()
+		if err := sendGo(pipes.goW); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return fail(fmt.Errorf("let the init go: %w", err))
+		}
 	}
 	// EOF on the exec pipe: exec'd (the pipe was close-on-exec); data: the
 	// init's error.
@@ -156,8 +160,13 @@ func runShim(dir string) error {
 
 	werr := cmd.Wait()
 	st.FinishedAt = time.Now()
-	if spec.PIDNamespace != nil {
+	if spec.PIDNamespace != nil || spec.HostPID {
 		killLeftovers(spec.Cgroups)
+	}
+	if devCg != "" {
+		// Now: what the init left in it (in the pod's or the host's PID
+		// namespace) would hold its output pipes open.
+		removeDeviceCgroupDir(devCg)
 	}
 	// The init was PID 1 of its namespace (or, in a shared one, what it
 	// left was killed): everything in it is gone, so the pipes reach EOF;
@@ -297,6 +306,7 @@ func startInit(spec Spec, waitForCgroups bool) (*exec.Cmd, initPipes, error) {
 			return nil, p, err
 		}
 		cmd.ExtraFiles = append(cmd.ExtraFiles, goR)
+		cmd.Env = append(cmd.Env, envGo+"=1")
 		p.goW = goW
 	}
 	var nss []Namespace
