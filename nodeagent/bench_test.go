@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/nodeagenttest"
 	"github.com/podflow/podflow/nodeagent/sim"
+	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 )
 
@@ -82,6 +85,47 @@ func BenchmarkPodToReady(b *testing.B) {
 // scale goal is at most 10 KB per pod for the whole simulated-node
 // process.
 func BenchmarkPodMemory(b *testing.B) {
+	b.Run("bare", func(b *testing.B) { benchPodMemory(b, nil, func(name string) *corev1.Pod { return newPod(name) }) })
+	// token-volume: each pod mounts its ServiceAccount token as the
+	// pipeline bench's pods do (a projected volume of a bound token and the
+	// kube-root-ca.crt ConfigMap), with a token and a certificate of the
+	// api stage's sizes.
+	b.Run("token-volume", func(b *testing.B) {
+		wrap := func(s *nodeagenttest.Store) nodeagent.NodeStore {
+			s.PutConfigMap(&corev1.ConfigMap{
+				Metadata: &corev1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: "default", Uid: "root-ca-uid", ResourceVersion: "1"},
+				Data:     map[string]string{"ca.crt": strings.Repeat("c", 1100)},
+			})
+			return &benchTokens{Store: s}
+		}
+		benchPodMemory(b, wrap, func(name string) *corev1.Pod {
+			p := newPod(name)
+			p.Spec.Volumes = []*corev1.Volume{{Name: "kube-api-access", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: proto64(3607)}},
+				{ConfigMap: &corev1.ConfigMapProjection{Name: "kube-root-ca.crt", Items: []*corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			}}}}
+			p.Spec.Containers[0].VolumeMounts = []*corev1.VolumeMount{{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}
+			return p
+		})
+	})
+}
+
+// benchTokens answers token requests with a token of a bound token's
+// size (~900 bytes), a new string each, as one decoded from the api
+// stage's answer is.
+type benchTokens struct {
+	*nodeagenttest.Store
+	n atomic.Int64
+}
+
+func (s *benchTokens) RequestServiceAccountToken(context.Context, *corev1.Pod, string, int64) (string, time.Time, error) {
+	return fmt.Sprintf("%08d%s", s.n.Add(1), strings.Repeat("t", 900)), time.Now().Add(time.Hour), nil
+}
+
+// benchPodMemory runs 2,000 pods to Running on one agent over the
+// simulated runtime, with nothing happening to them, and reports the live
+// heap, stack and goroutines each holds. wrap, when set, wraps the store.
+func benchPodMemory(b *testing.B, wrap func(*nodeagenttest.Store) nodeagent.NodeStore, mkPod func(name string) *corev1.Pod) {
 	const pods = 2000
 	ctx := context.Background()
 	var bytes, stack, goroutines float64
@@ -92,7 +136,11 @@ func BenchmarkPodMemory(b *testing.B) {
 		}
 		pub := &readyCounter{}
 		pub.cond = sync.NewCond(&pub.mu)
-		a, err := nodeagent.New(nodeagent.DefaultConfig(node, "10.128.0.0/16"), rt, nodeagenttest.NewStore(), pub)
+		var st nodeagent.NodeStore = nodeagenttest.NewStore()
+		if wrap != nil {
+			st = wrap(st.(*nodeagenttest.Store))
+		}
+		a, err := nodeagent.New(nodeagent.DefaultConfig(node, "10.128.0.0/16"), rt, st, pub)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -101,7 +149,7 @@ func BenchmarkPodMemory(b *testing.B) {
 		}
 		heap0, stack0, g0 := liveHeap(), stackInUse(), runtime.NumGoroutine()
 		for i := range pods {
-			if err := a.HandlePodBound(ctx, newPod(fmt.Sprintf("p%d", i))); err != nil {
+			if err := a.HandlePodBound(ctx, mkPod(fmt.Sprintf("p%d", i))); err != nil {
 				b.Fatal(err)
 			}
 		}

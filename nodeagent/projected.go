@@ -7,6 +7,7 @@ import (
 	"maps"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 )
@@ -104,12 +105,71 @@ func (w *worker) configMapData(ctx context.Context, ns, name string, optional bo
 	case err != nil:
 		return nil, fmt.Errorf("get configmap %q: %w", name, err)
 	}
+	md := cm.GetMetadata()
+	id := cmIdentity{uid: md.GetUid(), rv: md.GetResourceVersion()}
+	if data, ok := configMapBytes.get(ns+"/"+name, id); ok {
+		return data, nil
+	}
 	data := map[string][]byte{}
 	for k, s := range cm.GetData() {
 		data[k] = []byte(s)
 	}
 	maps.Copy(data, cm.GetBinaryData())
-	return data, nil
+	configMapBytes.put(ns+"/"+name, id, data)
+	return maps.Clone(data), nil
+}
+
+// configMapBytes is, for each ConfigMap the process's agents mounted, its
+// latest version's data as bytes: every pod that projects the same
+// ConfigMap (kube-root-ca.crt: every pod with a token volume) shares one
+// copy of its files instead of holding its own, about 1.1 KB a pod for
+// the CA certificate. The bytes are shared, so read-only, as
+// VolumeData.Files says; each caller gets its own map. A ConfigMap read
+// without a uid or resourceVersion (a test's fake store) is not kept.
+var configMapBytes = &cmBytesCache{items: map[string]cmBytes{}}
+
+// cmBytesMax bounds configMapBytes: past it the cache starts afresh. The
+// ConfigMaps a node's pods reference are far fewer, but the sim's
+// thousands of nodes share the process.
+const cmBytesMax = 4096
+
+// cmIdentity is a ConfigMap's version: its data is the same for the same
+// uid and resourceVersion.
+type cmIdentity struct{ uid, rv string }
+
+type cmBytes struct {
+	id   cmIdentity
+	data map[string][]byte
+}
+
+type cmBytesCache struct {
+	mu    sync.Mutex
+	items map[string]cmBytes // by namespace/name
+}
+
+func (c *cmBytesCache) get(key string, id cmIdentity) (map[string][]byte, bool) {
+	if id.uid == "" || id.rv == "" {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.items[key]
+	if !ok || e.id != id {
+		return nil, false
+	}
+	return maps.Clone(e.data), true
+}
+
+func (c *cmBytesCache) put(key string, id cmIdentity, data map[string][]byte) {
+	if id.uid == "" || id.rv == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.items[key]; !ok && len(c.items) >= cmBytesMax {
+		clear(c.items)
+	}
+	c.items[key] = cmBytes{id: id, data: data}
 }
 
 // secretData is the Secret's data; an optional one that does not exist

@@ -105,3 +105,62 @@ func fastSyncEnv(t *testing.T) (*env, *nodeagent.Agent) {
 	}
 	return e, a
 }
+
+// Pods that mount the same version of a ConfigMap share its files' bytes
+// (one copy of kube-root-ca.crt for all the token volumes of the
+// process), and every new version reaches them: a changed ConfigMap (a
+// new resourceVersion) and one deleted and created again (a new uid,
+// whatever its resourceVersion) are mounted anew, never served from the
+// copy of an older one.
+func TestSharedConfigMapVersions(t *testing.T) {
+	e, _ := fastSyncEnv(t)
+	put := func(uid, rv, greeting string) {
+		e.store.PutConfigMap(&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "shared-config", Uid: uid, ResourceVersion: rv},
+			Data: map[string]string{"greeting": greeting}})
+	}
+	put("cm-1", "1", "hello")
+	var uids []string
+	for _, name := range []string{"share-a", "share-b"} {
+		p := newPod(name, func(p *corev1.Pod) {
+			p.Spec.Volumes = []*corev1.Volume{
+				{Name: "config", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "shared-config"}},
+				{Name: "projected", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+					{ConfigMap: &corev1.ConfigMapProjection{Name: "shared-config"}}}}},
+			}
+		})
+		e.bind(p)
+		e.waitStatus(p.Metadata.Uid, "Running and Ready", runningReady)
+		uids = append(uids, p.Metadata.Uid)
+	}
+	want := func(greeting string) [][]byte {
+		t.Helper()
+		var got [][]byte
+		for _, uid := range uids {
+			for _, vol := range []string{"config", "projected"} {
+				err := e.rt.WaitVolume(e.ctx(), uid, vol, func(files map[string][]byte, _ int) bool {
+					if string(files["greeting"]) != greeting {
+						return false
+					}
+					got = append(got, files["greeting"])
+					return true
+				})
+				if err != nil {
+					t.Fatalf("pod %s volume %s: want greeting=%s: %v", uid, vol, greeting, err)
+				}
+			}
+		}
+		return got
+	}
+	files := want("hello")
+	for _, f := range files[1:] {
+		if &f[0] != &files[0][0] {
+			t.Fatalf("the pods' volumes hold copies of the same ConfigMap version, want one shared")
+		}
+	}
+	put("cm-1", "2", "bonjour") // updated
+	want("bonjour")
+	put("cm-2", "2", "hallo") // deleted and created again: a new uid
+	want("hallo")
+	put("cm-2", "3", "hello") // updated back to the first version's data
+	want("hello")
+}

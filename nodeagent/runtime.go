@@ -92,7 +92,9 @@ type ImageRef struct {
 
 // VolumeData is one of the pod's volumes with what the store holds for it.
 // Files maps a path inside the volume to its content (configMap, secret,
-// downwardAPI, projected). Modes, set for projected volumes, gives each
+// downwardAPI, projected); a runtime may keep the map but must not write
+// to the contents, which the agent shares between pods and with its own
+// state (a projected token, a ConfigMap's files). Modes, set for projected volumes, gives each
 // file's permission bits (the item's mode or the volume's defaultMode, as
 // kubelet's projected plugin resolves them); for the other kinds the
 // runtime derives them from the volume. MemorySize, for an emptyDir of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -33,10 +34,13 @@ const (
 	TokenMaxAge          = 24 * time.Hour
 )
 
-// podToken is a token the worker holds, issued at (the node's clock)
-// and valid until expiry.
+// podToken is a token the worker holds for key (expiration and
+// audience), issued at (the node's clock) and valid until expiry. token
+// is the one copy of it the node holds: the bytes projected into the
+// volume are these, never written to (a refresh replaces the slice).
 type podToken struct {
-	token          string
+	key            string
+	token          []byte
 	issued, expiry time.Time
 }
 
@@ -58,9 +62,14 @@ func (w *worker) serviceAccountToken(ctx context.Context, src *corev1.ServiceAcc
 	}
 	key := strconv.FormatInt(exp, 10) + "/" + src.GetAudience()
 	now := w.d.clock.Now()
-	cur, ok := w.tokens[key]
+	var cur podToken
+	i := slices.IndexFunc(w.tokens, func(t podToken) bool { return t.key == key })
+	ok := i >= 0
+	if ok {
+		cur = w.tokens[i]
+	}
 	if ok && !cur.needsRefresh(now) {
-		return []byte(cur.token), nil
+		return cur.token, nil
 	}
 	req, can := w.d.volumes.(TokenRequester)
 	if !can {
@@ -70,13 +79,15 @@ func (w *worker) serviceAccountToken(ctx context.Context, src *corev1.ServiceAcc
 	if err != nil {
 		if ok && now.Before(cur.expiry) {
 			w.d.log.Warn("token refresh failed; the current token is kept", "pod", podKey(w.pod), "err", err)
-			return []byte(cur.token), nil
+			return cur.token, nil
 		}
 		return nil, fmt.Errorf("failed to fetch token: %w", err)
 	}
-	if w.tokens == nil {
-		w.tokens = map[string]podToken{}
+	t := podToken{key: key, token: []byte(tok), issued: now, expiry: expiry}
+	if ok {
+		w.tokens[i] = t
+	} else {
+		w.tokens = append(w.tokens, t)
 	}
-	w.tokens[key] = podToken{token: tok, issued: now, expiry: expiry}
-	return []byte(tok), nil
+	return t.token, nil
 }

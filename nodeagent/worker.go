@@ -101,9 +101,10 @@ type worker struct {
 	volSums map[string][sha256.Size]byte
 	volSync time.Time
 	remount bool
-	// tokens are the projected serviceAccountTokens the worker holds, by
-	// expiration and audience (satoken.go).
-	tokens map[string]podToken
+	// tokens are the projected serviceAccountTokens the worker holds, one
+	// per expiration and audience (satoken.go): a pod has one or two, so
+	// a slice, not a map (a map of one entry costs ~500 bytes a pod).
+	tokens []podToken
 	// usageCheck is when the emptyDir sizeLimits are next checked
 	// (checkEmptyDirs).
 	usageCheck  time.Time
