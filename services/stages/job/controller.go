@@ -83,7 +83,7 @@ type Controller struct {
 	// lazy runs podInf only while there is a Job, or a Job's pod that
 	// still carries the tracking finalizer (podsWanted).
 	lazy   *informer.Lazy
-	swept  atomic.Bool // no pod needs podInf's first list looked at (podsWanted)
+	sweep  atomic.Bool // podInf's first list is to be looked at (podsWanted)
 	events *controller.Events
 	log    *slog.Logger
 
@@ -193,7 +193,7 @@ func finalizersStored(ctx context.Context, st *objects.Store) (bool, error) {
 // there is a Job, or a Job's pod carries the tracking finalizer. With no
 // Job left the controller still removes that finalizer (releaseGone), so
 // it keeps watching pods until no pod has it. It cannot know which pods
-// have it without listing them: at its start it lists the pods once
+// have it without listing them: once started it lists the pods once
 // (finalizersStored) and, if one has it (a Job deleted while no replica
 // ran, or before its pods lost the finalizer), the informer runs until
 // its first list is in and has been looked at. Once the informer is stopped a Job's pod with the finalizer
@@ -204,11 +204,11 @@ func (c *Controller) podsWanted() bool {
 	if c.jobs.Len() > 0 {
 		return true
 	}
-	if !c.swept.Load() {
+	if c.sweep.Load() {
 		if c.podInf.Revision() == 0 {
 			return true // the first list is not in yet
 		}
-		c.swept.Store(true)
+		c.sweep.Store(false)
 	}
 	return len(c.podInf.IndexValues(finalizerIndex)) > 0
 }
@@ -223,14 +223,22 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // Start runs the informers, the Lease and the workers on g; it returns
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
-	// One list, no watch, finds the pods a Job gone while no replica ran
-	// left with the finalizer; on a failure the informer looks instead.
-	if held, err := finalizersStored(ctx, c.env.Store); err == nil && !held {
-		c.swept.Store(true)
-	}
 	var infs informer.Group
 	infs.Add(c.jobs, c.lazy)
-	return c.runner.Start(ctx, g, &infs)
+	if err := c.runner.Start(ctx, g, &infs); err != nil {
+		return err
+	}
+	// One list, no watch, finds the pods a Job gone while no replica ran
+	// left with the finalizer; on a failure the informer looks instead.
+	// Beside the start, not before it: a replica syncs its Jobs at once.
+	g.Go(func() error {
+		if held, err := finalizersStored(ctx, c.env.Store); (err != nil && ctx.Err() == nil) || held {
+			c.sweep.Store(true)
+			c.lazy.Poke()
+		}
+		return nil
+	})
+	return nil
 }
 
 // Reconcile queues every Job.
