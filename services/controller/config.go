@@ -35,6 +35,11 @@ type Config struct {
 	MaxClockSkew time.Duration
 	// ExpiredLeaseAge: Leases dead for this long are deleted (default 1m).
 	ExpiredLeaseAge time.Duration
+	// PodsIdle: a controller whose pod informer runs only while it has
+	// objects of its own kind (Runner.LazyPods) stops it, and drops its
+	// cache, once it has had none for this long (default 1m; 0 keeps the
+	// informer once started).
+	PodsIdle time.Duration
 	// Log receives failures (nil: discarded).
 	Log *slog.Logger
 	// Now is the clock (nil: time.Now); tests move it.
@@ -48,7 +53,8 @@ func DefaultConfig(stage, replica string) Config {
 	q.Workers = 8
 	return Config{Stage: stage, Replica: replica, Queue: q, LeaseNamespace: "kube-system",
 		LeaseDuration: 8 * time.Second, RenewInterval: 2 * time.Second, RenewDeadline: 6 * time.Second,
-		Settle: 4 * time.Second, MaxClockSkew: 2 * time.Second, ExpiredLeaseAge: time.Minute}
+		Settle: 4 * time.Second, MaxClockSkew: 2 * time.Second, ExpiredLeaseAge: time.Minute,
+		PodsIdle: time.Minute}
 }
 
 // FastConfig shortens every period of cfg for tests: a dead replica's
@@ -70,6 +76,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("controller: RenewDeadline (%s) must be longer than RenewInterval (%s), which must be positive", c.RenewDeadline, c.RenewInterval)
 	case c.LeaseDuration <= c.RenewDeadline:
 		return fmt.Errorf("controller: LeaseDuration (%s) must be longer than RenewDeadline (%s)", c.LeaseDuration, c.RenewDeadline)
+	case c.PodsIdle < 0:
+		return fmt.Errorf("controller: PodsIdle (%s) cannot be negative", c.PodsIdle)
 	case c.Settle < 0 || c.MaxClockSkew < 0:
 		return fmt.Errorf("controller: Settle (%s) and MaxClockSkew (%s) cannot be negative", c.Settle, c.MaxClockSkew)
 	case c.ExpiredLeaseAge < c.LeaseDuration:

@@ -38,6 +38,11 @@
 //     controller's pods as metadata alone, or each pod with its spec cut
 //     to the fields named — since every controller stage receives every
 //     pod write.
+//   - LazyPods: a controller's pod informer run only while it needs pods
+//     (typically while its own kind has objects, and Config.PodsIdle
+//     after the last is gone), every sync waiting for its list
+//     (informer.Lazy): a controller with nothing to do holds no watch
+//     of every pod.
 //   - SlowStart, KubePod, ClaimOf, AdoptPod, ReleasePod, Events: kube's
 //     slow start, the pod fields its ranking and availability helpers read
 //     (k8s.io/kubernetes/pkg/controller), ownerReference adoption and

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ type Runner struct {
 	queue   *workqueue.Queue
 	sync    SyncFunc
 	keys    func() []string
+	lazy    *informer.Lazy // LazyPods', synced before each sync
 
 	mu      sync.Mutex
 	ctx     context.Context            // Start's
@@ -139,8 +141,38 @@ func (r *Runner) syncKey(ctx context.Context, key string) error {
 		}
 		return nil
 	}
+	if r.lazy != nil {
+		if err := r.lazy.WaitForSync(ctx); err != nil {
+			return err
+		}
+	}
 	return r.sync(ctx, key)
 }
+
+// LazyPods returns pods, the controller's pod informer, run only while
+// wanted returns true and for Config.PodsIdle after (informer.Lazy),
+// asked first once every member of after has synced: a controller with
+// no object of its own kind holds no watch of every pod. The caller adds
+// the Lazy to the Group it passes to Start in pods' place, and Pokes it
+// from its own kind's handlers; wanted is typically that kind's
+// informer's Len() > 0. Every sync waits until the informer has synced
+// if it is wanted, so a sync never decides from a pod list not yet in.
+// Call once, before Start.
+func (r *Runner) LazyPods(pods informer.Resettable, wanted func() bool, after ...informer.Member) (*informer.Lazy, error) {
+	if r.lazy != nil {
+		return nil, errors.New("controller: LazyPods called twice")
+	}
+	l, err := informer.NewLazy(pods, wanted, r.cfg.PodsIdle, after...)
+	if err != nil {
+		return nil, err
+	}
+	r.lazy = l
+	return l, nil
+}
+
+// Lazy returns the Lazy of LazyPods, or nil (tests read whether it
+// runs).
+func (r *Runner) Lazy() *informer.Lazy { return r.lazy }
 
 // Owns reports whether this replica may sync key now (Members.Owns). A
 // long sync checks it between its steps and stops when it lost the key.

@@ -20,6 +20,12 @@
 //	// in Start(ctx, g):
 //	if err := infs.Start(ctx, g); err != nil { ... }
 //
+// An informer needed only now and then (a controller's pods while it has
+// objects of its own kind) is wrapped in a Lazy, a Member that runs it
+// while a wanted function says so and stops and empties it (Reset) after
+// an idle time; its WaitForSync starts it if wanted and waits for its
+// list.
+//
 // The store is an objects.Store, so an informer runs as well over
 // objectstest's in-memory store (with its watches and compaction) in unit
 // tests as over raftstore.

@@ -85,3 +85,20 @@ func (inf *Informer[T]) ByIndex(name, value string) []T {
 	}
 	return out
 }
+
+// IndexValues returns the values index name files some object under,
+// in no particular order (client-go's Indexer.ListIndexFuncValues); none
+// for an unknown index.
+func (inf *Informer[T]) IndexValues(name string) []string {
+	inf.mu.RLock()
+	defer inf.mu.RUnlock()
+	ix := inf.indexes[name]
+	if ix == nil {
+		return nil
+	}
+	out := make([]string, 0, len(ix.keys))
+	for v := range ix.keys {
+		out = append(out, v)
+	}
+	return out
+}

@@ -116,6 +116,15 @@ func TestIndex(t *testing.T) {
 	if got := inf.ByIndex("none", "a"); len(got) != 0 {
 		t.Errorf("ByIndex of an unknown index = %v", names(got))
 	}
+	// a/u2 lost its last pod: its value is gone.
+	values := inf.IndexValues("owner")
+	slices.Sort(values)
+	if !slices.Equal(values, []string{"a", "a/u1", "b", "b/u1"}) {
+		t.Errorf("IndexValues(owner) = %v", values)
+	}
+	if got := inf.IndexValues("none"); len(got) != 0 {
+		t.Errorf("IndexValues of an unknown index = %v", got)
+	}
 
 	// An index added to a synced cache holds what the cache holds.
 	if err := inf.AddIndex("namespace", func(p *corev1.Pod) []string { return []string{p.GetMetadata().GetNamespace()} }); err != nil {

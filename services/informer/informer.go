@@ -151,7 +151,9 @@ func (inf *Informer[T]) listAndWatch(ctx context.Context) error {
 		return fmt.Errorf("informer %s: list: %w", inf.kind.Resource, err)
 	}
 	inf.replace(kvs, rev)
+	inf.mu.Lock()
 	inf.once.Do(func() { close(inf.synced) })
+	inf.mu.Unlock()
 
 	w, err := inf.store.KV().Watch(ctx, prefix, rev)
 	if err != nil {
@@ -262,8 +264,11 @@ func (inf *Informer[T]) apply(ev raftstore.WatchEvent) {
 
 // WaitForSync blocks until the first list is in the cache or ctx is done.
 func (inf *Informer[T]) WaitForSync(ctx context.Context) error {
+	inf.mu.RLock()
+	synced := inf.synced
+	inf.mu.RUnlock()
 	select {
-	case <-inf.synced:
+	case <-synced:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -296,6 +301,27 @@ func (inf *Informer[T]) List(ns string) []T {
 		out[i] = inf.items[k]
 	}
 	return out
+}
+
+// Len returns how many objects the cache holds.
+func (inf *Informer[T]) Len() int {
+	inf.mu.RLock()
+	defer inf.mu.RUnlock()
+	return len(inf.items)
+}
+
+// Reset empties the cache, its indexes and its revision, without calling
+// a handler, and makes WaitForSync wait for the first list of the next
+// Run: for an informer run only now and then (Lazy). Call it only while
+// no Run is running.
+func (inf *Informer[T]) Reset() {
+	inf.mu.Lock()
+	defer inf.mu.Unlock()
+	inf.items, inf.rev = map[string]T{}, 0
+	for _, ix := range inf.indexes {
+		ix.rebuild(inf.items)
+	}
+	inf.synced, inf.once = make(chan struct{}), sync.Once{}
 }
 
 // Revision returns the store revision the cache reflects.

@@ -85,14 +85,17 @@ func (c Config) Validate() error {
 // eventRecorder, expectations, consistencyStore and failedPodsBackoff are
 // what kube's DaemonSetsController's methods (kube_*.go) use.
 type Controller struct {
-	env     stage.Env
-	cfg     Config
-	runner  *controller.Runner
-	pods    *controller.Pods
-	reg     *registry.Registry
-	dsInf   *informer.Informer[*corev1.Unstructured]
-	crInf   *informer.Informer[*corev1.Unstructured]
-	podInf  *informer.Informer[*corev1.Pod]
+	env    stage.Env
+	cfg    Config
+	runner *controller.Runner
+	pods   *controller.Pods
+	reg    *registry.Registry
+	dsInf  *informer.Informer[*corev1.Unstructured]
+	crInf  *informer.Informer[*corev1.Unstructured]
+	podInf *informer.Informer[*corev1.Pod]
+	// lazy runs podInf only while there is a DaemonSet: kube's pod
+	// handlers drop a pod no DaemonSet controls or selects.
+	lazy    *informer.Lazy
 	nodeInf *informer.Informer[*corev1.Node]
 	events  *controller.Events
 	log     *slog.Logger
@@ -142,9 +145,13 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		return nil, err
 	}
 	if c.dsInf, err = informer.NewKind(env.Store, objects.DaemonSets, "", informer.Handlers[*corev1.Unstructured]{
-		OnAdd:    func(u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
+		OnAdd: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
+			c.runner.Add(keyOf(u.GetMetadata()))
+		},
 		OnUpdate: func(_, u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
 		OnDelete: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
 			key := keyOf(u.GetMetadata())
 			c.daemonSets.Forget(key)
 			for _, k := range []objects.Kind{objects.DaemonSets, objects.ControllerRevisions, objects.Pods} {
@@ -172,6 +179,9 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	}); err != nil {
 		return nil, err
 	}
+	if c.lazy, err = c.runner.LazyPods(c.podInf, func() bool { return c.dsInf.Len() > 0 }, c.dsInf); err != nil {
+		return nil, err
+	}
 	if c.nodeInf, err = informer.New[*corev1.Node](env.Store, "", informer.Handlers[*corev1.Node]{
 		OnAdd: func(*corev1.Node) { c.queueAll() },
 		OnUpdate: func(old, n *corev1.Node) {
@@ -197,7 +207,7 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(c.dsInf, c.crInf, c.podInf, c.nodeInf)
+	infs.Add(c.dsInf, c.crInf, c.lazy, c.nodeInf)
 	if err := c.runner.Start(ctx, g, &infs); err != nil {
 		return err
 	}

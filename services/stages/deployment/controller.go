@@ -61,6 +61,9 @@ type Controller struct {
 	deps   *informer.Informer[*corev1.Unstructured]
 	sets   *informer.Informer[*corev1.Unstructured]
 	podInf *informer.Informer[*corev1.Pod]
+	// lazy runs podInf only while there is a Deployment: kube's
+	// Deployment controller reads pods only of a Deployment's sets.
+	lazy   *informer.Lazy
 	events *controller.Events
 	log    *slog.Logger
 
@@ -99,9 +102,13 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	if c.deps, err = informer.NewKind(env.Store, objects.Deployments, "", informer.Handlers[*corev1.Unstructured]{
-		OnAdd:    func(u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
+		OnAdd: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
+			c.runner.Add(keyOf(u.GetMetadata()))
+		},
 		OnUpdate: func(_, u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
 		OnDelete: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
 			key := keyOf(u.GetMetadata())
 			c.deployments.Forget(key)
 			c.runner.Forget(expectKey(key, objects.Deployments))
@@ -127,6 +134,9 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	}, controller.KubePodSpecFields...); err != nil {
 		return nil, err
 	}
+	if c.lazy, err = c.runner.LazyPods(c.podInf, func() bool { return c.deps.Len() > 0 }, c.deps); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -141,7 +151,7 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(c.deps, c.sets, c.podInf)
+	infs.Add(c.deps, c.sets, c.lazy)
 	return c.runner.Start(ctx, g, &infs)
 }
 

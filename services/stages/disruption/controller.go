@@ -59,6 +59,11 @@ type Controller struct {
 	reg    *registry.Registry
 	pdbInf *informer.Informer[*corev1.Unstructured]
 	podInf *informer.Informer[*corev1.Pod]
+	// lazy runs podInf only while there is a PodDisruptionBudget: kube's
+	// pod handlers queue the budgets covering a pod, and with none
+	// there is nothing to do (the stale DisruptionTarget clean-up,
+	// which needs no budget, is not done: doc.go).
+	lazy   *informer.Lazy
 	events *controller.Events
 	log    *slog.Logger
 
@@ -101,9 +106,13 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	if c.pdbInf, err = informer.NewKind(env.Store, objects.PodDisruptionBudgets, "", informer.Handlers[*corev1.Unstructured]{
-		OnAdd:    func(u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
+		OnAdd: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
+			c.runner.Add(keyOf(u.GetMetadata()))
+		},
 		OnUpdate: func(_, u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
 		OnDelete: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
 			md := u.GetMetadata()
 			c.pdbLister.forget(md.GetNamespace(), md.GetName())
 			c.runner.Forget(keyOf(md))
@@ -120,6 +129,9 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 		OnUpdate: func(old, p *corev1.Pod) { c.podChanged(old, p) },
 		OnDelete: func(p *corev1.Pod) { c.podChanged(p, nil) },
 	}, controller.KubePodSpecFields...); err != nil {
+		return nil, err
+	}
+	if c.lazy, err = c.runner.LazyPods(c.podInf, func() bool { return c.pdbInf.Len() > 0 }, c.pdbInf); err != nil {
 		return nil, err
 	}
 	// The pods' controllers, read for their scale (kube's listers).
@@ -163,7 +175,7 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(c.pdbInf, c.podInf, c.rsLister.inf, c.dLister.inf, c.ssLister.inf, c.rcLister.inf)
+	infs.Add(c.pdbInf, c.lazy, c.rsLister.inf, c.dLister.inf, c.ssLister.inf, c.rcLister.inf)
 	return c.runner.Start(ctx, g, &infs)
 }
 

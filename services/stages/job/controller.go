@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -79,6 +80,10 @@ type Controller struct {
 	pods   *controller.Pods
 	jobs   *informer.Informer[*corev1.Unstructured]
 	podInf *informer.Informer[*corev1.Pod]
+	// lazy runs podInf only while there is a Job, or a Job's pod that
+	// still carries the tracking finalizer (podsWanted).
+	lazy   *informer.Lazy
+	sweep  atomic.Bool // podInf's first list is to be looked at (podsWanted)
 	events *controller.Events
 	log    *slog.Logger
 
@@ -127,9 +132,13 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		return nil, err
 	}
 	if c.jobs, err = informer.NewKind(env.Store, jobKind, "", informer.Handlers[*corev1.Unstructured]{
-		OnAdd:    func(u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
+		OnAdd: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
+			c.runner.Add(keyOf(u.GetMetadata()))
+		},
 		OnUpdate: func(_, u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
 		OnDelete: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
 			key := keyOf(u.GetMetadata())
 			c.mu.Lock()
 			delete(c.decoded, key)
@@ -147,7 +156,61 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	}); err != nil {
 		return nil, err
 	}
+	if err := c.podInf.AddIndex(finalizerIndex, byFinalizer); err != nil {
+		return nil, err
+	}
+	if c.lazy, err = c.runner.LazyPods(c.podInf, c.podsWanted, c.jobs); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// finalizersStored reports whether a stored pod a Job controls carries
+// the tracking finalizer. Only such pods are decoded beyond their owner
+// references.
+func finalizersStored(ctx context.Context, st *objects.Store) (bool, error) {
+	kvs, _, err := st.KV().List(ctx, objects.Pods.Prefix(""))
+	if err != nil {
+		return false, err
+	}
+	for _, kv := range kvs {
+		var p corev1.Pod
+		if objects.DecodeMetaOwners(kv, &p) != nil {
+			continue
+		}
+		if ref := controller.ControllerOf(p.GetMetadata()); ref == nil || ref.GetKind() != jobKind.Name {
+			continue
+		}
+		var full corev1.Pod
+		if objects.Decode(kv, &full) == nil && hasFinalizer(&full) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// podsWanted is the Job controller's want of pods (its Lazy's): while
+// there is a Job, or a Job's pod carries the tracking finalizer. With no
+// Job left the controller still removes that finalizer (releaseGone), so
+// it keeps watching pods until no pod has it. It cannot know which pods
+// have it without listing them: once started it lists the pods once
+// (finalizersStored) and, if one has it (a Job deleted while no replica
+// ran, or before its pods lost the finalizer), the informer runs until
+// its first list is in and has been looked at. Once the informer is stopped a Job's pod with the finalizer
+// appears only from a creation that was still in the pipeline when the
+// last Job went and lands after Config.Controller.PodsIdle; it is seen
+// when a Job next exists or the controller starts again.
+func (c *Controller) podsWanted() bool {
+	if c.jobs.Len() > 0 {
+		return true
+	}
+	if c.sweep.Load() {
+		if c.podInf.Revision() == 0 {
+			return true // the first list is not in yet
+		}
+		c.sweep.Store(false)
+	}
+	return len(c.podInf.IndexValues(finalizerIndex)) > 0
 }
 
 func keyOf(md *corev1.ObjectMeta) string { return controller.Key(md.GetNamespace(), md.GetName()) }
@@ -161,8 +224,21 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(c.jobs, c.podInf)
-	return c.runner.Start(ctx, g, &infs)
+	infs.Add(c.jobs, c.lazy)
+	if err := c.runner.Start(ctx, g, &infs); err != nil {
+		return err
+	}
+	// One list, no watch, finds the pods a Job gone while no replica ran
+	// left with the finalizer; on a failure the informer looks instead.
+	// Beside the start, not before it: a replica syncs its Jobs at once.
+	g.Go(func() error {
+		if held, err := finalizersStored(ctx, c.env.Store); (err != nil && ctx.Err() == nil) || held {
+			c.sweep.Store(true)
+			c.lazy.Poke()
+		}
+		return nil
+	})
+	return nil
 }
 
 // Reconcile queues every Job.
@@ -171,12 +247,34 @@ func (c *Controller) Reconcile(ctx context.Context) error { return c.runner.Reco
 // Runner is the replica's Runner (tests read its Members).
 func (c *Controller) Runner() *controller.Runner { return c.runner }
 
+// keys are every Job's, and those of the Jobs gone whose pods keep the
+// tracking finalizer (kube's orphan queue): a pod's event that named one
+// before this replica owned it is not lost.
 func (c *Controller) keys() []string {
 	var out []string
 	for _, u := range c.jobs.List("") {
 		out = append(out, keyOf(u.GetMetadata()))
 	}
+	for _, key := range c.podInf.IndexValues(finalizerIndex) {
+		if ns, name, err := controller.SplitKey(key); err == nil {
+			if _, ok := c.jobs.Get(ns, name); !ok {
+				out = append(out, key)
+			}
+		}
+	}
 	return out
+}
+
+// finalizerIndex files a pod a Job controls that carries the tracking
+// finalizer under its Job's key.
+const finalizerIndex = "jobFinalizer"
+
+func byFinalizer(p *corev1.Pod) []string {
+	md := p.GetMetadata()
+	if ref := controller.ControllerOf(md); ref != nil && ref.GetKind() == jobKind.Name && hasFinalizer(p) {
+		return []string{controller.Key(md.GetNamespace(), ref.GetName())}
+	}
+	return nil
 }
 
 // podChanged queues the Jobs a pod change concerns: its controller's

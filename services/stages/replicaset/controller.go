@@ -74,6 +74,10 @@ type Controller struct {
 	pods   *controller.Pods
 	sets   *informer.Informer[*corev1.Unstructured]
 	podInf *informer.Informer[*corev1.Pod]
+	// lazy runs podInf only while there is a set of the kind: adoption
+	// and counts concern pods of a set, and kube's handlers drop a pod
+	// that no set controls or selects.
+	lazy   *informer.Lazy
 	events *controller.Events
 	log    *slog.Logger
 
@@ -142,9 +146,13 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		return nil, err
 	}
 	if c.sets, err = informer.NewKind(env.Store, c.kind, "", informer.Handlers[*corev1.Unstructured]{
-		OnAdd:    func(u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
+		OnAdd: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
+			c.runner.Add(keyOf(u.GetMetadata()))
+		},
 		OnUpdate: func(_, u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
 		OnDelete: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
 			key := keyOf(u.GetMetadata())
 			c.mu.Lock()
 			delete(c.decoded, key)
@@ -179,6 +187,14 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	// A sync looks at its set's pods and the namespace's orphans only,
 	// not at every pod of the namespace (kube's pod controller index).
 	controller.AddPodControllerIndex(c.podInf)
+	if c.lazy, err = c.runner.LazyPods(c.podInf, func() bool { return c.sets.Len() > 0 }, c.sets); err != nil {
+		return nil, err
+	}
+	c.lazy.OnStop(func() {
+		c.kubeMu.Lock()
+		clear(c.kubePods)
+		c.kubeMu.Unlock()
+	})
 	return c, nil
 }
 
@@ -226,7 +242,7 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(c.sets, c.podInf)
+	infs.Add(c.sets, c.lazy)
 	return c.runner.Start(ctx, g, &infs)
 }
 

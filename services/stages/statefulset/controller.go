@@ -63,6 +63,9 @@ type Controller struct {
 	sets   *informer.Informer[*corev1.Unstructured]
 	revs   *informer.Informer[*corev1.Unstructured]
 	podInf *informer.Informer[*corev1.Pod]
+	// lazy runs podInf only while there is a StatefulSet: kube's pod
+	// handlers drop a pod no StatefulSet controls or selects.
+	lazy   *informer.Lazy
 	events *controller.Events
 	log    *slog.Logger
 
@@ -100,9 +103,13 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		return nil, err
 	}
 	if c.sets, err = informer.NewKind(env.Store, objects.StatefulSets, "", informer.Handlers[*corev1.Unstructured]{
-		OnAdd:    func(u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
+		OnAdd: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
+			c.runner.Add(keyOf(u.GetMetadata()))
+		},
 		OnUpdate: func(_, u *corev1.Unstructured) { c.runner.Add(keyOf(u.GetMetadata())) },
 		OnDelete: func(u *corev1.Unstructured) {
+			c.lazy.Poke()
 			key := keyOf(u.GetMetadata())
 			c.statefulSets.Forget(key)
 			for _, k := range expectKinds {
@@ -129,6 +136,9 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	}); err != nil {
 		return nil, err
 	}
+	if c.lazy, err = c.runner.LazyPods(c.podInf, func() bool { return c.sets.Len() > 0 }, c.sets); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -143,7 +153,7 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 // once the informers are synced.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(c.sets, c.revs, c.podInf)
+	infs.Add(c.sets, c.revs, c.lazy)
 	return c.runner.Start(ctx, g, &infs)
 }
 
