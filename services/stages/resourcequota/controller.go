@@ -30,13 +30,25 @@ const watchPrefix = "/registry/"
 type Config struct {
 	// Queue configures the retries of a namespace whose sync failed.
 	Queue workqueue.Config
+	// WatchIdle is how long the watch of every write runs on after the
+	// last quota is gone; with no quota there is none. 0 keeps it running
+	// once started.
+	WatchIdle time.Duration
 }
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{Queue: workqueue.DefaultConfig()} }
+func DefaultConfig() Config { return Config{Queue: workqueue.DefaultConfig(), WatchIdle: time.Minute} }
 
 // Validate checks the Config.
-func (c Config) Validate() error { return c.Queue.Validate() }
+func (c Config) Validate() error {
+	if c.WatchIdle < 0 {
+		return fmt.Errorf("resourcequota: WatchIdle %s is negative", c.WatchIdle)
+	}
+	return c.Queue.Validate()
+}
+
+// errIdle ends a watch that no quota wanted for Config.WatchIdle.
+var errIdle = errors.New("resourcequota: no quota left")
 
 // Controller keeps the status of every ResourceQuota.
 type Controller struct {
@@ -44,6 +56,7 @@ type Controller struct {
 	cfg    Config
 	queue  *workqueue.Queue
 	quotas *informer.Informer[*corev1.Unstructured]
+	poke   chan struct{} // a quota was added: start the watch if none runs
 }
 
 var (
@@ -60,11 +73,17 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	if cfg.Queue.Log == nil {
 		cfg.Queue.Log = env.Log
 	}
-	c := &Controller{env: env, cfg: cfg, queue: workqueue.New(cfg.Queue)}
+	c := &Controller{env: env, cfg: cfg, queue: workqueue.New(cfg.Queue), poke: make(chan struct{}, 1)}
 	enqueue := func(q *corev1.Unstructured) { c.queue.Add(q.GetMetadata().GetNamespace()) }
 	var err error
 	if c.quotas, err = informer.NewKind(env.Store, objects.ResourceQuotas, "", informer.Handlers[*corev1.Unstructured]{
-		OnAdd: enqueue,
+		OnAdd: func(q *corev1.Unstructured) {
+			select {
+			case c.poke <- struct{}{}:
+			default:
+			}
+			enqueue(q)
+		},
 		// Only a change of the spec, or a status that does not cover it
 		// yet, as kube's: status.used changes are admission's charges, and
 		// a recount then could miss an object charged but not yet
@@ -107,14 +126,28 @@ func (c *Controller) Reconcile(context.Context) error {
 }
 
 // watch queues the namespace of every deleted object, and of every
-// changed pod, that has a quota, until ctx ends. A watch that breaks is
-// started again after a Reconcile (what it missed is resynced).
+// changed pod, that has a quota, until ctx ends. The watch of every write
+// runs only while there are quotas (and Config.WatchIdle after the last
+// one went): a store with none spends nothing on this controller. A watch
+// that breaks is started again after a Reconcile (what it missed is
+// resynced).
 func (c *Controller) watch(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for {
+		for c.quotas.Len() == 0 {
+			select {
+			case <-c.poke:
+			case <-ctx.Done():
+				return nil
+			}
+		}
 		err := c.watchOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, errIdle) {
+			backoff = 100 * time.Millisecond
+			continue
 		}
 		if c.env.Log != nil {
 			c.env.Log.Warn("resourcequota: watch ended; resyncing", "err", err)
@@ -129,6 +162,11 @@ func (c *Controller) watch(ctx context.Context) error {
 	}
 }
 
+// watchOnce watches every write from now, until the watch breaks or, with
+// Config.WatchIdle, no quota was left for that long (errIdle). Once the
+// watch runs it queues every namespace with quotas: a quota that appeared
+// while no watch ran is recounted from reads after the watch's start, so
+// no delete before it is missed.
 func (c *Controller) watchOnce(ctx context.Context) error {
 	_, rev, err := c.env.Store.KV().List(ctx, objects.ResourceQuotas.Prefix(""), raftstore.WithLimit(1))
 	if err != nil {
@@ -139,21 +177,41 @@ func (c *Controller) watchOnce(ctx context.Context) error {
 		return err
 	}
 	defer w.Stop()
+	_ = c.Reconcile(ctx)
+	var idle <-chan time.Time
+	if c.cfg.WatchIdle > 0 {
+		t := time.NewTicker(c.cfg.WatchIdle / 4)
+		defer t.Stop()
+		idle = t.C
+	}
+	wanted := time.Now()
 	pods := objects.Pods.Prefix("")
-	for ev := range w.Events() {
-		if ev.KV == nil {
+	for {
+		select {
+		case <-idle:
+			if c.quotas.Len() > 0 {
+				wanted = time.Now()
+			} else if time.Since(wanted) >= c.cfg.WatchIdle {
+				return errIdle
+			}
 			continue
-		}
-		key := ev.KV.Key
-		ns := namespaceOf(key)
-		if ns == "" || len(c.quotas.List(ns)) == 0 {
-			continue
-		}
-		if ev.Type == raftstore.EventDelete || (strings.HasPrefix(key, pods) && releases(ev.KV)) {
-			c.queue.Add(ns)
+		case ev, ok := <-w.Events():
+			if !ok {
+				return w.Err()
+			}
+			if ev.KV == nil {
+				continue
+			}
+			key := ev.KV.Key
+			ns := namespaceOf(key)
+			if ns == "" || len(c.quotas.List(ns)) == 0 {
+				continue
+			}
+			if ev.Type == raftstore.EventDelete || (strings.HasPrefix(key, pods) && releases(ev.KV)) {
+				c.queue.Add(ns)
+			}
 		}
 	}
-	return w.Err()
 }
 
 // releases reports whether a stored pod no longer uses its quota, as

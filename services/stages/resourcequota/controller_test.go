@@ -32,10 +32,14 @@ type replica struct {
 // start runs one replica of the controller stage over a real store and
 // bus, as `podflow stage resourcequota` runs it.
 func start(t *testing.T, c *raftstoretest.Cluster, conn *bus.Conn, i int) replica {
+	return startWith(t, c, conn, i, resourcequota.DefaultConfig())
+}
+
+func startWith(t *testing.T, c *raftstoretest.Cluster, conn *bus.Conn, i int, cfg resourcequota.Config) replica {
 	t.Helper()
 	st := objects.New(c.Client(t))
 	env := stage.NewEnv(conn, st, pipeline.ResourceQuota, fmt.Sprintf("resourcequota-%d", i), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	h, err := resourcequota.New(env, resourcequota.DefaultConfig())
+	h, err := resourcequota.New(env, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,4 +146,75 @@ func TestControllerRecountsAndReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	raftstoretest.WaitFor(t, 10*time.Second, "a delete with one replica", usedIs(t, st, map[string]int64{"count/configmaps": 1, "pods": 0}))
+}
+
+// TestControllerWatchesWritesOnlyWithQuotas: with no ResourceQuota the
+// controller receives none of the store's writes (red when its watch of
+// every write runs regardless); a quota created after objects exist is
+// counted and a delete then releases its usage; once the last quota is
+// gone for WatchIdle the watch stops again.
+func TestControllerWatchesWritesOnlyWithQuotas(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	cfg := bus.DefaultConfig()
+	cfg.URLs, cfg.Name = []string{c.NATS.ClientURL()}, "rq-lazy-test"
+	conn, err := bus.Connect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	st := objects.New(c.Client(t))
+	rcfg := resourcequota.DefaultConfig()
+	rcfg.WatchIdle = 300 * time.Millisecond
+	r := startWith(t, c, conn, 1, rcfg)
+	defer r.kill(t)
+	sent := func() uint64 { return c.Node(0).Stats().WatchEventsSent }
+	configMaps := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := st.Create(ctx, &corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Name: fmt.Sprintf("c%d", i), Namespace: "team"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The controller's quota informer has started by now (Run returns
+	// only after start's informers synced; give it the time to): every
+	// event sent from here on would be the watch of every write.
+	time.Sleep(500 * time.Millisecond)
+	base := sent()
+	configMaps(0, 5)
+	time.Sleep(500 * time.Millisecond)
+	if n := sent() - base; n != 0 {
+		t.Fatalf("with no quota the store sent %d watch events for 5 writes, want 0", n)
+	}
+
+	hard := k8scorev1.ResourceList{"count/configmaps": resource.MustParse("10"), "pods": resource.MustParse("5")}
+	u, err := quota.FromKube(&k8scorev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q", Namespace: "team"}, Spec: k8scorev1.ResourceQuotaSpec{Hard: hard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	raftstoretest.WaitFor(t, 10*time.Second, "status of the new quota", usedIs(t, st, map[string]int64{"count/configmaps": 5, "pods": 0}))
+	if _, err := st.Delete(ctx, objects.ConfigMaps, "team", "c0", 0); err != nil {
+		t.Fatal(err)
+	}
+	raftstoretest.WaitFor(t, 10*time.Second, "the delete released", usedIs(t, st, map[string]int64{"count/configmaps": 4, "pods": 0}))
+
+	if _, err := st.Delete(ctx, objects.ResourceQuotas, "team", "q", 0); err != nil {
+		t.Fatal(err)
+	}
+	// WatchIdle after the quota went, the watch ends: writes reach no one.
+	raftstoretest.WaitFor(t, 10*time.Second, "the watch of every write stopped", func() bool {
+		before := sent()
+		configMaps(100, 101)
+		time.Sleep(200 * time.Millisecond)
+		if _, err := st.Delete(ctx, objects.ConfigMaps, "team", "c100", 0); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		return sent() == before
+	})
 }

@@ -5,7 +5,10 @@
 // (services/quota.Usage). It syncs a namespace when one of its quotas is
 // created or changed, when an object of a namespace with quotas is
 // deleted or a pod of it changes (a finished pod uses no compute
-// resources), and on every resync.
+// resources), and on every resync. That watch of every write runs only
+// while some quota exists (and Config.WatchIdle after the last went):
+// when it starts, every namespace with quotas is recounted from reads
+// made after its start, so a delete before it is never missed.
 //
 // A sync reads the quota, then the objects, and writes the status with a
 // compare-and-swap on the revision it read, so a charge made by quota
