@@ -49,7 +49,7 @@ func rogueTransport(t *testing.T, cfg *tls.Config) *raft.NetworkTransport {
 // sends AppendEntries with a term far ahead of the cluster's to its leader,
 // as a peer would that seizes leadership: without a client certificate, or
 // with one from another CA, or in plain TCP, the connection fails at the
-// handshake and the leader keeps its term. A peer with a certificate from
+// handshake and the leader never takes the rogue's term. A peer with a certificate from
 // the cluster's CA reaches raft (the control that shows the attack would
 // land without the check).
 func TestTLSTransportRefusesRoguePeers(t *testing.T) {
@@ -94,8 +94,12 @@ func TestTLSTransportRefusesRoguePeers(t *testing.T) {
 				if err == nil {
 					t.Fatalf("AppendEntries from a rogue peer succeeded: %+v", resp)
 				}
-				if after := leader.Stats().Term; after != before || !leader.IsLeader() {
-					t.Fatalf("leader term %d -> %d (leader %v): the rogue RPC reached raft", before, after, leader.IsLeader())
+				// A peer that saw the rogue's term takes it: any term at or
+				// past it is the attack landing. The leader may step down or
+				// hold an election under load (a smaller term, or the same);
+				// that is not the rogue's doing.
+				if after := leader.Stats().Term; after >= tc.term {
+					t.Fatalf("leader term %d -> %d: the rogue RPC reached raft", before, after)
 				}
 				return
 			}
