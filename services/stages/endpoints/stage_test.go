@@ -352,6 +352,17 @@ func TestServicesWatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	within("a changed selector's slice lists b", func() bool { return slices.Equal(addrsNow(), []string{"10.0.0.2"}) })
+	// The sync writes the slices, then the Endpoints: its last write is in
+	// once they list b too, and only then is the revision Reconcile's to
+	// keep.
+	within("the changed selector's Endpoints list b", func() bool {
+		ep, err := objects.Get[*corev1.Endpoints](ctx, f.env.Store, "default", "web")
+		if err != nil || len(ep.GetSubsets()) != 1 {
+			return false
+		}
+		a := ep.GetSubsets()[0].GetAddresses()
+		return len(a) == 1 && a[0].GetIp() == "10.0.0.2"
+	})
 	rev := f.kv.Revision()
 	if err := f.s.Reconcile(ctx); err != nil {
 		t.Fatal(err)
