@@ -52,6 +52,32 @@ func startWith(t *testing.T, c *raftstoretest.Cluster, conn *bus.Conn, i int, cf
 	return r
 }
 
+// connect is a bus connection to c's NATS server, closed at the end.
+func connect(t *testing.T, ctx context.Context, c *raftstoretest.Cluster, name string) *bus.Conn {
+	t.Helper()
+	cfg := bus.DefaultConfig()
+	cfg.URLs, cfg.Name = []string{c.NATS.ClientURL()}, name
+	conn, err := bus.Connect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return conn
+}
+
+// createQuota stores the quota team/q: 10 ConfigMaps and 5 pods.
+func createQuota(t *testing.T, ctx context.Context, st *objects.Store) {
+	t.Helper()
+	hard := k8scorev1.ResourceList{"count/configmaps": resource.MustParse("10"), "pods": resource.MustParse("5")}
+	u, err := quota.FromKube(&k8scorev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q", Namespace: "team"}, Spec: k8scorev1.ResourceQuotaSpec{Hard: hard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (r replica) kill(t *testing.T) {
 	r.stop()
 	if err := <-r.done; err != nil {
@@ -96,13 +122,7 @@ func TestControllerRecountsAndReleases(t *testing.T) {
 	c := raftstoretest.MakeCluster(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
-	cfg := bus.DefaultConfig()
-	cfg.URLs, cfg.Name = []string{c.NATS.ClientURL()}, "rq-test"
-	conn, err := bus.Connect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
+	conn := connect(t, ctx, c, "rq-test")
 	st := objects.New(c.Client(t))
 	for i := range 3 {
 		if _, err := st.Create(ctx, &corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Name: fmt.Sprintf("c%d", i), Namespace: "team"}}); err != nil {
@@ -111,14 +131,7 @@ func TestControllerRecountsAndReleases(t *testing.T) {
 	}
 	r1, r2 := start(t, c, conn, 1), start(t, c, conn, 2)
 	defer r2.kill(t)
-	hard := k8scorev1.ResourceList{"count/configmaps": resource.MustParse("10"), "pods": resource.MustParse("5")}
-	u, err := quota.FromKube(&k8scorev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q", Namespace: "team"}, Spec: k8scorev1.ResourceQuotaSpec{Hard: hard}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Create(ctx, u); err != nil {
-		t.Fatal(err)
-	}
+	createQuota(t, ctx, st)
 	raftstoretest.WaitFor(t, 10*time.Second, "status of the new quota", usedIs(t, st, map[string]int64{"count/configmaps": 3, "pods": 0}))
 
 	if _, err := st.Delete(ctx, objects.ConfigMaps, "team", "c0", 0); err != nil {
@@ -157,13 +170,7 @@ func TestControllerWatchesWritesOnlyWithQuotas(t *testing.T) {
 	c := raftstoretest.MakeCluster(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
-	cfg := bus.DefaultConfig()
-	cfg.URLs, cfg.Name = []string{c.NATS.ClientURL()}, "rq-lazy-test"
-	conn, err := bus.Connect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
+	conn := connect(t, ctx, c, "rq-lazy-test")
 	st := objects.New(c.Client(t))
 	rcfg := resourcequota.DefaultConfig()
 	rcfg.WatchIdle = 300 * time.Millisecond
@@ -189,14 +196,7 @@ func TestControllerWatchesWritesOnlyWithQuotas(t *testing.T) {
 		t.Fatalf("with no quota the store sent %d watch events for 5 writes, want 0", n)
 	}
 
-	hard := k8scorev1.ResourceList{"count/configmaps": resource.MustParse("10"), "pods": resource.MustParse("5")}
-	u, err := quota.FromKube(&k8scorev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q", Namespace: "team"}, Spec: k8scorev1.ResourceQuotaSpec{Hard: hard}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Create(ctx, u); err != nil {
-		t.Fatal(err)
-	}
+	createQuota(t, ctx, st)
 	raftstoretest.WaitFor(t, 10*time.Second, "status of the new quota", usedIs(t, st, map[string]int64{"count/configmaps": 5, "pods": 0}))
 	if _, err := st.Delete(ctx, objects.ConfigMaps, "team", "c0", 0); err != nil {
 		t.Fatal(err)
