@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/runtime"
 	sigsjson "sigs.k8s.io/json"
@@ -146,17 +145,9 @@ func kindOfMessage(m proto.Message) (*kind, error) {
 
 // kubeJSON is m as a Kubernetes JSON tree with apiVersion and kind.
 func kubeJSON(k *kind, m proto.Message) (map[string]any, error) {
-	pj, err := protojson.Marshal(m)
+	out, err := messageToKube(m.ProtoReflect(), k.shape)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
-	}
-	tree, err := jsonTree(pj)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
-	}
-	out, _ := toKube(tree, m.ProtoReflect().Descriptor(), k.shape).(map[string]any)
-	if out == nil {
-		out = map[string]any{}
 	}
 	out["apiVersion"], out["kind"] = k.apiVersion, k.kind
 	return out, nil
