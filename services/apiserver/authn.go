@@ -34,13 +34,19 @@ func (s *Server) authenticate(r *http.Request) (*corev1.UserInfo, string) {
 			return nil, "client certificate given but no client CA is configured"
 		}
 		leaf := r.TLS.PeerCertificates[0]
-		inter := x509.NewCertPool()
-		for _, c := range r.TLS.PeerCertificates[1:] {
-			inter.AddCert(c)
-		}
-		if _, err := leaf.Verify(x509.VerifyOptions{Roots: s.clientCAs, Intermediates: inter,
-			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-			return nil, fmt.Sprintf("client certificate %q: %v", leaf.Subject.CommonName, err)
+		now := s.now()
+		digest := chainDigest(r.TLS.PeerCertificates)
+		if !s.certs.verified(digest, now) {
+			inter := x509.NewCertPool()
+			for _, c := range r.TLS.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			chains, err := leaf.Verify(x509.VerifyOptions{Roots: s.clientCAs, Intermediates: inter, CurrentTime: now,
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+			if err != nil {
+				return nil, fmt.Sprintf("client certificate %q: %v", leaf.Subject.CommonName, err)
+			}
+			s.certs.add(digest, chains[0])
 		}
 		if leaf.Subject.CommonName == "" {
 			return nil, "client certificate without a common name"

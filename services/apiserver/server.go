@@ -86,8 +86,12 @@ type Server struct {
 	// snapshots keep paged lists' snapshots for their continue pages.
 	snapshots *snapshots
 	handler   http.Handler
-	// clientCAs verify client certificates (nil: none accepted).
+	// clientCAs verify client certificates (nil: none accepted); certs
+	// remembers the chains they verified.
 	clientCAs *x509.CertPool
+	certs     *certCache
+	// now is the clock certificates are checked against.
+	now func() time.Time
 	// proxyTransport carries pods/proxy and services/proxy (proxy.go).
 	proxyTransport http.RoundTripper
 	// proxyClientCert is the front-proxy client certificate presented to
@@ -147,7 +151,7 @@ func New(cfg Config, backend Backend, store *objects.Store, log *slog.Logger) (*
 	}
 	s := &Server{cfg: cfg, backend: backend, store: store, log: log, tls: tc, cache: newKubeCache(cfg.CacheObjects),
 		snapshots: newSnapshots(cfg.MaxListSnapshots, cfg.ListSnapshotTTL),
-		clientCAs: tc.ClientCAs, inflight: make(chan struct{}, cfg.MaxInFlight),
+		clientCAs: tc.ClientCAs, certs: newCertCache(certCacheSize), now: time.Now, inflight: make(chan struct{}, cfg.MaxInFlight),
 		mutating: make(chan struct{}, cfg.MaxMutatingInFlight), watches: make(chan struct{}, cfg.MaxWatches),
 		watchFlows: newFlows(seats(cfg.MaxWatchesPerUser, cfg.MaxWatches)), mutatingFlows: newFlows(seats(cfg.MaxMutatingPerUser, cfg.MaxMutatingInFlight)),
 		proxyTransport: newProxyTransport(cfg.ProxyDialContext)}

@@ -13,11 +13,14 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// timestampName is the one well-known type written directly; the others
-// (Struct) go through protojson.
-const timestampName protoreflect.FullName = "google.protobuf.Timestamp"
+// The well-known types written directly; any other goes through protojson.
+const (
+	timestampName protoreflect.FullName = "google.protobuf.Timestamp"
+	structName    protoreflect.FullName = "google.protobuf.Struct"
+)
 
 // messageToKube is m as a Kubernetes JSON tree: what toKube makes of
 // m's protojson encoding decoded with UseNumber, built by walking m
@@ -106,6 +109,8 @@ func singularToKube(fd protoreflect.FieldDescriptor, v protoreflect.Value, t ref
 			return nil, err
 		}
 		return microTime(ts, t), nil
+	case md.FullName() == structName:
+		return structToKube(m.Interface().(*structpb.Struct))
 	case md.FullName().Parent() == "google.protobuf":
 		j, err := protojson.Marshal(m.Interface())
 		if err != nil {
@@ -114,6 +119,52 @@ func singularToKube(fd protoreflect.FieldDescriptor, v protoreflect.Value, t ref
 		return jsonTree(j)
 	}
 	return messageToKube(m, t)
+}
+
+// structToKube is a google.protobuf.Struct as JSON (managedFields'
+// fieldsV1), numbers as protojson writes them.
+func structToKube(s *structpb.Struct) (map[string]any, error) {
+	out := make(map[string]any, len(s.GetFields()))
+	for k, v := range s.GetFields() {
+		kv, err := structValueToKube(v)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = kv
+	}
+	return out, nil
+}
+
+func structValueToKube(v *structpb.Value) (any, error) {
+	switch x := v.GetKind().(type) {
+	case *structpb.Value_NullValue:
+		return nil, nil
+	case *structpb.Value_BoolValue:
+		return x.BoolValue, nil
+	case *structpb.Value_StringValue:
+		if !utf8.ValidString(x.StringValue) {
+			return nil, fmt.Errorf("a google.protobuf.Value contains invalid UTF-8")
+		}
+		return x.StringValue, nil
+	case *structpb.Value_NumberValue:
+		if math.IsNaN(x.NumberValue) || math.IsInf(x.NumberValue, 0) {
+			return nil, fmt.Errorf("invalid google.protobuf.Value: %v", x.NumberValue)
+		}
+		return floatToKube(x.NumberValue, 64), nil
+	case *structpb.Value_StructValue:
+		return structToKube(x.StructValue)
+	case *structpb.Value_ListValue:
+		out := make([]any, len(x.ListValue.GetValues()))
+		for i, e := range x.ListValue.GetValues() {
+			kv, err := structValueToKube(e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = kv
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("invalid google.protobuf.Value: no kind set") // as protojson
 }
 
 // intOrStringToKube is Kubernetes' IntOrString: the string if set, else

@@ -53,6 +53,9 @@ func TestMessageToKubeRefusesWhatProtojsonRefuses(t *testing.T) {
 		&pf.Pod{Metadata: &pf.ObjectMeta{Name: "a\xffb"}},
 		&pf.Pod{Metadata: &pf.ObjectMeta{Name: "p", CreationTimestamp: timestamp(maxTimestampSeconds+1, 0)}},
 		&pf.Pod{Metadata: &pf.ObjectMeta{Name: "p", CreationTimestamp: timestamp(0, -1)}},
+		managedFields(structpb.NewNumberValue(math.NaN())),
+		managedFields(structpb.NewStringValue("a\xffb")),
+		managedFields(&structpb.Value{}),
 	}
 	for i, m := range bad {
 		if _, err := protojsonToKube(m, nil); err == nil {
@@ -91,6 +94,11 @@ func TestFloatToKubeMatchesProtojson(t *testing.T) {
 	}
 }
 
+func managedFields(v *structpb.Value) *pf.Pod {
+	return &pf.Pod{Metadata: &pf.ObjectMeta{Name: "p", ManagedFields: []*pf.ManagedFieldsEntry{
+		{Manager: "m", FieldsV1: &structpb.Struct{Fields: map[string]*structpb.Value{"f:x": v}}}}}}
+}
+
 func timestamp(secs int64, nanos int32) *timestamppb.Timestamp {
 	return &timestamppb.Timestamp{Seconds: secs, Nanos: nanos}
 }
@@ -106,7 +114,7 @@ func fillMessage(r *rand.Rand, m protoreflect.Message, depth int) {
 		m.Set(f.ByName("nanos"), protoreflect.ValueOfInt32(nanos))
 		return
 	case "google.protobuf.Struct":
-		s, err := structpb.NewStruct(map[string]any{"f:spec": map[string]any{"f:x": map[string]any{}}, "n": 1.5, "l": []any{"a", true}})
+		s, err := structpb.NewStruct(map[string]any{"f:spec": map[string]any{"f:x": map[string]any{}}, "n": 1.5, "big": 3e21, "l": []any{"a", true, nil, 7.0}})
 		if err != nil {
 			panic(err)
 		}
