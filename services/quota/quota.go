@@ -72,6 +72,33 @@ func NewAdmission(st *objects.Store) *Admission {
 // may proceed, else kube's Status (403 Forbidden: "exceeded quota: ...",
 // "failed quota: ...", "status unknown for quota: ...").
 func (q *Admission) Admit(ctx context.Context, u *corev1.UserInfo, kind objects.Kind, op string, obj, old objects.Object) *corev1.Status {
+	return q.admit(ctx, u, kind, op, obj, old, nil)
+}
+
+// Read returns ns's ResourceQuotas from a linearizable read of the store
+// that starts after the call (shared with the other writes of ns that ask
+// at once), for AdmitRead.
+func (q *Admission) Read(ctx context.Context, ns string) ([]objects.Object, error) {
+	return q.reads.Get(ctx, ns)
+}
+
+// AdmitRead is Admit given stored, the quotas of obj's namespace as a
+// Read called after the write was asked for returned them: a caller
+// overlaps that store read with its own work instead of waiting for it
+// after. A charge is still compared against the revisions read (a quota
+// changed since is read again). A quota created after the Read was called
+// was created while the write was being admitted, concurrently with it,
+// as one created just after Admit's own read would be.
+func (q *Admission) AdmitRead(ctx context.Context, u *corev1.UserInfo, kind objects.Kind, op string, obj, old objects.Object, stored []objects.Object) *corev1.Status {
+	if stored == nil {
+		stored = []objects.Object{}
+	}
+	return q.admit(ctx, u, kind, op, obj, old, stored)
+}
+
+// admit is Admit, with the namespace's quotas read already when read is
+// not nil.
+func (q *Admission) admit(ctx context.Context, u *corev1.UserInfo, kind objects.Kind, op string, obj, old objects.Object, read []objects.Object) *corev1.Status {
 	ns := obj.GetMetadata().GetNamespace()
 	if !kind.Namespaced || ns == "" {
 		return nil
@@ -110,9 +137,11 @@ func (q *Admission) Admit(ctx context.Context, u *corev1.UserInfo, kind objects.
 	}
 	// Most namespaces have no quota, which the read says before a created
 	// object (every evaluator charges creations) is converted.
-	stored, err := q.reads.Get(ctx, ns)
-	if err != nil {
-		return internal(err)
+	stored, err := read, error(nil)
+	if stored == nil {
+		if stored, err = q.reads.Get(ctx, ns); err != nil {
+			return internal(err)
+		}
 	}
 	if len(stored) == 0 {
 		return nil

@@ -60,6 +60,20 @@ type Quota interface {
 	Admit(ctx context.Context, user *corev1.UserInfo, kind objects.Kind, op string, obj, old objects.Object) *corev1.Status
 }
 
+// QuotaReader is a Quota whose read of a namespace's quotas can be made
+// apart from the charge (services/quota's *Admission): the Stage starts
+// the read when it starts admitting a pod, beside its read of the
+// LimitRanges, so that a pod waits for one store read, not one after the
+// other.
+type QuotaReader interface {
+	Quota
+	// Read returns ns's quotas from a store read that starts after the
+	// call.
+	Read(ctx context.Context, ns string) ([]objects.Object, error)
+	// AdmitRead is Admit with the quotas a Read returned.
+	AdmitRead(ctx context.Context, user *corev1.UserInfo, kind objects.Kind, op string, obj, old objects.Object, stored []objects.Object) *corev1.Status
+}
+
 // DefaultTolerationSeconds is the default of Config.NotReadyTolerationSeconds
 // and UnreachableTolerationSeconds, kube-apiserver's.
 const DefaultTolerationSeconds = int64(300)

@@ -87,6 +87,10 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 			"pods %q is forbidden: unable to create new content in namespace %s because it is being terminated", in.GetPod().GetMetadata().GetName(), ns)
 		return stage.Reject(ctx, s.env, d, st, in.GetReplyTo())
 	}
+	// The namespace's quotas are read while its LimitRanges are: both
+	// reads start now, after the pod was asked for, and the pod waits for
+	// the slower, not for their sum.
+	quotas := s.readQuotas(ctx, ns, in.GetDryRun())
 	sa, err := s.serviceAccount(ctx, in.GetPod())
 	if err != nil {
 		return err
@@ -132,7 +136,7 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 		// kube's ResourceQuota plugin, the last validating admission: the
 		// pod's usage is charged to the quotas (compare-and-swap) before
 		// persistence stores it.
-		if st := s.cfg.Quota.Admit(ctx, in.GetUser(), objects.Pods, "CREATE", res.Pod, nil); st != nil {
+		if st := s.chargeQuota(ctx, in.GetUser(), res.Pod, quotas); st != nil {
 			if st.GetCode() >= 500 {
 				return fmt.Errorf("admission: %s", st.GetMessage()) // the store: retried
 			}
@@ -180,6 +184,46 @@ func (s *Stage) awaitConfigs(ctx context.Context, d *bus.Delivery, in *eventsv1.
 	default:
 		return nil, fmt.Errorf("admission: webhook configurations at revision %d: %w", rev, err)
 	}
+}
+
+// quotaRead is a read of a namespace's quotas under way (Stage.readQuotas).
+type quotaRead struct {
+	done   chan struct{}
+	stored []objects.Object
+	err    error
+}
+
+// readQuotas starts reading ns's quotas for chargeQuota when the stage
+// charges quotas with a QuotaReader and the pod is not a dry run (which
+// is not charged); nil otherwise.
+func (s *Stage) readQuotas(ctx context.Context, ns string, dryRun bool) *quotaRead {
+	qr, ok := s.cfg.Quota.(QuotaReader)
+	if !ok || dryRun {
+		return nil
+	}
+	r := &quotaRead{done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		r.stored, r.err = qr.Read(ctx, ns)
+	}()
+	return r
+}
+
+// chargeQuota charges pod to its namespace's quotas, with the quotas of
+// r when it was started.
+func (s *Stage) chargeQuota(ctx context.Context, user *corev1.UserInfo, pod *corev1.Pod, r *quotaRead) *corev1.Status {
+	if r == nil {
+		return s.cfg.Quota.Admit(ctx, user, objects.Pods, "CREATE", pod, nil)
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return stage.Internal(ctx.Err())
+	}
+	if r.err != nil {
+		return stage.Internal(r.err)
+	}
+	return s.cfg.Quota.(QuotaReader).AdmitRead(ctx, user, objects.Pods, "CREATE", pod, nil, r.stored)
 }
 
 // dynamic is what the webhooks and policies said of a pod.
