@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 
 	"github.com/podflow/podflow/nodeagent"
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -46,7 +47,8 @@ func NewPodWatchOf(st *objects.Store, a Agent, owns func(node string) bool, log 
 		log = slog.New(slog.DiscardHandler)
 	}
 	w := &PodWatch{st: st, a: a, owns: owns, log: log}
-	inf, err := informer.NewDecoding(st, "", informer.Handlers[*corev1.Pod]{OnUpdate: w.onUpdate}, decodeWatched)
+	dec := &watchDecoder{}
+	inf, err := informer.NewDecoding(st, "", informer.Handlers[*corev1.Pod]{OnUpdate: w.onUpdate}, dec.decode)
 	if err != nil {
 		return nil, err
 	}
@@ -85,10 +87,19 @@ func (w *PodWatch) onUpdate(old, pod *corev1.Pod) {
 	}
 }
 
-// decodeWatched decodes a pod keeping what onUpdate compares: its
-// identity, deletionTimestamp, node and ephemeral containers
-// (BenchmarkPodWatchCache measures the difference).
-func decodeWatched(kv *raftstore.KV, obj objects.Object) error {
+// watchDecoder decodes the pods of a PodWatch's cache keeping what
+// onUpdate compares: identity, deletionTimestamp, node and ephemeral
+// containers (BenchmarkPodWatchCache measures the difference). The spec
+// of a pod without ephemeral containers holds only its node's name, so
+// the pods of one node share one spec, never modified (the informer's
+// objects are read-only): a PodSpec is ~500 bytes, and the cache holds
+// every pod of the cluster. There is one shared spec per node name seen.
+type watchDecoder struct {
+	mu    sync.Mutex
+	specs map[string]*corev1.PodSpec // by node name; read-only
+}
+
+func (d *watchDecoder) decode(kv *raftstore.KV, obj objects.Object) error {
 	if err := objects.Decode(kv, obj); err != nil {
 		return err
 	}
@@ -96,9 +107,29 @@ func decodeWatched(kv *raftstore.KV, obj objects.Object) error {
 	md, spec := p.GetMetadata(), p.GetSpec()
 	p.Metadata = &corev1.ObjectMeta{Name: md.GetName(), Namespace: md.GetNamespace(), Uid: md.GetUid(),
 		ResourceVersion: md.GetResourceVersion(), DeletionTimestamp: md.GetDeletionTimestamp()}
-	p.Spec = &corev1.PodSpec{NodeName: spec.GetNodeName(), EphemeralContainers: spec.GetEphemeralContainers()}
+	if ephs := spec.GetEphemeralContainers(); len(ephs) > 0 {
+		p.Spec = &corev1.PodSpec{NodeName: spec.GetNodeName(), EphemeralContainers: ephs}
+	} else {
+		p.Spec = d.nodeSpec(spec.GetNodeName())
+	}
 	p.Status = nil
 	return nil
+}
+
+// nodeSpec returns the shared spec of the pods bound to node (and of no
+// ephemeral container).
+func (d *watchDecoder) nodeSpec(node string) *corev1.PodSpec {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.specs[node]
+	if s == nil {
+		if d.specs == nil {
+			d.specs = map[string]*corev1.PodSpec{}
+		}
+		s = &corev1.PodSpec{NodeName: node}
+		d.specs[node] = s
+	}
+	return s
 }
 
 // ephemeralAdded reports whether pod, bound to a node owns, and not being

@@ -2,10 +2,13 @@ package nodewire
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/vt"
+	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/objects/objectstest"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -88,5 +91,46 @@ func TestWatchPodsHandsEphemeralContainersOver(t *testing.T) {
 	case got := <-a.bound:
 		t.Errorf("also handed over %v", got)
 	default:
+	}
+}
+
+// TestWatchDecoderSharesNodeSpecs: the watch's cache keeps of a pod its
+// identity, deletionTimestamp, node and ephemeral containers; the pods of
+// one node without ephemeral containers share one spec.
+func TestWatchDecoderSharesNodeSpecs(t *testing.T) {
+	decode := func(d *watchDecoder, i int, node string, ephs ...*corev1.EphemeralContainer) *corev1.Pod {
+		t.Helper()
+		p := benchPod(i)
+		p.Spec.NodeName, p.Spec.EphemeralContainers = node, ephs
+		p.Metadata.DeletionTimestamp = timestamppb.New(time.Unix(1_800_000_100, 0))
+		v, err := vt.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := &corev1.Pod{}
+		if err := d.decode(&raftstore.KV{Key: "/pods/bench/" + p.Metadata.Name, Value: v, ModRevision: int64(7 + i)}, out); err != nil {
+			t.Fatal(err)
+		}
+		md := out.GetMetadata()
+		if md.GetName() != p.Metadata.Name || md.GetNamespace() != "bench" || md.GetUid() != p.Metadata.Uid ||
+			md.GetResourceVersion() != strconv.Itoa(7+i) || !md.GetDeletionTimestamp().AsTime().Equal(time.Unix(1_800_000_100, 0)) {
+			t.Fatalf("metadata %v", md)
+		}
+		if out.GetSpec().GetNodeName() != node || len(out.GetSpec().GetEphemeralContainers()) != len(ephs) || out.GetStatus() != nil {
+			t.Fatalf("spec %v status %v", out.GetSpec(), out.GetStatus())
+		}
+		if md.GetLabels() != nil || out.GetSpec().GetContainers() != nil {
+			t.Fatalf("kept more than it compares: %v", out)
+		}
+		return out
+	}
+	d := &watchDecoder{}
+	a, b, c := decode(d, 1, "n1"), decode(d, 2, "n1"), decode(d, 3, "n2")
+	e := decode(d, 4, "n1", &corev1.EphemeralContainer{Name: "debug", Image: "busybox"})
+	if a.Spec != b.Spec {
+		t.Error("two pods of one node hold a spec each")
+	}
+	if c.Spec == a.Spec || e.Spec == a.Spec {
+		t.Error("a pod of another node, or with ephemeral containers, shares the node's spec")
 	}
 }
