@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -160,12 +161,12 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 		w.setCond(now, "Ready", false, eventsv1.ReasonContainersNotReady, msg)
 	}
 	for _, t := range []string{"PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"} {
-		st.Conditions = append(st.Conditions, w.conds[t]) // immutable: see setCond
+		st.Conditions = append(st.Conditions, w.cond(t)) // immutable: see setCond
 	}
 	if w.rejected != nil && w.rejected.reason == eventsv1.ReasonEvicted {
 		// kubelet's evictPod: the pod's disruption, with its message.
 		w.setCond(now, "DisruptionTarget", true, "TerminationByKubelet", w.rejected.message)
-		st.Conditions = append(st.Conditions, w.conds["DisruptionTarget"])
+		st.Conditions = append(st.Conditions, w.cond("DisruptionTarget"))
 	}
 	return st
 }
@@ -179,7 +180,11 @@ func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string)
 	if ok {
 		status = "True"
 	}
-	c := w.conds[typ]
+	i := slices.IndexFunc(w.conds, func(c *corev1.PodCondition) bool { return c.GetType() == typ })
+	var c *corev1.PodCondition
+	if i >= 0 {
+		c = w.conds[i]
+	}
 	if c == nil {
 		c = &corev1.PodCondition{Type: typ}
 		if old := podrules.PodCondition(w.pod.GetStatus(), typ); old.GetStatus() == status {
@@ -195,7 +200,21 @@ func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string)
 	if next.Status != status || next.LastTransitionTime == nil {
 		next.Status, next.LastTransitionTime = status, timestamppb.New(now)
 	}
-	w.conds[typ] = next
+	if i >= 0 {
+		w.conds[i] = next
+	} else {
+		w.conds = append(w.conds, next)
+	}
+}
+
+// cond returns the pod's condition typ as last set (nil: never).
+func (w *worker) cond(typ string) *corev1.PodCondition {
+	for _, c := range w.conds {
+		if c.GetType() == typ {
+			return c
+		}
+	}
+	return nil
 }
 
 func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerStatus {
