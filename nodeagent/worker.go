@@ -85,7 +85,10 @@ type worker struct {
 	rec       *recovered // what an earlier agent left, until adopted
 	qos       string
 	startTime time.Time
-	policy    string
+	// startTS and nowTS are the Timestamps of startTime and of the last
+	// condition change, shared by the statuses built (startStamp, stamp).
+	startTS, nowTS *timestamppb.Timestamp
+	policy         string
 	// conds are the pod's conditions as last built (setCond), in the
 	// order set first: a handful, so a slice, not a map.
 	conds []*corev1.PodCondition
