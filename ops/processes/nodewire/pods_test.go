@@ -2,7 +2,6 @@ package nodewire
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -94,43 +93,61 @@ func TestWatchPodsHandsEphemeralContainersOver(t *testing.T) {
 	}
 }
 
-// TestWatchDecoderSharesNodeSpecs: the watch's cache keeps of a pod its
-// identity, deletionTimestamp, node and ephemeral containers; the pods of
-// one node without ephemeral containers share one spec.
+// TestWatchDecoderSharesNodeSpecs: the watch's cache keeps of a pod what
+// a full decode gives of its identity, deletionTimestamp, node and
+// ephemeral containers, and nothing else; the pods of one node without
+// ephemeral containers share one spec.
 func TestWatchDecoderSharesNodeSpecs(t *testing.T) {
-	decode := func(d *watchDecoder, i int, node string, ephs ...*corev1.EphemeralContainer) *corev1.Pod {
+	decode := func(d *watchDecoder, p *corev1.Pod, rev int64) *corev1.Pod {
 		t.Helper()
-		p := benchPod(i)
-		p.Spec.NodeName, p.Spec.EphemeralContainers = node, ephs
-		p.Metadata.DeletionTimestamp = timestamppb.New(time.Unix(1_800_000_100, 0))
 		v, err := vt.Marshal(p)
 		if err != nil {
 			t.Fatal(err)
 		}
+		kv := &raftstore.KV{Key: "/pods/bench/" + p.GetMetadata().GetName(), Value: v, ModRevision: rev}
 		out := &corev1.Pod{}
-		if err := d.decode(&raftstore.KV{Key: "/pods/bench/" + p.Metadata.Name, Value: v, ModRevision: int64(7 + i)}, out); err != nil {
+		if err := d.decode(kv, out); err != nil {
 			t.Fatal(err)
 		}
-		md := out.GetMetadata()
-		if md.GetName() != p.Metadata.Name || md.GetNamespace() != "bench" || md.GetUid() != p.Metadata.Uid ||
-			md.GetResourceVersion() != strconv.Itoa(7+i) || !md.GetDeletionTimestamp().AsTime().Equal(time.Unix(1_800_000_100, 0)) {
-			t.Fatalf("metadata %v", md)
+		full := &corev1.Pod{}
+		if err := objects.Decode(kv, full); err != nil {
+			t.Fatal(err)
 		}
-		if out.GetSpec().GetNodeName() != node || len(out.GetSpec().GetEphemeralContainers()) != len(ephs) || out.GetStatus() != nil {
-			t.Fatalf("spec %v status %v", out.GetSpec(), out.GetStatus())
-		}
-		if md.GetLabels() != nil || out.GetSpec().GetContainers() != nil {
-			t.Fatalf("kept more than it compares: %v", out)
+		md := full.GetMetadata()
+		want := &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: md.GetName(), Namespace: md.GetNamespace(), Uid: md.GetUid(),
+			ResourceVersion: md.GetResourceVersion(), DeletionTimestamp: md.GetDeletionTimestamp()},
+			Spec: &corev1.PodSpec{NodeName: full.GetSpec().GetNodeName(), EphemeralContainers: full.GetSpec().GetEphemeralContainers()}}
+		if !vt.Equal(out, want) {
+			t.Fatalf("decoded\n%v\nwant\n%v", out, want)
 		}
 		return out
 	}
+	pod := func(i int, node string, ephs ...*corev1.EphemeralContainer) *corev1.Pod {
+		p := benchPod(i)
+		p.Spec.NodeName, p.Spec.EphemeralContainers = node, ephs
+		return p
+	}
 	d := &watchDecoder{}
-	a, b, c := decode(d, 1, "n1"), decode(d, 2, "n1"), decode(d, 3, "n2")
-	e := decode(d, 4, "n1", &corev1.EphemeralContainer{Name: "debug", Image: "busybox"})
+	a, b, c := decode(d, pod(1, "n1"), 7), decode(d, pod(2, "n1"), 8), decode(d, pod(3, "n2"), 9)
+	e := decode(d, pod(4, "n1", &corev1.EphemeralContainer{Name: "debug", Image: "busybox", Command: []string{"sh"}}), 10)
 	if a.Spec != b.Spec {
 		t.Error("two pods of one node hold a spec each")
 	}
 	if c.Spec == a.Spec || e.Spec == a.Spec {
 		t.Error("a pod of another node, or with ephemeral containers, shares the node's spec")
+	}
+	deleting := pod(5, "n1")
+	deleting.Metadata.DeletionTimestamp = &timestamppb.Timestamp{Seconds: 1_800_000_100, Nanos: 5}
+	decode(d, deleting, 11)
+	pending := pod(6, "")
+	pending.Status = nil
+	decode(d, pending, 12)
+	decode(d, &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "bare"}}, 13)
+	// Bytes a full decode refuses are refused.
+	bad, _ := vt.Marshal(&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "x"}})
+	for _, v := range [][]byte{bad[:len(bad)-1], {}} {
+		if err := d.decode(&raftstore.KV{Key: "/pods/bench/x", Value: v}, &corev1.Pod{}); err == nil {
+			t.Errorf("%q decoded", v)
+		}
 	}
 }
