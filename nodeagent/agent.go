@@ -16,7 +16,6 @@ import (
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
-	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -413,7 +412,7 @@ func (a *Agent) Heartbeat(ctx context.Context) error {
 // is not nil.
 func (a *Agent) startWorkerLocked(pod *corev1.Pod, grace *time.Duration) {
 	uid := pod.GetMetadata().GetUid()
-	w := newWorker(a.deps, vt.Clone(pod), a.recovered[uid])
+	w := newWorker(a.deps, workerCopy(pod), a.recovered[uid])
 	a.starts++
 	w.gen = a.starts
 	if grace != nil {

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,7 +99,7 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 	st := &corev1.PodStatus{
 		Phase:     phase,
 		HostIp:    w.d.cfg.HostIP,
-		StartTime: timestamppb.New(w.startTime),
+		StartTime: w.startStamp(),
 		QosClass:  w.qos,
 	}
 	if w.rejected != nil {
@@ -160,12 +161,12 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 		w.setCond(now, "Ready", false, eventsv1.ReasonContainersNotReady, msg)
 	}
 	for _, t := range []string{"PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"} {
-		st.Conditions = append(st.Conditions, w.conds[t]) // immutable: see setCond
+		st.Conditions = append(st.Conditions, w.cond(t)) // immutable: see setCond
 	}
 	if w.rejected != nil && w.rejected.reason == eventsv1.ReasonEvicted {
 		// kubelet's evictPod: the pod's disruption, with its message.
 		w.setCond(now, "DisruptionTarget", true, "TerminationByKubelet", w.rejected.message)
-		st.Conditions = append(st.Conditions, w.conds["DisruptionTarget"])
+		st.Conditions = append(st.Conditions, w.cond("DisruptionTarget"))
 	}
 	return st
 }
@@ -179,7 +180,11 @@ func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string)
 	if ok {
 		status = "True"
 	}
-	c := w.conds[typ]
+	i := slices.IndexFunc(w.conds, func(c *corev1.PodCondition) bool { return c.GetType() == typ })
+	var c *corev1.PodCondition
+	if i >= 0 {
+		c = w.conds[i]
+	}
 	if c == nil {
 		c = &corev1.PodCondition{Type: typ}
 		if old := podrules.PodCondition(w.pod.GetStatus(), typ); old.GetStatus() == status {
@@ -193,9 +198,23 @@ func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string)
 	// goroutines) share them instead of holding clones.
 	next := &corev1.PodCondition{Type: typ, Status: c.Status, LastTransitionTime: c.LastTransitionTime, Reason: reason, Message: msg}
 	if next.Status != status || next.LastTransitionTime == nil {
-		next.Status, next.LastTransitionTime = status, timestamppb.New(now)
+		next.Status, next.LastTransitionTime = status, w.stamp(now)
 	}
-	w.conds[typ] = next
+	if i >= 0 {
+		w.conds[i] = next
+	} else {
+		w.conds = append(w.conds, next)
+	}
+}
+
+// cond returns the pod's condition typ as last set (nil: never).
+func (w *worker) cond(typ string) *corev1.PodCondition {
+	for _, c := range w.conds {
+		if c.GetType() == typ {
+			return c
+		}
+	}
+	return nil
 }
 
 func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerStatus {
@@ -203,9 +222,15 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 	if state == nil {
 		state = &corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: defWaiting}}
 	}
+	budget := w.podMessageBudget()
+	// c.state and c.lastTerm are replaced, never modified: the status
+	// shares them, but for a termination message cut to the budget.
+	if t := state.GetTerminated(); len(t.GetMessage()) > budget {
+		state = &corev1.ContainerState{Terminated: cutMessage(t, budget)}
+	}
 	cs := &corev1.ContainerStatus{
 		Name:                 c.spec.GetName(),
-		State:                vt.Clone(state),
+		State:                state,
 		LastTerminationState: &corev1.ContainerState{},
 		Ready:                c.ready,
 		RestartCount:         c.restarts,
@@ -214,13 +239,7 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 		ContainerId:          string(c.id),
 	}
 	if c.lastTerm != nil {
-		cs.LastTerminationState.Terminated = vt.Clone(c.lastTerm)
-	}
-	budget := w.podMessageBudget()
-	for _, t := range []*corev1.ContainerStateTerminated{cs.State.GetTerminated(), cs.LastTerminationState.GetTerminated()} {
-		if t != nil {
-			t.Message = headUTF8(t.Message, budget)
-		}
+		cs.LastTerminationState.Terminated = cutMessage(c.lastTerm, budget)
 	}
 	// kubelet's prober manager (UpdatePodStatus): every container, init
 	// ones too, says whether it has started (running, its startup probe
@@ -234,4 +253,33 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 		cs.Ready = t != nil && t.GetExitCode() == 0
 	}
 	return cs
+}
+
+// cutMessage returns t with its message cut to budget bytes (headUTF8): t
+// itself when it fits, else a copy.
+func cutMessage(t *corev1.ContainerStateTerminated, budget int) *corev1.ContainerStateTerminated {
+	if len(t.GetMessage()) <= budget {
+		return t
+	}
+	t = vt.Clone(t)
+	t.Message = headUTF8(t.Message, budget)
+	return t
+}
+
+// startStamp is the pod's startTime as a Timestamp, made once: the
+// statuses built share it (it is never modified).
+func (w *worker) startStamp() *timestamppb.Timestamp {
+	if w.startTS == nil || !w.startTS.AsTime().Equal(w.startTime) {
+		w.startTS = timestamppb.New(w.startTime)
+	}
+	return w.startTS
+}
+
+// stamp is now as a Timestamp, shared by the conditions that change in
+// one step (never modified).
+func (w *worker) stamp(now time.Time) *timestamppb.Timestamp {
+	if w.nowTS == nil || !w.nowTS.AsTime().Equal(now) {
+		w.nowTS = timestamppb.New(now)
+	}
+	return w.nowTS
 }

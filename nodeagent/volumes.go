@@ -8,6 +8,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -213,7 +214,7 @@ func (w *worker) refreshVolumes(ctx context.Context, now time.Time) time.Time {
 			err = w.d.rt.MountVolumes(ctx, w.pod, changed)
 		}
 		if err == nil {
-			maps.Copy(w.volSums, sums)
+			w.volSums = w.volSums.merge(sums)
 		}
 	}
 	if err != nil && ctx.Err() == nil {
@@ -222,25 +223,61 @@ func (w *worker) refreshVolumes(ctx context.Context, now time.Time) time.Time {
 	return next
 }
 
+// volDigest is the digest of the files of one synced volume, by name.
+type volDigest struct {
+	name string
+	sum  [sha256.Size]byte
+}
+
+// volDigests are a worker's volume digests: a pod has a few synced
+// volumes at most, so a slice (a map of one entry costs ~400 bytes a pod).
+type volDigests []volDigest
+
+func (ds volDigests) get(name string) ([sha256.Size]byte, bool) {
+	for _, d := range ds {
+		if d.name == name {
+			return d.sum, true
+		}
+	}
+	return [sha256.Size]byte{}, false
+}
+
+// merge sets each digest of more in ds.
+func (ds volDigests) merge(more volDigests) volDigests {
+	for _, m := range more {
+		if i := slices.IndexFunc(ds, func(d volDigest) bool { return d.name == m.name }); i >= 0 {
+			ds[i].sum = m.sum
+		} else {
+			ds = append(ds, m)
+		}
+	}
+	return ds
+}
+
 // changedVolumes returns the digests of the synced volumes' files and
 // those volumes whose digest differs from last.
-func changedVolumes(last map[string][sha256.Size]byte, vols []VolumeData) (map[string][sha256.Size]byte, []VolumeData) {
-	sums := map[string][sha256.Size]byte{}
+func changedVolumes(last volDigests, vols []VolumeData) (volDigests, []VolumeData) {
+	var sums volDigests
 	var changed []VolumeData
+	var buf []byte
 	for _, vd := range vols {
 		if !synced(vd.Volume) {
 			continue
 		}
 		h := sha256.New()
 		for _, p := range slices.Sorted(maps.Keys(vd.Files)) {
-			fmt.Fprintf(h, "%d:%s%d:", len(p), p, len(vd.Files[p]))
+			// "<len(p)>:<p><len(file)>:<file>"
+			buf = strconv.AppendInt(buf[:0], int64(len(p)), 10)
+			buf = append(append(buf, ':'), p...)
+			buf = append(strconv.AppendInt(buf, int64(len(vd.Files[p])), 10), ':')
+			h.Write(buf)
 			h.Write(vd.Files[p])
 		}
 		var sum [sha256.Size]byte
 		h.Sum(sum[:0])
 		name := vd.Volume.GetName()
-		sums[name] = sum
-		if old, ok := last[name]; !ok || old != sum {
+		sums = append(sums, volDigest{name: name, sum: sum})
+		if old, ok := last.get(name); !ok || old != sum {
 			changed = append(changed, vd)
 		}
 	}

@@ -2,10 +2,8 @@ package nodeagent
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"log/slog"
-	"maps"
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -87,8 +85,13 @@ type worker struct {
 	rec       *recovered // what an earlier agent left, until adopted
 	qos       string
 	startTime time.Time
-	policy    string
-	conds     map[string]*corev1.PodCondition
+	// startTS and nowTS are the Timestamps of startTime and of the last
+	// condition change, shared by the statuses built (startStamp, stamp).
+	startTS, nowTS *timestamppb.Timestamp
+	policy         string
+	// conds are the pod's conditions as last built (setCond), in the
+	// order set first: a handful, so a slice, not a map.
+	conds []*corev1.PodCondition
 
 	sandbox      *Sandbox
 	exits        <-chan ContainerExit
@@ -98,7 +101,7 @@ type worker struct {
 	// volSums is, per configMap, secret or downwardAPI volume, a digest
 	// of the files last mounted; volSync is when they are next re-synced,
 	// remount asks for that at once (the labels or annotations changed).
-	volSums map[string][sha256.Size]byte
+	volSums volDigests
 	volSync time.Time
 	remount bool
 	// tokens are the projected serviceAccountTokens the worker holds, one
@@ -194,12 +197,10 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 		d: d, pod: pod, uid: pod.GetMetadata().GetUid(), names: namesOf(pod),
 		deleteCh:     make(chan time.Duration, 1),
 		updateCh:     make(chan podUpdate, 1),
-		volSums:      map[string][sha256.Size]byte{},
 		rep:          newReporter(d, pod),
 		rec:          rec,
 		qos:          podrules.QOSClass(pod),
 		policy:       pod.GetSpec().GetRestartPolicy(),
-		conds:        map[string]*corev1.PodCondition{},
 		sandboxRetry: newRetry(d.cfg.SetupBackOff),
 		mountRetry:   newRetry(d.cfg.SetupBackOff),
 	}
@@ -662,7 +663,7 @@ func (w *worker) ensureVolumes(ctx context.Context, now time.Time) (wake time.Ti
 	w.mounted = true
 	w.mountRetry.Reset()
 	sums, _ := changedVolumes(w.volSums, vols)
-	maps.Copy(w.volSums, sums)
+	w.volSums = w.volSums.merge(sums)
 	return w.nextVolumeSync(now), true
 }
 

@@ -160,10 +160,38 @@ type simPod struct {
 	notify     func() // NotifyExits; guarded by Runtime.mu
 	removed    chan struct{}
 	containers map[nodeagent.ContainerID]*simCtr
-	starts     map[string]int32 // container name -> instances started
+	starts     []nameCount // instances started, by container name
 	// prevLogs are the logs of each container's previous instance
-	// (kubectl logs --previous).
+	// (kubectl logs --previous); nil until a container restarts.
 	prevLogs map[string]*prevLog
+}
+
+// nameCount is how many instances of the container name were started: a
+// pod has a few containers, so a slice (a map costs ~200 bytes a pod).
+type nameCount struct {
+	name string
+	n    int32
+}
+
+// started returns how many instances of container name were started.
+func (p *simPod) started(name string) int32 {
+	for _, c := range p.starts {
+		if c.name == name {
+			return c.n
+		}
+	}
+	return 0
+}
+
+// start counts one more instance of container name.
+func (p *simPod) start(name string) {
+	for i := range p.starts {
+		if p.starts[i].name == name {
+			p.starts[i].n++
+			return
+		}
+	}
+	p.starts = append(p.starts, nameCount{name: name, n: 1})
 }
 
 // simVolume is one volume as the agent last mounted it.
@@ -294,8 +322,6 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent
 		exits:      make(chan nodeagent.ContainerExit, 1),
 		removed:    make(chan struct{}),
 		containers: map[nodeagent.ContainerID]*simCtr{},
-		starts:     map[string]int32{},
-		prevLogs:   map[string]*prevLog{},
 	}
 	r.pods[uid] = p
 	return p.sb, nil
@@ -599,16 +625,19 @@ func (r *Runtime) addContainer(pod *corev1.Pod, c *corev1.Container, sb nodeagen
 	id := nodeagent.ContainerID("sim://" + r.newID("container"))
 	sc := &simCtr{info: nodeagent.ContainerInfo{
 		ID: id, PodUID: pod.GetMetadata().GetUid(), Name: c.GetName(), Image: c.GetImage(),
-		ImageID: r.images[c.GetImage()], Init: init, RestartCount: p.starts[c.GetName()],
+		ImageID: r.images[c.GetImage()], Init: init, RestartCount: p.started(c.GetName()),
 		Running: true, StartedAt: r.clock.Now(),
 	}, target: target, log: newLogBuf(r.cfg.LogMaxBytes), why: why, spec: c}
 	for old, oc := range p.containers { // keep one dead instance per name, as kubelet does
 		if oc.info.Name == c.GetName() && !oc.info.Running {
+			if p.prevLogs == nil {
+				p.prevLogs = map[string]*prevLog{}
+			}
 			p.prevLogs[c.GetName()] = &prevLog{id: oc.info.ID, log: oc.log} // kubectl logs --previous
 			delete(p.containers, old)
 		}
 	}
-	p.starts[c.GetName()]++
+	p.start(c.GetName())
 	p.containers[id] = sc
 	var prog Program
 	if r.cfg.Programs != nil && why == "" {

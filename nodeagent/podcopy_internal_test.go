@@ -1,0 +1,89 @@
+package nodeagent
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/vt"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// copyPod is a pod as admission leaves it: tolerations, the ServiceAccount
+// token volume, resources, a bound status.
+func copyPod(name string) *corev1.Pod {
+	exp := int64(3607)
+	return &corev1.Pod{
+		Metadata: &corev1.ObjectMeta{Name: name, Namespace: "default", Uid: "uid-" + name, Labels: map[string]string{"app": "x"}},
+		Spec: &corev1.PodSpec{NodeName: "n1", ServiceAccountName: "default",
+			Containers: []*corev1.Container{{Name: "app", Image: "nginx:1.27",
+				Resources:    &corev1.ResourceRequirements{Requests: map[string]string{"cpu": "10m"}, Limits: map[string]string{"memory": "64Mi"}},
+				VolumeMounts: []*corev1.VolumeMount{{Name: "kube-api-access-" + name, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}}},
+			Volumes: []*corev1.Volume{{Name: "kube-api-access-" + name, Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &exp}},
+				{ConfigMap: &corev1.ConfigMapProjection{Name: "kube-root-ca.crt", Items: []*corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			}}}},
+			Tolerations: []*corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: "Exists", Effect: "NoExecute"}},
+			Affinity:    &corev1.Affinity{}},
+		Status: &corev1.PodStatus{Phase: "Running", StartTime: timestamppb.New(time.Unix(1_800_000_000, 0)), PodIp: "10.0.0.9",
+			Conditions: []*corev1.PodCondition{{Type: "PodScheduled", Status: "True", LastTransitionTime: timestamppb.New(time.Unix(1_800_000_000, 0))}}},
+	}
+}
+
+// TestWorkerCopy: the worker's copy of a pod keeps what a node reads of
+// it (equal to the pod but for the scheduling fields and the status the
+// worker builds itself), shares the token volume's sources and the
+// resources between pods, and never aliases the caller's pod.
+func TestWorkerCopy(t *testing.T) {
+	a, b := copyPod("a"), copyPod("b")
+	ca, cb := workerCopy(a), workerCopy(b)
+
+	want := vt.Clone(a)
+	want.Spec.Tolerations, want.Spec.Affinity = nil, nil
+	want.Status = &corev1.PodStatus{StartTime: a.Status.StartTime, Conditions: a.Status.Conditions}
+	if !vt.Equal(ca, want) {
+		t.Fatalf("copy\n%v\nwant\n%v", ca, want)
+	}
+	if ca.Spec.Volumes[0].Projected != cb.Spec.Volumes[0].Projected {
+		t.Error("two pods' equal token volume sources are not shared")
+	}
+	if ca.Spec.Containers[0].Resources != cb.Spec.Containers[0].Resources {
+		t.Error("two pods' equal resources are not shared")
+	}
+	if ca.Spec.Volumes[0].Projected == a.Spec.Volumes[0].Projected || ca.Metadata == a.Metadata || ca.Status.Conditions[0] == a.Status.Conditions[0] {
+		t.Error("the copy aliases the caller's pod")
+	}
+	// Another resources: its own.
+	c := copyPod("c")
+	c.Spec.Containers[0].Resources.Requests["cpu"] = "20m"
+	if cc := workerCopy(c); cc.Spec.Containers[0].Resources == ca.Spec.Containers[0].Resources || cc.Spec.Containers[0].Resources.Requests["cpu"] != "20m" {
+		t.Errorf("pods of other resources share them: %v", cc.Spec.Containers[0].Resources)
+	}
+	runtime.KeepAlive(ca)
+	runtime.KeepAlive(cb)
+}
+
+// TestSharingForgets: a shared message no one holds any more is dropped
+// from the table once collected.
+func TestSharingForgets(t *testing.T) {
+	s := newSharing[corev1.ResourceRequirements]()
+	r := s.share(&corev1.ResourceRequirements{Requests: map[string]string{"cpu": "1"}})
+	if got := s.share(&corev1.ResourceRequirements{Requests: map[string]string{"cpu": "1"}}); got != r {
+		t.Fatal("an equal message is not shared")
+	}
+	runtime.KeepAlive(r)
+	// The cleanups run on a goroutine of their own after a collection;
+	// the bound is only against a hang (a loaded CI machine is slow).
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		runtime.GC()
+		s.mu.Lock()
+		n := len(s.m)
+		s.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // the cleanup runs on its own goroutine
+	}
+	t.Fatal("a collected message stays in the table")
+}
