@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/runtime"
-	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	pf "github.com/podflow/podflow/proto/corev1"
@@ -158,13 +157,39 @@ func toKubeObject(k *kind, m proto.Message) (runtime.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, err := json.Marshal(tree)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
-	}
 	obj := k.newKube()
-	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, obj); err != nil {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(nativeNumbers(tree).(map[string]any), obj); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
 	}
 	return obj, nil
+}
+
+// nativeNumbers replaces, in place, the json.Numbers of a Kubernetes JSON
+// tree with the int64 or float64 an unstructured object holds.
+func nativeNumbers(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if n, ok := e.(json.Number); ok {
+				x[k] = nativeNumber(n)
+			} else {
+				nativeNumbers(e)
+			}
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = nativeNumbers(e)
+		}
+	case json.Number:
+		return nativeNumber(x)
+	}
+	return v
+}
+
+func nativeNumber(n json.Number) any {
+	if i, err := n.Int64(); err == nil {
+		return i
+	}
+	f, _ := n.Float64()
+	return f
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	sigsjson "sigs.k8s.io/json"
 
 	pf "github.com/podflow/podflow/proto/corev1"
 )
@@ -41,6 +42,37 @@ func TestMessageToKubeMatchesProtojson(t *testing.T) {
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Fatalf("%s #%d: direct conversion differs from protojson's (-protojson +direct):\n%s", k.kind, i, diff)
+			}
+		}
+	}
+}
+
+// TestKubeObjectMatchesJSON holds toKubeObject's unstructured conversion
+// to the JSON round trip it replaced (encoding/json, then sigs.k8s.io/json
+// into the Kubernetes type): random messages of every kind give deeply
+// equal objects, or fail both ways.
+func TestKubeObjectMatchesJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 43))
+	for _, k := range kinds {
+		for i := range 60 {
+			m := k.newProto()
+			fillMessage(r, m.ProtoReflect(), 0)
+			tree, err := kubeJSON(k, m)
+			if err != nil {
+				t.Fatalf("%s #%d: %v", k.kind, i, err)
+			}
+			j, err := json.Marshal(tree)
+			if err != nil {
+				t.Fatalf("%s #%d: %v", k.kind, i, err)
+			}
+			want := k.newKube()
+			wantErr := sigsjson.UnmarshalCaseSensitivePreserveInts(j, want)
+			got, err := toKubeObject(k, m)
+			if (err == nil) != (wantErr == nil) {
+				t.Fatalf("%s #%d: error %v, the JSON round trip's %v", k.kind, i, err, wantErr)
+			}
+			if err == nil && !reflect.DeepEqual(want, got) {
+				t.Fatalf("%s #%d: differs from the JSON round trip:\n%s", k.kind, i, cmp.Diff(want, got))
 			}
 		}
 	}
@@ -209,6 +241,22 @@ func BenchmarkPodToKube(b *testing.B) {
 	b.Run("protojson", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := protojsonToKube(pod, k.shape); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("ToKube-json", func(b *testing.B) { // the JSON round trip ToKube replaced
+		for b.Loop() {
+			tree, err := protojsonToKube(pod, k.shape)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tree["apiVersion"], tree["kind"] = k.apiVersion, k.kind
+			j, err := json.Marshal(tree)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, k.newKube()); err != nil {
 				b.Fatal(err)
 			}
 		}
