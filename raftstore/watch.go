@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,7 +27,13 @@ type Watch struct {
 	done   chan struct{}
 	err    error // set before events is closed
 
-	last int64 // revision of the last delivered event (or the start)
+	// last is the revision up to which every change under the prefix has
+	// been delivered: the last event's, or later when the replica said it
+	// had sent everything up to a later one. A resume starts there, so a
+	// watch of a prefix that rarely changes resumes from a recent revision,
+	// not from its last event, which the history may have compacted.
+	last     int64
+	progress atomic.Int64 // last, for Progress
 }
 
 // Watch starts a watch of every change under prefix with revision >
@@ -39,6 +46,7 @@ func (c *Client) Watch(ctx context.Context, prefix string, fromRev int64) (*Watc
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	w := &Watch{c: c, prefix: prefix, events: make(chan WatchEvent, c.cfg.WatchBuffer), ctx: wctx, cancel: cancel, done: make(chan struct{}), last: fromRev}
+	w.progress.Store(fromRev)
 	sess, err := w.open()
 	if err != nil {
 		cancel()
@@ -47,6 +55,12 @@ func (c *Client) Watch(ctx context.Context, prefix string, fromRev int64) (*Watc
 	go w.run(sess)
 	return w, nil
 }
+
+// Progress returns the revision up to which every change under the prefix
+// has been delivered on Events (as etcd's progress notifications and
+// Kubernetes' watch bookmarks tell it): at least the last event's, later
+// when the replica reported that nothing more matched up to a later one.
+func (w *Watch) Progress() int64 { return w.progress.Load() }
 
 // Events returns the channel of changes. It is closed when the watch ends;
 // then Err says why.
@@ -186,7 +200,10 @@ func (w *Watch) stream(s *session) error {
 				}
 				last = max(last, e.Revision)
 			}
-			w.last = last
+			// Every change under the prefix up to msg.Revision was in this
+			// message or an earlier one of the session (seq has no gaps).
+			w.last = max(last, msg.Revision)
+			w.progress.Store(w.last)
 		}
 	}
 }

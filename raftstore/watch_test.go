@@ -249,6 +249,77 @@ func TestWatchGoneAfterCompaction(t *testing.T) {
 	}
 }
 
+// TestQuietWatchResumesPastCompaction: a watch of a prefix that has not
+// changed while thousands of other writes were compacted from the history
+// resumes on another replica from the progress the replicas reported, not
+// from its last event's revision, which is gone: without that it would end
+// with ErrGone and every such informer would relist.
+func TestQuietWatchResumesPastCompaction(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 3, func(cfg *raftstore.Config) {
+		cfg.HistoryRevisions = 16
+		cfg.WatchHeartbeat = 20 * time.Millisecond
+	})
+	cl := c.Client(t)
+	ctx := testCtx(t)
+	first, err := cl.Create(ctx, "/quiet/a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cl.Watch(ctx, "/quiet/", first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	// The writes go at the pace of the replica's heartbeats, which carry
+	// the progress: a sender that fell 16 revisions behind would end the
+	// stream as compacted, as etcd's would.
+	var last int64
+	for i := range 60 {
+		if last, err = cl.Create(ctx, fmt.Sprintf("/busy/%d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+		waitProgress(ctx, t, w, last)
+	}
+	c.WaitForReplication(t)
+	// Every replica in turn goes away: the session resumes at least once.
+	for i := range c.Len() {
+		c.Kill(t, i)
+		c.Restart(t, i)
+	}
+	r, err := cl.Create(ctx, "/quiet/b", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev, ok := <-w.Events():
+		if !ok {
+			t.Fatalf("the quiet watch ended: %v", w.Err())
+		}
+		if ev.Revision != r || ev.KV.Key != "/quiet/b" {
+			t.Fatalf("event %s, want /quiet/b at %d", eventString(ev), r)
+		}
+	case <-ctx.Done():
+		t.Fatalf("no event for /quiet/b: %v", ctx.Err())
+	}
+}
+
+// waitProgress waits until w reports progress to rev, failing on any event.
+func waitProgress(ctx context.Context, t *testing.T, w *raftstore.Watch, rev int64) {
+	t.Helper()
+	for w.Progress() < rev {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				t.Fatalf("the quiet watch ended at progress %d: %v", w.Progress(), w.Err())
+			}
+			t.Fatalf("event %s under a prefix nobody wrote", eventString(ev))
+		case <-ctx.Done():
+			t.Fatalf("progress %d, want %d: %v", w.Progress(), rev, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // TestWatchersShareEncodings runs watchers of one prefix on one replica,
 // which share each event's encoding: started before, during and after a
 // stream of writes, at different revisions, one reading only once the

@@ -1074,7 +1074,8 @@ type WatchMessage struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Seq    uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	Events []*Event               `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
-	// revision is the replica's applied revision when the message was sent.
+	// revision: every change under the watched prefix up to this revision
+	// has been sent, in this message or an earlier one of the stream.
 	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	// error ends the stream (for example CODE_GONE).
 	Error         *Error `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
