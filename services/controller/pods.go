@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +19,7 @@ import (
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/services/manifest"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
@@ -102,7 +102,7 @@ func (p *Pods) Create(ctx context.Context, pod *corev1.Pod, started time.Time) (
 		HandledStart: timestamppb.New(started), HandledEnd: now,
 		Payload: &eventsv1.Envelope_PodRequested{PodRequested: &eventsv1.PodRequested{Pod: pod}},
 	}
-	data, err := proto.Marshal(e)
+	data, err := vt.Marshal(e)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func (p *Pods) Create(ctx context.Context, pod *corev1.Pod, started time.Time) (
 		return nil, fmt.Errorf("create pod %s/%s: %w", md.GetNamespace(), md.GetName(), err)
 	}
 	resp := &apiv1.Response{}
-	if err := proto.Unmarshal(b, resp); err != nil {
+	if err := vt.Unmarshal(b, resp); err != nil {
 		return nil, fmt.Errorf("create pod %s/%s: decode the answer: %w", md.GetNamespace(), md.GetName(), err)
 	}
 	st := resp.GetStatus()
@@ -128,7 +128,7 @@ func (p *Pods) Create(ctx context.Context, pod *corev1.Pod, started time.Time) (
 		return nil, &StatusError{Status: st}
 	}
 	out := &corev1.Pod{}
-	if err := proto.Unmarshal(resp.GetObject(), out); err != nil {
+	if err := vt.Unmarshal(resp.GetObject(), out); err != nil {
 		return nil, fmt.Errorf("create pod %s/%s: decode the pod: %w", md.GetNamespace(), md.GetName(), err)
 	}
 	return out, nil

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	apps "k8s.io/api/apps/v1"
 	batch "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/podflow/podflow/proto/apiv1"
@@ -19,6 +20,7 @@ import (
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
+	"github.com/podflow/podflow/services/stages/deployment"
 	"github.com/podflow/podflow/services/stages/job"
 	"github.com/podflow/podflow/services/stages/replicaset"
 )
@@ -207,4 +209,56 @@ func startLazyJobs(c *cluster, name string) *job.Controller {
 		return jc, err
 	})
 	return jc
+}
+
+// TestDeploymentControllerWatchesPodsOnlyForRecreate: the Deployment
+// controller reads pods only in a Recreate rollout (kube's
+// getPodMapForDeployment, and deletePod queues only a Recreate
+// Deployment), so a RollingUpdate Deployment's scale-up starts no pod
+// watch; a Deployment turned to Recreate starts it, and its rollout
+// still stops every old pod before the new ReplicaSet scales up.
+func TestDeploymentControllerWatchesPodsOnlyForRecreate(t *testing.T) {
+	c := newCluster(t)
+	startReplicaSets(c, "rs-a")
+	var dc *deployment.Controller
+	c.startController(pipeline.Deployment, "deploy-a", func(env stage.Env, cfg controller.Config) (stage.Handler, error) {
+		cfg.PodsIdle = lazyIdle
+		conf := deployment.DefaultConfig("deploy-a")
+		conf.Controller = cfg
+		var err error
+		dc, err = deployment.New(env, conf)
+		return dc, err
+	})
+	c.started(dc.Runner(), "deploy-a")
+	lazy := dc.Runner().Lazy()
+
+	created := c.apply("create", newDeployment("web", 3, "nginx:1", 1, 0))
+	uid := created.GetMetadata().GetUid()
+	c.waitRolledOut("web")
+	if lazy.Running() || lazy.Starts() != 0 {
+		t.Fatalf("a RollingUpdate Deployment rolled out: pod informer running %v, started %d times; want never started", lazy.Running(), lazy.Starts())
+	}
+
+	old := c.replicaSetsOf(uid)[0]
+	c.updateDeployment("web", func(d *apps.Deployment) {
+		d.Spec.Strategy = apps.DeploymentStrategy{Type: apps.RecreateDeploymentStrategyType}
+		d.Spec.Template.Spec.Containers[0].Image = "nginx:2"
+	})
+	d := c.waitRolledOut("web")
+	if lazy.Starts() != 1 {
+		t.Errorf("after a Recreate rollout the pod informer started %d times, want 1", lazy.Starts())
+	}
+	if d.Status.UpdatedReplicas != 3 {
+		t.Errorf("updatedReplicas %d, want 3", d.Status.UpdatedReplicas)
+	}
+	if n := len(c.owned("default", string(old.UID))); n != 0 {
+		t.Errorf("%d pods of the old ReplicaSet are left", n)
+	}
+
+	c.updateDeployment("web", func(d *apps.Deployment) {
+		surge, unavailable := intstr.FromInt32(1), intstr.FromInt32(0)
+		d.Spec.Strategy = apps.DeploymentStrategy{Type: apps.RollingUpdateDeploymentStrategyType,
+			RollingUpdate: &apps.RollingUpdateDeployment{MaxSurge: &surge, MaxUnavailable: &unavailable}}
+	})
+	c.eventually("the pod informer stopped with no Recreate Deployment left", 60*time.Second, func() bool { return !lazy.Running() })
 }

@@ -173,11 +173,13 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	}
 	// A ReplicaSet of a Deployment ranks its pods for deletion by the
 	// nodes of every pod its Deployment's sets select, whoever controls
-	// them (relatedPods), so its stage keeps every pod whole. The
+	// them (relatedPods), so its stage keeps every pod; of a pod's spec
+	// only the node, all the sync reads of it (KubePod): the containers
+	// and volumes were most of each pod write's decoding. The
 	// ReplicationController stage looks in full at its own kind's pods
 	// and orphans only: in a cluster of Deployments it decodes no pod.
 	if c.kind.Name == objects.ReplicaSets.Name {
-		c.podInf, err = informer.New[*corev1.Pod](env.Store, "", podHandlers)
+		c.podInf, err = controller.NewPodSpecInformer(env.Store, podHandlers, controller.KubePodSpecFields...)
 	} else {
 		c.podInf, err = controller.NewPodInformer(env.Store, c.kind.Name, podHandlers)
 	}
