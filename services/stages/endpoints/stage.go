@@ -38,6 +38,7 @@ type Stage struct {
 	env      stage.Env
 	services *informer.Informer[*corev1.Service]
 	pods     *informer.Informer[*corev1.Pod]           // identities and labels only (NewMetaLabels), for label changes; syncs read pods from the store
+	podsLazy *informer.Lazy                            // runs pods only while a Service with a selector exists
 	eps      *informer.Informer[*corev1.Endpoints]     // core/v1 Endpoints, whose changes queue their Service (legacy.go)
 	slices   *informer.Informer[*corev1.EndpointSlice] // identities and labels only: a deleted managed slice queues its Service
 	locks    sync.Map                                  // service key -> *sync.Mutex: one sync per service at a time in this replica
@@ -52,7 +53,12 @@ var (
 // NewStage returns an endpoints stage replica.
 func NewStage(env stage.Env) (*Stage, error) {
 	s := &Stage{env: env, queue: newServiceQueue()}
-	enqueue := func(svc *corev1.Service) { s.queue.add(svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()) }
+	enqueue := func(svc *corev1.Service) {
+		s.queue.add(svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName())
+		if s.podsLazy != nil {
+			s.podsLazy.Poke()
+		}
+	}
 	var err error
 	s.services, err = informer.New[*corev1.Service](env.Store, "", informer.Handlers[*corev1.Service]{
 		OnAdd: enqueue, OnUpdate: func(_, svc *corev1.Service) { enqueue(svc) }, OnDelete: enqueue,
@@ -76,6 +82,13 @@ func NewStage(env stage.Env) (*Stage, error) {
 			}
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
+	// Only a Service with a selector reads pods: with none (a cluster
+	// with only default/kubernetes), the stage holds no watch of every
+	// pod. A sync of such a Service waits for the informer's list first.
+	s.podsLazy, err = informer.NewLazy(s.pods, s.selectorServices, podsIdle, s.services)
 	if err != nil {
 		return nil, err
 	}
@@ -108,13 +121,28 @@ func NewStage(env stage.Env) (*Stage, error) {
 	return s, err
 }
 
+// podsIdle is how long the pod informer keeps running after the last
+// Service with a selector is gone.
+const podsIdle = time.Minute
+
+// selectorServices reports whether a Service with a selector exists: the
+// pod informer is wanted (informer.Lazy).
+func (s *Stage) selectorServices() bool {
+	for _, svc := range s.services.List("") {
+		if HasSlice(svc) {
+			return true
+		}
+	}
+	return false
+}
+
 // Start runs the informers and, once they have synced, the worker that
 // syncs a Service's slices as soon as the Service is created, changed or
 // deleted, a pod's labels change, or one of its slices is deleted (the
 // Services present at start are Reconcile's).
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
-	infs.Add(s.services, s.pods, s.eps, s.slices)
+	infs.Add(s.services, s.podsLazy, s.eps, s.slices)
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}
@@ -283,6 +311,11 @@ func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) 
 		// Its slices are its owner's (default/kubernetes: the api
 		// replicas'); its owner's Endpoints are mirrored (legacy.go).
 		return s.mirror(ctx, svc)
+	}
+	// The pod informer must have listed before the pods are read, so that
+	// a relabelling after the read reaches its handler.
+	if err := s.podsLazy.WaitForSync(ctx); err != nil {
+		return err
 	}
 	for {
 		// Read the slices first, then the pods: a pod change after the

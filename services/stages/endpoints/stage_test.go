@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -493,4 +494,86 @@ func TestSlicePerResolvedPorts(t *testing.T) {
 	if got := slicePorts(managed()); len(got) != 1 || got["10.0.0.1"] != "http:3000" {
 		t.Fatalf("after pod2 left: slices %v", got)
 	}
+}
+
+// TestPodsWatchedOnlyWithSelectorServices: with no Service that selects
+// pods (default/kubernetes has none) the stage holds no watch of every
+// pod; the first Service with a selector starts it, and a pod relabelled
+// after that Service's first sync still leaves its slice.
+func TestPodsWatchedOnlyWithSelectorServices(t *testing.T) {
+	web := map[string]string{"app": "web"}
+	env, pub, kv := stagetest.NewEnv("endpoints")
+	var podWatches atomic.Int64
+	kv.Hook(func(method, key string) error {
+		if method == "Watch" && key == objects.Pods.Prefix("") {
+			podWatches.Add(1)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := env.Store.Create(ctx, reported(pod("a", "10.0.0.1", web, true, nil), 1)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := NewStage(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stagetest.Start(t, st.Start)
+	f := &fixture{s: st, env: env, pub: pub, kv: kv}
+	if err := f.s.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	selectorless := svc(nil, &corev1.ServicePort{Port: 443})
+	selectorless.Metadata.Name = "plain"
+	if _, err := f.env.Store.Create(ctx, selectorless); err != nil {
+		t.Fatal(err)
+	}
+	for f.s.services.List("") == nil {
+		if ctx.Err() != nil {
+			t.Fatal("the Service never reached the informer")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := f.s.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := podWatches.Load(); n != 0 {
+		t.Fatalf("%d watches of every pod with no Service that selects pods", n)
+	}
+
+	if _, err := f.env.Store.Create(ctx, svc(web, &corev1.ServicePort{Port: 80})); err != nil {
+		t.Fatal(err)
+	}
+	for !slices.Equal(sliceAddrs(ctx, f), []string{"10.0.0.1"}) {
+		if ctx.Err() != nil {
+			t.Fatal("the selecting Service's slice never listed a")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := podWatches.Load(); n != 1 {
+		t.Fatalf("%d watches of every pod with a Service that selects pods, want 1", n)
+	}
+	a, err := objects.Get[*corev1.Pod](ctx, f.env.Store, "default", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Metadata.Labels = map[string]string{"app": "elsewhere"}
+	if _, err := f.env.Store.Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	for !sliceEmpty(ctx, f) {
+		if ctx.Err() != nil {
+			t.Fatal("a pod relabelled after the first sync stayed in the slice")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func sliceAddrs(ctx context.Context, f *fixture) []string {
+	sl, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", SliceName("web"))
+	if err != nil {
+		return nil
+	}
+	return addrs(sl)
 }
