@@ -49,6 +49,15 @@ func startCluster(t *testing.T) ([]*bus.Embedded, *bus.Conn) {
 // routes' addresses. nil routes dial the ports themselves.
 func startClusterRouted(t *testing.T, routes func(i, j, port int) string) ([]*bus.Embedded, *bus.Conn) {
 	t.Helper()
+	sc := bus.DefaultStreamsConfig()
+	sc.Replicas = 3
+	return startClusterWith(t, routes, nil, sc)
+}
+
+// startClusterWith is startClusterRouted with server i tagged tags(i)
+// (nil: no tags) and the streams provisioned as sc says.
+func startClusterWith(t *testing.T, routes func(i, j, port int) string, tags func(i int) []string, sc bus.StreamsConfig) ([]*bus.Embedded, *bus.Conn) {
+	t.Helper()
 	dir := t.TempDir()
 	creds := filepath.Join(dir, "creds.json")
 	ports, release := reservePorts(t, 3)
@@ -58,6 +67,9 @@ func startClusterRouted(t *testing.T, routes func(i, j, port int) string) ([]*bu
 	for i := range 3 {
 		cfg := clusterServerConfig(dir, creds, ports, i)
 		cfg.StartTimeout = 30 * time.Second
+		if tags != nil {
+			cfg.Tags = tags(i)
+		}
 		if routes != nil {
 			cfg.Routes = nil
 			for j, p := range ports {
@@ -103,8 +115,6 @@ func startClusterRouted(t *testing.T, routes func(i, j, port int) string) ([]*bu
 		}
 	})
 	conn := connectTo(t, servers[0], servers...)
-	sc := bus.DefaultStreamsConfig()
-	sc.Replicas = 3
 	// JetStream needs a meta leader before it accepts streams.
 	bustest.Eventually(t, "the R3 streams provisioned", func() bool {
 		pctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

@@ -123,6 +123,27 @@ func TestHostsInNetns(t *testing.T) {
 		hosts = append(hosts, &host{t: t, name: fmt.Sprintf("mh%s-%d", suffix, i+1), ip: ips[i], dir: filepath.Join(base, fmt.Sprint(i+1)), netns: ns[i]})
 	}
 	hosts[0].args = []string{"--init"}
+	// PODFLOW_E2E_KEEP=dir: a failed run's logs of every host (and its
+	// up's output) are copied there, after stopHosts and before the data
+	// directories are removed; with PODFLOW_E2E_KEEP_PASSED=1 a passed
+	// run's too (to compare).
+	if keep := os.Getenv("PODFLOW_E2E_KEEP"); keep != "" {
+		t.Cleanup(func() {
+			if !t.Failed() && os.Getenv("PODFLOW_E2E_KEEP_PASSED") == "" {
+				return
+			}
+			for _, h := range hosts {
+				if h.out == nil {
+					continue // never started
+				}
+				dst := filepath.Join(keep, h.name)
+				_ = os.MkdirAll(dst, 0o755)
+				_ = exec.Command("cp", "-r", filepath.Join(h.dir, "logs"), dst).Run()
+				_ = os.WriteFile(filepath.Join(dst, "up.out"), []byte(h.output()), 0o644)
+			}
+			t.Logf("logs kept in %s", keep)
+		})
+	}
 	t.Cleanup(func() { stopHosts(t, hosts) })
 	start := time.Now()
 	hosts[0].start()
@@ -290,7 +311,7 @@ spec:
 		if !t.Failed() {
 			return
 		}
-		for _, name := range during {
+		for _, name := range append([]string{"pd"}, during...) {
 			out, err := podflowIn(1, "trace", "pod", name)
 			t.Logf("podflow trace pod %s: %v\n%s", name, err, out)
 		}

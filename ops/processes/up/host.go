@@ -235,6 +235,9 @@ type hostRun struct {
 	creds       bus.Credentials
 	sysPassword string
 	streamsR3   bool // the streams are R3 (the first server, once three servers run)
+	// r3CatchingUp: the streams were made R3 and their new replicas are
+	// catching up (said once).
+	r3CatchingUp bool
 }
 
 func (r *hostRun) run(ctx context.Context) error {

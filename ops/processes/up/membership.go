@@ -159,14 +159,37 @@ func (r *hostRun) membershipPass(ctx context.Context) error {
 }
 
 // makeStreamsR3 makes every stream (and with it its consumers) R3 on the
-// three servers, placed anywhere.
+// three servers, placed anywhere, and says so once every new replica is
+// current with its leader: until then a replica that never heard from
+// its leader does not stand for election, so losing the server of a
+// stream's or a consumer's leader would leave it without one (its stage
+// stuck) until that server came back (bus.ReplicasBehind). Until then it
+// returns nil and the next pass checks again.
 func (r *hostRun) makeStreamsR3(ctx context.Context) error {
 	streams := r.plan.Streams
 	streams.Replicas, streams.PlacementTags = 3, nil
 	if err := provisionRetry(ctx, r.conn, streams, 20*time.Second); err != nil {
 		return fmt.Errorf("make the streams R3: %w", err)
 	}
-	r.plan.Streams, r.streamsR3 = streams, true
+	r.plan.Streams = streams
+	var names []string
+	for _, s := range bus.DefaultStreams(streams) {
+		names = append(names, s.Name)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	behind, err := bus.ReplicasBehind(cctx, r.conn.JetStream(), names...)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("make the streams R3: %w", err)
+	}
+	if len(behind) > 0 {
+		if !r.r3CatchingUp {
+			r.r3CatchingUp = true
+			fmt.Fprintf(r.out, "up: three servers: the streams' new replicas are catching up (%d behind: %s)\n", len(behind), behind[0])
+		}
+		return nil
+	}
+	r.streamsR3 = true
 	fmt.Fprintln(r.out, "up: three servers: the streams are R3, the seed NATS server is retired")
 	return nil
 }
