@@ -584,15 +584,18 @@ func TestRunnerInProgressKeepsLongHandlers(t *testing.T) {
 	srv := bustest.Server(t)
 	conn := bustest.Connect(t, srv, "long")
 	rc := testRunnerConfig("long")
-	rc.AckWait = 500 * time.Millisecond
+	// The margin between two progress reports and the AckWait (1.5 s) is
+	// what a loaded 2-core machine may stall a goroutine for; with 300 ms
+	// the message was redelivered at load 40.
+	rc.AckWait = 2 * time.Second
 	bustest.Provision(t, conn, rc.ConsumerSpec())
 
 	var calls atomic.Int32
 	startRunner(t, conn, rc, func(ctx context.Context, d *bus.Delivery) error {
 		calls.Add(1)
-		// Four AckWaits of work, reporting progress.
+		// Two and a half AckWaits of work, reporting progress.
 		for i := 0; i < 10; i++ {
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond)
 			if err := d.InProgress(); err != nil {
 				return err
 			}
