@@ -151,20 +151,38 @@ func (c *Catalog) observe(u *corev1.Unstructured) {
 		return
 	}
 	delete(next.failed, name)
-	c.unpublish(next, prev)
-	if d.Servable() {
-		k, err := objects.Replace(d.generic)
-		if err != nil {
-			c.log.Error("custom resource definition not served", "crd", name, "err", err)
-			next.failed[name] = err
-			d.namesAccepted, d.established = false, false
-		} else {
-			d.Kind = k
-			next.byGR[[2]string{d.Group(), d.names.Plural}] = d
+	switch k, err := c.publish(d); {
+	case err != nil:
+		c.log.Error("custom resource definition not served", "crd", name, "err", err)
+		next.failed[name] = err
+		d.namesAccepted, d.established = false, false
+		fallthrough
+	case !d.Servable():
+		c.unpublish(next, prev)
+	default:
+		// The kind was replaced in place (a definition's status update
+		// must not leave its objects' kind unknown for a moment); the
+		// previous one goes only if it was another.
+		d.Kind = k
+		if prev != nil && next.byGR[[2]string{prev.Group(), prev.names.Plural}] == prev {
+			delete(next.byGR, [2]string{prev.Group(), prev.names.Plural})
+			if prev.Group() != d.Group() || (prev.names.Kind != d.names.Kind && prev.names.Plural != d.names.Plural) {
+				objects.Unregister(prev.Group(), prev.names.Kind)
+			}
 		}
+		next.byGR[[2]string{d.Group(), d.names.Plural}] = d
 	}
 	next.byName[name] = d
 	c.snap.Store(next)
+}
+
+// publish registers a servable definition's kind, replacing the kind of
+// the same group with its name or resource (objects.Replace: atomically).
+func (c *Catalog) publish(d *Definition) (objects.Kind, error) {
+	if !d.Servable() {
+		return objects.Kind{}, nil
+	}
+	return objects.Replace(d.generic)
 }
 
 // forget drops the definition name, deleted at revision rev.

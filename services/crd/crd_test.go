@@ -432,3 +432,63 @@ spec:
 		t.Fatalf("cells %v %v", cells, err)
 	}
 }
+
+// TestKindKeptAcrossDefinitionUpdates: while a served definition is
+// updated again and again (its status, as the CRD controller writes it),
+// its objects' kind never becomes unknown, not even for a moment: the
+// catalog replaces the kind in place rather than dropping and adding it.
+func TestKindKeptAcrossDefinitionUpdates(t *testing.T) {
+	def := cronTabs(t)
+	cat, st := catalog(t, def)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	probe := &corev1.Unstructured{ApiVersion: "stable.example.com/v1", Kind: "CronTab"}
+	if _, err := objects.KindOf(probe); err != nil {
+		t.Fatalf("the served definition's kind: %v", err)
+	}
+	done := make(chan struct{})
+	misses := make(chan error, 1)
+	go func() {
+		defer close(misses)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := objects.KindOf(probe); err != nil {
+				misses <- err
+				return
+			}
+		}
+	}()
+	name := def.Name
+	for i := range 300 {
+		d, ok := cat.Get(name)
+		if !ok {
+			t.Fatal("definition gone")
+		}
+		u, err := st.GetKind(ctx, objects.CustomResourceDefinitions, "", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.GetMetadata().Annotations = map[string]string{"update": string(rune('a' + i%26))}
+		rev, err := st.Update(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for d.Revision < rev { // wait for the catalog to observe it
+			if ctx.Err() != nil {
+				t.Fatalf("update %d never observed", i)
+			}
+			time.Sleep(100 * time.Microsecond)
+			if d, ok = cat.Get(name); !ok {
+				t.Fatal("definition gone")
+			}
+		}
+	}
+	close(done)
+	if err := <-misses; err != nil {
+		t.Fatalf("the kind was unknown during a definition update: %v", err)
+	}
+}
