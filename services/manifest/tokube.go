@@ -110,7 +110,10 @@ func singularToKube(fd protoreflect.FieldDescriptor, v protoreflect.Value, t ref
 		}
 		return microTime(ts, t), nil
 	case md.FullName() == structName:
-		return structToKube(m.Interface().(*structpb.Struct))
+		if st, ok := m.Interface().(*structpb.Struct); ok {
+			return structToKube(st)
+		}
+		fallthrough // a dynamic message: as protojson writes it
 	case md.FullName().Parent() == "google.protobuf":
 		j, err := protojson.Marshal(m.Interface())
 		if err != nil {
