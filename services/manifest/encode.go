@@ -142,7 +142,8 @@ func kindOfMessage(m proto.Message) (*kind, error) {
 	return k, nil
 }
 
-// kubeJSON is m as a Kubernetes JSON tree with apiVersion and kind.
+// kubeJSON is m as an unstructured Kubernetes object with apiVersion and
+// kind.
 func kubeJSON(k *kind, m proto.Message) (map[string]any, error) {
 	out, err := messageToKube(m.ProtoReflect(), k.shape)
 	if err != nil {
@@ -158,14 +159,14 @@ func toKubeObject(k *kind, m proto.Message) (runtime.Object, error) {
 		return nil, err
 	}
 	obj := k.newKube()
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(nativeNumbers(tree).(map[string]any), obj); err != nil {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tree, obj); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, k.kind, err)
 	}
 	return obj, nil
 }
 
-// nativeNumbers replaces, in place, the json.Numbers of a Kubernetes JSON
-// tree with the int64 or float64 an unstructured object holds.
+// nativeNumbers replaces, in place, the json.Numbers of a JSON tree with
+// the int64 or float64 an unstructured object holds.
 func nativeNumbers(v any) any {
 	switch x := v.(type) {
 	case map[string]any:

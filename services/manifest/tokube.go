@@ -22,12 +22,12 @@ const (
 	structName    protoreflect.FullName = "google.protobuf.Struct"
 )
 
-// messageToKube is m as a Kubernetes JSON tree: what toKube makes of
-// m's protojson encoding decoded with UseNumber, built by walking m
-// instead of writing and parsing its JSON. Numbers are json.Number in
-// protojson's spelling, bytes base64, enums their names, a Timestamp
-// RFC 3339 as protojson writes it; the fields are those protojson writes
-// (the populated ones), under their Kubernetes names.
+// messageToKube is m as an unstructured Kubernetes object: what toKube
+// makes of m's protojson encoding, decoded with UseNumber and its numbers
+// made int64 or float64 (nativeNumbers), built by walking m instead of
+// writing and parsing its JSON. Bytes are base64, enums their names, a
+// Timestamp RFC 3339 as protojson writes it; the fields are those
+// protojson writes (the populated ones), under their Kubernetes names.
 func messageToKube(m protoreflect.Message, t reflect.Type) (map[string]any, error) {
 	s := shapeOf(m.Descriptor(), t)
 	out := make(map[string]any, 8)
@@ -85,19 +85,19 @@ func singularToKube(fd protoreflect.FieldDescriptor, v protoreflect.Value, t ref
 		return base64.StdEncoding.EncodeToString(v.Bytes()), nil
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
 		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		return json.Number(strconv.FormatInt(v.Int(), 10)), nil
+		return v.Int(), nil
 	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind,
 		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		return json.Number(strconv.FormatUint(v.Uint(), 10)), nil
+		return nativeNumber(json.Number(strconv.FormatUint(v.Uint(), 10))), nil
 	case protoreflect.FloatKind:
-		return floatToKube(v.Float(), 32), nil
+		return nativeFloat(v.Float(), 32), nil
 	case protoreflect.DoubleKind:
-		return floatToKube(v.Float(), 64), nil
+		return nativeFloat(v.Float(), 64), nil
 	case protoreflect.EnumKind:
 		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
 			return string(ev.Name()), nil
 		}
-		return json.Number(strconv.FormatInt(int64(v.Enum()), 10)), nil
+		return int64(v.Enum()), nil
 	}
 	m := v.Message()
 	switch md := m.Descriptor(); {
@@ -119,7 +119,8 @@ func singularToKube(fd protoreflect.FieldDescriptor, v protoreflect.Value, t ref
 		if err != nil {
 			return nil, err
 		}
-		return jsonTree(j)
+		tree, err := jsonTree(j)
+		return nativeNumbers(tree), err
 	}
 	return messageToKube(m, t)
 }
@@ -153,7 +154,7 @@ func structValueToKube(v *structpb.Value) (any, error) {
 		if math.IsNaN(x.NumberValue) || math.IsInf(x.NumberValue, 0) {
 			return nil, fmt.Errorf("invalid google.protobuf.Value: %v", x.NumberValue)
 		}
-		return floatToKube(x.NumberValue, 64), nil
+		return nativeFloat(x.NumberValue, 64), nil
 	case *structpb.Value_StructValue:
 		return structToKube(x.StructValue)
 	case *structpb.Value_ListValue:
@@ -178,9 +179,18 @@ func intOrStringToKube(m protoreflect.Message) any {
 		return m.Get(fd).String()
 	}
 	if fd := fields.ByJSONName("intVal"); fd != nil && m.Has(fd) {
-		return json.Number(strconv.FormatInt(m.Get(fd).Int(), 10))
+		return m.Get(fd).Int()
 	}
-	return json.Number("0")
+	return int64(0)
+}
+
+// nativeFloat is n as it reads back from protojson's JSON: an int64 when
+// its spelling is an integer, else a float64, a special value a string.
+func nativeFloat(n float64, bitSize int) any {
+	if j, ok := floatToKube(n, bitSize).(json.Number); ok {
+		return nativeNumber(j)
+	}
+	return floatToKube(n, bitSize)
 }
 
 // floatToKube writes n as protojson does: its special values as strings,

@@ -21,58 +21,67 @@ import (
 )
 
 // TestMessageToKubeMatchesProtojson holds the direct conversion to the
-// one it replaced: protojson, a JSON decoder and toKube. Random messages
-// of every kind, every field filled with some chance (maps, lists,
-// oneofs, enums, 64-bit and special float values, Timestamps with every
-// precision, Struct, IntOrString), give the same Kubernetes tree both
-// ways.
+// one it replaced: protojson, a JSON decoder and toKube, with the numbers
+// made int64 or float64. Random messages of every kind, every field filled
+// with some chance (maps, lists, oneofs, enums, 64-bit and special float
+// values, Timestamps with every precision, Struct, IntOrString), give the
+// same tree both ways.
 func TestMessageToKubeMatchesProtojson(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 41))
-	for _, k := range kinds {
-		for i := range 60 {
-			m := k.newProto()
-			fillMessage(r, m.ProtoReflect(), 0)
-			want, err := protojsonToKube(m, k.shape)
-			if err != nil {
-				t.Fatalf("%s #%d: protojson: %v", k.kind, i, err)
-			}
-			got, err := messageToKube(m.ProtoReflect(), k.shape)
-			if err != nil {
-				t.Fatalf("%s #%d: %v", k.kind, i, err)
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Fatalf("%s #%d: direct conversion differs from protojson's (-protojson +direct):\n%s", k.kind, i, diff)
-			}
+	forRandomMessages(t, 7, func(k *kind, m proto.Message) string {
+		want, err := protojsonToKube(m, k.shape)
+		if err != nil {
+			return "protojson: " + err.Error()
 		}
-	}
+		got, err := messageToKube(m.ProtoReflect(), k.shape)
+		if err != nil {
+			return err.Error()
+		}
+		if diff := cmp.Diff(nativeNumbers(want), got); diff != "" {
+			return "direct conversion differs from protojson's (-protojson +direct):\n" + diff
+		}
+		return ""
+	})
 }
 
-// TestKubeObjectMatchesJSON holds toKubeObject's unstructured conversion
-// to the JSON round trip it replaced (encoding/json, then sigs.k8s.io/json
+// TestKubeObjectMatchesJSON holds toKubeObject to the JSON round trip it
+// replaced (protojson into a tree, encoding/json, then sigs.k8s.io/json
 // into the Kubernetes type): random messages of every kind give deeply
 // equal objects, or fail both ways.
 func TestKubeObjectMatchesJSON(t *testing.T) {
-	r := rand.New(rand.NewPCG(9, 43))
+	forRandomMessages(t, 9, func(k *kind, m proto.Message) string {
+		tree, err := protojsonToKube(m, k.shape)
+		if err != nil {
+			return err.Error()
+		}
+		tree["apiVersion"], tree["kind"] = k.apiVersion, k.kind
+		j, err := json.Marshal(tree)
+		if err != nil {
+			return err.Error()
+		}
+		want := k.newKube()
+		wantErr := sigsjson.UnmarshalCaseSensitivePreserveInts(j, want)
+		got, err := toKubeObject(k, m)
+		if (err == nil) != (wantErr == nil) {
+			return fmt.Sprintf("error %v, the JSON round trip's %v", err, wantErr)
+		}
+		if err == nil && !reflect.DeepEqual(want, got) {
+			return "differs from the JSON round trip:\n" + cmp.Diff(want, got)
+		}
+		return ""
+	})
+}
+
+// forRandomMessages calls check with 60 random messages of every kind
+// (fillMessage, from seed) and fails on the first it finds wrong.
+func forRandomMessages(t *testing.T, seed uint64, check func(*kind, proto.Message) string) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, seed+34))
 	for _, k := range kinds {
 		for i := range 60 {
 			m := k.newProto()
 			fillMessage(r, m.ProtoReflect(), 0)
-			tree, err := kubeJSON(k, m)
-			if err != nil {
-				t.Fatalf("%s #%d: %v", k.kind, i, err)
-			}
-			j, err := json.Marshal(tree)
-			if err != nil {
-				t.Fatalf("%s #%d: %v", k.kind, i, err)
-			}
-			want := k.newKube()
-			wantErr := sigsjson.UnmarshalCaseSensitivePreserveInts(j, want)
-			got, err := toKubeObject(k, m)
-			if (err == nil) != (wantErr == nil) {
-				t.Fatalf("%s #%d: error %v, the JSON round trip's %v", k.kind, i, err, wantErr)
-			}
-			if err == nil && !reflect.DeepEqual(want, got) {
-				t.Fatalf("%s #%d: differs from the JSON round trip:\n%s", k.kind, i, cmp.Diff(want, got))
+			if why := check(k, m); why != "" {
+				t.Fatalf("%s #%d: %s", k.kind, i, why)
 			}
 		}
 	}

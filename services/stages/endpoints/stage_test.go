@@ -331,18 +331,11 @@ func TestServicesWatched(t *testing.T) {
 		}
 		t.Fatalf("within a second: %s", what)
 	}
-	addrsNow := func() []string {
-		sl, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", SliceName("web"))
-		if err != nil {
-			return nil
-		}
-		return addrs(sl)
-	}
 	s := svc(web, &corev1.ServicePort{Port: 80})
 	if _, err := f.env.Store.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	within("a new Service's slice lists a", func() bool { return slices.Equal(addrsNow(), []string{"10.0.0.1"}) })
+	within("a new Service's slice lists a", func() bool { return slices.Equal(sliceAddrs(ctx, f), []string{"10.0.0.1"}) })
 
 	stored, err := objects.Get[*corev1.Service](ctx, f.env.Store, "default", "web")
 	if err != nil {
@@ -352,7 +345,7 @@ func TestServicesWatched(t *testing.T) {
 	if _, err := f.env.Store.Update(ctx, stored); err != nil {
 		t.Fatal(err)
 	}
-	within("a changed selector's slice lists b", func() bool { return slices.Equal(addrsNow(), []string{"10.0.0.2"}) })
+	within("a changed selector's slice lists b", func() bool { return slices.Equal(sliceAddrs(ctx, f), []string{"10.0.0.2"}) })
 	// The sync writes the slices, then the Endpoints: its last write is in
 	// once they list b too, and only then is the revision Reconcile's to
 	// keep.
