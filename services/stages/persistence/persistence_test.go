@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -276,6 +277,44 @@ func TestRequestIDFreedWithItsPod(t *testing.T) {
 	}
 	if _, err := kv.Get(ctx, persistence.RequestIDKey("r2")); err != nil {
 		t.Errorf("Reconcile deleted the key of a stored pod: %v", err)
+	}
+}
+
+// TestRequestIDSweepAtMostEveryPeriod: Reconcile sweeps the keys of
+// deleted pods at its first call and then only once Config.RequestIDSweep
+// has passed since the last sweep, so that a resync every few seconds
+// does not read every stored pod each time.
+func TestRequestIDSweepAtMostEveryPeriod(t *testing.T) {
+	env, _, kv := stagetest.NewEnv("persistence")
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	s := persistence.NewWithConfig(env, persistence.Config{RequestIDSweep: 5 * time.Minute, Now: func() time.Time { return now }})
+	store := func(reqID, name string) {
+		t.Helper()
+		if err := s.Handle(ctx, admitted(env, reqID, "ns", name)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.Store.Delete(ctx, objects.Pods, "ns", name, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := func(reqID string) bool {
+		_, err := kv.Get(ctx, persistence.RequestIDKey(reqID))
+		return errors.Is(err, raftstore.ErrNotFound)
+	}
+
+	store("r1", "web")
+	if err := s.Reconcile(ctx); err != nil || !gone("r1") {
+		t.Fatalf("the first Reconcile: err %v, key of the deleted pod gone %v; want it swept", err, gone("r1"))
+	}
+	store("r2", "db")
+	now = now.Add(time.Minute)
+	if err := s.Reconcile(ctx); err != nil || gone("r2") {
+		t.Fatalf("a Reconcile a minute after the sweep: err %v, key swept %v; want no sweep before 5 minutes", err, gone("r2"))
+	}
+	now = now.Add(4 * time.Minute)
+	if err := s.Reconcile(ctx); err != nil || !gone("r2") {
+		t.Fatalf("a Reconcile 5 minutes after the sweep: err %v, key swept %v; want it swept", err, gone("r2"))
 	}
 }
 
