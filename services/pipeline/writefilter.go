@@ -70,8 +70,9 @@ func statusPodWrite(old, new []byte) error {
 	if err := vt.Unmarshal(new, &is); err != nil {
 		return fmt.Errorf("written pod: %w", err)
 	}
-	if g := is.GetMetadata().DeletionGracePeriodSeconds; was.GetMetadata().GetDeletionTimestamp() != nil && g != nil && *g == 0 {
-		is.Metadata.DeletionGracePeriodSeconds = was.GetMetadata().DeletionGracePeriodSeconds
+	if m := is.GetMetadata(); m != nil && m.DeletionGracePeriodSeconds != nil && *m.DeletionGracePeriodSeconds == 0 &&
+		was.GetMetadata().GetDeletionTimestamp() != nil {
+		m.DeletionGracePeriodSeconds = was.GetMetadata().DeletionGracePeriodSeconds
 	}
 	stripStatus(&was)
 	stripStatus(&is)
