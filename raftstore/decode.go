@@ -32,6 +32,8 @@ const (
 	opType                protowire.Number = 1
 	opKey                 protowire.Number = 2
 	opValue               protowire.Number = 3
+	compareKey            protowire.Number = 1
+	compareModRevision    protowire.Number = 2
 )
 
 // decodeCommandFast decodes data as written by a Command's encoder: the
@@ -74,7 +76,7 @@ func decodeCommandFast(data []byte, cmd *storev1.Command) bool {
 			cmd.IdempotencyKey = string(v)
 		case commandCompares:
 			c := &storev1.Compare{}
-			if vt.Unmarshal(v, c) != nil {
+			if !decodeCompareFast(v, c) {
 				return false
 			}
 			cmd.Compares = append(cmd.Compares, c)
@@ -84,6 +86,36 @@ func decodeCommandFast(data []byte, cmd *storev1.Command) bool {
 				return false
 			}
 			cmd.Ops = append(cmd.Ops, op)
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeCompareFast is decodeCommandFast's decode of one Compare.
+func decodeCompareFast(b []byte, c *storev1.Compare) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == compareKey && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 || !utf8.Valid(v) {
+				return false
+			}
+			c.Key = string(v)
+			b = b[n:]
+		case num == compareModRevision && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			c.ModRevision = int64(v)
+			b = b[n:]
 		default:
 			return false
 		}
