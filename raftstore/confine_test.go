@@ -39,11 +39,13 @@ func bindOnly(old, new []byte) error {
 // one — while other writers and other keys are WriteACL's alone. A check
 // pins what it saw: when the key changes between the check and the apply,
 // the write fails with ErrConflict instead of landing on a value no check
-// saw (red without the pin: the blind put overwrote the admin's change).
+// saw (red without the pin: the blind put overwrote the admin's change),
+// on every replica (red when the proposed entry lacks the pin: the
+// followers applied the blind put).
 func TestWriteFilterConfines(t *testing.T) {
 	release := make(chan struct{})
 	checking := make(chan struct{}, 1)
-	c := raftstoretest.MakeCluster(t, 1, func(cfg *raftstore.Config) {
+	c := raftstoretest.MakeCluster(t, 3, func(cfg *raftstore.Config) {
 		cfg.WriteFilter = func(user, key string) raftstore.WriteCheck {
 			if user != "stage-scheduler" || !strings.HasPrefix(key, "/registry/pods/") {
 				return nil
@@ -142,5 +144,25 @@ func TestWriteFilterConfines(t *testing.T) {
 	}
 	if kv, err := admin.Get(ctx, race); err != nil || string(kv.Value) != "spec=privileged;node=" {
 		t.Fatalf("value after the raced write: %v, %v; want the admin's", kv, err)
+	}
+	// Every replica applied the pin: the followers decode the entry the
+	// leader proposed, which must carry the compares the leader added.
+	commit := c.Node(c.Leader(t)).Stats().CommitIndex
+	raftstoretest.WaitFor(t, 20*time.Second, "every replica applying the raced write", func() bool {
+		for _, i := range c.Live() {
+			if c.Node(i).Stats().AppliedIndex < commit {
+				return false
+			}
+		}
+		return true
+	})
+	for _, i := range c.Live() {
+		var v []byte
+		if kv, _ := c.Node(i).LocalGet(race); kv != nil {
+			v = kv.Value
+		}
+		if string(v) != "spec=privileged;node=" {
+			t.Errorf("replica %s holds %q after the raced write; want the admin's value", c.Node(i).ID(), v)
+		}
 	}
 }

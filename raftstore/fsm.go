@@ -16,7 +16,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/podflow/podflow/proto/storev1"
-	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 )
@@ -116,7 +115,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		cmd, ok := f.handed.take(l.Data)
 		if !ok {
 			cmd = &storev1.Command{}
-			if err := vt.Unmarshal(l.Data, cmd); err != nil {
+			if err := decodeCommand(l.Data, cmd); err != nil {
 				out[i] = &storev1.WriteResult{Revision: f.rev, Error: toWire(newError(storev1.Code_CODE_INVALID, "", "undecodable command at index %d: %v", l.Index, err))}
 				continue
 			}

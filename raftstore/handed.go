@@ -15,9 +15,11 @@ import (
 // second time (the leader spent ~6% of its profile there). Only the same
 // slice — the same first byte and length — matches: an entry read back
 // from the log, or one a follower received, is decoded as before. The
-// commands are identical either way: handleWrite does not modify what it
-// decoded, and the map's key keeps that slice's bytes alive, so no other
-// data can come to share its address while it is held.
+// commands are identical either way: what handleWrite adds to what it
+// decoded (a confined write's pinning compares, sealed values) is in the
+// bytes it proposes too (appendCompares, seal), and the map's key keeps
+// that slice's bytes alive, so no other data can come to share its
+// address while it is held.
 type handed struct{ m sync.Map } // *byte -> handedCmd
 
 type handedCmd struct {

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/podflow/podflow/proto/storev1"
 	"github.com/podflow/podflow/proto/vt"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -599,14 +600,17 @@ func (n *Node) handleWrite(m *nats.Msg) {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
 	}
-	pinned, err := n.confine(m.Subject, &cmd)
-	if err != nil {
+	had := len(cmd.Compares)
+	if err := n.confine(m.Subject, &cmd); err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
 	}
-	data := m.Data
-	if pinned {
-		data = nil // encode again, with the compares added
+	data, err := m.Data, error(nil)
+	if pins := cmd.Compares[had:]; len(pins) > 0 {
+		if data, err = appendCompares(data, pins); err != nil {
+			n.respond(m, &storev1.WriteResponse{Error: toWire(newError(storev1.Code_CODE_INTERNAL, "", "encode pinned command: %v", err))})
+			return
+		}
 	}
 	data, err = n.seal(&cmd, data)
 	if err != nil {
@@ -1122,15 +1126,14 @@ func (n *Node) rewriteEncrypted() (int64, error) {
 
 // confine applies Config.WriteFilter to a named writer's command: each op
 // with a check is checked against the key's value now and, allowed,
-// pinned to it by a compare added to cmd. It reports whether it added one.
-func (n *Node) confine(subject string, cmd *storev1.Command) (bool, error) {
+// pinned to it by a compare appended to cmd.Compares.
+func (n *Node) confine(subject string, cmd *storev1.Command) error {
 	writer, named := n.requester(subject)
 	if !named || n.cfg.WriteFilter == nil || n.fsm.remembers(cmd.GetIdempotencyKey()) {
 		// A retry of a write applied already gets its first answer at
 		// apply; checked again against what it wrote, it could be refused.
-		return false, nil
+		return nil
 	}
-	pinned := false
 	for _, op := range cmd.GetOps() {
 		check := n.cfg.WriteFilter(writer, op.GetKey())
 		if check == nil {
@@ -1150,7 +1153,7 @@ func (n *Node) confine(subject string, cmd *storev1.Command) (bool, error) {
 		// conflict, as it would be at apply, not a change to check.
 		for _, c := range cmd.GetCompares() {
 			if c.GetKey() == op.GetKey() && !compareHolds(c.GetModRevision(), rev) {
-				return false, compareError(cmd.GetKind(), c.GetKey(), c.GetModRevision(), rev)
+				return compareError(cmd.GetKind(), c.GetKey(), c.GetModRevision(), rev)
 			}
 		}
 		var next []byte
@@ -1162,12 +1165,38 @@ func (n *Node) confine(subject string, cmd *storev1.Command) (bool, error) {
 		}
 		if err := check(old, next); err != nil {
 			n.log.Warn("write refused", "writer", writer, "key", op.GetKey(), "by", "WriteFilter", "error", err)
-			return false, newError(storev1.Code_CODE_FORBIDDEN, op.GetKey(), "writer %q may not make this change to %q: %v", writer, op.GetKey(), err)
+			return newError(storev1.Code_CODE_FORBIDDEN, op.GetKey(), "writer %q may not make this change to %q: %v", writer, op.GetKey(), err)
 		}
 		cmd.Compares = append(cmd.Compares, &storev1.Compare{Key: op.GetKey(), ModRevision: rev})
-		pinned = true
 	}
-	return pinned, nil
+	return nil
+}
+
+// commandCompares is storev1.Command's compares field number.
+const commandCompares protowire.Number = 3
+
+// appendCompares returns a copy of data, an encoded Command, with cs
+// appended to its compares: a repeated field's elements decode in the
+// order they appear, so the result decodes as data's command with cs
+// after its own compares, as confine appends them to the decoded command.
+// It saves encoding the whole command again (its values are most of it)
+// for every checked write.
+func appendCompares(data []byte, cs []*storev1.Compare) ([]byte, error) {
+	size := len(data)
+	for _, c := range cs {
+		size += 1 + protowire.SizeBytes(c.SizeVT())
+	}
+	out := make([]byte, len(data), size)
+	copy(out, data)
+	for _, c := range cs {
+		enc, err := c.MarshalVT()
+		if err != nil {
+			return nil, err
+		}
+		out = protowire.AppendTag(out, commandCompares, protowire.BytesType)
+		out = protowire.AppendBytes(out, enc)
+	}
+	return out, nil
 }
 
 // seal encrypts, in place, the values of cmd's puts that the encryption

@@ -56,6 +56,20 @@ func statusPodWrite(old, new []byte) error {
 	if old == nil {
 		return errors.New("the status stage creates no pods")
 	}
+	if new != nil {
+		var was, is podParts
+		if splitPods(old, new, false, &was, &is) {
+			// The spec is written as stored, byte for byte: what is left to
+			// check is the metadata (and that the status decodes).
+			if err := decodeParts(&was, false); err != nil {
+				return fmt.Errorf("stored pod: %w", err)
+			}
+			if err := decodeParts(&is, true); err != nil {
+				return fmt.Errorf("written pod: %w", err)
+			}
+			return statusPodChange(&was.pod, &is.pod)
+		}
+	}
 	var was corev1.Pod
 	if err := vt.Unmarshal(old, &was); err != nil {
 		return fmt.Errorf("stored pod: %w", err)
@@ -70,12 +84,19 @@ func statusPodWrite(old, new []byte) error {
 	if err := vt.Unmarshal(new, &is); err != nil {
 		return fmt.Errorf("written pod: %w", err)
 	}
-	if g := is.GetMetadata().DeletionGracePeriodSeconds; was.GetMetadata().GetDeletionTimestamp() != nil && g != nil && *g == 0 {
-		is.Metadata.DeletionGracePeriodSeconds = was.GetMetadata().DeletionGracePeriodSeconds
+	return statusPodChange(&was, &is)
+}
+
+// statusPodChange is statusPodWrite's check of an update, on the decoded
+// pods (which it strips).
+func statusPodChange(was, is *corev1.Pod) error {
+	if m := is.GetMetadata(); m != nil && m.DeletionGracePeriodSeconds != nil && *m.DeletionGracePeriodSeconds == 0 &&
+		was.GetMetadata().GetDeletionTimestamp() != nil {
+		m.DeletionGracePeriodSeconds = was.GetMetadata().DeletionGracePeriodSeconds
 	}
-	stripStatus(&was)
-	stripStatus(&is)
-	if !was.EqualVT(&is) {
+	stripStatus(was)
+	stripStatus(is)
+	if !was.EqualVT(is) {
 		return errors.New("the status stage may change only a pod's status")
 	}
 	return nil
@@ -114,6 +135,19 @@ func schedulerPodWrite(old, new []byte) error {
 	case new == nil:
 		return errors.New("the scheduler deletes no pods (it marks a preemption's victims terminating)")
 	}
+	var wasParts, isParts podParts
+	if splitPods(old, new, true, &wasParts, &isParts) {
+		// The spec is written as stored but for spec.nodeName, byte for
+		// byte: what is left to check is the binding, the metadata and
+		// the status.
+		if err := decodeParts(&wasParts, true); err != nil {
+			return fmt.Errorf("stored pod: %w", err)
+		}
+		if err := decodeParts(&isParts, true); err != nil {
+			return fmt.Errorf("written pod: %w", err)
+		}
+		return schedulerPodChange(&wasParts.pod, &isParts.pod)
+	}
 	var was, is corev1.Pod
 	if err := vt.Unmarshal(old, &was); err != nil {
 		return fmt.Errorf("stored pod: %w", err)
@@ -121,15 +155,21 @@ func schedulerPodWrite(old, new []byte) error {
 	if err := vt.Unmarshal(new, &is); err != nil {
 		return fmt.Errorf("written pod: %w", err)
 	}
+	return schedulerPodChange(&was, &is)
+}
+
+// schedulerPodChange is schedulerPodWrite's check of an update, on the
+// decoded pods (which it strips).
+func schedulerPodChange(was, is *corev1.Pod) error {
 	if n := was.GetSpec().GetNodeName(); n != "" && is.GetSpec().GetNodeName() != n {
 		return fmt.Errorf("pod %s/%s is already assigned to node %q", was.GetMetadata().GetNamespace(), was.GetMetadata().GetName(), n)
 	}
 	if was.GetMetadata().GetDeletionTimestamp() != nil && !was.GetMetadata().EqualVT(is.GetMetadata()) {
 		return errors.New("the scheduler may not change a terminating pod's metadata")
 	}
-	stripBinding(&was)
-	stripBinding(&is)
-	if !was.EqualVT(&is) {
+	stripBinding(was)
+	stripBinding(is)
+	if !was.EqualVT(is) {
 		return errors.New("the scheduler may change only a pod's binding (spec.nodeName, status.nominatedNodeName, the PodScheduled and DisruptionTarget conditions) and mark a victim terminating")
 	}
 	return nil
