@@ -148,7 +148,12 @@ func (c *Controller) watchOnce(ctx context.Context) error {
 	}
 	defer w.Stop()
 	for ev := range w.Events() {
-		for _, k := range x.apply(kindTab(), ev) {
+		t := kindTab()
+		keys, err := x.refreshKinds(ctx, c.env.Store.KV(), t)
+		if err != nil {
+			return err
+		}
+		for _, k := range append(keys, x.apply(t, ev)...) {
 			c.queue.Add(k)
 		}
 	}

@@ -631,3 +631,36 @@ func TestIndexEntry(t *testing.T) {
 		t.Fatalf("entry %+v", e)
 	}
 }
+
+// TestKindRegisteredAfterList: the objects of a custom resource kind the
+// process registers after the index was listed (its catalog starts
+// beside the collector) are listed in once the kind is there, so that a
+// dependent of a deleted custom resource is collected.
+func TestKindRegisteredAfterList(t *testing.T) {
+	gk := objects.GenericKind{Group: "late.example.com", Version: "v1", Kind: "Gadget", Resource: "gadgets",
+		Namespaced: true, Prefix: objects.CustomResourcePrefix("late.example.com", "gadgets")}
+	crKind, err := objects.Replace(gk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { objects.Unregister("late.example.com", "Gadget") })
+	f := newFixture(t)
+	cr := f.create(crKind, "a", "g")
+	f.create(objects.ConfigMaps, "a", "of-gadget", ref(crKind, cr, false))
+	objects.Unregister("late.example.com", "Gadget")
+	f.start()
+	if _, err := objects.Replace(gk); err != nil {
+		t.Fatal(err)
+	}
+	f.create(objects.ConfigMaps, "a", "trigger") // a write: the collector looks at the registry
+	f.waitFor("the custom resource is in the index", func() bool {
+		x := f.c.idx.Load()
+		x.mu.RLock()
+		defer x.mu.RUnlock()
+		return x.byKey[crKind.Key("a", "g")] != nil
+	})
+	if _, err := f.st.Delete(f.ctx, crKind, "a", "g", 0); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the custom resource's dependent is collected", func() bool { return f.get(objects.ConfigMaps, "a", "of-gadget") == nil })
+}

@@ -31,6 +31,8 @@ import (
 // fresh read of the store, so a stale index can delay, never mislead.
 type index struct {
 	mu      sync.RWMutex
+	gen     uint64          // the kind registry's generation the listed kinds are of
+	listed  map[string]bool // the key prefixes of the kinds listed
 	byKey   map[string]*entry
 	byUID   map[string]*entry
 	byOwner map[string]map[*entry]struct{} // owner uid → its dependents
@@ -61,7 +63,7 @@ type ownerRef struct {
 }
 
 func newIndex() *index {
-	return &index{byKey: map[string]*entry{}, byUID: map[string]*entry{}, byOwner: map[string]map[*entry]struct{}{}, strs: map[string]string{}}
+	return &index{listed: map[string]bool{}, byKey: map[string]*entry{}, byUID: map[string]*entry{}, byOwner: map[string]map[*entry]struct{}{}, strs: map[string]string{}}
 }
 
 // gcFin reports whether e waits for one of the collector's finalizers.
@@ -414,8 +416,9 @@ func (x *index) apply(t *kindTable, ev raftstore.WatchEvent) []string {
 	if err != nil {
 		return nil // not an object the collector can read; a full decode would fail as well
 	}
-	if old != nil && old.uid == e.uid && slices.Equal(old.refs, e.refs) {
-		e.refs = old.refs // share what did not change
+	if old != nil && old.uid == e.uid && old.flags == e.flags && slices.Equal(old.refs, e.refs) {
+		old.rev = e.rev // most writes (a pod's status) change nothing the index holds
+		return nil
 	}
 	x.add(old, e)
 	if e.gcFin() && (old == nil || old.uid != e.uid || old.flags != e.flags) {
@@ -458,8 +461,66 @@ const listPage = 1000
 // sorts out by revision.
 func (x *index) build(ctx context.Context, kv objects.KV) (int64, error) {
 	t := kindTab()
-	first := int64(-1)
+	x.gen = t.gen
+	first, err := x.list(ctx, kv, t, t.all)
+	return max(first, 0), err
+}
+
+// refreshKinds follows the registry to t, when its generation is not the
+// one x was listed with: the objects of a kind registered since (a custom
+// resource's, whose catalog registers it as it reads the definitions) are
+// listed in — later writes and deletes of them are then applied by
+// revision, as after build — and those of a kind gone from the registry
+// are dropped as deleted. It returns the keys to sync: the dropped
+// objects' dependents, and scan's keys when a kind was listed in (a
+// dependent whose owner is of that kind was not checked before).
+func (x *index) refreshKinds(ctx context.Context, kv objects.KV, t *kindTable) ([]string, error) {
+	if x.gen == t.gen {
+		return nil, nil
+	}
+	var added []*kindInfo
 	for _, ki := range t.all {
+		if ki.scanned && !x.listed[ki.prefix] {
+			added = append(added, ki)
+		}
+	}
+	if _, err := x.list(ctx, kv, t, added); err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.gen = t.gen
+	var out []string
+	for p := range x.listed {
+		if _, ok := t.byPrefix[p]; ok {
+			continue
+		}
+		delete(x.listed, p)
+		for _, e := range x.byKey {
+			if e.kind.prefix != p {
+				continue
+			}
+			x.remove(e)
+			for d := range x.byOwner[e.uid] {
+				out = append(out, d.key)
+			}
+		}
+	}
+	if len(added) > 0 { // their objects, and the dependents of those not there (a new kind's owners were taken to exist)
+		for _, e := range x.byKey {
+			if e.gcFin() || x.needsCheck(t, e) {
+				out = append(out, e.key)
+			}
+		}
+	}
+	return out, nil
+}
+
+// list lists the objects of kinds into x, page by page, and returns the
+// revision of the first page (-1 when nothing was listed).
+func (x *index) list(ctx context.Context, kv objects.KV, t *kindTable, kinds []*kindInfo) (int64, error) {
+	first := int64(-1)
+	for _, ki := range kinds {
 		if !ki.scanned {
 			continue
 		}
@@ -486,6 +547,9 @@ func (x *index) build(ctx context.Context, kv objects.KV) (int64, error) {
 				if k2, ok := t.kindOfKey(o.Key); !ok || k2 != ki {
 					continue // a longer prefix's kind (services/endpoints under services/)
 				}
+				if old := x.byKey[o.Key]; old != nil && old.rev >= o.ModRevision {
+					continue
+				}
 				e, err := x.parse(o, ki)
 				if err != nil {
 					continue
@@ -498,8 +562,11 @@ func (x *index) build(ctx context.Context, kv objects.KV) (int64, error) {
 			}
 			after = kvs[len(kvs)-1].Key
 		}
+		x.mu.Lock()
+		x.listed[ki.prefix] = true
+		x.mu.Unlock()
 	}
-	return max(first, 0), nil
+	return first, nil
 }
 
 // dependent is what a sync reads of an owner's dependent in the index.
