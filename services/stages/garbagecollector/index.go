@@ -421,10 +421,15 @@ func (x *index) apply(t *kindTable, ev raftstore.WatchEvent) []string {
 		return nil
 	}
 	x.add(old, e)
+	if old != nil && old.uid != e.uid { // made again without the deletion seen
+		for d := range x.byOwner[old.uid] {
+			out = append(out, d.key)
+		}
+	}
 	if e.gcFin() && (old == nil || old.uid != e.uid || old.flags != e.flags) {
 		out = append(out, e.key)
 	}
-	if old == nil || old.uid != e.uid || !slices.Equal(old.refs, e.refs) || old.flags&deleting != e.flags&deleting {
+	if old == nil || old.uid != e.uid || !slices.Equal(old.refs, e.refs) {
 		if x.needsCheck(t, e) {
 			out = append(out, e.key)
 		}
