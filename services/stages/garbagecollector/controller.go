@@ -1,12 +1,13 @@
 package garbagecollector
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -22,13 +23,13 @@ import (
 	"github.com/podflow/podflow/services/workqueue"
 )
 
-// watchPrefix is where the collector watches for deletes: every stored
-// object.
+// watchPrefix is what the collector watches to keep its index: every
+// stored object.
 const watchPrefix = "/registry/"
 
 // Config configures a Controller.
 type Config struct {
-	// Queue configures the retries of a namespace whose sync failed.
+	// Queue configures the retries of an object whose sync failed.
 	Queue workqueue.Config
 }
 
@@ -43,6 +44,10 @@ type Controller struct {
 	env   stage.Env
 	cfg   Config
 	queue *workqueue.Queue
+	idx   atomic.Pointer[index] // nil until the first list is read
+
+	absentMu sync.Mutex
+	absent   map[string]struct{} // owners read as gone: key#uid (a uid is never used again)
 }
 
 var (
@@ -59,7 +64,7 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	if cfg.Queue.Log == nil {
 		cfg.Queue.Log = env.Log
 	}
-	return &Controller{env: env, cfg: cfg, queue: workqueue.New(cfg.Queue)}, nil
+	return &Controller{env: env, cfg: cfg, queue: workqueue.New(cfg.Queue), absent: map[string]struct{}{}}, nil
 }
 
 // Handle is never called: the stage consumes no events.
@@ -67,45 +72,46 @@ func (c *Controller) Handle(context.Context, *bus.Delivery) error {
 	return bus.Permanent(errors.New("garbagecollector: the controller consumes no events"))
 }
 
-// Start runs the watch of deletes and the worker on g.
+// Start runs the index's list and watch and the worker on g. It does not
+// wait for the list: nothing is synced before the index holds it.
 func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	g.Go(func() error { return c.watch(ctx) })
 	g.Go(func() error { return c.queue.Run(ctx, c.Sync) })
 	return nil
 }
 
-// The queue keys besides a namespace's name (no namespace has either
-// name): the cluster-scoped objects, and the namespaced objects of every
-// namespace in one sync (a resync: one list of each kind, however many
-// namespaces there are).
-const (
-	clusterScope  = "/"
-	allNamespaces = "*"
-)
-
-// Reconcile queues the objects of every namespace and the cluster-scoped
-// ones.
+// Reconcile queues, from the index alone (it reads nothing from the
+// store), every object marked with a collector finalizer and every
+// dependent whose owner the index does not hold: what a failed sync left.
+// The index itself is kept by the watch, and read again from the store
+// only when the watch breaks, as kube's informers relist.
 func (c *Controller) Reconcile(context.Context) error {
-	c.queue.Add(allNamespaces)
-	c.queue.Add(clusterScope)
+	if x := c.idx.Load(); x != nil {
+		for _, k := range x.scan(kindTab()) {
+			c.queue.Add(k)
+		}
+	}
 	return nil
 }
 
-// watch queues the namespace of every deleted object (every namespace
-// for a cluster-scoped one) and of every object marked for deletion with
-// one of the collector's finalizers, until ctx ends. A watch that breaks is
-// started again after a Reconcile (what it missed is resynced).
+// watch builds the index from a list of every kind the collector reads
+// and keeps it from a watch of every key, queueing what each change
+// calls for, until ctx ends. A watch that breaks is followed by a fresh
+// list into a new index (what the watch missed is in it) and a new watch.
 func (c *Controller) watch(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for {
+		began := time.Now()
 		err := c.watchOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if c.env.Log != nil {
-			c.env.Log.Warn("garbagecollector: watch ended; resyncing", "err", err)
+			c.env.Log.Warn("garbagecollector: watch ended; listing again", "err", err)
 		}
-		_ = c.Reconcile(ctx)
+		if time.Since(began) > time.Minute {
+			backoff = 100 * time.Millisecond
+		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -115,10 +121,26 @@ func (c *Controller) watch(ctx context.Context) error {
 	}
 }
 
+// rebuild lists every kind the collector reads into a new index, puts it
+// in use, and returns the revision to watch from and the keys to sync
+// (index.scan).
+func (c *Controller) rebuild(ctx context.Context) (*index, int64, []string, error) {
+	x := newIndex()
+	rev, err := x.build(ctx, c.env.Store.KV())
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	c.idx.Store(x)
+	return x, rev, x.scan(kindTab()), nil
+}
+
 func (c *Controller) watchOnce(ctx context.Context) error {
-	_, rev, err := c.env.Store.KV().List(ctx, objects.Namespaces.Prefix(""), raftstore.WithLimit(1))
+	x, rev, keys, err := c.rebuild(ctx)
 	if err != nil {
 		return err
+	}
+	for _, k := range keys {
+		c.queue.Add(k)
 	}
 	w, err := c.env.Store.KV().Watch(ctx, watchPrefix, rev)
 	if err != nil {
@@ -126,58 +148,16 @@ func (c *Controller) watchOnce(ctx context.Context) error {
 	}
 	defer w.Stop()
 	for ev := range w.Events() {
-		if ev.KV == nil {
-			continue
+		t := kindTab()
+		keys, err := x.refreshKinds(ctx, c.env.Store.KV(), t)
+		if err != nil {
+			return err
 		}
-		if ev.Type != raftstore.EventDelete && !markedForGC(ev.KV) {
-			continue
-		}
-		switch ns, namespaced := namespaceOf(ev.KV.Key); {
-		case ns != "":
-			c.queue.Add(ns)
-		case !namespaced && ev.Type == raftstore.EventDelete:
-			if err := c.Reconcile(ctx); err != nil {
-				return err
-			}
-		case !namespaced:
-			c.queue.Add(clusterScope)
+		for _, k := range append(keys, x.apply(t, ev)...) {
+			c.queue.Add(k)
 		}
 	}
 	return w.Err()
-}
-
-// markedForGC reports whether kv is an object marked for deletion with
-// one of the collector's finalizers. Most writes are not: the bytes are
-// searched for the finalizers' names before anything is decoded.
-func markedForGC(kv *raftstore.KV) bool {
-	if !bytes.Contains(kv.Value, []byte(stage.FinalizerOrphan)) && !bytes.Contains(kv.Value, []byte(stage.FinalizerForeground)) {
-		return false
-	}
-	obj, ok := decoderOf(kv.Key)
-	if !ok || objects.Decode(kv, obj) != nil {
-		return false
-	}
-	return gcFinalizer(obj.GetMetadata()) != ""
-}
-
-// decoderOf is an empty object of the kind stored at key.
-func decoderOf(key string) (objects.Object, bool) {
-	k, ok := kindOfKey(key)
-	if !ok {
-		return nil, false
-	}
-	return k.New(), true
-}
-
-// kindOfKey is the kind whose prefix is the longest one key has.
-func kindOfKey(key string) (objects.Kind, bool) {
-	var best objects.Kind
-	for _, k := range objects.Kinds() {
-		if p := k.Prefix(""); strings.HasPrefix(key, p) && len(p) > len(best.Prefix("")) {
-			best = k
-		}
-	}
-	return best, best.Name != ""
 }
 
 // gcFinalizer is the collector's finalizer an object marked for deletion
@@ -193,21 +173,6 @@ func gcFinalizer(md *corev1.ObjectMeta) string {
 		return stage.FinalizerForeground
 	}
 	return ""
-}
-
-// namespaceOf is the namespace of a namespaced object's store key, and
-// whether the key is a namespaced kind's; ("", false) for a
-// cluster-scoped object or another key.
-func namespaceOf(key string) (string, bool) {
-	best, ok := kindOfKey(key)
-	if !ok || !best.Namespaced {
-		return "", false
-	}
-	ns, _, ok := strings.Cut(strings.TrimPrefix(key, best.Prefix("")), "/")
-	if !ok {
-		return "", true
-	}
-	return ns, true
 }
 
 // item is one stored object and its kind.
@@ -239,34 +204,12 @@ func collectable(k objects.Kind) bool {
 	return true
 }
 
-// list reads every object of the namespaced kinds in ns ("": every
-// namespace), or of the cluster-scoped kinds when namespaced is false.
-func (c *Controller) list(ctx context.Context, ns string, namespaced bool) ([]item, error) {
-	var out []item
-	for _, k := range objects.Kinds() {
-		if k.Namespaced != namespaced || !scanned(k) {
-			continue
-		}
-		objs, _, err := c.env.Store.ListKind(ctx, k, ns)
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", k.Qualified(), err)
-		}
-		for _, o := range objs {
-			out = append(out, item{kind: k, obj: o})
-		}
-	}
-	return out, nil
-}
-
-// pass is the state of one Sync: the objects read, by owner, and what is
-// known of the owners.
+// pass is the state of one Sync: the index, and what is known of the
+// owners.
 type pass struct {
-	c       *Controller
-	ns      string // "" for the cluster scope
-	items   []item
-	byOwner map[string][]item     // owner uid → its dependents read
-	owners  map[string]ownerState // owner uid → state, for this sync
-	all     bool                  // byOwner indexes every namespace (a cluster-scoped owner's dependents)
+	c      *Controller
+	x      *index
+	owners map[string]ownerState // owner uid → state, for this sync
 }
 
 // ownerState is what a sync knows of one owner.
@@ -275,93 +218,88 @@ type ownerState struct {
 	waiting bool // it is marked for deletion in the foreground: waiting for its dependents
 }
 
-func (s *pass) index(items []item) {
-	s.byOwner = map[string][]item{}
-	for _, it := range items {
-		for _, ref := range it.meta().GetOwnerReferences() {
-			s.byOwner[ref.GetUid()] = append(s.byOwner[ref.GetUid()], it)
-		}
-	}
-}
+// errNoIndex: a sync before the index was first listed (retried).
+var errNoIndex = errors.New("garbagecollector: the index is not listed yet")
 
-// Sync collects the garbage of namespace key (clusterScope: of the
-// cluster-scoped objects; allNamespaces: of every namespace). First the owners marked for deletion with the
-// collector's finalizers: an orphaning owner's dependents lose their
+// Sync syncs the object at store key key, read afresh. An owner marked
+// for deletion with one of the collector's finalizers has its dependents
+// (the index's) dealt with: an orphaning owner's dependents lose their
 // reference to it, then it loses its "orphan" finalizer; a foreground
 // owner's dependents are deleted (those with another, live owner only
 // lose the reference to it) and it loses its "foregroundDeletion"
 // finalizer once no dependent blocking it (blockOwnerDeletion) is left.
-// Then every dependent whose owners are all gone is deleted, and a
-// dependent with an owner left loses the references to the gone ones.
+// A dependent whose owners are all gone is deleted, and one with an owner
+// left loses the references to the gone ones.
 func (c *Controller) Sync(ctx context.Context, key string) error {
-	s := &pass{c: c, ns: key, owners: map[string]ownerState{}}
-	namespaced := key != clusterScope
-	if key == clusterScope || key == allNamespaces {
-		s.ns = ""
+	x := c.idx.Load()
+	if x == nil {
+		return errNoIndex
 	}
-	var err error
-	if s.items, err = c.list(ctx, s.ns, namespaced); err != nil {
+	ki, ok := kindTab().kindOfKey(key)
+	if !ok || !ki.scanned {
+		return nil
+	}
+	ns, name := ki.splitKey(key)
+	obj, err := c.env.Store.GetKind(ctx, ki.kind, ns, name)
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	s.index(s.items)
-	var errs []error
-	note := func(it item, err error) {
-		if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
-			md := it.meta()
-			errs = append(errs, fmt.Errorf("garbagecollector: %s %s/%s: %w", it.kind.Qualified(), md.GetNamespace(), md.GetName(), err))
-		}
+	it := item{kind: ki.kind, obj: obj}
+	s := &pass{c: c, x: x, owners: map[string]ownerState{}}
+	switch gcFinalizer(it.meta()) {
+	case stage.FinalizerOrphan:
+		err = s.orphan(ctx, it)
+	case stage.FinalizerForeground:
+		err = s.foreground(ctx, it)
+	default:
+		err = s.collect(ctx, it)
 	}
-	finalizing := false
-	for _, it := range s.items {
-		switch gcFinalizer(it.meta()) {
-		case stage.FinalizerOrphan:
-			finalizing = true
-			note(it, s.orphan(ctx, it))
-		case stage.FinalizerForeground:
-			finalizing = true
-			note(it, s.foreground(ctx, it))
-		}
+	if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+		return fmt.Errorf("garbagecollector: %s %s: %w", ki.kind.Qualified(), strings.TrimPrefix(key, ki.prefix), err)
 	}
-	if finalizing { // what was read before is stale: read again
-		if s.items, err = c.list(ctx, s.ns, namespaced); err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		s.index(s.items)
-		s.all, s.owners = false, map[string]ownerState{}
-	}
-	for _, it := range s.items {
-		note(it, s.collect(ctx, it))
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
-// dependents are the objects read that name owner it.
-func (s *pass) dependents(ctx context.Context, it item) ([]item, error) {
-	if !it.kind.Namespaced && !s.all { // a cluster-scoped owner: dependents in every namespace
-		items, err := s.c.list(ctx, "", true)
-		if err != nil {
-			return nil, err
-		}
-		s.index(append(items, s.items...))
-		s.all = true
+// read reads dependent d of owner uid afresh: nil when it is gone or no
+// longer names the owner (the index was behind).
+func (s *pass) read(ctx context.Context, d dependent, uid string) (objects.Object, *corev1.OwnerReference, error) {
+	ns, name := d.kind.splitKey(d.key)
+	obj, err := s.c.env.Store.GetKind(ctx, d.kind.kind, ns, name)
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return nil, nil, nil
 	}
-	return s.byOwner[it.meta().GetUid()], nil
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, ref := range obj.GetMetadata().GetOwnerReferences() {
+		if ref.GetUid() == uid {
+			return obj, ref, nil
+		}
+	}
+	return nil, nil, nil
 }
 
 // orphan removes owner it's reference from each of its dependents, then
 // its "orphan" finalizer (kube's orphanDependents, then
 // removeFinalizer).
 func (s *pass) orphan(ctx context.Context, it item) error {
-	deps, err := s.dependents(ctx, it)
-	if err != nil {
-		return err
-	}
 	uid := it.meta().GetUid()
-	for _, d := range deps {
-		if err := s.c.dropRefs(ctx, d, func(ref *corev1.OwnerReference) bool { return ref.GetUid() == uid }); err != nil {
+	for _, d := range s.x.dependents(uid) {
+		obj, _, err := s.read(ctx, d, uid)
+		if err != nil {
 			return err
 		}
-		s.c.logged("orphaned: its owner is deleted with propagationPolicy Orphan", d)
+		if obj == nil {
+			continue
+		}
+		dep := item{kind: d.kind.kind, obj: obj}
+		if err := s.c.dropRefs(ctx, dep, func(ref *corev1.OwnerReference) bool { return ref.GetUid() == uid }); err != nil {
+			return err
+		}
+		s.c.logged("orphaned: its owner is deleted with propagationPolicy Orphan", dep)
 	}
 	return s.c.removeFinalizer(ctx, it, stage.FinalizerOrphan)
 }
@@ -372,21 +310,32 @@ func (s *pass) orphan(ctx context.Context, it item) error {
 // with another owner that exists and is not itself waiting for its
 // dependents only loses the reference to it. Dependents are deleted with
 // their own policy (their finalizers; else in the background), so only
-// the direct dependents hold the owner back.
+// the direct dependents hold the owner back. A dependent whose deletion
+// is under way is not read again: it blocks the owner if its reference
+// does, until the watch sees it go (kube's blockingDependents, from its
+// graph).
 func (s *pass) foreground(ctx context.Context, it item) error {
-	deps, err := s.dependents(ctx, it)
-	if err != nil {
-		return err
-	}
 	uid := it.meta().GetUid()
 	blocking := 0
-	for _, d := range deps {
-		md := d.meta()
-		var mine *corev1.OwnerReference
+	for _, d := range s.x.dependents(uid) {
+		if d.deleting {
+			if d.block {
+				blocking++
+			}
+			continue
+		}
+		obj, mine, err := s.read(ctx, d, uid)
+		if err != nil {
+			return err
+		}
+		if obj == nil {
+			continue
+		}
+		dep := item{kind: d.kind.kind, obj: obj}
+		md := obj.GetMetadata()
 		solid := false
 		for _, ref := range md.GetOwnerReferences() {
 			if ref.GetUid() == uid {
-				mine = ref
 				continue
 			}
 			st, err := s.owner(ctx, md.GetNamespace(), ref)
@@ -396,34 +345,34 @@ func (s *pass) foreground(ctx context.Context, it item) error {
 			solid = solid || (st.exists && !st.waiting)
 		}
 		if solid {
-			if err := s.c.dropRefs(ctx, d, func(ref *corev1.OwnerReference) bool { return ref.GetUid() == uid }); err != nil {
+			if err := s.c.dropRefs(ctx, dep, func(ref *corev1.OwnerReference) bool { return ref.GetUid() == uid }); err != nil {
 				return err
 			}
-			s.c.logged("removed the reference to an owner deleted in the foreground: another owner is live", d)
+			s.c.logged("removed the reference to an owner deleted in the foreground: another owner is live", dep)
 			continue
 		}
-		if !collectable(d.kind) { // deleted by the api stage alone: released instead of deleted
-			if err := s.c.dropRefs(ctx, d, func(ref *corev1.OwnerReference) bool { return ref.GetUid() == uid }); err != nil {
+		if !d.kind.collectable { // deleted by the api stage alone: released instead of deleted
+			if err := s.c.dropRefs(ctx, dep, func(ref *corev1.OwnerReference) bool { return ref.GetUid() == uid }); err != nil {
 				return err
 			}
-			s.c.logged("removed the reference to an owner deleted in the foreground: the collector does not delete this kind", d)
+			s.c.logged("removed the reference to an owner deleted in the foreground: the collector does not delete this kind", dep)
 			continue
 		}
 		gone := false
 		switch {
 		case md.GetDeletionTimestamp() != nil: // its deletion is under way
-		case len(s.byOwner[md.GetUid()]) > 0 && d.kind.Name != objects.Pods.Name:
+		case d.hasDeps && d.kind.kind.Name != objects.Pods.Name:
 			// It has dependents of its own: deleted in the foreground
 			// too, so the owner waits for them as well.
-			if mine, err = s.foregroundDependent(ctx, d, uid); err != nil {
+			if mine, err = s.foregroundDependent(ctx, dep, uid, d.cycle); err != nil {
 				return err
 			}
-			s.c.logged("deleting in the foreground: its owner is deleted in the foreground", d)
+			s.c.logged("deleting in the foreground: its owner is deleted in the foreground", dep)
 		default:
-			if gone, err = s.c.deleteDependent(ctx, d); err != nil {
+			if gone, err = s.c.deleteDependent(ctx, dep); err != nil {
 				return err
 			}
-			s.c.logged("deleting: its owner is deleted in the foreground", d)
+			s.c.logged("deleting: its owner is deleted in the foreground", dep)
 		}
 		if !gone && mine.GetBlockOwnerDeletion() {
 			blocking++
@@ -438,16 +387,15 @@ func (s *pass) foreground(ctx context.Context, it item) error {
 // foregroundDependent deletes dependent d of a foreground owner (uid
 // owner) in the foreground, as kube's attemptToDeleteItem does for a
 // dependent with dependents: first, when one of its dependents waits for
-// its own dependents too (a cycle, perhaps), its references to owners
-// waiting for their dependents are made non-blocking
+// its own dependents too (cycle: a cycle, perhaps), its references to
+// owners waiting for their dependents are made non-blocking
 // (blockOwnerDeletion false), so that neither waits for the other; then
 // it is marked with foregroundDeletion (stage.DeleteObjectWith), with a
 // compare-and-swap on the revision read. It returns d's reference to
 // owner as it is left.
-func (s *pass) foregroundDependent(ctx context.Context, d item, owner string) (*corev1.OwnerReference, error) {
+func (s *pass) foregroundDependent(ctx context.Context, d item, owner string, cycle bool) (*corev1.OwnerReference, error) {
 	obj := proto.Clone(d.obj).(objects.Object)
 	md := obj.GetMetadata()
-	cycle := slices.ContainsFunc(s.byOwner[md.GetUid()], func(dd item) bool { return gcFinalizer(dd.meta()) == stage.FinalizerForeground })
 	if cycle {
 		for _, ref := range md.GetOwnerReferences() {
 			st, err := s.owner(ctx, md.GetNamespace(), ref)
@@ -619,43 +567,44 @@ func (c *Controller) logged(msg string, it item) {
 	}
 }
 
+// maxAbsent bounds the uids of owners known to be gone that are kept
+// (kube's absentOwnerCache); past it the set starts again.
+const maxAbsent = 10000
+
 // ownerState reads the owner ref names: an object of its kind, in
 // namespace ns if that kind is namespaced, with its uid. An owner of a
 // kind the store does not know is taken to exist (kube's collector cannot
-// resolve it either and deletes nothing).
+// resolve it either and deletes nothing). An owner read as gone is
+// remembered by its key and uid (a uid is never used again): the
+// dependents of one deleted owner read it once.
 func (c *Controller) ownerState(ctx context.Context, ns string, ref *corev1.OwnerReference) (ownerState, error) {
-	k, ok := kindOf(ref)
+	ki, ok := kindTab().kindOfRef(ref.GetApiVersion(), ref.GetKind())
 	if !ok {
 		return ownerState{exists: true}, nil
 	}
+	k := ki.kind
 	if !k.Namespaced {
 		ns = ""
 	}
-	o, err := c.env.Store.GetKind(ctx, k, ns, ref.GetName())
-	if errors.Is(err, raftstore.ErrNotFound) {
+	at := k.Key(ns, ref.GetName()) + "#" + ref.GetUid()
+	c.absentMu.Lock()
+	_, gone := c.absent[at]
+	c.absentMu.Unlock()
+	if gone {
 		return ownerState{}, nil
 	}
-	if err != nil {
+	o, err := c.env.Store.GetKind(ctx, k, ns, ref.GetName())
+	if err != nil && !errors.Is(err, raftstore.ErrNotFound) {
 		return ownerState{}, err
 	}
-	md := o.GetMetadata()
-	if md.GetUid() != ref.GetUid() {
+	if err != nil || o.GetMetadata().GetUid() != ref.GetUid() {
+		c.absentMu.Lock()
+		if len(c.absent) >= maxAbsent {
+			clear(c.absent)
+		}
+		c.absent[at] = struct{}{}
+		c.absentMu.Unlock()
 		return ownerState{}, nil
 	}
-	return ownerState{exists: true, waiting: gcFinalizer(md) == stage.FinalizerForeground}, nil
-}
-
-// kindOf is the kind an ownerReference names, by the group of its
-// apiVersion and its kind.
-func kindOf(ref *corev1.OwnerReference) (objects.Kind, bool) {
-	group, _, ok := strings.Cut(ref.GetApiVersion(), "/")
-	if !ok {
-		group = ""
-	}
-	for _, k := range objects.Kinds() {
-		if k.APIGroup == group && k.Name == ref.GetKind() {
-			return k, true
-		}
-	}
-	return objects.Kind{}, false
+	return ownerState{exists: true, waiting: gcFinalizer(o.GetMetadata()) == stage.FinalizerForeground}, nil
 }

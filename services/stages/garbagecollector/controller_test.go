@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/objects/objectstest"
 	"github.com/podflow/podflow/services/stage"
 	"github.com/podflow/podflow/services/stage/stagetest"
 )
@@ -22,15 +25,49 @@ type fixture struct {
 	ctx context.Context
 	c   *Controller
 	st  *objects.Store
+	kv  *objectstest.KV
 }
 
 func newFixture(t *testing.T) *fixture {
-	env, _, _ := stagetest.NewEnv("garbagecollector")
+	env, _, kv := stagetest.NewEnv("garbagecollector")
 	c, err := New(env, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, ctx: context.Background(), c: c, st: env.Store}
+	return &fixture{t: t, ctx: context.Background(), c: c, st: env.Store, kv: kv}
+}
+
+// start runs the collector (its list, watch and worker) until the test
+// ends, and waits for its index.
+func (f *fixture) start() {
+	f.t.Helper()
+	stagetest.Start(f.t, f.c.Start)
+	f.waitFor("the index is listed", func() bool { return f.c.idx.Load() != nil })
+}
+
+// waitFor waits for ok, which the running collector is to make true; the
+// deadline only ends a test that would otherwise hang.
+func (f *fixture) waitFor(what string, ok func() bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// countLists counts the store's List calls from now on.
+func (f *fixture) countLists() *atomic.Int64 {
+	var n atomic.Int64
+	f.kv.Hook(func(method, _ string) error {
+		if method == "List" {
+			n.Add(1)
+		}
+		return nil
+	})
+	return &n
 }
 
 // create stores obj of kind k in ns with uid and refs; it returns obj as stored.
@@ -70,10 +107,19 @@ func (f *fixture) get(k objects.Kind, ns, name string) objects.Object {
 	return o
 }
 
-func (f *fixture) sync(key string) {
+// sync is one pass of the collector over the store as it is: the index
+// listed afresh, then a sync of each object it calls for (index.scan),
+// without the watch (what the pass writes is seen by the next).
+func (f *fixture) sync() {
 	f.t.Helper()
-	if err := f.c.Sync(f.ctx, key); err != nil {
+	_, _, keys, err := f.c.rebuild(f.ctx)
+	if err != nil {
 		f.t.Fatal(err)
+	}
+	for _, k := range keys {
+		if err := f.c.Sync(f.ctx, k); err != nil {
+			f.t.Fatal(err)
+		}
 	}
 }
 
@@ -92,7 +138,7 @@ func TestOrphan(t *testing.T) {
 	f.create(objects.Pods, "a", "web-1", ref(objects.ReplicaSets, rs, true))
 	f.create(objects.ConfigMaps, "a", "web-cm", ref(objects.ReplicaSets, rs, true), ref(objects.ConfigMaps, other, false))
 	f.mark(objects.ReplicaSets, rs, stage.FinalizerOrphan)
-	f.sync("a")
+	f.sync()
 	if f.get(objects.ReplicaSets, "a", "web") != nil {
 		t.Fatal("the orphaning ReplicaSet is still there")
 	}
@@ -117,7 +163,7 @@ func TestForeground(t *testing.T) {
 	f.create(objects.Pods, "a", "shared", ref(objects.ReplicaSets, rs, true), ref(objects.ReplicationControllers, keeper, false))
 	f.create(objects.ConfigMaps, "a", "loose", ref(objects.ReplicaSets, rs, false))
 	f.mark(objects.ReplicaSets, rs, stage.FinalizerForeground)
-	f.sync("a")
+	f.sync()
 	owner := f.get(objects.ReplicaSets, "a", "web")
 	if owner == nil || !slices.Contains(owner.GetMetadata().GetFinalizers(), stage.FinalizerForeground) {
 		t.Fatalf("the owner went before its blocking pod: %v", owner)
@@ -134,7 +180,7 @@ func TestForeground(t *testing.T) {
 		t.Fatalf("the pod with a live owner: %v", shared)
 	}
 	// Again: nothing changes while the pod terminates.
-	f.sync("a")
+	f.sync()
 	if f.get(objects.ReplicaSets, "a", "web") == nil {
 		t.Fatal("the owner went while its pod terminates")
 	}
@@ -142,7 +188,7 @@ func TestForeground(t *testing.T) {
 	if _, err := f.st.Delete(f.ctx, objects.Pods, "a", "web-1", 0); err != nil {
 		t.Fatal(err)
 	}
-	f.sync("a")
+	f.sync()
 	if o := f.get(objects.ReplicaSets, "a", "web"); o != nil {
 		t.Fatalf("the owner stays with no dependent left: %v", o)
 	}
@@ -166,7 +212,7 @@ func TestBackgroundEveryKind(t *testing.T) {
 	f.create(objects.Secrets, "a", "of-cm", ref(objects.ConfigMaps, cm, false))
 	f.create(crKind, "a", "of-pv", ref(objects.PersistentVolumes, pv, false))
 	f.create(objects.ConfigMaps, "a", "unknown-owner", &corev1.OwnerReference{ApiVersion: "nowhere.example.com/v1", Kind: "Thing", Name: "x", Uid: "ux"})
-	f.sync("a")
+	f.sync()
 	for _, o := range []struct {
 		k    objects.Kind
 		name string
@@ -184,7 +230,7 @@ func TestBackgroundEveryKind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.sync("a")
+	f.sync()
 	for _, o := range []struct {
 		k    objects.Kind
 		name string
@@ -206,7 +252,7 @@ func TestClusterScopedOwnerOrphan(t *testing.T) {
 	f.create(objects.ConfigMaps, "a", "one", ref(objects.PersistentVolumes, pv, true))
 	f.create(objects.ConfigMaps, "b", "two", ref(objects.PersistentVolumes, pv, true))
 	f.mark(objects.PersistentVolumes, pv, stage.FinalizerOrphan)
-	f.sync(clusterScope)
+	f.sync()
 	if f.get(objects.PersistentVolumes, "", "pv") != nil {
 		t.Fatal("the orphaning PersistentVolume is still there")
 	}
@@ -229,9 +275,9 @@ func TestIdempotent(t *testing.T) {
 	rs := f.create(objects.ReplicaSets, "a", "web")
 	f.create(objects.Pods, "a", "web-1", ref(objects.ReplicaSets, rs, true))
 	f.mark(objects.ReplicaSets, rs, stage.FinalizerOrphan)
-	f.sync("a")
+	f.sync()
 	rev := f.get(objects.Pods, "a", "web-1").GetMetadata().GetResourceVersion()
-	f.sync("a")
+	f.sync()
 	if got := f.get(objects.Pods, "a", "web-1").GetMetadata().GetResourceVersion(); got != rev {
 		t.Fatalf("a second sync wrote the pod again: %s → %s", rev, got)
 	}
@@ -250,7 +296,7 @@ func TestServiceNotCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.mark(objects.ConfigMaps, fg, stage.FinalizerForeground)
-	f.sync("a")
+	f.sync()
 	if f.get(objects.Services, "a", "orphan-svc") == nil {
 		t.Fatal("the collector deleted a Service")
 	}
@@ -271,12 +317,12 @@ func TestForegroundTransitive(t *testing.T) {
 	rs := f.create(objects.ReplicaSets, "a", "web-1", ref(objects.Deployments, d, true))
 	f.create(objects.Pods, "a", "web-1-a", ref(objects.ReplicaSets, rs, true))
 	f.mark(objects.Deployments, d, stage.FinalizerForeground)
-	f.sync("a")
+	f.sync()
 	got := f.get(objects.ReplicaSets, "a", "web-1")
 	if got == nil || gcFinalizer(got.GetMetadata()) != stage.FinalizerForeground {
 		t.Fatalf("the ReplicaSet is not deleted in the foreground: %v", got)
 	}
-	f.sync("a") // the ReplicaSet marked: its pod is deleted
+	f.sync() // the ReplicaSet marked: its pod is deleted
 	if p := f.get(objects.Pods, "a", "web-1-a"); p == nil || p.GetMetadata().GetDeletionTimestamp() == nil {
 		t.Fatalf("the pod is not being deleted: %v", p)
 	}
@@ -286,8 +332,8 @@ func TestForegroundTransitive(t *testing.T) {
 	if _, err := f.st.Delete(f.ctx, objects.Pods, "a", "web-1-a", 0); err != nil {
 		t.Fatal(err)
 	}
-	f.sync("a")
-	f.sync("a")
+	f.sync()
+	f.sync()
 	if f.get(objects.ReplicaSets, "a", "web-1") != nil || f.get(objects.Deployments, "a", "web") != nil {
 		t.Fatal("the owners stay with no pod left")
 	}
@@ -306,45 +352,10 @@ func TestForegroundCycle(t *testing.T) {
 	}
 	f.mark(objects.ConfigMaps, a, stage.FinalizerForeground)
 	for i := 0; i < 3; i++ {
-		f.sync("a")
+		f.sync()
 	}
 	if f.get(objects.ConfigMaps, "a", "a") != nil || f.get(objects.ConfigMaps, "a", "b") != nil {
 		t.Fatalf("the cycle is stuck: %v %v", f.get(objects.ConfigMaps, "a", "a"), f.get(objects.ConfigMaps, "a", "b"))
-	}
-}
-
-// TestResyncAllNamespaces: a resync judges every namespace in one sync
-// (one list of each kind); Reconcile queues it and the cluster scope.
-func TestResyncAllNamespaces(t *testing.T) {
-	f := newFixture(t)
-	for _, ns := range []string{"a", "b"} {
-		owner := f.create(objects.ConfigMaps, ns, "owner")
-		f.create(objects.Secrets, ns, "dep", ref(objects.ConfigMaps, owner, false))
-		f.create(objects.Secrets, ns, "kept", ref(objects.ConfigMaps, owner, false))
-		if _, err := f.st.Delete(f.ctx, objects.ConfigMaps, ns, "owner", 0); err != nil {
-			t.Fatal(err)
-		}
-		live := f.create(objects.ConfigMaps, ns, "live")
-		kept := f.get(objects.Secrets, ns, "kept")
-		kept.GetMetadata().OwnerReferences = append(kept.GetMetadata().OwnerReferences, ref(objects.ConfigMaps, live, false))
-		if _, err := f.st.Update(f.ctx, kept); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.c.Reconcile(f.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := f.c.queue.Len(); n != 2 {
-		t.Fatalf("Reconcile queued %d keys, want 2 (every namespace, the cluster scope)", n)
-	}
-	f.sync(allNamespaces)
-	for _, ns := range []string{"a", "b"} {
-		if f.get(objects.Secrets, ns, "dep") != nil {
-			t.Errorf("%s/dep is still there", ns)
-		}
-		if k := f.get(objects.Secrets, ns, "kept"); k == nil || len(k.GetMetadata().GetOwnerReferences()) != 1 {
-			t.Errorf("%s/kept: %v", ns, k)
-		}
 	}
 }
 
@@ -367,7 +378,7 @@ func TestPodCircle(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := 0; round < 4; round++ {
-		f.sync("a")
+		f.sync()
 		// Their node is done with the pods being deleted.
 		for _, name := range []string{"pod2", "pod3"} {
 			if p := f.get(objects.Pods, "a", name); p != nil && p.GetMetadata().GetDeletionTimestamp() != nil {
@@ -406,7 +417,7 @@ func TestForegroundKeepsPodsWithLiveOwner(t *testing.T) {
 	}
 	f.mark(objects.ReplicationControllers, rc1, stage.FinalizerForeground)
 	for round := 0; round < 3; round++ {
-		f.sync("a")
+		f.sync()
 		for i := range n {
 			name := fmt.Sprintf("p%d", i)
 			if p := f.get(objects.Pods, "a", name); p != nil && p.GetMetadata().GetDeletionTimestamp() != nil {
@@ -430,4 +441,226 @@ func TestForegroundKeepsPodsWithLiveOwner(t *testing.T) {
 			t.Errorf("p%d keeps references %v, want only to-stay's", i, p.GetMetadata().GetOwnerReferences())
 		}
 	}
+}
+
+// TestBackgroundAcrossNamespaces: a pass judges every namespace: a
+// dependent whose only owner is gone is deleted, one with a live owner
+// left loses the reference to the gone one.
+func TestBackgroundAcrossNamespaces(t *testing.T) {
+	f := newFixture(t)
+	for _, ns := range []string{"a", "b"} {
+		owner := f.create(objects.ConfigMaps, ns, "owner")
+		f.create(objects.Secrets, ns, "dep", ref(objects.ConfigMaps, owner, false))
+		f.create(objects.Secrets, ns, "kept", ref(objects.ConfigMaps, owner, false))
+		if _, err := f.st.Delete(f.ctx, objects.ConfigMaps, ns, "owner", 0); err != nil {
+			t.Fatal(err)
+		}
+		live := f.create(objects.ConfigMaps, ns, "live")
+		kept := f.get(objects.Secrets, ns, "kept")
+		kept.GetMetadata().OwnerReferences = append(kept.GetMetadata().OwnerReferences, ref(objects.ConfigMaps, live, false))
+		if _, err := f.st.Update(f.ctx, kept); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.sync()
+	for _, ns := range []string{"a", "b"} {
+		if f.get(objects.Secrets, ns, "dep") != nil {
+			t.Errorf("%s/dep is still there", ns)
+		}
+		if k := f.get(objects.Secrets, ns, "kept"); k == nil || len(k.GetMetadata().GetOwnerReferences()) != 1 {
+			t.Errorf("%s/kept: %v", ns, k)
+		}
+	}
+}
+
+// TestDeletionsAndResyncsListNothing: once its index is listed, the
+// collector reads no list of the store — not when pods of a big
+// namespace are deleted one by one (each once made it list the whole
+// namespace), not on Reconcile (each once listed every namespace) — and
+// still collects a dependent whose owner is gone.
+func TestDeletionsAndResyncsListNothing(t *testing.T) {
+	f := newFixture(t)
+	rs := f.create(objects.ReplicaSets, "a", "web")
+	const n = 40
+	for i := range n {
+		f.create(objects.Pods, "a", fmt.Sprintf("web-%d", i), ref(objects.ReplicaSets, rs, true))
+	}
+	f.start()
+	lists := f.countLists()
+	for i := range n / 2 {
+		if _, err := f.st.Delete(f.ctx, objects.Pods, "a", fmt.Sprintf("web-%d", i), 0); err != nil {
+			t.Fatal(err)
+		}
+		if i%5 == 0 {
+			if err := f.c.Reconcile(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A dependent whose owner is gone, after all that: once it is
+	// collected, the collector has seen every change before it.
+	f.create(objects.ConfigMaps, "a", "sentinel", &corev1.OwnerReference{ApiVersion: "v1", Kind: "ConfigMap", Name: "nobody", Uid: "uid-gone"})
+	f.waitFor("the sentinel is collected", func() bool { return f.get(objects.ConfigMaps, "a", "sentinel") == nil })
+	if got := lists.Load(); got != 0 {
+		t.Errorf("the collector listed the store %d times after its index was listed, want 0", got)
+	}
+	if f.get(objects.ReplicaSets, "a", "web") == nil || f.get(objects.Pods, "a", fmt.Sprintf("web-%d", n-1)) == nil {
+		t.Fatal("the ReplicaSet or a pod of it was deleted")
+	}
+}
+
+// TestDependentOfGoneOwnerCollectedAtOnce: a dependent made after its
+// owner is gone is collected from the watch alone, with no Reconcile
+// (kube's virtual node: an owner not in the graph is read).
+func TestDependentOfGoneOwnerCollectedAtOnce(t *testing.T) {
+	f := newFixture(t)
+	owner := f.create(objects.ConfigMaps, "a", "owner")
+	if _, err := f.st.Delete(f.ctx, objects.ConfigMaps, "a", "owner", 0); err != nil {
+		t.Fatal(err)
+	}
+	f.start() // after the owner's deletion: only the dependent's creation is watched
+	f.create(objects.Secrets, "a", "late", ref(objects.ConfigMaps, owner, false))
+	f.waitFor("the late dependent is collected", func() bool { return f.get(objects.Secrets, "a", "late") == nil })
+}
+
+// TestWatchedCascade: with the watch alone, a Deployment deleted in the
+// foreground goes after its ReplicaSet and that one's pods (their node
+// done with them), and a ReplicaSet deleted in the background takes its
+// pods with it.
+func TestWatchedCascade(t *testing.T) {
+	f := newFixture(t)
+	d := f.create(objects.Deployments, "a", "web")
+	rs := f.create(objects.ReplicaSets, "a", "web-1", ref(objects.Deployments, d, true))
+	bg := f.create(objects.ReplicaSets, "a", "bg")
+	for i := range 3 {
+		f.create(objects.Pods, "a", fmt.Sprintf("web-1-%d", i), ref(objects.ReplicaSets, rs, true))
+		f.create(objects.Pods, "a", fmt.Sprintf("bg-%d", i), ref(objects.ReplicaSets, bg, true))
+	}
+	f.start()
+	f.mark(objects.Deployments, d, stage.FinalizerForeground)
+	if _, err := f.st.Delete(f.ctx, objects.ReplicaSets, "a", "bg", 0); err != nil {
+		t.Fatal(err)
+	}
+	// The node agent: a pod marked for deletion goes.
+	f.waitFor("every pod is deleted", func() bool {
+		pods, _, err := f.st.ListKind(f.ctx, objects.Pods, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods {
+			if p.GetMetadata().GetDeletionTimestamp() != nil {
+				if _, err := f.st.Delete(f.ctx, objects.Pods, "a", p.GetMetadata().GetName(), 0); err != nil && !errors.Is(err, raftstore.ErrNotFound) {
+					t.Fatal(err)
+				}
+			}
+		}
+		return len(pods) == 0
+	})
+	f.waitFor("the Deployment and its ReplicaSet go", func() bool {
+		return f.get(objects.ReplicaSets, "a", "web-1") == nil && f.get(objects.Deployments, "a", "web") == nil
+	})
+}
+
+// TestStaleIndexKeepsLiveOwnersDependent: an index behind the store — it
+// still holds an owner deleted and made again with a new uid, and the
+// dependent's reference to the old one — makes the collector look at the
+// dependent, never delete it: the dependent and its owner are read
+// afresh, and the dependent names the live owner.
+func TestStaleIndexKeepsLiveOwnersDependent(t *testing.T) {
+	f := newFixture(t)
+	old := f.create(objects.ConfigMaps, "a", "owner")
+	f.create(objects.Secrets, "a", "dep", ref(objects.ConfigMaps, old, true))
+	x, _, _, err := f.c.rebuild(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Behind the index's back: the owner is made again, and the
+	// dependent now names the new one.
+	delRev, err := f.st.Delete(f.ctx, objects.ConfigMaps, "a", "owner", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := objects.ConfigMaps.New()
+	md := objects.Meta(live)
+	md.Namespace, md.Name, md.Uid = "a", "owner", "uid-owner-2"
+	if _, err := f.st.Create(f.ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	dep := f.get(objects.Secrets, "a", "dep")
+	dep.GetMetadata().OwnerReferences = []*corev1.OwnerReference{ref(objects.ConfigMaps, live, true)}
+	if _, err := f.st.Update(f.ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	// The index learns only of the old owner's deletion: its dependent, as
+	// the index holds it, is to be synced.
+	keys := x.apply(kindTab(), raftstore.WatchEvent{Type: raftstore.EventDelete, KV: &raftstore.KV{Key: objects.ConfigMaps.Key("a", "owner")}, Revision: delRev})
+	if !slices.Contains(keys, objects.Secrets.Key("a", "dep")) {
+		t.Fatalf("the old owner's deletion queued %v, want its dependent", keys)
+	}
+	for _, k := range keys {
+		if err := f.c.Sync(f.ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := f.get(objects.Secrets, "a", "dep")
+	if got == nil || got.GetMetadata().GetDeletionTimestamp() != nil || len(got.GetMetadata().GetOwnerReferences()) != 1 {
+		t.Fatalf("the live owner's dependent: %v", got)
+	}
+}
+
+// TestIndexEntry: the index keeps of an object its uid, owner
+// references, deletion and collector finalizers, decoded from the
+// metadata alone.
+func TestIndexEntry(t *testing.T) {
+	f := newFixture(t)
+	rs := f.create(objects.ReplicaSets, "a", "web")
+	p := f.create(objects.Pods, "a", "web-1", ref(objects.ReplicaSets, rs, true))
+	f.mark(objects.Pods, p, stage.FinalizerForeground)
+	kv, err := f.kv.Get(f.ctx, objects.Pods.Key("a", "web-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := newIndex()
+	ki, _ := kindTab().kindOfKey(kv.Key)
+	e, err := x.parse(kv, ki)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ownerRef{{apiVersion: "apps/v1", kind: "ReplicaSet", name: "web", uid: "uid-ReplicaSet-web", block: true}}
+	if e.uid != "uid-Pod-web-1" || !slices.Equal(e.refs, want) || e.flags != deleting|foregroundFin || e.rev != kv.ModRevision || e.namespace() != "a" {
+		t.Fatalf("entry %+v", e)
+	}
+}
+
+// TestKindRegisteredAfterList: the objects of a custom resource kind the
+// process registers after the index was listed (its catalog starts
+// beside the collector) are listed in once the kind is there, so that a
+// dependent of a deleted custom resource is collected.
+func TestKindRegisteredAfterList(t *testing.T) {
+	gk := objects.GenericKind{Group: "late.example.com", Version: "v1", Kind: "Gadget", Resource: "gadgets",
+		Namespaced: true, Prefix: objects.CustomResourcePrefix("late.example.com", "gadgets")}
+	crKind, err := objects.Replace(gk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { objects.Unregister("late.example.com", "Gadget") })
+	f := newFixture(t)
+	cr := f.create(crKind, "a", "g")
+	f.create(objects.ConfigMaps, "a", "of-gadget", ref(crKind, cr, false))
+	objects.Unregister("late.example.com", "Gadget")
+	f.start()
+	if _, err := objects.Replace(gk); err != nil {
+		t.Fatal(err)
+	}
+	f.create(objects.ConfigMaps, "a", "trigger") // a write: the collector looks at the registry
+	f.waitFor("the custom resource is in the index", func() bool {
+		x := f.c.idx.Load()
+		x.mu.RLock()
+		defer x.mu.RUnlock()
+		return x.byKey[crKind.Key("a", "g")] != nil
+	})
+	if _, err := f.st.Delete(f.ctx, crKind, "a", "g", 0); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the custom resource's dependent is collected", func() bool { return f.get(objects.ConfigMaps, "a", "of-gadget") == nil })
 }

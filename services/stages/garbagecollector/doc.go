@@ -34,20 +34,28 @@
 // process does not know is taken to exist (kube's collector cannot
 // resolve it either and deletes nothing).
 //
-// The stage syncs a namespace when an object of it is deleted or marked
-// with one of the collector's finalizers (a watch of the whole store), the
-// cluster-scoped objects when such an object is cluster-scoped (every
-// namespace, too, when one is deleted), and on each resync every
-// namespace in one sync (one list of each kind) and the cluster-scoped
-// objects (a dependent made with an owner already gone, a watch that
-// broke). A sync
-// lists the objects of its scope, reads each owner with a linearizable
-// read, and writes with a compare-and-swap on the revision it read: a
-// deletion that meets a changed dependent fails the sync, which is retried
-// and judges the dependent again; a reference or finalizer removal is
-// applied again to a fresh read. It is idempotent — an object already
-// gone is fine — so replicas, and a replica killed mid-sync and started
-// again, agree. The store lets the stage change nothing but
+// The stage keeps, as kube's GraphBuilder, an index of every stored
+// object but Events (index.go: key, kind, uid, owner references,
+// deletion and its finalizers, revision; the metadata alone is decoded),
+// listed once page by page and kept by a watch of every key, and syncs
+// objects, not namespaces: an owner's deletion queues its dependents; an
+// owner marked with one of its finalizers is synced with the dependents
+// the index holds; a dependent new or given references to an owner the
+// index does not hold (kube's virtual node) is checked; a waiting owner
+// whose dependent came, went or changed its references is synced again.
+// A sync reads the object afresh, each owner with a linearizable read (an
+// owner found gone is remembered by key and uid, kube's
+// absentOwnerCache), and writes with a compare-and-swap on the revision
+// it read: a deletion that meets a changed dependent fails the sync,
+// which is retried and judges the dependent again; a reference or
+// finalizer removal is applied again to a fresh read. So an index behind
+// the store delays, and never misleads, the collector. Reconcile queues
+// from the index alone what its scan calls for (a failed sync), reading
+// nothing; the index is listed again only when the watch breaks, and the
+// kinds registered after the list (custom resources) are listed in as
+// they come. It is idempotent — an object already gone is fine — so
+// replicas, each with its own index, and a replica killed mid-sync and
+// started again, agree. The store lets the stage change nothing but
 // ownerReferences, its two finalizers and deletion
 // (pipeline.StoreWriteFilter).
 //
