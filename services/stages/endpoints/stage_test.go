@@ -99,8 +99,8 @@ func slice(t *testing.T, f *fixture) *corev1.EndpointSlice {
 // TestReadyPodWatched: a pod that becomes Ready — its status written to
 // the store, no bus event published to the stage — joins its Service's
 // slice, announced (EndpointsUpdated) as the pod's, caused by the
-// PodReady its node's report carried; a change that makes no endpoint
-// (an annotation) writes nothing; becoming NotReady takes it out again.
+// PodReady its node's report carried; becoming NotReady takes it out
+// again.
 func TestReadyPodWatched(t *testing.T) {
 	app := map[string]string{"app": "web"}
 	http := &corev1.ContainerPort{Name: "http", ContainerPort: 8080}
@@ -141,10 +141,6 @@ func TestReadyPodWatched(t *testing.T) {
 		t.Errorf("caused by %q (handled %v..%v), want the report's PodReady %q", e.GetCausedBy(), e.GetHandledStart(), e.GetHandledEnd(), eventsv1.EventID(ready))
 	}
 
-	// A change that makes no endpoint: the next change's sync is the
-	// only write besides it.
-	rev := f.kv.Revision()
-	setPod(t, f, "a", func(p *corev1.Pod) { p.Metadata.Annotations["note"] = "x" })
 	setPod(t, f, "a", setReady(false, 4))
 	eventually(t, "a NotReady pod leaves the slice", func() bool { return sliceEmpty(ctx, f) })
 	after := slice(t, f)
@@ -156,11 +152,6 @@ func TestReadyPodWatched(t *testing.T) {
 	notReady := &eventsv1.Envelope{PodUid: "a-uid", Generation: 4, Attempt: 1, Payload: &eventsv1.Envelope_PodNotReady{PodNotReady: &eventsv1.PodNotReady{}}}
 	if left.GetEndpointsUpdated().GetAdded() || left.GetPodUid() != "a-uid" || left.GetCausedBy() != eventsv1.EventID(notReady) {
 		t.Errorf("published %v, want a second EndpointsUpdated removing a, caused by its PodNotReady", left)
-	}
-	// Two pod writes, then the slice's update and the Endpoints' (sync
-	// writes both).
-	if got := f.kv.Revision() - rev; got > 4 {
-		t.Errorf("%d writes for an annotation and a readiness change, want at most 4 (the annotation synced nothing)", got)
 	}
 	for _, typ := range f.pub.Types() {
 		if typ != "EndpointsUpdated" {
@@ -525,4 +516,85 @@ func sliceAddrs(ctx context.Context, f *fixture) []string {
 		return nil
 	}
 	return addrs(sl)
+}
+
+// TestPodChangedQueues: which Services a pod's change queues, as kube's
+// getPodServiceMemberships: none for a change that makes no endpoint;
+// those selecting it before or now for one that does (the pod the
+// cause); only those it joined or left for a label change alone; none
+// without a cause for a pod added.
+func TestPodChangedQueues(t *testing.T) {
+	web, db := svc(map[string]string{"tier": "web"}), svc(map[string]string{"app": "db"})
+	db.Metadata.Name, db.Metadata.Uid = "db", "db-uid"
+	both := svc(map[string]string{"app": "x"})
+	both.Metadata.Name, both.Metadata.Uid = "both", "both-uid"
+	// The stage's Services informer alone, and its queue without the
+	// worker that would take from it.
+	env, _, _ := stagetest.NewEnv("endpoints")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, o := range []objects.Object{web, db, both} {
+		if _, err := env.Store.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := NewStage(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = st.services.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	if err := st.services.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.queue.open()
+	base := func() *corev1.Pod {
+		return reported(pod("a", "10.0.0.1", map[string]string{"tier": "web", "app": "x"}, true, nil), 1)
+	}
+	tests := []struct {
+		name   string
+		old    *corev1.Pod
+		change func(*corev1.Pod)
+		want   []string
+		caused bool
+	}{
+		{"an annotation", base(), func(p *corev1.Pod) { p.Metadata.Annotations["note"] = "x" }, nil, false},
+		{"readiness", base(), func(p *corev1.Pod) { p.Status.Conditions[0].Status = "False" }, []string{"both", "web"}, true},
+		{"labels alone", base(), func(p *corev1.Pod) { p.Metadata.Labels = map[string]string{"app": "x", "tier": "db"} }, []string{"web"}, true},
+		{"labels and readiness", base(), func(p *corev1.Pod) {
+			p.Metadata.Labels = map[string]string{"app": "db"}
+			p.Status.Conditions[0].Status = "False"
+		}, []string{"both", "db", "web"}, true},
+		{"added", nil, func(*corev1.Pod) {}, []string{"both", "web"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := base()
+			tt.change(p)
+			st.podChanged(tt.old, p)
+			var got []string
+			caused := false
+			if len(tt.want) > 0 {
+				items, _ := st.queue.take(ctx)
+				for _, it := range items {
+					got = append(got, it.name)
+					caused = caused || len(it.causes) > 0
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) || caused != tt.caused {
+				t.Errorf("queued %v (caused %v), want %v (caused %v)", got, caused, tt.want, tt.caused)
+			}
+			st.queue.mu.Lock()
+			left := st.queue.order
+			st.queue.mu.Unlock()
+			if len(left) != 0 {
+				t.Errorf("left queued %v", left)
+			}
+		})
+	}
 }
