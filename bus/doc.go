@@ -34,7 +34,8 @@
 // flooded: it keeps the last NodeHistory messages per node and type.
 //
 // A node's PodStatusReport carries the steps that followed it and that no
-// stage consumes (eventsv1.Steps: PodSandboxReady … PodRunning) inside
+// stage consumes (eventsv1.Steps: PodSandboxReady … PodRunning, PodReady,
+// PodNotReady) inside
 // itself rather than as messages of their own; DecodeEvents gives a reader
 // of the stream the events one message stands for (eventsv1.Unfold), so
 // the timeline readers see every step with its own id and time.

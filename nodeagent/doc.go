@@ -27,7 +27,8 @@
 // A pending delete wins over further syncing. Every step ends with the
 // worker's reporter (reporter.go) publishing, in order and with
 // deterministic ids, a PodStatusReport carrying the pod's status and its
-// Kubernetes Events, then the lifecycle events (PodRunning, PodReady, ...).
+// Kubernetes Events and the steps that led to it (PodRunning, PodReady, ...),
+// then the lifecycle events no report carries (PodFailed, ...).
 //
 // # Callers
 //

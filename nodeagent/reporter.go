@@ -25,10 +25,12 @@ import (
 // the queued events and the events the status transition implies (PodRunning,
 // PodReady, PodNotReady, the final PodFailed), then publishes the outbox in
 // order. The steps right behind the report (eventsv1.Steps: sandbox, pull,
-// start, running — progress no stage consumes) travel inside it
+// start, running, ready — progress no stage consumes) travel inside it
 // (PodStatusReport.steps), each with its own id and the time it happened,
-// so a pod's start costs the stream one message instead of five. A failed publish keeps the rest of the outbox, unchanged (same ids),
-// for the next Flush.
+// so a pod's start costs the stream one message instead of six; PodReady
+// and PodNotReady, which restate the report's Ready condition, always do,
+// with the events before them (eventsv1.ReadinessSteps). A failed publish keeps the rest of the outbox,
+// unchanged (same ids), for the next Flush.
 //
 // Every method is called from the pod's worker goroutine only, except
 // Reported, which is safe for concurrent use.
@@ -145,18 +147,27 @@ func (r *reporter) Flush(ctx context.Context, st *corev1.PodStatus, final *podFa
 		report := &eventsv1.PodStatusReport{Status: st, Seq: seq, Events: r.records}
 		r.outbox = append(r.outbox, r.envelope(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodStatusReport{
 			PodStatusReport: report}}, seq, 0))
-		// The events that follow carry the report's seq: a consumer that
-		// acts on them waits until the store reflects that report. The
-		// steps right behind the report (eventsv1.Steps: progress no stage
-		// consumes) travel inside it, each with its own id and time, so
-		// the stream stores one message for them all; the order of the
-		// events is unchanged (eventsv1.Unfold gives it back).
+		// The events that follow carry the report's seq. The report
+		// carries (eventsv1.Steps) every event up to the last PodReady or
+		// PodNotReady, which restate its own Ready condition, and the
+		// steps right behind those (progress no stage consumes), each with
+		// its own id and time, so the stream stores one message for them
+		// all; the events after are messages of their own. The order of
+		// the events is unchanged (eventsv1.Unfold gives it back).
+		carried := 0
+		for i, e := range r.events {
+			if eventsv1.ReadinessSteps[e.Type()] {
+				carried = i + 1
+			}
+		}
+		for carried < len(r.events) && eventsv1.Steps[r.events[carried].Type()] {
+			carried++
+		}
 		seen := map[eventsv1.Type]int{}
-		inReport := true
-		for _, e := range r.events {
+		for i, e := range r.events {
 			env := r.envelope(e, seq, seen[e.Type()])
 			seen[e.Type()]++
-			if inReport = inReport && eventsv1.Steps[e.Type()]; inReport {
+			if i < carried {
 				report.Steps = append(report.Steps, &eventsv1.Envelope{Id: env.Id, Time: env.Time, Payload: env.Payload})
 				continue
 			}

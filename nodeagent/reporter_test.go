@@ -286,7 +286,9 @@ func TestReporterFoldsSteps(t *testing.T) {
 
 	seq := r.seq
 	id := func(typ string, n string) string { return fmt.Sprintf("uid/u1/%s/g%d/a1%s", typ, seq, n) }
-	if want := []string{id("PodStatusReport", ""), id("ContainerExited", ""), id("ContainerStarted", "/1"), id("PodRunning", ""), id("PodReady", "")}; !slices.Equal(pub.msgs, want) {
+	// PodReady restates the report's Ready condition: the report carries
+	// it and everything before it, the ContainerExited too.
+	if want := []string{id("PodStatusReport", "")}; !slices.Equal(pub.msgs, want) {
 		t.Errorf("messages %q, want %q", pub.msgs, want)
 	}
 	got := pub.take()
@@ -303,7 +305,30 @@ func TestReporterFoldsSteps(t *testing.T) {
 			t.Errorf("%s routing fields: %v", e.GetId(), e)
 		}
 	}
-	if steps := got[0].GetPodStatusReport().GetSteps(); len(steps) != 3 || steps[0].GetPodUid() != "" {
-		t.Errorf("report steps %v, want 3 with the report's routing left out", steps)
+	if steps := got[0].GetPodStatusReport().GetSteps(); len(steps) != 7 || steps[0].GetPodUid() != "" {
+		t.Errorf("report steps %v, want 7 with the report's routing left out", steps)
+	}
+
+	// Without a readiness change, an event no stage consumes but that is
+	// not a step (ContainerExited) and the steps after it are messages of
+	// their own, in order.
+	emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_ContainerExited{ContainerExited: &eventsv1.ContainerExited{Container: "a", ExitCode: 1}}})
+	emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_ContainerStarted{ContainerStarted: &eventsv1.ContainerStarted{Container: "a", RestartCount: 2}}})
+	r.Flush(context.Background(), podStatus("Running", true, "restarted"), nil)
+	seq = r.seq
+	if want := []string{id("PodStatusReport", ""), id("ContainerExited", ""), id("ContainerStarted", "")}; !slices.Equal(pub.msgs, want) {
+		t.Errorf("messages %q, want %q", pub.msgs, want)
+	}
+	pub.take()
+
+	// A readiness change is carried even behind such an event.
+	emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_ContainerExited{ContainerExited: &eventsv1.ContainerExited{Container: "a", ExitCode: 1}}})
+	r.Flush(context.Background(), podStatus("Running", false, "containers with unready status: [a]"), nil)
+	seq = r.seq
+	if want := []string{id("PodStatusReport", "")}; !slices.Equal(pub.msgs, want) {
+		t.Errorf("messages %q, want only the report", pub.msgs)
+	}
+	if got, want := ids(pub.take()), []string{id("PodStatusReport", ""), id("ContainerExited", ""), id("PodNotReady", "")}; !slices.Equal(got, want) {
+		t.Errorf("unfolded %q, want %q", got, want)
 	}
 }

@@ -117,3 +117,39 @@ func TestAdmissionCallsAreSubSteps(t *testing.T) {
 		t.Fatalf("outcome %+v, verdict %q", tl.Entries[3], tl.Verdict)
 	}
 }
+
+// A node's PodReady travels inside its PodStatusReport; the endpoints
+// stage, which follows the stored status and consumes no event, announces
+// the pod joining its Service caused by that step: the timeline shows the
+// step, the join (waited for from the report's storing), and the pod
+// Running and Ready in the Service.
+func TestBuildReadyFromReportStep(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	ready := &eventsv1.Envelope{PodUid: "u1", Generation: 9, Attempt: 1, Payload: &eventsv1.Envelope_PodReady{PodReady: &eventsv1.PodReady{}}}
+	readyID := eventsv1.EventID(ready)
+	report := &eventsv1.Envelope{Id: "report", PodUid: "u1", RequestId: "r1", Stage: "nodeagent", Generation: 9, Attempt: 1, Time: timestamppb.New(t0.Add(10 * ms)),
+		Payload: &eventsv1.Envelope_PodStatusReport{PodStatusReport: &eventsv1.PodStatusReport{Seq: 9, Status: &corev1.PodStatus{Phase: "Running"}, Steps: []*eventsv1.Envelope{
+			{Id: "running", Payload: &eventsv1.Envelope_PodRunning{PodRunning: &eventsv1.PodRunning{}}},
+			{Id: readyID, Payload: ready.Payload},
+		}}}}
+	recs := []Record{env("a", "", "persistence", "r1", "u1", t0, 0, 0, &eventsv1.PodPersisted{})}
+	for _, e := range eventsv1.Unfold(report) {
+		recs = append(recs, Record{Env: e, Stored: t0.Add(12 * ms)})
+	}
+	recs = append(recs, env("joined", readyID, "endpoints", "r1", "u1", t0.Add(20*ms), 0, 3*ms, &eventsv1.EndpointsUpdated{Service: "web", Added: true, ReadyEndpoints: 1}))
+	tl := Build("default", "web", recs, nil)
+	var events []string
+	for _, e := range tl.Entries {
+		events = append(events, e.Event)
+	}
+	if want := "PodPersisted PodStatusReport PodRunning PodReady EndpointsUpdated"; strings.Join(events, " ") != want {
+		t.Fatalf("entries %v, want %s", events, want)
+	}
+	if join := tl.Entries[4]; join.Waited != 5*ms || join.Took != 3*ms {
+		t.Errorf("join waited %v took %v, want 5ms after the report was stored, 3ms", join.Waited, join.Took)
+	}
+	if tl.Where != "endpoints" || tl.Verdict != "Running and Ready; in service/web" || !Settled(tl.Verdict) {
+		t.Errorf("where %q verdict %q", tl.Where, tl.Verdict)
+	}
+}

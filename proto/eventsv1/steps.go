@@ -3,13 +3,28 @@ package eventsv1
 // Steps are the event types a node agent carries inside its
 // PodStatusReport (PodStatusReport.steps) instead of publishing each as a
 // message of its own: progress no stage consumes, only the readers of the
-// stream (`podflow trace`, the console, the bench) show it.
+// stream (`podflow trace`, the console, the bench) show it. A report
+// carries the steps right behind it, in order; and since PodReady and
+// PodNotReady restate the Ready condition of the status the report carries
+// (the endpoints stage follows it from the store, not from them), a report
+// always carries them (ReadinessSteps), with whatever precedes them since
+// the report (a ContainerExited), so that Unfold gives the events back in
+// the order they happened.
 var Steps = map[Type]bool{
 	"PodSandboxReady":  true,
 	"ImagePulling":     true,
 	"ImagePulled":      true,
 	"ContainerStarted": true,
 	"PodRunning":       true,
+	"PodReady":         true,
+	"PodNotReady":      true,
+}
+
+// ReadinessSteps are the Steps a report always carries, with the events
+// before them.
+var ReadinessSteps = map[Type]bool{
+	"PodReady":    true,
+	"PodNotReady": true,
 }
 
 // Unfold returns the events one stored message stands for: env itself and,

@@ -37,8 +37,8 @@ func TestUnfold(t *testing.T) {
 	if len(report.GetPodStatusReport().GetSteps()[1].GetPodUid()) != 0 {
 		t.Error("Unfold changed the report's steps")
 	}
-	plain := &eventsv1.Envelope{Id: "p", Payload: &eventsv1.Envelope_PodReady{PodReady: &eventsv1.PodReady{}}}
+	plain := &eventsv1.Envelope{Id: "p", Payload: &eventsv1.Envelope_PodDeleted{PodDeleted: &eventsv1.PodDeleted{}}}
 	if got := eventsv1.Unfold(plain); len(got) != 1 || got[0] != plain {
-		t.Errorf("Unfold(PodReady) = %v", got)
+		t.Errorf("Unfold(PodDeleted) = %v", got)
 	}
 }

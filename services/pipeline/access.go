@@ -62,10 +62,11 @@ var Outputs = map[string][]eventsv1.Type{
 }
 
 // NodeAgentOutputs are the event types a node agent publishes about the
-// pods of its node.
+// pods of its node. PodReady and PodNotReady are not among them: they
+// travel only inside its PodStatusReport (eventsv1.ReadinessSteps).
 var NodeAgentOutputs = []eventsv1.Type{
 	"PodSandboxReady", "ImagePulling", "ImagePulled", "ContainerStarted", "ContainerExited",
-	"PodRunning", "PodReady", "PodNotReady", "PodFailed", "PodKilled", "PodDeleted", "PodStatusReport",
+	"PodRunning", "PodFailed", "PodKilled", "PodDeleted", "PodStatusReport",
 }
 
 // Operational subjects (core NATS request-reply, never in a stream).

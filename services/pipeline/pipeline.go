@@ -5,12 +5,16 @@
 //
 //	client ─PodRequested→ api ─PodAuthorized→ admission ─PodAdmitted→ persistence ─PodPersisted→ scheduler
 //	scheduler ─PodScheduled(node)→ nodeagent ─PodStatusReport→ status (writes the store)
-//	nodeagent ─PodReady, PodNotReady→ endpoints (waits until the store reflects them)
-//	nodeagent ─PodDeleted→ status (removes the pod), endpoints, scheduler
+//	nodeagent ─PodDeleted→ status (removes the pod), scheduler
+//	store ─pod watch→ endpoints (a controller stage) ─EndpointsUpdated→ (the pod's trace)
 //
 // A stage that reacts to a node's report of a fact the status stage
-// records (Ready, deleted) waits until the store reflects it — it retries
-// the event until then — so every decision is taken on stored state.
+// records (deleted) waits until the store reflects it — it retries the
+// event until then — so every decision is taken on stored state. The
+// endpoints stage consumes no events: it follows the pods the status
+// stage writes through its pod watch, as kube's EndpointSlice controller
+// follows its pod informer (the PodReady and PodNotReady a node reports
+// travel inside its PodStatusReport, for the trace).
 package pipeline
 
 import (
@@ -30,8 +34,8 @@ const (
 	Persistence = "persistence"
 	Scheduler   = "scheduler"
 	Status      = "status"
-	Endpoints   = "endpoints"
 	// Controller stages (they consume no events: Controller).
+	Endpoints      = "endpoints"      // Services' EndpointSlices, from a watch of pods
 	ServiceAccount = "serviceaccount" // a "default" ServiceAccount in every namespace
 	RootCACert     = "rootcacert"     // kube-root-ca.crt in every namespace
 	// Workload controllers (services/controller): they create pods through
@@ -69,7 +73,7 @@ var Inputs = map[string][]eventsv1.Type{
 	Persistence:           {"PodAdmitted"},
 	Scheduler:             {"PodPersisted", "PodDeleted"},
 	Status:                {"PodStatusReport", "PodDeleted"},
-	Endpoints:             {"PodReady", "PodNotReady", "PodDeleted"},
+	Endpoints:             nil, // its pod watch drives it
 	ServiceAccount:        nil,
 	RootCACert:            nil,
 	ReplicaSet:            nil,

@@ -86,7 +86,7 @@ func TestNoTokenInTheStream(t *testing.T) {
 		info, err := stream.Info(ctx)
 		return err == nil && info.State.Msgs >= 4
 	})
-	for _, reader := range []struct{ role, name string }{{pipeline.NodeRole("n1"), "n1"}, {pipeline.StageRole(pipeline.Endpoints), "endpoints-1"}} {
+	for _, reader := range []struct{ role, name string }{{pipeline.NodeRole("n1"), "n1"}, {pipeline.StageRole(pipeline.Status), "status-1"}} {
 		c := bustest.ConnectAs(t, srv, reader.role, reader.name)
 		s, err := c.JetStream().Stream(ctx, bus.EventsStream)
 		if err != nil {

@@ -13,13 +13,13 @@
 //   - admission: mutation, validation, Pod Security;
 //   - persistence: the first store write of a pod, and the reply;
 //   - scheduler: filter, score and bind (a store transaction);
-//   - status: node agents' reports into the store;
-//   - endpoints: EndpointSlices from Ready pods.
+//   - status: node agents' reports into the store.
 //
 // The controller stages, each a reconcile loop over the store (informers,
 // a workqueue, a periodic resync; no consumer: pipeline.Controller,
 // stage.Config.NoConsumer):
 //
+//   - endpoints: EndpointSlices from Ready pods, driven by a watch of pods;
 //   - serviceaccount: a "default" ServiceAccount in every namespace;
 //   - rootcacert: the kube-root-ca.crt ConfigMap in every namespace;
 //   - resourcequota: every ResourceQuota's status.hard and status.used,

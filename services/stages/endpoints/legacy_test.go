@@ -108,7 +108,7 @@ func TestV1EndpointsAndMirroring(t *testing.T) {
 			t.Fatal("the Service informer still has web")
 		}
 	}
-	if err := f.s.syncKey(ctx, "default", "web"); err != nil {
+	if err := f.s.syncKey(ctx, "default", "web", nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := objects.Get[*corev1.Endpoints](ctx, f.env.Store, "default", "web"); !errors.Is(err, raftstore.ErrNotFound) {

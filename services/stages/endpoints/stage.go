@@ -4,13 +4,12 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
@@ -21,10 +20,6 @@ import (
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
 )
-
-// ErrStoreBehind is returned (and the event retried) when an event reports
-// a pod fact the store does not reflect yet.
-var ErrStoreBehind = errors.New("endpoints: store does not reflect the event yet")
 
 // Stage is one replica of the endpoints stage: it keeps the EndpointSlices
 // of each Service listing the Ready pods its selector matches, a slice per
@@ -37,7 +32,7 @@ var ErrStoreBehind = errors.New("endpoints: store does not reflect the event yet
 type Stage struct {
 	env      stage.Env
 	services *informer.Informer[*corev1.Service]
-	pods     *informer.Informer[*corev1.Pod]           // identities and labels only (NewMetaLabels), for label changes; syncs read pods from the store
+	pods     *informer.Informer[*corev1.Pod]           // what makes a pod an endpoint only (podwatch.go); syncs read pods from the store
 	podsLazy *informer.Lazy                            // runs pods only while a Service with a selector exists
 	eps      *informer.Informer[*corev1.Endpoints]     // core/v1 Endpoints, whose changes queue their Service (legacy.go)
 	slices   *informer.Informer[*corev1.EndpointSlice] // identities and labels only: a deleted managed slice queues its Service
@@ -66,22 +61,17 @@ func NewStage(env stage.Env) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A pod's labels change without a pod event: queue every Service that
-	// selected it before or selects it now. The cache decodes a pod's
-	// identity and labels alone: every pod write reaches it, and Selects
-	// reads nothing else.
-	s.pods, err = informer.NewMetaLabels[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
-		OnUpdate: func(old, pod *corev1.Pod) {
-			if maps.Equal(old.GetMetadata().GetLabels(), pod.GetMetadata().GetLabels()) {
-				return
-			}
-			for _, svc := range s.services.List(pod.GetMetadata().GetNamespace()) {
-				if Selects(svc, old) || Selects(svc, pod) {
-					enqueue(svc)
-				}
-			}
-		},
-	})
+	// The pod watch drives the stage, as kube's EndpointSlice
+	// controller's pod informer drives it: a pod added, changed in what
+	// makes it an endpoint (readiness, termination, IP, labels, ...) or
+	// deleted queues the Services that select it, before or now. The
+	// cache keeps of a pod only what that comparison and an announcement
+	// read (podwatch.go).
+	s.pods, err = informer.NewDecoding[*corev1.Pod](env.Store, "", informer.Handlers[*corev1.Pod]{
+		OnAdd:    func(pod *corev1.Pod) { s.podChanged(nil, pod) },
+		OnUpdate: s.podChanged,
+		OnDelete: s.podDeleted,
+	}, decodeWatchedPod)
 	if err != nil {
 		return nil, err
 	}
@@ -136,10 +126,49 @@ func (s *Stage) selectorServices() bool {
 	return false
 }
 
+// podChanged queues the Services a pod's change concerns, as kube's
+// updatePod and getPodServiceMemberships: when what makes it an endpoint
+// changed, every Service that selected it or selects it now; when only its
+// labels did, those that selected it and no longer do, or the reverse. A
+// change of an existing pod is the cause of the sync, announced if the pod
+// joins or leaves (a pod added is never Ready yet; after a relist, its
+// sync heals the slice silently). old is nil for a pod added.
+func (s *Stage) podChanged(old, pod *corev1.Pod) {
+	podChanged, labelsChanged := true, false
+	var causes []cause
+	if old != nil {
+		if podChanged, labelsChanged = endpointsChanged(old, pod); !podChanged && !labelsChanged {
+			return
+		}
+		causes = []cause{{pod: pod, at: time.Now()}}
+	}
+	ns := pod.GetMetadata().GetNamespace()
+	for _, svc := range s.services.List(ns) {
+		if !HasSlice(svc) {
+			continue
+		}
+		was, is := old != nil && Selects(svc, old), Selects(svc, pod)
+		if was != is || podChanged && is {
+			s.queue.add(ns, svc.GetMetadata().GetName(), causes...)
+		}
+	}
+}
+
+// podDeleted queues the Services that selected a deleted pod, the pod
+// being the cause (it leaves their slices, if it was still in).
+func (s *Stage) podDeleted(pod *corev1.Pod) {
+	ns := pod.GetMetadata().GetNamespace()
+	for _, svc := range s.services.List(ns) {
+		if HasSlice(svc) && Selects(svc, pod) {
+			s.queue.add(ns, svc.GetMetadata().GetName(), cause{pod: pod, at: time.Now()})
+		}
+	}
+}
+
 // Start runs the informers and, once they have synced, the worker that
 // syncs a Service's slices as soon as the Service is created, changed or
-// deleted, a pod's labels change, or one of its slices is deleted (the
-// Services present at start are Reconcile's).
+// deleted, a pod it selects changes (pod watch), or one of its slices is
+// deleted (the Services present at start are Reconcile's).
 func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
 	infs.Add(s.services, s.podsLazy, s.eps, s.slices)
@@ -158,24 +187,25 @@ func (s *Stage) Start(ctx context.Context, g *errgroup.Group) error {
 // queued again after a second; the resync heals whatever is still off.
 func (s *Stage) work(ctx context.Context) {
 	for {
-		keys, ok := s.queue.take(ctx)
+		items, ok := s.queue.take(ctx)
 		if !ok {
 			return
 		}
-		for _, k := range keys {
-			if err := s.syncKey(ctx, k.ns, k.name); err != nil && ctx.Err() == nil {
+		for _, k := range items {
+			if err := s.syncKey(ctx, k.ns, k.name, k.causes); err != nil && ctx.Err() == nil {
 				s.env.Log.Warn("syncing a changed Service's slice", "service", k.ns+"/"+k.name, "err", err)
-				time.AfterFunc(time.Second, func() { s.queue.add(k.ns, k.name) })
+				time.AfterFunc(time.Second, func() { s.queue.add(k.ns, k.name, k.causes...) })
 			}
 		}
 	}
 }
 
 // syncKey syncs the Service ns/name as the informer has it now, or
-// removes its managed slice once it is gone from the store too.
-func (s *Stage) syncKey(ctx context.Context, ns, name string) error {
+// removes its managed slice once it is gone from the store too; causes
+// are the pods whose changes queued it.
+func (s *Stage) syncKey(ctx context.Context, ns, name string, causes []cause) error {
 	if svc, ok := s.services.Get(ns, name); ok {
-		return s.sync(ctx, nil, svc)
+		return s.sync(ctx, causes, svc)
 	}
 	if err := s.removeLegacy(ctx, ns, name); err != nil {
 		return err
@@ -191,57 +221,10 @@ func (s *Stage) syncKey(ctx context.Context, ns, name string) error {
 	return errors.Join(errs...)
 }
 
-// Handle reacts to a pod becoming Ready, NotReady, or deleted. It acts
-// only on events whose envelope agrees with their subject and, for a
-// stored pod, come from the node it is bound to (a deletion: once it is
-// being deleted); others are refused (stage.CheckSubject, stage.CheckPodEvent).
-func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
-	env := d.Envelope
-	if err := stage.CheckSubject(s.env.Log, d); err != nil {
-		return err
-	}
-	ns := env.GetNamespace()
-	// Services without a selector (default/kubernetes) have their slices
-	// kept by their owner: a namespace with only those needs no read.
-	svcs := slices.DeleteFunc(s.services.List(ns), func(svc *corev1.Service) bool { return !HasSlice(svc) })
-	if len(svcs) == 0 {
-		return nil
-	}
-	pod, err := objects.Get[*corev1.Pod](ctx, s.env.Store, ns, env.GetPodName())
-	switch {
-	case errors.Is(err, raftstore.ErrNotFound):
-		pod = nil
-	case err != nil:
-		return err
-	}
-	if pod != nil && pod.GetMetadata().GetUid() != env.GetPodUid() {
-		pod = nil // another incarnation; the event is about a pod already gone
-	}
-	if err := stage.CheckPodEvent(s.env.Log, d, pod); err != nil {
-		return err
-	}
-	switch env.Type() {
-	case "PodDeleted":
-		if pod != nil {
-			return fmt.Errorf("%w: pod %s/%s still stored", ErrStoreBehind, ns, env.GetPodName())
-		}
-	case "PodReady", "PodNotReady":
-		if pod == nil {
-			return nil
-		}
-		if podrules.AppliedSeq(pod) < env.GetGeneration() {
-			return fmt.Errorf("%w: pod %s/%s at status seq %d, event at %d", ErrStoreBehind, ns, env.GetPodName(), podrules.AppliedSeq(pod), env.GetGeneration())
-		}
-	}
-	var errs []error
-	for _, svc := range svcs {
-		if pod == nil || Selects(svc, pod) {
-			if err := s.sync(ctx, d, svc); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
+// Handle is never called: the stage consumes no events (its pod watch
+// drives it).
+func (s *Stage) Handle(context.Context, *bus.Delivery) error {
+	return bus.Permanent(errors.New("endpoints: the stage consumes no events"))
 }
 
 // Reconcile syncs every Service and removes the slices, Endpoints and
@@ -300,9 +283,10 @@ func (s *Stage) removeOrphan(ctx context.Context, sl *corev1.EndpointSlice) erro
 	return nil
 }
 
-// sync brings svc's slices to their desired state; d is the event that
-// caused the sync (nil from Reconcile).
-func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) error {
+// sync brings svc's slices to their desired state; causes are the pods
+// whose changes caused the sync (none from Reconcile or a change of the
+// Service).
+func (s *Stage) sync(ctx context.Context, causes []cause, svc *corev1.Service) error {
 	ns, name := svc.GetMetadata().GetNamespace(), svc.GetMetadata().GetName()
 	mu, _ := s.locks.LoadOrStore(ns+"/"+name, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
@@ -338,7 +322,7 @@ func (s *Stage) sync(ctx context.Context, d *bus.Delivery, svc *corev1.Service) 
 			return err
 		}
 		if changed {
-			if err := s.announce(ctx, d, svc, cur, want); err != nil {
+			if err := s.announce(ctx, causes, svc, cur, want); err != nil {
 				return err
 			}
 		}
@@ -412,25 +396,13 @@ func (s *Stage) writeSlices(ctx context.Context, cur, want []*corev1.EndpointSli
 	return changed, nil
 }
 
-// announce publishes EndpointsUpdated for the pod whose event caused the
-// change, so the pod's trace shows it joining or leaving the Service.
-func (s *Stage) announce(ctx context.Context, d *bus.Delivery, svc *corev1.Service, before, after []*corev1.EndpointSlice) error {
-	if d == nil {
-		return nil
-	}
-	uid := d.Envelope.GetPodUid()
-	in := func(sls []*corev1.EndpointSlice) *corev1.EndpointSlice {
-		for _, sl := range sls {
-			for _, e := range sl.GetEndpoints() {
-				if e.GetTargetRef().GetUid() == uid {
-					return sl
-				}
-			}
-		}
-		return nil
-	}
-	was, is := in(before), in(after)
-	if (was != nil) == (is != nil) {
+// announce publishes EndpointsUpdated for each pod among causes that the
+// change made join or leave svc's slices, so the pod's trace shows it. The
+// event is the pod's (stage.PodEvent: its uid, request id, trace), handled
+// from when the pod watch saw the change; it is caused by the pod's
+// PodReady or PodNotReady when a readiness change moved it (causeID).
+func (s *Stage) announce(ctx context.Context, causes []cause, svc *corev1.Service, before, after []*corev1.EndpointSlice) error {
+	if len(causes) == 0 {
 		return nil
 	}
 	ready := 0
@@ -441,18 +413,62 @@ func (s *Stage) announce(ctx context.Context, d *bus.Delivery, svc *corev1.Servi
 			}
 		}
 	}
-	// The slice the pod joined or left; its generation orders the
-	// announcements of one slice.
-	sl := cmp.Or(is, was)
-	gen := sl.GetMetadata().GetGeneration()
-	for _, a := range after {
-		if a.GetMetadata().GetName() == sl.GetMetadata().GetName() {
-			gen = a.GetMetadata().GetGeneration()
+	var errs []error
+	for _, c := range causes {
+		uid := c.pod.GetMetadata().GetUid()
+		in := func(sls []*corev1.EndpointSlice) *corev1.EndpointSlice {
+			for _, sl := range sls {
+				for _, e := range sl.GetEndpoints() {
+					if e.GetTargetRef().GetUid() == uid {
+						return sl
+					}
+				}
+			}
+			return nil
 		}
+		was, is := in(before), in(after)
+		if (was != nil) == (is != nil) {
+			continue
+		}
+		// The slice the pod joined or left; its generation orders the
+		// announcements of one slice.
+		sl := cmp.Or(is, was)
+		gen := sl.GetMetadata().GetGeneration()
+		for _, a := range after {
+			if a.GetMetadata().GetName() == sl.GetMetadata().GetName() {
+				gen = a.GetMetadata().GetGeneration()
+			}
+		}
+		next, err := stage.PodEvent(s.env, c.pod, 1, &eventsv1.EndpointsUpdated{
+			Service: svc.GetMetadata().GetName(), Slice: sl.GetMetadata().GetName(), ReadyEndpoints: int32(ready), Added: is != nil,
+		})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		next.Generation, next.CausedBy = gen, causeID(c.pod, is != nil)
+		next.HandledStart, next.HandledEnd = timestamppb.New(c.at), timestamppb.Now()
+		errs = append(errs, s.env.Pub.Publish(ctx, next))
 	}
-	next := d.Next(&eventsv1.EndpointsUpdated{
-		Service: svc.GetMetadata().GetName(), Slice: sl.GetMetadata().GetName(), ReadyEndpoints: int32(ready), Added: is != nil,
-	})
-	next.Generation = gen
-	return s.env.Pub.Publish(ctx, next)
+	return errors.Join(errs...)
+}
+
+// causeID is the id of the node agent's PodReady (joined) or PodNotReady
+// (left) that pod's last applied status report carries when a readiness
+// change moved it — a step of that PodStatusReport, numbered with its seq
+// (eventsv1.EventID) — or "" when something else did (its labels, its
+// deletion).
+func causeID(pod *corev1.Pod, joined bool) string {
+	env := &eventsv1.Envelope{PodUid: pod.GetMetadata().GetUid(), Generation: podrules.AppliedSeq(pod), Attempt: 1}
+	switch ready := podrules.IsPodReady(pod); {
+	case env.Generation == 0:
+		return ""
+	case joined && ready:
+		env.Payload = &eventsv1.Envelope_PodReady{PodReady: &eventsv1.PodReady{}}
+	case !joined && !ready && pod.GetMetadata().GetDeletionTimestamp() == nil:
+		env.Payload = &eventsv1.Envelope_PodNotReady{PodNotReady: &eventsv1.PodNotReady{}}
+	default:
+		return ""
+	}
+	return eventsv1.EventID(env)
 }

@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
@@ -54,20 +53,38 @@ func reported(p *corev1.Pod, seq int64) *corev1.Pod {
 	return p
 }
 
-func podEvent(env stage.Env, typ eventsv1.Type, p *corev1.Pod, gen int64) *eventsv1.Envelope {
-	e := &eventsv1.Envelope{
-		PodUid: p.GetMetadata().GetUid(), Namespace: p.GetMetadata().GetNamespace(), PodName: p.GetMetadata().GetName(),
-		NodeName: p.GetSpec().GetNodeName(), Generation: gen,
+// setPod rewrites the stored pod ns/name with change, as the status stage
+// writes a node's report (reported: the report's seq applied).
+func setPod(t *testing.T, f *fixture, name string, change func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	p, err := objects.Get[*corev1.Pod](ctx, f.env.Store, "default", name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	switch typ {
-	case "PodReady":
-		e.Payload = &eventsv1.Envelope_PodReady{PodReady: &eventsv1.PodReady{}}
-	case "PodNotReady":
-		e.Payload = &eventsv1.Envelope_PodNotReady{PodNotReady: &eventsv1.PodNotReady{}}
-	case "PodDeleted":
-		e.Payload = &eventsv1.Envelope_PodDeleted{PodDeleted: &eventsv1.PodDeleted{}}
+	change(p)
+	if _, err := f.env.Store.Update(ctx, p); err != nil {
+		t.Fatal(err)
 	}
-	return e
+	return p
+}
+
+func setReady(ready bool, seq int64) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Status.Conditions[0].Status = map[bool]string{true: "True", false: "False"}[ready]
+		reported(p, seq)
+	}
+}
+
+// eventually waits for ok: liveness, not speed (the pod watch's event
+// reaches the worker, whose sync writes the slice).
+func eventually(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+	}
 }
 
 func slice(t *testing.T, f *fixture) *corev1.EndpointSlice {
@@ -79,97 +96,96 @@ func slice(t *testing.T, f *fixture) *corev1.EndpointSlice {
 	return sl
 }
 
-// TestHandleReadyPods: a PodReady puts the Service's slice in the store
-// with the Ready pods its selector matches, and announces the pod joining
-// it; a PodNotReady takes it out again; a redelivery changes nothing.
-func TestHandleReadyPods(t *testing.T) {
+// TestReadyPodWatched: a pod that becomes Ready — its status written to
+// the store, no bus event published to the stage — joins its Service's
+// slice, announced (EndpointsUpdated) as the pod's, caused by the
+// PodReady its node's report carried; becoming NotReady takes it out
+// again.
+func TestReadyPodWatched(t *testing.T) {
 	app := map[string]string{"app": "web"}
 	http := &corev1.ContainerPort{Name: "http", ContainerPort: 8080}
 	port := &corev1.ServicePort{Port: 80, TargetPort: &corev1.IntOrString{Value: &corev1.IntOrString_StrVal{StrVal: "http"}}}
-	a := reported(pod("a", "10.0.0.1", app, true, http), 3)
+	a := reported(pod("a", "10.0.0.1", app, false, http), 1)
+	a.Metadata.Annotations[stage.AnnotationRequestID] = "req-a"
 	b := reported(pod("b", "10.0.0.2", app, false, http), 1)
 	c := reported(pod("c", "10.0.0.3", map[string]string{"app": "db"}, true, http), 1)
 	f := newFixture(t, svc(app, port), a, b, c)
 	ctx := context.Background()
-
-	ready := stagetest.Deliver(f.env, podEvent(f.env, "PodReady", a, 3))
-	if err := f.s.Handle(ctx, ready); err != nil {
+	if err := f.s.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sl := slice(t, f)
-	if got := addrs(sl); !slices.Equal(got, []string{"10.0.0.1"}) {
-		t.Errorf("slice addresses %v, want only the Ready, selected pod a", got)
+	if !sliceEmpty(ctx, f) {
+		t.Fatalf("slice %v before any pod is Ready, want empty", sliceAddrs(ctx, f))
 	}
+
+	setPod(t, f, "a", setReady(true, 3))
+	eventually(t, "a Ready pod joins the slice", func() bool { return slices.Equal(sliceAddrs(ctx, f), []string{"10.0.0.1"}) })
+	sl := slice(t, f)
 	if len(sl.GetPorts()) != 1 || sl.GetPorts()[0].GetPort() != 8080 {
 		t.Errorf("slice ports %v, want the named targetPort resolved to 8080", sl.GetPorts())
 	}
 	if sl.GetMetadata().GetLabels()[LabelServiceName] != "web" || sl.GetMetadata().GetLabels()[LabelManagedBy] != ManagedBy {
 		t.Errorf("slice labels %v", sl.GetMetadata().GetLabels())
 	}
-	evs := f.pub.Events()
-	if len(evs) != 1 || !evs[0].GetEndpointsUpdated().GetAdded() || evs[0].GetEndpointsUpdated().GetReadyEndpoints() != 1 || evs[0].GetPodUid() != "a-uid" {
-		t.Fatalf("published %v, want EndpointsUpdated: a added, 1 ready", evs)
+	eventually(t, "the join announced", func() bool { return len(f.pub.Events()) == 1 })
+	e := f.pub.Events()[0]
+	if u := e.GetEndpointsUpdated(); !u.GetAdded() || u.GetReadyEndpoints() != 1 || u.GetService() != "web" || e.GetPodUid() != "a-uid" ||
+		e.GetPodName() != "a" || e.GetRequestId() != "req-a" || e.GetStage() != "endpoints" {
+		t.Fatalf("published %v, want EndpointsUpdated of pod a: added, 1 ready", e)
 	}
-	if evs[0].GetGeneration() != sl.GetMetadata().GetGeneration() {
-		t.Errorf("EndpointsUpdated generation %d, want the slice's %d", evs[0].GetGeneration(), sl.GetMetadata().GetGeneration())
+	if e.GetGeneration() != sl.GetMetadata().GetGeneration() {
+		t.Errorf("EndpointsUpdated generation %d, want the slice's %d", e.GetGeneration(), sl.GetMetadata().GetGeneration())
 	}
-
-	rev := f.kv.Revision()
-	if err := f.s.Handle(ctx, ready); err != nil {
-		t.Fatal(err)
-	}
-	if f.kv.Revision() != rev || len(f.pub.Events()) != 1 {
-		t.Error("a redelivered PodReady wrote or announced again")
+	ready := &eventsv1.Envelope{PodUid: "a-uid", Generation: 3, Attempt: 1, Payload: &eventsv1.Envelope_PodReady{PodReady: &eventsv1.PodReady{}}}
+	if e.GetCausedBy() != eventsv1.EventID(ready) || e.GetHandledStart() == nil || e.GetHandledEnd() == nil {
+		t.Errorf("caused by %q (handled %v..%v), want the report's PodReady %q", e.GetCausedBy(), e.GetHandledStart(), e.GetHandledEnd(), eventsv1.EventID(ready))
 	}
 
-	// a turns NotReady.
-	stored, _ := objects.Get[*corev1.Pod](ctx, f.env.Store, "default", "a")
-	stored.Status.Conditions[0].Status = "False"
-	reported(stored, 4)
-	if _, err := f.env.Store.Update(ctx, stored); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.s.Handle(ctx, stagetest.Deliver(f.env, podEvent(f.env, "PodNotReady", a, 4))); err != nil {
-		t.Fatal(err)
-	}
+	setPod(t, f, "a", setReady(false, 4))
+	eventually(t, "a NotReady pod leaves the slice", func() bool { return sliceEmpty(ctx, f) })
 	after := slice(t, f)
-	if got := addrs(after); len(got) != 0 {
-		t.Errorf("slice addresses %v after a is NotReady, want none", got)
-	}
 	if after.GetMetadata().GetGeneration() != sl.GetMetadata().GetGeneration()+1 || after.GetMetadata().GetUid() != sl.GetMetadata().GetUid() {
 		t.Errorf("updated slice generation %d uid %q, want %d and the same uid", after.GetMetadata().GetGeneration(), after.GetMetadata().GetUid(), sl.GetMetadata().GetGeneration()+1)
 	}
-	if evs := f.pub.Events(); len(evs) != 2 || evs[1].GetEndpointsUpdated().GetAdded() {
-		t.Errorf("published %v, want a second EndpointsUpdated removing a", f.pub.Types())
+	eventually(t, "the leave announced", func() bool { return len(f.pub.Events()) == 2 })
+	left := f.pub.Events()[1]
+	notReady := &eventsv1.Envelope{PodUid: "a-uid", Generation: 4, Attempt: 1, Payload: &eventsv1.Envelope_PodNotReady{PodNotReady: &eventsv1.PodNotReady{}}}
+	if left.GetEndpointsUpdated().GetAdded() || left.GetPodUid() != "a-uid" || left.GetCausedBy() != eventsv1.EventID(notReady) {
+		t.Errorf("published %v, want a second EndpointsUpdated removing a, caused by its PodNotReady", left)
+	}
+	for _, typ := range f.pub.Types() {
+		if typ != "EndpointsUpdated" {
+			t.Errorf("published %s; the stage publishes only EndpointsUpdated", typ)
+		}
 	}
 }
 
-// TestHandleStoreBehind: an event about a state the store does not show
-// yet is retried (ErrStoreBehind), leaving the slice alone. (The pod is
-// being deleted: a PodDeleted for a pod nobody deleted is refused, see
-// TestNodeRestriction.)
-func TestHandleStoreBehind(t *testing.T) {
+// TestDeletedPodWatched: a pod being deleted (deletionTimestamp) leaves
+// the slice; a pod deleted from the store while still listed leaves it
+// too, both announced as the pod's.
+func TestDeletedPodWatched(t *testing.T) {
 	app := map[string]string{"app": "web"}
 	a := reported(pod("a", "10.0.0.1", app, true, nil), 2)
-	a.Metadata.DeletionTimestamp = timestamppb.Now()
-	f := newFixture(t, svc(app, &corev1.ServicePort{Port: 80}), a)
+	b := reported(pod("b", "10.0.0.2", app, true, nil), 2)
+	f := newFixture(t, svc(app, &corev1.ServicePort{Port: 80}), a, b)
 	ctx := context.Background()
-	tests := []struct {
-		name string
-		ev   *eventsv1.Envelope
-	}{
-		{"PodReady newer than the applied status", podEvent(f.env, "PodReady", a, 3)},
-		{"PodDeleted of a pod still stored", podEvent(f.env, "PodDeleted", a, 3)},
+	if err := f.s.Reconcile(ctx); err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if err := f.s.Handle(ctx, stagetest.Deliver(f.env, tt.ev)); !errors.Is(err, ErrStoreBehind) {
-				t.Errorf("Handle = %v, want ErrStoreBehind", err)
-			}
-			if _, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", "web"); !errors.Is(err, raftstore.ErrNotFound) {
-				t.Errorf("a slice was written: %v", err)
-			}
-		})
+	if got := sliceAddrs(ctx, f); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}) {
+		t.Fatalf("slice %v, want a and b", got)
+	}
+	setPod(t, f, "a", func(p *corev1.Pod) { p.Metadata.DeletionTimestamp = timestamppb.Now() })
+	eventually(t, "a terminating pod leaves", func() bool { return slices.Equal(sliceAddrs(ctx, f), []string{"10.0.0.2"}) })
+	if _, err := f.env.Store.Delete(ctx, objects.Pods, "default", "b", 0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a deleted pod leaves", func() bool { return sliceEmpty(ctx, f) })
+	eventually(t, "both announced", func() bool { return len(f.pub.Events()) == 2 })
+	for i, uid := range []string{"a-uid", "b-uid"} {
+		if e := f.pub.Events()[i]; e.GetEndpointsUpdated().GetAdded() || e.GetPodUid() != uid || e.GetCausedBy() != "" {
+			t.Errorf("announcement %d: %v, want %s leaving, caused by no readiness event", i, e, uid)
+		}
 	}
 }
 
@@ -180,16 +196,15 @@ func TestSyncRetriesConflicts(t *testing.T) {
 	a := reported(pod("a", "10.0.0.1", app, true, nil), 1)
 	f := newFixture(t, svc(app, &corev1.ServicePort{Port: 80}), a)
 	ctx := context.Background()
-	raced := 0
+	var raced atomic.Int32
 	f.kv.Hook(func(method, key string) error {
-		if method == "Create" && key == objects.EndpointSlices.Key("default", "web") && raced == 0 {
-			raced++
+		if method == "Create" && key == objects.EndpointSlices.Key("default", "web") && raced.Add(1) == 1 {
 			_, err := f.env.Store.Create(ctx, &corev1.EndpointSlice{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web", Uid: "racer"}})
 			return err
 		}
 		return nil
 	})
-	if err := f.s.Handle(ctx, stagetest.Deliver(f.env, podEvent(f.env, "PodReady", a, 1))); err != nil {
+	if err := f.s.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
 	sl := slice(t, f)
@@ -256,61 +271,6 @@ func TestNoSliceWithoutSelector(t *testing.T) {
 	got, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", "web-custom")
 	if err != nil || !slices.Equal(addrs(got), []string{"10.0.0.7"}) {
 		t.Errorf("the owner's slice: %v %v, want it untouched", got, err)
-	}
-}
-
-// TestNodeRestriction: the endpoints stage refuses, permanently and with
-// a reason, a pod event from another node than the pod's, a deletion of a
-// pod nobody deleted, and an envelope that disagrees with its subject;
-// the slice is left alone.
-func TestNodeRestriction(t *testing.T) {
-	app := map[string]string{"app": "web"}
-	a := reported(pod("a", "10.0.0.1", app, true, nil), 2) // bound to n1
-	f := newFixture(t, svc(app, &corev1.ServicePort{Port: 80}), a)
-	ctx := context.Background()
-	fromN2 := func(typ eventsv1.Type) *eventsv1.Envelope {
-		e := podEvent(f.env, typ, a, 3)
-		e.NodeName = "n2"
-		return e
-	}
-	tests := []struct {
-		name   string
-		d      func() *bus.Delivery
-		reason string
-	}{
-		{"PodReady from another node", func() *bus.Delivery { return stagetest.Deliver(f.env, fromN2("PodReady")) }, stage.RefusedNotBoundToNode},
-		{"PodDeleted from another node", func() *bus.Delivery { return stagetest.Deliver(f.env, fromN2("PodDeleted")) }, stage.RefusedNotBoundToNode},
-		{"PodDeleted of a pod not being deleted", func() *bus.Delivery {
-			return stagetest.Deliver(f.env, podEvent(f.env, "PodDeleted", a, 3))
-		}, stage.RefusedNotTerminating},
-		{"envelope names n1, published on n2's subject", func() *bus.Delivery {
-			e := podEvent(f.env, "PodReady", a, 2)
-			return stagetest.DeliverOn(f.env, e, bus.Subject(fromN2("PodReady")))
-		}, stage.RefusedSubjectMismatch},
-		{"envelope names another pod than its subject", func() *bus.Delivery {
-			e := podEvent(f.env, "PodReady", a, 2)
-			other := podEvent(f.env, "PodReady", a, 2)
-			other.PodName = "b"
-			return stagetest.DeliverOn(f.env, e, bus.Subject(other))
-		}, stage.RefusedSubjectMismatch},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := f.s.Handle(ctx, tt.d())
-			if !bus.IsPermanent(err) || stage.RefusalReason(err) != tt.reason {
-				t.Errorf("Handle = %v, want a permanent refusal %s", err, tt.reason)
-			}
-			if _, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", SliceName("web")); !errors.Is(err, raftstore.ErrNotFound) {
-				t.Errorf("a slice was written: %v", err)
-			}
-		})
-	}
-	// The pod's own node is heard.
-	if err := f.s.Handle(ctx, stagetest.Deliver(f.env, podEvent(f.env, "PodReady", a, 2))); err != nil {
-		t.Fatalf("PodReady from n1: %v", err)
-	}
-	if got := addrs(slice(t, f)); !slices.Equal(got, []string{"10.0.0.1"}) {
-		t.Errorf("slice %v, want a's address", got)
 	}
 }
 
@@ -383,8 +343,9 @@ func TestServicesWatched(t *testing.T) {
 		_, err := objects.Get[*corev1.EndpointSlice](ctx, f.env.Store, "default", SliceName("web"))
 		return errors.Is(err, raftstore.ErrNotFound)
 	})
-	if len(f.pub.Events()) != 0 {
-		t.Errorf("watched syncs announced %v; only pod events announce", f.pub.Types())
+	// Only the pod's own change is announced: b leaving when relabelled.
+	if evs := f.pub.Events(); len(evs) != 1 || evs[0].GetPodUid() != "b-uid" || evs[0].GetEndpointsUpdated().GetAdded() {
+		t.Errorf("watched syncs announced %v, want only b leaving", evs)
 	}
 }
 
@@ -395,10 +356,8 @@ func sliceEmpty(ctx context.Context, f *fixture) bool {
 }
 
 // TestSelectorlessServiceLeftAlone: a Service without a selector (the api
-// replicas' default/kubernetes) has its slice kept by its owner: a pod
-// event in its namespace reads nothing (a store behind the event is no
-// reason to retry) and writes nothing, and a sync leaves the owner's slice
-// as it is.
+// replicas' default/kubernetes) has its slice kept by its owner: the stage
+// watches no pod for it, and a sync leaves the owner's slice as it is.
 func TestSelectorlessServiceLeftAlone(t *testing.T) {
 	kube := svc(nil, &corev1.ServicePort{Name: "https", Port: 443})
 	owned := &corev1.EndpointSlice{Metadata: &corev1.ObjectMeta{Name: "web", Namespace: "default",
@@ -407,21 +366,9 @@ func TestSelectorlessServiceLeftAlone(t *testing.T) {
 	a := reported(pod("a", "10.0.0.1", map[string]string{"app": "web"}, true, nil), 1)
 	f := newFixture(t, kube, owned, a)
 	ctx := context.Background()
-	reads := 0
-	f.kv.Hook(func(method, key string) error {
-		if method == "Get" || method == "List" {
-			reads++
-		}
-		return nil
-	})
-	// An event the store has not caught up with yet: no retry either.
-	if err := f.s.Handle(ctx, stagetest.Deliver(f.env, podEvent(f.env, "PodReady", a, 5))); err != nil {
-		t.Fatalf("Handle = %v", err)
+	if f.s.podsLazy.Running() {
+		t.Error("pods watched for a namespace whose only Service has no selector")
 	}
-	if reads != 0 {
-		t.Errorf("%d store reads for a namespace whose only Service has no selector", reads)
-	}
-	f.kv.Hook(nil)
 	if err := f.s.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -569,4 +516,85 @@ func sliceAddrs(ctx context.Context, f *fixture) []string {
 		return nil
 	}
 	return addrs(sl)
+}
+
+// TestPodChangedQueues: which Services a pod's change queues, as kube's
+// getPodServiceMemberships: none for a change that makes no endpoint;
+// those selecting it before or now for one that does (the pod the
+// cause); only those it joined or left for a label change alone; none
+// without a cause for a pod added.
+func TestPodChangedQueues(t *testing.T) {
+	web, db := svc(map[string]string{"tier": "web"}), svc(map[string]string{"app": "db"})
+	db.Metadata.Name, db.Metadata.Uid = "db", "db-uid"
+	both := svc(map[string]string{"app": "x"})
+	both.Metadata.Name, both.Metadata.Uid = "both", "both-uid"
+	// The stage's Services informer alone, and its queue without the
+	// worker that would take from it.
+	env, _, _ := stagetest.NewEnv("endpoints")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, o := range []objects.Object{web, db, both} {
+		if _, err := env.Store.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := NewStage(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = st.services.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	if err := st.services.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.queue.open()
+	base := func() *corev1.Pod {
+		return reported(pod("a", "10.0.0.1", map[string]string{"tier": "web", "app": "x"}, true, nil), 1)
+	}
+	tests := []struct {
+		name   string
+		old    *corev1.Pod
+		change func(*corev1.Pod)
+		want   []string
+		caused bool
+	}{
+		{"an annotation", base(), func(p *corev1.Pod) { p.Metadata.Annotations["note"] = "x" }, nil, false},
+		{"readiness", base(), func(p *corev1.Pod) { p.Status.Conditions[0].Status = "False" }, []string{"both", "web"}, true},
+		{"labels alone", base(), func(p *corev1.Pod) { p.Metadata.Labels = map[string]string{"app": "x", "tier": "db"} }, []string{"web"}, true},
+		{"labels and readiness", base(), func(p *corev1.Pod) {
+			p.Metadata.Labels = map[string]string{"app": "db"}
+			p.Status.Conditions[0].Status = "False"
+		}, []string{"both", "db", "web"}, true},
+		{"added", nil, func(*corev1.Pod) {}, []string{"both", "web"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := base()
+			tt.change(p)
+			st.podChanged(tt.old, p)
+			var got []string
+			caused := false
+			if len(tt.want) > 0 {
+				items, _ := st.queue.take(ctx)
+				for _, it := range items {
+					got = append(got, it.name)
+					caused = caused || len(it.causes) > 0
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) || caused != tt.caused {
+				t.Errorf("queued %v (caused %v), want %v (caused %v)", got, caused, tt.want, tt.caused)
+			}
+			st.queue.mu.Lock()
+			left := st.queue.order
+			st.queue.mu.Unlock()
+			if len(left) != 0 {
+				t.Errorf("left queued %v", left)
+			}
+		})
+	}
 }

@@ -13,8 +13,11 @@
 // one transaction. Its Reconcile deletes Events older than
 // Config.EventTTL. Nodes whose heartbeats stopped are the node lifecycle
 // controller's (services/stages/nodelifecycle), which the status stage's
-// process runs beside it with its identity. The node agents publish PodReady and
-// PodNotReady themselves; the endpoints stage consumes them.
+// process runs beside it with its identity. The endpoints stage follows the
+// statuses it writes through its pod watch (the PodReady and PodNotReady a
+// node reports travel inside its PodStatusReport, for the trace): the
+// NodeRestriction below is what keeps a node out of another node's pods'
+// endpoints.
 //
 // NodeRestriction: a node speaks only for pods bound to it. An event whose
 // envelope disagrees with its subject, or that names a pod bound to
