@@ -257,9 +257,25 @@ func (c *Cluster) loop(ctx context.Context) {
 	}
 }
 
-// Heartbeat heartbeats every node, Parallelism at a time.
+// Heartbeat heartbeats every node, Parallelism at a time. When the store
+// is a nodeagent.NodeLister it lists the nodes once for all of them (each
+// agent compares its status with its node's, see Agent.Heartbeat).
 func (c *Cluster) Heartbeat(ctx context.Context) error {
-	return c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error { return a.Heartbeat(ctx) })
+	l, ok := c.store.(nodeagent.NodeLister)
+	if !ok {
+		return c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error { return a.Heartbeat(ctx) })
+	}
+	nodes, err := l.ListNodes(ctx)
+	if err != nil { // each agent reads its own
+		return c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error { return a.Heartbeat(ctx) })
+	}
+	byName := make(map[string]*corev1.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.GetMetadata().GetName()] = n
+	}
+	return c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error {
+		return a.HeartbeatNode(ctx, byName[a.NodeName()])
+	})
 }
 
 // Reconcile reconciles every node. When the store is a nodeagent.PodLister
