@@ -76,8 +76,20 @@ type Store struct {
 // leaseCache holds the node Leases last written by node, shared by every
 // copy of a Store.
 type leaseCache struct {
-	mu sync.Mutex
-	m  map[string]*corev1.Unstructured
+	mu     sync.Mutex
+	m      map[string]*corev1.Unstructured
+	maxRev int64 // the latest revision of them
+}
+
+// rev is the revision of node's Lease as last written ("" for the
+// latest of all); 0 when none.
+func (c *leaseCache) rev(node string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if node == "" {
+		return c.maxRev
+	}
+	return objects.Revision(c.m[node])
 }
 
 // get returns a copy of node's Lease as last written; nil when none.
@@ -96,6 +108,7 @@ func (c *leaseCache) set(node string, lease *corev1.Unstructured) {
 		return
 	}
 	c.m[node] = lease.CloneVT()
+	c.maxRev = max(c.maxRev, objects.Revision(lease))
 }
 
 var (
@@ -243,15 +256,20 @@ var (
 
 // GetNode implements nodeagent.NodeGetter with a stale read (any replica,
 // no leader round), as kubelet reads its node from the API server's cache
-// before it decides whether its status changed.
+// before it decides whether its status changed: from a replica that has
+// applied the node's last Lease renewal (raftstore.MinRevision), so that
+// a change written before it (the node lifecycle controller's Unknown)
+// is seen, however far behind some replica is.
 func (s *Store) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
-	n, err := objects.Get[*corev1.Node](ctx, s.s, "", name, raftstore.Stale())
+	n, err := objects.Get[*corev1.Node](ctx, s.s, "", name, raftstore.Stale(), raftstore.MinRevision(s.leases.rev(name)))
 	return n, notFound(err)
 }
 
-// ListNodes implements nodeagent.NodeLister with a stale read.
+// ListNodes implements nodeagent.NodeLister with a stale read from a
+// replica that has applied the latest Lease renewal of this Store's
+// nodes (see GetNode).
 func (s *Store) ListNodes(ctx context.Context) ([]*corev1.Node, error) {
-	nodes, _, err := objects.List[*corev1.Node](ctx, s.s, "", raftstore.Stale())
+	nodes, _, err := objects.List[*corev1.Node](ctx, s.s, "", raftstore.Stale(), raftstore.MinRevision(s.leases.rev("")))
 	return nodes, err
 }
 
