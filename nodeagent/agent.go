@@ -10,6 +10,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,22 @@ type NodeStore interface {
 	ListNodePods(ctx context.Context, node string) ([]*corev1.Pod, error)
 	GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
 	GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+}
+
+// NodeGetter is an optional NodeStore capability: reading the node as the
+// store holds it, possibly a little stale (kubelet reads it from the API
+// server's cache). At each heartbeat the agent compares the status it
+// computes with the stored one and writes only a change (see Heartbeat);
+// without NodeGetter it compares with the status it last wrote.
+type NodeGetter interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+}
+
+// NodeLister is an optional NodeStore capability: listing every node at
+// once, possibly a little stale. sim.Cluster uses it, when its store has
+// it, to heartbeat all its nodes after one list (HeartbeatNode).
+type NodeLister interface {
+	ListNodes(ctx context.Context) ([]*corev1.Node, error)
 }
 
 // LeaseRenewer is an optional NodeStore capability: renewing the node's
@@ -92,6 +109,11 @@ type Agent struct {
 	deleted   *tombstones        // uids whose deletion the agent carried out
 	recovered map[string]*recovered
 	hbSeq     int64
+	// reported is when the node's status was last written (registration
+	// included) and reportedStatus what was written: Heartbeat writes
+	// again when the status changed or NodeStatusReportFrequency passed.
+	reported       time.Time
+	reportedStatus *corev1.NodeStatus
 	// starts counts the workers ever started; a worker's gen is the count
 	// at its start. A store list judges only the workers it can have seen:
 	// those started before it began (see ListMark).
@@ -148,9 +170,13 @@ func (a *Agent) Start(ctx context.Context) error {
 	if a.closed.Load() {
 		return ErrStopped
 	}
-	if err := a.store.RegisterNode(ctx, a.node()); err != nil {
+	node := a.node()
+	if err := a.store.RegisterNode(ctx, node); err != nil {
 		return fmt.Errorf("register node %q: %w", a.cfg.NodeName, err)
 	}
+	a.mu.Lock()
+	a.reported, a.reportedStatus = a.clock.Now(), node.GetStatus()
+	a.mu.Unlock()
 	sbs, err := a.rt.ListSandboxes(ctx)
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
@@ -378,10 +404,56 @@ func (a *Agent) ReconcilePods(ctx context.Context, mark ListMark, pods []*corev1
 	return errors.Join(errs...)
 }
 
-// Heartbeat publishes a NodeHeartbeat and updates the node's status.
+// Heartbeat renews the node's Lease and reports its status, as kubelet's
+// node lease controller and node status loop do (kubelet_node_status.go
+// tryUpdateNodeStatus): the Lease is renewed at every heartbeat (when the
+// store is a LeaseRenewer); the status is computed, compared with the
+// stored node's (a NodeGetter; else with the status the agent last wrote)
+// ignoring the conditions' lastHeartbeatTime, and written, with a
+// NodeHeartbeat published before, only when it changed or
+// NodeStatusReportFrequency has passed since the last write.
 func (a *Agent) Heartbeat(ctx context.Context) error {
+	g, ok := a.store.(NodeGetter)
+	if !ok {
+		return a.heartbeat(ctx, nil, false)
+	}
+	stored, err := g.GetNode(ctx, a.cfg.NodeName)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return a.heartbeat(ctx, nil, true)
+	case err != nil: // compare with what the agent wrote last
+		a.log.Debug("heartbeat: read node", "err", err)
+		return a.heartbeat(ctx, nil, false)
+	}
+	return a.heartbeat(ctx, stored, true)
+}
+
+// HeartbeatNode is Heartbeat with the node already read from the store
+// (nil: the store has none), for a caller heartbeating many nodes after
+// one list (sim.Cluster with a NodeLister).
+func (a *Agent) HeartbeatNode(ctx context.Context, stored *corev1.Node) error {
+	return a.heartbeat(ctx, stored, true)
+}
+
+// heartbeat is Heartbeat with stored the node as stored when known.
+func (a *Agent) heartbeat(ctx context.Context, stored *corev1.Node, known bool) error {
 	now := a.clock.Now()
+	var errs []error
+	if lr, ok := a.store.(LeaseRenewer); ok {
+		errs = append(errs, lr.RenewNodeLease(ctx, a.cfg.NodeName, a.cfg.LeaseDuration, now))
+	}
 	st := a.nodeStatus(now)
+	a.mu.Lock()
+	old, last := a.reportedStatus, a.reported
+	a.mu.Unlock()
+	if known {
+		old = stored.GetStatus()
+		KeepAdvertised(st, old) // as the store's write does: not a change
+	}
+	due := last.IsZero() || now.Sub(last) >= a.cfg.NodeStatusReportFrequency
+	if !due && !(known && stored == nil) && !NodeStatusChanged(old, st) {
+		return errors.Join(errs...)
+	}
 	running := a.RunningPods()
 	a.mu.Lock()
 	a.hbSeq = max(a.hbSeq+1, now.UnixNano())
@@ -401,11 +473,65 @@ func (a *Agent) Heartbeat(ctx context.Context) error {
 	}
 	pctx, cancel := publishContext(ctx, a.cfg.PublishTimeout)
 	defer cancel()
-	errs := []error{a.pub.Publish(pctx, env), a.store.UpdateNodeStatus(ctx, a.cfg.NodeName, st)}
-	if lr, ok := a.store.(LeaseRenewer); ok {
-		errs = append(errs, lr.RenewNodeLease(ctx, a.cfg.NodeName, a.cfg.LeaseDuration, now))
+	errs = append(errs, a.pub.Publish(pctx, env))
+	if err := a.store.UpdateNodeStatus(ctx, a.cfg.NodeName, st); err != nil {
+		errs = append(errs, err)
+	} else {
+		a.mu.Lock()
+		a.reported, a.reportedStatus = now, st
+		a.mu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// NodeStatusChanged reports whether next differs from old in anything but
+// the conditions' lastHeartbeatTime, as kubelet's nodeStatusHasChanged
+// does (conditions compared by type, whatever their order).
+func NodeStatusChanged(old, next *corev1.NodeStatus) bool {
+	if old == nil || next == nil {
+		return old != next
+	}
+	if len(old.Conditions) != len(next.Conditions) {
+		return true
+	}
+	byType := func(cs []*corev1.NodeCondition) []*corev1.NodeCondition {
+		out := make([]*corev1.NodeCondition, len(cs))
+		for i, c := range cs {
+			out[i] = c.CloneVT()
+			out[i].LastHeartbeatTime = nil
+		}
+		slices.SortStableFunc(out, func(x, y *corev1.NodeCondition) int { return strings.Compare(x.GetType(), y.GetType()) })
+		return out
+	}
+	oc, nc := byType(old.Conditions), byType(next.Conditions)
+	for i := range oc {
+		if !oc[i].EqualVT(nc[i]) {
+			return true
+		}
+	}
+	o, n := old.CloneVT(), next.CloneVT()
+	o.Conditions, n.Conditions = nil, nil
+	return !o.EqualVT(n)
+}
+
+// KeepAdvertised keeps in next the capacity old has and the agent does
+// not report, as kubelet's MachineInfo setter does (it sets the resources
+// it knows and leaves the others): their allocatable is their capacity,
+// and an allocatable whose capacity went (a client removed it) goes too.
+// A NodeStore applies it to the stored status when it writes the agent's.
+func KeepAdvertised(next, old *corev1.NodeStatus) {
+	for res, q := range old.GetCapacity() {
+		if _, ours := next.GetCapacity()[res]; ours {
+			continue
+		}
+		if next.Capacity == nil {
+			next.Capacity = map[string]string{}
+		}
+		if next.Allocatable == nil {
+			next.Allocatable = map[string]string{}
+		}
+		next.Capacity[res], next.Allocatable[res] = q, q
+	}
 }
 
 // startWorkerLocked starts the pod's worker, with a delete queued when grace

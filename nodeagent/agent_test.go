@@ -614,6 +614,7 @@ func TestRunRegistersAndHeartbeats(t *testing.T) {
 	cfg := fastConfig()
 	cfg.Labels = map[string]string{"zone": "a"}
 	cfg.Taints = []*corev1.Taint{{Key: "dedicated", Value: "sim", Effect: "NoSchedule"}}
+	cfg.NodeStatusReportFrequency = cfg.HeartbeatInterval // the status written at every heartbeat
 	a, err := nodeagent.New(cfg, rt, e.store, e.pub)
 	if err != nil {
 		t.Fatal(err)
@@ -666,6 +667,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad cidr", func(c *nodeagent.Config) { c.PodCIDR = "10.244.1.0/33" }, false},
 		{"host bits", func(c *nodeagent.Config) { c.PodCIDR = "10.244.1.7/24" }, false},
 		{"zero heartbeat", func(c *nodeagent.Config) { c.HeartbeatInterval = 0 }, false},
+		{"zero status report frequency", func(c *nodeagent.Config) { c.NodeStatusReportFrequency = 0 }, false},
 		{"resync below heartbeat", func(c *nodeagent.Config) { c.ResyncPeriod = time.Second }, false},
 		{"backoff max below initial", func(c *nodeagent.Config) { c.CrashLoopBackOff.Max = time.Second }, false},
 		{"bad host IP", func(c *nodeagent.Config) { c.HostIP = "host" }, false},
@@ -819,4 +821,41 @@ func TestSysctlForbidden(t *testing.T) {
 		e.bind(p)
 		e.waitStatus(p.Metadata.Uid, "Running and Ready", runningReady)
 	})
+}
+
+// TestHeartbeatWritesStatusOnChange: as kubelet's tryUpdateNodeStatus,
+// the agent computes its node's status at every heartbeat but writes it
+// (and publishes a NodeHeartbeat) only when it differs in more than the
+// conditions' lastHeartbeatTime from the status last written — here the
+// registration's — or when NodeStatusReportFrequency has passed since.
+func TestHeartbeatWritesStatusOnChange(t *testing.T) {
+	clock := nodeagenttest.NewFakeClock(time.Unix(1_700_000_000, 0))
+	e := fakeClockEnv(t, clock, nil)
+	cfg := nodeagent.DefaultConfig(node, podCIDR)
+	beat := func(n int) {
+		t.Helper()
+		for range n {
+			clock.Advance(cfg.HeartbeatInterval)
+			if err := e.agent.Heartbeat(e.ctx()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	steps := int(cfg.NodeStatusReportFrequency / cfg.HeartbeatInterval) // 30
+	beat(steps - 1)
+	if got, hb := e.store.StatusUpdates(node), len(ofType(e.pub.Envelopes(), "NodeHeartbeat")); got != 0 || hb != 0 {
+		t.Fatalf("%d unchanged heartbeats: %d status writes, %d NodeHeartbeats; want 0 and 0", steps-1, got, hb)
+	}
+	beat(1) // NodeStatusReportFrequency since the registration
+	if got, hb := e.store.StatusUpdates(node), len(ofType(e.pub.Envelopes(), "NodeHeartbeat")); got != 1 || hb != 1 {
+		t.Fatalf("after %s: %d status writes, %d NodeHeartbeats; want 1 and 1", cfg.NodeStatusReportFrequency, got, hb)
+	}
+	beat(steps - 1)
+	if got := e.store.StatusUpdates(node); got != 1 {
+		t.Fatalf("%d status writes %s after the report, want 1", got, time.Duration(steps-1)*cfg.HeartbeatInterval)
+	}
+	beat(1)
+	if got := e.store.StatusUpdates(node); got != 2 {
+		t.Fatalf("%d status writes after a second %s, want 2", got, cfg.NodeStatusReportFrequency)
+	}
 }

@@ -65,9 +65,18 @@ type Config struct {
 	// --node-lease-duration-seconds): the Lease is renewed at every
 	// heartbeat. Default 40s.
 	LeaseDuration time.Duration
-	// HeartbeatInterval is how often Run publishes a NodeHeartbeat and
-	// updates the node's status.
+	// HeartbeatInterval is how often Run heartbeats: it renews the node's
+	// Lease (kubelet's node lease renew interval, 10s) and computes the
+	// node's status (kubelet's nodeStatusUpdateFrequency, 10s), which it
+	// writes only when it changed or NodeStatusReportFrequency has passed.
 	HeartbeatInterval time.Duration
+	// NodeStatusReportFrequency is how often the node's status is written
+	// (and a NodeHeartbeat published) when nothing in it changed but the
+	// conditions' lastHeartbeatTime (kubelet's nodeStatusReportFrequency,
+	// flag --node-status-report-frequency): in between, the renewed Lease
+	// alone says the node is alive. Default 5m; one no longer than
+	// HeartbeatInterval writes the status at every heartbeat.
+	NodeStatusReportFrequency time.Duration
 	// ResyncPeriod is how often Run reconciles workers against the pods the
 	// store binds to this node.
 	ResyncPeriod time.Duration
@@ -134,6 +143,8 @@ func DefaultConfig(node, podCIDR string) Config {
 		SetupBackOff:       Backoff{Initial: 500 * time.Millisecond, Max: 2 * time.Minute},
 		DefaultGracePeriod: 30 * time.Second,
 		SpecSecond:         time.Second,
+
+		NodeStatusReportFrequency: 5 * time.Minute,
 	}
 }
 
@@ -158,7 +169,7 @@ func (c Config) Validate() error {
 		"HeartbeatInterval": c.HeartbeatInterval, "ResyncPeriod": c.ResyncPeriod,
 		"SyncPeriod": c.SyncPeriod, "EvictionPeriod": c.EvictionPeriod,
 		"PublishTimeout": c.PublishTimeout, "PublishRetry": c.PublishRetry,
-		"SpecSecond": c.SpecSecond,
+		"SpecSecond": c.SpecSecond, "NodeStatusReportFrequency": c.NodeStatusReportFrequency,
 	} {
 		if d <= 0 {
 			return fmt.Errorf("%w: %s (%s) must be positive", ErrInvalidConfig, name, d)

@@ -131,6 +131,7 @@ type Store struct {
 	configMaps map[string]*corev1.ConfigMap
 	secrets    map[string]*corev1.Secret
 	lists      int
+	nodeLists  int
 }
 
 var _ nodeagent.NodeStore = (*Store)(nil)
@@ -187,6 +188,29 @@ func (s *Store) ListPods(ctx context.Context) ([]*corev1.Pod, error) {
 		out = append(out, proto.Clone(p).(*corev1.Pod))
 	}
 	return out, ctx.Err()
+}
+
+var _ nodeagent.NodeLister = (*Store)(nil)
+
+// ListNodes implements nodeagent.NodeLister and counts its calls. The
+// Store is no nodeagent.NodeGetter: an agent over it alone compares its
+// status with the one it last wrote.
+func (s *Store) ListNodes(ctx context.Context) ([]*corev1.Node, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodeLists++
+	out := make([]*corev1.Node, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		out = append(out, proto.Clone(n).(*corev1.Node))
+	}
+	return out, ctx.Err()
+}
+
+// NodeLists counts ListNodes calls.
+func (s *Store) NodeLists() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nodeLists
 }
 
 // PodLists counts ListPods calls.

@@ -197,6 +197,7 @@ func TestClusterThousandNodes(t *testing.T) {
 	store, pub := nodeagenttest.NewStore(), nodeagenttest.NewPublisher()
 	cfg := sim.DefaultClusterConfig(n)
 	cfg.Agent.HeartbeatInterval = 100 * time.Millisecond
+	cfg.Agent.NodeStatusReportFrequency = cfg.Agent.HeartbeatInterval // the status written at every heartbeat
 	cfg.Agent.ResyncPeriod = 200 * time.Millisecond
 	base := runtime.NumGoroutine()
 	c, err := sim.NewCluster(cfg, store, pub)
@@ -334,5 +335,63 @@ func TestRuntimeSysctls(t *testing.T) {
 	cfg.AllowedUnsafeSysctls = []string{"kernel.panic"}
 	if _, err := sim.New(cfg); err == nil {
 		t.Error("sim.New with a non-namespaced allowed sysctl succeeded")
+	}
+}
+
+// TestClusterHeartbeatListsNodesOnce: a cluster over a NodeLister reads
+// its nodes with one list per heartbeat round; each agent compares its
+// status with its node's and writes only a change, as kubelet does: the
+// node whose stored Ready condition another writer changed (the node
+// lifecycle controller's Unknown) is written at once, the others not.
+func TestClusterHeartbeatListsNodesOnce(t *testing.T) {
+	const n = 50
+	store, pub := nodeagenttest.NewStore(), nodeagenttest.NewPublisher()
+	c, err := sim.NewCluster(sim.DefaultClusterConfig(n), store, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range c.NodeNames() { // registered, without the cluster's loop
+		a, _ := c.Agent(name)
+		if err := a.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lists := store.NodeLists()
+	for range 3 {
+		if err := c.Heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := store.NodeLists() - lists; got != 3 {
+		t.Errorf("3 heartbeat rounds listed the nodes %d times, want 3", got)
+	}
+	for _, name := range c.NodeNames() {
+		if u := store.StatusUpdates(name); u != 0 {
+			t.Fatalf("%s: %d status writes of an unchanged status, want 0", name, u)
+		}
+	}
+	quiet := c.NodeNames()[7]
+	stored, _ := store.Node(quiet)
+	for _, cond := range stored.GetStatus().GetConditions() {
+		if cond.GetType() == "Ready" {
+			cond.Status, cond.Reason = "Unknown", "NodeStatusUnknown"
+		}
+	}
+	if err := store.RegisterNode(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range c.NodeNames() {
+		if want := map[bool]int{true: 1}[name == quiet]; store.StatusUpdates(name) != want {
+			t.Errorf("%s: %d status writes, want %d", name, store.StatusUpdates(name), want)
+		}
+	}
+	if n, _ := store.Node(quiet); n.GetStatus().GetConditions()[0].GetStatus() != "True" {
+		t.Errorf("%s after its heartbeat: %v", quiet, n.GetStatus().GetConditions())
 	}
 }

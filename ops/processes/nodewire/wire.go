@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"github.com/google/uuid"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,6 +68,47 @@ type Store struct {
 	s     *objects.Store
 	nc    *nats.Conn   // token requests; nil: none
 	cache *objectCache // the referenced ConfigMaps and Secrets; nil: none
+	// leases are the node Leases last written, by node: the next renewal
+	// updates that copy without reading it (see RenewNodeLease).
+	leases *leaseCache
+}
+
+// leaseCache holds the node Leases last written by node, shared by every
+// copy of a Store.
+type leaseCache struct {
+	mu     sync.Mutex
+	m      map[string]*corev1.Unstructured
+	maxRev int64 // the latest revision of them
+}
+
+// rev is the revision of node's Lease as last written ("" for the
+// latest of all); 0 when none.
+func (c *leaseCache) rev(node string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if node == "" {
+		return c.maxRev
+	}
+	return objects.Revision(c.m[node])
+}
+
+// get returns a copy of node's Lease as last written; nil when none.
+func (c *leaseCache) get(node string) *corev1.Unstructured {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[node].CloneVT()
+}
+
+// set records lease as node's last written Lease; nil forgets it.
+func (c *leaseCache) set(node string, lease *corev1.Unstructured) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lease == nil {
+		delete(c.m, node)
+		return
+	}
+	c.m[node] = lease.CloneVT()
+	c.maxRev = max(c.maxRev, objects.Revision(lease))
 }
 
 var (
@@ -75,12 +117,16 @@ var (
 )
 
 // NewStore returns a Store over s.
-func NewStore(s *objects.Store) *Store { return &Store{s: s} }
+func NewStore(s *objects.Store) *Store {
+	return &Store{s: s, leases: &leaseCache{m: map[string]*corev1.Unstructured{}}}
+}
 
 // WithTokens returns the Store asking the api stage for projected
 // serviceAccountTokens over nc (the node agent's own connection: the bus
 // lets it ask only for its node).
-func (s *Store) WithTokens(nc *nats.Conn) *Store { return &Store{s: s.s, nc: nc, cache: s.cache} }
+func (s *Store) WithTokens(nc *nats.Conn) *Store {
+	return &Store{s: s.s, nc: nc, cache: s.cache, leases: s.leases}
+}
 
 var _ nodeagent.PodRegistrar = (*Store)(nil)
 
@@ -90,7 +136,7 @@ var _ nodeagent.PodRegistrar = (*Store)(nil)
 // volumes and environment are then read from the cache, not the store.
 // The agents register each pod (nodeagent.PodRegistrar).
 func (s *Store) WithObjectCache(ctx context.Context) *Store {
-	return &Store{s: s.s, nc: s.nc, cache: newObjectCache(ctx, s.s.KV())}
+	return &Store{s: s.s, nc: s.nc, cache: newObjectCache(ctx, s.s.KV()), leases: s.leases}
 }
 
 // RegisterPod implements nodeagent.PodRegistrar.
@@ -192,34 +238,39 @@ func (s *Store) RegisterNode(ctx context.Context, node *corev1.Node) error {
 // UpdateNodeStatus implements nodeagent.NodeStore. The agent's status
 // replaces the stored one, except for the resources others advertise
 // through nodes/status (an extended resource such as example.com/gpu):
-// see keepAdvertised.
+// see nodeagent.KeepAdvertised.
 func (s *Store) UpdateNodeStatus(ctx context.Context, name string, st *corev1.NodeStatus) error {
 	_, err := objects.Mutate(ctx, s.s, "", name, func(n *corev1.Node) error {
 		next := proto.CloneOf(st)
-		keepAdvertised(next, n.GetStatus())
+		nodeagent.KeepAdvertised(next, n.GetStatus())
 		n.Status = next
 		return nil
 	})
 	return notFound(err)
 }
 
-// keepAdvertised keeps in next the capacity old has and the agent does
-// not report, as kubelet's MachineInfo setter does (it sets the resources
-// it knows and leaves the others): their allocatable is their capacity,
-// and an allocatable whose capacity went (a client removed it) goes too.
-func keepAdvertised(next, old *corev1.NodeStatus) {
-	for res, q := range old.GetCapacity() {
-		if _, ours := next.GetCapacity()[res]; ours {
-			continue
-		}
-		if next.Capacity == nil {
-			next.Capacity = map[string]string{}
-		}
-		if next.Allocatable == nil {
-			next.Allocatable = map[string]string{}
-		}
-		next.Capacity[res], next.Allocatable[res] = q, q
-	}
+var (
+	_ nodeagent.NodeGetter = (*Store)(nil)
+	_ nodeagent.NodeLister = (*Store)(nil)
+)
+
+// GetNode implements nodeagent.NodeGetter with a stale read (any replica,
+// no leader round), as kubelet reads its node from the API server's cache
+// before it decides whether its status changed: from a replica that has
+// applied the node's last Lease renewal (raftstore.MinRevision), so that
+// a change written before it (the node lifecycle controller's Unknown)
+// is seen, however far behind some replica is.
+func (s *Store) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
+	n, err := objects.Get[*corev1.Node](ctx, s.s, "", name, raftstore.Stale(), raftstore.MinRevision(s.leases.rev(name)))
+	return n, notFound(err)
+}
+
+// ListNodes implements nodeagent.NodeLister with a stale read from a
+// replica that has applied the latest Lease renewal of this Store's
+// nodes (see GetNode).
+func (s *Store) ListNodes(ctx context.Context) ([]*corev1.Node, error) {
+	nodes, _, err := objects.List[*corev1.Node](ctx, s.s, "", raftstore.Stale(), raftstore.MinRevision(s.leases.rev("")))
+	return nodes, err
 }
 
 var _ nodeagent.PodLister = (*Store)(nil)
@@ -396,7 +447,11 @@ type leaseSpec struct {
 
 // RenewNodeLease implements nodeagent.LeaseRenewer: the node's Lease in
 // kube-node-lease, created at the first heartbeat, its renewTime set to
-// now (kube's MicroTime) at every one, with compare-and-swap.
+// now (kube's MicroTime) at every one, with compare-and-swap. As kubelet's
+// lease controller (renewLease from its latestLease), it updates the copy
+// it last wrote without reading it first: one write per renewal. It reads
+// the Lease only when it holds none (the first renewal, or after a failed
+// one) and after a conflict or a missing Lease, then tries again.
 func (s *Store) RenewNodeLease(ctx context.Context, node string, duration time.Duration, now time.Time) error {
 	if duration <= 0 {
 		duration = 40 * time.Second
@@ -408,27 +463,44 @@ func (s *Store) RenewNodeLease(ctx context.Context, node string, duration time.D
 	if err != nil {
 		return err
 	}
+	lease := s.leases.get(node)
 	for {
-		obj, err := s.s.GetKind(ctx, objects.Leases, pipeline.NodeLeaseNamespace, node)
-		if errors.Is(err, raftstore.ErrNotFound) {
-			lease := objects.Leases.New().(*corev1.Unstructured)
-			lease.Metadata = &corev1.ObjectMeta{Name: node, Namespace: pipeline.NodeLeaseNamespace, Uid: uuid.NewString(), CreationTimestamp: timestamppb.New(now)}
-			lease.Content = content
-			_, err = s.s.Create(ctx, lease)
-			if errors.Is(err, raftstore.ErrAlreadyExists) {
-				continue
+		if lease == nil {
+			obj, err := s.s.GetKind(ctx, objects.Leases, pipeline.NodeLeaseNamespace, node)
+			if errors.Is(err, raftstore.ErrNotFound) {
+				lease = objects.Leases.New().(*corev1.Unstructured)
+				lease.Metadata = &corev1.ObjectMeta{Name: node, Namespace: pipeline.NodeLeaseNamespace, Uid: uuid.NewString(), CreationTimestamp: timestamppb.New(now)}
+				lease.Content = content
+				_, err = s.s.Create(ctx, lease)
+				if errors.Is(err, raftstore.ErrAlreadyExists) {
+					lease = nil
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				s.leases.set(node, lease)
+				return nil
 			}
-			return err
+			if err != nil {
+				return err
+			}
+			lease = obj.(*corev1.Unstructured)
 		}
-		if err != nil {
-			return err
-		}
-		lease := obj.(*corev1.Unstructured)
 		lease.Content = content
 		_, err = s.s.Update(ctx, lease)
-		if errors.Is(err, raftstore.ErrConflict) {
-			continue
+		switch {
+		case err == nil:
+			s.leases.set(node, lease)
+			return nil
+		case errors.Is(err, raftstore.ErrConflict) || errors.Is(err, raftstore.ErrNotFound):
+			lease = nil // another writer, or deleted: read again
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		default: // the outcome is unknown: read before the next renewal
+			s.leases.set(node, nil)
+			return err
 		}
-		return err
 	}
 }

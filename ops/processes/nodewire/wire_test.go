@@ -103,6 +103,7 @@ func TestAgentOverRealBusAndStore(t *testing.T) {
 
 	cfg := nodeagent.DefaultConfig(node, "10.244.1.0/24")
 	cfg.SpecSecond = 10 * time.Millisecond
+	cfg.NodeStatusReportFrequency = time.Nanosecond // every heartbeat reports the status
 	agent, rt := startSimAgent(ctx, t, cfg, store, conn)
 	if err := agent.Start(ctx); err != nil { // a restarted agent registers again
 		t.Fatal(err)

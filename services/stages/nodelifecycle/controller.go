@@ -287,19 +287,18 @@ func (c *Controller) lastSeen(n *corev1.Node) time.Time {
 
 // monitor marks a silent node's conditions Unknown and reconciles its
 // taints with its Ready condition, with compare-and-swap on a fresh read;
-// it returns the node as stored.
+// it returns the node as stored. As kube's tryUpdateNodeHealth, it
+// decides on the informer's copy first: a node that needs nothing (a
+// live node with its taints right, the usual case) is not read again.
 func (c *Controller) monitor(ctx context.Context, n *corev1.Node, now time.Time) (*corev1.Node, error) {
 	name := n.GetMetadata().GetName()
+	if _, changed := c.health(n.CloneVT(), now); !changed {
+		return n, nil
+	}
 	var wentUnknown bool
 	out, err := objects.Mutate(ctx, c.env.Store, "", name, func(n *corev1.Node) error {
-		wentUnknown = false
-		changed := false
-		if now.Sub(c.lastSeen(n)) > c.cfg.GracePeriod {
-			wentUnknown, changed = MarkUnknown(n, now)
-		}
-		if ReconcileTaints(n, now) {
-			changed = true
-		}
+		var changed bool
+		wentUnknown, changed = c.health(n, now)
 		if !changed {
 			return objects.ErrNoChange
 		}
@@ -317,6 +316,19 @@ func (c *Controller) monitor(ctx context.Context, n *corev1.Node, now time.Time)
 		c.env.Log.Info("node stopped posting status", "node", name, "lastSeen", c.lastSeen(n))
 	}
 	return out, nil
+}
+
+// health marks n's conditions Unknown when it is silent past the grace
+// period and reconciles its taints; it reports whether Ready went
+// Unknown, and whether n changed.
+func (c *Controller) health(n *corev1.Node, now time.Time) (wentUnknown, changed bool) {
+	if now.Sub(c.lastSeen(n)) > c.cfg.GracePeriod {
+		wentUnknown, changed = MarkUnknown(n, now)
+	}
+	if ReconcileTaints(n, now) {
+		changed = true
+	}
+	return wentUnknown, changed
 }
 
 // MarkUnknown sets the node's monitored conditions to Unknown, as the node

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
@@ -269,17 +271,43 @@ func TestEvictionTime(t *testing.T) {
 	}
 }
 
-// TestLeaseKeepsANodeAlive: a node whose status has not changed for a
-// minute but whose Lease in kube-node-lease its agent renewed is alive
-// (kubelet posts its status rarely and renews its Lease every 10 s); once
-// the Lease too is older than the grace period, it goes Unknown.
+// getCountingKV counts a real store's Gets by key.
+type getCountingKV struct {
+	objects.KV
+	mu   sync.Mutex
+	gets map[string]int
+}
+
+func (c *getCountingKV) Get(ctx context.Context, key string, opts ...raftstore.ReadOption) (*raftstore.KV, error) {
+	c.mu.Lock()
+	c.gets[key]++
+	c.mu.Unlock()
+	return c.KV.Get(ctx, key, opts...)
+}
+
+func (c *getCountingKV) take(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.gets[key]
+	delete(c.gets, key)
+	return n
+}
+
+// TestLeaseKeepsANodeAlive: a node whose status has not changed for five
+// minutes (kubelet's nodeStatusReportFrequency) but whose Lease in
+// kube-node-lease its agent renewed is alive (kubelet writes its status
+// only on a change or every 5 minutes, and renews its Lease every 10 s);
+// once the Lease too is older than the grace period, it goes Unknown. As
+// kube's tryUpdateNodeHealth, a pass decides on the informer's copy: a
+// live node is not read from the store.
 func TestLeaseKeepsANodeAlive(t *testing.T) {
 	cl := raftstoretest.MakeCluster(t, 1)
-	st := objects.New(cl.Client(t))
+	kv := &getCountingKV{KV: objects.RaftKV(cl.Client(t)), gets: map[string]int{}}
+	st := objects.FromKV(kv)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	if _, err := st.Create(ctx, node("quiet", t0.Add(-time.Minute))); err != nil {
+	if _, err := st.Create(ctx, node("quiet", t0.Add(-5*time.Minute))); err != nil {
 		t.Fatal(err)
 	}
 	lease := objects.Leases.New().(*corev1.Unstructured)
@@ -311,8 +339,13 @@ func TestLeaseKeepsANodeAlive(t *testing.T) {
 		}
 		return podrules.NodeCondition(n, "Ready").GetStatus()
 	}
+	key := objects.Nodes.Key("", "quiet")
+	kv.take(key)
 	if got := ready(time.Second); got != "True" {
 		t.Fatalf("a node with a fresh Lease is %s", got)
+	}
+	if got := kv.take(key); got != 1 { // the test's own read
+		t.Errorf("a pass over a live node read it %d times, want 0", got-1)
 	}
 	if got := ready(41 * time.Second); got != "Unknown" {
 		t.Fatalf("a node whose Lease is 41 s old is %s", got)
