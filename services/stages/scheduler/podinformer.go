@@ -15,8 +15,26 @@ import (
 // scheduler reads of it (compactBound): bound pods are nearly every pod of
 // a cluster, and the scheduler never writes one from this copy (a
 // preemption reads its victims from the store; a pod found bound is only
-// announced, from its identity and node).
+// announced, from its identity and node). A bound pod's bytes are pruned
+// before decoding (pruneBoundPod): what compactBound drops is not decoded
+// at all — most of a bound pod, and of the informer's CPU at saturation,
+// where every bind and status write of every pod comes back to it.
 func decodeInformedPod(kv *raftstore.KV, o objects.Object) error {
+	if _, ok := o.(*corev1.Pod); ok {
+		buf := pruneBufs.Get().(*[]byte)
+		pruned, bound := pruneBoundPod((*buf)[:0], kv.Value)
+		var err error
+		if bound {
+			err = objects.Decode(&raftstore.KV{Key: kv.Key, Value: pruned, ModRevision: kv.ModRevision}, o)
+		}
+		if cap(pruned) <= maxPooledPrune {
+			*buf = pruned[:0]
+			pruneBufs.Put(buf)
+		}
+		if bound {
+			return err
+		}
+	}
 	if err := objects.Decode(kv, o); err != nil {
 		return err
 	}
