@@ -16,10 +16,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/bus/bustest"
@@ -93,13 +96,29 @@ type options struct {
 	admission func(*admission.Config)
 }
 
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// reserveAddr returns a loopback address whose port stays bound, without
+// listening, until the test ends: the HTTPS server binds it beside this
+// socket (both set SO_REUSEPORT, as apiserver.Listen does), and in the
+// meantime no other socket takes it — a port merely found free and
+// released was taken by an outgoing connection's ephemeral port at times
+// ("bind: address already in use") when other processes were busy.
+func reserveAddr(t testing.TB) string {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
 }
 
 // startTimeout bounds a system's start (its store's election, the
@@ -196,7 +215,7 @@ func startSystem(t testing.TB, o options) *system {
 	writeFile(t, filepath.Join(dir, "tokens.csv"), []byte(tokens))
 
 	hc := apiserver.DefaultConfig()
-	hc.Addr, hc.CertFile, hc.KeyFile, hc.ClientCAFile = freeAddr(t), filepath.Join(dir, "srv.crt"), filepath.Join(dir, "srv.key"), caCert
+	hc.Addr, hc.CertFile, hc.KeyFile, hc.ClientCAFile = reserveAddr(t), filepath.Join(dir, "srv.crt"), filepath.Join(dir, "srv.key"), caCert
 	if o.https != nil {
 		o.https(&hc)
 	}
