@@ -16,6 +16,7 @@ import (
 	_ "github.com/podflow/podflow/proto/eventsv1"
 	_ "github.com/podflow/podflow/proto/storev1"
 	"github.com/podflow/podflow/proto/vt"
+	"github.com/podflow/podflow/proto/vt/vttest"
 )
 
 // podflowTypes returns every message type of podflow's proto packages.
@@ -33,53 +34,22 @@ func podflowTypes(t *testing.T) []protoreflect.MessageType {
 	return out
 }
 
-// fill sets every field of m (a oneof's one member, picked at random) to
-// random values, messages to depth 3, lists and maps to 0-3 entries.
-func fill(r *rand.Rand, m protoreflect.Message, depth int) {
-	fields := m.Descriptor().Fields()
-	for i := range fields.Len() {
-		fd := fields.Get(i)
-		if o := fd.ContainingOneof(); o != nil && !o.IsSynthetic() {
-			if o.Fields().Get(r.IntN(o.Fields().Len())) != fd {
-				continue
-			}
+// filler sets every field (a oneof's one member, picked at random; a
+// scalar left at its zero value one time in five) to random values, lists
+// and maps to 0-3 entries.
+var filler = vttest.Filler{
+	Scalar: scalar,
+	Keep: func(r *rand.Rand, _ protoreflect.Message, fd protoreflect.FieldDescriptor) bool {
+		if o := fd.ContainingOneof(); o != nil && !o.IsSynthetic() && o.Fields().Get(r.IntN(o.Fields().Len())) != fd {
+			return false
 		}
-		if fd.Message() != nil && depth == 0 {
-			continue
-		}
-		switch {
-		case fd.IsList():
-			l := m.Mutable(fd).List()
-			for range r.IntN(4) {
-				if fd.Message() != nil {
-					e := l.NewElement()
-					fill(r, e.Message(), depth-1)
-					l.Append(e)
-				} else {
-					l.Append(scalar(r, fd))
-				}
-			}
-		case fd.IsMap():
-			mp := m.Mutable(fd).Map()
-			for range r.IntN(4) {
-				k := scalar(r, fd.MapKey()).MapKey()
-				if fd.MapValue().Message() != nil {
-					v := mp.NewValue()
-					fill(r, v.Message(), depth-1)
-					mp.Set(k, v)
-				} else {
-					mp.Set(k, scalar(r, fd.MapValue()))
-				}
-			}
-		case fd.Message() != nil:
-			fill(r, m.Mutable(fd).Message(), depth-1)
-		default:
-			if r.IntN(5) > 0 { // some left at their zero value
-				m.Set(fd, scalar(r, fd))
-			}
-		}
-	}
+		return fd.Message() != nil || fd.IsList() || fd.IsMap() || r.IntN(5) > 0
+	},
+	Entries: func(r *rand.Rand) int { return r.IntN(4) },
 }
+
+// fill sets m's fields with filler, messages to depth.
+func fill(r *rand.Rand, m protoreflect.Message, depth int) { filler.Fill(r, m, depth) }
 
 func scalar(r *rand.Rand, fd protoreflect.FieldDescriptor) protoreflect.Value {
 	switch fd.Kind() {

@@ -18,6 +18,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	pf "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/vt/vttest"
 )
 
 // TestMessageToKubeMatchesProtojson holds the direct conversion to the
@@ -79,7 +80,7 @@ func forRandomMessages(t *testing.T, seed uint64, check func(*kind, proto.Messag
 	for _, k := range kinds {
 		for i := range 60 {
 			m := k.newProto()
-			fillMessage(r, m.ProtoReflect(), 0)
+			fillMessage(r, m.ProtoReflect())
 			if why := check(k, m); why != "" {
 				t.Fatalf("%s #%d: %s", k.kind, i, why)
 			}
@@ -144,61 +145,36 @@ func timestamp(secs int64, nanos int32) *timestamppb.Timestamp {
 	return &timestamppb.Timestamp{Seconds: secs, Nanos: nanos}
 }
 
-// fillMessage sets m's fields at random, to depth 6.
-func fillMessage(r *rand.Rand, m protoreflect.Message, depth int) {
-	md := m.Descriptor()
-	switch md.FullName() {
-	case timestampName:
-		f := md.Fields()
-		m.Set(f.ByName("seconds"), protoreflect.ValueOfInt64(r.Int64N(maxTimestampSeconds)))
-		nanos := []int32{0, 123_000_000, 123_456_000, 123_456_789, 1}[r.IntN(5)]
-		m.Set(f.ByName("nanos"), protoreflect.ValueOfInt32(nanos))
-		return
-	case "google.protobuf.Struct":
-		s, err := structpb.NewStruct(map[string]any{"f:spec": map[string]any{"f:x": map[string]any{}}, "n": 1.5, "big": 3e21, "l": []any{"a", true, nil, 7.0}})
-		if err != nil {
-			panic(err)
-		}
-		proto.Merge(m.Interface(), s)
-		return
-	}
-	fields := md.Fields()
-	for i := range fields.Len() {
-		fd := fields.Get(i)
-		if r.IntN(3) == 0 || (fd.Message() != nil && depth >= 6) {
-			continue
-		}
-		switch {
-		case fd.IsMap():
-			mp := m.Mutable(fd).Map()
-			for range 1 + r.IntN(2) {
-				k := randomScalar(r, fd.MapKey()).MapKey()
-				if fd.MapValue().Message() != nil {
-					v := mp.NewValue()
-					fillMessage(r, v.Message(), depth+1)
-					mp.Set(k, v)
-				} else {
-					mp.Set(k, randomScalar(r, fd.MapValue()))
-				}
+// kubeFiller sets a field with probability 2/3, lists and maps to 1-2
+// entries; timestamps within Kubernetes' range and Structs of managed
+// fields as a whole.
+var kubeFiller = vttest.Filler{
+	Scalar:  randomScalar,
+	Keep:    func(r *rand.Rand, _ protoreflect.Message, _ protoreflect.FieldDescriptor) bool { return r.IntN(3) != 0 },
+	Entries: func(r *rand.Rand) int { return 1 + r.IntN(2) },
+	Message: func(r *rand.Rand, m protoreflect.Message) bool {
+		md := m.Descriptor()
+		switch md.FullName() {
+		case timestampName:
+			f := md.Fields()
+			m.Set(f.ByName("seconds"), protoreflect.ValueOfInt64(r.Int64N(maxTimestampSeconds)))
+			nanos := []int32{0, 123_000_000, 123_456_000, 123_456_789, 1}[r.IntN(5)]
+			m.Set(f.ByName("nanos"), protoreflect.ValueOfInt32(nanos))
+			return true
+		case "google.protobuf.Struct":
+			s, err := structpb.NewStruct(map[string]any{"f:spec": map[string]any{"f:x": map[string]any{}}, "n": 1.5, "big": 3e21, "l": []any{"a", true, nil, 7.0}})
+			if err != nil {
+				panic(err)
 			}
-		case fd.IsList():
-			l := m.Mutable(fd).List()
-			for range 1 + r.IntN(2) {
-				if fd.Message() != nil {
-					v := l.NewElement()
-					fillMessage(r, v.Message(), depth+1)
-					l.Append(v)
-				} else {
-					l.Append(randomScalar(r, fd))
-				}
-			}
-		case fd.Message() != nil:
-			fillMessage(r, m.Mutable(fd).Message(), depth+1)
-		default:
-			m.Set(fd, randomScalar(r, fd))
+			proto.Merge(m.Interface(), s)
+			return true
 		}
-	}
+		return false
+	},
 }
+
+// fillMessage sets m's fields with kubeFiller, to depth 6.
+func fillMessage(r *rand.Rand, m protoreflect.Message) { kubeFiller.Fill(r, m, 6) }
 
 func randomScalar(r *rand.Rand, fd protoreflect.FieldDescriptor) protoreflect.Value {
 	words := []string{"", "a", "web-1", "Ünïcode ✓", `quote"and\back`, "1.5"}

@@ -12,6 +12,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
 	"github.com/podflow/podflow/proto/vt"
+	"github.com/podflow/podflow/proto/vt/vttest"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
@@ -24,49 +25,22 @@ import (
 var pruneWords = []string{podrules.PodScheduled, framework.ConditionDisruptionTarget, podrules.PodReady,
 	stage.AnnotationTraceparent, stage.AnnotationRequestID, "other", "", "sim-node-1", "é"}
 
-// randomFill sets m's fields at random (each with probability 3/4),
-// messages to depth, lists and maps to 0-2 entries.
-func randomFill(r *rand.Rand, m protoreflect.Message, depth int) {
-	fields := m.Descriptor().Fields()
-	for i := range fields.Len() {
-		fd := fields.Get(i)
-		if r.IntN(4) == 0 || (fd.Message() != nil && depth == 0) {
-			continue
+// podFiller sets a field with probability 3/4 (one member of a oneof at
+// most), lists and maps to 0-2 entries.
+var podFiller = vttest.Filler{
+	Scalar: randomScalar,
+	Keep: func(r *rand.Rand, m protoreflect.Message, fd protoreflect.FieldDescriptor) bool {
+		if r.IntN(4) == 0 {
+			return false
 		}
-		if o := fd.ContainingOneof(); o != nil && !o.IsSynthetic() && m.WhichOneof(o) != nil {
-			continue
-		}
-		switch {
-		case fd.IsList():
-			l := m.Mutable(fd).List()
-			for range r.IntN(3) {
-				if fd.Message() != nil {
-					e := l.NewElement()
-					randomFill(r, e.Message(), depth-1)
-					l.Append(e)
-				} else {
-					l.Append(randomScalar(r, fd))
-				}
-			}
-		case fd.IsMap():
-			mp := m.Mutable(fd).Map()
-			for range r.IntN(3) {
-				k := randomScalar(r, fd.MapKey()).MapKey()
-				if fd.MapValue().Message() != nil {
-					v := mp.NewValue()
-					randomFill(r, v.Message(), depth-1)
-					mp.Set(k, v)
-				} else {
-					mp.Set(k, randomScalar(r, fd.MapValue()))
-				}
-			}
-		case fd.Message() != nil:
-			randomFill(r, m.Mutable(fd).Message(), depth-1)
-		default:
-			m.Set(fd, randomScalar(r, fd))
-		}
-	}
+		o := fd.ContainingOneof()
+		return o == nil || o.IsSynthetic() || m.WhichOneof(o) == nil
+	},
+	Entries: func(r *rand.Rand) int { return r.IntN(3) },
 }
+
+// randomFill sets m's fields with podFiller, messages to depth.
+func randomFill(r *rand.Rand, m protoreflect.Message, depth int) { podFiller.Fill(r, m, depth) }
 
 func randomScalar(r *rand.Rand, fd protoreflect.FieldDescriptor) protoreflect.Value {
 	switch fd.Kind() {
