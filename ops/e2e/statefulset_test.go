@@ -190,17 +190,24 @@ func TestKubectlStatefulSet(t *testing.T) {
 
 	k.must("scale", "statefulset", "web", "--replicas=1")
 	pods(1)
-	mu.Lock()
-	seen := append([]watchedPod(nil), events...)
-	mu.Unlock()
+	// The list shows one pod before the watch (another stream) may have
+	// delivered the last deletion: wait for the watch to see both.
+	var seen []watchedPod
+	var deleted []string
+	eventually(t, 30*time.Second, "the watch to see the scale-down's deletions", func() (bool, string) {
+		mu.Lock()
+		seen = append([]watchedPod(nil), events...)
+		mu.Unlock()
+		deleted = deleted[:0]
+		for _, e := range seen {
+			if e.Type == "DELETED" {
+				deleted = append(deleted, e.Object.Metadata.Name)
+			}
+		}
+		return len(deleted) >= 2, strings.Join(deleted, ",")
+	})
 	for _, v := range orderViolations("web", seen) {
 		t.Error(v)
-	}
-	var deleted []string
-	for _, e := range seen {
-		if e.Type == "DELETED" {
-			deleted = append(deleted, e.Object.Metadata.Name)
-		}
 	}
 	if strings.Join(deleted, ",") != "web-2,web-1" {
 		t.Errorf("deleted %v, want web-2,web-1 (%d events)", deleted, len(seen))
