@@ -24,7 +24,7 @@ TEST_P ?= 2
 # podflow build on 2 cores at load 35-95 (docs/benchmarks.md).
 TEST_TIMEOUT ?= 25m
 
-.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-peer bench-scale bench-workload chaos chaos-partition chaos-hosts chaos-rollout chaos-job fuzz clean
+.PHONY: console-screenshots all build run httpserver sidecar-injector busybox test test-disk proto proto-check openapi openapi-check lint lint-docs lint-words tools deps-os bench bench-pipeline bench-peer bench-scale bench-workload chaos chaos-partition chaos-hosts chaos-rollout chaos-job fuzz clean
 
 all: build
 
@@ -154,7 +154,18 @@ lint: lint-docs lint-words
 ## go test's own vet pass would repeat a subset on each test package.
 TEST_ALONE := ./ops/e2e
 TEST_FIRST := ./nodeagent/linux ./services/apiserver ./raftstore ./services/pipeline ./nodeagent/linux/container ./services/stages/scheduler
-test: proto-check lint busybox
+## test-disk: the tests' embedded NATS servers reserve their streams'
+## limits (PODFLOW_EVENTS 1 GiB, two 256 MiB ones) against JetStream's
+## store limit, which is 75 % of the free space when unset: on a fuller disk
+## every such test fails with "insufficient storage resources". Say so first.
+TEST_MIN_FREE_GIB ?= 4
+test-disk:
+	@dir=$${TMPDIR:-/tmp}; free=$$(df -Pk "$$dir" | awk 'NR==2 {print $$4}'); \
+	if (( free < $(TEST_MIN_FREE_GIB) * 1024 * 1024 )); then \
+		echo "make test: $$((free / 1024)) MiB free in $$dir, $(TEST_MIN_FREE_GIB) GiB needed: each test's embedded JetStream server reserves 1.5 GiB of 75 % of it" >&2; exit 1; \
+	fi
+
+test: test-disk proto-check lint busybox
 	@set -o pipefail; log=$$(mktemp); alone=$$(mktemp); trap 'rm -f "$$log" "$$alone"' EXIT; \
 	$(GO) test -race -count=1 -vet=off -timeout $(TEST_TIMEOUT) $(TEST_ALONE) >"$$alone" 2>&1 & pid=$$!; \
 	pkgs=$$($(GO) list $(addprefix ./,$(addsuffix /...,$(MODULES))) | grep -vxF "$$($(GO) list $(TEST_ALONE))") || { kill $$pid; exit 1; }; \
