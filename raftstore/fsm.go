@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/podflow/podflow/proto/storev1"
+	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 )
@@ -457,7 +458,18 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s *fsmSnapshot) write(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
-	put := func(m proto.Message) error { _, err := protodelim.MarshalTo(bw, m); return err }
+	// One buffer for every record: a snapshot holds every key and the
+	// watch history, hundreds of thousands of records at scale, and an
+	// allocation each (protodelim.MarshalTo's) fed the collector.
+	var buf []byte
+	put := func(m proto.Message) error {
+		var err error
+		if buf, err = vt.AppendDelimited(buf[:0], m); err != nil {
+			return err
+		}
+		_, err = bw.Write(buf)
+		return err
+	}
 	if err := put(s.header); err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ func (s *memSink) Close() error  { return nil }
 
 var logIndex uint64
 
-func apply(t *testing.T, f *fsm, cmd *storev1.Command) *storev1.WriteResult {
+func apply(t testing.TB, f *fsm, cmd *storev1.Command) *storev1.WriteResult {
 	t.Helper()
 	data, err := proto.Marshal(cmd)
 	if err != nil {

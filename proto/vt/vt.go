@@ -29,7 +29,9 @@ package vt
 
 import (
 	"errors"
+	"slices"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -59,6 +61,47 @@ func Marshal(m proto.Message) ([]byte, error) {
 		return proto.Marshal(m) // not seen: vt's own output is well formed
 	}
 	return b, nil
+}
+
+// sizedMessage is what the marshal and size features add to a message
+// beside MarshalVT: encoding into a buffer the caller owns.
+type sizedMessage interface {
+	SizeVT() int
+	MarshalToSizedBufferVT([]byte) (int, error)
+}
+
+// AppendDelimited appends m to b as protodelim.MarshalTo writes it (its
+// size as a varint, then its encoding) and returns the extended buffer,
+// without allocating when b has room: for streams of many messages (a
+// store snapshot). It refuses what Marshal refuses.
+func AppendDelimited(b []byte, m proto.Message) ([]byte, error) {
+	v, ok := m.(sizedMessage)
+	if !ok {
+		return appendDelimitedProto(b, m)
+	}
+	orig, n := len(b), v.SizeVT()
+	b = protowire.AppendVarint(b, uint64(n))
+	start := len(b)
+	b = slices.Grow(b, n)[:start+n]
+	if _, err := v.MarshalToSizedBufferVT(b[start:]); err != nil {
+		return b[:orig], err
+	}
+	if err := check(b[start:], layoutOf(m.ProtoReflect().Descriptor()), 0); err != nil {
+		if errors.Is(err, ErrInvalidUTF8) {
+			return b[:orig], err
+		}
+		return appendDelimitedProto(b[:orig], m) // not seen: vt's own output is well formed
+	}
+	return b, nil
+}
+
+// appendDelimitedProto is AppendDelimited through package proto.
+func appendDelimitedProto(b []byte, m proto.Message) ([]byte, error) {
+	enc, err := proto.Marshal(m)
+	if err != nil {
+		return b, err
+	}
+	return append(protowire.AppendVarint(b, uint64(len(enc))), enc...), nil
 }
 
 // Unmarshal decodes b into m, replacing m's content, as proto.Unmarshal
