@@ -106,7 +106,8 @@ type Config struct {
 	MaxAppendEntries int
 	// SnapshotInterval and SnapshotThreshold: raft checks every interval
 	// whether more than threshold entries were appended since the last
-	// snapshot. TrailingLogs entries are kept after a snapshot so slow
+	// snapshot; SnapshotThreshold is the least, raised with the state's
+	// size (snapshotThreshold). TrailingLogs entries are kept after a snapshot so slow
 	// followers catch up from the log. SnapshotRetain snapshots are kept on
 	// disk.
 	SnapshotInterval  time.Duration

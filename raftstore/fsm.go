@@ -47,6 +47,9 @@ type fsm struct {
 	// liveSize and historySize are the bytes (keys and values) of the key
 	// space and of the history: what the quota is checked against.
 	liveSize, historySize int64
+	// appliedBytes and appliedEntries count the commands applied (log
+	// bytes): their mean sizes the snapshot threshold (snapshotThreshold).
+	appliedBytes, appliedEntries int64
 	// handed are the commands the leader decoded before proposing them.
 	handed handed
 	// enc opens values for ReadFilter and its State view (nil: stored as
@@ -113,6 +116,8 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		if l.Type != raft.LogCommand {
 			continue
 		}
+		f.appliedBytes += int64(len(l.Data))
+		f.appliedEntries++
 		cmd, ok := f.handed.take(l.Data)
 		if !ok {
 			cmd = &storev1.Command{}

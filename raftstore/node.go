@@ -219,6 +219,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		n.mu.Unlock()
 	}
 	n.goFunc(n.leadership)
+	n.goFunc(n.paceSnapshots)
 
 	if n.cfg.Join && !existing {
 		if err := n.join(ctx); err != nil {
@@ -926,6 +927,10 @@ type Status struct {
 	SizeBytes, QuotaBytes int64
 	// Alarms are the raised alarms: AlarmNoSpace.
 	Alarms []string
+	// SnapshotThreshold is the log entries after which this replica
+	// snapshots now: Config.SnapshotThreshold or more, paced by the
+	// state's size (snapshotThreshold).
+	SnapshotThreshold uint64
 	// ContentHash is a hash of every key, value and revision at
 	// ContentHashRevision, filled only by Client.StatusWithHash.
 	ContentHash         uint64
@@ -960,6 +965,7 @@ func (n *Node) Stats() Status {
 	}
 	st := n.raft.Stats()
 	u := func(k string) uint64 { v, _ := strconv.ParseUint(st[k], 10, 64); return v }
+	s.SnapshotThreshold = n.raft.ReloadableConfig().SnapshotThreshold
 	s.State = n.raft.State().String()
 	s.Term = n.raft.CurrentTerm()
 	s.CommitIndex = n.raft.CommitIndex()

@@ -178,7 +178,7 @@ func storeRunCmd(conn *storeConnFlags) *cobra.Command {
 	f.Int64Var(&cfg.HistoryRevisions, "history-revisions", cfg.HistoryRevisions, "revisions of change history kept for watches")
 	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "raft heartbeat timeout")
 	f.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "raft election timeout")
-	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between snapshots")
+	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between snapshots, at least: a replica raises it with its state's size (docs/store.md)")
 	f.StringVar(&logLevel, "log-level", "warn", "raft log level (trace, debug, info, warn, error)")
 	_ = cmd.MarkFlagRequired("id")
 	_ = cmd.MarkFlagRequired("data-dir")
