@@ -160,10 +160,11 @@ func TestGenericEncode(t *testing.T) {
 // resource's) has no Go type: it converts through
 // *unstructured.Unstructured, and its fields are kept as written.
 func TestGenericWithoutGoType(t *testing.T) {
-	if _, err := objects.Register(objects.GenericKind{Group: "manifest.test.io", Version: "v1", Kind: "Widget", Resource: "widgets",
+	if _, err := objects.Replace(objects.GenericKind{Group: "manifest.test.io", Version: "v1", Kind: "Widget", Resource: "widgets",
 		Namespaced: true, Prefix: "/registry/manifest.test.io/widgets/"}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { objects.Unregister("manifest.test.io", "Widget") })
 	o := decodeOne(t, []byte("apiVersion: manifest.test.io/v1\nkind: Widget\nmetadata: {name: w, namespace: ns}\nspec: {size: 3, color: blue}\n"))
 	u := o.Message.(*pf.Unstructured)
 	if string(u.GetContent()) != `{"spec":{"color":"blue","size":3}}` {
