@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -62,9 +63,10 @@ type Config struct {
 	// Default 5s.
 	MonitorPeriod time.Duration
 	// Leases, when set, gives the renewTime of node's Lease (false:
-	// none); nil reads the Leases of NodeLeaseNamespace from the store at
-	// every pass. A renewal counts as a sign of life as a status
-	// heartbeat does.
+	// none); nil follows the Leases of NodeLeaseNamespace with an
+	// informer (kube's leaseLister) and reads a node's Lease from the
+	// store only before writing the node. A renewal counts as a sign of
+	// life as a status heartbeat does.
 	Leases func(node string) (time.Time, bool)
 	// Election: the replicas elect one leader over a Lease in kube-system
 	// (kube-controller-manager's --leader-elect); only the leader passes,
@@ -110,10 +112,12 @@ type Controller struct {
 	cfg      Config
 	nodes    *informer.Informer[*corev1.Node]
 	pods     *informer.Informer[*corev1.Pod]
+	leaseInf *informer.Informer[*corev1.Unstructured] // nil with Config.Leases
+	renewals renewals                                 // of leaseInf's Leases
 	nodeRec  *events.Recorder
 	evictRec *events.Recorder
 	now      func() time.Time
-	leases   func(node string) (time.Time, bool) // of this pass
+	leases   leaseFunc // cfg.Leases, or renewals.get
 	elector  *controller.Elector
 	passed   func(start, end time.Time) // tests: each pass made
 }
@@ -147,10 +151,73 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{env: env, cfg: cfg, nodes: nodes, pods: pods, now: time.Now, elector: el,
+	c := &Controller{env: env, cfg: cfg, nodes: nodes, pods: pods, now: time.Now, elector: el,
 		nodeRec:  &events.Recorder{Store: env.Store, Component: "node-controller", Instance: env.Replica},
 		evictRec: &events.Recorder{Store: env.Store, Component: "taint-eviction-controller", Instance: env.Replica},
-	}, nil
+	}
+	c.leases = cfg.Leases
+	if cfg.Leases == nil {
+		c.leases = c.renewals.get
+		// kube's leaseLister, of kube-node-lease alone: each renewal is
+		// parsed once, as it comes, into renewals, which a pass reads.
+		c.renewals.m = map[string]time.Time{}
+		c.leaseInf, err = informer.NewKind(env.Store, objects.Leases, NodeLeaseNamespace, informer.Handlers[*corev1.Unstructured]{
+			OnAdd:    c.renewals.set,
+			OnUpdate: func(_, l *corev1.Unstructured) { c.renewals.set(l) },
+			OnDelete: c.renewals.remove,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// renewals holds the renewTime of every node Lease the Lease informer
+// holds, by node: parsed once per renewal, read by every pass.
+type renewals struct {
+	mu sync.RWMutex
+	m  map[string]time.Time
+}
+
+func (r *renewals) set(l *corev1.Unstructured) {
+	name := l.GetMetadata().GetName()
+	t, ok := renewTime(l)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok {
+		r.m[name] = t
+	} else {
+		delete(r.m, name)
+	}
+}
+
+func (r *renewals) remove(l *corev1.Unstructured) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, l.GetMetadata().GetName())
+}
+
+func (r *renewals) get(node string) (time.Time, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.m[node]
+	return t, ok
+}
+
+// renewTime is a Lease's spec.renewTime; false when it has none, or one
+// that does not parse.
+func renewTime(l *corev1.Unstructured) (time.Time, bool) {
+	var spec struct {
+		Spec struct {
+			RenewTime string `json:"renewTime"`
+		} `json:"spec"`
+	}
+	if json.Unmarshal(l.GetContent(), &spec) != nil {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, spec.Spec.RenewTime)
+	return t, err == nil
 }
 
 // Start syncs the informers, campaigns for the Lease and, while this
@@ -160,6 +227,9 @@ func (c *Controller) Start(ctx context.Context, g *errgroup.Group) error {
 	var infs informer.Group
 	infs.Add(c.nodes)
 	infs.Add(c.pods)
+	if c.leaseInf != nil {
+		infs.Add(c.leaseInf)
+	}
 	if err := infs.Start(ctx, g); err != nil {
 		return err
 	}
@@ -207,44 +277,27 @@ func (c *Controller) Leading() bool {
 // NodeLeaseNamespace holds the nodes' Leases (kubelet's nodelease).
 const NodeLeaseNamespace = "kube-node-lease"
 
-// storeLeases reads the renewTime of every node Lease in
-// NodeLeaseNamespace (node → time); a Lease it cannot read is left out.
-func (c *Controller) storeLeases(ctx context.Context) map[string]time.Time {
-	kvs, _, err := c.env.Store.KV().List(ctx, objects.Leases.Prefix(NodeLeaseNamespace))
+// freshLease reads node's Lease from the store: its renewTime, false
+// when it has none.
+func (c *Controller) freshLease(ctx context.Context, node string) (time.Time, bool, error) {
+	obj, err := c.env.Store.GetKind(ctx, objects.Leases, NodeLeaseNamespace, node)
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return time.Time{}, false, nil
+	}
 	if err != nil {
-		c.env.Log.Warn("list node leases", "err", err)
-		return nil
+		return time.Time{}, false, fmt.Errorf("node %q: read its lease: %w", node, err)
 	}
-	out := map[string]time.Time{}
-	for _, kv := range kvs {
-		l, ok := objects.Leases.New().(*corev1.Unstructured)
-		if !ok || objects.Decode(kv, l) != nil {
-			continue
-		}
-		var spec struct {
-			Spec struct {
-				RenewTime string `json:"renewTime"`
-			} `json:"spec"`
-		}
-		if json.Unmarshal(l.GetContent(), &spec) != nil {
-			continue
-		}
-		if t, err := time.Parse(time.RFC3339Nano, spec.Spec.RenewTime); err == nil {
-			out[l.GetMetadata().GetName()] = t
-		}
+	l, ok := obj.(*corev1.Unstructured)
+	if !ok {
+		return time.Time{}, false, nil
 	}
-	return out
+	t, ok := renewTime(l)
+	return t, ok, nil
 }
 
 // Pass is one pass over every node: health, taints, pods marked, evictions.
 func (c *Controller) Pass(ctx context.Context) error {
 	now := c.now()
-	if c.cfg.Leases == nil {
-		leases := c.storeLeases(ctx)
-		c.leases = func(node string) (time.Time, bool) { t, ok := leases[node]; return t, ok }
-	} else {
-		c.leases = c.cfg.Leases
-	}
 	byNode := map[string][]*corev1.Pod{}
 	for _, p := range c.pods.List("") {
 		if n := p.GetSpec().GetNodeName(); n != "" {
@@ -267,15 +320,18 @@ func (c *Controller) Pass(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// leaseFunc gives the renewTime of node's Lease; false: it has none.
+type leaseFunc func(node string) (time.Time, bool)
+
 // lastSeen is the node's last sign of life: its Ready heartbeat or its
 // Lease's renewal, whichever is later (zero: never).
-func (c *Controller) lastSeen(n *corev1.Node) time.Time {
+func lastSeen(n *corev1.Node, leases leaseFunc) time.Time {
 	var t time.Time
 	if hb := podrules.NodeCondition(n, "Ready").GetLastHeartbeatTime(); hb != nil {
 		t = hb.AsTime()
 	}
-	if c.leases != nil {
-		if r, ok := c.leases(n.GetMetadata().GetName()); ok && r.After(t) {
+	if leases != nil {
+		if r, ok := leases(n.GetMetadata().GetName()); ok && r.After(t) {
 			t = r
 		}
 	}
@@ -288,17 +344,28 @@ func (c *Controller) lastSeen(n *corev1.Node) time.Time {
 // monitor marks a silent node's conditions Unknown and reconciles its
 // taints with its Ready condition, with compare-and-swap on a fresh read;
 // it returns the node as stored. As kube's tryUpdateNodeHealth, it
-// decides on the informer's copy first: a node that needs nothing (a
-// live node with its taints right, the usual case) is not read again.
+// decides on the informers' copies of the node and its Lease first: a
+// node that needs nothing (a live node with its taints right, the usual
+// case) is not read again, nor is its Lease. One that seems to need a
+// write is decided again on fresh reads of both, so that a renewal the
+// Lease informer has not seen yet never marks a live node Unknown.
 func (c *Controller) monitor(ctx context.Context, n *corev1.Node, now time.Time) (*corev1.Node, error) {
 	name := n.GetMetadata().GetName()
-	if _, changed := c.health(n.CloneVT(), now); !changed {
+	if _, changed := c.health(n.CloneVT(), now, c.leases); !changed {
 		return n, nil
+	}
+	leases := c.leases
+	if c.leaseInf != nil {
+		t, ok, err := c.freshLease(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		leases = func(string) (time.Time, bool) { return t, ok }
 	}
 	var wentUnknown bool
 	out, err := objects.Mutate(ctx, c.env.Store, "", name, func(n *corev1.Node) error {
 		var changed bool
-		wentUnknown, changed = c.health(n, now)
+		wentUnknown, changed = c.health(n, now, leases)
 		if !changed {
 			return objects.ErrNoChange
 		}
@@ -313,16 +380,16 @@ func (c *Controller) monitor(ctx context.Context, n *corev1.Node, now time.Time)
 	if wentUnknown {
 		ref := &corev1.ObjectReference{Kind: "Node", Name: name, Uid: out.GetMetadata().GetUid()}
 		_ = c.nodeRec.Record(ctx, ref, podrules.EventNormal, "NodeNotReady", fmt.Sprintf("Node %s status is now: NodeNotReady", name), "")
-		c.env.Log.Info("node stopped posting status", "node", name, "lastSeen", c.lastSeen(n))
+		c.env.Log.Info("node stopped posting status", "node", name, "lastSeen", lastSeen(n, leases))
 	}
 	return out, nil
 }
 
 // health marks n's conditions Unknown when it is silent past the grace
-// period and reconciles its taints; it reports whether Ready went
-// Unknown, and whether n changed.
-func (c *Controller) health(n *corev1.Node, now time.Time) (wentUnknown, changed bool) {
-	if now.Sub(c.lastSeen(n)) > c.cfg.GracePeriod {
+// period (its heartbeat and its Lease in leases) and reconciles its
+// taints; it reports whether Ready went Unknown, and whether n changed.
+func (c *Controller) health(n *corev1.Node, now time.Time, leases leaseFunc) (wentUnknown, changed bool) {
+	if now.Sub(lastSeen(n, leases)) > c.cfg.GracePeriod {
 		wentUnknown, changed = MarkUnknown(n, now)
 	}
 	if ReconcileTaints(n, now) {

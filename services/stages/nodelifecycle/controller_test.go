@@ -271,21 +271,34 @@ func TestEvictionTime(t *testing.T) {
 	}
 }
 
-// getCountingKV counts a real store's Gets by key.
-type getCountingKV struct {
+// countingKV counts a real store's Gets by key and Lists by prefix.
+type countingKV struct {
 	objects.KV
-	mu   sync.Mutex
-	gets map[string]int
+	mu    sync.Mutex
+	gets  map[string]int
+	lists map[string]int
 }
 
-func (c *getCountingKV) Get(ctx context.Context, key string, opts ...raftstore.ReadOption) (*raftstore.KV, error) {
+func newCountingKV(kv objects.KV) *countingKV {
+	return &countingKV{KV: kv, gets: map[string]int{}, lists: map[string]int{}}
+}
+
+func (c *countingKV) Get(ctx context.Context, key string, opts ...raftstore.ReadOption) (*raftstore.KV, error) {
 	c.mu.Lock()
 	c.gets[key]++
 	c.mu.Unlock()
 	return c.KV.Get(ctx, key, opts...)
 }
 
-func (c *getCountingKV) take(key string) int {
+func (c *countingKV) List(ctx context.Context, prefix string, opts ...raftstore.ReadOption) ([]*raftstore.KV, int64, error) {
+	c.mu.Lock()
+	c.lists[prefix]++
+	c.mu.Unlock()
+	return c.KV.List(ctx, prefix, opts...)
+}
+
+// take returns the Gets of key since the last take of it.
+func (c *countingKV) take(key string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.gets[key]
@@ -293,16 +306,55 @@ func (c *getCountingKV) take(key string) int {
 	return n
 }
 
+// takeLists returns the Lists of prefix since the last takeLists of it.
+func (c *countingKV) takeLists(prefix string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.lists[prefix]
+	delete(c.lists, prefix)
+	return n
+}
+
+// nodeLease is node's Lease in kube-node-lease renewed at renewed, as
+// the node agents write it (ops/processes/nodewire).
+func nodeLease(node string, renewed time.Time) *corev1.Unstructured {
+	lease := objects.Leases.New().(*corev1.Unstructured)
+	lease.Metadata = &corev1.ObjectMeta{Name: node, Namespace: NodeLeaseNamespace, Uid: "lease-" + node, CreationTimestamp: timestamppb.New(renewed)}
+	lease.Content = []byte(`{"spec":{"holderIdentity":"` + node + `","leaseDurationSeconds":40,"renewTime":"` +
+		renewed.UTC().Format("2006-01-02T15:04:05.000000Z07:00") + `"}}`)
+	return lease
+}
+
+// renewLease renews node's Lease at renewed in the store, as its agent
+// does, and returns the revision written.
+func renewLease(ctx context.Context, t *testing.T, st *objects.Store, node string, renewed time.Time) int64 {
+	t.Helper()
+	obj, err := st.GetKind(ctx, objects.Leases, NodeLeaseNamespace, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := obj.(*corev1.Unstructured)
+	l.Content = nodeLease(node, renewed).Content
+	rev, err := st.Update(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
 // TestLeaseKeepsANodeAlive: a node whose status has not changed for five
 // minutes (kubelet's nodeStatusReportFrequency) but whose Lease in
 // kube-node-lease its agent renewed is alive (kubelet writes its status
 // only on a change or every 5 minutes, and renews its Lease every 10 s);
-// once the Lease too is older than the grace period, it goes Unknown. As
-// kube's tryUpdateNodeHealth, a pass decides on the informer's copy: a
-// live node is not read from the store.
+// a renewal keeps it alive for another grace period; once the Lease too
+// is older than the grace period, it goes Unknown. As kube's
+// tryUpdateNodeHealth with its leaseLister, a pass decides on the
+// informers' copies: it lists no Lease, and reads neither a live node nor
+// its Lease from the store; only a node about to be written is read, with
+// its Lease.
 func TestLeaseKeepsANodeAlive(t *testing.T) {
 	cl := raftstoretest.MakeCluster(t, 1)
-	kv := &getCountingKV{KV: objects.RaftKV(cl.Client(t)), gets: map[string]int{}}
+	kv := newCountingKV(objects.RaftKV(cl.Client(t)))
 	st := objects.FromKV(kv)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -310,10 +362,7 @@ func TestLeaseKeepsANodeAlive(t *testing.T) {
 	if _, err := st.Create(ctx, node("quiet", t0.Add(-5*time.Minute))); err != nil {
 		t.Fatal(err)
 	}
-	lease := objects.Leases.New().(*corev1.Unstructured)
-	lease.Metadata = &corev1.ObjectMeta{Name: "quiet", Namespace: NodeLeaseNamespace, Uid: "l1", CreationTimestamp: timestamppb.New(t0)}
-	lease.Content = []byte(`{"spec":{"holderIdentity":"quiet","leaseDurationSeconds":40,"renewTime":"` + t0.UTC().Format("2006-01-02T15:04:05.000000Z07:00") + `"}}`)
-	if _, err := st.Create(ctx, lease); err != nil {
+	if _, err := st.Create(ctx, nodeLease("quiet", t0)); err != nil {
 		t.Fatal(err)
 	}
 	c, err := New(stage.Env{Store: st, Pub: &stagetest.Publisher{}, Stage: "nodelifecycle", Replica: "t"}, DefaultConfig())
@@ -340,14 +389,91 @@ func TestLeaseKeepsANodeAlive(t *testing.T) {
 		return podrules.NodeCondition(n, "Ready").GetStatus()
 	}
 	key := objects.Nodes.Key("", "quiet")
+	leaseKey := objects.Leases.Key(NodeLeaseNamespace, "quiet")
+	leases := objects.Leases.Prefix(NodeLeaseNamespace)
+	reads := func(what string, wantNode, wantLease int) {
+		t.Helper()
+		if got := kv.take(key) - 1; got != wantNode { // less the test's own read
+			t.Errorf("%s: the pass read the node %d times, want %d", what, got, wantNode)
+		}
+		if got := kv.take(leaseKey); got != wantLease {
+			t.Errorf("%s: the pass read the node's Lease %d times, want %d", what, got, wantLease)
+		}
+		if got := kv.takeLists(leases); got != 0 {
+			t.Errorf("%s: the pass listed the node Leases %d times, want 0", what, got)
+		}
+	}
 	kv.take(key)
+	kv.take(leaseKey)
+	kv.takeLists(leases)
 	if got := ready(time.Second); got != "True" {
 		t.Fatalf("a node with a fresh Lease is %s", got)
 	}
-	if got := kv.take(key); got != 1 { // the test's own read
-		t.Errorf("a pass over a live node read it %d times, want 0", got-1)
+	reads("a live node", 0, 0)
+
+	// Its agent renews the Lease at 30 s: alive at 60 s, 60 s after the
+	// first renewal.
+	rev := renewLease(ctx, t, st, "quiet", t0.Add(30*time.Second))
+	kv.take(leaseKey)
+	raftstoretest.WaitFor(t, 10*time.Second, "the Lease informer to see the renewal", func() bool { return c.leaseInf.Revision() >= rev })
+	if got := ready(60 * time.Second); got != "True" {
+		t.Fatalf("a node whose Lease was renewed 30 s ago is %s", got)
 	}
-	if got := ready(41 * time.Second); got != "Unknown" {
+	reads("a renewed node", 0, 0)
+
+	if got := ready(71 * time.Second); got != "Unknown" {
 		t.Fatalf("a node whose Lease is 41 s old is %s", got)
+	}
+	reads("a node gone silent", 1, 1)
+}
+
+// TestLeaseReadFreshBeforeWriting: a pass whose Lease informer is behind
+// (here, it still holds a renewal older than the grace period) reads the
+// node's Lease from the store before marking it Unknown, and leaves a
+// node whose fresh Lease is renewed untouched, as kube decides on the
+// lister and writes on a fresh read.
+func TestLeaseReadFreshBeforeWriting(t *testing.T) {
+	cl := raftstoretest.MakeCluster(t, 1)
+	st := objects.New(cl.Client(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	nodeRev, err := st.Create(ctx, node("busy", t0.Add(-5*time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, nodeLease("busy", t0)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(stage.Env{Store: st, Pub: &stagetest.Publisher{}, Stage: "nodelifecycle", Replica: "t"}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(runCtx)
+	if err := c.Start(gctx, g); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stop(); _ = g.Wait() }()
+	// The informer holds the renewal at t0; the store gets one at t0+50s
+	// that the informer is made not to have seen.
+	renewLease(ctx, t, st, "busy", t0.Add(50*time.Second))
+	raftstoretest.WaitFor(t, 10*time.Second, "the Lease informer to see the renewal", func() bool {
+		got, _ := c.renewals.get("busy")
+		return got.After(t0)
+	})
+	c.renewals.mu.Lock()
+	c.renewals.m["busy"] = t0
+	c.renewals.mu.Unlock()
+	c.now = func() time.Time { return t0.Add(60 * time.Second) }
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, err := objects.Get[*corev1.Node](ctx, st, "", "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := podrules.NodeCondition(n, "Ready").GetStatus(); got != "True" || objects.Revision(n) != nodeRev {
+		t.Fatalf("a node whose Lease the store has renewed 10 s ago is %s (revision %d, was %d)", got, objects.Revision(n), nodeRev)
 	}
 }

@@ -46,8 +46,11 @@
 // idempotent, each write a compare-and-swap, so a pass cut short by a
 // lost Lease leaves nothing half done that the next leader cannot finish.
 //
-// It does I/O: informers of the nodes and the pods, the Lease,
-// compare-and-swap writes, deletion requests on the bus.
+// It does I/O: informers of the nodes, the pods and the node Leases
+// (kube-node-lease alone), the election's Lease, compare-and-swap writes,
+// deletion requests on the bus. As kube's tryUpdateNodeHealth, a pass
+// decides on the informers' copies and reads a node and its Lease from
+// the store only when the node is to be written.
 //
 // The caller (the nodelifecycle controller stage, pipeline.NodeLifecycle,
 // with its own identity: it writes Nodes, Pods, Events and its Lease, and publishes
