@@ -1,6 +1,7 @@
 package nodelifecycle
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -106,6 +107,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// podsByNode is the pod informer's index of pods by spec.nodeName.
+const podsByNode = "node"
+
 // Controller is the node lifecycle and taint eviction controller.
 type Controller struct {
 	env      stage.Env
@@ -146,9 +150,20 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Of a pod's spec the controller reads its node and tolerations only.
-	pods, err := controller.NewPodSpecInformer(env.Store, informer.Handlers[*corev1.Pod]{}, "node_name", "tolerations")
+	// Of a pod the controller reads its identity, node, tolerations and
+	// Ready condition only (podCutter).
+	pods, err := informer.NewDecoding(env.Store, "", informer.Handlers[*corev1.Pod]{}, newPodCutter().decode)
 	if err != nil {
+		return nil, err
+	}
+	// A pass looks only at the pods of nodes not Ready or tainted
+	// NoExecute, by node.
+	if err := pods.AddIndex(podsByNode, func(p *corev1.Pod) []string {
+		if n := p.GetSpec().GetNodeName(); n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	c := &Controller{env: env, cfg: cfg, nodes: nodes, pods: pods, now: time.Now, elector: el,
@@ -298,12 +313,6 @@ func (c *Controller) freshLease(ctx context.Context, node string) (time.Time, bo
 // Pass is one pass over every node: health, taints, pods marked, evictions.
 func (c *Controller) Pass(ctx context.Context) error {
 	now := c.now()
-	byNode := map[string][]*corev1.Pod{}
-	for _, p := range c.pods.List("") {
-		if n := p.GetSpec().GetNodeName(); n != "" {
-			byNode[n] = append(byNode[n], p)
-		}
-	}
 	var errs []error
 	for _, n := range c.nodes.List("") {
 		node, err := c.monitor(ctx, n, now)
@@ -311,8 +320,16 @@ func (c *Controller) Pass(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		pods := byNode[node.GetMetadata().GetName()]
-		if podrules.NodeCondition(node, "Ready").GetStatus() != podrules.ConditionTrue {
+		notReady := podrules.NodeCondition(node, "Ready").GetStatus() != podrules.ConditionTrue
+		if !notReady && !slices.ContainsFunc(node.GetSpec().GetTaints(), func(t *corev1.Taint) bool { return t.GetEffect() == EffectNoExecute }) {
+			continue // a Ready node without NoExecute taints: nothing to do for its pods
+		}
+		pods := c.pods.ByIndex(podsByNode, node.GetMetadata().GetName())
+		slices.SortFunc(pods, func(a, b *corev1.Pod) int {
+			return cmp.Or(cmp.Compare(a.GetMetadata().GetNamespace(), b.GetMetadata().GetNamespace()),
+				cmp.Compare(a.GetMetadata().GetName(), b.GetMetadata().GetName()))
+		})
+		if notReady {
 			errs = append(errs, c.markPodsNotReady(ctx, node, pods))
 		}
 		errs = append(errs, c.evict(ctx, node, pods, now))
@@ -351,7 +368,7 @@ func lastSeen(n *corev1.Node, leases leaseFunc) time.Time {
 // Lease informer has not seen yet never marks a live node Unknown.
 func (c *Controller) monitor(ctx context.Context, n *corev1.Node, now time.Time) (*corev1.Node, error) {
 	name := n.GetMetadata().GetName()
-	if _, changed := c.health(n.CloneVT(), now, c.leases); !changed {
+	if !c.needsWrite(n, now, c.leases) {
 		return n, nil
 	}
 	leases := c.leases
@@ -398,6 +415,38 @@ func (c *Controller) health(n *corev1.Node, now time.Time, leases leaseFunc) (we
 	return wentUnknown, changed
 }
 
+// needsWrite reports whether health would change n, without changing
+// it (n is the informer's, shared): a node silent past the grace period
+// with a monitored condition not Unknown yet, or managed taints that
+// are not WantedTaints of its Ready condition (Unknown, when silent).
+func (c *Controller) needsWrite(n *corev1.Node, now time.Time, leases leaseFunc) bool {
+	ready := podrules.NodeCondition(n, "Ready").GetStatus()
+	if now.Sub(lastSeen(n, leases)) > c.cfg.GracePeriod {
+		for _, typ := range monitoredConditions {
+			if podrules.NodeCondition(n, typ).GetStatus() != podrules.ConditionUnknown {
+				return true
+			}
+		}
+		ready = podrules.ConditionUnknown
+	}
+	want := wantedTaints(ready)
+	for _, t := range n.GetSpec().GetTaints() {
+		if !managed(t) {
+			continue
+		}
+		if !slices.ContainsFunc(want, func(w *corev1.Taint) bool { return sameTaint(w, t) }) {
+			return true
+		}
+	}
+	// Every managed taint is wanted; is every wanted one there?
+	for _, w := range want {
+		if !slices.ContainsFunc(n.GetSpec().GetTaints(), func(t *corev1.Taint) bool { return sameTaint(w, t) }) {
+			return true
+		}
+	}
+	return false
+}
+
 // MarkUnknown sets the node's monitored conditions to Unknown, as the node
 // lifecycle controller does for a node silent past the grace period; it
 // reports whether Ready went from known to Unknown, and whether anything
@@ -430,8 +479,14 @@ func MarkUnknown(n *corev1.Node, now time.Time) (wentUnknown, changed bool) {
 // for False, unreachable for Unknown, each NoExecute and NoSchedule;
 // none for True.
 func WantedTaints(n *corev1.Node) []*corev1.Taint {
+	return wantedTaints(podrules.NodeCondition(n, "Ready").GetStatus())
+}
+
+// wantedTaints are the taints a Ready condition of status ready calls
+// for (WantedTaints).
+func wantedTaints(ready string) []*corev1.Taint {
 	var key string
-	switch podrules.NodeCondition(n, "Ready").GetStatus() {
+	switch ready {
 	case podrules.ConditionFalse:
 		key = TaintNodeNotReady
 	case podrules.ConditionUnknown:
@@ -449,6 +504,11 @@ func managed(t *corev1.Taint) bool {
 		(t.GetEffect() == EffectNoExecute || t.GetEffect() == EffectNoSchedule)
 }
 
+// sameTaint reports whether a and b are one taint: key and effect.
+func sameTaint(a, b *corev1.Taint) bool {
+	return a.GetKey() == b.GetKey() && a.GetEffect() == b.GetEffect()
+}
+
 // ReconcileTaints makes the node's managed taints WantedTaints: a taint
 // kept keeps its timeAdded, one added gets now. It reports a change.
 func ReconcileTaints(n *corev1.Node, now time.Time) bool {
@@ -456,18 +516,17 @@ func ReconcileTaints(n *corev1.Node, now time.Time) bool {
 	if n.Spec == nil {
 		n.Spec = &corev1.NodeSpec{}
 	}
-	same := func(a, b *corev1.Taint) bool { return a.GetKey() == b.GetKey() && a.GetEffect() == b.GetEffect() }
 	changed := false
 	kept := n.Spec.Taints[:0:0]
 	for _, t := range n.Spec.Taints {
-		if managed(t) && !slices.ContainsFunc(want, func(w *corev1.Taint) bool { return same(w, t) }) {
+		if managed(t) && !slices.ContainsFunc(want, func(w *corev1.Taint) bool { return sameTaint(w, t) }) {
 			changed = true
 			continue
 		}
 		kept = append(kept, t)
 	}
 	for _, w := range want {
-		if !slices.ContainsFunc(kept, func(t *corev1.Taint) bool { return same(w, t) }) {
+		if !slices.ContainsFunc(kept, func(t *corev1.Taint) bool { return sameTaint(w, t) }) {
 			w.TimeAdded = timestamppb.New(now)
 			kept = append(kept, w)
 			changed = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -475,5 +476,62 @@ func TestLeaseReadFreshBeforeWriting(t *testing.T) {
 	}
 	if got := podrules.NodeCondition(n, "Ready").GetStatus(); got != "True" || objects.Revision(n) != nodeRev {
 		t.Fatalf("a node whose Lease the store has renewed 10 s ago is %s (revision %d, was %d)", got, objects.Revision(n), nodeRev)
+	}
+}
+
+// TestNeedsWriteIsHealthChanged: needsWrite, which decides on the
+// informer's node without copying it, says a write is needed exactly when
+// health changes a copy — on random nodes: each monitored condition
+// True, False, Unknown or missing, heartbeats and Lease renewals fresh
+// or past the grace period, managed taints of either key and effect
+// (twice, sometimes) beside the node's own.
+func TestNeedsWriteIsHealthChanged(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 3))
+	c := &Controller{cfg: DefaultConfig()}
+	now := time.Unix(10_000, 0)
+	statuses := []string{podrules.ConditionTrue, podrules.ConditionFalse, podrules.ConditionUnknown, ""}
+	ages := []time.Duration{time.Second, 39 * time.Second, 41 * time.Second, time.Hour}
+	taints := []*corev1.Taint{
+		{Key: TaintNodeNotReady, Effect: EffectNoExecute}, {Key: TaintNodeNotReady, Effect: EffectNoSchedule},
+		{Key: TaintNodeUnreachable, Effect: EffectNoExecute}, {Key: TaintNodeUnreachable, Effect: EffectNoSchedule},
+		{Key: TaintNodeUnreachable, Effect: "PreferNoSchedule"}, {Key: "dedicated", Value: "ml", Effect: EffectNoExecute},
+	}
+	writes := 0
+	for i := range 5000 {
+		n := &corev1.Node{Metadata: &corev1.ObjectMeta{Name: "n", CreationTimestamp: timestamppb.New(now.Add(-time.Hour))},
+			Spec: &corev1.NodeSpec{}, Status: &corev1.NodeStatus{}}
+		if r.IntN(10) == 0 {
+			n.Spec, n.Status = nil, nil
+		}
+		for _, typ := range monitoredConditions {
+			st := statuses[r.IntN(len(statuses))]
+			if st == "" || n.Status == nil {
+				continue
+			}
+			n.Status.Conditions = append(n.Status.Conditions, &corev1.NodeCondition{Type: typ, Status: st,
+				LastHeartbeatTime: timestamppb.New(now.Add(-ages[r.IntN(len(ages))]))})
+		}
+		for range r.IntN(4) {
+			if n.Spec != nil {
+				n.Spec.Taints = append(n.Spec.Taints, taints[r.IntN(len(taints))].CloneVT())
+			}
+		}
+		renewed, leased := now.Add(-ages[r.IntN(len(ages))]), r.IntN(2) == 0
+		leases := func(string) (time.Time, bool) { return renewed, leased }
+		before := n.CloneVT()
+		need := c.needsWrite(n, now, leases)
+		if !proto.Equal(n, before) {
+			t.Fatalf("node %d: needsWrite changed the node", i)
+		}
+		_, changed := c.health(n.CloneVT(), now, leases)
+		if need != changed {
+			t.Fatalf("node %d: needsWrite %v, health changed %v: %v (lease %v %v)", i, need, changed, n, renewed, leased)
+		}
+		if need {
+			writes++
+		}
+	}
+	if writes < 300 || writes > 4700 {
+		t.Fatalf("%d of 5000 random nodes needed a write: the test does not exercise both answers", writes)
 	}
 }
