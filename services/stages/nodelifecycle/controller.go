@@ -146,7 +146,8 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nodelifecycle: %w", err)
 	}
-	nodes, err := informer.New[*corev1.Node](env.Store, "", informer.Handlers[*corev1.Node]{})
+	// Of a node it reads its identity, taints and conditions (nodeCut).
+	nodes, err := informer.NewDecoding(env.Store, "", informer.Handlers[*corev1.Node]{}, decodeNode)
 	if err != nil {
 		return nil, err
 	}
