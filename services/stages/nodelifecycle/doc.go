@@ -50,7 +50,12 @@
 // (kube-node-lease alone), the election's Lease, compare-and-swap writes,
 // deletion requests on the bus. As kube's tryUpdateNodeHealth, a pass
 // decides on the informers' copies and reads a node and its Lease from
-// the store only when the node is to be written.
+// the store only when the node is to be written. The informers keep only
+// what a pass reads: of a node its identity, taints and conditions
+// (nodeCut), of a pod its identity, node, tolerations and Ready status
+// (podCutter, with pods of one node sharing their spec), of a Lease its
+// renewTime; a pass looks at the pods of a node only when the node is
+// not Ready or is tainted NoExecute.
 //
 // The caller (the nodelifecycle controller stage, pipeline.NodeLifecycle,
 // with its own identity: it writes Nodes, Pods, Events and its Lease, and publishes
