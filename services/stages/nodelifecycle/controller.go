@@ -1,7 +1,6 @@
 package nodelifecycle
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -107,9 +106,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// podsByNode is the pod informer's index of pods by spec.nodeName.
-const podsByNode = "node"
-
 // Controller is the node lifecycle and taint eviction controller.
 type Controller struct {
 	env      stage.Env
@@ -155,16 +151,6 @@ func New(env stage.Env, cfg Config) (*Controller, error) {
 	// Ready condition only (podCutter).
 	pods, err := informer.NewDecoding(env.Store, "", informer.Handlers[*corev1.Pod]{}, newPodCutter().decode)
 	if err != nil {
-		return nil, err
-	}
-	// A pass looks only at the pods of nodes not Ready or tainted
-	// NoExecute, by node.
-	if err := pods.AddIndex(podsByNode, func(p *corev1.Pod) []string {
-		if n := p.GetSpec().GetNodeName(); n != "" {
-			return []string{n}
-		}
-		return nil
-	}); err != nil {
 		return nil, err
 	}
 	c := &Controller{env: env, cfg: cfg, nodes: nodes, pods: pods, now: time.Now, elector: el,
@@ -315,27 +301,45 @@ func (c *Controller) freshLease(ctx context.Context, node string) (time.Time, bo
 func (c *Controller) Pass(ctx context.Context) error {
 	now := c.now()
 	var errs []error
+	// Health and taints of every node; then the pods of those not Ready
+	// or tainted NoExecute, the only ones a pass can act on: none, in a
+	// healthy cluster, and then the pods are not looked at.
+	var acting []*corev1.Node
 	for _, n := range c.nodes.List("") {
 		node, err := c.monitor(ctx, n, now)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		notReady := podrules.NodeCondition(node, "Ready").GetStatus() != podrules.ConditionTrue
-		if !notReady && !slices.ContainsFunc(node.GetSpec().GetTaints(), func(t *corev1.Taint) bool { return t.GetEffect() == EffectNoExecute }) {
-			continue // a Ready node without NoExecute taints: nothing to do for its pods
+		if notReady(node) || slices.ContainsFunc(node.GetSpec().GetTaints(), func(t *corev1.Taint) bool { return t.GetEffect() == EffectNoExecute }) {
+			acting = append(acting, node)
 		}
-		pods := c.pods.ByIndex(podsByNode, node.GetMetadata().GetName())
-		slices.SortFunc(pods, func(a, b *corev1.Pod) int {
-			return cmp.Or(cmp.Compare(a.GetMetadata().GetNamespace(), b.GetMetadata().GetNamespace()),
-				cmp.Compare(a.GetMetadata().GetName(), b.GetMetadata().GetName()))
-		})
-		if notReady {
+	}
+	if len(acting) == 0 {
+		return errors.Join(errs...)
+	}
+	byNode := make(map[string][]*corev1.Pod, len(acting))
+	for _, n := range acting {
+		byNode[n.GetMetadata().GetName()] = nil
+	}
+	for _, p := range c.pods.List("") {
+		if pods, ok := byNode[p.GetSpec().GetNodeName()]; ok {
+			byNode[p.GetSpec().GetNodeName()] = append(pods, p)
+		}
+	}
+	for _, node := range acting {
+		pods := byNode[node.GetMetadata().GetName()]
+		if notReady(node) {
 			errs = append(errs, c.markPodsNotReady(ctx, node, pods))
 		}
 		errs = append(errs, c.evict(ctx, node, pods, now))
 	}
 	return errors.Join(errs...)
+}
+
+// notReady reports whether the node's Ready condition is not True.
+func notReady(n *corev1.Node) bool {
+	return podrules.NodeCondition(n, "Ready").GetStatus() != podrules.ConditionTrue
 }
 
 // leaseFunc gives the renewTime of node's Lease; false: it has none.
