@@ -17,7 +17,8 @@ import (
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 )
 
-// readyCounter is a Publisher that only counts PodReady events.
+// readyCounter is a Publisher that only counts PodReady events, those
+// carried inside a PodStatusReport included.
 type readyCounter struct {
 	mu    sync.Mutex
 	ready int
@@ -29,9 +30,11 @@ func (r *readyCounter) Publish(_ context.Context, env *eventsv1.Envelope) error 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.all++
-	if env.Type() == "PodReady" {
-		r.ready++
-		r.cond.Broadcast()
+	for _, e := range eventsv1.Unfold(env) { // PodReady travels inside a report
+		if e.Type() == "PodReady" {
+			r.ready++
+			r.cond.Broadcast()
+		}
 	}
 	return nil
 }
