@@ -196,7 +196,7 @@ func (r *Runtime) ReadLog(req nodeagent.LogRequest, max int) (nodeagent.LogChunk
 	var l *logBuf
 	running := false
 	file := string(req.ID)
-	switch c := p.containers[req.ID]; {
+	switch c := p.container(req.ID); {
 	case req.ID != "" && c != nil:
 		l, running = c.log, c.info.Running
 	case req.ID != "" && p.prevLogs[name] != nil && p.prevLogs[name].id == req.ID:

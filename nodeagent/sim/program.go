@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 
 	"github.com/podflow/podflow/nodeagent"
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -70,8 +69,8 @@ func (r *Runtime) startProgramLocked(p *simPod, c *simCtr, spec *corev1.Containe
 // volumeFilesLocked is a copy of the files of p's volumes.
 func volumeFilesLocked(p *simPod) map[string]map[string][]byte {
 	out := make(map[string]map[string][]byte, len(p.volumes))
-	for name, v := range p.volumes {
-		out[name] = maps.Clone(v.files)
+	for i := range p.volumes {
+		out[p.volumes[i].name] = p.volumes[i].fileMap()
 	}
 	return out
 }

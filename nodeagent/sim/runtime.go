@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,15 +156,25 @@ type simPod struct {
 	ip         netip.Addr
 	created    time.Time
 	mounted    bool
-	volumes    map[string]*simVolume // by volume name: what MountVolumes got
+	volumes    []simVolume // what MountVolumes got, in the order first mounted
 	exits      chan nodeagent.ContainerExit
 	notify     func() // NotifyExits; guarded by Runtime.mu
 	removed    chan struct{}
-	containers map[nodeagent.ContainerID]*simCtr
+	containers []*simCtr   // the instances kept, in the order started (a few: a slice, not a map)
 	starts     []nameCount // instances started, by container name
 	// prevLogs are the logs of each container's previous instance
 	// (kubectl logs --previous); nil until a container restarts.
 	prevLogs map[string]*prevLog
+}
+
+// container returns the pod's instance id, nil if it has none.
+func (p *simPod) container(id nodeagent.ContainerID) *simCtr {
+	for _, c := range p.containers {
+		if c.info.ID == id {
+			return c
+		}
+	}
+	return nil
 }
 
 // nameCount is how many instances of the container name were started: a
@@ -194,11 +205,58 @@ func (p *simPod) start(name string) {
 	p.starts = append(p.starts, nameCount{name: name, n: 1})
 }
 
-// simVolume is one volume as the agent last mounted it.
+// simVolume is one volume as the agent last mounted it. A pod has a few
+// volumes of a few files each, so slices, not maps: a map of one or two
+// entries costs ~300 bytes, and the bench's pods held two (the projected
+// token volume's files and the pod's volumes by name).
 type simVolume struct {
-	files  map[string][]byte
-	mounts int   // MountVolumes calls that carried this volume
-	used   int64 // bytes, as SetVolumeUsage set them
+	name   string
+	files  []simFile // by path
+	mounts int       // MountVolumes calls that carried this volume
+	used   int64     // bytes, as SetVolumeUsage set them
+}
+
+// simFile is one file of a mounted volume; data is shared with the
+// agent's VolumeData, which does not change it after the mount.
+type simFile struct {
+	path string
+	data []byte
+}
+
+// volume returns the pod's volume name, nil if none was mounted. The
+// pointer is good until the next mount (r.mu held throughout).
+func (p *simPod) volume(name string) *simVolume {
+	for i := range p.volumes {
+		if p.volumes[i].name == name {
+			return &p.volumes[i]
+		}
+	}
+	return nil
+}
+
+// fileMap is a copy of the volume's files by path (nil when it has none).
+func (v *simVolume) fileMap() map[string][]byte {
+	if v == nil || len(v.files) == 0 {
+		return nil
+	}
+	out := make(map[string][]byte, len(v.files))
+	for _, f := range v.files {
+		out[f.path] = f.data
+	}
+	return out
+}
+
+// simFiles is files as a slice, by path.
+func simFiles(files map[string][]byte) []simFile {
+	if len(files) == 0 {
+		return nil
+	}
+	out := make([]simFile, 0, len(files))
+	for path, data := range files {
+		out = append(out, simFile{path: path, data: data})
+	}
+	slices.SortFunc(out, func(x, y simFile) int { return strings.Compare(x.path, y.path) })
+	return out
 }
 
 type simCtr struct {
@@ -319,9 +377,8 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent
 		// One slot: naturalExit's send waits for the worker (or the
 		// sandbox's removal), so a longer buffer only costs memory, ~1.5 KB
 		// a pod at 16.
-		exits:      make(chan nodeagent.ContainerExit, 1),
-		removed:    make(chan struct{}),
-		containers: map[nodeagent.ContainerID]*simCtr{},
+		exits:   make(chan nodeagent.ContainerExit, 1),
+		removed: make(chan struct{}),
 	}
 	r.pods[uid] = p
 	return p.sb, nil
@@ -407,16 +464,13 @@ func (r *Runtime) MountVolumes(ctx context.Context, pod *corev1.Pod, vols []node
 		return nodeagent.Errorf(nodeagent.CodeMount, "pod %q has no sandbox", pod.GetMetadata().GetUid())
 	}
 	p.mounted = true
-	if p.volumes == nil {
-		p.volumes = map[string]*simVolume{}
-	}
 	for _, vd := range vols {
-		v := p.volumes[vd.Volume.GetName()]
+		v := p.volume(vd.Volume.GetName())
 		if v == nil {
-			v = &simVolume{}
-			p.volumes[vd.Volume.GetName()] = v
+			p.volumes = append(p.volumes, simVolume{name: vd.Volume.GetName()})
+			v = &p.volumes[len(p.volumes)-1]
 		}
-		v.files = maps.Clone(vd.Files)
+		v.files = simFiles(vd.Files)
 		v.mounts++
 	}
 	close(r.mounted)
@@ -432,8 +486,10 @@ func (r *Runtime) WaitVolume(ctx context.Context, podUID, name string, cond func
 		r.mu.Lock()
 		var files map[string][]byte
 		mounts := 0
-		if p := r.pods[podUID]; p != nil && p.volumes[name] != nil {
-			files, mounts = maps.Clone(p.volumes[name].files), p.volumes[name].mounts
+		if p := r.pods[podUID]; p != nil {
+			if v := p.volume(name); v != nil {
+				files, mounts = v.fileMap(), v.mounts
+			}
 		}
 		ch := r.mounted
 		r.mu.Unlock()
@@ -454,10 +510,10 @@ func (r *Runtime) SetVolumeUsage(podUID, name string, used int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.pods[podUID]
-	if !ok || p.volumes[name] == nil {
+	if !ok || p.volume(name) == nil {
 		return fmt.Errorf("sim: pod %q has no volume %q mounted", podUID, name)
 	}
-	p.volumes[name].used = used
+	p.volume(name).used = used
 	return nil
 }
 
@@ -467,10 +523,10 @@ func (r *Runtime) VolumeUsage(ctx context.Context, pod *corev1.Pod, name string)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.pods[pod.GetMetadata().GetUid()]
-	if !ok || p.volumes[name] == nil {
+	if !ok || p.volume(name) == nil {
 		return 0, fmt.Errorf("sim: pod %q has no volume %q mounted", pod.GetMetadata().GetUid(), name)
 	}
-	return p.volumes[name].used, nil
+	return p.volume(name).used, nil
 }
 
 // PullImage implements nodeagent.Runtime.
@@ -618,7 +674,7 @@ func (r *Runtime) addContainer(pod *corev1.Pod, c *corev1.Container, sb nodeagen
 		return "", nodeagent.Errorf(nodeagent.CodeRunContainer, "sim: pod %q has no sandbox %q", pod.GetMetadata().GetUid(), sb.ID)
 	}
 	if target != "" {
-		if tc, ok := p.containers[target]; !ok || !tc.info.Running {
+		if tc := p.container(target); tc == nil || !tc.info.Running {
 			return "", nodeagent.Errorf(nodeagent.CodeCreateContainer, "sim: target container %q of pod %q is not running", target, pod.GetMetadata().GetUid())
 		}
 	}
@@ -628,17 +684,18 @@ func (r *Runtime) addContainer(pod *corev1.Pod, c *corev1.Container, sb nodeagen
 		ImageID: r.images[c.GetImage()], Init: init, RestartCount: p.started(c.GetName()),
 		Running: true, StartedAt: r.clock.Now(),
 	}, target: target, log: newLogBuf(r.cfg.LogMaxBytes), why: why, spec: c}
-	for old, oc := range p.containers { // keep one dead instance per name, as kubelet does
-		if oc.info.Name == c.GetName() && !oc.info.Running {
-			if p.prevLogs == nil {
-				p.prevLogs = map[string]*prevLog{}
-			}
-			p.prevLogs[c.GetName()] = &prevLog{id: oc.info.ID, log: oc.log} // kubectl logs --previous
-			delete(p.containers, old)
+	p.containers = slices.DeleteFunc(p.containers, func(oc *simCtr) bool { // keep one dead instance per name, as kubelet does
+		if oc.info.Name != c.GetName() || oc.info.Running {
+			return false
 		}
-	}
+		if p.prevLogs == nil {
+			p.prevLogs = map[string]*prevLog{}
+		}
+		p.prevLogs[c.GetName()] = &prevLog{id: oc.info.ID, log: oc.log} // kubectl logs --previous
+		return true
+	})
 	p.start(c.GetName())
-	p.containers[id] = sc
+	p.containers = append(p.containers, sc)
 	var prog Program
 	if r.cfg.Programs != nil && why == "" {
 		prog = r.cfg.Programs.Program(pod, c, p.ip.String(), volumeFilesLocked(p))
@@ -742,7 +799,7 @@ func (r *Runtime) StopContainer(ctx context.Context, id nodeagent.ContainerID, g
 
 func (r *Runtime) findLocked(id nodeagent.ContainerID) (*simCtr, *simPod) {
 	for _, p := range r.pods {
-		if c, ok := p.containers[id]; ok {
+		if c := p.container(id); c != nil {
 			return c, p
 		}
 	}
@@ -848,8 +905,9 @@ func (r *Runtime) TerminationMessage(ctx context.Context, podUID string, id node
 func (r *Runtime) LogTail(ctx context.Context, podUID string, id nodeagent.ContainerID, lines, max int) ([]byte, error) {
 	r.mu.Lock()
 	var cri []byte
-	if p, ok := r.pods[podUID]; ok && p.containers[id] != nil {
-		cri, _ = p.containers[id].log.read(0, p.containers[id].log.max)
+	if p, ok := r.pods[podUID]; ok && p.container(id) != nil {
+		c := p.container(id)
+		cri, _ = c.log.read(0, c.log.max)
 	}
 	r.mu.Unlock()
 	var text []string
@@ -881,7 +939,7 @@ func (r *Runtime) containerAnnotation(podUID string, id nodeagent.ContainerID, a
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.pods[podUID]
-	if !ok || p.containers[id] == nil {
+	if !ok || p.container(id) == nil {
 		return nil, nil // gone: it left nothing
 	}
 	v, ok := p.pod.GetMetadata().GetAnnotations()[ann]
