@@ -103,11 +103,15 @@ func BenchmarkPodMemory(b *testing.B) {
 		}
 		benchPodMemory(b, wrap, func(name string) *corev1.Pod {
 			p := newPod(name)
-			p.Spec.Volumes = []*corev1.Volume{{Name: "kube-api-access", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+			// Admission names the volume per pod, as Kubernetes'
+			// ServiceAccount plugin does (kube-api-access- and a suffix
+			// of the pod's), so no two pods' containers are equal.
+			vol := "kube-api-access-" + name
+			p.Spec.Volumes = []*corev1.Volume{{Name: vol, Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
 				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: proto64(3607)}},
 				{ConfigMap: &corev1.ConfigMapProjection{Name: "kube-root-ca.crt", Items: []*corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
 			}}}}
-			p.Spec.Containers[0].VolumeMounts = []*corev1.VolumeMount{{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}
+			p.Spec.Containers[0].VolumeMounts = []*corev1.VolumeMount{{Name: vol, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}
 			return p
 		})
 	})
