@@ -103,6 +103,7 @@ func BenchmarkPodMemory(b *testing.B) {
 		}
 		benchPodMemory(b, wrap, func(name string) *corev1.Pod {
 			p := newPod(name)
+			p.Metadata.Labels = map[string]string{"app": "bench"} // the pipeline bench's one label
 			// Admission names the volume per pod, as Kubernetes'
 			// ServiceAccount plugin does (kube-api-access- and a suffix
 			// of the pod's), so no two pods' containers are equal.

@@ -1,7 +1,10 @@
 package nodeagent
 
 import (
+	"encoding/binary"
+	"maps"
 	"runtime"
+	"slices"
 	"sync"
 	"weak"
 
@@ -18,6 +21,9 @@ import (
 //     affinity, topology spread constraints, scheduling gates) are left out.
 //   - Of the status, only what the worker takes over from an earlier
 //     agent: startTime and the conditions (their lastTransitionTime).
+//   - The labels are shared between the pods whose labels are equal (the
+//     pods of one template: ~500 bytes a pod for the bench's one label;
+//     sharedLabels).
 //   - A projected volume's sources (the ServiceAccount token volume every
 //     pod of a namespace has, ~1 KB) and a container's resources are
 //     shared between the pods whose ones are equal (shared).
@@ -46,6 +52,9 @@ func workerCopy(pod *corev1.Pod) *corev1.Pod {
 		}
 	}
 	out := &corev1.Pod{Metadata: vt.Clone(pod.GetMetadata()), Spec: spec}
+	if out.Metadata != nil {
+		sharedLabels.share(out.Metadata)
+	}
 	if st := pod.GetStatus(); st.GetStartTime() != nil || len(st.GetConditions()) > 0 {
 		out.Status = &corev1.PodStatus{Conditions: make([]*corev1.PodCondition, len(st.GetConditions()))}
 		if st.GetStartTime() != nil {
@@ -100,6 +109,71 @@ func (s *sharing[T, P]) share(v P) P {
 	s.m[key] = wp
 	runtime.AddCleanup((*T)(v), s.drop, entry[T]{key: key, wp: wp})
 	return v
+}
+
+// sharedLabels hands out one map of equal labels to the agent's pods.
+var sharedLabels = &labelSharing{m: map[string]labelEntry{}}
+
+// labelSharing shares label maps between ObjectMetas. A map cannot be
+// held weakly, so each entry holds its map while the ObjectMeta that
+// brought it (its holder) lives: the entry goes with the holder, the map
+// with the last pod that has it. A worker's metadata may get other labels
+// (onMeta replaces the map, never changes it), so the entry keeps the map
+// itself, not its holder's current one.
+type labelSharing struct {
+	mu sync.Mutex
+	m  map[string]labelEntry // by labelsKey
+}
+
+type labelEntry struct {
+	labels map[string]string
+	holder weak.Pointer[corev1.ObjectMeta]
+}
+
+// share sets md's labels to the held map equal to them, else holds them
+// with md as their holder. Neither may be modified afterwards.
+func (s *labelSharing) share(md *corev1.ObjectMeta) {
+	if len(md.Labels) == 0 {
+		return
+	}
+	key := labelsKey(md.Labels)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.m[key]; ok && e.holder.Value() != nil {
+		md.Labels = e.labels
+		return
+	}
+	wp := weak.Make(md)
+	s.m[key] = labelEntry{labels: md.Labels, holder: wp}
+	runtime.AddCleanup(md, s.drop, entry[corev1.ObjectMeta]{key: key, wp: wp})
+}
+
+// drop forgets the labels of a collected holder, unless its key has
+// another holder since.
+func (s *labelSharing) drop(e entry[corev1.ObjectMeta]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[e.key].holder == e.wp {
+		delete(s.m, e.key)
+	}
+}
+
+// labelsKey is labels as one string, by key, each key and value after
+// its length: equal keys for equal maps only, whatever bytes they hold.
+func labelsKey(labels map[string]string) string {
+	keys := slices.Sorted(maps.Keys(labels))
+	n := 0
+	for _, k := range keys {
+		n += len(k) + len(labels[k]) + 2*binary.MaxVarintLen64
+	}
+	b := make([]byte, 0, n)
+	for _, k := range keys {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, uint64(len(labels[k])))
+		b = append(b, labels[k]...)
+	}
+	return string(b)
 }
 
 // entry is one held message's key and weak pointer, for its cleanup.

@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"reflect"
 	"runtime"
 	"testing"
 	"time"
@@ -86,4 +87,71 @@ func TestSharingForgets(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // the cleanup runs on its own goroutine
 	}
 	t.Fatal("a collected message stays in the table")
+}
+
+// TestWorkerCopySharesLabels: pods of equal labels share one map, others
+// keep their own; a holder whose labels are replaced later (onMeta) does
+// not change what the next pod gets; the table forgets a collected
+// holder.
+func TestWorkerCopySharesLabels(t *testing.T) {
+	same := func(x, y map[string]string) bool {
+		return reflect.ValueOf(x).UnsafePointer() == reflect.ValueOf(y).UnsafePointer()
+	}
+	a, b := copyPod("a"), copyPod("b")
+	ca, cb := workerCopy(a), workerCopy(b)
+	if !same(ca.Metadata.Labels, cb.Metadata.Labels) {
+		t.Error("two pods' equal labels are not shared")
+	}
+	if same(ca.Metadata.Labels, a.Metadata.Labels) || same(ca.Metadata.Labels, b.Metadata.Labels) {
+		t.Error("the copies share the callers' maps")
+	}
+	other := copyPod("o")
+	other.Metadata.Labels = map[string]string{"app": "x", "tier": "web"}
+	if co := workerCopy(other); same(co.Metadata.Labels, ca.Metadata.Labels) || len(co.Metadata.Labels) != 2 {
+		t.Errorf("other labels share the map: %v", co.Metadata.Labels)
+	}
+	// The first pod's labels are replaced, as onMeta does: the next pod
+	// still gets the labels it has.
+	ca.Metadata.Labels = map[string]string{"app": "y"}
+	if cc := workerCopy(copyPod("c")); cc.Metadata.Labels["app"] != "x" || !same(cc.Metadata.Labels, cb.Metadata.Labels) {
+		t.Errorf("after the holder's labels changed, a new pod's labels are %v", cc.Metadata.Labels)
+	}
+	runtime.KeepAlive(ca)
+	runtime.KeepAlive(cb)
+
+	s := &labelSharing{m: map[string]labelEntry{}}
+	func() {
+		md := &corev1.ObjectMeta{Labels: map[string]string{"k": "v"}}
+		s.share(md)
+		runtime.KeepAlive(md)
+	}()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		runtime.GC()
+		s.mu.Lock()
+		n := len(s.m)
+		s.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // the cleanup runs on its own goroutine
+	}
+	t.Fatal("the labels of a collected holder stay in the table")
+}
+
+// TestLabelsKey: equal maps, and only they, have equal keys, whatever
+// bytes the labels hold.
+func TestLabelsKey(t *testing.T) {
+	for _, tc := range []struct {
+		x, y  map[string]string
+		equal bool
+	}{
+		{map[string]string{"a": "1", "b": "2"}, map[string]string{"b": "2", "a": "1"}, true},
+		{map[string]string{"a": "b\x00c=d"}, map[string]string{"a": "b", "c": "d"}, false},
+		{map[string]string{"a": "bc"}, map[string]string{"ab": "c"}, false},
+		{map[string]string{"a": ""}, map[string]string{"": "a"}, false},
+	} {
+		if got := labelsKey(tc.x) == labelsKey(tc.y); got != tc.equal {
+			t.Errorf("labelsKey(%q) == labelsKey(%q): %v, want %v", tc.x, tc.y, got, tc.equal)
+		}
+	}
 }
