@@ -4,6 +4,7 @@
 package vttest
 
 import (
+	"fmt"
 	"math/rand/v2"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -67,5 +68,48 @@ func (f *Filler) Fill(r *rand.Rand, m protoreflect.Message, depth int) {
 		default:
 			m.Set(fd, f.Scalar(r, fd))
 		}
+	}
+}
+
+// Sparse returns a Filler that sets a field with probability 3/4 (one
+// member of a oneof at most), gives lists and maps 0-2 entries, and takes
+// strings from words: for tests of code that keeps part of a message and
+// looks for some words (a condition type, an annotation key) among
+// others.
+func Sparse(words ...string) *Filler {
+	return &Filler{
+		Scalar: func(r *rand.Rand, fd protoreflect.FieldDescriptor) protoreflect.Value {
+			switch fd.Kind() {
+			case protoreflect.StringKind:
+				return protoreflect.ValueOfString(words[r.IntN(len(words))])
+			case protoreflect.BytesKind:
+				return protoreflect.ValueOfBytes([]byte{byte(r.IntN(256))})
+			case protoreflect.BoolKind:
+				return protoreflect.ValueOfBool(r.IntN(2) == 1)
+			case protoreflect.EnumKind:
+				return protoreflect.ValueOfEnum(fd.Enum().Values().Get(r.IntN(fd.Enum().Values().Len())).Number())
+			case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+				return protoreflect.ValueOfInt32(r.Int32N(1000) - 500)
+			case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+				return protoreflect.ValueOfInt64(r.Int64N(1<<40) - 1<<39)
+			case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+				return protoreflect.ValueOfUint32(r.Uint32())
+			case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+				return protoreflect.ValueOfUint64(r.Uint64())
+			case protoreflect.FloatKind:
+				return protoreflect.ValueOfFloat32(r.Float32())
+			case protoreflect.DoubleKind:
+				return protoreflect.ValueOfFloat64(r.Float64())
+			}
+			panic(fmt.Sprintf("no random %s", fd.Kind()))
+		},
+		Keep: func(r *rand.Rand, m protoreflect.Message, fd protoreflect.FieldDescriptor) bool {
+			if r.IntN(4) == 0 {
+				return false
+			}
+			o := fd.ContainingOneof()
+			return o == nil || o.IsSynthetic() || m.WhichOneof(o) == nil
+		},
+		Entries: func(r *rand.Rand) int { return r.IntN(3) },
 	}
 }

@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/podrules"
@@ -21,43 +20,8 @@ import (
 // a podCutter keeps among others.
 var cutWords = []string{podrules.PodReady, podrules.PodScheduled, podrules.ConditionTrue, "other", "", "sim-node-1", "é"}
 
-// podFiller sets a field with probability 3/4 (one member of a oneof at
-// most), lists and maps to 0-2 entries.
-var podFiller = vttest.Filler{
-	Scalar: func(r *rand.Rand, fd protoreflect.FieldDescriptor) protoreflect.Value {
-		switch fd.Kind() {
-		case protoreflect.StringKind:
-			return protoreflect.ValueOfString(cutWords[r.IntN(len(cutWords))])
-		case protoreflect.BytesKind:
-			return protoreflect.ValueOfBytes([]byte{byte(r.IntN(256))})
-		case protoreflect.BoolKind:
-			return protoreflect.ValueOfBool(r.IntN(2) == 1)
-		case protoreflect.EnumKind:
-			return protoreflect.ValueOfEnum(fd.Enum().Values().Get(r.IntN(fd.Enum().Values().Len())).Number())
-		case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-			return protoreflect.ValueOfInt32(r.Int32N(1000) - 500)
-		case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-			return protoreflect.ValueOfInt64(r.Int64N(1<<40) - 1<<39)
-		case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-			return protoreflect.ValueOfUint32(r.Uint32())
-		case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-			return protoreflect.ValueOfUint64(r.Uint64())
-		case protoreflect.FloatKind:
-			return protoreflect.ValueOfFloat32(r.Float32())
-		case protoreflect.DoubleKind:
-			return protoreflect.ValueOfFloat64(r.Float64())
-		}
-		panic(fmt.Sprintf("no random %s", fd.Kind()))
-	},
-	Keep: func(r *rand.Rand, m protoreflect.Message, fd protoreflect.FieldDescriptor) bool {
-		if r.IntN(4) == 0 {
-			return false
-		}
-		o := fd.ContainingOneof()
-		return o == nil || o.IsSynthetic() || m.WhichOneof(o) == nil
-	},
-	Entries: func(r *rand.Rand) int { return r.IntN(3) },
-}
+// podFiller fills random pods and nodes with cutWords.
+var podFiller = vttest.Sparse(cutWords...)
 
 // readPart is what the controller reads of a pod decoded whole: its
 // identity and deletionTimestamp, its node and tolerations, the type and
