@@ -5,11 +5,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podflow/podflow/proto/corev1"
-	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -25,23 +23,7 @@ func TestDecodeNodeIsTheReadPart(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 4))
 	taints, conditions := 0, 0
 	for i := range 3000 {
-		var value []byte
-		for range 1 + r.IntN(2) {
-			n := &corev1.Node{}
-			podFiller.Fill(r, n.ProtoReflect(), 6)
-			if n.Metadata == nil {
-				n.Metadata = &corev1.ObjectMeta{}
-			}
-			b, err := vt.Marshal(n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			value = append(value, b...)
-		}
-		if r.IntN(4) == 0 {
-			value = protowire.AppendTag(value, 77, protowire.BytesType)
-			value = protowire.AppendBytes(value, []byte("unknown"))
-		}
+		value := storedValue(t, r, func() *corev1.Node { return &corev1.Node{Metadata: &corev1.ObjectMeta{}} })
 		kv := &raftstore.KV{Key: fmt.Sprintf("/registry/minions/n%d", i), Value: value, ModRevision: int64(i + 1)}
 		var whole corev1.Node
 		if err := objects.Decode(kv, &whole); err != nil {

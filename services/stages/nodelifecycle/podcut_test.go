@@ -57,23 +57,7 @@ func TestPodCutterKeepsTheReadPart(t *testing.T) {
 	readies, tolerations := 0, 0
 	pc := newPodCutter()
 	for i := range 3000 {
-		var value []byte
-		for range 1 + r.IntN(2) {
-			p := &corev1.Pod{}
-			podFiller.Fill(r, p.ProtoReflect(), 6)
-			if p.Metadata == nil {
-				p.Metadata = &corev1.ObjectMeta{}
-			}
-			b, err := vt.Marshal(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			value = append(value, b...)
-		}
-		if r.IntN(4) == 0 {
-			value = protowire.AppendTag(value, 77, protowire.BytesType)
-			value = protowire.AppendBytes(value, []byte("unknown"))
-		}
+		value := storedValue(t, r, func() *corev1.Pod { return &corev1.Pod{Metadata: &corev1.ObjectMeta{}} })
 		kv := &raftstore.KV{Key: fmt.Sprintf("/registry/pods/ns/p%d", i), Value: value, ModRevision: int64(i + 1)}
 		var whole corev1.Pod
 		if err := objects.Decode(kv, &whole); err != nil {
@@ -141,4 +125,26 @@ func TestPodCutterShares(t *testing.T) {
 	if n := len(pc.specs.cur) + len(pc.specs.old); n > 2*maxShared {
 		t.Fatalf("the cutter shares %d specs, more than %d", n, 2*maxShared)
 	}
+}
+
+// storedValue is a random stored value of the kind newMsg makes: one or
+// two encodings of random messages concatenated (a reader merges them),
+// each with metadata, and now and then an unknown field after them.
+func storedValue[M proto.Message](t *testing.T, r *rand.Rand, newMsg func() M) []byte {
+	t.Helper()
+	var value []byte
+	for range 1 + r.IntN(2) {
+		m := newMsg()
+		podFiller.Fill(r, m.ProtoReflect(), 6)
+		b, err := vt.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		value = append(value, b...)
+	}
+	if r.IntN(4) == 0 {
+		value = protowire.AppendTag(value, 77, protowire.BytesType)
+		value = protowire.AppendBytes(value, []byte("unknown"))
+	}
+	return value
 }
