@@ -36,12 +36,12 @@ func noLogs(format string, args ...any) error {
 // req.UID's, else the newest of that name; the instance is req.ID, else
 // the newest of req.Container (with req.Previous, the one before it; no
 // name: the newest app container's). The logs of a released pod's
-// containers are read as long as the pod is not removed.
+// containers are read until its removal begins.
 func (r *Runtime) ReadLog(req LogRequest, max int) (LogChunk, error) {
 	r.mu.Lock()
 	var p *pod
 	for _, q := range r.pods {
-		if q.rec.Namespace != req.Namespace || q.rec.Name != req.Pod || (req.UID != "" && q.rec.UID != req.UID) {
+		if q.removing || q.rec.Namespace != req.Namespace || q.rec.Name != req.Pod || (req.UID != "" && q.rec.UID != req.UID) {
 			continue
 		}
 		if p == nil || q.rec.CreatedAt.After(p.rec.CreatedAt) {

@@ -102,7 +102,10 @@ type pod struct {
 	exits   chan nodeagent.ContainerExit
 	notify  func() // NotifyExits; guarded by Runtime.mu
 	removed chan struct{}
-	ctrs    map[nodeagent.ContainerID]*ctr
+	// removing: RemovePodSandbox has begun deleting the pod's directory,
+	// logs included, so they are no longer served; guarded by Runtime.mu.
+	removing bool
+	ctrs     map[nodeagent.ContainerID]*ctr
 }
 
 type ctr struct {
@@ -565,6 +568,9 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, podUID string) error {
 	if err := r.removePodParts(ctx, podUID, p.rec.QOS, p.rec.Mounts); err != nil {
 		return err
 	}
+	r.mu.Lock()
+	p.removing = true
+	r.mu.Unlock()
 	if err := os.RemoveAll(p.dir); err != nil {
 		return fmt.Errorf("remove pod directory: %w", err)
 	}
