@@ -68,12 +68,16 @@ func TestLazyRunsOnlyWhileWanted(t *testing.T) {
 		t.Fatalf("with no Service: running %v, started %d times, %d pods cached", lazy.Running(), lazy.Starts(), pods.Len())
 	}
 	// A Service written once the Services' list is in is seen through
-	// their watch: it is counted by then.
+	// their watch, whose handler pokes the Lazy: its Run starts the
+	// informer, with no WaitForSync asking. The cache holds the Service
+	// before the handler runs, and the poke is served by Run's loop, so
+	// the start follows the Service's arrival rather than coinciding.
 	svc := &corev1.Service{Metadata: &corev1.ObjectMeta{Namespace: "b", Name: "s"}}
 	if _, err := st.Create(ctx, &corev1.Service{Metadata: &corev1.ObjectMeta{Namespace: "z", Name: "probe"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the probe Service seen", func() bool { return svcs.Len() == 1 })
+	waitFor(t, "the pod informer started by the poke", func() bool { return lazy.Starts() > 0 })
 	if lazy.Starts() != 1 {
 		t.Fatalf("with a Service the pod informer started %d times, want 1", lazy.Starts())
 	}
