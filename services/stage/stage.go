@@ -17,6 +17,7 @@ import (
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 )
@@ -204,16 +205,18 @@ func Reply(env Env, replyTo string, st *corev1.Status, obj proto.Message) error 
 		}
 		return nil
 	}
+	// vt.Marshal takes and refuses what proto.Marshal does, without its
+	// reflection: every pod a client creates is answered here.
 	resp := &apiv1.Response{Status: st}
 	if obj != nil {
-		b, err := proto.Marshal(obj)
+		b, err := vt.Marshal(obj)
 		if err != nil {
 			return err
 		}
 		resp.Kind = string(obj.ProtoReflect().Descriptor().Name())
 		resp.Object = b
 	}
-	b, err := proto.Marshal(resp)
+	b, err := vt.Marshal(resp)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,6 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/google/uuid"
@@ -25,6 +24,7 @@ import (
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/pipeline"
 	"github.com/podflow/podflow/services/stage"
@@ -47,7 +47,7 @@ func (s *Stage) onControllerPod(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	in := &eventsv1.Envelope{}
-	if err := proto.Unmarshal(m.Data, in); err != nil || in.GetPodRequested() == nil {
+	if err := vt.Unmarshal(m.Data, in); err != nil || in.GetPodRequested() == nil {
 		s.reply(m, stage.Failure(400, eventsv1.ReasonBadRequest, "pods", "", "a controller's pod request is an Envelope holding a PodRequested"), nil)
 		return
 	}

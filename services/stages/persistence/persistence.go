@@ -163,7 +163,7 @@ func (s *Stage) create(ctx context.Context, pod *corev1.Pod, requestID string) (
 		return nil, nil, bus.Permanent(err)
 	}
 	idKey := RequestIDKey(requestID)
-	ref, err := proto.Marshal(&corev1.ObjectReference{Kind: "Pod", ApiVersion: "v1", Namespace: md.GetNamespace(), Name: md.GetName(), Uid: md.GetUid()})
+	ref, err := vt.Marshal(&corev1.ObjectReference{Kind: "Pod", ApiVersion: "v1", Namespace: md.GetNamespace(), Name: md.GetName(), Uid: md.GetUid()})
 	if err != nil {
 		return nil, nil, err
 	}
