@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,6 +93,73 @@ func NewPods(env stage.Env, req Requester) *Pods {
 // trace). A creation refused is a *StatusError; a name already taken
 // ErrNameTaken; no answer in time ErrUncertain.
 func (p *Pods) Create(ctx context.Context, pod *corev1.Pod, started time.Time) (*corev1.Pod, error) {
+	obj, err := p.create(ctx, pod, started)
+	if err != nil {
+		return nil, err
+	}
+	out := &corev1.Pod{}
+	if err := vt.Unmarshal(obj, out); err != nil {
+		md := pod.GetMetadata()
+		return nil, fmt.Errorf("create pod %s/%s: decode the pod: %w", md.GetNamespace(), md.GetName(), err)
+	}
+	return out, nil
+}
+
+// CreateRevision is Create for a caller that needs only the revision the
+// pod was stored at (its resourceVersion): it decodes the metadata of the
+// answer's pod, not the pod. A ReplicaSet's sync needs nothing else of the
+// pods it creates, and decoding each whole took 8 % of its stage's CPU.
+func (p *Pods) CreateRevision(ctx context.Context, pod *corev1.Pod, started time.Time) (int64, error) {
+	obj, err := p.create(ctx, pod, started)
+	if err != nil {
+		return 0, err
+	}
+	md, err := decodePodMeta(obj)
+	if err != nil {
+		return 0, fmt.Errorf("create pod %s/%s: decode the pod: %w", pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetName(), err)
+	}
+	return objects.Revision(&corev1.Pod{Metadata: md}), nil
+}
+
+// decodePodMeta decodes the metadata of an encoded Pod, as vt.Unmarshal
+// of the Pod would: every occurrence of its field 1, merged in order (a
+// message field written twice is the merge of both). The other fields
+// are only stepped over, not checked: the answer's pod is the one the
+// persistence stage stored, which vt.Marshal encoded.
+func decodePodMeta(b []byte) (*corev1.ObjectMeta, error) {
+	var meta []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			meta = append(meta, protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), v)...)
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	// meta is a Pod holding only its metadata field(s): decoding it
+	// merges them as decoding the whole pod does.
+	only := &corev1.Pod{}
+	if err := vt.Unmarshal(meta, only); err != nil {
+		return nil, err
+	}
+	return only.GetMetadata(), nil
+}
+
+// create asks for pod's creation and returns the encoded pod as stored.
+func (p *Pods) create(ctx context.Context, pod *corev1.Pod, started time.Time) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
 	defer cancel()
 	md := pod.GetMetadata()
@@ -127,11 +195,7 @@ func (p *Pods) Create(ctx context.Context, pod *corev1.Pod, started time.Time) (
 	case st.GetStatus() == "Failure" || st.GetCode() >= 300:
 		return nil, &StatusError{Status: st}
 	}
-	out := &corev1.Pod{}
-	if err := vt.Unmarshal(resp.GetObject(), out); err != nil {
-		return nil, fmt.Errorf("create pod %s/%s: decode the pod: %w", md.GetNamespace(), md.GetName(), err)
-	}
-	return out, nil
+	return resp.GetObject(), nil
 }
 
 // Delete starts the graceful deletion of a controller's pod (as kube's

@@ -528,12 +528,12 @@ func (c *Controller) template(rs *apps.ReplicaSet) (*corev1.Pod, error) {
 func (c *Controller) createOne(ctx context.Context, key string, rs *apps.ReplicaSet, tmpl *corev1.Pod, name string, started time.Time) error {
 	pod := vt.Clone(tmpl)
 	pod.Metadata.Name = name
-	created, err := c.pods.Create(ctx, pod, started)
+	rev, err := c.pods.CreateRevision(ctx, pod, started)
 	var se *controller.StatusError
 	switch {
 	case err == nil:
 		c.runner.SetPending(key, name, false)
-		c.runner.Expect(key, objects.Revision(created))
+		c.runner.Expect(key, rev)
 		c.events.Record(ctx, c.kind.APIVersion(), c.kind.Name, rs.Namespace, rs.Name, string(rs.UID), "Normal", "SuccessfulCreate", "Created pod: "+name)
 		return nil
 	case errors.Is(err, controller.ErrNameTaken):
