@@ -128,8 +128,12 @@ func TestPodOnTheKernel(t *testing.T) {
 			{"httpGet 404", &corev1.Probe{HttpGet: &corev1.HTTPGetAction{Path: "/missing", Port: intOrString(8080)}}, false},
 			{"tcpSocket", &corev1.Probe{TcpSocket: &corev1.TCPSocketAction{Port: intOrString(8080)}}, true},
 			{"tcpSocket closed port", &corev1.Probe{TcpSocket: &corev1.TCPSocketAction{Port: intOrString(8081)}}, false},
-			{"exec", &corev1.Probe{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/www/index.html"}}}, true},
-			{"exec fails", &corev1.Probe{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/nope"}}}, false},
+			// The exec probes that must finish get 30s, not kube's default
+			// of 1s: entering the container can take longer than that on a
+			// machine under load, and what these cases test is the
+			// command's outcome (the timeout has its own case).
+			{"exec", &corev1.Probe{TimeoutSeconds: 30, Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/www/index.html"}}}, true},
+			{"exec fails", &corev1.Probe{TimeoutSeconds: 30, Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/nope"}}}, false},
 			{"exec times out", &corev1.Probe{TimeoutSeconds: 1, Exec: &corev1.ExecAction{Command: []string{"sleep", "5"}}}, false},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
