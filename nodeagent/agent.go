@@ -300,12 +300,8 @@ func (a *Agent) HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace time
 		return nil
 	}
 	a.mu.Unlock()
-	select {
-	case w.deleteCh <- grace:
+	if w.queueDelete(grace) {
 		w.kick()
-	default:
-		// A delete is already queued; a shorter grace than the queued one
-		// is not honoured (Kubernetes only ever shortens it).
 	}
 	return nil
 }
@@ -571,7 +567,7 @@ func (a *Agent) startWorkerLocked(pod *corev1.Pod, grace *time.Duration) {
 	a.starts++
 	w.gen = a.starts
 	if grace != nil {
-		w.deleteCh <- *grace
+		w.queueDelete(*grace)
 	}
 	delete(a.recovered, uid)
 	a.workers[uid] = w

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 )
@@ -41,14 +42,12 @@ func TestUpdateReplacesPending(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w := &worker{updateCh: make(chan podUpdate, 1)}
+			w := &worker{}
 			for _, p := range tc.given {
 				w.update(p)
 			}
-			var u podUpdate
-			select {
-			case u = <-w.updateCh:
-			default:
+			u := w.takeUpdate()
+			if u == nil {
 				t.Fatal("no update pending")
 			}
 			if got := u.md.GetLabels()["v"]; got != tc.label {
@@ -61,5 +60,55 @@ func TestUpdateReplacesPending(t *testing.T) {
 				t.Errorf("ephemeral containers = %v, want %v", got, tc.ephemeral)
 			}
 		})
+	}
+}
+
+// TestUpdateTakenOnce: a taken update is no longer pending, and the next
+// update after it stands alone (it keeps no ephemeral containers of the
+// one taken).
+func TestUpdateTakenOnce(t *testing.T) {
+	w := &worker{}
+	if w.takeUpdate() != nil {
+		t.Fatal("an update pending on a new worker")
+	}
+	w.update(&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p"}, Spec: &corev1.PodSpec{
+		EphemeralContainers: []*corev1.EphemeralContainer{{Name: "debug", Image: "busybox"}}}})
+	if u := w.takeUpdate(); u == nil || len(u.ephs) != 1 {
+		t.Fatalf("first update = %v, want one with an ephemeral container", u)
+	}
+	if u := w.takeUpdate(); u != nil {
+		t.Fatalf("update pending after it was taken: %v", u)
+	}
+	w.update(&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p"}, Spec: &corev1.PodSpec{}})
+	if u := w.takeUpdate(); u == nil || len(u.ephs) != 0 {
+		t.Fatalf("second update = %v, want one without ephemeral containers", u)
+	}
+}
+
+// TestDeleteQueuedOnce: while a delete is pending a later one is not
+// queued, its grace (even a shorter one) not honoured; once taken, the
+// next one is queued again.
+func TestDeleteQueuedOnce(t *testing.T) {
+	w := &worker{}
+	if _, ok := w.takeDelete(); ok {
+		t.Fatal("a delete pending on a new worker")
+	}
+	if !w.queueDelete(30 * time.Second) {
+		t.Fatal("first delete not queued")
+	}
+	if w.queueDelete(time.Second) {
+		t.Error("second delete queued while the first is pending")
+	}
+	if g, ok := w.takeDelete(); !ok || g != 30*time.Second {
+		t.Errorf("takeDelete = %v, %v; want 30s, true", g, ok)
+	}
+	if _, ok := w.takeDelete(); ok {
+		t.Error("a delete pending after it was taken")
+	}
+	if !w.queueDelete(0) {
+		t.Error("a delete after the taken one not queued")
+	}
+	if g, ok := w.takeDelete(); !ok || g != 0 {
+		t.Errorf("takeDelete = %v, %v; want 0s, true", g, ok)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -36,7 +37,7 @@ import (
 //	              │         Evicted, checked every EvictionPeriod). A pod
 //	              │         that finished (Succeeded or Failed, nothing to
 //	              │         restart) stays here with its sandbox released,
-//	              │         until deleted. A pod update (updateCh, see
+//	              │         until deleted. A pod update (update, see
 //	              │         podUpdate) of a container's image restarts
 //	              │         that container with it (restartChanged); one
 //	              │         of its labels or annotations, and every
@@ -45,7 +46,7 @@ import (
 //	              │         changed are mounted again (refreshVolumes);
 //	              │         one with new ephemeral containers starts them.
 //	              │
-//	              │ a delete (deleteCh, with its grace)
+//	              │ a delete (queueDelete, with its grace)
 //	              ▼
 //	         terminating ── syncTerminatingPod: Killing, preStop hooks,
 //	              │         SIGTERM to the running app containers in
@@ -73,9 +74,13 @@ type worker struct {
 	names podNames // the pod's container names, read by Agent.ReadLog
 	gen   uint64   // the agent's start count at this worker's start (ListMark)
 
-	deleteCh chan time.Duration // capacity 1: a pending delete and its grace
-	updateCh chan podUpdate     // capacity 1: the store's latest pod (update)
-	sched    schedState         // guarded by the pool's mutex
+	// mail is what the agent hands the worker for its next step: a
+	// pending delete and the store's latest pod. A mutex and three fields,
+	// not two buffered channels: those cost ~300 bytes a pod.
+	mail  sync.Mutex
+	grace *time.Duration // guarded by mail: a pending delete (queueDelete)
+	next  *podUpdate     // guarded by mail: the store's latest pod (update)
+	sched schedState     // guarded by the pool's mutex
 
 	begun bool  // the first step ran
 	timer Timer // kicks the worker when syncPod wants to run again
@@ -195,8 +200,6 @@ func (c *ctr) running() bool { return c.state.GetRunning() != nil }
 func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 	w := &worker{
 		d: d, pod: pod, uid: pod.GetMetadata().GetUid(), names: namesOf(pod),
-		deleteCh:     make(chan time.Duration, 1),
-		updateCh:     make(chan podUpdate, 1),
 		rep:          newReporter(d, pod),
 		rec:          rec,
 		qos:          podrules.QOSClass(pod),
@@ -233,22 +236,51 @@ type podUpdate struct {
 // update hands the worker the store's current pod. An update the worker
 // has not taken yet is replaced, but for its ephemeral containers when
 // pod has none: the list only grows, and an update without it (a stale
-// read) keeps the one pending. The agent calls update with its mutex
-// held: one sender at a time, so the send after the drain never blocks.
+// read) keeps the one pending.
 func (w *worker) update(pod *corev1.Pod) {
-	u := podUpdate{md: vt.Clone(pod.GetMetadata()), images: imagesOf(pod), ephs: pod.GetSpec().GetEphemeralContainers(),
+	u := &podUpdate{md: vt.Clone(pod.GetMetadata()), images: imagesOf(pod), ephs: pod.GetSpec().GetEphemeralContainers(),
 		deadline: pod.GetSpec().ActiveDeadlineSeconds}
-	select {
-	case pending := <-w.updateCh:
-		if len(u.ephs) == 0 {
-			u.ephs = pending.ephs
-		}
-	default:
+	w.mail.Lock()
+	defer w.mail.Unlock()
+	if w.next != nil && len(u.ephs) == 0 {
+		u.ephs = w.next.ephs
 	}
-	select {
-	case w.updateCh <- u:
-	default:
+	w.next = u
+}
+
+// takeUpdate returns the pending update and forgets it (nil: none).
+func (w *worker) takeUpdate() *podUpdate {
+	w.mail.Lock()
+	defer w.mail.Unlock()
+	u := w.next
+	w.next = nil
+	return u
+}
+
+// queueDelete queues a delete with its grace and reports whether it was
+// queued: while one is pending, a later one is not (its grace is not
+// honoured, even a shorter one: Kubernetes only ever shortens it).
+func (w *worker) queueDelete(grace time.Duration) bool {
+	w.mail.Lock()
+	defer w.mail.Unlock()
+	if w.grace != nil {
+		return false
 	}
+	w.grace = &grace
+	return true
+}
+
+// takeDelete returns the pending delete's grace and forgets it (ok
+// false: none).
+func (w *worker) takeDelete() (grace time.Duration, ok bool) {
+	w.mail.Lock()
+	defer w.mail.Unlock()
+	if w.grace == nil {
+		return 0, false
+	}
+	grace = *w.grace
+	w.grace = nil
+	return grace, true
 }
 
 // onUpdate takes a pod update, each part as kubelet's pod worker does.
@@ -303,18 +335,14 @@ func (w *worker) step() (finished bool) {
 		w.adopt(ctx)
 	}
 	w.takeExits(ctx)
-	select {
-	case u := <-w.updateCh:
-		w.onUpdate(u)
-	default:
+	if u := w.takeUpdate(); u != nil {
+		w.onUpdate(*u)
 	}
-	select { // a pending delete wins over further progress
-	case grace := <-w.deleteCh:
+	if grace, ok := w.takeDelete(); ok { // a pending delete wins over further progress
 		w.arm(time.Time{})
 		w.terminate(ctx, grace)
 		w.d.finish(w)
 		return true
-	default:
 	}
 	wake := w.syncPod(ctx)
 	w.arm(earliest(wake, w.flush(ctx)))
