@@ -46,7 +46,10 @@ type logBuf struct {
 	data []byte
 	base int64 // offset of data[0] since the instance started
 	max  int
-	// grown is closed and replaced at every write (followers wait on it).
+	// grown is closed at every write (followers wait on it): made by
+	// grownCh when a follower waits, nil after each write, so a log no one
+	// follows (nearly all) holds none and a write makes none (~100 bytes a
+	// container).
 	grown chan struct{}
 }
 
@@ -54,7 +57,15 @@ func newLogBuf(max int) *logBuf {
 	if max <= 0 {
 		max = DefaultLogMaxBytes
 	}
-	return &logBuf{max: max, grown: make(chan struct{})}
+	return &logBuf{max: max}
+}
+
+// grownCh returns a channel closed at the log's next write or wake.
+func (l *logBuf) grownCh() <-chan struct{} {
+	if l.grown == nil {
+		l.grown = make(chan struct{})
+	}
+	return l.grown
 }
 
 // write appends data written to stream at t as CRI records: one F record
@@ -92,14 +103,15 @@ func (l *logBuf) write(t time.Time, stream string, data []byte) {
 		l.base += int64(cut)
 		l.data = append([]byte(nil), l.data[cut:]...)
 	}
-	close(l.grown)
-	l.grown = make(chan struct{})
+	l.wake()
 }
 
 // wake wakes the log's followers.
 func (l *logBuf) wake() {
-	close(l.grown)
-	l.grown = make(chan struct{})
+	if l.grown != nil {
+		close(l.grown)
+		l.grown = nil
+	}
 }
 
 // end is the offset after the last byte written.
@@ -297,7 +309,7 @@ func (r *Runtime) followLog(ctx context.Context, c *simCtr, off int64, out, errO
 	for {
 		r.mu.Lock()
 		data, next := c.log.read(off, 64<<10)
-		grown, running := c.log.grown, c.info.Running
+		grown, running := c.log.grownCh(), c.info.Running
 		r.mu.Unlock()
 		off = next
 		if len(data) > 0 {

@@ -151,20 +151,43 @@ var (
 )
 
 type simPod struct {
-	pod        *corev1.Pod
-	sb         nodeagent.Sandbox
-	ip         netip.Addr
-	created    time.Time
-	mounted    bool
-	volumes    []simVolume // what MountVolumes got, in the order first mounted
-	exits      chan nodeagent.ContainerExit
-	notify     func() // NotifyExits; guarded by Runtime.mu
+	pod     *corev1.Pod
+	sb      nodeagent.Sandbox
+	ip      netip.Addr
+	created time.Time
+	mounted bool
+	gone    bool        // the sandbox was removed; guarded by Runtime.mu
+	volumes []simVolume // what MountVolumes got, in the order first mounted
+	exits   chan nodeagent.ContainerExit
+	notify  func() // NotifyExits; guarded by Runtime.mu
+	// removed is closed when the sandbox is removed; made by removedLocked
+	// only for a send that waits (naturalExit), as a pod that is never
+	// waited on need not hold one (~100 bytes a pod).
 	removed    chan struct{}
 	containers []*simCtr   // the instances kept, in the order started (a few: a slice, not a map)
 	starts     []nameCount // instances started, by container name
 	// prevLogs are the logs of each container's previous instance
 	// (kubectl logs --previous); nil until a container restarts.
 	prevLogs map[string]*prevLog
+}
+
+// closedCh is a closed channel: the removedLocked of a removed sandbox.
+var closedCh = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// removedLocked returns a channel closed when the pod's sandbox is
+// removed (closed already if it is), made on first use.
+func (p *simPod) removedLocked() <-chan struct{} {
+	if p.gone {
+		return closedCh
+	}
+	if p.removed == nil {
+		p.removed = make(chan struct{})
+	}
+	return p.removed
 }
 
 // container returns the pod's instance id, nil if it has none.
@@ -377,8 +400,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent
 		// One slot: naturalExit's send waits for the worker (or the
 		// sandbox's removal), so a longer buffer only costs memory, ~1.5 KB
 		// a pod at 16.
-		exits:   make(chan nodeagent.ContainerExit, 1),
-		removed: make(chan struct{}),
+		exits: make(chan nodeagent.ContainerExit, 1),
 	}
 	r.pods[uid] = p
 	return p.sb, nil
@@ -436,7 +458,10 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, podUID string) error {
 			}
 			delete(r.teardowns, podUID)
 		}
-		close(p.removed)
+		p.gone = true
+		if p.removed != nil {
+			close(p.removed)
+		}
 		r.ipam.Release(p.ip)
 		delete(r.pods, podUID)
 		r.keepGoneLocked(p)
@@ -722,10 +747,11 @@ func (r *Runtime) naturalExit(p *simPod, c *simCtr, code int32) {
 	}
 	ex := nodeagent.ContainerExit{ID: c.info.ID, ExitCode: code, FinishedAt: r.clock.Now()}
 	r.exitLocked(c, ex)
+	removed := p.removedLocked()
 	r.mu.Unlock()
 	select {
 	case p.exits <- ex:
-	case <-p.removed:
+	case <-removed:
 		return
 	case <-r.done:
 		return

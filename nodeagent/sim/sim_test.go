@@ -395,3 +395,49 @@ func TestClusterHeartbeatListsNodesOnce(t *testing.T) {
 		t.Errorf("%s after its heartbeat: %v", quiet, n.GetStatus().GetConditions())
 	}
 }
+
+// TestNaturalExitReleasedByRemoval: a container's exit that waits for the
+// pod's one exit slot (the agent not reading) ends once the pod's sandbox
+// is removed, before the runtime closes.
+func TestNaturalExitReleasedByRemoval(t *testing.T) {
+	rt, err := sim.New(sim.DefaultConfig("10.244.1.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx := context.Background()
+	p := &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", Namespace: "default", Uid: "u1",
+		Annotations: map[string]string{sim.AnnotationExitAfter: "1ms"}},
+		Spec: &corev1.PodSpec{Containers: []*corev1.Container{{Name: "a", Image: "busybox"}, {Name: "b", Image: "busybox"}}}}
+	sb, err := rt.RunPodSandbox(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Spec.Containers {
+		if _, err := rt.StartContainer(ctx, p, c, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One exit fills the slot, the other waits for it.
+	waitStacks(t, func(s string) bool {
+		return len(rt.ContainerExits("u1")) == 1 && strings.Contains(s, "naturalExit")
+	})
+	if err := rt.RemovePodSandbox(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	waitStacks(t, func(s string) bool { return !strings.Contains(s, "naturalExit") })
+}
+
+// waitStacks waits until cond holds for the stacks of every goroutine.
+func waitStacks(t *testing.T, cond func(stacks string) bool) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if cond(string(buf[:runtime.Stack(buf, true)])) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the goroutines' stacks")
+		}
+	}
+}
