@@ -25,7 +25,7 @@ func TestRetrySchedule(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRetry(tc.policy)
+			r := newRetry(&tc.policy)
 			if !r.Ready(t0) || !r.At().IsZero() || r.Delay() != 0 {
 				t.Fatalf("new retry: Ready=%v At=%v Delay=%v, want ready at once", r.Ready(t0), r.At(), r.Delay())
 			}
@@ -69,7 +69,7 @@ func TestRetryForgive(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRetry(Backoff{Initial: 10 * time.Second, Max: 5 * time.Minute, ResetAfter: tc.resetAfter})
+			r := newRetry(&Backoff{Initial: 10 * time.Second, Max: 5 * time.Minute, ResetAfter: tc.resetAfter})
 			r.Next(t0)
 			r.Next(t0)
 			r.Forgive(tc.ran)

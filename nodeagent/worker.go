@@ -204,8 +204,8 @@ func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 		rec:          rec,
 		qos:          podrules.QOSClass(pod),
 		policy:       pod.GetSpec().GetRestartPolicy(),
-		sandboxRetry: newRetry(d.cfg.SetupBackOff),
-		mountRetry:   newRetry(d.cfg.SetupBackOff),
+		sandboxRetry: newRetry(&d.cfg.SetupBackOff),
+		mountRetry:   newRetry(&d.cfg.SetupBackOff),
 	}
 	if w.policy == "" {
 		w.policy = "Always"
@@ -309,7 +309,7 @@ func (w *worker) onDeadline(s *int64) {
 
 func (w *worker) newCtr(spec *corev1.Container, init bool) *ctr {
 	return &ctr{spec: spec, init: init, sidecar: init && spec.GetRestartPolicy() == "Always",
-		crash: newRetry(w.d.cfg.CrashLoopBackOff), pull: newRetry(w.d.cfg.ImagePullBackOff)}
+		crash: newRetry(&w.d.cfg.CrashLoopBackOff), pull: newRetry(&w.d.cfg.ImagePullBackOff)}
 }
 
 // step is one turn of the worker, run by its Pool: on the first, the
@@ -947,7 +947,7 @@ func (w *worker) stopAll(ctx context.Context, grace time.Duration) bool {
 // Publishing retries every PublishRetry.
 func (w *worker) syncTerminatedPod(ctx context.Context) {
 	w.state = terminated
-	backoff := newRetry(w.d.cfg.SetupBackOff)
+	backoff := newRetry(&w.d.cfg.SetupBackOff)
 	for {
 		err := w.teardown(ctx)
 		if err == nil {
