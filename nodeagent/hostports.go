@@ -73,15 +73,17 @@ func newHostPorts() *hostPorts { return &hostPorts{held: map[string][]hostPort{}
 
 // admit records the host ports of pod uid unless one of them conflicts
 // with a port another admitted pod holds; it reports whether it did. A pod
-// already admitted is admitted again.
+// already admitted is admitted again. A pod without host ports conflicts
+// with none and is not recorded: nearly every pod has none, and an entry
+// cost ~100 bytes a pod.
 func (h *hostPorts) admit(uid string, pod *corev1.Pod) bool {
 	want := podHostPorts(pod)
+	if len(want) == 0 {
+		return true
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.held[uid]; ok || len(want) == 0 {
-		if !ok {
-			h.held[uid] = nil
-		}
+	if _, ok := h.held[uid]; ok {
 		return true
 	}
 	for other, ports := range h.held {
@@ -104,6 +106,9 @@ func (h *hostPorts) admit(uid string, pod *corev1.Pod) bool {
 // the node already runs, adopted after a restart of the agent).
 func (h *hostPorts) hold(uid string, pod *corev1.Pod) {
 	ports := podHostPorts(pod)
+	if len(ports) == 0 {
+		return // as admit: nothing to hold
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.held[uid] = ports
