@@ -231,7 +231,7 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 	cs := &corev1.ContainerStatus{
 		Name:                 c.spec.GetName(),
 		State:                state,
-		LastTerminationState: &corev1.ContainerState{},
+		LastTerminationState: noLastState,
 		Ready:                c.ready,
 		RestartCount:         c.restarts,
 		Image:                c.spec.GetImage(),
@@ -239,7 +239,7 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 		ContainerId:          string(c.id),
 	}
 	if c.lastTerm != nil {
-		cs.LastTerminationState.Terminated = cutMessage(c.lastTerm, budget)
+		cs.LastTerminationState = &corev1.ContainerState{Terminated: cutMessage(c.lastTerm, budget)}
 	}
 	// kubelet's prober manager (UpdatePodStatus): every container, init
 	// ones too, says whether it has started (running, its startup probe
@@ -254,6 +254,12 @@ func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerSta
 	}
 	return cs
 }
+
+// noLastState is the empty lastState of every container that has not
+// terminated before, shared by the statuses built (never modified, as
+// nothing of a built status is): most containers never restart, and one
+// each cost ~64 bytes a pod.
+var noLastState = &corev1.ContainerState{}
 
 // cutMessage returns t with its message cut to budget bytes (headUTF8): t
 // itself when it fits, else a copy.
