@@ -96,18 +96,23 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
+	// poll asks js until it is true. An evaluation that fails because the
+	// page is navigating is asked again: the login link's page moves on
+	// to the console by a meta refresh, after Navigate has returned, and
+	// an evaluation meeting that navigation fails with "Inspected target
+	// navigated or closed". Any other failure ends the test.
 	poll := func(what, js string) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			var ok bool
-			if err := chromedp.Run(ctx, chromedp.Evaluate(js, &ok)); err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-			if ok {
+			err := chromedp.Run(ctx, chromedp.Evaluate(js, &ok))
+			switch {
+			case err == nil && ok:
 				return
-			}
-			if time.Now().After(deadline) {
+			case err != nil && (!navigating(err) || time.Now().After(deadline)):
+				t.Fatalf("%s: %v", what, err)
+			case time.Now().After(deadline):
 				var page string
 				_ = chromedp.Run(ctx, chromedp.Evaluate(`document.body.innerText`, &page))
 				t.Fatalf("%s: not within 20s; the page shows:\n%s", what, page)
@@ -180,4 +185,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		t.Logf("console screenshots written to %s", out)
 	}
+}
+
+// navigating reports whether err is Chromium's answer to an evaluation
+// that met a navigation of the page: its execution context went away.
+func navigating(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Inspected target navigated or closed") || strings.Contains(msg, "Execution context was destroyed") ||
+		strings.Contains(msg, "Cannot find context with specified id")
 }
