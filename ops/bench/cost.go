@@ -36,7 +36,13 @@ type costSample struct {
 type procCPU struct {
 	name, role string
 	ms         float64
-	rss, hwm   uint64 // resident set and its peak, in bytes (VmRSS, VmHWM)
+	mem        memory
+}
+
+// memory is what /proc/<pid>/status says a process holds, in bytes.
+type memory struct {
+	rss, hwm uint64 // resident set and its peak (VmRSS, VmHWM)
+	anon     uint64 // the resident set's anonymous part (RssAnon)
 }
 
 type consumerCount struct{ delivered, ackFloor uint64 }
@@ -54,12 +60,12 @@ func listProcs(p up.Procs) []plan.Record {
 	return append(recs, plan.Record{Name: "bench", Role: "bench (the load, not in the total)", PID: os.Getpid()})
 }
 
-// readRSS returns the resident set of pid and its peak, in bytes, from
-// /proc/<pid>/status (VmRSS, VmHWM).
-func readRSS(pid int) (rss, hwm uint64) {
+// readMemory returns the resident set of pid, its peak and its anonymous
+// part, from /proc/<pid>/status; zeros when pid is gone.
+func readMemory(pid int) (m memory) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0
+		return memory{}
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
@@ -72,12 +78,14 @@ func readRSS(pid int) (rss, hwm uint64) {
 		}
 		switch f[0] {
 		case "VmRSS:":
-			rss = v << 10
+			m.rss = v << 10
 		case "VmHWM:":
-			hwm = v << 10
+			m.hwm = v << 10
+		case "RssAnon:":
+			m.anon = v << 10
 		}
 	}
-	return rss, hwm
+	return m
 }
 
 // readCPU returns the user+system CPU time of pid in milliseconds.
@@ -108,8 +116,7 @@ func takeCostSample(ctx context.Context, sess *client.Session, ps up.Procs) (*co
 			continue
 		}
 		if ms, err := readCPU(r.PID); err == nil {
-			rss, hwm := readRSS(r.PID)
-			s.cpu[r.PID] = procCPU{name: r.Name, role: r.Role, ms: ms, rss: rss, hwm: hwm}
+			s.cpu[r.PID] = procCPU{name: r.Name, role: r.Role, ms: ms, mem: readMemory(r.PID)}
 		}
 	}
 	js := sess.Bus.JetStream()
@@ -222,12 +229,24 @@ type ProcessCost struct {
 	RSSBefore uint64 `json:"rssBefore"`
 	RSSAfter  uint64 `json:"rssAfter"`
 	PeakRSS   uint64 `json:"peakRss"`
+	// AnonBefore and AnonAfter are the anonymous part of the resident
+	// set (RssAnon: heap, stacks), without the pages of the binary it
+	// maps. Those vary with the page cache, not with the work: a freshly
+	// built binary's processes map 30–60 MB more of it than the same
+	// binary's once it has been run a while.
+	AnonBefore uint64 `json:"anonBefore"`
+	AnonAfter  uint64 `json:"anonAfter"`
 }
 
 // RSSGrowthPerPod is what the process's resident set grew by over the run,
 // per pod the run stored, in bytes.
 func (p ProcessCost) RSSGrowthPerPod(pods int) float64 {
 	return (float64(p.RSSAfter) - float64(p.RSSBefore)) / float64(max(pods, 1))
+}
+
+// AnonGrowthPerPod is RSSGrowthPerPod of the anonymous part alone.
+func (p ProcessCost) AnonGrowthPerPod(pods int) float64 {
+	return (float64(p.AnonAfter) - float64(p.AnonBefore)) / float64(max(pods, 1))
 }
 
 // since returns the counts of s less those of before. A replica restarted
@@ -240,7 +259,8 @@ func (s *costSample) since(before *costSample, pods, minEvents int, quiesced boo
 		if !ok || b.name != c.name {
 			continue
 		}
-		r.Processes = append(r.Processes, ProcessCost{Name: c.name, Role: c.role, PID: pid, CPUms: c.ms - b.ms, RSSBefore: b.rss, RSSAfter: c.rss, PeakRSS: c.hwm})
+		r.Processes = append(r.Processes, ProcessCost{Name: c.name, Role: c.role, PID: pid, CPUms: c.ms - b.ms,
+			RSSBefore: b.mem.rss, RSSAfter: c.mem.rss, PeakRSS: c.mem.hwm, AnonBefore: b.mem.anon, AnonAfter: c.mem.anon})
 		if c.name != "bench" {
 			r.TotalCPU += c.ms - b.ms
 		}
@@ -315,21 +335,23 @@ func (r *CostReport) print(out io.Writer) {
 
 // printMemory writes each process's memory: its resident set at the end,
 // its peak, and its growth over the run per pod the run stored (what the
-// process keeps per pod it caches, with the garbage GOGC lets it hold).
+// process keeps per pod it caches, with the garbage GOGC lets it hold),
+// then the same of its anonymous part alone (AnonBefore says why).
 func (r *CostReport) printMemory(out io.Writer) {
 	procs := slices.Clone(r.Processes)
 	sort.Slice(procs, func(i, j int) bool { return procs[i].RSSAfter > procs[j].RSSAfter })
 	fmt.Fprintf(out, "\nmemory (resident set, from /proc/<pid>/status; per pod: its growth over the run / %d pods)\n", r.Pods)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "process\tMiB before\tMiB after\tpeak MiB\tKB/pod\t")
-	var total, peak uint64
+	fmt.Fprintln(tw, "process\tMiB before\tMiB after\tpeak MiB\tKB/pod\tanon MiB after\tanon KB/pod\t")
+	var total, peak, anon uint64
 	for _, p := range procs {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.1f\t\n", p.Name, mib(p.RSSBefore), mib(p.RSSAfter), mib(p.PeakRSS), p.RSSGrowthPerPod(r.Pods)/1000)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.1f\t%.0f\t%.1f\t\n", p.Name, mib(p.RSSBefore), mib(p.RSSAfter), mib(p.PeakRSS),
+			p.RSSGrowthPerPod(r.Pods)/1000, mib(p.AnonAfter), p.AnonGrowthPerPod(r.Pods)/1000)
 		if p.Name != "bench" {
-			total, peak = total+p.RSSAfter, peak+p.PeakRSS
+			total, peak, anon = total+p.RSSAfter, peak+p.PeakRSS, anon+p.AnonAfter
 		}
 	}
-	fmt.Fprintf(tw, "total\t\t%.0f\t%.0f\t\t\n", mib(total), mib(peak))
+	fmt.Fprintf(tw, "total\t\t%.0f\t%.0f\t\t%.0f\t\t\n", mib(total), mib(peak), mib(anon))
 	tw.Flush()
 }
 

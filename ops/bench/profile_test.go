@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,15 +91,24 @@ func TestStartHeapProfile(t *testing.T) {
 	}
 }
 
-// TestReadRSS: the resident set of this process, and its peak, read from
-// /proc: non-zero, the peak no less than the current; nothing for a PID
-// that does not exist.
-func TestReadRSS(t *testing.T) {
-	rss, hwm := readRSS(os.Getpid())
-	if rss == 0 || hwm < rss {
-		t.Errorf("readRSS(self) = %d, %d; want rss > 0 and peak ≥ rss", rss, hwm)
+// TestReadMemory: the resident set of this process, its peak and its
+// anonymous part, read from /proc: non-zero, the peak no less than the
+// current, the anonymous part within it and growing by what the process
+// touches of a new allocation; nothing for a PID that does not exist.
+func TestReadMemory(t *testing.T) {
+	m := readMemory(os.Getpid())
+	if m.rss == 0 || m.hwm < m.rss || m.anon == 0 || m.anon > m.rss {
+		t.Errorf("readMemory(self) = %+v; want rss > 0, peak ≥ rss, 0 < anon ≤ rss", m)
 	}
-	if rss, hwm := readRSS(1 << 30); rss != 0 || hwm != 0 {
-		t.Errorf("readRSS(no such pid) = %d, %d; want 0, 0", rss, hwm)
+	held := make([]byte, 64<<20)
+	for i := range held {
+		held[i] = 1
+	}
+	if after := readMemory(os.Getpid()); after.anon < m.anon+60<<20 {
+		t.Errorf("anon %d after touching 64 MiB, %d before", after.anon, m.anon)
+	}
+	runtime.KeepAlive(held)
+	if m := readMemory(1 << 30); m != (memory{}) {
+		t.Errorf("readMemory(no such pid) = %+v; want zeros", m)
 	}
 }
