@@ -128,26 +128,14 @@ func (p *Pods) CreateRevision(ctx context.Context, pod *corev1.Pod, started time
 // persistence stage stored, which vt.Marshal encoded.
 func decodePodMeta(b []byte) (*corev1.ObjectMeta, error) {
 	var meta []byte
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
+	err := vt.EachBytesField(b, func(num protowire.Number, v []byte) error {
+		if num == 1 {
+			meta = protowire.AppendBytes(protowire.AppendTag(meta, 1, protowire.BytesType), v)
 		}
-		b = b[n:]
-		if num == 1 && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil, protowire.ParseError(n)
-			}
-			meta = append(meta, protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), v)...)
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
-		}
-		b = b[n:]
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	// meta is a Pod holding only its metadata field(s): decoding it
 	// merges them as decoding the whole pod does.

@@ -102,11 +102,11 @@ func (pc *podCutter) decode(kv *raftstore.KV, obj objects.Object) error {
 func (pc *podCutter) cut(b []byte) (spec, status []byte, err error) {
 	specs, statuses := pc.specBuf[:0], pc.statBuf[:0] // the kept fields, before they go into buf
 	hasSpec, hasStatus := false, false
-	err = eachField(b, func(num protowire.Number, v []byte) error {
+	err = vt.EachBytesField(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case podFields.spec:
 			hasSpec = true
-			return eachField(v, func(num protowire.Number, v []byte) error {
+			return vt.EachBytesField(v, func(num protowire.Number, v []byte) error {
 				if num == podFields.nodeName || num == podFields.tolerations {
 					specs = protowire.AppendTag(specs, num, protowire.BytesType)
 					specs = protowire.AppendBytes(specs, v)
@@ -115,12 +115,12 @@ func (pc *podCutter) cut(b []byte) (spec, status []byte, err error) {
 			})
 		case podFields.status:
 			hasStatus = true
-			return eachField(v, func(num protowire.Number, v []byte) error {
+			return vt.EachBytesField(v, func(num protowire.Number, v []byte) error {
 				if num != podFields.conditions {
 					return nil
 				}
 				var typ, st []byte
-				if err := eachField(v, func(num protowire.Number, v []byte) error {
+				if err := vt.EachBytesField(v, func(num protowire.Number, v []byte) error {
 					switch num {
 					case podFields.condType:
 						typ = v
@@ -198,33 +198,4 @@ func (s *shared[T]) get(key []byte, dec func() (T, error)) (T, error) {
 	}
 	s.cur[string(key)] = v
 	return v, nil
-}
-
-// eachField calls f with the number and value of every length-delimited
-// field of the message b, in order; it skips the others.
-func eachField(b []byte, f func(num protowire.Number, v []byte) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return protowire.ParseError(n)
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-		if err := f(num, v); err != nil {
-			return err
-		}
-	}
-	return nil
 }
