@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/stage"
@@ -222,24 +223,7 @@ func (x *index) parse(kv *raftstore.KV, ki *kindInfo) (*entry, error) {
 }
 
 func (x *index) parseMeta(b []byte, e *entry) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-		if typ != protowire.BytesType || (num != metaUID && num != metaDeletion && num != metaFinalizers && num != metaOwners) {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return protowire.ParseError(n)
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
+	return vt.EachBytesField(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case metaUID:
 			e.uid = string(v)
@@ -259,8 +243,8 @@ func (x *index) parseMeta(b []byte, e *entry) error {
 			}
 			e.refs = append(e.refs, ref)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (x *index) parseRef(b []byte) (ownerRef, error) {
