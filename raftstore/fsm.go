@@ -395,11 +395,12 @@ func (f *fsm) revisions() (rev, compactRev int64) {
 // closed at the next change. It fails with ErrGone when from is older than
 // the compacted revision. A batch never splits a revision's events.
 func (f *fsm) eventsAfter(prefix string, from int64, max, maxBytes int) ([]*storev1.Event, int64, <-chan struct{}, error) {
-	return f.eventsAfterKept(prefix, from, max, maxBytes, nil)
+	return f.eventsAfterKept(prefix, nil, from, max, maxBytes, nil)
 }
 
-// eventsAfterKept is eventsAfter of the keys keep (nil: all) allows.
-func (f *fsm) eventsAfterKept(prefix string, from int64, max, maxBytes int, keep keepFunc) ([]*storev1.Event, int64, <-chan struct{}, error) {
+// eventsAfterKept is eventsAfter of the keys under no prefix of except
+// that keep (nil: all) allows.
+func (f *fsm) eventsAfterKept(prefix string, except []string, from int64, max, maxBytes int, keep keepFunc) ([]*storev1.Event, int64, <-chan struct{}, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if from < f.compactRev {
@@ -414,12 +415,23 @@ func (f *fsm) eventsAfterKept(prefix string, from int64, max, maxBytes int, keep
 			covered = out[len(out)-1].Revision
 			break
 		}
-		if strings.HasPrefix(e.Kv.Key, prefix) && (keep == nil || keep(e.Kv.Key, f.plain(e.Kv.Key, e.Kv.Value), view{f})) {
+		if strings.HasPrefix(e.Kv.Key, prefix) && !hasAnyPrefix(e.Kv.Key, except) &&
+			(keep == nil || keep(e.Kv.Key, f.plain(e.Kv.Key, e.Kv.Value), view{f})) {
 			out = append(out, e)
 			size += len(e.Kv.Key) + len(e.Kv.Value) + 32
 		}
 	}
 	return out, covered, f.changed, nil
+}
+
+// hasAnyPrefix reports whether key starts with one of prefixes.
+func hasAnyPrefix(key string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // Snapshot implements raft.FSM. It captures pointers to the immutable

@@ -69,6 +69,33 @@ type WatchEvent struct {
 	Revision int64
 }
 
+// WatchOption modifies a Watch.
+type WatchOption func(*watchOptions)
+
+type watchOptions struct {
+	except []string
+}
+
+// WatchExcept leaves the changes under prefixes out of the watch: the
+// replica does not send them, so a watcher of a wide prefix ("/registry/")
+// does not receive what it would drop. At most MaxWatchExcept prefixes,
+// none empty (else the watch fails with ErrInvalid). A replica that does
+// not know the option sends them all: a watcher still drops what it does
+// not want.
+func WatchExcept(prefixes ...string) WatchOption {
+	return func(o *watchOptions) { o.except = append(o.except, prefixes...) }
+}
+
+// WatchExceptOf returns the prefixes opts leave out (for a KV that wraps a
+// Client, such as a test double).
+func WatchExceptOf(opts ...WatchOption) []string {
+	var o watchOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.except
+}
+
 // ReadOption modifies a Get or List.
 type ReadOption func(*readOptions)
 

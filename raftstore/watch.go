@@ -21,6 +21,7 @@ import (
 type Watch struct {
 	c      *Client
 	prefix string
+	except []string // WatchExcept
 	events chan WatchEvent
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -37,15 +38,16 @@ type Watch struct {
 }
 
 // Watch starts a watch of every change under prefix with revision >
-// fromRev. It fails with ErrGone when fromRev is older than the compacted
+// fromRev (less those opts leave out: WatchExcept). It fails with ErrGone when fromRev is older than the compacted
 // history: relist and watch from the list's revision. The watch ends when
 // ctx ends, Stop is called, or the history it needs is compacted (ErrGone).
-func (c *Client) Watch(ctx context.Context, prefix string, fromRev int64) (*Watch, error) {
+func (c *Client) Watch(ctx context.Context, prefix string, fromRev int64, opts ...WatchOption) (*Watch, error) {
 	if fromRev < 0 {
 		return nil, newError(storev1.Code_CODE_INVALID, prefix, "watch from revision %d", fromRev)
 	}
+	except := WatchExceptOf(opts...)
 	wctx, cancel := context.WithCancel(ctx)
-	w := &Watch{c: c, prefix: prefix, events: make(chan WatchEvent, c.cfg.WatchBuffer), ctx: wctx, cancel: cancel, done: make(chan struct{}), last: fromRev}
+	w := &Watch{c: c, prefix: prefix, except: except, events: make(chan WatchEvent, c.cfg.WatchBuffer), ctx: wctx, cancel: cancel, done: make(chan struct{}), last: fromRev}
 	w.progress.Store(fromRev)
 	sess, err := w.open()
 	if err != nil {
@@ -112,7 +114,7 @@ func (w *Watch) open() (*session, error) {
 	}
 	_ = sub.SetPendingLimits(-1, -1)
 	s.sub = sub
-	data, _ := proto.Marshal(&storev1.WatchRequest{Prefix: w.prefix, FromRevision: w.last, Inbox: inbox})
+	data, _ := proto.Marshal(&storev1.WatchRequest{Prefix: w.prefix, Except: w.except, FromRevision: w.last, Inbox: inbox})
 	var resp storev1.WatchResponse
 	if err := w.c.do(w.ctx, w.c.named(w.c.subj.watch), data, &resp, false, func() *storev1.Error { return resp.Error }); err != nil {
 		s.close()

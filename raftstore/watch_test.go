@@ -399,3 +399,49 @@ func TestWatchersShareEncodings(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchExcept: a watch of a wide prefix leaves out the changes under
+// its excluded prefixes — the replica never sends them — while its
+// progress still covers their revisions; a request that would exclude
+// everything or too much is refused.
+func TestWatchExcept(t *testing.T) {
+	c := raftstoretest.MakeCluster(t, 3)
+	cl := c.Client(t)
+	ctx := testCtx(t)
+	w, err := cl.Watch(ctx, "/registry/", 0, raftstore.WatchExcept("/registry/events/", "/registry/podflow/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var last int64
+	for _, k := range []string{"/registry/pods/a/x", "/registry/events/a/x.1", "/registry/podflow/requestids/r1", "/registry/eventsx/a", "/registry/podflow/hosts/h"} {
+		if last, err = cl.Create(ctx, k, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := collect(t, w, 2)
+	if got[0].KV.Key != "/registry/pods/a/x" || got[1].KV.Key != "/registry/eventsx/a" {
+		t.Fatalf("events %s, %s; want the pod and eventsx only", eventString(got[0]), eventString(got[1]))
+	}
+	// Nothing else arrives, and the progress reaches the last, excluded write.
+	deadline := time.Now().Add(20 * time.Second)
+	for w.Progress() < last && time.Now().Before(deadline) {
+		select {
+		case ev := <-w.Events():
+			t.Fatalf("excluded change delivered: %s", eventString(ev))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if w.Progress() < last {
+		t.Fatalf("progress %d, want %d (the excluded writes' revisions covered)", w.Progress(), last)
+	}
+
+	for name, except := range map[string][]string{
+		"empty":    {"/registry/events/", ""},
+		"too many": strings.Split(strings.Repeat("/registry/x/,", raftstore.MaxWatchExcept+1), ",")[:raftstore.MaxWatchExcept+1],
+	} {
+		if _, err := cl.Watch(ctx, "/registry/", 0, raftstore.WatchExcept(except...)); !errors.Is(err, raftstore.ErrInvalid) {
+			t.Errorf("%s: Watch = %v, want ErrInvalid", name, err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package raftstore
 import (
 	"cmp"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,10 @@ func (n *Node) handleWatch(m *nats.Msg) {
 		n.respond(m, &storev1.WatchResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "bad watch request"))})
 		return
 	}
+	if err := checkExcept(req.Except); err != nil {
+		n.respond(m, &storev1.WatchResponse{Replica: n.cfg.ID, Error: toWire(err)})
+		return
+	}
 	if err := n.checkInbox(m.Subject, req.Inbox); err != nil {
 		n.respond(m, &storev1.WatchResponse{Replica: n.cfg.ID, Error: toWire(err)})
 		return
@@ -44,8 +49,24 @@ func (n *Node) handleWatch(m *nats.Msg) {
 	n.goFunc(func() { n.streamWatch(m.Subject, &req) })
 }
 
-// streamWatch publishes every change under req.Prefix after
-// req.FromRevision to req.Inbox, in revision order, in messages numbered
+// MaxWatchExcept is how many prefixes a watch may leave out (WatchExcept):
+// each is compared with every change the watch's prefix matches.
+const MaxWatchExcept = 16
+
+// checkExcept refuses a watch's excluded prefixes when there are more than
+// MaxWatchExcept or one is empty (it would leave out everything).
+func checkExcept(except []string) error {
+	if len(except) > MaxWatchExcept {
+		return newError(storev1.Code_CODE_INVALID, "", "bad watch request: %d excluded prefixes (at most %d)", len(except), MaxWatchExcept)
+	}
+	if slices.Contains(except, "") {
+		return newError(storev1.Code_CODE_INVALID, "", "bad watch request: an excluded prefix is empty")
+	}
+	return nil
+}
+
+// streamWatch publishes every change under req.Prefix (but under none of
+// req.Except) after req.FromRevision to req.Inbox, in revision order, in messages numbered
 // from 1. Idle streams get heartbeats as requests; the stream ends when the
 // client stops answering them, on an error (sent as the last message) or on
 // shutdown (sent as Unavailable so the client resumes elsewhere at once).
@@ -73,7 +94,7 @@ func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 			return
 		}
 		wake := n.watchWake() // before the scan: a later change closes it
-		events, covered, changed, err := n.fsm.eventsAfterKept(req.Prefix, cursor, n.cfg.WatchBatch, maxWatchBytes, keep)
+		events, covered, changed, err := n.fsm.eventsAfterKept(req.Prefix, req.Except, cursor, n.cfg.WatchBatch, maxWatchBytes, keep)
 		if err != nil {
 			send(&storev1.WatchMessage{Error: toWire(err)})
 			return

@@ -947,10 +947,14 @@ func (x *Event) GetRevision() int64 {
 // WatchMessages to inbox, and answers the request itself with a
 // WatchResponse (an error, or the id of the stream).
 type WatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	FromRevision  int64                  `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
-	Inbox         string                 `protobuf:"bytes,3,opt,name=inbox,proto3" json:"inbox,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Prefix       string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	FromRevision int64                  `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	Inbox        string                 `protobuf:"bytes,3,opt,name=inbox,proto3" json:"inbox,omitempty"`
+	// except: the changes under these prefixes (of those under prefix) are
+	// left out of the stream, so a watcher of a wide prefix does not receive
+	// what it would drop. At most 16, none empty.
+	Except        []string `protobuf:"bytes,4,rep,name=except,proto3" json:"except,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1004,6 +1008,13 @@ func (x *WatchRequest) GetInbox() string {
 		return x.Inbox
 	}
 	return ""
+}
+
+func (x *WatchRequest) GetExcept() []string {
+	if x != nil {
+		return x.Except
+	}
+	return nil
 }
 
 type WatchResponse struct {
@@ -1987,11 +1998,12 @@ const file_storev1_store_proto_rawDesc = "" +
 	"\x05Event\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.podflow.store.v1.EventTypeR\x04type\x12*\n" +
 	"\x02kv\x18\x02 \x01(\v2\x1a.podflow.store.v1.KeyValueR\x02kv\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"y\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12#\n" +
 	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x14\n" +
-	"\x05inbox\x18\x03 \x01(\tR\x05inbox\"\x83\x01\n" +
+	"\x05inbox\x18\x03 \x01(\tR\x05inbox\x12\x16\n" +
+	"\x06except\x18\x04 \x03(\tR\x06except\"\x83\x01\n" +
 	"\rWatchResponse\x12-\n" +
 	"\x05error\x18\x01 \x01(\v2\x17.podflow.store.v1.ErrorR\x05error\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\tR\areplica\x12)\n" +

@@ -59,8 +59,8 @@ func (h *heldHooks) List(ctx context.Context, prefix string, opts ...raftstore.R
 	return h.KV.List(ctx, prefix, opts...)
 }
 
-func (h *heldHooks) Watch(ctx context.Context, prefix string, fromRev int64) (objects.Watch, error) {
-	w, err := h.KV.Watch(ctx, prefix, fromRev)
+func (h *heldHooks) Watch(ctx context.Context, prefix string, fromRev int64, opts ...raftstore.WatchOption) (objects.Watch, error) {
+	w, err := h.KV.Watch(ctx, prefix, fromRev, opts...)
 	if err != nil || !strings.Contains(prefix, "webhookconfigurations/") && !strings.Contains(prefix, "validatingadmissionpolic") {
 		return w, err
 	}

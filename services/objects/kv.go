@@ -19,7 +19,7 @@ type KV interface {
 	Update(ctx context.Context, key string, value []byte, expectedModRev int64) (int64, error)
 	Delete(ctx context.Context, key string, expectedModRev int64) (int64, error)
 	Txn(ctx context.Context, t raftstore.Txn) (int64, error)
-	Watch(ctx context.Context, prefix string, fromRev int64) (Watch, error)
+	Watch(ctx context.Context, prefix string, fromRev int64, opts ...raftstore.WatchOption) (Watch, error)
 }
 
 // Watch is a stream of the changes under a prefix, in revision order with
@@ -42,8 +42,8 @@ var _ KV = raftKV{}
 // RaftKV returns the store client c as a KV.
 func RaftKV(c *raftstore.Client) KV { return raftKV{c} }
 
-func (c raftKV) Watch(ctx context.Context, prefix string, fromRev int64) (Watch, error) {
-	w, err := c.Client.Watch(ctx, prefix, fromRev)
+func (c raftKV) Watch(ctx context.Context, prefix string, fromRev int64, opts ...raftstore.WatchOption) (Watch, error) {
+	w, err := c.Client.Watch(ctx, prefix, fromRev, opts...)
 	if err != nil {
 		return nil, err
 	}

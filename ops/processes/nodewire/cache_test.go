@@ -29,11 +29,11 @@ func (c *countingKV) Get(ctx context.Context, key string, opts ...raftstore.Read
 	return c.KV.Get(ctx, key, opts...)
 }
 
-func (c *countingKV) Watch(ctx context.Context, prefix string, fromRev int64) (objects.Watch, error) {
+func (c *countingKV) Watch(ctx context.Context, prefix string, fromRev int64, opts ...raftstore.WatchOption) (objects.Watch, error) {
 	c.mu.Lock()
 	c.watches++
 	c.mu.Unlock()
-	return c.KV.Watch(ctx, prefix, fromRev)
+	return c.KV.Watch(ctx, prefix, fromRev, opts...)
 }
 
 func (c *countingKV) counts() (int, int) {

@@ -2,6 +2,7 @@ package objectstest
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 
@@ -13,8 +14,9 @@ import (
 // Watch delivers every change under prefix with revision > fromRev, in
 // revision order, until ctx ends or Stop is called (Err is then the ctx's
 // error, context.Canceled after Stop), or the history it needs is
-// compacted (raftstore.ErrGone).
-func (k *KV) Watch(ctx context.Context, prefix string, fromRev int64) (objects.Watch, error) {
+// compacted (raftstore.ErrGone). Changes under a prefix opts leave out
+// (raftstore.WatchExcept) are not delivered.
+func (k *KV) Watch(ctx context.Context, prefix string, fromRev int64, opts ...raftstore.WatchOption) (objects.Watch, error) {
 	if err := k.call(ctx, "Watch", prefix); err != nil {
 		return nil, err
 	}
@@ -27,7 +29,7 @@ func (k *KV) Watch(ctx context.Context, prefix string, fromRev int64) (objects.W
 		return nil, errorf(storev1.Code_CODE_GONE, "", "revision %d is compacted (oldest watchable %d)", fromRev, k.compacted)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	w := &watch{kv: k, prefix: prefix, last: fromRev, events: make(chan raftstore.WatchEvent), cancel: cancel, done: make(chan struct{})}
+	w := &watch{kv: k, prefix: prefix, except: raftstore.WatchExceptOf(opts...), last: fromRev, events: make(chan raftstore.WatchEvent), cancel: cancel, done: make(chan struct{})}
 	go w.run(wctx)
 	return w, nil
 }
@@ -35,6 +37,7 @@ func (k *KV) Watch(ctx context.Context, prefix string, fromRev int64) (objects.W
 type watch struct {
 	kv     *KV
 	prefix string
+	except []string
 	last   int64 // revision of the last event delivered (or the start)
 	events chan raftstore.WatchEvent
 	cancel context.CancelFunc
@@ -106,7 +109,7 @@ func (w *watch) next() ([]raftstore.WatchEvent, <-chan struct{}, error) {
 	i := sort.Search(len(k.history), func(i int) bool { return k.history[i].Revision > w.last })
 	var out []raftstore.WatchEvent
 	for _, ev := range k.history[i:] {
-		if strings.HasPrefix(ev.KV.Key, w.prefix) {
+		if strings.HasPrefix(ev.KV.Key, w.prefix) && !slices.ContainsFunc(w.except, func(p string) bool { return strings.HasPrefix(ev.KV.Key, p) }) {
 			out = append(out, raftstore.WatchEvent{Type: ev.Type, KV: clone(ev.KV), Revision: ev.Revision})
 			break
 		}

@@ -20,8 +20,8 @@ type laggingKV struct {
 	release chan struct{}
 }
 
-func (k laggingKV) Watch(ctx context.Context, prefix string, fromRev int64) (objects.Watch, error) {
-	w, err := k.KV.Watch(ctx, prefix, fromRev)
+func (k laggingKV) Watch(ctx context.Context, prefix string, fromRev int64, opts ...raftstore.WatchOption) (objects.Watch, error) {
+	w, err := k.KV.Watch(ctx, prefix, fromRev, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,28 @@ import (
 // stored object.
 const watchPrefix = "/registry/"
 
+// recordsPrefix holds podflow's own records under watchPrefix (request
+// ids, pod CIDRs, hosts: services/pipeline), no API object: one request id
+// a pod. No custom kind can live there (a CustomResourceDefinition's group
+// has a dot).
+const recordsPrefix = "/registry/podflow/"
+
+// watchExcept is what the collector's watch leaves out: the kinds it does
+// not read (Events, two a pod) and podflow's own records. The replica does
+// not send them; apply would drop them.
+func watchExcept(t *kindTable) []string {
+	out := []string{recordsPrefix}
+	for _, ki := range t.all {
+		if strings.HasPrefix(ki.prefix, recordsPrefix) {
+			return nil // a kind stored among the records: watch them all
+		}
+		if !ki.scanned && len(out) < raftstore.MaxWatchExcept {
+			out = append(out, ki.prefix)
+		}
+	}
+	return out
+}
+
 // Config configures a Controller.
 type Config struct {
 	// Queue configures the retries of an object whose sync failed.
@@ -142,7 +164,7 @@ func (c *Controller) watchOnce(ctx context.Context) error {
 	for _, k := range keys {
 		c.queue.Add(k)
 	}
-	w, err := c.env.Store.KV().Watch(ctx, watchPrefix, rev)
+	w, err := c.env.Store.KV().Watch(ctx, watchPrefix, rev, raftstore.WatchExcept(watchExcept(kindTab())...))
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -663,4 +664,25 @@ func TestKindRegisteredAfterList(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitFor("the custom resource's dependent is collected", func() bool { return f.get(objects.ConfigMaps, "a", "of-gadget") == nil })
+}
+
+// TestWatchExceptLeavesOutOnlyWhatIsNotRead: the collector's watch leaves
+// out Events and podflow's own records, and never a prefix under which a
+// kind it reads is stored.
+func TestWatchExceptLeavesOutOnlyWhatIsNotRead(t *testing.T) {
+	t.Parallel()
+	tab := kindTab()
+	except := watchExcept(tab)
+	for _, want := range []string{objects.Events.Prefix(""), recordsPrefix} {
+		if !slices.Contains(except, want) {
+			t.Errorf("watchExcept = %q, want it to leave out %s", except, want)
+		}
+	}
+	for _, ki := range tab.all {
+		for _, p := range except {
+			if ki.scanned && strings.HasPrefix(ki.prefix, p) {
+				t.Errorf("watchExcept leaves out %s, where %s (read by the collector) is stored", p, ki.kind.Qualified())
+			}
+		}
+	}
 }
