@@ -34,7 +34,8 @@ const watchPrefix = "/registry/"
 const recordsPrefix = "/registry/podflow/"
 
 // watchExcept is what the collector's watch leaves out: the kinds it does
-// not read (Events, two a pod) and podflow's own records. The replica does
+// not read (Events, two a pod; NodeAllocations, one a pod) and podflow's
+// own records. The replica does
 // not send them; apply would drop them.
 func watchExcept(t *kindTable) []string {
 	out := []string{recordsPrefix}
@@ -207,8 +208,15 @@ func (it item) meta() *corev1.ObjectMeta { return it.obj.GetMetadata() }
 
 // scanned reports whether the collector reads the objects of kind k:
 // every stored kind but Events, which take no part in garbage collection
-// (their strategy's policy is Unsupported) and are the most numerous.
-func scanned(k objects.Kind) bool { return stage.DefaultGCPolicy(k) != stage.GCUnsupported }
+// (their strategy's policy is Unsupported) and are the most numerous, and
+// NodeAllocations, podflow's accounting of what is bound to a node (no
+// API serves them, so none has an owner or is one; one write a bind).
+func scanned(k objects.Kind) bool {
+	if k.APIGroup == objects.NodeAllocations.APIGroup && k.Name == objects.NodeAllocations.Name {
+		return false
+	}
+	return stage.DefaultGCPolicy(k) != stage.GCUnsupported
+}
 
 // collectable reports whether the collector deletes dependents of kind k:
 // every kind but those whose deletion is more than a store delete, which

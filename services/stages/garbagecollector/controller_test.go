@@ -667,13 +667,13 @@ func TestKindRegisteredAfterList(t *testing.T) {
 }
 
 // TestWatchExceptLeavesOutOnlyWhatIsNotRead: the collector's watch leaves
-// out Events and podflow's own records, and never a prefix under which a
-// kind it reads is stored.
+// out Events, NodeAllocations and podflow's own records, and never a
+// prefix under which a kind it reads is stored.
 func TestWatchExceptLeavesOutOnlyWhatIsNotRead(t *testing.T) {
 	t.Parallel()
 	tab := kindTab()
 	except := watchExcept(tab)
-	for _, want := range []string{objects.Events.Prefix(""), recordsPrefix} {
+	for _, want := range []string{objects.Events.Prefix(""), objects.NodeAllocations.Prefix(""), recordsPrefix} {
 		if !slices.Contains(except, want) {
 			t.Errorf("watchExcept = %q, want it to leave out %s", except, want)
 		}

@@ -83,7 +83,7 @@ func (e *entry) namespace() string {
 type kindInfo struct {
 	kind        objects.Kind
 	prefix      string
-	scanned     bool             // the collector reads it (not Events)
+	scanned     bool             // the collector reads it (scanned)
 	collectable bool             // the collector deletes it as a dependent
 	metaField   protowire.Number // the field number of its metadata
 }
