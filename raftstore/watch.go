@@ -38,9 +38,10 @@ type Watch struct {
 }
 
 // Watch starts a watch of every change under prefix with revision >
-// fromRev (less those opts leave out: WatchExcept). It fails with ErrGone when fromRev is older than the compacted
-// history: relist and watch from the list's revision. The watch ends when
-// ctx ends, Stop is called, or the history it needs is compacted (ErrGone).
+// fromRev, but those opts leave out (WatchExcept). It fails with ErrGone
+// when fromRev is older than the compacted history: relist and watch from
+// the list's revision. The watch ends when ctx ends, Stop is called, or
+// the history it needs is compacted (ErrGone).
 func (c *Client) Watch(ctx context.Context, prefix string, fromRev int64, opts ...WatchOption) (*Watch, error) {
 	if fromRev < 0 {
 		return nil, newError(storev1.Code_CODE_INVALID, prefix, "watch from revision %d", fromRev)

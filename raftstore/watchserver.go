@@ -66,10 +66,11 @@ func checkExcept(except []string) error {
 }
 
 // streamWatch publishes every change under req.Prefix (but under none of
-// req.Except) after req.FromRevision to req.Inbox, in revision order, in messages numbered
-// from 1. Idle streams get heartbeats as requests; the stream ends when the
-// client stops answering them, on an error (sent as the last message) or on
-// shutdown (sent as Unavailable so the client resumes elsewhere at once).
+// req.Except) after req.FromRevision to req.Inbox, in revision order, in
+// messages numbered from 1. Idle streams get heartbeats as requests; the
+// stream ends when the client stops answering them, on an error (sent as
+// the last message) or on shutdown (sent as Unavailable so the client
+// resumes elsewhere at once).
 func (n *Node) streamWatch(subject string, req *storev1.WatchRequest) {
 	nc := n.cfg.Conn
 	var seq uint64
