@@ -41,8 +41,7 @@ func (w *worker) onImages(im podImages) {
 		spec := vt.Clone(c.spec)
 		spec.Image = img
 		c.spec = spec
-		c.crash.Reset()
-		c.pull.Reset()
+		c.crash, c.pull = nil, nil
 		c.inBackoff = false
 	}
 }

@@ -36,8 +36,7 @@ import (
 // Reported, which is safe for concurrent use.
 type reporter struct {
 	d   *workerDeps
-	pod *corev1.Pod
-	uid string
+	pod *corev1.Pod // its uid is the pod's (uid)
 
 	seq      int64 // the last seq used; see nextSeq
 	last     *corev1.PodStatus
@@ -60,8 +59,12 @@ type podFailure struct {
 }
 
 func newReporter(d *workerDeps, pod *corev1.Pod) *reporter {
-	return &reporter{d: d, pod: pod, uid: pod.GetMetadata().GetUid()}
+	return &reporter{d: d, pod: pod}
 }
+
+// uid is the pod's uid: read from the pod, as a field of its own would
+// take the reporter past 128 bytes.
+func (r *reporter) uid() string { return r.pod.GetMetadata().GetUid() }
 
 // Reported returns the last status flushed (nil before the first).
 func (r *reporter) Reported() *corev1.PodStatus { return r.reported.Load() }
@@ -103,7 +106,7 @@ func (r *reporter) ReadinessFailed(container, msg string) {
 func (r *reporter) Deleted() {
 	seq := r.nextSeq()
 	del := r.envelope(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodDeleted{PodDeleted: &eventsv1.PodDeleted{}}}, seq, 0)
-	del.Id = fmt.Sprintf("uid/%s/PodDeleted", r.uid)
+	del.Id = fmt.Sprintf("uid/%s/PodDeleted", r.uid())
 	r.outbox = append(r.outbox, del)
 }
 
@@ -122,7 +125,7 @@ func (r *reporter) nextSeq() int64 {
 // containers starting in one step, for instance).
 func (r *reporter) envelope(env *eventsv1.Envelope, seq int64, n int) *eventsv1.Envelope {
 	md := r.pod.GetMetadata()
-	env.PodUid, env.Namespace, env.PodName = r.uid, md.GetNamespace(), md.GetName()
+	env.PodUid, env.Namespace, env.PodName = r.uid(), md.GetNamespace(), md.GetName()
 	env.NodeName, env.Stage, env.Replica = r.d.cfg.NodeName, Stage, r.d.cfg.NodeName
 	if env.Time == nil { // a step stamped when it happened (Emit) keeps its time
 		env.Time = timestamppb.New(r.now())

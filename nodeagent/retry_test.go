@@ -80,3 +80,22 @@ func TestRetryForgive(t *testing.T) {
 		})
 	}
 }
+
+// A worker's retries are nil until their first failure: a nil retry is
+// ready at once, and fail makes it under its policy.
+func TestRetryNilUntilFailure(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	policy := &Backoff{Initial: 10 * time.Second, Max: time.Minute, ResetAfter: time.Minute}
+	var r *retry
+	if !r.Ready(t0) || !r.At().IsZero() || r.Delay() != 0 || !r.Halfway().IsZero() {
+		t.Fatalf("a nil retry: Ready %v, At %v, Delay %v, Halfway %v; want ready, zero", r.Ready(t0), r.At(), r.Delay(), r.Halfway())
+	}
+	r.Reset()
+	r.Forgive(time.Hour)
+	if at := fail(&r, policy, t0); r == nil || at != t0.Add(10*time.Second) {
+		t.Fatalf("fail: retry %v, next attempt at %v; want one made, due at %v", r, at, t0.Add(10*time.Second))
+	}
+	if at := fail(&r, policy, t0); at != t0.Add(20*time.Second) || r.Ready(t0.Add(19*time.Second)) {
+		t.Fatalf("second fail: next attempt at %v, want %v", at, t0.Add(20*time.Second))
+	}
+}

@@ -100,7 +100,7 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 		Phase:     phase,
 		HostIp:    w.d.cfg.HostIP,
 		StartTime: w.startStamp(),
-		QosClass:  w.qos,
+		QosClass:  w.qos.String(),
 	}
 	if w.rejected != nil {
 		st.Reason, st.Message = w.rejected.reason, w.rejected.message
@@ -289,3 +289,19 @@ func (w *worker) stamp(now time.Time) *timestamppb.Timestamp {
 	}
 	return w.nowTS
 }
+
+// qosClass is a pod's QoS class (podrules.QOSClass) in a byte.
+type qosClass uint8
+
+var qosClasses = [...]string{podrules.QOSBestEffort, podrules.QOSBurstable, podrules.QOSGuaranteed}
+
+func qosOf(s string) qosClass {
+	for i, c := range qosClasses {
+		if c == s {
+			return qosClass(i)
+		}
+	}
+	return 0
+}
+
+func (q qosClass) String() string { return qosClasses[q] }

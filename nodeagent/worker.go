@@ -82,13 +82,22 @@ type worker struct {
 	next  *podUpdate     // guarded by mail: the store's latest pod (update)
 	sched schedState     // guarded by the pool's mutex
 
-	begun bool  // the first step ran
+	// The flags and small enums sit together: Go lays fields out in
+	// order, and each alone between pointers takes 8 bytes.
+	begun bool // the first step ran
+	state workState
+	qos   qosClass
+	// mounted: the volumes are; remount asks for their re-sync at once
+	// (the labels or annotations changed).
+	mounted, remount bool
+	// initialized: every init container has completed (a sidecar: has
+	// started) once; from then on a restarting sidecar holds nothing up.
+	initialized bool
+
 	timer Timer // kicks the worker when syncPod wants to run again
 
 	rep       *reporter
-	state     workState
 	rec       *recovered // what an earlier agent left, until adopted
-	qos       string
 	startTime time.Time
 	// startTS and nowTS are the Timestamps of startTime and of the last
 	// condition change, shared by the statuses built (startStamp, stamp).
@@ -98,17 +107,15 @@ type worker struct {
 	// order set first: a handful, so a slice, not a map.
 	conds []*corev1.PodCondition
 
-	sandbox      *Sandbox
-	exits        <-chan ContainerExit
-	sandboxRetry retry
-	mounted      bool
-	mountRetry   retry
+	sandbox *Sandbox
+	exits   <-chan ContainerExit
+	// sandboxRetry and mountRetry are nil until their setup first fails
+	// (retry).
+	sandboxRetry, mountRetry *retry
 	// volSums is, per configMap, secret or downwardAPI volume, a digest
-	// of the files last mounted; volSync is when they are next re-synced,
-	// remount asks for that at once (the labels or annotations changed).
+	// of the files last mounted; volSync is when they are next re-synced.
 	volSums volDigests
 	volSync time.Time
-	remount bool
 	// tokens are the projected serviceAccountTokens the worker holds, one
 	// per expiration and audience (satoken.go): a pod has one or two, so
 	// a slice, not a map (a map of one entry costs ~500 bytes a pod).
@@ -123,9 +130,6 @@ type worker struct {
 	// admission refuses one (SysctlForbidden), or past its active deadline
 	// (DeadlineExceeded): Failed with that reason, never retried.
 	rejected *podFailure
-	// initialized: every init container has completed (a sidecar: has
-	// started) once; from then on a restarting sidecar holds nothing up.
-	initialized bool
 }
 
 // workState is where a worker's pod is in its life; see worker.
@@ -164,33 +168,38 @@ type workerDeps struct {
 
 // ctr is one container of the pod and its current instance.
 type ctr struct {
-	spec        *corev1.Container
+	spec     *corev1.Container
+	id       ContainerID
+	imageID  string
+	runImage string // the image the current instance was started with
+	state    *corev1.ContainerState
+	lastTerm *corev1.ContainerStateTerminated
+	restarts int32
+
+	// The flags sit together (see worker).
 	init        bool
 	sidecar     bool // an init container with restartPolicy Always (KEP-753)
-	id          ContainerID
-	imageID     string
-	runImage    string // the image the current instance was started with
-	state       *corev1.ContainerState
-	lastTerm    *corev1.ContainerStateTerminated
-	restarts    int32
 	everStarted bool
-	startedAt   time.Time
 	ready       bool
 	started     bool
-	done        bool   // init: succeeded; app: terminated for good
-	killed      bool   // stopped by the agent after a probe failure
-	ephemeral   bool   // an ephemeral container: started once, never restarted
-	target      string // ephemeral: the container whose PID namespace it joins
+	done        bool // init: succeeded; app: terminated for good
+	killed      bool // stopped by the agent after a probe failure
+	ephemeral   bool // an ephemeral container: started once, never restarted
+	inBackoff   bool // waiting state already says why it is not started
 
-	crash     retry // CrashLoopBackOff: when the container may start again
-	inBackoff bool  // waiting state already says why it is not started
+	startedAt time.Time
+	target    string // ephemeral: the container whose PID namespace it joins
+
+	// crash is the CrashLoopBackOff (when the container may start again),
+	// pull the ImagePullBackOff (when the image may be pulled again): nil
+	// until the first failure (retry).
+	crash, pull *retry
 	// configRetry: after a CreateContainerConfigError, when to make the
 	// container's configuration again. No instance was created, so there
 	// is no crash back-off: kubelet's pod worker syncs again after its
 	// backOffPeriod (CrashLoopBackOff.Initial, 10s), and at once on a pod
 	// update (onMeta resets it).
 	configRetry time.Time
-	pull        retry // ImagePullBackOff: when the image may be pulled again
 
 	probes []*probeState
 }
@@ -200,12 +209,10 @@ func (c *ctr) running() bool { return c.state.GetRunning() != nil }
 func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 	w := &worker{
 		d: d, pod: pod, uid: pod.GetMetadata().GetUid(), names: namesOf(pod),
-		rep:          newReporter(d, pod),
-		rec:          rec,
-		qos:          podrules.QOSClass(pod),
-		policy:       pod.GetSpec().GetRestartPolicy(),
-		sandboxRetry: newRetry(&d.cfg.SetupBackOff),
-		mountRetry:   newRetry(&d.cfg.SetupBackOff),
+		rep:    newReporter(d, pod),
+		rec:    rec,
+		qos:    qosOf(podrules.QOSClass(pod)),
+		policy: pod.GetSpec().GetRestartPolicy(),
 	}
 	if w.policy == "" {
 		w.policy = "Always"
@@ -308,8 +315,7 @@ func (w *worker) onDeadline(s *int64) {
 }
 
 func (w *worker) newCtr(spec *corev1.Container, init bool) *ctr {
-	return &ctr{spec: spec, init: init, sidecar: init && spec.GetRestartPolicy() == "Always",
-		crash: newRetry(&w.d.cfg.CrashLoopBackOff), pull: newRetry(&w.d.cfg.ImagePullBackOff)}
+	return &ctr{spec: spec, init: init, sidecar: init && spec.GetRestartPolicy() == "Always"}
 }
 
 // step is one turn of the worker, run by its Pool: on the first, the
@@ -642,14 +648,14 @@ func (w *worker) ensureSandbox(ctx context.Context, now time.Time) (wake time.Ti
 			w.reject(string(CodeSysctlForbidden), message(err))
 			return time.Time{}, false
 		}
-		at := w.sandboxRetry.Next(now)
+		at := fail(&w.sandboxRetry, &w.d.cfg.SetupBackOff, now)
 		msg := "Failed to create pod sandbox: " + message(err)
 		w.rep.Warn(eventsv1.ReasonFailedCreatePodSandBox, msg)
 		w.rep.Failed(eventsv1.ReasonFailedCreatePodSandBox, msg, "", false)
 		return at, false
 	}
 	w.sandbox = &sb
-	w.sandboxRetry.Reset()
+	w.sandboxRetry = nil
 	w.watchExits()
 	w.rep.Emit(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodSandboxReady{PodSandboxReady: &eventsv1.PodSandboxReady{
 		SandboxId: sb.ID, PodIp: sb.IP, HostIp: w.d.cfg.HostIP}}})
@@ -682,14 +688,14 @@ func (w *worker) ensureVolumes(ctx context.Context, now time.Time) (wake time.Ti
 		if ctx.Err() != nil {
 			return time.Time{}, false
 		}
-		at := w.mountRetry.Next(now)
+		at := fail(&w.mountRetry, &w.d.cfg.SetupBackOff, now)
 		msg := message(err)
 		w.rep.Warn(eventsv1.ReasonFailedMount, msg)
 		w.rep.Failed(eventsv1.ReasonFailedMount, msg, "", false)
 		return at, false
 	}
 	w.mounted = true
-	w.mountRetry.Reset()
+	w.mountRetry = nil
 	sums, _ := changedVolumes(w.volSums, vols)
 	w.volSums = w.volSums.merge(sums)
 	return w.nextVolumeSync(now), true
@@ -736,7 +742,7 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 			return time.Time{}
 		}
 		reason := string(CodeOf(err, CodeImagePull))
-		c.pull.Next(now)
+		fail(&c.pull, &w.d.cfg.ImagePullBackOff, now)
 		msg := message(err)
 		if reason != eventsv1.ReasonErrImageNeverPull {
 			w.rep.Normal(eventsv1.ReasonPulling, fmt.Sprintf("Pulling image %q", image))
@@ -747,7 +753,7 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 		w.rep.Failed(reason, msg, name, false)
 		return c.pull.Halfway()
 	}
-	c.pull.Reset()
+	c.pull = nil
 	c.imageID = ref.ID
 	if ref.AlreadyPresent {
 		w.rep.Normal(eventsv1.ReasonPulled, fmt.Sprintf("Container image %q already present on machine", image))
@@ -779,7 +785,7 @@ func (w *worker) startContainer(ctx context.Context, c *ctr, now time.Time) time
 			c.configRetry = now.Add(w.d.cfg.CrashLoopBackOff.Initial)
 			at = c.configRetry
 		} else {
-			at = c.crash.Next(now)
+			at = fail(&c.crash, &w.d.cfg.CrashLoopBackOff, now)
 		}
 		c.inBackoff = true
 		c.setWaiting(reason, msg)
@@ -842,7 +848,7 @@ func (w *worker) onExit(ctx context.Context, ex ContainerExit) {
 		return
 	}
 	c.crash.Forgive(ex.FinishedAt.Sub(c.startedAt))
-	c.crash.Next(w.now())
+	fail(&c.crash, &w.d.cfg.CrashLoopBackOff, w.now())
 	c.inBackoff = false
 }
 
