@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"unique"
 	"weak"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
@@ -27,6 +28,9 @@ import (
 //   - A projected volume's sources (the ServiceAccount token volume every
 //     pod of a namespace has, ~1 KB) and a container's resources are
 //     shared between the pods whose ones are equal (shared).
+//   - The strings most pods have alike (namespace, owner, node, image,
+//     paths, policies, condition types …) are canonical copies (intern),
+//     not the ones each pod's decoding made: ~200 bytes a pod.
 //
 // Nothing may modify a worker's pod or what it holds: the parts are shared.
 func workerCopy(pod *corev1.Pod) *corev1.Pod {
@@ -48,12 +52,15 @@ func workerCopy(pod *corev1.Pod) *corev1.Pod {
 				if c.Resources != nil {
 					c.Resources = sharedResources.share(c.Resources)
 				}
+				internContainer(c)
 			}
 		}
+		internSpec(spec)
 	}
 	out := &corev1.Pod{Metadata: vt.Clone(pod.GetMetadata()), Spec: spec}
 	if out.Metadata != nil {
 		sharedLabels.share(out.Metadata)
+		internMeta(out.Metadata)
 	}
 	if st := pod.GetStatus(); st.GetStartTime() != nil || len(st.GetConditions()) > 0 {
 		out.Status = &corev1.PodStatus{Conditions: make([]*corev1.PodCondition, len(st.GetConditions()))}
@@ -61,10 +68,81 @@ func workerCopy(pod *corev1.Pod) *corev1.Pod {
 			out.Status.StartTime = vt.Clone(st.GetStartTime())
 		}
 		for i, c := range st.GetConditions() {
-			out.Status.Conditions[i] = vt.Clone(c)
+			c = vt.Clone(c)
+			c.Type, c.Status, c.Reason = intern(c.Type), intern(c.Status), intern(c.Reason)
+			out.Status.Conditions[i] = c
 		}
 	}
 	return out
+}
+
+// intern returns the canonical copy of s (package unique). The strings
+// of a decoded pod are each an allocation of their own, the same bytes
+// in most pods; a copy holding the canonical ones holds them once. Only
+// the canonical string is kept, not its Handle: once no pod holds it, the
+// next pod brings a new one.
+func intern(s string) string {
+	if s == "" {
+		return s
+	}
+	return unique.Make(s).Value()
+}
+
+func internAll(ss []string) {
+	for i, s := range ss {
+		ss[i] = intern(s)
+	}
+}
+
+// internMeta interns the metadata fields the pods of one namespace and
+// owner have alike, and the annotations' keys (their values, a request
+// id, a trace, are the pod's own). The name, uid and resourceVersion are
+// the pod's own.
+func internMeta(md *corev1.ObjectMeta) {
+	md.Namespace, md.GenerateName = intern(md.Namespace), intern(md.GenerateName)
+	internAll(md.Finalizers)
+	for _, o := range md.OwnerReferences {
+		o.ApiVersion, o.Kind, o.Name, o.Uid = intern(o.ApiVersion), intern(o.Kind), intern(o.Name), intern(o.Uid)
+	}
+	if len(md.Annotations) > 0 {
+		ann := make(map[string]string, len(md.Annotations))
+		for k, v := range md.Annotations {
+			ann[intern(k)] = v
+		}
+		md.Annotations = ann
+	}
+}
+
+// internSpec interns the spec's strings the pods of one template and
+// node have alike. Volume names are left: admission names the token
+// volume per pod.
+func internSpec(spec *corev1.PodSpec) {
+	spec.RestartPolicy, spec.ServiceAccountName, spec.NodeName = intern(spec.RestartPolicy), intern(spec.ServiceAccountName), intern(spec.NodeName)
+	spec.Hostname, spec.SchedulerName, spec.PriorityClassName = intern(spec.Hostname), intern(spec.SchedulerName), intern(spec.PriorityClassName)
+	spec.DnsPolicy, spec.Subdomain, spec.RuntimeClassName = intern(spec.DnsPolicy), intern(spec.Subdomain), intern(spec.RuntimeClassName)
+	if spec.PreemptionPolicy != nil {
+		p := intern(*spec.PreemptionPolicy)
+		spec.PreemptionPolicy = &p
+	}
+}
+
+// internContainer interns c's strings but its mounts' volume names (the
+// token volume's is the pod's own).
+func internContainer(c *corev1.Container) {
+	c.Name, c.Image, c.WorkingDir = intern(c.Name), intern(c.Image), intern(c.WorkingDir)
+	c.ImagePullPolicy, c.RestartPolicy = intern(c.ImagePullPolicy), intern(c.RestartPolicy)
+	c.TerminationMessagePath, c.TerminationMessagePolicy = intern(c.TerminationMessagePath), intern(c.TerminationMessagePolicy)
+	internAll(c.Command)
+	internAll(c.Args)
+	for _, m := range c.VolumeMounts {
+		m.MountPath, m.SubPath, m.SubPathExpr = intern(m.MountPath), intern(m.SubPath), intern(m.SubPathExpr)
+	}
+	for _, p := range c.Ports {
+		p.Name, p.Protocol, p.HostIp = intern(p.Name), intern(p.Protocol), intern(p.HostIp)
+	}
+	for _, e := range c.Env {
+		e.Name, e.Value = intern(e.Name), intern(e.Value)
+	}
 }
 
 // sharedProjected and sharedResources are the parts of the agent's pods

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/vt"
@@ -153,5 +154,55 @@ func TestLabelsKey(t *testing.T) {
 		if got := labelsKey(tc.x) == labelsKey(tc.y); got != tc.equal {
 			t.Errorf("labelsKey(%q) == labelsKey(%q): %v, want %v", tc.x, tc.y, got, tc.equal)
 		}
+	}
+}
+
+// TestWorkerCopyInterns: the copies of two pods decoded apart (each
+// string an allocation of its own) hold one copy of the strings they
+// have alike, and their own of the rest.
+func TestWorkerCopyInterns(t *testing.T) {
+	decoded := func(name string) *corev1.Pod {
+		p := copyPod(name)
+		p.Metadata.Annotations = map[string]string{"podflow.io/request-id": "req-" + name}
+		p.Spec.Containers[0].Command = []string{"/bin/app", "--serve"}
+		b, err := p.MarshalVT()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := &corev1.Pod{}
+		if err := out.UnmarshalVT(b); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	a, b := workerCopy(decoded("a")), workerCopy(decoded("b"))
+	same := func(x, y string) bool { return unsafe.StringData(x) == unsafe.StringData(y) }
+	ca, cb := a.Spec.Containers[0], b.Spec.Containers[0]
+	annKey := func(p *corev1.Pod) string {
+		for k := range p.Metadata.Annotations {
+			return k
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		field string
+		x, y  string
+	}{
+		{"namespace", a.Metadata.Namespace, b.Metadata.Namespace},
+		{"annotation key", annKey(a), annKey(b)},
+		{"nodeName", a.Spec.NodeName, b.Spec.NodeName},
+		{"serviceAccountName", a.Spec.ServiceAccountName, b.Spec.ServiceAccountName},
+		{"container name", ca.Name, cb.Name},
+		{"image", ca.Image, cb.Image},
+		{"command", ca.Command[1], cb.Command[1]},
+		{"mountPath", ca.VolumeMounts[0].MountPath, cb.VolumeMounts[0].MountPath},
+		{"condition type", a.Status.Conditions[0].Type, b.Status.Conditions[0].Type},
+	} {
+		if tc.x != tc.y || !same(tc.x, tc.y) {
+			t.Errorf("%s: %q and %q are two copies", tc.field, tc.x, tc.y)
+		}
+	}
+	if a.Metadata.Annotations["podflow.io/request-id"] != "req-a" || b.Metadata.Annotations["podflow.io/request-id"] != "req-b" {
+		t.Errorf("annotations %v, %v: want each pod's own value", a.Metadata.Annotations, b.Metadata.Annotations)
 	}
 }
