@@ -63,11 +63,11 @@ func (w *worker) phase() string {
 		return "Running"
 	case stopped > 0:
 		switch {
-		case !w.allDone() || w.policy == "Always":
+		case !w.allDone() || w.policy == policyAlways:
 			return "Running"
 		case stopped == succeeded:
 			return "Succeeded"
-		case w.policy == "Never":
+		case w.policy == policyNever:
 			return "Failed"
 		}
 		return "Running"
@@ -168,7 +168,25 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 		w.setCond(now, "DisruptionTarget", true, "TerminationByKubelet", w.rejected.message)
 		st.Conditions = append(st.Conditions, w.cond("DisruptionTarget"))
 	}
+	w.forgetPrior()
 	return st
+}
+
+// forgetPrior drops the status the pod came with once nothing more is
+// read of it: its startTime is taken (the first step) and each of its
+// conditions was set again (setCond reads a condition's
+// lastTransitionTime only when it first sets it). A prior condition the
+// worker has not set (a DisruptionTarget, set only on eviction) keeps it.
+func (w *worker) forgetPrior() {
+	if w.prior == nil || !w.begun {
+		return
+	}
+	for _, c := range w.prior.GetConditions() {
+		if w.cond(c.GetType()) == nil {
+			return
+		}
+	}
+	w.prior = nil
 }
 
 func containersMsg(what string, names []string) string {
@@ -187,7 +205,7 @@ func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string)
 	}
 	if c == nil {
 		c = &corev1.PodCondition{Type: typ}
-		if old := podrules.PodCondition(w.pod.GetStatus(), typ); old.GetStatus() == status {
+		if old := podrules.PodCondition(w.prior, typ); old.GetStatus() == status {
 			c.Status, c.LastTransitionTime = status, old.GetLastTransitionTime()
 		}
 	} else if c.Status == status && c.LastTransitionTime != nil && c.Reason == reason && c.Message == msg {
@@ -305,3 +323,25 @@ func qosOf(s string) qosClass {
 }
 
 func (q qosClass) String() string { return qosClasses[q] }
+
+// restartPolicy is a pod's spec.restartPolicy in a byte ("" is Always).
+type restartPolicy uint8
+
+const (
+	policyAlways restartPolicy = iota
+	policyOnFailure
+	policyNever
+	policyOther // none of the three (validation rejects it)
+)
+
+func policyOf(s string) restartPolicy {
+	switch s {
+	case "", "Always":
+		return policyAlways
+	case "OnFailure":
+		return policyOnFailure
+	case "Never":
+		return policyNever
+	}
+	return policyOther
+}

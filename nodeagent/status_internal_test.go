@@ -2,8 +2,11 @@ package nodeagent
 
 import (
 	"testing"
+	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // TestLastStateNotShared: the containers that never terminated before
@@ -26,5 +29,44 @@ func TestLastStateNotShared(t *testing.T) {
 	}
 	if noLastState.GetTerminated() != nil || noLastState.GetWaiting() != nil || noLastState.GetRunning() != nil {
 		t.Errorf("the shared empty lastState was modified: %v", noLastState)
+	}
+}
+
+// TestWorkerTakesOverPriorStatus: the worker's pod holds no status; the
+// status the pod came with gives the conditions their lastTransitionTime
+// and is dropped once each of its conditions was set again, unless one
+// the worker sets only later (DisruptionTarget) is among them.
+func TestWorkerTakesOverPriorStatus(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	scheduled := &corev1.PodCondition{Type: "PodScheduled", Status: "True", LastTransitionTime: timestamppb.New(t0)}
+	disruption := &corev1.PodCondition{Type: "DisruptionTarget", Status: "True", LastTransitionTime: timestamppb.New(t0)}
+	tests := []struct {
+		name  string
+		conds []*corev1.PodCondition
+		kept  bool // the prior status is still held after the first status
+	}{
+		{"scheduled", []*corev1.PodCondition{scheduled}, false},
+		{"a DisruptionTarget the worker has not set", []*corev1.PodCondition{scheduled, disruption}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := copyPod("a")
+			pod.Status.Conditions = tc.conds
+			w := newWorker(&workerDeps{cfg: DefaultConfig("n1", "10.244.1.0/24")}, workerCopy(pod), nil)
+			if w.pod.Status != nil {
+				t.Errorf("the worker's pod holds a status: %v", w.pod.Status)
+			}
+			w.begun = true // as its first step does
+			st := w.buildStatus(t0.Add(time.Minute))
+			if c := podrules.PodCondition(st, "PodScheduled"); c.GetStatus() != "True" || !c.GetLastTransitionTime().AsTime().Equal(t0) {
+				t.Errorf("PodScheduled = %v, want True since %v (the prior status's)", c, t0)
+			}
+			if c := podrules.PodCondition(st, "Ready"); !c.GetLastTransitionTime().AsTime().Equal(t0.Add(time.Minute)) {
+				t.Errorf("Ready = %v, want changed at %v", c, t0.Add(time.Minute))
+			}
+			if (w.prior != nil) != tc.kept {
+				t.Errorf("prior status held: %v, want %v", w.prior != nil, tc.kept)
+			}
+		})
 	}
 }

@@ -87,6 +87,8 @@ type worker struct {
 	begun bool // the first step ran
 	state workState
 	qos   qosClass
+	// policy is the pod's restartPolicy.
+	policy restartPolicy
 	// mounted: the volumes are; remount asks for their re-sync at once
 	// (the labels or annotations changed).
 	mounted, remount bool
@@ -96,13 +98,16 @@ type worker struct {
 
 	timer Timer // kicks the worker when syncPod wants to run again
 
-	rep       *reporter
-	rec       *recovered // what an earlier agent left, until adopted
+	rep *reporter
+	rec *recovered // what an earlier agent left, until adopted
+	// prior is the status the pod came with (the scheduler's, an earlier
+	// agent's): its startTime and conditions, read until taken over
+	// (forgetPrior).
+	prior     *corev1.PodStatus
 	startTime time.Time
 	// startTS and nowTS are the Timestamps of startTime and of the last
 	// condition change, shared by the statuses built (startStamp, stamp).
 	startTS, nowTS *timestamppb.Timestamp
-	policy         string
 	// conds are the pod's conditions as last built (setCond), in the
 	// order set first: a handful, so a slice, not a map.
 	conds []*corev1.PodCondition
@@ -206,17 +211,18 @@ type ctr struct {
 
 func (c *ctr) running() bool { return c.state.GetRunning() != nil }
 
+// newWorker returns the worker of pod, the agent's own copy of it
+// (workerCopy): it takes the pod's status out of it (prior).
 func newWorker(d *workerDeps, pod *corev1.Pod, rec *recovered) *worker {
 	w := &worker{
 		d: d, pod: pod, uid: pod.GetMetadata().GetUid(), names: namesOf(pod),
 		rep:    newReporter(d, pod),
 		rec:    rec,
 		qos:    qosOf(podrules.QOSClass(pod)),
-		policy: pod.GetSpec().GetRestartPolicy(),
+		policy: policyOf(pod.GetSpec().GetRestartPolicy()),
+		prior:  pod.GetStatus(),
 	}
-	if w.policy == "" {
-		w.policy = "Always"
-	}
+	pod.Status = nil // the worker's own copy: what is read of it is in prior
 	for _, c := range pod.GetSpec().GetInitContainers() {
 		w.inits = append(w.inits, w.newCtr(c, true))
 	}
@@ -335,7 +341,7 @@ func (w *worker) step() (finished bool) {
 	if !w.begun {
 		w.begun = true
 		w.startTime = w.now()
-		if st := w.pod.GetStatus().GetStartTime(); st != nil {
+		if st := w.prior.GetStartTime(); st != nil {
 			w.startTime = st.AsTime()
 		}
 		w.adopt(ctx)
@@ -834,14 +840,14 @@ func (w *worker) onExit(ctx context.Context, ex ContainerExit) {
 	case c.sidecar: // restarted whatever the pod's restartPolicy
 		restart = !c.done
 	case c.init:
-		restart = failed && w.policy != "Never"
+		restart = failed && w.policy != policyNever
 		if !restart && failed {
 			w.failed = c
 		}
 	case c.killed:
-		restart = w.policy != "Never"
+		restart = w.policy != policyNever
 	default:
-		restart = w.policy == "Always" || (w.policy == "OnFailure" && failed)
+		restart = w.policy == policyAlways || (w.policy == policyOnFailure && failed)
 	}
 	if !restart {
 		c.done = true
