@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -10,7 +11,6 @@ import (
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/proto/podrules"
-	"github.com/podflow/podflow/proto/vt"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -38,9 +38,12 @@ type reporter struct {
 	d   *workerDeps
 	pod *corev1.Pod // its uid is the pod's (uid)
 
-	seq      int64 // the last seq used; see nextSeq
-	last     *corev1.PodStatus
-	reported atomic.Pointer[corev1.PodStatus] // last, for Agent.PodStatus
+	seq int64 // the last seq used; see nextSeq
+	// last is the last status flushed, encoded: what Flush compares the
+	// next one with, and what Reported decodes. Its objects (a PodStatus,
+	// its conditions and container statuses, ~1.2 KB a pod) are not kept;
+	// its encoding is about half that.
+	last atomic.Pointer[[]byte]
 
 	// What the reported statuses have said so far, for deriveEvents.
 	wasRunning bool
@@ -66,8 +69,19 @@ func newReporter(d *workerDeps, pod *corev1.Pod) *reporter {
 // take the reporter past 128 bytes.
 func (r *reporter) uid() string { return r.pod.GetMetadata().GetUid() }
 
-// Reported returns the last status flushed (nil before the first).
-func (r *reporter) Reported() *corev1.PodStatus { return r.reported.Load() }
+// Reported returns the last status flushed (nil before the first), a
+// PodStatus of the caller's own.
+func (r *reporter) Reported() *corev1.PodStatus {
+	b := r.last.Load()
+	if b == nil {
+		return nil
+	}
+	st := &corev1.PodStatus{}
+	if err := st.UnmarshalVT(*b); err != nil {
+		return nil // Flush encoded it
+	}
+	return st
+}
 
 // Normal records a Normal Event for the next report.
 func (r *reporter) Normal(reason, msg string) {
@@ -145,7 +159,9 @@ func (r *reporter) envelope(env *eventsv1.Envelope, seq int64, n int) *eventsv1.
 // returns when to retry a failed publish (zero: nothing pending).
 func (r *reporter) Flush(ctx context.Context, st *corev1.PodStatus, final *podFailure) time.Time {
 	r.deriveEvents(st, final)
-	if len(r.records) > 0 || len(r.events) > 0 || !vt.Equal(st, r.last) {
+	enc, err := st.MarshalVT()
+	last := r.last.Load()
+	if len(r.records) > 0 || len(r.events) > 0 || err != nil || last == nil || !bytes.Equal(enc, *last) {
 		seq := r.nextSeq()
 		report := &eventsv1.PodStatusReport{Status: st, Seq: seq, Events: r.records}
 		r.outbox = append(r.outbox, r.envelope(&eventsv1.Envelope{Payload: &eventsv1.Envelope_PodStatusReport{
@@ -176,8 +192,10 @@ func (r *reporter) Flush(ctx context.Context, st *corev1.PodStatus, final *podFa
 			}
 			r.outbox = append(r.outbox, env)
 		}
-		r.last, r.records, r.events, r.notReady = st, nil, nil, false
-		r.reported.Store(st)
+		r.records, r.events, r.notReady = nil, nil, false
+		if err == nil {
+			r.last.Store(&enc)
+		}
 	}
 	for len(r.outbox) > 0 {
 		pctx, cancel := publishContext(ctx, r.d.cfg.PublishTimeout)

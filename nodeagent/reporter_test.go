@@ -122,6 +122,10 @@ func TestReporterFlush(t *testing.T) {
 	if !proto.Equal(r.Reported(), st) {
 		t.Errorf("Reported = %v, want %v", r.Reported(), st)
 	}
+	// Reported decodes the status kept encoded: each caller gets its own.
+	if mine := r.Reported(); mine == r.Reported() || func() bool { mine.Phase = "Changed"; return !proto.Equal(r.Reported(), st) }() {
+		t.Error("Reported hands out one status to its callers")
+	}
 
 	t.Run("unchanged status publishes nothing", func(t *testing.T) {
 		r.Flush(ctx, podStatus("Pending", false, ""), nil)

@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -105,7 +104,7 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 	if w.rejected != nil {
 		st.Reason, st.Message = w.rejected.reason, w.rejected.message
 	}
-	if last := w.rep.last; last != nil && w.sandbox == nil { // keep the IP after teardown, as Kubernetes does
+	if last := w.rep.Reported(); last != nil && w.sandbox == nil { // keep the IP after teardown, as Kubernetes does
 		st.PodIp, st.PodIps = last.GetPodIp(), last.GetPodIps()
 	}
 	if w.sandbox != nil {
@@ -160,8 +159,9 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 		w.setCond(now, "ContainersReady", false, eventsv1.ReasonContainersNotReady, msg)
 		w.setCond(now, "Ready", false, eventsv1.ReasonContainersNotReady, msg)
 	}
-	for _, t := range []string{"PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"} {
-		st.Conditions = append(st.Conditions, w.cond(t)) // immutable: see setCond
+	st.Conditions = make([]*corev1.PodCondition, 0, len(condTypes))
+	for _, t := range condTypes[:5] { // DisruptionTarget: below
+		st.Conditions = append(st.Conditions, w.cond(t))
 	}
 	if w.rejected != nil && w.rejected.reason == eventsv1.ReasonEvicted {
 		// kubelet's evictPod: the pod's disruption, with its message.
@@ -182,7 +182,7 @@ func (w *worker) forgetPrior() {
 		return
 	}
 	for _, c := range w.prior.GetConditions() {
-		if w.cond(c.GetType()) == nil {
+		if i := condIndex(c.GetType()); i < 0 || w.conds == nil || !w.conds[i].set {
 			return
 		}
 	}
@@ -193,46 +193,85 @@ func containersMsg(what string, names []string) string {
 	return fmt.Sprintf("containers with %s status: [%s]", what, strings.Join(names, " "))
 }
 
-func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string) {
-	status := "False"
-	if ok {
-		status = "True"
-	}
-	i := slices.IndexFunc(w.conds, func(c *corev1.PodCondition) bool { return c.GetType() == typ })
-	var c *corev1.PodCondition
-	if i >= 0 {
-		c = w.conds[i]
-	}
-	if c == nil {
-		c = &corev1.PodCondition{Type: typ}
-		if old := podrules.PodCondition(w.prior, typ); old.GetStatus() == status {
-			c.Status, c.LastTransitionTime = status, old.GetLastTransitionTime()
+// condTypes are the pod conditions the worker sets, in the order a
+// status lists them.
+var condTypes = [...]string{"PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "DisruptionTarget"}
+
+// podConds are the pod's conditions as last set (setCond), by their
+// index in condTypes.
+type podConds [len(condTypes)]podCond
+
+// podCond is one condition as last set: small, as the statuses built make
+// their PodConditions from it (cond) and keep none (the reporter keeps
+// the last one encoded): five PodConditions held a pod cost ~700 bytes.
+type podCond struct {
+	ts     *timestamppb.Timestamp // lastTransitionTime; shared, never modified
+	why    *condWhy               // nil: neither reason nor message
+	set    bool
+	status bool
+}
+
+// condWhy is a condition's reason and message.
+type condWhy struct{ reason, msg string }
+
+func condIndex(typ string) int {
+	for i, t := range condTypes {
+		if t == typ {
+			return i
 		}
-	} else if c.Status == status && c.LastTransitionTime != nil && c.Reason == reason && c.Message == msg {
+	}
+	return -1
+}
+
+func conditionStatus(ok bool) string {
+	if ok {
+		return podrules.ConditionTrue
+	}
+	return "False"
+}
+
+// setCond sets the pod's condition typ (one of condTypes): its
+// lastTransitionTime is now when its status changes; set first, it is the
+// prior status's when that says the same.
+func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string) {
+	i := condIndex(typ)
+	if i < 0 {
 		return
 	}
-	// Copy on write: a condition in w.conds is never changed once stored,
-	// so the statuses built from them (the reporter's last, read by other
-	// goroutines) share them instead of holding clones.
-	next := &corev1.PodCondition{Type: typ, Status: c.Status, LastTransitionTime: c.LastTransitionTime, Reason: reason, Message: msg}
-	if next.Status != status || next.LastTransitionTime == nil {
-		next.Status, next.LastTransitionTime = status, w.stamp(now)
+	if w.conds == nil {
+		w.conds = new(podConds)
 	}
-	if i >= 0 {
-		w.conds[i] = next
-	} else {
-		w.conds = append(w.conds, next)
+	c := &w.conds[i]
+	if !c.set {
+		c.set = true
+		if old := podrules.PodCondition(w.prior, typ); old.GetStatus() == conditionStatus(ok) {
+			c.status, c.ts = ok, old.GetLastTransitionTime()
+		}
+	}
+	if c.status != ok || c.ts == nil {
+		c.status, c.ts = ok, w.stamp(now)
+	}
+	switch {
+	case reason == "" && msg == "":
+		c.why = nil
+	case c.why == nil || c.why.reason != reason || c.why.msg != msg:
+		c.why = &condWhy{reason: reason, msg: msg}
 	}
 }
 
-// cond returns the pod's condition typ as last set (nil: never).
+// cond returns the pod's condition typ as last set (nil: never), a
+// PodCondition of its own.
 func (w *worker) cond(typ string) *corev1.PodCondition {
-	for _, c := range w.conds {
-		if c.GetType() == typ {
-			return c
-		}
+	i := condIndex(typ)
+	if i < 0 || w.conds == nil || !w.conds[i].set {
+		return nil
 	}
-	return nil
+	c := &w.conds[i]
+	pc := &corev1.PodCondition{Type: condTypes[i], Status: conditionStatus(c.status), LastTransitionTime: c.ts}
+	if c.why != nil {
+		pc.Reason, pc.Message = c.why.reason, c.why.msg
+	}
+	return pc
 }
 
 func (w *worker) containerStatus(c *ctr, defWaiting string) *corev1.ContainerStatus {

@@ -70,3 +70,27 @@ func TestWorkerTakesOverPriorStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestSetCond: a condition's lastTransitionTime moves only when its
+// status changes; its reason and message follow every set.
+func TestSetCond(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	w := &worker{}
+	ltt := func() time.Time { return w.cond("Ready").GetLastTransitionTime().AsTime() }
+	if w.cond("Ready") != nil {
+		t.Fatal("a condition never set is there")
+	}
+	w.setCond(t0, "Ready", false, "ContainersNotReady", "containers with unready status: [app]")
+	w.setCond(t0.Add(time.Second), "Ready", false, "PodCompleted", "")
+	if c := w.cond("Ready"); c.GetStatus() != "False" || c.GetReason() != "PodCompleted" || c.GetMessage() != "" || !ltt().Equal(t0) {
+		t.Errorf("after a new reason: %v, want False PodCompleted since %v", c, t0)
+	}
+	w.setCond(t0.Add(2*time.Second), "Ready", true, "", "")
+	w.setCond(t0.Add(3*time.Second), "Ready", true, "", "")
+	if c := w.cond("Ready"); c.GetStatus() != "True" || c.GetReason() != "" || !ltt().Equal(t0.Add(2*time.Second)) {
+		t.Errorf("after turning True: %v, want True since %v", c, t0.Add(2*time.Second))
+	}
+	if a, b := w.cond("Ready"), w.cond("Ready"); a == b {
+		t.Error("two statuses share a condition")
+	}
+}

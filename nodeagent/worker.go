@@ -108,9 +108,9 @@ type worker struct {
 	// startTS and nowTS are the Timestamps of startTime and of the last
 	// condition change, shared by the statuses built (startStamp, stamp).
 	startTS, nowTS *timestamppb.Timestamp
-	// conds are the pod's conditions as last built (setCond), in the
-	// order set first: a handful, so a slice, not a map.
-	conds []*corev1.PodCondition
+	// conds are the pod's conditions as last set (setCond); nil until
+	// the first status.
+	conds *podConds
 
 	sandbox *Sandbox
 	exits   <-chan ContainerExit
