@@ -29,11 +29,15 @@ import (
 
 // containerConfig returns c as the runtime is to run it: Env holds every
 // variable with its final value (no valueFrom, no envFrom), Command and
-// Args are expanded. c itself is not modified.
+// Args are expanded. c itself is not modified; it is the configuration
+// when there is nothing to resolve (resolvedAsIs).
 func (w *worker) containerConfig(ctx context.Context, c *corev1.Container) (*corev1.Container, error) {
 	env, err := w.makeEnv(ctx, c)
 	if err != nil {
 		return nil, Errorf(CodeCreateContainerConfig, "%s", err.Error())
+	}
+	if resolvedAsIs(c, env) {
+		return c, nil
 	}
 	out := vt.Clone(c)
 	out.EnvFrom = nil
@@ -54,6 +58,30 @@ func (w *worker) containerConfig(ctx context.Context, c *corev1.Container) (*cor
 		vm.SubPath, vm.SubPathExpr = sub, ""
 	}
 	return out, nil
+}
+
+// resolvedAsIs reports whether c's configuration is c itself: it has no
+// variables (its own, from sources, the Services') and nothing to
+// expand (no $ in its command or arguments, no subPathExpr). The runtime
+// then gets c, shared with the worker and never modified, instead of a
+// copy it would keep for the container's life (~500 bytes a pod).
+func resolvedAsIs(c *corev1.Container, env *envList) bool {
+	if len(env.order) > 0 || len(c.GetEnvFrom()) > 0 {
+		return false
+	}
+	for _, ss := range [][]string{c.GetCommand(), c.GetArgs()} {
+		for _, s := range ss {
+			if strings.Contains(s, "$") {
+				return false
+			}
+		}
+	}
+	for _, vm := range c.GetVolumeMounts() {
+		if vm.GetSubPathExpr() != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // expandSubPath is kubelet's subPathExpr (ExpandContainerVolumeMounts and

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/vt"
 )
 
 // TestSubPathExpr is kubelet's subPathExpr: $(VAR) expanded from the
@@ -48,5 +49,43 @@ func TestSubPathExpr(t *testing.T) {
 		if c.GetVolumeMounts()[0].GetSubPathExpr() != tc.expr {
 			t.Errorf("%q: the pod's spec was changed", tc.expr)
 		}
+	}
+}
+
+// TestContainerConfigAsIs: a container with nothing to resolve is its
+// own configuration (no copy for the runtime to keep); one with
+// variables, a $ to expand or a subPathExpr gets a resolved copy, and
+// is left as it was.
+func TestContainerConfigAsIs(t *testing.T) {
+	w := downwardWorker(&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "web-0", Namespace: "shop", Uid: "u"},
+		Spec: &corev1.PodSpec{NodeName: "n1"}})
+	w.d.volumes = nil
+	mounts := []*corev1.VolumeMount{{Name: "v", MountPath: "/v"}}
+	for _, tc := range []struct {
+		name string
+		c    *corev1.Container
+		same bool
+	}{
+		{"nothing to resolve", &corev1.Container{Name: "c", Image: "app:1", Command: []string{"/app", "--port=80"}, VolumeMounts: mounts}, true},
+		{"a variable", &corev1.Container{Name: "c", Env: []*corev1.EnvVar{{Name: "KIND", Value: "db"}}}, false},
+		{"an escaped $", &corev1.Container{Name: "c", Args: []string{"$$HOME"}}, false},
+		{"a subPathExpr", &corev1.Container{Name: "c", Env: nil, VolumeMounts: []*corev1.VolumeMount{{Name: "v", MountPath: "/v", SubPathExpr: "x"}}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := vt.Clone(tc.c)
+			got, err := w.containerConfig(context.Background(), tc.c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (got == tc.c) != tc.same {
+				t.Errorf("configuration is the container itself: %v, want %v", got == tc.c, tc.same)
+			}
+			if !vt.Equal(tc.c, before) {
+				t.Errorf("the container was modified: %v, was %v", tc.c, before)
+			}
+			if tc.name == "an escaped $" && got.GetArgs()[0] != "$HOME" {
+				t.Errorf("args %q, want [$HOME]", got.GetArgs())
+			}
+		})
 	}
 }
