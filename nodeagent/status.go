@@ -98,7 +98,7 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 	st := &corev1.PodStatus{
 		Phase:     phase,
 		HostIp:    w.d.cfg.HostIP,
-		StartTime: w.startStamp(),
+		StartTime: timestamppb.New(w.startTime),
 		QosClass:  w.qos.String(),
 	}
 	if w.rejected != nil {
@@ -203,10 +203,11 @@ type podConds [len(condTypes)]podCond
 
 // podCond is one condition as last set: small, as the statuses built make
 // their PodConditions from it (cond) and keep none (the reporter keeps
-// the last one encoded): five PodConditions held a pod cost ~700 bytes.
+// the last one encoded): five PodConditions held a pod cost ~700 bytes,
+// and their Timestamps ~64 bytes each.
 type podCond struct {
-	ts     *timestamppb.Timestamp // lastTransitionTime; shared, never modified
-	why    *condWhy               // nil: neither reason nor message
+	ts     int64    // lastTransitionTime, Unix nanoseconds; 0: none yet
+	why    *condWhy // nil: neither reason nor message
 	set    bool
 	status bool
 }
@@ -244,12 +245,12 @@ func (w *worker) setCond(now time.Time, typ string, ok bool, reason, msg string)
 	c := &w.conds[i]
 	if !c.set {
 		c.set = true
-		if old := podrules.PodCondition(w.prior, typ); old.GetStatus() == conditionStatus(ok) {
-			c.status, c.ts = ok, old.GetLastTransitionTime()
+		if old := podrules.PodCondition(w.prior, typ); old.GetStatus() == conditionStatus(ok) && old.GetLastTransitionTime() != nil {
+			c.status, c.ts = ok, old.GetLastTransitionTime().AsTime().UnixNano()
 		}
 	}
-	if c.status != ok || c.ts == nil {
-		c.status, c.ts = ok, w.stamp(now)
+	if c.status != ok || c.ts == 0 {
+		c.status, c.ts = ok, now.UnixNano()
 	}
 	switch {
 	case reason == "" && msg == "":
@@ -267,7 +268,7 @@ func (w *worker) cond(typ string) *corev1.PodCondition {
 		return nil
 	}
 	c := &w.conds[i]
-	pc := &corev1.PodCondition{Type: condTypes[i], Status: conditionStatus(c.status), LastTransitionTime: c.ts}
+	pc := &corev1.PodCondition{Type: condTypes[i], Status: conditionStatus(c.status), LastTransitionTime: timestamppb.New(time.Unix(0, c.ts))}
 	if c.why != nil {
 		pc.Reason, pc.Message = c.why.reason, c.why.msg
 	}
@@ -327,24 +328,6 @@ func cutMessage(t *corev1.ContainerStateTerminated, budget int) *corev1.Containe
 	t = vt.Clone(t)
 	t.Message = headUTF8(t.Message, budget)
 	return t
-}
-
-// startStamp is the pod's startTime as a Timestamp, made once: the
-// statuses built share it (it is never modified).
-func (w *worker) startStamp() *timestamppb.Timestamp {
-	if w.startTS == nil || !w.startTS.AsTime().Equal(w.startTime) {
-		w.startTS = timestamppb.New(w.startTime)
-	}
-	return w.startTS
-}
-
-// stamp is now as a Timestamp, shared by the conditions that change in
-// one step (never modified).
-func (w *worker) stamp(now time.Time) *timestamppb.Timestamp {
-	if w.nowTS == nil || !w.nowTS.AsTime().Equal(now) {
-		w.nowTS = timestamppb.New(now)
-	}
-	return w.nowTS
 }
 
 // qosClass is a pod's QoS class (podrules.QOSClass) in a byte.

@@ -105,9 +105,6 @@ type worker struct {
 	// (forgetPrior).
 	prior     *corev1.PodStatus
 	startTime time.Time
-	// startTS and nowTS are the Timestamps of startTime and of the last
-	// condition change, shared by the statuses built (startStamp, stamp).
-	startTS, nowTS *timestamppb.Timestamp
 	// conds are the pod's conditions as last set (setCond); nil until
 	// the first status.
 	conds *podConds
