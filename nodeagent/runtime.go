@@ -157,8 +157,8 @@ type ContainerInfo struct {
 	Name         string
 	Image        string
 	ImageID      string
-	Init         bool
 	RestartCount int32
+	Init         bool
 	Running      bool
 	StartedAt    time.Time
 	Exit         *ContainerExit // set when not running

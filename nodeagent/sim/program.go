@@ -180,7 +180,7 @@ func (r *Runtime) Running(namespace, pod, uid, container string) (RunningContain
 			}
 		}
 		if best != nil {
-			return RunningContainer{Pod: p.pod, Spec: best.spec, ID: best.info.ID, IP: p.ip.String(), Volumes: volumeFilesLocked(p)}, true
+			return RunningContainer{Pod: p.pod, Spec: best.spec, ID: best.info.ID, IP: p.sb.IP, Volumes: volumeFilesLocked(p)}, true
 		}
 	}
 	return RunningContainer{}, false

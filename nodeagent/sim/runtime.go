@@ -151,9 +151,10 @@ var (
 )
 
 type simPod struct {
-	pod     *corev1.Pod
+	pod *corev1.Pod
+	// sb.IP is the pod's address (addr): a netip.Addr beside it costs
+	// 24 bytes a pod.
 	sb      nodeagent.Sandbox
-	ip      netip.Addr
 	created time.Time
 	mounted bool
 	gone    bool        // the sandbox was removed; guarded by Runtime.mu
@@ -169,6 +170,12 @@ type simPod struct {
 	// prevLogs are the logs of each container's previous instance
 	// (kubectl logs --previous); nil until a container restarts.
 	prevLogs map[string]*prevLog
+}
+
+// addr is the pod's IP address, as allocated.
+func (p *simPod) addr() netip.Addr {
+	a, _ := netip.ParseAddr(p.sb.IP)
+	return a
 }
 
 // closedCh is a closed channel: the removedLocked of a removed sandbox.
@@ -289,9 +296,9 @@ type simCtr struct {
 	log    *logBuf
 	// program: the instance runs a Program (cancel stops it; stdin, when
 	// the container has one, is what attach writes to).
-	program   bool
 	cancel    context.CancelFunc
 	stdin     *io.PipeWriter
+	program   bool
 	stdinOnce bool
 	// why says which annotation made it exit (its synthetic exit line);
 	// probes is each probe kind's last result (logged when it changes).
@@ -395,7 +402,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, pod *corev1.Pod) (nodeagent
 			"failed to setup network for sandbox: allocate IP: %w", err)
 	}
 	p := &simPod{
-		pod: pod, ip: ip, created: r.clock.Now(),
+		pod: pod, created: r.clock.Now(),
 		sb: nodeagent.Sandbox{ID: r.newID("sandbox"), IP: ip.String()},
 		// One slot: naturalExit's send waits for the worker (or the
 		// sandbox's removal), so a longer buffer only costs memory, ~1.5 KB
@@ -462,7 +469,7 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, podUID string) error {
 		if p.removed != nil {
 			close(p.removed)
 		}
-		r.ipam.Release(p.ip)
+		r.ipam.Release(p.addr())
 		delete(r.pods, podUID)
 		r.keepGoneLocked(p)
 	}
@@ -723,7 +730,7 @@ func (r *Runtime) addContainer(pod *corev1.Pod, c *corev1.Container, sb nodeagen
 	p.containers = append(p.containers, sc)
 	var prog Program
 	if r.cfg.Programs != nil && why == "" {
-		prog = r.cfg.Programs.Program(pod, c, p.ip.String(), volumeFilesLocked(p))
+		prog = r.cfg.Programs.Program(pod, c, p.sb.IP, volumeFilesLocked(p))
 	}
 	if prog != nil {
 		sc.program = true
