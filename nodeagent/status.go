@@ -174,15 +174,16 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 
 // forgetPrior drops the status the pod came with once nothing more is
 // read of it: its startTime is taken (the first step) and each of its
-// conditions was set again (setCond reads a condition's
-// lastTransitionTime only when it first sets it). A prior condition the
-// worker has not set (a DisruptionTarget, set only on eviction) keeps it.
+// conditions the worker sets was set again (setCond reads a condition's
+// lastTransitionTime only when it first sets it; the others, a readiness
+// gate's, are not read). A prior condition the worker has not set yet (a
+// DisruptionTarget, set only on eviction) keeps it.
 func (w *worker) forgetPrior() {
 	if w.prior == nil || !w.begun {
 		return
 	}
 	for _, c := range w.prior.GetConditions() {
-		if i := condIndex(c.GetType()); i < 0 || w.conds == nil || !w.conds[i].set {
+		if i := condIndex(c.GetType()); i >= 0 && (w.conds == nil || !w.conds[i].set) {
 			return
 		}
 	}

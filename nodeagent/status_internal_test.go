@@ -46,6 +46,8 @@ func TestWorkerTakesOverPriorStatus(t *testing.T) {
 		kept  bool // the prior status is still held after the first status
 	}{
 		{"scheduled", []*corev1.PodCondition{scheduled}, false},
+		{"a readiness gate's condition the worker never sets", []*corev1.PodCondition{scheduled,
+			{Type: "example.com/gate", Status: "True", LastTransitionTime: timestamppb.New(t0)}}, false},
 		{"a DisruptionTarget the worker has not set", []*corev1.PodCondition{scheduled, disruption}, true},
 	}
 	for _, tc := range tests {
