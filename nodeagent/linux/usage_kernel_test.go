@@ -65,12 +65,23 @@ func TestMeterUsage(t *testing.T) {
 	if first.Window != 0 || first.CPUNanoCores != 0 || len(first.Pods) != 0 || first.MemoryBytes == 0 {
 		t.Fatalf("first sample = %+v, want no rate, no pods, the node's memory", first)
 	}
-	// Let the burner use 50ms of CPU, however loaded the machine is.
+	// Let the burner use burnNanos of CPU, however loaded the machine is.
+	// A rate is a difference of two readings over the interval between
+	// their times, each taken a moment after its counter is read; under
+	// load that moment varies by milliseconds, so the window is long
+	// enough for such a skew to stay well inside the bounds below (a
+	// 75 ms window once read a single thread as 1.18 cores).
+	const burnNanos = 500_000_000
 	start := cpuOf(burn, podrules.QOSBurstable)
-	eventually(t, "the burner to use 50ms of CPU", func() (bool, string) {
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		n := cpuOf(burn, podrules.QOSBurstable)
-		return n-start >= 50_000_000, fmt.Sprint(n - start)
-	})
+		if n-start >= burnNanos {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the burner used %d ns of CPU in 90 s, want %d", n-start, burnNanos)
+		}
+	}
 	rd, err := m.Sample(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -93,10 +104,10 @@ func TestMeterUsage(t *testing.T) {
 	if b.CPUNanoCores == 0 || b.MemoryBytes == 0 {
 		t.Errorf("burner %+v: want CPU and memory above 0", b)
 	}
-	// The burner used 50ms between the samples, on one thread: its rate
-	// over the window is at least that, and at most one core.
-	if used := float64(b.CPUNanoCores) * rd.Window.Seconds(); used < 0.9*50e6 || b.CPUNanoCores > 1.1e9 {
-		t.Errorf("burner %d nanocores over %v: want at least 50ms of CPU and at most one core", b.CPUNanoCores, rd.Window)
+	// The burner used burnNanos between the samples, on one thread: its
+	// rate over the window is at least that, and at most one core.
+	if used := float64(b.CPUNanoCores) * rd.Window.Seconds(); used < 0.9*burnNanos || b.CPUNanoCores > 1.1e9 {
+		t.Errorf("burner %d nanocores over %v: want at least %d ns of CPU and at most one core", b.CPUNanoCores, rd.Window, burnNanos)
 	}
 	// 5 millicores: a sleeping process uses none; a cumulative total or a
 	// rate over the wrong interval would show more.
