@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -125,11 +126,47 @@ func recordsPods(dataDir string) bool {
 // 2-core machine under -race: up to tens of milliseconds.
 const inheritedLockGrace = 3 * time.Second
 
+// heldHere is the lock files this process holds (from acquireLock to
+// Close). A lock whose record names this process but which is not among
+// them was closed here and is held by a child forked from another
+// goroutine just before, on its way to exec: the same moment as a dead
+// agent's child's.
+var heldHere = struct {
+	sync.Mutex
+	paths map[string]bool
+}{paths: map[string]bool{}}
+
+func setHeldHere(path string, held bool) {
+	heldHere.Lock()
+	defer heldHere.Unlock()
+	if held {
+		heldHere.paths[path] = true
+	} else {
+		delete(heldHere.paths, path)
+	}
+}
+
+// inherited reports whether the holder of the lock at path, recorded as
+// pid, can only be a child of that process on its way to exec: the
+// process is dead, or it is this one and does not hold the lock.
+func inherited(path string, pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	if pid != os.Getpid() {
+		return !processAlive(pid)
+	}
+	heldHere.Lock()
+	defer heldHere.Unlock()
+	return !heldHere.paths[path]
+}
+
 // acquireLock opens path and takes an exclusive flock on it without
 // waiting for a live holder. It returns the record found in the file; the
-// lock is nil when a live process holds it. When the process the record
-// names is dead, the holder is a child of it on its way to exec, and
-// acquireLock waits up to inheritedLockGrace for it.
+// lock is nil when a live holder has it. When the process the record
+// names is dead, or is this one and closed the lock, the holder is a
+// child of it on its way to exec, and acquireLock waits up to
+// inheritedLockGrace for it.
 func acquireLock(path string) (*nodeLock, lockRecord, error) {
 	deadline := time.Now().Add(inheritedLockGrace)
 	for {
@@ -144,7 +181,7 @@ func acquireLock(path string) (*nodeLock, lockRecord, error) {
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {
-				if rec.PID > 0 && !processAlive(rec.PID) && time.Now().Before(deadline) {
+				if inherited(path, rec.PID) && time.Now().Before(deadline) {
 					time.Sleep(5 * time.Millisecond)
 					continue
 				}
@@ -162,6 +199,7 @@ func acquireLock(path string) (*nodeLock, lockRecord, error) {
 			rec = lockRecord{}
 			_ = json.Unmarshal(b, &rec)
 		}
+		setHeldHere(path, true)
 		return &nodeLock{f: f, path: path}, rec, nil
 	}
 }
@@ -204,6 +242,7 @@ func (l *nodeLock) Close() error {
 	if l == nil {
 		return nil
 	}
+	setHeldHere(l.path, false)
 	return l.f.Close()
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestLockNode(t *testing.T) {
@@ -186,5 +188,58 @@ func TestLockNodeWaitsForAnInheritedLock(t *testing.T) {
 	}
 	if d := time.Since(start); d >= inheritedLockGrace {
 		t.Errorf("refusing a live holder took %v", d)
+	}
+}
+
+// An agent that closes its runtime while another goroutine of the process
+// forks leaves the child holding a copy of the lock until its exec: the
+// next runtime of the node in the same process waits that moment out
+// instead of taking its own process for a live agent, while a lock this
+// process still holds is refused at once.
+func TestLockNodeWaitsForItsOwnInheritedLock(t *testing.T) {
+	cfg := Config{NodeName: "node-1", DataDir: filepath.Join(t.TempDir(), "a"), LockDir: t.TempDir()}
+	node, data, _, err := lockNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The forked child's copies of the open file descriptions.
+	var copies []int
+	for _, l := range []*nodeLock{node, data} {
+		fd, err := unix.Dup(int(l.f.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		copies = append(copies, fd)
+		l.Close()
+	}
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		close(released)
+		for _, fd := range copies {
+			unix.Close(fd)
+		}
+	}()
+	n2, d2, prev, err := lockNode(cfg)
+	if err != nil {
+		t.Fatalf("lockNode while a child of this process holds the lock it closed: %v", err)
+	}
+	defer n2.Close()
+	defer d2.Close()
+	if prev.PID != os.Getpid() {
+		t.Errorf("previous holder = %+v, want this process, %d", prev, os.Getpid())
+	}
+	select {
+	case <-released:
+	default:
+		t.Fatal("lockNode took the lock before it was released")
+	}
+
+	start := time.Now()
+	if _, _, _, err := lockNode(cfg); !errors.Is(err, ErrNodeInUse) {
+		t.Fatalf("lockNode while this process holds the lock = %v", err)
+	}
+	if d := time.Since(start); d >= inheritedLockGrace {
+		t.Errorf("refusing a lock this process holds took %v", d)
 	}
 }
