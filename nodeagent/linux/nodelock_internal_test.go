@@ -159,35 +159,50 @@ func TestLockNodeWaitsForAnInheritedLock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	released := make(chan time.Time, 1)
-	go func() {
-		time.Sleep(200 * time.Millisecond)
-		released <- time.Now()
+	lockAfterRelease(t, cfg, dead.Process.Pid, "a dead agent's child", func() {
 		node.Close()
 		data.Close()
+	})
+	refusedAtOnce(t, cfg, "a live holder")
+}
+
+// lockAfterRelease takes cfg's locks while their holder keeps them for
+// 200 ms more, then calls release: lockNode must wait for it, not refuse,
+// and report the previous holder's pid. The locks are held until the
+// test ends.
+func lockAfterRelease(t *testing.T, cfg Config, prevPID int, holder string, release func()) {
+	t.Helper()
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		close(released)
+		release()
 	}()
 	n2, d2, prev, err := lockNode(cfg)
 	if err != nil {
-		t.Fatalf("lockNode while a dead agent's child holds the lock: %v", err)
+		t.Fatalf("lockNode while %s holds the lock: %v", holder, err)
 	}
-	defer n2.Close()
-	defer d2.Close()
-	if prev.PID != dead.Process.Pid {
-		t.Errorf("previous holder = %+v, want pid %d", prev, dead.Process.Pid)
+	t.Cleanup(func() { n2.Close(); d2.Close() })
+	if prev.PID != prevPID {
+		t.Errorf("previous holder = %+v, want pid %d", prev, prevPID)
 	}
 	select {
 	case <-released:
 	default:
 		t.Fatal("lockNode took the lock before it was released")
 	}
+}
 
-	// A live holder is refused at once, not after the grace.
+// refusedAtOnce: lockNode of cfg, whose locks are held, is refused at
+// once, not after the grace.
+func refusedAtOnce(t *testing.T, cfg Config, holder string) {
+	t.Helper()
 	start := time.Now()
 	if _, _, _, err := lockNode(cfg); !errors.Is(err, ErrNodeInUse) {
-		t.Fatalf("lockNode with a live holder = %v", err)
+		t.Fatalf("lockNode with %s = %v", holder, err)
 	}
 	if d := time.Since(start); d >= inheritedLockGrace {
-		t.Errorf("refusing a live holder took %v", d)
+		t.Errorf("refusing %s took %v", holder, d)
 	}
 }
 
@@ -212,34 +227,10 @@ func TestLockNodeWaitsForItsOwnInheritedLock(t *testing.T) {
 		copies = append(copies, fd)
 		l.Close()
 	}
-	released := make(chan struct{})
-	go func() {
-		time.Sleep(200 * time.Millisecond)
-		close(released)
+	lockAfterRelease(t, cfg, os.Getpid(), "a child of this process", func() {
 		for _, fd := range copies {
 			unix.Close(fd)
 		}
-	}()
-	n2, d2, prev, err := lockNode(cfg)
-	if err != nil {
-		t.Fatalf("lockNode while a child of this process holds the lock it closed: %v", err)
-	}
-	defer n2.Close()
-	defer d2.Close()
-	if prev.PID != os.Getpid() {
-		t.Errorf("previous holder = %+v, want this process, %d", prev, os.Getpid())
-	}
-	select {
-	case <-released:
-	default:
-		t.Fatal("lockNode took the lock before it was released")
-	}
-
-	start := time.Now()
-	if _, _, _, err := lockNode(cfg); !errors.Is(err, ErrNodeInUse) {
-		t.Fatalf("lockNode while this process holds the lock = %v", err)
-	}
-	if d := time.Since(start); d >= inheritedLockGrace {
-		t.Errorf("refusing a lock this process holds took %v", d)
-	}
+	})
+	refusedAtOnce(t, cfg, "a lock this process holds")
 }
