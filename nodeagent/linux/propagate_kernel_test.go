@@ -53,9 +53,11 @@ func TestVolumeUpdatesReachRunningContainer(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// cat reads what the container sees; like execProbe it gets the time
+	// it needs on a loaded machine, not a probe's default one second.
 	cat := func(path string) (string, error) {
 		res, err := e.rt.Probe(ctx, pd, pd.Spec.Containers[0], id, nodeagent.ProbeLiveness,
-			&corev1.Probe{Exec: &corev1.ExecAction{Command: []string{"cat", path}}})
+			&corev1.Probe{Exec: &corev1.ExecAction{Command: []string{"cat", path}}, TimeoutSeconds: 30})
 		if err == nil && !res.OK {
 			return "", &probeError{res.Message}
 		}
