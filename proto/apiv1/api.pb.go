@@ -254,8 +254,13 @@ type NodeTokenRequest struct {
 	ServiceAccount    string                 `protobuf:"bytes,4,opt,name=service_account,json=serviceAccount,proto3" json:"service_account,omitempty"`
 	Audience          string                 `protobuf:"bytes,5,opt,name=audience,proto3" json:"audience,omitempty"`
 	ExpirationSeconds int64                  `protobuf:"varint,6,opt,name=expiration_seconds,json=expirationSeconds,proto3" json:"expiration_seconds,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// pod_revision is the store revision of the pod as the node saw it
+	// (its resourceVersion; 0: unknown): the api stage's pod cache holds
+	// the pod's binding once it has reached that revision, so the request
+	// waits for the cache instead of reading the store.
+	PodRevision   int64 `protobuf:"varint,7,opt,name=pod_revision,json=podRevision,proto3" json:"pod_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeTokenRequest) Reset() {
@@ -326,6 +331,13 @@ func (x *NodeTokenRequest) GetAudience() string {
 func (x *NodeTokenRequest) GetExpirationSeconds() int64 {
 	if x != nil {
 		return x.ExpirationSeconds
+	}
+	return 0
+}
+
+func (x *NodeTokenRequest) GetPodRevision() int64 {
+	if x != nil {
+		return x.PodRevision
 	}
 	return 0
 }
@@ -419,14 +431,15 @@ const file_apiv1_api_proto_rawDesc = "" +
 	"\x11orphan_dependents\x18\f \x01(\bH\x02R\x10orphanDependents\x88\x01\x01B\x17\n" +
 	"\x15_grace_period_secondsB\x15\n" +
 	"\x13_propagation_policyB\x14\n" +
-	"\x12_orphan_dependents\"\xd8\x01\n" +
+	"\x12_orphan_dependents\"\xfb\x01\n" +
 	"\x10NodeTokenRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x19\n" +
 	"\bpod_name\x18\x02 \x01(\tR\apodName\x12\x17\n" +
 	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12'\n" +
 	"\x0fservice_account\x18\x04 \x01(\tR\x0eserviceAccount\x12\x1a\n" +
 	"\baudience\x18\x05 \x01(\tR\baudience\x12-\n" +
-	"\x12expiration_seconds\x18\x06 \x01(\x03R\x11expirationSeconds\"\x96\x01\n" +
+	"\x12expiration_seconds\x18\x06 \x01(\x03R\x11expirationSeconds\x12!\n" +
+	"\fpod_revision\x18\a \x01(\x03R\vpodRevision\"\x96\x01\n" +
 	"\x11NodeTokenResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\v2\x17.podflow.core.v1.StatusR\x06status\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12:\n" +

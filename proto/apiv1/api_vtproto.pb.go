@@ -97,6 +97,7 @@ func (m *NodeTokenRequest) CloneVT() *NodeTokenRequest {
 	r.ServiceAccount = m.ServiceAccount
 	r.Audience = m.Audience
 	r.ExpirationSeconds = m.ExpirationSeconds
+	r.PodRevision = m.PodRevision
 	if len(m.unknownFields) > 0 {
 		r.unknownFields = make([]byte, len(m.unknownFields))
 		copy(r.unknownFields, m.unknownFields)
@@ -226,6 +227,9 @@ func (this *NodeTokenRequest) EqualVT(that *NodeTokenRequest) bool {
 		return false
 	}
 	if this.ExpirationSeconds != that.ExpirationSeconds {
+		return false
+	}
+	if this.PodRevision != that.PodRevision {
 		return false
 	}
 	return string(this.unknownFields) == string(that.unknownFields)
@@ -474,6 +478,11 @@ func (m *NodeTokenRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.PodRevision != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.PodRevision))
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.ExpirationSeconds != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ExpirationSeconds))
 		i--
@@ -682,6 +691,9 @@ func (m *NodeTokenRequest) SizeVT() (n int) {
 	}
 	if m.ExpirationSeconds != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.ExpirationSeconds))
+	}
+	if m.PodRevision != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.PodRevision))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1473,6 +1485,25 @@ func (m *NodeTokenRequest) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.ExpirationSeconds |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field PodRevision", wireType)
+			}
+			m.PodRevision = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.PodRevision |= int64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}

@@ -23,7 +23,11 @@ package apiserver
 // NodeRestriction admission reads the pod and node, from informers: from
 // the api process's caches (NodeTokens.Cache) when they hold what the
 // request names, else from any replica, with a read from the leader
-// whenever that copy does not hold it either (freshGet).
+// whenever that copy does not hold it either (freshGet). A request naming
+// the revision the node saw its pod at first waits, a moment at most
+// (MaxPodCacheWait), for the pod cache to reach it (PodCacheWaiter): a
+// node agent asks for a pod's token as soon as it sees the pod bound,
+// often before the api process's cache has seen the bind.
 
 import (
 	"context"
@@ -80,6 +84,19 @@ type TokenCache interface {
 	CachedServiceAccount(namespace, name string) (*corev1.ServiceAccount, bool)
 	CachedNode(name string) (*corev1.Node, bool)
 }
+
+// PodCacheWaiter is a TokenCache whose pods can be waited for.
+// WaitPods returns once the cached pods reflect the store at revision rev
+// or later (true), or when ctx is done first (false). Safe for
+// concurrent use.
+type PodCacheWaiter interface {
+	WaitPods(ctx context.Context, rev int64) bool
+}
+
+// MaxPodCacheWait bounds how long a token request waits for the pod cache
+// to reach the revision the node saw its pod at before it reads the pod
+// from the store.
+const MaxPodCacheWait = 500 * time.Millisecond
 
 // Start serves the requests until ctx is done, on g; it returns once the
 // server has the subscription.
@@ -157,9 +174,10 @@ func (n *NodeTokens) nodeToken(ctx context.Context, node string, req *apiv1.Node
 	// The pod's uid, node and ServiceAccount never change, so a copy with
 	// the uid asked for, bound to the node, decides; any other answer is
 	// read again from the leader (see freshGet).
-	pod, err := cachedGet(ctx, n.Store, n.cachedPod, ns, podName, func(p *corev1.Pod) bool {
+	decides := func(p *corev1.Pod) bool {
 		return p.GetMetadata().GetUid() == req.GetPodUid() && p.GetSpec().GetNodeName() == node && PodServiceAccount(p) == name
-	})
+	}
+	pod, err := cachedGet(ctx, n.Store, n.cachedPodAt(ctx, req.GetPodRevision(), decides), ns, podName, decides)
 	switch {
 	case errors.Is(err, raftstore.ErrNotFound):
 		return stage.Failure(404, eventsv1.ReasonNotFound, "pods", podName, "pods %q not found", podName), "", time.Time{}
@@ -237,6 +255,31 @@ func cachedGet[T objects.Object](ctx context.Context, s *objects.Store, cached f
 		}
 	}
 	return freshGet(ctx, s, ns, name, decides)
+}
+
+// cachedPodAt is cachedPod for a request naming the revision rev (0:
+// none) the node saw the pod at: a cached copy that does not decide is
+// looked up again once the cache has reached rev, when it does within
+// MaxPodCacheWait. The cache then holds the pod as the node saw it or
+// newer: a copy that still does not decide (the pod deleted or recreated
+// meanwhile) is read from the store, as before.
+func (n *NodeTokens) cachedPodAt(ctx context.Context, rev int64, decides func(*corev1.Pod) bool) func(ns, name string) (*corev1.Pod, bool) {
+	w, ok := n.Cache.(PodCacheWaiter)
+	if rev <= 0 || !ok {
+		return n.cachedPod
+	}
+	return func(ns, name string) (*corev1.Pod, bool) {
+		if p, ok := n.cachedPod(ns, name); ok && decides(p) {
+			return p, true
+		}
+		wctx, cancel := context.WithTimeout(ctx, MaxPodCacheWait)
+		reached := w.WaitPods(wctx, rev)
+		cancel()
+		if !reached {
+			return nil, false
+		}
+		return n.cachedPod(ns, name)
+	}
 }
 
 // cachedPod, cachedServiceAccount and cachedNode are n.Cache's readers,

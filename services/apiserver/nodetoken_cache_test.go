@@ -177,3 +177,118 @@ func TestNodeTokensCache(t *testing.T) {
 		t.Errorf("a deleted pod the cache saw deleted: got %q, %v; want 404", tok, err)
 	}
 }
+
+// waitingTokenCache is a fakeTokenCache that is also an
+// apiserver.PodCacheWaiter: WaitPods tells the test the revision it
+// waits for (asked) and returns what the test answers (reached).
+type waitingTokenCache struct {
+	*fakeTokenCache
+	asked   chan int64
+	reached chan bool
+}
+
+func (c *waitingTokenCache) WaitPods(ctx context.Context, rev int64) bool {
+	c.asked <- rev
+	return <-c.reached
+}
+
+// TestNodeTokensWaitForPodCache: a request naming the revision the node
+// saw its pod at, whose pod the cache does not hold yet, waits for the
+// cache to reach that revision and is decided by the cache then, without
+// a store read (the store does not hold the pod: a read would answer
+// 404). A cache that does not reach it sends the request to the store, as
+// does a cached pod that still does not decide; a request naming no
+// revision, or one the cache decides at once, does not wait.
+func TestNodeTokensWaitForPodCache(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
+	bcfg.Roles = append(bcfg.Roles, pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig("n1"), "n1"))
+	srv := bustest.ServerAt(t, bcfg)
+	apiConn := bustest.Connect(t, srv, "api")
+	store := objects.New(raftstoretest.MakeCluster(t, 1).Client(t))
+	tokens, err := auth.LoadBoundTokens(filepath.Join(t.TempDir(), "sa.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := &waitingTokenCache{fakeTokenCache: &fakeTokenCache{objs: map[string]objects.Object{}}, asked: make(chan int64), reached: make(chan bool)}
+	g, gctx := errgroup.WithContext(ctx)
+	nt := &apiserver.NodeTokens{NATS: apiConn.NATS(), Store: store, Tokens: tokens, Workers: 2, Cache: cache,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := nt.Start(gctx, g); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = g.Wait() })
+	robot := &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "robot", Uid: "uid-robot"}}
+	if _, err := store.Create(ctx, robot); err != nil {
+		t.Fatal(err)
+	}
+	cache.set("sa", "default", "robot", robot)
+	web := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web", Uid: "uid-web"},
+		Spec: &corev1.PodSpec{NodeName: "n1", ServiceAccountName: "robot"}}
+	n1 := bustest.ConnectAs(t, srv, pipeline.NodeRole("n1"), "n1")
+	type answer struct {
+		tok string
+		err error
+	}
+	ask := func(rev int64) <-chan answer {
+		out := make(chan answer, 1)
+		go func() {
+			tok, _, err := pipeline.RequestNodeToken(ctx, n1.NATS(), "n1", &apiv1.NodeTokenRequest{
+				Namespace: "default", PodName: "web", PodUid: "uid-web", ServiceAccount: "robot", PodRevision: rev})
+			out <- answer{tok, err}
+		}()
+		return out
+	}
+	waited := func(got <-chan answer) int64 {
+		t.Helper()
+		select {
+		case rev := <-cache.asked:
+			return rev
+		case a := <-got:
+			t.Fatalf("answered without waiting for the cache: %q, %v", a.tok, a.err)
+			return 0
+		}
+	}
+	notFound := func(what string, a answer) {
+		t.Helper()
+		var refused *pipeline.TokenRefusedError
+		if !errors.As(a.err, &refused) || refused.Code() != 404 {
+			t.Errorf("%s: got %q, %v; want the store's 404", what, a.tok, a.err)
+		}
+	}
+
+	// The cache reaches the revision with the pod: the cache decides.
+	got := ask(42)
+	if rev := waited(got); rev != 42 {
+		t.Fatalf("waited for revision %d, want 42", rev)
+	}
+	cache.set("pod", "default", "web", web)
+	cache.reached <- true
+	if a := <-got; a.err != nil {
+		t.Fatalf("the pod cached at the revision asked for: %v", a.err)
+	} else if k, _ := jwtClaims(t, a.tok)["kubernetes.io"].(map[string]any); path(k, "pod.uid") != "uid-web" {
+		t.Errorf("claims %v: want pod uid-web", k)
+	}
+	// Cached and deciding: no wait (WaitPods would block the test).
+	if a := <-ask(42); a.err != nil {
+		t.Fatalf("a cached pod: %v", a.err)
+	}
+	// The cache does not reach the revision: the store answers.
+	cache.set("pod", "default", "web", nil)
+	got = ask(43)
+	waited(got)
+	cache.reached <- false
+	notFound("the cache behind", <-got)
+	// The cache reaches it but holds another pod: the store answers.
+	got = ask(44)
+	waited(got)
+	cache.set("pod", "default", "web", &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web", Uid: "uid-other"},
+		Spec: &corev1.PodSpec{NodeName: "n1", ServiceAccountName: "robot"}})
+	cache.reached <- true
+	notFound("another pod cached", <-got)
+	// No revision named: no wait.
+	cache.set("pod", "default", "web", nil)
+	notFound("no revision", <-ask(0))
+}

@@ -11,12 +11,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/bus/bustest"
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/sim"
 	"github.com/podflow/podflow/ops/processes/nodewire"
+	"github.com/podflow/podflow/proto/apiv1"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
 	"github.com/podflow/podflow/raftstore/raftstoretest"
@@ -205,5 +207,45 @@ func TestTokenWithoutNodeIdentity(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the pod waits with no FailedMount")
+	}
+}
+
+// TestTokenRequestNamesPodRevision: a node's token request names the
+// revision its pod was seen at (its resourceVersion), which the api stage
+// waits for its pod cache to reach instead of reading the store.
+func TestTokenRequestNamesPodRevision(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
+	bcfg.Roles = []bus.RoleSpec{pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(node), node)}
+	srv := bustest.ServerAt(t, bcfg)
+	admin := bustest.Connect(t, srv, "api")
+	nodeConn := bustest.ConnectAs(t, srv, pipeline.NodeRole(node), node)
+	asked := make(chan *apiv1.NodeTokenRequest, 1)
+	sub, err := admin.NATS().Subscribe(pipeline.TokenSubject(node), func(m *nats.Msg) {
+		req := &apiv1.NodeTokenRequest{}
+		if err := proto.Unmarshal(m.Data, req); err != nil {
+			t.Error(err)
+		}
+		asked <- req
+		data, _ := proto.Marshal(&apiv1.NodeTokenResponse{Token: "tok", Expiration: timestamppb.New(time.Unix(1700003600, 0))})
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := admin.NATS().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s := nodewire.NewStore(objects.New(raftstoretest.MakeCluster(t, 1).Client(t))).WithTokens(nodeConn.NATS())
+	pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "web", Uid: "uid-web", ResourceVersion: "17"},
+		Spec: &corev1.PodSpec{NodeName: node, ServiceAccountName: "robot"}}
+	if tok, _, err := s.RequestServiceAccountToken(ctx, pod, "vault", 3600); err != nil || tok != "tok" {
+		t.Fatalf("token %q, %v", tok, err)
+	}
+	req := <-asked
+	if req.GetPodRevision() != 17 || req.GetPodUid() != "uid-web" || req.GetServiceAccount() != "robot" || req.GetAudience() != "vault" {
+		t.Errorf("request %v: want pod uid-web of robot at revision 17, for vault", req)
 	}
 }

@@ -188,7 +188,7 @@ func (s *Store) RequestServiceAccountToken(ctx context.Context, pod *corev1.Pod,
 	}
 	return pipeline.RequestNodeToken(ctx, s.nc, pod.GetSpec().GetNodeName(), &apiv1.NodeTokenRequest{
 		Namespace: md.GetNamespace(), PodName: md.GetName(), PodUid: md.GetUid(), ServiceAccount: sa,
-		Audience: audience, ExpirationSeconds: expirationSeconds,
+		Audience: audience, ExpirationSeconds: expirationSeconds, PodRevision: objects.Revision(pod),
 	})
 }
 

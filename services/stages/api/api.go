@@ -171,6 +171,7 @@ type Stage struct {
 	// The informers the bound tokens' objects come from (tokencache.go),
 	// made by New and run by Start.
 	pods     *informer.Informer[*corev1.Pod]
+	podsAt   revisionGate // the revision pods reflects, for WaitPods
 	accounts *informer.Informer[*corev1.ServiceAccount]
 	nodes    *informer.Informer[*corev1.Node]
 

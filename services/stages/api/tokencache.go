@@ -9,7 +9,9 @@ package api
 // apiserver.TokenCache), as kube-apiserver's NodeRestriction admission
 // reads pods and nodes from its informers: without a store read per
 // request. A cache is never newer than the store; NodeTokens reads the
-// store whenever a cached copy does not hold what a request names.
+// store whenever a cached copy does not hold what a request names, after
+// waiting for the pod cache to reach the revision the node saw the pod at
+// (WaitPods).
 //
 // Pods are decoded as far as that needs (decodePodBinding): the identity,
 // deletionTimestamp, spec.nodeName and spec.serviceAccountName, the spec
@@ -17,7 +19,11 @@ package api
 // identity alone.
 
 import (
+	"context"
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -41,12 +47,21 @@ func (s *Stage) newTokenCaches() error {
 	if err != nil {
 		return err
 	}
+	// The handlers run once the cache holds the change: they advance
+	// podsAt to the revision it reflects.
 	s.pods, err = informer.NewDecoding(s.env.Store, "", informer.Handlers[*corev1.Pod]{
-		OnAdd:    s.authn.UpsertPod,
-		OnUpdate: func(_, p *corev1.Pod) { s.authn.UpsertPod(p) },
+		OnAdd: func(p *corev1.Pod) {
+			s.authn.UpsertPod(p)
+			s.podsAt.advance(s.pods.Revision())
+		},
+		OnUpdate: func(_, p *corev1.Pod) {
+			s.authn.UpsertPod(p)
+			s.podsAt.advance(s.pods.Revision())
+		},
 		OnDelete: func(p *corev1.Pod) {
 			md := p.GetMetadata()
 			s.authn.DeletePod(md.GetNamespace(), md.GetName())
+			s.podsAt.advance(s.pods.Revision())
 		},
 	}, podBindingDecoder())
 	if err != nil {
@@ -60,6 +75,83 @@ func (s *Stage) newTokenCaches() error {
 // keeps it.
 func (s *Stage) CachedPod(namespace, name string) (*corev1.Pod, bool) {
 	return s.pods.Get(namespace, name)
+}
+
+// WaitPods implements apiserver.PodCacheWaiter: it returns once the pod
+// cache has reached revision rev, or false when ctx is done first.
+func (s *Stage) WaitPods(ctx context.Context, rev int64) bool {
+	return s.podsAt.wait(ctx, rev)
+}
+
+// revisionGate is a revision that only grows (advance), and waits for it
+// to reach one (wait). The zero value is at revision 0. Safe for
+// concurrent use.
+type revisionGate struct {
+	rev     atomic.Int64
+	waiting atomic.Int32 // len(waiters), read without mu by advance
+	mu      sync.Mutex
+	waiters []revisionWaiter
+}
+
+type revisionWaiter struct {
+	rev  int64
+	done chan struct{}
+}
+
+// advance moves the gate to rev (when it is ahead) and releases the
+// waiters it reaches.
+func (g *revisionGate) advance(rev int64) {
+	for cur := g.rev.Load(); rev > cur; cur = g.rev.Load() {
+		if g.rev.CompareAndSwap(cur, rev) {
+			break
+		}
+	}
+	if g.waiting.Load() == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cur := g.rev.Load()
+	g.waiters = slices.DeleteFunc(g.waiters, func(w revisionWaiter) bool {
+		if w.rev <= cur {
+			close(w.done)
+			return true
+		}
+		return false
+	})
+	g.waiting.Store(int32(len(g.waiters)))
+}
+
+// wait returns true once the gate is at rev or past it, false when ctx
+// is done first.
+func (g *revisionGate) wait(ctx context.Context, rev int64) bool {
+	if g.rev.Load() >= rev {
+		return true
+	}
+	w := revisionWaiter{rev: rev, done: make(chan struct{})}
+	g.mu.Lock()
+	// Counted before the revision is read again: an advance that finds
+	// no waiter has stored its revision before this read.
+	g.waiting.Add(1)
+	if g.rev.Load() >= rev {
+		g.waiting.Add(-1)
+		g.mu.Unlock()
+		return true
+	}
+	g.waiters = append(g.waiters, w)
+	g.mu.Unlock()
+	select {
+	case <-w.done:
+		return true
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if i := slices.IndexFunc(g.waiters, func(o revisionWaiter) bool { return o.done == w.done }); i >= 0 {
+		g.waiters = slices.Delete(g.waiters, i, i+1)
+		g.waiting.Store(int32(len(g.waiters)))
+	}
+	return g.rev.Load() >= rev
 }
 
 // CachedServiceAccount implements apiserver.TokenCache.

@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -123,4 +125,87 @@ func TestTokenCacheFollowsPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually("the ServiceAccount gone", func() bool { _, ok := f.s.CachedServiceAccount("team", "builder"); return !ok })
+}
+
+// TestWaitPods: WaitPods returns once the pod cache holds the store at
+// the revision asked for — the pod written at that revision is cached
+// then, with no further wait — and false when its context ends first.
+func TestWaitPods(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, uid := range []string{"uid-1", "uid-2", "uid-3"} {
+		pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "team", Name: "web", Uid: uid}, Spec: &corev1.PodSpec{NodeName: "n1"}}
+		if i > 0 {
+			if _, err := f.env.Store.Delete(ctx, objects.Pods, "team", "web", 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rev, err := f.env.Store.Create(ctx, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !f.s.WaitPods(ctx, rev) {
+			t.Fatalf("revision %d: not reached: %v", rev, ctx.Err())
+		}
+		if p, ok := f.s.CachedPod("team", "web"); !ok || p.GetMetadata().GetUid() != uid || p.GetSpec().GetNodeName() != "n1" {
+			t.Fatalf("revision %d reached: cached %v, %v; want %s on n1", rev, p, ok, uid)
+		}
+	}
+	done, stop := context.WithCancel(ctx)
+	stop()
+	if f.s.WaitPods(done, 1<<40) {
+		t.Errorf("a revision the store never reached was reached")
+	}
+}
+
+// TestRevisionGate: wait returns once advance reaches its revision (or
+// past it), not before; a wait whose context ends returns false and
+// leaves no waiter behind; the gate never moves back.
+func TestRevisionGate(t *testing.T) {
+	var g revisionGate
+	ctx := context.Background()
+	if !g.wait(ctx, 0) {
+		t.Fatalf("revision 0 not reached at the start")
+	}
+	results := make(chan int64, 3)
+	for _, rev := range []int64{5, 7, 9} {
+		go func() {
+			if g.wait(ctx, rev) {
+				results <- rev
+			}
+		}()
+	}
+	for g.waiting.Load() != 3 {
+		runtime.Gosched()
+	}
+	g.advance(4)
+	g.advance(7)
+	got := []int64{<-results, <-results}
+	slices.Sort(got)
+	if !slices.Equal(got, []int64{5, 7}) {
+		t.Errorf("released at 7: %v, want [5 7]", got)
+	}
+	if n := g.waiting.Load(); n != 1 {
+		t.Errorf("%d waiters left at 7, want 1 (9)", n)
+	}
+	g.advance(3)
+	if r := g.rev.Load(); r != 7 {
+		t.Errorf("revision %d after advance(3) at 7: the gate moved back", r)
+	}
+	g.advance(12)
+	if r := <-results; r != 9 {
+		t.Errorf("released at 12: %d, want 9", r)
+	}
+	done, stop := context.WithCancel(ctx)
+	stop()
+	if g.wait(done, 13) {
+		t.Errorf("revision 13 reached at 12")
+	}
+	if n := g.waiting.Load(); n != 0 || len(g.waiters) != 0 {
+		t.Errorf("%d waiters (%d counted) after the waits ended, want none", len(g.waiters), n)
+	}
+	if !g.wait(done, 12) {
+		t.Errorf("revision 12 not reached at 12")
+	}
 }
