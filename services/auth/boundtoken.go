@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -216,10 +218,8 @@ var jwtHeader = base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"ES256","typ
 // It is what go-jose's jwt.Signed(...).Claims(c).Serialize() makes, in
 // one buffer and without go-jose's JSON round trip of the claims.
 func (b *BoundTokens) sign(c *boundClaims) (string, error) {
-	payload, err := json.Marshal(c)
-	if err != nil {
-		return "", err
-	}
+	var scratch [768]byte
+	payload := appendClaimsJSON(scratch[:0], c)
 	enc := base64.RawURLEncoding
 	const sigLen = 64 // P-256: r and s of 32 bytes each
 	buf := make([]byte, 0, len(jwtHeader)+1+enc.EncodedLen(len(payload))+1+enc.EncodedLen(sigLen))
@@ -237,6 +237,128 @@ func (b *BoundTokens) sign(c *boundClaims) (string, error) {
 	buf = append(buf, '.')
 	buf = enc.AppendEncode(buf, sig[:])
 	return string(buf), nil
+}
+
+// appendClaimsJSON appends c's JSON, byte for byte what json.Marshal(c)
+// makes of it (the fields in their order, omitempty, go-jose's Audience
+// and NumericDate encodings, strings escaped as encoding/json escapes
+// them), without reflection: a token's claims are a third of the cost of
+// its signature when json.Marshal encodes them.
+func appendClaimsJSON(buf []byte, c *boundClaims) []byte {
+	buf = append(buf, '{')
+	field := func(name string) {
+		if buf[len(buf)-1] != '{' {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, '"')
+		buf = append(buf, name...)
+		buf = append(buf, '"', ':')
+	}
+	str := func(name, v string) {
+		if v != "" {
+			field(name)
+			buf = appendJSONString(buf, v)
+		}
+	}
+	date := func(name string, d *jwt.NumericDate) {
+		if d != nil {
+			field(name)
+			buf = strconv.AppendInt(buf, int64(*d), 10)
+		}
+	}
+	str("iss", c.Issuer)
+	str("sub", c.Subject)
+	switch aud := c.Audience; {
+	case len(aud) == 0:
+	case !slices.ContainsFunc(aud, needsJSONEscape):
+		field("aud")
+		if len(aud) == 1 {
+			buf = appendJSONString(buf, aud[0])
+			break
+		}
+		buf = append(buf, '[')
+		for i, a := range aud {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = appendJSONString(buf, a)
+		}
+		buf = append(buf, ']')
+	default:
+		// Audience is a json.Marshaler: encoding/json compacts what
+		// it makes, which escapes control characters its own way.
+		field("aud")
+		q, _ := json.Marshal(aud) // strings always encode
+		buf = append(buf, q...)
+	}
+	date("exp", c.Expiry)
+	date("nbf", c.NotBefore)
+	date("iat", c.IssuedAt)
+	str("jti", c.ID)
+	if k := c.Kubernetes; k != nil {
+		field("kubernetes.io")
+		buf = append(buf, `{"namespace":`...)
+		buf = appendJSONString(buf, k.Namespace)
+		buf = append(buf, `,"serviceaccount":`...)
+		buf = appendObjectRef(buf, k.ServiceAccount)
+		if k.Pod != nil {
+			buf = append(buf, `,"pod":`...)
+			buf = appendObjectRef(buf, *k.Pod)
+		}
+		if k.Secret != nil {
+			buf = append(buf, `,"secret":`...)
+			buf = appendObjectRef(buf, *k.Secret)
+		}
+		if k.Node != nil {
+			buf = append(buf, `,"node":{`...)
+			if k.Node.Name != "" {
+				buf = append(buf, `"name":`...)
+				buf = appendJSONString(buf, k.Node.Name)
+			}
+			if k.Node.UID != "" {
+				if k.Node.Name != "" {
+					buf = append(buf, ',')
+				}
+				buf = append(buf, `"uid":`...)
+				buf = appendJSONString(buf, k.Node.UID)
+			}
+			buf = append(buf, '}')
+		}
+		buf = append(buf, '}')
+	}
+	return append(buf, '}')
+}
+
+func appendObjectRef(buf []byte, r objectRef) []byte {
+	buf = append(buf, `{"name":`...)
+	buf = appendJSONString(buf, r.Name)
+	buf = append(buf, `,"uid":`...)
+	buf = appendJSONString(buf, r.UID)
+	return append(buf, '}')
+}
+
+// appendJSONString appends s quoted as encoding/json quotes it: a string
+// of printable ASCII but for the characters it escapes (", \, and <, >
+// and & for HTML) as it is, any other through json.Marshal.
+func appendJSONString(buf []byte, s string) []byte {
+	if needsJSONEscape(s) {
+		q, _ := json.Marshal(s) // a string always encodes
+		return append(buf, q...)
+	}
+	buf = append(buf, '"')
+	buf = append(buf, s...)
+	return append(buf, '"')
+}
+
+// needsJSONEscape reports whether s holds a byte encoding/json does not
+// copy as it is into a string (HTML-escaping, as json.Marshal).
+func needsJSONEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return true
+		}
+	}
+	return false
 }
 
 // Verify checks a token's signature, issuer, audience (one of
