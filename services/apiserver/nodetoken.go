@@ -39,13 +39,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/proto/apiv1"
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/auth"
 	"github.com/podflow/podflow/services/objects"
@@ -129,7 +129,7 @@ func (n *NodeTokens) onNodeToken(ctx context.Context, m *nats.Msg) {
 	}
 	req := &apiv1.NodeTokenRequest{}
 	resp := &apiv1.NodeTokenResponse{}
-	if err := proto.Unmarshal(m.Data, req); err != nil {
+	if err := vt.Unmarshal(m.Data, req); err != nil {
 		resp.Status = stage.Failure(400, eventsv1.ReasonBadRequest, "TokenRequest", "", "decode NodeTokenRequest: %v", err)
 	} else {
 		var tok string
@@ -139,7 +139,7 @@ func (n *NodeTokens) onNodeToken(ctx context.Context, m *nats.Msg) {
 			resp.Token, resp.Expiration = tok, timestamppb.New(exp)
 		}
 	}
-	data, err := proto.Marshal(resp)
+	data, err := vt.Marshal(resp)
 	if err != nil {
 		return
 	}
