@@ -289,13 +289,22 @@ func (r *RBAC) unindexLocked(key nsName) {
 // one of its groups or (for a ServiceAccount user) its ServiceAccount
 // allows it: ClusterRoleBindings for any request, RoleBindings of the
 // request's namespace for namespaced requests.
-func (r *RBAC) Authorize(a Attributes) Decision {
+func (r *RBAC) Authorize(a Attributes) Decision { return r.authorize(a, true) }
+
+// authorize is Authorize; an allowing Decision holds its Reason only when
+// reason is set (Check does not read it, and the reason's formatting
+// was most of a check's cost).
+func (r *RBAC) authorize(a Attributes, reason bool) Decision {
 	if a.User == nil {
 		return Decision{}
 	}
 	for _, g := range a.User.GetGroups() {
 		if slices.Contains(r.superusers, g) {
-			return Decision{Allowed: true, Reason: fmt.Sprintf("superuser group %q", g)}
+			d := Decision{Allowed: true}
+			if reason {
+				d.Reason = fmt.Sprintf("superuser group %q", g)
+			}
+			return d
 		}
 	}
 	r.mu.RLock()
@@ -310,11 +319,11 @@ func (r *RBAC) Authorize(a Attributes) Decision {
 		if bySub == nil {
 			continue
 		}
-		if d, ok := r.authorizeSubject(bySub, subjectKey{SubjectUser, a.User.GetUsername()}, a, &missing); ok {
+		if d, ok := r.authorizeSubject(bySub, subjectKey{SubjectUser, a.User.GetUsername()}, a, reason, &missing); ok {
 			return d
 		}
 		for _, g := range a.User.GetGroups() {
-			if d, ok := r.authorizeSubject(bySub, subjectKey{SubjectGroup, g}, a, &missing); ok {
+			if d, ok := r.authorizeSubject(bySub, subjectKey{SubjectGroup, g}, a, reason, &missing); ok {
 				return d
 			}
 		}
@@ -328,10 +337,14 @@ func (r *RBAC) Authorize(a Attributes) Decision {
 	return Decision{}
 }
 
-func (r *RBAC) authorizeSubject(bySub map[subjectKey]map[nsName]*binding, k subjectKey, a Attributes, missing *[]error) (Decision, bool) {
+func (r *RBAC) authorizeSubject(bySub map[subjectKey]map[nsName]*binding, k subjectKey, a Attributes, reason bool, missing *[]error) (Decision, bool) {
 	for _, b := range bySub[k] {
 		if r.bindingAllows(b, a) {
-			return Decision{Allowed: true, Reason: allowReason(b, k)}, true
+			d := Decision{Allowed: true}
+			if reason {
+				d.Reason = allowReason(b, k)
+			}
+			return d, true
 		}
 		if err := r.roleMissing(b); err != nil {
 			*missing = append(*missing, err)
@@ -410,7 +423,7 @@ func (r *RBAC) RulesFor(user *corev1.UserInfo, namespace string) []*corev1.Polic
 
 // Check is Authorize as a Status: nil when allowed, Forbidden otherwise.
 func (r *RBAC) Check(a Attributes) *corev1.Status {
-	if r.Authorize(a).Allowed {
+	if r.authorize(a, false).Allowed {
 		return nil
 	}
 	return Forbidden(a, "")
@@ -466,16 +479,15 @@ func matches(list []string, v string) bool {
 }
 
 func resourceMatches(list []string, resource, sub string) bool {
-	combined := resource
-	if sub != "" {
-		combined += "/" + sub
-	}
 	for _, s := range list {
-		if s == All || s == combined {
+		if s == All || sub == "" && s == resource {
 			return true
 		}
-		if sub != "" && s == "*/"+sub {
-			return true
+		// resource/sub or */sub, compared without building either.
+		if sub != "" && strings.HasSuffix(s, sub) {
+			if head, ok := strings.CutSuffix(s[:len(s)-len(sub)], "/"); ok && (head == resource || head == All) {
+				return true
+			}
 		}
 	}
 	return false

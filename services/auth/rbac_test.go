@@ -143,6 +143,26 @@ func TestAuthorizeReason(t *testing.T) {
 	}
 }
 
+// TestCheckAllocatesNothing: Check, asked for every request a stage
+// authorizes, decides an allowed request without formatting the reason
+// Authorize gives (Check does not return it).
+func TestCheckAllocatesNothing(t *testing.T) {
+	r := policy(t)
+	for _, a := range []Attributes{
+		{User: user("alice"), Verb: "create", Namespace: "default", Resource: "pods"},
+		{User: user("olga", "ops"), Verb: "get", Namespace: "any", Resource: "pods", Subresource: "log", Name: "p"},
+		{User: user("root", GroupMasters), Verb: "delete", Namespace: "kube-system", Resource: "pods"},
+	} {
+		if n := testing.AllocsPerRun(100, func() {
+			if st := r.Check(a); st != nil {
+				t.Fatalf("Check(%+v) = %v, want allowed", a, st)
+			}
+		}); n != 0 {
+			t.Errorf("Check(%+v): %.0f allocations, want none", a, n)
+		}
+	}
+}
+
 // TestDenialReasonNamesMissingRoles: a denial names the roles bound to the
 // user that do not exist, as Kubernetes' RBAC authorizer's reason; other
 // denials have none.
