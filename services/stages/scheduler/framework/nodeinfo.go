@@ -314,11 +314,13 @@ func (n *NodeInfo) AccountScalars(req Scalars) {
 // for a NodeInfo of one's own, as AccountPod.
 func (n *NodeInfo) AccountPort(p HostPort) { n.usedPorts = append(n.usedPorts, p) }
 
-// clone returns a copy of n that AddPod and RemovePod may change without
-// touching n (its pods are clipped, so that an append copies them).
+// clone returns a copy of n that AddPod, RemovePod and the Account
+// methods may change without touching n (its pods and ports are clipped,
+// so that an append copies them).
 func (n *NodeInfo) Clone() *NodeInfo {
 	c := *n
 	c.pods = c.pods[:len(c.pods):len(c.pods)]
+	c.usedPorts = c.usedPorts[:len(c.usedPorts):len(c.usedPorts)]
 	return &c
 }
 
