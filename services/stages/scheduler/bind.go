@@ -365,8 +365,12 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	alloc, allocRev := s.known.get(informed, req.node)
 	self := framework.PodKey(req.pod)
 	last := s.lastBinds.get(req.node)
+	sums := last.sumsOf(alloc, node)
+	if sums == nil {
+		sums, _ = cache.AllocationSums(node, alloc) // nil on an error, which CheckAllocationFit reports
+	}
 
-	admits, all, err := allocationAdmits(node, alloc, allocRev, req, last.covers(alloc, req.view), s.cache.Terminated)
+	admits, all, err := allocationAdmits(node, alloc, allocRev, req, sums, last.covers(alloc, req.view), s.cache.Terminated)
 	pruned := false
 	if err == nil && !admits {
 		// A pod that finished counts on no node. The status stage
@@ -377,7 +381,8 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 		// common bind takes no lock for it.
 		if done := s.cache.TerminatedIn(alloc.GetPods()); len(done) > 0 {
 			alloc, pruned = cache.ReleaseAllocation(alloc, done...)
-			admits, all, err = allocationAdmits(node, alloc, allocRev, req, false, s.cache.Terminated)
+			sums = nil
+			admits, all, err = allocationAdmits(node, alloc, allocRev, req, nil, false, s.cache.Terminated)
 		}
 	}
 	if err != nil {
@@ -453,7 +458,14 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	switch {
 	case err == nil:
 		s.known.learn(next) // Commit set its revision, and written's
-		s.lastBinds.set(req.node, lastBind{rev: rev, value: value, covered: all, view: req.view})
+		lb := lastBind{rev: rev, value: value, covered: all, view: req.view}
+		switch {
+		case sums != nil && merged:
+			lb.node, lb.sums = node, cache.WithAllocatedPod(sums, next.GetPods()[self])
+		case sums != nil && !pruned:
+			lb.node, lb.sums = node, sums // the same pods
+		}
+		s.lastBinds.set(req.node, lb)
 		if req.written != nil {
 			*req.written = written
 		}
@@ -558,12 +570,18 @@ func (s *Stage) guardDomains(txn objects.Txn, req bindRequest, labels map[string
 
 // allocationAdmits reports whether node's allocation record alloc (at
 // revision allocRev) lets req's pod in: the pod fits it
-// (CheckAllocationFit) and the decision saw every pod it accounts for
+// (CheckAllocationFit, on sums when known: cache.AllocationSums of node
+// and alloc) and the decision saw every pod it accounts for
 // (decisionSawAllocation, told covered when that is known already). all
 // says that every pod alloc accounts for, the pod aside, is among the
 // pods the decision saw.
-func allocationAdmits(node *corev1.Node, alloc *corev1.NodeAllocation, allocRev int64, req bindRequest, covered bool, terminated func(key string) bool) (admits, all bool, err error) {
-	reasons, err := cache.CheckAllocationFit(node, alloc, req.pod)
+func allocationAdmits(node *corev1.Node, alloc *corev1.NodeAllocation, allocRev int64, req bindRequest, sums *framework.NodeInfo, covered bool, terminated func(key string) bool) (admits, all bool, err error) {
+	var reasons []string
+	if sums != nil {
+		reasons, err = cache.CheckAllocationFitSums(sums, alloc, req.pod)
+	} else {
+		reasons, err = cache.CheckAllocationFit(node, alloc, req.pod)
+	}
 	if err != nil || len(reasons) > 0 {
 		return false, false, err
 	}

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"sync"
 
+	"github.com/podflow/podflow/services/stages/scheduler/framework"
+
 	"github.com/podflow/podflow/proto/corev1"
 	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/services/objects"
@@ -32,6 +34,10 @@ type lastBind struct {
 	// assumed in the cache right after that view was taken.
 	covered bool
 	view    nodeView
+	// sums are the record's sums (cache.AllocationSums) on node, the
+	// node object the bind checked the fit on; nil when not known.
+	node *corev1.Node
+	sums *framework.NodeInfo
 }
 
 // nodeView identifies a decision's view of a node's pods by the cache's
@@ -76,6 +82,16 @@ func (b lastBind) is(alloc *corev1.NodeAllocation) bool {
 // that b does not tell.
 func (b lastBind) covers(alloc *corev1.NodeAllocation, v nodeView) bool {
 	return b.covered && b.is(alloc) && v.departed == b.view.departed && v.generation > b.view.generation
+}
+
+// sumsOf returns the sums of alloc on node when b knows them: alloc is
+// b's record and node the very object b's sums were taken on (an update
+// of the node is a new object). Nil otherwise.
+func (b lastBind) sumsOf(alloc *corev1.NodeAllocation, node *corev1.Node) *framework.NodeInfo {
+	if b.sums == nil || b.node != node || !b.is(alloc) {
+		return nil
+	}
+	return b.sums
 }
 
 // grownValue returns the encoding of next, the record b wrote (alloc,
