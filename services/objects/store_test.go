@@ -301,3 +301,37 @@ func TestTxnValue(t *testing.T) {
 		t.Errorf("the stored pod is %v (%v), want the last put of the key", &got, err)
 	}
 }
+
+// TestTxnPutEncoded: PutEncoded stores the bytes it is given, as a Put
+// of the object stores its encoding, and sets the object's revision.
+func TestTxnPutEncoded(t *testing.T) {
+	st := objects.FromKV(objectstest.New())
+	a := &corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{Name: "n1"}, Pods: map[string]*corev1.AllocatedPod{
+		"uid-a": {Namespace: "ns", Name: "a"},
+	}}
+	value, err := objects.Encode(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn := objects.Txn{}.PutEncoded(a, value)
+	if v := txn.Value(a); !bytes.Equal(v, value) {
+		t.Errorf("Value = %x, want the bytes given %x", v, value)
+	}
+	rev, err := st.Commit(ctx, txn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objects.Revision(a) != rev {
+		t.Errorf("revision of the object put = %d, want the commit's %d", objects.Revision(a), rev)
+	}
+	kv, err := st.KV().Get(ctx, objects.NodeAllocations.Key("", "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(kv.Value, value) {
+		t.Errorf("the store holds %x, want the bytes given %x", kv.Value, value)
+	}
+	if _, err := st.Commit(ctx, objects.Txn{}.PutEncoded(&corev1.NodeAllocation{Metadata: &corev1.ObjectMeta{}}, value)); err == nil {
+		t.Error("PutEncoded of an object without a name committed")
+	}
+}

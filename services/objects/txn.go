@@ -62,6 +62,21 @@ func (t Txn) Put(obj Object) Txn {
 	return t
 }
 
+// PutEncoded writes value as obj's bytes: value must be what Encode(obj)
+// would give, or an encoding of the same object (a writer that knows
+// the bytes of the object obj was derived from appends what it changed,
+// as a repeated or map field allows, rather than encode all of obj
+// again). On a successful Commit obj carries the commit's revision.
+func (t Txn) PutEncoded(obj Object, value []byte) Txn {
+	key, err := KeyOf(obj)
+	if err != nil {
+		return t.fail(err)
+	}
+	t.ops = append(t.ops[:len(t.ops):len(t.ops)], raftstore.Op{Type: raftstore.OpPut, Key: key, Value: value})
+	t.puts = append(t.puts[:len(t.puts):len(t.puts)], obj)
+	return t
+}
+
 // Delete deletes obj's key (a no-op when it is missing; Compare for it to
 // exist).
 func (t Txn) Delete(obj Object) Txn {

@@ -291,6 +291,7 @@ type bindRequest struct {
 	pod     *corev1.Pod // the unbound revision the decision was made on
 	node    string
 	seen    []*framework.PodMeta // the node's pods the decision saw (nil: none)
+	view    nodeView             // the cache's counts of that view
 	causeID string               // id of the PodScheduled event, kept on the Scheduled Event
 	// decidedAt is the pod informer's revision before the decision: the
 	// decision's cache held every pod bound up to it.
@@ -362,8 +363,14 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	}
 	informed, _ := s.allocs.Get("", req.node)
 	alloc, allocRev := s.known.get(informed, req.node)
+	self := framework.PodKey(req.pod)
+	last := s.lastBinds.get(req.node)
+	sums := last.sumsOf(alloc, node)
+	if sums == nil {
+		sums, _ = cache.AllocationSums(node, alloc) // nil on an error, which CheckAllocationFit reports
+	}
 
-	admits, err := allocationAdmits(node, alloc, allocRev, req, s.cache.Terminated)
+	admits, all, err := allocationAdmits(node, alloc, allocRev, req, sums, last.covers(alloc, req.view), s.cache.Terminated)
 	pruned := false
 	if err == nil && !admits {
 		// A pod that finished counts on no node. The status stage
@@ -374,7 +381,8 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 		// common bind takes no lock for it.
 		if done := s.cache.TerminatedIn(alloc.GetPods()); len(done) > 0 {
 			alloc, pruned = cache.ReleaseAllocation(alloc, done...)
-			admits, err = allocationAdmits(node, alloc, allocRev, req, s.cache.Terminated)
+			sums = nil
+			admits, all, err = allocationAdmits(node, alloc, allocRev, req, nil, false, s.cache.Terminated)
 		}
 	}
 	if err != nil {
@@ -387,23 +395,37 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 		// cache has not seen yet, and the pod-aware filters need them.
 		return 0, nodeStale, nil
 	}
-	next, changed, err := cache.MergeAllocation(alloc, req.node, req.pod)
+	next, merged, err := cache.MergeAllocation(alloc, req.node, req.pod)
 	if err != nil {
 		return 0, 0, err
 	}
-	changed = changed || pruned // a pruned record is this bind's own copy
-	if un, ok := cache.Unreserve(next, framework.PodKey(req.pod)); ok {
-		next, changed = un, true // the room made for the pod is its own now
+	changed := merged || pruned // a pruned record is this bind's own copy
+	unreserved := false
+	if un, ok := cache.Unreserve(next, self); ok {
+		next, changed, unreserved = un, true, true // the room made for the pod is its own now
 	}
 	if !changed {
 		next = vt.Clone(next) // shared with the informer; its revision is set below
+	}
+	// The record with only the pod added: its bytes are those of the
+	// record this replica's last bind to the node wrote, grown.
+	var value []byte
+	if merged && !pruned && !unreserved {
+		if value, err = last.grownValue(alloc, next, self); err != nil {
+			return 0, 0, err
+		}
 	}
 	written := boundPod(req.pod, req.node)
 	txn := objects.Txn{}.
 		Unchanged(req.pod).      // still the unbound revision the decision saw
 		Compare(next, allocRev). // still the allocation the fit was checked against
-		Put(written).
-		Put(next).
+		Put(written)
+	if value != nil {
+		txn = txn.PutEncoded(next, value)
+	} else {
+		txn = txn.Put(next)
+	}
+	txn = txn.
 		// The Scheduled Event is named after the pod's uid and node,
 		// so it is written once per pod: a put needs no read.
 		Put(s.scheduledEvent(req.pod, req.node, req.causeID))
@@ -423,7 +445,8 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	if outcome != bound {
 		return 0, outcome, nil
 	}
-	done := s.known.writing(next, txn.Value(next))
+	value = txn.Value(next)
+	done := s.known.writing(next, value)
 	rev, err := s.env.Store.Commit(ctx, txn)
 	done()
 	for _, d := range slices.Concat(domain, anchors, []*corev1.NodeAllocation{reg.record}) {
@@ -435,6 +458,14 @@ func (s *Stage) bindKnowing(ctx context.Context, req bindRequest, node *corev1.N
 	switch {
 	case err == nil:
 		s.known.learn(next) // Commit set its revision, and written's
+		lb := lastBind{rev: rev, value: value, covered: all, view: req.view}
+		switch {
+		case sums != nil && merged:
+			lb.node, lb.sums = node, cache.WithAllocatedPod(sums, next.GetPods()[self])
+		case sums != nil && !pruned:
+			lb.node, lb.sums = node, sums // the same pods
+		}
+		s.lastBinds.set(req.node, lb)
 		if req.written != nil {
 			*req.written = written
 		}
@@ -539,14 +570,23 @@ func (s *Stage) guardDomains(txn objects.Txn, req bindRequest, labels map[string
 
 // allocationAdmits reports whether node's allocation record alloc (at
 // revision allocRev) lets req's pod in: the pod fits it
-// (CheckAllocationFit) and the decision saw every pod it accounts for
-// (decisionSawAllocation).
-func allocationAdmits(node *corev1.Node, alloc *corev1.NodeAllocation, allocRev int64, req bindRequest, terminated func(key string) bool) (bool, error) {
-	reasons, err := cache.CheckAllocationFit(node, alloc, req.pod)
-	if err != nil || len(reasons) > 0 {
-		return false, err
+// (CheckAllocationFit, on sums when known: cache.AllocationSums of node
+// and alloc) and the decision saw every pod it accounts for
+// (decisionSawAllocation, told covered when that is known already). all
+// says that every pod alloc accounts for, the pod aside, is among the
+// pods the decision saw.
+func allocationAdmits(node *corev1.Node, alloc *corev1.NodeAllocation, allocRev int64, req bindRequest, sums *framework.NodeInfo, covered bool, terminated func(key string) bool) (admits, all bool, err error) {
+	var reasons []string
+	if sums != nil {
+		reasons, err = cache.CheckAllocationFitSums(sums, alloc, req.pod)
+	} else {
+		reasons, err = cache.CheckAllocationFit(node, alloc, req.pod)
 	}
-	return decisionSawAllocation(alloc, allocRev, req, terminated), nil
+	if err != nil || len(reasons) > 0 {
+		return false, false, err
+	}
+	admits, all = decisionSawAllocation(alloc, allocRev, req, covered, terminated)
+	return admits, all, nil
 }
 
 // decisionSawAllocation reports whether the decision of req saw every pod
@@ -554,9 +594,18 @@ func allocationAdmits(node *corev1.Node, alloc *corev1.NodeAllocation, allocRev 
 // req.decidedAt accounts only for pods bound at or before that revision
 // (a bind writes the pod and the allocation in one transaction), which the
 // decision's cache held or had seen finish: only a newer one needs
-// sawAllocated's look at each pod.
-func decisionSawAllocation(alloc *corev1.NodeAllocation, allocRev int64, req bindRequest, terminated func(key string) bool) bool {
-	return allocRev <= req.decidedAt || sawAllocated(alloc, req.seen, req.pod, terminated)
+// sawAllocated's look at each pod — unless covered says that every pod
+// it accounts for, the pod aside, is among those seen (lastBind.covers),
+// as all then reports (it is false when the look was skipped on the
+// revision).
+func decisionSawAllocation(alloc *corev1.NodeAllocation, allocRev int64, req bindRequest, covered bool, terminated func(key string) bool) (saw, all bool) {
+	switch {
+	case covered:
+		return true, true
+	case allocRev <= req.decidedAt:
+		return true, false
+	}
+	return sawAllocated(alloc, req.seen, req.pod, terminated)
 }
 
 // sawAllocated reports whether the decision saw every pod alloc accounts
@@ -567,11 +616,12 @@ func decisionSawAllocation(alloc *corev1.NodeAllocation, allocRev int64, req bin
 // allocation, but InterPodAffinity and PodTopologySpread read the pods'
 // labels and terms from the cache only: a pod the allocation has and the
 // cycle did not would be missed (two pods with hostname anti-affinity on
-// one node).
-func sawAllocated(alloc *corev1.NodeAllocation, seen []*framework.PodMeta, pod *corev1.Pod, terminated func(key string) bool) bool {
+// one node). all says that every pod alloc accounts for, pod aside, was
+// seen (none was taken as finished).
+func sawAllocated(alloc *corev1.NodeAllocation, seen []*framework.PodMeta, pod *corev1.Pod, terminated func(key string) bool) (saw, all bool) {
 	allocated := alloc.GetPods()
 	if len(allocated) == 0 {
-		return true
+		return true, true
 	}
 	self := framework.PodKey(pod)
 	_, hasSelf := allocated[self]
@@ -589,7 +639,7 @@ func sawAllocated(alloc *corev1.NodeAllocation, seen []*framework.PodMeta, pod *
 		}
 	}
 	if n >= want {
-		return true // the common case: no question to the cache
+		return true, true // the common case: no question to the cache
 	}
 	// Some accounted pods were not seen: only those that finished (they
 	// keep their allocation until deleted, but no filter counts them) may
@@ -599,7 +649,7 @@ func sawAllocated(alloc *corev1.NodeAllocation, seen []*framework.PodMeta, pod *
 			want--
 		}
 	}
-	return n >= want
+	return n >= want, false
 }
 
 // refreshNode reads node's allocation (linearizably) after a lost race and

@@ -58,7 +58,7 @@ func TestSawAllocated(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			terminated := func(key string) bool { return key == "uid-done" }
-			if got := sawAllocated(tc.alloc, tc.seen, pod, terminated); got != tc.want {
+			if got, _ := sawAllocated(tc.alloc, tc.seen, pod, terminated); got != tc.want {
 				t.Errorf("sawAllocated = %v, want %v", got, tc.want)
 			}
 		})
@@ -86,7 +86,7 @@ func TestDecisionSawAllocation(t *testing.T) {
 		want     bool
 	}{{9, true}, {10, true}, {11, false}} {
 		asked = 0
-		if got := decisionSawAllocation(alloc, tc.allocRev, req, terminated); got != tc.want {
+		if got, _ := decisionSawAllocation(alloc, tc.allocRev, req, false, terminated); got != tc.want {
 			t.Errorf("allocation at %d, decided at 10: saw = %v, want %v", tc.allocRev, got, tc.want)
 		}
 		if tc.allocRev <= 10 && asked > 0 {
@@ -111,7 +111,7 @@ func TestSawAllocatedAsksNothing(t *testing.T) {
 		seen = append(seen, &e.Meta)
 	}
 	asked := 0
-	if !sawAllocated(a, seen, pod, func(string) bool { asked++; return false }) || asked != 0 {
+	if saw, _ := sawAllocated(a, seen, pod, func(string) bool { asked++; return false }); !saw || asked != 0 {
 		t.Errorf("sawAllocated asked the cache %d times", asked)
 	}
 }

@@ -45,6 +45,7 @@ type Decision struct {
 	FirstOfGroup bool   // Result.FirstOfGroup: the bind compares the anchors
 	pod          *corev1.Pod
 	seen         []*framework.PodMeta
+	view         nodeView
 	decidedAt    int64
 }
 
@@ -53,23 +54,23 @@ type Decision struct {
 // binds it.
 func (s *Stage) Decide(pod *corev1.Pod) (*Decision, error) {
 	at := s.podRev.current()
-	res, seen, err := s.decide(pod)
+	res, seen, view, err := s.decide(pod)
 	if err != nil {
 		return nil, err
 	}
 	_ = s.cache.ForgetPod(pod)
-	return &Decision{Node: res.Node, FirstOfGroup: res.FirstOfGroup, pod: pod, seen: seen, decidedAt: at}, nil
+	return &Decision{Node: res.Node, FirstOfGroup: res.FirstOfGroup, pod: pod, seen: seen, view: view, decidedAt: at}, nil
 }
 
 // BindDecision runs one bind attempt of d's pod to node: d.Node, or a
 // node without pods, as though d had chosen it. It returns what
 // BindKnowing returns.
 func (s *Stage) BindDecision(ctx context.Context, d *Decision, node string) (int64, string, string, error) {
-	seen := d.seen
+	seen, view := d.seen, d.view
 	if node != d.Node {
-		seen = nil
+		seen, view = nil, nodeView{}
 	}
-	return s.bindAttempt(ctx, bindRequest{pod: d.pod, node: node, seen: seen, decidedAt: d.decidedAt, firstOfGroup: d.FirstOfGroup}, nil)
+	return s.bindAttempt(ctx, bindRequest{pod: d.pod, node: node, seen: seen, view: view, decidedAt: d.decidedAt, firstOfGroup: d.FirstOfGroup}, nil)
 }
 
 // AffinityAnchors returns the names of pod's first-pod anchor records.

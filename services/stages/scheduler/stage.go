@@ -141,7 +141,8 @@ type Stage struct {
 	// bind of its predecessor still in flight goes uncompared).
 	writer    string
 	bindLocks bindLocks
-	inflight  sync.Map // uid -> chan struct{}: an attempt of this replica is running until it is closed
+	lastBinds lastBinds // what this replica knows of its last bind to each node
+	inflight  sync.Map  // uid -> chan struct{}: an attempt of this replica is running until it is closed
 
 	qmu     sync.Mutex
 	waiting map[string]*waitingPod // unschedulable pods by uid
@@ -212,7 +213,10 @@ func NewStage(env stage.Env, cfg StageConfig) (*Stage, error) {
 				s.wake()
 			}
 		},
-		OnDelete: func(n *corev1.Node) { logErr("remove node", s.cache.RemoveNode(n.GetMetadata().GetName())) },
+		OnDelete: func(n *corev1.Node) {
+			logErr("remove node", s.cache.RemoveNode(n.GetMetadata().GetName()))
+			s.lastBinds.forget(n.GetMetadata().GetName())
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -481,7 +485,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 
 		wakes := s.wakes.Load() // before the decision's snapshot
 		decidedAt := s.podRev.current()
-		res, seen, err := s.decide(pod)
+		res, seen, view, err := s.decide(pod)
 		var fit *framework.FitError
 		// decide held a nomination in the cache: every path but a
 		// committed preemption gives it back.
@@ -546,7 +550,7 @@ func (s *Stage) schedulePod(ctx context.Context, ns, name, uid string, hint *cor
 		start := time.Now()
 		var stale string
 		var written *corev1.Pod
-		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, causeID: eventsv1.EventID(next), decidedAt: decidedAt, firstOfGroup: res.FirstOfGroup, stale: &stale, written: &written})
+		rev, outcome, err := s.bind(ctx, bindRequest{pod: pod, node: res.Node, seen: seen, view: view, causeID: eventsv1.EventID(next), decidedAt: decidedAt, firstOfGroup: res.FirstOfGroup, stale: &stale, written: &written})
 		took := time.Since(start)
 		if err != nil || outcome != bound {
 			// Every path but a commit forgets the assumption. After an
@@ -632,8 +636,9 @@ func (s *Stage) informed(ns, name string) *corev1.Pod {
 
 // decide runs one scheduling cycle and assumes the pod onto the chosen
 // node, under the cycle lock. It returns the pods the cycle saw on the
-// node (a stable view: NodeInfo.pods is never modified below its length).
-func (s *Stage) decide(pod *corev1.Pod) (Result, []*framework.PodMeta, error) {
+// node (a stable view: NodeInfo.pods is never modified below its length)
+// and the cache's counts of that view.
+func (s *Stage) decide(pod *corev1.Pod) (Result, []*framework.PodMeta, nodeView, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cache.UpdateSnapshot(s.snap)
@@ -646,13 +651,14 @@ func (s *Stage) decide(pod *corev1.Pod) (Result, []*framework.PodMeta, error) {
 		_ = s.cache.Nominate(pod, fit.Nomination.NominatedNode)
 	}
 	if err != nil {
-		return res, nil, err
+		return res, nil, nodeView{}, err
 	}
 	var seen []*framework.PodMeta
+	var view nodeView
 	if n, ok := s.snap.Get(res.Node); ok {
-		seen = n.Pods()
+		seen, view = n.Pods(), nodeView{departed: n.Departed(), generation: n.Generation()}
 	}
-	return res, seen, s.cache.AssumePod(pod, res.Node)
+	return res, seen, view, s.cache.AssumePod(pod, res.Node)
 }
 
 // scheduledEnvelope is the PodScheduled event of pod's binding to node. Its

@@ -205,30 +205,66 @@ func CheckAllocationFit(node *corev1.Node, alloc *corev1.NodeAllocation, pod *co
 	if _, ok := alloc.GetPods()[framework.PodKey(pod)]; ok {
 		return nil, nil
 	}
-	var n framework.NodeInfo
+	n, err := AllocationSums(node, alloc)
+	if err != nil {
+		return nil, err
+	}
+	return checkFit(n, alloc, pod)
+}
+
+// CheckAllocationFitSums is CheckAllocationFit given sums, what
+// AllocationSums returns for the node and alloc (sums is not modified).
+func CheckAllocationFitSums(sums *framework.NodeInfo, alloc *corev1.NodeAllocation, pod *corev1.Pod) ([]string, error) {
+	if _, ok := alloc.GetPods()[framework.PodKey(pod)]; ok {
+		return nil, nil
+	}
+	return checkFit(sums.Clone(), alloc, pod)
+}
+
+// AllocationSums returns what CheckAllocationFit checks a pod against,
+// the reservations aside (they depend on the pod): node's allocatable,
+// the sums of what alloc's pods request and their host ports, in a
+// NodeInfo of its own without pod entries (no copy of the ports per pod,
+// as the shared NodeInfo of a snapshot needs). The sums of the node's
+// next record, alloc with one more pod, are WithAllocatedPod's.
+func AllocationSums(node *corev1.Node, alloc *corev1.NodeAllocation) (*framework.NodeInfo, error) {
+	n := new(framework.NodeInfo)
 	if err := n.SetNode(node); err != nil {
 		return nil, err
 	}
-	// Sums and ports only (what fits and PortsFit read), into n, which is
-	// this call's own: no pod entry per accounted pod, no copy of the
-	// ports per pod, as the shared NodeInfo of a snapshot needs.
-	add := func(ap *corev1.AllocatedPod) {
-		n.AccountPod(framework.Resources{MilliCPU: ap.GetMilliCpu(), Memory: ap.GetMemoryBytes(), EphemeralStorage: ap.GetEphemeralStorageBytes()})
-		n.AccountScalars(ap.GetScalarResources())
-		for _, p := range ap.GetHostPorts() {
-			n.AccountPort(framework.NewHostPort(p))
-		}
-	}
 	for _, ap := range alloc.GetPods() {
-		add(ap)
+		account(n, ap)
 	}
+	return n, nil
+}
+
+// WithAllocatedPod returns a copy of sums (AllocationSums) with ap
+// accounted for too; sums is not modified.
+func WithAllocatedPod(sums *framework.NodeInfo, ap *corev1.AllocatedPod) *framework.NodeInfo {
+	n := sums.Clone()
+	account(n, ap)
+	return n
+}
+
+// account adds ap's requests and host ports to n, in place.
+func account(n *framework.NodeInfo, ap *corev1.AllocatedPod) {
+	n.AccountPod(framework.Resources{MilliCPU: ap.GetMilliCpu(), Memory: ap.GetMemoryBytes(), EphemeralStorage: ap.GetEphemeralStorageBytes()})
+	n.AccountScalars(ap.GetScalarResources())
+	for _, p := range ap.GetHostPorts() {
+		n.AccountPort(framework.NewHostPort(p))
+	}
+}
+
+// checkFit is CheckAllocationFit on n, the record's sums, which it takes
+// (the reservations are added to it).
+func checkFit(n *framework.NodeInfo, alloc *corev1.NodeAllocation, pod *corev1.Pod) ([]string, error) {
 	res, err := Reservations(alloc)
 	if err != nil {
 		return nil, err
 	}
 	for uid, r := range res {
 		if _, bound := alloc.GetPods()[uid]; !bound && uid != framework.PodKey(pod) && r.Priority >= pod.GetSpec().GetPriority() {
-			add(r.Pod)
+			account(n, r.Pod)
 		}
 	}
 	req, _, err := framework.PodRequests(pod)
@@ -242,5 +278,5 @@ func CheckAllocationFit(node *corev1.Node, alloc *corev1.NodeAllocation, pod *co
 	if st := nodeports.PortsFit(framework.PodHostPorts(pod), n.UsedPorts()); st != nil {
 		return st.Reasons(), nil
 	}
-	return noderesourcesfit.WithScalars(noderesourcesfit.Fits(&req, &n), scalars, &n).Reasons(), nil
+	return noderesourcesfit.WithScalars(noderesourcesfit.Fits(&req, n), scalars, n).Reasons(), nil
 }

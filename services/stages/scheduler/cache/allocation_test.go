@@ -273,3 +273,86 @@ func TestReleaseTerminated(t *testing.T) {
 		t.Errorf("n1 counts %d pods, want the running one only", n.NumPods())
 	}
 }
+
+// TestCheckAllocationFitSums: sums grown pod by pod (WithAllocatedPod)
+// answer as CheckAllocationFit does on each record, and growing them
+// leaves the sums grown from (ports included) as they were.
+func TestCheckAllocationFitSums(t *testing.T) {
+	node := mkNode("n1", "2", "4Gi", maxPods("3"))
+	probes := []*corev1.Pod{
+		mkPod("p", "500m", "1Gi"), mkPod("p", "1", "2Gi"), mkPod("p", "", "", hostPort(80, "TCP", "")),
+		mkPod("p", "", "", hostPort(81, "TCP", "")), mkPod("a", "1500m", "1Gi", hostPort(80, "TCP", "")), mkPod("p", "", ""),
+	}
+	answers := func(sums *framework.NodeInfo, alloc *corev1.NodeAllocation) [][]string {
+		var out [][]string
+		for _, p := range probes {
+			got, err := CheckAllocationFitSums(sums, alloc, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, got)
+		}
+		return out
+	}
+	var alloc *corev1.NodeAllocation
+	sums, err := AllocationSums(node, alloc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type step struct {
+		sums  *framework.NodeInfo
+		alloc *corev1.NodeAllocation
+		want  [][]string
+	}
+	var steps []step
+	for _, p := range []*corev1.Pod{mkPod("a", "1500m", "1Gi", hostPort(80, "TCP", "")), mkPod("b", "", "2Gi"), mkPod("c", "", "", hostPort(81, "TCP", ""))} {
+		next, _, err := MergeAllocation(alloc, "n1", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alloc, sums = next, WithAllocatedPod(sums, next.GetPods()[framework.PodKey(p)])
+		var want [][]string
+		for _, q := range probes {
+			w, err := CheckAllocationFit(node, alloc, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, w)
+		}
+		if got := answers(sums, alloc); !reflect.DeepEqual(got, want) {
+			t.Errorf("after %s: grown sums answer %q, CheckAllocationFit %q", p.GetMetadata().GetName(), got, want)
+		}
+		steps = append(steps, step{sums, alloc, want})
+	}
+	for i, s := range steps {
+		if got := answers(s.sums, s.alloc); !reflect.DeepEqual(got, s.want) {
+			t.Errorf("step %d's sums changed since: they answer %q, want %q", i, got, s.want)
+		}
+	}
+	// Two records grown from the same sums, each with a port of its own,
+	// keep their own ports (a grown list has room for more in place).
+	port := func(p int32) *corev1.AllocatedPod {
+		return &corev1.AllocatedPod{HostPorts: []*corev1.ContainerPort{{HostPort: p, ContainerPort: p, Protocol: "TCP"}}}
+	}
+	if sums, err = AllocationSums(mkNode("n2", "2", "4Gi", maxPods("10")), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int32{80, 81, 82} {
+		sums = WithAllocatedPod(sums, port(p))
+	}
+	x, y := WithAllocatedPod(sums, port(83)), WithAllocatedPod(sums, port(84))
+	for _, tc := range []struct {
+		name string
+		sums *framework.NodeInfo
+		port int32
+		free bool
+	}{{"x", x, 83, false}, {"x", x, 84, true}, {"y", y, 84, false}, {"y", y, 83, true}, {"base", sums, 83, true}} {
+		got, err := CheckAllocationFitSums(tc.sums, nil, mkPod("q", "", "", hostPort(tc.port, "TCP", "")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if free := len(got) == 0; free != tc.free {
+			t.Errorf("sums %s: port %d free = %v, want %v", tc.name, tc.port, free, tc.free)
+		}
+	}
+}

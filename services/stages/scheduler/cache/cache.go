@@ -35,6 +35,9 @@ type Cache struct {
 	// terminal, and a bind releases any a write through another path left
 	// there (TerminatedIn).
 	terminated map[string]bool
+	// departures counts the pods that left a node, and the node entries
+	// made (NodeInfo.Departed).
+	departures int64
 	// generation numbers every change; listGeneration is the generation
 	// of the last change to the present set, imagesGeneration of the last
 	// change to the image counts.
@@ -122,6 +125,8 @@ func (c *Cache) item(name string) *nodeItem {
 	if it == nil {
 		it = &nodeItem{index: -1}
 		it.info.Reset(name)
+		c.departures++ // a new entry shares no count with a former one
+		it.info.SetDeparted(c.departures)
 		c.nodes[name] = it
 	}
 	return it
@@ -231,7 +236,9 @@ func (c *Cache) countAffinity(p *framework.PodEntry, delta int) {
 	}
 }
 
-func (c *Cache) removeEntry(p *framework.PodEntry) {
+// removeEntry takes p off its node; departs says that the pod leaves the
+// node (it is not being replaced by an update there).
+func (c *Cache) removeEntry(p *framework.PodEntry, departs bool) {
 	delete(c.pods, p.Key)
 	c.countAffinity(p, -1)
 	it := c.nodes[p.Node]
@@ -239,6 +246,10 @@ func (c *Cache) removeEntry(p *framework.PodEntry) {
 		return
 	}
 	it.info.RemovePod(p)
+	if departs {
+		c.departures++
+		it.info.SetDeparted(c.departures)
+	}
 	c.touch(it)
 	if it.index < 0 && it.info.NumPods() == 0 {
 		c.unlink(it)
@@ -266,7 +277,7 @@ func (c *Cache) AddPod(pod *corev1.Pod) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if old := c.pods[framework.PodKey(pod)]; old != nil {
-			c.removeEntry(old)
+			c.removeEntry(old, true)
 		}
 		c.terminated[framework.PodKey(pod)] = true
 		return nil
@@ -278,7 +289,7 @@ func (c *Cache) AddPod(pod *corev1.Pod) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.pods[p.Key]; old != nil {
-		c.removeEntry(old)
+		c.removeEntry(old, old.Node != p.Node)
 	}
 	c.addEntry(p)
 	c.unnominateLocked(p.Key)
@@ -329,7 +340,7 @@ func (c *Cache) RemovePod(pod *corev1.Pod) error {
 	if p == nil {
 		return fmt.Errorf("%w: %q", framework.ErrPodNotFound, framework.PodName(pod))
 	}
-	c.removeEntry(p)
+	c.removeEntry(p, true)
 	return nil
 }
 
@@ -365,7 +376,7 @@ func (c *Cache) ForgetPod(pod *corev1.Pod) error {
 	if !p.Assumed {
 		return fmt.Errorf("%w: %q is bound to %q", framework.ErrPodNotAssumed, framework.PodName(pod), p.Node)
 	}
-	c.removeEntry(p)
+	c.removeEntry(p, true)
 	return nil
 }
 

@@ -328,3 +328,71 @@ func TestCacheMatchesModel(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheDeparted: a node's Departed count stays while pods are added,
+// assumed, confirmed and updated in place on it, and changes when one
+// leaves it (removed, forgotten, moved, finished), and a node entry made
+// anew never takes a count an earlier one had.
+func TestCacheDeparted(t *testing.T) {
+	c := cacheWith(t, []*corev1.Node{mkNode("n1", "4", "8Gi"), mkNode("n2", "4", "8Gi")})
+	departed := func(node string) int64 {
+		t.Helper()
+		n, ok := c.NodeInfo(node)
+		if !ok {
+			t.Fatalf("node %q not in cache", node)
+		}
+		return n.Departed()
+	}
+	seen := map[int64]string{departed("n1"): "n1 made", departed("n2"): "n2 made"}
+	if len(seen) != 2 {
+		t.Fatalf("two nodes share the count %v", seen)
+	}
+	stays := func(step string, err error) {
+		t.Helper()
+		before := departed("n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if departed("n1") != before {
+			t.Errorf("%s: Departed changed", step)
+		}
+	}
+	was := departed("n1")
+	changes := func(step string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := departed("n1")
+		if prev, ok := seen[d]; ok {
+			t.Errorf("%s: Departed is %d, as after %s", step, d, prev)
+		}
+		seen[d], was = step, d
+	}
+	stays("add", c.AddPod(mkPod("a", "1", "1Gi", onNode("n1"))))
+	stays("update in place", c.UpdatePod(mkPod("a", "2", "1Gi", onNode("n1"))))
+	b := mkPod("b", "1", "1Gi")
+	stays("assume", c.AssumePod(b, "n1"))
+	stays("confirm", c.AddPod(mkPod("b", "1", "1Gi", onNode("n1"))))
+	if departed("n1") != was {
+		t.Fatal("Departed changed before any pod left")
+	}
+	changes("remove", c.RemovePod(mkPod("a", "2", "1Gi", onNode("n1"))))
+	stays("assume again", c.AssumePod(mkPod("c", "1", "1Gi"), "n1"))
+	changes("forget", c.ForgetPod(mkPod("c", "1", "1Gi")))
+	changes("move", c.AddPod(mkPod("b", "1", "1Gi", onNode("n2"))))
+	stays("add again", c.AddPod(mkPod("d", "1", "1Gi", onNode("n1"))))
+	done := mkPod("d", "1", "1Gi", onNode("n1"))
+	done.Status = &corev1.PodStatus{Phase: "Succeeded"}
+	changes("finish", c.AddPod(done))
+	if err := c.RemovePod(done); err != nil && !errors.Is(err, framework.ErrPodNotFound) {
+		t.Fatal(err)
+	}
+	if err := c.RemoveNode("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddNode(mkNode("n1", "4", "8Gi")); err != nil {
+		t.Fatal(err)
+	}
+	changes("node made anew", nil)
+}

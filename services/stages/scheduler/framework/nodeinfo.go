@@ -105,6 +105,10 @@ type NodeInfo struct {
 	name             string
 	node             *corev1.Node
 	generation       int64
+	// departed is the cache's count of departures when a pod last left
+	// the node (or the node's entry was made): two views of the node with
+	// the same value have the same pods, the later one maybe more.
+	departed int64
 	// pods are the node's pods for PodTopologySpread and InterPodAffinity;
 	// appended to in place (a snapshot's copy never sees past its length),
 	// copied on removal.
@@ -273,11 +277,21 @@ func (n *NodeInfo) InternImages(id func(name string) int32) {
 // last change).
 func (n *NodeInfo) SetGeneration(g int64) { n.generation = g }
 
+// Departed returns the cache's count of departures when a pod last left
+// the node: a view of the node's pods (Pods) with the same value as an
+// earlier one holds every pod the earlier one held (a pod updated in
+// place stays; one removed, or moved to another node, departs).
+func (n *NodeInfo) Departed() int64 { return n.departed }
+
+// SetDeparted sets the count Departed returns (the cache's, at a pod's
+// departure from the node).
+func (n *NodeInfo) SetDeparted(d int64) { n.departed = d }
+
 // Reset names n name and drops what the node object gave it (labels,
 // taints, allocatable, images, readiness) and its generation, keeping the
 // accounting of its pods: a node removed while pods are still bound to it.
 func (n *NodeInfo) Reset(name string) {
-	*n = NodeInfo{name: name, requested: n.requested, nonZeroRequested: n.nonZeroRequested, scalarRequested: n.scalarRequested,
+	*n = NodeInfo{name: name, departed: n.departed, requested: n.requested, nonZeroRequested: n.nonZeroRequested, scalarRequested: n.scalarRequested,
 		numPods: n.numPods, usedPorts: n.usedPorts, pods: n.pods,
 		podsWithAffinity: n.podsWithAffinity, podsWithRequiredAnti: n.podsWithRequiredAnti}
 }
@@ -300,11 +314,13 @@ func (n *NodeInfo) AccountScalars(req Scalars) {
 // for a NodeInfo of one's own, as AccountPod.
 func (n *NodeInfo) AccountPort(p HostPort) { n.usedPorts = append(n.usedPorts, p) }
 
-// clone returns a copy of n that AddPod and RemovePod may change without
-// touching n (its pods are clipped, so that an append copies them).
+// clone returns a copy of n that AddPod, RemovePod and the Account
+// methods may change without touching n (its pods and ports are clipped,
+// so that an append copies them).
 func (n *NodeInfo) Clone() *NodeInfo {
 	c := *n
 	c.pods = c.pods[:len(c.pods):len(c.pods)]
+	c.usedPorts = c.usedPorts[:len(c.usedPorts):len(c.usedPorts)]
 	return &c
 }
 
