@@ -59,6 +59,38 @@ func KubePod(p *corev1.Pod) *v1.Pod {
 	return kp
 }
 
+// PodReady is kube's podutil.IsPodReady read on a stored pod, not on its
+// KubePod: its first Ready condition is True.
+func PodReady(p *corev1.Pod) bool {
+	c := readyCondition(p)
+	return c != nil && c.GetStatus() == string(v1.ConditionTrue)
+}
+
+// PodAvailable is kube's podutil.IsPodAvailable read on a stored pod:
+// ready, and for minReadySeconds (at now) if that is not 0.
+func PodAvailable(p *corev1.Pod, minReadySeconds int32, now time.Time) bool {
+	c := readyCondition(p)
+	if c == nil || c.GetStatus() != string(v1.ConditionTrue) {
+		return false
+	}
+	if minReadySeconds == 0 {
+		return true
+	}
+	lt := kubeTime(c.GetLastTransitionTime())
+	return !lt.IsZero() && lt.Add(time.Duration(minReadySeconds)*time.Second).Compare(now) <= 0
+}
+
+// readyCondition is kube's GetPodReadyCondition: the first condition of
+// type Ready, nil for none.
+func readyCondition(p *corev1.Pod) *corev1.PodCondition {
+	for _, c := range p.GetStatus().GetConditions() {
+		if c.GetType() == string(v1.PodReady) {
+			return c
+		}
+	}
+	return nil
+}
+
 // kubeContainerStatus converts a container's status: its name,
 // readiness, restarts and, for a container that ended, how (exit code,
 // reason, when) — what kube's Job controller matches a podFailurePolicy
@@ -139,13 +171,21 @@ const (
 func ClaimOf(pod *corev1.Pod, uid string, sel labels.Selector, deleting bool) Claim {
 	md := pod.GetMetadata()
 	match := sel != nil && !sel.Empty() && sel.Matches(labels.Set(md.GetLabels()))
-	if ref := ControllerOf(md); ref != nil {
+	return ClaimMatched(md, ControllerOf(md), uid, match, sel == nil || sel.Empty(), deleting)
+}
+
+// ClaimMatched is ClaimOf for a caller that has found the pod's
+// controller reference already (ref, ControllerOf(md)) and matched its
+// labels: match is whether the selector is usable (not nil, not empty) and
+// matches them, unusable whether it is nil or empty.
+func ClaimMatched(md *corev1.ObjectMeta, ref *corev1.OwnerReference, uid string, match, unusable, deleting bool) Claim {
+	if ref != nil {
 		switch {
 		case ref.GetUid() != uid:
 			return Ignore
 		case match:
 			return Owned
-		case deleting || sel == nil || sel.Empty():
+		case deleting || unusable:
 			return Ignore
 		}
 		return Release
