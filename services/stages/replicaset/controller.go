@@ -15,7 +15,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	kubecontroller "k8s.io/kubernetes/pkg/controller"
 	kubers "k8s.io/kubernetes/pkg/controller/replicaset"
 
@@ -89,10 +88,12 @@ type Controller struct {
 	kubePods map[string]kubePod // by pod uid: the last conversion of each pod
 }
 
-// kubePod is a pod of the informer (src) converted to kube's type once:
-// every sync of a set looks at all its pods, and converting 10,000 of them
-// on each was most of the stage's CPU (with the garbage it made) while a
-// Deployment of 10,000 replicas came up.
+// kubePod is a pod of the informer (src) converted to kube's type once,
+// for what reads kube's Pods: the deletion ranking (which looks at all the
+// pods of a set and of its Deployment's other sets, sync after sync while
+// a set scales down) and the next availability check of a set with
+// minReadySeconds. Counting a set's pods for its status reads the stored
+// pods.
 type kubePod struct {
 	src *corev1.Pod
 	pod *v1.Pod
@@ -113,6 +114,9 @@ type set struct {
 	rev int64
 	rs  *apps.ReplicaSet
 	sel labels.Selector // nil: an invalid selector, which matches nothing
+	// match is sel's matcher; template the matcher of the template's
+	// labels (kube's fullyLabeledReplicas).
+	match, template controller.LabelMatcher
 }
 
 var (
@@ -228,6 +232,15 @@ func kubePodKey(p *corev1.Pod) string {
 	return keyOf(p.GetMetadata())
 }
 
+// kubePodsOf returns pods as kube's Pods (kubePod).
+func (c *Controller) kubePodsOf(pods []*corev1.Pod) []*v1.Pod {
+	out := make([]*v1.Pod, 0, len(pods))
+	for _, p := range pods {
+		out = append(out, c.kubePod(p))
+	}
+	return out
+}
+
 // forgetKubePod drops the conversion of a deleted pod.
 func (c *Controller) forgetKubePod(p *corev1.Pod) {
 	c.kubeMu.Lock()
@@ -282,7 +295,7 @@ func (c *Controller) podChanged(old, p *corev1.Pod) {
 			continue
 		}
 		for _, u := range c.sets.List(md.GetNamespace()) {
-			if s := c.decode(u); s != nil && s.sel != nil && s.sel.Matches(labels.Set(md.GetLabels())) {
+			if s := c.decode(u); s != nil && s.match.Matches(md.GetLabels()) {
 				c.runner.Add(keyOf(u.GetMetadata()))
 			}
 		}
@@ -304,9 +317,10 @@ func (c *Controller) decode(u *corev1.Unstructured) *set {
 		c.log.Warn("undecodable object", "kind", c.kind.Name, "key", key, "err", err)
 		return nil
 	}
-	s = &set{rev: rev, rs: rs}
+	s = &set{rev: rev, rs: rs, template: controller.NewLabelMatcher(labels.Set(rs.Spec.Template.Labels).AsSelectorPreValidated())}
 	if sel, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector); err == nil {
 		s.sel = sel
+		s.match = controller.NewLabelMatcher(sel)
 	}
 	c.mu.Lock()
 	c.decoded[key] = s
@@ -349,22 +363,26 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	rs := s.rs
 	needsSync := c.runner.Satisfied(key, c.podInf.Revision())
 
+	// Each pod is looked at once, on the stored pod: its controller found
+	// once, its labels matched by s.match; kube's Pod is made only for
+	// what needs it (deletion ranking, the next availability check).
 	var owned, terminating []*corev1.Pod
-	var activeKube []*v1.Pod
 	var claimErr error
-	for _, p := range controller.PodsOf(c.podInf, ns, c.kind.Name, rs.Name, string(rs.UID), true) {
+	uid, unusable, deleting := string(rs.UID), !s.match.Usable(), rs.DeletionTimestamp != nil
+	for _, p := range controller.PodsOf(c.podInf, ns, c.kind.Name, rs.Name, uid, true) {
 		md := p.GetMetadata()
 		ref := controller.ControllerOf(md)
-		if ref != nil && ref.GetUid() != string(rs.UID) {
+		if ref != nil && ref.GetUid() != uid {
 			continue
 		}
 		if !active(p) {
-			if ref != nil && md.GetDeletionTimestamp() != nil && s.sel != nil && s.sel.Matches(labels.Set(md.GetLabels())) {
+			if ref != nil && md.GetDeletionTimestamp() != nil && s.match.Matches(md.GetLabels()) {
 				terminating = append(terminating, p)
 			}
 			continue
 		}
-		switch controller.ClaimOf(p, string(rs.UID), s.sel, rs.DeletionTimestamp != nil) {
+		match := !unusable && s.match.Matches(md.GetLabels())
+		switch controller.ClaimMatched(md, ref, uid, match, unusable, deleting) {
 		case controller.Owned:
 			owned = append(owned, p)
 		case controller.Adopt:
@@ -388,22 +406,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if claimErr != nil {
 		return claimErr
 	}
-	for _, p := range owned {
-		activeKube = append(activeKube, c.kubePod(p))
-	}
 	var manageErr error
 	if needsSync && rs.DeletionTimestamp == nil {
-		manageErr = c.manage(ctx, key, rs, owned, activeKube, started)
+		manageErr = c.manage(ctx, key, rs, owned, started)
 	} else if !needsSync {
 		c.runner.AddAfter(key, time.Second) // in case no pod event comes
 	}
 	rs = rs.DeepCopy()
 	now := time.Now()
-	terminatingKube := make([]*v1.Pod, 0, len(terminating))
-	for _, p := range terminating {
-		terminatingKube = append(terminatingKube, c.kubePod(p))
-	}
-	st := calculateStatus(rs, activeKube, terminatingKube, manageErr, c.kind.Name == objects.ReplicaSets.Name, now)
+	st := calculateStatus(rs, s.template, owned, len(terminating), manageErr, c.kind.Name == objects.ReplicaSets.Name, now)
 	updated, err := c.writeStatus(ctx, u, rs, st)
 	if err != nil {
 		return err
@@ -413,7 +424,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	if updated.Spec.MinReadySeconds > 0 && updated.Status.ReadyReplicas != updated.Status.AvailableReplicas {
 		next := time.Duration(updated.Spec.MinReadySeconds) * time.Second
-		if d := kubecontroller.FindMinNextPodAvailabilityCheck(activeKube, updated.Spec.MinReadySeconds, now, realClock{}); d != nil {
+		if d := kubecontroller.FindMinNextPodAvailabilityCheck(c.kubePodsOf(owned), updated.Spec.MinReadySeconds, now, realClock{}); d != nil {
 			next = *d
 		}
 		c.runner.AddAfter(key, next)
@@ -452,7 +463,7 @@ func (c *Controller) controllerRef(rs *apps.ReplicaSet) *corev1.OwnerReference {
 
 // manage creates or deletes pods so that the set has spec.replicas, at
 // most BurstReplicas per sync (kube's manageReplicas).
-func (c *Controller) manage(ctx context.Context, key string, rs *apps.ReplicaSet, owned []*corev1.Pod, activeKube []*v1.Pod, started time.Time) error {
+func (c *Controller) manage(ctx context.Context, key string, rs *apps.ReplicaSet, owned []*corev1.Pod, started time.Time) error {
 	want := int(ptrOr(rs.Spec.Replicas, 1))
 	pending := c.unobservedPending(key, rs.Namespace)
 	diff := len(owned) + len(pending) - want
@@ -460,7 +471,7 @@ func (c *Controller) manage(ctx context.Context, key string, rs *apps.ReplicaSet
 	case diff < 0 || len(pending) > 0:
 		return c.create(ctx, key, rs, pending, max(0, min(-diff, c.cfg.BurstReplicas)), started)
 	case diff > 0:
-		return c.delete(ctx, key, rs, activeKube, min(diff, c.cfg.BurstReplicas))
+		return c.delete(ctx, key, rs, c.kubePodsOf(owned), min(diff, c.cfg.BurstReplicas))
 	}
 	return nil
 }
@@ -589,20 +600,20 @@ func (c *Controller) relatedPods(rs *apps.ReplicaSet) []*v1.Pod {
 	if owner == nil {
 		return nil
 	}
-	var sels []labels.Selector
+	var sels []controller.LabelMatcher
 	for _, u := range c.sets.List(rs.Namespace) {
 		s := c.decode(u)
 		if s == nil || s.sel == nil {
 			continue
 		}
 		if o := metav1.GetControllerOfNoCopy(s.rs); o != nil && o.UID == owner.UID {
-			sels = append(sels, s.sel)
+			sels = append(sels, s.match)
 		}
 	}
 	var out []*v1.Pod
 	for _, p := range c.podInf.List(rs.Namespace) {
 		for _, sel := range sels {
-			if sel.Matches(labels.Set(p.GetMetadata().GetLabels())) {
+			if sel.Matches(p.GetMetadata().GetLabels()) {
 				out = append(out, c.kubePod(p))
 				break
 			}
@@ -629,18 +640,20 @@ func podsToDelete(pods, related []*v1.Pod, n int) []*v1.Pod {
 	return pods[:n]
 }
 
-// calculateStatus is kube's calculateStatus.
-func calculateStatus(rs *apps.ReplicaSet, activePods, terminatingPods []*v1.Pod, manageErr error, terminatingReplicas bool, now time.Time) apps.ReplicaSetStatus {
+// calculateStatus is kube's calculateStatus, read on the stored pods (not
+// on kube's Pods): activePods are the set's active pods, terminating the
+// count of its terminating ones, template the matcher of its template's
+// labels.
+func calculateStatus(rs *apps.ReplicaSet, template controller.LabelMatcher, activePods []*corev1.Pod, terminating int, manageErr error, terminatingReplicas bool, now time.Time) apps.ReplicaSetStatus {
 	st := rs.Status
 	fully, ready, available := 0, 0, 0
-	templateLabel := labels.Set(rs.Spec.Template.Labels).AsSelectorPreValidated()
 	for _, p := range activePods {
-		if templateLabel.Matches(labels.Set(p.Labels)) {
+		if template.Matches(p.GetMetadata().GetLabels()) {
 			fully++
 		}
-		if podutil.IsPodReady(p) {
+		if controller.PodReady(p) {
 			ready++
-			if podutil.IsPodAvailable(p, rs.Spec.MinReadySeconds, metav1.Time{Time: now}) {
+			if controller.PodAvailable(p, rs.Spec.MinReadySeconds, now) {
 				available++
 			}
 		}
@@ -663,7 +676,7 @@ func calculateStatus(rs *apps.ReplicaSet, activePods, terminatingPods []*v1.Pod,
 	st.AvailableReplicas = int32(available)
 	st.TerminatingReplicas = nil
 	if terminatingReplicas {
-		n := int32(len(terminatingPods))
+		n := int32(terminating)
 		st.TerminatingReplicas = &n
 	}
 	return st
