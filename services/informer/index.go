@@ -3,6 +3,7 @@ package informer
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ErrIndexExists: AddIndex was called twice with one name.
@@ -21,8 +22,24 @@ type index[T any] struct {
 	keys map[string]map[string]struct{}
 }
 
-func (ix *index[T]) add(key string, obj T) {
-	for _, v := range ix.f(obj) {
+func (ix *index[T]) add(key string, obj T) { ix.addValues(key, ix.f(obj)) }
+
+func (ix *index[T]) remove(key string, obj T) { ix.removeValues(key, ix.f(obj)) }
+
+// update files key, which was prev and is now obj, under obj's values:
+// an update that leaves them as they were (most do: a pod's status
+// changed, not its controller) changes nothing.
+func (ix *index[T]) update(key string, prev, obj T) {
+	old, cur := ix.f(prev), ix.f(obj)
+	if slices.Equal(old, cur) {
+		return
+	}
+	ix.removeValues(key, old)
+	ix.addValues(key, cur)
+}
+
+func (ix *index[T]) addValues(key string, values []string) {
+	for _, v := range values {
 		set := ix.keys[v]
 		if set == nil {
 			set = map[string]struct{}{}
@@ -32,8 +49,8 @@ func (ix *index[T]) add(key string, obj T) {
 	}
 }
 
-func (ix *index[T]) remove(key string, obj T) {
-	for _, v := range ix.f(obj) {
+func (ix *index[T]) removeValues(key string, values []string) {
+	for _, v := range values {
 		set := ix.keys[v]
 		delete(set, key)
 		if len(set) == 0 {

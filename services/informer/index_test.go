@@ -33,7 +33,7 @@ func sortedNames(pods []*corev1.Pod) []string {
 }
 
 // TestIndex: ByIndex follows creates, updates that move a pod from one
-// value to another, and deletes, through the list, a relist after the
+// value to another or keep it under its value, and deletes, through the list, a relist after the
 // watch fell behind compaction, and the watch; an index added to a
 // synced cache is built from it; a name is added once.
 func TestIndex(t *testing.T) {
@@ -108,6 +108,9 @@ func TestIndex(t *testing.T) {
 	}
 
 	apply(pod("a", "p1", "")) // released
+	kept := pod("a", "p3", "u1")
+	kept.Metadata.Labels = map[string]string{"v": "2"} // an update that keeps its value
+	apply(kept)
 	del("a", "q1")
 	apply(pod("b", "p4", "u1"))
 	want("the watch's changes in the index", map[string][]string{

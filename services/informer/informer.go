@@ -233,9 +233,10 @@ func (inf *Informer[T]) apply(ev raftstore.WatchEvent) {
 		inf.items[key], inf.rev = obj, ev.Revision
 		for _, ix := range inf.indexes {
 			if existed {
-				ix.remove(key, prev)
+				ix.update(key, prev, obj)
+			} else {
+				ix.add(key, obj)
 			}
-			ix.add(key, obj)
 		}
 		inf.mu.Unlock()
 		if existed {
