@@ -16,36 +16,36 @@ var ErrIndexExists = errors.New("informer: an index of that name exists")
 type IndexFunc[T any] func(obj T) []string
 
 // index is one index of the cache: its function, and for each value the
-// store keys of the objects filed under it.
+// objects filed under it, by store key (the objects themselves, so that
+// ByIndex looks nothing up in the cache).
 type index[T any] struct {
 	f    IndexFunc[T]
-	keys map[string]map[string]struct{}
+	keys map[string]map[string]T
 }
 
-func (ix *index[T]) add(key string, obj T) { ix.addValues(key, ix.f(obj)) }
+func (ix *index[T]) add(key string, obj T) { ix.addValues(key, obj, ix.f(obj)) }
 
 func (ix *index[T]) remove(key string, obj T) { ix.removeValues(key, ix.f(obj)) }
 
 // update files key, which was prev and is now obj, under obj's values:
 // an update that leaves them as they were (most do: a pod's status
-// changed, not its controller) changes nothing.
+// changed, not its controller) only replaces the object under them.
 func (ix *index[T]) update(key string, prev, obj T) {
 	old, cur := ix.f(prev), ix.f(obj)
-	if slices.Equal(old, cur) {
-		return
+	if !slices.Equal(old, cur) {
+		ix.removeValues(key, old)
 	}
-	ix.removeValues(key, old)
-	ix.addValues(key, cur)
+	ix.addValues(key, obj, cur)
 }
 
-func (ix *index[T]) addValues(key string, values []string) {
+func (ix *index[T]) addValues(key string, obj T, values []string) {
 	for _, v := range values {
 		set := ix.keys[v]
 		if set == nil {
-			set = map[string]struct{}{}
+			set = map[string]T{}
 			ix.keys[v] = set
 		}
-		set[key] = struct{}{}
+		set[key] = obj
 	}
 }
 
@@ -60,7 +60,7 @@ func (ix *index[T]) removeValues(key string, values []string) {
 }
 
 func (ix *index[T]) rebuild(items map[string]T) {
-	ix.keys = map[string]map[string]struct{}{}
+	ix.keys = map[string]map[string]T{}
 	for k, obj := range items {
 		ix.add(k, obj)
 	}
@@ -97,8 +97,8 @@ func (inf *Informer[T]) ByIndex(name, value string) []T {
 	}
 	set := ix.keys[value]
 	out := make([]T, 0, len(set))
-	for k := range set {
-		out = append(out, inf.items[k])
+	for _, obj := range set {
+		out = append(out, obj)
 	}
 	return out
 }

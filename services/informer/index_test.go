@@ -33,7 +33,8 @@ func sortedNames(pods []*corev1.Pod) []string {
 }
 
 // TestIndex: ByIndex follows creates, updates that move a pod from one
-// value to another or keep it under its value, and deletes, through the list, a relist after the
+// value to another or keep it under its value (ByIndex giving the
+// updated object), and deletes, through the list, a relist after the
 // watch fell behind compaction, and the watch; an index added to a
 // synced cache is built from it; a name is added once.
 func TestIndex(t *testing.T) {
@@ -116,6 +117,11 @@ func TestIndex(t *testing.T) {
 	want("the watch's changes in the index", map[string][]string{
 		"a/u1": {"a/o1", "a/p3"}, "a/u2": nil, "a": {"a/p1"}, "b": {"b/o2"}, "b/u1": {"b/p4"},
 	})
+	for _, p := range inf.ByIndex("owner", "a/u1") {
+		if p.GetMetadata().GetName() == "p3" && p.GetMetadata().GetLabels()["v"] != "2" {
+			t.Errorf("ByIndex gives p3 as it was before its update: labels %v", p.GetMetadata().GetLabels())
+		}
+	}
 	if got := inf.ByIndex("none", "a"); len(got) != 0 {
 		t.Errorf("ByIndex of an unknown index = %v", names(got))
 	}
