@@ -50,8 +50,9 @@ func TestOwnerMovesOnlyTheLeaversShare(t *testing.T) {
 }
 
 // TestPodNames: a slot's name is the same for every caller, names of one
-// object's slots differ from another's, and FreeNames skips taken names,
-// lowest slots first.
+// object's slots differ from another's, and FreeNames (and SlotNames,
+// for the base and uid it was reset to) skips taken names, lowest slots
+// first.
 func TestPodNames(t *testing.T) {
 	a0, a1 := controller.PodName("web-", "uid-a", 0), controller.PodName("web-", "uid-a", 1)
 	if a0 != controller.PodName("web-", "uid-a", 0) {
@@ -72,6 +73,17 @@ func TestPodNames(t *testing.T) {
 	want := []string{a1, controller.PodName("web-", "uid-a", 2)}
 	if !slices.Equal(got, want) {
 		t.Errorf("FreeNames = %v, want %v", got, want)
+	}
+	var slots controller.SlotNames
+	slots.Reset("web-", "uid-a")
+	for range 2 { // derived, then kept
+		if got := slots.Free(2, func(n string) bool { return taken[n] }); !slices.Equal(got, want) {
+			t.Errorf("SlotNames.Free = %v, want %v", got, want)
+		}
+	}
+	slots.Reset("web-", "uid-b")
+	if got := slots.Free(1, func(string) bool { return false }); !slices.Equal(got, []string{controller.PodName("web-", "uid-b", 0)}) {
+		t.Errorf("SlotNames.Free after a Reset to uid-b = %v", got)
 	}
 }
 

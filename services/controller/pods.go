@@ -224,10 +224,14 @@ func PodName(base, uid string, ordinal int) string {
 // taken does not hold, lowest slots first; pending names (asked, outcome
 // unknown) are not free.
 func FreeNames(base, uid string, n int, taken func(name string) bool) []string {
+	return freeNames(func(ord int) string { return PodName(base, uid, ord) }, n, taken)
+}
+
+func freeNames(name func(ord int) string, n int, taken func(name string) bool) []string {
 	out := make([]string, 0, n)
 	seen := make(map[string]bool, n)
 	for ord := 0; len(out) < n; ord++ {
-		name := PodName(base, uid, ord)
+		name := name(ord)
 		if seen[name] || taken(name) {
 			continue
 		}
@@ -235,6 +239,37 @@ func FreeNames(base, uid string, n int, taken func(name string) bool) []string {
 		out = append(out, name)
 	}
 	return out
+}
+
+// SlotNames is FreeNames for a controller that names an object's pods
+// again and again (a ReplicaSet growing to 10,000 pods over 20 syncs
+// looks at every slot from the lowest on each): it keeps the names of the
+// slots it derived, for one base and uid (Reset). It is not safe for
+// concurrent use.
+type SlotNames struct {
+	base, uid string
+	names     []string
+}
+
+// Free is FreeNames(base, uid, n, taken) for the base and uid of the
+// last Reset.
+func (s *SlotNames) Free(n int, taken func(name string) bool) []string {
+	return freeNames(s.name, n, taken)
+}
+
+// Reset makes s name the slots of base and uid, keeping the names it
+// holds if they are its.
+func (s *SlotNames) Reset(base, uid string) {
+	if s.base != base || s.uid != uid {
+		*s = SlotNames{base: base, uid: uid}
+	}
+}
+
+func (s *SlotNames) name(ord int) string {
+	for len(s.names) <= ord {
+		s.names = append(s.names, PodName(s.base, s.uid, len(s.names)))
+	}
+	return s.names[ord]
 }
 
 // PodFromTemplate makes the pod of a controller's template, as kube's
