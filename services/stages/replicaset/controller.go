@@ -84,6 +84,9 @@ type Controller struct {
 	mu      sync.Mutex
 	decoded map[string]*set         // by key: the last decoding of each object
 	windows map[string]createWindow // by key: where the next sync's creations start
+	// slots are by key the names of the set's pod slots derived so far:
+	// each creating sync looks for the lowest free slots from slot 0.
+	slots map[string]*controller.SlotNames
 
 	kubeMu   sync.Mutex
 	kubePods map[string]kubePod // by pod uid: the last conversion of each pod
@@ -143,7 +146,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 		cfg.Controller.Log = log
 	}
 	c := &Controller{env: env, cfg: cfg, kind: kinds[cfg.Controller.Stage], pods: controller.NewPods(env, req), log: log,
-		decoded: map[string]*set{}, windows: map[string]createWindow{}, kubePods: map[string]kubePod{}}
+		decoded: map[string]*set{}, windows: map[string]createWindow{}, slots: map[string]*controller.SlotNames{}, kubePods: map[string]kubePod{}}
 	component := "replicaset-controller"
 	if c.kind.Name == objects.ReplicationControllers.Name {
 		component = "replication-controller"
@@ -165,6 +168,7 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 			c.mu.Lock()
 			delete(c.decoded, key)
 			delete(c.windows, key)
+			delete(c.slots, key)
 			c.mu.Unlock()
 			c.runner.Forget(key)
 		},
@@ -523,7 +527,15 @@ func (c *Controller) create(ctx context.Context, key string, rs *apps.ReplicaSet
 	for _, p := range pending {
 		isPending[p] = true
 	}
-	names := append(pending, controller.FreeNames(rs.Name+"-", string(rs.UID), n, func(name string) bool { return taken(name) || isPending[name] })...)
+	c.mu.Lock()
+	slots := c.slots[key]
+	if slots == nil {
+		slots = &controller.SlotNames{}
+		c.slots[key] = slots
+	}
+	c.mu.Unlock()
+	slots.Reset(rs.Name+"-", string(rs.UID))
+	names := append(pending, slots.Free(n, func(name string) bool { return taken(name) || isPending[name] })...)
 	// A set of more than a burst is created over several syncs: each
 	// starts at the window the last one reached, so the creations ramp up
 	// once (one round trip through the pipeline per doubling), not at
@@ -554,7 +566,8 @@ func (c *Controller) template(rs *apps.ReplicaSet) (*corev1.Pod, error) {
 }
 
 func (c *Controller) createOne(ctx context.Context, key string, rs *apps.ReplicaSet, tmpl *corev1.Pod, name string, started time.Time) error {
-	pod := vt.Clone(tmpl)
+	// The pod shares the template's spec: a creation only encodes it.
+	pod := &corev1.Pod{Metadata: vt.Clone(tmpl.GetMetadata()), Spec: tmpl.GetSpec(), Status: tmpl.GetStatus()}
 	pod.Metadata.Name = name
 	rev, err := c.pods.CreateRevision(ctx, pod, started)
 	var se *controller.StatusError
