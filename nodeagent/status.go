@@ -104,12 +104,13 @@ func (w *worker) buildStatus(now time.Time) *corev1.PodStatus {
 	if w.rejected != nil {
 		st.Reason, st.Message = w.rejected.reason, w.rejected.message
 	}
-	if last := w.rep.Reported(); last != nil && w.sandbox == nil { // keep the IP after teardown, as Kubernetes does
-		st.PodIp, st.PodIps = last.GetPodIp(), last.GetPodIps()
-	}
 	if w.sandbox != nil {
 		st.PodIp = w.sandbox.IP
 		st.PodIps = []*corev1.PodIP{{Ip: w.sandbox.IP}}
+	} else if last := w.rep.Reported(); last != nil { // keep the IP after teardown, as Kubernetes does
+		// Decoded only here: a flush of a pod with a sandbox, most of
+		// them, does not decode the last status it compares against.
+		st.PodIp, st.PodIps = last.GetPodIp(), last.GetPodIps()
 	}
 	initsDone := true
 	var incomplete, unready []string
