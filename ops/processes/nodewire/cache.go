@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
 	"github.com/podflow/podflow/services/pipeline"
@@ -39,6 +40,37 @@ type cacheItem struct {
 
 	mu sync.Mutex
 	kv *raftstore.KV // nil: not found
+	// obj is kv decoded, by the first read since kv was set (nil: not yet):
+	// read-only, each read hands out a copy. Every pod with a token volume
+	// reads kube-root-ca.crt at its start and at each volume refresh; a
+	// copy costs a fraction of a decode of its certificate.
+	obj objects.Object
+}
+
+// set makes kv the item's object (nil: not found).
+func (it *cacheItem) set(kv *raftstore.KV) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	it.kv, it.obj = kv, nil
+}
+
+// object returns the item's object decoded into a new T, or found false
+// when it does not exist.
+func object[T objects.Object](it *cacheItem, newT func() T) (obj T, found bool, err error) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.kv == nil {
+		return obj, false, nil
+	}
+	if dec, ok := it.obj.(T); ok {
+		return vt.Clone(dec), true, nil
+	}
+	dec := newT()
+	if err := objects.Decode(it.kv, dec); err != nil {
+		return obj, true, err
+	}
+	it.obj = dec
+	return vt.Clone(dec), true, nil
 }
 
 // cacheRetry is how long a watch that failed to start waits to read
@@ -113,10 +145,10 @@ func (c *objectCache) unregister(uid string) {
 // store itself.
 const cacheSyncWait = time.Second
 
-// get returns the cached object of key (nil: not found) once its first
-// read is in; ok is false when no registered pod references key, or its
-// first read is not in after cacheSyncWait: the caller reads the store.
-func (c *objectCache) get(ctx context.Context, key string) (kv *raftstore.KV, ok bool, err error) {
+// get returns the cached item of key once its first read is in; ok is
+// false when no registered pod references key, or its first read is not
+// in after cacheSyncWait: the caller reads the store.
+func (c *objectCache) get(ctx context.Context, key string) (item *cacheItem, ok bool, err error) {
 	c.mu.Lock()
 	it := c.items[key]
 	c.mu.Unlock()
@@ -138,9 +170,7 @@ func (c *objectCache) get(ctx context.Context, key string) (kv *raftstore.KV, ok
 			return nil, true, ctx.Err()
 		}
 	}
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	return it.kv, true, nil
+	return it, true, nil
 }
 
 // watch keeps it up to date with key until ctx ends: a linearizable list
@@ -160,9 +190,7 @@ func (c *objectCache) watch(ctx context.Context, key string, it *cacheItem) {
 				cur = kv
 			}
 		}
-		it.mu.Lock()
-		it.kv = cur
-		it.mu.Unlock()
+		it.set(cur)
 		if first {
 			first = false
 			close(it.synced)
@@ -176,13 +204,11 @@ func (c *objectCache) watch(ctx context.Context, key string, it *cacheItem) {
 			if ev.KV == nil || ev.KV.Key != key { // another key with this prefix
 				continue
 			}
-			it.mu.Lock()
 			if ev.Type == raftstore.EventDelete {
-				it.kv = nil
+				it.set(nil)
 			} else {
-				it.kv = ev.KV
+				it.set(ev.KV)
 			}
-			it.mu.Unlock()
 		}
 		w.Stop()
 	}

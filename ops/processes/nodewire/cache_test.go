@@ -98,6 +98,16 @@ func TestObjectCacheWatchesReferencedObjects(t *testing.T) {
 	if gets, watches := kv.counts(); gets != gets0 || watches != 2 {
 		t.Errorf("50 pods' reads: %d store gets and %d watches, want none and 2 (one per object)", gets-gets0, watches)
 	}
+	// The cache decodes the object once; each read is a copy of the
+	// caller's own.
+	mine, err := store.GetConfigMap(ctx, "default", "kube-root-ca.crt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine.Data["ca.crt"], mine.Metadata.Name = "mine", "mine"
+	if again, err := store.GetConfigMap(ctx, "default", "kube-root-ca.crt"); err != nil || again.GetData()["ca.crt"] != "one" || again.GetMetadata().GetName() != "kube-root-ca.crt" {
+		t.Fatalf("read after a caller changed its copy: %v, %v; want the stored ConfigMap", again, err)
+	}
 
 	cm.Data["ca.crt"] = "two"
 	if _, err := objects.Mutate(ctx, real, "default", "kube-root-ca.crt", func(c *corev1.ConfigMap) error { c.Data = cm.Data; return nil }); err != nil {

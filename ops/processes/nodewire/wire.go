@@ -154,23 +154,26 @@ func (s *Store) UnregisterPod(uid string) {
 }
 
 // cached is the object of kind k, ns/name, from the cache when a
-// registered pod references it; ok is false otherwise.
-func cached[T objects.Object](ctx context.Context, s *Store, k objects.Kind, ns, name string, obj T) (T, bool, error) {
+// registered pod references it (a copy of the caller's own); ok is false
+// otherwise.
+func cached[T objects.Object](ctx context.Context, s *Store, k objects.Kind, ns, name string, newT func() T) (T, bool, error) {
 	var zero T
 	if s.cache == nil {
 		return zero, false, nil
 	}
-	kv, ok, err := s.cache.get(ctx, k.Key(ns, name))
+	it, ok, err := s.cache.get(ctx, k.Key(ns, name))
 	switch {
 	case !ok:
 		return zero, false, nil
 	case err != nil:
 		return zero, true, err
-	case kv == nil:
-		return zero, true, fmt.Errorf("%w: %s %q", nodeagent.ErrNotFound, k.Resource, ns+"/"+name)
 	}
-	if err := objects.Decode(kv, obj); err != nil {
+	obj, found, err := object(it, newT)
+	switch {
+	case err != nil:
 		return zero, true, err
+	case !found:
+		return zero, true, fmt.Errorf("%w: %s %q", nodeagent.ErrNotFound, k.Resource, ns+"/"+name)
 	}
 	return obj, true, nil
 }
@@ -299,7 +302,7 @@ func (s *Store) ListNodePods(ctx context.Context, node string) ([]*corev1.Pod, e
 
 // GetConfigMap implements nodeagent.NodeStore.
 func (s *Store) GetConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
-	if cm, ok, err := cached(ctx, s, objects.ConfigMaps, ns, name, &corev1.ConfigMap{}); ok {
+	if cm, ok, err := cached(ctx, s, objects.ConfigMaps, ns, name, func() *corev1.ConfigMap { return &corev1.ConfigMap{} }); ok {
 		return cm, err
 	}
 	cm, err := objects.Get[*corev1.ConfigMap](ctx, s.s, ns, name)
@@ -308,7 +311,7 @@ func (s *Store) GetConfigMap(ctx context.Context, ns, name string) (*corev1.Conf
 
 // GetSecret implements nodeagent.NodeStore.
 func (s *Store) GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
-	if sec, ok, err := cached(ctx, s, objects.Secrets, ns, name, &corev1.Secret{}); ok {
+	if sec, ok, err := cached(ctx, s, objects.Secrets, ns, name, func() *corev1.Secret { return &corev1.Secret{} }); ok {
 		return sec, err
 	}
 	sec, err := objects.Get[*corev1.Secret](ctx, s.s, ns, name)
