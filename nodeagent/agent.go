@@ -154,7 +154,7 @@ func New(cfg Config, rt Runtime, store NodeStore, pub Publisher) (*Agent, error)
 	}
 	a.deps = &workerDeps{ctx: ctx, pool: pool, steps: &a.steps, finish: func(w *worker) { a.retire(w, false) },
 		cfg: cfg, rt: rt, volumes: store, pub: pub, clock: a.clock, log: a.log,
-		allocatable: func() map[string]string { return allocatable(a.capacity(), a.cfg.Reserved) },
+		allocatable: a.allocatableOf,
 		retire:      func(w *worker) { a.retire(w, true) }, ports: newHostPorts()}
 	return a, nil
 }
@@ -618,18 +618,49 @@ func (a *Agent) capacity() map[string]string {
 func allocatable(capacity, reserved map[string]string) map[string]string {
 	out := maps.Clone(capacity)
 	for name, r := range reserved {
-		c, err1 := resource.ParseQuantity(capacity[name])
-		q, err2 := resource.ParseQuantity(r)
-		if err1 != nil || err2 != nil {
-			continue
+		if q, ok := unreserved(capacity[name], r); ok {
+			out[name] = q
 		}
-		c.Sub(q)
-		if c.Sign() < 0 {
-			c = resource.MustParse("0")
-		}
-		out[name] = c.String()
 	}
 	return out
+}
+
+// unreserved is capacity c minus reserved r, floored at zero; ok is false
+// when either is not a quantity (c is then allocatable as it is).
+func unreserved(c, r string) (string, bool) {
+	cq, err1 := resource.ParseQuantity(c)
+	rq, err2 := resource.ParseQuantity(r)
+	if err1 != nil || err2 != nil {
+		return "", false
+	}
+	cq.Sub(rq)
+	if cq.Sign() < 0 {
+		cq = resource.MustParse("0")
+	}
+	return cq.String(), true
+}
+
+// allocatableOf is the node's allocatable quantity of resource name,
+// allocatable(a.capacity(), a.cfg.Reserved)[name] without copying either
+// map: a pod's worker asks for one resource (memory, for each volume
+// kubelet backs with tmpfs) at every mount and volume refresh.
+func (a *Agent) allocatableOf(name string) (string, bool) {
+	capacity := a.cfg.Capacity
+	if capacity == nil {
+		capacity = a.rt.Capacity()
+	}
+	return allocatableOf(capacity, a.cfg.Reserved, name)
+}
+
+// allocatableOf is allocatable(capacity, reserved)[name].
+func allocatableOf(capacity, reserved map[string]string, name string) (string, bool) {
+	c, ok := capacity[name]
+	if r, isReserved := reserved[name]; isReserved {
+		if q, sub := unreserved(c, r); sub {
+			return q, true
+		}
+	}
+	return c, ok
 }
 
 func (a *Agent) node() *corev1.Node {

@@ -30,9 +30,10 @@ var ErrNoVolumeMeter = errors.New("nodeagent: the runtime measures no volumes")
 // node's allocatable memory, or the pod's memory limit when it has one no
 // larger (podrules.PodLimits, the limit of the pod's cgroup), or the
 // volume's sizeLimit when it is set and no larger still. Zero: nothing
-// known, the kernel's default size.
-func emptyDirMemorySize(pod *corev1.Pod, src *corev1.EmptyDirVolumeSource, allocatable map[string]string) int64 {
-	size := podrules.QuantityValue(allocatable[podrules.ResourceMemory])
+// known, the kernel's default size. allocatable is the node's allocatable
+// memory ("": unknown).
+func emptyDirMemorySize(pod *corev1.Pod, src *corev1.EmptyDirVolumeSource, allocatable string) int64 {
+	size := podrules.QuantityValue(allocatable)
 	if lim := podrules.PodLimits(pod).Memory; lim > 0 && (size == 0 || lim <= size) {
 		size = lim
 	}
@@ -111,4 +112,13 @@ func emptyDirOverLimit(pod *corev1.Pod, usage func(volume string) (int64, error)
 		}
 	}
 	return "", limited
+}
+
+// allocatableMemory is the node's allocatable memory ("": unknown).
+func (w *worker) allocatableMemory() string {
+	if w.d.allocatable == nil {
+		return ""
+	}
+	m, _ := w.d.allocatable(podrules.ResourceMemory)
+	return m
 }

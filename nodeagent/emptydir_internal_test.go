@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 func memPod(limits ...string) *corev1.Pod {
@@ -49,7 +50,7 @@ func TestEmptyDirMemorySize(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := emptyDirMemorySize(tc.pod, &corev1.EmptyDirVolumeSource{Medium: "Memory", SizeLimit: tc.sizeLimit}, tc.allocatable); got != tc.want {
+			if got := emptyDirMemorySize(tc.pod, &corev1.EmptyDirVolumeSource{Medium: "Memory", SizeLimit: tc.sizeLimit}, tc.allocatable[podrules.ResourceMemory]); got != tc.want {
 				t.Errorf("size %d, want %d", got, tc.want)
 			}
 		})

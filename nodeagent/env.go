@@ -394,7 +394,7 @@ func (w *worker) resourceField(c *corev1.Container, fs *corev1.ResourceFieldSele
 	}
 	s, ok := set[name]
 	if !ok && kind == "limits" && !huge && w.d.allocatable != nil {
-		s, ok = w.d.allocatable()[name]
+		s, ok = w.d.allocatable(name)
 	}
 	var q resource.Quantity
 	if ok {

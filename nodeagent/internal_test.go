@@ -23,12 +23,20 @@ func TestBackoffNext(t *testing.T) {
 }
 
 func TestAllocatableAfterReserves(t *testing.T) {
-	got := allocatable(map[string]string{"cpu": "2", "memory": "8Gi", "pods": "110"},
-		map[string]string{"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "1Gi"})
+	capacity := map[string]string{"cpu": "2", "memory": "8Gi", "pods": "110"}
+	reserved := map[string]string{"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
+	got := allocatable(capacity, reserved)
 	want := map[string]string{"cpu": "1900m", "memory": "7680Mi", "pods": "110"}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("allocatable %s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+	// One resource at a time, as a pod's worker asks: the same.
+	for _, k := range []string{"cpu", "memory", "pods", "ephemeral-storage", "nvidia.com/gpu"} {
+		q, ok := allocatableOf(capacity, reserved, k)
+		if wq, wok := got[k]; q != wq || ok != wok {
+			t.Errorf("allocatableOf %s = %q, %v; want %q, %v", k, q, ok, wq, wok)
 		}
 	}
 	if _, ok := got["ephemeral-storage"]; ok {

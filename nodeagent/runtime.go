@@ -70,7 +70,8 @@ type Runtime interface {
 	ListSandboxes(ctx context.Context) ([]SandboxInfo, error)
 	ListContainers(ctx context.Context, podUID string) ([]ContainerInfo, error)
 	// Capacity is the node's capacity as Kubernetes quantity strings
-	// ("cpu": "8", "memory": "32Gi", "pods": "110").
+	// ("cpu": "8", "memory": "32Gi", "pods": "110"). The map may be the
+	// runtime's own: the caller reads it and does not keep it.
 	Capacity() map[string]string
 }
 

@@ -33,7 +33,7 @@ func (w *worker) resolveVolumes(ctx context.Context) ([]VolumeData, error) {
 		vd := VolumeData{Volume: v}
 		switch {
 		case v.GetEmptyDir().GetMedium() == "Memory":
-			vd.MemorySize = emptyDirMemorySize(w.pod, v.GetEmptyDir(), w.d.allocatable())
+			vd.MemorySize = emptyDirMemorySize(w.pod, v.GetEmptyDir(), w.allocatableMemory())
 		case v.GetConfigMap() != nil:
 			src := v.GetConfigMap()
 			data, err := w.configMapData(ctx, ns, src.GetName(), src.GetOptional())
@@ -70,7 +70,7 @@ func (w *worker) resolveVolumes(ctx context.Context) ([]VolumeData, error) {
 		if v.GetSecret() != nil || v.GetDownwardApi() != nil || v.GetProjected() != nil {
 			// kubelet wraps these in a memory emptyDir (wrappedVolumeSpec),
 			// sized as any memory emptyDir without a sizeLimit.
-			vd.MemorySize = emptyDirMemorySize(w.pod, nil, w.d.allocatable())
+			vd.MemorySize = emptyDirMemorySize(w.pod, nil, w.allocatableMemory())
 		}
 		out = append(out, vd)
 	}

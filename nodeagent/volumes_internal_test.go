@@ -30,8 +30,9 @@ func res(path, ctr, r, div string) *corev1.DownwardAPIVolumeFile {
 }
 
 func downwardWorker(p *corev1.Pod) *worker {
-	return &worker{pod: p, d: &workerDeps{allocatable: func() map[string]string {
-		return map[string]string{"cpu": "4", "memory": "8Gi"}
+	return &worker{pod: p, d: &workerDeps{allocatable: func(name string) (string, bool) {
+		q, ok := map[string]string{"cpu": "4", "memory": "8Gi"}[name]
+		return q, ok
 	}}}
 }
 

@@ -154,9 +154,9 @@ type workerDeps struct {
 	cfg     Config
 	rt      Runtime
 	volumes volumeSource
-	// allocatable is the node's allocatable resources, the limits the
-	// downward API reports for a container that sets none.
-	allocatable func() map[string]string
+	// allocatable is the node's allocatable quantity of a resource, the
+	// limit the downward API reports for a container that sets none.
+	allocatable func(name string) (string, bool)
 	pub         Publisher
 	clock       Clock
 	log         *slog.Logger

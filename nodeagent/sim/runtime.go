@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -909,8 +908,9 @@ func (r *Runtime) ListContainers(ctx context.Context, podUID string) ([]nodeagen
 	return out, ctx.Err()
 }
 
-// Capacity implements nodeagent.Runtime.
-func (r *Runtime) Capacity() map[string]string { return maps.Clone(r.cfg.Capacity) }
+// Capacity implements nodeagent.Runtime: Config.Capacity itself, read
+// only (the agent copies what it reports).
+func (r *Runtime) Capacity() map[string]string { return r.cfg.Capacity }
 
 // Pods counts the sandboxes that exist.
 func (r *Runtime) Pods() int {
