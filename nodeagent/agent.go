@@ -110,10 +110,13 @@ type Agent struct {
 	recovered map[string]*recovered
 	hbSeq     int64
 	// reported is when the node's status was last written (registration
-	// included) and reportedStatus what was written: Heartbeat writes
-	// again when the status changed or NodeStatusReportFrequency passed.
+	// included) and reportedStatus what was written, encoded: Heartbeat
+	// writes again when the status changed or NodeStatusReportFrequency
+	// passed. Encoded, a simulated cluster's thousands of idle nodes keep
+	// it as bytes the collector does not scan; it is decoded only when the
+	// store's node cannot be read to compare with.
 	reported       time.Time
-	reportedStatus *corev1.NodeStatus
+	reportedStatus []byte
 	// starts counts the workers ever started; a worker's gen is the count
 	// at its start. A store list judges only the workers it can have seen:
 	// those started before it began (see ListMark).
@@ -175,7 +178,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("register node %q: %w", a.cfg.NodeName, err)
 	}
 	a.mu.Lock()
-	a.reported, a.reportedStatus = a.clock.Now(), node.GetStatus()
+	a.reported, a.reportedStatus = a.clock.Now(), encodeNodeStatus(node.GetStatus())
 	a.mu.Unlock()
 	sbs, err := a.rt.ListSandboxes(ctx)
 	if err != nil {
@@ -440,11 +443,15 @@ func (a *Agent) heartbeat(ctx context.Context, stored *corev1.Node, known bool) 
 	}
 	st := a.nodeStatus(now)
 	a.mu.Lock()
-	old, last := a.reportedStatus, a.reported
+	reported, last := a.reportedStatus, a.reported
 	a.mu.Unlock()
-	if known {
+	var old *corev1.NodeStatus
+	switch {
+	case known:
 		old = stored.GetStatus()
 		KeepAdvertised(st, old) // as the store's write does: not a change
+	case !last.IsZero():
+		old = decodeNodeStatus(reported)
 	}
 	due := last.IsZero() || now.Sub(last) >= a.cfg.NodeStatusReportFrequency
 	if !due && !(known && stored == nil) && !NodeStatusChanged(old, st) {
@@ -474,10 +481,33 @@ func (a *Agent) heartbeat(ctx context.Context, stored *corev1.Node, known bool) 
 		errs = append(errs, err)
 	} else {
 		a.mu.Lock()
-		a.reported, a.reportedStatus = now, st
+		a.reported, a.reportedStatus = now, encodeNodeStatus(st)
 		a.mu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// encodeNodeStatus is st encoded for Agent.reportedStatus; nil when it
+// cannot be (the next heartbeat then sees a change and writes).
+func encodeNodeStatus(st *corev1.NodeStatus) []byte {
+	b, err := st.MarshalVT()
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// decodeNodeStatus is the status encodeNodeStatus encoded; nil when
+// there is none.
+func decodeNodeStatus(b []byte) *corev1.NodeStatus {
+	if b == nil {
+		return nil
+	}
+	st := &corev1.NodeStatus{}
+	if err := st.UnmarshalVT(b); err != nil {
+		return nil
+	}
+	return st
 }
 
 // NodeStatusChanged reports whether next differs from old in anything but
