@@ -92,14 +92,25 @@ func (c *leaseCache) rev(node string) int64 {
 	return objects.Revision(c.m[node])
 }
 
-// get returns a copy of node's Lease as last written; nil when none.
+// get returns node's Lease as last written, for the caller to update
+// (nil when none): a copy with metadata of its own (a write sets its
+// resourceVersion) and the cached content, which the caller replaces and
+// never modifies. Every node renews its Lease at every heartbeat: a
+// copy of the content, here and in set, was garbage at once.
 func (c *leaseCache) get(node string) *corev1.Unstructured {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.m[node].CloneVT()
+	l := c.m[node]
+	if l == nil {
+		return nil
+	}
+	out := &corev1.Unstructured{Metadata: l.Metadata.CloneVT(), ApiVersion: l.ApiVersion, Kind: l.Kind, Content: l.Content}
+	out.ProtoReflect().SetUnknown(l.ProtoReflect().GetUnknown())
+	return out
 }
 
-// set records lease as node's last written Lease; nil forgets it.
+// set records lease as node's last written Lease, which the caller no
+// longer modifies; nil forgets it.
 func (c *leaseCache) set(node string, lease *corev1.Unstructured) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -107,7 +118,7 @@ func (c *leaseCache) set(node string, lease *corev1.Unstructured) {
 		delete(c.m, node)
 		return
 	}
-	c.m[node] = lease.CloneVT()
+	c.m[node] = lease
 	c.maxRev = max(c.maxRev, objects.Revision(lease))
 }
 
