@@ -78,25 +78,8 @@ func TestNodeTokensCache(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
-	for _, n := range []string{"n1", "n2"} {
-		bcfg.Roles = append(bcfg.Roles, pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(n), n))
-	}
-	srv := bustest.ServerAt(t, bcfg)
-	apiConn := bustest.Connect(t, srv, "api")
-	store := objects.New(raftstoretest.MakeCluster(t, 1).Client(t))
-	tokens, err := auth.LoadBoundTokens(filepath.Join(t.TempDir(), "sa.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cache := &fakeTokenCache{objs: map[string]objects.Object{}}
-	g, gctx := errgroup.WithContext(ctx)
-	nt := &apiserver.NodeTokens{NATS: apiConn.NATS(), Store: store, Tokens: tokens, Workers: 2, Cache: cache,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if err := nt.Start(gctx, g); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); _ = g.Wait() })
+	srv, store := startNodeTokens(t, cache, "n1", "n2")
 
 	pod := func(uid, node, sa string) *corev1.Pod {
 		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "web", Uid: uid},
@@ -203,23 +186,8 @@ func TestNodeTokensWaitForPodCache(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
-	bcfg.Roles = append(bcfg.Roles, pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig("n1"), "n1"))
-	srv := bustest.ServerAt(t, bcfg)
-	apiConn := bustest.Connect(t, srv, "api")
-	store := objects.New(raftstoretest.MakeCluster(t, 1).Client(t))
-	tokens, err := auth.LoadBoundTokens(filepath.Join(t.TempDir(), "sa.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cache := &waitingTokenCache{fakeTokenCache: &fakeTokenCache{objs: map[string]objects.Object{}}, asked: make(chan int64), reached: make(chan bool)}
-	g, gctx := errgroup.WithContext(ctx)
-	nt := &apiserver.NodeTokens{NATS: apiConn.NATS(), Store: store, Tokens: tokens, Workers: 2, Cache: cache,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if err := nt.Start(gctx, g); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); _ = g.Wait() })
+	srv, store := startNodeTokens(t, cache, "n1")
 	robot := &corev1.ServiceAccount{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "robot", Uid: "uid-robot"}}
 	if _, err := store.Create(ctx, robot); err != nil {
 		t.Fatal(err)
@@ -291,4 +259,33 @@ func TestNodeTokensWaitForPodCache(t *testing.T) {
 	// No revision named: no wait.
 	cache.set("pod", "default", "web", nil)
 	notFound("no revision", <-ask(0))
+}
+
+// startNodeTokens serves the token requests of nodes with NodeTokens
+// deciding on cache, over an embedded NATS server (where each node has
+// its bus role) and a one-replica store, until the test ends. It returns
+// the server, to connect nodes to, and the store.
+func startNodeTokens(t *testing.T, cache apiserver.TokenCache, nodes ...string) (*bus.Embedded, *objects.Store) {
+	t.Helper()
+	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
+	for _, n := range nodes {
+		bcfg.Roles = append(bcfg.Roles, pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(n), n))
+	}
+	srv := bustest.ServerAt(t, bcfg)
+	apiConn := bustest.Connect(t, srv, "api")
+	store := objects.New(raftstoretest.MakeCluster(t, 1).Client(t))
+	tokens, err := auth.LoadBoundTokens(filepath.Join(t.TempDir(), "sa.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g, gctx := errgroup.WithContext(ctx)
+	nt := &apiserver.NodeTokens{NATS: apiConn.NATS(), Store: store, Tokens: tokens, Workers: 2, Cache: cache,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := nt.Start(gctx, g); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = g.Wait() })
+	return srv, store
 }

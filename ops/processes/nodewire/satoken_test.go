@@ -40,11 +40,7 @@ import (
 func TestProjectedServiceAccountToken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
-	bcfg.Roles = []bus.RoleSpec{pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(node), node)}
-	srv := bustest.ServerAt(t, bcfg)
-	admin := bustest.Connect(t, srv, "api")
-	nodeConn := bustest.ConnectAs(t, srv, pipeline.NodeRole(node), node)
+	admin, nodeConn := apiAndNodeConns(t)
 	topo, err := pipeline.Topology(bus.DefaultStreamsConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -216,11 +212,7 @@ func TestTokenWithoutNodeIdentity(t *testing.T) {
 func TestTokenRequestNamesPodRevision(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
-	bcfg.Roles = []bus.RoleSpec{pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(node), node)}
-	srv := bustest.ServerAt(t, bcfg)
-	admin := bustest.Connect(t, srv, "api")
-	nodeConn := bustest.ConnectAs(t, srv, pipeline.NodeRole(node), node)
+	admin, nodeConn := apiAndNodeConns(t)
 	asked := make(chan *apiv1.NodeTokenRequest, 1)
 	sub, err := admin.NATS().Subscribe(pipeline.TokenSubject(node), func(m *nats.Msg) {
 		req := &apiv1.NodeTokenRequest{}
@@ -248,4 +240,14 @@ func TestTokenRequestNamesPodRevision(t *testing.T) {
 	if req.GetPodRevision() != 17 || req.GetPodUid() != "uid-web" || req.GetServiceAccount() != "robot" || req.GetAudience() != "vault" {
 		t.Errorf("request %v: want pod uid-web of robot at revision 17, for vault", req)
 	}
+}
+
+// apiAndNodeConns starts an embedded NATS server where node has its bus
+// role and returns a connection as the api stage and one as the node.
+func apiAndNodeConns(t *testing.T) (api, nodeConn *bus.Conn) {
+	t.Helper()
+	bcfg := bus.DefaultEmbeddedConfig(t.TempDir())
+	bcfg.Roles = []bus.RoleSpec{pipeline.NodeAgentRole(pipeline.NodeAgentRunnerConfig(node), node)}
+	srv := bustest.ServerAt(t, bcfg)
+	return bustest.Connect(t, srv, "api"), bustest.ConnectAs(t, srv, pipeline.NodeRole(node), node)
 }
