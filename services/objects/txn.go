@@ -49,17 +49,11 @@ func (t Txn) Unchanged(obj Object) Txn { return t.Compare(obj, Revision(obj)) }
 // Put writes obj as it is now (later changes to obj are not written). On
 // a successful Commit obj carries the commit's revision.
 func (t Txn) Put(obj Object) Txn {
-	key, err := KeyOf(obj)
-	if err != nil {
-		return t.fail(err)
-	}
 	b, err := Encode(obj)
 	if err != nil {
 		return t.fail(err)
 	}
-	t.ops = append(t.ops[:len(t.ops):len(t.ops)], raftstore.Op{Type: raftstore.OpPut, Key: key, Value: b})
-	t.puts = append(t.puts[:len(t.puts):len(t.puts)], obj)
-	return t
+	return t.PutEncoded(obj, b)
 }
 
 // PutEncoded writes value as obj's bytes: value must be what Encode(obj)
