@@ -16,6 +16,7 @@ import (
 
 	"github.com/podflow/podflow/nodeagent"
 	"github.com/podflow/podflow/nodeagent/linux/container"
+	"github.com/podflow/podflow/nodeagent/linux/openat2"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 )
 
@@ -338,8 +339,8 @@ func applyFSGroup(dir string, fsGroup *int64, policy string, readOnly bool) erro
 // for a symlink while the volume is walked cannot point the change at a
 // file outside it.
 func setGroupBeneath(root *os.File, rel string, gid int, mask fs.FileMode) error {
-	fd, err := unix.Openat2(int(root.Fd()), rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+	fd, err := openat2.Open(int(root.Fd()), rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EXDEV) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podflow/podflow/nodeagent/linux/openat2"
 )
 
 // inRoot is how a path is resolved under a volume root: as if the root
@@ -20,9 +22,9 @@ const inRoot = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
 // openInRoot returns an O_PATH descriptor of path resolved under the
 // directory root (see inRoot).
 func openInRoot(root *os.File, path string) (*os.File, error) {
-	fd, err := unix.Openat2(int(root.Fd()), path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: inRoot})
+	fd, err := openat2.Open(int(root.Fd()), path, &unix.OpenHow{Flags: unix.O_PATH, Resolve: inRoot})
 	if err != nil {
-		return nil, &os.PathError{Op: "openat2", Path: filepath.Join(root.Name(), path), Err: err}
+		return nil, &os.PathError{Op: "openat2", Path: filepath.Join(root.Name(), path), Err: errors.Unwrap(err)}
 	}
 	return os.NewFile(uintptr(fd), filepath.Join(root.Name(), path)), nil
 }

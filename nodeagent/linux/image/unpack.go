@@ -14,6 +14,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
+
+	"github.com/podflow/podflow/nodeagent/linux/openat2"
 )
 
 // Whiteout names of the OCI image layer specification.
@@ -203,19 +205,10 @@ func cleanName(n string) (string, error) {
 
 // open resolves name in the root and opens it with flags.
 func (u *unpacker) open(name string, flags int) (int, error) {
-	for {
-		fd, err := unix.Openat2(u.root, name, &unix.OpenHow{
-			Flags:   uint64(flags | unix.O_CLOEXEC),
-			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		if err == unix.EINTR || err == unix.EAGAIN {
-			continue // openat2 asks for a retry when a rename raced it
-		}
-		if err != nil {
-			return -1, &os.PathError{Op: "openat2", Path: name, Err: err}
-		}
-		return fd, nil
-	}
+	return openat2.Open(u.root, name, &unix.OpenHow{
+		Flags:   uint64(flags),
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
 }
 
 // ensureDir returns an O_PATH descriptor of directory dir in the root,
