@@ -110,6 +110,9 @@ type Controller struct {
 	consistencyStore  consistencyStore
 	failedPodsBackoff *flowcontrol.Backoff
 	burstReplicas     int
+	// gone holds the names of daemon pods deleted in the last
+	// goneNamesFor: podNameFor does not give them to a replacement.
+	gone *controller.GoneNames
 
 	daemonSets controller.DecodeCache[*apps.DaemonSet]
 	revisions  controller.DecodeCache[*apps.ControllerRevision]
@@ -136,7 +139,8 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	}
 	c := &Controller{env: env, cfg: cfg, reg: registry.Default(), log: log, pods: controller.NewPods(env, req),
 		burstReplicas:     cfg.BurstReplicas,
-		failedPodsBackoff: flowcontrol.NewBackOff(cfg.FailedPodBackoff, cfg.FailedPodMaxBackoff)}
+		failedPodsBackoff: flowcontrol.NewBackOff(cfg.FailedPodBackoff, cfg.FailedPodMaxBackoff),
+		gone:              controller.NewGoneNames(goneNamesFor)}
 	c.kubeClient, c.crControl, c.historyLister, c.nodeLister, c.podLister = kubeClient{c}, crControl{c}, historyLister{c}, nodeLister{c}, podLister{c}
 	c.eventRecorder, c.expectations, c.consistencyStore = recorder{c}, expectations{c}, consistencyStore{c}
 	c.events = &controller.Events{Recorder: &events.Recorder{Store: env.Store, Component: "daemonset-controller", Instance: env.Replica}}
@@ -175,7 +179,12 @@ func New(env stage.Env, cfg Config, req controller.Requester) (*Controller, erro
 	if c.podInf, err = controller.NewPodInformer(env.Store, controllerKind.Kind, informer.Handlers[*corev1.Pod]{
 		OnAdd:    func(p *corev1.Pod) { c.podChanged(nil, p) },
 		OnUpdate: func(old, p *corev1.Pod) { c.podChanged(old, p) },
-		OnDelete: func(p *corev1.Pod) { c.podChanged(p, nil) },
+		OnDelete: func(p *corev1.Pod) {
+			if ref := controller.ControllerOf(p.GetMetadata()); ref != nil && ref.GetKind() == controllerKind.Kind {
+				c.gone.Add(p.GetMetadata().GetNamespace(), p.GetMetadata().GetName(), time.Now())
+			}
+			c.podChanged(p, nil)
+		},
 	}); err != nil {
 		return nil, err
 	}

@@ -588,18 +588,21 @@ func TestSurgeKeepsEveryNodeServed(t *testing.T) {
 }
 
 // TestFailedPodReplaced: a daemon pod that fails is deleted and replaced
-// (kube's upstream "should retry creating failed daemon pods").
+// (kube's upstream "should retry creating failed daemon pods"), under a
+// name of its own even though the failed pod is gone at once (it has no
+// node here): the upstream test waits for the failed pod's name to be
+// gone.
 func TestFailedPodReplaced(t *testing.T) {
 	ctx := t.Context()
 	h := newHarness(t)
 	h.node(ctx, "a", nil)
 	var mu sync.Mutex
-	var failedUID string
+	var failedUID, failedName string
 	h.kubelet(ctx, "default", func(p *corev1.Pod) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if failedUID == "" {
-			failedUID = p.GetMetadata().GetUid()
+			failedUID, failedName = p.GetMetadata().GetUid(), p.GetMetadata().GetName()
 		}
 		return failedUID == p.GetMetadata().GetUid()
 	})
@@ -614,6 +617,11 @@ func TestFailedPodReplaced(t *testing.T) {
 		defer mu.Unlock()
 		return ps[0].GetMetadata().GetUid() != failedUID, ps[0].GetMetadata().GetUid()
 	})
+	mu.Lock()
+	defer mu.Unlock()
+	if name := h.podsByNode(ctx, "default")["a"][0].GetMetadata().GetName(); name == failedName {
+		t.Errorf("the replacement is named %q, as the failed pod was", name)
+	}
 	if n := h.req.count(); n != 2 {
 		t.Errorf("%d pods created, want 2 (the failed one and its replacement)", n)
 	}

@@ -138,18 +138,25 @@ func (dsc *Controller) controllerRef(ds *apps.DaemonSet) *corev1.OwnerReference 
 // "-", and five characters derived from (uid, node, hash, ordinal), as
 // controller.PodName derives them. Every replica derives the same name, so
 // a creation asked twice (a retry after no answer, a second owner after a
-// kill) makes one pod; a pod still terminating in slot 0 moves its
-// replacement to slot 1.
+// kill) makes one pod; a pod still terminating in slot 0, or deleted
+// from it a moment ago (podNameFor), moves its replacement to slot 1.
 func PodName(name, uid, node, hash string, ordinal int) string {
 	return controller.PodName(name+"-", uid+"/"+node+"/"+hash, ordinal)
 }
 
+// goneNamesFor is how long the name of a deleted daemon pod is not given
+// to another: longer than clients wait for a failed daemon pod's name to
+// be gone (the upstream test waits 5 minutes).
+const goneNamesFor = 10 * time.Minute
+
 // podNameFor returns the name of ds's next pod on node: the lowest slot
-// whose name no pod of the informer has.
+// whose name no pod of the informer has and no pod deleted in the last
+// goneNamesFor had.
 func (dsc *Controller) podNameFor(ds *apps.DaemonSet, node, hash string) string {
+	now := time.Now()
 	for ord := 0; ; ord++ {
 		n := PodName(ds.Name, string(ds.UID), node, hash, ord)
-		if _, taken := dsc.podInf.Get(ds.Namespace, n); !taken {
+		if _, taken := dsc.podInf.Get(ds.Namespace, n); !taken && !dsc.gone.Has(ds.Namespace, n, now) {
 			return n
 		}
 	}
