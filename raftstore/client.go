@@ -449,10 +449,11 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 }
 
 // do sends req to subject until a definitive answer or the deadline. It
-// retries no responders, NotLeader and Unavailable; for a write (same bytes,
-// so the same idempotency key) it also retries Indeterminate answers and
+// retries no responders, NotLeader, Unavailable and Indeterminate answers;
+// for a write (same bytes, so the same idempotency key) it also retries
 // attempt timeouts, and reports ErrIndeterminate if the deadline ends the
-// retries after the write may have been applied.
+// retries after the write may have been applied. What is not a write is
+// safe to ask again: a read, or an idempotent membership change.
 func (c *Client) do(ctx context.Context, subject string, req []byte, resp proto.Message, write bool, wireErr func() *storev1.Error) error {
 	return c.doAttempts(ctx, subject, req, resp, write, c.cfg.AttemptTimeout, wireErr)
 }
@@ -481,6 +482,10 @@ func (c *Client) doAttempts(ctx context.Context, subject string, req []byte, res
 				last = werr
 			case errors.Is(werr, ErrIndeterminate) && write:
 				maybeApplied, last = true, werr
+			case errors.Is(werr, ErrIndeterminate):
+				// Not a write (a read, or an idempotent admin action such
+				// as a join): asking again is safe.
+				last = werr
 			default:
 				return werr
 			}
