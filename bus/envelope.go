@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
+	"sync"
 
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 	"google.golang.org/protobuf/proto"
@@ -25,19 +26,27 @@ func SetPayload(env *eventsv1.Envelope, payload proto.Message) error {
 	if env == nil || payload == nil {
 		return invalidf("nil envelope or payload")
 	}
-	m := env.ProtoReflect()
 	pm := payload.ProtoReflect()
-	od := m.Descriptor().Oneofs().ByName("payload")
-	fields := od.Fields()
+	fd, ok := payloadFields()[pm.Descriptor().FullName()]
+	if !ok {
+		return invalidf("%s is not an Envelope payload", pm.Descriptor().FullName())
+	}
+	env.ProtoReflect().Set(fd, protoreflect.ValueOfMessage(pm))
+	return nil
+}
+
+// payloadFields maps each payload message to its field of the
+// Envelope's oneof: every Delivery.Next looks its payload up.
+var payloadFields = sync.OnceValue(func() map[protoreflect.FullName]protoreflect.FieldDescriptor {
+	fields := (&eventsv1.Envelope{}).ProtoReflect().Descriptor().Oneofs().ByName("payload").Fields()
+	m := make(map[protoreflect.FullName]protoreflect.FieldDescriptor, fields.Len())
 	for i := 0; i < fields.Len(); i++ {
-		fd := fields.Get(i)
-		if fd.Message() != nil && fd.Message().FullName() == pm.Descriptor().FullName() {
-			m.Set(fd, protoreflect.ValueOfMessage(pm))
-			return nil
+		if fd := fields.Get(i); fd.Message() != nil {
+			m[fd.Message().FullName()] = fd
 		}
 	}
-	return invalidf("%s is not an Envelope payload", pm.Descriptor().FullName())
-}
+	return m
+})
 
 // NewTraceparent returns a W3C traceparent with random trace and span
 // ids, sampled: "00-<32 hex>-<16 hex>-01".
