@@ -34,7 +34,9 @@ type Handler func(ctx context.Context, d *Delivery) error
 
 // Delivery is one delivery of an event to a stage.
 type Delivery struct {
-	// Envelope is the decoded event.
+	// Envelope is the decoded event, decoded for this delivery alone: a
+	// handler may take its payload's messages and change them (a
+	// redelivery decodes its own).
 	Envelope *eventsv1.Envelope
 	// Subject the event was published on.
 	Subject string
