@@ -399,8 +399,14 @@ func (r *Runner) Run(ctx context.Context) error {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
+			// A worker's handlers derive their contexts (a publish's, a
+			// store call's) from the worker's own: they join and leave
+			// its small set of children, not one every worker locks
+			// and churns.
+			wctx, cancel := context.WithCancel(hctx)
+			defer cancel()
 			for msg := range work {
-				r.handle(hctx, msg)
+				r.handle(wctx, msg)
 				wg.Done()
 				<-sem
 			}
