@@ -53,7 +53,13 @@ var payloadFields = sync.OnceValue(func() map[protoreflect.FullName]protoreflect
 func NewTraceparent() string {
 	var b [24]byte
 	_, _ = rand.Read(b[:])
-	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
+	var tp [55]byte
+	copy(tp[:], "00-")
+	hex.Encode(tp[3:35], b[:16])
+	tp[35] = '-'
+	hex.Encode(tp[36:52], b[16:])
+	copy(tp[52:], "-01")
+	return string(tp[:])
 }
 
 // ChildTraceparent returns a traceparent in the same trace as parent,
@@ -64,7 +70,10 @@ func ChildTraceparent(parent string) string {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return parent[:36] + hex.EncodeToString(b[:]) + parent[52:]
+	var tp [55]byte
+	copy(tp[:], parent)
+	hex.Encode(tp[36:52], b[:])
+	return string(tp[:])
 }
 
 // ValidTraceparent reports whether s is a version-00 W3C traceparent
