@@ -407,7 +407,7 @@ func DecodeEnvelope(data []byte) (*eventsv1.Envelope, error) {
 	if err := vt.Unmarshal(data, env); err != nil {
 		return nil, &Error{Code: CodeDecode, Message: err.Error(), err: err}
 	}
-	if env.Type() == "" {
+	if env.Payload == nil { // Type "": decoded payloads are never nil
 		return nil, &Error{Code: CodeDecode, Message: "envelope has no payload"}
 	}
 	return env, nil
