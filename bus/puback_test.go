@@ -99,3 +99,22 @@ func FuzzScanPubAck(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParsePubAck: reading a PubAck by scanning, and as nats.go did
+// (encoding/json).
+func BenchmarkParsePubAck(b *testing.B) {
+	in := []byte(`{"stream":"PODFLOW_EVENTS","seq":1234567,"duplicate":true}`)
+	for _, bb := range []struct {
+		name  string
+		parse func([]byte) (*jetstream.PubAck, error)
+	}{{"scan", parsePubAck}, {"encoding-json", pubAckByJSON}} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bb.parse(in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -207,16 +206,19 @@ func scanPubAck(b []byte) (ack *jetstream.PubAck, ok bool) {
 			return nil, false
 		}
 		b = rest[1:]
-		switch key {
+		switch string(key) {
 		case "stream", "domain":
-			var v string
+			var v []byte
 			if v, b, ok = scanString(b); !ok {
 				return nil, false
 			}
-			if key == "stream" {
-				ack.Stream = v
-			} else {
-				ack.Domain = v
+			switch {
+			case string(key) == "domain":
+				ack.Domain = string(v)
+			case string(v) == EventsStream:
+				ack.Stream = EventsStream // most publishes': not allocated again
+			default:
+				ack.Stream = string(v)
 			}
 		case "seq":
 			var n int
@@ -224,11 +226,11 @@ func scanPubAck(b []byte) (ack *jetstream.PubAck, ok bool) {
 				n++
 			}
 			if n == 0 || n > 19 || (n > 1 && b[0] == '0') {
-				return nil, false // none, too large for the scan, or not JSON
+				return nil, false // none, maybe too large, or not JSON
 			}
-			seq, err := strconv.ParseUint(string(b[:n]), 10, 64)
-			if err != nil {
-				return nil, false
+			var seq uint64 // < 10^19 < 2^64
+			for _, c := range b[:n] {
+				seq = seq*10 + uint64(c-'0')
 			}
 			ack.Sequence, b = seq, b[n:]
 		case "duplicate":
@@ -255,20 +257,20 @@ func scanPubAck(b []byte) (ack *jetstream.PubAck, ok bool) {
 }
 
 // scanString reads a JSON string of printable ASCII without escapes at
-// the start of b and returns it and what follows.
-func scanString(b []byte) (s string, rest []byte, ok bool) {
+// the start of b and returns its bytes and what follows.
+func scanString(b []byte) (s, rest []byte, ok bool) {
 	if len(b) == 0 || b[0] != '"' {
-		return "", nil, false
+		return nil, nil, false
 	}
 	for i := 1; i < len(b); i++ {
 		switch c := b[i]; {
 		case c == '"':
-			return string(b[1:i]), b[i+1:], true
+			return b[1:i], b[i+1:], true
 		case c < 0x20 || c >= 0x7f || c == '\\':
-			return "", nil, false
+			return nil, nil, false
 		}
 	}
-	return "", nil, false
+	return nil, nil, false
 }
 
 // sleepUntil waits d, or less when ctx ends or deadline comes first; it
