@@ -10,6 +10,7 @@ import (
 
 	"github.com/podflow/podflow/bus"
 	"github.com/podflow/podflow/bus/bustest"
+	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 )
 
 // Run with: go test -run '^$' -bench . -benchtime 2000x ./
@@ -149,4 +150,57 @@ func BenchmarkStageThroughput(b *testing.B) {
 			<-done
 		})
 	}
+}
+
+// BenchmarkStageHop measures the bus's share of every stage's work per
+// event: the runner consumes a PodPersisted, the handler publishes the
+// event it causes (Delivery.Next, Publish waiting for the PubAck) and the
+// runner confirms the ack, Concurrency 16, after an async burst. The
+// embedded server runs in the process, so allocs/op counts its
+// allocations too.
+func BenchmarkStageHop(b *testing.B) {
+	conn := benchServer(b, false)
+	rc := bus.DefaultRunnerConfig("bench")
+	rc.FilterSubjects = []string{bus.TypeFilter("PodPersisted")}
+	var n atomic.Int64
+	all := make(chan struct{})
+	target := int64(b.N)
+	rc.Observer = bus.ObserverFunc(func(o bus.Observation) {
+		if o.Outcome == bus.OutcomeAcked && n.Add(1) == target {
+			close(all)
+		}
+	})
+	bustest.Provision(b, conn, rc.ConsumerSpec())
+	envs := podEvents(b.N)
+	for _, e := range envs {
+		if _, err := conn.PublishAsync(e); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := conn.PublishAsyncComplete(ctx); err != nil {
+		b.Fatal(err)
+	}
+	r, err := bus.NewRunner(conn, rc, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := conn.Publish(ctx, d.Next(&eventsv1.PodScheduled{Revision: 2}))
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case <-all:
+	case <-time.After(2 * time.Minute):
+		b.Fatalf("only %d of %d acked", n.Load(), b.N)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	b.StopTimer()
+	cancel()
+	<-done
 }

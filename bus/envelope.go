@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
+	"sync"
 
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
 	"google.golang.org/protobuf/proto"
@@ -25,26 +26,40 @@ func SetPayload(env *eventsv1.Envelope, payload proto.Message) error {
 	if env == nil || payload == nil {
 		return invalidf("nil envelope or payload")
 	}
-	m := env.ProtoReflect()
 	pm := payload.ProtoReflect()
-	od := m.Descriptor().Oneofs().ByName("payload")
-	fields := od.Fields()
+	fd, ok := payloadFields()[pm.Descriptor().FullName()]
+	if !ok {
+		return invalidf("%s is not an Envelope payload", pm.Descriptor().FullName())
+	}
+	env.ProtoReflect().Set(fd, protoreflect.ValueOfMessage(pm))
+	return nil
+}
+
+// payloadFields maps each payload message to its field of the
+// Envelope's oneof: every Delivery.Next looks its payload up.
+var payloadFields = sync.OnceValue(func() map[protoreflect.FullName]protoreflect.FieldDescriptor {
+	fields := (&eventsv1.Envelope{}).ProtoReflect().Descriptor().Oneofs().ByName("payload").Fields()
+	m := make(map[protoreflect.FullName]protoreflect.FieldDescriptor, fields.Len())
 	for i := 0; i < fields.Len(); i++ {
-		fd := fields.Get(i)
-		if fd.Message() != nil && fd.Message().FullName() == pm.Descriptor().FullName() {
-			m.Set(fd, protoreflect.ValueOfMessage(pm))
-			return nil
+		if fd := fields.Get(i); fd.Message() != nil {
+			m[fd.Message().FullName()] = fd
 		}
 	}
-	return invalidf("%s is not an Envelope payload", pm.Descriptor().FullName())
-}
+	return m
+})
 
 // NewTraceparent returns a W3C traceparent with random trace and span
 // ids, sampled: "00-<32 hex>-<16 hex>-01".
 func NewTraceparent() string {
 	var b [24]byte
 	_, _ = rand.Read(b[:])
-	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
+	var tp [55]byte
+	copy(tp[:], "00-")
+	hex.Encode(tp[3:35], b[:16])
+	tp[35] = '-'
+	hex.Encode(tp[36:52], b[16:])
+	copy(tp[52:], "-01")
+	return string(tp[:])
 }
 
 // ChildTraceparent returns a traceparent in the same trace as parent,
@@ -55,7 +70,10 @@ func ChildTraceparent(parent string) string {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return parent[:36] + hex.EncodeToString(b[:]) + parent[52:]
+	var tp [55]byte
+	copy(tp[:], parent)
+	hex.Encode(tp[36:52], b[:])
+	return string(tp[:])
 }
 
 // ValidTraceparent reports whether s is a version-00 W3C traceparent

@@ -9,6 +9,7 @@ import (
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 func TestEventID(t *testing.T) {
@@ -87,6 +88,18 @@ func TestSetPayload(t *testing.T) {
 	}
 	if _, err := NewEnvelope(&corev1.Pod{}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("NewEnvelope(Pod) error = %v, want ErrInvalid", err)
+	}
+	// Every payload of the oneof is taken, and replaces the one before.
+	od := env.ProtoReflect().Descriptor().Oneofs().ByName("payload")
+	for i := 0; i < od.Fields().Len(); i++ {
+		md := od.Fields().Get(i).Message()
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := SetPayload(env, mt.New().Interface()); err != nil || env.Type() != eventsv1.Type(md.Name()) {
+			t.Errorf("SetPayload(%s): type %q, error %v", md.Name(), env.Type(), err)
+		}
 	}
 }
 

@@ -1,10 +1,11 @@
 package bus
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -42,10 +43,12 @@ func WithExpectStream(stream string) PublishOption {
 	return func(o *publishOpts) { o.stream = stream }
 }
 
-// prepare fills env's id and time, and builds the message.
-func prepare(env *eventsv1.Envelope, opts []PublishOption) (*nats.Msg, []jetstream.PublishOpt, error) {
+// prepare fills env's id and time, and builds the message with every
+// header of the publish: the event's type and traceparent, its
+// Nats-Msg-Id and, when asked, the stream expected to store it.
+func prepare(env *eventsv1.Envelope, opts []PublishOption) (*nats.Msg, error) {
 	if err := ValidateEnvelope(env); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var o publishOpts
 	for _, opt := range opts {
@@ -59,23 +62,27 @@ func prepare(env *eventsv1.Envelope, opts []PublishOption) (*nats.Msg, []jetstre
 	}
 	data, err := vt.Marshal(env)
 	if err != nil {
-		return nil, nil, fmt.Errorf("bus: marshal %s %q: %w", env.Type(), env.Id, err)
+		return nil, fmt.Errorf("bus: marshal %s %q: %w", env.Type(), env.Id, err)
 	}
 	subj := o.subject
 	if subj == "" {
 		subj = Subject(env)
 	}
-	m := nats.NewMsg(subj)
-	m.Data = data
-	m.Header.Set(HeaderType, string(env.Type()))
+	// The header's values share one array: one allocation, not one each.
+	h, vals := make(nats.Header, 4), make([]string, 0, 4)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	set(HeaderType, string(env.Type()))
 	if env.Traceparent != "" {
-		m.Header.Set(HeaderTraceparent, env.Traceparent)
+		set(HeaderTraceparent, env.Traceparent)
 	}
-	jsOpts := []jetstream.PublishOpt{jetstream.WithMsgID(env.Id)}
+	set(jetstream.MsgIDHeader, env.Id)
 	if o.stream != "" {
-		jsOpts = append(jsOpts, jetstream.WithExpectStream(o.stream))
+		set(jetstream.ExpectedStreamHeader, o.stream)
 	}
-	return m, jsOpts, nil
+	return &nats.Msg{Subject: subj, Data: data, Header: h}, nil
 }
 
 // Publish stores env in its stream and waits for the PubAck. It fills
@@ -88,16 +95,20 @@ func prepare(env *eventsv1.Envelope, opts []PublishOption) (*nats.Msg, []jetstre
 // stream electing a new leader, or a server failing over, is not seen;
 // what still fails to reach a stream by then matches ErrStreamUnavailable.
 func (c *Conn) Publish(ctx context.Context, env *eventsv1.Envelope, opts ...PublishOption) (*jetstream.PubAck, error) {
-	m, jsOpts, err := prepare(env, opts)
+	m, err := prepare(env, opts)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.PublishTimeout)
-		defer cancel()
+	return c.publishRetry(ctx, c.publishDeadline(ctx), m)
+}
+
+// publishDeadline is when a publish under ctx gives up: ctx's deadline,
+// or Config.PublishTimeout from now when ctx has none.
+func (c *Conn) publishDeadline(ctx context.Context) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
 	}
-	return c.publishRetry(ctx, m, jsOpts)
+	return time.Now().Add(c.cfg.PublishTimeout)
 }
 
 // Backoff between the attempts of a publish or request that found nobody
@@ -107,28 +118,172 @@ const (
 	retryBackoffMax = time.Second
 )
 
-// publishRetry publishes m until a stream acknowledges it or ctx is done.
-// A publish that no stream answered (ErrStreamUnavailable: the stream has
-// no leader while its replicas elect one, the client's server is gone
-// and it reconnects to another) is sent again after a backoff, each
-// attempt bounded by Config.PublishAttemptTimeout: m's Nats-Msg-Id makes
-// an attempt that was stored after all a duplicate, not a second event.
-// Any other failure returns at once.
-func (c *Conn) publishRetry(ctx context.Context, m *nats.Msg, jsOpts []jetstream.PublishOpt) (*jetstream.PubAck, error) {
+// publishRetry publishes m until a stream acknowledges it, ctx is done or
+// deadline passes. A publish that no stream answered
+// (ErrStreamUnavailable: the stream has no leader while its replicas
+// elect one, the client's server is gone and it reconnects to another) is
+// sent again after a backoff, each attempt bounded by
+// Config.PublishAttemptTimeout: m's Nats-Msg-Id makes an attempt that was
+// stored after all a duplicate, not a second event. Any other failure
+// returns at once.
+func (c *Conn) publishRetry(ctx context.Context, deadline time.Time, m *nats.Msg) (*jetstream.PubAck, error) {
 	wait := retryBackoffMin
 	for {
-		actx, cancel := context.WithTimeout(ctx, c.cfg.PublishAttemptTimeout)
-		ack, err := c.js.PublishMsg(actx, m, jsOpts...)
-		cancel()
+		ack, err := c.publishAttempt(ctx, deadline, m)
 		if err == nil {
 			return ack, nil
 		}
 		perr := publishError(m.Subject, err)
-		if !errors.Is(perr, ErrStreamUnavailable) || !sleepCtx(ctx, wait) {
+		if !errors.Is(perr, ErrStreamUnavailable) || !sleepUntil(ctx, deadline, wait) {
 			return nil, perr
 		}
 		wait = min(2*wait, retryBackoffMax)
 	}
+}
+
+// publishAttempt sends m once and waits for the stream's answer, until
+// Config.PublishAttemptTimeout passes or deadline, whichever is first; a
+// ctx that ends sooner ends it too. It is nats.go's JetStream PublishMsg
+// without its options, its retries (publishRetry's) and, for a PubAck,
+// its reflection (parsePubAck): the one context it makes is the
+// attempt's.
+func (c *Conn) publishAttempt(ctx context.Context, deadline time.Time, m *nats.Msg) (*jetstream.PubAck, error) {
+	if attempt := time.Now().Add(c.cfg.PublishAttemptTimeout); attempt.Before(deadline) {
+		deadline = attempt
+	}
+	if dl, ok := ctx.Deadline(); !ok || deadline.Before(dl) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	resp, err := c.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	return parsePubAck(resp.Data)
+}
+
+// parsePubAck reads a stream's answer to a publish as nats.go's
+// PublishMsg does: a PubAck, or the stream's error as a
+// *jetstream.APIError, or jetstream.ErrInvalidJSAck. The PubAck the
+// server writes is read without encoding/json (scanPubAck); anything
+// else goes through it.
+func parsePubAck(data []byte) (*jetstream.PubAck, error) {
+	if ack, ok := scanPubAck(data); ok {
+		return ack, nil
+	}
+	var resp struct {
+		Error *jetstream.APIError `json:"error,omitempty"`
+		*jetstream.PubAck
+	}
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return nil, jetstream.ErrInvalidJSAck
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("nats: %w", resp.Error)
+	}
+	if resp.PubAck == nil || resp.PubAck.Stream == "" {
+		return nil, jetstream.ErrInvalidJSAck
+	}
+	return resp.PubAck, nil
+}
+
+// scanPubAck reads a PubAck as nats-server writes it: one JSON object of
+// the fields "stream", "seq", "duplicate" and "domain", without white
+// space, escapes or non-ASCII bytes, the stream named. ok is false for
+// anything else (an error, another field, another spelling), which
+// parsePubAck leaves to encoding/json: what scanPubAck reads,
+// encoding/json reads alike (FuzzScanPubAck).
+func scanPubAck(b []byte) (ack *jetstream.PubAck, ok bool) {
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return nil, false
+	}
+	ack = &jetstream.PubAck{}
+	b = b[1 : len(b)-1]
+	for len(b) > 0 {
+		key, rest, ok := scanString(b)
+		if !ok || len(rest) == 0 || rest[0] != ':' {
+			return nil, false
+		}
+		b = rest[1:]
+		switch string(key) {
+		case "stream", "domain":
+			var v []byte
+			if v, b, ok = scanString(b); !ok {
+				return nil, false
+			}
+			switch {
+			case string(key) == "domain":
+				ack.Domain = string(v)
+			case string(v) == EventsStream:
+				ack.Stream = EventsStream // most publishes': not allocated again
+			default:
+				ack.Stream = string(v)
+			}
+		case "seq":
+			var n int
+			for n < len(b) && b[n] >= '0' && b[n] <= '9' {
+				n++
+			}
+			if n == 0 || n > 19 || (n > 1 && b[0] == '0') {
+				return nil, false // none, maybe too large, or not JSON
+			}
+			var seq uint64 // < 10^19 < 2^64
+			for _, c := range b[:n] {
+				seq = seq*10 + uint64(c-'0')
+			}
+			ack.Sequence, b = seq, b[n:]
+		case "duplicate":
+			switch {
+			case bytes.HasPrefix(b, []byte("true")):
+				ack.Duplicate, b = true, b[4:]
+			case bytes.HasPrefix(b, []byte("false")):
+				ack.Duplicate, b = false, b[5:]
+			default:
+				return nil, false
+			}
+		default:
+			return nil, false
+		}
+		switch {
+		case len(b) == 0:
+		case b[0] == ',' && len(b) > 1:
+			b = b[1:]
+		default:
+			return nil, false
+		}
+	}
+	return ack, ack.Stream != ""
+}
+
+// scanString reads a JSON string of printable ASCII without escapes at
+// the start of b and returns its bytes and what follows.
+func scanString(b []byte) (s, rest []byte, ok bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, nil, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return b[1:i], b[i+1:], true
+		case c < 0x20 || c >= 0x7f || c == '\\':
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
+}
+
+// sleepUntil waits d, or less when ctx ends or deadline comes first; it
+// reports whether time is left for another attempt.
+func sleepUntil(ctx context.Context, deadline time.Time, d time.Duration) bool {
+	d = min(d, time.Until(deadline))
+	if d <= 0 {
+		return false
+	}
+	if !sleepCtx(ctx, d) {
+		return false
+	}
+	return time.Now().Before(deadline)
 }
 
 // sleepCtx waits d, or less when ctx ends first; it reports whether ctx
@@ -195,7 +350,6 @@ type PubFuture struct {
 	subject string
 	f       jetstream.PubAckFuture
 	conn    *Conn
-	opts    []jetstream.PublishOpt
 }
 
 // Wait blocks until the PubAck arrives, the publish fails, or ctx is done.
@@ -211,15 +365,11 @@ func (p *PubFuture) Wait(ctx context.Context) (*jetstream.PubAck, error) {
 		if !errors.Is(perr, ErrStreamUnavailable) {
 			return nil, perr
 		}
-		if _, ok := ctx.Deadline(); !ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, p.conn.cfg.PublishTimeout)
-			defer cancel()
-		}
-		if !sleepCtx(ctx, retryBackoffMin) {
+		deadline := p.conn.publishDeadline(ctx)
+		if !sleepUntil(ctx, deadline, retryBackoffMin) {
 			return nil, perr
 		}
-		return p.conn.publishRetry(ctx, p.f.Msg(), p.opts)
+		return p.conn.publishRetry(ctx, deadline, p.f.Msg())
 	case <-ctx.Done():
 		return nil, publishError(p.subject, ctx.Err())
 	}
@@ -231,15 +381,15 @@ func (p *PubFuture) Wait(ctx context.Context) (*jetstream.PubAck, error) {
 // result, or PublishAsyncComplete, before relying on the event being
 // stored.
 func (c *Conn) PublishAsync(env *eventsv1.Envelope, opts ...PublishOption) (*PubFuture, error) {
-	m, jsOpts, err := prepare(env, opts)
+	m, err := prepare(env, opts)
 	if err != nil {
 		return nil, err
 	}
-	f, err := c.js.PublishMsgAsync(m, append(slices.Clip(jsOpts), jetstream.WithStallWait(c.cfg.PublishTimeout))...)
+	f, err := c.js.PublishMsgAsync(m, jetstream.WithStallWait(c.cfg.PublishTimeout))
 	if err != nil {
 		return nil, publishError(m.Subject, err)
 	}
-	return &PubFuture{subject: m.Subject, f: f, conn: c, opts: jsOpts}, nil
+	return &PubFuture{subject: m.Subject, f: f, conn: c}, nil
 }
 
 // PublishAsyncComplete waits until every PublishAsync of this connection
@@ -259,7 +409,7 @@ func DecodeEnvelope(data []byte) (*eventsv1.Envelope, error) {
 	if err := vt.Unmarshal(data, env); err != nil {
 		return nil, &Error{Code: CodeDecode, Message: err.Error(), err: err}
 	}
-	if env.Type() == "" {
+	if env.Payload == nil { // Type "": decoded payloads are never nil
 		return nil, &Error{Code: CodeDecode, Message: "envelope has no payload"}
 	}
 	return env, nil

@@ -34,7 +34,9 @@ type Handler func(ctx context.Context, d *Delivery) error
 
 // Delivery is one delivery of an event to a stage.
 type Delivery struct {
-	// Envelope is the decoded event.
+	// Envelope is the decoded event, decoded for this delivery alone: a
+	// handler may take its payload's messages and change them (a
+	// redelivery decodes its own).
 	Envelope *eventsv1.Envelope
 	// Subject the event was published on.
 	Subject string
@@ -397,8 +399,14 @@ func (r *Runner) Run(ctx context.Context) error {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
+			// A worker's handlers derive their contexts (a publish's, a
+			// store call's) from the worker's own: they join and leave
+			// its small set of children, not one every worker locks
+			// and churns.
+			wctx, cancel := context.WithCancel(hctx)
+			defer cancel()
 			for msg := range work {
-				r.handle(hctx, msg)
+				r.handle(wctx, msg)
 				wg.Done()
 				<-sem
 			}
@@ -508,7 +516,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	switch {
 	case err == nil:
 		ob.Outcome = OutcomeAcked
-		if aerr := r.ack(ctx, msg); aerr != nil {
+		if aerr := r.ack(msg); aerr != nil {
 			ob.Outcome, ob.Err = OutcomeAckFailed, aerr
 		}
 		r.observe(ob, msg)
@@ -533,16 +541,25 @@ func (r *Runner) call(ctx context.Context, d *Delivery) (err error) {
 	return r.h(ctx, d)
 }
 
-func (r *Runner) ack(ctx context.Context, msg jetstream.Msg) error {
+func (r *Runner) ack(msg jetstream.Msg) error {
 	if r.cfg.AsyncAck {
 		return msg.Ack()
 	}
-	// The ack goes out even when the handlers' context was cancelled at
-	// the end of a drain: the handler's work is done.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckWait)
-	defer cancel()
-	return msg.DoubleAck(actx)
+	// jetstream.Msg.DoubleAck as nats.go's request with a timeout, which
+	// waits on a pooled timer where DoubleAck's context costs a timer
+	// and its allocations per message. The ack goes out even when the
+	// handlers' context was cancelled at the end of a drain: the
+	// handler's work is done.
+	reply := msg.Reply()
+	if reply == "" {
+		return jetstream.ErrMsgNoReply
+	}
+	_, err := r.conn.NATS().Request(reply, ackBody, r.cfg.AckWait)
+	return err
 }
+
+// ackBody is JetStream's ack of a message (what Msg.Ack sends).
+var ackBody = []byte("+ACK")
 
 // deadLetter records msg on the dead-letter stream, then terminates it.
 // If the record cannot be stored the message is naked instead, so it is

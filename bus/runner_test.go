@@ -645,3 +645,35 @@ func TestRunnerAcksHandlersFinishingAfterDrainTimeout(t *testing.T) {
 		t.Fatalf("ack floor %d, ack pending %d", info.AckFloor.Stream, info.NumAckPending)
 	}
 }
+
+// TestRunnerConfirmsAcks: by default an ack counts once the server
+// confirms it; an ack nobody takes (the consumer was deleted while the
+// handler ran) is AckFailed, not Acked. AsyncAck does not wait.
+func TestRunnerConfirmsAcks(t *testing.T) {
+	for _, tt := range []struct {
+		asyncAck bool
+		want     bus.Outcome
+	}{
+		{asyncAck: false, want: bus.OutcomeAckFailed},
+		{asyncAck: true, want: bus.OutcomeAcked},
+	} {
+		t.Run(fmt.Sprintf("AsyncAck=%v", tt.asyncAck), func(t *testing.T) {
+			srv := bustest.Server(t)
+			conn := bustest.Connect(t, srv, "confirm")
+			rc := testRunnerConfig("confirm")
+			rc.AsyncAck = tt.asyncAck
+			rec := &recorder{}
+			rc.Observer = rec
+			bustest.Provision(t, conn, rc.ConsumerSpec())
+			publishAll(t, conn, podEvents(1))
+			rn := startRunner(t, conn, rc, func(ctx context.Context, d *bus.Delivery) error {
+				return conn.JetStream().DeleteConsumer(ctx, rc.Stream, rc.Consumer)
+			})
+			bustest.Eventually(t, "the message to settle", func() bool { return len(rec.outcomes()) > 0 })
+			if got := rec.outcomes(); got[0] != tt.want {
+				t.Fatalf("outcomes %v, want %s first", got, tt.want)
+			}
+			_ = rn.stop(t) // fails: its consumer is gone
+		})
+	}
+}

@@ -167,7 +167,16 @@ func (r Result) Allowed() bool { return r.Status == nil }
 // Forbidden), Pod Security Standards (403 PolicyViolation), then the fields podflow
 // refuses (422 Invalid naming each, manifest.RefusedPodFields).
 func Admit(pod *corev1.Pod, s State) Result {
-	res := Mutate(pod, s)
+	if pod == nil {
+		return Mutate(pod, s)
+	}
+	return admitOwned(vt.Clone(pod), s)
+}
+
+// admitOwned is Admit over a pod the caller gives away (a delivery's own,
+// decoded for it alone): it is mutated in place, not copied.
+func admitOwned(p *corev1.Pod, s State) Result {
+	res := mutateOwned(p, s)
 	if !res.Allowed() {
 		return res
 	}
@@ -185,8 +194,16 @@ func Mutate(pod *corev1.Pod, s State) Result {
 		return Result{Status: &corev1.Status{Status: "Failure", Code: 400, Reason: eventsv1.ReasonBadRequest,
 			Message: "admission: no pod in request", Kind: "Pod"}}
 	}
+	return mutateOwned(vt.Clone(pod), s)
+}
+
+// mutateOwned is Mutate over a pod the caller gives away: it is mutated
+// in place, not copied.
+func mutateOwned(p *corev1.Pod, s State) Result {
+	if p == nil {
+		return Mutate(p, s)
+	}
 	cfg := s.config()
-	p := vt.Clone(pod)
 	if err := cfg.Validate(); err != nil {
 		return Result{Pod: p, Status: &corev1.Status{Status: "Failure", Code: 500, Reason: eventsv1.ReasonInternalError,
 			Message: err.Error(), Kind: "Pod", Name: p.GetMetadata().GetName()}}

@@ -113,8 +113,10 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	var res Result
 	var dyn dynamic
+	// The delivery's pod is its own (a redelivery decodes its own copy):
+	// admission mutates it in place.
 	if s.cfg.Webhooks == nil {
-		res = Admit(in.GetPod(), state)
+		res = admitOwned(in.GetPod(), state)
 	} else {
 		if st, err := s.awaitConfigs(ctx, d, in); err != nil || st != nil {
 			if err != nil {
@@ -248,7 +250,7 @@ func (dy *dynamic) add(r webhook.Result) {
 // policies and the validating webhooks.
 func (s *Stage) admitDynamic(ctx context.Context, d *bus.Delivery, in *eventsv1.PodAuthorized, state State) (Result, dynamic) {
 	var dyn dynamic
-	res := Mutate(in.GetPod(), state)
+	res := mutateOwned(in.GetPod(), state)
 	if !res.Allowed() {
 		return res, dyn
 	}

@@ -110,7 +110,9 @@ func (s *Stage) Handle(ctx context.Context, d *bus.Delivery) error {
 	if uid == "" {
 		return bus.Permanent(errors.New("persistence: PodAdmitted without a pod uid (the api stage assigns it)"))
 	}
-	pod := vt.Clone(in.GetPod())
+	// The pod is this delivery's own (a redelivery decodes its own copy):
+	// it is completed in place, not copied.
+	pod := in.GetPod()
 	md := pod.GetMetadata()
 	md.Uid = uid
 	md.Generation = 1
