@@ -16,14 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// Headers set on every published event, besides Nats-Msg-Id.
-const (
-	// HeaderTraceparent carries env.Traceparent (W3C trace context).
-	HeaderTraceparent = "traceparent"
-	// HeaderType carries env.Type(), for tools that do not decode protobuf.
-	HeaderType = "Podflow-Type"
-)
-
 // PublishOption adjusts one publish.
 type PublishOption func(*publishOpts)
 
@@ -65,12 +57,11 @@ func prepare(env *eventsv1.Envelope, opts []PublishOption) (*nats.Msg, []jetstre
 	if subj == "" {
 		subj = Subject(env)
 	}
-	m := nats.NewMsg(subj)
-	m.Data = data
-	m.Header.Set(HeaderType, string(env.Type()))
-	if env.Traceparent != "" {
-		m.Header.Set(HeaderTraceparent, env.Traceparent)
-	}
+	// The only header is the Nats-Msg-Id (WithMsgID). The type is in
+	// the subject, the trace context in the envelope: a "traceparent"
+	// header would also have the server parse every message's headers
+	// for its own message tracing, which podflow does not configure.
+	m := &nats.Msg{Subject: subj, Data: data}
 	jsOpts := []jetstream.PublishOpt{jetstream.WithMsgID(env.Id)}
 	if o.stream != "" {
 		jsOpts = append(jsOpts, jetstream.WithExpectStream(o.stream))
