@@ -45,10 +45,11 @@
 // Conn.Publish fills env.Id with eventsv1.EventID(env) — pod uid (or
 // request id), type, generation and attempt — and sends it as the
 // Nats-Msg-Id, so a retried publish within the stream's Duplicates window
-// (2 minutes by default) is stored once and its PubAck says Duplicate. The envelope's
-// traceparent travels in the "traceparent" header too. A publish that no
-// stream acknowledges fails with an error matching ErrStreamUnavailable;
-// retrying it is safe.
+// (2 minutes by default) is stored once and its PubAck says Duplicate.
+// The Nats-Msg-Id is the message's only header: its type is in its
+// subject, its trace context (traceparent) in the envelope. A publish
+// that no stream acknowledges fails with an error matching
+// ErrStreamUnavailable; retrying it is safe.
 //
 // # Stages
 //

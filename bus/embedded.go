@@ -512,6 +512,14 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		NoLog:              !cfg.Log,
 		MaxPayload:         cmp.Or(cfg.MaxPayload, DefaultMaxPayload),
 		Tags:               cfg.Tags,
+		// Almost every subject the server routes is seen once: an
+		// event's names its pod, an ack its delivery, a reply its
+		// request. The account's shared cache of match results misses
+		// on each, takes its write lock to add an entry no later
+		// message reads and sweeps itself when full; without it a
+		// match walks the subscriptions under the read lock. Each
+		// connection's own cache of its recent subjects stays.
+		NoSublistCache: true,
 	}
 	if opts.JetStreamMaxStore == 0 {
 		opts.JetStreamMaxStore = -1

@@ -214,3 +214,30 @@ func TestRoleCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestEmbeddedRoutesWithoutSharedMatchCache: the server matches every
+// subject afresh (NoSublistCache) rather than filling a shared cache with
+// subjects that are mostly seen once — events named after their pod, acks
+// after their delivery, replies after their request.
+func TestEmbeddedRoutesWithoutSharedMatchCache(t *testing.T) {
+	srv := bustest.Server(t)
+	conn := bustest.Connect(t, srv, "cache")
+	bustest.Provision(t, conn)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	for _, env := range podEvents(8) {
+		if _, err := conn.Publish(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sz, err := srv.Server().Subsz(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sz.NumMatches == 0 {
+		t.Fatal("the server matched no subject")
+	}
+	if sz.NumCache != 0 {
+		t.Fatalf("the server caches %d match results after %d matches, want none", sz.NumCache, sz.NumMatches)
+	}
+}

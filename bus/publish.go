@@ -17,14 +17,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// Headers set on every published event, besides Nats-Msg-Id.
-const (
-	// HeaderTraceparent carries env.Traceparent (W3C trace context).
-	HeaderTraceparent = "traceparent"
-	// HeaderType carries env.Type(), for tools that do not decode protobuf.
-	HeaderType = "Podflow-Type"
-)
-
 // PublishOption adjusts one publish.
 type PublishOption func(*publishOpts)
 
@@ -68,15 +60,16 @@ func prepare(env *eventsv1.Envelope, opts []PublishOption) (*nats.Msg, error) {
 	if subj == "" {
 		subj = Subject(env)
 	}
-	// The header's values share one array: one allocation, not one each.
-	h, vals := make(nats.Header, 4), make([]string, 0, 4)
+	// The only headers are the Nats-Msg-Id and, when asked, the expected
+	// stream; they share one array: one allocation, not one each. The type
+	// is in the subject, the trace context in the envelope: a
+	// "traceparent" header would also have the server parse every
+	// message's headers for its own message tracing, which podflow does
+	// not configure.
+	h, vals := make(nats.Header, 2), make([]string, 0, 2)
 	set := func(k, v string) {
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
-	}
-	set(HeaderType, string(env.Type()))
-	if env.Traceparent != "" {
-		set(HeaderTraceparent, env.Traceparent)
 	}
 	set(jetstream.MsgIDHeader, env.Id)
 	if o.stream != "" {
