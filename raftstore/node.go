@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -578,8 +579,10 @@ func (n *Node) handleWrite(m *nats.Msg) {
 			"request is too large: %d bytes (MaxRequestBytes %d)", len(m.Data), n.cfg.MaxRequestBytes))})
 		return
 	}
+	// Decoded as a follower decodes the entry (values and keys alias
+	// m.Data, which raft is given as the entry), and handed over.
 	var cmd storev1.Command
-	if err := vt.Unmarshal(m.Data, &cmd); err != nil {
+	if err := decodeCommand(m.Data, &cmd); err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "decode command: %v", err))})
 		return
 	}
@@ -762,18 +765,26 @@ func validateCommand(c *storev1.Command) error {
 			return newError(storev1.Code_CODE_INVALID, cmp.Key, "compare revision %d (want -1, 0 or a revision)", cmp.ModRevision)
 		}
 	}
-	seen := make(map[string]bool, len(c.Ops))
-	for _, op := range c.Ops {
+	var seen map[string]bool // for a txn of many ops; a few are compared
+	if len(c.Ops) > 8 {
+		seen = make(map[string]bool, len(c.Ops))
+	}
+	for i, op := range c.Ops {
 		if err := validateKey(op.Key); err != nil {
 			return err
 		}
 		if op.Type != storev1.OpType_OP_TYPE_PUT && op.Type != storev1.OpType_OP_TYPE_DELETE {
 			return newError(storev1.Code_CODE_INVALID, op.Key, "op type %v", op.Type)
 		}
-		if seen[op.Key] {
+		twice := seen[op.Key]
+		if seen == nil {
+			twice = slices.ContainsFunc(c.Ops[:i], func(o *storev1.Op) bool { return o.Key == op.Key })
+		} else {
+			seen[op.Key] = true
+		}
+		if twice {
 			return newError(storev1.Code_CODE_INVALID, op.Key, "key appears twice in one txn")
 		}
-		seen[op.Key] = true
 	}
 	return nil
 }
