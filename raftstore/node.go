@@ -625,10 +625,10 @@ func (n *Node) handleWrite(m *nats.Msg) {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
 	}
-	release := n.fsm.handed.hand(data, &cmd)
+	n.fsm.handed.hand(data, &cmd)
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	err = f.Error()
-	release()
+	n.fsm.handed.release(data)
 	if err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(applyError(err))})
 		return
