@@ -162,9 +162,10 @@ func (f *fsm) applyCommand(cmd *storev1.Command) *storev1.WriteResult {
 // txn applies cmd if every compare holds. A successful txn that changes
 // nothing (only deletes of missing keys) does not bump the revision.
 func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
+	var last lookup
 	for _, c := range cmd.Compares {
 		var have int64
-		if kv := f.kvs[c.Key]; kv != nil {
+		if kv := last.get(f, c.Key); kv != nil {
 			have = kv.ModRevision
 		}
 		if !compareHolds(c.ModRevision, have) {
@@ -174,7 +175,8 @@ func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
 	rev := f.rev + 1
 	changed := false
 	for _, op := range cmd.Ops {
-		prev := f.kvs[op.Key]
+		prev := last.get(f, op.Key)
+		last = lookup{} // the op changes it
 		switch op.Type {
 		case storev1.OpType_OP_TYPE_PUT:
 			c := &change{}
@@ -210,6 +212,24 @@ func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
 		f.rev = rev
 	}
 	return &storev1.WriteResult{Revision: f.rev}
+}
+
+// lookup is a key's stored KeyValue, looked up once for a command's
+// compares and first op: a write names its key in its own compare, the
+// pin of a confined write, and its put, and each lookup of a large key
+// space is a few cache misses.
+type lookup struct {
+	key  string
+	kv   *storev1.KeyValue
+	done bool
+}
+
+// get returns key's KeyValue in f (nil: none).
+func (l *lookup) get(f *fsm, key string) *storev1.KeyValue {
+	if !l.done || l.key != key {
+		l.key, l.kv, l.done = key, f.kvs[key], true
+	}
+	return l.kv
 }
 
 // change is one op's record: the KeyValue it stores (a put's) or drops
