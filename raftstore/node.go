@@ -799,7 +799,7 @@ func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
 		n.count.staleReads.Add(1)
 	}
 	var req storev1.ReadRequest
-	if err := proto.Unmarshal(m.Data, &req); err != nil {
+	if err := vt.Unmarshal(m.Data, &req); err != nil {
 		n.respond(m, &storev1.ReadResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "decode read: %v", err))})
 		return
 	}
