@@ -1206,12 +1206,14 @@ func appendCompares(data []byte, cs []*storev1.Compare) ([]byte, error) {
 	out := make([]byte, len(data), size)
 	copy(out, data)
 	for _, c := range cs {
-		enc, err := c.MarshalVT()
-		if err != nil {
+		n := c.SizeVT()
+		out = protowire.AppendTag(out, commandCompares, protowire.BytesType)
+		out = protowire.AppendVarint(out, uint64(n))
+		out = slices.Grow(out, n) // a no-op: size counted it
+		if _, err := c.MarshalToSizedBufferVT(out[len(out) : len(out)+n]); err != nil {
 			return nil, err
 		}
-		out = protowire.AppendTag(out, commandCompares, protowire.BytesType)
-		out = protowire.AppendBytes(out, enc)
+		out = out[:len(out)+n]
 	}
 	return out, nil
 }
