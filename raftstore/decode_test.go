@@ -127,3 +127,40 @@ func BenchmarkDecodeCommand(b *testing.B) {
 		})
 	}
 }
+
+// TestDecodeCommandReuses: decoding entry after entry into one command
+// (the state machine's scratch) gives each entry's command, as
+// vt.Unmarshal of it into a new one, and decodes into the ops and
+// compares the command holds rather than new ones.
+func TestDecodeCommandReuses(t *testing.T) {
+	big := &storev1.Command{IdempotencyKey: "a", Kind: storev1.WriteKind_WRITE_KIND_TXN,
+		Compares: []*storev1.Compare{{Key: "/c1", ModRevision: 3}, {Key: "/c2", ModRevision: -1}},
+		Ops: []*storev1.Op{{Type: storev1.OpType_OP_TYPE_PUT, Key: "/p", Value: bytes.Repeat([]byte("v"), 100)},
+			{Type: storev1.OpType_OP_TYPE_DELETE, Key: "/d"}}}
+	small := &storev1.Command{IdempotencyKey: "b", Kind: storev1.WriteKind_WRITE_KIND_UPDATE,
+		Compares: []*storev1.Compare{{Key: "/p", ModRevision: 9}},
+		Ops:      []*storev1.Op{{Type: storev1.OpType_OP_TYPE_PUT, Key: "/p", Value: []byte("w")}}}
+	var cmd storev1.Command
+	var firstOp *storev1.Op
+	for i, m := range []*storev1.Command{big, small, {IdempotencyKey: "c"}, big, small} {
+		data, err := m.MarshalVT()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := decodeCommand(data, &cmd); err != nil {
+			t.Fatal(err)
+		}
+		var want storev1.Command
+		if err := vt.Unmarshal(data, &want); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&cmd, &want) {
+			t.Fatalf("entry %d decoded into a used command: %v\nwant %v", i, &cmd, &want)
+		}
+		if i == 0 {
+			firstOp = cmd.Ops[0]
+		} else if len(cmd.Ops) > 0 && cmd.Ops[0] != firstOp {
+			t.Errorf("entry %d: a new op, not the command's", i)
+		}
+	}
+}

@@ -52,6 +52,10 @@ type fsm struct {
 	appliedBytes, appliedEntries int64
 	// handed are the commands the leader decoded before proposing them.
 	handed handed
+	// scratch is the command ApplyBatch decodes an entry into when it was
+	// not handed over: its Ops and Compares are decoded into again, entry
+	// after entry, instead of allocated for each.
+	scratch storev1.Command
 	// enc opens values for ReadFilter and its State view (nil: stored as
 	// written). Set before the fsm is used; read-only after.
 	enc *Encryption
@@ -120,13 +124,18 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		f.appliedEntries++
 		cmd, ok := f.handed.take(l.Data)
 		if !ok {
-			cmd = &storev1.Command{}
+			cmd = &f.scratch
 			if err := decodeCommand(l.Data, cmd); err != nil {
 				out[i] = &storev1.WriteResult{Revision: f.rev, Error: toWire(newError(storev1.Code_CODE_INVALID, "", "undecodable command at index %d: %v", l.Index, err))}
 				continue
 			}
 		}
 		out[i] = f.applyCommand(cmd)
+		if cmd == &f.scratch {
+			for _, op := range cmd.Ops {
+				op.Reset() // keeps no value of the entry
+			}
+		}
 	}
 	if f.rev != before {
 		f.compact()
@@ -153,9 +162,10 @@ func (f *fsm) applyCommand(cmd *storev1.Command) *storev1.WriteResult {
 // txn applies cmd if every compare holds. A successful txn that changes
 // nothing (only deletes of missing keys) does not bump the revision.
 func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
+	var last lookup
 	for _, c := range cmd.Compares {
 		var have int64
-		if kv := f.kvs[c.Key]; kv != nil {
+		if kv := last.get(f, c.Key); kv != nil {
 			have = kv.ModRevision
 		}
 		if !compareHolds(c.ModRevision, have) {
@@ -165,29 +175,36 @@ func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
 	rev := f.rev + 1
 	changed := false
 	for _, op := range cmd.Ops {
-		prev := f.kvs[op.Key]
+		prev := last.get(f, op.Key)
+		last = lookup{} // the op changes it
 		switch op.Type {
 		case storev1.OpType_OP_TYPE_PUT:
-			kv := &storev1.KeyValue{Key: op.Key, Value: op.Value, CreateRevision: rev, ModRevision: rev}
+			c := &change{}
+			kv := &c.kv
+			kv.Value, kv.CreateRevision, kv.ModRevision = op.Value, rev, rev
 			if prev != nil {
-				kv.CreateRevision = prev.CreateRevision
+				kv.Key, kv.CreateRevision = prev.Key, prev.CreateRevision
 				f.liveSize -= kvSize(prev)
 			} else {
-				f.insertKey(op.Key)
+				kv.Key = strings.Clone(op.Key)
+				f.insertKey(kv.Key)
 			}
-			f.kvs[op.Key] = kv
+			f.kvs[kv.Key] = kv
 			f.liveSize += kvSize(kv)
-			f.appendEvent(&storev1.Event{Type: storev1.EventType_EVENT_TYPE_PUT, Kv: kv, Revision: rev})
+			c.event(storev1.EventType_EVENT_TYPE_PUT)
+			f.appendEvent(&c.ev)
 			changed = true
 		case storev1.OpType_OP_TYPE_DELETE:
 			if prev == nil {
 				continue
 			}
-			delete(f.kvs, op.Key)
-			f.removeKey(op.Key)
+			delete(f.kvs, prev.Key)
+			f.removeKey(prev.Key)
 			f.liveSize -= kvSize(prev)
-			kv := &storev1.KeyValue{Key: op.Key, Value: prev.Value, CreateRevision: prev.CreateRevision, ModRevision: rev}
-			f.appendEvent(&storev1.Event{Type: storev1.EventType_EVENT_TYPE_DELETE, Kv: kv, Revision: rev})
+			c := &change{}
+			c.kv.Key, c.kv.Value, c.kv.CreateRevision, c.kv.ModRevision = prev.Key, prev.Value, prev.CreateRevision, rev
+			c.event(storev1.EventType_EVENT_TYPE_DELETE)
+			f.appendEvent(&c.ev)
 			changed = true
 		}
 	}
@@ -195,6 +212,38 @@ func (f *fsm) txn(cmd *storev1.Command) *storev1.WriteResult {
 		f.rev = rev
 	}
 	return &storev1.WriteResult{Revision: f.rev}
+}
+
+// lookup is a key's stored KeyValue, looked up once for a command's
+// compares and first op: a write names its key in its own compare, the
+// pin of a confined write, and its put, and each lookup of a large key
+// space is a few cache misses.
+type lookup struct {
+	key  string
+	kv   *storev1.KeyValue
+	done bool
+}
+
+// get returns key's KeyValue in f (nil: none).
+func (l *lookup) get(f *fsm, key string) *storev1.KeyValue {
+	if !l.done || l.key != key {
+		l.key, l.kv, l.done = key, f.kvs[key], true
+	}
+	return l.kv
+}
+
+// change is one op's record: the KeyValue it stores (a put's) or drops
+// (a delete's, at the delete's revision) and its watch event, in one
+// allocation. The event holds the KeyValue anyway; the KeyValue, alive
+// in the key space, keeps the event's few bytes with it.
+type change struct {
+	kv storev1.KeyValue
+	ev storev1.Event
+}
+
+// event fills c's event of type t, at c.kv's revision.
+func (c *change) event(t storev1.EventType) {
+	c.ev.Type, c.ev.Kv, c.ev.Revision = t, &c.kv, c.kv.ModRevision
 }
 
 // compareHolds reports whether a compare wanting revision want (0: absent,
@@ -212,6 +261,7 @@ func compareHolds(want, have int64) bool {
 
 // compareError names a failed compare the way the caller's operation expects.
 func compareError(kind storev1.WriteKind, key string, want, have int64) *Error {
+	key = strings.Clone(key) // a command's key may alias its entry (decodeCommand); results are kept
 	switch {
 	case kind == storev1.WriteKind_WRITE_KIND_CREATE:
 		return newError(storev1.Code_CODE_ALREADY_EXISTS, key, "key already exists at revision %d", have)

@@ -226,3 +226,50 @@ func TestHistoryBytes(t *testing.T) {
 		t.Fatalf("live size after a delete %d, want %d", f.liveSize, want)
 	}
 }
+
+// TestStoredKeysAreOwn: the keys the state machine stores (the key space,
+// its order, the events, the idempotency window, a failed compare's
+// error) are its own strings, not views of the entry they were decoded
+// from (decodeCommand aliases them): scribbling over an applied entry
+// changes nothing stored, and no small write keeps its entry alive.
+func TestStoredKeysAreOwn(t *testing.T) {
+	f := newFSM(100, 0, 100)
+	entry := func(cmd *storev1.Command) []byte {
+		data, err := proto.Marshal(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	applyData := func(data []byte) *storev1.WriteResult {
+		logIndex++
+		return f.Apply(&raft.Log{Index: logIndex, Type: raft.LogCommand, Data: data}).(*storev1.WriteResult)
+	}
+	create := entry(&storev1.Command{IdempotencyKey: "create", Compares: []*storev1.Compare{{Key: "/a", ModRevision: 0}},
+		Ops: []*storev1.Op{{Type: storev1.OpType_OP_TYPE_PUT, Key: "/a", Value: []byte("1")}, {Type: storev1.OpType_OP_TYPE_PUT, Key: "/b", Value: []byte("2")}}})
+	update := entry(&storev1.Command{IdempotencyKey: "update", Compares: []*storev1.Compare{{Key: "/a", ModRevision: 1}},
+		Ops: []*storev1.Op{{Type: storev1.OpType_OP_TYPE_PUT, Key: "/a", Value: []byte("3")}, {Type: storev1.OpType_OP_TYPE_DELETE, Key: "/b"}}})
+	stale := entry(&storev1.Command{IdempotencyKey: "stale", Kind: storev1.WriteKind_WRITE_KIND_UPDATE, Compares: []*storev1.Compare{{Key: "/a", ModRevision: 1}},
+		Ops: []*storev1.Op{{Type: storev1.OpType_OP_TYPE_PUT, Key: "/a", Value: []byte("4")}}})
+	for _, data := range [][]byte{create, update, stale} {
+		applyData(data)
+	}
+	before := dump(f)
+	staleErr := f.dedup["stale"].Error.String()
+	for _, data := range [][]byte{create, update, stale} {
+		for i := range data {
+			data[i] = '#'
+		}
+	}
+	if after := dump(f); after != before {
+		t.Fatalf("scribbling over the applied entries changed the state:\n%s\nwas\n%s", after, before)
+	}
+	if got := f.dedup["stale"].Error.String(); got != staleErr {
+		t.Fatalf("a remembered error changed with its entry: %s, was %s", got, staleErr)
+	}
+	var keys []string
+	f.keys.Ascend(func(k string) bool { keys = append(keys, k); return true })
+	if fmt.Sprint(keys) != "[/a]" {
+		t.Fatalf("ordered keys = %v, want [/a]", keys)
+	}
+}

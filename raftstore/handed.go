@@ -20,22 +20,38 @@ import (
 // bytes it proposes too (appendCompares, seal), and the map's key keeps
 // that slice's bytes alive, so no other data can come to share its
 // address while it is held.
-type handed struct{ m sync.Map } // *byte -> handedCmd
+type handed struct {
+	mu sync.Mutex
+	m  map[*byte]handedCmd // by the data's first byte
+}
 
 type handedCmd struct {
 	n   int
 	cmd *storev1.Command
 }
 
-// hand records cmd as data's decode until the returned release is called
-// (after the proposal's future has answered, applied or not).
-func (h *handed) hand(data []byte, cmd *storev1.Command) (release func()) {
+// hand records cmd as data's decode until release(data) (after the
+// proposal's future has answered, applied or not).
+func (h *handed) hand(data []byte, cmd *storev1.Command) {
 	if len(data) == 0 {
-		return func() {}
+		return
 	}
-	k := unsafe.SliceData(data)
-	h.m.Store(k, handedCmd{n: len(data), cmd: cmd})
-	return func() { h.m.Delete(k) }
+	h.mu.Lock()
+	if h.m == nil {
+		h.m = make(map[*byte]handedCmd)
+	}
+	h.m[unsafe.SliceData(data)] = handedCmd{n: len(data), cmd: cmd}
+	h.mu.Unlock()
+}
+
+// release forgets data's decode.
+func (h *handed) release(data []byte) {
+	if len(data) == 0 {
+		return
+	}
+	h.mu.Lock()
+	delete(h.m, unsafe.SliceData(data))
+	h.mu.Unlock()
 }
 
 // take returns data's decode when the leader handed one over for this
@@ -44,12 +60,10 @@ func (h *handed) take(data []byte) (*storev1.Command, bool) {
 	if len(data) == 0 {
 		return nil, false
 	}
-	v, ok := h.m.Load(unsafe.SliceData(data))
-	if !ok {
-		return nil, false
-	}
-	c := v.(handedCmd)
-	if c.n != len(data) {
+	h.mu.Lock()
+	c, ok := h.m[unsafe.SliceData(data)]
+	h.mu.Unlock()
+	if !ok || c.n != len(data) {
 		return nil, false
 	}
 	return c.cmd, true

@@ -24,7 +24,7 @@ func TestHandedCommand(t *testing.T) {
 	if err := proto.Unmarshal(data, &storev1.Command{}); err == nil {
 		t.Fatal("the test's data decodes")
 	}
-	release := f.handed.hand(data, put("/a", "1", "k1"))
+	f.handed.hand(data, put("/a", "1", "k1"))
 
 	if r := applyData(append([]byte(nil), data...)); r.GetError() == nil {
 		t.Fatalf("a copy of the handed bytes applied the handed command: %v", r)
@@ -39,7 +39,7 @@ func TestHandedCommand(t *testing.T) {
 		t.Fatalf("after the handed put /a is %v", kv)
 	}
 
-	release()
+	f.handed.release(data)
 	if r := applyData(data); r.GetError() == nil {
 		t.Fatalf("a released slice applied the handed command: %v", r)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -578,8 +579,10 @@ func (n *Node) handleWrite(m *nats.Msg) {
 			"request is too large: %d bytes (MaxRequestBytes %d)", len(m.Data), n.cfg.MaxRequestBytes))})
 		return
 	}
+	// Decoded as a follower decodes the entry (values and keys alias
+	// m.Data, which raft is given as the entry), and handed over.
 	var cmd storev1.Command
-	if err := vt.Unmarshal(m.Data, &cmd); err != nil {
+	if err := decodeCommand(m.Data, &cmd); err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "decode command: %v", err))})
 		return
 	}
@@ -622,10 +625,10 @@ func (n *Node) handleWrite(m *nats.Msg) {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(err)})
 		return
 	}
-	release := n.fsm.handed.hand(data, &cmd)
+	n.fsm.handed.hand(data, &cmd)
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	err = f.Error()
-	release()
+	n.fsm.handed.release(data)
 	if err != nil {
 		n.respond(m, &storev1.WriteResponse{Error: toWire(applyError(err))})
 		return
@@ -762,18 +765,26 @@ func validateCommand(c *storev1.Command) error {
 			return newError(storev1.Code_CODE_INVALID, cmp.Key, "compare revision %d (want -1, 0 or a revision)", cmp.ModRevision)
 		}
 	}
-	seen := make(map[string]bool, len(c.Ops))
-	for _, op := range c.Ops {
+	var seen map[string]bool // for a txn of many ops; a few are compared
+	if len(c.Ops) > 8 {
+		seen = make(map[string]bool, len(c.Ops))
+	}
+	for i, op := range c.Ops {
 		if err := validateKey(op.Key); err != nil {
 			return err
 		}
 		if op.Type != storev1.OpType_OP_TYPE_PUT && op.Type != storev1.OpType_OP_TYPE_DELETE {
 			return newError(storev1.Code_CODE_INVALID, op.Key, "op type %v", op.Type)
 		}
-		if seen[op.Key] {
+		twice := seen[op.Key]
+		if seen == nil {
+			twice = slices.ContainsFunc(c.Ops[:i], func(o *storev1.Op) bool { return o.Key == op.Key })
+		} else {
+			seen[op.Key] = true
+		}
+		if twice {
 			return newError(storev1.Code_CODE_INVALID, op.Key, "key appears twice in one txn")
 		}
-		seen[op.Key] = true
 	}
 	return nil
 }
@@ -788,7 +799,7 @@ func (n *Node) serveRead(m *nats.Msg, linearizable bool) {
 		n.count.staleReads.Add(1)
 	}
 	var req storev1.ReadRequest
-	if err := proto.Unmarshal(m.Data, &req); err != nil {
+	if err := vt.Unmarshal(m.Data, &req); err != nil {
 		n.respond(m, &storev1.ReadResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "decode read: %v", err))})
 		return
 	}
@@ -1195,12 +1206,14 @@ func appendCompares(data []byte, cs []*storev1.Compare) ([]byte, error) {
 	out := make([]byte, len(data), size)
 	copy(out, data)
 	for _, c := range cs {
-		enc, err := c.MarshalVT()
-		if err != nil {
+		n := c.SizeVT()
+		out = protowire.AppendTag(out, commandCompares, protowire.BytesType)
+		out = protowire.AppendVarint(out, uint64(n))
+		out = slices.Grow(out, n) // a no-op: size counted it
+		if _, err := c.MarshalToSizedBufferVT(out[len(out) : len(out)+n]); err != nil {
 			return nil, err
 		}
-		out = protowire.AppendTag(out, commandCompares, protowire.BytesType)
-		out = protowire.AppendBytes(out, enc)
+		out = out[:len(out)+n]
 	}
 	return out, nil
 }

@@ -24,7 +24,7 @@ const maxWatchBytes = 512 << 10
 func (n *Node) handleWatch(m *nats.Msg) {
 	n.count.watches.Add(1)
 	var req storev1.WatchRequest
-	if err := proto.Unmarshal(m.Data, &req); err != nil || req.Inbox == "" || req.FromRevision < 0 {
+	if err := vt.Unmarshal(m.Data, &req); err != nil || req.Inbox == "" || req.FromRevision < 0 {
 		n.respond(m, &storev1.WatchResponse{Error: toWire(newError(storev1.Code_CODE_INVALID, "", "bad watch request"))})
 		return
 	}

@@ -135,6 +135,93 @@ func nextSpecField(b []byte, node *[]byte) (field []byte, n int, ok bool) {
 	return nil, 0, true
 }
 
+// metaAnnotations is ObjectMeta's annotations field number; an entry's
+// key and value are its fields 1 and 2.
+const (
+	metaAnnotations protowire.Number = 5
+	entryKey        protowire.Number = 1
+	entryValue      protowire.Number = 2
+)
+
+// sameMetaBut reports whether the encoded metadata a and b hold the same
+// fields, byte for byte and in order, but for annotation entries of key
+// (any number, anywhere, in either): decoded, and that annotation
+// deleted from both, they are equal, without decoding them (labels,
+// annotations, owner references are maps and lists: most of what a
+// check of a pod allocated). It is false for an encoding it does not
+// read as a decoder would, and for a skipped entry that is not UTF-8,
+// so the caller decodes. Like the spec in splitPods, what is written as
+// stored is not checked to decode.
+func sameMetaBut(a, b []byte, key string) bool {
+	for {
+		fa, na, oka := nextMetaField(a, key)
+		fb, nb, okb := nextMetaField(b, key)
+		if !oka || !okb {
+			return false
+		}
+		if na == 0 || nb == 0 {
+			return na == 0 && nb == 0
+		}
+		if !bytes.Equal(fa, fb) {
+			return false
+		}
+		a, b = a[na:], b[nb:]
+	}
+}
+
+// nextMetaField skips b's leading annotation entries of key and returns
+// the next field (tag and value) and the bytes consumed up to its end
+// (0: none left).
+func nextMetaField(b []byte, key string) (field []byte, n int, ok bool) {
+	off := 0
+	for off < len(b) {
+		num, typ, tn := protowire.ConsumeTag(b[off:])
+		if tn < 0 {
+			return nil, 0, false
+		}
+		vn := protowire.ConsumeFieldValue(num, typ, b[off+tn:])
+		if vn < 0 {
+			return nil, 0, false
+		}
+		if num != metaAnnotations || typ != protowire.BytesType {
+			return b[off : off+tn+vn], off + tn + vn, true
+		}
+		v, _ := protowire.ConsumeBytes(b[off+tn:])
+		skip, ok := annotationOf(v, key)
+		if !ok {
+			return nil, 0, false
+		}
+		if !skip {
+			return b[off : off+tn+vn], off + tn + vn, true
+		}
+		off += tn + vn
+	}
+	return nil, 0, true
+}
+
+// annotationOf reports whether the encoded annotation entry e is one of
+// key; ok is false when e holds a field but its key and value strings,
+// or a string that is not UTF-8.
+func annotationOf(e []byte, key string) (is, ok bool) {
+	var k []byte
+	for len(e) > 0 {
+		num, typ, n := protowire.ConsumeTag(e)
+		if n < 0 || typ != protowire.BytesType || (num != entryKey && num != entryValue) {
+			return false, false
+		}
+		e = e[n:]
+		v, n := protowire.ConsumeBytes(e)
+		if n < 0 || !utf8.Valid(v) {
+			return false, false
+		}
+		e = e[n:]
+		if num == entryKey {
+			k = v
+		}
+	}
+	return string(k) == key, true
+}
+
 // decodeParts decodes p's metadata, its spec.nodeName and, with status,
 // its status into p.pod; the spec's other fields stay unset.
 func decodeParts(p *podParts, status bool) error {

@@ -56,6 +56,20 @@ func TestPodChecksSplitAgree(t *testing.T) {
 		return protowire.AppendBytes(b, v)
 	}
 	specOf := func(p *corev1.Pod) []byte { return enc(&corev1.Pod{Spec: p.Spec}) }
+	// withEntry is p with an annotation entry of the given raw fields
+	// appended to its metadata.
+	withEntry := func(p *corev1.Pod, fields ...[]byte) []byte {
+		meta, err := vt.Marshal(p.Metadata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e []byte
+		for i := 0; i+1 < len(fields); i += 2 {
+			e = raw(e, protowire.Number(fields[i][0]), fields[i+1])
+		}
+		return raw(enc(with(p, func(p *corev1.Pod) { p.Metadata = nil })), podMetadata, raw(meta, metaAnnotations, e))
+	}
+	seq := []byte(podrules.AnnotationStatusSeq)
 	noSpec := func(p *corev1.Pod) []byte { return enc(&corev1.Pod{Metadata: p.Metadata, Status: p.Status}) }
 
 	type change struct {
@@ -95,6 +109,11 @@ func TestPodChecksSplitAgree(t *testing.T) {
 		{"a status with invalid UTF-8", enc(bound), raw(enc(with(bound, func(p *corev1.Pod) { p.Status = nil })), podStatus, raw(nil, 2, []byte{0xff})), true},
 		{"a status field twice", enc(bound), raw(enc(running), podStatus, raw(nil, 2, []byte("Failed"))), false},
 		{"drop the metadata", enc(bound), enc(with(running, func(p *corev1.Pod) { p.Metadata = nil })), true},
+		{"the seq annotation twice", enc(running), withEntry(running, []byte{1}, seq, []byte{2}, []byte("4")), true},
+		{"the seq annotation not UTF-8", enc(running), withEntry(running, []byte{1}, seq, []byte{2}, []byte{0xff}), true},
+		{"the seq annotation with another field", enc(running), withEntry(running, []byte{1}, seq, []byte{3}, []byte("x")), true},
+		{"an entry without a key", enc(bound), withEntry(running, []byte{2}, []byte("v")), true},
+		{"the seq annotation dropped", enc(running), enc(with(running, func(p *corev1.Pod) { p.Metadata.Annotations = nil })), true},
 		{"torn", enc(bound), enc(running)[:len(enc(running))-3], false},
 	}
 	whole := func(check func(was, is *corev1.Pod) error) func(old, new []byte) error {
