@@ -244,7 +244,8 @@ func (a *Agent) Stop() {
 // was deleted recently, or has finished (phase Succeeded or Failed) it
 // does nothing; when it has a worker, that worker gets the pod update
 // (its current labels and annotations, container images and ephemeral
-// containers: see podUpdate). A pod being deleted
+// containers: see podUpdate), unless it changes none of them (a
+// reconcile's pod, most often: see worker.update). A pod being deleted
 // (deletionTimestamp set) is handed to HandlePodDelete.
 func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 	if pod.GetSpec().GetNodeName() != a.cfg.NodeName {
@@ -260,8 +261,9 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 		return ErrStopped
 	}
 	if w, ok := a.workers[uid]; ok {
-		w.update(pod) // its labels and annotations, images and ephemeral containers may change
-		w.kick()
+		if w.update(pod) { // its labels and annotations, images and ephemeral containers may change
+			w.kick()
+		}
 		return nil
 	}
 	if a.deleted.has(uid) { // its deletion was carried out: a late bind (a stale read) starts nothing
