@@ -39,7 +39,9 @@ type NodeStore interface {
 	RegisterNode(ctx context.Context, node *corev1.Node) error
 	// UpdateNodeStatus replaces the status of the named node.
 	UpdateNodeStatus(ctx context.Context, name string, status *corev1.NodeStatus) error
-	// ListNodePods lists the pods whose spec.nodeName is node.
+	// ListNodePods lists the pods whose spec.nodeName is node. Of their
+	// status it may leave out all but the phase, conditions and
+	// startTime, all the agent reads of it (see workerCopy).
 	ListNodePods(ctx context.Context, node string) ([]*corev1.Pod, error)
 	GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
 	GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
@@ -83,6 +85,18 @@ type PodRegistrar interface {
 // its nodes with one list instead of one per node.
 type PodLister interface {
 	ListPods(ctx context.Context) ([]*corev1.Pod, error)
+}
+
+// NodePodsLister is an optional NodeStore capability that sim.Cluster
+// prefers to PodLister: listing the pods of every node at once, each
+// node's pods decoded only when asked for (pods, safe for concurrent
+// use, each call a new decoding), so that a reconcile of thousands of
+// nodes holds the decoded pods of the nodes it is reconciling, not the
+// whole cluster's. The pods, as ListNodePods', may leave out of their
+// status all but its phase, conditions and startTime: an agent reads
+// nothing else of a listed pod's status.
+type NodePodsLister interface {
+	ListPodsByNode(ctx context.Context) (pods func(node string) ([]*corev1.Pod, error), err error)
 }
 
 // Agent is one node's kubelet: it registers and heartbeats its Node and

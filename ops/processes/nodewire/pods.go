@@ -212,6 +212,106 @@ func decodeWatchedMeta(b []byte, md *corev1.ObjectMeta) error {
 	})
 }
 
+// encodedNodeName is the spec.nodeName of the encoded pod b, as a
+// decode would set it (the last one, for a field repeated).
+func encodedNodeName(b []byte) (string, error) {
+	var node []byte
+	err := walkFields(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num != 2 || typ != protowire.BytesType { // spec
+			return nil
+		}
+		return walkFields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+			if num == 8 && typ == protowire.BytesType { // node_name
+				node = v
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return "", err
+	}
+	if !utf8.Valid(node) {
+		return "", vt.ErrInvalidUTF8
+	}
+	return string(node), nil
+}
+
+// listedStatus and listedSpec are the fields of a PodStatus and a PodSpec
+// decodeListedPod keeps: of the status its phase (1), conditions (2) and
+// start_time (9); of the spec all but the scheduling fields no node reads
+// (affinity 14, tolerations 16, topology_spread_constraints 21,
+// scheduling_gates 22), which the agent's own copy leaves out as well.
+func listedStatus(num protowire.Number) bool { return num == 1 || num == 2 || num == 9 }
+
+func listedSpec(num protowire.Number) bool { return num != 14 && num != 16 && num != 21 && num != 22 }
+
+// decodeListedPod decodes kv's pod into p as objects.Decode does, but for
+// what the node agent never reads of a listed pod (see
+// nodeagent.NodeStore.ListNodePods): of its status all but the phase,
+// conditions and startTime, of its spec the scheduling fields
+// (listedStatus, listedSpec). It encodes the pod so trimmed into buf,
+// which it returns for the next call to reuse.
+func decodeListedPod(kv *raftstore.KV, p *corev1.Pod, buf []byte) ([]byte, error) {
+	buf = buf[:0]
+	err := walkRaw(kv.Value, func(num protowire.Number, field []byte) error {
+		_, typ, n := protowire.ConsumeTag(field)
+		var keep func(protowire.Number) bool
+		switch {
+		case typ != protowire.BytesType:
+		case num == 2:
+			keep = listedSpec
+		case num == 3:
+			keep = listedStatus
+		}
+		if keep == nil {
+			buf = append(buf, field...)
+			return nil
+		}
+		v, _ := protowire.ConsumeBytes(field[n:])
+		size := 0
+		if err := walkRaw(v, func(num protowire.Number, f []byte) error {
+			if keep(num) {
+				size += len(f)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		buf = protowire.AppendTag(buf, num, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(size))
+		return walkRaw(v, func(num protowire.Number, f []byte) error {
+			if keep(num) {
+				buf = append(buf, f...)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return buf, fmt.Errorf("objects: decode %q: %w", kv.Key, err)
+	}
+	return buf, objects.Decode(&raftstore.KV{Key: kv.Key, Value: buf, ModRevision: kv.ModRevision}, p)
+}
+
+// walkRaw calls f with the number and the whole encoding (tag and value)
+// of each field of the encoded message b.
+func walkRaw(b []byte, f func(num protowire.Number, field []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		if err := f(num, b[:n+m]); err != nil {
+			return err
+		}
+		b = b[n+m:]
+	}
+	return nil
+}
+
 // walkFields calls f with each field of the encoded message b: its
 // number, wire type and value (a length-delimited field's content; a
 // varint's encoding).
