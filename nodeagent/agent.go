@@ -58,7 +58,9 @@ type NodeGetter interface {
 
 // NodeLister is an optional NodeStore capability: listing every node at
 // once, possibly a little stale. sim.Cluster uses it, when its store has
-// it, to heartbeat all its nodes after one list (HeartbeatNode).
+// it, to heartbeat all its nodes after one list (HeartbeatNode). Of each
+// node it may hold only the name, resourceVersion and status: all a
+// heartbeat reads.
 type NodeLister interface {
 	ListNodes(ctx context.Context) ([]*corev1.Node, error)
 }

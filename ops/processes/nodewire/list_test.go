@@ -2,6 +2,7 @@ package nodewire_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -82,5 +83,36 @@ func TestListPodsByNode(t *testing.T) {
 		if !equal(listed, want(node)) {
 			t.Errorf("ListNodePods(%q) = %v, want %v", node, listed, want(node))
 		}
+	}
+}
+
+// TestListNodes: ListNodes lists every node with its name,
+// resourceVersion and status as stored, and nothing else.
+func TestListNodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st := objects.FromKV(objectstest.New())
+	s := nodewire.NewStore(st)
+	var want []*corev1.Node
+	for _, name := range []string{"node-a", "node-b"} {
+		n := &corev1.Node{
+			Metadata: &corev1.ObjectMeta{Name: name, Uid: "uid-" + name, Labels: map[string]string{"kubernetes.io/hostname": name}},
+			Spec:     &corev1.NodeSpec{PodCidr: "10.244.1.0/24", Taints: []*corev1.Taint{{Key: "k", Effect: "NoSchedule"}}},
+			Status: &corev1.NodeStatus{Capacity: map[string]string{"cpu": "8", "example.com/gpu": "2"}, Allocatable: map[string]string{"cpu": "8"},
+				Conditions: []*corev1.NodeCondition{{Type: "Ready", Status: "True", Reason: "KubeletReady"}},
+				Addresses:  []*corev1.NodeAddress{{Type: "InternalIP", Address: "172.16.0.1"}}},
+		}
+		rev, err := st.Create(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, &corev1.Node{Metadata: &corev1.ObjectMeta{Name: name, ResourceVersion: fmt.Sprint(rev)}, Status: n.Status})
+	}
+	got, err := s.ListNodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(got, want, func(x, y *corev1.Node) bool { return proto.Equal(x, y) }) {
+		t.Errorf("ListNodes = %v, want %v", got, want)
 	}
 }

@@ -249,21 +249,35 @@ func listedSpec(num protowire.Number) bool { return num != 14 && num != 16 && nu
 // what the node agent never reads of a listed pod (see
 // nodeagent.NodeStore.ListNodePods): of its status all but the phase,
 // conditions and startTime, of its spec the scheduling fields
-// (listedStatus, listedSpec). It encodes the pod so trimmed into buf,
-// which it returns for the next call to reuse.
+// (listedStatus, listedSpec). It returns buf for the next call to reuse
+// (see decodeTrimmed).
 func decodeListedPod(kv *raftstore.KV, p *corev1.Pod, buf []byte) ([]byte, error) {
+	return decodeTrimmed(kv, p, buf, func(num protowire.Number) (keep func(protowire.Number) bool, drop bool) {
+		switch num {
+		case 2:
+			return listedSpec, false
+		case 3:
+			return listedStatus, false
+		}
+		return nil, false
+	})
+}
+
+// decodeTrimmed decodes kv's object into obj as objects.Decode does, with
+// the top-level fields trimmed as trim says for each field number: drop
+// leaves the field out, keep (a message field) keeps of it only the
+// fields it is true for, neither keeps it whole. It encodes the object so
+// trimmed into buf, which it returns for the next call to reuse (the
+// decoded object holds copies).
+func decodeTrimmed(kv *raftstore.KV, obj objects.Object, buf []byte, trim func(num protowire.Number) (keep func(protowire.Number) bool, drop bool)) ([]byte, error) {
 	buf = buf[:0]
 	err := walkRaw(kv.Value, func(num protowire.Number, field []byte) error {
 		_, typ, n := protowire.ConsumeTag(field)
-		var keep func(protowire.Number) bool
+		keep, drop := trim(num)
 		switch {
-		case typ != protowire.BytesType:
-		case num == 2:
-			keep = listedSpec
-		case num == 3:
-			keep = listedStatus
-		}
-		if keep == nil {
+		case drop:
+			return nil
+		case keep == nil || typ != protowire.BytesType:
 			buf = append(buf, field...)
 			return nil
 		}
@@ -289,7 +303,23 @@ func decodeListedPod(kv *raftstore.KV, p *corev1.Pod, buf []byte) ([]byte, error
 	if err != nil {
 		return buf, fmt.Errorf("objects: decode %q: %w", kv.Key, err)
 	}
-	return buf, objects.Decode(&raftstore.KV{Key: kv.Key, Value: buf, ModRevision: kv.ModRevision}, p)
+	return buf, objects.Decode(&raftstore.KV{Key: kv.Key, Value: buf, ModRevision: kv.ModRevision}, obj)
+}
+
+// decodeListedNode decodes kv's node into n as objects.Decode does, but
+// only its name and status (and resourceVersion): what a heartbeat reads
+// of a listed node (see nodeagent.NodeLister). It returns buf for the
+// next call to reuse (see decodeTrimmed).
+func decodeListedNode(kv *raftstore.KV, n *corev1.Node, buf []byte) ([]byte, error) {
+	return decodeTrimmed(kv, n, buf, func(num protowire.Number) (keep func(protowire.Number) bool, drop bool) {
+		switch num {
+		case 1: // metadata: the name (1)
+			return func(num protowire.Number) bool { return num == 1 }, false
+		case 2: // spec
+			return nil, true
+		}
+		return nil, false
+	})
 }
 
 // walkRaw calls f with the number and the whole encoding (tag and value)

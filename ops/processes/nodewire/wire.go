@@ -281,10 +281,24 @@ func (s *Store) GetNode(ctx context.Context, name string) (*corev1.Node, error) 
 
 // ListNodes implements nodeagent.NodeLister with a stale read from a
 // replica that has applied the latest Lease renewal of this Store's
-// nodes (see GetNode).
+// nodes (see GetNode). Each node holds only its name, resourceVersion and
+// status, what a heartbeat reads of it (decodeListedNode): a simulated
+// cluster lists its thousands of nodes every heartbeat interval.
 func (s *Store) ListNodes(ctx context.Context) ([]*corev1.Node, error) {
-	nodes, _, err := objects.List[*corev1.Node](ctx, s.s, "", raftstore.Stale(), raftstore.MinRevision(s.leases.rev("")))
-	return nodes, err
+	kvs, _, err := s.s.KV().List(ctx, objects.Nodes.Prefix(""), raftstore.Stale(), raftstore.MinRevision(s.leases.rev("")))
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", objects.Nodes.Resource, err)
+	}
+	nodes := make([]*corev1.Node, 0, len(kvs))
+	var buf []byte
+	for _, kv := range kvs {
+		n := &corev1.Node{}
+		if buf, err = decodeListedNode(kv, n, buf); err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
 }
 
 var _ nodeagent.PodLister = (*Store)(nil)
