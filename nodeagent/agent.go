@@ -264,6 +264,26 @@ func (a *Agent) Stop() {
 // reconcile's pod, most often: see worker.update). A pod being deleted
 // (deletionTimestamp set) is handed to HandlePodDelete.
 func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
+	return a.handlePodBound(ctx, pod, false)
+}
+
+// TakePodBound is HandlePodBound of a pod the caller hands over, one it
+// decoded for it: a new worker keeps the pod's own parts, and modifies
+// them, instead of copying them (workerTake). The caller must neither
+// use nor modify pod afterwards.
+func (a *Agent) TakePodBound(ctx context.Context, pod *corev1.Pod) error {
+	return a.handlePodBound(ctx, pod, true)
+}
+
+// PodTaker is what takes a pod bound to a node over from its caller (see
+// Agent.TakePodBound): an Agent, a sim.Cluster.
+type PodTaker interface {
+	TakePodBound(ctx context.Context, pod *corev1.Pod) error
+}
+
+var _ PodTaker = (*Agent)(nil)
+
+func (a *Agent) handlePodBound(ctx context.Context, pod *corev1.Pod, take bool) error {
 	if pod.GetSpec().GetNodeName() != a.cfg.NodeName {
 		return fmt.Errorf("pod %q on node %q: %w", podKey(pod), pod.GetSpec().GetNodeName(), ErrWrongNode)
 	}
@@ -288,7 +308,7 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 	if isTerminalPhase(pod.GetStatus().GetPhase()) {
 		return nil // finished before an agent restart: not run again
 	}
-	a.startWorkerLocked(pod, nil)
+	a.startWorkerLocked(pod, nil, take)
 	return nil
 }
 
@@ -316,7 +336,7 @@ func (a *Agent) HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace time
 		// No worker (never bound here, or left by an earlier agent): a
 		// worker still owns the teardown so that the outcome is reported.
 		// It starts with the delete queued, so it creates nothing first.
-		a.startWorkerLocked(pod, &grace)
+		a.startWorkerLocked(pod, &grace, false)
 		a.mu.Unlock()
 		return nil
 	}
@@ -608,10 +628,14 @@ func KeepAdvertised(next, old *corev1.NodeStatus) {
 }
 
 // startWorkerLocked starts the pod's worker, with a delete queued when grace
-// is not nil.
-func (a *Agent) startWorkerLocked(pod *corev1.Pod, grace *time.Duration) {
+// is not nil; take: on pod's own parts (workerTake), else on a copy.
+func (a *Agent) startWorkerLocked(pod *corev1.Pod, grace *time.Duration, take bool) {
 	uid := pod.GetMetadata().GetUid()
-	w := newWorker(a.deps, workerCopy(pod), a.recovered[uid])
+	own := workerCopy
+	if take {
+		own = workerTake
+	}
+	w := newWorker(a.deps, own(pod), a.recovered[uid])
 	a.starts++
 	w.gen = a.starts
 	if grace != nil {

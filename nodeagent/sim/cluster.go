@@ -452,6 +452,18 @@ func (c *Cluster) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 	return a.HandlePodBound(ctx, pod)
 }
 
+var _ nodeagent.PodTaker = (*Cluster)(nil)
+
+// TakePodBound hands pod over to the agent of its spec.nodeName (see
+// nodeagent.Agent.TakePodBound).
+func (c *Cluster) TakePodBound(ctx context.Context, pod *corev1.Pod) error {
+	a, ok := c.agents[pod.GetSpec().GetNodeName()]
+	if !ok {
+		return fmt.Errorf("sim: pod %q: %w", pod.GetMetadata().GetName(), nodeagent.ErrWrongNode)
+	}
+	return a.TakePodBound(ctx, pod)
+}
+
 // HandlePodDelete hands a deletion to the agent of the pod's node.
 func (c *Cluster) HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
 	a, ok := c.agents[pod.GetSpec().GetNodeName()]

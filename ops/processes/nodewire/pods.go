@@ -87,7 +87,7 @@ func (w *PodWatch) onUpdate(old, pod *corev1.Pod) {
 	case errors.Is(err, raftstore.ErrNotFound) || (err == nil && full.GetMetadata().GetUid() != md.GetUid()):
 		return // deleted since: PodDeleteRequested owns that
 	case err == nil:
-		err = w.a.HandlePodBound(w.ctx, full)
+		err = bound(w.ctx, w.a, full)
 	}
 	if err != nil && !errors.Is(err, nodeagent.ErrStopped) && w.ctx.Err() == nil {
 		w.log.Warn("hand a pod update to the agent", "pod", md.GetNamespace()+"/"+md.GetName(), "err", err)

@@ -385,7 +385,8 @@ type Agent interface {
 // Handler returns the bus handler of the node agent's inputs. PodScheduled
 // reads the pod from the store and hands it to HandlePodBound (a pod gone
 // or rebound meanwhile is ignored); PodDeleteRequested hands the pod to
-// HandlePodDelete with its grace period, one spec second being specSecond.
+// HandlePodDelete with its grace period, one spec second being specSecond;
+// an agent that takes pods (nodeagent.PodTaker) is handed the pod over.
 // Both are idempotent, so a redelivery is harmless.
 //
 // A PodScheduled of a fresh bind (its revision set) carries the pod as the
@@ -428,7 +429,7 @@ func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
 			case pod.GetMetadata().GetDeletionTimestamp() != nil: // being deleted: never started
 				err = a.HandlePodDelete(ctx, pod, -1)
 			default:
-				err = a.HandlePodBound(ctx, pod)
+				err = bound(ctx, a, pod)
 			}
 		case env.GetPodDeleteRequested() != nil:
 			if pod == nil { // the store forgot it: tear down what the node may hold
@@ -450,6 +451,15 @@ func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
 		}
 		return err
 	}
+}
+
+// bound hands a the pod the caller decoded for it: over (TakePodBound)
+// when a takes pods, so that the agent keeps it instead of a copy.
+func bound(ctx context.Context, a Agent, pod *corev1.Pod) error {
+	if t, ok := a.(nodeagent.PodTaker); ok {
+		return t.TakePodBound(ctx, pod)
+	}
+	return a.HandlePodBound(ctx, pod)
 }
 
 // staleReadTimeout bounds boundCopy's read.
