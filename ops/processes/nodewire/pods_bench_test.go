@@ -1,8 +1,10 @@
 package nodewire
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/objects/objectstest"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -185,4 +188,36 @@ func BenchmarkListedNodeDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkCachedConfigMapRead: what a read of kube-root-ca.crt from the
+// object cache allocates, as GetConfigMap (a copy of the caller's own)
+// and as GetSharedConfigMap (the cache's own).
+func BenchmarkCachedConfigMapRead(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := objects.FromKV(objectstest.New())
+	cm := &corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "bench", Name: "kube-root-ca.crt", Uid: "0b7e4d6c-1f2a-4c3b-9d8e-000000000001",
+		CreationTimestamp: timestamppb.New(time.Unix(1_800_000_000, 0)), Annotations: map[string]string{"kubernetes.io/description": "Contains a CA bundle"}},
+		Data: map[string]string{"ca.crt": strings.Repeat("c", 1100)}}
+	if _, err := st.Create(ctx, cm); err != nil {
+		b.Fatal(err)
+	}
+	s := NewStore(st).WithObjectCache(ctx)
+	s.RegisterPod(&corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "bench", Name: "p", Uid: "p"},
+		Spec: &corev1.PodSpec{Volumes: []*corev1.Volume{{Name: "v", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+			{ConfigMap: &corev1.ConfigMapProjection{Name: "kube-root-ca.crt"}}}}}}}})
+	for _, bb := range []struct {
+		name string
+		get  func(context.Context, string, string) (*corev1.ConfigMap, error)
+	}{{"copy", s.GetConfigMap}, {"shared", s.GetSharedConfigMap}} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bb.get(ctx, "bench", "kube-root-ca.crt"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -165,9 +165,9 @@ func (s *Store) UnregisterPod(uid string) {
 }
 
 // cached is the object of kind k, ns/name, from the cache when a
-// registered pod references it (a copy of the caller's own); ok is false
-// otherwise.
-func cached[T objects.Object](ctx context.Context, s *Store, k objects.Kind, ns, name string, newT func() T) (T, bool, error) {
+// registered pod references it (a copy of the caller's own, or with
+// shared the cache's own, read-only); ok is false otherwise.
+func cached[T objects.Object](ctx context.Context, s *Store, k objects.Kind, ns, name string, newT func() T, shared bool) (T, bool, error) {
 	var zero T
 	if s.cache == nil {
 		return zero, false, nil
@@ -179,7 +179,7 @@ func cached[T objects.Object](ctx context.Context, s *Store, k objects.Kind, ns,
 	case err != nil:
 		return zero, true, err
 	}
-	obj, found, err := object(it, newT)
+	obj, found, err := object(it, newT, shared)
 	switch {
 	case err != nil:
 		return zero, true, err
@@ -359,7 +359,21 @@ func (s *Store) ListPodsByNode(ctx context.Context) (func(node string) ([]*corev
 
 // GetConfigMap implements nodeagent.NodeStore.
 func (s *Store) GetConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
-	if cm, ok, err := cached(ctx, s, objects.ConfigMaps, ns, name, func() *corev1.ConfigMap { return &corev1.ConfigMap{} }); ok {
+	return s.getConfigMap(ctx, ns, name, false)
+}
+
+var _ nodeagent.SharedConfigMapGetter = (*Store)(nil)
+
+// GetSharedConfigMap implements nodeagent.SharedConfigMapGetter: a
+// ConfigMap a registered pod references is the cache's decoded copy
+// itself, not a copy of it (~600 bytes for kube-root-ca.crt's metadata
+// and data map, at each pod's start and volume re-sync).
+func (s *Store) GetSharedConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	return s.getConfigMap(ctx, ns, name, true)
+}
+
+func (s *Store) getConfigMap(ctx context.Context, ns, name string, shared bool) (*corev1.ConfigMap, error) {
+	if cm, ok, err := cached(ctx, s, objects.ConfigMaps, ns, name, func() *corev1.ConfigMap { return &corev1.ConfigMap{} }, shared); ok {
 		return cm, err
 	}
 	cm, err := objects.Get[*corev1.ConfigMap](ctx, s.s, ns, name)
@@ -368,7 +382,7 @@ func (s *Store) GetConfigMap(ctx context.Context, ns, name string) (*corev1.Conf
 
 // GetSecret implements nodeagent.NodeStore.
 func (s *Store) GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
-	if sec, ok, err := cached(ctx, s, objects.Secrets, ns, name, func() *corev1.Secret { return &corev1.Secret{} }); ok {
+	if sec, ok, err := cached(ctx, s, objects.Secrets, ns, name, func() *corev1.Secret { return &corev1.Secret{} }, false); ok {
 		return sec, err
 	}
 	sec, err := objects.Get[*corev1.Secret](ctx, s.s, ns, name)
