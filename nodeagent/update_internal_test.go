@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // TestUpdateReplacesPending: a pod update the worker has not taken yet is
@@ -127,6 +128,18 @@ func TestUpdateQueuedOnlyForAChange(t *testing.T) {
 		{"a label changed", nil, func(p *corev1.Pod) { p.Metadata.Labels["v"] = "2" }, true},
 		{"a label added", nil, func(p *corev1.Pod) { p.Metadata.Labels["w"] = "1" }, true},
 		{"an annotation added", nil, func(p *corev1.Pod) { p.Metadata.Annotations = map[string]string{"a": "1"} }, true},
+		{"the status seq set", nil, func(p *corev1.Pod) { p.Metadata.Annotations = map[string]string{podrules.AnnotationStatusSeq: "7"} }, false},
+		{"the status seq and an annotation set", nil, func(p *corev1.Pod) {
+			p.Metadata.Annotations = map[string]string{podrules.AnnotationStatusSeq: "7", "a": "1"}
+		}, true},
+		{"the status seq changed", func(w *worker) {
+			w.pod.Metadata.Annotations = map[string]string{podrules.AnnotationStatusSeq: "6", "a": "1"}
+		}, func(p *corev1.Pod) {
+			p.Metadata.Annotations = map[string]string{podrules.AnnotationStatusSeq: "7", "a": "1"}
+		}, false},
+		{"the status seq gone, an annotation with it", func(w *worker) {
+			w.pod.Metadata.Annotations = map[string]string{podrules.AnnotationStatusSeq: "6", "a": "1"}
+		}, nil, true},
 		{"an image changed", nil, func(p *corev1.Pod) { p.Spec.Containers[0].Image = "img:1" }, true},
 		{"an image left out", nil, func(p *corev1.Pod) { p.Spec.Containers[0].Image = "" }, false},
 		{"an unknown container's image", nil, func(p *corev1.Pod) {

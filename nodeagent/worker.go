@@ -275,7 +275,7 @@ func (w *worker) update(pod *corev1.Pod) bool {
 // the step applies its updates (applyUpdate).
 func (w *worker) changes(pod *corev1.Pod) bool {
 	if cur := w.pod.GetMetadata(); cur != nil && !(maps.Equal(cur.GetLabels(), pod.GetMetadata().GetLabels()) &&
-		maps.Equal(cur.GetAnnotations(), pod.GetMetadata().GetAnnotations())) {
+		sameAnnotations(cur.GetAnnotations(), pod.GetMetadata().GetAnnotations())) {
 		return true
 	}
 	spec := pod.GetSpec()
@@ -301,6 +301,30 @@ func (w *worker) changes(pod *corev1.Pod) bool {
 	}
 	cur := w.pod.GetSpec()
 	return cur == nil || cur.ActiveDeadlineSeconds == nil || *cur.ActiveDeadlineSeconds != *spec.ActiveDeadlineSeconds
+}
+
+// sameAnnotations reports whether a and b are equal but for
+// podrules.AnnotationStatusSeq: the status stage's record of the last
+// status report of the node's own it applied, written with every status
+// the node reports. A status write is no pod update for kubelet's pod
+// config (a reconcile, which reaches the status manager only); taken for
+// one, every pod's volumes were mounted again at every reconcile.
+func sameAnnotations(a, b map[string]string) bool {
+	n := 0
+	for k, v := range a {
+		if k == podrules.AnnotationStatusSeq {
+			continue
+		}
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+		n++
+	}
+	_, seq := b[podrules.AnnotationStatusSeq]
+	if seq {
+		n++
+	}
+	return n == len(b)
 }
 
 // applyUpdate takes the pending update, if any (onUpdate). It holds mail
