@@ -39,7 +39,9 @@ type NodeStore interface {
 	RegisterNode(ctx context.Context, node *corev1.Node) error
 	// UpdateNodeStatus replaces the status of the named node.
 	UpdateNodeStatus(ctx context.Context, name string, status *corev1.NodeStatus) error
-	// ListNodePods lists the pods whose spec.nodeName is node.
+	// ListNodePods lists the pods whose spec.nodeName is node. Of their
+	// status it may leave out all but the phase, conditions and
+	// startTime, all the agent reads of it (see workerCopy).
 	ListNodePods(ctx context.Context, node string) ([]*corev1.Pod, error)
 	GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
 	GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
@@ -56,7 +58,9 @@ type NodeGetter interface {
 
 // NodeLister is an optional NodeStore capability: listing every node at
 // once, possibly a little stale. sim.Cluster uses it, when its store has
-// it, to heartbeat all its nodes after one list (HeartbeatNode).
+// it, to heartbeat all its nodes after one list (HeartbeatNode). Of each
+// node it may hold only the name, resourceVersion and status: all a
+// heartbeat reads.
 type NodeLister interface {
 	ListNodes(ctx context.Context) ([]*corev1.Node, error)
 }
@@ -83,6 +87,18 @@ type PodRegistrar interface {
 // its nodes with one list instead of one per node.
 type PodLister interface {
 	ListPods(ctx context.Context) ([]*corev1.Pod, error)
+}
+
+// NodePodsLister is an optional NodeStore capability that sim.Cluster
+// prefers to PodLister: listing the pods of every node at once, each
+// node's pods decoded only when asked for (pods, safe for concurrent
+// use, each call a new decoding), so that a reconcile of thousands of
+// nodes holds the decoded pods of the nodes it is reconciling, not the
+// whole cluster's. The pods, as ListNodePods', may leave out of their
+// status all but its phase, conditions and startTime: an agent reads
+// nothing else of a listed pod's status.
+type NodePodsLister interface {
+	ListPodsByNode(ctx context.Context) (pods func(node string) ([]*corev1.Pod, error), err error)
 }
 
 // Agent is one node's kubelet: it registers and heartbeats its Node and
@@ -244,9 +260,30 @@ func (a *Agent) Stop() {
 // was deleted recently, or has finished (phase Succeeded or Failed) it
 // does nothing; when it has a worker, that worker gets the pod update
 // (its current labels and annotations, container images and ephemeral
-// containers: see podUpdate). A pod being deleted
+// containers: see podUpdate), unless it changes none of them (a
+// reconcile's pod, most often: see worker.update). A pod being deleted
 // (deletionTimestamp set) is handed to HandlePodDelete.
 func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
+	return a.handlePodBound(ctx, pod, false)
+}
+
+// TakePodBound is HandlePodBound of a pod the caller hands over, one it
+// decoded for it: a new worker keeps the pod's own parts, and modifies
+// them, instead of copying them (workerTake). The caller must neither
+// use nor modify pod afterwards.
+func (a *Agent) TakePodBound(ctx context.Context, pod *corev1.Pod) error {
+	return a.handlePodBound(ctx, pod, true)
+}
+
+// PodTaker is what takes a pod bound to a node over from its caller (see
+// Agent.TakePodBound): an Agent, a sim.Cluster.
+type PodTaker interface {
+	TakePodBound(ctx context.Context, pod *corev1.Pod) error
+}
+
+var _ PodTaker = (*Agent)(nil)
+
+func (a *Agent) handlePodBound(ctx context.Context, pod *corev1.Pod, take bool) error {
 	if pod.GetSpec().GetNodeName() != a.cfg.NodeName {
 		return fmt.Errorf("pod %q on node %q: %w", podKey(pod), pod.GetSpec().GetNodeName(), ErrWrongNode)
 	}
@@ -260,8 +297,9 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 		return ErrStopped
 	}
 	if w, ok := a.workers[uid]; ok {
-		w.update(pod) // its labels and annotations, images and ephemeral containers may change
-		w.kick()
+		if w.update(pod) { // its labels and annotations, images and ephemeral containers may change
+			w.kick()
+		}
 		return nil
 	}
 	if a.deleted.has(uid) { // its deletion was carried out: a late bind (a stale read) starts nothing
@@ -270,7 +308,7 @@ func (a *Agent) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 	if isTerminalPhase(pod.GetStatus().GetPhase()) {
 		return nil // finished before an agent restart: not run again
 	}
-	a.startWorkerLocked(pod, nil)
+	a.startWorkerLocked(pod, nil, take)
 	return nil
 }
 
@@ -298,7 +336,7 @@ func (a *Agent) HandlePodDelete(ctx context.Context, pod *corev1.Pod, grace time
 		// No worker (never bound here, or left by an earlier agent): a
 		// worker still owns the teardown so that the outcome is reported.
 		// It starts with the delete queued, so it creates nothing first.
-		a.startWorkerLocked(pod, &grace)
+		a.startWorkerLocked(pod, &grace, false)
 		a.mu.Unlock()
 		return nil
 	}
@@ -590,10 +628,14 @@ func KeepAdvertised(next, old *corev1.NodeStatus) {
 }
 
 // startWorkerLocked starts the pod's worker, with a delete queued when grace
-// is not nil.
-func (a *Agent) startWorkerLocked(pod *corev1.Pod, grace *time.Duration) {
+// is not nil; take: on pod's own parts (workerTake), else on a copy.
+func (a *Agent) startWorkerLocked(pod *corev1.Pod, grace *time.Duration, take bool) {
 	uid := pod.GetMetadata().GetUid()
-	w := newWorker(a.deps, workerCopy(pod), a.recovered[uid])
+	own := workerCopy
+	if take {
+		own = workerTake
+	}
+	w := newWorker(a.deps, own(pod), a.recovered[uid])
 	a.starts++
 	w.gen = a.starts
 	if grace != nil {

@@ -134,6 +134,31 @@ func TestInitContainersAndProbes(t *testing.T) {
 	}
 }
 
+// TestTakePodBound: a pod handed over runs as one handed a copy does,
+// and its worker holds the pod's own spec (trimmed of the scheduling
+// fields); a pod handed to HandlePodBound is copied and left as it was.
+func TestTakePodBound(t *testing.T) {
+	e := newEnv(t)
+	tolerate := func(p *corev1.Pod) {
+		p.Spec.Tolerations = []*corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: "Exists", Effect: "NoExecute"}}
+	}
+	taken, copied := newPod("taken", tolerate), newPod("copied", tolerate)
+	spec := taken.Spec
+	if err := e.agent.TakePodBound(e.ctx(), taken); err != nil {
+		t.Fatal(err)
+	}
+	e.bind(copied)
+	for _, p := range []*corev1.Pod{taken, copied} {
+		e.waitStatus(p.Metadata.Uid, "Running and Ready", runningReady)
+	}
+	if got := nodeagent.WorkerPod(e.agent, "uid-taken"); got.GetSpec() != spec || len(spec.Tolerations) != 0 {
+		t.Errorf("the taken pod's worker holds spec %p (tolerations %v), want the pod's own %p without", got.GetSpec(), got.GetSpec().GetTolerations(), spec)
+	}
+	if got := nodeagent.WorkerPod(e.agent, "uid-copied"); got.GetSpec() == copied.Spec || len(copied.Spec.Tolerations) != 1 {
+		t.Errorf("HandlePodBound's pod aliased or changed: tolerations %v", copied.Spec.Tolerations)
+	}
+}
+
 func TestDuplicateBoundIsNoop(t *testing.T) {
 	e := newEnv(t)
 	p := newPod("dup")

@@ -15,6 +15,7 @@ import (
 	"github.com/podflow/podflow/nodeagent/sim"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 	eventsv1 "github.com/podflow/podflow/proto/eventsv1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // readyCounter is a Publisher that only counts PodReady events, those
@@ -43,7 +44,14 @@ func (r *readyCounter) Publish(_ context.Context, env *eventsv1.Envelope) error 
 // HandlePodBound to PodReady on an instant simulated runtime (no delays, a
 // publisher that only counts): the kubelet's bookkeeping, status building and
 // envelope construction, per pod.
-func BenchmarkPodToReady(b *testing.B) {
+func BenchmarkPodToReady(b *testing.B) { benchPodToReady(b, false) }
+
+// BenchmarkPodToReadyTaken is BenchmarkPodToReady with each pod handed
+// over (TakePodBound), as the node agents' bus handler hands the pod it
+// decoded.
+func BenchmarkPodToReadyTaken(b *testing.B) { benchPodToReady(b, true) }
+
+func benchPodToReady(b *testing.B, take bool) {
 	rt, err := sim.New(sim.DefaultConfig("10.0.0.0/8"))
 	if err != nil {
 		b.Fatal(err)
@@ -64,8 +72,12 @@ func BenchmarkPodToReady(b *testing.B) {
 	b.ReportAllocs()
 	start := time.Now()
 	b.ResetTimer()
+	bound := a.HandlePodBound
+	if take {
+		bound = a.TakePodBound
+	}
 	for i := range b.N {
-		if err := a.HandlePodBound(ctx, newPod(fmt.Sprintf("p%d", i))); err != nil {
+		if err := bound(ctx, newPod(fmt.Sprintf("p%d", i))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -195,4 +207,72 @@ func stackInUse() int64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return int64(ms.StackInuse)
+}
+
+// BenchmarkReconcileRunning: what one reconcile costs an agent holding
+// 2,000 Running pods that the store lists unchanged but for their
+// status and the status stage's record of the report it applied
+// (podrules.AnnotationStatusSeq, another at each reconcile), what a
+// simulated cluster's reconcile hands every node each ResyncPeriod:
+// "bytes/pod" is what it allocates per pod, the steps it causes
+// included.
+func BenchmarkReconcileRunning(b *testing.B) {
+	const pods = 2000
+	ctx := context.Background()
+	rt, err := sim.New(sim.DefaultConfig("10.128.0.0/16"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Close()
+	pub := &readyCounter{}
+	pub.cond = sync.NewCond(&pub.mu)
+	a, err := nodeagent.New(nodeagent.DefaultConfig(node, "10.128.0.0/16"), rt, nodeagenttest.NewStore(), pub)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Stop()
+	if err := a.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	listed := make([]*corev1.Pod, pods)
+	for i := range pods {
+		p := newPod(fmt.Sprintf("p%d", i))
+		p.Metadata.Labels = map[string]string{"app": "bench"}
+		if err := a.HandlePodBound(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+		listed[i] = p
+	}
+	pub.mu.Lock()
+	for pub.ready < pods {
+		pub.cond.Wait()
+	}
+	pub.mu.Unlock()
+	nodeagent.WaitSteps(a)
+	// As the store lists them: with their reported status, and the
+	// status stage's record of the last report applied, another at each
+	// reconcile (as after a pod's first reports).
+	lists := [2][]*corev1.Pod{make([]*corev1.Pod, pods), make([]*corev1.Pod, pods)}
+	for i, p := range listed {
+		st, _ := a.PodStatus(p.GetMetadata().GetUid())
+		for j := range lists {
+			q := p.CloneVT()
+			q.Status = st
+			podrules.SetAppliedSeq(q, int64(j+1))
+			lists[j][i] = q
+		}
+	}
+	b.ReportAllocs()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	n := 0
+	for b.Loop() {
+		if err := a.ReconcilePods(ctx, a.ListMark(), lists[n%2]); err != nil {
+			b.Fatal(err)
+		}
+		nodeagent.WaitSteps(a)
+		n++
+	}
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(n*pods), "bytes/pod")
 }

@@ -66,6 +66,25 @@ func TestWorkerCopy(t *testing.T) {
 	runtime.KeepAlive(cb)
 }
 
+// TestWorkerTake: the worker's copy of a pod handed over is the copy
+// workerCopy makes, made of the pod's own parts.
+func TestWorkerTake(t *testing.T) {
+	a := copyPod("a")
+	want := workerCopy(copyPod("a"))
+	md, spec, cond := a.Metadata, a.Spec, a.Status.Conditions[0]
+	got := workerTake(a)
+	if !vt.Equal(got, want) {
+		t.Fatalf("taken\n%v\nwant\n%v", got, want)
+	}
+	if got.Metadata != md || got.Spec != spec || got.Status.Conditions[0] != cond {
+		t.Error("the taken pod's parts were copied")
+	}
+	if got.Spec.Volumes[0].Projected != want.Spec.Volumes[0].Projected {
+		t.Error("a taken pod's token volume sources are not shared with a copied one's")
+	}
+	runtime.KeepAlive(want)
+}
+
 // TestSharingForgets: a shared message no one holds any more is dropped
 // from the table once collected.
 func TestSharingForgets(t *testing.T) {

@@ -94,9 +94,14 @@ func (w *worker) projectedFiles(ctx context.Context, src *corev1.ProjectedVolume
 }
 
 // configMapData is the ConfigMap's data and binaryData; an optional one
-// that does not exist is empty.
+// that does not exist is empty. It reads the ConfigMap without a copy
+// when the store can (SharedConfigMapGetter): it only reads it.
 func (w *worker) configMapData(ctx context.Context, ns, name string, optional bool) (map[string][]byte, error) {
-	cm, err := w.d.volumes.GetConfigMap(ctx, ns, name)
+	get := w.d.volumes.GetConfigMap
+	if sg, ok := w.d.volumes.(SharedConfigMapGetter); ok {
+		get = sg.GetSharedConfigMap
+	}
+	cm, err := get(ctx, ns, name)
 	switch {
 	case errors.Is(err, ErrNotFound) && optional:
 		return nil, nil

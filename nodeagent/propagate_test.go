@@ -1,10 +1,13 @@
 package nodeagent_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/podflow/podflow/nodeagent"
+	"github.com/podflow/podflow/nodeagent/nodeagenttest"
 	corev1 "github.com/podflow/podflow/proto/corev1"
 )
 
@@ -163,4 +166,66 @@ func TestSharedConfigMapVersions(t *testing.T) {
 	want("hallo")
 	put("cm-2", "3", "hello") // updated back to the first version's data
 	want("hello")
+}
+
+// sharedReads is a store that reads ConfigMaps shared
+// (nodeagent.SharedConfigMapGetter) and counts the reads of each kind.
+type sharedReads struct {
+	*nodeagenttest.Store
+	mu             sync.Mutex
+	shared, copied int
+}
+
+func (s *sharedReads) GetSharedConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	s.mu.Lock()
+	s.shared++
+	s.mu.Unlock()
+	return s.Store.GetConfigMap(ctx, ns, name)
+}
+
+func (s *sharedReads) GetConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	s.mu.Lock()
+	s.copied++
+	s.mu.Unlock()
+	return s.Store.GetConfigMap(ctx, ns, name)
+}
+
+// TestVolumesReadConfigMapsShared: over a store that reads ConfigMaps
+// shared, the configMap and projected volumes read them that way, and
+// their files are the ConfigMaps'.
+func TestVolumesReadConfigMapsShared(t *testing.T) {
+	e := newEnv(t)
+	e.agent.Stop()
+	st := &sharedReads{Store: e.store}
+	a, err := nodeagent.New(fastConfig(), e.rt, st, e.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	if err := a.Start(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	e.agent = a
+	e.store.PutConfigMap(&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "app-config", Uid: "cm-uid", ResourceVersion: "1"},
+		Data: map[string]string{"greeting": "hello"}})
+	p := newPod("shared", func(p *corev1.Pod) {
+		p.Spec.Volumes = []*corev1.Volume{
+			{Name: "config", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "app-config"}},
+			{Name: "all", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+				{ConfigMap: &corev1.ConfigMapProjection{Name: "app-config"}}}}},
+		}
+	})
+	e.bind(p)
+	e.waitStatus(p.Metadata.Uid, "Running and Ready", runningReady)
+	for _, vol := range []string{"config", "all"} {
+		err := e.rt.WaitVolume(e.ctx(), p.Metadata.Uid, vol, func(files map[string][]byte, _ int) bool { return string(files["greeting"]) == "hello" })
+		if err != nil {
+			t.Fatalf("volume %q: %v", vol, err)
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.shared < 2 || st.copied != 0 {
+		t.Errorf("%d shared and %d copied ConfigMap reads for two volumes, want 2 or more shared, none copied", st.shared, st.copied)
+	}
 }

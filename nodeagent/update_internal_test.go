@@ -1,11 +1,13 @@
 package nodeagent
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "github.com/podflow/podflow/proto/corev1"
+	"github.com/podflow/podflow/proto/podrules"
 )
 
 // TestUpdateReplacesPending: a pod update the worker has not taken yet is
@@ -42,7 +44,7 @@ func TestUpdateReplacesPending(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w := &worker{}
+			w := labelled("none")
 			for _, p := range tc.given {
 				w.update(p)
 			}
@@ -67,7 +69,7 @@ func TestUpdateReplacesPending(t *testing.T) {
 // update after it stands alone (it keeps no ephemeral containers of the
 // one taken).
 func TestUpdateTakenOnce(t *testing.T) {
-	w := &worker{}
+	w := labelled("none")
 	if w.takeUpdate() != nil {
 		t.Fatal("an update pending on a new worker")
 	}
@@ -79,9 +81,121 @@ func TestUpdateTakenOnce(t *testing.T) {
 	if u := w.takeUpdate(); u != nil {
 		t.Fatalf("update pending after it was taken: %v", u)
 	}
-	w.update(&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p"}, Spec: &corev1.PodSpec{}})
+	w.update(&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", Labels: map[string]string{"v": "new"}}, Spec: &corev1.PodSpec{}})
 	if u := w.takeUpdate(); u == nil || len(u.ephs) != 0 {
 		t.Fatalf("second update = %v, want one without ephemeral containers", u)
+	}
+}
+
+// labelled is a worker of pod "p" with the label v=value, one app
+// container c of image img:0 and no update taken.
+func labelled(value string) *worker {
+	pod := &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", Labels: map[string]string{"v": value}},
+		Spec: &corev1.PodSpec{Containers: []*corev1.Container{{Name: "c", Image: "img:0"}}}}
+	w := &worker{pod: pod}
+	w.apps = []*ctr{{spec: pod.Spec.Containers[0]}}
+	return w
+}
+
+// takeUpdate returns the pending update and forgets it (nil: none).
+func (w *worker) takeUpdate() *podUpdate {
+	w.mail.Lock()
+	defer w.mail.Unlock()
+	u := w.next
+	w.next = nil
+	return u
+}
+
+// TestUpdateQueuedOnlyForAChange: with no update pending, a pod is queued
+// only when onUpdate would change something taking it (its labels or
+// annotations, a container's image, a new ephemeral container, its
+// activeDeadlineSeconds); once one is pending, every pod replaces it.
+func TestUpdateQueuedOnlyForAChange(t *testing.T) {
+	base := func() *corev1.Pod {
+		return &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", Labels: map[string]string{"v": "1"}, ResourceVersion: "9"},
+			Spec:   &corev1.PodSpec{Containers: []*corev1.Container{{Name: "c", Image: "img:0"}}},
+			Status: &corev1.PodStatus{Phase: "Running"}}
+	}
+	deadline := func(s int64) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Spec.ActiveDeadlineSeconds = &s } }
+	tests := []struct {
+		name   string
+		worker func(*worker)
+		edit   func(*corev1.Pod)
+		queued bool
+	}{
+		{"the same pod", nil, nil, false},
+		{"another status and resourceVersion", nil, func(p *corev1.Pod) { p.Status.Phase, p.Metadata.ResourceVersion = "Failed", "10" }, false},
+		{"a label changed", nil, func(p *corev1.Pod) { p.Metadata.Labels["v"] = "2" }, true},
+		{"a label added", nil, func(p *corev1.Pod) { p.Metadata.Labels["w"] = "1" }, true},
+		{"an annotation added", nil, func(p *corev1.Pod) { p.Metadata.Annotations = map[string]string{"a": "1"} }, true},
+		{"the status seq set", nil, func(p *corev1.Pod) { p.Metadata.Annotations = map[string]string{podrules.AnnotationStatusSeq: "7"} }, false},
+		{"the status seq and an annotation set", nil, func(p *corev1.Pod) {
+			p.Metadata.Annotations = map[string]string{podrules.AnnotationStatusSeq: "7", "a": "1"}
+		}, true},
+		{"the status seq changed", func(w *worker) {
+			w.pod.Metadata.Annotations = map[string]string{podrules.AnnotationStatusSeq: "6", "a": "1"}
+		}, func(p *corev1.Pod) {
+			p.Metadata.Annotations = map[string]string{podrules.AnnotationStatusSeq: "7", "a": "1"}
+		}, false},
+		{"the status seq gone, an annotation with it", func(w *worker) {
+			w.pod.Metadata.Annotations = map[string]string{podrules.AnnotationStatusSeq: "6", "a": "1"}
+		}, nil, true},
+		{"an image changed", nil, func(p *corev1.Pod) { p.Spec.Containers[0].Image = "img:1" }, true},
+		{"an image left out", nil, func(p *corev1.Pod) { p.Spec.Containers[0].Image = "" }, false},
+		{"an unknown container's image", nil, func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, &corev1.Container{Name: "x", Image: "img:1"})
+		}, false},
+		{"an ephemeral container added", nil, func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []*corev1.EphemeralContainer{{Name: "debug", Image: "busybox"}}
+		}, true},
+		{"a known ephemeral container", func(w *worker) {
+			w.onEphemeral([]*corev1.EphemeralContainer{{Name: "debug", Image: "busybox"}})
+		}, func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []*corev1.EphemeralContainer{{Name: "debug", Image: "busybox"}}
+		}, false},
+		{"a deadline set", nil, deadline(30), true},
+		{"the same deadline", func(w *worker) { w.onDeadline(i64(30)) }, deadline(30), false},
+		{"a lower deadline", func(w *worker) { w.onDeadline(i64(30)) }, deadline(20), true},
+		{"no deadline on a pod with one", func(w *worker) { w.onDeadline(i64(30)) }, nil, false},
+		{"the same pod with an update pending", func(w *worker) {
+			w.update(&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", Labels: map[string]string{"v": "3"}}, Spec: &corev1.PodSpec{}})
+		}, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := labelled("1")
+			if tc.worker != nil {
+				tc.worker(w)
+			}
+			p := base()
+			if tc.edit != nil {
+				tc.edit(p)
+			}
+			if got := w.update(p); got != tc.queued {
+				t.Errorf("update queued = %v, want %v", got, tc.queued)
+			}
+			u := w.takeUpdate()
+			if (u != nil) != tc.queued {
+				t.Fatalf("pending update = %v, want one: %v", u, tc.queued)
+			}
+			if u != nil && !maps.Equal(u.md.GetLabels(), p.GetMetadata().GetLabels()) {
+				t.Errorf("pending labels = %v, want the pod's %v", u.md.GetLabels(), p.GetMetadata().GetLabels())
+			}
+		})
+	}
+}
+
+// TestAppliedUpdateIsCompared: once the step took an update, a pod equal
+// to it changes nothing, one equal to the worker before it does.
+func TestAppliedUpdateIsCompared(t *testing.T) {
+	w := labelled("1")
+	w.update(&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", Labels: map[string]string{"v": "2"}}, Spec: &corev1.PodSpec{}})
+	w.applyUpdate()
+	if w.update(&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", Labels: map[string]string{"v": "2"}}, Spec: &corev1.PodSpec{}}) {
+		t.Error("the applied update's pod queued again")
+	}
+	if !w.update(&corev1.Pod{Metadata: &corev1.ObjectMeta{Name: "p", Labels: map[string]string{"v": "1"}}, Spec: &corev1.PodSpec{}}) {
+		t.Error("the pod as it was before the update not queued")
 	}
 }
 

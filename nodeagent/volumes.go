@@ -24,6 +24,16 @@ type volumeSource interface {
 	GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 }
 
+// SharedConfigMapGetter is an optional NodeStore capability: a ConfigMap
+// as GetConfigMap reads it, but possibly shared with other readers
+// instead of a copy of the caller's own, so read-only. A worker reads the
+// ConfigMaps its pod's volumes project this way when its store has it:
+// kube-root-ca.crt, which every pod with a token volume projects, at the
+// pod's start and at every volume re-sync.
+type SharedConfigMapGetter interface {
+	GetSharedConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+}
+
 // resolveVolumes reads the ConfigMaps and Secrets the pod's volumes refer
 // to and resolves the downwardAPI volumes' items.
 func (w *worker) resolveVolumes(ctx context.Context) ([]VolumeData, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -243,28 +244,99 @@ type podUpdate struct {
 	deadline *int64
 }
 
-// update hands the worker the store's current pod. An update the worker
+// update hands the worker the store's current pod and reports whether
+// it queued an update for the worker's next step. An update the worker
 // has not taken yet is replaced, but for its ephemeral containers when
 // pod has none: the list only grows, and an update without it (a stale
-// read) keeps the one pending.
-func (w *worker) update(pod *corev1.Pod) {
-	u := &podUpdate{md: vt.Clone(pod.GetMetadata()), images: imagesOf(pod), ephs: pod.GetSpec().GetEphemeralContainers(),
-		deadline: pod.GetSpec().ActiveDeadlineSeconds}
+// read) keeps the one pending. With none pending, a pod that changes
+// nothing onUpdate takes (changes) is not queued, as kubelet's pod config
+// hands its pod workers no update of a pod whose spec, labels and
+// annotations are unchanged: a reconcile hands every pod of the node
+// over every minute, most of them only their status changed.
+func (w *worker) update(pod *corev1.Pod) bool {
 	w.mail.Lock()
 	defer w.mail.Unlock()
+	if w.next == nil && !w.changes(pod) {
+		return false
+	}
+	u := &podUpdate{md: vt.Clone(pod.GetMetadata()), images: imagesOf(pod), ephs: pod.GetSpec().GetEphemeralContainers(),
+		deadline: pod.GetSpec().ActiveDeadlineSeconds}
 	if w.next != nil && len(u.ephs) == 0 {
 		u.ephs = w.next.ephs
 	}
 	w.next = u
+	return true
 }
 
-// takeUpdate returns the pending update and forgets it (nil: none).
-func (w *worker) takeUpdate() *podUpdate {
+// changes reports whether onUpdate would change anything taking pod:
+// its labels or annotations (onMeta), a container's image (onImages), an
+// ephemeral container not yet known (onEphemeral) or its
+// activeDeadlineSeconds (onDeadline). The caller holds mail, under which
+// the step applies its updates (applyUpdate).
+func (w *worker) changes(pod *corev1.Pod) bool {
+	if cur := w.pod.GetMetadata(); cur != nil && !(maps.Equal(cur.GetLabels(), pod.GetMetadata().GetLabels()) &&
+		sameAnnotations(cur.GetAnnotations(), pod.GetMetadata().GetAnnotations())) {
+		return true
+	}
+	spec := pod.GetSpec()
+	for _, cs := range []struct {
+		list []*corev1.Container
+		init bool
+	}{{spec.GetInitContainers(), true}, {spec.GetContainers(), false}} {
+		for _, c := range cs.list {
+			if img := c.GetImage(); img != "" {
+				if x := w.byName(c.GetName(), cs.init); x != nil && x.spec.GetImage() != img {
+					return true
+				}
+			}
+		}
+	}
+	for _, ec := range spec.GetEphemeralContainers() {
+		if w.ephByName(ec.GetName()) == nil {
+			return true
+		}
+	}
+	if spec == nil || spec.ActiveDeadlineSeconds == nil {
+		return false
+	}
+	cur := w.pod.GetSpec()
+	return cur == nil || cur.ActiveDeadlineSeconds == nil || *cur.ActiveDeadlineSeconds != *spec.ActiveDeadlineSeconds
+}
+
+// sameAnnotations reports whether a and b are equal but for
+// podrules.AnnotationStatusSeq: the status stage's record of the last
+// status report of the node's own it applied, written with every status
+// the node reports. A status write is no pod update for kubelet's pod
+// config (a reconcile, which reaches the status manager only); taken for
+// one, every pod's volumes were mounted again at every reconcile.
+func sameAnnotations(a, b map[string]string) bool {
+	n := 0
+	for k, v := range a {
+		if k == podrules.AnnotationStatusSeq {
+			continue
+		}
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+		n++
+	}
+	_, seq := b[podrules.AnnotationStatusSeq]
+	if seq {
+		n++
+	}
+	return n == len(b)
+}
+
+// applyUpdate takes the pending update, if any (onUpdate). It holds mail
+// while it does, so that update compares a pod with what the worker holds
+// before or after an update, never halfway (changes).
+func (w *worker) applyUpdate() {
 	w.mail.Lock()
 	defer w.mail.Unlock()
-	u := w.next
-	w.next = nil
-	return u
+	if u := w.next; u != nil {
+		w.next = nil
+		w.onUpdate(*u)
+	}
 }
 
 // queueDelete queues a delete with its grace and reports whether it was
@@ -344,9 +416,7 @@ func (w *worker) step() (finished bool) {
 		w.adopt(ctx)
 	}
 	w.takeExits(ctx)
-	if u := w.takeUpdate(); u != nil {
-		w.onUpdate(*u)
-	}
+	w.applyUpdate()
 	if grace, ok := w.takeDelete(); ok { // a pending delete wins over further progress
 		w.arm(time.Time{})
 		w.terminate(ctx, grace)

@@ -356,16 +356,32 @@ func (c *Cluster) Heartbeat(ctx context.Context) error {
 	})
 }
 
-// Reconcile reconciles every node. When the store is a nodeagent.PodLister
-// it lists the pods once for all nodes.
+// Reconcile reconciles every node. When the store is a
+// nodeagent.NodePodsLister or a nodeagent.PodLister it lists the pods
+// once for all nodes; the former's are decoded one node at a time, as
+// each node is reconciled.
 func (c *Cluster) Reconcile(ctx context.Context) error {
+	bl, lazy := c.store.(nodeagent.NodePodsLister)
 	l, ok := c.store.(nodeagent.PodLister)
-	if !ok {
+	if !lazy && !ok {
 		return c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error { return a.Reconcile(ctx) })
 	}
 	marks := make(map[string]nodeagent.ListMark, len(c.names))
 	for _, name := range c.names {
 		marks[name] = c.agents[name].ListMark()
+	}
+	if lazy {
+		podsOf, err := bl.ListPodsByNode(ctx)
+		if err != nil {
+			return fmt.Errorf("sim: list pods: %w", err)
+		}
+		return c.each(ctx, func(ctx context.Context, a *nodeagent.Agent) error {
+			pods, err := podsOf(a.NodeName())
+			if err != nil { // not one pod taken for gone
+				return err
+			}
+			return a.ReconcilePods(ctx, marks[a.NodeName()], pods)
+		})
 	}
 	pods, err := l.ListPods(ctx)
 	if err != nil {
@@ -434,6 +450,18 @@ func (c *Cluster) HandlePodBound(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("sim: pod %q: %w", pod.GetMetadata().GetName(), nodeagent.ErrWrongNode)
 	}
 	return a.HandlePodBound(ctx, pod)
+}
+
+var _ nodeagent.PodTaker = (*Cluster)(nil)
+
+// TakePodBound hands pod over to the agent of its spec.nodeName (see
+// nodeagent.Agent.TakePodBound).
+func (c *Cluster) TakePodBound(ctx context.Context, pod *corev1.Pod) error {
+	a, ok := c.agents[pod.GetSpec().GetNodeName()]
+	if !ok {
+		return fmt.Errorf("sim: pod %q: %w", pod.GetMetadata().GetName(), nodeagent.ErrWrongNode)
+	}
+	return a.TakePodBound(ctx, pod)
 }
 
 // HandlePodDelete hands a deletion to the agent of the pod's node.

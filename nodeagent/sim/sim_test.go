@@ -441,3 +441,102 @@ func waitStacks(t *testing.T, cond func(stacks string) bool) {
 		}
 	}
 }
+
+// byNodeStore is a store whose pods are listed by node
+// (nodeagent.NodePodsLister); the pods of its broken node cannot be
+// decoded.
+type byNodeStore struct {
+	*nodeagenttest.Store
+	broken string
+	lists  int
+}
+
+func (s *byNodeStore) ListPodsByNode(ctx context.Context) (func(string) ([]*corev1.Pod, error), error) {
+	s.lists++
+	pods, err := s.ListPods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return func(node string) ([]*corev1.Pod, error) {
+		if node == s.broken {
+			return nil, errors.New("undecodable pod")
+		}
+		var out []*corev1.Pod
+		for _, p := range pods {
+			if p.GetSpec().GetNodeName() == node {
+				out = append(out, p)
+			}
+		}
+		return out, nil
+	}, nil
+}
+
+// TestClusterReconcileByNode: over a nodeagent.NodePodsLister a
+// reconcile lists the pods once and hands each node its own: a pod gone
+// from the store is torn down, one still there is kept, and a node whose
+// pods cannot be decoded takes none of its pods for gone.
+func TestClusterReconcileByNode(t *testing.T) {
+	store := &byNodeStore{Store: nodeagenttest.NewStore(), broken: "sim-node-0002"}
+	pub := nodeagenttest.NewPublisher()
+	cfg := sim.DefaultClusterConfig(2)
+	cfg.Agent.ResyncPeriod = time.Hour // only the reconciles below
+	c, err := sim.NewCluster(cfg, store, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name, node string) *corev1.Pod {
+		p := &corev1.Pod{Metadata: &corev1.ObjectMeta{Name: name, Namespace: "default", Uid: "uid-" + name},
+			Spec: &corev1.PodSpec{NodeName: node, Containers: []*corev1.Container{{Name: "app", Image: "nginx"}}}}
+		store.PutPod(p)
+		if err := c.HandlePodBound(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pod("gone", "sim-node-0001")
+	pod("kept", "sim-node-0001")
+	pod("unread", "sim-node-0002")
+	err = pub.Wait(ctx, func(envs []*eventsv1.Envelope) bool { return len(ofTypes(envs, "PodReady")) == 3 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.DeletePod("uid-gone")
+	store.DeletePod("uid-unread")
+	lists := store.lists
+	if err := c.Reconcile(ctx); err == nil {
+		t.Error("reconcile of a node whose pods cannot be decoded: no error")
+	}
+	if store.lists != lists+1 {
+		t.Errorf("%d lists by node for one reconcile, want 1", store.lists-lists)
+	}
+	err = pub.Wait(ctx, func(envs []*eventsv1.Envelope) bool { return len(ofTypes(envs, "PodDeleted")) > 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, _ := c.Agent("sim-node-0001")
+	a2, _ := c.Agent("sim-node-0002")
+	if _, ok := a1.PodStatus("uid-gone"); ok {
+		t.Error("a pod gone from the store still has a worker")
+	}
+	if _, ok := a1.PodStatus("uid-kept"); !ok {
+		t.Error("a pod in the store lost its worker")
+	}
+	if _, ok := a2.PodStatus("uid-unread"); !ok {
+		t.Error("a pod of a node whose pods could not be decoded was taken for gone")
+	}
+}
+
+func ofTypes(envs []*eventsv1.Envelope, typ eventsv1.Type) (out []*eventsv1.Envelope) {
+	for _, e := range envs {
+		if e.Type() == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}

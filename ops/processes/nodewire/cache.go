@@ -54,22 +54,26 @@ func (it *cacheItem) set(kv *raftstore.KV) {
 	it.kv, it.obj = kv, nil
 }
 
-// object returns the item's object decoded into a new T, or found false
-// when it does not exist.
-func object[T objects.Object](it *cacheItem, newT func() T) (obj T, found bool, err error) {
+// object returns the item's object decoded, a copy of the caller's own
+// (a new T) unless shared, or found false when it does not exist. A
+// shared object is the item's own: read-only.
+func object[T objects.Object](it *cacheItem, newT func() T, shared bool) (obj T, found bool, err error) {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	if it.kv == nil {
 		return obj, false, nil
 	}
-	if dec, ok := it.obj.(T); ok {
-		return vt.Clone(dec), true, nil
+	dec, ok := it.obj.(T)
+	if !ok {
+		dec = newT()
+		if err := objects.Decode(it.kv, dec); err != nil {
+			return obj, true, err
+		}
+		it.obj = dec
 	}
-	dec := newT()
-	if err := objects.Decode(it.kv, dec); err != nil {
-		return obj, true, err
+	if shared {
+		return dec, true, nil
 	}
-	it.obj = dec
 	return vt.Clone(dec), true, nil
 }
 

@@ -109,11 +109,24 @@ func TestObjectCacheWatchesReferencedObjects(t *testing.T) {
 		t.Fatalf("read after a caller changed its copy: %v, %v; want the stored ConfigMap", again, err)
 	}
 
+	// A shared read is the cache's own object, the same for every reader,
+	// until the ConfigMap changes; the object a reader holds never does.
+	shared, err := store.GetSharedConfigMap(ctx, "default", "kube-root-ca.crt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := store.GetSharedConfigMap(ctx, "default", "kube-root-ca.crt"); err != nil || again != shared || shared.GetData()["ca.crt"] != "one" {
+		t.Fatalf("shared reads %p and %p (%v, %v), want one object of the stored ConfigMap", shared, again, again, err)
+	}
+
 	cm.Data["ca.crt"] = "two"
 	if _, err := objects.Mutate(ctx, real, "default", "kube-root-ca.crt", func(c *corev1.ConfigMap) error { c.Data = cm.Data; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	eventually("the cache follows an update", data("two"))
+	if again, err := store.GetSharedConfigMap(ctx, "default", "kube-root-ca.crt"); err != nil || again == shared || again.GetData()["ca.crt"] != "two" || shared.GetData()["ca.crt"] != "one" {
+		t.Errorf("shared read after an update: %v, %v (the earlier one now %v); want the new ConfigMap, the earlier unchanged", again, err, shared)
+	}
 	if _, err := real.Create(ctx, &corev1.Secret{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "later"}, Data: map[string][]byte{"k": []byte("v")}}); err != nil {
 		t.Fatal(err)
 	}

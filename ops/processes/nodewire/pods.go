@@ -87,7 +87,7 @@ func (w *PodWatch) onUpdate(old, pod *corev1.Pod) {
 	case errors.Is(err, raftstore.ErrNotFound) || (err == nil && full.GetMetadata().GetUid() != md.GetUid()):
 		return // deleted since: PodDeleteRequested owns that
 	case err == nil:
-		err = w.a.HandlePodBound(w.ctx, full)
+		err = bound(w.ctx, w.a, full)
 	}
 	if err != nil && !errors.Is(err, nodeagent.ErrStopped) && w.ctx.Err() == nil {
 		w.log.Warn("hand a pod update to the agent", "pod", md.GetNamespace()+"/"+md.GetName(), "err", err)
@@ -210,6 +210,136 @@ func decodeWatchedMeta(b []byte, md *corev1.ObjectMeta) error {
 		*dst = string(v)
 		return nil
 	})
+}
+
+// encodedNodeName is the spec.nodeName of the encoded pod b, as a
+// decode would set it (the last one, for a field repeated).
+func encodedNodeName(b []byte) (string, error) {
+	var node []byte
+	err := walkFields(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num != 2 || typ != protowire.BytesType { // spec
+			return nil
+		}
+		return walkFields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+			if num == 8 && typ == protowire.BytesType { // node_name
+				node = v
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return "", err
+	}
+	if !utf8.Valid(node) {
+		return "", vt.ErrInvalidUTF8
+	}
+	return string(node), nil
+}
+
+// listedStatus and listedSpec are the fields of a PodStatus and a PodSpec
+// decodeListedPod keeps: of the status its phase (1), conditions (2) and
+// start_time (9); of the spec all but the scheduling fields no node reads
+// (affinity 14, tolerations 16, topology_spread_constraints 21,
+// scheduling_gates 22), which the agent's own copy leaves out as well.
+func listedStatus(num protowire.Number) bool { return num == 1 || num == 2 || num == 9 }
+
+func listedSpec(num protowire.Number) bool { return num != 14 && num != 16 && num != 21 && num != 22 }
+
+// decodeListedPod decodes kv's pod into p as objects.Decode does, but for
+// what the node agent never reads of a listed pod (see
+// nodeagent.NodeStore.ListNodePods): of its status all but the phase,
+// conditions and startTime, of its spec the scheduling fields
+// (listedStatus, listedSpec). It returns buf for the next call to reuse
+// (see decodeTrimmed).
+func decodeListedPod(kv *raftstore.KV, p *corev1.Pod, buf []byte) ([]byte, error) {
+	return decodeTrimmed(kv, p, buf, func(num protowire.Number) (keep func(protowire.Number) bool, drop bool) {
+		switch num {
+		case 2:
+			return listedSpec, false
+		case 3:
+			return listedStatus, false
+		}
+		return nil, false
+	})
+}
+
+// decodeTrimmed decodes kv's object into obj as objects.Decode does, with
+// the top-level fields trimmed as trim says for each field number: drop
+// leaves the field out, keep (a message field) keeps of it only the
+// fields it is true for, neither keeps it whole. It encodes the object so
+// trimmed into buf, which it returns for the next call to reuse (the
+// decoded object holds copies).
+func decodeTrimmed(kv *raftstore.KV, obj objects.Object, buf []byte, trim func(num protowire.Number) (keep func(protowire.Number) bool, drop bool)) ([]byte, error) {
+	buf = buf[:0]
+	err := walkRaw(kv.Value, func(num protowire.Number, field []byte) error {
+		_, typ, n := protowire.ConsumeTag(field)
+		keep, drop := trim(num)
+		switch {
+		case drop:
+			return nil
+		case keep == nil || typ != protowire.BytesType:
+			buf = append(buf, field...)
+			return nil
+		}
+		v, _ := protowire.ConsumeBytes(field[n:])
+		size := 0
+		if err := walkRaw(v, func(num protowire.Number, f []byte) error {
+			if keep(num) {
+				size += len(f)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		buf = protowire.AppendTag(buf, num, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(size))
+		return walkRaw(v, func(num protowire.Number, f []byte) error {
+			if keep(num) {
+				buf = append(buf, f...)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return buf, fmt.Errorf("objects: decode %q: %w", kv.Key, err)
+	}
+	return buf, objects.Decode(&raftstore.KV{Key: kv.Key, Value: buf, ModRevision: kv.ModRevision}, obj)
+}
+
+// decodeListedNode decodes kv's node into n as objects.Decode does, but
+// only its name and status (and resourceVersion): what a heartbeat reads
+// of a listed node (see nodeagent.NodeLister). It returns buf for the
+// next call to reuse (see decodeTrimmed).
+func decodeListedNode(kv *raftstore.KV, n *corev1.Node, buf []byte) ([]byte, error) {
+	return decodeTrimmed(kv, n, buf, func(num protowire.Number) (keep func(protowire.Number) bool, drop bool) {
+		switch num {
+		case 1: // metadata: the name (1)
+			return func(num protowire.Number) bool { return num == 1 }, false
+		case 2: // spec
+			return nil, true
+		}
+		return nil, false
+	})
+}
+
+// walkRaw calls f with the number and the whole encoding (tag and value)
+// of each field of the encoded message b.
+func walkRaw(b []byte, f func(num protowire.Number, field []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		if err := f(num, b[:n+m]); err != nil {
+			return err
+		}
+		b = b[n+m:]
+	}
+	return nil
 }
 
 // walkFields calls f with each field of the encoded message b: its

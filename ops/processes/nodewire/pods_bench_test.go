@@ -1,8 +1,10 @@
 package nodewire
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/podflow/podflow/proto/vt"
 	"github.com/podflow/podflow/raftstore"
 	"github.com/podflow/podflow/services/objects"
+	"github.com/podflow/podflow/services/objects/objectstest"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -104,6 +107,114 @@ func BenchmarkPodWatchDecode(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := bb.dec(kv, &corev1.Pod{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkListedPodDecode: the CPU and allocation of decoding one
+// listed pod for a reconcile, as objects.Decode (every field) and as
+// decodeListedPod (of the status only what the agent reads, through a
+// reused buffer).
+func BenchmarkListedPodDecode(b *testing.B) {
+	v, err := vt.Marshal(benchPod(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	kv := &raftstore.KV{Key: "/pods/bench/bench-000001", Value: v, ModRevision: 1}
+	b.Run("full", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := objects.Decode(kv, &corev1.Pod{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("listed", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			if buf, err = decodeListedPod(kv, &corev1.Pod{}, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkListedNodeDecode: the CPU and allocation of decoding one
+// listed node for a heartbeat, as objects.Decode (every field) and as
+// decodeListedNode (name and status), for a simulated node as it
+// registers.
+func BenchmarkListedNodeDecode(b *testing.B) {
+	now := timestamppb.New(time.Unix(1_800_000_000, 0))
+	cond := func(typ, status, reason, msg string) *corev1.NodeCondition {
+		return &corev1.NodeCondition{Type: typ, Status: status, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	capacity := map[string]string{"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+	n := &corev1.Node{
+		Metadata: &corev1.ObjectMeta{Name: "sim-node-0001", Uid: "0b7e4d6c-1f2a-4c3b-9d8e-000000000001", CreationTimestamp: now,
+			Labels: map[string]string{"kubernetes.io/hostname": "sim-node-0001", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "sim"}},
+		Spec: &corev1.NodeSpec{PodCidr: "10.244.1.0/24", PodCidrs: []string{"10.244.1.0/24"}},
+		Status: &corev1.NodeStatus{Capacity: capacity, Allocatable: capacity,
+			Conditions: []*corev1.NodeCondition{
+				cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+				cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+				cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+				cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available")},
+			Addresses: []*corev1.NodeAddress{{Type: "InternalIP", Address: "172.16.0.1"}, {Type: "Hostname", Address: "sim-node-0001"}},
+			NodeInfo:  &corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "podflow", ContainerRuntimeVersion: "podflow://dev"}},
+	}
+	v, err := vt.Marshal(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kv := &raftstore.KV{Key: "/registry/minions/sim-node-0001", Value: v, ModRevision: 1}
+	b.Run("full", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := objects.Decode(kv, &corev1.Node{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("listed", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			if buf, err = decodeListedNode(kv, &corev1.Node{}, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkCachedConfigMapRead: what a read of kube-root-ca.crt from the
+// object cache allocates, as GetConfigMap (a copy of the caller's own)
+// and as GetSharedConfigMap (the cache's own).
+func BenchmarkCachedConfigMapRead(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := objects.FromKV(objectstest.New())
+	cm := &corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "bench", Name: "kube-root-ca.crt", Uid: "0b7e4d6c-1f2a-4c3b-9d8e-000000000001",
+		CreationTimestamp: timestamppb.New(time.Unix(1_800_000_000, 0)), Annotations: map[string]string{"kubernetes.io/description": "Contains a CA bundle"}},
+		Data: map[string]string{"ca.crt": strings.Repeat("c", 1100)}}
+	if _, err := st.Create(ctx, cm); err != nil {
+		b.Fatal(err)
+	}
+	s := NewStore(st).WithObjectCache(ctx)
+	s.RegisterPod(&corev1.Pod{Metadata: &corev1.ObjectMeta{Namespace: "bench", Name: "p", Uid: "p"},
+		Spec: &corev1.PodSpec{Volumes: []*corev1.Volume{{Name: "v", Projected: &corev1.ProjectedVolumeSource{Sources: []*corev1.VolumeProjection{
+			{ConfigMap: &corev1.ConfigMapProjection{Name: "kube-root-ca.crt"}}}}}}}})
+	for _, bb := range []struct {
+		name string
+		get  func(context.Context, string, string) (*corev1.ConfigMap, error)
+	}{{"copy", s.GetConfigMap}, {"shared", s.GetSharedConfigMap}} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bb.get(ctx, "bench", "kube-root-ca.crt"); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -165,9 +165,9 @@ func (s *Store) UnregisterPod(uid string) {
 }
 
 // cached is the object of kind k, ns/name, from the cache when a
-// registered pod references it (a copy of the caller's own); ok is false
-// otherwise.
-func cached[T objects.Object](ctx context.Context, s *Store, k objects.Kind, ns, name string, newT func() T) (T, bool, error) {
+// registered pod references it (a copy of the caller's own, or with
+// shared the cache's own, read-only); ok is false otherwise.
+func cached[T objects.Object](ctx context.Context, s *Store, k objects.Kind, ns, name string, newT func() T, shared bool) (T, bool, error) {
 	var zero T
 	if s.cache == nil {
 		return zero, false, nil
@@ -179,7 +179,7 @@ func cached[T objects.Object](ctx context.Context, s *Store, k objects.Kind, ns,
 	case err != nil:
 		return zero, true, err
 	}
-	obj, found, err := object(it, newT)
+	obj, found, err := object(it, newT, shared)
 	switch {
 	case err != nil:
 		return zero, true, err
@@ -281,10 +281,24 @@ func (s *Store) GetNode(ctx context.Context, name string) (*corev1.Node, error) 
 
 // ListNodes implements nodeagent.NodeLister with a stale read from a
 // replica that has applied the latest Lease renewal of this Store's
-// nodes (see GetNode).
+// nodes (see GetNode). Each node holds only its name, resourceVersion and
+// status, what a heartbeat reads of it (decodeListedNode): a simulated
+// cluster lists its thousands of nodes every heartbeat interval.
 func (s *Store) ListNodes(ctx context.Context) ([]*corev1.Node, error) {
-	nodes, _, err := objects.List[*corev1.Node](ctx, s.s, "", raftstore.Stale(), raftstore.MinRevision(s.leases.rev("")))
-	return nodes, err
+	kvs, _, err := s.s.KV().List(ctx, objects.Nodes.Prefix(""), raftstore.Stale(), raftstore.MinRevision(s.leases.rev("")))
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", objects.Nodes.Resource, err)
+	}
+	nodes := make([]*corev1.Node, 0, len(kvs))
+	var buf []byte
+	for _, kv := range kvs {
+		n := &corev1.Node{}
+		if buf, err = decodeListedNode(kv, n, buf); err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
 }
 
 var _ nodeagent.PodLister = (*Store)(nil)
@@ -295,25 +309,71 @@ func (s *Store) ListPods(ctx context.Context) ([]*corev1.Pod, error) {
 	return pods, err
 }
 
-// ListNodePods implements nodeagent.NodeStore. It lists every pod and keeps
-// the node's: the store has no index by node yet.
+// ListNodePods implements nodeagent.NodeStore. It lists every pod and
+// decodes the node's (the store has no index by node yet), of their
+// status only what the agent reads (see decodeListedPod).
 func (s *Store) ListNodePods(ctx context.Context, node string) ([]*corev1.Pod, error) {
-	pods, err := s.ListPods(ctx)
+	pods, err := s.ListPodsByNode(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := pods[:0]
-	for _, p := range pods {
-		if p.GetSpec().GetNodeName() == node {
-			out = append(out, p)
-		}
+	return pods(node)
+}
+
+var _ nodeagent.NodePodsLister = (*Store)(nil)
+
+// ListPodsByNode implements nodeagent.NodePodsLister: one list of the
+// store's pods, sorted by node on their encoding (spec.nodeName); pods
+// decodes a node's pods each time it is called, of their status only
+// what the agent reads (decodeListedPod). A full decode of every pod of
+// a 20,000-pod cluster at once, most of the status thrown away, made a
+// simulated cluster's reconcile hold ~100 MB of decoded pods at its peak.
+func (s *Store) ListPodsByNode(ctx context.Context) (func(node string) ([]*corev1.Pod, error), error) {
+	kvs, _, err := s.s.KV().List(ctx, objects.Pods.Prefix(""))
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", objects.Pods.Resource, err)
 	}
-	return out, nil
+	byNode := map[string][]*raftstore.KV{}
+	for _, kv := range kvs {
+		node, err := encodedNodeName(kv.Value)
+		if err != nil {
+			return nil, fmt.Errorf("objects: decode %q: %w", kv.Key, err)
+		}
+		byNode[node] = append(byNode[node], kv)
+	}
+	return func(node string) ([]*corev1.Pod, error) { // byNode is read-only from here on
+		kvs := byNode[node]
+		pods := make([]*corev1.Pod, 0, len(kvs))
+		var buf []byte
+		var err error
+		for _, kv := range kvs {
+			p := &corev1.Pod{}
+			if buf, err = decodeListedPod(kv, p, buf); err != nil {
+				return nil, err
+			}
+			pods = append(pods, p)
+		}
+		return pods, nil
+	}, nil
 }
 
 // GetConfigMap implements nodeagent.NodeStore.
 func (s *Store) GetConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
-	if cm, ok, err := cached(ctx, s, objects.ConfigMaps, ns, name, func() *corev1.ConfigMap { return &corev1.ConfigMap{} }); ok {
+	return s.getConfigMap(ctx, ns, name, false)
+}
+
+var _ nodeagent.SharedConfigMapGetter = (*Store)(nil)
+
+// GetSharedConfigMap implements nodeagent.SharedConfigMapGetter: a
+// ConfigMap a registered pod references is the cache's decoded copy
+// itself, not a copy of it (~600 bytes for kube-root-ca.crt's metadata
+// and data map, at each pod's start and volume re-sync).
+func (s *Store) GetSharedConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	return s.getConfigMap(ctx, ns, name, true)
+}
+
+func (s *Store) getConfigMap(ctx context.Context, ns, name string, shared bool) (*corev1.ConfigMap, error) {
+	if cm, ok, err := cached(ctx, s, objects.ConfigMaps, ns, name, func() *corev1.ConfigMap { return &corev1.ConfigMap{} }, shared); ok {
 		return cm, err
 	}
 	cm, err := objects.Get[*corev1.ConfigMap](ctx, s.s, ns, name)
@@ -322,7 +382,7 @@ func (s *Store) GetConfigMap(ctx context.Context, ns, name string) (*corev1.Conf
 
 // GetSecret implements nodeagent.NodeStore.
 func (s *Store) GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
-	if sec, ok, err := cached(ctx, s, objects.Secrets, ns, name, func() *corev1.Secret { return &corev1.Secret{} }); ok {
+	if sec, ok, err := cached(ctx, s, objects.Secrets, ns, name, func() *corev1.Secret { return &corev1.Secret{} }, false); ok {
 		return sec, err
 	}
 	sec, err := objects.Get[*corev1.Secret](ctx, s.s, ns, name)
@@ -339,7 +399,8 @@ type Agent interface {
 // Handler returns the bus handler of the node agent's inputs. PodScheduled
 // reads the pod from the store and hands it to HandlePodBound (a pod gone
 // or rebound meanwhile is ignored); PodDeleteRequested hands the pod to
-// HandlePodDelete with its grace period, one spec second being specSecond.
+// HandlePodDelete with its grace period, one spec second being specSecond;
+// an agent that takes pods (nodeagent.PodTaker) is handed the pod over.
 // Both are idempotent, so a redelivery is harmless.
 //
 // A PodScheduled of a fresh bind (its revision set) carries the pod as the
@@ -382,7 +443,7 @@ func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
 			case pod.GetMetadata().GetDeletionTimestamp() != nil: // being deleted: never started
 				err = a.HandlePodDelete(ctx, pod, -1)
 			default:
-				err = a.HandlePodBound(ctx, pod)
+				err = bound(ctx, a, pod)
 			}
 		case env.GetPodDeleteRequested() != nil:
 			if pod == nil { // the store forgot it: tear down what the node may hold
@@ -404,6 +465,15 @@ func Handler(s *objects.Store, a Agent, specSecond time.Duration) bus.Handler {
 		}
 		return err
 	}
+}
+
+// bound hands a the pod the caller decoded for it: over (TakePodBound)
+// when a takes pods, so that the agent keeps it instead of a copy.
+func bound(ctx context.Context, a Agent, pod *corev1.Pod) error {
+	if t, ok := a.(nodeagent.PodTaker); ok {
+		return t.TakePodBound(ctx, pod)
+	}
+	return a.HandlePodBound(ctx, pod)
 }
 
 // staleReadTimeout bounds boundCopy's read.
