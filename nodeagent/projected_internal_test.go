@@ -136,3 +136,46 @@ func TestProjectedVolumeMissingSources(t *testing.T) {
 		t.Errorf("err = %v, want both sources named as kubelet's aggregate: %s", err, want)
 	}
 }
+
+// A configMap or secret volume whose items name a key the object lacks
+// fails the mount with kubelet's words (its MakePayload) unless the
+// volume is optional, as upstream's "Should fail non-optional pod
+// creation due to the key in the configMap object does not exist"
+// expects; the keys it has are projected at their paths.
+func TestVolumeItemsMissingKey(t *testing.T) {
+	yes := true
+	cases := []struct {
+		name string
+		vol  *corev1.Volume
+		want string // "": mounts
+	}{
+		{"configmap key", &corev1.Volume{Name: "v", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "app",
+			Items: []*corev1.KeyToPath{{Key: "colour", Path: "c"}, {Key: "size", Path: "s"}}}}, "configmap references non-existent config key: size"},
+		{"secret key", &corev1.Volume{Name: "v", Secret: &corev1.SecretVolumeSource{SecretName: "creds",
+			Items: []*corev1.KeyToPath{{Key: "token", Path: "t"}}}}, "references non-existent secret key: token"},
+		{"optional configmap key", &corev1.Volume{Name: "v", ConfigMap: &corev1.ConfigMapVolumeSource{Name: "app", Optional: &yes,
+			Items: []*corev1.KeyToPath{{Key: "colour", Path: "c"}, {Key: "size", Path: "s"}}}}, ""},
+		{"optional secret key", &corev1.Volume{Name: "v", Secret: &corev1.SecretVolumeSource{SecretName: "creds", Optional: &yes,
+			Items: []*corev1.KeyToPath{{Key: "user", Path: "u"}, {Key: "token", Path: "t"}}}}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := projectedWorker(nil)
+			w.pod.Spec.Volumes = []*corev1.Volume{tc.vol}
+			vols, err := w.resolveVolumes(context.Background())
+			if tc.want != "" {
+				want := `MountVolume.SetUp failed for volume "v" : ` + tc.want
+				if err == nil || message(err) != want || CodeOf(err, "") != CodeMount {
+					t.Fatalf("err = %v, want %q (CodeMount)", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("err = %v, want the volume mounted", err)
+			}
+			if len(vols[0].Files) != 1 || (string(vols[0].Files["c"]) != "blue" && string(vols[0].Files["u"]) != "admin") {
+				t.Errorf("files %v, want only the key the object has", vols[0].Files)
+			}
+		})
+	}
+}

@@ -51,7 +51,9 @@ func (w *worker) resolveVolumes(ctx context.Context) ([]VolumeData, error) {
 				return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
 			}
 			if data != nil {
-				vd.Files = project(data, src.GetItems())
+				if vd.Files, err = project(data, src.GetItems(), src.GetOptional(), "configmap references non-existent config key: %s"); err != nil {
+					return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
+				}
 			}
 		case v.GetSecret() != nil:
 			src := v.GetSecret()
@@ -60,7 +62,9 @@ func (w *worker) resolveVolumes(ctx context.Context) ([]VolumeData, error) {
 				return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
 			}
 			if data != nil {
-				vd.Files = project(data, src.GetItems())
+				if vd.Files, err = project(data, src.GetItems(), src.GetOptional(), "references non-existent secret key: %s"); err != nil {
+					return nil, Errorf(CodeMount, "MountVolume.SetUp failed for volume %q : %w", v.GetName(), err)
+				}
 			}
 		case v.GetDownwardApi() != nil:
 			files, err := w.downwardAPIFiles(v.GetDownwardApi())
@@ -87,17 +91,26 @@ func (w *worker) resolveVolumes(ctx context.Context) ([]VolumeData, error) {
 	return out, nil
 }
 
-func project(data map[string][]byte, items []*corev1.KeyToPath) map[string][]byte {
+// project is kubelet's MakePayload of a configMap or secret volume: every
+// key, or with items each item's key at its path. A key the items name
+// that data lacks fails the mount with missingKey (kubelet's words)
+// unless the volume is optional.
+func project(data map[string][]byte, items []*corev1.KeyToPath, optional bool, missingKey string) (map[string][]byte, error) {
 	if len(items) == 0 {
-		return data
+		return data, nil
 	}
 	out := make(map[string][]byte, len(items))
 	for _, it := range items {
-		if d, ok := data[it.GetKey()]; ok {
-			out[it.GetPath()] = d
+		d, ok := data[it.GetKey()]
+		if !ok {
+			if optional {
+				continue
+			}
+			return nil, fmt.Errorf(missingKey, it.GetKey())
 		}
+		out[it.GetPath()] = d
 	}
-	return out
+	return out, nil
 }
 
 // downwardAPIFiles is kubelet's downwardapi.CollectData: each item's path
