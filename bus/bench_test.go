@@ -114,14 +114,7 @@ func BenchmarkStageThroughput(b *testing.B) {
 			rc := bus.DefaultRunnerConfig("bench")
 			rc.FilterSubjects = []string{bus.TypeFilter("PodPersisted")}
 			rc.AsyncAck = asyncAck
-			var n atomic.Int64
-			all := make(chan struct{})
-			target := int64(b.N)
-			rc.Observer = bus.ObserverFunc(func(o bus.Observation) {
-				if o.Outcome == bus.OutcomeAcked && n.Add(1) == target {
-					close(all)
-				}
-			})
+			acks := countAcks(b, &rc)
 			bustest.Provision(b, conn, rc.ConsumerSpec())
 			envs := podEvents(b.N)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -137,17 +130,7 @@ func BenchmarkStageThroughput(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			done := make(chan error, 1)
-			go func() { done <- r.Run(ctx) }()
-			select {
-			case <-all:
-			case <-time.After(2 * time.Minute):
-				b.Fatalf("only %d of %d acked", n.Load(), b.N)
-			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
-			b.StopTimer()
-			cancel()
-			<-done
+			acks.run(ctx, cancel, r, start)
 		})
 	}
 }
@@ -162,14 +145,7 @@ func BenchmarkStageHop(b *testing.B) {
 	conn := benchServer(b, false)
 	rc := bus.DefaultRunnerConfig("bench")
 	rc.FilterSubjects = []string{bus.TypeFilter("PodPersisted")}
-	var n atomic.Int64
-	all := make(chan struct{})
-	target := int64(b.N)
-	rc.Observer = bus.ObserverFunc(func(o bus.Observation) {
-		if o.Outcome == bus.OutcomeAcked && n.Add(1) == target {
-			close(all)
-		}
-	})
+	acks := countAcks(b, &rc)
 	bustest.Provision(b, conn, rc.ConsumerSpec())
 	envs := podEvents(b.N)
 	for _, e := range envs {
@@ -191,16 +167,40 @@ func BenchmarkStageHop(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
+	acks.run(ctx, cancel, r, time.Now())
+}
+
+// ackCounter counts a benchmark runner's acked deliveries (countAcks).
+type ackCounter struct {
+	b   *testing.B
+	n   atomic.Int64
+	all chan struct{} // closed at b.N acks
+}
+
+// countAcks makes rc's observer count acks towards b.N.
+func countAcks(b *testing.B, rc *bus.RunnerConfig) *ackCounter {
+	c := &ackCounter{b: b, all: make(chan struct{})}
+	target := int64(b.N)
+	rc.Observer = bus.ObserverFunc(func(o bus.Observation) {
+		if o.Outcome == bus.OutcomeAcked && c.n.Add(1) == target {
+			close(c.all)
+		}
+	})
+	return c
+}
+
+// run runs r until b.N deliveries are acked (at most 2 minutes), reports
+// msgs/s since start, then stops r (cancel) and waits for it.
+func (c *ackCounter) run(ctx context.Context, cancel context.CancelFunc, r *bus.Runner, start time.Time) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	select {
-	case <-all:
+	case <-c.all:
 	case <-time.After(2 * time.Minute):
-		b.Fatalf("only %d of %d acked", n.Load(), b.N)
+		c.b.Fatalf("only %d of %d acked", c.n.Load(), c.b.N)
 	}
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
-	b.StopTimer()
+	c.b.ReportMetric(float64(c.b.N)/time.Since(start).Seconds(), "msgs/s")
+	c.b.StopTimer()
 	cancel()
 	<-done
 }
