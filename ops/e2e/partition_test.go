@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,8 @@ func runChaosRun(t *testing.T, args []string, want ...string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, append([]string{"chaos", "--own"}, args...)...)
 	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
+	tmp := t.TempDir()
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	b, err := cmd.CombinedOutput()
 	out := string(b)
 	t.Log(out)
@@ -57,6 +59,7 @@ func runChaosRun(t *testing.T, args []string, want ...string) {
 		t.Fatal(err)
 	}
 	if err != nil || !strings.Contains(out, "0 violations") {
+		logCrashedTails(t, out)
 		t.Fatalf("chaos: %v", err)
 	}
 	for _, w := range append(want, chaosChecks...) {
@@ -88,4 +91,28 @@ func TestPartitionedNATSServer(t *testing.T) {
 		"isolate nats-", "(the leader) for 4s", "partition [nats-", "healed (events stream leader", "during the cut",
 		"bridge nats-", "NATS route bytes relayed per link: nats-1→nats-2",
 		"check: every NATS route connection runs through a relay (no direct route)")
+}
+
+// crashedLog matches the supervisor's line naming a process that exited
+// and its log file.
+var crashedLog = regexp.MustCompile(`exited with code \d+; restarting \(log: ([^)]+\.log)\)`)
+
+// logCrashedTails logs the last lines of the log of every process the
+// run's supervisor saw exit, before the test's temporary directory (where
+// they are) is removed: a crash's cause is in its own log.
+func logCrashedTails(t *testing.T, out string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, m := range crashedLog.FindAllStringSubmatch(out, -1) {
+		if seen[m[1]] {
+			continue
+		}
+		seen[m[1]] = true
+		b, err := os.ReadFile(m[1])
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		t.Logf("last lines of %s:\n%s", m[1], strings.Join(lines[max(0, len(lines)-30):], "\n"))
+	}
 }
