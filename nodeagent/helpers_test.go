@@ -106,8 +106,15 @@ func (e *env) newAgent() *nodeagent.Agent {
 // useRuntime replaces e's agent by one over rt (a wrapper of e.rt).
 func (e *env) useRuntime(rt nodeagent.Runtime) {
 	e.t.Helper()
+	e.replaceAgent(fastConfig(), rt, e.store)
+}
+
+// replaceAgent stops e's agent and starts one with cfg over rt and store
+// (e.rt and e.store, or wrappers of them) in its place.
+func (e *env) replaceAgent(cfg nodeagent.Config, rt nodeagent.Runtime, store nodeagent.NodeStore) *nodeagent.Agent {
+	e.t.Helper()
 	e.agent.Stop()
-	a, err := nodeagent.New(fastConfig(), rt, e.store, e.pub)
+	a, err := nodeagent.New(cfg, rt, store, e.pub)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -116,6 +123,7 @@ func (e *env) useRuntime(rt nodeagent.Runtime) {
 		e.t.Fatal(err)
 	}
 	e.agent = a
+	return a
 }
 
 func (e *env) ctx() context.Context {

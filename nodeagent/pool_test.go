@@ -106,20 +106,11 @@ func (g *gatedRuntime) counts() (in, most int) {
 func TestPoolBoundsStepsAtOnce(t *testing.T) {
 	const n = 10
 	e := newEnv(t)
-	e.agent.Stop()
 	g := &gatedRuntime{Runtime: e.rt, gate: make(chan struct{})}
 	pool := nodeagent.NewPool(2)
 	cfg := fastConfig()
 	cfg.Pool = pool
-	a, err := nodeagent.New(cfg, g, e.store, e.pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	if err := a.Start(e.ctx()); err != nil {
-		t.Fatal(err)
-	}
-	e.agent = a
+	e.replaceAgent(cfg, g, e.store)
 	for i := range n {
 		e.bind(newPod(fmt.Sprintf("queued-%d", i)))
 	}

@@ -195,17 +195,8 @@ func (s *sharedReads) GetConfigMap(ctx context.Context, ns, name string) (*corev
 // their files are the ConfigMaps'.
 func TestVolumesReadConfigMapsShared(t *testing.T) {
 	e := newEnv(t)
-	e.agent.Stop()
 	st := &sharedReads{Store: e.store}
-	a, err := nodeagent.New(fastConfig(), e.rt, st, e.pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	if err := a.Start(e.ctx()); err != nil {
-		t.Fatal(err)
-	}
-	e.agent = a
+	e.replaceAgent(fastConfig(), e.rt, st)
 	e.store.PutConfigMap(&corev1.ConfigMap{Metadata: &corev1.ObjectMeta{Namespace: "default", Name: "app-config", Uid: "cm-uid", ResourceVersion: "1"},
 		Data: map[string]string{"greeting": "hello"}})
 	p := newPod("shared", func(p *corev1.Pod) {
